@@ -1,0 +1,143 @@
+# kvcal: one Makefile. Targets: all test bench asan fuzz install clean.
+# CUDA is used when nvcc is found (CUDA=0 forces a CPU-only build).
+
+CC ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+BUILD ?= build
+PREFIX ?= /usr/local
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+CUDA ?= $(if $(NVCC),1,0)
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90a,code=compute_90a
+FUZZ_TIME ?= 60
+
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
+HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5)
+
+WARN := -Wall -Wextra -Wshadow -Werror
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -MMD -MP \
+          -Iinclude -Icore -I. -I$(BUILD) $(HDF5_CFLAGS)
+LDLIBS := -lcjson $(HDF5_LIBS) -lz -lpthread -lm
+
+LIB_SRC := $(wildcard core/*.c io/*.c observers/*.c kernels/cpu/*.c) \
+           $(filter-out calib/main.c calib/cmd_%.c,$(wildcard calib/*.c))
+CMD_SRC := calib/main.c $(wildcard calib/cmd_*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+CU_SRC :=
+
+ifeq ($(CUDA),1)
+CU_SRC := $(wildcard kernels/cuda/*.cu)
+CFLAGS += -DKVCAL_WITH_CUDA -I$(CUDA_HOME)/include
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -DKVCAL_WITH_CUDA \
+             -Iinclude -Icore -I. --expt-relaxed-constexpr
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lrt -lstdc++
+endif
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+BENCH_SRC := $(wildcard bench/*.c) $(if $(filter 1,$(CUDA)),$(wildcard bench/*.cu))
+BENCH_BIN := $(patsubst bench/%,$(BUILD)/bench/%,$(basename $(BENCH_SRC)))
+
+KVCAL := $(BUILD)/kvcal
+TESTS := $(BUILD)/kvcal_tests
+LIBA := $(BUILD)/libkvcal.a
+LIBSO := $(BUILD)/libkvcal.so
+
+.PHONY: all test bench asan fuzz install clean format
+all: $(KVCAL) $(LIBA) $(LIBSO) $(BUILD)/kvcal.pc
+
+# --- generated registries: commands and test suites are found by grep ---
+$(BUILD)/commands.gen.h: $(wildcard calib/cmd_*.c) | $(BUILD)/.dir
+	@grep -h '^KVCAL_COMMAND(' $(sort $(wildcard calib/cmd_*.c)) /dev/null > $@.tmp || true
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/suites.gen.h: $(TEST_SRC) | $(BUILD)/.dir
+	@grep -h '^KVCAL_SUITE(' $(sort $(TEST_SRC)) /dev/null > $@.tmp || true
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/calib/main.o: $(BUILD)/commands.gen.h
+$(BUILD)/tests/test_main.o: $(BUILD)/suites.gen.h
+
+$(BUILD)/.dir:
+	@mkdir -p $(BUILD) && touch $@
+
+$(BUILD)/%.o: %.c | $(BUILD)/.dir
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.cu.o: %.cu | $(BUILD)/.dir
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBA): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(LIBSO): $(LIB_OBJ)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvcal.so.0 -o $@ $^ $(LDLIBS)
+$(KVCAL): $(CMD_OBJ) $(LIBA)
+	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIBA) $(LDLIBS)
+$(TESTS): $(TEST_OBJ) $(LIBA)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIBA) -lcunit $(LDLIBS)
+$(BUILD)/kvcal.pc: Makefile | $(BUILD)/.dir
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: kvcal\nDescription: FP8 KV-cache scale calibration and online quantization\nVersion: %s\nLibs: -L$${libdir} -lkvcal\nLibs.private: %s\nCflags: -I$${includedir}\n' \
+	  '$(PREFIX)' "$$(sed -n 's/.*KVCAL_VERSION_STRING "\(.*\)"/\1/p' include/kvcal.h)" '$(LDLIBS)' > $@
+
+$(BUILD)/bench/%: bench/%.c $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+$(BUILD)/bench/%: bench/%.cu $(LIBA)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+
+# Every test; GPU suites report themselves skipped where no GPU is present.
+test: $(TESTS) $(KVCAL)
+	./$(TESTS)
+
+bench: $(BENCH_BIN)
+
+# Tests under AddressSanitizer + UndefinedBehaviorSanitizer (CPU build).
+asan:
+	$(MAKE) BUILD=build-asan CUDA=0 CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" test
+	@echo "asan: clean"
+
+# libFuzzer targets (clang), each run FUZZ_TIME seconds on its seed corpus.
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+build-fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+	@mkdir -p build-fuzz
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
+	  -o $@ $< $(filter-out calib/%,$(LIB_SRC)) $(filter calib/%,$(LIB_SRC)) -lcjson $(HDF5_LIBS) -lz -lpthread -lm
+fuzz: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
+	  echo "fuzz: $$n for $(FUZZ_TIME) s"; \
+	  ./$$f -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus-$$n tests/fuzz/seeds/$${n#fuzz_} || exit 1; done
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(KVCAL) $(DESTDIR)$(PREFIX)/bin/kvcal
+	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libkvcal.a
+	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libkvcal.so.0
+	ln -sf libkvcal.so.0 $(DESTDIR)$(PREFIX)/lib/libkvcal.so
+	install -m 644 include/kvcal.h include/kvcal_quant.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/kvcal.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvcal.pc
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Installs the Debian packages the build and tests need, when missing.
+DEB_PKGS := build-essential pkg-config libcjson-dev libhdf5-dev zlib1g-dev libcunit1-dev libpcre2-dev hdf5-tools python3
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing $$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	else echo "deps: all present"; fi
+.PHONY: deps

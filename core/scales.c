@@ -1,0 +1,149 @@
+/* core/scales.c: create / destroy / access the in-memory scale set. */
+#include "scales.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "scale_rule.h"
+#include "status.h"
+
+kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
+                                 kvcal_scales_t **out)
+{
+    if (!out)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_create: out is NULL");
+    *out = NULL;
+    if (num_layers < 1 || num_layers > 65536 || num_kv_heads < 1 ||
+        num_kv_heads > 65536)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_create: %d layers x %d kv heads is out of "
+                          "range [1, 65536]",
+                          num_layers, num_kv_heads);
+    size_t per_head = (size_t)num_layers * (size_t)num_kv_heads;
+    size_t n = 4 * per_head + 2 * (size_t)num_layers;
+    kvcal_scales_t *s = calloc(1, sizeof *s);
+    float *slab = calloc(n, sizeof(float));
+    if (!s || !slab) {
+        free(s);
+        free(slab);
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_scales_create: out of memory");
+    }
+    s->num_layers = num_layers;
+    s->num_kv_heads = num_kv_heads;
+    s->granularity = KVCAL_GRANULARITY_HEAD;
+    s->slab = slab;
+    s->k_head = slab;
+    s->v_head = s->k_head + per_head;
+    s->k_absmax = s->v_head + per_head;
+    s->v_absmax = s->k_absmax + per_head;
+    s->k_clip = s->v_absmax + per_head;
+    s->v_clip = s->k_clip + num_layers;
+    strcpy(s->provenance.observer_params, "{}");
+    strcpy(s->provenance.tool_version, KVCAL_VERSION_STRING);
+    s->model.num_layers = num_layers;
+    s->model.num_kv_heads = num_kv_heads;
+    *out = s;
+    return KVCAL_OK;
+}
+
+void kvcal_scales_destroy(kvcal_scales_t *s)
+{
+    if (!s)
+        return;
+    free(s->slab);
+    free(s);
+}
+
+int kvcal_scales_num_layers(const kvcal_scales_t *s) { return s ? s->num_layers : 0; }
+int kvcal_scales_num_kv_heads(const kvcal_scales_t *s) { return s ? s->num_kv_heads : 0; }
+
+kvcal_granularity kvcal_scales_granularity(const kvcal_scales_t *s)
+{
+    return s ? s->granularity : KVCAL_GRANULARITY_TENSOR;
+}
+
+static kvcal_status check_index(const kvcal_scales_t *s, int layer, int head)
+{
+    if (!s)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "scales is NULL");
+    if (layer < 0 || layer >= s->num_layers || head < 0 || head >= s->num_kv_heads)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "layer %d head %d out of range (%d layers, %d kv heads)",
+                          layer, head, s->num_layers, s->num_kv_heads);
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_get_head(const kvcal_scales_t *s, int layer, int head,
+                                   float *k_scale, float *v_scale)
+{
+    kvcal_status st = check_index(s, layer, head);
+    if (st)
+        return st;
+    int i = kvcal_scales_index(s, layer, head);
+    if (k_scale)
+        *k_scale = s->k_head[i];
+    if (v_scale)
+        *v_scale = s->v_head[i];
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *s, int layer,
+                                     float *k_scale, float *v_scale)
+{
+    kvcal_status st = check_index(s, layer, 0);
+    if (st)
+        return st;
+    float k = 0.0f, v = 0.0f;
+    for (int h = 0; h < s->num_kv_heads; h++) {
+        int i = kvcal_scales_index(s, layer, h);
+        k = s->k_head[i] > k ? s->k_head[i] : k;
+        v = s->v_head[i] > v ? s->v_head[i] : v;
+    }
+    if (k_scale)
+        *k_scale = k;
+    if (v_scale)
+        *v_scale = v;
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_set_head(kvcal_scales_t *s, int layer, int head,
+                                   float k_scale, float v_scale)
+{
+    kvcal_status st = check_index(s, layer, head);
+    if (st)
+        return st;
+    int i = kvcal_scales_index(s, layer, head);
+    s->k_head[i] = k_scale;
+    s->v_head[i] = v_scale;
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_set_layer(kvcal_scales_t *s, int layer, float k_scale,
+                                    float v_scale)
+{
+    kvcal_status st = check_index(s, layer, 0);
+    if (st)
+        return st;
+    for (int h = 0; h < s->num_kv_heads; h++)
+        kvcal_scales_set_head(s, layer, h, k_scale, v_scale);
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_check_finite(const kvcal_scales_t *s, const char *what)
+{
+    for (int l = 0; l < s->num_layers; l++)
+        for (int h = 0; h < s->num_kv_heads; h++) {
+            int i = kvcal_scales_index(s, l, h);
+            if (!kvcal_scale_is_valid(s->k_head[i]))
+                return kvcal_fail(KVCAL_ERR_NONFINITE,
+                                  "%s: layer %d kv head %d: K scale %g is not a finite "
+                                  "positive number; nothing was written",
+                                  what, l, h, (double)s->k_head[i]);
+            if (!kvcal_scale_is_valid(s->v_head[i]))
+                return kvcal_fail(KVCAL_ERR_NONFINITE,
+                                  "%s: layer %d kv head %d: V scale %g is not a finite "
+                                  "positive number; nothing was written",
+                                  what, l, h, (double)s->v_head[i]);
+        }
+    return KVCAL_OK;
+}

@@ -1,0 +1,72 @@
+/* core/scales.h: the in-memory scale set (kvcal_scales_t), shared by the
+ * observers (which fill it), io/ (which reads and writes it) and calib/.
+ *
+ * All per-layer arrays live in one slab, freed once. Per-head arrays are
+ * (num_layers, num_kv_heads) row-major. */
+#ifndef KVCAL_CORE_SCALES_H
+#define KVCAL_CORE_SCALES_H
+
+#include "kvcal.h"
+
+#define KVCAL_NAME_MAX 128
+#define KVCAL_TEXT_MAX 512
+
+/* Model identity recorded with the scales (empty strings / 0 when unknown). */
+typedef struct kvcal_model_identity {
+    char architecture[KVCAL_NAME_MAX]; /* "LlamaForCausalLM" */
+    char model_type[KVCAL_NAME_MAX];   /* "llama" */
+    int num_layers;
+    int num_attention_heads;
+    int num_kv_heads;
+    int head_dim;
+} kvcal_model_identity;
+
+/* Where the scales came from (empty / 0 when unknown). */
+typedef struct kvcal_provenance {
+    char observer[KVCAL_NAME_MAX];     /* "minmax", "ema", "percentile", "mse" */
+    char observer_params[KVCAL_TEXT_MAX]; /* JSON object text, "{}" when none */
+    char dataset[KVCAL_TEXT_MAX];
+    long long num_samples;
+    long long num_tokens;
+    long long seed;
+    char tool_version[KVCAL_NAME_MAX];
+} kvcal_provenance;
+
+struct kvcal_scales {
+    int num_layers;
+    int num_kv_heads;
+    kvcal_granularity granularity;
+    int kv_shared;            /* 1 when K and V were one value (legacy input) */
+    int has_absmax;           /* k_absmax / v_absmax filled */
+    int has_clip;             /* k_clip / v_clip filled */
+    kvcal_model_identity model;
+    kvcal_provenance provenance;
+    /* slab-backed arrays */
+    float *k_head;   /* (num_layers, num_kv_heads) scales */
+    float *v_head;   /* (num_layers, num_kv_heads) scales */
+    float *k_absmax; /* (num_layers, num_kv_heads) observed absmax */
+    float *v_absmax; /* (num_layers, num_kv_heads) */
+    float *k_clip;   /* (num_layers) fraction of values clipped by the scale */
+    float *v_clip;   /* (num_layers) */
+    void *slab;
+};
+
+/* Index of (layer, head) in the per-head arrays. */
+static inline int kvcal_scales_index(const kvcal_scales_t *s, int layer, int head)
+{
+    return layer * s->num_kv_heads + head;
+}
+
+/* Sets one head's K and V scales (no validation: writers validate). */
+kvcal_status kvcal_scales_set_head(kvcal_scales_t *s, int layer, int head,
+                                   float k_scale, float v_scale);
+
+/* Sets every head of a layer to the same K and V scales. */
+kvcal_status kvcal_scales_set_layer(kvcal_scales_t *s, int layer,
+                                    float k_scale, float v_scale);
+
+/* Checks every scale is finite and > 0; on failure names layer and head.
+ * `what` prefixes the message (usually a file name). */
+kvcal_status kvcal_scales_check_finite(const kvcal_scales_t *s, const char *what);
+
+#endif

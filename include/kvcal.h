@@ -1,0 +1,124 @@
+/* kvcal.h: public API of libkvcal.
+ *
+ * kvcal calibrates and checks the scales an inference engine needs to keep its
+ * KV cache in FP8 (e4m3), and quantizes K/V into such a cache.
+ *
+ * Conventions (all functions):
+ * - Every fallible function returns a kvcal_status; KVCAL_OK is 0. On failure
+ *   kvcal_last_error() returns one line naming the file, the place and the fix
+ *   (thread-local; valid until the next kvcal call on the same thread).
+ * - kvcal_x_create(..., kvcal_x_t **out) sets *out = NULL on failure; the
+ *   caller owns a created object and frees it with kvcal_x_destroy();
+ *   kvcal_x_destroy(NULL) is a no-op.
+ * - const char * returned by a getter is owned by the object and lives as long
+ *   as it does.
+ * - The library never prints and never exits.
+ * - Scale semantics: dequantized = fp8_value * scale, scale = max(absmax/448,
+ *   1/(448*512)); OCP e4m3fn (max 448).
+ */
+#ifndef KVCAL_H
+#define KVCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVCAL_VERSION_MAJOR 0
+#define KVCAL_VERSION_MINOR 1
+#define KVCAL_VERSION_PATCH 0
+#define KVCAL_VERSION_STRING "0.1.0"
+
+/* --- status ------------------------------------------------------------ */
+
+/* Values only ever grow at the end. */
+typedef enum kvcal_status {
+    KVCAL_OK = 0,
+    KVCAL_ERR_INVALID_ARG = 1,   /* a caller passed a bad argument */
+    KVCAL_ERR_IO = 2,            /* a file could not be opened, read or written */
+    KVCAL_ERR_PARSE = 3,         /* not JSON / not safetensors / truncated */
+    KVCAL_ERR_FORMAT = 4,        /* parsed, but breaks the format's rules */
+    KVCAL_ERR_MISMATCH = 5,      /* valid, but does not fit the model / TP size */
+    KVCAL_ERR_NONFINITE = 6,     /* NaN or Inf where a finite value is needed */
+    KVCAL_ERR_NOMEM = 7,         /* host allocation failed */
+    KVCAL_ERR_UNSUPPORTED = 8,   /* architecture, dtype or option not supported */
+    KVCAL_ERR_NO_DEVICE = 9,     /* no CUDA device, or built without CUDA */
+    KVCAL_ERR_DEVICE_MEMORY = 10,/* cudaMalloc failed */
+    KVCAL_ERR_CUDA = 11          /* any other CUDA / cuBLAS failure */
+} kvcal_status;
+
+/* Static string naming the status ("parse error"); never NULL. */
+const char *kvcal_status_str(kvcal_status status);
+
+/* One-line detail of the calling thread's last failure ("" if none). */
+const char *kvcal_last_error(void);
+
+/* "0.1.0" */
+const char *kvcal_version(void);
+
+/* Number of usable CUDA devices; 0 when built without CUDA or when none. */
+int kvcal_cuda_device_count(void);
+
+/* --- scales -------------------------------------------------------------- */
+
+/* Granularity of a scale set. Values reach disk only as strings. */
+typedef enum kvcal_granularity {
+    KVCAL_GRANULARITY_TENSOR = 0, /* one K and one V scale per layer */
+    KVCAL_GRANULARITY_HEAD = 1    /* one K and one V scale per layer and kv head */
+} kvcal_granularity;
+
+/* On-disk formats of DESIGN.md ("Formats"). Values only grow at the end. */
+typedef enum kvcal_format {
+    KVCAL_FORMAT_UNKNOWN = 0,
+    KVCAL_FORMAT_LEGACY_JSON = 1, /* sglang --quantization-param-path, old vLLM */
+    KVCAL_FORMAT_KVCAL_JSON = 2,  /* kvcal's full result */
+    KVCAL_FORMAT_CHECKPOINT = 3   /* k_scale / v_scale tensors + config.json */
+} kvcal_format;
+
+/* A set of K/V scales for every layer (and kv head), with optional absmax,
+ * model identity and calibration provenance. Opaque. */
+typedef struct kvcal_scales kvcal_scales_t;
+
+/* Creates a scale set of num_layers x num_kv_heads, every scale unset (0).
+ * Both counts in [1, 65536]. */
+kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
+                                 kvcal_scales_t **out);
+void kvcal_scales_destroy(kvcal_scales_t *scales);
+
+int kvcal_scales_num_layers(const kvcal_scales_t *scales);
+int kvcal_scales_num_kv_heads(const kvcal_scales_t *scales);
+kvcal_granularity kvcal_scales_granularity(const kvcal_scales_t *scales);
+
+/* Per-head K and V scales of one layer (head in [0, num_kv_heads)). */
+kvcal_status kvcal_scales_get_head(const kvcal_scales_t *scales, int layer,
+                                   int head, float *k_scale, float *v_scale);
+/* Per-tensor K and V scales of one layer (for a per-head set: the max over
+ * heads, which is what an engine with one scale per layer must use). */
+kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *scales, int layer,
+                                     float *k_scale, float *v_scale);
+
+/* Loads any supported scales file or checkpoint directory, detecting the
+ * format. model_dir (may be NULL) is the directory holding config.json; it
+ * supplies model_type and head counts the file itself may lack. tp is the
+ * tensor-parallel size the legacy format is read for (1 when unsure). */
+kvcal_status kvcal_scales_load(const char *path, const char *model_dir, int tp,
+                               kvcal_scales_t **out);
+
+/* Writes `scales` in `format` at `path` atomically (temp file + rename).
+ * For KVCAL_FORMAT_CHECKPOINT, path is an output directory; model_dir is the
+ * model's directory (its config.json is copied with kv_cache_scheme merged).
+ * tp is used by the legacy format. Refuses non-finite, zero or negative
+ * scales (KVCAL_ERR_NONFINITE / KVCAL_ERR_FORMAT) and writes nothing then. */
+kvcal_status kvcal_scales_write(const kvcal_scales_t *scales,
+                                kvcal_format format, const char *path,
+                                const char *model_dir, int tp);
+
+#include "kvcal_quant.h"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,40 @@
+/* io/dataset.h: calibration / evaluation samples from a dataset file.
+ * Formats: plain text (documents split on blank lines), JSONL of text
+ * (--text-field, chat "messages"), JSONL of token ids ({"input_ids": [...]},
+ * taken verbatim), HDF5 token sets (input_ids [N, L] int32). */
+#ifndef KVCAL_IO_DATASET_H
+#define KVCAL_IO_DATASET_H
+
+#include <stdint.h>
+
+#include "io/tokenizer.h"
+#include "kvcal.h"
+
+typedef struct kvcal_dataset_options {
+    int num_samples;        /* samples wanted (> 0) */
+    int seq_len;            /* tokens per sample (> 0) */
+    uint64_t seed;          /* shuffling seed; same seed -> same samples */
+    int pack;               /* 1: pack documents into seq_len windows;
+                               0: one document per sample (shorter ones padded) */
+    const char *text_field; /* JSONL text field, NULL for "text" */
+} kvcal_dataset_options;
+
+/* num_samples x seq_len token ids; lengths[i] <= seq_len valid tokens of
+ * sample i, the rest is padding (id -1) that is never observed. */
+typedef struct kvcal_samples {
+    int num_samples;
+    int seq_len;
+    int32_t *ids;     /* (num_samples, seq_len) */
+    int32_t *lengths; /* (num_samples) */
+    long long num_tokens; /* sum of lengths */
+} kvcal_samples;
+
+/* Reads `path`, tokenizing text with `tok` (may be NULL for token-id
+ * datasets). Fewer tokens than asked is an error that says how many there
+ * are. *out = NULL on failure; free with kvcal_samples_destroy. */
+kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
+                                const kvcal_dataset_options *opt, kvcal_samples **out);
+
+void kvcal_samples_destroy(kvcal_samples *s);
+
+#endif

@@ -1,0 +1,56 @@
+/* io/model_config.h: the fields of a Hugging Face config.json the toolkit
+ * needs, read from the formats older transformers wrote (top-level
+ * rope_theta / rope_scaling) and the one transformers 5 writes
+ * (rope_parameters). */
+#ifndef KVCAL_IO_MODEL_CONFIG_H
+#define KVCAL_IO_MODEL_CONFIG_H
+
+#include "kvcal.h"
+
+/* RoPE frequency scaling. Values only grow at the end. */
+typedef enum kvcal_rope_type {
+    KVCAL_ROPE_DEFAULT = 0,
+    KVCAL_ROPE_LINEAR = 1,
+    KVCAL_ROPE_LLAMA3 = 2,
+    KVCAL_ROPE_DYNAMIC = 3,
+    KVCAL_ROPE_YARN = 4
+} kvcal_rope_type;
+
+typedef struct kvcal_model_config {
+    char model_type[128];    /* "llama", "mistral", "qwen2", "qwen3" */
+    char architecture[128];  /* architectures[0], "LlamaForCausalLM" */
+    int num_layers;          /* num_hidden_layers */
+    int hidden_size;
+    int intermediate_size;
+    int num_attention_heads;
+    int num_kv_heads;        /* num_key_value_heads, defaults to num_attention_heads */
+    int head_dim;            /* explicit, else hidden_size / num_attention_heads */
+    int vocab_size;
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    kvcal_rope_type rope_type;
+    double rope_factor;                /* linear/llama3/yarn factor */
+    double rope_low_freq_factor;       /* llama3 */
+    double rope_high_freq_factor;      /* llama3 */
+    int rope_original_max_position;    /* llama3 original_max_position_embeddings */
+    double partial_rotary_factor;      /* 1.0 when absent */
+    int tie_word_embeddings;
+    int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */
+    int qk_norm;             /* per-head q_norm / k_norm (qwen3: 1) */
+    int sliding_window;      /* 0 when none */
+    char torch_dtype[16];    /* "bfloat16", "float16", "float32" or "" */
+    int has_quantization_config;
+    int has_kv_cache_scheme;
+} kvcal_model_config;
+
+/* Parses config.json text. `name` is used in messages. Missing required
+ * fields (num_hidden_layers, num_attention_heads, hidden_size, model_type)
+ * are an error naming the field. */
+kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
+                                      kvcal_model_config *out);
+
+/* Reads `path` (config.json or the directory holding it). */
+kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out);
+
+#endif

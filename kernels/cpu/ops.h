@@ -1,0 +1,40 @@
+/* kernels/cpu/ops.h: fp32 CPU reference of every op of the model runner.
+ * Pointers, sizes and strides only: no files, no model knowledge. These are
+ * the oracles of the CUDA kernels (same stem, _kernel / _launch there).
+ * Row-major everywhere; shapes in the comments. Threaded where it pays. */
+#ifndef KVCAL_KERNELS_CPU_OPS_H
+#define KVCAL_KERNELS_CPU_OPS_H
+
+#include <stdint.h>
+
+/* out (rows, dim) = x * rsqrt(mean(x^2) + eps) * w ; x (rows, dim), w (dim) */
+void kvcal_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim,
+                       float eps);
+
+/* out (rows, n) = x (rows, k) @ w^T + bias ; w (n, k) as checkpoints store
+ * nn.Linear weights; bias (n) or NULL. Threaded over the machine's cores. */
+void kvcal_matmul_ref(float *out, const float *x, const float *w, const float *bias,
+                      int rows, int k, int n);
+
+/* In place: rotates x (tokens, heads, head_dim) by position pos[t] with
+ * inv_freq (rot_dim/2); only the first rot_dim channels rotate.
+ * interleaved = 1 pairs (2i, 2i+1) (llama2.c / GPT-J); 0 pairs (i, i+rot_dim/2)
+ * (Hugging Face rotate_half). */
+void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
+                    int heads, int head_dim, int rot_dim, int interleaved);
+
+/* Causal attention of one sequence of `tokens` tokens:
+ * out (tokens, n_heads, head_dim) = softmax(q k^T * scale + causal mask) v,
+ * q (tokens, n_heads, head_dim), k and v (tokens, n_kv_heads, head_dim);
+ * query head h reads kv head h / (n_heads / n_kv_heads). */
+void kvcal_attention_ref(float *out, const float *q, const float *k, const float *v,
+                         int tokens, int n_heads, int n_kv_heads, int head_dim,
+                         float scale);
+
+/* out (n) = silu(gate) * up */
+void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
+
+/* x (n) += y (n) */
+void kvcal_add_ref(float *x, const float *y, int64_t n);
+
+#endif

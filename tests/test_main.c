@@ -1,0 +1,144 @@
+/* tests/test_main.c: runs every suite (or those named on the command line),
+ * reporting suites whose needs are not met as skipped. */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvcal.h"
+#include "tests/test_util.h"
+
+#undef KVCAL_SUITE
+#define KVCAL_SUITE(id, needs, tests) extern const kvcal_suite kvcal_suite_##id;
+#include "suites.gen.h"
+#undef KVCAL_SUITE
+#define KVCAL_SUITE(id, needs, tests) &kvcal_suite_##id,
+static const kvcal_suite *suites[] = {
+#include "suites.gen.h"
+    NULL,
+};
+#undef KVCAL_SUITE
+
+static char tmpdir[256];
+
+const char *kvcal_test_shared_dir(void)
+{
+    const char *e = getenv("KVCAL_SHARED");
+    return e && *e ? e : "../shared";
+}
+
+const char *kvcal_test_tmpdir(void)
+{
+    if (!tmpdir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/kvcal-test-XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+    }
+    return tmpdir;
+}
+
+const char *kvcal_test_path(const char *name)
+{
+    static char slots[8][512];
+    static int next;
+    char *p = slots[next++ % 8];
+    snprintf(p, sizeof slots[0], "%s/%s", kvcal_test_tmpdir(), name);
+    return p;
+}
+
+int kvcal_test_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t n = fwrite(data, 1, len, f);
+    return (fclose(f) == 0 && n == len) ? 0 : -1;
+}
+
+char *kvcal_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        if (len)
+            *len = (size_t)n;
+    }
+    return buf;
+}
+
+static void remove_tmpdir(void)
+{
+    if (tmpdir[0] && !getenv("KVCAL_KEEP_TMP")) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+    }
+}
+
+static const char *unmet_need(int needs)
+{
+    struct stat st;
+    if ((needs & KVCAL_NEEDS_GPU) && kvcal_cuda_device_count() == 0)
+        return "no CUDA device";
+    if ((needs & KVCAL_NEEDS_SHARED) && stat(kvcal_test_shared_dir(), &st) != 0)
+        return "no ../shared folder (set KVCAL_SHARED)";
+    return NULL;
+}
+
+static int selected(const char *name, int argc, char **argv)
+{
+    if (argc < 2)
+        return 1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name))
+            return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned skipped = 0;
+    atexit(remove_tmpdir);
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    for (const kvcal_suite *const *s = suites; *s; s++) {
+        if (!selected((*s)->name, argc, argv))
+            continue;
+        unsigned n = 0;
+        while ((*s)->tests[n].pName)
+            n++;
+        const char *why = unmet_need((*s)->needs);
+        if (why) {
+            printf("SKIPPED suite %s (%u tests): %s\n", (*s)->name, n, why);
+            skipped += n;
+            continue;
+        }
+        CU_pSuite suite = CU_add_suite((*s)->name, NULL, NULL);
+        for (unsigned i = 0; suite && i < n; i++)
+            CU_add_test(suite, (*s)->tests[i].pName, (*s)->tests[i].pTestFunc);
+    }
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned run = CU_get_number_of_tests_run();
+    unsigned failed = CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    printf("\ntests: %u passed, %u failed, %u skipped\n", run - failed, failed, skipped);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,54 @@
+/* tests/test_util.h: the CUnit harness shared by every tests/test_*.c.
+ *
+ * A test file declares its suite with one line at column 0, which the
+ * Makefile greps into the suite table of tests/test_main.c:
+ *
+ *   static CU_TestInfo tests[] = {KVCAL_TEST(observer_update_ignores_padding),
+ *                                 CU_TEST_INFO_NULL};
+ *   KVCAL_SUITE(observers, KVCAL_NEEDS_NOTHING, tests)
+ *
+ * A suite whose needs are not met (no CUDA device, no ../shared) is not run:
+ * the runner prints why and counts its tests as skipped, never as passed.
+ * Tests run from the repository root. */
+#ifndef KVCAL_TESTS_TEST_UTIL_H
+#define KVCAL_TESTS_TEST_UTIL_H
+
+#include <CUnit/CUnit.h>
+#include <stddef.h>
+
+enum {
+    KVCAL_NEEDS_NOTHING = 0,
+    KVCAL_NEEDS_GPU = 1,    /* a CUDA device in a CUDA build */
+    KVCAL_NEEDS_SHARED = 2  /* the ../shared folder (models, corpora, fixtures) */
+};
+
+typedef struct kvcal_suite {
+    const char *name;
+    int needs;
+    CU_TestInfo *tests;
+} kvcal_suite;
+
+#define KVCAL_TEST(fn) {#fn, fn}
+#define KVCAL_SUITE(id, needs, tests) \
+    const kvcal_suite kvcal_suite_##id = {#id, needs, tests};
+
+/* Folder of shared material: $KVCAL_SHARED or "../shared". */
+const char *kvcal_test_shared_dir(void);
+
+/* A fresh empty directory for this test process (created once, removed at
+ * exit), and a path inside it: kvcal_test_path("x.json") -> "<tmp>/x.json".
+ * Returns a static buffer per call slot (8 rotating slots). */
+const char *kvcal_test_tmpdir(void);
+const char *kvcal_test_path(const char *name);
+
+/* Writes `len` bytes to path; returns 0 on success. */
+int kvcal_test_write_file(const char *path, const void *data, size_t len);
+/* Reads a whole file (NUL-terminated, caller frees); NULL on failure. */
+char *kvcal_test_read_file(const char *path, size_t *len);
+
+/* |got - want| <= atol + |want| * rtol */
+#define KVCAL_ASSERT_CLOSE(got, want, atol, rtol)                              \
+    CU_ASSERT(fabs((double)(got) - (double)(want)) <=                         \
+              (atol) + fabs((double)(want)) * (rtol))
+
+#endif
