@@ -37,4 +37,10 @@ void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n)
 /* x (n) += y (n) */
 void kvcal_add_ref(float *x, const float *y, int64_t n);
 
+/* Threads the threaded ops use: n > 0 fixes the count, 0 restores the
+ * default (the machine's online cores). Results do not depend on it. Not
+ * thread-safe against ops running at the same time. */
+void kvcal_cpu_set_threads(int n);
+int kvcal_cpu_threads(void);
+
 #endif

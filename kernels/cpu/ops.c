@@ -1,0 +1,292 @@
+/* kernels/cpu/ops.c: fp32 CPU reference ops of the model runner.
+ *
+ * Each output element is computed by the same sequence of float operations
+ * whatever the thread count, tile position or batch composition, so a run is
+ * bit-reproducible and a token's activations do not depend on its neighbours
+ * in the batch. */
+#include "kernels/cpu/ops.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+/* --- threading ----------------------------------------------------------- */
+
+#define MAX_THREADS 256
+
+static int thread_override;
+
+void kvcal_cpu_set_threads(int n)
+{
+    thread_override = n > 0 ? (n > MAX_THREADS ? MAX_THREADS : n) : 0;
+}
+
+int kvcal_cpu_threads(void)
+{
+    if (thread_override > 0)
+        return thread_override;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : (int)n);
+}
+
+typedef void (*work_fn)(void *ctx, int64_t item);
+
+typedef struct {
+    work_fn fn;
+    void *ctx;
+    int64_t items;
+    int stride;
+    int first;
+} worker_arg;
+
+static void *worker_main(void *p)
+{
+    const worker_arg *a = p;
+    for (int64_t i = a->first; i < a->items; i += a->stride)
+        a->fn(a->ctx, i);
+    return NULL;
+}
+
+/* Runs fn(ctx, i) for i in [0, items) on up to kvcal_cpu_threads() threads
+ * (item i goes to thread i % threads). `flops` below the threshold, or a
+ * failed pthread_create, runs the remaining share on the calling thread:
+ * results never depend on how the items were spread. */
+static void parallel_for(work_fn fn, void *ctx, int64_t items, double flops)
+{
+    int nt = kvcal_cpu_threads();
+    if (flops < 2e6 || items < 2)
+        nt = 1;
+    if (nt > items)
+        nt = (int)items;
+    pthread_t tid[MAX_THREADS];
+    worker_arg args[MAX_THREADS];
+    int started = 0;
+    for (int t = 0; t < nt; t++)
+        args[t] = (worker_arg){fn, ctx, items, nt, t};
+    for (int t = 1; t < nt; t++) {
+        if (pthread_create(&tid[t], NULL, worker_main, &args[t]) != 0)
+            break;
+        started = t;
+    }
+    worker_main(&args[0]);
+    for (int t = started + 1; t < nt; t++)
+        worker_main(&args[t]);
+    for (int t = 1; t <= started; t++)
+        pthread_join(tid[t], NULL);
+}
+
+/* --- rmsnorm ------------------------------------------------------------- */
+
+void kvcal_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim,
+                       float eps)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (int64_t)r * dim; // (dim)
+        float *o = out + (int64_t)r * dim;      // (dim)
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)xr[i] * xr[i];
+        float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++)
+            o[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+/* --- matmul -------------------------------------------------------------- */
+
+/* Dot products run on 8 independent lanes (lane j sums elements j mod 8),
+ * then the lanes are summed in a fixed tree: every path below uses exactly
+ * this order, so a value does not depend on the tile it fell into. */
+#define LANES 8
+#define TILE_R 64
+#define TILE_N 64
+
+typedef struct {
+    float *out;
+    const float *x, *w, *bias;
+    int rows, k, n;
+    int64_t tiles_n;
+} matmul_ctx;
+
+static inline float lanes_sum(const float *a)
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static inline float dot_tail(const float *x, const float *w, int k0, int k)
+{
+    float t = 0.0f;
+    for (int i = k0; i < k; i++)
+        t += x[i] * w[i];
+    return t;
+}
+
+/* out[r][c] for 4 x rows and 4 w rows. */
+static void micro_4x4(float *out, int64_t ldo, const float *x, const float *w, int k,
+                      const float *bias)
+{
+    float acc[4][4][LANES];
+    memset(acc, 0, sizeof acc);
+    int k8 = k - k % LANES;
+    const float *x0 = x, *x1 = x + k, *x2 = x + 2 * (int64_t)k, *x3 = x + 3 * (int64_t)k;
+    const float *w0 = w, *w1 = w + k, *w2 = w + 2 * (int64_t)k, *w3 = w + 3 * (int64_t)k;
+    for (int i = 0; i < k8; i += LANES) {
+        for (int l = 0; l < LANES; l++) {
+            float a0 = x0[i + l], a1 = x1[i + l], a2 = x2[i + l], a3 = x3[i + l];
+            float b0 = w0[i + l], b1 = w1[i + l], b2 = w2[i + l], b3 = w3[i + l];
+            acc[0][0][l] += a0 * b0; acc[0][1][l] += a0 * b1;
+            acc[0][2][l] += a0 * b2; acc[0][3][l] += a0 * b3;
+            acc[1][0][l] += a1 * b0; acc[1][1][l] += a1 * b1;
+            acc[1][2][l] += a1 * b2; acc[1][3][l] += a1 * b3;
+            acc[2][0][l] += a2 * b0; acc[2][1][l] += a2 * b1;
+            acc[2][2][l] += a2 * b2; acc[2][3][l] += a2 * b3;
+            acc[3][0][l] += a3 * b0; acc[3][1][l] += a3 * b1;
+            acc[3][2][l] += a3 * b2; acc[3][3][l] += a3 * b3;
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) {
+            float s = lanes_sum(acc[r][c]) +
+                      dot_tail(x + r * (int64_t)k, w + c * (int64_t)k, k8, k);
+            out[r * ldo + c] = bias ? s + bias[c] : s;
+        }
+}
+
+/* out[0][0] for one x row and one w row, in the order of micro_4x4. */
+static float dot_1x1(const float *x, const float *w, int k)
+{
+    float acc[LANES] = {0};
+    int k8 = k - k % LANES;
+    for (int i = 0; i < k8; i += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] += x[i + l] * w[i + l];
+    return lanes_sum(acc) + dot_tail(x, w, k8, k);
+}
+
+static void matmul_tile(void *p, int64_t item)
+{
+    const matmul_ctx *c = p;
+    int r0 = (int)(item / c->tiles_n) * TILE_R;
+    int n0 = (int)(item % c->tiles_n) * TILE_N;
+    int r1 = r0 + TILE_R < c->rows ? r0 + TILE_R : c->rows;
+    int n1 = n0 + TILE_N < c->n ? n0 + TILE_N : c->n;
+    int64_t k = c->k;
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        int j = n0;
+        for (; j + 4 <= n1; j += 4)
+            micro_4x4(c->out + r * (int64_t)c->n + j, c->n, c->x + r * k, c->w + j * k,
+                      c->k, c->bias ? c->bias + j : NULL);
+        for (; j < n1; j++)
+            for (int rr = r; rr < r + 4; rr++) {
+                float s = dot_1x1(c->x + rr * k, c->w + j * k, c->k);
+                c->out[rr * (int64_t)c->n + j] = c->bias ? s + c->bias[j] : s;
+            }
+    }
+    for (; r < r1; r++)
+        for (int j = n0; j < n1; j++) {
+            float s = dot_1x1(c->x + r * k, c->w + j * k, c->k);
+            c->out[r * (int64_t)c->n + j] = c->bias ? s + c->bias[j] : s;
+        }
+}
+
+void kvcal_matmul_ref(float *out, const float *x, const float *w, const float *bias,
+                      int rows, int k, int n)
+{
+    if (rows <= 0 || n <= 0)
+        return;
+    matmul_ctx c = {out, x, w, bias, rows, k, n, (n + TILE_N - 1) / TILE_N};
+    int64_t tiles = (int64_t)((rows + TILE_R - 1) / TILE_R) * c.tiles_n;
+    parallel_for(matmul_tile, &c, tiles, 2.0 * rows * (double)k * n);
+}
+
+/* --- rope ---------------------------------------------------------------- */
+
+void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
+                    int heads, int head_dim, int rot_dim, int interleaved)
+{
+    int half = rot_dim / 2;
+    for (int t = 0; t < tokens; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)pos[t] * inv_freq[i];
+            float c = (float)cos((double)angle), s = (float)sin((double)angle);
+            for (int h = 0; h < heads; h++) {
+                float *v = x + ((int64_t)t * heads + h) * head_dim; // (head_dim)
+                int a = interleaved ? 2 * i : i;
+                int b = interleaved ? 2 * i + 1 : i + half;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x1 * c + x0 * s;
+            }
+        }
+    }
+}
+
+/* --- attention ----------------------------------------------------------- */
+
+typedef struct {
+    float *out;
+    const float *q, *k, *v;
+    int tokens, n_heads, n_kv_heads, head_dim;
+    float scale;
+} attn_ctx;
+
+/* One (query token, head): online softmax, the running max subtracted before
+ * every exp, accumulated straight into the output row. */
+static void attention_row(void *p, int64_t item)
+{
+    const attn_ctx *c = p;
+    int t = (int)(item / c->n_heads), h = (int)(item % c->n_heads);
+    int kvh = h / (c->n_heads / c->n_kv_heads);
+    int d = c->head_dim;
+    const float *qv = c->q + ((int64_t)t * c->n_heads + h) * d; // (head_dim)
+    float *o = c->out + ((int64_t)t * c->n_heads + h) * d;      // (head_dim)
+    int64_t kv_stride = (int64_t)c->n_kv_heads * d;
+    float m = -INFINITY, l = 0.0f;
+    memset(o, 0, sizeof(float) * (size_t)d);
+    for (int s = 0; s <= t; s++) {
+        const float *kv = c->k + s * kv_stride + (int64_t)kvh * d; // (head_dim)
+        const float *vv = c->v + s * kv_stride + (int64_t)kvh * d; // (head_dim)
+        float score = dot_1x1(qv, kv, d) * c->scale;
+        if (score > m) {
+            float r = expf(m - score);
+            l *= r;
+            for (int i = 0; i < d; i++)
+                o[i] *= r;
+            m = score;
+        }
+        float e = expf(score - m);
+        l += e;
+        for (int i = 0; i < d; i++)
+            o[i] += e * vv[i];
+    }
+    float inv = 1.0f / l;
+    for (int i = 0; i < d; i++)
+        o[i] *= inv;
+}
+
+void kvcal_attention_ref(float *out, const float *q, const float *k, const float *v,
+                         int tokens, int n_heads, int n_kv_heads, int head_dim,
+                         float scale)
+{
+    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale};
+    double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
+    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
+}
+
+/* --- elementwise --------------------------------------------------------- */
+
+void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void kvcal_add_ref(float *x, const float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] += y[i];
+}

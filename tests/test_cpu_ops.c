@@ -1,0 +1,281 @@
+/* tests/test_cpu_ops.c: the fp32 CPU reference ops against direct double
+ * precision formulas, on odd shapes (1, 19, 989 rows; head_dim 48 and 80;
+ * lengths that are not a multiple of any tile). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/ops.h"
+#include "tests/test_util.h"
+
+/* Deterministic values in [-1, 1). */
+static void fill(float *x, int64_t n, uint32_t seed)
+{
+    uint32_t s = seed * 2654435761u + 1u;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((s >> 8) / 8388608.0 - 1.0);
+    }
+}
+
+static float *alloc_filled(int64_t n, uint32_t seed)
+{
+    float *x = malloc(sizeof(float) * (size_t)n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+    fill(x, n, seed);
+    return x;
+}
+
+// --- matmul -----------------------------------------------------------------
+
+static void check_matmul(int rows, int k, int n, int with_bias)
+{
+    float *x = alloc_filled((int64_t)rows * k, 1);  // (rows, k)
+    float *w = alloc_filled((int64_t)n * k, 2);     // (n, k)
+    float *b = with_bias ? alloc_filled(n, 3) : NULL; // (n)
+    float *out = malloc(sizeof(float) * (size_t)rows * n); // (rows, n)
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    kvcal_matmul_ref(out, x, w, b, rows, k, n);
+    int bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < n; j++) {
+            double ref = b ? b[j] : 0.0, mag = fabs(ref);
+            for (int i = 0; i < k; i++) {
+                ref += (double)x[(int64_t)r * k + i] * w[(int64_t)j * k + i];
+                mag += fabs((double)x[(int64_t)r * k + i] * w[(int64_t)j * k + i]);
+            }
+            /* fp32 accumulation: error bounded by k * eps * sum |terms| */
+            if (fabs(out[(int64_t)r * n + j] - ref) > 1e-6 + mag * 1e-6 * 4)
+                bad++;
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    free(x);
+    free(w);
+    free(b);
+    free(out);
+}
+
+static void matmul_matches_double_reference_on_odd_shapes(void)
+{
+    check_matmul(1, 7, 5, 0);
+    check_matmul(19, 48, 67, 1);
+    check_matmul(989, 80, 13, 1);
+    check_matmul(70, 131, 130, 0);
+}
+
+static void matmul_row_does_not_depend_on_batch_or_threads(void)
+{
+    int rows = 133, k = 83, n = 71;
+    float *x = alloc_filled((int64_t)rows * k, 4);
+    float *w = alloc_filled((int64_t)n * k, 5);
+    float *b = alloc_filled(n, 6);
+    float *all = malloc(sizeof(float) * (size_t)rows * n);
+    float *one = malloc(sizeof(float) * (size_t)n);
+    float *again = malloc(sizeof(float) * (size_t)rows * n);
+    CU_ASSERT_FATAL(all && one && again);
+    kvcal_cpu_set_threads(3);
+    kvcal_matmul_ref(all, x, w, b, rows, k, n);
+    kvcal_cpu_set_threads(1);
+    kvcal_matmul_ref(again, x, w, b, rows, k, n);
+    kvcal_cpu_set_threads(0);
+    CU_ASSERT_EQUAL(memcmp(all, again, sizeof(float) * (size_t)rows * n), 0);
+    for (int r = 0; r < rows; r += 17) {
+        kvcal_matmul_ref(one, x + (int64_t)r * k, w, b, 1, k, n);
+        CU_ASSERT_EQUAL(memcmp(one, all + (int64_t)r * n, sizeof(float) * (size_t)n), 0);
+    }
+    free(x);
+    free(w);
+    free(b);
+    free(all);
+    free(one);
+    free(again);
+}
+
+// --- rmsnorm, swiglu, add ---------------------------------------------------
+
+static void rmsnorm_matches_double_reference(void)
+{
+    int rows = 19, dim = 80;
+    float *x = alloc_filled((int64_t)rows * dim, 7);
+    float *w = alloc_filled(dim, 8);
+    float *out = malloc(sizeof(float) * (size_t)rows * dim);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    kvcal_rmsnorm_ref(out, x, w, rows, dim, 1e-5f);
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)x[r * dim + i] * x[r * dim + i];
+        double inv = 1.0 / sqrt(ss / dim + 1e-5);
+        for (int i = 0; i < dim; i++)
+            KVCAL_ASSERT_CLOSE(out[r * dim + i], w[i] * x[r * dim + i] * inv, 1e-7, 1e-6);
+    }
+    /* in place (out == x) is allowed: per-head q/k norm uses it */
+    kvcal_rmsnorm_ref(x, x, w, rows, dim, 1e-5f);
+    CU_ASSERT_EQUAL(memcmp(x, out, sizeof(float) * (size_t)rows * dim), 0);
+    free(x);
+    free(w);
+    free(out);
+}
+
+static void swiglu_and_add_match_formulas(void)
+{
+    int64_t n = 989;
+    float *g = alloc_filled(n, 9), *u = alloc_filled(n, 10), *o = alloc_filled(n, 11);
+    for (int64_t i = 0; i < n; i++)
+        g[i] *= 12.0f; /* reach the saturated ends of silu */
+    kvcal_swiglu_ref(o, g, u, n);
+    for (int64_t i = 0; i < n; i++)
+        KVCAL_ASSERT_CLOSE(o[i], g[i] / (1.0 + exp(-(double)g[i])) * u[i], 1e-7, 1e-6);
+    float *y = alloc_filled(n, 12);
+    float before = o[500];
+    kvcal_add_ref(o, y, n);
+    CU_ASSERT_EQUAL(o[500], before + y[500]);
+    free(g);
+    free(u);
+    free(o);
+    free(y);
+}
+
+// --- rope -------------------------------------------------------------------
+
+static void rope_check(int interleaved)
+{
+    int tokens = 19, heads = 3, head_dim = 48, rot_dim = 32;
+    int64_t n = (int64_t)tokens * heads * head_dim;
+    float *x = alloc_filled(n, 13), *orig = alloc_filled(n, 13);
+    float inv_freq[16];
+    int32_t pos[19];
+    for (int i = 0; i < rot_dim / 2; i++)
+        inv_freq[i] = (float)pow(10000.0, -2.0 * i / rot_dim);
+    for (int t = 0; t < tokens; t++)
+        pos[t] = t * 37 + 1;
+    pos[3] = 0;
+    kvcal_rope_ref(x, pos, inv_freq, tokens, heads, head_dim, rot_dim, interleaved);
+    for (int t = 0; t < tokens; t++)
+        for (int h = 0; h < heads; h++) {
+            const float *a = orig + ((int64_t)t * heads + h) * head_dim;
+            const float *b = x + ((int64_t)t * heads + h) * head_dim;
+            for (int i = 0; i < rot_dim / 2; i++) {
+                int p = interleaved ? 2 * i : i;
+                int q = interleaved ? 2 * i + 1 : i + rot_dim / 2;
+                double ang = (double)(float)((float)pos[t] * inv_freq[i]);
+                KVCAL_ASSERT_CLOSE(b[p], a[p] * cos(ang) - a[q] * sin(ang), 1e-6, 1e-5);
+                KVCAL_ASSERT_CLOSE(b[q], a[q] * cos(ang) + a[p] * sin(ang), 1e-6, 1e-5);
+            }
+            /* channels past rot_dim are not rotated */
+            CU_ASSERT_EQUAL(memcmp(a + rot_dim, b + rot_dim,
+                                   sizeof(float) * (size_t)(head_dim - rot_dim)), 0);
+        }
+    /* position 0 is the identity */
+    CU_ASSERT_EQUAL(memcmp(x + 3 * heads * head_dim, orig + 3 * heads * head_dim,
+                           sizeof(float) * (size_t)(heads * head_dim)), 0);
+    free(x);
+    free(orig);
+}
+
+static void rope_rotates_interleaved_pairs(void)
+{
+    rope_check(1);
+}
+
+static void rope_rotates_half_split_pairs_and_only_rot_dim(void)
+{
+    rope_check(0);
+}
+
+// --- attention --------------------------------------------------------------
+
+static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
+{
+    int64_t nq = (int64_t)tokens * n_heads * d, nk = (int64_t)tokens * n_kv * d;
+    float *q = alloc_filled(nq, 14), *k = alloc_filled(nk, 15), *v = alloc_filled(nk, 16);
+    float *out = malloc(sizeof(float) * (size_t)nq);
+    double *p = malloc(sizeof(double) * (size_t)tokens);
+    CU_ASSERT_FATAL(out && p);
+    for (int64_t i = 0; i < nq; i++)
+        q[i] *= amp;
+    float scale = 1.0f / sqrtf((float)d);
+    kvcal_attention_ref(out, q, k, v, tokens, n_heads, n_kv, d, scale);
+    int bad = 0;
+    for (int t = 0; t < tokens; t++)
+        for (int h = 0; h < n_heads; h++) {
+            int g = h / (n_heads / n_kv);
+            const float *qv = q + ((int64_t)t * n_heads + h) * d;
+            double m = -INFINITY, sum = 0;
+            for (int s = 0; s <= t; s++) {
+                double dot = 0;
+                for (int i = 0; i < d; i++)
+                    dot += (double)qv[i] * k[((int64_t)s * n_kv + g) * d + i];
+                p[s] = dot * scale;
+                m = p[s] > m ? p[s] : m;
+            }
+            for (int s = 0; s <= t; s++)
+                sum += p[s] = exp(p[s] - m);
+            for (int i = 0; i < d; i++) {
+                double ref = 0;
+                for (int s = 0; s <= t; s++)
+                    ref += p[s] / sum * v[((int64_t)s * n_kv + g) * d + i];
+                float got = out[((int64_t)t * n_heads + h) * d + i];
+                if (!isfinite(got) || fabs(got - ref) > 1e-5 + fabs(ref) * 1e-4)
+                    bad++;
+            }
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(p);
+}
+
+static void attention_matches_double_reference_gqa_mqa_mha(void)
+{
+    check_attention(1, 4, 2, 8, 1.0f);
+    check_attention(19, 6, 3, 48, 1.0f);  /* GQA, 3 kv heads */
+    check_attention(37, 5, 1, 80, 1.0f);  /* MQA */
+    check_attention(23, 3, 3, 16, 1.0f);  /* MHA */
+}
+
+static void attention_softmax_is_stable_for_large_scores(void)
+{
+    check_attention(29, 2, 1, 48, 3000.0f);
+}
+
+static void attention_is_causal(void)
+{
+    int tokens = 11, h = 2, d = 8;
+    int64_t n = (int64_t)tokens * h * d;
+    float *q = alloc_filled(n, 17), *k = alloc_filled(n, 18), *v = alloc_filled(n, 19);
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    CU_ASSERT_FATAL(a && b);
+    kvcal_attention_ref(a, q, k, v, tokens, h, h, d, 0.3f);
+    for (int64_t i = 6 * h * d; i < n; i++) {
+        k[i] += 5.0f;
+        v[i] -= 3.0f;
+    }
+    kvcal_attention_ref(b, q, k, v, tokens, h, h, d, 0.3f);
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)(6 * h * d)), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)n), 0);
+    /* the first token attends only to itself */
+    CU_ASSERT_EQUAL(memcmp(a, v, sizeof(float) * (size_t)d), 0);
+    free(q);
+    free(k);
+    free(v);
+    free(a);
+    free(b);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(matmul_matches_double_reference_on_odd_shapes),
+    KVCAL_TEST(matmul_row_does_not_depend_on_batch_or_threads),
+    KVCAL_TEST(rmsnorm_matches_double_reference),
+    KVCAL_TEST(swiglu_and_add_match_formulas),
+    KVCAL_TEST(rope_rotates_interleaved_pairs),
+    KVCAL_TEST(rope_rotates_half_split_pairs_and_only_rot_dim),
+    KVCAL_TEST(attention_matches_double_reference_gqa_mqa_mha),
+    KVCAL_TEST(attention_softmax_is_stable_for_large_scores),
+    KVCAL_TEST(attention_is_causal),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(cpu_ops, KVCAL_NEEDS_NOTHING, tests)
