@@ -18,7 +18,7 @@ HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_6
 
 WARN := -Wall -Wextra -Wshadow -Werror
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -MMD -MP \
+override CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -MMD -MP \
           -Iinclude -Icore -I. -I$(BUILD) $(HDF5_CFLAGS)
 LDLIBS := -lcjson $(HDF5_LIBS) -lz -lpthread -lm
 
@@ -30,7 +30,7 @@ CU_SRC :=
 
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard kernels/cuda/*.cu)
-CFLAGS += -DKVCAL_WITH_CUDA -I$(CUDA_HOME)/include
+override CFLAGS += -DKVCAL_WITH_CUDA -I$(CUDA_HOME)/include
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -DKVCAL_WITH_CUDA \
              -Iinclude -Icore -I. --expt-relaxed-constexpr
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lrt -lstdc++
