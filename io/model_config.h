@@ -5,6 +5,9 @@
 #ifndef KVCAL_IO_MODEL_CONFIG_H
 #define KVCAL_IO_MODEL_CONFIG_H
 
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
 #include "kvcal.h"
 
 /* RoPE frequency scaling. Values only grow at the end. */
@@ -13,7 +16,8 @@ typedef enum kvcal_rope_type {
     KVCAL_ROPE_LINEAR = 1,
     KVCAL_ROPE_LLAMA3 = 2,
     KVCAL_ROPE_DYNAMIC = 3,
-    KVCAL_ROPE_YARN = 4
+    KVCAL_ROPE_YARN = 4,
+    KVCAL_ROPE_OTHER = 5 /* any other rope_type; its name is in rope_type_name */
 } kvcal_rope_type;
 
 typedef struct kvcal_model_config {
@@ -24,7 +28,8 @@ typedef struct kvcal_model_config {
     int intermediate_size;
     int num_attention_heads;
     int num_kv_heads;        /* num_key_value_heads, defaults to num_attention_heads */
-    int head_dim;            /* explicit, else hidden_size / num_attention_heads */
+    int head_dim;            /* explicit, else hidden_size / num_attention_heads
+                                (qwen3: 128, the transformers default) */
     int vocab_size;
     int max_position_embeddings;
     double rms_norm_eps;
@@ -42,15 +47,22 @@ typedef struct kvcal_model_config {
     char torch_dtype[16];    /* "bfloat16", "float16", "float32" or "" */
     int has_quantization_config;
     int has_kv_cache_scheme;
+    char rope_type_name[32]; /* rope_type as written ("default", "llama3", ...) */
 } kvcal_model_config;
 
 /* Parses config.json text. `name` is used in messages. Missing required
  * fields (num_hidden_layers, num_attention_heads, hidden_size, model_type)
- * are an error naming the field. */
+ * are an error naming the field (KVCAL_ERR_FORMAT), as are wrong types,
+ * non-positive counts and head counts that do not divide. An explicit null
+ * counts as absent. *out is zeroed on failure. */
 kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
                                       kvcal_model_config *out);
 
 /* Reads `path` (config.json or the directory holding it). */
 kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out);
+
+/* The same from a parsed config.json object (the caller keeps `root`). */
+kvcal_status kvcal_model_config_from_json(const cJSON *root, const char *name,
+                                          kvcal_model_config *out);
 
 #endif
