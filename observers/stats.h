@@ -66,6 +66,108 @@ typedef struct kvcal_stats {
     int64_t *tokens;            /* (L) tokens observed per layer */
     int64_t batches;            /* batches folded in */
     void *slab;
+    /* added after the first layout (host-side bookkeeping, not in the slab) */
+    int64_t batch_start_tokens; /* sum of tokens[] when the current batch began */
 } kvcal_stats_t;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- lifetime -------------------------------------------------------------- */
+
+/* Creates zeroed statistics for num_layers x num_kv_heads x head_dim (each in
+ * [1, 65536]) in one slab; *out = NULL on failure. The caller owns the result
+ * and frees it with kvcal_stats_destroy(). */
+kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
+                                kvcal_stats_t **out);
+
+/* Frees the statistics; NULL is a no-op. */
+void kvcal_stats_destroy(kvcal_stats_t *stats);
+
+/* Zeroes every statistic (as freshly created). */
+void kvcal_stats_reset(kvcal_stats_t *stats);
+
+/* --- observing ------------------------------------------------------------- */
+
+/* One K or V block of one layer, as a runner holds it:
+ *   x (batch, seq, kv_heads, head_dim), element (b, t, h, c) at
+ *   x[b * sample_stride + t * token_stride + h * head_stride + c]
+ * (channels contiguous; strides in floats, so a fused qkv buffer works too).
+ * Padding is never observed: token t of sample b is observed when
+ *   valid != NULL:   valid[b * seq + t] != 0  (any padding side), else
+ *   lengths != NULL: t < lengths[b]           (right padding), else
+ *   always.
+ * sample_ids (batch) name the samples in error messages (dataset index);
+ * NULL names them by b. Every pointer is borrowed for the call only. */
+typedef struct kvcal_kv_block {
+    const float *x;            /* (batch, seq, kv_heads, head_dim), strided */
+    int batch;
+    int seq;
+    int64_t sample_stride;
+    int64_t token_stride;
+    int64_t head_stride;
+    const int32_t *lengths;    /* (batch) or NULL */
+    const uint8_t *valid;      /* (batch, seq) or NULL */
+    const int64_t *sample_ids; /* (batch) or NULL */
+} kvcal_kv_block;
+
+/* A dense block x (batch, seq, kv_heads, head_dim), right-padded to lengths
+ * (NULL: no padding). */
+static inline kvcal_kv_block kvcal_kv_block_dense(const float *x, int batch, int seq,
+                                                  int kv_heads, int head_dim,
+                                                  const int32_t *lengths,
+                                                  const int64_t *sample_ids)
+{
+    kvcal_kv_block blk;
+    memset(&blk, 0, sizeof blk);
+    blk.x = x;
+    blk.batch = batch;
+    blk.seq = seq;
+    blk.head_stride = head_dim;
+    blk.token_stride = (int64_t)kv_heads * head_dim;
+    blk.sample_stride = (int64_t)seq * kv_heads * head_dim;
+    blk.lengths = lengths;
+    blk.sample_ids = sample_ids;
+    return blk;
+}
+
+/* Folds one block of layer `layer` (kv = KVCAL_K or KVCAL_V) into absmax,
+ * hist and batch_absmax; a K block also adds its observed tokens to
+ * tokens[layer] (K and V of a layer see the same tokens, so V does not count
+ * them again). The whole block is checked first: a NaN or Inf among the
+ * observed values returns KVCAL_ERR_NONFINITE naming layer, K/V, kv head,
+ * sample, token and channel, and nothing of the block is folded. Lengths
+ * outside [0, seq] are KVCAL_ERR_INVALID_ARG. Not thread-safe on one stats. */
+kvcal_status kvcal_stats_observe_ref(kvcal_stats_t *stats, int layer, int kv,
+                                     const kvcal_kv_block *blk);
+
+/* Starts a batch: clears batch_absmax. Optional before the first batch and
+ * after kvcal_stats_end_batch(), which starts the next batch itself. */
+void kvcal_stats_begin_batch(kvcal_stats_t *stats);
+
+/* Ends a batch: folds batch_absmax into the moving average (ema =
+ * batch_absmax on the first batch, then ema = decay * ema + (1 - decay) *
+ * batch_absmax, decay in [0, 1)), counts the batch and starts the next one.
+ * A batch that observed no token changes nothing. */
+kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay);
+
+/* Folds src into dst (same shape, else KVCAL_ERR_MISMATCH): absmax and
+ * batch_absmax by max, histograms, tokens and batches by sum. This is exact
+ * and associative, so minmax / percentile / mse results do not depend on how
+ * the data was split over batches or workers. The EMA depends on batch order
+ * and cannot be merged exactly: merge keeps the element-wise max of the two
+ * EMAs (the larger scale; a side with no batch contributes nothing). Workers
+ * that want an exact data-parallel EMA reduce batch_absmax with MAX before
+ * every kvcal_stats_end_batch(); their EMAs are then equal, and so is the
+ * merge. */
+kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src);
+
+/* max over channels of absmax for (layer, kv, head); no range check. */
+float kvcal_stats_head_absmax(const kvcal_stats_t *stats, int layer, int kv, int head);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,97 @@
+/* observers/observer.h: observer kinds and the reduction of statistics
+ * (observers/stats.h) to K/V scales (core/scales.h).
+ *
+ * Every observer gives a clipping threshold t per (layer, K/V, kv head);
+ * the scale is kvcal_scale_from_absmax(t) (core/scale_rule.h):
+ *   minmax          t = max |x| seen (over channels)
+ *   ema[:D]         t = moving average of per-batch max |x| with decay D:
+ *                   ema = D * ema + (1 - D) * batch_absmax, the first batch
+ *                   taken as is. Default D = 0.99, which is llm-compressor's
+ *                   and torch.ao's averaging_constant 0.01 (their constant
+ *                   weights the new batch, D weights the old average).
+ *   percentile:P    t = P-th percentile of |x| (0 < P <= 100), read from the
+ *                   histogram with linear interpolation inside a bin
+ *   mse             t minimizing the e4m3 round-trip squared error of the
+ *                   histogram (scale t/448, round to nearest even,
+ *                   saturating), searched over every bin edge from the 50th
+ *                   percentile to max |x|, then refined between the best
+ *                   edge's neighbours. */
+#ifndef KVCAL_OBSERVERS_OBSERVER_H
+#define KVCAL_OBSERVERS_OBSERVER_H
+
+#include <stddef.h>
+
+#include "core/scales.h"
+#include "observers/stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values only ever grow at the end. */
+typedef enum kvcal_observer_kind {
+    KVCAL_OBSERVER_MINMAX = 0,
+    KVCAL_OBSERVER_EMA = 1,
+    KVCAL_OBSERVER_PERCENTILE = 2,
+    KVCAL_OBSERVER_MSE = 3
+} kvcal_observer_kind;
+
+#define KVCAL_OBSERVER_EMA_DECAY_DEFAULT 0.99
+
+typedef struct kvcal_observer_config {
+    kvcal_observer_kind kind;
+    double ema_decay;  /* in [0, 1); used by kvcal_stats_end_batch for every kind */
+    double percentile; /* in (0, 100]; used by KVCAL_OBSERVER_PERCENTILE */
+} kvcal_observer_config;
+
+/* Called once per warning with one line of text (borrowed for the call). */
+typedef void (*kvcal_warn_fn)(void *ctx, const char *message);
+
+/* The default configuration: minmax, EMA decay 0.99, percentile 99.99. */
+kvcal_observer_config kvcal_observer_default(void);
+
+/* Parses "minmax", "ema", "ema:D", "percentile:P" or "mse" into *out (which
+ * is left unchanged on failure; the error names the text and the choices). */
+kvcal_status kvcal_observer_parse(const char *text, kvcal_observer_config *out);
+
+/* "minmax", "ema", "percentile" or "mse": static, never NULL. */
+const char *kvcal_observer_name(kvcal_observer_kind kind);
+
+/* The observer's parameters as a JSON object ("{}", "{\"decay\": 0.99}",
+ * "{\"percentile\": 99.99}") in buf (n bytes); KVCAL_ERR_INVALID_ARG when it
+ * does not fit. */
+kvcal_status kvcal_observer_params_json(const kvcal_observer_config *cfg, char *buf,
+                                        size_t n);
+
+/* Threshold t >= 0 of (layer, kv, head) under cfg (see the top of this
+ * file). The ema kind needs at least one completed batch
+ * (kvcal_stats_end_batch), else KVCAL_ERR_INVALID_ARG. */
+kvcal_status kvcal_stats_threshold(const kvcal_stats_t *stats,
+                                   const kvcal_observer_config *cfg, int layer, int kv,
+                                   int head, float *out);
+
+/* Fraction of the observed |x| of (layer, kv, head) above t, from the
+ * histogram (linear inside the bin holding t); 0 when nothing was seen. */
+double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv,
+                                 int head, float t);
+
+/* Fills `out` (created with the same layers and kv heads as stats, else
+ * KVCAL_ERR_MISMATCH) with the scales of cfg at granularity gran:
+ * k_head / v_head = kvcal_scale_from_absmax(t) per head, or for
+ * KVCAL_GRANULARITY_TENSOR the layer's max t over heads in every head;
+ * k_absmax / v_absmax = max |x| seen per head; k_clip / v_clip = fraction of
+ * the layer's observed values above the threshold used; granularity;
+ * provenance.observer, observer_params and num_tokens (tokens of layer 0);
+ * other provenance and model fields are left as they are. A threshold of 0
+ * (a head that never saw a non-zero value) gives the floor scale and one
+ * call of warn (may be NULL) naming layer, K/V and head. */
+kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
+                                   const kvcal_observer_config *cfg,
+                                   kvcal_granularity gran, kvcal_scales_t *out,
+                                   kvcal_warn_fn warn, void *warn_ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

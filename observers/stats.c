@@ -1,0 +1,280 @@
+/* observers/stats.c: create, fold, batch and merge the K/V statistics of
+ * observers/stats.h (the CPU reference of the fused device observer). */
+#include "observers/stats.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/status.h"
+
+static const char *kv_name(int kv)
+{
+    return kv == KVCAL_K ? "K" : "V";
+}
+
+// --- lifetime ----------------------------------------------------------------
+
+kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
+                                kvcal_stats_t **out)
+{
+    if (!out)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_create: out is NULL");
+    *out = NULL;
+    if (num_layers < 1 || num_layers > 65536 || num_kv_heads < 1 ||
+        num_kv_heads > 65536 || head_dim < 1 || head_dim > 65536)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_create: %d layers x %d kv heads x head_dim %d is "
+                          "out of range (each must be in [1, 65536])",
+                          num_layers, num_kv_heads, head_dim);
+    size_t lh = (size_t)num_layers * (size_t)num_kv_heads;
+    size_t n_hist = lh * KVCAL_HIST_BINS;
+    size_t n_abs = lh * (size_t)head_dim;
+    if (lh > ((size_t)1 << 26) || n_abs > ((size_t)1 << 32))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_create: %d layers x %d kv heads x head_dim %d is "
+                          "too large for one statistics slab",
+                          num_layers, num_kv_heads, head_dim);
+    /* 8-byte arrays first, then 4-byte ones: every array stays aligned */
+    size_t bytes = 2 * n_hist * sizeof(uint64_t) + 2 * lh * sizeof(double) +
+                   (size_t)num_layers * sizeof(int64_t) + 2 * n_abs * sizeof(float) +
+                   2 * lh * sizeof(float);
+    kvcal_stats_t *s = calloc(1, sizeof *s);
+    unsigned char *slab = calloc(1, bytes);
+    if (!s || !slab) {
+        free(s);
+        free(slab);
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "kvcal_stats_create: out of memory allocating %zu bytes of "
+                          "statistics",
+                          bytes);
+    }
+    s->num_layers = num_layers;
+    s->num_kv_heads = num_kv_heads;
+    s->head_dim = head_dim;
+    s->num_bins = KVCAL_HIST_BINS;
+    s->slab = slab;
+    unsigned char *p = slab;
+    for (int kv = 0; kv < 2; kv++) {
+        s->hist[kv] = (uint64_t *)p;
+        p += n_hist * sizeof(uint64_t);
+    }
+    for (int kv = 0; kv < 2; kv++) {
+        s->ema[kv] = (double *)p;
+        p += lh * sizeof(double);
+    }
+    s->tokens = (int64_t *)p;
+    p += (size_t)num_layers * sizeof(int64_t);
+    for (int kv = 0; kv < 2; kv++) {
+        s->absmax[kv] = (float *)p;
+        p += n_abs * sizeof(float);
+    }
+    for (int kv = 0; kv < 2; kv++) {
+        s->batch_absmax[kv] = (float *)p;
+        p += lh * sizeof(float);
+    }
+    *out = s;
+    return KVCAL_OK;
+}
+
+void kvcal_stats_destroy(kvcal_stats_t *stats)
+{
+    if (!stats)
+        return;
+    free(stats->slab);
+    free(stats);
+}
+
+void kvcal_stats_reset(kvcal_stats_t *stats)
+{
+    size_t lh = (size_t)stats->num_layers * (size_t)stats->num_kv_heads;
+    for (int kv = 0; kv < 2; kv++) {
+        memset(stats->hist[kv], 0, lh * (size_t)stats->num_bins * sizeof(uint64_t));
+        memset(stats->ema[kv], 0, lh * sizeof(double));
+        memset(stats->absmax[kv], 0, lh * (size_t)stats->head_dim * sizeof(float));
+        memset(stats->batch_absmax[kv], 0, lh * sizeof(float));
+    }
+    memset(stats->tokens, 0, (size_t)stats->num_layers * sizeof(int64_t));
+    stats->batches = 0;
+    stats->batch_start_tokens = 0;
+}
+
+// --- observing ---------------------------------------------------------------
+
+static int token_is_observed(const kvcal_kv_block *blk, int b, int t)
+{
+    if (blk->valid)
+        return blk->valid[(size_t)b * (size_t)blk->seq + (size_t)t] != 0;
+    if (blk->lengths)
+        return t < blk->lengths[b];
+    return 1;
+}
+
+static kvcal_status check_block(const kvcal_stats_t *s, int layer, int kv,
+                                const kvcal_kv_block *blk)
+{
+    const int H = s->num_kv_heads, D = s->head_dim;
+    for (int b = 0; b < blk->batch; b++) {
+        if (!blk->valid && blk->lengths &&
+            (blk->lengths[b] < 0 || blk->lengths[b] > blk->seq))
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "observe layer %d %s: sample %d has length %d outside "
+                              "[0, %d]; pass lengths of the unpadded samples",
+                              layer, kv_name(kv), b, blk->lengths[b], blk->seq);
+        for (int t = 0; t < blk->seq; t++) {
+            if (!token_is_observed(blk, b, t))
+                continue;
+            const float *row = blk->x + b * blk->sample_stride + t * blk->token_stride;
+            for (int h = 0; h < H; h++) {
+                const float *p = row + h * blk->head_stride;
+                for (int c = 0; c < D; c++) {
+                    if (isfinite(p[c]))
+                        continue;
+                    long long id = blk->sample_ids ? (long long)blk->sample_ids[b] : b;
+                    return kvcal_fail(KVCAL_ERR_NONFINITE,
+                                      "layer %d %s kv head %d: sample %lld token %d channel "
+                                      "%d is %g; no statistics were taken from this block "
+                                      "and no scale is written from it (check the model "
+                                      "weights and the input of that sample)",
+                                      layer, kv_name(kv), h, id, t, c, (double)p[c]);
+                }
+            }
+        }
+    }
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_stats_observe_ref(kvcal_stats_t *stats, int layer, int kv,
+                                     const kvcal_kv_block *blk)
+{
+    if (!stats || !blk)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_observe_ref: NULL argument");
+    if (layer < 0 || layer >= stats->num_layers || (kv != KVCAL_K && kv != KVCAL_V))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_observe_ref: layer %d kv %d out of range (%d "
+                          "layers; kv is KVCAL_K or KVCAL_V)",
+                          layer, kv, stats->num_layers);
+    if (blk->batch < 0 || blk->seq < 0 || (!blk->x && blk->batch > 0 && blk->seq > 0))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_observe_ref: layer %d %s: block of %d x %d tokens "
+                          "with %s data",
+                          layer, kv_name(kv), blk->batch, blk->seq,
+                          blk->x ? "some" : "no");
+    kvcal_status st = check_block(stats, layer, kv, blk);
+    if (st)
+        return st;
+
+    const int H = stats->num_kv_heads, D = stats->head_dim, B = stats->num_bins;
+    float *absmax = stats->absmax[kv] + (size_t)layer * H * D;   // (H, D)
+    uint64_t *hist = stats->hist[kv] + (size_t)layer * H * B;     // (H, B)
+    float *bmax = stats->batch_absmax[kv] + (size_t)layer * H;    // (H)
+    int64_t observed = 0;
+    for (int b = 0; b < blk->batch; b++)
+        for (int t = 0; t < blk->seq; t++) {
+            if (!token_is_observed(blk, b, t))
+                continue;
+            observed++;
+            const float *row = blk->x + b * blk->sample_stride + t * blk->token_stride;
+            for (int h = 0; h < H; h++) {
+                const float *p = row + h * blk->head_stride;
+                float *am = absmax + (size_t)h * D;
+                uint64_t *hh = hist + (size_t)h * B;
+                float m = bmax[h];
+                for (int c = 0; c < D; c++) {
+                    float a = fabsf(p[c]);
+                    am[c] = a > am[c] ? a : am[c];
+                    m = a > m ? a : m;
+                    hh[kvcal_hist_bin(a)]++;
+                }
+                bmax[h] = m;
+            }
+        }
+    if (kv == KVCAL_K)
+        stats->tokens[layer] += observed;
+    return KVCAL_OK;
+}
+
+// --- batches -----------------------------------------------------------------
+
+static int64_t total_tokens(const kvcal_stats_t *s)
+{
+    int64_t n = 0;
+    for (int l = 0; l < s->num_layers; l++)
+        n += s->tokens[l];
+    return n;
+}
+
+void kvcal_stats_begin_batch(kvcal_stats_t *stats)
+{
+    size_t lh = (size_t)stats->num_layers * (size_t)stats->num_kv_heads;
+    for (int kv = 0; kv < 2; kv++)
+        memset(stats->batch_absmax[kv], 0, lh * sizeof(float));
+    stats->batch_start_tokens = total_tokens(stats);
+}
+
+kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay)
+{
+    if (!(decay >= 0.0 && decay < 1.0))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)",
+                          decay);
+    if (total_tokens(stats) == stats->batch_start_tokens) {
+        kvcal_stats_begin_batch(stats);
+        return KVCAL_OK;
+    }
+    size_t lh = (size_t)stats->num_layers * (size_t)stats->num_kv_heads;
+    for (int kv = 0; kv < 2; kv++)
+        for (size_t i = 0; i < lh; i++) {
+            double x = stats->batch_absmax[kv][i];
+            double *e = &stats->ema[kv][i];
+            *e = stats->batches == 0 ? x : decay * *e + (1.0 - decay) * x;
+        }
+    stats->batches++;
+    kvcal_stats_begin_batch(stats);
+    return KVCAL_OK;
+}
+
+// --- merge -------------------------------------------------------------------
+
+kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
+{
+    if (!dst || !src)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_merge: NULL argument");
+    if (dst->num_layers != src->num_layers || dst->num_kv_heads != src->num_kv_heads ||
+        dst->head_dim != src->head_dim || dst->num_bins != src->num_bins)
+        return kvcal_fail(KVCAL_ERR_MISMATCH,
+                          "kvcal_stats_merge: statistics of %d layers x %d kv heads x "
+                          "head_dim %d (%d bins) cannot merge into %d x %d x %d (%d bins); "
+                          "they come from different models",
+                          src->num_layers, src->num_kv_heads, src->head_dim, src->num_bins,
+                          dst->num_layers, dst->num_kv_heads, dst->head_dim, dst->num_bins);
+    size_t lh = (size_t)dst->num_layers * (size_t)dst->num_kv_heads;
+    size_t n_abs = lh * (size_t)dst->head_dim, n_hist = lh * (size_t)dst->num_bins;
+    for (int kv = 0; kv < 2; kv++) {
+        for (size_t i = 0; i < n_abs; i++)
+            if (src->absmax[kv][i] > dst->absmax[kv][i])
+                dst->absmax[kv][i] = src->absmax[kv][i];
+        for (size_t i = 0; i < n_hist; i++)
+            dst->hist[kv][i] += src->hist[kv][i];
+        for (size_t i = 0; i < lh; i++) {
+            if (src->batch_absmax[kv][i] > dst->batch_absmax[kv][i])
+                dst->batch_absmax[kv][i] = src->batch_absmax[kv][i];
+            if (src->batches > 0 && (dst->batches == 0 || src->ema[kv][i] > dst->ema[kv][i]))
+                dst->ema[kv][i] = src->ema[kv][i];
+        }
+    }
+    for (int l = 0; l < dst->num_layers; l++)
+        dst->tokens[l] += src->tokens[l];
+    dst->batches += src->batches;
+    dst->batch_start_tokens += src->batch_start_tokens;
+    return KVCAL_OK;
+}
+
+float kvcal_stats_head_absmax(const kvcal_stats_t *stats, int layer, int kv, int head)
+{
+    const float *a = stats->absmax[kv] +
+                     ((size_t)layer * stats->num_kv_heads + (size_t)head) * stats->head_dim;
+    float m = 0.0f;
+    for (int c = 0; c < stats->head_dim; c++)
+        m = a[c] > m ? a[c] : m;
+    return m;
+}
