@@ -1,5 +1,224 @@
-/* kvcal_quant.h: online FP8 KV quantization (included by kvcal.h).
- * The declarations arrive with the online scaling library. */
+/* kvcal_quant.h: online FP8 (e4m3fn) KV quantization into a paged cache
+ * (included by kvcal.h; the conventions stated there apply).
+ *
+ * Every operation exists twice with identical semantics, bit for bit:
+ *   kvcal_kv_<op>_ref     CPU reference; every pointer is a host pointer;
+ *   kvcal_kv_<op>_launch  CUDA; every data pointer is a device pointer and
+ *                         the work is enqueued on the caller's stream
+ *                         (NULL = legacy default stream). Returns once
+ *                         enqueued; the caller synchronizes. A launch
+ *                         checks its arguments (never the device data) and
+ *                         returns KVCAL_ERR_NO_DEVICE in a build without
+ *                         CUDA.
+ *
+ * Numbers (DESIGN.md, "Scale semantics"):
+ * - stored byte q = e4m3(x * (1 / scale)): the reciprocal is taken once per
+ *   scale in fp32, the product rounded to fp32, then to e4m3 by round to
+ *   nearest even, saturating at +-448;
+ * - dequantized value = e4m3_value(q) * scale;
+ * - NaN policy: a NaN input is stored as the e4m3 NaN 0x7f (its sign and
+ *   payload dropped) so that it stays visible to attention; +-Inf and any
+ *   |x * (1/scale)| >= 448 saturate to +-448; -0 is stored as 0x80.
+ *   Scales computed by the library (dynamic and running modes) ignore NaN
+ *   and +-Inf inputs: one bad value never poisons the scale of its head.
+ * - computed scales follow the one scale rule max(absmax / 448,
+ *   1 / (448 * 512)) (core/scale_rule.h).
+ *
+ * Slots: slot_mapping[t] = block * block_size + offset places token t in the
+ * cache. A negative slot is padding and is skipped; a slot >= num_blocks *
+ * block_size is skipped too (never written out of bounds). Nothing else of
+ * the cache is touched.
+ */
 #ifndef KVCAL_QUANT_H
 #define KVCAL_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A CUDA stream (cudaStream_t is struct CUstream_st *): callers pass their
+ * cudaStream_t unchanged; this header needs no CUDA header. */
+struct CUstream_st;
+
+/* Element type of K/V inputs and of dequantized outputs. */
+typedef enum kvcal_dtype {
+    KVCAL_DTYPE_F32 = 0,
+    KVCAL_DTYPE_F16 = 1,
+    KVCAL_DTYPE_BF16 = 2
+} kvcal_dtype;
+
+/* Layout of one paged cache (K and V each have one). */
+typedef enum kvcal_cache_layout {
+    KVCAL_CACHE_NHD = 0, /* (num_blocks, block_size, num_kv_heads, head_dim): vLLM */
+    KVCAL_CACHE_HND = 1  /* (num_blocks, num_kv_heads, block_size, head_dim) */
+} kvcal_cache_layout;
+
+/* New K and V rows of one step, for one layer. Element (t, h, d) of K is
+ * k[t * k_token_stride + h * k_head_stride + d] (strides in elements;
+ * head_dim is contiguous). head_dim and num_kv_heads are the cache's. */
+typedef struct kvcal_kv_batch {
+    const void *k;               /* (num_tokens, num_kv_heads, head_dim) strided */
+    const void *v;               /* (num_tokens, num_kv_heads, head_dim) strided */
+    kvcal_dtype dtype;           /* F16, BF16 or F32 */
+    int64_t num_tokens;          /* >= 0 */
+    int64_t k_token_stride;      /* elements, >= num_kv_heads * head_dim */
+    int64_t k_head_stride;       /* elements, >= head_dim */
+    int64_t v_token_stride;
+    int64_t v_head_stride;
+    const int64_t *slot_mapping; /* (num_tokens); < 0 = padding */
+} kvcal_kv_batch;
+
+/* One layer's paged FP8 cache. k and v hold e4m3fn bytes in `layout`; block
+ * b starts at k + b * block_stride (bytes; 0 means contiguous, i.e.
+ * block_size * num_kv_heads * head_dim, and a larger value admits caches
+ * that interleave K and V per block).
+ *
+ * k_scale / v_scale: per (token, head) scales beside the cache, fp32,
+ * (num_blocks, block_size, num_kv_heads) for NHD -- vLLM's
+ * fp8_per_token_head k_scale_cache -- and (num_blocks, num_kv_heads,
+ * block_size) for HND, always contiguous. Required by the dynamic and
+ * running modes, which write the scale of every stored value there; NULL
+ * for static scales. */
+typedef struct kvcal_kv_cache {
+    uint8_t *k;
+    uint8_t *v;
+    float *k_scale;
+    float *v_scale;
+    int64_t num_blocks;
+    int block_size;      /* tokens per block, >= 1 */
+    int num_kv_heads;    /* [1, 1024] */
+    int head_dim;        /* [1, 1024] */
+    int64_t block_stride;
+    kvcal_cache_layout layout;
+} kvcal_kv_cache;
+
+/* --- static scales ------------------------------------------------------ */
+
+/* Quantizes batch K and V into the cache with fixed scales: k_scale and
+ * v_scale hold 1 value (KVCAL_GRANULARITY_TENSOR) or num_kv_heads values
+ * (KVCAL_GRANULARITY_HEAD), each finite and > 0. The reference checks the
+ * scales (KVCAL_ERR_NONFINITE); the launch cannot read them without a
+ * synchronization and leaves the bytes undefined for a bad scale.
+ * cache->k_scale / v_scale, when set, receive the scale used for every
+ * written (token, head). */
+kvcal_status kvcal_kv_quantize_static_ref(const kvcal_kv_batch *batch,
+                                          const kvcal_kv_cache *cache,
+                                          kvcal_granularity granularity,
+                                          const float *k_scale, const float *v_scale);
+kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch,
+                                             const kvcal_kv_cache *cache,
+                                             kvcal_granularity granularity,
+                                             const float *k_scale, const float *v_scale,
+                                             struct CUstream_st *stream);
+
+/* --- dynamic per (token, head) ------------------------------------------ */
+
+/* Quantizes with one scale per token and kv head, max(absmax / 448, floor)
+ * over that head's head_dim finite values, written to cache->k_scale /
+ * v_scale (required). vLLM's fp8_per_token_head stores the same layout with
+ * a floor of 1e-6 instead of 1/(448*512). */
+kvcal_status kvcal_kv_quantize_dynamic_ref(const kvcal_kv_batch *batch,
+                                           const kvcal_kv_cache *cache);
+kvcal_status kvcal_kv_quantize_dynamic_launch(const kvcal_kv_batch *batch,
+                                              const kvcal_kv_cache *cache,
+                                              struct CUstream_st *stream);
+
+/* --- online running per-head scales ------------------------------------- */
+
+/* How a running scaler turns the absmax it has seen into scales. In every
+ * mode a head's scale only grows. */
+typedef enum kvcal_scaler_mode {
+    /* scale = rule(max over all steps of the step's absmax) */
+    KVCAL_SCALER_RUNNING_MAX = 0,
+    /* ema = step absmax on the first step, then ema + alpha * (absmax - ema)
+     * (fmaf); scale = max(previous scale, rule(ema)). Clips rare outliers
+     * instead of letting one spike coarsen the head for the rest of the run. */
+    KVCAL_SCALER_EMA = 1,
+    /* scale = rule(absmax of the first step that has a valid token), then
+     * fixed (what engines do when they compute scales on the first batch) */
+    KVCAL_SCALER_FIRST_BATCH = 2
+} kvcal_scaler_mode;
+
+/* Per-head K and V scales that an engine updates with every step's new K/V.
+ * Opaque; lives on the host or on the current CUDA device.
+ *
+ * Consistency of stored values. A value is written with the scale its head
+ * has when it is written and that scale is recorded per (token, head) in
+ * cache->k_scale / v_scale; dequantization (and an attention kernel reading
+ * vLLM's fp8_per_token_head layout) multiplies by the recorded scale, so a
+ * value stored under an older, smaller scale stays exactly what it was when
+ * written. Growth therefore only affects new writes, and because scales
+ * only grow, no step's values are clipped by a later scale. The running and
+ * EMA modes need the per (token, head) arrays. FIRST_BATCH fixes its scales
+ * on the first step, so every stored value shares them: there the arrays may
+ * be NULL and the engine passes kvcal_kv_scaler_scales() to attention as
+ * ordinary per-head scales. */
+typedef struct kvcal_kv_scaler kvcal_kv_scaler_t;
+
+/* Creates a scaler of num_kv_heads in [1, 1024] heads, scales unset until
+ * the first step. ema_alpha in (0, 1] is used by KVCAL_SCALER_EMA only.
+ * on_device = 1 allocates the state on the current CUDA device (for the
+ * _launch functions; KVCAL_ERR_NO_DEVICE without one), 0 on the host (for
+ * the _ref functions). */
+kvcal_status kvcal_kv_scaler_create(int num_kv_heads, kvcal_scaler_mode mode,
+                                    float ema_alpha, int on_device,
+                                    kvcal_kv_scaler_t **out);
+void kvcal_kv_scaler_destroy(kvcal_kv_scaler_t *scaler);
+
+/* One engine step: folds the batch's per-head absmax of K and V (finite
+ * values of non-padding tokens) into the scaler, then quantizes the batch
+ * into the cache with the updated per-head scales, recording them in
+ * cache->k_scale / v_scale (see above). A batch with no valid token leaves
+ * the scaler unchanged. The launch enqueues two kernels and no host
+ * synchronization, so it can be captured in a CUDA graph. */
+kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
+                                          const kvcal_kv_batch *batch,
+                                          const kvcal_kv_cache *cache);
+kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scaler,
+                                             const kvcal_kv_batch *batch,
+                                             const kvcal_kv_cache *cache,
+                                             struct CUstream_st *stream);
+
+/* The scaler's current per-head scales, (num_kv_heads) each, in the
+ * scaler's memory (device memory for a device scaler), owned by the scaler
+ * and valid until it is destroyed; 0 until the first valid step. */
+kvcal_status kvcal_kv_scaler_scales(const kvcal_kv_scaler_t *scaler,
+                                    const float **k_scale, const float **v_scale);
+
+/* Copies the current per-head scales to host arrays of num_kv_heads floats
+ * (either may be NULL) and the number of steps folded in (may be NULL).
+ * For a device scaler this synchronizes `stream` first. */
+kvcal_status kvcal_kv_scaler_read(const kvcal_kv_scaler_t *scaler,
+                                  struct CUstream_st *stream, float *k_scale,
+                                  float *v_scale, int64_t *steps);
+
+/* --- dequantization ------------------------------------------------------ */
+
+/* Gathers the cached values of the batch's slots back to real numbers:
+ * k_out / v_out (num_tokens, num_kv_heads, head_dim) contiguous, of
+ * out_dtype (fp32 products rounded to nearest even for F16 / BF16). Scales
+ * come from cache->k_scale / v_scale when set, otherwise from the static
+ * k_scale / v_scale of `granularity`. Rows of skipped slots are not
+ * written. batch->k / v and dtype are ignored. */
+kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
+                                     const kvcal_kv_cache *cache,
+                                     kvcal_granularity granularity,
+                                     const float *k_scale, const float *v_scale,
+                                     void *k_out, void *v_out, kvcal_dtype out_dtype);
+kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
+                                        const kvcal_kv_cache *cache,
+                                        kvcal_granularity granularity,
+                                        const float *k_scale, const float *v_scale,
+                                        void *k_out, void *v_out, kvcal_dtype out_dtype,
+                                        struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif

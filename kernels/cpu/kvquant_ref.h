@@ -1,0 +1,132 @@
+/* kernels/cpu/kvquant_ref.h: what the CPU reference (kvquant_ref.c) and the
+ * CUDA kernels (kernels/cuda/kvquant.cu) of the online KV quantization
+ * share, so that both compute the same bytes: the argument checks, the cache
+ * geometry and addressing, and the running-scaler state and update rule.
+ * Public API: include/kvcal_quant.h. */
+#ifndef KVCAL_KERNELS_CPU_KVQUANT_REF_H
+#define KVCAL_KERNELS_CPU_KVQUANT_REF_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "core/fp8.h"
+#include "core/scale_rule.h"
+#include "kvcal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVCAL_KV_MAX_HEADS 1024
+#define KVCAL_KV_MAX_HEAD_DIM 1024
+
+/* Cache geometry resolved from a kvcal_kv_cache, passed by value to kernels. */
+typedef struct kvcal_kv_geom {
+    int64_t capacity;     /* num_blocks * block_size slots */
+    int64_t block_stride; /* bytes between blocks */
+    int block_size;
+    int num_kv_heads;
+    int head_dim;
+    int layout;           /* kvcal_cache_layout */
+} kvcal_kv_geom;
+
+/* Byte offset of (slot, head, 0) in a cache of geometry g. */
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset(kvcal_kv_geom g, int64_t slot,
+                                                              int head)
+{
+    int64_t block = slot / g.block_size;
+    int64_t off = slot - block * g.block_size;
+    int64_t row = g.layout == KVCAL_CACHE_NHD ? off * g.num_kv_heads + head
+                                              : (int64_t)head * g.block_size + off;
+    return block * g.block_stride + row * g.head_dim;
+}
+
+/* Index of (slot, head) in the per (token, head) scale arrays. */
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_scale_index(kvcal_kv_geom g, int64_t slot,
+                                                             int head)
+{
+    int64_t block = slot / g.block_size;
+    int64_t off = slot - block * g.block_size;
+    return g.layout == KVCAL_CACHE_NHD
+               ? slot * g.num_kv_heads + head
+               : (block * g.num_kv_heads + head) * g.block_size + off;
+}
+
+/* |x| when x is finite, 0 for NaN and +-Inf: what computed scales see. */
+static inline KVCAL_HOST_DEVICE float kvcal_kv_finite_abs(float x)
+{
+    float a = x < 0.0f ? -x : x;
+    return a <= 3.4028234663852886e38f ? a : 0.0f;
+}
+
+/* Checks a batch and a cache for the op named `fn`; fills *g. need_data: the
+ * batch's k / v must be set; need_scales: the cache's per (token, head)
+ * arrays must be set. Records the failure through kvcal_fail. */
+kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
+                                 const kvcal_kv_cache *cache, int need_data, int need_scales,
+                                 kvcal_kv_geom *g);
+
+/* Checks the static scale arguments of `fn` (pointers only). */
+kvcal_status kvcal_kv_check_static(const char *fn, kvcal_granularity granularity,
+                                   const float *k_scale, const float *v_scale);
+
+/* Checks a dequantization's arguments for `fn`; fills *g. */
+kvcal_status kvcal_kv_dequantize_check(const char *fn, const kvcal_kv_batch *batch,
+                                       const kvcal_kv_cache *cache,
+                                       kvcal_granularity granularity, const float *k_scale,
+                                       const float *v_scale, const void *k_out,
+                                       const void *v_out, kvcal_dtype out_dtype,
+                                       kvcal_kv_geom *g);
+
+/* --- running scaler ------------------------------------------------------ */
+
+/* State of a kvcal_kv_scaler_t. Every array lives in one slab, on the host
+ * or on the device; index [kv] is 0 for K and 1 for V. */
+struct kvcal_kv_scaler {
+    int num_kv_heads;
+    kvcal_scaler_mode mode;
+    float ema_alpha;
+    int on_device;
+    float *scale[2];        /* (H) scales of new writes; 0 = unset */
+    float *state[2];        /* (H) running absmax (RUNNING_MAX, FIRST_BATCH) or ema */
+    float *batch_absmax[2]; /* (H) this step's absmax; zeroed after each fold */
+    int64_t *steps;         /* (1) steps with a valid token folded in */
+    int64_t *batch_tokens;  /* (1) valid tokens of this step; zeroed after the fold */
+    unsigned int *blocks_done; /* (1) device: blocks that finished the reduction */
+    void *slab;
+};
+
+/* Checks a scaler step's arguments for `fn`: the scaler must live where
+ * on_device says; the per (token, head) arrays are required unless the
+ * mode is FIRST_BATCH. Fills *g. */
+kvcal_status kvcal_kv_scaler_check(const char *fn, const kvcal_kv_scaler_t *scaler,
+                                   int on_device, const kvcal_kv_batch *batch,
+                                   const kvcal_kv_cache *cache, kvcal_kv_geom *g);
+
+/* Folds one head's step absmax b into its state and scale; steps is the
+ * number of steps folded before this one. Scales only grow. */
+static inline KVCAL_HOST_DEVICE void kvcal_kv_scaler_fold(int mode, float alpha, int64_t steps,
+                                                          float b, float *state, float *scale)
+{
+    if (mode == KVCAL_SCALER_FIRST_BATCH) {
+        if (steps == 0) {
+            *state = b;
+            *scale = kvcal_scale_from_absmax(b);
+        }
+        return;
+    }
+    if (steps == 0)
+        *state = b;
+    else if (mode == KVCAL_SCALER_RUNNING_MAX)
+        *state = *state > b ? *state : b;
+    else
+        *state = fmaf(alpha, b - *state, *state);
+    float s = kvcal_scale_from_absmax(*state);
+    *scale = *scale > s ? *scale : s;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,609 @@
+// kernels/cuda/kvquant.cu: CUDA online FP8 KV quantization
+// (include/kvcal_quant.h). Each kernel matches its CPU reference in
+// kernels/cpu/kvquant_ref.c byte for byte: same argument checks, same
+// addressing (kernels/cpu/kvquant_ref.h), same fp32 arithmetic (x * (1 /
+// scale), scale rule, scaler fold), and an e4m3 rounding that the tests
+// compare with core/fp8.h on every fp16 and bf16 input.
+//
+// Work split: a (token, head) row of head_dim values is handled by a group
+// of G lanes (G = next power of two of the row's vector count, at most 32),
+// each lane loading 16 bytes per vector; blockIdx.y picks K (0) or V (1).
+// Rows whose input or cache is not 16-byte aligned take a one-element path.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "core/status.h"
+}
+#include "kernels/cpu/kvquant_ref.h"
+#include "kernels/cuda/kvquant.h"
+
+#define CUDA_TRY(call)                                                                     \
+    do {                                                                                   \
+        cudaError_t err_ = (call);                                                         \
+        if (err_ != cudaSuccess)                                                           \
+            return kvcal_fail(err_ == cudaErrorMemoryAllocation ? KVCAL_ERR_DEVICE_MEMORY  \
+                                                                : KVCAL_ERR_CUDA,          \
+                              "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
+                              cudaGetErrorString(err_));                                   \
+    } while (0)
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// --- element loads and e4m3 stores ----------------------------------------
+
+// Loads VEC consecutive elements of type T at p (aligned to VEC elements) as floats.
+template <typename T, int VEC> struct Loader;
+
+template <> struct Loader<float, 4> {
+    static __device__ void load(const void *p, float *x)
+    {
+        float4 v = *reinterpret_cast<const float4 *>(p);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    }
+};
+template <> struct Loader<__half, 8> {
+    static __device__ void load(const void *p, float *x)
+    {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        const __half2 *h = reinterpret_cast<const __half2 *>(&v);
+        for (int i = 0; i < 4; i++) {
+            float2 f = __half22float2(h[i]);
+            x[2 * i] = f.x, x[2 * i + 1] = f.y;
+        }
+    }
+};
+template <> struct Loader<__nv_bfloat16, 8> {
+    static __device__ void load(const void *p, float *x)
+    {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        for (int i = 0; i < 4; i++) {
+            x[2 * i] = __uint_as_float(w[i] << 16);
+            x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+template <typename T> struct Loader<T, 1> {
+    static __device__ void load(const void *p, float *x)
+    {
+        x[0] = static_cast<float>(*reinterpret_cast<const T *>(p));
+    }
+};
+
+// Two floats to two e4m3 bytes (low byte = a): RNE, saturating, NaN -> 0x7f.
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b)
+{
+    return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Stores VEC e4m3 bytes of x * inv at p (aligned to VEC bytes).
+template <int VEC> __device__ __forceinline__ void store_e4m3(uint8_t *p, const float *x, float inv)
+{
+    if constexpr (VEC == 8) {
+        uint2 o;
+        o.x = e4m3x2(x[0] * inv, x[1] * inv) | e4m3x2(x[2] * inv, x[3] * inv) << 16;
+        o.y = e4m3x2(x[4] * inv, x[5] * inv) | e4m3x2(x[6] * inv, x[7] * inv) << 16;
+        *reinterpret_cast<uint2 *>(p) = o;
+    } else if constexpr (VEC == 4) {
+        *reinterpret_cast<uint32_t *>(p) =
+            e4m3x2(x[0] * inv, x[1] * inv) | e4m3x2(x[2] * inv, x[3] * inv) << 16;
+    } else {
+        *p = (uint8_t)e4m3x2(x[0] * inv, 0.0f);
+    }
+}
+
+// --- row groups -------------------------------------------------------------
+
+struct Rows {
+    const void *src[2];       // (num_tokens, H, head_dim) strided, K and V
+    int64_t token_stride[2];  // elements
+    int64_t head_stride[2];   // elements
+    const int64_t *slots;     // (num_tokens)
+    int64_t num_tokens;
+    kvcal_kv_geom g;
+    int group;                // lanes per row, power of two <= 32
+    int nvec;                 // vectors per row
+};
+
+// Where a lane's row group sits: row r of blockIdx.y's K or V.
+struct Lane {
+    int64_t t;    // token
+    int h;        // head
+    int lane;     // lane inside its group
+    int64_t slot; // cache slot, valid when active
+    bool active;  // a real token with a slot inside the cache
+};
+
+__device__ __forceinline__ Lane lane_of(const Rows &r, int64_t row)
+{
+    Lane l;
+    l.lane = threadIdx.x & (r.group - 1);
+    l.t = row / r.g.num_kv_heads;
+    l.h = (int)(row - l.t * r.g.num_kv_heads);
+    l.slot = -1;
+    if (l.t < r.num_tokens)
+        l.slot = r.slots[l.t];
+    l.active = l.slot >= 0 && l.slot < r.g.capacity;
+    return l;
+}
+
+// Max over the lanes of one group; every lane of the warp must call it.
+__device__ __forceinline__ float group_max(float v, int group)
+{
+    for (int off = group >> 1; off > 0; off >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off, group));
+    return v;
+}
+
+// MAXV vectors per lane cover head_dim <= 1024 at any VEC.
+template <int VEC> constexpr int max_vectors() { return KVCAL_KV_MAX_HEAD_DIM / (32 * VEC); }
+
+// Loads the lane's vectors of its row into x; returns their finite absmax.
+template <typename T, int VEC>
+__device__ __forceinline__ float load_row(const Rows &r, int kv, const Lane &l,
+                                          float (&x)[max_vectors<VEC>()][VEC])
+{
+    const T *src = static_cast<const T *>(r.src[kv]) + l.t * r.token_stride[kv] +
+                   (int64_t)l.h * r.head_stride[kv];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < max_vectors<VEC>(); i++) {
+        int v = l.lane + i * r.group;
+        if (l.active && v < r.nvec) {
+            Loader<T, VEC>::load(src + (int64_t)v * VEC, x[i]);
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+                amax = fmaxf(amax, kvcal_kv_finite_abs(x[i][j]));
+        }
+    }
+    return amax;
+}
+
+// --- quantize (static, dynamic, scaler step) --------------------------------
+
+struct Quant {
+    Rows rows;
+    uint8_t *dst[2];        // K and V caches
+    float *scale_out[2];    // per (token, head) scales, or NULL
+    const float *scales[2]; // static per-head scales (index h * scale_step), NULL = dynamic
+    int scale_step;
+};
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads) kv_quantize_kernel(Quant q)
+{
+    const Rows &r = q.rows;
+    const int kv = blockIdx.y;
+    int64_t row = (int64_t)blockIdx.x * (kThreads / r.group) + threadIdx.x / r.group;
+    Lane l = lane_of(r, row);
+    float x[max_vectors<VEC>()][VEC];
+    float amax = load_row<T, VEC>(r, kv, l, x);
+    float scale;
+    if (q.scales)
+        scale = l.active ? q.scales[kv][l.h * q.scale_step] : 1.0f;
+    else
+        scale = kvcal_scale_from_absmax(group_max(amax, r.group));
+    if (!l.active)
+        return;
+    float inv = 1.0f / scale;
+    uint8_t *dst = q.dst[kv] + kvcal_kv_cache_offset(r.g, l.slot, l.h);
+#pragma unroll
+    for (int i = 0; i < max_vectors<VEC>(); i++) {
+        int v = l.lane + i * r.group;
+        if (v < r.nvec)
+            store_e4m3<VEC>(dst + (int64_t)v * VEC, x[i], inv);
+    }
+    if (q.scale_out[kv] && l.lane == 0)
+        q.scale_out[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)] = scale;
+}
+
+// --- scaler step: per-head absmax of the batch, folded by the last block ----
+
+struct Fold {
+    Rows rows;
+    kvcal_kv_scaler scaler; // a copy of the handle: device pointers and mode
+    int64_t rows_per_kv;
+};
+
+__device__ __forceinline__ void atomic_max_nonneg(float *addr, float v)
+{
+    atomicMax(reinterpret_cast<int *>(addr), __float_as_int(v));
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
+{
+    extern __shared__ float head_max[]; // (2, H)
+    __shared__ unsigned long long tokens;
+    __shared__ bool last;
+    const Rows &r = f.rows;
+    const int H = r.g.num_kv_heads;
+    for (int i = threadIdx.x; i < 2 * H; i += kThreads)
+        head_max[i] = 0.0f;
+    if (threadIdx.x == 0)
+        tokens = 0;
+    __syncthreads();
+    const int rows_per_block = kThreads / r.group;
+    const int kv = blockIdx.y;
+    for (int64_t base = (int64_t)blockIdx.x * rows_per_block; base < f.rows_per_kv;
+         base += (int64_t)gridDim.x * rows_per_block) {
+        Lane l = lane_of(r, base + threadIdx.x / r.group);
+        float x[max_vectors<VEC>()][VEC];
+        float amax = group_max(load_row<T, VEC>(r, kv, l, x), r.group);
+        if (l.active && l.lane == 0) {
+            atomic_max_nonneg(&head_max[kv * H + l.h], amax);
+            if (kv == 0 && l.h == 0)
+                atomicAdd(&tokens, 1ull);
+        }
+    }
+    __syncthreads();
+    kvcal_kv_scaler s = f.scaler;
+    for (int h = threadIdx.x; h < H; h += kThreads)
+        if (head_max[kv * H + h] > 0.0f)
+            atomic_max_nonneg(&s.batch_absmax[kv][h], head_max[kv * H + h]);
+    if (threadIdx.x == 0 && tokens)
+        atomicAdd(reinterpret_cast<unsigned long long *>(s.batch_tokens), tokens);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(s.blocks_done, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const int64_t steps = __ldcg(reinterpret_cast<const long long *>(s.steps));
+    const bool valid = __ldcg(reinterpret_cast<const long long *>(s.batch_tokens)) > 0;
+    for (int i = threadIdx.x; i < 2 * H; i += kThreads) {
+        int k = i / H, h = i - k * H;
+        if (valid)
+            kvcal_kv_scaler_fold((int)s.mode, s.ema_alpha, steps, __ldcg(&s.batch_absmax[k][h]),
+                                 &s.state[k][h], &s.scale[k][h]);
+        s.batch_absmax[k][h] = 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *s.steps = steps + valid;
+        *s.batch_tokens = 0;
+        *s.blocks_done = 0;
+    }
+}
+
+// --- dequantize ---------------------------------------------------------------
+
+struct Dequant {
+    Rows rows;              // src, strides unused
+    const uint8_t *src[2];  // K and V caches
+    const float *token_scales[2];
+    const float *scales[2];
+    int scale_step;
+    void *out[2];           // (num_tokens, H, head_dim) contiguous
+};
+
+template <typename TOut> __device__ __forceinline__ TOut from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+
+// e4m3 -> float exactly (through fp16, which holds every e4m3 value).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t two)
+{
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    return __half22float2(*reinterpret_cast<__half2 *>(&h));
+}
+
+template <typename TOut, int VEC>
+__global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(Dequant d)
+{
+    const Rows &r = d.rows;
+    const int kv = blockIdx.y;
+    int64_t row = (int64_t)blockIdx.x * (kThreads / r.group) + threadIdx.x / r.group;
+    Lane l = lane_of(r, row);
+    if (!l.active)
+        return;
+    float scale = d.token_scales[kv] ? d.token_scales[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)]
+                                     : d.scales[kv][l.h * d.scale_step];
+    const uint8_t *src = d.src[kv] + kvcal_kv_cache_offset(r.g, l.slot, l.h);
+    TOut *out = static_cast<TOut *>(d.out[kv]) + (l.t * r.g.num_kv_heads + l.h) * r.g.head_dim;
+    for (int v = l.lane; v < r.nvec; v += r.group) {
+        uint8_t b[VEC];
+        if constexpr (VEC == 8)
+            *reinterpret_cast<uint2 *>(b) = *reinterpret_cast<const uint2 *>(src + v * VEC);
+        else
+            b[0] = src[v];
+        alignas(16) TOut o[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; j += 2) {
+            float2 f = e4m3x2_to_float2((uint16_t)(b[j] | (j + 1 < VEC ? b[j + 1] << 8 : 0)));
+            o[j] = from_float<TOut>(f.x * scale);
+            if (j + 1 < VEC)
+                o[j + 1] = from_float<TOut>(f.y * scale);
+        }
+        if constexpr (VEC == 8) {
+            const uint4 *o4 = reinterpret_cast<const uint4 *>(o);
+            uint4 *d4 = reinterpret_cast<uint4 *>(out + (int64_t)v * VEC);
+#pragma unroll
+            for (int j = 0; j < (int)(sizeof(TOut) * VEC / 16); j++)
+                d4[j] = o4[j];
+        } else {
+            out[v] = o[0];
+        }
+    }
+}
+
+__global__ void fp8_e4m3_encode_kernel(const float *x, uint8_t *out, int64_t n)
+{
+    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 2;
+    if (i + 1 < n) {
+        uint32_t two = e4m3x2(x[i], x[i + 1]);
+        out[i] = (uint8_t)two;
+        out[i + 1] = (uint8_t)(two >> 8);
+    } else if (i < n) {
+        out[i] = (uint8_t)e4m3x2(x[i], 0.0f);
+    }
+}
+
+// --- host side ------------------------------------------------------------------
+
+bool aligned(const void *p, int64_t bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
+
+int elem_bytes(kvcal_dtype d) { return d == KVCAL_DTYPE_F32 ? 4 : 2; }
+
+// Splits each row into vectors of vec elements, one group of lanes per row.
+void set_vec(Rows *r, int vec)
+{
+    r->nvec = r->g.head_dim / vec;
+    r->group = 1;
+    while (r->group < 32 && r->group < r->nvec)
+        r->group <<= 1;
+}
+
+// Fills the row description; vec is the vector width the kernels will use:
+// 16-byte input vectors when every row of input and cache is aligned for them.
+Rows make_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, bool with_data, int *vec)
+{
+    Rows r = {};
+    r.src[0] = b->k, r.src[1] = b->v;
+    r.token_stride[0] = b->k_token_stride, r.token_stride[1] = b->v_token_stride;
+    r.head_stride[0] = b->k_head_stride, r.head_stride[1] = b->v_head_stride;
+    r.slots = b->slot_mapping;
+    r.num_tokens = b->num_tokens;
+    r.g = g;
+    int v = with_data ? 16 / elem_bytes(b->dtype) : 8;
+    bool ok = g.head_dim % v == 0 && g.block_stride % v == 0;
+    if (with_data)
+        for (int kv = 0; kv < 2; kv++)
+            ok = ok && aligned(r.src[kv], 16) && r.token_stride[kv] % v == 0 &&
+                 r.head_stride[kv] % v == 0;
+    *vec = ok ? v : 1;
+    set_vec(&r, *vec);
+    return r;
+}
+
+dim3 row_grid(const Rows &r)
+{
+    int64_t rows = r.num_tokens * r.g.num_kv_heads;
+    int64_t per_block = kThreads / r.group;
+    return dim3((unsigned)((rows + per_block - 1) / per_block), 2);
+}
+
+template <typename T, int VEC> kvcal_status launch_quant_t(const Quant &q, cudaStream_t stream)
+{
+    dim3 grid = row_grid(q.rows);
+    if (grid.x == 0)
+        return KVCAL_OK;
+    kv_quantize_kernel<T, VEC><<<grid, kThreads, 0, stream>>>(q);
+    CUDA_TRY(cudaGetLastError());
+    return KVCAL_OK;
+}
+
+kvcal_status launch_quant(const Quant &q, kvcal_dtype dtype, int vec, cudaStream_t stream)
+{
+    if (dtype == KVCAL_DTYPE_F32)
+        return vec == 1 ? launch_quant_t<float, 1>(q, stream) : launch_quant_t<float, 4>(q, stream);
+    if (dtype == KVCAL_DTYPE_F16)
+        return vec == 1 ? launch_quant_t<__half, 1>(q, stream) : launch_quant_t<__half, 8>(q, stream);
+    return vec == 1 ? launch_quant_t<__nv_bfloat16, 1>(q, stream)
+                    : launch_quant_t<__nv_bfloat16, 8>(q, stream);
+}
+
+Quant make_quant(const Rows &rows, const kvcal_kv_cache *c, const float *k_scale,
+                 const float *v_scale, int scale_step)
+{
+    Quant q = {};
+    q.rows = rows;
+    q.dst[0] = c->k, q.dst[1] = c->v;
+    q.scale_out[0] = c->k_scale, q.scale_out[1] = c->v_scale;
+    q.scales[0] = k_scale, q.scales[1] = v_scale;
+    q.scale_step = scale_step;
+    return q;
+}
+
+template <typename T, int VEC>
+kvcal_status launch_fold_t(const Fold &f, cudaStream_t stream)
+{
+    int dev = 0, sms = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int64_t per_block = kThreads / f.rows.group;
+    int64_t blocks = (f.rows_per_kv + per_block - 1) / per_block;
+    int64_t cap = (int64_t)sms * 4;
+    dim3 grid((unsigned)(blocks < cap ? blocks : cap), 2);
+    size_t smem = 2 * (size_t)f.rows.g.num_kv_heads * sizeof(float);
+    kv_scaler_fold_kernel<T, VEC><<<grid, kThreads, smem, stream>>>(f);
+    CUDA_TRY(cudaGetLastError());
+    return KVCAL_OK;
+}
+
+kvcal_status launch_fold(const Fold &f, kvcal_dtype dtype, int vec, cudaStream_t stream)
+{
+    if (dtype == KVCAL_DTYPE_F32)
+        return vec == 1 ? launch_fold_t<float, 1>(f, stream) : launch_fold_t<float, 4>(f, stream);
+    if (dtype == KVCAL_DTYPE_F16)
+        return vec == 1 ? launch_fold_t<__half, 1>(f, stream) : launch_fold_t<__half, 8>(f, stream);
+    return vec == 1 ? launch_fold_t<__nv_bfloat16, 1>(f, stream)
+                    : launch_fold_t<__nv_bfloat16, 8>(f, stream);
+}
+
+template <typename TOut, int VEC> kvcal_status launch_dequant_t(const Dequant &d, cudaStream_t stream)
+{
+    dim3 grid = row_grid(d.rows);
+    if (grid.x == 0)
+        return KVCAL_OK;
+    kv_dequantize_kernel<TOut, VEC><<<grid, kThreads, 0, stream>>>(d);
+    CUDA_TRY(cudaGetLastError());
+    return KVCAL_OK;
+}
+
+} // namespace
+
+// --- public entry points ---------------------------------------------------------
+
+extern "C" kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch,
+                                                        const kvcal_kv_cache *cache,
+                                                        kvcal_granularity granularity,
+                                                        const float *k_scale,
+                                                        const float *v_scale,
+                                                        struct CUstream_st *stream)
+{
+    static const char fn[] = "kvcal_kv_quantize_static_launch";
+    kvcal_kv_geom g;
+    kvcal_status st = kvcal_kv_check_args(fn, batch, cache, 1, 0, &g);
+    if (st == KVCAL_OK)
+        st = kvcal_kv_check_static(fn, granularity, k_scale, v_scale);
+    if (st != KVCAL_OK)
+        return st;
+    int vec;
+    Rows rows = make_rows(batch, g, true, &vec);
+    Quant q = make_quant(rows, cache, k_scale, v_scale, granularity == KVCAL_GRANULARITY_HEAD);
+    return launch_quant(q, batch->dtype, vec, stream);
+}
+
+extern "C" kvcal_status kvcal_kv_quantize_dynamic_launch(const kvcal_kv_batch *batch,
+                                                         const kvcal_kv_cache *cache,
+                                                         struct CUstream_st *stream)
+{
+    kvcal_kv_geom g;
+    kvcal_status st =
+        kvcal_kv_check_args("kvcal_kv_quantize_dynamic_launch", batch, cache, 1, 1, &g);
+    if (st != KVCAL_OK)
+        return st;
+    int vec;
+    Rows rows = make_rows(batch, g, true, &vec);
+    Quant q = make_quant(rows, cache, nullptr, nullptr, 0);
+    return launch_quant(q, batch->dtype, vec, stream);
+}
+
+extern "C" kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scaler,
+                                                        const kvcal_kv_batch *batch,
+                                                        const kvcal_kv_cache *cache,
+                                                        struct CUstream_st *stream)
+{
+    kvcal_kv_geom g;
+    kvcal_status st =
+        kvcal_kv_scaler_check("kvcal_kv_scaler_quantize_launch", scaler, 1, batch, cache, &g);
+    if (st != KVCAL_OK || batch->num_tokens == 0)
+        return st;
+    int vec;
+    Rows rows = make_rows(batch, g, true, &vec);
+    Fold f = {};
+    f.rows = rows;
+    f.scaler = *scaler;
+    f.rows_per_kv = batch->num_tokens * g.num_kv_heads;
+    if ((st = launch_fold(f, batch->dtype, vec, stream)) != KVCAL_OK)
+        return st;
+    Quant q = make_quant(rows, cache, scaler->scale[0], scaler->scale[1], 1);
+    return launch_quant(q, batch->dtype, vec, stream);
+}
+
+extern "C" kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
+                                                   const kvcal_kv_cache *cache,
+                                                   kvcal_granularity granularity,
+                                                   const float *k_scale, const float *v_scale,
+                                                   void *k_out, void *v_out,
+                                                   kvcal_dtype out_dtype,
+                                                   struct CUstream_st *stream)
+{
+    kvcal_kv_geom g;
+    kvcal_status st = kvcal_kv_dequantize_check("kvcal_kv_dequantize_launch", batch, cache,
+                                                granularity, k_scale, v_scale, k_out, v_out,
+                                                out_dtype, &g);
+    if (st != KVCAL_OK)
+        return st;
+    int vec;
+    Dequant d = {};
+    d.rows = make_rows(batch, g, false, &vec);
+    if (!aligned(cache->k, 8) || !aligned(cache->v, 8) || !aligned(k_out, 16) ||
+        !aligned(v_out, 16))
+        vec = 1;
+    set_vec(&d.rows, vec);
+    d.src[0] = cache->k, d.src[1] = cache->v;
+    d.token_scales[0] = cache->k_scale, d.token_scales[1] = cache->v_scale;
+    d.scales[0] = k_scale, d.scales[1] = v_scale;
+    d.scale_step = granularity == KVCAL_GRANULARITY_HEAD;
+    d.out[0] = k_out, d.out[1] = v_out;
+    if (out_dtype == KVCAL_DTYPE_F32)
+        return vec == 1 ? launch_dequant_t<float, 1>(d, stream) : launch_dequant_t<float, 8>(d, stream);
+    if (out_dtype == KVCAL_DTYPE_F16)
+        return vec == 1 ? launch_dequant_t<__half, 1>(d, stream)
+                        : launch_dequant_t<__half, 8>(d, stream);
+    return vec == 1 ? launch_dequant_t<__nv_bfloat16, 1>(d, stream)
+                    : launch_dequant_t<__nv_bfloat16, 8>(d, stream);
+}
+
+// --- internal helpers (kernels/cuda/kvquant.h) -------------------------------------
+
+extern "C" kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out)
+{
+    *out = nullptr;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return kvcal_fail(KVCAL_ERR_NO_DEVICE, "kvcal_kv_scaler_create: no CUDA device: create the scaler with on_device = 0");
+    }
+    void *p = nullptr;
+    CUDA_TRY(cudaMalloc(&p, bytes));
+    cudaError_t err = cudaMemset(p, 0, bytes);
+    if (err != cudaSuccess) {
+        cudaFree(p);
+        return kvcal_fail(KVCAL_ERR_CUDA, "kvcal_kv_scaler_create: cudaMemset: %s",
+                          cudaGetErrorString(err));
+    }
+    *out = p;
+    return KVCAL_OK;
+}
+
+extern "C" void kvcal_kv_device_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+extern "C" kvcal_status kvcal_kv_device_read(void *dst, const void *src, size_t bytes,
+                                             struct CUstream_st *stream)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_TRY(cudaStreamSynchronize(stream));
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_fp8_e4m3_encode_launch(const float *x, uint8_t *out, int64_t n,
+                                                     struct CUstream_st *stream)
+{
+    if ((n > 0 && (!x || !out)) || n < 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_fp8_e4m3_encode_launch: bad arguments");
+    int64_t pairs = (n + 1) / 2;
+    if (pairs == 0)
+        return KVCAL_OK;
+    fp8_e4m3_encode_kernel<<<(unsigned)((pairs + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        x, out, n);
+    CUDA_TRY(cudaGetLastError());
+    return KVCAL_OK;
+}
