@@ -1,0 +1,608 @@
+/* io/stats_hdf5.c: K/V statistics to and from HDF5 (layout in the header). */
+#include "io/stats_hdf5.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/status.h"
+#include "io/atomic_file.h"
+
+#define DEFLATE_LEVEL 6
+
+static const char *const kv_group[2] = {"k", "v"};
+
+// --- HDF5 error handling -----------------------------------------------------
+
+/* HDF5 prints its error stack by default; the library never prints, so the
+ * automatic printing is off while kvcal works on a file. */
+typedef struct h5_quiet {
+    H5E_auto2_t func;
+    void *data;
+} h5_quiet;
+
+static void h5_quiet_begin(h5_quiet *q)
+{
+    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static void h5_quiet_end(const h5_quiet *q)
+{
+    H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
+}
+
+typedef struct h5_detail {
+    char text[256];
+} h5_detail;
+
+static herr_t h5_first_error(unsigned n, const H5E_error2_t *e, void *ctx)
+{
+    h5_detail *d = ctx;
+    if (n == 0)
+        snprintf(d->text, sizeof d->text, "%s", e->desc ? e->desc : "unknown HDF5 error");
+    return 0;
+}
+
+/* The most specific message of the current HDF5 error stack. */
+static const char *h5_error(h5_detail *d)
+{
+    snprintf(d->text, sizeof d->text, "no HDF5 detail");
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_first_error, d);
+    return d->text;
+}
+
+static kvcal_status h5_fail(kvcal_status st, const char *path, const char *verb,
+                            const char *what)
+{
+    h5_detail d;
+    return kvcal_fail(st, "%s: could not %s %s (HDF5: %s)", path, verb, what, h5_error(&d));
+}
+
+// --- writing -----------------------------------------------------------------
+
+static kvcal_status put_attr_str(hid_t loc, const char *path, const char *name,
+                                 const char *value)
+{
+    kvcal_status st = KVCAL_OK;
+    hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR), attr = -1;
+    if (type < 0 || space < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 ||
+        H5Tset_cset(type, H5T_CSET_UTF8) < 0)
+        goto fail;
+    attr = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (attr < 0 || H5Awrite(attr, type, &value) < 0)
+        goto fail;
+    goto done;
+fail:
+    st = h5_fail(KVCAL_ERR_IO, path, "write attribute", name);
+done:
+    if (attr >= 0)
+        H5Aclose(attr);
+    if (space >= 0)
+        H5Sclose(space);
+    if (type >= 0)
+        H5Tclose(type);
+    return st;
+}
+
+static kvcal_status put_attr_i64(hid_t loc, const char *path, const char *name,
+                                 long long value)
+{
+    kvcal_status st = KVCAL_OK;
+    hid_t space = H5Screate(H5S_SCALAR), attr = -1;
+    if (space < 0)
+        goto fail;
+    attr = H5Acreate2(loc, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (attr < 0 || H5Awrite(attr, H5T_NATIVE_LLONG, &value) < 0)
+        goto fail;
+    goto done;
+fail:
+    st = h5_fail(KVCAL_ERR_IO, path, "write attribute", name);
+done:
+    if (attr >= 0)
+        H5Aclose(attr);
+    if (space >= 0)
+        H5Sclose(space);
+    return st;
+}
+
+/* Writes data (dims) as dataset `name` of loc; rank 0 is a scalar (stored
+ * contiguous), other ranks are chunked by `chunk` and compressed. */
+static kvcal_status put_dataset(hid_t loc, const char *path, const char *name,
+                                hid_t file_type, hid_t mem_type, int rank,
+                                const hsize_t *dims, const hsize_t *chunk,
+                                const void *data)
+{
+    kvcal_status st = KVCAL_OK;
+    hid_t space = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dset = -1;
+    if (space < 0 || dcpl < 0)
+        goto fail;
+    if (rank && (H5Pset_chunk(dcpl, rank, chunk) < 0 || H5Pset_shuffle(dcpl) < 0 ||
+                 H5Pset_deflate(dcpl, DEFLATE_LEVEL) < 0))
+        goto fail;
+    dset = H5Dcreate2(loc, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (dset < 0 || H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        goto fail;
+    goto done;
+fail:
+    st = h5_fail(KVCAL_ERR_IO, path, "write dataset", name);
+done:
+    if (dset >= 0)
+        H5Dclose(dset);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (space >= 0)
+        H5Sclose(space);
+    return st;
+}
+
+static kvcal_status put_root_attrs(hid_t file, const char *path, const kvcal_stats_t *s,
+                                   const kvcal_model_identity *m, const kvcal_provenance *p)
+{
+    kvcal_status st;
+    const struct {
+        const char *name;
+        const char *value;
+    } strs[] = {
+        {"format", KVCAL_STATS_FORMAT_NAME},
+        {"tool_version", p && p->tool_version[0] ? p->tool_version : KVCAL_VERSION_STRING},
+        {"architecture", m ? m->architecture : ""},
+        {"model_type", m ? m->model_type : ""},
+        {"dataset", p ? p->dataset : ""},
+        {"observer", p ? p->observer : ""},
+        {"observer_params", p && p->observer_params[0] ? p->observer_params : "{}"},
+    };
+    const struct {
+        const char *name;
+        long long value;
+    } ints[] = {
+        {"format_version", KVCAL_STATS_FORMAT_VERSION},
+        {"num_layers", s->num_layers},
+        {"num_kv_heads", s->num_kv_heads},
+        {"head_dim", s->head_dim},
+        {"num_bins", s->num_bins},
+        {"hist_bins_per_octave", KVCAL_HIST_BINS_PER_OCTAVE},
+        {"hist_min_exp", KVCAL_HIST_MIN_EXP},
+        {"batches", s->batches},
+        {"batch_start_tokens", s->batch_start_tokens},
+        {"num_attention_heads", m ? m->num_attention_heads : 0},
+        {"num_samples", p ? p->num_samples : 0},
+        {"num_tokens", p ? p->num_tokens : 0},
+        {"seed", p ? p->seed : 0},
+    };
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if ((st = put_attr_str(file, path, strs[i].name, strs[i].value)))
+            return st;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if ((st = put_attr_i64(file, path, ints[i].name, ints[i].value)))
+            return st;
+    return KVCAL_OK;
+}
+
+static kvcal_status put_bin_edges(hid_t file, const char *path, int num_bins)
+{
+    double *edges = malloc((size_t)(num_bins + 1) * sizeof *edges); // (num_bins + 1)
+    if (!edges)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+    edges[0] = 0.0;
+    for (int b = 1; b < num_bins; b++)
+        edges[b] = kvcal_hist_bin_lower(b);
+    edges[num_bins] = INFINITY;
+    hsize_t dims[1] = {(hsize_t)num_bins + 1};
+    kvcal_status st = put_dataset(file, path, "hist_bin_edges", H5T_IEEE_F64LE,
+                                  H5T_NATIVE_DOUBLE, 1, dims, dims, edges);
+    free(edges);
+    return st;
+}
+
+static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_t *s,
+                              int l)
+{
+    kvcal_status st = KVCAL_OK;
+    char name[32], full[48];
+    const hsize_t H = (hsize_t)s->num_kv_heads;
+    snprintf(name, sizeof name, "%d", l);
+    hid_t lg = H5Gcreate2(layers, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), g = -1;
+    if (lg < 0) {
+        snprintf(full, sizeof full, "layers/%d", l);
+        return h5_fail(KVCAL_ERR_IO, path, "create group", full);
+    }
+    for (int kv = 0; kv < 2 && !st; kv++) {
+        g = H5Gcreate2(lg, kv_group[kv], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (g < 0) {
+            snprintf(full, sizeof full, "layers/%d/%s", l, kv_group[kv]);
+            st = h5_fail(KVCAL_ERR_IO, path, "create group", full);
+            break;
+        }
+        size_t lh = (size_t)l * s->num_kv_heads;
+        hsize_t abs_dims[2] = {H, (hsize_t)s->head_dim};
+        hsize_t hist_dims[2] = {H, (hsize_t)s->num_bins}, hist_chunk[2] = {1, hist_dims[1]};
+        hsize_t head_dims[1] = {H};
+        st = put_dataset(g, path, "absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2,
+                             abs_dims, abs_dims, s->absmax[kv] + lh * s->head_dim);
+        if (!st)
+            st = put_dataset(g, path, "histogram", H5T_STD_U64LE, H5T_NATIVE_UINT64, 2,
+                             hist_dims, hist_chunk, s->hist[kv] + lh * s->num_bins);
+        if (!st)
+            st = put_dataset(g, path, "ema", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1,
+                             head_dims, head_dims, s->ema[kv] + lh);
+        if (!st)
+            st = put_dataset(g, path, "batch_absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1,
+                             head_dims, head_dims, s->batch_absmax[kv] + lh);
+        if (!st)
+            st = put_dataset(g, path, "tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, NULL,
+                             NULL, &s->tokens[l]);
+        H5Gclose(g);
+    }
+    H5Gclose(lg);
+    return st;
+}
+
+kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats,
+                                    const kvcal_model_identity *model,
+                                    const kvcal_provenance *prov)
+{
+    if (!path || !stats)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_write_hdf5: NULL argument");
+    /* the temporary comes from io/atomic_file; HDF5 rewrites it by name and
+     * kvcal_atomic_commit syncs and renames it */
+    kvcal_atomic_file af;
+    kvcal_status st = kvcal_atomic_open(&af, path);
+    if (st)
+        return st;
+    h5_quiet q;
+    h5_quiet_begin(&q);
+    hid_t layers = -1, file = -1;
+    /* HDF5 1.10 file format: a single chunk is indexed without a B-tree (much
+     * smaller files); read by HDF5 >= 1.10 (h5dump, any recent h5py) */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0)
+        file = H5Fcreate(af.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (file < 0) {
+        st = h5_fail(KVCAL_ERR_IO, path, "create", "the file");
+        goto fail;
+    }
+    if ((st = put_root_attrs(file, path, stats, model, prov)) ||
+        (st = put_bin_edges(file, path, stats->num_bins)))
+        goto fail;
+    layers = H5Gcreate2(file, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (layers < 0) {
+        st = h5_fail(KVCAL_ERR_IO, path, "create group", "layers");
+        goto fail;
+    }
+    for (int l = 0; l < stats->num_layers; l++)
+        if ((st = put_layer(layers, path, stats, l)))
+            goto fail;
+    H5Gclose(layers);
+    layers = -1;
+    herr_t closed = H5Fclose(file);
+    file = -1;
+    if (closed < 0) {
+        st = h5_fail(KVCAL_ERR_IO, path, "finish", "the file");
+        goto fail;
+    }
+    h5_quiet_end(&q);
+    return kvcal_atomic_commit(&af);
+fail:
+    if (layers >= 0)
+        H5Gclose(layers);
+    if (file >= 0)
+        H5Fclose(file);
+    kvcal_atomic_abort(&af);
+    h5_quiet_end(&q);
+    return st;
+}
+
+// --- reading -----------------------------------------------------------------
+
+/* Reads a string attribute (variable or fixed length) into buf; a missing
+ * attribute gives "" unless required. */
+static kvcal_status get_attr_str(hid_t loc, const char *path, const char *name,
+                                 int required, char *buf, size_t n)
+{
+    kvcal_status st = KVCAL_OK;
+    hid_t attr = -1, type = -1, mem = -1;
+    buf[0] = '\0';
+    htri_t exists = H5Aexists(loc, name);
+    if (exists <= 0) {
+        if (!required)
+            return KVCAL_OK;
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: attribute '%s' is missing; not a kvcal statistics file",
+                          path, name);
+    }
+    attr = H5Aopen(loc, name, H5P_DEFAULT);
+    type = attr >= 0 ? H5Aget_type(attr) : -1;
+    if (type < 0)
+        goto fail;
+    if (H5Tget_class(type) != H5T_STRING) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: attribute '%s' is not a string", path, name);
+        goto done;
+    }
+    if (H5Tis_variable_str(type) > 0) {
+        char *v = NULL;
+        mem = H5Tcopy(H5T_C_S1);
+        if (mem < 0 || H5Tset_size(mem, H5T_VARIABLE) < 0 ||
+            H5Tset_cset(mem, H5Tget_cset(type)) < 0 || H5Aread(attr, mem, &v) < 0)
+            goto fail;
+        snprintf(buf, n, "%s", v ? v : "");
+        H5free_memory(v);
+    } else {
+        size_t size = H5Tget_size(type);
+        char *v = calloc(size + 1, 1);
+        mem = H5Tcopy(H5T_C_S1);
+        if (!v || mem < 0 || H5Tset_size(mem, size + 1) < 0 ||
+            H5Tset_cset(mem, H5Tget_cset(type)) < 0 ||
+            H5Tset_strpad(mem, H5T_STR_NULLTERM) < 0 || H5Aread(attr, mem, v) < 0) {
+            free(v);
+            goto fail;
+        }
+        snprintf(buf, n, "%s", v);
+        free(v);
+    }
+    goto done;
+fail:
+    st = h5_fail(KVCAL_ERR_FORMAT, path, "read attribute", name);
+done:
+    if (mem >= 0)
+        H5Tclose(mem);
+    if (type >= 0)
+        H5Tclose(type);
+    if (attr >= 0)
+        H5Aclose(attr);
+    return st;
+}
+
+/* Reads an integer attribute; a missing one gives 0 unless required. */
+static kvcal_status get_attr_i64(hid_t loc, const char *path, const char *name,
+                                 int required, long long *out)
+{
+    kvcal_status st = KVCAL_OK;
+    *out = 0;
+    htri_t exists = H5Aexists(loc, name);
+    if (exists <= 0) {
+        if (!required)
+            return KVCAL_OK;
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: attribute '%s' is missing; not a kvcal statistics file",
+                          path, name);
+    }
+    hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
+    if (type < 0 || H5Tget_class(type) != H5T_INTEGER)
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: attribute '%s' is not an integer", path, name);
+    else if (H5Aread(attr, H5T_NATIVE_LLONG, out) < 0)
+        st = h5_fail(KVCAL_ERR_FORMAT, path, "read attribute", name);
+    if (type >= 0)
+        H5Tclose(type);
+    if (attr >= 0)
+        H5Aclose(attr);
+    return st;
+}
+
+/* Reads dataset `group`/`name` of the given class and shape into out. */
+static kvcal_status get_dataset(hid_t file, const char *path, const char *group,
+                                const char *name, H5T_class_t cls, hid_t mem_type,
+                                int rank, const hsize_t *dims, void *out)
+{
+    kvcal_status st = KVCAL_OK;
+    char full[96];
+    snprintf(full, sizeof full, "%s/%s", group, name);
+    hid_t dset = H5Dopen2(file, full, H5P_DEFAULT);
+    hid_t space = dset >= 0 ? H5Dget_space(dset) : -1;
+    hid_t type = dset >= 0 ? H5Dget_type(dset) : -1;
+    if (dset < 0 || space < 0 || type < 0) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: dataset %s is missing or unreadable", path,
+                        full);
+        goto done;
+    }
+    hsize_t got[2] = {0, 0};
+    int got_rank = H5Sget_simple_extent_ndims(space);
+    if (H5Tget_class(type) != cls || got_rank != rank || got_rank > 2 ||
+        H5Sget_simple_extent_dims(space, got, NULL) < 0 ||
+        (rank >= 1 && got[0] != dims[0]) || (rank == 2 && got[1] != dims[1])) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: dataset %s has the wrong type or shape (expected %s of shape "
+                        "(%llu, %llu) of rank %d)",
+                        path, full, cls == H5T_FLOAT ? "floats" : "integers",
+                        rank >= 1 ? (unsigned long long)dims[0] : 0ull,
+                        rank == 2 ? (unsigned long long)dims[1] : 0ull, rank);
+        goto done;
+    }
+    if (H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+        st = h5_fail(KVCAL_ERR_FORMAT, path, "read dataset", full);
+done:
+    if (type >= 0)
+        H5Tclose(type);
+    if (space >= 0)
+        H5Sclose(space);
+    if (dset >= 0)
+        H5Dclose(dset);
+    return st;
+}
+
+static kvcal_status check_values(const char *path, const char *what, const float *f,
+                                 const double *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = f ? (double)f[i] : d[i];
+        if (!isfinite(v) || v < 0.0)
+            return kvcal_fail(isfinite(v) ? KVCAL_ERR_FORMAT : KVCAL_ERR_NONFINITE,
+                              "%s: %s[%zu] is %g; statistics must be finite and >= 0 (the "
+                              "file is damaged: recalibrate)",
+                              path, what, i, v);
+    }
+    return KVCAL_OK;
+}
+
+static kvcal_status get_layer(hid_t file, const char *path, kvcal_stats_t *s, int l)
+{
+    kvcal_status st = KVCAL_OK;
+    const hsize_t H = (hsize_t)s->num_kv_heads;
+    size_t lh = (size_t)l * s->num_kv_heads;
+    for (int kv = 0; kv < 2 && !st; kv++) {
+        char g[48];
+        snprintf(g, sizeof g, "layers/%d/%s", l, kv_group[kv]);
+        hsize_t abs_dims[2] = {H, (hsize_t)s->head_dim};
+        hsize_t hist_dims[2] = {H, (hsize_t)s->num_bins};
+        hsize_t head_dims[1] = {H};
+        float *absmax = s->absmax[kv] + lh * s->head_dim;
+        int64_t tokens = 0;
+        char what[96];
+        snprintf(what, sizeof what, "%s/absmax", g);
+        if (!st)
+            st = get_dataset(file, path, g, "absmax", H5T_FLOAT, H5T_NATIVE_FLOAT, 2,
+                             abs_dims, absmax);
+        if (!st)
+            st = check_values(path, what, absmax, NULL, (size_t)H * s->head_dim);
+        if (!st)
+            st = get_dataset(file, path, g, "histogram", H5T_INTEGER, H5T_NATIVE_UINT64, 2,
+                             hist_dims, s->hist[kv] + lh * s->num_bins);
+        snprintf(what, sizeof what, "%s/ema", g);
+        if (!st)
+            st = get_dataset(file, path, g, "ema", H5T_FLOAT, H5T_NATIVE_DOUBLE, 1,
+                             head_dims, s->ema[kv] + lh);
+        if (!st)
+            st = check_values(path, what, NULL, s->ema[kv] + lh, (size_t)H);
+        snprintf(what, sizeof what, "%s/batch_absmax", g);
+        if (!st)
+            st = get_dataset(file, path, g, "batch_absmax", H5T_FLOAT, H5T_NATIVE_FLOAT, 1,
+                             head_dims, s->batch_absmax[kv] + lh);
+        if (!st)
+            st = check_values(path, what, s->batch_absmax[kv] + lh, NULL, (size_t)H);
+        if (!st)
+            st = get_dataset(file, path, g, "tokens", H5T_INTEGER, H5T_NATIVE_INT64, 0,
+                             NULL, &tokens);
+        if (!st && tokens < 0)
+            st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: %s/tokens is negative (%lld)", path, g,
+                            (long long)tokens);
+        if (!st && kv == KVCAL_K)
+            s->tokens[l] = tokens;
+    }
+    return st;
+}
+
+kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
+                                   kvcal_model_identity *model, kvcal_provenance *prov)
+{
+    if (!path || !out)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_read_hdf5: NULL argument");
+    *out = NULL;
+    if (access(path, R_OK) != 0)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    kvcal_status st = KVCAL_OK;
+    kvcal_stats_t *s = NULL;
+    hid_t file = -1;
+    h5_quiet q;
+    h5_quiet_begin(&q);
+    if (H5Fis_hdf5(path) <= 0) {
+        st = kvcal_fail(KVCAL_ERR_PARSE,
+                        "%s: not an HDF5 file (expected statistics written by kvcal "
+                        "calibrate --stats)",
+                        path);
+        goto fail;
+    }
+    file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) {
+        st = h5_fail(KVCAL_ERR_IO, path, "open", "the file");
+        goto fail;
+    }
+    char text[KVCAL_TEXT_MAX];
+    if ((st = get_attr_str(file, path, "format", 1, text, sizeof text)))
+        goto fail;
+    if (strcmp(text, KVCAL_STATS_FORMAT_NAME)) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: format is '%s', not '%s'; not a kvcal statistics file", path,
+                        text, KVCAL_STATS_FORMAT_NAME);
+        goto fail;
+    }
+    long long version, L, H, D, bins, per_octave, min_exp, batches, start;
+    if ((st = get_attr_i64(file, path, "format_version", 1, &version)))
+        goto fail;
+    if (version < 1 || version > KVCAL_STATS_FORMAT_VERSION) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: format_version %lld is not one this kvcal reads (1..%d); use "
+                        "the kvcal that wrote it",
+                        path, version, KVCAL_STATS_FORMAT_VERSION);
+        goto fail;
+    }
+    if ((st = get_attr_i64(file, path, "num_layers", 1, &L)) ||
+        (st = get_attr_i64(file, path, "num_kv_heads", 1, &H)) ||
+        (st = get_attr_i64(file, path, "head_dim", 1, &D)) ||
+        (st = get_attr_i64(file, path, "num_bins", 1, &bins)) ||
+        (st = get_attr_i64(file, path, "hist_bins_per_octave", 1, &per_octave)) ||
+        (st = get_attr_i64(file, path, "hist_min_exp", 1, &min_exp)) ||
+        (st = get_attr_i64(file, path, "batches", 1, &batches)) ||
+        (st = get_attr_i64(file, path, "batch_start_tokens", 0, &start)))
+        goto fail;
+    if (bins != KVCAL_HIST_BINS || per_octave != KVCAL_HIST_BINS_PER_OCTAVE ||
+        min_exp != KVCAL_HIST_MIN_EXP) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: histogram of %lld bins, %lld per octave from 2^%lld; this kvcal "
+                        "uses %d bins, %d per octave from 2^%d",
+                        path, bins, per_octave, min_exp, KVCAL_HIST_BINS,
+                        KVCAL_HIST_BINS_PER_OCTAVE, KVCAL_HIST_MIN_EXP);
+        goto fail;
+    }
+    if (L < 1 || L > 65536 || H < 1 || H > 65536 || D < 1 || D > 65536 || batches < 0 ||
+        start < 0) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: %lld layers x %lld kv heads x head_dim %lld, %lld batches: out "
+                        "of range",
+                        path, L, H, D, batches);
+        goto fail;
+    }
+    if ((st = kvcal_stats_create((int)L, (int)H, (int)D, &s)))
+        goto fail;
+    s->batches = batches;
+    s->batch_start_tokens = start;
+    for (int l = 0; l < s->num_layers; l++)
+        if ((st = get_layer(file, path, s, l)))
+            goto fail;
+    if (model) {
+        long long heads;
+        memset(model, 0, sizeof *model);
+        if ((st = get_attr_str(file, path, "architecture", 0, model->architecture,
+                               sizeof model->architecture)) ||
+            (st = get_attr_str(file, path, "model_type", 0, model->model_type,
+                               sizeof model->model_type)) ||
+            (st = get_attr_i64(file, path, "num_attention_heads", 0, &heads)))
+            goto fail;
+        model->num_layers = (int)L;
+        model->num_kv_heads = (int)H;
+        model->head_dim = (int)D;
+        model->num_attention_heads = (int)heads;
+    }
+    if (prov) {
+        memset(prov, 0, sizeof *prov);
+        if ((st = get_attr_str(file, path, "observer", 0, prov->observer,
+                               sizeof prov->observer)) ||
+            (st = get_attr_str(file, path, "observer_params", 0, prov->observer_params,
+                               sizeof prov->observer_params)) ||
+            (st = get_attr_str(file, path, "dataset", 0, prov->dataset,
+                               sizeof prov->dataset)) ||
+            (st = get_attr_str(file, path, "tool_version", 0, prov->tool_version,
+                               sizeof prov->tool_version)) ||
+            (st = get_attr_i64(file, path, "num_samples", 0, &prov->num_samples)) ||
+            (st = get_attr_i64(file, path, "num_tokens", 0, &prov->num_tokens)) ||
+            (st = get_attr_i64(file, path, "seed", 0, &prov->seed)))
+            goto fail;
+    }
+    H5Fclose(file);
+    h5_quiet_end(&q);
+    *out = s;
+    return KVCAL_OK;
+fail:
+    kvcal_stats_destroy(s);
+    if (file >= 0)
+        H5Fclose(file);
+    h5_quiet_end(&q);
+    return st;
+}
