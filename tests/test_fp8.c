@@ -1,8 +1,11 @@
 /* tests/test_fp8.c: the e4m3fn conversion of core/fp8.h against an
  * independent reference built from the format's definition (value of every
- * code by ldexp; rounding by nearest-code search with ties to the even code). */
+ * code by ldexp; rounding by nearest-code search with ties to the even code)
+ * and against torch's float8_e4m3fn casts (tests/fixtures/fp8, made by
+ * tests/make_fp8_fixture.py). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/fp8.h"
@@ -135,12 +138,34 @@ static void fp8_random_floats_match_nearest_code_search(void)
     CU_ASSERT_EQUAL(mismatches, 0);
 }
 
+static void fp8_matches_torch_e4m3fn_casts(void)
+{
+    size_t len = 0;
+    unsigned char *buf =
+        (unsigned char *)kvcal_test_read_file("tests/fixtures/fp8/e4m3fn_torch.bin", &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    uint32_t n = 0;
+    if (len >= 4)
+        memcpy(&n, buf, 4);
+    CU_ASSERT_FATAL(n > 7000 && len == 4 + (size_t)n * 5);
+    int mismatches = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        float x;
+        memcpy(&x, buf + 4 + (size_t)i * 4, 4);
+        uint8_t want = buf[4 + (size_t)n * 4 + i];
+        mismatches += kvcal_fp8_e4m3_from_float(x) != want;
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+    free(buf);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(fp8_every_code_decodes_to_its_defined_value),
     KVCAL_TEST(fp8_every_finite_code_round_trips),
     KVCAL_TEST(fp8_midpoints_round_to_even_code),
     KVCAL_TEST(fp8_values_beyond_448_saturate_and_nan_is_0x7f),
     KVCAL_TEST(fp8_random_floats_match_nearest_code_search),
+    KVCAL_TEST(fp8_matches_torch_e4m3fn_casts),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(fp8, KVCAL_NEEDS_NOTHING, tests)
