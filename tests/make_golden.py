@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Golden K/V fixtures for tests/test_runner.c.
+
+Two independent oracles of what an engine caches (K after k_proj, k_norm and
+RoPE; V after v_proj):
+
+1. Hugging Face transformers (torch, CPU, fp32): tiny random-weight models of
+   every supported architecture, built from transformers' own config classes
+   with odd sizes (head_dim 48 and 80, 3 kv heads, GQA / MQA / MHA, llama3 and
+   linear rope scaling, tied and untied embeddings, bf16 / fp16 / fp32 saved
+   weights, config.json in the transformers 5 layout and in the older one).
+   Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
+   token batch is run through the model loaded back from disk; hooks on each
+   attention module recompute K exactly as the module does (k_proj -> view ->
+   k_norm -> apply_rotary_pos_emb with the module's own cos/sin) and V.
+2. stories260K (llama2.c format, the bundled model): a float64 numpy
+   re-implementation of llama2.c's run.c forward pass, one token at a time
+   with its KV cache.
+
+Stored per fixture: the token samples, per-layer per-kv-head absmax of K and
+V over all samples, a few raw K/V rows and a few logits.
+
+Usage: python3 tests/make_golden.py   (from the repository root; needs torch,
+transformers, safetensors, numpy)
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+
+OUT = os.path.join("tests", "fixtures", "golden")
+VOCAB = 128
+LENGTHS = [37, 23]
+
+
+def token_samples(vocab, lengths, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, vocab, size=n).tolist() for n in lengths]
+
+
+def write_fixture(name, fixture):
+    path = os.path.join(OUT, name + ".json")
+    with open(path, "w") as f:
+        json.dump(fixture, f, indent=1)
+        f.write("\n")
+    print("wrote", path)
+
+
+def summarize(ks, vs, samples, logits):
+    """ks, vs: per sample, arrays (layers, tokens, kv_heads, head_dim)."""
+    k_abs = np.max([np.abs(k).max(axis=(1, 3)) for k in ks], axis=0)
+    v_abs = np.max([np.abs(v).max(axis=(1, 3)) for v in vs], axis=0)
+    raw = []
+    for s, layer, tok in [(0, 0, 5), (0, len(ks[0]) - 1, len(samples[0]) - 1),
+                          (1, len(ks[0]) - 1, 0), (1, 0, len(samples[1]) - 1)]:
+        raw.append({"sample": s, "layer": layer, "token": tok,
+                    "k": ks[s][layer, tok].reshape(-1).astype(float).tolist(),
+                    "v": vs[s][layer, tok].reshape(-1).astype(float).tolist()})
+    tok = len(samples[0]) - 1
+    return {
+        "samples": samples,
+        "k_absmax": k_abs.astype(float).tolist(),
+        "v_absmax": v_abs.astype(float).tolist(),
+        "raw": raw,
+        "logits": {"sample": 0, "token": tok,
+                   "values": logits[tok, :16].astype(float).tolist()},
+    }
+
+
+# --- stories260K: numpy run.c ------------------------------------------------
+
+def llama2c_reference(path, samples):
+    with open(path, "rb") as f:
+        buf = f.read()
+    dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack("7i", buf[:28])
+    shared = vocab > 0
+    vocab = abs(vocab)
+    w = np.frombuffer(buf, dtype=np.float32, offset=28).astype(np.float64)
+    hs = dim // n_heads
+    kv_dim = n_kv * hs
+    off = 0
+
+    def take(*shape):
+        nonlocal off
+        n = int(np.prod(shape))
+        a = w[off:off + n].reshape(shape)
+        off += n
+        return a
+
+    emb = take(vocab, dim)
+    rms_att = take(n_layers, dim)
+    wq = take(n_layers, dim, dim)
+    wk = take(n_layers, kv_dim, dim)
+    wv = take(n_layers, kv_dim, dim)
+    wo = take(n_layers, dim, dim)
+    rms_ffn = take(n_layers, dim)
+    w1 = take(n_layers, hidden, dim)
+    w2 = take(n_layers, dim, hidden)
+    w3 = take(n_layers, hidden, dim)
+    rms_final = take(dim)
+    take(seq_len * hs // 2)  # freq_cis_real, freq_cis_imag (unused)
+    take(seq_len * hs // 2)
+    wcls = emb if shared else take(vocab, dim)
+
+    def rmsnorm(x, g):
+        return g * (x / np.sqrt(np.mean(x * x) + 1e-5))
+
+    def rope(vec, pos, n):
+        out = vec.copy()
+        for i in range(0, n, 2):
+            freq = 1.0 / 10000.0 ** ((i % hs) / hs)
+            c, s = np.cos(pos * freq), np.sin(pos * freq)
+            out[i] = vec[i] * c - vec[i + 1] * s
+            out[i + 1] = vec[i] * s + vec[i + 1] * c
+        return out
+
+    ks, vs, last_logits = [], [], None
+    for sample in samples:
+        T = len(sample)
+        kc = np.zeros((n_layers, T, kv_dim))
+        vc = np.zeros((n_layers, T, kv_dim))
+        logits_all = np.zeros((T, vocab))
+        for pos, tok in enumerate(sample):
+            x = emb[tok].copy()
+            for l in range(n_layers):
+                xb = rmsnorm(x, rms_att[l])
+                q = rope(wq[l] @ xb, pos, dim)
+                kc[l, pos] = rope(wk[l] @ xb, pos, kv_dim)
+                vc[l, pos] = wv[l] @ xb
+                att = np.zeros(dim)
+                for h in range(n_heads):
+                    g = h // (n_heads // n_kv)
+                    qh = q[h * hs:(h + 1) * hs]
+                    sc = kc[l, :pos + 1, g * hs:(g + 1) * hs] @ qh / np.sqrt(hs)
+                    p = np.exp(sc - sc.max())
+                    p /= p.sum()
+                    att[h * hs:(h + 1) * hs] = p @ vc[l, :pos + 1, g * hs:(g + 1) * hs]
+                x = x + wo[l] @ att
+                xb = rmsnorm(x, rms_ffn[l])
+                h1 = w1[l] @ xb
+                x = x + w2[l] @ (h1 / (1.0 + np.exp(-h1)) * (w3[l] @ xb))
+            logits_all[pos] = wcls @ rmsnorm(x, rms_final)
+        ks.append(kc.reshape(n_layers, T, n_kv, hs))
+        vs.append(vc.reshape(n_layers, T, n_kv, hs))
+        if last_logits is None:
+            last_logits = logits_all
+    return ks, vs, last_logits
+
+
+def make_stories260k():
+    path = os.path.join("models", "stories260K", "stories260K.bin")
+    samples = token_samples(512, [41, 17], 260)
+    samples[0][0] = 1  # BOS, as llama2.c starts a text
+    ks, vs, logits = llama2c_reference(path, samples)
+    fx = {"name": "stories260K", "model": path, "oracle": "numpy float64 run.c"}
+    fx.update(summarize(ks, vs, samples, logits))
+    write_fixture("stories260K", fx)
+
+
+# --- Hugging Face models -----------------------------------------------------
+
+def hf_configs():
+    import transformers as tf
+
+    common = dict(vocab_size=VOCAB, num_hidden_layers=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-5)
+    return [
+        ("llama3_gqa_hd48_bf16", tf.LlamaConfig(
+            hidden_size=48, intermediate_size=64, num_attention_heads=6,
+            num_key_value_heads=3, head_dim=48, tie_word_embeddings=False,
+            rope_theta=500000.0,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64},
+            **common), "bfloat16", "new"),
+        ("llama_mha_linear_tied_fp32", tf.LlamaConfig(
+            hidden_size=64, intermediate_size=64, num_attention_heads=4,
+            num_key_value_heads=4, tie_word_embeddings=True, rope_theta=10000.0,
+            rope_scaling={"rope_type": "linear", "factor": 2.0}, **common),
+            "float32", "old"),
+        ("mistral_mqa_fp16", tf.MistralConfig(
+            hidden_size=64, intermediate_size=80, num_attention_heads=4,
+            num_key_value_heads=1, tie_word_embeddings=False, sliding_window=4096,
+            **common), "float16", "new"),
+        ("qwen2_gqa_bias_bf16", tf.Qwen2Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1000000.0,
+            **common), "bfloat16", "old"),
+        ("qwen3_gqa_hd80_qknorm_bf16", tf.Qwen3Config(
+            hidden_size=32, intermediate_size=48, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=80, tie_word_embeddings=True,
+            **common), "bfloat16", "new"),
+    ]
+
+
+def randomize(model, torch):
+    """Weights with enough spread that every term matters (norm weights,
+    biases and k_norm not left at 1 / 0)."""
+    g = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.15 * torch.randn(p.shape, generator=g))
+
+
+def to_old_style(cfg_path):
+    """Rewrites a transformers 5 config.json (rope_parameters) the way
+    transformers 4.x wrote it (top-level rope_theta, rope_scaling)."""
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    rp = cfg.pop("rope_parameters", None)
+    if rp is not None:
+        rp = dict(rp)
+        cfg["rope_theta"] = rp.pop("rope_theta", 10000.0)
+        if rp.get("rope_type", "default") != "default":
+            rp["type"] = rp["rope_type"]
+            cfg["rope_scaling"] = rp
+        else:
+            cfg["rope_scaling"] = None
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
+def capture_kv(model, torch):
+    """Hooks every attention module; returns the list it appends (K, V) to."""
+    seen = []
+    layers = model.model.layers
+
+    def make_hook(attn):
+        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+        head_dim = attn.head_dim
+
+        def hook(module, args, kwargs):
+            hs = kwargs.get("hidden_states", args[0] if args else None)
+            cos, sin = kwargs["position_embeddings"]
+            shape = (*hs.shape[:-1], -1, head_dim)
+            k = module.k_proj(hs).view(shape)
+            if hasattr(module, "k_norm"):
+                k = module.k_norm(k)
+            k = k.transpose(1, 2)
+            _, k = rope_fn(k, k, cos, sin)
+            v = module.v_proj(hs).view(shape)
+            seen.append((k.transpose(1, 2)[0].detach().numpy().copy(),
+                         v[0].detach().numpy().copy()))
+        return hook
+
+    for layer in layers:
+        layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
+                                                  with_kwargs=True)
+    return seen
+
+
+def make_hf(name, cfg, dtype, style, torch, tf):
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    randomize(model, torch)
+    model.to(getattr(torch, dtype)).save_pretrained(d, safe_serialization=True)
+    for extra in os.listdir(d):
+        if extra not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(d, extra))
+    if style == "old":
+        to_old_style(os.path.join(d, "config.json"))
+    ref = tf.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                                  attn_implementation="eager")
+    ref.eval()
+    seen = capture_kv(ref, torch)
+    samples = token_samples(VOCAB, LENGTHS, sum(map(ord, name)))
+    ks, vs, logits0 = [], [], None
+    with torch.no_grad():
+        for s in samples:
+            seen.clear()
+            out = ref(torch.tensor([s]), use_cache=False)
+            ks.append(np.stack([k for k, _ in seen]))
+            vs.append(np.stack([v for _, v in seen]))
+            if logits0 is None:
+                logits0 = out.logits[0].numpy()
+    fx = {"name": name, "model": d, "oracle": "transformers %s, torch %s, fp32 CPU" % (
+        tf.__version__, torch.__version__), "architecture": cfg.architectures[0]
+        if cfg.architectures else type(ref).__name__, "saved_dtype": dtype,
+        "config_style": style}
+    fx.update(summarize(ks, vs, samples, logits0))
+    write_fixture(name, fx)
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    print("  checkpoint %s: %d bytes" % (d, size))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    make_stories260k()
+    import torch
+    import transformers as tf
+    torch.set_num_threads(2)
+    for name, cfg, dtype, style in hf_configs():
+        make_hf(name, cfg, dtype, style, torch, tf)
+
+
+if __name__ == "__main__":
+    main()
