@@ -60,7 +60,8 @@ static kvcal_status h5_fail(kvcal_status st, const char *path, const char *verb,
                             const char *what)
 {
     h5_detail d;
-    return kvcal_fail(st, "%s: could not %s %s (HDF5: %s)", path, verb, what, h5_error(&d));
+    return kvcal_fail(st, "%s: could not %s %s (HDF5: %s)", path, verb, what,
+                      h5_error(&d));
 }
 
 // --- writing -----------------------------------------------------------------
@@ -142,7 +143,8 @@ done:
 }
 
 static kvcal_status put_root_attrs(hid_t file, const char *path, const kvcal_stats_t *s,
-                                   const kvcal_model_identity *m, const kvcal_provenance *p)
+                                   const kvcal_model_identity *m,
+                                   const kvcal_provenance *p)
 {
     kvcal_status st;
     const struct {
@@ -150,7 +152,8 @@ static kvcal_status put_root_attrs(hid_t file, const char *path, const kvcal_sta
         const char *value;
     } strs[] = {
         {"format", KVCAL_STATS_FORMAT_NAME},
-        {"tool_version", p && p->tool_version[0] ? p->tool_version : KVCAL_VERSION_STRING},
+        {"tool_version",
+         p && p->tool_version[0] ? p->tool_version : KVCAL_VERSION_STRING},
         {"architecture", m ? m->architecture : ""},
         {"model_type", m ? m->model_type : ""},
         {"dataset", p ? p->dataset : ""},
@@ -221,10 +224,11 @@ static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_
         }
         size_t lh = (size_t)l * s->num_kv_heads;
         hsize_t abs_dims[2] = {H, (hsize_t)s->head_dim};
-        hsize_t hist_dims[2] = {H, (hsize_t)s->num_bins}, hist_chunk[2] = {1, hist_dims[1]};
+        hsize_t hist_dims[2] = {H, (hsize_t)s->num_bins},
+                hist_chunk[2] = {1, hist_dims[1]};
         hsize_t head_dims[1] = {H};
-        st = put_dataset(g, path, "absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2,
-                             abs_dims, abs_dims, s->absmax[kv] + lh * s->head_dim);
+        st = put_dataset(g, path, "absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, abs_dims,
+                         abs_dims, s->absmax[kv] + lh * s->head_dim);
         if (!st)
             st = put_dataset(g, path, "histogram", H5T_STD_U64LE, H5T_NATIVE_UINT64, 2,
                              hist_dims, hist_chunk, s->hist[kv] + lh * s->num_bins);
@@ -323,7 +327,8 @@ static kvcal_status get_attr_str(hid_t loc, const char *path, const char *name,
     if (type < 0)
         goto fail;
     if (H5Tget_class(type) != H5T_STRING) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: attribute '%s' is not a string", path, name);
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: attribute '%s' is not a string", path,
+                        name);
         goto done;
     }
     if (H5Tis_variable_str(type) > 0) {
@@ -377,7 +382,8 @@ static kvcal_status get_attr_i64(hid_t loc, const char *path, const char *name,
     hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
     hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
     if (type < 0 || H5Tget_class(type) != H5T_INTEGER)
-        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: attribute '%s' is not an integer", path, name);
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: attribute '%s' is not an integer", path,
+                        name);
     else if (H5Aread(attr, H5T_NATIVE_LLONG, out) < 0)
         st = h5_fail(KVCAL_ERR_FORMAT, path, "read attribute", name);
     if (type >= 0)
@@ -408,12 +414,13 @@ static kvcal_status get_dataset(hid_t file, const char *path, const char *group,
     if (H5Tget_class(type) != cls || got_rank != rank || got_rank > 2 ||
         H5Sget_simple_extent_dims(space, got, NULL) < 0 ||
         (rank >= 1 && got[0] != dims[0]) || (rank == 2 && got[1] != dims[1])) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT,
-                        "%s: dataset %s has the wrong type or shape (expected %s of shape "
-                        "(%llu, %llu) of rank %d)",
-                        path, full, cls == H5T_FLOAT ? "floats" : "integers",
-                        rank >= 1 ? (unsigned long long)dims[0] : 0ull,
-                        rank == 2 ? (unsigned long long)dims[1] : 0ull, rank);
+        st =
+            kvcal_fail(KVCAL_ERR_FORMAT,
+                       "%s: dataset %s has the wrong type or shape (expected %s of shape "
+                       "(%llu, %llu) of rank %d)",
+                       path, full, cls == H5T_FLOAT ? "floats" : "integers",
+                       rank >= 1 ? (unsigned long long)dims[0] : 0ull,
+                       rank == 2 ? (unsigned long long)dims[1] : 0ull, rank);
         goto done;
     }
     if (H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
@@ -434,10 +441,11 @@ static kvcal_status check_values(const char *path, const char *what, const float
     for (size_t i = 0; i < n; i++) {
         double v = f ? (double)f[i] : d[i];
         if (!isfinite(v) || v < 0.0)
-            return kvcal_fail(isfinite(v) ? KVCAL_ERR_FORMAT : KVCAL_ERR_NONFINITE,
-                              "%s: %s[%zu] is %g; statistics must be finite and >= 0 (the "
-                              "file is damaged: recalibrate)",
-                              path, what, i, v);
+            return kvcal_fail(
+                isfinite(v) ? KVCAL_ERR_FORMAT : KVCAL_ERR_NONFINITE,
+                "%s: %s[%zu] is %g; statistics must be finite and >= 0 (the "
+                "file is damaged: recalibrate)",
+                path, what, i, v);
     }
     return KVCAL_OK;
 }
@@ -463,8 +471,8 @@ static kvcal_status get_layer(hid_t file, const char *path, kvcal_stats_t *s, in
         if (!st)
             st = check_values(path, what, absmax, NULL, (size_t)H * s->head_dim);
         if (!st)
-            st = get_dataset(file, path, g, "histogram", H5T_INTEGER, H5T_NATIVE_UINT64, 2,
-                             hist_dims, s->hist[kv] + lh * s->num_bins);
+            st = get_dataset(file, path, g, "histogram", H5T_INTEGER, H5T_NATIVE_UINT64,
+                             2, hist_dims, s->hist[kv] + lh * s->num_bins);
         snprintf(what, sizeof what, "%s/ema", g);
         if (!st)
             st = get_dataset(file, path, g, "ema", H5T_FLOAT, H5T_NATIVE_DOUBLE, 1,
@@ -473,8 +481,8 @@ static kvcal_status get_layer(hid_t file, const char *path, kvcal_stats_t *s, in
             st = check_values(path, what, NULL, s->ema[kv] + lh, (size_t)H);
         snprintf(what, sizeof what, "%s/batch_absmax", g);
         if (!st)
-            st = get_dataset(file, path, g, "batch_absmax", H5T_FLOAT, H5T_NATIVE_FLOAT, 1,
-                             head_dims, s->batch_absmax[kv] + lh);
+            st = get_dataset(file, path, g, "batch_absmax", H5T_FLOAT, H5T_NATIVE_FLOAT,
+                             1, head_dims, s->batch_absmax[kv] + lh);
         if (!st)
             st = check_values(path, what, s->batch_absmax[kv] + lh, NULL, (size_t)H);
         if (!st)
@@ -527,10 +535,11 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
     if ((st = get_attr_i64(file, path, "format_version", 1, &version)))
         goto fail;
     if (version < 1 || version > KVCAL_STATS_FORMAT_VERSION) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT,
-                        "%s: format_version %lld is not one this kvcal reads (1..%d); use "
-                        "the kvcal that wrote it",
-                        path, version, KVCAL_STATS_FORMAT_VERSION);
+        st =
+            kvcal_fail(KVCAL_ERR_FORMAT,
+                       "%s: format_version %lld is not one this kvcal reads (1..%d); use "
+                       "the kvcal that wrote it",
+                       path, version, KVCAL_STATS_FORMAT_VERSION);
         goto fail;
     }
     if ((st = get_attr_i64(file, path, "num_layers", 1, &L)) ||
@@ -544,19 +553,21 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
         goto fail;
     if (bins != KVCAL_HIST_BINS || per_octave != KVCAL_HIST_BINS_PER_OCTAVE ||
         min_exp != KVCAL_HIST_MIN_EXP) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT,
-                        "%s: histogram of %lld bins, %lld per octave from 2^%lld; this kvcal "
-                        "uses %d bins, %d per octave from 2^%d",
-                        path, bins, per_octave, min_exp, KVCAL_HIST_BINS,
-                        KVCAL_HIST_BINS_PER_OCTAVE, KVCAL_HIST_MIN_EXP);
+        st = kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "%s: histogram of %lld bins, %lld per octave from 2^%lld; this kvcal "
+            "uses %d bins, %d per octave from 2^%d",
+            path, bins, per_octave, min_exp, KVCAL_HIST_BINS, KVCAL_HIST_BINS_PER_OCTAVE,
+            KVCAL_HIST_MIN_EXP);
         goto fail;
     }
     if (L < 1 || L > 65536 || H < 1 || H > 65536 || D < 1 || D > 65536 || batches < 0 ||
         start < 0) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT,
-                        "%s: %lld layers x %lld kv heads x head_dim %lld, %lld batches: out "
-                        "of range",
-                        path, L, H, D, batches);
+        st = kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "%s: %lld layers x %lld kv heads x head_dim %lld, %lld batches: out "
+            "of range",
+            path, L, H, D, batches);
         goto fail;
     }
     if ((st = kvcal_stats_create((int)L, (int)H, (int)D, &s)))

@@ -33,10 +33,14 @@ kvcal_observer_config kvcal_observer_default(void)
 const char *kvcal_observer_name(kvcal_observer_kind kind)
 {
     switch (kind) {
-    case KVCAL_OBSERVER_MINMAX: return "minmax";
-    case KVCAL_OBSERVER_EMA: return "ema";
-    case KVCAL_OBSERVER_PERCENTILE: return "percentile";
-    case KVCAL_OBSERVER_MSE: return "mse";
+    case KVCAL_OBSERVER_MINMAX:
+        return "minmax";
+    case KVCAL_OBSERVER_EMA:
+        return "ema";
+    case KVCAL_OBSERVER_PERCENTILE:
+        return "percentile";
+    case KVCAL_OBSERVER_MSE:
+        return "mse";
     }
     return "unknown";
 }
@@ -225,9 +229,9 @@ static kvcal_status hist_mse_threshold(const uint64_t *h, int num_bins, float ab
     *out = 0.0f;
     if (absmax <= 0.0f || hist_total(h, num_bins) == 0)
         return KVCAL_OK;
-    double *lo = malloc((size_t)num_bins * sizeof *lo);    // (num_bins) bin ranges
+    double *lo = malloc((size_t)num_bins * sizeof *lo); // (num_bins) bin ranges
     double *hi = malloc((size_t)num_bins * sizeof *hi);
-    double *c = malloc((size_t)num_bins * sizeof *c);      // (num_bins) counts
+    double *c = malloc((size_t)num_bins * sizeof *c); // (num_bins) counts
     float *cand = malloc((size_t)(num_bins + 1) * sizeof *cand);
     if (!lo || !hi || !c || !cand) {
         free(lo);
@@ -352,8 +356,8 @@ static void hist_count_above(const kvcal_stats_t *s, int layer, int kv, int head
     *total = n;
 }
 
-double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv,
-                                 int head, float t)
+double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, int head,
+                                 float t)
 {
     double above, total;
     hist_count_above(stats, layer, kv, head, t, &above, &total);
@@ -412,8 +416,8 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                 if (absmax[i] == 0.0f && warn) {
                     char msg[256];
                     snprintf(msg, sizeof msg,
-                             "layer %d %s kv head %d never saw a non-zero value; %s %g", l,
-                             kv_name(kv), h,
+                             "layer %d %s kv head %d never saw a non-zero value; %s %g",
+                             l, kv_name(kv), h,
                              used > 0.0f ? "it shares the layer's scale"
                                          : "it gets the floor scale",
                              (double)scale[i]);

@@ -72,8 +72,8 @@ kvcal_status kvcal_stats_threshold(const kvcal_stats_t *stats,
 
 /* Fraction of the observed |x| of (layer, kv, head) above t, from the
  * histogram (linear inside the bin holding t); 0 when nothing was seen. */
-double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv,
-                                 int head, float t);
+double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, int head,
+                                 float t);
 
 /* Fills `out` (created with the same layers and kv heads as stats, else
  * KVCAL_ERR_MISMATCH) with the scales of cfg at granularity gran:

@@ -14,6 +14,20 @@ static const char *kv_name(int kv)
 
 // --- lifetime ----------------------------------------------------------------
 
+/* 8-byte arrays first, then 4-byte ones: every array stays aligned. */
+static size_t slab_bytes(int num_layers, int num_kv_heads, int head_dim)
+{
+    size_t lh = (size_t)num_layers * (size_t)num_kv_heads;
+    return 2 * lh * KVCAL_HIST_BINS * sizeof(uint64_t) + 2 * lh * sizeof(double) +
+           (size_t)num_layers * sizeof(int64_t) +
+           2 * lh * (size_t)head_dim * sizeof(float) + 2 * lh * sizeof(float);
+}
+
+size_t kvcal_stats_slab_bytes(const kvcal_stats_t *stats)
+{
+    return slab_bytes(stats->num_layers, stats->num_kv_heads, stats->head_dim);
+}
+
 kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
                                 kvcal_stats_t **out)
 {
@@ -34,10 +48,7 @@ kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
                           "kvcal_stats_create: %d layers x %d kv heads x head_dim %d is "
                           "too large for one statistics slab",
                           num_layers, num_kv_heads, head_dim);
-    /* 8-byte arrays first, then 4-byte ones: every array stays aligned */
-    size_t bytes = 2 * n_hist * sizeof(uint64_t) + 2 * lh * sizeof(double) +
-                   (size_t)num_layers * sizeof(int64_t) + 2 * n_abs * sizeof(float) +
-                   2 * lh * sizeof(float);
+    size_t bytes = slab_bytes(num_layers, num_kv_heads, head_dim);
     kvcal_stats_t *s = calloc(1, sizeof *s);
     unsigned char *slab = calloc(1, bytes);
     if (!s || !slab) {
@@ -130,12 +141,13 @@ static kvcal_status check_block(const kvcal_stats_t *s, int layer, int kv,
                     if (isfinite(p[c]))
                         continue;
                     long long id = blk->sample_ids ? (long long)blk->sample_ids[b] : b;
-                    return kvcal_fail(KVCAL_ERR_NONFINITE,
-                                      "layer %d %s kv head %d: sample %lld token %d channel "
-                                      "%d is %g; no statistics were taken from this block "
-                                      "and no scale is written from it (check the model "
-                                      "weights and the input of that sample)",
-                                      layer, kv_name(kv), h, id, t, c, (double)p[c]);
+                    return kvcal_fail(
+                        KVCAL_ERR_NONFINITE,
+                        "layer %d %s kv head %d: sample %lld token %d channel "
+                        "%d is %g; no statistics were taken from this block "
+                        "and no scale is written from it (check the model "
+                        "weights and the input of that sample)",
+                        layer, kv_name(kv), h, id, t, c, (double)p[c]);
                 }
             }
         }
@@ -147,7 +159,8 @@ kvcal_status kvcal_stats_observe_ref(kvcal_stats_t *stats, int layer, int kv,
                                      const kvcal_kv_block *blk)
 {
     if (!stats || !blk)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_observe_ref: NULL argument");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_observe_ref: NULL argument");
     if (layer < 0 || layer >= stats->num_layers || (kv != KVCAL_K && kv != KVCAL_V))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "kvcal_stats_observe_ref: layer %d kv %d out of range (%d "
@@ -164,9 +177,9 @@ kvcal_status kvcal_stats_observe_ref(kvcal_stats_t *stats, int layer, int kv,
         return st;
 
     const int H = stats->num_kv_heads, D = stats->head_dim, B = stats->num_bins;
-    float *absmax = stats->absmax[kv] + (size_t)layer * H * D;   // (H, D)
-    uint64_t *hist = stats->hist[kv] + (size_t)layer * H * B;     // (H, B)
-    float *bmax = stats->batch_absmax[kv] + (size_t)layer * H;    // (H)
+    float *absmax = stats->absmax[kv] + (size_t)layer * H * D; // (H, D)
+    uint64_t *hist = stats->hist[kv] + (size_t)layer * H * B;  // (H, B)
+    float *bmax = stats->batch_absmax[kv] + (size_t)layer * H; // (H)
     int64_t observed = 0;
     for (int b = 0; b < blk->batch; b++)
         for (int t = 0; t < blk->seq; t++) {
@@ -215,8 +228,7 @@ kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay)
 {
     if (!(decay >= 0.0 && decay < 1.0))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)",
-                          decay);
+                          "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)", decay);
     if (total_tokens(stats) == stats->batch_start_tokens) {
         kvcal_stats_begin_batch(stats);
         return KVCAL_OK;
@@ -241,12 +253,13 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_merge: NULL argument");
     if (dst->num_layers != src->num_layers || dst->num_kv_heads != src->num_kv_heads ||
         dst->head_dim != src->head_dim || dst->num_bins != src->num_bins)
-        return kvcal_fail(KVCAL_ERR_MISMATCH,
-                          "kvcal_stats_merge: statistics of %d layers x %d kv heads x "
-                          "head_dim %d (%d bins) cannot merge into %d x %d x %d (%d bins); "
-                          "they come from different models",
-                          src->num_layers, src->num_kv_heads, src->head_dim, src->num_bins,
-                          dst->num_layers, dst->num_kv_heads, dst->head_dim, dst->num_bins);
+        return kvcal_fail(
+            KVCAL_ERR_MISMATCH,
+            "kvcal_stats_merge: statistics of %d layers x %d kv heads x "
+            "head_dim %d (%d bins) cannot merge into %d x %d x %d (%d bins); "
+            "they come from different models",
+            src->num_layers, src->num_kv_heads, src->head_dim, src->num_bins,
+            dst->num_layers, dst->num_kv_heads, dst->head_dim, dst->num_bins);
     size_t lh = (size_t)dst->num_layers * (size_t)dst->num_kv_heads;
     size_t n_abs = lh * (size_t)dst->head_dim, n_hist = lh * (size_t)dst->num_bins;
     for (int kv = 0; kv < 2; kv++) {
@@ -258,7 +271,8 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
         for (size_t i = 0; i < lh; i++) {
             if (src->batch_absmax[kv][i] > dst->batch_absmax[kv][i])
                 dst->batch_absmax[kv][i] = src->batch_absmax[kv][i];
-            if (src->batches > 0 && (dst->batches == 0 || src->ema[kv][i] > dst->ema[kv][i]))
+            if (src->batches > 0 &&
+                (dst->batches == 0 || src->ema[kv][i] > dst->ema[kv][i]))
                 dst->ema[kv][i] = src->ema[kv][i];
         }
     }
@@ -271,8 +285,9 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
 
 float kvcal_stats_head_absmax(const kvcal_stats_t *stats, int layer, int kv, int head)
 {
-    const float *a = stats->absmax[kv] +
-                     ((size_t)layer * stats->num_kv_heads + (size_t)head) * stats->head_dim;
+    const float *a =
+        stats->absmax[kv] +
+        ((size_t)layer * stats->num_kv_heads + (size_t)head) * stats->head_dim;
     float m = 0.0f;
     for (int c = 0; c < stats->head_dim; c++)
         m = a[c] > m ? a[c] : m;

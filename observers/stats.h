@@ -88,6 +88,13 @@ void kvcal_stats_destroy(kvcal_stats_t *stats);
 /* Zeroes every statistic (as freshly created). */
 void kvcal_stats_reset(kvcal_stats_t *stats);
 
+/* Bytes of stats->slab. The slab holds, in this order and each array
+ * directly after the previous one: hist[K], hist[V], ema[K], ema[V], tokens,
+ * absmax[K], absmax[V], batch_absmax[K], batch_absmax[V]; an array's offset
+ * is its pointer minus slab. A device mirror of this size therefore copies
+ * to and from the host with one memcpy. */
+size_t kvcal_stats_slab_bytes(const kvcal_stats_t *stats);
+
 /* --- observing ------------------------------------------------------------- */
 
 /* One K or V block of one layer, as a runner holds it:

@@ -141,8 +141,8 @@ static void fp8_random_floats_match_nearest_code_search(void)
 static void fp8_matches_torch_e4m3fn_casts(void)
 {
     size_t len = 0;
-    unsigned char *buf =
-        (unsigned char *)kvcal_test_read_file("tests/fixtures/fp8/e4m3fn_torch.bin", &len);
+    unsigned char *buf = (unsigned char *)kvcal_test_read_file(
+        "tests/fixtures/fp8/e4m3fn_torch.bin", &len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
     uint32_t n = 0;
     if (len >= 4)

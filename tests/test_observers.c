@@ -38,13 +38,16 @@ enum { DIST_NORMAL, DIST_UNIFORM, DIST_LAPLACE, DIST_LOGNORMAL, DIST_COUNT };
 static float rng_draw(rng *r, int dist)
 {
     switch (dist) {
-    case DIST_NORMAL: return (float)rng_normal(r);
-    case DIST_UNIFORM: return (float)(8.0 * rng_uniform(r) - 4.0);
+    case DIST_NORMAL:
+        return (float)rng_normal(r);
+    case DIST_UNIFORM:
+        return (float)(8.0 * rng_uniform(r) - 4.0);
     case DIST_LAPLACE: {
         double u = rng_uniform(r) - 0.5;
         return (float)(u < 0 ? log(1 + 2 * u) : -log(1 - 2 * u));
     }
-    default: return (float)exp(1.5 * rng_normal(r)) * (rng_uniform(r) < 0.5 ? -1.0f : 1.0f);
+    default:
+        return (float)exp(1.5 * rng_normal(r)) * (rng_uniform(r) < 0.5 ? -1.0f : 1.0f);
     }
 }
 
@@ -127,6 +130,17 @@ static void stats_create_rejects_bad_sizes_and_destroy_null_is_noop(void)
     CU_ASSERT_EQUAL(s->num_bins, KVCAL_HIST_BINS);
     CU_ASSERT_EQUAL(s->tokens[2], 0);
     CU_ASSERT_EQUAL(s->hist[KVCAL_V][3 * 2 * KVCAL_HIST_BINS - 1], 0);
+    /* the slab holds the arrays in the documented order, back to back */
+    const char *slab = s->slab;
+    CU_ASSERT_PTR_EQUAL(s->hist[KVCAL_K], slab);
+    CU_ASSERT_PTR_EQUAL(s->hist[KVCAL_V], s->hist[KVCAL_K] + 6 * KVCAL_HIST_BINS);
+    CU_ASSERT_PTR_EQUAL(s->ema[KVCAL_K],
+                        (const void *)(s->hist[KVCAL_V] + 6 * KVCAL_HIST_BINS));
+    CU_ASSERT_PTR_EQUAL(s->tokens, (const void *)(s->ema[KVCAL_V] + 6));
+    CU_ASSERT_PTR_EQUAL(s->absmax[KVCAL_K], (const void *)(s->tokens + 3));
+    CU_ASSERT_PTR_EQUAL(s->batch_absmax[KVCAL_K], s->absmax[KVCAL_V] + 30);
+    CU_ASSERT_PTR_EQUAL(slab + kvcal_stats_slab_bytes(s),
+                        (const void *)(s->batch_absmax[KVCAL_V] + 6));
     kvcal_stats_destroy(s);
 }
 
@@ -162,10 +176,10 @@ static void observer_update_folds_absmax_histogram_and_tokens(void)
 {
     kvcal_stats_t *s = make_stats(2, 2, 3);
     /* (batch 2, seq 2, heads 2, dim 3) */
-    const float x[24] = {1, -2, 0.5f,  -4, 0, 0,     /* b0 t0 */
-                         3, 0.25f, -1, 0, 0, 8,      /* b0 t1 */
-                         -1, 1, 1,     2, 2, -2,     /* b1 t0 */
-                         0, 0, 0,      0, -16, 0};   /* b1 t1 */
+    const float x[24] = {1,  -2,    0.5f, -4, 0,   0,  /* b0 t0 */
+                         3,  0.25f, -1,   0,  0,   8,  /* b0 t1 */
+                         -1, 1,     1,    2,  2,   -2, /* b1 t0 */
+                         0,  0,     0,    0,  -16, 0}; /* b1 t1 */
     kvcal_kv_block blk = kvcal_kv_block_dense(x, 2, 2, 2, 3, NULL, NULL);
     CU_ASSERT_EQUAL(kvcal_stats_observe_ref(s, 1, KVCAL_V, &blk), KVCAL_OK);
     const float want_h0[3] = {3, 2, 1}, want_h1[3] = {4, 16, 8};
@@ -250,8 +264,11 @@ static void observer_update_reads_strided_fused_qkv_rows(void)
                 k[t * 2 * D + i - 4 * D] = qkv[t * ROW + i];
         }
     kvcal_stats_t *a = make_stats(1, 2, D), *b = make_stats(1, 2, D);
-    kvcal_kv_block fused = {.x = qkv + 4 * D, .batch = 1, .seq = T,
-                            .sample_stride = T * ROW, .token_stride = ROW,
+    kvcal_kv_block fused = {.x = qkv + 4 * D,
+                            .batch = 1,
+                            .seq = T,
+                            .sample_stride = T * ROW,
+                            .token_stride = ROW,
                             .head_stride = D};
     kvcal_kv_block dense = kvcal_kv_block_dense(k, 1, T, 2, D, NULL, NULL);
     CU_ASSERT_EQUAL(kvcal_stats_observe_ref(a, 0, KVCAL_K, &fused), KVCAL_OK);
@@ -275,9 +292,8 @@ static void observer_update_rejects_nan_naming_layer_head_sample(void)
         strstr(kvcal_last_error(), "layer 3 V kv head 1: sample 17 token 2 channel 2"));
     /* nothing of the block was folded, though its first values were fine */
     CU_ASSERT_EQUAL(kvcal_stats_head_absmax(s, 3, KVCAL_V, 0), 0.0f);
-    CU_ASSERT_EQUAL(s->hist[KVCAL_V][(size_t)(3 * 2) * KVCAL_HIST_BINS +
-                                     kvcal_hist_bin(1.0f)],
-                    0);
+    CU_ASSERT_EQUAL(
+        s->hist[KVCAL_V][(size_t)(3 * 2) * KVCAL_HIST_BINS + kvcal_hist_bin(1.0f)], 0);
     CU_ASSERT_EQUAL(s->batch_absmax[KVCAL_V][6], 0.0f);
 
     x[((1 * 3 + 2) * 2 + 1) * 3 + 2] = 5.0f;
@@ -302,7 +318,7 @@ static void ema_takes_first_batch_then_decays_and_skips_empty_batches(void)
     CU_ASSERT_EQUAL(s->batch_absmax[KVCAL_K][0], 0.0f);
     observe_dense(s, 0, b2, 1);
     CU_ASSERT_EQUAL(kvcal_stats_end_batch(s, 0.5), KVCAL_OK);
-    CU_ASSERT_EQUAL(s->ema[KVCAL_K][0], 3.0); /* 0.5 * 2 + 0.5 * 4 */
+    CU_ASSERT_EQUAL(s->ema[KVCAL_K][0], 3.0);                 /* 0.5 * 2 + 0.5 * 4 */
     CU_ASSERT_EQUAL(kvcal_stats_end_batch(s, 0.5), KVCAL_OK); /* empty */
     CU_ASSERT_EQUAL(s->batches, 2);
     observe_dense(s, 0, b3, 1);
@@ -343,9 +359,19 @@ static void observer_parse_accepts_each_kind_and_names_the_choices(void)
     CU_ASSERT_STRING_EQUAL(buf, "{\"percentile\": 99.9}");
     CU_ASSERT_EQUAL(kvcal_observer_params_json(&c, buf, 8), KVCAL_ERR_INVALID_ARG);
 
-    const char *bad[] = {"", "max", "minmax:1", "mse:2", "ema:1", "ema:-0.1", "ema:x",
-                         "percentile", "percentile:0", "percentile:101",
-                         "percentile:99.9x", "percentile:nan", "EMA"};
+    const char *bad[] = {"",
+                         "max",
+                         "minmax:1",
+                         "mse:2",
+                         "ema:1",
+                         "ema:-0.1",
+                         "ema:x",
+                         "percentile",
+                         "percentile:0",
+                         "percentile:101",
+                         "percentile:99.9x",
+                         "percentile:nan",
+                         "EMA"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         c.kind = KVCAL_OBSERVER_MSE;
         CU_ASSERT_EQUAL(kvcal_observer_parse(bad[i], &c), KVCAL_ERR_INVALID_ARG);
@@ -359,8 +385,8 @@ static void minmax_scales_per_head_and_per_tensor(void)
 {
     kvcal_stats_t *s = make_stats(2, 3, 2);
     /* layer 0: K heads absmax 448, 224, 1; V heads 1, 2, 4 */
-    const float x[2 * 3 * 2] = {448, -3, 0, -224, 1, 0,   /* t0: K rows */
-                                0, 0, 1, 0, 0, 0};        /* t1 */
+    const float x[2 * 3 * 2] = {448, -3, 0, -224, 1, 0,  /* t0: K rows */
+                                0,   0,  1, 0,    0, 0}; /* t1 */
     const float v[2 * 3 * 2] = {1, 0, 0, 2, 0, -4, 0, 0, 0, 0, 0, 0};
     kvcal_kv_block kb = kvcal_kv_block_dense(x, 1, 2, 3, 2, NULL, NULL);
     kvcal_kv_block vb = kvcal_kv_block_dense(v, 1, 2, 3, 2, NULL, NULL);
@@ -371,8 +397,8 @@ static void minmax_scales_per_head_and_per_tensor(void)
     kvcal_scales_t *sc = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(2, 3, &sc), KVCAL_OK);
     kvcal_observer_config cfg = kvcal_observer_default();
-    CU_ASSERT_EQUAL(kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, sc, NULL, NULL),
-                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, sc, NULL, NULL), KVCAL_OK);
     float k, vv;
     kvcal_scales_get_head(sc, 1, 0, &k, &vv);
     CU_ASSERT_EQUAL(k, 1.0f);
@@ -392,7 +418,8 @@ static void minmax_scales_per_head_and_per_tensor(void)
     CU_ASSERT_EQUAL(sc->has_absmax, 1);
 
     CU_ASSERT_EQUAL(
-        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_TENSOR, sc, NULL, NULL), KVCAL_OK);
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_TENSOR, sc, NULL, NULL),
+        KVCAL_OK);
     for (int h = 0; h < 3; h++) {
         kvcal_scales_get_head(sc, 0, h, &k, &vv);
         CU_ASSERT_EQUAL(k, 1.0f);
@@ -402,8 +429,9 @@ static void minmax_scales_per_head_and_per_tensor(void)
 
     kvcal_scales_t *wrong = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(2, 4, &wrong), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, wrong, NULL, NULL),
-                    KVCAL_ERR_MISMATCH);
+    CU_ASSERT_EQUAL(
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, wrong, NULL, NULL),
+        KVCAL_ERR_MISMATCH);
     kvcal_scales_destroy(wrong);
     kvcal_scales_destroy(sc);
     kvcal_stats_destroy(s);
@@ -426,7 +454,8 @@ static void zero_head_gets_floor_scale_and_warning(void)
                                               collect_warning, &w),
                         KVCAL_OK);
         CU_ASSERT_EQUAL(w.count, 4); /* 2 layers x K and V */
-        CU_ASSERT_PTR_NOT_NULL(strstr(w.last, "layer 1 V kv head 0 never saw a non-zero"));
+        CU_ASSERT_PTR_NOT_NULL(
+            strstr(w.last, "layer 1 V kv head 0 never saw a non-zero"));
         CU_ASSERT_PTR_NOT_NULL(strstr(w.last, "floor"));
         CU_ASSERT_EQUAL(sc->k_head[kvcal_scales_index(sc, 1, 0)], KVCAL_SCALE_FLOOR);
         CU_ASSERT_TRUE(sc->k_head[kvcal_scales_index(sc, 1, 1)] > KVCAL_SCALE_FLOOR);
@@ -434,15 +463,16 @@ static void zero_head_gets_floor_scale_and_warning(void)
     }
     /* per tensor the zero head shares the layer's scale, still with a warning */
     warnings w = {0, ""};
-    CU_ASSERT_EQUAL(kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_TENSOR, sc,
-                                          collect_warning, &w),
-                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_TENSOR, sc, collect_warning, &w),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(w.count, 4);
     CU_ASSERT_PTR_NOT_NULL(strstr(w.last, "shares the layer's scale"));
     /* a layer nothing was observed in: every head floor, no crash without warn */
     kvcal_stats_t *empty = make_stats(2, 2, 2);
     CU_ASSERT_EQUAL(
-        kvcal_stats_to_scales(empty, &cfg, KVCAL_GRANULARITY_HEAD, sc, NULL, NULL), KVCAL_OK);
+        kvcal_stats_to_scales(empty, &cfg, KVCAL_GRANULARITY_HEAD, sc, NULL, NULL),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(sc->v_head[kvcal_scales_index(sc, 1, 1)], KVCAL_SCALE_FLOOR);
     CU_ASSERT_EQUAL(sc->v_clip[1], 0.0f);
     kvcal_stats_destroy(empty);
@@ -472,8 +502,8 @@ static void percentile_interpolates_inside_the_bin(void)
     CU_ASSERT_EQUAL(kvcal_stats_threshold(s, &cfg, 0, KVCAL_V, 0, &t), KVCAL_OK);
     CU_ASSERT_EQUAL(t, 3.0f);
     /* clipping at 1 + 0.5/64 leaves 25 of the 1.0 bin's values and all 3.0 above */
-    KVCAL_ASSERT_CLOSE(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 1.0f + 0.5f / 64), 0.75,
-                       1e-12, 0.0);
+    KVCAL_ASSERT_CLOSE(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 1.0f + 0.5f / 64),
+                       0.75, 1e-12, 0.0);
     CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 3.0f), 0.0);
     CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 0.5f), 1.0);
     kvcal_stats_destroy(s);
@@ -584,10 +614,12 @@ static kvcal_stats_t *observe_split(const float *x, int tokens, int workers, int
         for (int t = start; t < end; t += chunk) {
             int n = end - t < chunk ? end - t : chunk;
             for (int l = 0; l < L; l++) {
-                kvcal_kv_block blk = kvcal_kv_block_dense(x + ((size_t)l * tokens + t) * H * D,
-                                                          1, n, H, D, NULL, NULL);
-                CU_ASSERT_EQUAL(kvcal_stats_observe_ref(w[i], l, KVCAL_K, &blk), KVCAL_OK);
-                CU_ASSERT_EQUAL(kvcal_stats_observe_ref(w[i], l, KVCAL_V, &blk), KVCAL_OK);
+                kvcal_kv_block blk = kvcal_kv_block_dense(
+                    x + ((size_t)l * tokens + t) * H * D, 1, n, H, D, NULL, NULL);
+                CU_ASSERT_EQUAL(kvcal_stats_observe_ref(w[i], l, KVCAL_K, &blk),
+                                KVCAL_OK);
+                CU_ASSERT_EQUAL(kvcal_stats_observe_ref(w[i], l, KVCAL_V, &blk),
+                                KVCAL_OK);
             }
             CU_ASSERT_EQUAL(kvcal_stats_end_batch(w[i], 0.9), KVCAL_OK);
         }
@@ -682,9 +714,9 @@ static void to_scales_is_deterministic(void)
             kvcal_observer_config cfg;
             CU_ASSERT_EQUAL(kvcal_observer_parse(kinds[k], &cfg), KVCAL_OK);
             CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(2, H, &sc[rep]), KVCAL_OK);
-            CU_ASSERT_EQUAL(
-                kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, sc[rep], NULL, NULL),
-                KVCAL_OK);
+            CU_ASSERT_EQUAL(kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD,
+                                                  sc[rep], NULL, NULL),
+                            KVCAL_OK);
             CU_ASSERT_EQUAL(kvcal_scales_check_finite(sc[rep], "t"), KVCAL_OK);
             kvcal_stats_destroy(s);
         }

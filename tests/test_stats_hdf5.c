@@ -187,7 +187,8 @@ static void stats_hdf5_round_trip_keeps_every_statistic(void)
 
 static void stats_hdf5_files_merge_like_the_statistics(void)
 {
-    kvcal_stats_t *a = sample_stats(10, 2), *b = sample_stats(20, 3), *ra = NULL, *rb = NULL;
+    kvcal_stats_t *a = sample_stats(10, 2), *b = sample_stats(20, 3), *ra = NULL,
+                  *rb = NULL;
     const char *pa = kvcal_test_path("worker0.h5"), *pb = kvcal_test_path("worker1.h5");
     CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(pa, a, NULL, NULL), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(pb, b, NULL, NULL), KVCAL_OK);
