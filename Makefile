@@ -20,7 +20,7 @@ WARN := -Wall -Wextra -Wshadow -Werror
 CFLAGS ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -MMD -MP \
           -Iinclude -Icore -I. -I$(BUILD) $(HDF5_CFLAGS)
-LDLIBS := -lcjson $(HDF5_LIBS) -lz -lpthread -lm
+LDLIBS := -lcjson $(HDF5_LIBS) -lpcre2-8 -lz -lpthread -lm
 
 LIB_SRC := $(wildcard core/*.c io/*.c observers/*.c kernels/cpu/*.c) \
            $(filter-out calib/main.c calib/cmd_%.c,$(wildcard calib/*.c))

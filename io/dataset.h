@@ -37,4 +37,36 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
 
 void kvcal_samples_destroy(kvcal_samples *s);
 
+/* Every document of a dataset, in input order, unpacked: text encoded with
+ * the tokenizer's special tokens (BOS as its configuration says), token ids
+ * taken verbatim. */
+typedef struct kvcal_documents {
+    int num_docs;
+    int32_t **ids;    /* (num_docs) arrays of lengths[i] ids */
+    size_t *lengths;  /* (num_docs) */
+} kvcal_documents;
+
+/* Reads and tokenizes every document of `path` (tok may be NULL for
+ * token-id datasets). *out = NULL on failure; free with
+ * kvcal_documents_destroy. */
+kvcal_status kvcal_dataset_tokenize_documents(const char *path, const kvcal_tokenizer_t *tok,
+                                              const char *text_field, kvcal_documents **out);
+void kvcal_documents_destroy(kvcal_documents *docs);
+
+/* Where a token set came from; strings may be NULL (written as ""). */
+typedef struct kvcal_token_provenance {
+    const char *source;         /* dataset path */
+    const char *tokenizer;      /* tokenizer path */
+    const char *tokenizer_kind; /* kvcal_tokenizer_kind() */
+    uint64_t seed;
+    int pack;
+} kvcal_token_provenance;
+
+/* Writes samples as an HDF5 token set, atomically: dataset "input_ids"
+ * (num_samples, seq_len) int32 and "lengths" (num_samples) int32, deflate
+ * compressed, with attributes format = "kvcal-tokens", format_version = 1,
+ * kvcal_version, num_tokens and the provenance fields. Padding is id -1. */
+kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
+                                      const kvcal_token_provenance *prov);
+
 #endif

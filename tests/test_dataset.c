@@ -1,0 +1,264 @@
+/* tests/test_dataset.c: dataset formats, sampling, and their errors. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/status.h"
+#include "io/dataset.h"
+#include "io/dataset_impl.h"
+#include "tests/test_util.h"
+
+static const char *write_tmp(const char *name, const char *text)
+{
+    const char *p = kvcal_test_path(name);
+    CU_ASSERT_EQUAL(kvcal_test_write_file(p, text, strlen(text)), 0);
+    return p;
+}
+
+static int doc_is(const kvcal_doclist *l, size_t i, const char *want)
+{
+    return i < l->n && l->d[i].len == strlen(want) && !memcmp(l->d[i].text, want, l->d[i].len);
+}
+
+static void dataset_text_splits_documents_on_blank_lines(void)
+{
+    const char *p = write_tmp("docs.txt", "\n\nfirst line\nsecond line\n\n \t\nthird\r\n\n\nlast");
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(p, NULL, &l), KVCAL_OK);
+    CU_ASSERT_EQUAL(l.n, 3);
+    CU_ASSERT(doc_is(&l, 0, "first line\nsecond line"));
+    CU_ASSERT(doc_is(&l, 1, "third\r"));
+    CU_ASSERT(doc_is(&l, 2, "last"));
+    kvcal_doclist_free(&l);
+}
+
+static void dataset_directory_is_one_document_per_file_in_name_order(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("docdir"));
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/b.txt", dir);
+    kvcal_test_write_file(p, "bee\n\nstill bee\n", 15);
+    snprintf(p, sizeof p, "%s/a.txt", dir);
+    kvcal_test_write_file(p, "ay", 2);
+    snprintf(p, sizeof p, "%s/.hidden", dir);
+    kvcal_test_write_file(p, "no", 2);
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(dir, NULL, &l), KVCAL_OK);
+    CU_ASSERT_EQUAL(l.n, 2);
+    CU_ASSERT(doc_is(&l, 0, "ay"));
+    CU_ASSERT(doc_is(&l, 1, "bee\n\nstill bee"));
+    kvcal_doclist_free(&l);
+}
+
+static void dataset_jsonl_reads_text_field_and_chat_messages(void)
+{
+    const char *p = write_tmp("t.jsonl",
+                              "{\"body\": \"custom field\"}\n"
+                              "\n"
+                              "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi?\"},"
+                              " {\"role\": \"assistant\", \"content\": [{\"type\": \"text\", \"text\": \"Hello.\"}]}]}\n");
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(p, "body", &l), KVCAL_OK);
+    CU_ASSERT_EQUAL(l.n, 2);
+    CU_ASSERT(doc_is(&l, 0, "custom field"));
+    CU_ASSERT(doc_is(&l, 1, "user: Hi?\nassistant: Hello."));
+    kvcal_doclist_free(&l);
+    /* without --text-field the first line has no usable field */
+    CU_ASSERT_EQUAL(kvcal_dataset_read(p, NULL, &l), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "line 1"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "--text-field"));
+}
+
+static void dataset_jsonl_ids_are_taken_verbatim_and_packed(void)
+{
+    const char *p = write_tmp("ids.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [8, 9]}\n"
+                                           "{\"input_ids\": [10, 11, 12, 13]}\n");
+    kvcal_dataset_options opt = {.num_samples = 3, .seq_len = 3, .seed = 7, .pack = 1};
+    kvcal_samples *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(s->num_tokens, 9);
+    /* every id appears once, no BOS was added, whatever the order */
+    int seen[16] = {0};
+    for (int i = 0; i < 9; i++)
+        if (s->ids[i] >= 5 && s->ids[i] <= 13)
+            seen[s->ids[i]]++;
+    int count = 0;
+    for (int i = 5; i <= 13; i++)
+        count += seen[i];
+    CU_ASSERT_EQUAL(count, 9);
+    kvcal_samples_destroy(s);
+    /* one document per sample: padded with -1 */
+    opt = (kvcal_dataset_options){.num_samples = 3, .seq_len = 5, .seed = 1, .pack = 0};
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(s->num_tokens, 9);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT(s->lengths[i] >= 2 && s->lengths[i] <= 4);
+        for (int k = s->lengths[i]; k < 5; k++)
+            CU_ASSERT_EQUAL(s->ids[i * 5 + k], -1);
+    }
+    kvcal_samples_destroy(s);
+}
+
+static void dataset_same_seed_gives_same_samples(void)
+{
+    char text[4096] = "";
+    for (int i = 0; i < 40; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "{\"input_ids\": [%d, %d, %d, %d]}\n", i, i + 100, i + 200, i + 300);
+        strcat(text, line);
+    }
+    const char *p = write_tmp("many.jsonl", text);
+    kvcal_dataset_options opt = {.num_samples = 10, .seq_len = 4, .seed = 42, .pack = 0};
+    kvcal_samples *a = NULL, *b = NULL, *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &b), KVCAL_OK);
+    opt.seed = 43;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(memcmp(a->ids, b->ids, 40 * sizeof *a->ids), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(a->ids, c->ids, 40 * sizeof *a->ids), 0);
+    kvcal_samples_destroy(a);
+    kvcal_samples_destroy(b);
+    kvcal_samples_destroy(c);
+    /* the generator is xoshiro256** seeded by splitmix64: fixed outputs */
+    kvcal_rng r;
+    kvcal_rng_seed(&r, 0);
+    CU_ASSERT_EQUAL(kvcal_rng_next(&r), 0x99EC5F36CB75F2B4ull);
+}
+
+static void dataset_rejects_invalid_utf8_naming_the_line(void)
+{
+    const char *p = write_tmp("latin1.txt", "fine\nfine too\ncaf\xe9\n");
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL(kvcal_dataset_read(p, NULL, &l), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "line 3"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "UTF-8"));
+}
+
+static void dataset_too_few_tokens_says_how_many_there_are(void)
+{
+    const char *p = write_tmp("few.jsonl", "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4, 5]}\n");
+    kvcal_dataset_options opt = {.num_samples = 2, .seq_len = 4, .seed = 0, .pack = 1};
+    kvcal_samples *s = (kvcal_samples *)1;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "has 5 tokens in 2 documents"));
+    opt.pack = 0;
+    opt.num_samples = 3;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "has 2 non-empty documents"));
+}
+
+static void dataset_empty_unreadable_or_textless_is_an_error(void)
+{
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("empty.txt", "\n \n\n"), NULL, &l), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "empty"));
+    CU_ASSERT_EQUAL(kvcal_dataset_read(kvcal_test_path("nope.txt"), NULL, &l), KVCAL_ERR_IO);
+    kvcal_dataset_options opt = {.num_samples = 1, .seq_len = 4};
+    kvcal_samples *s = NULL;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(write_tmp("x.txt", "words"), NULL, &opt, &s),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "needs a tokenizer"));
+    opt.seq_len = 0;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(write_tmp("x.txt", "words"), NULL, &opt, &s),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("bad.jsonl", "{\"input_ids\": [1, -2]}\n"), NULL, &l),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("bad2.jsonl", "not json\n"), NULL, &l),
+                    KVCAL_ERR_PARSE);
+}
+
+static void dataset_hdf5_token_set_reads_back_as_written(void)
+{
+    kvcal_samples s = {.num_samples = 3, .seq_len = 4};
+    int32_t ids[12] = {1, 2, 3, 4, 5, 6, -1, -1, 7, 8, 9, 10};
+    int32_t lengths[3] = {4, 2, 4};
+    s.ids = ids;
+    s.lengths = lengths;
+    s.num_tokens = 10;
+    const char *p = kvcal_test_path("set.h5");
+    kvcal_token_provenance prov = {.source = "x.txt", .tokenizer = "tok.bin",
+                                   .tokenizer_kind = "llama2c", .seed = 3, .pack = 1};
+    CU_ASSERT_EQUAL_FATAL(kvcal_samples_write_hdf5(p, &s, &prov), KVCAL_OK);
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(p, NULL, &l), KVCAL_OK);
+    CU_ASSERT_EQUAL(l.n, 3);
+    CU_ASSERT_EQUAL(l.d[1].n_ids, 2);
+    CU_ASSERT_EQUAL(l.d[1].ids[1], 6);
+    CU_ASSERT_EQUAL(l.d[2].ids[3], 10);
+    kvcal_doclist_free(&l);
+    /* same seq_len, one row per sample: the rows come back (in seed order) */
+    kvcal_dataset_options opt = {.num_samples = 3, .seq_len = 4, .seed = 9, .pack = 0};
+    kvcal_samples *back = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &back), KVCAL_OK);
+    CU_ASSERT_EQUAL(back->num_tokens, 10);
+    kvcal_samples_destroy(back);
+    /* a file without input_ids */
+    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("fake.h5", "\x89HDF\r\n\x1a\n junk"), NULL, &l),
+                    KVCAL_ERR_PARSE);
+}
+
+static void dataset_text_packs_windows_that_start_with_bos(void)
+{
+    char tokp[512];
+    snprintf(tokp, sizeof tokp, "%s/models/stories260K/tok512.bin", kvcal_test_shared_dir());
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_load(tokp, &tok), KVCAL_OK);
+    const char *p = write_tmp("stories.txt",
+                              "Once upon a time there was a cat. The cat liked milk and naps.\n\n"
+                              "Tom ran to the park. He saw a big red ball and a small dog.\n\n"
+                              "The sun was hot. Lily and Ben played in the water all day long.\n");
+    kvcal_dataset_options opt = {.num_samples = 4, .seq_len = 12, .seed = 5, .pack = 1};
+    kvcal_samples *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(s->num_tokens, 48);
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_EQUAL(s->ids[i * 12], 1);
+    kvcal_samples_destroy(s);
+    /* one document per sample: each is the document's own encoding */
+    opt = (kvcal_dataset_options){.num_samples = 3, .seq_len = 64, .seed = 5, .pack = 0};
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_OK);
+    kvcal_documents *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_tokenize_documents(p, tok, NULL, &d), KVCAL_OK);
+    CU_ASSERT_EQUAL(d->num_docs, 3);
+    long long total = 0;
+    for (int i = 0; i < 3; i++) {
+        total += (long long)d->lengths[i];
+        CU_ASSERT_EQUAL(d->ids[i][0], 1);
+    }
+    CU_ASSERT_EQUAL(s->num_tokens, total);
+    opt.num_samples = 1;
+    opt.seq_len = 1000;
+    opt.pack = 1;
+    kvcal_samples *none = NULL;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &none), KVCAL_ERR_FORMAT);
+    char want[64];
+    snprintf(want, sizeof want, "has %lld tokens in 3 documents", total);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), want));
+    kvcal_documents_destroy(d);
+    kvcal_samples_destroy(s);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static CU_TestInfo shared_tests[] = {
+    KVCAL_TEST(dataset_text_packs_windows_that_start_with_bos),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(dataset_shared, KVCAL_NEEDS_SHARED, shared_tests)
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(dataset_text_splits_documents_on_blank_lines),
+    KVCAL_TEST(dataset_directory_is_one_document_per_file_in_name_order),
+    KVCAL_TEST(dataset_jsonl_reads_text_field_and_chat_messages),
+    KVCAL_TEST(dataset_jsonl_ids_are_taken_verbatim_and_packed),
+    KVCAL_TEST(dataset_same_seed_gives_same_samples),
+    KVCAL_TEST(dataset_rejects_invalid_utf8_naming_the_line),
+    KVCAL_TEST(dataset_too_few_tokens_says_how_many_there_are),
+    KVCAL_TEST(dataset_empty_unreadable_or_textless_is_an_error),
+    KVCAL_TEST(dataset_hdf5_token_set_reads_back_as_written),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(dataset, KVCAL_NEEDS_NOTHING, tests)

@@ -1,0 +1,281 @@
+/* tests/test_tokenizer.c: token ids identical to the reference libraries.
+ *
+ * tests/make_tokenizer_fixtures.py wrote the test strings and, per
+ * tokenizer, the ids HF tokenizers / sentencepiece / a port of llama2.c's
+ * encode gave for them (tests/fixtures/tokenizer/). Every string must give
+ * exactly those ids. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "io/tokenizer.h"
+#include "io/tokenizer_impl.h"
+#include "tests/test_util.h"
+
+#define FIX "tests/fixtures/tokenizer/"
+
+typedef struct fixture_strings {
+    size_t n;
+    char **s;    /* (n) bytes */
+    size_t *len; /* (n) */
+} fixture_strings;
+
+static fixture_strings strings;
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Loads strings.jsonl once: {"text": "..."} or {"hex": "..."} per line. */
+static const fixture_strings *load_strings(void)
+{
+    if (strings.n)
+        return &strings;
+    size_t len;
+    char *data = kvcal_test_read_file(FIX "strings.jsonl", &len);
+    if (!data)
+        return NULL;
+    size_t cap = 2048;
+    strings.s = calloc(cap, sizeof *strings.s);
+    strings.len = calloc(cap, sizeof *strings.len);
+    for (char *line = strtok(data, "\n"); line && strings.n < cap; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *t = cJSON_GetObjectItem(o, "text"), *h = cJSON_GetObjectItem(o, "hex");
+        size_t i = strings.n++;
+        if (cJSON_IsString(t)) {
+            strings.len[i] = strlen(t->valuestring);
+            strings.s[i] = strdup(t->valuestring);
+        } else if (cJSON_IsString(h)) {
+            size_t m = strlen(h->valuestring) / 2;
+            strings.s[i] = malloc(m + 1);
+            for (size_t k = 0; k < m; k++)
+                strings.s[i][k] = (char)(hexval(h->valuestring[2 * k]) << 4 |
+                                         hexval(h->valuestring[2 * k + 1]));
+            strings.len[i] = m;
+        }
+        cJSON_Delete(o);
+    }
+    free(data);
+    return &strings;
+}
+
+/* Encodes every string named in ids_file and compares with its ids; returns
+ * the number of strings checked, reporting the first mismatches. */
+static size_t check_ids(const kvcal_tokenizer_t *tok, const char *ids_file, size_t *mismatches)
+{
+    const fixture_strings *fs = load_strings();
+    size_t len, checked = 0;
+    char *data = kvcal_test_read_file(ids_file, &len);
+    *mismatches = 0;
+    if (!fs || !data) {
+        free(data);
+        return 0;
+    }
+    char *save = NULL;
+    for (char *line = strtok_r(data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *o = cJSON_Parse(line);
+        int i = cJSON_GetObjectItem(o, "i")->valueint;
+        const cJSON *want = cJSON_GetObjectItem(o, "ids");
+        int32_t *ids = NULL;
+        size_t n = 0;
+        kvcal_status st = kvcal_tokenizer_encode(tok, fs->s[i], fs->len[i], 0, &ids, &n);
+        int ok = st == KVCAL_OK && n == (size_t)cJSON_GetArraySize(want);
+        for (size_t k = 0; ok && k < n; k++)
+            ok = ids[k] == cJSON_GetArrayItem(want, (int)k)->valueint;
+        if (!ok && (*mismatches)++ < 5) {
+            fprintf(stderr, "\n  %s: string %d (%zu bytes): got", ids_file, i, fs->len[i]);
+            for (size_t k = 0; k < n && k < 24; k++)
+                fprintf(stderr, " %d", ids[k]);
+            char *w = cJSON_PrintUnformatted(want);
+            fprintf(stderr, "\n    want %.200s %s\n", w, st ? kvcal_last_error() : "");
+            free(w);
+        }
+        free(ids);
+        cJSON_Delete(o);
+        checked++;
+    }
+    free(data);
+    return checked;
+}
+
+static kvcal_tokenizer_t *load(const char *path)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    kvcal_status st = kvcal_tokenizer_load(path, &tok);
+    if (st)
+        fprintf(stderr, "\n  %s: %s\n", path, kvcal_last_error());
+    return tok;
+}
+
+static char *shared_path(const char *rel)
+{
+    static char buf[4][512];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%s", kvcal_test_shared_dir(), rel);
+    return p;
+}
+
+/* decode(encode(text)) gives the text back for valid UTF-8 */
+static void check_roundtrip(const kvcal_tokenizer_t *tok, size_t max_strings)
+{
+    const fixture_strings *fs = load_strings();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fs);
+    size_t bad = 0;
+    for (size_t i = 0; i < fs->n && i < max_strings; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char *text = NULL;
+        const char *s = fs->s[i];
+        size_t l = fs->len[i];
+        /* sentencepiece-style decoders drop one leading space and turn
+           U+2581 into a space: skip such texts, and those not UTF-8 */
+        if (kvcal_utf8_check(s, l) != l || memchr(s, 0, l) || (l && s[0] == ' ') ||
+            strstr(s, "\xE2\x96\x81"))
+            continue;
+        if (kvcal_tokenizer_encode(tok, s, l, 1, &ids, &n) ||
+            kvcal_tokenizer_decode(tok, ids, n, &text))
+            bad++;
+        else if (strlen(text) != l || memcmp(text, s, l)) {
+            if (bad < 3)
+                fprintf(stderr, "\n  roundtrip %zu: [%.60s] -> [%.60s]\n", i, s, text);
+            bad++;
+        }
+        free(ids);
+        free(text);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+// --- llama2.c tokenizer.bin ---------------------------------------------------------
+
+static void llama2c_matches_run_c_encode_on_stories260k(void)
+{
+    kvcal_tokenizer_t *tok = load(shared_path("models/stories260K/tok512.bin"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "llama2c");
+    CU_ASSERT_EQUAL(kvcal_tokenizer_vocab_size(tok), 512);
+    size_t bad, n = check_ids(tok, FIX "llama2c_ids.jsonl", &bad);
+    CU_ASSERT(n >= 400);
+    CU_ASSERT_EQUAL(bad, 0);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void llama2c_adds_bos_not_eos_and_decodes_back(void)
+{
+    kvcal_tokenizer_t *tok = load(shared_path("models/stories260K/tok512.bin"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_bos(tok), 1);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_eos(tok), 2);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *text = "Once upon a time, there was a little girl named Lily.";
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n), KVCAL_OK);
+    CU_ASSERT(n > 2);
+    CU_ASSERT_EQUAL(ids[0], 1);
+    CU_ASSERT_NOT_EQUAL(ids[n - 1], 2);
+    char *back = NULL;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_decode(tok, ids, n, &back), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(back, text);
+    free(back);
+    free(ids);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, "", 0, 0, &ids, &n), KVCAL_OK);
+    CU_ASSERT_EQUAL(n, 0);
+    free(ids);
+    check_roundtrip(tok, 400);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void tokenizer_find_picks_tok_bin_next_to_model(void)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(shared_path("models/stories260K/stories260K.bin"), NULL, &tok),
+                    KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "llama2c");
+    kvcal_tokenizer_destroy(tok);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(shared_path("models/stories260K"), NULL, &tok), KVCAL_OK);
+    CU_ASSERT_PTR_NOT_NULL(tok);
+    kvcal_tokenizer_destroy(tok);
+    /* tokenizer.model wins over tokenizer.bin in one folder */
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(shared_path("models/llama2-tokenizer"), NULL, &tok), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "sentencepiece");
+    kvcal_tokenizer_destroy(tok);
+}
+
+// --- SentencePiece tokenizer.model ---------------------------------------------------
+
+static void sentencepiece_matches_sentencepiece_on_llama2_model(void)
+{
+    kvcal_tokenizer_t *tok = load(shared_path("models/llama2-tokenizer/tokenizer.model"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "sentencepiece");
+    CU_ASSERT_EQUAL(kvcal_tokenizer_vocab_size(tok), 32000);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_bos(tok), 1);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_eos(tok), 2);
+    size_t bad, n = check_ids(tok, FIX "llama2_spm_ids.jsonl", &bad);
+    CU_ASSERT(n >= 1000);
+    CU_ASSERT_EQUAL(bad, 0);
+    check_roundtrip(tok, 2000);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void llama2c_and_sentencepiece_exports_agree_on_prose(void)
+{
+    /* the same Llama 2 vocabulary in both formats gives the same ids on
+       ordinary text (llama2.c's encoder differs only on rare whitespace) */
+    kvcal_tokenizer_t *a = load(shared_path("models/llama2-tokenizer/tokenizer.model"));
+    kvcal_tokenizer_t *b = load(shared_path("models/llama2-tokenizer/tokenizer.bin"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    const char *text = "The quick brown fox jumps over the lazy dog. Les élèves ont mangé 12 crêpes.";
+    int32_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(a, text, strlen(text), 1, &x, &nx), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(b, text, strlen(text), 1, &y, &ny), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(nx, ny);
+    CU_ASSERT_EQUAL(memcmp(x, y, nx * sizeof *x), 0);
+    free(x);
+    free(y);
+    kvcal_tokenizer_destroy(a);
+    kvcal_tokenizer_destroy(b);
+}
+
+// --- errors ---------------------------------------------------------------------------
+
+static void tokenizer_load_rejects_unknown_and_truncated_files(void)
+{
+    kvcal_tokenizer_t *tok = (kvcal_tokenizer_t *)1;
+    const char *p = kvcal_test_path("garbage.bin");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(p, "\xff\xfe garbage", 10), 0);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load(p, &tok), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(tok);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "unknown tokenizer type"));
+    /* a llama2.c header followed by a token that runs past the end */
+    const unsigned char trunc[] = {16, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 'a'};
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(p, trunc, sizeof trunc), 0);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load(p, &tok), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "token 0"));
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load(kvcal_test_path("missing.model"), &tok), KVCAL_ERR_IO);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(kvcal_test_tmpdir(), NULL, &tok), KVCAL_ERR_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "--tokenizer"));
+    kvcal_tokenizer_destroy(NULL);
+}
+
+static CU_TestInfo shared_tests[] = {
+    KVCAL_TEST(llama2c_matches_run_c_encode_on_stories260k),
+    KVCAL_TEST(llama2c_adds_bos_not_eos_and_decodes_back),
+    KVCAL_TEST(tokenizer_find_picks_tok_bin_next_to_model),
+    KVCAL_TEST(sentencepiece_matches_sentencepiece_on_llama2_model),
+    KVCAL_TEST(llama2c_and_sentencepiece_exports_agree_on_prose),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(tokenizer_shared, KVCAL_NEEDS_SHARED, shared_tests)
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(tokenizer_load_rejects_unknown_and_truncated_files),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(tokenizer, KVCAL_NEEDS_NOTHING, tests)
