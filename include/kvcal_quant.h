@@ -45,11 +45,25 @@ extern "C" {
  * cudaStream_t unchanged; this header needs no CUDA header. */
 struct CUstream_st;
 
-/* Element type of K/V inputs and of dequantized outputs. */
+/* Element types, one enum for the whole library. K/V inputs and dequantized
+ * outputs are F32, F16 or BF16; the others name the safetensors dtypes
+ * (io/safetensors.h). Values only grow at the end. */
 typedef enum kvcal_dtype {
     KVCAL_DTYPE_F32 = 0,
     KVCAL_DTYPE_F16 = 1,
-    KVCAL_DTYPE_BF16 = 2
+    KVCAL_DTYPE_BF16 = 2,
+    KVCAL_DTYPE_F8_E4M3 = 3, /* "F8_E4M3" (e4m3fn) */
+    KVCAL_DTYPE_I32 = 4,
+    KVCAL_DTYPE_I64 = 5,
+    KVCAL_DTYPE_F64 = 6,
+    KVCAL_DTYPE_U8 = 7,
+    KVCAL_DTYPE_I8 = 8,
+    KVCAL_DTYPE_F8_E5M2 = 9,
+    KVCAL_DTYPE_I16 = 10,
+    KVCAL_DTYPE_BOOL = 11,
+    KVCAL_DTYPE_U16 = 12,
+    KVCAL_DTYPE_U32 = 13,
+    KVCAL_DTYPE_U64 = 14
 } kvcal_dtype;
 
 /* Layout of one paged cache (K and V each have one). */

@@ -14,24 +14,7 @@
 
 #define KVCAL_MAX_DIMS 8
 
-/* Element types. Values only grow at the end. */
-typedef enum kvcal_dtype {
-    KVCAL_DTYPE_F32 = 0,
-    KVCAL_DTYPE_F16 = 1,
-    KVCAL_DTYPE_BF16 = 2,
-    KVCAL_DTYPE_F8_E4M3 = 3, /* "F8_E4M3" (e4m3fn) */
-    KVCAL_DTYPE_I32 = 4,
-    KVCAL_DTYPE_I64 = 5,
-    KVCAL_DTYPE_F64 = 6,
-    KVCAL_DTYPE_U8 = 7,
-    KVCAL_DTYPE_I8 = 8,
-    KVCAL_DTYPE_F8_E5M2 = 9,
-    KVCAL_DTYPE_I16 = 10,
-    KVCAL_DTYPE_BOOL = 11,
-    KVCAL_DTYPE_U16 = 12,
-    KVCAL_DTYPE_U32 = 13,
-    KVCAL_DTYPE_U64 = 14
-} kvcal_dtype;
+/* Element types: kvcal_dtype of include/kvcal_quant.h (F32 ... U64). */
 
 /* Largest header the reader accepts, as the reference implementation. */
 #define KVCAL_SAFETENSORS_MAX_HEADER 100000000u

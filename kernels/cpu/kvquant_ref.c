@@ -84,7 +84,7 @@ static float load_elem(const void *p, kvcal_dtype dtype, int64_t i)
     switch (dtype) {
     case KVCAL_DTYPE_F16: return f16_to_float(((const uint16_t *)p)[i]);
     case KVCAL_DTYPE_BF16: return bits_to_float((uint32_t)((const uint16_t *)p)[i] << 16);
-    case KVCAL_DTYPE_F32: break;
+    default: break; /* F32 (dtype_ok refuses the rest) */
     }
     return ((const float *)p)[i];
 }
@@ -94,7 +94,7 @@ static void store_elem(void *p, kvcal_dtype dtype, int64_t i, float v)
     switch (dtype) {
     case KVCAL_DTYPE_F16: ((uint16_t *)p)[i] = float_to_f16(v); return;
     case KVCAL_DTYPE_BF16: ((uint16_t *)p)[i] = float_to_bf16(v); return;
-    case KVCAL_DTYPE_F32: break;
+    default: break; /* F32 (dtype_ok refuses the rest) */
     }
     ((float *)p)[i] = v;
 }
