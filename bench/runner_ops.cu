@@ -1,0 +1,239 @@
+// bench/runner_ops.cu: times every CUDA op of the calibration runner at
+// Llama-3-8B shapes (8 x 2048 tokens a batch, hidden 4096, 32 heads, 8 kv
+// heads, head_dim 128, MLP 14336), against the device's measured ceilings
+// (a large device-to-device copy, a large bf16 GEMM), and adds one layer up
+// into a predicted forward rate. Each op is timed with CUDA events, the L2
+// flushed before every repetition, median of the repetitions.
+//
+// usage: runner_ops [reps]     (default 20)
+// Correctness is the test suite's job (tests/test_cuda_ops.c); every launch's
+// status is checked here and a failure aborts the run.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_bf16.h>
+#include <vector>
+
+extern "C" {
+#include "core/status.h"
+}
+#include "kernels/cuda/ops.h"
+#include "observers/stats.h"
+
+#define CHECK_CUDA(x)                                                                   \
+    do {                                                                                \
+        cudaError_t e_ = (x);                                                           \
+        if (e_ != cudaSuccess) {                                                        \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                 \
+                    cudaGetErrorString(e_));                                            \
+            exit(1);                                                                    \
+        }                                                                               \
+    } while (0)
+#define CHECK_KVCAL(x)                                                                  \
+    do {                                                                                \
+        kvcal_status s_ = (x);                                                          \
+        if (s_ != KVCAL_OK) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #x,             \
+                    kvcal_status_str(s_), kvcal_last_error());                          \
+            exit(1);                                                                    \
+        }                                                                               \
+    } while (0)
+
+// --- setup ----------------------------------------------------------------------
+
+__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, float scale, unsigned seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = __float2bfloat16(((float)(h & 0xffffff) / 8388608.0f - 1.0f) * scale);
+    }
+}
+
+static kvcal_bf16 *rand_dev(size_t n, float scale)
+{
+    static unsigned seed = 1;
+    kvcal_bf16 *p;
+    CHECK_CUDA(cudaMalloc(&p, n * sizeof *p));
+    fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16 *>(p), n, scale, seed++);
+    CHECK_CUDA(cudaGetLastError());
+    return p;
+}
+
+struct timer {
+    int reps;
+    void *flush;
+    size_t flush_bytes;
+    cudaEvent_t a, b;
+};
+
+// Median milliseconds of f() over t.reps runs, each after an L2 flush.
+template <class F> static float time_ms(timer &t, F f)
+{
+    f();
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<float> ms;
+    for (int r = 0; r < t.reps; r++) {
+        CHECK_CUDA(cudaMemsetAsync(t.flush, r & 0xff, t.flush_bytes));
+        CHECK_CUDA(cudaEventRecord(t.a));
+        f();
+        CHECK_CUDA(cudaEventRecord(t.b));
+        CHECK_CUDA(cudaEventSynchronize(t.b));
+        float x;
+        CHECK_CUDA(cudaEventElapsedTime(&x, t.a, t.b));
+        ms.push_back(x);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+static void row(const char *name, float ms, double flops, double bytes, double peak_tflops,
+                double peak_tbs)
+{
+    const double tf = flops / (ms * 1e-3) / 1e12, tb = bytes / (ms * 1e-3) / 1e12;
+    const double floor_ms =
+        std::max(flops / (peak_tflops * 1e12), bytes / (peak_tbs * 1e12)) * 1e3;
+    printf("%-26s %9.3f %9.3f %6.0f%% %9.1f %7.2f\n", name, ms, floor_ms,
+           100.0 * floor_ms / ms, tf, tb);
+}
+
+int main(int argc, char **argv)
+{
+    const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
+    const int M = B * T, QKV = (H + 2 * HKV) * HD;
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20);
+
+    timer t = {reps, nullptr, (size_t)256 << 20, nullptr, nullptr};
+    CHECK_CUDA(cudaMalloc(&t.flush, t.flush_bytes));
+    CHECK_CUDA(cudaEventCreate(&t.a));
+    CHECK_CUDA(cudaEventCreate(&t.b));
+    kvcal_gemm_t *gemm;
+    CHECK_KVCAL(kvcal_gemm_create(32u << 20, &gemm));
+
+    // --- ceilings ---
+    const size_t copy_bytes = (size_t)2 << 30;
+    void *c0, *c1;
+    CHECK_CUDA(cudaMalloc(&c0, copy_bytes));
+    CHECK_CUDA(cudaMalloc(&c1, copy_bytes));
+    CHECK_CUDA(cudaMemset(c0, 1, copy_bytes));
+    const float copy_ms = time_ms(t, [&] {
+        CHECK_CUDA(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice));
+    });
+    CHECK_CUDA(cudaFree(c0));
+    CHECK_CUDA(cudaFree(c1));
+    const double peak_tbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e12;
+    const int S = 8192;
+    kvcal_bf16 *ga = rand_dev((size_t)S * S, 1.0f), *gb = rand_dev((size_t)S * S, 1.0f);
+    kvcal_bf16 *gc = rand_dev((size_t)S * S, 1.0f);
+    const float big_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_gemm_launch(gemm, gc, ga, gb, nullptr, S, S, S, 0));
+    });
+    const double peak_tflops = 2.0 * S * S * (double)S / (big_ms * 1e-3) / 1e12;
+    CHECK_CUDA(cudaFree(ga));
+    CHECK_CUDA(cudaFree(gb));
+    CHECK_CUDA(cudaFree(gc));
+    printf("ceilings: copy %.2f TB/s (read + write), bf16 GEMM 8192^3 %.0f TFLOP/s\n\n",
+           peak_tbs, peak_tflops);
+
+    // --- one Llama-3-8B layer at 8 x 2048 tokens ---
+    kvcal_bf16 *resid = rand_dev((size_t)M * D, 1.0f), *delta = rand_dev((size_t)M * D, 1.0f);
+    kvcal_bf16 *xn = rand_dev((size_t)M * D, 1.0f), *norm_w = rand_dev(D, 1.0f);
+    kvcal_bf16 *w_qkv = rand_dev((size_t)QKV * D, 0.02f), *b_qkv = rand_dev(QKV, 0.02f);
+    kvcal_bf16 *w_o = rand_dev((size_t)D * D, 0.02f);
+    kvcal_bf16 *w_gu = rand_dev((size_t)2 * F * D, 0.02f), *w_down = rand_dev((size_t)D * F, 0.02f);
+    kvcal_bf16 *qkv = rand_dev((size_t)M * QKV, 1.0f), *att = rand_dev((size_t)M * D, 1.0f);
+    kvcal_bf16 *gu = rand_dev((size_t)M * 2 * F, 1.0f), *act = rand_dev((size_t)M * F, 1.0f);
+    int32_t *pos;
+    float *inv_freq;
+    CHECK_CUDA(cudaMalloc(&pos, M * sizeof *pos));
+    CHECK_CUDA(cudaMalloc(&inv_freq, HD / 2 * sizeof *inv_freq));
+    {
+        std::vector<int32_t> hp(M);
+        std::vector<float> hf(HD / 2);
+        for (int i = 0; i < M; i++)
+            hp[i] = i % T;
+        for (int i = 0; i < HD / 2; i++)
+            hf[i] = powf(500000.0f, -2.0f * i / HD);
+        CHECK_CUDA(cudaMemcpy(pos, hp.data(), M * sizeof *pos, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(inv_freq, hf.data(), HD / 2 * sizeof(float),
+                              cudaMemcpyHostToDevice));
+    }
+    kvcal_kv_observer obs;
+    for (int kv = 0; kv < 2; kv++) {
+        CHECK_CUDA(cudaMalloc(&obs.absmax[kv], HKV * HD * sizeof(float)));
+        CHECK_CUDA(cudaMalloc(&obs.hist[kv], (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
+        CHECK_CUDA(cudaMalloc(&obs.batch_absmax[kv], HKV * sizeof(float)));
+        CHECK_CUDA(cudaMemset(obs.absmax[kv], 0, HKV * HD * sizeof(float)));
+        CHECK_CUDA(cudaMemset(obs.hist[kv], 0, (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
+        CHECK_CUDA(cudaMemset(obs.batch_absmax[kv], 0, HKV * sizeof(float)));
+    }
+    const kvcal_rope_cfg rope = {inv_freq, HD, 0, nullptr, nullptr, 0.0f};
+
+    printf("%-26s %9s %9s %7s %9s %7s\n", "op (8 x 2048 tokens)", "ms", "floor ms", "of fl",
+           "TFLOP/s", "TB/s");
+    auto gemm_row = [&](const char *name, kvcal_bf16 *out, const kvcal_bf16 *x,
+                        const kvcal_bf16 *w, const kvcal_bf16 *bias, int k, int n) {
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_gemm_launch(gemm, out, x, w, bias, M, k, n, 0));
+        });
+        row(name, ms, 2.0 * M * (double)k * n, 2.0 * ((double)M * k + (double)k * n + (double)M * n),
+            peak_tflops, peak_tbs);
+        return ms;
+    };
+    float layer = 0.0f, observer_cost;
+    {
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
+        });
+        row("add_rmsnorm", ms, 0.0, 2.0 * 4 * (double)M * D, peak_tflops, peak_tbs);
+        layer += 2 * ms;
+    }
+    layer += gemm_row("gemm qkv (+bias)", qkv, xn, w_qkv, b_qkv, D, QKV);
+    {
+        const double bytes = 2.0 * M * ((H + HKV) * HD * 2.0 + HKV * HD);
+        const float off = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope, nullptr, 0));
+        });
+        row("rope", off, 0.0, bytes, peak_tflops, peak_tbs);
+        const float on = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope, &obs, 0));
+        });
+        row("rope + observe", on, 0.0, bytes, peak_tflops, peak_tbs);
+        layer += on;
+        observer_cost = on - off;
+    }
+    {
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_attention_launch(att, D, qkv, qkv + H * HD, qkv + (H + HKV) * HD,
+                                               QKV, B, T, H, HKV, HD, 0.08838834764f, 0));
+        });
+        const double flops = 4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
+        row("attention (causal)", ms, flops, 2.0 * M * (2.0 * H + 2.0 * HKV) * HD, peak_tflops,
+            peak_tbs);
+        layer += ms;
+    }
+    layer += gemm_row("gemm o", xn, att, w_o, nullptr, D, D);
+    layer += gemm_row("gemm gate_up", gu, xn, w_gu, nullptr, D, 2 * F);
+    {
+        const float ms = time_ms(t, [&] { CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0)); });
+        row("swiglu", ms, 0.0, 2.0 * 3.0 * M * F, peak_tflops, peak_tbs);
+        layer += ms;
+    }
+    layer += gemm_row("gemm down", delta, act, w_down, nullptr, F, D);
+    const double layer_flops =
+        2.0 * M * D * ((double)QKV + D + 3.0 * F) + 4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
+    printf("\nlayer (sum of ops): %.3f ms, %.0f TFLOP/s; observer +%.3f ms (%.2f%% of the "
+           "layer)\n",
+           layer, layer_flops / (layer * 1e-3) / 1e12, observer_cost, 100.0 * observer_cost / layer);
+    printf("predicted 32-layer forward: %.0f tokens/s\n", M / (32.0 * layer * 1e-3));
+
+    kvcal_gemm_destroy(gemm);
+    return 0;
+}

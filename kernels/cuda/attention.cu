@@ -1,0 +1,336 @@
+/* kernels/cuda/attention.cu: causal prefill attention on the tensor cores,
+ * flash-attention style (one pass over K/V with an online softmax).
+ *
+ * A block of 4 warps owns 64 queries of one (sequence, query head); each warp
+ * owns 16 of them and keeps their Q fragments and fp32 output accumulators in
+ * registers. K and V stream through shared memory in tiles of 64 keys with
+ * cp.async, the V tile loading while S = Q K^T is computed and the next K
+ * tile while P V is: mma.sync m16n8k16 bf16 -> fp32 for both products, the
+ * probabilities P reused from the S accumulators as A fragments without a
+ * trip through shared memory. Blocks are launched diagonal-heaviest first so
+ * the causal triangle's long rows do not finish last.
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16, lane = 4 * g + t):
+ *   A (16x16, row): a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+ *   B (16x8, col):  b0 (k 2t..2t+1, n g) b1 (k 2t+8.., n g)
+ *   C (16x8):       c0 c1 (g, 2t..2t+1)  c2 c3 (g+8, 2t..2t+1) */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/ops.h"
+
+enum { ATT_BM = 64, ATT_BN = 64, ATT_WARPS = 4, ATT_PAD = 8 };
+
+// --- PTX wrappers ---------------------------------------------------------------
+
+static __device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, zero-filled when !valid (src is not read then). */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(n));
+}
+static __device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+static __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* c (16x8 fp32) += a (16x16 bf16) b (16x8 bf16) */
+static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+// --- tiles --------------------------------------------------------------------
+
+/* Queues rows [r0, r0 + 64) of a (seq_len, stride) matrix slice of head_dim HD
+ * columns into a (64, HD + PAD) shared tile; rows past seq_len become zeros. */
+template <int HD>
+static __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile,
+                                                 const __nv_bfloat16 *src, int64_t stride,
+                                                 int r0, int seq_len)
+{
+    constexpr int CHUNKS = HD / 8;
+    for (int c = threadIdx.x; c < ATT_BM * CHUNKS; c += ATT_WARPS * 32) {
+        const int r = c / CHUNKS, col = (c - r * CHUNKS) * 8;
+        const bool valid = r0 + r < seq_len;
+        const __nv_bfloat16 *s = src + (int64_t)(valid ? r0 + r : 0) * stride + col;
+        cp_async16(tile + r * (HD + ATT_PAD) + col, s, valid);
+    }
+}
+
+// --- kernel -------------------------------------------------------------------
+
+template <int HD>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    attention_kernel(__nv_bfloat16 *__restrict__ out, // (batch * seq_len, out_stride)
+                     int64_t out_stride,
+                     const __nv_bfloat16 *__restrict__ q, // (batch * seq_len, stride)
+                     const __nv_bfloat16 *__restrict__ k,
+                     const __nv_bfloat16 *__restrict__ v, int64_t stride, int seq_len,
+                     int group, float scale_log2)
+{
+    constexpr int LD = HD + ATT_PAD, KSTEPS = HD / 16, DTILES = HD / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    __nv_bfloat16 *sq = reinterpret_cast<__nv_bfloat16 *>(att_smem); // (64, LD)
+    __nv_bfloat16 *sk = sq + ATT_BM * LD;                             // (64, LD)
+    __nv_bfloat16 *sv = sk + ATT_BN * LD;                             // (64, LD)
+
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int m_block = gridDim.z - 1 - blockIdx.z;
+    const int m0 = m_block * ATT_BM;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int gid = lane >> 2, tig = lane & 3;
+    const int64_t seq0 = (int64_t)b * seq_len;
+    const __nv_bfloat16 *qb = q + seq0 * stride + (int64_t)h * HD;
+    const __nv_bfloat16 *kb = k + seq0 * stride + (int64_t)(h / group) * HD;
+    const __nv_bfloat16 *vb = v + seq0 * stride + (int64_t)(h / group) * HD;
+
+    load_tile<HD>(sq, qb, stride, m0, seq_len);
+    cp_async_commit();
+    load_tile<HD>(sk, kb, stride, 0, seq_len);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    uint32_t qf[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++)
+        ldmatrix_x4(qf[kk], sq + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+
+    float o[DTILES][4];
+#pragma unroll
+    for (int d = 0; d < DTILES; d++)
+        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    const int q_row0 = m0 + warp * 16 + gid; // and q_row0 + 8
+
+    const int n_blocks = m_block + 1;
+    for (int j = 0; j < n_blocks; j++) {
+        const int n0 = j * ATT_BN;
+        cp_async_wait<0>();
+        __syncthreads(); // K_j landed; every warp is done with V_{j-1}
+        load_tile<HD>(sv, vb, stride, n0, seq_len);
+        cp_async_commit();
+
+        float s[ATT_BN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < ATT_BN / 8; nt++)
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+            for (int np = 0; np < ATT_BN / 16; np++) {
+                uint32_t kf[4];
+                ldmatrix_x4(kf, sk + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD +
+                                    kk * 16 + ((lane >> 3) & 1) * 8);
+                mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
+                mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+            }
+        }
+
+        // --- online softmax (base 2) ---
+        const bool diagonal = j == m_block;
+        float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < ATT_BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[nt][e] * scale_log2;
+                if (diagonal) {
+                    const int key = n0 + nt * 8 + 2 * tig + (e & 1);
+                    const int qry = q_row0 + (e >> 1) * 8;
+                    if (key > qry)
+                        x = -INFINITY;
+                }
+                s[nt][e] = x;
+                bmax[e >> 1] = fmaxf(bmax[e >> 1], x);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 1));
+            bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 2));
+            const float m_new = fmaxf(row_max[r], bmax[r]);
+            const float corr = exp2f(row_max[r] - m_new);
+            row_max[r] = m_new;
+            row_sum[r] *= corr;
+#pragma unroll
+            for (int d = 0; d < DTILES; d++) {
+                o[d][2 * r] *= corr;
+                o[d][2 * r + 1] *= corr;
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < ATT_BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(s[nt][e] - row_max[e >> 1]);
+                s[nt][e] = p;
+                row_sum[e >> 1] += p;
+            }
+        }
+
+        cp_async_wait<0>();
+        __syncthreads(); // V_j landed; every warp is done with K_j
+        if (j + 1 < n_blocks) {
+            load_tile<HD>(sk, kb, stride, n0 + ATT_BN, seq_len);
+            cp_async_commit();
+        }
+
+        // --- O += P V ---
+#pragma unroll
+        for (int kk = 0; kk < ATT_BN / 16; kk++) {
+            uint32_t pf[4];
+            pf[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            pf[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            pf[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pf[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t vf[4];
+                ldmatrix_x4_trans(vf, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                          dp * 16 + (lane >> 4) * 8);
+                mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
+                mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
+            }
+        }
+    }
+
+    // --- normalize, stage through this warp's rows of sq, store 16-byte chunks ---
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    }
+    const float inv0 = 1.0f / row_sum[0], inv1 = 1.0f / row_sum[1];
+    __nv_bfloat16 *stage = sq + warp * 16 * LD;
+#pragma unroll
+    for (int d = 0; d < DTILES; d++) {
+        *reinterpret_cast<__nv_bfloat162 *>(stage + gid * LD + d * 8 + 2 * tig) =
+            __floats2bfloat162_rn(o[d][0] * inv0, o[d][1] * inv0);
+        *reinterpret_cast<__nv_bfloat162 *>(stage + (gid + 8) * LD + d * 8 + 2 * tig) =
+            __floats2bfloat162_rn(o[d][2] * inv1, o[d][3] * inv1);
+    }
+    __syncwarp();
+    constexpr int CHUNKS = HD / 8;
+    for (int c = lane; c < 16 * CHUNKS; c += 32) {
+        const int r = c / CHUNKS, col = (c - r * CHUNKS) * 8;
+        const int row = m0 + warp * 16 + r;
+        if (row < seq_len)
+            *reinterpret_cast<uint4 *>(out + (seq0 + row) * out_stride + (int64_t)h * HD + col) =
+                *reinterpret_cast<const uint4 *>(stage + r * LD + col);
+    }
+}
+
+// --- launcher -----------------------------------------------------------------
+
+template <int HD>
+static kvcal_status attention_run(__nv_bfloat16 *out, int64_t out_stride,
+                                  const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                  const __nv_bfloat16 *v, int64_t stride, int batch,
+                                  int seq_len, int n_heads, int group, float scale,
+                                  cudaStream_t stream)
+{
+    const size_t smem = 3u * ATT_BM * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    const dim3 grid(n_heads, batch, (seq_len + ATT_BM - 1) / ATT_BM);
+    attention_kernel<HD><<<grid, ATT_WARPS * 32, smem, stream>>>(
+        out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f);
+    KVCAL_CUDA_CHECK_LAUNCH("attention_kernel");
+    return KVCAL_OK;
+}
+
+static int misaligned(const void *p)
+{
+    return ((uintptr_t)p & 15u) != 0;
+}
+
+extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
+                                               const kvcal_bf16 *q, const kvcal_bf16 *k,
+                                               const kvcal_bf16 *v, int64_t qkv_stride,
+                                               int batch, int seq_len, int n_heads,
+                                               int n_kv_heads, int head_dim, float scale,
+                                               cudaStream_t stream)
+{
+    if (!out || !q || !k || !v || batch < 0 || seq_len < 0 || n_heads <= 0 ||
+        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) ||
+        out_stride < (int64_t)n_heads * head_dim || qkv_stride < (int64_t)head_dim)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "attention: batch %d, seq_len %d, %d heads, %d kv heads, scale %g: "
+                          "need buffers, n_heads a multiple of n_kv_heads, scale > 0 and "
+                          "strides that hold a row",
+                          batch, seq_len, n_heads, n_kv_heads, (double)scale);
+    if (head_dim != 64 && head_dim != 80 && head_dim != 96 && head_dim != 128)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "attention: head_dim %d: the CUDA attention kernel supports 64, "
+                          "80, 96 and 128",
+                          head_dim);
+    if (misaligned(out) || misaligned(q) || misaligned(k) || misaligned(v) ||
+        qkv_stride % 8 || out_stride % 8)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "attention: pointers and strides (%lld, %lld elements) must be "
+                          "16-byte aligned",
+                          (long long)qkv_stride, (long long)out_stride);
+    if (batch == 0 || seq_len == 0)
+        return KVCAL_OK;
+    if ((seq_len + ATT_BM - 1) / ATT_BM > 65535 || batch > 65535)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "attention: batch %d x seq_len %d exceeds the launch grid", batch,
+                          seq_len);
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *qq = reinterpret_cast<const __nv_bfloat16 *>(q);
+    auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
+    auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
+    const int group = n_heads / n_kv_heads;
+    switch (head_dim) {
+    case 64:
+        return attention_run<64>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
+                                 n_heads, group, scale, stream);
+    case 80:
+        return attention_run<80>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
+                                 n_heads, group, scale, stream);
+    case 96:
+        return attention_run<96>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
+                                 n_heads, group, scale, stream);
+    default:
+        return attention_run<128>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
+                                  n_heads, group, scale, stream);
+    }
+}

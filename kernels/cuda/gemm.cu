@@ -1,0 +1,193 @@
+/* kernels/cuda/gemm.cu: bf16 GEMMs with fp32 accumulation through cuBLASLt,
+ * the bias added in the epilogue. The algorithm for a shape is chosen once by
+ * cuBLASLt's heuristic and cached.
+ *
+ * Row-major out (rows, n) = x (rows, k) @ w^T is, in cuBLASLt's column-major
+ * terms, out^T (n, rows) = w (k, n)^T @ x^T (k, rows): A = w transposed, B = x,
+ * m = n, n = rows; the bias is per row of the column-major result, which is
+ * what CUBLASLT_EPILOGUE_BIAS adds. */
+#include <cublasLt.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/ops.h"
+
+enum { GEMM_CACHE = 32 };
+
+typedef struct gemm_plan {
+    int rows, k, n, bias;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+struct kvcal_gemm {
+    cublasLtHandle_t lt;
+    void *workspace;
+    size_t workspace_bytes;
+    gemm_plan plans[GEMM_CACHE];
+    int num_plans, next_evict;
+};
+
+#define LT_TRY(call)                                                                  \
+    do {                                                                              \
+        cublasStatus_t st_ = (call);                                                  \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                           \
+            status = kvcal_fail(st_ == CUBLAS_STATUS_ALLOC_FAILED                     \
+                                    ? KVCAL_ERR_DEVICE_MEMORY                         \
+                                    : KVCAL_ERR_CUDA,                                 \
+                                "%s:%d: %s: %s", __FILE__, __LINE__, #call,           \
+                                cublasLtGetStatusString(st_));                        \
+            goto fail;                                                                \
+        }                                                                             \
+    } while (0)
+
+static void plan_release(gemm_plan *p)
+{
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->c);
+    cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+extern "C" kvcal_status kvcal_gemm_create(size_t workspace_bytes, kvcal_gemm_t **out)
+{
+    kvcal_status status = KVCAL_OK;
+    if (!out)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "gemm_create: out is NULL");
+    *out = NULL;
+    kvcal_gemm_t *g = (kvcal_gemm_t *)calloc(1, sizeof *g);
+    if (!g)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "gemm_create: no host memory for the GEMM context");
+    LT_TRY(cublasLtCreate(&g->lt));
+    if (workspace_bytes) {
+        cudaError_t err = cudaMalloc(&g->workspace, workspace_bytes);
+        if (err != cudaSuccess) {
+            status = kvcal_fail(kvcal_cuda_status(err),
+                                "gemm_create: cudaMalloc of a %zu-byte cuBLASLt workspace: %s",
+                                workspace_bytes, cudaGetErrorString(err));
+            goto fail;
+        }
+        g->workspace_bytes = workspace_bytes;
+    }
+    *out = g;
+    return KVCAL_OK;
+fail:
+    kvcal_gemm_destroy(g);
+    return status;
+}
+
+extern "C" void kvcal_gemm_destroy(kvcal_gemm_t *g)
+{
+    if (!g)
+        return;
+    cudaDeviceSynchronize();
+    for (int i = 0; i < g->num_plans; i++)
+        plan_release(&g->plans[i]);
+    cudaFree(g->workspace);
+    if (g->lt)
+        cublasLtDestroy(g->lt);
+    free(g);
+}
+
+/* Builds the descriptors of one shape and asks the heuristic for the best
+ * algorithm that fits the workspace. */
+static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, int rows, int k, int n,
+                               int bias)
+{
+    kvcal_status status = KVCAL_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    memset(p, 0, sizeof *p);
+    p->rows = rows;
+    p->k = k;
+    p->n = n;
+    p->bias = bias;
+    LT_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                          sizeof epi));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, n, k));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, rows, k));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, n, rows, n));
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &g->workspace_bytes,
+                                                sizeof g->workspace_bytes));
+    LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref, 1,
+                                          &heur, &found));
+    if (found < 1) {
+        status = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                            "gemm: cuBLASLt has no algorithm for rows %d, k %d, n %d", rows,
+                            k, n);
+        goto fail;
+    }
+    p->algo = heur.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+    return KVCAL_OK;
+fail:
+    cublasLtMatmulPreferenceDestroy(pref);
+    plan_release(p);
+    return status;
+}
+
+static kvcal_status plan_find(kvcal_gemm_t *g, int rows, int k, int n, int bias,
+                              gemm_plan **out)
+{
+    for (int i = 0; i < g->num_plans; i++) {
+        gemm_plan *p = &g->plans[i];
+        if (p->rows == rows && p->k == k && p->n == n && p->bias == bias) {
+            *out = p;
+            return KVCAL_OK;
+        }
+    }
+    int slot = g->num_plans;
+    if (slot == GEMM_CACHE) {
+        slot = g->next_evict;
+        g->next_evict = (g->next_evict + 1) % GEMM_CACHE;
+        plan_release(&g->plans[slot]);
+    } else {
+        g->num_plans++;
+    }
+    kvcal_status st = plan_build(g, &g->plans[slot], rows, k, n, bias);
+    if (st != KVCAL_OK) {
+        g->plans[slot] = g->plans[--g->num_plans];
+        memset(&g->plans[g->num_plans], 0, sizeof g->plans[0]);
+        return st;
+    }
+    *out = &g->plans[slot];
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
+                                          const kvcal_bf16 *x, const kvcal_bf16 *w,
+                                          const kvcal_bf16 *bias, int rows, int k, int n,
+                                          cudaStream_t stream)
+{
+    kvcal_status status = KVCAL_OK;
+    gemm_plan *p = NULL;
+    const float one = 1.0f, zero = 0.0f;
+    if (!g || !out || !x || !w || rows < 0 || k <= 0 || n <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "gemm: rows %d, k %d, n %d: need a context, buffers, rows >= 0 "
+                          "and k, n > 0",
+                          rows, k, n);
+    if (rows == 0)
+        return KVCAL_OK;
+    status = plan_find(g, rows, k, n, bias != NULL, &p);
+    if (status != KVCAL_OK)
+        return status;
+    if (bias)
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias));
+    LT_TRY(cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out, p->c,
+                          &p->algo, g->workspace, g->workspace_bytes, stream));
+    return KVCAL_OK;
+fail:
+    return status;
+}

@@ -1,0 +1,184 @@
+/* kernels/cuda/norm.cu: fused residual add + RMSNorm, and SwiGLU.
+ * Both are memory-bound: one pass over their inputs with 16-byte accesses
+ * where the row length allows, fp32 arithmetic, one bf16 rounding per output. */
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/ops.h"
+
+// --- helpers -----------------------------------------------------------------
+
+/* 8 bf16 values moved as one 16-byte word. */
+union bf16x8 {
+    uint4 u;
+    __nv_bfloat162 h[4];
+};
+
+static __device__ __forceinline__ float block_sum(float v, float *scratch)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    const int warps = blockDim.x >> 5;
+    v = lane < warps ? scratch[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// --- residual add + RMSNorm --------------------------------------------------
+
+/* One block per row. VEC 8: dim % 8 == 0, 16-byte accesses; VEC 1: any dim. */
+template <int VEC>
+__global__ void add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,        // (rows, dim)
+                                   __nv_bfloat16 *__restrict__ residual,   // (rows, dim)
+                                   const __nv_bfloat16 *__restrict__ delta, // (rows, dim) or NULL
+                                   const __nv_bfloat16 *__restrict__ w,    // (dim)
+                                   int dim, float eps)
+{
+    __shared__ float scratch[32];
+    const int64_t row = blockIdx.x;
+    __nv_bfloat16 *r = residual + row * dim;
+    const __nv_bfloat16 *d = delta ? delta + row * dim : nullptr;
+    __nv_bfloat16 *o = out + row * dim;
+    float ss = 0.0f;
+    if (VEC == 8) {
+        for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
+            bf16x8 x;
+            x.u = *reinterpret_cast<const uint4 *>(r + c);
+            if (d) {
+                bf16x8 y;
+                y.u = *reinterpret_cast<const uint4 *>(d + c);
+                for (int i = 0; i < 4; i++) {
+                    float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(y.h[i]);
+                    x.h[i] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+                }
+                *reinterpret_cast<uint4 *>(r + c) = x.u;
+            }
+            for (int i = 0; i < 4; i++) {
+                float2 a = __bfloat1622float2(x.h[i]);
+                ss += a.x * a.x + a.y * a.y;
+            }
+        }
+    } else {
+        for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+            float x = __bfloat162float(r[c]);
+            if (d) {
+                __nv_bfloat16 s = __float2bfloat16_rn(x + __bfloat162float(d[c]));
+                r[c] = s;
+                x = __bfloat162float(s);
+            }
+            ss += x * x;
+        }
+    }
+    const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
+    if (VEC == 8) {
+        for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
+            bf16x8 x, g;
+            x.u = *reinterpret_cast<const uint4 *>(r + c);
+            g.u = *reinterpret_cast<const uint4 *>(w + c);
+            for (int i = 0; i < 4; i++) {
+                float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(g.h[i]);
+                x.h[i] = __floats2bfloat162_rn(a.x * scale * b.x, a.y * scale * b.y);
+            }
+            *reinterpret_cast<uint4 *>(o + c) = x.u;
+        }
+    } else {
+        for (int c = threadIdx.x; c < dim; c += blockDim.x)
+            o[c] = __float2bfloat16_rn(__bfloat162float(r[c]) * scale * __bfloat162float(w[c]));
+    }
+}
+
+static int aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
+                                                 const kvcal_bf16 *delta,
+                                                 const kvcal_bf16 *w, int rows, int dim,
+                                                 float eps, cudaStream_t stream)
+{
+    if (!out || !residual || !w || rows < 0 || dim <= 0 || !(eps >= 0.0f))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "add_rmsnorm: rows %d, dim %d, eps %g: need buffers, rows >= 0, "
+                          "dim > 0, eps >= 0",
+                          rows, dim, (double)eps);
+    if (rows == 0)
+        return KVCAL_OK;
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *r = reinterpret_cast<__nv_bfloat16 *>(residual);
+    auto *d = reinterpret_cast<const __nv_bfloat16 *>(delta);
+    auto *g = reinterpret_cast<const __nv_bfloat16 *>(w);
+    const int vec = dim % 8 == 0 && aligned16(out) && aligned16(residual) &&
+                    (!delta || aligned16(delta)) && aligned16(w);
+    const int threads = dim >= 2048 ? 256 : 128;
+    if (vec)
+        add_rmsnorm_kernel<8><<<rows, threads, 0, stream>>>(o, r, d, g, dim, eps);
+    else
+        add_rmsnorm_kernel<1><<<rows, threads, 0, stream>>>(o, r, d, g, dim, eps);
+    KVCAL_CUDA_CHECK_LAUNCH("add_rmsnorm_kernel");
+    return KVCAL_OK;
+}
+
+// --- SwiGLU ------------------------------------------------------------------
+
+static __device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + __expf(-g)) * u;
+}
+
+/* VEC 8: n % 8 == 0; grid-stride over rows * n / VEC groups. */
+template <int VEC>
+__global__ void swiglu_kernel(__nv_bfloat16 *__restrict__ out,           // (rows, n)
+                              const __nv_bfloat16 *__restrict__ gate_up, // (rows, 2n)
+                              int64_t rows, int n)
+{
+    const int64_t groups = rows * (n / VEC);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < groups;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / (n / VEC);
+        const int c = (int)(i - row * (n / VEC)) * VEC;
+        const __nv_bfloat16 *gp = gate_up + row * 2 * n + c;
+        __nv_bfloat16 *op = out + row * n + c;
+        if (VEC == 8) {
+            bf16x8 g, u;
+            g.u = *reinterpret_cast<const uint4 *>(gp);
+            u.u = *reinterpret_cast<const uint4 *>(gp + n);
+            for (int k = 0; k < 4; k++) {
+                float2 a = __bfloat1622float2(g.h[k]), b = __bfloat1622float2(u.h[k]);
+                g.h[k] = __floats2bfloat162_rn(silu_mul(a.x, b.x), silu_mul(a.y, b.y));
+            }
+            *reinterpret_cast<uint4 *>(op) = g.u;
+        } else {
+            *op = __float2bfloat16_rn(silu_mul(__bfloat162float(*gp), __bfloat162float(gp[n])));
+        }
+    }
+}
+
+extern "C" kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up,
+                                            int rows, int n, cudaStream_t stream)
+{
+    if (!out || !gate_up || rows < 0 || n <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "swiglu: rows %d, n %d: need buffers, rows >= 0, n > 0", rows, n);
+    if (rows == 0)
+        return KVCAL_OK;
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *gu = reinterpret_cast<const __nv_bfloat16 *>(gate_up);
+    const int vec = n % 8 == 0 && aligned16(out) && aligned16(gate_up);
+    const int64_t groups = (int64_t)rows * (vec ? n / 8 : n);
+    const int threads = 256;
+    int64_t blocks = (groups + threads - 1) / threads;
+    if (blocks > 132 * 32)
+        blocks = 132 * 32;
+    if (vec)
+        swiglu_kernel<8><<<(unsigned)blocks, threads, 0, stream>>>(o, gu, rows, n);
+    else
+        swiglu_kernel<1><<<(unsigned)blocks, threads, 0, stream>>>(o, gu, rows, n);
+    KVCAL_CUDA_CHECK_LAUNCH("swiglu_kernel");
+    return KVCAL_OK;
+}

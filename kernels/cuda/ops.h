@@ -1,0 +1,118 @@
+/* kernels/cuda/ops.h: CUDA kernels of the model runner (host launchers).
+ *
+ * Each op has the stem of its CPU reference in kernels/cpu/ops.h, with
+ * _kernel (device) and _launch (host) here. Conventions for every function:
+ * - tensors are bf16 (kvcal_bf16) in device memory, row-major, shapes in the
+ *   comments; arithmetic is fp32 and each output is rounded once to bf16;
+ * - work is queued on `stream` (last argument) and nothing synchronizes: the
+ *   caller owns every buffer and keeps it alive until the stream reaches it;
+ * - a bad shape gives KVCAL_ERR_INVALID_ARG or KVCAL_ERR_UNSUPPORTED, a
+ *   failed launch KVCAL_ERR_CUDA, with kvcal_last_error() naming the op. */
+#ifndef KVCAL_KERNELS_CUDA_OPS_H
+#define KVCAL_KERNELS_CUDA_OPS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cuda/bf16.h"
+#include "kvcal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- norms and elementwise ----------------------------------------------- */
+
+/* Pre-norm with the residual add fused: when delta is non-NULL,
+ * residual (rows, dim) += delta (rows, dim) (rounded to bf16, as a bf16
+ * model's residual stream is), then out (rows, dim) = residual *
+ * rsqrt(mean(residual^2) + eps) * w (dim). delta NULL: a plain RMSNorm of
+ * residual. out may not alias residual or delta. */
+kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
+                                      const kvcal_bf16 *delta, const kvcal_bf16 *w,
+                                      int rows, int dim, float eps, cudaStream_t stream);
+
+/* out (rows, n) = silu(gate) * up, gate_up (rows, 2n) holding gate in its first
+ * n columns and up in the last n (the output of a fused gate/up GEMM). */
+kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
+                                 int n, cudaStream_t stream);
+
+/* --- RoPE fused with the K/V observer ---------------------------------- */
+
+/* RoPE configuration. inv_freq is computed on the host (llama3 / linear
+ * scaling included) and copied to the device once. */
+typedef struct kvcal_rope_cfg {
+    const float *inv_freq;      /* (rot_dim / 2) device memory */
+    int rot_dim;                /* even, 2 .. head_dim: channels that rotate */
+    int interleaved;            /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
+    const kvcal_bf16 *q_norm_w; /* (head_dim) per-head RMSNorm of q before RoPE, or NULL */
+    const kvcal_bf16 *k_norm_w; /* (head_dim) the same for k, or NULL */
+    float norm_eps;
+} kvcal_rope_cfg;
+
+/* Device statistics of one layer, laid out as that layer's slice of
+ * kvcal_stats_t (observers/stats.h); index [kv] is KVCAL_K or KVCAL_V. The
+ * kernel folds into them: absmax and batch_absmax by max, hist by adding. */
+typedef struct kvcal_kv_observer {
+    float *absmax[2];       /* (kv_heads, head_dim) running max |x| */
+    uint64_t *hist[2];      /* (kv_heads, KVCAL_HIST_BINS) counts of |x| */
+    float *batch_absmax[2]; /* (kv_heads) max |x| of the current batch */
+} kvcal_kv_observer;
+
+/* In place on the output of the fused QKV projection, qkv (tokens,
+ * token_stride) holding q (n_heads, head_dim) at column 0, k (n_kv_heads,
+ * head_dim) after it and v (n_kv_heads, head_dim) after k: optional per-head
+ * q/k RMSNorm, then RoPE of q and k at positions pos (tokens), then, when
+ * obs is non-NULL, K (as rotated and rounded to bf16: what a cache stores)
+ * and V are folded into obs. Tokens with pos < 0 are padding: untouched and
+ * not observed. head_dim even and <= 256; n_heads a multiple of n_kv_heads.
+ * A NaN in K or V makes the absmax NaN, which the caller checks. */
+kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride,
+                                       const int32_t *pos, int tokens, int n_heads,
+                                       int n_kv_heads, int head_dim,
+                                       const kvcal_rope_cfg *rope,
+                                       const kvcal_kv_observer *obs, cudaStream_t stream);
+
+/* --- GEMM (cuBLASLt) --------------------------------------------------- */
+
+/* A cuBLASLt handle, its workspace and the algorithms chosen per shape. Use
+ * from one host thread at a time. */
+typedef struct kvcal_gemm kvcal_gemm_t;
+
+/* workspace_bytes: cuBLASLt scratch (32 MiB is plenty); *out = NULL on failure. */
+kvcal_status kvcal_gemm_create(size_t workspace_bytes, kvcal_gemm_t **out);
+/* NULL is a no-op. Synchronizes the device first. */
+void kvcal_gemm_destroy(kvcal_gemm_t *gemm);
+
+/* out (rows, n) = x (rows, k) @ w^T + bias, w (n, k) as checkpoints store
+ * nn.Linear weights, bias (n) or NULL (the bias is added in the GEMM's
+ * epilogue). fp32 accumulation. Fused projections are one call on
+ * concatenated weights: QKV as w = [Wq; Wk; Wv], gate/up as [Wgate; Wup]. */
+kvcal_status kvcal_gemm_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_bf16 *x,
+                               const kvcal_bf16 *w, const kvcal_bf16 *bias, int rows,
+                               int k, int n, cudaStream_t stream);
+
+/* --- attention ---------------------------------------------------------- */
+
+/* Causal prefill attention of `batch` sequences of seq_len tokens each on the
+ * tensor cores (online softmax, fp32 accumulation):
+ * out (batch * seq_len, out_stride) gets, per query head h at column
+ * h * head_dim, softmax(q k^T * scale + causal mask) v, where query head h
+ * reads kv head h / (n_heads / n_kv_heads) (GQA, MQA). q (batch * seq_len,
+ * n_heads, head_dim), k and v (batch * seq_len, n_kv_heads, head_dim) are
+ * read with row stride qkv_stride (elements), so they may point into one
+ * fused QKV buffer. head_dim in {64, 80, 96, 128}; strides and pointers
+ * 16-byte aligned. With right padding, a sequence's valid tokens never see
+ * its padding. */
+kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
+                                    const kvcal_bf16 *q, const kvcal_bf16 *k,
+                                    const kvcal_bf16 *v, int64_t qkv_stride, int batch,
+                                    int seq_len, int n_heads, int n_kv_heads,
+                                    int head_dim, float scale, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,515 @@
+/* tests/test_cuda_ops.c: every CUDA kernel against its CPU reference
+ * (kernels/cpu/ops.h) on odd shapes: batch 1 and 19, lengths that are not a
+ * multiple of any tile, head_dim 80, GQA and MQA. Inputs are random bf16
+ * values; the references run in fp32 on the same values. Sums and products
+ * get |got - ref| <= atol + |ref| * rtol with the bounds stated per test; the
+ * observer, order-independent, must match exactly. In a build without CUDA
+ * the suite holds no tests; without a device it is reported skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_util.h"
+
+#ifdef KVCAL_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/ops.h"
+#include "observers/stats.h"
+
+// --- helpers -------------------------------------------------------------------
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float rand_uniform(float lo, float hi)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return lo + (hi - lo) * (float)((rng_state >> 40) * (1.0 / 16777216.0));
+}
+
+/* n random values in [lo, hi), already rounded to bf16 so that the CPU
+ * reference and the kernel see the same numbers. */
+static float *rand_bf16_values(int64_t n, float lo, float hi)
+{
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; x && i < n; i++)
+        x[i] = kvcal_bf16_round(rand_uniform(lo, hi));
+    return x;
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&p, bytes), cudaSuccess);
+    return p;
+}
+
+static kvcal_bf16 *dev_upload_bf16(const float *x, int64_t n)
+{
+    kvcal_bf16 *h = malloc((size_t)n * sizeof *h);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = kvcal_bf16_from_float(x[i]);
+    kvcal_bf16 *d = dev_alloc((size_t)n * sizeof *d);
+    CU_ASSERT_EQUAL(cudaMemcpy(d, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+    free(h);
+    return d;
+}
+
+static float *dev_download_bf16(const kvcal_bf16 *d, int64_t n)
+{
+    kvcal_bf16 *h = malloc((size_t)n * sizeof *h);
+    float *x = malloc((size_t)n * sizeof *x);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+    CU_ASSERT_EQUAL(cudaMemcpy(h, d, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = kvcal_bf16_to_float(h[i]);
+    free(h);
+    return x;
+}
+
+/* Counts elements outside atol + |ref| * rtol (NaN counts as outside). */
+static int64_t count_far(const float *got, const float *ref, int64_t n, double atol,
+                         double rtol)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - (double)ref[i]) <= atol + fabs((double)ref[i]) * rtol))
+            bad++;
+    return bad;
+}
+
+static void sync_ok(void)
+{
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// --- residual add + RMSNorm ------------------------------------------------------
+
+/* bf16 output of an fp32 computation: one rounding (2^-9 relative) plus
+ * float reordering in the sum of squares. */
+#define NORM_ATOL 1e-3
+#define NORM_RTOL 8e-3
+
+static void check_add_rmsnorm(int rows, int dim, int with_delta)
+{
+    const int64_t n = (int64_t)rows * dim;
+    float *res = rand_bf16_values(n, -2.0f, 2.0f), *delta = rand_bf16_values(n, -1.0f, 1.0f);
+    float *w = rand_bf16_values(dim, 0.5f, 1.5f), *ref = malloc((size_t)n * sizeof *ref);
+    float *sum = malloc((size_t)n * sizeof *sum);
+    kvcal_bf16 *d_res = dev_upload_bf16(res, n), *d_delta = dev_upload_bf16(delta, n);
+    kvcal_bf16 *d_w = dev_upload_bf16(w, dim), *d_out = dev_alloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        sum[i] = with_delta ? kvcal_bf16_round(res[i] + delta[i]) : res[i];
+    kvcal_rmsnorm_ref(ref, sum, w, rows, dim, 1e-5f);
+
+    CU_ASSERT_EQUAL(kvcal_add_rmsnorm_launch(d_out, d_res, with_delta ? d_delta : NULL, d_w,
+                                             rows, dim, 1e-5f, 0),
+                    KVCAL_OK);
+    sync_ok();
+    float *got = dev_download_bf16(d_out, n), *got_res = dev_download_bf16(d_res, n);
+    CU_ASSERT_EQUAL(count_far(got, ref, n, NORM_ATOL, NORM_RTOL), 0);
+    CU_ASSERT_EQUAL(memcmp(got_res, sum, (size_t)n * sizeof *sum), 0);
+    free(got);
+    free(got_res);
+    cudaFree(d_res);
+    cudaFree(d_delta);
+    cudaFree(d_w);
+    cudaFree(d_out);
+    free(res);
+    free(delta);
+    free(w);
+    free(ref);
+    free(sum);
+}
+
+static void add_rmsnorm_matches_reference_and_updates_residual_exactly(void)
+{
+    check_add_rmsnorm(19, 200, 1); /* 16-byte path */
+    check_add_rmsnorm(1, 90, 1);   /* dim not a multiple of 8: scalar path */
+    check_add_rmsnorm(19, 4096, 0);
+}
+
+// --- SwiGLU ----------------------------------------------------------------------
+
+#define SWIGLU_ATOL 1e-3
+#define SWIGLU_RTOL 8e-3
+
+static void check_swiglu(int rows, int n)
+{
+    const int64_t total = (int64_t)rows * n;
+    float *gu = rand_bf16_values(2 * total, -4.0f, 4.0f);
+    float *gate = malloc((size_t)total * sizeof *gate), *up = malloc((size_t)total * sizeof *up);
+    float *ref = malloc((size_t)total * sizeof *ref);
+    for (int r = 0; r < rows; r++) {
+        memcpy(gate + (int64_t)r * n, gu + (int64_t)r * 2 * n, (size_t)n * sizeof *gu);
+        memcpy(up + (int64_t)r * n, gu + (int64_t)r * 2 * n + n, (size_t)n * sizeof *gu);
+    }
+    kvcal_swiglu_ref(ref, gate, up, total);
+    kvcal_bf16 *d_gu = dev_upload_bf16(gu, 2 * total), *d_out = dev_alloc((size_t)total * 2);
+    CU_ASSERT_EQUAL(kvcal_swiglu_launch(d_out, d_gu, rows, n, 0), KVCAL_OK);
+    sync_ok();
+    float *got = dev_download_bf16(d_out, total);
+    CU_ASSERT_EQUAL(count_far(got, ref, total, SWIGLU_ATOL, SWIGLU_RTOL), 0);
+    free(got);
+    cudaFree(d_gu);
+    cudaFree(d_out);
+    free(gu);
+    free(gate);
+    free(up);
+    free(ref);
+}
+
+static void swiglu_matches_reference_on_odd_widths(void)
+{
+    check_swiglu(19, 136);
+    check_swiglu(1, 37);
+}
+
+// --- GEMM ------------------------------------------------------------------------
+
+/* Inputs in [-1, 1): |ref| up to ~sqrt(k)/3; fp32 accumulation in another
+ * order plus one bf16 rounding of the output. */
+#define GEMM_ATOL 2e-2
+#define GEMM_RTOL 8e-3
+
+static void check_gemm(kvcal_gemm_t *g, int rows, int k, int n, int with_bias)
+{
+    float *x = rand_bf16_values((int64_t)rows * k, -1.0f, 1.0f);
+    float *w = rand_bf16_values((int64_t)n * k, -1.0f, 1.0f);
+    float *bias = rand_bf16_values(n, -1.0f, 1.0f);
+    float *ref = malloc((size_t)rows * n * sizeof *ref);
+    kvcal_matmul_ref(ref, x, w, with_bias ? bias : NULL, rows, k, n);
+    kvcal_bf16 *d_x = dev_upload_bf16(x, (int64_t)rows * k);
+    kvcal_bf16 *d_w = dev_upload_bf16(w, (int64_t)n * k), *d_b = dev_upload_bf16(bias, n);
+    kvcal_bf16 *d_out = dev_alloc((size_t)rows * n * 2);
+    CU_ASSERT_EQUAL(kvcal_gemm_launch(g, d_out, d_x, d_w, with_bias ? d_b : NULL, rows, k, n, 0),
+                    KVCAL_OK);
+    sync_ok();
+    float *got = dev_download_bf16(d_out, (int64_t)rows * n);
+    CU_ASSERT_EQUAL(count_far(got, ref, (int64_t)rows * n, GEMM_ATOL, GEMM_RTOL), 0);
+    free(got);
+    cudaFree(d_x);
+    cudaFree(d_w);
+    cudaFree(d_b);
+    cudaFree(d_out);
+    free(x);
+    free(w);
+    free(bias);
+    free(ref);
+}
+
+static void gemm_matches_reference_with_bias_epilogue(void)
+{
+    kvcal_gemm_t *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &g), KVCAL_OK);
+    check_gemm(g, 19, 136, 200, 1);
+    check_gemm(g, 1, 64, 40, 0);
+    check_gemm(g, 300, 80, 24, 1);
+    check_gemm(g, 19, 136, 200, 1); /* the cached plan again */
+    kvcal_gemm_destroy(g);
+    kvcal_gemm_destroy(NULL);
+}
+
+// --- attention -------------------------------------------------------------------
+
+/* P is rounded to bf16 for the P V product (2^-9 relative per weight) and
+ * the output once more; outputs are averages of values in [-1, 1). */
+#define ATT_ATOL 1e-2
+#define ATT_RTOL 2e-2
+
+static void check_attention(int batch, int seq, int heads, int kv_heads, int hd)
+{
+    const int64_t tokens = (int64_t)batch * seq;
+    const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
+    const int64_t out_stride = (int64_t)heads * hd + 8; /* a gap the kernel must not touch */
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *qkv = rand_bf16_values(tokens * stride, -1.0f, 1.0f);
+    float *q = malloc((size_t)seq * heads * hd * sizeof *q);
+    float *k = malloc((size_t)seq * kv_heads * hd * sizeof *k);
+    float *v = malloc((size_t)seq * kv_heads * hd * sizeof *v);
+    float *ref = malloc((size_t)seq * heads * hd * sizeof *ref);
+    kvcal_bf16 *d_qkv = dev_upload_bf16(qkv, tokens * stride);
+    kvcal_bf16 *d_out = dev_alloc((size_t)tokens * out_stride * 2);
+    CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)tokens * out_stride * 2), cudaSuccess);
+    CU_ASSERT_EQUAL(kvcal_attention_launch(d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
+                                           d_qkv + (int64_t)(heads + kv_heads) * hd, stride,
+                                           batch, seq, heads, kv_heads, hd, scale, 0),
+                    KVCAL_OK);
+    sync_ok();
+    float *got = dev_download_bf16(d_out, tokens * out_stride);
+    int64_t bad = 0, gap_touched = 0;
+    for (int b = 0; b < batch; b++) {
+        for (int t = 0; t < seq; t++) {
+            const float *row = qkv + ((int64_t)b * seq + t) * stride;
+            memcpy(q + (int64_t)t * heads * hd, row, (size_t)heads * hd * sizeof *q);
+            memcpy(k + (int64_t)t * kv_heads * hd, row + (int64_t)heads * hd,
+                   (size_t)kv_heads * hd * sizeof *k);
+            memcpy(v + (int64_t)t * kv_heads * hd, row + (int64_t)(heads + kv_heads) * hd,
+                   (size_t)kv_heads * hd * sizeof *v);
+        }
+        kvcal_attention_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale);
+        for (int t = 0; t < seq; t++) {
+            const float *g = got + ((int64_t)b * seq + t) * out_stride;
+            bad += count_far(g, ref + (int64_t)t * heads * hd, (int64_t)heads * hd, ATT_ATOL,
+                             ATT_RTOL);
+            for (int i = heads * hd; i < out_stride; i++)
+                gap_touched += !isnan(g[i]);
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(gap_touched, 0);
+    free(got);
+    cudaFree(d_qkv);
+    cudaFree(d_out);
+    free(qkv);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+}
+
+static void attention_matches_reference_gqa_head_dim_80_odd_lengths(void)
+{
+    check_attention(2, 19, 4, 2, 80);
+    check_attention(1, 131, 8, 2, 80);
+}
+
+static void attention_matches_reference_mqa_and_every_head_dim(void)
+{
+    check_attention(1, 130, 3, 1, 64);
+    check_attention(3, 65, 4, 4, 96);
+    check_attention(1, 77, 2, 1, 128);
+    check_attention(19, 1, 2, 2, 64);
+}
+
+static void attention_rejects_unsupported_head_dim(void)
+{
+    CU_ASSERT_EQUAL(kvcal_attention_launch((kvcal_bf16 *)16, 6 * 72, (kvcal_bf16 *)16,
+                                           (kvcal_bf16 *)16, (kvcal_bf16 *)16, 6 * 72, 1, 4, 2,
+                                           2, 72, 0.1f, 0),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "head_dim 72"));
+}
+
+// --- RoPE + observer -------------------------------------------------------------
+
+/* The rotated q/k are bf16 outputs of an fp32 norm and rotation (sin/cos in
+ * float on the device, in double on the CPU). */
+#define ROPE_ATOL 4e-3
+#define ROPE_RTOL 8e-3
+
+typedef struct rope_case {
+    int tokens, heads, kv_heads, hd, rot_dim, interleaved, qk_norm;
+} rope_case;
+
+static void check_rope_observe(rope_case c)
+{
+    const int64_t stride = (int64_t)(c.heads + 2 * c.kv_heads) * c.hd;
+    const int64_t n = (int64_t)c.tokens * stride;
+    const int bins = KVCAL_HIST_BINS;
+    float *qkv = rand_bf16_values(n, -3.0f, 3.0f);
+    float *qn = rand_bf16_values(c.hd, 0.5f, 1.5f), *kn = rand_bf16_values(c.hd, 0.5f, 1.5f);
+    int32_t *pos = malloc((size_t)c.tokens * sizeof *pos);
+    float *inv_freq = malloc((size_t)(c.rot_dim / 2) * sizeof *inv_freq);
+    for (int t = 0; t < c.tokens; t++)
+        pos[t] = t % 7 == 3 ? -1 : 5 * t + 1; /* every 7th token is padding */
+    for (int i = 0; i < c.rot_dim / 2; i++)
+        inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)c.rot_dim);
+
+    /* Host statistics of 2 layers, pre-filled by observing a random block, so
+     * folding (max, +) is checked; the device observes into a copy of them
+     * at layer 1's slice. */
+    kvcal_stats_t *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(2, c.kv_heads, c.hd, &st), KVCAL_OK);
+    float *pre = rand_bf16_values((int64_t)5 * c.kv_heads * c.hd, -2.0f, 2.0f);
+    for (int kv = 0; kv < 2; kv++) {
+        kvcal_kv_block blk = kvcal_kv_block_dense(pre, 1, 5, c.kv_heads, c.hd, NULL, NULL);
+        CU_ASSERT_EQUAL(kvcal_stats_observe_ref(st, 1, kv, &blk), KVCAL_OK);
+    }
+    const int64_t am_n = (int64_t)c.kv_heads * c.hd, h_n = (int64_t)c.kv_heads * bins;
+    kvcal_kv_observer obs;
+    for (int kv = 0; kv < 2; kv++) {
+        obs.absmax[kv] = dev_alloc((size_t)am_n * sizeof(float));
+        obs.hist[kv] = dev_alloc((size_t)h_n * sizeof(uint64_t));
+        obs.batch_absmax[kv] = dev_alloc((size_t)c.kv_heads * sizeof(float));
+        cudaMemcpy(obs.absmax[kv], st->absmax[kv] + am_n, (size_t)am_n * sizeof(float),
+                   cudaMemcpyHostToDevice);
+        cudaMemcpy(obs.hist[kv], st->hist[kv] + h_n, (size_t)h_n * sizeof(uint64_t),
+                   cudaMemcpyHostToDevice);
+        cudaMemcpy(obs.batch_absmax[kv], st->batch_absmax[kv] + c.kv_heads,
+                   (size_t)c.kv_heads * sizeof(float), cudaMemcpyHostToDevice);
+    }
+    kvcal_bf16 *d_qkv = dev_upload_bf16(qkv, n), *d_qn = dev_upload_bf16(qn, c.hd);
+    kvcal_bf16 *d_kn = dev_upload_bf16(kn, c.hd);
+    int32_t *d_pos = dev_alloc((size_t)c.tokens * sizeof *pos);
+    float *d_inv = dev_alloc((size_t)(c.rot_dim / 2) * sizeof *inv_freq);
+    cudaMemcpy(d_pos, pos, (size_t)c.tokens * sizeof *pos, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_inv, inv_freq, (size_t)(c.rot_dim / 2) * sizeof *inv_freq,
+               cudaMemcpyHostToDevice);
+    kvcal_rope_cfg rope = {d_inv, c.rot_dim, c.interleaved, c.qk_norm ? d_qn : NULL,
+                           c.qk_norm ? d_kn : NULL, 1e-6f};
+    CU_ASSERT_EQUAL(kvcal_rope_observe_launch(d_qkv, stride, d_pos, c.tokens, c.heads,
+                                              c.kv_heads, c.hd, &rope, &obs, 0),
+                    KVCAL_OK);
+    sync_ok();
+    float *got = dev_download_bf16(d_qkv, n);
+
+    /* q and k against norm + rope references, head by head */
+    const int qk_heads = c.heads + c.kv_heads;
+    float *ref = malloc((size_t)c.tokens * qk_heads * c.hd * sizeof *ref);
+    for (int t = 0; t < c.tokens; t++)
+        memcpy(ref + (int64_t)t * qk_heads * c.hd, qkv + t * stride,
+               (size_t)qk_heads * c.hd * sizeof *ref);
+    if (c.qk_norm)
+        for (int t = 0; t < c.tokens; t++)
+            for (int h = 0; h < qk_heads; h++) {
+                float *row = ref + ((int64_t)t * qk_heads + h) * c.hd;
+                kvcal_rmsnorm_ref(row, row, h < c.heads ? qn : kn, 1, c.hd, 1e-6f);
+            }
+    kvcal_rope_ref(ref, pos, inv_freq, c.tokens, qk_heads, c.hd, c.rot_dim, c.interleaved);
+    int64_t bad = 0, padding_changed = 0;
+    for (int t = 0; t < c.tokens; t++) {
+        const float *g = got + t * stride;
+        if (pos[t] < 0)
+            padding_changed += memcmp(g, qkv + t * stride, (size_t)stride * sizeof *g) != 0;
+        else
+            bad += count_far(g, ref + (int64_t)t * qk_heads * c.hd, (int64_t)qk_heads * c.hd,
+                             ROPE_ATOL, ROPE_RTOL);
+        bad += pos[t] >= 0 && memcmp(g + (int64_t)qk_heads * c.hd,
+                                     qkv + t * stride + (int64_t)qk_heads * c.hd,
+                                     (size_t)c.kv_heads * c.hd * sizeof *g) != 0;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(padding_changed, 0);
+
+    /* the device observer equals kvcal_stats_observe_ref on what was stored:
+     * K rotated and rounded to bf16, V, padding skipped */
+    uint8_t *valid = malloc((size_t)c.tokens);
+    for (int t = 0; t < c.tokens; t++)
+        valid[t] = pos[t] >= 0;
+    float *am = malloc((size_t)am_n * sizeof *am), bam[64];
+    uint64_t *hist = malloc((size_t)h_n * sizeof *hist);
+    for (int kv = 0; kv < 2; kv++) {
+        kvcal_kv_block blk = {got + (int64_t)(c.heads + kv * c.kv_heads) * c.hd,
+                              1, c.tokens, (int64_t)c.tokens * stride, stride, c.hd,
+                              NULL, valid, NULL};
+        CU_ASSERT_EQUAL(kvcal_stats_observe_ref(st, 1, kv, &blk), KVCAL_OK);
+        cudaMemcpy(am, obs.absmax[kv], (size_t)am_n * sizeof *am, cudaMemcpyDeviceToHost);
+        cudaMemcpy(hist, obs.hist[kv], (size_t)h_n * sizeof *hist, cudaMemcpyDeviceToHost);
+        cudaMemcpy(bam, obs.batch_absmax[kv], (size_t)c.kv_heads * sizeof(float),
+                   cudaMemcpyDeviceToHost);
+        CU_ASSERT_EQUAL(memcmp(am, st->absmax[kv] + am_n, (size_t)am_n * sizeof *am), 0);
+        CU_ASSERT_EQUAL(memcmp(hist, st->hist[kv] + h_n, (size_t)h_n * sizeof *hist), 0);
+        CU_ASSERT_EQUAL(memcmp(bam, st->batch_absmax[kv] + c.kv_heads,
+                               (size_t)c.kv_heads * sizeof(float)),
+                        0);
+    }
+    kvcal_stats_destroy(st);
+    free(valid);
+    free(pre);
+    for (int kv = 0; kv < 2; kv++) {
+        cudaFree(obs.absmax[kv]);
+        cudaFree(obs.hist[kv]);
+        cudaFree(obs.batch_absmax[kv]);
+    }
+    free(am);
+    free(hist);
+    free(ref);
+    free(got);
+    cudaFree(d_qkv);
+    cudaFree(d_qn);
+    cudaFree(d_kn);
+    cudaFree(d_pos);
+    cudaFree(d_inv);
+    free(qkv);
+    free(qn);
+    free(kn);
+    free(pos);
+    free(inv_freq);
+}
+
+static void rope_observe_rotate_half_gqa_head_dim_80_matches_reference(void)
+{
+    check_rope_observe((rope_case){19, 4, 2, 80, 80, 0, 0});
+}
+
+static void rope_observe_interleaved_partial_with_qk_norm_matches_reference(void)
+{
+    check_rope_observe((rope_case){19, 6, 3, 64, 32, 1, 1});
+}
+
+static void rope_observe_spans_blocks_mqa_and_wide_heads(void)
+{
+    check_rope_observe((rope_case){300, 8, 1, 160, 64, 0, 1});
+    check_rope_observe((rope_case){1, 2, 2, 128, 128, 1, 0});
+}
+
+static void rope_observe_absmax_surfaces_nan(void)
+{
+    const int hd = 64, stride = 3 * hd, bins = KVCAL_HIST_BINS;
+    float *qkv = rand_bf16_values(4 * stride, -1.0f, 1.0f);
+    qkv[2 * stride + 2 * hd + 5] = NAN; /* token 2, v channel 5 */
+    int32_t pos[4] = {0, 1, 2, 3};
+    float inv[32];
+    for (int i = 0; i < 32; i++)
+        inv[i] = 1.0f / (float)(i + 1);
+    kvcal_kv_observer obs;
+    for (int kv = 0; kv < 2; kv++) {
+        obs.absmax[kv] = dev_alloc(hd * sizeof(float));
+        obs.hist[kv] = dev_alloc(bins * sizeof(uint64_t));
+        obs.batch_absmax[kv] = dev_alloc(sizeof(float));
+        cudaMemset(obs.absmax[kv], 0, hd * sizeof(float));
+        cudaMemset(obs.hist[kv], 0, bins * sizeof(uint64_t));
+        cudaMemset(obs.batch_absmax[kv], 0, sizeof(float));
+    }
+    kvcal_bf16 *d_qkv = dev_upload_bf16(qkv, 4 * stride);
+    int32_t *d_pos = dev_alloc(sizeof pos);
+    float *d_inv = dev_alloc(sizeof inv);
+    cudaMemcpy(d_pos, pos, sizeof pos, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice);
+    kvcal_rope_cfg rope = {d_inv, hd, 0, NULL, NULL, 0.0f};
+    CU_ASSERT_EQUAL(kvcal_rope_observe_launch(d_qkv, stride, d_pos, 4, 1, 1, hd, &rope, &obs, 0),
+                    KVCAL_OK);
+    sync_ok();
+    float am[64], bam;
+    cudaMemcpy(am, obs.absmax[KVCAL_V], sizeof am, cudaMemcpyDeviceToHost);
+    cudaMemcpy(&bam, obs.batch_absmax[KVCAL_V], sizeof bam, cudaMemcpyDeviceToHost);
+    CU_ASSERT_TRUE(isnan(am[5]));
+    CU_ASSERT_FALSE(isnan(am[4]));
+    CU_ASSERT_TRUE(isnan(bam));
+    for (int kv = 0; kv < 2; kv++) {
+        cudaFree(obs.absmax[kv]);
+        cudaFree(obs.hist[kv]);
+        cudaFree(obs.batch_absmax[kv]);
+    }
+    cudaFree(d_qkv);
+    cudaFree(d_pos);
+    cudaFree(d_inv);
+    free(qkv);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(add_rmsnorm_matches_reference_and_updates_residual_exactly),
+    KVCAL_TEST(swiglu_matches_reference_on_odd_widths),
+    KVCAL_TEST(gemm_matches_reference_with_bias_epilogue),
+    KVCAL_TEST(attention_matches_reference_gqa_head_dim_80_odd_lengths),
+    KVCAL_TEST(attention_matches_reference_mqa_and_every_head_dim),
+    KVCAL_TEST(attention_rejects_unsupported_head_dim),
+    KVCAL_TEST(rope_observe_rotate_half_gqa_head_dim_80_matches_reference),
+    KVCAL_TEST(rope_observe_interleaved_partial_with_qk_norm_matches_reference),
+    KVCAL_TEST(rope_observe_spans_blocks_mqa_and_wide_heads),
+    KVCAL_TEST(rope_observe_absmax_surfaces_nan),
+    CU_TEST_INFO_NULL,
+};
+#else
+static CU_TestInfo tests[] = {CU_TEST_INFO_NULL};
+#endif
+KVCAL_SUITE(cuda_ops, KVCAL_NEEDS_GPU, tests)
