@@ -36,12 +36,22 @@ void kvcal_clear_error(void)
     last_error[0] = '\0';
 }
 
+/* Keeps the message on one line: control characters that came in with
+ * names from a file ("a\nb" as a JSON key) become '?'. */
+static void keep_one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 kvcal_status kvcal_fail(kvcal_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    keep_one_line(last_error);
     return status;
 }
 
@@ -62,5 +72,6 @@ kvcal_status kvcal_fail_context(kvcal_status status, const char *fmt, ...)
     size_t m = strnlen(old, room);
     memcpy(last_error + n, old, m);
     last_error[n + m] = '\0';
+    keep_one_line(last_error);
     return status;
 }

@@ -82,6 +82,7 @@ static void json_parse_rejects_duplicate_keys_naming_key_and_line(void)
     EXPECT_PARSE_ERROR("{\"x\": {\"k\": {\"q\": 1}, \"n\": [{\"d\": 1},\n{\"d\": 2, \"d\": 3}]}}",
                        "t.json:2:10: duplicate key \"d\" (first at line 2)");
     EXPECT_PARSE_ERROR("{\"a\": 1, \"\\u0061\": 2}", "duplicate key \"a\"");
+    EXPECT_PARSE_ERROR("{\"x\\ny\": 1, \"x\\ny\": 2}", "duplicate key \"x?y\"");
     cJSON *root = parse_ok("{\"a\": {\"a\": 1}, \"b\": {\"a\": 2}, \"c\": [{\"a\": 1}, {\"a\": 2}]}");
     CU_ASSERT_PTR_NOT_NULL(root);
     cJSON_Delete(root);
