@@ -1,0 +1,488 @@
+/* calib/model.c: model description and per-layer fp32 weights from a Hugging
+ * Face checkpoint or a llama2.c file. */
+#include "calib/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/status.h"
+#include "io/llama2c.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+
+/* Layer tensors, in the order of kvcal_layer_weights' fields. */
+enum {
+    T_ATTN_NORM, T_WQ, T_WK, T_WV, T_WO, T_BQ, T_BK, T_BV, T_BO, T_QNORM, T_KNORM,
+    T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_COUNT
+};
+
+static const char *const hf_suffix[T_COUNT] = {
+    "input_layernorm.weight",    "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",   "self_attn.o_proj.weight", "self_attn.q_proj.bias",
+    "self_attn.k_proj.bias",     "self_attn.v_proj.bias",   "self_attn.o_proj.bias",
+    "self_attn.q_norm.weight",   "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",      "mlp.up_proj.weight",      "mlp.down_proj.weight",
+};
+
+struct kvcal_model {
+    kvcal_model_desc desc;
+    char path[4096];
+    kvcal_checkpoint_t *ck;  /* HF source */
+    kvcal_llama2c_t *l2c;    /* llama2.c source */
+    int64_t shape[T_COUNT][2]; /* expected (rows, cols); cols 0 for vectors */
+    int present[T_COUNT];
+    float *inv_freq;         /* (rot_dim / 2) */
+    float *layer_buf;        /* one layer, fp32 */
+    float *head_buf;         /* final norm (hidden) + lm_head (vocab, hidden) */
+    const float *final_norm;
+    const float *lm_head;
+};
+
+static const char *const supported_arch[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                             "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+
+// --- RoPE frequencies -------------------------------------------------------
+
+/* inv_freq[i] = 1 / theta^(2i / rot_dim), in float as Hugging Face and
+ * llama2.c compute it. */
+static void rope_default(float *inv_freq, int rot_dim, double theta)
+{
+    for (int i = 0; i < rot_dim / 2; i++)
+        inv_freq[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)rot_dim);
+}
+
+/* Llama 3.1 frequency scaling: long wavelengths divided by factor, short ones
+ * kept, the band between smoothly interpolated. */
+static void rope_llama3(float *inv_freq, int n, const kvcal_model_config *c)
+{
+    double old_ctx = c->rope_original_max_position;
+    double lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    double lo_wavelen = old_ctx / lo, hi_wavelen = old_ctx / hi;
+    for (int i = 0; i < n; i++) {
+        double f = inv_freq[i], wavelen = 2.0 * M_PI / f;
+        if (wavelen > lo_wavelen) {
+            f /= c->rope_factor;
+        } else if (wavelen >= hi_wavelen) {
+            double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            f = (1.0 - smooth) * f / c->rope_factor + smooth * f;
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+// --- Hugging Face checkpoints ----------------------------------------------
+
+static int is_weight_dtype(kvcal_dtype d)
+{
+    return d == KVCAL_DTYPE_F32 || d == KVCAL_DTYPE_F16 || d == KVCAL_DTYPE_BF16;
+}
+
+/* Checks one tensor: present, floating, shape (rows[, cols]). */
+static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64_t rows,
+                                 int64_t cols, const kvcal_tensor_info **out)
+{
+    const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
+    *out = t;
+    if (!t)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: tensor %s is missing (the %s config needs it); is the "
+                          "checkpoint complete and of this architecture?",
+                          m->path, name, m->desc.architecture);
+    if (!is_weight_dtype(t->dtype))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: tensor %s has dtype %s; only F32, F16 and BF16 weights are "
+                          "supported (use the unquantized checkpoint)",
+                          m->path, name, kvcal_dtype_name(t->dtype) ? kvcal_dtype_name(t->dtype) : "?");
+    int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
+                  : (t->ndim == 1 && t->shape[0] == rows);
+    if (!ok) {
+        char got[128] = "[", want[64];
+        for (int i = 0; i < t->ndim; i++) {
+            size_t n = strlen(got);
+            snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        }
+        strncat(got, "]", sizeof got - strlen(got) - 1);
+        if (cols)
+            snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
+        else
+            snprintf(want, sizeof want, "[%lld]", (long long)rows);
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: tensor %s has shape %s, config.json implies %s", m->path,
+                          name, got, want);
+    }
+    return KVCAL_OK;
+}
+
+static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
+{
+    kvcal_model_desc *d = &m->desc;
+    int known = 0;
+    for (size_t i = 0; i < sizeof supported_arch / sizeof *supported_arch; i++)
+        known |= !strcmp(c->architecture, supported_arch[i]);
+    if (!known)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: architecture '%s' (model_type '%s') is not supported; kvcal "
+                          "runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
+                          "Qwen3ForCausalLM",
+                          m->path, c->architecture, c->model_type);
+    snprintf(d->architecture, sizeof d->architecture, "%s", c->architecture);
+    snprintf(d->model_type, sizeof d->model_type, "%s", c->model_type);
+    snprintf(d->source, sizeof d->source, "hf");
+    d->num_layers = c->num_layers;
+    d->hidden_size = c->hidden_size;
+    d->intermediate_size = c->intermediate_size;
+    d->num_heads = c->num_attention_heads;
+    d->num_kv_heads = c->num_kv_heads;
+    d->head_dim = c->head_dim;
+    d->vocab_size = c->vocab_size;
+    d->max_seq_len = c->max_position_embeddings;
+    d->norm_eps = (float)c->rms_norm_eps;
+    d->tied_embeddings = c->tie_word_embeddings;
+    d->sliding_window = c->sliding_window;
+    int qwen2 = !strcmp(c->architecture, "Qwen2ForCausalLM");
+    d->qkv_bias = qwen2 || c->attention_bias;
+    d->o_bias = !qwen2 && c->attention_bias;
+    d->qk_norm = !strcmp(c->architecture, "Qwen3ForCausalLM");
+    if (d->num_layers <= 0 || d->hidden_size <= 0 || d->intermediate_size <= 0 ||
+        d->num_heads <= 0 || d->num_kv_heads <= 0 || d->head_dim <= 0 ||
+        d->vocab_size <= 0 || d->max_seq_len <= 0 || d->num_heads % d->num_kv_heads)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: config.json sizes do not make a model: layers %d, hidden %d, "
+                          "intermediate %d, heads %d, kv heads %d (must divide heads), "
+                          "head_dim %d, vocab %d, max_position_embeddings %d",
+                          m->path, d->num_layers, d->hidden_size, d->intermediate_size,
+                          d->num_heads, d->num_kv_heads, d->head_dim, d->vocab_size,
+                          d->max_seq_len);
+    double prf = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
+    d->rot_dim = (int)(d->head_dim * prf);
+    if (d->rot_dim < 2 || d->rot_dim % 2 || d->rot_dim > d->head_dim)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: partial_rotary_factor %g gives %d rotated channels of "
+                          "head_dim %d; it must be a positive even number",
+                          m->path, prf, d->rot_dim, d->head_dim);
+    d->rope_interleaved = 0;
+    m->inv_freq = malloc(sizeof(float) * (size_t)(d->rot_dim / 2));
+    if (!m->inv_freq)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    rope_default(m->inv_freq, d->rot_dim, c->rope_theta > 0 ? c->rope_theta : 10000.0);
+    switch (c->rope_type) {
+    case KVCAL_ROPE_DEFAULT:
+    case KVCAL_ROPE_DYNAMIC: /* equals default up to max_position_embeddings */
+        break;
+    case KVCAL_ROPE_LINEAR:
+        if (!(c->rope_factor > 0))
+            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: linear rope scaling needs factor > 0",
+                              m->path);
+        for (int i = 0; i < d->rot_dim / 2; i++)
+            m->inv_freq[i] = (float)(m->inv_freq[i] / c->rope_factor);
+        break;
+    case KVCAL_ROPE_LLAMA3:
+        if (!(c->rope_factor > 0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
+            !(c->rope_low_freq_factor > 0) || c->rope_original_max_position <= 0)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: llama3 rope scaling needs factor > 0, "
+                              "0 < low_freq_factor < high_freq_factor and "
+                              "original_max_position_embeddings > 0",
+                              m->path);
+        rope_llama3(m->inv_freq, d->rot_dim / 2, c);
+        break;
+    default:
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: rope scaling type %d (yarn) is not supported; supported: "
+                          "default, linear, llama3, dynamic",
+                          m->path, (int)c->rope_type);
+    }
+    d->inv_freq = m->inv_freq;
+    return KVCAL_OK;
+}
+
+static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
+{
+    kvcal_model_config c;
+    kvcal_status st = kvcal_model_config_load(dir, &c);
+    if (st)
+        return st;
+    if ((st = describe_hf(m, &c)))
+        return st;
+    if ((st = kvcal_checkpoint_open(m->path, &m->ck)))
+        return st;
+    const kvcal_model_desc *d = &m->desc;
+    int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * d->head_dim;
+    int64_t KV = (int64_t)d->num_kv_heads * d->head_dim, I = d->intermediate_size;
+    const int64_t shapes[T_COUNT][2] = {
+        {D, 0}, {Q, D}, {KV, D}, {KV, D}, {D, Q}, {Q, 0}, {KV, 0}, {KV, 0},
+        {D, 0}, {d->head_dim, 0}, {d->head_dim, 0}, {D, 0}, {I, D}, {I, D}, {D, I}};
+    memcpy(m->shape, shapes, sizeof shapes);
+    for (int t = 0; t < T_COUNT; t++)
+        m->present[t] = 1;
+    m->present[T_BQ] = m->present[T_BK] = m->present[T_BV] = d->qkv_bias;
+    m->present[T_BO] = d->o_bias;
+    m->present[T_QNORM] = m->present[T_KNORM] = d->qk_norm;
+    const kvcal_tensor_info *t;
+    char name[256];
+    for (int l = 0; l < d->num_layers; l++)
+        for (int i = 0; i < T_COUNT; i++) {
+            if (!m->present[i])
+                continue;
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, hf_suffix[i]);
+            if ((st = check_tensor(m, name, m->shape[i][0], m->shape[i][1], &t)))
+                return st;
+            if (l == 0 && i == T_WK)
+                snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
+                         kvcal_dtype_name(t->dtype));
+        }
+    if ((st = check_tensor(m, "model.embed_tokens.weight", d->vocab_size, D, &t)) ||
+        (st = check_tensor(m, "model.norm.weight", D, 0, &t)))
+        return st;
+    if (!d->tied_embeddings &&
+        (st = check_tensor(m, "lm_head.weight", d->vocab_size, D, &t)))
+        return st;
+    return KVCAL_OK;
+}
+
+// --- llama2.c checkpoints ---------------------------------------------------
+
+static kvcal_status open_llama2c(kvcal_model_t *m)
+{
+    kvcal_status st = kvcal_llama2c_open(m->path, &m->l2c);
+    if (st)
+        return st;
+    const kvcal_llama2c_config *c = kvcal_llama2c_config_get(m->l2c);
+    kvcal_model_desc *d = &m->desc;
+    snprintf(d->architecture, sizeof d->architecture, "LlamaForCausalLM");
+    snprintf(d->model_type, sizeof d->model_type, "llama");
+    snprintf(d->source, sizeof d->source, "llama2c");
+    snprintf(d->weight_dtype, sizeof d->weight_dtype, "F32");
+    d->num_layers = c->n_layers;
+    d->hidden_size = c->dim;
+    d->intermediate_size = c->hidden_dim;
+    d->num_heads = c->n_heads;
+    d->num_kv_heads = c->n_kv_heads;
+    d->head_dim = c->dim / c->n_heads;
+    d->vocab_size = c->vocab_size;
+    d->max_seq_len = c->seq_len;
+    d->norm_eps = 1e-5f;
+    d->rot_dim = d->head_dim - d->head_dim % 2;
+    d->rope_interleaved = 1;
+    d->tied_embeddings = c->shared_classifier;
+    if (d->rot_dim < 2)
+        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: head size %d is too small for RoPE",
+                          m->path, d->head_dim);
+    m->inv_freq = malloc(sizeof(float) * (size_t)(d->rot_dim / 2));
+    if (!m->inv_freq)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    rope_default(m->inv_freq, d->rot_dim, 10000.0);
+    d->inv_freq = m->inv_freq;
+    return KVCAL_OK;
+}
+
+// --- public -------------------------------------------------------------
+
+static int is_dir(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
+{
+    *out = NULL;
+    kvcal_status st;
+    struct stat sb;
+    kvcal_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(m->path, sizeof m->path, "%s", path);
+    if (stat(path, &sb) != 0) {
+        st = kvcal_fail(KVCAL_ERR_IO,
+                        "%s: no such model (give a checkpoint directory with config.json, "
+                        "or a llama2.c .bin file)",
+                        path);
+        goto fail;
+    }
+    if (is_dir(path)) {
+        st = open_hf(m, path);
+    } else if (ends_with(path, ".safetensors")) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+        st = open_hf(m, dir);
+    } else if (kvcal_llama2c_probe(path)) {
+        st = open_llama2c(m);
+    } else {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: not a model: expected a checkpoint directory (config.json + "
+                        "safetensors), a .safetensors file or a llama2.c .bin checkpoint",
+                        path);
+    }
+    if (st)
+        goto fail;
+    size_t floats = 0;
+    if (m->ck)
+        for (int i = 0; i < T_COUNT; i++)
+            if (m->present[i])
+                floats += (size_t)m->shape[i][0] * (size_t)(m->shape[i][1] ? m->shape[i][1] : 1);
+    if (floats && !(m->layer_buf = malloc(sizeof(float) * floats))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for one layer (%zu MB fp32)",
+                        path, floats * sizeof(float) >> 20);
+        goto fail;
+    }
+    *out = m;
+    return KVCAL_OK;
+fail:
+    kvcal_model_close(m);
+    return st;
+}
+
+void kvcal_model_close(kvcal_model_t *m)
+{
+    if (!m)
+        return;
+    kvcal_checkpoint_close(m->ck);
+    kvcal_llama2c_close(m->l2c);
+    free(m->inv_freq);
+    free(m->layer_buf);
+    free(m->head_buf);
+    free(m);
+}
+
+const kvcal_model_desc *kvcal_model_describe(const kvcal_model_t *m)
+{
+    return &m->desc;
+}
+
+void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id)
+{
+    memset(id, 0, sizeof *id);
+    snprintf(id->architecture, sizeof id->architecture, "%s", m->desc.architecture);
+    snprintf(id->model_type, sizeof id->model_type, "%s", m->desc.model_type);
+    id->num_layers = m->desc.num_layers;
+    id->num_attention_heads = m->desc.num_heads;
+    id->num_kv_heads = m->desc.num_kv_heads;
+    id->head_dim = m->desc.head_dim;
+}
+
+static kvcal_status load_layer_llama2c(const kvcal_model_t *m, int l, kvcal_layer_weights *w)
+{
+    const kvcal_llama2c_weights *s = kvcal_llama2c_weights_get(m->l2c);
+    const kvcal_model_desc *d = &m->desc;
+    int64_t D = d->hidden_size, F = d->intermediate_size;
+    int64_t KV = (int64_t)d->num_kv_heads * d->head_dim;
+    memset(w, 0, sizeof *w);
+    w->attn_norm = s->rms_att + l * D;
+    w->wq = s->wq + l * D * D;
+    w->wk = s->wk + l * KV * D;
+    w->wv = s->wv + l * KV * D;
+    w->wo = s->wo + l * D * D;
+    w->ffn_norm = s->rms_ffn + l * D;
+    w->w_gate = s->w1 + l * F * D;
+    w->w_down = s->w2 + l * D * F;
+    w->w_up = s->w3 + l * F * D;
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_weights *w)
+{
+    if (layer < 0 || layer >= m->desc.num_layers)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d out of range [0, %d)", m->path,
+                          layer, m->desc.num_layers);
+    if (m->l2c)
+        return load_layer_llama2c(m, layer, w);
+    const float **field[T_COUNT] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
+                                    &w->bq, &w->bk, &w->bv, &w->bo, &w->q_norm,
+                                    &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up,
+                                    &w->w_down};
+    memset(w, 0, sizeof *w);
+    float *p = m->layer_buf;
+    char name[256];
+    for (int i = 0; i < T_COUNT; i++) {
+        if (!m->present[i])
+            continue;
+        snprintf(name, sizeof name, "model.layers.%d.%s", layer, hf_suffix[i]);
+        const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
+        kvcal_status st = kvcal_tensor_to_f32(t, p);
+        if (st)
+            return kvcal_fail_context(st, "%s: %s: ", m->path, name);
+        *field[i] = p;
+        p += t->numel;
+    }
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_model_embed(const kvcal_model_t *m, const int32_t *ids, int64_t n,
+                               float *out)
+{
+    const kvcal_model_desc *d = &m->desc;
+    int64_t D = d->hidden_size;
+    const kvcal_tensor_info *t =
+        m->ck ? kvcal_checkpoint_find(m->ck, "model.embed_tokens.weight") : NULL;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= d->vocab_size)
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "token id %d at position %lld is outside the model's vocabulary "
+                              "[0, %d): wrong tokenizer for %s?",
+                              ids[i], (long long)i, d->vocab_size, m->path);
+        if (m->l2c) {
+            const float *e = kvcal_llama2c_weights_get(m->l2c)->token_embedding;
+            memcpy(out + i * D, e + ids[i] * D, sizeof(float) * (size_t)D);
+            continue;
+        }
+        kvcal_tensor_info row = *t;
+        size_t row_bytes = (size_t)D * kvcal_dtype_size(t->dtype);
+        row.ndim = 1;
+        row.shape[0] = D;
+        row.numel = D;
+        row.nbytes = row_bytes;
+        row.data = (const char *)t->data + (size_t)ids[i] * row_bytes;
+        kvcal_status st = kvcal_tensor_to_f32(&row, out + i * D);
+        if (st)
+            return kvcal_fail_context(st, "%s: embedding row %d: ", m->path, ids[i]);
+    }
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
+                                   const float **lm_head)
+{
+    const kvcal_model_desc *d = &m->desc;
+    if (!m->final_norm && m->l2c) {
+        const kvcal_llama2c_weights *s = kvcal_llama2c_weights_get(m->l2c);
+        m->final_norm = s->rms_final;
+        m->lm_head = s->wcls;
+    } else if (!m->final_norm) {
+        size_t D = (size_t)d->hidden_size, V = (size_t)d->vocab_size;
+        m->head_buf = malloc(sizeof(float) * (D + V * D));
+        if (!m->head_buf)
+            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for the classifier "
+                                               "(%zu MB fp32)",
+                              m->path, V * D * sizeof(float) >> 20);
+        const char *cls = d->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+        kvcal_status st = kvcal_tensor_to_f32(kvcal_checkpoint_find(m->ck, "model.norm.weight"),
+                                              m->head_buf);
+        if (!st)
+            st = kvcal_tensor_to_f32(kvcal_checkpoint_find(m->ck, cls), m->head_buf + D);
+        if (st) {
+            free(m->head_buf);
+            m->head_buf = NULL;
+            return kvcal_fail_context(st, "%s: classifier: ", m->path);
+        }
+        m->final_norm = m->head_buf;
+        m->lm_head = m->head_buf + D;
+    }
+    *final_norm = m->final_norm;
+    *lm_head = m->lm_head;
+    return KVCAL_OK;
+}

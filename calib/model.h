@@ -1,0 +1,95 @@
+/* calib/model.h: a decoder-only model as the runner needs it: its shape, its
+ * RoPE, and fp32 weights one layer at a time.
+ *
+ * Sources: a Hugging Face checkpoint (config.json + safetensors, single or
+ * sharded) of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
+ * Qwen3ForCausalLM with F32 / F16 / BF16 weights, or a llama2.c .bin
+ * checkpoint. Checkpoints are mapped, never read whole; a layer's weights are
+ * converted to fp32 into one buffer when the layer is loaded, so memory is
+ * one layer of fp32 weights whatever the model size. Every tensor's presence,
+ * dtype and shape is checked when the model is opened. */
+#ifndef KVCAL_CALIB_MODEL_H
+#define KVCAL_CALIB_MODEL_H
+
+#include <stdint.h>
+
+#include "core/scales.h"
+#include "kvcal.h"
+
+typedef struct kvcal_model_desc {
+    char architecture[KVCAL_NAME_MAX]; /* "LlamaForCausalLM" */
+    char model_type[KVCAL_NAME_MAX];   /* "llama" */
+    char source[16];                   /* "hf" or "llama2c" */
+    char weight_dtype[16];             /* "F32", "BF16", "F16" (of the projections) */
+    int num_layers;
+    int hidden_size;
+    int intermediate_size;
+    int num_heads;
+    int num_kv_heads;
+    int head_dim;
+    int vocab_size;
+    int max_seq_len;        /* max_position_embeddings (llama2.c: seq_len) */
+    float norm_eps;
+    int rot_dim;            /* channels of each head that RoPE rotates (even) */
+    int rope_interleaved;   /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
+    const float *inv_freq;  /* (rot_dim / 2), scaling already applied; owned */
+    int qkv_bias;           /* q/k/v projections carry a bias */
+    int o_bias;             /* o_proj carries a bias */
+    int qk_norm;            /* per-head RMSNorm of q and k before RoPE */
+    int tied_embeddings;    /* lm_head is the embedding */
+    int sliding_window;     /* attention window in tokens, 0 when none */
+} kvcal_model_desc;
+
+/* One layer's fp32 weights, (out, in) row-major like nn.Linear. Optional
+ * tensors are NULL when the model has none. */
+typedef struct kvcal_layer_weights {
+    const float *attn_norm;  /* (hidden) */
+    const float *wq;         /* (heads * head_dim, hidden) */
+    const float *wk;         /* (kv_heads * head_dim, hidden) */
+    const float *wv;         /* (kv_heads * head_dim, hidden) */
+    const float *wo;         /* (hidden, heads * head_dim) */
+    const float *bq;         /* (heads * head_dim) or NULL */
+    const float *bk;         /* (kv_heads * head_dim) or NULL */
+    const float *bv;         /* (kv_heads * head_dim) or NULL */
+    const float *bo;         /* (hidden) or NULL */
+    const float *q_norm;     /* (head_dim) or NULL */
+    const float *k_norm;     /* (head_dim) or NULL */
+    const float *ffn_norm;   /* (hidden) */
+    const float *w_gate;     /* (intermediate, hidden) */
+    const float *w_up;       /* (intermediate, hidden) */
+    const float *w_down;     /* (hidden, intermediate) */
+} kvcal_layer_weights;
+
+typedef struct kvcal_model kvcal_model_t;
+
+/* Opens a checkpoint directory (config.json + *.safetensors), a single
+ * .safetensors file beside its config.json, or a llama2.c .bin file, and
+ * checks every tensor. An unsupported architecture, rope scaling or weight
+ * dtype, a missing tensor or a wrong shape is an error naming it.
+ * *out = NULL on failure; the caller closes the model. */
+kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out);
+
+/* Unmaps and frees; NULL is a no-op. */
+void kvcal_model_close(kvcal_model_t *m);
+
+/* Owned by the model. */
+const kvcal_model_desc *kvcal_model_describe(const kvcal_model_t *m);
+
+/* The model identity recorded with scales. */
+void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id);
+
+/* Loads layer `layer` (fp32); the pointers stay valid until the next load
+ * of any layer or close. Not thread-safe on one model. */
+kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_weights *w);
+
+/* out (n, hidden) = embedding rows of ids (n); an id outside [0, vocab) is
+ * an error naming it. */
+kvcal_status kvcal_model_embed(const kvcal_model_t *m, const int32_t *ids, int64_t n,
+                               float *out);
+
+/* The final norm (hidden) and the classifier (vocab, hidden), fp32, valid
+ * until close; converted on the first call. */
+kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
+                                   const float **lm_head);
+
+#endif

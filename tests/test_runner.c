@@ -1,0 +1,347 @@
+/* tests/test_runner.c: the CPU model runner against golden K/V made by
+ * tests/make_golden.py: Hugging Face transformers on tiny random models of
+ * every supported architecture, and a float64 numpy run.c on stories260K.
+ * Tolerance: |got - want| <= atol + |want| * 1e-4. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/model.h"
+#include "calib/runner.h"
+#include "io/json_file.h"
+#include "tests/test_util.h"
+
+#define RTOL 1e-4
+#define MAX_SAMPLES 4
+
+/* Everything the runner handed to the observer, kept whole. */
+typedef struct {
+    int layers, heads, head_dim;
+    int64_t rows;
+    float *k; // (layers, rows, heads, head_dim)
+    float *v; // (layers, rows, heads, head_dim)
+    int64_t start[MAX_SAMPLES];
+    int calls;
+} captured;
+
+static kvcal_status capture(void *ctx, const kvcal_runner_kv *kv)
+{
+    captured *c = ctx;
+    int64_t n = c->rows * c->heads * c->head_dim;
+    memcpy(c->k + kv->layer * n, kv->k, sizeof(float) * (size_t)n);
+    memcpy(c->v + kv->layer * n, kv->v, sizeof(float) * (size_t)n);
+    for (int b = 0; b < kv->batch && b < MAX_SAMPLES; b++)
+        c->start[b] = kv->start[b];
+    c->calls++;
+    return KVCAL_OK;
+}
+
+typedef struct {
+    cJSON *root;
+    kvcal_model_t *model;
+    int batch, seq;
+    int32_t ids[MAX_SAMPLES * 64];
+    int32_t lengths[MAX_SAMPLES];
+    int64_t rows;
+} fixture;
+
+static int fixture_open(fixture *f, const char *name)
+{
+    char path[256];
+    memset(f, 0, sizeof *f);
+    snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &f->root), KVCAL_OK);
+    const char *model = cJSON_GetObjectItem(f->root, "model")->valuestring;
+    kvcal_status st = kvcal_model_open(model, &f->model);
+    if (st)
+        fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
+    cJSON *samples = cJSON_GetObjectItem(f->root, "samples"), *s;
+    f->seq = 64;
+    cJSON_ArrayForEach(s, samples)
+    {
+        int t = 0;
+        cJSON *id;
+        cJSON_ArrayForEach(id, s) f->ids[f->batch * f->seq + t++] = id->valueint;
+        f->lengths[f->batch++] = t;
+        f->rows += t;
+    }
+    return 0;
+}
+
+static void fixture_close(fixture *f)
+{
+    kvcal_model_close(f->model);
+    cJSON_Delete(f->root);
+}
+
+/* Runs the fixture's batch through the runner, observing every layer. */
+static void run_capture(fixture *f, captured *c, float *logits)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(f->model);
+    kvcal_runner_t *r = NULL;
+    memset(c, 0, sizeof *c);
+    c->layers = d->num_layers;
+    c->heads = d->num_kv_heads;
+    c->head_dim = d->head_dim;
+    c->rows = f->rows;
+    size_t n = (size_t)c->layers * (size_t)f->rows * (size_t)c->heads * (size_t)c->head_dim;
+    c->k = calloc(n, sizeof(float));
+    c->v = calloc(n, sizeof(float));
+    CU_ASSERT_FATAL(c->k && c->v);
+    CU_ASSERT_EQUAL_FATAL(kvcal_runner_create(f->model, f->rows, &r), KVCAL_OK);
+    kvcal_runner_outputs out = {capture, c, NULL, logits};
+    kvcal_status st = kvcal_runner_forward(r, f->ids, f->lengths, f->batch, f->seq, NULL, &out);
+    if (st)
+        fprintf(stderr, "\n%s\n", kvcal_last_error());
+    CU_ASSERT_EQUAL(st, KVCAL_OK);
+    CU_ASSERT_EQUAL(c->calls, c->layers);
+    kvcal_runner_destroy(r);
+}
+
+static void captured_free(captured *c)
+{
+    free(c->k);
+    free(c->v);
+}
+
+static const float *row_of(const captured *c, const float *base, int layer, int64_t row)
+{
+    return base + ((int64_t)layer * c->rows + row) * c->heads * c->head_dim;
+}
+
+/* Checks per-layer per-head absmax, raw rows and logits against the fixture. */
+static void check_against_golden(const char *name)
+{
+    fixture f;
+    captured c;
+    fixture_open(&f, name);
+    const kvcal_model_desc *d = kvcal_model_describe(f.model);
+    float *logits = malloc(sizeof(float) * (size_t)f.rows * (size_t)d->vocab_size);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
+    run_capture(&f, &c, logits);
+    int bad = 0;
+    for (int kv = 0; kv < 2; kv++) {
+        cJSON *want = cJSON_GetObjectItem(f.root, kv ? "v_absmax" : "k_absmax");
+        CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(want), c.layers);
+        for (int l = 0; l < c.layers; l++) {
+            cJSON *wl = cJSON_GetArrayItem(want, l);
+            CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(wl), c.heads);
+            for (int h = 0; h < c.heads; h++) {
+                float got = 0.0f;
+                for (int64_t t = 0; t < c.rows; t++)
+                    for (int i = 0; i < c.head_dim; i++) {
+                        float x = fabsf(row_of(&c, kv ? c.v : c.k, l, t)[h * c.head_dim + i]);
+                        got = x > got ? x : got;
+                    }
+                double w = cJSON_GetArrayItem(wl, h)->valuedouble;
+                if (fabs(got - w) > 1e-7 + fabs(w) * RTOL) {
+                    fprintf(stderr, "\n%s: %c absmax layer %d head %d: got %.7g want %.7g",
+                            name, kv ? 'V' : 'K', l, h, got, w);
+                    bad++;
+                }
+            }
+        }
+    }
+    cJSON *raw, *item;
+    raw = cJSON_GetObjectItem(f.root, "raw");
+    cJSON_ArrayForEach(item, raw)
+    {
+        int s = cJSON_GetObjectItem(item, "sample")->valueint;
+        int l = cJSON_GetObjectItem(item, "layer")->valueint;
+        int t = cJSON_GetObjectItem(item, "token")->valueint;
+        for (int kv = 0; kv < 2; kv++) {
+            cJSON *want = cJSON_GetObjectItem(item, kv ? "v" : "k");
+            const float *got = row_of(&c, kv ? c.v : c.k, l, c.start[s] + t);
+            double scale = 0;
+            for (int i = 0; i < cJSON_GetArraySize(want); i++)
+                scale = fmax(scale, fabs(cJSON_GetArrayItem(want, i)->valuedouble));
+            CU_ASSERT_EQUAL(cJSON_GetArraySize(want), c.heads * c.head_dim);
+            for (int i = 0; i < cJSON_GetArraySize(want); i++) {
+                double w = cJSON_GetArrayItem(want, i)->valuedouble;
+                if (fabs(got[i] - w) > scale * RTOL + fabs(w) * RTOL) {
+                    fprintf(stderr, "\n%s: raw %c sample %d layer %d token %d [%d]: got %.7g "
+                                    "want %.7g",
+                            name, kv ? 'V' : 'K', s, l, t, i, got[i], w);
+                    bad++;
+                }
+            }
+        }
+    }
+    cJSON *lg = cJSON_GetObjectItem(f.root, "logits");
+    int ls = cJSON_GetObjectItem(lg, "sample")->valueint;
+    int lt = cJSON_GetObjectItem(lg, "token")->valueint;
+    cJSON *vals = cJSON_GetObjectItem(lg, "values");
+    const float *got = logits + (c.start[ls] + lt) * d->vocab_size;
+    for (int i = 0; i < cJSON_GetArraySize(vals); i++) {
+        double w = cJSON_GetArrayItem(vals, i)->valuedouble;
+        if (fabs(got[i] - w) > 1e-4 + fabs(w) * RTOL) {
+            fprintf(stderr, "\n%s: logit %d: got %.7g want %.7g", name, i, got[i], w);
+            bad++;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    free(logits);
+    captured_free(&c);
+    fixture_close(&f);
+}
+
+static void runner_matches_numpy_run_c_on_stories260k(void)
+{
+    check_against_golden("stories260K");
+}
+
+static void runner_matches_transformers_llama3_gqa_head_dim_48_bf16(void)
+{
+    check_against_golden("llama3_gqa_hd48_bf16");
+}
+
+static void runner_matches_transformers_llama_mha_linear_rope_tied_fp32_old_config(void)
+{
+    check_against_golden("llama_mha_linear_tied_fp32");
+}
+
+static void runner_matches_transformers_mistral_mqa_fp16(void)
+{
+    check_against_golden("mistral_mqa_fp16");
+}
+
+static void runner_matches_transformers_qwen2_bias_old_config(void)
+{
+    check_against_golden("qwen2_gqa_bias_bf16");
+}
+
+static void runner_matches_transformers_qwen3_qk_norm_head_dim_80(void)
+{
+    check_against_golden("qwen3_gqa_hd80_qknorm_bf16");
+}
+
+/* A sample's K/V are bit-identical whether it ran alone or in a batch. */
+static void runner_kv_does_not_depend_on_batch_neighbours(void)
+{
+    fixture f;
+    captured all, one;
+    fixture_open(&f, "qwen2_gqa_bias_bf16");
+    run_capture(&f, &all, NULL);
+    f.batch = 1;
+    memcpy(f.ids, f.ids + f.seq, sizeof(int32_t) * (size_t)f.seq);
+    f.lengths[0] = f.lengths[1];
+    f.rows = f.lengths[0];
+    run_capture(&f, &one, NULL);
+    size_t row = (size_t)all.heads * (size_t)all.head_dim;
+    for (int l = 0; l < all.layers; l++) {
+        CU_ASSERT_EQUAL(memcmp(row_of(&all, all.k, l, all.start[1]), row_of(&one, one.k, l, 0),
+                               sizeof(float) * row * (size_t)f.rows), 0);
+        CU_ASSERT_EQUAL(memcmp(row_of(&all, all.v, l, all.start[1]), row_of(&one, one.v, l, 0),
+                               sizeof(float) * row * (size_t)f.rows), 0);
+    }
+    captured_free(&all);
+    captured_free(&one);
+    fixture_close(&f);
+}
+
+static void runner_rejects_sequence_longer_than_context_and_bad_ids(void)
+{
+    kvcal_model_t *m = NULL;
+    kvcal_runner_t *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m), KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL(d->max_seq_len, 512);
+    int seq = d->max_seq_len + 1;
+    int32_t *ids = calloc((size_t)seq, sizeof(int32_t));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ids);
+    CU_ASSERT_EQUAL_FATAL(kvcal_runner_create(m, seq, &r), KVCAL_OK);
+    int64_t sample = 7;
+    CU_ASSERT_EQUAL(kvcal_runner_forward(r, ids, &seq, 1, seq, &sample, NULL),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "sample 7 has 513 tokens"));
+    int len = 4;
+    ids[2] = 512;
+    CU_ASSERT_EQUAL(kvcal_runner_forward(r, ids, &len, 1, seq, NULL, NULL),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "token id 512"));
+    free(ids);
+    kvcal_runner_destroy(r);
+    kvcal_model_close(m);
+}
+
+// --- model errors -----------------------------------------------------------
+
+/* Copies a golden checkpoint into the test's temp dir with config.json
+ * edited: `key` set to the JSON `value`. Returns the directory. */
+static const char *edited_checkpoint(const char *src, const char *key, const char *value)
+{
+    static char dir[512];
+    char cmd[2048], path[600];
+    snprintf(dir, sizeof dir, "%s/%s-%s", kvcal_test_tmpdir(), src, key);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r 'tests/fixtures/golden/%s' '%s'", dir, src,
+             dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *cfg = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &cfg), KVCAL_OK);
+    cJSON_DeleteItemFromObject(cfg, key);
+    cJSON_AddItemToObject(cfg, key, cJSON_Parse(value));
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, cfg), KVCAL_OK);
+    cJSON_Delete(cfg);
+    return dir;
+}
+
+static void expect_open_error(const char *dir, kvcal_status want, const char *needle)
+{
+    kvcal_model_t *m = (kvcal_model_t *)1;
+    CU_ASSERT_EQUAL(kvcal_model_open(dir, &m), want);
+    CU_ASSERT_PTR_NULL(m);
+    if (!strstr(kvcal_last_error(), needle)) {
+        fprintf(stderr, "\nexpected '%s' in: %s\n", needle, kvcal_last_error());
+        CU_FAIL("error message does not name the problem");
+    }
+}
+
+static void model_open_names_unsupported_architecture(void)
+{
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16", "architectures", "[\"GPT2LMHeadModel\"]"),
+                      KVCAL_ERR_UNSUPPORTED, "GPT2LMHeadModel");
+}
+
+static void model_open_names_missing_tensor(void)
+{
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16", "num_hidden_layers", "3"),
+                      KVCAL_ERR_FORMAT, "model.layers.2.input_layernorm.weight is missing");
+}
+
+static void model_open_names_tensor_with_wrong_shape(void)
+{
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16", "intermediate_size", "81"),
+                      KVCAL_ERR_FORMAT, "model.layers.0.mlp.gate_proj.weight has shape [80, 64]");
+}
+
+static void model_open_rejects_truncated_llama2c_file(void)
+{
+    size_t len = 0;
+    char *buf = kvcal_test_read_file("models/stories260K/stories260K.bin", &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    const char *path = kvcal_test_path("truncated.bin");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, buf, len - 4), 0);
+    expect_open_error(path, KVCAL_ERR_FORMAT, "truncated");
+    free(buf);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(runner_matches_numpy_run_c_on_stories260k),
+    KVCAL_TEST(runner_matches_transformers_llama3_gqa_head_dim_48_bf16),
+    KVCAL_TEST(runner_matches_transformers_llama_mha_linear_rope_tied_fp32_old_config),
+    KVCAL_TEST(runner_matches_transformers_mistral_mqa_fp16),
+    KVCAL_TEST(runner_matches_transformers_qwen2_bias_old_config),
+    KVCAL_TEST(runner_matches_transformers_qwen3_qk_norm_head_dim_80),
+    KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
+    KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),
+    KVCAL_TEST(model_open_names_unsupported_architecture),
+    KVCAL_TEST(model_open_names_missing_tensor),
+    KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
+    KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(runner, KVCAL_NEEDS_NOTHING, tests)
