@@ -24,7 +24,7 @@ static mode_t atomic_target_mode(const char *path)
  * then all the same, so the result is not an error. */
 static void atomic_sync_dir(const char *path)
 {
-    char dir[sizeof ((kvcal_atomic_file *)0)->path];
+    char dir[sizeof((kvcal_atomic_file *)0)->path];
     const char *slash = strrchr(path, '/');
     if (!slash) {
         strcpy(dir, ".");
@@ -48,13 +48,17 @@ kvcal_status kvcal_atomic_open(kvcal_atomic_file *af, const char *path)
     af->path[0] = '\0';
     af->tmp[0] = '\0';
     if (!path || !*path)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "atomic write: empty output path; pass a file name");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "atomic write: empty output path; pass a file name");
     size_t n = strlen(path);
     if (n + sizeof ".tmp.XXXXXX" > sizeof af->tmp)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%.64s...: output path is %zu bytes long; use a path shorter than %zu bytes",
-                          path, n, sizeof af->tmp - sizeof ".tmp.XXXXXX");
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "%.64s...: output path is %zu bytes long; use a path shorter than %zu bytes",
+            path, n, sizeof af->tmp - sizeof ".tmp.XXXXXX");
     if (path[n - 1] == '/')
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: output path names a directory; add a file name", path);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: output path names a directory; add a file name", path);
     memcpy(af->path, path, n + 1);
     memcpy(af->tmp, path, n);
     memcpy(af->tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
@@ -62,7 +66,9 @@ kvcal_status kvcal_atomic_open(kvcal_atomic_file *af, const char *path)
     if (fd < 0) {
         int err = errno;
         af->tmp[0] = '\0';
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create a temporary file beside it: %s; check that the directory exists and is writable",
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: cannot create a temporary file beside it: %s; check that "
+                          "the directory exists and is writable",
                           path, strerror(err));
     }
     af->f = fdopen(fd, "wb");
@@ -71,7 +77,8 @@ kvcal_status kvcal_atomic_open(kvcal_atomic_file *af, const char *path)
         close(fd);
         unlink(af->tmp);
         af->tmp[0] = '\0';
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open the temporary file: %s", path, strerror(err));
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open the temporary file: %s", path,
+                          strerror(err));
     }
     return KVCAL_OK;
 }
@@ -79,7 +86,9 @@ kvcal_status kvcal_atomic_open(kvcal_atomic_file *af, const char *path)
 kvcal_status kvcal_atomic_commit(kvcal_atomic_file *af)
 {
     if (!af->f)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: atomic commit without an open temporary file; call kvcal_atomic_open first",
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: atomic commit without an open temporary file; call "
+                          "kvcal_atomic_open first",
                           af->path[0] ? af->path : "(none)");
     int fd = fileno(af->f);
     const char *what = NULL;
@@ -101,7 +110,9 @@ kvcal_status kvcal_atomic_commit(kvcal_atomic_file *af)
     if (what) {
         unlink(af->tmp);
         af->tmp[0] = '\0';
-        return kvcal_fail(KVCAL_ERR_IO, "%s: failed %s the temporary file%s%s; the file was not written (check free space and permissions)",
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: failed %s the temporary file%s%s; the file was not "
+                          "written (check free space and permissions)",
                           af->path, what, err ? ": " : "", err ? strerror(err) : "");
     }
     af->tmp[0] = '\0';
@@ -132,7 +143,9 @@ kvcal_status kvcal_atomic_write(const char *path, const void *data, size_t len)
     if (len && fwrite(data, 1, len, af.f) != len) {
         int err = errno;
         kvcal_atomic_abort(&af);
-        return kvcal_fail(KVCAL_ERR_IO, "%s: writing %zu bytes failed: %s; the file was not written (check free space)",
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: writing %zu bytes failed: %s; the file was not written "
+                          "(check free space)",
                           path, len, strerror(err));
     }
     return kvcal_atomic_commit(&af);

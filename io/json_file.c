@@ -28,7 +28,7 @@ typedef struct json_scan {
     size_t pos;
     const char *name;
     int depth;
-    size_t *keys;  /* (nkeys) byte offset of each object key's opening quote */
+    size_t *keys; /* (nkeys) byte offset of each object key's opening quote */
     size_t nkeys;
     size_t cap;
 } json_scan;
@@ -52,11 +52,13 @@ static void json_locate(const char *text, size_t len, size_t at, int *line, int 
     *col = c;
 }
 
-static kvcal_status scan_fail(const json_scan *sc, size_t at, const char *what, const char *fix)
+static kvcal_status scan_fail(const json_scan *sc, size_t at, const char *what,
+                              const char *fix)
 {
     int line, col;
     json_locate(sc->text, sc->len, at, &line, &col);
-    return kvcal_fail(KVCAL_ERR_PARSE, "%s:%d:%d: %s; %s", sc->name, line, col, what, fix);
+    return kvcal_fail(KVCAL_ERR_PARSE, "%s:%d:%d: %s; %s", sc->name, line, col, what,
+                      fix);
 }
 
 /* Describes the byte at `at` for a message: "'x'", "byte 0x01", "end of file". */
@@ -166,12 +168,15 @@ static kvcal_status scan_string(json_scan *sc)
             return KVCAL_OK;
         }
         if (b == 0)
-            return scan_fail(sc, sc->pos, "NUL byte inside a string", "the file is binary or corrupted; regenerate it");
+            return scan_fail(sc, sc->pos, "NUL byte inside a string",
+                             "the file is binary or corrupted; regenerate it");
         if (b < 0x20) {
             char what[64];
-            snprintf(what, sizeof what, "raw control character 0x%02X inside a string", b);
-            return scan_fail(sc, sc->pos, what, b == '\n' ? "close the string on its line or write \\n"
-                                                          : "escape it as \\u00XX");
+            snprintf(what, sizeof what, "raw control character 0x%02X inside a string",
+                     b);
+            return scan_fail(sc, sc->pos, what,
+                             b == '\n' ? "close the string on its line or write \\n"
+                                       : "escape it as \\u00XX");
         }
         if (b == '\\') {
             size_t esc = sc->pos;
@@ -182,32 +187,42 @@ static kvcal_status scan_string(json_scan *sc)
             if (e == 'u') {
                 long cp = scan_hex4(sc);
                 if (cp < 0)
-                    return scan_fail(sc, esc, "\\u escape without 4 hex digits", "write \\u followed by 4 hex digits");
+                    return scan_fail(sc, esc, "\\u escape without 4 hex digits",
+                                     "write \\u followed by 4 hex digits");
                 if (cp == 0)
-                    return scan_fail(sc, esc, "\\u0000 inside a string", "remove the NUL character");
+                    return scan_fail(sc, esc, "\\u0000 inside a string",
+                                     "remove the NUL character");
                 if (cp >= 0xDC00 && cp <= 0xDFFF)
-                    return scan_fail(sc, esc, "lone low surrogate escape", "pair it with a preceding \\uD800-\\uDBFF escape");
+                    return scan_fail(sc, esc, "lone low surrogate escape",
+                                     "pair it with a preceding \\uD800-\\uDBFF escape");
                 if (cp >= 0xD800 && cp <= 0xDBFF) {
                     long lo = -1;
-                    if (sc->len - sc->pos >= 2 && sc->text[sc->pos] == '\\' && sc->text[sc->pos + 1] == 'u') {
+                    if (sc->len - sc->pos >= 2 && sc->text[sc->pos] == '\\' &&
+                        sc->text[sc->pos + 1] == 'u') {
                         sc->pos += 2;
                         lo = scan_hex4(sc);
                     }
                     if (lo < 0xDC00 || lo > 0xDFFF)
-                        return scan_fail(sc, esc, "high surrogate escape not followed by a low surrogate",
-                                         "write the character as a \\uD8xx\\uDCxx pair or as UTF-8");
+                        return scan_fail(
+                            sc, esc,
+                            "high surrogate escape not followed by a low surrogate",
+                            "write the character as a \\uD8xx\\uDCxx pair or as UTF-8");
                 }
             } else if (!strchr("\"\\/bfnrt", e) || e == '\0') {
                 char what[64];
-                snprintf(what, sizeof what, "invalid escape \\%c", (e >= 0x21 && e < 0x7F) ? e : '?');
-                return scan_fail(sc, esc, what, "use one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX");
+                snprintf(what, sizeof what, "invalid escape \\%c",
+                         (e >= 0x21 && e < 0x7F) ? e : '?');
+                return scan_fail(sc, esc, what,
+                                 "use one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX");
             }
             continue;
         }
         if (b >= 0x80) {
-            int n = utf8_sequence_length((const unsigned char *)sc->text + sc->pos, sc->len - sc->pos);
+            int n = utf8_sequence_length((const unsigned char *)sc->text + sc->pos,
+                                         sc->len - sc->pos);
             if (n == 0)
-                return scan_fail(sc, sc->pos, "invalid UTF-8 inside a string", "save the file as UTF-8");
+                return scan_fail(sc, sc->pos, "invalid UTF-8 inside a string",
+                                 "save the file as UTF-8");
             sc->pos += (size_t)n;
             continue;
         }
@@ -223,15 +238,19 @@ static kvcal_status scan_number(json_scan *sc)
     if (t[sc->pos] == '-')
         sc->pos++;
     if (sc->pos >= sc->len || t[sc->pos] < '0' || t[sc->pos] > '9')
-        return scan_fail(sc, start, "'-' not followed by a digit", "write a number such as -1.5");
-    if (t[sc->pos] == '0' && sc->pos + 1 < sc->len && t[sc->pos + 1] >= '0' && t[sc->pos + 1] <= '9')
-        return scan_fail(sc, start, "number with a leading zero", "remove the leading zero");
+        return scan_fail(sc, start, "'-' not followed by a digit",
+                         "write a number such as -1.5");
+    if (t[sc->pos] == '0' && sc->pos + 1 < sc->len && t[sc->pos + 1] >= '0' &&
+        t[sc->pos + 1] <= '9')
+        return scan_fail(sc, start, "number with a leading zero",
+                         "remove the leading zero");
     while (sc->pos < sc->len && t[sc->pos] >= '0' && t[sc->pos] <= '9')
         sc->pos++;
     if (sc->pos < sc->len && t[sc->pos] == '.') {
         sc->pos++;
         if (sc->pos >= sc->len || t[sc->pos] < '0' || t[sc->pos] > '9')
-            return scan_fail(sc, start, "'.' not followed by a digit", "write a digit after the decimal point");
+            return scan_fail(sc, start, "'.' not followed by a digit",
+                             "write a digit after the decimal point");
         while (sc->pos < sc->len && t[sc->pos] >= '0' && t[sc->pos] <= '9')
             sc->pos++;
     }
@@ -240,21 +259,24 @@ static kvcal_status scan_number(json_scan *sc)
         if (sc->pos < sc->len && (t[sc->pos] == '+' || t[sc->pos] == '-'))
             sc->pos++;
         if (sc->pos >= sc->len || t[sc->pos] < '0' || t[sc->pos] > '9')
-            return scan_fail(sc, start, "exponent without digits", "write digits after 'e'");
+            return scan_fail(sc, start, "exponent without digits",
+                             "write digits after 'e'");
         while (sc->pos < sc->len && t[sc->pos] >= '0' && t[sc->pos] <= '9')
             sc->pos++;
     }
     size_t n = sc->pos - start;
     if (n > JSON_MAX_NUMBER_CHARS) {
         char what[64];
-        snprintf(what, sizeof what, "number longer than %d characters", JSON_MAX_NUMBER_CHARS);
+        snprintf(what, sizeof what, "number longer than %d characters",
+                 JSON_MAX_NUMBER_CHARS);
         return scan_fail(sc, start, what, "shorten it");
     }
     char buf[JSON_MAX_NUMBER_CHARS + 1];
     memcpy(buf, t + start, n);
     buf[n] = '\0';
     if (!isfinite(strtod(buf, NULL)))
-        return scan_fail(sc, start, "number out of the range of a double", "write a finite number below 1.8e308");
+        return scan_fail(sc, start, "number out of the range of a double",
+                         "write a finite number below 1.8e308");
     return KVCAL_OK;
 }
 
@@ -266,7 +288,8 @@ static kvcal_status scan_push_key(json_scan *sc)
         size_t cap = sc->cap ? sc->cap * 2 : 64;
         size_t *keys = realloc(sc->keys, cap * sizeof *keys);
         if (!keys)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory while reading JSON", sc->name);
+            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory while reading JSON",
+                              sc->name);
         sc->keys = keys;
         sc->cap = cap;
     }
@@ -280,7 +303,8 @@ static kvcal_status scan_container(json_scan *sc)
     char close = open == '{' ? '}' : ']';
     char buf[16], what[96];
     if (++sc->depth > KVCAL_JSON_MAX_DEPTH) {
-        snprintf(what, sizeof what, "nesting deeper than %d levels", KVCAL_JSON_MAX_DEPTH);
+        snprintf(what, sizeof what, "nesting deeper than %d levels",
+                 KVCAL_JSON_MAX_DEPTH);
         return scan_fail(sc, sc->pos, what, "flatten the document");
     }
     sc->pos++;
@@ -294,14 +318,18 @@ static kvcal_status scan_container(json_scan *sc)
         kvcal_status s;
         if (open == '{') {
             if (sc->pos >= sc->len || sc->text[sc->pos] != '"') {
-                snprintf(what, sizeof what, "expected a quoted key, found %s", scan_describe(sc, sc->pos, buf));
-                return scan_fail(sc, sc->pos, what, "object keys are strings in double quotes, with no trailing comma");
+                snprintf(what, sizeof what, "expected a quoted key, found %s",
+                         scan_describe(sc, sc->pos, buf));
+                return scan_fail(
+                    sc, sc->pos, what,
+                    "object keys are strings in double quotes, with no trailing comma");
             }
             if ((s = scan_push_key(sc)) != KVCAL_OK || (s = scan_string(sc)) != KVCAL_OK)
                 return s;
             scan_skip_ws(sc);
             if (sc->pos >= sc->len || sc->text[sc->pos] != ':') {
-                snprintf(what, sizeof what, "expected ':' after the key, found %s", scan_describe(sc, sc->pos, buf));
+                snprintf(what, sizeof what, "expected ':' after the key, found %s",
+                         scan_describe(sc, sc->pos, buf));
                 return scan_fail(sc, sc->pos, what, "write key: value");
             }
             sc->pos++;
@@ -314,7 +342,8 @@ static kvcal_status scan_container(json_scan *sc)
             sc->pos++;
             scan_skip_ws(sc);
             if (open == '[' && sc->pos < sc->len && sc->text[sc->pos] == ']')
-                return scan_fail(sc, sc->pos, "trailing comma before ']'", "remove the comma");
+                return scan_fail(sc, sc->pos, "trailing comma before ']'",
+                                 "remove the comma");
             continue;
         }
         if (sc->pos < sc->len && sc->text[sc->pos] == close) {
@@ -322,9 +351,12 @@ static kvcal_status scan_container(json_scan *sc)
             sc->depth--;
             return KVCAL_OK;
         }
-        snprintf(what, sizeof what, "expected ',' or '%c', found %s", close, scan_describe(sc, sc->pos, buf));
-        return scan_fail(sc, sc->pos, what, open == '{' ? "separate members with ',' and close the object with '}'"
-                                                        : "separate elements with ',' and close the array with ']'");
+        snprintf(what, sizeof what, "expected ',' or '%c', found %s", close,
+                 scan_describe(sc, sc->pos, buf));
+        return scan_fail(sc, sc->pos, what,
+                         open == '{'
+                             ? "separate members with ',' and close the object with '}'"
+                             : "separate elements with ',' and close the array with ']'");
     }
 }
 
@@ -332,15 +364,18 @@ static kvcal_status scan_value(json_scan *sc)
 {
     char buf[16], what[96];
     if (sc->pos >= sc->len)
-        return scan_fail(sc, sc->pos, "unexpected end of file, expected a value", "the file is truncated; complete it");
+        return scan_fail(sc, sc->pos, "unexpected end of file, expected a value",
+                         "the file is truncated; complete it");
     char ch = sc->text[sc->pos];
     if (ch == '{' || ch == '[')
         return scan_container(sc);
     if (ch == '"')
         return scan_string(sc);
-    if (scan_has_prefix_ci(sc, "nan") || scan_has_prefix_ci(sc, "inf") || scan_has_prefix_ci(sc, "-inf") ||
-        scan_has_prefix_ci(sc, "+inf") || scan_has_prefix_ci(sc, "-nan"))
-        return scan_fail(sc, sc->pos, "NaN/Infinity literal", "JSON has no non-finite numbers; write a finite value");
+    if (scan_has_prefix_ci(sc, "nan") || scan_has_prefix_ci(sc, "inf") ||
+        scan_has_prefix_ci(sc, "-inf") || scan_has_prefix_ci(sc, "+inf") ||
+        scan_has_prefix_ci(sc, "-nan"))
+        return scan_fail(sc, sc->pos, "NaN/Infinity literal",
+                         "JSON has no non-finite numbers; write a finite value");
     if (ch == '-' || (ch >= '0' && ch <= '9'))
         return scan_number(sc);
     static const char *const literals[] = {"true", "false", "null"};
@@ -352,11 +387,14 @@ static kvcal_status scan_value(json_scan *sc)
         }
     }
     if (ch == '\0')
-        return scan_fail(sc, sc->pos, "NUL byte where a value was expected", "the file is binary or corrupted; regenerate it");
+        return scan_fail(sc, sc->pos, "NUL byte where a value was expected",
+                         "the file is binary or corrupted; regenerate it");
     if (ch == '\'')
         return scan_fail(sc, sc->pos, "single-quoted string", "use double quotes");
-    snprintf(what, sizeof what, "unexpected %s, expected a value", scan_describe(sc, sc->pos, buf));
-    return scan_fail(sc, sc->pos, what, "write a string, number, object, array, true, false or null");
+    snprintf(what, sizeof what, "unexpected %s, expected a value",
+             scan_describe(sc, sc->pos, buf));
+    return scan_fail(sc, sc->pos, what,
+                     "write a string, number, object, array, true, false or null");
 }
 
 /* Checks the whole text; on success sc->keys holds every key offset. */
@@ -364,17 +402,23 @@ static kvcal_status scan_document(json_scan *sc)
 {
     char buf[16], what[96];
     if (sc->len >= 3 && memcmp(sc->text, "\xEF\xBB\xBF", 3) == 0)
-        return scan_fail(sc, 0, "UTF-8 byte order mark at the start", "save the file as UTF-8 without BOM (Python's json rejects it)");
+        return scan_fail(sc, 0, "UTF-8 byte order mark at the start",
+                         "save the file as UTF-8 without BOM (Python's json rejects it)");
     scan_skip_ws(sc);
     if (sc->pos >= sc->len)
-        return kvcal_fail(KVCAL_ERR_PARSE, "%s:1:1: empty file, expected a JSON value; write the JSON document", sc->name);
+        return kvcal_fail(
+            KVCAL_ERR_PARSE,
+            "%s:1:1: empty file, expected a JSON value; write the JSON document",
+            sc->name);
     kvcal_status s = scan_value(sc);
     if (s != KVCAL_OK)
         return s;
     scan_skip_ws(sc);
     if (sc->pos < sc->len) {
-        snprintf(what, sizeof what, "unexpected %s after the end of the JSON value", scan_describe(sc, sc->pos, buf));
-        return scan_fail(sc, sc->pos, what, "remove the trailing text (one document per file)");
+        snprintf(what, sizeof what, "unexpected %s after the end of the JSON value",
+                 scan_describe(sc, sc->pos, buf));
+        return scan_fail(sc, sc->pos, what,
+                         "remove the trailing text (one document per file)");
     }
     return KVCAL_OK;
 }
@@ -396,7 +440,8 @@ static int member_compare(const void *a, const void *b)
 }
 
 /* Walks `item` in pre-order, numbering keys; fails on the first duplicate. */
-static kvcal_status json_check_duplicates(const cJSON *item, const json_scan *sc, size_t *order)
+static kvcal_status json_check_duplicates(const cJSON *item, const json_scan *sc,
+                                          size_t *order)
 {
     if (!cJSON_IsObject(item) && !cJSON_IsArray(item))
         return KVCAL_OK;
@@ -406,7 +451,8 @@ static kvcal_status json_check_duplicates(const cJSON *item, const json_scan *sc
         n++;
     json_member *members = NULL;
     if (is_object && n > 1 && !(members = malloc(n * sizeof *members)))
-        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory while checking keys", sc->name);
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory while checking keys",
+                          sc->name);
     size_t i = 0;
     kvcal_status s = KVCAL_OK;
     for (const cJSON *c = item->child; c && s == KVCAL_OK; c = c->next, i++) {
@@ -423,10 +469,13 @@ static kvcal_status json_check_duplicates(const cJSON *item, const json_scan *sc
                 continue;
             int line, col, first_line, first_col;
             size_t at = members[i].order < sc->nkeys ? sc->keys[members[i].order] : 0;
-            size_t first = members[i - 1].order < sc->nkeys ? sc->keys[members[i - 1].order] : 0;
+            size_t first =
+                members[i - 1].order < sc->nkeys ? sc->keys[members[i - 1].order] : 0;
             json_locate(sc->text, sc->len, at, &line, &col);
             json_locate(sc->text, sc->len, first, &first_line, &first_col);
-            s = kvcal_fail(KVCAL_ERR_PARSE, "%s:%d:%d: duplicate key \"%.128s\" (first at line %d); remove one of them (readers disagree on which wins)",
+            s = kvcal_fail(KVCAL_ERR_PARSE,
+                           "%s:%d:%d: duplicate key \"%.128s\" (first at line %d); "
+                           "remove one of them (readers disagree on which wins)",
                            sc->name, line, col, members[i].key, first_line);
             break;
         }
@@ -443,10 +492,13 @@ kvcal_status kvcal_json_parse(const char *text, size_t len, const char *name, cJ
     if (!name)
         name = "(json)";
     if (len > KVCAL_JSON_MAX_BYTES)
-        return kvcal_fail(KVCAL_ERR_PARSE, "%s: %zu bytes of JSON exceed the limit of %u MiB; this is not a config or scales file",
+        return kvcal_fail(KVCAL_ERR_PARSE,
+                          "%s: %zu bytes of JSON exceed the limit of %u MiB; this is not "
+                          "a config or scales file",
                           name, len, KVCAL_JSON_MAX_BYTES >> 20);
     if (!text && len)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: NULL text with length %zu", name, len);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: NULL text with length %zu", name,
+                          len);
     json_scan sc = {.text = text ? text : "", .len = len, .name = name};
     kvcal_status s = scan_document(&sc);
     cJSON *root = NULL;
@@ -455,8 +507,10 @@ kvcal_status kvcal_json_parse(const char *text, size_t len, const char *name, cJ
         root = cJSON_ParseWithLengthOpts(sc.text, len, &end, 0);
         if (!root) {
             const char *at = cJSON_GetErrorPtr();
-            size_t off = (at && at >= sc.text && at <= sc.text + len) ? (size_t)(at - sc.text) : 0;
-            s = scan_fail(&sc, off, "cJSON could not build the document", "the host may be out of memory");
+            size_t off =
+                (at && at >= sc.text && at <= sc.text + len) ? (size_t)(at - sc.text) : 0;
+            s = scan_fail(&sc, off, "cJSON could not build the document",
+                          "the host may be out of memory");
         }
     }
     if (s == KVCAL_OK) {
@@ -477,27 +531,33 @@ kvcal_status kvcal_json_load(const char *path, cJSON **out)
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s; check the path", path, strerror(errno));
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s; check the path", path,
+                          strerror(errno));
     struct stat st;
     kvcal_status s = KVCAL_OK;
     char *buf = NULL;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        s = kvcal_fail(KVCAL_ERR_IO, "%s: not a regular file; pass the JSON file itself", path);
+        s = kvcal_fail(KVCAL_ERR_IO, "%s: not a regular file; pass the JSON file itself",
+                       path);
         goto fail;
     }
     if ((unsigned long long)st.st_size > KVCAL_JSON_MAX_BYTES) {
-        s = kvcal_fail(KVCAL_ERR_PARSE, "%s: %lld bytes exceed the JSON limit of %u MiB; this is not a config or scales file",
+        s = kvcal_fail(KVCAL_ERR_PARSE,
+                       "%s: %lld bytes exceed the JSON limit of %u MiB; this is not a "
+                       "config or scales file",
                        path, (long long)st.st_size, KVCAL_JSON_MAX_BYTES >> 20);
         goto fail;
     }
     size_t n = (size_t)st.st_size;
     buf = malloc(n + 1);
     if (!buf) {
-        s = kvcal_fail(KVCAL_ERR_NOMEM, "%s: cannot allocate %zu bytes to read it", path, n + 1);
+        s = kvcal_fail(KVCAL_ERR_NOMEM, "%s: cannot allocate %zu bytes to read it", path,
+                       n + 1);
         goto fail;
     }
     if (fread(buf, 1, n, f) != n || ferror(f)) {
-        s = kvcal_fail(KVCAL_ERR_IO, "%s: read failed (file changed while reading?); try again", path);
+        s = kvcal_fail(KVCAL_ERR_IO,
+                       "%s: read failed (file changed while reading?); try again", path);
         goto fail;
     }
     buf[n] = '\0';
@@ -521,7 +581,8 @@ static int json_find_nonfinite(const cJSON *item, char *where, size_t cap)
     int i = 0;
     for (const cJSON *c = item->child; c; c = c->next, i++) {
         if (cJSON_IsObject(item))
-            snprintf(where + base, cap - base, "%s%s", base ? "." : "", c->string ? c->string : "");
+            snprintf(where + base, cap - base, "%s%s", base ? "." : "",
+                     c->string ? c->string : "");
         else
             snprintf(where + base, cap - base, "[%d]", i);
         if (json_find_nonfinite(c, where, cap))
@@ -537,7 +598,9 @@ kvcal_status kvcal_json_write(const char *path, const cJSON *root)
     if (!root)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: no JSON document to write", path);
     if (json_find_nonfinite(root, where, sizeof where))
-        return kvcal_fail(KVCAL_ERR_NONFINITE, "%s: value at %s is NaN or infinite; nothing was written (JSON cannot hold it)",
+        return kvcal_fail(KVCAL_ERR_NONFINITE,
+                          "%s: value at %s is NaN or infinite; nothing was written (JSON "
+                          "cannot hold it)",
                           path, where[0] ? where : "the document root");
     char *text = cJSON_Print(root);
     if (!text)
@@ -548,7 +611,8 @@ kvcal_status kvcal_json_write(const char *path, const cJSON *root)
     if (s == KVCAL_OK) {
         if (fwrite(text, 1, n, af.f) != n || fputc('\n', af.f) == EOF) {
             kvcal_atomic_abort(&af);
-            s = kvcal_fail(KVCAL_ERR_IO, "%s: write failed: %s; nothing was written", path, strerror(errno));
+            s = kvcal_fail(KVCAL_ERR_IO, "%s: write failed: %s; nothing was written",
+                           path, strerror(errno));
         } else {
             s = kvcal_atomic_commit(&af);
         }

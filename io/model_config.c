@@ -48,21 +48,26 @@ static const char *cfg_describe(const cJSON *it, char *buf, size_t cap)
     return buf;
 }
 
-static kvcal_status cfg_bad(const cfg_obj *o, const char *key, const cJSON *it, const char *want)
+static kvcal_status cfg_bad(const cfg_obj *o, const char *key, const cJSON *it,
+                            const char *want)
 {
     char buf[64];
-    return kvcal_fail(KVCAL_ERR_FORMAT, "%s: field \"%s%s\": expected %s, found %s; fix the value", o->name,
+    return kvcal_fail(KVCAL_ERR_FORMAT,
+                      "%s: field \"%s%s\": expected %s, found %s; fix the value", o->name,
                       o->prefix, key, want, cfg_describe(it, buf, sizeof buf));
 }
 
 static kvcal_status cfg_missing(const cfg_obj *o, const char *key, const char *why)
 {
-    return kvcal_fail(KVCAL_ERR_FORMAT, "%s: field \"%s%s\" is missing%s; add it (see the model's transformers config)",
-                      o->name, o->prefix, key, why);
+    return kvcal_fail(
+        KVCAL_ERR_FORMAT,
+        "%s: field \"%s%s\" is missing%s; add it (see the model's transformers config)",
+        o->name, o->prefix, key, why);
 }
 
 /* Integer >= min. Absent: *out untouched, *found = 0 (found may be NULL). */
-static kvcal_status cfg_int(const cfg_obj *o, const char *key, int min, int *out, int *found)
+static kvcal_status cfg_int(const cfg_obj *o, const char *key, int min, int *out,
+                            int *found)
 {
     const cJSON *it = cfg_item(o, key);
     if (found)
@@ -71,8 +76,8 @@ static kvcal_status cfg_int(const cfg_obj *o, const char *key, int min, int *out
         return KVCAL_OK;
     char want[48];
     snprintf(want, sizeof want, "an integer >= %d", min);
-    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < min ||
-        it->valuedouble > INT_MAX)
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        it->valuedouble < min || it->valuedouble > INT_MAX)
         return cfg_bad(o, key, it, want);
     *out = (int)it->valuedouble;
     return KVCAL_OK;
@@ -88,7 +93,8 @@ static kvcal_status cfg_required_int(const cfg_obj *o, const char *key, int min,
 }
 
 /* Finite number in (lo, hi]. Absent: *out untouched. */
-static kvcal_status cfg_double(const cfg_obj *o, const char *key, double lo, double hi, double *out, int *found)
+static kvcal_status cfg_double(const cfg_obj *o, const char *key, double lo, double hi,
+                               double *out, int *found)
 {
     const cJSON *it = cfg_item(o, key);
     if (found)
@@ -119,7 +125,8 @@ static kvcal_status cfg_bool(const cfg_obj *o, const char *key, int *out)
 }
 
 /* String shorter than cap. Absent: dst untouched, *found = 0. */
-static kvcal_status cfg_string(const cfg_obj *o, const char *key, char *dst, size_t cap, int *found)
+static kvcal_status cfg_string(const cfg_obj *o, const char *key, char *dst, size_t cap,
+                               int *found)
 {
     const cJSON *it = cfg_item(o, key);
     if (found)
@@ -167,12 +174,14 @@ static const struct {
     const char *name;
     kvcal_rope_type type;
 } rope_types[] = {
-    {"default", KVCAL_ROPE_DEFAULT}, {"linear", KVCAL_ROPE_LINEAR}, {"llama3", KVCAL_ROPE_LLAMA3},
-    {"dynamic", KVCAL_ROPE_DYNAMIC}, {"yarn", KVCAL_ROPE_YARN},
+    {"default", KVCAL_ROPE_DEFAULT}, {"linear", KVCAL_ROPE_LINEAR},
+    {"llama3", KVCAL_ROPE_LLAMA3},   {"dynamic", KVCAL_ROPE_DYNAMIC},
+    {"yarn", KVCAL_ROPE_YARN},
 };
 
 /* Reads the scaling fields of `sc` (rope_parameters or rope_scaling). */
-static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional, kvcal_model_config *c)
+static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
+                                          kvcal_model_config *c)
 {
     kvcal_status s;
     int found = 0;
@@ -187,15 +196,20 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional, 
     for (size_t i = 0; i < sizeof rope_types / sizeof rope_types[0]; i++)
         if (!strcmp(c->rope_type_name, rope_types[i].name))
             c->rope_type = rope_types[i].type;
-    if ((s = cfg_double(sc, "factor", 0.0, INFINITY, &c->rope_factor, &found)) != KVCAL_OK)
+    if ((s = cfg_double(sc, "factor", 0.0, INFINITY, &c->rope_factor, &found)) !=
+        KVCAL_OK)
         return s;
     if (!found && c->rope_type != KVCAL_ROPE_DEFAULT && c->rope_type != KVCAL_ROPE_OTHER)
         return cfg_missing(sc, "factor", " for this rope_type");
     int low = 0, high = 0, orig = 0;
-    if ((s = cfg_double(sc, "low_freq_factor", 0.0, INFINITY, &c->rope_low_freq_factor, &low)) != KVCAL_OK ||
-        (s = cfg_double(sc, "high_freq_factor", 0.0, INFINITY, &c->rope_high_freq_factor, &high)) != KVCAL_OK ||
-        (s = cfg_int(sc, "original_max_position_embeddings", 1, &c->rope_original_max_position, &orig)) != KVCAL_OK ||
-        (s = cfg_double(sc, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor, NULL)) != KVCAL_OK)
+    if ((s = cfg_double(sc, "low_freq_factor", 0.0, INFINITY, &c->rope_low_freq_factor,
+                        &low)) != KVCAL_OK ||
+        (s = cfg_double(sc, "high_freq_factor", 0.0, INFINITY, &c->rope_high_freq_factor,
+                        &high)) != KVCAL_OK ||
+        (s = cfg_int(sc, "original_max_position_embeddings", 1,
+                     &c->rope_original_max_position, &orig)) != KVCAL_OK ||
+        (s = cfg_double(sc, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
+                        NULL)) != KVCAL_OK)
         return s;
     if (c->rope_type == KVCAL_ROPE_LLAMA3) {
         if (!low)
@@ -203,10 +217,14 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional, 
         if (!high)
             return cfg_missing(sc, "high_freq_factor", " for rope_type llama3");
         if (!orig)
-            return cfg_missing(sc, "original_max_position_embeddings", " for rope_type llama3");
+            return cfg_missing(sc, "original_max_position_embeddings",
+                               " for rope_type llama3");
         if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
-            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: field \"%shigh_freq_factor\" (%g) must exceed low_freq_factor (%g); fix the values",
-                              sc->name, sc->prefix, c->rope_high_freq_factor, c->rope_low_freq_factor);
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: field \"%shigh_freq_factor\" (%g) must exceed "
+                              "low_freq_factor (%g); fix the values",
+                              sc->name, sc->prefix, c->rope_high_freq_factor,
+                              c->rope_low_freq_factor);
     }
     return KVCAL_OK;
 }
@@ -220,16 +238,19 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
     strcpy(c->rope_type_name, "default");
     if ((s = cfg_object(top, "rope_parameters", &params)) != KVCAL_OK ||
         (s = cfg_object(top, "rope_scaling", &scaling)) != KVCAL_OK ||
-        (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) != KVCAL_OK)
+        (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
+            KVCAL_OK)
         return s;
     if (params) {
         cfg_obj p = {params, "rope_parameters.", top->name};
         const cJSON *full = cfg_item(&p, "full_attention");
-        if (!cfg_item(&p, "rope_type") && !cfg_item(&p, "rope_theta") && cJSON_IsObject(full)) {
+        if (!cfg_item(&p, "rope_type") && !cfg_item(&p, "rope_theta") &&
+            cJSON_IsObject(full)) {
             p.obj = full;
             p.prefix = "rope_parameters.full_attention.";
         }
-        if ((s = cfg_double(&p, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) != KVCAL_OK)
+        if ((s = cfg_double(&p, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
+            KVCAL_OK)
             return s;
         return cfg_read_rope_scaling(&p, 1, c);
     }
@@ -244,13 +265,16 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
 {
     kvcal_status s;
     int found;
-    if ((s = cfg_required_int(top, "num_attention_heads", 1, &c->num_attention_heads)) != KVCAL_OK)
+    if ((s = cfg_required_int(top, "num_attention_heads", 1, &c->num_attention_heads)) !=
+        KVCAL_OK)
         return s;
     c->num_kv_heads = c->num_attention_heads;
     if ((s = cfg_int(top, "num_key_value_heads", 1, &c->num_kv_heads, NULL)) != KVCAL_OK)
         return s;
     if (c->num_attention_heads % c->num_kv_heads != 0)
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: field \"num_attention_heads\" (%d) is not a multiple of \"num_key_value_heads\" (%d); fix one of them",
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"num_attention_heads\" (%d) is not a multiple of "
+                          "\"num_key_value_heads\" (%d); fix one of them",
                           top->name, c->num_attention_heads, c->num_kv_heads);
     if ((s = cfg_int(top, "head_dim", 1, &c->head_dim, &found)) != KVCAL_OK)
         return s;
@@ -261,7 +285,9 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         return KVCAL_OK;
     }
     if (c->hidden_size % c->num_attention_heads != 0)
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: field \"head_dim\" is missing and \"hidden_size\" (%d) is not a multiple of \"num_attention_heads\" (%d); add head_dim",
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"head_dim\" is missing and \"hidden_size\" (%d) is "
+                          "not a multiple of \"num_attention_heads\" (%d); add head_dim",
                           top->name, c->hidden_size, c->num_attention_heads);
     c->head_dim = c->hidden_size / c->num_attention_heads;
     return KVCAL_OK;
@@ -278,7 +304,8 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if (is_qwen2)
         c->attention_bias = 1;
     c->qk_norm = is_qwen3;
-    if (!strcmp(c->model_type, "mistral") && !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
+    if (!strcmp(c->model_type, "mistral") &&
+        !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
     if ((s = cfg_int(top, "sliding_window", 0, &c->sliding_window, NULL)) != KVCAL_OK)
         return s;
@@ -314,7 +341,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     c->rms_norm_eps = 1e-6;
     c->partial_rotary_factor = 1.0;
     c->rope_factor = 1.0;
-    if ((s = cfg_string(top, "model_type", c->model_type, sizeof c->model_type, &found)) != KVCAL_OK)
+    if ((s = cfg_string(top, "model_type", c->model_type, sizeof c->model_type,
+                        &found)) != KVCAL_OK)
         return s;
     if (!found)
         return cfg_missing(top, "model_type", "");
@@ -322,17 +350,22 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_required_int(top, "num_hidden_layers", 1, &c->num_layers)) != KVCAL_OK ||
         (s = cfg_required_int(top, "hidden_size", 1, &c->hidden_size)) != KVCAL_OK ||
         (s = cfg_read_heads(top, c)) != KVCAL_OK ||
-        (s = cfg_int(top, "intermediate_size", 1, &c->intermediate_size, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "intermediate_size", 1, &c->intermediate_size, NULL)) !=
+            KVCAL_OK ||
         (s = cfg_int(top, "vocab_size", 1, &c->vocab_size, NULL)) != KVCAL_OK ||
-        (s = cfg_int(top, "max_position_embeddings", 1, &c->max_position_embeddings, NULL)) != KVCAL_OK ||
-        (s = cfg_double(top, "rms_norm_eps", 0.0, 1.0, &c->rms_norm_eps, NULL)) != KVCAL_OK ||
-        (s = cfg_double(top, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "max_position_embeddings", 1, &c->max_position_embeddings,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "rms_norm_eps", 0.0, 1.0, &c->rms_norm_eps, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_double(top, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
+                        NULL)) != KVCAL_OK ||
         (s = cfg_read_rope(top, c)) != KVCAL_OK ||
         (s = cfg_bool(top, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
         (s = cfg_read_attention(top, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
-    if ((s = cfg_string(top, "dtype", c->torch_dtype, sizeof c->torch_dtype, &found)) != KVCAL_OK)
+    if ((s = cfg_string(top, "dtype", c->torch_dtype, sizeof c->torch_dtype, &found)) !=
+        KVCAL_OK)
         return s;
     if (!found)
         s = cfg_string(top, "torch_dtype", c->torch_dtype, sizeof c->torch_dtype, NULL);
@@ -341,13 +374,17 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
 
 /* --- public --------------------------------------------------------------- */
 
-kvcal_status kvcal_model_config_from_json(const cJSON *root, const char *name, kvcal_model_config *out)
+kvcal_status kvcal_model_config_from_json(const cJSON *root, const char *name,
+                                          kvcal_model_config *out)
 {
     memset(out, 0, sizeof *out);
     if (!name)
         name = "config.json";
     if (!cJSON_IsObject(root))
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: the top level is not a JSON object; a config.json holds one object of fields", name);
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: the top level is not a JSON object; a config.json holds "
+                          "one object of fields",
+                          name);
     cfg_obj top = {root, "", name};
     kvcal_status s = cfg_read(&top, out);
     if (s != KVCAL_OK)
@@ -355,7 +392,8 @@ kvcal_status kvcal_model_config_from_json(const cJSON *root, const char *name, k
     return s;
 }
 
-kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name, kvcal_model_config *out)
+kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
+                                      kvcal_model_config *out)
 {
     cJSON *root = NULL;
     memset(out, 0, sizeof *out);
@@ -375,7 +413,9 @@ kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out)
         if ((size_t)snprintf(file, sizeof file, "%s/config.json", path) >= sizeof file)
             return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%.64s...: path too long", path);
         if (stat(file, &st) != 0)
-            return kvcal_fail(KVCAL_ERR_IO, "%s: no config.json in this directory; pass the model directory (the one with config.json)",
+            return kvcal_fail(KVCAL_ERR_IO,
+                              "%s: no config.json in this directory; pass the model "
+                              "directory (the one with config.json)",
                               path);
     } else {
         if ((size_t)snprintf(file, sizeof file, "%s", path) >= sizeof file)

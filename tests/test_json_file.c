@@ -10,7 +10,8 @@
 
 /* Parses `text` expecting failure with `status`; the message must be one
  * non-empty line containing `needle`. */
-static void expect_parse_error(const char *text, size_t len, kvcal_status status, const char *needle)
+static void expect_parse_error(const char *text, size_t len, kvcal_status status,
+                               const char *needle)
 {
     cJSON *root = (cJSON *)1;
     kvcal_status s = kvcal_json_parse(text, len, "t.json", &root);
@@ -26,7 +27,8 @@ static void expect_parse_error(const char *text, size_t len, kvcal_status status
         cJSON_Delete(root);
 }
 
-#define EXPECT_PARSE_ERROR(lit, needle) expect_parse_error(lit, sizeof(lit) - 1, KVCAL_ERR_PARSE, needle)
+#define EXPECT_PARSE_ERROR(lit, needle)                                                  \
+    expect_parse_error(lit, sizeof(lit) - 1, KVCAL_ERR_PARSE, needle)
 
 static cJSON *parse_ok(const char *text)
 {
@@ -40,14 +42,17 @@ static cJSON *parse_ok(const char *text)
 
 static void json_parse_accepts_valid_document_and_keeps_values(void)
 {
-    cJSON *root = parse_ok(" {\"a\": [1, -2.5e-3, true, false, null], \"b\": {\"c\": \"\\u00e9\\ud83d\\ude00 \xc3\xa9\xf0\x9f\x98\x80\"},"
+    cJSON *root = parse_ok(" {\"a\": [1, -2.5e-3, true, false, null], \"b\": {\"c\": "
+                           "\"\\u00e9\\ud83d\\ude00 \xc3\xa9\xf0\x9f\x98\x80\"},"
                            " \"a2\": {}, \"e\": [], \"z\": 0} \n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "a");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(a), 5);
     CU_ASSERT_EQUAL(cJSON_GetArrayItem(a, 1)->valuedouble, -2.5e-3);
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "b"), "c");
-    CU_ASSERT_STRING_EQUAL(c->valuestring, "\xc3\xa9\xf0\x9f\x98\x80 \xc3\xa9\xf0\x9f\x98\x80");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "b"), "c");
+    CU_ASSERT_STRING_EQUAL(c->valuestring,
+                           "\xc3\xa9\xf0\x9f\x98\x80 \xc3\xa9\xf0\x9f\x98\x80");
     cJSON_Delete(root);
 }
 
@@ -78,12 +83,15 @@ static void json_parse_rejects_empty_and_blank_input(void)
 
 static void json_parse_rejects_duplicate_keys_naming_key_and_line(void)
 {
-    EXPECT_PARSE_ERROR("{\"a\": 1,\n \"b\": 2,\n \"a\": 3}", "t.json:3:2: duplicate key \"a\" (first at line 1)");
-    EXPECT_PARSE_ERROR("{\"x\": {\"k\": {\"q\": 1}, \"n\": [{\"d\": 1},\n{\"d\": 2, \"d\": 3}]}}",
-                       "t.json:2:10: duplicate key \"d\" (first at line 2)");
+    EXPECT_PARSE_ERROR("{\"a\": 1,\n \"b\": 2,\n \"a\": 3}",
+                       "t.json:3:2: duplicate key \"a\" (first at line 1)");
+    EXPECT_PARSE_ERROR(
+        "{\"x\": {\"k\": {\"q\": 1}, \"n\": [{\"d\": 1},\n{\"d\": 2, \"d\": 3}]}}",
+        "t.json:2:10: duplicate key \"d\" (first at line 2)");
     EXPECT_PARSE_ERROR("{\"a\": 1, \"\\u0061\": 2}", "duplicate key \"a\"");
     EXPECT_PARSE_ERROR("{\"x\\ny\": 1, \"x\\ny\": 2}", "duplicate key \"x?y\"");
-    cJSON *root = parse_ok("{\"a\": {\"a\": 1}, \"b\": {\"a\": 2}, \"c\": [{\"a\": 1}, {\"a\": 2}]}");
+    cJSON *root = parse_ok(
+        "{\"a\": {\"a\": 1}, \"b\": {\"a\": 2}, \"c\": [{\"a\": 1}, {\"a\": 2}]}");
     CU_ASSERT_PTR_NOT_NULL(root);
     cJSON_Delete(root);
 }
@@ -134,7 +142,8 @@ static void json_parse_rejects_nonstandard_numbers(void)
 
 static void json_parse_rejects_trailing_garbage(void)
 {
-    EXPECT_PARSE_ERROR("{} x", "t.json:1:4: unexpected 'x' after the end of the JSON value");
+    EXPECT_PARSE_ERROR("{} x",
+                       "t.json:1:4: unexpected 'x' after the end of the JSON value");
     EXPECT_PARSE_ERROR("{}{}", "after the end of the JSON value");
     EXPECT_PARSE_ERROR("[1] // c", "after the end");
     EXPECT_PARSE_ERROR("[1,]", "trailing comma");
@@ -146,7 +155,8 @@ static void json_parse_rejects_trailing_garbage(void)
 
 static void json_parse_rejects_nul_bytes(void)
 {
-    expect_parse_error("{\"a\": 1}\0", 9, KVCAL_ERR_PARSE, "t.json:1:9: unexpected byte 0x00");
+    expect_parse_error("{\"a\": 1}\0", 9, KVCAL_ERR_PARSE,
+                       "t.json:1:9: unexpected byte 0x00");
     expect_parse_error("[\"a\0b\"]", 7, KVCAL_ERR_PARSE, "NUL byte inside a string");
     expect_parse_error("[\0]", 3, KVCAL_ERR_PARSE, "NUL byte where a value was expected");
     EXPECT_PARSE_ERROR("[\"a\\u0000b\"]", "\\u0000 inside a string");
@@ -155,10 +165,10 @@ static void json_parse_rejects_nul_bytes(void)
 static void json_parse_rejects_bad_strings_and_invalid_utf8(void)
 {
     EXPECT_PARSE_ERROR("[\"\xff\"]", "t.json:1:3: invalid UTF-8");
-    EXPECT_PARSE_ERROR("[\"\xc0\xaf\"]", "invalid UTF-8");          /* overlong '/' */
-    EXPECT_PARSE_ERROR("[\"\xed\xa0\x80\"]", "invalid UTF-8");      /* encoded surrogate */
-    EXPECT_PARSE_ERROR("[\"\xf4\x90\x80\x80\"]", "invalid UTF-8");  /* above U+10FFFF */
-    EXPECT_PARSE_ERROR("[\"\xe2\x82\"]", "invalid UTF-8");          /* truncated */
+    EXPECT_PARSE_ERROR("[\"\xc0\xaf\"]", "invalid UTF-8");         /* overlong '/' */
+    EXPECT_PARSE_ERROR("[\"\xed\xa0\x80\"]", "invalid UTF-8");     /* encoded surrogate */
+    EXPECT_PARSE_ERROR("[\"\xf4\x90\x80\x80\"]", "invalid UTF-8"); /* above U+10FFFF */
+    EXPECT_PARSE_ERROR("[\"\xe2\x82\"]", "invalid UTF-8");         /* truncated */
     EXPECT_PARSE_ERROR("[\"a\nb\"]", "raw control character 0x0A");
     EXPECT_PARSE_ERROR("[\"\\x41\"]", "invalid escape \\x");
     EXPECT_PARSE_ERROR("[\"\\u12\"]", "\\u escape without 4 hex digits");
@@ -170,7 +180,8 @@ static void json_parse_rejects_bad_strings_and_invalid_utf8(void)
 static void json_parse_rejects_oversized_input_without_reading_it(void)
 {
     static const char small[] = "{}";
-    expect_parse_error(small, (size_t)KVCAL_JSON_MAX_BYTES + 1, KVCAL_ERR_PARSE, "exceed the limit of 64 MiB");
+    expect_parse_error(small, (size_t)KVCAL_JSON_MAX_BYTES + 1, KVCAL_ERR_PARSE,
+                       "exceed the limit of 64 MiB");
 }
 
 static void json_load_rejects_oversized_file_and_names_missing_file(void)
@@ -207,8 +218,10 @@ static void json_write_refuses_nonfinite_naming_key_path(void)
     const char *path = kvcal_test_path("nan.json");
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, "{}\n", 3), 0);
     cJSON *root = cJSON_CreateObject();
-    cJSON *layer = cJSON_AddObjectToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(root, "kv_cache"),
-                                                                   "scaling_factor"), "0");
+    cJSON *layer = cJSON_AddObjectToObject(
+        cJSON_AddObjectToObject(cJSON_AddObjectToObject(root, "kv_cache"),
+                                "scaling_factor"),
+        "0");
     cJSON_AddNumberToObject(layer, "0", 0.5);
     cJSON_AddNumberToObject(layer, "3", NAN);
     CU_ASSERT_EQUAL(kvcal_json_write(path, root), KVCAL_ERR_NONFINITE);
@@ -231,18 +244,25 @@ static void json_write_then_load_round_trips_identical_bytes(void)
 {
     const char *a = kvcal_test_path("rt_a.json");
     const char *b = kvcal_test_path("rt_b.json");
-    cJSON *root = parse_ok("{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": \"float8_e4m3fn\", "
-                           "\"scaling_factor\": {\"0\": {\"0\": 0.0123456789012345, \"1\": 1e-7, \"2\": 3}}},"
-                           " \"s\": \"\\u00e9\\\"\\n\", \"l\": [true, null, -0.5]}");
+    cJSON *root = parse_ok(
+        "{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": \"float8_e4m3fn\", "
+        "\"scaling_factor\": {\"0\": {\"0\": 0.0123456789012345, \"1\": 1e-7, \"2\": "
+        "3}}},"
+        " \"s\": \"\\u00e9\\\"\\n\", \"l\": [true, null, -0.5]}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_write(a, root), KVCAL_OK);
     cJSON *back = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(a, &back), KVCAL_OK);
     CU_ASSERT(cJSON_Compare(root, back, 1));
-    CU_ASSERT_EQUAL(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
-                        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(back, "kv_cache"),
-                                                         "scaling_factor"), "0"), "0")->valuedouble,
-                    0.0123456789012345);
+    CU_ASSERT_EQUAL(
+        cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetObjectItemCaseSensitive(back, "kv_cache"), "scaling_factor"),
+                "0"),
+            "0")
+            ->valuedouble,
+        0.0123456789012345);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_write(b, back), KVCAL_OK);
     size_t na = 0, nb = 0;
     char *ta = kvcal_test_read_file(a, &na), *tb = kvcal_test_read_file(b, &nb);

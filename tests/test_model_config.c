@@ -29,7 +29,8 @@ static int expect_int(const cJSON *e, const char *key, int got)
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(e, key);
     int ok = cJSON_IsNumber(it) && it->valuedouble == got;
     if (!ok)
-        fprintf(stderr, "\n  %s: got %d, transformers says %g\n", key, got, it ? it->valuedouble : -1.0);
+        fprintf(stderr, "\n  %s: got %d, transformers says %g\n", key, got,
+                it ? it->valuedouble : -1.0);
     return ok;
 }
 
@@ -49,7 +50,8 @@ static void check_against_transformers(const char *file, const cJSON *e)
     if (s != KVCAL_OK)
         fprintf(stderr, "\n  %s\n", kvcal_last_error());
     CU_ASSERT_EQUAL_FATAL(s, KVCAL_OK);
-    CU_ASSERT_STRING_EQUAL(c.model_type, cJSON_GetObjectItemCaseSensitive(e, "model_type")->valuestring);
+    CU_ASSERT_STRING_EQUAL(
+        c.model_type, cJSON_GetObjectItemCaseSensitive(e, "model_type")->valuestring);
     CU_ASSERT(expect_int(e, "num_layers", c.num_layers));
     CU_ASSERT(expect_int(e, "hidden_size", c.hidden_size));
     CU_ASSERT(expect_int(e, "num_attention_heads", c.num_attention_heads));
@@ -70,7 +72,8 @@ static void check_against_transformers(const char *file, const cJSON *e)
     CU_ASSERT_STRING_EQUAL(rope_name(c.rope_type), rope);
     CU_ASSERT_STRING_EQUAL(c.rope_type_name, rope);
     CU_ASSERT_EQUAL(c.partial_rotary_factor, 1.0);
-    CU_ASSERT_STRING_EQUAL(c.torch_dtype, strstr(file, "llama2") ? "float16" : "bfloat16");
+    CU_ASSERT_STRING_EQUAL(c.torch_dtype,
+                           strstr(file, "llama2") ? "float16" : "bfloat16");
 }
 
 static void model_config_matches_transformers_in_both_layouts(void)
@@ -91,10 +94,11 @@ static void model_config_matches_transformers_in_both_layouts(void)
 
 static void model_config_sets_architecture_features(void)
 {
-    static const char *const files[] = {"llama3.1-8b", "mistral-7b-v0.3", "qwen2-7b", "qwen3-0.6b"};
+    static const char *const files[] = {"llama3.1-8b", "mistral-7b-v0.3", "qwen2-7b",
+                                        "qwen3-0.6b"};
     static const int bias[] = {0, 0, 1, 0}, qk_norm[] = {0, 0, 0, 1};
-    static const char *const arch[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                       "Qwen3ForCausalLM"};
+    static const char *const arch[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                       "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
     for (int i = 0; i < 4; i++) {
         for (int v5 = 0; v5 < 2; v5++) {
             char path[256];
@@ -108,16 +112,28 @@ static void model_config_sets_architecture_features(void)
         }
     }
     kvcal_model_config c;
-    CU_ASSERT_EQUAL(parse_text("{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-                               " \"num_attention_heads\": 4, \"attention_bias\": true}", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        parse_text(
+            "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"attention_bias\": true}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.attention_bias, 1);
-    CU_ASSERT_EQUAL(parse_text("{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-                               " \"num_attention_heads\": 4, \"attention_bias\": true}", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        parse_text(
+            "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"attention_bias\": true}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.attention_bias, 1);
     CU_ASSERT_EQUAL(c.qk_norm, 1);
-    CU_ASSERT_EQUAL(parse_text("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-                               " \"num_attention_heads\": 4, \"sliding_window\": 16, \"use_sliding_window\": true}",
-                               &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        parse_text(
+            "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"sliding_window\": 16, "
+            "\"use_sliding_window\": true}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.attention_bias, 1);
     CU_ASSERT_EQUAL(c.sliding_window, 16);
 }
@@ -125,14 +141,21 @@ static void model_config_sets_architecture_features(void)
 static void model_config_reads_quantization_and_kv_cache_scheme(void)
 {
     kvcal_model_config c;
-    CU_ASSERT_EQUAL_FATAL(kvcal_model_config_load(CONFIGS "llama3.1-8b-fp8kv.json", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_config_load(CONFIGS "llama3.1-8b-fp8kv.json", &c),
+                          KVCAL_OK);
     CU_ASSERT_EQUAL(c.has_quantization_config, 1);
     CU_ASSERT_EQUAL(c.has_kv_cache_scheme, 1);
-    CU_ASSERT_EQUAL_FATAL(kvcal_model_config_load(CONFIGS "llama3.1-8b-fp8kv.v5.json", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_config_load(CONFIGS "llama3.1-8b-fp8kv.v5.json", &c), KVCAL_OK);
     CU_ASSERT_EQUAL(c.has_kv_cache_scheme, 1);
-    CU_ASSERT_EQUAL(parse_text("{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-                               " \"num_attention_heads\": 4, \"quantization_config\": {\"quant_method\": \"fp8\","
-                               " \"kv_cache_scheme\": null}}", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        parse_text(
+            "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"quantization_config\": {\"quant_method\": "
+            "\"fp8\","
+            " \"kv_cache_scheme\": null}}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.has_quantization_config, 1);
     CU_ASSERT_EQUAL(c.has_kv_cache_scheme, 0);
 }
@@ -140,9 +163,14 @@ static void model_config_reads_quantization_and_kv_cache_scheme(void)
 static void model_config_defaults_absent_and_null_fields(void)
 {
     kvcal_model_config c;
-    CU_ASSERT_EQUAL_FATAL(parse_text("{\"model_type\": \"llama\", \"num_hidden_layers\": 3, \"hidden_size\": 96,"
-                                     " \"num_attention_heads\": 6, \"head_dim\": null, \"num_key_value_heads\": null,"
-                                     " \"rope_scaling\": null, \"torch_dtype\": \"float32\"}", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "{\"model_type\": \"llama\", \"num_hidden_layers\": 3, \"hidden_size\": 96,"
+            " \"num_attention_heads\": 6, \"head_dim\": null, \"num_key_value_heads\": "
+            "null,"
+            " \"rope_scaling\": null, \"torch_dtype\": \"float32\"}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.head_dim, 16);
     CU_ASSERT_EQUAL(c.num_kv_heads, 6);
     CU_ASSERT_EQUAL(c.rope_theta, 10000.0);
@@ -152,11 +180,19 @@ static void model_config_defaults_absent_and_null_fields(void)
     CU_ASSERT_STRING_EQUAL(c.torch_dtype, "float32");
     CU_ASSERT_STRING_EQUAL(c.architecture, "");
     CU_ASSERT_EQUAL(c.sliding_window, 0);
-    CU_ASSERT_EQUAL_FATAL(parse_text("{\"model_type\": \"qwen3\", \"num_hidden_layers\": 3, \"hidden_size\": 96,"
-                                     " \"num_attention_heads\": 6, \"num_key_value_heads\": 2}", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 3, \"hidden_size\": 96,"
+            " \"num_attention_heads\": 6, \"num_key_value_heads\": 2}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.head_dim, 128);
-    CU_ASSERT_EQUAL_FATAL(parse_text("{\"model_type\": \"mistral\", \"num_hidden_layers\": 3, \"hidden_size\": 96,"
-                                     " \"num_attention_heads\": 6, \"head_dim\": 32}", &c), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "{\"model_type\": \"mistral\", \"num_hidden_layers\": 3, \"hidden_size\": 96,"
+            " \"num_attention_heads\": 6, \"head_dim\": 32}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.head_dim, 32);
     CU_ASSERT_EQUAL(c.sliding_window, 4096);
 }
@@ -164,25 +200,38 @@ static void model_config_defaults_absent_and_null_fields(void)
 static void model_config_reads_other_rope_types_and_layer_keyed_parameters(void)
 {
     kvcal_model_config c;
-    CU_ASSERT_EQUAL_FATAL(parse_text("{\"model_type\": \"phi3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-                                     " \"num_attention_heads\": 4, \"partial_rotary_factor\": 0.5,"
-                                     " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0]}}", &c),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "{\"model_type\": \"phi3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"partial_rotary_factor\": 0.5,"
+            " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0]}}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_OTHER);
     CU_ASSERT_STRING_EQUAL(c.rope_type_name, "longrope");
     CU_ASSERT_EQUAL(c.partial_rotary_factor, 0.5);
-    CU_ASSERT_EQUAL_FATAL(parse_text("{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-                                     " \"num_attention_heads\": 4, \"rope_parameters\": {"
-                                     "\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0, \"rope_theta\": 1e6},"
-                                     " \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e4}}}", &c),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 2, "
+            "\"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"rope_parameters\": {"
+            "\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0, "
+            "\"rope_theta\": 1e6},"
+            " \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e4}}}",
+            &c),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_LINEAR);
     CU_ASSERT_EQUAL(c.rope_factor, 8.0);
     CU_ASSERT_EQUAL(c.rope_theta, 1e6);
-    CU_ASSERT_EQUAL(parse_text("{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-                               " \"num_attention_heads\": 4, \"rope_parameters\": {\"rope_type\": \"linear\"}}", &c),
-                    KVCAL_ERR_FORMAT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "\"rope_parameters.factor\" is missing"));
+    CU_ASSERT_EQUAL(
+        parse_text(
+            "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"rope_parameters\": {\"rope_type\": "
+            "\"linear\"}}",
+            &c),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(kvcal_last_error(), "\"rope_parameters.factor\" is missing"));
     CU_ASSERT_EQUAL(c.num_layers, 0);
 }
 
@@ -192,7 +241,8 @@ static void model_config_load_accepts_directory_and_names_missing_file(void)
     const char *dir = kvcal_test_path("model_dir");
     CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
     CU_ASSERT_EQUAL(kvcal_model_config_load(dir, &c), KVCAL_ERR_IO);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "no config.json in this directory"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(kvcal_last_error(), "no config.json in this directory"));
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n = 0;
@@ -218,22 +268,37 @@ static const struct {
     {"truncated.json", KVCAL_ERR_PARSE, "found end of file"},
     {"binary_garbage.json", KVCAL_ERR_PARSE, ":1:1: NUL byte"},
     {"missing_model_type.json", KVCAL_ERR_FORMAT, "field \"model_type\" is missing"},
-    {"missing_num_hidden_layers.json", KVCAL_ERR_FORMAT, "field \"num_hidden_layers\" is missing"},
-    {"layers_string.json", KVCAL_ERR_FORMAT, "field \"num_hidden_layers\": expected an integer >= 1, found a string \"32\""},
-    {"layers_too_big.json", KVCAL_ERR_FORMAT, "field \"num_hidden_layers\": expected an integer >= 1, found 3000000000"},
+    {"missing_num_hidden_layers.json", KVCAL_ERR_FORMAT,
+     "field \"num_hidden_layers\" is missing"},
+    {"layers_string.json", KVCAL_ERR_FORMAT,
+     "field \"num_hidden_layers\": expected an integer >= 1, found a string \"32\""},
+    {"layers_too_big.json", KVCAL_ERR_FORMAT,
+     "field \"num_hidden_layers\": expected an integer >= 1, found 3000000000"},
     {"layers_overflow.json", KVCAL_ERR_PARSE, "number out of the range of a double"},
-    {"heads_zero.json", KVCAL_ERR_FORMAT, "field \"num_attention_heads\": expected an integer >= 1, found 0"},
-    {"kv_heads_negative.json", KVCAL_ERR_FORMAT, "field \"num_key_value_heads\": expected an integer >= 1, found -8"},
-    {"heads_not_multiple.json", KVCAL_ERR_FORMAT, "\"num_attention_heads\" (32) is not a multiple of \"num_key_value_heads\" (5)"},
-    {"head_dim_fraction.json", KVCAL_ERR_FORMAT, "field \"head_dim\": expected an integer >= 1, found 64.5"},
-    {"hidden_not_divisible.json", KVCAL_ERR_FORMAT, "\"hidden_size\" (4100) is not a multiple of \"num_attention_heads\" (32)"},
-    {"model_type_number.json", KVCAL_ERR_FORMAT, "field \"model_type\": expected a string"},
-    {"rope_scaling_no_type.json", KVCAL_ERR_FORMAT, "field \"rope_scaling.rope_type\" is missing"},
-    {"llama3_no_low_freq_factor.json", KVCAL_ERR_FORMAT, "field \"rope_scaling.low_freq_factor\" is missing"},
-    {"rope_theta_negative.json", KVCAL_ERR_FORMAT, "field \"rope_theta\": expected a number > 0, found -1"},
-    {"rope_scaling_string.json", KVCAL_ERR_FORMAT, "field \"rope_scaling\": expected an object or null"},
-    {"attention_bias_string.json", KVCAL_ERR_FORMAT, "field \"attention_bias\": expected true or false"},
-    {"quantization_config_list.json", KVCAL_ERR_FORMAT, "field \"quantization_config\": expected an object or null, found an array"},
+    {"heads_zero.json", KVCAL_ERR_FORMAT,
+     "field \"num_attention_heads\": expected an integer >= 1, found 0"},
+    {"kv_heads_negative.json", KVCAL_ERR_FORMAT,
+     "field \"num_key_value_heads\": expected an integer >= 1, found -8"},
+    {"heads_not_multiple.json", KVCAL_ERR_FORMAT,
+     "\"num_attention_heads\" (32) is not a multiple of \"num_key_value_heads\" (5)"},
+    {"head_dim_fraction.json", KVCAL_ERR_FORMAT,
+     "field \"head_dim\": expected an integer >= 1, found 64.5"},
+    {"hidden_not_divisible.json", KVCAL_ERR_FORMAT,
+     "\"hidden_size\" (4100) is not a multiple of \"num_attention_heads\" (32)"},
+    {"model_type_number.json", KVCAL_ERR_FORMAT,
+     "field \"model_type\": expected a string"},
+    {"rope_scaling_no_type.json", KVCAL_ERR_FORMAT,
+     "field \"rope_scaling.rope_type\" is missing"},
+    {"llama3_no_low_freq_factor.json", KVCAL_ERR_FORMAT,
+     "field \"rope_scaling.low_freq_factor\" is missing"},
+    {"rope_theta_negative.json", KVCAL_ERR_FORMAT,
+     "field \"rope_theta\": expected a number > 0, found -1"},
+    {"rope_scaling_string.json", KVCAL_ERR_FORMAT,
+     "field \"rope_scaling\": expected an object or null"},
+    {"attention_bias_string.json", KVCAL_ERR_FORMAT,
+     "field \"attention_bias\": expected true or false"},
+    {"quantization_config_list.json", KVCAL_ERR_FORMAT,
+     "field \"quantization_config\": expected an object or null, found an array"},
     {"duplicate_key.json", KVCAL_ERR_PARSE, "duplicate key \"num_hidden_layers\""},
     {"nan_literal.json", KVCAL_ERR_PARSE, "NaN/Infinity literal"},
     {"deep_nesting.json", KVCAL_ERR_PARSE, "nesting deeper than 64 levels"},
@@ -248,10 +313,12 @@ static void model_config_rejects_every_malformed_file_with_one_line(void)
         snprintf(path, sizeof path, "tests/malformed/config/%s", malformed[i].file);
         kvcal_status s = kvcal_model_config_load(path, &c);
         const char *msg = kvcal_last_error();
-        int ok = s == malformed[i].status && strstr(msg, malformed[i].needle) && !strchr(msg, '\n') &&
-                 strncmp(msg, path, strlen(path)) == 0 && c.num_layers == 0;
+        int ok = s == malformed[i].status && strstr(msg, malformed[i].needle) &&
+                 !strchr(msg, '\n') && strncmp(msg, path, strlen(path)) == 0 &&
+                 c.num_layers == 0;
         if (!ok)
-            fprintf(stderr, "\n  %s: status %d, message \"%s\"\n", malformed[i].file, s, msg);
+            fprintf(stderr, "\n  %s: status %d, message \"%s\"\n", malformed[i].file, s,
+                    msg);
         CU_ASSERT(ok);
     }
 }

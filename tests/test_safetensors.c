@@ -35,7 +35,8 @@ static void safetensors_converts_every_dtype_like_torch(void)
     kvcal_safetensors_t *st = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(DTYPES_FIXTURE, &st), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_safetensors_count(st), 12);
-    CU_ASSERT_STRING_EQUAL(kvcal_safetensors_metadata(st), "{\"format\":\"pt\",\"note\":\"dtype oracle\"}");
+    CU_ASSERT_STRING_EQUAL(kvcal_safetensors_metadata(st),
+                           "{\"format\":\"pt\",\"note\":\"dtype oracle\"}");
     for (int i = 0; i < 5; i++) {
         char ref_name[32];
         snprintf(ref_name, sizeof ref_name, "%s.f32", names[i]);
@@ -55,7 +56,8 @@ static void safetensors_converts_every_dtype_like_torch(void)
         for (int64_t k = 0; k < t->numel; k++)
             bad += !same_float_bits(got[k], want[k]);
         if (bad)
-            fprintf(stderr, "\n  %s: %lld values differ from torch\n", names[i], (long long)bad);
+            fprintf(stderr, "\n  %s: %lld values differ from torch\n", names[i],
+                    (long long)bad);
         CU_ASSERT_EQUAL(bad, 0);
         free(got);
         free(want);
@@ -70,7 +72,12 @@ static void safetensors_converts_every_dtype_like_torch(void)
 
 static float convert_one(kvcal_dtype dtype, const void *bytes)
 {
-    kvcal_tensor_info t = {.name = "x", .dtype = dtype, .ndim = 1, .shape = {1}, .numel = 1, .data = bytes,
+    kvcal_tensor_info t = {.name = "x",
+                           .dtype = dtype,
+                           .ndim = 1,
+                           .shape = {1},
+                           .numel = 1,
+                           .data = bytes,
                            .nbytes = kvcal_dtype_size(dtype)};
     float f = -12345.0f;
     CU_ASSERT_EQUAL(kvcal_tensor_to_f32(&t, &f), KVCAL_OK);
@@ -97,8 +104,10 @@ static void tensor_to_f32_matches_hand_values(void)
     CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x3C00), 1.0f);
     CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x3555), 1365.0f / 4096.0f);
     CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x7BFF), 65504.0f);
-    CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x0001), ldexpf(1.0f, -24));  /* smallest subnormal */
-    CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x03FF), ldexpf(1023.0f, -24)); /* largest subnormal */
+    CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x0001),
+                    ldexpf(1.0f, -24)); /* smallest subnormal */
+    CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x03FF),
+                    ldexpf(1023.0f, -24)); /* largest subnormal */
     CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0x0400), ldexpf(1.0f, -14));
     CU_ASSERT_EQUAL(from_u16(KVCAL_DTYPE_F16, 0xFC00), -INFINITY);
     CU_ASSERT(isnan(from_u16(KVCAL_DTYPE_F16, 0x7E00)));
@@ -106,21 +115,29 @@ static void tensor_to_f32_matches_hand_values(void)
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x7E), 448.0f);
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0xFE), -448.0f);
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x38), 1.0f);
-    CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x01), ldexpf(1.0f, -9));  /* smallest subnormal */
-    CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x07), ldexpf(7.0f, -9));  /* largest subnormal */
+    CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x01),
+                    ldexpf(1.0f, -9)); /* smallest subnormal */
+    CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x07),
+                    ldexpf(7.0f, -9)); /* largest subnormal */
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x08), ldexpf(1.0f, -6));
-    CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x78), 256.0f);            /* e4m3fn: no infinity */
+    CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E4M3, 0x78), 256.0f); /* e4m3fn: no infinity */
     CU_ASSERT(isnan(from_u8(KVCAL_DTYPE_F8_E4M3, 0x7F)));
     CU_ASSERT(isnan(from_u8(KVCAL_DTYPE_F8_E4M3, 0xFF)));
-    CU_ASSERT(signbit(from_u8(KVCAL_DTYPE_F8_E4M3, 0x80)) && from_u8(KVCAL_DTYPE_F8_E4M3, 0x80) == 0.0f);
+    CU_ASSERT(signbit(from_u8(KVCAL_DTYPE_F8_E4M3, 0x80)) &&
+              from_u8(KVCAL_DTYPE_F8_E4M3, 0x80) == 0.0f);
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E5M2, 0x3C), 1.0f);
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E5M2, 0x7B), 57344.0f);
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E5M2, 0x01), ldexpf(1.0f, -16));
     CU_ASSERT_EQUAL(from_u8(KVCAL_DTYPE_F8_E5M2, 0x7C), INFINITY);
     CU_ASSERT(isnan(from_u8(KVCAL_DTYPE_F8_E5M2, 0x7D)));
     double d[3] = {0.1, 1e300, -1e-300};
-    kvcal_tensor_info t = {.name = "d", .dtype = KVCAL_DTYPE_F64, .ndim = 1, .shape = {3}, .numel = 3,
-                           .data = d, .nbytes = sizeof d};
+    kvcal_tensor_info t = {.name = "d",
+                           .dtype = KVCAL_DTYPE_F64,
+                           .ndim = 1,
+                           .shape = {3},
+                           .numel = 3,
+                           .data = d,
+                           .nbytes = sizeof d};
     float f[3];
     CU_ASSERT_EQUAL(kvcal_tensor_to_f32(&t, f), KVCAL_OK);
     CU_ASSERT_EQUAL(f[0], 0.1f);
@@ -161,9 +178,11 @@ static void safetensors_write_reproduces_reference_bytes(void)
         memcpy(out[i].shape, t->shape, sizeof t->shape);
     }
     const char *path = kvcal_test_path("rewritten.safetensors");
-    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, out, n, kvcal_safetensors_metadata(st)), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_safetensors_write(path, out, n, kvcal_safetensors_metadata(st)), KVCAL_OK);
     size_t na = 0, nb = 0;
-    char *a = kvcal_test_read_file(DTYPES_FIXTURE, &na), *b = kvcal_test_read_file(path, &nb);
+    char *a = kvcal_test_read_file(DTYPES_FIXTURE, &na),
+         *b = kvcal_test_read_file(path, &nb);
     CU_ASSERT_PTR_NOT_NULL_FATAL(a);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b);
     CU_ASSERT_EQUAL(na, nb);
@@ -186,7 +205,10 @@ static void safetensors_write_then_open_round_trips(void)
         {"scalar", KVCAL_DTYPE_F32, 0, {0}, &scalar},
     };
     const char *path = kvcal_test_path("rt.safetensors");
-    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, out, 4, "{\"format\": \"pt\", \"producer\": \"kvcal\"}"), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_safetensors_write(path, out, 4,
+                                "{\"format\": \"pt\", \"producer\": \"kvcal\"}"),
+        KVCAL_OK);
     size_t len = 0;
     char *bytes = kvcal_test_read_file(path, &len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
@@ -199,14 +221,16 @@ static void safetensors_write_then_open_round_trips(void)
     kvcal_safetensors_t *st = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_safetensors_count(st), 4);
-    CU_ASSERT_STRING_EQUAL(kvcal_safetensors_metadata(st), "{\"format\":\"pt\",\"producer\":\"kvcal\"}");
+    CU_ASSERT_STRING_EQUAL(kvcal_safetensors_metadata(st),
+                           "{\"format\":\"pt\",\"producer\":\"kvcal\"}");
     for (int i = 0; i < 4; i++) {
         const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
         CU_ASSERT_PTR_NOT_NULL_FATAL(t);
         CU_ASSERT_STRING_EQUAL(t->name, out[i].name);
         CU_ASSERT_EQUAL(t->dtype, out[i].dtype);
         CU_ASSERT_EQUAL(t->ndim, out[i].ndim);
-        CU_ASSERT_EQUAL(memcmp(t->shape, out[i].shape, (size_t)t->ndim * sizeof t->shape[0]), 0);
+        CU_ASSERT_EQUAL(
+            memcmp(t->shape, out[i].shape, (size_t)t->ndim * sizeof t->shape[0]), 0);
         CU_ASSERT(t->nbytes == 0 || memcmp(t->data, out[i].data, t->nbytes) == 0);
         CU_ASSERT_PTR_EQUAL(kvcal_safetensors_find(st, out[i].name), t);
     }
@@ -229,18 +253,23 @@ static void safetensors_write_refuses_bad_tensors_and_writes_nothing(void)
 {
     float v[2] = {1.0f, 2.0f};
     const char *path = kvcal_test_path("refused.safetensors");
-    kvcal_tensor_out dup[] = {{"a", KVCAL_DTYPE_F32, 1, {1}, v}, {"a", KVCAL_DTYPE_F32, 1, {1}, v + 1}};
+    kvcal_tensor_out dup[] = {{"a", KVCAL_DTYPE_F32, 1, {1}, v},
+                              {"a", KVCAL_DTYPE_F32, 1, {1}, v + 1}};
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, dup, 2, NULL), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(message_has("tensor name \"a\" given twice"));
     kvcal_tensor_out reserved[] = {{"__metadata__", KVCAL_DTYPE_F32, 1, {1}, v}};
-    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, reserved, 1, NULL), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, reserved, 1, NULL),
+                    KVCAL_ERR_INVALID_ARG);
     kvcal_tensor_out negative[] = {{"n", KVCAL_DTYPE_F32, 2, {2, -1}, v}};
-    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, negative, 1, NULL), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, negative, 1, NULL),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(message_has("shape[1] = -1"));
     kvcal_tensor_out nodata[] = {{"x", KVCAL_DTYPE_F32, 1, {2}, NULL}};
-    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, nodata, 1, NULL), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, nodata, 1, NULL),
+                    KVCAL_ERR_INVALID_ARG);
     kvcal_tensor_out ok[] = {{"x", KVCAL_DTYPE_F32, 1, {2}, v}};
-    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, ok, 1, "{\"format\": 1}"), KVCAL_ERR_FORMAT);
+    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, ok, 1, "{\"format\": 1}"),
+                    KVCAL_ERR_FORMAT);
     CU_ASSERT(message_has("\"__metadata__\" value of \"format\" is not a string"));
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, ok, 1, "[\"pt\"]"), KVCAL_ERR_FORMAT);
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, ok, 1, "{"), KVCAL_ERR_PARSE);
@@ -256,30 +285,47 @@ static const struct {
     const char *needle;
 } malformed[] = {
     {"empty.safetensors", KVCAL_ERR_PARSE, "0 bytes, less than the 8-byte header length"},
-    {"seven_bytes.safetensors", KVCAL_ERR_PARSE, "7 bytes, less than the 8-byte header length"},
-    {"header_length_1gb.safetensors", KVCAL_ERR_PARSE, "header length field says 1073741824 bytes, over the 100000000-byte limit"},
-    {"header_length_past_end.safetensors", KVCAL_ERR_PARSE, "header length field says 1000 bytes but only 8 follow"},
+    {"seven_bytes.safetensors", KVCAL_ERR_PARSE,
+     "7 bytes, less than the 8-byte header length"},
+    {"header_length_1gb.safetensors", KVCAL_ERR_PARSE,
+     "header length field says 1073741824 bytes, over the 100000000-byte limit"},
+    {"header_length_past_end.safetensors", KVCAL_ERR_PARSE,
+     "header length field says 1000 bytes but only 8 follow"},
     {"header_length_zero.safetensors", KVCAL_ERR_PARSE, "(header):1:1: empty file"},
     {"header_not_json.safetensors", KVCAL_ERR_PARSE, "(header):1:1: unexpected 'h'"},
-    {"header_json_array.safetensors", KVCAL_ERR_FORMAT, "the header is JSON but not an object"},
+    {"header_json_array.safetensors", KVCAL_ERR_FORMAT,
+     "the header is JSON but not an object"},
     {"header_deep_nesting.safetensors", KVCAL_ERR_PARSE, "nesting deeper than 64 levels"},
     {"header_nan_shape.safetensors", KVCAL_ERR_PARSE, "NaN/Infinity literal"},
     {"dtype_q4.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": unknown dtype \"Q4\""},
     {"dtype_missing.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": \"dtype\" missing"},
-    {"entry_not_object.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": header entry is not an object"},
-    {"negative_shape.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": shape[0] is not a non-negative integer"},
-    {"shape_overflow.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": the element count of its shape overflows 64 bits"},
-    {"too_many_dims.safetensors", KVCAL_ERR_UNSUPPORTED, "tensor \"w\": 9 dimensions, more than the 8 supported"},
-    {"offsets_past_end.safetensors", KVCAL_ERR_PARSE, "tensor \"w\": data_offsets end at byte 1000 of a 16-byte data section"},
-    {"offsets_reversed.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": data_offsets [16, 0] end before they begin"},
-    {"offsets_fractional.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": \"data_offsets\" is not [begin, end]"},
-    {"size_mismatch.safetensors", KVCAL_ERR_FORMAT, "tensor \"w\": shape [2, 2] of F32 needs 16 bytes but data_offsets span 12"},
+    {"entry_not_object.safetensors", KVCAL_ERR_FORMAT,
+     "tensor \"w\": header entry is not an object"},
+    {"negative_shape.safetensors", KVCAL_ERR_FORMAT,
+     "tensor \"w\": shape[0] is not a non-negative integer"},
+    {"shape_overflow.safetensors", KVCAL_ERR_FORMAT,
+     "tensor \"w\": the element count of its shape overflows 64 bits"},
+    {"too_many_dims.safetensors", KVCAL_ERR_UNSUPPORTED,
+     "tensor \"w\": 9 dimensions, more than the 8 supported"},
+    {"offsets_past_end.safetensors", KVCAL_ERR_PARSE,
+     "tensor \"w\": data_offsets end at byte 1000 of a 16-byte data section"},
+    {"offsets_reversed.safetensors", KVCAL_ERR_FORMAT,
+     "tensor \"w\": data_offsets [16, 0] end before they begin"},
+    {"offsets_fractional.safetensors", KVCAL_ERR_FORMAT,
+     "tensor \"w\": \"data_offsets\" is not [begin, end]"},
+    {"size_mismatch.safetensors", KVCAL_ERR_FORMAT,
+     "tensor \"w\": shape [2, 2] of F32 needs 16 bytes but data_offsets span 12"},
     {"duplicate_tensor_name.safetensors", KVCAL_ERR_PARSE, "duplicate key \"w\""},
-    {"overlapping_tensors.safetensors", KVCAL_ERR_FORMAT, "tensor \"b\" (bytes 4-12) overlaps tensor \"a\""},
-    {"gap_between_tensors.safetensors", KVCAL_ERR_FORMAT, "bytes 8-12 of the data section belong to no tensor"},
-    {"bytes_after_last_tensor.safetensors", KVCAL_ERR_FORMAT, "4 bytes of the data section follow the last tensor"},
-    {"metadata_not_strings.safetensors", KVCAL_ERR_FORMAT, "\"__metadata__\" value of \"format\" is not a string"},
-    {"truncated_data.safetensors", KVCAL_ERR_PARSE, "tensor \"b\": data_offsets end at byte 20 of a 17-byte data section"},
+    {"overlapping_tensors.safetensors", KVCAL_ERR_FORMAT,
+     "tensor \"b\" (bytes 4-12) overlaps tensor \"a\""},
+    {"gap_between_tensors.safetensors", KVCAL_ERR_FORMAT,
+     "bytes 8-12 of the data section belong to no tensor"},
+    {"bytes_after_last_tensor.safetensors", KVCAL_ERR_FORMAT,
+     "4 bytes of the data section follow the last tensor"},
+    {"metadata_not_strings.safetensors", KVCAL_ERR_FORMAT,
+     "\"__metadata__\" value of \"format\" is not a string"},
+    {"truncated_data.safetensors", KVCAL_ERR_PARSE,
+     "tensor \"b\": data_offsets end at byte 20 of a 17-byte data section"},
     {"binary_garbage.safetensors", KVCAL_ERR_PARSE, "over the 100000000-byte limit"},
 };
 
@@ -290,9 +336,11 @@ static void safetensors_rejects_every_malformed_file_with_one_line(void)
         snprintf(path, sizeof path, "tests/malformed/safetensors/%s", malformed[i].file);
         kvcal_safetensors_t *st = (kvcal_safetensors_t *)1;
         kvcal_status s = kvcal_safetensors_open(path, &st);
-        int ok = s == malformed[i].status && st == NULL && strncmp(kvcal_last_error(), path, strlen(path)) == 0;
+        int ok = s == malformed[i].status && st == NULL &&
+                 strncmp(kvcal_last_error(), path, strlen(path)) == 0;
         if (!ok)
-            fprintf(stderr, "\n  %s: status %d, message \"%s\"\n", malformed[i].file, s, kvcal_last_error());
+            fprintf(stderr, "\n  %s: status %d, message \"%s\"\n", malformed[i].file, s,
+                    kvcal_last_error());
         CU_ASSERT(ok);
         CU_ASSERT(message_has(malformed[i].needle));
         kvcal_safetensors_close(st);
@@ -302,11 +350,13 @@ static void safetensors_rejects_every_malformed_file_with_one_line(void)
 static void safetensors_parse_reads_a_memory_image(void)
 {
     size_t len = 0;
-    char *buf = kvcal_test_read_file("tests/fuzz/seeds/safetensors/kv_scales.safetensors", &len);
+    char *buf =
+        kvcal_test_read_file("tests/fuzz/seeds/safetensors/kv_scales.safetensors", &len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
     kvcal_safetensors_t *st = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_parse(buf, len, "mem", &st), KVCAL_OK);
-    const kvcal_tensor_info *k = kvcal_safetensors_find(st, "model.layers.0.self_attn.k_scale");
+    const kvcal_tensor_info *k =
+        kvcal_safetensors_find(st, "model.layers.0.self_attn.k_scale");
     CU_ASSERT_PTR_NOT_NULL_FATAL(k);
     float f;
     CU_ASSERT_EQUAL(kvcal_tensor_to_f32(k, &f), KVCAL_OK);
@@ -316,7 +366,8 @@ static void safetensors_parse_reads_a_memory_image(void)
     CU_ASSERT(message_has("mem: tensor"));
     free(buf);
     CU_ASSERT_EQUAL(kvcal_safetensors_open(kvcal_test_tmpdir(), &st), KVCAL_ERR_IO);
-    CU_ASSERT_EQUAL(kvcal_safetensors_open("tests/no/such.safetensors", &st), KVCAL_ERR_IO);
+    CU_ASSERT_EQUAL(kvcal_safetensors_open("tests/no/such.safetensors", &st),
+                    KVCAL_ERR_IO);
     CU_ASSERT(message_has("tests/no/such.safetensors: cannot open"));
 }
 
@@ -325,14 +376,16 @@ static void safetensors_parse_reads_a_memory_image(void)
 static float ck_values[4] = {1.0f, 2.0f, 3.0f, 4.0f};
 
 /* Writes dir/name with tensors `names` (one F32 value each). */
-static void write_shard(const char *dir, const char *name, const char *const *names, int n)
+static void write_shard(const char *dir, const char *name, const char *const *names,
+                        int n)
 {
     char path[600];
     kvcal_tensor_out out[4];
     for (int i = 0; i < n; i++)
         out[i] = (kvcal_tensor_out){names[i], KVCAL_DTYPE_F32, 1, {1}, &ck_values[i]};
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, out, n, "{\"format\": \"pt\"}"), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_safetensors_write(path, out, n, "{\"format\": \"pt\"}"),
+                    KVCAL_OK);
 }
 
 static void write_text(const char *dir, const char *name, const char *text)
@@ -352,7 +405,8 @@ static const char *make_dir(const char *name)
 static void checkpoint_opens_each_shard_of_the_index_once(void)
 {
     const char *dir = make_dir("ck_sharded");
-    static const char *const s1[] = {"model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight"};
+    static const char *const s1[] = {"model.embed_tokens.weight",
+                                     "model.layers.0.self_attn.k_proj.weight"};
     static const char *const s2[] = {"model.norm.weight", "lm_head.weight"};
     write_shard(dir, "model-00001-of-00002.safetensors", s1, 2);
     write_shard(dir, "model-00002-of-00002.safetensors", s2, 2);
@@ -360,7 +414,8 @@ static void checkpoint_opens_each_shard_of_the_index_once(void)
                "{\"metadata\": {\"total_size\": 16}, \"weight_map\": {"
                "\"lm_head.weight\": \"model-00002-of-00002.safetensors\","
                "\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\","
-               "\"model.layers.0.self_attn.k_proj.weight\": \"model-00001-of-00002.safetensors\","
+               "\"model.layers.0.self_attn.k_proj.weight\": "
+               "\"model-00001-of-00002.safetensors\","
                "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}");
     kvcal_checkpoint_t *ck = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_checkpoint_open(dir, &ck), KVCAL_OK);
@@ -372,8 +427,10 @@ static void checkpoint_opens_each_shard_of_the_index_once(void)
     CU_ASSERT_EQUAL(v, 2.0f);
     CU_ASSERT_PTR_NULL(kvcal_checkpoint_find(ck, "missing"));
     CU_ASSERT_STRING_EQUAL(kvcal_checkpoint_at(ck, 0)->name, "model.embed_tokens.weight");
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_checkpoint_shard_of(ck, 0), "model-00001-of-00002.safetensors"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_checkpoint_shard_of(ck, 3), "model-00002-of-00002.safetensors"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(kvcal_checkpoint_shard_of(ck, 0), "model-00001-of-00002.safetensors"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(kvcal_checkpoint_shard_of(ck, 3), "model-00002-of-00002.safetensors"));
     CU_ASSERT_PTR_NULL(kvcal_checkpoint_at(ck, 4));
     kvcal_checkpoint_close(ck);
     kvcal_checkpoint_close(NULL);
@@ -407,27 +464,36 @@ static void checkpoint_errors_name_the_shard_or_tensor(void)
     kvcal_checkpoint_t *ck = (kvcal_checkpoint_t *)1;
     const char *missing = make_dir("ck_missing_shard");
     write_shard(missing, "s1.safetensors", names, 1);
-    write_text(missing, "model.safetensors.index.json", "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");
+    write_text(
+        missing, "model.safetensors.index.json",
+        "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(missing, &ck), KVCAL_ERR_IO);
     CU_ASSERT_PTR_NULL(ck);
-    CU_ASSERT(message_has("shard \"s2.safetensors\" named by model.safetensors.index.json is missing"));
+    CU_ASSERT(message_has(
+        "shard \"s2.safetensors\" named by model.safetensors.index.json is missing"));
 
     const char *wrong = make_dir("ck_wrong_map");
     write_shard(wrong, "s1.safetensors", names, 1);
     write_shard(wrong, "s2.safetensors", names + 1, 1);
-    write_text(wrong, "model.safetensors.index.json", "{\"weight_map\": {\"a\": \"s2.safetensors\", \"b\": \"s2.safetensors\"}}");
+    write_text(
+        wrong, "model.safetensors.index.json",
+        "{\"weight_map\": {\"a\": \"s2.safetensors\", \"b\": \"s2.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(wrong, &ck), KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has("weight_map puts tensor \"a\" in s2.safetensors, which does not contain it"));
+    CU_ASSERT(message_has(
+        "weight_map puts tensor \"a\" in s2.safetensors, which does not contain it"));
 
     const char *dup = make_dir("ck_duplicate");
     write_shard(dup, "s1.safetensors", names, 2);
     write_shard(dup, "s2.safetensors", names + 1, 1);
-    write_text(dup, "model.safetensors.index.json", "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");
+    write_text(
+        dup, "model.safetensors.index.json",
+        "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(dup, &ck), KVCAL_ERR_FORMAT);
     CU_ASSERT(message_has("tensor \"b\" is in both"));
 
     const char *escape = make_dir("ck_escape");
-    write_text(escape, "model.safetensors.index.json", "{\"weight_map\": {\"a\": \"../s1.safetensors\"}}");
+    write_text(escape, "model.safetensors.index.json",
+               "{\"weight_map\": {\"a\": \"../s1.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(escape, &ck), KVCAL_ERR_FORMAT);
     CU_ASSERT(message_has("weight_map[\"a\"] is not a shard file name"));
     write_text(escape, "model.safetensors.index.json", "{\"metadata\": {}}");
@@ -441,9 +507,12 @@ static void checkpoint_errors_name_the_shard_or_tensor(void)
     CU_ASSERT(message_has("2 .safetensors files but no model.safetensors.index.json"));
     const char *none = make_dir("ck_none");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(none, &ck), KVCAL_ERR_IO);
-    CU_ASSERT(message_has("no model.safetensors, model.safetensors.index.json or other .safetensors file"));
+    CU_ASSERT(message_has(
+        "no model.safetensors, model.safetensors.index.json or other .safetensors file"));
     CU_ASSERT_EQUAL(kvcal_checkpoint_open("tests/no/such/dir", &ck), KVCAL_ERR_IO);
-    CU_ASSERT_EQUAL(kvcal_checkpoint_open("tests/malformed/safetensors/dtype_q4.safetensors", &ck), KVCAL_ERR_FORMAT);
+    CU_ASSERT_EQUAL(
+        kvcal_checkpoint_open("tests/malformed/safetensors/dtype_q4.safetensors", &ck),
+        KVCAL_ERR_FORMAT);
     CU_ASSERT(message_has("unknown dtype \"Q4\""));
 }
 

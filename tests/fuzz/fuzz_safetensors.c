@@ -27,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < kvcal_safetensors_count(st); i++) {
         const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
         const uint8_t *p = t->data;
-        if (p < buf || p + t->nbytes > buf + size || kvcal_safetensors_find(st, t->name) != t)
+        if (p < buf || p + t->nbytes > buf + size ||
+            kvcal_safetensors_find(st, t->name) != t)
             abort();
         if (t->numel > 4096)
             continue;
