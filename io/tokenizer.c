@@ -276,6 +276,7 @@ void kvcal_tokenizer_destroy(kvcal_tokenizer_t *tok)
 {
     if (!tok)
         return;
+    kvcal_tok_free_hf(tok);
     free(tok->piece_data);
     free(tok->piece_off);
     free(tok->scores);
@@ -306,7 +307,9 @@ kvcal_status kvcal_tokenizer_load(const char *path, kvcal_tokenizer_t **out)
     size_t i = 0;
     while (i < len && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t'))
         i++;
-    if (len >= 2 && data[0] == 0x0A && data[1] != 0)
+    if (i < len && data[i] == '{')
+        st = kvcal_tok_load_hf(t, path, (const char *)data, len);
+    else if (len >= 2 && data[0] == 0x0A && data[1] != 0)
         st = kvcal_tok_load_spm(t, path, data, len);
     else if (len >= 4 && data[1] == 0 && data[2] == 0 && data[3] == 0 && data[0] > 0)
         st = kvcal_tok_load_llama2c(t, path, data, len);
@@ -403,9 +406,8 @@ kvcal_status kvcal_tokenizer_encode(const kvcal_tokenizer_t *tok, const char *te
         switch (tok->kind) {
         case KVCAL_TOK_LLAMA2C: st = kvcal_tok_encode_llama2c(tok, text, len, &b); break;
         case KVCAL_TOK_SENTENCEPIECE: st = kvcal_tok_encode_spm(tok, text, len, &b); break;
-        default:
-            st = kvcal_fail(KVCAL_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)tok->kind);
-            break;
+        case KVCAL_TOK_HF_BYTELEVEL:
+        case KVCAL_TOK_HF_SENTENCEPIECE: st = kvcal_tok_encode_hf(tok, text, len, &b); break;
         }
     }
     if (!st && add_special && tok->add_eos && tok->eos >= 0)
@@ -532,14 +534,11 @@ kvcal_status kvcal_tokenizer_decode(const kvcal_tokenizer_t *tok, const int32_t 
         size_t n;
         const char *s = kvcal_tok_piece(tok, id, &n);
         uint8_t type = tok->piece_type[id];
-        int rc = 0;
-        if (type == KVCAL_PIECE_CONTROL || type == KVCAL_PIECE_UNKNOWN) {
-            /* BOS/EOS/unk decode to nothing, as sentencepiece does; added
-               tokens of a tokenizer.json keep their text */
-            if (tok->kind == KVCAL_TOK_HF_BYTELEVEL || tok->kind == KVCAL_TOK_HF_SENTENCEPIECE)
-                rc = text_put(&b, s, n);
-        } else if (type == KVCAL_PIECE_USER_DEFINED &&
-                   (tok->kind == KVCAL_TOK_HF_BYTELEVEL || tok->kind == KVCAL_TOK_HF_SENTENCEPIECE))
+        int rc;
+        if (type == KVCAL_PIECE_CONTROL || type == KVCAL_PIECE_UNKNOWN || type == KVCAL_PIECE_UNUSED)
+            continue; /* special tokens decode to nothing */
+        if (type == KVCAL_PIECE_USER_DEFINED &&
+                 (tok->kind == KVCAL_TOK_HF_BYTELEVEL || tok->kind == KVCAL_TOK_HF_SENTENCEPIECE))
             rc = text_put(&b, s, n);
         else if (tok->kind == KVCAL_TOK_HF_BYTELEVEL)
             rc = decode_bytelevel(s, n, &b);

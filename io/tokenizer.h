@@ -31,7 +31,10 @@ kvcal_status kvcal_tokenizer_encode(const kvcal_tokenizer_t *tok, const char *te
                                     size_t len, int add_special, int32_t **ids,
                                     size_t *n_ids);
 
-/* Decodes ids into malloc'ed NUL-terminated UTF-8 text owned by the caller. */
+/* Decodes ids into malloc'ed NUL-terminated text owned by the caller.
+ * Special tokens (BOS, EOS, unk, added special tokens) decode to nothing;
+ * the space a SentencePiece-style encoder put in front is dropped. An id
+ * outside the vocabulary is an error. */
 kvcal_status kvcal_tokenizer_decode(const kvcal_tokenizer_t *tok, const int32_t *ids,
                                     size_t n_ids, char **text);
 

@@ -60,6 +60,16 @@ int kvcal_pairmap_get(const kvcal_pairmap *m, int32_t a, int32_t b, int32_t *ran
 
 /* --- the tokenizer --------------------------------------------------------- */
 
+#define KVCAL_TOK_MAX_SPLITS 4
+#define KVCAL_TOK_MAX_NORM 8
+
+/* A normalizer step of a tokenizer.json: Prepend(a) or Replace(a -> b). */
+typedef struct kvcal_norm_step {
+    int replace;     /* 0 Prepend, 1 Replace */
+    char *a, *b;     /* owned */
+    size_t la, lb;
+} kvcal_norm_step;
+
 /* An added (special) token of a tokenizer.json, matched in raw text before
  * pre-tokenization. */
 typedef struct kvcal_added_token {
@@ -90,14 +100,21 @@ struct kvcal_tokenizer {
 
     /* hf tokenizer.json */
     kvcal_pairmap merges;
-    int ignore_merges;
+    int ignore_merges;           /* a whole pre-token found in the vocabulary wins */
     int fuse_unk;
-    void *regex;                 /* pcre2_code_8 *, pre-tokenizer split, or NULL */
+    int n_split;                 /* regex Split steps of the pre-tokenizer */
+    void *split_re[KVCAL_TOK_MAX_SPLITS];   /* pcre2_code_8 * */
+    int split_removed[KVCAL_TOK_MAX_SPLITS];/* behavior Removed (else Isolated) */
+    int prefix_space;            /* ByteLevel add_prefix_space */
+    int metaspace;               /* Metaspace pre-tokenizer present */
+    int metaspace_prepend;       /* 0 never, 1 first, 2 always */
     int split_words;             /* Metaspace split = true */
+    int n_norm;                  /* normalizer steps */
+    kvcal_norm_step norm[KVCAL_TOK_MAX_NORM];
     int strip_leading_space;     /* decoder drops one leading space */
-    int nfc;                     /* NFC normalizer declared */
     int n_added;
-    kvcal_added_token *added;    /* (n_added) sorted longest content first */
+    kvcal_added_token *added;    /* (n_added) longest content first */
+    uint8_t added_first[256];    /* 1 when some added token starts with the byte */
 };
 
 /* piece_type values */

@@ -132,9 +132,10 @@ static void check_roundtrip(const kvcal_tokenizer_t *tok, size_t max_strings)
         const char *s = fs->s[i];
         size_t l = fs->len[i];
         /* sentencepiece-style decoders drop one leading space and turn
-           U+2581 into a space: skip such texts, and those not UTF-8 */
+           U+2581 into a space, special tokens decode to nothing: skip such
+           texts, and those not UTF-8 */
         if (kvcal_utf8_check(s, l) != l || memchr(s, 0, l) || (l && s[0] == ' ') ||
-            strstr(s, "\xE2\x96\x81"))
+            strstr(s, "\xE2\x96\x81") || (strchr(s, '<') && strchr(s, '>')))
             continue;
         if (kvcal_tokenizer_encode(tok, s, l, 1, &ids, &n) ||
             kvcal_tokenizer_decode(tok, ids, n, &text))
@@ -243,6 +244,74 @@ static void llama2c_and_sentencepiece_exports_agree_on_prose(void)
     kvcal_tokenizer_destroy(b);
 }
 
+// --- tokenizer.json -------------------------------------------------------------------
+
+static void hf_bytelevel_matches_hf_tokenizers_on_every_string(void)
+{
+    kvcal_tokenizer_t *tok = load(FIX "bytelevel/tokenizer.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "hf-bpe-bytelevel");
+    CU_ASSERT_EQUAL(kvcal_tokenizer_vocab_size(tok), 3000);
+    size_t bad, n = check_ids(tok, FIX "bytelevel_ids.jsonl", &bad);
+    CU_ASSERT(n >= 1000);
+    CU_ASSERT_EQUAL(bad, 0);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void hf_bytelevel_adds_template_bos_and_decodes_back(void)
+{
+    kvcal_tokenizer_t *tok = load(FIX "bytelevel/tokenizer.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    /* TemplateProcessing "<|begin_of_text|> $A", no tokenizer_config.json */
+    CU_ASSERT_EQUAL(kvcal_tokenizer_bos(tok), 0);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_eos(tok), -1);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *text = "Hello <|eot_id|>world";
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n), KVCAL_OK);
+    CU_ASSERT_EQUAL(ids[0], 0);
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        found += ids[i] == 2;
+    CU_ASSERT_EQUAL(found, 1);
+    char *back = NULL;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_decode(tok, ids, n, &back), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(back, "Hello world"); /* special tokens decode to nothing */
+    free(back);
+    free(ids);
+    check_roundtrip(tok, 2000);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void hf_sentencepiece_style_matches_hf_tokenizers(void)
+{
+    kvcal_tokenizer_t *tok = load(FIX "spmbpe/tokenizer.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "hf-bpe-sentencepiece");
+    size_t bad, n = check_ids(tok, FIX "spmbpe_ids.jsonl", &bad);
+    CU_ASSERT(n >= 1000);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* tokenizer_config.json: add_bos_token true, eos_token </s> */
+    CU_ASSERT_EQUAL(kvcal_tokenizer_bos(tok), 1);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_eos(tok), 2);
+    check_roundtrip(tok, 2000);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void hf_metaspace_pretokenizer_matches_hf_tokenizers(void)
+{
+    kvcal_tokenizer_t *tok = load(FIX "spmbpe_meta/tokenizer.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "hf-bpe-sentencepiece");
+    size_t bad, n = check_ids(tok, FIX "spmbpe_meta_ids.jsonl", &bad);
+    CU_ASSERT(n >= 1000);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* no tokenizer_config.json: BOS from the template, no EOS */
+    CU_ASSERT_EQUAL(kvcal_tokenizer_bos(tok), 1);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_eos(tok), -1);
+    kvcal_tokenizer_destroy(tok);
+}
+
 // --- errors ---------------------------------------------------------------------------
 
 static void tokenizer_load_rejects_unknown_and_truncated_files(void)
@@ -275,6 +344,10 @@ static CU_TestInfo shared_tests[] = {
 KVCAL_SUITE(tokenizer_shared, KVCAL_NEEDS_SHARED, shared_tests)
 
 static CU_TestInfo tests[] = {
+    KVCAL_TEST(hf_bytelevel_matches_hf_tokenizers_on_every_string),
+    KVCAL_TEST(hf_bytelevel_adds_template_bos_and_decodes_back),
+    KVCAL_TEST(hf_sentencepiece_style_matches_hf_tokenizers),
+    KVCAL_TEST(hf_metaspace_pretokenizer_matches_hf_tokenizers),
     KVCAL_TEST(tokenizer_load_rejects_unknown_and_truncated_files),
     CU_TEST_INFO_NULL,
 };
