@@ -115,6 +115,50 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales,
                                 kvcal_format format, const char *path,
                                 const char *model_dir, int tp);
 
+/* Short name of a format ("legacy-json", "kvcal-json", "checkpoint",
+ * "unknown"); never NULL. */
+const char *kvcal_format_name(kvcal_format format);
+
+/* --- validation ---------------------------------------------------------- */
+
+/* Severity of a finding. Values only grow at the end. */
+typedef enum kvcal_severity {
+    KVCAL_SEVERITY_ERROR = 0,  /* an engine rejects or misreads the file */
+    KVCAL_SEVERITY_WARNING = 1 /* loads, but the scales are suspicious */
+} kvcal_severity;
+
+/* One finding of a validation. The strings are owned by the report. */
+typedef struct kvcal_finding {
+    kvcal_severity severity;
+    const char *place;       /* "kv_cache.scaling_factor.0.5", "" for the whole file */
+    const char *message;     /* what is wrong ("2 ranks but tp 1") */
+    const char *consequence; /* what the engine does with it */
+} kvcal_finding;
+
+/* The findings of one validation, in the order they were found. Opaque. */
+typedef struct kvcal_report kvcal_report_t;
+
+/* Validates a scales file or checkpoint (format detected) against the model
+ * whose config.json is in model_dir (may be NULL: model checks skipped) and
+ * the tensor-parallel size tp (0: unknown, the file's rank count is taken).
+ * Returns KVCAL_OK when the file could be examined, whatever the findings;
+ * an unreadable model config or a failed allocation is an error status and
+ * *out is NULL then. A missing or unparsable scales file is a finding. */
+kvcal_status kvcal_scales_validate_file(const char *path, const char *model_dir,
+                                        int tp, kvcal_report_t **out);
+
+void kvcal_report_destroy(kvcal_report_t *report);
+/* Format the file was recognised as (KVCAL_FORMAT_UNKNOWN when none). */
+kvcal_format kvcal_report_format(const kvcal_report_t *report);
+/* Number of findings (of any severity). */
+int kvcal_report_count(const kvcal_report_t *report);
+/* Number of findings of one severity. */
+int kvcal_report_count_severity(const kvcal_report_t *report, kvcal_severity severity);
+/* Finding i in [0, count); the strings live as long as the report. */
+kvcal_status kvcal_report_get(const kvcal_report_t *report, int i, kvcal_finding *out);
+/* 1 when the file passes: no error, and no warning either when strict. */
+int kvcal_report_passes(const kvcal_report_t *report, int strict);
+
 #include "kvcal_quant.h"
 
 #ifdef __cplusplus

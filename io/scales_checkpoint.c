@@ -1,0 +1,635 @@
+/* io/scales_checkpoint.c: K/V scales stored in a Hugging Face checkpoint,
+ * the compressed-tensors convention vLLM reads today.
+ *
+ * What the engines and producers do (read from their source):
+ * - llm-compressor / compressed-tensors (src/compressed_tensors/quantization/
+ *   lifecycle/initialize.py) register `k_scale` and `v_scale` on the
+ *   attention module: names `model.layers.<i>.self_attn.k_scale` /
+ *   `.v_scale`; shape (1,) for strategy "tensor" and (num_kv_heads, 1, 1)
+ *   for strategy "attn_head"; dtype the module's dtype (bf16, f16 or f32).
+ *   config.json gets quantization_config {"quant_method":
+ *   "compressed-tensors", ..., "kv_cache_scheme": {"num_bits": 8, "type":
+ *   "float", "strategy": "tensor", "dynamic": false, "symmetric": true}}.
+ * - vLLM CompressedTensorsKVCacheMethod (vllm/model_executor/layers/
+ *   quantization/compressed_tensors/compressed_tensors.py) refuses at start
+ *   a scheme that is not 8-bit float, symmetric, strategy tensor or
+ *   attn_head. For attn_head it flattens the (H, 1, 1) tensor and slices the
+ *   rank's heads, using quantization_config.total_num_kv_heads (written
+ *   here); with H < tp each rank takes head rank / (tp / H).
+ * - vLLM's name remapping (maybe_remap_kv_scale_name in vllm/
+ *   model_executor/model_loader/weight_utils.py, sglang's copy, and the
+ *   cache-scale mapper of quantization configs) also accepts the older
+ *   forms `.self_attn.k_proj.output_scale` (compressed-tensors / quark),
+ *   `.self_attn.k_proj.k_scale` (modelopt) and the deprecated single
+ *   `.self_attn.kv_scale` (used for K and V). This reader accepts them all.
+ * - vLLM BaseKVCacheMethod: see io/scales_validate.h.
+ * Written here: f32 tensors (exact for kvcal's float scales; vLLM copies
+ * them into float32 parameters), shape [1] or [H, 1, 1]. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/status.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "io/scales_io.h"
+
+#define CK_MAX_LAYERS 65536
+#define CK_IGNORED "vLLM uses scale 1.0 for the layer"
+
+enum { KIND_K = 0, KIND_V = 1, KIND_KV = 2 };
+
+/* Name suffixes after "model.layers.<i>.self_attn.", by kind. */
+static const struct {
+    const char *suffix;
+    int kind;
+} scale_names[] = {
+    {"k_scale", KIND_K},         {"v_scale", KIND_V},
+    {"k_proj.output_scale", KIND_K}, {"v_proj.output_scale", KIND_V},
+    {"k_proj.k_scale", KIND_K},  {"v_proj.v_scale", KIND_V},
+    {"kv_scale", KIND_KV},
+};
+
+/* Parses a K/V scale tensor name; returns the layer or -1. */
+static long parse_scale_name(const char *name, int *kind)
+{
+    static const char prefix[] = "model.layers.";
+    if (strncmp(name, prefix, sizeof prefix - 1))
+        return -1;
+    const char *p = name + sizeof prefix - 1;
+    char digits[16];
+    size_t n = strspn(p, "0123456789");
+    if (n == 0 || n >= sizeof digits)
+        return -1;
+    memcpy(digits, p, n);
+    digits[n] = '\0';
+    long layer = kvcal_parse_index_key(digits);
+    p += n;
+    if (layer < 0 || strncmp(p, ".self_attn.", 11))
+        return -1;
+    p += 11;
+    for (size_t i = 0; i < sizeof scale_names / sizeof scale_names[0]; i++)
+        if (!strcmp(p, scale_names[i].suffix)) {
+            *kind = scale_names[i].kind;
+            return layer;
+        }
+    return -1;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* dir/name into buf; returns 0, or -1 when it does not fit. */
+static int join(char *buf, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(buf, size, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+/* Directory part of a file path ("." when none). */
+static void dir_of(const char *path, char *buf, size_t size)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(buf, size, ".");
+    else
+        snprintf(buf, size, "%.*s", (int)(slash - path), path);
+}
+
+/* --- reading ------------------------------------------------------------- */
+
+/* Checks quantization_config.kv_cache_scheme of config.json; returns the
+ * strategy found (1 attn_head, 0 tensor, -1 none). */
+static int check_scheme(const cJSON *config, kvcal_report_t *rep)
+{
+    const char *startup = "vLLM refuses to start (NotImplementedError)";
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
+    if (!cJSON_IsObject(qc)) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config",
+                         "vLLM finds no quantization method: it ignores the k_scale/v_scale "
+                         "tensors and uses scale 1.0 for every layer",
+                         "missing (kvcal convert --to checkpoint writes it)");
+        return -1;
+    }
+    const cJSON *ks = cJSON_GetObjectItemCaseSensitive(qc, "kv_cache_scheme");
+    if (!cJSON_IsObject(ks)) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
+                         "config.json: quantization_config.kv_cache_scheme",
+                         "vLLM reads the scales as per-tensor; compressed-tensors and "
+                         "llm-compressor expect the scheme", "missing");
+        return -1;
+    }
+    const cJSON *bits = cJSON_GetObjectItemCaseSensitive(ks, "num_bits");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(ks, "type");
+    if (!cJSON_IsNumber(bits) || bits->valuedouble != 8.0 || !cJSON_IsString(type) ||
+        strcmp(type->valuestring, "float"))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+                         "config.json: quantization_config.kv_cache_scheme", startup,
+                         "num_bits must be 8 and type \"float\" (fp8)");
+    const cJSON *sym = cJSON_GetObjectItemCaseSensitive(ks, "symmetric");
+    if (!cJSON_IsTrue(sym))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+                         "config.json: quantization_config.kv_cache_scheme.symmetric", startup,
+                         "must be true");
+    const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(ks, "dynamic");
+    if (cJSON_IsTrue(dyn))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config.kv_cache_scheme.dynamic",
+                         "compressed-tensors creates no static scales for a dynamic scheme: "
+                         "the stored scales are not the ones used",
+                         "true, but the checkpoint stores static scales");
+    const cJSON *strat = cJSON_GetObjectItemCaseSensitive(ks, "strategy");
+    int head = cJSON_IsString(strat) && !strcmp(strat->valuestring, "attn_head");
+    if (!head && !(cJSON_IsString(strat) && !strcmp(strat->valuestring, "tensor"))) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+                         "config.json: quantization_config.kv_cache_scheme.strategy", startup,
+                         "must be \"tensor\" or \"attn_head\"");
+        return -1;
+    }
+    if (head && !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(qc, "total_num_kv_heads")))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config.total_num_kv_heads",
+                         "vLLM's per-head loader divides by it and fails",
+                         "missing for strategy attn_head");
+    return head;
+}
+
+/* The scale tensors of one layer. */
+typedef struct layer_tensors {
+    const kvcal_tensor_info *t[3]; /* by KIND_ */
+} layer_tensors;
+
+/* Reads one tensor's values (1 or H) into dst; reports shape/dtype/value
+ * problems. Returns the number of values (0 on error). */
+static int read_scale_tensor(const kvcal_tensor_info *t, int heads, kvcal_report_t *rep,
+                             kvcal_value_tally *tally, float *dst)
+{
+    int64_t n = t->numel;
+    int scalar = (t->ndim == 0) || (t->ndim == 1 && t->shape[0] == 1);
+    int per_head = (t->ndim == 3 && t->shape[1] == 1 && t->shape[2] == 1) || t->ndim == 1;
+    if (!scalar && !(per_head && n == heads)) {
+        char want[64];
+        snprintf(want, sizeof want, "[1] or [%d, 1, 1]", heads);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
+                         "vLLM fails to load the checkpoint (shape mismatch)",
+                         "shape has %lld values, expected %s (num_key_value_heads %d)",
+                         (long long)n, want, heads);
+        return 0;
+    }
+    if (t->dtype != KVCAL_DTYPE_F32 && t->dtype != KVCAL_DTYPE_BF16 &&
+        t->dtype != KVCAL_DTYPE_F16 && t->dtype != KVCAL_DTYPE_F64) {
+        const char *dn = kvcal_dtype_name(t->dtype);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                         "vLLM copies it into a float32 parameter and the value is garbage",
+                         "dtype %s, expected F32, BF16 or F16", dn ? dn : "?");
+        return 0;
+    }
+    if (kvcal_tensor_to_f32(t, dst) != KVCAL_OK) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name, CK_IGNORED,
+                         "cannot be read: %s", kvcal_last_error());
+        return 0;
+    }
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+        char place[160];
+        if (n > 1)
+            snprintf(place, sizeof place, "%s[%lld]", t->name, (long long)i);
+        else
+            snprintf(place, sizeof place, "%s", t->name);
+        ok &= kvcal_report_check_value(rep, KVCAL_FORMAT_CHECKPOINT, (double)dst[i], place,
+                                       tally);
+    }
+    return ok ? (int)n : 0;
+}
+
+/* Collects the scale tensors by layer; reports duplicates and extra layers.
+ * *num_layers is 0 on entry when unknown (then inferred). */
+static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int known,
+                            kvcal_report_t *rep, layer_tensors **out)
+{
+    int n = kvcal_checkpoint_count(ck);
+    if (!known) {
+        long max = -1;
+        for (int i = 0; i < n; i++) {
+            int kind;
+            long l = parse_scale_name(kvcal_checkpoint_at(ck, i)->name, &kind);
+            max = l < CK_MAX_LAYERS && l > max ? l : max;
+        }
+        *num_layers = (int)(max + 1);
+    }
+    *out = NULL;
+    if (*num_layers <= 0)
+        return KVCAL_OK;
+    layer_tensors *lt = calloc((size_t)*num_layers, sizeof *lt);
+    if (!lt)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory for %d layers", *num_layers);
+    for (int i = 0; i < n; i++) {
+        const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
+        int kind;
+        long l = parse_scale_name(t->name, &kind);
+        if (l < 0)
+            continue;
+        if (l >= *num_layers) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
+                             "vLLM finds no such attention layer and skips it with a warning",
+                             "layer %ld beyond the model's %d layers", l, *num_layers);
+            continue;
+        }
+        if (lt[l].t[kind]) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                             "vLLM loads both and the last one read wins",
+                             "duplicates %s", lt[l].t[kind]->name);
+            continue;
+        }
+        lt[l].t[kind] = t;
+    }
+    *out = lt;
+    return KVCAL_OK;
+}
+
+/* Reads and checks every layer into s (allocated here when out != NULL). */
+static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int heads,
+                                 int strategy, const kvcal_scales_ctx *ctx,
+                                 kvcal_report_t *rep, kvcal_scales_t **out)
+{
+    kvcal_status st = KVCAL_OK;
+    float *vals = malloc(sizeof(float) * 2 * (size_t)num_layers * heads);
+    int *counts = calloc(2 * (size_t)num_layers, sizeof *counts);
+    if (!vals || !counts) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory reading %d layers", num_layers);
+        goto fail;
+    }
+    kvcal_value_tally tally = {0};
+    int per_head = 0, per_tensor = 0;
+    for (int l = 0; l < num_layers; l++) {
+        const kvcal_tensor_info *k = lt[l].t[KIND_K], *v = lt[l].t[KIND_V];
+        const kvcal_tensor_info *kv = lt[l].t[KIND_KV];
+        if (!k && kv)
+            k = kv;
+        if (!v && kv)
+            v = kv;
+        char place[64];
+        snprintf(place, sizeof place, "model.layers.%d.self_attn", l);
+        if (!k && !v) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place, CK_IGNORED,
+                             "no k_scale / v_scale tensor");
+            continue;
+        }
+        if (!k || !v) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
+                             "vLLM uses the present one for both K and V",
+                             "%s missing", k ? "v_scale" : "k_scale");
+            continue;
+        }
+        const kvcal_tensor_info *pair[2] = {k, v};
+        for (int i = 0; i < 2; i++) {
+            float *dst = vals + ((size_t)l * 2 + i) * heads;
+            int n = read_scale_tensor(pair[i], heads, rep, &tally, dst);
+            counts[l * 2 + i] = n;
+            if (n == heads && heads > 1)
+                per_head++;
+            else if (n == 1)
+                per_tensor++;
+            if ((strategy == 0 && n > 1) || (strategy == 1 && n == 1 && heads > 1))
+                kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, pair[i]->name,
+                                 "vLLM fails to load it (parameter shape differs)",
+                                 "%s-shaped but kv_cache_scheme.strategy is \"%s\"",
+                                 n > 1 ? "per-head" : "per-tensor",
+                                 strategy ? "attn_head" : "tensor");
+        }
+    }
+    if (per_head && per_tensor)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "", CK_IGNORED,
+                         "%d tensors are per head and %d per tensor: one strategy for all",
+                         per_head, per_tensor);
+    if (per_head)
+        kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads, ctx->tp);
+    kvcal_report_flush_tally(rep, KVCAL_FORMAT_CHECKPOINT, &tally);
+    st = kvcal_report_status(rep);
+    if (st || !out || kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) > 0)
+        goto fail;
+    kvcal_scales_t *s = NULL;
+    if ((st = kvcal_scales_create(num_layers, heads, &s)))
+        goto fail;
+    int shared = 1;
+    for (int l = 0; l < num_layers; l++) {
+        shared &= !lt[l].t[KIND_K] && !lt[l].t[KIND_V];
+        for (int h = 0; h < heads; h++) {
+            const float *kv = vals + (size_t)l * 2 * heads;
+            float kk = kv[counts[l * 2] == 1 ? 0 : h];
+            float vv = kv[heads + (counts[l * 2 + 1] == 1 ? 0 : h)];
+            kvcal_scales_set_head(s, l, h, kk, vv);
+        }
+    }
+    s->granularity = per_head ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR;
+    s->kv_shared = shared;
+    if (ctx->model) {
+        snprintf(s->model.architecture, sizeof s->model.architecture, "%s",
+                 ctx->model->architecture);
+        snprintf(s->model.model_type, sizeof s->model.model_type, "%s",
+                 ctx->model->model_type);
+        s->model.num_attention_heads = ctx->model->num_attention_heads;
+        s->model.head_dim = ctx->model->head_dim;
+    }
+    *out = s;
+fail:
+    free(vals);
+    free(counts);
+    return st;
+}
+
+/* Warns when K == V in every layer although the format holds both. */
+static void check_kv_equal(const kvcal_scales_t *s, kvcal_report_t *rep)
+{
+    size_t n = (size_t)s->num_layers * s->num_kv_heads;
+    for (size_t i = 0; i < n; i++)
+        if (s->k_head[i] != s->v_head[i])
+            return;
+    kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "",
+                     "the larger of K and V sets both scales: the other tensor is quantized "
+                     "more coarsely than needed (typical of a conversion from the legacy "
+                     "format or a single kv_scale)",
+                     "k_scale equals v_scale in every layer");
+}
+
+kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_ctx *ctx,
+                                           kvcal_report_t *rep, kvcal_scales_t **out)
+{
+    kvcal_report_set_format(rep, KVCAL_FORMAT_CHECKPOINT);
+    if (out)
+        *out = NULL;
+    char dir[4096], file[4096];
+    int path_is_dir = is_dir(path);
+    if (path_is_dir)
+        snprintf(dir, sizeof dir, "%s", path);
+    else
+        dir_of(path, dir, sizeof dir);
+    const char *open_path = path;
+    if (path_is_dir && join(file, sizeof file, dir, KVCAL_CHECKPOINT_SHARD) == 0 &&
+        is_file(file))
+        open_path = file;
+
+    kvcal_model_config own;
+    kvcal_scales_ctx c = *ctx;
+    cJSON *config = NULL;
+    kvcal_checkpoint_t *ck = NULL;
+    layer_tensors *lt = NULL;
+    kvcal_status st = KVCAL_OK;
+    char cfg_path[4096];
+    int have_cfg = join(cfg_path, sizeof cfg_path, dir, "config.json") == 0 && is_file(cfg_path);
+    if (have_cfg && kvcal_json_load(cfg_path, &config) != KVCAL_OK) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "config.json",
+                         "vLLM cannot load the model", "%s", kvcal_last_error());
+        goto fail;
+    }
+    if (have_cfg && !c.model) {
+        if (kvcal_model_config_load(cfg_path, &own) != KVCAL_OK) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "config.json",
+                             "vLLM cannot load the model", "%s", kvcal_last_error());
+            goto fail;
+        }
+        c.model = &own;
+    }
+    int strategy = -1;
+    if (config)
+        strategy = check_scheme(config, rep);
+    else
+        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "config.json",
+                         "quantization_config.kv_cache_scheme, which vLLM needs, was not checked",
+                         "not found next to the scales");
+    if (kvcal_checkpoint_open(open_path, &ck) != KVCAL_OK) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "",
+                         "vLLM cannot load the checkpoint", "%s", kvcal_last_error());
+        goto fail;
+    }
+    int num_layers = c.model ? c.model->num_layers : 0;
+    if ((st = collect(ck, &num_layers, c.model != NULL, rep, &lt)))
+        goto fail;
+    if (num_layers <= 0 || !lt) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "",
+                         "vLLM uses scale 1.0 for every layer",
+                         "no model.layers.<i>.self_attn.k_scale / v_scale tensors");
+        goto fail;
+    }
+    int heads = c.model ? c.model->num_kv_heads : 0;
+    if (!heads)
+        for (int l = 0; l < num_layers; l++)
+            for (int k = 0; k < 3; k++)
+                if (lt[l].t[k] && lt[l].t[k]->numel > heads && lt[l].t[k]->numel <= 65536)
+                    heads = (int)lt[l].t[k]->numel;
+    if (heads < 1)
+        heads = 1;
+    st = check_layers(lt, num_layers, heads, strategy, &c, rep, out);
+    if (!st && out && *out)
+        check_kv_equal(*out, rep);
+fail:
+    free(lt);
+    kvcal_checkpoint_close(ck);
+    cJSON_Delete(config);
+    return st ? st : kvcal_report_status(rep);
+}
+
+/* --- writing ------------------------------------------------------------- */
+
+/* The kv_cache_scheme object of DESIGN.md. */
+static cJSON *make_scheme(int per_head)
+{
+    cJSON *ks = cJSON_CreateObject();
+    if (ks && cJSON_AddNumberToObject(ks, "num_bits", 8) &&
+        cJSON_AddStringToObject(ks, "type", "float") &&
+        cJSON_AddStringToObject(ks, "strategy", per_head ? "attn_head" : "tensor") &&
+        cJSON_AddFalseToObject(ks, "dynamic") && cJSON_AddTrueToObject(ks, "symmetric"))
+        return ks;
+    cJSON_Delete(ks);
+    return NULL;
+}
+
+static int set_item(cJSON *obj, const char *key, cJSON *item)
+{
+    if (!item)
+        return 0;
+    if (cJSON_HasObjectItem(obj, key))
+        return cJSON_ReplaceItemInObjectCaseSensitive(obj, key, item);
+    return cJSON_AddItemToObject(obj, key, item);
+}
+
+/* Merges kv_cache_scheme into the model's config.json, keeping every other
+ * field; a new quantization_config says quant_method compressed-tensors. */
+static kvcal_status merge_config(cJSON *config, const kvcal_scales_t *s, int per_head,
+                                 const char *path)
+{
+    cJSON *qc = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
+    if (qc && !cJSON_IsObject(qc))
+        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: quantization_config is not an object; fix "
+                                            "config.json first", path);
+    int ok = 1;
+    if (!qc) {
+        qc = cJSON_AddObjectToObject(config, "quantization_config");
+        ok = qc && cJSON_AddStringToObject(qc, "quant_method", "compressed-tensors") &&
+             cJSON_AddStringToObject(qc, "format", "dense") &&
+             cJSON_AddObjectToObject(qc, "config_groups") &&
+             cJSON_AddArrayToObject(qc, "ignore") &&
+             cJSON_AddStringToObject(qc, "quantization_status", "compressed");
+    }
+    ok = ok && set_item(qc, "kv_cache_scheme", make_scheme(per_head));
+    if (ok && per_head)
+        ok = set_item(qc, "total_num_kv_heads", cJSON_CreateNumber(s->num_kv_heads)) &&
+             (s->model.num_attention_heads <= 0 ||
+              set_item(qc, "total_num_heads", cJSON_CreateNumber(s->model.num_attention_heads)));
+    return ok ? KVCAL_OK : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory merging config", path);
+}
+
+/* Builds the index: the model's own index with the scale tensors added, or
+ * a new one listing model.safetensors (when present) and the new shard. */
+static kvcal_status build_index(const char *model_dir, const kvcal_tensor_out *tensors,
+                                int count, size_t shard_bytes, cJSON **out)
+{
+    char p[4096];
+    cJSON *index = NULL;
+    kvcal_checkpoint_t *ck = NULL;
+    kvcal_status st = KVCAL_OK;
+    *out = NULL;
+    if (join(p, sizeof p, model_dir, KVCAL_CHECKPOINT_INDEX) == 0 && is_file(p)) {
+        if ((st = kvcal_json_load(p, &index)))
+            return st;
+    } else {
+        index = cJSON_CreateObject();
+        cJSON *meta = index ? cJSON_AddObjectToObject(index, "metadata") : NULL;
+        cJSON *map = index ? cJSON_AddObjectToObject(index, "weight_map") : NULL;
+        double total = 0;
+        if (!meta || !map) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory building the index");
+            goto fail;
+        }
+        if (join(p, sizeof p, model_dir, "model.safetensors") == 0 && is_file(p)) {
+            if ((st = kvcal_checkpoint_open(p, &ck)))
+                goto fail;
+            for (int i = 0; i < kvcal_checkpoint_count(ck); i++) {
+                const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
+                total += (double)t->nbytes;
+                if (!cJSON_AddStringToObject(map, t->name, "model.safetensors")) {
+                    st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory building the index");
+                    goto fail;
+                }
+            }
+        }
+        cJSON_AddNumberToObject(meta, "total_size", total);
+    }
+    cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    if (!cJSON_IsObject(map)) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s/%s: weight_map is not an object; fix the index "
+                                          "first", model_dir, KVCAL_CHECKPOINT_INDEX);
+        goto fail;
+    }
+    for (int i = 0; i < count; i++)
+        if (!set_item(map, tensors[i].name, cJSON_CreateString(KVCAL_CHECKPOINT_SHARD))) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory building the index");
+            goto fail;
+        }
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(index, "metadata");
+    cJSON *total = cJSON_GetObjectItemCaseSensitive(meta, "total_size");
+    if (cJSON_IsNumber(total))
+        cJSON_SetNumberValue(total, total->valuedouble + (double)shard_bytes);
+    *out = index;
+    index = NULL;
+fail:
+    kvcal_checkpoint_close(ck);
+    cJSON_Delete(index);
+    return st;
+}
+
+kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *dir,
+                                           const char *model_dir)
+{
+    if (!s || !dir || !model_dir)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "checkpoint export needs the model directory "
+                                                 "(its config.json is copied with the scheme)");
+    kvcal_status st = kvcal_scales_check_finite(s, dir);
+    if (st)
+        return st;
+    kvcal_model_config mc;
+    if ((st = kvcal_model_config_load(model_dir, &mc)))
+        return st;
+    if (mc.num_layers != s->num_layers ||
+        (s->granularity == KVCAL_GRANULARITY_HEAD && mc.num_kv_heads != s->num_kv_heads))
+        return kvcal_fail(KVCAL_ERR_MISMATCH, "%s: the scales have %d layers x %d kv heads but "
+                                              "%s/config.json has %d x %d; pass the model the "
+                                              "scales were made for",
+                          dir, s->num_layers, s->num_kv_heads, model_dir, mc.num_layers,
+                          mc.num_kv_heads);
+    if (strlen(dir) + 64 >= 4096 || strlen(model_dir) + 64 >= 4096)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: path too long", dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", dir,
+                          strerror(errno));
+
+    int per_head = s->granularity == KVCAL_GRANULARITY_HEAD;
+    int heads = per_head ? s->num_kv_heads : 1, n = 2 * s->num_layers;
+    char p[4096], *names = NULL;
+    float *data = NULL;
+    kvcal_tensor_out *tensors = NULL;
+    cJSON *config = NULL, *index = NULL;
+    names = malloc((size_t)n * 64);
+    data = malloc(sizeof(float) * (size_t)n * heads);
+    tensors = calloc((size_t)n, sizeof *tensors);
+    if (!names || !data || !tensors) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", dir);
+        goto fail;
+    }
+    for (int l = 0; l < s->num_layers; l++)
+        for (int i = 0; i < 2; i++) {
+            kvcal_tensor_out *t = &tensors[2 * l + i];
+            char *name = names + (size_t)(2 * l + i) * 64;
+            float *d = data + (size_t)(2 * l + i) * heads;
+            snprintf(name, 64, "model.layers.%d.self_attn.%s", l, i ? "v_scale" : "k_scale");
+            if (per_head)
+                for (int h = 0; h < heads; h++)
+                    d[h] = (i ? s->v_head : s->k_head)[kvcal_scales_index(s, l, h)];
+            else
+                kvcal_scales_get_tensor(s, l, i ? NULL : &d[0], i ? &d[0] : NULL);
+            t->name = name;
+            t->dtype = KVCAL_DTYPE_F32;
+            t->ndim = per_head ? 3 : 1;
+            t->shape[0] = heads;
+            t->shape[1] = 1;
+            t->shape[2] = 1;
+            t->data = d;
+        }
+    join(p, sizeof p, model_dir, "config.json");
+    if ((st = kvcal_json_load(p, &config)))
+        goto fail;
+    if ((st = merge_config(config, s, per_head, p)))
+        goto fail;
+    if ((st = build_index(model_dir, tensors, n, sizeof(float) * (size_t)n * heads, &index)))
+        goto fail;
+    char meta[128];
+    snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"producer\": \"kvcal %s\"}",
+             KVCAL_VERSION_STRING);
+    join(p, sizeof p, dir, KVCAL_CHECKPOINT_SHARD);
+    if ((st = kvcal_safetensors_write(p, tensors, n, meta)))
+        goto fail;
+    join(p, sizeof p, dir, KVCAL_CHECKPOINT_INDEX);
+    if ((st = kvcal_json_write(p, index)))
+        goto fail;
+    join(p, sizeof p, dir, "config.json");
+    st = kvcal_json_write(p, config);
+fail:
+    free(names);
+    free(data);
+    free(tensors);
+    cJSON_Delete(config);
+    cJSON_Delete(index);
+    return st;
+}
