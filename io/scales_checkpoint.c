@@ -265,9 +265,10 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
                                  kvcal_report_t *rep, kvcal_scales_t **out)
 {
     kvcal_status st = KVCAL_OK;
-    float *vals = malloc(sizeof(float) * 2 * (size_t)num_layers * heads);
+    float *vals = malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, 2, H) */
+    float *vals_out = malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, H, 2) */
     int *counts = calloc(2 * (size_t)num_layers, sizeof *counts);
-    if (!vals || !counts) {
+    if (!vals || !vals_out || !counts) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory reading %d layers", num_layers);
         goto fail;
     }
@@ -317,22 +318,37 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
     if (per_head)
         kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads, ctx->tp);
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_CHECKPOINT, &tally);
-    st = kvcal_report_status(rep);
-    if (st || !out || kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) > 0)
+    if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) > 0)
         goto fail;
-    kvcal_scales_t *s = NULL;
-    if ((st = kvcal_scales_create(num_layers, heads, &s)))
-        goto fail;
-    int shared = 1;
+    int equal = 1, shared = 1;
     for (int l = 0; l < num_layers; l++) {
         shared &= !lt[l].t[KIND_K] && !lt[l].t[KIND_V];
         for (int h = 0; h < heads; h++) {
             const float *kv = vals + (size_t)l * 2 * heads;
             float kk = kv[counts[l * 2] == 1 ? 0 : h];
             float vv = kv[heads + (counts[l * 2 + 1] == 1 ? 0 : h)];
-            kvcal_scales_set_head(s, l, h, kk, vv);
+            equal &= kk == vv;
+            vals_out[((size_t)l * heads + h) * 2] = kk;
+            vals_out[((size_t)l * heads + h) * 2 + 1] = vv;
         }
     }
+    if (equal)
+        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "",
+                         "the larger of K and V sets both scales: the other tensor is quantized "
+                         "more coarsely than needed (typical of a conversion from the legacy "
+                         "format or a single kv_scale)",
+                         "k_scale equals v_scale in every layer");
+    st = kvcal_report_status(rep);
+    if (st || !out)
+        goto fail;
+    kvcal_scales_t *s = NULL;
+    if ((st = kvcal_scales_create(num_layers, heads, &s)))
+        goto fail;
+    for (int l = 0; l < num_layers; l++)
+        for (int h = 0; h < heads; h++) {
+            const float *p = vals_out + ((size_t)l * heads + h) * 2;
+            kvcal_scales_set_head(s, l, h, p[0], p[1]);
+        }
     s->granularity = per_head ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR;
     s->kv_shared = shared;
     if (ctx->model) {
@@ -346,22 +362,9 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
     *out = s;
 fail:
     free(vals);
+    free(vals_out);
     free(counts);
     return st;
-}
-
-/* Warns when K == V in every layer although the format holds both. */
-static void check_kv_equal(const kvcal_scales_t *s, kvcal_report_t *rep)
-{
-    size_t n = (size_t)s->num_layers * s->num_kv_heads;
-    for (size_t i = 0; i < n; i++)
-        if (s->k_head[i] != s->v_head[i])
-            return;
-    kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "",
-                     "the larger of K and V sets both scales: the other tensor is quantized "
-                     "more coarsely than needed (typical of a conversion from the legacy "
-                     "format or a single kv_scale)",
-                     "k_scale equals v_scale in every layer");
 }
 
 kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_ctx *ctx,
@@ -432,8 +435,6 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     if (heads < 1)
         heads = 1;
     st = check_layers(lt, num_layers, heads, strategy, &c, rep, out);
-    if (!st && out && *out)
-        check_kv_equal(*out, rep);
 fail:
     free(lt);
     kvcal_checkpoint_close(ck);
