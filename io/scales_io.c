@@ -59,6 +59,9 @@ static void report_not_json(kvcal_report_t *rep, const char *name, const char *d
                       "readers the first";
     else if (strstr(d, "NaN") || strstr(d, "Infinity"))
         consequence = "Python's json (vLLM/sglang) reads it and the layer's cache becomes NaN";
+    else if (strstr(d, "out of the range"))
+        consequence = "Python's json (vLLM/sglang) reads it as Infinity and the layer's cache "
+                      "becomes NaN";
     if (sscanf(d, "%d:%d: %n", &line, &col, &used) == 2 && used > 0)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "", consequence,
                          "not JSON at line %d, column %d: %s", line, col, d + used);
