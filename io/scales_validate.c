@@ -51,6 +51,15 @@ void kvcal_report_destroy(kvcal_report_t *r)
     free(r);
 }
 
+/* Replaces control characters (from keys and strings of the file) so that
+ * a finding stays one printable line. */
+static void make_printable(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 void kvcal_report_add(kvcal_report_t *r, kvcal_severity severity, kvcal_status status,
                       const char *place, const char *consequence, const char *fmt, ...)
 {
@@ -90,6 +99,8 @@ void kvcal_report_add(kvcal_report_t *r, kvcal_severity severity, kvcal_status s
         r->nomem = 1;
         return;
     }
+    make_printable(f->place);
+    make_printable(f->message);
     r->count++;
 }
 

@@ -77,6 +77,8 @@ add("unrelated_object.json", text({"hello": 1}), "neither a legacy scales file")
 
 d = legacy(); sf(d)["rank0"] = sf(d).pop("0")
 add("rank_key_rank0.json", d, 'rank key "rank0" is not a plain decimal integer')
+d = legacy(); sf(d)["rank\n0"] = sf(d).pop("0")
+add("rank_key_control_char.json", d, 'rank key "rank?0" is not a plain decimal integer')
 d = legacy(); sf(d)["00"] = sf(d).pop("0")
 add("rank_key_leading_zero.json", d, "read it as 0")
 d = legacy(); sf(d)["-1"] = sf(d).pop("0")
