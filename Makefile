@@ -96,6 +96,16 @@ test: $(TESTS) $(KVCAL)
 
 bench: $(BENCH_BIN)
 
+# The main job on the bundled example: check vLLM's legacy Llama-2-7B scales
+# for tp 1, export them as checkpoint scales, check the export.
+DEMO_MODEL := tests/fixtures/llama2-7b
+demo: $(KVCAL)
+	./$(KVCAL) validate-scales $(DEMO_MODEL)/kv_cache_scales.json --model $(DEMO_MODEL) --tp 1
+	./$(KVCAL) convert $(DEMO_MODEL)/kv_cache_scales.json --to checkpoint --model $(DEMO_MODEL) \
+	  --out $(BUILD)/demo-llama2-7b
+	./$(KVCAL) validate-scales $(BUILD)/demo-llama2-7b
+.PHONY: demo
+
 # Tests under AddressSanitizer + UndefinedBehaviorSanitizer (CPU build).
 asan:
 	$(MAKE) BUILD=build-asan CUDA=0 CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
