@@ -179,7 +179,7 @@ static void legacy_writer_takes_max_of_k_v_over_each_ranks_heads(void)
                 kvcal_scales_get_head(s, l, h, &k, &v);
                 want = fmaxf(want, fmaxf(k, v));
             }
-            char rk[8], lk[8];
+            char rk[16], lk[16];
             snprintf(rk, sizeof rk, "%d", rank);
             snprintf(lk, sizeof lk, "%d", l);
             cJSON *x = cJSON_GetObjectItem(cJSON_GetObjectItem(sf, rk), lk);
