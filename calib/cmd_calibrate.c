@@ -1,0 +1,556 @@
+/* calib/cmd_calibrate.c: `kvcal calibrate`: runs a model over calibration
+ * samples, observes every K and V the engine would cache, and writes the
+ * scales in every format engines read. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "calib/command.h"
+#include "calib/model.h"
+#include "calib/runner.h"
+#include "core/scales.h"
+#include "core/status.h"
+#include "io/dataset.h"
+#include "io/json_file.h"
+#include "io/stats_hdf5.h"
+#include "io/tokenizer.h"
+#include "kvcal.h"
+#include "observers/observer.h"
+#include "observers/stats.h"
+
+#define DEFAULT_DATASET "datasets/default_calibration.txt"
+
+typedef struct {
+    const char *model, *dataset, *tokenizer, *out, *stats_path, *format;
+    int num_samples, seq_len, batch, tp, quiet, json;
+    long long seed;
+    kvcal_observer_config observer;
+    kvcal_granularity granularity;
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvcal calibrate --model DIR|FILE [options]\n\n"
+            "Runs the model over calibration samples, observes every K (after RoPE and\n"
+            "k_norm) and V (after v_proj) the engine would cache, and writes FP8 e4m3\n"
+            "scales (scale = max(absmax / 448, 1/(448*512))).\n\n"
+            "  --model DIR|FILE     Hugging Face checkpoint directory (config.json +\n"
+            "                       safetensors) or llama2.c .bin file\n"
+            "  --dataset FILE       text, JSONL ({\"text\": ...} or {\"input_ids\": [...]})\n"
+            "                       or HDF5 token set (default: " DEFAULT_DATASET ")\n"
+            "  --tokenizer PATH     tokenizer.json / tokenizer.model / llama2.c tokenizer.bin\n"
+            "                       (default: found next to the model)\n"
+            "  --num-samples N      samples (default 32)\n"
+            "  --seq-len L          tokens per sample (default min(256, model context))\n"
+            "  --batch B            samples per forward pass (default 4)\n"
+            "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse (default minmax)\n"
+            "  --granularity G      tensor | head (default tensor)\n"
+            "  --tp N               tensor-parallel size of the legacy file (default 1)\n"
+            "  --device D           cpu | cuda (default cpu)\n"
+            "  --out PATH           output file, or directory for checkpoint / all\n"
+            "                       (default kvcal_scales.json, kv_cache_scales.json,\n"
+            "                       kvcal-checkpoint or kvcal-out)\n"
+            "  --format F           legacy | kvcal | checkpoint | all (default kvcal); all\n"
+            "                       writes kv_cache_scales.json, kvcal_scales.json and\n"
+            "                       checkpoint/ under --out\n"
+            "  --stats FILE.h5      also write the HDF5 statistics\n"
+            "  --seed S             sample selection seed (default 0)\n"
+            "  --quiet              no progress line\n"
+            "  --json               print the summary as JSON on stdout\n\n"
+            "The same inputs and seed give byte-identical outputs.\n"
+            "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
+}
+
+static int exit_code(kvcal_status st)
+{
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_NO_DEVICE || st == KVCAL_ERR_NOMEM
+               ? KVCAL_EXIT_USAGE
+               : KVCAL_EXIT_INVALID;
+}
+
+static int fail(kvcal_status st)
+{
+    fprintf(stderr, "kvcal calibrate: %s\n", kvcal_last_error());
+    return exit_code(st);
+}
+
+static int parse_int(const char *opt, const char *text, int lo, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || end == text || v < lo || v > 1 << 30) {
+        fprintf(stderr, "kvcal calibrate: %s '%s': expected an integer >= %d\n", opt, text, lo);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* Parses argv into *o; returns -1 on a usage error (message printed), 1 for
+ * --help, 0 to run. */
+static int parse_options(int argc, char **argv, options *o)
+{
+    enum { O_MODEL = 256, O_DATASET, O_TOKENIZER, O_SAMPLES, O_SEQ, O_BATCH, O_OBSERVER,
+           O_GRAN, O_TP, O_DEVICE, O_OUT, O_FORMAT, O_STATS, O_SEED, O_QUIET, O_JSON, O_HELP };
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"dataset", required_argument, 0, O_DATASET},
+        {"tokenizer", required_argument, 0, O_TOKENIZER},
+        {"num-samples", required_argument, 0, O_SAMPLES},
+        {"seq-len", required_argument, 0, O_SEQ},
+        {"batch", required_argument, 0, O_BATCH},
+        {"observer", required_argument, 0, O_OBSERVER},
+        {"granularity", required_argument, 0, O_GRAN},
+        {"tp", required_argument, 0, O_TP},
+        {"device", required_argument, 0, O_DEVICE},
+        {"out", required_argument, 0, O_OUT},
+        {"format", required_argument, 0, O_FORMAT},
+        {"stats", required_argument, 0, O_STATS},
+        {"seed", required_argument, 0, O_SEED},
+        {"quiet", no_argument, 0, O_QUIET},
+        {"json", no_argument, 0, O_JSON},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->dataset = DEFAULT_DATASET;
+    o->format = "kvcal";
+    o->num_samples = 32;
+    o->batch = 4;
+    o->tp = 1;
+    o->observer = kvcal_observer_default();
+    o->granularity = KVCAL_GRANULARITY_TENSOR;
+    const char *device = "cpu";
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: o->model = optarg; break;
+        case O_DATASET: o->dataset = optarg; break;
+        case O_TOKENIZER: o->tokenizer = optarg; break;
+        case O_SAMPLES: if (parse_int("--num-samples", optarg, 1, &o->num_samples)) return -1; break;
+        case O_SEQ: if (parse_int("--seq-len", optarg, 1, &o->seq_len)) return -1; break;
+        case O_BATCH: if (parse_int("--batch", optarg, 1, &o->batch)) return -1; break;
+        case O_TP: if (parse_int("--tp", optarg, 1, &o->tp)) return -1; break;
+        case O_OUT: o->out = optarg; break;
+        case O_FORMAT: o->format = optarg; break;
+        case O_STATS: o->stats_path = optarg; break;
+        case O_QUIET: o->quiet = 1; break;
+        case O_JSON: o->json = 1; break;
+        case O_DEVICE: device = optarg; break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            o->seed = strtoll(optarg, &end, 10);
+            if (errno || *end || end == optarg || o->seed < 0) {
+                fprintf(stderr, "kvcal calibrate: --seed '%s': expected an integer >= 0\n",
+                        optarg);
+                return -1;
+            }
+            break;
+        }
+        case O_OBSERVER:
+            if (kvcal_observer_parse(optarg, &o->observer)) {
+                fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
+                return -1;
+            }
+            break;
+        case O_GRAN:
+            if (!strcmp(optarg, "tensor"))
+                o->granularity = KVCAL_GRANULARITY_TENSOR;
+            else if (!strcmp(optarg, "head"))
+                o->granularity = KVCAL_GRANULARITY_HEAD;
+            else {
+                fprintf(stderr, "kvcal calibrate: --granularity '%s': expected tensor or head\n",
+                        optarg);
+                return -1;
+            }
+            break;
+        case 'h':
+        case O_HELP: return 1;
+        default:
+            fprintf(stderr, "kvcal calibrate: unknown or incomplete option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvcal calibrate: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
+    }
+    if (!o->model) {
+        fprintf(stderr, "kvcal calibrate: --model is required (see --help)\n");
+        return -1;
+    }
+    static const char *const formats[] = {"legacy", "kvcal", "checkpoint", "all"};
+    static const char *const default_out[] = {"kv_cache_scales.json", "kvcal_scales.json",
+                                              "kvcal-checkpoint", "kvcal-out"};
+    int f = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(o->format, formats[i]))
+            f = i;
+    if (f < 0) {
+        fprintf(stderr, "kvcal calibrate: --format '%s': expected legacy, kvcal, checkpoint or "
+                        "all\n", o->format);
+        return -1;
+    }
+    if (!o->out)
+        o->out = default_out[f];
+    if (!strcmp(device, "cuda")) {
+        fprintf(stderr, "kvcal calibrate: --device cuda: %s; use --device cpu\n",
+                kvcal_cuda_device_count() > 0
+                    ? "the CUDA model runner is not built into this version"
+                    : "no CUDA device (or kvcal was built without CUDA)");
+        return -2;
+    }
+    if (strcmp(device, "cpu")) {
+        fprintf(stderr, "kvcal calibrate: --device '%s': expected cpu or cuda\n", device);
+        return -1;
+    }
+    return 0;
+}
+
+// --- observing ----------------------------------------------------------------
+
+typedef struct {
+    kvcal_stats_t *stats;
+} observe_ctx;
+
+static kvcal_status observe_kv(void *p, const kvcal_runner_kv *kv)
+{
+    observe_ctx *c = p;
+    int64_t row = (int64_t)kv->num_kv_heads * kv->head_dim;
+    for (int b = 0; b < kv->batch; b++)
+        for (int which = KVCAL_K; which <= KVCAL_V; which++) {
+            const float *x = (which == KVCAL_K ? kv->k : kv->v) + kv->start[b] * row;
+            kvcal_kv_block blk = kvcal_kv_block_dense(x, 1, kv->lengths[b], kv->num_kv_heads,
+                                                      kv->head_dim, NULL, &kv->sample_ids[b]);
+            kvcal_status st = kvcal_stats_observe_ref(c->stats, kv->layer, which, &blk);
+            if (st)
+                return st;
+        }
+    return KVCAL_OK;
+}
+
+static void warn_stderr(void *ctx, const char *message)
+{
+    (void)ctx;
+    fprintf(stderr, "kvcal calibrate: warning: %s\n", message);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void progress(int done, int total, long long tokens, double elapsed)
+{
+    double rate = elapsed > 0 ? tokens / elapsed : 0;
+    double eta = done > 0 ? elapsed * (total - done) / done : 0;
+    fprintf(stderr, "\rcalibrate: %d/%d samples, %lld tokens, %.0f tokens/s, ETA %.0f s   ",
+            done, total, tokens, rate, eta);
+    fflush(stderr);
+}
+
+/* Runs every sample through the model, folding K/V into stats. */
+static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s, const options *o,
+                                kvcal_stats_t *stats, double *seconds)
+{
+    kvcal_runner_t *r = NULL;
+    kvcal_status st = kvcal_runner_create(model, (int64_t)o->batch * s->seq_len, &r);
+    if (st)
+        return st;
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)o->batch);
+    if (!ids) {
+        kvcal_runner_destroy(r);
+        return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
+    }
+    int show = !o->quiet && isatty(STDERR_FILENO);
+    observe_ctx ctx = {stats};
+    kvcal_runner_outputs out = {observe_kv, &ctx, NULL, NULL};
+    long long tokens = 0;
+    double t0 = now_s();
+    for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {
+        int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
+        for (int i = 0; i < n; i++) {
+            ids[i] = b0 + i;
+            tokens += s->lengths[b0 + i];
+        }
+        kvcal_stats_begin_batch(stats);
+        st = kvcal_runner_forward(r, s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0, n,
+                                  s->seq_len, ids, &out);
+        if (!st)
+            st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
+        if (show)
+            progress(b0 + n, s->num_samples, tokens, now_s() - t0);
+    }
+    if (show)
+        fprintf(stderr, "\n");
+    *seconds = now_s() - t0;
+    free(ids);
+    kvcal_runner_destroy(r);
+    return st;
+}
+
+// --- outputs --------------------------------------------------------------------
+
+/* A config.json describing a llama2.c model as the equivalent
+ * LlamaForCausalLM, for the checkpoint format (which merges its scheme into
+ * the model's config). Written into a fresh directory under `parent`. */
+static kvcal_status write_llama2c_config(const kvcal_model_desc *d, const char *parent,
+                                         char *dir, size_t n)
+{
+    if (snprintf(dir, n, "%s/.kvcal-model-XXXXXX", parent) >= (int)n)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: path too long", parent);
+    if (!mkdtemp(dir))
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create a temporary directory: %s", dir,
+                          strerror(errno));
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "llama");
+    cJSON_AddNumberToObject(c, "hidden_size", d->hidden_size);
+    cJSON_AddNumberToObject(c, "intermediate_size", d->intermediate_size);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", d->num_layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", d->num_heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", d->num_kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", d->head_dim);
+    cJSON_AddNumberToObject(c, "vocab_size", d->vocab_size);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", d->max_seq_len);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5); /* run.c's constant */
+    cJSON_AddNumberToObject(c, "rope_theta", 10000.0);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", d->tied_embeddings);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    kvcal_status st = kvcal_json_write(path, c);
+    cJSON_Delete(c);
+    return st;
+}
+
+static kvcal_status make_dir(const char *path)
+{
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", path,
+                          strerror(errno));
+    return KVCAL_OK;
+}
+
+/* Writes the requested formats; appends each written path to `written`. */
+static kvcal_status write_outputs(const kvcal_scales_t *scales, kvcal_model_t *model,
+                                  const options *o, cJSON *written)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    int all = !strcmp(o->format, "all");
+    char path[4200], model_dir[4200] = "", tmp_dir[4200] = "";
+    kvcal_status st = KVCAL_OK;
+    if (all && (st = make_dir(o->out)))
+        return st;
+    if (all || !strcmp(o->format, "legacy")) {
+        snprintf(path, sizeof path, all ? "%s/kv_cache_scales.json" : "%s", o->out);
+        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_LEGACY_JSON, path, NULL, o->tp)))
+            return st;
+        cJSON_AddItemToArray(written, cJSON_CreateString(path));
+    }
+    if (all || !strcmp(o->format, "kvcal")) {
+        snprintf(path, sizeof path, all ? "%s/kvcal_scales.json" : "%s", o->out);
+        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_KVCAL_JSON, path, NULL, o->tp)))
+            return st;
+        cJSON_AddItemToArray(written, cJSON_CreateString(path));
+    }
+    if (all || !strcmp(o->format, "checkpoint")) {
+        snprintf(path, sizeof path, all ? "%s/checkpoint" : "%s", o->out);
+        if (!strcmp(d->source, "llama2c")) {
+            char parent[4200];
+            snprintf(parent, sizeof parent, "%s", all ? o->out : path);
+            if (!all) {
+                char *slash = strrchr(parent, '/');
+                if (slash)
+                    *slash = '\0';
+                else
+                    snprintf(parent, sizeof parent, ".");
+            }
+            if ((st = write_llama2c_config(d, parent, tmp_dir, sizeof tmp_dir)))
+                goto done;
+            snprintf(model_dir, sizeof model_dir, "%s", tmp_dir);
+        } else {
+            struct stat sb;
+            snprintf(model_dir, sizeof model_dir, "%s", o->model);
+            if (stat(o->model, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+                char *slash = strrchr(model_dir, '/');
+                if (slash)
+                    *slash = '\0';
+                else
+                    snprintf(model_dir, sizeof model_dir, ".");
+            }
+        }
+        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_CHECKPOINT, path, model_dir, o->tp)))
+            goto done;
+        cJSON_AddItemToArray(written, cJSON_CreateString(path));
+    }
+done:
+    if (tmp_dir[0]) {
+        char cfg[4300];
+        snprintf(cfg, sizeof cfg, "%s/config.json", tmp_dir);
+        remove(cfg);
+        rmdir(tmp_dir);
+    }
+    return st;
+}
+
+// --- report -------------------------------------------------------------------
+
+static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d, long long tokens,
+                        int samples, double seconds, cJSON *written)
+{
+    printf("calibrated %s (%s, %d layers, %d kv heads x %d) on %d samples, %lld tokens, "
+           "%.1f s, %.0f tokens/s\n",
+           d->architecture, d->source, d->num_layers, d->num_kv_heads, d->head_dim, samples,
+           tokens, seconds, seconds > 0 ? tokens / seconds : 0.0);
+    printf("%5s  %10s  %10s  %10s  %10s\n", "layer", "K absmax", "K scale", "V absmax",
+           "V scale");
+    for (int l = 0; l < s->num_layers; l++) {
+        float ka = 0, va = 0, ks, vs;
+        for (int h = 0; h < s->num_kv_heads; h++) {
+            int i = kvcal_scales_index(s, l, h);
+            ka = s->k_absmax[i] > ka ? s->k_absmax[i] : ka;
+            va = s->v_absmax[i] > va ? s->v_absmax[i] : va;
+        }
+        kvcal_scales_get_tensor(s, l, &ks, &vs);
+        printf("%5d  %10.4g  %10.4g  %10.4g  %10.4g\n", l, ka, ks, va, vs);
+    }
+    cJSON *p;
+    cJSON_ArrayForEach(p, written) printf("wrote %s\n", p->valuestring);
+}
+
+static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d, long long tokens,
+                       int samples, double seconds, cJSON *written)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "architecture", d->architecture);
+    cJSON_AddNumberToObject(root, "num_samples", samples);
+    cJSON_AddNumberToObject(root, "num_tokens", (double)tokens);
+    cJSON_AddNumberToObject(root, "seconds", seconds);
+    cJSON_AddNumberToObject(root, "tokens_per_second", seconds > 0 ? tokens / seconds : 0.0);
+    cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
+    cJSON *layers = cJSON_AddArrayToObject(root, "layers");
+    for (int l = 0; l < s->num_layers; l++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON *ka = cJSON_AddArrayToObject(o, "k_absmax"), *va = cJSON_AddArrayToObject(o, "v_absmax");
+        cJSON *ks = cJSON_AddArrayToObject(o, "k_scale"), *vs = cJSON_AddArrayToObject(o, "v_scale");
+        for (int h = 0; h < s->num_kv_heads; h++) {
+            int i = kvcal_scales_index(s, l, h);
+            cJSON_AddItemToArray(ka, cJSON_CreateNumber(s->k_absmax[i]));
+            cJSON_AddItemToArray(va, cJSON_CreateNumber(s->v_absmax[i]));
+            cJSON_AddItemToArray(ks, cJSON_CreateNumber(s->k_head[i]));
+            cJSON_AddItemToArray(vs, cJSON_CreateNumber(s->v_head[i]));
+        }
+        cJSON_AddItemToArray(layers, o);
+    }
+    char *text = cJSON_Print(root);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+// --- command ------------------------------------------------------------------
+
+KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples and write K/V cache scales")
+{
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc == 1) {
+        usage(stdout);
+        return KVCAL_EXIT_OK;
+    }
+    if (rc)
+        return KVCAL_EXIT_USAGE;
+    kvcal_model_t *model = NULL;
+    kvcal_tokenizer_t *tok = NULL;
+    kvcal_samples *samples = NULL;
+    kvcal_stats_t *stats = NULL;
+    kvcal_scales_t *scales = NULL;
+    cJSON *written = cJSON_CreateArray();
+    char tok_error[1024] = "";
+    kvcal_status st;
+    double seconds = 0;
+    if ((st = kvcal_model_open(o.model, &model)))
+        goto fail;
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (!o.seq_len)
+        o.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
+    if (o.seq_len > d->max_seq_len) {
+        st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                        "--seq-len %d is longer than the model's context of %d tokens "
+                        "(max_position_embeddings of %s)",
+                        o.seq_len, d->max_seq_len, o.model);
+        goto fail;
+    }
+    if ((st = kvcal_tokenizer_find(o.model, o.tokenizer, &tok))) {
+        if (o.tokenizer)
+            goto fail;
+        snprintf(tok_error, sizeof tok_error, "%s", kvcal_last_error());
+    }
+    if (tok && kvcal_tokenizer_vocab_size(tok) > d->vocab_size) {
+        st = kvcal_fail(KVCAL_ERR_MISMATCH,
+                        "the tokenizer has %d tokens but the model's vocabulary %d: wrong "
+                        "--tokenizer for %s?",
+                        kvcal_tokenizer_vocab_size(tok), d->vocab_size, o.model);
+        goto fail;
+    }
+    kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
+    if ((st = kvcal_dataset_load(o.dataset, tok, &dopt, &samples))) {
+        if (tok_error[0])
+            fprintf(stderr, "kvcal calibrate: note: no tokenizer: %s\n", tok_error);
+        goto fail;
+    }
+    if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats)) ||
+        (st = run_samples(model, samples, &o, stats, &seconds)))
+        goto fail;
+    if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
+        (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales, warn_stderr,
+                                    NULL)))
+        goto fail;
+    kvcal_model_identity_get(model, &scales->model);
+    kvcal_provenance *prov = &scales->provenance;
+    snprintf(prov->dataset, sizeof prov->dataset, "%s", o.dataset);
+    prov->num_samples = samples->num_samples;
+    prov->num_tokens = samples->num_tokens;
+    prov->seed = o.seed;
+    snprintf(prov->tool_version, sizeof prov->tool_version, "kvcal %s", kvcal_version());
+    if ((st = write_outputs(scales, model, &o, written)))
+        goto fail;
+    if (o.stats_path) {
+        if ((st = kvcal_stats_write_hdf5(o.stats_path, stats, &scales->model, prov)))
+            goto fail;
+        cJSON_AddItemToArray(written, cJSON_CreateString(o.stats_path));
+    }
+    if (o.json)
+        print_json(scales, d, samples->num_tokens, samples->num_samples, seconds, written);
+    else
+        print_table(scales, d, samples->num_tokens, samples->num_samples, seconds, written);
+    rc = KVCAL_EXIT_OK;
+    goto done;
+fail:
+    rc = fail(st);
+done:
+    cJSON_Delete(written);
+    kvcal_scales_destroy(scales);
+    kvcal_stats_destroy(stats);
+    kvcal_samples_destroy(samples);
+    kvcal_tokenizer_destroy(tok);
+    kvcal_model_close(model);
+    return rc;
+}

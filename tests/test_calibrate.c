@@ -1,0 +1,113 @@
+/* tests/test_calibrate.c: `kvcal calibrate` end to end on the bundled
+ * stories260K and default calibration text, through the kvcal binary built
+ * beside this test program. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvcal.h"
+#include "tests/test_util.h"
+
+#define MODEL "models/stories260K/stories260K.bin"
+#define SMALL "--num-samples 6 --seq-len 48 --batch 4 --quiet"
+
+/* Runs `kvcal ARGS`, stdout+stderr into the test's temp dir; returns the
+ * exit code and, when out is not NULL, the output (caller frees). */
+static int kvcal_run(const char *args, char **out)
+{
+    char exe[PATH_MAX], cmd[8192];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    CU_ASSERT_FATAL(n > 0);
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    snprintf(slash + 1, sizeof exe - (size_t)(slash + 1 - exe), "kvcal");
+    const char *log = kvcal_test_path("calibrate.log");
+    snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2>&1", exe, args, log);
+    int rc = system(cmd);
+    if (out)
+        *out = kvcal_test_read_file(log, NULL);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = kvcal_test_read_file(a, &na), *y = kvcal_test_read_file(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+static void calibrate_writes_every_format_and_each_validates(void)
+{
+    char args[2048], *out = NULL;
+    const char *dir = kvcal_test_path("all");
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --format all --out '%s'",
+             dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "K absmax"));
+    free(out);
+    static const char *const files[] = {"kv_cache_scales.json", "kvcal_scales.json",
+                                        "checkpoint"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "validate-scales '%s/%s'", dir, files[i]);
+        CU_ASSERT_EQUAL(kvcal_run(args, NULL), 0);
+    }
+}
+
+static void calibrate_is_byte_identical_for_same_inputs_and_seed(void)
+{
+    char args[2048], a[600], b[600];
+    const char *da = kvcal_test_path("run-a.json"), *db = kvcal_test_path("run-b.json");
+    snprintf(a, sizeof a, "%s", da);
+    snprintf(b, sizeof b, "%s", db);
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --seed 5 --out '%s'", a);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
+    /* another batch size: per-token results do not depend on the batch */
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --seed 5 --batch 5 --out '%s'", b);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
+    CU_ASSERT_TRUE(files_equal(a, b));
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --seed 6 --out '%s'", b);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
+    CU_ASSERT_FALSE(files_equal(a, b));
+}
+
+static void calibrate_rejects_seq_len_beyond_the_model_context(void)
+{
+    char *out = NULL;
+    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --seq-len 513 --quiet --out "
+                              "/nonexistent/x.json", &out), 1);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "context of 512 tokens"));
+    free(out);
+}
+
+static void calibrate_device_cuda_says_why_it_cannot_run(void)
+{
+    char *out = NULL;
+    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --device cuda", &out), 2);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "--device cuda: "));
+    free(out);
+}
+
+static void calibrate_usage_errors_exit_2(void)
+{
+    CU_ASSERT_EQUAL(kvcal_run("calibrate", NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --format xml", NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --batch 0", NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_run("calibrate --help", NULL), 0);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
+    KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
+    KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
+    KVCAL_TEST(calibrate_device_cuda_says_why_it_cannot_run),
+    KVCAL_TEST(calibrate_usage_errors_exit_2),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(calibrate, KVCAL_NEEDS_NOTHING, tests)
