@@ -104,14 +104,16 @@ test-smollm2: $(KVCAL)
 
 bench: $(BENCH_BIN)
 
-# The main job on the bundled example: check vLLM's legacy Llama-2-7B scales
-# for tp 1, export them as checkpoint scales, check the export.
-DEMO_MODEL := tests/fixtures/llama2-7b
+# The main job: calibrate the bundled stories260K on the default calibration
+# text, write every format under $(BUILD)/demo, validate each.
+DEMO_OUT := $(BUILD)/demo
 demo: $(KVCAL)
-	./$(KVCAL) validate-scales $(DEMO_MODEL)/kv_cache_scales.json --model $(DEMO_MODEL) --tp 1
-	./$(KVCAL) convert $(DEMO_MODEL)/kv_cache_scales.json --to checkpoint --model $(DEMO_MODEL) \
-	  --out $(BUILD)/demo-llama2-7b
-	./$(KVCAL) validate-scales $(BUILD)/demo-llama2-7b
+	./$(KVCAL) calibrate --model models/stories260K/stories260K.bin \
+	  --dataset datasets/default_calibration.txt --format all --out $(DEMO_OUT) \
+	  --stats $(DEMO_OUT)/stats.h5
+	./$(KVCAL) validate-scales $(DEMO_OUT)/kv_cache_scales.json --model $(DEMO_OUT)/checkpoint
+	./$(KVCAL) validate-scales $(DEMO_OUT)/kvcal_scales.json --model $(DEMO_OUT)/checkpoint
+	./$(KVCAL) validate-scales $(DEMO_OUT)/checkpoint --model $(DEMO_OUT)/checkpoint
 .PHONY: demo
 
 # Tests under AddressSanitizer + UndefinedBehaviorSanitizer (CPU build).
