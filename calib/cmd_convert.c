@@ -8,26 +8,28 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "kvcal.h"
 #include "calib/command.h"
 #include "core/scales.h"
+#include "kvcal.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvcal convert FILE --to legacy|kvcal|checkpoint [--model DIR] [--tp N]\n"
-            "                     --out PATH\n\n"
-            "Converts KV-cache scales between formats (FILE: legacy JSON, kvcal JSON, or a\n"
-            "checkpoint directory / .safetensors shard).\n\n"
-            "  --to FORMAT  legacy (sglang --quantization-param-path, old vLLM), kvcal (full\n"
-            "               result), checkpoint (kv_scales.safetensors + config.json with\n"
-            "               quantization_config.kv_cache_scheme + index, read by vLLM)\n"
-            "  --model DIR  model directory (config.json); required for --to checkpoint\n"
-            "  --tp N       tensor-parallel size: the rank count a legacy FILE is read with\n"
-            "               and a legacy output is written for (default: the file's / 1)\n"
-            "  --out PATH   output file (legacy, kvcal) or directory (checkpoint); may be\n"
-            "               the model directory itself for --to checkpoint\n\n"
-            "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
+    fprintf(
+        f,
+        "usage: kvcal convert FILE --to legacy|kvcal|checkpoint [--model DIR] [--tp N]\n"
+        "                     --out PATH\n\n"
+        "Converts KV-cache scales between formats (FILE: legacy JSON, kvcal JSON, or a\n"
+        "checkpoint directory / .safetensors shard).\n\n"
+        "  --to FORMAT  legacy (sglang --quantization-param-path, old vLLM), kvcal "
+        "(full\n"
+        "               result), checkpoint (kv_scales.safetensors + config.json with\n"
+        "               quantization_config.kv_cache_scheme + index, read by vLLM)\n"
+        "  --model DIR  model directory (config.json); required for --to checkpoint\n"
+        "  --tp N       tensor-parallel size: the rank count a legacy FILE is read with\n"
+        "               and a legacy output is written for (default: the file's / 1)\n"
+        "  --out PATH   output file (legacy, kvcal) or directory (checkpoint); may be\n"
+        "               the model directory itself for --to checkpoint\n\n"
+        "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
 static int exit_code(kvcal_status st)
@@ -60,24 +62,32 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
     describe(s, &kv_differ, &heads_differ);
     if (to == KVCAL_FORMAT_LEGACY_JSON) {
         if (kv_differ)
-            fprintf(stderr, "convert: lost: separate K and V scales become one value per layer "
-                            "and rank, max(k, v)\n");
+            fprintf(stderr,
+                    "convert: lost: separate K and V scales become one value per layer "
+                    "and rank, max(k, v)\n");
         if (heads_differ)
-            fprintf(stderr, "convert: lost: per-head scales become one value per rank (max "
-                            "over the %s kv heads it holds at tp %d)\n",
+            fprintf(stderr,
+                    "convert: lost: per-head scales become one value per rank (max "
+                    "over the %s kv heads it holds at tp %d)\n",
                     tp > 1 ? "few" : "all", tp);
     }
     if (to == KVCAL_FORMAT_CHECKPOINT && !kv_differ)
-        fprintf(stderr, "convert: note: the source holds %s: k_scale == v_scale in every "
-                        "layer\n",
-                s->kv_shared ? "one value for K and V (legacy format or a single kv_scale)"
-                             : "equal K and V scales");
-    if (to == KVCAL_FORMAT_CHECKPOINT && kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
-        fprintf(stderr, "convert: note: per-head scales are written with kv_cache_scheme "
-                        "strategy \"attn_head\"; engines without per-head support reject it\n");
-    if (to != KVCAL_FORMAT_KVCAL_JSON && (s->has_absmax || s->has_clip || s->provenance.observer[0]))
-        fprintf(stderr, "convert: lost: observed absmax, clipping estimates and calibration "
-                        "provenance (kept only by the kvcal format)\n");
+        fprintf(stderr,
+                "convert: note: the source holds %s: k_scale == v_scale in every "
+                "layer\n",
+                s->kv_shared
+                    ? "one value for K and V (legacy format or a single kv_scale)"
+                    : "equal K and V scales");
+    if (to == KVCAL_FORMAT_CHECKPOINT &&
+        kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
+        fprintf(stderr,
+                "convert: note: per-head scales are written with kv_cache_scheme "
+                "strategy \"attn_head\"; engines without per-head support reject it\n");
+    if (to != KVCAL_FORMAT_KVCAL_JSON &&
+        (s->has_absmax || s->has_clip || s->provenance.observer[0]))
+        fprintf(stderr,
+                "convert: lost: observed absmax, clipping estimates and calibration "
+                "provenance (kept only by the kvcal format)\n");
 }
 
 static int parse_format(const char *s, kvcal_format *out)
@@ -93,12 +103,12 @@ static int parse_format(const char *s, kvcal_format *out)
     return 0;
 }
 
-KVCAL_COMMAND(convert, "convert", "convert KV-cache scales between legacy JSON, kvcal JSON and checkpoint")
+KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, checkpoint")
 {
     static const struct option opts[] = {
-        {"to", required_argument, NULL, 'T'},    {"model", required_argument, NULL, 'm'},
-        {"tp", required_argument, NULL, 't'},    {"out", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"to", required_argument, NULL, 'T'}, {"model", required_argument, NULL, 'm'},
+        {"tp", required_argument, NULL, 't'}, {"out", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *out = NULL;
     kvcal_format to = KVCAL_FORMAT_UNKNOWN;
@@ -109,23 +119,34 @@ KVCAL_COMMAND(convert, "convert", "convert KV-cache scales between legacy JSON, 
         switch (c) {
         case 'T':
             if (parse_format(optarg, &to)) {
-                fprintf(stderr, "kvcal convert: --to %s: expected legacy, kvcal or "
-                                "checkpoint\n", optarg);
-                return KVCAL_EXIT_USAGE;
-            }
-            break;
-        case 'm': model = optarg; break;
-        case 't':
-            tp = (int)strtol(optarg, &end, 10);
-            if (*end || end == optarg || tp < 1 || tp > 65536) {
-                fprintf(stderr, "kvcal convert: --tp %s: expected an integer in [1, 65536]\n",
+                fprintf(stderr,
+                        "kvcal convert: --to %s: expected legacy, kvcal or "
+                        "checkpoint\n",
                         optarg);
                 return KVCAL_EXIT_USAGE;
             }
             break;
-        case 'o': out = optarg; break;
-        case 'h': usage(stdout); return KVCAL_EXIT_OK;
-        default: usage(stderr); return KVCAL_EXIT_USAGE;
+        case 'm':
+            model = optarg;
+            break;
+        case 't':
+            tp = (int)strtol(optarg, &end, 10);
+            if (*end || end == optarg || tp < 1 || tp > 65536) {
+                fprintf(stderr,
+                        "kvcal convert: --tp %s: expected an integer in [1, 65536]\n",
+                        optarg);
+                return KVCAL_EXIT_USAGE;
+            }
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return KVCAL_EXIT_OK;
+        default:
+            usage(stderr);
+            return KVCAL_EXIT_USAGE;
         }
     }
     if (optind != argc - 1 || to == KVCAL_FORMAT_UNKNOWN || !out) {
@@ -134,8 +155,9 @@ KVCAL_COMMAND(convert, "convert", "convert KV-cache scales between legacy JSON, 
         return KVCAL_EXIT_USAGE;
     }
     if (to == KVCAL_FORMAT_CHECKPOINT && !model) {
-        fprintf(stderr, "kvcal convert: --to checkpoint needs --model DIR (its config.json is "
-                        "copied with quantization_config.kv_cache_scheme merged)\n");
+        fprintf(stderr,
+                "kvcal convert: --to checkpoint needs --model DIR (its config.json is "
+                "copied with quantization_config.kv_cache_scheme merged)\n");
         return KVCAL_EXIT_USAGE;
     }
     const char *path = argv[optind];
@@ -154,8 +176,10 @@ KVCAL_COMMAND(convert, "convert", "convert KV-cache scales between legacy JSON, 
         int single = stat(p, &sb) == 0;
         snprintf(p, sizeof p, "%s/model.safetensors.index.json", model);
         if (!single && stat(p, &sb) != 0)
-            fprintf(stderr, "convert: note: %s has no model.safetensors or index: the new "
-                            "index lists only kv_scales.safetensors\n", model);
+            fprintf(stderr,
+                    "convert: note: %s has no model.safetensors or index: the new "
+                    "index lists only kv_scales.safetensors\n",
+                    model);
     }
     st = kvcal_scales_write(s, to, out, model, out_tp);
     int rc = KVCAL_EXIT_OK;
@@ -164,7 +188,8 @@ KVCAL_COMMAND(convert, "convert", "convert KV-cache scales between legacy JSON, 
         rc = exit_code(st);
     } else {
         fprintf(stderr, "convert: wrote %s (%s, %d layers x %d kv heads%s)\n", out,
-                kvcal_format_name(to), kvcal_scales_num_layers(s), kvcal_scales_num_kv_heads(s),
+                kvcal_format_name(to), kvcal_scales_num_layers(s),
+                kvcal_scales_num_kv_heads(s),
                 to == KVCAL_FORMAT_LEGACY_JSON ? ", legacy ranks = tp" : "");
     }
     kvcal_scales_destroy(s);

@@ -6,22 +6,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kvcal.h"
 #include "calib/command.h"
+#include "kvcal.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvcal validate-scales FILE [--model DIR] [--tp N] [--json] [--strict]\n\n"
-            "Checks a KV-cache scales file (legacy JSON, kvcal JSON, or a checkpoint\n"
-            "directory / .safetensors shard with k_scale/v_scale) the way vLLM and sglang\n"
-            "read it, and says what the engine would do with each problem.\n\n"
-            "  --model DIR  model directory (config.json): checks layers, kv heads, model_type\n"
-            "  --tp N       tensor-parallel size the model is served with (legacy files hold\n"
-            "               one entry per rank; default: the file's rank count)\n"
-            "  --json       print the findings as JSON on stdout\n"
-            "  --strict     warnings fail too (exit 1)\n\n"
-            "exit codes: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O error\n");
+    fprintf(
+        f,
+        "usage: kvcal validate-scales FILE [--model DIR] [--tp N] [--json] [--strict]\n\n"
+        "Checks a KV-cache scales file (legacy JSON, kvcal JSON, or a checkpoint\n"
+        "directory / .safetensors shard with k_scale/v_scale) the way vLLM and sglang\n"
+        "read it, and says what the engine would do with each problem.\n\n"
+        "  --model DIR  model directory (config.json): checks layers, kv heads, "
+        "model_type\n"
+        "  --tp N       tensor-parallel size the model is served with (legacy files "
+        "hold\n"
+        "               one entry per rank; default: the file's rank count)\n"
+        "  --json       print the findings as JSON on stdout\n"
+        "  --strict     warnings fail too (exit 1)\n\n"
+        "exit codes: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O "
+        "error\n");
 }
 
 static int print_json(const char *path, const kvcal_report_t *rep, int passes)
@@ -31,7 +35,8 @@ static int print_json(const char *path, const kvcal_report_t *rep, int passes)
     cJSON_AddStringToObject(root, "file", path);
     cJSON_AddStringToObject(root, "format", kvcal_format_name(kvcal_report_format(rep)));
     cJSON_AddBoolToObject(root, "valid", passes);
-    cJSON_AddNumberToObject(root, "errors", kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR));
+    cJSON_AddNumberToObject(root, "errors",
+                            kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR));
     cJSON_AddNumberToObject(root, "warnings",
                             kvcal_report_count_severity(rep, KVCAL_SEVERITY_WARNING));
     for (int i = 0; list && i < kvcal_report_count(rep); i++) {
@@ -63,7 +68,8 @@ static void print_text(const char *path, const kvcal_report_t *rep, int passes)
         kvcal_report_get(rep, i, &f);
         printf("%s: %s%s%s%s%s%s\n", path,
                f.severity == KVCAL_SEVERITY_WARNING ? "warning: " : "", f.place,
-               f.place[0] ? ": " : "", f.message, f.consequence[0] ? ": " : "", f.consequence);
+               f.place[0] ? ": " : "", f.message, f.consequence[0] ? ": " : "",
+               f.consequence);
     }
     int errors = kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR);
     int warnings = kvcal_report_count_severity(rep, KVCAL_SEVERITY_WARNING);
@@ -71,11 +77,11 @@ static void print_text(const char *path, const kvcal_report_t *rep, int passes)
         printf("%s: (%d more findings not shown)\n", path,
                errors + warnings - kvcal_report_count(rep));
     printf("%s: %s: %s (%d error%s, %d warning%s)\n", path,
-           kvcal_format_name(kvcal_report_format(rep)), passes ? "valid" : "INVALID", errors,
-           errors == 1 ? "" : "s", warnings, warnings == 1 ? "" : "s");
+           kvcal_format_name(kvcal_report_format(rep)), passes ? "valid" : "INVALID",
+           errors, errors == 1 ? "" : "s", warnings, warnings == 1 ? "" : "s");
 }
 
-KVCAL_COMMAND(validate_scales, "validate-scales", "check a KV-cache scales file against a model and TP size")
+KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and TP size")
 {
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"tp", required_argument, NULL, 't'},
@@ -88,19 +94,31 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check a KV-cache scales file 
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:t:jsh", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model = optarg; break;
+        case 'm':
+            model = optarg;
+            break;
         case 't':
             tp = (int)strtol(optarg, &end, 10);
             if (*end || end == optarg || tp < 1 || tp > 65536) {
-                fprintf(stderr, "kvcal validate-scales: --tp %s: expected an integer in "
-                                "[1, 65536]\n", optarg);
+                fprintf(stderr,
+                        "kvcal validate-scales: --tp %s: expected an integer in "
+                        "[1, 65536]\n",
+                        optarg);
                 return KVCAL_EXIT_USAGE;
             }
             break;
-        case 'j': json = 1; break;
-        case 's': strict = 1; break;
-        case 'h': usage(stdout); return KVCAL_EXIT_OK;
-        default: usage(stderr); return KVCAL_EXIT_USAGE;
+        case 'j':
+            json = 1;
+            break;
+        case 's':
+            strict = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return KVCAL_EXIT_OK;
+        default:
+            usage(stderr);
+            return KVCAL_EXIT_USAGE;
         }
     }
     if (optind != argc - 1) {
@@ -116,8 +134,9 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check a KV-cache scales file 
         return KVCAL_EXIT_USAGE;
     }
     if (!model && !json && kvcal_report_format(rep) != KVCAL_FORMAT_CHECKPOINT)
-        fprintf(stderr, "note: no --model given: layer count, kv heads and model_type were "
-                        "not checked against config.json\n");
+        fprintf(stderr,
+                "note: no --model given: layer count, kv heads and model_type were "
+                "not checked against config.json\n");
     int passes = kvcal_report_passes(rep, strict);
     int rc = json ? print_json(path, rep, passes) : (print_text(path, rep, passes), 0);
     kvcal_report_destroy(rep);

@@ -46,9 +46,12 @@ static const struct {
     const char *suffix;
     int kind;
 } scale_names[] = {
-    {"k_scale", KIND_K},         {"v_scale", KIND_V},
-    {"k_proj.output_scale", KIND_K}, {"v_proj.output_scale", KIND_V},
-    {"k_proj.k_scale", KIND_K},  {"v_proj.v_scale", KIND_V},
+    {"k_scale", KIND_K},
+    {"v_scale", KIND_V},
+    {"k_proj.output_scale", KIND_K},
+    {"v_proj.output_scale", KIND_V},
+    {"k_proj.k_scale", KIND_K},
+    {"v_proj.v_scale", KIND_V},
     {"kv_scale", KIND_KV},
 };
 
@@ -116,11 +119,12 @@ static int check_scheme(const cJSON *config, kvcal_report_t *rep)
     const char *startup = "vLLM refuses to start (NotImplementedError)";
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
     if (!cJSON_IsObject(qc)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
-                         "config.json: quantization_config",
-                         "vLLM finds no quantization method: it ignores the k_scale/v_scale "
-                         "tensors and uses scale 1.0 for every layer",
-                         "missing (kvcal convert --to checkpoint writes it)");
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+            "config.json: quantization_config",
+            "vLLM finds no quantization method: it ignores the k_scale/v_scale "
+            "tensors and uses scale 1.0 for every layer",
+            "missing (kvcal convert --to checkpoint writes it)");
         return -1;
     }
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(qc, "kv_cache_scheme");
@@ -128,7 +132,8 @@ static int check_scheme(const cJSON *config, kvcal_report_t *rep)
         kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
                          "config.json: quantization_config.kv_cache_scheme",
                          "vLLM reads the scales as per-tensor; compressed-tensors and "
-                         "llm-compressor expect the scheme", "missing");
+                         "llm-compressor expect the scheme",
+                         "missing");
         return -1;
     }
     const cJSON *bits = cJSON_GetObjectItemCaseSensitive(ks, "num_bits");
@@ -141,24 +146,26 @@ static int check_scheme(const cJSON *config, kvcal_report_t *rep)
     const cJSON *sym = cJSON_GetObjectItemCaseSensitive(ks, "symmetric");
     if (!cJSON_IsTrue(sym))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
-                         "config.json: quantization_config.kv_cache_scheme.symmetric", startup,
-                         "must be true");
+                         "config.json: quantization_config.kv_cache_scheme.symmetric",
+                         startup, "must be true");
     const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(ks, "dynamic");
     if (cJSON_IsTrue(dyn))
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
-                         "config.json: quantization_config.kv_cache_scheme.dynamic",
-                         "compressed-tensors creates no static scales for a dynamic scheme: "
-                         "the stored scales are not the ones used",
-                         "true, but the checkpoint stores static scales");
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+            "config.json: quantization_config.kv_cache_scheme.dynamic",
+            "compressed-tensors creates no static scales for a dynamic scheme: "
+            "the stored scales are not the ones used",
+            "true, but the checkpoint stores static scales");
     const cJSON *strat = cJSON_GetObjectItemCaseSensitive(ks, "strategy");
     int head = cJSON_IsString(strat) && !strcmp(strat->valuestring, "attn_head");
     if (!head && !(cJSON_IsString(strat) && !strcmp(strat->valuestring, "tensor"))) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
-                         "config.json: quantization_config.kv_cache_scheme.strategy", startup,
-                         "must be \"tensor\" or \"attn_head\"");
+                         "config.json: quantization_config.kv_cache_scheme.strategy",
+                         startup, "must be \"tensor\" or \"attn_head\"");
         return -1;
     }
-    if (head && !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(qc, "total_num_kv_heads")))
+    if (head &&
+        !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(qc, "total_num_kv_heads")))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "config.json: quantization_config.total_num_kv_heads",
                          "vLLM's per-head loader divides by it and fails",
@@ -191,9 +198,10 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, kvcal_report
     if (t->dtype != KVCAL_DTYPE_F32 && t->dtype != KVCAL_DTYPE_BF16 &&
         t->dtype != KVCAL_DTYPE_F16 && t->dtype != KVCAL_DTYPE_F64) {
         const char *dn = kvcal_dtype_name(t->dtype);
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
-                         "vLLM copies it into a float32 parameter and the value is garbage",
-                         "dtype %s, expected F32, BF16 or F16", dn ? dn : "?");
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+            "vLLM copies it into a float32 parameter and the value is garbage",
+            "dtype %s, expected F32, BF16 or F16", dn ? dn : "?");
         return 0;
     }
     if (kvcal_tensor_to_f32(t, dst) != KVCAL_OK) {
@@ -208,8 +216,8 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, kvcal_report
             snprintf(place, sizeof place, "%s[%lld]", t->name, (long long)i);
         else
             snprintf(place, sizeof place, "%s", t->name);
-        ok &= kvcal_report_check_value(rep, KVCAL_FORMAT_CHECKPOINT, (double)dst[i], place,
-                                       tally);
+        ok &= kvcal_report_check_value(rep, KVCAL_FORMAT_CHECKPOINT, (double)dst[i],
+                                       place, tally);
     }
     return ok ? (int)n : 0;
 }
@@ -242,9 +250,10 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
         if (l < 0)
             continue;
         if (l >= *num_layers) {
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
-                             "vLLM finds no such attention layer and skips it with a warning",
-                             "layer %ld beyond the model's %d layers", l, *num_layers);
+            kvcal_report_add(
+                rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
+                "vLLM finds no such attention layer and skips it with a warning",
+                "layer %ld beyond the model's %d layers", l, *num_layers);
             continue;
         }
         if (lt[l].t[kind]) {
@@ -266,7 +275,8 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
 {
     kvcal_status st = KVCAL_OK;
     float *vals = malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, 2, H) */
-    float *vals_out = malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, H, 2) */
+    float *vals_out =
+        malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, H, 2) */
     int *counts = calloc(2 * (size_t)num_layers, sizeof *counts);
     if (!vals || !vals_out || !counts) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory reading %d layers", num_layers);
@@ -284,14 +294,14 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         char place[64];
         snprintf(place, sizeof place, "model.layers.%d.self_attn", l);
         if (!k && !v) {
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place, CK_IGNORED,
-                             "no k_scale / v_scale tensor");
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
+                             CK_IGNORED, "no k_scale / v_scale tensor");
             continue;
         }
         if (!k || !v) {
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
-                             "vLLM uses the present one for both K and V",
-                             "%s missing", k ? "v_scale" : "k_scale");
+                             "vLLM uses the present one for both K and V", "%s missing",
+                             k ? "v_scale" : "k_scale");
             continue;
         }
         const kvcal_tensor_info *pair[2] = {k, v};
@@ -304,19 +314,21 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
             else if (n == 1)
                 per_tensor++;
             if ((strategy == 0 && n > 1) || (strategy == 1 && n == 1 && heads > 1))
-                kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, pair[i]->name,
-                                 "vLLM fails to load it (parameter shape differs)",
-                                 "%s-shaped but kv_cache_scheme.strategy is \"%s\"",
-                                 n > 1 ? "per-head" : "per-tensor",
-                                 strategy ? "attn_head" : "tensor");
+                kvcal_report_add(
+                    rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, pair[i]->name,
+                    "vLLM fails to load it (parameter shape differs)",
+                    "%s-shaped but kv_cache_scheme.strategy is \"%s\"",
+                    n > 1 ? "per-head" : "per-tensor", strategy ? "attn_head" : "tensor");
         }
     }
     if (per_head && per_tensor)
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "", CK_IGNORED,
-                         "%d tensors are per head and %d per tensor: one strategy for all",
-                         per_head, per_tensor);
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "", CK_IGNORED,
+            "%d tensors are per head and %d per tensor: one strategy for all", per_head,
+            per_tensor);
     if (per_head)
-        kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads, ctx->tp);
+        kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads,
+                                    ctx->tp);
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_CHECKPOINT, &tally);
     if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) > 0)
         goto fail;
@@ -333,11 +345,12 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         }
     }
     if (equal)
-        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "",
-                         "the larger of K and V sets both scales: the other tensor is quantized "
-                         "more coarsely than needed (typical of a conversion from the legacy "
-                         "format or a single kv_scale)",
-                         "k_scale equals v_scale in every layer");
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "",
+            "the larger of K and V sets both scales: the other tensor is quantized "
+            "more coarsely than needed (typical of a conversion from the legacy "
+            "format or a single kv_scale)",
+            "k_scale equals v_scale in every layer");
     st = kvcal_report_status(rep);
     if (st || !out)
         goto fail;
@@ -391,7 +404,8 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     layer_tensors *lt = NULL;
     kvcal_status st = KVCAL_OK;
     char cfg_path[4096];
-    int have_cfg = join(cfg_path, sizeof cfg_path, dir, "config.json") == 0 && is_file(cfg_path);
+    int have_cfg =
+        join(cfg_path, sizeof cfg_path, dir, "config.json") == 0 && is_file(cfg_path);
     if (have_cfg && kvcal_json_load(cfg_path, &config) != KVCAL_OK) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "config.json",
                          "vLLM cannot load the model", "%s", kvcal_last_error());
@@ -409,9 +423,10 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     if (config)
         strategy = check_scheme(config, rep);
     else
-        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "config.json",
-                         "quantization_config.kv_cache_scheme, which vLLM needs, was not checked",
-                         "not found next to the scales");
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "config.json",
+            "quantization_config.kv_cache_scheme, which vLLM needs, was not checked",
+            "not found next to the scales");
     if (kvcal_checkpoint_open(open_path, &ck) != KVCAL_OK) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "",
                          "vLLM cannot load the checkpoint", "%s", kvcal_last_error());
@@ -473,8 +488,10 @@ static kvcal_status merge_config(cJSON *config, const kvcal_scales_t *s, int per
 {
     cJSON *qc = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
     if (qc && !cJSON_IsObject(qc))
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: quantization_config is not an object; fix "
-                                            "config.json first", path);
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config is not an object; fix "
+                          "config.json first",
+                          path);
     int ok = 1;
     if (!qc) {
         qc = cJSON_AddObjectToObject(config, "quantization_config");
@@ -488,8 +505,10 @@ static kvcal_status merge_config(cJSON *config, const kvcal_scales_t *s, int per
     if (ok && per_head)
         ok = set_item(qc, "total_num_kv_heads", cJSON_CreateNumber(s->num_kv_heads)) &&
              (s->model.num_attention_heads <= 0 ||
-              set_item(qc, "total_num_heads", cJSON_CreateNumber(s->model.num_attention_heads)));
-    return ok ? KVCAL_OK : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory merging config", path);
+              set_item(qc, "total_num_heads",
+                       cJSON_CreateNumber(s->model.num_attention_heads)));
+    return ok ? KVCAL_OK
+              : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory merging config", path);
 }
 
 /* Builds the index: the model's own index with the scale tensors added, or
@@ -530,8 +549,10 @@ static kvcal_status build_index(const char *model_dir, const kvcal_tensor_out *t
     }
     cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
     if (!cJSON_IsObject(map)) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s/%s: weight_map is not an object; fix the index "
-                                          "first", model_dir, KVCAL_CHECKPOINT_INDEX);
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s/%s: weight_map is not an object; fix the index "
+                        "first",
+                        model_dir, KVCAL_CHECKPOINT_INDEX);
         goto fail;
     }
     for (int i = 0; i < count; i++)
@@ -555,8 +576,9 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
                                            const char *model_dir)
 {
     if (!s || !dir || !model_dir)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "checkpoint export needs the model directory "
-                                                 "(its config.json is copied with the scheme)");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "checkpoint export needs the model directory "
+                          "(its config.json is copied with the scheme)");
     kvcal_status st = kvcal_scales_check_finite(s, dir);
     if (st)
         return st;
@@ -565,9 +587,10 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
         return st;
     if (mc.num_layers != s->num_layers ||
         (s->granularity == KVCAL_GRANULARITY_HEAD && mc.num_kv_heads != s->num_kv_heads))
-        return kvcal_fail(KVCAL_ERR_MISMATCH, "%s: the scales have %d layers x %d kv heads but "
-                                              "%s/config.json has %d x %d; pass the model the "
-                                              "scales were made for",
+        return kvcal_fail(KVCAL_ERR_MISMATCH,
+                          "%s: the scales have %d layers x %d kv heads but "
+                          "%s/config.json has %d x %d; pass the model the "
+                          "scales were made for",
                           dir, s->num_layers, s->num_kv_heads, model_dir, mc.num_layers,
                           mc.num_kv_heads);
     if (strlen(dir) + 64 >= 4096 || strlen(model_dir) + 64 >= 4096)
@@ -594,7 +617,8 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
             kvcal_tensor_out *t = &tensors[2 * l + i];
             char *name = names + (size_t)(2 * l + i) * 64;
             float *d = data + (size_t)(2 * l + i) * heads;
-            snprintf(name, 64, "model.layers.%d.self_attn.%s", l, i ? "v_scale" : "k_scale");
+            snprintf(name, 64, "model.layers.%d.self_attn.%s", l,
+                     i ? "v_scale" : "k_scale");
             if (per_head)
                 for (int h = 0; h < heads; h++)
                     d[h] = (i ? s->v_head : s->k_head)[kvcal_scales_index(s, l, h)];
@@ -613,7 +637,8 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
         goto fail;
     if ((st = merge_config(config, s, per_head, p)))
         goto fail;
-    if ((st = build_index(model_dir, tensors, n, sizeof(float) * (size_t)n * heads, &index)))
+    if ((st = build_index(model_dir, tensors, n, sizeof(float) * (size_t)n * heads,
+                          &index)))
         goto fail;
     char meta[128];
     snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"producer\": \"kvcal %s\"}",

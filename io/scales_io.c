@@ -15,10 +15,14 @@
 const char *kvcal_format_name(kvcal_format format)
 {
     switch (format) {
-    case KVCAL_FORMAT_LEGACY_JSON: return "legacy-json";
-    case KVCAL_FORMAT_KVCAL_JSON: return "kvcal-json";
-    case KVCAL_FORMAT_CHECKPOINT: return "checkpoint";
-    case KVCAL_FORMAT_UNKNOWN: break;
+    case KVCAL_FORMAT_LEGACY_JSON:
+        return "legacy-json";
+    case KVCAL_FORMAT_KVCAL_JSON:
+        return "kvcal-json";
+    case KVCAL_FORMAT_CHECKPOINT:
+        return "checkpoint";
+    case KVCAL_FORMAT_UNKNOWN:
+        break;
     }
     return "unknown";
 }
@@ -53,15 +57,18 @@ static void report_not_json(kvcal_report_t *rep, const char *name, const char *d
     if (!strncmp(d, name, n) && d[n] == ':')
         d += n + 1;
     int line = 0, col = 0, used = 0;
-    const char *consequence = "vLLM/sglang cannot parse it and use scale 1.0 for every layer";
+    const char *consequence =
+        "vLLM/sglang cannot parse it and use scale 1.0 for every layer";
     if (strstr(d, "duplicate key"))
         consequence = "Python's json (vLLM/sglang) silently keeps the last value, other "
                       "readers the first";
     else if (strstr(d, "NaN") || strstr(d, "Infinity"))
-        consequence = "Python's json (vLLM/sglang) reads it and the layer's cache becomes NaN";
+        consequence =
+            "Python's json (vLLM/sglang) reads it and the layer's cache becomes NaN";
     else if (strstr(d, "out of the range"))
-        consequence = "Python's json (vLLM/sglang) reads it as Infinity and the layer's cache "
-                      "becomes NaN";
+        consequence =
+            "Python's json (vLLM/sglang) reads it as Infinity and the layer's cache "
+            "becomes NaN";
     if (sscanf(d, "%d:%d: %n", &line, &col, &used) == 2 && used > 0)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "", consequence,
                          "not JSON at line %d, column %d: %s", line, col, d + used);
@@ -79,7 +86,8 @@ static kvcal_status check_any(const char *path, const kvcal_scales_ctx *ctx,
     if (stat(path, &sb) != 0)
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s; check the path", path,
                           strerror(errno));
-    if (S_ISDIR(sb.st_mode) || (S_ISREG(sb.st_mode) && looks_like_safetensors(path, sb.st_size)))
+    if (S_ISDIR(sb.st_mode) ||
+        (S_ISREG(sb.st_mode) && looks_like_safetensors(path, sb.st_size)))
         return kvcal_scales_check_checkpoint(path, ctx, rep, out);
     if (!S_ISREG(sb.st_mode))
         return kvcal_fail(KVCAL_ERR_IO, "%s: not a regular file or directory", path);
@@ -102,10 +110,11 @@ static kvcal_status check_any(const char *path, const kvcal_scales_ctx *ctx,
     else if (cJSON_IsObject(root) && cJSON_HasObjectItem(root, "kv_cache"))
         st = kvcal_scales_check_legacy(root, ctx, rep, out);
     else
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "",
-                         "vLLM/sglang reject the file and use scale 1.0 for every layer",
-                         "neither a legacy scales file (no \"kv_cache\") nor a kvcal one (no "
-                         "\"format\")");
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "",
+            "vLLM/sglang reject the file and use scale 1.0 for every layer",
+            "neither a legacy scales file (no \"kv_cache\") nor a kvcal one (no "
+            "\"format\")");
     cJSON_Delete(root);
     return st;
 }
@@ -130,7 +139,8 @@ kvcal_status kvcal_scales_validate_file(const char *path, const char *model_dir,
                                         kvcal_report_t **out)
 {
     if (!out || !path)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_validate_file: NULL argument");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_validate_file: NULL argument");
     *out = NULL;
     kvcal_model_config mc;
     kvcal_scales_ctx ctx;
@@ -191,5 +201,6 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
     case KVCAL_FORMAT_UNKNOWN:
         break;
     }
-    return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: unknown scales format %d", path, (int)format);
+    return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: unknown scales format %d", path,
+                      (int)format);
 }

@@ -28,8 +28,9 @@
 #include "io/scales_io.h"
 
 #define KVJ_REFUSED "kvcal refuses to load or convert the file"
-#define KVJ_WRONG_MODEL \
-    "the scales were made for another model: exported, they would scale the wrong layers/heads"
+#define KVJ_WRONG_MODEL                                                                  \
+    "the scales were made for another model: exported, they would scale the wrong "      \
+    "layers/heads"
 
 /* --- reading ------------------------------------------------------------- */
 
@@ -43,8 +44,8 @@ static long long get_int(kvcal_report_t *rep, const cJSON *obj, const char *key,
     snprintf(where, sizeof where, "%s%s%s", place, place[0] ? "." : "", key);
     if (!n) {
         if (required)
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, where, KVJ_REFUSED,
-                             "missing");
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, where,
+                             KVJ_REFUSED, "missing");
         return -1;
     }
     if (!cJSON_IsNumber(n) || n->valuedouble != floor(n->valuedouble) ||
@@ -57,8 +58,8 @@ static long long get_int(kvcal_report_t *rep, const cJSON *obj, const char *key,
 }
 
 /* Copies a string member into dst; reports a non-string or one too long. */
-static void get_str(kvcal_report_t *rep, const cJSON *obj, const char *key, const char *place,
-                    char *dst, size_t size)
+static void get_str(kvcal_report_t *rep, const cJSON *obj, const char *key,
+                    const char *place, char *dst, size_t size)
 {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!n)
@@ -82,7 +83,9 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != heads) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
                          "%s, expected an array of %d values (one per kv head)",
-                         !a ? "missing" : cJSON_IsArray(a) ? "wrong length" : "not an array",
+                         !a                 ? "missing"
+                         : cJSON_IsArray(a) ? "wrong length"
+                                            : "not an array",
                          heads);
         return 0;
     }
@@ -94,8 +97,8 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
                                                 &dst[h]);
         } else if (!cJSON_IsNumber(c) || !(c->valuedouble >= 0.0) ||
                    c->valuedouble > 3.4028234663852886e38) {
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
-                             "absmax must be a finite number >= 0");
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED, "absmax must be a finite number >= 0");
             ok = 0;
         } else {
             dst[h] = (float)c->valuedouble;
@@ -106,49 +109,52 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
 
 /* Checks the top-level fields and the model; fills s's identity fields.
  * Returns 0 when the layer table cannot be read (sizes unknown). */
-static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx, kvcal_report_t *rep,
-                        kvcal_scales_t *hdr)
+static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
+                        kvcal_report_t *rep, kvcal_scales_t *hdr)
 {
     long long version = get_int(rep, root, "version", "", 1, 1000000, 1);
     if (version > KVCAL_SCALES_FORMAT_VERSION)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "version",
                          "this kvcal cannot read it; upgrade kvcal",
-                         "version %lld is newer than %d", version, KVCAL_SCALES_FORMAT_VERSION);
+                         "version %lld is newer than %d", version,
+                         KVCAL_SCALES_FORMAT_VERSION);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(root, "dtype");
     if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "float8_e4m3fn"))
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "dtype", KVJ_REFUSED,
-                         "must be \"float8_e4m3fn\"");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "dtype",
+                         KVJ_REFUSED, "must be \"float8_e4m3fn\"");
     const cJSON *fmax = cJSON_GetObjectItemCaseSensitive(root, "fp8_max");
     if (!cJSON_IsNumber(fmax) || fmax->valuedouble != KVCAL_FP8_E4M3_MAX)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "fp8_max",
                          "scales for another fp8 maximum would be off by max/448; kvcal "
-                         "refuses the file", "must be 448 (OCP e4m3fn)");
+                         "refuses the file",
+                         "must be 448 (OCP e4m3fn)");
     const cJSON *gran = cJSON_GetObjectItemCaseSensitive(root, "granularity");
     if (cJSON_IsString(gran) && !strcmp(gran->valuestring, "tensor"))
         hdr->granularity = KVCAL_GRANULARITY_TENSOR;
     else if (cJSON_IsString(gran) && !strcmp(gran->valuestring, "head"))
         hdr->granularity = KVCAL_GRANULARITY_HEAD;
     else
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "granularity", KVJ_REFUSED,
-                         "must be \"tensor\" or \"head\"");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "granularity",
+                         KVJ_REFUSED, "must be \"tensor\" or \"head\"");
     const cJSON *shared = cJSON_GetObjectItemCaseSensitive(root, "kv_shared");
     if (shared && !cJSON_IsBool(shared))
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "kv_shared", KVJ_REFUSED,
-                         "not a boolean");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "kv_shared",
+                         KVJ_REFUSED, "not a boolean");
     hdr->kv_shared = cJSON_IsTrue(shared);
 
     const cJSON *obs = cJSON_GetObjectItemCaseSensitive(root, "observer");
     if (obs && !cJSON_IsObject(obs)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "observer", KVJ_REFUSED,
-                         "not an object");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "observer",
+                         KVJ_REFUSED, "not an object");
     } else if (obs) {
         get_str(rep, obs, "name", "observer", hdr->provenance.observer,
                 sizeof hdr->provenance.observer);
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(obs, "params");
         char *text = cJSON_IsObject(params) ? cJSON_PrintUnformatted(params) : NULL;
         if (params && (!text || strlen(text) >= sizeof hdr->provenance.observer_params))
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "observer.params",
-                             KVJ_REFUSED, "not a JSON object of fewer than %zu bytes",
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                             "observer.params", KVJ_REFUSED,
+                             "not a JSON object of fewer than %zu bytes",
                              sizeof hdr->provenance.observer_params);
         else if (text)
             memcpy(hdr->provenance.observer_params, text, strlen(text) + 1);
@@ -156,8 +162,8 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx, kvcal_re
     }
     const cJSON *prov = cJSON_GetObjectItemCaseSensitive(root, "provenance");
     if (prov && !cJSON_IsObject(prov)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "provenance", KVJ_REFUSED,
-                         "not an object");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "provenance",
+                         KVJ_REFUSED, "not an object");
     } else if (prov) {
         const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
         get_str(rep, prov, "dataset", "provenance", hdr->provenance.dataset,
@@ -175,12 +181,13 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx, kvcal_re
 
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(model)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model", KVJ_REFUSED,
-                         model ? "not an object" : "missing");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model",
+                         KVJ_REFUSED, model ? "not an object" : "missing");
         return 0;
     }
     kvcal_model_identity *id = &hdr->model;
-    get_str(rep, model, "architecture", "model", id->architecture, sizeof id->architecture);
+    get_str(rep, model, "architecture", "model", id->architecture,
+            sizeof id->architecture);
     get_str(rep, model, "model_type", "model", id->model_type, sizeof id->model_type);
     long long v;
     if ((v = get_int(rep, model, "num_attention_heads", "model", 0, 65536, 0)) >= 0)
@@ -196,17 +203,19 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx, kvcal_re
     if (ctx->model) {
         const kvcal_model_config *m = ctx->model;
         if (m->num_layers != layers)
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "model.num_layers",
-                             KVJ_WRONG_MODEL, "%lld but config.json has %d", layers,
-                             m->num_layers);
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
+                             "model.num_layers", KVJ_WRONG_MODEL,
+                             "%lld but config.json has %d", layers, m->num_layers);
         if (m->num_kv_heads != heads)
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "model.num_kv_heads",
-                             KVJ_WRONG_MODEL, "%lld but config.json has %d", heads,
-                             m->num_kv_heads);
-        if (id->model_type[0] && m->model_type[0] && strcmp(id->model_type, m->model_type))
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "model.model_type",
-                             KVJ_WRONG_MODEL, "\"%s\" but config.json says \"%s\"",
-                             id->model_type, m->model_type);
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
+                             "model.num_kv_heads", KVJ_WRONG_MODEL,
+                             "%lld but config.json has %d", heads, m->num_kv_heads);
+        if (id->model_type[0] && m->model_type[0] &&
+            strcmp(id->model_type, m->model_type))
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
+                             "model.model_type", KVJ_WRONG_MODEL,
+                             "\"%s\" but config.json says \"%s\"", id->model_type,
+                             m->model_type);
     }
     if (hdr->granularity == KVCAL_GRANULARITY_HEAD)
         kvcal_report_check_tp_split(rep, "model.num_kv_heads", (int)heads, ctx->tp);
@@ -227,7 +236,8 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
     long long idx = get_int(rep, e, "layer", place, 0, 65535, 1);
     if (idx >= 0 && idx != l)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
-                         "\"layer\" is %lld, expected %d (layers are listed in order)", idx, l);
+                         "\"layer\" is %lld, expected %d (layers are listed in order)",
+                         idx, l);
     int heads = s->num_kv_heads;
     float *kh = s->k_head + (size_t)l * heads, *vh = s->v_head + (size_t)l * heads;
     float kt = 0.0f, vt = 0.0f;
@@ -237,8 +247,8 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
         snprintf(place, sizeof place, "layers[%d].%s", l, names[i]);
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, names[i]);
         if (!n)
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
-                             "missing");
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED, "missing");
         else
             kvcal_report_check_scale_node(rep, KVCAL_FORMAT_KVCAL_JSON, n, place, NULL,
                                           tensor[i]);
@@ -255,11 +265,13 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
         }
         snprintf(place, sizeof place, "layers[%d]", l);
         if (ok && kt > 0.0f && km != kt)
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED,
                              "k_scale %.9g is not the max of k_scale_per_head (%.9g)",
                              (double)kt, (double)km);
         if (ok && vt > 0.0f && vm != vt)
-            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED,
                              "v_scale %.9g is not the max of v_scale_per_head (%.9g)",
                              (double)vt, (double)vm);
     } else {
@@ -270,13 +282,16 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
         for (int i = 0; i < 2; i++) {
             snprintf(place, sizeof place, "layers[%d].%s", l, names[i]);
             if (*tensor[i] > 0.0f)
-                kvcal_report_check_value(rep, KVCAL_FORMAT_KVCAL_JSON, *tensor[i], place, t);
+                kvcal_report_check_value(rep, KVCAL_FORMAT_KVCAL_JSON, *tensor[i], place,
+                                         t);
         }
     }
     if (cJSON_HasObjectItem(e, "k_absmax") || cJSON_HasObjectItem(e, "v_absmax")) {
         (*absmax_layers)++;
-        get_head_array(rep, e, "k_absmax", l, heads, 0, NULL, s->k_absmax + (size_t)l * heads);
-        get_head_array(rep, e, "v_absmax", l, heads, 0, NULL, s->v_absmax + (size_t)l * heads);
+        get_head_array(rep, e, "k_absmax", l, heads, 0, NULL,
+                       s->k_absmax + (size_t)l * heads);
+        get_head_array(rep, e, "v_absmax", l, heads, 0, NULL,
+                       s->v_absmax + (size_t)l * heads);
     }
     if (cJSON_HasObjectItem(e, "k_clip") || cJSON_HasObjectItem(e, "v_clip")) {
         (*clip_layers)++;
@@ -301,12 +316,13 @@ static void check_kv_equal(const kvcal_scales_t *s, kvcal_report_t *rep)
     for (size_t i = 0; i < n; i++)
         if (s->k_head[i] != s->v_head[i])
             return;
-    kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "layers",
-                     "the larger of K and V sets both scales: the other tensor is quantized "
-                     "more coarsely than needed (typical of a file converted from the legacy "
-                     "format)",
-                     "K and V scales are equal in every layer%s",
-                     s->kv_shared ? " (kv_shared: true)" : "");
+    kvcal_report_add(
+        rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "layers",
+        "the larger of K and V sets both scales: the other tensor is quantized "
+        "more coarsely than needed (typical of a file converted from the legacy "
+        "format)",
+        "K and V scales are equal in every layer%s",
+        s->kv_shared ? " (kv_shared: true)" : "");
 }
 
 kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales_ctx *ctx,
@@ -324,21 +340,24 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, KVCAL_SCALES_FORMAT_NAME))
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "format", KVJ_REFUSED,
-                         "must be \"" KVCAL_SCALES_FORMAT_NAME "\"");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "format",
+                         KVJ_REFUSED, "must be \"" KVCAL_SCALES_FORMAT_NAME "\"");
     if (!check_header(root, ctx, rep, &hdr))
         return kvcal_report_status(rep);
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) != hdr.model.num_layers) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers", KVJ_REFUSED,
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers",
+                         KVJ_REFUSED,
                          "%s, expected an array of model.num_layers (%d) entries",
-                         !layers ? "missing" : cJSON_IsArray(layers) ? "wrong length"
-                                                                      : "not an array",
+                         !layers                 ? "missing"
+                         : cJSON_IsArray(layers) ? "wrong length"
+                                                 : "not an array",
                          hdr.model.num_layers);
         return kvcal_report_status(rep);
     }
     kvcal_scales_t *s = NULL;
-    kvcal_status st = kvcal_scales_create(hdr.model.num_layers, hdr.model.num_kv_heads, &s);
+    kvcal_status st =
+        kvcal_scales_create(hdr.model.num_layers, hdr.model.num_kv_heads, &s);
     if (st)
         return st;
     s->granularity = hdr.granularity;
@@ -352,13 +371,14 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     for (const cJSON *e = layers->child; e; e = e->next, l++)
         check_layer(e, l, rep, &tally, s, &absmax_layers, &clip_layers);
     if (absmax_layers && absmax_layers != s->num_layers)
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers", KVJ_REFUSED,
-                         "k_absmax/v_absmax in %d of %d layers (all or none)", absmax_layers,
-                         s->num_layers);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers",
+                         KVJ_REFUSED,
+                         "k_absmax/v_absmax in %d of %d layers (all or none)",
+                         absmax_layers, s->num_layers);
     if (clip_layers && clip_layers != s->num_layers)
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers", KVJ_REFUSED,
-                         "k_clip/v_clip in %d of %d layers (all or none)", clip_layers,
-                         s->num_layers);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers",
+                         KVJ_REFUSED, "k_clip/v_clip in %d of %d layers (all or none)",
+                         clip_layers, s->num_layers);
     s->has_absmax = absmax_layers > 0;
     s->has_clip = clip_layers > 0;
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_KVCAL_JSON, &tally);
@@ -393,29 +413,30 @@ static int add_header(cJSON *root, const kvcal_scales_t *s)
     const kvcal_model_identity *id = &s->model;
     const kvcal_provenance *p = &s->provenance;
     cJSON *model, *obs, *prov, *params;
-    int ok = cJSON_AddStringToObject(root, "format", KVCAL_SCALES_FORMAT_NAME) &&
-             cJSON_AddNumberToObject(root, "version", KVCAL_SCALES_FORMAT_VERSION) &&
-             (model = cJSON_AddObjectToObject(root, "model")) &&
-             cJSON_AddStringToObject(model, "architecture", id->architecture) &&
-             cJSON_AddStringToObject(model, "model_type", id->model_type) &&
-             cJSON_AddNumberToObject(model, "num_layers", s->num_layers) &&
-             cJSON_AddNumberToObject(model, "num_attention_heads", id->num_attention_heads) &&
-             cJSON_AddNumberToObject(model, "num_kv_heads", s->num_kv_heads) &&
-             cJSON_AddNumberToObject(model, "head_dim", id->head_dim) &&
-             cJSON_AddStringToObject(root, "dtype", "float8_e4m3fn") &&
-             cJSON_AddNumberToObject(root, "fp8_max", KVCAL_FP8_E4M3_MAX) &&
-             cJSON_AddStringToObject(root, "granularity",
-                                     s->granularity == KVCAL_GRANULARITY_HEAD ? "head"
-                                                                              : "tensor") &&
-             cJSON_AddBoolToObject(root, "kv_shared", s->kv_shared) &&
-             (obs = cJSON_AddObjectToObject(root, "observer")) &&
-             cJSON_AddStringToObject(obs, "name", p->observer) &&
-             (prov = cJSON_AddObjectToObject(root, "provenance")) &&
-             cJSON_AddStringToObject(prov, "dataset", p->dataset) &&
-             cJSON_AddNumberToObject(prov, "num_samples", (double)p->num_samples) &&
-             cJSON_AddNumberToObject(prov, "num_tokens", (double)p->num_tokens) &&
-             cJSON_AddNumberToObject(prov, "seed", (double)p->seed) &&
-             cJSON_AddStringToObject(prov, "tool_version", p->tool_version);
+    int ok =
+        cJSON_AddStringToObject(root, "format", KVCAL_SCALES_FORMAT_NAME) &&
+        cJSON_AddNumberToObject(root, "version", KVCAL_SCALES_FORMAT_VERSION) &&
+        (model = cJSON_AddObjectToObject(root, "model")) &&
+        cJSON_AddStringToObject(model, "architecture", id->architecture) &&
+        cJSON_AddStringToObject(model, "model_type", id->model_type) &&
+        cJSON_AddNumberToObject(model, "num_layers", s->num_layers) &&
+        cJSON_AddNumberToObject(model, "num_attention_heads", id->num_attention_heads) &&
+        cJSON_AddNumberToObject(model, "num_kv_heads", s->num_kv_heads) &&
+        cJSON_AddNumberToObject(model, "head_dim", id->head_dim) &&
+        cJSON_AddStringToObject(root, "dtype", "float8_e4m3fn") &&
+        cJSON_AddNumberToObject(root, "fp8_max", KVCAL_FP8_E4M3_MAX) &&
+        cJSON_AddStringToObject(root, "granularity",
+                                s->granularity == KVCAL_GRANULARITY_HEAD ? "head"
+                                                                         : "tensor") &&
+        cJSON_AddBoolToObject(root, "kv_shared", s->kv_shared) &&
+        (obs = cJSON_AddObjectToObject(root, "observer")) &&
+        cJSON_AddStringToObject(obs, "name", p->observer) &&
+        (prov = cJSON_AddObjectToObject(root, "provenance")) &&
+        cJSON_AddStringToObject(prov, "dataset", p->dataset) &&
+        cJSON_AddNumberToObject(prov, "num_samples", (double)p->num_samples) &&
+        cJSON_AddNumberToObject(prov, "num_tokens", (double)p->num_tokens) &&
+        cJSON_AddNumberToObject(prov, "seed", (double)p->seed) &&
+        cJSON_AddStringToObject(prov, "tool_version", p->tool_version);
     if (!ok)
         return 0;
     params = cJSON_Parse(p->observer_params[0] ? p->observer_params : "{}");
@@ -429,7 +450,8 @@ static int add_header(cJSON *root, const kvcal_scales_t *s)
 kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *path)
 {
     if (!s || !path)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_write_kvcal_json: NULL argument");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_write_kvcal_json: NULL argument");
     kvcal_status st = kvcal_scales_check_finite(s, path);
     if (st)
         return st;
@@ -437,8 +459,9 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
     int hdr = root ? add_header(root, s) : 0;
     if (hdr < 0) {
         cJSON_Delete(root);
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: observer parameters \"%.60s\" are not a "
-                                                 "JSON object; nothing was written",
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: observer parameters \"%.60s\" are not a "
+                          "JSON object; nothing was written",
                           path, s->provenance.observer_params);
     }
     cJSON *layers = hdr ? cJSON_AddArrayToObject(root, "layers") : NULL;

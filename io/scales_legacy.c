@@ -46,7 +46,8 @@ static void report_bad_key(kvcal_report_t *rep, const char *place, const char *w
     char consequence[200];
     if (python_int)
         snprintf(consequence, sizeof consequence,
-                 "vLLM/sglang read it as %ld, other readers reject it; write \"%ld\"", v, v);
+                 "vLLM/sglang read it as %ld, other readers reject it; write \"%ld\"", v,
+                 v);
     else
         snprintf(consequence, sizeof consequence, "%s", KVCAL_LEGACY_REJECTED);
     kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, consequence,
@@ -57,15 +58,18 @@ static void check_model_type(const cJSON *root, const kvcal_scales_ctx *ctx,
                              kvcal_report_t *rep)
 {
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    const char *want = ctx->model && ctx->model->model_type[0] ? ctx->model->model_type : NULL;
+    const char *want =
+        ctx->model && ctx->model->model_type[0] ? ctx->model->model_type : NULL;
     if (!mt) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model_type",
-                         KVCAL_LEGACY_REJECTED, "missing (the schema requires the key, null "
-                                                "allowed)");
+                         KVCAL_LEGACY_REJECTED,
+                         "missing (the schema requires the key, null "
+                         "allowed)");
     } else if (cJSON_IsNull(mt)) {
         if (want)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "model_type",
-                             KVCAL_LEGACY_REJECTED, "null but config.json says \"%s\"", want);
+                             KVCAL_LEGACY_REJECTED, "null but config.json says \"%s\"",
+                             want);
     } else if (!cJSON_IsString(mt)) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model_type",
                          KVCAL_LEGACY_REJECTED, "not a string");
@@ -76,8 +80,8 @@ static void check_model_type(const cJSON *root, const kvcal_scales_ctx *ctx,
     }
 }
 
-static void check_unknown_keys(const cJSON *obj, const char *place, const char *const *known,
-                               kvcal_report_t *rep)
+static void check_unknown_keys(const cJSON *obj, const char *place,
+                               const char *const *known, kvcal_report_t *rep)
 {
     for (const cJSON *c = obj->child; c; c = c->next) {
         int ok = 0;
@@ -91,9 +95,9 @@ static void check_unknown_keys(const cJSON *obj, const char *place, const char *
 
 /* The layer table of one rank: values[l] and present[l] for l < num_layers;
  * reports bad keys, values, extra and missing layers. */
-static void check_rank_layers(const cJSON *layers, int r, int num_layers, int known_layers,
-                              kvcal_report_t *rep, kvcal_value_tally *t, float *values,
-                              unsigned char *present)
+static void check_rank_layers(const cJSON *layers, int r, int num_layers,
+                              int known_layers, kvcal_report_t *rep, kvcal_value_tally *t,
+                              float *values, unsigned char *present)
 {
     char place[128];
     int extra = 0, first_extra = -1;
@@ -118,8 +122,9 @@ static void check_rank_layers(const cJSON *layers, int r, int num_layers, int kn
     snprintf(place, sizeof place, "kv_cache.scaling_factor.%d", r);
     if (extra)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
-                         KVCAL_LEGACY_REJECTED, "%d layer(s) beyond the %s %d (first: %d)",
-                         extra, known_layers ? "model's num_hidden_layers" : "layer limit",
+                         KVCAL_LEGACY_REJECTED,
+                         "%d layer(s) beyond the %s %d (first: %d)", extra,
+                         known_layers ? "model's num_hidden_layers" : "layer limit",
                          num_layers, first_extra);
     int missing = 0, first_missing = -1;
     for (int l = 0; l < num_layers; l++)
@@ -127,8 +132,9 @@ static void check_rank_layers(const cJSON *layers, int r, int num_layers, int kn
             first_missing = l;
     if (missing)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
-                         KVCAL_LEGACY_REJECTED, "rank %d lacks %d of %d layers (first: layer %d)",
-                         r, missing, num_layers, first_missing);
+                         KVCAL_LEGACY_REJECTED,
+                         "rank %d lacks %d of %d layers (first: layer %d)", r, missing,
+                         num_layers, first_missing);
 }
 
 /* Layers the file describes when no model is given: 1 + the largest valid
@@ -176,7 +182,9 @@ static kvcal_status build_scales(const float *values, int num_ranks, int num_lay
         s->model.head_dim = ctx->model->head_dim;
     }
     snprintf(s->model.model_type, sizeof s->model.model_type, "%s",
-             ctx->model ? ctx->model->model_type : model_type ? model_type : "");
+             ctx->model   ? ctx->model->model_type
+             : model_type ? model_type
+                          : "");
     *out = s;
     return KVCAL_OK;
 }
@@ -190,8 +198,8 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
     if (out)
         *out = NULL;
     if (!cJSON_IsObject(root)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "", KVCAL_LEGACY_REJECTED,
-                         "top level is not a JSON object");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "",
+                         KVCAL_LEGACY_REJECTED, "top level is not a JSON object");
         return KVCAL_OK;
     }
     check_model_type(root, ctx, rep);
@@ -208,40 +216,44 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "kv_cache.dtype",
                          KVCAL_LEGACY_REJECTED, dtype ? "not a string" : "missing");
     else if (strcmp(dtype->valuestring, LEGACY_DTYPE))
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "kv_cache.dtype",
-                         KVCAL_LEGACY_REJECTED, "\"%.40s\", but the engines accept only \""
-                         LEGACY_DTYPE "\"", dtype->valuestring);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+                         "kv_cache.dtype", KVCAL_LEGACY_REJECTED,
+                         "\"%.40s\", but the engines accept only \"" LEGACY_DTYPE "\"",
+                         dtype->valuestring);
     const cJSON *sf = cJSON_GetObjectItemCaseSensitive(kv, "scaling_factor");
     if (!cJSON_IsObject(sf)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "kv_cache.scaling_factor",
-                         KVCAL_LEGACY_REJECTED, sf ? "not an object" : "missing");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
+                         sf ? "not an object" : "missing");
         return kvcal_report_status(rep);
     }
 
     int num_ranks = cJSON_GetArraySize(sf);
     if (num_ranks == 0) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "kv_cache.scaling_factor",
-                         KVCAL_LEGACY_REJECTED, "no ranks");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED, "no ranks");
         return kvcal_report_status(rep);
     }
     if (ctx->tp > 0 && num_ranks != ctx->tp)
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "kv_cache.scaling_factor",
-                         KVCAL_LEGACY_REJECTED, "%d rank%s but tp %d", num_ranks,
-                         num_ranks == 1 ? "" : "s", ctx->tp);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
+                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
+                         "%d rank%s but tp %d", num_ranks, num_ranks == 1 ? "" : "s",
+                         ctx->tp);
     if (ctx->model)
-        kvcal_report_check_tp_split(rep, "kv_cache.scaling_factor", ctx->model->num_kv_heads,
-                                    num_ranks);
+        kvcal_report_check_tp_split(rep, "kv_cache.scaling_factor",
+                                    ctx->model->num_kv_heads, num_ranks);
     if (num_ranks > LEGACY_MAX_RANKS) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "kv_cache.scaling_factor",
-                         KVCAL_LEGACY_REJECTED, "%d ranks (more than %d)", num_ranks,
-                         LEGACY_MAX_RANKS);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
+                         "%d ranks (more than %d)", num_ranks, LEGACY_MAX_RANKS);
         return kvcal_report_status(rep);
     }
     int known_layers = ctx->model != NULL;
     int num_layers = known_layers ? ctx->model->num_layers : count_file_layers(sf);
     if (num_layers <= 0)
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "kv_cache.scaling_factor",
-                         KVCAL_LEGACY_REJECTED, "no layer has an integer key");
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
+                         "no layer has an integer key");
 
     kvcal_status st = KVCAL_OK;
     kvcal_value_tally tally = {0};
@@ -250,8 +262,8 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
     unsigned char *present = calloc((size_t)(num_layers > 0 ? num_layers : 1), 1);
     unsigned char *rank_seen = calloc((size_t)num_ranks, 1);
     if (!values || !present || !rank_seen) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for %d ranks x %d layers", ctx->name,
-                        num_ranks, num_layers);
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for %d ranks x %d layers",
+                        ctx->name, num_ranks, num_layers);
         goto fail;
     }
     for (const cJSON *rank = sf->child; rank; rank = rank->next) {
@@ -263,8 +275,8 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
         if (r >= num_ranks) {
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                              "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
-                             "rank %ld but only %d ranks (ranks must be 0..%d)", r, num_ranks,
-                             num_ranks - 1);
+                             "rank %ld but only %d ranks (ranks must be 0..%d)", r,
+                             num_ranks, num_ranks - 1);
             continue;
         }
         rank_seen[r] = 1;
@@ -303,12 +315,15 @@ fail:
 kvcal_status kvcal_scales_write_legacy(const kvcal_scales_t *s, const char *path, int tp)
 {
     if (!s || !path || tp < 1)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: legacy writer needs scales and tp >= 1 "
-                                                 "(got tp %d)", path ? path : "(null)", tp);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: legacy writer needs scales and tp >= 1 "
+                          "(got tp %d)",
+                          path ? path : "(null)", tp);
     int heads = s->num_kv_heads;
     if (!((heads >= tp && heads % tp == 0) || (heads < tp && tp % heads == 0)))
-        return kvcal_fail(KVCAL_ERR_MISMATCH, "%s: %d kv heads cannot be split over tp %d; "
-                                              "pass the tp size the model is served with",
+        return kvcal_fail(KVCAL_ERR_MISMATCH,
+                          "%s: %d kv heads cannot be split over tp %d; "
+                          "pass the tp size the model is served with",
                           path, heads, tp);
     kvcal_status st = kvcal_scales_check_finite(s, path);
     if (st)
@@ -316,10 +331,11 @@ kvcal_status kvcal_scales_write_legacy(const kvcal_scales_t *s, const char *path
     cJSON *root = cJSON_CreateObject();
     cJSON *kv = cJSON_AddObjectToObject(root, "kv_cache");
     cJSON *sf = kv ? cJSON_AddObjectToObject(kv, "scaling_factor") : NULL;
-    int ok = root && sf && cJSON_AddStringToObject(kv, "dtype", LEGACY_DTYPE) &&
-             (s->model.model_type[0]
-                  ? cJSON_AddStringToObject(root, "model_type", s->model.model_type) != NULL
-                  : cJSON_AddNullToObject(root, "model_type") != NULL);
+    int ok =
+        root && sf && cJSON_AddStringToObject(kv, "dtype", LEGACY_DTYPE) &&
+        (s->model.model_type[0]
+             ? cJSON_AddStringToObject(root, "model_type", s->model.model_type) != NULL
+             : cJSON_AddNullToObject(root, "model_type") != NULL);
     for (int r = 0; ok && r < tp; r++) {
         char key[16];
         snprintf(key, sizeof key, "%d", r);

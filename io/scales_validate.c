@@ -104,12 +104,18 @@ void kvcal_report_add(kvcal_report_t *r, kvcal_severity severity, kvcal_status s
     r->count++;
 }
 
-void kvcal_report_set_format(kvcal_report_t *r, kvcal_format format) { r->format = format; }
+void kvcal_report_set_format(kvcal_report_t *r, kvcal_format format)
+{
+    r->format = format;
+}
 kvcal_format kvcal_report_format(const kvcal_report_t *r)
 {
     return r ? r->format : KVCAL_FORMAT_UNKNOWN;
 }
-int kvcal_report_count(const kvcal_report_t *r) { return r ? r->count : 0; }
+int kvcal_report_count(const kvcal_report_t *r)
+{
+    return r ? r->count : 0;
+}
 
 int kvcal_report_count_severity(const kvcal_report_t *r, kvcal_severity severity)
 {
@@ -120,15 +126,18 @@ int kvcal_report_count_severity(const kvcal_report_t *r, kvcal_severity severity
 
 kvcal_status kvcal_report_status(const kvcal_report_t *r)
 {
-    return r->nomem ? kvcal_fail(KVCAL_ERR_NOMEM, "validation: out of memory storing findings")
-                    : KVCAL_OK;
+    return r->nomem
+               ? kvcal_fail(KVCAL_ERR_NOMEM, "validation: out of memory storing findings")
+               : KVCAL_OK;
 }
 
 kvcal_status kvcal_report_get(const kvcal_report_t *r, int i, kvcal_finding *out)
 {
     if (!r || !out || i < 0 || i >= r->count)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_report_get: finding %d out of range "
-                                                 "[0, %d)", i, r ? r->count : 0);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_report_get: finding %d out of range "
+                          "[0, %d)",
+                          i, r ? r->count : 0);
     const struct finding *f = &r->items[i];
     out->severity = f->severity;
     out->place = f->place;
@@ -142,7 +151,8 @@ int kvcal_report_passes(const kvcal_report_t *r, int strict)
     return r && r->errors == 0 && !r->nomem && !(strict && r->warnings > 0);
 }
 
-void kvcal_finding_format(const kvcal_finding *f, const char *name, char *buf, size_t size)
+void kvcal_finding_format(const kvcal_finding *f, const char *name, char *buf,
+                          size_t size)
 {
     snprintf(buf, size, "%s: %s%s%s%s%s%s", name,
              f->severity == KVCAL_SEVERITY_WARNING ? "warning: " : "", f->place,
@@ -164,7 +174,8 @@ kvcal_status kvcal_report_fail_first(const kvcal_report_t *r, const char *name)
         return kvcal_fail(r->items[i].status, "%s", line);
     }
     if (r->errors > 0)
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: %d errors (not all stored)", name, r->errors);
+        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: %d errors (not all stored)", name,
+                          r->errors);
     return KVCAL_OK;
 }
 
@@ -178,12 +189,14 @@ static const char *bad_value_consequence(kvcal_format format, const char *kind)
             return "vLLM/sglang load it unchecked and divide by it: the layer's cache "
                    "becomes Inf/NaN";
         if (!strcmp(kind, "negative"))
-            return "vLLM/sglang load it unchecked: every cached K/V of the layer flips sign";
+            return "vLLM/sglang load it unchecked: every cached K/V of the layer flips "
+                   "sign";
         return "vLLM/sglang load it unchecked: the layer's cache becomes NaN";
     }
     if (format == KVCAL_FORMAT_CHECKPOINT) {
         if (!strcmp(kind, "negative"))
-            return "vLLM takes a negative scale for 'not in the checkpoint' and uses 1.0, "
+            return "vLLM takes a negative scale for 'not in the checkpoint' and uses "
+                   "1.0, "
                    "or fails an assertion when only one of K/V is negative";
         if (!strcmp(kind, "zero"))
             return "vLLM fails an assertion while loading the model";
@@ -203,8 +216,8 @@ int kvcal_report_check_value(kvcal_report_t *r, kvcal_format format, double v,
 {
     if (isnan(v) || isinf(v)) {
         kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
-                         bad_value_consequence(format, "nonfinite"), "scale %s is not finite",
-                         isnan(v) ? "NaN" : "Inf");
+                         bad_value_consequence(format, "nonfinite"),
+                         "scale %s is not finite", isnan(v) ? "NaN" : "Inf");
         return 0;
     }
     if (v == 0.0) {
@@ -214,13 +227,15 @@ int kvcal_report_check_value(kvcal_report_t *r, kvcal_format format, double v,
     }
     if (v < 0.0) {
         kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
-                         bad_value_consequence(format, "negative"), "scale %g is negative", v);
+                         bad_value_consequence(format, "negative"),
+                         "scale %g is negative", v);
         return 0;
     }
     if (v > 3.4028234663852886e38) {
-        kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
-                         "float32 engines read it as Inf and the layer's cache becomes NaN",
-                         "scale %g exceeds the float32 range", v);
+        kvcal_report_add(
+            r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
+            "float32 engines read it as Inf and the layer's cache becomes NaN",
+            "scale %g exceeds the float32 range", v);
         return 0;
     }
     if (!t)
@@ -245,28 +260,33 @@ int kvcal_report_check_scale_node(kvcal_report_t *r, kvcal_format format,
         errno = 0;
         strtod(node->valuestring, &end);
         int numeric = end != node->valuestring && *end == '\0' && errno == 0;
-        kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
-                         !legacy ? "kvcal refuses to load or convert the file"
-                         : numeric ? "vLLM/sglang (pydantic, lax mode) read it as a number, "
-                                     "stricter readers reject it; write a JSON number"
-                                   : KVCAL_LEGACY_REJECTED,
-                         "scale is the string \"%.40s\", not a number", node->valuestring);
+        kvcal_report_add(
+            r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+            !legacy   ? "kvcal refuses to load or convert the file"
+            : numeric ? "vLLM/sglang (pydantic, lax mode) read it as a number, "
+                        "stricter readers reject it; write a JSON number"
+                      : KVCAL_LEGACY_REJECTED,
+            "scale is the string \"%.40s\", not a number", node->valuestring);
         return 0;
     }
     if (cJSON_IsBool(node)) {
-        kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
-                         legacy ? "vLLM/sglang (pydantic, lax mode) read true as 1.0 and false "
-                                  "as 0.0"
-                                : "kvcal refuses to load or convert the file",
-                         "scale is a boolean, not a number");
+        kvcal_report_add(
+            r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+            legacy ? "vLLM/sglang (pydantic, lax mode) read true as 1.0 and false "
+                     "as 0.0"
+                   : "kvcal refuses to load or convert the file",
+            "scale is a boolean, not a number");
         return 0;
     }
     if (!cJSON_IsNumber(node)) {
         kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
-                         legacy ? KVCAL_LEGACY_REJECTED : "kvcal refuses to load or convert the file",
+                         legacy ? KVCAL_LEGACY_REJECTED
+                                : "kvcal refuses to load or convert the file",
                          "scale is %s, not a number",
-                         cJSON_IsNull(node) ? "null" : cJSON_IsArray(node) ? "an array"
-                         : cJSON_IsObject(node) ? "an object" : "not a number");
+                         cJSON_IsNull(node)     ? "null"
+                         : cJSON_IsArray(node)  ? "an array"
+                         : cJSON_IsObject(node) ? "an object"
+                                                : "not a number");
         return 0;
     }
     if (!kvcal_report_check_value(r, format, node->valuedouble, place, t))
@@ -275,31 +295,41 @@ int kvcal_report_check_scale_node(kvcal_report_t *r, kvcal_format format,
     return 1;
 }
 
-void kvcal_report_flush_tally(kvcal_report_t *r, kvcal_format format, const kvcal_value_tally *t)
+void kvcal_report_flush_tally(kvcal_report_t *r, kvcal_format format,
+                              const kvcal_value_tally *t)
 {
-    const char *engine = format == KVCAL_FORMAT_LEGACY_JSON ? "vLLM/sglang use"
+    const char *engine = format == KVCAL_FORMAT_LEGACY_JSON  ? "vLLM/sglang use"
                          : format == KVCAL_FORMAT_CHECKPOINT ? "vLLM uses"
-                                                              : "engines use";
+                                                             : "engines use";
     char c1[160], c2[160], c3[200];
-    snprintf(c1, sizeof c1, "%s it, but 1.0 is the uncalibrated default (absmax 448): check "
-                            "that calibration ran", engine);
-    snprintf(c2, sizeof c2, "%s it; absmax above 224 is unusual for K/V: check for outliers "
-                            "or a wrong model", engine);
-    snprintf(c3, sizeof c3, "%s it; a scale under 1e-6 (absmax under 0.00045) is below "
-                            "kvcal's floor: the layer saw no data or the file uses another "
-                            "convention (1/scale?)", engine);
+    snprintf(c1, sizeof c1,
+             "%s it, but 1.0 is the uncalibrated default (absmax 448): check "
+             "that calibration ran",
+             engine);
+    snprintf(c2, sizeof c2,
+             "%s it; absmax above 224 is unusual for K/V: check for outliers "
+             "or a wrong model",
+             engine);
+    snprintf(c3, sizeof c3,
+             "%s it; a scale under 1e-6 (absmax under 0.00045) is below "
+             "kvcal's floor: the layer saw no data or the file uses another "
+             "convention (1/scale?)",
+             engine);
     if (t->unit)
         kvcal_report_add(r, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->unit_at, c1,
-                         "%d of %d scales are exactly 1.0 (first here)", t->unit, t->total);
+                         "%d of %d scales are exactly 1.0 (first here)", t->unit,
+                         t->total);
     if (t->large)
         kvcal_report_add(r, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->large_at, c2,
                          "%d of %d scales exceed 0.5 (first here)", t->large, t->total);
     if (t->tiny)
         kvcal_report_add(r, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->tiny_at, c3,
-                         "%d of %d scales are below 1e-6 (first here)", t->tiny, t->total);
+                         "%d of %d scales are below 1e-6 (first here)", t->tiny,
+                         t->total);
 }
 
-void kvcal_report_check_tp_split(kvcal_report_t *r, const char *place, int num_kv_heads, int tp)
+void kvcal_report_check_tp_split(kvcal_report_t *r, const char *place, int num_kv_heads,
+                                 int tp)
 {
     if (tp <= 0 || num_kv_heads <= 0)
         return;

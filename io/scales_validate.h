@@ -32,14 +32,14 @@
 
 #include <cjson/cJSON.h>
 
-#include "kvcal.h"
 #include "io/model_config.h"
+#include "kvcal.h"
 
 /* Findings kept per report; further ones are only counted. */
 #define KVCAL_REPORT_MAX_FINDINGS 256
 
 /* Consequences shared by several checks. */
-#define KVCAL_LEGACY_REJECTED \
+#define KVCAL_LEGACY_REJECTED                                                            \
     "vLLM/sglang reject the file and use scale 1.0 for every layer"
 
 /* What a checker knows about the deployment. */
@@ -70,7 +70,8 @@ kvcal_status kvcal_report_status(const kvcal_report_t *r);
 kvcal_status kvcal_report_fail_first(const kvcal_report_t *r, const char *name);
 
 /* Formats finding `f` of file `name` as one line (no newline) into buf. */
-void kvcal_finding_format(const kvcal_finding *f, const char *name, char *buf, size_t size);
+void kvcal_finding_format(const kvcal_finding *f, const char *name, char *buf,
+                          size_t size);
 
 /* --- scale values -------------------------------------------------------- */
 
@@ -78,7 +79,7 @@ void kvcal_finding_format(const kvcal_finding *f, const char *name, char *buf, s
  * (one warning per kind, naming how many and the first place). */
 typedef struct kvcal_value_tally {
     int total;
-    int unit, large, tiny;          /* == 1.0, > 0.5, < 1e-6 */
+    int unit, large, tiny; /* == 1.0, > 0.5, < 1e-6 */
     char unit_at[128], large_at[128], tiny_at[128];
 } kvcal_value_tally;
 

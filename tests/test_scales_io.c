@@ -30,7 +30,8 @@ static kvcal_scales_t *make_tiny(kvcal_granularity g)
         return NULL;
     for (int l = 0; l < 2; l++)
         for (int h = 0; h < 4; h++) {
-            float k = g == KVCAL_GRANULARITY_HEAD ? 0.0123f * (h + 1) + 0.00071f * l : 0.031f + l;
+            float k = g == KVCAL_GRANULARITY_HEAD ? 0.0123f * (h + 1) + 0.00071f * l
+                                                  : 0.031f + l;
             float v = g == KVCAL_GRANULARITY_HEAD ? 0.0217f * (h + 1) / 3.0f + 0.001f * l
                                                   : 0.017f + 0.5f * l;
             kvcal_scales_set_head(s, l, h, k, v / 7.0f);
@@ -57,7 +58,8 @@ static kvcal_report_t *validate(const char *path, const char *model, int tp)
 }
 
 /* 1 when some finding of `severity` contains `text`. */
-static int has_finding(const kvcal_report_t *rep, kvcal_severity severity, const char *text)
+static int has_finding(const kvcal_report_t *rep, kvcal_severity severity,
+                       const char *text)
 {
     for (int i = 0; i < kvcal_report_count(rep); i++) {
         kvcal_finding f;
@@ -111,8 +113,8 @@ static void vllm_legacy_fixture_validates_at_tp1_and_fails_at_tp2(void)
 static void vllm_legacy_fixture_loads_its_values(void)
 {
     kvcal_scales_t *s = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(LLAMA2 "/kv_cache_scales.json", LLAMA2, 1, &s),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_scales_load(LLAMA2 "/kv_cache_scales.json", LLAMA2, 1, &s), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_scales_num_layers(s), 32);
     CU_ASSERT_EQUAL(kvcal_scales_num_kv_heads(s), 32);
     CU_ASSERT_EQUAL(kvcal_scales_granularity(s), KVCAL_GRANULARITY_TENSOR);
@@ -152,9 +154,11 @@ static void legacy_round_trip_is_exact(void)
 {
     kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_TENSOR), *r = NULL;
     for (int l = 0; l < 2; l++)
-        kvcal_scales_set_layer(s, l, 0.0152239128947258f * (l + 1), 0.0152239128947258f * (l + 1));
+        kvcal_scales_set_layer(s, l, 0.0152239128947258f * (l + 1),
+                               0.0152239128947258f * (l + 1));
     const char *p = kvcal_test_path("legacy_rt.json");
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_LEGACY_JSON, p, NULL, 1), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_LEGACY_JSON, p, NULL, 1),
+                          KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(p, TINY, 1, &r), KVCAL_OK);
     CU_ASSERT_TRUE(same_scales(s, r));
     CU_ASSERT_STRING_EQUAL(r->model.model_type, "llama");
@@ -166,10 +170,12 @@ static void legacy_writer_takes_max_of_k_v_over_each_ranks_heads(void)
 {
     kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_HEAD), *r = NULL;
     const char *p = kvcal_test_path("legacy_tp2.json");
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_LEGACY_JSON, p, NULL, 2), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_LEGACY_JSON, p, NULL, 2),
+                          KVCAL_OK);
     cJSON *root = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
-    cJSON *sf = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "kv_cache"), "scaling_factor");
+    cJSON *sf =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(root, "kv_cache"), "scaling_factor");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(sf), 2);
     for (int rank = 0; rank < 2; rank++)
         for (int l = 0; l < 2; l++) {
@@ -202,7 +208,8 @@ static void legacy_replicates_heads_when_tp_exceeds_kv_heads(void)
 {
     kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_HEAD), *r = NULL;
     const char *p = kvcal_test_path("legacy_tp8.json");
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_LEGACY_JSON, p, NULL, 8), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_LEGACY_JSON, p, NULL, 8),
+                          KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(p, TINY, 8, &r), KVCAL_OK);
     for (int l = 0; l < 2; l++)
         for (int h = 0; h < 4; h++) {
@@ -223,7 +230,8 @@ static void legacy_without_model_takes_the_files_rank_and_layer_count(void)
     CU_ASSERT_TRUE(kvcal_report_passes(rep, 1));
     kvcal_report_destroy(rep);
     kvcal_scales_t *s = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(LLAMA2 "/kv_cache_scales.json", NULL, 0, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(LLAMA2 "/kv_cache_scales.json", NULL, 0, &s),
+                          KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_scales_num_layers(s), 32);
     CU_ASSERT_EQUAL(kvcal_scales_num_kv_heads(s), 1);
     kvcal_scales_destroy(s);
@@ -252,7 +260,8 @@ static void kvcal_json_round_trip_keeps_every_field(void)
     s->provenance.num_tokens = 1048576;
     s->provenance.seed = 1234;
     const char *p = kvcal_test_path("kvcal_rt.json");
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KVCAL_JSON, p, NULL, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KVCAL_JSON, p, NULL, 0),
+                          KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(p, TINY, 4, &r), KVCAL_OK);
     CU_ASSERT_TRUE(same_scales(s, r));
     CU_ASSERT_EQUAL(r->granularity, KVCAL_GRANULARITY_HEAD);
@@ -275,10 +284,12 @@ static void kvcal_json_round_trip_keeps_every_field(void)
 static void kvcal_json_tensor_granularity_without_per_head_arrays_loads(void)
 {
     const char *text =
-        "{\"format\": \"kvcal-kv-scales\", \"version\": 1, \"model\": {\"num_layers\": 2, "
+        "{\"format\": \"kvcal-kv-scales\", \"version\": 1, \"model\": {\"num_layers\": "
+        "2, "
         "\"num_kv_heads\": 4}, \"dtype\": \"float8_e4m3fn\", \"fp8_max\": 448, "
         "\"granularity\": \"tensor\", \"layers\": [{\"layer\": 0, \"k_scale\": 0.25, "
-        "\"v_scale\": 0.125}, {\"layer\": 1, \"k_scale\": 0.0625, \"v_scale\": 0.03125}]}";
+        "\"v_scale\": 0.125}, {\"layer\": 1, \"k_scale\": 0.0625, \"v_scale\": "
+        "0.03125}]}";
     const char *p = kvcal_test_path("kvcal_tensor.json");
     kvcal_test_write_file(p, text, strlen(text));
     kvcal_scales_t *s = NULL;
@@ -300,8 +311,8 @@ static void checkpoint_round_trip_per_tensor_and_per_head(void)
         kvcal_scales_t *s = make_tiny((kvcal_granularity)g), *r = NULL;
         char out[600];
         snprintf(out, sizeof out, "%s", kvcal_test_path(g ? "ck_head" : "ck_tensor"));
-        CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, out, model, 0),
-                              KVCAL_OK);
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, out, model, 0), KVCAL_OK);
         CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(out, NULL, 0, &r), KVCAL_OK);
         CU_ASSERT_EQUAL(kvcal_scales_granularity(r), (kvcal_granularity)g);
         CU_ASSERT_EQUAL(r->kv_shared, 0);
@@ -325,7 +336,8 @@ static void checkpoint_round_trip_per_tensor_and_per_head(void)
 
         kvcal_safetensors_t *st = NULL;
         CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(shard, &st), KVCAL_OK);
-        const kvcal_tensor_info *t = kvcal_safetensors_find(st, "model.layers.1.self_attn.v_scale");
+        const kvcal_tensor_info *t =
+            kvcal_safetensors_find(st, "model.layers.1.self_attn.v_scale");
         CU_ASSERT_FATAL(t != NULL);
         CU_ASSERT_EQUAL(t->dtype, KVCAL_DTYPE_F32);
         CU_ASSERT_EQUAL(t->ndim, g ? 3 : 1);
@@ -347,7 +359,8 @@ static void checkpoint_round_trip_per_tensor_and_per_head(void)
         CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(ks, "dynamic")));
         CU_ASSERT_EQUAL(cJSON_GetObjectItem(root, "vocab_size")->valuedouble, 512);
         if (g)
-            CU_ASSERT_EQUAL(cJSON_GetObjectItem(qc, "total_num_kv_heads")->valuedouble, 4);
+            CU_ASSERT_EQUAL(cJSON_GetObjectItem(qc, "total_num_kv_heads")->valuedouble,
+                            4);
         cJSON_Delete(root);
         kvcal_scales_destroy(s);
     }
@@ -355,10 +368,11 @@ static void checkpoint_round_trip_per_tensor_and_per_head(void)
 
 static void checkpoint_export_keeps_quantization_config_and_extends_index(void)
 {
-    const char *model = make_model_dir("ck_model_q", "\"quantization_config\": {\"quant_method\": "
-                                                     "\"compressed-tensors\", \"format\": "
-                                                     "\"float-quantized\", \"ignore\": "
-                                                     "[\"lm_head\"]}");
+    const char *model =
+        make_model_dir("ck_model_q", "\"quantization_config\": {\"quant_method\": "
+                                     "\"compressed-tensors\", \"format\": "
+                                     "\"float-quantized\", \"ignore\": "
+                                     "[\"lm_head\"]}");
     /* the model's own weights: one tensor in model.safetensors */
     char p[700];
     float w[6] = {1, 2, 3, 4, 5, 6};
@@ -369,13 +383,14 @@ static void checkpoint_export_keeps_quantization_config_and_extends_index(void)
     const char *out = kvcal_test_path("ck_q_out");
     char outdir[600];
     snprintf(outdir, sizeof outdir, "%s", out);
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, outdir, model, 0),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, outdir, model, 0), KVCAL_OK);
     cJSON *root = NULL;
     snprintf(p, sizeof p, "%s/config.json", outdir);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
     cJSON *qc = cJSON_GetObjectItem(root, "quantization_config");
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(qc, "format")->valuestring, "float-quantized");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(qc, "format")->valuestring,
+                           "float-quantized");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(qc, "ignore")), 1);
     CU_ASSERT_PTR_NOT_NULL(cJSON_GetObjectItem(qc, "kv_cache_scheme"));
     cJSON_Delete(root);
@@ -383,17 +398,21 @@ static void checkpoint_export_keeps_quantization_config_and_extends_index(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
     cJSON *map = cJSON_GetObjectItem(root, "weight_map");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(map), 1 + 4);
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(map, "model.embed_tokens.weight")->valuestring,
-                           "model.safetensors");
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(map, "model.layers.1.self_attn.k_scale")->valuestring,
-                           "kv_scales.safetensors");
-    CU_ASSERT_EQUAL(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "metadata"),
-                                        "total_size")->valuedouble,
-                    6 * 4 + 4 * 4);
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetObjectItem(map, "model.embed_tokens.weight")->valuestring,
+        "model.safetensors");
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetObjectItem(map, "model.layers.1.self_attn.k_scale")->valuestring,
+        "kv_scales.safetensors");
+    CU_ASSERT_EQUAL(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(root, "metadata"), "total_size")
+            ->valuedouble,
+        6 * 4 + 4 * 4);
     cJSON_Delete(root);
 
     /* exporting into the model directory itself extends its own index */
-    CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, outdir, outdir, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, outdir, outdir, 0),
+                    KVCAL_OK);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", outdir);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
     CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(root, "weight_map")), 5);
@@ -412,9 +431,10 @@ static const char *make_checkpoint(const char *name, const char *config_extra,
     return dir;
 }
 
-#define SCHEME_TENSOR                                                                  \
-    "\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "              \
-    "\"kv_cache_scheme\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"tensor\", " \
+#define SCHEME_TENSOR                                                                    \
+    "\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "               \
+    "\"kv_cache_scheme\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "         \
+    "\"tensor\", "                                                                       \
     "\"dynamic\": false, \"symmetric\": true}}"
 
 static void checkpoint_reader_accepts_older_names_and_single_kv_scale(void)
@@ -448,10 +468,13 @@ static void checkpoint_validation_names_missing_tensors_shapes_and_scheme(void)
     const char *dir = make_checkpoint("ck_bad", SCHEME_TENSOR, t, 4);
     kvcal_report_t *rep = validate(dir, NULL, 0);
     CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
-    CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "per-head-shaped but kv_cache_scheme"));
-    CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "shape has 3 values, expected"));
+    CU_ASSERT_TRUE(
+        has_finding(rep, KVCAL_SEVERITY_ERROR, "per-head-shaped but kv_cache_scheme"));
+    CU_ASSERT_TRUE(
+        has_finding(rep, KVCAL_SEVERITY_ERROR, "shape has 3 values, expected"));
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "v_scale missing"));
-    CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "layer 2 beyond the model's 2 layers"));
+    CU_ASSERT_TRUE(
+        has_finding(rep, KVCAL_SEVERITY_ERROR, "layer 2 beyond the model's 2 layers"));
     kvcal_report_destroy(rep);
 
     kvcal_tensor_out ok[2] = {
@@ -464,9 +487,11 @@ static void checkpoint_validation_names_missing_tensors_shapes_and_scheme(void)
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "model.layers.1.self_attn"));
     kvcal_report_destroy(rep);
 
-    dir = make_checkpoint("ck_e5m2", "\"quantization_config\": {\"kv_cache_scheme\": "
-                                     "{\"num_bits\": 8, \"type\": \"int\", \"strategy\": "
-                                     "\"channel\", \"symmetric\": false}}", ok, 2);
+    dir = make_checkpoint("ck_e5m2",
+                          "\"quantization_config\": {\"kv_cache_scheme\": "
+                          "{\"num_bits\": 8, \"type\": \"int\", \"strategy\": "
+                          "\"channel\", \"symmetric\": false}}",
+                          ok, 2);
     rep = validate(dir, NULL, 0);
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "type \"float\""));
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "symmetric"));
@@ -489,7 +514,8 @@ static void writers_refuse_nonfinite_zero_negative_and_write_nothing(void)
             char name[64], path[600];
             snprintf(name, sizeof name, "refused_%d_%d", b, f);
             snprintf(path, sizeof path, "%s", kvcal_test_path(name));
-            CU_ASSERT_EQUAL(kvcal_scales_write(s, fmts[f], path, model, 1), KVCAL_ERR_NONFINITE);
+            CU_ASSERT_EQUAL(kvcal_scales_write(s, fmts[f], path, model, 1),
+                            KVCAL_ERR_NONFINITE);
             CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "layer 1 kv head 2"));
             CU_ASSERT_FALSE(exists(path));
             kvcal_scales_destroy(s);
@@ -518,7 +544,8 @@ static void validation_warns_on_unit_large_tiny_and_equal_kv(void)
     for (int l = 0; l < 2; l++)
         kvcal_scales_set_layer(s, l, 5e-7f, 5e-7f);
     p = kvcal_test_path("warn_kvcal.json");
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KVCAL_JSON, p, NULL, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KVCAL_JSON, p, NULL, 0),
+                          KVCAL_OK);
     rep = validate(p, TINY, 0);
     CU_ASSERT_TRUE(kvcal_report_passes(rep, 0));
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_WARNING, "below 1e-6"));
@@ -530,11 +557,12 @@ static void validation_warns_on_unit_large_tiny_and_equal_kv(void)
 static void validate_missing_file_is_an_io_error(void)
 {
     kvcal_report_t *rep = (kvcal_report_t *)1;
-    CU_ASSERT_EQUAL(kvcal_scales_validate_file(kvcal_test_path("nope.json"), NULL, 0, &rep),
-                    KVCAL_ERR_IO);
+    CU_ASSERT_EQUAL(
+        kvcal_scales_validate_file(kvcal_test_path("nope.json"), NULL, 0, &rep),
+        KVCAL_ERR_IO);
     CU_ASSERT_PTR_NULL(rep);
-    CU_ASSERT_EQUAL(kvcal_scales_validate_file(LLAMA2 "/kv_cache_scales.json", "no/such/dir", 1,
-                                               &rep),
+    CU_ASSERT_EQUAL(kvcal_scales_validate_file(LLAMA2 "/kv_cache_scales.json",
+                                               "no/such/dir", 1, &rep),
                     KVCAL_ERR_IO);
     kvcal_report_destroy(NULL);
     CU_ASSERT_EQUAL(kvcal_report_count(NULL), 0);

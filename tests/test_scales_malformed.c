@@ -52,7 +52,8 @@ static void malformed_scales_each_get_their_one_line_error(void)
         snprintf(path, sizeof path, CORPUS "/%.127s", rows[i].file);
         const char *model = rows[i].model ? CORPUS "/tiny" : NULL;
         kvcal_report_t *rep = NULL;
-        CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(path, model, rows[i].tp, &rep), KVCAL_OK);
+        CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(path, model, rows[i].tp, &rep),
+                              KVCAL_OK);
         CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
         int found = 0;
         for (int j = 0; j < kvcal_report_count(rep) && !found; j++) {
