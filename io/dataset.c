@@ -606,13 +606,36 @@ static kvcal_status samples_alloc(int n, int L, kvcal_samples **out)
     return KVCAL_OK;
 }
 
+/* Room for sample `i` (doubling num_samples when `grow`; else i must fit). */
+static kvcal_status samples_room(kvcal_samples *s, int i, int grow)
+{
+    if (i < s->num_samples || !grow)
+        return KVCAL_OK;
+    size_t n = (size_t)s->num_samples * 2, L = (size_t)s->seq_len;
+    if (n * L > (1ull << 31))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "dataset: more than 2^31 tokens; give --num-samples");
+    int32_t *ids = realloc(s->ids, n * L * sizeof *ids);
+    if (ids)
+        s->ids = ids;
+    int32_t *lengths = ids ? realloc(s->lengths, n * sizeof *lengths) : NULL;
+    if (!lengths)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %zu x %zu tokens", n, L);
+    s->lengths = lengths;
+    for (size_t k = (size_t)s->num_samples * L; k < n * L; k++)
+        s->ids[k] = -1;
+    memset(s->lengths + s->num_samples, 0, (n - (size_t)s->num_samples) * sizeof *lengths);
+    s->num_samples = (int)n;
+    return KVCAL_OK;
+}
+
 kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
                                 const kvcal_dataset_options *opt, kvcal_samples **out)
 {
     *out = NULL;
-    if (!opt || opt->num_samples <= 0 || opt->seq_len <= 0)
+    if (!opt || opt->num_samples < 0 || opt->seq_len <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "dataset: --num-samples and --seq-len must be positive");
+                          "dataset: --num-samples must be >= 0 and --seq-len positive");
     if ((long long)opt->num_samples * opt->seq_len > (1ll << 31))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "dataset: %d samples x %d tokens is more than 2^31 tokens",
@@ -639,14 +662,15 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
         order[i - 1] = order[j];
         order[j] = tmp;
     }
-    if ((st = samples_alloc(opt->num_samples, opt->seq_len, &s)))
+    const int want = opt->num_samples; /* 0: as many as the data fills */
+    if ((st = samples_alloc(want ? want : 16, opt->seq_len, &s)))
         goto fail;
     const int L = opt->seq_len;
     int32_t bos = tok && tok->add_bos ? tok->bos : -1;
     int filled = 0;
     long long seen_tokens = 0;
     size_t seen_docs = 0;
-    for (size_t k = 0; k < l.n && filled < s->num_samples; k++) {
+    for (size_t k = 0; k < l.n && (!want || filled < want); k++) {
         int32_t *ids;
         size_t n;
         if ((st = doc_ids(path, &l, order[k], tok, &ids, &n)))
@@ -654,12 +678,14 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
         seen_tokens += (long long)n;
         seen_docs++;
         if (!opt->pack) {
-            if (n) {
+            if (n && !(st = samples_room(s, filled, !want))) {
                 size_t m = n < (size_t)L ? n : (size_t)L;
                 memcpy(s->ids + (size_t)filled * L, ids, m * sizeof *ids);
                 s->lengths[filled++] = (int32_t)m;
             }
             free(ids);
+            if (st)
+                goto fail;
             continue;
         }
         if (n_pend + n > cap_pend) {
@@ -680,11 +706,13 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
         free(ids);
         size_t used = 0;
         for (;;) {
-            int32_t *dst = s->ids + (size_t)filled * L;
             int need_bos = bos >= 0 && used < n_pend && pend[used] != bos;
             size_t take = (size_t)L - (size_t)need_bos;
-            if (filled >= s->num_samples || n_pend - used < take)
+            if ((want && filled >= want) || n_pend - used < take)
                 break;
+            if ((st = samples_room(s, filled, !want)))
+                goto fail;
+            int32_t *dst = s->ids + (size_t)filled * L;
             if (need_bos)
                 dst[0] = bos;
             memcpy(dst + need_bos, pend + used, take * sizeof *pend);
@@ -694,6 +722,14 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
         memmove(pend, pend + used, (n_pend - used) * sizeof *pend);
         n_pend -= used;
     }
+    if (!want && filled == 0) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: has %lld tokens in %zu documents, not one sample "
+                        "of %d tokens; lower --seq-len or give more text",
+                        path, seen_tokens, seen_docs, L);
+        goto fail;
+    }
+    if (!want)
+        s->num_samples = filled;
     if (filled < s->num_samples) {
         if (opt->pack)
             st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: has %lld tokens in %zu documents; %d samples x %d tokens need "

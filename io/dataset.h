@@ -11,7 +11,8 @@
 #include "kvcal.h"
 
 typedef struct kvcal_dataset_options {
-    int num_samples;        /* samples wanted (> 0) */
+    int num_samples;        /* samples wanted (> 0), or 0: as many as the
+                               dataset fills */
     int seq_len;            /* tokens per sample (> 0) */
     uint64_t seed;          /* shuffling seed; same seed -> same samples */
     int pack;               /* 1: pack documents into seq_len windows;
