@@ -105,16 +105,18 @@ static int bench_one(const char *path, const doc *docs, size_t n_docs, size_t by
         t[r] = now_s() - t0;
     }
     qsort(t, 5, sizeof t[0], cmp_double);
-    printf("%-22s %-52s %8.2f MB/s %10.0f tokens/s  %lld tokens  %.3f s  roundtrip %s (%zu of %zu docs differ)\n",
-           kvcal_tokenizer_kind(tok), path, (double)bytes / t[2] / 1e6, (double)tokens / t[2],
-           tokens, t[2], bad ? "FAILED" : "ok", bad, n_docs);
+    printf("%-22s %-52s %8.2f MB/s %10.0f tokens/s  %lld tokens  %.3f s  roundtrip %s "
+           "(%zu of %zu docs differ)\n",
+           kvcal_tokenizer_kind(tok), path, (double)bytes / t[2] / 1e6,
+           (double)tokens / t[2], tokens, t[2], bad ? "FAILED" : "ok", bad, n_docs);
     kvcal_tokenizer_destroy(tok);
     return bad != 0;
 }
 
 int main(int argc, char **argv)
 {
-    const char *corpus = argc > 1 ? argv[1] : "../shared/corpora/wikitext2_raw_test_hfjoin.txt";
+    const char *corpus =
+        argc > 1 ? argv[1] : "../shared/corpora/wikitext2_raw_test_hfjoin.txt";
     static const char *const defaults[] = {
         "tests/fixtures/tokenizer/bytelevel/tokenizer.json",
         "tests/fixtures/tokenizer/spmbpe/tokenizer.json",
@@ -141,8 +143,8 @@ int main(int argc, char **argv)
     size_t bytes = 0;
     for (size_t i = 0; i < n_docs; i++)
         bytes += docs[i].n;
-    printf("corpus %s: %zu documents, %zu bytes of text; one core, median of 5 passes\n", corpus,
-           n_docs, bytes);
+    printf("corpus %s: %zu documents, %zu bytes of text; one core, median of 5 passes\n",
+           corpus, n_docs, bytes);
     int rc = 0;
     if (argc > 2)
         for (int i = 2; i < argc; i++)

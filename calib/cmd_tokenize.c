@@ -16,48 +16,58 @@
 
 static void tokenize_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvcal tokenize --dataset PATH --output PATH (--model PATH | --tokenizer PATH) [options]\n"
-            "\n"
-            "Tokenizes a dataset with the model's own tokenizer.\n"
-            "\n"
-            "  -d, --dataset PATH     text file (documents split on blank lines), directory\n"
-            "                         (one document per file), .jsonl (text field, chat\n"
-            "                         \"messages\" or \"input_ids\") or .h5 token set;\n"
-            "                         kvcal's default text is datasets/default_calibration.txt\n"
-            "  -o, --output PATH      file to write (atomically)\n"
-            "  -m, --model PATH       model directory or file; its tokenizer is found beside it\n"
-            "                         (tokenizer.json, tokenizer.model, tokenizer.bin, tok*.bin)\n"
-            "  -t, --tokenizer PATH   tokenizer file (overrides the one found with --model)\n"
-            "      --format FMT       hdf5 (default): samples, input_ids [N, L] int32 + lengths;\n"
-            "                         jsonl: one {\"input_ids\": [...]} per document, input order,\n"
-            "                         unpacked (sampling options are ignored)\n"
-            "      --text-field NAME  JSONL field holding the text (default \"text\")\n"
-            "  -n, --num-samples N    samples to write (default: as many as the data fills)\n"
-            "  -l, --seq-len L        tokens per sample (default 2048)\n"
-            "      --seed S           document shuffling seed (default 0)\n"
-            "      --no-pack          one document per sample (cut at L, padded with -1)\n"
-            "                         instead of packing documents into L-token windows\n"
-            "      --json             print a JSON report on stdout\n"
-            "  -q, --quiet            no summary on stderr\n"
-            "  -h, --help             this help\n"
-            "\n"
-            "Special tokens follow the tokenizer's configuration (BOS per document; a\n"
-            "packed window that does not start with BOS gets one). Text must be UTF-8.\n"
-            "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
+    fprintf(
+        f,
+        "usage: kvcal tokenize --dataset PATH --output PATH (--model PATH | --tokenizer "
+        "PATH) [options]\n"
+        "\n"
+        "Tokenizes a dataset with the model's own tokenizer.\n"
+        "\n"
+        "  -d, --dataset PATH     text file (documents split on blank lines), directory\n"
+        "                         (one document per file), .jsonl (text field, chat\n"
+        "                         \"messages\" or \"input_ids\") or .h5 token set;\n"
+        "                         kvcal's default text is "
+        "datasets/default_calibration.txt\n"
+        "  -o, --output PATH      file to write (atomically)\n"
+        "  -m, --model PATH       model directory or file; its tokenizer is found beside "
+        "it\n"
+        "                         (tokenizer.json, tokenizer.model, tokenizer.bin, "
+        "tok*.bin)\n"
+        "  -t, --tokenizer PATH   tokenizer file (overrides the one found with --model)\n"
+        "      --format FMT       hdf5 (default): samples, input_ids [N, L] int32 + "
+        "lengths;\n"
+        "                         jsonl: one {\"input_ids\": [...]} per document, input "
+        "order,\n"
+        "                         unpacked (sampling options are ignored)\n"
+        "      --text-field NAME  JSONL field holding the text (default \"text\")\n"
+        "  -n, --num-samples N    samples to write (default: as many as the data fills)\n"
+        "  -l, --seq-len L        tokens per sample (default 2048)\n"
+        "      --seed S           document shuffling seed (default 0)\n"
+        "      --no-pack          one document per sample (cut at L, padded with -1)\n"
+        "                         instead of packing documents into L-token windows\n"
+        "      --json             print a JSON report on stdout\n"
+        "  -q, --quiet            no summary on stderr\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "Special tokens follow the tokenizer's configuration (BOS per document; a\n"
+        "packed window that does not start with BOS gets one). Text must be UTF-8.\n"
+        "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
 static int exit_code(kvcal_status st)
 {
-    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG ? KVCAL_EXIT_USAGE : KVCAL_EXIT_INVALID;
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG ? KVCAL_EXIT_USAGE
+                                                             : KVCAL_EXIT_INVALID;
 }
 
-static int parse_int(const char *s, const char *name, long long lo, long long hi, long long *out)
+static int parse_int(const char *s, const char *name, long long lo, long long hi,
+                     long long *out)
 {
     char *end;
     long long v = strtoll(s, &end, 10);
     if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "kvcal tokenize: %s must be an integer in [%lld, %lld], got '%s'\n", name,
+        fprintf(stderr,
+                "kvcal tokenize: %s must be an integer in [%lld, %lld], got '%s'\n", name,
                 lo, hi, s);
         return -1;
     }
@@ -85,7 +95,7 @@ static kvcal_status write_jsonl(const char *path, const kvcal_documents *d)
     return kvcal_atomic_commit(&af);
 }
 
-KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset with the model's tokenizer (HDF5 or JSONL ids)")
+KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL ids")
 {
     enum { OPT_FORMAT = 256, OPT_TEXT_FIELD, OPT_SEED, OPT_NO_PACK, OPT_JSON };
     static const struct option opts[] = {
@@ -112,12 +122,24 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset with the model's tokeniz
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":d:o:m:t:n:l:qh", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': dataset = optarg; break;
-        case 'o': output = optarg; break;
-        case 'm': model = optarg; break;
-        case 't': tok_path = optarg; break;
-        case OPT_FORMAT: format = optarg; break;
-        case OPT_TEXT_FIELD: text_field = optarg; break;
+        case 'd':
+            dataset = optarg;
+            break;
+        case 'o':
+            output = optarg;
+            break;
+        case 'm':
+            model = optarg;
+            break;
+        case 't':
+            tok_path = optarg;
+            break;
+        case OPT_FORMAT:
+            format = optarg;
+            break;
+        case OPT_TEXT_FIELD:
+            text_field = optarg;
+            break;
         case 'n':
             if (parse_int(optarg, "--num-samples", 1, 1 << 30, &num_samples))
                 return KVCAL_EXIT_USAGE;
@@ -130,30 +152,43 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset with the model's tokeniz
             if (parse_int(optarg, "--seed", 0, (long long)(~0ull >> 1), &seed))
                 return KVCAL_EXIT_USAGE;
             break;
-        case OPT_NO_PACK: pack = 0; break;
-        case OPT_JSON: json = 1; break;
-        case 'q': quiet = 1; break;
-        case 'h': tokenize_usage(stdout); return KVCAL_EXIT_OK;
+        case OPT_NO_PACK:
+            pack = 0;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        case 'q':
+            quiet = 1;
+            break;
+        case 'h':
+            tokenize_usage(stdout);
+            return KVCAL_EXIT_OK;
         case ':':
-            fprintf(stderr, "kvcal tokenize: %s needs a value (see --help)\n", argv[optind - 1]);
+            fprintf(stderr, "kvcal tokenize: %s needs a value (see --help)\n",
+                    argv[optind - 1]);
             return KVCAL_EXIT_USAGE;
         default:
-            fprintf(stderr, "kvcal tokenize: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            fprintf(stderr, "kvcal tokenize: unknown option '%s' (see --help)\n",
+                    argv[optind - 1]);
             return KVCAL_EXIT_USAGE;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "kvcal tokenize: unexpected argument '%s' (see --help)\n", argv[optind]);
+        fprintf(stderr, "kvcal tokenize: unexpected argument '%s' (see --help)\n",
+                argv[optind]);
         return KVCAL_EXIT_USAGE;
     }
     int jsonl = !strcmp(format, "jsonl");
     if (!jsonl && strcmp(format, "hdf5")) {
-        fprintf(stderr, "kvcal tokenize: --format must be hdf5 or jsonl, got '%s'\n", format);
+        fprintf(stderr, "kvcal tokenize: --format must be hdf5 or jsonl, got '%s'\n",
+                format);
         return KVCAL_EXIT_USAGE;
     }
     if (!dataset || !output || (!model && !tok_path)) {
-        fprintf(stderr, "kvcal tokenize: needs --dataset, --output and --model or --tokenizer "
-                        "(see --help)\n");
+        fprintf(stderr,
+                "kvcal tokenize: needs --dataset, --output and --model or --tokenizer "
+                "(see --help)\n");
         return KVCAL_EXIT_USAGE;
     }
     kvcal_tokenizer_t *tok = NULL;
@@ -172,8 +207,11 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset with the model's tokeniz
         for (int i = 0; i < n_docs; i++)
             tokens += (long long)docs->lengths[i];
     } else {
-        kvcal_dataset_options opt = {.num_samples = (int)num_samples, .seq_len = (int)seq_len,
-                                     .seed = (uint64_t)seed, .pack = pack, .text_field = text_field};
+        kvcal_dataset_options opt = {.num_samples = (int)num_samples,
+                                     .seq_len = (int)seq_len,
+                                     .seed = (uint64_t)seed,
+                                     .pack = pack,
+                                     .text_field = text_field};
         kvcal_token_provenance prov = {.source = dataset,
                                        .tokenizer = tok_path ? tok_path : model,
                                        .tokenizer_kind = kvcal_tokenizer_kind(tok),
@@ -186,12 +224,14 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset with the model's tokeniz
     }
     if (!quiet) {
         if (jsonl)
-            fprintf(stderr, "kvcal tokenize: %d documents, %lld tokens (%s) -> %s\n", n_docs, tokens,
-                    kvcal_tokenizer_kind(tok), output);
+            fprintf(stderr, "kvcal tokenize: %d documents, %lld tokens (%s) -> %s\n",
+                    n_docs, tokens, kvcal_tokenizer_kind(tok), output);
         else
-            fprintf(stderr, "kvcal tokenize: %d samples x %d tokens, %lld tokens (%s, %s) -> %s\n",
-                    samples->num_samples, samples->seq_len, tokens, kvcal_tokenizer_kind(tok),
-                    pack ? "packed" : "one document per sample", output);
+            fprintf(
+                stderr,
+                "kvcal tokenize: %d samples x %d tokens, %lld tokens (%s, %s) -> %s\n",
+                samples->num_samples, samples->seq_len, tokens, kvcal_tokenizer_kind(tok),
+                pack ? "packed" : "one document per sample", output);
     }
     if (json) {
         printf("{\"output\": \"");
@@ -200,13 +240,14 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset with the model's tokeniz
                 putchar('\\');
             putchar((unsigned char)*p < 0x20 ? '?' : *p);
         }
-        printf("\", \"format\": \"%s\", \"tokenizer_kind\": \"%s\", \"tokens\": %lld", format,
-               kvcal_tokenizer_kind(tok), tokens);
+        printf("\", \"format\": \"%s\", \"tokenizer_kind\": \"%s\", \"tokens\": %lld",
+               format, kvcal_tokenizer_kind(tok), tokens);
         if (jsonl)
             printf(", \"documents\": %d}\n", n_docs);
         else
-            printf(", \"num_samples\": %d, \"seq_len\": %d, \"pack\": %s, \"seed\": %lld}\n",
-                   samples->num_samples, samples->seq_len, pack ? "true" : "false", seed);
+            printf(
+                ", \"num_samples\": %d, \"seq_len\": %d, \"pack\": %s, \"seed\": %lld}\n",
+                samples->num_samples, samples->seq_len, pack ? "true" : "false", seed);
     }
     kvcal_documents_destroy(docs);
     kvcal_samples_destroy(samples);

@@ -105,7 +105,8 @@ kvcal_status kvcal_doclist_push(kvcal_doclist *l, kvcal_doc d)
         size_t cap = l->cap ? l->cap * 2 : 64;
         kvcal_doc *p = realloc(l->d, cap * sizeof *p);
         if (!p)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %zu documents", cap);
+            return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %zu documents",
+                              cap);
         l->d = p;
         l->cap = cap;
     }
@@ -130,7 +131,8 @@ static kvcal_status read_file(const char *path, char **data, size_t *len)
     *data = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open dataset: %s", path, strerror(errno));
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open dataset: %s", path,
+                          strerror(errno));
     kvcal_status st = KVCAL_OK;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
@@ -165,7 +167,8 @@ static kvcal_status read_file(const char *path, char **data, size_t *len)
 }
 
 /* Error for the first invalid UTF-8 byte of text, naming its line. */
-static kvcal_status check_utf8(const char *path, const char *text, size_t len, size_t line0)
+static kvcal_status check_utf8(const char *path, const char *text, size_t len,
+                               size_t line0)
 {
     size_t bad = kvcal_utf8_check(text, len);
     if (bad == len)
@@ -173,10 +176,11 @@ static kvcal_status check_utf8(const char *path, const char *text, size_t len, s
     size_t line = line0;
     for (size_t i = 0; i < bad; i++)
         line += text[i] == '\n';
-    return kvcal_fail(KVCAL_ERR_FORMAT,
-                      "%s: line %zu: invalid UTF-8 (byte 0x%02X at offset %zu); convert the "
-                      "file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)",
-                      path, line, (unsigned char)text[bad], bad);
+    return kvcal_fail(
+        KVCAL_ERR_FORMAT,
+        "%s: line %zu: invalid UTF-8 (byte 0x%02X at offset %zu); convert the "
+        "file to UTF-8 first (e.g. iconv -f latin1 -t utf-8)",
+        path, line, (unsigned char)text[bad], bad);
 }
 
 static int is_blank_line(const char *s, size_t n)
@@ -213,14 +217,16 @@ static kvcal_status read_text(const char *path, kvcal_doclist *l)
             in_doc = 1;
             doc_end = e;
         } else if (in_doc) {
-            if ((st = kvcal_doclist_push(l, (kvcal_doc){.text = data + doc_start, .len = doc_end - doc_start})))
+            if ((st = kvcal_doclist_push(l, (kvcal_doc){.text = data + doc_start,
+                                                        .len = doc_end - doc_start})))
                 return st;
             in_doc = 0;
         }
         i = e + 1;
     }
     if (in_doc)
-        st = kvcal_doclist_push(l, (kvcal_doc){.text = data + doc_start, .len = doc_end - doc_start});
+        st = kvcal_doclist_push(
+            l, (kvcal_doc){.text = data + doc_start, .len = doc_end - doc_start});
     return st;
 }
 
@@ -246,7 +252,8 @@ static kvcal_status read_dir(const char *path, kvcal_doclist *l)
         char **p = realloc(names, (n + 1) * sizeof *p);
         if (!p || !(p[n] = strdup(e->d_name))) {
             names = p ? p : names;
-            st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory listing the directory", path);
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory listing the directory",
+                            path);
             goto fail;
         }
         names = p;
@@ -257,7 +264,8 @@ static kvcal_status read_dir(const char *path, kvcal_doclist *l)
     for (size_t i = 0; i < n; i++) {
         char full[4096];
         if (snprintf(full, sizeof full, "%s/%s", path, names[i]) >= (int)sizeof full) {
-            st = kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s/%s: path too long", path, names[i]);
+            st =
+                kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s/%s: path too long", path, names[i]);
             goto fail;
         }
         struct stat sb;
@@ -275,7 +283,8 @@ static kvcal_status read_dir(const char *path, kvcal_doclist *l)
             len--;
         if ((st = doclist_keep_buffer(l, data)))
             goto fail;
-        if (!is_blank_line(data, len) && (st = kvcal_doclist_push(l, (kvcal_doc){.text = data, .len = len})))
+        if (!is_blank_line(data, len) &&
+            (st = kvcal_doclist_push(l, (kvcal_doc){.text = data, .len = len})))
             goto fail;
     }
 fail:
@@ -309,14 +318,15 @@ static int str_append(char **s, size_t *n, size_t *cap, const char *p, size_t le
 
 /* Chat messages as plain text: "role: content" lines. Content is a string or
  * a list of parts whose "text" strings are concatenated. */
-static kvcal_status chat_text(const char *path, size_t line, const cJSON *msgs, char **out,
-                              size_t *out_len)
+static kvcal_status chat_text(const char *path, size_t line, const cJSON *msgs,
+                              char **out, size_t *out_len)
 {
     char *s = NULL;
     size_t n = 0, cap = 0;
     const cJSON *m;
     size_t k = 0;
-    cJSON_ArrayForEach(m, msgs) {
+    cJSON_ArrayForEach(m, msgs)
+    {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (!cJSON_IsString(role) || !content) {
@@ -326,15 +336,17 @@ static kvcal_status chat_text(const char *path, size_t line, const cJSON *msgs, 
                               "\"content\"",
                               path, line, k);
         }
-        int fail = (n && str_append(&s, &n, &cap, "\n", 1)) ||
-                   str_append(&s, &n, &cap, role->valuestring, strlen(role->valuestring)) ||
-                   str_append(&s, &n, &cap, ": ", 2);
+        int fail =
+            (n && str_append(&s, &n, &cap, "\n", 1)) ||
+            str_append(&s, &n, &cap, role->valuestring, strlen(role->valuestring)) ||
+            str_append(&s, &n, &cap, ": ", 2);
         if (cJSON_IsString(content))
             fail = fail || str_append(&s, &n, &cap, content->valuestring,
                                       strlen(content->valuestring));
         else if (cJSON_IsArray(content)) {
             const cJSON *part;
-            cJSON_ArrayForEach(part, content) {
+            cJSON_ArrayForEach(part, content)
+            {
                 const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
                 if (cJSON_IsString(tx))
                     fail = fail || str_append(&s, &n, &cap, tx->valuestring,
@@ -342,10 +354,11 @@ static kvcal_status chat_text(const char *path, size_t line, const cJSON *msgs, 
             }
         } else if (!cJSON_IsNull(content)) {
             free(s);
-            return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "%s: line %zu: messages[%zu].content is neither a string nor a "
-                              "list of parts",
-                              path, line, k);
+            return kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: line %zu: messages[%zu].content is neither a string nor a "
+                "list of parts",
+                path, line, k);
         }
         if (fail) {
             free(s);
@@ -358,7 +371,8 @@ static kvcal_status chat_text(const char *path, size_t line, const cJSON *msgs, 
     return KVCAL_OK;
 }
 
-static kvcal_status json_ids(const char *path, size_t line, const cJSON *arr, kvcal_doc *d)
+static kvcal_status json_ids(const char *path, size_t line, const cJSON *arr,
+                             kvcal_doc *d)
 {
     int n = cJSON_GetArraySize(arr);
     d->ids = malloc(((size_t)n + 1) * sizeof *d->ids);
@@ -366,14 +380,16 @@ static kvcal_status json_ids(const char *path, size_t line, const cJSON *arr, kv
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
     d->n_ids = 0;
     const cJSON *v;
-    cJSON_ArrayForEach(v, arr) {
+    cJSON_ArrayForEach(v, arr)
+    {
         double x = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
         if (!cJSON_IsNumber(v) || x != (double)(int32_t)x || x < 0) {
             free(d->ids);
             d->ids = NULL;
-            return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "%s: line %zu: input_ids[%zu] is not a non-negative integer", path,
-                              line, d->n_ids);
+            return kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: line %zu: input_ids[%zu] is not a non-negative integer", path, line,
+                d->n_ids);
         }
         d->ids[d->n_ids++] = (int32_t)x;
     }
@@ -404,25 +420,31 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
         cJSON *obj = cJSON_ParseWithLength(data + s, e - s);
         if (!obj || !cJSON_IsObject(obj)) {
             cJSON_Delete(obj);
-            st = kvcal_fail(KVCAL_ERR_PARSE, "%s: line %zu: not a JSON object (JSONL needs one "
-                            "object per line)", path, line);
+            st = kvcal_fail(KVCAL_ERR_PARSE,
+                            "%s: line %zu: not a JSON object (JSONL needs one "
+                            "object per line)",
+                            path, line);
             break;
         }
         const cJSON *tx = cJSON_GetObjectItemCaseSensitive(obj, field);
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, "messages");
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
         kvcal_doc d = {0};
-        int this_mode = cJSON_IsString(tx) || cJSON_IsArray(msgs) ? 1 : cJSON_IsArray(ids) ? 2 : 0;
+        int this_mode = cJSON_IsString(tx) || cJSON_IsArray(msgs) ? 1
+                        : cJSON_IsArray(ids)                      ? 2
+                                                                  : 0;
         if (!this_mode)
-            st = kvcal_fail(KVCAL_ERR_FORMAT,
-                            "%s: line %zu: no string \"%s\", no \"messages\" list and no "
-                            "\"input_ids\" list (choose the text field with --text-field)",
-                            path, line, field);
+            st =
+                kvcal_fail(KVCAL_ERR_FORMAT,
+                           "%s: line %zu: no string \"%s\", no \"messages\" list and no "
+                           "\"input_ids\" list (choose the text field with --text-field)",
+                           path, line, field);
         else if (mode && this_mode != mode)
-            st = kvcal_fail(KVCAL_ERR_FORMAT,
-                            "%s: line %zu: mixes token ids and text in one dataset; keep one "
-                            "kind per file",
-                            path, line);
+            st = kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: line %zu: mixes token ids and text in one dataset; keep one "
+                "kind per file",
+                path, line);
         else if (this_mode == 2)
             st = json_ids(path, line, ids, &d);
         else if (cJSON_IsString(tx)) {
@@ -458,7 +480,8 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
     return st;
 }
 
-// --- format detection -------------------------------------------------------------------
+// --- format detection
+// -------------------------------------------------------------------
 
 static int has_suffix(const char *s, const char *suf)
 {
@@ -477,32 +500,38 @@ static int is_hdf5_file(const char *path)
     return n == 8 && !memcmp(sig, "\x89HDF\r\n\x1a\n", 8);
 }
 
-kvcal_status kvcal_dataset_read(const char *path, const char *text_field, kvcal_doclist *l)
+kvcal_status kvcal_dataset_read(const char *path, const char *text_field,
+                                kvcal_doclist *l)
 {
     memset(l, 0, sizeof *l);
     if (!path)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "dataset: no path given");
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot read dataset: %s", path, strerror(errno));
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot read dataset: %s", path,
+                          strerror(errno));
     kvcal_status st;
     if (S_ISDIR(sb.st_mode))
         st = read_dir(path, l);
     else if (has_suffix(path, ".h5") || has_suffix(path, ".hdf5") || is_hdf5_file(path))
         st = kvcal_dataset_read_hdf5(path, l);
-    else if (has_suffix(path, ".jsonl") || has_suffix(path, ".ndjson") || has_suffix(path, ".json"))
+    else if (has_suffix(path, ".jsonl") || has_suffix(path, ".ndjson") ||
+             has_suffix(path, ".json"))
         st = read_jsonl(path, text_field, l);
     else
         st = read_text(path, l);
     if (!st && l->n == 0)
-        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: the dataset is empty (no document with any text "
-                        "or tokens)", path);
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: the dataset is empty (no document with any text "
+                        "or tokens)",
+                        path);
     if (st)
         kvcal_doclist_free(l);
     return st;
 }
 
-// --- documents in input order ------------------------------------------------------------
+// --- documents in input order
+// ------------------------------------------------------------
 
 void kvcal_documents_destroy(kvcal_documents *d)
 {
@@ -531,25 +560,28 @@ static kvcal_status doc_ids(const char *path, const kvcal_doclist *l, size_t i,
                 if ((*ids)[k] >= kvcal_tokenizer_vocab_size(tok)) {
                     free(*ids);
                     *ids = NULL;
-                    return kvcal_fail(KVCAL_ERR_MISMATCH,
-                                      "%s: document %zu: token id %d is outside the tokenizer's "
-                                      "vocabulary (%d); were these ids made for another model?",
-                                      path, i + 1, (*ids)[k], kvcal_tokenizer_vocab_size(tok));
+                    return kvcal_fail(
+                        KVCAL_ERR_MISMATCH,
+                        "%s: document %zu: token id %d is outside the tokenizer's "
+                        "vocabulary (%d); were these ids made for another model?",
+                        path, i + 1, (*ids)[k], kvcal_tokenizer_vocab_size(tok));
                 }
         return KVCAL_OK;
     }
     if (!tok)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: a text dataset needs a tokenizer (give the model or --tokenizer)",
-                          path);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "%s: a text dataset needs a tokenizer (give the model or --tokenizer)", path);
     kvcal_status st = kvcal_tokenizer_encode(tok, d->text, d->len, 1, ids, n);
     if (st)
         return kvcal_fail_context(st, "%s: document %zu: ", path, i + 1);
     return KVCAL_OK;
 }
 
-kvcal_status kvcal_dataset_tokenize_documents(const char *path, const kvcal_tokenizer_t *tok,
-                                              const char *text_field, kvcal_documents **out)
+kvcal_status kvcal_dataset_tokenize_documents(const char *path,
+                                              const kvcal_tokenizer_t *tok,
+                                              const char *text_field,
+                                              kvcal_documents **out)
 {
     *out = NULL;
     kvcal_doclist l;
@@ -576,7 +608,8 @@ fail:
     return st;
 }
 
-// --- samples -------------------------------------------------------------------------------
+// --- samples
+// -------------------------------------------------------------------------------
 
 void kvcal_samples_destroy(kvcal_samples *s)
 {
@@ -596,7 +629,8 @@ static kvcal_status samples_alloc(int n, int L, kvcal_samples **out)
     }
     if (!s || !s->ids || !s->lengths) {
         kvcal_samples_destroy(s);
-        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %d x %d tokens", n, L);
+        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %d x %d tokens", n,
+                          L);
     }
     s->num_samples = n;
     s->seq_len = L;
@@ -620,11 +654,13 @@ static kvcal_status samples_room(kvcal_samples *s, int i, int grow)
         s->ids = ids;
     int32_t *lengths = ids ? realloc(s->lengths, n * sizeof *lengths) : NULL;
     if (!lengths)
-        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %zu x %zu tokens", n, L);
+        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %zu x %zu tokens",
+                          n, L);
     s->lengths = lengths;
     for (size_t k = (size_t)s->num_samples * L; k < n * L; k++)
         s->ids[k] = -1;
-    memset(s->lengths + s->num_samples, 0, (n - (size_t)s->num_samples) * sizeof *lengths);
+    memset(s->lengths + s->num_samples, 0,
+           (n - (size_t)s->num_samples) * sizeof *lengths);
     s->num_samples = (int)n;
     return KVCAL_OK;
 }
@@ -723,7 +759,8 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
         n_pend -= used;
     }
     if (!want && filled == 0) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: has %lld tokens in %zu documents, not one sample "
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: has %lld tokens in %zu documents, not one sample "
                         "of %d tokens; lower --seq-len or give more text",
                         path, seen_tokens, seen_docs, L);
         goto fail;
@@ -732,12 +769,15 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
         s->num_samples = filled;
     if (filled < s->num_samples) {
         if (opt->pack)
-            st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: has %lld tokens in %zu documents; %d samples x %d tokens need "
-                            "about %lld; lower --num-samples or --seq-len, or give more text",
-                            path, seen_tokens, seen_docs, s->num_samples, L,
-                            (long long)s->num_samples * L);
+            st = kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: has %lld tokens in %zu documents; %d samples x %d tokens need "
+                "about %lld; lower --num-samples or --seq-len, or give more text",
+                path, seen_tokens, seen_docs, s->num_samples, L,
+                (long long)s->num_samples * L);
         else
-            st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: has %d non-empty documents (%lld tokens); "
+            st = kvcal_fail(KVCAL_ERR_FORMAT,
+                            "%s: has %d non-empty documents (%lld tokens); "
                             "--num-samples asks for %d (one document per sample); lower "
                             "--num-samples or pack documents",
                             path, filled, seen_tokens, s->num_samples);

@@ -25,8 +25,8 @@ typedef struct kvcal_dataset_options {
 typedef struct kvcal_samples {
     int num_samples;
     int seq_len;
-    int32_t *ids;     /* (num_samples, seq_len) */
-    int32_t *lengths; /* (num_samples) */
+    int32_t *ids;         /* (num_samples, seq_len) */
+    int32_t *lengths;     /* (num_samples) */
     long long num_tokens; /* sum of lengths */
 } kvcal_samples;
 
@@ -43,15 +43,17 @@ void kvcal_samples_destroy(kvcal_samples *s);
  * taken verbatim. */
 typedef struct kvcal_documents {
     int num_docs;
-    int32_t **ids;    /* (num_docs) arrays of lengths[i] ids */
-    size_t *lengths;  /* (num_docs) */
+    int32_t **ids;   /* (num_docs) arrays of lengths[i] ids */
+    size_t *lengths; /* (num_docs) */
 } kvcal_documents;
 
 /* Reads and tokenizes every document of `path` (tok may be NULL for
  * token-id datasets). *out = NULL on failure; free with
  * kvcal_documents_destroy. */
-kvcal_status kvcal_dataset_tokenize_documents(const char *path, const kvcal_tokenizer_t *tok,
-                                              const char *text_field, kvcal_documents **out);
+kvcal_status kvcal_dataset_tokenize_documents(const char *path,
+                                              const kvcal_tokenizer_t *tok,
+                                              const char *text_field,
+                                              kvcal_documents **out);
 void kvcal_documents_destroy(kvcal_documents *docs);
 
 /* Where a token set came from; strings may be NULL (written as ""). */

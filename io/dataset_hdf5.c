@@ -42,7 +42,9 @@ static int attr_write_num(hid_t obj, const char *name, hid_t file_type, hid_t me
                           const void *value)
 {
     hid_t space = H5Screate(H5S_SCALAR);
-    hid_t attr = space >= 0 ? H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    hid_t attr = space >= 0
+                     ? H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT)
+                     : -1;
     int rc = attr >= 0 && H5Awrite(attr, mem_type, value) >= 0 ? 0 : -1;
     if (attr >= 0)
         H5Aclose(attr);
@@ -68,8 +70,10 @@ static int write_i32(hid_t file, const char *name, int rank, const hsize_t *dims
     int rc = -1;
     if (space >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, rank, chunk) >= 0 &&
         H5Pset_deflate(dcpl, 4) >= 0) {
-        dset = H5Dcreate2(file, name, H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-        if (dset >= 0 && H5Dwrite(dset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
+        dset =
+            H5Dcreate2(file, name, H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        if (dset >= 0 &&
+            H5Dwrite(dset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
             rc = 0;
     }
     if (dset >= 0)
@@ -91,7 +95,8 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: path too long", path);
     int fd = mkstemp(tmp);
     if (fd < 0)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: cannot create a temporary file beside it: %s", path,
                           strerror(errno));
     close(fd);
     kvcal_status st = KVCAL_OK;
@@ -106,7 +111,8 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
         if (file < 0 || write_i32(file, "input_ids", 2, dims, s->ids) ||
             write_i32(file, "lengths", 1, dims, s->lengths) ||
             attr_write_str(file, "format", TOKENS_FORMAT) ||
-            attr_write_num(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT32, &version) ||
+            attr_write_num(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT32,
+                           &version) ||
             attr_write_str(file, "kvcal_version", kvcal_version()) ||
             attr_write_num(file, "num_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &ntok) ||
             attr_write_str(file, "source", prov ? prov->source : NULL) ||
@@ -114,15 +120,16 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
             attr_write_str(file, "tokenizer_kind", prov ? prov->tokenizer_kind : NULL) ||
             attr_write_num(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) ||
             attr_write_num(file, "pack", H5T_STD_I32LE, H5T_NATIVE_INT32, &pack))
-            st = kvcal_fail(KVCAL_ERR_IO, "%s: HDF5 write failed (disk full or not writable?)",
-                            path);
+            st = kvcal_fail(KVCAL_ERR_IO,
+                            "%s: HDF5 write failed (disk full or not writable?)", path);
         if (file >= 0 && H5Fclose(file) < 0 && !st)
             st = kvcal_fail(KVCAL_ERR_IO, "%s: HDF5 close failed (disk full?)", path);
     }
     H5E_END_TRY;
     if (!st && rename(tmp, path) != 0)
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot rename the temporary file into place: %s",
-                        path, strerror(errno));
+        st = kvcal_fail(KVCAL_ERR_IO,
+                        "%s: cannot rename the temporary file into place: %s", path,
+                        strerror(errno));
     if (st)
         unlink(tmp);
     return st;
@@ -142,9 +149,10 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
         }
         dset = H5Dopen2(file, "input_ids", H5P_DEFAULT);
         if (dset < 0) {
-            st = kvcal_fail(KVCAL_ERR_FORMAT,
-                            "%s: no dataset \"input_ids\" (write token sets with kvcal tokenize)",
-                            path);
+            st = kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: no dataset \"input_ids\" (write token sets with kvcal tokenize)",
+                path);
             goto done;
         }
         space = H5Dget_space(dset);
@@ -154,29 +162,32 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
         if (type >= 0)
             H5Tclose(type);
         if (space < 0 || H5Sget_simple_extent_ndims(space) != 2 || !is_int) {
-            st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: input_ids must be a 2-D integer dataset [N, L]",
-                            path);
+            st = kvcal_fail(KVCAL_ERR_FORMAT,
+                            "%s: input_ids must be a 2-D integer dataset [N, L]", path);
             goto done;
         }
         H5Sget_simple_extent_dims(space, dims, NULL);
         if (dims[0] == 0 || dims[1] == 0 || dims[0] * dims[1] > (1ull << 31)) {
-            st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: input_ids has shape [%llu, %llu]", path,
-                            (unsigned long long)dims[0], (unsigned long long)dims[1]);
+            st =
+                kvcal_fail(KVCAL_ERR_FORMAT, "%s: input_ids has shape [%llu, %llu]", path,
+                           (unsigned long long)dims[0], (unsigned long long)dims[1]);
             goto done;
         }
         size_t N = (size_t)dims[0], L = (size_t)dims[1];
         ids = malloc(N * L * sizeof *ids);
         lens = malloc(N * sizeof *lens);
         if (!ids || !lens) {
-            st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for %zu x %zu ids", path, N, L);
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for %zu x %zu ids", path,
+                            N, L);
             goto done;
         }
         if (H5Dread(dset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids) < 0) {
             st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot read input_ids", path);
             goto done;
         }
-        ldset = H5Lexists(file, "lengths", H5P_DEFAULT) > 0 ? H5Dopen2(file, "lengths", H5P_DEFAULT)
-                                                             : -1;
+        ldset = H5Lexists(file, "lengths", H5P_DEFAULT) > 0
+                    ? H5Dopen2(file, "lengths", H5P_DEFAULT)
+                    : -1;
         if (ldset >= 0) {
             hid_t ls = H5Dget_space(ldset);
             hsize_t ld = 0;
@@ -186,9 +197,12 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
             if (ls >= 0)
                 H5Sclose(ls);
             if (!ok || ld != N ||
-                H5Dread(ldset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, lens) < 0) {
-                st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: lengths must be a 1-D integer dataset of "
-                                "%zu rows", path, N);
+                H5Dread(ldset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, lens) <
+                    0) {
+                st = kvcal_fail(KVCAL_ERR_FORMAT,
+                                "%s: lengths must be a 1-D integer dataset of "
+                                "%zu rows",
+                                path, N);
                 goto done;
             }
         } else {
@@ -201,16 +215,18 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
         }
         for (size_t i = 0; i < N && !st; i++) {
             if (lens[i] < 0 || (size_t)lens[i] > L) {
-                st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: lengths[%zu] = %d is not in [0, %zu]", path,
-                                i, lens[i], L);
+                st = kvcal_fail(KVCAL_ERR_FORMAT,
+                                "%s: lengths[%zu] = %d is not in [0, %zu]", path, i,
+                                lens[i], L);
                 break;
             }
             for (int32_t k = 0; k < lens[i]; k++)
                 if (ids[i * L + (size_t)k] < 0) {
-                    st = kvcal_fail(KVCAL_ERR_FORMAT,
-                                    "%s: input_ids[%zu][%d] = %d is negative inside the row's "
-                                    "length",
-                                    path, i, k, ids[i * L + (size_t)k]);
+                    st = kvcal_fail(
+                        KVCAL_ERR_FORMAT,
+                        "%s: input_ids[%zu][%d] = %d is negative inside the row's "
+                        "length",
+                        path, i, k, ids[i * L + (size_t)k]);
                     break;
                 }
             if (st || lens[i] == 0)

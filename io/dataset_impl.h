@@ -26,7 +26,8 @@ typedef struct kvcal_doclist {
 
 /* Reads every document of a dataset in input order; an empty dataset is an
  * error. Free with kvcal_doclist_free. */
-kvcal_status kvcal_dataset_read(const char *path, const char *text_field, kvcal_doclist *l);
+kvcal_status kvcal_dataset_read(const char *path, const char *text_field,
+                                kvcal_doclist *l);
 void kvcal_doclist_free(kvcal_doclist *l);
 /* Appends a document (the list takes ownership of its buffers). */
 kvcal_status kvcal_doclist_push(kvcal_doclist *l, kvcal_doc d);

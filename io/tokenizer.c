@@ -20,7 +20,8 @@ kvcal_status kvcal_ids_push(kvcal_ids *b, int32_t id)
         size_t cap = b->cap ? b->cap * 2 : 64;
         int32_t *v = realloc(b->v, cap * sizeof *v);
         if (!v)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for %zu token ids", cap);
+            return kvcal_fail(KVCAL_ERR_NOMEM,
+                              "tokenizer: out of memory for %zu token ids", cap);
         b->v = v;
         b->cap = cap;
     }
@@ -61,7 +62,8 @@ kvcal_status kvcal_tok_build_map(kvcal_tokenizer_t *t,
     free(t->map.slots);
     t->map.slots = malloc(cap * sizeof *t->map.slots);
     if (!t->map.slots)
-        return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for the vocabulary map");
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "tokenizer: out of memory for the vocabulary map");
     memset(t->map.slots, 0xff, cap * sizeof *t->map.slots);
     t->map.mask = cap - 1;
     for (int32_t id = 0; id < t->vocab_size; id++) {
@@ -110,8 +112,9 @@ void kvcal_tok_find_byte_pieces(kvcal_tokenizer_t *t)
         char tail;
         if (len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>') {
             char hex[3] = {s[3], s[4], 0};
-            if (sscanf(hex, "%2X%c", &v, &tail) == 1 && strchr("0123456789ABCDEF", s[3]) &&
-                strchr("0123456789ABCDEF", s[4]) && t->byte_id[v] < 0)
+            if (sscanf(hex, "%2X%c", &v, &tail) == 1 &&
+                strchr("0123456789ABCDEF", s[3]) && strchr("0123456789ABCDEF", s[4]) &&
+                t->byte_id[v] < 0)
                 t->byte_id[v] = id;
         }
     }
@@ -148,7 +151,8 @@ static uint32_t pair_slot(uint64_t key)
     return (uint32_t)key;
 }
 
-void kvcal_pairmap_put(kvcal_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged)
+void kvcal_pairmap_put(kvcal_pairmap *m, int32_t a, int32_t b, int32_t rank,
+                       int32_t merged)
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     for (uint32_t i = pair_slot(key) & m->mask;; i = (i + 1) & m->mask) {
@@ -239,8 +243,10 @@ static kvcal_status read_whole_file(const char *path, unsigned char **data, size
     *data = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open tokenizer: %s (give a readable file with --tokenizer)",
-                          path, strerror(errno));
+        return kvcal_fail(
+            KVCAL_ERR_IO,
+            "%s: cannot open tokenizer: %s (give a readable file with --tokenizer)", path,
+            strerror(errno));
     kvcal_status st = KVCAL_OK;
     unsigned char *buf = NULL;
     if (fseek(f, 0, SEEK_END) != 0) {
@@ -249,7 +255,8 @@ static kvcal_status read_whole_file(const char *path, unsigned char **data, size
     }
     long n = ftell(f);
     if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot read its size (is it a regular file?)", path);
+        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot read its size (is it a regular file?)",
+                        path);
         goto fail;
     }
     buf = malloc((size_t)n + 1);
@@ -258,7 +265,8 @@ static kvcal_status read_whole_file(const char *path, unsigned char **data, size
         goto fail;
     }
     if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: short read (file changed or unreadable)", path);
+        st =
+            kvcal_fail(KVCAL_ERR_IO, "%s: short read (file changed or unreadable)", path);
         goto fail;
     }
     buf[n] = 0;
@@ -305,7 +313,8 @@ kvcal_status kvcal_tokenizer_load(const char *path, kvcal_tokenizer_t **out)
         t->byte_id[b] = -1;
 
     size_t i = 0;
-    while (i < len && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t'))
+    while (i < len &&
+           (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t'))
         i++;
     if (i < len && data[i] == '{')
         st = kvcal_tok_load_hf(t, path, (const char *)data, len);
@@ -314,10 +323,11 @@ kvcal_status kvcal_tokenizer_load(const char *path, kvcal_tokenizer_t **out)
     else if (len >= 4 && data[1] == 0 && data[2] == 0 && data[3] == 0 && data[0] > 0)
         st = kvcal_tok_load_llama2c(t, path, data, len);
     else
-        st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                        "%s: unknown tokenizer type (expected a Hugging Face tokenizer.json, a "
-                        "SentencePiece tokenizer.model or a llama2.c tokenizer.bin)",
-                        path);
+        st = kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: unknown tokenizer type (expected a Hugging Face tokenizer.json, a "
+            "SentencePiece tokenizer.model or a llama2.c tokenizer.bin)",
+            path);
     free(data);
     if (st) {
         kvcal_tokenizer_destroy(t);
@@ -338,7 +348,8 @@ static int find_tok_bin(const char *dir, char *buf, size_t cap)
     while ((e = readdir(d))) {
         size_t n = strlen(e->d_name);
         if (n >= 7 && n < sizeof best && !strncmp(e->d_name, "tok", 3) &&
-            !strcmp(e->d_name + n - 4, ".bin") && (!best[0] || strcmp(e->d_name, best) < 0))
+            !strcmp(e->d_name + n - 4, ".bin") &&
+            (!best[0] || strcmp(e->d_name, best) < 0))
             memcpy(best, e->d_name, n + 1);
     }
     closedir(d);
@@ -354,7 +365,8 @@ kvcal_status kvcal_tokenizer_find(const char *model_path, const char *override,
     if (override)
         return kvcal_tokenizer_load(override, out);
     if (!model_path)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "tokenizer: no model path and no --tokenizer");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "tokenizer: no model path and no --tokenizer");
     char dir[4096];
     struct stat sb;
     if (stat(model_path, &sb) != 0)
@@ -367,13 +379,14 @@ kvcal_status kvcal_tokenizer_find(const char *model_path, const char *override,
         const char *slash = strrchr(model_path, '/');
         if (!slash)
             snprintf(dir, sizeof dir, ".");
-        else if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - model_path), model_path) >=
-                 (int)sizeof dir)
+        else if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - model_path),
+                          model_path) >= (int)sizeof dir)
             return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: path too long", model_path);
         if (!dir[0])
             snprintf(dir, sizeof dir, "/");
     }
-    static const char *const names[] = {"tokenizer.json", "tokenizer.model", "tokenizer.bin"};
+    static const char *const names[] = {"tokenizer.json", "tokenizer.model",
+                                        "tokenizer.bin"};
     char path[4352];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -382,10 +395,11 @@ kvcal_status kvcal_tokenizer_find(const char *model_path, const char *override,
     }
     if (find_tok_bin(dir, path, sizeof path))
         return kvcal_tokenizer_load(path, out);
-    return kvcal_fail(KVCAL_ERR_IO,
-                      "%s: no tokenizer.json, tokenizer.model, tokenizer.bin or tok*.bin there "
-                      "(give the tokenizer file with --tokenizer)",
-                      dir);
+    return kvcal_fail(
+        KVCAL_ERR_IO,
+        "%s: no tokenizer.json, tokenizer.model, tokenizer.bin or tok*.bin there "
+        "(give the tokenizer file with --tokenizer)",
+        dir);
 }
 
 // --- encode / decode ---------------------------------------------------------------
@@ -397,24 +411,32 @@ kvcal_status kvcal_tokenizer_encode(const kvcal_tokenizer_t *tok, const char *te
     *ids = NULL;
     *n_ids = 0;
     if (!tok || (!text && len))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "tokenizer_encode: NULL tokenizer or text");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "tokenizer_encode: NULL tokenizer or text");
     kvcal_ids b = {0};
     kvcal_status st = KVCAL_OK;
     if (add_special && tok->add_bos && tok->bos >= 0)
         st = kvcal_ids_push(&b, tok->bos);
     if (!st) {
         switch (tok->kind) {
-        case KVCAL_TOK_LLAMA2C: st = kvcal_tok_encode_llama2c(tok, text, len, &b); break;
-        case KVCAL_TOK_SENTENCEPIECE: st = kvcal_tok_encode_spm(tok, text, len, &b); break;
+        case KVCAL_TOK_LLAMA2C:
+            st = kvcal_tok_encode_llama2c(tok, text, len, &b);
+            break;
+        case KVCAL_TOK_SENTENCEPIECE:
+            st = kvcal_tok_encode_spm(tok, text, len, &b);
+            break;
         case KVCAL_TOK_HF_BYTELEVEL:
-        case KVCAL_TOK_HF_SENTENCEPIECE: st = kvcal_tok_encode_hf(tok, text, len, &b); break;
+        case KVCAL_TOK_HF_SENTENCEPIECE:
+            st = kvcal_tok_encode_hf(tok, text, len, &b);
+            break;
         }
     }
     if (!st && add_special && tok->add_eos && tok->eos >= 0)
         st = kvcal_ids_push(&b, tok->eos);
     if (!st && !b.v) /* empty text, nothing added: still a valid allocation */
-        st = (b.v = malloc(sizeof *b.v)) ? KVCAL_OK
-                                         : kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory");
+        st = (b.v = malloc(sizeof *b.v))
+                 ? KVCAL_OK
+                 : kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory");
     if (st) {
         free(b.v);
         return st;
@@ -451,14 +473,16 @@ static int text_put(text_buf *b, const void *p, size_t n)
  * character (U+0021..U+0143) stands for, or -1. */
 static int bytelevel_byte(unsigned cp)
 {
-    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) ||
+        (cp >= 0xAE && cp <= 0xFF))
         return (int)cp;
     if (cp < 0x100 || cp > 0x143)
         return -1;
     /* the 68 remaining bytes, in order, map to U+0100.. */
     unsigned k = cp - 0x100, seen = 0;
     for (unsigned b = 0; b < 256; b++) {
-        int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        int printable =
+            (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
         if (!printable && seen++ == k)
             return (int)b;
     }
@@ -489,8 +513,8 @@ static int decode_bytelevel(const char *s, size_t n, text_buf *b)
 }
 
 /* sentencepiece-style piece: U+2581 -> ' ', "<0xXX>" byte pieces -> the byte */
-static int decode_spm_piece(const kvcal_tokenizer_t *t, int32_t id, const char *s, size_t n,
-                            text_buf *b)
+static int decode_spm_piece(const kvcal_tokenizer_t *t, int32_t id, const char *s,
+                            size_t n, text_buf *b)
 {
     if (t->piece_type[id] == KVCAL_PIECE_BYTE) {
         unsigned v = 0;
@@ -518,7 +542,8 @@ kvcal_status kvcal_tokenizer_decode(const kvcal_tokenizer_t *tok, const int32_t 
 {
     *text = NULL;
     if (!tok || (!ids && n_ids))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "tokenizer_decode: NULL tokenizer or ids");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "tokenizer_decode: NULL tokenizer or ids");
     text_buf b = {0};
     if (text_put(&b, "", 0))
         return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer_decode: out of memory");
@@ -535,10 +560,11 @@ kvcal_status kvcal_tokenizer_decode(const kvcal_tokenizer_t *tok, const int32_t 
         const char *s = kvcal_tok_piece(tok, id, &n);
         uint8_t type = tok->piece_type[id];
         int rc;
-        if (type == KVCAL_PIECE_CONTROL || type == KVCAL_PIECE_UNKNOWN || type == KVCAL_PIECE_UNUSED)
+        if (type == KVCAL_PIECE_CONTROL || type == KVCAL_PIECE_UNKNOWN ||
+            type == KVCAL_PIECE_UNUSED)
             continue; /* special tokens decode to nothing */
-        if (type == KVCAL_PIECE_USER_DEFINED &&
-                 (tok->kind == KVCAL_TOK_HF_BYTELEVEL || tok->kind == KVCAL_TOK_HF_SENTENCEPIECE))
+        if (type == KVCAL_PIECE_USER_DEFINED && (tok->kind == KVCAL_TOK_HF_BYTELEVEL ||
+                                                 tok->kind == KVCAL_TOK_HF_SENTENCEPIECE))
             rc = text_put(&b, s, n);
         else if (tok->kind == KVCAL_TOK_HF_BYTELEVEL)
             rc = decode_bytelevel(s, n, &b);
@@ -580,10 +606,14 @@ const char *kvcal_tokenizer_kind(const kvcal_tokenizer_t *tok)
     if (!tok)
         return "none";
     switch (tok->kind) {
-    case KVCAL_TOK_HF_BYTELEVEL: return "hf-bpe-bytelevel";
-    case KVCAL_TOK_HF_SENTENCEPIECE: return "hf-bpe-sentencepiece";
-    case KVCAL_TOK_SENTENCEPIECE: return "sentencepiece";
-    case KVCAL_TOK_LLAMA2C: return "llama2c";
+    case KVCAL_TOK_HF_BYTELEVEL:
+        return "hf-bpe-bytelevel";
+    case KVCAL_TOK_HF_SENTENCEPIECE:
+        return "hf-bpe-sentencepiece";
+    case KVCAL_TOK_SENTENCEPIECE:
+        return "sentencepiece";
+    case KVCAL_TOK_LLAMA2C:
+        return "llama2c";
     }
     return "none";
 }

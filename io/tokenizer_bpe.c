@@ -18,7 +18,8 @@ kvcal_status kvcal_bpe_work_reserve(kvcal_bpe_work *w, size_t n_sym)
             cap *= 2;
         kvcal_bpe_sym *s = realloc(w->sym, cap * sizeof *s);
         if (!s)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for %zu symbols", cap);
+            return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for %zu symbols",
+                              cap);
         w->sym = s;
         w->sym_cap = cap;
     }
@@ -71,8 +72,9 @@ static void heap_sift_down(kvcal_bpe_heap_item *h, size_t n, size_t i)
 }
 
 /* Pushes the pair (left, left.next) when it merges. */
-static kvcal_status push_pair(const kvcal_tokenizer_t *t, const char *text, kvcal_bpe_work *w,
-                              size_t *n_heap, int32_t left, kvcal_bpe_pair_fn pair)
+static kvcal_status push_pair(const kvcal_tokenizer_t *t, const char *text,
+                              kvcal_bpe_work *w, size_t *n_heap, int32_t left,
+                              kvcal_bpe_pair_fn pair)
 {
     const kvcal_bpe_sym *a = &w->sym[left];
     if (a->next < 0 || !a->mergeable || !w->sym[a->next].mergeable)
@@ -86,7 +88,8 @@ static kvcal_status push_pair(const kvcal_tokenizer_t *t, const char *text, kvca
         size_t cap = w->heap_cap ? w->heap_cap * 2 : 64;
         kvcal_bpe_heap_item *h = realloc(w->heap, cap * sizeof *h);
         if (!h)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for the merge queue");
+            return kvcal_fail(KVCAL_ERR_NOMEM,
+                              "tokenizer: out of memory for the merge queue");
         w->heap = h;
         w->heap_cap = cap;
     }
@@ -95,8 +98,8 @@ static kvcal_status push_pair(const kvcal_tokenizer_t *t, const char *text, kvca
     return KVCAL_OK;
 }
 
-kvcal_status kvcal_bpe_merge(const kvcal_tokenizer_t *t, const char *text, kvcal_bpe_work *w,
-                             size_t n, kvcal_bpe_pair_fn pair)
+kvcal_status kvcal_bpe_merge(const kvcal_tokenizer_t *t, const char *text,
+                             kvcal_bpe_work *w, size_t n, kvcal_bpe_pair_fn pair)
 {
     size_t n_heap = 0;
     kvcal_status st;

@@ -25,7 +25,7 @@
 #include "io/json_file.h"
 #include "io/tokenizer_impl.h"
 
-#define GPT2_PATTERN \
+#define GPT2_PATTERN                                                                     \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define METASPACE "\xE2\x96\x81"
 
@@ -33,7 +33,8 @@
 
 static int byte_printable(unsigned b)
 {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) ||
+           (b >= 0xAE && b <= 0xFF);
 }
 
 /* UTF-8 of the character standing for byte b; returns its length (1 or 2). */
@@ -92,35 +93,42 @@ static kvcal_status add_split(kvcal_tokenizer_t *t, const char *path, const char
                               int literal, int removed)
 {
     if (t->n_split == KVCAL_TOK_MAX_SPLITS)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "%s: more than %d Split pre-tokenizers", path,
-                          KVCAL_TOK_MAX_SPLITS);
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "%s: more than %d Split pre-tokenizers",
+                          path, KVCAL_TOK_MAX_SPLITS);
     int err;
     PCRE2_SIZE off;
-    uint32_t flags = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, flags, &err, &off, NULL);
+    uint32_t flags =
+        PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, flags,
+                                   &err, &off, NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: pre-tokenizer regex does not compile with PCRE2 at offset %zu: %s",
-                          path, (size_t)off, (const char *)msg);
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: pre-tokenizer regex does not compile with PCRE2 at offset %zu: %s", path,
+            (size_t)off, (const char *)msg);
     }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* the interpreter runs if JIT is unavailable */
+    pcre2_jit_compile(
+        re, PCRE2_JIT_COMPLETE); /* the interpreter runs if JIT is unavailable */
     t->split_re[t->n_split] = re;
     t->split_removed[t->n_split++] = removed;
     return KVCAL_OK;
 }
 
-static kvcal_status parse_metaspace(kvcal_tokenizer_t *t, const char *path, const cJSON *o)
+static kvcal_status parse_metaspace(kvcal_tokenizer_t *t, const char *path,
+                                    const cJSON *o)
 {
     const char *rep = json_str(o, "replacement");
     if (rep && strcmp(rep, METASPACE))
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "%s: Metaspace replacement \"%s\" (only U+2581)",
-                          path, rep);
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: Metaspace replacement \"%s\" (only U+2581)", path, rep);
     const char *scheme = json_str(o, "prepend_scheme");
     t->metaspace = 1;
     if (scheme)
-        t->metaspace_prepend = !strcmp(scheme, "always") ? 2 : !strcmp(scheme, "first") ? 1 : 0;
+        t->metaspace_prepend = !strcmp(scheme, "always")  ? 2
+                               : !strcmp(scheme, "first") ? 1
+                                                          : 0;
     else /* older files: add_prefix_space */
         t->metaspace_prepend = json_true(o, "add_prefix_space") ? 2 : 0;
     const cJSON *split = cJSON_GetObjectItemCaseSensitive(o, "split");
@@ -138,7 +146,8 @@ static kvcal_status parse_pretok(kvcal_tokenizer_t *t, const char *path, const c
         return kvcal_fail(KVCAL_ERR_FORMAT, "%s: pre_tokenizer without a type", path);
     if (!strcmp(type, "Sequence")) {
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "pretokenizers")) {
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "pretokenizers"))
+        {
             kvcal_status st = parse_pretok(t, path, e, bytelevel);
             if (st)
                 return st;
@@ -158,23 +167,26 @@ static kvcal_status parse_pretok(kvcal_tokenizer_t *t, const char *path, const c
         const char *re = json_str(pat, "Regex"), *lit = json_str(pat, "String");
         const char *beh = json_str(o, "behavior");
         int removed = beh && !strcmp(beh, "Removed");
-        if ((!re && !lit) || !beh || (!removed && strcmp(beh, "Isolated")) || json_true(o, "invert"))
-            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                              "%s: Split pre-tokenizer with behavior %s%s is not supported "
-                              "(Isolated or Removed, not inverted)",
-                              path, beh ? beh : "(none)", json_true(o, "invert") ? ", inverted" : "");
+        if ((!re && !lit) || !beh || (!removed && strcmp(beh, "Isolated")) ||
+            json_true(o, "invert"))
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: Split pre-tokenizer with behavior %s%s is not supported "
+                "(Isolated or Removed, not inverted)",
+                path, beh ? beh : "(none)", json_true(o, "invert") ? ", inverted" : "");
         return add_split(t, path, re ? re : lit, !re, removed);
     }
     if (!strcmp(type, "Metaspace"))
         return parse_metaspace(t, path, o);
-    return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                      "%s: pre_tokenizer type %s is not supported (ByteLevel, Split, Metaspace, "
-                      "Sequence)",
-                      path, type);
+    return kvcal_fail(
+        KVCAL_ERR_UNSUPPORTED,
+        "%s: pre_tokenizer type %s is not supported (ByteLevel, Split, Metaspace, "
+        "Sequence)",
+        path, type);
 }
 
-static kvcal_status add_norm(kvcal_tokenizer_t *t, const char *path, int replace, const char *a,
-                             const char *b)
+static kvcal_status add_norm(kvcal_tokenizer_t *t, const char *path, int replace,
+                             const char *a, const char *b)
 {
     if (t->n_norm == KVCAL_TOK_MAX_NORM)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "%s: more than %d normalizers", path,
@@ -194,14 +206,16 @@ static kvcal_status add_norm(kvcal_tokenizer_t *t, const char *path, int replace
     return KVCAL_OK;
 }
 
-static kvcal_status parse_normalizer(kvcal_tokenizer_t *t, const char *path, const cJSON *o)
+static kvcal_status parse_normalizer(kvcal_tokenizer_t *t, const char *path,
+                                     const cJSON *o)
 {
     if (!o || cJSON_IsNull(o))
         return KVCAL_OK;
     const char *type = json_str(o, "type");
     if (type && !strcmp(type, "Sequence")) {
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "normalizers")) {
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "normalizers"))
+        {
             kvcal_status st = parse_normalizer(t, path, e);
             if (st)
                 return st;
@@ -211,17 +225,20 @@ static kvcal_status parse_normalizer(kvcal_tokenizer_t *t, const char *path, con
     if (type && !strcmp(type, "Prepend") && json_str(o, "prepend"))
         return add_norm(t, path, 0, json_str(o, "prepend"), NULL);
     if (type && !strcmp(type, "Replace")) {
-        const char *from = json_str(cJSON_GetObjectItemCaseSensitive(o, "pattern"), "String");
+        const char *from =
+            json_str(cJSON_GetObjectItemCaseSensitive(o, "pattern"), "String");
         const char *to = json_str(o, "content");
         if (from && *from && to)
             return add_norm(t, path, 1, from, to);
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: Replace normalizer with a regex pattern is not supported", path);
+                          "%s: Replace normalizer with a regex pattern is not supported",
+                          path);
     }
-    return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                      "%s: normalizer %s is not supported (Prepend, Replace with a string "
-                      "pattern, Sequence)",
-                      path, type ? type : "(no type)");
+    return kvcal_fail(
+        KVCAL_ERR_UNSUPPORTED,
+        "%s: normalizer %s is not supported (Prepend, Replace with a string "
+        "pattern, Sequence)",
+        path, type ? type : "(no type)");
 }
 
 /* Id of a token named in the file (added token or vocabulary piece). */
@@ -255,12 +272,14 @@ static void parse_post(kvcal_tokenizer_t *t, const cJSON *o)
         return;
     const cJSON *e, *specials = cJSON_GetObjectItemCaseSensitive(o, "special_tokens");
     int after = 0;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "single")) {
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "single"))
+    {
         if (cJSON_GetObjectItemCaseSensitive(e, "Sequence")) {
             after = 1;
             continue;
         }
-        const char *name = json_str(cJSON_GetObjectItemCaseSensitive(e, "SpecialToken"), "id");
+        const char *name =
+            json_str(cJSON_GetObjectItemCaseSensitive(e, "SpecialToken"), "id");
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(specials, name ? name : ""), "ids");
         int32_t id = cJSON_IsArray(ids) && cJSON_GetArraySize(ids) == 1
@@ -335,25 +354,31 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: model.vocab (object) or model.merges (list) missing",
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: model.vocab (object) or model.merges (list) missing",
                           path);
     int n = 0;
     size_t total = 0;
     const cJSON *e;
-    cJSON_ArrayForEach(e, vocab) {
+    cJSON_ArrayForEach(e, vocab)
+    {
         double id = cJSON_IsNumber(e) ? e->valuedouble : -1;
         if (id < 0 || id != (double)(int32_t)id || id >= (1 << 24))
-            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: model.vocab[\"%s\"] is not a valid id", path,
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: model.vocab[\"%s\"] is not a valid id", path,
                               e->string);
         if ((int)id + 1 > n)
             n = (int)id + 1;
         total += strlen(e->string);
     }
-    cJSON_ArrayForEach(e, added) {
+    cJSON_ArrayForEach(e, added)
+    {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         const char *content = json_str(e, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !content)
-            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: added_tokens entry without id or content", path);
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
+            !content)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: added_tokens entry without id or content", path);
         if ((int)id->valuedouble + 1 > n)
             n = (int)id->valuedouble + 1;
         total += strlen(content);
@@ -372,11 +397,12 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
         free(str);
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
     }
-    cJSON_ArrayForEach(e, added) {
+    cJSON_ArrayForEach(e, added)
+    {
         int id = (int)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
         str[id] = json_str(e, "content");
-        t->added[t->n_added++] = (kvcal_added_token){id, json_true(e, "special"),
-                                                     json_true(e, "lstrip"), json_true(e, "rstrip")};
+        t->added[t->n_added++] = (kvcal_added_token){
+            id, json_true(e, "special"), json_true(e, "lstrip"), json_true(e, "rstrip")};
     }
     size_t pos = 0;
     for (int i = 0; i < n; i++) {
@@ -389,8 +415,8 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
     t->piece_off[n] = (uint32_t)pos;
     free(str);
     for (int i = 0; i < t->n_added; i++) {
-        t->piece_type[t->added[i].id] = t->added[i].special ? KVCAL_PIECE_CONTROL
-                                                            : KVCAL_PIECE_USER_DEFINED;
+        t->piece_type[t->added[i].id] =
+            t->added[i].special ? KVCAL_PIECE_CONTROL : KVCAL_PIECE_USER_DEFINED;
         size_t l;
         const char *p = kvcal_tok_piece(t, t->added[i].id, &l);
         if (l)
@@ -404,7 +430,8 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
     if ((st = kvcal_pairmap_init(&t->merges, (size_t)n_merges)))
         return st;
     int rank = 0;
-    cJSON_ArrayForEach(e, merges) {
+    cJSON_ArrayForEach(e, merges)
+    {
         const char *a = NULL, *b = NULL;
         size_t la = 0, lb = 0;
         if (cJSON_IsString(e)) {
@@ -416,15 +443,17 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
                 lb = strlen(b);
             }
         } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
-                   cJSON_IsString(cJSON_GetArrayItem(e, 0)) && cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+                   cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
             a = cJSON_GetArrayItem(e, 0)->valuestring;
             b = cJSON_GetArrayItem(e, 1)->valuestring;
             la = strlen(a);
             lb = strlen(b);
         }
         if (!a)
-            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: model.merges[%d] is not \"a b\" or [a, b]",
-                              path, rank);
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: model.merges[%d] is not \"a b\" or [a, b]", path,
+                              rank);
         int32_t ia = kvcal_tok_lookup(t, a, la), ib = kvcal_tok_lookup(t, b, lb);
         char *cat = malloc(la + lb + 1);
         if (!cat)
@@ -434,10 +463,11 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
         int32_t im = kvcal_tok_lookup(t, cat, la + lb);
         free(cat);
         if (ia < 0 || ib < 0 || im < 0)
-            return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "%s: model.merges[%d] (\"%.*s\" + \"%.*s\") names a piece missing "
-                              "from model.vocab",
-                              path, rank, (int)la, a, (int)lb, b);
+            return kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: model.merges[%d] (\"%.*s\" + \"%.*s\") names a piece missing "
+                "from model.vocab",
+                path, rank, (int)la, a, (int)lb, b);
         kvcal_pairmap_put(&t->merges, ia, ib, rank++, im);
     }
     return KVCAL_OK;
@@ -448,20 +478,25 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const char *mtype = json_str(model, "type");
     if (!model)
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: no \"model\" object; is this a tokenizer.json?", path);
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: no \"model\" object; is this a tokenizer.json?", path);
     if (mtype && strcmp(mtype, "BPE"))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: tokenizer model type %s is not supported (only BPE)", path, mtype);
+                          "%s: tokenizer model type %s is not supported (only BPE)", path,
+                          mtype);
     if (!mtype && !cJSON_GetObjectItemCaseSensitive(model, "merges"))
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "%s: tokenizer model is not BPE (no merges)", path);
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: tokenizer model is not BPE (no merges)", path);
     const char *cs = json_str(model, "continuing_subword_prefix");
     const char *ew = json_str(model, "end_of_word_suffix");
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
-    if ((cs && *cs) || (ew && *ew) || (cJSON_IsNumber(dropout) && dropout->valuedouble > 0))
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: BPE with continuing_subword_prefix, end_of_word_suffix or dropout "
-                          "is not supported",
-                          path);
+    if ((cs && *cs) || (ew && *ew) ||
+        (cJSON_IsNumber(dropout) && dropout->valuedouble > 0))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: BPE with continuing_subword_prefix, end_of_word_suffix or dropout "
+            "is not supported",
+            path);
     kvcal_status st = load_model(t, path, model,
                                  cJSON_GetObjectItemCaseSensitive(root, "added_tokens"));
     if (st)
@@ -471,8 +506,10 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
     t->byte_fallback = json_true(model, "byte_fallback");
     t->unk = token_id(t, json_str(model, "unk_token"));
     int bytelevel = 0;
-    if ((st = parse_normalizer(t, path, cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) ||
-        (st = parse_pretok(t, path, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"),
+    if ((st = parse_normalizer(t, path,
+                               cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) ||
+        (st = parse_pretok(t, path,
+                           cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"),
                            &bytelevel)))
         return st;
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
@@ -481,10 +518,11 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
     t->kind = bytelevel ? KVCAL_TOK_HF_BYTELEVEL : KVCAL_TOK_HF_SENTENCEPIECE;
     if (bytelevel) {
         if (t->metaspace || t->n_norm)
-            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                              "%s: byte-level BPE combined with a Metaspace pre-tokenizer or "
-                              "Prepend/Replace normalizers is not supported",
-                              path);
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: byte-level BPE combined with a Metaspace pre-tokenizer or "
+                "Prepend/Replace normalizers is not supported",
+                path);
         for (unsigned b = 0; b < 256; b++) {
             char c[2];
             t->byte_id[b] = kvcal_tok_lookup(t, c, bytelevel_char(b, c));
@@ -498,9 +536,10 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
         /* the decoder drops the space the normalizer / Metaspace put first */
         const cJSON *e;
         if (is_type(dec, "Metaspace"))
-            t->strip_leading_space = t->metaspace_prepend > 0 ||
-                                     json_true(dec, "add_prefix_space");
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(dec, "decoders")) {
+            t->strip_leading_space =
+                t->metaspace_prepend > 0 || json_true(dec, "add_prefix_space");
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(dec, "decoders"))
+        {
             const cJSON *start = cJSON_GetObjectItemCaseSensitive(e, "start");
             if (is_type(e, "Strip") && cJSON_IsNumber(start) && start->valueint >= 1)
                 t->strip_leading_space = 1;
@@ -538,7 +577,8 @@ static int hf_pair(const kvcal_tokenizer_t *t, const char *text, const kvcal_bpe
 {
     (void)text;
     int32_t rank;
-    if (a->id < 0 || b->id < 0 || !kvcal_pairmap_get(&t->merges, a->id, b->id, &rank, merged))
+    if (a->id < 0 || b->id < 0 ||
+        !kvcal_pairmap_get(&t->merges, a->id, b->id, &rank, merged))
         return 0;
     *priority = (double)rank;
     return 1;
@@ -578,10 +618,11 @@ static kvcal_status bpe_bytelevel(hf_ctx *c, const char *p, size_t n)
         int32_t id = t->byte_id[(unsigned char)p[i]];
         if (id < 0) {
             if (t->unk < 0)
-                return kvcal_fail(KVCAL_ERR_FORMAT,
-                                  "tokenizer: byte 0x%02X has no byte-level token and there is "
-                                  "no unk_token",
-                                  (unsigned char)p[i]);
+                return kvcal_fail(
+                    KVCAL_ERR_FORMAT,
+                    "tokenizer: byte 0x%02X has no byte-level token and there is "
+                    "no unk_token",
+                    (unsigned char)p[i]);
             id = t->unk;
         }
         c->w.sym[k++] = (kvcal_bpe_sym){id, (uint32_t)i, (uint32_t)i + 1, -1, -1, 1};
@@ -609,20 +650,23 @@ static kvcal_status bpe_chars(hf_ctx *c, const char *p, size_t n)
             l = 1;
         int32_t id = kvcal_tok_lookup(t, p + i, l);
         if (id >= 0)
-            c->w.sym[k++] = (kvcal_bpe_sym){id, (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
+            c->w.sym[k++] =
+                (kvcal_bpe_sym){id, (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
         else if (t->byte_fallback && t->byte_id[u[i]] >= 0) {
             for (size_t b = i; b < i + l; b++)
-                c->w.sym[k++] = (kvcal_bpe_sym){t->byte_id[u[b]], (uint32_t)b, (uint32_t)b + 1,
-                                                -1, -1, 1};
+                c->w.sym[k++] = (kvcal_bpe_sym){
+                    t->byte_id[u[b]], (uint32_t)b, (uint32_t)b + 1, -1, -1, 1};
         } else if (t->unk >= 0) {
             if (t->fuse_unk && k && c->w.sym[k - 1].id == t->unk)
                 c->w.sym[k - 1].end = (uint32_t)(i + l);
             else
-                c->w.sym[k++] = (kvcal_bpe_sym){t->unk, (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
+                c->w.sym[k++] =
+                    (kvcal_bpe_sym){t->unk, (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
         } else
-            return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "tokenizer: a character is not in the vocabulary and the model "
-                              "has neither byte_fallback nor an unk_token");
+            return kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "tokenizer: a character is not in the vocabulary and the model "
+                "has neither byte_fallback nor an unk_token");
         i += l;
     }
     return emit_symbols(c, k, p);
@@ -632,7 +676,8 @@ static kvcal_status bpe_piece(hf_ctx *c, const char *p, size_t n)
 {
     if (!n)
         return KVCAL_OK;
-    return c->t->kind == KVCAL_TOK_HF_BYTELEVEL ? bpe_bytelevel(c, p, n) : bpe_chars(c, p, n);
+    return c->t->kind == KVCAL_TOK_HF_BYTELEVEL ? bpe_bytelevel(c, p, n)
+                                                : bpe_chars(c, p, n);
 }
 
 /* Splits [p, p+n) with split step k (Isolated: matches and gaps are pieces;
@@ -649,7 +694,9 @@ static kvcal_status split_step(hf_ctx *c, int k, const char *p, size_t n)
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0)
-            return kvcal_fail(KVCAL_ERR_FORMAT, "tokenizer: pre-tokenizer regex failed (PCRE2 error %d)", rc);
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "tokenizer: pre-tokenizer regex failed (PCRE2 error %d)",
+                              rc);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t s = ov[0], e = ov[1];
         if (e == s) { /* empty match: step over one character */
@@ -688,13 +735,15 @@ static kvcal_status normalize_segment(hf_ctx *c, const char *p, size_t n, int at
     const kvcal_tokenizer_t *t = c->t;
     size_t cap = n + 8;
     for (int i = 0; i < t->n_norm; i++)
-        cap = t->norm[i].replace ? cap * (t->norm[i].lb > t->norm[i].la ? t->norm[i].lb : 1) + 8
-                                 : cap + t->norm[i].la;
+        cap = t->norm[i].replace
+                  ? cap * (t->norm[i].lb > t->norm[i].la ? t->norm[i].lb : 1) + 8
+                  : cap + t->norm[i].la;
     cap = cap * 3 + 8;
     char *tmp = malloc(cap);
     if (!tmp || reserve(c, cap)) {
         free(tmp);
-        return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory normalizing %zu bytes", n);
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "tokenizer: out of memory normalizing %zu bytes", n);
     }
     memcpy(c->buf, p, n);
     size_t len = n;
@@ -729,8 +778,9 @@ static kvcal_status normalize_segment(hf_ctx *c, const char *p, size_t n, int at
             } else
                 tmp[m++] = c->buf[j];
         }
-        int prepend = (t->metaspace_prepend == 2 || (t->metaspace_prepend == 1 && at_start)) &&
-                      !(m >= 3 && !memcmp(tmp, METASPACE, 3));
+        int prepend =
+            (t->metaspace_prepend == 2 || (t->metaspace_prepend == 1 && at_start)) &&
+            !(m >= 3 && !memcmp(tmp, METASPACE, 3));
         len = 0;
         if (prepend && m) {
             memcpy(c->buf, METASPACE, 3);
@@ -773,13 +823,14 @@ static kvcal_status encode_segment(hf_ctx *c, const char *p, size_t n, int at_st
 
 static int is_ws(char ch)
 {
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' ||
+           ch == '\v';
 }
 
 /* The leftmost, longest added token at or after `from`: its index, and the
  * span it takes with lstrip / rstrip whitespace. -1 when none. */
-static int find_added(const kvcal_tokenizer_t *t, const char *text, size_t len, size_t from,
-                      size_t *start, size_t *end)
+static int find_added(const kvcal_tokenizer_t *t, const char *text, size_t len,
+                      size_t from, size_t *start, size_t *end)
 {
     for (size_t i = from; i < len; i++) {
         if (!t->added_first[(unsigned char)text[i]])
@@ -810,7 +861,8 @@ kvcal_status kvcal_tok_encode_hf(const kvcal_tokenizer_t *t, const char *text, s
     hf_ctx c = {.t = t, .out = out};
     kvcal_status st = KVCAL_OK;
     if (t->n_split) {
-        c.md = pcre2_match_data_create_from_pattern((const pcre2_code *)t->split_re[0], NULL);
+        c.md = pcre2_match_data_create_from_pattern((const pcre2_code *)t->split_re[0],
+                                                    NULL);
         for (int k = 1; c.md && k < t->n_split; k++) {
             /* one match data large enough for every pattern */
             pcre2_match_data *m2 = pcre2_match_data_create_from_pattern(
@@ -822,7 +874,8 @@ kvcal_status kvcal_tok_encode_hf(const kvcal_tokenizer_t *t, const char *text, s
                 pcre2_match_data_free(m2);
         }
         if (!c.md)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for regex match data");
+            return kvcal_fail(KVCAL_ERR_NOMEM,
+                              "tokenizer: out of memory for regex match data");
     }
     size_t pos = 0;
     while (pos <= len && !st) {

@@ -45,15 +45,16 @@ uint64_t kvcal_hash_bytes(const void *p, size_t n);
 
 typedef struct kvcal_pairmap {
     uint32_t mask;
-    uint64_t *keys;   /* (mask + 1) left << 32 | right; UINT64_MAX when empty */
-    int32_t *rank;    /* (mask + 1) */
-    int32_t *merged;  /* (mask + 1) */
+    uint64_t *keys;  /* (mask + 1) left << 32 | right; UINT64_MAX when empty */
+    int32_t *rank;   /* (mask + 1) */
+    int32_t *merged; /* (mask + 1) */
 } kvcal_pairmap;
 
 kvcal_status kvcal_pairmap_init(kvcal_pairmap *m, size_t n);
 void kvcal_pairmap_free(kvcal_pairmap *m);
 /* Keeps the first insertion of a pair (the best-ranked merge). */
-void kvcal_pairmap_put(kvcal_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged);
+void kvcal_pairmap_put(kvcal_pairmap *m, int32_t a, int32_t b, int32_t rank,
+                       int32_t merged);
 /* 1 and rank / merged id when the pair is a merge, else 0. */
 int kvcal_pairmap_get(const kvcal_pairmap *m, int32_t a, int32_t b, int32_t *rank,
                       int32_t *merged);
@@ -65,8 +66,8 @@ int kvcal_pairmap_get(const kvcal_pairmap *m, int32_t a, int32_t b, int32_t *ran
 
 /* A normalizer step of a tokenizer.json: Prepend(a) or Replace(a -> b). */
 typedef struct kvcal_norm_step {
-    int replace;     /* 0 Prepend, 1 Replace */
-    char *a, *b;     /* owned */
+    int replace; /* 0 Prepend, 1 Replace */
+    char *a, *b; /* owned */
     size_t la, lb;
 } kvcal_norm_step;
 
@@ -96,25 +97,25 @@ struct kvcal_tokenizer {
     int remove_extra_whitespaces;
     int escape_whitespaces;
     int byte_fallback;
-    int n_user_defined;    /* pieces matched whole before merging */
+    int n_user_defined; /* pieces matched whole before merging */
 
     /* hf tokenizer.json */
     kvcal_pairmap merges;
-    int ignore_merges;           /* a whole pre-token found in the vocabulary wins */
+    int ignore_merges; /* a whole pre-token found in the vocabulary wins */
     int fuse_unk;
-    int n_split;                 /* regex Split steps of the pre-tokenizer */
-    void *split_re[KVCAL_TOK_MAX_SPLITS];   /* pcre2_code_8 * */
-    int split_removed[KVCAL_TOK_MAX_SPLITS];/* behavior Removed (else Isolated) */
-    int prefix_space;            /* ByteLevel add_prefix_space */
-    int metaspace;               /* Metaspace pre-tokenizer present */
-    int metaspace_prepend;       /* 0 never, 1 first, 2 always */
-    int split_words;             /* Metaspace split = true */
-    int n_norm;                  /* normalizer steps */
+    int n_split;                             /* regex Split steps of the pre-tokenizer */
+    void *split_re[KVCAL_TOK_MAX_SPLITS];    /* pcre2_code_8 * */
+    int split_removed[KVCAL_TOK_MAX_SPLITS]; /* behavior Removed (else Isolated) */
+    int prefix_space;                        /* ByteLevel add_prefix_space */
+    int metaspace;                           /* Metaspace pre-tokenizer present */
+    int metaspace_prepend;                   /* 0 never, 1 first, 2 always */
+    int split_words;                         /* Metaspace split = true */
+    int n_norm;                              /* normalizer steps */
     kvcal_norm_step norm[KVCAL_TOK_MAX_NORM];
-    int strip_leading_space;     /* decoder drops one leading space */
+    int strip_leading_space; /* decoder drops one leading space */
     int n_added;
-    kvcal_added_token *added;    /* (n_added) longest content first */
-    uint8_t added_first[256];    /* 1 when some added token starts with the byte */
+    kvcal_added_token *added; /* (n_added) longest content first */
+    uint8_t added_first[256]; /* 1 when some added token starts with the byte */
 };
 
 /* piece_type values */
@@ -157,10 +158,10 @@ size_t kvcal_utf8_check(const char *s, size_t n);
 /* --- shared BPE merge loop --------------------------------------------------- */
 
 typedef struct kvcal_bpe_sym {
-    int32_t id;         /* token id, or -1 while unknown */
-    uint32_t start, end;/* byte span in the encoded string */
-    int32_t prev, next; /* neighbours in the list, -1 at the ends */
-    int mergeable;      /* 0: never part of a merge (byte fallback tokens) */
+    int32_t id;          /* token id, or -1 while unknown */
+    uint32_t start, end; /* byte span in the encoded string */
+    int32_t prev, next;  /* neighbours in the list, -1 at the ends */
+    int mergeable;       /* 0: never part of a merge (byte fallback tokens) */
 } kvcal_bpe_sym;
 
 /* Decides whether two adjacent symbols merge: returns 1 and sets *priority
@@ -171,7 +172,7 @@ typedef int (*kvcal_bpe_pair_fn)(const kvcal_tokenizer_t *t, const char *text,
 
 typedef struct kvcal_bpe_heap_item {
     double priority;
-    int32_t left;   /* index of the left symbol */
+    int32_t left;                   /* index of the left symbol */
     uint32_t left_start, right_end; /* spans when pushed, to detect stale items */
     int32_t merged;
 } kvcal_bpe_heap_item;
@@ -191,8 +192,8 @@ void kvcal_bpe_work_free(kvcal_bpe_work *w);
 /* Merges the n symbols in w->sym (linked 0..n-1 by the caller) until no pair
  * merges, always taking the lowest (priority, left position) first. The
  * surviving symbols are reachable from index 0 through next. */
-kvcal_status kvcal_bpe_merge(const kvcal_tokenizer_t *t, const char *text, kvcal_bpe_work *w,
-                             size_t n, kvcal_bpe_pair_fn pair);
+kvcal_status kvcal_bpe_merge(const kvcal_tokenizer_t *t, const char *text,
+                             kvcal_bpe_work *w, size_t n, kvcal_bpe_pair_fn pair);
 
 /* --- kinds ------------------------------------------------------------------- */
 
@@ -205,8 +206,8 @@ kvcal_status kvcal_tok_load_hf(kvcal_tokenizer_t *t, const char *path, const cha
 
 kvcal_status kvcal_tok_encode_llama2c(const kvcal_tokenizer_t *t, const char *text,
                                       size_t len, kvcal_ids *out);
-kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text, size_t len,
-                                  kvcal_ids *out);
+kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text,
+                                  size_t len, kvcal_ids *out);
 kvcal_status kvcal_tok_encode_hf(const kvcal_tokenizer_t *t, const char *text, size_t len,
                                  kvcal_ids *out);
 

@@ -15,7 +15,8 @@
 
 static int32_t rd_i32(const unsigned char *p)
 {
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                 (uint32_t)p[3] << 24;
     int32_t s;
     memcpy(&s, &v, 4);
     return s;
@@ -34,19 +35,23 @@ kvcal_status kvcal_tok_load_llama2c(kvcal_tokenizer_t *t, const char *path,
 {
     int32_t max_len = rd_i32(data);
     if (max_len <= 0 || max_len > 4096)
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: llama2.c tokenizer: max_token_length %d is not in [1, 4096]",
-                          path, max_len);
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "%s: llama2.c tokenizer: max_token_length %d is not in [1, 4096]", path,
+            max_len);
     /* pass 1: count and validate */
     size_t off = 4, total = 0;
     int n = 0;
     while (off < len) {
         if (len - off < 8)
-            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: llama2.c tokenizer: truncated entry %d at byte %zu",
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: llama2.c tokenizer: truncated entry %d at byte %zu",
                               path, n, off);
         int32_t l = rd_i32(data + off + 4);
         if (l < 0 || l > max_len || (size_t)l > len - off - 8)
             return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "%s: llama2.c tokenizer: token %d at byte %zu has length %d (max_token_length %d, "
+                              "%s: llama2.c tokenizer: token %d at byte %zu has length "
+                              "%d (max_token_length %d, "
                               "%zu bytes left); is this a llama2.c tokenizer.bin?",
                               path, n, off, l, max_len, len - off - 8);
         total += (size_t)l;
@@ -55,7 +60,9 @@ kvcal_status kvcal_tok_load_llama2c(kvcal_tokenizer_t *t, const char *path,
     }
     if (n < 259)
         return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: llama2.c tokenizer: %d tokens; need <unk>, <s>, </s> and 256 byte tokens", path, n);
+                          "%s: llama2.c tokenizer: %d tokens; need <unk>, <s>, </s> and "
+                          "256 byte tokens",
+                          path, n);
     kvcal_status st = kvcal_tok_alloc(t, n, total);
     if (st)
         return st;
@@ -68,8 +75,10 @@ kvcal_status kvcal_tok_load_llama2c(kvcal_tokenizer_t *t, const char *path,
         t->piece_off[i] = (uint32_t)pos;
         pos += (size_t)l;
         off += 8 + (size_t)l;
-        t->piece_type[i] = i == 0 ? KVCAL_PIECE_UNKNOWN : i < 3 ? KVCAL_PIECE_CONTROL
-                           : i < 259 ? KVCAL_PIECE_BYTE : KVCAL_PIECE_NORMAL;
+        t->piece_type[i] = i == 0    ? KVCAL_PIECE_UNKNOWN
+                           : i < 3   ? KVCAL_PIECE_CONTROL
+                           : i < 259 ? KVCAL_PIECE_BYTE
+                                     : KVCAL_PIECE_NORMAL;
     }
     t->piece_off[n] = (uint32_t)pos;
     t->kind = KVCAL_TOK_LLAMA2C;
@@ -86,8 +95,9 @@ kvcal_status kvcal_tok_load_llama2c(kvcal_tokenizer_t *t, const char *path,
 
 /* llama2.c merges two tokens when the concatenation of their strings is a
  * token; spans of the working string are exactly those strings. */
-static int llama2c_pair(const kvcal_tokenizer_t *t, const char *text, const kvcal_bpe_sym *a,
-                        const kvcal_bpe_sym *b, double *priority, int32_t *merged)
+static int llama2c_pair(const kvcal_tokenizer_t *t, const char *text,
+                        const kvcal_bpe_sym *a, const kvcal_bpe_sym *b, double *priority,
+                        int32_t *merged)
 {
     int32_t id = kvcal_tok_lookup(t, text + a->start, b->end - a->start);
     if (id < 0)
@@ -133,7 +143,8 @@ kvcal_status kvcal_tok_encode_llama2c(const kvcal_tokenizer_t *t, const char *te
             w.sym[n++] = (kvcal_bpe_sym){id, (uint32_t)i, (uint32_t)j, -1, -1, 1};
         else
             for (size_t k = i; k < j; k++)
-                w.sym[n++] = (kvcal_bpe_sym){(int32_t)u[k] + 3, (uint32_t)k, (uint32_t)k + 1, -1, -1, 0};
+                w.sym[n++] = (kvcal_bpe_sym){
+                    (int32_t)u[k] + 3, (uint32_t)k, (uint32_t)k + 1, -1, -1, 0};
         i = j;
     }
     for (size_t k = 0; k < n; k++) {

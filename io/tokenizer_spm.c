@@ -46,7 +46,8 @@ static int pb_field(pb *r, int *field, int *wire, uint64_t *v, pb *sub)
     *field = (int)(key >> 3);
     *wire = (int)(key & 7);
     switch (*wire) {
-    case 0: return pb_varint(r, v);
+    case 0:
+        return pb_varint(r, v);
     case 1:
         if (r->end - r->p < 8)
             return -1;
@@ -71,7 +72,7 @@ static int pb_field(pb *r, int *field, int *wire, uint64_t *v, pb *sub)
 }
 
 typedef struct spm_spec {
-    int model_type;        /* 1 unigram, 2 bpe, 3 word, 4 char */
+    int model_type; /* 1 unigram, 2 bpe, 3 word, 4 char */
     int byte_fallback;
     int suffix_whitespace; /* treat_whitespace_as_suffix */
     int unk_id, bos_id, eos_id;
@@ -90,12 +91,24 @@ static int parse_trainer(pb r, spm_spec *s)
         if (wire != 0)
             continue;
         switch (field) {
-        case 3: s->model_type = (int)v; break;
-        case 24: s->suffix_whitespace = v != 0; break;
-        case 35: s->byte_fallback = v != 0; break;
-        case 40: s->unk_id = (int)(int32_t)v; break;
-        case 41: s->bos_id = (int)(int32_t)v; break;
-        case 42: s->eos_id = (int)(int32_t)v; break;
+        case 3:
+            s->model_type = (int)v;
+            break;
+        case 24:
+            s->suffix_whitespace = v != 0;
+            break;
+        case 35:
+            s->byte_fallback = v != 0;
+            break;
+        case 40:
+            s->unk_id = (int)(int32_t)v;
+            break;
+        case 41:
+            s->bos_id = (int)(int32_t)v;
+            break;
+        case 42:
+            s->eos_id = (int)(int32_t)v;
+            break;
         }
     }
     return 0;
@@ -146,14 +159,20 @@ static int parse_piece(pb r, pb *piece, float *score, int *type)
 
 static int spm_mergeable(const kvcal_tokenizer_t *t, int32_t id)
 {
-    return t->piece_type[id] == KVCAL_PIECE_NORMAL || t->piece_type[id] == KVCAL_PIECE_USER_DEFINED;
+    return t->piece_type[id] == KVCAL_PIECE_NORMAL ||
+           t->piece_type[id] == KVCAL_PIECE_USER_DEFINED;
 }
 
 kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
                                 const unsigned char *data, size_t len)
 {
-    spm_spec s = {.model_type = 1, .unk_id = 0, .bos_id = 1, .eos_id = 2,
-                  .add_dummy_prefix = 1, .remove_extra_whitespaces = 1, .escape_whitespaces = 1};
+    spm_spec s = {.model_type = 1,
+                  .unk_id = 0,
+                  .bos_id = 1,
+                  .eos_id = 2,
+                  .add_dummy_prefix = 1,
+                  .remove_extra_whitespaces = 1,
+                  .escape_whitespaces = 1};
     pb r = {data, data + len}, sub;
     int field, wire;
     uint64_t v;
@@ -180,21 +199,25 @@ kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
         }
     }
     if (n == 0)
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: SentencePiece model has no pieces", path);
-    if (s.model_type != 2)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: SentencePiece model_type %d is not supported (only BPE, type 2: "
-                          "Llama 2, Mistral); use the model's tokenizer.json if it has one",
-                          path, s.model_type);
-    if (s.charsmap_len)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: SentencePiece normalizer has a precompiled_charsmap (NFKC-style "
-                          "normalization), which kvcal does not implement; use the model's "
-                          "tokenizer.json if it has one",
+        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: SentencePiece model has no pieces",
                           path);
+    if (s.model_type != 2)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: SentencePiece model_type %d is not supported (only BPE, type 2: "
+            "Llama 2, Mistral); use the model's tokenizer.json if it has one",
+            path, s.model_type);
+    if (s.charsmap_len)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: SentencePiece normalizer has a precompiled_charsmap (NFKC-style "
+            "normalization), which kvcal does not implement; use the model's "
+            "tokenizer.json if it has one",
+            path);
     if (s.suffix_whitespace)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: SentencePiece treat_whitespace_as_suffix is not supported", path);
+                          "%s: SentencePiece treat_whitespace_as_suffix is not supported",
+                          path);
     kvcal_status st = kvcal_tok_alloc(t, n, total);
     if (st)
         return st;
@@ -211,12 +234,14 @@ kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
         int type;
         parse_piece(sub, &piece, &score, &type);
         if (type < KVCAL_PIECE_NORMAL || type > KVCAL_PIECE_BYTE)
-            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: piece %d has unknown type %d", path, i, type);
+            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: piece %d has unknown type %d", path,
+                              i, type);
         if (type == KVCAL_PIECE_UNUSED)
-            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                              "%s: piece %d is of type UNUSED, which kvcal's SentencePiece BPE "
-                              "encoder does not resegment; use the model's tokenizer.json",
-                              path, i);
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: piece %d is of type UNUSED, which kvcal's SentencePiece BPE "
+                "encoder does not resegment; use the model's tokenizer.json",
+                path, i);
         size_t pl = (size_t)(piece.end - piece.p);
         memcpy(t->piece_data + pos, piece.p, pl);
         t->piece_off[i] = (uint32_t)pos;
@@ -239,8 +264,9 @@ kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
     t->escape_whitespaces = s.escape_whitespaces;
     t->strip_leading_space = s.add_dummy_prefix;
     if (t->unk < 0)
-        return kvcal_fail(KVCAL_ERR_FORMAT, "%s: SentencePiece model has no unk piece (unk_id %d)",
-                          path, s.unk_id);
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: SentencePiece model has no unk piece (unk_id %d)", path,
+                          s.unk_id);
     kvcal_tok_find_byte_pieces(t);
     for (int b = 0; b < 256; b++)
         if (t->byte_id[b] >= 0 && t->piece_type[t->byte_id[b]] != KVCAL_PIECE_BYTE)
@@ -248,14 +274,16 @@ kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
     if (s.byte_fallback)
         for (int b = 0; b < 256; b++)
             if (t->byte_id[b] < 0)
-                return kvcal_fail(KVCAL_ERR_FORMAT,
-                                  "%s: byte_fallback is set but there is no byte piece <0x%02X>",
-                                  path, b);
+                return kvcal_fail(
+                    KVCAL_ERR_FORMAT,
+                    "%s: byte_fallback is set but there is no byte piece <0x%02X>", path,
+                    b);
     return kvcal_tok_build_map(t, spm_mergeable);
 malformed:
-    return kvcal_fail(KVCAL_ERR_PARSE,
-                      "%s: not a valid SentencePiece model (malformed protobuf near byte %zu)",
-                      path, (size_t)(r.p - data));
+    return kvcal_fail(
+        KVCAL_ERR_PARSE,
+        "%s: not a valid SentencePiece model (malformed protobuf near byte %zu)", path,
+        (size_t)(r.p - data));
 }
 
 // --- encoding ---------------------------------------------------------------------
@@ -263,14 +291,15 @@ malformed:
 /* sentencepiece's normalizer with an identity character map: invalid UTF-8
  * bytes become U+FFFD; spaces are optionally collapsed and trimmed, and
  * escaped to U+2581; a dummy prefix starts the text. *out is malloc'ed. */
-static kvcal_status spm_normalize(const kvcal_tokenizer_t *t, const char *text, size_t len,
-                                  char **out, size_t *out_len)
+static kvcal_status spm_normalize(const kvcal_tokenizer_t *t, const char *text,
+                                  size_t len, char **out, size_t *out_len)
 {
     const char *ws = t->escape_whitespaces ? "\xE2\x96\x81" : " ";
     size_t ws_len = t->escape_whitespaces ? 3 : 1;
     char *buf = malloc(len * 3 + 4);
     if (!buf)
-        return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory normalizing %zu bytes", len);
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "tokenizer: out of memory normalizing %zu bytes", len);
     const unsigned char *u = (const unsigned char *)text;
     size_t i = 0, n = 0;
     if (t->remove_extra_whitespaces)
@@ -322,8 +351,8 @@ static int spm_pair(const kvcal_tokenizer_t *t, const char *text, const kvcal_bp
     return 1;
 }
 
-kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text, size_t len,
-                                  kvcal_ids *out)
+kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text,
+                                  size_t len, kvcal_ids *out)
 {
     char *norm = NULL;
     size_t n_norm = 0;
@@ -350,14 +379,15 @@ kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text, 
             }
         }
         if (best >= 0 && best_len > 0) {
-            w.sym[n++] = (kvcal_bpe_sym){best, (uint32_t)i, (uint32_t)(i + best_len), -1, -1, 0};
+            w.sym[n++] =
+                (kvcal_bpe_sym){best, (uint32_t)i, (uint32_t)(i + best_len), -1, -1, 0};
             i += best_len;
             continue;
         }
         if (!l)
             l = 1;
-        w.sym[n++] = (kvcal_bpe_sym){kvcal_tok_lookup(t, norm + i, l), (uint32_t)i,
-                                     (uint32_t)(i + l), -1, -1, 1};
+        w.sym[n++] = (kvcal_bpe_sym){
+            kvcal_tok_lookup(t, norm + i, l), (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
         i += l;
     }
     for (size_t k = 0; k < n; k++) {

@@ -18,12 +18,14 @@ static const char *write_tmp(const char *name, const char *text)
 
 static int doc_is(const kvcal_doclist *l, size_t i, const char *want)
 {
-    return i < l->n && l->d[i].len == strlen(want) && !memcmp(l->d[i].text, want, l->d[i].len);
+    return i < l->n && l->d[i].len == strlen(want) &&
+           !memcmp(l->d[i].text, want, l->d[i].len);
 }
 
 static void dataset_text_splits_documents_on_blank_lines(void)
 {
-    const char *p = write_tmp("docs.txt", "\n\nfirst line\nsecond line\n\n \t\nthird\r\n\n\nlast");
+    const char *p =
+        write_tmp("docs.txt", "\n\nfirst line\nsecond line\n\n \t\nthird\r\n\n\nlast");
     kvcal_doclist l;
     CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(p, NULL, &l), KVCAL_OK);
     CU_ASSERT_EQUAL(l.n, 3);
@@ -55,11 +57,12 @@ static void dataset_directory_is_one_document_per_file_in_name_order(void)
 
 static void dataset_jsonl_reads_text_field_and_chat_messages(void)
 {
-    const char *p = write_tmp("t.jsonl",
-                              "{\"body\": \"custom field\"}\n"
-                              "\n"
-                              "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi?\"},"
-                              " {\"role\": \"assistant\", \"content\": [{\"type\": \"text\", \"text\": \"Hello.\"}]}]}\n");
+    const char *p =
+        write_tmp("t.jsonl", "{\"body\": \"custom field\"}\n"
+                             "\n"
+                             "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi?\"},"
+                             " {\"role\": \"assistant\", \"content\": [{\"type\": "
+                             "\"text\", \"text\": \"Hello.\"}]}]}\n");
     kvcal_doclist l;
     CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(p, "body", &l), KVCAL_OK);
     CU_ASSERT_EQUAL(l.n, 2);
@@ -74,8 +77,9 @@ static void dataset_jsonl_reads_text_field_and_chat_messages(void)
 
 static void dataset_jsonl_ids_are_taken_verbatim_and_packed(void)
 {
-    const char *p = write_tmp("ids.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [8, 9]}\n"
-                                           "{\"input_ids\": [10, 11, 12, 13]}\n");
+    const char *p =
+        write_tmp("ids.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [8, 9]}\n"
+                               "{\"input_ids\": [10, 11, 12, 13]}\n");
     kvcal_dataset_options opt = {.num_samples = 3, .seq_len = 3, .seed = 7, .pack = 1};
     kvcal_samples *s = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_OK);
@@ -107,7 +111,8 @@ static void dataset_same_seed_gives_same_samples(void)
     char text[4096] = "";
     for (int i = 0; i < 40; i++) {
         char line[64];
-        snprintf(line, sizeof line, "{\"input_ids\": [%d, %d, %d, %d]}\n", i, i + 100, i + 200, i + 300);
+        snprintf(line, sizeof line, "{\"input_ids\": [%d, %d, %d, %d]}\n", i, i + 100,
+                 i + 200, i + 300);
         strcat(text, line);
     }
     const char *p = write_tmp("many.jsonl", text);
@@ -139,7 +144,8 @@ static void dataset_rejects_invalid_utf8_naming_the_line(void)
 
 static void dataset_too_few_tokens_says_how_many_there_are(void)
 {
-    const char *p = write_tmp("few.jsonl", "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4, 5]}\n");
+    const char *p =
+        write_tmp("few.jsonl", "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4, 5]}\n");
     kvcal_dataset_options opt = {.num_samples = 2, .seq_len = 4, .seed = 0, .pack = 1};
     kvcal_samples *s = (kvcal_samples *)1;
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
@@ -154,9 +160,11 @@ static void dataset_too_few_tokens_says_how_many_there_are(void)
 static void dataset_empty_unreadable_or_textless_is_an_error(void)
 {
     kvcal_doclist l;
-    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("empty.txt", "\n \n\n"), NULL, &l), KVCAL_ERR_FORMAT);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("empty.txt", "\n \n\n"), NULL, &l),
+                    KVCAL_ERR_FORMAT);
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "empty"));
-    CU_ASSERT_EQUAL(kvcal_dataset_read(kvcal_test_path("nope.txt"), NULL, &l), KVCAL_ERR_IO);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(kvcal_test_path("nope.txt"), NULL, &l),
+                    KVCAL_ERR_IO);
     kvcal_dataset_options opt = {.num_samples = 1, .seq_len = 4};
     kvcal_samples *s = NULL;
     CU_ASSERT_EQUAL(kvcal_dataset_load(write_tmp("x.txt", "words"), NULL, &opt, &s),
@@ -165,7 +173,8 @@ static void dataset_empty_unreadable_or_textless_is_an_error(void)
     opt.seq_len = 0;
     CU_ASSERT_EQUAL(kvcal_dataset_load(write_tmp("x.txt", "words"), NULL, &opt, &s),
                     KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("bad.jsonl", "{\"input_ids\": [1, -2]}\n"), NULL, &l),
+    CU_ASSERT_EQUAL(kvcal_dataset_read(
+                        write_tmp("bad.jsonl", "{\"input_ids\": [1, -2]}\n"), NULL, &l),
                     KVCAL_ERR_FORMAT);
     CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("bad2.jsonl", "not json\n"), NULL, &l),
                     KVCAL_ERR_PARSE);
@@ -180,8 +189,11 @@ static void dataset_hdf5_token_set_reads_back_as_written(void)
     s.lengths = lengths;
     s.num_tokens = 10;
     const char *p = kvcal_test_path("set.h5");
-    kvcal_token_provenance prov = {.source = "x.txt", .tokenizer = "tok.bin",
-                                   .tokenizer_kind = "llama2c", .seed = 3, .pack = 1};
+    kvcal_token_provenance prov = {.source = "x.txt",
+                                   .tokenizer = "tok.bin",
+                                   .tokenizer_kind = "llama2c",
+                                   .seed = 3,
+                                   .pack = 1};
     CU_ASSERT_EQUAL_FATAL(kvcal_samples_write_hdf5(p, &s, &prov), KVCAL_OK);
     kvcal_doclist l;
     CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(p, NULL, &l), KVCAL_OK);
@@ -197,20 +209,23 @@ static void dataset_hdf5_token_set_reads_back_as_written(void)
     CU_ASSERT_EQUAL(back->num_tokens, 10);
     kvcal_samples_destroy(back);
     /* a file without input_ids */
-    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("fake.h5", "\x89HDF\r\n\x1a\n junk"), NULL, &l),
-                    KVCAL_ERR_PARSE);
+    CU_ASSERT_EQUAL(
+        kvcal_dataset_read(write_tmp("fake.h5", "\x89HDF\r\n\x1a\n junk"), NULL, &l),
+        KVCAL_ERR_PARSE);
 }
 
 static void dataset_text_packs_windows_that_start_with_bos(void)
 {
     char tokp[512];
-    snprintf(tokp, sizeof tokp, "%s/models/stories260K/tok512.bin", kvcal_test_shared_dir());
+    snprintf(tokp, sizeof tokp, "%s/models/stories260K/tok512.bin",
+             kvcal_test_shared_dir());
     kvcal_tokenizer_t *tok = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_load(tokp, &tok), KVCAL_OK);
-    const char *p = write_tmp("stories.txt",
-                              "Once upon a time there was a cat. The cat liked milk and naps.\n\n"
-                              "Tom ran to the park. He saw a big red ball and a small dog.\n\n"
-                              "The sun was hot. Lily and Ben played in the water all day long.\n");
+    const char *p =
+        write_tmp("stories.txt",
+                  "Once upon a time there was a cat. The cat liked milk and naps.\n\n"
+                  "Tom ran to the park. He saw a big red ball and a small dog.\n\n"
+                  "The sun was hot. Lily and Ben played in the water all day long.\n");
     kvcal_dataset_options opt = {.num_samples = 4, .seq_len = 12, .seed = 5, .pack = 1};
     kvcal_samples *s = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_OK);

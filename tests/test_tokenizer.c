@@ -41,9 +41,11 @@ static const fixture_strings *load_strings(void)
     size_t cap = 2048;
     strings.s = calloc(cap, sizeof *strings.s);
     strings.len = calloc(cap, sizeof *strings.len);
-    for (char *line = strtok(data, "\n"); line && strings.n < cap; line = strtok(NULL, "\n")) {
+    for (char *line = strtok(data, "\n"); line && strings.n < cap;
+         line = strtok(NULL, "\n")) {
         cJSON *o = cJSON_Parse(line);
-        const cJSON *t = cJSON_GetObjectItem(o, "text"), *h = cJSON_GetObjectItem(o, "hex");
+        const cJSON *t = cJSON_GetObjectItem(o, "text"),
+                    *h = cJSON_GetObjectItem(o, "hex");
         size_t i = strings.n++;
         if (cJSON_IsString(t)) {
             strings.len[i] = strlen(t->valuestring);
@@ -64,7 +66,8 @@ static const fixture_strings *load_strings(void)
 
 /* Encodes every string named in ids_file and compares with its ids; returns
  * the number of strings checked, reporting the first mismatches. */
-static size_t check_ids(const kvcal_tokenizer_t *tok, const char *ids_file, size_t *mismatches)
+static size_t check_ids(const kvcal_tokenizer_t *tok, const char *ids_file,
+                        size_t *mismatches)
 {
     const fixture_strings *fs = load_strings();
     size_t len, checked = 0;
@@ -75,7 +78,8 @@ static size_t check_ids(const kvcal_tokenizer_t *tok, const char *ids_file, size
         return 0;
     }
     char *save = NULL;
-    for (char *line = strtok_r(data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(data, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
         cJSON *o = cJSON_Parse(line);
         int i = cJSON_GetObjectItem(o, "i")->valueint;
         const cJSON *want = cJSON_GetObjectItem(o, "ids");
@@ -86,7 +90,8 @@ static size_t check_ids(const kvcal_tokenizer_t *tok, const char *ids_file, size
         for (size_t k = 0; ok && k < n; k++)
             ok = ids[k] == cJSON_GetArrayItem(want, (int)k)->valueint;
         if (!ok && (*mismatches)++ < 5) {
-            fprintf(stderr, "\n  %s: string %d (%zu bytes): got", ids_file, i, fs->len[i]);
+            fprintf(stderr, "\n  %s: string %d (%zu bytes): got", ids_file, i,
+                    fs->len[i]);
             for (size_t k = 0; k < n && k < 24; k++)
                 fprintf(stderr, " %d", ids[k]);
             char *w = cJSON_PrintUnformatted(want);
@@ -174,7 +179,8 @@ static void llama2c_adds_bos_not_eos_and_decodes_back(void)
     int32_t *ids = NULL;
     size_t n = 0;
     const char *text = "Once upon a time, there was a little girl named Lily.";
-    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n),
+                          KVCAL_OK);
     CU_ASSERT(n > 2);
     CU_ASSERT_EQUAL(ids[0], 1);
     CU_ASSERT_NOT_EQUAL(ids[n - 1], 2);
@@ -193,15 +199,19 @@ static void llama2c_adds_bos_not_eos_and_decodes_back(void)
 static void tokenizer_find_picks_tok_bin_next_to_model(void)
 {
     kvcal_tokenizer_t *tok = NULL;
-    CU_ASSERT_EQUAL(kvcal_tokenizer_find(shared_path("models/stories260K/stories260K.bin"), NULL, &tok),
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(
+                        shared_path("models/stories260K/stories260K.bin"), NULL, &tok),
                     KVCAL_OK);
     CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "llama2c");
     kvcal_tokenizer_destroy(tok);
-    CU_ASSERT_EQUAL(kvcal_tokenizer_find(shared_path("models/stories260K"), NULL, &tok), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(shared_path("models/stories260K"), NULL, &tok),
+                    KVCAL_OK);
     CU_ASSERT_PTR_NOT_NULL(tok);
     kvcal_tokenizer_destroy(tok);
     /* tokenizer.model wins over tokenizer.bin in one folder */
-    CU_ASSERT_EQUAL(kvcal_tokenizer_find(shared_path("models/llama2-tokenizer"), NULL, &tok), KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_tokenizer_find(shared_path("models/llama2-tokenizer"), NULL, &tok),
+        KVCAL_OK);
     CU_ASSERT_STRING_EQUAL(kvcal_tokenizer_kind(tok), "sentencepiece");
     kvcal_tokenizer_destroy(tok);
 }
@@ -231,7 +241,8 @@ static void llama2c_and_sentencepiece_exports_agree_on_prose(void)
     kvcal_tokenizer_t *b = load(shared_path("models/llama2-tokenizer/tokenizer.bin"));
     CU_ASSERT_PTR_NOT_NULL_FATAL(a);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b);
-    const char *text = "The quick brown fox jumps over the lazy dog. Les élèves ont mangé 12 crêpes.";
+    const char *text =
+        "The quick brown fox jumps over the lazy dog. Les élèves ont mangé 12 crêpes.";
     int32_t *x = NULL, *y = NULL;
     size_t nx = 0, ny = 0;
     CU_ASSERT_EQUAL(kvcal_tokenizer_encode(a, text, strlen(text), 1, &x, &nx), KVCAL_OK);
@@ -268,7 +279,8 @@ static void hf_bytelevel_adds_template_bos_and_decodes_back(void)
     int32_t *ids = NULL;
     size_t n = 0;
     const char *text = "Hello <|eot_id|>world";
-    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_encode(tok, text, strlen(text), 1, &ids, &n),
+                          KVCAL_OK);
     CU_ASSERT_EQUAL(ids[0], 0);
     int found = 0;
     for (size_t i = 0; i < n; i++)
@@ -327,7 +339,8 @@ static void tokenizer_load_rejects_unknown_and_truncated_files(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(p, trunc, sizeof trunc), 0);
     CU_ASSERT_EQUAL(kvcal_tokenizer_load(p, &tok), KVCAL_ERR_FORMAT);
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "token 0"));
-    CU_ASSERT_EQUAL(kvcal_tokenizer_load(kvcal_test_path("missing.model"), &tok), KVCAL_ERR_IO);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load(kvcal_test_path("missing.model"), &tok),
+                    KVCAL_ERR_IO);
     CU_ASSERT_EQUAL(kvcal_tokenizer_find(kvcal_test_tmpdir(), NULL, &tok), KVCAL_ERR_IO);
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "--tokenizer"));
     kvcal_tokenizer_destroy(NULL);
