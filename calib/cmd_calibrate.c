@@ -505,7 +505,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples and write K/V ca
     }
     if (tok && kvcal_tokenizer_vocab_size(tok) > d->vocab_size) {
         st = kvcal_fail(KVCAL_ERR_MISMATCH,
-                        "the tokenizer has %d tokens but the model's vocabulary %d: wrong "
+                        "the tokenizer has %d tokens but the model's vocabulary has %d: wrong "
                         "--tokenizer for %s?",
                         kvcal_tokenizer_vocab_size(tok), d->vocab_size, o.model);
         goto fail;

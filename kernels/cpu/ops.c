@@ -100,6 +100,14 @@ void kvcal_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int
  * this order, so a value does not depend on the tile it fell into. */
 #define LANES 8
 #define TILE_R 64
+/* On x86-64 the dot-product loops also get an AVX2 build picked at load
+ * time; both do the same float operations in the same order (no FMA
+ * contraction in ISO C mode), so results are bit-identical. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
 #define TILE_N 64
 
 typedef struct {
@@ -123,6 +131,7 @@ static inline float dot_tail(const float *x, const float *w, int k0, int k)
 }
 
 /* out[r][c] for 4 x rows and 4 w rows. */
+VECTOR_CLONES
 static void micro_4x4(float *out, int64_t ldo, const float *x, const float *w, int k,
                       const float *bias)
 {
@@ -154,6 +163,7 @@ static void micro_4x4(float *out, int64_t ldo, const float *x, const float *w, i
 }
 
 /* out[0][0] for one x row and one w row, in the order of micro_4x4. */
+VECTOR_CLONES
 static float dot_1x1(const float *x, const float *w, int k)
 {
     float acc[LANES] = {0};
