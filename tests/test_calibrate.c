@@ -2,12 +2,14 @@
  * stories260K and default calibration text, through the kvcal binary built
  * beside this test program. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "io/safetensors.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -102,12 +104,48 @@ static void calibrate_usage_errors_exit_2(void)
     CU_ASSERT_EQUAL(kvcal_run("calibrate --help", NULL), 0);
 }
 
+/* A golden fp32 checkpoint whose layer-1 v_proj holds one Inf: V of layer 1
+ * overflows (K of layer 1 and every layer-0 value stay finite). */
+static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
+{
+    const char *src = "tests/fixtures/golden/llama_mha_linear_tied_fp32";
+    const char *dir = kvcal_test_path("inf-model");
+    char cmd[2048], path[700], *out = NULL;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, src, dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    size_t len = 0;
+    char *buf = kvcal_test_read_file(path, &len);
+    kvcal_safetensors_t *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_parse(buf, len, path, &st), KVCAL_OK);
+    const kvcal_tensor_info *t =
+        kvcal_safetensors_find(st, "model.layers.1.self_attn.v_proj.weight");
+    CU_ASSERT_FATAL(t && t->dtype == KVCAL_DTYPE_F32);
+    float inf = INFINITY;
+    memcpy(buf + ((const char *)t->data - buf) + 17 * t->shape[1] * sizeof(float), &inf,
+           sizeof inf); /* row 17: kv head 1 of head_dim 16 */
+    kvcal_safetensors_close(st);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, buf, len), 0);
+    free(buf);
+    const char *ids = kvcal_test_path("ids.jsonl");
+    const char *line = "{\"input_ids\": [5, 9, 17, 3, 100, 42, 7, 8]}\n";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, line, strlen(line)), 0);
+    snprintf(cmd, sizeof cmd,
+             "calibrate --model '%s' --dataset '%s' --num-samples 1 --seq-len 8 --quiet "
+             "--out '%s'", dir, ids, kvcal_test_path("never.json"));
+    CU_ASSERT_EQUAL(kvcal_run(cmd, &out), 1);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "layer 1 V kv head 1: sample 0"));
+    CU_ASSERT_EQUAL(access(kvcal_test_path("never.json"), F_OK), -1);
+    free(out);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
     KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
     KVCAL_TEST(calibrate_device_cuda_says_why_it_cannot_run),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
+    KVCAL_TEST(calibrate_refuses_nonfinite_v_naming_layer_head_and_sample),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(calibrate, KVCAL_NEEDS_NOTHING, tests)
