@@ -24,6 +24,7 @@
 #include "core/status.h"
 #include "io/json_file.h"
 #include "io/tokenizer_impl.h"
+#include "io/tokenizer_nfc.h"
 
 #define GPT2_PATTERN                                                                     \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -185,14 +186,14 @@ static kvcal_status parse_pretok(kvcal_tokenizer_t *t, const char *path, const c
         path, type);
 }
 
-static kvcal_status add_norm(kvcal_tokenizer_t *t, const char *path, int replace,
+static kvcal_status add_norm(kvcal_tokenizer_t *t, const char *path, int op,
                              const char *a, const char *b)
 {
     if (t->n_norm == KVCAL_TOK_MAX_NORM)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "%s: more than %d normalizers", path,
                           KVCAL_TOK_MAX_NORM);
     kvcal_norm_step *s = &t->norm[t->n_norm];
-    s->replace = replace;
+    s->op = op;
     s->a = strdup(a);
     s->b = strdup(b ? b : "");
     if (!s->a || !s->b) {
@@ -222,21 +223,23 @@ static kvcal_status parse_normalizer(kvcal_tokenizer_t *t, const char *path,
         }
         return KVCAL_OK;
     }
+    if (type && !strcmp(type, "NFC"))
+        return add_norm(t, path, KVCAL_NORM_NFC, "", NULL);
     if (type && !strcmp(type, "Prepend") && json_str(o, "prepend"))
-        return add_norm(t, path, 0, json_str(o, "prepend"), NULL);
+        return add_norm(t, path, KVCAL_NORM_PREPEND, json_str(o, "prepend"), NULL);
     if (type && !strcmp(type, "Replace")) {
         const char *from =
             json_str(cJSON_GetObjectItemCaseSensitive(o, "pattern"), "String");
         const char *to = json_str(o, "content");
         if (from && *from && to)
-            return add_norm(t, path, 1, from, to);
+            return add_norm(t, path, KVCAL_NORM_REPLACE, from, to);
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: Replace normalizer with a regex pattern is not supported",
                           path);
     }
     return kvcal_fail(
         KVCAL_ERR_UNSUPPORTED,
-        "%s: normalizer %s is not supported (Prepend, Replace with a string "
+        "%s: normalizer %s is not supported (NFC, Prepend, Replace with a string "
         "pattern, Sequence)",
         path, type ? type : "(no type)");
 }
@@ -517,11 +520,11 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
         bytelevel = 1;
     t->kind = bytelevel ? KVCAL_TOK_HF_BYTELEVEL : KVCAL_TOK_HF_SENTENCEPIECE;
     if (bytelevel) {
-        if (t->metaspace || t->n_norm)
+        if (t->metaspace)
             return kvcal_fail(
                 KVCAL_ERR_UNSUPPORTED,
-                "%s: byte-level BPE combined with a Metaspace pre-tokenizer or "
-                "Prepend/Replace normalizers is not supported",
+                "%s: byte-level BPE combined with a Metaspace pre-tokenizer is "
+                "not supported",
                 path);
         for (unsigned b = 0; b < 256; b++) {
             char c[2];
@@ -727,17 +730,22 @@ static int reserve(hf_ctx *c, size_t n)
     return 0;
 }
 
-/* Normalizes one segment into c->buf (Prepend / Replace steps, then
+/* Normalizes one segment into c->buf (NFC / Prepend / Replace steps, then
  * Metaspace or the ByteLevel prefix space); returns its length. */
 static kvcal_status normalize_segment(hf_ctx *c, const char *p, size_t n, int at_start,
                                       size_t *out_len)
 {
     const kvcal_tokenizer_t *t = c->t;
     size_t cap = n + 8;
-    for (int i = 0; i < t->n_norm; i++)
-        cap = t->norm[i].replace
-                  ? cap * (t->norm[i].lb > t->norm[i].la ? t->norm[i].lb : 1) + 8
-                  : cap + t->norm[i].la;
+    for (int i = 0; i < t->n_norm; i++) {
+        const kvcal_norm_step *s = &t->norm[i];
+        if (s->op == KVCAL_NORM_NFC)
+            cap = cap * 3 + 8; /* NFC grows UTF-8 at most 3x (UAX #15) */
+        else if (s->op == KVCAL_NORM_REPLACE)
+            cap = cap * (s->lb > s->la ? s->lb : 1) + 8;
+        else
+            cap += s->la;
+    }
     cap = cap * 3 + 8;
     char *tmp = malloc(cap);
     if (!tmp || reserve(c, cap)) {
@@ -749,7 +757,20 @@ static kvcal_status normalize_segment(hf_ctx *c, const char *p, size_t n, int at
     size_t len = n;
     for (int i = 0; i < t->n_norm; i++) {
         const kvcal_norm_step *s = &t->norm[i];
-        if (!s->replace) {
+        if (s->op == KVCAL_NORM_NFC) {
+            char *nfc = NULL;
+            size_t m = 0;
+            kvcal_status st = kvcal_nfc(c->buf, len, &nfc, &m);
+            if (st) {
+                free(tmp);
+                return st;
+            }
+            memcpy(c->buf, nfc, m);
+            free(nfc);
+            len = m;
+            continue;
+        }
+        if (s->op == KVCAL_NORM_PREPEND) {
             if (len) {
                 memmove(c->buf + s->la, c->buf, len);
                 memcpy(c->buf, s->a, s->la);

@@ -64,9 +64,10 @@ int kvcal_pairmap_get(const kvcal_pairmap *m, int32_t a, int32_t b, int32_t *ran
 #define KVCAL_TOK_MAX_SPLITS 4
 #define KVCAL_TOK_MAX_NORM 8
 
-/* A normalizer step of a tokenizer.json: Prepend(a) or Replace(a -> b). */
+/* A normalizer step of a tokenizer.json: Prepend(a), Replace(a -> b), NFC. */
+enum { KVCAL_NORM_PREPEND = 0, KVCAL_NORM_REPLACE = 1, KVCAL_NORM_NFC = 2 };
 typedef struct kvcal_norm_step {
-    int replace; /* 0 Prepend, 1 Replace */
+    int op;      /* KVCAL_NORM_* */
     char *a, *b; /* owned */
     size_t la, lb;
 } kvcal_norm_step;

@@ -13,6 +13,9 @@ Writes tests/fixtures/tokenizer/:
   bytelevel/tokenizer.json a byte-level BPE (Llama-3 pre-tokenizer regex)
                            trained here on ../shared corpora text
   bytelevel_ids.jsonl      its ids for every valid UTF-8 string (HF tokenizers)
+  bytelevel_gpt2_ids.jsonl, bytelevel_qwen2_ids.jsonl
+                           ids of two variants of it (bytelevel_variant():
+                           GPT-2 ByteLevel regex; NFC + Qwen2 regex)
   spmbpe/tokenizer.json    a SentencePiece-style BPE tokenizer.json (Prepend +
                            Replace normalizer, byte fallback) trained here
   spmbpe/tokenizer_config.json
@@ -38,6 +41,10 @@ import sys
 
 SHARED = os.environ.get("KVCAL_SHARED", "../shared")
 OUT = "tests/fixtures/tokenizer"
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
     r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -85,6 +92,12 @@ MIXED = [
     "ﬁ ligature ﬀ and ＡＢＣ fullwidth", "zero\u200bwidth\u200cjoiners\u200d",
     "combining e\u0301 a\u0300 o\u0308", "Ⅻ roman numeral ½ ¾ ²³",
 ]
+NFC = [
+    "cafe\u0301 vs caf\u00e9", "A\u030a and \u212b and \u00c5", "\u1100\u1161\u11a8 \u1112\u1161\u11ab",
+    "a\u0316\u0301 a\u0301\u0316", "\u0958\u0959 \u0915\u093c", "o\u0308\u0304 \u022b",
+    "\u0344 \u0340\u0341", "e\u0323\u0302 \u1ec7", "\u1e9b\u0323", "\u0071\u0307\u0323",
+    "\uac00\u11a8 \u1100\u1161", "\u00e9\u0301\u0301", "\u0301leading mark", "\u2126 ohm \u212a kelvin",
+]
 CONTRACTIONS = [
     "I'm sure it's fine, they're here and we've seen it.", "DON'T SHOUT, I'LL HEAR YOU'D",
     "She'S gone; we'Ve got 'em", "rock 'n' roll", "'s 't 're 've 'm 'll 'd",
@@ -104,7 +117,7 @@ def gen_strings():
         for _ in range(count):
             start = rng.randrange(0, len(c) - 400)
             texts.append(c[start:start + rng.randrange(1, 300)])
-    texts += CODE + CJK + EMOJI + MIXED + CONTRACTIONS
+    texts += CODE + CJK + EMOJI + MIXED + CONTRACTIONS + NFC
     # numbers
     for _ in range(80):
         k = rng.randrange(6)
@@ -130,7 +143,8 @@ def gen_strings():
     # random code points from assorted blocks
     blocks = [(0x20, 0x7E), (0xA0, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF),
               (0x900, 0x97F), (0x3040, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3),
-              (0x1F300, 0x1F64F), (0x2000, 0x206F), (0xFF00, 0xFFEF), (0x10000, 0x1007F)]
+              (0x1F300, 0x1F64F), (0x2000, 0x206F), (0xFF00, 0xFFEF), (0x10000, 0x1007F),
+              (0x300, 0x36F), (0x1100, 0x11FF), (0x1E00, 0x1EFF), (0x1F00, 0x1FFF)]
     for _ in range(200):
         n = rng.randrange(1, 25)
         s = ""
@@ -241,6 +255,29 @@ def train_bytelevel():
     return tok
 
 
+def bytelevel_variant(base, name):
+    """tokenizer.json variants of the trained byte-level model (same vocab and
+    merges), rebuilt the same way by tests/test_tokenizer.c:
+    gpt2:  ByteLevel pre-tokenizer with its own GPT-2 regex (use_regex), no
+           Split, ignore_merges false, ByteLevel post-processor (no BOS);
+    qwen2: NFC normalizer, Split with the Qwen2 regex (single digits),
+           ignore_merges false, ByteLevel post-processor."""
+    t = json.loads(json.dumps(base))
+    t["model"]["ignore_merges"] = False
+    t["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True}
+    if name == "gpt2":
+        t["normalizer"] = None
+        t["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                              "use_regex": True}
+    else:
+        t["normalizer"] = {"type": "NFC"}
+        t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    return t
+
+
 def train_spmbpe():
     """A Llama-2-style tokenizer.json: <unk> <s> </s>, 256 byte pieces, then
     BPE pieces trained on corpus text; Prepend + Replace normalizer, no
@@ -320,6 +357,13 @@ def main():
     write_jsonl(os.path.join(OUT, "bytelevel_ids.jsonl"),
                 [{"i": i, "ids": bl.encode(b.decode("utf-8"), add_special_tokens=False).ids}
                  for i, b in enumerate(items) if is_utf8(b)])
+
+    base = json.load(open(os.path.join(OUT, "bytelevel/tokenizer.json"), encoding="utf-8"))
+    for name in ("gpt2", "qwen2"):
+        t = Tokenizer.from_str(json.dumps(bytelevel_variant(base, name)))
+        write_jsonl(os.path.join(OUT, "bytelevel_%s_ids.jsonl" % name),
+                    [{"i": i, "ids": t.encode(b.decode("utf-8"), add_special_tokens=False).ids}
+                     for i, b in enumerate(items) if is_utf8(b)])
 
     legacy, meta = train_spmbpe()
     for sub, js in (("spmbpe", legacy), ("spmbpe_meta", meta)):

@@ -295,6 +295,84 @@ static void hf_bytelevel_adds_template_bos_and_decodes_back(void)
     kvcal_tokenizer_destroy(tok);
 }
 
+/* The byte-level fixture with its pre-tokenizer swapped, as
+ * tests/make_tokenizer_fixtures.py's bytelevel_variant() builds it: "gpt2"
+ * (ByteLevel's own regex) or "qwen2" (NFC + the Qwen2 Split regex); both with
+ * ignore_merges false and a ByteLevel post-processor. Returns its path. */
+static const char *bytelevel_variant(const char *name)
+{
+    static char path[512];
+    size_t len;
+    char *text = kvcal_test_read_file(FIX "bytelevel/tokenizer.json", &len);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!root)
+        return NULL;
+    const char *gpt2_pre = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                           "\"trim_offsets\": true, \"use_regex\": true}";
+    const char *qwen2_pre =
+        "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+        "{\"Regex\": "
+        "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|"
+        "\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|"
+        "\\\\s+(?!\\\\S)|\\\\s+\"}, \"behavior\": \"Isolated\", \"invert\": false}, "
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": false, "
+        "\"use_regex\": false}]}";
+    int gpt2 = !strcmp(name, "gpt2");
+    cJSON_ReplaceItemInObject(root, "pre_tokenizer",
+                              cJSON_Parse(gpt2 ? gpt2_pre : qwen2_pre));
+    cJSON_ReplaceItemInObject(root, "normalizer",
+                              gpt2 ? cJSON_CreateNull()
+                                   : cJSON_Parse("{\"type\": \"NFC\"}"));
+    cJSON_ReplaceItemInObject(
+        root, "post_processor",
+        cJSON_Parse("{\"type\": \"ByteLevel\", \"add_prefix_space\": "
+                    "true, \"trim_offsets\": false, \"use_regex\": true}"));
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "ignore_merges",
+                              cJSON_CreateFalse());
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    snprintf(path, sizeof path, "%s", kvcal_test_path(gpt2 ? "gpt2.json" : "qwen2.json"));
+    int rc = out ? kvcal_test_write_file(path, out, strlen(out)) : -1;
+    free(out);
+    return rc ? NULL : path;
+}
+
+static void hf_bytelevel_gpt2_regex_matches_hf_tokenizers(void)
+{
+    const char *p = bytelevel_variant("gpt2");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    kvcal_tokenizer_t *tok = load(p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    size_t bad, n = check_ids(tok, FIX "bytelevel_gpt2_ids.jsonl", &bad);
+    CU_ASSERT(n >= 1000);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_bos(tok), -1); /* ByteLevel post-processor: none */
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void hf_bytelevel_nfc_and_qwen2_regex_match_hf_tokenizers(void)
+{
+    const char *p = bytelevel_variant("qwen2");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    kvcal_tokenizer_t *tok = load(p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    size_t bad, n = check_ids(tok, FIX "bytelevel_qwen2_ids.jsonl", &bad);
+    CU_ASSERT(n >= 1000);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* NFC composes: "e" + U+0301 encodes as U+00E9 does */
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, "caf\x65\xcc\x81", 6, 0, &a, &na),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, "caf\xc3\xa9", 5, 0, &b, &nb), KVCAL_OK);
+    CU_ASSERT_EQUAL(na, nb);
+    CU_ASSERT(na == nb && !memcmp(a, b, na * sizeof *a));
+    free(a);
+    free(b);
+    kvcal_tokenizer_destroy(tok);
+}
+
 static void hf_sentencepiece_style_matches_hf_tokenizers(void)
 {
     kvcal_tokenizer_t *tok = load(FIX "spmbpe/tokenizer.json");
@@ -359,6 +437,8 @@ KVCAL_SUITE(tokenizer_shared, KVCAL_NEEDS_SHARED, shared_tests)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(hf_bytelevel_matches_hf_tokenizers_on_every_string),
     KVCAL_TEST(hf_bytelevel_adds_template_bos_and_decodes_back),
+    KVCAL_TEST(hf_bytelevel_gpt2_regex_matches_hf_tokenizers),
+    KVCAL_TEST(hf_bytelevel_nfc_and_qwen2_regex_match_hf_tokenizers),
     KVCAL_TEST(hf_sentencepiece_style_matches_hf_tokenizers),
     KVCAL_TEST(hf_metaspace_pretokenizer_matches_hf_tokenizers),
     KVCAL_TEST(tokenizer_load_rejects_unknown_and_truncated_files),
