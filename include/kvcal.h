@@ -141,9 +141,10 @@ typedef struct kvcal_report kvcal_report_t;
 /* Validates a scales file or checkpoint (format detected) against the model
  * whose config.json is in model_dir (may be NULL: model checks skipped) and
  * the tensor-parallel size tp (0: unknown, the file's rank count is taken).
- * Returns KVCAL_OK when the file could be examined, whatever the findings;
- * an unreadable model config or a failed allocation is an error status and
- * *out is NULL then. A missing or unparsable scales file is a finding. */
+ * Returns KVCAL_OK when the file could be examined, whatever the findings
+ * (an empty or unparsable file is a finding); a missing path, an unreadable
+ * model config or a failed allocation is an error status and *out is NULL
+ * then. The caller owns the report (kvcal_report_destroy). */
 kvcal_status kvcal_scales_validate_file(const char *path, const char *model_dir,
                                         int tp, kvcal_report_t **out);
 
