@@ -36,36 +36,39 @@ typedef struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvcal calibrate --model DIR|FILE [options]\n\n"
-            "Runs the model over calibration samples, observes every K (after RoPE and\n"
-            "k_norm) and V (after v_proj) the engine would cache, and writes FP8 e4m3\n"
-            "scales (scale = max(absmax / 448, 1/(448*512))).\n\n"
-            "  --model DIR|FILE     Hugging Face checkpoint directory (config.json +\n"
-            "                       safetensors) or llama2.c .bin file\n"
-            "  --dataset FILE       text, JSONL ({\"text\": ...} or {\"input_ids\": [...]})\n"
-            "                       or HDF5 token set (default: " DEFAULT_DATASET ")\n"
-            "  --tokenizer PATH     tokenizer.json / tokenizer.model / llama2.c tokenizer.bin\n"
-            "                       (default: found next to the model)\n"
-            "  --num-samples N      samples (default 32)\n"
-            "  --seq-len L          tokens per sample (default min(256, model context))\n"
-            "  --batch B            samples per forward pass (default 4)\n"
-            "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse (default minmax)\n"
-            "  --granularity G      tensor | head (default tensor)\n"
-            "  --tp N               tensor-parallel size of the legacy file (default 1)\n"
-            "  --device D           cpu | cuda (default cpu)\n"
-            "  --out PATH           output file, or directory for checkpoint / all\n"
-            "                       (default kvcal_scales.json, kv_cache_scales.json,\n"
-            "                       kvcal-checkpoint or kvcal-out)\n"
-            "  --format F           legacy | kvcal | checkpoint | all (default kvcal); all\n"
-            "                       writes kv_cache_scales.json, kvcal_scales.json and\n"
-            "                       checkpoint/ under --out\n"
-            "  --stats FILE.h5      also write the HDF5 statistics\n"
-            "  --seed S             sample selection seed (default 0)\n"
-            "  --quiet              no progress line\n"
-            "  --json               print the summary as JSON on stdout\n\n"
-            "The same inputs and seed give byte-identical outputs.\n"
-            "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
+    fprintf(
+        f,
+        "usage: kvcal calibrate --model DIR|FILE [options]\n\n"
+        "Runs the model over calibration samples, observes every K (after RoPE and\n"
+        "k_norm) and V (after v_proj) the engine would cache, and writes FP8 e4m3\n"
+        "scales (scale = max(absmax / 448, 1/(448*512))).\n\n"
+        "  --model DIR|FILE     Hugging Face checkpoint directory (config.json +\n"
+        "                       safetensors) or llama2.c .bin file\n"
+        "  --dataset FILE       text, JSONL ({\"text\": ...} or {\"input_ids\": [...]})\n"
+        "                       or HDF5 token set (default: " DEFAULT_DATASET ")\n"
+        "  --tokenizer PATH     tokenizer.json / tokenizer.model / llama2.c "
+        "tokenizer.bin\n"
+        "                       (default: found next to the model)\n"
+        "  --num-samples N      samples (default 32)\n"
+        "  --seq-len L          tokens per sample (default min(256, model context))\n"
+        "  --batch B            samples per forward pass (default 4)\n"
+        "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse (default "
+        "minmax)\n"
+        "  --granularity G      tensor | head (default tensor)\n"
+        "  --tp N               tensor-parallel size of the legacy file (default 1)\n"
+        "  --device D           cpu | cuda (default cpu)\n"
+        "  --out PATH           output file, or directory for checkpoint / all\n"
+        "                       (default kvcal_scales.json, kv_cache_scales.json,\n"
+        "                       kvcal-checkpoint or kvcal-out)\n"
+        "  --format F           legacy | kvcal | checkpoint | all (default kvcal); all\n"
+        "                       writes kv_cache_scales.json, kvcal_scales.json and\n"
+        "                       checkpoint/ under --out\n"
+        "  --stats FILE.h5      also write the HDF5 statistics\n"
+        "  --seed S             sample selection seed (default 0)\n"
+        "  --quiet              no progress line\n"
+        "  --json               print the summary as JSON on stdout\n\n"
+        "The same inputs and seed give byte-identical outputs.\n"
+        "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
 static int exit_code(kvcal_status st)
@@ -87,7 +90,8 @@ static int parse_int(const char *opt, const char *text, int lo, int *out)
     errno = 0;
     long v = strtol(text, &end, 10);
     if (errno || *end || end == text || v < lo || v > 1 << 30) {
-        fprintf(stderr, "kvcal calibrate: %s '%s': expected an integer >= %d\n", opt, text, lo);
+        fprintf(stderr, "kvcal calibrate: %s '%s': expected an integer >= %d\n", opt,
+                text, lo);
         return -1;
     }
     *out = (int)v;
@@ -98,8 +102,25 @@ static int parse_int(const char *opt, const char *text, int lo, int *out)
  * --help, 0 to run. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum { O_MODEL = 256, O_DATASET, O_TOKENIZER, O_SAMPLES, O_SEQ, O_BATCH, O_OBSERVER,
-           O_GRAN, O_TP, O_DEVICE, O_OUT, O_FORMAT, O_STATS, O_SEED, O_QUIET, O_JSON, O_HELP };
+    enum {
+        O_MODEL = 256,
+        O_DATASET,
+        O_TOKENIZER,
+        O_SAMPLES,
+        O_SEQ,
+        O_BATCH,
+        O_OBSERVER,
+        O_GRAN,
+        O_TP,
+        O_DEVICE,
+        O_OUT,
+        O_FORMAT,
+        O_STATS,
+        O_SEED,
+        O_QUIET,
+        O_JSON,
+        O_HELP
+    };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"dataset", required_argument, 0, O_DATASET},
@@ -134,25 +155,56 @@ static int parse_options(int argc, char **argv, options *o)
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case O_MODEL: o->model = optarg; break;
-        case O_DATASET: o->dataset = optarg; break;
-        case O_TOKENIZER: o->tokenizer = optarg; break;
-        case O_SAMPLES: if (parse_int("--num-samples", optarg, 1, &o->num_samples)) return -1; break;
-        case O_SEQ: if (parse_int("--seq-len", optarg, 1, &o->seq_len)) return -1; break;
-        case O_BATCH: if (parse_int("--batch", optarg, 1, &o->batch)) return -1; break;
-        case O_TP: if (parse_int("--tp", optarg, 1, &o->tp)) return -1; break;
-        case O_OUT: o->out = optarg; break;
-        case O_FORMAT: o->format = optarg; break;
-        case O_STATS: o->stats_path = optarg; break;
-        case O_QUIET: o->quiet = 1; break;
-        case O_JSON: o->json = 1; break;
-        case O_DEVICE: device = optarg; break;
+        case O_MODEL:
+            o->model = optarg;
+            break;
+        case O_DATASET:
+            o->dataset = optarg;
+            break;
+        case O_TOKENIZER:
+            o->tokenizer = optarg;
+            break;
+        case O_SAMPLES:
+            if (parse_int("--num-samples", optarg, 1, &o->num_samples))
+                return -1;
+            break;
+        case O_SEQ:
+            if (parse_int("--seq-len", optarg, 1, &o->seq_len))
+                return -1;
+            break;
+        case O_BATCH:
+            if (parse_int("--batch", optarg, 1, &o->batch))
+                return -1;
+            break;
+        case O_TP:
+            if (parse_int("--tp", optarg, 1, &o->tp))
+                return -1;
+            break;
+        case O_OUT:
+            o->out = optarg;
+            break;
+        case O_FORMAT:
+            o->format = optarg;
+            break;
+        case O_STATS:
+            o->stats_path = optarg;
+            break;
+        case O_QUIET:
+            o->quiet = 1;
+            break;
+        case O_JSON:
+            o->json = 1;
+            break;
+        case O_DEVICE:
+            device = optarg;
+            break;
         case O_SEED: {
             char *end;
             errno = 0;
             o->seed = strtoll(optarg, &end, 10);
             if (errno || *end || end == optarg || o->seed < 0) {
-                fprintf(stderr, "kvcal calibrate: --seed '%s': expected an integer >= 0\n",
+                fprintf(stderr,
+                        "kvcal calibrate: --seed '%s': expected an integer >= 0\n",
                         optarg);
                 return -1;
             }
@@ -170,21 +222,25 @@ static int parse_options(int argc, char **argv, options *o)
             else if (!strcmp(optarg, "head"))
                 o->granularity = KVCAL_GRANULARITY_HEAD;
             else {
-                fprintf(stderr, "kvcal calibrate: --granularity '%s': expected tensor or head\n",
+                fprintf(stderr,
+                        "kvcal calibrate: --granularity '%s': expected tensor or head\n",
                         optarg);
                 return -1;
             }
             break;
         case 'h':
-        case O_HELP: return 1;
+        case O_HELP:
+            return 1;
         default:
-            fprintf(stderr, "kvcal calibrate: unknown or incomplete option '%s' (see --help)\n",
+            fprintf(stderr,
+                    "kvcal calibrate: unknown or incomplete option '%s' (see --help)\n",
                     argv[optind - 1]);
             return -1;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "kvcal calibrate: unexpected argument '%s' (see --help)\n", argv[optind]);
+        fprintf(stderr, "kvcal calibrate: unexpected argument '%s' (see --help)\n",
+                argv[optind]);
         return -1;
     }
     if (!o->model) {
@@ -199,8 +255,10 @@ static int parse_options(int argc, char **argv, options *o)
         if (!strcmp(o->format, formats[i]))
             f = i;
     if (f < 0) {
-        fprintf(stderr, "kvcal calibrate: --format '%s': expected legacy, kvcal, checkpoint or "
-                        "all\n", o->format);
+        fprintf(stderr,
+                "kvcal calibrate: --format '%s': expected legacy, kvcal, checkpoint or "
+                "all\n",
+                o->format);
         return -1;
     }
     if (!o->out)
@@ -232,8 +290,9 @@ static kvcal_status observe_kv(void *p, const kvcal_runner_kv *kv)
     for (int b = 0; b < kv->batch; b++)
         for (int which = KVCAL_K; which <= KVCAL_V; which++) {
             const float *x = (which == KVCAL_K ? kv->k : kv->v) + kv->start[b] * row;
-            kvcal_kv_block blk = kvcal_kv_block_dense(x, 1, kv->lengths[b], kv->num_kv_heads,
-                                                      kv->head_dim, NULL, &kv->sample_ids[b]);
+            kvcal_kv_block blk =
+                kvcal_kv_block_dense(x, 1, kv->lengths[b], kv->num_kv_heads, kv->head_dim,
+                                     NULL, &kv->sample_ids[b]);
             kvcal_status st = kvcal_stats_observe_ref(c->stats, kv->layer, which, &blk);
             if (st)
                 return st;
@@ -258,14 +317,15 @@ static void progress(int done, int total, long long tokens, double elapsed)
 {
     double rate = elapsed > 0 ? tokens / elapsed : 0;
     double eta = done > 0 ? elapsed * (total - done) / done : 0;
-    fprintf(stderr, "\rcalibrate: %d/%d samples, %lld tokens, %.0f tokens/s, ETA %.0f s   ",
-            done, total, tokens, rate, eta);
+    fprintf(stderr,
+            "\rcalibrate: %d/%d samples, %lld tokens, %.0f tokens/s, ETA %.0f s   ", done,
+            total, tokens, rate, eta);
     fflush(stderr);
 }
 
 /* Runs every sample through the model, folding K/V into stats. */
-static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s, const options *o,
-                                kvcal_stats_t *stats, double *seconds)
+static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
+                                const options *o, kvcal_stats_t *stats, double *seconds)
 {
     kvcal_runner_t *r = NULL;
     kvcal_status st = kvcal_runner_create(model, (int64_t)o->batch * s->seq_len, &r);
@@ -288,8 +348,8 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s, co
             tokens += s->lengths[b0 + i];
         }
         kvcal_stats_begin_batch(stats);
-        st = kvcal_runner_forward(r, s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0, n,
-                                  s->seq_len, ids, &out);
+        st = kvcal_runner_forward(r, s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0,
+                                  n, s->seq_len, ids, &out);
         if (!st)
             st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
         if (show)
@@ -314,8 +374,8 @@ static kvcal_status write_llama2c_config(const kvcal_model_desc *d, const char *
     if (snprintf(dir, n, "%s/.kvcal-model-XXXXXX", parent) >= (int)n)
         return kvcal_fail(KVCAL_ERR_IO, "%s: path too long", parent);
     if (!mkdtemp(dir))
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create a temporary directory: %s", dir,
-                          strerror(errno));
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create a temporary directory: %s",
+                          dir, strerror(errno));
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
@@ -359,7 +419,8 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales, kvcal_model_t *m
         return st;
     if (all || !strcmp(o->format, "legacy")) {
         snprintf(path, sizeof path, all ? "%s/kv_cache_scales.json" : "%s", o->out);
-        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_LEGACY_JSON, path, NULL, o->tp)))
+        if ((st =
+                 kvcal_scales_write(scales, KVCAL_FORMAT_LEGACY_JSON, path, NULL, o->tp)))
             return st;
         cJSON_AddItemToArray(written, cJSON_CreateString(path));
     }
@@ -395,7 +456,8 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales, kvcal_model_t *m
                     snprintf(model_dir, sizeof model_dir, ".");
             }
         }
-        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_CHECKPOINT, path, model_dir, o->tp)))
+        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_CHECKPOINT, path, model_dir,
+                                     o->tp)))
             goto done;
         cJSON_AddItemToArray(written, cJSON_CreateString(path));
     }
@@ -411,13 +473,13 @@ done:
 
 // --- report -------------------------------------------------------------------
 
-static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d, long long tokens,
-                        int samples, double seconds, cJSON *written)
+static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
+                        long long tokens, int samples, double seconds, cJSON *written)
 {
     printf("calibrated %s (%s, %d layers, %d kv heads x %d) on %d samples, %lld tokens, "
            "%.1f s, %.0f tokens/s\n",
-           d->architecture, d->source, d->num_layers, d->num_kv_heads, d->head_dim, samples,
-           tokens, seconds, seconds > 0 ? tokens / seconds : 0.0);
+           d->architecture, d->source, d->num_layers, d->num_kv_heads, d->head_dim,
+           samples, tokens, seconds, seconds > 0 ? tokens / seconds : 0.0);
     printf("%5s  %10s  %10s  %10s  %10s\n", "layer", "K absmax", "K scale", "V absmax",
            "V scale");
     for (int l = 0; l < s->num_layers; l++) {
@@ -434,21 +496,24 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d, long
     cJSON_ArrayForEach(p, written) printf("wrote %s\n", p->valuestring);
 }
 
-static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d, long long tokens,
-                       int samples, double seconds, cJSON *written)
+static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
+                       long long tokens, int samples, double seconds, cJSON *written)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "architecture", d->architecture);
     cJSON_AddNumberToObject(root, "num_samples", samples);
     cJSON_AddNumberToObject(root, "num_tokens", (double)tokens);
     cJSON_AddNumberToObject(root, "seconds", seconds);
-    cJSON_AddNumberToObject(root, "tokens_per_second", seconds > 0 ? tokens / seconds : 0.0);
+    cJSON_AddNumberToObject(root, "tokens_per_second",
+                            seconds > 0 ? tokens / seconds : 0.0);
     cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
     cJSON *layers = cJSON_AddArrayToObject(root, "layers");
     for (int l = 0; l < s->num_layers; l++) {
         cJSON *o = cJSON_CreateObject();
-        cJSON *ka = cJSON_AddArrayToObject(o, "k_absmax"), *va = cJSON_AddArrayToObject(o, "v_absmax");
-        cJSON *ks = cJSON_AddArrayToObject(o, "k_scale"), *vs = cJSON_AddArrayToObject(o, "v_scale");
+        cJSON *ka = cJSON_AddArrayToObject(o, "k_absmax"),
+              *va = cJSON_AddArrayToObject(o, "v_absmax");
+        cJSON *ks = cJSON_AddArrayToObject(o, "k_scale"),
+              *vs = cJSON_AddArrayToObject(o, "v_scale");
         for (int h = 0; h < s->num_kv_heads; h++) {
             int i = kvcal_scales_index(s, l, h);
             cJSON_AddItemToArray(ka, cJSON_CreateNumber(s->k_absmax[i]));
@@ -467,7 +532,7 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d, long 
 
 // --- command ------------------------------------------------------------------
 
-KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples and write K/V cache scales")
+KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache scales")
 {
     options o;
     int rc = parse_options(argc, argv, &o);
@@ -504,10 +569,11 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples and write K/V ca
         snprintf(tok_error, sizeof tok_error, "%s", kvcal_last_error());
     }
     if (tok && kvcal_tokenizer_vocab_size(tok) > d->vocab_size) {
-        st = kvcal_fail(KVCAL_ERR_MISMATCH,
-                        "the tokenizer has %d tokens but the model's vocabulary has %d: wrong "
-                        "--tokenizer for %s?",
-                        kvcal_tokenizer_vocab_size(tok), d->vocab_size, o.model);
+        st = kvcal_fail(
+            KVCAL_ERR_MISMATCH,
+            "the tokenizer has %d tokens but the model's vocabulary has %d: wrong "
+            "--tokenizer for %s?",
+            kvcal_tokenizer_vocab_size(tok), d->vocab_size, o.model);
         goto fail;
     }
     kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
@@ -520,8 +586,8 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples and write K/V ca
         (st = run_samples(model, samples, &o, stats, &seconds)))
         goto fail;
     if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
-        (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales, warn_stderr,
-                                    NULL)))
+        (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
+                                    warn_stderr, NULL)))
         goto fail;
     kvcal_model_identity_get(model, &scales->model);
     kvcal_provenance *prov = &scales->provenance;
@@ -538,9 +604,11 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples and write K/V ca
         cJSON_AddItemToArray(written, cJSON_CreateString(o.stats_path));
     }
     if (o.json)
-        print_json(scales, d, samples->num_tokens, samples->num_samples, seconds, written);
+        print_json(scales, d, samples->num_tokens, samples->num_samples, seconds,
+                   written);
     else
-        print_table(scales, d, samples->num_tokens, samples->num_samples, seconds, written);
+        print_table(scales, d, samples->num_tokens, samples->num_samples, seconds,
+                    written);
     rc = KVCAL_EXIT_OK;
     goto done;
 fail:

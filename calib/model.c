@@ -15,28 +15,45 @@
 
 /* Layer tensors, in the order of kvcal_layer_weights' fields. */
 enum {
-    T_ATTN_NORM, T_WQ, T_WK, T_WV, T_WO, T_BQ, T_BK, T_BV, T_BO, T_QNORM, T_KNORM,
-    T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_COUNT
+    T_ATTN_NORM,
+    T_WQ,
+    T_WK,
+    T_WV,
+    T_WO,
+    T_BQ,
+    T_BK,
+    T_BV,
+    T_BO,
+    T_QNORM,
+    T_KNORM,
+    T_FFN_NORM,
+    T_GATE,
+    T_UP,
+    T_DOWN,
+    T_COUNT
 };
 
 static const char *const hf_suffix[T_COUNT] = {
-    "input_layernorm.weight",    "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",   "self_attn.o_proj.weight", "self_attn.q_proj.bias",
-    "self_attn.k_proj.bias",     "self_attn.v_proj.bias",   "self_attn.o_proj.bias",
-    "self_attn.q_norm.weight",   "self_attn.k_norm.weight", "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight",      "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    "input_layernorm.weight",  "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "self_attn.q_proj.bias",
+    "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+    "self_attn.o_proj.bias",   "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
 };
 
 struct kvcal_model {
     kvcal_model_desc desc;
     char path[4096];
-    kvcal_checkpoint_t *ck;  /* HF source */
-    kvcal_llama2c_t *l2c;    /* llama2.c source */
+    kvcal_checkpoint_t *ck;    /* HF source */
+    kvcal_llama2c_t *l2c;      /* llama2.c source */
     int64_t shape[T_COUNT][2]; /* expected (rows, cols); cols 0 for vectors */
     int present[T_COUNT];
-    float *inv_freq;         /* (rot_dim / 2) */
-    float *layer_buf;        /* one layer, fp32 */
-    float *head_buf;         /* final norm (hidden) + lm_head (vocab, hidden) */
+    float *inv_freq;  /* (rot_dim / 2) */
+    float *layer_buf; /* one layer, fp32 */
+    float *head_buf;  /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
     const float *lm_head;
 };
@@ -92,17 +109,19 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
                           "checkpoint complete and of this architecture?",
                           m->path, name, m->desc.architecture);
     if (!is_weight_dtype(t->dtype))
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: tensor %s has dtype %s; only F32, F16 and BF16 weights are "
-                          "supported (use the unquantized checkpoint)",
-                          m->path, name, kvcal_dtype_name(t->dtype) ? kvcal_dtype_name(t->dtype) : "?");
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: tensor %s has dtype %s; only F32, F16 and BF16 weights are "
+            "supported (use the unquantized checkpoint)",
+            m->path, name, kvcal_dtype_name(t->dtype) ? kvcal_dtype_name(t->dtype) : "?");
     int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
                   : (t->ndim == 1 && t->shape[0] == rows);
     if (!ok) {
         char got[128] = "[", want[64];
         for (int i = 0; i < t->ndim; i++) {
             size_t n = strlen(got);
-            snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+            snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "",
+                     (long long)t->shape[i]);
         }
         strncat(got, "]", sizeof got - strlen(got) - 1);
         if (cols)
@@ -123,11 +142,12 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     for (size_t i = 0; i < sizeof supported_arch / sizeof *supported_arch; i++)
         known |= !strcmp(c->architecture, supported_arch[i]);
     if (!known)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: architecture '%s' (model_type '%s') is not supported; kvcal "
-                          "runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
-                          "Qwen3ForCausalLM",
-                          m->path, c->architecture, c->model_type);
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: architecture '%s' (model_type '%s') is not supported; kvcal "
+            "runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
+            "Qwen3ForCausalLM",
+            m->path, c->architecture, c->model_type);
     snprintf(d->architecture, sizeof d->architecture, "%s", c->architecture);
     snprintf(d->model_type, sizeof d->model_type, "%s", c->model_type);
     snprintf(d->source, sizeof d->source, "hf");
@@ -149,13 +169,13 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     if (d->num_layers <= 0 || d->hidden_size <= 0 || d->intermediate_size <= 0 ||
         d->num_heads <= 0 || d->num_kv_heads <= 0 || d->head_dim <= 0 ||
         d->vocab_size <= 0 || d->max_seq_len <= 0 || d->num_heads % d->num_kv_heads)
-        return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: config.json sizes do not make a model: layers %d, hidden %d, "
-                          "intermediate %d, heads %d, kv heads %d (must divide heads), "
-                          "head_dim %d, vocab %d, max_position_embeddings %d",
-                          m->path, d->num_layers, d->hidden_size, d->intermediate_size,
-                          d->num_heads, d->num_kv_heads, d->head_dim, d->vocab_size,
-                          d->max_seq_len);
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "%s: config.json sizes do not make a model: layers %d, hidden %d, "
+            "intermediate %d, heads %d, kv heads %d (must divide heads), "
+            "head_dim %d, vocab %d, max_position_embeddings %d",
+            m->path, d->num_layers, d->hidden_size, d->intermediate_size, d->num_heads,
+            d->num_kv_heads, d->head_dim, d->vocab_size, d->max_seq_len);
     double prf = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
     d->rot_dim = (int)(d->head_dim * prf);
     if (d->rot_dim < 2 || d->rot_dim % 2 || d->rot_dim > d->head_dim)
@@ -174,13 +194,14 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
         break;
     case KVCAL_ROPE_LINEAR:
         if (!(c->rope_factor > 0))
-            return kvcal_fail(KVCAL_ERR_FORMAT, "%s: linear rope scaling needs factor > 0",
-                              m->path);
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: linear rope scaling needs factor > 0", m->path);
         for (int i = 0; i < d->rot_dim / 2; i++)
             m->inv_freq[i] = (float)(m->inv_freq[i] / c->rope_factor);
         break;
     case KVCAL_ROPE_LLAMA3:
-        if (!(c->rope_factor > 0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
+        if (!(c->rope_factor > 0) ||
+            !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
             !(c->rope_low_freq_factor > 0) || c->rope_original_max_position <= 0)
             return kvcal_fail(KVCAL_ERR_FORMAT,
                               "%s: llama3 rope scaling needs factor > 0, "
@@ -213,8 +234,9 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * d->head_dim;
     int64_t KV = (int64_t)d->num_kv_heads * d->head_dim, I = d->intermediate_size;
     const int64_t shapes[T_COUNT][2] = {
-        {D, 0}, {Q, D}, {KV, D}, {KV, D}, {D, Q}, {Q, 0}, {KV, 0}, {KV, 0},
-        {D, 0}, {d->head_dim, 0}, {d->head_dim, 0}, {D, 0}, {I, D}, {I, D}, {D, I}};
+        {D, 0},           {Q, D},  {KV, D}, {KV, D}, {D, Q},
+        {Q, 0},           {KV, 0}, {KV, 0}, {D, 0},  {d->head_dim, 0},
+        {d->head_dim, 0}, {D, 0},  {I, D},  {I, D},  {D, I}};
     memcpy(m->shape, shapes, sizeof shapes);
     for (int t = 0; t < T_COUNT; t++)
         m->present[t] = 1;
@@ -234,6 +256,20 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
                 snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
                          kvcal_dtype_name(t->dtype));
         }
+    static const char *const unexpected[] = {
+        "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+        "self_attn.o_proj.bias", "mlp.gate_proj.bias",    "mlp.up_proj.bias",
+        "mlp.down_proj.bias"};
+    for (size_t i = 0; i < sizeof unexpected / sizeof *unexpected; i++) {
+        int expected = i < 3 ? d->qkv_bias : i == 3 ? d->o_bias : 0;
+        snprintf(name, sizeof name, "model.layers.0.%s", unexpected[i]);
+        if (!expected && kvcal_checkpoint_find(m->ck, name))
+            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                              "%s: tensor %s is in the checkpoint but %s with this "
+                              "config.json has no such bias (mlp_bias is not supported); "
+                              "K/V computed without it would be wrong",
+                              m->path, name, d->architecture);
+    }
     if ((st = check_tensor(m, "model.embed_tokens.weight", d->vocab_size, D, &t)) ||
         (st = check_tensor(m, "model.norm.weight", D, 0, &t)))
         return st;
@@ -303,10 +339,11 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
     snprintf(m->path, sizeof m->path, "%s", path);
     if (stat(path, &sb) != 0) {
-        st = kvcal_fail(KVCAL_ERR_IO,
-                        "%s: no such model (give a checkpoint directory with config.json, "
-                        "or a llama2.c .bin file)",
-                        path);
+        st =
+            kvcal_fail(KVCAL_ERR_IO,
+                       "%s: no such model (give a checkpoint directory with config.json, "
+                       "or a llama2.c .bin file)",
+                       path);
         goto fail;
     }
     if (is_dir(path)) {
@@ -334,7 +371,8 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
     if (m->ck)
         for (int i = 0; i < T_COUNT; i++)
             if (m->present[i])
-                floats += (size_t)m->shape[i][0] * (size_t)(m->shape[i][1] ? m->shape[i][1] : 1);
+                floats += (size_t)m->shape[i][0] *
+                          (size_t)(m->shape[i][1] ? m->shape[i][1] : 1);
     if (floats && !(m->layer_buf = malloc(sizeof(float) * floats))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for one layer (%zu MB fp32)",
                         path, floats * sizeof(float) >> 20);
@@ -375,7 +413,8 @@ void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id)
     id->head_dim = m->desc.head_dim;
 }
 
-static kvcal_status load_layer_llama2c(const kvcal_model_t *m, int l, kvcal_layer_weights *w)
+static kvcal_status load_layer_llama2c(const kvcal_model_t *m, int l,
+                                       kvcal_layer_weights *w)
 {
     const kvcal_llama2c_weights *s = kvcal_llama2c_weights_get(m->l2c);
     const kvcal_model_desc *d = &m->desc;
@@ -397,14 +436,14 @@ static kvcal_status load_layer_llama2c(const kvcal_model_t *m, int l, kvcal_laye
 kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_weights *w)
 {
     if (layer < 0 || layer >= m->desc.num_layers)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d out of range [0, %d)", m->path,
-                          layer, m->desc.num_layers);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d out of range [0, %d)",
+                          m->path, layer, m->desc.num_layers);
     if (m->l2c)
         return load_layer_llama2c(m, layer, w);
-    const float **field[T_COUNT] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
-                                    &w->bq, &w->bk, &w->bv, &w->bo, &w->q_norm,
-                                    &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up,
-                                    &w->w_down};
+    const float **field[T_COUNT] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,
+                                    &w->wo,        &w->bq,     &w->bk,     &w->bv,
+                                    &w->bo,        &w->q_norm, &w->k_norm, &w->ffn_norm,
+                                    &w->w_gate,    &w->w_up,   &w->w_down};
     memset(w, 0, sizeof *w);
     float *p = m->layer_buf;
     char name[256];
@@ -431,10 +470,11 @@ kvcal_status kvcal_model_embed(const kvcal_model_t *m, const int32_t *ids, int64
         m->ck ? kvcal_checkpoint_find(m->ck, "model.embed_tokens.weight") : NULL;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= d->vocab_size)
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "token id %d at position %lld is outside the model's vocabulary "
-                              "[0, %d): wrong tokenizer for %s?",
-                              ids[i], (long long)i, d->vocab_size, m->path);
+            return kvcal_fail(
+                KVCAL_ERR_INVALID_ARG,
+                "token id %d at position %lld is outside the model's vocabulary "
+                "[0, %d): wrong tokenizer for %s?",
+                ids[i], (long long)i, d->vocab_size, m->path);
         if (m->l2c) {
             const float *e = kvcal_llama2c_weights_get(m->l2c)->token_embedding;
             memcpy(out + i * D, e + ids[i] * D, sizeof(float) * (size_t)D);
@@ -466,12 +506,14 @@ kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
         size_t D = (size_t)d->hidden_size, V = (size_t)d->vocab_size;
         m->head_buf = malloc(sizeof(float) * (D + V * D));
         if (!m->head_buf)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for the classifier "
-                                               "(%zu MB fp32)",
+            return kvcal_fail(KVCAL_ERR_NOMEM,
+                              "%s: out of memory for the classifier "
+                              "(%zu MB fp32)",
                               m->path, V * D * sizeof(float) >> 20);
-        const char *cls = d->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-        kvcal_status st = kvcal_tensor_to_f32(kvcal_checkpoint_find(m->ck, "model.norm.weight"),
-                                              m->head_buf);
+        const char *cls =
+            d->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+        kvcal_status st = kvcal_tensor_to_f32(
+            kvcal_checkpoint_find(m->ck, "model.norm.weight"), m->head_buf);
         if (!st)
             st = kvcal_tensor_to_f32(kvcal_checkpoint_find(m->ck, cls), m->head_buf + D);
         if (st) {

@@ -28,36 +28,36 @@ typedef struct kvcal_model_desc {
     int num_kv_heads;
     int head_dim;
     int vocab_size;
-    int max_seq_len;        /* max_position_embeddings (llama2.c: seq_len) */
+    int max_seq_len; /* max_position_embeddings (llama2.c: seq_len) */
     float norm_eps;
-    int rot_dim;            /* channels of each head that RoPE rotates (even) */
-    int rope_interleaved;   /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
-    const float *inv_freq;  /* (rot_dim / 2), scaling already applied; owned */
-    int qkv_bias;           /* q/k/v projections carry a bias */
-    int o_bias;             /* o_proj carries a bias */
-    int qk_norm;            /* per-head RMSNorm of q and k before RoPE */
-    int tied_embeddings;    /* lm_head is the embedding */
-    int sliding_window;     /* attention window in tokens, 0 when none */
+    int rot_dim;           /* channels of each head that RoPE rotates (even) */
+    int rope_interleaved;  /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
+    const float *inv_freq; /* (rot_dim / 2), scaling already applied; owned */
+    int qkv_bias;          /* q/k/v projections carry a bias */
+    int o_bias;            /* o_proj carries a bias */
+    int qk_norm;           /* per-head RMSNorm of q and k before RoPE */
+    int tied_embeddings;   /* lm_head is the embedding */
+    int sliding_window;    /* attention window in tokens, 0 when none */
 } kvcal_model_desc;
 
 /* One layer's fp32 weights, (out, in) row-major like nn.Linear. Optional
  * tensors are NULL when the model has none. */
 typedef struct kvcal_layer_weights {
-    const float *attn_norm;  /* (hidden) */
-    const float *wq;         /* (heads * head_dim, hidden) */
-    const float *wk;         /* (kv_heads * head_dim, hidden) */
-    const float *wv;         /* (kv_heads * head_dim, hidden) */
-    const float *wo;         /* (hidden, heads * head_dim) */
-    const float *bq;         /* (heads * head_dim) or NULL */
-    const float *bk;         /* (kv_heads * head_dim) or NULL */
-    const float *bv;         /* (kv_heads * head_dim) or NULL */
-    const float *bo;         /* (hidden) or NULL */
-    const float *q_norm;     /* (head_dim) or NULL */
-    const float *k_norm;     /* (head_dim) or NULL */
-    const float *ffn_norm;   /* (hidden) */
-    const float *w_gate;     /* (intermediate, hidden) */
-    const float *w_up;       /* (intermediate, hidden) */
-    const float *w_down;     /* (hidden, intermediate) */
+    const float *attn_norm; /* (hidden) */
+    const float *wq;        /* (heads * head_dim, hidden) */
+    const float *wk;        /* (kv_heads * head_dim, hidden) */
+    const float *wv;        /* (kv_heads * head_dim, hidden) */
+    const float *wo;        /* (hidden, heads * head_dim) */
+    const float *bq;        /* (heads * head_dim) or NULL */
+    const float *bk;        /* (kv_heads * head_dim) or NULL */
+    const float *bv;        /* (kv_heads * head_dim) or NULL */
+    const float *bo;        /* (hidden) or NULL */
+    const float *q_norm;    /* (head_dim) or NULL */
+    const float *k_norm;    /* (head_dim) or NULL */
+    const float *ffn_norm;  /* (hidden) */
+    const float *w_gate;    /* (intermediate, hidden) */
+    const float *w_up;      /* (intermediate, hidden) */
+    const float *w_down;    /* (hidden, intermediate) */
 } kvcal_layer_weights;
 
 typedef struct kvcal_model kvcal_model_t;

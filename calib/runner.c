@@ -41,10 +41,11 @@ kvcal_status kvcal_runner_create(kvcal_model_t *model, int64_t max_tokens,
     r->slab = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
     if (!r->slab) {
         free(r);
-        return kvcal_fail(KVCAL_ERR_NOMEM,
-                          "runner: cannot allocate %.0f MB of activations for %lld tokens; "
-                          "use a smaller --batch or --seq-len",
-                          bytes / 1048576.0, (long long)max_tokens);
+        return kvcal_fail(
+            KVCAL_ERR_NOMEM,
+            "runner: cannot allocate %.0f MB of activations for %lld tokens; "
+            "use a smaller --batch or --seq-len",
+            bytes / 1048576.0, (long long)max_tokens);
     }
     float *p = r->slab;
     int64_t N = max_tokens;
@@ -85,7 +86,8 @@ static void project_rope(const kvcal_model_desc *d, float *dst, const float *xb,
 
 /* The rest of a layer after K and V: attention, o_proj, MLP, residuals. */
 static void finish_layer(kvcal_runner_t *r, const kvcal_layer_weights *w,
-                         const int64_t *start, const int32_t *lengths, int batch, int64_t n)
+                         const int64_t *start, const int32_t *lengths, int batch,
+                         int64_t n)
 {
     const kvcal_model_desc *d = kvcal_model_describe(r->model);
     int D = d->hidden_size, H = d->num_heads, HKV = d->num_kv_heads, hd = d->head_dim;
@@ -108,9 +110,9 @@ static void finish_layer(kvcal_runner_t *r, const kvcal_layer_weights *w,
 }
 
 /* Checks the batch and packs its ids into x's rows (embedding) and pos. */
-static kvcal_status pack_batch(kvcal_runner_t *r, const int32_t *ids, const int32_t *lengths,
-                               int batch, int seq_len, const int64_t *sample_ids,
-                               int64_t *start, int64_t *n_out)
+static kvcal_status pack_batch(kvcal_runner_t *r, const int32_t *ids,
+                               const int32_t *lengths, int batch, int seq_len,
+                               const int64_t *sample_ids, int64_t *start, int64_t *n_out)
 {
     const kvcal_model_desc *d = kvcal_model_describe(r->model);
     int64_t n = 0;
@@ -124,10 +126,11 @@ static kvcal_status pack_batch(kvcal_runner_t *r, const int32_t *ids, const int3
                               "runner: sample %lld has %d tokens, expected 1..%d", id,
                               lengths[b], seq_len);
         if (lengths[b] > d->max_seq_len)
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "sample %lld has %d tokens, more than the model's context of "
-                              "%d (max_position_embeddings); use --seq-len %d or less",
-                              id, lengths[b], d->max_seq_len, d->max_seq_len);
+            return kvcal_fail(
+                KVCAL_ERR_INVALID_ARG,
+                "sample %lld has %d tokens, more than the model's context of "
+                "%d (max_position_embeddings); use --seq-len %d or less",
+                id, lengths[b], d->max_seq_len, d->max_seq_len);
         if (d->sliding_window > 0 && lengths[b] > d->sliding_window)
             return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                               "sample %lld has %d tokens, more than the model's sliding "
@@ -146,8 +149,9 @@ static kvcal_status pack_batch(kvcal_runner_t *r, const int32_t *ids, const int3
         kvcal_status st = kvcal_model_embed(r->model, row, lengths[b],
                                             r->x + start[b] * d->hidden_size);
         if (st)
-            return kvcal_fail_context(st, "sample %lld: ",
-                                      sample_ids ? (long long)sample_ids[b] : (long long)b);
+            return kvcal_fail_context(
+                st,
+                "sample %lld: ", sample_ids ? (long long)sample_ids[b] : (long long)b);
         for (int t = 0; t < lengths[b]; t++)
             r->pos[start[b] + t] = t;
     }

@@ -23,11 +23,11 @@ typedef struct kvcal_runner_kv {
     int batch;
     int num_kv_heads;
     int head_dim;
-    const float *k;             /* (rows, kv_heads, head_dim), packed */
-    const float *v;             /* (rows, kv_heads, head_dim), packed */
-    const int32_t *lengths;     /* (batch) valid tokens of each sample */
-    const int64_t *start;       /* (batch) first row of each sample */
-    const int64_t *sample_ids;  /* (batch) dataset index of each sample */
+    const float *k;            /* (rows, kv_heads, head_dim), packed */
+    const float *v;            /* (rows, kv_heads, head_dim), packed */
+    const int32_t *lengths;    /* (batch) valid tokens of each sample */
+    const int64_t *start;      /* (batch) first row of each sample */
+    const int64_t *sample_ids; /* (batch) dataset index of each sample */
 } kvcal_runner_kv;
 
 /* Called once per layer and batch, in layer order, on the calling thread.

@@ -14,7 +14,7 @@
 
 #define HEADER_INTS 7
 #define LLAMA2C_MAGIC 0x616b3432u /* "ak42", llama2.c export version >= 1 */
-#define MAX_SIZE (1 << 18) /* per header field: keeps sizes within int64 */
+#define MAX_SIZE (1 << 18)        /* per header field: keeps sizes within int64 */
 
 struct kvcal_llama2c {
     kvcal_llama2c_config cfg;
@@ -52,11 +52,11 @@ static int64_t layout_weights(kvcal_llama2c_t *m, const float *base, int with_wc
     int64_t L = c->n_layers, D = c->dim, F = c->hidden_dim, V = c->vocab_size;
     int64_t hs = D / c->n_heads, kv = (int64_t)c->n_kv_heads * hs;
     int64_t off = 0;
-#define TAKE(field, n)                                                          \
-    do {                                                                       \
-        if (base)                                                              \
-            m->w.field = base + off;                                           \
-        off += (n);                                                            \
+#define TAKE(field, n)                                                                   \
+    do {                                                                                 \
+        if (base)                                                                        \
+            m->w.field = base + off;                                                     \
+        off += (n);                                                                      \
     } while (0)
     TAKE(token_embedding, V * D);
     TAKE(rms_att, L * D);
@@ -115,8 +115,8 @@ kvcal_status kvcal_llama2c_open(const char *path, kvcal_llama2c_t **out)
                         path, h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
         goto fail;
     }
-    m->cfg = (kvcal_llama2c_config){h[0], h[1], h[2], h[3], h[4], h[5] < 0 ? -h[5] : h[5],
-                                    h[6], h[5] > 0};
+    m->cfg = (kvcal_llama2c_config){
+        h[0], h[1], h[2], h[3], h[4], h[5] < 0 ? -h[5] : h[5], h[6], h[5] > 0};
     m->map_len = (size_t)sb.st_size;
     m->map = mmap(NULL, m->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m->map == MAP_FAILED) {

@@ -15,7 +15,7 @@ typedef struct kvcal_llama2c_config {
     int n_layers;
     int n_heads;
     int n_kv_heads;
-    int vocab_size;        /* absolute value of the header's field */
+    int vocab_size; /* absolute value of the header's field */
     int seq_len;
     int shared_classifier; /* 1 when the classifier is the embedding */
 } kvcal_llama2c_config;

@@ -48,8 +48,8 @@ static void calibrate_writes_every_format_and_each_validates(void)
 {
     char args[2048], *out = NULL;
     const char *dir = kvcal_test_path("all");
-    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --format all --out '%s'",
-             dir);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --format all --out '%s'", dir);
     CU_ASSERT_EQUAL_FATAL(kvcal_run(args, &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "K absmax"));
     free(out);
@@ -67,14 +67,16 @@ static void calibrate_is_byte_identical_for_same_inputs_and_seed(void)
     const char *da = kvcal_test_path("run-a.json"), *db = kvcal_test_path("run-b.json");
     snprintf(a, sizeof a, "%s", da);
     snprintf(b, sizeof b, "%s", db);
-    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --seed 5 --out '%s'", a);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --seed 5 --out '%s'", a);
     CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
     /* another batch size: per-token results do not depend on the batch */
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " " SMALL " --seed 5 --batch 5 --out '%s'", b);
     CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
     CU_ASSERT_TRUE(files_equal(a, b));
-    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --seed 6 --out '%s'", b);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --seed 6 --out '%s'", b);
     CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
     CU_ASSERT_FALSE(files_equal(a, b));
 }
@@ -83,7 +85,9 @@ static void calibrate_rejects_seq_len_beyond_the_model_context(void)
 {
     char *out = NULL;
     CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --seq-len 513 --quiet --out "
-                              "/nonexistent/x.json", &out), 1);
+                              "/nonexistent/x.json",
+                              &out),
+                    1);
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "context of 512 tokens"));
     free(out);
 }
@@ -132,7 +136,8 @@ static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, line, strlen(line)), 0);
     snprintf(cmd, sizeof cmd,
              "calibrate --model '%s' --dataset '%s' --num-samples 1 --seq-len 8 --quiet "
-             "--out '%s'", dir, ids, kvcal_test_path("never.json"));
+             "--out '%s'",
+             dir, ids, kvcal_test_path("never.json"));
     CU_ASSERT_EQUAL(kvcal_run(cmd, &out), 1);
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "layer 1 V kv head 1: sample 0"));
     CU_ASSERT_EQUAL(access(kvcal_test_path("never.json"), F_OK), -1);

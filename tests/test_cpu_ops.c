@@ -31,9 +31,9 @@ static float *alloc_filled(int64_t n, uint32_t seed)
 
 static void check_matmul(int rows, int k, int n, int with_bias)
 {
-    float *x = alloc_filled((int64_t)rows * k, 1);  // (rows, k)
-    float *w = alloc_filled((int64_t)n * k, 2);     // (n, k)
-    float *b = with_bias ? alloc_filled(n, 3) : NULL; // (n)
+    float *x = alloc_filled((int64_t)rows * k, 1);         // (rows, k)
+    float *w = alloc_filled((int64_t)n * k, 2);            // (n, k)
+    float *b = with_bias ? alloc_filled(n, 3) : NULL;      // (n)
     float *out = malloc(sizeof(float) * (size_t)rows * n); // (rows, n)
     CU_ASSERT_PTR_NOT_NULL_FATAL(out);
     kvcal_matmul_ref(out, x, w, b, rows, k, n);
@@ -165,11 +165,13 @@ static void rope_check(int interleaved)
             }
             /* channels past rot_dim are not rotated */
             CU_ASSERT_EQUAL(memcmp(a + rot_dim, b + rot_dim,
-                                   sizeof(float) * (size_t)(head_dim - rot_dim)), 0);
+                                   sizeof(float) * (size_t)(head_dim - rot_dim)),
+                            0);
         }
     /* position 0 is the identity */
     CU_ASSERT_EQUAL(memcmp(x + 3 * heads * head_dim, orig + 3 * heads * head_dim,
-                           sizeof(float) * (size_t)(heads * head_dim)), 0);
+                           sizeof(float) * (size_t)(heads * head_dim)),
+                    0);
     free(x);
     free(orig);
 }
@@ -232,9 +234,9 @@ static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
 static void attention_matches_double_reference_gqa_mqa_mha(void)
 {
     check_attention(1, 4, 2, 8, 1.0f);
-    check_attention(19, 6, 3, 48, 1.0f);  /* GQA, 3 kv heads */
-    check_attention(37, 5, 1, 80, 1.0f);  /* MQA */
-    check_attention(23, 3, 3, 16, 1.0f);  /* MHA */
+    check_attention(19, 6, 3, 48, 1.0f); /* GQA, 3 kv heads */
+    check_attention(37, 5, 1, 80, 1.0f); /* MQA */
+    check_attention(23, 3, 3, 16, 1.0f); /* MHA */
 }
 
 static void attention_softmax_is_stable_for_large_scores(void)

@@ -87,13 +87,15 @@ static void run_capture(fixture *f, captured *c, float *logits)
     c->heads = d->num_kv_heads;
     c->head_dim = d->head_dim;
     c->rows = f->rows;
-    size_t n = (size_t)c->layers * (size_t)f->rows * (size_t)c->heads * (size_t)c->head_dim;
+    size_t n =
+        (size_t)c->layers * (size_t)f->rows * (size_t)c->heads * (size_t)c->head_dim;
     c->k = calloc(n, sizeof(float));
     c->v = calloc(n, sizeof(float));
     CU_ASSERT_FATAL(c->k && c->v);
     CU_ASSERT_EQUAL_FATAL(kvcal_runner_create(f->model, f->rows, &r), KVCAL_OK);
     kvcal_runner_outputs out = {capture, c, NULL, logits};
-    kvcal_status st = kvcal_runner_forward(r, f->ids, f->lengths, f->batch, f->seq, NULL, &out);
+    kvcal_status st =
+        kvcal_runner_forward(r, f->ids, f->lengths, f->batch, f->seq, NULL, &out);
     if (st)
         fprintf(stderr, "\n%s\n", kvcal_last_error());
     CU_ASSERT_EQUAL(st, KVCAL_OK);
@@ -133,13 +135,15 @@ static void check_against_golden(const char *name)
                 float got = 0.0f;
                 for (int64_t t = 0; t < c.rows; t++)
                     for (int i = 0; i < c.head_dim; i++) {
-                        float x = fabsf(row_of(&c, kv ? c.v : c.k, l, t)[h * c.head_dim + i]);
+                        float x =
+                            fabsf(row_of(&c, kv ? c.v : c.k, l, t)[h * c.head_dim + i]);
                         got = x > got ? x : got;
                     }
                 double w = cJSON_GetArrayItem(wl, h)->valuedouble;
                 if (fabs(got - w) > 1e-7 + fabs(w) * RTOL) {
-                    fprintf(stderr, "\n%s: %c absmax layer %d head %d: got %.7g want %.7g",
-                            name, kv ? 'V' : 'K', l, h, got, w);
+                    fprintf(stderr,
+                            "\n%s: %c absmax layer %d head %d: got %.7g want %.7g", name,
+                            kv ? 'V' : 'K', l, h, got, w);
                     bad++;
                 }
             }
@@ -162,8 +166,9 @@ static void check_against_golden(const char *name)
             for (int i = 0; i < cJSON_GetArraySize(want); i++) {
                 double w = cJSON_GetArrayItem(want, i)->valuedouble;
                 if (fabs(got[i] - w) > scale * RTOL + fabs(w) * RTOL) {
-                    fprintf(stderr, "\n%s: raw %c sample %d layer %d token %d [%d]: got %.7g "
-                                    "want %.7g",
+                    fprintf(stderr,
+                            "\n%s: raw %c sample %d layer %d token %d [%d]: got %.7g "
+                            "want %.7g",
                             name, kv ? 'V' : 'K', s, l, t, i, got[i], w);
                     bad++;
                 }
@@ -232,10 +237,14 @@ static void runner_kv_does_not_depend_on_batch_neighbours(void)
     run_capture(&f, &one, NULL);
     size_t row = (size_t)all.heads * (size_t)all.head_dim;
     for (int l = 0; l < all.layers; l++) {
-        CU_ASSERT_EQUAL(memcmp(row_of(&all, all.k, l, all.start[1]), row_of(&one, one.k, l, 0),
-                               sizeof(float) * row * (size_t)f.rows), 0);
-        CU_ASSERT_EQUAL(memcmp(row_of(&all, all.v, l, all.start[1]), row_of(&one, one.v, l, 0),
-                               sizeof(float) * row * (size_t)f.rows), 0);
+        CU_ASSERT_EQUAL(memcmp(row_of(&all, all.k, l, all.start[1]),
+                               row_of(&one, one.k, l, 0),
+                               sizeof(float) * row * (size_t)f.rows),
+                        0);
+        CU_ASSERT_EQUAL(memcmp(row_of(&all, all.v, l, all.start[1]),
+                               row_of(&one, one.v, l, 0),
+                               sizeof(float) * row * (size_t)f.rows),
+                        0);
     }
     captured_free(&all);
     captured_free(&one);
@@ -246,7 +255,8 @@ static void runner_rejects_sequence_longer_than_context_and_bad_ids(void)
 {
     kvcal_model_t *m = NULL;
     kvcal_runner_t *r = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
+                          KVCAL_OK);
     const kvcal_model_desc *d = kvcal_model_describe(m);
     CU_ASSERT_EQUAL(d->max_seq_len, 512);
     int seq = d->max_seq_len + 1;
@@ -270,22 +280,28 @@ static void runner_rejects_sequence_longer_than_context_and_bad_ids(void)
 // --- model errors -----------------------------------------------------------
 
 /* Copies a golden checkpoint into the test's temp dir with config.json
- * edited: `key` set to the JSON `value`. Returns the directory. */
-static const char *edited_checkpoint(const char *src, const char *key, const char *value)
+ * edited: every key of the JSON object `edits` replaces the config's.
+ * Returns the directory. */
+static const char *edited_checkpoint(const char *src, const char *edits)
 {
     static char dir[512];
+    static int serial;
     char cmd[2048], path[600];
-    snprintf(dir, sizeof dir, "%s/%s-%s", kvcal_test_tmpdir(), src, key);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r 'tests/fixtures/golden/%s' '%s'", dir, src,
-             dir);
+    snprintf(dir, sizeof dir, "%s/%s-%d", kvcal_test_tmpdir(), src, serial++);
+    snprintf(cmd, sizeof cmd, "cp -r 'tests/fixtures/golden/%s' '%s'", src, dir);
     CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    cJSON *cfg = NULL;
+    cJSON *cfg = NULL, *patch = cJSON_Parse(edits), *item;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(patch);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &cfg), KVCAL_OK);
-    cJSON_DeleteItemFromObject(cfg, key);
-    cJSON_AddItemToObject(cfg, key, cJSON_Parse(value));
+    cJSON_ArrayForEach(item, patch)
+    {
+        cJSON_DeleteItemFromObject(cfg, item->string);
+        cJSON_AddItemToObject(cfg, item->string, cJSON_Duplicate(item, 1));
+    }
     CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, cfg), KVCAL_OK);
     cJSON_Delete(cfg);
+    cJSON_Delete(patch);
     return dir;
 }
 
@@ -302,20 +318,32 @@ static void expect_open_error(const char *dir, kvcal_status want, const char *ne
 
 static void model_open_names_unsupported_architecture(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16", "architectures", "[\"GPT2LMHeadModel\"]"),
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"GPT2LMHeadModel\"]}"),
                       KVCAL_ERR_UNSUPPORTED, "GPT2LMHeadModel");
 }
 
 static void model_open_names_missing_tensor(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16", "num_hidden_layers", "3"),
-                      KVCAL_ERR_FORMAT, "model.layers.2.input_layernorm.weight is missing");
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16", "{\"num_hidden_layers\": 3}"),
+                      KVCAL_ERR_FORMAT,
+                      "model.layers.2.input_layernorm.weight is missing");
 }
 
 static void model_open_names_tensor_with_wrong_shape(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16", "intermediate_size", "81"),
-                      KVCAL_ERR_FORMAT, "model.layers.0.mlp.gate_proj.weight has shape [80, 64]");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16", "{\"intermediate_size\": 81}"),
+        KVCAL_ERR_FORMAT, "model.layers.0.mlp.gate_proj.weight has shape [80, 64]");
+}
+
+static void model_open_refuses_a_bias_the_config_does_not_declare(void)
+{
+    expect_open_error(edited_checkpoint("qwen2_gqa_bias_bf16",
+                                        "{\"architectures\": [\"LlamaForCausalLM\"], "
+                                        "\"model_type\": \"llama\"}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "model.layers.0.self_attn.q_proj.bias is in the");
 }
 
 static void model_open_rejects_truncated_llama2c_file(void)
@@ -341,6 +369,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_names_unsupported_architecture),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
+    KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
     CU_TEST_INFO_NULL,
 };

@@ -144,14 +144,22 @@ static void micro_4x4(float *out, int64_t ldo, const float *x, const float *w, i
         for (int l = 0; l < LANES; l++) {
             float a0 = x0[i + l], a1 = x1[i + l], a2 = x2[i + l], a3 = x3[i + l];
             float b0 = w0[i + l], b1 = w1[i + l], b2 = w2[i + l], b3 = w3[i + l];
-            acc[0][0][l] += a0 * b0; acc[0][1][l] += a0 * b1;
-            acc[0][2][l] += a0 * b2; acc[0][3][l] += a0 * b3;
-            acc[1][0][l] += a1 * b0; acc[1][1][l] += a1 * b1;
-            acc[1][2][l] += a1 * b2; acc[1][3][l] += a1 * b3;
-            acc[2][0][l] += a2 * b0; acc[2][1][l] += a2 * b1;
-            acc[2][2][l] += a2 * b2; acc[2][3][l] += a2 * b3;
-            acc[3][0][l] += a3 * b0; acc[3][1][l] += a3 * b1;
-            acc[3][2][l] += a3 * b2; acc[3][3][l] += a3 * b3;
+            acc[0][0][l] += a0 * b0;
+            acc[0][1][l] += a0 * b1;
+            acc[0][2][l] += a0 * b2;
+            acc[0][3][l] += a0 * b3;
+            acc[1][0][l] += a1 * b0;
+            acc[1][1][l] += a1 * b1;
+            acc[1][2][l] += a1 * b2;
+            acc[1][3][l] += a1 * b3;
+            acc[2][0][l] += a2 * b0;
+            acc[2][1][l] += a2 * b1;
+            acc[2][2][l] += a2 * b2;
+            acc[2][3][l] += a2 * b3;
+            acc[3][0][l] += a3 * b0;
+            acc[3][1][l] += a3 * b1;
+            acc[3][2][l] += a3 * b2;
+            acc[3][3][l] += a3 * b3;
         }
     }
     for (int r = 0; r < 4; r++)
