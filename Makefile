@@ -20,7 +20,9 @@ WARN := -Wall -Wextra -Wshadow -Werror
 CFLAGS ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -MMD -MP \
           -Iinclude -Icore -I. -I$(BUILD) $(HDF5_CFLAGS)
-LDLIBS := -lcjson $(HDF5_LIBS) -lpcre2-8 -lz -lpthread -lm
+# Libraries of the CPU code (the fuzz targets link these alone).
+HOST_LIBS := -lcjson $(HDF5_LIBS) -lpcre2-8 -lz -lpthread -lm
+LDLIBS := $(HOST_LIBS)
 
 LIB_SRC := $(wildcard core/*.c io/*.c observers/*.c kernels/cpu/*.c) \
            $(filter-out calib/main.c calib/cmd_%.c,$(wildcard calib/*.c))
@@ -128,7 +130,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 build-fuzz/%: tests/fuzz/%.c $(LIB_SRC)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
-	  -o $@ $< $(filter-out calib/%,$(LIB_SRC)) $(filter calib/%,$(LIB_SRC)) -lcjson $(HDF5_LIBS) -lz -lpthread -lm
+	  -o $@ $< $(filter-out calib/%,$(LIB_SRC)) $(filter calib/%,$(LIB_SRC)) $(HOST_LIBS)
 fuzz: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_TIME) s"; \
