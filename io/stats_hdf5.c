@@ -121,7 +121,7 @@ static kvcal_status put_dataset(hid_t loc, const char *path, const char *name,
     kvcal_status st = KVCAL_OK;
     hid_t space = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dset = -1;
-    if (space < 0 || dcpl < 0)
+    if (space < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0)
         goto fail;
     if (rank && (H5Pset_chunk(dcpl, rank, chunk) < 0 || H5Pset_shuffle(dcpl) < 0 ||
                  H5Pset_deflate(dcpl, DEFLATE_LEVEL) < 0))
@@ -203,6 +203,18 @@ static kvcal_status put_bin_edges(hid_t file, const char *path, int num_bins)
     return st;
 }
 
+/* Creates a group without modification times, so identical statistics give
+ * byte-identical files. */
+static hid_t create_group(hid_t loc, const char *name)
+{
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE), g = -1;
+    if (gcpl >= 0 && H5Pset_obj_track_times(gcpl, 0) >= 0)
+        g = H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    if (gcpl >= 0)
+        H5Pclose(gcpl);
+    return g;
+}
+
 static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_t *s,
                               int l)
 {
@@ -210,13 +222,13 @@ static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_
     char name[32], full[48];
     const hsize_t H = (hsize_t)s->num_kv_heads;
     snprintf(name, sizeof name, "%d", l);
-    hid_t lg = H5Gcreate2(layers, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), g = -1;
+    hid_t lg = create_group(layers, name), g = -1;
     if (lg < 0) {
         snprintf(full, sizeof full, "layers/%d", l);
         return h5_fail(KVCAL_ERR_IO, path, "create group", full);
     }
     for (int kv = 0; kv < 2 && !st; kv++) {
-        g = H5Gcreate2(lg, kv_group[kv], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        g = create_group(lg, kv_group[kv]);
         if (g < 0) {
             snprintf(full, sizeof full, "layers/%d/%s", l, kv_group[kv]);
             st = h5_fail(KVCAL_ERR_IO, path, "create group", full);
@@ -264,11 +276,14 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
     hid_t layers = -1, file = -1;
     /* HDF5 1.10 file format: a single chunk is indexed without a B-tree (much
      * smaller files); read by HDF5 >= 1.10 (h5dump, any recent h5py) */
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0)
-        file = H5Fcreate(af.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fcpl = H5Pcreate(H5P_FILE_CREATE);
+    if (fapl >= 0 && fcpl >= 0 && H5Pset_obj_track_times(fcpl, 0) >= 0 &&
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0)
+        file = H5Fcreate(af.tmp, H5F_ACC_TRUNC, fcpl, fapl);
     if (fapl >= 0)
         H5Pclose(fapl);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
     if (file < 0) {
         st = h5_fail(KVCAL_ERR_IO, path, "create", "the file");
         goto fail;
@@ -276,7 +291,7 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
     if ((st = put_root_attrs(file, path, stats, model, prov)) ||
         (st = put_bin_edges(file, path, stats->num_bins)))
         goto fail;
-    layers = H5Gcreate2(file, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    layers = create_group(file, "layers");
     if (layers < 0) {
         st = h5_fail(KVCAL_ERR_IO, path, "create group", "layers");
         goto fail;
