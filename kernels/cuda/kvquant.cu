@@ -5,10 +5,11 @@
 // scale), scale rule, scaler fold), and an e4m3 rounding that the tests
 // compare with core/fp8.h on every fp16 and bf16 input.
 //
-// Work split: a (token, head) row of head_dim values is handled by a group
+// Work split: the K and V rows of one (token, head) are handled by a group
 // of G lanes (G = next power of two of the row's vector count, at most 32),
-// each lane loading 16 bytes per vector; blockIdx.y picks K (0) or V (1).
-// Rows whose input or cache is not 16-byte aligned take a one-element path.
+// each lane loading 16 bytes per vector of K and of V before it converts
+// either. Rows whose input or cache is not aligned for that take a
+// one-element path.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -110,7 +111,7 @@ struct Rows {
     int nvec;                 // vectors per row
 };
 
-// Where a lane's row group sits: row r of blockIdx.y's K or V.
+// Where a lane's group sits: row = token * H + head, for K and V alike.
 struct Lane {
     int64_t t;    // token
     int h;        // head
@@ -140,28 +141,36 @@ __device__ __forceinline__ float group_max(float v, int group)
     return v;
 }
 
-// MAXV vectors per lane cover head_dim <= 1024 at any VEC.
+// Vectors per lane that cover head_dim <= 1024 with 32 lanes.
 template <int VEC> constexpr int max_vectors() { return KVCAL_KV_MAX_HEAD_DIM / (32 * VEC); }
 
-// Loads the lane's vectors of its row into x; returns their finite absmax.
-template <typename T, int VEC>
-__device__ __forceinline__ float load_row(const Rows &r, int kv, const Lane &l,
-                                          float (&x)[max_vectors<VEC>()][VEC])
+// Loads the lane's (at most MAXV) vectors of its K and V rows into x[kv];
+// amax[kv] gets their finite absmax. K and V loads are all issued first.
+template <typename T, int VEC, int MAXV>
+__device__ __forceinline__ void load_rows(const Rows &r, const Lane &l, float (&x)[2][MAXV][VEC],
+                                          float (&amax)[2])
 {
-    const T *src = static_cast<const T *>(r.src[kv]) + l.t * r.token_stride[kv] +
-                   (int64_t)l.h * r.head_stride[kv];
-    float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < max_vectors<VEC>(); i++) {
-        int v = l.lane + i * r.group;
-        if (l.active && v < r.nvec) {
-            Loader<T, VEC>::load(src + (int64_t)v * VEC, x[i]);
+    for (int kv = 0; kv < 2; kv++) {
+        const T *src = static_cast<const T *>(r.src[kv]) + l.t * r.token_stride[kv] +
+                       (int64_t)l.h * r.head_stride[kv];
 #pragma unroll
-            for (int j = 0; j < VEC; j++)
-                amax = fmaxf(amax, kvcal_kv_finite_abs(x[i][j]));
+        for (int i = 0; i < MAXV; i++) {
+            int v = l.lane + i * r.group;
+            if (l.active && v < r.nvec)
+                Loader<T, VEC>::load(src + (int64_t)v * VEC, x[kv][i]);
         }
     }
-    return amax;
+#pragma unroll
+    for (int kv = 0; kv < 2; kv++) {
+        amax[kv] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MAXV; i++)
+            if (l.active && l.lane + i * r.group < r.nvec)
+#pragma unroll
+                for (int j = 0; j < VEC; j++)
+                    amax[kv] = fmaxf(amax[kv], kvcal_kv_finite_abs(x[kv][i][j]));
+    }
 }
 
 // --- quantize (static, dynamic, scaler step) --------------------------------
@@ -174,32 +183,34 @@ struct Quant {
     int scale_step;
 };
 
-template <typename T, int VEC>
+template <typename T, int VEC, int MAXV>
 __global__ void __launch_bounds__(kThreads) kv_quantize_kernel(Quant q)
 {
     const Rows &r = q.rows;
-    const int kv = blockIdx.y;
     int64_t row = (int64_t)blockIdx.x * (kThreads / r.group) + threadIdx.x / r.group;
     Lane l = lane_of(r, row);
-    float x[max_vectors<VEC>()][VEC];
-    float amax = load_row<T, VEC>(r, kv, l, x);
-    float scale;
-    if (q.scales)
-        scale = l.active ? q.scales[kv][l.h * q.scale_step] : 1.0f;
-    else
-        scale = kvcal_scale_from_absmax(group_max(amax, r.group));
+    float x[2][MAXV][VEC], amax[2];
+    load_rows<T, VEC, MAXV>(r, l, x, amax);
+    float scale[2];
+#pragma unroll
+    for (int kv = 0; kv < 2; kv++)
+        scale[kv] = q.scales[kv] ? (l.active ? q.scales[kv][l.h * q.scale_step] : 1.0f)
+                                 : kvcal_scale_from_absmax(group_max(amax[kv], r.group));
     if (!l.active)
         return;
-    float inv = 1.0f / scale;
-    uint8_t *dst = q.dst[kv] + kvcal_kv_cache_offset(r.g, l.slot, l.h);
+    const int64_t off = kvcal_kv_cache_offset(r.g, l.slot, l.h);
 #pragma unroll
-    for (int i = 0; i < max_vectors<VEC>(); i++) {
-        int v = l.lane + i * r.group;
-        if (v < r.nvec)
-            store_e4m3<VEC>(dst + (int64_t)v * VEC, x[i], inv);
+    for (int kv = 0; kv < 2; kv++) {
+        float inv = 1.0f / scale[kv];
+#pragma unroll
+        for (int i = 0; i < MAXV; i++) {
+            int v = l.lane + i * r.group;
+            if (v < r.nvec)
+                store_e4m3<VEC>(q.dst[kv] + off + (int64_t)v * VEC, x[kv][i], inv);
+        }
+        if (q.scale_out[kv] && l.lane == 0)
+            q.scale_out[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)] = scale[kv];
     }
-    if (q.scale_out[kv] && l.lane == 0)
-        q.scale_out[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)] = scale;
 }
 
 // --- scaler step: per-head absmax of the batch, folded by the last block ----
@@ -207,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) kv_quantize_kernel(Quant q)
 struct Fold {
     Rows rows;
     kvcal_kv_scaler scaler; // a copy of the handle: device pointers and mode
-    int64_t rows_per_kv;
+    int64_t rows_total;     // num_tokens * H
 };
 
 __device__ __forceinline__ void atomic_max_nonneg(float *addr, float v)
@@ -215,7 +226,7 @@ __device__ __forceinline__ void atomic_max_nonneg(float *addr, float v)
     atomicMax(reinterpret_cast<int *>(addr), __float_as_int(v));
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, int MAXV>
 __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
 {
     extern __shared__ float head_max[]; // (2, H)
@@ -229,29 +240,31 @@ __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
         tokens = 0;
     __syncthreads();
     const int rows_per_block = kThreads / r.group;
-    const int kv = blockIdx.y;
-    for (int64_t base = (int64_t)blockIdx.x * rows_per_block; base < f.rows_per_kv;
+    for (int64_t base = (int64_t)blockIdx.x * rows_per_block; base < f.rows_total;
          base += (int64_t)gridDim.x * rows_per_block) {
         Lane l = lane_of(r, base + threadIdx.x / r.group);
-        float x[max_vectors<VEC>()][VEC];
-        float amax = group_max(load_row<T, VEC>(r, kv, l, x), r.group);
+        float x[2][MAXV][VEC], amax[2];
+        load_rows<T, VEC, MAXV>(r, l, x, amax);
+        amax[0] = group_max(amax[0], r.group);
+        amax[1] = group_max(amax[1], r.group);
         if (l.active && l.lane == 0) {
-            atomic_max_nonneg(&head_max[kv * H + l.h], amax);
-            if (kv == 0 && l.h == 0)
+            atomic_max_nonneg(&head_max[l.h], amax[0]);
+            atomic_max_nonneg(&head_max[H + l.h], amax[1]);
+            if (l.h == 0)
                 atomicAdd(&tokens, 1ull);
         }
     }
     __syncthreads();
     kvcal_kv_scaler s = f.scaler;
-    for (int h = threadIdx.x; h < H; h += kThreads)
-        if (head_max[kv * H + h] > 0.0f)
-            atomic_max_nonneg(&s.batch_absmax[kv][h], head_max[kv * H + h]);
+    for (int i = threadIdx.x; i < 2 * H; i += kThreads)
+        if (head_max[i] > 0.0f)
+            atomic_max_nonneg(&s.batch_absmax[i / H][i % H], head_max[i]);
     if (threadIdx.x == 0 && tokens)
         atomicAdd(reinterpret_cast<unsigned long long *>(s.batch_tokens), tokens);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
-        last = atomicAdd(s.blocks_done, 1u) == gridDim.x * gridDim.y - 1;
+        last = atomicAdd(s.blocks_done, 1u) == gridDim.x - 1;
     __syncthreads();
     if (!last)
         return;
@@ -276,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
 // --- dequantize ---------------------------------------------------------------
 
 struct Dequant {
-    Rows rows;              // src, strides unused
+    Rows rows;              // src and strides unused
     const uint8_t *src[2];  // K and V caches
     const float *token_scales[2];
     const float *scales[2];
@@ -292,8 +305,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
     return __float2bfloat16_rn(v);
 }
 
-// e4m3 -> float exactly (through fp16, which holds every e4m3 value).
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t two)
+// Two e4m3 bytes (low byte first) to floats, exactly, through fp16.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two)
 {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
     return __half22float2(*reinterpret_cast<__half2 *>(&h));
@@ -303,37 +316,49 @@ template <typename TOut, int VEC>
 __global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(Dequant d)
 {
     const Rows &r = d.rows;
-    const int kv = blockIdx.y;
     int64_t row = (int64_t)blockIdx.x * (kThreads / r.group) + threadIdx.x / r.group;
     Lane l = lane_of(r, row);
     if (!l.active)
         return;
-    float scale = d.token_scales[kv] ? d.token_scales[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)]
-                                     : d.scales[kv][l.h * d.scale_step];
-    const uint8_t *src = d.src[kv] + kvcal_kv_cache_offset(r.g, l.slot, l.h);
-    TOut *out = static_cast<TOut *>(d.out[kv]) + (l.t * r.g.num_kv_heads + l.h) * r.g.head_dim;
+    float scale[2];
+    const int64_t src_off = kvcal_kv_cache_offset(r.g, l.slot, l.h);
+    const int64_t out_off = (l.t * r.g.num_kv_heads + l.h) * r.g.head_dim;
+#pragma unroll
+    for (int kv = 0; kv < 2; kv++)
+        scale[kv] = d.token_scales[kv]
+                        ? d.token_scales[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)]
+                        : d.scales[kv][l.h * d.scale_step];
     for (int v = l.lane; v < r.nvec; v += r.group) {
-        uint8_t b[VEC];
-        if constexpr (VEC == 8)
-            *reinterpret_cast<uint2 *>(b) = *reinterpret_cast<const uint2 *>(src + v * VEC);
-        else
-            b[0] = src[v];
-        alignas(16) TOut o[VEC];
+        uint32_t b[2][2] = {};
 #pragma unroll
-        for (int j = 0; j < VEC; j += 2) {
-            float2 f = e4m3x2_to_float2((uint16_t)(b[j] | (j + 1 < VEC ? b[j + 1] << 8 : 0)));
-            o[j] = from_float<TOut>(f.x * scale);
-            if (j + 1 < VEC)
-                o[j + 1] = from_float<TOut>(f.y * scale);
+        for (int kv = 0; kv < 2; kv++) {
+            if constexpr (VEC == 8) {
+                uint2 w = *reinterpret_cast<const uint2 *>(d.src[kv] + src_off + v * VEC);
+                b[kv][0] = w.x, b[kv][1] = w.y;
+            } else {
+                b[kv][0] = d.src[kv][src_off + v];
+            }
         }
-        if constexpr (VEC == 8) {
-            const uint4 *o4 = reinterpret_cast<const uint4 *>(o);
-            uint4 *d4 = reinterpret_cast<uint4 *>(out + (int64_t)v * VEC);
 #pragma unroll
-            for (int j = 0; j < (int)(sizeof(TOut) * VEC / 16); j++)
-                d4[j] = o4[j];
-        } else {
-            out[v] = o[0];
+        for (int kv = 0; kv < 2; kv++) {
+            alignas(16) TOut o[VEC];
+#pragma unroll
+            for (int j = 0; j < VEC; j += 2) {
+                float2 f = e4m3x2_to_float2(b[kv][j / 4] >> (8 * (j % 4)));
+                o[j] = from_float<TOut>(f.x * scale[kv]);
+                if (j + 1 < VEC)
+                    o[j + 1] = from_float<TOut>(f.y * scale[kv]);
+            }
+            TOut *out = static_cast<TOut *>(d.out[kv]) + out_off;
+            if constexpr (VEC == 8) {
+                const uint4 *o4 = reinterpret_cast<const uint4 *>(o);
+                uint4 *d4 = reinterpret_cast<uint4 *>(out + (int64_t)v * VEC);
+#pragma unroll
+                for (int j = 0; j < (int)(sizeof(TOut) * VEC / 16); j++)
+                    d4[j] = o4[j];
+            } else {
+                out[v] = o[0];
+            }
         }
     }
 }
@@ -387,32 +412,65 @@ Rows make_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, bool with_data, int *ve
     return r;
 }
 
-dim3 row_grid(const Rows &r)
+unsigned row_blocks(const Rows &r)
 {
     int64_t rows = r.num_tokens * r.g.num_kv_heads;
     int64_t per_block = kThreads / r.group;
-    return dim3((unsigned)((rows + per_block - 1) / per_block), 2);
+    return (unsigned)((rows + per_block - 1) / per_block);
 }
 
-template <typename T, int VEC> kvcal_status launch_quant_t(const Quant &q, cudaStream_t stream)
+// Calls f.run<T, VEC, MAXV>() for the input dtype and vector width; MAXV = 1
+// when one vector per lane covers the row (head_dim <= 32 * VEC).
+template <typename F> kvcal_status dispatch(kvcal_dtype dtype, int vec, const Rows &r, const F &f)
 {
-    dim3 grid = row_grid(q.rows);
-    if (grid.x == 0)
+    bool one = r.nvec <= r.group;
+    if (dtype == KVCAL_DTYPE_F32) {
+        if (vec == 1)
+            return one ? f.template run<float, 1, 1>() : f.template run<float, 1, max_vectors<1>()>();
+        return one ? f.template run<float, 4, 1>() : f.template run<float, 4, max_vectors<4>()>();
+    }
+    if (dtype == KVCAL_DTYPE_F16) {
+        if (vec == 1)
+            return one ? f.template run<__half, 1, 1>() : f.template run<__half, 1, max_vectors<1>()>();
+        return one ? f.template run<__half, 8, 1>() : f.template run<__half, 8, max_vectors<8>()>();
+    }
+    if (vec == 1)
+        return one ? f.template run<__nv_bfloat16, 1, 1>()
+                   : f.template run<__nv_bfloat16, 1, max_vectors<1>()>();
+    return one ? f.template run<__nv_bfloat16, 8, 1>()
+               : f.template run<__nv_bfloat16, 8, max_vectors<8>()>();
+}
+
+struct QuantLaunch {
+    const Quant &q;
+    cudaStream_t stream;
+    template <typename T, int VEC, int MAXV> kvcal_status run() const
+    {
+        unsigned blocks = row_blocks(q.rows);
+        if (blocks == 0)
+            return KVCAL_OK;
+        kv_quantize_kernel<T, VEC, MAXV><<<blocks, kThreads, 0, stream>>>(q);
+        CUDA_TRY(cudaGetLastError());
         return KVCAL_OK;
-    kv_quantize_kernel<T, VEC><<<grid, kThreads, 0, stream>>>(q);
-    CUDA_TRY(cudaGetLastError());
-    return KVCAL_OK;
-}
+    }
+};
 
-kvcal_status launch_quant(const Quant &q, kvcal_dtype dtype, int vec, cudaStream_t stream)
-{
-    if (dtype == KVCAL_DTYPE_F32)
-        return vec == 1 ? launch_quant_t<float, 1>(q, stream) : launch_quant_t<float, 4>(q, stream);
-    if (dtype == KVCAL_DTYPE_F16)
-        return vec == 1 ? launch_quant_t<__half, 1>(q, stream) : launch_quant_t<__half, 8>(q, stream);
-    return vec == 1 ? launch_quant_t<__nv_bfloat16, 1>(q, stream)
-                    : launch_quant_t<__nv_bfloat16, 8>(q, stream);
-}
+struct FoldLaunch {
+    const Fold &f;
+    cudaStream_t stream;
+    template <typename T, int VEC, int MAXV> kvcal_status run() const
+    {
+        int dev = 0, sms = 0;
+        CUDA_TRY(cudaGetDevice(&dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        int64_t blocks = row_blocks(f.rows), cap = (int64_t)sms * 4;
+        size_t smem = 2 * (size_t)f.rows.g.num_kv_heads * sizeof(float);
+        kv_scaler_fold_kernel<T, VEC, MAXV>
+            <<<(unsigned)(blocks < cap ? blocks : cap), kThreads, smem, stream>>>(f);
+        CUDA_TRY(cudaGetLastError());
+        return KVCAL_OK;
+    }
+};
 
 Quant make_quant(const Rows &rows, const kvcal_kv_cache *c, const float *k_scale,
                  const float *v_scale, int scale_step)
@@ -426,38 +484,12 @@ Quant make_quant(const Rows &rows, const kvcal_kv_cache *c, const float *k_scale
     return q;
 }
 
-template <typename T, int VEC>
-kvcal_status launch_fold_t(const Fold &f, cudaStream_t stream)
-{
-    int dev = 0, sms = 0;
-    CUDA_TRY(cudaGetDevice(&dev));
-    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    int64_t per_block = kThreads / f.rows.group;
-    int64_t blocks = (f.rows_per_kv + per_block - 1) / per_block;
-    int64_t cap = (int64_t)sms * 4;
-    dim3 grid((unsigned)(blocks < cap ? blocks : cap), 2);
-    size_t smem = 2 * (size_t)f.rows.g.num_kv_heads * sizeof(float);
-    kv_scaler_fold_kernel<T, VEC><<<grid, kThreads, smem, stream>>>(f);
-    CUDA_TRY(cudaGetLastError());
-    return KVCAL_OK;
-}
-
-kvcal_status launch_fold(const Fold &f, kvcal_dtype dtype, int vec, cudaStream_t stream)
-{
-    if (dtype == KVCAL_DTYPE_F32)
-        return vec == 1 ? launch_fold_t<float, 1>(f, stream) : launch_fold_t<float, 4>(f, stream);
-    if (dtype == KVCAL_DTYPE_F16)
-        return vec == 1 ? launch_fold_t<__half, 1>(f, stream) : launch_fold_t<__half, 8>(f, stream);
-    return vec == 1 ? launch_fold_t<__nv_bfloat16, 1>(f, stream)
-                    : launch_fold_t<__nv_bfloat16, 8>(f, stream);
-}
-
 template <typename TOut, int VEC> kvcal_status launch_dequant_t(const Dequant &d, cudaStream_t stream)
 {
-    dim3 grid = row_grid(d.rows);
-    if (grid.x == 0)
+    unsigned blocks = row_blocks(d.rows);
+    if (blocks == 0)
         return KVCAL_OK;
-    kv_dequantize_kernel<TOut, VEC><<<grid, kThreads, 0, stream>>>(d);
+    kv_dequantize_kernel<TOut, VEC><<<blocks, kThreads, 0, stream>>>(d);
     CUDA_TRY(cudaGetLastError());
     return KVCAL_OK;
 }
@@ -483,7 +515,7 @@ extern "C" kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *ba
     int vec;
     Rows rows = make_rows(batch, g, true, &vec);
     Quant q = make_quant(rows, cache, k_scale, v_scale, granularity == KVCAL_GRANULARITY_HEAD);
-    return launch_quant(q, batch->dtype, vec, stream);
+    return dispatch(batch->dtype, vec, rows, QuantLaunch{q, stream});
 }
 
 extern "C" kvcal_status kvcal_kv_quantize_dynamic_launch(const kvcal_kv_batch *batch,
@@ -498,7 +530,7 @@ extern "C" kvcal_status kvcal_kv_quantize_dynamic_launch(const kvcal_kv_batch *b
     int vec;
     Rows rows = make_rows(batch, g, true, &vec);
     Quant q = make_quant(rows, cache, nullptr, nullptr, 0);
-    return launch_quant(q, batch->dtype, vec, stream);
+    return dispatch(batch->dtype, vec, rows, QuantLaunch{q, stream});
 }
 
 extern "C" kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scaler,
@@ -516,11 +548,11 @@ extern "C" kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scale
     Fold f = {};
     f.rows = rows;
     f.scaler = *scaler;
-    f.rows_per_kv = batch->num_tokens * g.num_kv_heads;
-    if ((st = launch_fold(f, batch->dtype, vec, stream)) != KVCAL_OK)
+    f.rows_total = batch->num_tokens * g.num_kv_heads;
+    if ((st = dispatch(batch->dtype, vec, rows, FoldLaunch{f, stream})) != KVCAL_OK)
         return st;
     Quant q = make_quant(rows, cache, scaler->scale[0], scaler->scale[1], 1);
-    return launch_quant(q, batch->dtype, vec, stream);
+    return dispatch(batch->dtype, vec, rows, QuantLaunch{q, stream});
 }
 
 extern "C" kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
