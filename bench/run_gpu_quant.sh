@@ -13,15 +13,21 @@ build=${BUILD:-build}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv > "$out/gpu.txt" 2>&1
+stamp() { echo "$1 $(date +%s)" >> "$out/stages.txt"; }
+stamp start
 "$build/kvcal_tests" kvquant kvquant_cuda > "$out/tests.log" 2>&1
 tests_rc=$?
+stamp tests
 "$build/tests/example_engine_loop" > "$out/example.log" 2>&1
 example_rc=$?
+stamp example
 "$build/bench/kvquant" > "$out/bench.log" 2>&1
 bench_rc=$?
+stamp bench
 PYTHONUNBUFFERED=1 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
 torch_rc=$?
-echo "== gpu"; cat "$out/gpu.txt"
+stamp torch
+echo "== gpu"; cat "$out/gpu.txt"; cat "$out/stages.txt"
 echo "== tests (rc $tests_rc)"; grep -E "FAILED|differences|e4m3\(|^tests:" "$out/tests.log" | head -40
 echo "== example (rc $example_rc)"; cat "$out/example.log"
 echo "== torch (rc $torch_rc)"; tail -n 16 "$out/torch.log"

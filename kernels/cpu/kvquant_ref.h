@@ -30,12 +30,27 @@ typedef struct kvcal_kv_geom {
     int layout;           /* kvcal_cache_layout */
 } kvcal_kv_geom;
 
+/* slot = block * block_size + off, in 32-bit arithmetic when the slot fits
+ * (a 64-bit division costs a GPU thread dozens of instructions). */
+static inline KVCAL_HOST_DEVICE void kvcal_kv_slot_split(kvcal_kv_geom g, int64_t slot,
+                                                         int64_t *block, int64_t *off)
+{
+    if (slot <= 0xffffffffLL) {
+        uint32_t b = (uint32_t)slot / (uint32_t)g.block_size;
+        *block = b;
+        *off = (int64_t)((uint32_t)slot - b * (uint32_t)g.block_size);
+    } else {
+        *block = slot / g.block_size;
+        *off = slot - *block * g.block_size;
+    }
+}
+
 /* Byte offset of (slot, head, 0) in a cache of geometry g. */
 static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset(kvcal_kv_geom g, int64_t slot,
                                                               int head)
 {
-    int64_t block = slot / g.block_size;
-    int64_t off = slot - block * g.block_size;
+    int64_t block, off;
+    kvcal_kv_slot_split(g, slot, &block, &off);
     int64_t row = g.layout == KVCAL_CACHE_NHD ? off * g.num_kv_heads + head
                                               : (int64_t)head * g.block_size + off;
     return block * g.block_stride + row * g.head_dim;
@@ -45,8 +60,8 @@ static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset(kvcal_kv_geom g, i
 static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_scale_index(kvcal_kv_geom g, int64_t slot,
                                                              int head)
 {
-    int64_t block = slot / g.block_size;
-    int64_t off = slot - block * g.block_size;
+    int64_t block, off;
+    kvcal_kv_slot_split(g, slot, &block, &off);
     return g.layout == KVCAL_CACHE_NHD
                ? slot * g.num_kv_heads + head
                : (block * g.num_kv_heads + head) * g.block_size + off;

@@ -116,19 +116,24 @@ struct Lane {
     int64_t t;    // token
     int h;        // head
     int lane;     // lane inside its group
+    bool real;    // t < num_tokens: the input row exists
     int64_t slot; // cache slot, valid when active
     bool active;  // a real token with a slot inside the cache
 };
 
+// The slot is loaded here but only waited for where it is used, so that the
+// input loads (which need only `real`) are in flight at the same time.
 __device__ __forceinline__ Lane lane_of(const Rows &r, int64_t row)
 {
     Lane l;
     l.lane = threadIdx.x & (r.group - 1);
-    l.t = row / r.g.num_kv_heads;
+    if (row <= 0xffffffffLL)
+        l.t = (uint32_t)row / (uint32_t)r.g.num_kv_heads;
+    else
+        l.t = row / r.g.num_kv_heads;
     l.h = (int)(row - l.t * r.g.num_kv_heads);
-    l.slot = -1;
-    if (l.t < r.num_tokens)
-        l.slot = r.slots[l.t];
+    l.real = l.t < r.num_tokens;
+    l.slot = l.real ? __ldg(r.slots + l.t) : -1;
     l.active = l.slot >= 0 && l.slot < r.g.capacity;
     return l;
 }
@@ -157,7 +162,7 @@ __device__ __forceinline__ void load_rows(const Rows &r, const Lane &l, float (&
 #pragma unroll
         for (int i = 0; i < MAXV; i++) {
             int v = l.lane + i * r.group;
-            if (l.active && v < r.nvec)
+            if (l.real && v < r.nvec)
                 Loader<T, VEC>::load(src + (int64_t)v * VEC, x[kv][i]);
         }
     }
@@ -166,7 +171,7 @@ __device__ __forceinline__ void load_rows(const Rows &r, const Lane &l, float (&
         amax[kv] = 0.0f;
 #pragma unroll
         for (int i = 0; i < MAXV; i++)
-            if (l.active && l.lane + i * r.group < r.nvec)
+            if (l.real && l.lane + i * r.group < r.nvec)
 #pragma unroll
                 for (int j = 0; j < VEC; j++)
                     amax[kv] = fmaxf(amax[kv], kvcal_kv_finite_abs(x[kv][i][j]));
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) kv_quantize_kernel(Quant q)
     float scale[2];
 #pragma unroll
     for (int kv = 0; kv < 2; kv++)
-        scale[kv] = q.scales[kv] ? (l.active ? q.scales[kv][l.h * q.scale_step] : 1.0f)
+        scale[kv] = q.scales[kv] ? q.scales[kv][l.h * q.scale_step]
                                  : kvcal_scale_from_absmax(group_max(amax[kv], r.group));
     if (!l.active)
         return;
@@ -329,10 +334,13 @@ __global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(Dequant d)
                         ? d.token_scales[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)]
                         : d.scales[kv][l.h * d.scale_step];
     for (int v = l.lane; v < r.nvec; v += r.group) {
-        uint32_t b[2][2] = {};
+        uint32_t b[2][VEC >= 4 ? VEC / 4 : 1] = {};
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
-            if constexpr (VEC == 8) {
+            if constexpr (VEC == 16) {
+                uint4 w = *reinterpret_cast<const uint4 *>(d.src[kv] + src_off + v * VEC);
+                b[kv][0] = w.x, b[kv][1] = w.y, b[kv][2] = w.z, b[kv][3] = w.w;
+            } else if constexpr (VEC == 8) {
                 uint2 w = *reinterpret_cast<const uint2 *>(d.src[kv] + src_off + v * VEC);
                 b[kv][0] = w.x, b[kv][1] = w.y;
             } else {
@@ -350,7 +358,7 @@ __global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(Dequant d)
                     o[j + 1] = from_float<TOut>(f.y * scale[kv]);
             }
             TOut *out = static_cast<TOut *>(d.out[kv]) + out_off;
-            if constexpr (VEC == 8) {
+            if constexpr (VEC >= 8) {
                 const uint4 *o4 = reinterpret_cast<const uint4 *>(o);
                 uint4 *d4 = reinterpret_cast<uint4 *>(out + (int64_t)v * VEC);
 #pragma unroll
@@ -391,7 +399,8 @@ void set_vec(Rows *r, int vec)
 }
 
 // Fills the row description; vec is the vector width the kernels will use:
-// 16-byte input vectors when every row of input and cache is aligned for them.
+// 16-byte input vectors when every row of input and cache is aligned for them
+// (cache: the caller checks its base pointers).
 Rows make_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, bool with_data, int *vec)
 {
     Rows r = {};
@@ -409,6 +418,18 @@ Rows make_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, bool with_data, int *ve
                  r.head_stride[kv] % v == 0;
     *vec = ok ? v : 1;
     set_vec(&r, *vec);
+    return r;
+}
+
+// Rows of a quantization: as make_rows, and the one-element path unless the
+// caches take vec-byte stores.
+Rows quant_rows(const kvcal_kv_batch *b, const kvcal_kv_cache *c, kvcal_kv_geom g, int *vec)
+{
+    Rows r = make_rows(b, g, true, vec);
+    if (*vec > 1 && (!aligned(c->k, *vec) || !aligned(c->v, *vec))) {
+        *vec = 1;
+        set_vec(&r, 1);
+    }
     return r;
 }
 
@@ -463,7 +484,7 @@ struct FoldLaunch {
         int dev = 0, sms = 0;
         CUDA_TRY(cudaGetDevice(&dev));
         CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        int64_t blocks = row_blocks(f.rows), cap = (int64_t)sms * 4;
+        int64_t blocks = row_blocks(f.rows), cap = (int64_t)sms * 8;
         size_t smem = 2 * (size_t)f.rows.g.num_kv_heads * sizeof(float);
         kv_scaler_fold_kernel<T, VEC, MAXV>
             <<<(unsigned)(blocks < cap ? blocks : cap), kThreads, smem, stream>>>(f);
@@ -513,7 +534,7 @@ extern "C" kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *ba
     if (st != KVCAL_OK)
         return st;
     int vec;
-    Rows rows = make_rows(batch, g, true, &vec);
+    Rows rows = quant_rows(batch, cache, g, &vec);
     Quant q = make_quant(rows, cache, k_scale, v_scale, granularity == KVCAL_GRANULARITY_HEAD);
     return dispatch(batch->dtype, vec, rows, QuantLaunch{q, stream});
 }
@@ -528,7 +549,7 @@ extern "C" kvcal_status kvcal_kv_quantize_dynamic_launch(const kvcal_kv_batch *b
     if (st != KVCAL_OK)
         return st;
     int vec;
-    Rows rows = make_rows(batch, g, true, &vec);
+    Rows rows = quant_rows(batch, cache, g, &vec);
     Quant q = make_quant(rows, cache, nullptr, nullptr, 0);
     return dispatch(batch->dtype, vec, rows, QuantLaunch{q, stream});
 }
@@ -544,7 +565,7 @@ extern "C" kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scale
     if (st != KVCAL_OK || batch->num_tokens == 0)
         return st;
     int vec;
-    Rows rows = make_rows(batch, g, true, &vec);
+    Rows rows = quant_rows(batch, cache, g, &vec);
     Fold f = {};
     f.rows = rows;
     f.scaler = *scaler;
@@ -569,12 +590,14 @@ extern "C" kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
                                                 out_dtype, &g);
     if (st != KVCAL_OK)
         return st;
-    int vec;
+    // 16 cache bytes per lane, else 8, else one, as alignment allows
+    int vec = 16, unused;
+    while (vec > 1 && !(g.head_dim % vec == 0 && g.block_stride % vec == 0 &&
+                        aligned(cache->k, vec) && aligned(cache->v, vec) && aligned(k_out, 16) &&
+                        aligned(v_out, 16)))
+        vec = vec == 16 ? 8 : 1;
     Dequant d = {};
-    d.rows = make_rows(batch, g, false, &vec);
-    if (!aligned(cache->k, 8) || !aligned(cache->v, 8) || !aligned(k_out, 16) ||
-        !aligned(v_out, 16))
-        vec = 1;
+    d.rows = make_rows(batch, g, false, &unused);
     set_vec(&d.rows, vec);
     d.src[0] = cache->k, d.src[1] = cache->v;
     d.token_scales[0] = cache->k_scale, d.token_scales[1] = cache->v_scale;
@@ -582,12 +605,16 @@ extern "C" kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
     d.scale_step = granularity == KVCAL_GRANULARITY_HEAD;
     d.out[0] = k_out, d.out[1] = v_out;
     if (out_dtype == KVCAL_DTYPE_F32)
-        return vec == 1 ? launch_dequant_t<float, 1>(d, stream) : launch_dequant_t<float, 8>(d, stream);
+        return vec == 16 ? launch_dequant_t<float, 16>(d, stream)
+               : vec == 8 ? launch_dequant_t<float, 8>(d, stream)
+                          : launch_dequant_t<float, 1>(d, stream);
     if (out_dtype == KVCAL_DTYPE_F16)
-        return vec == 1 ? launch_dequant_t<__half, 1>(d, stream)
-                        : launch_dequant_t<__half, 8>(d, stream);
-    return vec == 1 ? launch_dequant_t<__nv_bfloat16, 1>(d, stream)
-                    : launch_dequant_t<__nv_bfloat16, 8>(d, stream);
+        return vec == 16 ? launch_dequant_t<__half, 16>(d, stream)
+               : vec == 8 ? launch_dequant_t<__half, 8>(d, stream)
+                          : launch_dequant_t<__half, 1>(d, stream);
+    return vec == 16 ? launch_dequant_t<__nv_bfloat16, 16>(d, stream)
+           : vec == 8 ? launch_dequant_t<__nv_bfloat16, 8>(d, stream)
+                      : launch_dequant_t<__nv_bfloat16, 1>(d, stream);
 }
 
 // --- internal helpers (kernels/cuda/kvquant.h) -------------------------------------
