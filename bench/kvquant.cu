@@ -36,29 +36,31 @@ extern "C" {
 #include "kernels/cpu/kvquant_ref.h"
 }
 
-#define CHECK(x)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (x);                                                               \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                        \
-        }                                                                                   \
+#define CHECK(x)                                                                         \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                   \
+                    cudaGetErrorString(e_));                                             \
+            exit(2);                                                                     \
+        }                                                                                \
     } while (0)
-#define KV_CHECK(x)                                                                         \
-    do {                                                                                    \
-        kvcal_status s_ = (x);                                                              \
-        if (s_ != KVCAL_OK) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, kvcal_last_error()); \
-            exit(2);                                                                        \
-        }                                                                                   \
+#define KV_CHECK(x)                                                                      \
+    do {                                                                                 \
+        kvcal_status s_ = (x);                                                           \
+        if (s_ != KVCAL_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                   \
+                    kvcal_last_error());                                                 \
+            exit(2);                                                                     \
+        }                                                                                \
     } while (0)
 
 // --- v1: one thread per element, software rounding ---------------------------
 
 __global__ void v1_static_head_kernel(const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                       const int64_t *slots, uint8_t *kc, uint8_t *vc,
-                                      const float *ks, const float *vs, int64_t n, int H, int D,
-                                      int block_size)
+                                      const float *ks, const float *vs, int64_t n, int H,
+                                      int D, int block_size)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
@@ -68,7 +70,8 @@ __global__ void v1_static_head_kernel(const __nv_bfloat16 *k, const __nv_bfloat1
     int64_t slot = slots[t];
     if (slot < 0)
         return;
-    int64_t o = ((slot / block_size) * block_size * H + (slot % block_size) * H + h) * D + d;
+    int64_t o =
+        ((slot / block_size) * block_size * H + (slot % block_size) * H + h) * D + d;
     kc[o] = kvcal_fp8_e4m3_from_float(__bfloat162float(k[i]) * (1.0f / ks[h]));
     vc[o] = kvcal_fp8_e4m3_from_float(__bfloat162float(v[i]) * (1.0f / vs[h]));
 }
@@ -80,30 +83,40 @@ __global__ void fill_bf16_kernel(__nv_bfloat16 *p, int64_t n, uint32_t seed, flo
         uint32_t x = (uint32_t)i * 2654435761u ^ seed;
         x ^= x >> 15, x *= 2246822519u, x ^= x >> 13, x *= 3266489917u, x ^= x >> 16;
         float u = (float)(x >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f; // [-1, 1)
-        p[i] = __float2bfloat16_rn(u * u * u * amp);                     // heavy near 0
+        p[i] = __float2bfloat16_rn(u * u * u * amp);                    // heavy near 0
     }
 }
 
 // --- the problem -------------------------------------------------------------------
 
-enum Op { COPY, V1_STATIC_HEAD, STATIC_TENSOR, STATIC_HEAD, STATIC_HEAD_HND, DYNAMIC, SCALER, DEQUANT, NUM_OPS };
+enum Op {
+    COPY,
+    V1_STATIC_HEAD,
+    STATIC_TENSOR,
+    STATIC_HEAD,
+    STATIC_HEAD_HND,
+    DYNAMIC,
+    SCALER,
+    DEQUANT,
+    NUM_OPS
+};
 static const char *op_name[NUM_OPS] = {
-    "copy (cudaMemcpy D2D)",    "v1 static head NHD (sw)", "static tensor NHD",
-    "static head NHD",          "static head HND",         "dynamic token-head NHD",
-    "scaler running-max NHD",   "dequant NHD -> bf16"};
+    "copy (cudaMemcpy D2D)",  "v1 static head NHD (sw)", "static tensor NHD",
+    "static head NHD",        "static head HND",         "dynamic token-head NHD",
+    "scaler running-max NHD", "dequant NHD -> bf16"};
 
 struct Problem {
     int64_t T;
     int H, D, bs;
     int64_t num_blocks;
-    __nv_bfloat16 *k, *v;           // (T, H, D)
-    int64_t *slots;                 // (T)
+    __nv_bfloat16 *k, *v; // (T, H, D)
+    int64_t *slots;       // (T)
     std::vector<int64_t> host_slots;
-    uint8_t *kc, *vc;               // caches
-    float *ksc, *vsc;               // per (token, head) scale arrays
-    float *kst, *vst;               // static per-head scales (H)
+    uint8_t *kc, *vc; // caches
+    float *ksc, *vsc; // per (token, head) scale arrays
+    float *kst, *vst; // static per-head scales (H)
     std::vector<float> host_kst, host_vst;
-    __nv_bfloat16 *ko, *vo;         // dequantized (T, H, D)
+    __nv_bfloat16 *ko, *vo; // dequantized (T, H, D)
     void *copy_dst;
     kvcal_kv_scaler_t *scaler;
     size_t in_elems() const { return (size_t)T * H * D; }
@@ -133,9 +146,11 @@ static void problem_make(Problem &p, int64_t T, int H, int D, int bs, int64_t nu
     bool decode = T * 4 <= num_blocks;
     p.host_slots.resize(T);
     for (int64_t t = 0; t < T; t++)
-        p.host_slots[t] = decode ? perm[t] * bs + (t * 5) % bs : perm[t / bs] * bs + t % bs;
+        p.host_slots[t] =
+            decode ? perm[t] * bs + (t * 5) % bs : perm[t / bs] * bs + t % bs;
     CHECK(cudaMalloc(&p.slots, T * sizeof(int64_t)));
-    CHECK(cudaMemcpy(p.slots, p.host_slots.data(), T * sizeof(int64_t), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(p.slots, p.host_slots.data(), T * sizeof(int64_t),
+                     cudaMemcpyHostToDevice));
     CHECK(cudaMalloc(&p.kc, p.cache_bytes()));
     CHECK(cudaMalloc(&p.vc, p.cache_bytes()));
     size_t ns = (size_t)num_blocks * bs * H * sizeof(float);
@@ -146,8 +161,10 @@ static void problem_make(Problem &p, int64_t T, int H, int D, int bs, int64_t nu
         p.host_kst[h] = (1.0f + 0.1f * h) / 448.0f * 6.0f, p.host_vst[h] = 2.0f / 448.0f;
     CHECK(cudaMalloc(&p.kst, H * sizeof(float)));
     CHECK(cudaMalloc(&p.vst, H * sizeof(float)));
-    CHECK(cudaMemcpy(p.kst, p.host_kst.data(), H * sizeof(float), cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(p.vst, p.host_vst.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(
+        cudaMemcpy(p.kst, p.host_kst.data(), H * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(
+        cudaMemcpy(p.vst, p.host_vst.data(), H * sizeof(float), cudaMemcpyHostToDevice));
     CHECK(cudaMalloc(&p.ko, n * 2));
     CHECK(cudaMalloc(&p.vo, n * 2));
     CHECK(cudaMalloc(&p.copy_dst, n * 2 * 2));
@@ -174,7 +191,8 @@ static kvcal_kv_cache cache_of(const Problem &p, kvcal_cache_layout layout, bool
     kvcal_kv_cache c = {};
     c.k = p.kc, c.v = p.vc;
     c.k_scale = scales ? p.ksc : nullptr, c.v_scale = scales ? p.vsc : nullptr;
-    c.num_blocks = p.num_blocks, c.block_size = p.bs, c.num_kv_heads = p.H, c.head_dim = p.D;
+    c.num_blocks = p.num_blocks, c.block_size = p.bs, c.num_kv_heads = p.H,
+    c.head_dim = p.D;
     c.layout = layout;
     return c;
 }
@@ -185,11 +203,15 @@ static double op_bytes(const Problem &p, Op op)
     double in = 2.0 * p.in_elems() * 2, cache = 2.0 * p.in_elems(), slots = 8.0 * p.T;
     double scales = 2.0 * p.T * p.H * 4;
     switch (op) {
-    case COPY: return 2 * in;
+    case COPY:
+        return 2 * in;
     case DYNAMIC:
-    case SCALER: return in + cache + slots + scales;
-    case DEQUANT: return cache + scales + in + slots;
-    default: return in + cache + slots;
+    case SCALER:
+        return in + cache + slots + scales;
+    case DEQUANT:
+        return cache + scales + in + slots;
+    default:
+        return in + cache + slots;
     }
 }
 
@@ -198,9 +220,10 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
     kvcal_kv_batch b = batch_of(p);
     switch (op) {
     case COPY:
-        CHECK(cudaMemcpyAsync(p.copy_dst, p.k, p.in_elems() * 2, cudaMemcpyDeviceToDevice, s));
-        CHECK(cudaMemcpyAsync((char *)p.copy_dst + p.in_elems() * 2, p.v, p.in_elems() * 2,
-                              cudaMemcpyDeviceToDevice, s));
+        CHECK(cudaMemcpyAsync(p.copy_dst, p.k, p.in_elems() * 2, cudaMemcpyDeviceToDevice,
+                              s));
+        CHECK(cudaMemcpyAsync((char *)p.copy_dst + p.in_elems() * 2, p.v,
+                              p.in_elems() * 2, cudaMemcpyDeviceToDevice, s));
         return;
     case V1_STATIC_HEAD: {
         int64_t n = (int64_t)p.in_elems();
@@ -211,13 +234,16 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
     }
     case STATIC_TENSOR: {
         kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, false);
-        KV_CHECK(kvcal_kv_quantize_static_launch(&b, &c, KVCAL_GRANULARITY_TENSOR, p.kst, p.vst, s));
+        KV_CHECK(kvcal_kv_quantize_static_launch(&b, &c, KVCAL_GRANULARITY_TENSOR, p.kst,
+                                                 p.vst, s));
         return;
     }
     case STATIC_HEAD:
     case STATIC_HEAD_HND: {
-        kvcal_kv_cache c = cache_of(p, op == STATIC_HEAD ? KVCAL_CACHE_NHD : KVCAL_CACHE_HND, false);
-        KV_CHECK(kvcal_kv_quantize_static_launch(&b, &c, KVCAL_GRANULARITY_HEAD, p.kst, p.vst, s));
+        kvcal_kv_cache c =
+            cache_of(p, op == STATIC_HEAD ? KVCAL_CACHE_NHD : KVCAL_CACHE_HND, false);
+        KV_CHECK(kvcal_kv_quantize_static_launch(&b, &c, KVCAL_GRANULARITY_HEAD, p.kst,
+                                                 p.vst, s));
         return;
     }
     case DYNAMIC: {
@@ -232,11 +258,12 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
     }
     case DEQUANT: {
         kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
-        KV_CHECK(kvcal_kv_dequantize_launch(&b, &c, KVCAL_GRANULARITY_TENSOR, nullptr, nullptr,
-                                            p.ko, p.vo, KVCAL_DTYPE_BF16, s));
+        KV_CHECK(kvcal_kv_dequantize_launch(&b, &c, KVCAL_GRANULARITY_TENSOR, nullptr,
+                                            nullptr, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
         return;
     }
-    case NUM_OPS: break;
+    case NUM_OPS:
+        break;
     }
 }
 
@@ -252,8 +279,10 @@ template <typename T> static std::vector<T> to_host(const T *d, size_t n)
 // Checks the device result of op (just run on the whole batch) on tokens
 // [t0, t0 + n) against the reference run on a host cache of those tokens.
 // Returns the number of differing bytes / values.
-static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n, const std::vector<uint8_t> &dk,
-                              const std::vector<uint8_t> &dv, const std::vector<float> &dks,
+static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
+                              const std::vector<uint8_t> &dk,
+                              const std::vector<uint8_t> &dv,
+                              const std::vector<float> &dks,
                               const std::vector<float> &dvs, const float *scaler_k,
                               const float *scaler_v)
 {
@@ -269,9 +298,10 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n, const st
         local[i] = p.host_slots[t0 + i] < 0 ? -1 : i;
     std::vector<uint8_t> hk(blocks * p.bs * row, 0xff), hv(blocks * p.bs * row, 0xff);
     std::vector<float> hks(blocks * p.bs * H, -1.0f), hvs(blocks * p.bs * H, -1.0f);
-    kvcal_kv_batch b = {k.data(), v.data(), KVCAL_DTYPE_BF16, n, (int64_t)row, D, (int64_t)row, D,
-                        local.data()};
-    kvcal_kv_cache c = {hk.data(), hv.data(), hks.data(), hvs.data(), blocks, p.bs, H, D, 0, layout};
+    kvcal_kv_batch b = {k.data(),     v.data(), KVCAL_DTYPE_BF16, n, (int64_t)row, D,
+                        (int64_t)row, D,        local.data()};
+    kvcal_kv_cache c = {hk.data(), hv.data(), hks.data(), hvs.data(), blocks,
+                        p.bs,      H,         D,          0,          layout};
     kvcal_kv_cache g_dev = cache_of(p, layout, true), g_host = c;
     kvcal_kv_geom gd, gh;
     KV_CHECK(kvcal_kv_check_args("bench", &b, &g_dev, 1, 1, &gd));
@@ -282,40 +312,51 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n, const st
         for (int64_t i = 0; i < n; i++)
             for (int h = 0; h < H; h++) {
                 int64_t s = p.host_slots[t0 + i];
-                memcpy(&hk[kvcal_kv_cache_offset(gh, i, h)], &dk[kvcal_kv_cache_offset(gd, s, h)], D);
-                memcpy(&hv[kvcal_kv_cache_offset(gh, i, h)], &dv[kvcal_kv_cache_offset(gd, s, h)], D);
+                memcpy(&hk[kvcal_kv_cache_offset(gh, i, h)],
+                       &dk[kvcal_kv_cache_offset(gd, s, h)], D);
+                memcpy(&hv[kvcal_kv_cache_offset(gh, i, h)],
+                       &dv[kvcal_kv_cache_offset(gd, s, h)], D);
                 hks[kvcal_kv_scale_index(gh, i, h)] = dks[kvcal_kv_scale_index(gd, s, h)];
                 hvs[kvcal_kv_scale_index(gh, i, h)] = dvs[kvcal_kv_scale_index(gd, s, h)];
             }
         std::vector<uint16_t> rk(n * row), rv(n * row);
-        KV_CHECK(kvcal_kv_dequantize_ref(&b, &c, KVCAL_GRANULARITY_TENSOR, nullptr, nullptr, rk.data(),
-                                         rv.data(), KVCAL_DTYPE_BF16));
+        KV_CHECK(kvcal_kv_dequantize_ref(&b, &c, KVCAL_GRANULARITY_TENSOR, nullptr,
+                                         nullptr, rk.data(), rv.data(),
+                                         KVCAL_DTYPE_BF16));
         std::vector<uint16_t> ok = to_host((const uint16_t *)p.ko + t0 * row, n * row);
         std::vector<uint16_t> ov = to_host((const uint16_t *)p.vo + t0 * row, n * row);
         for (size_t i = 0; i < n * row; i++)
-            bad += (ok[i] != rk[i] && !((ok[i] & 0x7fff) > 0x7f80 && (rk[i] & 0x7fff) > 0x7f80)) +
-                   (ov[i] != rv[i] && !((ov[i] & 0x7fff) > 0x7f80 && (rv[i] & 0x7fff) > 0x7f80));
+            bad += (ok[i] != rk[i] &&
+                    !((ok[i] & 0x7fff) > 0x7f80 && (rk[i] & 0x7fff) > 0x7f80)) +
+                   (ov[i] != rv[i] &&
+                    !((ov[i] & 0x7fff) > 0x7f80 && (rv[i] & 0x7fff) > 0x7f80));
         return bad;
     }
     bool token_scales = op == DYNAMIC || op == SCALER;
     if (op == DYNAMIC)
         KV_CHECK(kvcal_kv_quantize_dynamic_ref(&b, &c));
     else if (op == SCALER)
-        KV_CHECK(kvcal_kv_quantize_static_ref(&b, &c, KVCAL_GRANULARITY_HEAD, scaler_k, scaler_v));
+        KV_CHECK(kvcal_kv_quantize_static_ref(&b, &c, KVCAL_GRANULARITY_HEAD, scaler_k,
+                                              scaler_v));
     else
-        KV_CHECK(kvcal_kv_quantize_static_ref(&b, &c, op == STATIC_TENSOR ? KVCAL_GRANULARITY_TENSOR
-                                                                          : KVCAL_GRANULARITY_HEAD,
-                                              p.host_kst.data(), p.host_vst.data()));
+        KV_CHECK(kvcal_kv_quantize_static_ref(
+            &b, &c,
+            op == STATIC_TENSOR ? KVCAL_GRANULARITY_TENSOR : KVCAL_GRANULARITY_HEAD,
+            p.host_kst.data(), p.host_vst.data()));
     for (int64_t i = 0; i < n; i++) {
         int64_t s = p.host_slots[t0 + i];
         if (s < 0)
             continue;
         for (int h = 0; h < H; h++) {
-            bad += memcmp(&hk[kvcal_kv_cache_offset(gh, i, h)], &dk[kvcal_kv_cache_offset(gd, s, h)], D) != 0;
-            bad += memcmp(&hv[kvcal_kv_cache_offset(gh, i, h)], &dv[kvcal_kv_cache_offset(gd, s, h)], D) != 0;
+            bad += memcmp(&hk[kvcal_kv_cache_offset(gh, i, h)],
+                          &dk[kvcal_kv_cache_offset(gd, s, h)], D) != 0;
+            bad += memcmp(&hv[kvcal_kv_cache_offset(gh, i, h)],
+                          &dv[kvcal_kv_cache_offset(gd, s, h)], D) != 0;
             if (token_scales)
-                bad += hks[kvcal_kv_scale_index(gh, i, h)] != dks[kvcal_kv_scale_index(gd, s, h)] ||
-                       hvs[kvcal_kv_scale_index(gh, i, h)] != dvs[kvcal_kv_scale_index(gd, s, h)];
+                bad += hks[kvcal_kv_scale_index(gh, i, h)] !=
+                           dks[kvcal_kv_scale_index(gd, s, h)] ||
+                       hvs[kvcal_kv_scale_index(gh, i, h)] !=
+                           dvs[kvcal_kv_scale_index(gd, s, h)];
         }
     }
     return bad;
@@ -331,7 +372,8 @@ static size_t validate(Problem &p, Op op)
     std::vector<float> sk(p.H), sv(p.H);
     if (op == SCALER) { // a fresh scaler: its first step takes the batch's absmax
         kvcal_kv_scaler_destroy(p.scaler);
-        KV_CHECK(kvcal_kv_scaler_create(p.H, KVCAL_SCALER_RUNNING_MAX, 0.0f, 1, &p.scaler));
+        KV_CHECK(
+            kvcal_kv_scaler_create(p.H, KVCAL_SCALER_RUNNING_MAX, 0.0f, 1, &p.scaler));
     }
     if (op == DEQUANT)
         run_op(p, DYNAMIC, 0);
@@ -353,26 +395,31 @@ static size_t validate(Problem &p, Op op)
             av[h] = std::max(av[h], kvcal_kv_finite_abs(fv));
         }
         for (int h = 0; h < p.H; h++)
-            bad += sk[h] != kvcal_scale_from_absmax(ak[h]) || sv[h] != kvcal_scale_from_absmax(av[h]);
+            bad += sk[h] != kvcal_scale_from_absmax(ak[h]) ||
+                   sv[h] != kvcal_scale_from_absmax(av[h]);
         bad += steps != 1;
     }
-    std::vector<uint8_t> dk = to_host(p.kc, p.cache_bytes()), dv = to_host(p.vc, p.cache_bytes());
+    std::vector<uint8_t> dk = to_host(p.kc, p.cache_bytes()),
+                         dv = to_host(p.vc, p.cache_bytes());
     size_t ns = (size_t)p.num_blocks * p.bs * p.H;
     std::vector<float> dks = to_host(p.ksc, ns), dvs = to_host(p.vsc, ns);
     int64_t w = std::min<int64_t>(p.T, 2048);
     int64_t starts[3] = {0, (p.T - w) / 2, p.T - w};
     for (int i = 0; i < (p.T > w ? 3 : 1); i++)
-        bad += validate_window(p, op, starts[i], w, dk, dv, dks, dvs, sk.data(), sv.data());
+        bad +=
+            validate_window(p, op, starts[i], w, dk, dv, dks, dvs, sk.data(), sv.data());
     return bad;
 }
 
-// --- timing ------------------------------------------------------------------------------
+// --- timing
+// ------------------------------------------------------------------------------
 
 struct Timing {
     double median_us, graph_us;
 };
 
-static Timing time_op(Problem &p, Op op, int reps, bool decode, void *flush, size_t flush_bytes)
+static Timing time_op(Problem &p, Op op, int reps, bool decode, void *flush,
+                      size_t flush_bytes)
 {
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -446,13 +493,17 @@ int main(int argc, char **argv)
         else if (i + 1 < argc && !strcmp(a, "--reps"))
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--tokens N] [--decode-tokens N] [--heads H] [--head-dim D] "
-                            "[--block-size B] [--reps N]\n", argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--tokens N] [--decode-tokens N] [--heads H] [--head-dim D] "
+                "[--block-size B] [--reps N]\n",
+                argv[0]);
             return 2;
         }
     }
     if (T < 1 || Td < 1 || H < 1 || D < 8 || D % 8 || bs < 1 || reps < 1) {
-        fprintf(stderr, "kvquant: need tokens >= 1, heads >= 1, head-dim a multiple of 8, reps >= 1\n");
+        fprintf(stderr, "kvquant: need tokens >= 1, heads >= 1, head-dim a multiple of "
+                        "8, reps >= 1\n");
         return 2;
     }
     cudaDeviceProp prop;
@@ -463,15 +514,19 @@ int main(int argc, char **argv)
     void *flush;
     CHECK(cudaMalloc(&flush, flush_bytes));
     int64_t blocks = (T + bs - 1) / bs;
-    struct Case { const char *name; int64_t T; bool decode; } cases[2] = {
-        {"prefill", T, false}, {"decode", Td, true}};
+    struct Case {
+        const char *name;
+        int64_t T;
+        bool decode;
+    } cases[2] = {{"prefill", T, false}, {"decode", Td, true}};
     double copy_gbs[2] = {0, 0}, copy_graph_us = 0;
     int failures = 0;
-    printf("\n%-8s %-26s %10s %10s %10s %9s %7s %s\n", "case", "op", "MB", "median_us", "GB/s",
-           "graph_us", "%copy", "check");
+    printf("\n%-8s %-26s %10s %10s %10s %9s %7s %s\n", "case", "op", "MB", "median_us",
+           "GB/s", "graph_us", "%copy", "check");
     for (int ci = 0; ci < 2; ci++) {
         Problem p;
-        problem_make(p, cases[ci].T, H, D, bs, std::max<int64_t>(blocks, 4 * cases[ci].T), 1234u + ci);
+        problem_make(p, cases[ci].T, H, D, bs, std::max<int64_t>(blocks, 4 * cases[ci].T),
+                     1234u + ci);
         for (int o = 0; o < NUM_OPS; o++) {
             Op op = (Op)o;
             if (op == V1_STATIC_HEAD && cases[ci].decode)
@@ -485,14 +540,16 @@ int main(int argc, char **argv)
                 copy_gbs[ci] = gbs, copy_graph_us = t.graph_us;
             double pct = cases[ci].decode ? 100.0 * copy_graph_us / t.graph_us
                                           : 100.0 * gbs / copy_gbs[ci];
-            printf("%-8s %-26s %10.2f %10.2f %10.1f %9.2f %6.1f%% %s\n", cases[ci].name, op_name[o],
-                   mb, t.median_us, gbs, t.graph_us, pct, bad ? "FAIL" : "ok");
+            printf("%-8s %-26s %10.2f %10.2f %10.1f %9.2f %6.1f%% %s\n", cases[ci].name,
+                   op_name[o], mb, t.median_us, gbs, t.graph_us, pct,
+                   bad ? "FAIL" : "ok");
             if (bad)
                 printf("         %zu differences against the CPU reference\n", bad);
         }
         problem_free(p);
     }
-    printf("\nprefill %%copy: GB/s over the copy's GB/s; decode %%copy: copy graph_us over the op's "
+    printf("\nprefill %%copy: GB/s over the copy's GB/s; decode %%copy: copy graph_us "
+           "over the op's "
            "graph_us (time per call in a replayed graph of 20 calls)\n");
     cudaFree(flush);
     return failures ? 1 : 0;

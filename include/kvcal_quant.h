@@ -76,12 +76,12 @@ typedef enum kvcal_cache_layout {
  * k[t * k_token_stride + h * k_head_stride + d] (strides in elements;
  * head_dim is contiguous). head_dim and num_kv_heads are the cache's. */
 typedef struct kvcal_kv_batch {
-    const void *k;               /* (num_tokens, num_kv_heads, head_dim) strided */
-    const void *v;               /* (num_tokens, num_kv_heads, head_dim) strided */
-    kvcal_dtype dtype;           /* F16, BF16 or F32 */
-    int64_t num_tokens;          /* >= 0 */
-    int64_t k_token_stride;      /* elements, >= num_kv_heads * head_dim */
-    int64_t k_head_stride;       /* elements, >= head_dim */
+    const void *k;          /* (num_tokens, num_kv_heads, head_dim) strided */
+    const void *v;          /* (num_tokens, num_kv_heads, head_dim) strided */
+    kvcal_dtype dtype;      /* F16, BF16 or F32 */
+    int64_t num_tokens;     /* >= 0 */
+    int64_t k_token_stride; /* elements, >= num_kv_heads * head_dim */
+    int64_t k_head_stride;  /* elements, >= head_dim */
     int64_t v_token_stride;
     int64_t v_head_stride;
     const int64_t *slot_mapping; /* (num_tokens); < 0 = padding */
@@ -104,9 +104,9 @@ typedef struct kvcal_kv_cache {
     float *k_scale;
     float *v_scale;
     int64_t num_blocks;
-    int block_size;      /* tokens per block, >= 1 */
-    int num_kv_heads;    /* [1, 1024] */
-    int head_dim;        /* [1, 1024] */
+    int block_size;   /* tokens per block, >= 1 */
+    int num_kv_heads; /* [1, 1024] */
+    int head_dim;     /* [1, 1024] */
     int64_t block_stride;
     kvcal_cache_layout layout;
 } kvcal_kv_cache;
@@ -221,9 +221,9 @@ kvcal_status kvcal_kv_scaler_read(const kvcal_kv_scaler_t *scaler,
  * written. batch->k / v and dtype are ignored. */
 kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
                                      const kvcal_kv_cache *cache,
-                                     kvcal_granularity granularity,
-                                     const float *k_scale, const float *v_scale,
-                                     void *k_out, void *v_out, kvcal_dtype out_dtype);
+                                     kvcal_granularity granularity, const float *k_scale,
+                                     const float *v_scale, void *k_out, void *v_out,
+                                     kvcal_dtype out_dtype);
 kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
                                         const kvcal_kv_cache *cache,
                                         kvcal_granularity granularity,

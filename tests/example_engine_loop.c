@@ -24,7 +24,15 @@
 #include <cuda_runtime_api.h>
 #endif
 
-enum { LAYERS = 2, H = 4, D = 64, BLOCK = 16, SEQS = 4, DECODE_STEPS = 48, MAX_LEN = 128 };
+enum {
+    LAYERS = 2,
+    H = 4,
+    D = 64,
+    BLOCK = 16,
+    SEQS = 4,
+    DECODE_STEPS = 48,
+    MAX_LEN = 128
+};
 enum { NUM_BLOCKS = SEQS * MAX_LEN / BLOCK + 8 };
 
 static const int prompt_len[SEQS] = {37, 5, 64, 19};
@@ -113,21 +121,23 @@ static int engine_create(engine *e, int on_device)
 {
     memset(e, 0, sizeof *e);
     e->on_device = on_device;
-    size_t bytes = (size_t)NUM_BLOCKS * BLOCK * H * D, scales = (size_t)NUM_BLOCKS * BLOCK * H * 4;
+    size_t bytes = (size_t)NUM_BLOCKS * BLOCK * H * D,
+           scales = (size_t)NUM_BLOCKS * BLOCK * H * 4;
     for (int l = 0; l < LAYERS; l++) {
         kvcal_kv_cache *c = &e->layer[l].cache;
         c->k = side_alloc(on_device, bytes);
         c->v = side_alloc(on_device, bytes);
         c->k_scale = side_alloc(on_device, scales);
         c->v_scale = side_alloc(on_device, scales);
-        c->num_blocks = NUM_BLOCKS, c->block_size = BLOCK, c->num_kv_heads = H, c->head_dim = D;
+        c->num_blocks = NUM_BLOCKS, c->block_size = BLOCK, c->num_kv_heads = H,
+        c->head_dim = D;
         c->layout = KVCAL_CACHE_NHD;
         if (!c->k || !c->v || !c->k_scale || !c->v_scale) {
             fprintf(stderr, "example: cannot allocate the cache\n");
             return -1;
         }
-        kvcal_status st = kvcal_kv_scaler_create(H, KVCAL_SCALER_RUNNING_MAX, 0.0f, on_device,
-                                                 &e->layer[l].scaler);
+        kvcal_status st = kvcal_kv_scaler_create(H, KVCAL_SCALER_RUNNING_MAX, 0.0f,
+                                                 on_device, &e->layer[l].scaler);
         if (st != KVCAL_OK) {
             fprintf(stderr, "example: %s\n", kvcal_last_error());
             return -1;
@@ -149,7 +159,8 @@ static void engine_destroy(engine *e)
 }
 
 /* One engine step on the given tokens: K/V (n, H, D) f32 and their slots. */
-static int engine_step(engine *e, int l, const float *k, const float *v, const int64_t *slots, int n)
+static int engine_step(engine *e, int l, const float *k, const float *v,
+                       const int64_t *slots, int n)
 {
     size_t bytes = (size_t)n * H * D * sizeof(float);
     float *dk = side_alloc(e->on_device, bytes), *dv = side_alloc(e->on_device, bytes);
@@ -161,9 +172,11 @@ static int engine_step(engine *e, int l, const float *k, const float *v, const i
     side_put(e->on_device, dv, v, bytes);
     side_put(e->on_device, ds, slots, (size_t)n * sizeof(int64_t));
     kvcal_kv_batch b = {dk, dv, KVCAL_DTYPE_F32, n, H * D, D, H * D, D, ds};
-    kvcal_status st = e->on_device
-                          ? kvcal_kv_scaler_quantize_launch(e->layer[l].scaler, &b, &e->layer[l].cache, NULL)
-                          : kvcal_kv_scaler_quantize_ref(e->layer[l].scaler, &b, &e->layer[l].cache);
+    kvcal_status st =
+        e->on_device
+            ? kvcal_kv_scaler_quantize_launch(e->layer[l].scaler, &b, &e->layer[l].cache,
+                                              NULL)
+            : kvcal_kv_scaler_quantize_ref(e->layer[l].scaler, &b, &e->layer[l].cache);
     if (st != KVCAL_OK) {
         fprintf(stderr, "example: step: %s\n", kvcal_last_error());
         goto fail;
@@ -182,7 +195,8 @@ static int64_t slot_of(const sequence *s, int pos)
 }
 
 /* Prefill then decode; block tables come from one free list. */
-static int engine_run(engine *e, sequence *seq, float first_scale[LAYERS], float final_scale[LAYERS])
+static int engine_run(engine *e, sequence *seq, float first_scale[LAYERS],
+                      float final_scale[LAYERS])
 {
     int next_free = 0;
     memset(seq, 0, sizeof(sequence) * SEQS);
@@ -202,7 +216,8 @@ static int engine_run(engine *e, sequence *seq, float first_scale[LAYERS], float
         for (int l = 0; l < LAYERS; l++) {
             int t = 0;
             for (int s = 0; s < SEQS; s++)
-                for (int pos = seq[s].len - (step == 0 ? prompt_len[s] : 1); pos < seq[s].len; pos++, t++)
+                for (int pos = seq[s].len - (step == 0 ? prompt_len[s] : 1);
+                     pos < seq[s].len; pos++, t++)
                     for (int h = 0; h < H; h++)
                         for (int d = 0; d < D; d++) {
                             k[(t * H + h) * D + d] = activation(l, s, pos, 0, h, d);
@@ -211,7 +226,8 @@ static int engine_run(engine *e, sequence *seq, float first_scale[LAYERS], float
             if (engine_step(e, l, k, v, slots, n) != 0)
                 return -1;
             float ks[H];
-            if (kvcal_kv_scaler_read(e->layer[l].scaler, NULL, ks, NULL, NULL) != KVCAL_OK)
+            if (kvcal_kv_scaler_read(e->layer[l].scaler, NULL, ks, NULL, NULL) !=
+                KVCAL_OK)
                 return -1;
             if (step == 0)
                 first_scale[l] = ks[H - 1];
@@ -234,17 +250,20 @@ static int engine_check(engine *e, const sequence *seq, double *worst)
                 slots[pos] = slot_of(&seq[s], pos);
             size_t bytes = (size_t)n * H * D * sizeof(float);
             size_t sbytes = (size_t)NUM_BLOCKS * BLOCK * H * 4;
-            float *ko = malloc(bytes), *vo = malloc(bytes), *ksc = malloc(sbytes), *vsc = malloc(sbytes);
-            float *dko = side_alloc(e->on_device, bytes), *dvo = side_alloc(e->on_device, bytes);
+            float *ko = malloc(bytes), *vo = malloc(bytes), *ksc = malloc(sbytes),
+                  *vsc = malloc(sbytes);
+            float *dko = side_alloc(e->on_device, bytes),
+                  *dvo = side_alloc(e->on_device, bytes);
             int64_t *ds = side_alloc(e->on_device, sizeof slots);
             side_put(e->on_device, ds, slots, sizeof slots);
             kvcal_kv_batch b = {NULL, NULL, KVCAL_DTYPE_F32, n, H * D, D, H * D, D, ds};
             const kvcal_kv_cache *c = &e->layer[l].cache;
             kvcal_status st =
-                e->on_device ? kvcal_kv_dequantize_launch(&b, c, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
-                                                          dko, dvo, KVCAL_DTYPE_F32, NULL)
-                             : kvcal_kv_dequantize_ref(&b, c, KVCAL_GRANULARITY_TENSOR, NULL, NULL, dko,
-                                                       dvo, KVCAL_DTYPE_F32);
+                e->on_device
+                    ? kvcal_kv_dequantize_launch(&b, c, KVCAL_GRANULARITY_TENSOR, NULL,
+                                                 NULL, dko, dvo, KVCAL_DTYPE_F32, NULL)
+                    : kvcal_kv_dequantize_ref(&b, c, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
+                                              dko, dvo, KVCAL_DTYPE_F32);
             side_get(e->on_device, ko, dko, bytes);
             side_get(e->on_device, vo, dvo, bytes);
             side_get(e->on_device, ksc, c->k_scale, sbytes);
@@ -259,7 +278,8 @@ static int engine_check(engine *e, const sequence *seq, double *worst)
                             double x = activation(l, s, pos, kv, h, d);
                             double y = (kv ? vo : ko)[(pos * H + h) * D + d];
                             /* e4m3 rounding: 2^-4 relative, 2^-10 scale absolute */
-                            double lim = ldexp(fabs(x), -4) + ldexp(sc, -10) + 1e-6 * fabs(x);
+                            double lim =
+                                ldexp(fabs(x), -4) + ldexp(sc, -10) + 1e-6 * fabs(x);
                             double err = fabs(x - y) / (fabs(x) + sc);
                             *worst = err > *worst ? err : *worst;
                             bad += fabs(x - y) > lim || fabs(x) > 448.0 * sc * (1 + 1e-6);
@@ -277,12 +297,14 @@ static int engine_check(engine *e, const sequence *seq, double *worst)
 /* Compares the K and V cache bytes and scales of two engines. */
 static int engine_same(const engine *a, const engine *b)
 {
-    size_t bytes = (size_t)NUM_BLOCKS * BLOCK * H * D, sb = (size_t)NUM_BLOCKS * BLOCK * H * 4;
+    size_t bytes = (size_t)NUM_BLOCKS * BLOCK * H * D,
+           sb = (size_t)NUM_BLOCKS * BLOCK * H * 4;
     unsigned char *x = malloc(bytes), *y = malloc(bytes);
     int diff = 0;
     for (int l = 0; l < LAYERS; l++) {
         const kvcal_kv_cache *ca = &a->layer[l].cache, *cb = &b->layer[l].cache;
-        void *pa[4] = {ca->k, ca->v, ca->k_scale, ca->v_scale}, *pb[4] = {cb->k, cb->v, cb->k_scale, cb->v_scale};
+        void *pa[4] = {ca->k, ca->v, ca->k_scale, ca->v_scale},
+             *pb[4] = {cb->k, cb->v, cb->k_scale, cb->v_scale};
         for (int i = 0; i < 4; i++) {
             size_t n = i < 2 ? bytes : sb;
             side_get(a->on_device, x, pa[i], n);
@@ -303,19 +325,24 @@ int main(void)
     for (int side = 0; side < sides; side++) {
         float first[LAYERS], final[LAYERS];
         double worst = 0.0;
-        if (engine_create(&e[side], side) != 0 || engine_run(&e[side], seq, first, final) != 0)
+        if (engine_create(&e[side], side) != 0 ||
+            engine_run(&e[side], seq, first, final) != 0)
             return 1;
         int bad = engine_check(&e[side], seq, &worst);
-        printf("example_engine_loop (%s): %d sequences, prefill + %d decode steps, %d layers;\n"
-               "  layer 1 head %d K scale grew %.3g -> %.3g while its old tokens stayed in the cache;\n"
-               "  every token read back: worst |error| / (|x| + scale) = %.3g, %d values out of bounds\n",
-               side ? "CUDA" : "CPU reference", SEQS, DECODE_STEPS, LAYERS, H - 1, first[1], final[1],
-               worst, bad);
+        printf("example_engine_loop (%s): %d sequences, prefill + %d decode steps, %d "
+               "layers;\n"
+               "  layer 1 head %d K scale grew %.3g -> %.3g while its old tokens stayed "
+               "in the cache;\n"
+               "  every token read back: worst |error| / (|x| + scale) = %.3g, %d values "
+               "out of bounds\n",
+               side ? "CUDA" : "CPU reference", SEQS, DECODE_STEPS, LAYERS, H - 1,
+               first[1], final[1], worst, bad);
         failures += bad != 0;
     }
     if (sides == 2) {
         int diff = engine_same(&e[0], &e[1]);
-        printf("  CUDA and CPU caches: %s\n", diff ? "DIFFER" : "identical bytes and scales");
+        printf("  CUDA and CPU caches: %s\n",
+               diff ? "DIFFER" : "identical bytes and scales");
         failures += diff != 0;
     }
     for (int side = 0; side < sides; side++)

@@ -18,9 +18,9 @@
 typedef struct fixture {
     kvcal_kv_batch b;
     kvcal_kv_cache c;
-    float *k, *v;         /* (T, H, D) f32 inputs, contiguous */
+    float *k, *v; /* (T, H, D) f32 inputs, contiguous */
     int64_t *slots;
-    size_t cache_bytes;   /* bytes of each of c.k / c.v */
+    size_t cache_bytes; /* bytes of each of c.k / c.v */
 } fixture;
 
 static uint32_t rng_state = 12345u;
@@ -33,8 +33,9 @@ static float rnd(void) /* uniform in [-1, 1) */
 /* T tokens of H x D f32 values (uniform * amp), slot t -> slot_of(t), a
  * poisoned cache of num_blocks x block_size, per (token, head) arrays when
  * with_scales. */
-static void fixture_make(fixture *f, int T, int H, int D, int64_t num_blocks, int block_size,
-                         kvcal_cache_layout layout, int with_scales, float amp)
+static void fixture_make(fixture *f, int T, int H, int D, int64_t num_blocks,
+                         int block_size, kvcal_cache_layout layout, int with_scales,
+                         float amp)
 {
     memset(f, 0, sizeof *f);
     f->k = malloc(sizeof(float) * (size_t)(T ? T : 1) * H * D);
@@ -47,8 +48,8 @@ static void fixture_make(fixture *f, int T, int H, int D, int64_t num_blocks, in
     int64_t cap = num_blocks * block_size;
     for (int t = 0; t < T; t++) /* a scattered, injective mapping */
         f->slots[t] = (int64_t)((t * 7919LL + 3) % cap);
-    f->b = (kvcal_kv_batch){f->k, f->v, KVCAL_DTYPE_F32, T, (int64_t)H * D, D, (int64_t)H * D, D,
-                            f->slots};
+    f->b = (kvcal_kv_batch){f->k,           f->v, KVCAL_DTYPE_F32, T, (int64_t)H * D, D,
+                            (int64_t)H * D, D,    f->slots};
     f->cache_bytes = (size_t)(num_blocks * block_size * H * D);
     f->c.k = malloc(f->cache_bytes);
     f->c.v = malloc(f->cache_bytes);
@@ -83,8 +84,9 @@ static void fixture_free(fixture *f)
 static size_t offset_of(const kvcal_kv_cache *c, int64_t slot, int h, int d)
 {
     int64_t blk = slot / c->block_size, off = slot % c->block_size;
-    int64_t stride = c->block_stride ? c->block_stride
-                                     : (int64_t)c->block_size * c->num_kv_heads * c->head_dim;
+    int64_t stride = c->block_stride
+                         ? c->block_stride
+                         : (int64_t)c->block_size * c->num_kv_heads * c->head_dim;
     if (c->layout == KVCAL_CACHE_NHD)
         return (size_t)(blk * stride + (off * c->num_kv_heads + h) * c->head_dim + d);
     return (size_t)(blk * stride + ((int64_t)h * c->block_size + off) * c->head_dim + d);
@@ -128,13 +130,16 @@ static void static_quantize_writes_rne_saturated_bytes_at_slots(void)
 {
     fixture f;
     fixture_make(&f, 3, 2, 8, 3, 4, KVCAL_CACHE_NHD, 0, 1.0f);
-    const float special[8] = {1.0f, 1000.0f, -1000.0f, NAN, -0.0f, 0.0f, INFINITY, 0.53125f};
+    const float special[8] = {1.0f,  1000.0f, -1000.0f, NAN,
+                              -0.0f, 0.0f,    INFINITY, 0.53125f};
     memcpy(f.k, special, sizeof special); /* token 0, head 0 */
     f.slots[0] = 5, f.slots[1] = -1, f.slots[2] = 10;
     float ks = 0.5f, vs = 0.25f;
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR, &ks, &vs),
-                          KVCAL_OK);
-    const uint8_t want[8] = {0x40, 0x7e, 0xfe, 0x7f, 0x80, 0x00, 0x7e, 0x38}; /* 1.0625: tie to even */
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR, &ks, &vs),
+        KVCAL_OK);
+    const uint8_t want[8] = {0x40, 0x7e, 0xfe, 0x7f,
+                             0x80, 0x00, 0x7e, 0x38}; /* 1.0625: tie to even */
     for (int d = 0; d < 8; d++)
         CU_ASSERT_EQUAL(f.c.k[offset_of(&f.c, 5, 0, d)], want[d]);
     for (int t = 0; t < 3; t += 2)
@@ -146,7 +151,8 @@ static void static_quantize_writes_rne_saturated_bytes_at_slots(void)
                 CU_ASSERT_EQUAL(f.c.v[offset_of(&f.c, f.slots[t], h, d)],
                                 kvcal_fp8_e4m3_from_float(xv * (1.0f / vs)));
             }
-    CU_ASSERT_EQUAL(written_bytes(f.c.k, f.cache_bytes), 2 * 2 * 8); /* padding token skipped */
+    CU_ASSERT_EQUAL(written_bytes(f.c.k, f.cache_bytes),
+                    2 * 2 * 8); /* padding token skipped */
     CU_ASSERT_EQUAL(written_bytes(f.c.v, f.cache_bytes), 2 * 2 * 8);
     fixture_free(&f);
 }
@@ -165,8 +171,9 @@ static void static_quantize_per_head_hnd_with_block_stride(void)
     memset(f.c.k, POISON, f.cache_bytes);
     memset(f.c.v, POISON, f.cache_bytes);
     float ks[3] = {0.01f, 0.002f, 0.5f}, vs[3] = {0.003f, 0.004f, 0.005f};
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs),
+        KVCAL_OK);
     int bad = 0;
     for (int t = 0; t < 19; t++)
         for (int h = 0; h < 3; h++)
@@ -188,11 +195,13 @@ static void static_quantize_rejects_bad_scales_and_writes_nothing(void)
     fixture_make(&f, 4, 2, 8, 2, 4, KVCAL_CACHE_NHD, 0, 1.0f);
     float good[2] = {1.0f, 1.0f}, bad[3][2] = {{1.0f, 0.0f}, {NAN, 1.0f}, {1.0f, -2.0f}};
     for (int i = 0; i < 3; i++) {
-        CU_ASSERT_EQUAL(kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, good, bad[i]),
+        CU_ASSERT_EQUAL(kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD,
+                                                     good, bad[i]),
                         KVCAL_ERR_NONFINITE);
         CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "v_scale["));
     }
-    CU_ASSERT_EQUAL(written_bytes(f.c.k, f.cache_bytes) + written_bytes(f.c.v, f.cache_bytes), 0);
+    CU_ASSERT_EQUAL(
+        written_bytes(f.c.k, f.cache_bytes) + written_bytes(f.c.v, f.cache_bytes), 0);
     fixture_free(&f);
 }
 
@@ -206,8 +215,9 @@ static void quantize_skips_padding_and_out_of_range_slots(void)
     CU_ASSERT_NOT_EQUAL(f.c.k[offset_of(&f.c, 31, 1, 15)], POISON);
     float ones = 1.0f;
     memset(f.c.v, POISON, f.cache_bytes);
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR, &ones, &ones),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR, &ones, &ones),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(written_bytes(f.c.v, f.cache_bytes), 2 * 16);
     fixture_free(&f);
 }
@@ -235,7 +245,8 @@ static void bf16_strided_input_matches_f32_contiguous(void)
     memcpy(v0, a.c.v, a.cache_bytes);
     memset(a.c.k, POISON, a.cache_bytes);
     memset(a.c.v, POISON, a.cache_bytes);
-    kvcal_kv_batch b = {qkv + 4 * 80, qkv + 8 * 80, KVCAL_DTYPE_BF16, 989, ts, 80, ts, 80, a.slots};
+    kvcal_kv_batch b = {qkv + 4 * 80, qkv + 8 * 80, KVCAL_DTYPE_BF16, 989, ts, 80,
+                        ts,           80,           a.slots};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_dynamic_ref(&b, &a.c), KVCAL_OK);
     CU_ASSERT_EQUAL(memcmp(k0, a.c.k, a.cache_bytes), 0);
     CU_ASSERT_EQUAL(memcmp(v0, a.c.v, a.cache_bytes), 0);
@@ -256,20 +267,23 @@ static void f16_input_decodes_every_half_exactly(void)
     for (int i = 0; i < 65536; i++) {
         h[i] = (uint16_t)i;
         int e = (i >> 10) & 31, m = i & 1023;
-        float x = e == 0 ? ldexpf((float)m, -24)
-                         : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(1024 + m), e - 25);
+        float x = e == 0    ? ldexpf((float)m, -24)
+                  : e == 31 ? (m ? NAN : INFINITY)
+                            : ldexpf((float)(1024 + m), e - 25);
         a.k[i] = a.v[i] = (i & 0x8000) ? -x : x;
     }
     float s = 1.0f / 64.0f;
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_static_ref(&a.b, &a.c, KVCAL_GRANULARITY_TENSOR, &s, &s),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_quantize_static_ref(&a.b, &a.c, KVCAL_GRANULARITY_TENSOR, &s, &s),
+        KVCAL_OK);
     uint8_t *k0 = malloc(a.cache_bytes);
     memcpy(k0, a.c.k, a.cache_bytes);
     kvcal_kv_batch b = a.b;
     b.k = b.v = h;
     b.dtype = KVCAL_DTYPE_F16;
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_static_ref(&b, &a.c, KVCAL_GRANULARITY_TENSOR, &s, &s),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_quantize_static_ref(&b, &a.c, KVCAL_GRANULARITY_TENSOR, &s, &s),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(memcmp(k0, a.c.k, a.cache_bytes), 0);
     free(k0);
     free(h);
@@ -339,9 +353,10 @@ static void dequantize_round_trip_error_within_half_ulp(void)
     fixture f;
     fixture_make(&f, 19, 8, 128, 4, 5, KVCAL_CACHE_NHD, 1, 30.0f);
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_dynamic_ref(&f.b, &f.c), KVCAL_OK);
-    float *ko = malloc(sizeof(float) * 19 * 8 * 128), *vo = malloc(sizeof(float) * 19 * 8 * 128);
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
-                                                  ko, vo, KVCAL_DTYPE_F32),
+    float *ko = malloc(sizeof(float) * 19 * 8 * 128),
+          *vo = malloc(sizeof(float) * 19 * 8 * 128);
+    CU_ASSERT_EQUAL_FATAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR,
+                                                  NULL, NULL, ko, vo, KVCAL_DTYPE_F32),
                           KVCAL_OK);
     int bad = 0;
     for (int t = 0; t < 19; t++)
@@ -366,22 +381,23 @@ static void dequantize_bf16_and_f16_outputs_round_the_f32_values(void)
     fixture f;
     fixture_make(&f, 7, 2, 16, 2, 16, KVCAL_CACHE_HND, 0, 4.0f);
     float ks[2] = {0.01f, 0.02f}, vs[2] = {0.03f, 0.04f};
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_quantize_static_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs),
+        KVCAL_OK);
     enum { N = 7 * 2 * 16 };
     float k32[N], v32[N];
     uint16_t kb[N], vb[N];
-    kvcal_status a = kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs, k32, v32,
-                                             KVCAL_DTYPE_F32);
-    kvcal_status b = kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs, kb, vb,
-                                             KVCAL_DTYPE_BF16);
+    kvcal_status a = kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs,
+                                             k32, v32, KVCAL_DTYPE_F32);
+    kvcal_status b = kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs,
+                                             kb, vb, KVCAL_DTYPE_BF16);
     CU_ASSERT_FATAL(a == KVCAL_OK && b == KVCAL_OK);
     int bad = 0;
     for (int i = 0; i < N; i++)
         bad += kb[i] != bf16_of(k32[i]) || vb[i] != bf16_of(v32[i]);
     CU_ASSERT_EQUAL(bad, 0);
-    CU_ASSERT_EQUAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs, kb, vb,
-                                            KVCAL_DTYPE_F16),
+    CU_ASSERT_EQUAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs,
+                                            kb, vb, KVCAL_DTYPE_F16),
                     KVCAL_OK);
     for (int i = 0; i < N; i++) { /* |x| < 2^5: a normal half, 10 mantissa bits */
         double h = ldexp((double)(1024 + (kb[i] & 1023)), ((kb[i] >> 10) & 31) - 25);
@@ -399,7 +415,8 @@ static void dequantize_bf16_and_f16_outputs_round_the_f32_values(void)
 /* Runs `steps` decode steps of one token each, the step's values scaled by
  * amp[i]; after each, checks the scales never shrank, and at the end that
  * every token dequantizes to exactly what it did right after its step. */
-static void scaler_run(kvcal_scaler_mode mode, const float *amp, int steps, float *k_final)
+static void scaler_run(kvcal_scaler_mode mode, const float *amp, int steps,
+                       float *k_final)
 {
     enum { H = 2, D = 96 };
     kvcal_kv_scaler_t *s = NULL;
@@ -420,10 +437,10 @@ static void scaler_run(kvcal_scaler_mode mode, const float *amp, int steps, floa
         for (int j = 0; j < H * D; j++)
             f.k[(size_t)i * H * D + j] *= amp[i];
         CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_quantize_ref(s, &b, &f.c), KVCAL_OK);
-        CU_ASSERT_EQUAL_FATAL(kvcal_kv_dequantize_ref(&b, &f.c, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
-                                                      at_write + (size_t)i * H * D, vo,
-                                                      KVCAL_DTYPE_F32),
-                              KVCAL_OK);
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_kv_dequantize_ref(&b, &f.c, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
+                                    at_write + (size_t)i * H * D, vo, KVCAL_DTYPE_F32),
+            KVCAL_OK);
         float ks[H];
         int64_t n = 0;
         CU_ASSERT_EQUAL(kvcal_kv_scaler_read(s, NULL, ks, NULL, &n), KVCAL_OK);
@@ -434,8 +451,8 @@ static void scaler_run(kvcal_scaler_mode mode, const float *amp, int steps, floa
         }
     }
     CU_ASSERT_EQUAL(shrank, 0);
-    CU_ASSERT_EQUAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR, NULL, NULL, now, vo,
-                                            KVCAL_DTYPE_F32),
+    CU_ASSERT_EQUAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_TENSOR, NULL,
+                                            NULL, now, vo, KVCAL_DTYPE_F32),
                     KVCAL_OK);
     CU_ASSERT_EQUAL(memcmp(now, at_write, sizeof(float) * (size_t)steps * H * D), 0);
     memcpy(k_final, prev, sizeof prev);
@@ -467,7 +484,8 @@ static void scaler_first_batch_fixes_scales_and_saturates_later_values(void)
 {
     enum { H = 2, D = 8 };
     kvcal_kv_scaler_t *s = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_create(H, KVCAL_SCALER_FIRST_BATCH, 0.0f, 0, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_scaler_create(H, KVCAL_SCALER_FIRST_BATCH, 0.0f, 0, &s), KVCAL_OK);
     fixture f;
     fixture_make(&f, 2, H, D, 1, 16, KVCAL_CACHE_NHD, 0, 1.0f); /* no per-token arrays */
     for (int i = 0; i < H * D; i++)
@@ -483,8 +501,8 @@ static void scaler_first_batch_fixes_scales_and_saturates_later_values(void)
     CU_ASSERT_EQUAL(vs[1], 1.0f / 448.0f);
     CU_ASSERT_EQUAL(f.c.k[offset_of(&f.c, f.slots[1], 1, 3)], 0x7e); /* 10 clips to 1 */
     float ko[H * D * 2], vo[H * D * 2];
-    CU_ASSERT_EQUAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs, ko, vo,
-                                            KVCAL_DTYPE_F32),
+    CU_ASSERT_EQUAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, ks, vs,
+                                            ko, vo, KVCAL_DTYPE_F32),
                     KVCAL_OK);
     KVCAL_ASSERT_CLOSE(ko[1], 1.0, 0.0, 1e-6); /* 448 * fp32(1/448) */
     KVCAL_ASSERT_CLOSE(ko[0], -0.5, 0.0, 1e-6);
@@ -495,7 +513,8 @@ static void scaler_first_batch_fixes_scales_and_saturates_later_values(void)
 static void scaler_step_of_only_padding_changes_nothing(void)
 {
     kvcal_kv_scaler_t *s = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_create(2, KVCAL_SCALER_FIRST_BATCH, 0.0f, 0, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_scaler_create(2, KVCAL_SCALER_FIRST_BATCH, 0.0f, 0, &s), KVCAL_OK);
     fixture f;
     fixture_make(&f, 2, 2, 8, 1, 16, KVCAL_CACHE_NHD, 1, 1.0f);
     f.slots[0] = f.slots[1] = -1;
@@ -516,8 +535,10 @@ static void scaler_rejects_missing_scale_arrays_and_wrong_place(void)
     CU_ASSERT_EQUAL(kvcal_kv_scaler_create(0, KVCAL_SCALER_RUNNING_MAX, 0.0f, 0, &s),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NULL(s);
-    CU_ASSERT_EQUAL(kvcal_kv_scaler_create(2, KVCAL_SCALER_EMA, 0.0f, 0, &s), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_create(2, KVCAL_SCALER_RUNNING_MAX, 0.0f, 0, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_kv_scaler_create(2, KVCAL_SCALER_EMA, 0.0f, 0, &s),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_scaler_create(2, KVCAL_SCALER_RUNNING_MAX, 0.0f, 0, &s), KVCAL_OK);
     fixture f;
     fixture_make(&f, 2, 2, 8, 1, 16, KVCAL_CACHE_NHD, 0, 1.0f);
     CU_ASSERT_EQUAL(kvcal_kv_scaler_quantize_ref(s, &f.b, &f.c), KVCAL_ERR_INVALID_ARG);
@@ -555,8 +576,9 @@ static void quantize_rejects_bad_shapes_and_strides(void)
     CU_ASSERT_EQUAL(kvcal_kv_quantize_dynamic_ref(&b, &f.c), KVCAL_ERR_INVALID_ARG);
     b = f.b;
     b.slot_mapping = NULL;
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_static_ref(&b, &f.c, KVCAL_GRANULARITY_TENSOR, &one, &one),
-                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(
+        kvcal_kv_quantize_static_ref(&b, &f.c, KVCAL_GRANULARITY_TENSOR, &one, &one),
+        KVCAL_ERR_INVALID_ARG);
     c = f.c;
     c.k_scale = NULL;
     CU_ASSERT_EQUAL(kvcal_kv_quantize_dynamic_ref(&f.b, &c), KVCAL_ERR_INVALID_ARG);

@@ -63,13 +63,16 @@ static void device_e4m3_matches_core_fp8_on_all_halves_bf16_and_ties(void)
     for (uint32_t i = 0; i < 65536; i++) {
         x[k++] = float_of(i << 16);
         uint32_t e = (i >> 10) & 31, m = i & 1023;
-        float h = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                           : ldexpf((float)(1024 + m), (int)e - 25);
+        float h = e == 0    ? ldexpf((float)m, -24)
+                  : e == 31 ? (m ? NAN : INFINITY)
+                            : ldexpf((float)(1024 + m), (int)e - 25);
         x[k++] = (i & 0x8000) ? -h : h;
     }
     for (int c = 0; c < 256; c++) {
-        float a = kvcal_fp8_e4m3_to_float((uint8_t)c), b = kvcal_fp8_e4m3_to_float((uint8_t)(c + 1));
-        float mid = (c & 0x7f) == 0x7e || (c & 0x7f) == 0x7f ? a * 1.0357143f : 0.5f * (a + b);
+        float a = kvcal_fp8_e4m3_to_float((uint8_t)c),
+              b = kvcal_fp8_e4m3_to_float((uint8_t)(c + 1));
+        float mid =
+            (c & 0x7f) == 0x7e || (c & 0x7f) == 0x7f ? a * 1.0357143f : 0.5f * (a + b);
         x[k++] = a;
         x[k++] = mid;
         x[k++] = nextafterf(mid, 0.0f);
@@ -84,7 +87,8 @@ static void device_e4m3_matches_core_fp8_on_all_halves_bf16_and_ties(void)
     float *dx = dev_copy(x, n * sizeof(float));
     dev_out = dev_copy(NULL, n);
     CU_ASSERT_FATAL(dx && dev_out);
-    CU_ASSERT_EQUAL_FATAL(kvcal_fp8_e4m3_encode_launch(dx, dev_out, (int64_t)n, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_fp8_e4m3_encode_launch(dx, dev_out, (int64_t)n, NULL),
+                          KVCAL_OK);
     host_copy(got, dev_out, n);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
@@ -106,7 +110,7 @@ typedef struct qcase {
     int T, H, D, block_size;
     kvcal_cache_layout layout;
     kvcal_dtype dtype;
-    int pad;            /* extra elements per token (odd: misaligned rows) */
+    int pad; /* extra elements per token (odd: misaligned rows) */
 } qcase;
 
 typedef struct side {
@@ -247,7 +251,8 @@ static size_t qsetup_diff(const qsetup *s)
     if (s->host.c.k_scale) {
         float *f = malloc(s->scale_count * sizeof(float));
         for (int kv = 0; kv < 2; kv++) {
-            host_copy(f, kv ? s->dev.c.v_scale : s->dev.c.k_scale, s->scale_count * sizeof(float));
+            host_copy(f, kv ? s->dev.c.v_scale : s->dev.c.k_scale,
+                      s->scale_count * sizeof(float));
             bad += memcmp(f, kv ? s->host.c.v_scale : s->host.c.k_scale,
                           s->scale_count * sizeof(float)) != 0;
         }
@@ -264,8 +269,9 @@ static const char *layout_name(kvcal_cache_layout l)
 static void report(const char *what, qcase c, size_t bad)
 {
     if (bad)
-        printf("\n  %s T=%d H=%d D=%d bs=%d %s dtype=%d pad=%d: %zu differences", what, c.T,
-               c.H, c.D, c.block_size, layout_name(c.layout), (int)c.dtype, c.pad, bad);
+        printf("\n  %s T=%d H=%d D=%d bs=%d %s dtype=%d pad=%d: %zu differences", what,
+               c.T, c.H, c.D, c.block_size, layout_name(c.layout), (int)c.dtype, c.pad,
+               bad);
 }
 
 /* Runs op on both backends for every shape; returns the cases that differ. */
@@ -278,8 +284,15 @@ static int quant_sweep(quant_op op)
         for (int di = 0; di < 4; di++)
             for (int bi = 0; bi < 2; bi++)
                 for (int li = 0; li < 2; li++) {
-                    qcase c = {Ts[ti], 8, Ds[di], bss[bi], (kvcal_cache_layout)li,
-                               dts[n % 3], (n % 4 == 1) ? 8 : (n % 4 == 3) ? 1 : 0};
+                    qcase c = {Ts[ti],
+                               8,
+                               Ds[di],
+                               bss[bi],
+                               (kvcal_cache_layout)li,
+                               dts[n % 3],
+                               (n % 4 == 1)   ? 8
+                               : (n % 4 == 3) ? 1
+                                              : 0};
                     n++;
                     qsetup s;
                     qsetup_make(&s, c, op != OP_STATIC_TENSOR);
@@ -288,12 +301,13 @@ static int quant_sweep(quant_op op)
                         a = kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
                         b = kvcal_kv_quantize_dynamic_launch(&s.dev.b, &s.dev.c, NULL);
                     } else {
-                        kvcal_granularity g = op == OP_STATIC_HEAD ? KVCAL_GRANULARITY_HEAD
-                                                                   : KVCAL_GRANULARITY_TENSOR;
-                        a = kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, g, s.host.k_scale,
-                                                         s.host.v_scale);
-                        b = kvcal_kv_quantize_static_launch(&s.dev.b, &s.dev.c, g, s.dev.k_scale,
-                                                            s.dev.v_scale, NULL);
+                        kvcal_granularity g = op == OP_STATIC_HEAD
+                                                  ? KVCAL_GRANULARITY_HEAD
+                                                  : KVCAL_GRANULARITY_TENSOR;
+                        a = kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, g,
+                                                         s.host.k_scale, s.host.v_scale);
+                        b = kvcal_kv_quantize_static_launch(
+                            &s.dev.b, &s.dev.c, g, s.dev.k_scale, s.dev.v_scale, NULL);
                     }
                     size_t bad = (a != KVCAL_OK) + (b != KVCAL_OK) +
                                  (cudaDeviceSynchronize() != cudaSuccess);
@@ -330,12 +344,15 @@ static void scaler_launch_matches_ref_over_prefill_and_decode(void)
     const kvcal_scaler_mode modes[3] = {KVCAL_SCALER_RUNNING_MAX, KVCAL_SCALER_EMA,
                                         KVCAL_SCALER_FIRST_BATCH};
     for (int m = 0; m < 3; m++) {
-        qcase c = {989 + 6 * 19, 8, 128, 16, (kvcal_cache_layout)(m == 1), KVCAL_DTYPE_BF16, 0};
+        qcase c = {989 + 6 * 19,     8, 128, 16, (kvcal_cache_layout)(m == 1),
+                   KVCAL_DTYPE_BF16, 0};
         qsetup s;
         qsetup_make(&s, c, 1);
         kvcal_kv_scaler_t *hs = NULL, *ds = NULL;
-        CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_create(8, modes[m], 0.25f, 0, &hs), KVCAL_OK);
-        CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_create(8, modes[m], 0.25f, 1, &ds), KVCAL_OK);
+        CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_create(8, modes[m], 0.25f, 0, &hs),
+                              KVCAL_OK);
+        CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_create(8, modes[m], 0.25f, 1, &ds),
+                              KVCAL_OK);
         /* scale decode steps up: each step's bf16 exponent + step */
         uint16_t *k = (uint16_t *)s.host.b.k;
         for (int t = 989; t < c.T; t++)
@@ -361,11 +378,15 @@ static void scaler_launch_matches_ref_over_prefill_and_decode(void)
             int64_t hn = -1, dn = -2;
             bad += kvcal_kv_scaler_read(hs, NULL, hk, hv, &hn) != KVCAL_OK;
             bad += kvcal_kv_scaler_read(ds, NULL, dk, dv, &dn) != KVCAL_OK;
-            bad += hn != dn || hn != step + 1 || memcmp(hk, dk, sizeof hk) || memcmp(hv, dv, sizeof hv);
+            bad += hn != dn || hn != step + 1 || memcmp(hk, dk, sizeof hk) ||
+                   memcmp(hv, dv, sizeof hv);
             bad += qsetup_diff(&s);
             t0 += n;
         }
-        report(m == 0 ? "scaler running max" : m == 1 ? "scaler ema" : "scaler first batch", c, bad);
+        report(m == 0   ? "scaler running max"
+               : m == 1 ? "scaler ema"
+                        : "scaler first batch",
+               c, bad);
         CU_ASSERT_EQUAL(bad, 0);
         kvcal_kv_scaler_destroy(hs);
         kvcal_kv_scaler_destroy(ds);
@@ -393,31 +414,42 @@ static void dequantize_launch_matches_ref_in_every_out_dtype(void)
     for (int di = 0; di < 3; di++)
         for (int od = 0; od < 3; od++)
             for (int token_scales = 0; token_scales < 2; token_scales++) {
-                qcase c = {989, 8, Ds[di], di == 1 ? 5 : 16, (kvcal_cache_layout)(od == 1),
-                           KVCAL_DTYPE_BF16, 0};
+                qcase c = {989,
+                           8,
+                           Ds[di],
+                           di == 1 ? 5 : 16,
+                           (kvcal_cache_layout)(od == 1),
+                           KVCAL_DTYPE_BF16,
+                           0};
                 qsetup s;
                 qsetup_make(&s, c, token_scales);
                 /* fill both caches with the same bytes through the reference */
                 if (token_scales)
                     kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
                 else
-                    kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
-                                                 s.host.k_scale, s.host.v_scale);
+                    kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c,
+                                                 KVCAL_GRANULARITY_HEAD, s.host.k_scale,
+                                                 s.host.v_scale);
                 cudaMemcpy(s.dev.c.k, s.host.c.k, s.cache_bytes, cudaMemcpyHostToDevice);
                 cudaMemcpy(s.dev.c.v, s.host.c.v, s.cache_bytes, cudaMemcpyHostToDevice);
                 if (token_scales) {
-                    cudaMemcpy(s.dev.c.k_scale, s.host.c.k_scale, s.scale_count * 4, cudaMemcpyHostToDevice);
-                    cudaMemcpy(s.dev.c.v_scale, s.host.c.v_scale, s.scale_count * 4, cudaMemcpyHostToDevice);
+                    cudaMemcpy(s.dev.c.k_scale, s.host.c.k_scale, s.scale_count * 4,
+                               cudaMemcpyHostToDevice);
+                    cudaMemcpy(s.dev.c.v_scale, s.host.c.v_scale, s.scale_count * 4,
+                               cudaMemcpyHostToDevice);
                 }
                 kvcal_dtype out = (kvcal_dtype)od;
                 size_t n = (size_t)c.T * c.H * c.D, bytes = n * (size_t)elem_size(out);
-                void *hk = malloc(bytes), *hv = malloc(bytes), *gk = malloc(bytes), *gv = malloc(bytes);
+                void *hk = malloc(bytes), *hv = malloc(bytes), *gk = malloc(bytes),
+                     *gv = malloc(bytes);
                 memset(hk, 0x5a, bytes), memset(hv, 0x5a, bytes);
                 void *dk = dev_copy(hk, bytes), *dv = dev_copy(hv, bytes);
-                size_t bad = kvcal_kv_dequantize_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
-                                                     s.host.k_scale, s.host.v_scale, hk, hv, out) != KVCAL_OK;
-                bad += kvcal_kv_dequantize_launch(&s.dev.b, &s.dev.c, KVCAL_GRANULARITY_HEAD,
-                                                  s.dev.k_scale, s.dev.v_scale, dk, dv, out, NULL) != KVCAL_OK;
+                size_t bad = kvcal_kv_dequantize_ref(
+                                 &s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
+                                 s.host.k_scale, s.host.v_scale, hk, hv, out) != KVCAL_OK;
+                bad += kvcal_kv_dequantize_launch(
+                           &s.dev.b, &s.dev.c, KVCAL_GRANULARITY_HEAD, s.dev.k_scale,
+                           s.dev.v_scale, dk, dv, out, NULL) != KVCAL_OK;
                 host_copy(gk, dk, bytes);
                 host_copy(gv, dv, bytes);
                 for (size_t i = 0; i < n; i++)
@@ -436,10 +468,13 @@ static void launches_reject_bad_arguments_with_a_message(void)
     qcase c = {19, 8, 128, 16, KVCAL_CACHE_NHD, KVCAL_DTYPE_BF16, 0};
     qsetup s;
     qsetup_make(&s, c, 0);
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_dynamic_launch(&s.dev.b, &s.dev.c, NULL), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "kvcal_kv_quantize_dynamic_launch"));
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_static_launch(&s.dev.b, &s.dev.c, KVCAL_GRANULARITY_HEAD,
-                                                    NULL, s.dev.v_scale, NULL),
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_dynamic_launch(&s.dev.b, &s.dev.c, NULL),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(kvcal_last_error(), "kvcal_kv_quantize_dynamic_launch"));
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_static_launch(&s.dev.b, &s.dev.c,
+                                                    KVCAL_GRANULARITY_HEAD, NULL,
+                                                    s.dev.v_scale, NULL),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(qsetup_diff(&s), 0);
     qsetup_free(&s);

@@ -64,7 +64,8 @@ static uint16_t float_to_f16(float f)
     uint32_t e = a >> 23;
     uint32_t mant = (a & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126u - e;
-    uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u),
+             half = 1u << (shift - 1u);
     if (rem > half || (rem == half && (q & 1u)))
         q++;
     return (uint16_t)(sign | q);
@@ -82,9 +83,12 @@ static uint16_t float_to_bf16(float f)
 static float load_elem(const void *p, kvcal_dtype dtype, int64_t i)
 {
     switch (dtype) {
-    case KVCAL_DTYPE_F16: return f16_to_float(((const uint16_t *)p)[i]);
-    case KVCAL_DTYPE_BF16: return bits_to_float((uint32_t)((const uint16_t *)p)[i] << 16);
-    default: break; /* F32 (dtype_ok refuses the rest) */
+    case KVCAL_DTYPE_F16:
+        return f16_to_float(((const uint16_t *)p)[i]);
+    case KVCAL_DTYPE_BF16:
+        return bits_to_float((uint32_t)((const uint16_t *)p)[i] << 16);
+    default:
+        break; /* F32 (dtype_ok refuses the rest) */
     }
     return ((const float *)p)[i];
 }
@@ -92,9 +96,14 @@ static float load_elem(const void *p, kvcal_dtype dtype, int64_t i)
 static void store_elem(void *p, kvcal_dtype dtype, int64_t i, float v)
 {
     switch (dtype) {
-    case KVCAL_DTYPE_F16: ((uint16_t *)p)[i] = float_to_f16(v); return;
-    case KVCAL_DTYPE_BF16: ((uint16_t *)p)[i] = float_to_bf16(v); return;
-    default: break; /* F32 (dtype_ok refuses the rest) */
+    case KVCAL_DTYPE_F16:
+        ((uint16_t *)p)[i] = float_to_f16(v);
+        return;
+    case KVCAL_DTYPE_BF16:
+        ((uint16_t *)p)[i] = float_to_bf16(v);
+        return;
+    default:
+        break; /* F32 (dtype_ok refuses the rest) */
     }
     ((float *)p)[i] = v;
 }
@@ -107,34 +116,42 @@ static int dtype_ok(kvcal_dtype d)
 }
 
 kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
-                                 const kvcal_kv_cache *cache, int need_data, int need_scales,
-                                 kvcal_kv_geom *g)
+                                 const kvcal_kv_cache *cache, int need_data,
+                                 int need_scales, kvcal_kv_geom *g)
 {
     if (!batch || !cache)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: batch or cache is NULL: pass both", fn);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: batch or cache is NULL: pass both",
+                          fn);
     if (!cache->k || !cache->v)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: cache.k or cache.v is NULL: pass the K and V caches", fn);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: cache.k or cache.v is NULL: pass the K and V caches", fn);
     if (cache->num_blocks < 0 || cache->block_size < 1)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: cache has %lld blocks of %d slots: need num_blocks >= 0, block_size >= 1",
+                          "%s: cache has %lld blocks of %d slots: need num_blocks >= 0, "
+                          "block_size >= 1",
                           fn, (long long)cache->num_blocks, cache->block_size);
     if (cache->num_kv_heads < 1 || cache->num_kv_heads > KVCAL_KV_MAX_HEADS)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: cache.num_kv_heads %d out of [1, %d]", fn,
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: cache.num_kv_heads %d out of [1, %d]", fn,
                           cache->num_kv_heads, KVCAL_KV_MAX_HEADS);
     if (cache->head_dim < 1 || cache->head_dim > KVCAL_KV_MAX_HEAD_DIM)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: cache.head_dim %d out of [1, %d]", fn,
-                          cache->head_dim, KVCAL_KV_MAX_HEAD_DIM);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: cache.head_dim %d out of [1, %d]",
+                          fn, cache->head_dim, KVCAL_KV_MAX_HEAD_DIM);
     if (cache->layout != KVCAL_CACHE_NHD && cache->layout != KVCAL_CACHE_HND)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: cache.layout %d is neither NHD nor HND", fn,
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: cache.layout %d is neither NHD nor HND", fn,
                           (int)cache->layout);
-    int64_t block_bytes = (int64_t)cache->block_size * cache->num_kv_heads * cache->head_dim;
+    int64_t block_bytes =
+        (int64_t)cache->block_size * cache->num_kv_heads * cache->head_dim;
     if (cache->block_stride != 0 && cache->block_stride < block_bytes)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: cache.block_stride %lld < one block (%lld bytes): pass 0 for a contiguous cache",
+                          "%s: cache.block_stride %lld < one block (%lld bytes): pass 0 "
+                          "for a contiguous cache",
                           fn, (long long)cache->block_stride, (long long)block_bytes);
     if (need_scales && (!cache->k_scale || !cache->v_scale))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: cache.k_scale / v_scale are NULL: this mode records a scale per (token, head) there",
+                          "%s: cache.k_scale / v_scale are NULL: this mode records a "
+                          "scale per (token, head) there",
                           fn);
     if (batch->num_tokens < 0 || (batch->num_tokens > 0 && !batch->slot_mapping))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -142,19 +159,24 @@ kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
                           (long long)batch->num_tokens);
     if (need_data) {
         if (!dtype_ok(batch->dtype))
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: batch.dtype %d is not F32, F16 or BF16",
-                              fn, (int)batch->dtype);
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "%s: batch.dtype %d is not F32, F16 or BF16", fn,
+                              (int)batch->dtype);
         if (batch->num_tokens > 0 && (!batch->k || !batch->v))
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: batch.k or batch.v is NULL", fn);
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: batch.k or batch.v is NULL",
+                              fn);
         int64_t row = (int64_t)(cache->num_kv_heads - 1);
-        if (batch->k_head_stride < cache->head_dim || batch->v_head_stride < cache->head_dim ||
+        if (batch->k_head_stride < cache->head_dim ||
+            batch->v_head_stride < cache->head_dim ||
             batch->k_token_stride < row * batch->k_head_stride + cache->head_dim ||
             batch->v_token_stride < row * batch->v_head_stride + cache->head_dim)
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "%s: batch strides (K %lld/%lld, V %lld/%lld elements per token/head) overlap rows of %d heads x %d: strides are in elements",
-                              fn, (long long)batch->k_token_stride, (long long)batch->k_head_stride,
-                              (long long)batch->v_token_stride, (long long)batch->v_head_stride,
-                              cache->num_kv_heads, cache->head_dim);
+            return kvcal_fail(
+                KVCAL_ERR_INVALID_ARG,
+                "%s: batch strides (K %lld/%lld, V %lld/%lld elements per token/head) "
+                "overlap rows of %d heads x %d: strides are in elements",
+                fn, (long long)batch->k_token_stride, (long long)batch->k_head_stride,
+                (long long)batch->v_token_stride, (long long)batch->v_head_stride,
+                cache->num_kv_heads, cache->head_dim);
     }
     g->capacity = cache->num_blocks * cache->block_size;
     g->block_stride = cache->block_stride ? cache->block_stride : block_bytes;
@@ -169,20 +191,23 @@ kvcal_status kvcal_kv_check_static(const char *fn, kvcal_granularity granularity
                                    const float *k_scale, const float *v_scale)
 {
     if (granularity != KVCAL_GRANULARITY_TENSOR && granularity != KVCAL_GRANULARITY_HEAD)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: granularity %d is neither TENSOR nor HEAD",
-                          fn, (int)granularity);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: granularity %d is neither TENSOR nor HEAD", fn,
+                          (int)granularity);
     if (!k_scale || !v_scale)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: k_scale or v_scale is NULL: pass the static scales",
-                          fn);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: k_scale or v_scale is NULL: pass the static scales", fn);
     return KVCAL_OK;
 }
 
-static kvcal_status check_scale_values(const char *fn, const float *s, int n, const char *which)
+static kvcal_status check_scale_values(const char *fn, const float *s, int n,
+                                       const char *which)
 {
     for (int i = 0; i < n; i++)
         if (!kvcal_scale_is_valid(s[i]))
-            return kvcal_fail(KVCAL_ERR_NONFINITE, "%s: %s[%d] = %g: scales must be finite and > 0",
-                              fn, which, i, (double)s[i]);
+            return kvcal_fail(KVCAL_ERR_NONFINITE,
+                              "%s: %s[%d] = %g: scales must be finite and > 0", fn, which,
+                              i, (double)s[i]);
     return KVCAL_OK;
 }
 
@@ -208,7 +233,8 @@ static void quantize_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const void *
                 row[d] = load_elem(src, b->dtype, base + d);
                 absmax = fmaxf(absmax, kvcal_kv_finite_abs(row[d]));
             }
-            float scale = scales ? scales[h * scale_step] : kvcal_scale_from_absmax(absmax);
+            float scale =
+                scales ? scales[h * scale_step] : kvcal_scale_from_absmax(absmax);
             float inv = 1.0f / scale;
             uint8_t *out = dst + kvcal_kv_cache_offset(g, slot, h);
             for (int d = 0; d < g.head_dim; d++)
@@ -222,10 +248,10 @@ static void quantize_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const void *
 static void quantize_kv(const kvcal_kv_batch *b, const kvcal_kv_cache *c, kvcal_kv_geom g,
                         const float *k_scale, const float *v_scale, int scale_step)
 {
-    quantize_rows(b, g, b->k, b->k_token_stride, b->k_head_stride, c->k, k_scale, scale_step,
-                  c->k_scale);
-    quantize_rows(b, g, b->v, b->v_token_stride, b->v_head_stride, c->v, v_scale, scale_step,
-                  c->v_scale);
+    quantize_rows(b, g, b->k, b->k_token_stride, b->k_head_stride, c->k, k_scale,
+                  scale_step, c->k_scale);
+    quantize_rows(b, g, b->v, b->v_token_stride, b->v_head_stride, c->v, v_scale,
+                  scale_step, c->v_scale);
 }
 
 kvcal_status kvcal_kv_quantize_static_ref(const kvcal_kv_batch *batch,
@@ -252,7 +278,8 @@ kvcal_status kvcal_kv_quantize_dynamic_ref(const kvcal_kv_batch *batch,
                                            const kvcal_kv_cache *cache)
 {
     kvcal_kv_geom g;
-    kvcal_status st = kvcal_kv_check_args("kvcal_kv_quantize_dynamic_ref", batch, cache, 1, 1, &g);
+    kvcal_status st =
+        kvcal_kv_check_args("kvcal_kv_quantize_dynamic_ref", batch, cache, 1, 1, &g);
     if (st != KVCAL_OK)
         return st;
     quantize_kv(batch, cache, g, NULL, NULL, 0);
@@ -363,15 +390,15 @@ kvcal_status kvcal_kv_scaler_check(const char *fn, const kvcal_kv_scaler_t *scal
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: scaler is NULL", fn);
     if (scaler->on_device != on_device)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: the scaler lives on the %s: create it with on_device = %d", fn,
-                          scaler->on_device ? "device" : "host", on_device);
+                          "%s: the scaler lives on the %s: create it with on_device = %d",
+                          fn, scaler->on_device ? "device" : "host", on_device);
     kvcal_status st = kvcal_kv_check_args(fn, batch, cache, 1,
                                           scaler->mode != KVCAL_SCALER_FIRST_BATCH, g);
     if (st != KVCAL_OK)
         return st;
     if (g->num_kv_heads != scaler->num_kv_heads)
-        return kvcal_fail(KVCAL_ERR_MISMATCH, "%s: cache has %d kv heads, the scaler %d", fn,
-                          g->num_kv_heads, scaler->num_kv_heads);
+        return kvcal_fail(KVCAL_ERR_MISMATCH, "%s: cache has %d kv heads, the scaler %d",
+                          fn, g->num_kv_heads, scaler->num_kv_heads);
     return KVCAL_OK;
 }
 
@@ -384,8 +411,8 @@ static void absmax_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const void *sr
             continue;
         for (int h = 0; h < g.num_kv_heads; h++)
             for (int d = 0; d < g.head_dim; d++) {
-                float a = kvcal_kv_finite_abs(load_elem(src, b->dtype, t * token_stride +
-                                                                          h * head_stride + d));
+                float a = kvcal_kv_finite_abs(
+                    load_elem(src, b->dtype, t * token_stride + h * head_stride + d));
                 absmax[h] = fmaxf(absmax[h], a);
             }
     }
@@ -396,8 +423,8 @@ kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
                                           const kvcal_kv_cache *cache)
 {
     kvcal_kv_geom g;
-    kvcal_status st = kvcal_kv_scaler_check("kvcal_kv_scaler_quantize_ref", scaler, 0, batch,
-                                            cache, &g);
+    kvcal_status st = kvcal_kv_scaler_check("kvcal_kv_scaler_quantize_ref", scaler, 0,
+                                            batch, cache, &g);
     if (st != KVCAL_OK)
         return st;
     int64_t valid = 0;
@@ -424,8 +451,8 @@ kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
 // --- dequantization -------------------------------------------------------
 
 static void dequantize_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const uint8_t *src,
-                            const float *token_scales, const float *scales, int scale_step,
-                            void *out, kvcal_dtype out_dtype)
+                            const float *token_scales, const float *scales,
+                            int scale_step, void *out, kvcal_dtype out_dtype)
 {
     for (int64_t t = 0; t < b->num_tokens; t++) {
         int64_t slot = b->slot_mapping[t];
@@ -445,22 +472,24 @@ static void dequantize_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const uint
 /* Checks a dequantization's arguments, shared by the reference and the launch. */
 kvcal_status kvcal_kv_dequantize_check(const char *fn, const kvcal_kv_batch *batch,
                                        const kvcal_kv_cache *cache,
-                                       kvcal_granularity granularity, const float *k_scale,
-                                       const float *v_scale, const void *k_out,
-                                       const void *v_out, kvcal_dtype out_dtype,
-                                       kvcal_kv_geom *g)
+                                       kvcal_granularity granularity,
+                                       const float *k_scale, const float *v_scale,
+                                       const void *k_out, const void *v_out,
+                                       kvcal_dtype out_dtype, kvcal_kv_geom *g)
 {
     kvcal_status st = kvcal_kv_check_args(fn, batch, cache, 0, 0, g);
     if (st != KVCAL_OK)
         return st;
     if (!cache->k_scale != !cache->v_scale)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: only one of cache.k_scale / v_scale is set: set both or neither", fn);
-    if (!cache->k_scale && (st = kvcal_kv_check_static(fn, granularity, k_scale, v_scale)) != KVCAL_OK)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "%s: only one of cache.k_scale / v_scale is set: set both or neither", fn);
+    if (!cache->k_scale &&
+        (st = kvcal_kv_check_static(fn, granularity, k_scale, v_scale)) != KVCAL_OK)
         return st;
     if (!dtype_ok(out_dtype))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: out_dtype %d is not F32, F16 or BF16", fn,
-                          (int)out_dtype);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);
     if (batch->num_tokens > 0 && (!k_out || !v_out))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: k_out or v_out is NULL", fn);
     return KVCAL_OK;
@@ -468,14 +497,14 @@ kvcal_status kvcal_kv_dequantize_check(const char *fn, const kvcal_kv_batch *bat
 
 kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
                                      const kvcal_kv_cache *cache,
-                                     kvcal_granularity granularity,
-                                     const float *k_scale, const float *v_scale,
-                                     void *k_out, void *v_out, kvcal_dtype out_dtype)
+                                     kvcal_granularity granularity, const float *k_scale,
+                                     const float *v_scale, void *k_out, void *v_out,
+                                     kvcal_dtype out_dtype)
 {
     kvcal_kv_geom g;
-    kvcal_status st = kvcal_kv_dequantize_check("kvcal_kv_dequantize_ref", batch, cache,
-                                                granularity, k_scale, v_scale, k_out, v_out,
-                                                out_dtype, &g);
+    kvcal_status st =
+        kvcal_kv_dequantize_check("kvcal_kv_dequantize_ref", batch, cache, granularity,
+                                  k_scale, v_scale, k_out, v_out, out_dtype, &g);
     if (st != KVCAL_OK)
         return st;
     int step = granularity == KVCAL_GRANULARITY_HEAD;
@@ -489,7 +518,9 @@ kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
 
 static kvcal_status no_cuda(const char *fn)
 {
-    return kvcal_fail(KVCAL_ERR_NO_DEVICE, "%s: this libkvcal was built without CUDA: use the _ref function or rebuild with nvcc",
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "%s: this libkvcal was built without CUDA: use the _ref function "
+                      "or rebuild with nvcc",
                       fn);
 }
 
@@ -525,7 +556,8 @@ kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch,
                                              const float *k_scale, const float *v_scale,
                                              struct CUstream_st *stream)
 {
-    (void)batch, (void)cache, (void)granularity, (void)k_scale, (void)v_scale, (void)stream;
+    (void)batch, (void)cache, (void)granularity, (void)k_scale, (void)v_scale,
+        (void)stream;
     return no_cuda("kvcal_kv_quantize_static_launch");
 }
 

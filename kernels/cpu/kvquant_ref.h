@@ -27,7 +27,7 @@ typedef struct kvcal_kv_geom {
     int block_size;
     int num_kv_heads;
     int head_dim;
-    int layout;           /* kvcal_cache_layout */
+    int layout; /* kvcal_cache_layout */
 } kvcal_kv_geom;
 
 /* slot = block * block_size + off, in 32-bit arithmetic when the slot fits
@@ -46,8 +46,8 @@ static inline KVCAL_HOST_DEVICE void kvcal_kv_slot_split(kvcal_kv_geom g, int64_
 }
 
 /* Byte offset of (slot, head, 0) in a cache of geometry g. */
-static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset(kvcal_kv_geom g, int64_t slot,
-                                                              int head)
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset(kvcal_kv_geom g,
+                                                              int64_t slot, int head)
 {
     int64_t block, off;
     kvcal_kv_slot_split(g, slot, &block, &off);
@@ -57,8 +57,8 @@ static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset(kvcal_kv_geom g, i
 }
 
 /* Index of (slot, head) in the per (token, head) scale arrays. */
-static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_scale_index(kvcal_kv_geom g, int64_t slot,
-                                                             int head)
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_scale_index(kvcal_kv_geom g,
+                                                             int64_t slot, int head)
 {
     int64_t block, off;
     kvcal_kv_slot_split(g, slot, &block, &off);
@@ -78,8 +78,8 @@ static inline KVCAL_HOST_DEVICE float kvcal_kv_finite_abs(float x)
  * batch's k / v must be set; need_scales: the cache's per (token, head)
  * arrays must be set. Records the failure through kvcal_fail. */
 kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
-                                 const kvcal_kv_cache *cache, int need_data, int need_scales,
-                                 kvcal_kv_geom *g);
+                                 const kvcal_kv_cache *cache, int need_data,
+                                 int need_scales, kvcal_kv_geom *g);
 
 /* Checks the static scale arguments of `fn` (pointers only). */
 kvcal_status kvcal_kv_check_static(const char *fn, kvcal_granularity granularity,
@@ -88,10 +88,10 @@ kvcal_status kvcal_kv_check_static(const char *fn, kvcal_granularity granularity
 /* Checks a dequantization's arguments for `fn`; fills *g. */
 kvcal_status kvcal_kv_dequantize_check(const char *fn, const kvcal_kv_batch *batch,
                                        const kvcal_kv_cache *cache,
-                                       kvcal_granularity granularity, const float *k_scale,
-                                       const float *v_scale, const void *k_out,
-                                       const void *v_out, kvcal_dtype out_dtype,
-                                       kvcal_kv_geom *g);
+                                       kvcal_granularity granularity,
+                                       const float *k_scale, const float *v_scale,
+                                       const void *k_out, const void *v_out,
+                                       kvcal_dtype out_dtype, kvcal_kv_geom *g);
 
 /* --- running scaler ------------------------------------------------------ */
 
@@ -102,11 +102,11 @@ struct kvcal_kv_scaler {
     kvcal_scaler_mode mode;
     float ema_alpha;
     int on_device;
-    float *scale[2];        /* (H) scales of new writes; 0 = unset */
-    float *state[2];        /* (H) running absmax (RUNNING_MAX, FIRST_BATCH) or ema */
-    float *batch_absmax[2]; /* (H) this step's absmax; zeroed after each fold */
-    int64_t *steps;         /* (1) steps with a valid token folded in */
-    int64_t *batch_tokens;  /* (1) valid tokens of this step; zeroed after the fold */
+    float *scale[2];           /* (H) scales of new writes; 0 = unset */
+    float *state[2];           /* (H) running absmax (RUNNING_MAX, FIRST_BATCH) or ema */
+    float *batch_absmax[2];    /* (H) this step's absmax; zeroed after each fold */
+    int64_t *steps;            /* (1) steps with a valid token folded in */
+    int64_t *batch_tokens;     /* (1) valid tokens of this step; zeroed after the fold */
     unsigned int *blocks_done; /* (1) device: blocks that finished the reduction */
     void *slab;
 };
@@ -120,8 +120,9 @@ kvcal_status kvcal_kv_scaler_check(const char *fn, const kvcal_kv_scaler_t *scal
 
 /* Folds one head's step absmax b into its state and scale; steps is the
  * number of steps folded before this one. Scales only grow. */
-static inline KVCAL_HOST_DEVICE void kvcal_kv_scaler_fold(int mode, float alpha, int64_t steps,
-                                                          float b, float *state, float *scale)
+static inline KVCAL_HOST_DEVICE void kvcal_kv_scaler_fold(int mode, float alpha,
+                                                          int64_t steps, float b,
+                                                          float *state, float *scale)
 {
     if (mode == KVCAL_SCALER_FIRST_BATCH) {
         if (steps == 0) {

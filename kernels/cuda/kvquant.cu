@@ -21,17 +21,18 @@ extern "C" {
 #include "kernels/cpu/kvquant_ref.h"
 #include "kernels/cuda/kvquant.h"
 
-#define CUDA_TRY(call)                                                                     \
-    do {                                                                                   \
-        cudaError_t err_ = (call);                                                         \
-        if (err_ != cudaSuccess)                                                           \
-            return kvcal_fail(err_ == cudaErrorMemoryAllocation ? KVCAL_ERR_DEVICE_MEMORY  \
-                                                                : KVCAL_ERR_CUDA,          \
-                              "%s:%d: %s: %s", __FILE__, __LINE__, #call,                  \
-                              cudaGetErrorString(err_));                                   \
+#define CUDA_TRY(call)                                                                   \
+    do {                                                                                 \
+        cudaError_t err_ = (call);                                                       \
+        if (err_ != cudaSuccess)                                                         \
+            return kvcal_fail(                                                           \
+                err_ == cudaErrorMemoryAllocation ? KVCAL_ERR_DEVICE_MEMORY              \
+                                                  : KVCAL_ERR_CUDA,                      \
+                "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(err_));   \
     } while (0)
 
-namespace {
+namespace
+{
 
 constexpr int kThreads = 256;
 
@@ -83,7 +84,8 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b)
 }
 
 // Stores VEC e4m3 bytes of x * inv at p (aligned to VEC bytes).
-template <int VEC> __device__ __forceinline__ void store_e4m3(uint8_t *p, const float *x, float inv)
+template <int VEC>
+__device__ __forceinline__ void store_e4m3(uint8_t *p, const float *x, float inv)
 {
     if constexpr (VEC == 8) {
         uint2 o;
@@ -101,14 +103,14 @@ template <int VEC> __device__ __forceinline__ void store_e4m3(uint8_t *p, const 
 // --- row groups -------------------------------------------------------------
 
 struct Rows {
-    const void *src[2];       // (num_tokens, H, head_dim) strided, K and V
-    int64_t token_stride[2];  // elements
-    int64_t head_stride[2];   // elements
-    const int64_t *slots;     // (num_tokens)
+    const void *src[2];      // (num_tokens, H, head_dim) strided, K and V
+    int64_t token_stride[2]; // elements
+    int64_t head_stride[2];  // elements
+    const int64_t *slots;    // (num_tokens)
     int64_t num_tokens;
     kvcal_kv_geom g;
-    int group;                // lanes per row, power of two <= 32
-    int nvec;                 // vectors per row
+    int group; // lanes per row, power of two <= 32
+    int nvec;  // vectors per row
 };
 
 // Where a lane's group sits: row = token * H + head, for K and V alike.
@@ -147,13 +149,16 @@ __device__ __forceinline__ float group_max(float v, int group)
 }
 
 // Vectors per lane that cover head_dim <= 1024 with 32 lanes.
-template <int VEC> constexpr int max_vectors() { return KVCAL_KV_MAX_HEAD_DIM / (32 * VEC); }
+template <int VEC> constexpr int max_vectors()
+{
+    return KVCAL_KV_MAX_HEAD_DIM / (32 * VEC);
+}
 
 // Loads the lane's (at most MAXV) vectors of its K and V rows into x[kv];
 // amax[kv] gets their finite absmax. K and V loads are all issued first.
 template <typename T, int VEC, int MAXV>
-__device__ __forceinline__ void load_rows(const Rows &r, const Lane &l, float (&x)[2][MAXV][VEC],
-                                          float (&amax)[2])
+__device__ __forceinline__ void load_rows(const Rows &r, const Lane &l,
+                                          float (&x)[2][MAXV][VEC], float (&amax)[2])
 {
 #pragma unroll
     for (int kv = 0; kv < 2; kv++) {
@@ -182,9 +187,10 @@ __device__ __forceinline__ void load_rows(const Rows &r, const Lane &l, float (&
 
 struct Quant {
     Rows rows;
-    uint8_t *dst[2];        // K and V caches
-    float *scale_out[2];    // per (token, head) scales, or NULL
-    const float *scales[2]; // static per-head scales (index h * scale_step), NULL = dynamic
+    uint8_t *dst[2];     // K and V caches
+    float *scale_out[2]; // per (token, head) scales, or NULL
+    const float
+        *scales[2]; // static per-head scales (index h * scale_step), NULL = dynamic
     int scale_step;
 };
 
@@ -279,8 +285,9 @@ __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
     for (int i = threadIdx.x; i < 2 * H; i += kThreads) {
         int k = i / H, h = i - k * H;
         if (valid)
-            kvcal_kv_scaler_fold((int)s.mode, s.ema_alpha, steps, __ldcg(&s.batch_absmax[k][h]),
-                                 &s.state[k][h], &s.scale[k][h]);
+            kvcal_kv_scaler_fold((int)s.mode, s.ema_alpha, steps,
+                                 __ldcg(&s.batch_absmax[k][h]), &s.state[k][h],
+                                 &s.scale[k][h]);
         s.batch_absmax[k][h] = 0.0f;
     }
     __syncthreads();
@@ -294,17 +301,23 @@ __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
 // --- dequantize ---------------------------------------------------------------
 
 struct Dequant {
-    Rows rows;              // src and strides unused
-    const uint8_t *src[2];  // K and V caches
+    Rows rows;             // src and strides unused
+    const uint8_t *src[2]; // K and V caches
     const float *token_scales[2];
     const float *scales[2];
     int scale_step;
-    void *out[2];           // (num_tokens, H, head_dim) contiguous
+    void *out[2]; // (num_tokens, H, head_dim) contiguous
 };
 
 template <typename TOut> __device__ __forceinline__ TOut from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ float from_float<float>(float v)
+{
+    return v;
+}
+template <> __device__ __forceinline__ __half from_float<__half>(float v)
+{
+    return __float2half_rn(v);
+}
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
 {
     return __float2bfloat16_rn(v);
@@ -385,9 +398,15 @@ __global__ void fp8_e4m3_encode_kernel(const float *x, uint8_t *out, int64_t n)
 
 // --- host side ------------------------------------------------------------------
 
-bool aligned(const void *p, int64_t bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
+bool aligned(const void *p, int64_t bytes)
+{
+    return ((uintptr_t)p % (uintptr_t)bytes) == 0;
+}
 
-int elem_bytes(kvcal_dtype d) { return d == KVCAL_DTYPE_F32 ? 4 : 2; }
+int elem_bytes(kvcal_dtype d)
+{
+    return d == KVCAL_DTYPE_F32 ? 4 : 2;
+}
 
 // Splits each row into vectors of vec elements, one group of lanes per row.
 void set_vec(Rows *r, int vec)
@@ -423,7 +442,8 @@ Rows make_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, bool with_data, int *ve
 
 // Rows of a quantization: as make_rows, and the one-element path unless the
 // caches take vec-byte stores.
-Rows quant_rows(const kvcal_kv_batch *b, const kvcal_kv_cache *c, kvcal_kv_geom g, int *vec)
+Rows quant_rows(const kvcal_kv_batch *b, const kvcal_kv_cache *c, kvcal_kv_geom g,
+                int *vec)
 {
     Rows r = make_rows(b, g, true, vec);
     if (*vec > 1 && (!aligned(c->k, *vec) || !aligned(c->v, *vec))) {
@@ -442,18 +462,23 @@ unsigned row_blocks(const Rows &r)
 
 // Calls f.run<T, VEC, MAXV>() for the input dtype and vector width; MAXV = 1
 // when one vector per lane covers the row (head_dim <= 32 * VEC).
-template <typename F> kvcal_status dispatch(kvcal_dtype dtype, int vec, const Rows &r, const F &f)
+template <typename F>
+kvcal_status dispatch(kvcal_dtype dtype, int vec, const Rows &r, const F &f)
 {
     bool one = r.nvec <= r.group;
     if (dtype == KVCAL_DTYPE_F32) {
         if (vec == 1)
-            return one ? f.template run<float, 1, 1>() : f.template run<float, 1, max_vectors<1>()>();
-        return one ? f.template run<float, 4, 1>() : f.template run<float, 4, max_vectors<4>()>();
+            return one ? f.template run<float, 1, 1>()
+                       : f.template run<float, 1, max_vectors<1>()>();
+        return one ? f.template run<float, 4, 1>()
+                   : f.template run<float, 4, max_vectors<4>()>();
     }
     if (dtype == KVCAL_DTYPE_F16) {
         if (vec == 1)
-            return one ? f.template run<__half, 1, 1>() : f.template run<__half, 1, max_vectors<1>()>();
-        return one ? f.template run<__half, 8, 1>() : f.template run<__half, 8, max_vectors<8>()>();
+            return one ? f.template run<__half, 1, 1>()
+                       : f.template run<__half, 1, max_vectors<1>()>();
+        return one ? f.template run<__half, 8, 1>()
+                   : f.template run<__half, 8, max_vectors<8>()>();
     }
     if (vec == 1)
         return one ? f.template run<__nv_bfloat16, 1, 1>()
@@ -505,7 +530,8 @@ Quant make_quant(const Rows &rows, const kvcal_kv_cache *c, const float *k_scale
     return q;
 }
 
-template <typename TOut, int VEC> kvcal_status launch_dequant_t(const Dequant &d, cudaStream_t stream)
+template <typename TOut, int VEC>
+kvcal_status launch_dequant_t(const Dequant &d, cudaStream_t stream)
 {
     unsigned blocks = row_blocks(d.rows);
     if (blocks == 0)
@@ -519,12 +545,10 @@ template <typename TOut, int VEC> kvcal_status launch_dequant_t(const Dequant &d
 
 // --- public entry points ---------------------------------------------------------
 
-extern "C" kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch,
-                                                        const kvcal_kv_cache *cache,
-                                                        kvcal_granularity granularity,
-                                                        const float *k_scale,
-                                                        const float *v_scale,
-                                                        struct CUstream_st *stream)
+extern "C" kvcal_status
+kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
+                                kvcal_granularity granularity, const float *k_scale,
+                                const float *v_scale, struct CUstream_st *stream)
 {
     static const char fn[] = "kvcal_kv_quantize_static_launch";
     kvcal_kv_geom g;
@@ -535,7 +559,8 @@ extern "C" kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *ba
         return st;
     int vec;
     Rows rows = quant_rows(batch, cache, g, &vec);
-    Quant q = make_quant(rows, cache, k_scale, v_scale, granularity == KVCAL_GRANULARITY_HEAD);
+    Quant q =
+        make_quant(rows, cache, k_scale, v_scale, granularity == KVCAL_GRANULARITY_HEAD);
     return dispatch(batch->dtype, vec, rows, QuantLaunch{q, stream});
 }
 
@@ -560,8 +585,8 @@ extern "C" kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scale
                                                         struct CUstream_st *stream)
 {
     kvcal_kv_geom g;
-    kvcal_status st =
-        kvcal_kv_scaler_check("kvcal_kv_scaler_quantize_launch", scaler, 1, batch, cache, &g);
+    kvcal_status st = kvcal_kv_scaler_check("kvcal_kv_scaler_quantize_launch", scaler, 1,
+                                            batch, cache, &g);
     if (st != KVCAL_OK || batch->num_tokens == 0)
         return st;
     int vec;
@@ -576,25 +601,23 @@ extern "C" kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scale
     return dispatch(batch->dtype, vec, rows, QuantLaunch{q, stream});
 }
 
-extern "C" kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
-                                                   const kvcal_kv_cache *cache,
-                                                   kvcal_granularity granularity,
-                                                   const float *k_scale, const float *v_scale,
-                                                   void *k_out, void *v_out,
-                                                   kvcal_dtype out_dtype,
-                                                   struct CUstream_st *stream)
+extern "C" kvcal_status
+kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
+                           kvcal_granularity granularity, const float *k_scale,
+                           const float *v_scale, void *k_out, void *v_out,
+                           kvcal_dtype out_dtype, struct CUstream_st *stream)
 {
     kvcal_kv_geom g;
-    kvcal_status st = kvcal_kv_dequantize_check("kvcal_kv_dequantize_launch", batch, cache,
-                                                granularity, k_scale, v_scale, k_out, v_out,
-                                                out_dtype, &g);
+    kvcal_status st =
+        kvcal_kv_dequantize_check("kvcal_kv_dequantize_launch", batch, cache, granularity,
+                                  k_scale, v_scale, k_out, v_out, out_dtype, &g);
     if (st != KVCAL_OK)
         return st;
     // 16 cache bytes per lane, else 8, else one, as alignment allows
     int vec = 16, unused;
     while (vec > 1 && !(g.head_dim % vec == 0 && g.block_stride % vec == 0 &&
-                        aligned(cache->k, vec) && aligned(cache->v, vec) && aligned(k_out, 16) &&
-                        aligned(v_out, 16)))
+                        aligned(cache->k, vec) && aligned(cache->v, vec) &&
+                        aligned(k_out, 16) && aligned(v_out, 16)))
         vec = vec == 16 ? 8 : 1;
     Dequant d = {};
     d.rows = make_rows(batch, g, false, &unused);
@@ -605,14 +628,14 @@ extern "C" kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
     d.scale_step = granularity == KVCAL_GRANULARITY_HEAD;
     d.out[0] = k_out, d.out[1] = v_out;
     if (out_dtype == KVCAL_DTYPE_F32)
-        return vec == 16 ? launch_dequant_t<float, 16>(d, stream)
+        return vec == 16  ? launch_dequant_t<float, 16>(d, stream)
                : vec == 8 ? launch_dequant_t<float, 8>(d, stream)
                           : launch_dequant_t<float, 1>(d, stream);
     if (out_dtype == KVCAL_DTYPE_F16)
-        return vec == 16 ? launch_dequant_t<__half, 16>(d, stream)
+        return vec == 16  ? launch_dequant_t<__half, 16>(d, stream)
                : vec == 8 ? launch_dequant_t<__half, 8>(d, stream)
                           : launch_dequant_t<__half, 1>(d, stream);
-    return vec == 16 ? launch_dequant_t<__nv_bfloat16, 16>(d, stream)
+    return vec == 16  ? launch_dequant_t<__nv_bfloat16, 16>(d, stream)
            : vec == 8 ? launch_dequant_t<__nv_bfloat16, 8>(d, stream)
                       : launch_dequant_t<__nv_bfloat16, 1>(d, stream);
 }
@@ -625,7 +648,8 @@ extern "C" kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out)
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         cudaGetLastError();
-        return kvcal_fail(KVCAL_ERR_NO_DEVICE, "kvcal_kv_scaler_create: no CUDA device: create the scaler with on_device = 0");
+        return kvcal_fail(KVCAL_ERR_NO_DEVICE, "kvcal_kv_scaler_create: no CUDA device: "
+                                               "create the scaler with on_device = 0");
     }
     void *p = nullptr;
     CUDA_TRY(cudaMalloc(&p, bytes));
@@ -653,16 +677,18 @@ extern "C" kvcal_status kvcal_kv_device_read(void *dst, const void *src, size_t 
     return KVCAL_OK;
 }
 
-extern "C" kvcal_status kvcal_fp8_e4m3_encode_launch(const float *x, uint8_t *out, int64_t n,
+extern "C" kvcal_status kvcal_fp8_e4m3_encode_launch(const float *x, uint8_t *out,
+                                                     int64_t n,
                                                      struct CUstream_st *stream)
 {
     if ((n > 0 && (!x || !out)) || n < 0)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_fp8_e4m3_encode_launch: bad arguments");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_fp8_e4m3_encode_launch: bad arguments");
     int64_t pairs = (n + 1) / 2;
     if (pairs == 0)
         return KVCAL_OK;
-    fp8_e4m3_encode_kernel<<<(unsigned)((pairs + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        x, out, n);
+    fp8_e4m3_encode_kernel<<<(unsigned)((pairs + kThreads - 1) / kThreads), kThreads, 0,
+                             stream>>>(x, out, n);
     CUDA_TRY(cudaGetLastError());
     return KVCAL_OK;
 }
