@@ -110,7 +110,7 @@ static void dataset_same_seed_gives_same_samples(void)
 {
     char text[4096] = "";
     for (int i = 0; i < 40; i++) {
-        char line[64];
+        char line[96];
         snprintf(line, sizeof line, "{\"input_ids\": [%d, %d, %d, %d]}\n", i, i + 100,
                  i + 200, i + 300);
         strcat(text, line);
