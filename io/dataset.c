@@ -383,7 +383,7 @@ static kvcal_status json_ids(const char *path, size_t line, const cJSON *arr,
     cJSON_ArrayForEach(v, arr)
     {
         double x = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
-        if (!cJSON_IsNumber(v) || x != (double)(int32_t)x || x < 0) {
+        if (!(x >= 0 && x <= INT32_MAX) || x != (double)(int32_t)x) {
             free(d->ids);
             d->ids = NULL;
             return kvcal_fail(

@@ -293,6 +293,44 @@ void kvcal_tokenizer_destroy(kvcal_tokenizer_t *tok)
     free(tok);
 }
 
+kvcal_status kvcal_tokenizer_load_memory(const void *bytes, size_t len, const char *name,
+                                         kvcal_tokenizer_t **out)
+{
+    *out = NULL;
+    if (!bytes || !name)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "tokenizer: no data or name given");
+    const unsigned char *data = bytes;
+    kvcal_tokenizer_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", name);
+    t->bos = t->eos = t->unk = -1;
+    for (int b = 0; b < 256; b++)
+        t->byte_id[b] = -1;
+    kvcal_status st;
+    size_t i = 0;
+    while (i < len &&
+           (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t'))
+        i++;
+    if (i < len && data[i] == '{')
+        st = kvcal_tok_load_hf(t, name, (const char *)data, len);
+    else if (len >= 2 && data[0] == 0x0A && data[1] != 0)
+        st = kvcal_tok_load_spm(t, name, data, len);
+    else if (len >= 4 && data[1] == 0 && data[2] == 0 && data[3] == 0 && data[0] > 0)
+        st = kvcal_tok_load_llama2c(t, name, data, len);
+    else
+        st = kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: unknown tokenizer type (expected a Hugging Face tokenizer.json, a "
+            "SentencePiece tokenizer.model or a llama2.c tokenizer.bin)",
+            name);
+    if (st) {
+        kvcal_tokenizer_destroy(t);
+        return st;
+    }
+    *out = t;
+    return KVCAL_OK;
+}
+
 kvcal_status kvcal_tokenizer_load(const char *path, kvcal_tokenizer_t **out)
 {
     *out = NULL;
@@ -303,38 +341,9 @@ kvcal_status kvcal_tokenizer_load(const char *path, kvcal_tokenizer_t **out)
     kvcal_status st = read_whole_file(path, &data, &len);
     if (st)
         return st;
-    kvcal_tokenizer_t *t = calloc(1, sizeof *t);
-    if (!t) {
-        free(data);
-        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
-    }
-    t->bos = t->eos = t->unk = -1;
-    for (int b = 0; b < 256; b++)
-        t->byte_id[b] = -1;
-
-    size_t i = 0;
-    while (i < len &&
-           (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t'))
-        i++;
-    if (i < len && data[i] == '{')
-        st = kvcal_tok_load_hf(t, path, (const char *)data, len);
-    else if (len >= 2 && data[0] == 0x0A && data[1] != 0)
-        st = kvcal_tok_load_spm(t, path, data, len);
-    else if (len >= 4 && data[1] == 0 && data[2] == 0 && data[3] == 0 && data[0] > 0)
-        st = kvcal_tok_load_llama2c(t, path, data, len);
-    else
-        st = kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "%s: unknown tokenizer type (expected a Hugging Face tokenizer.json, a "
-            "SentencePiece tokenizer.model or a llama2.c tokenizer.bin)",
-            path);
+    st = kvcal_tokenizer_load_memory(data, len, path, out);
     free(data);
-    if (st) {
-        kvcal_tokenizer_destroy(t);
-        return st;
-    }
-    *out = t;
-    return KVCAL_OK;
+    return st;
 }
 
 /* First "tok*.bin" of a directory in name order, into buf; 0 when none. */

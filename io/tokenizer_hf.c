@@ -285,9 +285,11 @@ static void parse_post(kvcal_tokenizer_t *t, const cJSON *o)
             json_str(cJSON_GetObjectItemCaseSensitive(e, "SpecialToken"), "id");
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(specials, name ? name : ""), "ids");
-        int32_t id = cJSON_IsArray(ids) && cJSON_GetArraySize(ids) == 1
-                         ? (int32_t)cJSON_GetArrayItem(ids, 0)->valuedouble
-                         : token_id(t, name);
+        const cJSON *id0 = cJSON_IsArray(ids) && cJSON_GetArraySize(ids) == 1
+                               ? cJSON_GetArrayItem(ids, 0)
+                               : NULL;
+        /* valueint is saturated by cJSON */
+        int32_t id = cJSON_IsNumber(id0) ? id0->valueint : token_id(t, name);
         if (id < 0 || id >= t->vocab_size)
             continue;
         if (!after) {
@@ -366,7 +368,7 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
     cJSON_ArrayForEach(e, vocab)
     {
         double id = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        if (id < 0 || id != (double)(int32_t)id || id >= (1 << 24))
+        if (!(id >= 0 && id < (1 << 24)) || id != (double)(int32_t)id)
             return kvcal_fail(KVCAL_ERR_FORMAT,
                               "%s: model.vocab[\"%s\"] is not a valid id", path,
                               e->string);
