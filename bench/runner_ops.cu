@@ -9,6 +9,7 @@
 // Correctness is the test suite's job (tests/test_cuda_ops.c); every launch's
 // status is checked here and a failure aborts the run.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_bf16.h>
@@ -210,14 +211,40 @@ int main(int argc, char **argv)
         observer_cost = on - off;
     }
     {
-        const float ms = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_attention_launch(att, D, qkv, qkv + H * HD, qkv + (H + HKV) * HD,
-                                               QKV, B, T, H, HKV, HD, 0.08838834764f, 0));
-        });
+        // every kernel version, each checked against version 1's output first
         const double flops = 4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
-        row("attention (causal)", ms, flops, 2.0 * M * (2.0 * H + 2.0 * HKV) * HD, peak_tflops,
-            peak_tbs);
-        layer += ms;
+        const double bytes = 2.0 * M * (2.0 * H + 2.0 * HKV) * HD;
+        const size_t n_out = (size_t)M * D;
+        std::vector<kvcal_bf16> ref(n_out), got(n_out);
+        for (int ver = 1; ver <= KVCAL_ATTENTION_VERSIONS; ver++) {
+            auto run = [&] {
+                CHECK_KVCAL(kvcal_attention_launch_version(ver, att, D, qkv, qkv + H * HD,
+                                                           qkv + (H + HKV) * HD, QKV, B, T, H,
+                                                           HKV, HD, 0.08838834764f, 0));
+            };
+            CHECK_CUDA(cudaMemset(att, 0xff, n_out * sizeof(kvcal_bf16)));
+            run();
+            CHECK_CUDA(cudaMemcpy(ver == 1 ? ref.data() : got.data(), att,
+                                  n_out * sizeof(kvcal_bf16), cudaMemcpyDeviceToHost));
+            double max_diff = 0.0;
+            for (size_t i = 0; ver > 1 && i < n_out; i++) {
+                const double d = fabs((double)kvcal_bf16_to_float(got[i]) -
+                                      (double)kvcal_bf16_to_float(ref[i]));
+                max_diff = d > max_diff || d != d ? d : max_diff;
+            }
+            if (!(max_diff <= 2e-2)) {
+                fprintf(stderr, "attention version %d differs from version 1 by %g\n", ver,
+                        max_diff);
+                exit(1);
+            }
+            const float ms = time_ms(t, run);
+            char name[64];
+            snprintf(name, sizeof name, "attention v%d%s", ver,
+                     ver == KVCAL_ATTENTION_DEFAULT_VERSION ? " (default)" : "");
+            row(name, ms, flops, bytes, peak_tflops, peak_tbs);
+            if (ver == KVCAL_ATTENTION_DEFAULT_VERSION)
+                layer += ms;
+        }
     }
     layer += gemm_row("gemm o", xn, att, w_o, nullptr, D, D);
     layer += gemm_row("gemm gate_up", gu, xn, w_gu, nullptr, D, 2 * F);

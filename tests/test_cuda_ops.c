@@ -225,7 +225,10 @@ static void gemm_matches_reference_with_bias_epilogue(void)
 #define ATT_ATOL 1e-2
 #define ATT_RTOL 2e-2
 
-static void check_attention(int batch, int seq, int heads, int kv_heads, int hd)
+/* Runs kernel `version` (0: kvcal_attention_launch's default) on a fused QKV
+ * buffer and compares every sequence with the CPU reference. */
+static void check_attention_version(int version, int batch, int seq, int heads, int kv_heads,
+                                    int hd)
 {
     const int64_t tokens = (int64_t)batch * seq;
     const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
@@ -238,11 +241,16 @@ static void check_attention(int batch, int seq, int heads, int kv_heads, int hd)
     float *ref = malloc((size_t)seq * heads * hd * sizeof *ref);
     kvcal_bf16 *d_qkv = dev_upload_bf16(qkv, tokens * stride);
     kvcal_bf16 *d_out = dev_alloc((size_t)tokens * out_stride * 2);
+    const kvcal_bf16 *d_k = d_qkv + (int64_t)heads * hd;
+    const kvcal_bf16 *d_v = d_qkv + (int64_t)(heads + kv_heads) * hd;
     CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)tokens * out_stride * 2), cudaSuccess);
-    CU_ASSERT_EQUAL(kvcal_attention_launch(d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
-                                           d_qkv + (int64_t)(heads + kv_heads) * hd, stride,
-                                           batch, seq, heads, kv_heads, hd, scale, 0),
-                    KVCAL_OK);
+    const kvcal_status st =
+        version == 0 ? kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride, batch,
+                                              seq, heads, kv_heads, hd, scale, 0)
+                     : kvcal_attention_launch_version(version, d_out, out_stride, d_qkv, d_k,
+                                                      d_v, stride, batch, seq, heads, kv_heads,
+                                                      hd, scale, 0);
+    CU_ASSERT_EQUAL(st, KVCAL_OK);
     sync_ok();
     float *got = dev_download_bf16(d_out, tokens * out_stride);
     int64_t bad = 0, gap_touched = 0;
@@ -276,10 +284,18 @@ static void check_attention(int batch, int seq, int heads, int kv_heads, int hd)
     free(ref);
 }
 
+/* Every kernel version, and the default entry point. */
+static void check_attention(int batch, int seq, int heads, int kv_heads, int hd)
+{
+    for (int version = 0; version <= KVCAL_ATTENTION_VERSIONS; version++)
+        check_attention_version(version, batch, seq, heads, kv_heads, hd);
+}
+
 static void attention_matches_reference_gqa_head_dim_80_odd_lengths(void)
 {
     check_attention(2, 19, 4, 2, 80);
     check_attention(1, 131, 8, 2, 80);
+    check_attention(2, 300, 2, 1, 80);
 }
 
 static void attention_matches_reference_mqa_and_every_head_dim(void)
@@ -290,13 +306,21 @@ static void attention_matches_reference_mqa_and_every_head_dim(void)
     check_attention(19, 1, 2, 2, 64);
 }
 
-static void attention_rejects_unsupported_head_dim(void)
+static void attention_portable_path_matches_reference_on_small_head_dims(void)
 {
-    CU_ASSERT_EQUAL(kvcal_attention_launch((kvcal_bf16 *)16, 6 * 72, (kvcal_bf16 *)16,
-                                           (kvcal_bf16 *)16, (kvcal_bf16 *)16, 6 * 72, 1, 4, 2,
-                                           2, 72, 0.1f, 0),
+    check_attention_version(0, 2, 37, 4, 2, 16);
+    check_attention_version(0, 1, 70, 6, 3, 48);
+    check_attention_version(0, 3, 9, 2, 1, 8);
+    check_attention_version(0, 1, 33, 2, 2, 72);
+}
+
+static void attention_rejects_head_dim_over_256(void)
+{
+    CU_ASSERT_EQUAL(kvcal_attention_launch((kvcal_bf16 *)16, 6 * 264, (kvcal_bf16 *)16,
+                                           (kvcal_bf16 *)16, (kvcal_bf16 *)16, 6 * 264, 1, 4, 2,
+                                           2, 264, 0.1f, 0),
                     KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "head_dim 72"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "head_dim 264"));
 }
 
 // --- RoPE + observer -------------------------------------------------------------
@@ -502,7 +526,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(gemm_matches_reference_with_bias_epilogue),
     KVCAL_TEST(attention_matches_reference_gqa_head_dim_80_odd_lengths),
     KVCAL_TEST(attention_matches_reference_mqa_and_every_head_dim),
-    KVCAL_TEST(attention_rejects_unsupported_head_dim),
+    KVCAL_TEST(attention_portable_path_matches_reference_on_small_head_dims),
+    KVCAL_TEST(attention_rejects_head_dim_over_256),
     KVCAL_TEST(rope_observe_rotate_half_gqa_head_dim_80_matches_reference),
     KVCAL_TEST(rope_observe_interleaved_partial_with_qk_norm_matches_reference),
     KVCAL_TEST(rope_observe_spans_blocks_mqa_and_wide_heads),

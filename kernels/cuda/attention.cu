@@ -1,14 +1,18 @@
 /* kernels/cuda/attention.cu: causal prefill attention on the tensor cores,
  * flash-attention style (one pass over K/V with an online softmax).
  *
- * A block of 4 warps owns 64 queries of one (sequence, query head); each warp
- * owns 16 of them and keeps their Q fragments and fp32 output accumulators in
- * registers. K and V stream through shared memory in tiles of 64 keys with
+ * A block of WARPS warps owns BM = WARPS * 16 * MT queries of one (sequence,
+ * query head); each warp owns MT row tiles of 16 and keeps their fp32 output
+ * accumulators in registers (and, when MT is 1, their Q fragments; with MT 2
+ * they are re-read from shared memory, trading shared-memory reads for
+ * registers). K and V stream through shared memory in tiles of 64 keys with
  * cp.async, the V tile loading while S = Q K^T is computed and the next K
  * tile while P V is: mma.sync m16n8k16 bf16 -> fp32 for both products, the
  * probabilities P reused from the S accumulators as A fragments without a
- * trip through shared memory. Blocks are launched diagonal-heaviest first so
- * the causal triangle's long rows do not finish last.
+ * trip through shared memory; a warp skips key tiles entirely above its rows.
+ * Blocks are launched diagonal-heaviest first so the causal triangle's long
+ * rows do not finish last. The versions (WARPS, MT) are timed against each
+ * other in bench/runner_ops; kvcal_attention_launch uses the fastest.
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16, lane = 4 * g + t):
  *   A (16x16, row): a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
@@ -20,7 +24,7 @@
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
-enum { ATT_BM = 64, ATT_BN = 64, ATT_WARPS = 4, ATT_PAD = 8 };
+enum { ATT_BN = 64, ATT_PAD = 8 };
 
 // --- PTX wrappers ---------------------------------------------------------------
 
@@ -69,6 +73,14 @@ static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* 2^x; ex2.approx (2 ulp) is what flash-attention kernels use, +0 for -inf. */
+static __device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -77,15 +89,16 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 
 // --- tiles --------------------------------------------------------------------
 
-/* Queues rows [r0, r0 + 64) of a (seq_len, stride) matrix slice of head_dim HD
- * columns into a (64, HD + PAD) shared tile; rows past seq_len become zeros. */
-template <int HD>
+/* Queues rows [r0, r0 + ROWS) of a (seq_len, stride) matrix slice of head_dim
+ * HD columns into a (ROWS, HD + PAD) shared tile; rows past seq_len become
+ * zeros. */
+template <int HD, int ROWS, int THREADS>
 static __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile,
                                                  const __nv_bfloat16 *src, int64_t stride,
                                                  int r0, int seq_len)
 {
     constexpr int CHUNKS = HD / 8;
-    for (int c = threadIdx.x; c < ATT_BM * CHUNKS; c += ATT_WARPS * 32) {
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
         const int r = c / CHUNKS, col = (c - r * CHUNKS) * 8;
         const bool valid = r0 + r < seq_len;
         const __nv_bfloat16 *s = src + (int64_t)(valid ? r0 + r : 0) * stride + col;
@@ -95,8 +108,8 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile,
 
 // --- kernel -------------------------------------------------------------------
 
-template <int HD>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+template <int HD, int WARPS, int MT>
+__global__ void __launch_bounds__(WARPS * 32)
     attention_kernel(__nv_bfloat16 *__restrict__ out, // (batch * seq_len, out_stride)
                      int64_t out_stride,
                      const __nv_bfloat16 *__restrict__ q, // (batch * seq_len, stride)
@@ -105,181 +118,380 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                      int group, float scale_log2)
 {
     constexpr int LD = HD + ATT_PAD, KSTEPS = HD / 16, DTILES = HD / 8;
+    constexpr int BM = WARPS * 16 * MT, THREADS = WARPS * 32, QREG = MT == 1 ? KSTEPS : 1;
     extern __shared__ __align__(16) unsigned char att_smem[];
-    __nv_bfloat16 *sq = reinterpret_cast<__nv_bfloat16 *>(att_smem); // (64, LD)
-    __nv_bfloat16 *sk = sq + ATT_BM * LD;                             // (64, LD)
+    __nv_bfloat16 *sq = reinterpret_cast<__nv_bfloat16 *>(att_smem); // (BM, LD)
+    __nv_bfloat16 *sk = sq + BM * LD;                                 // (64, LD)
     __nv_bfloat16 *sv = sk + ATT_BN * LD;                             // (64, LD)
 
     const int h = blockIdx.x, b = blockIdx.y;
     const int m_block = gridDim.z - 1 - blockIdx.z;
-    const int m0 = m_block * ATT_BM;
+    const int m0 = m_block * BM;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
+    const int warp_row0 = warp * 16 * MT; // first of this warp's rows in the block
     const int64_t seq0 = (int64_t)b * seq_len;
     const __nv_bfloat16 *qb = q + seq0 * stride + (int64_t)h * HD;
     const __nv_bfloat16 *kb = k + seq0 * stride + (int64_t)(h / group) * HD;
     const __nv_bfloat16 *vb = v + seq0 * stride + (int64_t)(h / group) * HD;
 
-    load_tile<HD>(sq, qb, stride, m0, seq_len);
+    load_tile<HD, BM, THREADS>(sq, qb, stride, m0, seq_len);
     cp_async_commit();
-    load_tile<HD>(sk, kb, stride, 0, seq_len);
+    load_tile<HD, ATT_BN, THREADS>(sk, kb, stride, 0, seq_len);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
 
-    uint32_t qf[KSTEPS][4];
+    uint32_t qf[QREG][4];
+    if (MT == 1) {
 #pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++)
-        ldmatrix_x4(qf[kk], sq + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+        for (int kk = 0; kk < QREG; kk++)
+            ldmatrix_x4(qf[kk], sq + (warp_row0 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+    }
 
-    float o[DTILES][4];
+    float o[MT][DTILES][4];
 #pragma unroll
-    for (int d = 0; d < DTILES; d++)
-        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-    const int q_row0 = m0 + warp * 16 + gid; // and q_row0 + 8
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int d = 0; d < DTILES; d++)
+            o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+    float row_max[MT][2], row_sum[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        row_max[mt][0] = row_max[mt][1] = -INFINITY, row_sum[mt][0] = row_sum[mt][1] = 0.0f;
 
-    const int n_blocks = m_block + 1;
+    const int last_key = min(m0 + BM, seq_len) - 1;
+    const int n_blocks = last_key / ATT_BN + 1;
     for (int j = 0; j < n_blocks; j++) {
         const int n0 = j * ATT_BN;
         cp_async_wait<0>();
         __syncthreads(); // K_j landed; every warp is done with V_{j-1}
-        load_tile<HD>(sv, vb, stride, n0, seq_len);
+        load_tile<HD, ATT_BN, THREADS>(sv, vb, stride, n0, seq_len);
         cp_async_commit();
 
-        float s[ATT_BN / 8][4];
+        // tiles entirely above the diagonal for all of this warp's rows add nothing
+        const bool active = n0 <= m0 + warp_row0 + 16 * MT - 1;
+        const bool masked = n0 + ATT_BN - 1 > m0 + warp_row0;
+        float s[MT][ATT_BN / 8][4];
+        if (active) {
 #pragma unroll
-        for (int nt = 0; nt < ATT_BN / 8; nt++)
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++) {
+                for (int nt = 0; nt < ATT_BN / 8; nt++)
+                    s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
 #pragma unroll
-            for (int np = 0; np < ATT_BN / 16; np++) {
-                uint32_t kf[4];
-                ldmatrix_x4(kf, sk + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD +
-                                    kk * 16 + ((lane >> 3) & 1) * 8);
-                mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
-                mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
-            }
-        }
-
-        // --- online softmax (base 2) ---
-        const bool diagonal = j == m_block;
-        float bmax[2] = {-INFINITY, -INFINITY};
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                uint32_t qm[MT][4];
 #pragma unroll
-        for (int nt = 0; nt < ATT_BN / 8; nt++) {
+                for (int mt = 0; mt < MT; mt++) {
+                    if (MT == 1) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[nt][e] * scale_log2;
-                if (diagonal) {
-                    const int key = n0 + nt * 8 + 2 * tig + (e & 1);
-                    const int qry = q_row0 + (e >> 1) * 8;
-                    if (key > qry)
-                        x = -INFINITY;
+                        for (int r = 0; r < 4; r++)
+                            qm[mt][r] = qf[MT == 1 ? kk : 0][r];
+                    } else {
+                        ldmatrix_x4(qm[mt], sq + (warp_row0 + mt * 16 + (lane & 15)) * LD +
+                                                kk * 16 + (lane >> 4) * 8);
+                    }
                 }
-                s[nt][e] = x;
-                bmax[e >> 1] = fmaxf(bmax[e >> 1], x);
+#pragma unroll
+                for (int np = 0; np < ATT_BN / 16; np++) {
+                    uint32_t kf[4];
+                    ldmatrix_x4(kf, sk + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD +
+                                        kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma_bf16(s[mt][2 * np], qm[mt], kf[0], kf[1]);
+                        mma_bf16(s[mt][2 * np + 1], qm[mt], kf[2], kf[3]);
+                    }
+                }
             }
-        }
+
+            // --- online softmax (base 2) ---
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 1));
-            bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 2));
-            const float m_new = fmaxf(row_max[r], bmax[r]);
-            const float corr = exp2f(row_max[r] - m_new);
-            row_max[r] = m_new;
-            row_sum[r] *= corr;
+            for (int mt = 0; mt < MT; mt++) {
+                const int q_row0 = m0 + warp_row0 + mt * 16 + gid; // and q_row0 + 8
+                float bmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int d = 0; d < DTILES; d++) {
-                o[d][2 * r] *= corr;
-                o[d][2 * r + 1] *= corr;
-            }
-        }
+                for (int nt = 0; nt < ATT_BN / 8; nt++) {
 #pragma unroll
-        for (int nt = 0; nt < ATT_BN / 8; nt++) {
+                    for (int e = 0; e < 4; e++) {
+                        float x = s[mt][nt][e] * scale_log2;
+                        if (masked && n0 + nt * 8 + 2 * tig + (e & 1) > q_row0 + (e >> 1) * 8)
+                            x = -INFINITY;
+                        s[mt][nt][e] = x;
+                        bmax[e >> 1] = fmaxf(bmax[e >> 1], x);
+                    }
+                }
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(s[nt][e] - row_max[e >> 1]);
-                s[nt][e] = p;
-                row_sum[e >> 1] += p;
+                for (int r = 0; r < 2; r++) {
+                    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 1));
+                    bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 2));
+                    const float m_new = fmaxf(row_max[mt][r], bmax[r]);
+                    const float corr = fast_exp2(row_max[mt][r] - m_new);
+                    row_max[mt][r] = m_new;
+                    row_sum[mt][r] *= corr;
+#pragma unroll
+                    for (int d = 0; d < DTILES; d++) {
+                        o[mt][d][2 * r] *= corr;
+                        o[mt][d][2 * r + 1] *= corr;
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < ATT_BN / 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float p = fast_exp2(s[mt][nt][e] - row_max[mt][e >> 1]);
+                        s[mt][nt][e] = p;
+                        row_sum[mt][e >> 1] += p;
+                    }
+                }
             }
         }
 
         cp_async_wait<0>();
         __syncthreads(); // V_j landed; every warp is done with K_j
         if (j + 1 < n_blocks) {
-            load_tile<HD>(sk, kb, stride, n0 + ATT_BN, seq_len);
+            load_tile<HD, ATT_BN, THREADS>(sk, kb, stride, n0 + ATT_BN, seq_len);
             cp_async_commit();
         }
 
         // --- O += P V ---
+        if (active) {
 #pragma unroll
-        for (int kk = 0; kk < ATT_BN / 16; kk++) {
-            uint32_t pf[4];
-            pf[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pf[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pf[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            for (int kk = 0; kk < ATT_BN / 16; kk++) {
+                uint32_t pf[MT][4];
 #pragma unroll
-            for (int dp = 0; dp < HD / 16; dp++) {
-                uint32_t vf[4];
-                ldmatrix_x4_trans(vf, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                          dp * 16 + (lane >> 4) * 8);
-                mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
-                mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
+                for (int mt = 0; mt < MT; mt++) {
+                    pf[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pf[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pf[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pf[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < HD / 16; dp++) {
+                    uint32_t vf[4];
+                    ldmatrix_x4_trans(vf, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                              dp * 16 + (lane >> 4) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma_bf16(o[mt][2 * dp], pf[mt], vf[0], vf[1]);
+                        mma_bf16(o[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
+                    }
+                }
             }
         }
     }
 
     // --- normalize, stage through this warp's rows of sq, store 16-byte chunks ---
+    __nv_bfloat16 *stage = sq + warp_row0 * LD;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    }
-    const float inv0 = 1.0f / row_sum[0], inv1 = 1.0f / row_sum[1];
-    __nv_bfloat16 *stage = sq + warp * 16 * LD;
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-    for (int d = 0; d < DTILES; d++) {
-        *reinterpret_cast<__nv_bfloat162 *>(stage + gid * LD + d * 8 + 2 * tig) =
-            __floats2bfloat162_rn(o[d][0] * inv0, o[d][1] * inv0);
-        *reinterpret_cast<__nv_bfloat162 *>(stage + (gid + 8) * LD + d * 8 + 2 * tig) =
-            __floats2bfloat162_rn(o[d][2] * inv1, o[d][3] * inv1);
+        for (int r = 0; r < 2; r++) {
+            row_sum[mt][r] += __shfl_xor_sync(0xffffffffu, row_sum[mt][r], 1);
+            row_sum[mt][r] += __shfl_xor_sync(0xffffffffu, row_sum[mt][r], 2);
+        }
+        const float inv0 = 1.0f / row_sum[mt][0], inv1 = 1.0f / row_sum[mt][1];
+        __nv_bfloat16 *st = stage + mt * 16 * LD;
+#pragma unroll
+        for (int d = 0; d < DTILES; d++) {
+            *reinterpret_cast<__nv_bfloat162 *>(st + gid * LD + d * 8 + 2 * tig) =
+                __floats2bfloat162_rn(o[mt][d][0] * inv0, o[mt][d][1] * inv0);
+            *reinterpret_cast<__nv_bfloat162 *>(st + (gid + 8) * LD + d * 8 + 2 * tig) =
+                __floats2bfloat162_rn(o[mt][d][2] * inv1, o[mt][d][3] * inv1);
+        }
     }
     __syncwarp();
     constexpr int CHUNKS = HD / 8;
-    for (int c = lane; c < 16 * CHUNKS; c += 32) {
+    for (int c = lane; c < 16 * MT * CHUNKS; c += 32) {
         const int r = c / CHUNKS, col = (c - r * CHUNKS) * 8;
-        const int row = m0 + warp * 16 + r;
+        const int row = m0 + warp_row0 + r;
         if (row < seq_len)
             *reinterpret_cast<uint4 *>(out + (seq0 + row) * out_stride + (int64_t)h * HD + col) =
                 *reinterpret_cast<const uint4 *>(stage + r * LD + col);
     }
 }
 
+// --- portable path --------------------------------------------------------------
+
+enum { SIMT_MAX_HEAD_DIM = 256, SIMT_WARPS = 4 };
+
+/* One warp per query row, lane l owning channels l, l + 32, ...: a dot product
+ * reduced across the warp per key, online softmax in fp32. For the head sizes
+ * the tensor-core kernel lacks (tiny test models, head_dim 8 .. 256); correct
+ * everywhere, fast nowhere. */
+__global__ void __launch_bounds__(SIMT_WARPS * 32)
+    attention_simt_kernel(__nv_bfloat16 *__restrict__ out, int64_t out_stride,
+                          const __nv_bfloat16 *__restrict__ q,
+                          const __nv_bfloat16 *__restrict__ k,
+                          const __nv_bfloat16 *__restrict__ v, int64_t stride, int seq_len,
+                          int group, int head_dim, float scale_log2)
+{
+    constexpr int CH = SIMT_MAX_HEAD_DIM / 32;
+    const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31;
+    const int row = blockIdx.z * SIMT_WARPS + (threadIdx.x >> 5);
+    if (row >= seq_len)
+        return;
+    const int64_t seq0 = (int64_t)b * seq_len;
+    const __nv_bfloat16 *qr = q + (seq0 + row) * stride + (int64_t)h * head_dim;
+    const __nv_bfloat16 *kb = k + seq0 * stride + (int64_t)(h / group) * head_dim;
+    const __nv_bfloat16 *vb = v + seq0 * stride + (int64_t)(h / group) * head_dim;
+    float qv[CH], acc[CH];
+#pragma unroll
+    for (int i = 0; i < CH; i++) {
+        const int c = lane + 32 * i;
+        qv[i] = c < head_dim ? __bfloat162float(qr[c]) * scale_log2 : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int key = 0; key <= row; key++) {
+        const __nv_bfloat16 *kr = kb + (int64_t)key * stride, *vr = vb + (int64_t)key * stride;
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const int c = lane + 32 * i;
+            if (c < head_dim)
+                dot += qv[i] * __bfloat162float(kr[c]);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        const float m_new = fmaxf(m, dot);
+        const float corr = fast_exp2(m - m_new), p = fast_exp2(dot - m_new);
+        m = m_new;
+        l = l * corr + p;
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const int c = lane + 32 * i;
+            acc[i] = acc[i] * corr + (c < head_dim ? p * __bfloat162float(vr[c]) : 0.0f);
+        }
+    }
+    __nv_bfloat16 *orow = out + (seq0 + row) * out_stride + (int64_t)h * head_dim;
+#pragma unroll
+    for (int i = 0; i < CH; i++) {
+        const int c = lane + 32 * i;
+        if (c < head_dim)
+            orow[c] = __float2bfloat16_rn(acc[i] / l);
+    }
+}
+
+static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
+                                       const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                       const __nv_bfloat16 *v, int64_t stride, int batch,
+                                       int seq_len, int n_heads, int group, int head_dim,
+                                       float scale, cudaStream_t stream)
+{
+    const int z = (seq_len + SIMT_WARPS - 1) / SIMT_WARPS;
+    if (z > 65535 || batch > 65535)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "attention: batch %d x seq_len %d exceeds the launch grid", batch,
+                          seq_len);
+    const dim3 grid(n_heads, batch, z);
+    attention_simt_kernel<<<grid, SIMT_WARPS * 32, 0, stream>>>(
+        out, out_stride, q, k, v, stride, seq_len, group, head_dim,
+        scale * 1.4426950408889634f);
+    KVCAL_CUDA_CHECK_LAUNCH("attention_simt_kernel");
+    return KVCAL_OK;
+}
+
 // --- launcher -----------------------------------------------------------------
 
-template <int HD>
+template <int HD, int WARPS, int MT>
 static kvcal_status attention_run(__nv_bfloat16 *out, int64_t out_stride,
                                   const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                   const __nv_bfloat16 *v, int64_t stride, int batch,
                                   int seq_len, int n_heads, int group, float scale,
                                   cudaStream_t stream)
 {
-    const size_t smem = 3u * ATT_BM * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD>,
+    constexpr int BM = WARPS * 16 * MT;
+    const size_t smem = (size_t)(BM + 2 * ATT_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    const int m_blocks = (seq_len + BM - 1) / BM;
+    if (m_blocks > 65535 || batch > 65535)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "attention: batch %d x seq_len %d exceeds the launch grid", batch,
+                          seq_len);
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
-    const dim3 grid(n_heads, batch, (seq_len + ATT_BM - 1) / ATT_BM);
-    attention_kernel<HD><<<grid, ATT_WARPS * 32, smem, stream>>>(
+    const dim3 grid(n_heads, batch, m_blocks);
+    attention_kernel<HD, WARPS, MT><<<grid, WARPS * 32, smem, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f);
     KVCAL_CUDA_CHECK_LAUNCH("attention_kernel");
     return KVCAL_OK;
 }
 
+template <int HD>
+static kvcal_status attention_version(int version, __nv_bfloat16 *out, int64_t out_stride,
+                                      const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                      const __nv_bfloat16 *v, int64_t stride, int batch,
+                                      int seq_len, int n_heads, int group, float scale,
+                                      cudaStream_t stream)
+{
+    switch (version) {
+    case 1:
+        return attention_run<HD, 4, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
+                                       n_heads, group, scale, stream);
+    case 2:
+        return attention_run<HD, 4, 2>(out, out_stride, q, k, v, stride, batch, seq_len,
+                                       n_heads, group, scale, stream);
+    default:
+        return attention_run<HD, 8, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
+                                       n_heads, group, scale, stream);
+    }
+}
+
 static int misaligned(const void *p)
 {
     return ((uintptr_t)p & 15u) != 0;
+}
+
+extern "C" kvcal_status kvcal_attention_launch_version(
+    int version, kvcal_bf16 *out, int64_t out_stride, const kvcal_bf16 *q,
+    const kvcal_bf16 *k, const kvcal_bf16 *v, int64_t qkv_stride, int batch, int seq_len,
+    int n_heads, int n_kv_heads, int head_dim, float scale, cudaStream_t stream)
+{
+    if (!out || !q || !k || !v || batch < 0 || seq_len < 0 || n_heads <= 0 ||
+        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) ||
+        out_stride < (int64_t)n_heads * head_dim || qkv_stride < (int64_t)head_dim ||
+        version < 1 || version > KVCAL_ATTENTION_VERSIONS)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "attention: batch %d, seq_len %d, %d heads, %d kv heads, scale %g, "
+                          "version %d: need buffers, n_heads a multiple of n_kv_heads, "
+                          "scale > 0, strides that hold a row and a version in 1..%d",
+                          batch, seq_len, n_heads, n_kv_heads, (double)scale, version,
+                          KVCAL_ATTENTION_VERSIONS);
+    if (head_dim <= 0 || head_dim > SIMT_MAX_HEAD_DIM)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "attention: head_dim %d: the CUDA backend supports head_dim up to "
+                          "%d (tensor cores for 64, 80, 96 and 128)",
+                          head_dim, SIMT_MAX_HEAD_DIM);
+    if (batch == 0 || seq_len == 0)
+        return KVCAL_OK;
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *qq = reinterpret_cast<const __nv_bfloat16 *>(q);
+    auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
+    auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
+    const int group = n_heads / n_kv_heads;
+    const int tensor_core = (head_dim == 64 || head_dim == 80 || head_dim == 96 ||
+                             head_dim == 128) &&
+                            !misaligned(out) && !misaligned(q) && !misaligned(k) &&
+                            !misaligned(v) && qkv_stride % 8 == 0 && out_stride % 8 == 0;
+    if (!tensor_core)
+        return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
+                                  n_heads, group, head_dim, scale, stream);
+    switch (head_dim) {
+    case 64:
+        return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
+                                     seq_len, n_heads, group, scale, stream);
+    case 80:
+        return attention_version<80>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
+                                     seq_len, n_heads, group, scale, stream);
+    case 96:
+        return attention_version<96>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
+                                     seq_len, n_heads, group, scale, stream);
+    default:
+        return attention_version<128>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
+                                      seq_len, n_heads, group, scale, stream);
+    }
 }
 
 extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
@@ -289,48 +501,7 @@ extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stri
                                                int n_kv_heads, int head_dim, float scale,
                                                cudaStream_t stream)
 {
-    if (!out || !q || !k || !v || batch < 0 || seq_len < 0 || n_heads <= 0 ||
-        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) ||
-        out_stride < (int64_t)n_heads * head_dim || qkv_stride < (int64_t)head_dim)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "attention: batch %d, seq_len %d, %d heads, %d kv heads, scale %g: "
-                          "need buffers, n_heads a multiple of n_kv_heads, scale > 0 and "
-                          "strides that hold a row",
-                          batch, seq_len, n_heads, n_kv_heads, (double)scale);
-    if (head_dim != 64 && head_dim != 80 && head_dim != 96 && head_dim != 128)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "attention: head_dim %d: the CUDA attention kernel supports 64, "
-                          "80, 96 and 128",
-                          head_dim);
-    if (misaligned(out) || misaligned(q) || misaligned(k) || misaligned(v) ||
-        qkv_stride % 8 || out_stride % 8)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "attention: pointers and strides (%lld, %lld elements) must be "
-                          "16-byte aligned",
-                          (long long)qkv_stride, (long long)out_stride);
-    if (batch == 0 || seq_len == 0)
-        return KVCAL_OK;
-    if ((seq_len + ATT_BM - 1) / ATT_BM > 65535 || batch > 65535)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "attention: batch %d x seq_len %d exceeds the launch grid", batch,
-                          seq_len);
-    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
-    auto *qq = reinterpret_cast<const __nv_bfloat16 *>(q);
-    auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
-    auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
-    const int group = n_heads / n_kv_heads;
-    switch (head_dim) {
-    case 64:
-        return attention_run<64>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                 n_heads, group, scale, stream);
-    case 80:
-        return attention_run<80>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                 n_heads, group, scale, stream);
-    case 96:
-        return attention_run<96>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                 n_heads, group, scale, stream);
-    default:
-        return attention_run<128>(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                  n_heads, group, scale, stream);
-    }
+    return kvcal_attention_launch_version(KVCAL_ATTENTION_DEFAULT_VERSION, out, out_stride, q,
+                                          k, v, qkv_stride, batch, seq_len, n_heads,
+                                          n_kv_heads, head_dim, scale, stream);
 }

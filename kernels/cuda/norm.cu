@@ -1,6 +1,7 @@
-/* kernels/cuda/norm.cu: fused residual add + RMSNorm, and SwiGLU.
- * Both are memory-bound: one pass over their inputs with 16-byte accesses
- * where the row length allows, fp32 arithmetic, one bf16 rounding per output. */
+/* kernels/cuda/norm.cu: fused residual add + RMSNorm, SwiGLU and the
+ * embedding gather. All are memory-bound: one pass over their inputs with
+ * 16-byte accesses where the row length allows, fp32 arithmetic, one bf16
+ * rounding per output. */
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_util.h"
@@ -180,5 +181,46 @@ extern "C" kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *g
     else
         swiglu_kernel<1><<<(unsigned)blocks, threads, 0, stream>>>(o, gu, rows, n);
     KVCAL_CUDA_CHECK_LAUNCH("swiglu_kernel");
+    return KVCAL_OK;
+}
+
+// --- embedding gather ----------------------------------------------------------
+
+/* One block per row; VEC 8: dim % 8 == 0 and aligned rows. */
+template <int VEC>
+__global__ void embed_kernel(__nv_bfloat16 *__restrict__ out,         // (n, dim)
+                             const __nv_bfloat16 *__restrict__ table, // (vocab, dim)
+                             const int32_t *__restrict__ ids,         // (n)
+                             int dim)
+{
+    const int64_t row = blockIdx.x;
+    const int id = ids[row];
+    __nv_bfloat16 *o = out + row * dim;
+    const __nv_bfloat16 *src = table + (int64_t)(id < 0 ? 0 : id) * dim;
+    for (int c = threadIdx.x * VEC; c < dim; c += blockDim.x * VEC) {
+        if (VEC == 8)
+            *reinterpret_cast<uint4 *>(o + c) =
+                id < 0 ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4 *>(src + c);
+        else
+            o[c] = id < 0 ? __float2bfloat16_rn(0.0f) : src[c];
+    }
+}
+
+extern "C" kvcal_status kvcal_embed_launch(kvcal_bf16 *out, const kvcal_bf16 *table,
+                                           const int32_t *ids, int n, int dim,
+                                           cudaStream_t stream)
+{
+    if (!out || !table || !ids || n < 0 || dim <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "embed: n %d, dim %d: need buffers, n >= 0 and dim > 0", n, dim);
+    if (n == 0)
+        return KVCAL_OK;
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *t = reinterpret_cast<const __nv_bfloat16 *>(table);
+    if (dim % 8 == 0 && aligned16(out) && aligned16(table))
+        embed_kernel<8><<<n, 128, 0, stream>>>(o, t, ids, dim);
+    else
+        embed_kernel<1><<<n, 128, 0, stream>>>(o, t, ids, dim);
+    KVCAL_CUDA_CHECK_LAUNCH("embed_kernel");
     return KVCAL_OK;
 }

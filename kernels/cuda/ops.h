@@ -38,6 +38,12 @@ kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
 kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
                                  int n, cudaStream_t stream);
 
+/* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
+ * gives a zero row. Ids are not range-checked: the caller checks them
+ * against the vocabulary on the host. */
+kvcal_status kvcal_embed_launch(kvcal_bf16 *out, const kvcal_bf16 *table, const int32_t *ids,
+                                int n, int dim, cudaStream_t stream);
+
 /* --- RoPE fused with the K/V observer ---------------------------------- */
 
 /* RoPE configuration. inv_freq is computed on the host (llama3 / linear
@@ -102,14 +108,31 @@ kvcal_status kvcal_gemm_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_
  * reads kv head h / (n_heads / n_kv_heads) (GQA, MQA). q (batch * seq_len,
  * n_heads, head_dim), k and v (batch * seq_len, n_kv_heads, head_dim) are
  * read with row stride qkv_stride (elements), so they may point into one
- * fused QKV buffer. head_dim in {64, 80, 96, 128}; strides and pointers
- * 16-byte aligned. With right padding, a sequence's valid tokens never see
- * its padding. */
+ * fused QKV buffer. head_dim 64, 80, 96 and 128 with 16-byte aligned
+ * pointers and strides run on the tensor cores; any other head_dim up to 256
+ * (or misaligned data) on a slow portable kernel, meant for tiny models.
+ * With right padding, a sequence's valid tokens never see its padding. */
 kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
                                     const kvcal_bf16 *q, const kvcal_bf16 *k,
                                     const kvcal_bf16 *v, int64_t qkv_stride, int batch,
                                     int seq_len, int n_heads, int n_kv_heads,
                                     int head_dim, float scale, cudaStream_t stream);
+
+/* The same with an explicit tensor-core kernel version (other head sizes take
+ * the portable kernel whatever the version), for the tests and bench/runner_ops:
+ * 1: 4 warps x 16 query rows (64 per block), Q fragments in registers;
+ * 2: 4 warps x 2 x 16 rows (128 per block), Q re-read from shared memory;
+ * 3: 8 warps x 16 rows (128 per block), Q fragments in registers.
+ * kvcal_attention_launch uses KVCAL_ATTENTION_DEFAULT_VERSION, the fastest
+ * measured (bench/NOTES.md). */
+#define KVCAL_ATTENTION_VERSIONS 3
+#define KVCAL_ATTENTION_DEFAULT_VERSION 1
+kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out, int64_t out_stride,
+                                            const kvcal_bf16 *q, const kvcal_bf16 *k,
+                                            const kvcal_bf16 *v, int64_t qkv_stride,
+                                            int batch, int seq_len, int n_heads,
+                                            int n_kv_heads, int head_dim, float scale,
+                                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }
