@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# On a GPU host, from an existing CUDA build: runs the CUDA test suite, the
-# same suite under compute-sanitizer (memcheck; racecheck and synccheck on
-# the kernels with shared memory), the op benchmark and the comparison with
-# torch SDPA; writes each log into OUTDIR and prints a summary table last.
+# On a GPU host, from an existing CUDA build: runs the CUDA and calibrate
+# test suites, kvcal calibrate --device cpu against --device cuda on the
+# bundled model, the op benchmark, the comparison with torch SDPA, calibration
+# of a Llama-3-8B-shaped model against transformers (bench/calibrate_llama8b.py)
+# and the CUDA suite under compute-sanitizer (memcheck, racecheck, synccheck);
+# writes each log into OUTDIR and prints a summary table last.
 #
 # usage: bench/run_gpu_cuda.sh OUTDIR [BUILD]     (BUILD defaults to build)
 # Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder).
@@ -16,7 +18,7 @@ if [ -n "${KVCAL_LIBS:-}" ]; then
     export LD_LIBRARY_PATH="$KVCAL_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
 if ldd "$build/kvcal_tests" | grep -q 'not found'; then
     # the CUDA libraries PyTorch ships, when the toolkit's are not installed
@@ -29,9 +31,28 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 
-timeout 120 "$build/kvcal_tests" cuda_ops > "$out/tests.log" 2>&1
+timeout 180 "$build/kvcal_tests" cuda_ops calibrate > "$out/tests.log" 2>&1
 t_rc=$?
 tail -n 4 "$out/tests.log"
+
+# end to end: kvcal calibrate on the bundled stories260K, --device cpu against cuda
+tmp=$(mktemp -d)
+args="--model models/stories260K/stories260K.bin --num-samples 16 --seq-len 256 --batch 8 --quiet --json"
+{
+    timeout 120 "$build/kvcal" calibrate $args --device cpu --out "$tmp/cpu.json" > "$tmp/cpu.out" &&
+    timeout 120 "$build/kvcal" calibrate $args --device cuda --out "$tmp/cuda.json" > "$tmp/cuda.out" &&
+    python3 - "$tmp/cpu.out" "$tmp/cuda.out" <<'PY'
+import json, sys
+cpu, cuda = (json.load(open(p)) for p in sys.argv[1:3])
+worst = max(abs(b - a) / a for lc, lg in zip(cpu["layers"], cuda["layers"])
+            for key in ("k_absmax", "v_absmax") for a, b in zip(lc[key], lg[key]))
+print(f"stories260K, 16 x 256 tokens: per-head K/V absmax cuda vs cpu worst rel. diff {worst:.2e}; "
+      f"cpu {cpu['tokens_per_second']:.0f} tokens/s, cuda {cuda['tokens_per_second']:.0f} tokens/s")
+sys.exit(0 if worst <= 3e-2 else 1)
+PY
+} > "$out/e2e.txt" 2>&1
+e_rc=$?
+rm -rf "$tmp"
 
 timeout 120 "$build/bench/runner_ops" > "$out/bench.txt" 2>&1
 b_rc=$?
@@ -39,28 +60,44 @@ PYTHONUNBUFFERED=1 timeout 150 python3 tests/cuda_attention_vs_torch.py "$build/
     > "$out/torch.txt" 2>&1
 p_rc=$?
 
+# end to end at Llama-3-8B shapes against transformers (KVCAL_SKIP_8B=1 skips it)
+l_rc=0
+if [ -z "${KVCAL_SKIP_8B:-}" ]; then
+    work=$(mktemp -d)
+    PYTHONUNBUFFERED=1 timeout 330 python3 bench/calibrate_llama8b.py "$build/kvcal" "$work" \
+        > "$out/llama8b.txt" 2>&1
+    l_rc=$?
+    rm -rf "$work"
+fi
+
+# compute-sanitizer over the CUDA suite: memcheck, then racecheck and synccheck
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-timeout 90 "$san" --tool memcheck --leak-check full --error-exitcode 9 \
-    "$build/kvcal_tests" cuda_ops > "$out/memcheck.log" 2>&1
-m_rc=$?
-tail -n 3 "$out/memcheck.log"
-timeout 90 "$san" --tool racecheck --racecheck-report all --error-exitcode 9 \
-    "$build/kvcal_tests" cuda_ops > "$out/racecheck.log" 2>&1
-r_rc=$?
-tail -n 3 "$out/racecheck.log"
-timeout 90 "$san" --tool synccheck --error-exitcode 9 \
-    "$build/kvcal_tests" cuda_ops > "$out/synccheck.log" 2>&1
-s_rc=$?
-tail -n 3 "$out/synccheck.log"
+: > "$out/sanitizer.log"
+san_rc=()
+for tool in "memcheck --leak-check full" "racecheck --racecheck-report all" "synccheck"; do
+    timeout 90 "$san" --tool $tool --error-exitcode 9 "$build/kvcal_tests" cuda_ops \
+        >> "$out/sanitizer.log" 2>&1
+    san_rc+=($?)
+done
+grep -h 'SUMMARY' "$out/sanitizer.log"
 
 echo
 echo "=== summary ==="
-printf '%-34s %s\n' "tests (cuda_ops)" "$(status $t_rc): $(grep '^tests:' "$out/tests.log")"
-printf '%-34s %s\n' "compute-sanitizer memcheck" "$(status $m_rc): $(grep -h 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
-printf '%-34s %s\n' "compute-sanitizer racecheck" "$(status $r_rc): $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log" | tail -1)"
-printf '%-34s %s\n' "compute-sanitizer synccheck" "$(status $s_rc): $(grep -h 'ERROR SUMMARY' "$out/synccheck.log" | tail -1)"
+printf '%-34s %s\n' "tests (cuda_ops, calibrate)" "$(status $t_rc): $(grep '^tests:' "$out/tests.log")"
+grep -h 'worst rel' "$out/tests.log" | sed 's/^ *//'
+printf '%-34s %s\n' "calibrate cpu vs cuda" "$(status $e_rc)"
+cat "$out/e2e.txt"
+printf '%-34s %s\n' "compute-sanitizer memcheck" "$(status ${san_rc[0]})"
+printf '%-34s %s\n' "compute-sanitizer racecheck" "$(status ${san_rc[1]})"
+printf '%-34s %s\n' "compute-sanitizer synccheck" "$(status ${san_rc[2]})"
+grep -h 'SUMMARY' "$out/sanitizer.log"
 printf '%-34s %s\n' "bench/runner_ops" "$(status $b_rc)"
 cat "$out/bench.txt"
 printf '%-34s %s\n' "torch SDPA comparison" "$(status $p_rc)"
-cat "$out/torch.txt"
-[ $t_rc -eq 0 ] && [ $m_rc -eq 0 ] && [ $r_rc -eq 0 ] && [ $s_rc -eq 0 ] && [ $b_rc -eq 0 ] && [ $p_rc -eq 0 ]
+grep -v 'Warning\|return F.scaled' "$out/torch.txt"
+if [ -z "${KVCAL_SKIP_8B:-}" ]; then
+    printf '%-34s %s\n' "calibrate, Llama-3-8B shapes" "$(status $l_rc)"
+    grep -v 'Warning\|warn(\|it/s\]' "$out/llama8b.txt" | tail -n 12
+fi
+[ $t_rc -eq 0 ] && [ $e_rc -eq 0 ] && [ "${san_rc[*]}" = "0 0 0" ] && [ $b_rc -eq 0 ] &&
+    [ $p_rc -eq 0 ] && [ $l_rc -eq 0 ]

@@ -14,6 +14,7 @@
 #include "calib/command.h"
 #include "calib/model.h"
 #include "calib/runner.h"
+#include "calib/runner_cuda.h"
 #include "core/scales.h"
 #include "core/status.h"
 #include "io/dataset.h"
@@ -28,7 +29,7 @@
 
 typedef struct {
     const char *model, *dataset, *tokenizer, *out, *stats_path, *format;
-    int num_samples, seq_len, batch, tp, quiet, json;
+    int num_samples, seq_len, batch, tp, quiet, json, cuda;
     long long seed;
     kvcal_observer_config observer;
     kvcal_granularity granularity;
@@ -263,14 +264,8 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (!o->out)
         o->out = default_out[f];
-    if (!strcmp(device, "cuda")) {
-        fprintf(stderr, "kvcal calibrate: --device cuda: %s; use --device cpu\n",
-                kvcal_cuda_device_count() > 0
-                    ? "the CUDA model runner is not built into this version"
-                    : "no CUDA device (or kvcal was built without CUDA)");
-        return -2;
-    }
-    if (strcmp(device, "cpu")) {
+    o->cuda = !strcmp(device, "cuda");
+    if (!o->cuda && strcmp(device, "cpu")) {
         fprintf(stderr, "kvcal calibrate: --device '%s': expected cpu or cuda\n", device);
         return -1;
     }
@@ -323,10 +318,54 @@ static void progress(int done, int total, long long tokens, double elapsed)
     fflush(stderr);
 }
 
+/* run_samples on the CUDA device: K/V are observed there and folded into
+ * stats batch by batch (batch_absmax, tokens) and at the end (absmax,
+ * histograms). */
+static kvcal_status run_samples_cuda(kvcal_model_t *model, const kvcal_samples *s,
+                                     const options *o, kvcal_stats_t *stats, double *seconds)
+{
+    kvcal_cuda_runner_t *r = NULL;
+    kvcal_status st = kvcal_cuda_runner_create(model, o->batch, s->seq_len, &r);
+    if (st)
+        return st;
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)o->batch);
+    if (!ids) {
+        kvcal_cuda_runner_destroy(r);
+        return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
+    }
+    int show = !o->quiet && isatty(STDERR_FILENO);
+    long long tokens = 0;
+    double t0 = now_s();
+    for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {
+        int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
+        for (int i = 0; i < n; i++) {
+            ids[i] = b0 + i;
+            tokens += s->lengths[b0 + i];
+        }
+        kvcal_stats_begin_batch(stats);
+        st = kvcal_cuda_runner_forward(r, s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0, n,
+                                       s->seq_len, ids, stats);
+        if (!st)
+            st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
+        if (show)
+            progress(b0 + n, s->num_samples, tokens, now_s() - t0);
+    }
+    if (!st)
+        st = kvcal_cuda_runner_collect(r, stats);
+    if (show)
+        fprintf(stderr, "\n");
+    *seconds = now_s() - t0;
+    free(ids);
+    kvcal_cuda_runner_destroy(r);
+    return st;
+}
+
 /* Runs every sample through the model, folding K/V into stats. */
 static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
                                 const options *o, kvcal_stats_t *stats, double *seconds)
 {
+    if (o->cuda)
+        return run_samples_cuda(model, s, o, stats, seconds);
     kvcal_runner_t *r = NULL;
     kvcal_status st = kvcal_runner_create(model, (int64_t)o->batch * s->seq_len, &r);
     if (st)

@@ -102,11 +102,18 @@ static void calibrate_rejects_seq_len_beyond_the_model_context(void)
     free(out);
 }
 
-static void calibrate_device_cuda_says_why_it_cannot_run(void)
+static void calibrate_device_cuda_runs_or_says_why_it_cannot(void)
 {
     char *out = NULL;
-    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --device cuda", &out), 2);
-    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "--device cuda: "));
+    if (kvcal_cuda_device_count() > 0) {
+        char args[1024];
+        snprintf(args, sizeof args, "calibrate --model " MODEL " --device cuda " SMALL " --out '%s'",
+                 kvcal_test_path("cuda.json"));
+        CU_ASSERT_EQUAL(kvcal_run(args, &out), 0);
+    } else {
+        CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --device cuda", &out), 2);
+        CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "--device cuda: "));
+    }
     free(out);
 }
 
@@ -158,7 +165,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
     KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
-    KVCAL_TEST(calibrate_device_cuda_says_why_it_cannot_run),
+    KVCAL_TEST(calibrate_device_cuda_runs_or_says_why_it_cannot),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
     KVCAL_TEST(calibrate_refuses_nonfinite_v_naming_layer_head_and_sample),
     CU_TEST_INFO_NULL,

@@ -15,6 +15,10 @@
 #ifdef KVCAL_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <cjson/cJSON.h>
+
+#include "calib/runner_cuda.h"
+#include "io/json_file.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
@@ -520,6 +524,87 @@ static void rope_observe_absmax_surfaces_nan(void)
     free(qkv);
 }
 
+// --- the CUDA runner ------------------------------------------------------------
+
+/* Per-layer per-head K/V absmax of the bf16 CUDA runner against the golden
+ * values of transformers in fp32 (tests/make_golden.py): bf16 weights and
+ * activations through two layers. */
+#define RUNNER_RTOL 3e-2
+
+static void check_runner_golden(const char *name)
+{
+    char path[256];
+    cJSON *root = NULL, *sample;
+    kvcal_model_t *model = NULL;
+    kvcal_stats_t *stats = NULL;
+    kvcal_cuda_runner_t *r = NULL;
+    int32_t ids[4 * 64] = {0}, lengths[4];
+    int batch = 0;
+    int64_t rows = 0;
+    snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &root), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open(cJSON_GetObjectItem(root, "model")->valuestring, &model), KVCAL_OK);
+    cJSON_ArrayForEach(sample, cJSON_GetObjectItem(root, "samples"))
+    {
+        int t = 0;
+        cJSON *id;
+        cJSON_ArrayForEach(id, sample) ids[batch * 64 + t++] = id->valueint;
+        lengths[batch++] = t;
+        rows += t;
+    }
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats),
+                          KVCAL_OK);
+    kvcal_status st = kvcal_cuda_runner_create(model, batch, 64, &r);
+    if (st)
+        fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
+    kvcal_stats_begin_batch(stats);
+    st = kvcal_cuda_runner_forward(r, ids, lengths, batch, 64, NULL, stats);
+    if (st)
+        fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
+    CU_ASSERT_EQUAL(st, KVCAL_OK);
+    const int lh = d->num_layers * d->num_kv_heads;
+    float *bmax = malloc(2 * (size_t)lh * sizeof *bmax);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bmax);
+    memcpy(bmax, stats->batch_absmax[KVCAL_K], (size_t)lh * sizeof *bmax);
+    memcpy(bmax + lh, stats->batch_absmax[KVCAL_V], (size_t)lh * sizeof *bmax);
+    CU_ASSERT_EQUAL(kvcal_stats_end_batch(stats, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, stats), KVCAL_OK);
+    double worst = 0.0;
+    for (int kv = 0; kv < 2; kv++) {
+        cJSON *want = cJSON_GetObjectItem(root, kv ? "v_absmax" : "k_absmax");
+        for (int l = 0; l < d->num_layers; l++) {
+            CU_ASSERT_EQUAL(stats->tokens[l], rows);
+            for (int h = 0; h < d->num_kv_heads; h++) {
+                const double w = cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
+                const double got = kvcal_stats_head_absmax(stats, l, kv, h);
+                const double rel = fabs(got - w) / fabs(w);
+                worst = rel > worst || rel != rel ? rel : worst;
+                /* the one batch's batch_absmax is the absmax */
+                CU_ASSERT_EQUAL(bmax[kv * lh + l * d->num_kv_heads + h], (float)got);
+            }
+        }
+    }
+    printf("(%s: worst rel. error %.2e) ", name, worst);
+    CU_ASSERT(worst <= RUNNER_RTOL);
+    free(bmax);
+    kvcal_cuda_runner_destroy(r);
+    kvcal_stats_destroy(stats);
+    kvcal_model_close(model);
+    cJSON_Delete(root);
+}
+
+static void cuda_runner_matches_transformers_on_golden_models(void)
+{
+    check_runner_golden("llama3_gqa_hd48_bf16");
+    check_runner_golden("llama_mha_linear_tied_fp32");
+    check_runner_golden("mistral_mqa_fp16");
+    check_runner_golden("qwen2_gqa_bias_bf16");
+    check_runner_golden("qwen3_gqa_hd80_qknorm_bf16");
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(add_rmsnorm_matches_reference_and_updates_residual_exactly),
     KVCAL_TEST(swiglu_matches_reference_on_odd_widths),
@@ -532,6 +617,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_interleaved_partial_with_qk_norm_matches_reference),
     KVCAL_TEST(rope_observe_spans_blocks_mqa_and_wide_heads),
     KVCAL_TEST(rope_observe_absmax_surfaces_nan),
+    KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
     CU_TEST_INFO_NULL,
 };
 #else

@@ -15,7 +15,7 @@
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
 
-enum { ROPE_WARPS = 8, ROPE_TOKENS_PER_BLOCK = 128, ROPE_MAX_HEAD_DIM = 256 };
+enum { ROPE_WARPS = 8, ROPE_TOKENS_PER_BLOCK = 128, ROPE_MAX_HEAD_DIM = 256, ROPE_ROWS_IN_FLIGHT = 4 };
 
 static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "histogram counters");
 
@@ -37,17 +37,11 @@ static __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
-/* Optional RMSNorm and the rotation of one head row in place; out[] gets the
- * stored (bf16-rounded) values of the lane's channels for the observer. */
+/* The lane's channels of one head row (its pairs' two channels each). */
 template <int P>
-static __device__ __forceinline__ void rotate_row(__nv_bfloat16 *row, int lane, int pairs,
-                                                  int head_dim, int rot_dim, int interleaved,
-                                                  const float *cs, const float *sn,
-                                                  const __nv_bfloat16 *norm_w, float eps,
-                                                  float out[2 * P])
+static __device__ __forceinline__ void load_row(const __nv_bfloat16 *row, int lane, int pairs,
+                                                int rot_dim, int interleaved, float x[2 * P])
 {
-    float x[2 * P];
-    float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < P; i++) {
         const int j = lane + 32 * i;
@@ -56,16 +50,30 @@ static __device__ __forceinline__ void rotate_row(__nv_bfloat16 *row, int lane, 
             const int2 c = pair_channels(j, rot_dim, interleaved);
             x[2 * i] = __bfloat162float(row[c.x]);
             x[2 * i + 1] = __bfloat162float(row[c.y]);
-            ss += x[2 * i] * x[2 * i] + x[2 * i + 1] * x[2 * i + 1];
         }
     }
+}
+
+/* Optional RMSNorm and the rotation of a loaded row, stored back in place;
+ * x[] becomes the stored (bf16-rounded) values, for the observer. */
+template <int P>
+static __device__ __forceinline__ void rotate_row(__nv_bfloat16 *row, int lane, int pairs,
+                                                  int head_dim, int rot_dim, int interleaved,
+                                                  const float *cs, const float *sn,
+                                                  const __nv_bfloat16 *norm_w, float eps,
+                                                  float x[2 * P])
+{
     float r = 1.0f;
-    if (norm_w)
+    if (norm_w) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2 * P; i++)
+            ss += x[i] * x[i];
         r = rsqrtf(warp_sum(ss) / (float)head_dim + eps);
+    }
 #pragma unroll
     for (int i = 0; i < P; i++) {
         const int j = lane + 32 * i;
-        out[2 * i] = out[2 * i + 1] = 0.0f;
         if (j < pairs) {
             const int2 c = pair_channels(j, rot_dim, interleaved);
             float a = x[2 * i], b = x[2 * i + 1];
@@ -82,8 +90,8 @@ static __device__ __forceinline__ void rotate_row(__nv_bfloat16 *row, int lane, 
             const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
             row[c.x] = ha;
             row[c.y] = hb;
-            out[2 * i] = __bfloat162float(ha);
-            out[2 * i + 1] = __bfloat162float(hb);
+            x[2 * i] = __bfloat162float(ha);
+            x[2 * i + 1] = __bfloat162float(hb);
         }
     }
 }
@@ -149,26 +157,45 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
                 sincosf((float)p * rope.inv_freq[j], &sn[i], &cs[i]);
         }
         __nv_bfloat16 *base = qkv + (int64_t)t * token_stride;
+        // v (observed only), loaded first so that it is in flight with q and k
         float vals[2 * P];
-        for (int r = 0; r < group; r++)
-            rotate_row<P>(base + (int64_t)(g * group + r) * head_dim, lane, pairs, head_dim,
-                          rope.rot_dim, rope.interleaved, cs, sn, qn, rope.norm_eps, vals);
-        rotate_row<P>(base + (int64_t)(n_heads + g) * head_dim, lane, pairs, head_dim,
-                      rope.rot_dim, rope.interleaved, cs, sn, kn, rope.norm_eps, vals);
-        if (!observe)
-            continue;
-        observe_row<P>(vals, kmax, shist[KVCAL_K], lane, pairs);
         const __nv_bfloat16 *vrow = base + (int64_t)(n_heads + n_kv_heads + g) * head_dim;
 #pragma unroll
         for (int i = 0; i < P; i++) {
             const int j = lane + 32 * i;
             vals[2 * i] = vals[2 * i + 1] = 0.0f;
-            if (j < pairs) {
+            if (observe && j < pairs) {
                 vals[2 * i] = __bfloat162float(vrow[2 * j]);
                 vals[2 * i + 1] = __bfloat162float(vrow[2 * j + 1]);
             }
         }
-        observe_row<P>(vals, vmax, shist[KVCAL_V], lane, pairs);
+        // rows of this token: the group's q heads, then k; ROWS loaded before any is stored
+        const int rows = group + 1;
+        for (int r0 = 0; r0 < rows; r0 += ROPE_ROWS_IN_FLIGHT) {
+            float x[ROPE_ROWS_IN_FLIGHT][2 * P];
+#pragma unroll
+            for (int rr = 0; rr < ROPE_ROWS_IN_FLIGHT; rr++) {
+                const int r = r0 + rr;
+                const int head = r < group ? g * group + r : n_heads + g;
+                if (r < rows)
+                    load_row<P>(base + (int64_t)head * head_dim, lane, pairs, rope.rot_dim,
+                                rope.interleaved, x[rr]);
+            }
+#pragma unroll
+            for (int rr = 0; rr < ROPE_ROWS_IN_FLIGHT; rr++) {
+                const int r = r0 + rr;
+                const int head = r < group ? g * group + r : n_heads + g;
+                if (r >= rows)
+                    break;
+                rotate_row<P>(base + (int64_t)head * head_dim, lane, pairs, head_dim,
+                              rope.rot_dim, rope.interleaved, cs, sn, r < group ? qn : kn,
+                              rope.norm_eps, x[rr]);
+                if (r == group && observe)
+                    observe_row<P>(x[rr], kmax, shist[KVCAL_K], lane, pairs);
+            }
+        }
+        if (observe)
+            observe_row<P>(vals, vmax, shist[KVCAL_V], lane, pairs);
     }
     if (!observe)
         return;
