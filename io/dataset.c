@@ -22,7 +22,8 @@
  * with the tokenizer's special tokens (BOS as its configuration says).
  * Packed samples are consecutive seq_len windows of the concatenated
  * documents; when the tokenizer adds a BOS, a window that does not start
- * with it gets one in front (the engine always sees BOS at position 0). With
+ * with it gets one in front (the engine always sees BOS at position 0);
+ * token-id documents are never changed. With
  * pack = 0 each sample is one document, cut at seq_len, shorter ones padded
  * with id -1. */
 #include <cjson/cJSON.h>
@@ -702,7 +703,8 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
     if ((st = samples_alloc(want ? want : 16, opt->seq_len, &s)))
         goto fail;
     const int L = opt->seq_len;
-    int32_t bos = tok && tok->add_bos ? tok->bos : -1;
+    /* token ids are taken verbatim: no BOS is put in front of their windows */
+    int32_t bos = tok && tok->add_bos && !l.d[0].is_ids ? tok->bos : -1;
     int filled = 0;
     long long seen_tokens = 0;
     size_t seen_docs = 0;

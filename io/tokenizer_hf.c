@@ -179,10 +179,13 @@ static kvcal_status parse_pretok(kvcal_tokenizer_t *t, const char *path, const c
     }
     if (!strcmp(type, "Metaspace"))
         return parse_metaspace(t, path, o);
+    if (!strcmp(type, "Digits")) /* numbers apart from the rest, one by one or in runs */
+        return add_split(t, path,
+                         json_true(o, "individual_digits") ? "\\p{N}" : "\\p{N}+", 0, 0);
     return kvcal_fail(
         KVCAL_ERR_UNSUPPORTED,
         "%s: pre_tokenizer type %s is not supported (ByteLevel, Split, Metaspace, "
-        "Sequence)",
+        "Digits, Sequence)",
         path, type);
 }
 

@@ -13,9 +13,10 @@ Writes tests/fixtures/tokenizer/:
   bytelevel/tokenizer.json a byte-level BPE (Llama-3 pre-tokenizer regex)
                            trained here on ../shared corpora text
   bytelevel_ids.jsonl      its ids for every valid UTF-8 string (HF tokenizers)
-  bytelevel_gpt2_ids.jsonl, bytelevel_qwen2_ids.jsonl
-                           ids of two variants of it (bytelevel_variant():
-                           GPT-2 ByteLevel regex; NFC + Qwen2 regex)
+  bytelevel_{gpt2,qwen2,digits}_ids.jsonl
+                           ids of variants of it (bytelevel_variant(): GPT-2
+                           ByteLevel regex; NFC + Qwen2 regex; Digits first,
+                           on the strings holding a digit)
   spmbpe/tokenizer.json    a SentencePiece-style BPE tokenizer.json (Prepend +
                            Replace normalizer, byte fallback) trained here
   spmbpe/tokenizer_config.json
@@ -261,15 +262,19 @@ def bytelevel_variant(base, name):
     gpt2:  ByteLevel pre-tokenizer with its own GPT-2 regex (use_regex), no
            Split, ignore_merges false, ByteLevel post-processor (no BOS);
     qwen2: NFC normalizer, Split with the Qwen2 regex (single digits),
-           ignore_merges false, ByteLevel post-processor."""
+           ignore_merges false, ByteLevel post-processor;
+    digits: Digits(individual_digits) before the GPT-2 ByteLevel regex."""
     t = json.loads(json.dumps(base))
     t["model"]["ignore_merges"] = False
     t["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
                            "use_regex": True}
-    if name == "gpt2":
+    if name in ("gpt2", "digits"):
         t["normalizer"] = None
         t["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                               "use_regex": True}
+        if name == "digits":
+            t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": True}, t["pre_tokenizer"]]}
     else:
         t["normalizer"] = {"type": "NFC"}
         t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
@@ -359,11 +364,12 @@ def main():
                  for i, b in enumerate(items) if is_utf8(b)])
 
     base = json.load(open(os.path.join(OUT, "bytelevel/tokenizer.json"), encoding="utf-8"))
-    for name in ("gpt2", "qwen2"):
+    for name in ("gpt2", "qwen2", "digits"):
         t = Tokenizer.from_str(json.dumps(bytelevel_variant(base, name)))
         write_jsonl(os.path.join(OUT, "bytelevel_%s_ids.jsonl" % name),
                     [{"i": i, "ids": t.encode(b.decode("utf-8"), add_special_tokens=False).ids}
-                     for i, b in enumerate(items) if is_utf8(b)])
+                     for i, b in enumerate(items) if is_utf8(b)
+                     and (name != "digits" or any(c.isdigit() for c in b.decode("utf-8")))])
 
     legacy, meta = train_spmbpe()
     for sub, js in (("spmbpe", legacy), ("spmbpe_meta", meta)):

@@ -255,6 +255,14 @@ static void dataset_text_packs_windows_that_start_with_bos(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), want));
     kvcal_documents_destroy(d);
     kvcal_samples_destroy(s);
+    /* token ids stay verbatim even with a tokenizer that adds BOS */
+    const char *ids =
+        write_tmp("verbatim.jsonl", "{\"input_ids\": [7, 8, 9, 10, 11, 12]}\n");
+    opt = (kvcal_dataset_options){.num_samples = 2, .seq_len = 3, .seed = 1, .pack = 1};
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(ids, tok, &opt, &s), KVCAL_OK);
+    for (int i = 0; i < 6; i++)
+        CU_ASSERT_EQUAL(s->ids[i], 7 + i);
+    kvcal_samples_destroy(s);
     kvcal_tokenizer_destroy(tok);
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/status.h"
 #include "io/tokenizer.h"
@@ -297,8 +298,9 @@ static void hf_bytelevel_adds_template_bos_and_decodes_back(void)
 
 /* The byte-level fixture with its pre-tokenizer swapped, as
  * tests/make_tokenizer_fixtures.py's bytelevel_variant() builds it: "gpt2"
- * (ByteLevel's own regex) or "qwen2" (NFC + the Qwen2 Split regex); both with
- * ignore_merges false and a ByteLevel post-processor. Returns its path. */
+ * (ByteLevel's own regex), "qwen2" (NFC + the Qwen2 Split regex) or
+ * "digits" (Digits, then ByteLevel's regex); all with ignore_merges false and
+ * a ByteLevel post-processor. Returns its path. */
 static const char *bytelevel_variant(const char *name)
 {
     static char path[512];
@@ -318,9 +320,16 @@ static const char *bytelevel_variant(const char *name)
         "\\\\s+(?!\\\\S)|\\\\s+\"}, \"behavior\": \"Isolated\", \"invert\": false}, "
         "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": false, "
         "\"use_regex\": false}]}";
-    int gpt2 = !strcmp(name, "gpt2");
-    cJSON_ReplaceItemInObject(root, "pre_tokenizer",
-                              cJSON_Parse(gpt2 ? gpt2_pre : qwen2_pre));
+    int gpt2 = strcmp(name, "qwen2") != 0; /* gpt2 and digits */
+    cJSON *pre = cJSON_Parse(gpt2 ? gpt2_pre : qwen2_pre);
+    if (!strcmp(name, "digits")) {
+        cJSON *seq =
+            cJSON_Parse("{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+                        "\"Digits\", \"individual_digits\": true}]}");
+        cJSON_AddItemToArray(cJSON_GetObjectItem(seq, "pretokenizers"), pre);
+        pre = seq;
+    }
+    cJSON_ReplaceItemInObject(root, "pre_tokenizer", pre);
     cJSON_ReplaceItemInObject(root, "normalizer",
                               gpt2 ? cJSON_CreateNull()
                                    : cJSON_Parse("{\"type\": \"NFC\"}"));
@@ -332,7 +341,9 @@ static const char *bytelevel_variant(const char *name)
                               cJSON_CreateFalse());
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    snprintf(path, sizeof path, "%s", kvcal_test_path(gpt2 ? "gpt2.json" : "qwen2.json"));
+    char file[64];
+    snprintf(file, sizeof file, "%s.json", name);
+    snprintf(path, sizeof path, "%s", kvcal_test_path(file));
     int rc = out ? kvcal_test_write_file(path, out, strlen(out)) : -1;
     free(out);
     return rc ? NULL : path;
@@ -348,6 +359,18 @@ static void hf_bytelevel_gpt2_regex_matches_hf_tokenizers(void)
     CU_ASSERT(n >= 1000);
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(kvcal_tokenizer_bos(tok), -1); /* ByteLevel post-processor: none */
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void hf_digits_pretokenizer_matches_hf_tokenizers(void)
+{
+    const char *p = bytelevel_variant("digits");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    kvcal_tokenizer_t *tok = load(p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    size_t bad, n = check_ids(tok, FIX "bytelevel_digits_ids.jsonl", &bad);
+    CU_ASSERT(n >= 250);
+    CU_ASSERT_EQUAL(bad, 0);
     kvcal_tokenizer_destroy(tok);
 }
 
@@ -402,6 +425,117 @@ static void hf_metaspace_pretokenizer_matches_hf_tokenizers(void)
     kvcal_tokenizer_destroy(tok);
 }
 
+/* A tiny SentencePiece-style tokenizer.json written into dir, with an
+ * optional tokenizer_config.json. */
+static const char *write_tiny(const char *dir, const char *added, const char *config)
+{
+    static char path[600];
+    char d[512], cfg[600];
+    snprintf(d, sizeof d, "%s", kvcal_test_path(dir));
+    mkdir(d, 0755);
+    char json[2048];
+    snprintf(
+        json, sizeof json,
+        "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true}, "
+        "{\"id\": 1, \"content\": \"<s>\", \"special\": true}, "
+        "{\"id\": 2, \"content\": \"</s>\", \"special\": true}%s],"
+        " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", "
+        "\"replacement\": \"\u2581\", \"prepend_scheme\": \"first\", \"split\": false},"
+        " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", "
+        "\"prepend_scheme\": \"first\", \"split\": false},"
+        " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+        "[{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": "
+        "{\"id\": \"A\", \"type_id\": 0}}], \"special_tokens\": {}},"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"byte_fallback\": "
+        "false, \"fuse_unk\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, "
+        "\"\u2581\": 3, \"h\": 4, \"i\": 5, \"hi\": 6, \"\u2581hi\": 7, \"<x>\": 8}, "
+        "\"merges\": [\"h i\", \"\u2581 hi\"]}}",
+        added);
+    snprintf(path, sizeof path, "%s/tokenizer.json", d);
+    kvcal_test_write_file(path, json, strlen(json));
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", d);
+    if (config)
+        kvcal_test_write_file(cfg, config, strlen(config));
+    return path;
+}
+
+static void encode_str(const kvcal_tokenizer_t *tok, const char *s, int special,
+                       int32_t *out, size_t *n)
+{
+    int32_t *ids = NULL;
+    *n = 0;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, s, strlen(s), special, &ids, n),
+                    KVCAL_OK);
+    if (ids && *n <= 16)
+        memcpy(out, ids, *n * sizeof *ids);
+    free(ids);
+}
+
+static void hf_tokenizer_config_overrides_the_template(void)
+{
+    kvcal_tokenizer_t *tok = load(write_tiny("cfg_none", "", NULL));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    int32_t ids[16];
+    size_t n;
+    encode_str(tok, "hi hi", 1, ids, &n); /* template: <s> first */
+    CU_ASSERT_EQUAL(n, 3);
+    CU_ASSERT(n == 3 && ids[0] == 1 && ids[1] == 7 && ids[2] == 7);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_eos(tok), -1);
+    kvcal_tokenizer_destroy(tok);
+    tok = load(write_tiny("cfg_eos", "",
+                          "{\"add_bos_token\": false, \"add_eos_token\": true, "
+                          "\"eos_token\": {\"content\": \"</s>\"}}"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    encode_str(tok, "hi", 1, ids, &n);
+    CU_ASSERT(n == 2 && ids[0] == 7 && ids[1] == 2);
+    /* unknown characters fuse into one <unk> (no byte fallback) */
+    encode_str(tok, "hi\xc3\xa9\xc3\xa9", 0, ids, &n);
+    CU_ASSERT(n == 2 && ids[0] == 7 && ids[1] == 0);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void hf_added_tokens_split_first_and_strip_whitespace(void)
+{
+    kvcal_tokenizer_t *tok = load(write_tiny(
+        "added",
+        ", {\"id\": 8, \"content\": \"<x>\", \"special\": false, \"lstrip\": true, "
+        "\"rstrip\": true}",
+        NULL));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    int32_t ids[16];
+    size_t n;
+    /* "hi" <x> "hi": the spaces around <x> belong to it; Metaspace "first"
+       puts U+2581 only before the first segment */
+    encode_str(tok, "hi <x> hi", 0, ids, &n);
+    CU_ASSERT(n == 3 && ids[0] == 7 && ids[1] == 8 && ids[2] == 6);
+    char *back = NULL;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_decode(tok, ids, n, &back), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(back,
+                           "hi<x>hi"); /* non-special added tokens keep their text */
+    free(back);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void hf_rejects_what_it_does_not_implement(void)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    const char *wp = "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}";
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load_memory(wp, strlen(wp), "wp.json", &tok),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "WordPiece"));
+    const char *pre = "{\"pre_tokenizer\": {\"type\": \"Punctuation\"}, \"model\": "
+                      "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}";
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load_memory(pre, strlen(pre), "p.json", &tok),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "Punctuation"));
+    const char *merge = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
+                        "\"merges\": [\"a b\"]}}";
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load_memory(merge, strlen(merge), "m.json", &tok),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "merges[0]"));
+    CU_ASSERT_PTR_NULL(tok);
+}
+
 // --- errors ---------------------------------------------------------------------------
 
 static void tokenizer_load_rejects_unknown_and_truncated_files(void)
@@ -439,6 +573,10 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(hf_bytelevel_adds_template_bos_and_decodes_back),
     KVCAL_TEST(hf_bytelevel_gpt2_regex_matches_hf_tokenizers),
     KVCAL_TEST(hf_bytelevel_nfc_and_qwen2_regex_match_hf_tokenizers),
+    KVCAL_TEST(hf_digits_pretokenizer_matches_hf_tokenizers),
+    KVCAL_TEST(hf_tokenizer_config_overrides_the_template),
+    KVCAL_TEST(hf_added_tokens_split_first_and_strip_whitespace),
+    KVCAL_TEST(hf_rejects_what_it_does_not_implement),
     KVCAL_TEST(hf_sentencepiece_style_matches_hf_tokenizers),
     KVCAL_TEST(hf_metaspace_pretokenizer_matches_hf_tokenizers),
     KVCAL_TEST(tokenizer_load_rejects_unknown_and_truncated_files),
