@@ -377,7 +377,7 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
     }
     int show = !o->quiet && isatty(STDERR_FILENO);
     observe_ctx ctx = {stats};
-    kvcal_runner_outputs out = {observe_kv, &ctx, NULL, NULL};
+    kvcal_runner_outputs out = {observe_kv, &ctx, NULL, NULL, NULL};
     long long tokens = 0;
     double t0 = now_s();
     for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {

@@ -85,14 +85,20 @@ static void project_rope(const kvcal_model_desc *d, float *dst, const float *xb,
 }
 
 /* The rest of a layer after K and V: attention, o_proj, MLP, residuals. */
-static void finish_layer(kvcal_runner_t *r, const kvcal_layer_weights *w,
-                         const int64_t *start, const int32_t *lengths, int batch,
-                         int64_t n)
+static kvcal_status finish_layer(kvcal_runner_t *r, const kvcal_layer_weights *w,
+                                 const kvcal_runner_kv *kv, const kvcal_runner_outputs *outputs,
+                                 const int64_t *start, const int32_t *lengths, int batch,
+                                 int64_t n)
 {
     const kvcal_model_desc *d = kvcal_model_describe(r->model);
     int D = d->hidden_size, H = d->num_heads, HKV = d->num_kv_heads, hd = d->head_dim;
     int I = d->intermediate_size;
     project_rope(d, r->q, r->xb, w->wq, w->bq, w->q_norm, H, r->pos, n);
+    if (outputs && outputs->kv_hook) {
+        kvcal_status st = outputs->kv_hook(outputs->ctx, kv, r->q, H, r->k, r->v);
+        if (st)
+            return st;
+    }
     for (int b = 0; b < batch; b++) {
         int64_t s = start[b];
         kvcal_attention_ref(r->att + s * H * hd, r->q + s * H * hd, r->k + s * HKV * hd,
@@ -107,6 +113,7 @@ static void finish_layer(kvcal_runner_t *r, const kvcal_layer_weights *w,
     kvcal_swiglu_ref(r->h1, r->h1, r->h2, n * I);
     kvcal_matmul_ref(r->xb, r->h1, w->w_down, NULL, (int)n, I, D);
     kvcal_add_ref(r->x, r->xb, n * D);
+    return KVCAL_OK;
 }
 
 /* Checks the batch and packs its ids into x's rows (embedding) and pos. */
@@ -184,13 +191,12 @@ kvcal_status kvcal_runner_forward(kvcal_runner_t *r, const int32_t *ids,
         kvcal_rmsnorm_ref(r->xb, r->x, w.attn_norm, (int)n, D, d->norm_eps);
         project_rope(d, r->k, r->xb, w.wk, w.bk, w.k_norm, HKV, r->pos, n);
         kvcal_matmul_ref(r->v, r->xb, w.wv, w.bv, (int)n, D, HKV * hd);
-        if (outputs && outputs->observe) {
-            kvcal_runner_kv kv = {l, batch, HKV, hd, r->k, r->v, lengths, start, names};
-            if ((st = outputs->observe(outputs->ctx, &kv)))
-                goto done;
-        }
-        if (l < d->num_layers - 1 || full)
-            finish_layer(r, &w, start, lengths, batch, n);
+        kvcal_runner_kv kv = {l, batch, HKV, hd, r->k, r->v, lengths, start, names};
+        if (outputs && outputs->observe && (st = outputs->observe(outputs->ctx, &kv)))
+            goto done;
+        if ((l < d->num_layers - 1 || full) &&
+            (st = finish_layer(r, &w, &kv, outputs, start, lengths, batch, n)))
+            goto done;
     }
     if (full) {
         const float *norm, *cls;

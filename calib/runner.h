@@ -34,11 +34,22 @@ typedef struct kvcal_runner_kv {
  * A non-OK return stops the forward pass and is returned by it. */
 typedef kvcal_status (*kvcal_runner_observe_fn)(void *ctx, const kvcal_runner_kv *kv);
 
+/* Called once per layer and batch after q, k and v are computed and before
+ * attention (the last layer's only when hidden states or logits are asked
+ * for), on the calling thread, with the same ctx as observe. It may rewrite
+ * k and v (kv->k, kv->v made writable) in place: what attention then reads,
+ * e.g. K/V through a simulated FP8 cache. q: (rows, num_heads, head_dim). A
+ * non-OK return stops the forward pass and is returned by it. */
+typedef kvcal_status (*kvcal_runner_kv_hook_fn)(void *ctx, const kvcal_runner_kv *kv,
+                                                const float *q, int num_heads, float *k,
+                                                float *v);
+
 typedef struct kvcal_runner_outputs {
     kvcal_runner_observe_fn observe; /* or NULL */
     void *ctx;
     float *hidden; /* (rows, hidden) after the final norm, or NULL */
     float *logits; /* (rows, vocab), or NULL */
+    kvcal_runner_kv_hook_fn kv_hook; /* or NULL */
 } kvcal_runner_outputs;
 
 typedef struct kvcal_runner kvcal_runner_t;

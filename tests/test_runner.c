@@ -93,7 +93,7 @@ static void run_capture(fixture *f, captured *c, float *logits)
     c->v = calloc(n, sizeof(float));
     CU_ASSERT_FATAL(c->k && c->v);
     CU_ASSERT_EQUAL_FATAL(kvcal_runner_create(f->model, f->rows, &r), KVCAL_OK);
-    kvcal_runner_outputs out = {capture, c, NULL, logits};
+    kvcal_runner_outputs out = {capture, c, NULL, logits, NULL};
     kvcal_status st =
         kvcal_runner_forward(r, f->ids, f->lengths, f->batch, f->seq, NULL, &out);
     if (st)

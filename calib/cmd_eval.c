@@ -1,0 +1,751 @@
+/* calib/cmd_eval.c: `kvcal eval`: what an FP8 KV cache costs in accuracy.
+ * Runs the model over held-out samples once per mode, with K and V
+ * quantized to e4m3 and dequantized before attention exactly as an engine
+ * with an FP8 cache computes (through the library's CPU reference of the
+ * online quantization), and reports perplexity against the unquantized
+ * baseline plus, per layer, the SQNR of K and V, the fraction of clipped
+ * values and the relative error of the attention output. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "calib/command.h"
+#include "calib/model.h"
+#include "calib/runner.h"
+#include "core/scales.h"
+#include "core/status.h"
+#include "io/dataset.h"
+#include "io/tokenizer.h"
+#include "kernels/cpu/ops.h"
+#include "kvcal.h"
+
+enum {
+    MODE_BASELINE,
+    MODE_STATIC_TENSOR,
+    MODE_STATIC_HEAD,
+    MODE_UNIT,
+    MODE_DYNAMIC,
+    MODE_FIRST_BATCH,
+    NUM_MODES
+};
+static const char *const mode_names[NUM_MODES] = {
+    "baseline", "static-tensor", "static-head", "unit", "dynamic", "first-batch"};
+static const char *const mode_help[NUM_MODES] = {
+    "fp32 K/V, no quantization",
+    "one K and one V scale per layer from --scales (max over heads)",
+    "per-head K and V scales from --scales",
+    "every scale 1.0: what engines do when the scales file is missing",
+    "a scale per token and kv head (vLLM's fp8_per_token_head)",
+    "per-head scales fixed from the first batch's absmax"};
+
+typedef struct {
+    const char *model, *dataset, *tokenizer, *scales;
+    int num_samples, seq_len, batch, tp, quiet, json;
+    long long seed;
+    int modes[NUM_MODES]; /* 1 = run */
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvcal eval --model DIR|FILE --dataset FILE [options]\n\n"
+            "Runs the model over held-out samples with the KV cache simulated in FP8\n"
+            "e4m3 (K and V quantized, then dequantized before attention) under each\n"
+            "mode, and reports perplexity against the fp32 baseline and, per layer,\n"
+            "the SQNR of K and V, the fraction of clipped values and the relative\n"
+            "error of the attention output.\n\n"
+            "  --model DIR|FILE     Hugging Face checkpoint directory or llama2.c .bin\n"
+            "  --dataset FILE       held-out text, JSONL or HDF5 token set\n"
+            "  --scales FILE|DIR    scales to evaluate (any format kvcal reads)\n"
+            "  --modes LIST         comma-separated, from:\n");
+    for (int m = 0; m < NUM_MODES; m++)
+        fprintf(f, "                         %-14s %s\n", mode_names[m], mode_help[m]);
+    fprintf(f,
+            "                       (default: all; the static modes need --scales)\n"
+            "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
+            "  --num-samples N      samples (default 16)\n"
+            "  --seq-len L          tokens per sample (default min(256, model context))\n"
+            "  --batch B            samples per forward pass (default 4); first-batch\n"
+            "                       fixes its scales on the first B samples\n"
+            "  --seed S             sample selection seed (default 1)\n"
+            "  --tp N               tensor-parallel size a legacy file is read for\n"
+            "                       (default 1)\n"
+            "  --device D           cpu | cuda (default cpu)\n"
+            "  --quiet              no progress line\n"
+            "  --json               print the report as JSON on stdout\n\n"
+            "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
+            "error\n");
+}
+
+static int exit_code(kvcal_status st)
+{
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_NO_DEVICE || st == KVCAL_ERR_NOMEM
+               ? KVCAL_EXIT_USAGE
+               : KVCAL_EXIT_INVALID;
+}
+
+static int parse_int(const char *opt, const char *text, int lo, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || end == text || v < lo || v > 1 << 30) {
+        fprintf(stderr, "kvcal eval: %s '%s': expected an integer >= %d\n", opt, text,
+                lo);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_modes(const char *text, int *modes)
+{
+    char buf[512];
+    if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf)
+        return -1;
+    memset(modes, 0, sizeof(int) * NUM_MODES);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int m = 0; m < NUM_MODES; m++)
+            if (!strcmp(tok, mode_names[m]))
+                modes[m] = found = 1;
+        if (!found) {
+            fprintf(stderr, "kvcal eval: --modes: unknown mode '%s' (see --help)\n", tok);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Parses argv into *o; returns -1 on a usage error (message printed), 1 for
+ * --help, 0 to run. */
+static int parse_options(int argc, char **argv, options *o)
+{
+    enum {
+        O_MODEL = 256,
+        O_DATASET,
+        O_SCALES,
+        O_MODES,
+        O_TOKENIZER,
+        O_SAMPLES,
+        O_SEQ,
+        O_BATCH,
+        O_SEED,
+        O_TP,
+        O_DEVICE,
+        O_QUIET,
+        O_JSON,
+        O_HELP
+    };
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"dataset", required_argument, 0, O_DATASET},
+        {"scales", required_argument, 0, O_SCALES},
+        {"modes", required_argument, 0, O_MODES},
+        {"tokenizer", required_argument, 0, O_TOKENIZER},
+        {"num-samples", required_argument, 0, O_SAMPLES},
+        {"seq-len", required_argument, 0, O_SEQ},
+        {"batch", required_argument, 0, O_BATCH},
+        {"seed", required_argument, 0, O_SEED},
+        {"tp", required_argument, 0, O_TP},
+        {"device", required_argument, 0, O_DEVICE},
+        {"quiet", no_argument, 0, O_QUIET},
+        {"json", no_argument, 0, O_JSON},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->num_samples = 16;
+    o->batch = 4;
+    o->tp = 1;
+    o->seed = 1;
+    const char *device = "cpu", *modes = NULL;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL:
+            o->model = optarg;
+            break;
+        case O_DATASET:
+            o->dataset = optarg;
+            break;
+        case O_SCALES:
+            o->scales = optarg;
+            break;
+        case O_MODES:
+            modes = optarg;
+            break;
+        case O_TOKENIZER:
+            o->tokenizer = optarg;
+            break;
+        case O_SAMPLES:
+            if (parse_int("--num-samples", optarg, 1, &o->num_samples))
+                return -1;
+            break;
+        case O_SEQ:
+            if (parse_int("--seq-len", optarg, 2, &o->seq_len))
+                return -1;
+            break;
+        case O_BATCH:
+            if (parse_int("--batch", optarg, 1, &o->batch))
+                return -1;
+            break;
+        case O_TP:
+            if (parse_int("--tp", optarg, 1, &o->tp))
+                return -1;
+            break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            o->seed = strtoll(optarg, &end, 10);
+            if (errno || *end || end == optarg || o->seed < 0) {
+                fprintf(stderr, "kvcal eval: --seed '%s': expected an integer >= 0\n",
+                        optarg);
+                return -1;
+            }
+            break;
+        }
+        case O_DEVICE:
+            device = optarg;
+            break;
+        case O_QUIET:
+            o->quiet = 1;
+            break;
+        case O_JSON:
+            o->json = 1;
+            break;
+        case 'h':
+        case O_HELP:
+            return 1;
+        default:
+            fprintf(stderr,
+                    "kvcal eval: unknown or incomplete option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvcal eval: unexpected argument '%s' (see --help)\n",
+                argv[optind]);
+        return -1;
+    }
+    if (!o->model || !o->dataset) {
+        fprintf(stderr, "kvcal eval: --model and --dataset are required (see --help)\n");
+        return -1;
+    }
+    if (modes) {
+        if (parse_modes(modes, o->modes))
+            return -1;
+        if ((o->modes[MODE_STATIC_TENSOR] || o->modes[MODE_STATIC_HEAD]) && !o->scales) {
+            fprintf(stderr,
+                    "kvcal eval: --modes static-tensor / static-head need --scales "
+                    "FILE\n");
+            return -1;
+        }
+    } else {
+        for (int m = 0; m < NUM_MODES; m++)
+            o->modes[m] = 1;
+        o->modes[MODE_STATIC_TENSOR] = o->modes[MODE_STATIC_HEAD] = o->scales != NULL;
+    }
+    if (!strcmp(device, "cuda")) {
+        fprintf(stderr, "kvcal eval: --device cuda: %s; use --device cpu\n",
+                kvcal_cuda_device_count() > 0
+                    ? "the CUDA model runner is not built into this version"
+                    : "no CUDA device (or kvcal was built without CUDA)");
+        return -1;
+    }
+    if (strcmp(device, "cpu")) {
+        fprintf(stderr, "kvcal eval: --device '%s': expected cpu or cuda\n", device);
+        return -1;
+    }
+    return 0;
+}
+
+// --- one mode: the K/V hook --------------------------------------------------
+
+/* Per layer sums over every batch of a mode. */
+typedef struct {
+    double x2[2], e2[2];        /* sum x^2 and sum (x - q(x))^2, K and V */
+    long long clipped[2], n[2]; /* |x| / scale > 448, values seen */
+    double att2, att_e2;        /* sum |att|^2, sum |att_q - att|^2 */
+} layer_sums;
+
+typedef struct {
+    int mode;
+    const kvcal_model_desc *d;
+    const kvcal_scales_t *scales; /* static modes */
+    kvcal_kv_scaler_t **scalers;  /* (layers) first-batch */
+    layer_sums *sums;             /* (layers) */
+    /* scratch sized for the largest batch */
+    float *k0, *v0;     /* (rows, kv_heads, head_dim) inputs */
+    uint8_t *ck, *cv;   /* (rows, kv_heads, head_dim) e4m3 */
+    float *cks, *cvs;   /* (rows, kv_heads) used scales */
+    int64_t *slots;     /* (rows) 0..rows-1 */
+    float *att, *att_q; /* (seq_len, heads, head_dim) */
+    float *ks, *vs;     /* (kv_heads) static scales of a layer */
+} mode_ctx;
+
+static kvcal_status quantize_mode(mode_ctx *c, int layer, const kvcal_kv_batch *b,
+                                  const kvcal_kv_cache *cache)
+{
+    int H = c->d->num_kv_heads;
+    switch (c->mode) {
+    case MODE_DYNAMIC:
+        return kvcal_kv_quantize_dynamic_ref(b, cache);
+    case MODE_FIRST_BATCH:
+        return kvcal_kv_scaler_quantize_ref(c->scalers[layer], b, cache);
+    case MODE_UNIT:
+        for (int h = 0; h < H; h++)
+            c->ks[h] = c->vs[h] = 1.0f;
+        break;
+    case MODE_STATIC_TENSOR: {
+        float k, v;
+        kvcal_scales_get_tensor(c->scales, layer, &k, &v);
+        for (int h = 0; h < H; h++)
+            c->ks[h] = k, c->vs[h] = v;
+        break;
+    }
+    default:
+        for (int h = 0; h < H; h++)
+            kvcal_scales_get_head(c->scales, layer, h, &c->ks[h], &c->vs[h]);
+        break;
+    }
+    return kvcal_kv_quantize_static_ref(b, cache, KVCAL_GRANULARITY_HEAD, c->ks, c->vs);
+}
+
+static kvcal_status eval_hook(void *p, const kvcal_runner_kv *kv, const float *q, int Hq,
+                              float *k, float *v)
+{
+    mode_ctx *c = p;
+    const int H = kv->num_kv_heads, D = kv->head_dim;
+    const int64_t row = (int64_t)H * D;
+    const int64_t rows = kv->start[kv->batch - 1] + kv->lengths[kv->batch - 1];
+    memcpy(c->k0, k, sizeof(float) * (size_t)(rows * row));
+    memcpy(c->v0, v, sizeof(float) * (size_t)(rows * row));
+    for (int64_t t = 0; t < rows; t++)
+        c->slots[t] = t;
+    kvcal_kv_batch b = {c->k0, c->v0, KVCAL_DTYPE_F32, rows, row, D, row, D, c->slots};
+    kvcal_kv_cache cache = {c->ck, c->cv, c->cks, c->cvs, rows,
+                            1,     H,     D,      0,      KVCAL_CACHE_NHD};
+    kvcal_status st = quantize_mode(c, kv->layer, &b, &cache);
+    if (!st)
+        st = kvcal_kv_dequantize_ref(&b, &cache, KVCAL_GRANULARITY_TENSOR, NULL, NULL, k,
+                                     v, KVCAL_DTYPE_F32);
+    if (st)
+        return kvcal_fail_context(st, "layer %d: ", kv->layer);
+    layer_sums *s = &c->sums[kv->layer];
+    for (int which = 0; which < 2; which++) {
+        const float *x = which ? c->v0 : c->k0, *y = which ? v : k;
+        const float *sc = which ? c->cvs : c->cks;
+        for (int64_t i = 0; i < rows * row; i++) {
+            double e = (double)y[i] - x[i];
+            s->x2[which] += (double)x[i] * x[i];
+            s->e2[which] += e * e;
+            s->clipped[which] += fabsf(x[i]) > 448.0f * sc[i / D];
+        }
+        s->n[which] += rows * row;
+    }
+    float scale = 1.0f / sqrtf((float)D);
+    for (int bi = 0; bi < kv->batch; bi++) {
+        int64_t s0 = kv->start[bi];
+        int len = kv->lengths[bi];
+        const float *qb = q + s0 * Hq * D;
+        kvcal_attention_ref(c->att, qb, c->k0 + s0 * row, c->v0 + s0 * row, len, Hq, H, D,
+                            scale);
+        kvcal_attention_ref(c->att_q, qb, k + s0 * row, v + s0 * row, len, Hq, H, D,
+                            scale);
+        for (int64_t i = 0; i < (int64_t)len * Hq * D; i++) {
+            double e = (double)c->att_q[i] - c->att[i];
+            s->att2 += (double)c->att[i] * c->att[i];
+            s->att_e2 += e * e;
+        }
+    }
+    return KVCAL_OK;
+}
+
+static void mode_ctx_free(mode_ctx *c)
+{
+    if (c->scalers)
+        for (int l = 0; l < c->d->num_layers; l++)
+            kvcal_kv_scaler_destroy(c->scalers[l]);
+    free(c->scalers);
+    free(c->sums);
+    free(c->k0);
+    free(c->v0);
+    free(c->ck);
+    free(c->cv);
+    free(c->cks);
+    free(c->cvs);
+    free(c->slots);
+    free(c->att);
+    free(c->att_q);
+    free(c->ks);
+    free(c->vs);
+}
+
+static kvcal_status mode_ctx_init(mode_ctx *c, int mode, const kvcal_model_desc *d,
+                                  const kvcal_scales_t *scales, int64_t max_rows,
+                                  int seq_len)
+{
+    memset(c, 0, sizeof *c);
+    c->mode = mode, c->d = d, c->scales = scales;
+    size_t kvn = (size_t)max_rows * d->num_kv_heads * d->head_dim;
+    size_t attn = (size_t)seq_len * d->num_heads * d->head_dim;
+    c->sums = calloc((size_t)d->num_layers, sizeof *c->sums);
+    c->k0 = malloc(kvn * sizeof(float));
+    c->v0 = malloc(kvn * sizeof(float));
+    c->ck = malloc(kvn);
+    c->cv = malloc(kvn);
+    c->cks = malloc((size_t)max_rows * d->num_kv_heads * sizeof(float));
+    c->cvs = malloc((size_t)max_rows * d->num_kv_heads * sizeof(float));
+    c->slots = malloc((size_t)max_rows * sizeof(int64_t));
+    c->att = malloc(attn * sizeof(float));
+    c->att_q = malloc(attn * sizeof(float));
+    c->ks = malloc((size_t)d->num_kv_heads * sizeof(float));
+    c->vs = malloc((size_t)d->num_kv_heads * sizeof(float));
+    if (!c->sums || !c->k0 || !c->v0 || !c->ck || !c->cv || !c->cks || !c->cvs ||
+        !c->slots || !c->att || !c->att_q || !c->ks || !c->vs)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory for %lld tokens a batch",
+                          (long long)max_rows);
+    if (mode == MODE_FIRST_BATCH) {
+        if (!(c->scalers = calloc((size_t)d->num_layers, sizeof *c->scalers)))
+            return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+        for (int l = 0; l < d->num_layers; l++) {
+            kvcal_status st = kvcal_kv_scaler_create(
+                d->num_kv_heads, KVCAL_SCALER_FIRST_BATCH, 0.0f, 0, &c->scalers[l]);
+            if (st)
+                return st;
+        }
+    }
+    return KVCAL_OK;
+}
+
+// --- perplexity ----------------------------------------------------------------
+
+/* Adds the next-token negative log-likelihoods of one batch. */
+static void add_nll(const float *logits, int vocab, const int32_t *ids,
+                    const int32_t *lengths, int batch, int seq_len, double *nll,
+                    long long *count)
+{
+    int64_t row = 0;
+    for (int b = 0; b < batch; b++) {
+        const int32_t *sample = ids + (int64_t)b * seq_len;
+        for (int t = 0; t < lengths[b]; t++, row++) {
+            if (t + 1 >= lengths[b])
+                continue;
+            const float *z = logits + row * vocab;
+            double m = z[0], sum = 0.0;
+            for (int i = 1; i < vocab; i++)
+                m = z[i] > m ? z[i] : m;
+            for (int i = 0; i < vocab; i++)
+                sum += exp((double)z[i] - m);
+            *nll += m + log(sum) - z[sample[t + 1]];
+            (*count)++;
+        }
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    int mode;
+    double ppl;
+    layer_sums *sums; /* owned; NULL for the baseline */
+} mode_result;
+
+/* Runs every sample once under `mode`; fills r. */
+static kvcal_status run_mode(kvcal_model_t *model, const kvcal_samples *s,
+                             const options *o, const kvcal_scales_t *scales, int mode,
+                             mode_result *r)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    int64_t max_rows = (int64_t)o->batch * s->seq_len;
+    kvcal_runner_t *runner = NULL;
+    mode_ctx c;
+    float *logits = NULL;
+    int64_t *names = malloc(sizeof(int64_t) * (size_t)o->batch);
+    kvcal_status st = mode_ctx_init(&c, mode, d, scales, max_rows, s->seq_len);
+    if (!st && !names)
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+    if (!st &&
+        !(logits = malloc(sizeof(float) * (size_t)max_rows * (size_t)d->vocab_size)))
+        st = kvcal_fail(KVCAL_ERR_NOMEM,
+                        "eval: cannot allocate %.0f MB of logits; use a smaller --batch",
+                        (double)max_rows * d->vocab_size * 4 / 1048576.0);
+    if (!st)
+        st = kvcal_runner_create(model, max_rows, &runner);
+    kvcal_runner_outputs out = {NULL, &c, NULL, logits,
+                                mode == MODE_BASELINE ? NULL : eval_hook};
+    double nll = 0.0, t0 = now_s();
+    long long count = 0;
+    int show = !o->quiet && isatty(STDERR_FILENO);
+    for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->batch) {
+        int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
+        for (int i = 0; i < n; i++)
+            names[i] = b0 + i;
+        const int32_t *ids = s->ids + (int64_t)b0 * s->seq_len;
+        st = kvcal_runner_forward(runner, ids, s->lengths + b0, n, s->seq_len, names,
+                                  &out);
+        if (!st)
+            add_nll(logits, d->vocab_size, ids, s->lengths + b0, n, s->seq_len, &nll,
+                    &count);
+        if (show)
+            fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
+                    b0 + n, s->num_samples, now_s() - t0);
+    }
+    if (show)
+        fprintf(stderr, "\n");
+    if (!st && count == 0)
+        st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                        "%s: no sample has two tokens to predict from", o->dataset);
+    if (!st) {
+        r->mode = mode;
+        r->ppl = exp(nll / (double)count);
+        if (mode != MODE_BASELINE) {
+            r->sums = c.sums;
+            c.sums = NULL;
+        }
+    }
+    kvcal_runner_destroy(runner);
+    mode_ctx_free(&c);
+    free(logits);
+    free(names);
+    return st;
+}
+
+// --- report ------------------------------------------------------------------
+
+static double sqnr_db(const layer_sums *s, int which)
+{
+    return 10.0 * log10(s->x2[which] / s->e2[which]);
+}
+
+static double clip_frac(const layer_sums *s, int which)
+{
+    return s->n[which] ? (double)s->clipped[which] / (double)s->n[which] : 0.0;
+}
+
+static double att_err(const layer_sums *s)
+{
+    return s->att2 > 0 ? sqrt(s->att_e2 / s->att2) : 0.0;
+}
+
+/* Summary of a mode over layers: min SQNR, max clipped fraction and error. */
+static void mode_summary(const mode_result *r, int layers, double *k_sqnr, double *v_sqnr,
+                         double *clip, double *err)
+{
+    *k_sqnr = *v_sqnr = INFINITY;
+    *clip = *err = 0.0;
+    for (int l = 0; l < layers; l++) {
+        const layer_sums *s = &r->sums[l];
+        *k_sqnr = fmin(*k_sqnr, sqnr_db(s, 0));
+        *v_sqnr = fmin(*v_sqnr, sqnr_db(s, 1));
+        *clip = fmax(*clip, fmax(clip_frac(s, 0), clip_frac(s, 1)));
+        *err = fmax(*err, att_err(s));
+    }
+}
+
+static void print_table(const mode_result *res, int nres, const kvcal_model_desc *d,
+                        const kvcal_samples *s, const options *o)
+{
+    printf("evaluated %s (%d layers, %d kv heads x %d) on %d samples, %lld tokens of "
+           "%s%s%s\n",
+           d->architecture, d->num_layers, d->num_kv_heads, d->head_dim, s->num_samples,
+           s->num_tokens, o->dataset, o->scales ? "; scales " : "",
+           o->scales ? o->scales : "");
+    double base = res[0].ppl;
+    printf("\n%-14s %11s %10s %9s  %11s %11s %9s %9s\n", "mode", "perplexity", "change",
+           "change %", "min K SQNR", "min V SQNR", "max clip", "max att");
+    for (int i = 0; i < nres; i++) {
+        printf("%-14s %11.4f", mode_names[res[i].mode], res[i].ppl);
+        if (!res[i].sums) {
+            printf(" %10s %9s  %11s %11s %9s %9s\n", "-", "-", "-", "-", "-", "-");
+            continue;
+        }
+        double ks, vs, clip, err;
+        mode_summary(&res[i], d->num_layers, &ks, &vs, &clip, &err);
+        printf(" %+10.4f %+8.3f%%  %8.1f dB %8.1f dB %9.2e %9.2e\n", res[i].ppl - base,
+               100.0 * (res[i].ppl - base) / base, ks, vs, clip, err);
+    }
+    printf("\n(SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2); clip = fraction "
+           "of\n"
+           "values with |x| / scale > 448; att = |attention(q, K', V') - attention(q, K, "
+           "V)| /\n"
+           "|attention(q, K, V)| with q, K, V of the mode's own forward pass)\n");
+    for (int i = 0; i < nres; i++) {
+        if (!res[i].sums)
+            continue;
+        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s\n", mode_names[res[i].mode],
+               "layer", "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
+        for (int l = 0; l < d->num_layers; l++) {
+            const layer_sums *sl = &res[i].sums[l];
+            printf("%5d %11.2f %11.2f %10.2e %10.2e %10.2e\n", l, sqnr_db(sl, 0),
+                   sqnr_db(sl, 1), clip_frac(sl, 0), clip_frac(sl, 1), att_err(sl));
+        }
+    }
+}
+
+/* A number, or null where it is not finite (an exact round trip has an
+ * infinite SQNR). */
+static cJSON *json_number(double v)
+{
+    return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+}
+
+static void print_json(const mode_result *res, int nres, const kvcal_model_desc *d,
+                       const kvcal_samples *s, const options *o)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "architecture", d->architecture);
+    cJSON_AddStringToObject(root, "dataset", o->dataset);
+    if (o->scales)
+        cJSON_AddStringToObject(root, "scales", o->scales);
+    cJSON_AddNumberToObject(root, "num_samples", s->num_samples);
+    cJSON_AddNumberToObject(root, "num_tokens", (double)s->num_tokens);
+    cJSON_AddNumberToObject(root, "seq_len", s->seq_len);
+    cJSON *modes = cJSON_AddArrayToObject(root, "modes");
+    for (int i = 0; i < nres; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "mode", mode_names[res[i].mode]);
+        cJSON_AddItemToObject(m, "perplexity", json_number(res[i].ppl));
+        cJSON_AddItemToObject(m, "perplexity_change",
+                              json_number(res[i].ppl - res[0].ppl));
+        cJSON_AddItemToObject(m, "perplexity_change_rel",
+                              json_number((res[i].ppl - res[0].ppl) / res[0].ppl));
+        if (res[i].sums) {
+            cJSON *layers = cJSON_AddArrayToObject(m, "layers");
+            for (int l = 0; l < d->num_layers; l++) {
+                const layer_sums *sl = &res[i].sums[l];
+                cJSON *o_l = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o_l, "layer", l);
+                cJSON_AddItemToObject(o_l, "k_sqnr_db", json_number(sqnr_db(sl, 0)));
+                cJSON_AddItemToObject(o_l, "v_sqnr_db", json_number(sqnr_db(sl, 1)));
+                cJSON_AddNumberToObject(o_l, "k_clipped", clip_frac(sl, 0));
+                cJSON_AddNumberToObject(o_l, "v_clipped", clip_frac(sl, 1));
+                cJSON_AddItemToObject(o_l, "attention_rel_error",
+                                      json_number(att_err(sl)));
+                cJSON_AddItemToArray(layers, o_l);
+            }
+        }
+        cJSON_AddItemToArray(modes, m);
+    }
+    char *text = cJSON_Print(root);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+// --- command -----------------------------------------------------------------
+
+/* The directory holding the model's config.json (NULL for a llama2.c file). */
+static const char *model_dir_of(const options *o, const kvcal_model_desc *d)
+{
+    struct stat sb;
+    if (!strcmp(d->source, "llama2c") || stat(o->model, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return NULL;
+    return o->model;
+}
+
+KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
+{
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc == 1) {
+        usage(stdout);
+        return KVCAL_EXIT_OK;
+    }
+    if (rc)
+        return KVCAL_EXIT_USAGE;
+    kvcal_model_t *model = NULL;
+    kvcal_tokenizer_t *tok = NULL;
+    kvcal_samples *samples = NULL;
+    kvcal_scales_t *scales = NULL;
+    mode_result res[NUM_MODES];
+    int nres = 0;
+    char tok_error[1024] = "";
+    kvcal_status st;
+    memset(res, 0, sizeof res);
+    if ((st = kvcal_model_open(o.model, &model)))
+        goto fail;
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (!o.seq_len)
+        o.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
+    if (o.seq_len > d->max_seq_len) {
+        st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                        "--seq-len %d is longer than the model's context of %d tokens",
+                        o.seq_len, d->max_seq_len);
+        goto fail;
+    }
+    if (o.scales) {
+        if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.tp, &scales)))
+            goto fail;
+        if (kvcal_scales_num_layers(scales) != d->num_layers ||
+            kvcal_scales_num_kv_heads(scales) != d->num_kv_heads) {
+            st = kvcal_fail(KVCAL_ERR_MISMATCH,
+                            "%s: scales for %d layers x %d kv heads, but %s has %d x %d",
+                            o.scales, kvcal_scales_num_layers(scales),
+                            kvcal_scales_num_kv_heads(scales), o.model, d->num_layers,
+                            d->num_kv_heads);
+            goto fail;
+        }
+    }
+    if ((st = kvcal_tokenizer_find(o.model, o.tokenizer, &tok))) {
+        if (o.tokenizer)
+            goto fail;
+        snprintf(tok_error, sizeof tok_error, "%s", kvcal_last_error());
+    }
+    kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
+    if ((st = kvcal_dataset_load(o.dataset, tok, &dopt, &samples))) {
+        if (tok_error[0])
+            fprintf(stderr, "kvcal eval: note: no tokenizer: %s\n", tok_error);
+        goto fail;
+    }
+    /* the baseline first: every change is measured against it */
+    o.modes[MODE_BASELINE] = 1;
+    for (int m = 0; m < NUM_MODES; m++) {
+        if (!o.modes[m])
+            continue;
+        if ((st = run_mode(model, samples, &o, scales, m, &res[nres])))
+            goto fail;
+        nres++;
+    }
+    if (o.json)
+        print_json(res, nres, d, samples, &o);
+    else
+        print_table(res, nres, d, samples, &o);
+    rc = KVCAL_EXIT_OK;
+    for (int i = 0; i < nres; i++)
+        if (!isfinite(res[i].ppl)) {
+            fprintf(stderr, "kvcal eval: mode %s gave a non-finite perplexity\n",
+                    mode_names[res[i].mode]);
+            rc = KVCAL_EXIT_INVALID;
+        }
+    goto done;
+fail:
+    fprintf(stderr, "kvcal eval: %s\n", kvcal_last_error());
+    rc = exit_code(st);
+done:
+    for (int i = 0; i < NUM_MODES; i++)
+        free(res[i].sums);
+    kvcal_scales_destroy(scales);
+    kvcal_samples_destroy(samples);
+    kvcal_tokenizer_destroy(tok);
+    kvcal_model_close(model);
+    return rc;
+}

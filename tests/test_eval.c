@@ -1,0 +1,174 @@
+/* tests/test_eval.c: `kvcal eval` end to end on the bundled stories260K,
+ * through the kvcal binary built beside this test program. */
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvcal.h"
+#include "tests/test_util.h"
+
+#define MODEL "models/stories260K/stories260K.bin"
+#define DATA "datasets/default_calibration.txt"
+#define SMALL "--num-samples 4 --seq-len 64 --batch 2 --quiet"
+
+/* Runs `kvcal ARGS`; stdout into *out (caller frees) when out is set,
+ * stderr into *err likewise. Returns the exit code. */
+static int kvcal_run(const char *args, char **out, char **err)
+{
+    char exe[PATH_MAX], cmd[8192];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    CU_ASSERT_FATAL(n > 0);
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    snprintf(slash + 1, sizeof exe - (size_t)(slash + 1 - exe), "kvcal");
+    const char *o = kvcal_test_path("eval.out"), *e = kvcal_test_path("eval.err");
+    snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2> '%s'", exe, args, o, e);
+    int rc = system(cmd);
+    if (out)
+        *out = kvcal_test_read_file(o, NULL);
+    if (err)
+        *err = kvcal_test_read_file(e, NULL);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static double number(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void eval_reports_every_mode_against_the_baseline(void)
+{
+    const char *scales = kvcal_test_path("eval_scales.json");
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --granularity head " SMALL " --out '%s'",
+             scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL, NULL), 0);
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL " --json",
+             scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, &out, NULL), 0);
+    cJSON *root = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(root, "modes");
+    static const char *const names[] = {"baseline", "static-tensor", "static-head",
+                                        "unit",     "dynamic",       "first-batch"};
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(modes), 6);
+    double base = number(cJSON_GetArrayItem(modes, 0), "perplexity");
+    CU_ASSERT(base > 1.0 && base < 512.0); /* a trained model beats uniform over 512 */
+    for (int i = 0; i < 6; i++) {
+        const cJSON *m = cJSON_GetArrayItem(modes, i);
+        CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "mode")->valuestring, names[i]);
+        double ppl = number(m, "perplexity");
+        /* an FP8 cache moves the perplexity of this model by a few percent */
+        CU_ASSERT(isfinite(ppl) && fabs(ppl - base) < 0.1 * base);
+        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
+        CU_ASSERT_EQUAL(cJSON_GetArraySize(layers), i == 0 ? 0 : 5);
+        const cJSON *l;
+        cJSON_ArrayForEach(l, layers)
+        {
+            /* e4m3 keeps 3 mantissa bits: ~31 dB on values that neither clip
+             * nor underflow; the dynamic mode does at least as well */
+            CU_ASSERT(number(l, "k_sqnr_db") > 25.0 && number(l, "v_sqnr_db") > 25.0);
+            CU_ASSERT(number(l, "k_clipped") < 0.01 && number(l, "v_clipped") < 0.01);
+            CU_ASSERT(number(l, "attention_rel_error") > 0.0 &&
+                      number(l, "attention_rel_error") < 1.0);
+        }
+    }
+    cJSON_Delete(root);
+    free(out);
+}
+
+static void eval_counts_clipping_when_the_scales_are_too_small(void)
+{
+    /* values of |x| > 448 clip under unit scales: scale the bundled model's
+     * K by running it as is but check that a mode with tiny scales clips:
+     * a scales file whose every scale is the floor clips almost everything */
+    const char *scales = kvcal_test_path("floor_scales.json");
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --dataset " DATA " --out '%s'",
+             scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL, NULL), 0);
+    char *text = kvcal_test_read_file(scales, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    /* shrink every "k_scale" number of the kvcal JSON 1000 times */
+    int changed = 0;
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    const cJSON *layer;
+    cJSON_ArrayForEach(layer, layers)
+    {
+        cJSON *k = cJSON_GetObjectItemCaseSensitive(layer, "k_scale");
+        cJSON *item;
+        if (cJSON_IsNumber(k)) {
+            cJSON_SetNumberValue(k, k->valuedouble / 1000.0);
+            changed++;
+        }
+        cJSON *kh = cJSON_GetObjectItemCaseSensitive(layer, "k_scale_per_head");
+        cJSON_ArrayForEach(item, kh)
+        {
+            cJSON_SetNumberValue(item, item->valuedouble / 1000.0);
+            changed++;
+        }
+    }
+    CU_ASSERT_FATAL(changed > 0);
+    char *shrunk = cJSON_Print(root);
+    cJSON_Delete(root);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(scales, shrunk, strlen(shrunk)), 0);
+    free(shrunk);
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA
+             " --scales '%s' --modes static-tensor " SMALL " --json",
+             scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, &out, NULL), 0);
+    root = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "modes"), 1);
+    double base =
+        number(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "modes"), 0), "perplexity");
+    const cJSON *l0 = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), 0);
+    CU_ASSERT(number(l0, "k_clipped") > 0.5);
+    CU_ASSERT(number(l0, "k_sqnr_db") < 10.0);
+    CU_ASSERT(number(m, "perplexity") > base);
+    cJSON_Delete(root);
+    free(out);
+}
+
+static void eval_rejects_scales_of_another_model_and_usage_errors(void)
+{
+    char *err = NULL;
+    CU_ASSERT_EQUAL(
+        kvcal_run("eval --model " MODEL " --dataset " DATA
+                  " --scales tests/fixtures/llama2-7b/kv_cache_scales.json " SMALL,
+                  NULL, &err),
+        1);
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "32 layers"));
+    free(err);
+    CU_ASSERT_EQUAL(kvcal_run("eval --model " MODEL " --dataset " DATA
+                              " --modes static-head",
+                              NULL, &err),
+                    2);
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--scales"));
+    free(err);
+    CU_ASSERT_EQUAL(
+        kvcal_run("eval --model " MODEL " --dataset " DATA " --modes fp4", NULL, NULL),
+        2);
+    CU_ASSERT_EQUAL(kvcal_run("eval --model " MODEL, NULL, NULL), 2);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(eval_reports_every_mode_against_the_baseline),
+    KVCAL_TEST(eval_counts_clipping_when_the_scales_are_too_small),
+    KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(eval, KVCAL_NEEDS_NOTHING, tests)
