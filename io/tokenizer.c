@@ -569,11 +569,14 @@ kvcal_status kvcal_tokenizer_decode(const kvcal_tokenizer_t *tok, const int32_t 
         const char *s = kvcal_tok_piece(tok, id, &n);
         uint8_t type = tok->piece_type[id];
         int rc;
-        if (type == KVCAL_PIECE_CONTROL || type == KVCAL_PIECE_UNKNOWN ||
-            type == KVCAL_PIECE_UNUSED)
+        if (type == KVCAL_PIECE_UNKNOWN && tok->kind == KVCAL_TOK_SENTENCEPIECE)
+            rc = text_put(&b, " \xE2\x81\x87 ", 5); /* as sentencepiece decodes <unk> */
+        else if (type == KVCAL_PIECE_CONTROL || type == KVCAL_PIECE_UNKNOWN ||
+                 type == KVCAL_PIECE_UNUSED)
             continue; /* special tokens decode to nothing */
-        if (type == KVCAL_PIECE_USER_DEFINED && (tok->kind == KVCAL_TOK_HF_BYTELEVEL ||
-                                                 tok->kind == KVCAL_TOK_HF_SENTENCEPIECE))
+        else if (type == KVCAL_PIECE_USER_DEFINED &&
+                 (tok->kind == KVCAL_TOK_HF_BYTELEVEL ||
+                  tok->kind == KVCAL_TOK_HF_SENTENCEPIECE))
             rc = text_put(&b, s, n);
         else if (tok->kind == KVCAL_TOK_HF_BYTELEVEL)
             rc = decode_bytelevel(s, n, &b);

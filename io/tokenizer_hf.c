@@ -259,7 +259,14 @@ static int32_t token_id(const kvcal_tokenizer_t *t, const char *s)
         if (m == n && !memcmp(p, s, n))
             return t->added[i].id;
     }
-    return kvcal_tok_lookup(t, s, n);
+    int32_t id = kvcal_tok_lookup(t, s, n);
+    for (int32_t k = 0; id < 0 && k < t->vocab_size; k++) { /* pieces outside the map */
+        size_t m;
+        const char *p = kvcal_tok_piece(t, k, &m);
+        if (m == n && !memcmp(p, s, n))
+            id = k;
+    }
+    return id;
 }
 
 /* BOS/EOS from TemplateProcessing's "single" template: the special token
@@ -311,8 +318,7 @@ static const char *config_token(const cJSON *cfg, const char *key)
     return cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
 }
 
-/* tokenizer_config.json beside the file, when there is one. */
-static kvcal_status apply_config(kvcal_tokenizer_t *t, const char *path)
+kvcal_status kvcal_tok_apply_config(kvcal_tokenizer_t *t, const char *path)
 {
     char cfg_path[4096];
     const char *slash = strrchr(path, '/');
@@ -554,7 +560,7 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
         }
     }
     parse_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"));
-    return apply_config(t, path);
+    return kvcal_tok_apply_config(t, path);
 }
 
 kvcal_status kvcal_tok_load_hf(kvcal_tokenizer_t *t, const char *path, const char *data,

@@ -214,4 +214,9 @@ kvcal_status kvcal_tok_encode_hf(const kvcal_tokenizer_t *t, const char *text, s
 
 void kvcal_tok_free_hf(kvcal_tokenizer_t *t);
 
+/* Applies the tokenizer_config.json beside `path`, when there is one:
+ * add_bos_token, add_eos_token, bos_token, eos_token (a string or
+ * {"content": ...}) override what the tokenizer file says. */
+kvcal_status kvcal_tok_apply_config(kvcal_tokenizer_t *t, const char *path);
+
 #endif

@@ -278,7 +278,9 @@ kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
                     KVCAL_ERR_FORMAT,
                     "%s: byte_fallback is set but there is no byte piece <0x%02X>", path,
                     b);
-    return kvcal_tok_build_map(t, spm_mergeable);
+    if ((st = kvcal_tok_build_map(t, spm_mergeable)))
+        return st;
+    return kvcal_tok_apply_config(t, path); /* HF LlamaTokenizer's add_bos_token etc. */
 malformed:
     return kvcal_fail(
         KVCAL_ERR_PARSE,

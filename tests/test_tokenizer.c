@@ -107,6 +107,9 @@ static size_t check_ids(const kvcal_tokenizer_t *tok, const char *ids_file,
     return checked;
 }
 
+static void encode_str(const kvcal_tokenizer_t *tok, const char *s, int special,
+                       int32_t *out, size_t *n);
+
 static kvcal_tokenizer_t *load(const char *path)
 {
     kvcal_tokenizer_t *tok = NULL;
@@ -231,6 +234,37 @@ static void sentencepiece_matches_sentencepiece_on_llama2_model(void)
     CU_ASSERT(n >= 1000);
     CU_ASSERT_EQUAL(bad, 0);
     check_roundtrip(tok, 2000);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void sentencepiece_follows_tokenizer_config_and_decodes_unk(void)
+{
+    size_t len;
+    char *model = kvcal_test_read_file(
+        shared_path("models/llama2-tokenizer/tokenizer.model"), &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(model);
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("spm_cfg"));
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    const char *cfg =
+        "{\"add_bos_token\": false, \"add_eos_token\": true, \"eos_token\": \"</s>\"}";
+    kvcal_test_write_file(path, cfg, strlen(cfg));
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    kvcal_test_write_file(path, model, len);
+    free(model);
+    kvcal_tokenizer_t *tok = load(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    int32_t ids[16];
+    size_t n;
+    encode_str(tok, "Hello world", 1, ids, &n);
+    CU_ASSERT(n == 3 && ids[0] == 15043 && ids[1] == 3186 && ids[2] == 2);
+    /* sentencepiece decodes [<s> Hello <unk> world </s>] as "Hello \u2047  world" */
+    const int32_t with_unk[] = {1, 15043, 0, 3186, 2};
+    char *text = NULL;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_decode(tok, with_unk, 5, &text), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(text, "Hello \xE2\x81\x87  world");
+    free(text);
     kvcal_tokenizer_destroy(tok);
 }
 
@@ -563,6 +597,7 @@ static CU_TestInfo shared_tests[] = {
     KVCAL_TEST(llama2c_adds_bos_not_eos_and_decodes_back),
     KVCAL_TEST(tokenizer_find_picks_tok_bin_next_to_model),
     KVCAL_TEST(sentencepiece_matches_sentencepiece_on_llama2_model),
+    KVCAL_TEST(sentencepiece_follows_tokenizer_config_and_decodes_unk),
     KVCAL_TEST(llama2c_and_sentencepiece_exports_agree_on_prose),
     CU_TEST_INFO_NULL,
 };
