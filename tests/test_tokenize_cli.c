@@ -1,0 +1,146 @@
+/* tests/test_tokenize_cli.c: `kvcal tokenize` as a user runs it, on the
+ * bundled stories260K tokenizer and the default calibration text: outputs
+ * read back, exit codes, errors that leave no output behind. The binary is
+ * $KVCAL_BIN, else build/kvcal. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "io/dataset.h"
+#include "io/dataset_impl.h"
+#include "tests/test_util.h"
+
+#define TEXT "datasets/default_calibration.txt"
+#define MODEL "models/stories260K"
+
+/* Runs `kvcal tokenize <args>`, stdout into out (may be NULL), stderr into
+ * the test tmpdir; returns the exit code (-1 when it did not exit). */
+static int run_tokenize(const char *args, char *out, size_t size)
+{
+    const char *bin = getenv("KVCAL_BIN");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s tokenize %s 2>%s", bin && *bin ? bin : "build/kvcal",
+             args, kvcal_test_path("tokenize_stderr.txt"));
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    char buf[4096];
+    size_t n = 0;
+    for (size_t got; (got = fread(buf, 1, sizeof buf, p)) > 0;)
+        if (out && n + got < size) {
+            memcpy(out + n, buf, got);
+            n += got;
+        }
+    if (out)
+        out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int stderr_has(const char *what)
+{
+    char *e = kvcal_test_read_file(kvcal_test_path("tokenize_stderr.txt"), NULL);
+    int found = e && strstr(e, what);
+    if (!found)
+        fprintf(stderr, "\n  stderr: %s\n", e ? e : "(none)");
+    free(e);
+    return found;
+}
+
+static void cli_tokenize_hdf5_reads_back_as_the_same_samples(void)
+{
+    char args[1024], out[4096], h5[512];
+    snprintf(h5, sizeof h5, "%s", kvcal_test_path("default.h5"));
+    snprintf(args, sizeof args,
+             "-d " TEXT " -m " MODEL " -l 256 -n 20 --seed 3 -o %s --json", h5);
+    CU_ASSERT_EQUAL_FATAL(run_tokenize(args, out, sizeof out), 0);
+    cJSON *rep = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(rep, "num_samples")->valueint, 20);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(rep, "tokens")->valueint, 20 * 256);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(rep, "tokenizer_kind")->valuestring,
+                           "llama2c");
+    cJSON_Delete(rep);
+    /* the set holds what the library samples from the text with that seed */
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_find(MODEL, NULL, &tok), KVCAL_OK);
+    kvcal_dataset_options opt = {.num_samples = 20, .seq_len = 256, .seed = 3, .pack = 1};
+    kvcal_samples *want = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(TEXT, tok, &opt, &want), KVCAL_OK);
+    kvcal_doclist rows;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(h5, NULL, &rows), KVCAL_OK);
+    CU_ASSERT_EQUAL(rows.n, 20);
+    for (size_t i = 0; i < rows.n && i < 20; i++) {
+        CU_ASSERT_EQUAL(rows.d[i].n_ids, 256);
+        CU_ASSERT_EQUAL(rows.d[i].ids[0], 1); /* every window starts with BOS */
+        CU_ASSERT(!memcmp(rows.d[i].ids, want->ids + i * 256, 256 * sizeof(int32_t)));
+    }
+    kvcal_doclist_free(&rows);
+    kvcal_samples_destroy(want);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void cli_tokenize_jsonl_writes_one_line_per_document_in_order(void)
+{
+    char args[1024], jl[512];
+    snprintf(jl, sizeof jl, "%s", kvcal_test_path("default.jsonl"));
+    snprintf(args, sizeof args,
+             "-d " TEXT " -t " MODEL "/tok512.bin --format jsonl -q -o %s", jl);
+    CU_ASSERT_EQUAL_FATAL(run_tokenize(args, NULL, 0), 0);
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_find(MODEL, NULL, &tok), KVCAL_OK);
+    kvcal_documents *docs = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_tokenize_documents(TEXT, tok, NULL, &docs),
+                          KVCAL_OK);
+    size_t len;
+    char *text = kvcal_test_read_file(jl, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    int line = 0;
+    char *save = NULL;
+    for (char *l = strtok_r(text, "\n", &save); l;
+         l = strtok_r(NULL, "\n", &save), line++) {
+        cJSON *o = cJSON_Parse(l);
+        const cJSON *ids = cJSON_GetObjectItem(o, "input_ids");
+        CU_ASSERT_FATAL(line < docs->num_docs && cJSON_IsArray(ids));
+        CU_ASSERT_EQUAL((size_t)cJSON_GetArraySize(ids), docs->lengths[line]);
+        CU_ASSERT_EQUAL(cJSON_GetArrayItem(ids, 0)->valueint, docs->ids[line][0]);
+        cJSON_Delete(o);
+    }
+    CU_ASSERT_EQUAL(line, docs->num_docs);
+    CU_ASSERT(docs->num_docs > 50);
+    free(text);
+    kvcal_documents_destroy(docs);
+    kvcal_tokenizer_destroy(tok);
+}
+
+static void cli_tokenize_errors_exit_nonzero_and_write_nothing(void)
+{
+    char args[1024], o[512]; /* own copy: kvcal_test_path's slots rotate */
+    snprintf(o, sizeof o, "%s", kvcal_test_path("never.h5"));
+    snprintf(args, sizeof args, "-d " TEXT " -m " MODEL " -l 2048 -n 1000 -o %s", o);
+    CU_ASSERT_EQUAL(run_tokenize(args, NULL, 0), 1);
+    CU_ASSERT(stderr_has("tokens in 81 documents"));
+    CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
+    snprintf(args, sizeof args, "-d no/such/file.txt -m " MODEL " -o %s", o);
+    CU_ASSERT_EQUAL(run_tokenize(args, NULL, 0), 2);
+    CU_ASSERT(stderr_has("cannot read dataset"));
+    snprintf(args, sizeof args, "-d " TEXT " -t " TEXT " -o %s", o);
+    CU_ASSERT_EQUAL(run_tokenize(args, NULL, 0), 1);
+    CU_ASSERT(stderr_has("unknown tokenizer type"));
+    CU_ASSERT_EQUAL(run_tokenize("-d " TEXT " -m " MODEL, NULL, 0), 2); /* no --output */
+    CU_ASSERT(stderr_has("--output"));
+    CU_ASSERT_EQUAL(run_tokenize("--format csv -d x -m x -o x", NULL, 0), 2);
+    CU_ASSERT_EQUAL(run_tokenize("--seq-len 0 -d x -m x -o x", NULL, 0), 2);
+    CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(cli_tokenize_hdf5_reads_back_as_the_same_samples),
+    KVCAL_TEST(cli_tokenize_jsonl_writes_one_line_per_document_in_order),
+    KVCAL_TEST(cli_tokenize_errors_exit_nonzero_and_write_nothing),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(tokenize_cli, KVCAL_NEEDS_NOTHING, tests)
