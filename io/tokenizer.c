@@ -101,6 +101,19 @@ int32_t kvcal_tok_lookup(const kvcal_tokenizer_t *t, const char *s, size_t n)
     }
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int kvcal_tok_byte_piece(const char *s, size_t len)
+{
+    if (len != 6 || memcmp(s, "<0x", 3) || s[5] != '>')
+        return -1;
+    int hi = hex_digit(s[3]), lo = hex_digit(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 void kvcal_tok_find_byte_pieces(kvcal_tokenizer_t *t)
 {
     for (int b = 0; b < 256; b++)
@@ -108,20 +121,17 @@ void kvcal_tok_find_byte_pieces(kvcal_tokenizer_t *t)
     for (int32_t id = 0; id < t->vocab_size; id++) {
         size_t len;
         const char *s = kvcal_tok_piece(t, id, &len);
-        unsigned v;
-        char tail;
-        if (len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>') {
-            char hex[3] = {s[3], s[4], 0};
-            if (sscanf(hex, "%2X%c", &v, &tail) == 1 &&
-                strchr("0123456789ABCDEF", s[3]) && strchr("0123456789ABCDEF", s[4]) &&
-                t->byte_id[v] < 0)
-                t->byte_id[v] = id;
-        }
+        int b = kvcal_tok_byte_piece(s, len);
+        if (b >= 0 && t->byte_id[b] < 0)
+            t->byte_id[b] = id;
     }
 }
 
 kvcal_status kvcal_pairmap_init(kvcal_pairmap *m, size_t n)
 {
+    if (n > (1u << 28))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "tokenizer: %zu merges is more than kvcal takes", n);
     uint32_t cap = 16;
     while (cap < n * 2)
         cap <<= 1;
@@ -526,9 +536,7 @@ static int decode_spm_piece(const kvcal_tokenizer_t *t, int32_t id, const char *
                             size_t n, text_buf *b)
 {
     if (t->piece_type[id] == KVCAL_PIECE_BYTE) {
-        unsigned v = 0;
-        sscanf(s + 3, "%2X", &v);
-        unsigned char c = (unsigned char)v;
+        unsigned char c = (unsigned char)kvcal_tok_byte_piece(s, n);
         return text_put(b, &c, 1);
     }
     size_t i = 0;

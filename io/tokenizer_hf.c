@@ -110,8 +110,8 @@ static kvcal_status add_split(kvcal_tokenizer_t *t, const char *path, const char
             "%s: pre-tokenizer regex does not compile with PCRE2 at offset %zu: %s", path,
             (size_t)off, (const char *)msg);
     }
-    pcre2_jit_compile(
-        re, PCRE2_JIT_COMPLETE); /* the interpreter runs if JIT is unavailable */
+    /* when JIT is unavailable, pcre2_match interprets the pattern */
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
     t->split_re[t->n_split] = re;
     t->split_removed[t->n_split++] = removed;
     return KVCAL_OK;

@@ -144,6 +144,8 @@ kvcal_status kvcal_tok_build_map(kvcal_tokenizer_t *t,
                                  int (*keep)(const kvcal_tokenizer_t *, int32_t));
 /* Id of a piece, -1 when absent from the map. */
 int32_t kvcal_tok_lookup(const kvcal_tokenizer_t *t, const char *s, size_t n);
+/* The byte a piece "<0xXX>" stands for (upper-case hex), else -1. */
+int kvcal_tok_byte_piece(const char *s, size_t len);
 /* Fills byte_id[] from pieces named "<0xXX>". */
 void kvcal_tok_find_byte_pieces(kvcal_tokenizer_t *t);
 
