@@ -70,7 +70,7 @@ def main():
 
     cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=a.layers,
                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                      max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+                      max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                     "high_freq_factor": 4.0,
                                     "original_max_position_embeddings": 8192},
@@ -100,16 +100,18 @@ def main():
     pos = torch.arange(SEQ, device="cuda").unsqueeze(0).expand(BATCH, SEQ)
     cos, sin = body.rotary_emb(torch.empty(1, device="cuda", dtype=torch.bfloat16), pos)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, hd)
-    stats = {}
+    # running per-head absmax, preallocated so that compiled code mutates, never rebinds
+    stats = {(i, kind): torch.zeros(hkv, device="cuda") for i in range(a.layers)
+             for kind in ("k", "v")}
 
     def hook(layer, kind):
+        buf = stats[(layer, kind)]
+
         def fn(mod, inp, out):
             x = out.view(BATCH, SEQ, hkv, hd).transpose(1, 2)  # (B, Hkv, T, hd)
             if kind == "k":
                 x = x * cos + rotate_half(x) * sin
-            m = x.abs().amax(dim=(0, 2, 3)).float()
-            key = (layer, kind)
-            stats[key] = torch.maximum(stats[key], m) if key in stats else m
+            buf.copy_(torch.maximum(buf, x.abs().amax(dim=(0, 2, 3)).float()))
         return fn
 
     for i, layer in enumerate(body.layers):
@@ -122,7 +124,8 @@ def main():
             for b in batches[:warmup]:
                 fn(input_ids=b)
             torch.cuda.synchronize()
-            stats.clear()
+            for buf in stats.values():
+                buf.zero_()
             torch.cuda.reset_peak_memory_stats()
             t = time.time()
             for b in batches:
@@ -132,12 +135,12 @@ def main():
 
     eager_tps = timed(body, 1)
     hf_peak = torch.cuda.max_memory_allocated()
-    worst = 0.0
+    worst = {"k": (0.0, 0, 0), "v": (0.0, 0, 0)}  # rel. diff, layer, head
     for li, layer in enumerate(res["layers"]):
         for kind in ("k", "v"):
             ref = stats[(li, kind)].tolist()
-            for got, want in zip(layer[kind + "_absmax"], ref):
-                worst = max(worst, abs(got - want) / want)
+            for h, (got, want) in enumerate(zip(layer[kind + "_absmax"], ref)):
+                worst[kind] = max(worst[kind], (abs(got - want) / want, li, h))
     compiled_tps = timed(torch.compile(body), 2)
 
     flops_per_token = a.layers * (2 * 4096 * (6144 + 4096 + 3 * 14336) + 4 * 4096 * (SEQ + 1) / 2)
@@ -151,9 +154,11 @@ def main():
           f"attention halved)")
     print(f"peak device memory: kvcal {kvcal_peak / 2**30:.1f} GiB, HF {hf_peak / 2**30:.1f} GiB; "
           f"body weights {weights / 2**30:.1f} GiB")
-    print(f"per-head K (after RoPE) / V absmax, kvcal vs transformers bf16: worst rel. diff "
-          f"{worst:.2e}")
-    return 0 if worst <= 0.02 else 1
+    for kind, name in (("k", "K (after RoPE)"), ("v", "V")):
+        w, li, h = worst[kind]
+        print(f"per-head {name} absmax, kvcal vs transformers bf16: worst rel. diff {w:.2e} "
+              f"(layer {li}, kv head {h})")
+    return 0 if max(worst["k"][0], worst["v"][0]) <= 0.02 else 1
 
 
 if __name__ == "__main__":

@@ -210,7 +210,7 @@ static void check_gemm(kvcal_gemm_t *g, int rows, int k, int n, int with_bias)
     free(ref);
 }
 
-static void gemm_matches_reference_with_bias_epilogue(void)
+static void gemm_matches_reference_with_bias_epilogue_and_tuned_algorithms(void)
 {
     kvcal_gemm_t *g = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &g), KVCAL_OK);
@@ -218,6 +218,7 @@ static void gemm_matches_reference_with_bias_epilogue(void)
     check_gemm(g, 1, 64, 40, 0);
     check_gemm(g, 300, 80, 24, 1);
     check_gemm(g, 19, 136, 200, 1); /* the cached plan again */
+    check_gemm(g, 1024, 1024, 520, 1); /* over 1 GFLOP: candidates timed first */
     kvcal_gemm_destroy(g);
     kvcal_gemm_destroy(NULL);
 }
@@ -608,7 +609,7 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(add_rmsnorm_matches_reference_and_updates_residual_exactly),
     KVCAL_TEST(swiglu_matches_reference_on_odd_widths),
-    KVCAL_TEST(gemm_matches_reference_with_bias_epilogue),
+    KVCAL_TEST(gemm_matches_reference_with_bias_epilogue_and_tuned_algorithms),
     KVCAL_TEST(attention_matches_reference_gqa_head_dim_80_odd_lengths),
     KVCAL_TEST(attention_matches_reference_mqa_and_every_head_dim),
     KVCAL_TEST(attention_portable_path_matches_reference_on_small_head_dims),

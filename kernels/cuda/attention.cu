@@ -108,8 +108,8 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile,
 
 // --- kernel -------------------------------------------------------------------
 
-template <int HD, int WARPS, int MT>
-__global__ void __launch_bounds__(WARPS * 32)
+template <int HD, int WARPS, int MT, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB)
     attention_kernel(__nv_bfloat16 *__restrict__ out, // (batch * seq_len, out_stride)
                      int64_t out_stride,
                      const __nv_bfloat16 *__restrict__ q, // (batch * seq_len, stride)
@@ -118,7 +118,10 @@ __global__ void __launch_bounds__(WARPS * 32)
                      int group, float scale_log2)
 {
     constexpr int LD = HD + ATT_PAD, KSTEPS = HD / 16, DTILES = HD / 8;
-    constexpr int BM = WARPS * 16 * MT, THREADS = WARPS * 32, QREG = MT == 1 ? KSTEPS : 1;
+    // Q fragments stay in registers unless registers are short (MT 2, or MINB
+    // blocks per SM asked for), when they are re-read from shared memory
+    constexpr bool Q_IN_REGS = MT == 1 && MINB < 4;
+    constexpr int BM = WARPS * 16 * MT, THREADS = WARPS * 32, QREG = Q_IN_REGS ? KSTEPS : 1;
     extern __shared__ __align__(16) unsigned char att_smem[];
     __nv_bfloat16 *sq = reinterpret_cast<__nv_bfloat16 *>(att_smem); // (BM, LD)
     __nv_bfloat16 *sk = sq + BM * LD;                                 // (64, LD)
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
 
     uint32_t qf[QREG][4];
-    if (MT == 1) {
+    if (Q_IN_REGS) {
 #pragma unroll
         for (int kk = 0; kk < QREG; kk++)
             ldmatrix_x4(qf[kk], sq + (warp_row0 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
@@ -184,10 +187,10 @@ __global__ void __launch_bounds__(WARPS * 32)
                 uint32_t qm[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    if (MT == 1) {
+                    if (Q_IN_REGS) {
 #pragma unroll
                         for (int r = 0; r < 4; r++)
-                            qm[mt][r] = qf[MT == 1 ? kk : 0][r];
+                            qm[mt][r] = qf[Q_IN_REGS ? kk : 0][r];
                     } else {
                         ldmatrix_x4(qm[mt], sq + (warp_row0 + mt * 16 + (lane & 15)) * LD +
                                                 kk * 16 + (lane >> 4) * 8);
@@ -395,7 +398,7 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
 
 // --- launcher -----------------------------------------------------------------
 
-template <int HD, int WARPS, int MT>
+template <int HD, int WARPS, int MT, int MINB>
 static kvcal_status attention_run(__nv_bfloat16 *out, int64_t out_stride,
                                   const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                   const __nv_bfloat16 *v, int64_t stride, int batch,
@@ -409,11 +412,11 @@ static kvcal_status attention_run(__nv_bfloat16 *out, int64_t out_stride,
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "attention: batch %d x seq_len %d exceeds the launch grid", batch,
                           seq_len);
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT>,
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT, MINB>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
     const dim3 grid(n_heads, batch, m_blocks);
-    attention_kernel<HD, WARPS, MT><<<grid, WARPS * 32, smem, stream>>>(
+    attention_kernel<HD, WARPS, MT, MINB><<<grid, WARPS * 32, smem, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f);
     KVCAL_CUDA_CHECK_LAUNCH("attention_kernel");
     return KVCAL_OK;
@@ -428,14 +431,17 @@ static kvcal_status attention_version(int version, __nv_bfloat16 *out, int64_t o
 {
     switch (version) {
     case 1:
-        return attention_run<HD, 4, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
-                                       n_heads, group, scale, stream);
+        return attention_run<HD, 4, 1, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
+                                          n_heads, group, scale, stream);
     case 2:
-        return attention_run<HD, 4, 2>(out, out_stride, q, k, v, stride, batch, seq_len,
-                                       n_heads, group, scale, stream);
+        return attention_run<HD, 4, 2, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
+                                          n_heads, group, scale, stream);
+    case 3:
+        return attention_run<HD, 8, 1, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
+                                          n_heads, group, scale, stream);
     default:
-        return attention_run<HD, 8, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
-                                       n_heads, group, scale, stream);
+        return attention_run<HD, 4, 1, 4>(out, out_stride, q, k, v, stride, batch, seq_len,
+                                          n_heads, group, scale, stream);
     }
 }
 

@@ -83,7 +83,9 @@ kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride,
 /* --- GEMM (cuBLASLt) --------------------------------------------------- */
 
 /* A cuBLASLt handle, its workspace and the algorithms chosen per shape. Use
- * from one host thread at a time. */
+ * from one host thread at a time. The first launch of a shape of 1 GFLOP or
+ * more times cuBLASLt's candidate algorithms on the caller's stream (and
+ * waits for it once); later launches of the shape are asynchronous. */
 typedef struct kvcal_gemm kvcal_gemm_t;
 
 /* workspace_bytes: cuBLASLt scratch (32 MiB is plenty); *out = NULL on failure. */
@@ -122,11 +124,13 @@ kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
  * the portable kernel whatever the version), for the tests and bench/runner_ops:
  * 1: 4 warps x 16 query rows (64 per block), Q fragments in registers;
  * 2: 4 warps x 2 x 16 rows (128 per block), Q re-read from shared memory;
- * 3: 8 warps x 16 rows (128 per block), Q fragments in registers.
+ * 3: 8 warps x 16 rows (128 per block), Q fragments in registers;
+ * 4: as 1 with Q re-read from shared memory and registers capped for 4
+ *    blocks per multiprocessor.
  * kvcal_attention_launch uses KVCAL_ATTENTION_DEFAULT_VERSION, the fastest
  * measured (bench/NOTES.md). */
-#define KVCAL_ATTENTION_VERSIONS 3
-#define KVCAL_ATTENTION_DEFAULT_VERSION 1
+#define KVCAL_ATTENTION_VERSIONS 4
+#define KVCAL_ATTENTION_DEFAULT_VERSION 4
 kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out, int64_t out_stride,
                                             const kvcal_bf16 *q, const kvcal_bf16 *k,
                                             const kvcal_bf16 *v, int64_t qkv_stride,
