@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "calib/command.h"
@@ -73,6 +74,35 @@ static int parse_int(const char *s, const char *name, long long lo, long long hi
     }
     *out = v;
     return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The progress line on stderr (a terminal, without --quiet). */
+typedef struct progress_line {
+    double t0, last;
+    int shown;
+} progress_line;
+
+static void show_progress(void *ctx, long long done, long long total, long long tokens)
+{
+    progress_line *p = ctx;
+    double t = now_s();
+    if (t - p->last < 0.25)
+        return;
+    p->last = t;
+    p->shown = 1;
+    double elapsed = t - p->t0;
+    fprintf(stderr,
+            "\rkvcal tokenize: %lld/%lld documents, %lld tokens, %.0f tokens/s, "
+            "at most %.0f s left   ",
+            done, total, tokens, elapsed > 0 ? (double)tokens / elapsed : 0.0,
+            done ? elapsed * (double)(total - done) / (double)done : 0.0);
 }
 
 /* One {"input_ids": [...]} line per document. */
@@ -194,34 +224,42 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
     kvcal_tokenizer_t *tok = NULL;
     kvcal_documents *docs = NULL;
     kvcal_samples *samples = NULL;
+    progress_line pl = {0};
     kvcal_status st = kvcal_tokenizer_find(model, tok_path, &tok);
     if (st)
         goto fail;
     long long tokens = 0;
     int n_docs = 0;
+    pl.t0 = pl.last = now_s();
+    kvcal_dataset_options opt = {.num_samples = (int)num_samples,
+                                 .seq_len = (int)seq_len,
+                                 .seed = (uint64_t)seed,
+                                 .pack = pack,
+                                 .text_field = text_field};
+    kvcal_dataset_progress prog = {show_progress, &pl};
+    const kvcal_dataset_progress *progress =
+        !quiet && isatty(STDERR_FILENO) ? &prog : NULL;
     if (jsonl) {
-        if ((st = kvcal_dataset_tokenize_documents(dataset, tok, text_field, &docs)) ||
+        if ((st = kvcal_dataset_tokenize_documents(dataset, tok, text_field, progress,
+                                                   &docs)) ||
             (st = write_jsonl(output, docs)))
             goto fail;
         n_docs = docs->num_docs;
         for (int i = 0; i < n_docs; i++)
             tokens += (long long)docs->lengths[i];
     } else {
-        kvcal_dataset_options opt = {.num_samples = (int)num_samples,
-                                     .seq_len = (int)seq_len,
-                                     .seed = (uint64_t)seed,
-                                     .pack = pack,
-                                     .text_field = text_field};
         kvcal_token_provenance prov = {.source = dataset,
                                        .tokenizer = tok_path ? tok_path : model,
                                        .tokenizer_kind = kvcal_tokenizer_kind(tok),
                                        .seed = (uint64_t)seed,
                                        .pack = pack};
-        if ((st = kvcal_dataset_load(dataset, tok, &opt, &samples)) ||
+        if ((st = kvcal_dataset_load_progress(dataset, tok, &opt, progress, &samples)) ||
             (st = kvcal_samples_write_hdf5(output, samples, &prov)))
             goto fail;
         tokens = samples->num_tokens;
     }
+    if (pl.shown)
+        fputc('\n', stderr);
     if (!quiet) {
         if (jsonl)
             fprintf(stderr, "kvcal tokenize: %d documents, %lld tokens (%s) -> %s\n",
@@ -254,7 +292,7 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
     kvcal_tokenizer_destroy(tok);
     return KVCAL_EXIT_OK;
 fail:
-    fprintf(stderr, "kvcal tokenize: %s\n", kvcal_last_error());
+    fprintf(stderr, "%skvcal tokenize: %s\n", pl.shown ? "\n" : "", kvcal_last_error());
     kvcal_documents_destroy(docs);
     kvcal_samples_destroy(samples);
     kvcal_tokenizer_destroy(tok);

@@ -582,6 +582,7 @@ static kvcal_status doc_ids(const char *path, const kvcal_doclist *l, size_t i,
 kvcal_status kvcal_dataset_tokenize_documents(const char *path,
                                               const kvcal_tokenizer_t *tok,
                                               const char *text_field,
+                                              const kvcal_dataset_progress *progress,
                                               kvcal_documents **out)
 {
     *out = NULL;
@@ -595,10 +596,14 @@ kvcal_status kvcal_dataset_tokenize_documents(const char *path,
         st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
+    long long tokens = 0;
     for (size_t i = 0; i < l.n; i++) {
         if ((st = doc_ids(path, &l, i, tok, &d->ids[i], &d->lengths[i])))
             goto fail;
         d->num_docs++;
+        tokens += (long long)d->lengths[i];
+        if (progress && progress->fn)
+            progress->fn(progress->ctx, d->num_docs, (long long)l.n, tokens);
     }
     kvcal_doclist_free(&l);
     *out = d;
@@ -669,6 +674,14 @@ static kvcal_status samples_room(kvcal_samples *s, int i, int grow)
 kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
                                 const kvcal_dataset_options *opt, kvcal_samples **out)
 {
+    return kvcal_dataset_load_progress(path, tok, opt, NULL, out);
+}
+
+kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer_t *tok,
+                                         const kvcal_dataset_options *opt,
+                                         const kvcal_dataset_progress *progress,
+                                         kvcal_samples **out)
+{
     *out = NULL;
     if (!opt || opt->num_samples < 0 || opt->seq_len <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -715,6 +728,9 @@ kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
             goto fail;
         seen_tokens += (long long)n;
         seen_docs++;
+        if (progress && progress->fn)
+            progress->fn(progress->ctx, (long long)seen_docs, (long long)l.n,
+                         seen_tokens);
         if (!opt->pack) {
             if (n && !(st = samples_room(s, filled, !want))) {
                 size_t m = n < (size_t)L ? n : (size_t)L;

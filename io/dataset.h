@@ -20,6 +20,13 @@ typedef struct kvcal_dataset_options {
     const char *text_field; /* JSONL text field, NULL for "text" */
 } kvcal_dataset_options;
 
+/* Called after each document is tokenized, on the calling thread: documents
+ * done, documents in the dataset, tokens so far. */
+typedef struct kvcal_dataset_progress {
+    void (*fn)(void *ctx, long long docs_done, long long docs_total, long long tokens);
+    void *ctx;
+} kvcal_dataset_progress;
+
 /* num_samples x seq_len token ids; lengths[i] <= seq_len valid tokens of
  * sample i, the rest is padding (id -1) that is never observed. */
 typedef struct kvcal_samples {
@@ -36,6 +43,12 @@ typedef struct kvcal_samples {
 kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
                                 const kvcal_dataset_options *opt, kvcal_samples **out);
 
+/* kvcal_dataset_load, reporting progress (may be NULL). */
+kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer_t *tok,
+                                         const kvcal_dataset_options *opt,
+                                         const kvcal_dataset_progress *progress,
+                                         kvcal_samples **out);
+
 void kvcal_samples_destroy(kvcal_samples *s);
 
 /* Every document of a dataset, in input order, unpacked: text encoded with
@@ -48,11 +61,12 @@ typedef struct kvcal_documents {
 } kvcal_documents;
 
 /* Reads and tokenizes every document of `path` (tok may be NULL for
- * token-id datasets). *out = NULL on failure; free with
- * kvcal_documents_destroy. */
+ * token-id datasets), reporting progress (may be NULL). *out = NULL on
+ * failure; free with kvcal_documents_destroy. */
 kvcal_status kvcal_dataset_tokenize_documents(const char *path,
                                               const kvcal_tokenizer_t *tok,
                                               const char *text_field,
+                                              const kvcal_dataset_progress *progress,
                                               kvcal_documents **out);
 void kvcal_documents_destroy(kvcal_documents *docs);
 

@@ -214,8 +214,20 @@ static void dataset_hdf5_token_set_reads_back_as_written(void)
         KVCAL_ERR_PARSE);
 }
 
+/* progress callback: counts calls and keeps the last report */
+static void count_progress(void *ctx, long long done, long long total, long long tokens)
+{
+    long long *c = ctx;
+    c[0]++;
+    c[1] = done;
+    c[2] = total;
+    c[3] = tokens;
+}
+
 static void dataset_text_packs_windows_that_start_with_bos(void)
 {
+    long long calls[4] = {0};
+    kvcal_dataset_progress prog = {count_progress, calls};
     char tokp[512];
     snprintf(tokp, sizeof tokp, "%s/models/stories260K/tok512.bin",
              kvcal_test_shared_dir());
@@ -237,7 +249,8 @@ static void dataset_text_packs_windows_that_start_with_bos(void)
     opt = (kvcal_dataset_options){.num_samples = 3, .seq_len = 64, .seed = 5, .pack = 0};
     CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_OK);
     kvcal_documents *d = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_tokenize_documents(p, tok, NULL, &d), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_tokenize_documents(p, tok, NULL, &prog, &d),
+                          KVCAL_OK);
     CU_ASSERT_EQUAL(d->num_docs, 3);
     long long total = 0;
     for (int i = 0; i < 3; i++) {
@@ -245,6 +258,8 @@ static void dataset_text_packs_windows_that_start_with_bos(void)
         CU_ASSERT_EQUAL(d->ids[i][0], 1);
     }
     CU_ASSERT_EQUAL(s->num_tokens, total);
+    /* progress: once per document, the last report has every token */
+    CU_ASSERT(calls[0] == 3 && calls[1] == 3 && calls[2] == 3 && calls[3] == total);
     opt.num_samples = 1;
     opt.seq_len = 1000;
     opt.pack = 1;

@@ -93,7 +93,7 @@ static void cli_tokenize_jsonl_writes_one_line_per_document_in_order(void)
     kvcal_tokenizer_t *tok = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_find(MODEL, NULL, &tok), KVCAL_OK);
     kvcal_documents *docs = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_tokenize_documents(TEXT, tok, NULL, &docs),
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_tokenize_documents(TEXT, tok, NULL, NULL, &docs),
                           KVCAL_OK);
     size_t len;
     char *text = kvcal_test_read_file(jl, &len);
