@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 
-timeout 180 "$build/kvcal_tests" cuda_ops calibrate > "$out/tests.log" 2>&1
+timeout 180 "$build/kvcal_tests" cuda_ops cuda_gemm_tuning calibrate > "$out/tests.log" 2>&1
 t_rc=$?
 tail -n 4 "$out/tests.log"
 
@@ -70,12 +70,15 @@ if [ -z "${KVCAL_SKIP_8B:-}" ]; then
     rm -rf "$work"
 fi
 
-# compute-sanitizer over the CUDA suite: memcheck, then racecheck and synccheck
+# compute-sanitizer over the CUDA suites: memcheck, racecheck (kvcal's kernels:
+# cuda_ops only, see tests/test_cuda_ops.c) and synccheck
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 : > "$out/sanitizer.log"
 san_rc=()
 for tool in "memcheck --leak-check full" "racecheck --racecheck-report all" "synccheck"; do
-    timeout 90 "$san" --tool $tool --error-exitcode 9 "$build/kvcal_tests" cuda_ops \
+    suites="cuda_ops cuda_gemm_tuning"
+    [ "${tool%% *}" = racecheck ] && suites=cuda_ops
+    timeout 90 "$san" --tool $tool --error-exitcode 9 "$build/kvcal_tests" $suites \
         >> "$out/sanitizer.log" 2>&1
     san_rc+=($?)
 done
