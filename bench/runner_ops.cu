@@ -21,23 +21,23 @@ extern "C" {
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
 
-#define CHECK_CUDA(x)                                                                   \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                 \
-                    cudaGetErrorString(e_));                                            \
-            exit(1);                                                                    \
-        }                                                                               \
+#define CHECK_CUDA(x)                                                                    \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                   \
+                    cudaGetErrorString(e_));                                             \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
-#define CHECK_KVCAL(x)                                                                  \
-    do {                                                                                \
-        kvcal_status s_ = (x);                                                          \
-        if (s_ != KVCAL_OK) {                                                           \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #x,             \
-                    kvcal_status_str(s_), kvcal_last_error());                          \
-            exit(1);                                                                    \
-        }                                                                               \
+#define CHECK_KVCAL(x)                                                                   \
+    do {                                                                                 \
+        kvcal_status s_ = (x);                                                           \
+        if (s_ != KVCAL_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #x,               \
+                    kvcal_status_str(s_), kvcal_last_error());                           \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
 // --- setup ----------------------------------------------------------------------
@@ -91,8 +91,8 @@ template <class F> static float time_ms(timer &t, F f)
     return ms[ms.size() / 2];
 }
 
-static void row(const char *name, float ms, double flops, double bytes, double peak_tflops,
-                double peak_tbs)
+static void row(const char *name, float ms, double flops, double bytes,
+                double peak_tflops, double peak_tbs)
 {
     const double tf = flops / (ms * 1e-3) / 1e12, tb = bytes / (ms * 1e-3) / 1e12;
     const double floor_ms =
@@ -144,13 +144,17 @@ int main(int argc, char **argv)
            peak_tbs, peak_tflops);
 
     // --- one Llama-3-8B layer at 8 x 2048 tokens ---
-    kvcal_bf16 *resid = rand_dev((size_t)M * D, 1.0f), *delta = rand_dev((size_t)M * D, 1.0f);
+    kvcal_bf16 *resid = rand_dev((size_t)M * D, 1.0f),
+               *delta = rand_dev((size_t)M * D, 1.0f);
     kvcal_bf16 *xn = rand_dev((size_t)M * D, 1.0f), *norm_w = rand_dev(D, 1.0f);
     kvcal_bf16 *w_qkv = rand_dev((size_t)QKV * D, 0.02f), *b_qkv = rand_dev(QKV, 0.02f);
     kvcal_bf16 *w_o = rand_dev((size_t)D * D, 0.02f);
-    kvcal_bf16 *w_gu = rand_dev((size_t)2 * F * D, 0.02f), *w_down = rand_dev((size_t)D * F, 0.02f);
-    kvcal_bf16 *qkv = rand_dev((size_t)M * QKV, 1.0f), *att = rand_dev((size_t)M * D, 1.0f);
-    kvcal_bf16 *gu = rand_dev((size_t)M * 2 * F, 1.0f), *act = rand_dev((size_t)M * F, 1.0f);
+    kvcal_bf16 *w_gu = rand_dev((size_t)2 * F * D, 0.02f),
+               *w_down = rand_dev((size_t)D * F, 0.02f);
+    kvcal_bf16 *qkv = rand_dev((size_t)M * QKV, 1.0f),
+               *att = rand_dev((size_t)M * D, 1.0f);
+    kvcal_bf16 *gu = rand_dev((size_t)M * 2 * F, 1.0f),
+               *act = rand_dev((size_t)M * F, 1.0f);
     int32_t *pos;
     float *inv_freq;
     CHECK_CUDA(cudaMalloc(&pos, M * sizeof *pos));
@@ -169,29 +173,32 @@ int main(int argc, char **argv)
     kvcal_kv_observer obs;
     for (int kv = 0; kv < 2; kv++) {
         CHECK_CUDA(cudaMalloc(&obs.absmax[kv], HKV * HD * sizeof(float)));
-        CHECK_CUDA(cudaMalloc(&obs.hist[kv], (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
+        CHECK_CUDA(
+            cudaMalloc(&obs.hist[kv], (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
         CHECK_CUDA(cudaMalloc(&obs.batch_absmax[kv], HKV * sizeof(float)));
         CHECK_CUDA(cudaMemset(obs.absmax[kv], 0, HKV * HD * sizeof(float)));
-        CHECK_CUDA(cudaMemset(obs.hist[kv], 0, (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
+        CHECK_CUDA(cudaMemset(obs.hist[kv], 0,
+                              (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
         CHECK_CUDA(cudaMemset(obs.batch_absmax[kv], 0, HKV * sizeof(float)));
     }
     const kvcal_rope_cfg rope = {inv_freq, HD, 0, nullptr, nullptr, 0.0f};
 
-    printf("%-26s %9s %9s %7s %9s %7s\n", "op (8 x 2048 tokens)", "ms", "floor ms", "of fl",
-           "TFLOP/s", "TB/s");
+    printf("%-26s %9s %9s %7s %9s %7s\n", "op (8 x 2048 tokens)", "ms", "floor ms",
+           "of fl", "TFLOP/s", "TB/s");
     auto gemm_row = [&](const char *name, kvcal_bf16 *out, const kvcal_bf16 *x,
                         const kvcal_bf16 *w, const kvcal_bf16 *bias, int k, int n) {
         const float ms = time_ms(t, [&] {
             CHECK_KVCAL(kvcal_gemm_launch(gemm, out, x, w, bias, M, k, n, 0));
         });
-        row(name, ms, 2.0 * M * (double)k * n, 2.0 * ((double)M * k + (double)k * n + (double)M * n),
-            peak_tflops, peak_tbs);
+        row(name, ms, 2.0 * M * (double)k * n,
+            2.0 * ((double)M * k + (double)k * n + (double)M * n), peak_tflops, peak_tbs);
         return ms;
     };
     float layer = 0.0f, observer_cost;
     {
         const float ms = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
+            CHECK_KVCAL(
+                kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
         });
         row("add_rmsnorm", ms, 0.0, 2.0 * 4 * (double)M * D, peak_tflops, peak_tbs);
         layer += 2 * ms;
@@ -200,11 +207,13 @@ int main(int argc, char **argv)
     {
         const double bytes = 2.0 * M * ((H + HKV) * HD * 2.0 + HKV * HD);
         const float off = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope, nullptr, 0));
+            CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope,
+                                                  nullptr, 0));
         });
         row("rope", off, 0.0, bytes, peak_tflops, peak_tbs);
         const float on = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope, &obs, 0));
+            CHECK_KVCAL(
+                kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope, &obs, 0));
         });
         row("rope + observe", on, 0.0, bytes, peak_tflops, peak_tbs);
         layer += on;
@@ -218,9 +227,9 @@ int main(int argc, char **argv)
         std::vector<kvcal_bf16> ref(n_out), got(n_out);
         for (int ver = 1; ver <= KVCAL_ATTENTION_VERSIONS; ver++) {
             auto run = [&] {
-                CHECK_KVCAL(kvcal_attention_launch_version(ver, att, D, qkv, qkv + H * HD,
-                                                           qkv + (H + HKV) * HD, QKV, B, T, H,
-                                                           HKV, HD, 0.08838834764f, 0));
+                CHECK_KVCAL(kvcal_attention_launch_version(
+                    ver, att, D, qkv, qkv + H * HD, qkv + (H + HKV) * HD, QKV, B, T, H,
+                    HKV, HD, 0.08838834764f, 0));
             };
             CHECK_CUDA(cudaMemset(att, 0xff, n_out * sizeof(kvcal_bf16)));
             run();
@@ -233,8 +242,8 @@ int main(int argc, char **argv)
                 max_diff = d > max_diff || d != d ? d : max_diff;
             }
             if (!(max_diff <= 2e-2)) {
-                fprintf(stderr, "attention version %d differs from version 1 by %g\n", ver,
-                        max_diff);
+                fprintf(stderr, "attention version %d differs from version 1 by %g\n",
+                        ver, max_diff);
                 exit(1);
             }
             const float ms = time_ms(t, run);
@@ -249,16 +258,19 @@ int main(int argc, char **argv)
     layer += gemm_row("gemm o", xn, att, w_o, nullptr, D, D);
     layer += gemm_row("gemm gate_up", gu, xn, w_gu, nullptr, D, 2 * F);
     {
-        const float ms = time_ms(t, [&] { CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0)); });
+        const float ms =
+            time_ms(t, [&] { CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0)); });
         row("swiglu", ms, 0.0, 2.0 * 3.0 * M * F, peak_tflops, peak_tbs);
         layer += ms;
     }
     layer += gemm_row("gemm down", delta, act, w_down, nullptr, F, D);
-    const double layer_flops =
-        2.0 * M * D * ((double)QKV + D + 3.0 * F) + 4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
-    printf("\nlayer (sum of ops): %.3f ms, %.0f TFLOP/s; observer +%.3f ms (%.2f%% of the "
-           "layer)\n",
-           layer, layer_flops / (layer * 1e-3) / 1e12, observer_cost, 100.0 * observer_cost / layer);
+    const double layer_flops = 2.0 * M * D * ((double)QKV + D + 3.0 * F) +
+                               4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
+    printf(
+        "\nlayer (sum of ops): %.3f ms, %.0f TFLOP/s; observer +%.3f ms (%.2f%% of the "
+        "layer)\n",
+        layer, layer_flops / (layer * 1e-3) / 1e12, observer_cost,
+        100.0 * observer_cost / layer);
     printf("predicted 32-layer forward: %.0f tokens/s\n", M / (32.0 * layer * 1e-3));
 
     kvcal_gemm_destroy(gemm);

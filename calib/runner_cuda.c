@@ -15,25 +15,37 @@
 
 #define ALIGN 256u
 
-#define TRY(call)                                                                       \
-    do {                                                                                \
-        if ((st = (call)) != KVCAL_OK)                                                  \
-            goto fail;                                                                  \
+#define TRY(call)                                                                        \
+    do {                                                                                 \
+        if ((st = (call)) != KVCAL_OK)                                                   \
+            goto fail;                                                                   \
     } while (0)
-#define TRY_CUDA(call)                                                                  \
-    do {                                                                                \
-        cudaError_t e_ = (call);                                                        \
-        if (e_ != cudaSuccess) {                                                        \
-            st = kvcal_fail(e_ == cudaErrorMemoryAllocation ? KVCAL_ERR_DEVICE_MEMORY   \
-                                                            : KVCAL_ERR_CUDA,           \
-                            "cuda runner: %s: %s", #call, cudaGetErrorString(e_));      \
-            goto fail;                                                                  \
-        }                                                                               \
+#define TRY_CUDA(call)                                                                   \
+    do {                                                                                 \
+        cudaError_t e_ = (call);                                                         \
+        if (e_ != cudaSuccess) {                                                         \
+            st = kvcal_fail(e_ == cudaErrorMemoryAllocation ? KVCAL_ERR_DEVICE_MEMORY    \
+                                                            : KVCAL_ERR_CUDA,            \
+                            "cuda runner: %s: %s", #call, cudaGetErrorString(e_));       \
+            goto fail;                                                                   \
+        }                                                                                \
     } while (0)
 
 /* Byte offsets of one layer's tensors inside its region of the weight slab
  * (and of the host staging buffer it is converted into); 0 size = absent. */
-enum { T_WQKV, T_BQKV, T_WO, T_BO, T_WGU, T_WDOWN, T_ANORM, T_FNORM, T_QNORM, T_KNORM, T_COUNT };
+enum {
+    T_WQKV,
+    T_BQKV,
+    T_WO,
+    T_BO,
+    T_WGU,
+    T_WDOWN,
+    T_ANORM,
+    T_FNORM,
+    T_QNORM,
+    T_KNORM,
+    T_COUNT
+};
 
 typedef struct {
     size_t off[T_COUNT];
@@ -48,21 +60,21 @@ struct kvcal_cuda_runner {
     cudaStream_t stream;
     kvcal_gemm_t *gemm;
     layer_layout lay;
-    void *slab;                 /* every device buffer below */
-    unsigned char *weights;     /* (L, lay.bytes) */
-    kvcal_bf16 *embed;          /* (V, D) */
+    void *slab;                     /* every device buffer below */
+    unsigned char *weights;         /* (L, lay.bytes) */
+    kvcal_bf16 *embed;              /* (V, D) */
     kvcal_bf16 *resid, *xn, *delta; /* (N, D) */
-    kvcal_bf16 *qkv;            /* (N, qkv_n) */
-    kvcal_bf16 *att;            /* (N, H * hd) */
-    kvcal_bf16 *gu;             /* (N, 2 I) */
-    kvcal_bf16 *act;            /* (N, I) */
-    int32_t *ids, *pos;         /* (N) */
-    float *inv_freq;            /* (rot_dim / 2) */
-    float *absmax[2];           /* (L, HKV, hd) */
-    uint64_t *hist[2];          /* (L, HKV, bins) */
-    float *batch_absmax[2];     /* (L, HKV) */
-    int32_t *host_ids, *host_pos; /* pinned (N) */
-    float *host_bmax;           /* pinned (2, L, HKV) */
+    kvcal_bf16 *qkv;                /* (N, qkv_n) */
+    kvcal_bf16 *att;                /* (N, H * hd) */
+    kvcal_bf16 *gu;                 /* (N, 2 I) */
+    kvcal_bf16 *act;                /* (N, I) */
+    int32_t *ids, *pos;             /* (N) */
+    float *inv_freq;                /* (rot_dim / 2) */
+    float *absmax[2];               /* (L, HKV, hd) */
+    uint64_t *hist[2];              /* (L, HKV, bins) */
+    float *batch_absmax[2];         /* (L, HKV) */
+    int32_t *host_ids, *host_pos;   /* pinned (N) */
+    float *host_bmax;               /* pinned (2, L, HKV) */
 };
 
 static size_t round_up(size_t n)
@@ -75,8 +87,15 @@ static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
     const size_t D = (size_t)d->hidden_size, I = (size_t)d->intermediate_size;
     const size_t hd = (size_t)d->head_dim, q = (size_t)d->num_heads * hd;
     const size_t qkv = q + 2 * (size_t)d->num_kv_heads * hd;
-    const size_t elems[T_COUNT] = {qkv * D, d->qkv_bias ? qkv : 0, D * q, d->o_bias ? D : 0,
-                                   2 * I * D, D * I, D, D, d->qk_norm ? hd : 0,
+    const size_t elems[T_COUNT] = {qkv * D,
+                                   d->qkv_bias ? qkv : 0,
+                                   D * q,
+                                   d->o_bias ? D : 0,
+                                   2 * I * D,
+                                   D * I,
+                                   D,
+                                   D,
+                                   d->qk_norm ? hd : 0,
                                    d->qk_norm ? hd : 0};
     size_t off = 0;
     for (int i = 0; i < T_COUNT; i++) {
@@ -150,7 +169,8 @@ static kvcal_status upload_model(kvcal_cuda_runner_t *r, kvcal_model_t *model)
     cudaEvent_t done[2] = {NULL, NULL};
     float *rows = NULL;
     int32_t *ids = NULL;
-    const size_t stage_bytes = r->lay.bytes > ((size_t)8 << 20) ? r->lay.bytes : (size_t)8 << 20;
+    const size_t stage_bytes =
+        r->lay.bytes > ((size_t)8 << 20) ? r->lay.bytes : (size_t)8 << 20;
     TRY_CUDA(cudaMallocHost((void **)&stage[0], stage_bytes));
     TRY_CUDA(cudaMallocHost((void **)&stage[1], stage_bytes));
     TRY_CUDA(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
@@ -168,7 +188,8 @@ static kvcal_status upload_model(kvcal_cuda_runner_t *r, kvcal_model_t *model)
     rows = malloc((size_t)chunk * (size_t)r->D * sizeof *rows);
     ids = malloc((size_t)chunk * sizeof *ids);
     if (!rows || !ids) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: no host memory to stage the embedding");
+        st = kvcal_fail(KVCAL_ERR_NOMEM,
+                        "cuda runner: no host memory to stage the embedding");
         goto fail;
     }
     for (int v0 = 0, i = 0; v0 < r->V; v0 += chunk, i++) {
@@ -179,11 +200,12 @@ static kvcal_status upload_model(kvcal_cuda_runner_t *r, kvcal_model_t *model)
         TRY_CUDA(cudaEventSynchronize(done[i & 1]));
         to_bf16((kvcal_bf16 *)stage[i & 1], rows, (size_t)n * (size_t)r->D);
         TRY_CUDA(cudaMemcpyAsync(r->embed + (size_t)v0 * r->D, stage[i & 1],
-                                 (size_t)n * r->D * sizeof(kvcal_bf16), cudaMemcpyHostToDevice,
-                                 r->stream));
+                                 (size_t)n * r->D * sizeof(kvcal_bf16),
+                                 cudaMemcpyHostToDevice, r->stream));
         TRY_CUDA(cudaEventRecord(done[i & 1], r->stream));
     }
-    TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq, (size_t)(r->rot_dim / 2) * sizeof(float),
+    TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
+                             (size_t)(r->rot_dim / 2) * sizeof(float),
                              cudaMemcpyHostToDevice, r->stream));
     TRY_CUDA(cudaStreamSynchronize(r->stream));
 fail:
@@ -211,8 +233,9 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len)
                              cudaMemcpyHostToDevice, s));
     TRY(kvcal_embed_launch(r->resid, r->embed, r->ids, n, r->D, s));
     for (int l = 0; l < r->L; l++) {
-        const kvcal_rope_cfg rope = {r->inv_freq, r->rot_dim, r->interleaved,
-                                     tensor(r, l, T_QNORM), tensor(r, l, T_KNORM), r->eps};
+        const kvcal_rope_cfg rope = {r->inv_freq,           r->rot_dim,
+                                     r->interleaved,        tensor(r, l, T_QNORM),
+                                     tensor(r, l, T_KNORM), r->eps};
         kvcal_kv_observer obs;
         for (int kv = 0; kv < 2; kv++) {
             obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
@@ -223,30 +246,31 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len)
                                      tensor(r, l, T_ANORM), n, r->D, r->eps, s));
         TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, tensor(r, l, T_WQKV),
                               tensor(r, l, T_BQKV), n, r->D, r->qkv_n, s));
-        TRY(kvcal_rope_observe_launch(r->qkv, r->qkv_n, r->pos, n, r->H, r->HKV, r->hd, &rope,
-                                      &obs, s));
+        TRY(kvcal_rope_observe_launch(r->qkv, r->qkv_n, r->pos, n, r->H, r->HKV, r->hd,
+                                      &rope, &obs, s));
         if (l == r->L - 1)
             break;
         TRY(kvcal_attention_launch(r->att, q_cols, r->qkv, r->qkv + q_cols,
-                                   r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, batch, seq_len,
-                                   r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd), s));
+                                   r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, batch,
+                                   seq_len, r->H, r->HKV, r->hd,
+                                   1.0f / sqrtf((float)r->hd), s));
         TRY(kvcal_gemm_launch(r->gemm, r->delta, r->att, tensor(r, l, T_WO),
                               tensor(r, l, T_BO), n, q_cols, r->D, s));
-        TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, tensor(r, l, T_FNORM), n, r->D,
-                                     r->eps, s));
+        TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, tensor(r, l, T_FNORM), n,
+                                     r->D, r->eps, s));
         TRY(kvcal_gemm_launch(r->gemm, r->gu, r->xn, tensor(r, l, T_WGU), NULL, n, r->D,
                               2 * r->I, s));
         TRY(kvcal_swiglu_launch(r->act, r->gu, n, r->I, s));
-        TRY(kvcal_gemm_launch(r->gemm, r->delta, r->act, tensor(r, l, T_WDOWN), NULL, n, r->I,
-                              r->D, s));
+        TRY(kvcal_gemm_launch(r->gemm, r->delta, r->act, tensor(r, l, T_WDOWN), NULL, n,
+                              r->I, r->D, s));
     }
     return KVCAL_OK;
 fail:
     return st;
 }
 
-kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch, int max_seq_len,
-                                      kvcal_cuda_runner_t **out)
+kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
+                                      int max_seq_len, kvcal_cuda_runner_t **out)
 {
     kvcal_status st = KVCAL_OK;
     *out = NULL;
@@ -257,13 +281,14 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch, int m
     const kvcal_model_desc *d = kvcal_model_describe(model);
     if (max_batch <= 0 || max_seq_len <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "cuda runner: batch %d x seq_len %d: both must be > 0", max_batch,
-                          max_seq_len);
+                          "cuda runner: batch %d x seq_len %d: both must be > 0",
+                          max_batch, max_seq_len);
     if (d->head_dim > 256 || d->head_dim % 2)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
-                          "up to 256; use --device cpu",
-                          d->head_dim);
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
+            "up to 256; use --device cpu",
+            d->head_dim);
     kvcal_cuda_runner_t *r = calloc(1, sizeof *r);
     if (!r)
         return kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
@@ -286,10 +311,12 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch, int m
 
     const size_t N = (size_t)max_batch * (size_t)max_seq_len, e = sizeof(kvcal_bf16);
     const size_t LH = (size_t)r->L * (size_t)r->HKV;
-    const size_t weights = (size_t)r->L * r->lay.bytes + round_up((size_t)r->V * r->D * e);
+    const size_t weights =
+        (size_t)r->L * r->lay.bytes + round_up((size_t)r->V * r->D * e);
     const size_t acts = 3 * round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
-                        round_up(N * (size_t)r->H * r->hd * e) + round_up(N * 2 * r->I * e) +
-                        round_up(N * r->I * e) + 2 * round_up(N * sizeof(int32_t));
+                        round_up(N * (size_t)r->H * r->hd * e) +
+                        round_up(N * 2 * r->I * e) + round_up(N * r->I * e) +
+                        2 * round_up(N * sizeof(int32_t));
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t)) +
                               round_up(LH * sizeof(float))) +
@@ -299,13 +326,14 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch, int m
     size_t free_b = 0, total_b = 0;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
     if (need + workspace > free_b) {
-        st = kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                        "--device cuda: needs %.2f GiB (weights %.2f GiB, activations %.2f GiB "
-                        "for %d x %d tokens) but the device has %.2f GiB free; use a smaller "
-                        "--batch or --seq-len",
-                        (double)(need + workspace) / 1073741824.0, (double)weights / 1073741824.0,
-                        (double)acts / 1073741824.0, max_batch, max_seq_len,
-                        (double)free_b / 1073741824.0);
+        st = kvcal_fail(
+            KVCAL_ERR_DEVICE_MEMORY,
+            "--device cuda: needs %.2f GiB (weights %.2f GiB, activations %.2f GiB "
+            "for %d x %d tokens) but the device has %.2f GiB free; use a smaller "
+            "--batch or --seq-len",
+            (double)(need + workspace) / 1073741824.0, (double)weights / 1073741824.0,
+            (double)acts / 1073741824.0, max_batch, max_seq_len,
+            (double)free_b / 1073741824.0);
         goto fail;
     }
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
@@ -341,9 +369,10 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch, int m
         r->host_pos[i] = (int32_t)(i % (size_t)max_seq_len);
     }
     TRY(run_layers(r, max_batch, max_seq_len));
-    TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0,
-                             (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]),
-                             r->stream));
+    TRY_CUDA(cudaMemsetAsync(
+        r->absmax[0], 0,
+        (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]),
+        r->stream));
     TRY_CUDA(cudaStreamSynchronize(r->stream));
     *out = r;
     return KVCAL_OK;
@@ -374,36 +403,40 @@ static kvcal_status pack_batch(kvcal_cuda_runner_t *r, const int32_t *ids,
                                const int64_t *sample_ids, int64_t *valid)
 {
     if (batch <= 0 || seq_len <= 0 || batch > r->max_batch || seq_len > r->max_seq_len)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "cuda runner: batch %d x %d tokens: the runner was made for up to "
-                          "%d x %d",
-                          batch, seq_len, r->max_batch, r->max_seq_len);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "cuda runner: batch %d x %d tokens: the runner was made for up to "
+            "%d x %d",
+            batch, seq_len, r->max_batch, r->max_seq_len);
     *valid = 0;
     for (int b = 0; b < batch; b++) {
         const long long name = sample_ids ? (long long)sample_ids[b] : b;
         if (lengths[b] < 1 || lengths[b] > seq_len)
             return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "cuda runner: sample %lld has %d tokens, expected 1..%d", name,
-                              lengths[b], seq_len);
+                              "cuda runner: sample %lld has %d tokens, expected 1..%d",
+                              name, lengths[b], seq_len);
         if (lengths[b] > r->ctx)
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "sample %lld has %d tokens, more than the model's context of %d "
-                              "(max_position_embeddings); use --seq-len %d or less",
-                              name, lengths[b], r->ctx, r->ctx);
+            return kvcal_fail(
+                KVCAL_ERR_INVALID_ARG,
+                "sample %lld has %d tokens, more than the model's context of %d "
+                "(max_position_embeddings); use --seq-len %d or less",
+                name, lengths[b], r->ctx, r->ctx);
         if (r->window > 0 && lengths[b] > r->window)
-            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                              "sample %lld has %d tokens, more than the model's sliding window "
-                              "of %d, which the runner does not implement; use --seq-len %d "
-                              "or less",
-                              name, lengths[b], r->window, r->window);
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "sample %lld has %d tokens, more than the model's sliding window "
+                "of %d, which the runner does not implement; use --seq-len %d "
+                "or less",
+                name, lengths[b], r->window, r->window);
         for (int t = 0; t < seq_len; t++) {
             const int64_t i = (int64_t)b * seq_len + t;
             const int id = ids[i];
             if (t < lengths[b] && (id < 0 || id >= r->V))
-                return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                                  "sample %lld token %d: id %d is outside the vocabulary of "
-                                  "%d",
-                                  name, t, id, r->V);
+                return kvcal_fail(
+                    KVCAL_ERR_INVALID_ARG,
+                    "sample %lld token %d: id %d is outside the vocabulary of "
+                    "%d",
+                    name, t, id, r->V);
             r->host_ids[i] = t < lengths[b] ? id : -1;
             r->host_pos[i] = t < lengths[b] ? t : -1;
         }
@@ -420,19 +453,20 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
     int64_t valid = 0;
     if (!r || !ids || !lengths || !stats)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: NULL argument");
-    if (stats->num_layers != r->L || stats->num_kv_heads != r->HKV || stats->head_dim != r->hd)
-        return kvcal_fail(KVCAL_ERR_MISMATCH,
-                          "cuda runner: statistics of %d layers x %d kv heads x %d channels "
-                          "for a model of %d x %d x %d",
-                          stats->num_layers, stats->num_kv_heads, stats->head_dim, r->L, r->HKV,
-                          r->hd);
+    if (stats->num_layers != r->L || stats->num_kv_heads != r->HKV ||
+        stats->head_dim != r->hd)
+        return kvcal_fail(
+            KVCAL_ERR_MISMATCH,
+            "cuda runner: statistics of %d layers x %d kv heads x %d channels "
+            "for a model of %d x %d x %d",
+            stats->num_layers, stats->num_kv_heads, stats->head_dim, r->L, r->HKV, r->hd);
     TRY(pack_batch(r, ids, lengths, batch, seq_len, sample_ids, &valid));
     const size_t LH = (size_t)r->L * r->HKV;
     cudaStream_t s = r->stream;
     TRY(run_layers(r, batch, seq_len));
     for (int kv = 0; kv < 2; kv++) {
-        TRY_CUDA(cudaMemcpyAsync(r->host_bmax + kv * LH, r->batch_absmax[kv], LH * sizeof(float),
-                                 cudaMemcpyDeviceToHost, s));
+        TRY_CUDA(cudaMemcpyAsync(r->host_bmax + kv * LH, r->batch_absmax[kv],
+                                 LH * sizeof(float), cudaMemcpyDeviceToHost, s));
         TRY_CUDA(cudaMemsetAsync(r->batch_absmax[kv], 0, LH * sizeof(float), s));
     }
     TRY_CUDA(cudaStreamSynchronize(s));
@@ -440,14 +474,13 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
         for (size_t i = 0; i < LH; i++) {
             const float m = r->host_bmax[kv * LH + i];
             if (!isfinite(m)) {
-                st = kvcal_fail(KVCAL_ERR_NONFINITE,
-                                "layer %d %c kv head %d: %s in the batch of samples %lld..%lld "
-                                "(--device cpu names the token)",
-                                (int)(i / r->HKV), kv ? 'V' : 'K', (int)(i % r->HKV),
-                                isnan(m) ? "NaN" : "Inf",
-                                sample_ids ? (long long)sample_ids[0] : 0LL,
-                                sample_ids ? (long long)sample_ids[batch - 1]
-                                           : (long long)batch - 1);
+                st = kvcal_fail(
+                    KVCAL_ERR_NONFINITE,
+                    "layer %d %c kv head %d: %s in the batch of samples %lld..%lld "
+                    "(--device cpu names the token)",
+                    (int)(i / r->HKV), kv ? 'V' : 'K', (int)(i % r->HKV),
+                    isnan(m) ? "NaN" : "Inf", sample_ids ? (long long)sample_ids[0] : 0LL,
+                    sample_ids ? (long long)sample_ids[batch - 1] : (long long)batch - 1);
                 goto fail;
             }
             float *dst = &stats->batch_absmax[kv][i];
@@ -465,31 +498,33 @@ kvcal_status kvcal_cuda_runner_collect(kvcal_cuda_runner_t *r, kvcal_stats_t *st
     kvcal_status st = KVCAL_OK;
     if (!r || !stats)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: NULL argument");
-    if (stats->num_layers != r->L || stats->num_kv_heads != r->HKV || stats->head_dim != r->hd ||
-        stats->num_bins != KVCAL_HIST_BINS)
-        return kvcal_fail(KVCAL_ERR_MISMATCH,
-                          "cuda runner: statistics of %d layers x %d kv heads x %d channels "
-                          "for a model of %d x %d x %d",
-                          stats->num_layers, stats->num_kv_heads, stats->head_dim, r->L, r->HKV,
-                          r->hd);
+    if (stats->num_layers != r->L || stats->num_kv_heads != r->HKV ||
+        stats->head_dim != r->hd || stats->num_bins != KVCAL_HIST_BINS)
+        return kvcal_fail(
+            KVCAL_ERR_MISMATCH,
+            "cuda runner: statistics of %d layers x %d kv heads x %d channels "
+            "for a model of %d x %d x %d",
+            stats->num_layers, stats->num_kv_heads, stats->head_dim, r->L, r->HKV, r->hd);
     const size_t n_am = (size_t)r->L * r->HKV * r->hd;
     const size_t n_h = (size_t)r->L * r->HKV * KVCAL_HIST_BINS;
     float *am = malloc(n_am * sizeof *am);
     uint64_t *h = malloc(n_h * sizeof *h);
     if (!am || !h) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: no host memory for the statistics");
+        st =
+            kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: no host memory for the statistics");
         goto fail;
     }
     for (int kv = 0; kv < 2; kv++) {
-        TRY_CUDA(cudaMemcpyAsync(am, r->absmax[kv], n_am * sizeof *am, cudaMemcpyDeviceToHost,
-                                 r->stream));
+        TRY_CUDA(cudaMemcpyAsync(am, r->absmax[kv], n_am * sizeof *am,
+                                 cudaMemcpyDeviceToHost, r->stream));
         TRY_CUDA(cudaMemcpyAsync(h, r->hist[kv], n_h * sizeof *h, cudaMemcpyDeviceToHost,
                                  r->stream));
         TRY_CUDA(cudaMemsetAsync(r->absmax[kv], 0, n_am * sizeof *am, r->stream));
         TRY_CUDA(cudaMemsetAsync(r->hist[kv], 0, n_h * sizeof *h, r->stream));
         TRY_CUDA(cudaStreamSynchronize(r->stream));
         for (size_t i = 0; i < n_am; i++)
-            stats->absmax[kv][i] = am[i] > stats->absmax[kv][i] ? am[i] : stats->absmax[kv][i];
+            stats->absmax[kv][i] =
+                am[i] > stats->absmax[kv][i] ? am[i] : stats->absmax[kv][i];
         for (size_t i = 0; i < n_h; i++)
             stats->hist[kv][i] += h[i];
     }
@@ -501,16 +536,17 @@ fail:
 
 #else
 
-kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch, int max_seq_len,
-                                      kvcal_cuda_runner_t **out)
+kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
+                                      int max_seq_len, kvcal_cuda_runner_t **out)
 {
     (void)model;
     (void)max_batch;
     (void)max_seq_len;
     *out = NULL;
-    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
-                      "--device cuda: this kvcal was built without CUDA (rebuild where nvcc "
-                      "is installed); use --device cpu");
+    return kvcal_fail(
+        KVCAL_ERR_NO_DEVICE,
+        "--device cuda: this kvcal was built without CUDA (rebuild where nvcc "
+        "is installed); use --device cpu");
 }
 
 void kvcal_cuda_runner_destroy(kvcal_cuda_runner_t *r)
@@ -522,14 +558,17 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
                                        const int32_t *lengths, int batch, int seq_len,
                                        const int64_t *sample_ids, kvcal_stats_t *stats)
 {
-    (void)r, (void)ids, (void)lengths, (void)batch, (void)seq_len, (void)sample_ids, (void)stats;
-    return kvcal_fail(KVCAL_ERR_NO_DEVICE, "--device cuda: this kvcal was built without CUDA");
+    (void)r, (void)ids, (void)lengths, (void)batch, (void)seq_len, (void)sample_ids,
+        (void)stats;
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "--device cuda: this kvcal was built without CUDA");
 }
 
 kvcal_status kvcal_cuda_runner_collect(kvcal_cuda_runner_t *r, kvcal_stats_t *stats)
 {
     (void)r, (void)stats;
-    return kvcal_fail(KVCAL_ERR_NO_DEVICE, "--device cuda: this kvcal was built without CUDA");
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "--device cuda: this kvcal was built without CUDA");
 }
 
 #endif

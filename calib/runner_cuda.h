@@ -26,8 +26,8 @@ typedef struct kvcal_cuda_runner kvcal_cuda_runner_t;
  * KVCAL_ERR_DEVICE_MEMORY naming the bytes needed and the fix when the
  * device lacks the memory, KVCAL_ERR_UNSUPPORTED for a head_dim over 256.
  * *out = NULL on failure. */
-kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch, int max_seq_len,
-                                      kvcal_cuda_runner_t **out);
+kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
+                                      int max_seq_len, kvcal_cuda_runner_t **out);
 
 /* Frees the device memory; NULL is a no-op. */
 void kvcal_cuda_runner_destroy(kvcal_cuda_runner_t *r);

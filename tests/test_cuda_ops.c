@@ -85,7 +85,8 @@ static int64_t count_far(const float *got, const float *ref, int64_t n, double a
 {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++)
-        if (!(fabs((double)got[i] - (double)ref[i]) <= atol + fabs((double)ref[i]) * rtol))
+        if (!(fabs((double)got[i] - (double)ref[i]) <=
+              atol + fabs((double)ref[i]) * rtol))
             bad++;
     return bad;
 }
@@ -105,7 +106,8 @@ static void sync_ok(void)
 static void check_add_rmsnorm(int rows, int dim, int with_delta)
 {
     const int64_t n = (int64_t)rows * dim;
-    float *res = rand_bf16_values(n, -2.0f, 2.0f), *delta = rand_bf16_values(n, -1.0f, 1.0f);
+    float *res = rand_bf16_values(n, -2.0f, 2.0f),
+          *delta = rand_bf16_values(n, -1.0f, 1.0f);
     float *w = rand_bf16_values(dim, 0.5f, 1.5f), *ref = malloc((size_t)n * sizeof *ref);
     float *sum = malloc((size_t)n * sizeof *sum);
     kvcal_bf16 *d_res = dev_upload_bf16(res, n), *d_delta = dev_upload_bf16(delta, n);
@@ -114,8 +116,8 @@ static void check_add_rmsnorm(int rows, int dim, int with_delta)
         sum[i] = with_delta ? kvcal_bf16_round(res[i] + delta[i]) : res[i];
     kvcal_rmsnorm_ref(ref, sum, w, rows, dim, 1e-5f);
 
-    CU_ASSERT_EQUAL(kvcal_add_rmsnorm_launch(d_out, d_res, with_delta ? d_delta : NULL, d_w,
-                                             rows, dim, 1e-5f, 0),
+    CU_ASSERT_EQUAL(kvcal_add_rmsnorm_launch(d_out, d_res, with_delta ? d_delta : NULL,
+                                             d_w, rows, dim, 1e-5f, 0),
                     KVCAL_OK);
     sync_ok();
     float *got = dev_download_bf16(d_out, n), *got_res = dev_download_bf16(d_res, n);
@@ -150,14 +152,16 @@ static void check_swiglu(int rows, int n)
 {
     const int64_t total = (int64_t)rows * n;
     float *gu = rand_bf16_values(2 * total, -4.0f, 4.0f);
-    float *gate = malloc((size_t)total * sizeof *gate), *up = malloc((size_t)total * sizeof *up);
+    float *gate = malloc((size_t)total * sizeof *gate),
+          *up = malloc((size_t)total * sizeof *up);
     float *ref = malloc((size_t)total * sizeof *ref);
     for (int r = 0; r < rows; r++) {
         memcpy(gate + (int64_t)r * n, gu + (int64_t)r * 2 * n, (size_t)n * sizeof *gu);
         memcpy(up + (int64_t)r * n, gu + (int64_t)r * 2 * n + n, (size_t)n * sizeof *gu);
     }
     kvcal_swiglu_ref(ref, gate, up, total);
-    kvcal_bf16 *d_gu = dev_upload_bf16(gu, 2 * total), *d_out = dev_alloc((size_t)total * 2);
+    kvcal_bf16 *d_gu = dev_upload_bf16(gu, 2 * total),
+               *d_out = dev_alloc((size_t)total * 2);
     CU_ASSERT_EQUAL(kvcal_swiglu_launch(d_out, d_gu, rows, n, 0), KVCAL_OK);
     sync_ok();
     float *got = dev_download_bf16(d_out, total);
@@ -194,8 +198,9 @@ static void check_gemm(kvcal_gemm_t *g, int rows, int k, int n, int with_bias)
     kvcal_bf16 *d_x = dev_upload_bf16(x, (int64_t)rows * k);
     kvcal_bf16 *d_w = dev_upload_bf16(w, (int64_t)n * k), *d_b = dev_upload_bf16(bias, n);
     kvcal_bf16 *d_out = dev_alloc((size_t)rows * n * 2);
-    CU_ASSERT_EQUAL(kvcal_gemm_launch(g, d_out, d_x, d_w, with_bias ? d_b : NULL, rows, k, n, 0),
-                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_gemm_launch(g, d_out, d_x, d_w, with_bias ? d_b : NULL, rows, k, n, 0),
+        KVCAL_OK);
     sync_ok();
     float *got = dev_download_bf16(d_out, (int64_t)rows * n);
     CU_ASSERT_EQUAL(count_far(got, ref, (int64_t)rows * n, GEMM_ATOL, GEMM_RTOL), 0);
@@ -242,12 +247,13 @@ static void gemm_over_1_gflop_matches_reference_after_tuning(void)
 
 /* Runs kernel `version` (0: kvcal_attention_launch's default) on a fused QKV
  * buffer and compares every sequence with the CPU reference. */
-static void check_attention_version(int version, int batch, int seq, int heads, int kv_heads,
-                                    int hd)
+static void check_attention_version(int version, int batch, int seq, int heads,
+                                    int kv_heads, int hd)
 {
     const int64_t tokens = (int64_t)batch * seq;
     const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
-    const int64_t out_stride = (int64_t)heads * hd + 8; /* a gap the kernel must not touch */
+    const int64_t out_stride =
+        (int64_t)heads * hd + 8; /* a gap the kernel must not touch */
     const float scale = 1.0f / sqrtf((float)hd);
     float *qkv = rand_bf16_values(tokens * stride, -1.0f, 1.0f);
     float *q = malloc((size_t)seq * heads * hd * sizeof *q);
@@ -258,13 +264,14 @@ static void check_attention_version(int version, int batch, int seq, int heads, 
     kvcal_bf16 *d_out = dev_alloc((size_t)tokens * out_stride * 2);
     const kvcal_bf16 *d_k = d_qkv + (int64_t)heads * hd;
     const kvcal_bf16 *d_v = d_qkv + (int64_t)(heads + kv_heads) * hd;
-    CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)tokens * out_stride * 2), cudaSuccess);
+    CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)tokens * out_stride * 2),
+                    cudaSuccess);
     const kvcal_status st =
-        version == 0 ? kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride, batch,
-                                              seq, heads, kv_heads, hd, scale, 0)
-                     : kvcal_attention_launch_version(version, d_out, out_stride, d_qkv, d_k,
-                                                      d_v, stride, batch, seq, heads, kv_heads,
-                                                      hd, scale, 0);
+        version == 0 ? kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
+                                              batch, seq, heads, kv_heads, hd, scale, 0)
+                     : kvcal_attention_launch_version(version, d_out, out_stride, d_qkv,
+                                                      d_k, d_v, stride, batch, seq, heads,
+                                                      kv_heads, hd, scale, 0);
     CU_ASSERT_EQUAL(st, KVCAL_OK);
     sync_ok();
     float *got = dev_download_bf16(d_out, tokens * out_stride);
@@ -281,8 +288,8 @@ static void check_attention_version(int version, int batch, int seq, int heads, 
         kvcal_attention_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale);
         for (int t = 0; t < seq; t++) {
             const float *g = got + ((int64_t)b * seq + t) * out_stride;
-            bad += count_far(g, ref + (int64_t)t * heads * hd, (int64_t)heads * hd, ATT_ATOL,
-                             ATT_RTOL);
+            bad += count_far(g, ref + (int64_t)t * heads * hd, (int64_t)heads * hd,
+                             ATT_ATOL, ATT_RTOL);
             for (int i = heads * hd; i < out_stride; i++)
                 gap_touched += !isnan(g[i]);
         }
@@ -332,8 +339,8 @@ static void attention_portable_path_matches_reference_on_small_head_dims(void)
 static void attention_rejects_head_dim_over_256(void)
 {
     CU_ASSERT_EQUAL(kvcal_attention_launch((kvcal_bf16 *)16, 6 * 264, (kvcal_bf16 *)16,
-                                           (kvcal_bf16 *)16, (kvcal_bf16 *)16, 6 * 264, 1, 4, 2,
-                                           2, 264, 0.1f, 0),
+                                           (kvcal_bf16 *)16, (kvcal_bf16 *)16, 6 * 264, 1,
+                                           4, 2, 2, 264, 0.1f, 0),
                     KVCAL_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "head_dim 264"));
 }
@@ -355,7 +362,8 @@ static void check_rope_observe(rope_case c)
     const int64_t n = (int64_t)c.tokens * stride;
     const int bins = KVCAL_HIST_BINS;
     float *qkv = rand_bf16_values(n, -3.0f, 3.0f);
-    float *qn = rand_bf16_values(c.hd, 0.5f, 1.5f), *kn = rand_bf16_values(c.hd, 0.5f, 1.5f);
+    float *qn = rand_bf16_values(c.hd, 0.5f, 1.5f),
+          *kn = rand_bf16_values(c.hd, 0.5f, 1.5f);
     int32_t *pos = malloc((size_t)c.tokens * sizeof *pos);
     float *inv_freq = malloc((size_t)(c.rot_dim / 2) * sizeof *inv_freq);
     for (int t = 0; t < c.tokens; t++)
@@ -370,7 +378,8 @@ static void check_rope_observe(rope_case c)
     CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(2, c.kv_heads, c.hd, &st), KVCAL_OK);
     float *pre = rand_bf16_values((int64_t)5 * c.kv_heads * c.hd, -2.0f, 2.0f);
     for (int kv = 0; kv < 2; kv++) {
-        kvcal_kv_block blk = kvcal_kv_block_dense(pre, 1, 5, c.kv_heads, c.hd, NULL, NULL);
+        kvcal_kv_block blk =
+            kvcal_kv_block_dense(pre, 1, 5, c.kv_heads, c.hd, NULL, NULL);
         CU_ASSERT_EQUAL(kvcal_stats_observe_ref(st, 1, kv, &blk), KVCAL_OK);
     }
     const int64_t am_n = (int64_t)c.kv_heads * c.hd, h_n = (int64_t)c.kv_heads * bins;
@@ -393,8 +402,9 @@ static void check_rope_observe(rope_case c)
     cudaMemcpy(d_pos, pos, (size_t)c.tokens * sizeof *pos, cudaMemcpyHostToDevice);
     cudaMemcpy(d_inv, inv_freq, (size_t)(c.rot_dim / 2) * sizeof *inv_freq,
                cudaMemcpyHostToDevice);
-    kvcal_rope_cfg rope = {d_inv, c.rot_dim, c.interleaved, c.qk_norm ? d_qn : NULL,
-                           c.qk_norm ? d_kn : NULL, 1e-6f};
+    kvcal_rope_cfg rope = {
+        d_inv, c.rot_dim, c.interleaved, c.qk_norm ? d_qn : NULL, c.qk_norm ? d_kn : NULL,
+        1e-6f};
     CU_ASSERT_EQUAL(kvcal_rope_observe_launch(d_qkv, stride, d_pos, c.tokens, c.heads,
                                               c.kv_heads, c.hd, &rope, &obs, 0),
                     KVCAL_OK);
@@ -413,15 +423,17 @@ static void check_rope_observe(rope_case c)
                 float *row = ref + ((int64_t)t * qk_heads + h) * c.hd;
                 kvcal_rmsnorm_ref(row, row, h < c.heads ? qn : kn, 1, c.hd, 1e-6f);
             }
-    kvcal_rope_ref(ref, pos, inv_freq, c.tokens, qk_heads, c.hd, c.rot_dim, c.interleaved);
+    kvcal_rope_ref(ref, pos, inv_freq, c.tokens, qk_heads, c.hd, c.rot_dim,
+                   c.interleaved);
     int64_t bad = 0, padding_changed = 0;
     for (int t = 0; t < c.tokens; t++) {
         const float *g = got + t * stride;
         if (pos[t] < 0)
-            padding_changed += memcmp(g, qkv + t * stride, (size_t)stride * sizeof *g) != 0;
+            padding_changed +=
+                memcmp(g, qkv + t * stride, (size_t)stride * sizeof *g) != 0;
         else
-            bad += count_far(g, ref + (int64_t)t * qk_heads * c.hd, (int64_t)qk_heads * c.hd,
-                             ROPE_ATOL, ROPE_RTOL);
+            bad += count_far(g, ref + (int64_t)t * qk_heads * c.hd,
+                             (int64_t)qk_heads * c.hd, ROPE_ATOL, ROPE_RTOL);
         bad += pos[t] >= 0 && memcmp(g + (int64_t)qk_heads * c.hd,
                                      qkv + t * stride + (int64_t)qk_heads * c.hd,
                                      (size_t)c.kv_heads * c.hd * sizeof *g) != 0;
@@ -438,11 +450,18 @@ static void check_rope_observe(rope_case c)
     uint64_t *hist = malloc((size_t)h_n * sizeof *hist);
     for (int kv = 0; kv < 2; kv++) {
         kvcal_kv_block blk = {got + (int64_t)(c.heads + kv * c.kv_heads) * c.hd,
-                              1, c.tokens, (int64_t)c.tokens * stride, stride, c.hd,
-                              NULL, valid, NULL};
+                              1,
+                              c.tokens,
+                              (int64_t)c.tokens * stride,
+                              stride,
+                              c.hd,
+                              NULL,
+                              valid,
+                              NULL};
         CU_ASSERT_EQUAL(kvcal_stats_observe_ref(st, 1, kv, &blk), KVCAL_OK);
         cudaMemcpy(am, obs.absmax[kv], (size_t)am_n * sizeof *am, cudaMemcpyDeviceToHost);
-        cudaMemcpy(hist, obs.hist[kv], (size_t)h_n * sizeof *hist, cudaMemcpyDeviceToHost);
+        cudaMemcpy(hist, obs.hist[kv], (size_t)h_n * sizeof *hist,
+                   cudaMemcpyDeviceToHost);
         cudaMemcpy(bam, obs.batch_absmax[kv], (size_t)c.kv_heads * sizeof(float),
                    cudaMemcpyDeviceToHost);
         CU_ASSERT_EQUAL(memcmp(am, st->absmax[kv] + am_n, (size_t)am_n * sizeof *am), 0);
@@ -515,8 +534,9 @@ static void rope_observe_absmax_surfaces_nan(void)
     cudaMemcpy(d_pos, pos, sizeof pos, cudaMemcpyHostToDevice);
     cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice);
     kvcal_rope_cfg rope = {d_inv, hd, 0, NULL, NULL, 0.0f};
-    CU_ASSERT_EQUAL(kvcal_rope_observe_launch(d_qkv, stride, d_pos, 4, 1, 1, hd, &rope, &obs, 0),
-                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_rope_observe_launch(d_qkv, stride, d_pos, 4, 1, 1, hd, &rope, &obs, 0),
+        KVCAL_OK);
     sync_ok();
     float am[64], bam;
     cudaMemcpy(am, obs.absmax[KVCAL_V], sizeof am, cudaMemcpyDeviceToHost);
@@ -555,7 +575,8 @@ static void check_runner_golden(const char *name)
     snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &root), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(
-        kvcal_model_open(cJSON_GetObjectItem(root, "model")->valuestring, &model), KVCAL_OK);
+        kvcal_model_open(cJSON_GetObjectItem(root, "model")->valuestring, &model),
+        KVCAL_OK);
     cJSON_ArrayForEach(sample, cJSON_GetObjectItem(root, "samples"))
     {
         int t = 0;
@@ -565,8 +586,9 @@ static void check_runner_golden(const char *name)
         rows += t;
     }
     const kvcal_model_desc *d = kvcal_model_describe(model);
-    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats),
+        KVCAL_OK);
     kvcal_status st = kvcal_cuda_runner_create(model, batch, 64, &r);
     if (st)
         fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
@@ -589,7 +611,8 @@ static void check_runner_golden(const char *name)
         for (int l = 0; l < d->num_layers; l++) {
             CU_ASSERT_EQUAL(stats->tokens[l], rows);
             for (int h = 0; h < d->num_kv_heads; h++) {
-                const double w = cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
+                const double w =
+                    cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
                 const double got = kvcal_stats_head_absmax(stats, l, kv, h);
                 const double rel = fabs(got - w) / fabs(w);
                 worst = rel > worst || rel != rel ? rel : worst;

@@ -44,8 +44,7 @@ static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
 }
-template <int N>
-static __device__ __forceinline__ void cp_async_wait()
+template <int N> static __device__ __forceinline__ void cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
@@ -64,8 +63,8 @@ static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const vo
 }
 
 /* c (16x8 fp32) += a (16x16 bf16) b (16x8 bf16) */
-static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
-                                                uint32_t b1)
+static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4],
+                                                uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -121,11 +120,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     // Q fragments stay in registers unless registers are short (MT 2, or MINB
     // blocks per SM asked for), when they are re-read from shared memory
     constexpr bool Q_IN_REGS = MT == 1 && MINB < 4;
-    constexpr int BM = WARPS * 16 * MT, THREADS = WARPS * 32, QREG = Q_IN_REGS ? KSTEPS : 1;
+    constexpr int BM = WARPS * 16 * MT, THREADS = WARPS * 32,
+                  QREG = Q_IN_REGS ? KSTEPS : 1;
     extern __shared__ __align__(16) unsigned char att_smem[];
     __nv_bfloat16 *sq = reinterpret_cast<__nv_bfloat16 *>(att_smem); // (BM, LD)
-    __nv_bfloat16 *sk = sq + BM * LD;                                 // (64, LD)
-    __nv_bfloat16 *sv = sk + ATT_BN * LD;                             // (64, LD)
+    __nv_bfloat16 *sk = sq + BM * LD;                                // (64, LD)
+    __nv_bfloat16 *sv = sk + ATT_BN * LD;                            // (64, LD)
 
     const int h = blockIdx.x, b = blockIdx.y;
     const int m_block = gridDim.z - 1 - blockIdx.z;
@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     if (Q_IN_REGS) {
 #pragma unroll
         for (int kk = 0; kk < QREG; kk++)
-            ldmatrix_x4(qf[kk], sq + (warp_row0 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+            ldmatrix_x4(qf[kk],
+                        sq + (warp_row0 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
     }
 
     float o[MT][DTILES][4];
@@ -161,7 +162,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     float row_max[MT][2], row_sum[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
-        row_max[mt][0] = row_max[mt][1] = -INFINITY, row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+        row_max[mt][0] = row_max[mt][1] = -INFINITY,
+        row_sum[mt][0] = row_sum[mt][1] = 0.0f;
 
     const int last_key = min(m0 + BM, seq_len) - 1;
     const int n_blocks = last_key / ATT_BN + 1;
@@ -192,14 +194,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                         for (int r = 0; r < 4; r++)
                             qm[mt][r] = qf[Q_IN_REGS ? kk : 0][r];
                     } else {
-                        ldmatrix_x4(qm[mt], sq + (warp_row0 + mt * 16 + (lane & 15)) * LD +
+                        ldmatrix_x4(qm[mt], sq +
+                                                (warp_row0 + mt * 16 + (lane & 15)) * LD +
                                                 kk * 16 + (lane >> 4) * 8);
                     }
                 }
 #pragma unroll
                 for (int np = 0; np < ATT_BN / 16; np++) {
                     uint32_t kf[4];
-                    ldmatrix_x4(kf, sk + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD +
+                    ldmatrix_x4(kf, sk +
+                                        (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD +
                                         kk * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
@@ -219,7 +223,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float x = s[mt][nt][e] * scale_log2;
-                        if (masked && n0 + nt * 8 + 2 * tig + (e & 1) > q_row0 + (e >> 1) * 8)
+                        if (masked &&
+                            n0 + nt * 8 + 2 * tig + (e & 1) > q_row0 + (e >> 1) * 8)
                             x = -INFINITY;
                         s[mt][nt][e] = x;
                         bmax[e >> 1] = fmaxf(bmax[e >> 1], x);
@@ -273,8 +278,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
                 for (int dp = 0; dp < HD / 16; dp++) {
                     uint32_t vf[4];
-                    ldmatrix_x4_trans(vf, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                              dp * 16 + (lane >> 4) * 8);
+                    ldmatrix_x4_trans(
+                        vf, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                dp * 16 + (lane >> 4) * 8);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         mma_bf16(o[mt][2 * dp], pf[mt], vf[0], vf[1]);
@@ -310,7 +316,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         const int r = c / CHUNKS, col = (c - r * CHUNKS) * 8;
         const int row = m0 + warp_row0 + r;
         if (row < seq_len)
-            *reinterpret_cast<uint4 *>(out + (seq0 + row) * out_stride + (int64_t)h * HD + col) =
+            *reinterpret_cast<uint4 *>(out + (seq0 + row) * out_stride + (int64_t)h * HD +
+                                       col) =
                 *reinterpret_cast<const uint4 *>(stage + r * LD + col);
     }
 }
@@ -327,8 +334,8 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
     attention_simt_kernel(__nv_bfloat16 *__restrict__ out, int64_t out_stride,
                           const __nv_bfloat16 *__restrict__ q,
                           const __nv_bfloat16 *__restrict__ k,
-                          const __nv_bfloat16 *__restrict__ v, int64_t stride, int seq_len,
-                          int group, int head_dim, float scale_log2)
+                          const __nv_bfloat16 *__restrict__ v, int64_t stride,
+                          int seq_len, int group, int head_dim, float scale_log2)
 {
     constexpr int CH = SIMT_MAX_HEAD_DIM / 32;
     const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31;
@@ -348,7 +355,8 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
     }
     float m = -INFINITY, l = 0.0f;
     for (int key = 0; key <= row; key++) {
-        const __nv_bfloat16 *kr = kb + (int64_t)key * stride, *vr = vb + (int64_t)key * stride;
+        const __nv_bfloat16 *kr = kb + (int64_t)key * stride,
+                            *vr = vb + (int64_t)key * stride;
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < CH; i++) {
@@ -386,8 +394,8 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
     const int z = (seq_len + SIMT_WARPS - 1) / SIMT_WARPS;
     if (z > 65535 || batch > 65535)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "attention: batch %d x seq_len %d exceeds the launch grid", batch,
-                          seq_len);
+                          "attention: batch %d x seq_len %d exceeds the launch grid",
+                          batch, seq_len);
     const dim3 grid(n_heads, batch, z);
     attention_simt_kernel<<<grid, SIMT_WARPS * 32, 0, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, head_dim,
@@ -399,19 +407,19 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
 // --- launcher -----------------------------------------------------------------
 
 template <int HD, int WARPS, int MT, int MINB>
-static kvcal_status attention_run(__nv_bfloat16 *out, int64_t out_stride,
-                                  const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                                  const __nv_bfloat16 *v, int64_t stride, int batch,
-                                  int seq_len, int n_heads, int group, float scale,
-                                  cudaStream_t stream)
+static kvcal_status
+attention_run(__nv_bfloat16 *out, int64_t out_stride, const __nv_bfloat16 *q,
+              const __nv_bfloat16 *k, const __nv_bfloat16 *v, int64_t stride, int batch,
+              int seq_len, int n_heads, int group, float scale, cudaStream_t stream)
 {
     constexpr int BM = WARPS * 16 * MT;
-    const size_t smem = (size_t)(BM + 2 * ATT_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    const size_t smem =
+        (size_t)(BM + 2 * ATT_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
     const int m_blocks = (seq_len + BM - 1) / BM;
     if (m_blocks > 65535 || batch > 65535)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "attention: batch %d x seq_len %d exceeds the launch grid", batch,
-                          seq_len);
+                          "attention: batch %d x seq_len %d exceeds the launch grid",
+                          batch, seq_len);
     KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT, MINB>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
@@ -431,17 +439,17 @@ static kvcal_status attention_version(int version, __nv_bfloat16 *out, int64_t o
 {
     switch (version) {
     case 1:
-        return attention_run<HD, 4, 1, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
-                                          n_heads, group, scale, stream);
+        return attention_run<HD, 4, 1, 1>(out, out_stride, q, k, v, stride, batch,
+                                          seq_len, n_heads, group, scale, stream);
     case 2:
-        return attention_run<HD, 4, 2, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
-                                          n_heads, group, scale, stream);
+        return attention_run<HD, 4, 2, 1>(out, out_stride, q, k, v, stride, batch,
+                                          seq_len, n_heads, group, scale, stream);
     case 3:
-        return attention_run<HD, 8, 1, 1>(out, out_stride, q, k, v, stride, batch, seq_len,
-                                          n_heads, group, scale, stream);
+        return attention_run<HD, 8, 1, 1>(out, out_stride, q, k, v, stride, batch,
+                                          seq_len, n_heads, group, scale, stream);
     default:
-        return attention_run<HD, 4, 1, 4>(out, out_stride, q, k, v, stride, batch, seq_len,
-                                          n_heads, group, scale, stream);
+        return attention_run<HD, 4, 1, 4>(out, out_stride, q, k, v, stride, batch,
+                                          seq_len, n_heads, group, scale, stream);
     }
 }
 
@@ -459,17 +467,19 @@ extern "C" kvcal_status kvcal_attention_launch_version(
         n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) ||
         out_stride < (int64_t)n_heads * head_dim || qkv_stride < (int64_t)head_dim ||
         version < 1 || version > KVCAL_ATTENTION_VERSIONS)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "attention: batch %d, seq_len %d, %d heads, %d kv heads, scale %g, "
-                          "version %d: need buffers, n_heads a multiple of n_kv_heads, "
-                          "scale > 0, strides that hold a row and a version in 1..%d",
-                          batch, seq_len, n_heads, n_kv_heads, (double)scale, version,
-                          KVCAL_ATTENTION_VERSIONS);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "attention: batch %d, seq_len %d, %d heads, %d kv heads, scale %g, "
+            "version %d: need buffers, n_heads a multiple of n_kv_heads, "
+            "scale > 0, strides that hold a row and a version in 1..%d",
+            batch, seq_len, n_heads, n_kv_heads, (double)scale, version,
+            KVCAL_ATTENTION_VERSIONS);
     if (head_dim <= 0 || head_dim > SIMT_MAX_HEAD_DIM)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "attention: head_dim %d: the CUDA backend supports head_dim up to "
-                          "%d (tensor cores for 64, 80, 96 and 128)",
-                          head_dim, SIMT_MAX_HEAD_DIM);
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "attention: head_dim %d: the CUDA backend supports head_dim up to "
+            "%d (tensor cores for 64, 80, 96 and 128)",
+            head_dim, SIMT_MAX_HEAD_DIM);
     if (batch == 0 || seq_len == 0)
         return KVCAL_OK;
     auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
@@ -477,26 +487,26 @@ extern "C" kvcal_status kvcal_attention_launch_version(
     auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
     auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
     const int group = n_heads / n_kv_heads;
-    const int tensor_core = (head_dim == 64 || head_dim == 80 || head_dim == 96 ||
-                             head_dim == 128) &&
-                            !misaligned(out) && !misaligned(q) && !misaligned(k) &&
-                            !misaligned(v) && qkv_stride % 8 == 0 && out_stride % 8 == 0;
+    const int tensor_core =
+        (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128) &&
+        !misaligned(out) && !misaligned(q) && !misaligned(k) && !misaligned(v) &&
+        qkv_stride % 8 == 0 && out_stride % 8 == 0;
     if (!tensor_core)
         return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
                                   n_heads, group, head_dim, scale, stream);
     switch (head_dim) {
     case 64:
-        return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
-                                     seq_len, n_heads, group, scale, stream);
+        return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride,
+                                     batch, seq_len, n_heads, group, scale, stream);
     case 80:
-        return attention_version<80>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
-                                     seq_len, n_heads, group, scale, stream);
+        return attention_version<80>(version, o, out_stride, qq, kk, vv, qkv_stride,
+                                     batch, seq_len, n_heads, group, scale, stream);
     case 96:
-        return attention_version<96>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
-                                     seq_len, n_heads, group, scale, stream);
+        return attention_version<96>(version, o, out_stride, qq, kk, vv, qkv_stride,
+                                     batch, seq_len, n_heads, group, scale, stream);
     default:
-        return attention_version<128>(version, o, out_stride, qq, kk, vv, qkv_stride, batch,
-                                      seq_len, n_heads, group, scale, stream);
+        return attention_version<128>(version, o, out_stride, qq, kk, vv, qkv_stride,
+                                      batch, seq_len, n_heads, group, scale, stream);
     }
 }
 
@@ -507,7 +517,7 @@ extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stri
                                                int n_kv_heads, int head_dim, float scale,
                                                cudaStream_t stream)
 {
-    return kvcal_attention_launch_version(KVCAL_ATTENTION_DEFAULT_VERSION, out, out_stride, q,
-                                          k, v, qkv_stride, batch, seq_len, n_heads,
-                                          n_kv_heads, head_dim, scale, stream);
+    return kvcal_attention_launch_version(KVCAL_ATTENTION_DEFAULT_VERSION, out,
+                                          out_stride, q, k, v, qkv_stride, batch, seq_len,
+                                          n_heads, n_kv_heads, head_dim, scale, stream);
 }

@@ -18,24 +18,22 @@ static inline kvcal_status kvcal_cuda_status(cudaError_t err)
 }
 
 /* Returns from the enclosing function (returning kvcal_status) on failure. */
-#define KVCAL_CUDA_TRY(call)                                                         \
-    do {                                                                             \
-        cudaError_t kvcal_err_ = (call);                                             \
-        if (kvcal_err_ != cudaSuccess)                                               \
-            return kvcal_fail(kvcal_cuda_status(kvcal_err_), "%s:%d: %s: %s",        \
-                              __FILE__, __LINE__, #call,                             \
-                              cudaGetErrorString(kvcal_err_));                       \
+#define KVCAL_CUDA_TRY(call)                                                             \
+    do {                                                                                 \
+        cudaError_t kvcal_err_ = (call);                                                 \
+        if (kvcal_err_ != cudaSuccess)                                                   \
+            return kvcal_fail(kvcal_cuda_status(kvcal_err_), "%s:%d: %s: %s", __FILE__,  \
+                              __LINE__, #call, cudaGetErrorString(kvcal_err_));          \
     } while (0)
 
 /* After a <<<...>>> launch: reports a bad configuration or an earlier
  * asynchronous fault, naming the kernel. */
-#define KVCAL_CUDA_CHECK_LAUNCH(name)                                                \
-    do {                                                                             \
-        cudaError_t kvcal_err_ = cudaGetLastError();                                 \
-        if (kvcal_err_ != cudaSuccess)                                               \
-            return kvcal_fail(kvcal_cuda_status(kvcal_err_),                         \
-                              "%s:%d: launching %s: %s", __FILE__, __LINE__, name,   \
-                              cudaGetErrorString(kvcal_err_));                       \
+#define KVCAL_CUDA_CHECK_LAUNCH(name)                                                    \
+    do {                                                                                 \
+        cudaError_t kvcal_err_ = cudaGetLastError();                                     \
+        if (kvcal_err_ != cudaSuccess)                                                   \
+            return kvcal_fail(kvcal_cuda_status(kvcal_err_), "%s:%d: launching %s: %s",  \
+                              __FILE__, __LINE__, name, cudaGetErrorString(kvcal_err_)); \
     } while (0)
 
 #endif

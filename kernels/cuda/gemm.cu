@@ -22,7 +22,8 @@ typedef struct gemm_plan {
     int rows, k, n, bias;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES]; /* the heuristic's proposals, best first */
+    cublasLtMatmulAlgo_t
+        cand[GEMM_CANDIDATES]; /* the heuristic's proposals, best first */
     int num_cand;
     int tuned; /* cand[0] is the one to use */
 } gemm_plan;
@@ -35,17 +36,17 @@ struct kvcal_gemm {
     int num_plans, next_evict;
 };
 
-#define LT_TRY(call)                                                                  \
-    do {                                                                              \
-        cublasStatus_t st_ = (call);                                                  \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                           \
-            status = kvcal_fail(st_ == CUBLAS_STATUS_ALLOC_FAILED                     \
-                                    ? KVCAL_ERR_DEVICE_MEMORY                         \
-                                    : KVCAL_ERR_CUDA,                                 \
-                                "%s:%d: %s: %s", __FILE__, __LINE__, #call,           \
-                                cublasLtGetStatusString(st_));                        \
-            goto fail;                                                                \
-        }                                                                             \
+#define LT_TRY(call)                                                                     \
+    do {                                                                                 \
+        cublasStatus_t st_ = (call);                                                     \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                              \
+            status =                                                                     \
+                kvcal_fail(st_ == CUBLAS_STATUS_ALLOC_FAILED ? KVCAL_ERR_DEVICE_MEMORY   \
+                                                             : KVCAL_ERR_CUDA,           \
+                           "%s:%d: %s: %s", __FILE__, __LINE__, #call,                   \
+                           cublasLtGetStatusString(st_));                                \
+            goto fail;                                                                   \
+        }                                                                                \
     } while (0)
 
 static void plan_release(gemm_plan *p)
@@ -65,14 +66,16 @@ extern "C" kvcal_status kvcal_gemm_create(size_t workspace_bytes, kvcal_gemm_t *
     *out = NULL;
     kvcal_gemm_t *g = (kvcal_gemm_t *)calloc(1, sizeof *g);
     if (!g)
-        return kvcal_fail(KVCAL_ERR_NOMEM, "gemm_create: no host memory for the GEMM context");
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "gemm_create: no host memory for the GEMM context");
     LT_TRY(cublasLtCreate(&g->lt));
     if (workspace_bytes) {
         cudaError_t err = cudaMalloc(&g->workspace, workspace_bytes);
         if (err != cudaSuccess) {
-            status = kvcal_fail(kvcal_cuda_status(err),
-                                "gemm_create: cudaMalloc of a %zu-byte cuBLASLt workspace: %s",
-                                workspace_bytes, cudaGetErrorString(err));
+            status =
+                kvcal_fail(kvcal_cuda_status(err),
+                           "gemm_create: cudaMalloc of a %zu-byte cuBLASLt workspace: %s",
+                           workspace_bytes, cudaGetErrorString(err));
             goto fail;
         }
         g->workspace_bytes = workspace_bytes;
@@ -107,30 +110,33 @@ static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, int rows, int k, i
     cublasLtMatmulHeuristicResult_t heur[GEMM_CANDIDATES];
     int found = 0;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const cublasLtEpilogue_t epi =
+        bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     memset(p, 0, sizeof *p);
     p->rows = rows;
     p->k = k;
     p->n = n;
     p->bias = bias;
     LT_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                          sizeof ta));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                          sizeof tb));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                           sizeof epi));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, n, k));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, rows, k));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, n, rows, n));
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &g->workspace_bytes,
-                                                sizeof g->workspace_bytes));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
+        sizeof g->workspace_bytes));
     LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref,
                                           GEMM_CANDIDATES, heur, &found));
     if (found < 1) {
         status = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                            "gemm: cuBLASLt has no algorithm for rows %d, k %d, n %d", rows,
-                            k, n);
+                            "gemm: cuBLASLt has no algorithm for rows %d, k %d, n %d",
+                            rows, k, n);
         goto fail;
     }
     for (int i = 0; i < found; i++)
@@ -177,7 +183,8 @@ static kvcal_status plan_find(kvcal_gemm_t *g, int rows, int k, int n, int bias,
  * the fastest to cand[0]; candidates that fail to run are passed over.
  * Synchronizes with the stream. */
 static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
-                              const kvcal_bf16 *x, const kvcal_bf16 *w, cudaStream_t stream)
+                              const kvcal_bf16 *x, const kvcal_bf16 *w,
+                              cudaStream_t stream)
 {
     kvcal_status status = KVCAL_OK;
     const float one = 1.0f, zero = 0.0f;
@@ -191,13 +198,13 @@ static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
     }
     for (int c = 0; c < p->num_cand; c++) {
         float ms = 0.0f;
-        int ok = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
-                                p->c, &p->cand[c], g->workspace, g->workspace_bytes,
+        int ok = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c,
+                                out, p->c, &p->cand[c], g->workspace, g->workspace_bytes,
                                 stream) == CUBLAS_STATUS_SUCCESS;
         ok = ok && cudaEventRecord(ev[0], stream) == cudaSuccess;
         for (int r = 0; ok && r < GEMM_TUNE_REPS; r++)
-            ok = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
-                                p->c, &p->cand[c], g->workspace, g->workspace_bytes,
+            ok = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c,
+                                out, p->c, &p->cand[c], g->workspace, g->workspace_bytes,
                                 stream) == CUBLAS_STATUS_SUCCESS;
         ok = ok && cudaEventRecord(ev[1], stream) == cudaSuccess &&
              cudaEventSynchronize(ev[1]) == cudaSuccess &&
@@ -210,9 +217,10 @@ static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
     cudaEventDestroy(ev[0]);
     cudaEventDestroy(ev[1]);
     if (best < 0)
-        status = kvcal_fail(KVCAL_ERR_CUDA,
-                            "gemm: none of cuBLASLt's %d algorithms ran for rows %d, k %d, n %d",
-                            p->num_cand, p->rows, p->k, p->n);
+        status = kvcal_fail(
+            KVCAL_ERR_CUDA,
+            "gemm: none of cuBLASLt's %d algorithms ran for rows %d, k %d, n %d",
+            p->num_cand, p->rows, p->k, p->n);
     else
         p->cand[0] = p->cand[best];
     p->tuned = 1;
@@ -238,12 +246,12 @@ extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
     if (status != KVCAL_OK)
         return status;
     if (bias)
-        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof bias));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                              &bias, sizeof bias));
     if (!p->tuned && (status = plan_tune(g, p, out, x, w, stream)) != KVCAL_OK)
         return status;
-    LT_TRY(cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out, p->c,
-                          &p->cand[0], g->workspace, g->workspace_bytes, stream));
+    LT_TRY(cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
+                          p->c, &p->cand[0], g->workspace, g->workspace_bytes, stream));
     return KVCAL_OK;
 fail:
     return status;

@@ -34,11 +34,12 @@ static __device__ __forceinline__ float block_sum(float v, float *scratch)
 
 /* One block per row. VEC 8: dim % 8 == 0, 16-byte accesses; VEC 1: any dim. */
 template <int VEC>
-__global__ void add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,        // (rows, dim)
-                                   __nv_bfloat16 *__restrict__ residual,   // (rows, dim)
-                                   const __nv_bfloat16 *__restrict__ delta, // (rows, dim) or NULL
-                                   const __nv_bfloat16 *__restrict__ w,    // (dim)
-                                   int dim, float eps)
+__global__ void
+add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
+                   __nv_bfloat16 *__restrict__ residual,    // (rows, dim)
+                   const __nv_bfloat16 *__restrict__ delta, // (rows, dim) or NULL
+                   const __nv_bfloat16 *__restrict__ w,     // (dim)
+                   int dim, float eps)
 {
     __shared__ float scratch[32];
     const int64_t row = blockIdx.x;
@@ -89,7 +90,8 @@ __global__ void add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,        // (r
         }
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = __float2bfloat16_rn(__bfloat162float(r[c]) * scale * __bfloat162float(w[c]));
+            o[c] = __float2bfloat16_rn(__bfloat162float(r[c]) * scale *
+                                       __bfloat162float(w[c]));
     }
 }
 
@@ -104,10 +106,11 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
                                                  float eps, cudaStream_t stream)
 {
     if (!out || !residual || !w || rows < 0 || dim <= 0 || !(eps >= 0.0f))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "add_rmsnorm: rows %d, dim %d, eps %g: need buffers, rows >= 0, "
-                          "dim > 0, eps >= 0",
-                          rows, dim, (double)eps);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "add_rmsnorm: rows %d, dim %d, eps %g: need buffers, rows >= 0, "
+            "dim > 0, eps >= 0",
+            rows, dim, (double)eps);
     if (rows == 0)
         return KVCAL_OK;
     auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
@@ -155,7 +158,8 @@ __global__ void swiglu_kernel(__nv_bfloat16 *__restrict__ out,           // (row
             }
             *reinterpret_cast<uint4 *>(op) = g.u;
         } else {
-            *op = __float2bfloat16_rn(silu_mul(__bfloat162float(*gp), __bfloat162float(gp[n])));
+            *op = __float2bfloat16_rn(
+                silu_mul(__bfloat162float(*gp), __bfloat162float(gp[n])));
         }
     }
 }
@@ -165,7 +169,8 @@ extern "C" kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *g
 {
     if (!out || !gate_up || rows < 0 || n <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "swiglu: rows %d, n %d: need buffers, rows >= 0, n > 0", rows, n);
+                          "swiglu: rows %d, n %d: need buffers, rows >= 0, n > 0", rows,
+                          n);
     if (rows == 0)
         return KVCAL_OK;
     auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
@@ -200,7 +205,8 @@ __global__ void embed_kernel(__nv_bfloat16 *__restrict__ out,         // (n, dim
     for (int c = threadIdx.x * VEC; c < dim; c += blockDim.x * VEC) {
         if (VEC == 8)
             *reinterpret_cast<uint4 *>(o + c) =
-                id < 0 ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4 *>(src + c);
+                id < 0 ? make_uint4(0, 0, 0, 0)
+                       : *reinterpret_cast<const uint4 *>(src + c);
         else
             o[c] = id < 0 ? __float2bfloat16_rn(0.0f) : src[c];
     }
@@ -212,7 +218,8 @@ extern "C" kvcal_status kvcal_embed_launch(kvcal_bf16 *out, const kvcal_bf16 *ta
 {
     if (!out || !table || !ids || n < 0 || dim <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "embed: n %d, dim %d: need buffers, n >= 0 and dim > 0", n, dim);
+                          "embed: n %d, dim %d: need buffers, n >= 0 and dim > 0", n,
+                          dim);
     if (n == 0)
         return KVCAL_OK;
     auto *o = reinterpret_cast<__nv_bfloat16 *>(out);

@@ -41,18 +41,19 @@ kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int
 /* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
  * gives a zero row. Ids are not range-checked: the caller checks them
  * against the vocabulary on the host. */
-kvcal_status kvcal_embed_launch(kvcal_bf16 *out, const kvcal_bf16 *table, const int32_t *ids,
-                                int n, int dim, cudaStream_t stream);
+kvcal_status kvcal_embed_launch(kvcal_bf16 *out, const kvcal_bf16 *table,
+                                const int32_t *ids, int n, int dim, cudaStream_t stream);
 
 /* --- RoPE fused with the K/V observer ---------------------------------- */
 
 /* RoPE configuration. inv_freq is computed on the host (llama3 / linear
  * scaling included) and copied to the device once. */
 typedef struct kvcal_rope_cfg {
-    const float *inv_freq;      /* (rot_dim / 2) device memory */
-    int rot_dim;                /* even, 2 .. head_dim: channels that rotate */
-    int interleaved;            /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
-    const kvcal_bf16 *q_norm_w; /* (head_dim) per-head RMSNorm of q before RoPE, or NULL */
+    const float *inv_freq; /* (rot_dim / 2) device memory */
+    int rot_dim;           /* even, 2 .. head_dim: channels that rotate */
+    int interleaved;       /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
+    const kvcal_bf16
+        *q_norm_w; /* (head_dim) per-head RMSNorm of q before RoPE, or NULL */
     const kvcal_bf16 *k_norm_w; /* (head_dim) the same for k, or NULL */
     float norm_eps;
 } kvcal_rope_cfg;
@@ -131,12 +132,12 @@ kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
  * measured (bench/NOTES.md). */
 #define KVCAL_ATTENTION_VERSIONS 4
 #define KVCAL_ATTENTION_DEFAULT_VERSION 4
-kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out, int64_t out_stride,
-                                            const kvcal_bf16 *q, const kvcal_bf16 *k,
-                                            const kvcal_bf16 *v, int64_t qkv_stride,
-                                            int batch, int seq_len, int n_heads,
-                                            int n_kv_heads, int head_dim, float scale,
-                                            cudaStream_t stream);
+kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out,
+                                            int64_t out_stride, const kvcal_bf16 *q,
+                                            const kvcal_bf16 *k, const kvcal_bf16 *v,
+                                            int64_t qkv_stride, int batch, int seq_len,
+                                            int n_heads, int n_kv_heads, int head_dim,
+                                            float scale, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,12 @@
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
 
-enum { ROPE_WARPS = 8, ROPE_TOKENS_PER_BLOCK = 128, ROPE_MAX_HEAD_DIM = 256, ROPE_ROWS_IN_FLIGHT = 4 };
+enum {
+    ROPE_WARPS = 8,
+    ROPE_TOKENS_PER_BLOCK = 128,
+    ROPE_MAX_HEAD_DIM = 256,
+    ROPE_ROWS_IN_FLIGHT = 4
+};
 
 static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "histogram counters");
 
@@ -25,8 +30,9 @@ static __device__ __forceinline__ int2 pair_channels(int j, int rot_dim, int int
 {
     const int half = rot_dim / 2;
     if (interleaved || j >= half)
-        return j < half ? make_int2(2 * j, 2 * j + 1)
-                        : make_int2(rot_dim + 2 * (j - half), rot_dim + 2 * (j - half) + 1);
+        return j < half
+                   ? make_int2(2 * j, 2 * j + 1)
+                   : make_int2(rot_dim + 2 * (j - half), rot_dim + 2 * (j - half) + 1);
     return make_int2(j, j + half);
 }
 
@@ -39,8 +45,9 @@ static __device__ __forceinline__ float warp_sum(float v)
 
 /* The lane's channels of one head row (its pairs' two channels each). */
 template <int P>
-static __device__ __forceinline__ void load_row(const __nv_bfloat16 *row, int lane, int pairs,
-                                                int rot_dim, int interleaved, float x[2 * P])
+static __device__ __forceinline__ void load_row(const __nv_bfloat16 *row, int lane,
+                                                int pairs, int rot_dim, int interleaved,
+                                                float x[2 * P])
 {
 #pragma unroll
     for (int i = 0; i < P; i++) {
@@ -57,11 +64,10 @@ static __device__ __forceinline__ void load_row(const __nv_bfloat16 *row, int la
 /* Optional RMSNorm and the rotation of a loaded row, stored back in place;
  * x[] becomes the stored (bf16-rounded) values, for the observer. */
 template <int P>
-static __device__ __forceinline__ void rotate_row(__nv_bfloat16 *row, int lane, int pairs,
-                                                  int head_dim, int rot_dim, int interleaved,
-                                                  const float *cs, const float *sn,
-                                                  const __nv_bfloat16 *norm_w, float eps,
-                                                  float x[2 * P])
+static __device__ __forceinline__ void
+rotate_row(__nv_bfloat16 *row, int lane, int pairs, int head_dim, int rot_dim,
+           int interleaved, const float *cs, const float *sn, const __nv_bfloat16 *norm_w,
+           float eps, float x[2 * P])
 {
     float r = 1.0f;
     if (norm_w) {
@@ -99,8 +105,8 @@ static __device__ __forceinline__ void rotate_row(__nv_bfloat16 *row, int lane, 
 /* Folds one row into the lane's running max (float bits: |x| >= 0, and a NaN
  * wins) and the block's shared histogram. */
 template <int P>
-static __device__ __forceinline__ void observe_row(const float v[2 * P], unsigned m[2 * P],
-                                                   unsigned *shist, int lane, int pairs)
+static __device__ __forceinline__ void
+observe_row(const float v[2 * P], unsigned m[2 * P], unsigned *shist, int lane, int pairs)
 {
 #pragma unroll
     for (int i = 0; i < P; i++) {
@@ -169,7 +175,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
                 vals[2 * i + 1] = __bfloat162float(vrow[2 * j + 1]);
             }
         }
-        // rows of this token: the group's q heads, then k; ROWS loaded before any is stored
+        // rows of this token: the group's q heads, then k; ROWS loaded before any is
+        // stored
         const int rows = group + 1;
         for (int r0 = 0; r0 < rows; r0 += ROPE_ROWS_IN_FLIGHT) {
             float x[ROPE_ROWS_IN_FLIGHT][2 * P];
@@ -178,8 +185,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
                 const int r = r0 + rr;
                 const int head = r < group ? g * group + r : n_heads + g;
                 if (r < rows)
-                    load_row<P>(base + (int64_t)head * head_dim, lane, pairs, rope.rot_dim,
-                                rope.interleaved, x[rr]);
+                    load_row<P>(base + (int64_t)head * head_dim, lane, pairs,
+                                rope.rot_dim, rope.interleaved, x[rr]);
             }
 #pragma unroll
             for (int rr = 0; rr < ROPE_ROWS_IN_FLIGHT; rr++) {
@@ -200,7 +207,7 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     if (!observe)
         return;
 
-    // --- fold the block's statistics into the layer's ---
+        // --- fold the block's statistics into the layer's ---
 #pragma unroll
     for (int i = 0; i < P; i++) {
         const int j = lane + 32 * i;
@@ -225,7 +232,9 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         const int kv = i / head_dim, c = i - kv * head_dim;
         const unsigned m = smax[kv][c];
         if (m)
-            atomicMax(reinterpret_cast<unsigned *>(obs.absmax[kv]) + (int64_t)g * head_dim + c, m);
+            atomicMax(reinterpret_cast<unsigned *>(obs.absmax[kv]) +
+                          (int64_t)g * head_dim + c,
+                      m);
     }
     if (warp < 2) {
         unsigned m = 0u;
@@ -238,12 +247,11 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     }
 }
 
-extern "C" kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride,
-                                                  const int32_t *pos, int tokens,
-                                                  int n_heads, int n_kv_heads, int head_dim,
-                                                  const kvcal_rope_cfg *rope,
-                                                  const kvcal_kv_observer *obs,
-                                                  cudaStream_t stream)
+extern "C" kvcal_status
+kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride, const int32_t *pos,
+                          int tokens, int n_heads, int n_kv_heads, int head_dim,
+                          const kvcal_rope_cfg *rope, const kvcal_kv_observer *obs,
+                          cudaStream_t stream)
 {
     if (!qkv || !pos || !rope || !rope->inv_freq || tokens < 0 || n_kv_heads <= 0 ||
         n_heads <= 0 || n_heads % n_kv_heads != 0 ||
@@ -259,9 +267,10 @@ extern "C" kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token
                           "head_dim up to %d",
                           head_dim, ROPE_MAX_HEAD_DIM);
     if (rope->rot_dim < 2 || rope->rot_dim % 2 || rope->rot_dim > head_dim)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "rope_observe: rot_dim %d: must be even and in [2, head_dim %d]",
-                          rope->rot_dim, head_dim);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "rope_observe: rot_dim %d: must be even and in [2, head_dim %d]",
+            rope->rot_dim, head_dim);
     if (obs && (!obs->absmax[0] || !obs->absmax[1] || !obs->hist[0] || !obs->hist[1] ||
                 !obs->batch_absmax[0] || !obs->batch_absmax[1]))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -273,18 +282,22 @@ extern "C" kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token
     memset(&o, 0, sizeof o);
     if (obs)
         o = *obs;
-    const dim3 grid((tokens + ROPE_TOKENS_PER_BLOCK - 1) / ROPE_TOKENS_PER_BLOCK, n_kv_heads);
+    const dim3 grid((tokens + ROPE_TOKENS_PER_BLOCK - 1) / ROPE_TOKENS_PER_BLOCK,
+                    n_kv_heads);
     auto *x = reinterpret_cast<__nv_bfloat16 *>(qkv);
     const int pairs = head_dim / 2;
     if (pairs <= 32)
         rope_observe_kernel<1><<<grid, ROPE_WARPS * 32, 0, stream>>>(
-            x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o, obs != NULL);
+            x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o,
+            obs != NULL);
     else if (pairs <= 64)
         rope_observe_kernel<2><<<grid, ROPE_WARPS * 32, 0, stream>>>(
-            x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o, obs != NULL);
+            x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o,
+            obs != NULL);
     else
         rope_observe_kernel<4><<<grid, ROPE_WARPS * 32, 0, stream>>>(
-            x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o, obs != NULL);
+            x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o,
+            obs != NULL);
     KVCAL_CUDA_CHECK_LAUNCH("rope_observe_kernel");
     return KVCAL_OK;
 }
