@@ -114,6 +114,27 @@ int kvcal_tok_byte_piece(const char *s, size_t len)
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+int kvcal_tok_words_independent(const kvcal_tokenizer_t *t, const char *marker,
+                                int (*keep)(const kvcal_tokenizer_t *, int32_t))
+{
+    size_t wl = strlen(marker);
+    for (int32_t id = 0; id < t->vocab_size; id++) {
+        size_t n;
+        const char *p = kvcal_tok_piece(t, id, &n);
+        if ((keep && !keep(t, id)) || n <= wl)
+            continue;
+        int only = n % wl == 0;
+        for (size_t k = 0; k + wl <= n && only; k += wl)
+            only = !memcmp(p + k, marker, wl);
+        if (only)
+            continue;
+        for (size_t k = 1; k + wl <= n; k++)
+            if (!memcmp(p + k, marker, wl))
+                return 0;
+    }
+    return 1;
+}
+
 void kvcal_tok_find_byte_pieces(kvcal_tokenizer_t *t)
 {
     for (int b = 0; b < 256; b++)

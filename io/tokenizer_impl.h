@@ -110,8 +110,8 @@ struct kvcal_tokenizer {
     int prefix_space;                        /* ByteLevel add_prefix_space */
     int metaspace;                           /* Metaspace pre-tokenizer present */
     int metaspace_prepend;                   /* 0 never, 1 first, 2 always */
-    int split_words;                         /* Metaspace split = true */
-    int n_norm;                              /* normalizer steps */
+    int split_words; /* Metaspace split = true; sentencepiece: words merge one by one */
+    int n_norm;      /* normalizer steps */
     kvcal_norm_step norm[KVCAL_TOK_MAX_NORM];
     int strip_leading_space; /* decoder drops one leading space */
     int n_added;
@@ -146,6 +146,12 @@ kvcal_status kvcal_tok_build_map(kvcal_tokenizer_t *t,
 int32_t kvcal_tok_lookup(const kvcal_tokenizer_t *t, const char *s, size_t n);
 /* The byte a piece "<0xXX>" stands for (upper-case hex), else -1. */
 int kvcal_tok_byte_piece(const char *s, size_t len);
+/* 1 when no piece (of those keep() accepts; NULL: all) holds `marker` (the
+ * space mark) after its first byte, unless the piece is only markers: merges
+ * then never cross the start of a word (a marker after something else), and
+ * words can be merged one by one with the same result. */
+int kvcal_tok_words_independent(const kvcal_tokenizer_t *t, const char *marker,
+                                int (*keep)(const kvcal_tokenizer_t *, int32_t));
 /* Fills byte_id[] from pieces named "<0xXX>". */
 void kvcal_tok_find_byte_pieces(kvcal_tokenizer_t *t);
 

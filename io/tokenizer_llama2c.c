@@ -90,6 +90,7 @@ kvcal_status kvcal_tok_load_llama2c(kvcal_tokenizer_t *t, const char *path,
     t->strip_leading_space = 1;
     for (int b = 0; b < 256; b++)
         t->byte_id[b] = b + 3;
+    t->split_words = kvcal_tok_words_independent(t, " ", NULL);
     return kvcal_tok_build_map(t, NULL);
 }
 
@@ -107,56 +108,65 @@ static int llama2c_pair(const kvcal_tokenizer_t *t, const char *text,
     return 1;
 }
 
+/* Symbols of buf[ws, we), merged, appended to out. `dummy` >= 0: buf[ws] is
+ * the dummy-prefix space, a token of its own (run.c adds it before grouping
+ * the text). Grouping as run.c's: a lead byte starts a character, which takes
+ * up to three following continuation bytes; one not in the vocabulary
+ * becomes its bytes, + 3. */
+static kvcal_status llama2c_encode_span(const kvcal_tokenizer_t *t, const char *buf,
+                                        size_t ws, size_t we, int32_t dummy,
+                                        kvcal_bpe_work *w, kvcal_ids *out)
+{
+    const unsigned char *u = (const unsigned char *)buf;
+    size_t n = 0;
+    if (dummy >= 0)
+        w->sym[n++] = (kvcal_bpe_sym){dummy, (uint32_t)ws, (uint32_t)ws + 1, -1, -1, 1};
+    for (size_t i = ws + (dummy >= 0); i < we;) {
+        size_t j = i + 1;
+        while (j < we && (u[j] & 0xC0) == 0x80 && j - i < 4)
+            j++;
+        int32_t id = kvcal_tok_lookup(t, buf + i, j - i);
+        if (id >= 0)
+            w->sym[n++] = (kvcal_bpe_sym){id, (uint32_t)i, (uint32_t)j, -1, -1, 1};
+        else
+            for (size_t k = i; k < j; k++)
+                w->sym[n++] = (kvcal_bpe_sym){
+                    (int32_t)u[k] + 3, (uint32_t)k, (uint32_t)k + 1, -1, -1, 0};
+        i = j;
+    }
+    for (size_t k = 0; k < n; k++) {
+        w->sym[k].prev = (int32_t)k - 1;
+        w->sym[k].next = k + 1 < n ? (int32_t)k + 1 : -1;
+    }
+    kvcal_status st = kvcal_bpe_merge(t, buf, w, n, llama2c_pair);
+    for (int32_t k = 0; !st && n && k >= 0; k = w->sym[k].next)
+        st = kvcal_ids_push(out, w->sym[k].id);
+    return st;
+}
+
 kvcal_status kvcal_tok_encode_llama2c(const kvcal_tokenizer_t *t, const char *text,
                                       size_t len, kvcal_ids *out)
 {
     if (len == 0)
         return KVCAL_OK;
-    int32_t space = kvcal_tok_lookup(t, " ", 1);
+    int32_t space = kvcal_tok_lookup(t, " ", 1); /* the dummy prefix */
     size_t pre = space >= 0 ? 1 : 0;
-    char *buf = malloc(len + pre);
-    kvcal_bpe_work w = {0};
-    kvcal_status st = KVCAL_OK;
-    if (!buf) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", len);
-        goto fail;
-    }
-    if (pre)
-        buf[0] = ' ';
+    size_t n = len + pre;
+    char *buf = malloc(n);
+    if (!buf)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", len);
+    buf[0] = ' ';
     memcpy(buf + pre, text, len);
-    size_t n_all = len + pre;
-    if ((st = kvcal_bpe_work_reserve(&w, n_all)))
-        goto fail;
-    size_t n = 0;
-    if (pre)
-        w.sym[n++] = (kvcal_bpe_sym){space, 0, 1, -1, -1, 1};
-    /* run.c's grouping: a lead byte starts a character, which takes up to
-       three following continuation bytes */
-    const unsigned char *u = (const unsigned char *)buf;
-    size_t i = pre;
-    while (i < n_all) {
-        size_t j = i + 1;
-        while (j < n_all && (u[j] & 0xC0) == 0x80 && j - i < 4)
-            j++;
-        int32_t id = kvcal_tok_lookup(t, buf + i, j - i);
-        if (id >= 0)
-            w.sym[n++] = (kvcal_bpe_sym){id, (uint32_t)i, (uint32_t)j, -1, -1, 1};
-        else
-            for (size_t k = i; k < j; k++)
-                w.sym[n++] = (kvcal_bpe_sym){
-                    (int32_t)u[k] + 3, (uint32_t)k, (uint32_t)k + 1, -1, -1, 0};
-        i = j;
-    }
-    for (size_t k = 0; k < n; k++) {
-        w.sym[k].prev = (int32_t)k - 1;
-        w.sym[k].next = k + 1 < n ? (int32_t)k + 1 : -1;
-    }
-    if ((st = kvcal_bpe_merge(t, buf, &w, n, llama2c_pair)))
-        goto fail;
-    for (int32_t k = 0; k >= 0; k = w.sym[k].next)
-        if ((st = kvcal_ids_push(out, w.sym[k].id)))
-            goto fail;
-fail:
+    kvcal_bpe_work w = {0};
+    kvcal_status st = kvcal_bpe_work_reserve(&w, n);
+    size_t start = 0;
+    for (size_t i = 1; !st && t->split_words && i < n; i++)
+        if (buf[i] == ' ' && buf[i - 1] != ' ') { /* a word starts */
+            st = llama2c_encode_span(t, buf, start, i, start ? -1 : space, &w, out);
+            start = i;
+        }
+    if (!st)
+        st = llama2c_encode_span(t, buf, start, n, start ? -1 : space, &w, out);
     kvcal_bpe_work_free(&w);
     free(buf);
     return st;

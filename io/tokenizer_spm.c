@@ -280,6 +280,8 @@ kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
                     b);
     if ((st = kvcal_tok_build_map(t, spm_mergeable)))
         return st;
+    t->split_words = kvcal_tok_words_independent(
+        t, t->escape_whitespaces ? "\xE2\x96\x81" : " ", spm_mergeable);
     return kvcal_tok_apply_config(t, path); /* HF LlamaTokenizer's add_bos_token etc. */
 malformed:
     return kvcal_fail(
@@ -353,6 +355,55 @@ static int spm_pair(const kvcal_tokenizer_t *t, const char *text, const kvcal_bp
     return 1;
 }
 
+/* Symbols of norm[ws, we), merged, appended to out as ids. */
+static kvcal_status spm_encode_span(const kvcal_tokenizer_t *t, const char *norm,
+                                    size_t ws, size_t we, kvcal_bpe_work *w,
+                                    kvcal_ids *out)
+{
+    const unsigned char *u = (const unsigned char *)norm;
+    size_t n = 0;
+    for (size_t i = ws; i < we;) {
+        size_t l = kvcal_utf8_char_len(u + i, we - i);
+        /* user-defined pieces are single symbols that never merge */
+        int32_t best = -1;
+        size_t best_len = 0;
+        for (size_t e = i + 1; t->n_user_defined && e <= we && e - i <= 64; e++) {
+            int32_t id = kvcal_tok_lookup(t, norm + i, e - i);
+            if (id >= 0 && t->piece_type[id] == KVCAL_PIECE_USER_DEFINED) {
+                best = id;
+                best_len = e - i;
+            }
+        }
+        if (best >= 0 && best_len > 0) {
+            w->sym[n++] =
+                (kvcal_bpe_sym){best, (uint32_t)i, (uint32_t)(i + best_len), -1, -1, 0};
+            i += best_len;
+            continue;
+        }
+        if (!l)
+            l = 1;
+        w->sym[n++] = (kvcal_bpe_sym){
+            kvcal_tok_lookup(t, norm + i, l), (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
+        i += l;
+    }
+    for (size_t k = 0; k < n; k++) {
+        w->sym[k].prev = (int32_t)k - 1;
+        w->sym[k].next = k + 1 < n ? (int32_t)k + 1 : -1;
+    }
+    kvcal_status st = kvcal_bpe_merge(t, norm, w, n, spm_pair);
+    for (int32_t k = 0; !st && n && k >= 0; k = w->sym[k].next) {
+        const kvcal_bpe_sym *s = &w->sym[k];
+        if (s->id >= 0)
+            st = kvcal_ids_push(out, s->id);
+        else if (t->byte_fallback)
+            for (uint32_t b = s->start; b < s->end && !st; b++)
+                st = kvcal_ids_push(out, t->byte_id[(unsigned char)norm[b]]);
+        else
+            st = kvcal_ids_push(out, t->unk);
+    }
+    return st;
+}
+
 kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text,
                                   size_t len, kvcal_ids *out)
 {
@@ -362,55 +413,23 @@ kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text,
     kvcal_status st = spm_normalize(t, text, len, &norm, &n_norm);
     if (st)
         return st;
-    if (n_norm == 0)
-        goto fail; /* nothing to encode; st is KVCAL_OK */
-    if ((st = kvcal_bpe_work_reserve(&w, n_norm)))
-        goto fail;
-    const unsigned char *u = (const unsigned char *)norm;
-    size_t n = 0;
-    for (size_t i = 0; i < n_norm;) {
-        size_t l = kvcal_utf8_char_len(u + i, n_norm - i);
-        /* user-defined pieces are single symbols that never merge */
-        int32_t best = -1;
-        size_t best_len = 0;
-        for (size_t e = i + 1; t->n_user_defined && e <= n_norm && e - i <= 64; e++) {
-            int32_t id = kvcal_tok_lookup(t, norm + i, e - i);
-            if (id >= 0 && t->piece_type[id] == KVCAL_PIECE_USER_DEFINED) {
-                best = id;
-                best_len = e - i;
-            }
+    if (n_norm && !(st = kvcal_bpe_work_reserve(&w, n_norm))) {
+        if (!t->split_words)
+            st = spm_encode_span(t, norm, 0, n_norm, &w, out);
+        else {
+            /* no piece crosses the start of a word (a space marker after
+               something else): the words merge independently */
+            const char *ws = t->escape_whitespaces ? "\xE2\x96\x81" : " ";
+            size_t wl = strlen(ws), start = 0;
+            for (size_t i = wl; i + wl <= n_norm && !st; i++)
+                if (!memcmp(norm + i, ws, wl) && memcmp(norm + i - wl, ws, wl)) {
+                    st = spm_encode_span(t, norm, start, i, &w, out);
+                    start = i;
+                }
+            if (!st)
+                st = spm_encode_span(t, norm, start, n_norm, &w, out);
         }
-        if (best >= 0 && best_len > 0) {
-            w.sym[n++] =
-                (kvcal_bpe_sym){best, (uint32_t)i, (uint32_t)(i + best_len), -1, -1, 0};
-            i += best_len;
-            continue;
-        }
-        if (!l)
-            l = 1;
-        w.sym[n++] = (kvcal_bpe_sym){
-            kvcal_tok_lookup(t, norm + i, l), (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
-        i += l;
     }
-    for (size_t k = 0; k < n; k++) {
-        w.sym[k].prev = (int32_t)k - 1;
-        w.sym[k].next = k + 1 < n ? (int32_t)k + 1 : -1;
-    }
-    if ((st = kvcal_bpe_merge(t, norm, &w, n, spm_pair)))
-        goto fail;
-    for (int32_t k = 0; k >= 0; k = w.sym[k].next) {
-        const kvcal_bpe_sym *s = &w.sym[k];
-        if (s->id >= 0)
-            st = kvcal_ids_push(out, s->id);
-        else if (t->byte_fallback)
-            for (uint32_t b = s->start; b < s->end && !st; b++)
-                st = kvcal_ids_push(out, t->byte_id[(unsigned char)norm[b]]);
-        else
-            st = kvcal_ids_push(out, t->unk);
-        if (st)
-            goto fail;
-    }
-fail:
     kvcal_bpe_work_free(&w);
     free(norm);
     return st;
