@@ -276,7 +276,7 @@ static int parse_options(int argc, char **argv, options *o)
 /* Per layer sums over every batch of a mode. */
 typedef struct {
     double x2[2], e2[2];        /* sum x^2 and sum (x - q(x))^2, K and V */
-    long long clipped[2], n[2]; /* |x| / scale > 448, values seen */
+    long long clipped[2], n[2]; /* saturated (|x| / scale > 464), values seen */
     double att2, att_e2;        /* sum |att|^2, sum |att_q - att|^2 */
 } layer_sums;
 
@@ -351,7 +351,7 @@ static kvcal_status eval_hook(void *p, const kvcal_runner_kv *kv, const float *q
             double e = (double)y[i] - x[i];
             s->x2[which] += (double)x[i] * x[i];
             s->e2[which] += e * e;
-            s->clipped[which] += fabsf(x[i]) > 448.0f * sc[i / D];
+            s->clipped[which] += fabsf(x[i]) * (1.0f / sc[i / D]) > 464.0f;
         }
         s->n[which] += rows * row;
     }
@@ -582,11 +582,10 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
         printf(" %+10.4f %+8.3f%%  %8.1f dB %8.1f dB %9.2e %9.2e\n", res[i].ppl - base,
                100.0 * (res[i].ppl - base) / base, ks, vs, clip, err);
     }
-    printf("\n(SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2); clip = fraction "
-           "of\n"
-           "values with |x| / scale > 448; att = |attention(q, K', V') - attention(q, K, "
-           "V)| /\n"
-           "|attention(q, K, V)| with q, K, V of the mode's own forward pass)\n");
+    puts("\n(SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2); clip = fraction\n"
+         "of values saturated past e4m3's rounding to 448 (|x| / scale > 464); att =\n"
+         "|attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|, with q, K\n"
+         "and V of the mode's own forward pass)");
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
