@@ -559,6 +559,12 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
                 t->strip_leading_space = 1;
         }
     }
+    /* SentencePiece-style without ignore_merges (which looks whole
+       pre-tokens up) and with U+2581 in the vocabulary (so unknown
+       characters never fuse across a word start) */
+    t->words_independent = !bytelevel && !t->ignore_merges && !t->n_split &&
+                           kvcal_tok_lookup(t, METASPACE, 3) >= 0 &&
+                           kvcal_tok_words_independent(t, METASPACE, hf_mergeable);
     parse_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"));
     return kvcal_tok_apply_config(t, path);
 }
@@ -840,11 +846,15 @@ static kvcal_status encode_segment(hf_ctx *c, const char *p, size_t n, int at_st
     if (st || !len)
         return st;
     const char *s = c->buf;
-    if (c->t->metaspace && c->t->split_words) {
-        /* each U+2581 starts a new word */
+    int every = c->t->metaspace && c->t->split_words;
+    if (every || c->t->words_independent) {
+        /* Metaspace split: each U+2581 starts a new word. Otherwise, when no
+           merge can cross a word start (U+2581 after something else), words
+           are merged one by one: the same ids, smaller merge queues. */
         size_t start = 0;
         for (size_t j = 3; j + 3 <= len && !st; j++)
-            if (!memcmp(s + j, METASPACE, 3)) {
+            if (!memcmp(s + j, METASPACE, 3) &&
+                (every || memcmp(s + j - 3, METASPACE, 3))) {
                 st = split_step(c, 0, s + start, j - start);
                 start = j;
             }

@@ -111,7 +111,8 @@ struct kvcal_tokenizer {
     int metaspace;                           /* Metaspace pre-tokenizer present */
     int metaspace_prepend;                   /* 0 never, 1 first, 2 always */
     int split_words; /* Metaspace split = true; sentencepiece: words merge one by one */
-    int n_norm;      /* normalizer steps */
+    int words_independent; /* tokenizer.json: words merge one by one */
+    int n_norm;            /* normalizer steps */
     kvcal_norm_step norm[KVCAL_TOK_MAX_NORM];
     int strip_leading_space; /* decoder drops one leading space */
     int n_added;
