@@ -19,8 +19,12 @@
 //
 // Versions: v1 = one thread per element with the software e4m3 rounding of
 // core/fp8.h (static per-head scales), the starting point; v2 = the library
-// kernels (kernels/cuda/kvquant.cu).
+// kernels (kernels/cuda/kvquant.cu); v3 = the candidate for the library's
+// next version (bf16, head_dim 128, NHD only; static per-head and dynamic):
+// each group of 16 lanes takes 4 rows and issues all 8 of its 16-byte K/V
+// loads before converting any, for 4x the bytes in flight per thread.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -76,6 +80,84 @@ __global__ void v1_static_head_kernel(const __nv_bfloat16 *k, const __nv_bfloat1
     vc[o] = kvcal_fp8_e4m3_from_float(__bfloat162float(v[i]) * (1.0f / vs[h]));
 }
 
+// --- v3: four rows per group of 16 lanes --------------------------------------
+
+// 8 bf16 in a 16-byte word -> floats.
+__device__ __forceinline__ void v3_unpack(uint4 w, float *x)
+{
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    for (int i = 0; i < 4; i++) {
+        x[2 * i] = __uint_as_float(u[i] << 16);
+        x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
+// 8 floats times inv -> 8 e4m3 bytes (RNE, saturating, as the library).
+__device__ __forceinline__ uint2 v3_pack(const float *x, float inv)
+{
+    uint32_t b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = __nv_cvt_float2_to_fp8x2(make_float2(x[2 * i] * inv, x[2 * i + 1] * inv),
+                                        __NV_SATFINITE, __NV_E4M3);
+    return make_uint2(b[0] | b[1] << 16, b[2] | b[3] << 16);
+}
+
+// k, v: (rows, 128) bf16 as 16-byte words, row = token * H + head; caches
+// NHD and contiguous, so (slot, head) starts at (slot * H + head) * 128.
+template <bool DYNAMIC>
+__global__ void __launch_bounds__(256)
+    v3_quant_kernel(const uint4 *k, const uint4 *v, const int64_t *slots, uint8_t *kc,
+                    uint8_t *vc, const float *ks, const float *vs, float *ksc, float *vsc,
+                    int64_t rows, int H, int64_t capacity)
+{
+    constexpr int R = 4;
+    const int lane = threadIdx.x & 15;
+    const int64_t first =
+        ((int64_t)blockIdx.x * (blockDim.x / 16) + threadIdx.x / 16) * R;
+    uint4 kr[R], vr[R];
+    int64_t slot[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int64_t row = first + r;
+        kr[r] = vr[r] = make_uint4(0, 0, 0, 0);
+        slot[r] = -1;
+        if (row < rows) {
+            kr[r] = k[row * 16 + lane];
+            vr[r] = v[row * 16 + lane];
+            slot[r] = slots[(uint32_t)row / (uint32_t)H]; // rows < 2^32 here
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int64_t row = first + r;
+        int h = (int)((uint32_t)row % (uint32_t)H);
+        float xk[8], xv[8], sk, sv;
+        v3_unpack(kr[r], xk);
+        v3_unpack(vr[r], xv);
+        if (DYNAMIC) {
+            float mk = 0.0f, mv = 0.0f;
+            for (int j = 0; j < 8; j++) {
+                mk = fmaxf(mk, kvcal_kv_finite_abs(xk[j]));
+                mv = fmaxf(mv, kvcal_kv_finite_abs(xv[j]));
+            }
+            for (int off = 8; off > 0; off >>= 1) {
+                mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, off, 16));
+                mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, off, 16));
+            }
+            sk = kvcal_scale_from_absmax(mk), sv = kvcal_scale_from_absmax(mv);
+        } else {
+            sk = ks[h], sv = vs[h];
+        }
+        if (slot[r] < 0 || slot[r] >= capacity)
+            continue;
+        int64_t o = (slot[r] * H + h) * 128 + lane * 8;
+        *reinterpret_cast<uint2 *>(kc + o) = v3_pack(xk, 1.0f / sk);
+        *reinterpret_cast<uint2 *>(vc + o) = v3_pack(xv, 1.0f / sv);
+        if (DYNAMIC && lane == 0)
+            ksc[slot[r] * H + h] = sk, vsc[slot[r] * H + h] = sv;
+    }
+}
+
 __global__ void fill_bf16_kernel(__nv_bfloat16 *p, int64_t n, uint32_t seed, float amp)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -94,16 +176,19 @@ enum Op {
     V1_STATIC_HEAD,
     STATIC_TENSOR,
     STATIC_HEAD,
+    V3_STATIC_HEAD,
     STATIC_HEAD_HND,
     DYNAMIC,
+    V3_DYNAMIC,
     SCALER,
     DEQUANT,
     NUM_OPS
 };
 static const char *op_name[NUM_OPS] = {
     "copy (cudaMemcpy D2D)",  "v1 static head NHD (sw)", "static tensor NHD",
-    "static head NHD",        "static head HND",         "dynamic token-head NHD",
-    "scaler running-max NHD", "dequant NHD -> bf16"};
+    "static head NHD",        "v3 static head NHD",      "static head HND",
+    "dynamic token-head NHD", "v3 dynamic NHD",          "scaler running-max NHD",
+    "dequant NHD -> bf16"};
 
 struct Problem {
     int64_t T;
@@ -206,6 +291,7 @@ static double op_bytes(const Problem &p, Op op)
     case COPY:
         return 2 * in;
     case DYNAMIC:
+    case V3_DYNAMIC:
     case SCALER:
         return in + cache + slots + scales;
     case DEQUANT:
@@ -229,6 +315,20 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
         int64_t n = (int64_t)p.in_elems();
         v1_static_head_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(
             p.k, p.v, p.slots, p.kc, p.vc, p.kst, p.vst, n, p.H, p.D, p.bs);
+        CHECK(cudaGetLastError());
+        return;
+    }
+    case V3_STATIC_HEAD:
+    case V3_DYNAMIC: {
+        int64_t rows = p.T * p.H, groups = (rows + 3) / 4;
+        if (op == V3_DYNAMIC)
+            v3_quant_kernel<true><<<(unsigned)((groups + 15) / 16), 256, 0, s>>>(
+                (const uint4 *)p.k, (const uint4 *)p.v, p.slots, p.kc, p.vc, p.kst, p.vst,
+                p.ksc, p.vsc, rows, p.H, p.num_blocks * p.bs);
+        else
+            v3_quant_kernel<false><<<(unsigned)((groups + 15) / 16), 256, 0, s>>>(
+                (const uint4 *)p.k, (const uint4 *)p.v, p.slots, p.kc, p.vc, p.kst, p.vst,
+                p.ksc, p.vsc, rows, p.H, p.num_blocks * p.bs);
         CHECK(cudaGetLastError());
         return;
     }
@@ -332,8 +432,8 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
                     !((ov[i] & 0x7fff) > 0x7f80 && (rv[i] & 0x7fff) > 0x7f80));
         return bad;
     }
-    bool token_scales = op == DYNAMIC || op == SCALER;
-    if (op == DYNAMIC)
+    bool token_scales = op == DYNAMIC || op == V3_DYNAMIC || op == SCALER;
+    if (op == DYNAMIC || op == V3_DYNAMIC)
         KV_CHECK(kvcal_kv_quantize_dynamic_ref(&b, &c));
     else if (op == SCALER)
         KV_CHECK(kvcal_kv_quantize_static_ref(&b, &c, KVCAL_GRANULARITY_HEAD, scaler_k,
@@ -386,14 +486,16 @@ static size_t validate(Problem &p, Op op)
         std::vector<uint16_t> k = to_host((const uint16_t *)p.k, p.in_elems());
         std::vector<uint16_t> v = to_host((const uint16_t *)p.v, p.in_elems());
         std::vector<float> ak(p.H, 0.0f), av(p.H, 0.0f);
-        for (size_t i = 0; i < p.in_elems(); i++) {
-            int h = (int)(i / p.D % p.H);
-            uint32_t uk = (uint32_t)k[i] << 16, uv = (uint32_t)v[i] << 16;
-            float fk, fv;
-            memcpy(&fk, &uk, 4), memcpy(&fv, &uv, 4);
-            ak[h] = std::max(ak[h], kvcal_kv_finite_abs(fk));
-            av[h] = std::max(av[h], kvcal_kv_finite_abs(fv));
-        }
+        size_t i = 0;
+        for (int64_t t = 0; t < p.T; t++)
+            for (int h = 0; h < p.H; h++)
+                for (int d = 0; d < p.D; d++, i++) {
+                    uint32_t uk = (uint32_t)k[i] << 16, uv = (uint32_t)v[i] << 16;
+                    float fk, fv;
+                    memcpy(&fk, &uk, 4), memcpy(&fv, &uv, 4);
+                    ak[h] = std::max(ak[h], kvcal_kv_finite_abs(fk));
+                    av[h] = std::max(av[h], kvcal_kv_finite_abs(fv));
+                }
         for (int h = 0; h < p.H; h++)
             bad += sk[h] != kvcal_scale_from_absmax(ak[h]) ||
                    sv[h] != kvcal_scale_from_absmax(av[h]);
@@ -529,7 +631,8 @@ int main(int argc, char **argv)
                      1234u + ci);
         for (int o = 0; o < NUM_OPS; o++) {
             Op op = (Op)o;
-            if (op == V1_STATIC_HEAD && cases[ci].decode)
+            if ((op == V1_STATIC_HEAD || op == V3_STATIC_HEAD || op == V3_DYNAMIC) &&
+                (cases[ci].decode || (op != V1_STATIC_HEAD && D != 128)))
                 continue;
             size_t bad = validate(p, op);
             failures += bad != 0;
