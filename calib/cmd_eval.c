@@ -260,7 +260,8 @@ static int parse_options(int argc, char **argv, options *o)
     if (!strcmp(device, "cuda")) {
         fprintf(stderr, "kvcal eval: --device cuda: %s; use --device cpu\n",
                 kvcal_cuda_device_count() > 0
-                    ? "the CUDA model runner is not built into this version"
+                    ? "the CUDA runner stops after the last layer's K/V (no logits, no "
+                      "K/V hook), so eval runs on the CPU runner in this version"
                     : "no CUDA device (or kvcal was built without CUDA)");
         return -1;
     }
