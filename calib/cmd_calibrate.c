@@ -432,8 +432,10 @@ static kvcal_status write_llama2c_config(const kvcal_model_desc *d, const char *
     cJSON_AddBoolToObject(c, "tie_word_embeddings", d->tied_embeddings);
     cJSON_AddStringToObject(c, "torch_dtype", "float32");
     char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    kvcal_status st = kvcal_json_write(path, c);
+    int len = snprintf(path, sizeof path, "%s/config.json", dir);
+    kvcal_status st = len < 0 || (size_t)len >= sizeof path
+                          ? kvcal_fail(KVCAL_ERR_IO, "%s: path too long", dir)
+                          : kvcal_json_write(path, c);
     cJSON_Delete(c);
     return st;
 }
