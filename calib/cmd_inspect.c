@@ -1,0 +1,727 @@
+/* calib/cmd_inspect.c: `kvcal inspect PATH` -- says what a model, scales
+ * file, statistics file or token set holds, detected from its content. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "calib/command.h"
+#include "calib/model.h"
+#include "core/status.h"
+#include "io/dataset.h"
+#include "io/json_file.h"
+#include "io/llama2c.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "io/stats_hdf5.h"
+#include "io/token_set_info.h"
+#include "io/tokenizer.h"
+
+/* RoPE base of every llama2.c checkpoint (run.c's fixed 10000). */
+#define LLAMA2C_ROPE_THETA 10000.0
+
+typedef enum inspect_kind {
+    KIND_MODEL,
+    KIND_SCALES,
+    KIND_STATS,
+    KIND_TOKENS_HDF5,
+    KIND_TOKENS_JSONL
+} inspect_kind;
+
+typedef struct inspect_opts {
+    const char *tokenizer; /* --tokenizer FILE or NULL */
+    const char *model;     /* --model DIR or NULL */
+    int decode;            /* samples to decode */
+    int json;
+    cJSON *out; /* the JSON report (filled in text mode too, never printed) */
+} inspect_opts;
+
+static void inspect_usage(FILE *f)
+{
+    fprintf(
+        f, "usage: kvcal inspect PATH [--tokenizer FILE] [--model DIR] [--decode N] "
+           "[--json]\n\n"
+           "Says what PATH holds, detected from its content:\n"
+           "  a model (checkpoint directory with config.json, a .safetensors beside its\n"
+           "  config.json, a llama2.c .bin): shape, RoPE, dtype, parameters, KV-cache\n"
+           "  bytes per token in bf16 and fp8, its tokenizer, KV scales it holds;\n"
+           "  a scales file (legacy JSON, kvcal JSON, checkpoint directory / shard):\n"
+           "  per-layer K/V scales (per head with --json or per-head granularity);\n"
+           "  a statistics file (calibrate --stats): per-layer K/V absmax and the\n"
+           "  channel with the largest one;\n"
+           "  a token set (tokenize output, HDF5 or JSONL of input_ids): samples,\n"
+           "  lengths, padding.\n\n"
+           "  --tokenizer FILE  tokenizer for --decode (or of a model, instead of the\n"
+           "                    one found beside it)\n"
+           "  --model DIR       model whose tokenizer --decode uses\n"
+           "  --decode N        print the first N samples of a token set as text\n"
+           "  --json            print a JSON report on stdout\n\n"
+           "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
+}
+
+static int exit_code(kvcal_status st)
+{
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG ? KVCAL_EXIT_USAGE
+                                                             : KVCAL_EXIT_INVALID;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The directory holding `path` into out. */
+static void parent_dir(const char *path, char *out, size_t n)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    snprintf(out, n, "%s", dirname(tmp));
+}
+
+static int is_scale_tensor(const char *name)
+{
+    return ends_with(name, "k_scale") || ends_with(name, "v_scale");
+}
+
+/* Parameters of a checkpoint (every tensor but K/V scales) into *params and
+ * whether it holds scales and nothing else; 0 params when it cannot be
+ * opened. */
+static void checkpoint_census(const char *path, long long *params, int *scales_only)
+{
+    kvcal_checkpoint_t *ck = NULL;
+    int n_scales = 0;
+    *params = 0;
+    if (kvcal_checkpoint_open(path, &ck) == KVCAL_OK)
+        for (int i = 0; i < kvcal_checkpoint_count(ck); i++) {
+            const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
+            if (is_scale_tensor(t->name))
+                n_scales++;
+            else
+                *params += t->numel;
+        }
+    kvcal_checkpoint_close(ck);
+    *scales_only = n_scales > 0 && *params == 0;
+}
+
+/* 1 when the first line of the file at `path` contains `needle`. */
+static int first_line_has(const char *path, const char *needle)
+{
+    char line[65536] = "";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int found = fgets(line, sizeof line, f) && strstr(line, needle);
+    fclose(f);
+    return found;
+}
+
+/* Decides what `path` holds; *model_path is the path a model is opened
+ * from (the directory of a config.json given directly). */
+static kvcal_status detect(const char *path, inspect_kind *kind, char *model_path,
+                           size_t n)
+{
+    struct stat sb;
+    long long params;
+    int scales_only;
+    snprintf(model_path, n, "%s", path);
+    if (stat(path, &sb) != 0)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: no such file or directory", path);
+    if (S_ISDIR(sb.st_mode)) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        if (stat(cfg, &sb) != 0)
+            return kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: a directory without config.json: not a model or "
+                "scales checkpoint (give the checkpoint directory or a file)",
+                path);
+        checkpoint_census(path, &params, &scales_only);
+        *kind = scales_only ? KIND_SCALES : KIND_MODEL;
+        return KVCAL_OK;
+    }
+    unsigned char head[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot be read", path);
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got == 8 && !memcmp(head, "\x89HDF\r\n\x1a\n", 8)) {
+        kvcal_token_set_info info;
+        kvcal_status st = kvcal_token_set_info_read(path, &info);
+        *kind = info.has_input_ids ? KIND_TOKENS_HDF5 : KIND_STATS;
+        return st;
+    }
+    if (ends_with(path, ".safetensors")) {
+        checkpoint_census(path, &params, &scales_only);
+        *kind = scales_only ? KIND_SCALES : KIND_MODEL;
+        return KVCAL_OK;
+    }
+    if (got > 0 && head[0] == '{' &&
+        (ends_with(path, ".jsonl") || ends_with(path, ".ndjson"))) {
+        if (!first_line_has(path, "\"input_ids\""))
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: JSONL without \"input_ids\" on its first line: a text "
+                              "dataset, not a token set (make one with kvcal tokenize "
+                              "--format jsonl)",
+                              path);
+        *kind = KIND_TOKENS_JSONL;
+        return KVCAL_OK;
+    }
+    if (got > 0 && head[0] == '{') {
+        cJSON *root = NULL;
+        *kind = KIND_SCALES; /* the validator names what is wrong with other JSON */
+        if (kvcal_json_load(path, &root) == KVCAL_OK &&
+            (cJSON_HasObjectItem(root, "architectures") ||
+             cJSON_HasObjectItem(root, "num_hidden_layers"))) {
+            *kind = KIND_MODEL;
+            parent_dir(path, model_path, n);
+        }
+        cJSON_Delete(root);
+        return KVCAL_OK;
+    }
+    if (kvcal_llama2c_probe(path)) {
+        *kind = KIND_MODEL;
+        return KVCAL_OK;
+    }
+    return kvcal_fail(KVCAL_ERR_FORMAT,
+                      "%s: not a model, scales file, statistics file or token set "
+                      "(expected a checkpoint directory, .safetensors, llama2.c .bin, "
+                      "JSON, JSONL or HDF5 written by kvcal)",
+                      path);
+}
+
+// --- models ------------------------------------------------------------------
+
+/* What the report adds to config.json: from the opened model, or from
+ * config.json alone when the runner refuses the model. */
+typedef struct model_extra {
+    const char *source, *dtype, *refused; /* refused: NULL when supported */
+    int rot_dim, interleaved;
+    long long params; /* 0 when no weights were found */
+} model_extra;
+
+/* A llama2.c model's shape in config.json terms. */
+static void config_from_desc(kvcal_model_config *c, const kvcal_model_desc *d)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->architecture, sizeof c->architecture, "%s", d->architecture);
+    snprintf(c->model_type, sizeof c->model_type, "%s", d->model_type);
+    snprintf(c->rope_type_name, sizeof c->rope_type_name, "default");
+    c->num_layers = d->num_layers;
+    c->hidden_size = d->hidden_size;
+    c->intermediate_size = d->intermediate_size;
+    c->num_attention_heads = d->num_heads;
+    c->num_kv_heads = d->num_kv_heads;
+    c->head_dim = d->head_dim;
+    c->vocab_size = d->vocab_size;
+    c->max_position_embeddings = d->max_seq_len;
+    c->rope_theta = LLAMA2C_ROPE_THETA;
+    c->tie_word_embeddings = d->tied_embeddings;
+}
+
+/* Weights of a llama2.c model, counted from its shape. */
+static long long llama2c_params(const kvcal_model_config *c)
+{
+    long long H = c->hidden_size, q = (long long)c->num_attention_heads * c->head_dim;
+    long long kv = (long long)c->num_kv_heads * c->head_dim;
+    long long layer = 2 * H + 2 * q * H + 2 * kv * H + 3 * H * c->intermediate_size;
+    return (long long)c->vocab_size * H * (c->tie_word_embeddings ? 1 : 2) +
+           c->num_layers * layer + H;
+}
+
+static const char *yes_no(int b)
+{
+    return b ? "yes" : "no";
+}
+
+static void print_model(const char *path, const kvcal_model_config *c,
+                        const model_extra *x, const kvcal_tokenizer_t *tok,
+                        const char *scales_note, inspect_opts *o)
+{
+    long long kv_bf16 = 2LL * c->num_layers * c->num_kv_heads * c->head_dim * 2;
+    const char *rope = c->rope_type_name[0] ? c->rope_type_name : "default";
+    double factor = c->rope_type == KVCAL_ROPE_DEFAULT ? 0.0 : c->rope_factor;
+    const struct {
+        const char *key;
+        double v;
+    } num[] = {{"num_layers", c->num_layers},
+               {"hidden_size", c->hidden_size},
+               {"intermediate_size", c->intermediate_size},
+               {"num_attention_heads", c->num_attention_heads},
+               {"num_kv_heads", c->num_kv_heads},
+               {"head_dim", c->head_dim},
+               {"vocab_size", c->vocab_size},
+               {"max_position_embeddings", c->max_position_embeddings},
+               {"sliding_window", c->sliding_window},
+               {"rope_theta", c->rope_theta},
+               {"rope_factor", factor},
+               {"rope_rotary_dim", x->rot_dim},
+               {"parameters", (double)x->params},
+               {"kv_bytes_per_token_bf16", (double)kv_bf16},
+               {"kv_bytes_per_token_fp8", (double)kv_bf16 / 2}};
+    const struct {
+        const char *key;
+        int v;
+    } flag[] = {{"supported", !x->refused},
+                {"rope_interleaved", x->interleaved},
+                {"tied_embeddings", c->tie_word_embeddings},
+                {"qkv_bias", c->attention_bias},
+                {"qk_norm", c->qk_norm}};
+    const char *str[][2] = {{"kind", "model"},
+                            {"source", x->source},
+                            {"architecture", c->architecture},
+                            {"model_type", c->model_type},
+                            {"rope_type", rope},
+                            {"weight_dtype", x->dtype},
+                            {"refused", x->refused ? x->refused : ""},
+                            {"kv_scales", scales_note}};
+    cJSON *j = o->out, *t = cJSON_CreateObject();
+    for (size_t i = 0; i < sizeof str / sizeof *str; i++)
+        cJSON_AddStringToObject(j, str[i][0], str[i][1]);
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++)
+        cJSON_AddNumberToObject(j, num[i].key, num[i].v);
+    for (size_t i = 0; i < sizeof flag / sizeof *flag; i++)
+        cJSON_AddBoolToObject(j, flag[i].key, flag[i].v);
+    if (tok) {
+        cJSON_AddStringToObject(t, "kind", kvcal_tokenizer_kind(tok));
+        cJSON_AddNumberToObject(t, "vocab_size", kvcal_tokenizer_vocab_size(tok));
+        cJSON_AddNumberToObject(t, "bos", kvcal_tokenizer_bos(tok));
+        cJSON_AddNumberToObject(t, "eos", kvcal_tokenizer_eos(tok));
+    }
+    cJSON_AddItemToObject(j, "tokenizer",
+                          tok ? t : (cJSON_Delete(t), cJSON_CreateNull()));
+    if (o->json)
+        return;
+    int H = c->num_attention_heads, KV = c->num_kv_heads;
+    printf("%s: model (%s)%s%s\n", path, x->source, x->refused ? ", not supported: " : "",
+           x->refused ? x->refused : "");
+    printf("  architecture    %s (model_type %s)\n", c->architecture, c->model_type);
+    printf("  layers          %d, hidden %d, intermediate %d, vocab %d, context %d\n",
+           c->num_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
+           c->max_position_embeddings);
+    printf("  attention       %d heads, %d kv heads (%s %d:1), head_dim %d", H, KV,
+           KV == H   ? "MHA"
+           : KV == 1 ? "MQA"
+                     : "GQA",
+           H / KV, c->head_dim);
+    if (c->sliding_window)
+        printf(", sliding window %d", c->sliding_window);
+    printf("\n  rope            theta %g, %s", c->rope_theta, rope);
+    if (factor > 0)
+        printf(" x%g", factor);
+    printf(", %s, %d of %d channels\n",
+           x->interleaved ? "interleaved pairs" : "rotate-half", x->rot_dim, c->head_dim);
+    printf("  weights         %s, ", x->dtype);
+    if (x->params)
+        printf("%.2fM parameters, ", (double)x->params / 1e6);
+    else
+        printf("no weights found, ");
+    printf("tied embeddings %s, qkv bias %s, qk norm %s\n",
+           yes_no(c->tie_word_embeddings), yes_no(c->attention_bias), yes_no(c->qk_norm));
+    printf("  kv cache        %lld bytes/token in bf16, %lld in fp8 (%.1f / %.1f MiB "
+           "per %d-token sequence)\n",
+           kv_bf16, kv_bf16 / 2, (double)kv_bf16 * c->max_position_embeddings / (1 << 20),
+           (double)kv_bf16 * c->max_position_embeddings / (2 << 20),
+           c->max_position_embeddings);
+    if (tok)
+        printf("  tokenizer       %s, vocab %d, BOS %d, EOS %d\n",
+               kvcal_tokenizer_kind(tok), kvcal_tokenizer_vocab_size(tok),
+               kvcal_tokenizer_bos(tok), kvcal_tokenizer_eos(tok));
+    else
+        printf("  tokenizer       none found beside it\n");
+    printf("  kv scales       %s\n", scales_note);
+}
+
+static int inspect_model(const char *path, inspect_opts *o)
+{
+    kvcal_model_t *m = NULL;
+    kvcal_tokenizer_t *tok = NULL;
+    kvcal_scales_t *s = NULL;
+    kvcal_model_config cfg;
+    model_extra x = {.source = "hf"};
+    char refused[1024] = "", dir[4096], note[1200] = "none";
+    struct stat sb;
+    int scales_only;
+    snprintf(dir, sizeof dir, "%s", path);
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        parent_dir(path, dir, sizeof dir);
+    if (kvcal_model_open(path, &m) != KVCAL_OK)
+        snprintf(refused, sizeof refused, "%s", kvcal_last_error());
+    const kvcal_model_desc *d = m ? kvcal_model_describe(m) : NULL;
+    if (d && strcmp(d->source, "hf")) {
+        config_from_desc(&cfg, d);
+        x.params = llama2c_params(&cfg);
+    } else if (kvcal_model_config_load(dir, &cfg) == KVCAL_OK) {
+        checkpoint_census(path, &x.params, &scales_only);
+        if (kvcal_scales_load(dir, NULL, 0, &s) == KVCAL_OK)
+            snprintf(note, sizeof note, "%s scales for %d layers x %d kv heads",
+                     s->granularity == KVCAL_GRANULARITY_HEAD ? "per-head" : "per-tensor",
+                     s->num_layers, s->num_kv_heads);
+        else if (cfg.has_kv_cache_scheme)
+            snprintf(note, sizeof note,
+                     "kv_cache_scheme set but the scales do not load: %s",
+                     kvcal_last_error());
+    } else {
+        fprintf(stderr, "kvcal inspect: %s\n", refused[0] ? refused : kvcal_last_error());
+        return KVCAL_EXIT_INVALID;
+    }
+    x.source = d ? d->source : "hf";
+    x.dtype = d ? d->weight_dtype : cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
+    x.refused = d ? NULL : refused;
+    x.rot_dim = d ? d->rot_dim : (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
+    x.interleaved = d && d->rope_interleaved;
+    kvcal_tokenizer_find(path, o->tokenizer, &tok);
+    print_model(path, &cfg, &x, tok, note, o);
+    kvcal_scales_destroy(s);
+    kvcal_tokenizer_destroy(tok);
+    kvcal_model_close(m);
+    return KVCAL_EXIT_OK;
+}
+
+// --- scales ------------------------------------------------------------------
+
+static float max_over_heads(const kvcal_scales_t *s, const float *a, int layer)
+{
+    float m = 0.0f;
+    for (int h = 0; h < s->num_kv_heads; h++)
+        if (a[kvcal_scales_index(s, layer, h)] > m)
+            m = a[kvcal_scales_index(s, layer, h)];
+    return m;
+}
+
+static void add_provenance(cJSON *j, const kvcal_model_identity *id,
+                           const kvcal_provenance *p)
+{
+    cJSON *m = cJSON_AddObjectToObject(j, "model"),
+          *q = cJSON_AddObjectToObject(j, "provenance");
+    cJSON_AddStringToObject(m, "architecture", id->architecture);
+    cJSON_AddStringToObject(m, "model_type", id->model_type);
+    cJSON_AddStringToObject(q, "observer", p->observer);
+    cJSON_AddStringToObject(q, "observer_params", p->observer_params);
+    cJSON_AddStringToObject(q, "dataset", p->dataset);
+    cJSON_AddNumberToObject(q, "num_samples", (double)p->num_samples);
+    cJSON_AddNumberToObject(q, "num_tokens", (double)p->num_tokens);
+    cJSON_AddNumberToObject(q, "seed", (double)p->seed);
+    cJSON_AddStringToObject(q, "tool_version", p->tool_version);
+}
+
+static void print_provenance(const kvcal_model_identity *id, const kvcal_provenance *p)
+{
+    if (id->architecture[0] || id->model_type[0])
+        printf("  model           %s%smodel_type %s\n", id->architecture,
+               id->architecture[0] ? ", " : "", id->model_type[0] ? id->model_type : "?");
+    if (p->observer[0])
+        printf("  provenance      observer %s %s, dataset %s, %lld samples, %lld tokens, "
+               "seed %lld, %s\n",
+               p->observer, p->observer_params, p->dataset[0] ? p->dataset : "?",
+               p->num_samples, p->num_tokens, p->seed, p->tool_version);
+}
+
+static int inspect_scales(const char *path, inspect_opts *o)
+{
+    kvcal_report_t *rep = NULL;
+    kvcal_scales_t *s = NULL;
+    kvcal_format fmt = KVCAL_FORMAT_UNKNOWN;
+    if (kvcal_scales_validate_file(path, NULL, 0, &rep) == KVCAL_OK)
+        fmt = kvcal_report_format(rep);
+    kvcal_report_destroy(rep);
+    kvcal_status st = kvcal_scales_load(path, NULL, 0, &s);
+    if (st) {
+        fprintf(stderr,
+                "kvcal inspect: %s (run `kvcal validate-scales %s` for every finding)\n",
+                kvcal_last_error(), path);
+        return exit_code(st);
+    }
+    int per_head = s->granularity == KVCAL_GRANULARITY_HEAD;
+    cJSON *j = o->out, *layers;
+    cJSON_AddStringToObject(j, "kind", "scales");
+    cJSON_AddStringToObject(j, "format", kvcal_format_name(fmt));
+    cJSON_AddNumberToObject(j, "num_layers", s->num_layers);
+    cJSON_AddNumberToObject(j, "num_kv_heads", s->num_kv_heads);
+    cJSON_AddStringToObject(j, "granularity", per_head ? "head" : "tensor");
+    cJSON_AddBoolToObject(j, "kv_shared", s->kv_shared);
+    add_provenance(j, &s->model, &s->provenance);
+    layers = cJSON_AddArrayToObject(j, "layers");
+    if (!o->json) {
+        printf("%s: scales (%s), %d layers x %d kv heads, per-%s%s\n", path,
+               kvcal_format_name(fmt), s->num_layers, s->num_kv_heads,
+               per_head ? "head" : "tensor",
+               s->kv_shared ? ", one value for K and V" : "");
+        print_provenance(&s->model, &s->provenance);
+        printf("  layer%s     k_scale     v_scale%s\n", per_head ? "  head" : "",
+               s->has_absmax ? "    k_absmax    v_absmax" : "");
+    }
+    for (int l = 0; l < s->num_layers; l++) {
+        float k, v;
+        kvcal_scales_get_tensor(s, l, &k, &v);
+        cJSON *e = cJSON_CreateObject(), *heads = cJSON_CreateArray();
+        cJSON_AddItemToArray(layers, e);
+        cJSON_AddNumberToObject(e, "layer", l);
+        cJSON_AddNumberToObject(e, "k_scale", k);
+        cJSON_AddNumberToObject(e, "v_scale", v);
+        if (s->has_absmax) {
+            cJSON_AddNumberToObject(e, "k_absmax", max_over_heads(s, s->k_absmax, l));
+            cJSON_AddNumberToObject(e, "v_absmax", max_over_heads(s, s->v_absmax, l));
+        }
+        cJSON_AddItemToObject(e, "heads", heads);
+        for (int h = 0; h < s->num_kv_heads; h++) {
+            int i = kvcal_scales_index(s, l, h);
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddItemToArray(heads, x);
+            cJSON_AddNumberToObject(x, "k_scale", s->k_head[i]);
+            cJSON_AddNumberToObject(x, "v_scale", s->v_head[i]);
+            if (s->has_absmax) {
+                cJSON_AddNumberToObject(x, "k_absmax", s->k_absmax[i]);
+                cJSON_AddNumberToObject(x, "v_absmax", s->v_absmax[i]);
+            }
+            if (!o->json && per_head)
+                printf("  %5d  %4d  %10.6g  %10.6g", l, h, s->k_head[i], s->v_head[i]);
+            if (!o->json && per_head && s->has_absmax)
+                printf("  %10.6g  %10.6g", s->k_absmax[i], s->v_absmax[i]);
+            if (!o->json && per_head)
+                printf("\n");
+        }
+        if (!o->json && !per_head) {
+            printf("  %5d  %10.6g  %10.6g", l, k, v);
+            if (s->has_absmax)
+                printf("  %10.6g  %10.6g", max_over_heads(s, s->k_absmax, l),
+                       max_over_heads(s, s->v_absmax, l));
+            printf("\n");
+        }
+    }
+    kvcal_scales_destroy(s);
+    return KVCAL_EXIT_OK;
+}
+
+// --- statistics --------------------------------------------------------------
+
+static int inspect_stats(const char *path, inspect_opts *o)
+{
+    kvcal_stats_t *s = NULL;
+    kvcal_model_identity id;
+    kvcal_provenance prov;
+    kvcal_status st = kvcal_stats_read_hdf5(path, &s, &id, &prov);
+    if (st) {
+        fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
+        return exit_code(st);
+    }
+    cJSON *j = o->out, *layers;
+    cJSON_AddStringToObject(j, "kind", "stats");
+    cJSON_AddNumberToObject(j, "num_layers", s->num_layers);
+    cJSON_AddNumberToObject(j, "num_kv_heads", s->num_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", s->head_dim);
+    cJSON_AddNumberToObject(j, "batches", (double)s->batches);
+    add_provenance(j, &id, &prov);
+    layers = cJSON_AddArrayToObject(j, "layers");
+    if (!o->json) {
+        printf("%s: statistics (%s), %d layers x %d kv heads x %d channels, %lld "
+               "batches\n",
+               path, KVCAL_STATS_FORMAT_NAME, s->num_layers, s->num_kv_heads, s->head_dim,
+               (long long)s->batches);
+        print_provenance(&id, &prov);
+        printf("  layer    tokens");
+        for (int kv = 0; kv < 2; kv++)
+            printf("  %10s  %-8s  %6s", kv == KVCAL_K ? "K absmax" : "V absmax",
+                   "head/ch", "x mean");
+        printf("\n");
+    }
+    int per_layer = s->num_kv_heads * s->head_dim;
+    for (int l = 0; l < s->num_layers; l++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(layers, e);
+        cJSON_AddNumberToObject(e, "layer", l);
+        cJSON_AddNumberToObject(e, "tokens", (double)s->tokens[l]);
+        if (!o->json)
+            printf("  %5d  %8lld", l, (long long)s->tokens[l]);
+        for (int kv = 0; kv < 2; kv++) {
+            const float *a = s->absmax[kv] + (size_t)l * per_layer; /* (H, head_dim) */
+            int top = 0;
+            double sum = 0.0;
+            for (int i = 0; i < per_layer; i++) {
+                sum += a[i];
+                if (a[i] > a[top])
+                    top = i;
+            }
+            double ratio = sum > 0 ? a[top] / (sum / per_layer) : 0.0;
+            cJSON *x = cJSON_AddObjectToObject(e, kv == KVCAL_K ? "k" : "v");
+            cJSON_AddNumberToObject(x, "absmax", a[top]);
+            cJSON_AddNumberToObject(x, "top_head", top / s->head_dim);
+            cJSON_AddNumberToObject(x, "top_channel", top % s->head_dim);
+            cJSON_AddNumberToObject(x, "top_over_mean", ratio);
+            if (!o->json)
+                printf("  %10.5g  %4d/%-3d  %6.2f", a[top], top / s->head_dim,
+                       top % s->head_dim, ratio);
+        }
+        if (!o->json)
+            printf("\n");
+    }
+    kvcal_stats_destroy(s);
+    return KVCAL_EXIT_OK;
+}
+
+// --- token sets --------------------------------------------------------------
+
+static int inspect_tokens(const char *path, int hdf5, inspect_opts *o)
+{
+    kvcal_token_set_info info = {.pack = -1};
+    kvcal_documents *docs = NULL;
+    kvcal_tokenizer_t *tok = NULL;
+    kvcal_status st = KVCAL_OK;
+    if ((hdf5 && (st = kvcal_token_set_info_read(path, &info))) ||
+        (st = kvcal_dataset_tokenize_documents(path, NULL, NULL, NULL, &docs)) ||
+        (o->decode && (st = kvcal_tokenizer_find(o->model, o->tokenizer, &tok))))
+        goto fail;
+    long long tokens = 0, shortest = docs->num_docs ? (long long)docs->lengths[0] : 0,
+              longest = 0;
+    for (int i = 0; i < docs->num_docs; i++) {
+        long long n = (long long)docs->lengths[i];
+        tokens += n;
+        shortest = n < shortest ? n : shortest;
+        longest = n > longest ? n : longest;
+    }
+    long long samples = hdf5 ? info.num_samples : docs->num_docs;
+    long long padding = hdf5 ? info.num_samples * info.seq_len - tokens : 0;
+    cJSON *j = o->out, *dec;
+    cJSON_AddStringToObject(j, "kind", "tokens");
+    cJSON_AddStringToObject(j, "format", hdf5 ? "hdf5" : "jsonl");
+    cJSON_AddNumberToObject(j, "num_samples", (double)samples);
+    cJSON_AddNumberToObject(j, "seq_len", (double)(hdf5 ? info.seq_len : longest));
+    cJSON_AddNumberToObject(j, "num_tokens", (double)tokens);
+    cJSON_AddNumberToObject(j, "padding", (double)padding);
+    cJSON_AddNumberToObject(j, "min_length", (double)shortest);
+    cJSON_AddNumberToObject(j, "max_length", (double)longest);
+    if (hdf5) {
+        cJSON_AddStringToObject(j, "source", info.source);
+        cJSON_AddStringToObject(j, "tokenizer", info.tokenizer);
+        cJSON_AddStringToObject(j, "tokenizer_kind", info.tokenizer_kind);
+        cJSON_AddNumberToObject(j, "seed", (double)info.seed);
+        cJSON_AddBoolToObject(j, "pack", info.pack == 1);
+    }
+    dec = cJSON_AddArrayToObject(j, "decoded");
+    if (!o->json) {
+        if (hdf5)
+            printf("%s: token set (hdf5 %s v%lld), %lld samples x %lld tokens, %lld "
+                   "tokens, %lld padding (%.1f%%)\n  source          %s\n  tokenizer  "
+                   "     %s (%s), seed %lld, %s\n",
+                   path, info.format[0] ? info.format : "without format attribute",
+                   info.format_version, samples, info.seq_len, tokens, padding,
+                   samples ? 100.0 * (double)padding / (double)(samples * info.seq_len)
+                           : 0.0,
+                   info.source, info.tokenizer, info.tokenizer_kind, info.seed,
+                   info.pack == 1 ? "packed" : "one document per sample");
+        else
+            printf("%s: token ids (jsonl), %lld documents, %lld tokens\n", path, samples,
+                   tokens);
+        printf("  lengths         %lld .. %lld tokens\n", shortest, longest);
+    }
+    for (int i = 0; i < o->decode && i < docs->num_docs; i++) {
+        char *text = NULL;
+        if ((st = kvcal_tokenizer_decode(tok, docs->ids[i], docs->lengths[i], &text)))
+            goto fail;
+        cJSON_AddItemToArray(dec, cJSON_CreateString(text));
+        if (!o->json)
+            printf("--- sample %d (%zu tokens)\n%s\n", i, docs->lengths[i], text);
+        free(text);
+    }
+    kvcal_documents_destroy(docs);
+    kvcal_tokenizer_destroy(tok);
+    return KVCAL_EXIT_OK;
+fail:
+    fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
+    kvcal_documents_destroy(docs);
+    kvcal_tokenizer_destroy(tok);
+    return exit_code(st);
+}
+
+KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token set")
+{
+    static const struct option opts[] = {
+        {"tokenizer", required_argument, NULL, 't'},
+        {"model", required_argument, NULL, 'm'},
+        {"decode", required_argument, NULL, 'd'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    inspect_opts o = {0};
+    char *end;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":t:m:d:jh", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            o.tokenizer = optarg;
+            break;
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'd':
+            o.decode = (int)strtol(optarg, &end, 10);
+            if (*end || end == optarg || o.decode < 0 || o.decode > 1000000) {
+                fprintf(stderr,
+                        "kvcal inspect: --decode %s: expected an integer in "
+                        "[0, 1000000]\n",
+                        optarg);
+                return KVCAL_EXIT_USAGE;
+            }
+            break;
+        case 'j':
+            o.json = 1;
+            break;
+        case 'h':
+            inspect_usage(stdout);
+            return KVCAL_EXIT_OK;
+        case ':':
+            fprintf(stderr, "kvcal inspect: %s needs a value (see --help)\n",
+                    argv[optind - 1]);
+            return KVCAL_EXIT_USAGE;
+        default:
+            fprintf(stderr, "kvcal inspect: unknown option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return KVCAL_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "kvcal inspect: expected exactly one PATH (see --help)\n");
+        return KVCAL_EXIT_USAGE;
+    }
+    const char *path = argv[optind];
+    char model_path[4096];
+    inspect_kind kind = KIND_MODEL;
+    kvcal_status st = detect(path, &kind, model_path, sizeof model_path);
+    if (st) {
+        fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
+        return exit_code(st);
+    }
+    if (o.decode && !o.tokenizer && !o.model) {
+        fprintf(stderr,
+                "kvcal inspect: --decode needs --tokenizer FILE or --model DIR\n");
+        return KVCAL_EXIT_USAGE;
+    }
+    if (!(o.out = cJSON_CreateObject())) {
+        fprintf(stderr, "kvcal inspect: out of memory\n");
+        return KVCAL_EXIT_USAGE;
+    }
+    cJSON_AddStringToObject(o.out, "path", path);
+    int rc = kind == KIND_MODEL    ? inspect_model(model_path, &o)
+             : kind == KIND_SCALES ? inspect_scales(path, &o)
+             : kind == KIND_STATS  ? inspect_stats(path, &o)
+                                   : inspect_tokens(path, kind == KIND_TOKENS_HDF5, &o);
+    if (!rc && o.json) {
+        char *text = cJSON_Print(o.out);
+        if (!text) {
+            fprintf(stderr, "kvcal inspect: out of memory\n");
+            rc = KVCAL_EXIT_USAGE;
+        } else {
+            printf("%s\n", text);
+            free(text);
+        }
+    }
+    cJSON_Delete(o.out);
+    return rc;
+}

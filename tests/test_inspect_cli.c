@@ -1,0 +1,314 @@
+/* tests/test_inspect_cli.c: `kvcal inspect` as a user runs it on a model, a
+ * scales file, statistics and token sets the CLI itself wrote, and bad
+ * input. The binary is $KVCAL_BIN (set by `make test`), else build/kvcal. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "tests/test_util.h"
+
+#define MODEL "models/stories260K/stories260K.bin"
+#define GOLDEN "tests/fixtures/golden"
+#define LLAMA2 "tests/fixtures/llama2-7b"
+#define TEXT "datasets/default_calibration.txt"
+
+/* Runs `kvcal ARGS` with stdout and stderr into the test's temp dir; returns
+ * the exit code; *out / *err (may be NULL) receive them (caller frees). */
+static int run(const char *args, char **out, char **err)
+{
+    const char *bin = getenv("KVCAL_BIN");
+    char cmd[4096], o[1024], e[1024];
+    snprintf(o, sizeof o, "%s", kvcal_test_path("inspect.out"));
+    snprintf(e, sizeof e, "%s", kvcal_test_path("inspect.err"));
+    snprintf(cmd, sizeof cmd, "%s %s >'%s' 2>'%s'", bin && *bin ? bin : "build/kvcal",
+             args, o, e);
+    int rc = system(cmd);
+    if (out)
+        *out = kvcal_test_read_file(o, NULL);
+    if (err)
+        *err = kvcal_test_read_file(e, NULL);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* `kvcal inspect ARGS --json`, which must exit 0; the parsed report. */
+static cJSON *inspect_json(const char *args)
+{
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "inspect %s --json", args);
+    CU_ASSERT_EQUAL(run(cmd, &out, NULL), 0);
+    cJSON *root = out ? cJSON_Parse(out) : NULL;
+    free(out);
+    return root;
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static long long file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) ? -1 : (long long)sb.st_size;
+}
+
+static void inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer(void)
+{
+    cJSON *j = inspect_json(MODEL);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "model");
+    CU_ASSERT_STRING_EQUAL(str(j, "source"), "llama2c");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 5);
+    CU_ASSERT_EQUAL(num(j, "num_attention_heads"), 8);
+    CU_ASSERT_EQUAL(num(j, "num_kv_heads"), 4);
+    CU_ASSERT_EQUAL(num(j, "head_dim"), 8);
+    /* 2 (K and V) * 5 layers * 4 kv heads * 8 channels * 2 bytes */
+    CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"), 640);
+    CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_fp8"), 320);
+    CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "rope_interleaved")));
+    CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "supported")));
+    /* the file: a 28-byte header, then fp32 weights and the RoPE table of
+     * seq_len x head_dim floats that run.c writes after the final norm */
+    CU_ASSERT_EQUAL(num(j, "parameters"), (file_size(MODEL) - 28) / 4 - 512 * 8);
+    const cJSON *tok = cJSON_GetObjectItem(j, "tokenizer");
+    CU_ASSERT_STRING_EQUAL(str(tok, "kind"), "llama2c");
+    CU_ASSERT_EQUAL(num(tok, "vocab_size"), 512);
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"), "none");
+    cJSON_Delete(j);
+}
+
+static void inspect_hf_checkpoint_counts_every_weight_and_reads_rope(void)
+{
+    cJSON *j = inspect_json(GOLDEN "/llama3_gqa_hd48_bf16");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "architecture"), "LlamaForCausalLM");
+    CU_ASSERT_STRING_EQUAL(str(j, "weight_dtype"), "BF16");
+    CU_ASSERT_STRING_EQUAL(str(j, "rope_type"), "llama3");
+    CU_ASSERT_EQUAL(num(j, "rope_theta"), 500000);
+    CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "rope_interleaved")));
+    CU_ASSERT_EQUAL(num(j, "num_kv_heads"), 3);
+    CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"), 2 * 2 * 3 * 48 * 2);
+    /* every tensor is bf16: parameters = (size - 8 - header) / 2 */
+    FILE *f = fopen(GOLDEN "/llama3_gqa_hd48_bf16/model.safetensors", "rb");
+    uint64_t header = 0;
+    CU_ASSERT_FATAL(f && fread(&header, 8, 1, f) == 1);
+    fclose(f);
+    long long size = file_size(GOLDEN "/llama3_gqa_hd48_bf16/model.safetensors");
+    CU_ASSERT_EQUAL(num(j, "parameters"), (double)(size - 8 - (long long)header) / 2);
+    cJSON_Delete(j);
+
+    /* the same checkpoint with calibrated scales written into it */
+    char args[4096], dir[1024], ids[1024];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("llama3"));
+    snprintf(ids, sizeof ids, "%s", kvcal_test_path("ids.jsonl"));
+    const char *lines = "{\"input_ids\": [1, 5, 9, 33, 2, 7, 127, 64, 3, 8, 100, 4]}\n"
+                        "{\"input_ids\": [1, 6, 10, 34, 3, 8, 126, 65, 4, 9, 101, 5]}\n";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, lines, strlen(lines)), 0);
+    snprintf(args, sizeof args, "cp -r " GOLDEN "/llama3_gqa_hd48_bf16 '%s'", dir);
+    CU_ASSERT_EQUAL_FATAL(system(args), 0);
+    snprintf(args, sizeof args,
+             "calibrate --model %s --dataset %s --num-samples 2 --seq-len 12 --format "
+             "checkpoint --out %s --quiet",
+             dir, ids, dir);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "model");
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"),
+                           "per-tensor scales for 2 layers x 3 kv heads");
+    CU_ASSERT_EQUAL(num(j, "parameters"), (double)(size - 8 - (long long)header) / 2);
+    cJSON_Delete(j);
+
+    j = inspect_json(GOLDEN "/qwen3_gqa_hd80_qknorm_bf16/model.safetensors");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "qk_norm")));
+    CU_ASSERT_EQUAL(num(j, "head_dim"), 80);
+    cJSON_Delete(j);
+}
+
+static void inspect_unsupported_model_prints_its_config_and_why(void)
+{
+    char *out = NULL;
+    CU_ASSERT_EQUAL(run("inspect " LLAMA2, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "not supported: "));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "no model.safetensors"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "32 heads, 32 kv heads (MHA 1:1)"));
+    /* 2 * 32 layers * 32 kv heads * 128 channels * 2 bytes */
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, "524288 bytes/token in bf16, 262144 in fp8"));
+    free(out);
+}
+
+static void inspect_legacy_scales_lists_every_layer_as_in_the_file(void)
+{
+    cJSON *j = inspect_json(LLAMA2 "/kv_cache_scales.json");
+    char *text = kvcal_test_read_file(LLAMA2 "/kv_cache_scales.json", NULL);
+    cJSON *file = text ? cJSON_Parse(text) : NULL;
+    CU_ASSERT_FATAL(j != NULL && file != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "scales");
+    CU_ASSERT_STRING_EQUAL(str(j, "format"), "legacy-json");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 32);
+    const cJSON *rank0 = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(file, "kv_cache"), "scaling_factor"),
+        "0");
+    const cJSON *layers = cJSON_GetObjectItem(j, "layers");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(layers), 32);
+    for (int l = 0; l < 32; l++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", l);
+        float want = (float)num(rank0, key);
+        CU_ASSERT_EQUAL((float)num(cJSON_GetArrayItem(layers, l), "k_scale"), want);
+        CU_ASSERT_EQUAL((float)num(cJSON_GetArrayItem(layers, l), "v_scale"), want);
+    }
+    cJSON_Delete(file);
+    cJSON_Delete(j);
+    free(text);
+}
+
+static void inspect_stats_absmax_matches_the_scales_of_the_same_run(void)
+{
+    char args[2048];
+    const char *out = kvcal_test_path("calib");
+    char stats[1024];
+    snprintf(stats, sizeof stats, "%s", kvcal_test_path("stats.h5"));
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL
+             " --granularity head --format all --num-samples 4 "
+             "--seq-len 32 --quiet --out %s --stats %s",
+             out, stats);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    cJSON *st = inspect_json(stats);
+    snprintf(args, sizeof args, "%s/kvcal_scales.json", out);
+    cJSON *sc = inspect_json(args);
+    snprintf(args, sizeof args, "%s/checkpoint", out);
+    cJSON *ck = inspect_json(args);
+    CU_ASSERT_FATAL(st && sc && ck);
+    CU_ASSERT_STRING_EQUAL(str(st, "kind"), "stats");
+    CU_ASSERT_STRING_EQUAL(str(sc, "granularity"), "head");
+    CU_ASSERT_STRING_EQUAL(str(ck, "format"), "checkpoint");
+    CU_ASSERT_STRING_EQUAL(str(cJSON_GetObjectItem(st, "provenance"), "observer"),
+                           "minmax");
+    const cJSON *sl = cJSON_GetObjectItem(st, "layers"),
+                *cl = cJSON_GetObjectItem(sc, "layers");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(sl), 5);
+    for (int l = 0; l < 5; l++) {
+        const cJSON *s = cJSON_GetArrayItem(sl, l), *c = cJSON_GetArrayItem(cl, l);
+        CU_ASSERT_EQUAL(num(s, "tokens"), 4 * 32);
+        /* minmax: the scales' absmax is the statistics' max over heads and
+         * channels, exactly */
+        CU_ASSERT_EQUAL((float)num(cJSON_GetObjectItem(s, "k"), "absmax"),
+                        (float)num(c, "k_absmax"));
+        CU_ASSERT_EQUAL((float)num(cJSON_GetObjectItem(s, "v"), "absmax"),
+                        (float)num(c, "v_absmax"));
+        CU_ASSERT(num(cJSON_GetObjectItem(s, "k"), "top_channel") < 8);
+        CU_ASSERT(num(cJSON_GetObjectItem(s, "k"), "top_over_mean") >= 1.0);
+        CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "heads")), 4);
+    }
+    cJSON_Delete(st);
+    cJSON_Delete(sc);
+    cJSON_Delete(ck);
+}
+
+static void inspect_token_sets_count_padding_and_decode_samples(void)
+{
+    char args[2048], h5[1024], jl[1024], *out = NULL;
+    snprintf(h5, sizeof h5, "%s", kvcal_test_path("tokens.h5"));
+    snprintf(jl, sizeof jl, "%s", kvcal_test_path("tokens.jsonl"));
+    snprintf(args, sizeof args,
+             "tokenize --dataset " TEXT " --model " MODEL
+             " --no-pack --seq-len 256 -n 5 -q --output %s",
+             h5);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    snprintf(args, sizeof args, "%s --decode 2 --model " MODEL, h5);
+    cJSON *j = inspect_json(args);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "tokens");
+    CU_ASSERT_EQUAL(num(j, "num_samples"), 5);
+    CU_ASSERT_EQUAL(num(j, "seq_len"), 256);
+    CU_ASSERT_EQUAL(num(j, "num_tokens") + num(j, "padding"), 5 * 256);
+    CU_ASSERT(num(j, "padding") > 0);
+    CU_ASSERT_STRING_EQUAL(str(j, "tokenizer_kind"), "llama2c");
+    /* one document per sample, cut at 256 tokens: each decodes to the start
+     * of a document of the dataset */
+    char *text = kvcal_test_read_file(TEXT, NULL);
+    const cJSON *dec = cJSON_GetObjectItem(j, "decoded");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(dec), 2);
+    for (int i = 0; i < cJSON_GetArraySize(dec); i++) {
+        const char *d = cJSON_GetArrayItem(dec, i)->valuestring;
+        CU_ASSERT(strlen(d) > 100);
+        CU_ASSERT_PTR_NOT_NULL(text && strstr(text, d));
+    }
+    free(text);
+    cJSON_Delete(j);
+
+    snprintf(args, sizeof args,
+             "tokenize --dataset " TEXT " --model " MODEL
+             " --format jsonl -q --output %s",
+             jl);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    snprintf(args, sizeof args, "inspect %s", jl);
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "token ids (jsonl)"));
+    free(out);
+}
+
+/* A bad PATH: exit code `rc`, nothing on stdout, one line on stderr
+ * containing `what`. */
+static void check_refused(const char *args, int rc, const char *what)
+{
+    char *out = NULL, *err = NULL;
+    CU_ASSERT_EQUAL(run(args, &out, &err), rc);
+    CU_ASSERT_PTR_NOT_NULL(out && err);
+    if (out && err) {
+        CU_ASSERT_STRING_EQUAL(out, "");
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, what));
+        CU_ASSERT_PTR_NOT_NULL(strchr(err, '\n'));
+        CU_ASSERT_EQUAL(strchr(err, '\n') - err + 1, (long)strlen(err));
+    }
+    free(out);
+    free(err);
+}
+
+static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
+{
+    char args[2048];
+    const char *garbage = kvcal_test_path("garbage.bin");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(garbage, "\x01\x02 not a model\n", 15),
+                          0);
+    snprintf(args, sizeof args, "inspect %s", garbage);
+    check_refused(args, 1, "not a model, scales file, statistics file or token set");
+    snprintf(args, sizeof args, "inspect %s", kvcal_test_tmpdir());
+    check_refused(args, 1, "without config.json");
+    snprintf(args, sizeof args, "inspect %s", kvcal_test_path("missing.json"));
+    check_refused(args, 2, "no such file or directory");
+    check_refused("inspect tests/malformed/scales/zero_scale.json", 1,
+                  "kvcal validate-scales");
+    check_refused("inspect", 2, "exactly one PATH");
+    check_refused("inspect " MODEL " --decode many", 2, "--decode");
+    snprintf(args, sizeof args, "inspect %s --decode 1", garbage);
+    check_refused(args, 1, "not a model");
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
+    KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
+    KVCAL_TEST(inspect_unsupported_model_prints_its_config_and_why),
+    KVCAL_TEST(inspect_legacy_scales_lists_every_layer_as_in_the_file),
+    KVCAL_TEST(inspect_stats_absmax_matches_the_scales_of_the_same_run),
+    KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
+    KVCAL_TEST(inspect_bad_input_gives_one_line_and_the_exit_code),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(inspect_cli, KVCAL_NEEDS_NOTHING, tests)
