@@ -5,11 +5,12 @@ CC ?= gcc
 ifeq ($(origin CC),default)
 CC := gcc
 endif
-BUILD ?= build
 PREFIX ?= /usr/local
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
 CUDA ?= $(if $(NVCC),1,0)
+# CPU-only objects live apart, so switching CUDA= never mixes stale objects
+BUILD ?= $(if $(filter 1,$(CUDA)),build,build-cpu)
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90a,code=compute_90a
 FUZZ_TIME ?= 60
 
@@ -150,12 +151,14 @@ install: all
 	ln -sf libkvcal.so.0 $(DESTDIR)$(PREFIX)/lib/libkvcal.so
 	install -m 644 include/kvcal.h include/kvcal_quant.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/kvcal.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvcal.pc
+	install -d $(DESTDIR)$(PREFIX)/share/kvcal/datasets
+	install -m 644 datasets/default_calibration.txt $(DESTDIR)$(PREFIX)/share/kvcal/datasets/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-cpu build-asan build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

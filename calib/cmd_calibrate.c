@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "calib/command.h"
+#include "calib/data_path.h"
 #include "calib/model.h"
 #include "calib/runner.h"
 #include "calib/runner_cuda.h"
@@ -26,6 +27,8 @@
 #include "observers/stats.h"
 
 #define DEFAULT_DATASET "datasets/default_calibration.txt"
+/* the default, recorded as is in provenance; read from kvcal's data folder */
+static const char default_dataset[] = DEFAULT_DATASET;
 
 typedef struct {
     const char *model, *dataset, *tokenizer, *out, *stats_path, *format;
@@ -143,7 +146,7 @@ static int parse_options(int argc, char **argv, options *o)
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
-    o->dataset = DEFAULT_DATASET;
+    o->dataset = default_dataset;
     o->format = "kvcal";
     o->num_samples = 32;
     o->batch = 4;
@@ -618,7 +621,14 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         goto fail;
     }
     kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
-    if ((st = kvcal_dataset_load(o.dataset, tok, &dopt, &samples))) {
+    char dataset_path[4096];
+    if (o.dataset == default_dataset) {
+        if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path, sizeof dataset_path)))
+            goto fail;
+    } else {
+        snprintf(dataset_path, sizeof dataset_path, "%s", o.dataset);
+    }
+    if ((st = kvcal_dataset_load(dataset_path, tok, &dopt, &samples))) {
         if (tok_error[0])
             fprintf(stderr, "kvcal calibrate: note: no tokenizer: %s\n", tok_error);
         goto fail;

@@ -91,6 +91,19 @@ static void calibrate_is_byte_identical_for_same_inputs_and_seed(void)
     CU_ASSERT_FALSE(files_equal(a, b));
 }
 
+static void calibrate_finds_its_default_text_from_any_directory(void)
+{
+    char model[PATH_MAX], cwd[PATH_MAX], args[2 * PATH_MAX];
+    CU_ASSERT_FATAL(realpath(MODEL, model) != NULL);
+    CU_ASSERT_FATAL(getcwd(cwd, sizeof cwd) != NULL);
+    CU_ASSERT_FATAL(chdir(kvcal_test_tmpdir()) == 0);
+    snprintf(args, sizeof args, "calibrate --model '%s' " SMALL " --out default.json",
+             model);
+    int rc = kvcal_run(args, NULL);
+    CU_ASSERT_FATAL(chdir(cwd) == 0);
+    CU_ASSERT_EQUAL(rc, 0);
+}
+
 static void calibrate_rejects_seq_len_beyond_the_model_context(void)
 {
     char *out = NULL;
@@ -164,6 +177,7 @@ static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
     KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
+    KVCAL_TEST(calibrate_finds_its_default_text_from_any_directory),
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
     KVCAL_TEST(calibrate_device_cuda_runs_or_says_why_it_cannot),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
