@@ -160,8 +160,11 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
         *kind = scales_only ? KIND_SCALES : KIND_MODEL;
         return KVCAL_OK;
     }
-    if (got > 0 && head[0] == '{' &&
-        (ends_with(path, ".jsonl") || ends_with(path, ".ndjson"))) {
+    size_t lead = 0;
+    while (lead < got && strchr(" \t\r\n", head[lead]))
+        lead++;
+    int is_json = lead < got && head[lead] == '{';
+    if (is_json && (ends_with(path, ".jsonl") || ends_with(path, ".ndjson"))) {
         if (!first_line_has(path, "\"input_ids\""))
             return kvcal_fail(KVCAL_ERR_FORMAT,
                               "%s: JSONL without \"input_ids\" on its first line: a text "
@@ -171,7 +174,7 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
         *kind = KIND_TOKENS_JSONL;
         return KVCAL_OK;
     }
-    if (got > 0 && head[0] == '{') {
+    if (is_json) {
         cJSON *root = NULL;
         *kind = KIND_SCALES; /* the validator names what is wrong with other JSON */
         if (kvcal_json_load(path, &root) == KVCAL_OK &&
@@ -240,7 +243,7 @@ static const char *yes_no(int b)
 
 static void print_model(const char *path, const kvcal_model_config *c,
                         const model_extra *x, const kvcal_tokenizer_t *tok,
-                        const char *scales_note, inspect_opts *o)
+                        const char *tok_note, const char *scales_note, inspect_opts *o)
 {
     long long kv_bf16 = 2LL * c->num_layers * c->num_kv_heads * c->head_dim * 2;
     const char *rope = c->rope_type_name[0] ? c->rope_type_name : "default";
@@ -291,9 +294,10 @@ static void print_model(const char *path, const kvcal_model_config *c,
         cJSON_AddNumberToObject(t, "vocab_size", kvcal_tokenizer_vocab_size(tok));
         cJSON_AddNumberToObject(t, "bos", kvcal_tokenizer_bos(tok));
         cJSON_AddNumberToObject(t, "eos", kvcal_tokenizer_eos(tok));
+    } else {
+        cJSON_AddStringToObject(t, "error", tok_note);
     }
-    cJSON_AddItemToObject(j, "tokenizer",
-                          tok ? t : (cJSON_Delete(t), cJSON_CreateNull()));
+    cJSON_AddItemToObject(j, "tokenizer", t);
     if (o->json)
         return;
     int H = c->num_attention_heads, KV = c->num_kv_heads;
@@ -327,12 +331,18 @@ static void print_model(const char *path, const kvcal_model_config *c,
            kv_bf16, kv_bf16 / 2, (double)kv_bf16 * c->max_position_embeddings / (1 << 20),
            (double)kv_bf16 * c->max_position_embeddings / (2 << 20),
            c->max_position_embeddings);
-    if (tok)
-        printf("  tokenizer       %s, vocab %d, BOS %d, EOS %d\n",
-               kvcal_tokenizer_kind(tok), kvcal_tokenizer_vocab_size(tok),
-               kvcal_tokenizer_bos(tok), kvcal_tokenizer_eos(tok));
-    else
-        printf("  tokenizer       none found beside it\n");
+    if (tok) {
+        int vocab = kvcal_tokenizer_vocab_size(tok);
+        char bos[16] = "none", eos[16] = "none";
+        if (kvcal_tokenizer_bos(tok) >= 0)
+            snprintf(bos, sizeof bos, "%d", (int)kvcal_tokenizer_bos(tok));
+        if (kvcal_tokenizer_eos(tok) >= 0)
+            snprintf(eos, sizeof eos, "%d", (int)kvcal_tokenizer_eos(tok));
+        printf("  tokenizer       %s, vocab %d, BOS %s, EOS %s%s\n",
+               kvcal_tokenizer_kind(tok), vocab, bos, eos,
+               vocab > c->vocab_size ? " (more ids than the model's vocab)" : "");
+    } else
+        printf("  tokenizer       none: %s\n", tok_note);
     printf("  kv scales       %s\n", scales_note);
 }
 
@@ -343,7 +353,7 @@ static int inspect_model(const char *path, inspect_opts *o)
     kvcal_scales_t *s = NULL;
     kvcal_model_config cfg;
     model_extra x = {.source = "hf"};
-    char refused[1024] = "", dir[4096], note[1200] = "none";
+    char refused[1024] = "", dir[4096], note[1200] = "none", tok_note[1200] = "";
     struct stat sb;
     int scales_only;
     snprintf(dir, sizeof dir, "%s", path);
@@ -374,8 +384,15 @@ static int inspect_model(const char *path, inspect_opts *o)
     x.refused = d ? NULL : refused;
     x.rot_dim = d ? d->rot_dim : (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
     x.interleaved = d && d->rope_interleaved;
-    kvcal_tokenizer_find(path, o->tokenizer, &tok);
-    print_model(path, &cfg, &x, tok, note, o);
+    kvcal_status st = kvcal_tokenizer_find(path, o->tokenizer, &tok);
+    if (st && o->tokenizer) {
+        fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
+        kvcal_scales_destroy(s);
+        kvcal_model_close(m);
+        return exit_code(st);
+    }
+    snprintf(tok_note, sizeof tok_note, "%s", st ? kvcal_last_error() : "");
+    print_model(path, &cfg, &x, tok, tok_note, note, o);
     kvcal_scales_destroy(s);
     kvcal_tokenizer_destroy(tok);
     kvcal_model_close(m);

@@ -296,6 +296,9 @@ static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
     check_refused("inspect tests/malformed/scales/zero_scale.json", 1,
                   "kvcal validate-scales");
     check_refused("inspect", 2, "exactly one PATH");
+    snprintf(args, sizeof args, "inspect " MODEL " --tokenizer %s",
+             kvcal_test_path("missing.model"));
+    check_refused(args, 2, "cannot open tokenizer");
     check_refused("inspect " MODEL " --decode many", 2, "--decode");
     snprintf(args, sizeof args, "inspect %s --decode 1", garbage);
     check_refused(args, 1, "not a model");
