@@ -377,6 +377,7 @@ static int inspect_model(const char *path, inspect_opts *o)
                      kvcal_last_error());
     } else {
         fprintf(stderr, "kvcal inspect: %s\n", refused[0] ? refused : kvcal_last_error());
+        kvcal_model_close(m);
         return KVCAL_EXIT_INVALID;
     }
     x.source = d ? d->source : "hf";
