@@ -11,104 +11,28 @@
 
 #include "core/status.h"
 #include "io/atomic_file.h"
+#include "io/hdf5_util.h"
 
 #define DEFLATE_LEVEL 6
 
 static const char *const kv_group[2] = {"k", "v"};
-
-// --- HDF5 error handling -----------------------------------------------------
-
-/* HDF5 prints its error stack by default; the library never prints, so the
- * automatic printing is off while kvcal works on a file. */
-typedef struct h5_quiet {
-    H5E_auto2_t func;
-    void *data;
-} h5_quiet;
-
-static void h5_quiet_begin(h5_quiet *q)
-{
-    H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-static void h5_quiet_end(const h5_quiet *q)
-{
-    H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
-}
-
-typedef struct h5_detail {
-    char text[256];
-} h5_detail;
-
-static herr_t h5_first_error(unsigned n, const H5E_error2_t *e, void *ctx)
-{
-    h5_detail *d = ctx;
-    if (n == 0)
-        snprintf(d->text, sizeof d->text, "%s", e->desc ? e->desc : "unknown HDF5 error");
-    return 0;
-}
-
-/* The most specific message of the current HDF5 error stack. */
-static const char *h5_error(h5_detail *d)
-{
-    snprintf(d->text, sizeof d->text, "no HDF5 detail");
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_first_error, d);
-    return d->text;
-}
-
-static kvcal_status h5_fail(kvcal_status st, const char *path, const char *verb,
-                            const char *what)
-{
-    h5_detail d;
-    return kvcal_fail(st, "%s: could not %s %s (HDF5: %s)", path, verb, what,
-                      h5_error(&d));
-}
 
 // --- writing -----------------------------------------------------------------
 
 static kvcal_status put_attr_str(hid_t loc, const char *path, const char *name,
                                  const char *value)
 {
-    kvcal_status st = KVCAL_OK;
-    hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR), attr = -1;
-    if (type < 0 || space < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 ||
-        H5Tset_cset(type, H5T_CSET_UTF8) < 0)
-        goto fail;
-    attr = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    if (attr < 0 || H5Awrite(attr, type, &value) < 0)
-        goto fail;
-    goto done;
-fail:
-    st = h5_fail(KVCAL_ERR_IO, path, "write attribute", name);
-done:
-    if (attr >= 0)
-        H5Aclose(attr);
-    if (space >= 0)
-        H5Sclose(space);
-    if (type >= 0)
-        H5Tclose(type);
-    return st;
+    if (kvcal_h5_write_attr_str(loc, name, value) < 0)
+        return kvcal_h5_fail(KVCAL_ERR_IO, path, "write attribute", name);
+    return KVCAL_OK;
 }
 
 static kvcal_status put_attr_i64(hid_t loc, const char *path, const char *name,
                                  long long value)
 {
-    kvcal_status st = KVCAL_OK;
-    hid_t space = H5Screate(H5S_SCALAR), attr = -1;
-    if (space < 0)
-        goto fail;
-    attr = H5Acreate2(loc, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-    if (attr < 0 || H5Awrite(attr, H5T_NATIVE_LLONG, &value) < 0)
-        goto fail;
-    goto done;
-fail:
-    st = h5_fail(KVCAL_ERR_IO, path, "write attribute", name);
-done:
-    if (attr >= 0)
-        H5Aclose(attr);
-    if (space >= 0)
-        H5Sclose(space);
-    return st;
+    if (kvcal_h5_write_attr(loc, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &value) < 0)
+        return kvcal_h5_fail(KVCAL_ERR_IO, path, "write attribute", name);
+    return KVCAL_OK;
 }
 
 /* Writes data (dims) as dataset `name` of loc; rank 0 is a scalar (stored
@@ -118,28 +42,11 @@ static kvcal_status put_dataset(hid_t loc, const char *path, const char *name,
                                 const hsize_t *dims, const hsize_t *chunk,
                                 const void *data)
 {
-    kvcal_status st = KVCAL_OK;
-    hid_t space = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dset = -1;
-    if (space < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0)
-        goto fail;
-    if (rank && (H5Pset_chunk(dcpl, rank, chunk) < 0 || H5Pset_shuffle(dcpl) < 0 ||
-                 H5Pset_deflate(dcpl, DEFLATE_LEVEL) < 0))
-        goto fail;
-    dset = H5Dcreate2(loc, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    if (dset < 0 || H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        goto fail;
-    goto done;
-fail:
-    st = h5_fail(KVCAL_ERR_IO, path, "write dataset", name);
-done:
-    if (dset >= 0)
-        H5Dclose(dset);
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (space >= 0)
-        H5Sclose(space);
-    return st;
+    if (kvcal_h5_write_dataset(loc, name, file_type, mem_type, rank, dims, chunk,
+                               DEFLATE_LEVEL, KVCAL_H5_SHUFFLE | KVCAL_H5_NO_TIMES,
+                               data) < 0)
+        return kvcal_h5_fail(KVCAL_ERR_IO, path, "write dataset", name);
+    return KVCAL_OK;
 }
 
 static kvcal_status put_root_attrs(hid_t file, const char *path, const kvcal_stats_t *s,
@@ -225,13 +132,13 @@ static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_
     hid_t lg = create_group(layers, name), g = -1;
     if (lg < 0) {
         snprintf(full, sizeof full, "layers/%d", l);
-        return h5_fail(KVCAL_ERR_IO, path, "create group", full);
+        return kvcal_h5_fail(KVCAL_ERR_IO, path, "create group", full);
     }
     for (int kv = 0; kv < 2 && !st; kv++) {
         g = create_group(lg, kv_group[kv]);
         if (g < 0) {
             snprintf(full, sizeof full, "layers/%d/%s", l, kv_group[kv]);
-            st = h5_fail(KVCAL_ERR_IO, path, "create group", full);
+            st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create group", full);
             break;
         }
         size_t lh = (size_t)l * s->num_kv_heads;
@@ -271,8 +178,8 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
     kvcal_status st = kvcal_atomic_open(&af, path);
     if (st)
         return st;
-    h5_quiet q;
-    h5_quiet_begin(&q);
+    kvcal_h5_quiet q;
+    kvcal_h5_quiet_begin(&q);
     hid_t layers = -1, file = -1;
     /* HDF5 1.10 file format: a single chunk is indexed without a B-tree (much
      * smaller files); read by HDF5 >= 1.10 (h5dump, any recent h5py) */
@@ -285,7 +192,7 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
     if (fcpl >= 0)
         H5Pclose(fcpl);
     if (file < 0) {
-        st = h5_fail(KVCAL_ERR_IO, path, "create", "the file");
+        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create", "the file");
         goto fail;
     }
     if ((st = put_root_attrs(file, path, stats, model, prov)) ||
@@ -293,7 +200,7 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
         goto fail;
     layers = create_group(file, "layers");
     if (layers < 0) {
-        st = h5_fail(KVCAL_ERR_IO, path, "create group", "layers");
+        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create group", "layers");
         goto fail;
     }
     for (int l = 0; l < stats->num_layers; l++)
@@ -304,10 +211,10 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
     herr_t closed = H5Fclose(file);
     file = -1;
     if (closed < 0) {
-        st = h5_fail(KVCAL_ERR_IO, path, "finish", "the file");
+        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "finish", "the file");
         goto fail;
     }
-    h5_quiet_end(&q);
+    kvcal_h5_quiet_end(&q);
     return kvcal_atomic_commit(&af);
 fail:
     if (layers >= 0)
@@ -315,7 +222,7 @@ fail:
     if (file >= 0)
         H5Fclose(file);
     kvcal_atomic_abort(&af);
-    h5_quiet_end(&q);
+    kvcal_h5_quiet_end(&q);
     return st;
 }
 
@@ -369,7 +276,7 @@ static kvcal_status get_attr_str(hid_t loc, const char *path, const char *name,
     }
     goto done;
 fail:
-    st = h5_fail(KVCAL_ERR_FORMAT, path, "read attribute", name);
+    st = kvcal_h5_fail(KVCAL_ERR_FORMAT, path, "read attribute", name);
 done:
     if (mem >= 0)
         H5Tclose(mem);
@@ -400,7 +307,7 @@ static kvcal_status get_attr_i64(hid_t loc, const char *path, const char *name,
         st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: attribute '%s' is not an integer", path,
                         name);
     else if (H5Aread(attr, H5T_NATIVE_LLONG, out) < 0)
-        st = h5_fail(KVCAL_ERR_FORMAT, path, "read attribute", name);
+        st = kvcal_h5_fail(KVCAL_ERR_FORMAT, path, "read attribute", name);
     if (type >= 0)
         H5Tclose(type);
     if (attr >= 0)
@@ -439,7 +346,7 @@ static kvcal_status get_dataset(hid_t file, const char *path, const char *group,
         goto done;
     }
     if (H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
-        st = h5_fail(KVCAL_ERR_FORMAT, path, "read dataset", full);
+        st = kvcal_h5_fail(KVCAL_ERR_FORMAT, path, "read dataset", full);
 done:
     if (type >= 0)
         H5Tclose(type);
@@ -523,8 +430,8 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
     kvcal_status st = KVCAL_OK;
     kvcal_stats_t *s = NULL;
     hid_t file = -1;
-    h5_quiet q;
-    h5_quiet_begin(&q);
+    kvcal_h5_quiet q;
+    kvcal_h5_quiet_begin(&q);
     if (H5Fis_hdf5(path) <= 0) {
         st = kvcal_fail(KVCAL_ERR_PARSE,
                         "%s: not an HDF5 file (expected statistics written by kvcal "
@@ -534,7 +441,7 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
     }
     file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file < 0) {
-        st = h5_fail(KVCAL_ERR_IO, path, "open", "the file");
+        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "open", "the file");
         goto fail;
     }
     char text[KVCAL_TEXT_MAX];
@@ -622,13 +529,13 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
             goto fail;
     }
     H5Fclose(file);
-    h5_quiet_end(&q);
+    kvcal_h5_quiet_end(&q);
     *out = s;
     return KVCAL_OK;
 fail:
     kvcal_stats_destroy(s);
     if (file >= 0)
         H5Fclose(file);
-    h5_quiet_end(&q);
+    kvcal_h5_quiet_end(&q);
     return st;
 }

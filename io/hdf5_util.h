@@ -1,0 +1,51 @@
+/* io/hdf5_util.h: the small HDF5 pieces every kvcal HDF5 format shares:
+ * silencing HDF5's own error printing, turning its error stack into one
+ * kvcal_fail line, and writing scalar attributes and datasets. */
+#ifndef KVCAL_IO_HDF5_UTIL_H
+#define KVCAL_IO_HDF5_UTIL_H
+
+#include <hdf5.h>
+
+#include "kvcal.h"
+
+/* HDF5's automatic error printing, saved while it is switched off. */
+typedef struct kvcal_h5_quiet {
+    H5E_auto2_t func;
+    void *data;
+} kvcal_h5_quiet;
+
+/* Switches HDF5's automatic error printing off (the library never prints)
+ * and saves the previous handler in *q; pair with kvcal_h5_quiet_end on the
+ * same thread. */
+void kvcal_h5_quiet_begin(kvcal_h5_quiet *q);
+/* Restores the handler saved by kvcal_h5_quiet_begin. */
+void kvcal_h5_quiet_end(const kvcal_h5_quiet *q);
+
+/* Records "<path>: could not <verb> <what> (HDF5: <most specific message of
+ * the current error stack>)" with kvcal_fail and returns st. */
+kvcal_status kvcal_h5_fail(kvcal_status st, const char *path, const char *verb,
+                           const char *what);
+
+/* Writes a scalar attribute `name` of loc: stored as file_type, value read as
+ * mem_type. Returns 0, or -1 with the cause on the HDF5 error stack. */
+int kvcal_h5_write_attr(hid_t loc, const char *name, hid_t file_type, hid_t mem_type,
+                        const void *value);
+/* Writes a scalar variable-length UTF-8 string attribute (NULL writes "").
+ * Returns 0 or -1 like kvcal_h5_write_attr. */
+int kvcal_h5_write_attr_str(hid_t loc, const char *name, const char *value);
+
+/* Options of kvcal_h5_write_dataset. */
+enum {
+    KVCAL_H5_SHUFFLE = 1u << 0,  /* byte-shuffle filter before deflate */
+    KVCAL_H5_NO_TIMES = 1u << 1, /* no modification times (byte-identical files) */
+};
+
+/* Writes data as dataset `name` of loc with dims[rank]: rank 0 is a scalar
+ * stored contiguous; other ranks are chunked by chunk[rank] and deflated at
+ * `deflate` (0..9). flags: KVCAL_H5_*. Returns 0 or -1 like
+ * kvcal_h5_write_attr. */
+int kvcal_h5_write_dataset(hid_t loc, const char *name, hid_t file_type, hid_t mem_type,
+                           int rank, const hsize_t *dims, const hsize_t *chunk,
+                           int deflate, unsigned flags, const void *data);
+
+#endif
