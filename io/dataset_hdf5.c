@@ -2,14 +2,13 @@
  * calibration reads back): input_ids (N, L) int32 and lengths (N) int32,
  * deflate-compressed chunks, provenance attributes. HDF5's own error printing
  * is suppressed (io/hdf5_util.h); failures become one kvcal_fail line. */
-#include <errno.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/status.h"
+#include "io/atomic_file.h"
 #include "io/dataset.h"
 #include "io/dataset_impl.h"
 #include "io/hdf5_util.h"
@@ -37,20 +36,15 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
 {
     if (!path || !s || s->num_samples <= 0 || s->seq_len <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "write token set: no samples to write");
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return kvcal_fail(KVCAL_ERR_IO,
-                          "%s: cannot create a temporary file beside it: %s", path,
-                          strerror(errno));
-    close(fd);
-    kvcal_status st = KVCAL_OK;
-    hid_t file = -1;
+    /* HDF5 rewrites the temporary of io/atomic_file by name;
+     * kvcal_atomic_commit syncs and renames it */
+    kvcal_atomic_file af;
+    kvcal_status st = kvcal_atomic_open(&af, path);
+    if (st)
+        return st;
     kvcal_h5_quiet q;
     kvcal_h5_quiet_begin(&q);
-    file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t file = H5Fcreate(af.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     hsize_t dims[2] = {(hsize_t)s->num_samples, (hsize_t)s->seq_len};
     int32_t version = TOKENS_FORMAT_VERSION, pack = prov ? prov->pack : 0;
     int64_t ntok = s->num_tokens;
@@ -73,13 +67,11 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
     if (file >= 0 && H5Fclose(file) < 0 && !st)
         st = kvcal_fail(KVCAL_ERR_IO, "%s: HDF5 close failed (disk full?)", path);
     kvcal_h5_quiet_end(&q);
-    if (!st && rename(tmp, path) != 0)
-        st = kvcal_fail(KVCAL_ERR_IO,
-                        "%s: cannot rename the temporary file into place: %s", path,
-                        strerror(errno));
-    if (st)
-        unlink(tmp);
-    return st;
+    if (st) {
+        kvcal_atomic_abort(&af);
+        return st;
+    }
+    return kvcal_atomic_commit(&af);
 }
 
 kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)

@@ -228,6 +228,21 @@ fail:
 
 // --- reading -----------------------------------------------------------------
 
+/* Whether attribute `name` of loc is missing; then *st is KVCAL_OK if it is
+ * optional, else a recorded error. */
+static int attr_absent(hid_t loc, const char *path, const char *name, int required,
+                       kvcal_status *st)
+{
+    if (H5Aexists(loc, name) > 0)
+        return 0;
+    *st = required ? kvcal_fail(KVCAL_ERR_FORMAT,
+                                "%s: attribute '%s' is missing; not a kvcal statistics "
+                                "file",
+                                path, name)
+                   : KVCAL_OK;
+    return 1;
+}
+
 /* Reads a string attribute (variable or fixed length) into buf; a missing
  * attribute gives "" unless required. */
 static kvcal_status get_attr_str(hid_t loc, const char *path, const char *name,
@@ -236,14 +251,8 @@ static kvcal_status get_attr_str(hid_t loc, const char *path, const char *name,
     kvcal_status st = KVCAL_OK;
     hid_t attr = -1, type = -1, mem = -1;
     buf[0] = '\0';
-    htri_t exists = H5Aexists(loc, name);
-    if (exists <= 0) {
-        if (!required)
-            return KVCAL_OK;
-        return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: attribute '%s' is missing; not a kvcal statistics file",
-                          path, name);
-    }
+    if (attr_absent(loc, path, name, required, &st))
+        return st;
     attr = H5Aopen(loc, name, H5P_DEFAULT);
     type = attr >= 0 ? H5Aget_type(attr) : -1;
     if (type < 0)
@@ -293,14 +302,8 @@ static kvcal_status get_attr_i64(hid_t loc, const char *path, const char *name,
 {
     kvcal_status st = KVCAL_OK;
     *out = 0;
-    htri_t exists = H5Aexists(loc, name);
-    if (exists <= 0) {
-        if (!required)
-            return KVCAL_OK;
-        return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: attribute '%s' is missing; not a kvcal statistics file",
-                          path, name);
-    }
+    if (attr_absent(loc, path, name, required, &st))
+        return st;
     hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
     hid_t type = attr >= 0 ? H5Aget_type(attr) : -1;
     if (type < 0 || H5Tget_class(type) != H5T_INTEGER)
