@@ -1,12 +1,10 @@
 /* tests/test_calibrate.c: `kvcal calibrate` end to end on the bundled
- * stories260K and default calibration text, through the kvcal binary built
- * beside this test program. */
+ * stories260K and default calibration text, through kvcal_test_run_kvcal. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/safetensors.h"
@@ -15,24 +13,6 @@
 
 #define MODEL "models/stories260K/stories260K.bin"
 #define SMALL "--num-samples 6 --seq-len 48 --batch 4 --quiet"
-
-/* Runs `kvcal ARGS`, stdout+stderr into the test's temp dir; returns the
- * exit code and, when out is not NULL, the output (caller frees). */
-static int kvcal_run(const char *args, char **out)
-{
-    char exe[PATH_MAX], cmd[8192];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    CU_ASSERT_FATAL(n > 0);
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    snprintf(slash + 1, sizeof exe - (size_t)(slash + 1 - exe), "kvcal");
-    const char *log = kvcal_test_path("calibrate.log");
-    snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2>&1", exe, args, log);
-    int rc = system(cmd);
-    if (out)
-        *out = kvcal_test_read_file(log, NULL);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static int files_equal(const char *a, const char *b)
 {
@@ -50,14 +30,14 @@ static void calibrate_writes_every_format_and_each_validates(void)
     const char *dir = kvcal_test_path("all");
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " " SMALL " --format all --out '%s'", dir);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, &out), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "K absmax"));
     free(out);
     static const char *const files[] = {"kv_cache_scales.json", "kvcal_scales.json",
                                         "checkpoint"};
     for (int i = 0; i < 3; i++) {
         snprintf(args, sizeof args, "validate-scales '%s/%s'", dir, files[i]);
-        CU_ASSERT_EQUAL(kvcal_run(args, NULL), 0);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
     }
 }
 
@@ -71,23 +51,23 @@ static void calibrate_is_byte_identical_for_same_inputs_and_seed(void)
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " " SMALL " --seed 5 --out '%s' --stats '%s'", a,
              ha);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     sleep(1); /* a clock tick apart: file times must not reach the outputs */
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " " SMALL " --seed 5 --out '%s' --stats '%s'", b,
              hb);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     CU_ASSERT_TRUE(files_equal(a, b));
     CU_ASSERT_TRUE(files_equal(ha, hb));
     /* another batch size: per-token results do not depend on the batch (the
      * statistics do: EMA state and batch count are per batch) */
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " " SMALL " --seed 5 --batch 5 --out '%s'", b);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     CU_ASSERT_TRUE(files_equal(a, b));
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " " SMALL " --seed 6 --out '%s'", b);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     CU_ASSERT_FALSE(files_equal(a, b));
 }
 
@@ -99,43 +79,47 @@ static void calibrate_finds_its_default_text_from_any_directory(void)
     CU_ASSERT_FATAL(chdir(kvcal_test_tmpdir()) == 0);
     snprintf(args, sizeof args, "calibrate --model '%s' " SMALL " --out default.json",
              model);
-    int rc = kvcal_run(args, NULL);
+    int rc = kvcal_test_run_kvcal(args, NULL);
     CU_ASSERT_FATAL(chdir(cwd) == 0);
     CU_ASSERT_EQUAL(rc, 0);
 }
 
 static void calibrate_rejects_seq_len_beyond_the_model_context(void)
 {
-    char *out = NULL;
-    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --seq-len 513 --quiet --out "
-                              "/nonexistent/x.json",
-                              &out),
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --model " MODEL
+                                         " --seq-len 513 --quiet "
+                                         "--out /nonexistent/x.json",
+                                         NULL),
                     1);
-    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "context of 512 tokens"));
-    free(out);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "context of 512 tokens"));
+    free(err);
 }
 
 static void calibrate_device_cuda_runs_or_says_why_it_cannot(void)
 {
-    char *out = NULL;
     if (kvcal_cuda_device_count() > 0) {
         char args[1024];
         snprintf(args, sizeof args, "calibrate --model " MODEL " --device cuda " SMALL " --out '%s'",
                  kvcal_test_path("cuda.json"));
-        CU_ASSERT_EQUAL(kvcal_run(args, &out), 0);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
     } else {
-        CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --device cuda", &out), 2);
-        CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "--device cuda: "));
+        CU_ASSERT_EQUAL(
+            kvcal_test_run_kvcal("calibrate --model " MODEL " --device cuda", NULL), 2);
+        char *err = kvcal_test_kvcal_stderr();
+        CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--device cuda: "));
+        free(err);
     }
-    free(out);
 }
 
 static void calibrate_usage_errors_exit_2(void)
 {
-    CU_ASSERT_EQUAL(kvcal_run("calibrate", NULL), 2);
-    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --format xml", NULL), 2);
-    CU_ASSERT_EQUAL(kvcal_run("calibrate --model " MODEL " --batch 0", NULL), 2);
-    CU_ASSERT_EQUAL(kvcal_run("calibrate --help", NULL), 0);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate", NULL), 2);
+    CU_ASSERT_EQUAL(
+        kvcal_test_run_kvcal("calibrate --model " MODEL " --format xml", NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --model " MODEL " --batch 0", NULL),
+                    2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --help", NULL), 0);
 }
 
 /* A golden fp32 checkpoint whose layer-1 v_proj holds one Inf: V of layer 1
@@ -144,7 +128,7 @@ static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
 {
     const char *src = "tests/fixtures/golden/llama_mha_linear_tied_fp32";
     const char *dir = kvcal_test_path("inf-model");
-    char cmd[2048], path[700], *out = NULL;
+    char cmd[2048], path[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, src, dir);
     CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -168,10 +152,11 @@ static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
              "calibrate --model '%s' --dataset '%s' --num-samples 1 --seq-len 8 --quiet "
              "--out '%s'",
              dir, ids, kvcal_test_path("never.json"));
-    CU_ASSERT_EQUAL(kvcal_run(cmd, &out), 1);
-    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "layer 1 V kv head 1: sample 0"));
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(cmd, NULL), 1);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "layer 1 V kv head 1: sample 0"));
     CU_ASSERT_EQUAL(access(kvcal_test_path("never.json"), F_OK), -1);
-    free(out);
+    free(err);
 }
 
 static CU_TestInfo tests[] = {

@@ -1,13 +1,10 @@
 /* tests/test_eval.c: `kvcal eval` end to end on the bundled stories260K,
- * through the kvcal binary built beside this test program. */
+ * through kvcal_test_run_kvcal. */
 #include <cjson/cJSON.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "kvcal.h"
 #include "tests/test_util.h"
@@ -15,26 +12,6 @@
 #define MODEL "models/stories260K/stories260K.bin"
 #define DATA "datasets/default_calibration.txt"
 #define SMALL "--num-samples 4 --seq-len 64 --batch 2 --quiet"
-
-/* Runs `kvcal ARGS`; stdout into *out (caller frees) when out is set,
- * stderr into *err likewise. Returns the exit code. */
-static int kvcal_run(const char *args, char **out, char **err)
-{
-    char exe[PATH_MAX], cmd[8192];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    CU_ASSERT_FATAL(n > 0);
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    snprintf(slash + 1, sizeof exe - (size_t)(slash + 1 - exe), "kvcal");
-    const char *o = kvcal_test_path("eval.out"), *e = kvcal_test_path("eval.err");
-    snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2> '%s'", exe, args, o, e);
-    int rc = system(cmd);
-    if (out)
-        *out = kvcal_test_read_file(o, NULL);
-    if (err)
-        *err = kvcal_test_read_file(e, NULL);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static double number(const cJSON *o, const char *key)
 {
@@ -49,11 +26,11 @@ static void eval_reports_every_mode_against_the_baseline(void)
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " --granularity head " SMALL " --out '%s'",
              scales);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     snprintf(args, sizeof args,
              "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL " --json",
              scales);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, &out, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
     cJSON *root = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     const cJSON *modes = cJSON_GetObjectItemCaseSensitive(root, "modes");
@@ -95,7 +72,7 @@ static void eval_counts_clipping_when_the_scales_are_too_small(void)
     snprintf(args, sizeof args,
              "calibrate --model " MODEL " " SMALL " --dataset " DATA " --out '%s'",
              scales);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, NULL, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     char *text = kvcal_test_read_file(scales, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     cJSON *root = cJSON_Parse(text);
@@ -129,7 +106,7 @@ static void eval_counts_clipping_when_the_scales_are_too_small(void)
              "eval --model " MODEL " --dataset " DATA
              " --scales '%s' --modes static-tensor " SMALL " --json",
              scales);
-    CU_ASSERT_EQUAL_FATAL(kvcal_run(args, &out, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
     root = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "modes"), 1);
@@ -146,23 +123,25 @@ static void eval_counts_clipping_when_the_scales_are_too_small(void)
 static void eval_rejects_scales_of_another_model_and_usage_errors(void)
 {
     char *err = NULL;
-    CU_ASSERT_EQUAL(
-        kvcal_run("eval --model " MODEL " --dataset " DATA
-                  " --scales tests/fixtures/llama2-7b/kv_cache_scales.json " SMALL,
-                  NULL, &err),
-        1);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(
+                        "eval --model " MODEL " --dataset " DATA
+                        " --scales tests/fixtures/llama2-7b/kv_cache_scales.json " SMALL,
+                        NULL),
+                    1);
+    err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "32 layers"));
     free(err);
-    CU_ASSERT_EQUAL(kvcal_run("eval --model " MODEL " --dataset " DATA
-                              " --modes static-head",
-                              NULL, &err),
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                         " --modes static-head",
+                                         NULL),
                     2);
+    err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--scales"));
     free(err);
-    CU_ASSERT_EQUAL(
-        kvcal_run("eval --model " MODEL " --dataset " DATA " --modes fp4", NULL, NULL),
-        2);
-    CU_ASSERT_EQUAL(kvcal_run("eval --model " MODEL, NULL, NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(
+                        "eval --model " MODEL " --dataset " DATA " --modes fp4", NULL),
+                    2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL, NULL), 2);
 }
 
 static CU_TestInfo tests[] = {

@@ -1,10 +1,12 @@
 /* tests/test_main.c: runs every suite (or those named on the command line),
  * reporting suites whose needs are not met as skipped. */
 #include <CUnit/Basic.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvcal.h"
@@ -82,6 +84,51 @@ char *kvcal_test_read_file(const char *path, size_t *len)
     return buf;
 }
 
+static const char *kvcal_binary(void)
+{
+    static char bin[PATH_MAX];
+    if (!bin[0]) {
+        const char *env = getenv("KVCAL_BIN");
+        if (env && *env) {
+            if (!realpath(env, bin))
+                snprintf(bin, sizeof bin, "%s", env);
+        } else {
+            ssize_t n = readlink("/proc/self/exe", bin, sizeof bin - 1);
+            bin[n > 0 ? n : 0] = '\0';
+            char *slash = strrchr(bin, '/');
+            size_t dir = slash ? (size_t)(slash + 1 - bin) : 0;
+            snprintf(bin + dir, sizeof bin - dir, "kvcal");
+        }
+    }
+    return bin;
+}
+
+/* Where kvcal_test_run_kvcal keeps the output of `stream` (not one of
+ * kvcal_test_path's slots, which a test may still hold). */
+static const char *kvcal_output_path(char *buf, size_t size, const char *stream)
+{
+    snprintf(buf, size, "%s/kvcal.%s", kvcal_test_tmpdir(), stream);
+    return buf;
+}
+
+int kvcal_test_run_kvcal(const char *args, char **out)
+{
+    char cmd[8192], o[512], e[512];
+    snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2> '%s'", kvcal_binary(), args,
+             kvcal_output_path(o, sizeof o, "stdout"),
+             kvcal_output_path(e, sizeof e, "stderr"));
+    int rc = system(cmd);
+    if (out)
+        *out = kvcal_test_read_file(o, NULL);
+    return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+char *kvcal_test_kvcal_stderr(void)
+{
+    char e[512];
+    return kvcal_test_read_file(kvcal_output_path(e, sizeof e, "stderr"), NULL);
+}
+
 static void remove_tmpdir(void)
 {
     if (tmpdir[0] && !getenv("KVCAL_KEEP_TMP")) {
@@ -116,6 +163,7 @@ int main(int argc, char **argv)
 {
     unsigned skipped = 0;
     atexit(remove_tmpdir);
+    kvcal_binary(); /* resolve a relative $KVCAL_BIN before a test can chdir */
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     for (const kvcal_suite *const *s = suites; *s; s++) {

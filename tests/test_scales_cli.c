@@ -1,78 +1,51 @@
 /* tests/test_scales_cli.c: `kvcal validate-scales` and `kvcal convert` as a
  * user runs them: exit codes, one-line findings, JSON output, outputs that
- * never appear on failure. The binary is $KVCAL_BIN (set by `make test`),
- * else build/kvcal. */
+ * never appear on failure (through kvcal_test_run_kvcal). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "tests/test_util.h"
 
 #define LLAMA2 "tests/fixtures/llama2-7b"
 #define CORPUS "tests/malformed/scales"
 
-static const char *kvcal_bin(void)
-{
-    const char *b = getenv("KVCAL_BIN");
-    return b && *b ? b : "build/kvcal";
-}
-
-/* Runs `kvcal <args>`, stdout into out (NUL-terminated, may be NULL), stderr
- * into the test tmpdir; returns the exit code (-1 when it did not exit). */
-static int run(const char *args, char *out, size_t size)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>%s", kvcal_bin(), args,
-             kvcal_test_path("stderr.txt"));
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    char buf[4096];
-    size_t n = 0;
-    for (size_t got; (got = fread(buf, 1, sizeof buf, p)) > 0;)
-        if (out && n + got < size) {
-            memcpy(out + n, buf, got);
-            n += got;
-        }
-    if (out)
-        out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static char *read_stderr(void)
-{
-    return kvcal_test_read_file(kvcal_test_path("stderr.txt"), NULL);
-}
-
 static void cli_validate_fixture_exits_0_at_tp1_and_1_at_tp2(void)
 {
-    static char out[8192];
-    CU_ASSERT_EQUAL(run("validate-scales " LLAMA2 "/kv_cache_scales.json --model " LLAMA2
-                        " --tp 1",
-                        out, sizeof out),
+    char *out = NULL;
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("validate-scales " LLAMA2
+                                         "/kv_cache_scales.json --model " LLAMA2
+                                         " --tp 1",
+                                         &out),
                     0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "legacy-json: valid (0 errors, 0 warnings)"));
-    CU_ASSERT_EQUAL(run("validate-scales " LLAMA2 "/kv_cache_scales.json --model " LLAMA2
-                        " --tp 2",
-                        out, sizeof out),
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, "legacy-json: valid (0 errors, 0 warnings)"));
+    free(out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("validate-scales " LLAMA2
+                                         "/kv_cache_scales.json --model " LLAMA2
+                                         " --tp 2",
+                                         &out),
                     1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(
-        out, LLAMA2 "/kv_cache_scales.json: kv_cache.scaling_factor: 1 rank but tp 2: "
-                    "vLLM/sglang reject the file and use scale 1.0 for every layer\n"));
+    CU_ASSERT_PTR_NOT_NULL(
+        out &&
+        strstr(out, LLAMA2 "/kv_cache_scales.json: kv_cache.scaling_factor: 1 rank but "
+                           "tp 2: vLLM/sglang reject the file and use scale 1.0 for "
+                           "every layer\n"));
+    free(out);
 }
 
 static void cli_validate_json_lists_the_findings(void)
 {
-    static char out[16384];
-    CU_ASSERT_EQUAL(run("validate-scales " CORPUS "/zero_scale.json --model " CORPUS
-                        "/tiny --json",
-                        out, sizeof out),
+    char *out = NULL;
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("validate-scales " CORPUS
+                                         "/zero_scale.json --model " CORPUS
+                                         "/tiny --json",
+                                         &out),
                     1);
-    cJSON *root = cJSON_Parse(out);
+    cJSON *root = out ? cJSON_Parse(out) : NULL;
+    free(out);
     CU_ASSERT_FATAL(root != NULL);
     CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(root, "valid")));
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(root, "format")->valuestring,
@@ -95,17 +68,19 @@ static void cli_validate_strict_fails_on_warnings_and_usage_errors_exit_2(void)
     kvcal_test_write_file(p, text, strlen(text));
     char args[1024];
     snprintf(args, sizeof args, "validate-scales %s --model " CORPUS "/tiny", p);
-    CU_ASSERT_EQUAL(run(args, NULL, 0), 0);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
     snprintf(args, sizeof args, "validate-scales %s --model " CORPUS "/tiny --strict", p);
-    CU_ASSERT_EQUAL(run(args, NULL, 0), 1);
-    CU_ASSERT_EQUAL(run("validate-scales", NULL, 0), 2);
-    CU_ASSERT_EQUAL(
-        run("validate-scales " LLAMA2 "/kv_cache_scales.json --tp zero", NULL, 0), 2);
-    CU_ASSERT_EQUAL(run("validate-scales no/such/file.json", NULL, 0), 2);
-    char *err = read_stderr();
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("validate-scales", NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("validate-scales " LLAMA2
+                                         "/kv_cache_scales.json --tp zero",
+                                         NULL),
+                    2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("validate-scales no/such/file.json", NULL), 2);
+    char *err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "no/such/file.json: cannot open"));
     free(err);
-    CU_ASSERT_EQUAL(run("validate-scales --help", NULL, 0), 0);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("validate-scales --help", NULL), 0);
 }
 
 static void cli_convert_legacy_to_kvcal_to_legacy_keeps_values(void)
@@ -116,10 +91,10 @@ static void cli_convert_legacy_to_kvcal_to_legacy_keeps_values(void)
              "convert " LLAMA2 "/kv_cache_scales.json --to kvcal --model " LLAMA2
              " --out %s",
              k);
-    CU_ASSERT_EQUAL_FATAL(run(args, NULL, 0), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     const char *l = kvcal_test_path("cli_l.json");
     snprintf(args, sizeof args, "convert %s --to legacy --out %s", k, l);
-    CU_ASSERT_EQUAL_FATAL(run(args, NULL, 0), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     cJSON *x = NULL, *y = NULL;
     a = kvcal_test_read_file(LLAMA2 "/kv_cache_scales.json", NULL);
     b = kvcal_test_read_file(l, NULL);
@@ -147,11 +122,11 @@ static void cli_convert_reports_losses_and_refuses_bad_input(void)
     const char *k = kvcal_test_path("cli_head.json");
     snprintf(args, sizeof args,
              "convert " CORPUS "/kvcal_heads_tp3.json --to kvcal --out %s", k);
-    CU_ASSERT_EQUAL_FATAL(run(args, NULL, 0), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     const char *l = kvcal_test_path("cli_head_legacy.json");
     snprintf(args, sizeof args, "convert %s --to legacy --tp 2 --out %s", k, l);
-    CU_ASSERT_EQUAL(run(args, NULL, 0), 0);
-    char *err = read_stderr();
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    char *err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "lost: separate K and V scales"));
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "lost: per-head scales"));
     free(err);
@@ -160,13 +135,15 @@ static void cli_convert_reports_losses_and_refuses_bad_input(void)
     const char *z = kvcal_test_path("cli_zero.json");
     snprintf(args, sizeof args, "convert " CORPUS "/zero_scale.json --to kvcal --out %s",
              z);
-    CU_ASSERT_EQUAL(run(args, NULL, 0), 1);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
     CU_ASSERT_NOT_EQUAL(stat(z, &st), 0);
     snprintf(args, sizeof args,
              "convert " LLAMA2 "/kv_cache_scales.json --to checkpoint --out %s", z);
-    CU_ASSERT_EQUAL(run(args, NULL, 0), 2);
-    CU_ASSERT_EQUAL(
-        run("convert " LLAMA2 "/kv_cache_scales.json --to onnx --out x", NULL, 0), 2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("convert " LLAMA2
+                                         "/kv_cache_scales.json --to onnx --out x",
+                                         NULL),
+                    2);
 }
 
 static CU_TestInfo tests[] = {

@@ -1,12 +1,11 @@
 /* tests/test_tokenize_cli.c: `kvcal tokenize` as a user runs it, on the
  * bundled stories260K tokenizer and the default calibration text: outputs
- * read back, exit codes, errors that leave no output behind. The binary is
- * $KVCAL_BIN, else build/kvcal. */
+ * read back, exit codes, errors that leave no output behind (through
+ * kvcal_test_run_kvcal). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/dataset.h"
@@ -16,33 +15,9 @@
 #define TEXT "datasets/default_calibration.txt"
 #define MODEL "models/stories260K"
 
-/* Runs `kvcal tokenize <args>`, stdout into out (may be NULL), stderr into
- * the test tmpdir; returns the exit code (-1 when it did not exit). */
-static int run_tokenize(const char *args, char *out, size_t size)
-{
-    const char *bin = getenv("KVCAL_BIN");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s tokenize %s 2>%s", bin && *bin ? bin : "build/kvcal",
-             args, kvcal_test_path("tokenize_stderr.txt"));
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    char buf[4096];
-    size_t n = 0;
-    for (size_t got; (got = fread(buf, 1, sizeof buf, p)) > 0;)
-        if (out && n + got < size) {
-            memcpy(out + n, buf, got);
-            n += got;
-        }
-    if (out)
-        out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static int stderr_has(const char *what)
 {
-    char *e = kvcal_test_read_file(kvcal_test_path("tokenize_stderr.txt"), NULL);
+    char *e = kvcal_test_kvcal_stderr();
     int found = e && strstr(e, what);
     if (!found)
         fprintf(stderr, "\n  stderr: %s\n", e ? e : "(none)");
@@ -52,12 +27,13 @@ static int stderr_has(const char *what)
 
 static void cli_tokenize_hdf5_reads_back_as_the_same_samples(void)
 {
-    char args[1024], out[4096], h5[512];
+    char args[1024], *out = NULL, h5[512];
     snprintf(h5, sizeof h5, "%s", kvcal_test_path("default.h5"));
     snprintf(args, sizeof args,
-             "-d " TEXT " -m " MODEL " -l 256 -n 20 --seed 3 -o %s --json", h5);
-    CU_ASSERT_EQUAL_FATAL(run_tokenize(args, out, sizeof out), 0);
-    cJSON *rep = cJSON_Parse(out);
+             "tokenize -d " TEXT " -m " MODEL " -l 256 -n 20 --seed 3 -o %s --json", h5);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+    cJSON *rep = out ? cJSON_Parse(out) : NULL;
+    free(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(rep, "num_samples")->valueint, 20);
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(rep, "tokens")->valueint, 20 * 256);
@@ -88,8 +64,8 @@ static void cli_tokenize_jsonl_writes_one_line_per_document_in_order(void)
     char args[1024], jl[512];
     snprintf(jl, sizeof jl, "%s", kvcal_test_path("default.jsonl"));
     snprintf(args, sizeof args,
-             "-d " TEXT " -t " MODEL "/tok512.bin --format jsonl -q -o %s", jl);
-    CU_ASSERT_EQUAL_FATAL(run_tokenize(args, NULL, 0), 0);
+             "tokenize -d " TEXT " -t " MODEL "/tok512.bin --format jsonl -q -o %s", jl);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     kvcal_tokenizer_t *tok = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_find(MODEL, NULL, &tok), KVCAL_OK);
     kvcal_documents *docs = NULL;
@@ -120,20 +96,23 @@ static void cli_tokenize_errors_exit_nonzero_and_write_nothing(void)
 {
     char args[1024], o[512]; /* own copy: kvcal_test_path's slots rotate */
     snprintf(o, sizeof o, "%s", kvcal_test_path("never.h5"));
-    snprintf(args, sizeof args, "-d " TEXT " -m " MODEL " -l 2048 -n 1000 -o %s", o);
-    CU_ASSERT_EQUAL(run_tokenize(args, NULL, 0), 1);
+    snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 2048 -n 1000 -o %s",
+             o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
     CU_ASSERT(stderr_has("tokens in 81 documents"));
     CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
-    snprintf(args, sizeof args, "-d no/such/file.txt -m " MODEL " -o %s", o);
-    CU_ASSERT_EQUAL(run_tokenize(args, NULL, 0), 2);
+    snprintf(args, sizeof args, "tokenize -d no/such/file.txt -m " MODEL " -o %s", o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
     CU_ASSERT(stderr_has("cannot read dataset"));
-    snprintf(args, sizeof args, "-d " TEXT " -t " TEXT " -o %s", o);
-    CU_ASSERT_EQUAL(run_tokenize(args, NULL, 0), 1);
+    snprintf(args, sizeof args, "tokenize -d " TEXT " -t " TEXT " -o %s", o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
     CU_ASSERT(stderr_has("unknown tokenizer type"));
-    CU_ASSERT_EQUAL(run_tokenize("-d " TEXT " -m " MODEL, NULL, 0), 2); /* no --output */
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("tokenize -d " TEXT " -m " MODEL, NULL),
+                    2); /* no --output */
     CU_ASSERT(stderr_has("--output"));
-    CU_ASSERT_EQUAL(run_tokenize("--format csv -d x -m x -o x", NULL, 0), 2);
-    CU_ASSERT_EQUAL(run_tokenize("--seq-len 0 -d x -m x -o x", NULL, 0), 2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("tokenize --format csv -d x -m x -o x", NULL),
+                    2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("tokenize --seq-len 0 -d x -m x -o x", NULL), 2);
     CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
 }
 

@@ -46,6 +46,16 @@ int kvcal_test_write_file(const char *path, const void *data, size_t len);
 /* Reads a whole file (NUL-terminated, caller frees); NULL on failure. */
 char *kvcal_test_read_file(const char *path, size_t *len);
 
+/* Runs `kvcal <args>` through the shell. The binary is $KVCAL_BIN (set by
+ * `make test`; made absolute at start, so a test may chdir), else the
+ * kvcal built beside this test program. When out is not NULL, *out is its
+ * stdout (NUL-terminated, caller frees; NULL if unreadable). Its stderr is
+ * kept for kvcal_test_kvcal_stderr. Returns the exit code, -1 when it did not
+ * exit. */
+int kvcal_test_run_kvcal(const char *args, char **out);
+/* The stderr of the last kvcal_test_run_kvcal (caller frees); NULL on failure. */
+char *kvcal_test_kvcal_stderr(void);
+
 /* |got - want| <= atol + |want| * rtol */
 #define KVCAL_ASSERT_CLOSE(got, want, atol, rtol)                              \
     CU_ASSERT(fabs((double)(got) - (double)(want)) <=                         \
