@@ -4,13 +4,14 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "calib/cmd_common.h"
 #include "calib/command.h"
 #include "calib/data_path.h"
 #include "calib/model.h"
@@ -75,31 +76,10 @@ static void usage(FILE *f)
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
-static int exit_code(kvcal_status st)
-{
-    return st == KVCAL_ERR_IO || st == KVCAL_ERR_NO_DEVICE || st == KVCAL_ERR_NOMEM
-               ? KVCAL_EXIT_USAGE
-               : KVCAL_EXIT_INVALID;
-}
-
 static int fail(kvcal_status st)
 {
     fprintf(stderr, "kvcal calibrate: %s\n", kvcal_last_error());
-    return exit_code(st);
-}
-
-static int parse_int(const char *opt, const char *text, int lo, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end || end == text || v < lo || v > 1 << 30) {
-        fprintf(stderr, "kvcal calibrate: %s '%s': expected an integer >= %d\n", opt,
-                text, lo);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
+    return kvcal_cmd_run_exit_code(st);
 }
 
 /* Parses argv into *o; returns -1 on a usage error (message printed), 1 for
@@ -169,19 +149,23 @@ static int parse_options(int argc, char **argv, options *o)
             o->tokenizer = optarg;
             break;
         case O_SAMPLES:
-            if (parse_int("--num-samples", optarg, 1, &o->num_samples))
+            if (kvcal_cmd_parse_int("calibrate", "--num-samples", optarg, 1,
+                                    KVCAL_CMD_INT_MAX, &o->num_samples))
                 return -1;
             break;
         case O_SEQ:
-            if (parse_int("--seq-len", optarg, 1, &o->seq_len))
+            if (kvcal_cmd_parse_int("calibrate", "--seq-len", optarg, 1,
+                                    KVCAL_CMD_INT_MAX, &o->seq_len))
                 return -1;
             break;
         case O_BATCH:
-            if (parse_int("--batch", optarg, 1, &o->batch))
+            if (kvcal_cmd_parse_int("calibrate", "--batch", optarg, 1, KVCAL_CMD_INT_MAX,
+                                    &o->batch))
                 return -1;
             break;
         case O_TP:
-            if (parse_int("--tp", optarg, 1, &o->tp))
+            if (kvcal_cmd_parse_int("calibrate", "--tp", optarg, 1, KVCAL_CMD_INT_MAX,
+                                    &o->tp))
                 return -1;
             break;
         case O_OUT:
@@ -202,18 +186,10 @@ static int parse_options(int argc, char **argv, options *o)
         case O_DEVICE:
             device = optarg;
             break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            o->seed = strtoll(optarg, &end, 10);
-            if (errno || *end || end == optarg || o->seed < 0) {
-                fprintf(stderr,
-                        "kvcal calibrate: --seed '%s': expected an integer >= 0\n",
-                        optarg);
+        case O_SEED:
+            if (kvcal_cmd_parse_ll("calibrate", "--seed", optarg, 0, LLONG_MAX, &o->seed))
                 return -1;
-            }
             break;
-        }
         case O_OBSERVER:
             if (kvcal_observer_parse(optarg, &o->observer)) {
                 fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
@@ -304,13 +280,6 @@ static void warn_stderr(void *ctx, const char *message)
     fprintf(stderr, "kvcal calibrate: warning: %s\n", message);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void progress(int done, int total, long long tokens, double elapsed)
 {
     double rate = elapsed > 0 ? tokens / elapsed : 0;
@@ -338,7 +307,7 @@ static kvcal_status run_samples_cuda(kvcal_model_t *model, const kvcal_samples *
     }
     int show = !o->quiet && isatty(STDERR_FILENO);
     long long tokens = 0;
-    double t0 = now_s();
+    double t0 = kvcal_cmd_now_s();
     for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {
         int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
         for (int i = 0; i < n; i++) {
@@ -351,13 +320,13 @@ static kvcal_status run_samples_cuda(kvcal_model_t *model, const kvcal_samples *
         if (!st)
             st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
         if (show)
-            progress(b0 + n, s->num_samples, tokens, now_s() - t0);
+            progress(b0 + n, s->num_samples, tokens, kvcal_cmd_now_s() - t0);
     }
     if (!st)
         st = kvcal_cuda_runner_collect(r, stats);
     if (show)
         fprintf(stderr, "\n");
-    *seconds = now_s() - t0;
+    *seconds = kvcal_cmd_now_s() - t0;
     free(ids);
     kvcal_cuda_runner_destroy(r);
     return st;
@@ -382,7 +351,7 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
     observe_ctx ctx = {stats};
     kvcal_runner_outputs out = {observe_kv, &ctx, NULL, NULL, NULL};
     long long tokens = 0;
-    double t0 = now_s();
+    double t0 = kvcal_cmd_now_s();
     for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {
         int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
         for (int i = 0; i < n; i++) {
@@ -395,11 +364,11 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
         if (!st)
             st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
         if (show)
-            progress(b0 + n, s->num_samples, tokens, now_s() - t0);
+            progress(b0 + n, s->num_samples, tokens, kvcal_cmd_now_s() - t0);
     }
     if (show)
         fprintf(stderr, "\n");
-    *seconds = now_s() - t0;
+    *seconds = kvcal_cmd_now_s() - t0;
     free(ids);
     kvcal_runner_destroy(r);
     return st;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "calib/cmd_common.h"
 #include "calib/command.h"
 #include "core/scales.h"
 #include "kvcal.h"
@@ -113,7 +114,6 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
     const char *model = NULL, *out = NULL;
     kvcal_format to = KVCAL_FORMAT_UNKNOWN;
     int tp = 0, c;
-    char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "T:m:t:o:h", opts, NULL)) != -1) {
         switch (c) {
@@ -130,13 +130,8 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
             model = optarg;
             break;
         case 't':
-            tp = (int)strtol(optarg, &end, 10);
-            if (*end || end == optarg || tp < 1 || tp > 65536) {
-                fprintf(stderr,
-                        "kvcal convert: --tp %s: expected an integer in [1, 65536]\n",
-                        optarg);
+            if (kvcal_cmd_parse_int("convert", "--tp", optarg, 1, 65536, &tp))
                 return KVCAL_EXIT_USAGE;
-            }
             break;
         case 'o':
             out = optarg;

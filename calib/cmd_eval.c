@@ -6,16 +6,16 @@
  * baseline plus, per layer, the SQNR of K and V, the fraction of clipped
  * values and the relative error of the attention output. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "calib/cmd_common.h"
 #include "calib/command.h"
 #include "calib/model.h"
 #include "calib/runner.h"
@@ -82,27 +82,6 @@ static void usage(FILE *f)
             "  --json               print the report as JSON on stdout\n\n"
             "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
             "error\n");
-}
-
-static int exit_code(kvcal_status st)
-{
-    return st == KVCAL_ERR_IO || st == KVCAL_ERR_NO_DEVICE || st == KVCAL_ERR_NOMEM
-               ? KVCAL_EXIT_USAGE
-               : KVCAL_EXIT_INVALID;
-}
-
-static int parse_int(const char *opt, const char *text, int lo, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end || end == text || v < lo || v > 1 << 30) {
-        fprintf(stderr, "kvcal eval: %s '%s': expected an integer >= %d\n", opt, text,
-                lo);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
 }
 
 static int parse_modes(const char *text, int *modes)
@@ -189,32 +168,28 @@ static int parse_options(int argc, char **argv, options *o)
             o->tokenizer = optarg;
             break;
         case O_SAMPLES:
-            if (parse_int("--num-samples", optarg, 1, &o->num_samples))
+            if (kvcal_cmd_parse_int("eval", "--num-samples", optarg, 1, KVCAL_CMD_INT_MAX,
+                                    &o->num_samples))
                 return -1;
             break;
         case O_SEQ:
-            if (parse_int("--seq-len", optarg, 2, &o->seq_len))
+            if (kvcal_cmd_parse_int("eval", "--seq-len", optarg, 2, KVCAL_CMD_INT_MAX,
+                                    &o->seq_len))
                 return -1;
             break;
         case O_BATCH:
-            if (parse_int("--batch", optarg, 1, &o->batch))
+            if (kvcal_cmd_parse_int("eval", "--batch", optarg, 1, KVCAL_CMD_INT_MAX,
+                                    &o->batch))
                 return -1;
             break;
         case O_TP:
-            if (parse_int("--tp", optarg, 1, &o->tp))
+            if (kvcal_cmd_parse_int("eval", "--tp", optarg, 1, KVCAL_CMD_INT_MAX, &o->tp))
                 return -1;
             break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            o->seed = strtoll(optarg, &end, 10);
-            if (errno || *end || end == optarg || o->seed < 0) {
-                fprintf(stderr, "kvcal eval: --seed '%s': expected an integer >= 0\n",
-                        optarg);
+        case O_SEED:
+            if (kvcal_cmd_parse_ll("eval", "--seed", optarg, 0, LLONG_MAX, &o->seed))
                 return -1;
-            }
             break;
-        }
         case O_DEVICE:
             device = optarg;
             break;
@@ -456,13 +431,6 @@ static void add_nll(const float *logits, int vocab, const int32_t *ids,
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct {
     int mode;
     double ppl;
@@ -492,7 +460,7 @@ static kvcal_status run_mode(kvcal_model_t *model, const kvcal_samples *s,
         st = kvcal_runner_create(model, max_rows, &runner);
     kvcal_runner_outputs out = {NULL, &c, NULL, logits,
                                 mode == MODE_BASELINE ? NULL : eval_hook};
-    double nll = 0.0, t0 = now_s();
+    double nll = 0.0, t0 = kvcal_cmd_now_s();
     long long count = 0;
     int show = !o->quiet && isatty(STDERR_FILENO);
     for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->batch) {
@@ -507,7 +475,7 @@ static kvcal_status run_mode(kvcal_model_t *model, const kvcal_samples *s,
                     &count);
         if (show)
             fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
-                    b0 + n, s->num_samples, now_s() - t0);
+                    b0 + n, s->num_samples, kvcal_cmd_now_s() - t0);
     }
     if (show)
         fprintf(stderr, "\n");
@@ -739,7 +707,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     goto done;
 fail:
     fprintf(stderr, "kvcal eval: %s\n", kvcal_last_error());
-    rc = exit_code(st);
+    rc = kvcal_cmd_run_exit_code(st);
 done:
     for (int i = 0; i < NUM_MODES; i++)
         free(res[i].sums);

@@ -3,12 +3,13 @@
  * reads back), or JSONL with one {"input_ids": [...]} per input document in
  * input order, to diff against an engine's ids. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "calib/cmd_common.h"
 #include "calib/command.h"
 #include "core/status.h"
 #include "io/atomic_file.h"
@@ -61,28 +62,6 @@ static int exit_code(kvcal_status st)
                                                              : KVCAL_EXIT_INVALID;
 }
 
-static int parse_int(const char *s, const char *name, long long lo, long long hi,
-                     long long *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr,
-                "kvcal tokenize: %s must be an integer in [%lld, %lld], got '%s'\n", name,
-                lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The progress line on stderr (a terminal, without --quiet). */
 typedef struct progress_line {
     double t0, last;
@@ -92,7 +71,7 @@ typedef struct progress_line {
 static void show_progress(void *ctx, long long done, long long total, long long tokens)
 {
     progress_line *p = ctx;
-    double t = now_s();
+    double t = kvcal_cmd_now_s();
     if (t - p->last < 0.25)
         return;
     p->last = t;
@@ -171,15 +150,16 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
             text_field = optarg;
             break;
         case 'n':
-            if (parse_int(optarg, "--num-samples", 1, 1 << 30, &num_samples))
+            if (kvcal_cmd_parse_ll("tokenize", "--num-samples", optarg, 1,
+                                   KVCAL_CMD_INT_MAX, &num_samples))
                 return KVCAL_EXIT_USAGE;
             break;
         case 'l':
-            if (parse_int(optarg, "--seq-len", 1, 1 << 24, &seq_len))
+            if (kvcal_cmd_parse_ll("tokenize", "--seq-len", optarg, 1, 1 << 24, &seq_len))
                 return KVCAL_EXIT_USAGE;
             break;
         case OPT_SEED:
-            if (parse_int(optarg, "--seed", 0, (long long)(~0ull >> 1), &seed))
+            if (kvcal_cmd_parse_ll("tokenize", "--seed", optarg, 0, LLONG_MAX, &seed))
                 return KVCAL_EXIT_USAGE;
             break;
         case OPT_NO_PACK:
@@ -230,7 +210,7 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
         goto fail;
     long long tokens = 0;
     int n_docs = 0;
-    pl.t0 = pl.last = now_s();
+    pl.t0 = pl.last = kvcal_cmd_now_s();
     kvcal_dataset_options opt = {.num_samples = (int)num_samples,
                                  .seq_len = (int)seq_len,
                                  .seed = (uint64_t)seed,

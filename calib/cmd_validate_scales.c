@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "calib/cmd_common.h"
 #include "calib/command.h"
 #include "kvcal.h"
 
@@ -90,7 +91,6 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and 
     };
     const char *model = NULL;
     int tp = 0, json = 0, strict = 0, c;
-    char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:t:jsh", opts, NULL)) != -1) {
         switch (c) {
@@ -98,14 +98,8 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and 
             model = optarg;
             break;
         case 't':
-            tp = (int)strtol(optarg, &end, 10);
-            if (*end || end == optarg || tp < 1 || tp > 65536) {
-                fprintf(stderr,
-                        "kvcal validate-scales: --tp %s: expected an integer in "
-                        "[1, 65536]\n",
-                        optarg);
+            if (kvcal_cmd_parse_int("validate-scales", "--tp", optarg, 1, 65536, &tp))
                 return KVCAL_EXIT_USAGE;
-            }
             break;
         case 'j':
             json = 1;
