@@ -290,86 +290,55 @@ static void progress(int done, int total, long long tokens, double elapsed)
     fflush(stderr);
 }
 
-/* run_samples on the CUDA device: K/V are observed there and folded into
- * stats batch by batch (batch_absmax, tokens) and at the end (absmax,
- * histograms). */
-static kvcal_status run_samples_cuda(kvcal_model_t *model, const kvcal_samples *s,
-                                     const options *o, kvcal_stats_t *stats, double *seconds)
-{
-    kvcal_cuda_runner_t *r = NULL;
-    kvcal_status st = kvcal_cuda_runner_create(model, o->batch, s->seq_len, &r);
-    if (st)
-        return st;
-    int64_t *ids = malloc(sizeof(int64_t) * (size_t)o->batch);
-    if (!ids) {
-        kvcal_cuda_runner_destroy(r);
-        return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
-    }
-    int show = !o->quiet && isatty(STDERR_FILENO);
-    long long tokens = 0;
-    double t0 = kvcal_cmd_now_s();
-    for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {
-        int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
-        for (int i = 0; i < n; i++) {
-            ids[i] = b0 + i;
-            tokens += s->lengths[b0 + i];
-        }
-        kvcal_stats_begin_batch(stats);
-        st = kvcal_cuda_runner_forward(r, s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0, n,
-                                       s->seq_len, ids, stats);
-        if (!st)
-            st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
-        if (show)
-            progress(b0 + n, s->num_samples, tokens, kvcal_cmd_now_s() - t0);
-    }
-    if (!st)
-        st = kvcal_cuda_runner_collect(r, stats);
-    if (show)
-        fprintf(stderr, "\n");
-    *seconds = kvcal_cmd_now_s() - t0;
-    free(ids);
-    kvcal_cuda_runner_destroy(r);
-    return st;
-}
-
-/* Runs every sample through the model, folding K/V into stats. */
+/* Runs every sample through the model, folding K/V into stats. On the CUDA
+ * device K/V are observed there and folded into stats batch by batch
+ * (batch_absmax, tokens) and at the end (absmax, histograms). */
 static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
                                 const options *o, kvcal_stats_t *stats, double *seconds)
 {
-    if (o->cuda)
-        return run_samples_cuda(model, s, o, stats, seconds);
     kvcal_runner_t *r = NULL;
-    kvcal_status st = kvcal_runner_create(model, (int64_t)o->batch * s->seq_len, &r);
+    kvcal_cuda_runner_t *cr = NULL;
+    int64_t *ids = NULL; /* (batch) sample ids */
+    kvcal_status st =
+        o->cuda ? kvcal_cuda_runner_create(model, o->batch, s->seq_len, &cr)
+                : kvcal_runner_create(model, (int64_t)o->batch * s->seq_len, &r);
     if (st)
         return st;
-    int64_t *ids = malloc(sizeof(int64_t) * (size_t)o->batch);
-    if (!ids) {
-        kvcal_runner_destroy(r);
-        return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
-    }
     int show = !o->quiet && isatty(STDERR_FILENO);
     observe_ctx ctx = {stats};
     kvcal_runner_outputs out = {observe_kv, &ctx, NULL, NULL, NULL};
     long long tokens = 0;
     double t0 = kvcal_cmd_now_s();
+    ids = malloc(sizeof(int64_t) * (size_t)o->batch);
+    if (!ids) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {
         int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
         for (int i = 0; i < n; i++) {
             ids[i] = b0 + i;
             tokens += s->lengths[b0 + i];
         }
+        const int32_t *batch = s->ids + (int64_t)b0 * s->seq_len; // (n, seq_len)
         kvcal_stats_begin_batch(stats);
-        st = kvcal_runner_forward(r, s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0,
-                                  n, s->seq_len, ids, &out);
+        st = o->cuda ? kvcal_cuda_runner_forward(cr, batch, s->lengths + b0, n,
+                                                 s->seq_len, ids, stats)
+                     : kvcal_runner_forward(r, batch, s->lengths + b0, n, s->seq_len, ids,
+                                            &out);
         if (!st)
             st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
         if (show)
             progress(b0 + n, s->num_samples, tokens, kvcal_cmd_now_s() - t0);
     }
+    if (!st && o->cuda)
+        st = kvcal_cuda_runner_collect(cr, stats);
     if (show)
         fprintf(stderr, "\n");
     *seconds = kvcal_cmd_now_s() - t0;
+done:
     free(ids);
+    kvcal_cuda_runner_destroy(cr);
     kvcal_runner_destroy(r);
     return st;
 }
