@@ -22,7 +22,6 @@
 #include "io/dataset.h"
 #include "io/json_file.h"
 #include "io/stats_hdf5.h"
-#include "io/tokenizer.h"
 #include "kvcal.h"
 #include "observers/observer.h"
 #include "observers/stats.h"
@@ -525,12 +524,10 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     if (rc)
         return KVCAL_EXIT_USAGE;
     kvcal_model_t *model = NULL;
-    kvcal_tokenizer_t *tok = NULL;
     kvcal_samples *samples = NULL;
     kvcal_stats_t *stats = NULL;
     kvcal_scales_t *scales = NULL;
     cJSON *written = cJSON_CreateArray();
-    char tok_error[1024] = "";
     kvcal_status st;
     double seconds = 0;
     if ((st = kvcal_model_open(o.model, &model)))
@@ -545,19 +542,6 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
                         o.seq_len, d->max_seq_len, o.model);
         goto fail;
     }
-    if ((st = kvcal_tokenizer_find(o.model, o.tokenizer, &tok))) {
-        if (o.tokenizer)
-            goto fail;
-        snprintf(tok_error, sizeof tok_error, "%s", kvcal_last_error());
-    }
-    if (tok && kvcal_tokenizer_vocab_size(tok) > d->vocab_size) {
-        st = kvcal_fail(
-            KVCAL_ERR_MISMATCH,
-            "the tokenizer has %d tokens but the model's vocabulary has %d: wrong "
-            "--tokenizer for %s?",
-            kvcal_tokenizer_vocab_size(tok), d->vocab_size, o.model);
-        goto fail;
-    }
     kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
     char dataset_path[4096];
     if (o.dataset == default_dataset) {
@@ -566,11 +550,9 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     } else {
         snprintf(dataset_path, sizeof dataset_path, "%s", o.dataset);
     }
-    if ((st = kvcal_dataset_load(dataset_path, tok, &dopt, &samples))) {
-        if (tok_error[0])
-            fprintf(stderr, "kvcal calibrate: note: no tokenizer: %s\n", tok_error);
+    if ((st = kvcal_cmd_load_samples("calibrate", o.model, d->vocab_size, o.tokenizer,
+                                     dataset_path, &dopt, &samples)))
         goto fail;
-    }
     if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats)) ||
         (st = run_samples(model, samples, &o, stats, &seconds)))
         goto fail;
@@ -607,7 +589,6 @@ done:
     kvcal_scales_destroy(scales);
     kvcal_stats_destroy(stats);
     kvcal_samples_destroy(samples);
-    kvcal_tokenizer_destroy(tok);
     kvcal_model_close(model);
     return rc;
 }

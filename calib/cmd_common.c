@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "calib/command.h"
+#include "core/status.h"
+#include "io/tokenizer.h"
 
 int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long long lo,
                        long long hi, long long *out)
@@ -36,6 +38,30 @@ int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int 
         return -1;
     *out = (int)v;
     return 0;
+}
+
+kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
+                                    int vocab_size, const char *tokenizer,
+                                    const char *dataset, const kvcal_dataset_options *opt,
+                                    kvcal_samples **out)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    char tok_error[1024] = "";
+    kvcal_status st = kvcal_tokenizer_find(model_path, tokenizer, &tok);
+    if (st) {
+        if (tokenizer)
+            return st;
+        snprintf(tok_error, sizeof tok_error, "%s", kvcal_last_error());
+    }
+    if (tok && kvcal_tokenizer_vocab_size(tok) > vocab_size)
+        st = kvcal_fail(KVCAL_ERR_MISMATCH,
+                        "the tokenizer has %d tokens but the model's vocabulary has %d: "
+                        "wrong --tokenizer for %s?",
+                        kvcal_tokenizer_vocab_size(tok), vocab_size, model_path);
+    else if ((st = kvcal_dataset_load(dataset, tok, opt, out)) && tok_error[0])
+        fprintf(stderr, "kvcal %s: note: no tokenizer: %s\n", cmd, tok_error);
+    kvcal_tokenizer_destroy(tok);
+    return st;
 }
 
 int kvcal_cmd_run_exit_code(kvcal_status st)

@@ -4,6 +4,7 @@
 #ifndef KVCAL_CALIB_CMD_COMMON_H
 #define KVCAL_CALIB_CMD_COMMON_H
 
+#include "io/dataset.h"
 #include "kvcal.h"
 
 /* The largest count an option takes: no limit a user would meet. */
@@ -18,6 +19,17 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
 /* kvcal_cmd_parse_ll for an int option. */
 int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int lo,
                         int hi, int *out);
+
+/* Loads `dataset` as samples of opt for the model at model_path (vocabulary
+ * of vocab_size tokens), tokenized with `tokenizer` or else the tokenizer
+ * found beside the model. A tokenizer that is not found is an error when it
+ * was named, or when the dataset needs one (then a note on stderr, "kvcal
+ * <cmd>: note: no tokenizer: ...", says why none was found); a tokenizer
+ * larger than the vocabulary is an error. *out: caller destroys. */
+kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
+                                    int vocab_size, const char *tokenizer,
+                                    const char *dataset, const kvcal_dataset_options *opt,
+                                    kvcal_samples **out);
 
 /* Exit code of a command that ran a model and failed with st: 2 (usage or
  * I/O) for I/O errors, no CUDA device and out of memory, else 1 (invalid

@@ -22,7 +22,6 @@
 #include "core/scales.h"
 #include "core/status.h"
 #include "io/dataset.h"
-#include "io/tokenizer.h"
 #include "kernels/cpu/ops.h"
 #include "kvcal.h"
 
@@ -641,12 +640,10 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     if (rc)
         return KVCAL_EXIT_USAGE;
     kvcal_model_t *model = NULL;
-    kvcal_tokenizer_t *tok = NULL;
     kvcal_samples *samples = NULL;
     kvcal_scales_t *scales = NULL;
     mode_result res[NUM_MODES];
     int nres = 0;
-    char tok_error[1024] = "";
     kvcal_status st;
     memset(res, 0, sizeof res);
     if ((st = kvcal_model_open(o.model, &model)))
@@ -673,17 +670,10 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             goto fail;
         }
     }
-    if ((st = kvcal_tokenizer_find(o.model, o.tokenizer, &tok))) {
-        if (o.tokenizer)
-            goto fail;
-        snprintf(tok_error, sizeof tok_error, "%s", kvcal_last_error());
-    }
     kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
-    if ((st = kvcal_dataset_load(o.dataset, tok, &dopt, &samples))) {
-        if (tok_error[0])
-            fprintf(stderr, "kvcal eval: note: no tokenizer: %s\n", tok_error);
+    if ((st = kvcal_cmd_load_samples("eval", o.model, d->vocab_size, o.tokenizer,
+                                     o.dataset, &dopt, &samples)))
         goto fail;
-    }
     /* the baseline first: every change is measured against it */
     o.modes[MODE_BASELINE] = 1;
     for (int m = 0; m < NUM_MODES; m++) {
@@ -713,7 +703,6 @@ done:
         free(res[i].sums);
     kvcal_scales_destroy(scales);
     kvcal_samples_destroy(samples);
-    kvcal_tokenizer_destroy(tok);
     kvcal_model_close(model);
     return rc;
 }
