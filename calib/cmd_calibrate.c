@@ -31,9 +31,9 @@
 static const char default_dataset[] = DEFAULT_DATASET;
 
 typedef struct {
-    const char *model, *dataset, *tokenizer, *out, *stats_path, *format;
-    int num_samples, seq_len, batch, tp, quiet, json, cuda;
-    long long seed;
+    kvcal_cmd_run_options run;
+    const char *out, *stats_path, *format;
+    int cuda;
     kvcal_observer_config observer;
     kvcal_granularity granularity;
 } options;
@@ -85,88 +85,35 @@ static int fail(kvcal_status st)
  * --help, 0 to run. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum {
-        O_MODEL = 256,
-        O_DATASET,
-        O_TOKENIZER,
-        O_SAMPLES,
-        O_SEQ,
-        O_BATCH,
-        O_OBSERVER,
-        O_GRAN,
-        O_TP,
-        O_DEVICE,
-        O_OUT,
-        O_FORMAT,
-        O_STATS,
-        O_SEED,
-        O_QUIET,
-        O_JSON,
-        O_HELP
-    };
+    enum { O_OBSERVER = KVCAL_OPT_RUN_END, O_GRAN, O_OUT, O_FORMAT, O_STATS };
     static const struct option longopts[] = {
-        {"model", required_argument, 0, O_MODEL},
-        {"dataset", required_argument, 0, O_DATASET},
-        {"tokenizer", required_argument, 0, O_TOKENIZER},
-        {"num-samples", required_argument, 0, O_SAMPLES},
-        {"seq-len", required_argument, 0, O_SEQ},
-        {"batch", required_argument, 0, O_BATCH},
+        KVCAL_CMD_RUN_LONGOPTS,
         {"observer", required_argument, 0, O_OBSERVER},
         {"granularity", required_argument, 0, O_GRAN},
-        {"tp", required_argument, 0, O_TP},
-        {"device", required_argument, 0, O_DEVICE},
         {"out", required_argument, 0, O_OUT},
         {"format", required_argument, 0, O_FORMAT},
         {"stats", required_argument, 0, O_STATS},
-        {"seed", required_argument, 0, O_SEED},
-        {"quiet", no_argument, 0, O_QUIET},
-        {"json", no_argument, 0, O_JSON},
-        {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
-    o->dataset = default_dataset;
+    o->run.dataset = default_dataset;
+    o->run.device = "cpu";
+    o->run.num_samples = 32;
+    o->run.batch = 4;
+    o->run.tp = 1;
     o->format = "kvcal";
-    o->num_samples = 32;
-    o->batch = 4;
-    o->tp = 1;
     o->observer = kvcal_observer_default();
     o->granularity = KVCAL_GRANULARITY_TENSOR;
-    const char *device = "cpu";
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int run = kvcal_cmd_run_option("calibrate", c, optarg, 1, &o->run);
+        if (run < 0)
+            return -1;
+        if (run)
+            continue;
         switch (c) {
-        case O_MODEL:
-            o->model = optarg;
-            break;
-        case O_DATASET:
-            o->dataset = optarg;
-            break;
-        case O_TOKENIZER:
-            o->tokenizer = optarg;
-            break;
-        case O_SAMPLES:
-            if (kvcal_cmd_parse_int("calibrate", "--num-samples", optarg, 1,
-                                    KVCAL_CMD_INT_MAX, &o->num_samples))
-                return -1;
-            break;
-        case O_SEQ:
-            if (kvcal_cmd_parse_int("calibrate", "--seq-len", optarg, 1,
-                                    KVCAL_CMD_INT_MAX, &o->seq_len))
-                return -1;
-            break;
-        case O_BATCH:
-            if (kvcal_cmd_parse_int("calibrate", "--batch", optarg, 1, KVCAL_CMD_INT_MAX,
-                                    &o->batch))
-                return -1;
-            break;
-        case O_TP:
-            if (kvcal_cmd_parse_int("calibrate", "--tp", optarg, 1, KVCAL_CMD_INT_MAX,
-                                    &o->tp))
-                return -1;
-            break;
         case O_OUT:
             o->out = optarg;
             break;
@@ -175,19 +122,6 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case O_STATS:
             o->stats_path = optarg;
-            break;
-        case O_QUIET:
-            o->quiet = 1;
-            break;
-        case O_JSON:
-            o->json = 1;
-            break;
-        case O_DEVICE:
-            device = optarg;
-            break;
-        case O_SEED:
-            if (kvcal_cmd_parse_ll("calibrate", "--seed", optarg, 0, LLONG_MAX, &o->seed))
-                return -1;
             break;
         case O_OBSERVER:
             if (kvcal_observer_parse(optarg, &o->observer)) {
@@ -208,7 +142,7 @@ static int parse_options(int argc, char **argv, options *o)
             }
             break;
         case 'h':
-        case O_HELP:
+        case KVCAL_OPT_HELP:
             return 1;
         default:
             fprintf(stderr,
@@ -222,7 +156,7 @@ static int parse_options(int argc, char **argv, options *o)
                 argv[optind]);
         return -1;
     }
-    if (!o->model) {
+    if (!o->run.model) {
         fprintf(stderr, "kvcal calibrate: --model is required (see --help)\n");
         return -1;
     }
@@ -242,9 +176,10 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (!o->out)
         o->out = default_out[f];
-    o->cuda = !strcmp(device, "cuda");
-    if (!o->cuda && strcmp(device, "cpu")) {
-        fprintf(stderr, "kvcal calibrate: --device '%s': expected cpu or cuda\n", device);
+    o->cuda = !strcmp(o->run.device, "cuda");
+    if (!o->cuda && strcmp(o->run.device, "cpu")) {
+        fprintf(stderr, "kvcal calibrate: --device '%s': expected cpu or cuda\n",
+                o->run.device);
         return -1;
     }
     return 0;
@@ -299,22 +234,22 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
     kvcal_cuda_runner_t *cr = NULL;
     int64_t *ids = NULL; /* (batch) sample ids */
     kvcal_status st =
-        o->cuda ? kvcal_cuda_runner_create(model, o->batch, s->seq_len, &cr)
-                : kvcal_runner_create(model, (int64_t)o->batch * s->seq_len, &r);
+        o->cuda ? kvcal_cuda_runner_create(model, o->run.batch, s->seq_len, &cr)
+                : kvcal_runner_create(model, (int64_t)o->run.batch * s->seq_len, &r);
     if (st)
         return st;
-    int show = !o->quiet && isatty(STDERR_FILENO);
+    int show = !o->run.quiet && isatty(STDERR_FILENO);
     observe_ctx ctx = {stats};
     kvcal_runner_outputs out = {observe_kv, &ctx, NULL, NULL, NULL};
     long long tokens = 0;
     double t0 = kvcal_cmd_now_s();
-    ids = malloc(sizeof(int64_t) * (size_t)o->batch);
+    ids = malloc(sizeof(int64_t) * (size_t)o->run.batch);
     if (!ids) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
         goto done;
     }
-    for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->batch) {
-        int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
+    for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->run.batch) {
+        int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
         for (int i = 0; i < n; i++) {
             ids[i] = b0 + i;
             tokens += s->lengths[b0 + i];
@@ -400,14 +335,15 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales, kvcal_model_t *m
         return st;
     if (all || !strcmp(o->format, "legacy")) {
         snprintf(path, sizeof path, all ? "%s/kv_cache_scales.json" : "%s", o->out);
-        if ((st =
-                 kvcal_scales_write(scales, KVCAL_FORMAT_LEGACY_JSON, path, NULL, o->tp)))
+        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_LEGACY_JSON, path, NULL,
+                                     o->run.tp)))
             return st;
         cJSON_AddItemToArray(written, cJSON_CreateString(path));
     }
     if (all || !strcmp(o->format, "kvcal")) {
         snprintf(path, sizeof path, all ? "%s/kvcal_scales.json" : "%s", o->out);
-        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_KVCAL_JSON, path, NULL, o->tp)))
+        if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_KVCAL_JSON, path, NULL,
+                                     o->run.tp)))
             return st;
         cJSON_AddItemToArray(written, cJSON_CreateString(path));
     }
@@ -428,8 +364,8 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales, kvcal_model_t *m
             snprintf(model_dir, sizeof model_dir, "%s", tmp_dir);
         } else {
             struct stat sb;
-            snprintf(model_dir, sizeof model_dir, "%s", o->model);
-            if (stat(o->model, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+            snprintf(model_dir, sizeof model_dir, "%s", o->run.model);
+            if (stat(o->run.model, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
                 char *slash = strrchr(model_dir, '/');
                 if (slash)
                     *slash = '\0';
@@ -438,7 +374,7 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales, kvcal_model_t *m
             }
         }
         if ((st = kvcal_scales_write(scales, KVCAL_FORMAT_CHECKPOINT, path, model_dir,
-                                     o->tp)))
+                                     o->run.tp)))
             goto done;
         cJSON_AddItemToArray(written, cJSON_CreateString(path));
     }
@@ -530,28 +466,29 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     cJSON *written = cJSON_CreateArray();
     kvcal_status st;
     double seconds = 0;
-    if ((st = kvcal_model_open(o.model, &model)))
+    if ((st = kvcal_model_open(o.run.model, &model)))
         goto fail;
     const kvcal_model_desc *d = kvcal_model_describe(model);
-    if (!o.seq_len)
-        o.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
-    if (o.seq_len > d->max_seq_len) {
+    if (!o.run.seq_len)
+        o.run.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
+    if (o.run.seq_len > d->max_seq_len) {
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "--seq-len %d is longer than the model's context of %d tokens "
                         "(max_position_embeddings of %s)",
-                        o.seq_len, d->max_seq_len, o.model);
+                        o.run.seq_len, d->max_seq_len, o.run.model);
         goto fail;
     }
-    kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
+    kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
+                                  1, NULL};
     char dataset_path[4096];
-    if (o.dataset == default_dataset) {
+    if (o.run.dataset == default_dataset) {
         if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path, sizeof dataset_path)))
             goto fail;
     } else {
-        snprintf(dataset_path, sizeof dataset_path, "%s", o.dataset);
+        snprintf(dataset_path, sizeof dataset_path, "%s", o.run.dataset);
     }
-    if ((st = kvcal_cmd_load_samples("calibrate", o.model, d->vocab_size, o.tokenizer,
-                                     dataset_path, &dopt, &samples)))
+    if ((st = kvcal_cmd_load_samples("calibrate", o.run.model, d->vocab_size,
+                                     o.run.tokenizer, dataset_path, &dopt, &samples)))
         goto fail;
     if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats)) ||
         (st = run_samples(model, samples, &o, stats, &seconds)))
@@ -562,10 +499,10 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         goto fail;
     kvcal_model_identity_get(model, &scales->model);
     kvcal_provenance *prov = &scales->provenance;
-    snprintf(prov->dataset, sizeof prov->dataset, "%s", o.dataset);
+    snprintf(prov->dataset, sizeof prov->dataset, "%s", o.run.dataset);
     prov->num_samples = samples->num_samples;
     prov->num_tokens = samples->num_tokens;
-    prov->seed = o.seed;
+    prov->seed = o.run.seed;
     snprintf(prov->tool_version, sizeof prov->tool_version, "kvcal %s", kvcal_version());
     if ((st = write_outputs(scales, model, &o, written)))
         goto fail;
@@ -574,7 +511,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
             goto fail;
         cJSON_AddItemToArray(written, cJSON_CreateString(o.stats_path));
     }
-    if (o.json)
+    if (o.run.json)
         print_json(scales, d, samples->num_tokens, samples->num_samples, seconds,
                    written);
     else

@@ -3,6 +3,7 @@
 #include "calib/cmd_common.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -38,6 +39,52 @@ int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int 
         return -1;
     *out = (int)v;
     return 0;
+}
+
+int kvcal_cmd_run_option(const char *cmd, int c, const char *arg, int min_seq_len,
+                         kvcal_cmd_run_options *o)
+{
+    switch (c) {
+    case KVCAL_OPT_MODEL:
+        o->model = arg;
+        return 1;
+    case KVCAL_OPT_DATASET:
+        o->dataset = arg;
+        return 1;
+    case KVCAL_OPT_TOKENIZER:
+        o->tokenizer = arg;
+        return 1;
+    case KVCAL_OPT_DEVICE:
+        o->device = arg;
+        return 1;
+    case KVCAL_OPT_QUIET:
+        o->quiet = 1;
+        return 1;
+    case KVCAL_OPT_JSON:
+        o->json = 1;
+        return 1;
+    case KVCAL_OPT_SAMPLES:
+        return kvcal_cmd_parse_int(cmd, "--num-samples", arg, 1, KVCAL_CMD_INT_MAX,
+                                   &o->num_samples)
+                   ? -1
+                   : 1;
+    case KVCAL_OPT_SEQ:
+        return kvcal_cmd_parse_int(cmd, "--seq-len", arg, min_seq_len, KVCAL_CMD_INT_MAX,
+                                   &o->seq_len)
+                   ? -1
+                   : 1;
+    case KVCAL_OPT_BATCH:
+        return kvcal_cmd_parse_int(cmd, "--batch", arg, 1, KVCAL_CMD_INT_MAX, &o->batch)
+                   ? -1
+                   : 1;
+    case KVCAL_OPT_TP:
+        return kvcal_cmd_parse_int(cmd, "--tp", arg, 1, KVCAL_CMD_INT_MAX, &o->tp) ? -1
+                                                                                   : 1;
+    case KVCAL_OPT_SEED:
+        return kvcal_cmd_parse_ll(cmd, "--seed", arg, 0, LLONG_MAX, &o->seed) ? -1 : 1;
+    default:
+        return 0;
+    }
 }
 
 kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,

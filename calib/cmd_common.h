@@ -4,6 +4,8 @@
 #ifndef KVCAL_CALIB_CMD_COMMON_H
 #define KVCAL_CALIB_CMD_COMMON_H
 
+#include <getopt.h>
+
 #include "io/dataset.h"
 #include "kvcal.h"
 
@@ -19,6 +21,57 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
 /* kvcal_cmd_parse_ll for an int option. */
 int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int lo,
                         int hi, int *out);
+
+// --- options of the commands that run a model over samples ------------------
+
+/* What calibrate and eval both take; each sets its own defaults. */
+typedef struct kvcal_cmd_run_options {
+    const char *model, *dataset, *tokenizer, *device;
+    int num_samples, seq_len, batch, tp, quiet, json;
+    long long seed;
+} kvcal_cmd_run_options;
+
+/* getopt_long values of those options; a command numbers its own options
+ * from KVCAL_OPT_RUN_END on. */
+enum {
+    KVCAL_OPT_MODEL = 256,
+    KVCAL_OPT_DATASET,
+    KVCAL_OPT_TOKENIZER,
+    KVCAL_OPT_SAMPLES,
+    KVCAL_OPT_SEQ,
+    KVCAL_OPT_BATCH,
+    KVCAL_OPT_TP,
+    KVCAL_OPT_SEED,
+    KVCAL_OPT_DEVICE,
+    KVCAL_OPT_QUIET,
+    KVCAL_OPT_JSON,
+    KVCAL_OPT_HELP,
+    KVCAL_OPT_RUN_END
+};
+
+/* Their struct option entries, for a command's longopts table. */
+// clang-format off
+#define KVCAL_CMD_RUN_LONGOPTS                                    \
+    {"model", required_argument, 0, KVCAL_OPT_MODEL},             \
+    {"dataset", required_argument, 0, KVCAL_OPT_DATASET},         \
+    {"tokenizer", required_argument, 0, KVCAL_OPT_TOKENIZER},     \
+    {"num-samples", required_argument, 0, KVCAL_OPT_SAMPLES},     \
+    {"seq-len", required_argument, 0, KVCAL_OPT_SEQ},             \
+    {"batch", required_argument, 0, KVCAL_OPT_BATCH},             \
+    {"tp", required_argument, 0, KVCAL_OPT_TP},                   \
+    {"seed", required_argument, 0, KVCAL_OPT_SEED},               \
+    {"device", required_argument, 0, KVCAL_OPT_DEVICE},           \
+    {"quiet", no_argument, 0, KVCAL_OPT_QUIET},                   \
+    {"json", no_argument, 0, KVCAL_OPT_JSON},                     \
+    {"help", no_argument, 0, KVCAL_OPT_HELP}
+// clang-format on
+
+/* Stores option c (a getopt_long result) with value arg into o when it is
+ * one of the KVCAL_OPT_* above but --help; --seq-len must be >= min_seq_len.
+ * Returns 1 when stored, 0 when c is another option, -1 for a bad value
+ * (message "kvcal <cmd>: ..." printed). */
+int kvcal_cmd_run_option(const char *cmd, int c, const char *arg, int min_seq_len,
+                         kvcal_cmd_run_options *o);
 
 /* Loads `dataset` as samples of opt for the model at model_path (vocabulary
  * of vocab_size tokens), tokenized with `tokenizer` or else the tokenizer

@@ -45,9 +45,8 @@ static const char *const mode_help[NUM_MODES] = {
     "per-head scales fixed from the first batch's absmax"};
 
 typedef struct {
-    const char *model, *dataset, *tokenizer, *scales;
-    int num_samples, seq_len, batch, tp, quiet, json;
-    long long seed;
+    kvcal_cmd_run_options run;
+    const char *scales;
     int modes[NUM_MODES]; /* 1 = run */
 } options;
 
@@ -107,99 +106,38 @@ static int parse_modes(const char *text, int *modes)
  * --help, 0 to run. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum {
-        O_MODEL = 256,
-        O_DATASET,
-        O_SCALES,
-        O_MODES,
-        O_TOKENIZER,
-        O_SAMPLES,
-        O_SEQ,
-        O_BATCH,
-        O_SEED,
-        O_TP,
-        O_DEVICE,
-        O_QUIET,
-        O_JSON,
-        O_HELP
-    };
+    enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES };
     static const struct option longopts[] = {
-        {"model", required_argument, 0, O_MODEL},
-        {"dataset", required_argument, 0, O_DATASET},
+        KVCAL_CMD_RUN_LONGOPTS,
         {"scales", required_argument, 0, O_SCALES},
         {"modes", required_argument, 0, O_MODES},
-        {"tokenizer", required_argument, 0, O_TOKENIZER},
-        {"num-samples", required_argument, 0, O_SAMPLES},
-        {"seq-len", required_argument, 0, O_SEQ},
-        {"batch", required_argument, 0, O_BATCH},
-        {"seed", required_argument, 0, O_SEED},
-        {"tp", required_argument, 0, O_TP},
-        {"device", required_argument, 0, O_DEVICE},
-        {"quiet", no_argument, 0, O_QUIET},
-        {"json", no_argument, 0, O_JSON},
-        {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
-    o->num_samples = 16;
-    o->batch = 4;
-    o->tp = 1;
-    o->seed = 1;
-    const char *device = "cpu", *modes = NULL;
+    o->run.device = "cpu";
+    o->run.num_samples = 16;
+    o->run.batch = 4;
+    o->run.tp = 1;
+    o->run.seed = 1;
+    const char *modes = NULL;
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int run = kvcal_cmd_run_option("eval", c, optarg, 2, &o->run);
+        if (run < 0)
+            return -1;
+        if (run)
+            continue;
         switch (c) {
-        case O_MODEL:
-            o->model = optarg;
-            break;
-        case O_DATASET:
-            o->dataset = optarg;
-            break;
         case O_SCALES:
             o->scales = optarg;
             break;
         case O_MODES:
             modes = optarg;
             break;
-        case O_TOKENIZER:
-            o->tokenizer = optarg;
-            break;
-        case O_SAMPLES:
-            if (kvcal_cmd_parse_int("eval", "--num-samples", optarg, 1, KVCAL_CMD_INT_MAX,
-                                    &o->num_samples))
-                return -1;
-            break;
-        case O_SEQ:
-            if (kvcal_cmd_parse_int("eval", "--seq-len", optarg, 2, KVCAL_CMD_INT_MAX,
-                                    &o->seq_len))
-                return -1;
-            break;
-        case O_BATCH:
-            if (kvcal_cmd_parse_int("eval", "--batch", optarg, 1, KVCAL_CMD_INT_MAX,
-                                    &o->batch))
-                return -1;
-            break;
-        case O_TP:
-            if (kvcal_cmd_parse_int("eval", "--tp", optarg, 1, KVCAL_CMD_INT_MAX, &o->tp))
-                return -1;
-            break;
-        case O_SEED:
-            if (kvcal_cmd_parse_ll("eval", "--seed", optarg, 0, LLONG_MAX, &o->seed))
-                return -1;
-            break;
-        case O_DEVICE:
-            device = optarg;
-            break;
-        case O_QUIET:
-            o->quiet = 1;
-            break;
-        case O_JSON:
-            o->json = 1;
-            break;
         case 'h':
-        case O_HELP:
+        case KVCAL_OPT_HELP:
             return 1;
         default:
             fprintf(stderr,
@@ -213,7 +151,7 @@ static int parse_options(int argc, char **argv, options *o)
                 argv[optind]);
         return -1;
     }
-    if (!o->model || !o->dataset) {
+    if (!o->run.model || !o->run.dataset) {
         fprintf(stderr, "kvcal eval: --model and --dataset are required (see --help)\n");
         return -1;
     }
@@ -231,7 +169,7 @@ static int parse_options(int argc, char **argv, options *o)
             o->modes[m] = 1;
         o->modes[MODE_STATIC_TENSOR] = o->modes[MODE_STATIC_HEAD] = o->scales != NULL;
     }
-    if (!strcmp(device, "cuda")) {
+    if (!strcmp(o->run.device, "cuda")) {
         fprintf(stderr, "kvcal eval: --device cuda: %s; use --device cpu\n",
                 kvcal_cuda_device_count() > 0
                     ? "the CUDA runner stops after the last layer's K/V (no logits, no "
@@ -239,8 +177,9 @@ static int parse_options(int argc, char **argv, options *o)
                     : "no CUDA device (or kvcal was built without CUDA)");
         return -1;
     }
-    if (strcmp(device, "cpu")) {
-        fprintf(stderr, "kvcal eval: --device '%s': expected cpu or cuda\n", device);
+    if (strcmp(o->run.device, "cpu")) {
+        fprintf(stderr, "kvcal eval: --device '%s': expected cpu or cuda\n",
+                o->run.device);
         return -1;
     }
     return 0;
@@ -442,11 +381,11 @@ static kvcal_status run_mode(kvcal_model_t *model, const kvcal_samples *s,
                              mode_result *r)
 {
     const kvcal_model_desc *d = kvcal_model_describe(model);
-    int64_t max_rows = (int64_t)o->batch * s->seq_len;
+    int64_t max_rows = (int64_t)o->run.batch * s->seq_len;
     kvcal_runner_t *runner = NULL;
     mode_ctx c;
     float *logits = NULL;
-    int64_t *names = malloc(sizeof(int64_t) * (size_t)o->batch);
+    int64_t *names = malloc(sizeof(int64_t) * (size_t)o->run.batch);
     kvcal_status st = mode_ctx_init(&c, mode, d, scales, max_rows, s->seq_len);
     if (!st && !names)
         st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
@@ -461,9 +400,9 @@ static kvcal_status run_mode(kvcal_model_t *model, const kvcal_samples *s,
                                 mode == MODE_BASELINE ? NULL : eval_hook};
     double nll = 0.0, t0 = kvcal_cmd_now_s();
     long long count = 0;
-    int show = !o->quiet && isatty(STDERR_FILENO);
-    for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->batch) {
-        int n = s->num_samples - b0 < o->batch ? s->num_samples - b0 : o->batch;
+    int show = !o->run.quiet && isatty(STDERR_FILENO);
+    for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->run.batch) {
+        int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
         for (int i = 0; i < n; i++)
             names[i] = b0 + i;
         const int32_t *ids = s->ids + (int64_t)b0 * s->seq_len;
@@ -480,7 +419,7 @@ static kvcal_status run_mode(kvcal_model_t *model, const kvcal_samples *s,
         fprintf(stderr, "\n");
     if (!st && count == 0)
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                        "%s: no sample has two tokens to predict from", o->dataset);
+                        "%s: no sample has two tokens to predict from", o->run.dataset);
     if (!st) {
         r->mode = mode;
         r->ppl = exp(nll / (double)count);
@@ -534,7 +473,7 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
     printf("evaluated %s (%d layers, %d kv heads x %d) on %d samples, %lld tokens of "
            "%s%s%s\n",
            d->architecture, d->num_layers, d->num_kv_heads, d->head_dim, s->num_samples,
-           s->num_tokens, o->dataset, o->scales ? "; scales " : "",
+           s->num_tokens, o->run.dataset, o->scales ? "; scales " : "",
            o->scales ? o->scales : "");
     double base = res[0].ppl;
     printf("\n%-14s %11s %10s %9s  %11s %11s %9s %9s\n", "mode", "perplexity", "change",
@@ -579,7 +518,7 @@ static void print_json(const mode_result *res, int nres, const kvcal_model_desc 
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "architecture", d->architecture);
-    cJSON_AddStringToObject(root, "dataset", o->dataset);
+    cJSON_AddStringToObject(root, "dataset", o->run.dataset);
     if (o->scales)
         cJSON_AddStringToObject(root, "scales", o->scales);
     cJSON_AddNumberToObject(root, "num_samples", s->num_samples);
@@ -624,9 +563,10 @@ static void print_json(const mode_result *res, int nres, const kvcal_model_desc 
 static const char *model_dir_of(const options *o, const kvcal_model_desc *d)
 {
     struct stat sb;
-    if (!strcmp(d->source, "llama2c") || stat(o->model, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (!strcmp(d->source, "llama2c") || stat(o->run.model, &sb) != 0 ||
+        !S_ISDIR(sb.st_mode))
         return NULL;
-    return o->model;
+    return o->run.model;
 }
 
 KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
@@ -646,33 +586,34 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     int nres = 0;
     kvcal_status st;
     memset(res, 0, sizeof res);
-    if ((st = kvcal_model_open(o.model, &model)))
+    if ((st = kvcal_model_open(o.run.model, &model)))
         goto fail;
     const kvcal_model_desc *d = kvcal_model_describe(model);
-    if (!o.seq_len)
-        o.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
-    if (o.seq_len > d->max_seq_len) {
+    if (!o.run.seq_len)
+        o.run.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
+    if (o.run.seq_len > d->max_seq_len) {
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "--seq-len %d is longer than the model's context of %d tokens",
-                        o.seq_len, d->max_seq_len);
+                        o.run.seq_len, d->max_seq_len);
         goto fail;
     }
     if (o.scales) {
-        if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.tp, &scales)))
+        if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.run.tp, &scales)))
             goto fail;
         if (kvcal_scales_num_layers(scales) != d->num_layers ||
             kvcal_scales_num_kv_heads(scales) != d->num_kv_heads) {
             st = kvcal_fail(KVCAL_ERR_MISMATCH,
                             "%s: scales for %d layers x %d kv heads, but %s has %d x %d",
                             o.scales, kvcal_scales_num_layers(scales),
-                            kvcal_scales_num_kv_heads(scales), o.model, d->num_layers,
+                            kvcal_scales_num_kv_heads(scales), o.run.model, d->num_layers,
                             d->num_kv_heads);
             goto fail;
         }
     }
-    kvcal_dataset_options dopt = {o.num_samples, o.seq_len, (uint64_t)o.seed, 1, NULL};
-    if ((st = kvcal_cmd_load_samples("eval", o.model, d->vocab_size, o.tokenizer,
-                                     o.dataset, &dopt, &samples)))
+    kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
+                                  1, NULL};
+    if ((st = kvcal_cmd_load_samples("eval", o.run.model, d->vocab_size, o.run.tokenizer,
+                                     o.run.dataset, &dopt, &samples)))
         goto fail;
     /* the baseline first: every change is measured against it */
     o.modes[MODE_BASELINE] = 1;
@@ -683,7 +624,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             goto fail;
         nres++;
     }
-    if (o.json)
+    if (o.run.json)
         print_json(res, nres, d, samples, &o);
     else
         print_table(res, nres, d, samples, &o);
