@@ -9,7 +9,8 @@
 // --decode-tokens (default 256), bf16 K/V of --heads x --head-dim (8 x 128)
 // into a paged cache of --block-size (16) whose blocks are handed out in a
 // random order. Each op is validated against its CPU reference (three token
-// windows of the prefill, all of the decode step) before it is timed.
+// windows of 2048 tokens of the prefill, all of the decode step: only the
+// cache blocks of a window come back to the host) before it is timed.
 // Prefill: CUDA events around each call, L2 flushed before each, median of
 // --reps. Decode: the bytes are far below what launch latency covers, so the
 // figure is the time per call of a CUDA graph of 20 calls replayed (L2 warm,
@@ -18,20 +19,27 @@
 // out, slot mapping); the copy counts read + written.
 //
 // Versions: v1 = one thread per element with the software e4m3 rounding of
-// core/fp8.h (static per-head scales), the starting point; v2 = the library
-// kernels (kernels/cuda/kvquant.cu); v3 = the candidate for the library's
-// next version (bf16, head_dim 128, NHD only; static per-head and dynamic):
-// each group of 16 lanes takes 4 rows and issues all 8 of its 16-byte K/V
-// loads before converting any, for 4x the bytes in flight per thread.
+// core/fp8.h (static per-head scales), the starting point; the library
+// kernels (kernels/cuda/kvquant.cu: since version 3, 4 rows per group of
+// lanes with every load issued first); v3 = the specialized kernel the
+// library's layout came from (bf16, head_dim 128, NHD only; static per-head
+// and dynamic): each group of 16 lanes takes R rows (4, or 8 for "v3 8
+// rows") and issues all of its 16-byte K/V loads before converting any.
+//
+// Also printed: device-to-host copy speed of pageable and pinned memory
+// (what validation pays per byte it brings back) and the seconds spent
+// validating and timing.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kvcal.h"
@@ -104,13 +112,12 @@ __device__ __forceinline__ uint2 v3_pack(const float *x, float inv)
 
 // k, v: (rows, 128) bf16 as 16-byte words, row = token * H + head; caches
 // NHD and contiguous, so (slot, head) starts at (slot * H + head) * 128.
-template <bool DYNAMIC>
+template <bool DYNAMIC, int R>
 __global__ void __launch_bounds__(256)
     v3_quant_kernel(const uint4 *k, const uint4 *v, const int64_t *slots, uint8_t *kc,
                     uint8_t *vc, const float *ks, const float *vs, float *ksc, float *vsc,
                     int64_t rows, int H, int64_t capacity)
 {
-    constexpr int R = 4;
     const int lane = threadIdx.x & 15;
     const int64_t first =
         ((int64_t)blockIdx.x * (blockDim.x / 16) + threadIdx.x / 16) * R;
@@ -177,6 +184,7 @@ enum Op {
     STATIC_TENSOR,
     STATIC_HEAD,
     V3_STATIC_HEAD,
+    V3R8_STATIC_HEAD,
     STATIC_HEAD_HND,
     DYNAMIC,
     V3_DYNAMIC,
@@ -186,9 +194,9 @@ enum Op {
 };
 static const char *op_name[NUM_OPS] = {
     "copy (cudaMemcpy D2D)",  "v1 static head NHD (sw)", "static tensor NHD",
-    "static head NHD",        "v3 static head NHD",      "static head HND",
-    "dynamic token-head NHD", "v3 dynamic NHD",          "scaler running-max NHD",
-    "dequant NHD -> bf16"};
+    "static head NHD",        "v3 static head NHD",      "v3 8 rows static head",
+    "static head HND",        "dynamic token-head NHD",  "v3 dynamic NHD",
+    "scaler running-max NHD", "dequant NHD -> bf16"};
 
 struct Problem {
     int64_t T;
@@ -319,16 +327,17 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
         return;
     }
     case V3_STATIC_HEAD:
+    case V3R8_STATIC_HEAD:
     case V3_DYNAMIC: {
-        int64_t rows = p.T * p.H, groups = (rows + 3) / 4;
-        if (op == V3_DYNAMIC)
-            v3_quant_kernel<true><<<(unsigned)((groups + 15) / 16), 256, 0, s>>>(
-                (const uint4 *)p.k, (const uint4 *)p.v, p.slots, p.kc, p.vc, p.kst, p.vst,
-                p.ksc, p.vsc, rows, p.H, p.num_blocks * p.bs);
-        else
-            v3_quant_kernel<false><<<(unsigned)((groups + 15) / 16), 256, 0, s>>>(
-                (const uint4 *)p.k, (const uint4 *)p.v, p.slots, p.kc, p.vc, p.kst, p.vst,
-                p.ksc, p.vsc, rows, p.H, p.num_blocks * p.bs);
+        const int R = op == V3R8_STATIC_HEAD ? 8 : 4;
+        int64_t rows = p.T * p.H, groups = (rows + R - 1) / R;
+        unsigned grid = (unsigned)((groups + 15) / 16);
+        auto kernel = op == V3_DYNAMIC         ? v3_quant_kernel<true, 4>
+                      : op == V3R8_STATIC_HEAD ? v3_quant_kernel<false, 8>
+                                               : v3_quant_kernel<false, 4>;
+        kernel<<<grid, 256, 0, s>>>((const uint4 *)p.k, (const uint4 *)p.v, p.slots, p.kc,
+                                    p.vc, p.kst, p.vst, p.ksc, p.vsc, rows, p.H,
+                                    p.num_blocks * p.bs);
         CHECK(cudaGetLastError());
         return;
     }
@@ -376,18 +385,48 @@ template <typename T> static std::vector<T> to_host(const T *d, size_t n)
     return h;
 }
 
+// The device cache blocks that hold a window's tokens, copied to the host
+// block by block (a few MB, never the whole cache: copying 2 x 268 MB of
+// cache and 1 GB of K/V back per op is what made validation take minutes).
+struct Mirror {
+    std::vector<int64_t> local; // device block -> mirror block, -1 if absent
+    std::vector<uint8_t> k, v;  // (blocks, block bytes)
+    std::vector<float> ks, vs;  // (blocks, bs * H)
+    int64_t blocks = 0;
+};
+
+static void mirror_window(const Problem &p, int64_t t0, int64_t n, Mirror &m)
+{
+    const size_t bb = (size_t)p.bs * p.H * p.D, sb = (size_t)p.bs * p.H;
+    m.local.assign(p.num_blocks, -1);
+    m.blocks = 0;
+    std::vector<int64_t> order;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = p.host_slots[t0 + i];
+        if (s >= 0 && m.local[s / p.bs] < 0)
+            m.local[s / p.bs] = m.blocks++, order.push_back(s / p.bs);
+    }
+    m.k.resize(m.blocks * bb), m.v.resize(m.blocks * bb);
+    m.ks.resize(m.blocks * sb), m.vs.resize(m.blocks * sb);
+    for (int64_t j = 0; j < m.blocks; j++) {
+        int64_t b = order[j];
+        CHECK(cudaMemcpy(&m.k[j * bb], p.kc + b * bb, bb, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&m.v[j * bb], p.vc + b * bb, bb, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&m.ks[j * sb], p.ksc + b * sb, sb * 4, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&m.vs[j * sb], p.vsc + b * sb, sb * 4, cudaMemcpyDeviceToHost));
+    }
+}
+
 // Checks the device result of op (just run on the whole batch) on tokens
 // [t0, t0 + n) against the reference run on a host cache of those tokens.
-// Returns the number of differing bytes / values.
+// Returns the number of differing rows / values.
 static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
-                              const std::vector<uint8_t> &dk,
-                              const std::vector<uint8_t> &dv,
-                              const std::vector<float> &dks,
-                              const std::vector<float> &dvs, const float *scaler_k,
-                              const float *scaler_v)
+                              const float *scaler_k, const float *scaler_v)
 {
     const int H = p.H, D = p.D;
     const size_t row = (size_t)H * D;
+    Mirror m;
+    mirror_window(p, t0, n, m);
     std::vector<uint16_t> k = to_host((const uint16_t *)p.k + t0 * row, n * row);
     std::vector<uint16_t> v = to_host((const uint16_t *)p.v + t0 * row, n * row);
     // the window's tokens at local slots 0..n-1 of a host cache of the same layout
@@ -402,16 +441,22 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
                         (int64_t)row, D,        local.data()};
     kvcal_kv_cache c = {hk.data(), hv.data(), hks.data(), hvs.data(), blocks,
                         p.bs,      H,         D,          0,          layout};
-    kvcal_kv_cache g_dev = cache_of(p, layout, true), g_host = c;
+    // the mirror as a cache of m.blocks blocks; slot s of the device is
+    // slot mslot(s) there
+    kvcal_kv_cache g_mirror = {m.k.data(), m.v.data(), m.ks.data(), m.vs.data(), m.blocks,
+                               p.bs,       H,          D,           0,           layout};
     kvcal_kv_geom gd, gh;
-    KV_CHECK(kvcal_kv_check_args("bench", &b, &g_dev, 1, 1, &gd));
-    KV_CHECK(kvcal_kv_check_args("bench", &b, &g_host, 1, 1, &gh));
+    KV_CHECK(kvcal_kv_check_args("bench", &b, &g_mirror, 1, 1, &gd));
+    KV_CHECK(kvcal_kv_check_args("bench", &b, &c, 1, 1, &gh));
+    auto mslot = [&](int64_t s) { return m.local[s / p.bs] * p.bs + s % p.bs; };
+    const std::vector<uint8_t> &dk = m.k, &dv = m.v;
+    const std::vector<float> &dks = m.ks, &dvs = m.vs;
     size_t bad = 0;
     if (op == DEQUANT) {
         // dequantize the device's cache rows of the window on the host
         for (int64_t i = 0; i < n; i++)
             for (int h = 0; h < H; h++) {
-                int64_t s = p.host_slots[t0 + i];
+                int64_t s = mslot(p.host_slots[t0 + i]);
                 memcpy(&hk[kvcal_kv_cache_offset(gh, i, h)],
                        &dk[kvcal_kv_cache_offset(gd, s, h)], D);
                 memcpy(&hv[kvcal_kv_cache_offset(gh, i, h)],
@@ -444,9 +489,9 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
             op == STATIC_TENSOR ? KVCAL_GRANULARITY_TENSOR : KVCAL_GRANULARITY_HEAD,
             p.host_kst.data(), p.host_vst.data()));
     for (int64_t i = 0; i < n; i++) {
-        int64_t s = p.host_slots[t0 + i];
-        if (s < 0)
+        if (p.host_slots[t0 + i] < 0)
             continue;
+        int64_t s = mslot(p.host_slots[t0 + i]);
         for (int h = 0; h < H; h++) {
             bad += memcmp(&hk[kvcal_kv_cache_offset(gh, i, h)],
                           &dk[kvcal_kv_cache_offset(gd, s, h)], D) != 0;
@@ -460,6 +505,20 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
         }
     }
     return bad;
+}
+
+// Per-head finite absmax of bf16 (T, H, D) into out[h] (zeroed by the
+// caller): one thread per element, a plain reduction independent of the
+// library's, for checking the scaler's scales on the device.
+__global__ void head_absmax_kernel(const __nv_bfloat16 *x, int64_t n, int H, int D,
+                                   float *out)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float a = kvcal_kv_finite_abs(__bfloat162float(x[i]));
+        if (a > 0.0f) // non-negative floats order as their bits
+            atomicMax((int *)&out[i / D % H], __float_as_int(a));
+    }
 }
 
 // Runs op once on fresh caches and checks it; returns the differences.
@@ -483,33 +542,23 @@ static size_t validate(Problem &p, Op op)
     if (op == SCALER) { // the scales must be rule(absmax of the whole batch)
         int64_t steps = 0;
         KV_CHECK(kvcal_kv_scaler_read(p.scaler, 0, sk.data(), sv.data(), &steps));
-        std::vector<uint16_t> k = to_host((const uint16_t *)p.k, p.in_elems());
-        std::vector<uint16_t> v = to_host((const uint16_t *)p.v, p.in_elems());
-        std::vector<float> ak(p.H, 0.0f), av(p.H, 0.0f);
-        size_t i = 0;
-        for (int64_t t = 0; t < p.T; t++)
-            for (int h = 0; h < p.H; h++)
-                for (int d = 0; d < p.D; d++, i++) {
-                    uint32_t uk = (uint32_t)k[i] << 16, uv = (uint32_t)v[i] << 16;
-                    float fk, fv;
-                    memcpy(&fk, &uk, 4), memcpy(&fv, &uv, 4);
-                    ak[h] = std::max(ak[h], kvcal_kv_finite_abs(fk));
-                    av[h] = std::max(av[h], kvcal_kv_finite_abs(fv));
-                }
+        float *am;
+        CHECK(cudaMalloc(&am, 2 * p.H * sizeof(float)));
+        CHECK(cudaMemset(am, 0, 2 * p.H * sizeof(float)));
+        head_absmax_kernel<<<1024, 256>>>(p.k, (int64_t)p.in_elems(), p.H, p.D, am);
+        head_absmax_kernel<<<1024, 256>>>(p.v, (int64_t)p.in_elems(), p.H, p.D, am + p.H);
+        CHECK(cudaGetLastError());
+        std::vector<float> a = to_host(am, 2 * p.H);
+        CHECK(cudaFree(am));
         for (int h = 0; h < p.H; h++)
-            bad += sk[h] != kvcal_scale_from_absmax(ak[h]) ||
-                   sv[h] != kvcal_scale_from_absmax(av[h]);
+            bad += sk[h] != kvcal_scale_from_absmax(a[h]) ||
+                   sv[h] != kvcal_scale_from_absmax(a[p.H + h]);
         bad += steps != 1;
     }
-    std::vector<uint8_t> dk = to_host(p.kc, p.cache_bytes()),
-                         dv = to_host(p.vc, p.cache_bytes());
-    size_t ns = (size_t)p.num_blocks * p.bs * p.H;
-    std::vector<float> dks = to_host(p.ksc, ns), dvs = to_host(p.vsc, ns);
     int64_t w = std::min<int64_t>(p.T, 2048);
     int64_t starts[3] = {0, (p.T - w) / 2, p.T - w};
     for (int i = 0; i < (p.T > w ? 3 : 1); i++)
-        bad +=
-            validate_window(p, op, starts[i], w, dk, dv, dks, dvs, sk.data(), sv.data());
+        bad += validate_window(p, op, starts[i], w, sk.data(), sv.data());
     return bad;
 }
 
@@ -576,6 +625,34 @@ static Timing time_op(Problem &p, Op op, int reps, bool decode, void *flush,
     return out;
 }
 
+static double seconds_since(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// GB/s of one device-to-host copy of `bytes` into pageable memory never
+// touched before, the same memory again, and pinned memory.
+static void print_d2h_speed(size_t bytes)
+{
+    void *d, *pinned;
+    CHECK(cudaMalloc(&d, bytes));
+    CHECK(cudaMemset(d, 1, bytes));
+    CHECK(cudaMallocHost(&pinned, bytes));
+    std::unique_ptr<uint8_t[]> pageable(new uint8_t[bytes]); // pages not touched yet
+    double gbs[3];
+    void *dst[3] = {pageable.get(), pageable.get(), pinned};
+    for (int i = 0; i < 3; i++) {
+        auto t0 = std::chrono::steady_clock::now();
+        CHECK(cudaMemcpy(dst[i], d, bytes, cudaMemcpyDeviceToHost));
+        gbs[i] = bytes / seconds_since(t0) / 1e9;
+    }
+    printf("device -> host, %.0f MB: pageable %.2f GB/s (first) %.2f GB/s (again), "
+           "pinned %.2f GB/s\n",
+           bytes / 1e6, gbs[0], gbs[1], gbs[2]);
+    CHECK(cudaFreeHost(pinned));
+    CHECK(cudaFree(d));
+}
+
 int main(int argc, char **argv)
 {
     int64_t T = 262144, Td = 256;
@@ -612,6 +689,8 @@ int main(int argc, char **argv)
     CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize / 1e6);
+    print_d2h_speed((size_t)64 << 20);
+    double validate_s = 0, time_s = 0;
     size_t flush_bytes = (size_t)4 * prop.l2CacheSize;
     void *flush;
     CHECK(cudaMalloc(&flush, flush_bytes));
@@ -631,12 +710,17 @@ int main(int argc, char **argv)
                      1234u + ci);
         for (int o = 0; o < NUM_OPS; o++) {
             Op op = (Op)o;
-            if ((op == V1_STATIC_HEAD || op == V3_STATIC_HEAD || op == V3_DYNAMIC) &&
+            if ((op == V1_STATIC_HEAD || op == V3_STATIC_HEAD || op == V3R8_STATIC_HEAD ||
+                 op == V3_DYNAMIC) &&
                 (cases[ci].decode || (op != V1_STATIC_HEAD && D != 128)))
                 continue;
+            auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);
+            validate_s += seconds_since(t0);
             failures += bad != 0;
+            t0 = std::chrono::steady_clock::now();
             Timing t = time_op(p, op, reps, cases[ci].decode, flush, flush_bytes);
+            time_s += seconds_since(t0);
             double mb = op_bytes(p, op) / 1e6;
             double gbs = op_bytes(p, op) / (t.median_us * 1e3);
             if (op == COPY)
@@ -654,6 +738,7 @@ int main(int argc, char **argv)
     printf("\nprefill %%copy: GB/s over the copy's GB/s; decode %%copy: copy graph_us "
            "over the op's "
            "graph_us (time per call in a replayed graph of 20 calls)\n");
+    printf("host time: validation %.1f s, timing %.1f s\n", validate_s, time_s);
     cudaFree(flush);
     return failures ? 1 : 0;
 }

@@ -1,35 +1,61 @@
 #!/bin/sh
 # bench/run_gpu_quant.sh OUTDIR: on a GPU host, from the repository root, runs
-# what the online FP8 KV quantization needs a GPU for, with binaries built
-# beforehand in $BUILD (default build; nothing is compiled here):
-#   1. the CPU and CUDA test suites of the quantization (kvquant, kvquant_cuda),
+# with binaries built beforehand in $BUILD (default build; nothing is
+# compiled here):
+#   1. every test suite of the project (build/kvcal_tests, KVCAL_BIN set to
+#      the kvcal binary; set KVCAL_SHARED for the suites that need ../shared),
 #   2. the example engine decode loop (CPU and CUDA, bytes compared),
-#   3. bench/kvquant (every CUDA entry point vs a device-to-device copy),
+#   3. bench/kvquant (every CUDA entry point and candidate vs a device copy),
 #   4. bench/kvquant_torch.py (eager and torch.compile equivalents).
-# Full logs go to OUTDIR; the tables are printed last.
+# Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder); they
+# are used by kvcal's binaries only, never by python3. Full logs go to OUTDIR;
+# a summary table is printed last.
 set -u
 out=${1:?usage: bench/run_gpu_quant.sh OUTDIR}
 build=${BUILD:-build}
 mkdir -p "$out"
+libs=${KVCAL_LIBS:+$KVCAL_LIBS:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if LD_LIBRARY_PATH="$libs" ldd "$build/kvcal_tests" | grep -q 'not found'; then
+    # the CUDA libraries PyTorch ships, when the toolkit's are not installed
+    py=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/*.so*")})))' 2>/dev/null)
+    libs="$libs:$py"
+fi
+LD_LIBRARY_PATH="$libs" ldd "$build/kvcal_tests" "$build/bench/kvquant" | grep 'not found'
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv > "$out/gpu.txt" 2>&1
 stamp() { echo "$1 $(date +%s)" >> "$out/stages.txt"; }
 stamp start
-"$build/kvcal_tests" kvquant kvquant_cuda > "$out/tests.log" 2>&1
+timeout 120 env LD_LIBRARY_PATH="$libs" KVCAL_BIN="$build/kvcal" "$build/kvcal_tests" \
+    > "$out/tests.log" 2>&1
 tests_rc=$?
 stamp tests
-"$build/tests/example_engine_loop" > "$out/example.log" 2>&1
+timeout 30 env LD_LIBRARY_PATH="$libs" "$build/tests/example_engine_loop" > "$out/example.log" 2>&1
 example_rc=$?
 stamp example
-"$build/bench/kvquant" > "$out/bench.log" 2>&1
+timeout 90 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" > "$out/bench.log" 2>&1
 bench_rc=$?
 stamp bench
-PYTHONUNBUFFERED=1 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
+PYTHONUNBUFFERED=1 timeout 150 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
 torch_rc=$?
 stamp torch
 echo "== gpu"; cat "$out/gpu.txt"; cat "$out/stages.txt"
-echo "== tests (rc $tests_rc)"; grep -E "FAILED|differences|e4m3\(|^tests:" "$out/tests.log" | head -40
-echo "== example (rc $example_rc)"; cat "$out/example.log"
-echo "== torch (rc $torch_rc)"; tail -n 16 "$out/torch.log"
-echo "== bench/kvquant (rc $bench_rc)"; tail -n 22 "$out/bench.log"
+echo "== tests (rc $tests_rc)"
+grep -E "FAILED|differences|SKIPPED|^tests:" "$out/tests.log" | head -30
+echo "== example (rc $example_rc)"; tail -n 6 "$out/example.log"
+echo "== torch (rc $torch_rc)"; tail -n 14 "$out/torch.log"
+echo "== bench/kvquant (rc $bench_rc)"; tail -n 28 "$out/bench.log"
+# summary: prefill GB/s and % of the copy measured by bench/kvquant
+echo "== summary (prefill, % of bench/kvquant's copy)"
+awk '
+FNR == 1 { file++ }
+substr($0, 1, 8) == "prefill " {
+    op = substr($0, 10, 26); sub(/ +$/, "", op)
+    n = split(substr($0, 37), f, " ")
+    if (file == 1 && f[n] ~ /^(ok|FAIL)$/) {
+        if (op ~ /^copy/) copy = f[3]
+        printf "%-34s %9s GB/s %7s %s\n", "kvcal " op, f[3], f[5], f[6]
+    } else if (file == 2 && op ~ /^(eager|compile) /) {
+        printf "%-34s %9s GB/s %6.1f%%\n", "torch " op, f[3], copy ? 100 * f[3] / copy : 0
+    }
+}' "$out/bench.log" "$out/torch.log"
 [ $tests_rc -eq 0 ] && [ $example_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $torch_rc -eq 0 ]

@@ -1,7 +1,9 @@
 /* tests/test_kvquant_cuda.c: every CUDA entry point of the online FP8 KV
  * quantization against its CPU reference, byte for byte, on odd shapes
- * (tokens 1, 19, 989; head_dim 72, 80, 96, 128; block_size 16 and 5; both
- * layouts; bf16, f16 and f32 inputs; aligned, padded and misaligned strides)
+ * (tokens 1, 19, 989; head_dim 72, 80, 96, 128 and 320 (more than one
+ * vector per lane); 8 and 3 kv heads (row groups that straddle tokens);
+ * block_size 16 and 5; both layouts; bf16, f16 and f32 inputs; aligned,
+ * padded and misaligned strides)
  * with padding slots, out-of-range slots, saturating, zero, NaN and Inf
  * inputs; and the device e4m3 conversion against core/fp8.h on every fp16
  * and bf16 value plus a dense sweep of fp32 ties. Needs a GPU. */
@@ -277,15 +279,15 @@ static void report(const char *what, qcase c, size_t bad)
 /* Runs op on both backends for every shape; returns the cases that differ. */
 static int quant_sweep(quant_op op)
 {
-    static const int Ts[] = {1, 19, 989}, Ds[] = {72, 80, 96, 128}, bss[] = {16, 5};
+    static const int Ts[] = {1, 19, 989}, Ds[] = {72, 80, 96, 128, 320}, bss[] = {16, 5};
     static const kvcal_dtype dts[] = {KVCAL_DTYPE_BF16, KVCAL_DTYPE_F16, KVCAL_DTYPE_F32};
     int failed = 0, n = 0;
     for (int ti = 0; ti < 3; ti++)
-        for (int di = 0; di < 4; di++)
+        for (int di = 0; di < 5; di++)
             for (int bi = 0; bi < 2; bi++)
                 for (int li = 0; li < 2; li++) {
                     qcase c = {Ts[ti],
-                               8,
+                               n % 5 == 2 ? 3 : 8,
                                Ds[di],
                                bss[bi],
                                (kvcal_cache_layout)li,
@@ -394,6 +396,48 @@ static void scaler_launch_matches_ref_over_prefill_and_decode(void)
     }
 }
 
+/* One scaler step on shapes the test above does not reach: 3 heads (row
+ * groups straddle tokens), head_dim 320 (several vectors per lane), f16 and
+ * f32 inputs, a misaligned stride (one-element path), block_size 5. */
+static void scaler_launch_matches_ref_on_odd_shapes(void)
+{
+    const qcase cases[4] = {
+        {989, 3, 128, 16, KVCAL_CACHE_NHD, KVCAL_DTYPE_F16, 0},
+        {19, 3, 320, 5, KVCAL_CACHE_HND, KVCAL_DTYPE_BF16, 8},
+        {989, 8, 80, 5, KVCAL_CACHE_NHD, KVCAL_DTYPE_F32, 1},
+        {1, 3, 96, 16, KVCAL_CACHE_HND, KVCAL_DTYPE_F32, 0},
+    };
+    int failed = 0;
+    for (int i = 0; i < 4; i++) {
+        qsetup s;
+        qsetup_make(&s, cases[i], 1);
+        kvcal_kv_scaler_t *hs = NULL, *ds = NULL;
+        size_t bad = (kvcal_kv_scaler_create(cases[i].H, KVCAL_SCALER_RUNNING_MAX, 0.0f,
+                                             0, &hs) != KVCAL_OK) +
+                     (kvcal_kv_scaler_create(cases[i].H, KVCAL_SCALER_RUNNING_MAX, 0.0f,
+                                             1, &ds) != KVCAL_OK);
+        if (!bad) {
+            float hk[8], hv[8], dk[8], dv[8];
+            int64_t hn = -1, dn = -2;
+            bad += kvcal_kv_scaler_quantize_ref(hs, &s.host.b, &s.host.c) != KVCAL_OK;
+            bad +=
+                kvcal_kv_scaler_quantize_launch(ds, &s.dev.b, &s.dev.c, NULL) != KVCAL_OK;
+            bad += kvcal_kv_scaler_read(hs, NULL, hk, hv, &hn) != KVCAL_OK;
+            bad += kvcal_kv_scaler_read(ds, NULL, dk, dv, &dn) != KVCAL_OK;
+            bad += hn != 1 || dn != 1 ||
+                   memcmp(hk, dk, sizeof(float) * (size_t)cases[i].H) ||
+                   memcmp(hv, dv, sizeof(float) * (size_t)cases[i].H);
+            bad += qsetup_diff(&s);
+        }
+        report("scaler odd shape", cases[i], bad);
+        failed += bad != 0;
+        kvcal_kv_scaler_destroy(hs);
+        kvcal_kv_scaler_destroy(ds);
+        qsetup_free(&s);
+    }
+    CU_ASSERT_EQUAL(failed, 0);
+}
+
 // --- dequantization ----------------------------------------------------------------
 
 static int same_value(const void *a, const void *b, size_t i, kvcal_dtype d)
@@ -486,6 +530,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(static_head_launch_matches_ref_bytes_and_records_scales),
     KVCAL_TEST(dynamic_launch_matches_ref_bytes_and_scales),
     KVCAL_TEST(scaler_launch_matches_ref_over_prefill_and_decode),
+    KVCAL_TEST(scaler_launch_matches_ref_on_odd_shapes),
     KVCAL_TEST(dequantize_launch_matches_ref_in_every_out_dtype),
     KVCAL_TEST(launches_reject_bad_arguments_with_a_message),
     CU_TEST_INFO_NULL,
