@@ -385,15 +385,40 @@ template <typename T> static std::vector<T> to_host(const T *d, size_t n)
     return h;
 }
 
-// The device cache blocks that hold a window's tokens, copied to the host
-// block by block (a few MB, never the whole cache: copying 2 x 268 MB of
-// cache and 1 GB of K/V back per op is what made validation take minutes).
+// The device cache blocks that hold a window's tokens, gathered on the
+// device and copied to the host (a few MB, never the whole cache: copying
+// 2 x 268 MB of cache and 1 GB of K/V back per op made validation take
+// minutes).
 struct Mirror {
     std::vector<int64_t> local; // device block -> mirror block, -1 if absent
     std::vector<uint8_t> k, v;  // (blocks, block bytes)
     std::vector<float> ks, vs;  // (blocks, bs * H)
     int64_t blocks = 0;
 };
+
+// dst[j] = src[list[j]] for blocks of `bytes` bytes.
+__global__ void gather_blocks_kernel(const uint8_t *src, const int64_t *list, int64_t n,
+                                     size_t bytes, uint8_t *dst)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+         i < n * (int64_t)bytes; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[list[i / bytes] * bytes + i % bytes];
+}
+
+// Copies blocks `list` (device, n entries) of src to the host vector out.
+template <typename T>
+static void gather_blocks(const T *src, const int64_t *list, int64_t n, size_t elems,
+                          std::vector<T> &out)
+{
+    out.resize(n * elems);
+    uint8_t *d;
+    CHECK(cudaMalloc(&d, out.size() * sizeof(T) + 1));
+    gather_blocks_kernel<<<1024, 256>>>((const uint8_t *)src, list, n, elems * sizeof(T),
+                                        d);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(out.data(), d, out.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    CHECK(cudaFree(d));
+}
 
 static void mirror_window(const Problem &p, int64_t t0, int64_t n, Mirror &m)
 {
@@ -406,15 +431,15 @@ static void mirror_window(const Problem &p, int64_t t0, int64_t n, Mirror &m)
         if (s >= 0 && m.local[s / p.bs] < 0)
             m.local[s / p.bs] = m.blocks++, order.push_back(s / p.bs);
     }
-    m.k.resize(m.blocks * bb), m.v.resize(m.blocks * bb);
-    m.ks.resize(m.blocks * sb), m.vs.resize(m.blocks * sb);
-    for (int64_t j = 0; j < m.blocks; j++) {
-        int64_t b = order[j];
-        CHECK(cudaMemcpy(&m.k[j * bb], p.kc + b * bb, bb, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(&m.v[j * bb], p.vc + b * bb, bb, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(&m.ks[j * sb], p.ksc + b * sb, sb * 4, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(&m.vs[j * sb], p.vsc + b * sb, sb * 4, cudaMemcpyDeviceToHost));
-    }
+    int64_t *list;
+    CHECK(cudaMalloc(&list, (order.size() + 1) * sizeof(int64_t)));
+    CHECK(cudaMemcpy(list, order.data(), order.size() * sizeof(int64_t),
+                     cudaMemcpyHostToDevice));
+    gather_blocks(p.kc, list, m.blocks, bb, m.k);
+    gather_blocks(p.vc, list, m.blocks, bb, m.v);
+    gather_blocks(p.ksc, list, m.blocks, sb, m.ks);
+    gather_blocks(p.vsc, list, m.blocks, sb, m.vs);
+    CHECK(cudaFree(list));
 }
 
 // Checks the device result of op (just run on the whole batch) on tokens

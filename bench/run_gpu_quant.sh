@@ -25,17 +25,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
     --format=csv > "$out/gpu.txt" 2>&1
 stamp() { echo "$1 $(date +%s)" >> "$out/stages.txt"; }
 stamp start
-timeout 120 env LD_LIBRARY_PATH="$libs" KVCAL_BIN="$build/kvcal" "$build/kvcal_tests" \
+timeout 90 env LD_LIBRARY_PATH="$libs" KVCAL_BIN="$build/kvcal" "$build/kvcal_tests" \
     > "$out/tests.log" 2>&1
 tests_rc=$?
 stamp tests
-timeout 30 env LD_LIBRARY_PATH="$libs" "$build/tests/example_engine_loop" > "$out/example.log" 2>&1
+timeout 20 env LD_LIBRARY_PATH="$libs" "$build/tests/example_engine_loop" > "$out/example.log" 2>&1
 example_rc=$?
 stamp example
-timeout 90 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" > "$out/bench.log" 2>&1
+timeout 60 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" > "$out/bench.log" 2>&1
 bench_rc=$?
 stamp bench
-PYTHONUNBUFFERED=1 timeout 150 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
+PYTHONUNBUFFERED=1 timeout 110 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
 torch_rc=$?
 stamp torch
 echo "== gpu"; cat "$out/gpu.txt"; cat "$out/stages.txt"
