@@ -20,11 +20,11 @@
 //
 // Versions: v1 = one thread per element with the software e4m3 rounding of
 // core/fp8.h (static per-head scales), the starting point; the library
-// kernels (kernels/cuda/kvquant.cu: since version 3, 4 rows per group of
-// lanes with every load issued first); v3 = the specialized kernel the
-// library's layout came from (bf16, head_dim 128, NHD only; static per-head
-// and dynamic): each group of 16 lanes takes R rows (4, or 8 for "v3 8
-// rows") and issues all of its 16-byte K/V loads before converting any.
+// kernels (kernels/cuda/kvquant.cu: one group of lanes per row); v3 = the
+// candidate for the library's next version (bf16, head_dim 128, NHD only;
+// static per-head and dynamic): each group of 16 lanes takes R rows (4, or
+// 8 for "v3 8 rows") and issues all of its 16-byte K/V loads before
+// converting any.
 //
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent

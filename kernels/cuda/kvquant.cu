@@ -7,12 +7,9 @@
 //
 // Work split: the K and V rows of one (token, head) are handled by a group
 // of G lanes (G = next power of two of the row's vector count, at most 32),
-// each lane loading 16 bytes per vector of K and of V. When one vector per
-// lane covers a row (head_dim <= 128 for 16-bit inputs), a group takes 4
-// consecutive rows and issues all 8 of its loads before it converts any
-// (128 bytes in flight per thread: the kernels are latency-bound with fewer).
-// Rows whose input or cache is not aligned for 16-byte vectors take a
-// one-element path, one row per group.
+// each lane loading 16 bytes per vector of K and of V before it converts
+// either. Rows whose input or cache is not aligned for that take a
+// one-element path.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -41,46 +38,44 @@ constexpr int kThreads = 256;
 
 // --- element loads and e4m3 stores ----------------------------------------
 
-// VEC consecutive elements of type T (aligned to VEC elements): load() issues
-// the load as one raw word, unpack() converts it to floats, so that a thread
-// can have all of its loads in flight before it converts any.
-template <typename T, int VEC> struct Vec {
-    using Raw = uint4; // 16 bytes
-    static __device__ __forceinline__ Raw load(const T *p)
-    {
-        return *reinterpret_cast<const uint4 *>(p);
-    }
-};
-template <typename T> struct Vec<T, 1> {
-    using Raw = T;
-    static __device__ __forceinline__ Raw load(const T *p) { return *p; }
-};
+// Loads VEC consecutive elements of type T at p (aligned to VEC elements) as floats.
+template <typename T, int VEC> struct Loader;
 
-__device__ __forceinline__ void unpack(uint4 w, float *x, const float *)
-{
-    x[0] = __uint_as_float(w.x), x[1] = __uint_as_float(w.y);
-    x[2] = __uint_as_float(w.z), x[3] = __uint_as_float(w.w);
-}
-__device__ __forceinline__ void unpack(uint4 w, float *x, const __half *)
-{
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+template <> struct Loader<float, 4> {
+    static __device__ void load(const void *p, float *x)
+    {
+        float4 v = *reinterpret_cast<const float4 *>(p);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
     }
-}
-__device__ __forceinline__ void unpack(uint4 w, float *x, const __nv_bfloat16 *)
-{
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    for (int i = 0; i < 4; i++) {
-        x[2 * i] = __uint_as_float(u[i] << 16);
-        x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+};
+template <> struct Loader<__half, 8> {
+    static __device__ void load(const void *p, float *x)
+    {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        const __half2 *h = reinterpret_cast<const __half2 *>(&v);
+        for (int i = 0; i < 4; i++) {
+            float2 f = __half22float2(h[i]);
+            x[2 * i] = f.x, x[2 * i + 1] = f.y;
+        }
     }
-}
-template <typename T> __device__ __forceinline__ void unpack(T w, float *x, const T *)
-{
-    x[0] = static_cast<float>(w);
-}
+};
+template <> struct Loader<__nv_bfloat16, 8> {
+    static __device__ void load(const void *p, float *x)
+    {
+        uint4 v = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        for (int i = 0; i < 4; i++) {
+            x[2 * i] = __uint_as_float(w[i] << 16);
+            x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+template <typename T> struct Loader<T, 1> {
+    static __device__ void load(const void *p, float *x)
+    {
+        x[0] = static_cast<float>(*reinterpret_cast<const T *>(p));
+    }
+};
 
 // Two floats to two e4m3 bytes (low byte = a): RNE, saturating, NaN -> 0x7f.
 __device__ __forceinline__ uint32_t e4m3x2(float a, float b)
@@ -159,65 +154,32 @@ template <int VEC> constexpr int max_vectors()
     return KVCAL_KV_MAX_HEAD_DIM / (32 * VEC);
 }
 
-// Rows per group of lanes: 4 when one vector per lane covers a row (16-byte
-// vectors, head_dim <= 32 * VEC), so that each thread has 4 x 2 x 16 bytes of
-// loads in flight; 1 on the wide and one-element paths.
-template <int VEC, int MAXV> constexpr int rows_per_group()
-{
-    return VEC > 1 && MAXV == 1 ? 4 : 1;
-}
-
-// The raw K and V words of R rows of a group, as loaded.
-template <typename T, int VEC, int MAXV, int R> struct RowWords {
-    Lane l[R];
-    typename Vec<T, VEC>::Raw w[R][2][MAXV];
-};
-
-// Issues the loads of the lane's vectors of rows first .. first + R - 1 (K
-// and V), and the slot loads, before any of them is used.
-template <typename T, int VEC, int MAXV, int R>
-__device__ __forceinline__ void load_rows(const Rows &r, int64_t first,
-                                          RowWords<T, VEC, MAXV, R> &rw)
+// Loads the lane's (at most MAXV) vectors of its K and V rows into x[kv];
+// amax[kv] gets their finite absmax. K and V loads are all issued first.
+template <typename T, int VEC, int MAXV>
+__device__ __forceinline__ void load_rows(const Rows &r, const Lane &l,
+                                          float (&x)[2][MAXV][VEC], float (&amax)[2])
 {
 #pragma unroll
-    for (int j = 0; j < R; j++)
-        rw.l[j] = lane_of(r, first + j);
+    for (int kv = 0; kv < 2; kv++) {
+        const T *src = static_cast<const T *>(r.src[kv]) + l.t * r.token_stride[kv] +
+                       (int64_t)l.h * r.head_stride[kv];
 #pragma unroll
-    for (int j = 0; j < R; j++)
-#pragma unroll
-        for (int kv = 0; kv < 2; kv++) {
-            const T *src = static_cast<const T *>(r.src[kv]) +
-                           rw.l[j].t * r.token_stride[kv] +
-                           (int64_t)rw.l[j].h * r.head_stride[kv];
-#pragma unroll
-            for (int i = 0; i < MAXV; i++) {
-                int v = rw.l[j].lane + i * r.group;
-                rw.w[j][kv][i] = typename Vec<T, VEC>::Raw();
-                if (rw.l[j].real && v < r.nvec)
-                    rw.w[j][kv][i] = Vec<T, VEC>::load(src + (int64_t)v * VEC);
-            }
+        for (int i = 0; i < MAXV; i++) {
+            int v = l.lane + i * r.group;
+            if (l.real && v < r.nvec)
+                Loader<T, VEC>::load(src + (int64_t)v * VEC, x[kv][i]);
         }
-}
-
-// Converts row j of rw to floats x[kv]; amax[kv] gets the finite absmax of
-// the lane's share of the row.
-template <typename T, int VEC, int MAXV, int R>
-__device__ __forceinline__ void unpack_row(const Rows &r,
-                                           const RowWords<T, VEC, MAXV, R> &rw, int j,
-                                           float (&x)[2][MAXV][VEC], float (&amax)[2])
-{
-    const Lane &l = rw.l[j];
+    }
 #pragma unroll
     for (int kv = 0; kv < 2; kv++) {
         amax[kv] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < MAXV; i++) {
-            unpack(rw.w[j][kv][i], x[kv][i], static_cast<const T *>(nullptr));
+        for (int i = 0; i < MAXV; i++)
             if (l.real && l.lane + i * r.group < r.nvec)
 #pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    amax[kv] = fmaxf(amax[kv], kvcal_kv_finite_abs(x[kv][i][e]));
-        }
+                for (int j = 0; j < VEC; j++)
+                    amax[kv] = fmaxf(amax[kv], kvcal_kv_finite_abs(x[kv][i][j]));
     }
 }
 
@@ -232,41 +194,33 @@ struct Quant {
     int scale_step;
 };
 
-// One group of lanes per R consecutive rows (row = token * H + head).
 template <typename T, int VEC, int MAXV>
 __global__ void __launch_bounds__(kThreads) kv_quantize_kernel(Quant q)
 {
-    constexpr int R = rows_per_group<VEC, MAXV>();
     const Rows &r = q.rows;
-    const int64_t first =
-        ((int64_t)blockIdx.x * (kThreads / r.group) + threadIdx.x / r.group) * R;
-    RowWords<T, VEC, MAXV, R> rw;
-    load_rows<T, VEC, MAXV, R>(r, first, rw);
+    int64_t row = (int64_t)blockIdx.x * (kThreads / r.group) + threadIdx.x / r.group;
+    Lane l = lane_of(r, row);
+    float x[2][MAXV][VEC], amax[2];
+    load_rows<T, VEC, MAXV>(r, l, x, amax);
+    float scale[2];
 #pragma unroll
-    for (int j = 0; j < R; j++) {
-        const Lane &l = rw.l[j];
-        float x[2][MAXV][VEC], amax[2], scale[2];
-        unpack_row<T, VEC, MAXV, R>(r, rw, j, x, amax);
+    for (int kv = 0; kv < 2; kv++)
+        scale[kv] = q.scales[kv] ? q.scales[kv][l.h * q.scale_step]
+                                 : kvcal_scale_from_absmax(group_max(amax[kv], r.group));
+    if (!l.active)
+        return;
+    const int64_t off = kvcal_kv_cache_offset(r.g, l.slot, l.h);
 #pragma unroll
-        for (int kv = 0; kv < 2; kv++)
-            scale[kv] = q.scales[kv]
-                            ? q.scales[kv][l.h * q.scale_step]
-                            : kvcal_scale_from_absmax(group_max(amax[kv], r.group));
-        if (!l.active)
-            continue;
-        const int64_t off = kvcal_kv_cache_offset(r.g, l.slot, l.h);
+    for (int kv = 0; kv < 2; kv++) {
+        float inv = 1.0f / scale[kv];
 #pragma unroll
-        for (int kv = 0; kv < 2; kv++) {
-            float inv = 1.0f / scale[kv];
-#pragma unroll
-            for (int i = 0; i < MAXV; i++) {
-                int v = l.lane + i * r.group;
-                if (v < r.nvec)
-                    store_e4m3<VEC>(q.dst[kv] + off + (int64_t)v * VEC, x[kv][i], inv);
-            }
-            if (q.scale_out[kv] && l.lane == 0)
-                q.scale_out[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)] = scale[kv];
+        for (int i = 0; i < MAXV; i++) {
+            int v = l.lane + i * r.group;
+            if (v < r.nvec)
+                store_e4m3<VEC>(q.dst[kv] + off + (int64_t)v * VEC, x[kv][i], inv);
         }
+        if (q.scale_out[kv] && l.lane == 0)
+            q.scale_out[kv][kvcal_kv_scale_index(r.g, l.slot, l.h)] = scale[kv];
     }
 }
 
@@ -286,7 +240,6 @@ __device__ __forceinline__ void atomic_max_nonneg(float *addr, float v)
 template <typename T, int VEC, int MAXV>
 __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
 {
-    constexpr int R = rows_per_group<VEC, MAXV>();
     extern __shared__ float head_max[]; // (2, H)
     __shared__ unsigned long long tokens;
     __shared__ bool last;
@@ -297,24 +250,19 @@ __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
     if (threadIdx.x == 0)
         tokens = 0;
     __syncthreads();
-    const int64_t rows_per_block = (int64_t)(kThreads / r.group) * R;
+    const int rows_per_block = kThreads / r.group;
     for (int64_t base = (int64_t)blockIdx.x * rows_per_block; base < f.rows_total;
          base += (int64_t)gridDim.x * rows_per_block) {
-        RowWords<T, VEC, MAXV, R> rw;
-        load_rows<T, VEC, MAXV, R>(r, base + (int64_t)(threadIdx.x / r.group) * R, rw);
-#pragma unroll
-        for (int j = 0; j < R; j++) {
-            const Lane &l = rw.l[j];
-            float x[2][MAXV][VEC], amax[2];
-            unpack_row<T, VEC, MAXV, R>(r, rw, j, x, amax);
-            amax[0] = group_max(amax[0], r.group);
-            amax[1] = group_max(amax[1], r.group);
-            if (l.active && l.lane == 0) {
-                atomic_max_nonneg(&head_max[l.h], amax[0]);
-                atomic_max_nonneg(&head_max[H + l.h], amax[1]);
-                if (l.h == 0)
-                    atomicAdd(&tokens, 1ull);
-            }
+        Lane l = lane_of(r, base + threadIdx.x / r.group);
+        float x[2][MAXV][VEC], amax[2];
+        load_rows<T, VEC, MAXV>(r, l, x, amax);
+        amax[0] = group_max(amax[0], r.group);
+        amax[1] = group_max(amax[1], r.group);
+        if (l.active && l.lane == 0) {
+            atomic_max_nonneg(&head_max[l.h], amax[0]);
+            atomic_max_nonneg(&head_max[H + l.h], amax[1]);
+            if (l.h == 0)
+                atomicAdd(&tokens, 1ull);
         }
     }
     __syncthreads();
@@ -505,11 +453,10 @@ Rows quant_rows(const kvcal_kv_batch *b, const kvcal_kv_cache *c, kvcal_kv_geom 
     return r;
 }
 
-// Blocks that cover every row with R rows per group of lanes.
-unsigned row_blocks(const Rows &r, int R)
+unsigned row_blocks(const Rows &r)
 {
     int64_t rows = r.num_tokens * r.g.num_kv_heads;
-    int64_t per_block = (int64_t)(kThreads / r.group) * R;
+    int64_t per_block = kThreads / r.group;
     return (unsigned)((rows + per_block - 1) / per_block);
 }
 
@@ -545,7 +492,7 @@ struct QuantLaunch {
     cudaStream_t stream;
     template <typename T, int VEC, int MAXV> kvcal_status run() const
     {
-        unsigned blocks = row_blocks(q.rows, rows_per_group<VEC, MAXV>());
+        unsigned blocks = row_blocks(q.rows);
         if (blocks == 0)
             return KVCAL_OK;
         kv_quantize_kernel<T, VEC, MAXV><<<blocks, kThreads, 0, stream>>>(q);
@@ -559,15 +506,11 @@ struct FoldLaunch {
     cudaStream_t stream;
     template <typename T, int VEC, int MAXV> kvcal_status run() const
     {
-        // one resident wave at most: every block stays until the last one folds
-        int dev = 0, sms = 0, per_sm = 0;
-        size_t smem = 2 * (size_t)f.rows.g.num_kv_heads * sizeof(float);
+        int dev = 0, sms = 0;
         CUDA_TRY(cudaGetDevice(&dev));
         CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, kv_scaler_fold_kernel<T, VEC, MAXV>, kThreads, smem));
-        int64_t blocks = row_blocks(f.rows, rows_per_group<VEC, MAXV>()),
-                cap = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
+        int64_t blocks = row_blocks(f.rows), cap = (int64_t)sms * 8;
+        size_t smem = 2 * (size_t)f.rows.g.num_kv_heads * sizeof(float);
         kv_scaler_fold_kernel<T, VEC, MAXV>
             <<<(unsigned)(blocks < cap ? blocks : cap), kThreads, smem, stream>>>(f);
         CUDA_TRY(cudaGetLastError());
@@ -590,7 +533,7 @@ Quant make_quant(const Rows &rows, const kvcal_kv_cache *c, const float *k_scale
 template <typename TOut, int VEC>
 kvcal_status launch_dequant_t(const Dequant &d, cudaStream_t stream)
 {
-    unsigned blocks = row_blocks(d.rows, 1);
+    unsigned blocks = row_blocks(d.rows);
     if (blocks == 0)
         return KVCAL_OK;
     kv_dequantize_kernel<TOut, VEC><<<blocks, kThreads, 0, stream>>>(d);
