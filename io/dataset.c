@@ -29,6 +29,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #include "core/status.h"
 #include "io/dataset.h"
 #include "io/dataset_impl.h"
+#include "io/file_read.h"
 #include "io/tokenizer_impl.h"
 
 // --- PRNG: splitmix64 seeds xoshiro256** -------------------------------------------
@@ -127,46 +129,6 @@ static kvcal_status doclist_keep_buffer(kvcal_doclist *l, char *buf)
     return KVCAL_OK;
 }
 
-static kvcal_status read_file(const char *path, char **data, size_t *len)
-{
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open dataset: %s", path,
-                          strerror(errno));
-    kvcal_status st = KVCAL_OK;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *p = realloc(buf, cap * 2);
-            if (!p)
-                break;
-            buf = p;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    if (!buf)
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory reading the dataset", path);
-    else if (ferror(f))
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: read error: %s", path, strerror(errno));
-    else if (n + 1 >= cap)
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory reading the dataset", path);
-    fclose(f);
-    if (st) {
-        free(buf);
-        return st;
-    }
-    buf[n] = 0;
-    *data = buf;
-    *len = n;
-    return KVCAL_OK;
-}
-
 /* Error for the first invalid UTF-8 byte of text, naming its line. */
 static kvcal_status check_utf8(const char *path, const char *text, size_t len,
                                size_t line0)
@@ -197,7 +159,7 @@ static kvcal_status read_text(const char *path, kvcal_doclist *l)
 {
     char *data;
     size_t len;
-    kvcal_status st = read_file(path, &data, &len);
+    kvcal_status st = kvcal_file_read(path, "dataset", SIZE_MAX, &data, &len);
     if (st)
         return st;
     if ((st = check_utf8(path, data, len, 1))) {
@@ -274,7 +236,7 @@ static kvcal_status read_dir(const char *path, kvcal_doclist *l)
             continue;
         char *data;
         size_t len;
-        if ((st = read_file(full, &data, &len)))
+        if ((st = kvcal_file_read(full, "dataset", SIZE_MAX, &data, &len)))
             goto fail;
         if ((st = check_utf8(full, data, len, 1))) {
             free(data);
@@ -401,7 +363,7 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
 {
     char *data;
     size_t len;
-    kvcal_status st = read_file(path, &data, &len);
+    kvcal_status st = kvcal_file_read(path, "dataset", SIZE_MAX, &data, &len);
     if (st)
         return st;
     const char *field = text_field ? text_field : "text";

@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/status.h"
 #include "io/atomic_file.h"
+#include "io/file_read.h"
 
 #define JSON_MAX_NUMBER_CHARS 400
 
@@ -529,42 +529,13 @@ kvcal_status kvcal_json_parse(const char *text, size_t len, const char *name, cJ
 kvcal_status kvcal_json_load(const char *path, cJSON **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s; check the path", path,
-                          strerror(errno));
-    struct stat st;
-    kvcal_status s = KVCAL_OK;
-    char *buf = NULL;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        s = kvcal_fail(KVCAL_ERR_IO, "%s: not a regular file; pass the JSON file itself",
-                       path);
-        goto fail;
-    }
-    if ((unsigned long long)st.st_size > KVCAL_JSON_MAX_BYTES) {
-        s = kvcal_fail(KVCAL_ERR_PARSE,
-                       "%s: %lld bytes exceed the JSON limit of %u MiB; this is not a "
-                       "config or scales file",
-                       path, (long long)st.st_size, KVCAL_JSON_MAX_BYTES >> 20);
-        goto fail;
-    }
-    size_t n = (size_t)st.st_size;
-    buf = malloc(n + 1);
-    if (!buf) {
-        s = kvcal_fail(KVCAL_ERR_NOMEM, "%s: cannot allocate %zu bytes to read it", path,
-                       n + 1);
-        goto fail;
-    }
-    if (fread(buf, 1, n, f) != n || ferror(f)) {
-        s = kvcal_fail(KVCAL_ERR_IO,
-                       "%s: read failed (file changed while reading?); try again", path);
-        goto fail;
-    }
-    buf[n] = '\0';
+    char *buf;
+    size_t n;
+    kvcal_status s = kvcal_file_read(path, "JSON file", KVCAL_JSON_MAX_BYTES, &buf, &n);
+    if (s)
+        return s;
     s = kvcal_json_parse(buf, n, path, out);
-fail:
     free(buf);
-    fclose(f);
     return s;
 }
 

@@ -3,6 +3,7 @@
  * tables every kind shares (pieces, hash maps, UTF-8). */
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/status.h"
+#include "io/file_read.h"
 #include "io/tokenizer_impl.h"
 
 // --- shared tables -----------------------------------------------------------
@@ -269,48 +271,6 @@ size_t kvcal_utf8_check(const char *s, size_t n)
 
 // --- loading -------------------------------------------------------------------
 
-static kvcal_status read_whole_file(const char *path, unsigned char **data, size_t *len)
-{
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvcal_fail(
-            KVCAL_ERR_IO,
-            "%s: cannot open tokenizer: %s (give a readable file with --tokenizer)", path,
-            strerror(errno));
-    kvcal_status st = KVCAL_OK;
-    unsigned char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) != 0) {
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
-        goto fail;
-    }
-    long n = ftell(f);
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot read its size (is it a regular file?)",
-                        path);
-        goto fail;
-    }
-    buf = malloc((size_t)n + 1);
-    if (!buf) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory reading %ld bytes", path, n);
-        goto fail;
-    }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        st =
-            kvcal_fail(KVCAL_ERR_IO, "%s: short read (file changed or unreadable)", path);
-        goto fail;
-    }
-    buf[n] = 0;
-    fclose(f);
-    *data = buf;
-    *len = (size_t)n;
-    return KVCAL_OK;
-fail:
-    free(buf);
-    fclose(f);
-    return st;
-}
-
 void kvcal_tokenizer_destroy(kvcal_tokenizer_t *tok)
 {
     if (!tok)
@@ -367,9 +327,9 @@ kvcal_status kvcal_tokenizer_load(const char *path, kvcal_tokenizer_t **out)
     *out = NULL;
     if (!path)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "tokenizer: no path given");
-    unsigned char *data = NULL;
+    char *data = NULL;
     size_t len = 0;
-    kvcal_status st = read_whole_file(path, &data, &len);
+    kvcal_status st = kvcal_file_read(path, "tokenizer", SIZE_MAX, &data, &len);
     if (st)
         return st;
     st = kvcal_tokenizer_load_memory(data, len, path, out);
