@@ -1,5 +1,5 @@
-/* io/file_read.h: a whole input file into memory, with one set of messages
- * for the readers of text, JSON and tokenizer files. */
+/* io/file_read.h: a whole input file into memory (read or mapped), with one
+ * set of messages for every reader of an input file. */
 #ifndef KVCAL_IO_FILE_READ_H
 #define KVCAL_IO_FILE_READ_H
 
@@ -13,5 +13,12 @@
  * KVCAL_ERR_PARSE, a missing, unreadable or non-regular one KVCAL_ERR_IO. */
 kvcal_status kvcal_file_read(const char *path, const char *what, size_t max_bytes,
                              char **data, size_t *len);
+
+/* Maps the regular file at path read-only: *map (NULL for an empty file) and
+ * *len. Release with kvcal_file_unmap. Messages as kvcal_file_read; a failed
+ * mmap is KVCAL_ERR_IO. */
+kvcal_status kvcal_file_map(const char *path, const char *what, void **map, size_t *len);
+/* Unmaps what kvcal_file_map mapped; a NULL map is a no-op. */
+void kvcal_file_unmap(void *map, size_t len);
 
 #endif

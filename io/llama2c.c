@@ -1,16 +1,14 @@
 /* io/llama2c.c: llama2.c "version 0" checkpoints, mapped read-only. */
 #include "io/llama2c.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/status.h"
+#include "io/file_read.h"
 
 #define HEADER_INTS 7
 #define LLAMA2C_MAGIC 0x616b3432u /* "ak42", llama2.c export version >= 1 */
@@ -83,22 +81,17 @@ kvcal_status kvcal_llama2c_open(const char *path, kvcal_llama2c_t **out)
     *out = NULL;
     kvcal_status st;
     kvcal_llama2c_t *m = calloc(1, sizeof *m);
-    int fd = open(path, O_RDONLY);
-    struct stat sb;
-    if (!m) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+    if (!m)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+    if ((st = kvcal_file_map(path, "llama2.c checkpoint", &m->map, &m->map_len)))
         goto fail;
-    }
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
     int32_t h[HEADER_INTS];
-    if (sb.st_size < (off_t)sizeof h || pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+    if (m->map_len < sizeof h) {
         st = kvcal_fail(KVCAL_ERR_PARSE, "%s: too short for a llama2.c header (28 bytes)",
                         path);
         goto fail;
     }
+    memcpy(h, m->map, sizeof h);
     if ((uint32_t)h[0] == LLAMA2C_MAGIC) {
         st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                         "%s: llama2.c export version %d (magic ak42) is not supported; "
@@ -117,34 +110,24 @@ kvcal_status kvcal_llama2c_open(const char *path, kvcal_llama2c_t **out)
     }
     m->cfg = (kvcal_llama2c_config){
         h[0], h[1], h[2], h[3], h[4], h[5] < 0 ? -h[5] : h[5], h[6], h[5] > 0};
-    m->map_len = (size_t)sb.st_size;
-    m->map = mmap(NULL, m->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m->map == MAP_FAILED) {
-        m->map = NULL;
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        goto fail;
-    }
     int64_t want = layout_weights(m, NULL, !m->cfg.shared_classifier);
-    int64_t have = (sb.st_size - (off_t)sizeof h) / (off_t)sizeof(float);
-    if (want != have || (sb.st_size - (off_t)sizeof h) % (off_t)sizeof(float)) {
+    size_t weight_bytes = m->map_len - sizeof h;
+    if (want != (int64_t)(weight_bytes / sizeof(float)) || weight_bytes % sizeof(float)) {
         st = kvcal_fail(KVCAL_ERR_FORMAT,
                         "%s: file holds %lld bytes of weights but its header (dim %d, "
                         "%d layers, vocab %d, %s classifier) needs %lld: truncated or "
                         "not a llama2.c version 0 checkpoint",
-                        path, (long long)(sb.st_size - (off_t)sizeof h), m->cfg.dim,
-                        m->cfg.n_layers, m->cfg.vocab_size,
+                        path, (long long)weight_bytes, m->cfg.dim, m->cfg.n_layers,
+                        m->cfg.vocab_size,
                         m->cfg.shared_classifier ? "shared" : "separate",
                         (long long)want * (long long)sizeof(float));
         goto fail;
     }
     layout_weights(m, (const float *)((const char *)m->map + sizeof h),
                    !m->cfg.shared_classifier);
-    close(fd);
     *out = m;
     return KVCAL_OK;
 fail:
-    if (fd >= 0)
-        close(fd);
     kvcal_llama2c_close(m);
     return st;
 }
@@ -153,8 +136,7 @@ void kvcal_llama2c_close(kvcal_llama2c_t *m)
 {
     if (!m)
         return;
-    if (m->map)
-        munmap(m->map, m->map_len);
+    kvcal_file_unmap(m->map, m->map_len);
     free(m);
 }
 

@@ -16,12 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/status.h"
 #include "io/atomic_file.h"
+#include "io/file_read.h"
 #include "io/json_file.h"
 
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact */
@@ -352,50 +352,24 @@ kvcal_status kvcal_safetensors_parse(const void *buf, size_t len, const char *na
 kvcal_status kvcal_safetensors_open(const char *path, kvcal_safetensors_t **out)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s; check the path", path,
-                          strerror(errno));
-    struct stat sb;
     kvcal_safetensors_t *st = NULL;
-    kvcal_status s;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        s = kvcal_fail(
-            KVCAL_ERR_IO,
-            "%s: not a regular file; pass a .safetensors file or a checkpoint directory",
-            path);
-        goto fail;
+    kvcal_status s = st_create(path, &st);
+    if (s != KVCAL_OK)
+        return s;
+    if ((s = kvcal_file_map(path, ".safetensors file", &st->map, &st->map_len)) ||
+        (s = st_parse_header(st, st->map, st->map_len))) {
+        kvcal_safetensors_close(st);
+        return s;
     }
-    if ((s = st_create(path, &st)) != KVCAL_OK)
-        goto fail;
-    size_t len = (size_t)sb.st_size;
-    if (len > 0) {
-        void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            s = kvcal_fail(KVCAL_ERR_IO, "%s: cannot map %zu bytes: %s", path, len,
-                           strerror(errno));
-            goto fail;
-        }
-        st->map = map;
-        st->map_len = len;
-    }
-    if ((s = st_parse_header(st, st->map, len)) != KVCAL_OK)
-        goto fail;
-    close(fd);
     *out = st;
     return KVCAL_OK;
-fail:
-    kvcal_safetensors_close(st);
-    close(fd);
-    return s;
 }
 
 void kvcal_safetensors_close(kvcal_safetensors_t *st)
 {
     if (!st)
         return;
-    if (st->map)
-        munmap(st->map, st->map_len);
+    kvcal_file_unmap(st->map, st->map_len);
     cJSON_Delete(st->header);
     cJSON_free(st->metadata);
     free(st->tensors);
