@@ -115,7 +115,7 @@ static void atomic_open_rejects_missing_directory_and_bad_paths(void)
     snprintf(path, sizeof path, "%s/no/such/dir/x.json", kvcal_test_tmpdir());
     kvcal_atomic_file af;
     CU_ASSERT_EQUAL(kvcal_atomic_open(&af, path), KVCAL_ERR_IO);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "cannot create a temporary file"));
+    CU_ASSERT(kvcal_test_error_has("cannot create a temporary file"));
     CU_ASSERT_PTR_NULL(af.f);
     kvcal_atomic_abort(&af);
     CU_ASSERT_EQUAL(kvcal_atomic_open(&af, ""), KVCAL_ERR_INVALID_ARG);

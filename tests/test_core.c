@@ -55,7 +55,7 @@ static void scales_tensor_scale_is_max_over_heads(void)
     CU_ASSERT_EQUAL(v, 0.2f);
     CU_ASSERT_EQUAL(kvcal_scales_get_head(s, 2, 0, &k, &v), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_scales_check_finite(s, "t"), KVCAL_ERR_NONFINITE);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "layer 0 kv head 0"));
+    CU_ASSERT(kvcal_test_error_has("layer 0 kv head 0"));
     kvcal_scales_set_layer(s, 0, 0.5f, 0.5f);
     kvcal_scales_set_head(s, 1, 1, 0.5f, 0.5f);
     CU_ASSERT_EQUAL(kvcal_scales_check_finite(s, "t"), KVCAL_OK);

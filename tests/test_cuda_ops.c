@@ -342,7 +342,7 @@ static void attention_rejects_head_dim_over_256(void)
                                            (kvcal_bf16 *)16, (kvcal_bf16 *)16, 6 * 264, 1,
                                            4, 2, 2, 264, 0.1f, 0),
                     KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "head_dim 264"));
+    CU_ASSERT(kvcal_test_error_has("head_dim 264"));
 }
 
 // --- RoPE + observer -------------------------------------------------------------

@@ -71,8 +71,8 @@ static void dataset_jsonl_reads_text_field_and_chat_messages(void)
     kvcal_doclist_free(&l);
     /* without --text-field the first line has no usable field */
     CU_ASSERT_EQUAL(kvcal_dataset_read(p, NULL, &l), KVCAL_ERR_FORMAT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "line 1"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "--text-field"));
+    CU_ASSERT(kvcal_test_error_has("line 1"));
+    CU_ASSERT(kvcal_test_error_has("--text-field"));
 }
 
 static void dataset_jsonl_ids_are_taken_verbatim_and_packed(void)
@@ -138,8 +138,8 @@ static void dataset_rejects_invalid_utf8_naming_the_line(void)
     const char *p = write_tmp("latin1.txt", "fine\nfine too\ncaf\xe9\n");
     kvcal_doclist l;
     CU_ASSERT_EQUAL(kvcal_dataset_read(p, NULL, &l), KVCAL_ERR_FORMAT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "line 3"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "UTF-8"));
+    CU_ASSERT(kvcal_test_error_has("line 3"));
+    CU_ASSERT(kvcal_test_error_has("UTF-8"));
 }
 
 static void dataset_too_few_tokens_says_how_many_there_are(void)
@@ -150,11 +150,11 @@ static void dataset_too_few_tokens_says_how_many_there_are(void)
     kvcal_samples *s = (kvcal_samples *)1;
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
     CU_ASSERT_PTR_NULL(s);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "has 5 tokens in 2 documents"));
+    CU_ASSERT(kvcal_test_error_has("has 5 tokens in 2 documents"));
     opt.pack = 0;
     opt.num_samples = 3;
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "has 2 non-empty documents"));
+    CU_ASSERT(kvcal_test_error_has("has 2 non-empty documents"));
 }
 
 static void dataset_empty_unreadable_or_textless_is_an_error(void)
@@ -162,14 +162,14 @@ static void dataset_empty_unreadable_or_textless_is_an_error(void)
     kvcal_doclist l;
     CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("empty.txt", "\n \n\n"), NULL, &l),
                     KVCAL_ERR_FORMAT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "empty"));
+    CU_ASSERT(kvcal_test_error_has("empty"));
     CU_ASSERT_EQUAL(kvcal_dataset_read(kvcal_test_path("nope.txt"), NULL, &l),
                     KVCAL_ERR_IO);
     kvcal_dataset_options opt = {.num_samples = 1, .seq_len = 4};
     kvcal_samples *s = NULL;
     CU_ASSERT_EQUAL(kvcal_dataset_load(write_tmp("x.txt", "words"), NULL, &opt, &s),
                     KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "needs a tokenizer"));
+    CU_ASSERT(kvcal_test_error_has("needs a tokenizer"));
     opt.seq_len = 0;
     CU_ASSERT_EQUAL(kvcal_dataset_load(write_tmp("x.txt", "words"), NULL, &opt, &s),
                     KVCAL_ERR_INVALID_ARG);
@@ -267,7 +267,7 @@ static void dataset_text_packs_windows_that_start_with_bos(void)
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &none), KVCAL_ERR_FORMAT);
     char want[64];
     snprintf(want, sizeof want, "has %lld tokens in 3 documents", total);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), want));
+    CU_ASSERT(kvcal_test_error_has(want));
     kvcal_documents_destroy(d);
     kvcal_samples_destroy(s);
     /* token ids stay verbatim even with a tokenizer that adds BOS */

@@ -84,6 +84,15 @@ char *kvcal_test_read_file(const char *path, size_t *len)
     return buf;
 }
 
+int kvcal_test_error_has(const char *needle)
+{
+    const char *msg = kvcal_last_error();
+    int ok = msg[0] && !strchr(msg, '\n') && strstr(msg, needle);
+    if (!ok)
+        fprintf(stderr, "\n  message \"%s\" lacks \"%s\"\n", msg, needle);
+    return ok;
+}
+
 static const char *kvcal_binary(void)
 {
     static char bin[PATH_MAX];

@@ -230,8 +230,7 @@ static void model_config_reads_other_rope_types_and_layer_keyed_parameters(void)
             "\"linear\"}}",
             &c),
         KVCAL_ERR_FORMAT);
-    CU_ASSERT_PTR_NOT_NULL(
-        strstr(kvcal_last_error(), "\"rope_parameters.factor\" is missing"));
+    CU_ASSERT(kvcal_test_error_has("\"rope_parameters.factor\" is missing"));
     CU_ASSERT_EQUAL(c.num_layers, 0);
 }
 
@@ -241,8 +240,7 @@ static void model_config_load_accepts_directory_and_names_missing_file(void)
     const char *dir = kvcal_test_path("model_dir");
     CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
     CU_ASSERT_EQUAL(kvcal_model_config_load(dir, &c), KVCAL_ERR_IO);
-    CU_ASSERT_PTR_NOT_NULL(
-        strstr(kvcal_last_error(), "no config.json in this directory"));
+    CU_ASSERT(kvcal_test_error_has("no config.json in this directory"));
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n = 0;

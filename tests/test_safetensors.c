@@ -12,16 +12,6 @@
 
 #define DTYPES_FIXTURE "tests/fixtures/safetensors/dtypes.safetensors"
 
-/* The message is one non-empty line containing `needle`. */
-static int message_has(const char *needle)
-{
-    const char *msg = kvcal_last_error();
-    int ok = msg[0] && !strchr(msg, '\n') && strstr(msg, needle);
-    if (!ok)
-        fprintf(stderr, "\n  message \"%s\" lacks \"%s\"\n", msg, needle);
-    return ok;
-}
-
 static int same_float_bits(float a, float b)
 {
     return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
@@ -66,7 +56,7 @@ static void safetensors_converts_every_dtype_like_torch(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(i32);
     float sink[2];
     CU_ASSERT_EQUAL(kvcal_tensor_to_f32(i32, sink), KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(message_has("tensor \"i32\": dtype I32 is not a floating type"));
+    CU_ASSERT(kvcal_test_error_has("tensor \"i32\": dtype I32 is not a floating type"));
     kvcal_safetensors_close(st);
 }
 
@@ -256,21 +246,22 @@ static void safetensors_write_refuses_bad_tensors_and_writes_nothing(void)
     kvcal_tensor_out dup[] = {{"a", KVCAL_DTYPE_F32, 1, {1}, v},
                               {"a", KVCAL_DTYPE_F32, 1, {1}, v + 1}};
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, dup, 2, NULL), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT(message_has("tensor name \"a\" given twice"));
+    CU_ASSERT(kvcal_test_error_has("tensor name \"a\" given twice"));
     kvcal_tensor_out reserved[] = {{"__metadata__", KVCAL_DTYPE_F32, 1, {1}, v}};
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, reserved, 1, NULL),
                     KVCAL_ERR_INVALID_ARG);
     kvcal_tensor_out negative[] = {{"n", KVCAL_DTYPE_F32, 2, {2, -1}, v}};
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, negative, 1, NULL),
                     KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT(message_has("shape[1] = -1"));
+    CU_ASSERT(kvcal_test_error_has("shape[1] = -1"));
     kvcal_tensor_out nodata[] = {{"x", KVCAL_DTYPE_F32, 1, {2}, NULL}};
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, nodata, 1, NULL),
                     KVCAL_ERR_INVALID_ARG);
     kvcal_tensor_out ok[] = {{"x", KVCAL_DTYPE_F32, 1, {2}, v}};
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, ok, 1, "{\"format\": 1}"),
                     KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has("\"__metadata__\" value of \"format\" is not a string"));
+    CU_ASSERT(
+        kvcal_test_error_has("\"__metadata__\" value of \"format\" is not a string"));
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, ok, 1, "[\"pt\"]"), KVCAL_ERR_FORMAT);
     CU_ASSERT_EQUAL(kvcal_safetensors_write(path, ok, 1, "{"), KVCAL_ERR_PARSE);
     struct stat sb;
@@ -342,7 +333,7 @@ static void safetensors_rejects_every_malformed_file_with_one_line(void)
             fprintf(stderr, "\n  %s: status %d, message \"%s\"\n", malformed[i].file, s,
                     kvcal_last_error());
         CU_ASSERT(ok);
-        CU_ASSERT(message_has(malformed[i].needle));
+        CU_ASSERT(kvcal_test_error_has(malformed[i].needle));
         kvcal_safetensors_close(st);
     }
 }
@@ -363,12 +354,12 @@ static void safetensors_parse_reads_a_memory_image(void)
     CU_ASSERT_EQUAL(f, 0.0125f);
     kvcal_safetensors_close(st);
     CU_ASSERT_EQUAL(kvcal_safetensors_parse(buf, len - 1, "mem", &st), KVCAL_ERR_PARSE);
-    CU_ASSERT(message_has("mem: tensor"));
+    CU_ASSERT(kvcal_test_error_has("mem: tensor"));
     free(buf);
     CU_ASSERT_EQUAL(kvcal_safetensors_open(kvcal_test_tmpdir(), &st), KVCAL_ERR_IO);
     CU_ASSERT_EQUAL(kvcal_safetensors_open("tests/no/such.safetensors", &st),
                     KVCAL_ERR_IO);
-    CU_ASSERT(message_has("tests/no/such.safetensors: cannot open"));
+    CU_ASSERT(kvcal_test_error_has("tests/no/such.safetensors: cannot open"));
 }
 
 /* --- checkpoints ---------------------------------------------------------- */
@@ -469,7 +460,7 @@ static void checkpoint_errors_name_the_shard_or_tensor(void)
         "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(missing, &ck), KVCAL_ERR_IO);
     CU_ASSERT_PTR_NULL(ck);
-    CU_ASSERT(message_has(
+    CU_ASSERT(kvcal_test_error_has(
         "shard \"s2.safetensors\" named by model.safetensors.index.json is missing"));
 
     const char *wrong = make_dir("ck_wrong_map");
@@ -479,7 +470,7 @@ static void checkpoint_errors_name_the_shard_or_tensor(void)
         wrong, "model.safetensors.index.json",
         "{\"weight_map\": {\"a\": \"s2.safetensors\", \"b\": \"s2.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(wrong, &ck), KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has(
+    CU_ASSERT(kvcal_test_error_has(
         "weight_map puts tensor \"a\" in s2.safetensors, which does not contain it"));
 
     const char *dup = make_dir("ck_duplicate");
@@ -489,31 +480,32 @@ static void checkpoint_errors_name_the_shard_or_tensor(void)
         dup, "model.safetensors.index.json",
         "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(dup, &ck), KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has("tensor \"b\" is in both"));
+    CU_ASSERT(kvcal_test_error_has("tensor \"b\" is in both"));
 
     const char *escape = make_dir("ck_escape");
     write_text(escape, "model.safetensors.index.json",
                "{\"weight_map\": {\"a\": \"../s1.safetensors\"}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(escape, &ck), KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has("weight_map[\"a\"] is not a shard file name"));
+    CU_ASSERT(kvcal_test_error_has("weight_map[\"a\"] is not a shard file name"));
     write_text(escape, "model.safetensors.index.json", "{\"metadata\": {}}");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(escape, &ck), KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has("no \"weight_map\" object"));
+    CU_ASSERT(kvcal_test_error_has("no \"weight_map\" object"));
 
     const char *two = make_dir("ck_two");
     write_shard(two, "x.safetensors", names, 1);
     write_shard(two, "y.safetensors", names, 1);
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(two, &ck), KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has("2 .safetensors files but no model.safetensors.index.json"));
+    CU_ASSERT(
+        kvcal_test_error_has("2 .safetensors files but no model.safetensors.index.json"));
     const char *none = make_dir("ck_none");
     CU_ASSERT_EQUAL(kvcal_checkpoint_open(none, &ck), KVCAL_ERR_IO);
-    CU_ASSERT(message_has(
+    CU_ASSERT(kvcal_test_error_has(
         "no model.safetensors, model.safetensors.index.json or other .safetensors file"));
     CU_ASSERT_EQUAL(kvcal_checkpoint_open("tests/no/such/dir", &ck), KVCAL_ERR_IO);
     CU_ASSERT_EQUAL(
         kvcal_checkpoint_open("tests/malformed/safetensors/dtype_q4.safetensors", &ck),
         KVCAL_ERR_FORMAT);
-    CU_ASSERT(message_has("unknown dtype \"Q4\""));
+    CU_ASSERT(kvcal_test_error_has("unknown dtype \"Q4\""));
 }
 
 static CU_TestInfo tests[] = {

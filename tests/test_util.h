@@ -56,6 +56,10 @@ int kvcal_test_run_kvcal(const char *args, char **out);
 /* The stderr of the last kvcal_test_run_kvcal (caller frees); NULL on failure. */
 char *kvcal_test_kvcal_stderr(void);
 
+/* Whether kvcal_last_error() is one non-empty line containing needle;
+ * prints the message to stderr when not. */
+int kvcal_test_error_has(const char *needle);
+
 /* |got - want| <= atol + |want| * rtol */
 #define KVCAL_ASSERT_CLOSE(got, want, atol, rtol)                              \
     CU_ASSERT(fabs((double)(got) - (double)(want)) <=                         \
