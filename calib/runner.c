@@ -116,6 +116,27 @@ static kvcal_status finish_layer(kvcal_runner_t *r, const kvcal_layer_weights *w
     return KVCAL_OK;
 }
 
+kvcal_status kvcal_runner_check_sample(const char *who, long long id, int length,
+                                       int seq_len, int context, int sliding_window)
+{
+    if (length < 1 || length > seq_len)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: sample %lld has %d tokens, expected 1..%d", who, id,
+                          length, seq_len);
+    if (length > context)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "sample %lld has %d tokens, more than the model's context of "
+                          "%d (max_position_embeddings); use --seq-len %d or less",
+                          id, length, context, context);
+    if (sliding_window > 0 && length > sliding_window)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "sample %lld has %d tokens, more than the model's sliding "
+                          "window of %d, which the runner does not implement; use "
+                          "--seq-len %d or less",
+                          id, length, sliding_window, sliding_window);
+    return KVCAL_OK;
+}
+
 /* Checks the batch and packs its ids into x's rows (embedding) and pos. */
 static kvcal_status pack_batch(kvcal_runner_t *r, const int32_t *ids,
                                const int32_t *lengths, int batch, int seq_len,
@@ -128,22 +149,10 @@ static kvcal_status pack_batch(kvcal_runner_t *r, const int32_t *ids,
                           seq_len);
     for (int b = 0; b < batch; b++) {
         long long id = sample_ids ? (long long)sample_ids[b] : b;
-        if (lengths[b] < 1 || lengths[b] > seq_len)
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "runner: sample %lld has %d tokens, expected 1..%d", id,
-                              lengths[b], seq_len);
-        if (lengths[b] > d->max_seq_len)
-            return kvcal_fail(
-                KVCAL_ERR_INVALID_ARG,
-                "sample %lld has %d tokens, more than the model's context of "
-                "%d (max_position_embeddings); use --seq-len %d or less",
-                id, lengths[b], d->max_seq_len, d->max_seq_len);
-        if (d->sliding_window > 0 && lengths[b] > d->sliding_window)
-            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                              "sample %lld has %d tokens, more than the model's sliding "
-                              "window of %d, which the runner does not implement; use "
-                              "--seq-len %d or less",
-                              id, lengths[b], d->sliding_window, d->sliding_window);
+        kvcal_status st = kvcal_runner_check_sample("runner", id, lengths[b], seq_len,
+                                                    d->max_seq_len, d->sliding_window);
+        if (st)
+            return st;
         start[b] = n;
         n += lengths[b];
     }

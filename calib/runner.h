@@ -73,4 +73,11 @@ kvcal_status kvcal_runner_forward(kvcal_runner_t *r, const int32_t *ids,
                                   const int64_t *sample_ids,
                                   const kvcal_runner_outputs *outputs);
 
+/* Checks sample `id` of a batch for either runner: length in 1..seq_len,
+ * within the model's context and its sliding window (0: none). `who`
+ * ("runner", "cuda runner") starts the message of a length outside 1..seq_len;
+ * every message names the sample. */
+kvcal_status kvcal_runner_check_sample(const char *who, long long id, int length,
+                                       int seq_len, int context, int sliding_window);
+
 #endif

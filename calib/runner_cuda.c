@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "calib/runner.h"
 #include "kernels/cuda/ops.h"
 
 #define ALIGN 256u
@@ -411,23 +412,10 @@ static kvcal_status pack_batch(kvcal_cuda_runner_t *r, const int32_t *ids,
     *valid = 0;
     for (int b = 0; b < batch; b++) {
         const long long name = sample_ids ? (long long)sample_ids[b] : b;
-        if (lengths[b] < 1 || lengths[b] > seq_len)
-            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "cuda runner: sample %lld has %d tokens, expected 1..%d",
-                              name, lengths[b], seq_len);
-        if (lengths[b] > r->ctx)
-            return kvcal_fail(
-                KVCAL_ERR_INVALID_ARG,
-                "sample %lld has %d tokens, more than the model's context of %d "
-                "(max_position_embeddings); use --seq-len %d or less",
-                name, lengths[b], r->ctx, r->ctx);
-        if (r->window > 0 && lengths[b] > r->window)
-            return kvcal_fail(
-                KVCAL_ERR_UNSUPPORTED,
-                "sample %lld has %d tokens, more than the model's sliding window "
-                "of %d, which the runner does not implement; use --seq-len %d "
-                "or less",
-                name, lengths[b], r->window, r->window);
+        kvcal_status st = kvcal_runner_check_sample("cuda runner", name, lengths[b],
+                                                    seq_len, r->ctx, r->window);
+        if (st)
+            return st;
         for (int t = 0; t < seq_len; t++) {
             const int64_t i = (int64_t)b * seq_len + t;
             const int id = ids[i];
