@@ -118,6 +118,12 @@ int kvcal_cmd_run_exit_code(kvcal_status st)
                : KVCAL_EXIT_INVALID;
 }
 
+int kvcal_cmd_file_exit_code(kvcal_status st)
+{
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG ? KVCAL_EXIT_USAGE
+                                                             : KVCAL_EXIT_INVALID;
+}
+
 double kvcal_cmd_now_s(void)
 {
     struct timespec ts;

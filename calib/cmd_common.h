@@ -89,6 +89,11 @@ kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
  * input). */
 int kvcal_cmd_run_exit_code(kvcal_status st);
 
+/* Exit code of a command that reads and writes files (tokenize, inspect)
+ * and failed with st: 2 (usage or I/O) for I/O errors and bad arguments,
+ * else 1 (invalid input). */
+int kvcal_cmd_file_exit_code(kvcal_status st);
+
 /* Seconds on a monotonic clock (for elapsed times). */
 double kvcal_cmd_now_s(void);
 

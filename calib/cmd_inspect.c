@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "calib/cmd_common.h"
 #include "calib/command.h"
 #include "calib/model.h"
 #include "core/status.h"
@@ -60,12 +61,6 @@ static void inspect_usage(FILE *f)
            "  --decode N        print the first N samples of a token set as text\n"
            "  --json            print a JSON report on stdout\n\n"
            "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
-}
-
-static int exit_code(kvcal_status st)
-{
-    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG ? KVCAL_EXIT_USAGE
-                                                             : KVCAL_EXIT_INVALID;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -390,7 +385,7 @@ static int inspect_model(const char *path, inspect_opts *o)
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
         kvcal_scales_destroy(s);
         kvcal_model_close(m);
-        return exit_code(st);
+        return kvcal_cmd_file_exit_code(st);
     }
     snprintf(tok_note, sizeof tok_note, "%s", st ? kvcal_last_error() : "");
     print_model(path, &cfg, &x, tok, tok_note, note, o);
@@ -452,7 +447,7 @@ static int inspect_scales(const char *path, inspect_opts *o)
         fprintf(stderr,
                 "kvcal inspect: %s (run `kvcal validate-scales %s` for every finding)\n",
                 kvcal_last_error(), path);
-        return exit_code(st);
+        return kvcal_cmd_file_exit_code(st);
     }
     int per_head = s->granularity == KVCAL_GRANULARITY_HEAD;
     cJSON *j = o->out, *layers;
@@ -525,7 +520,7 @@ static int inspect_stats(const char *path, inspect_opts *o)
     kvcal_status st = kvcal_stats_read_hdf5(path, &s, &id, &prov);
     if (st) {
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
-        return exit_code(st);
+        return kvcal_cmd_file_exit_code(st);
     }
     cJSON *j = o->out, *layers;
     cJSON_AddStringToObject(j, "kind", "stats");
@@ -652,7 +647,7 @@ fail:
     fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
     kvcal_documents_destroy(docs);
     kvcal_tokenizer_destroy(tok);
-    return exit_code(st);
+    return kvcal_cmd_file_exit_code(st);
 }
 
 KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token set")
@@ -666,7 +661,6 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
         {NULL, 0, NULL, 0},
     };
     inspect_opts o = {0};
-    char *end;
     int c;
     optind = 1;
     opterr = 0;
@@ -679,14 +673,8 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
             o.model = optarg;
             break;
         case 'd':
-            o.decode = (int)strtol(optarg, &end, 10);
-            if (*end || end == optarg || o.decode < 0 || o.decode > 1000000) {
-                fprintf(stderr,
-                        "kvcal inspect: --decode %s: expected an integer in "
-                        "[0, 1000000]\n",
-                        optarg);
+            if (kvcal_cmd_parse_int("inspect", "--decode", optarg, 0, 1000000, &o.decode))
                 return KVCAL_EXIT_USAGE;
-            }
             break;
         case 'j':
             o.json = 1;
@@ -714,7 +702,7 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
     kvcal_status st = detect(path, &kind, model_path, sizeof model_path);
     if (st) {
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
-        return exit_code(st);
+        return kvcal_cmd_file_exit_code(st);
     }
     if (o.decode && !o.tokenizer && !o.model) {
         fprintf(stderr,

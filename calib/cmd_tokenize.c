@@ -56,12 +56,6 @@ static void tokenize_usage(FILE *f)
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
-static int exit_code(kvcal_status st)
-{
-    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG ? KVCAL_EXIT_USAGE
-                                                             : KVCAL_EXIT_INVALID;
-}
-
 /* The progress line on stderr (a terminal, without --quiet). */
 typedef struct progress_line {
     double t0, last;
@@ -276,5 +270,5 @@ fail:
     kvcal_documents_destroy(docs);
     kvcal_samples_destroy(samples);
     kvcal_tokenizer_destroy(tok);
-    return exit_code(st);
+    return kvcal_cmd_file_exit_code(st);
 }

@@ -17,22 +17,14 @@
 #define LLAMA2 "tests/fixtures/llama2-7b"
 #define TEXT "datasets/default_calibration.txt"
 
-/* Runs `kvcal ARGS` with stdout and stderr into the test's temp dir; returns
- * the exit code; *out / *err (may be NULL) receive them (caller frees). */
+/* Runs `kvcal ARGS`; *out / *err (may be NULL) receive stdout and stderr
+ * (caller frees). Returns the exit code. */
 static int run(const char *args, char **out, char **err)
 {
-    const char *bin = getenv("KVCAL_BIN");
-    char cmd[4096], o[1024], e[1024];
-    snprintf(o, sizeof o, "%s", kvcal_test_path("inspect.out"));
-    snprintf(e, sizeof e, "%s", kvcal_test_path("inspect.err"));
-    snprintf(cmd, sizeof cmd, "%s %s >'%s' 2>'%s'", bin && *bin ? bin : "build/kvcal",
-             args, o, e);
-    int rc = system(cmd);
-    if (out)
-        *out = kvcal_test_read_file(o, NULL);
+    int rc = kvcal_test_run_kvcal(args, out);
     if (err)
-        *err = kvcal_test_read_file(e, NULL);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+        *err = kvcal_test_kvcal_stderr();
+    return rc;
 }
 
 /* `kvcal inspect ARGS --json`, which must exit 0; the parsed report. */
