@@ -19,9 +19,10 @@
 // out, slot mapping); the copy counts read + written.
 //
 // Versions: v1 = one thread per element with the software e4m3 rounding of
-// core/fp8.h (static per-head scales), the starting point; the library
-// kernels (kernels/cuda/kvquant.cu: one group of lanes per row); v3 = the
-// candidate for the library's next version (bf16, head_dim 128, NHD only;
+// core/fp8.h (static per-head scales), the starting point; the library's
+// entry points as an engine calls them (kernels/cuda/kvquant.cu: the fast
+// kernel for the prefill, the generic one for the decode step); v3 = the
+// bench-only kernel the library's fast kernel grew from (bf16, head_dim 128, NHD only;
 // static per-head and dynamic): each group of 16 lanes takes R rows (4, or
 // 8 for "v3 8 rows") and issues all of its 16-byte K/V loads before
 // converting any.
@@ -187,6 +188,7 @@ enum Op {
     V3R8_STATIC_HEAD,
     STATIC_HEAD_HND,
     DYNAMIC,
+    DYNAMIC_HND,
     V3_DYNAMIC,
     SCALER,
     DEQUANT,
@@ -195,7 +197,8 @@ enum Op {
 static const char *op_name[NUM_OPS] = {
     "copy (cudaMemcpy D2D)",  "v1 static head NHD (sw)", "static tensor NHD",
     "static head NHD",        "v3 static head NHD",      "v3 8 rows static head",
-    "static head HND",        "dynamic token-head NHD",  "v3 dynamic NHD",
+    "static head HND",        "dynamic token-head NHD",  "dynamic token-head HND",
+    "v3 dynamic NHD",
     "scaler running-max NHD", "dequant NHD -> bf16"};
 
 struct Problem {
@@ -299,6 +302,7 @@ static double op_bytes(const Problem &p, Op op)
     case COPY:
         return 2 * in;
     case DYNAMIC:
+    case DYNAMIC_HND:
     case V3_DYNAMIC:
     case SCALER:
         return in + cache + slots + scales;
@@ -355,8 +359,10 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
                                                  p.vst, s));
         return;
     }
-    case DYNAMIC: {
-        kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
+    case DYNAMIC:
+    case DYNAMIC_HND: {
+        kvcal_kv_cache c =
+            cache_of(p, op == DYNAMIC ? KVCAL_CACHE_NHD : KVCAL_CACHE_HND, true);
         KV_CHECK(kvcal_kv_quantize_dynamic_launch(&b, &c, s));
         return;
     }
@@ -455,7 +461,8 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
     std::vector<uint16_t> k = to_host((const uint16_t *)p.k + t0 * row, n * row);
     std::vector<uint16_t> v = to_host((const uint16_t *)p.v + t0 * row, n * row);
     // the window's tokens at local slots 0..n-1 of a host cache of the same layout
-    kvcal_cache_layout layout = op == STATIC_HEAD_HND ? KVCAL_CACHE_HND : KVCAL_CACHE_NHD;
+    kvcal_cache_layout layout =
+        op == STATIC_HEAD_HND || op == DYNAMIC_HND ? KVCAL_CACHE_HND : KVCAL_CACHE_NHD;
     int64_t blocks = (n + p.bs - 1) / p.bs;
     std::vector<int64_t> local(n);
     for (int64_t i = 0; i < n; i++)
@@ -502,8 +509,9 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
                     !((ov[i] & 0x7fff) > 0x7f80 && (rv[i] & 0x7fff) > 0x7f80));
         return bad;
     }
-    bool token_scales = op == DYNAMIC || op == V3_DYNAMIC || op == SCALER;
-    if (op == DYNAMIC || op == V3_DYNAMIC)
+    bool token_scales =
+        op == DYNAMIC || op == DYNAMIC_HND || op == V3_DYNAMIC || op == SCALER;
+    if (op == DYNAMIC || op == DYNAMIC_HND || op == V3_DYNAMIC)
         KV_CHECK(kvcal_kv_quantize_dynamic_ref(&b, &c));
     else if (op == SCALER)
         KV_CHECK(kvcal_kv_quantize_static_ref(&b, &c, KVCAL_GRANULARITY_HEAD, scaler_k,

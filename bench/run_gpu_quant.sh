@@ -7,6 +7,8 @@
 #   2. the example engine decode loop (CPU and CUDA, bytes compared),
 #   3. bench/kvquant (every CUDA entry point and candidate vs a device copy),
 #   4. bench/kvquant_torch.py (eager and torch.compile equivalents).
+# KVCAL_SUITES (names of test suites, space separated) limits step 1 to
+# them; KVCAL_TORCH=0 skips step 4.
 # Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder); they
 # are used by kvcal's binaries only, never by python3. Full logs go to OUTDIR;
 # a summary table is printed last.
@@ -25,8 +27,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
     --format=csv > "$out/gpu.txt" 2>&1
 stamp() { echo "$1 $(date +%s)" >> "$out/stages.txt"; }
 stamp start
+# shellcheck disable=SC2086 # KVCAL_SUITES is a list of words
 timeout 90 env LD_LIBRARY_PATH="$libs" KVCAL_BIN="$build/kvcal" "$build/kvcal_tests" \
-    > "$out/tests.log" 2>&1
+    ${KVCAL_SUITES:-} > "$out/tests.log" 2>&1
 tests_rc=$?
 stamp tests
 timeout 20 env LD_LIBRARY_PATH="$libs" "$build/tests/example_engine_loop" > "$out/example.log" 2>&1
@@ -35,8 +38,13 @@ stamp example
 timeout 60 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" > "$out/bench.log" 2>&1
 bench_rc=$?
 stamp bench
-PYTHONUNBUFFERED=1 timeout 110 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
-torch_rc=$?
+torch_rc=0
+if [ "${KVCAL_TORCH:-1}" != 0 ]; then
+    PYTHONUNBUFFERED=1 timeout 110 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
+    torch_rc=$?
+else
+    echo "skipped (KVCAL_TORCH=0)" > "$out/torch.log"
+fi
 stamp torch
 echo "== gpu"; cat "$out/gpu.txt"; cat "$out/stages.txt"
 echo "== tests (rc $tests_rc)"

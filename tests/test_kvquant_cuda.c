@@ -1,7 +1,9 @@
 /* tests/test_kvquant_cuda.c: every CUDA entry point of the online FP8 KV
  * quantization against its CPU reference, byte for byte, on odd shapes
- * (tokens 1, 19, 989; head_dim 72, 80, 96, 128 and 320 (more than one
- * vector per lane); 8 and 3 kv heads (row groups that straddle tokens);
+ * (tokens 1, 19, 989 and, for the fast kernel of large batches,
+ * KVCAL_KV_FAST_MIN_TOKENS + 19; head_dim 64, 72, 80, 96, 128, 256 and 320
+ * (more than one vector per lane); 8 and 3 kv heads (row groups that
+ * straddle tokens);
  * block_size 16 and 5; both layouts; bf16, f16 and f32 inputs; aligned,
  * padded and misaligned strides)
  * with padding slots, out-of-range slots, saturating, zero, NaN and Inf
@@ -276,6 +278,31 @@ static void report(const char *what, qcase c, size_t bad)
                bad);
 }
 
+/* Runs op on both backends for one case; returns the differences, plus
+ * one when fast >= 0 and kvcal_kv_fast_path_applies differs from it. */
+static size_t quant_case(quant_op op, qcase c, int fast)
+{
+    qsetup s;
+    qsetup_make(&s, c, op != OP_STATIC_TENSOR);
+    size_t bad = fast >= 0 && kvcal_kv_fast_path_applies(&s.dev.b, &s.dev.c) != fast;
+    kvcal_status a, b;
+    if (op == OP_DYNAMIC) {
+        a = kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
+        b = kvcal_kv_quantize_dynamic_launch(&s.dev.b, &s.dev.c, NULL);
+    } else {
+        kvcal_granularity g =
+            op == OP_STATIC_HEAD ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR;
+        a = kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, g, s.host.k_scale,
+                                         s.host.v_scale);
+        b = kvcal_kv_quantize_static_launch(&s.dev.b, &s.dev.c, g, s.dev.k_scale,
+                                            s.dev.v_scale, NULL);
+    }
+    bad += (a != KVCAL_OK) + (b != KVCAL_OK) + (cudaDeviceSynchronize() != cudaSuccess);
+    bad += qsetup_diff(&s);
+    qsetup_free(&s);
+    return bad;
+}
+
 /* Runs op on both backends for every shape; returns the cases that differ. */
 static int quant_sweep(quant_op op)
 {
@@ -296,27 +323,9 @@ static int quant_sweep(quant_op op)
                                : (n % 4 == 3) ? 1
                                               : 0};
                     n++;
-                    qsetup s;
-                    qsetup_make(&s, c, op != OP_STATIC_TENSOR);
-                    kvcal_status a, b;
-                    if (op == OP_DYNAMIC) {
-                        a = kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
-                        b = kvcal_kv_quantize_dynamic_launch(&s.dev.b, &s.dev.c, NULL);
-                    } else {
-                        kvcal_granularity g = op == OP_STATIC_HEAD
-                                                  ? KVCAL_GRANULARITY_HEAD
-                                                  : KVCAL_GRANULARITY_TENSOR;
-                        a = kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, g,
-                                                         s.host.k_scale, s.host.v_scale);
-                        b = kvcal_kv_quantize_static_launch(
-                            &s.dev.b, &s.dev.c, g, s.dev.k_scale, s.dev.v_scale, NULL);
-                    }
-                    size_t bad = (a != KVCAL_OK) + (b != KVCAL_OK) +
-                                 (cudaDeviceSynchronize() != cudaSuccess);
-                    bad += qsetup_diff(&s);
+                    size_t bad = quant_case(op, c, -1);
                     report(op == OP_DYNAMIC ? "dynamic" : "static", c, bad);
                     failed += bad != 0;
-                    qsetup_free(&s);
                 }
     return failed;
 }
@@ -334,6 +343,58 @@ static void static_head_launch_matches_ref_bytes_and_records_scales(void)
 static void dynamic_launch_matches_ref_bytes_and_scales(void)
 {
     CU_ASSERT_EQUAL(quant_sweep(OP_DYNAMIC), 0);
+}
+
+// --- fast kernel (large batches of 16-bit K/V) -----------------------------------
+
+#define FAST_T (KVCAL_KV_FAST_MIN_TOKENS + 19)
+
+/* The fast kernel's shapes (bf16 and f16, head_dim 64 / 128 / 256, both
+ * layouts, block_size 16 and 5, 8 and 3 heads, contiguous and padded token
+ * strides) on FAST_T tokens, an odd count above the threshold, with
+ * qsetup_make's padding and out-of-range slots, saturating values, NaN and
+ * +-Inf; each case must reach the fast kernel and match the reference. */
+static void fast_kernel_matches_ref_on_large_odd_batches(void)
+{
+    static const int Ds[] = {64, 128, 256}, bss[] = {16, 5};
+    int failed = 0, n = 0;
+    for (int op = OP_STATIC_TENSOR; op <= OP_DYNAMIC; op++)
+        for (int di = 0; di < 3; di++)
+            for (int bi = 0; bi < 2; bi++)
+                for (int li = 0; li < 2; li++, n++) {
+                    qcase c = {FAST_T,
+                               n % 3 == 1 ? 3 : 8,
+                               Ds[di],
+                               bss[bi],
+                               (kvcal_cache_layout)li,
+                               (n + op) % 2 ? KVCAL_DTYPE_F16 : KVCAL_DTYPE_BF16,
+                               n % 4 == 2 ? 8 : 0};
+                    size_t bad = quant_case((quant_op)op, c, 1);
+                    report(op == OP_DYNAMIC ? "fast dynamic" : "fast static", c, bad);
+                    failed += bad != 0;
+                }
+    CU_ASSERT_EQUAL(failed, 0);
+}
+
+/* Shapes the fast kernel does not take, above the threshold (f32, head_dim
+ * 80 and 320, a misaligned stride) and at the threshold minus one, fall
+ * back to the generic kernel and still match the reference. */
+static void fast_kernel_leaves_other_shapes_to_the_generic_kernel(void)
+{
+    const qcase cases[5] = {
+        {FAST_T, 8, 128, 16, KVCAL_CACHE_NHD, KVCAL_DTYPE_F32, 0},
+        {FAST_T, 3, 80, 5, KVCAL_CACHE_HND, KVCAL_DTYPE_BF16, 0},
+        {FAST_T, 2, 320, 16, KVCAL_CACHE_NHD, KVCAL_DTYPE_F16, 0},
+        {FAST_T, 8, 128, 16, KVCAL_CACHE_HND, KVCAL_DTYPE_BF16, 1},
+        {KVCAL_KV_FAST_MIN_TOKENS - 1, 8, 128, 5, KVCAL_CACHE_NHD, KVCAL_DTYPE_BF16, 0},
+    };
+    int failed = 0;
+    for (int i = 0; i < 5; i++) {
+        size_t bad = quant_case(i % 2 ? OP_DYNAMIC : OP_STATIC_HEAD, cases[i], 0);
+        report("generic above threshold", cases[i], bad);
+        failed += bad != 0;
+    }
+    CU_ASSERT_EQUAL(failed, 0);
 }
 
 // --- running scaler ------------------------------------------------------------
@@ -398,17 +459,21 @@ static void scaler_launch_matches_ref_over_prefill_and_decode(void)
 
 /* One scaler step on shapes the test above does not reach: 3 heads (row
  * groups straddle tokens), head_dim 320 (several vectors per lane), f16 and
- * f32 inputs, a misaligned stride (one-element path), block_size 5. */
+ * f32 inputs, a misaligned stride (one-element path), block_size 5, and
+ * batches whose write step takes the fast kernel. */
 static void scaler_launch_matches_ref_on_odd_shapes(void)
 {
-    const qcase cases[4] = {
+    const qcase cases[6] = {
         {989, 3, 128, 16, KVCAL_CACHE_NHD, KVCAL_DTYPE_F16, 0},
         {19, 3, 320, 5, KVCAL_CACHE_HND, KVCAL_DTYPE_BF16, 8},
         {989, 8, 80, 5, KVCAL_CACHE_NHD, KVCAL_DTYPE_F32, 1},
         {1, 3, 96, 16, KVCAL_CACHE_HND, KVCAL_DTYPE_F32, 0},
+        /* the write step on the fast kernel */
+        {FAST_T, 8, 128, 5, KVCAL_CACHE_HND, KVCAL_DTYPE_F16, 8},
+        {FAST_T, 3, 64, 16, KVCAL_CACHE_NHD, KVCAL_DTYPE_BF16, 0},
     };
     int failed = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         qsetup s;
         qsetup_make(&s, cases[i], 1);
         kvcal_kv_scaler_t *hs = NULL, *ds = NULL;
@@ -529,6 +594,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(static_tensor_launch_matches_ref_bytes),
     KVCAL_TEST(static_head_launch_matches_ref_bytes_and_records_scales),
     KVCAL_TEST(dynamic_launch_matches_ref_bytes_and_scales),
+    KVCAL_TEST(fast_kernel_matches_ref_on_large_odd_batches),
+    KVCAL_TEST(fast_kernel_leaves_other_shapes_to_the_generic_kernel),
     KVCAL_TEST(scaler_launch_matches_ref_over_prefill_and_decode),
     KVCAL_TEST(scaler_launch_matches_ref_on_odd_shapes),
     KVCAL_TEST(dequantize_launch_matches_ref_in_every_out_dtype),

@@ -543,6 +543,12 @@ kvcal_status kvcal_kv_device_read(void *dst, const void *src, size_t bytes,
     return no_cuda("kvcal_kv_scaler_read");
 }
 
+int kvcal_kv_fast_path_applies(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache)
+{
+    (void)batch, (void)cache;
+    return 0;
+}
+
 kvcal_status kvcal_fp8_e4m3_encode_launch(const float *x, uint8_t *out, int64_t n,
                                           struct CUstream_st *stream)
 {

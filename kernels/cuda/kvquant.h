@@ -30,6 +30,18 @@ kvcal_status kvcal_kv_device_read(void *dst, const void *src, size_t bytes,
 kvcal_status kvcal_fp8_e4m3_encode_launch(const float *x, uint8_t *out, int64_t n,
                                           struct CUstream_st *stream);
 
+/* Batches of at least this many tokens take the fast quantization kernel
+ * when their shape allows it (kvcal_kv_fast_path_applies); smaller ones,
+ * decode steps among them, the generic kernel. */
+#define KVCAL_KV_FAST_MIN_TOKENS 4096
+
+/* 1 when a quantization of batch into cache (static, dynamic or a scaler's
+ * write step) runs on the fast kernel: F16 or BF16 inputs, head_dim 64, 128
+ * or 256, 16-byte aligned rows and strides, 8-byte aligned caches and block
+ * stride, at least KVCAL_KV_FAST_MIN_TOKENS tokens; 0 otherwise and for
+ * arguments the launches reject. Lets tests check which kernel they reach. */
+int kvcal_kv_fast_path_applies(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache);
+
 #ifdef __cplusplus
 }
 #endif
