@@ -2,8 +2,9 @@
  *
  * Defaults follow the transformers config classes where a field is absent or
  * null: rope_theta 10000, rms_norm_eps 1e-6, head_dim hidden_size /
- * num_attention_heads (qwen3: 128), num_key_value_heads = num_attention_heads,
- * mistral sliding_window 4096; qwen2/qwen3 use sliding_window only when
+ * num_attention_heads (qwen3: 128), num_key_value_heads = num_attention_heads
+ * when null, and when absent the class default (mistral 8, qwen2 and qwen3 32,
+ * llama num_attention_heads), mistral sliding_window 4096; qwen2/qwen3 use sliding_window only when
  * use_sliding_window is true. Qwen2 always has q/k/v biases, Qwen3 always a
  * per-head q/k RMSNorm. */
 #include "io/model_config.h"
@@ -269,6 +270,12 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         KVCAL_OK)
         return s;
     c->num_kv_heads = c->num_attention_heads;
+    if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
+        if (!strcmp(c->model_type, "mistral"))
+            c->num_kv_heads = 8;
+        else if (!strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3"))
+            c->num_kv_heads = 32;
+    }
     if ((s = cfg_int(top, "num_key_value_heads", 1, &c->num_kv_heads, NULL)) != KVCAL_OK)
         return s;
     if (c->num_attention_heads % c->num_kv_heads != 0)

@@ -122,7 +122,7 @@ static void model_config_sets_architecture_features(void)
     CU_ASSERT_EQUAL(
         parse_text(
             "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-            " \"num_attention_heads\": 4, \"attention_bias\": true}",
+            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"attention_bias\": true}",
             &c),
         KVCAL_OK);
     CU_ASSERT_EQUAL(c.attention_bias, 1);
@@ -130,7 +130,7 @@ static void model_config_sets_architecture_features(void)
     CU_ASSERT_EQUAL(
         parse_text(
             "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-            " \"num_attention_heads\": 4, \"sliding_window\": 16, "
+            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"sliding_window\": 16, "
             "\"use_sliding_window\": true}",
             &c),
         KVCAL_OK);
@@ -190,11 +190,40 @@ static void model_config_defaults_absent_and_null_fields(void)
     CU_ASSERT_EQUAL_FATAL(
         parse_text(
             "{\"model_type\": \"mistral\", \"num_hidden_layers\": 3, \"hidden_size\": 96,"
-            " \"num_attention_heads\": 6, \"head_dim\": 32}",
+            " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"head_dim\": 32}",
             &c),
         KVCAL_OK);
     CU_ASSERT_EQUAL(c.head_dim, 32);
     CU_ASSERT_EQUAL(c.sliding_window, 4096);
+}
+
+/* transformers fills an absent num_key_value_heads from the config class's
+ * default: MistralConfig 8, Qwen2Config and Qwen3Config 32, LlamaConfig
+ * num_attention_heads; null means num_attention_heads. */
+static void model_config_defaults_absent_kv_heads_per_model_type(void)
+{
+    static const struct {
+        const char *model_type;
+        int heads;
+        int kv_heads;
+    } cases[] = {
+        {"llama", 16, 16}, {"mistral", 16, 8}, {"qwen2", 64, 32}, {"qwen3", 64, 32}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256];
+        kvcal_model_config c;
+        snprintf(text, sizeof text,
+                 "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, \"hidden_size\": "
+                 "1024, \"num_attention_heads\": %d}",
+                 cases[i].model_type, cases[i].heads);
+        CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+        CU_ASSERT_EQUAL(c.num_kv_heads, cases[i].kv_heads);
+        snprintf(text, sizeof text,
+                 "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, \"hidden_size\": "
+                 "1024, \"num_attention_heads\": %d, \"num_key_value_heads\": null}",
+                 cases[i].model_type, cases[i].heads);
+        CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+        CU_ASSERT_EQUAL(c.num_kv_heads, cases[i].heads);
+    }
 }
 
 static void model_config_reads_other_rope_types_and_layer_keyed_parameters(void)
@@ -326,6 +355,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_sets_architecture_features),
     KVCAL_TEST(model_config_reads_quantization_and_kv_cache_scheme),
     KVCAL_TEST(model_config_defaults_absent_and_null_fields),
+    KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),
     KVCAL_TEST(model_config_reads_other_rope_types_and_layer_keyed_parameters),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),
