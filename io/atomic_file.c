@@ -59,6 +59,15 @@ kvcal_status kvcal_atomic_open(kvcal_atomic_file *af, const char *path)
     if (path[n - 1] == '/')
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: output path names a directory; add a file name", path);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return kvcal_fail(KVCAL_ERR_IO, "%s: output path is a directory; add a file name",
+                          path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: output path exists and is not a regular file (a device or "
+                          "FIFO would be replaced by the output); pass a file path",
+                          path);
     memcpy(af->path, path, n + 1);
     memcpy(af->tmp, path, n);
     memcpy(af->tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");

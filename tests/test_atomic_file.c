@@ -94,19 +94,39 @@ static void atomic_commit_failure_removes_the_temporary(void)
     char path[600], inner[700];
     const char *dir = fresh_dir("atomic_fail");
     snprintf(path, sizeof path, "%s/target", dir);
+    kvcal_atomic_file af;
+    CU_ASSERT_EQUAL_FATAL(kvcal_atomic_open(&af, path), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(mkdir(path, 0755), 0);
     snprintf(inner, sizeof inner, "%s/keep", path);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(inner, "x", 1), 0);
-    CU_ASSERT_EQUAL(kvcal_atomic_write(path, "data", 4), KVCAL_ERR_IO);
+    fputs("data", af.f);
+    CU_ASSERT_EQUAL(kvcal_atomic_commit(&af), KVCAL_ERR_IO);
     const char *msg = kvcal_last_error();
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "renaming into place"));
     CU_ASSERT_PTR_NULL(strchr(msg, '\n'));
-    CU_ASSERT_EQUAL(count_entries(dir), 1);
-    kvcal_atomic_file af;
-    CU_ASSERT_EQUAL_FATAL(kvcal_atomic_open(&af, path), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_atomic_commit(&af), KVCAL_ERR_IO);
     kvcal_atomic_abort(&af);
     CU_ASSERT_EQUAL(count_entries(dir), 1);
+}
+
+/* A directory, FIFO or device (/dev/null) at the path is refused before
+ * anything is created: renaming over it would replace it with a file. */
+static void atomic_open_refuses_a_path_that_is_not_a_regular_file(void)
+{
+    char path[600];
+    const char *dir = fresh_dir("atomic_special");
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0644), 0);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(path, "data", 4), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("is not a regular file"));
+    struct stat st;
+    CU_ASSERT_EQUAL(stat(path, &st), 0);
+    CU_ASSERT(S_ISFIFO(st.st_mode));
+    snprintf(path, sizeof path, "%s/sub", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(path, 0755), 0);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(path, "data", 4), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("is a directory; add a file name"));
+    CU_ASSERT_EQUAL(count_entries(dir), 2);
+    CU_ASSERT_EQUAL(count_entries(path), 0);
 }
 
 static void atomic_open_rejects_missing_directory_and_bad_paths(void)
@@ -135,6 +155,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(atomic_write_keeps_the_mode_of_the_replaced_file),
     KVCAL_TEST(atomic_open_writes_beside_the_target_and_abort_removes_it),
     KVCAL_TEST(atomic_commit_failure_removes_the_temporary),
+    KVCAL_TEST(atomic_open_refuses_a_path_that_is_not_a_regular_file),
     KVCAL_TEST(atomic_open_rejects_missing_directory_and_bad_paths),
     CU_TEST_INFO_NULL,
 };
