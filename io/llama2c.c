@@ -24,7 +24,7 @@ struct kvcal_llama2c {
 static int header_plausible(const int32_t h[HEADER_INTS])
 {
     for (int i = 0; i < HEADER_INTS; i++) {
-        int32_t v = i == 5 ? (h[i] < 0 ? -h[i] : h[i]) : h[i];
+        int64_t v = i == 5 ? (h[i] < 0 ? -(int64_t)h[i] : h[i]) : h[i];
         if (v <= 0 || v > MAX_SIZE)
             return 0;
     }

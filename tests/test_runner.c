@@ -354,6 +354,16 @@ static void model_open_rejects_truncated_llama2c_file(void)
     free(buf);
 }
 
+/* A vocab_size of INT32_MIN (negated for the shared-classifier flag) is a
+ * header that is not llama2.c's, not a negation that overflows. */
+static void model_open_rejects_llama2c_header_with_int_min_vocab(void)
+{
+    const int32_t h[7] = {64, 172, 5, 8, 4, INT32_MIN, 512};
+    const char *path = kvcal_test_path("int_min_vocab.bin");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, h, sizeof h), 0);
+    expect_open_error(path, KVCAL_ERR_FORMAT, "not a model");
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_numpy_run_c_on_stories260k),
     KVCAL_TEST(runner_matches_transformers_llama3_gqa_head_dim_48_bf16),
@@ -368,6 +378,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
+    KVCAL_TEST(model_open_rejects_llama2c_header_with_int_min_vocab),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(runner, KVCAL_NEEDS_NOTHING, tests)
