@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -236,6 +237,15 @@ int kvcal_report_check_value(kvcal_report_t *r, kvcal_format format, double v,
             r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
             "float32 engines read it as Inf and the layer's cache becomes NaN",
             "scale %g exceeds the float32 range", v);
+        return 0;
+    }
+    if (v < FLT_MIN) {
+        kvcal_report_add(
+            r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
+            "float32 engines read it as 0 or a subnormal whose reciprocal is infinite: "
+            "the layer's cache becomes Inf/NaN",
+            "scale %g is below the float32 range (smallest normal %g)", v,
+            (double)FLT_MIN);
         return 0;
     }
     if (!t)
