@@ -105,9 +105,11 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
         goto done;
     }
     H5Sget_simple_extent_dims(space, dims, NULL);
-    if (dims[0] == 0 || dims[1] == 0 || dims[0] * dims[1] > (1ull << 31)) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: input_ids has shape [%llu, %llu]", path,
-                        (unsigned long long)dims[0], (unsigned long long)dims[1]);
+    if (dims[0] == 0 || dims[1] == 0 || dims[1] > (1ull << 31) / dims[0]) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: input_ids has shape [%llu, %llu]: empty or more than 2^31 "
+                        "ids; split the token set",
+                        path, (unsigned long long)dims[0], (unsigned long long)dims[1]);
         goto done;
     }
     size_t N = (size_t)dims[0], L = (size_t)dims[1];

@@ -1,4 +1,5 @@
 /* tests/test_dataset.c: dataset formats, sampling, and their errors. */
+#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,29 @@ static void dataset_hdf5_token_set_reads_back_as_written(void)
         KVCAL_ERR_PARSE);
 }
 
+/* input_ids declared [2^32, 2^32] (chunked, nothing stored: a 1 KB file):
+ * N * L wraps to 0 in 64 bits, which must not pass the size check. */
+static void dataset_hdf5_rejects_a_shape_whose_size_overflows(void)
+{
+    const char *p = kvcal_test_path("huge_shape.h5");
+    hsize_t dims[2] = {1ull << 32, 1ull << 32}, chunk[2] = {1, 16};
+    hid_t file = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t space = H5Screate_simple(2, dims, NULL);
+    hid_t plist = H5Pcreate(H5P_DATASET_CREATE);
+    CU_ASSERT_FATAL(file >= 0 && space >= 0 && plist >= 0);
+    CU_ASSERT_FATAL(H5Pset_chunk(plist, 2, chunk) >= 0);
+    hid_t dset = H5Dcreate2(file, "input_ids", H5T_NATIVE_INT32, space, H5P_DEFAULT,
+                            plist, H5P_DEFAULT);
+    CU_ASSERT_FATAL(dset >= 0);
+    H5Dclose(dset);
+    H5Pclose(plist);
+    H5Sclose(space);
+    H5Fclose(file);
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL(kvcal_dataset_read(p, NULL, &l), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("input_ids has shape [4294967296, 4294967296]"));
+}
+
 /* progress callback: counts calls and keeps the last report */
 static void count_progress(void *ctx, long long done, long long total, long long tokens)
 {
@@ -297,6 +321,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_too_few_tokens_says_how_many_there_are),
     KVCAL_TEST(dataset_empty_unreadable_or_textless_is_an_error),
     KVCAL_TEST(dataset_hdf5_token_set_reads_back_as_written),
+    KVCAL_TEST(dataset_hdf5_rejects_a_shape_whose_size_overflows),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset, KVCAL_NEEDS_NOTHING, tests)
