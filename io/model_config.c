@@ -416,7 +416,8 @@ kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out)
     char file[4096];
     struct stat st;
     memset(out, 0, sizeof *out);
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (is_dir) {
         if ((size_t)snprintf(file, sizeof file, "%s/config.json", path) >= sizeof file)
             return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%.64s...: path too long", path);
         if (stat(file, &st) != 0)
@@ -430,6 +431,11 @@ kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out)
     }
     cJSON *root = NULL;
     kvcal_status s = kvcal_json_load(file, &root);
+    if (s == KVCAL_ERR_PARSE && !is_dir)
+        s = kvcal_fail_context(s,
+                               "%.300s is not a config.json; give the model directory "
+                               "holding config.json, or config.json itself: ",
+                               path);
     if (s == KVCAL_OK)
         s = kvcal_model_config_from_json(root, file, out);
     cJSON_Delete(root);

@@ -280,6 +280,12 @@ static void model_config_load_accepts_directory_and_names_missing_file(void)
     CU_ASSERT_EQUAL(kvcal_model_config_load(dir, &c), KVCAL_OK);
     CU_ASSERT_EQUAL(c.num_kv_heads, 4);
     CU_ASSERT_EQUAL(kvcal_model_config_load(CONFIGS "absent.json", &c), KVCAL_ERR_IO);
+    /* a model file that is not JSON (a llama2.c .bin) says what to pass */
+    CU_ASSERT_EQUAL(kvcal_model_config_load("models/stories260K/stories260K.bin", &c),
+                    KVCAL_ERR_PARSE);
+    CU_ASSERT(kvcal_test_error_has(
+        "stories260K.bin is not a config.json; give the model directory holding "
+        "config.json, or config.json itself"));
 }
 
 /* --- malformed configs -------------------------------------------------- */
