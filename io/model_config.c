@@ -4,8 +4,8 @@
  * null: rope_theta 10000, rms_norm_eps 1e-6, head_dim hidden_size /
  * num_attention_heads (qwen3: 128), num_key_value_heads = num_attention_heads
  * when null, and when absent the class default (mistral 8, qwen2 and qwen3 32,
- * llama num_attention_heads), mistral sliding_window 4096; qwen2/qwen3 use sliding_window only when
- * use_sliding_window is true. Qwen2 always has q/k/v biases, Qwen3 always a
+ * llama num_attention_heads), mistral sliding_window 4096; qwen2/qwen3 use
+ * sliding_window only when use_sliding_window is true. Qwen2 always has q/k/v biases, Qwen3 always a
  * per-head q/k RMSNorm. */
 #include "io/model_config.h"
 

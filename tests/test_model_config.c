@@ -122,7 +122,8 @@ static void model_config_sets_architecture_features(void)
     CU_ASSERT_EQUAL(
         parse_text(
             "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"attention_bias\": true}",
+            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4,"
+            " \"attention_bias\": true}",
             &c),
         KVCAL_OK);
     CU_ASSERT_EQUAL(c.attention_bias, 1);
@@ -130,8 +131,8 @@ static void model_config_sets_architecture_features(void)
     CU_ASSERT_EQUAL(
         parse_text(
             "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
-            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"sliding_window\": 16, "
-            "\"use_sliding_window\": true}",
+            " \"num_attention_heads\": 4, \"num_key_value_heads\": 4,"
+            " \"sliding_window\": 16, \"use_sliding_window\": true}",
             &c),
         KVCAL_OK);
     CU_ASSERT_EQUAL(c.attention_bias, 1);
