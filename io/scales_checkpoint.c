@@ -555,6 +555,19 @@ static kvcal_status build_index(const char *model_dir, const kvcal_tensor_out *t
                         model_dir, KVCAL_CHECKPOINT_INDEX);
         goto fail;
     }
+    for (const cJSON *at = map->child; at; at = at->next) {
+        int kind;
+        if (parse_scale_name(at->string, &kind) < 0 ||
+            (cJSON_IsString(at) && !strcmp(at->valuestring, KVCAL_CHECKPOINT_SHARD)))
+            continue;
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: %s is already stored in %.200s; vLLM would load it besides "
+                        "the new " KVCAL_CHECKPOINT_SHARD " (the last one read wins): "
+                        "remove the old KV scales from that shard first",
+                        model_dir, at->string,
+                        cJSON_IsString(at) ? at->valuestring : "another shard");
+        goto fail;
+    }
     for (int i = 0; i < count; i++)
         if (!set_item(map, tensors[i].name, cJSON_CreateString(KVCAL_CHECKPOINT_SHARD))) {
             st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory building the index");

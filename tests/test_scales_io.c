@@ -420,6 +420,34 @@ static void checkpoint_export_keeps_quantization_config_and_extends_index(void)
     kvcal_scales_destroy(s);
 }
 
+/* A model whose own shard already holds k_scale (an FP8 checkpoint being
+ * recalibrated): adding kv_scales.safetensors beside it would leave two
+ * copies, of which vLLM keeps the last one read. The export refuses and
+ * writes nothing. */
+static void checkpoint_export_refuses_scales_the_model_shards_already_hold(void)
+{
+    const char *model = make_model_dir("ck_model_stale", NULL);
+    char p[700];
+    float w[6] = {1, 2, 3, 4, 5, 6}, old_scale[1] = {1.0f};
+    kvcal_tensor_out t[2] = {
+        {"model.embed_tokens.weight", KVCAL_DTYPE_F32, 2, {2, 3}, w},
+        {"model.layers.0.self_attn.k_scale", KVCAL_DTYPE_F32, 1, {1}, old_scale}};
+    snprintf(p, sizeof p, "%s/model.safetensors", model);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(p, t, 2, NULL), KVCAL_OK);
+    kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_TENSOR);
+    const char *out = kvcal_test_path("ck_stale_out");
+    char outdir[600];
+    snprintf(outdir, sizeof outdir, "%s", out);
+    CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, outdir, model, 0),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has(
+        "model.layers.0.self_attn.k_scale is already stored in model.safetensors"));
+    snprintf(p, sizeof p, "%s/kv_scales.safetensors", outdir);
+    struct stat sb;
+    CU_ASSERT_NOT_EQUAL(stat(p, &sb), 0);
+    kvcal_scales_destroy(s);
+}
+
 /* Writes a checkpoint dir with the given tensors and config extra. */
 static const char *make_checkpoint(const char *name, const char *config_extra,
                                    const kvcal_tensor_out *t, int n)
@@ -579,6 +607,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(kvcal_json_tensor_granularity_without_per_head_arrays_loads),
     KVCAL_TEST(checkpoint_round_trip_per_tensor_and_per_head),
     KVCAL_TEST(checkpoint_export_keeps_quantization_config_and_extends_index),
+    KVCAL_TEST(checkpoint_export_refuses_scales_the_model_shards_already_hold),
     KVCAL_TEST(checkpoint_reader_accepts_older_names_and_single_kv_scale),
     KVCAL_TEST(checkpoint_validation_names_missing_tensors_shapes_and_scheme),
     KVCAL_TEST(writers_refuse_nonfinite_zero_negative_and_write_nothing),
