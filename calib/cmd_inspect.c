@@ -240,7 +240,7 @@ static void print_model(const char *path, const kvcal_model_config *c,
                         const model_extra *x, const kvcal_tokenizer_t *tok,
                         const char *tok_note, const char *scales_note, inspect_opts *o)
 {
-    long long kv_bf16 = 2LL * c->num_layers * c->num_kv_heads * c->head_dim * 2;
+    double kv_bf16 = 2.0 * c->num_layers * c->num_kv_heads * c->head_dim * 2;
     const char *rope = c->rope_type_name[0] ? c->rope_type_name : "default";
     double factor = c->rope_type == KVCAL_ROPE_DEFAULT ? 0.0 : c->rope_factor;
     const struct {
@@ -259,8 +259,8 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"rope_factor", factor},
                {"rope_rotary_dim", x->rot_dim},
                {"parameters", (double)x->params},
-               {"kv_bytes_per_token_bf16", (double)kv_bf16},
-               {"kv_bytes_per_token_fp8", (double)kv_bf16 / 2}};
+               {"kv_bytes_per_token_bf16", kv_bf16},
+               {"kv_bytes_per_token_fp8", kv_bf16 / 2}};
     const struct {
         const char *key;
         int v;
@@ -321,10 +321,10 @@ static void print_model(const char *path, const kvcal_model_config *c,
         printf("no weights found, ");
     printf("tied embeddings %s, qkv bias %s, qk norm %s\n",
            yes_no(c->tie_word_embeddings), yes_no(c->attention_bias), yes_no(c->qk_norm));
-    printf("  kv cache        %lld bytes/token in bf16, %lld in fp8 (%.1f / %.1f MiB "
+    printf("  kv cache        %.15g bytes/token in bf16, %.15g in fp8 (%.1f / %.1f MiB "
            "per %d-token sequence)\n",
-           kv_bf16, kv_bf16 / 2, (double)kv_bf16 * c->max_position_embeddings / (1 << 20),
-           (double)kv_bf16 * c->max_position_embeddings / (2 << 20),
+           kv_bf16, kv_bf16 / 2, kv_bf16 * c->max_position_embeddings / (1 << 20),
+           kv_bf16 * c->max_position_embeddings / (2 << 20),
            c->max_position_embeddings);
     if (tok) {
         int vocab = kvcal_tokenizer_vocab_size(tok);

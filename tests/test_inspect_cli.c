@@ -143,6 +143,27 @@ static void inspect_unsupported_model_prints_its_config_and_why(void)
     free(out);
 }
 
+/* Sizes near INT_MAX in config.json: the KV bytes per token do not
+ * overflow (2 * 2e9 layers * 2e9 kv heads * 2e9 channels * 2 bytes). */
+static void inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow(void)
+{
+    const char *dir = kvcal_test_path("huge_config");
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    char path[600], cmd[700], *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *cfg =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+        "\"num_hidden_layers\": 2000000000, \"hidden_size\": 2000000000, "
+        "\"num_attention_heads\": 2000000000, \"head_dim\": 2000000000, "
+        "\"max_position_embeddings\": 2000000000}";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, cfg, strlen(cfg)), 0);
+    snprintf(cmd, sizeof cmd, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(cmd, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(
+        out && strstr(out, "3.2e+28 bytes/token in bf16, 1.6e+28 in fp8"));
+    free(out);
+}
+
 static void inspect_legacy_scales_lists_every_layer_as_in_the_file(void)
 {
     cJSON *j = inspect_json(LLAMA2 "/kv_cache_scales.json");
@@ -300,6 +321,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
     KVCAL_TEST(inspect_unsupported_model_prints_its_config_and_why),
+    KVCAL_TEST(inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow),
     KVCAL_TEST(inspect_legacy_scales_lists_every_layer_as_in_the_file),
     KVCAL_TEST(inspect_stats_absmax_matches_the_scales_of_the_same_run),
     KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
