@@ -364,6 +364,43 @@ double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, 
     return total > 0.0 ? above / total : 0.0;
 }
 
+/* Threshold of layer `layer` read as one tensor: percentile and mse from
+ * the heads' summed histogram up to the layer's absmax; minmax and ema
+ * (whose state is per head) take the max of the heads' thresholds t (H). */
+static kvcal_status layer_threshold(const kvcal_stats_t *s,
+                                    const kvcal_observer_config *cfg, int layer, int kv,
+                                    const float *t, float *out)
+{
+    float m = 0.0f, absmax = 0.0f;
+    for (int h = 0; h < s->num_kv_heads; h++) {
+        m = t[h] > m ? t[h] : m;
+        float a = kvcal_stats_head_absmax(s, layer, kv, h);
+        absmax = a > absmax ? a : absmax;
+    }
+    *out = m;
+    if (cfg->kind != KVCAL_OBSERVER_PERCENTILE && cfg->kind != KVCAL_OBSERVER_MSE)
+        return KVCAL_OK;
+    uint64_t *sum = calloc((size_t)s->num_bins, sizeof *sum); // (num_bins)
+    if (!sum)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_stats_to_scales: out of memory");
+    for (int h = 0; h < s->num_kv_heads; h++) {
+        const uint64_t *hh = head_hist(s, layer, kv, h);
+        for (int b = 0; b < s->num_bins; b++)
+            sum[b] += hh[b];
+    }
+    kvcal_status st = KVCAL_OK;
+    if (cfg->kind == KVCAL_OBSERVER_MSE) {
+        st = hist_mse_threshold(sum, s->num_bins, absmax, out);
+    } else {
+        *out = (float)hist_quantile(sum, s->num_bins, absmax, cfg->percentile / 100.0,
+                                    NULL);
+        if (*out > absmax)
+            *out = absmax;
+    }
+    free(sum);
+    return st;
+}
+
 kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                                    const kvcal_observer_config *cfg,
                                    kvcal_granularity gran, kvcal_scales_t *out,
@@ -398,7 +435,11 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                     return kvcal_fail_context(st, "layer %d %s kv head %d: ", l,
                                               kv_name(kv), h);
                 }
-                layer_t = t[h] > layer_t ? t[h] : layer_t;
+            }
+            if (gran == KVCAL_GRANULARITY_TENSOR &&
+                (st = layer_threshold(stats, cfg, l, kv, t, &layer_t))) {
+                free(t);
+                return kvcal_fail_context(st, "layer %d %s: ", l, kv_name(kv));
             }
             float *scale = kv == KVCAL_K ? out->k_head : out->v_head;
             float *absmax = kv == KVCAL_K ? out->k_absmax : out->v_absmax;

@@ -541,6 +541,43 @@ static void percentile_within_1pct_of_exact_sort(void)
     free(a);
 }
 
+/* Per tensor, percentile and mse read the layer's values as one tensor:
+ * the threshold of 2 heads equals that of 1 head holding all their values
+ * (not the max of the heads' thresholds, 100 for head 1's 99th percentile
+ * here, where the tensor's 99th lies among the 1.0s). */
+static void tensor_percentile_and_mse_use_the_whole_layers_histogram(void)
+{
+    enum { T = 1000 };
+    float x[2 * T]; // (T, 2 heads, dim 1)
+    for (int t = 0; t < T; t++) {
+        x[2 * t] = 1.0f;
+        x[2 * t + 1] = t < 20 ? -100.0f : 1.0f;
+    }
+    kvcal_stats_t *two = make_stats(1, 2, 1), *one = make_stats(1, 1, 1);
+    observe_dense(two, 0, x, T);
+    observe_dense(one, 0, x, 2 * T);
+    const char *kinds[] = {"percentile:99", "mse"};
+    for (int i = 0; i < 2; i++) {
+        kvcal_observer_config cfg;
+        CU_ASSERT_EQUAL_FATAL(kvcal_observer_parse(kinds[i], &cfg), KVCAL_OK);
+        float t1;
+        CU_ASSERT_EQUAL_FATAL(kvcal_stats_threshold(one, &cfg, 0, KVCAL_K, 0, &t1),
+                              KVCAL_OK);
+        kvcal_scales_t *sc = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(1, 2, &sc), KVCAL_OK);
+        CU_ASSERT_EQUAL(
+            kvcal_stats_to_scales(two, &cfg, KVCAL_GRANULARITY_TENSOR, sc, NULL, NULL),
+            KVCAL_OK);
+        CU_ASSERT_EQUAL(sc->k_head[0], kvcal_scale_from_absmax(t1));
+        CU_ASSERT_EQUAL(sc->k_head[1], kvcal_scale_from_absmax(t1));
+        CU_ASSERT_EQUAL(sc->v_head[0], kvcal_scale_from_absmax(t1));
+        CU_ASSERT_EQUAL(sc->k_absmax[1], 100.0f);
+        kvcal_scales_destroy(sc);
+    }
+    kvcal_stats_destroy(two);
+    kvcal_stats_destroy(one);
+}
+
 static void mse_threshold_of_identical_values_is_that_value(void)
 {
     kvcal_stats_t *s = make_stats(1, 1, 4);
@@ -740,6 +777,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(zero_head_gets_floor_scale_and_warning),
     KVCAL_TEST(percentile_interpolates_inside_the_bin),
     KVCAL_TEST(percentile_within_1pct_of_exact_sort),
+    KVCAL_TEST(tensor_percentile_and_mse_use_the_whole_layers_histogram),
     KVCAL_TEST(mse_threshold_of_identical_values_is_that_value),
     KVCAL_TEST(mse_error_within_1pct_of_best_threshold_on_raw_data),
     KVCAL_TEST(merge_over_1_2_7_workers_gives_identical_statistics),
