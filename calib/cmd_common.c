@@ -19,7 +19,7 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
     errno = 0;
     long long v = strtoll(text, &end, 10);
     if (errno || *end || end == text || v < lo || v > hi) {
-        if (hi >= KVCAL_CMD_INT_MAX)
+        if (hi == KVCAL_CMD_INT_MAX || hi == LLONG_MAX)
             fprintf(stderr, "kvcal %s: %s '%s': expected an integer >= %lld\n", cmd, opt,
                     text, lo);
         else
@@ -81,7 +81,9 @@ int kvcal_cmd_run_option(const char *cmd, int c, const char *arg, int min_seq_le
         return kvcal_cmd_parse_int(cmd, "--tp", arg, 1, KVCAL_CMD_INT_MAX, &o->tp) ? -1
                                                                                    : 1;
     case KVCAL_OPT_SEED:
-        return kvcal_cmd_parse_ll(cmd, "--seed", arg, 0, LLONG_MAX, &o->seed) ? -1 : 1;
+        return kvcal_cmd_parse_ll(cmd, "--seed", arg, 0, KVCAL_CMD_SEED_MAX, &o->seed)
+                   ? -1
+                   : 1;
     default:
         return 0;
     }

@@ -11,11 +11,14 @@
 
 /* The largest count an option takes: no limit a user would meet. */
 #define KVCAL_CMD_INT_MAX (1 << 30)
+/* Largest --seed: 2^53, the largest integer a JSON number (the kvcal
+ * scales file records the seed) holds exactly. */
+#define KVCAL_CMD_SEED_MAX 9007199254740992LL
 
 /* Parses text (the value of option `opt` of command `cmd`) as a decimal
  * integer in [lo, hi] into *out. On failure prints "kvcal <cmd>: <opt>
  * '<text>': expected an integer in [lo, hi]" (">= lo" when hi is
- * KVCAL_CMD_INT_MAX or more) to stderr and returns -1; else 0. */
+ * KVCAL_CMD_INT_MAX or LLONG_MAX) to stderr and returns -1; else 0. */
 int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long long lo,
                        long long hi, long long *out);
 /* kvcal_cmd_parse_ll for an int option. */

@@ -408,6 +408,15 @@ static int add_floats(cJSON *obj, const char *key, const float *v, int n)
     return a != NULL;
 }
 
+/* A count in [0, 2^53] as its exact decimal digits (cJSON prints numbers
+ * above 10^15 with 15 significant digits). */
+static int add_count(cJSON *obj, const char *key, long long v)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%lld", v);
+    return cJSON_AddRawToObject(obj, key, text) != NULL;
+}
+
 static int add_header(cJSON *root, const kvcal_scales_t *s)
 {
     const kvcal_model_identity *id = &s->model;
@@ -433,9 +442,9 @@ static int add_header(cJSON *root, const kvcal_scales_t *s)
         cJSON_AddStringToObject(obs, "name", p->observer) &&
         (prov = cJSON_AddObjectToObject(root, "provenance")) &&
         cJSON_AddStringToObject(prov, "dataset", p->dataset) &&
-        cJSON_AddNumberToObject(prov, "num_samples", (double)p->num_samples) &&
-        cJSON_AddNumberToObject(prov, "num_tokens", (double)p->num_tokens) &&
-        cJSON_AddNumberToObject(prov, "seed", (double)p->seed) &&
+        add_count(prov, "num_samples", p->num_samples) &&
+        add_count(prov, "num_tokens", p->num_tokens) &&
+        add_count(prov, "seed", p->seed) &&
         cJSON_AddStringToObject(prov, "tool_version", p->tool_version);
     if (!ok)
         return 0;
@@ -455,6 +464,17 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
     kvcal_status st = kvcal_scales_check_finite(s, path);
     if (st)
         return st;
+    const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
+    const kvcal_provenance *p = &s->provenance;
+    const long long counts[3] = {p->num_samples, p->num_tokens, p->seed};
+    const char *count_names[3] = {"num_samples", "num_tokens", "seed"};
+    for (int i = 0; i < 3; i++)
+        if (counts[i] < 0 || counts[i] > big)
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "%s: provenance %s %lld is outside [0, 2^53], which a JSON "
+                              "number holds exactly; nothing was written (use a smaller "
+                              "seed)",
+                              path, count_names[i], counts[i]);
     cJSON *root = cJSON_CreateObject();
     int hdr = root ? add_header(root, s) : 0;
     if (hdr < 0) {

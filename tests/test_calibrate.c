@@ -120,6 +120,13 @@ static void calibrate_usage_errors_exit_2(void)
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --model " MODEL " --batch 0", NULL),
                     2);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --help", NULL), 0);
+    /* the seed is recorded in the kvcal JSON, whose numbers are exact to 2^53 */
+    CU_ASSERT_EQUAL(
+        kvcal_test_run_kvcal("calibrate --model " MODEL " --seed 9007199254740993", NULL),
+        2);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "[0, 9007199254740992]"));
+    free(err);
 }
 
 /* A golden fp32 checkpoint whose layer-1 v_proj holds one Inf: V of layer 1

@@ -550,6 +550,28 @@ static void writers_refuse_nonfinite_zero_negative_and_write_nothing(void)
         }
 }
 
+/* Provenance counts are JSON numbers, exact only up to 2^53: a larger seed
+ * would be written rounded and then refused by the reader; one of 16 digits
+ * comes back exactly. */
+static void kvcal_json_writer_refuses_provenance_beyond_2_pow_53(void)
+{
+    kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_HEAD);
+    const char *path = kvcal_test_path("big_seed.json");
+    s->provenance.seed = 9223372036854775807LL;
+    CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_KVCAL_JSON, path, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("provenance seed 9223372036854775807"));
+    CU_ASSERT_FALSE(exists(path));
+    s->provenance.seed = 4503599627370497LL; /* 2^52 + 1: 16 digits */
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KVCAL_JSON, path, NULL, 0),
+                          KVCAL_OK);
+    kvcal_scales_t *back = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(path, NULL, 0, &back), KVCAL_OK);
+    CU_ASSERT_EQUAL(back->provenance.seed, 4503599627370497LL);
+    kvcal_scales_destroy(back);
+    kvcal_scales_destroy(s);
+}
+
 /* --- warnings ------------------------------------------------------------------ */
 
 static void validation_warns_on_unit_large_tiny_and_equal_kv(void)
@@ -611,6 +633,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(checkpoint_reader_accepts_older_names_and_single_kv_scale),
     KVCAL_TEST(checkpoint_validation_names_missing_tensors_shapes_and_scheme),
     KVCAL_TEST(writers_refuse_nonfinite_zero_negative_and_write_nothing),
+    KVCAL_TEST(kvcal_json_writer_refuses_provenance_beyond_2_pow_53),
     KVCAL_TEST(validation_warns_on_unit_large_tiny_and_equal_kv),
     KVCAL_TEST(validate_missing_file_is_an_io_error),
     CU_TEST_INFO_NULL,
