@@ -380,6 +380,36 @@ fail:
     return st;
 }
 
+/* When dir has an index, vLLM loads only the shards its weight_map names:
+ * reports a scales shard `base` that it does not name. */
+static void check_listed_in_index(const char *dir, const char *base, kvcal_report_t *rep)
+{
+    char p[4096];
+    cJSON *index = NULL;
+    if (join(p, sizeof p, dir, KVCAL_CHECKPOINT_INDEX) || !is_file(p))
+        return;
+    if (kvcal_json_load(p, &index) != KVCAL_OK) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE,
+                         KVCAL_CHECKPOINT_INDEX, "vLLM cannot load the checkpoint", "%s",
+                         kvcal_last_error());
+        return;
+    }
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    int listed = 0;
+    for (const cJSON *e = cJSON_IsObject(map) ? map->child : NULL; e && !listed;
+         e = e->next)
+        listed = cJSON_IsString(e) && !strcmp(e->valuestring, base);
+    if (!listed)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, base,
+                         "vLLM loads only the shards the index names: it never reads "
+                         "these scales and uses scale 1.0 for every layer",
+                         "%.200s is not listed in " KVCAL_CHECKPOINT_INDEX
+                         " (add its tensors to weight_map; kvcal convert --to checkpoint "
+                         "does)",
+                         base);
+    cJSON_Delete(index);
+}
+
 kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_ctx *ctx,
                                            kvcal_report_t *rep, kvcal_scales_t **out)
 {
@@ -431,6 +461,10 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "",
                          "vLLM cannot load the checkpoint", "%s", kvcal_last_error());
         goto fail;
+    }
+    if (!is_dir(open_path)) {
+        const char *slash = strrchr(open_path, '/');
+        check_listed_in_index(dir, slash ? slash + 1 : open_path, rep);
     }
     int num_layers = c.model ? c.model->num_layers : 0;
     if ((st = collect(ck, &num_layers, c.model != NULL, rep, &lt)))

@@ -448,6 +448,37 @@ static void checkpoint_export_refuses_scales_the_model_shards_already_hold(void)
     kvcal_scales_destroy(s);
 }
 
+/* vLLM reads only the shards model.safetensors.index.json names: a
+ * kv_scales.safetensors the index does not list is never loaded. */
+static void checkpoint_validation_requires_the_scales_shard_in_the_index(void)
+{
+    const char *model = make_model_dir("ck_model_index", NULL);
+    char p[700];
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    kvcal_tensor_out t = {"model.embed_tokens.weight", KVCAL_DTYPE_F32, 2, {2, 3}, w};
+    snprintf(p, sizeof p, "%s/model.safetensors", model);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(p, &t, 1, NULL), KVCAL_OK);
+    kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_TENSOR);
+    char outdir[600];
+    snprintf(outdir, sizeof outdir, "%s", kvcal_test_path("ck_index_out"));
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, outdir, model, 0), KVCAL_OK);
+    kvcal_scales_destroy(s);
+    kvcal_report_t *rep = validate(outdir, NULL, 0);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    kvcal_report_destroy(rep);
+    const char *index = "{\"metadata\": {\"total_size\": 24}, \"weight_map\": "
+                        "{\"model.embed_tokens.weight\": \"model.safetensors\"}}";
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", outdir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(p, index, strlen(index)), 0);
+    rep = validate(outdir, NULL, 0);
+    CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
+    CU_ASSERT(has_finding(rep, KVCAL_SEVERITY_ERROR,
+                          "kv_scales.safetensors is not listed in "
+                          "model.safetensors.index.json"));
+    kvcal_report_destroy(rep);
+}
+
 /* Writes a checkpoint dir with the given tensors and config extra. */
 static const char *make_checkpoint(const char *name, const char *config_extra,
                                    const kvcal_tensor_out *t, int n)
@@ -630,6 +661,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(checkpoint_round_trip_per_tensor_and_per_head),
     KVCAL_TEST(checkpoint_export_keeps_quantization_config_and_extends_index),
     KVCAL_TEST(checkpoint_export_refuses_scales_the_model_shards_already_hold),
+    KVCAL_TEST(checkpoint_validation_requires_the_scales_shard_in_the_index),
     KVCAL_TEST(checkpoint_reader_accepts_older_names_and_single_kv_scale),
     KVCAL_TEST(checkpoint_validation_names_missing_tensors_shapes_and_scheme),
     KVCAL_TEST(writers_refuse_nonfinite_zero_negative_and_write_nothing),
