@@ -20,6 +20,12 @@ kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
                           "range [1, 65536]",
                           num_layers, num_kv_heads);
     size_t per_head = (size_t)num_layers * (size_t)num_kv_heads;
+    if (per_head > ((size_t)1 << 24))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_create: %d layers x %d kv heads is more than 2^24 "
+                          "(layer, kv head) pairs; no model has that many (check the "
+                          "sizes the file states)",
+                          num_layers, num_kv_heads);
     size_t n = 4 * per_head + 2 * (size_t)num_layers;
     kvcal_scales_t *s = calloc(1, sizeof *s);
     float *slab = calloc(n, sizeof(float));

@@ -82,7 +82,7 @@ typedef enum kvcal_format {
 typedef struct kvcal_scales kvcal_scales_t;
 
 /* Creates a scale set of num_layers x num_kv_heads, every scale unset (0).
- * Both counts in [1, 65536]. */
+ * Both counts in [1, 65536], their product at most 2^24. */
 kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
                                  kvcal_scales_t **out);
 void kvcal_scales_destroy(kvcal_scales_t *scales);

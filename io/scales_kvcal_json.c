@@ -198,6 +198,13 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
     long long heads = get_int(rep, model, "num_kv_heads", "model", 1, 65536, 1);
     if (layers < 0 || heads < 0)
         return 0;
+    if (layers * heads > (1LL << 24)) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model", KVJ_REFUSED,
+                         "%lld layers x %lld kv heads is more than 2^24 (layer, kv head) "
+                         "pairs; no model has that many",
+                         layers, heads);
+        return 0;
+    }
     id->num_layers = (int)layers;
     id->num_kv_heads = (int)heads;
     if (ctx->model) {

@@ -40,6 +40,13 @@ static void scales_create_rejects_bad_sizes_and_destroy_null_is_noop(void)
     kvcal_scales_t *s = (kvcal_scales_t *)1;
     CU_ASSERT_EQUAL(kvcal_scales_create(0, 4, &s), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NULL(s);
+    /* each count in range, but 2^32 heads in all: a few-MB hostile scales
+     * file would make every reader fill 64 GB */
+    CU_ASSERT_EQUAL(kvcal_scales_create(65536, 65536, &s), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT(kvcal_test_error_has("more than 2^24 (layer, kv head) pairs"));
+    CU_ASSERT_EQUAL(kvcal_scales_create(4096, 4096, &s), KVCAL_OK);
+    kvcal_scales_destroy(s);
     kvcal_scales_destroy(NULL);
 }
 

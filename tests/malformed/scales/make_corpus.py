@@ -156,6 +156,8 @@ d = kvcal(); d["model"]["num_layers"] = 3; d["layers"].append(dict(d["layers"][1
 add("kvcal_layers_mismatch_model.json", d, "model.num_layers: 3 but config.json has 2")
 d = kvcal()
 add("kvcal_heads_tp3.json", d, "4 kv heads cannot be split over tp 3", tp=3)
+d = kvcal(); d["model"]["num_layers"] = 65536; d["model"]["num_kv_heads"] = 65536
+add("kvcal_2_pow_32_heads.json", d, "more than 2^24 (layer, kv head) pairs", model=False)
 d = kvcal(); d["layers"][0]["v_scale_per_head"][2] = float("nan")
 add("kvcal_nan_in_array.json", json.dumps(d).encode(), "NaN/Infinity literal")
 d = kvcal(); d["layers"][1]["layer"] = 5
