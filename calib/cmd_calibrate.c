@@ -478,6 +478,15 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
                         o.run.seq_len, d->max_seq_len, o.run.model);
         goto fail;
     }
+    int H = d->num_kv_heads, tp = o.run.tp;
+    if ((!strcmp(o.format, "legacy") || !strcmp(o.format, "all")) &&
+        !((H >= tp && H % tp == 0) || (H < tp && tp % H == 0))) {
+        st = kvcal_fail(KVCAL_ERR_MISMATCH,
+                        "--tp %d: %s has %d kv heads, which cannot be split over %d "
+                        "ranks; pass the tp size the model is served with",
+                        tp, o.run.model, H, tp);
+        goto fail;
+    }
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
                                   1, NULL};
     char dataset_path[4096];

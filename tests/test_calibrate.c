@@ -129,6 +129,19 @@ static void calibrate_usage_errors_exit_2(void)
     free(err);
 }
 
+/* An unsplittable --tp is refused before any sample is read or run (the
+ * dataset here does not even exist), not after the whole calibration. */
+static void calibrate_refuses_a_tp_the_kv_heads_cannot_split_before_running(void)
+{
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --model " MODEL " --format legacy "
+                                         "--tp 3 --dataset no/such/file.txt --out x.json",
+                                         NULL),
+                    1);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--tp 3: " MODEL " has 4 kv heads"));
+    free(err);
+}
+
 /* A golden fp32 checkpoint whose layer-1 v_proj holds one Inf: V of layer 1
  * overflows (K of layer 1 and every layer-0 value stay finite). */
 static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
@@ -173,6 +186,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
     KVCAL_TEST(calibrate_device_cuda_runs_or_says_why_it_cannot),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
+    KVCAL_TEST(calibrate_refuses_a_tp_the_kv_heads_cannot_split_before_running),
     KVCAL_TEST(calibrate_refuses_nonfinite_v_naming_layer_head_and_sample),
     CU_TEST_INFO_NULL,
 };
