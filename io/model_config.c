@@ -5,8 +5,9 @@
  * num_attention_heads (qwen3: 128), num_key_value_heads = num_attention_heads
  * when null, and when absent the class default (mistral 8, qwen2 and qwen3 32,
  * llama num_attention_heads), mistral sliding_window 4096; qwen2/qwen3 use
- * sliding_window only when use_sliding_window is true. Qwen2 always has q/k/v biases, Qwen3 always a
- * per-head q/k RMSNorm. */
+ * sliding_window only when use_sliding_window is true; max_position_embeddings,
+ * vocab_size and intermediate_size the class defaults of those four types.
+ * Qwen2 always has q/k/v biases, Qwen3 always a per-head q/k RMSNorm. */
 #include "io/model_config.h"
 
 #include <limits.h>
@@ -154,6 +155,25 @@ static kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **
 }
 
 /* --- sections ------------------------------------------------------------- */
+
+/* The transformers config class defaults of the sizes a config.json may
+ * omit; other model types keep 0 (unknown). */
+static void cfg_default_sizes(kvcal_model_config *c)
+{
+    static const struct {
+        const char *model_type;
+        int context, vocab, intermediate;
+    } defaults[] = {{"llama", 2048, 32000, 11008},
+                    {"mistral", 131072, 32000, 14336},
+                    {"qwen2", 32768, 151936, 22016},
+                    {"qwen3", 32768, 151936, 22016}};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (!strcmp(c->model_type, defaults[i].model_type)) {
+            c->max_position_embeddings = defaults[i].context;
+            c->vocab_size = defaults[i].vocab;
+            c->intermediate_size = defaults[i].intermediate;
+        }
+}
 
 static kvcal_status cfg_read_architecture(const cfg_obj *top, kvcal_model_config *c)
 {
@@ -353,6 +373,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         return s;
     if (!found)
         return cfg_missing(top, "model_type", "");
+    cfg_default_sizes(c);
     if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
         (s = cfg_required_int(top, "num_hidden_layers", 1, &c->num_layers)) != KVCAL_OK ||
         (s = cfg_required_int(top, "hidden_size", 1, &c->hidden_size)) != KVCAL_OK ||

@@ -227,6 +227,33 @@ static void model_config_defaults_absent_kv_heads_per_model_type(void)
     }
 }
 
+/* Absent max_position_embeddings, vocab_size and intermediate_size take the
+ * transformers class defaults (LlamaConfig, MistralConfig, Qwen2Config,
+ * Qwen3Config); another model_type leaves them 0 (unknown). */
+static void model_config_defaults_absent_sizes_per_model_type(void)
+{
+    static const struct {
+        const char *model_type;
+        int context, vocab, intermediate;
+    } cases[] = {{"llama", 2048, 32000, 11008},
+                 {"mistral", 131072, 32000, 14336},
+                 {"qwen2", 32768, 151936, 22016},
+                 {"qwen3", 32768, 151936, 22016},
+                 {"gemma", 0, 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256];
+        kvcal_model_config c;
+        snprintf(text, sizeof text,
+                 "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, \"hidden_size\": "
+                 "64, \"num_attention_heads\": 4, \"num_key_value_heads\": 4}",
+                 cases[i].model_type);
+        CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+        CU_ASSERT_EQUAL(c.max_position_embeddings, cases[i].context);
+        CU_ASSERT_EQUAL(c.vocab_size, cases[i].vocab);
+        CU_ASSERT_EQUAL(c.intermediate_size, cases[i].intermediate);
+    }
+}
+
 static void model_config_reads_other_rope_types_and_layer_keyed_parameters(void)
 {
     kvcal_model_config c;
@@ -363,6 +390,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_quantization_and_kv_cache_scheme),
     KVCAL_TEST(model_config_defaults_absent_and_null_fields),
     KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),
+    KVCAL_TEST(model_config_defaults_absent_sizes_per_model_type),
     KVCAL_TEST(model_config_reads_other_rope_types_and_layer_keyed_parameters),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),
