@@ -338,24 +338,33 @@ kvcal_status kvcal_tokenizer_load(const char *path, kvcal_tokenizer_t **out)
 }
 
 /* First "tok*.bin" of a directory in name order, into buf; 0 when none. */
+/* The one tok*.bin of dir (llama2.c names them by vocabulary size) into buf:
+ * 1 found, 0 none, -1 several (an error naming two of them: which one fits
+ * the model cannot be told from the names). */
 static int find_tok_bin(const char *dir, char *buf, size_t cap)
 {
     DIR *d = opendir(dir);
     if (!d)
         return 0;
-    char best[256] = "";
+    char first[256] = "", other[256] = "";
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t n = strlen(e->d_name);
-        if (n >= 7 && n < sizeof best && !strncmp(e->d_name, "tok", 3) &&
-            !strcmp(e->d_name + n - 4, ".bin") &&
-            (!best[0] || strcmp(e->d_name, best) < 0))
-            memcpy(best, e->d_name, n + 1);
+        if (n >= 7 && n < sizeof first && !strncmp(e->d_name, "tok", 3) &&
+            !strcmp(e->d_name + n - 4, ".bin"))
+            memcpy(first[0] ? other : first, e->d_name, n + 1);
     }
     closedir(d);
-    if (!best[0])
+    if (other[0]) {
+        kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                   "%s: several llama2.c tokenizers (%s, %s): give the one that fits the "
+                   "model with --tokenizer",
+                   dir, first, other);
+        return -1;
+    }
+    if (!first[0])
         return 0;
-    return snprintf(buf, cap, "%s/%s", dir, best) < (int)cap;
+    return snprintf(buf, cap, "%s/%s", dir, first) < (int)cap;
 }
 
 kvcal_status kvcal_tokenizer_find(const char *model_path, const char *override,
@@ -393,7 +402,10 @@ kvcal_status kvcal_tokenizer_find(const char *model_path, const char *override,
         if (access(path, F_OK) == 0)
             return kvcal_tokenizer_load(path, out);
     }
-    if (find_tok_bin(dir, path, sizeof path))
+    int found = find_tok_bin(dir, path, sizeof path);
+    if (found < 0)
+        return KVCAL_ERR_INVALID_ARG;
+    if (found)
         return kvcal_tokenizer_load(path, out);
     return kvcal_fail(
         KVCAL_ERR_IO,

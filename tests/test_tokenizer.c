@@ -592,6 +592,27 @@ static void tokenizer_load_rejects_unknown_and_truncated_files(void)
     kvcal_tokenizer_destroy(NULL);
 }
 
+static void tokenizer_find_refuses_two_llama2c_tokenizers_side_by_side(void)
+{
+    size_t n = 0;
+    char *bin = kvcal_test_read_file("models/stories260K/tok512.bin", &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bin);
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("two-tokenizers"));
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/tok512.bin", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, bin, n), 0);
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(dir, NULL, &tok), KVCAL_OK);
+    kvcal_tokenizer_destroy(tok);
+    snprintf(path, sizeof path, "%s/tok4096.bin", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, bin, n), 0);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_find(dir, NULL, &tok), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(tok);
+    CU_ASSERT(kvcal_test_error_has("--tokenizer"));
+    free(bin);
+}
+
 static CU_TestInfo shared_tests[] = {
     KVCAL_TEST(llama2c_matches_run_c_encode_on_stories260k),
     KVCAL_TEST(llama2c_adds_bos_not_eos_and_decodes_back),
@@ -615,6 +636,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(hf_sentencepiece_style_matches_hf_tokenizers),
     KVCAL_TEST(hf_metaspace_pretokenizer_matches_hf_tokenizers),
     KVCAL_TEST(tokenizer_load_rejects_unknown_and_truncated_files),
+    KVCAL_TEST(tokenizer_find_refuses_two_llama2c_tokenizers_side_by_side),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(tokenizer, KVCAL_NEEDS_NOTHING, tests)
