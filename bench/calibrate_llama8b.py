@@ -10,11 +10,17 @@ init), saves it as safetensors under WORKDIR, writes B x 8 random 2048-token
 samples as JSONL token ids, runs `KVCAL calibrate` on them, then runs the
 transformers model body (no lm_head) in bf16 with SDPA and forward hooks that
 collect per-layer per-head absmax of K after RoPE and of V, eager and under
-torch.compile, timing the same batches. Prints tokens/s of each, kvcal's
-ratios, kvcal's achieved TFLOP/s, peak device memory (kvcal: the device's
-memory in use while it ran, sampled, minus what this process held), and the
-largest relative difference of kvcal's per-head K/V absmax from
-transformers'.
+torch.compile, timing the same batches, and the library floor (torch's
+cuBLAS GEMMs of one layer's fused shapes + the fastest SDPA backend, times
+the layer count). Prints tokens/s of each, kvcal's ratios, kvcal's achieved
+TFLOP/s, peak device memory (kvcal: the device's memory in use while it ran,
+sampled, minus what this process held), and the largest relative difference
+of kvcal's per-head K/V absmax from transformers'.
+
+Accuracy against fp32: on the first batch alone, kvcal (bf16) and the
+transformers body in bf16 are each compared with the same body upcast to
+fp32 (TF32 off): worst and median relative difference of the per-layer
+per-kv-head K and V absmax, which tells kvcal's error from bf16 rounding.
 """
 import argparse
 import json
@@ -25,7 +31,10 @@ import sys
 import threading
 import time
 
+import statistics
+
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import rotate_half
 
@@ -56,6 +65,52 @@ def run_kvcal(kvcal, model_dir, data, samples, out):
     if res.returncode != 0:
         sys.exit(f"kvcal calibrate failed ({res.returncode}): {res.stderr.strip()}")
     return json.loads(res.stdout), peak[0]
+
+
+def bench_ms(fn, reps=10):
+    """Median milliseconds of fn() on the GPU after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def library_floor(layers):
+    """tokens/s of `layers` layers of cuBLAS GEMMs (fused QKV, o, gate/up,
+    down) + the fastest SDPA backend at 8 x 2048 tokens, and the layer ms."""
+    m, d, ff, qkv = BATCH * SEQ, 4096, 14336, (32 + 16) * 128
+    gemm_ms = 0.0
+    for k, n in ((d, qkv), (d, d), (d, 2 * ff), (ff, d)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+        gemm_ms += bench_ms(lambda: torch.matmul(x, w.t()))
+        del x, w
+    q = torch.randn(BATCH, 32, SEQ, 128, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(BATCH, 8, SEQ, 128, device="cuda", dtype=torch.bfloat16).repeat_interleave(4, dim=1)
+    sdpa = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                sdpa[name] = bench_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                    q, kv, kv, is_causal=True))
+        except RuntimeError:
+            pass
+    att_ms = min(sdpa.values())
+    layer_ms = gemm_ms + att_ms
+    print(f"library floor per layer: GEMMs {gemm_ms:.3f} ms + SDPA {att_ms:.3f} ms "
+          f"({', '.join(f'{k} {v:.3f}' for k, v in sdpa.items())}) = {layer_ms:.3f} ms", flush=True)
+    return m / (layers * layer_ms * 1e-3)
+
+
+def rel_diffs(got, ref):
+    """Relative differences |got - ref| / ref of every (layer, kv head)."""
+    return [abs(g - r) / r for gl, rl in zip(got, ref) for g, r in zip(gl, rl)]
 
 
 def main():
@@ -98,8 +153,13 @@ def main():
     body = model.model
     hd, hkv = cfg.head_dim, cfg.num_key_value_heads
     pos = torch.arange(SEQ, device="cuda").unsqueeze(0).expand(BATCH, SEQ)
-    cos, sin = body.rotary_emb(torch.empty(1, device="cuda", dtype=torch.bfloat16), pos)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, hd)
+
+    def rope_tables(dtype):  # cos, sin (B, 1, T, hd) as the model computes them in dtype
+        cos, sin = body.rotary_emb(torch.empty(1, device="cuda", dtype=dtype), pos)
+        return {"cos": cos.unsqueeze(1), "sin": sin.unsqueeze(1)}
+
+    rope_bf16 = rope_tables(torch.bfloat16)
+    rope = dict(rope_bf16)
     # running per-head absmax, preallocated so that compiled code mutates, never rebinds
     stats = {(i, kind): torch.zeros(hkv, device="cuda") for i in range(a.layers)
              for kind in ("k", "v")}
@@ -110,7 +170,7 @@ def main():
         def fn(mod, inp, out):
             x = out.view(BATCH, SEQ, hkv, hd).transpose(1, 2)  # (B, Hkv, T, hd)
             if kind == "k":
-                x = x * cos + rotate_half(x) * sin
+                x = x * rope["cos"] + rotate_half(x) * rope["sin"]
             buf.copy_(torch.maximum(buf, x.abs().amax(dim=(0, 2, 3)).float()))
         return fn
 
@@ -141,15 +201,59 @@ def main():
             ref = stats[(li, kind)].tolist()
             for h, (got, want) in enumerate(zip(layer[kind + "_absmax"], ref)):
                 worst[kind] = max(worst[kind], (abs(got - want) / want, li, h))
+    print(f"kvcal {kvcal_tps:.0f} tokens/s, HF eager {eager_tps:.0f} tokens/s", flush=True)
+    floor_tps = library_floor(a.layers)
+
+    # --- accuracy on the first batch: kvcal bf16 and HF bf16 against HF fp32 ---
+    t0 = time.time()
+    one = os.path.join(a.workdir, "batch1.jsonl")
+    with open(one, "w") as f:
+        for row in ids[:BATCH].tolist():
+            f.write(json.dumps({"input_ids": row}) + "\n")
+    res1, _ = run_kvcal(a.kvcal, model_dir, one, BATCH, os.path.join(a.workdir, "batch1_scales.json"))
+
+    def absmax_one_batch():
+        for buf in stats.values():
+            buf.zero_()
+        with torch.inference_mode():
+            body(input_ids=batches[0])
+        torch.cuda.synchronize()
+        return {kind: [stats[(li, kind)].tolist() for li in range(a.layers)] for kind in ("k", "v")}
+
+    hf_bf16 = absmax_one_batch()
+    prec = torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    for p in body.parameters():  # buffers (RoPE's inv_freq) stay as they are
+        p.data = p.data.float()
+    rope.update(rope_tables(torch.float32))
+    fp32 = absmax_one_batch()
+    for p in body.parameters():  # the bf16 values, exactly
+        p.data = p.data.to(torch.bfloat16)
+    rope.update(rope_bf16)
+    torch.set_float32_matmul_precision(prec)
+    kvcal1 = {kind: [layer[kind + "_absmax"] for layer in res1["layers"]] for kind in ("k", "v")}
+    acc = {}
+    for name, got in (("kvcal bf16", kvcal1), ("HF bf16", hf_bf16)):
+        for kind in ("k", "v"):
+            d = rel_diffs(got[kind], fp32[kind])
+            acc[(name, kind)] = (max(d), statistics.median(d))
+    kv_hf = max(max(rel_diffs(kvcal1[k], hf_bf16[k])) for k in ("k", "v"))
+    print(f"accuracy pass (kvcal on one batch, HF bf16, HF fp32) took {time.time() - t0:.0f} s",
+          flush=True)
+
+    t0 = time.time()
     compiled_tps = timed(torch.compile(body), 2)
+    print(f"torch.compile pass took {time.time() - t0:.0f} s", flush=True)
 
     flops_per_token = a.layers * (2 * 4096 * (6144 + 4096 + 3 * 14336) + 4 * 4096 * (SEQ + 1) / 2)
     weights = sum(p.numel() * p.element_size() for p in body.parameters())
     print(f"\nLlama-3-8B shapes, {a.layers} layers, {a.batches} batches of {BATCH} x {SEQ} tokens, bf16")
-    print(f"{'':28} {'tokens/s':>10} {'kvcal x':>8}")
+    print(f"{'':40} {'tokens/s':>10} {'kvcal x':>8}")
     for name, tps in (("kvcal calibrate --device cuda", kvcal_tps), ("HF eager + hooks", eager_tps),
-                      ("HF torch.compile + hooks", compiled_tps)):
-        print(f"{name:28} {tps:10.0f} {kvcal_tps / tps:8.2f}")
+                      ("HF torch.compile + hooks", compiled_tps),
+                      ("library floor (cuBLAS + best SDPA)", floor_tps)):
+        print(f"{name:40} {tps:10.0f} {kvcal_tps / tps:8.2f}")
     print(f"kvcal achieved {kvcal_tps * flops_per_token / 1e12:.0f} TFLOP/s (model FLOPs, causal "
           f"attention halved)")
     print(f"peak device memory: kvcal {kvcal_peak / 2**30:.1f} GiB, HF {hf_peak / 2**30:.1f} GiB; "
@@ -158,6 +262,12 @@ def main():
         w, li, h = worst[kind]
         print(f"per-head {name} absmax, kvcal vs transformers bf16: worst rel. diff {w:.2e} "
               f"(layer {li}, kv head {h})")
+    print(f"per-layer per-kv-head absmax on batch 1 against transformers fp32 (TF32 off); "
+          f"kvcal vs HF bf16 there: worst {kv_hf:.2e}")
+    print(f"{'':12} {'K worst':>9} {'K median':>9} {'V worst':>9} {'V median':>9}")
+    for name in ("kvcal bf16", "HF bf16"):
+        print(f"{name:12} " + " ".join(f"{acc[(name, kind)][i]:9.2e}" for kind in ("k", "v")
+                                       for i in (0, 1)))
     return 0 if max(worst["k"][0], worst["v"][0]) <= 0.02 else 1
 
 

@@ -194,7 +194,7 @@ int main(int argc, char **argv)
             2.0 * ((double)M * k + (double)k * n + (double)M * n), peak_tflops, peak_tbs);
         return ms;
     };
-    float layer = 0.0f, observer_cost;
+    float layer = 0.0f, observer_cost = 0.0f;
     {
         const float ms = time_ms(t, [&] {
             CHECK_KVCAL(
@@ -205,19 +205,57 @@ int main(int argc, char **argv)
     }
     layer += gemm_row("gemm qkv (+bias)", qkv, xn, w_qkv, b_qkv, D, QKV);
     {
+        // every kernel version on the same input, its output checked against version
+        // 1's first (they differ at most by one bf16 rounding step)
         const double bytes = 2.0 * M * ((H + HKV) * HD * 2.0 + HKV * HD);
-        const float off = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope,
-                                                  nullptr, 0));
-        });
-        row("rope", off, 0.0, bytes, peak_tflops, peak_tbs);
-        const float on = time_ms(t, [&] {
-            CHECK_KVCAL(
-                kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope, &obs, 0));
-        });
-        row("rope + observe", on, 0.0, bytes, peak_tflops, peak_tbs);
-        layer += on;
-        observer_cost = on - off;
+        const size_t n_qkv = (size_t)M * QKV;
+        kvcal_bf16 *input;
+        CHECK_CUDA(cudaMalloc(&input, n_qkv * sizeof *input));
+        CHECK_CUDA(cudaMemcpy(input, qkv, n_qkv * sizeof *input, cudaMemcpyDeviceToDevice));
+        std::vector<kvcal_bf16> ref(n_qkv), got(n_qkv);
+        for (int ver = 1; ver <= KVCAL_ROPE_VERSIONS; ver++) {
+            CHECK_CUDA(
+                cudaMemcpy(qkv, input, n_qkv * sizeof *qkv, cudaMemcpyDeviceToDevice));
+            CHECK_KVCAL(kvcal_rope_observe_launch_version(ver, qkv, QKV, pos, M, H, HKV,
+                                                          HD, &rope, nullptr, 0));
+            CHECK_CUDA(cudaMemcpy(ver == 1 ? ref.data() : got.data(), qkv,
+                                  n_qkv * sizeof *qkv, cudaMemcpyDeviceToHost));
+            double max_rel = 0.0;
+            size_t differ = 0;
+            for (size_t i = 0; ver > 1 && i < n_qkv; i++) {
+                const double a = kvcal_bf16_to_float(ref[i]),
+                             b = kvcal_bf16_to_float(got[i]);
+                const double d = fabs(b - a) / (fabs(a) + 1e-3);
+                differ += got[i] != ref[i];
+                max_rel = d > max_rel || d != d ? d : max_rel;
+            }
+            if (!(max_rel <= 1e-2)) {
+                fprintf(stderr, "rope version %d differs from version 1 by %g\n", ver,
+                        max_rel);
+                exit(1);
+            }
+            if (ver > 1)
+                printf("rope v%d vs v1: %zu of %zu values differ (max rel. %.1e)\n", ver,
+                       differ, n_qkv, max_rel);
+            const float off = time_ms(t, [&] {
+                CHECK_KVCAL(kvcal_rope_observe_launch_version(ver, qkv, QKV, pos, M, H,
+                                                              HKV, HD, &rope, nullptr, 0));
+            });
+            const float on = time_ms(t, [&] {
+                CHECK_KVCAL(kvcal_rope_observe_launch_version(ver, qkv, QKV, pos, M, H,
+                                                              HKV, HD, &rope, &obs, 0));
+            });
+            char name[64];
+            snprintf(name, sizeof name, "rope v%d", ver);
+            row(name, off, 0.0, bytes, peak_tflops, peak_tbs);
+            snprintf(name, sizeof name, "rope v%d + observe", ver);
+            row(name, on, 0.0, bytes, peak_tflops, peak_tbs);
+            if (ver == KVCAL_ROPE_VERSIONS) { // the one the runner takes at this shape
+                layer += on;
+                observer_cost = on - off;
+            }
+        }
+        CHECK_CUDA(cudaFree(input));
     }
     {
         // every kernel version, each checked against version 1's output first

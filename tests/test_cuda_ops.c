@@ -356,7 +356,8 @@ typedef struct rope_case {
     int tokens, heads, kv_heads, hd, rot_dim, interleaved, qk_norm;
 } rope_case;
 
-static void check_rope_observe(rope_case c)
+/* version 0: kvcal_rope_observe_launch's own choice */
+static void check_rope_observe_version(rope_case c, int version)
 {
     const int64_t stride = (int64_t)(c.heads + 2 * c.kv_heads) * c.hd;
     const int64_t n = (int64_t)c.tokens * stride;
@@ -405,8 +406,12 @@ static void check_rope_observe(rope_case c)
     kvcal_rope_cfg rope = {
         d_inv, c.rot_dim, c.interleaved, c.qk_norm ? d_qn : NULL, c.qk_norm ? d_kn : NULL,
         1e-6f};
-    CU_ASSERT_EQUAL(kvcal_rope_observe_launch(d_qkv, stride, d_pos, c.tokens, c.heads,
-                                              c.kv_heads, c.hd, &rope, &obs, 0),
+    CU_ASSERT_EQUAL(version ? kvcal_rope_observe_launch_version(
+                                  version, d_qkv, stride, d_pos, c.tokens, c.heads,
+                                  c.kv_heads, c.hd, &rope, &obs, 0)
+                            : kvcal_rope_observe_launch(d_qkv, stride, d_pos, c.tokens,
+                                                        c.heads, c.kv_heads, c.hd, &rope,
+                                                        &obs, 0),
                     KVCAL_OK);
     sync_ok();
     float *got = dev_download_bf16(d_qkv, n);
@@ -494,6 +499,16 @@ static void check_rope_observe(rope_case c)
     free(inv_freq);
 }
 
+/* Every kernel version that takes the shape (version 2: head_dim and rot_dim
+ * multiples of 16), and the default choice. */
+static void check_rope_observe(rope_case c)
+{
+    check_rope_observe_version(c, 0);
+    for (int v = 1; v <= KVCAL_ROPE_VERSIONS; v++)
+        if (v == 1 || (c.hd % 16 == 0 && c.rot_dim % 16 == 0))
+            check_rope_observe_version(c, v);
+}
+
 static void rope_observe_rotate_half_gqa_head_dim_80_matches_reference(void)
 {
     check_rope_observe((rope_case){19, 4, 2, 80, 80, 0, 0});
@@ -510,6 +525,22 @@ static void rope_observe_spans_blocks_mqa_and_wide_heads(void)
     check_rope_observe((rope_case){1, 2, 2, 128, 128, 1, 0});
 }
 
+static void rope_observe_head_dim_off_16_takes_the_portable_kernel(void)
+{
+    check_rope_observe((rope_case){37, 6, 2, 40, 40, 0, 1});
+    check_rope_observe((rope_case){37, 4, 4, 96, 24, 1, 0});
+}
+
+static void rope_observe_version_2_refuses_head_dim_off_16(void)
+{
+    kvcal_rope_cfg rope = {(const float *)16, 40, 0, NULL, NULL, 0.0f};
+    CU_ASSERT_EQUAL(kvcal_rope_observe_launch_version(2, (kvcal_bf16 *)16, 3 * 40,
+                                                      (const int32_t *)16, 4, 1, 1, 40,
+                                                      &rope, NULL, 0),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "head_dim 40"));
+}
+
 static void rope_observe_absmax_surfaces_nan(void)
 {
     const int hd = 64, stride = 3 * hd, bins = KVCAL_HIST_BINS;
@@ -524,26 +555,32 @@ static void rope_observe_absmax_surfaces_nan(void)
         obs.absmax[kv] = dev_alloc(hd * sizeof(float));
         obs.hist[kv] = dev_alloc(bins * sizeof(uint64_t));
         obs.batch_absmax[kv] = dev_alloc(sizeof(float));
-        cudaMemset(obs.absmax[kv], 0, hd * sizeof(float));
-        cudaMemset(obs.hist[kv], 0, bins * sizeof(uint64_t));
-        cudaMemset(obs.batch_absmax[kv], 0, sizeof(float));
     }
-    kvcal_bf16 *d_qkv = dev_upload_bf16(qkv, 4 * stride);
     int32_t *d_pos = dev_alloc(sizeof pos);
     float *d_inv = dev_alloc(sizeof inv);
     cudaMemcpy(d_pos, pos, sizeof pos, cudaMemcpyHostToDevice);
     cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice);
     kvcal_rope_cfg rope = {d_inv, hd, 0, NULL, NULL, 0.0f};
-    CU_ASSERT_EQUAL(
-        kvcal_rope_observe_launch(d_qkv, stride, d_pos, 4, 1, 1, hd, &rope, &obs, 0),
-        KVCAL_OK);
-    sync_ok();
-    float am[64], bam;
-    cudaMemcpy(am, obs.absmax[KVCAL_V], sizeof am, cudaMemcpyDeviceToHost);
-    cudaMemcpy(&bam, obs.batch_absmax[KVCAL_V], sizeof bam, cudaMemcpyDeviceToHost);
-    CU_ASSERT_TRUE(isnan(am[5]));
-    CU_ASSERT_FALSE(isnan(am[4]));
-    CU_ASSERT_TRUE(isnan(bam));
+    kvcal_bf16 *d_qkv = NULL;
+    for (int version = 1; version <= KVCAL_ROPE_VERSIONS; version++) {
+        for (int kv = 0; kv < 2; kv++) {
+            cudaMemset(obs.absmax[kv], 0, hd * sizeof(float));
+            cudaMemset(obs.hist[kv], 0, bins * sizeof(uint64_t));
+            cudaMemset(obs.batch_absmax[kv], 0, sizeof(float));
+        }
+        cudaFree(d_qkv);
+        d_qkv = dev_upload_bf16(qkv, 4 * stride);
+        CU_ASSERT_EQUAL(kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos,
+                                                          4, 1, 1, hd, &rope, &obs, 0),
+                        KVCAL_OK);
+        sync_ok();
+        float am[64], bam;
+        cudaMemcpy(am, obs.absmax[KVCAL_V], sizeof am, cudaMemcpyDeviceToHost);
+        cudaMemcpy(&bam, obs.batch_absmax[KVCAL_V], sizeof bam, cudaMemcpyDeviceToHost);
+        CU_ASSERT_TRUE(isnan(am[5]));
+        CU_ASSERT_FALSE(isnan(am[4]));
+        CU_ASSERT_TRUE(isnan(bam));
+    }
     for (int kv = 0; kv < 2; kv++) {
         cudaFree(obs.absmax[kv]);
         cudaFree(obs.hist[kv]);
@@ -650,6 +687,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_rotate_half_gqa_head_dim_80_matches_reference),
     KVCAL_TEST(rope_observe_interleaved_partial_with_qk_norm_matches_reference),
     KVCAL_TEST(rope_observe_spans_blocks_mqa_and_wide_heads),
+    KVCAL_TEST(rope_observe_head_dim_off_16_takes_the_portable_kernel),
+    KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
     KVCAL_TEST(rope_observe_absmax_surfaces_nan),
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
     CU_TEST_INFO_NULL,

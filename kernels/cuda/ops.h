@@ -81,6 +81,23 @@ kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride,
                                        const kvcal_rope_cfg *rope,
                                        const kvcal_kv_observer *obs, cudaStream_t stream);
 
+/* The same with an explicit kernel, for the tests and bench/runner_ops:
+ * 1: portable: any even head_dim; a warp per (token, kv head), lane l owning
+ *    rotation pairs l, l + 32, ... (2-byte accesses, sin/cos per lane);
+ * 2: vectorised: head_dim and rot_dim multiples of 16, token_stride a
+ *    multiple of 8, qkv and the norm weights 16-byte aligned (otherwise
+ *    KVCAL_ERR_UNSUPPORTED); a lane owns 16 channels of a row (16-byte loads
+ *    and stores), a warp one token for up to 8 kv heads, sin/cos computed once
+ *    per (token, pair) in the warp and shared by shuffles.
+ * kvcal_rope_observe_launch takes version 2 wherever it applies, else 1. */
+#define KVCAL_ROPE_VERSIONS 2
+kvcal_status kvcal_rope_observe_launch_version(int version, kvcal_bf16 *qkv,
+                                               int64_t token_stride, const int32_t *pos,
+                                               int tokens, int n_heads, int n_kv_heads,
+                                               int head_dim, const kvcal_rope_cfg *rope,
+                                               const kvcal_kv_observer *obs,
+                                               cudaStream_t stream);
+
 /* --- GEMM (cuBLASLt) --------------------------------------------------- */
 
 /* A cuBLASLt handle, its workspace and the algorithms chosen per shape. Use

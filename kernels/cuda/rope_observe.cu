@@ -1,14 +1,30 @@
 /* kernels/cuda/rope_observe.cu: per-head q/k RMSNorm + RoPE of q and k, fused
  * with the K/V observer, in one pass over the fused QKV projection output.
+ * Two kernels (kvcal_rope_observe_launch_version in ops.h):
  *
- * Grid (token chunks, kv heads). A block owns one kv head g for a chunk of
- * tokens: it rotates the q heads of g's group and k head g, and observes k
- * and v head g. A warp handles one token at a time; lane l owns the rotation
- * pairs l, l + 32, ... of a head, so each lane keeps the running |x| max of
- * its channels in registers. The |x| histogram is built in shared memory and
- * added to the global counts once per block; absmax reaches global memory by
- * atomicMax on the float bits (|x| >= 0, so integer order is float order, and
- * a NaN, whose bits are above +inf's, wins and surfaces). */
+ * Version 1, portable (any even head_dim up to 256). Grid (token chunks, kv
+ * heads). A block owns one kv head g for a chunk of tokens: it rotates the q
+ * heads of g's group and k head g, and observes k and v head g. A warp
+ * handles one token at a time; lane l owns the rotation pairs l, l + 32, ...
+ * of a head, so each lane keeps the running |x| max of its channels in
+ * registers.
+ *
+ * Version 2, vectorised (head_dim and rot_dim multiples of 16). A lane owns a
+ * slot of 16 channels of a head row (8 rotation pairs: channels 8s..8s+7 and
+ * their partners half + 8s.., or 16s..16s+15 when pairs are adjacent or past
+ * rot_dim), moved by two 16-byte loads and stores. A warp handles one token
+ * for R = 32 / SP kv heads (SP = head_dim / 16 rounded up to a power of two
+ * lanes per head row): each lane group rotates its kv head's q heads and k
+ * head and observes its k and v heads. sin/cos of a (token, pair) are
+ * computed once per warp, by one of the R lanes that share the pair, and
+ * handed to the others by shuffles. The block's histogram holds two 16-bit
+ * counts per word (a block sees at most 128 tokens x 256 channels of a
+ * head, < 65536), so 8 kv heads fit in shared memory.
+ *
+ * Both build the |x| histogram in shared memory and add it to the global
+ * counts once per block; absmax reaches global memory by atomicMax on the
+ * float bits (|x| >= 0, so integer order is float order, and a NaN, whose
+ * bits are above +inf's, wins and surfaces). */
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_util.h"
@@ -247,12 +263,310 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     }
 }
 
-extern "C" kvcal_status
-kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride, const int32_t *pos,
-                          int tokens, int n_heads, int n_kv_heads, int head_dim,
-                          const kvcal_rope_cfg *rope, const kvcal_kv_observer *obs,
-                          cudaStream_t stream)
+// --- version 2: 16-byte accesses, sin/cos shared across the kv heads of a warp ---
+
+enum {
+    VEC_WARPS = 8,
+    VEC_TOKENS_PER_BLOCK = 128,
+    VEC_MAX_GROUPS = 8,
+    VEC_Q_ROWS = 4,
+    HIST_WORDS = KVCAL_HIST_BINS / 2
+};
+
+static_assert(KVCAL_HIST_BINS % 2 == 0, "two 16-bit histogram counts per word");
+static_assert(VEC_TOKENS_PER_BLOCK * ROPE_MAX_HEAD_DIM < 65536,
+              "a block's count of one bin of one head fits in 16 bits");
+
+/* 16 bf16 channels: two 16-byte chunks. */
+struct vec16 {
+    uint4 lo, hi;
+};
+
+static __device__ __forceinline__ vec16 load16(const __nv_bfloat16 *a,
+                                               const __nv_bfloat16 *b)
 {
+    return {*reinterpret_cast<const uint4 *>(a), *reinterpret_cast<const uint4 *>(b)};
+}
+
+static __device__ __forceinline__ void unpack16(const vec16 &v, float x[16])
+{
+    const unsigned w[8] = {v.lo.x, v.lo.y, v.lo.z, v.lo.w, v.hi.x, v.hi.y, v.hi.z, v.hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        x[2 * i] = __uint_as_float(w[i] << 16);
+        x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+/* Rounds x to bf16, stores it at a (x[0..7]) and b (x[8..15]), and leaves the
+ * rounded values in x for the observer. */
+static __device__ __forceinline__ void store16(__nv_bfloat16 *a, __nv_bfloat16 *b,
+                                               float x[16], bool active)
+{
+    unsigned w[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+        w[i] = *reinterpret_cast<const unsigned *>(&h);
+        x[2 * i] = __uint_as_float(w[i] << 16);
+        x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+    if (active) {
+        *reinterpret_cast<uint4 *>(a) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4 *>(b) = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+}
+
+/* Optional RMSNorm over the head row (its SP lanes; weights norm_w (head_dim)
+ * in global memory or NULL) and the rotation of the lane's 8 pairs:
+ * (x[k], x[k + 8]) or, interleaved, (x[2k], x[2k + 1]). */
+template <int SP>
+static __device__ __forceinline__ void
+rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int interleaved,
+         const __nv_bfloat16 *norm_w, int c0, int c1, bool active, int head_dim, float eps)
+{
+    if (norm_w) {
+        float ss = 0.0f, w[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            ss += x[i] * x[i];
+#pragma unroll
+        for (int o = SP / 2; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float r = rsqrtf(ss / (float)head_dim + eps);
+        unpack16(active ? load16(norm_w + c0, norm_w + c1) : vec16{}, w);
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            x[i] *= r * w[i];
+    }
+    if (!rotated)
+        return;
+    if (interleaved) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float a = x[2 * k], b = x[2 * k + 1];
+            x[2 * k] = a * cs[k] - b * sn[k];
+            x[2 * k + 1] = b * cs[k] + a * sn[k];
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float a = x[k], b = x[k + 8];
+            x[k] = a * cs[k] - b * sn[k];
+            x[k + 8] = b * cs[k] + a * sn[k];
+        }
+    }
+}
+
+/* Folds 16 bf16 values (as floats) into the lane's running max m (|x| as
+ * bf16 bits, two per word: the order of non-negative bf16 is that of their
+ * bits, and a NaN wins) and the block's 16-bit-pair histogram of one head. */
+static __device__ __forceinline__ void observe16(const float x[16], unsigned m[8],
+                                                 unsigned *hist_words)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const unsigned lo = __float_as_uint(x[2 * i]) >> 16;
+        const unsigned hi = __float_as_uint(x[2 * i + 1]) & 0xffff0000u;
+        m[i] = __vmaxu2(m[i], (lo | hi) & 0x7fff7fffu);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int b = kvcal_hist_bin(fabsf(x[i]));
+        atomicAdd(&hist_words[b >> 1], 1u << ((b & 1) << 4));
+    }
+}
+
+/* Element i (0..15) of a packed running max, as float bits. */
+static __device__ __forceinline__ unsigned max_bits(const unsigned m[8], int i)
+{
+    return i & 1 ? m[i >> 1] & 0xffff0000u : m[i >> 1] << 16;
+}
+
+template <int SP>
+__global__ void __launch_bounds__(VEC_WARPS * 32, 2)
+    rope_observe_vec_kernel(__nv_bfloat16 *__restrict__ qkv, // (tokens, token_stride)
+                            int64_t token_stride,
+                            const int32_t *__restrict__ pos, // (tokens)
+                            int tokens, int n_heads, int n_kv_heads, int head_dim,
+                            int groups, kvcal_rope_cfg rope, kvcal_kv_observer obs,
+                            int observe)
+{
+    constexpr int R = 32 / SP;          // lane groups of a warp, one kv head each
+    constexpr int NI = (8 + R - 1) / R; // sin/cos a lane computes per token
+    extern __shared__ unsigned vec_smem[];
+    unsigned *shist = vec_smem;                          // (2, groups, HIST_WORDS)
+    unsigned *smax = vec_smem + 2 * groups * HIST_WORDS; // (2, groups, head_dim)
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r = lane / SP, s = lane % SP;
+    const int g = blockIdx.y * groups + r, group = n_heads / n_kv_heads;
+    const int half = rope.rot_dim / 2;
+    const bool active = s < head_dim / 16 && r < groups && g < n_kv_heads;
+    const bool rotated = s < rope.rot_dim / 16;
+    // the lane's two chunks of 8 channels in a q or k row, and in a v row
+    const int c0 = rotated && !rope.interleaved ? 8 * s : 16 * s;
+    const int c1 = rotated && !rope.interleaved ? half + 8 * s : 16 * s + 8;
+    if (observe) {
+        for (int i = threadIdx.x; i < 2 * groups * (HIST_WORDS + head_dim);
+             i += blockDim.x)
+            vec_smem[i] = 0u;
+        __syncthreads();
+    }
+    // pairs 8s + k this lane computes sin/cos for: k = r, r + R, ...
+    float inv[NI];
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int k = r + R * i;
+        inv[i] = rotated && k < 8 ? rope.inv_freq[8 * s + k] : 0.0f;
+    }
+    const __nv_bfloat16 *qn = reinterpret_cast<const __nv_bfloat16 *>(rope.q_norm_w);
+    const __nv_bfloat16 *kn = reinterpret_cast<const __nv_bfloat16 *>(rope.k_norm_w);
+    unsigned kmax[8], vmax[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        kmax[i] = vmax[i] = 0u;
+    unsigned *khist = shist + (KVCAL_K * groups + r) * HIST_WORDS;
+    unsigned *vhist = shist + (KVCAL_V * groups + r) * HIST_WORDS;
+
+    const int t0 = blockIdx.x * VEC_TOKENS_PER_BLOCK;
+    const int t1 = min(tokens, t0 + VEC_TOKENS_PER_BLOCK);
+    for (int t = t0 + warp; t < t1; t += VEC_WARPS) {
+        const int p = pos[t];
+        if (p < 0)
+            continue;
+        __nv_bfloat16 *base = qkv + (int64_t)t * token_stride;
+        __nv_bfloat16 *krow = base + (int64_t)(n_heads + g) * head_dim;
+        const __nv_bfloat16 *vrow = base + (int64_t)(n_heads + n_kv_heads + g) * head_dim;
+        const vec16 kx = active ? load16(krow + c0, krow + c1) : vec16{};
+        const vec16 vx =
+            active && observe ? load16(vrow + 16 * s, vrow + 16 * s + 8) : vec16{};
+        float mc[NI], ms[NI], cs[8], sn[8];
+#pragma unroll
+        for (int i = 0; i < NI; i++)
+            sincosf((float)p * inv[i], &ms[i], &mc[i]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int src = (k % R) * SP + s;
+            cs[k] = __shfl_sync(0xffffffffu, mc[k / R], src);
+            sn[k] = __shfl_sync(0xffffffffu, ms[k / R], src);
+        }
+        for (int q0 = 0; q0 < group; q0 += VEC_Q_ROWS) {
+            vec16 qx[VEC_Q_ROWS];
+#pragma unroll
+            for (int i = 0; i < VEC_Q_ROWS; i++) {
+                const __nv_bfloat16 *row = base + (int64_t)(g * group + q0 + i) * head_dim;
+                qx[i] = active && q0 + i < group ? load16(row + c0, row + c1) : vec16{};
+            }
+            if (q0 == 0) {
+                float x[16];
+                unpack16(kx, x);
+                rotate16<SP>(x, cs, sn, rotated, rope.interleaved, kn, c0, c1, active,
+                             head_dim, rope.norm_eps);
+                store16(krow + c0, krow + c1, x, active);
+                if (observe && active) {
+                    observe16(x, kmax, khist);
+                    unpack16(vx, x);
+                    observe16(x, vmax, vhist);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < VEC_Q_ROWS; i++) {
+                if (q0 + i >= group)
+                    break;
+                __nv_bfloat16 *row = base + (int64_t)(g * group + q0 + i) * head_dim;
+                float x[16];
+                unpack16(qx[i], x);
+                rotate16<SP>(x, cs, sn, rotated, rope.interleaved, qn, c0, c1, active,
+                             head_dim, rope.norm_eps);
+                store16(row + c0, row + c1, x, active);
+            }
+        }
+    }
+    if (!observe)
+        return;
+
+    // --- fold the block's statistics into the layer's ---
+    if (active)
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            atomicMax(&smax[(KVCAL_K * groups + r) * head_dim + (i < 8 ? c0 + i : c1 + i - 8)],
+                      max_bits(kmax, i));
+            atomicMax(&smax[(KVCAL_V * groups + r) * head_dim + 16 * s + i],
+                      max_bits(vmax, i));
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * groups * HIST_WORDS; i += blockDim.x) {
+        const int kv = i / (groups * HIST_WORDS), rest = i - kv * groups * HIST_WORDS;
+        const int gg = blockIdx.y * groups + rest / HIST_WORDS, w = rest % HIST_WORDS;
+        const unsigned n = shist[i];
+        unsigned long long *h = reinterpret_cast<unsigned long long *>(obs.hist[kv]) +
+                                (int64_t)gg * KVCAL_HIST_BINS + 2 * w;
+        if (n & 0xffffu)
+            atomicAdd(h, (unsigned long long)(n & 0xffffu));
+        if (n >> 16)
+            atomicAdd(h + 1, (unsigned long long)(n >> 16));
+    }
+    for (int i = threadIdx.x; i < 2 * groups * head_dim; i += blockDim.x) {
+        const int kv = i / (groups * head_dim), rest = i - kv * groups * head_dim;
+        const int gg = blockIdx.y * groups + rest / head_dim, c = rest % head_dim;
+        const unsigned m = smax[i];
+        if (m && gg < n_kv_heads)
+            atomicMax(reinterpret_cast<unsigned *>(obs.absmax[kv]) +
+                          (int64_t)gg * head_dim + c,
+                      m);
+    }
+    for (int i = warp; i < 2 * groups; i += VEC_WARPS) {
+        const int kv = i / groups, gg = blockIdx.y * groups + i % groups;
+        unsigned m = 0u;
+        for (int c = lane; c < head_dim; c += 32)
+            m = max(m, smax[i * head_dim + c]);
+        for (int o = 16; o > 0; o >>= 1)
+            m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0 && m && gg < n_kv_heads)
+            atomicMax(reinterpret_cast<unsigned *>(obs.batch_absmax[kv]) + gg, m);
+    }
+}
+
+/* Whether version 2 takes this shape and these pointers. */
+static bool vec_supported(const kvcal_bf16 *qkv, int64_t token_stride, int head_dim,
+                          const kvcal_rope_cfg *rope)
+{
+    const auto aligned = [](const void *p) { return (uintptr_t)p % 16 == 0; };
+    return head_dim % 16 == 0 && rope->rot_dim % 16 == 0 && token_stride % 8 == 0 &&
+           aligned(qkv) && aligned(rope->q_norm_w) && aligned(rope->k_norm_w);
+}
+
+template <int SP>
+static kvcal_status launch_vec(__nv_bfloat16 *qkv, int64_t token_stride,
+                               const int32_t *pos, int tokens, int n_heads,
+                               int n_kv_heads, int head_dim, const kvcal_rope_cfg *rope,
+                               const kvcal_kv_observer &obs, bool observe,
+                               cudaStream_t stream)
+{
+    const int groups = min(min(32 / SP, (int)VEC_MAX_GROUPS), n_kv_heads);
+    const size_t smem =
+        observe ? 2 * (size_t)groups * (HIST_WORDS + head_dim) * sizeof(unsigned) : 0;
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(rope_observe_vec_kernel<SP>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    const dim3 grid((tokens + VEC_TOKENS_PER_BLOCK - 1) / VEC_TOKENS_PER_BLOCK,
+                    (n_kv_heads + groups - 1) / groups);
+    rope_observe_vec_kernel<SP><<<grid, VEC_WARPS * 32, smem, stream>>>(
+        qkv, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, groups, *rope, obs,
+        observe);
+    KVCAL_CUDA_CHECK_LAUNCH("rope_observe_vec_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_rope_observe_launch_version(
+    int version, kvcal_bf16 *qkv, int64_t token_stride, const int32_t *pos, int tokens,
+    int n_heads, int n_kv_heads, int head_dim, const kvcal_rope_cfg *rope,
+    const kvcal_kv_observer *obs, cudaStream_t stream)
+{
+    if (version < 1 || version > KVCAL_ROPE_VERSIONS)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "rope_observe: version %d: versions are 1 .. %d", version,
+                          KVCAL_ROPE_VERSIONS);
     if (!qkv || !pos || !rope || !rope->inv_freq || tokens < 0 || n_kv_heads <= 0 ||
         n_heads <= 0 || n_heads % n_kv_heads != 0 ||
         token_stride < (int64_t)(n_heads + 2 * n_kv_heads) * head_dim)
@@ -276,15 +590,38 @@ kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride, const int32_t *
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "rope_observe: observer with a NULL array: set all six or pass "
                           "no observer");
+    if (version == 2 && !vec_supported(qkv, token_stride, head_dim, rope))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "rope_observe version 2: head_dim %d, rot_dim %d, token stride "
+                          "%lld: needs multiples of 16, 16 and 8 and 16-byte aligned "
+                          "buffers; use version 1",
+                          head_dim, rope->rot_dim, (long long)token_stride);
     if (tokens == 0)
         return KVCAL_OK;
     kvcal_kv_observer o;
     memset(&o, 0, sizeof o);
     if (obs)
         o = *obs;
+    auto *x = reinterpret_cast<__nv_bfloat16 *>(qkv);
+    if (version == 2) {
+        const int slots = head_dim / 16;
+        if (slots <= 1)
+            return launch_vec<1>(x, token_stride, pos, tokens, n_heads, n_kv_heads,
+                                 head_dim, rope, o, obs != NULL, stream);
+        if (slots <= 2)
+            return launch_vec<2>(x, token_stride, pos, tokens, n_heads, n_kv_heads,
+                                 head_dim, rope, o, obs != NULL, stream);
+        if (slots <= 4)
+            return launch_vec<4>(x, token_stride, pos, tokens, n_heads, n_kv_heads,
+                                 head_dim, rope, o, obs != NULL, stream);
+        if (slots <= 8)
+            return launch_vec<8>(x, token_stride, pos, tokens, n_heads, n_kv_heads,
+                                 head_dim, rope, o, obs != NULL, stream);
+        return launch_vec<16>(x, token_stride, pos, tokens, n_heads, n_kv_heads,
+                              head_dim, rope, o, obs != NULL, stream);
+    }
     const dim3 grid((tokens + ROPE_TOKENS_PER_BLOCK - 1) / ROPE_TOKENS_PER_BLOCK,
                     n_kv_heads);
-    auto *x = reinterpret_cast<__nv_bfloat16 *>(qkv);
     const int pairs = head_dim / 2;
     if (pairs <= 32)
         rope_observe_kernel<1><<<grid, ROPE_WARPS * 32, 0, stream>>>(
@@ -300,4 +637,16 @@ kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride, const int32_t *
             obs != NULL);
     KVCAL_CUDA_CHECK_LAUNCH("rope_observe_kernel");
     return KVCAL_OK;
+}
+
+extern "C" kvcal_status
+kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride, const int32_t *pos,
+                          int tokens, int n_heads, int n_kv_heads, int head_dim,
+                          const kvcal_rope_cfg *rope, const kvcal_kv_observer *obs,
+                          cudaStream_t stream)
+{
+    const int version = rope && vec_supported(qkv, token_stride, head_dim, rope) ? 2 : 1;
+    return kvcal_rope_observe_launch_version(version, qkv, token_stride, pos, tokens,
+                                             n_heads, n_kv_heads, head_dim, rope, obs,
+                                             stream);
 }
