@@ -19,7 +19,12 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 
 if [ -n "${KVCAL_LIBS:-}" ]; then
-    export LD_LIBRARY_PATH="$KVCAL_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # only those the host lacks, so that Python keeps the host's own
+    missing=$(mktemp -d)
+    for f in "$KVCAL_LIBS"/*; do
+        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || ln -s "$(readlink -f "$f")" "$missing/"
+    done
+    export LD_LIBRARY_PATH="$missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
