@@ -523,6 +523,9 @@ static void rope_observe_spans_blocks_mqa_and_wide_heads(void)
 {
     check_rope_observe((rope_case){300, 8, 1, 160, 64, 0, 1});
     check_rope_observe((rope_case){1, 2, 2, 128, 128, 1, 0});
+    /* version 2 takes 4 kv heads a block: 6 leave the second block half empty */
+    check_rope_observe((rope_case){259, 12, 6, 128, 128, 0, 1});
+    check_rope_observe((rope_case){7, 2, 1, 256, 128, 1, 1});
 }
 
 static void rope_observe_head_dim_off_16_takes_the_portable_kernel(void)
