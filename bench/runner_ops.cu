@@ -211,7 +211,8 @@ int main(int argc, char **argv)
         const size_t n_qkv = (size_t)M * QKV;
         kvcal_bf16 *input;
         CHECK_CUDA(cudaMalloc(&input, n_qkv * sizeof *input));
-        CHECK_CUDA(cudaMemcpy(input, qkv, n_qkv * sizeof *input, cudaMemcpyDeviceToDevice));
+        CHECK_CUDA(
+            cudaMemcpy(input, qkv, n_qkv * sizeof *input, cudaMemcpyDeviceToDevice));
         std::vector<kvcal_bf16> ref(n_qkv), got(n_qkv);
         for (int ver = 1; ver <= KVCAL_ROPE_VERSIONS; ver++) {
             CHECK_CUDA(
@@ -238,8 +239,8 @@ int main(int argc, char **argv)
                 printf("rope v%d vs v1: %zu of %zu values differ (max rel. %.1e)\n", ver,
                        differ, n_qkv, max_rel);
             const float off = time_ms(t, [&] {
-                CHECK_KVCAL(kvcal_rope_observe_launch_version(ver, qkv, QKV, pos, M, H,
-                                                              HKV, HD, &rope, nullptr, 0));
+                CHECK_KVCAL(kvcal_rope_observe_launch_version(
+                    ver, qkv, QKV, pos, M, H, HKV, HD, &rope, nullptr, 0));
             });
             const float on = time_ms(t, [&] {
                 CHECK_KVCAL(kvcal_rope_observe_launch_version(ver, qkv, QKV, pos, M, H,

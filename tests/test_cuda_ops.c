@@ -406,13 +406,13 @@ static void check_rope_observe_version(rope_case c, int version)
     kvcal_rope_cfg rope = {
         d_inv, c.rot_dim, c.interleaved, c.qk_norm ? d_qn : NULL, c.qk_norm ? d_kn : NULL,
         1e-6f};
-    CU_ASSERT_EQUAL(version ? kvcal_rope_observe_launch_version(
-                                  version, d_qkv, stride, d_pos, c.tokens, c.heads,
-                                  c.kv_heads, c.hd, &rope, &obs, 0)
-                            : kvcal_rope_observe_launch(d_qkv, stride, d_pos, c.tokens,
-                                                        c.heads, c.kv_heads, c.hd, &rope,
-                                                        &obs, 0),
-                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        version
+            ? kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos, c.tokens,
+                                                c.heads, c.kv_heads, c.hd, &rope, &obs, 0)
+            : kvcal_rope_observe_launch(d_qkv, stride, d_pos, c.tokens, c.heads,
+                                        c.kv_heads, c.hd, &rope, &obs, 0),
+        KVCAL_OK);
     sync_ok();
     float *got = dev_download_bf16(d_qkv, n);
 

@@ -290,7 +290,8 @@ static __device__ __forceinline__ vec16 load16(const __nv_bfloat16 *a,
 
 static __device__ __forceinline__ void unpack16(const vec16 &v, float x[16])
 {
-    const unsigned w[8] = {v.lo.x, v.lo.y, v.lo.z, v.lo.w, v.hi.x, v.hi.y, v.hi.z, v.hi.w};
+    const unsigned w[8] = {v.lo.x, v.lo.y, v.lo.z, v.lo.w,
+                           v.hi.x, v.hi.y, v.hi.z, v.hi.w};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         x[2 * i] = __uint_as_float(w[i] << 16);
@@ -323,7 +324,8 @@ static __device__ __forceinline__ void store16(__nv_bfloat16 *a, __nv_bfloat16 *
 template <int SP>
 static __device__ __forceinline__ void
 rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int interleaved,
-         const __nv_bfloat16 *norm_w, int c0, int c1, bool active, int head_dim, float eps)
+         const __nv_bfloat16 *norm_w, int c0, int c1, bool active, int head_dim,
+         float eps)
 {
     if (norm_w) {
         float ss = 0.0f, w[16];
@@ -454,7 +456,8 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
             vec16 qx[VEC_Q_ROWS];
 #pragma unroll
             for (int i = 0; i < VEC_Q_ROWS; i++) {
-                const __nv_bfloat16 *row = base + (int64_t)(g * group + q0 + i) * head_dim;
+                const __nv_bfloat16 *row =
+                    base + (int64_t)(g * group + q0 + i) * head_dim;
                 qx[i] = active && q0 + i < group ? load16(row + c0, row + c1) : vec16{};
             }
             if (q0 == 0) {
@@ -489,8 +492,9 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
     if (active)
 #pragma unroll
         for (int i = 0; i < 16; i++) {
-            atomicMax(&smax[(KVCAL_K * groups + r) * head_dim + (i < 8 ? c0 + i : c1 + i - 8)],
-                      max_bits(kmax, i));
+            atomicMax(
+                &smax[(KVCAL_K * groups + r) * head_dim + (i < 8 ? c0 + i : c1 + i - 8)],
+                max_bits(kmax, i));
             atomicMax(&smax[(KVCAL_V * groups + r) * head_dim + 16 * s + i],
                       max_bits(vmax, i));
         }
@@ -537,11 +541,10 @@ static bool vec_supported(const kvcal_bf16 *qkv, int64_t token_stride, int head_
 }
 
 template <int SP>
-static kvcal_status launch_vec(__nv_bfloat16 *qkv, int64_t token_stride,
-                               const int32_t *pos, int tokens, int n_heads,
-                               int n_kv_heads, int head_dim, const kvcal_rope_cfg *rope,
-                               const kvcal_kv_observer &obs, bool observe,
-                               cudaStream_t stream)
+static kvcal_status
+launch_vec(__nv_bfloat16 *qkv, int64_t token_stride, const int32_t *pos, int tokens,
+           int n_heads, int n_kv_heads, int head_dim, const kvcal_rope_cfg *rope,
+           const kvcal_kv_observer &obs, bool observe, cudaStream_t stream)
 {
     const int groups = min(min(32 / SP, (int)VEC_MAX_GROUPS), n_kv_heads);
     const size_t smem =
@@ -617,8 +620,8 @@ extern "C" kvcal_status kvcal_rope_observe_launch_version(
         if (slots <= 8)
             return launch_vec<8>(x, token_stride, pos, tokens, n_heads, n_kv_heads,
                                  head_dim, rope, o, obs != NULL, stream);
-        return launch_vec<16>(x, token_stride, pos, tokens, n_heads, n_kv_heads,
-                              head_dim, rope, o, obs != NULL, stream);
+        return launch_vec<16>(x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim,
+                              rope, o, obs != NULL, stream);
     }
     const dim3 grid((tokens + ROPE_TOKENS_PER_BLOCK - 1) / ROPE_TOKENS_PER_BLOCK,
                     n_kv_heads);
