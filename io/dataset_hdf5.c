@@ -28,7 +28,7 @@ static int write_i32(hid_t file, const char *name, int rank, const hsize_t *dims
     if (chunk[0] > rows)
         chunk[0] = rows;
     return kvcal_h5_write_dataset(file, name, H5T_STD_I32LE, H5T_NATIVE_INT32, rank, dims,
-                                  chunk, 4, 0, data);
+                                  chunk, 4, KVCAL_H5_NO_TIMES, data);
 }
 
 kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
@@ -44,7 +44,7 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
         return st;
     kvcal_h5_quiet q;
     kvcal_h5_quiet_begin(&q);
-    hid_t file = H5Fcreate(af.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t file = kvcal_h5_create_file(af.tmp);
     hsize_t dims[2] = {(hsize_t)s->num_samples, (hsize_t)s->seq_len};
     int32_t version = TOKENS_FORMAT_VERSION, pack = prov ? prov->pack : 0;
     int64_t ntok = s->num_tokens;

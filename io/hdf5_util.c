@@ -69,6 +69,19 @@ int kvcal_h5_write_attr_str(hid_t loc, const char *name, const char *value)
     return rc;
 }
 
+hid_t kvcal_h5_create_file(const char *path)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fcpl = H5Pcreate(H5P_FILE_CREATE), file = -1;
+    if (fapl >= 0 && fcpl >= 0 && H5Pset_obj_track_times(fcpl, 0) >= 0 &&
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0)
+        file = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, fapl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
+    return file;
+}
+
 int kvcal_h5_write_dataset(hid_t loc, const char *name, hid_t file_type, hid_t mem_type,
                            int rank, const hsize_t *dims, const hsize_t *chunk,
                            int deflate, unsigned flags, const void *data)

@@ -21,6 +21,12 @@ void kvcal_h5_quiet_begin(kvcal_h5_quiet *q);
 /* Restores the handler saved by kvcal_h5_quiet_begin. */
 void kvcal_h5_quiet_end(const kvcal_h5_quiet *q);
 
+/* Creates (truncating) the HDF5 file at path in the 1.10 file format (a
+ * single chunk is indexed without a B-tree: much smaller files; read by
+ * HDF5 >= 1.10, h5dump, recent h5py) without object modification times, so
+ * the same content gives byte-identical files. Returns the file id or -1. */
+hid_t kvcal_h5_create_file(const char *path);
+
 /* Records "<path>: could not <verb> <what> (HDF5: <most specific message of
  * the current error stack>)" with kvcal_fail and returns st. */
 kvcal_status kvcal_h5_fail(kvcal_status st, const char *path, const char *verb,

@@ -180,17 +180,7 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
         return st;
     kvcal_h5_quiet q;
     kvcal_h5_quiet_begin(&q);
-    hid_t layers = -1, file = -1;
-    /* HDF5 1.10 file format: a single chunk is indexed without a B-tree (much
-     * smaller files); read by HDF5 >= 1.10 (h5dump, any recent h5py) */
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fcpl = H5Pcreate(H5P_FILE_CREATE);
-    if (fapl >= 0 && fcpl >= 0 && H5Pset_obj_track_times(fcpl, 0) >= 0 &&
-        H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0)
-        file = H5Fcreate(af.tmp, H5F_ACC_TRUNC, fcpl, fapl);
-    if (fapl >= 0)
-        H5Pclose(fapl);
-    if (fcpl >= 0)
-        H5Pclose(fcpl);
+    hid_t layers = -1, file = kvcal_h5_create_file(af.tmp);
     if (file < 0) {
         st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create", "the file");
         goto fail;

@@ -92,6 +92,25 @@ static void cli_tokenize_jsonl_writes_one_line_per_document_in_order(void)
     kvcal_tokenizer_destroy(tok);
 }
 
+static void cli_tokenize_same_seed_gives_a_byte_identical_token_set(void)
+{
+    char args[1024], a[512], b[512];
+    snprintf(a, sizeof a, "%s", kvcal_test_path("same-a.h5"));
+    snprintf(b, sizeof b, "%s", kvcal_test_path("same-b.h5"));
+    snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 64 -n 8 --seed 9 -o %s",
+             a);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    sleep(1); /* a clock tick apart: file times must not reach the output */
+    snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 64 -n 8 --seed 9 -o %s",
+             b);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    size_t na = 0, nb = 0;
+    char *x = kvcal_test_read_file(a, &na), *y = kvcal_test_read_file(b, &nb);
+    CU_ASSERT_TRUE(x && y && na == nb && !memcmp(x, y, na));
+    free(x);
+    free(y);
+}
+
 static void cli_tokenize_errors_exit_nonzero_and_write_nothing(void)
 {
     char args[1024], o[512]; /* own copy: kvcal_test_path's slots rotate */
@@ -119,6 +138,7 @@ static void cli_tokenize_errors_exit_nonzero_and_write_nothing(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_tokenize_hdf5_reads_back_as_the_same_samples),
     KVCAL_TEST(cli_tokenize_jsonl_writes_one_line_per_document_in_order),
+    KVCAL_TEST(cli_tokenize_same_seed_gives_a_byte_identical_token_set),
     KVCAL_TEST(cli_tokenize_errors_exit_nonzero_and_write_nothing),
     CU_TEST_INFO_NULL,
 };
