@@ -98,8 +98,9 @@ static void sync_ok(void)
 
 // --- residual add + RMSNorm ------------------------------------------------------
 
-/* bf16 output of an fp32 computation: one rounding (2^-9 relative) plus
- * float reordering in the sum of squares. */
+/* bf16 output against the fp32 reference: two roundings (2^-9 relative each:
+ * x * rsqrt, then times the weight) plus float reordering in the sum of
+ * squares. */
 #define NORM_ATOL 1e-3
 #define NORM_RTOL 8e-3
 
@@ -123,6 +124,20 @@ static void check_add_rmsnorm(int rows, int dim, int with_delta)
     float *got = dev_download_bf16(d_out, n), *got_res = dev_download_bf16(d_res, n);
     CU_ASSERT_EQUAL(count_far(got, ref, n, NORM_ATOL, NORM_RTOL), 0);
     CU_ASSERT_EQUAL(memcmp(got_res, sum, (size_t)n * sizeof *sum), 0);
+    /* and bf16 arithmetic's result (transformers' RMSNorm) bit for bit but
+     * where the two scales straddle a rounding boundary (at most 1%) */
+    int64_t same = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *x = sum + (int64_t)r * dim;
+        double ss = 0.0;
+        for (int c = 0; c < dim; c++)
+            ss += (double)x[c] * x[c];
+        const float inv = 1.0f / sqrtf((float)(ss / dim) + 1e-5f);
+        for (int c = 0; c < dim; c++)
+            same += got[(int64_t)r * dim + c] ==
+                    kvcal_bf16_round(kvcal_bf16_round(x[c] * inv) * w[c]);
+    }
+    CU_ASSERT(same >= n - n / 100);
     free(got);
     free(got_res);
     cudaFree(d_res);
@@ -145,6 +160,7 @@ static void add_rmsnorm_matches_reference_and_updates_residual_exactly(void)
 
 // --- SwiGLU ----------------------------------------------------------------------
 
+/* Two bf16 roundings (silu(gate), then times up) against fp32. */
 #define SWIGLU_ATOL 1e-3
 #define SWIGLU_RTOL 8e-3
 
@@ -166,6 +182,13 @@ static void check_swiglu(int rows, int n)
     sync_ok();
     float *got = dev_download_bf16(d_out, total);
     CU_ASSERT_EQUAL(count_far(got, ref, total, SWIGLU_ATOL, SWIGLU_RTOL), 0);
+    /* and bf16 arithmetic's result (silu rounded, then the product) bit for
+     * bit but where __expf and expf straddle a rounding boundary (<= 1%) */
+    int64_t same = 0;
+    for (int64_t i = 0; i < total; i++)
+        same += got[i] == kvcal_bf16_round(
+                              kvcal_bf16_round(gate[i] / (1.0f + expf(-gate[i]))) * up[i]);
+    CU_ASSERT(same >= total - total / 100);
     free(got);
     cudaFree(d_gu);
     cudaFree(d_out);
@@ -347,14 +370,68 @@ static void attention_rejects_head_dim_over_256(void)
 
 // --- RoPE + observer -------------------------------------------------------------
 
-/* The rotated q/k are bf16 outputs of an fp32 norm and rotation (sin/cos in
- * float on the device, in double on the CPU). */
+/* The reference norm and rotation are fp32 (sin/cos in double); the kernel
+ * rounds as bf16 arithmetic does (kernels/cuda/bf16_round.cuh): the norm
+ * twice, sin/cos, each product and the sum. Each of those roundings moves a
+ * term by at most 2^-9 of its operand, so a rotated element may differ from
+ * the reference by (|a| + |b|) * ROPE_TERM_RTOL beyond atol + |ref| * rtol,
+ * (a, b) its pair before the rotation. */
 #define ROPE_ATOL 4e-3
 #define ROPE_RTOL 8e-3
+#define ROPE_TERM_RTOL (1.0 / 128)
+
+/* Counts rotated rows (n values) outside the bound above; pre holds the
+ * rows before the rotation, in the reference's layout. */
+static int64_t count_far_rotated(const float *got, const float *ref, const float *pre,
+                                 int64_t rows, int hd, int rot_dim, int interleaved)
+{
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int c = 0; c < hd; c++) {
+            const int64_t i = r * hd + c;
+            double pair = 0.0;
+            if (c < rot_dim) {
+                const int half = rot_dim / 2;
+                const int mate = interleaved ? c ^ 1 : (c < half ? c + half : c - half);
+                pair = fabs((double)pre[i]) + fabs((double)pre[r * hd + mate]);
+            }
+            if (!(fabs((double)got[i] - (double)ref[i]) <=
+                  ROPE_ATOL + fabs((double)ref[i]) * ROPE_RTOL + pair * ROPE_TERM_RTOL))
+                bad++;
+        }
+    return bad;
+}
 
 typedef struct rope_case {
     int tokens, heads, kv_heads, hd, rot_dim, interleaved, qk_norm;
 } rope_case;
+
+/* One head row as transformers computes it in bf16 (what the kernel is meant
+ * to reproduce): RMSNorm (x * rsqrt rounded, times the weight, rounded),
+ * cos/sin rounded, each product and the sum rounded. */
+static void rope_row_bf16_arithmetic(float *row, const float *norm_w, int hd, int rot_dim,
+                                     int interleaved, int pos, const float *inv_freq,
+                                     float eps)
+{
+    if (norm_w) {
+        float ss = 0.0f;
+        for (int c = 0; c < hd; c++)
+            ss += row[c] * row[c];
+        const float r = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int c = 0; c < hd; c++)
+            row[c] = kvcal_bf16_round(kvcal_bf16_round(row[c] * r) * norm_w[c]);
+    }
+    const int half = rot_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const float angle = (float)pos * inv_freq[i];
+        const float cs = kvcal_bf16_round((float)cos((double)angle));
+        const float sn = kvcal_bf16_round((float)sin((double)angle));
+        const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+        const float x0 = row[a], x1 = row[b];
+        row[a] = kvcal_bf16_round(kvcal_bf16_round(x0 * cs) - kvcal_bf16_round(x1 * sn));
+        row[b] = kvcal_bf16_round(kvcal_bf16_round(x1 * cs) + kvcal_bf16_round(x0 * sn));
+    }
+}
 
 /* version 0: kvcal_rope_observe_launch's own choice */
 static void check_rope_observe_version(rope_case c, int version)
@@ -428,6 +505,8 @@ static void check_rope_observe_version(rope_case c, int version)
                 float *row = ref + ((int64_t)t * qk_heads + h) * c.hd;
                 kvcal_rmsnorm_ref(row, row, h < c.heads ? qn : kn, 1, c.hd, 1e-6f);
             }
+    float *unrotated = malloc((size_t)c.tokens * qk_heads * c.hd * sizeof *unrotated);
+    memcpy(unrotated, ref, (size_t)c.tokens * qk_heads * c.hd * sizeof *unrotated);
     kvcal_rope_ref(ref, pos, inv_freq, c.tokens, qk_heads, c.hd, c.rot_dim,
                    c.interleaved);
     int64_t bad = 0, padding_changed = 0;
@@ -437,14 +516,34 @@ static void check_rope_observe_version(rope_case c, int version)
             padding_changed +=
                 memcmp(g, qkv + t * stride, (size_t)stride * sizeof *g) != 0;
         else
-            bad += count_far(g, ref + (int64_t)t * qk_heads * c.hd,
-                             (int64_t)qk_heads * c.hd, ROPE_ATOL, ROPE_RTOL);
+            bad += count_far_rotated(g, ref + (int64_t)t * qk_heads * c.hd,
+                                     unrotated + (int64_t)t * qk_heads * c.hd, qk_heads,
+                                     c.hd,
+                                     c.rot_dim, c.interleaved);
         bad += pos[t] >= 0 && memcmp(g + (int64_t)qk_heads * c.hd,
                                      qkv + t * stride + (int64_t)qk_heads * c.hd,
                                      (size_t)c.kv_heads * c.hd * sizeof *g) != 0;
     }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(padding_changed, 0);
+
+    /* and it is bf16 arithmetic's result, bit for bit, but where the device's
+     * sin/cos or norm scale and the host's fall on two sides of a rounding
+     * boundary (rare: at most 1% of the values) */
+    int64_t same = 0, compared = 0;
+    float *row = malloc((size_t)c.hd * sizeof *row);
+    for (int t = 0; t < c.tokens; t++)
+        for (int h = 0; pos[t] >= 0 && h < qk_heads; h++) {
+            memcpy(row, qkv + t * stride + (int64_t)h * c.hd, (size_t)c.hd * sizeof *row);
+            rope_row_bf16_arithmetic(row, !c.qk_norm ? NULL : h < c.heads ? qn : kn, c.hd,
+                                     c.rot_dim, c.interleaved, pos[t], inv_freq, 1e-6f);
+            const float *g = got + t * stride + (int64_t)h * c.hd;
+            for (int i = 0; i < c.hd; i++)
+                same += g[i] == row[i];
+            compared += c.hd;
+        }
+    CU_ASSERT(same >= compared - compared / 100);
+    free(row);
 
     /* the device observer equals kvcal_stats_observe_ref on what was stored:
      * K rotated and rounded to bf16, V, padding skipped */
@@ -486,6 +585,7 @@ static void check_rope_observe_version(rope_case c, int version)
     free(am);
     free(hist);
     free(ref);
+    free(unrotated);
     free(got);
     cudaFree(d_qkv);
     cudaFree(d_qn);

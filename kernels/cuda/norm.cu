@@ -1,9 +1,10 @@
 /* kernels/cuda/norm.cu: fused residual add + RMSNorm, SwiGLU and the
  * embedding gather. All are memory-bound: one pass over their inputs with
- * 16-byte accesses where the row length allows, fp32 arithmetic, one bf16
- * rounding per output. */
+ * 16-byte accesses where the row length allows, fp32 arithmetic, rounded to
+ * bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh). */
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -84,13 +85,14 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
             g.u = *reinterpret_cast<const uint4 *>(w + c);
             for (int i = 0; i < 4; i++) {
                 float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(g.h[i]);
-                x.h[i] = __floats2bfloat162_rn(a.x * scale * b.x, a.y * scale * b.y);
+                x.h[i] = __floats2bfloat162_rn(kvcal_rbf(a.x * scale) * b.x,
+                                               kvcal_rbf(a.y * scale) * b.y);
             }
             *reinterpret_cast<uint4 *>(o + c) = x.u;
         }
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = __float2bfloat16_rn(__bfloat162float(r[c]) * scale *
+            o[c] = __float2bfloat16_rn(kvcal_rbf(__bfloat162float(r[c]) * scale) *
                                        __bfloat162float(w[c]));
     }
 }
@@ -132,7 +134,7 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
 
 static __device__ __forceinline__ float silu_mul(float g, float u)
 {
-    return g / (1.0f + __expf(-g)) * u;
+    return kvcal_rbf(g / (1.0f + __expf(-g))) * u;
 }
 
 /* VEC 8: n % 8 == 0; grid-stride over rows * n / VEC groups. */

@@ -24,9 +24,11 @@
  * Both build the |x| histogram in shared memory and add it to the global
  * counts once per block; absmax reaches global memory by atomicMax on the
  * float bits (|x| >= 0, so integer order is float order, and a NaN, whose
- * bits are above +inf's, wins and surfaces). */
+ * bits are above +inf's, wins and surfaces). The norm and the rotation
+ * round to bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh). */
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
@@ -100,15 +102,11 @@ rotate_row(__nv_bfloat16 *row, int lane, int pairs, int head_dim, int rot_dim,
             const int2 c = pair_channels(j, rot_dim, interleaved);
             float a = x[2 * i], b = x[2 * i + 1];
             if (norm_w) {
-                a *= r * __bfloat162float(norm_w[c.x]);
-                b *= r * __bfloat162float(norm_w[c.y]);
+                a = kvcal_rbf(kvcal_rbf(a * r) * __bfloat162float(norm_w[c.x]));
+                b = kvcal_rbf(kvcal_rbf(b * r) * __bfloat162float(norm_w[c.y]));
             }
-            if (2 * j < rot_dim) {
-                const float ra = a * cs[i] - b * sn[i];
-                const float rb = b * cs[i] + a * sn[i];
-                a = ra;
-                b = rb;
-            }
+            if (2 * j < rot_dim)
+                kvcal_rope_pair_bf16(a, b, cs[i], sn[i]);
             const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
             row[c.x] = ha;
             row[c.y] = hb;
@@ -175,8 +173,11 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
             const int j = lane + 32 * i;
             cs[i] = 1.0f;
             sn[i] = 0.0f;
-            if (j < pairs && 2 * j < rope.rot_dim)
+            if (j < pairs && 2 * j < rope.rot_dim) {
                 sincosf((float)p * rope.inv_freq[j], &sn[i], &cs[i]);
+                sn[i] = kvcal_rbf(sn[i]);
+                cs[i] = kvcal_rbf(cs[i]);
+            }
         }
         __nv_bfloat16 *base = qkv + (int64_t)t * token_stride;
         // v (observed only), loaded first so that it is in flight with q and k
@@ -339,24 +340,18 @@ rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int in
         unpack16(active ? load16(norm_w + c0, norm_w + c1) : vec16{}, w);
 #pragma unroll
         for (int i = 0; i < 16; i++)
-            x[i] *= r * w[i];
+            x[i] = kvcal_rbf(kvcal_rbf(x[i] * r) * w[i]);
     }
     if (!rotated)
         return;
     if (interleaved) {
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float a = x[2 * k], b = x[2 * k + 1];
-            x[2 * k] = a * cs[k] - b * sn[k];
-            x[2 * k + 1] = b * cs[k] + a * sn[k];
-        }
+        for (int k = 0; k < 8; k++)
+            kvcal_rope_pair_bf16(x[2 * k], x[2 * k + 1], cs[k], sn[k]);
     } else {
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float a = x[k], b = x[k + 8];
-            x[k] = a * cs[k] - b * sn[k];
-            x[k + 8] = b * cs[k] + a * sn[k];
-        }
+        for (int k = 0; k < 8; k++)
+            kvcal_rope_pair_bf16(x[k], x[k + 8], cs[k], sn[k]);
     }
 }
 
@@ -444,8 +439,11 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
             active && observe ? load16(vrow + 16 * s, vrow + 16 * s + 8) : vec16{};
         float mc[NI], ms[NI], cs[8], sn[8];
 #pragma unroll
-        for (int i = 0; i < NI; i++)
+        for (int i = 0; i < NI; i++) {
             sincosf((float)p * inv[i], &ms[i], &mc[i]);
+            ms[i] = kvcal_rbf(ms[i]);
+            mc[i] = kvcal_rbf(mc[i]);
+        }
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const int src = (k % R) * SP + s;

@@ -1,0 +1,31 @@
+/* kernels/cuda/bf16_round.cuh: where the CUDA runner rounds to bf16.
+ *
+ * The runner rounds at the points where transformers' bf16 modules and
+ * vLLM's kernels round, so that the K and V it observes are those an engine
+ * computes and caches: RMSNorm rounds x * rsqrt(mean(x^2) + eps) before the
+ * weight multiplies it; SwiGLU rounds silu(gate) before up multiplies it;
+ * RoPE uses cos and sin rounded to bf16 and rounds each product and the sum
+ * (x * cos - y * sin). Every other step computes in fp32 and rounds once. */
+#ifndef KVCAL_KERNELS_CUDA_BF16_ROUND_CUH
+#define KVCAL_KERNELS_CUDA_BF16_ROUND_CUH
+
+#include <cuda_bf16.h>
+
+/* x rounded to the nearest bf16 (ties to even), as a float. */
+static __device__ __forceinline__ float kvcal_rbf(float x)
+{
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+/* One RoPE pair as bf16 arithmetic computes it: (a c - b s, b c + a s) with
+ * c, s already rounded to bf16. */
+static __device__ __forceinline__ void kvcal_rope_pair_bf16(float &a, float &b, float c,
+                                                           float s)
+{
+    const float ra = kvcal_rbf(kvcal_rbf(a * c) - kvcal_rbf(b * s));
+    const float rb = kvcal_rbf(kvcal_rbf(b * c) + kvcal_rbf(a * s));
+    a = ra;
+    b = rb;
+}
+
+#endif

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""kvcal calibrate --device cuda against HF transformers in bf16 on the same GPU.
+
+For each model: the same token samples go through `kvcal calibrate --device
+cuda --granularity head` and through the transformers model in bf16 (SDPA) and
+in fp32 (TF32 off) on the GPU, with hooks that take each layer's K after
+k_norm and RoPE and V after v_proj, exactly as the model computes them. It
+prints, per model, the worst and median relative difference of the per-layer
+per-kv-head K/V absmax of kvcal from transformers-bf16 and of both bf16 sides
+from fp32, and fails when kvcal is further than --rtol from transformers-bf16.
+
+Models: every golden fixture (tests/fixtures/golden/*.json, 4 random samples
+of 61 tokens each), directories given with --model, and SmolLM2-135M-Instruct
+from its GGUF file (--gguf, converted by tests/smollm2_to_hf.py; samples of
+--seq-len tokens of --corpus).
+
+Usage: python3 tests/gpu_vs_transformers.py --kvcal build/kvcal [--golden]
+           [--model DIR ...] [--gguf FILE --work DIR --corpus TEXT]
+Exit: 0 all within --rtol, 1 a model outside it, 2 error.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def hf_absmax(model_dir, samples, dtype, torch, tf):
+    """Per-layer per-kv-head absmax of K (post k_norm + RoPE) and V."""
+    model = tf.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype,
+                                                    attn_implementation="sdpa").cuda()
+    model.eval()
+    k_abs, v_abs = [], []
+
+    def make_hook(attn):
+        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+
+        def hook(module, args, kwargs):
+            hs = kwargs.get("hidden_states", args[0] if args else None)
+            cos, sin = kwargs["position_embeddings"]
+            shape = (*hs.shape[:-1], -1, module.head_dim)
+            k = module.k_proj(hs).view(shape)
+            if hasattr(module, "k_norm"):
+                k = module.k_norm(k)
+            _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            v = module.v_proj(hs).view(shape)
+            k_abs.append(k.abs().amax(dim=(0, 2, 3)).float().cpu())
+            v_abs.append(v.abs().amax(dim=(0, 1, 3)).float().cpu())
+        return hook
+
+    for layer in model.model.layers:
+        layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
+                                                  with_kwargs=True)
+    with torch.no_grad():
+        model.model(torch.tensor(samples, device="cuda"), use_cache=False)
+    del model
+    torch.cuda.empty_cache()
+    return torch.stack(k_abs).tolist(), torch.stack(v_abs).tolist()
+
+
+def kvcal_absmax(kvcal, model_dir, samples, work):
+    data = os.path.join(work, "ids.jsonl")
+    with open(data, "w") as fp:
+        for s in samples:
+            fp.write(json.dumps({"input_ids": s}) + "\n")
+    cmd = [kvcal, "calibrate", "--model", model_dir, "--dataset", data, "--device", "cuda",
+           "--num-samples", str(len(samples)), "--seq-len", str(len(samples[0])),
+           "--batch", str(len(samples)), "--granularity", "head", "--format", "kvcal",
+           "--out", os.path.join(work, "scales.json"), "--json", "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s exited with %d: %s" % (" ".join(cmd), r.returncode,
+                                                      r.stderr.strip()))
+    layers = json.loads(r.stdout)["layers"]
+    return [l["k_absmax"] for l in layers], [l["v_absmax"] for l in layers]
+
+
+def rel_diffs(got, ref):
+    return sorted(abs(g - w) / max(abs(w), 1e-30)
+                  for gl, wl in zip(got, ref) for g, w in zip(gl, wl))
+
+
+def compare(name, kvcal, model_dir, samples, rtol, torch, tf):
+    with tempfile.TemporaryDirectory() as work:
+        kk, kv = kvcal_absmax(kvcal, model_dir, samples, work)
+    bk, bv = hf_absmax(model_dir, samples, torch.bfloat16, torch, tf)
+    fk, fv = hf_absmax(model_dir, samples, torch.float32, torch, tf)
+    row = {"model": name, "tokens": len(samples) * len(samples[0])}
+    for label, (gk, gv, rk, rv) in (("kvcal-vs-hf-bf16", (kk, kv, bk, bv)),
+                                    ("kvcal-vs-fp32", (kk, kv, fk, fv)),
+                                    ("hf-bf16-vs-fp32", (bk, bv, fk, fv))):
+        for which, got, ref in (("K", gk, rk), ("V", gv, rv)):
+            d = rel_diffs(got, ref)
+            row["%s %s worst" % (label, which)] = d[-1]
+            row["%s %s median" % (label, which)] = d[len(d) // 2]
+    worst = max(row["kvcal-vs-hf-bf16 K worst"], row["kvcal-vs-hf-bf16 V worst"])
+    print("%-34s %6d tokens | kvcal vs hf-bf16 worst K %.2e V %.2e (median %.1e / %.1e) | "
+          "vs fp32 worst: kvcal K %.2e V %.2e, hf-bf16 K %.2e V %.2e | %s"
+          % (name, row["tokens"], row["kvcal-vs-hf-bf16 K worst"],
+             row["kvcal-vs-hf-bf16 V worst"], row["kvcal-vs-hf-bf16 K median"],
+             row["kvcal-vs-hf-bf16 V median"], row["kvcal-vs-fp32 K worst"],
+             row["kvcal-vs-fp32 V worst"], row["hf-bf16-vs-fp32 K worst"],
+             row["hf-bf16-vs-fp32 V worst"], "ok" if worst <= rtol else "OUTSIDE %.0e" % rtol),
+          flush=True)
+    return row, worst <= rtol
+
+
+def golden_models():
+    for path in sorted(glob.glob(os.path.join(HERE, "fixtures", "golden", "*.json"))):
+        fx = json.load(open(path))
+        model_dir = os.path.join(HERE, "..", fx["model"])
+        if os.path.exists(os.path.join(model_dir, "config.json")):
+            cfg = json.load(open(os.path.join(model_dir, "config.json")))
+            rng = random.Random(fx["name"])
+            samples = [[rng.randrange(cfg["vocab_size"]) for _ in range(61)] for _ in range(4)]
+            yield fx["name"], model_dir, samples
+
+
+def smollm2_model(gguf_path, work, corpus, seq_len, n):
+    sys.path.insert(0, HERE)
+    from smollm2_to_hf import gguf_to_hf
+    from tokenizers import Tokenizer
+    hf_dir = os.path.join(work, "hf")
+    gguf_to_hf(gguf_path, hf_dir)
+    tk = Tokenizer.from_file(os.path.join(hf_dir, "tokenizer.json"))
+    with open(corpus, encoding="utf-8") as fp:
+        ids = tk.encode(fp.read(400000)).ids
+    samples = [ids[i * seq_len:(i + 1) * seq_len] for i in range(n)]
+    if len(samples[-1]) != seq_len:
+        raise RuntimeError("%s is too short for %d x %d tokens" % (corpus, n, seq_len))
+    return "SmolLM2-135M-Instruct", hf_dir, samples
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kvcal", default="build/kvcal")
+    ap.add_argument("--golden", action="store_true", help="every golden fixture")
+    ap.add_argument("--model", action="append", default=[], help="HF checkpoint directory")
+    ap.add_argument("--gguf", help="SmolLM2 GGUF file")
+    ap.add_argument("--work", default="build/smollm2", help="where the GGUF is converted")
+    ap.add_argument("--corpus", default="../shared/corpora/wikitext2_raw_test_hfjoin.txt")
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--rtol", type=float, default=2e-2)
+    ap.add_argument("--json", help="write the rows to this file")
+    args = ap.parse_args()
+
+    import torch
+    import transformers as tf
+    tf.utils.logging.set_verbosity_error()
+    tf.utils.logging.disable_progress_bar()
+    if not torch.cuda.is_available():
+        print("gpu_vs_transformers: SKIPPED: no CUDA device")
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    models = list(golden_models()) if args.golden else []
+    models += [(os.path.basename(os.path.normpath(d)), d,
+                [[random.Random(i).randrange(1000) for _ in range(args.seq_len)]
+                 for i in range(args.samples)]) for d in args.model]
+    if args.gguf:
+        models.append(smollm2_model(args.gguf, args.work, args.corpus, args.seq_len,
+                                    args.samples))
+    rows, ok = [], True
+    for name, model_dir, samples in models:
+        row, good = compare(name, args.kvcal, model_dir, samples, args.rtol, torch, tf)
+        rows.append(row)
+        ok = ok and good
+    if args.json:
+        with open(args.json, "w") as fp:
+            json.dump(rows, fp, indent=1)
+    print("gpu_vs_transformers: %s (%d models, limit %.0e)"
+          % ("PASSED" if ok else "FAILED", len(rows), args.rtol))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (RuntimeError, OSError) as e:
+        print("gpu_vs_transformers: error: %s" % e)
+        sys.exit(2)
