@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# On a GPU host, from an existing CUDA build: runs the CUDA and calibrate
-# test suites, kvcal calibrate --device cpu against --device cuda on the
-# bundled model, the op benchmark, the comparison with torch SDPA, calibration
-# of a Llama-3-8B-shaped model against transformers (bench/calibrate_llama8b.py)
-# and the CUDA suite under compute-sanitizer (memcheck, racecheck, synccheck);
-# writes each log into OUTDIR and prints a summary table last.
+# On a GPU host, from an existing CUDA build: runs every test suite, kvcal
+# calibrate --device cpu against --device cuda on the bundled model, the op
+# benchmark, the comparison with torch SDPA, calibration of a
+# Llama-3-8B-shaped model against transformers (bench/calibrate_llama8b.py),
+# per-head K/V absmax against transformers bf16 (tests/gpu_vs_transformers.py:
+# the golden fixtures, and SmolLM2-135M from the GGUF file named by
+# $KVCAL_GGUF) and the suites under compute-sanitizer (memcheck, racecheck,
+# synccheck); writes each log into OUTDIR and prints a summary table last.
 #
 # usage: bench/run_gpu_cuda.sh OUTDIR [BUILD]     (BUILD defaults to build)
 # Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder).
@@ -40,7 +42,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 
-timeout 180 "$build/kvcal_tests" cuda_ops cuda_gemm_tuning calibrate > "$out/tests.log" 2>&1
+timeout 300 "$build/kvcal_tests" > "$out/tests.log" 2>&1
 t_rc=$?
 tail -n 4 "$out/tests.log"
 
@@ -84,17 +86,28 @@ if [ -z "${KVCAL_SKIP_8B:-}" ]; then
     rm -rf "$work"
 fi
 
-# compute-sanitizer over the CUDA suites: memcheck, racecheck (kvcal's kernels:
-# cuda_ops only, see tests/test_cuda_ops.c) and synccheck
+# per-head K/V absmax against transformers in bf16 on this GPU: every golden
+# fixture, and SmolLM2-135M when its GGUF file is given in $KVCAL_GGUF
+g_rc=0
+gguf_args=()
+[ -n "${KVCAL_GGUF:-}" ] && gguf_args=(--gguf "$KVCAL_GGUF" --work "$(mktemp -d)")
+PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
+    --golden "${gguf_args[@]}" --json "$out/vs_transformers.json" > "$out/vs_transformers.txt" 2>&1
+g_rc=$?
+
+# compute-sanitizer: memcheck and synccheck over every suite; racecheck over
+# the suites of kvcal's own kernels ($KVCAL_RACECHECK_SUITES): cuBLAS's
+# Hopper GEMMs synchronize through mbarriers that racecheck does not model
+# and show false hazards (bench/NOTES.md)
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 : > "$out/sanitizer.log"
 san_rc=()
 tools=("memcheck --leak-check full" "racecheck --racecheck-report all" "synccheck")
 [ -n "${KVCAL_SKIP_SANITIZER:-}" ] && tools=() && san_rc=(skipped skipped skipped)
 for tool in "${tools[@]}"; do
-    suites="cuda_ops cuda_gemm_tuning"
-    [ "${tool%% *}" = racecheck ] && suites=cuda_ops
-    timeout 90 "$san" --tool $tool --error-exitcode 9 "$build/kvcal_tests" $suites \
+    suites=""
+    [ "${tool%% *}" = racecheck ] && suites=${KVCAL_RACECHECK_SUITES:-"cuda_ops kvquant_cuda"}
+    timeout 240 "$san" --tool $tool --error-exitcode 9 "$build/kvcal_tests" $suites \
         >> "$out/sanitizer.log" 2>&1
     san_rc+=($?)
 done
@@ -102,7 +115,7 @@ grep -h 'SUMMARY' "$out/sanitizer.log"
 
 echo
 echo "=== summary ==="
-printf '%-34s %s\n' "tests (cuda_ops, calibrate)" "$(status $t_rc): $(grep '^tests:' "$out/tests.log")"
+printf '%-34s %s\n' "tests (every suite)" "$(status $t_rc): $(grep '^tests:' "$out/tests.log")"
 grep -h 'worst rel' "$out/tests.log" | sed 's/^ *//'
 printf '%-34s %s\n' "calibrate cpu vs cuda" "$(status $e_rc)"
 cat "$out/e2e.txt"
@@ -113,6 +126,8 @@ for i in 0 1 2; do
     printf '%-34s %s\n' "compute-sanitizer ${name[$i]}" "$rc"
 done
 grep -h 'SUMMARY' "$out/sanitizer.log"
+printf '%-34s %s\n' "K/V absmax vs transformers bf16" "$(status $g_rc)"
+cat "$out/vs_transformers.txt"
 printf '%-34s %s\n' "bench/runner_ops" "$(status $b_rc)"
 cat "$out/bench.txt"
 if [ -z "${KVCAL_SKIP_SDPA:-}" ]; then
@@ -123,6 +138,6 @@ if [ -z "${KVCAL_SKIP_8B:-}" ]; then
     printf '%-34s %s\n' "calibrate, Llama-3-8B shapes" "$(status $l_rc)"
     grep -v 'Warning\|warn(\|it/s\]' "$out/llama8b.txt" | tail -n 24
 fi
-[ $t_rc -eq 0 ] && [ $e_rc -eq 0 ] && [[ "${san_rc[*]}" =~ ^(0 0 0|skipped skipped skipped)$ ]] &&
+[ $t_rc -eq 0 ] && [ $e_rc -eq 0 ] && [ $g_rc -eq 0 ] && [[ "${san_rc[*]}" =~ ^(0 0 0|skipped skipped skipped)$ ]] &&
     [ $b_rc -eq 0 ] &&
     [ $p_rc -eq 0 ] && [ $l_rc -eq 0 ]
