@@ -74,6 +74,15 @@ if [ -z "${KVCAL_SKIP_SDPA:-}" ]; then
     p_rc=$?
 fi
 
+# per-head K/V absmax against transformers in bf16 on this GPU: every golden
+# fixture, and SmolLM2-135M when its GGUF file is given in $KVCAL_GGUF
+g_rc=0
+gguf_args=()
+[ -n "${KVCAL_GGUF:-}" ] && gguf_args=(--gguf "$KVCAL_GGUF" --work "$(mktemp -d)")
+PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
+    --golden "${gguf_args[@]}" --json "$out/vs_transformers.json" > "$out/vs_transformers.txt" 2>&1
+g_rc=$?
+
 # end to end at Llama-3-8B shapes against transformers (KVCAL_SKIP_8B=1 skips it)
 l_rc=0
 if [ -z "${KVCAL_SKIP_8B:-}" ]; then
@@ -85,15 +94,6 @@ if [ -z "${KVCAL_SKIP_8B:-}" ]; then
     l_rc=$?
     rm -rf "$work"
 fi
-
-# per-head K/V absmax against transformers in bf16 on this GPU: every golden
-# fixture, and SmolLM2-135M when its GGUF file is given in $KVCAL_GGUF
-g_rc=0
-gguf_args=()
-[ -n "${KVCAL_GGUF:-}" ] && gguf_args=(--gguf "$KVCAL_GGUF" --work "$(mktemp -d)")
-PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
-    --golden "${gguf_args[@]}" --json "$out/vs_transformers.json" > "$out/vs_transformers.txt" 2>&1
-g_rc=$?
 
 # compute-sanitizer: memcheck and synccheck over every suite; racecheck over
 # the suites of kvcal's own kernels ($KVCAL_RACECHECK_SUITES): cuBLAS's
