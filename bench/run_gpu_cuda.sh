@@ -9,7 +9,8 @@
 # synccheck); writes each log into OUTDIR and prints a summary table last.
 #
 # usage: bench/run_gpu_cuda.sh OUTDIR [BUILD]     (BUILD defaults to build)
-# Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder).
+# Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder);
+# $KVCAL_SUITES names the test suites to run (default: every suite).
 # KVCAL_SKIP_8B=1, KVCAL_SKIP_SDPA=1 and KVCAL_SKIP_SANITIZER=1 leave out the
 # Llama-3-8B run, the torch SDPA comparison and compute-sanitizer;
 # KVCAL_DEADLINE (seconds since the epoch) ends the Llama-3-8B run 10 s
@@ -42,7 +43,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 
-timeout 300 "$build/kvcal_tests" > "$out/tests.log" 2>&1
+timeout 300 "$build/kvcal_tests" ${KVCAL_SUITES:-} > "$out/tests.log" 2>&1
 t_rc=$?
 tail -n 4 "$out/tests.log"
 
