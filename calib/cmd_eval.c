@@ -1,10 +1,11 @@
 /* calib/cmd_eval.c: `kvcal eval`: what an FP8 KV cache costs in accuracy.
  * Runs the model over held-out samples once per mode, with K and V
  * quantized to e4m3 and dequantized before attention exactly as an engine
- * with an FP8 cache computes (through the library's CPU reference of the
- * online quantization), and reports perplexity against the unquantized
- * baseline plus, per layer, the SQNR of K and V, the fraction of clipped
- * values and the relative error of the attention output. */
+ * with an FP8 cache computes (through the library's online quantization: the
+ * CPU reference on the fp32 CPU runner, the CUDA kernels on the bf16 CUDA
+ * runner), and reports perplexity against the unquantized baseline plus,
+ * per layer, the SQNR of K and V, the fraction of clipped values and the
+ * relative error of the attention output. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <limits.h>
@@ -19,9 +20,11 @@
 #include "calib/command.h"
 #include "calib/model.h"
 #include "calib/runner.h"
+#include "calib/runner_cuda.h"
 #include "core/scales.h"
 #include "core/status.h"
 #include "io/dataset.h"
+#include "kernels/cpu/eval_ref.h"
 #include "kernels/cpu/ops.h"
 #include "kvcal.h"
 
@@ -37,7 +40,7 @@ enum {
 static const char *const mode_names[NUM_MODES] = {
     "baseline", "static-tensor", "static-head", "unit", "dynamic", "first-batch"};
 static const char *const mode_help[NUM_MODES] = {
-    "fp32 K/V, no quantization",
+    "K/V unquantized (fp32 on cpu, bf16 on cuda)",
     "one K and one V scale per layer from --scales (max over heads)",
     "per-head K and V scales from --scales",
     "every scale 1.0: what engines do when the scales file is missing",
@@ -48,6 +51,7 @@ typedef struct {
     kvcal_cmd_run_options run;
     const char *scales;
     int modes[NUM_MODES]; /* 1 = run */
+    int cuda;             /* --device cuda */
 } options;
 
 static void usage(FILE *f)
@@ -56,7 +60,8 @@ static void usage(FILE *f)
             "usage: kvcal eval --model DIR|FILE --dataset FILE [options]\n\n"
             "Runs the model over held-out samples with the KV cache simulated in FP8\n"
             "e4m3 (K and V quantized, then dequantized before attention) under each\n"
-            "mode, and reports perplexity against the fp32 baseline and, per layer,\n"
+            "mode, and reports perplexity against the unquantized baseline (fp32 on\n"
+            "cpu, bf16 on cuda) and, per layer,\n"
             "the SQNR of K and V, the fraction of clipped values and the relative\n"
             "error of the attention output.\n\n"
             "  --model DIR|FILE     Hugging Face checkpoint directory or llama2.c .bin\n"
@@ -169,15 +174,8 @@ static int parse_options(int argc, char **argv, options *o)
             o->modes[m] = 1;
         o->modes[MODE_STATIC_TENSOR] = o->modes[MODE_STATIC_HEAD] = o->scales != NULL;
     }
-    if (!strcmp(o->run.device, "cuda")) {
-        fprintf(stderr, "kvcal eval: --device cuda: %s; use --device cpu\n",
-                kvcal_cuda_device_count() > 0
-                    ? "the CUDA runner stops after the last layer's K/V (no logits, no "
-                      "K/V hook), so eval runs on the CPU runner in this version"
-                    : "no CUDA device (or kvcal was built without CUDA)");
-        return -1;
-    }
-    if (strcmp(o->run.device, "cpu")) {
+    o->cuda = !strcmp(o->run.device, "cuda");
+    if (!o->cuda && strcmp(o->run.device, "cpu")) {
         fprintf(stderr, "kvcal eval: --device '%s': expected cpu or cuda\n",
                 o->run.device);
         return -1;
@@ -187,12 +185,9 @@ static int parse_options(int argc, char **argv, options *o)
 
 // --- one mode: the K/V hook --------------------------------------------------
 
-/* Per layer sums over every batch of a mode. */
-typedef struct {
-    double x2[2], e2[2];        /* sum x^2 and sum (x - q(x))^2, K and V */
-    long long clipped[2], n[2]; /* saturated (|x| / scale > 464), values seen */
-    double att2, att_e2;        /* sum |att|^2, sum |att_q - att|^2 */
-} layer_sums;
+/* Per layer sums over every batch of a mode: kvcal_eval_layer_sums
+ * (calib/runner_cuda.h), the same on both devices. */
+typedef kvcal_eval_layer_sums layer_sums;
 
 typedef struct {
     int mode;
@@ -209,31 +204,29 @@ typedef struct {
     float *ks, *vs;     /* (kv_heads) static scales of a layer */
 } mode_ctx;
 
+/* The per-head scales (kv_heads each) a static mode (static-tensor,
+ * static-head, unit) uses in `layer`. */
+static void static_scales(int mode, const kvcal_scales_t *scales, int layer, int H,
+                          float *ks, float *vs)
+{
+    float k = 1.0f, v = 1.0f;
+    if (mode == MODE_STATIC_TENSOR)
+        kvcal_scales_get_tensor(scales, layer, &k, &v);
+    for (int h = 0; h < H; h++) {
+        ks[h] = k, vs[h] = v;
+        if (mode == MODE_STATIC_HEAD)
+            kvcal_scales_get_head(scales, layer, h, &ks[h], &vs[h]);
+    }
+}
+
 static kvcal_status quantize_mode(mode_ctx *c, int layer, const kvcal_kv_batch *b,
                                   const kvcal_kv_cache *cache)
 {
-    int H = c->d->num_kv_heads;
-    switch (c->mode) {
-    case MODE_DYNAMIC:
+    if (c->mode == MODE_DYNAMIC)
         return kvcal_kv_quantize_dynamic_ref(b, cache);
-    case MODE_FIRST_BATCH:
+    if (c->mode == MODE_FIRST_BATCH)
         return kvcal_kv_scaler_quantize_ref(c->scalers[layer], b, cache);
-    case MODE_UNIT:
-        for (int h = 0; h < H; h++)
-            c->ks[h] = c->vs[h] = 1.0f;
-        break;
-    case MODE_STATIC_TENSOR: {
-        float k, v;
-        kvcal_scales_get_tensor(c->scales, layer, &k, &v);
-        for (int h = 0; h < H; h++)
-            c->ks[h] = k, c->vs[h] = v;
-        break;
-    }
-    default:
-        for (int h = 0; h < H; h++)
-            kvcal_scales_get_head(c->scales, layer, h, &c->ks[h], &c->vs[h]);
-        break;
-    }
+    static_scales(c->mode, c->scales, layer, c->d->num_kv_heads, c->ks, c->vs);
     return kvcal_kv_quantize_static_ref(b, cache, KVCAL_GRANULARITY_HEAD, c->ks, c->vs);
 }
 
@@ -258,17 +251,10 @@ static kvcal_status eval_hook(void *p, const kvcal_runner_kv *kv, const float *q
     if (st)
         return kvcal_fail_context(st, "layer %d: ", kv->layer);
     layer_sums *s = &c->sums[kv->layer];
-    for (int which = 0; which < 2; which++) {
-        const float *x = which ? c->v0 : c->k0, *y = which ? v : k;
-        const float *sc = which ? c->cvs : c->cks;
-        for (int64_t i = 0; i < rows * row; i++) {
-            double e = (double)y[i] - x[i];
-            s->x2[which] += (double)x[i] * x[i];
-            s->e2[which] += e * e;
-            s->clipped[which] += fabsf(x[i]) * (1.0f / sc[i / D]) > 464.0f;
-        }
-        s->n[which] += rows * row;
-    }
+    kvcal_error_sums_ref(&s->kv[KVCAL_K], c->k0, row, k, row, c->cks, D, NULL, rows,
+                         (int)row);
+    kvcal_error_sums_ref(&s->kv[KVCAL_V], c->v0, row, v, row, c->cvs, D, NULL, rows,
+                         (int)row);
     float scale = 1.0f / sqrtf((float)D);
     for (int bi = 0; bi < kv->batch; bi++) {
         int64_t s0 = kv->start[bi];
@@ -278,11 +264,8 @@ static kvcal_status eval_hook(void *p, const kvcal_runner_kv *kv, const float *q
                             scale);
         kvcal_attention_ref(c->att_q, qb, k + s0 * row, v + s0 * row, len, Hq, H, D,
                             scale);
-        for (int64_t i = 0; i < (int64_t)len * Hq * D; i++) {
-            double e = (double)c->att_q[i] - c->att[i];
-            s->att2 += (double)c->att[i] * c->att[i];
-            s->att_e2 += e * e;
-        }
+        kvcal_error_sums_ref(&s->att, c->att, (int64_t)Hq * D, c->att_q, (int64_t)Hq * D,
+                             NULL, 0, NULL, len, Hq * D);
     }
     return KVCAL_OK;
 }
@@ -346,27 +329,22 @@ static kvcal_status mode_ctx_init(mode_ctx *c, int mode, const kvcal_model_desc 
 
 // --- perplexity ----------------------------------------------------------------
 
-/* Adds the next-token negative log-likelihoods of one batch. */
+/* Adds the next-token negative log-likelihoods of one batch of packed
+ * logits rows; target and row_nll are scratch of one entry per row. */
 static void add_nll(const float *logits, int vocab, const int32_t *ids,
-                    const int32_t *lengths, int batch, int seq_len, double *nll,
-                    long long *count)
+                    const int32_t *lengths, int batch, int seq_len, int32_t *target,
+                    float *row_nll, double *nll, long long *count)
 {
-    int64_t row = 0;
-    for (int b = 0; b < batch; b++) {
-        const int32_t *sample = ids + (int64_t)b * seq_len;
-        for (int t = 0; t < lengths[b]; t++, row++) {
-            if (t + 1 >= lengths[b])
-                continue;
-            const float *z = logits + row * vocab;
-            double m = z[0], sum = 0.0;
-            for (int i = 1; i < vocab; i++)
-                m = z[i] > m ? z[i] : m;
-            for (int i = 0; i < vocab; i++)
-                sum += exp((double)z[i] - m);
-            *nll += m + log(sum) - z[sample[t + 1]];
+    int64_t rows = 0;
+    for (int b = 0; b < batch; b++)
+        for (int t = 0; t < lengths[b]; t++)
+            target[rows++] = t + 1 < lengths[b] ? ids[(int64_t)b * seq_len + t + 1] : -1;
+    kvcal_token_nll_ref(row_nll, logits, target, rows, vocab);
+    for (int64_t i = 0; i < rows; i++)
+        if (target[i] >= 0) {
+            *nll += row_nll[i];
             (*count)++;
         }
-    }
 }
 
 typedef struct {
@@ -375,81 +353,162 @@ typedef struct {
     layer_sums *sums; /* owned; NULL for the baseline */
 } mode_result;
 
-/* Runs every sample once under `mode`; fills r. */
-static kvcal_status run_mode(kvcal_model_t *model, const kvcal_samples *s,
-                             const options *o, const kvcal_scales_t *scales, int mode,
-                             mode_result *r)
+/* The runner of either device, made once for every mode. */
+typedef struct {
+    kvcal_model_t *model;
+    kvcal_runner_t *cpu;
+    kvcal_cuda_runner_t *cuda;
+} runners;
+
+/* Runs every sample once under `mode` on the fp32 CPU runner; fills r. */
+static kvcal_status run_mode_cpu(const runners *rn, const kvcal_samples *s,
+                                 const options *o, const kvcal_scales_t *scales, int mode,
+                                 mode_result *r, double *nll, long long *count)
 {
-    const kvcal_model_desc *d = kvcal_model_describe(model);
+    const kvcal_model_desc *d = kvcal_model_describe(rn->model);
     int64_t max_rows = (int64_t)o->run.batch * s->seq_len;
-    kvcal_runner_t *runner = NULL;
     mode_ctx c;
-    float *logits = NULL;
+    float *logits = NULL, *row_nll = NULL;
+    int32_t *target = NULL;
     int64_t *names = malloc(sizeof(int64_t) * (size_t)o->run.batch);
     kvcal_status st = mode_ctx_init(&c, mode, d, scales, max_rows, s->seq_len);
-    if (!st && !names)
+    row_nll = malloc(sizeof(float) * (size_t)max_rows);
+    target = malloc(sizeof(int32_t) * (size_t)max_rows);
+    if (!st && (!names || !row_nll || !target))
         st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
     if (!st &&
         !(logits = malloc(sizeof(float) * (size_t)max_rows * (size_t)d->vocab_size)))
         st = kvcal_fail(KVCAL_ERR_NOMEM,
                         "eval: cannot allocate %.0f MB of logits; use a smaller --batch",
                         (double)max_rows * d->vocab_size * 4 / 1048576.0);
-    if (!st)
-        st = kvcal_runner_create(model, max_rows, &runner);
     kvcal_runner_outputs out = {NULL, &c, NULL, logits,
                                 mode == MODE_BASELINE ? NULL : eval_hook};
-    double nll = 0.0, t0 = kvcal_cmd_now_s();
-    long long count = 0;
+    double t0 = kvcal_cmd_now_s();
     int show = !o->run.quiet && isatty(STDERR_FILENO);
     for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->run.batch) {
         int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
         for (int i = 0; i < n; i++)
             names[i] = b0 + i;
         const int32_t *ids = s->ids + (int64_t)b0 * s->seq_len;
-        st = kvcal_runner_forward(runner, ids, s->lengths + b0, n, s->seq_len, names,
+        st = kvcal_runner_forward(rn->cpu, ids, s->lengths + b0, n, s->seq_len, names,
                                   &out);
         if (!st)
-            add_nll(logits, d->vocab_size, ids, s->lengths + b0, n, s->seq_len, &nll,
-                    &count);
+            add_nll(logits, d->vocab_size, ids, s->lengths + b0, n, s->seq_len, target,
+                    row_nll, nll, count);
         if (show)
             fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
                     b0 + n, s->num_samples, kvcal_cmd_now_s() - t0);
     }
     if (show)
         fprintf(stderr, "\n");
+    if (!st && mode != MODE_BASELINE) {
+        r->sums = c.sums;
+        c.sums = NULL;
+    }
+    mode_ctx_free(&c);
+    free(logits);
+    free(row_nll);
+    free(target);
+    free(names);
+    return st;
+}
+
+/* Runs every sample once under `mode` on the bf16 CUDA runner, the K/V
+ * round trip and the error sums on the device; fills r. */
+static kvcal_status run_mode_cuda(const runners *rn, const kvcal_samples *s,
+                                  const options *o, const kvcal_scales_t *scales,
+                                  int mode, mode_result *r, double *nll, long long *count)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(rn->model);
+    const int L = d->num_layers, H = d->num_kv_heads;
+    kvcal_cuda_kv_sim sim = mode == MODE_BASELINE      ? KVCAL_CUDA_KV_EXACT
+                            : mode == MODE_DYNAMIC     ? KVCAL_CUDA_KV_DYNAMIC
+                            : mode == MODE_FIRST_BATCH ? KVCAL_CUDA_KV_FIRST_BATCH
+                                                       : KVCAL_CUDA_KV_STATIC;
+    kvcal_cuda_eval_t *ev = NULL;
+    float *ks = NULL, *vs = NULL;
+    int64_t *names = malloc(sizeof(int64_t) * (size_t)o->run.batch);
+    kvcal_status st = KVCAL_OK;
+    if (!names || !(r->sums = calloc((size_t)L, sizeof *r->sums))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+        goto done;
+    }
+    if (sim == KVCAL_CUDA_KV_STATIC) {
+        ks = malloc(sizeof(float) * (size_t)L * (size_t)H * 2);
+        if (!ks) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+            goto done;
+        }
+        vs = ks + (size_t)L * H;
+        for (int l = 0; l < L; l++)
+            static_scales(mode, scales, l, H, ks + (size_t)l * H, vs + (size_t)l * H);
+    }
+    if ((st = kvcal_cuda_eval_create(rn->cuda, rn->model, sim, ks, vs, &ev)))
+        goto done;
+    double t0 = kvcal_cmd_now_s();
+    int show = !o->run.quiet && isatty(STDERR_FILENO);
+    for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->run.batch) {
+        int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
+        for (int i = 0; i < n; i++)
+            names[i] = b0 + i;
+        st = kvcal_cuda_eval_forward(ev, s->ids + (int64_t)b0 * s->seq_len,
+                                     s->lengths + b0, n, s->seq_len, names, nll, count);
+        if (show)
+            fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
+                    b0 + n, s->num_samples, kvcal_cmd_now_s() - t0);
+    }
+    if (show)
+        fprintf(stderr, "\n");
+    if (!st)
+        st = kvcal_cuda_eval_collect(ev, r->sums);
+done:
+    if (st || mode == MODE_BASELINE) {
+        free(r->sums);
+        r->sums = NULL;
+    }
+    kvcal_cuda_eval_destroy(ev);
+    free(ks);
+    free(names);
+    return st;
+}
+
+/* Runs every sample once under `mode` on the chosen device; fills r. */
+static kvcal_status run_mode(const runners *rn, const kvcal_samples *s, const options *o,
+                             const kvcal_scales_t *scales, int mode, mode_result *r)
+{
+    double nll = 0.0;
+    long long count = 0;
+    kvcal_status st = o->cuda ? run_mode_cuda(rn, s, o, scales, mode, r, &nll, &count)
+                              : run_mode_cpu(rn, s, o, scales, mode, r, &nll, &count);
     if (!st && count == 0)
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
-    if (!st) {
-        r->mode = mode;
-        r->ppl = exp(nll / (double)count);
-        if (mode != MODE_BASELINE) {
-            r->sums = c.sums;
-            c.sums = NULL;
-        }
+    if (st) {
+        free(r->sums);
+        r->sums = NULL;
+        return st;
     }
-    kvcal_runner_destroy(runner);
-    mode_ctx_free(&c);
-    free(logits);
-    free(names);
-    return st;
+    r->mode = mode;
+    r->ppl = exp(nll / (double)count);
+    return KVCAL_OK;
 }
 
 // --- report ------------------------------------------------------------------
 
 static double sqnr_db(const layer_sums *s, int which)
 {
-    return 10.0 * log10(s->x2[which] / s->e2[which]);
+    return 10.0 * log10(s->kv[which].x2 / s->kv[which].e2);
 }
 
 static double clip_frac(const layer_sums *s, int which)
 {
-    return s->n[which] ? (double)s->clipped[which] / (double)s->n[which] : 0.0;
+    const kvcal_error_sums *e = &s->kv[which];
+    return e->n ? (double)e->clipped / (double)e->n : 0.0;
 }
 
 static double att_err(const layer_sums *s)
 {
-    return s->att2 > 0 ? sqrt(s->att_e2 / s->att2) : 0.0;
+    return s->att.x2 > 0 ? sqrt(s->att.e2 / s->att.x2) : 0.0;
 }
 
 /* Summary of a mode over layers: min SQNR, max clipped fraction and error. */
@@ -470,9 +529,10 @@ static void mode_summary(const mode_result *r, int layers, double *k_sqnr, doubl
 static void print_table(const mode_result *res, int nres, const kvcal_model_desc *d,
                         const kvcal_samples *s, const options *o)
 {
-    printf("evaluated %s (%d layers, %d kv heads x %d) on %d samples, %lld tokens of "
-           "%s%s%s\n",
-           d->architecture, d->num_layers, d->num_kv_heads, d->head_dim, s->num_samples,
+    printf("evaluated %s (%d layers, %d kv heads x %d) on %s (%s baseline), %d "
+           "samples, %lld tokens of %s%s%s\n",
+           d->architecture, d->num_layers, d->num_kv_heads, d->head_dim,
+           o->cuda ? "cuda" : "cpu", o->cuda ? "bf16" : "fp32", s->num_samples,
            s->num_tokens, o->run.dataset, o->scales ? "; scales " : "",
            o->scales ? o->scales : "");
     double base = res[0].ppl;
@@ -519,6 +579,8 @@ static void print_json(const mode_result *res, int nres, const kvcal_model_desc 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "architecture", d->architecture);
     cJSON_AddStringToObject(root, "dataset", o->run.dataset);
+    cJSON_AddStringToObject(root, "device", o->cuda ? "cuda" : "cpu");
+    cJSON_AddStringToObject(root, "baseline_dtype", o->cuda ? "bf16" : "fp32");
     if (o->scales)
         cJSON_AddStringToObject(root, "scales", o->scales);
     cJSON_AddNumberToObject(root, "num_samples", s->num_samples);
@@ -581,6 +643,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         return KVCAL_EXIT_USAGE;
     kvcal_model_t *model = NULL;
     kvcal_samples *samples = NULL;
+    runners rn = {NULL, NULL, NULL};
     kvcal_scales_t *scales = NULL;
     mode_result res[NUM_MODES];
     int nres = 0;
@@ -615,12 +678,18 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     if ((st = kvcal_cmd_load_samples("eval", o.run.model, d->vocab_size, o.run.tokenizer,
                                      o.run.dataset, &dopt, &samples)))
         goto fail;
+    rn.model = model;
+    st = o.cuda ? kvcal_cuda_runner_create(model, o.run.batch, samples->seq_len, &rn.cuda)
+                : kvcal_runner_create(model, (int64_t)o.run.batch * samples->seq_len,
+                                      &rn.cpu);
+    if (st)
+        goto fail;
     /* the baseline first: every change is measured against it */
     o.modes[MODE_BASELINE] = 1;
     for (int m = 0; m < NUM_MODES; m++) {
         if (!o.modes[m])
             continue;
-        if ((st = run_mode(model, samples, &o, scales, m, &res[nres])))
+        if ((st = run_mode(&rn, samples, &o, scales, m, &res[nres])))
             goto fail;
         nres++;
     }
@@ -642,6 +711,8 @@ fail:
 done:
     for (int i = 0; i < NUM_MODES; i++)
         free(res[i].sums);
+    kvcal_runner_destroy(rn.cpu);
+    kvcal_cuda_runner_destroy(rn.cuda);
     kvcal_scales_destroy(scales);
     kvcal_samples_destroy(samples);
     kvcal_model_close(model);

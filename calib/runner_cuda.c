@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "calib/runner.h"
+#include "kernels/cuda/eval.h"
 #include "kernels/cuda/ops.h"
 
 #define ALIGN 256u
@@ -220,10 +221,82 @@ fail:
     return st;
 }
 
+/* An evaluation's device state (see kvcal_cuda_eval_create). */
+struct kvcal_cuda_eval {
+    kvcal_cuda_runner_t *r;
+    kvcal_cuda_kv_sim sim;
+    int chunk;                   /* logits rows per lm_head GEMM */
+    void *slab;                  /* every device buffer below */
+    kvcal_bf16 *final_norm;      /* (D) */
+    const kvcal_bf16 *lm_head;   /* (V, D): own copy or the tied r->embed */
+    kvcal_bf16 *logits;          /* (chunk, V) */
+    kvcal_bf16 *att0;            /* (N, H * hd) attention on the exact K/V */
+    uint8_t *cache[2];           /* (N, HKV, hd) e4m3, one block per token */
+    float *cache_scale[2];       /* (N, HKV) scale used per (token, head) */
+    float *deq[2];               /* (N, HKV, hd) dequantized */
+    float *scales[2];            /* (L, HKV) static scales */
+    int64_t *slots;              /* (N) row index, -1 for padding */
+    int32_t *target;             /* (N) next token id, -1 where none */
+    float *nll;                  /* (N) */
+    kvcal_eval_layer_sums *sums; /* (L) */
+    kvcal_kv_scaler_t **scalers; /* (L) host array of device scalers */
+    int64_t *host_slots;         /* pinned (N); target and nll follow */
+    int32_t *host_target;        /* pinned (N) */
+    float *host_nll;             /* pinned (N) */
+};
+
+/* Causal attention of the fused QKV buffer into out (N, H * hd). */
+static kvcal_status attend(kvcal_cuda_runner_t *r, kvcal_bf16 *out, int batch,
+                           int seq_len)
+{
+    const int q_cols = r->H * r->hd;
+    return kvcal_attention_launch(
+        out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd, r->qkv_n,
+        batch, seq_len, r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd), r->stream);
+}
+
+/* The simulated FP8 cache of layer l: attention on the exact K/V into
+ * e->att0, then K and V quantized to e4m3 and dequantized, their error
+ * folded into the layer's sums, and the round trip written over K and V in
+ * the QKV buffer (what the layer's attention then reads). */
+static kvcal_status simulate_fp8_kv(kvcal_cuda_runner_t *r, kvcal_cuda_eval_t *e, int l,
+                                    int batch, int seq_len)
+{
+    kvcal_status st = KVCAL_OK;
+    const int n = batch * seq_len, kv_cols = r->HKV * r->hd;
+    kvcal_bf16 *kv[2] = {r->qkv + r->H * r->hd, r->qkv + r->H * r->hd + kv_cols};
+    TRY(attend(r, e->att0, batch, seq_len));
+    const kvcal_kv_batch b = {kv[0],    kv[1], KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd,
+                              r->qkv_n, r->hd, e->slots};
+    const kvcal_kv_cache c = {
+        e->cache[0], e->cache[1], e->cache_scale[0], e->cache_scale[1], n, 1, r->HKV,
+        r->hd,       0,           KVCAL_CACHE_NHD};
+    if (e->sim == KVCAL_CUDA_KV_STATIC)
+        TRY(kvcal_kv_quantize_static_launch(
+            &b, &c, KVCAL_GRANULARITY_HEAD, e->scales[0] + (size_t)l * r->HKV,
+            e->scales[1] + (size_t)l * r->HKV, r->stream));
+    else if (e->sim == KVCAL_CUDA_KV_DYNAMIC)
+        TRY(kvcal_kv_quantize_dynamic_launch(&b, &c, r->stream));
+    else
+        TRY(kvcal_kv_scaler_quantize_launch(e->scalers[l], &b, &c, r->stream));
+    TRY(kvcal_kv_dequantize_launch(&b, &c, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
+                                   e->deq[0], e->deq[1], KVCAL_DTYPE_F32, r->stream));
+    for (int i = 0; i < 2; i++)
+        TRY(kvcal_error_sums_launch(&e->sums[l].kv[i], kv[i], r->qkv_n, e->deq[i],
+                                    kv_cols, KVCAL_DTYPE_F32, e->cache_scale[i], r->hd,
+                                    r->pos, n, kv_cols, kv[i], r->stream));
+    return KVCAL_OK;
+fail:
+    return kvcal_fail_context(st, "layer %d: ", l);
+}
+
 /* Queues one forward pass over the padded ids and positions in host_ids and
  * host_pos: embedding, then every layer up to the last one's K and V, which
- * the RoPE kernel observes into the device statistics. */
-static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len)
+ * the RoPE kernel observes into the device statistics. With an evaluation
+ * e: every layer, nothing observed, K and V through e's simulated cache;
+ * the last layer's output is left in delta. */
+static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
+                               kvcal_cuda_eval_t *e)
 {
     kvcal_status st = KVCAL_OK;
     const int n = batch * seq_len, q_cols = r->H * r->hd;
@@ -248,13 +321,17 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len)
         TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, tensor(r, l, T_WQKV),
                               tensor(r, l, T_BQKV), n, r->D, r->qkv_n, s));
         TRY(kvcal_rope_observe_launch(r->qkv, r->qkv_n, r->pos, n, r->H, r->HKV, r->hd,
-                                      &rope, &obs, s));
-        if (l == r->L - 1)
+                                      &rope, e ? NULL : &obs, s));
+        if (!e && l == r->L - 1)
             break;
-        TRY(kvcal_attention_launch(r->att, q_cols, r->qkv, r->qkv + q_cols,
-                                   r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, batch,
-                                   seq_len, r->H, r->HKV, r->hd,
-                                   1.0f / sqrtf((float)r->hd), s));
+        const int sim = e && e->sim != KVCAL_CUDA_KV_EXACT;
+        if (sim)
+            TRY(simulate_fp8_kv(r, e, l, batch, seq_len));
+        TRY(attend(r, r->att, batch, seq_len));
+        if (sim)
+            TRY(kvcal_error_sums_launch(&e->sums[l].att, e->att0, q_cols, r->att, q_cols,
+                                        KVCAL_DTYPE_BF16, NULL, 0, r->pos, n, q_cols,
+                                        NULL, s));
         TRY(kvcal_gemm_launch(r->gemm, r->delta, r->att, tensor(r, l, T_WO),
                               tensor(r, l, T_BO), n, q_cols, r->D, s));
         TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, tensor(r, l, T_FNORM), n,
@@ -369,7 +446,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
         r->host_ids[i] = 0;
         r->host_pos[i] = (int32_t)(i % (size_t)max_seq_len);
     }
-    TRY(run_layers(r, max_batch, max_seq_len));
+    TRY(run_layers(r, max_batch, max_seq_len, NULL));
     TRY_CUDA(cudaMemsetAsync(
         r->absmax[0], 0,
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]),
@@ -451,7 +528,7 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
     TRY(pack_batch(r, ids, lengths, batch, seq_len, sample_ids, &valid));
     const size_t LH = (size_t)r->L * r->HKV;
     cudaStream_t s = r->stream;
-    TRY(run_layers(r, batch, seq_len));
+    TRY(run_layers(r, batch, seq_len, NULL));
     for (int kv = 0; kv < 2; kv++) {
         TRY_CUDA(cudaMemcpyAsync(r->host_bmax + kv * LH, r->batch_absmax[kv],
                                  LH * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -522,6 +599,222 @@ fail:
     return st;
 }
 
+// --- evaluation ----------------------------------------------------------------
+
+#define LOGITS_BYTES ((size_t)64 << 20)
+
+/* Converts n fp32 host values to bf16 into device memory dst, through a
+ * bounded host buffer. */
+static kvcal_status upload_bf16(kvcal_bf16 *dst, const float *src, size_t n)
+{
+    kvcal_status st = KVCAL_OK;
+    const size_t step = (size_t)4 << 20;
+    kvcal_bf16 *buf = malloc((n < step ? n : step) * sizeof *buf);
+    if (!buf)
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "cuda runner: no host memory to stage weights");
+    for (size_t i = 0; i < n; i += step) {
+        const size_t m = n - i < step ? n - i : step;
+        to_bf16(buf, src + i, m);
+        TRY_CUDA(cudaMemcpy(dst + i, buf, m * sizeof *buf, cudaMemcpyHostToDevice));
+    }
+fail:
+    free(buf);
+    return st;
+}
+
+kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model,
+                                    kvcal_cuda_kv_sim sim, const float *k_scale,
+                                    const float *v_scale, kvcal_cuda_eval_t **out)
+{
+    kvcal_status st = KVCAL_OK;
+    *out = NULL;
+    if (!r || !model || sim < KVCAL_CUDA_KV_EXACT || sim > KVCAL_CUDA_KV_FIRST_BATCH ||
+        (sim == KVCAL_CUDA_KV_STATIC) != (k_scale && v_scale))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "cuda eval: bad arguments (static scales go with the static "
+                          "mode alone)");
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (d->num_layers != r->L || d->hidden_size != r->D || d->vocab_size != r->V)
+        return kvcal_fail(KVCAL_ERR_MISMATCH,
+                          "cuda eval: the model is not the one the runner was made from");
+    const float *norm = NULL, *cls = NULL;
+    if ((st = kvcal_model_load_head(model, &norm, &cls)))
+        return st;
+    kvcal_cuda_eval_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "cuda eval: out of host memory");
+    e->r = r;
+    e->sim = sim;
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    const size_t LH = (size_t)r->L * r->HKV, KV = N * r->HKV * r->hd;
+    const size_t rows = LOGITS_BYTES / ((size_t)r->V * sizeof(kvcal_bf16));
+    e->chunk = (int)(rows < 1 ? 1 : rows > N ? N : rows);
+    const int cache = sim != KVCAL_CUDA_KV_EXACT;
+    const size_t bytes[] = {(size_t)r->D * sizeof(kvcal_bf16),
+                            d->tied_embeddings ? 0
+                                               : (size_t)r->V * r->D * sizeof(kvcal_bf16),
+                            (size_t)e->chunk * r->V * sizeof(kvcal_bf16),
+                            cache ? N * (size_t)r->H * r->hd * sizeof(kvcal_bf16) : 0,
+                            cache ? KV : 0,
+                            cache ? KV : 0,
+                            cache ? N * r->HKV * sizeof(float) : 0,
+                            cache ? N * r->HKV * sizeof(float) : 0,
+                            cache ? KV * sizeof(float) : 0,
+                            cache ? KV * sizeof(float) : 0,
+                            sim == KVCAL_CUDA_KV_STATIC ? LH * sizeof(float) : 0,
+                            sim == KVCAL_CUDA_KV_STATIC ? LH * sizeof(float) : 0,
+                            N * sizeof(int64_t),
+                            N * sizeof(int32_t),
+                            N * sizeof(float),
+                            (size_t)r->L * sizeof(kvcal_eval_layer_sums)};
+    enum { NBUF = sizeof bytes / sizeof bytes[0] };
+    size_t need = 0;
+    for (int i = 0; i < NBUF; i++)
+        need += round_up(bytes[i]);
+    size_t free_b = 0, total_b = 0;
+    TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    if (need > free_b) {
+        st = kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
+                        "--device cuda: eval needs %.2f GiB beyond the model and its "
+                        "activations but the device has %.2f GiB free; use a smaller "
+                        "--batch or --seq-len",
+                        (double)need / 1073741824.0, (double)free_b / 1073741824.0);
+        goto fail;
+    }
+    TRY_CUDA(cudaMalloc(&e->slab, need));
+    unsigned char *p = e->slab;
+    void *buf[NBUF];
+    for (int i = 0; i < NBUF; i++)
+        buf[i] = bytes[i] ? carve(&p, bytes[i]) : NULL;
+    e->final_norm = buf[0];
+    e->lm_head = d->tied_embeddings ? r->embed : buf[1];
+    e->logits = buf[2];
+    e->att0 = buf[3];
+    e->cache[0] = buf[4], e->cache[1] = buf[5];
+    e->cache_scale[0] = buf[6], e->cache_scale[1] = buf[7];
+    e->deq[0] = buf[8], e->deq[1] = buf[9];
+    e->scales[0] = buf[10], e->scales[1] = buf[11];
+    e->slots = buf[12];
+    e->target = buf[13];
+    e->nll = buf[14];
+    e->sums = buf[15];
+    TRY_CUDA(cudaMallocHost((void **)&e->host_slots,
+                            N * (sizeof(int64_t) + sizeof(int32_t) + sizeof(float))));
+    e->host_target = (int32_t *)(e->host_slots + N);
+    e->host_nll = (float *)(e->host_target + N);
+    TRY_CUDA(cudaMemset(e->sums, 0, bytes[15]));
+    TRY(upload_bf16(e->final_norm, norm, (size_t)r->D));
+    if (!d->tied_embeddings)
+        TRY(upload_bf16(buf[1], cls, (size_t)r->V * r->D));
+    if (sim == KVCAL_CUDA_KV_STATIC) {
+        TRY_CUDA(cudaMemcpy(e->scales[0], k_scale, LH * sizeof(float),
+                            cudaMemcpyHostToDevice));
+        TRY_CUDA(cudaMemcpy(e->scales[1], v_scale, LH * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
+    if (sim == KVCAL_CUDA_KV_FIRST_BATCH) {
+        if (!(e->scalers = calloc((size_t)r->L, sizeof *e->scalers))) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda eval: out of host memory");
+            goto fail;
+        }
+        for (int l = 0; l < r->L; l++)
+            TRY(kvcal_kv_scaler_create(r->HKV, KVCAL_SCALER_FIRST_BATCH, 0.0f, 1,
+                                       &e->scalers[l]));
+    }
+    *out = e;
+    return KVCAL_OK;
+fail:
+    kvcal_cuda_eval_destroy(e);
+    return st;
+}
+
+void kvcal_cuda_eval_destroy(kvcal_cuda_eval_t *e)
+{
+    if (!e)
+        return;
+    cudaStreamSynchronize(e->r->stream);
+    if (e->scalers)
+        for (int l = 0; l < e->r->L; l++)
+            kvcal_kv_scaler_destroy(e->scalers[l]);
+    free(e->scalers);
+    cudaFree(e->slab);
+    cudaFreeHost(e->host_slots);
+    free(e);
+}
+
+kvcal_status kvcal_cuda_eval_forward(kvcal_cuda_eval_t *e, const int32_t *ids,
+                                     const int32_t *lengths, int batch, int seq_len,
+                                     const int64_t *sample_ids, double *nll,
+                                     long long *count)
+{
+    kvcal_status st = KVCAL_OK;
+    int64_t valid = 0;
+    if (!e || !ids || !lengths || !nll || !count)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda eval: NULL argument");
+    kvcal_cuda_runner_t *r = e->r;
+    cudaStream_t s = r->stream;
+    TRY(pack_batch(r, ids, lengths, batch, seq_len, sample_ids, &valid));
+    const int n = batch * seq_len;
+    for (int i = 0; i < n; i++) {
+        const int t = i % seq_len, len = lengths[i / seq_len];
+        e->host_slots[i] = t < len ? i : -1;
+        e->host_target[i] = t + 1 < len ? ids[i + 1] : -1;
+    }
+    TRY_CUDA(cudaMemcpyAsync(e->slots, e->host_slots, (size_t)n * sizeof(int64_t),
+                             cudaMemcpyHostToDevice, s));
+    TRY_CUDA(cudaMemcpyAsync(e->target, e->host_target, (size_t)n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s));
+    TRY(run_layers(r, batch, seq_len, e));
+    TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, e->final_norm, n, r->D,
+                                 r->eps, s));
+    for (int r0 = 0; r0 < n; r0 += e->chunk) {
+        const int rows = n - r0 < e->chunk ? n - r0 : e->chunk;
+        TRY(kvcal_gemm_launch(r->gemm, e->logits, r->xn + (size_t)r0 * r->D, e->lm_head,
+                              NULL, rows, r->D, r->V, s));
+        TRY(kvcal_token_nll_launch(e->nll + r0, e->logits, e->target + r0, rows, r->V,
+                                   s));
+    }
+    TRY_CUDA(cudaMemcpyAsync(e->host_nll, e->nll, (size_t)n * sizeof(float),
+                             cudaMemcpyDeviceToHost, s));
+    TRY_CUDA(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; i++)
+        if (e->host_target[i] >= 0) {
+            *nll += e->host_nll[i];
+            (*count)++;
+        }
+    return KVCAL_OK;
+fail:
+    return st;
+}
+
+kvcal_status kvcal_cuda_eval_collect(kvcal_cuda_eval_t *e, kvcal_eval_layer_sums *sums)
+{
+    kvcal_status st = KVCAL_OK;
+    if (!e || !sums)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda eval: NULL argument");
+    const int L = e->r->L;
+    const size_t bytes = (size_t)L * sizeof *sums;
+    kvcal_eval_layer_sums *h = malloc(bytes);
+    if (!h)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "cuda eval: out of host memory");
+    TRY_CUDA(cudaMemcpyAsync(h, e->sums, bytes, cudaMemcpyDeviceToHost, e->r->stream));
+    TRY_CUDA(cudaMemsetAsync(e->sums, 0, bytes, e->r->stream));
+    TRY_CUDA(cudaStreamSynchronize(e->r->stream));
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < 3; i++) {
+            kvcal_error_sums *dst = i < 2 ? &sums[l].kv[i] : &sums[l].att;
+            const kvcal_error_sums *src = i < 2 ? &h[l].kv[i] : &h[l].att;
+            dst->x2 += src->x2;
+            dst->e2 += src->e2;
+            dst->clipped += src->clipped;
+            dst->n += src->n;
+        }
+fail:
+    free(h);
+    return st;
+}
+
 #else
 
 kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
@@ -555,6 +848,39 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
 kvcal_status kvcal_cuda_runner_collect(kvcal_cuda_runner_t *r, kvcal_stats_t *stats)
 {
     (void)r, (void)stats;
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "--device cuda: this kvcal was built without CUDA");
+}
+
+kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model,
+                                    kvcal_cuda_kv_sim sim, const float *k_scale,
+                                    const float *v_scale, kvcal_cuda_eval_t **out)
+{
+    (void)r, (void)model, (void)sim, (void)k_scale, (void)v_scale;
+    *out = NULL;
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "--device cuda: this kvcal was built without CUDA");
+}
+
+void kvcal_cuda_eval_destroy(kvcal_cuda_eval_t *e)
+{
+    (void)e;
+}
+
+kvcal_status kvcal_cuda_eval_forward(kvcal_cuda_eval_t *e, const int32_t *ids,
+                                     const int32_t *lengths, int batch, int seq_len,
+                                     const int64_t *sample_ids, double *nll,
+                                     long long *count)
+{
+    (void)e, (void)ids, (void)lengths, (void)batch, (void)seq_len, (void)sample_ids,
+        (void)nll, (void)count;
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "--device cuda: this kvcal was built without CUDA");
+}
+
+kvcal_status kvcal_cuda_eval_collect(kvcal_cuda_eval_t *e, kvcal_eval_layer_sums *sums)
+{
+    (void)e, (void)sums;
     return kvcal_fail(KVCAL_ERR_NO_DEVICE,
                       "--device cuda: this kvcal was built without CUDA");
 }

@@ -8,13 +8,19 @@
  * statistics laid out as kvcal_stats_t, and folded into the caller's stats.
  * A batch is laid out padded, (batch, seq_len) rows with the padding rows
  * neither attended to by valid tokens nor observed. Work runs on one stream
- * of the current device; calls on one runner must come from one thread. */
+ * of the current device; calls on one runner must come from one thread.
+ *
+ * An evaluation (kvcal_cuda_eval_*, `kvcal eval --device cuda`) runs the
+ * whole model instead: every layer, the final norm and the lm_head, with
+ * an optional simulated FP8 cache applied to K and V after RoPE and before
+ * attention. Calibration passes are untouched by it. */
 #ifndef KVCAL_CALIB_RUNNER_CUDA_H
 #define KVCAL_CALIB_RUNNER_CUDA_H
 
 #include <stdint.h>
 
 #include "calib/model.h"
+#include "kernels/cpu/eval_ref.h"
 #include "kvcal.h"
 #include "observers/stats.h"
 
@@ -48,5 +54,58 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
 /* Folds the device absmax (max) and histograms (sum) into stats and clears
  * them on the device. Call once after the last batch (or more often). */
 kvcal_status kvcal_cuda_runner_collect(kvcal_cuda_runner_t *r, kvcal_stats_t *stats);
+
+/* --- evaluation --------------------------------------------------------- */
+
+/* What an evaluation pass does to K and V before attention. Every mode but
+ * EXACT quantizes them to e4m3 into a scratch cache through the library's
+ * kvcal_kv_*_launch (the semantics of the CPU references) and dequantizes
+ * them back, as an engine with an FP8 cache computes. */
+typedef enum kvcal_cuda_kv_sim {
+    KVCAL_CUDA_KV_EXACT = 0,      /* bf16 K/V as computed: the baseline */
+    KVCAL_CUDA_KV_STATIC = 1,     /* fixed per-head scales per layer */
+    KVCAL_CUDA_KV_DYNAMIC = 2,    /* a scale per (token, kv head) */
+    KVCAL_CUDA_KV_FIRST_BATCH = 3 /* per-head scales of the first batch's absmax */
+} kvcal_cuda_kv_sim;
+
+/* Error sums of one layer over an evaluation: K and V against their FP8
+ * round trip (clipped counted with the scale used), and the attention
+ * output on the round trip against the attention output on the exact K/V
+ * (same q; clipped unused). */
+typedef struct kvcal_eval_layer_sums {
+    kvcal_error_sums kv[2]; /* [KVCAL_K], [KVCAL_V] */
+    kvcal_error_sums att;
+} kvcal_eval_layer_sums;
+
+typedef struct kvcal_cuda_eval kvcal_cuda_eval_t;
+
+/* Prepares evaluation passes on r (borrowed: it must outlive the
+ * evaluation): uploads the final norm and, unless the embedding is tied,
+ * the lm_head of model (borrowed for the call; the model r was made from),
+ * and allocates the simulated cache, the error sums and logits for chunks
+ * of rows (at most 64 MiB of them, whatever the vocabulary). k_scale and
+ * v_scale (layers, kv_heads) host arrays, finite and > 0, are copied for
+ * KVCAL_CUDA_KV_STATIC and must be NULL otherwise. KVCAL_ERR_DEVICE_MEMORY
+ * names the bytes when the device lacks them. *out = NULL on failure. */
+kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model,
+                                    kvcal_cuda_kv_sim sim, const float *k_scale,
+                                    const float *v_scale, kvcal_cuda_eval_t **out);
+
+/* Frees the device memory; NULL is a no-op. */
+void kvcal_cuda_eval_destroy(kvcal_cuda_eval_t *e);
+
+/* Runs one batch (arguments and checks as kvcal_cuda_runner_forward)
+ * through the whole model and adds to *nll the next-token negative
+ * log-likelihood (nats) of every token that has a successor in its sample,
+ * to *count their number. The error sums of the simulated cache accumulate
+ * on the device until kvcal_cuda_eval_collect. Synchronizes the stream. */
+kvcal_status kvcal_cuda_eval_forward(kvcal_cuda_eval_t *e, const int32_t *ids,
+                                     const int32_t *lengths, int batch, int seq_len,
+                                     const int64_t *sample_ids, double *nll,
+                                     long long *count);
+
+/* Adds the device error sums into sums (layers) and clears them on the
+ * device (all zero for KVCAL_CUDA_KV_EXACT). */
+kvcal_status kvcal_cuda_eval_collect(kvcal_cuda_eval_t *e, kvcal_eval_layer_sums *sums);
 
 #endif

@@ -1,11 +1,14 @@
 /* tests/test_eval.c: `kvcal eval` end to end on the bundled stories260K,
- * through kvcal_test_run_kvcal. */
+ * through kvcal_test_run_kvcal, and the CPU references of its reductions
+ * (kernels/cpu/eval_ref.h). The CUDA path against this one is in
+ * tests/test_eval_cuda.c. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/eval_ref.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -18,6 +21,46 @@ static double number(const cJSON *o, const char *key)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
+
+// --- the reductions --------------------------------------------------------------
+
+static void token_nll_ref_is_log_vocab_on_flat_logits_and_0_without_target(void)
+{
+    enum { ROWS = 3, VOCAB = 517 };
+    float logits[ROWS * VOCAB], nll[ROWS];
+    const int32_t target[ROWS] = {5, -1, 516};
+    for (int i = 0; i < ROWS * VOCAB; i++)
+        logits[i] = 2.5f;
+    logits[2 * VOCAB + 516] = 2.5f + logf(2.0f); /* twice as likely as the rest */
+    kvcal_token_nll_ref(nll, logits, target, ROWS, VOCAB);
+    KVCAL_ASSERT_CLOSE(nll[0], log(VOCAB), 1e-6, 1e-6);
+    CU_ASSERT_EQUAL(nll[1], 0.0f);
+    KVCAL_ASSERT_CLOSE(nll[2], log((VOCAB + 1) / 2.0), 1e-6, 1e-6);
+}
+
+static void error_sums_ref_skips_padding_rows_and_counts_values_past_464(void)
+{
+    /* 3 rows of 4 values in 2 groups of 2 (row stride 5), the middle row padding */
+    const float x[15] = {1, -2, 464, -465, 9, 100, 100, 100, 100, 9, 0, 3, 0.5f, -4, 9};
+    const float y[12] = {1, -2, 448, -448, 0, 0, 0, 0, 0, 3, 0.5f, -4};
+    const float scale[6] = {1, 1, 1, 1, 1, 0.001f};
+    const int32_t pos[3] = {0, -1, 1};
+    kvcal_error_sums s = {0};
+    kvcal_error_sums_ref(&s, x, 5, y, 4, scale, 2, pos, 3, 4);
+    CU_ASSERT_EQUAL(s.n, 8);
+    /* 464 sits on the rounding boundary and is not clipped; -465 is, and
+     * 0.5 and -4 are under the 0.001 scale of the last group */
+    CU_ASSERT_EQUAL(s.clipped, 3);
+    CU_ASSERT_EQUAL(s.x2, 1 + 4 + 464.0 * 464 + 465.0 * 465 + 0 + 9 + 0.25 + 16);
+    CU_ASSERT_EQUAL(s.e2, 16.0 * 16 + 17.0 * 17);
+    kvcal_error_sums t = {0};
+    kvcal_error_sums_ref(&t, x, 5, y, 4, NULL, 0, NULL, 3, 4);
+    CU_ASSERT_EQUAL(t.n, 12);
+    CU_ASSERT_EQUAL(t.clipped, 0);
+    CU_ASSERT_EQUAL(t.e2, 16.0 * 16 + 17.0 * 17 + 4 * 100.0 * 100);
+}
+
+// --- the command -----------------------------------------------------------------
 
 static void eval_reports_every_mode_against_the_baseline(void)
 {
@@ -33,6 +76,9 @@ static void eval_reports_every_mode_against_the_baseline(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
     cJSON *root = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(root, "device")->valuestring, "cpu");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(root, "baseline_dtype")->valuestring,
+                           "fp32");
     const cJSON *modes = cJSON_GetObjectItemCaseSensitive(root, "modes");
     static const char *const names[] = {"baseline", "static-tensor", "static-head",
                                         "unit",     "dynamic",       "first-batch"};
@@ -142,12 +188,31 @@ static void eval_rejects_scales_of_another_model_and_usage_errors(void)
                         "eval --model " MODEL " --dataset " DATA " --modes fp4", NULL),
                     2);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL, NULL), 2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(
+                        "eval --model " MODEL " --dataset " DATA " --device tpu", NULL),
+                    2);
+}
+
+static void eval_device_cuda_without_a_device_exits_2_and_names_device_cpu(void)
+{
+    if (kvcal_cuda_device_count() > 0)
+        return; /* tests/test_eval_cuda.c runs it there */
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                         " --device cuda " SMALL,
+                                         NULL),
+                    2);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--device cpu"));
+    free(err);
 }
 
 static CU_TestInfo tests[] = {
+    KVCAL_TEST(token_nll_ref_is_log_vocab_on_flat_logits_and_0_without_target),
+    KVCAL_TEST(error_sums_ref_skips_padding_rows_and_counts_values_past_464),
     KVCAL_TEST(eval_reports_every_mode_against_the_baseline),
     KVCAL_TEST(eval_counts_clipping_when_the_scales_are_too_small),
     KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),
+    KVCAL_TEST(eval_device_cuda_without_a_device_exits_2_and_names_device_cpu),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(eval, KVCAL_NEEDS_NOTHING, tests)

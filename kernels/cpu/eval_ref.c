@@ -1,0 +1,43 @@
+/* kernels/cpu/eval_ref.c: the reductions of `kvcal eval` on the CPU. */
+#include "kernels/cpu/eval_ref.h"
+
+#include <math.h>
+
+void kvcal_token_nll_ref(float *nll, const float *logits, const int32_t *target,
+                         int64_t rows, int vocab)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *z = logits + r * vocab;
+        if (target[r] < 0) {
+            nll[r] = 0.0f;
+            continue;
+        }
+        double m = z[0], sum = 0.0;
+        for (int i = 1; i < vocab; i++)
+            m = z[i] > m ? z[i] : m;
+        for (int i = 0; i < vocab; i++)
+            sum += exp((double)z[i] - m);
+        nll[r] = (float)(m + log(sum) - z[target[r]]);
+    }
+}
+
+void kvcal_error_sums_ref(kvcal_error_sums *s, const float *x, int64_t x_stride,
+                          const float *y, int64_t y_stride, const float *scale, int group,
+                          const int32_t *pos, int64_t rows, int cols)
+{
+    const int groups = scale ? cols / group : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (pos && pos[r] < 0)
+            continue;
+        const float *xr = x + r * x_stride, *yr = y + r * y_stride;
+        for (int c = 0; c < cols; c++) {
+            const double e = (double)yr[c] - xr[c];
+            s->x2 += (double)xr[c] * xr[c];
+            s->e2 += e * e;
+            if (scale)
+                s->clipped += fabsf(xr[c]) * (1.0f / scale[r * groups + c / group]) >
+                              KVCAL_CLIP_RATIO;
+        }
+        s->n += (unsigned long long)cols;
+    }
+}

@@ -1,0 +1,170 @@
+/* kernels/cuda/eval.cu: the reductions of `kvcal eval`: next-token NLL of
+ * bf16 logits rows and the error sums of a tensor against its FP8 round
+ * trip (see eval.h). */
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/eval.h"
+
+#define EVAL_THREADS 256
+
+// --- helpers -----------------------------------------------------------------
+
+/* Reduces v over the block with op, in a fixed order; every thread gets the
+ * result. scratch holds 32 values; blockDim.x a multiple of 32. */
+template <typename T, typename Op>
+static __device__ __forceinline__ T block_reduce(T v, T *scratch, Op op)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0)
+        scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = scratch[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+        v = op(v, scratch[w]);
+    __syncthreads();
+    return v;
+}
+
+struct op_max {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct op_add {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+// --- next-token NLL ----------------------------------------------------------
+
+/* One block per row: max, then the sum of exp(z - max), in fp32. */
+__global__ void
+token_nll_kernel(float *__restrict__ nll,                  // (rows)
+                 const __nv_bfloat16 *__restrict__ logits, // (rows, vocab)
+                 const int32_t *__restrict__ target,       // (rows)
+                 int vocab)
+{
+    __shared__ float scratch[32];
+    const int64_t row = blockIdx.x;
+    const int t = target[row];
+    if (t < 0) {
+        if (threadIdx.x == 0)
+            nll[row] = 0.0f;
+        return;
+    }
+    const __nv_bfloat16 *z = logits + row * vocab;
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        m = fmaxf(m, __bfloat162float(z[i]));
+    m = block_reduce(m, scratch, op_max());
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        sum += expf(__bfloat162float(z[i]) - m);
+    sum = block_reduce(sum, scratch, op_add());
+    if (threadIdx.x == 0)
+        nll[row] = m + logf(sum) - __bfloat162float(z[t]);
+}
+
+kvcal_status kvcal_token_nll_launch(float *nll, const kvcal_bf16 *logits,
+                                    const int32_t *target, int rows, int vocab,
+                                    cudaStream_t stream)
+{
+    if (rows < 0 || vocab <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "token_nll: %d rows x vocab %d", rows,
+                          vocab);
+    if (rows == 0)
+        return KVCAL_OK;
+    token_nll_kernel<<<rows, EVAL_THREADS, 0, stream>>>(
+        nll, reinterpret_cast<const __nv_bfloat16 *>(logits), target, vocab);
+    KVCAL_CUDA_CHECK_LAUNCH("token_nll_kernel");
+    return KVCAL_OK;
+}
+
+// --- error sums --------------------------------------------------------------
+
+static __device__ __forceinline__ float load(const float *p, int64_t i)
+{
+    return p[i];
+}
+static __device__ __forceinline__ float load(const __nv_bfloat16 *p, int64_t i)
+{
+    return __bfloat162float(p[i]);
+}
+
+/* Blocks stride over rows, threads over a row's columns; each block adds
+ * its partial sums to *sums once. */
+template <typename Y>
+__global__ void error_sums_kernel(kvcal_error_sums *__restrict__ sums,
+                                  const __nv_bfloat16 *x, // (rows, cols) stride x_stride
+                                  int64_t x_stride,
+                                  const Y *__restrict__ y, // (rows, cols) stride y_stride
+                                  int64_t y_stride,
+                                  const float *__restrict__ scale, // (rows, cols / group)
+                                  int group,
+                                  const int32_t *__restrict__ pos, // (rows) or NULL
+                                  int rows, int cols,
+                                  __nv_bfloat16 *store) // (rows, cols) stride x_stride
+{
+    __shared__ double dscratch[32];
+    __shared__ unsigned long long uscratch[32];
+    const int groups = scale ? cols / group : 0;
+    double x2 = 0.0, e2 = 0.0;
+    unsigned long long clipped = 0, n = 0;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        if (pos && pos[r] < 0)
+            continue;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            const float xv = __bfloat162float(x[r * x_stride + c]);
+            const float yv = load(y, r * y_stride + c);
+            const double e = (double)yv - xv;
+            x2 += (double)xv * xv;
+            e2 += e * e;
+            if (scale)
+                clipped +=
+                    fabsf(xv) * (1.0f / scale[r * groups + c / group]) > KVCAL_CLIP_RATIO;
+            if (store)
+                store[r * x_stride + c] = __float2bfloat16_rn(yv);
+        }
+        n += (unsigned long long)cols;
+    }
+    x2 = block_reduce(x2, dscratch, op_add());
+    e2 = block_reduce(e2, dscratch, op_add());
+    clipped = block_reduce(clipped, uscratch, op_add());
+    if (threadIdx.x == 0 && n) {
+        atomicAdd(&sums->x2, x2);
+        atomicAdd(&sums->e2, e2);
+        atomicAdd(&sums->clipped, clipped);
+        atomicAdd(&sums->n, n);
+    }
+}
+
+kvcal_status kvcal_error_sums_launch(kvcal_error_sums *sums, const kvcal_bf16 *x,
+                                     int64_t x_stride, const void *y, int64_t y_stride,
+                                     kvcal_dtype y_dtype, const float *scale, int group,
+                                     const int32_t *pos, int rows, int cols,
+                                     kvcal_bf16 *store, cudaStream_t stream)
+{
+    if (rows < 0 || cols <= 0 || x_stride < cols || y_stride < cols ||
+        (scale && (group <= 0 || cols % group)))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "error_sums: %d rows x %d columns, strides %lld / %lld, group "
+                          "%d: strides must be >= columns and the group divide them",
+                          rows, cols, (long long)x_stride, (long long)y_stride, group);
+    if (y_dtype != KVCAL_DTYPE_F32 && y_dtype != KVCAL_DTYPE_BF16)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "error_sums: y dtype %d: expected F32 or BF16", (int)y_dtype);
+    if (rows == 0)
+        return KVCAL_OK;
+    const int blocks = rows < 1024 ? rows : 1024;
+    const __nv_bfloat16 *xb = reinterpret_cast<const __nv_bfloat16 *>(x);
+    __nv_bfloat16 *sb = reinterpret_cast<__nv_bfloat16 *>(store);
+    if (y_dtype == KVCAL_DTYPE_F32)
+        error_sums_kernel<<<blocks, EVAL_THREADS, 0, stream>>>(
+            sums, xb, x_stride, static_cast<const float *>(y), y_stride, scale, group,
+            pos, rows, cols, sb);
+    else
+        error_sums_kernel<<<blocks, EVAL_THREADS, 0, stream>>>(
+            sums, xb, x_stride, static_cast<const __nv_bfloat16 *>(y), y_stride, scale,
+            group, pos, rows, cols, sb);
+    KVCAL_CUDA_CHECK_LAUNCH("error_sums_kernel");
+    return KVCAL_OK;
+}
