@@ -1,0 +1,444 @@
+/* tests/test_eval_cuda.c: `kvcal eval --device cuda` against --device cpu,
+ * and the CUDA reductions of eval (kernels/cuda/eval.h) against their CPU
+ * references on odd shapes.
+ *
+ * The CUDA runner is bf16 (weights, activations, K/V) where the CPU runner
+ * is fp32, so the reports agree within bounds, stated once below and
+ * checked on every number of the report; the JSON shapes must be identical.
+ * In a build without CUDA the suite holds no tests; without a device it is
+ * reported skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_util.h"
+
+#ifdef KVCAL_WITH_CUDA
+#include <cjson/cJSON.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/cpu/eval_ref.h"
+#include "kernels/cuda/eval.h"
+
+#define MODEL "models/stories260K/stories260K.bin"
+#define TOKENIZER "models/stories260K/tok512.bin"
+#define DATA "datasets/default_calibration.txt"
+#define RUN "--num-samples 8 --seq-len 128 --batch 4 --quiet"
+
+/* bf16 against fp32, per report (relative to the CPU's number where rtol):
+ * the baseline perplexity; each mode's relative perplexity change (in
+ * fractions: 0.01 is one percentage point); per layer SQNR (dB), clipped
+ * fractions and attention relative error. */
+#define BASELINE_RTOL 2e-2
+#define CHANGE_ATOL 1e-2
+#define CHANGE_RTOL 0.2
+#define SQNR_ATOL_DB 1.0
+#define CLIP_ATOL 2e-3
+#define CLIP_RTOL 5e-2
+#define ATT_ATOL 5e-3
+#define ATT_RTOL 0.15
+
+// --- helpers -------------------------------------------------------------------
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static uint32_t rand_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static float rand_uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rand_u32() >> 8) * (1.0 / 16777216.0));
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&p, bytes), cudaSuccess);
+    return p;
+}
+
+static void *dev_upload(const void *h, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    CU_ASSERT_EQUAL(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    return d;
+}
+
+/* n random bf16 values in [lo, hi): the bits in *bits, the values in floats. */
+static float *rand_bf16(int64_t n, float lo, float hi, kvcal_bf16 **bits)
+{
+    float *x = malloc((size_t)n * sizeof *x);
+    *bits = malloc((size_t)n * sizeof **bits);
+    CU_ASSERT_FATAL(x && *bits);
+    for (int64_t i = 0; i < n; i++) {
+        (*bits)[i] = kvcal_bf16_from_float(rand_uniform(lo, hi));
+        x[i] = kvcal_bf16_to_float((*bits)[i]);
+    }
+    return x;
+}
+
+// --- the reductions --------------------------------------------------------------
+
+static void check_token_nll(int rows, int vocab)
+{
+    kvcal_bf16 *bits;
+    float *logits = rand_bf16((int64_t)rows * vocab, -12.0f, 12.0f, &bits);
+    int32_t *target = malloc((size_t)rows * sizeof *target);
+    float *want = malloc((size_t)rows * sizeof *want);
+    float *got = malloc((size_t)rows * sizeof *got);
+    CU_ASSERT_FATAL(target && want && got);
+    for (int r = 0; r < rows; r++)
+        target[r] = r % 5 == 3 ? -1 : (int32_t)(rand_u32() % (uint32_t)vocab);
+    kvcal_token_nll_ref(want, logits, target, rows, vocab);
+    kvcal_bf16 *d_logits = dev_upload(bits, (size_t)rows * vocab * sizeof *bits);
+    int32_t *d_target = dev_upload(target, (size_t)rows * sizeof *target);
+    float *d_nll = dev_alloc((size_t)rows * sizeof *d_nll);
+    CU_ASSERT_EQUAL(kvcal_token_nll_launch(d_nll, d_logits, d_target, rows, vocab, NULL),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        cudaMemcpy(got, d_nll, (size_t)rows * sizeof *got, cudaMemcpyDeviceToHost),
+        cudaSuccess);
+    for (int r = 0; r < rows; r++) {
+        /* fp32 sums of up to 49152 exponentials against double */
+        KVCAL_ASSERT_CLOSE(got[r], want[r], 1e-4, 1e-5);
+        if (target[r] < 0)
+            CU_ASSERT_EQUAL(got[r], 0.0f);
+    }
+    cudaFree(d_logits);
+    cudaFree(d_target);
+    cudaFree(d_nll);
+    free(bits);
+    free(logits);
+    free(target);
+    free(want);
+    free(got);
+}
+
+static void token_nll_kernel_matches_reference_on_odd_shapes(void)
+{
+    check_token_nll(1, 49152);
+    check_token_nll(19, 49152);
+    check_token_nll(989, 517);
+    check_token_nll(7, 1);
+}
+
+/* x (rows, cols) bf16 at row stride x_stride against y (rows, cols) at
+ * y_stride, every 7th row padding; with scales of (rows, cols / group) when
+ * group > 0 (small enough that part of x clips) and a store into a copy of x. */
+static void check_error_sums(int rows, int cols, int64_t x_stride, int64_t y_stride,
+                             int group, kvcal_dtype y_dtype)
+{
+    const int64_t nx = rows * x_stride, ny = rows * y_stride;
+    const int groups = group ? cols / group : 0;
+    kvcal_bf16 *xbits, *ybits;
+    float *x = rand_bf16(nx, -20.0f, 20.0f, &xbits);
+    float *y = rand_bf16(ny, -20.0f, 20.0f, &ybits);
+    float *scale = malloc(((size_t)rows * groups + 1) * sizeof *scale);
+    int32_t *pos = malloc((size_t)rows * sizeof *pos);
+    kvcal_bf16 *stored = malloc((size_t)nx * sizeof *stored);
+    CU_ASSERT_FATAL(scale && pos && stored);
+    for (int64_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) /* y near x, bf16 in either dtype */
+            y[r * y_stride + c] =
+                kvcal_bf16_round(x[r * x_stride + c] * rand_uniform(0.95f, 1.05f));
+    for (int64_t i = 0; i < ny; i++)
+        ybits[i] = kvcal_bf16_from_float(y[i]);
+    for (int i = 0; i < rows * groups; i++)
+        scale[i] = rand_uniform(0.001f, 0.1f);
+    for (int r = 0; r < rows; r++)
+        pos[r] = r % 7 == 5 ? -1 : r;
+    kvcal_error_sums want = {0}, got = {0};
+    kvcal_error_sums_ref(&want, x, x_stride, y, y_stride, group ? scale : NULL, group,
+                         pos, rows, cols);
+    kvcal_bf16 *d_x = dev_upload(xbits, (size_t)nx * sizeof *xbits);
+    void *d_y = y_dtype == KVCAL_DTYPE_F32
+                    ? dev_upload(y, (size_t)ny * sizeof *y)
+                    : dev_upload(ybits, (size_t)ny * sizeof *ybits);
+    float *d_scale = dev_upload(scale, ((size_t)rows * groups + 1) * sizeof *scale);
+    int32_t *d_pos = dev_upload(pos, (size_t)rows * sizeof *pos);
+    kvcal_error_sums *d_sums = dev_alloc(sizeof *d_sums);
+    kvcal_bf16 *d_store = dev_upload(xbits, (size_t)nx * sizeof *xbits);
+    CU_ASSERT_EQUAL(cudaMemset(d_sums, 0, sizeof *d_sums), cudaSuccess);
+    CU_ASSERT_EQUAL(kvcal_error_sums_launch(d_sums, d_x, x_stride, d_y, y_stride, y_dtype,
+                                            group ? d_scale : NULL, group, d_pos, rows,
+                                            cols, d_store, NULL),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(cudaMemcpy(&got, d_sums, sizeof got, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+    CU_ASSERT_EQUAL(
+        cudaMemcpy(stored, d_store, (size_t)nx * sizeof *stored, cudaMemcpyDeviceToHost),
+        cudaSuccess);
+    /* double sums in another order */
+    KVCAL_ASSERT_CLOSE(got.x2, want.x2, 1e-12, 1e-12);
+    KVCAL_ASSERT_CLOSE(got.e2, want.e2, 1e-12, 1e-12);
+    CU_ASSERT_EQUAL(got.clipped, want.clipped);
+    CU_ASSERT_EQUAL(got.n, want.n);
+    if (group)
+        CU_ASSERT(want.clipped > 0 && want.clipped < want.n);
+    int wrong = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < x_stride; c++) {
+            const int counted = pos[r] >= 0 && c < cols;
+            const kvcal_bf16 w =
+                counted ? ybits[r * y_stride + c] : xbits[r * x_stride + c];
+            wrong += stored[r * x_stride + c] != w;
+        }
+    CU_ASSERT_EQUAL(wrong, 0);
+    cudaFree(d_x);
+    cudaFree(d_y);
+    cudaFree(d_scale);
+    cudaFree(d_pos);
+    cudaFree(d_sums);
+    cudaFree(d_store);
+    free(xbits);
+    free(ybits);
+    free(x);
+    free(y);
+    free(scale);
+    free(pos);
+    free(stored);
+}
+
+static void error_sums_kernel_matches_reference_with_padding_clipping_and_store(void)
+{
+    check_error_sums(989, 24, 40, 24, 8, KVCAL_DTYPE_F32);
+    check_error_sums(19, 80, 96, 80, 80, KVCAL_DTYPE_F32);
+    check_error_sums(1, 1000, 1000, 1000, 0, KVCAL_DTYPE_BF16);
+    check_error_sums(2000, 36, 36, 40, 0, KVCAL_DTYPE_BF16);
+}
+
+// --- cuda against cpu ------------------------------------------------------------
+
+/* `kvcal eval ARGS --device DEVICE --json`, parsed; NULL when it failed. */
+static cJSON *eval_json(const char *args, const char *device)
+{
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "eval %s --device %s --json", args, device);
+    int rc = kvcal_test_run_kvcal(cmd, &out);
+    if (rc != 0) {
+        char *err = kvcal_test_kvcal_stderr();
+        fprintf(stderr, "\nkvcal %s: exit %d: %s\n", cmd, rc, err ? err : "");
+        free(err);
+    }
+    cJSON *root = rc == 0 && out ? cJSON_Parse(out) : NULL;
+    free(out);
+    return root;
+}
+
+/* Same keys in the same order, same array lengths, same kinds (a number and
+ * a null are one kind: an infinite SQNR is written as null). */
+static int same_shape(const cJSON *a, const cJSON *b)
+{
+    const int num_a = cJSON_IsNumber(a) || cJSON_IsNull(a);
+    const int num_b = cJSON_IsNumber(b) || cJSON_IsNull(b);
+    if (num_a || num_b)
+        return num_a && num_b;
+    if ((a->type & 0xff) != (b->type & 0xff))
+        return 0;
+    if (!cJSON_IsObject(a) && !cJSON_IsArray(a))
+        return 1;
+    const cJSON *x = a->child, *y = b->child;
+    for (; x && y; x = x->next, y = y->next)
+        if ((cJSON_IsObject(a) && strcmp(x->string, y->string)) || !same_shape(x, y))
+            return 0;
+    return !x && !y;
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Worst |cuda - cpu| of a field over the layers of a mode, checked with
+ * atol + |cpu| * rtol. */
+static double check_layers(const cJSON *cpu, const cJSON *cuda, const char *key,
+                           double atol, double rtol)
+{
+    double worst = 0.0;
+    const cJSON *lc = cJSON_GetObjectItem(cpu, "layers");
+    const cJSON *lg = cJSON_GetObjectItem(cuda, "layers");
+    for (int l = 0; l < cJSON_GetArraySize(lc); l++) {
+        const double want = num(cJSON_GetArrayItem(lc, l), key);
+        const double got = num(cJSON_GetArrayItem(lg, l), key);
+        KVCAL_ASSERT_CLOSE(got, want, atol, rtol);
+        worst = fabs(got - want) > worst ? fabs(got - want) : worst;
+    }
+    return worst;
+}
+
+/* Runs `args` on both devices and checks every number of the reports. */
+static void check_cuda_against_cpu(const char *name, const char *args)
+{
+    cJSON *cpu = eval_json(args, "cpu");
+    cJSON *cuda = eval_json(args, "cuda");
+    CU_ASSERT_FATAL(cpu && cuda);
+    CU_ASSERT(same_shape(cpu, cuda));
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(cuda, "device")->valuestring, "cuda");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(cuda, "baseline_dtype")->valuestring,
+                           "bf16");
+    const cJSON *mc = cJSON_GetObjectItem(cpu, "modes");
+    const cJSON *mg = cJSON_GetObjectItem(cuda, "modes");
+    const double base_cpu = num(cJSON_GetArrayItem(mc, 0), "perplexity");
+    const double base_cuda = num(cJSON_GetArrayItem(mg, 0), "perplexity");
+    KVCAL_ASSERT_CLOSE(base_cuda, base_cpu, 0.0, BASELINE_RTOL);
+    printf("\n  %s: baseline ppl cpu %.4f cuda %.4f (%+.3f%%)", name, base_cpu, base_cuda,
+           100.0 * (base_cuda - base_cpu) / base_cpu);
+    for (int i = 1; i < cJSON_GetArraySize(mc) && i < cJSON_GetArraySize(mg); i++) {
+        const cJSON *c = cJSON_GetArrayItem(mc, i), *g = cJSON_GetArrayItem(mg, i);
+        const double dc = num(c, "perplexity_change_rel");
+        const double dg = num(g, "perplexity_change_rel");
+        KVCAL_ASSERT_CLOSE(dg, dc, CHANGE_ATOL, CHANGE_RTOL);
+        const double ks = check_layers(c, g, "k_sqnr_db", SQNR_ATOL_DB, 0.0);
+        const double vs = check_layers(c, g, "v_sqnr_db", SQNR_ATOL_DB, 0.0);
+        const double kc = check_layers(c, g, "k_clipped", CLIP_ATOL, CLIP_RTOL);
+        const double vc = check_layers(c, g, "v_clipped", CLIP_ATOL, CLIP_RTOL);
+        const double at = check_layers(c, g, "attention_rel_error", ATT_ATOL, ATT_RTOL);
+        printf("\n  %s %-13s change cpu %+.3f%% cuda %+.3f%%; worst |diff|: SQNR K %.2f "
+               "V %.2f dB, clip K %.1e V %.1e, att %.1e",
+               name, cJSON_GetObjectItem(c, "mode")->valuestring, 100.0 * dc, 100.0 * dg,
+               ks, vs, kc, vc, at);
+    }
+    printf("\n");
+    cJSON_Delete(cpu);
+    cJSON_Delete(cuda);
+}
+
+static void eval_cuda_matches_cpu_on_stories260K(void)
+{
+    const char *scales = kvcal_test_path("cuda_eval_scales.json");
+    char args[2048];
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --granularity head " RUN " --out '%s'", scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args,
+             "--model " MODEL " --dataset " DATA " --seed 7 --scales '%s' " RUN, scales);
+    check_cuda_against_cpu("stories260K", args);
+}
+
+/* Golden tiny models (random weights, vocabulary 128): every architecture
+ * path of the CUDA runner (GQA / MQA / MHA, head_dim 16 to 80, q/k norm, qkv
+ * bias, tied and separate lm_head) on random token ids. */
+static void eval_cuda_matches_cpu_on_golden_models(void)
+{
+    static const char *const names[] = {
+        "llama3_gqa_hd48_bf16", "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
+        "qwen2_gqa_bias_bf16", "qwen3_gqa_hd80_qknorm_bf16"};
+    const char *ids = kvcal_test_path("golden_ids.jsonl");
+    FILE *f = fopen(ids, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int doc = 0; doc < 8; doc++) {
+        fprintf(f, "{\"input_ids\": [1");
+        for (int t = 1; t < 64; t++)
+            fprintf(f, ", %u", 3 + rand_u32() % 125u);
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *scales = kvcal_test_path("golden_scales.json");
+        char args[2048];
+        snprintf(
+            args, sizeof args,
+            "calibrate --model tests/fixtures/golden/%s --dataset '%s' --granularity "
+            "head --num-samples 8 --seq-len 64 --batch 4 --quiet --out '%s'",
+            names[i], ids, scales);
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+        snprintf(args, sizeof args,
+                 "--model tests/fixtures/golden/%s --dataset '%s' --scales '%s' "
+                 "--num-samples 8 --seq-len 64 --batch 4 --quiet",
+                 names[i], ids, scales);
+        check_cuda_against_cpu(names[i], args);
+    }
+}
+
+/* stories260K with k_proj x64 and q_proj / 64 (what tests/make_large_k_copy.py
+ * writes): attention unchanged, K 64x larger, so unit scales clip. */
+static void eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu(void)
+{
+    size_t len = 0;
+    char *raw = kvcal_test_read_file(MODEL, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
+    int32_t h[7];
+    memcpy(h, raw, sizeof h);
+    const int64_t dim = h[0], layers = h[2], heads = h[3], kv_heads = h[4];
+    const int64_t vocab = h[5] < 0 ? -h[5] : h[5], hs = dim / heads;
+    float *w = (float *)(raw + sizeof h);
+    const int64_t off = vocab * dim + layers * dim, nq = layers * heads * hs * dim;
+    const int64_t nk = layers * kv_heads * hs * dim;
+    CU_ASSERT_FATAL((int64_t)sizeof h + (off + nq + nk) * 4 <= (int64_t)len);
+    for (int64_t i = 0; i < nq; i++)
+        w[off + i] /= 64.0f;
+    for (int64_t i = 0; i < nk; i++)
+        w[off + nq + i] *= 64.0f;
+    const char *model = kvcal_test_path("stories260K_k64.bin");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(model, raw, len), 0);
+    free(raw);
+    const char *scales = kvcal_test_path("k64_scales.json");
+    char args[2048];
+    snprintf(args, sizeof args,
+             "calibrate --model '%s' --tokenizer " TOKENIZER " --granularity head " RUN
+             " --out '%s'",
+             model, scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args,
+             "--model '%s' --tokenizer " TOKENIZER " --dataset " DATA
+             " --scales '%s' --modes static-head,unit,dynamic " RUN,
+             model, scales);
+    cJSON *cpu = eval_json(args, "cpu");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+    /* unit scales clip K here: the case the comparison is about */
+    const cJSON *unit = cJSON_GetArrayItem(cJSON_GetObjectItem(cpu, "modes"), 2);
+    CU_ASSERT(num(cJSON_GetArrayItem(cJSON_GetObjectItem(unit, "layers"), 0),
+                  "k_clipped") > 0.01);
+    cJSON_Delete(cpu);
+    check_cuda_against_cpu("stories260K k x64", args);
+}
+
+/* Bad inputs fail on cuda with the exit code and message of cpu. */
+static void eval_cuda_rejects_bad_inputs_as_the_cpu(void)
+{
+    static const char *const bad[] = {
+        "--model " MODEL " --dataset " DATA
+        " --scales tests/fixtures/llama2-7b/kv_cache_scales.json --quiet",
+        "--model " MODEL " --dataset " DATA " --seq-len 100000 --quiet",
+        "--model " MODEL " --dataset " DATA " --modes static-head",
+        "--model " MODEL " --dataset no/such/file.txt --quiet",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "eval %s --device cpu", bad[i]);
+        const int rc_cpu = kvcal_test_run_kvcal(cmd, NULL);
+        char *err_cpu = kvcal_test_kvcal_stderr();
+        snprintf(cmd, sizeof cmd, "eval %s --device cuda", bad[i]);
+        const int rc_cuda = kvcal_test_run_kvcal(cmd, NULL);
+        char *err_cuda = kvcal_test_kvcal_stderr();
+        CU_ASSERT(rc_cpu == 1 || rc_cpu == 2);
+        CU_ASSERT_EQUAL(rc_cuda, rc_cpu);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(err_cpu);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(err_cuda);
+        CU_ASSERT_STRING_EQUAL(err_cuda, err_cpu);
+        free(err_cpu);
+        free(err_cuda);
+    }
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(token_nll_kernel_matches_reference_on_odd_shapes),
+    KVCAL_TEST(error_sums_kernel_matches_reference_with_padding_clipping_and_store),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_stories260K),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
+    KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),
+    KVCAL_TEST(eval_cuda_rejects_bad_inputs_as_the_cpu),
+    CU_TEST_INFO_NULL,
+};
+#else
+static CU_TestInfo tests[] = {CU_TEST_INFO_NULL};
+#endif
+KVCAL_SUITE(eval_cuda, KVCAL_NEEDS_GPU, tests)
