@@ -183,7 +183,8 @@ static void check_swiglu(int rows, int n)
     float *got = dev_download_bf16(d_out, total);
     CU_ASSERT_EQUAL(count_far(got, ref, total, SWIGLU_ATOL, SWIGLU_RTOL), 0);
     /* and bf16 arithmetic's result (silu rounded, then the product) bit for
-     * bit but where __expf and expf straddle a rounding boundary (<= 1%) */
+     * bit but where the device's fast exp and division and the host's
+     * straddle a rounding boundary (<= 1%) */
     int64_t same = 0;
     for (int64_t i = 0; i < total; i++)
         same += got[i] == kvcal_bf16_round(

@@ -4,7 +4,6 @@
  * bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh). */
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -84,16 +83,14 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
             x.u = *reinterpret_cast<const uint4 *>(r + c);
             g.u = *reinterpret_cast<const uint4 *>(w + c);
             for (int i = 0; i < 4; i++) {
-                float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(g.h[i]);
-                x.h[i] = __floats2bfloat162_rn(kvcal_rbf(a.x * scale) * b.x,
-                                               kvcal_rbf(a.y * scale) * b.y);
+                float2 a = __bfloat1622float2(x.h[i]);
+                x.h[i] = __hmul2(__floats2bfloat162_rn(a.x * scale, a.y * scale), g.h[i]);
             }
             *reinterpret_cast<uint4 *>(o + c) = x.u;
         }
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = __float2bfloat16_rn(kvcal_rbf(__bfloat162float(r[c]) * scale) *
-                                       __bfloat162float(w[c]));
+            o[c] = __hmul(__float2bfloat16_rn(__bfloat162float(r[c]) * scale), w[c]);
     }
 }
 
@@ -132,9 +129,9 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
 
 // --- SwiGLU ------------------------------------------------------------------
 
-static __device__ __forceinline__ float silu_mul(float g, float u)
+static __device__ __forceinline__ float silu(float g)
 {
-    return kvcal_rbf(g / (1.0f + __expf(-g))) * u;
+    return __fdividef(g, 1.0f + __expf(-g));
 }
 
 /* VEC 8: n % 8 == 0; grid-stride over rows * n / VEC groups. */
@@ -155,13 +152,12 @@ __global__ void swiglu_kernel(__nv_bfloat16 *__restrict__ out,           // (row
             g.u = *reinterpret_cast<const uint4 *>(gp);
             u.u = *reinterpret_cast<const uint4 *>(gp + n);
             for (int k = 0; k < 4; k++) {
-                float2 a = __bfloat1622float2(g.h[k]), b = __bfloat1622float2(u.h[k]);
-                g.h[k] = __floats2bfloat162_rn(silu_mul(a.x, b.x), silu_mul(a.y, b.y));
+                const float2 a = __bfloat1622float2(g.h[k]);
+                g.h[k] = __hmul2(__floats2bfloat162_rn(silu(a.x), silu(a.y)), u.h[k]);
             }
             *reinterpret_cast<uint4 *>(op) = g.u;
         } else {
-            *op = __float2bfloat16_rn(
-                silu_mul(__bfloat162float(*gp), __bfloat162float(gp[n])));
+            *op = __hmul(__float2bfloat16_rn(silu(__bfloat162float(*gp))), gp[n]);
         }
     }
 }

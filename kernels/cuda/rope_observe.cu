@@ -344,14 +344,15 @@ rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int in
     }
     if (!rotated)
         return;
-    if (interleaved) {
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            kvcal_rope_pair_bf16(x[2 * k], x[2 * k + 1], cs[k], sn[k]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            kvcal_rope_pair_bf16(x[k], x[k + 8], cs[k], sn[k]);
+    for (int k = 0; k < 8; k += 2) {
+        const __nv_bfloat162 c = __floats2bfloat162_rn(cs[k], cs[k + 1]);
+        const __nv_bfloat162 sn2 = __floats2bfloat162_rn(sn[k], sn[k + 1]);
+        if (interleaved)
+            kvcal_rope_pairs2_bf16(x[2 * k], x[2 * k + 2], x[2 * k + 1], x[2 * k + 3], c,
+                                   sn2);
+        else
+            kvcal_rope_pairs2_bf16(x[k], x[k + 1], x[k + 8], x[k + 9], c, sn2);
     }
 }
 
