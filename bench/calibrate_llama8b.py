@@ -3,7 +3,7 @@
 the best a PyTorch user does, on a Llama-3-8B-shaped random-weight model and
 the same tokens (8 samples x 2048 tokens a batch).
 
-usage: calibrate_llama8b.py KVCAL WORKDIR [--layers N] [--batches B]
+usage: calibrate_llama8b.py KVCAL WORKDIR [--layers N] [--batches B] [--attention-only]
 
 Builds the model with transformers' own LlamaConfig on the GPU (bf16, random
 init), saves it as safetensors under WORKDIR, writes B x 8 random 2048-token
@@ -16,6 +16,11 @@ the layer count). Prints tokens/s of each, kvcal's ratios, kvcal's achieved
 TFLOP/s, peak device memory (kvcal: the device's memory in use while it ran,
 sampled, minus what this process held), and the largest relative difference
 of kvcal's per-head K/V absmax from transformers'.
+
+--attention-only: runs kvcal twice on the same model and tokens, with
+cuDNN's fused attention (where installed) and with KVCAL_ATTENTION=kvcal
+(kvcal's kernel), prints both rates and the largest relative difference of
+their per-head K/V absmax, and stops there.
 
 Accuracy against fp32: on the first batch alone, kvcal (bf16) and the
 transformers body in bf16 are each compared with the same body upcast to
@@ -46,7 +51,7 @@ def device_memory_used():
     return total - free
 
 
-def run_kvcal(kvcal, model_dir, data, samples, out):
+def run_kvcal(kvcal, model_dir, data, samples, out, env=None):
     baseline, peak, done = device_memory_used(), [0], threading.Event()
 
     def sample():
@@ -59,7 +64,7 @@ def run_kvcal(kvcal, model_dir, data, samples, out):
     cmd = [kvcal, "calibrate", "--model", model_dir, "--dataset", data, "--num-samples",
            str(samples), "--seq-len", str(SEQ), "--batch", str(BATCH), "--device", "cuda",
            "--granularity", "head", "--json", "--quiet", "--out", out]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     done.set()
     t.join()
     if res.returncode != 0:
@@ -119,6 +124,7 @@ def main():
     ap.add_argument("workdir")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--attention-only", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     model_dir, data = os.path.join(a.workdir, "model"), os.path.join(a.workdir, "tokens.jsonl")
@@ -148,6 +154,19 @@ def main():
     res, kvcal_peak = run_kvcal(a.kvcal, model_dir, data, samples,
                                 os.path.join(a.workdir, "kvcal_scales.json"))
     kvcal_tps = res["tokens_per_second"]
+    if a.attention_only:
+        env = dict(os.environ, KVCAL_ATTENTION="kvcal")
+        own, own_peak = run_kvcal(a.kvcal, model_dir, data, samples,
+                                  os.path.join(a.workdir, "own_scales.json"), env)
+        d = max(max(rel_diffs([layer[k + "_absmax"] for layer in res["layers"]],
+                              [layer[k + "_absmax"] for layer in own["layers"]]))
+                for k in ("k", "v"))
+        print(f"kvcal, default attention (cuDNN where installed): {kvcal_tps:.0f} tokens/s, "
+              f"peak {kvcal_peak / 2**30:.1f} GiB")
+        print(f"kvcal, KVCAL_ATTENTION=kvcal: {own['tokens_per_second']:.0f} tokens/s, "
+              f"peak {own_peak / 2**30:.1f} GiB")
+        print(f"per-head K/V absmax, default vs KVCAL_ATTENTION=kvcal: worst rel. diff {d:.2e}")
+        return 0 if d <= 0.03 else 1
 
     # --- transformers: model body + hooks, eager and compiled ---
     body = model.model

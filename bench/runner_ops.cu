@@ -18,6 +18,7 @@
 extern "C" {
 #include "core/status.h"
 }
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
 
@@ -259,19 +260,35 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaFree(input));
     }
     {
-        // every kernel version, each checked against version 1's output first
+        // every kernel version and cuDNN's fused attention (what the runner takes
+        // where cuDNN is installed), each checked against version 1's output first
         const double flops = 4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
         const double bytes = 2.0 * M * (2.0 * H + 2.0 * HKV) * HD;
         const size_t n_out = (size_t)M * D;
         std::vector<kvcal_bf16> ref(n_out), got(n_out);
-        for (int ver = 1; ver <= KVCAL_ATTENTION_VERSIONS; ver++) {
+        kvcal_attention_t *cudnn;
+        CHECK_KVCAL(kvcal_attention_create(&cudnn));
+        float runner_ms = 0.0f; // the attention the runner takes
+        for (int ver = 1; ver <= KVCAL_ATTENTION_VERSIONS + 1; ver++) {
+            const bool is_cudnn = ver > KVCAL_ATTENTION_VERSIONS;
+            kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
             auto run = [&] {
-                CHECK_KVCAL(kvcal_attention_launch_version(
-                    ver, att, D, qkv, qkv + H * HD, qkv + (H + HKV) * HD, QKV, B, T, H,
-                    HKV, HD, 0.08838834764f, 0));
+                if (is_cudnn)
+                    CHECK_KVCAL(kvcal_attention_run(cudnn, att, D, qkv, qkv + H * HD,
+                                                    qkv + (H + HKV) * HD, QKV, B, T, H,
+                                                    HKV, HD, 0.08838834764f, 0, &impl));
+                else
+                    CHECK_KVCAL(kvcal_attention_launch_version(
+                        ver, att, D, qkv, qkv + H * HD, qkv + (H + HKV) * HD, QKV, B, T,
+                        H, HKV, HD, 0.08838834764f, 0));
             };
             CHECK_CUDA(cudaMemset(att, 0xff, n_out * sizeof(kvcal_bf16)));
             run();
+            if (is_cudnn) {
+                printf("attention: %s\n", kvcal_attention_note(cudnn));
+                if (impl != KVCAL_ATTENTION_IMPL_CUDNN)
+                    break;
+            }
             CHECK_CUDA(cudaMemcpy(ver == 1 ? ref.data() : got.data(), att,
                                   n_out * sizeof(kvcal_bf16), cudaMemcpyDeviceToHost));
             double max_diff = 0.0;
@@ -281,18 +298,23 @@ int main(int argc, char **argv)
                 max_diff = d > max_diff || d != d ? d : max_diff;
             }
             if (!(max_diff <= 2e-2)) {
-                fprintf(stderr, "attention version %d differs from version 1 by %g\n",
-                        ver, max_diff);
+                fprintf(stderr, "attention %s %d differs from version 1 by %g\n",
+                        is_cudnn ? "cuDNN" : "version", ver, max_diff);
                 exit(1);
             }
             const float ms = time_ms(t, run);
             char name[64];
-            snprintf(name, sizeof name, "attention v%d%s", ver,
-                     ver == KVCAL_ATTENTION_DEFAULT_VERSION ? " (default)" : "");
+            if (is_cudnn)
+                snprintf(name, sizeof name, "attention cuDNN (runner)");
+            else
+                snprintf(name, sizeof name, "attention v%d%s", ver,
+                         ver == KVCAL_ATTENTION_DEFAULT_VERSION ? " (default)" : "");
             row(name, ms, flops, bytes, peak_tflops, peak_tbs);
-            if (ver == KVCAL_ATTENTION_DEFAULT_VERSION)
-                layer += ms;
+            if (is_cudnn || ver == KVCAL_ATTENTION_DEFAULT_VERSION)
+                runner_ms = ms;
         }
+        layer += runner_ms;
+        kvcal_attention_destroy(cudnn);
     }
     layer += gemm_row("gemm o", xn, att, w_o, nullptr, D, D);
     layer += gemm_row("gemm gate_up", gu, xn, w_gu, nullptr, D, 2 * F);

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "calib/runner.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
 #include "kernels/cuda/ops.h"
 
@@ -61,6 +62,7 @@ struct kvcal_cuda_runner {
     int max_batch, max_seq_len;
     cudaStream_t stream;
     kvcal_gemm_t *gemm;
+    kvcal_attention_t *attn; /* cuDNN's fused attention, or kvcal's kernel */
     layer_layout lay;
     void *slab;                     /* every device buffer below */
     unsigned char *weights;         /* (L, lay.bytes) */
@@ -250,9 +252,10 @@ static kvcal_status attend(kvcal_cuda_runner_t *r, kvcal_bf16 *out, int batch,
                            int seq_len)
 {
     const int q_cols = r->H * r->hd;
-    return kvcal_attention_launch(
-        out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd, r->qkv_n,
-        batch, seq_len, r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd), r->stream);
+    return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
+                               r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, batch, seq_len,
+                               r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd), r->stream,
+                               NULL);
 }
 
 /* The simulated FP8 cache of layer l: attention on the exact K/V into
@@ -416,6 +419,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
     }
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
     TRY(kvcal_gemm_create(workspace, &r->gemm));
+    TRY(kvcal_attention_create(&r->attn));
     TRY_CUDA(cudaMalloc(&r->slab, need));
     TRY_CUDA(cudaMallocHost((void **)&r->host_ids, N * sizeof(int32_t)));
     TRY_CUDA(cudaMallocHost((void **)&r->host_pos, N * sizeof(int32_t)));
@@ -466,6 +470,7 @@ void kvcal_cuda_runner_destroy(kvcal_cuda_runner_t *r)
     if (r->stream)
         cudaStreamSynchronize(r->stream);
     kvcal_gemm_destroy(r->gemm);
+    kvcal_attention_destroy(r->attn);
     cudaFree(r->slab);
     cudaFreeHost(r->host_ids);
     cudaFreeHost(r->host_pos);

@@ -1,0 +1,72 @@
+/* kernels/cuda/attention_cudnn.h: causal prefill attention through cuDNN's
+ * fused flash attention where cuDNN can run the shape, kvcal's own kernel
+ * (kvcal_attention_launch, kernels/cuda/ops.h) everywhere else.
+ *
+ * cuDNN is loaded at run time (libcudnn.so.9 through dlopen: kvcal has no
+ * link-time dependency on it). The first call of a shape builds cuDNN's
+ * SDPA forward operation graph (Q K^T, scale, causal mask, softmax, P V)
+ * through the backend API, asks cuDNN's heuristics for an engine and keeps
+ * the execution plan; later calls of the shape only execute it. When cuDNN
+ * is absent or not a usable 9.x, when it refuses the shape (head_dim off a
+ * multiple of 8, say) or no engine accepts the graph, or when a call's
+ * pointers are not 16-byte aligned, the call runs on kvcal's kernel: the
+ * result is the same up to bf16 rounding. KVCAL_ATTENTION=kvcal in the
+ * environment (read by kvcal_attention_create) keeps cuDNN unloaded. */
+#ifndef KVCAL_KERNELS_CUDA_ATTENTION_CUDNN_H
+#define KVCAL_KERNELS_CUDA_ATTENTION_CUDNN_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "kernels/cuda/bf16.h"
+#include "kvcal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cuDNN's handle, the plans built per shape (up to 8, the oldest replaced)
+ * and one device workspace. Use from one host thread at a time. */
+typedef struct kvcal_attention kvcal_attention_t;
+
+/* Which implementation ran a call. */
+typedef enum kvcal_attention_impl {
+    KVCAL_ATTENTION_IMPL_KVCAL = 0, /* kvcal_attention_launch */
+    KVCAL_ATTENTION_IMPL_CUDNN = 1  /* cuDNN's fused flash attention */
+} kvcal_attention_impl;
+
+/* Loads cuDNN when it can (a missing or unusable cuDNN is no error: calls
+ * then take kvcal's kernel and kvcal_attention_note says why). Needs a
+ * current CUDA device. Fails only for host memory; *out = NULL then. */
+kvcal_status kvcal_attention_create(kvcal_attention_t **out);
+
+/* Frees the plans, the workspace and cuDNN's handle; NULL is a no-op.
+ * Synchronizes the device first. */
+void kvcal_attention_destroy(kvcal_attention_t *a);
+
+/* cuDNN's version number (91400 for 9.14.0) when it is loaded, else 0. */
+int kvcal_attention_cudnn_version(const kvcal_attention_t *a);
+
+/* One line on the last decision: why cuDNN was not loaded, or for the last
+ * shape planned which engine cuDNN took or why it refused. Owned by a,
+ * valid until its next call. */
+const char *kvcal_attention_note(const kvcal_attention_t *a);
+
+/* kvcal_attention_launch's contract (same arguments, same result up to bf16
+ * rounding) on the implementation chosen for the shape; *impl (when
+ * non-NULL) gets that implementation. The first call of a shape on cuDNN
+ * builds its plan (host work, and on some engines a run-time compile) and
+ * may grow the workspace, which synchronizes the device. A failed cuDNN
+ * execution is KVCAL_ERR_CUDA naming KVCAL_ATTENTION=kvcal as the way around. */
+kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t out_stride,
+                                 const kvcal_bf16 *q, const kvcal_bf16 *k,
+                                 const kvcal_bf16 *v, int64_t qkv_stride, int batch,
+                                 int seq_len, int n_heads, int n_kv_heads, int head_dim,
+                                 float scale, cudaStream_t stream,
+                                 kvcal_attention_impl *impl);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

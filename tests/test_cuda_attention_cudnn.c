@@ -1,0 +1,300 @@
+/* tests/test_cuda_attention_cudnn.c: kvcal_attention_run (cuDNN's fused flash
+ * attention, kvcal's kernel where cuDNN cannot run a shape) against the CPU
+ * reference on odd shapes (head_dim 64, 80, 96, 128; MHA, GQA, MQA; lengths
+ * off every tile; batch 1 to 19), the fallback when forced or when the shape
+ * is outside cuDNN's reach, and the CUDA runner on golden models with cuDNN
+ * against KVCAL_ATTENTION=kvcal. Where cuDNN is not installed every call
+ * takes kvcal's kernel and the tests check that path (the log says so); in
+ * a build without CUDA the suite holds no tests, without a device it is
+ * reported skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_util.h"
+
+#ifdef KVCAL_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cjson/cJSON.h>
+
+#include "calib/runner_cuda.h"
+#include "io/json_file.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/attention_cudnn.h"
+#include "observers/stats.h"
+
+/* The bounds of kvcal's own kernel (tests/test_cuda_ops.c): P is rounded to
+ * bf16 for the P V product (2^-9 relative per weight) and the output once
+ * more; outputs are averages of values in [-1, 1). */
+#define ATT_ATOL 1e-2
+#define ATT_RTOL 2e-2
+
+// --- helpers -------------------------------------------------------------------
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+/* n random bf16 values in [-1, 1), as floats. */
+static float *rand_bf16_values(int64_t n)
+{
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; x && i < n; i++) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        x[i] = kvcal_bf16_round(-1.0f + 2.0f * (float)((rng_state >> 40) / 16777216.0));
+    }
+    return x;
+}
+
+/* Runs kvcal_attention_run on a fused QKV buffer (row stride
+ * (heads + 2 kv_heads) hd, output row stride heads * hd + out_pad) and checks
+ * every sequence against kvcal_attention_ref and that the output's padding
+ * columns stay untouched; returns the implementation that ran. */
+static kvcal_attention_impl check_attention(kvcal_attention_t *a, int batch, int seq,
+                                            int heads, int kv_heads, int hd, int out_pad)
+{
+    const int64_t tokens = (int64_t)batch * seq;
+    const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
+    const int64_t out_stride = (int64_t)heads * hd + out_pad;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *qkv = rand_bf16_values(tokens * stride); /* (tokens, stride) */
+    float *q = malloc((size_t)seq * heads * hd * sizeof *q);        /* (seq, heads, hd) */
+    float *k = malloc((size_t)seq * kv_heads * hd * sizeof *k);     /* (seq, kv_heads, hd) */
+    float *v = malloc((size_t)seq * kv_heads * hd * sizeof *v);     /* (seq, kv_heads, hd) */
+    float *ref = malloc((size_t)seq * heads * hd * sizeof *ref);    /* (seq, heads, hd) */
+    kvcal_bf16 *h_qkv = malloc((size_t)(tokens * stride) * sizeof *h_qkv);
+    kvcal_bf16 *h_out = malloc((size_t)(tokens * out_stride) * sizeof *h_out);
+    CU_ASSERT_FATAL(qkv && q && k && v && ref && h_qkv && h_out);
+    for (int64_t i = 0; i < tokens * stride; i++)
+        h_qkv[i] = kvcal_bf16_from_float(qkv[i]);
+    kvcal_bf16 *d_qkv = NULL, *d_out = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_qkv, (size_t)(tokens * stride) * 2),
+                          cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_out, (size_t)(tokens * out_stride) * 2),
+                          cudaSuccess);
+    CU_ASSERT_EQUAL(cudaMemcpy(d_qkv, h_qkv, (size_t)(tokens * stride) * 2,
+                               cudaMemcpyHostToDevice),
+                    cudaSuccess);
+    CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(tokens * out_stride) * 2),
+                    cudaSuccess);
+    kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
+    const kvcal_status st = kvcal_attention_run(
+        a, d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
+        d_qkv + (int64_t)(heads + kv_heads) * hd, stride, batch, seq, heads, kv_heads, hd,
+        scale, 0, &impl);
+    if (st)
+        fprintf(stderr, "\n%s\n", kvcal_last_error());
+    CU_ASSERT_EQUAL(st, KVCAL_OK);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    CU_ASSERT_EQUAL(cudaMemcpy(h_out, d_out, (size_t)(tokens * out_stride) * 2,
+                               cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+    int64_t bad = 0, gap_touched = 0;
+    for (int b = 0; b < batch; b++) {
+        for (int t = 0; t < seq; t++) {
+            const float *row = qkv + ((int64_t)b * seq + t) * stride;
+            memcpy(q + (int64_t)t * heads * hd, row, (size_t)heads * hd * sizeof *q);
+            memcpy(k + (int64_t)t * kv_heads * hd, row + (int64_t)heads * hd,
+                   (size_t)kv_heads * hd * sizeof *k);
+            memcpy(v + (int64_t)t * kv_heads * hd, row + (int64_t)(heads + kv_heads) * hd,
+                   (size_t)kv_heads * hd * sizeof *v);
+        }
+        kvcal_attention_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale);
+        for (int t = 0; t < seq; t++) {
+            const kvcal_bf16 *g = h_out + ((int64_t)b * seq + t) * out_stride;
+            const float *r = ref + (int64_t)t * heads * hd;
+            for (int i = 0; i < heads * hd; i++) {
+                const double got = kvcal_bf16_to_float(g[i]);
+                if (!(fabs(got - r[i]) <= ATT_ATOL + fabs((double)r[i]) * ATT_RTOL))
+                    bad++;
+            }
+            for (int i = heads * hd; i < out_stride; i++)
+                gap_touched += g[i] != 0xffff;
+        }
+    }
+    printf("(%d x %d, %d/%d heads, hd %d: %s%s) ", batch, seq, heads, kv_heads, hd,
+           impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal",
+           bad ? ", MISMATCH" : "");
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(gap_touched, 0);
+    cudaFree(d_qkv);
+    cudaFree(d_out);
+    free(qkv);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+    free(h_qkv);
+    free(h_out);
+    return impl;
+}
+
+/* Sets KVCAL_ATTENTION to value (NULL: unset), returning the old value
+ * (caller frees) for restore_env. */
+static char *swap_env(const char *value)
+{
+    const char *old = getenv("KVCAL_ATTENTION");
+    char *saved = old ? strdup(old) : NULL;
+    if (value)
+        setenv("KVCAL_ATTENTION", value, 1);
+    else
+        unsetenv("KVCAL_ATTENTION");
+    return saved;
+}
+
+static void restore_env(char *saved)
+{
+    if (saved)
+        setenv("KVCAL_ATTENTION", saved, 1);
+    else
+        unsetenv("KVCAL_ATTENTION");
+    free(saved);
+}
+
+// --- cuDNN against the CPU reference -----------------------------------------------
+
+/* Where cuDNN is loaded, the Llama-shaped case (head_dim 128, GQA 4:1) must
+ * run on it; every case must match the reference whichever ran it. */
+static void attention_cudnn_matches_reference_on_odd_shapes(void)
+{
+    char *saved = swap_env(NULL);
+    kvcal_attention_t *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    printf("(%s) ", kvcal_attention_note(a));
+    const kvcal_attention_impl llama = check_attention(a, 2, 300, 8, 2, 128, 8);
+    if (kvcal_attention_cudnn_version(a)) {
+        if (llama != KVCAL_ATTENTION_IMPL_CUDNN)
+            fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
+        CU_ASSERT_EQUAL(llama, KVCAL_ATTENTION_IMPL_CUDNN);
+    }
+    check_attention(a, 2, 19, 4, 2, 80, 8);  /* GQA, head_dim 80 */
+    check_attention(a, 1, 131, 8, 2, 80, 0); /* odd length, packed output */
+    check_attention(a, 1, 130, 3, 1, 64, 8); /* MQA */
+    check_attention(a, 3, 65, 4, 4, 96, 8);  /* MHA, head_dim 96 */
+    check_attention(a, 1, 77, 2, 1, 128, 8);
+    check_attention(a, 19, 1, 2, 2, 64, 8); /* one token a sequence */
+    check_attention(a, 2, 300, 8, 2, 128, 8); /* the first shape again: its plan */
+    kvcal_attention_destroy(a);
+    restore_env(saved);
+}
+
+/* head_dim 36 (not a multiple of 8) and an output row stride off 8
+ * elements are outside cuDNN's reach: kvcal's kernel runs them. */
+static void attention_takes_kvcal_kernel_where_cudnn_cannot(void)
+{
+    char *saved = swap_env(NULL);
+    kvcal_attention_t *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    CU_ASSERT_EQUAL(check_attention(a, 2, 37, 4, 2, 36, 8), KVCAL_ATTENTION_IMPL_KVCAL);
+    CU_ASSERT_EQUAL(check_attention(a, 1, 70, 4, 2, 64, 3), KVCAL_ATTENTION_IMPL_KVCAL);
+    kvcal_attention_destroy(a);
+    restore_env(saved);
+}
+
+static void attention_forced_to_kvcal_kernel_by_environment(void)
+{
+    char *saved = swap_env("kvcal");
+    kvcal_attention_t *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_attention_cudnn_version(a), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_attention_note(a), "KVCAL_ATTENTION=kvcal"));
+    CU_ASSERT_EQUAL(check_attention(a, 2, 300, 8, 2, 128, 8), KVCAL_ATTENTION_IMPL_KVCAL);
+    kvcal_attention_destroy(a);
+    restore_env(saved);
+}
+
+// --- the CUDA runner: cuDNN against kvcal's kernel -------------------------------
+
+/* Per-layer per-head K/V absmax of one golden model's samples (one batch of
+ * 64-token rows) through the CUDA runner; *stats_out is the caller's. */
+static void run_golden(const char *name, kvcal_stats_t **stats_out)
+{
+    char path[256];
+    cJSON *root = NULL, *sample;
+    kvcal_model_t *model = NULL;
+    kvcal_cuda_runner_t *r = NULL;
+    int32_t ids[4 * 64] = {0}, lengths[4];
+    int batch = 0;
+    snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &root), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open(cJSON_GetObjectItem(root, "model")->valuestring, &model),
+        KVCAL_OK);
+    cJSON_ArrayForEach(sample, cJSON_GetObjectItem(root, "samples"))
+    {
+        int t = 0;
+        cJSON *id;
+        CU_ASSERT_FATAL(batch < 4);
+        cJSON_ArrayForEach(id, sample) ids[batch * 64 + t++] = id->valueint;
+        lengths[batch++] = t;
+    }
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats_out),
+        KVCAL_OK);
+    kvcal_status st = kvcal_cuda_runner_create(model, batch, 64, &r);
+    if (st)
+        fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
+    kvcal_stats_begin_batch(*stats_out);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_forward(r, ids, lengths, batch, 64, NULL, *stats_out),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_stats_end_batch(*stats_out, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, *stats_out), KVCAL_OK);
+    kvcal_cuda_runner_destroy(r);
+    kvcal_model_close(model);
+    cJSON_Delete(root);
+}
+
+/* Both runs round to bf16 at the same places except inside attention, so
+ * per-head absmax agree within the CUDA runner's bf16 bound against fp32
+ * transformers (tests/test_cuda_ops.c); layer 0's K and V come before any
+ * attention and must be equal. */
+#define RUNNER_RTOL 3e-2
+
+static void check_runner_cudnn_against_kvcal(const char *name)
+{
+    kvcal_stats_t *with_cudnn = NULL, *with_kvcal = NULL;
+    char *saved = swap_env(NULL);
+    run_golden(name, &with_cudnn);
+    setenv("KVCAL_ATTENTION", "kvcal", 1);
+    run_golden(name, &with_kvcal);
+    restore_env(saved);
+    double worst = 0.0;
+    for (int kv = 0; kv < 2; kv++)
+        for (int l = 0; l < with_cudnn->num_layers; l++)
+            for (int h = 0; h < with_cudnn->num_kv_heads; h++) {
+                const double a = kvcal_stats_head_absmax(with_cudnn, l, kv, h);
+                const double b = kvcal_stats_head_absmax(with_kvcal, l, kv, h);
+                const double rel = fabs(a - b) / fabs(b);
+                worst = rel > worst || rel != rel ? rel : worst;
+                if (l == 0)
+                    CU_ASSERT_EQUAL(a, b);
+            }
+    printf("(%s: worst rel. difference %.2e) ", name, worst);
+    CU_ASSERT(worst <= RUNNER_RTOL);
+    kvcal_stats_destroy(with_cudnn);
+    kvcal_stats_destroy(with_kvcal);
+}
+
+static void cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models(void)
+{
+    check_runner_cudnn_against_kvcal("qwen3_gqa_hd80_qknorm_bf16");
+    check_runner_cudnn_against_kvcal("llama3_gqa_hd48_bf16");
+    check_runner_cudnn_against_kvcal("mistral_mqa_fp16");
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(attention_cudnn_matches_reference_on_odd_shapes),
+    KVCAL_TEST(attention_takes_kvcal_kernel_where_cudnn_cannot),
+    KVCAL_TEST(attention_forced_to_kvcal_kernel_by_environment),
+    KVCAL_TEST(cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models),
+    CU_TEST_INFO_NULL,
+};
+#else
+static CU_TestInfo tests[] = {CU_TEST_INFO_NULL};
+#endif
+KVCAL_SUITE(cuda_attention_cudnn, KVCAL_NEEDS_GPU, tests)
