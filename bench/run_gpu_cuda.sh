@@ -37,6 +37,12 @@ if ldd "$build/kvcal_tests" | grep -q 'not found'; then
     py_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/*.so*")})))' 2>/dev/null)
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_libs"
 fi
+if ! ldconfig -p | grep -q 'libcudnn.so.9 '; then
+    # cuDNN for the runner's attention (opened at run time: PyTorch's, and NVRTC for its
+    # run-time compiled engines); without it the runner takes kvcal's attention kernel
+    cudnn_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for n in ("libcudnn.so.9", "libnvrtc.so*") for p in glob.glob(d + "/**/" + n, recursive=True)})))' 2>/dev/null)
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_libs"
+fi
 ldd "$build/kvcal_tests" | grep 'not found' && echo "missing libraries (see above)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
     | tee "$out/gpu.txt"
