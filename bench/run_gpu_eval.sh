@@ -37,11 +37,12 @@ run="--num-samples 16 --seq-len 256 --batch 8 --quiet"
 args="--model $model --dataset datasets/default_calibration.txt --seed 7 --scales $tmp/s.json $run"
 e_rc=0
 for dev in cpu cuda; do
-    s0=$(date +%s.%N)
+    s0=$(date +%s%N)
     timeout 120 "$build/kvcal" eval $args --device $dev > "$out/eval_$dev.txt" 2>&1 || e_rc=1
-    s1=$(date +%s.%N)
+    s1=$(date +%s%N)
     timeout 120 "$build/kvcal" eval $args --device $dev --json > "$tmp/$dev.json" 2>/dev/null || e_rc=1
-    echo "$dev: $(echo "$s1 - $s0" | bc) s" >> "$out/eval_times.txt"
+    echo "eval --device $dev (every mode, model load included): $(( (s1 - s0) / 1000000 )) ms" \
+        >> "$out/eval_times.txt"
 done
 for dev in cpu cuda; do sed -n 1,10p "$out/eval_$dev.txt"; done
 cat "$out/eval_times.txt"

@@ -30,11 +30,15 @@
 /* bf16 against fp32, per report (relative to the CPU's number where rtol):
  * the baseline perplexity; each mode's relative perplexity change (in
  * fractions: 0.01 is one percentage point); per layer SQNR (dB), clipped
- * fractions and attention relative error. */
-#define BASELINE_RTOL 2e-2
-#define CHANGE_ATOL 1e-2
+ * fractions and attention relative error. On stories260K the bf16 and fp32
+ * runners perturb perplexity by about a point each way, as much as an FP8
+ * cache does: the change gets 3 points (seen on an H200: at most 2.0 there,
+ * 0.7 on the golden models, 1.7 of a +31% change on the large-K copy;
+ * baseline 0.14%, SQNR 0.2 dB, clipped 7e-4, attention error 1.2e-2). */
+#define BASELINE_RTOL 1e-2
+#define CHANGE_ATOL 3e-2
 #define CHANGE_RTOL 0.2
-#define SQNR_ATOL_DB 1.0
+#define SQNR_ATOL_DB 0.5
 #define CLIP_ATOL 2e-3
 #define CLIP_RTOL 5e-2
 #define ATT_ATOL 5e-3
