@@ -1,6 +1,6 @@
 /* tests/test_cuda_attention_cudnn.c: kvcal_attention_run (cuDNN's fused flash
  * attention, kvcal's kernel where cuDNN cannot run a shape) against the CPU
- * reference on odd shapes (head_dim 64, 80, 96, 128; MHA, GQA, MQA; lengths
+ * reference on odd shapes (head_dim 8 to 128; MHA, GQA, MQA; lengths
  * off every tile; batch 1 to 19), the fallback when forced or when the shape
  * is outside cuDNN's reach, and the CUDA runner on golden models with cuDNN
  * against KVCAL_ATTENTION=kvcal. Where cuDNN is not installed every call
@@ -176,6 +176,8 @@ static void attention_cudnn_matches_reference_on_odd_shapes(void)
     check_attention(a, 3, 65, 4, 4, 96, 8);  /* MHA, head_dim 96 */
     check_attention(a, 1, 77, 2, 1, 128, 8);
     check_attention(a, 19, 1, 2, 2, 64, 8); /* one token a sequence */
+    check_attention(a, 2, 41, 8, 8, 8, 8);  /* head_dim 8 (stories260K) */
+    check_attention(a, 3, 37, 4, 1, 16, 8); /* head_dim 16, MQA */
     check_attention(a, 2, 300, 8, 2, 128, 8); /* the first shape again: its plan */
     kvcal_attention_destroy(a);
     restore_env(saved);
