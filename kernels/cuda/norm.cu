@@ -84,13 +84,13 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
             g.u = *reinterpret_cast<const uint4 *>(w + c);
             for (int i = 0; i < 4; i++) {
                 float2 a = __bfloat1622float2(x.h[i]);
-                x.h[i] = __hmul2(__floats2bfloat162_rn(a.x * scale, a.y * scale), g.h[i]);
+                x.h[i] = __hmul2_rn(__floats2bfloat162_rn(a.x * scale, a.y * scale), g.h[i]);
             }
             *reinterpret_cast<uint4 *>(o + c) = x.u;
         }
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = __hmul(__float2bfloat16_rn(__bfloat162float(r[c]) * scale), w[c]);
+            o[c] = __hmul_rn(__float2bfloat16_rn(__bfloat162float(r[c]) * scale), w[c]);
     }
 }
 
@@ -153,11 +153,11 @@ __global__ void swiglu_kernel(__nv_bfloat16 *__restrict__ out,           // (row
             u.u = *reinterpret_cast<const uint4 *>(gp + n);
             for (int k = 0; k < 4; k++) {
                 const float2 a = __bfloat1622float2(g.h[k]);
-                g.h[k] = __hmul2(__floats2bfloat162_rn(silu(a.x), silu(a.y)), u.h[k]);
+                g.h[k] = __hmul2_rn(__floats2bfloat162_rn(silu(a.x), silu(a.y)), u.h[k]);
             }
             *reinterpret_cast<uint4 *>(op) = g.u;
         } else {
-            *op = __hmul(__float2bfloat16_rn(silu(__bfloat162float(*gp))), gp[n]);
+            *op = __hmul_rn(__float2bfloat16_rn(silu(__bfloat162float(*gp))), gp[n]);
         }
     }
 }
