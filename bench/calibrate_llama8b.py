@@ -222,6 +222,18 @@ def main():
             for h, (got, want) in enumerate(zip(layer[kind + "_absmax"], ref)):
                 worst[kind] = max(worst[kind], (abs(got - want) / want, li, h))
     print(f"kvcal {kvcal_tps:.0f} tokens/s, HF eager {eager_tps:.0f} tokens/s", flush=True)
+    # transformers' default SDPA backend here is flash (FA2); the same comparison
+    # with SDPA's cuDNN backend, the attention engine kvcal's runner uses
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        timed(body, 0)
+    for kind in ("k", "v"):
+        d = rel_diffs([layer[kind + "_absmax"] for layer in res["layers"]],
+                      [stats[(li, kind)].tolist() for li in range(a.layers)])
+        e = rel_diffs([stats[(li, kind)].tolist() for li in range(a.layers)],
+                      [eager_absmax[(li, kind)] for li in range(a.layers)])
+        print(f"per-head {kind.upper()} absmax against transformers with SDPA's cuDNN backend: "
+              f"kvcal worst rel. diff {max(d):.2e} (median {statistics.median(d):.2e}); "
+              f"transformers cuDNN vs flash backend: worst {max(e):.2e}", flush=True)
     floor_tps = library_floor(a.layers)
 
     # --- accuracy on the first batch: kvcal bf16 and HF bf16 against HF fp32 ---
