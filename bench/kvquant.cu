@@ -27,6 +27,13 @@
 // 8 for "v3 8 rows") and issues all of its 16-byte K/V loads before
 // converting any.
 //
+// The scaler (running max, NHD) is timed twice: "steady", a step whose
+// batch grows no scale (the same batch again: the state of an engine whose
+// scales have settled), and "growth", a step after every running max was
+// shrunk to 2.4e-38, so that every scale grows after every row was written
+// with the old one (the costliest step; a step that grows some heads
+// rewrites only theirs, and a first step writes only once).
+//
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent
 // validating and timing.
@@ -191,6 +198,7 @@ enum Op {
     DYNAMIC_HND,
     V3_DYNAMIC,
     SCALER,
+    SCALER_GROW,
     DEQUANT,
     NUM_OPS
 };
@@ -199,7 +207,7 @@ static const char *op_name[NUM_OPS] = {
     "static head NHD",        "v3 static head NHD",      "v3 8 rows static head",
     "static head HND",        "dynamic token-head NHD",  "dynamic token-head HND",
     "v3 dynamic NHD",
-    "scaler running-max NHD", "dequant NHD -> bf16"};
+    "scaler running-max steady", "scaler running-max growth", "dequant NHD -> bf16"};
 
 struct Problem {
     int64_t T;
@@ -305,6 +313,7 @@ static double op_bytes(const Problem &p, Op op)
     case DYNAMIC_HND:
     case V3_DYNAMIC:
     case SCALER:
+    case SCALER_GROW:
         return in + cache + slots + scales;
     case DEQUANT:
         return cache + scales + in + slots;
@@ -366,7 +375,8 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
         KV_CHECK(kvcal_kv_quantize_dynamic_launch(&b, &c, s));
         return;
     }
-    case SCALER: {
+    case SCALER:
+    case SCALER_GROW: {
         kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
         KV_CHECK(kvcal_kv_scaler_quantize_launch(p.scaler, &b, &c, s));
         return;
@@ -509,11 +519,11 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
                     !((ov[i] & 0x7fff) > 0x7f80 && (rv[i] & 0x7fff) > 0x7f80));
         return bad;
     }
-    bool token_scales =
-        op == DYNAMIC || op == DYNAMIC_HND || op == V3_DYNAMIC || op == SCALER;
+    bool token_scales = op == DYNAMIC || op == DYNAMIC_HND || op == V3_DYNAMIC ||
+                        op == SCALER || op == SCALER_GROW;
     if (op == DYNAMIC || op == DYNAMIC_HND || op == V3_DYNAMIC)
         KV_CHECK(kvcal_kv_quantize_dynamic_ref(&b, &c));
-    else if (op == SCALER)
+    else if (op == SCALER || op == SCALER_GROW)
         KV_CHECK(kvcal_kv_quantize_static_ref(&b, &c, KVCAL_GRANULARITY_HEAD, scaler_k,
                                               scaler_v));
     else
@@ -554,7 +564,22 @@ __global__ void head_absmax_kernel(const __nv_bfloat16 *x, int64_t n, int H, int
     }
 }
 
+// Shrinks every running max and scale of the bench's scaler to 2.4e-38
+// (bytes 0x01), so that its next step grows every scale after writing
+// every row with the old ones: the costliest step (both passes in full).
+static void scaler_shrink(Problem &p, cudaStream_t s)
+{
+    for (int kv = 0; kv < 2; kv++) {
+        CHECK(cudaMemsetAsync(p.scaler->scale[kv], 1, p.H * sizeof(float), s));
+        CHECK(cudaMemsetAsync(p.scaler->state[kv], 1, p.H * sizeof(float), s));
+    }
+}
+
 // Runs op once on fresh caches and checks it; returns the differences.
+// The scaler's ops run two steps of the batch from a fresh scaler and check
+// the second, written into caches poisoned again: for SCALER a step that
+// grows no scale, for SCALER_GROW (scaler_shrink between) one that grows
+// every scale.
 static size_t validate(Problem &p, Op op)
 {
     if (op == COPY)
@@ -562,7 +587,8 @@ static size_t validate(Problem &p, Op op)
     CHECK(cudaMemset(p.kc, 0xff, p.cache_bytes()));
     CHECK(cudaMemset(p.vc, 0xff, p.cache_bytes()));
     std::vector<float> sk(p.H), sv(p.H);
-    if (op == SCALER) { // a fresh scaler: its first step takes the batch's absmax
+    const bool scaler = op == SCALER || op == SCALER_GROW;
+    if (scaler) { // a fresh scaler: its first step takes the batch's absmax
         kvcal_kv_scaler_destroy(p.scaler);
         KV_CHECK(
             kvcal_kv_scaler_create(p.H, KVCAL_SCALER_RUNNING_MAX, 0.0f, 1, &p.scaler));
@@ -570,9 +596,18 @@ static size_t validate(Problem &p, Op op)
     if (op == DEQUANT)
         run_op(p, DYNAMIC, 0);
     run_op(p, op, 0);
+    if (scaler) {
+        if (op == SCALER_GROW)
+            scaler_shrink(p, 0);
+        CHECK(cudaMemset(p.kc, 0xff, p.cache_bytes()));
+        CHECK(cudaMemset(p.vc, 0xff, p.cache_bytes()));
+        CHECK(cudaMemset(p.ksc, 0xff, (size_t)p.num_blocks * p.bs * p.H * sizeof(float)));
+        CHECK(cudaMemset(p.vsc, 0xff, (size_t)p.num_blocks * p.bs * p.H * sizeof(float)));
+        run_op(p, op, 0);
+    }
     CHECK(cudaDeviceSynchronize());
     size_t bad = 0;
-    if (op == SCALER) { // the scales must be rule(absmax of the whole batch)
+    if (scaler) { // the scales must be rule(absmax of the whole batch)
         int64_t steps = 0;
         KV_CHECK(kvcal_kv_scaler_read(p.scaler, 0, sk.data(), sv.data(), &steps));
         float *am;
@@ -586,7 +621,7 @@ static size_t validate(Problem &p, Op op)
         for (int h = 0; h < p.H; h++)
             bad += sk[h] != kvcal_scale_from_absmax(a[h]) ||
                    sv[h] != kvcal_scale_from_absmax(a[p.H + h]);
-        bad += steps != 1;
+        bad += steps != 2;
     }
     int64_t w = std::min<int64_t>(p.T, 2048);
     int64_t starts[3] = {0, (p.T - w) / 2, p.T - w};
@@ -614,6 +649,8 @@ static Timing time_op(Problem &p, Op op, int reps, bool decode, void *flush,
         run_op(p, op, s);
     std::vector<float> ms;
     for (int r = 0; r < reps; r++) {
+        if (op == SCALER_GROW)
+            scaler_shrink(p, s);
         if (!decode)
             CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes, s));
         CHECK(cudaEventRecord(a, s));
@@ -744,8 +781,9 @@ int main(int argc, char **argv)
         for (int o = 0; o < NUM_OPS; o++) {
             Op op = (Op)o;
             if ((op == V1_STATIC_HEAD || op == V3_STATIC_HEAD || op == V3R8_STATIC_HEAD ||
-                 op == V3_DYNAMIC) &&
-                (cases[ci].decode || (op != V1_STATIC_HEAD && D != 128)))
+                 op == V3_DYNAMIC || op == SCALER_GROW) &&
+                (cases[ci].decode ||
+                 (op != V1_STATIC_HEAD && op != SCALER_GROW && D != 128)))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);

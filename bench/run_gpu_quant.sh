@@ -6,7 +6,8 @@
 #      the kvcal binary; set KVCAL_SHARED for the suites that need ../shared),
 #   2. the example engine decode loop (CPU and CUDA, bytes compared),
 #   3. bench/kvquant (every CUDA entry point and candidate vs a device copy),
-#   4. bench/kvquant_torch.py (eager and torch.compile equivalents).
+#   4. bench/kvquant_torch.py (eager and torch.compile equivalents; the
+#      code inductor generates goes to OUTDIR/torch_output_code.txt).
 # KVCAL_SUITES (names of test suites, space separated) limits step 1 to
 # them; KVCAL_TORCH=0 skips step 4.
 # Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder); they
@@ -40,7 +41,8 @@ bench_rc=$?
 stamp bench
 torch_rc=0
 if [ "${KVCAL_TORCH:-1}" != 0 ]; then
-    PYTHONUNBUFFERED=1 timeout 110 python3 bench/kvquant_torch.py > "$out/torch.log" 2>&1
+    PYTHONUNBUFFERED=1 TORCH_LOGS=output_code TORCH_LOGS_OUT="$out/torch_output_code.txt" \
+        timeout 240 python3 bench/kvquant_torch.py --reps 20 > "$out/torch.log" 2>&1
     torch_rc=$?
 else
     echo "skipped (KVCAL_TORCH=0)" > "$out/torch.log"
@@ -50,8 +52,8 @@ echo "== gpu"; cat "$out/gpu.txt"; cat "$out/stages.txt"
 echo "== tests (rc $tests_rc)"
 grep -E "FAILED|differences|SKIPPED|^tests:" "$out/tests.log" | head -30
 echo "== example (rc $example_rc)"; tail -n 6 "$out/example.log"
-echo "== torch (rc $torch_rc)"; tail -n 14 "$out/torch.log"
-echo "== bench/kvquant (rc $bench_rc)"; tail -n 28 "$out/bench.log"
+echo "== torch (rc $torch_rc)"; grep -v '^[WIV][0-9]' "$out/torch.log" | tail -n 28
+echo "== bench/kvquant (rc $bench_rc)"; tail -n 29 "$out/bench.log"
 # summary: prefill GB/s and % of the copy measured by bench/kvquant
 echo "== summary (prefill, % of bench/kvquant's copy)"
 awk '

@@ -8,6 +8,7 @@
 
 #include "core/fp8.h"
 #include "core/scale_rule.h"
+#include "kernels/cpu/kvquant_ref.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -529,6 +530,40 @@ static void scaler_step_of_only_padding_changes_nothing(void)
     kvcal_kv_scaler_destroy(s);
 }
 
+/* kvcal_kv_scaler_grown counts the scales the last step grew: all 2 H on the
+ * first step, none for values within the running max or a step of only
+ * padding, one when one head's K exceeds it (what the CUDA path's second
+ * pass rewrites). */
+static void scaler_reports_which_scales_its_last_step_grew(void)
+{
+    enum { H = 2, D = 16 };
+    kvcal_kv_scaler_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_scaler_create(H, KVCAL_SCALER_RUNNING_MAX, 0.0f, 0, &s), KVCAL_OK);
+    fixture f;
+    fixture_make(&f, 3, H, D, 1, 16, KVCAL_CACHE_NHD, 1, 1.0f);
+    for (int i = 0; i < H * D; i++) {
+        f.k[H * D + i] = f.k[i] * 0.5f, f.v[H * D + i] = f.v[i] * 0.5f;
+        f.k[2 * H * D + i] = f.k[i], f.v[2 * H * D + i] = f.v[i];
+    }
+    f.k[2 * H * D + D + 3] = 9.0f; /* token 2, head 1: above every K so far */
+    const int want[4] = {2 * H, 0, 1, 0};
+    for (int step = 0; step < 4; step++) {
+        kvcal_kv_batch b = f.b;
+        b.num_tokens = 1;
+        b.k = f.k + (size_t)(step % 3) * H * D, b.v = f.v + (size_t)(step % 3) * H * D;
+        b.slot_mapping = f.slots + step % 3;
+        if (step == 3) /* a step of only padding */
+            f.slots[0] = -1, b.slot_mapping = f.slots;
+        CU_ASSERT_EQUAL_FATAL(kvcal_kv_scaler_quantize_ref(s, &b, &f.c), KVCAL_OK);
+        int grown = -1;
+        CU_ASSERT_EQUAL(kvcal_kv_scaler_grown(s, NULL, &grown), KVCAL_OK);
+        CU_ASSERT_EQUAL(grown, want[step]);
+    }
+    fixture_free(&f);
+    kvcal_kv_scaler_destroy(s);
+}
+
 static void scaler_rejects_missing_scale_arrays_and_wrong_place(void)
 {
     kvcal_kv_scaler_t *s = (kvcal_kv_scaler_t *)1;
@@ -602,6 +637,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(scaler_ema_follows_the_average_but_never_shrinks),
     KVCAL_TEST(scaler_first_batch_fixes_scales_and_saturates_later_values),
     KVCAL_TEST(scaler_step_of_only_padding_changes_nothing),
+    KVCAL_TEST(scaler_reports_which_scales_its_last_step_grew),
     KVCAL_TEST(scaler_rejects_missing_scale_arrays_and_wrong_place),
     KVCAL_TEST(quantize_rejects_bad_shapes_and_strides),
     CU_TEST_INFO_NULL,

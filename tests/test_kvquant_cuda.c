@@ -21,6 +21,7 @@
 #ifdef KVCAL_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "kernels/cpu/kvquant_ref.h"
 #include "kernels/cuda/kvquant.h"
 
 #define POISON 0xFF /* e4m3 -NaN: never written by the quantizer */
@@ -503,6 +504,87 @@ static void scaler_launch_matches_ref_on_odd_shapes(void)
     CU_ASSERT_EQUAL(failed, 0);
 }
 
+/* Sets both backends' caches and recorded scales back to the poison. */
+static void qsetup_poison(qsetup *s)
+{
+    for (int kv = 0; kv < 2; kv++) {
+        memset(kv ? s->host.c.v : s->host.c.k, POISON, s->cache_bytes);
+        cudaMemset(kv ? s->dev.c.v : s->dev.c.k, POISON, s->cache_bytes);
+        float *hs = kv ? s->host.c.v_scale : s->host.c.k_scale;
+        for (size_t i = 0; i < s->scale_count; i++)
+            hs[i] = -1.0f;
+        cudaMemcpy(kv ? s->dev.c.v_scale : s->dev.c.k_scale, hs,
+                   s->scale_count * sizeof(float), cudaMemcpyHostToDevice);
+    }
+}
+
+/* Scaler steps on the fast kernel (FAST_T tokens): the first step (every
+ * scale grows from unset), the same batch again (nothing grows: one pass),
+ * then the batch with one K value of head 1 raised to 200 (one scale grows
+ * in RUNNING_MAX and EMA: the second pass rewrites that head's K rows; none
+ * in FIRST_BATCH, which saturates it as the reference does). Caches are
+ * poisoned before every step, so each step must write every byte and scale
+ * itself; after each, bytes, recorded scales, the scaler's scales and step
+ * count and the number of grown scales equal the reference's. */
+static void scaler_fast_steps_match_ref_when_scales_grow_and_when_settled(void)
+{
+    const kvcal_scaler_mode modes[3] = {KVCAL_SCALER_RUNNING_MAX, KVCAL_SCALER_EMA,
+                                        KVCAL_SCALER_FIRST_BATCH};
+    int failed = 0;
+    for (int m = 0; m < 3; m++)
+        for (int li = 0; li < 2; li++) {
+            qcase c = {FAST_T,
+                       m == 2 ? 3 : 8,
+                       m == 1 ? 64 : 128,
+                       li ? 5 : 16,
+                       (kvcal_cache_layout)li,
+                       (m + li) % 2 ? KVCAL_DTYPE_F16 : KVCAL_DTYPE_BF16,
+                       li ? 8 : 0};
+            qsetup s;
+            qsetup_make(&s, c, 1);
+            kvcal_kv_scaler_t *hs = NULL, *ds = NULL;
+            size_t bad = (kvcal_kv_scaler_create(c.H, modes[m], 0.25f, 0, &hs) !=
+                          KVCAL_OK) +
+                         (kvcal_kv_scaler_create(c.H, modes[m], 0.25f, 1, &ds) !=
+                          KVCAL_OK) +
+                         (kvcal_kv_fast_path_applies(&s.dev.b, &s.dev.c) != 1);
+            const int want_grown[3] = {2 * c.H, 0, m == 2 ? 0 : 1};
+            for (int step = 0; step < 3 && !bad; step++) {
+                if (step == 2) { /* token 1, head 1, element 2 of K: 200 */
+                    size_t at = (size_t)(1 * (c.H * c.D + c.pad) + c.D + 2);
+                    uint16_t big = c.dtype == KVCAL_DTYPE_BF16 ? 0x4348 : 0x5a40;
+                    memcpy((uint16_t *)s.host.b.k + at, &big, 2);
+                    cudaMemcpy((uint16_t *)s.dev.b.k + at, &big, 2,
+                               cudaMemcpyHostToDevice);
+                }
+                qsetup_poison(&s);
+                bad += kvcal_kv_scaler_quantize_ref(hs, &s.host.b, &s.host.c) != KVCAL_OK;
+                bad += kvcal_kv_scaler_quantize_launch(ds, &s.dev.b, &s.dev.c, NULL) !=
+                       KVCAL_OK;
+                float hk[8], hv[8], dk[8], dv[8];
+                int64_t hn = -1, dn = -2;
+                int hg = -1, dg = -2;
+                bad += kvcal_kv_scaler_read(hs, NULL, hk, hv, &hn) != KVCAL_OK;
+                bad += kvcal_kv_scaler_read(ds, NULL, dk, dv, &dn) != KVCAL_OK;
+                bad += kvcal_kv_scaler_grown(hs, NULL, &hg) != KVCAL_OK;
+                bad += kvcal_kv_scaler_grown(ds, NULL, &dg) != KVCAL_OK;
+                bad += hn != dn || hn != step + 1 || hg != dg || hg != want_grown[step] ||
+                       memcmp(hk, dk, sizeof(float) * (size_t)c.H) ||
+                       memcmp(hv, dv, sizeof(float) * (size_t)c.H);
+                bad += qsetup_diff(&s);
+            }
+            report(m == 0   ? "fast scaler running max"
+                   : m == 1 ? "fast scaler ema"
+                            : "fast scaler first batch",
+                   c, bad);
+            failed += bad != 0;
+            kvcal_kv_scaler_destroy(hs);
+            kvcal_kv_scaler_destroy(ds);
+            qsetup_free(&s);
+        }
+    CU_ASSERT_EQUAL(failed, 0);
+}
+
 // --- dequantization ----------------------------------------------------------------
 
 static int same_value(const void *a, const void *b, size_t i, kvcal_dtype d)
@@ -572,6 +654,66 @@ static void dequantize_launch_matches_ref_in_every_out_dtype(void)
     CU_ASSERT_EQUAL(failed, 0);
 }
 
+/* The fast dequantization kernel (FAST_T tokens, head_dim 64 / 128 / 256,
+ * both layouts, block_size 16 and 5, every out dtype, per (token, head) and
+ * static per-head scales, padding and out-of-range slots whose rows stay
+ * untouched): every case must reach it and match the reference. */
+static void dequantize_fast_kernel_matches_ref_on_large_odd_batches(void)
+{
+    static const int Ds[] = {64, 128, 256};
+    int failed = 0, n = 0;
+    for (int di = 0; di < 3; di++)
+        for (int od = 0; od < 3; od++, n++) {
+            const int token_scales = n % 2;
+            qcase c = {FAST_T,
+                       n % 3 == 1 ? 3 : 8,
+                       Ds[di],
+                       n % 4 == 2 ? 5 : 16,
+                       (kvcal_cache_layout)(n % 3 == 0),
+                       KVCAL_DTYPE_BF16,
+                       0};
+            qsetup s;
+            qsetup_make(&s, c, token_scales);
+            if (token_scales)
+                kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
+            else
+                kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
+                                             s.host.k_scale, s.host.v_scale);
+            cudaMemcpy(s.dev.c.k, s.host.c.k, s.cache_bytes, cudaMemcpyHostToDevice);
+            cudaMemcpy(s.dev.c.v, s.host.c.v, s.cache_bytes, cudaMemcpyHostToDevice);
+            if (token_scales) {
+                cudaMemcpy(s.dev.c.k_scale, s.host.c.k_scale, s.scale_count * 4,
+                           cudaMemcpyHostToDevice);
+                cudaMemcpy(s.dev.c.v_scale, s.host.c.v_scale, s.scale_count * 4,
+                           cudaMemcpyHostToDevice);
+            }
+            kvcal_dtype out = (kvcal_dtype)od;
+            size_t count = (size_t)c.T * c.H * c.D,
+                   bytes = count * (size_t)elem_size(out);
+            void *hk = malloc(bytes), *hv = malloc(bytes), *gk = malloc(bytes),
+                 *gv = malloc(bytes);
+            memset(hk, 0x5a, bytes), memset(hv, 0x5a, bytes);
+            void *dk = dev_copy(hk, bytes), *dv = dev_copy(hv, bytes);
+            size_t bad = kvcal_kv_dequant_fast_path_applies(&s.dev.b, &s.dev.c, dk, dv) != 1;
+            bad += kvcal_kv_dequantize_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
+                                           s.host.k_scale, s.host.v_scale, hk, hv,
+                                           out) != KVCAL_OK;
+            bad += kvcal_kv_dequantize_launch(&s.dev.b, &s.dev.c, KVCAL_GRANULARITY_HEAD,
+                                              s.dev.k_scale, s.dev.v_scale, dk, dv, out,
+                                              NULL) != KVCAL_OK;
+            host_copy(gk, dk, bytes);
+            host_copy(gv, dv, bytes);
+            for (size_t i = 0; i < count; i++)
+                bad += !same_value(hk, gk, i, out) + !same_value(hv, gv, i, out);
+            report("fast dequantize", c, bad);
+            failed += bad != 0;
+            cudaFree(dk), cudaFree(dv);
+            free(hk), free(hv), free(gk), free(gv);
+            qsetup_free(&s);
+        }
+    CU_ASSERT_EQUAL(failed, 0);
+}
+
 static void launches_reject_bad_arguments_with_a_message(void)
 {
     qcase c = {19, 8, 128, 16, KVCAL_CACHE_NHD, KVCAL_DTYPE_BF16, 0};
@@ -598,7 +740,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(fast_kernel_leaves_other_shapes_to_the_generic_kernel),
     KVCAL_TEST(scaler_launch_matches_ref_over_prefill_and_decode),
     KVCAL_TEST(scaler_launch_matches_ref_on_odd_shapes),
+    KVCAL_TEST(scaler_fast_steps_match_ref_when_scales_grow_and_when_settled),
     KVCAL_TEST(dequantize_launch_matches_ref_in_every_out_dtype),
+    KVCAL_TEST(dequantize_fast_kernel_matches_ref_on_large_odd_batches),
     KVCAL_TEST(launches_reject_bad_arguments_with_a_message),
     CU_TEST_INFO_NULL,
 };

@@ -312,8 +312,10 @@ kvcal_status kvcal_kv_scaler_create(int num_kv_heads, kvcal_scaler_mode mode,
     s->mode = mode;
     s->ema_alpha = ema_alpha;
     s->on_device = on_device != 0;
-    size_t float_bytes = ((size_t)6 * num_kv_heads * sizeof(float) + 7) & ~(size_t)7;
-    size_t bytes = float_bytes + 3 * sizeof(int64_t);
+    /* 6 H floats, 2 H + 1 flags, then the 64-bit counters */
+    size_t word_bytes =
+        ((size_t)(8 * num_kv_heads + 1) * sizeof(float) + 7) & ~(size_t)7;
+    size_t bytes = word_bytes + 3 * sizeof(int64_t);
     kvcal_status st = KVCAL_OK;
     if (s->on_device)
         st = kvcal_kv_device_alloc(bytes, &s->slab);
@@ -328,8 +330,10 @@ kvcal_status kvcal_kv_scaler_create(int num_kv_heads, kvcal_scaler_mode mode,
         s->scale[kv] = f + (size_t)(0 + kv) * num_kv_heads;
         s->state[kv] = f + (size_t)(2 + kv) * num_kv_heads;
         s->batch_absmax[kv] = f + (size_t)(4 + kv) * num_kv_heads;
+        s->grown[kv] = (unsigned int *)(f + (size_t)(6 + kv) * num_kv_heads);
     }
-    s->steps = (int64_t *)((char *)s->slab + float_bytes);
+    s->any_grown = (unsigned int *)(f + (size_t)8 * num_kv_heads);
+    s->steps = (int64_t *)((char *)s->slab + word_bytes);
     s->batch_tokens = s->steps + 1;
     s->blocks_done = (unsigned int *)(s->steps + 2);
     *out = s;
@@ -378,6 +382,29 @@ kvcal_status kvcal_kv_scaler_read(const kvcal_kv_scaler_t *scaler,
         if (st != KVCAL_OK)
             return st;
     }
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_kv_scaler_grown(const kvcal_kv_scaler_t *scaler,
+                                   struct CUstream_st *stream, int *grown)
+{
+    if (!scaler || !grown)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_kv_scaler_grown: NULL argument");
+    *grown = 0;
+    size_t n = (size_t)scaler->num_kv_heads;
+    unsigned int flags[2 * KVCAL_KV_MAX_HEADS];
+    for (int kv = 0; kv < 2; kv++) {
+        if (!scaler->on_device) {
+            memcpy(flags + kv * n, scaler->grown[kv], n * sizeof(unsigned int));
+            continue;
+        }
+        kvcal_status st = kvcal_kv_device_read(flags + kv * n, scaler->grown[kv],
+                                               n * sizeof(unsigned int), stream);
+        if (st != KVCAL_OK)
+            return st;
+    }
+    for (size_t i = 0; i < 2 * n; i++)
+        *grown += flags[i] != 0;
     return KVCAL_OK;
 }
 
@@ -430,6 +457,9 @@ kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
     int64_t valid = 0;
     for (int64_t t = 0; t < batch->num_tokens; t++)
         valid += batch->slot_mapping[t] >= 0 && batch->slot_mapping[t] < g.capacity;
+    memset(scaler->grown[0], 0, sizeof(unsigned int) * (size_t)g.num_kv_heads);
+    memset(scaler->grown[1], 0, sizeof(unsigned int) * (size_t)g.num_kv_heads);
+    *scaler->any_grown = 0;
     if (valid == 0)
         return KVCAL_OK;
     absmax_rows(batch, g, batch->k, batch->k_token_stride, batch->k_head_stride,
@@ -438,10 +468,13 @@ kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
                 scaler->batch_absmax[1]);
     for (int kv = 0; kv < 2; kv++)
         for (int h = 0; h < g.num_kv_heads; h++) {
+            float before = scaler->scale[kv][h];
             kvcal_kv_scaler_fold((int)scaler->mode, scaler->ema_alpha, *scaler->steps,
                                  scaler->batch_absmax[kv][h], &scaler->state[kv][h],
                                  &scaler->scale[kv][h]);
             scaler->batch_absmax[kv][h] = 0.0f;
+            scaler->grown[kv][h] = scaler->scale[kv][h] != before;
+            *scaler->any_grown |= scaler->grown[kv][h];
         }
     (*scaler->steps)++;
     quantize_kv(batch, cache, g, scaler->scale[0], scaler->scale[1], 1);
@@ -546,6 +579,14 @@ kvcal_status kvcal_kv_device_read(void *dst, const void *src, size_t bytes,
 int kvcal_kv_fast_path_applies(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache)
 {
     (void)batch, (void)cache;
+    return 0;
+}
+
+int kvcal_kv_dequant_fast_path_applies(const kvcal_kv_batch *batch,
+                                       const kvcal_kv_cache *cache, const void *k_out,
+                                       const void *v_out)
+{
+    (void)batch, (void)cache, (void)k_out, (void)v_out;
     return 0;
 }
 

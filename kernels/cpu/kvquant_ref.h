@@ -45,15 +45,34 @@ static inline KVCAL_HOST_DEVICE void kvcal_kv_slot_split(kvcal_kv_geom g, int64_
     }
 }
 
+/* Byte offset of (head, 0) of slot block * block_size + off. */
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset_at(kvcal_kv_geom g,
+                                                                 int64_t block,
+                                                                 int64_t off, int head)
+{
+    int64_t row = g.layout == KVCAL_CACHE_NHD ? off * g.num_kv_heads + head
+                                              : (int64_t)head * g.block_size + off;
+    return block * g.block_stride + row * g.head_dim;
+}
+
 /* Byte offset of (slot, head, 0) in a cache of geometry g. */
 static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset(kvcal_kv_geom g,
                                                               int64_t slot, int head)
 {
     int64_t block, off;
     kvcal_kv_slot_split(g, slot, &block, &off);
-    int64_t row = g.layout == KVCAL_CACHE_NHD ? off * g.num_kv_heads + head
-                                              : (int64_t)head * g.block_size + off;
-    return block * g.block_stride + row * g.head_dim;
+    return kvcal_kv_cache_offset_at(g, block, off, head);
+}
+
+/* Index of (head) of slot block * block_size + off in the per (token,
+ * head) scale arrays. */
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_scale_index_at(kvcal_kv_geom g,
+                                                                int64_t block,
+                                                                int64_t off, int head)
+{
+    return g.layout == KVCAL_CACHE_NHD
+               ? (block * g.block_size + off) * g.num_kv_heads + head
+               : (block * g.num_kv_heads + head) * g.block_size + off;
 }
 
 /* Index of (slot, head) in the per (token, head) scale arrays. */
@@ -62,9 +81,7 @@ static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_scale_index(kvcal_kv_geom g,
 {
     int64_t block, off;
     kvcal_kv_slot_split(g, slot, &block, &off);
-    return g.layout == KVCAL_CACHE_NHD
-               ? slot * g.num_kv_heads + head
-               : (block * g.num_kv_heads + head) * g.block_size + off;
+    return kvcal_kv_scale_index_at(g, block, off, head);
 }
 
 /* |x| when x is finite, 0 for NaN and +-Inf: what computed scales see. */
@@ -105,6 +122,8 @@ struct kvcal_kv_scaler {
     float *scale[2];           /* (H) scales of new writes; 0 = unset */
     float *state[2];           /* (H) running absmax (RUNNING_MAX, FIRST_BATCH) or ema */
     float *batch_absmax[2];    /* (H) this step's absmax; zeroed after each fold */
+    unsigned int *grown[2];    /* (H) 1 where the last step's fold grew the scale */
+    unsigned int *any_grown;   /* (1) 1 when some grown[kv][h] is */
     int64_t *steps;            /* (1) steps with a valid token folded in */
     int64_t *batch_tokens;     /* (1) valid tokens of this step; zeroed after the fold */
     unsigned int *blocks_done; /* (1) device: blocks that finished the reduction */
@@ -117,6 +136,13 @@ struct kvcal_kv_scaler {
 kvcal_status kvcal_kv_scaler_check(const char *fn, const kvcal_kv_scaler_t *scaler,
                                    int on_device, const kvcal_kv_batch *batch,
                                    const kvcal_kv_cache *cache, kvcal_kv_geom *g);
+
+/* Number of per-head scales (K and V counted apart) that the scaler's last
+ * step grew, through *grown; 0 after a step that grew none or had no valid
+ * token. Synchronizes `stream` for a device scaler. For the tests: a step
+ * that grows no scale is the CUDA path's one-pass case. */
+kvcal_status kvcal_kv_scaler_grown(const kvcal_kv_scaler_t *scaler,
+                                   struct CUstream_st *stream, int *grown);
 
 /* Folds one head's step absmax b into its state and scale; steps is the
  * number of steps folded before this one. Scales only grow. */

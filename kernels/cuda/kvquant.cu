@@ -228,99 +228,59 @@ __global__ void __launch_bounds__(kThreads) kv_quantize_kernel(Quant q)
     }
 }
 
-// --- fast path: 16-bit K/V, head_dim 64, 128 or 256, large batches ----------
-//
-// The generic kernel above spends ~4000 instructions per warp on run-time
-// widths, bounds and branches; this one fixes the dtype, head_dim (so one
-// 16-byte vector per lane covers a row: D / 8 lanes per row) and static or
-// dynamic scales at compile time, and gives each group of lanes kFastRows
-// consecutive rows (row = token * H + head) whose K, V and slot loads are
-// all issued before any conversion. Same loads, arithmetic, rounding and
-// addressing as kv_quantize_kernel, so the same bytes. Only for batches of
-// at least KVCAL_KV_FAST_MIN_TOKENS tokens: for a decode step the 4x fewer
-// groups leave the GPU idle (measured 2.2x slower at 256 tokens).
-
-constexpr int kFastRows = 4;
-// 128-thread blocks: at 70-80 registers they pack 7 (bf16) or 6 (f16) per SM
-// where 256-thread blocks pack 3 (768 threads).
-constexpr int kFastThreads = 128;
-
-// Loads 8 16-bit values of a 16-byte word as floats (as Loader<T, 8>).
-template <typename T> __device__ __forceinline__ void unpack8(uint4 w, float *x)
-{
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-            x[2 * i] = __uint_as_float(u[i] << 16);
-            x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-        } else {
-            float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
-            x[2 * i] = f.x, x[2 * i + 1] = f.y;
-        }
-    }
-}
-
-template <typename T, int D, bool DYNAMIC>
-__global__ void __launch_bounds__(kFastThreads) kv_quantize_fast_kernel(Quant q)
-{
-    constexpr int kLanes = D / 8; // lanes per row
-    const Rows &r = q.rows;
-    const int lane = threadIdx.x & (kLanes - 1);
-    const uint32_t H = (uint32_t)r.g.num_kv_heads;
-    const int64_t rows = r.num_tokens * H; // < 2^32 (host check)
-    const int64_t first =
-        ((int64_t)blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
-    uint4 w[2][kFastRows];
-    int64_t slot[kFastRows];
-#pragma unroll
-    for (int i = 0; i < kFastRows; i++) {
-        const int64_t row = first + i;
-        w[0][i] = w[1][i] = make_uint4(0, 0, 0, 0);
-        slot[i] = -1;
-        if (row < rows) {
-            const uint32_t t = (uint32_t)row / H, h = (uint32_t)row - t * H;
-#pragma unroll
-            for (int kv = 0; kv < 2; kv++)
-                w[kv][i] = *reinterpret_cast<const uint4 *>(
-                    static_cast<const T *>(r.src[kv]) + t * r.token_stride[kv] +
-                    h * r.head_stride[kv] + lane * 8);
-            slot[i] = __ldg(r.slots + t);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kFastRows; i++) {
-        // the head again (fewer registers than keeping it); 0 past the end
-        const uint32_t row = first + i < rows ? (uint32_t)(first + i) : 0u;
-        const int head = (int)(row - row / H * H);
-        float x[2][8], scale[2];
-#pragma unroll
-        for (int kv = 0; kv < 2; kv++) {
-            unpack8<T>(w[kv][i], x[kv]);
-            if constexpr (DYNAMIC) {
-                float m = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    m = fmaxf(m, kvcal_kv_finite_abs(x[kv][j]));
-                scale[kv] = kvcal_scale_from_absmax(group_max(m, kLanes));
-            } else {
-                scale[kv] = q.scales[kv][head * q.scale_step];
-            }
-        }
-        if (slot[i] < 0 || slot[i] >= r.g.capacity)
-            continue;
-        const int64_t off = kvcal_kv_cache_offset(r.g, slot[i], head);
-#pragma unroll
-        for (int kv = 0; kv < 2; kv++) {
-            store_e4m3<8>(q.dst[kv] + off + lane * 8, x[kv], 1.0f / scale[kv]);
-            if (q.scale_out[kv] && lane == 0)
-                q.scale_out[kv][kvcal_kv_scale_index(r.g, slot[i], head)] =
-                    scale[kv];
-        }
-    }
-}
-
 // --- scaler step: per-head absmax of the batch, folded by the last block ----
+
+__device__ __forceinline__ void atomic_max_nonneg(float *addr, float v)
+{
+    atomicMax(reinterpret_cast<int *>(addr), __float_as_int(v));
+}
+
+// End of a block of a scaler's reduction: adds the block's per-head absmax
+// head_max (2, H) and its count of valid tokens (both shared) to the scaler, and
+// the last block to finish folds the step into the scales (the reference's
+// kvcal_kv_scaler_fold), records which scales grew in s.grown / s.any_grown
+// (all 0 for a step without a valid token) and resets the step's sums.
+// Every thread of the block calls it.
+__device__ void fold_block_end(const kvcal_kv_scaler &s, const float *head_max,
+                               const unsigned long long *tokens, int H)
+{
+    __shared__ bool last;
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * H; i += blockDim.x)
+        if (head_max[i] > 0.0f)
+            atomic_max_nonneg(&s.batch_absmax[i / H][i % H], head_max[i]);
+    if (threadIdx.x == 0 && *tokens)
+        atomicAdd(reinterpret_cast<unsigned long long *>(s.batch_tokens), *tokens);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(s.blocks_done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const int64_t steps = __ldcg(reinterpret_cast<const long long *>(s.steps));
+    const bool valid = __ldcg(reinterpret_cast<const long long *>(s.batch_tokens)) > 0;
+    int grew = 0;
+    for (int i = threadIdx.x; i < 2 * H; i += blockDim.x) {
+        int k = i / H, h = i - k * H;
+        const float before = __ldcg(&s.scale[k][h]);
+        if (valid)
+            kvcal_kv_scaler_fold((int)s.mode, s.ema_alpha, steps,
+                                 __ldcg(&s.batch_absmax[k][h]), &s.state[k][h],
+                                 &s.scale[k][h]);
+        s.grown[k][h] = s.scale[k][h] != before;
+        grew |= s.scale[k][h] != before;
+        s.batch_absmax[k][h] = 0.0f;
+    }
+    grew = __syncthreads_or(grew);
+    if (threadIdx.x == 0) {
+        *s.any_grown = grew != 0;
+        *s.steps = steps + valid;
+        *s.batch_tokens = 0;
+        *s.blocks_done = 0;
+    }
+}
 
 struct Fold {
     Rows rows;
@@ -328,17 +288,11 @@ struct Fold {
     int64_t rows_total;     // num_tokens * H
 };
 
-__device__ __forceinline__ void atomic_max_nonneg(float *addr, float v)
-{
-    atomicMax(reinterpret_cast<int *>(addr), __float_as_int(v));
-}
-
 template <typename T, int VEC, int MAXV>
 __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
 {
     extern __shared__ float head_max[]; // (2, H)
     __shared__ unsigned long long tokens;
-    __shared__ bool last;
     const Rows &r = f.rows;
     const int H = r.g.num_kv_heads;
     for (int i = threadIdx.x; i < 2 * H; i += kThreads)
@@ -361,37 +315,189 @@ __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
                 atomicAdd(&tokens, 1ull);
         }
     }
-    __syncthreads();
-    kvcal_kv_scaler s = f.scaler;
-    for (int i = threadIdx.x; i < 2 * H; i += kThreads)
-        if (head_max[i] > 0.0f)
-            atomic_max_nonneg(&s.batch_absmax[i / H][i % H], head_max[i]);
-    if (threadIdx.x == 0 && tokens)
-        atomicAdd(reinterpret_cast<unsigned long long *>(s.batch_tokens), tokens);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(s.blocks_done, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last)
+    fold_block_end(f.scaler, head_max, &tokens, H);
+}
+
+// --- fast path: 16-bit K/V, head_dim 64, 128 or 256, large batches ----------
+//
+// The generic kernel above spends ~4000 instructions per warp on run-time
+// widths, bounds and branches; this one fixes the dtype, head_dim (so one
+// 16-byte vector per lane covers a row: D / 8 lanes per row) and the mode at
+// compile time, and gives each group of lanes kFastRows consecutive rows
+// (row = token * H + head) whose K, V and slot loads are all issued before
+// any conversion. Same loads, arithmetic, rounding and addressing as
+// kv_quantize_kernel, so the same bytes. Only for batches of at least
+// KVCAL_KV_FAST_MIN_TOKENS tokens: for a decode step the 4x fewer groups
+// leave the GPU idle (measured 2.2x slower at 256 tokens).
+//
+// Modes: static scales; dynamic per (token, head) scales (K's and V's
+// maxima reduced in one interleaved shuffle loop); and the two passes of a
+// scaler step. kFold writes every row with the scaler's current scales
+// (none before its first step) while it reduces the batch's per-head absmax,
+// and its last block folds the step (fold_block_end); kRewrite then writes
+// again, with the grown scales, only the K or V rows of heads whose scale
+// grew, and returns at once when none did. A scale that did not grow is the
+// one the reference writes with, so both passes together give the
+// reference's bytes and recorded scales; once the scales have settled a step
+// moves its bytes once.
+
+constexpr int kFastRows = 4;
+// 128-thread blocks: at 70-80 registers they pack 7 (bf16) or 6 (f16) per SM
+// where 256-thread blocks pack 3 (768 threads).
+constexpr int kFastThreads = 128;
+
+enum FastMode { kStatic, kDynamic, kFold, kRewrite };
+
+// Loads 8 16-bit values of a 16-byte word as floats (as Loader<T, 8>).
+template <typename T> __device__ __forceinline__ void unpack8(uint4 w, float *x)
+{
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+            x[2 * i] = __uint_as_float(u[i] << 16);
+            x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        } else {
+            float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
+            x[2 * i] = f.x, x[2 * i + 1] = f.y;
+        }
+    }
+}
+
+// Per-block state of the scaler modes, in shared memory.
+struct FastShared {
+    float *scale;               // (2, H): the scales the block writes with
+    unsigned int *grown;        // (2, H): kRewrite: which rows to write again
+    float *head_max;            // (2, H): kFold: the block's per-head absmax
+    unsigned long long *tokens; // kFold: the block's valid tokens
+};
+
+// kFastRows consecutive rows from `first` (rows past the batch are loaded as
+// zeros and skipped; every lane of the warp must call it).
+template <typename T, int D, int MODE>
+__device__ __forceinline__ void fast_rows(const Quant &q, int64_t first,
+                                          const FastShared &sh)
+{
+    constexpr int kLanes = D / 8; // lanes per row
+    const Rows &r = q.rows;
+    const int lane = threadIdx.x & (kLanes - 1);
+    const uint32_t H = (uint32_t)r.g.num_kv_heads;
+    const int64_t rows = r.num_tokens * H; // < 2^32 (host check)
+    uint4 w[2][kFastRows];
+    int64_t slot[kFastRows];
+#pragma unroll
+    for (int i = 0; i < kFastRows; i++) {
+        const int64_t row = first + i;
+        w[0][i] = w[1][i] = make_uint4(0, 0, 0, 0);
+        slot[i] = -1;
+        if (row < rows) {
+            const uint32_t t = (uint32_t)row / H, h = (uint32_t)row - t * H;
+#pragma unroll
+            for (int kv = 0; kv < 2; kv++)
+                if (MODE != kRewrite || sh.grown[kv * H + h])
+                    w[kv][i] = *reinterpret_cast<const uint4 *>(
+                        static_cast<const T *>(r.src[kv]) + t * r.token_stride[kv] +
+                        h * r.head_stride[kv] + lane * 8);
+            slot[i] = __ldg(r.slots + t);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kFastRows; i++) {
+        // the head again (fewer registers than keeping it); 0 past the end
+        const uint32_t row = first + i < rows ? (uint32_t)(first + i) : 0u;
+        const int head = (int)(row - row / H * H);
+        const bool active = slot[i] >= 0 && slot[i] < r.g.capacity;
+        float x[2][8], scale[2];
+        unpack8<T>(w[0][i], x[0]);
+        unpack8<T>(w[1][i], x[1]);
+        if constexpr (MODE == kDynamic || MODE == kFold) {
+            float m0 = 0.0f, m1 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                m0 = fmaxf(m0, kvcal_kv_finite_abs(x[0][j]));
+                m1 = fmaxf(m1, kvcal_kv_finite_abs(x[1][j]));
+            }
+#pragma unroll
+            for (int off = kLanes / 2; off > 0; off >>= 1) {
+                m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, off, kLanes));
+                m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, off, kLanes));
+            }
+            if constexpr (MODE == kDynamic) {
+                scale[0] = kvcal_scale_from_absmax(m0);
+                scale[1] = kvcal_scale_from_absmax(m1);
+            } else if (active && lane == 0) {
+                atomic_max_nonneg(&sh.head_max[head], m0);
+                atomic_max_nonneg(&sh.head_max[H + head], m1);
+                if (head == 0)
+                    atomicAdd(sh.tokens, 1ull);
+            }
+        }
+        if constexpr (MODE == kStatic) {
+            scale[0] = q.scales[0][head * q.scale_step];
+            scale[1] = q.scales[1][head * q.scale_step];
+        } else if constexpr (MODE != kDynamic) {
+            scale[0] = sh.scale[head];
+            scale[1] = sh.scale[H + head];
+        }
+        if (!active)
+            continue;
+        int64_t block, off;
+        kvcal_kv_slot_split(r.g, slot[i], &block, &off);
+        const int64_t at = kvcal_kv_cache_offset_at(r.g, block, off, head);
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+            if (MODE == kFold && !(scale[kv] > 0.0f)) // unset: the rewrite writes
+                continue;
+            if (MODE == kRewrite && !sh.grown[kv * H + head])
+                continue;
+            store_e4m3<8>(q.dst[kv] + at + lane * 8, x[kv], 1.0f / scale[kv]);
+            if (q.scale_out[kv] && lane == 0)
+                q.scale_out[kv][kvcal_kv_scale_index_at(r.g, block, off, head)] =
+                    scale[kv];
+        }
+    }
+}
+
+// Static or dynamic: one group of rows per group of lanes.
+template <typename T, int D, int MODE>
+__global__ void __launch_bounds__(kFastThreads) kv_quantize_fast_kernel(Quant q)
+{
+    constexpr int kLanes = D / 8;
+    const int64_t first =
+        ((int64_t)blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
+    fast_rows<T, D, MODE>(q, first, FastShared{});
+}
+
+// A scaler step's passes (kFold, kRewrite): one resident wave of blocks
+// striding over the groups of rows. Shared memory: 6 H words.
+template <typename T, int D, int MODE>
+__global__ void __launch_bounds__(kFastThreads)
+    kv_scaler_fast_kernel(Quant q, kvcal_kv_scaler s)
+{
+    constexpr int kLanes = D / 8;
+    extern __shared__ float words[];
+    __shared__ unsigned long long tokens;
+    const int H = q.rows.g.num_kv_heads;
+    if (MODE == kRewrite && !*s.any_grown)
         return;
-    __threadfence();
-    const int64_t steps = __ldcg(reinterpret_cast<const long long *>(s.steps));
-    const bool valid = __ldcg(reinterpret_cast<const long long *>(s.batch_tokens)) > 0;
-    for (int i = threadIdx.x; i < 2 * H; i += kThreads) {
-        int k = i / H, h = i - k * H;
-        if (valid)
-            kvcal_kv_scaler_fold((int)s.mode, s.ema_alpha, steps,
-                                 __ldcg(&s.batch_absmax[k][h]), &s.state[k][h],
-                                 &s.scale[k][h]);
-        s.batch_absmax[k][h] = 0.0f;
+    FastShared sh = {words, reinterpret_cast<unsigned int *>(words + 2 * H),
+                     words + 4 * H, &tokens};
+    for (int i = threadIdx.x; i < 2 * H; i += kFastThreads) {
+        sh.scale[i] = s.scale[i / H][i % H];
+        sh.head_max[i] = 0.0f;
+        if (MODE == kRewrite)
+            sh.grown[i] = s.grown[i / H][i % H];
     }
+    if (threadIdx.x == 0)
+        tokens = 0;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        *s.steps = steps + valid;
-        *s.batch_tokens = 0;
-        *s.blocks_done = 0;
-    }
+    const int64_t rows = q.rows.num_tokens * H;
+    const int64_t per_block = (int64_t)(kFastThreads / kLanes) * kFastRows;
+    for (int64_t base = (int64_t)blockIdx.x * per_block; base < rows;
+         base += (int64_t)gridDim.x * per_block)
+        fast_rows<T, D, MODE>(q, base + threadIdx.x / kLanes * kFastRows, sh);
+    if (MODE == kFold)
+        fold_block_end(s, sh.head_max, &tokens, H);
 }
 
 // --- dequantize ---------------------------------------------------------------
@@ -476,6 +582,71 @@ __global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(Dequant d)
             } else {
                 out[v] = o[0];
             }
+        }
+    }
+}
+
+// Fast dequantization for large batches with head_dim 64, 128 or 256 (the
+// generic kernel's 16-byte path): one 16-byte cache vector per lane (D / 16
+// lanes per row), kFastRows consecutive rows per group of lanes, their slot
+// loads first, then all their cache and scale loads, then the conversions
+// and stores (16 values, 2 or 4 16-byte stores per vector). Same conversion
+// and rounding as kv_dequantize_kernel.
+template <typename TOut, int D>
+__global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequant d)
+{
+    constexpr int kLanes = D / 16;
+    const Rows &r = d.rows;
+    const int lane = threadIdx.x & (kLanes - 1);
+    const uint32_t H = (uint32_t)r.g.num_kv_heads;
+    const int64_t rows = r.num_tokens * H; // < 2^32 (host check)
+    const int64_t first =
+        ((int64_t)blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
+    int64_t slot[kFastRows];
+#pragma unroll
+    for (int i = 0; i < kFastRows; i++)
+        slot[i] = first + i < rows ? __ldg(r.slots + (uint32_t)(first + i) / H) : -1;
+    uint4 w[2][kFastRows];
+    float scale[2][kFastRows];
+#pragma unroll
+    for (int i = 0; i < kFastRows; i++) {
+        w[0][i] = w[1][i] = make_uint4(0, 0, 0, 0);
+        scale[0][i] = scale[1][i] = 0.0f;
+        if (!(slot[i] >= 0 && slot[i] < r.g.capacity))
+            continue;
+        const uint32_t row = (uint32_t)(first + i);
+        const int head = (int)(row - row / H * H);
+        int64_t block, off;
+        kvcal_kv_slot_split(r.g, slot[i], &block, &off);
+        const int64_t at = kvcal_kv_cache_offset_at(r.g, block, off, head) + lane * 16;
+        const int64_t si = kvcal_kv_scale_index_at(r.g, block, off, head);
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+            w[kv][i] = *reinterpret_cast<const uint4 *>(d.src[kv] + at);
+            scale[kv][i] = d.token_scales[kv] ? d.token_scales[kv][si]
+                                              : d.scales[kv][head * d.scale_step];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kFastRows; i++) {
+        if (!(slot[i] >= 0 && slot[i] < r.g.capacity))
+            continue;
+        const int64_t out_off = (first + i) * D + lane * 16;
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+            const uint32_t b[4] = {w[kv][i].x, w[kv][i].y, w[kv][i].z, w[kv][i].w};
+            alignas(16) TOut o[16];
+#pragma unroll
+            for (int j = 0; j < 16; j += 2) {
+                float2 f = e4m3x2_to_float2(b[j / 4] >> (8 * (j % 4)));
+                o[j] = from_float<TOut>(f.x * scale[kv][i]);
+                o[j + 1] = from_float<TOut>(f.y * scale[kv][i]);
+            }
+            const uint4 *o4 = reinterpret_cast<const uint4 *>(o);
+            uint4 *d4 = reinterpret_cast<uint4 *>(static_cast<TOut *>(d.out[kv]) + out_off);
+#pragma unroll
+            for (int j = 0; j < (int)(sizeof(TOut) * 16 / 16); j++)
+                d4[j] = o4[j];
         }
     }
 }
@@ -616,11 +787,64 @@ kvcal_status launch_fast_d(const Quant &q, bool dynamic, cudaStream_t stream)
     const int64_t per_block = kFastThreads / (D / 8);
     const unsigned blocks = (unsigned)((groups + per_block - 1) / per_block);
     if (dynamic)
-        kv_quantize_fast_kernel<T, D, true><<<blocks, kFastThreads, 0, stream>>>(q);
+        kv_quantize_fast_kernel<T, D, kDynamic><<<blocks, kFastThreads, 0, stream>>>(q);
     else
-        kv_quantize_fast_kernel<T, D, false><<<blocks, kFastThreads, 0, stream>>>(q);
+        kv_quantize_fast_kernel<T, D, kStatic><<<blocks, kFastThreads, 0, stream>>>(q);
     CUDA_TRY(cudaGetLastError());
     return KVCAL_OK;
+}
+
+// Blocks of `kernel` (kThreads or kFastThreads wide, `smem` bytes of
+// dynamic shared memory) resident at once on the current device, at most
+// `needed`, at least 1.
+template <typename K>
+kvcal_status resident_blocks(K kernel, int threads, size_t smem, int64_t needed,
+                             unsigned *out)
+{
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    int64_t cap = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
+    *out = (unsigned)(needed < cap ? (needed > 0 ? needed : 1) : cap);
+    return KVCAL_OK;
+}
+
+// A scaler step on the fast kernel: kFold (write with the current scales,
+// reduce, fold), then kRewrite (write again what grew; returns at once when
+// nothing did). Both have one resident wave of blocks.
+template <typename T, int D>
+kvcal_status launch_scaler_fast_d(const Quant &q, const kvcal_kv_scaler &s,
+                                  cudaStream_t stream)
+{
+    const int64_t groups =
+        (q.rows.num_tokens * q.rows.g.num_kv_heads + kFastRows - 1) / kFastRows;
+    const int64_t needed = (groups + kFastThreads / (D / 8) - 1) / (kFastThreads / (D / 8));
+    const size_t smem = 6 * (size_t)q.rows.g.num_kv_heads * sizeof(float);
+    unsigned blocks;
+    kvcal_status st =
+        resident_blocks(kv_scaler_fast_kernel<T, D, kFold>, kFastThreads, smem, needed, &blocks);
+    if (st != KVCAL_OK)
+        return st;
+    kv_scaler_fast_kernel<T, D, kFold><<<blocks, kFastThreads, smem, stream>>>(q, s);
+    CUDA_TRY(cudaGetLastError());
+    if ((st = resident_blocks(kv_scaler_fast_kernel<T, D, kRewrite>, kFastThreads, smem,
+                              needed, &blocks)) != KVCAL_OK)
+        return st;
+    kv_scaler_fast_kernel<T, D, kRewrite><<<blocks, kFastThreads, smem, stream>>>(q, s);
+    CUDA_TRY(cudaGetLastError());
+    return KVCAL_OK;
+}
+
+template <typename T>
+kvcal_status launch_scaler_fast_t(const Quant &q, const kvcal_kv_scaler &s,
+                                  cudaStream_t stream)
+{
+    if (q.rows.g.head_dim == 64)
+        return launch_scaler_fast_d<T, 64>(q, s, stream);
+    if (q.rows.g.head_dim == 128)
+        return launch_scaler_fast_d<T, 128>(q, s, stream);
+    return launch_scaler_fast_d<T, 256>(q, s, stream);
 }
 
 template <typename T> kvcal_status launch_fast_t(const Quant &q, cudaStream_t stream)
@@ -648,13 +872,13 @@ struct FoldLaunch {
     cudaStream_t stream;
     template <typename T, int VEC, int MAXV> kvcal_status run() const
     {
-        int dev = 0, sms = 0;
-        CUDA_TRY(cudaGetDevice(&dev));
-        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        int64_t blocks = row_blocks(f.rows), cap = (int64_t)sms * 8;
         size_t smem = 2 * (size_t)f.rows.g.num_kv_heads * sizeof(float);
-        kv_scaler_fold_kernel<T, VEC, MAXV>
-            <<<(unsigned)(blocks < cap ? blocks : cap), kThreads, smem, stream>>>(f);
+        unsigned blocks;
+        kvcal_status st = resident_blocks(kv_scaler_fold_kernel<T, VEC, MAXV>, kThreads,
+                                          smem, row_blocks(f.rows), &blocks);
+        if (st != KVCAL_OK)
+            return st;
+        kv_scaler_fold_kernel<T, VEC, MAXV><<<blocks, kThreads, smem, stream>>>(f);
         CUDA_TRY(cudaGetLastError());
         return KVCAL_OK;
     }
@@ -681,6 +905,59 @@ kvcal_status launch_dequant_t(const Dequant &d, cudaStream_t stream)
     kv_dequantize_kernel<TOut, VEC><<<blocks, kThreads, 0, stream>>>(d);
     CUDA_TRY(cudaGetLastError());
     return KVCAL_OK;
+}
+
+// Cache bytes per lane of a dequantization: 16, else 8, else one, as
+// alignment allows.
+int dequant_vec(kvcal_kv_geom g, const kvcal_kv_cache *c, const void *k_out,
+                const void *v_out)
+{
+    int vec = 16;
+    while (vec > 1 && !(g.head_dim % vec == 0 && g.block_stride % vec == 0 &&
+                        aligned(c->k, vec) && aligned(c->v, vec) && aligned(k_out, 16) &&
+                        aligned(v_out, 16)))
+        vec = vec == 16 ? 8 : 1;
+    return vec;
+}
+
+// Whether a dequantization takes the fast kernel: 16 cache bytes per lane
+// (vec 16), head_dim 64, 128 or 256, at least KVCAL_KV_FAST_MIN_TOKENS
+// tokens, rows numbered in 32 bits.
+bool dequant_fast_applies(int vec, const Rows &r)
+{
+    const int d = r.g.head_dim;
+    return vec == 16 && (d == 64 || d == 128 || d == 256) &&
+           r.num_tokens >= KVCAL_KV_FAST_MIN_TOKENS &&
+           r.num_tokens * r.g.num_kv_heads <= 0xffffffffLL;
+}
+
+template <typename TOut, int D>
+kvcal_status launch_dequant_fast_d(const Dequant &d, cudaStream_t stream)
+{
+    const int64_t groups =
+        (d.rows.num_tokens * d.rows.g.num_kv_heads + kFastRows - 1) / kFastRows;
+    const int64_t per_block = kFastThreads / (D / 16);
+    kv_dequantize_fast_kernel<TOut, D>
+        <<<(unsigned)((groups + per_block - 1) / per_block), kFastThreads, 0, stream>>>(d);
+    CUDA_TRY(cudaGetLastError());
+    return KVCAL_OK;
+}
+
+// Enqueues a dequantization with 16-bit or fp32 output on the kernel that
+// applies.
+template <typename TOut>
+kvcal_status launch_dequant(int vec, const Dequant &d, cudaStream_t stream)
+{
+    if (dequant_fast_applies(vec, d.rows)) {
+        if (d.rows.g.head_dim == 64)
+            return launch_dequant_fast_d<TOut, 64>(d, stream);
+        if (d.rows.g.head_dim == 128)
+            return launch_dequant_fast_d<TOut, 128>(d, stream);
+        return launch_dequant_fast_d<TOut, 256>(d, stream);
+    }
+    return vec == 16  ? launch_dequant_t<TOut, 16>(d, stream)
+           : vec == 8 ? launch_dequant_t<TOut, 8>(d, stream)
+                      : launch_dequant_t<TOut, 1>(d, stream);
 }
 
 } // namespace
@@ -733,6 +1010,12 @@ extern "C" kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scale
         return st;
     int vec;
     Rows rows = quant_rows(batch, cache, g, &vec);
+    if (fast_applies(batch->dtype, vec, rows)) {
+        Quant q = make_quant(rows, cache, nullptr, nullptr, 1);
+        return batch->dtype == KVCAL_DTYPE_BF16
+                   ? launch_scaler_fast_t<__nv_bfloat16>(q, *scaler, stream)
+                   : launch_scaler_fast_t<__half>(q, *scaler, stream);
+    }
     Fold f = {};
     f.rows = rows;
     f.scaler = *scaler;
@@ -755,12 +1038,7 @@ kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch, const kvcal_kv_cache *ca
                                   k_scale, v_scale, k_out, v_out, out_dtype, &g);
     if (st != KVCAL_OK)
         return st;
-    // 16 cache bytes per lane, else 8, else one, as alignment allows
-    int vec = 16, unused;
-    while (vec > 1 && !(g.head_dim % vec == 0 && g.block_stride % vec == 0 &&
-                        aligned(cache->k, vec) && aligned(cache->v, vec) &&
-                        aligned(k_out, 16) && aligned(v_out, 16)))
-        vec = vec == 16 ? 8 : 1;
+    int vec = dequant_vec(g, cache, k_out, v_out), unused;
     Dequant d = {};
     d.rows = make_rows(batch, g, false, &unused);
     set_vec(&d.rows, vec);
@@ -770,16 +1048,10 @@ kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch, const kvcal_kv_cache *ca
     d.scale_step = granularity == KVCAL_GRANULARITY_HEAD;
     d.out[0] = k_out, d.out[1] = v_out;
     if (out_dtype == KVCAL_DTYPE_F32)
-        return vec == 16  ? launch_dequant_t<float, 16>(d, stream)
-               : vec == 8 ? launch_dequant_t<float, 8>(d, stream)
-                          : launch_dequant_t<float, 1>(d, stream);
+        return launch_dequant<float>(vec, d, stream);
     if (out_dtype == KVCAL_DTYPE_F16)
-        return vec == 16  ? launch_dequant_t<__half, 16>(d, stream)
-               : vec == 8 ? launch_dequant_t<__half, 8>(d, stream)
-                          : launch_dequant_t<__half, 1>(d, stream);
-    return vec == 16  ? launch_dequant_t<__nv_bfloat16, 16>(d, stream)
-           : vec == 8 ? launch_dequant_t<__nv_bfloat16, 8>(d, stream)
-                      : launch_dequant_t<__nv_bfloat16, 1>(d, stream);
+        return launch_dequant<__half>(vec, d, stream);
+    return launch_dequant<__nv_bfloat16>(vec, d, stream);
 }
 
 // --- internal helpers (kernels/cuda/kvquant.h) -------------------------------------
@@ -794,6 +1066,19 @@ extern "C" int kvcal_kv_fast_path_applies(const kvcal_kv_batch *batch,
     int vec;
     Rows rows = quant_rows(batch, cache, g, &vec);
     return fast_applies(batch->dtype, vec, rows);
+}
+
+extern "C" int kvcal_kv_dequant_fast_path_applies(const kvcal_kv_batch *batch,
+                                                  const kvcal_kv_cache *cache,
+                                                  const void *k_out, const void *v_out)
+{
+    kvcal_kv_geom g;
+    if (kvcal_kv_check_args("kvcal_kv_dequant_fast_path_applies", batch, cache, 0, 0,
+                            &g) != KVCAL_OK)
+        return 0;
+    int unused;
+    return dequant_fast_applies(dequant_vec(g, cache, k_out, v_out),
+                                make_rows(batch, g, false, &unused));
 }
 
 extern "C" kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out)
