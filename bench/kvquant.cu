@@ -5,10 +5,13 @@
 //   kvquant [--tokens N] [--decode-tokens N] [--heads H] [--head-dim D]
 //           [--block-size B] [--reps N]
 //
-// Two cases: a prefill of --tokens (default 262144) and a decode step of
-// --decode-tokens (default 256), bf16 K/V of --heads x --head-dim (8 x 128)
-// into a paged cache of --block-size (16) whose blocks are handed out in a
-// random order. Each op is validated against its CPU reference (three token
+// Three cases: a prefill of --tokens (default 262144) whose tokens fill
+// their blocks in turn; "scatter", the same tokens each written to a block
+// of its own (what runs 1 to 5 measured as their prefill: a cache of 4 x
+// tokens blocks, 17 GB each for K and V); and a decode step of
+// --decode-tokens (default 256), one token per block. bf16 K/V of --heads x
+// --head-dim (8 x 128) into a paged cache of --block-size (16) whose blocks
+// are handed out in a random order. Each op is validated against its CPU reference (three token
 // windows of 2048 tokens of the prefill, all of the decode step: only the
 // cache blocks of a window come back to the host) before it is timed.
 // Prefill: CUDA events around each call, L2 flushed before each, median of
@@ -228,7 +231,7 @@ struct Problem {
 };
 
 static void problem_make(Problem &p, int64_t T, int H, int D, int bs, int64_t num_blocks,
-                         uint32_t seed)
+                         bool in_turn, uint32_t seed)
 {
     p.T = T, p.H = H, p.D = D, p.bs = bs, p.num_blocks = num_blocks;
     size_t n = p.in_elems();
@@ -237,8 +240,9 @@ static void problem_make(Problem &p, int64_t T, int H, int D, int bs, int64_t nu
     fill_bf16_kernel<<<1024, 256>>>(p.k, (int64_t)n, seed, 6.0f);
     fill_bf16_kernel<<<1024, 256>>>(p.v, (int64_t)n, seed * 7 + 1, 2.0f);
     CHECK(cudaGetLastError());
-    // blocks handed out in a random order; a prefill fills its blocks in turn,
-    // a decode step writes one token into each of T different blocks
+    // blocks handed out in a random order; in_turn: tokens fill their blocks
+    // in turn (a prefill), else each token goes to a block of its own (a
+    // decode step's tokens, one per sequence)
     std::vector<int64_t> perm(num_blocks);
     for (int64_t i = 0; i < num_blocks; i++)
         perm[i] = i;
@@ -247,11 +251,10 @@ static void problem_make(Problem &p, int64_t T, int H, int D, int bs, int64_t nu
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         std::swap(perm[i], perm[(int64_t)((r >> 33) % (uint64_t)(i + 1))]);
     }
-    bool decode = T * 4 <= num_blocks;
     p.host_slots.resize(T);
     for (int64_t t = 0; t < T; t++)
         p.host_slots[t] =
-            decode ? perm[t] * bs + (t * 5) % bs : perm[t / bs] * bs + t % bs;
+            in_turn ? perm[t / bs] * bs + t % bs : perm[t] * bs + (t * 5) % bs;
     CHECK(cudaMalloc(&p.slots, T * sizeof(int64_t)));
     CHECK(cudaMemcpy(p.slots, p.host_slots.data(), T * sizeof(int64_t),
                      cudaMemcpyHostToDevice));
@@ -768,22 +771,24 @@ int main(int argc, char **argv)
     struct Case {
         const char *name;
         int64_t T;
-        bool decode;
-    } cases[2] = {{"prefill", T, false}, {"decode", Td, true}};
-    double copy_gbs[2] = {0, 0}, copy_graph_us = 0;
+        bool decode, in_turn;
+    } cases[3] = {{"prefill", T, false, true}, {"scatter", T, false, false},
+                  {"decode", Td, true, false}};
+    double copy_gbs[3] = {0, 0, 0}, copy_graph_us = 0;
     int failures = 0;
     printf("\n%-8s %-26s %10s %10s %10s %9s %7s %s\n", "case", "op", "MB", "median_us",
            "GB/s", "graph_us", "%copy", "check");
-    for (int ci = 0; ci < 2; ci++) {
+    for (int ci = 0; ci < 3; ci++) {
         Problem p;
-        problem_make(p, cases[ci].T, H, D, bs, std::max<int64_t>(blocks, 4 * cases[ci].T),
-                     1234u + ci);
+        problem_make(p, cases[ci].T, H, D, bs,
+                     cases[ci].in_turn ? blocks : std::max<int64_t>(blocks, 4 * cases[ci].T),
+                     cases[ci].in_turn, 1234u + ci);
         for (int o = 0; o < NUM_OPS; o++) {
             Op op = (Op)o;
-            if ((op == V1_STATIC_HEAD || op == V3_STATIC_HEAD || op == V3R8_STATIC_HEAD ||
-                 op == V3_DYNAMIC || op == SCALER_GROW) &&
-                (cases[ci].decode ||
-                 (op != V1_STATIC_HEAD && op != SCALER_GROW && D != 128)))
+            const bool bench_kernel = op == V1_STATIC_HEAD || op == V3_STATIC_HEAD ||
+                                      op == V3R8_STATIC_HEAD || op == V3_DYNAMIC;
+            if ((bench_kernel && (ci > 0 || (op != V1_STATIC_HEAD && D != 128))) ||
+                (op == SCALER_GROW && cases[ci].decode))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);
@@ -806,9 +811,9 @@ int main(int argc, char **argv)
         }
         problem_free(p);
     }
-    printf("\nprefill %%copy: GB/s over the copy's GB/s; decode %%copy: copy graph_us "
-           "over the op's "
-           "graph_us (time per call in a replayed graph of 20 calls)\n");
+    printf("\nprefill and scatter %%copy: GB/s over the case's copy's GB/s; decode "
+           "%%copy: copy graph_us over the op's graph_us (time per call in a replayed "
+           "graph of 20 calls)\n");
     printf("host time: validation %.1f s, timing %.1f s\n", validate_s, time_s);
     cudaFree(flush);
     return failures ? 1 : 0;

@@ -8,7 +8,8 @@ the CUDA kernels have a baseline measured in the same session.
                                    [--device cuda|cpu]
 
 Ops (bf16 K/V (T, H, D) into an e4m3 paged cache (num_blocks, B, H, D)
-through a slot mapping; bytes counted as in bench/kvquant.cu, i.e. what the
+through a slot mapping: the prefill's tokens fill their blocks in turn, the
+decode step's each go to a block of their own, as in bench/kvquant.cu; bytes counted as in bench/kvquant.cu, i.e. what the
 op must move, whatever the implementation moves):
   static head   x * (1 / scale[h]), clamped to +-448, cast, scattered
   static tensor the same with one scale
@@ -19,7 +20,7 @@ op must move, whatever the implementation moves):
 What is compiled. "compile": the quantization (upcast, absmax, scale,
 multiply, clamp, cast to e4m3: one function returning the e4m3 rows and
 their scales) under torch.compile(dynamic=False); the scatter into the paged
-cache stays an eager index_copy_ through uint8 views, as a PyTorch user
+cache stays an eager index_copy_ through int64 views, as a PyTorch user
 writes it (index_copy_ and index_put_ have no float8 kernel). dequant is
 compiled whole (gather, multiply, cast). "compile whole" (prefill, static
 head only): the quantization and the scatter in one compiled function, the
@@ -58,10 +59,11 @@ def recip(t):
 
 
 def scatter(cache, slots, rows):
-    """cache.view(-1, H, D)[slots] = rows, through uint8 views (index_copy_
-    has no float8 kernel)."""
+    """cache.view(-1, H, D)[slots] = rows, through int64 views: index_copy_
+    has no float8 kernel, and 8-byte elements move a row in 8x fewer
+    elements than bytes would (head_dim a multiple of 8)."""
     H, D = cache.shape[2], cache.shape[3]
-    cache.view(torch.uint8).view(-1, H, D).index_copy_(0, slots, rows.view(torch.uint8))
+    cache.view(torch.int64).view(-1, H, D // 8).index_copy_(0, slots, rows.view(torch.int64))
 
 
 def quant_static(k, v, ks, vs):
@@ -116,17 +118,19 @@ def dequant(kc, vc, slots, ksc, vsc, ko, vo):
         o.copy_((q * sc.view(-1, H).index_select(0, slots)[..., None]).to(torch.bfloat16))
 
 
-def make(T, H, D, bs, num_blocks, seed, device):
+def make(T, H, D, bs, num_blocks, in_turn, seed, device):
+    """in_turn: the tokens fill their blocks in turn (a prefill); else each
+    token goes to a block of its own (a decode step); blocks in random order."""
     g = torch.Generator(device=device).manual_seed(seed)
     u = torch.rand(2, T, H, D, device=device, generator=g) * 2 - 1
     k = (u[0] ** 3 * 6.0).to(torch.bfloat16)
     v = (u[1] ** 3 * 2.0).to(torch.bfloat16)
     perm = torch.randperm(num_blocks, device=device, generator=g)
     t = torch.arange(T, device=device)
-    if T * 4 <= num_blocks:
-        slots = perm[:T] * bs + (t * 5) % bs
-    else:
+    if in_turn:
         slots = perm[t // bs] * bs + t % bs
+    else:
+        slots = perm[:T] * bs + (t * 5) % bs
     kc = torch.zeros(num_blocks, bs, H, D, dtype=FP8, device=device)
     vc = torch.zeros_like(kc)
     ksc = torch.zeros(num_blocks, bs, H, device=device)
@@ -282,7 +286,8 @@ def main():
     failures = 0
     for case, T in (("prefill", a.tokens), ("decode", a.decode_tokens)):
         decode = case == "decode"
-        p = make(T, a.heads, a.head_dim, a.block_size, max(blocks, 4 * T), 1234, a.device)
+        p = make(T, a.heads, a.head_dim, a.block_size, max(blocks, 4 * T) if decode else blocks,
+                 not decode, 1234, a.device)
         names = ["static head", "dynamic"] + ([] if decode else ["static tensor", "dequant"])
         copy_dst = torch.empty(2, *p["k"].shape, dtype=torch.bfloat16, device=a.device)
 

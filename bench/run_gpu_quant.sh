@@ -53,19 +53,21 @@ echo "== tests (rc $tests_rc)"
 grep -E "FAILED|differences|SKIPPED|^tests:" "$out/tests.log" | head -30
 echo "== example (rc $example_rc)"; tail -n 6 "$out/example.log"
 echo "== torch (rc $torch_rc)"; grep -v '^[WIV][0-9]' "$out/torch.log" | tail -n 28
-echo "== bench/kvquant (rc $bench_rc)"; tail -n 29 "$out/bench.log"
+echo "== bench/kvquant (rc $bench_rc)"; tail -n 42 "$out/bench.log"
 # summary: prefill GB/s and % of the copy measured by bench/kvquant
-echo "== summary (prefill, % of bench/kvquant's copy)"
+echo "== summary (prefill and scatter, % of bench/kvquant's copy of the case)"
 awk '
 FNR == 1 { file++ }
-substr($0, 1, 8) == "prefill " {
+substr($0, 1, 8) == "prefill " || substr($0, 1, 8) == "scatter " {
+    c = substr($0, 1, 7); sub(/ +$/, "", c)
     op = substr($0, 10, 26); sub(/ +$/, "", op)
     n = split(substr($0, 37), f, " ")
     if (file == 1 && f[n] ~ /^(ok|FAIL)$/) {
-        if (op ~ /^copy/) copy = f[3]
-        printf "%-34s %9s GB/s %7s %s\n", "kvcal " op, f[3], f[5], f[6]
+        if (op ~ /^copy/) copy[c] = f[3]
+        printf "%-7s %-34s %9s GB/s %7s %s\n", c, "kvcal " op, f[3], f[5], f[6]
     } else if (file == 2 && op ~ /^(eager|compile) /) {
-        printf "%-34s %9s GB/s %6.1f%%\n", "torch " op, f[3], copy ? 100 * f[3] / copy : 0
+        printf "%-7s %-34s %9s GB/s %6.1f%%\n", c, "torch " op, f[3],
+               copy[c] ? 100 * f[3] / copy[c] : 0
     }
 }' "$out/bench.log" "$out/torch.log"
 [ $tests_rc -eq 0 ] && [ $example_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $torch_rc -eq 0 ]

@@ -189,7 +189,10 @@ void kvcal_kv_scaler_destroy(kvcal_kv_scaler_t *scaler);
  * into the cache with the updated per-head scales, recording them in
  * cache->k_scale / v_scale (see above). A batch with no valid token leaves
  * the scaler unchanged. The launch enqueues two kernels and no host
- * synchronization, so it can be captured in a CUDA graph. */
+ * synchronization, so it can be captured in a CUDA graph. On large batches
+ * it writes every row with the current scales while reducing the absmax,
+ * then rewrites only the rows of heads whose scale grew: once the scales
+ * have settled, a step reads and writes its K/V once. */
 kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
                                           const kvcal_kv_batch *batch,
                                           const kvcal_kv_cache *cache);

@@ -564,6 +564,52 @@ static void scaler_reports_which_scales_its_last_step_grew(void)
     kvcal_kv_scaler_destroy(s);
 }
 
+/* The CUDA fast kernels' division by a multiply (kernels/cpu/kvquant_ref.h)
+ * equals n / d for every divisor up to 4096 and some up to 2^31 - 1, on
+ * the edges n = 0, d - 1, d, d + 1, 2^31 - 1 and 2000 random n < 2^31. */
+static void fastdiv_matches_integer_division_below_2_pow_31(void)
+{
+    const uint32_t big[4] = {65535u, 1000003u, 0x40000001u, 0x7fffffffu};
+    uint32_t r = 99u;
+    long bad = 0;
+    for (uint32_t i = 1; i <= 4096 + 4; i++) {
+        uint32_t d = i <= 4096 ? i : big[i - 4097];
+        kvcal_kv_fastdiv f = kvcal_kv_fastdiv_make(d);
+        const uint32_t edge[5] = {0u, d - 1u, d, d + 1u, 0x7fffffffu};
+        for (int j = 0; j < 2005; j++) {
+            uint32_t n;
+            if (j < 5) {
+                n = edge[j];
+            } else {
+                r = r * 1664525u + 1013904223u;
+                n = r >> 1;
+            }
+            if (n <= 0x7fffffffu)
+                bad += kvcal_kv_fastdiv_div(f, n) != n / d;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The fast kernels' scale rule without an fp32 division gives
+ * kvcal_scale_from_absmax's bits on every 97th non-negative finite float
+ * (the whole range was checked once) and on 0, the floor's edge and
+ * FLT_MAX. */
+static void scale_rule_without_division_matches_the_rule(void)
+{
+    long bad = 0;
+    for (uint32_t u = 0; u <= 0x7f7fffffu; u += 97u) {
+        float x;
+        memcpy(&x, &u, 4);
+        float a = kvcal_scale_from_absmax(x), b = kvcal_kv_scale_from_absmax_dmul(x);
+        bad += memcmp(&a, &b, 4) != 0;
+    }
+    const float edge[4] = {0.0f, 1.0f / 512.0f, 448.0f / 448.0f, 3.4028234663852886e38f};
+    for (int i = 0; i < 4; i++)
+        bad += kvcal_scale_from_absmax(edge[i]) != kvcal_kv_scale_from_absmax_dmul(edge[i]);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 static void scaler_rejects_missing_scale_arrays_and_wrong_place(void)
 {
     kvcal_kv_scaler_t *s = (kvcal_kv_scaler_t *)1;
@@ -640,6 +686,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(scaler_reports_which_scales_its_last_step_grew),
     KVCAL_TEST(scaler_rejects_missing_scale_arrays_and_wrong_place),
     KVCAL_TEST(quantize_rejects_bad_shapes_and_strides),
+    KVCAL_TEST(fastdiv_matches_integer_division_below_2_pow_31),
+    KVCAL_TEST(scale_rule_without_division_matches_the_rule),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(kvquant, KVCAL_NEEDS_NOTHING, tests)

@@ -84,6 +84,48 @@ static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_scale_index(kvcal_kv_geom g,
     return kvcal_kv_scale_index_at(g, block, off, head);
 }
 
+/* Division by a divisor fixed per launch as a multiply and a shift (the
+ * GPU's integer division is a ~20-instruction sequence): for d >= 2,
+ * c = ceil(log2 d), mul = ceil(2^(31 + c) / d) (< 2^32) and
+ * n / d = (n * mul) >> (31 + c) exactly for every n < 2^31, because
+ * n * (mul - 2^(31 + c) / d) < 2^31 <= 2^(31 + c) / d. d = 1 has mul = 0. */
+typedef struct kvcal_kv_fastdiv {
+    uint32_t d, mul, shift; /* shift = c - 1 after the high 32 bits */
+} kvcal_kv_fastdiv;
+
+static inline kvcal_kv_fastdiv kvcal_kv_fastdiv_make(uint32_t d)
+{
+    kvcal_kv_fastdiv f = {d, 0, 0};
+    if (d < 2)
+        return f;
+    uint32_t c = 0;
+    while ((1ull << c) < d)
+        c++;
+    f.mul = (uint32_t)(((1ull << (31 + c)) + d - 1) / d);
+    f.shift = c - 1;
+    return f;
+}
+
+/* n / f.d for n < 2^31. */
+static inline KVCAL_HOST_DEVICE uint32_t kvcal_kv_fastdiv_div(kvcal_kv_fastdiv f,
+                                                              uint32_t n)
+{
+    return f.mul ? (uint32_t)(((uint64_t)n * f.mul) >> 32) >> f.shift : n;
+}
+
+/* kvcal_scale_from_absmax(absmax) without an fp32 division (a
+ * multi-instruction sequence with a branch on the GPU): absmax / 448 in fp32
+ * equals the double product absmax * (1 / 448) rounded to fp32 for every
+ * finite absmax >= 0. Why: 1/448 = (1/7) 2^-6, the double product is within
+ * 2^-52 of absmax / 448 (relative), and a quotient of a 24-bit significand by
+ * 7 is never closer than 2^-28 (relative) to the midpoint of two fp32 values
+ * (checked on all 2^31 non-negative finite floats as well). */
+static inline KVCAL_HOST_DEVICE float kvcal_kv_scale_from_absmax_dmul(float absmax)
+{
+    float s = (float)((double)absmax * (1.0 / 448.0));
+    return s > KVCAL_SCALE_FLOOR ? s : KVCAL_SCALE_FLOOR;
+}
+
 /* |x| when x is finite, 0 for NaN and +-Inf: what computed scales see. */
 static inline KVCAL_HOST_DEVICE float kvcal_kv_finite_abs(float x)
 {

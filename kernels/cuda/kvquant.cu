@@ -115,6 +115,7 @@ struct Rows {
     kvcal_kv_geom g;
     int group; // lanes per row, power of two <= 32
     int nvec;  // vectors per row
+    kvcal_kv_fastdiv heads_div, bs_div; // by num_kv_heads, block_size
 };
 
 // Where a lane's group sits: row = token * H + head, for K and V alike.
@@ -242,7 +243,7 @@ __device__ __forceinline__ void atomic_max_nonneg(float *addr, float v)
 // (all 0 for a step without a valid token) and resets the step's sums.
 // Every thread of the block calls it.
 __device__ void fold_block_end(const kvcal_kv_scaler &s, const float *head_max,
-                               const unsigned long long *tokens, int H)
+                               const unsigned int *tokens, int H)
 {
     __shared__ bool last;
     __syncthreads();
@@ -250,7 +251,8 @@ __device__ void fold_block_end(const kvcal_kv_scaler &s, const float *head_max,
         if (head_max[i] > 0.0f)
             atomic_max_nonneg(&s.batch_absmax[i / H][i % H], head_max[i]);
     if (threadIdx.x == 0 && *tokens)
-        atomicAdd(reinterpret_cast<unsigned long long *>(s.batch_tokens), *tokens);
+        atomicAdd(reinterpret_cast<unsigned long long *>(s.batch_tokens),
+                  (unsigned long long)*tokens);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
@@ -292,7 +294,7 @@ template <typename T, int VEC, int MAXV>
 __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
 {
     extern __shared__ float head_max[]; // (2, H)
-    __shared__ unsigned long long tokens;
+    __shared__ unsigned int tokens;
     const Rows &r = f.rows;
     const int H = r.g.num_kv_heads;
     for (int i = threadIdx.x; i < 2 * H; i += kThreads)
@@ -312,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) kv_scaler_fold_kernel(Fold f)
             atomic_max_nonneg(&head_max[l.h], amax[0]);
             atomic_max_nonneg(&head_max[H + l.h], amax[1]);
             if (l.h == 0)
-                atomicAdd(&tokens, 1ull);
+                atomicAdd(&tokens, 1u);
         }
     }
     fold_block_end(f.scaler, head_max, &tokens, H);
@@ -364,34 +366,82 @@ template <typename T> __device__ __forceinline__ void unpack8(uint4 w, float *x)
     }
 }
 
+// Finite absmax of the 8 16-bit values of a 16-byte word (0 for NaN and
+// +-Inf, as kvcal_kv_finite_abs). The non-finite values are dropped only
+// when one was seen: bf16 on the bits (|x| orders as its bits; a NaN or Inf
+// makes the maximum >= 0x7f80), f16 through fmaxf, which drops NaN.
+template <typename T> __device__ __forceinline__ float absmax8(uint4 w)
+{
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        uint32_t hi = 0, lo = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            hi = max(hi, u[i] & 0x7fff0000u);
+            lo = max(lo, u[i] & 0x7fffu);
+        }
+        uint32_t m = max(hi, lo << 16);
+        if (m >= 0x7f800000u) {
+            m = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t a = u[i] & 0x7fff0000u, b = (u[i] & 0x7fffu) << 16;
+                m = max(m, a < 0x7f800000u ? a : 0u);
+                m = max(m, b < 0x7f800000u ? b : 0u);
+            }
+        }
+        return __uint_as_float(m);
+    } else {
+        float x[8], m = 0.0f;
+        unpack8<T>(w, x);
+#pragma unroll
+        for (int j = 0; j < 8; j++) // fmaxf drops NaN
+            m = fmaxf(m, fabsf(x[j]));
+        if (m > 3.4028234663852886e38f) { // an Inf: drop it too
+            m = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                m = fmaxf(m, kvcal_kv_finite_abs(x[j]));
+        }
+        return m;
+    }
+}
+
 // Per-block state of the scaler modes, in shared memory.
 struct FastShared {
     float *scale;               // (2, H): the scales the block writes with
     unsigned int *grown;        // (2, H): kRewrite: which rows to write again
     float *head_max;            // (2, H): kFold: the block's per-head absmax
-    unsigned long long *tokens; // kFold: the block's valid tokens
+    unsigned int *tokens;       // kFold: the block's valid tokens
 };
 
 // kFastRows consecutive rows from `first` (rows past the batch are loaded as
-// zeros and skipped; every lane of the warp must call it).
+// zeros and skipped; every lane of the warp must call it). Work per row is
+// what bounds these kernels (the instructions of a warp, not the bytes in
+// flight), so the integer divisions are multiplies (kvcal_kv_fastdiv; the
+// host keeps rows, slots and in-block offsets below 2^31 for it), offsets
+// inside a block are 32-bit, the absmax takes |x| as an operand modifier
+// and filters +-Inf only when one was seen, the dynamic scale rule runs
+// without an fp32 division (kvcal_kv_scale_from_absmax_dmul), and the
+// maxima of the kFastRows rows go through one interleaved shuffle loop.
 template <typename T, int D, int MODE>
-__device__ __forceinline__ void fast_rows(const Quant &q, int64_t first,
+__device__ __forceinline__ void fast_rows(const Quant &q, uint32_t first,
                                           const FastShared &sh)
 {
     constexpr int kLanes = D / 8; // lanes per row
     const Rows &r = q.rows;
     const int lane = threadIdx.x & (kLanes - 1);
     const uint32_t H = (uint32_t)r.g.num_kv_heads;
-    const int64_t rows = r.num_tokens * H; // < 2^32 (host check)
+    const uint32_t rows = (uint32_t)(r.num_tokens * H); // < 2^31 (host check)
     uint4 w[2][kFastRows];
     int64_t slot[kFastRows];
 #pragma unroll
     for (int i = 0; i < kFastRows; i++) {
-        const int64_t row = first + i;
+        const uint32_t row = first + i;
         w[0][i] = w[1][i] = make_uint4(0, 0, 0, 0);
         slot[i] = -1;
         if (row < rows) {
-            const uint32_t t = (uint32_t)row / H, h = (uint32_t)row - t * H;
+            const uint32_t t = kvcal_kv_fastdiv_div(r.heads_div, row), h = row - t * H;
 #pragma unroll
             for (int kv = 0; kv < 2; kv++)
                 if (MODE != kRewrite || sh.grown[kv * H + h])
@@ -401,59 +451,70 @@ __device__ __forceinline__ void fast_rows(const Quant &q, int64_t first,
             slot[i] = __ldg(r.slots + t);
         }
     }
+    float scale[2][kFastRows];
+    if constexpr (MODE == kDynamic || MODE == kFold) {
+        float m[2][kFastRows];
+#pragma unroll
+        for (int i = 0; i < kFastRows; i++)
+#pragma unroll
+            for (int kv = 0; kv < 2; kv++)
+                m[kv][i] = absmax8<T>(w[kv][i]);
+#pragma unroll
+        for (int off = kLanes / 2; off > 0; off >>= 1)
+#pragma unroll
+            for (int i = 0; i < kFastRows; i++)
+#pragma unroll
+                for (int kv = 0; kv < 2; kv++)
+                    m[kv][i] =
+                        fmaxf(m[kv][i], __shfl_xor_sync(0xffffffffu, m[kv][i], off, kLanes));
+#pragma unroll
+        for (int i = 0; i < kFastRows; i++)
+#pragma unroll
+            for (int kv = 0; kv < 2; kv++) {
+                if constexpr (MODE == kDynamic)
+                    scale[kv][i] = kvcal_kv_scale_from_absmax_dmul(m[kv][i]);
+                else if (lane == 0 && slot[i] >= 0 && slot[i] < r.g.capacity) {
+                    const uint32_t row = first + i;
+                    const uint32_t h = row - kvcal_kv_fastdiv_div(r.heads_div, row) * H;
+                    atomic_max_nonneg(&sh.head_max[kv * H + h], m[kv][i]);
+                    if (kv == 0 && h == 0)
+                        atomicAdd(sh.tokens, 1u);
+                }
+            }
+    }
 #pragma unroll
     for (int i = 0; i < kFastRows; i++) {
-        // the head again (fewer registers than keeping it); 0 past the end
-        const uint32_t row = first + i < rows ? (uint32_t)(first + i) : 0u;
-        const int head = (int)(row - row / H * H);
-        const bool active = slot[i] >= 0 && slot[i] < r.g.capacity;
-        float x[2][8], scale[2];
-        unpack8<T>(w[0][i], x[0]);
-        unpack8<T>(w[1][i], x[1]);
-        if constexpr (MODE == kDynamic || MODE == kFold) {
-            float m0 = 0.0f, m1 = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                m0 = fmaxf(m0, kvcal_kv_finite_abs(x[0][j]));
-                m1 = fmaxf(m1, kvcal_kv_finite_abs(x[1][j]));
-            }
-#pragma unroll
-            for (int off = kLanes / 2; off > 0; off >>= 1) {
-                m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, off, kLanes));
-                m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, off, kLanes));
-            }
-            if constexpr (MODE == kDynamic) {
-                scale[0] = kvcal_scale_from_absmax(m0);
-                scale[1] = kvcal_scale_from_absmax(m1);
-            } else if (active && lane == 0) {
-                atomic_max_nonneg(&sh.head_max[head], m0);
-                atomic_max_nonneg(&sh.head_max[H + head], m1);
-                if (head == 0)
-                    atomicAdd(sh.tokens, 1ull);
-            }
-        }
-        if constexpr (MODE == kStatic) {
-            scale[0] = q.scales[0][head * q.scale_step];
-            scale[1] = q.scales[1][head * q.scale_step];
-        } else if constexpr (MODE != kDynamic) {
-            scale[0] = sh.scale[head];
-            scale[1] = sh.scale[H + head];
-        }
-        if (!active)
+        if (!(slot[i] >= 0 && slot[i] < r.g.capacity))
             continue;
-        int64_t block, off;
-        kvcal_kv_slot_split(r.g, slot[i], &block, &off);
-        const int64_t at = kvcal_kv_cache_offset_at(r.g, block, off, head);
+        const uint32_t row = first + i; // < rows: its slot was loaded
+        const uint32_t head = row - kvcal_kv_fastdiv_div(r.heads_div, row) * H;
+        if constexpr (MODE == kStatic) {
+            scale[0][i] = q.scales[0][head * q.scale_step];
+            scale[1][i] = q.scales[1][head * q.scale_step];
+        } else if constexpr (MODE != kDynamic) {
+            scale[0][i] = sh.scale[head];
+            scale[1][i] = sh.scale[H + head];
+        }
+        const uint32_t s = (uint32_t)slot[i]; // < 2^31 (host check)
+        const uint32_t block = kvcal_kv_fastdiv_div(r.bs_div, s);
+        const uint32_t off = s - block * (uint32_t)r.g.block_size;
+        const uint32_t in_block = r.g.layout == KVCAL_CACHE_NHD
+                                      ? off * H + head
+                                      : head * (uint32_t)r.g.block_size + off;
+        const int64_t at =
+            (int64_t)block * r.g.block_stride + (int64_t)(in_block * D + lane * 8);
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
-            if (MODE == kFold && !(scale[kv] > 0.0f)) // unset: the rewrite writes
+            if (MODE == kFold && !(scale[kv][i] > 0.0f)) // unset: the rewrite writes
                 continue;
             if (MODE == kRewrite && !sh.grown[kv * H + head])
                 continue;
-            store_e4m3<8>(q.dst[kv] + at + lane * 8, x[kv], 1.0f / scale[kv]);
+            float x[8];
+            unpack8<T>(w[kv][i], x);
+            store_e4m3<8>(q.dst[kv] + at, x, 1.0f / scale[kv][i]);
             if (q.scale_out[kv] && lane == 0)
-                q.scale_out[kv][kvcal_kv_scale_index_at(r.g, block, off, head)] =
-                    scale[kv];
+                q.scale_out[kv][kvcal_kv_scale_index_at(r.g, block, off, (int)head)] =
+                    scale[kv][i];
         }
     }
 }
@@ -463,8 +524,8 @@ template <typename T, int D, int MODE>
 __global__ void __launch_bounds__(kFastThreads) kv_quantize_fast_kernel(Quant q)
 {
     constexpr int kLanes = D / 8;
-    const int64_t first =
-        ((int64_t)blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
+    const uint32_t first =
+        (blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
     fast_rows<T, D, MODE>(q, first, FastShared{});
 }
 
@@ -476,7 +537,7 @@ __global__ void __launch_bounds__(kFastThreads)
 {
     constexpr int kLanes = D / 8;
     extern __shared__ float words[];
-    __shared__ unsigned long long tokens;
+    __shared__ unsigned int tokens;
     const int H = q.rows.g.num_kv_heads;
     if (MODE == kRewrite && !*s.any_grown)
         return;
@@ -491,10 +552,9 @@ __global__ void __launch_bounds__(kFastThreads)
     if (threadIdx.x == 0)
         tokens = 0;
     __syncthreads();
-    const int64_t rows = q.rows.num_tokens * H;
-    const int64_t per_block = (int64_t)(kFastThreads / kLanes) * kFastRows;
-    for (int64_t base = (int64_t)blockIdx.x * per_block; base < rows;
-         base += (int64_t)gridDim.x * per_block)
+    const uint32_t rows = (uint32_t)(q.rows.num_tokens * H);
+    const uint32_t per_block = (kFastThreads / kLanes) * kFastRows;
+    for (uint32_t base = blockIdx.x * per_block; base < rows; base += gridDim.x * per_block)
         fast_rows<T, D, MODE>(q, base + threadIdx.x / kLanes * kFastRows, sh);
     if (MODE == kFold)
         fold_block_end(s, sh.head_max, &tokens, H);
@@ -586,12 +646,24 @@ __global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(Dequant d)
     }
 }
 
+// Two fp32 values to two TOut values at o (RNE, as from_float each).
+template <typename TOut> __device__ __forceinline__ void store_pair(TOut *o, float a, float b)
+{
+    if constexpr (std::is_same<TOut, float>::value) {
+        o[0] = a, o[1] = b;
+    } else if constexpr (std::is_same<TOut, __half>::value) {
+        *reinterpret_cast<__half2 *>(o) = __floats2half2_rn(a, b);
+    } else {
+        *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(a, b);
+    }
+}
+
 // Fast dequantization for large batches with head_dim 64, 128 or 256 (the
 // generic kernel's 16-byte path): one 16-byte cache vector per lane (D / 16
 // lanes per row), kFastRows consecutive rows per group of lanes, their slot
 // loads first, then all their cache and scale loads, then the conversions
-// and stores (16 values, 2 or 4 16-byte stores per vector). Same conversion
-// and rounding as kv_dequantize_kernel.
+// (two values per instruction) and 16-byte stores. Indices as in fast_rows.
+// Same conversion and rounding as kv_dequantize_kernel.
 template <typename TOut, int D>
 __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequant d)
 {
@@ -599,13 +671,15 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
     const Rows &r = d.rows;
     const int lane = threadIdx.x & (kLanes - 1);
     const uint32_t H = (uint32_t)r.g.num_kv_heads;
-    const int64_t rows = r.num_tokens * H; // < 2^32 (host check)
-    const int64_t first =
-        ((int64_t)blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
+    const uint32_t rows = (uint32_t)(r.num_tokens * H); // < 2^31 (host check)
+    const uint32_t first =
+        (blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
     int64_t slot[kFastRows];
 #pragma unroll
     for (int i = 0; i < kFastRows; i++)
-        slot[i] = first + i < rows ? __ldg(r.slots + (uint32_t)(first + i) / H) : -1;
+        slot[i] = first + i < rows
+                      ? __ldg(r.slots + kvcal_kv_fastdiv_div(r.heads_div, first + i))
+                      : -1;
     uint4 w[2][kFastRows];
     float scale[2][kFastRows];
 #pragma unroll
@@ -614,12 +688,17 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
         scale[0][i] = scale[1][i] = 0.0f;
         if (!(slot[i] >= 0 && slot[i] < r.g.capacity))
             continue;
-        const uint32_t row = (uint32_t)(first + i);
-        const int head = (int)(row - row / H * H);
-        int64_t block, off;
-        kvcal_kv_slot_split(r.g, slot[i], &block, &off);
-        const int64_t at = kvcal_kv_cache_offset_at(r.g, block, off, head) + lane * 16;
-        const int64_t si = kvcal_kv_scale_index_at(r.g, block, off, head);
+        const uint32_t row = first + i;
+        const uint32_t head = row - kvcal_kv_fastdiv_div(r.heads_div, row) * H;
+        const uint32_t s = (uint32_t)slot[i]; // < 2^31 (host check)
+        const uint32_t block = kvcal_kv_fastdiv_div(r.bs_div, s);
+        const uint32_t off = s - block * (uint32_t)r.g.block_size;
+        const uint32_t in_block = r.g.layout == KVCAL_CACHE_NHD
+                                      ? off * H + head
+                                      : head * (uint32_t)r.g.block_size + off;
+        const int64_t at =
+            (int64_t)block * r.g.block_stride + (int64_t)(in_block * D + lane * 16);
+        const int64_t si = kvcal_kv_scale_index_at(r.g, block, off, (int)head);
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
             w[kv][i] = *reinterpret_cast<const uint4 *>(d.src[kv] + at);
@@ -631,7 +710,7 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
     for (int i = 0; i < kFastRows; i++) {
         if (!(slot[i] >= 0 && slot[i] < r.g.capacity))
             continue;
-        const int64_t out_off = (first + i) * D + lane * 16;
+        const int64_t out_off = (int64_t)(first + i) * D + lane * 16;
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
             const uint32_t b[4] = {w[kv][i].x, w[kv][i].y, w[kv][i].z, w[kv][i].w};
@@ -639,8 +718,7 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
 #pragma unroll
             for (int j = 0; j < 16; j += 2) {
                 float2 f = e4m3x2_to_float2(b[j / 4] >> (8 * (j % 4)));
-                o[j] = from_float<TOut>(f.x * scale[kv][i]);
-                o[j + 1] = from_float<TOut>(f.y * scale[kv][i]);
+                store_pair<TOut>(o + j, f.x * scale[kv][i], f.y * scale[kv][i]);
             }
             const uint4 *o4 = reinterpret_cast<const uint4 *>(o);
             uint4 *d4 = reinterpret_cast<uint4 *>(static_cast<TOut *>(d.out[kv]) + out_off);
@@ -696,6 +774,8 @@ Rows make_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, bool with_data, int *ve
     r.slots = b->slot_mapping;
     r.num_tokens = b->num_tokens;
     r.g = g;
+    r.heads_div = kvcal_kv_fastdiv_make((uint32_t)g.num_kv_heads);
+    r.bs_div = kvcal_kv_fastdiv_make((uint32_t)g.block_size);
     int v = with_data ? 16 / elem_bytes(b->dtype) : 8;
     bool ok = g.head_dim % v == 0 && g.block_stride % v == 0;
     if (with_data)
@@ -768,15 +848,23 @@ struct QuantLaunch {
     }
 };
 
+// Whether the fast kernels' 32-bit indices hold: rows (num_tokens * H),
+// slots (num_blocks * block_size) and one block's bytes below 2^31.
+bool fast_indices_fit(const Rows &r)
+{
+    const int64_t lim = 0x7fffffffLL;
+    return r.num_tokens * r.g.num_kv_heads <= lim && r.g.capacity <= lim &&
+           (int64_t)r.g.block_size * r.g.num_kv_heads * r.g.head_dim <= lim;
+}
+
 // Whether the fast kernel takes this quantization: 16-bit inputs on the
 // 16-byte path (vec 8: aligned rows, strides and caches), head_dim 64, 128
-// or 256, at least KVCAL_KV_FAST_MIN_TOKENS tokens, rows numbered in 32 bits.
+// or 256, at least KVCAL_KV_FAST_MIN_TOKENS tokens, 32-bit indices.
 bool fast_applies(kvcal_dtype dtype, int vec, const Rows &r)
 {
     const int d = r.g.head_dim;
     return dtype != KVCAL_DTYPE_F32 && vec == 8 && (d == 64 || d == 128 || d == 256) &&
-           r.num_tokens >= KVCAL_KV_FAST_MIN_TOKENS &&
-           r.num_tokens * r.g.num_kv_heads <= 0xffffffffLL;
+           r.num_tokens >= KVCAL_KV_FAST_MIN_TOKENS && fast_indices_fit(r);
 }
 
 template <typename T, int D>
@@ -922,13 +1010,12 @@ int dequant_vec(kvcal_kv_geom g, const kvcal_kv_cache *c, const void *k_out,
 
 // Whether a dequantization takes the fast kernel: 16 cache bytes per lane
 // (vec 16), head_dim 64, 128 or 256, at least KVCAL_KV_FAST_MIN_TOKENS
-// tokens, rows numbered in 32 bits.
+// tokens, 32-bit indices.
 bool dequant_fast_applies(int vec, const Rows &r)
 {
     const int d = r.g.head_dim;
     return vec == 16 && (d == 64 || d == 128 || d == 256) &&
-           r.num_tokens >= KVCAL_KV_FAST_MIN_TOKENS &&
-           r.num_tokens * r.g.num_kv_heads <= 0xffffffffLL;
+           r.num_tokens >= KVCAL_KV_FAST_MIN_TOKENS && fast_indices_fit(r);
 }
 
 template <typename TOut, int D>
