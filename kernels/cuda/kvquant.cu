@@ -646,24 +646,12 @@ __global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(Dequant d)
     }
 }
 
-// Two fp32 values to two TOut values at o (RNE, as from_float each).
-template <typename TOut> __device__ __forceinline__ void store_pair(TOut *o, float a, float b)
-{
-    if constexpr (std::is_same<TOut, float>::value) {
-        o[0] = a, o[1] = b;
-    } else if constexpr (std::is_same<TOut, __half>::value) {
-        *reinterpret_cast<__half2 *>(o) = __floats2half2_rn(a, b);
-    } else {
-        *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(a, b);
-    }
-}
-
 // Fast dequantization for large batches with head_dim 64, 128 or 256 (the
 // generic kernel's 16-byte path): one 16-byte cache vector per lane (D / 16
 // lanes per row), kFastRows consecutive rows per group of lanes, their slot
 // loads first, then all their cache and scale loads, then the conversions
-// (two values per instruction) and 16-byte stores. Indices as in fast_rows.
-// Same conversion and rounding as kv_dequantize_kernel.
+// and stores (16 values, 2 or 4 16-byte stores per vector). Same conversion
+// and rounding as kv_dequantize_kernel.
 template <typename TOut, int D>
 __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequant d)
 {
@@ -671,15 +659,13 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
     const Rows &r = d.rows;
     const int lane = threadIdx.x & (kLanes - 1);
     const uint32_t H = (uint32_t)r.g.num_kv_heads;
-    const uint32_t rows = (uint32_t)(r.num_tokens * H); // < 2^31 (host check)
-    const uint32_t first =
-        (blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
+    const int64_t rows = r.num_tokens * H; // < 2^32 (host check)
+    const int64_t first =
+        ((int64_t)blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
     int64_t slot[kFastRows];
 #pragma unroll
     for (int i = 0; i < kFastRows; i++)
-        slot[i] = first + i < rows
-                      ? __ldg(r.slots + kvcal_kv_fastdiv_div(r.heads_div, first + i))
-                      : -1;
+        slot[i] = first + i < rows ? __ldg(r.slots + (uint32_t)(first + i) / H) : -1;
     uint4 w[2][kFastRows];
     float scale[2][kFastRows];
 #pragma unroll
@@ -688,17 +674,12 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
         scale[0][i] = scale[1][i] = 0.0f;
         if (!(slot[i] >= 0 && slot[i] < r.g.capacity))
             continue;
-        const uint32_t row = first + i;
-        const uint32_t head = row - kvcal_kv_fastdiv_div(r.heads_div, row) * H;
-        const uint32_t s = (uint32_t)slot[i]; // < 2^31 (host check)
-        const uint32_t block = kvcal_kv_fastdiv_div(r.bs_div, s);
-        const uint32_t off = s - block * (uint32_t)r.g.block_size;
-        const uint32_t in_block = r.g.layout == KVCAL_CACHE_NHD
-                                      ? off * H + head
-                                      : head * (uint32_t)r.g.block_size + off;
-        const int64_t at =
-            (int64_t)block * r.g.block_stride + (int64_t)(in_block * D + lane * 16);
-        const int64_t si = kvcal_kv_scale_index_at(r.g, block, off, (int)head);
+        const uint32_t row = (uint32_t)(first + i);
+        const int head = (int)(row - row / H * H);
+        int64_t block, off;
+        kvcal_kv_slot_split(r.g, slot[i], &block, &off);
+        const int64_t at = kvcal_kv_cache_offset_at(r.g, block, off, head) + lane * 16;
+        const int64_t si = kvcal_kv_scale_index_at(r.g, block, off, head);
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
             w[kv][i] = *reinterpret_cast<const uint4 *>(d.src[kv] + at);
@@ -710,7 +691,7 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
     for (int i = 0; i < kFastRows; i++) {
         if (!(slot[i] >= 0 && slot[i] < r.g.capacity))
             continue;
-        const int64_t out_off = (int64_t)(first + i) * D + lane * 16;
+        const int64_t out_off = (first + i) * D + lane * 16;
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
             const uint32_t b[4] = {w[kv][i].x, w[kv][i].y, w[kv][i].z, w[kv][i].w};
@@ -718,7 +699,8 @@ __global__ void __launch_bounds__(kFastThreads) kv_dequantize_fast_kernel(Dequan
 #pragma unroll
             for (int j = 0; j < 16; j += 2) {
                 float2 f = e4m3x2_to_float2(b[j / 4] >> (8 * (j % 4)));
-                store_pair<TOut>(o + j, f.x * scale[kv][i], f.y * scale[kv][i]);
+                o[j] = from_float<TOut>(f.x * scale[kv][i]);
+                o[j + 1] = from_float<TOut>(f.y * scale[kv][i]);
             }
             const uint4 *o4 = reinterpret_cast<const uint4 *>(o);
             uint4 *d4 = reinterpret_cast<uint4 *>(static_cast<TOut *>(d.out[kv]) + out_off);
