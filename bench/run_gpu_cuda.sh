@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# On a GPU host, from an existing CUDA build: runs every test suite, kvcal
-# calibrate --device cpu against --device cuda on the bundled model, the op
-# benchmark, the comparison with torch SDPA, calibration of a
-# Llama-3-8B-shaped model against transformers (bench/calibrate_llama8b.py),
-# per-head K/V absmax against transformers bf16 (tests/gpu_vs_transformers.py:
-# the golden fixtures, and SmolLM2-135M from the GGUF file named by
-# $KVCAL_GGUF) and the suites under compute-sanitizer (memcheck, racecheck,
-# synccheck); writes each log into OUTDIR and prints a summary table last.
+# On a GPU host, from an existing CUDA build, the steps named in $KVCAL_STEPS
+# (default: all, in this order):
+#   tests  every test suite ($KVCAL_SUITES names fewer)
+#   e2e    kvcal calibrate --device cpu against --device cuda, stories260K
+#   ops    the op benchmark (build/bench/runner_ops)
+#   sdpa   kvcal's attention against torch SDPA (tests/cuda_attention_vs_torch.py)
+#   vs     per-head K/V absmax against transformers bf16 (tests/gpu_vs_transformers.py:
+#          the golden fixtures, and SmolLM2-135M from the GGUF file named by
+#          $KVCAL_GGUF, converted in $KVCAL_GGUF_WORK, default a temporary folder)
+#   8b     calibration of a Llama-3-8B-shaped model against transformers
+#          (bench/calibrate_llama8b.py); $KVCAL_DEADLINE (seconds since the
+#          epoch) ends it 10 s before, so that the summary still prints
+#   san    compute-sanitizer memcheck and synccheck over every suite, racecheck
+#          over $KVCAL_RACECHECK_SUITES
+# Writes each log into OUTDIR and prints a summary table last; exits 0 when
+# every step ran clean.
 #
 # usage: bench/run_gpu_cuda.sh OUTDIR [BUILD]     (BUILD defaults to build)
-# Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder);
-# $KVCAL_SUITES names the test suites to run (default: every suite).
-# KVCAL_SKIP_8B=1, KVCAL_SKIP_SDPA=1 and KVCAL_SKIP_SANITIZER=1 leave out the
-# Llama-3-8B run, the torch SDPA comparison and compute-sanitizer;
-# KVCAL_DEADLINE (seconds since the epoch) ends the Llama-3-8B run 10 s
-# before it, so that the summary still prints.
+# Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder).
 set -uo pipefail
 out=${1:?usage: bench/run_gpu_cuda.sh OUTDIR [BUILD]}
 build=${2:-build}
@@ -47,13 +50,19 @@ ldd "$build/kvcal_tests" | grep 'not found' && echo "missing libraries (see abov
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
     | tee "$out/gpu.txt"
 
-status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
+status() { [ "$1" = skipped ] && echo skipped || { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }; }
+want() { [[ " ${KVCAL_STEPS:-tests e2e ops sdpa vs 8b san} " == *" $1 "* ]]; }
+t_rc=skipped e_rc=skipped b_rc=skipped p_rc=skipped g_rc=skipped l_rc=skipped
+san_rc=(skipped skipped skipped)
 
-timeout 300 "$build/kvcal_tests" ${KVCAL_SUITES:-} > "$out/tests.log" 2>&1
-t_rc=$?
-tail -n 4 "$out/tests.log"
+if want tests; then
+    timeout 300 "$build/kvcal_tests" ${KVCAL_SUITES:-} > "$out/tests.log" 2>&1
+    t_rc=$?
+    tail -n 4 "$out/tests.log"
+fi
 
 # end to end: kvcal calibrate on the bundled stories260K, --device cpu against cuda
+want e2e && {
 tmp=$(mktemp -d)
 args="--model models/stories260K/stories260K.bin --num-samples 16 --seq-len 256 --batch 8 --quiet --json"
 {
@@ -71,11 +80,13 @@ PY
 } > "$out/e2e.txt" 2>&1
 e_rc=$?
 rm -rf "$tmp"
+}
 
-timeout 120 "$build/bench/runner_ops" > "$out/bench.txt" 2>&1
-b_rc=$?
-p_rc=0
-if [ -z "${KVCAL_SKIP_SDPA:-}" ]; then
+if want ops; then
+    timeout 120 "$build/bench/runner_ops" > "$out/bench.txt" 2>&1
+    b_rc=$?
+fi
+if want sdpa; then
     PYTHONUNBUFFERED=1 timeout 150 python3 tests/cuda_attention_vs_torch.py "$build/libkvcal.so" \
         > "$out/torch.txt" 2>&1
     p_rc=$?
@@ -83,16 +94,18 @@ fi
 
 # per-head K/V absmax against transformers in bf16 on this GPU: every golden
 # fixture, and SmolLM2-135M when its GGUF file is given in $KVCAL_GGUF
-g_rc=0
-gguf_args=()
-[ -n "${KVCAL_GGUF:-}" ] && gguf_args=(--gguf "$KVCAL_GGUF" --work "$(mktemp -d)")
-PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
-    --golden "${gguf_args[@]}" --json "$out/vs_transformers.json" > "$out/vs_transformers.txt" 2>&1
-g_rc=$?
+if want vs; then
+    gguf_args=()
+    [ -n "${KVCAL_GGUF:-}" ] &&
+        gguf_args=(--gguf "$KVCAL_GGUF" --work "${KVCAL_GGUF_WORK:-$(mktemp -d)}")
+    PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
+        --golden "${gguf_args[@]}" --json "$out/vs_transformers.json" \
+        > "$out/vs_transformers.txt" 2>&1
+    g_rc=$?
+fi
 
-# end to end at Llama-3-8B shapes against transformers (KVCAL_SKIP_8B=1 skips it)
-l_rc=0
-if [ -z "${KVCAL_SKIP_8B:-}" ]; then
+# end to end at Llama-3-8B shapes against transformers
+if want 8b; then
     work=$(mktemp -d)
     limit=330
     [ -n "${KVCAL_DEADLINE:-}" ] && limit=$((KVCAL_DEADLINE - $(date +%s) - 10))
@@ -103,17 +116,16 @@ if [ -z "${KVCAL_SKIP_8B:-}" ]; then
 fi
 
 # compute-sanitizer: memcheck and synccheck over every suite; racecheck over
-# the suites of kvcal's own kernels ($KVCAL_RACECHECK_SUITES): cuBLAS's
-# Hopper GEMMs synchronize through mbarriers that racecheck does not model
-# and show false hazards (bench/NOTES.md)
+# the suites of kvcal's own kernels ($KVCAL_RACECHECK_SUITES): cuBLAS's and
+# cuDNN's Hopper kernels synchronize through mbarriers that racecheck does not
+# model and show false hazards (bench/NOTES.md)
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 : > "$out/sanitizer.log"
-san_rc=()
 tools=("memcheck --leak-check full" "racecheck --racecheck-report all" "synccheck")
-[ -n "${KVCAL_SKIP_SANITIZER:-}" ] && tools=() && san_rc=(skipped skipped skipped)
+want san && san_rc=() || tools=()
 for tool in "${tools[@]}"; do
     suites=""
-    [ "${tool%% *}" = racecheck ] && suites=${KVCAL_RACECHECK_SUITES:-"cuda_ops kvquant_cuda"}
+    [ "${tool%% *}" = racecheck ] && suites=${KVCAL_RACECHECK_SUITES:-"cuda_ops kvquant_cuda eval_cuda"}
     timeout 240 "$san" --tool $tool --error-exitcode 9 "$build/kvcal_tests" $suites \
         >> "$out/sanitizer.log" 2>&1
     san_rc+=($?)
@@ -122,29 +134,23 @@ grep -h 'SUMMARY' "$out/sanitizer.log"
 
 echo
 echo "=== summary ==="
-printf '%-34s %s\n' "tests (every suite)" "$(status $t_rc): $(grep '^tests:' "$out/tests.log")"
-grep -h 'worst rel' "$out/tests.log" | sed 's/^ *//'
+printf '%-34s %s\n' "tests" "$(status $t_rc)"
+want tests && grep '^tests:' "$out/tests.log" && grep -h 'worst rel' "$out/tests.log" | sed 's/^ *//'
 printf '%-34s %s\n' "calibrate cpu vs cuda" "$(status $e_rc)"
-cat "$out/e2e.txt"
+want e2e && cat "$out/e2e.txt"
 for i in 0 1 2; do
     name=("memcheck" "racecheck" "synccheck")
-    rc=${san_rc[$i]}
-    [ "$rc" = skipped ] || rc=$(status "$rc")
-    printf '%-34s %s\n' "compute-sanitizer ${name[$i]}" "$rc"
+    printf '%-34s %s\n' "compute-sanitizer ${name[$i]}" "$(status "${san_rc[$i]}")"
 done
-grep -h 'SUMMARY' "$out/sanitizer.log"
+want san && grep -h 'SUMMARY' "$out/sanitizer.log"
 printf '%-34s %s\n' "K/V absmax vs transformers bf16" "$(status $g_rc)"
-cat "$out/vs_transformers.txt"
+want vs && cat "$out/vs_transformers.txt"
 printf '%-34s %s\n' "bench/runner_ops" "$(status $b_rc)"
-cat "$out/bench.txt"
-if [ -z "${KVCAL_SKIP_SDPA:-}" ]; then
-    printf '%-34s %s\n' "torch SDPA comparison" "$(status $p_rc)"
-    grep -v 'Warning\|return F.scaled' "$out/torch.txt"
-fi
-if [ -z "${KVCAL_SKIP_8B:-}" ]; then
-    printf '%-34s %s\n' "calibrate, Llama-3-8B shapes" "$(status $l_rc)"
-    grep -v 'Warning\|warn(\|it/s\]' "$out/llama8b.txt" | tail -n 24
-fi
-[ $t_rc -eq 0 ] && [ $e_rc -eq 0 ] && [ $g_rc -eq 0 ] && [[ "${san_rc[*]}" =~ ^(0 0 0|skipped skipped skipped)$ ]] &&
-    [ $b_rc -eq 0 ] &&
-    [ $p_rc -eq 0 ] && [ $l_rc -eq 0 ]
+want ops && cat "$out/bench.txt"
+printf '%-34s %s\n' "torch SDPA comparison" "$(status $p_rc)"
+want sdpa && grep -v 'Warning\|return F.scaled' "$out/torch.txt"
+printf '%-34s %s\n' "calibrate, Llama-3-8B shapes" "$(status $l_rc)"
+want 8b && grep -v 'Warning\|warn(\|it/s\]' "$out/llama8b.txt" | tail -n 30
+for rc in $t_rc $e_rc $b_rc $p_rc $g_rc $l_rc "${san_rc[@]}"; do
+    [ "$rc" = skipped ] || [ "$rc" -eq 0 ] || exit 1
+done
