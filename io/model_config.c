@@ -67,28 +67,36 @@ static kvcal_status cfg_missing(const cfg_obj *o, const char *key, const char *w
         o->name, o->prefix, key, why);
 }
 
-/* Integer >= min. Absent: *out untouched, *found = 0 (found may be NULL). */
-static kvcal_status cfg_int(const cfg_obj *o, const char *key, int min, int *out,
-                            int *found)
+/* Integer in [min, max] (max INT_MAX: no bound of kvcal's own). Absent:
+ * *out untouched, *found = 0 (found may be NULL). */
+static kvcal_status cfg_int(const cfg_obj *o, const char *key, int min, int max,
+                            int *out, int *found)
 {
     const cJSON *it = cfg_item(o, key);
     if (found)
         *found = it != NULL;
     if (!it)
         return KVCAL_OK;
-    char want[48];
-    snprintf(want, sizeof want, "an integer >= %d", min);
+    char want[96];
+    if (max == INT_MAX)
+        snprintf(want, sizeof want, "an integer >= %d", min);
+    else
+        snprintf(want, sizeof want, "an integer in [%d, %d]%s", min, max,
+                 cJSON_IsNumber(it) && it->valuedouble > max
+                     ? " (kvcal's bound, far above any real model)"
+                     : "");
     if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-        it->valuedouble < min || it->valuedouble > INT_MAX)
+        it->valuedouble < min || it->valuedouble > max)
         return cfg_bad(o, key, it, want);
     *out = (int)it->valuedouble;
     return KVCAL_OK;
 }
 
-static kvcal_status cfg_required_int(const cfg_obj *o, const char *key, int min, int *out)
+static kvcal_status cfg_required_int(const cfg_obj *o, const char *key, int min, int max,
+                                     int *out)
 {
     int found;
-    kvcal_status s = cfg_int(o, key, min, out, &found);
+    kvcal_status s = cfg_int(o, key, min, max, out, &found);
     if (s == KVCAL_OK && !found)
         return cfg_missing(o, key, "");
     return s;
@@ -227,7 +235,7 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
                         &low)) != KVCAL_OK ||
         (s = cfg_double(sc, "high_freq_factor", 0.0, INFINITY, &c->rope_high_freq_factor,
                         &high)) != KVCAL_OK ||
-        (s = cfg_int(sc, "original_max_position_embeddings", 1,
+        (s = cfg_int(sc, "original_max_position_embeddings", 1, INT_MAX,
                      &c->rope_original_max_position, &orig)) != KVCAL_OK ||
         (s = cfg_double(sc, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
                         NULL)) != KVCAL_OK)
@@ -286,8 +294,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
 {
     kvcal_status s;
     int found;
-    if ((s = cfg_required_int(top, "num_attention_heads", 1, &c->num_attention_heads)) !=
-        KVCAL_OK)
+    if ((s = cfg_required_int(top, "num_attention_heads", 1, KVCAL_CONFIG_MAX_HEADS,
+                              &c->num_attention_heads)) != KVCAL_OK)
         return s;
     c->num_kv_heads = c->num_attention_heads;
     if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
@@ -296,14 +304,16 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         else if (!strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3"))
             c->num_kv_heads = 32;
     }
-    if ((s = cfg_int(top, "num_key_value_heads", 1, &c->num_kv_heads, NULL)) != KVCAL_OK)
+    if ((s = cfg_int(top, "num_key_value_heads", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->num_kv_heads, NULL)) != KVCAL_OK)
         return s;
     if (c->num_attention_heads % c->num_kv_heads != 0)
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: field \"num_attention_heads\" (%d) is not a multiple of "
                           "\"num_key_value_heads\" (%d); fix one of them",
                           top->name, c->num_attention_heads, c->num_kv_heads);
-    if ((s = cfg_int(top, "head_dim", 1, &c->head_dim, &found)) != KVCAL_OK)
+    if ((s = cfg_int(top, "head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->head_dim,
+                     &found)) != KVCAL_OK)
         return s;
     if (found)
         return KVCAL_OK;
@@ -334,7 +344,8 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
-    if ((s = cfg_int(top, "sliding_window", 0, &c->sliding_window, NULL)) != KVCAL_OK)
+    if ((s = cfg_int(top, "sliding_window", 0, INT_MAX, &c->sliding_window, NULL)) !=
+        KVCAL_OK)
         return s;
     if (is_qwen2 || is_qwen3) {
         int use = 0;
@@ -375,14 +386,17 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         return cfg_missing(top, "model_type", "");
     cfg_default_sizes(c);
     if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
-        (s = cfg_required_int(top, "num_hidden_layers", 1, &c->num_layers)) != KVCAL_OK ||
-        (s = cfg_required_int(top, "hidden_size", 1, &c->hidden_size)) != KVCAL_OK ||
+        (s = cfg_required_int(top, "num_hidden_layers", 1, KVCAL_CONFIG_MAX_LAYERS,
+                              &c->num_layers)) != KVCAL_OK ||
+        (s = cfg_required_int(top, "hidden_size", 1, KVCAL_CONFIG_MAX_HIDDEN,
+                              &c->hidden_size)) != KVCAL_OK ||
         (s = cfg_read_heads(top, c)) != KVCAL_OK ||
-        (s = cfg_int(top, "intermediate_size", 1, &c->intermediate_size, NULL)) !=
-            KVCAL_OK ||
-        (s = cfg_int(top, "vocab_size", 1, &c->vocab_size, NULL)) != KVCAL_OK ||
-        (s = cfg_int(top, "max_position_embeddings", 1, &c->max_position_embeddings,
+        (s = cfg_int(top, "intermediate_size", 1, INT_MAX, &c->intermediate_size,
                      NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "vocab_size", 1, KVCAL_CONFIG_MAX_VOCAB, &c->vocab_size,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "max_position_embeddings", 1, INT_MAX,
+                     &c->max_position_embeddings, NULL)) != KVCAL_OK ||
         (s = cfg_double(top, "rms_norm_eps", 0.0, 1.0, &c->rms_norm_eps, NULL)) !=
             KVCAL_OK ||
         (s = cfg_double(top, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,

@@ -50,10 +50,22 @@ typedef struct kvcal_model_config {
     char rope_type_name[32]; /* rope_type as written ("default", "llama3", ...) */
 } kvcal_model_config;
 
+/* Upper bounds on the sizes a config.json may state. Real models stay far
+ * below them (about 130 layers, 128 heads, head_dim 256, hidden 16384,
+ * vocabularies of 262144); they keep a hostile file from making the checkers
+ * loop over billions of layers and heads or size buffers from nonsense, and
+ * keep products such as layers * kv_heads * head_dim within int64. */
+#define KVCAL_CONFIG_MAX_LAYERS 65536     /* num_hidden_layers */
+#define KVCAL_CONFIG_MAX_HEADS 65536      /* num_attention_heads, num_key_value_heads */
+#define KVCAL_CONFIG_MAX_HEAD_DIM 65536   /* head_dim */
+#define KVCAL_CONFIG_MAX_HIDDEN (1 << 20) /* hidden_size */
+#define KVCAL_CONFIG_MAX_VOCAB (1 << 27)  /* vocab_size */
+
 /* Parses config.json text. `name` is used in messages. Missing required
  * fields (num_hidden_layers, num_attention_heads, hidden_size, model_type)
  * are an error naming the field (KVCAL_ERR_FORMAT), as are wrong types,
- * non-positive counts and head counts that do not divide. An explicit null
+ * non-positive counts, sizes above the KVCAL_CONFIG_MAX_* bounds and head
+ * counts that do not divide. An explicit null
  * counts as absent. *out is zeroed on failure. */
 kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
                                       kvcal_model_config *out);

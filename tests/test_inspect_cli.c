@@ -143,8 +143,11 @@ static void inspect_unsupported_model_prints_its_config_and_why(void)
     free(out);
 }
 
-/* Sizes near INT_MAX in config.json: the KV bytes per token do not
- * overflow (2 * 2e9 layers * 2e9 kv heads * 2e9 channels * 2 bytes). */
+/* The largest sizes config.json may state (layers, heads, kv heads and
+ * head_dim at 65536, hidden at 2^20) and a context near INT_MAX: the KV bytes
+ * per token (2 * 2^16 layers * 2^16 kv heads * 2^16 channels * 2 bytes =
+ * 2^50, past int) and per sequence (2^50 * 2e9, past int64) print without
+ * overflow. */
 static void inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow(void)
 {
     const char *dir = kvcal_test_path("huge_config");
@@ -153,14 +156,16 @@ static void inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow(voi
     snprintf(path, sizeof path, "%s/config.json", dir);
     const char *cfg =
         "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
-        "\"num_hidden_layers\": 2000000000, \"hidden_size\": 2000000000, "
-        "\"num_attention_heads\": 2000000000, \"head_dim\": 2000000000, "
+        "\"num_hidden_layers\": 65536, \"hidden_size\": 1048576, "
+        "\"num_attention_heads\": 65536, \"head_dim\": 65536, "
         "\"max_position_embeddings\": 2000000000}";
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, cfg, strlen(cfg)), 0);
     snprintf(cmd, sizeof cmd, "inspect %s", dir);
     CU_ASSERT_EQUAL(run(cmd, &out, NULL), 0);
     CU_ASSERT_PTR_NOT_NULL(
-        out && strstr(out, "3.2e+28 bytes/token in bf16, 1.6e+28 in fp8"));
+        out && strstr(out, "1.12589990684262e+15 bytes/token in bf16, 562949953421312 "
+                           "in fp8 (2147483648000000000.0 / 1073741824000000000.0 MiB "
+                           "per 2000000000-token sequence)"));
     free(out);
 }
 

@@ -332,18 +332,19 @@ static const struct {
     {"missing_num_hidden_layers.json", KVCAL_ERR_FORMAT,
      "field \"num_hidden_layers\" is missing"},
     {"layers_string.json", KVCAL_ERR_FORMAT,
-     "field \"num_hidden_layers\": expected an integer >= 1, found a string \"32\""},
+     "field \"num_hidden_layers\": expected an integer in [1, 65536], found a string \"32\""},
     {"layers_too_big.json", KVCAL_ERR_FORMAT,
-     "field \"num_hidden_layers\": expected an integer >= 1, found 3000000000"},
+     "field \"num_hidden_layers\": expected an integer in [1, 65536] (kvcal's bound, far "
+     "above any real model), found 3000000000"},
     {"layers_overflow.json", KVCAL_ERR_PARSE, "number out of the range of a double"},
     {"heads_zero.json", KVCAL_ERR_FORMAT,
-     "field \"num_attention_heads\": expected an integer >= 1, found 0"},
+     "field \"num_attention_heads\": expected an integer in [1, 65536], found 0"},
     {"kv_heads_negative.json", KVCAL_ERR_FORMAT,
-     "field \"num_key_value_heads\": expected an integer >= 1, found -8"},
+     "field \"num_key_value_heads\": expected an integer in [1, 65536], found -8"},
     {"heads_not_multiple.json", KVCAL_ERR_FORMAT,
      "\"num_attention_heads\" (32) is not a multiple of \"num_key_value_heads\" (5)"},
     {"head_dim_fraction.json", KVCAL_ERR_FORMAT,
-     "field \"head_dim\": expected an integer >= 1, found 64.5"},
+     "field \"head_dim\": expected an integer in [1, 65536], found 64.5"},
     {"hidden_not_divisible.json", KVCAL_ERR_FORMAT,
      "\"hidden_size\" (4100) is not a multiple of \"num_attention_heads\" (32)"},
     {"model_type_number.json", KVCAL_ERR_FORMAT,
@@ -384,6 +385,49 @@ static void model_config_rejects_every_malformed_file_with_one_line(void)
     }
 }
 
+/* Every size at its bound parses; one past it is refused naming the key
+ * and the bound. */
+static void model_config_refuses_sizes_past_the_bounds_naming_key_and_bound(void)
+{
+    static const struct {
+        const char *key;
+        long long bound;
+    } keys[] = {
+        {"num_hidden_layers", KVCAL_CONFIG_MAX_LAYERS},
+        {"hidden_size", KVCAL_CONFIG_MAX_HIDDEN},
+        {"num_attention_heads", KVCAL_CONFIG_MAX_HEADS},
+        {"num_key_value_heads", KVCAL_CONFIG_MAX_HEADS},
+        {"head_dim", KVCAL_CONFIG_MAX_HEAD_DIM},
+        {"vocab_size", KVCAL_CONFIG_MAX_VOCAB},
+    };
+    enum { N = sizeof keys / sizeof keys[0] };
+    for (int past = -1; past < N; past++) {
+        char text[512], needle[160];
+        int len = snprintf(text, sizeof text, "{\"model_type\": \"llama\"");
+        for (int i = 0; i < N; i++)
+            len += snprintf(text + len, sizeof text - (size_t)len, ", \"%s\": %lld",
+                            keys[i].key, keys[i].bound + (i == past));
+        snprintf(text + len, sizeof text - (size_t)len, "}");
+        kvcal_model_config c;
+        kvcal_status st = parse_text(text, &c);
+        if (past < 0) {
+            CU_ASSERT_EQUAL(st, KVCAL_OK);
+            CU_ASSERT_EQUAL(c.num_layers, KVCAL_CONFIG_MAX_LAYERS);
+            CU_ASSERT_EQUAL(c.hidden_size, KVCAL_CONFIG_MAX_HIDDEN);
+            CU_ASSERT_EQUAL(c.num_kv_heads, KVCAL_CONFIG_MAX_HEADS);
+            CU_ASSERT_EQUAL(c.head_dim, KVCAL_CONFIG_MAX_HEAD_DIM);
+            CU_ASSERT_EQUAL(c.vocab_size, KVCAL_CONFIG_MAX_VOCAB);
+            continue;
+        }
+        snprintf(needle, sizeof needle,
+                 "config.json: field \"%s\": expected an integer in [1, %lld]",
+                 keys[past].key, keys[past].bound);
+        CU_ASSERT_EQUAL(st, KVCAL_ERR_FORMAT);
+        CU_ASSERT(kvcal_test_error_has(needle));
+        CU_ASSERT_EQUAL(c.num_layers, 0);
+    }
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_matches_transformers_in_both_layouts),
     KVCAL_TEST(model_config_sets_architecture_features),
@@ -394,6 +438,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_other_rope_types_and_layer_keyed_parameters),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),
+    KVCAL_TEST(model_config_refuses_sizes_past_the_bounds_naming_key_and_bound),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(model_config, KVCAL_NEEDS_NOTHING, tests)
