@@ -115,13 +115,15 @@ static int parse_options(int argc, char **argv, options *o)
             continue;
         switch (c) {
         case O_OUT:
-            o->out = optarg;
+            if (kvcal_cmd_parse_path("calibrate", "--out", optarg, &o->out))
+                return -1;
             break;
         case O_FORMAT:
             o->format = optarg;
             break;
         case O_STATS:
-            o->stats_path = optarg;
+            if (kvcal_cmd_parse_path("calibrate", "--stats", optarg, &o->stats_path))
+                return -1;
             break;
         case O_OBSERVER:
             if (kvcal_observer_parse(optarg, &o->observer)) {

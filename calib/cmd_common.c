@@ -41,19 +41,28 @@ int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int 
     return 0;
 }
 
+int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
+                         const char **out)
+{
+    if (!text[0]) {
+        fprintf(stderr, "kvcal %s: %s: empty path; give a file or directory name\n", cmd,
+                opt);
+        return -1;
+    }
+    *out = text;
+    return 0;
+}
+
 int kvcal_cmd_run_option(const char *cmd, int c, const char *arg, int min_seq_len,
                          kvcal_cmd_run_options *o)
 {
     switch (c) {
     case KVCAL_OPT_MODEL:
-        o->model = arg;
-        return 1;
+        return kvcal_cmd_parse_path(cmd, "--model", arg, &o->model) ? -1 : 1;
     case KVCAL_OPT_DATASET:
-        o->dataset = arg;
-        return 1;
+        return kvcal_cmd_parse_path(cmd, "--dataset", arg, &o->dataset) ? -1 : 1;
     case KVCAL_OPT_TOKENIZER:
-        o->tokenizer = arg;
-        return 1;
+        return kvcal_cmd_parse_path(cmd, "--tokenizer", arg, &o->tokenizer) ? -1 : 1;
     case KVCAL_OPT_DEVICE:
         o->device = arg;
         return 1;

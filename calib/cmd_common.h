@@ -24,6 +24,12 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
 /* kvcal_cmd_parse_ll for an int option. */
 int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int lo,
                         int hi, int *out);
+/* Stores text (the path given to option or argument `opt` of command `cmd`)
+ * into *out. An empty path prints "kvcal <cmd>: <opt>: empty path; give a
+ * file or directory name" to stderr and returns -1 (a usage error, found
+ * before any work is done); else 0. */
+int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
+                         const char **out);
 
 // --- options of the commands that run a model over samples ------------------
 

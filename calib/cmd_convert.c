@@ -127,14 +127,16 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
             }
             break;
         case 'm':
-            model = optarg;
+            if (kvcal_cmd_parse_path("convert", "--model", optarg, &model))
+                return KVCAL_EXIT_USAGE;
             break;
         case 't':
             if (kvcal_cmd_parse_int("convert", "--tp", optarg, 1, 65536, &tp))
                 return KVCAL_EXIT_USAGE;
             break;
         case 'o':
-            out = optarg;
+            if (kvcal_cmd_parse_path("convert", "--out", optarg, &out))
+                return KVCAL_EXIT_USAGE;
             break;
         case 'h':
             usage(stdout);
@@ -155,7 +157,9 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
                 "copied with quantization_config.kv_cache_scheme merged)\n");
         return KVCAL_EXIT_USAGE;
     }
-    const char *path = argv[optind];
+    const char *path;
+    if (kvcal_cmd_parse_path("convert", "FILE", argv[optind], &path))
+        return KVCAL_EXIT_USAGE;
     kvcal_scales_t *s = NULL;
     kvcal_status st = kvcal_scales_load(path, model, tp, &s);
     if (st) {

@@ -135,7 +135,8 @@ static int parse_options(int argc, char **argv, options *o)
             continue;
         switch (c) {
         case O_SCALES:
-            o->scales = optarg;
+            if (kvcal_cmd_parse_path("eval", "--scales", optarg, &o->scales))
+                return -1;
             break;
         case O_MODES:
             modes = optarg;

@@ -667,10 +667,12 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
     while ((c = getopt_long(argc, argv, ":t:m:d:jh", opts, NULL)) != -1) {
         switch (c) {
         case 't':
-            o.tokenizer = optarg;
+            if (kvcal_cmd_parse_path("inspect", "--tokenizer", optarg, &o.tokenizer))
+                return KVCAL_EXIT_USAGE;
             break;
         case 'm':
-            o.model = optarg;
+            if (kvcal_cmd_parse_path("inspect", "--model", optarg, &o.model))
+                return KVCAL_EXIT_USAGE;
             break;
         case 'd':
             if (kvcal_cmd_parse_int("inspect", "--decode", optarg, 0, 1000000, &o.decode))
@@ -696,7 +698,9 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
         fprintf(stderr, "kvcal inspect: expected exactly one PATH (see --help)\n");
         return KVCAL_EXIT_USAGE;
     }
-    const char *path = argv[optind];
+    const char *path;
+    if (kvcal_cmd_parse_path("inspect", "PATH", argv[optind], &path))
+        return KVCAL_EXIT_USAGE;
     char model_path[4096];
     inspect_kind kind = KIND_MODEL;
     kvcal_status st = detect(path, &kind, model_path, sizeof model_path);

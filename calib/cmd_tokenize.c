@@ -126,16 +126,20 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
     while ((c = getopt_long(argc, argv, ":d:o:m:t:n:l:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'd':
-            dataset = optarg;
+            if (kvcal_cmd_parse_path("tokenize", "--dataset", optarg, &dataset))
+                return KVCAL_EXIT_USAGE;
             break;
         case 'o':
-            output = optarg;
+            if (kvcal_cmd_parse_path("tokenize", "--output", optarg, &output))
+                return KVCAL_EXIT_USAGE;
             break;
         case 'm':
-            model = optarg;
+            if (kvcal_cmd_parse_path("tokenize", "--model", optarg, &model))
+                return KVCAL_EXIT_USAGE;
             break;
         case 't':
-            tok_path = optarg;
+            if (kvcal_cmd_parse_path("tokenize", "--tokenizer", optarg, &tok_path))
+                return KVCAL_EXIT_USAGE;
             break;
         case OPT_FORMAT:
             format = optarg;

@@ -95,7 +95,8 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and 
     while ((c = getopt_long(argc, argv, "m:t:jsh", opts, NULL)) != -1) {
         switch (c) {
         case 'm':
-            model = optarg;
+            if (kvcal_cmd_parse_path("validate-scales", "--model", optarg, &model))
+                return KVCAL_EXIT_USAGE;
             break;
         case 't':
             if (kvcal_cmd_parse_int("validate-scales", "--tp", optarg, 1, 65536, &tp))
@@ -120,7 +121,9 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and 
         usage(stderr);
         return KVCAL_EXIT_USAGE;
     }
-    const char *path = argv[optind];
+    const char *path;
+    if (kvcal_cmd_parse_path("validate-scales", "FILE", argv[optind], &path))
+        return KVCAL_EXIT_USAGE;
     kvcal_report_t *rep = NULL;
     kvcal_status st = kvcal_scales_validate_file(path, model, tp, &rep);
     if (st) {
