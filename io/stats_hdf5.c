@@ -160,6 +160,9 @@ static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_
         if (!st)
             st = put_dataset(g, path, "tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, NULL,
                              NULL, &s->tokens[l]);
+        if (!st)
+            st = put_dataset(g, path, "ema_tensor", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
+                             NULL, NULL, &s->ema_tensor[kv][l]);
         H5Gclose(g);
     }
     H5Gclose(lg);
@@ -403,6 +406,19 @@ static kvcal_status get_layer(hid_t file, const char *path, kvcal_stats_t *s, in
         if (!st)
             st = get_dataset(file, path, g, "tokens", H5T_INTEGER, H5T_NATIVE_INT64, 0,
                              NULL, &tokens);
+        /* the per-tensor moving average; files written before it existed
+         * get the max of the heads' averages, what kvcal used then */
+        snprintf(what, sizeof what, "%s/ema_tensor", g);
+        double *et = &s->ema_tensor[kv][l];
+        if (!st && H5Lexists(file, what, H5P_DEFAULT) > 0) {
+            st = get_dataset(file, path, g, "ema_tensor", H5T_FLOAT, H5T_NATIVE_DOUBLE, 0,
+                             NULL, et);
+            if (!st)
+                st = check_values(path, what, NULL, et, 1);
+        } else if (!st) {
+            for (size_t h = 0; h < (size_t)H; h++)
+                *et = s->ema[kv][lh + h] > *et ? s->ema[kv][lh + h] : *et;
+        }
         if (!st && tokens < 0)
             st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: %s/tokens is negative (%lld)", path, g,
                             (long long)tokens);

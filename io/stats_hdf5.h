@@ -17,6 +17,10 @@
  *                            ema           f64 (kv_heads)
  *                            batch_absmax  f32 (kv_heads)
  *                            tokens        i64 scalar (tokens of layer i)
+ *                            ema_tensor    f64 scalar (moving average of the
+ *                                          layer's per-batch absmax over all
+ *                                          heads; optional: files written
+ *                                          before it read as the max of ema)
  * Arrays are chunked and compressed (shuffle + deflate). Strings are
  * variable-length UTF-8. HDF5 1.10 file format (h5dump, h5py with HDF5 >=
  * 1.10). Not thread-safe (neither is serial HDF5). */

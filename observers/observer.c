@@ -365,8 +365,9 @@ double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, 
 }
 
 /* Threshold of layer `layer` read as one tensor: percentile and mse from
- * the heads' summed histogram up to the layer's absmax; minmax and ema
- * (whose state is per head) take the max of the heads' thresholds t (H). */
+ * the heads' summed histogram up to the layer's absmax; ema from the moving
+ * average of the layer's per-batch absmax (ema_tensor); minmax takes the
+ * max of the heads' thresholds t (H), which is the layer's absmax. */
 static kvcal_status layer_threshold(const kvcal_stats_t *s,
                                     const kvcal_observer_config *cfg, int layer, int kv,
                                     const float *t, float *out)
@@ -377,7 +378,7 @@ static kvcal_status layer_threshold(const kvcal_stats_t *s,
         float a = kvcal_stats_head_absmax(s, layer, kv, h);
         absmax = a > absmax ? a : absmax;
     }
-    *out = m;
+    *out = cfg->kind == KVCAL_OBSERVER_EMA ? (float)s->ema_tensor[kv][layer] : m;
     if (cfg->kind != KVCAL_OBSERVER_PERCENTILE && cfg->kind != KVCAL_OBSERVER_MSE)
         return KVCAL_OK;
     uint64_t *sum = calloc((size_t)s->num_bins, sizeof *sum); // (num_bins)

@@ -79,9 +79,9 @@ double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, 
  * KVCAL_ERR_MISMATCH) with the scales of cfg at granularity gran:
  * k_head / v_head = kvcal_scale_from_absmax(t) per head, or for
  * KVCAL_GRANULARITY_TENSOR the layer's t in every head: percentile and mse
- * read the layer's heads as one tensor (their summed histogram), minmax and
- * ema take the max of the heads' t (for ema this is not the moving average
- * of the tensor's per-batch max, which can be larger);
+ * read the layer's heads as one tensor (their summed histogram), ema the
+ * moving average of the tensor's per-batch max (stats->ema_tensor), minmax
+ * the max of the heads' t;
  * k_absmax / v_absmax = max |x| seen per head; k_clip / v_clip = fraction of
  * the layer's observed values above the threshold used; granularity;
  * provenance.observer, observer_params and num_tokens (tokens of layer 0);

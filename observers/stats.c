@@ -14,13 +14,15 @@ static const char *kv_name(int kv)
 
 // --- lifetime ----------------------------------------------------------------
 
-/* 8-byte arrays first, then 4-byte ones: every array stays aligned. */
+/* 8-byte arrays first, then 4-byte ones in pairs (K and V: a multiple of 8
+ * bytes), then ema_tensor: every array stays aligned. */
 static size_t slab_bytes(int num_layers, int num_kv_heads, int head_dim)
 {
     size_t lh = (size_t)num_layers * (size_t)num_kv_heads;
     return 2 * lh * KVCAL_HIST_BINS * sizeof(uint64_t) + 2 * lh * sizeof(double) +
            (size_t)num_layers * sizeof(int64_t) +
-           2 * lh * (size_t)head_dim * sizeof(float) + 2 * lh * sizeof(float);
+           2 * lh * (size_t)head_dim * sizeof(float) + 2 * lh * sizeof(float) +
+           2 * (size_t)num_layers * sizeof(double);
 }
 
 size_t kvcal_stats_slab_bytes(const kvcal_stats_t *stats)
@@ -83,6 +85,10 @@ kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
         s->batch_absmax[kv] = (float *)p;
         p += lh * sizeof(float);
     }
+    for (int kv = 0; kv < 2; kv++) {
+        s->ema_tensor[kv] = (double *)p;
+        p += (size_t)num_layers * sizeof(double);
+    }
     *out = s;
     return KVCAL_OK;
 }
@@ -103,6 +109,7 @@ void kvcal_stats_reset(kvcal_stats_t *stats)
         memset(stats->ema[kv], 0, lh * sizeof(double));
         memset(stats->absmax[kv], 0, lh * (size_t)stats->head_dim * sizeof(float));
         memset(stats->batch_absmax[kv], 0, lh * sizeof(float));
+        memset(stats->ema_tensor[kv], 0, (size_t)stats->num_layers * sizeof(double));
     }
     memset(stats->tokens, 0, (size_t)stats->num_layers * sizeof(int64_t));
     stats->batches = 0;
@@ -233,12 +240,19 @@ kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay)
         kvcal_stats_begin_batch(stats);
         return KVCAL_OK;
     }
-    size_t lh = (size_t)stats->num_layers * (size_t)stats->num_kv_heads;
+    const int H = stats->num_kv_heads;
     for (int kv = 0; kv < 2; kv++)
-        for (size_t i = 0; i < lh; i++) {
-            double x = stats->batch_absmax[kv][i];
-            double *e = &stats->ema[kv][i];
-            *e = stats->batches == 0 ? x : decay * *e + (1.0 - decay) * x;
+        for (int l = 0; l < stats->num_layers; l++) {
+            double layer_max = 0.0;
+            for (int h = 0; h < H; h++) {
+                size_t i = (size_t)l * H + h;
+                double x = stats->batch_absmax[kv][i];
+                double *e = &stats->ema[kv][i];
+                *e = stats->batches == 0 ? x : decay * *e + (1.0 - decay) * x;
+                layer_max = x > layer_max ? x : layer_max;
+            }
+            double *e = &stats->ema_tensor[kv][l];
+            *e = stats->batches == 0 ? layer_max : decay * *e + (1.0 - decay) * layer_max;
         }
     stats->batches++;
     kvcal_stats_begin_batch(stats);
@@ -275,6 +289,10 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
                 (dst->batches == 0 || src->ema[kv][i] > dst->ema[kv][i]))
                 dst->ema[kv][i] = src->ema[kv][i];
         }
+        for (int l = 0; l < dst->num_layers; l++)
+            if (src->batches > 0 &&
+                (dst->batches == 0 || src->ema_tensor[kv][l] > dst->ema_tensor[kv][l]))
+                dst->ema_tensor[kv][l] = src->ema_tensor[kv][l];
     }
     for (int l = 0; l < dst->num_layers; l++)
         dst->tokens[l] += src->tokens[l];

@@ -63,6 +63,8 @@ typedef struct kvcal_stats {
     uint64_t *hist[2];          /* (L, H, num_bins) counts of |x| */
     float *batch_absmax[2];     /* (L, H) max |x| of the current batch */
     double *ema[2];             /* (L, H) moving average of per-batch absmax */
+    double *ema_tensor[2];      /* (L) the same of each layer's per-batch absmax over
+                                   all its heads: the per-tensor moving average */
     int64_t *tokens;            /* (L) tokens observed per layer */
     int64_t batches;            /* batches folded in */
     void *slab;
@@ -90,7 +92,8 @@ void kvcal_stats_reset(kvcal_stats_t *stats);
 
 /* Bytes of stats->slab. The slab holds, in this order and each array
  * directly after the previous one: hist[K], hist[V], ema[K], ema[V], tokens,
- * absmax[K], absmax[V], batch_absmax[K], batch_absmax[V]; an array's offset
+ * absmax[K], absmax[V], batch_absmax[K], batch_absmax[V], ema_tensor[K],
+ * ema_tensor[V]; an array's offset
  * is its pointer minus slab. A device mirror of this size therefore copies
  * to and from the host with one memcpy. */
 size_t kvcal_stats_slab_bytes(const kvcal_stats_t *stats);
@@ -155,8 +158,9 @@ void kvcal_stats_begin_batch(kvcal_stats_t *stats);
 
 /* Ends a batch: folds batch_absmax into the moving average (ema =
  * batch_absmax on the first batch, then ema = decay * ema + (1 - decay) *
- * batch_absmax, decay in [0, 1)), counts the batch and starts the next one.
- * A batch that observed no token changes nothing. */
+ * batch_absmax, decay in [0, 1)), per head and, with the max of a layer's
+ * heads' batch_absmax, per layer into ema_tensor; counts the batch and
+ * starts the next one. A batch that observed no token changes nothing. */
 kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay);
 
 /* Folds src into dst (same shape, else KVCAL_ERR_MISMATCH): absmax and

@@ -139,8 +139,10 @@ static void stats_create_rejects_bad_sizes_and_destroy_null_is_noop(void)
     CU_ASSERT_PTR_EQUAL(s->tokens, (const void *)(s->ema[KVCAL_V] + 6));
     CU_ASSERT_PTR_EQUAL(s->absmax[KVCAL_K], (const void *)(s->tokens + 3));
     CU_ASSERT_PTR_EQUAL(s->batch_absmax[KVCAL_K], s->absmax[KVCAL_V] + 30);
-    CU_ASSERT_PTR_EQUAL(slab + kvcal_stats_slab_bytes(s),
+    CU_ASSERT_PTR_EQUAL(s->ema_tensor[KVCAL_K],
                         (const void *)(s->batch_absmax[KVCAL_V] + 6));
+    CU_ASSERT_PTR_EQUAL(slab + kvcal_stats_slab_bytes(s),
+                        (const void *)(s->ema_tensor[KVCAL_V] + 3));
     kvcal_stats_destroy(s);
 }
 
@@ -333,6 +335,45 @@ static void ema_takes_first_batch_then_decays_and_skips_empty_batches(void)
     kvcal_stats_reset(s);
     CU_ASSERT_EQUAL(kvcal_stats_threshold(s, &cfg, 0, KVCAL_K, 0, &t),
                     KVCAL_ERR_INVALID_ARG);
+    kvcal_stats_destroy(s);
+}
+
+/* Per tensor, ema averages the layer's per-batch max over all heads: with
+ * the largest head changing from batch to batch that is larger than the
+ * max of the heads' own averages. */
+static void ema_per_tensor_averages_the_layers_batch_max(void)
+{
+    kvcal_stats_t *s = make_stats(1, 2, 1);
+    const float b1[2] = {4.0f, 1.0f}, b2[2] = {-1.0f, -4.0f}; /* (token, head) */
+    observe_dense(s, 0, b1, 1);
+    CU_ASSERT_EQUAL(kvcal_stats_end_batch(s, 0.5), KVCAL_OK);
+    observe_dense(s, 0, b2, 1);
+    CU_ASSERT_EQUAL(kvcal_stats_end_batch(s, 0.5), KVCAL_OK);
+    CU_ASSERT_EQUAL(s->ema[KVCAL_K][0], 2.5); /* 0.5 * 4 + 0.5 * 1 */
+    CU_ASSERT_EQUAL(s->ema[KVCAL_K][1], 2.5);
+    CU_ASSERT_EQUAL(s->ema_tensor[KVCAL_K][0], 4.0);
+    CU_ASSERT_EQUAL(s->ema_tensor[KVCAL_V][0], 4.0);
+
+    kvcal_observer_config cfg;
+    CU_ASSERT_EQUAL(kvcal_observer_parse("ema:0.5", &cfg), KVCAL_OK);
+    kvcal_scales_t *sc = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(1, 2, &sc), KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_TENSOR, sc, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(sc->k_head[0], kvcal_scale_from_absmax(4.0f));
+    CU_ASSERT_EQUAL(sc->v_head[1], kvcal_scale_from_absmax(4.0f));
+    CU_ASSERT_EQUAL(
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, sc, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(sc->k_head[0], kvcal_scale_from_absmax(2.5f));
+
+    /* merged into empty statistics, it is kept; reset clears it */
+    kvcal_stats_t *e = make_stats(1, 2, 1);
+    CU_ASSERT_EQUAL(kvcal_stats_merge(e, s), KVCAL_OK);
+    CU_ASSERT_EQUAL(e->ema_tensor[KVCAL_K][0], 4.0);
+    kvcal_stats_reset(s);
+    CU_ASSERT_EQUAL(s->ema_tensor[KVCAL_K][0], 0.0);
+    kvcal_scales_destroy(sc);
+    kvcal_stats_destroy(e);
     kvcal_stats_destroy(s);
 }
 
@@ -772,6 +813,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(observer_update_reads_strided_fused_qkv_rows),
     KVCAL_TEST(observer_update_rejects_nan_naming_layer_head_sample),
     KVCAL_TEST(ema_takes_first_batch_then_decays_and_skips_empty_batches),
+    KVCAL_TEST(ema_per_tensor_averages_the_layers_batch_max),
     KVCAL_TEST(observer_parse_accepts_each_kind_and_names_the_choices),
     KVCAL_TEST(minmax_scales_per_head_and_per_tensor),
     KVCAL_TEST(zero_head_gets_floor_scale_and_warning),

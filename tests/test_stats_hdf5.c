@@ -55,7 +55,8 @@ static int stats_identical(const kvcal_stats_t *a, const kvcal_stats_t *b)
         if (memcmp(a->absmax[kv], b->absmax[kv], lh * a->head_dim * sizeof(float)) ||
             memcmp(a->hist[kv], b->hist[kv], lh * a->num_bins * sizeof(uint64_t)) ||
             memcmp(a->ema[kv], b->ema[kv], lh * sizeof(double)) ||
-            memcmp(a->batch_absmax[kv], b->batch_absmax[kv], lh * sizeof(float)))
+            memcmp(a->batch_absmax[kv], b->batch_absmax[kv], lh * sizeof(float)) ||
+            memcmp(a->ema_tensor[kv], b->ema_tensor[kv], a->num_layers * sizeof(double)))
             return 0;
     return !memcmp(a->tokens, b->tokens, a->num_layers * sizeof(int64_t));
 }
@@ -251,6 +252,27 @@ static void stats_hdf5_arrays_are_deflate_compressed_chunks(void)
     kvcal_stats_destroy(s);
 }
 
+/* A file written before the per-tensor moving average existed reads it as
+ * the max of the heads' averages, what kvcal used then. */
+static void stats_hdf5_without_ema_tensor_reads_the_max_of_head_emas(void)
+{
+    kvcal_stats_t *s = sample_stats(5, 3), *r = NULL;
+    const char *path = kvcal_test_path("old_ema.h5");
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(path, s, NULL, NULL), KVCAL_OK);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    CU_ASSERT(H5Ldelete(f, "layers/1/v/ema_tensor", H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_read_hdf5(path, &r, NULL, NULL), KVCAL_OK);
+    double m = s->ema[KVCAL_V][2] > s->ema[KVCAL_V][3] ? s->ema[KVCAL_V][2]
+                                                        : s->ema[KVCAL_V][3];
+    CU_ASSERT_EQUAL(r->ema_tensor[KVCAL_V][1], m);
+    CU_ASSERT_EQUAL(r->ema_tensor[KVCAL_K][1], s->ema_tensor[KVCAL_K][1]);
+    CU_ASSERT(s->ema_tensor[KVCAL_V][1] >= m);
+    kvcal_stats_destroy(s);
+    kvcal_stats_destroy(r);
+}
+
 static void stats_hdf5_is_readable_by_h5dump(void)
 {
     if (system("command -v h5dump > /dev/null 2>&1") != 0) {
@@ -344,6 +366,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(stats_hdf5_round_trip_keeps_every_statistic),
     KVCAL_TEST(stats_hdf5_files_merge_like_the_statistics),
     KVCAL_TEST(stats_hdf5_arrays_are_deflate_compressed_chunks),
+    KVCAL_TEST(stats_hdf5_without_ema_tensor_reads_the_max_of_head_emas),
     KVCAL_TEST(stats_hdf5_is_readable_by_h5dump),
     KVCAL_TEST(stats_hdf5_write_is_atomic),
     KVCAL_TEST(stats_hdf5_read_rejects_other_and_damaged_files),
