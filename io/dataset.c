@@ -29,6 +29,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,48 +589,49 @@ void kvcal_samples_destroy(kvcal_samples *s)
     free(s);
 }
 
-static kvcal_status samples_alloc(int n, int L, kvcal_samples **out)
+/* The most token ids a set of samples holds in memory (8 GiB of int32). */
+#define SAMPLES_MAX_TOKENS (1ll << 31)
+
+/* An empty set of samples of L tokens each; rows come with samples_room. */
+static kvcal_status samples_create(int L, kvcal_samples **out)
 {
     kvcal_samples *s = calloc(1, sizeof *s);
-    if (s) {
-        s->ids = malloc((size_t)n * (size_t)L * sizeof *s->ids);
-        s->lengths = calloc((size_t)n, sizeof *s->lengths);
-    }
-    if (!s || !s->ids || !s->lengths) {
-        kvcal_samples_destroy(s);
-        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %d x %d tokens", n,
-                          L);
-    }
-    s->num_samples = n;
+    if (!s)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory");
     s->seq_len = L;
-    for (size_t i = 0; i < (size_t)n * (size_t)L; i++)
-        s->ids[i] = -1;
     *out = s;
     return KVCAL_OK;
 }
 
-/* Room for sample `i` (doubling num_samples when `grow`; else i must fit). */
-static kvcal_status samples_room(kvcal_samples *s, int i, int grow)
+/* Room for sample row i of s, which holds *cap rows: doubles them, never past
+ * `max_rows`. Rows are allocated as they are filled, so memory follows the
+ * tokens the dataset holds, never the samples asked for. */
+static kvcal_status samples_room(kvcal_samples *s, int i, int *cap, int max_rows)
 {
-    if (i < s->num_samples || !grow)
+    if (i < *cap)
         return KVCAL_OK;
-    size_t n = (size_t)s->num_samples * 2, L = (size_t)s->seq_len;
-    if (n * L > (1ull << 31))
+    size_t n = *cap ? (size_t)*cap * 2 : 1, L = (size_t)s->seq_len;
+    size_t most = (size_t)SAMPLES_MAX_TOKENS / L;
+    if (most > (size_t)max_rows)
+        most = (size_t)max_rows;
+    if (n > most)
+        n = most;
+    if ((size_t)i >= n)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "dataset: more than 2^31 tokens; give --num-samples");
+                          "dataset: more than 2^31 tokens (8 GiB) of samples of --seq-len "
+                          "%zu; give --num-samples or lower --seq-len",
+                          L);
     int32_t *ids = realloc(s->ids, n * L * sizeof *ids);
     if (ids)
         s->ids = ids;
     int32_t *lengths = ids ? realloc(s->lengths, n * sizeof *lengths) : NULL;
     if (!lengths)
-        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %zu x %zu tokens",
-                          n, L);
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "dataset: out of memory for %zu samples x --seq-len %zu "
+                          "(%.1f GiB)",
+                          n, L, (double)(n * L * sizeof *ids) / (1 << 30));
     s->lengths = lengths;
-    for (size_t k = (size_t)s->num_samples * L; k < n * L; k++)
-        s->ids[k] = -1;
-    memset(s->lengths + s->num_samples, 0,
-           (n - (size_t)s->num_samples) * sizeof *lengths);
-    s->num_samples = (int)n;
+    *cap = (int)n;
     return KVCAL_OK;
 }
 
@@ -648,10 +650,14 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
     if (!opt || opt->num_samples < 0 || opt->seq_len <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "dataset: --num-samples must be >= 0 and --seq-len positive");
-    if ((long long)opt->num_samples * opt->seq_len > (1ll << 31))
+    long long asked = (long long)opt->num_samples * opt->seq_len;
+    if (asked > SAMPLES_MAX_TOKENS)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "dataset: %d samples x %d tokens is more than 2^31 tokens",
-                          opt->num_samples, opt->seq_len);
+                          "dataset: --num-samples %d x --seq-len %d would take %lld tokens "
+                          "(%.1f GiB), more than the 2^31 tokens (8 GiB) kvcal holds; "
+                          "lower one of them",
+                          opt->num_samples, opt->seq_len, asked,
+                          (double)asked * sizeof(int32_t) / (1 << 30));
     kvcal_doclist l;
     kvcal_status st = kvcal_dataset_read(path, opt->text_field, &l);
     if (st)
@@ -675,9 +681,12 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
         order[j] = tmp;
     }
     const int want = opt->num_samples; /* 0: as many as the data fills */
-    if ((st = samples_alloc(want ? want : 16, opt->seq_len, &s)))
+    if ((st = samples_create(opt->seq_len, &s)))
         goto fail;
     const int L = opt->seq_len;
+    int cap = 0, max_rows = want ? want : INT_MAX; /* no-pack: a row per document */
+    if (!opt->pack && l.n < (size_t)max_rows)
+        max_rows = (int)l.n;
     /* token ids are taken verbatim: no BOS is put in front of their windows */
     int32_t bos = tok && tok->add_bos && !l.d[0].is_ids ? tok->bos : -1;
     int filled = 0;
@@ -694,9 +703,12 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
             progress->fn(progress->ctx, (long long)seen_docs, (long long)l.n,
                          seen_tokens);
         if (!opt->pack) {
-            if (n && !(st = samples_room(s, filled, !want))) {
+            if (n && !(st = samples_room(s, filled, &cap, max_rows))) {
                 size_t m = n < (size_t)L ? n : (size_t)L;
-                memcpy(s->ids + (size_t)filled * L, ids, m * sizeof *ids);
+                int32_t *dst = s->ids + (size_t)filled * L;
+                memcpy(dst, ids, m * sizeof *ids);
+                for (size_t j = m; j < (size_t)L; j++)
+                    dst[j] = -1;
                 s->lengths[filled++] = (int32_t)m;
             }
             free(ids);
@@ -705,7 +717,7 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
             continue;
         }
         if (n_pend + n > cap_pend) {
-            size_t c = cap_pend ? cap_pend : (size_t)L * 2;
+            size_t c = cap_pend ? cap_pend : 4096;
             while (c < n_pend + n)
                 c *= 2;
             int32_t *p = realloc(pend, c * sizeof *p);
@@ -726,7 +738,7 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
             size_t take = (size_t)L - (size_t)need_bos;
             if ((want && filled >= want) || n_pend - used < take)
                 break;
-            if ((st = samples_room(s, filled, !want)))
+            if ((st = samples_room(s, filled, &cap, max_rows)))
                 goto fail;
             int32_t *dst = s->ids + (size_t)filled * L;
             if (need_bos)
@@ -745,22 +757,20 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
                         path, seen_tokens, seen_docs, L);
         goto fail;
     }
-    if (!want)
-        s->num_samples = filled;
-    if (filled < s->num_samples) {
+    s->num_samples = filled;
+    if (filled < want) {
         if (opt->pack)
             st = kvcal_fail(
                 KVCAL_ERR_FORMAT,
                 "%s: has %lld tokens in %zu documents; %d samples x %d tokens need "
                 "about %lld; lower --num-samples or --seq-len, or give more text",
-                path, seen_tokens, seen_docs, s->num_samples, L,
-                (long long)s->num_samples * L);
+                path, seen_tokens, seen_docs, want, L, (long long)want * L);
         else
             st = kvcal_fail(KVCAL_ERR_FORMAT,
                             "%s: has %d non-empty documents (%lld tokens); "
                             "--num-samples asks for %d (one document per sample); lower "
                             "--num-samples or pack documents",
-                            path, filled, seen_tokens, s->num_samples);
+                            path, filled, seen_tokens, want);
         goto fail;
     }
     for (int i = 0; i < s->num_samples; i++)

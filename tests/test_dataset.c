@@ -158,6 +158,64 @@ static void dataset_too_few_tokens_says_how_many_there_are(void)
     CU_ASSERT(kvcal_test_error_has("has 2 non-empty documents"));
 }
 
+/* The "Vm<key>:" line of /proc/self/status, in kB; -1 when unreadable. */
+static long long vm_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = -1;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Vm", 2) && !strncmp(line + 2, key, n) && line[2 + n] == ':')
+            kb = atoll(line + 3 + n);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Memory follows the tokens the dataset holds: a huge --seq-len or
+ * --num-samples over a few tokens allocates no more than the data (peak
+ * resident memory grows by less than 64 MiB, where the asked sizes would
+ * take 1 to 8 GiB), and what cannot be held is refused before reading. */
+static void dataset_load_allocates_by_the_tokens_held_not_by_the_sizes_asked(void)
+{
+    const char *p = write_tmp("small.jsonl", "{\"input_ids\": [1, 2, 3]}\n"
+                                             "{\"input_ids\": [4, 5]}\n"
+                                             "{\"input_ids\": [6]}\n");
+    FILE *f = fopen("/proc/self/clear_refs", "w"); /* peak RSS = RSS from here */
+    CU_ASSERT_FATAL(f && fputs("5", f) >= 0 && fclose(f) == 0);
+    long long rss0 = vm_kb("RSS");
+    CU_ASSERT_FATAL(rss0 > 0);
+    kvcal_samples *s = NULL;
+    kvcal_dataset_options opt = {.num_samples = 0, .seq_len = 1 << 24, .pack = 1};
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("not one sample of 16777216 tokens"));
+    CU_ASSERT_FATAL(vm_kb("HWM") - rss0 < 64 << 10);
+    opt.num_samples = 128; /* 2^31 tokens: the most accepted */
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("128 samples x 16777216 tokens need about 2147483648"));
+    CU_ASSERT_FATAL(vm_kb("HWM") - rss0 < 64 << 10);
+    opt.num_samples = 1 << 30;
+    opt.seq_len = 2;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("has 6 tokens in 3 documents"));
+    opt.num_samples = 0; /* one padded row per document: 3 x 4 MiB */
+    opt.seq_len = 1 << 20;
+    opt.pack = 0;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(s->num_samples, 3);
+    CU_ASSERT_EQUAL(s->num_tokens, 6);
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(s->ids[(size_t)i * (1 << 20) + (1 << 20) - 1], -1);
+    kvcal_samples_destroy(s);
+    CU_ASSERT(vm_kb("HWM") - rss0 < 64 << 10);
+    opt.num_samples = 129;
+    opt.seq_len = 1 << 24;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("--num-samples 129 x --seq-len 16777216 would take "
+                                   "2164260864 tokens (8.1 GiB)"));
+}
+
 static void dataset_empty_unreadable_or_textless_is_an_error(void)
 {
     kvcal_doclist l;
@@ -319,6 +377,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_same_seed_gives_same_samples),
     KVCAL_TEST(dataset_rejects_invalid_utf8_naming_the_line),
     KVCAL_TEST(dataset_too_few_tokens_says_how_many_there_are),
+    KVCAL_TEST(dataset_load_allocates_by_the_tokens_held_not_by_the_sizes_asked),
     KVCAL_TEST(dataset_empty_unreadable_or_textless_is_an_error),
     KVCAL_TEST(dataset_hdf5_token_set_reads_back_as_written),
     KVCAL_TEST(dataset_hdf5_rejects_a_shape_whose_size_overflows),

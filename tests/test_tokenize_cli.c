@@ -135,11 +135,36 @@ static void cli_tokenize_errors_exit_nonzero_and_write_nothing(void)
     CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
 }
 
+/* A --seq-len or --num-samples far beyond the text: refused up front when
+ * the samples could not be held (naming both options and the size), else
+ * the text's real size is reported at once, without allocating the asked
+ * gigabytes. */
+static void cli_tokenize_huge_sizes_are_refused_naming_the_options_and_size(void)
+{
+    char args[1024], o[512];
+    snprintf(o, sizeof o, "%s", kvcal_test_path("huge.h5"));
+    snprintf(args, sizeof args,
+             "tokenize -d " TEXT " -m " MODEL " -l 16777216 -n 129 -q -o %s", o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(stderr_has("--num-samples 129 x --seq-len 16777216 would take 2164260864 "
+                         "tokens (8.1 GiB), more than the 2^31 tokens (8 GiB)"));
+    snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 16777216 -q -o %s",
+             o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(stderr_has("not one sample of 16777216 tokens"));
+    snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 2000000000 -o %s",
+             o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(stderr_has("--seq-len '2000000000': expected an integer in [1, 16777216]"));
+    CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_tokenize_hdf5_reads_back_as_the_same_samples),
     KVCAL_TEST(cli_tokenize_jsonl_writes_one_line_per_document_in_order),
     KVCAL_TEST(cli_tokenize_same_seed_gives_a_byte_identical_token_set),
     KVCAL_TEST(cli_tokenize_errors_exit_nonzero_and_write_nothing),
+    KVCAL_TEST(cli_tokenize_huge_sizes_are_refused_naming_the_options_and_size),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(tokenize_cli, KVCAL_NEEDS_NOTHING, tests)
