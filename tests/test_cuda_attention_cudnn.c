@@ -208,6 +208,51 @@ static void attention_forced_to_kvcal_kernel_by_environment(void)
     restore_env(saved);
 }
 
+/* On a shape cuDNN takes (Llama's), arguments kvcal_attention_launch rejects
+ * (a NULL pointer, a scale of 0 or NaN, an output row shorter than heads x
+ * head_dim, a negative row stride) are KVCAL_ERR_INVALID_ARG too, and
+ * nothing runs on the device. */
+static void attention_run_rejects_what_kvcal_kernel_rejects(void)
+{
+    enum { BATCH = 2, SEQ = 64, HEADS = 8, KV_HEADS = 2, HD = 128 };
+    const int64_t stride = (int64_t)(HEADS + 2 * KV_HEADS) * HD, out_stride = HEADS * HD;
+    const float scale = 1.0f / sqrtf((float)HD);
+    char *saved = swap_env(NULL);
+    kvcal_attention_t *a = NULL;
+    kvcal_bf16 *d_qkv = NULL, *d_out = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_qkv, (size_t)(BATCH * SEQ * stride) * 2),
+                          cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(
+        cudaMalloc((void **)&d_out, (size_t)(BATCH * SEQ * out_stride) * 2), cudaSuccess);
+    const kvcal_bf16 *k = d_qkv + HEADS * HD, *v = d_qkv + (HEADS + KV_HEADS) * HD;
+    const struct {
+        kvcal_bf16 *out;
+        const kvcal_bf16 *q;
+        int64_t out_stride, stride;
+        float scale;
+    } bad[] = {
+        {d_out, NULL, out_stride, stride, scale},
+        {NULL, d_qkv, out_stride, stride, scale},
+        {d_out, d_qkv, out_stride - 8, stride, scale},
+        {d_out, d_qkv, out_stride, -stride, scale},
+        {d_out, d_qkv, out_stride, stride, 0.0f},
+        {d_out, d_qkv, out_stride, stride, NAN},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CU_ASSERT_EQUAL(kvcal_attention_run(a, bad[i].out, bad[i].out_stride, bad[i].q, k,
+                                            v, bad[i].stride, BATCH, SEQ, HEADS, KV_HEADS,
+                                            HD, bad[i].scale, 0, NULL),
+                        KVCAL_ERR_INVALID_ARG);
+        CU_ASSERT(kvcal_test_error_has("attention"));
+    }
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(d_qkv);
+    cudaFree(d_out);
+    kvcal_attention_destroy(a);
+    restore_env(saved);
+}
+
 // --- the CUDA runner: cuDNN against kvcal's kernel -------------------------------
 
 /* Per-layer per-head K/V absmax of one golden model's samples (one batch of
@@ -293,6 +338,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_cudnn_matches_reference_on_odd_shapes),
     KVCAL_TEST(attention_takes_kvcal_kernel_where_cudnn_cannot),
     KVCAL_TEST(attention_forced_to_kvcal_kernel_by_environment),
+    KVCAL_TEST(attention_run_rejects_what_kvcal_kernel_rejects),
     KVCAL_TEST(cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models),
     CU_TEST_INFO_NULL,
 };

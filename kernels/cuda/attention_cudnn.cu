@@ -483,19 +483,25 @@ static void plan_shape(kvcal_attention_t *a, plan_entry *e)
              e->seq_len, e->heads, e->kv_heads, e->head_dim, why[0], why[1]);
 }
 
-/* The entry of the shape, planned on first use (the oldest entry makes room). */
-static plan_entry *find_plan(kvcal_attention_t *a, int batch, int seq_len, int heads,
-                             int kv_heads, int head_dim, int64_t qkv_stride,
-                             int64_t out_stride)
+/* *out = the entry of the shape, planned on first use. The oldest entry
+ * makes room; its plan may still run on some stream, so the device is
+ * synchronized before the plan is destroyed. */
+static kvcal_status find_plan(kvcal_attention_t *a, int batch, int seq_len, int heads,
+                              int kv_heads, int head_dim, int64_t qkv_stride,
+                              int64_t out_stride, const plan_entry **out)
 {
     for (int i = 0; i < MAX_PLANS; i++) {
         plan_entry *e = &a->plans[i];
         if (e->used && e->batch == batch && e->seq_len == seq_len && e->heads == heads &&
             e->kv_heads == kv_heads && e->head_dim == head_dim &&
-            e->qkv_stride == qkv_stride && e->out_stride == out_stride)
-            return e;
+            e->qkv_stride == qkv_stride && e->out_stride == out_stride) {
+            *out = e;
+            return KVCAL_OK;
+        }
     }
     plan_entry *e = &a->plans[a->next];
+    if (e->n_descs)
+        KVCAL_CUDA_TRY(cudaDeviceSynchronize());
     a->next = (a->next + 1) % MAX_PLANS;
     drop_plan(a, e);
     e->used = 1;
@@ -507,7 +513,8 @@ static plan_entry *find_plan(kvcal_attention_t *a, int batch, int seq_len, int h
     e->qkv_stride = qkv_stride;
     e->out_stride = out_stride;
     plan_shape(a, e);
-    return e;
+    *out = e;
+    return KVCAL_OK;
 }
 
 static size_t stats_offset(const plan_entry *e)
@@ -527,7 +534,18 @@ static kvcal_status execute(kvcal_attention_t *a, const plan_entry *e, kvcal_bf1
         KVCAL_CUDA_TRY(cudaFree(a->workspace)); // waits for the work that uses it
         a->workspace = NULL;
         a->workspace_bytes = 0;
-        KVCAL_CUDA_TRY(cudaMalloc(&a->workspace, need));
+        const cudaError_t err = cudaMalloc(&a->workspace, need);
+        if (err != cudaSuccess) {
+            a->workspace = NULL;
+            cudaGetLastError(); // reported here, not by the next launch check
+            return kvcal_fail(kvcal_cuda_status(err),
+                              "attention (cuDNN %d, %d x %d tokens, %d heads, head_dim %d): "
+                              "cudaMalloc of its workspace, %zu bytes: %s; use a smaller "
+                              "batch, or KVCAL_ATTENTION=kvcal for kvcal's kernel, which "
+                              "needs none",
+                              a->version, e->batch, e->seq_len, e->heads, e->head_dim, need,
+                              cudaGetErrorString(err));
+        }
         a->workspace_bytes = need;
     }
     a->scale = scale;
@@ -583,8 +601,11 @@ static kvcal_status try_cudnn(kvcal_attention_t *a, kvcal_bf16 *out, int64_t out
     const uintptr_t addr = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v;
     if (!a->version || addr % 16 || qkv_stride % 8 || out_stride % 8 || head_dim % 8)
         return KVCAL_OK;
-    const plan_entry *e = find_plan(a, batch, seq_len, n_heads, n_kv_heads, head_dim,
-                                    qkv_stride, out_stride);
+    const plan_entry *e = NULL;
+    const kvcal_status st = find_plan(a, batch, seq_len, n_heads, n_kv_heads, head_dim,
+                                      qkv_stride, out_stride, &e);
+    if (st != KVCAL_OK)
+        return st;
     if (!e->ok)
         return KVCAL_OK;
     *taken = 1;
@@ -673,8 +694,10 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
     if (!a)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "attention: NULL kvcal_attention_t");
     int taken = 0;
-    if (batch > 0 && seq_len > 0 && n_heads > 0 && n_kv_heads > 0 &&
-        n_heads % n_kv_heads == 0 && head_dim > 0 && head_dim <= 256) {
+    // cuDNN only for arguments kvcal_attention_launch accepts: it rejects the rest
+    if (out && q && k && v && scale > 0.0f && batch > 0 && seq_len > 0 && n_heads > 0 &&
+        n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim > 0 && head_dim <= 256 &&
+        out_stride >= (int64_t)n_heads * head_dim && qkv_stride >= head_dim) {
         kvcal_status st =
             try_cudnn(a, out, out_stride, q, k, v, qkv_stride, batch, seq_len, n_heads,
                       n_kv_heads, head_dim, scale, stream, &taken);

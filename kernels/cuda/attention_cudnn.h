@@ -52,12 +52,15 @@ int kvcal_attention_cudnn_version(const kvcal_attention_t *a);
  * valid until its next call. */
 const char *kvcal_attention_note(const kvcal_attention_t *a);
 
-/* kvcal_attention_launch's contract (same arguments, same result up to bf16
- * rounding) on the implementation chosen for the shape; *impl (when
- * non-NULL) gets that implementation. The first call of a shape on cuDNN
- * builds its plan (host work, and on some engines a run-time compile) and
- * may grow the workspace, which synchronizes the device. A failed cuDNN
- * execution is KVCAL_ERR_CUDA naming KVCAL_ATTENTION=kvcal as the way around. */
+/* kvcal_attention_launch's contract (same arguments, same checks, same
+ * result up to bf16 rounding) on the implementation chosen for the shape;
+ * *impl (when non-NULL) gets that implementation. The first call of a shape
+ * on cuDNN builds its plan (host work, and on some engines a run-time
+ * compile; with 8 shapes planned already, the oldest plan is dropped after a
+ * device synchronization) and may grow the workspace, which synchronizes
+ * the device (KVCAL_ERR_DEVICE_MEMORY naming its bytes when it does not
+ * fit). A failed cuDNN execution is KVCAL_ERR_CUDA naming
+ * KVCAL_ATTENTION=kvcal as the way around. */
 kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t out_stride,
                                  const kvcal_bf16 *q, const kvcal_bf16 *k,
                                  const kvcal_bf16 *v, int64_t qkv_stride, int batch,
