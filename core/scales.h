@@ -46,7 +46,8 @@ struct kvcal_scales {
     float *v_head;   /* (num_layers, num_kv_heads) scales */
     float *k_absmax; /* (num_layers, num_kv_heads) observed absmax */
     float *v_absmax; /* (num_layers, num_kv_heads) */
-    float *k_clip;   /* (num_layers) fraction of values clipped by the scale */
+    float *k_clip;   /* (num_layers) fraction of values that clip under the
+                        scale: |x| / scale > 464 (kvcal_value_clips) */
     float *v_clip;   /* (num_layers) */
     void *slab;
 };

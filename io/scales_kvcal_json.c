@@ -15,8 +15,10 @@
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
  * engine with one scale per layer uses); the per-head arrays are the set's
- * values. absmax and clip are present when the set has them. Numbers are
- * printed with enough digits that float32 values read back identical. */
+ * values. absmax and clip are present when the set has them; k_clip /
+ * v_clip are the estimated fractions of the layer's observed values that
+ * clip under their scale, |x| / scale > 464 (what kvcal eval counts). Numbers
+ * are printed with enough digits that float32 values read back identical. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

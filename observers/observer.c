@@ -334,11 +334,13 @@ kvcal_status kvcal_stats_threshold(const kvcal_stats_t *stats,
                       (int)cfg->kind);
 }
 
-/* Counts of (layer, kv, head) above t (fractional inside the bin) into
- * *above, and all counts into *total. */
-static void hist_count_above(const kvcal_stats_t *s, int layer, int kv, int head, float t,
-                             double *above, double *total)
+/* Counts of (layer, kv, head) that clip under `scale` -- above
+ * kvcal_clip_bound(scale), eval's definition; fractional inside the bin --
+ * into *clipped, and all counts into *total. */
+static void hist_count_clipped(const kvcal_stats_t *s, int layer, int kv, int head,
+                               float scale, double *clipped, double *total)
 {
+    const double t = kvcal_clip_bound(scale);
     const uint64_t *h = head_hist(s, layer, kv, head);
     float absmax = kvcal_stats_head_absmax(s, layer, kv, head);
     double a = 0.0, n = 0.0;
@@ -352,16 +354,16 @@ static void hist_count_above(const kvcal_stats_t *s, int layer, int kv, int head
             continue;
         a += lo >= t ? (double)h[b] : (double)h[b] * (hi - t) / (hi - lo);
     }
-    *above = a;
+    *clipped = a;
     *total = n;
 }
 
 double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, int head,
-                                 float t)
+                                 float scale)
 {
-    double above, total;
-    hist_count_above(stats, layer, kv, head, t, &above, &total);
-    return total > 0.0 ? above / total : 0.0;
+    double clipped, total;
+    hist_count_clipped(stats, layer, kv, head, scale, &clipped, &total);
+    return total > 0.0 ? clipped / total : 0.0;
 }
 
 /* Threshold of layer `layer` read as one tensor: percentile and mse from
@@ -445,15 +447,15 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
             float *scale = kv == KVCAL_K ? out->k_head : out->v_head;
             float *absmax = kv == KVCAL_K ? out->k_absmax : out->v_absmax;
             float *clip = kv == KVCAL_K ? out->k_clip : out->v_clip;
-            double above = 0.0, total = 0.0;
+            double clipped = 0.0, total = 0.0;
             for (int h = 0; h < H; h++) {
                 int i = kvcal_scales_index(out, l, h);
                 float used = gran == KVCAL_GRANULARITY_TENSOR ? layer_t : t[h];
                 double a, n;
                 scale[i] = kvcal_scale_from_absmax(used);
                 absmax[i] = kvcal_stats_head_absmax(stats, l, kv, h);
-                hist_count_above(stats, l, kv, h, used, &a, &n);
-                above += a;
+                hist_count_clipped(stats, l, kv, h, scale[i], &a, &n);
+                clipped += a;
                 total += n;
                 if (absmax[i] == 0.0f && warn) {
                     char msg[256];
@@ -466,7 +468,7 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                     warn(warn_ctx, msg);
                 }
             }
-            clip[l] = total > 0.0 ? (float)(above / total) : 0.0f;
+            clip[l] = total > 0.0 ? (float)(clipped / total) : 0.0f;
         }
     free(t);
     out->granularity = gran;

@@ -70,10 +70,13 @@ kvcal_status kvcal_stats_threshold(const kvcal_stats_t *stats,
                                    const kvcal_observer_config *cfg, int layer, int kv,
                                    int head, float *out);
 
-/* Fraction of the observed |x| of (layer, kv, head) above t, from the
- * histogram (linear inside the bin holding t); 0 when nothing was seen. */
+/* Fraction of the observed values of (layer, kv, head) that clip when
+ * quantized with `scale`: |x| / scale > 464, the definition kvcal eval counts
+ * with (kvcal_value_clips, core/scale_rule.h), read from the histogram as
+ * the counts above kvcal_clip_bound(scale) (linear inside the bin holding
+ * it); 0 when nothing was seen. */
 double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, int head,
-                                 float t);
+                                 float scale);
 
 /* Fills `out` (created with the same layers and kv heads as stats, else
  * KVCAL_ERR_MISMATCH) with the scales of cfg at granularity gran:
@@ -83,7 +86,8 @@ double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, 
  * moving average of the tensor's per-batch max (stats->ema_tensor), minmax
  * the max of the heads' t;
  * k_absmax / v_absmax = max |x| seen per head; k_clip / v_clip = fraction of
- * the layer's observed values above the threshold used; granularity;
+ * the layer's observed values that clip under the scale written (as
+ * kvcal_stats_clip_fraction counts: |x| / scale > 464); granularity;
  * provenance.observer, observer_params and num_tokens (tokens of layer 0);
  * other provenance and model fields are left as they are. A threshold of 0
  * (a head that never saw a non-zero value) gives the floor scale and one

@@ -540,11 +540,48 @@ static void percentile_interpolates_inside_the_bin(void)
     CU_ASSERT_EQUAL(kvcal_observer_parse("percentile:100", &cfg), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_stats_threshold(s, &cfg, 0, KVCAL_V, 0, &t), KVCAL_OK);
     CU_ASSERT_EQUAL(t, 3.0f);
-    /* clipping at 1 + 0.5/64 leaves 25 of the 1.0 bin's values and all 3.0 above */
-    KVCAL_ASSERT_CLOSE(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 1.0f + 0.5f / 64),
-                       0.75, 1e-12, 0.0);
-    CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 3.0f), 0.0);
-    CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 0.5f), 1.0);
+    /* values clip above 464 * scale: a bound halfway into the 1.0 bin
+     * ((1 + 0.5/64) / 464, rounded to float: atol 1e-5) leaves 25 of its
+     * values and all 3.0 above; 2^-8 (bound 1.8125) the 3.0 only; 2^-7
+     * (3.625) none; 2^-9 (0.90625) all */
+    KVCAL_ASSERT_CLOSE(
+        kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, (1.0f + 0.5f / 64) / 464.0f), 0.75,
+        1e-5, 0.0);
+    CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 0x1p-8f), 0.5);
+    CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 0x1p-7f), 0.0);
+    CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, 0x1p-9f), 1.0);
+    kvcal_stats_destroy(s);
+}
+
+/* k_clip / v_clip count what kvcal eval counts: values that saturate when
+ * quantized, |x| / scale > 464 (kvcal_value_clips), not every |x| above
+ * 448 * scale. Here 5 of 100 values lie between the two bounds (and no bin
+ * straddles either), so the estimate equals eval's exact count. */
+static void clip_estimate_counts_values_past_464_times_scale_as_eval_does(void)
+{
+    kvcal_stats_t *s = make_stats(1, 1, 1);
+    float x[100];
+    for (int i = 0; i < 100; i++)
+        x[i] = i < 90 ? 1.0f : i < 95 ? 1.03125f : 2.0f;
+    observe_dense(s, 0, x, 100);
+    kvcal_scales_t *sc = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(1, 1, &sc), KVCAL_OK);
+    kvcal_observer_config cfg;
+    CU_ASSERT_EQUAL(kvcal_observer_parse("percentile:90", &cfg), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, sc, NULL, NULL), KVCAL_OK);
+    const float scale = sc->k_head[0];
+    int at_448 = 0, clips = 0;
+    for (int i = 0; i < 100; i++) {
+        at_448 += x[i] > 448.0f * scale;
+        clips += kvcal_value_clips(x[i], scale);
+    }
+    CU_ASSERT_EQUAL(at_448, 10);
+    CU_ASSERT_EQUAL(clips, 5);
+    CU_ASSERT_EQUAL(sc->k_clip[0], 0.05f);
+    CU_ASSERT_EQUAL(sc->v_clip[0], 0.05f);
+    CU_ASSERT_EQUAL(kvcal_stats_clip_fraction(s, 0, KVCAL_K, 0, scale), 0.05);
+    kvcal_scales_destroy(sc);
     kvcal_stats_destroy(s);
 }
 
@@ -818,6 +855,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(minmax_scales_per_head_and_per_tensor),
     KVCAL_TEST(zero_head_gets_floor_scale_and_warning),
     KVCAL_TEST(percentile_interpolates_inside_the_bin),
+    KVCAL_TEST(clip_estimate_counts_values_past_464_times_scale_as_eval_does),
     KVCAL_TEST(percentile_within_1pct_of_exact_sort),
     KVCAL_TEST(tensor_percentile_and_mse_use_the_whole_layers_histogram),
     KVCAL_TEST(mse_threshold_of_identical_values_is_that_value),

@@ -35,8 +35,8 @@ void kvcal_error_sums_ref(kvcal_error_sums *s, const float *x, int64_t x_stride,
             s->x2 += (double)xr[c] * xr[c];
             s->e2 += e * e;
             if (scale)
-                s->clipped += fabsf(xr[c]) * (1.0f / scale[r * groups + c / group]) >
-                              KVCAL_CLIP_RATIO;
+                s->clipped +=
+                    kvcal_value_clips(fabsf(xr[c]), scale[r * groups + c / group]);
         }
         s->n += (unsigned long long)cols;
     }

@@ -8,18 +8,16 @@
 
 #include <stdint.h>
 
+#include "core/scale_rule.h"
+
 /* Sums over the values of x compared with an approximation y. The same
  * layout on the host and on the device (the CUDA reduction adds into it). */
 typedef struct kvcal_error_sums {
     double x2;                  /* sum x^2 */
     double e2;                  /* sum (y - x)^2 */
-    unsigned long long clipped; /* values with |x| * (1 / scale) > 464 */
+    unsigned long long clipped; /* values that clip: kvcal_value_clips(|x|, scale) */
     unsigned long long n;       /* values seen */
 } kvcal_error_sums;
-
-/* A value x quantized with `scale` saturates past e4m3's rounding to 448
- * when |x| * (1 / scale) > KVCAL_CLIP_RATIO. */
-#define KVCAL_CLIP_RATIO 464.0f
 
 /* nll (rows) = logsumexp(logits[r]) - logits[r][target[r]] in double, with
  * logits (rows, vocab); a row whose target is < 0 gets 0. Targets are not
@@ -31,8 +29,8 @@ void kvcal_token_nll_ref(float *nll, const float *logits, const int32_t *target,
  * (rows, cols; row stride y_stride): x2, e2 and n over every value of a
  * row whose pos is >= 0 (pos (rows), or NULL: every row). When scale is
  * non-NULL, (rows, cols / group) contiguous, value c of row r is counted as
- * clipped when |x| * (1 / scale[r * (cols / group) + c / group]) >
- * KVCAL_CLIP_RATIO; group divides cols. */
+ * clipped when kvcal_value_clips(|x|, scale[r * (cols / group) + c / group])
+ * (core/scale_rule.h: |x| * (1 / scale) > 464); group divides cols. */
 void kvcal_error_sums_ref(kvcal_error_sums *s, const float *x, int64_t x_stride,
                           const float *y, int64_t y_stride, const float *scale, int group,
                           const int32_t *pos, int64_t rows, int cols);
