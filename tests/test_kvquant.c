@@ -3,12 +3,14 @@
  * saturation, NaN / Inf / zero inputs, padding, input dtypes and strides,
  * dequantization error, and the running scaler's modes. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/fp8.h"
 #include "core/scale_rule.h"
 #include "kernels/cpu/kvquant_ref.h"
+#include "kernels/cuda/kvquant.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -591,6 +593,64 @@ static void fastdiv_matches_integer_division_below_2_pow_31(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* The CUDA fast kernels index rows (tokens x kv heads), slots and the bytes
+ * of one cache block in 32 bits: a batch or cache with 2^31 or more of any
+ * of them takes the generic kernel, and a token count whose rows overflow
+ * 64 bits does not wrap into the fast path. kvcal_kv_fast_path_applies and
+ * kvcal_kv_dequant_fast_path_applies read no data (the pointers here are
+ * aligned addresses never dereferenced), so no device is needed; in a build
+ * without CUDA no shape takes the fast path. */
+static void fast_path_needs_rows_slots_and_block_bytes_below_2_pow_31(void)
+{
+    enum { H = 8, D = 128, BS = 16 };
+#ifdef KVCAL_WITH_CUDA
+    const int fast = 1;
+#else
+    const int fast = 0;
+#endif
+    const int64_t lim = 0x7fffffffLL;
+    void *out = (void *)(uintptr_t)0x60000;
+    kvcal_kv_batch b = {.k = (const void *)(uintptr_t)0x10000,
+                        .v = (const void *)(uintptr_t)0x20000,
+                        .dtype = KVCAL_DTYPE_BF16,
+                        .num_tokens = KVCAL_KV_FAST_MIN_TOKENS,
+                        .k_token_stride = H * D,
+                        .k_head_stride = D,
+                        .v_token_stride = H * D,
+                        .v_head_stride = D,
+                        .slot_mapping = (const int64_t *)(uintptr_t)0x30000};
+    kvcal_kv_cache c = {.k = (uint8_t *)(uintptr_t)0x40000,
+                        .v = (uint8_t *)(uintptr_t)0x50000,
+                        .num_blocks = 1024,
+                        .block_size = BS,
+                        .num_kv_heads = H,
+                        .head_dim = D,
+                        .layout = KVCAL_CACHE_NHD};
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), fast);
+    CU_ASSERT_EQUAL(kvcal_kv_dequant_fast_path_applies(&b, &c, out, out), fast);
+    b.num_tokens = lim / H; /* rows 2^31 - 8 */
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), fast);
+    CU_ASSERT_EQUAL(kvcal_kv_dequant_fast_path_applies(&b, &c, out, out), fast);
+    b.num_tokens = lim / H + 1; /* rows 2^31 */
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), 0);
+    CU_ASSERT_EQUAL(kvcal_kv_dequant_fast_path_applies(&b, &c, out, out), 0);
+    b.num_tokens = INT64_MAX / 4; /* rows 2^64 - 8, -8 once wrapped */
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), 0);
+    CU_ASSERT_EQUAL(kvcal_kv_dequant_fast_path_applies(&b, &c, out, out), 0);
+    b.num_tokens = KVCAL_KV_FAST_MIN_TOKENS;
+    c.num_blocks = lim / BS; /* slots 2^31 - 16 */
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), fast);
+    c.num_blocks = lim / BS + 1; /* slots 2^31 */
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), 0);
+    CU_ASSERT_EQUAL(kvcal_kv_dequant_fast_path_applies(&b, &c, out, out), 0);
+    c.num_blocks = 1;
+    c.block_size = (1 << 21) - 1; /* a block of 2^31 - 1024 bytes */
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), fast);
+    c.block_size = 1 << 21; /* a block of 2^31 bytes */
+    CU_ASSERT_EQUAL(kvcal_kv_fast_path_applies(&b, &c), 0);
+    CU_ASSERT_EQUAL(kvcal_kv_dequant_fast_path_applies(&b, &c, out, out), 0);
+}
+
 /* The fast kernels' scale rule without an fp32 division gives
  * kvcal_scale_from_absmax's bits on every 97th non-negative finite float
  * (the whole range was checked once) and on 0, the floor's edge and
@@ -687,6 +747,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(scaler_rejects_missing_scale_arrays_and_wrong_place),
     KVCAL_TEST(quantize_rejects_bad_shapes_and_strides),
     KVCAL_TEST(fastdiv_matches_integer_division_below_2_pow_31),
+    KVCAL_TEST(fast_path_needs_rows_slots_and_block_bytes_below_2_pow_31),
     KVCAL_TEST(scale_rule_without_division_matches_the_rule),
     CU_TEST_INFO_NULL,
 };

@@ -835,7 +835,7 @@ struct QuantLaunch {
 bool fast_indices_fit(const Rows &r)
 {
     const int64_t lim = 0x7fffffffLL;
-    return r.num_tokens * r.g.num_kv_heads <= lim && r.g.capacity <= lim &&
+    return r.num_tokens <= lim / r.g.num_kv_heads && r.g.capacity <= lim &&
            (int64_t)r.g.block_size * r.g.num_kv_heads * r.g.head_dim <= lim;
 }
 
@@ -1161,10 +1161,14 @@ extern "C" kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out)
     }
     void *p = nullptr;
     CUDA_TRY(cudaMalloc(&p, bytes));
+    // cudaMemset returns before it is done, and a non-blocking stream would
+    // not wait for it: zeroed means done here
     cudaError_t err = cudaMemset(p, 0, bytes);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(0);
     if (err != cudaSuccess) {
         cudaFree(p);
-        return kvcal_fail(KVCAL_ERR_CUDA, "kvcal_kv_scaler_create: cudaMemset: %s",
+        return kvcal_fail(KVCAL_ERR_CUDA, "kvcal_kv_scaler_create: zeroing its state: %s",
                           cudaGetErrorString(err));
     }
     *out = p;

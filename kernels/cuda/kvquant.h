@@ -14,7 +14,8 @@
 extern "C" {
 #endif
 
-/* Allocates `bytes` of zeroed device memory on the current device. */
+/* Allocates `bytes` of device memory on the current device, zeroed when it
+ * returns (whichever stream uses it next). */
 kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out);
 
 /* Frees device memory from kvcal_kv_device_alloc; NULL is a no-op. */
