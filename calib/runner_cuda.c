@@ -155,6 +155,24 @@ static kvcal_bf16 *tensor(const kvcal_cuda_runner_t *r, int layer, int t)
     return (kvcal_bf16 *)(r->weights + (size_t)layer * r->lay.bytes + r->lay.off[t]);
 }
 
+/* cudaMalloc of one of the slabs (`what` it holds); out of memory names the
+ * bytes and the fix. */
+static kvcal_status alloc_slab(void **p, size_t bytes, const char *what)
+{
+    const cudaError_t err = cudaMalloc(p, bytes);
+    if (err == cudaSuccess)
+        return KVCAL_OK;
+    *p = NULL;
+    cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation)
+        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
+                          "--device cuda: %s need %.2f GiB (%zu bytes), which cudaMalloc "
+                          "could not get; use a smaller --batch or --seq-len",
+                          what, (double)bytes / 1073741824.0, bytes);
+    return kvcal_fail(KVCAL_ERR_CUDA, "cuda runner: cudaMalloc of %zu bytes for %s: %s",
+                      bytes, what, cudaGetErrorString(err));
+}
+
 /* Hands out ALIGN-aligned pieces of the slab in order. */
 static void *carve(unsigned char **p, size_t bytes)
 {
@@ -420,7 +438,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
     TRY(kvcal_gemm_create(workspace, &r->gemm));
     TRY(kvcal_attention_create(&r->attn));
-    TRY_CUDA(cudaMalloc(&r->slab, need));
+    TRY(alloc_slab(&r->slab, need, "the model and its activations"));
     TRY_CUDA(cudaMallocHost((void **)&r->host_ids, N * sizeof(int32_t)));
     TRY_CUDA(cudaMallocHost((void **)&r->host_pos, N * sizeof(int32_t)));
     TRY_CUDA(cudaMallocHost((void **)&r->host_bmax, 2 * LH * sizeof(float)));
@@ -634,15 +652,27 @@ kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model
 {
     kvcal_status st = KVCAL_OK;
     *out = NULL;
-    if (!r || !model || sim < KVCAL_CUDA_KV_EXACT || sim > KVCAL_CUDA_KV_FIRST_BATCH ||
-        (sim == KVCAL_CUDA_KV_STATIC) != (k_scale && v_scale))
+    if (!r || !model || sim < KVCAL_CUDA_KV_EXACT || sim > KVCAL_CUDA_KV_FIRST_BATCH)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "cuda eval: bad arguments (static scales go with the static "
-                          "mode alone)");
+                          "cuda eval: NULL runner or model, or an unknown mode %d",
+                          (int)sim);
+    if (sim == KVCAL_CUDA_KV_STATIC ? !(k_scale && v_scale) : k_scale || v_scale)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "cuda eval: mode %d, k_scale %s, v_scale %s: the static mode "
+                          "takes both, the other modes neither",
+                          (int)sim, k_scale ? "set" : "NULL", v_scale ? "set" : "NULL");
     const kvcal_model_desc *d = kvcal_model_describe(model);
     if (d->num_layers != r->L || d->hidden_size != r->D || d->vocab_size != r->V)
         return kvcal_fail(KVCAL_ERR_MISMATCH,
                           "cuda eval: the model is not the one the runner was made from");
+    for (int i = 0; sim == KVCAL_CUDA_KV_STATIC && i < r->L * r->HKV; i++)
+        if (!(isfinite(k_scale[i]) && k_scale[i] > 0.0f && isfinite(v_scale[i]) &&
+              v_scale[i] > 0.0f))
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "cuda eval: layer %d kv head %d: scales K %g, V %g: static "
+                              "scales must be finite and > 0",
+                              i / r->HKV, i % r->HKV, (double)k_scale[i],
+                              (double)v_scale[i]);
     const float *norm = NULL, *cls = NULL;
     if ((st = kvcal_model_load_head(model, &norm, &cls)))
         return st;
@@ -687,7 +717,7 @@ kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model
                         (double)need / 1073741824.0, (double)free_b / 1073741824.0);
         goto fail;
     }
-    TRY_CUDA(cudaMalloc(&e->slab, need));
+    TRY(alloc_slab(&e->slab, need, "the evaluation's buffers"));
     unsigned char *p = e->slab;
     void *buf[NBUF];
     for (int i = 0; i < NBUF; i++)
@@ -727,6 +757,9 @@ kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model
             TRY(kvcal_kv_scaler_create(r->HKV, KVCAL_SCALER_FIRST_BATCH, 0.0f, 1,
                                        &e->scalers[l]));
     }
+    // the memset and copies above ran on the default stream, which r's
+    // non-blocking stream does not wait for
+    TRY_CUDA(cudaDeviceSynchronize());
     *out = e;
     return KVCAL_OK;
 fail:

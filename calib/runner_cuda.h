@@ -85,8 +85,10 @@ typedef struct kvcal_cuda_eval kvcal_cuda_eval_t;
  * and allocates the simulated cache, the error sums and logits for chunks
  * of rows (at most 64 MiB of them, whatever the vocabulary). k_scale and
  * v_scale (layers, kv_heads) host arrays, finite and > 0, are copied for
- * KVCAL_CUDA_KV_STATIC and must be NULL otherwise. KVCAL_ERR_DEVICE_MEMORY
- * names the bytes when the device lacks them. *out = NULL on failure. */
+ * KVCAL_CUDA_KV_STATIC and must be NULL otherwise (KVCAL_ERR_INVALID_ARG
+ * naming the layer and head of a bad scale). KVCAL_ERR_DEVICE_MEMORY names
+ * the bytes when the device lacks them. Synchronizes the device before it
+ * returns. *out = NULL on failure. */
 kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model,
                                     kvcal_cuda_kv_sim sim, const float *k_scale,
                                     const float *v_scale, kvcal_cuda_eval_t **out);
