@@ -12,6 +12,12 @@
 #include "kvcal.h"
 #include "tests/test_util.h"
 
+#ifdef KVCAL_WITH_CUDA
+#include <stdint.h>
+
+#include "kernels/cuda/eval.h"
+#endif
+
 #define MODEL "models/stories260K/stories260K.bin"
 #define DATA "datasets/default_calibration.txt"
 #define SMALL "--num-samples 4 --seq-len 64 --batch 2 --quiet"
@@ -59,6 +65,52 @@ static void error_sums_ref_skips_padding_rows_and_counts_values_past_464(void)
     CU_ASSERT_EQUAL(t.clipped, 0);
     CU_ASSERT_EQUAL(t.e2, 16.0 * 16 + 17.0 * 17 + 4 * 100.0 * 100);
 }
+
+#ifdef KVCAL_WITH_CUDA
+/* The CUDA reductions check their arguments on the host before any device
+ * work, so no device is needed here (the non-NULL pointers are never
+ * dereferenced): a NULL buffer, negative rows, a vocabulary of 0, a stride
+ * under the columns, a group that does not divide them or a y dtype other
+ * than F32 / BF16 is KVCAL_ERR_INVALID_ARG naming the op; 0 rows queue
+ * nothing, whatever the buffers. */
+static void eval_launches_reject_bad_arguments_before_device_work(void)
+{
+    float *nll = (float *)(uintptr_t)0x1000, *y = (float *)(uintptr_t)0x2000;
+    const kvcal_bf16 *logits = (const kvcal_bf16 *)(uintptr_t)0x3000;
+    const kvcal_bf16 *x = (const kvcal_bf16 *)(uintptr_t)0x4000;
+    const int32_t *target = (const int32_t *)(uintptr_t)0x5000;
+    kvcal_error_sums *sums = (kvcal_error_sums *)(uintptr_t)0x6000;
+    const float *scale = (const float *)(uintptr_t)0x7000;
+    const kvcal_status nll_bad[5] = {
+        kvcal_token_nll_launch(NULL, logits, target, 2, 8, NULL),
+        kvcal_token_nll_launch(nll, NULL, target, 2, 8, NULL),
+        kvcal_token_nll_launch(nll, logits, NULL, 2, 8, NULL),
+        kvcal_token_nll_launch(nll, logits, target, -1, 8, NULL),
+        kvcal_token_nll_launch(nll, logits, target, 2, 0, NULL)};
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL(nll_bad[i], KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("token_nll"));
+    CU_ASSERT_EQUAL(kvcal_token_nll_launch(NULL, NULL, NULL, 0, 8, NULL), KVCAL_OK);
+    const kvcal_dtype f32 = KVCAL_DTYPE_F32;
+    const kvcal_status sums_bad[7] = {
+        kvcal_error_sums_launch(NULL, x, 8, y, 8, f32, NULL, 0, NULL, 2, 8, NULL, NULL),
+        kvcal_error_sums_launch(sums, NULL, 8, y, 8, f32, NULL, 0, NULL, 2, 8, NULL,
+                                NULL),
+        kvcal_error_sums_launch(sums, x, 8, NULL, 8, f32, NULL, 0, NULL, 2, 8, NULL,
+                                NULL),
+        kvcal_error_sums_launch(sums, x, 8, y, 8, f32, NULL, 0, NULL, -1, 8, NULL, NULL),
+        kvcal_error_sums_launch(sums, x, 7, y, 8, f32, NULL, 0, NULL, 2, 8, NULL, NULL),
+        kvcal_error_sums_launch(sums, x, 8, y, 8, f32, scale, 3, NULL, 2, 8, NULL, NULL),
+        kvcal_error_sums_launch(sums, x, 8, y, 8, KVCAL_DTYPE_F16, NULL, 0, NULL, 2, 8,
+                                NULL, NULL)};
+    for (int i = 0; i < 7; i++)
+        CU_ASSERT_EQUAL(sums_bad[i], KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("error_sums"));
+    CU_ASSERT_EQUAL(kvcal_error_sums_launch(NULL, NULL, 8, NULL, 8, f32, NULL, 0, NULL, 0,
+                                            8, NULL, NULL),
+                    KVCAL_OK);
+}
+#endif
 
 // --- the command -----------------------------------------------------------------
 
@@ -209,6 +261,9 @@ static void eval_device_cuda_without_a_device_exits_2_and_names_device_cpu(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(token_nll_ref_is_log_vocab_on_flat_logits_and_0_without_target),
     KVCAL_TEST(error_sums_ref_skips_padding_rows_and_counts_values_past_464),
+#ifdef KVCAL_WITH_CUDA
+    KVCAL_TEST(eval_launches_reject_bad_arguments_before_device_work),
+#endif
     KVCAL_TEST(eval_reports_every_mode_against_the_baseline),
     KVCAL_TEST(eval_counts_clipping_when_the_scales_are_too_small),
     KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),

@@ -68,9 +68,11 @@ kvcal_status kvcal_token_nll_launch(float *nll, const kvcal_bf16 *logits,
                                     const int32_t *target, int rows, int vocab,
                                     cudaStream_t stream)
 {
-    if (rows < 0 || vocab <= 0)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "token_nll: %d rows x vocab %d", rows,
-                          vocab);
+    if (rows < 0 || vocab <= 0 || (rows > 0 && (!nll || !logits || !target)))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "token_nll: %d rows x vocab %d: need rows >= 0, vocab >= 1 "
+                          "and non-NULL nll, logits and target",
+                          rows, vocab);
     if (rows == 0)
         return KVCAL_OK;
     token_nll_kernel<<<rows, EVAL_THREADS, 0, stream>>>(
@@ -149,6 +151,10 @@ kvcal_status kvcal_error_sums_launch(kvcal_error_sums *sums, const kvcal_bf16 *x
                           "error_sums: %d rows x %d columns, strides %lld / %lld, group "
                           "%d: strides must be >= columns and the group divide them",
                           rows, cols, (long long)x_stride, (long long)y_stride, group);
+    if (rows > 0 && (!sums || !x || !y))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "error_sums: %d rows: sums, x or y is NULL: pass all three",
+                          rows);
     if (y_dtype != KVCAL_DTYPE_F32 && y_dtype != KVCAL_DTYPE_BF16)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "error_sums: y dtype %d: expected F32 or BF16", (int)y_dtype);

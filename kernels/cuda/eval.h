@@ -2,7 +2,8 @@
  * launchers); the CPU references of the same stems are in
  * kernels/cpu/eval_ref.h. The conventions of kernels/cuda/ops.h apply:
  * device pointers, work queued on `stream`, nothing synchronizes, a bad
- * shape is KVCAL_ERR_INVALID_ARG and a failed launch KVCAL_ERR_CUDA. */
+ * shape or a NULL buffer is KVCAL_ERR_INVALID_ARG (checked before any device
+ * work) and a failed launch KVCAL_ERR_CUDA. */
 #ifndef KVCAL_KERNELS_CUDA_EVAL_H
 #define KVCAL_KERNELS_CUDA_EVAL_H
 
