@@ -30,7 +30,8 @@ typedef struct kvcal_cuda_runner kvcal_cuda_runner_t;
  * for batches of up to max_batch samples of max_seq_len tokens. Fails with
  * KVCAL_ERR_NO_DEVICE without a CUDA device (or in a build without CUDA),
  * KVCAL_ERR_DEVICE_MEMORY naming the bytes needed and the fix when the
- * device lacks the memory, KVCAL_ERR_UNSUPPORTED for a head_dim over 256.
+ * device lacks the memory, KVCAL_ERR_UNSUPPORTED for an odd head_dim or one
+ * over 256.
  * *out = NULL on failure. */
 kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
                                       int max_seq_len, kvcal_cuda_runner_t **out);

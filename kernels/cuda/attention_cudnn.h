@@ -26,7 +26,9 @@ extern "C" {
 #endif
 
 /* cuDNN's handle, the plans built per shape (up to 8, the oldest replaced)
- * and one device workspace. Use from one host thread at a time. */
+ * and one device workspace. Use from one host thread at a time; calls that
+ * run on cuDNN share the workspace, so calls on different streams must not
+ * overlap on the device (one stream, or streams ordered by events). */
 typedef struct kvcal_attention kvcal_attention_t;
 
 /* Which implementation ran a call. */

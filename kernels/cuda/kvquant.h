@@ -37,16 +37,20 @@ kvcal_status kvcal_fp8_e4m3_encode_launch(const float *x, uint8_t *out, int64_t 
 #define KVCAL_KV_FAST_MIN_TOKENS 4096
 
 /* 1 when a quantization of batch into cache (static, dynamic or a scaler
- * step, whose two passes then both run on it) runs on the fast kernel: F16 or BF16 inputs, head_dim 64, 128
- * or 256, 16-byte aligned rows and strides, 8-byte aligned caches and block
- * stride, at least KVCAL_KV_FAST_MIN_TOKENS tokens; 0 otherwise and for
- * arguments the launches reject. Lets tests check which kernel they reach. */
+ * step, whose two passes then both run on it) runs on the fast kernel: F16
+ * or BF16 inputs, head_dim 64, 128 or 256, 16-byte aligned rows and
+ * strides, 8-byte aligned caches and block stride, at least
+ * KVCAL_KV_FAST_MIN_TOKENS tokens, fewer than 2^31 rows (tokens x kv
+ * heads), slots and bytes per cache block; 0 otherwise and for a batch or
+ * cache the launches reject (the scales are not looked at). Lets tests
+ * check which kernel they reach. */
 int kvcal_kv_fast_path_applies(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache);
 
 /* 1 when a dequantization of batch's slots of cache into k_out / v_out runs
  * on the fast kernel: head_dim 64, 128 or 256, 16-byte aligned caches,
- * block stride and outputs, at least KVCAL_KV_FAST_MIN_TOKENS tokens; 0
- * otherwise and for arguments the launches reject. For the tests. */
+ * block stride and outputs, at least KVCAL_KV_FAST_MIN_TOKENS tokens and the
+ * 2^31 bounds above; 0 otherwise and for a batch or cache the launches
+ * reject (outputs, dtype and scales are not checked). For the tests. */
 int kvcal_kv_dequant_fast_path_applies(const kvcal_kv_batch *batch,
                                        const kvcal_kv_cache *cache, const void *k_out,
                                        const void *v_out);
