@@ -20,8 +20,8 @@ typedef struct kvcal_error_sums {
 } kvcal_error_sums;
 
 /* nll (rows) = logsumexp(logits[r]) - logits[r][target[r]] in double, with
- * logits (rows, vocab); a row whose target is < 0 gets 0. Targets are not
- * range-checked beyond that: the caller's ids are. */
+ * logits (rows, vocab), vocab >= 1; a row whose target is < 0 gets 0.
+ * Targets are not range-checked beyond that: the caller's ids are. */
 void kvcal_token_nll_ref(float *nll, const float *logits, const int32_t *target,
                          int64_t rows, int vocab);
 
