@@ -90,6 +90,43 @@ static void rope_llama3(float *inv_freq, int n, const kvcal_model_config *c)
     }
 }
 
+/* transformers' find_correction_dim: the dimension whose wavelength turns
+ * `rotations` times over `context` positions. */
+static double yarn_correction_dim(double rotations, int dim, double theta, int context)
+{
+    return dim * log(context / (rotations * 2.0 * M_PI)) / (2.0 * log(theta));
+}
+
+/* YaRN (transformers' _compute_yarn_parameters): each frequency blends the
+ * interpolated one (divided by factor) and the original one with a linear
+ * ramp over the dimensions between the correction range of beta_fast and
+ * beta_slow rotations in the original context. Float arithmetic in the
+ * order torch evaluates it in fp32. */
+static void rope_yarn(float *inv_freq, int rot_dim, double theta,
+                      const kvcal_model_config *c)
+{
+    double low = yarn_correction_dim(c->rope_beta_fast, rot_dim, theta,
+                                     c->rope_original_max_position);
+    double high = yarn_correction_dim(c->rope_beta_slow, rot_dim, theta,
+                                      c->rope_original_max_position);
+    if (c->rope_truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    low = fmax(low, 0.0);
+    high = fmin(high, (double)(rot_dim - 1));
+    if (low == high)
+        high += 0.001; /* transformers: prevents a division by zero */
+    float lo = (float)low, span = (float)(high - low), factor = (float)c->rope_factor;
+    for (int i = 0; i < rot_dim / 2; i++) {
+        float pos_freq = powf((float)theta, (float)(2 * i) / (float)rot_dim);
+        float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+        float ramp = fminf(fmaxf(((float)i - lo) / span, 0.0f), 1.0f);
+        float keep = 1.0f - ramp; /* weight of the original frequency */
+        inv_freq[i] = interpolation * (1.0f - keep) + extrapolation * keep;
+    }
+}
+
 // --- Hugging Face checkpoints ----------------------------------------------
 
 static int is_weight_dtype(kvcal_dtype d)
@@ -184,6 +221,7 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                           "head_dim %d; it must be a positive even number",
                           m->path, prf, d->rot_dim, d->head_dim);
     d->rope_interleaved = 0;
+    d->rope_attention_factor = 1.0f;
     m->inv_freq = malloc(sizeof(float) * (size_t)(d->rot_dim / 2));
     if (!m->inv_freq)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
@@ -210,11 +248,24 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                               m->path);
         rope_llama3(m->inv_freq, d->rot_dim / 2, c);
         break;
+    case KVCAL_ROPE_YARN:
+        if (!(c->rope_factor >= 1.0) || c->rope_original_max_position <= 0 ||
+            !(c->rope_beta_fast > 0) || !(c->rope_beta_slow > 0) ||
+            !(c->rope_attention_factor > 0))
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: yarn rope scaling needs factor >= 1, "
+                              "original_max_position_embeddings > 0, beta_fast and "
+                              "beta_slow > 0 and an attention factor > 0",
+                              m->path);
+        rope_yarn(m->inv_freq, d->rot_dim, c->rope_theta > 0 ? c->rope_theta : 10000.0,
+                  c);
+        d->rope_attention_factor = (float)c->rope_attention_factor;
+        break;
     default:
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: rope scaling type %d (yarn) is not supported; supported: "
-                          "default, linear, llama3, dynamic",
-                          m->path, (int)c->rope_type);
+                          "%s: rope scaling type '%s' is not supported; supported: "
+                          "default, linear, llama3, dynamic, yarn",
+                          m->path, c->rope_type_name);
     }
     d->inv_freq = m->inv_freq;
     return KVCAL_OK;
@@ -303,6 +354,7 @@ static kvcal_status open_llama2c(kvcal_model_t *m)
     d->norm_eps = 1e-5f;
     d->rot_dim = d->head_dim - d->head_dim % 2;
     d->rope_interleaved = 1;
+    d->rope_attention_factor = 1.0f;
     d->tied_embeddings = c->shared_classifier;
     if (d->rot_dim < 2)
         return kvcal_fail(KVCAL_ERR_FORMAT, "%s: head size %d is too small for RoPE",

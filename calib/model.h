@@ -33,6 +33,7 @@ typedef struct kvcal_model_desc {
     int rot_dim;           /* channels of each head that RoPE rotates (even) */
     int rope_interleaved;  /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
     const float *inv_freq; /* (rot_dim / 2), scaling already applied; owned */
+    float rope_attention_factor; /* multiplies RoPE's cos and sin (yarn), else 1 */
     int qkv_bias;          /* q/k/v projections carry a bias */
     int o_bias;            /* o_proj carries a bias */
     int qk_norm;           /* per-head RMSNorm of q and k before RoPE */

@@ -80,8 +80,8 @@ static void project_rope(const kvcal_model_desc *d, float *dst, const float *xb,
     kvcal_matmul_ref(dst, xb, w, bias, (int)n, d->hidden_size, heads * d->head_dim);
     if (norm)
         kvcal_rmsnorm_ref(dst, dst, norm, (int)n * heads, d->head_dim, d->norm_eps);
-    kvcal_rope_ref(dst, pos, d->inv_freq, (int)n, heads, d->head_dim, d->rot_dim,
-                   d->rope_interleaved);
+    kvcal_rope_scaled_ref(dst, pos, d->inv_freq, (int)n, heads, d->head_dim, d->rot_dim,
+                          d->rope_interleaved, d->rope_attention_factor);
 }
 
 /* The rest of a layer after K and V: attention, o_proj, MLP, residuals. */

@@ -7,6 +7,26 @@
 
 #include "core/status.h"
 
+kvcal_status kvcal_cuda_runner_check_model(const kvcal_model_desc *d)
+{
+    if (d->head_dim > 256 || d->head_dim % 2)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
+            "up to 256; use --device cpu",
+            d->head_dim);
+    /* the kernels read the host's inv_freq, so yarn's frequencies carry over;
+     * its scaling of cos and sin is not applied on the device */
+    if (d->rope_attention_factor != 1.0f)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "--device cuda: the model's RoPE scales cos and sin by %.9g "
+                          "(yarn's attention factor), which the CUDA kernels do not "
+                          "apply; yarn RoPE is supported on --device cpu only in this "
+                          "version",
+                          (double)d->rope_attention_factor);
+    return KVCAL_OK;
+}
+
 #ifdef KVCAL_WITH_CUDA
 
 #include <cuda_runtime_api.h>
@@ -382,12 +402,8 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "cuda runner: batch %d x seq_len %d: both must be > 0",
                           max_batch, max_seq_len);
-    if (d->head_dim > 256 || d->head_dim % 2)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
-            "up to 256; use --device cpu",
-            d->head_dim);
+    if ((st = kvcal_cuda_runner_check_model(d)) != KVCAL_OK)
+        return st;
     kvcal_cuda_runner_t *r = calloc(1, sizeof *r);
     if (!r)
         return kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");

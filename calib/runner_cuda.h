@@ -30,11 +30,19 @@ typedef struct kvcal_cuda_runner kvcal_cuda_runner_t;
  * for batches of up to max_batch samples of max_seq_len tokens. Fails with
  * KVCAL_ERR_NO_DEVICE without a CUDA device (or in a build without CUDA),
  * KVCAL_ERR_DEVICE_MEMORY naming the bytes needed and the fix when the
- * device lacks the memory, KVCAL_ERR_UNSUPPORTED for an odd head_dim or one
- * over 256.
+ * device lacks the memory, KVCAL_ERR_UNSUPPORTED as
+ * kvcal_cuda_runner_check_model.
  * *out = NULL on failure. */
 kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
                                       int max_seq_len, kvcal_cuda_runner_t **out);
+
+/* What the CUDA runner cannot run, without touching a device (it is the
+ * check kvcal_cuda_runner_create makes once a device is found):
+ * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256, and for a RoPE
+ * attention factor other than 1 (yarn's scaling of cos and sin, applied on
+ * --device cpu only; yarn's frequencies alone run, the kernels take the
+ * model's inv_freq). */
+kvcal_status kvcal_cuda_runner_check_model(const kvcal_model_desc *d);
 
 /* Frees the device memory; NULL is a no-op. */
 void kvcal_cuda_runner_destroy(kvcal_cuda_runner_t *r);
@@ -93,6 +101,14 @@ typedef struct kvcal_cuda_eval kvcal_cuda_eval_t;
 kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model,
                                     kvcal_cuda_kv_sim sim, const float *k_scale,
                                     const float *v_scale, kvcal_cuda_eval_t **out);
+
+/* What the CUDA runner cannot run, without touching a device (it is the
+ * check kvcal_cuda_runner_create makes once a device is found):
+ * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256, and for a RoPE
+ * attention factor other than 1 (yarn's scaling of cos and sin, applied on
+ * --device cpu only; yarn's frequencies alone run, the kernels take the
+ * model's inv_freq). */
+kvcal_status kvcal_cuda_runner_check_model(const kvcal_model_desc *d);
 
 /* Frees the device memory; NULL is a no-op. */
 void kvcal_cuda_eval_destroy(kvcal_cuda_eval_t *e);

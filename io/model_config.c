@@ -228,7 +228,10 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
     if ((s = cfg_double(sc, "factor", 0.0, INFINITY, &c->rope_factor, &found)) !=
         KVCAL_OK)
         return s;
-    if (!found && c->rope_type != KVCAL_ROPE_DEFAULT && c->rope_type != KVCAL_ROPE_OTHER)
+    /* yarn: an explicit null factor is derived from the context lengths */
+    int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
+    if (!found && c->rope_type != KVCAL_ROPE_DEFAULT && c->rope_type != KVCAL_ROPE_OTHER &&
+        !(c->rope_type == KVCAL_ROPE_YARN && null_factor))
         return cfg_missing(sc, "factor", " for this rope_type");
     int low = 0, high = 0, orig = 0;
     if ((s = cfg_double(sc, "low_freq_factor", 0.0, INFINITY, &c->rope_low_freq_factor,
@@ -258,6 +261,102 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
     return KVCAL_OK;
 }
 
+/* A yarn beta: a number >= 0; absent, null or 0 is the default (as
+ * transformers' `beta or default`). */
+static kvcal_status cfg_yarn_beta(const cfg_obj *sc, const char *key, double dflt,
+                                  double *out)
+{
+    const cJSON *it = cfg_item(sc, key);
+    *out = dflt;
+    if (!it)
+        return KVCAL_OK;
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0))
+        return cfg_bad(sc, key, it, "a number >= 0 (0 or null: the default)");
+    if (it->valuedouble > 0)
+        *out = it->valuedouble;
+    return KVCAL_OK;
+}
+
+/* A number of any sign. Absent: *out untouched. */
+static kvcal_status cfg_number(const cfg_obj *o, const char *key, double *out)
+{
+    const cJSON *it = cfg_item(o, key);
+    if (!it)
+        return KVCAL_OK;
+    if (!cJSON_IsNumber(it))
+        return cfg_bad(o, key, it, "a number");
+    *out = it->valuedouble;
+    return KVCAL_OK;
+}
+
+/* yarn's get_mscale: 0.1 * mscale * ln(factor) + 1, 1 for factor <= 1. */
+static double yarn_mscale(double factor, double mscale)
+{
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+/* The yarn parameters as transformers 5 computes them
+ * (_compute_yarn_parameters after standardize_rope_params):
+ * original_max_position_embeddings from the config's top level when there
+ * (it takes precedence), else from the rope parameters, else
+ * max_position_embeddings; a null factor is max_position_embeddings /
+ * original_max_position_embeddings; the attention factor as given, else
+ * mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are
+ * non-zero, else 0.1 ln(factor) + 1. A factor below 1 (transformers warns
+ * that it must be >= 1) and a negative beta (transformers fails on its
+ * logarithm) are errors. */
+static kvcal_status cfg_read_yarn(const cfg_obj *top, const cfg_obj *sc,
+                                  kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found = 0;
+    double mscale = 0.0, mscale_all_dim = 0.0;
+    if ((s = cfg_int(top, "original_max_position_embeddings", 1, INT_MAX,
+                     &c->rope_original_max_position, NULL)) != KVCAL_OK)
+        return s;
+    if (!c->rope_original_max_position)
+        c->rope_original_max_position = c->max_position_embeddings;
+    if (!c->rope_original_max_position)
+        return cfg_missing(sc, "original_max_position_embeddings",
+                           " for rope_type yarn (and so is max_position_embeddings)");
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"))) {
+        if (!c->max_position_embeddings)
+            return cfg_missing(top, "max_position_embeddings",
+                               " (a null yarn factor is derived from it)");
+        c->rope_factor =
+            (double)c->max_position_embeddings / c->rope_original_max_position;
+    }
+    if (!(c->rope_factor >= 1.0))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%sfactor\" is %g; rope_type yarn needs a factor "
+                          ">= 1 (extended context / original context); fix the value",
+                          sc->name, sc->prefix, c->rope_factor);
+    c->rope_truncate = 1;
+    if ((s = cfg_yarn_beta(sc, "beta_fast", 32.0, &c->rope_beta_fast)) != KVCAL_OK ||
+        (s = cfg_yarn_beta(sc, "beta_slow", 1.0, &c->rope_beta_slow)) != KVCAL_OK ||
+        (s = cfg_bool(sc, "truncate", &c->rope_truncate)) != KVCAL_OK ||
+        (s = cfg_number(sc, "mscale", &mscale)) != KVCAL_OK ||
+        (s = cfg_number(sc, "mscale_all_dim", &mscale_all_dim)) != KVCAL_OK ||
+        (s = cfg_double(sc, "attention_factor", 0.0, INFINITY, &c->rope_attention_factor,
+                        &found)) != KVCAL_OK)
+        return s;
+    if (found)
+        return KVCAL_OK;
+    if (mscale != 0.0 && mscale_all_dim != 0.0)
+        c->rope_attention_factor = yarn_mscale(c->rope_factor, mscale) /
+                                   yarn_mscale(c->rope_factor, mscale_all_dim);
+    else
+        c->rope_attention_factor = yarn_mscale(c->rope_factor, 1.0);
+    if (!(c->rope_attention_factor > 0) || !isfinite(c->rope_attention_factor))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: fields \"%smscale\" (%g) and \"%smscale_all_dim\" (%g) "
+                          "give the yarn attention factor %g; it must be a finite number "
+                          "> 0; fix the values or set attention_factor",
+                          sc->name, sc->prefix, mscale, sc->prefix, mscale_all_dim,
+                          c->rope_attention_factor);
+    return KVCAL_OK;
+}
+
 /* rope_theta and scaling, from rope_parameters (transformers 5) or from the
  * top-level rope_theta / rope_scaling (older files). */
 static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
@@ -279,13 +378,16 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
             p.prefix = "rope_parameters.full_attention.";
         }
         if ((s = cfg_double(&p, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
-            KVCAL_OK)
+                KVCAL_OK ||
+            (s = cfg_read_rope_scaling(&p, 1, c)) != KVCAL_OK)
             return s;
-        return cfg_read_rope_scaling(&p, 1, c);
+        return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &p, c) : KVCAL_OK;
     }
     if (scaling) {
         cfg_obj sc = {scaling, "rope_scaling.", top->name};
-        return cfg_read_rope_scaling(&sc, 0, c);
+        if ((s = cfg_read_rope_scaling(&sc, 0, c)) != KVCAL_OK)
+            return s;
+        return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &sc, c) : KVCAL_OK;
     }
     return KVCAL_OK;
 }
@@ -379,6 +481,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     c->rms_norm_eps = 1e-6;
     c->partial_rotary_factor = 1.0;
     c->rope_factor = 1.0;
+    c->rope_attention_factor = 1.0;
     if ((s = cfg_string(top, "model_type", c->model_type, sizeof c->model_type,
                         &found)) != KVCAL_OK)
         return s;

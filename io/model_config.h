@@ -38,7 +38,13 @@ typedef struct kvcal_model_config {
     double rope_factor;                /* linear/llama3/yarn factor */
     double rope_low_freq_factor;       /* llama3 */
     double rope_high_freq_factor;      /* llama3 */
-    int rope_original_max_position;    /* llama3 original_max_position_embeddings */
+    int rope_original_max_position;    /* llama3/yarn original_max_position_embeddings */
+    double rope_attention_factor;      /* multiplies RoPE's cos and sin: yarn's
+                                          attention factor, 1.0 otherwise */
+    double rope_beta_fast;             /* yarn, 32 when absent or 0; else 0 */
+    double rope_beta_slow;             /* yarn, 1 when absent or 0; else 0 */
+    int rope_truncate;                 /* yarn: correction range floored/ceiled
+                                          (truncate, default true); else 0 */
     double partial_rotary_factor;      /* 1.0 when absent */
     int tie_word_embeddings;
     int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */

@@ -6,9 +6,11 @@ RoPE; V after v_proj):
 
 1. Hugging Face transformers (torch, CPU, fp32): tiny random-weight models of
    every supported architecture, built from transformers' own config classes
-   with odd sizes (head_dim 48 and 80, 3 kv heads, GQA / MQA / MHA, llama3 and
-   linear rope scaling, tied and untied embeddings, bf16 / fp16 / fp32 saved
-   weights, config.json in the transformers 5 layout and in the older one).
+   with odd sizes (head_dim 48 and 80, 3 kv heads, GQA / MQA / MHA, llama3,
+   linear and yarn rope scaling, tied and untied embeddings, bf16 / fp16 / fp32
+   saved weights, config.json in the transformers 5 layout and in the older
+   one). The yarn model's original context (16) is shorter than the samples,
+   and its attention factor (0.1 ln 4 + 1) scales the cached K.
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
    attention module recompute K exactly as the module does (k_proj -> view ->
@@ -20,8 +22,9 @@ RoPE; V after v_proj):
 Stored per fixture: the token samples, per-layer per-kv-head absmax of K and
 V over all samples, a few raw K/V rows and a few logits.
 
-Usage: python3 tests/make_golden.py   (from the repository root; needs torch,
-transformers, safetensors, numpy)
+Usage: python3 tests/make_golden.py [NAME...]   (from the repository root;
+needs torch, transformers, safetensors, numpy; NAMEs limit it to those
+fixtures)
 """
 import json
 import os
@@ -193,6 +196,12 @@ def hf_configs():
             hidden_size=32, intermediate_size=48, num_attention_heads=4,
             num_key_value_heads=2, head_dim=80, tie_word_embeddings=True,
             **common), "bfloat16", "new"),
+        ("qwen2_yarn_bf16", tf.Qwen2Config(
+            hidden_size=64, intermediate_size=64, num_attention_heads=2,
+            num_key_value_heads=1, tie_word_embeddings=True,
+            rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 16},
+            **dict(common, max_position_embeddings=64)), "bfloat16", "old"),
     ]
 
 
@@ -294,13 +303,16 @@ def make_hf(name, cfg, dtype, style, torch, tf):
 
 
 def main():
+    wanted = set(sys.argv[1:])
     os.makedirs(OUT, exist_ok=True)
-    make_stories260k()
+    if not wanted or "stories260K" in wanted:
+        make_stories260k()
     import torch
     import transformers as tf
     torch.set_num_threads(2)
     for name, cfg, dtype, style in hf_configs():
-        make_hf(name, cfg, dtype, style, torch, tf)
+        if not wanted or name in wanted:
+            make_hf(name, cfg, dtype, style, torch, tf)
 
 
 if __name__ == "__main__":

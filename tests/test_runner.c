@@ -223,6 +223,13 @@ static void runner_matches_transformers_qwen3_qk_norm_head_dim_80(void)
     check_against_golden("qwen3_gqa_hd80_qknorm_bf16");
 }
 
+/* Positions past the original context of 16; K includes yarn's attention
+ * factor (0.1 ln 4 + 1), as transformers' cos/sin do. */
+static void runner_matches_transformers_qwen2_yarn_rope_old_config(void)
+{
+    check_against_golden("qwen2_yarn_bf16");
+}
+
 /* A sample's K/V are bit-identical whether it ran alone or in a batch. */
 static void runner_kv_does_not_depend_on_batch_neighbours(void)
 {
@@ -371,6 +378,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_mistral_mqa_fp16),
     KVCAL_TEST(runner_matches_transformers_qwen2_bias_old_config),
     KVCAL_TEST(runner_matches_transformers_qwen3_qk_norm_head_dim_80),
+    KVCAL_TEST(runner_matches_transformers_qwen2_yarn_rope_old_config),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),
     KVCAL_TEST(model_open_names_unsupported_architecture),

@@ -221,14 +221,16 @@ void kvcal_matmul_ref(float *out, const float *x, const float *w, const float *b
 
 /* --- rope ---------------------------------------------------------------- */
 
-void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
-                    int heads, int head_dim, int rot_dim, int interleaved)
+void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
+                           int heads, int head_dim, int rot_dim, int interleaved,
+                           float attention_factor)
 {
     int half = rot_dim / 2;
     for (int t = 0; t < tokens; t++) {
         for (int i = 0; i < half; i++) {
             float angle = (float)pos[t] * inv_freq[i];
-            float c = (float)cos((double)angle), s = (float)sin((double)angle);
+            float c = (float)cos((double)angle) * attention_factor;
+            float s = (float)sin((double)angle) * attention_factor;
             for (int h = 0; h < heads; h++) {
                 float *v = x + ((int64_t)t * heads + h) * head_dim; // (head_dim)
                 int a = interleaved ? 2 * i : i;
@@ -239,6 +241,14 @@ void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tok
             }
         }
     }
+}
+
+void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
+                    int heads, int head_dim, int rot_dim, int interleaved)
+{
+    /* x * 1.0f is x exactly: the unscaled rotation is unchanged */
+    kvcal_rope_scaled_ref(x, pos, inv_freq, tokens, heads, head_dim, rot_dim, interleaved,
+                          1.0f);
 }
 
 /* --- attention ----------------------------------------------------------- */

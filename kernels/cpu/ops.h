@@ -23,6 +23,13 @@ void kvcal_matmul_ref(float *out, const float *x, const float *w, const float *b
 void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
                     int heads, int head_dim, int rot_dim, int interleaved);
 
+/* kvcal_rope_ref with cos and sin multiplied by attention_factor (YaRN's
+ * attention scaling, as transformers applies it to the cos/sin tables), so
+ * the rotated channels come out scaled by it and the others untouched. */
+void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
+                           int heads, int head_dim, int rot_dim, int interleaved,
+                           float attention_factor);
+
 /* Causal attention of one sequence of `tokens` tokens:
  * out (tokens, n_heads, head_dim) = softmax(q k^T * scale + causal mask) v,
  * q (tokens, n_heads, head_dim), k and v (tokens, n_kv_heads, head_dim);
