@@ -218,6 +218,7 @@ static void config_from_desc(kvcal_model_config *c, const kvcal_model_desc *d)
     c->vocab_size = d->vocab_size;
     c->max_position_embeddings = d->max_seq_len;
     c->rope_theta = LLAMA2C_ROPE_THETA;
+    c->rope_attention_factor = 1.0;
     c->tie_word_embeddings = d->tied_embeddings;
 }
 
@@ -257,6 +258,8 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"sliding_window", c->sliding_window},
                {"rope_theta", c->rope_theta},
                {"rope_factor", factor},
+               {"rope_original_max_position_embeddings", c->rope_original_max_position},
+               {"rope_attention_factor", c->rope_attention_factor},
                {"rope_rotary_dim", x->rot_dim},
                {"parameters", (double)x->params},
                {"kv_bytes_per_token_bf16", kv_bf16},
@@ -312,6 +315,9 @@ static void print_model(const char *path, const kvcal_model_config *c,
     printf("\n  rope            theta %g, %s", c->rope_theta, rope);
     if (factor > 0)
         printf(" x%g", factor);
+    if (c->rope_type == KVCAL_ROPE_YARN)
+        printf(" of %d positions, attention factor %.6g", c->rope_original_max_position,
+               c->rope_attention_factor);
     printf(", %s, %d of %d channels\n",
            x->interleaved ? "interleaved pairs" : "rotate-half", x->rot_dim, c->head_dim);
     printf("  weights         %s, ", x->dtype);

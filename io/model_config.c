@@ -230,7 +230,8 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
         return s;
     /* yarn: an explicit null factor is derived from the context lengths */
     int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
-    if (!found && c->rope_type != KVCAL_ROPE_DEFAULT && c->rope_type != KVCAL_ROPE_OTHER &&
+    if (!found && c->rope_type != KVCAL_ROPE_DEFAULT &&
+        c->rope_type != KVCAL_ROPE_OTHER &&
         !(c->rope_type == KVCAL_ROPE_YARN && null_factor))
         return cfg_missing(sc, "factor", " for this rope_type");
     int low = 0, high = 0, orig = 0;
@@ -319,7 +320,8 @@ static kvcal_status cfg_read_yarn(const cfg_obj *top, const cfg_obj *sc,
     if (!c->rope_original_max_position)
         return cfg_missing(sc, "original_max_position_embeddings",
                            " for rope_type yarn (and so is max_position_embeddings)");
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"))) {
+    int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
+    if (null_factor) {
         if (!c->max_position_embeddings)
             return cfg_missing(top, "max_position_embeddings",
                                " (a null yarn factor is derived from it)");
@@ -328,9 +330,13 @@ static kvcal_status cfg_read_yarn(const cfg_obj *top, const cfg_obj *sc,
     }
     if (!(c->rope_factor >= 1.0))
         return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: field \"%sfactor\" is %g; rope_type yarn needs a factor "
-                          ">= 1 (extended context / original context); fix the value",
-                          sc->name, sc->prefix, c->rope_factor);
+                          "%s: field \"%sfactor\" is %g%s; rope_type yarn needs a "
+                          "factor >= 1 (extended context / original context); fix the "
+                          "value",
+                          sc->name, sc->prefix, c->rope_factor,
+                          null_factor ? " (null: max_position_embeddings / "
+                                        "original_max_position_embeddings)"
+                                      : "");
     c->rope_truncate = 1;
     if ((s = cfg_yarn_beta(sc, "beta_fast", 32.0, &c->rope_beta_fast)) != KVCAL_OK ||
         (s = cfg_yarn_beta(sc, "beta_slow", 1.0, &c->rope_beta_slow)) != KVCAL_OK ||

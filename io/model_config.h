@@ -72,7 +72,9 @@ typedef struct kvcal_model_config {
  * are an error naming the field (KVCAL_ERR_FORMAT), as are wrong types,
  * non-positive counts, sizes above the KVCAL_CONFIG_MAX_* bounds and head
  * counts that do not divide. An explicit null
- * counts as absent. *out is zeroed on failure. */
+ * counts as absent (but a null yarn factor is derived, as transformers
+ * does: yarn's original context, factor and attention factor are resolved
+ * here). *out is zeroed on failure. */
 kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
                                       kvcal_model_config *out);
 

@@ -186,6 +186,42 @@ static void rope_rotates_half_split_pairs_and_only_rot_dim(void)
     rope_check(0);
 }
 
+/* YaRN's attention factor scales cos and sin: the rotated channels come out
+ * multiplied by it, the others untouched; a factor of 1 is kvcal_rope_ref
+ * bit for bit. */
+static void rope_scaled_multiplies_only_rotated_channels_by_the_factor(void)
+{
+    int tokens = 7, heads = 2, head_dim = 40, rot_dim = 24;
+    int64_t n = (int64_t)tokens * heads * head_dim;
+    float *plain = alloc_filled(n, 17), *scaled = alloc_filled(n, 17);
+    float *one = alloc_filled(n, 17), *orig = alloc_filled(n, 17);
+    float inv_freq[12];
+    int32_t pos[7];
+    for (int i = 0; i < rot_dim / 2; i++)
+        inv_freq[i] = (float)pow(10000.0, -2.0 * i / rot_dim);
+    for (int t = 0; t < tokens; t++)
+        pos[t] = 5 * t + 3;
+    const float factor = 1.1386294f;
+    kvcal_rope_ref(plain, pos, inv_freq, tokens, heads, head_dim, rot_dim, 0);
+    kvcal_rope_scaled_ref(one, pos, inv_freq, tokens, heads, head_dim, rot_dim, 0, 1.0f);
+    kvcal_rope_scaled_ref(scaled, pos, inv_freq, tokens, heads, head_dim, rot_dim, 0,
+                          factor);
+    CU_ASSERT_EQUAL(memcmp(one, plain, sizeof(float) * (size_t)n), 0);
+    for (int64_t r = 0; r < (int64_t)tokens * heads; r++)
+        for (int i = 0; i < head_dim; i++) {
+            int64_t j = r * head_dim + i;
+            if (i < rot_dim) {
+                KVCAL_ASSERT_CLOSE(scaled[j], (double)plain[j] * factor, 1e-6, 1e-6);
+            } else {
+                CU_ASSERT_EQUAL(scaled[j], orig[j]);
+            }
+        }
+    free(plain);
+    free(scaled);
+    free(one);
+    free(orig);
+}
+
 // --- attention --------------------------------------------------------------
 
 static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
@@ -275,6 +311,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(swiglu_and_add_match_formulas),
     KVCAL_TEST(rope_rotates_interleaved_pairs),
     KVCAL_TEST(rope_rotates_half_split_pairs_and_only_rot_dim),
+    KVCAL_TEST(rope_scaled_multiplies_only_rotated_channels_by_the_factor),
     KVCAL_TEST(attention_matches_double_reference_gqa_mqa_mha),
     KVCAL_TEST(attention_softmax_is_stable_for_large_scores),
     KVCAL_TEST(attention_is_causal),

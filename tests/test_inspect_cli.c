@@ -81,6 +81,18 @@ static void inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer(void)
     cJSON_Delete(j);
 }
 
+static void inspect_shows_yarn_factor_original_context_and_attention_factor(void)
+{
+    cJSON *j = inspect_json(GOLDEN "/qwen2_yarn_bf16");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "rope_type"), "yarn");
+    CU_ASSERT_EQUAL(num(j, "rope_factor"), 4);
+    CU_ASSERT_EQUAL(num(j, "rope_original_max_position_embeddings"), 16);
+    CU_ASSERT_EQUAL(num(j, "rope_attention_factor"), 0.1 * log(4.0) + 1.0);
+    CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "supported")));
+    cJSON_Delete(j);
+}
+
 static void inspect_hf_checkpoint_counts_every_weight_and_reads_rope(void)
 {
     cJSON *j = inspect_json(GOLDEN "/llama3_gqa_hd48_bf16");
@@ -325,6 +337,7 @@ static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
+    KVCAL_TEST(inspect_shows_yarn_factor_original_context_and_attention_factor),
     KVCAL_TEST(inspect_unsupported_model_prints_its_config_and_why),
     KVCAL_TEST(inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow),
     KVCAL_TEST(inspect_legacy_scales_lists_every_layer_as_in_the_file),

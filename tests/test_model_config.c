@@ -291,6 +291,195 @@ static void model_config_reads_other_rope_types_and_layer_keyed_parameters(void)
     CU_ASSERT_EQUAL(c.num_layers, 0);
 }
 
+/* A qwen2 config (max_position_embeddings 128, or as `top` sets it) whose
+ * `key` object (rope_scaling or rope_parameters) holds `fields`. */
+static kvcal_status parse_yarn(const char *key, const char *fields, const char *top,
+                               kvcal_model_config *c)
+{
+    char text[768];
+    snprintf(text, sizeof text,
+             "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+             " \"num_attention_heads\": 4, \"num_key_value_heads\": 2%s, \"%s\": {%s}}",
+             top ? top : ", \"max_position_embeddings\": 128", key, fields);
+    return parse_text(text, c);
+}
+
+/* transformers' yarn attention factor for factor 4 (0.1 ln 4 + 1), as its
+ * _compute_yarn_parameters returns it (a double). */
+#define YARN_ATTENTION_FACTOR_4 1.138629436111989
+
+static void model_config_reads_yarn_in_both_layouts_with_transformers_defaults(void)
+{
+    static const char *const layouts[][2] = {
+        {"rope_scaling", "\"type\": \"yarn\", \"factor\": 4.0, "
+                         "\"original_max_position_embeddings\": 32"},
+        {"rope_scaling", "\"rope_type\": \"yarn\", \"factor\": 4, "
+                         "\"original_max_position_embeddings\": 32"},
+        {"rope_parameters",
+         "\"rope_type\": \"yarn\", \"type\": \"yarn\", \"factor\": 4.0, "
+         "\"original_max_position_embeddings\": 32, \"rope_theta\": 1e6"},
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        kvcal_model_config c;
+        CU_ASSERT_EQUAL_FATAL(parse_yarn(layouts[i][0], layouts[i][1], NULL, &c),
+                              KVCAL_OK);
+        CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_YARN);
+        CU_ASSERT_STRING_EQUAL(c.rope_type_name, "yarn");
+        CU_ASSERT_EQUAL(c.rope_factor, 4.0);
+        CU_ASSERT_EQUAL(c.rope_original_max_position, 32);
+        CU_ASSERT_EQUAL(c.rope_beta_fast, 32.0);
+        CU_ASSERT_EQUAL(c.rope_beta_slow, 1.0);
+        CU_ASSERT_EQUAL(c.rope_truncate, 1);
+        CU_ASSERT_EQUAL(c.rope_attention_factor, 0.1 * log(4.0) + 1.0);
+        KVCAL_ASSERT_CLOSE(c.rope_attention_factor, YARN_ATTENTION_FACTOR_4, 0, 1e-15);
+    }
+    /* a published Qwen2.5 yarn config, as written and as transformers 5 saves it */
+    for (int v5 = 0; v5 < 2; v5++) {
+        kvcal_model_config c;
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_model_config_load(v5 ? CONFIGS "qwen2.5-1.5b-yarn.v5.json"
+                                       : CONFIGS "qwen2.5-1.5b-yarn.json",
+                                    &c),
+            KVCAL_OK);
+        CU_ASSERT_EQUAL(c.rope_original_max_position, 32768);
+        KVCAL_ASSERT_CLOSE(c.rope_attention_factor, YARN_ATTENTION_FACTOR_4, 0, 1e-15);
+    }
+    /* other rope types: no yarn parameters, cos and sin unscaled */
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_config_load(CONFIGS "llama3.1-8b.json", &c),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_attention_factor, 1.0);
+    CU_ASSERT_EQUAL(c.rope_beta_fast, 0.0);
+    CU_ASSERT_EQUAL(c.rope_truncate, 0);
+}
+
+/* What transformers 5 (standardize_rope_params, _compute_yarn_parameters)
+ * derives: original_max_position_embeddings from the top level first, then
+ * the rope parameters, then max_position_embeddings; a null factor from the
+ * two contexts; beta 0 is the default; the attention factor as given, from
+ * mscale / mscale_all_dim when both are set, else 0.1 ln(factor) + 1. The
+ * mscale value was printed by transformers 5.24 (tolerance 1e-15 relative). */
+static void model_config_derives_yarn_parameters_as_transformers(void)
+{
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL_FATAL(
+        parse_yarn("rope_scaling", "\"type\": \"yarn\", \"factor\": 2.0", NULL, &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_original_max_position, 128);
+    CU_ASSERT_EQUAL_FATAL(parse_yarn("rope_scaling",
+                                     "\"type\": \"yarn\", \"factor\": 2.0, "
+                                     "\"original_max_position_embeddings\": 32",
+                                     ", \"max_position_embeddings\": 128, "
+                                     "\"original_max_position_embeddings\": 16",
+                                     &c),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_original_max_position, 16);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_yarn("rope_parameters",
+                   "\"rope_type\": \"yarn\", \"factor\": null, "
+                   "\"original_max_position_embeddings\": 32, \"beta_fast\": 0, "
+                   "\"beta_slow\": null, \"truncate\": false",
+                   NULL, &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_factor, 4.0);
+    KVCAL_ASSERT_CLOSE(c.rope_attention_factor, YARN_ATTENTION_FACTOR_4, 0, 1e-15);
+    CU_ASSERT_EQUAL(c.rope_beta_fast, 32.0);
+    CU_ASSERT_EQUAL(c.rope_beta_slow, 1.0);
+    CU_ASSERT_EQUAL(c.rope_truncate, 0);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_yarn("rope_scaling",
+                   "\"type\": \"yarn\", \"factor\": 8, \"beta_fast\": 4,"
+                   " \"beta_slow\": 0.5, \"attention_factor\": 0.75",
+                   NULL, &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_beta_fast, 4.0);
+    CU_ASSERT_EQUAL(c.rope_beta_slow, 0.5);
+    CU_ASSERT_EQUAL(c.rope_attention_factor, 0.75);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_yarn("rope_scaling",
+                   "\"type\": \"yarn\", \"factor\": 40, \"mscale\": 1.0,"
+                   " \"mscale_all_dim\": 0.707",
+                   NULL, &c),
+        KVCAL_OK);
+    KVCAL_ASSERT_CLOSE(c.rope_attention_factor, 1.0857263992561355, 0, 1e-15);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_yarn("rope_scaling",
+                   "\"type\": \"yarn\", \"factor\": 40, \"mscale\": 0.707", NULL, &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_attention_factor, 0.1 * log(40.0) + 1.0);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_yarn("rope_scaling", "\"type\": \"yarn\", \"factor\": 1", NULL, &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_attention_factor, 1.0);
+}
+
+/* A factor below 1 (transformers: "must be >= 1"), a negative beta (its
+ * logarithm fails in transformers), a non-positive attention factor and
+ * wrong types: one line naming the file and the key. */
+static void model_config_rejects_bad_yarn_values_naming_file_and_key(void)
+{
+    static const struct {
+        const char *key, *fields, *top, *needle;
+    } cases[] = {
+        {"rope_scaling", "\"type\": \"yarn\", \"factor\": 0.5", NULL,
+         "field \"rope_scaling.factor\" is 0.5; rope_type yarn needs a factor >= 1"},
+        {"rope_scaling", "\"type\": \"yarn\"", NULL,
+         "field \"rope_scaling.factor\" is missing for this rope_type"},
+        {"rope_parameters",
+         "\"rope_type\": \"yarn\", \"factor\": null, "
+         "\"original_max_position_embeddings\": 256",
+         NULL,
+         "field \"rope_parameters.factor\" is 0.5 (null: max_position_embeddings / "
+         "original_max_position_embeddings)"},
+        {"rope_parameters", "\"rope_type\": \"yarn\", \"factor\": 4, \"beta_fast\": -1",
+         NULL,
+         "field \"rope_parameters.beta_fast\": expected a number >= 0 (0 or null: the "
+         "default), found -1"},
+        {"rope_scaling", "\"type\": \"yarn\", \"factor\": 4, \"beta_slow\": \"1\"", NULL,
+         "field \"rope_scaling.beta_slow\": expected a number >= 0"},
+        {"rope_scaling", "\"type\": \"yarn\", \"factor\": 4, \"attention_factor\": 0",
+         NULL, "field \"rope_scaling.attention_factor\": expected a number > 0, found 0"},
+        {"rope_scaling", "\"type\": \"yarn\", \"factor\": 4, \"truncate\": \"false\"",
+         NULL, "field \"rope_scaling.truncate\": expected true or false"},
+        {"rope_scaling",
+         "\"type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 0",
+         NULL,
+         "field \"rope_scaling.original_max_position_embeddings\": expected an integer "
+         ">= 1, found 0"},
+        {"rope_scaling", "\"type\": \"yarn\", \"factor\": 4",
+         ", \"original_max_position_embeddings\": -5",
+         "field \"original_max_position_embeddings\": expected an integer >= 1"},
+        {"rope_scaling", "\"type\": \"yarn\", \"factor\": 4, \"mscale\": \"x\"", NULL,
+         "field \"rope_scaling.mscale\": expected a number, found a string"},
+        {"rope_scaling",
+         "\"type\": \"yarn\", \"factor\": 4, \"mscale\": 1, \"mscale_all_dim\": -20",
+         NULL, "\"rope_scaling.mscale_all_dim\" (-20) give the yarn attention factor"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvcal_model_config c;
+        kvcal_status s = parse_yarn(cases[i].key, cases[i].fields, cases[i].top, &c);
+        const char *msg = kvcal_last_error();
+        int ok = s == KVCAL_ERR_FORMAT && strstr(msg, cases[i].needle) &&
+                 !strchr(msg, '\n') && !strncmp(msg, "config.json: ", 13) &&
+                 c.num_layers == 0;
+        if (!ok)
+            fprintf(stderr, "\n  case %zu: status %d, message \"%s\"\n", i, s, msg);
+        CU_ASSERT(ok);
+    }
+    /* no original context anywhere (a model type without a default one) */
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL(
+        parse_text(
+            "{\"model_type\": \"gemma\", \"num_hidden_layers\": 2, \"hidden_size\": "
+            "64, \"num_attention_heads\": 4, \"rope_scaling\": {\"type\": "
+            "\"yarn\", \"factor\": 4}}",
+            &c),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("config.json: field "
+                                   "\"rope_scaling.original_max_position_embeddings\" is "
+                                   "missing for rope_type yarn"));
+}
+
 static void model_config_load_accepts_directory_and_names_missing_file(void)
 {
     kvcal_model_config c;
@@ -436,6 +625,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),
     KVCAL_TEST(model_config_defaults_absent_sizes_per_model_type),
     KVCAL_TEST(model_config_reads_other_rope_types_and_layer_keyed_parameters),
+    KVCAL_TEST(model_config_reads_yarn_in_both_layouts_with_transformers_defaults),
+    KVCAL_TEST(model_config_derives_yarn_parameters_as_transformers),
+    KVCAL_TEST(model_config_rejects_bad_yarn_values_naming_file_and_key),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),
     KVCAL_TEST(model_config_refuses_sizes_past_the_bounds_naming_key_and_bound),

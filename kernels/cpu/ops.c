@@ -221,9 +221,9 @@ void kvcal_matmul_ref(float *out, const float *x, const float *w, const float *b
 
 /* --- rope ---------------------------------------------------------------- */
 
-void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
-                           int heads, int head_dim, int rot_dim, int interleaved,
-                           float attention_factor)
+void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq,
+                           int tokens, int heads, int head_dim, int rot_dim,
+                           int interleaved, float attention_factor)
 {
     int half = rot_dim / 2;
     for (int t = 0; t < tokens; t++) {

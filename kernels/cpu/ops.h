@@ -26,9 +26,9 @@ void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tok
 /* kvcal_rope_ref with cos and sin multiplied by attention_factor (YaRN's
  * attention scaling, as transformers applies it to the cos/sin tables), so
  * the rotated channels come out scaled by it and the others untouched. */
-void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq, int tokens,
-                           int heads, int head_dim, int rot_dim, int interleaved,
-                           float attention_factor);
+void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq,
+                           int tokens, int heads, int head_dim, int rot_dim,
+                           int interleaved, float attention_factor);
 
 /* Causal attention of one sequence of `tokens` tokens:
  * out (tokens, n_heads, head_dim) = softmax(q k^T * scale + causal mask) v,
