@@ -20,26 +20,7 @@ build=${2:-build}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 
-if [ -n "${KVCAL_LIBS:-}" ]; then
-    missing=$(mktemp -d)
-    for f in "$KVCAL_LIBS"/*; do
-        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || ln -s "$(readlink -f "$f")" "$missing/"
-    done
-    export LD_LIBRARY_PATH="$missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
-done
-py_dirs() { # folders of the Python nvidia packages holding files named $1
-    python3 -c 'import glob, os, sys, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d + "/**/" + sys.argv[1], recursive=True)})))' "$1" 2>/dev/null
-}
-if ldd "$build/kvcal_tests" | grep -q 'not found'; then
-    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(py_dirs 'lib*.so*')"
-fi
-if ! ldconfig -p | grep -q 'libcudnn.so.9 '; then
-    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(py_dirs 'libcudnn.so.9'):$(py_dirs 'libnvrtc.so*')"
-fi
-ldd "$build/kvcal_tests" | grep 'not found' && echo "missing libraries (see above)"
+. bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 
 status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }

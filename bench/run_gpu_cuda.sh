@@ -24,29 +24,7 @@ build=${2:-build}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 
-if [ -n "${KVCAL_LIBS:-}" ]; then
-    # only those the host lacks, so that Python keeps the host's own
-    missing=$(mktemp -d)
-    for f in "$KVCAL_LIBS"/*; do
-        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || ln -s "$(readlink -f "$f")" "$missing/"
-    done
-    export LD_LIBRARY_PATH="$missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
-done
-if ldd "$build/kvcal_tests" | grep -q 'not found'; then
-    # the CUDA libraries PyTorch ships, when the toolkit's are not installed
-    py_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d + "/*/lib/*.so*")})))' 2>/dev/null)
-    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_libs"
-fi
-if ! ldconfig -p | grep -q 'libcudnn.so.9 '; then
-    # cuDNN for the runner's attention (opened at run time: PyTorch's, and NVRTC for its
-    # run-time compiled engines); without it the runner takes kvcal's attention kernel
-    cudnn_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for n in ("libcudnn.so.9", "libnvrtc.so*") for p in glob.glob(d + "/**/" + n, recursive=True)})))' 2>/dev/null)
-    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_libs"
-fi
-ldd "$build/kvcal_tests" | grep 'not found' && echo "missing libraries (see above)"
+. bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
     | tee "$out/gpu.txt"
 

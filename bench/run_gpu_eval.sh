@@ -14,17 +14,7 @@ build=${2:-build}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 
-if [ -n "${KVCAL_LIBS:-}" ]; then
-    missing=$(mktemp -d)
-    for f in "$KVCAL_LIBS"/*; do
-        ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || ln -s "$(readlink -f "$f")" "$missing/"
-    done
-    export LD_LIBRARY_PATH="$missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
-done
-ldd "$build/kvcal_tests" | grep 'not found' && echo "missing libraries (see above)"
+. bench/gpu_env.sh
 
 KVCAL_BIN=$build/kvcal timeout 240 "$build/kvcal_tests" eval eval_cuda > "$out/tests.log" 2>&1
 t_rc=$?
