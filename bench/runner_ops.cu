@@ -182,7 +182,7 @@ int main(int argc, char **argv)
                               (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
         CHECK_CUDA(cudaMemset(obs.batch_absmax[kv], 0, HKV * sizeof(float)));
     }
-    const kvcal_rope_cfg rope = {inv_freq, HD, 0, nullptr, nullptr, 0.0f};
+    const kvcal_rope_cfg rope = {inv_freq, HD, 0, nullptr, nullptr, 0.0f, 1.0f};
 
     printf("%-26s %9s %9s %7s %9s %7s\n", "op (8 x 2048 tokens)", "ms", "floor ms",
            "of fl", "TFLOP/s", "TB/s");

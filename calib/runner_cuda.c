@@ -15,15 +15,6 @@ kvcal_status kvcal_cuda_runner_check_model(const kvcal_model_desc *d)
             "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
             "up to 256; use --device cpu",
             d->head_dim);
-    /* the kernels read the host's inv_freq, so yarn's frequencies carry over;
-     * its scaling of cos and sin is not applied on the device */
-    if (d->rope_attention_factor != 1.0f)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "--device cuda: the model's RoPE scales cos and sin by %.9g "
-                          "(yarn's attention factor), which the CUDA kernels do not "
-                          "apply; yarn RoPE is supported on --device cpu only in this "
-                          "version",
-                          (double)d->rope_attention_factor);
     return KVCAL_OK;
 }
 
@@ -78,7 +69,7 @@ typedef struct {
 
 struct kvcal_cuda_runner {
     int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx, window;
-    float eps;
+    float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
     int max_batch, max_seq_len;
     cudaStream_t stream;
     kvcal_gemm_t *gemm;
@@ -350,7 +341,8 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
     for (int l = 0; l < r->L; l++) {
         const kvcal_rope_cfg rope = {r->inv_freq,           r->rot_dim,
                                      r->interleaved,        tensor(r, l, T_QNORM),
-                                     tensor(r, l, T_KNORM), r->eps};
+                                     tensor(r, l, T_KNORM), r->eps,
+                                     r->attention_factor};
         kvcal_kv_observer obs;
         for (int kv = 0; kv < 2; kv++) {
             obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
@@ -417,6 +409,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
     r->qkv_n = (r->H + 2 * r->HKV) * r->hd;
     r->rot_dim = d->rot_dim;
     r->interleaved = d->rope_interleaved;
+    r->attention_factor = d->rope_attention_factor;
     r->ctx = d->max_seq_len;
     r->window = d->sliding_window;
     r->eps = d->norm_eps;

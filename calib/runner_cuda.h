@@ -38,10 +38,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
 
 /* What the CUDA runner cannot run, without touching a device (it is the
  * check kvcal_cuda_runner_create makes once a device is found):
- * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256, and for a RoPE
- * attention factor other than 1 (yarn's scaling of cos and sin, applied on
- * --device cpu only; yarn's frequencies alone run, the kernels take the
- * model's inv_freq). */
+ * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256. */
 kvcal_status kvcal_cuda_runner_check_model(const kvcal_model_desc *d);
 
 /* Frees the device memory; NULL is a no-op. */
@@ -101,14 +98,6 @@ typedef struct kvcal_cuda_eval kvcal_cuda_eval_t;
 kvcal_status kvcal_cuda_eval_create(kvcal_cuda_runner_t *r, kvcal_model_t *model,
                                     kvcal_cuda_kv_sim sim, const float *k_scale,
                                     const float *v_scale, kvcal_cuda_eval_t **out);
-
-/* What the CUDA runner cannot run, without touching a device (it is the
- * check kvcal_cuda_runner_create makes once a device is found):
- * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256, and for a RoPE
- * attention factor other than 1 (yarn's scaling of cos and sin, applied on
- * --device cpu only; yarn's frequencies alone run, the kernels take the
- * model's inv_freq). */
-kvcal_status kvcal_cuda_runner_check_model(const kvcal_model_desc *d);
 
 /* Frees the device memory; NULL is a no-op. */
 void kvcal_cuda_eval_destroy(kvcal_cuda_eval_t *e);

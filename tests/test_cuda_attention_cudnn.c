@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/test_cuda_util.h"
 #include "tests/test_util.h"
 
 #ifdef KVCAL_WITH_CUDA
@@ -36,19 +37,6 @@
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
-/* n random bf16 values in [-1, 1), as floats. */
-static float *rand_bf16_values(int64_t n)
-{
-    float *x = malloc((size_t)n * sizeof *x);
-    for (int64_t i = 0; x && i < n; i++) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        x[i] = kvcal_bf16_round(-1.0f + 2.0f * (float)((rng_state >> 40) / 16777216.0));
-    }
-    return x;
-}
-
 /* Runs kvcal_attention_run on a fused QKV buffer (row stride
  * (heads + 2 kv_heads) hd, output row stride heads * hd + out_pad) and checks
  * every sequence against kvcal_attention_ref and that the output's padding
@@ -59,62 +47,26 @@ static kvcal_attention_impl check_attention(kvcal_attention_t *a, int batch, int
     const int64_t tokens = (int64_t)batch * seq;
     const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
     const int64_t out_stride = (int64_t)heads * hd + out_pad;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *qkv = rand_bf16_values(tokens * stride); /* (tokens, stride) */
-    float *q = malloc((size_t)seq * heads * hd * sizeof *q);        /* (seq, heads, hd) */
-    float *k = malloc((size_t)seq * kv_heads * hd * sizeof *k);     /* (seq, kv_heads, hd) */
-    float *v = malloc((size_t)seq * kv_heads * hd * sizeof *v);     /* (seq, kv_heads, hd) */
-    float *ref = malloc((size_t)seq * heads * hd * sizeof *ref);    /* (seq, heads, hd) */
-    kvcal_bf16 *h_qkv = malloc((size_t)(tokens * stride) * sizeof *h_qkv);
-    kvcal_bf16 *h_out = malloc((size_t)(tokens * out_stride) * sizeof *h_out);
-    CU_ASSERT_FATAL(qkv && q && k && v && ref && h_qkv && h_out);
-    for (int64_t i = 0; i < tokens * stride; i++)
-        h_qkv[i] = kvcal_bf16_from_float(qkv[i]);
-    kvcal_bf16 *d_qkv = NULL, *d_out = NULL;
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_qkv, (size_t)(tokens * stride) * 2),
-                          cudaSuccess);
+    float *qkv = kvcal_test_rand_bf16(&rng_state, tokens * stride, -1.0f, 1.0f);
+    kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(qkv, tokens * stride), *d_out = NULL;
     CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_out, (size_t)(tokens * out_stride) * 2),
                           cudaSuccess);
-    CU_ASSERT_EQUAL(cudaMemcpy(d_qkv, h_qkv, (size_t)(tokens * stride) * 2,
-                               cudaMemcpyHostToDevice),
-                    cudaSuccess);
     CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(tokens * out_stride) * 2),
                     cudaSuccess);
     kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
     const kvcal_status st = kvcal_attention_run(
         a, d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
         d_qkv + (int64_t)(heads + kv_heads) * hd, stride, batch, seq, heads, kv_heads, hd,
-        scale, 0, &impl);
+        1.0f / sqrtf((float)hd), 0, &impl);
     if (st)
         fprintf(stderr, "\n%s\n", kvcal_last_error());
     CU_ASSERT_EQUAL(st, KVCAL_OK);
     CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
-    CU_ASSERT_EQUAL(cudaMemcpy(h_out, d_out, (size_t)(tokens * out_stride) * 2,
-                               cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-    int64_t bad = 0, gap_touched = 0;
-    for (int b = 0; b < batch; b++) {
-        for (int t = 0; t < seq; t++) {
-            const float *row = qkv + ((int64_t)b * seq + t) * stride;
-            memcpy(q + (int64_t)t * heads * hd, row, (size_t)heads * hd * sizeof *q);
-            memcpy(k + (int64_t)t * kv_heads * hd, row + (int64_t)heads * hd,
-                   (size_t)kv_heads * hd * sizeof *k);
-            memcpy(v + (int64_t)t * kv_heads * hd, row + (int64_t)(heads + kv_heads) * hd,
-                   (size_t)kv_heads * hd * sizeof *v);
-        }
-        kvcal_attention_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale);
-        for (int t = 0; t < seq; t++) {
-            const kvcal_bf16 *g = h_out + ((int64_t)b * seq + t) * out_stride;
-            const float *r = ref + (int64_t)t * heads * hd;
-            for (int i = 0; i < heads * hd; i++) {
-                const double got = kvcal_bf16_to_float(g[i]);
-                if (!(fabs(got - r[i]) <= ATT_ATOL + fabs((double)r[i]) * ATT_RTOL))
-                    bad++;
-            }
-            for (int i = heads * hd; i < out_stride; i++)
-                gap_touched += g[i] != 0xffff;
-        }
-    }
+    float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
+    int64_t gap_touched = 0;
+    const int64_t bad = kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd,
+                                                 out_stride, ATT_ATOL, ATT_RTOL,
+                                                 &gap_touched);
     printf("(%d x %d, %d/%d heads, hd %d: %s%s) ", batch, seq, heads, kv_heads, hd,
            impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal",
            bad ? ", MISMATCH" : "");
@@ -123,12 +75,7 @@ static kvcal_attention_impl check_attention(kvcal_attention_t *a, int batch, int
     cudaFree(d_qkv);
     cudaFree(d_out);
     free(qkv);
-    free(q);
-    free(k);
-    free(v);
-    free(ref);
-    free(h_qkv);
-    free(h_out);
+    free(got);
     return impl;
 }
 
@@ -259,41 +206,7 @@ static void attention_run_rejects_what_kvcal_kernel_rejects(void)
  * 64-token rows) through the CUDA runner; *stats_out is the caller's. */
 static void run_golden(const char *name, kvcal_stats_t **stats_out)
 {
-    char path[256];
-    cJSON *root = NULL, *sample;
-    kvcal_model_t *model = NULL;
-    kvcal_cuda_runner_t *r = NULL;
-    int32_t ids[4 * 64] = {0}, lengths[4];
-    int batch = 0;
-    snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
-    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &root), KVCAL_OK);
-    CU_ASSERT_EQUAL_FATAL(
-        kvcal_model_open(cJSON_GetObjectItem(root, "model")->valuestring, &model),
-        KVCAL_OK);
-    cJSON_ArrayForEach(sample, cJSON_GetObjectItem(root, "samples"))
-    {
-        int t = 0;
-        cJSON *id;
-        CU_ASSERT_FATAL(batch < 4);
-        cJSON_ArrayForEach(id, sample) ids[batch * 64 + t++] = id->valueint;
-        lengths[batch++] = t;
-    }
-    const kvcal_model_desc *d = kvcal_model_describe(model);
-    CU_ASSERT_EQUAL_FATAL(
-        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats_out),
-        KVCAL_OK);
-    kvcal_status st = kvcal_cuda_runner_create(model, batch, 64, &r);
-    if (st)
-        fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
-    CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
-    kvcal_stats_begin_batch(*stats_out);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_forward(r, ids, lengths, batch, 64, NULL, *stats_out),
-                    KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_stats_end_batch(*stats_out, 0.0), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, *stats_out), KVCAL_OK);
-    kvcal_cuda_runner_destroy(r);
-    kvcal_model_close(model);
-    cJSON_Delete(root);
+    cJSON_Delete(kvcal_test_cuda_run_golden(name, stats_out, NULL, NULL));
 }
 
 /* Both runs round to bf16 at the same places except inside attention, so

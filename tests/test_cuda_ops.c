@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/test_cuda_util.h"
 #include "tests/test_util.h"
 
 #ifdef KVCAL_WITH_CUDA
@@ -27,56 +28,11 @@
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static float rand_uniform(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * (float)((rng_state >> 40) * (1.0 / 16777216.0));
-}
-
-/* n random values in [lo, hi), already rounded to bf16 so that the CPU
- * reference and the kernel see the same numbers. */
-static float *rand_bf16_values(int64_t n, float lo, float hi)
-{
-    float *x = malloc((size_t)n * sizeof *x);
-    for (int64_t i = 0; x && i < n; i++)
-        x[i] = kvcal_bf16_round(rand_uniform(lo, hi));
-    return x;
-}
-
 static void *dev_alloc(size_t bytes)
 {
     void *p = NULL;
     CU_ASSERT_EQUAL_FATAL(cudaMalloc(&p, bytes), cudaSuccess);
     return p;
-}
-
-static kvcal_bf16 *dev_upload_bf16(const float *x, int64_t n)
-{
-    kvcal_bf16 *h = malloc((size_t)n * sizeof *h);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = kvcal_bf16_from_float(x[i]);
-    kvcal_bf16 *d = dev_alloc((size_t)n * sizeof *d);
-    CU_ASSERT_EQUAL(cudaMemcpy(d, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice),
-                    cudaSuccess);
-    free(h);
-    return d;
-}
-
-static float *dev_download_bf16(const kvcal_bf16 *d, int64_t n)
-{
-    kvcal_bf16 *h = malloc((size_t)n * sizeof *h);
-    float *x = malloc((size_t)n * sizeof *x);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(x);
-    CU_ASSERT_EQUAL(cudaMemcpy(h, d, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = kvcal_bf16_to_float(h[i]);
-    free(h);
-    return x;
 }
 
 /* Counts elements outside atol + |ref| * rtol (NaN counts as outside). */
@@ -107,12 +63,12 @@ static void sync_ok(void)
 static void check_add_rmsnorm(int rows, int dim, int with_delta)
 {
     const int64_t n = (int64_t)rows * dim;
-    float *res = rand_bf16_values(n, -2.0f, 2.0f),
-          *delta = rand_bf16_values(n, -1.0f, 1.0f);
-    float *w = rand_bf16_values(dim, 0.5f, 1.5f), *ref = malloc((size_t)n * sizeof *ref);
+    float *res = kvcal_test_rand_bf16(&rng_state, n, -2.0f, 2.0f),
+          *delta = kvcal_test_rand_bf16(&rng_state, n, -1.0f, 1.0f);
+    float *w = kvcal_test_rand_bf16(&rng_state, dim, 0.5f, 1.5f), *ref = malloc((size_t)n * sizeof *ref);
     float *sum = malloc((size_t)n * sizeof *sum);
-    kvcal_bf16 *d_res = dev_upload_bf16(res, n), *d_delta = dev_upload_bf16(delta, n);
-    kvcal_bf16 *d_w = dev_upload_bf16(w, dim), *d_out = dev_alloc((size_t)n * 2);
+    kvcal_bf16 *d_res = kvcal_test_dev_upload_bf16(res, n), *d_delta = kvcal_test_dev_upload_bf16(delta, n);
+    kvcal_bf16 *d_w = kvcal_test_dev_upload_bf16(w, dim), *d_out = dev_alloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
         sum[i] = with_delta ? kvcal_bf16_round(res[i] + delta[i]) : res[i];
     kvcal_rmsnorm_ref(ref, sum, w, rows, dim, 1e-5f);
@@ -121,7 +77,7 @@ static void check_add_rmsnorm(int rows, int dim, int with_delta)
                                              d_w, rows, dim, 1e-5f, 0),
                     KVCAL_OK);
     sync_ok();
-    float *got = dev_download_bf16(d_out, n), *got_res = dev_download_bf16(d_res, n);
+    float *got = kvcal_test_dev_download_bf16(d_out, n), *got_res = kvcal_test_dev_download_bf16(d_res, n);
     CU_ASSERT_EQUAL(count_far(got, ref, n, NORM_ATOL, NORM_RTOL), 0);
     CU_ASSERT_EQUAL(memcmp(got_res, sum, (size_t)n * sizeof *sum), 0);
     /* and bf16 arithmetic's result (transformers' RMSNorm) bit for bit but
@@ -167,7 +123,7 @@ static void add_rmsnorm_matches_reference_and_updates_residual_exactly(void)
 static void check_swiglu(int rows, int n)
 {
     const int64_t total = (int64_t)rows * n;
-    float *gu = rand_bf16_values(2 * total, -4.0f, 4.0f);
+    float *gu = kvcal_test_rand_bf16(&rng_state, 2 * total, -4.0f, 4.0f);
     float *gate = malloc((size_t)total * sizeof *gate),
           *up = malloc((size_t)total * sizeof *up);
     float *ref = malloc((size_t)total * sizeof *ref);
@@ -176,11 +132,11 @@ static void check_swiglu(int rows, int n)
         memcpy(up + (int64_t)r * n, gu + (int64_t)r * 2 * n + n, (size_t)n * sizeof *gu);
     }
     kvcal_swiglu_ref(ref, gate, up, total);
-    kvcal_bf16 *d_gu = dev_upload_bf16(gu, 2 * total),
+    kvcal_bf16 *d_gu = kvcal_test_dev_upload_bf16(gu, 2 * total),
                *d_out = dev_alloc((size_t)total * 2);
     CU_ASSERT_EQUAL(kvcal_swiglu_launch(d_out, d_gu, rows, n, 0), KVCAL_OK);
     sync_ok();
-    float *got = dev_download_bf16(d_out, total);
+    float *got = kvcal_test_dev_download_bf16(d_out, total);
     CU_ASSERT_EQUAL(count_far(got, ref, total, SWIGLU_ATOL, SWIGLU_RTOL), 0);
     /* and bf16 arithmetic's result (silu rounded, then the product) bit for
      * bit but where the device's fast exp and division and the host's
@@ -214,19 +170,19 @@ static void swiglu_matches_reference_on_odd_widths(void)
 
 static void check_gemm(kvcal_gemm_t *g, int rows, int k, int n, int with_bias)
 {
-    float *x = rand_bf16_values((int64_t)rows * k, -1.0f, 1.0f);
-    float *w = rand_bf16_values((int64_t)n * k, -1.0f, 1.0f);
-    float *bias = rand_bf16_values(n, -1.0f, 1.0f);
+    float *x = kvcal_test_rand_bf16(&rng_state, (int64_t)rows * k, -1.0f, 1.0f);
+    float *w = kvcal_test_rand_bf16(&rng_state, (int64_t)n * k, -1.0f, 1.0f);
+    float *bias = kvcal_test_rand_bf16(&rng_state, n, -1.0f, 1.0f);
     float *ref = malloc((size_t)rows * n * sizeof *ref);
     kvcal_matmul_ref(ref, x, w, with_bias ? bias : NULL, rows, k, n);
-    kvcal_bf16 *d_x = dev_upload_bf16(x, (int64_t)rows * k);
-    kvcal_bf16 *d_w = dev_upload_bf16(w, (int64_t)n * k), *d_b = dev_upload_bf16(bias, n);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(x, (int64_t)rows * k);
+    kvcal_bf16 *d_w = kvcal_test_dev_upload_bf16(w, (int64_t)n * k), *d_b = kvcal_test_dev_upload_bf16(bias, n);
     kvcal_bf16 *d_out = dev_alloc((size_t)rows * n * 2);
     CU_ASSERT_EQUAL(
         kvcal_gemm_launch(g, d_out, d_x, d_w, with_bias ? d_b : NULL, rows, k, n, 0),
         KVCAL_OK);
     sync_ok();
-    float *got = dev_download_bf16(d_out, (int64_t)rows * n);
+    float *got = kvcal_test_dev_download_bf16(d_out, (int64_t)rows * n);
     CU_ASSERT_EQUAL(count_far(got, ref, (int64_t)rows * n, GEMM_ATOL, GEMM_RTOL), 0);
     free(got);
     cudaFree(d_x);
@@ -279,12 +235,8 @@ static void check_attention_version(int version, int batch, int seq, int heads,
     const int64_t out_stride =
         (int64_t)heads * hd + 8; /* a gap the kernel must not touch */
     const float scale = 1.0f / sqrtf((float)hd);
-    float *qkv = rand_bf16_values(tokens * stride, -1.0f, 1.0f);
-    float *q = malloc((size_t)seq * heads * hd * sizeof *q);
-    float *k = malloc((size_t)seq * kv_heads * hd * sizeof *k);
-    float *v = malloc((size_t)seq * kv_heads * hd * sizeof *v);
-    float *ref = malloc((size_t)seq * heads * hd * sizeof *ref);
-    kvcal_bf16 *d_qkv = dev_upload_bf16(qkv, tokens * stride);
+    float *qkv = kvcal_test_rand_bf16(&rng_state, tokens * stride, -1.0f, 1.0f);
+    kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(qkv, tokens * stride);
     kvcal_bf16 *d_out = dev_alloc((size_t)tokens * out_stride * 2);
     const kvcal_bf16 *d_k = d_qkv + (int64_t)heads * hd;
     const kvcal_bf16 *d_v = d_qkv + (int64_t)(heads + kv_heads) * hd;
@@ -298,36 +250,17 @@ static void check_attention_version(int version, int batch, int seq, int heads,
                                                       kv_heads, hd, scale, 0);
     CU_ASSERT_EQUAL(st, KVCAL_OK);
     sync_ok();
-    float *got = dev_download_bf16(d_out, tokens * out_stride);
-    int64_t bad = 0, gap_touched = 0;
-    for (int b = 0; b < batch; b++) {
-        for (int t = 0; t < seq; t++) {
-            const float *row = qkv + ((int64_t)b * seq + t) * stride;
-            memcpy(q + (int64_t)t * heads * hd, row, (size_t)heads * hd * sizeof *q);
-            memcpy(k + (int64_t)t * kv_heads * hd, row + (int64_t)heads * hd,
-                   (size_t)kv_heads * hd * sizeof *k);
-            memcpy(v + (int64_t)t * kv_heads * hd, row + (int64_t)(heads + kv_heads) * hd,
-                   (size_t)kv_heads * hd * sizeof *v);
-        }
-        kvcal_attention_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale);
-        for (int t = 0; t < seq; t++) {
-            const float *g = got + ((int64_t)b * seq + t) * out_stride;
-            bad += count_far(g, ref + (int64_t)t * heads * hd, (int64_t)heads * hd,
-                             ATT_ATOL, ATT_RTOL);
-            for (int i = heads * hd; i < out_stride; i++)
-                gap_touched += !isnan(g[i]);
-        }
-    }
+    float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
+    int64_t gap_touched = 0;
+    const int64_t bad = kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd,
+                                                 out_stride, ATT_ATOL, ATT_RTOL,
+                                                 &gap_touched);
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(gap_touched, 0);
     free(got);
     cudaFree(d_qkv);
     cudaFree(d_out);
     free(qkv);
-    free(q);
-    free(k);
-    free(v);
-    free(ref);
 }
 
 /* Every kernel version, and the default entry point. */
@@ -405,14 +338,19 @@ static int64_t count_far_rotated(const float *got, const float *ref, const float
 
 typedef struct rope_case {
     int tokens, heads, kv_heads, hd, rot_dim, interleaved, qk_norm;
+    float attention_factor; /* 1, or yarn's (0.1 ln(factor) + 1) */
 } rope_case;
+
+/* yarn's attention factor for a context extended 4x */
+#define YARN_FACTOR_4 1.1386294f
 
 /* One head row as transformers computes it in bf16 (what the kernel is meant
  * to reproduce): RMSNorm (x * rsqrt rounded, times the weight, rounded),
- * cos/sin rounded, each product and the sum rounded. */
+ * cos/sin times the attention factor rounded, each product and the sum
+ * rounded. */
 static void rope_row_bf16_arithmetic(float *row, const float *norm_w, int hd, int rot_dim,
                                      int interleaved, int pos, const float *inv_freq,
-                                     float eps)
+                                     float eps, float attention_factor)
 {
     if (norm_w) {
         float ss = 0.0f;
@@ -425,8 +363,8 @@ static void rope_row_bf16_arithmetic(float *row, const float *norm_w, int hd, in
     const int half = rot_dim / 2;
     for (int i = 0; i < half; i++) {
         const float angle = (float)pos * inv_freq[i];
-        const float cs = kvcal_bf16_round((float)cos((double)angle));
-        const float sn = kvcal_bf16_round((float)sin((double)angle));
+        const float cs = kvcal_bf16_round((float)cos((double)angle) * attention_factor);
+        const float sn = kvcal_bf16_round((float)sin((double)angle) * attention_factor);
         const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
         const float x0 = row[a], x1 = row[b];
         row[a] = kvcal_bf16_round(kvcal_bf16_round(x0 * cs) - kvcal_bf16_round(x1 * sn));
@@ -440,9 +378,9 @@ static void check_rope_observe_version(rope_case c, int version)
     const int64_t stride = (int64_t)(c.heads + 2 * c.kv_heads) * c.hd;
     const int64_t n = (int64_t)c.tokens * stride;
     const int bins = KVCAL_HIST_BINS;
-    float *qkv = rand_bf16_values(n, -3.0f, 3.0f);
-    float *qn = rand_bf16_values(c.hd, 0.5f, 1.5f),
-          *kn = rand_bf16_values(c.hd, 0.5f, 1.5f);
+    float *qkv = kvcal_test_rand_bf16(&rng_state, n, -3.0f, 3.0f);
+    float *qn = kvcal_test_rand_bf16(&rng_state, c.hd, 0.5f, 1.5f),
+          *kn = kvcal_test_rand_bf16(&rng_state, c.hd, 0.5f, 1.5f);
     int32_t *pos = malloc((size_t)c.tokens * sizeof *pos);
     float *inv_freq = malloc((size_t)(c.rot_dim / 2) * sizeof *inv_freq);
     for (int t = 0; t < c.tokens; t++)
@@ -455,7 +393,7 @@ static void check_rope_observe_version(rope_case c, int version)
      * at layer 1's slice. */
     kvcal_stats_t *st = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(2, c.kv_heads, c.hd, &st), KVCAL_OK);
-    float *pre = rand_bf16_values((int64_t)5 * c.kv_heads * c.hd, -2.0f, 2.0f);
+    float *pre = kvcal_test_rand_bf16(&rng_state, (int64_t)5 * c.kv_heads * c.hd, -2.0f, 2.0f);
     for (int kv = 0; kv < 2; kv++) {
         kvcal_kv_block blk =
             kvcal_kv_block_dense(pre, 1, 5, c.kv_heads, c.hd, NULL, NULL);
@@ -474,8 +412,8 @@ static void check_rope_observe_version(rope_case c, int version)
         cudaMemcpy(obs.batch_absmax[kv], st->batch_absmax[kv] + c.kv_heads,
                    (size_t)c.kv_heads * sizeof(float), cudaMemcpyHostToDevice);
     }
-    kvcal_bf16 *d_qkv = dev_upload_bf16(qkv, n), *d_qn = dev_upload_bf16(qn, c.hd);
-    kvcal_bf16 *d_kn = dev_upload_bf16(kn, c.hd);
+    kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(qkv, n), *d_qn = kvcal_test_dev_upload_bf16(qn, c.hd);
+    kvcal_bf16 *d_kn = kvcal_test_dev_upload_bf16(kn, c.hd);
     int32_t *d_pos = dev_alloc((size_t)c.tokens * sizeof *pos);
     float *d_inv = dev_alloc((size_t)(c.rot_dim / 2) * sizeof *inv_freq);
     cudaMemcpy(d_pos, pos, (size_t)c.tokens * sizeof *pos, cudaMemcpyHostToDevice);
@@ -483,7 +421,7 @@ static void check_rope_observe_version(rope_case c, int version)
                cudaMemcpyHostToDevice);
     kvcal_rope_cfg rope = {
         d_inv, c.rot_dim, c.interleaved, c.qk_norm ? d_qn : NULL, c.qk_norm ? d_kn : NULL,
-        1e-6f};
+        1e-6f, c.attention_factor};
     CU_ASSERT_EQUAL(
         version
             ? kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos, c.tokens,
@@ -492,7 +430,7 @@ static void check_rope_observe_version(rope_case c, int version)
                                         c.kv_heads, c.hd, &rope, &obs, 0),
         KVCAL_OK);
     sync_ok();
-    float *got = dev_download_bf16(d_qkv, n);
+    float *got = kvcal_test_dev_download_bf16(d_qkv, n);
 
     /* q and k against norm + rope references, head by head */
     const int qk_heads = c.heads + c.kv_heads;
@@ -508,8 +446,8 @@ static void check_rope_observe_version(rope_case c, int version)
             }
     float *unrotated = malloc((size_t)c.tokens * qk_heads * c.hd * sizeof *unrotated);
     memcpy(unrotated, ref, (size_t)c.tokens * qk_heads * c.hd * sizeof *unrotated);
-    kvcal_rope_ref(ref, pos, inv_freq, c.tokens, qk_heads, c.hd, c.rot_dim,
-                   c.interleaved);
+    kvcal_rope_scaled_ref(ref, pos, inv_freq, c.tokens, qk_heads, c.hd, c.rot_dim,
+                          c.interleaved, c.attention_factor);
     int64_t bad = 0, padding_changed = 0;
     for (int t = 0; t < c.tokens; t++) {
         const float *g = got + t * stride;
@@ -537,7 +475,8 @@ static void check_rope_observe_version(rope_case c, int version)
         for (int h = 0; pos[t] >= 0 && h < qk_heads; h++) {
             memcpy(row, qkv + t * stride + (int64_t)h * c.hd, (size_t)c.hd * sizeof *row);
             rope_row_bf16_arithmetic(row, !c.qk_norm ? NULL : h < c.heads ? qn : kn, c.hd,
-                                     c.rot_dim, c.interleaved, pos[t], inv_freq, 1e-6f);
+                                     c.rot_dim, c.interleaved, pos[t], inv_freq, 1e-6f,
+                                     c.attention_factor);
             const float *g = got + t * stride + (int64_t)h * c.hd;
             for (int i = 0; i < c.hd; i++)
                 same += g[i] == row[i];
@@ -612,32 +551,53 @@ static void check_rope_observe(rope_case c)
 
 static void rope_observe_rotate_half_gqa_head_dim_80_matches_reference(void)
 {
-    check_rope_observe((rope_case){19, 4, 2, 80, 80, 0, 0});
+    check_rope_observe((rope_case){19, 4, 2, 80, 80, 0, 0, 1.0f});
 }
 
 static void rope_observe_interleaved_partial_with_qk_norm_matches_reference(void)
 {
-    check_rope_observe((rope_case){19, 6, 3, 64, 32, 1, 1});
+    check_rope_observe((rope_case){19, 6, 3, 64, 32, 1, 1, 1.0f});
 }
 
 static void rope_observe_spans_blocks_mqa_and_wide_heads(void)
 {
-    check_rope_observe((rope_case){300, 8, 1, 160, 64, 0, 1});
-    check_rope_observe((rope_case){1, 2, 2, 128, 128, 1, 0});
+    check_rope_observe((rope_case){300, 8, 1, 160, 64, 0, 1, 1.0f});
+    check_rope_observe((rope_case){1, 2, 2, 128, 128, 1, 0, 1.0f});
     /* version 2 takes 4 kv heads a block: 6 leave the second block half empty */
-    check_rope_observe((rope_case){259, 12, 6, 128, 128, 0, 1});
-    check_rope_observe((rope_case){7, 2, 1, 256, 128, 1, 1});
+    check_rope_observe((rope_case){259, 12, 6, 128, 128, 0, 1, 1.0f});
+    check_rope_observe((rope_case){7, 2, 1, 256, 128, 1, 1, 1.0f});
 }
 
 static void rope_observe_head_dim_off_16_takes_the_portable_kernel(void)
 {
-    check_rope_observe((rope_case){37, 6, 2, 40, 40, 0, 1});
-    check_rope_observe((rope_case){37, 4, 4, 96, 24, 1, 0});
+    check_rope_observe((rope_case){37, 6, 2, 40, 40, 0, 1, 1.0f});
+    check_rope_observe((rope_case){37, 4, 4, 96, 24, 1, 0, 1.0f});
+}
+
+/* yarn: cos and sin times the attention factor, rounded, in both kernels
+ * (version 2 at head_dim 128, version 1 at 40) */
+static void rope_observe_yarn_attention_factor_scales_cos_and_sin(void)
+{
+    check_rope_observe((rope_case){131, 4, 2, 128, 128, 0, 1, YARN_FACTOR_4});
+    check_rope_observe((rope_case){37, 6, 2, 40, 24, 1, 0, YARN_FACTOR_4});
+}
+
+static void rope_observe_refuses_attention_factor_not_positive_finite(void)
+{
+    const float bad[] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        kvcal_rope_cfg rope = {(const float *)16, 64, 0, NULL, NULL, 0.0f, bad[i]};
+        CU_ASSERT_EQUAL(kvcal_rope_observe_launch((kvcal_bf16 *)16, 3 * 64,
+                                                  (const int32_t *)16, 4, 1, 1, 64, &rope,
+                                                  NULL, 0),
+                        KVCAL_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "attention factor"));
+    }
 }
 
 static void rope_observe_version_2_refuses_head_dim_off_16(void)
 {
-    kvcal_rope_cfg rope = {(const float *)16, 40, 0, NULL, NULL, 0.0f};
+    kvcal_rope_cfg rope = {(const float *)16, 40, 0, NULL, NULL, 0.0f, 1.0f};
     CU_ASSERT_EQUAL(kvcal_rope_observe_launch_version(2, (kvcal_bf16 *)16, 3 * 40,
                                                       (const int32_t *)16, 4, 1, 1, 40,
                                                       &rope, NULL, 0),
@@ -648,7 +608,7 @@ static void rope_observe_version_2_refuses_head_dim_off_16(void)
 static void rope_observe_absmax_surfaces_nan(void)
 {
     const int hd = 64, stride = 3 * hd, bins = KVCAL_HIST_BINS;
-    float *qkv = rand_bf16_values(4 * stride, -1.0f, 1.0f);
+    float *qkv = kvcal_test_rand_bf16(&rng_state, 4 * stride, -1.0f, 1.0f);
     qkv[2 * stride + 2 * hd + 5] = NAN; /* token 2, v channel 5 */
     int32_t pos[4] = {0, 1, 2, 3};
     float inv[32];
@@ -664,7 +624,7 @@ static void rope_observe_absmax_surfaces_nan(void)
     float *d_inv = dev_alloc(sizeof inv);
     cudaMemcpy(d_pos, pos, sizeof pos, cudaMemcpyHostToDevice);
     cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice);
-    kvcal_rope_cfg rope = {d_inv, hd, 0, NULL, NULL, 0.0f};
+    kvcal_rope_cfg rope = {d_inv, hd, 0, NULL, NULL, 0.0f, 1.0f};
     kvcal_bf16 *d_qkv = NULL;
     for (int version = 1; version <= KVCAL_ROPE_VERSIONS; version++) {
         for (int kv = 0; kv < 2; kv++) {
@@ -673,7 +633,7 @@ static void rope_observe_absmax_surfaces_nan(void)
             cudaMemset(obs.batch_absmax[kv], 0, sizeof(float));
         }
         cudaFree(d_qkv);
-        d_qkv = dev_upload_bf16(qkv, 4 * stride);
+        d_qkv = kvcal_test_dev_upload_bf16(qkv, 4 * stride);
         CU_ASSERT_EQUAL(kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos,
                                                           4, 1, 1, hd, &rope, &obs, 0),
                         KVCAL_OK);
@@ -705,69 +665,31 @@ static void rope_observe_absmax_surfaces_nan(void)
 
 static void check_runner_golden(const char *name)
 {
-    char path[256];
-    cJSON *root = NULL, *sample;
-    kvcal_model_t *model = NULL;
     kvcal_stats_t *stats = NULL;
-    kvcal_cuda_runner_t *r = NULL;
-    int32_t ids[4 * 64] = {0}, lengths[4];
-    int batch = 0;
+    float *bmax = NULL;
     int64_t rows = 0;
-    snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
-    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &root), KVCAL_OK);
-    CU_ASSERT_EQUAL_FATAL(
-        kvcal_model_open(cJSON_GetObjectItem(root, "model")->valuestring, &model),
-        KVCAL_OK);
-    cJSON_ArrayForEach(sample, cJSON_GetObjectItem(root, "samples"))
-    {
-        int t = 0;
-        cJSON *id;
-        cJSON_ArrayForEach(id, sample) ids[batch * 64 + t++] = id->valueint;
-        lengths[batch++] = t;
-        rows += t;
-    }
-    const kvcal_model_desc *d = kvcal_model_describe(model);
-    CU_ASSERT_EQUAL_FATAL(
-        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats),
-        KVCAL_OK);
-    kvcal_status st = kvcal_cuda_runner_create(model, batch, 64, &r);
-    if (st)
-        fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
-    CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
-    kvcal_stats_begin_batch(stats);
-    st = kvcal_cuda_runner_forward(r, ids, lengths, batch, 64, NULL, stats);
-    if (st)
-        fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
-    CU_ASSERT_EQUAL(st, KVCAL_OK);
-    const int lh = d->num_layers * d->num_kv_heads;
-    float *bmax = malloc(2 * (size_t)lh * sizeof *bmax);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(bmax);
-    memcpy(bmax, stats->batch_absmax[KVCAL_K], (size_t)lh * sizeof *bmax);
-    memcpy(bmax + lh, stats->batch_absmax[KVCAL_V], (size_t)lh * sizeof *bmax);
-    CU_ASSERT_EQUAL(kvcal_stats_end_batch(stats, 0.0), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, stats), KVCAL_OK);
+    cJSON *root = kvcal_test_cuda_run_golden(name, &stats, &bmax, &rows);
+    const int lh = stats->num_layers * stats->num_kv_heads;
     double worst = 0.0;
     for (int kv = 0; kv < 2; kv++) {
         cJSON *want = cJSON_GetObjectItem(root, kv ? "v_absmax" : "k_absmax");
-        for (int l = 0; l < d->num_layers; l++) {
+        for (int l = 0; l < stats->num_layers; l++) {
             CU_ASSERT_EQUAL(stats->tokens[l], rows);
-            for (int h = 0; h < d->num_kv_heads; h++) {
+            for (int h = 0; h < stats->num_kv_heads; h++) {
                 const double w =
                     cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
                 const double got = kvcal_stats_head_absmax(stats, l, kv, h);
                 const double rel = fabs(got - w) / fabs(w);
                 worst = rel > worst || rel != rel ? rel : worst;
                 /* the one batch's batch_absmax is the absmax */
-                CU_ASSERT_EQUAL(bmax[kv * lh + l * d->num_kv_heads + h], (float)got);
+                CU_ASSERT_EQUAL(bmax[kv * lh + l * stats->num_kv_heads + h], (float)got);
             }
         }
     }
     printf("(%s: worst rel. error %.2e) ", name, worst);
     CU_ASSERT(worst <= RUNNER_RTOL);
     free(bmax);
-    kvcal_cuda_runner_destroy(r);
     kvcal_stats_destroy(stats);
-    kvcal_model_close(model);
     cJSON_Delete(root);
 }
 
@@ -778,6 +700,7 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("mistral_mqa_fp16");
     check_runner_golden("qwen2_gqa_bias_bf16");
     check_runner_golden("qwen3_gqa_hd80_qknorm_bf16");
+    check_runner_golden("qwen2_yarn_bf16");
 }
 
 static CU_TestInfo tests[] = {
@@ -792,6 +715,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_interleaved_partial_with_qk_norm_matches_reference),
     KVCAL_TEST(rope_observe_spans_blocks_mqa_and_wide_heads),
     KVCAL_TEST(rope_observe_head_dim_off_16_takes_the_portable_kernel),
+    KVCAL_TEST(rope_observe_yarn_attention_factor_scales_cos_and_sin),
+    KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
     KVCAL_TEST(rope_observe_absmax_surfaces_nan),
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),

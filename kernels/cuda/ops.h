@@ -56,6 +56,7 @@ typedef struct kvcal_rope_cfg {
         *q_norm_w; /* (head_dim) per-head RMSNorm of q before RoPE, or NULL */
     const kvcal_bf16 *k_norm_w; /* (head_dim) the same for k, or NULL */
     float norm_eps;
+    float attention_factor; /* > 0: multiplies cos and sin (yarn), 1 otherwise */
 } kvcal_rope_cfg;
 
 /* Device statistics of one layer, laid out as that layer's slice of
@@ -72,7 +73,8 @@ typedef struct kvcal_kv_observer {
  * head_dim) after it and v (n_kv_heads, head_dim) after k: optional per-head
  * q/k RMSNorm, then RoPE of q and k at positions pos (tokens), then, when
  * obs is non-NULL, K (as rotated and rounded to bf16: what a cache stores)
- * and V are folded into obs. Tokens with pos < 0 are padding: untouched and
+ * and V are folded into obs. cos and sin are multiplied by
+ * rope->attention_factor (finite and > 0, else KVCAL_ERR_INVALID_ARG). Tokens with pos < 0 are padding: untouched and
  * not observed. head_dim even and <= 256; n_heads a multiple of n_kv_heads.
  * A NaN in K or V makes the absmax NaN, which the caller checks. */
 kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride,

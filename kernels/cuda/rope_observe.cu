@@ -25,7 +25,9 @@
  * counts once per block; absmax reaches global memory by atomicMax on the
  * float bits (|x| >= 0, so integer order is float order, and a NaN, whose
  * bits are above +inf's, wins and surfaces). The norm and the rotation
- * round to bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh). */
+ * round to bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh);
+ * cos and sin are multiplied by the attention factor (yarn) before they are
+ * rounded, as transformers scales its cos/sin tables. */
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/bf16_round.cuh"
@@ -175,8 +177,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
             sn[i] = 0.0f;
             if (j < pairs && 2 * j < rope.rot_dim) {
                 sincosf((float)p * rope.inv_freq[j], &sn[i], &cs[i]);
-                sn[i] = kvcal_rbf(sn[i]);
-                cs[i] = kvcal_rbf(cs[i]);
+                sn[i] = kvcal_rbf(sn[i] * rope.attention_factor);
+                cs[i] = kvcal_rbf(cs[i] * rope.attention_factor);
             }
         }
         __nv_bfloat16 *base = qkv + (int64_t)t * token_stride;
@@ -442,8 +444,8 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
 #pragma unroll
         for (int i = 0; i < NI; i++) {
             sincosf((float)p * inv[i], &ms[i], &mc[i]);
-            ms[i] = kvcal_rbf(ms[i]);
-            mc[i] = kvcal_rbf(mc[i]);
+            ms[i] = kvcal_rbf(ms[i] * rope.attention_factor);
+            mc[i] = kvcal_rbf(mc[i] * rope.attention_factor);
         }
 #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -587,6 +589,11 @@ extern "C" kvcal_status kvcal_rope_observe_launch_version(
             KVCAL_ERR_INVALID_ARG,
             "rope_observe: rot_dim %d: must be even and in [2, head_dim %d]",
             rope->rot_dim, head_dim);
+    if (!(rope->attention_factor > 0.0f && rope->attention_factor < INFINITY))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "rope_observe: attention factor %g: must be finite and > 0 "
+                          "(1 without yarn)",
+                          (double)rope->attention_factor);
     if (obs && (!obs->absmax[0] || !obs->absmax[1] || !obs->hist[0] || !obs->hist[1] ||
                 !obs->batch_absmax[0] || !obs->batch_absmax[1]))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
