@@ -46,6 +46,13 @@ from transformers.models.llama.modeling_llama import rotate_half
 SEQ, BATCH = 2048, 8
 
 
+def stamp(what):
+    """Wall-clock time of a phase boundary, to line up with the GPU's clock log."""
+    t = time.time()
+    print(f"[{time.strftime('%H:%M:%S', time.localtime(t))}.{int(t * 1000) % 1000:03d}] {what}",
+          flush=True)
+
+
 def device_memory_used():
     free, total = torch.cuda.mem_get_info()
     return total - free
@@ -64,7 +71,9 @@ def run_kvcal(kvcal, model_dir, data, samples, out, env=None):
     cmd = [kvcal, "calibrate", "--model", model_dir, "--dataset", data, "--num-samples",
            str(samples), "--seq-len", str(SEQ), "--batch", str(BATCH), "--device", "cuda",
            "--granularity", "head", "--json", "--quiet", "--out", out]
+    stamp("kvcal calibrate starts")
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    stamp("kvcal calibrate ends")
     done.set()
     t.join()
     if res.returncode != 0:
@@ -206,11 +215,14 @@ def main():
             for buf in stats.values():
                 buf.zero_()
             torch.cuda.reset_peak_memory_stats()
+            stamp("timed transformers pass starts")
             t = time.time()
             for b in batches:
                 fn(input_ids=b)
             torch.cuda.synchronize()
-            return samples * SEQ / (time.time() - t)
+            t = time.time() - t
+            stamp("timed transformers pass ends")
+            return samples * SEQ / t
 
     eager_tps = timed(body, 1)
     hf_peak = torch.cuda.max_memory_allocated()

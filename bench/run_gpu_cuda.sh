@@ -11,10 +11,13 @@
 #   8b     calibration of a Llama-3-8B-shaped model against transformers
 #          (bench/calibrate_llama8b.py); $KVCAL_DEADLINE (seconds since the
 #          epoch) ends it 10 s before, so that the summary still prints
-#   san    compute-sanitizer memcheck and synccheck over every suite, racecheck
-#          over $KVCAL_RACECHECK_SUITES
-# Writes each log into OUTDIR and prints a summary table last; exits 0 when
-# every step ran clean.
+#   san    compute-sanitizer memcheck and synccheck over the suites that run
+#          device work ($KVCAL_SAN_SUITES), racecheck over
+#          $KVCAL_RACECHECK_SUITES; the three tools run side by side, each
+#          for at most $KVCAL_SAN_LIMIT seconds (default 540)
+# Writes each log into OUTDIR (and the GPU's clocks, power and throttle
+# reasons every 250 ms in clocks.csv) and prints a summary table last; exits
+# 0 when every step ran clean.
 #
 # usage: bench/run_gpu_cuda.sh OUTDIR [BUILD]     (BUILD defaults to build)
 # Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder).
@@ -27,6 +30,11 @@ cd "$(dirname "$0")/.."
 . bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
     | tee "$out/gpu.txt"
+
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv -lms 250 > "$out/clocks.csv" 2>/dev/null &
+clocks_pid=$!
+trap 'kill $clocks_pid 2>/dev/null' EXIT
 
 status() { [ "$1" = skipped ] && echo skipped || { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }; }
 want() { [[ " ${KVCAL_STEPS:-tests e2e ops sdpa vs 8b san} " == *" $1 "* ]]; }
@@ -93,26 +101,33 @@ if want 8b; then
     rm -rf "$work"
 fi
 
-# compute-sanitizer: memcheck and synccheck over every suite; racecheck over
-# the suites of kvcal's own kernels ($KVCAL_RACECHECK_SUITES): cuBLAS's and
-# cuDNN's Hopper kernels synchronize through mbarriers that racecheck does not
-# model and show false hazards (bench/NOTES.md)
+# compute-sanitizer, the three tools side by side: memcheck and synccheck
+# over the suites that run device work, racecheck over the suites of kvcal's
+# own kernels ($KVCAL_RACECHECK_SUITES) with kvcal's attention: cuBLAS's and
+# cuDNN's Hopper kernels synchronize through mbarriers that racecheck does
+# not model and show false hazards (bench/NOTES.md)
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-: > "$out/sanitizer.log"
-tools=("memcheck --leak-check full" "racecheck --racecheck-report all" "synccheck")
-want san && san_rc=() || tools=()
-for tool in "${tools[@]}"; do
-    suites=""
-    [ "${tool%% *}" = racecheck ] && suites=${KVCAL_RACECHECK_SUITES:-"cuda_ops kvquant_cuda eval_cuda"}
-    # racecheck with kvcal's attention: cuDNN's kernels, like cuBLAS's, show
-    # false hazards
-    attention=${KVCAL_ATTENTION:-}
-    [ "${tool%% *}" = racecheck ] && attention=kvcal
-    KVCAL_ATTENTION=$attention timeout 600 "$san" --tool $tool --error-exitcode 9 \
-        "$build/kvcal_tests" $suites >> "$out/sanitizer.log" 2>&1
-    san_rc+=($?)
-done
-grep -h 'SUMMARY' "$out/sanitizer.log"
+san_names=(memcheck racecheck synccheck)
+if want san; then
+    gpu_suites=${KVCAL_SAN_SUITES:-"cuda_ops cuda_gemm_tuning cuda_attention_cudnn eval_cuda kvquant_cuda calibrate kvquant"}
+    race_suites=${KVCAL_RACECHECK_SUITES:-"cuda_ops kvquant_cuda eval_cuda"}
+    pids=()
+    for name in "${san_names[@]}"; do
+        case $name in
+        memcheck) args=(--tool memcheck --leak-check full) suites=$gpu_suites attention=${KVCAL_ATTENTION:-} ;;
+        racecheck) args=(--tool racecheck --racecheck-report all) suites=$race_suites attention=kvcal ;;
+        synccheck) args=(--tool synccheck) suites=$gpu_suites attention=${KVCAL_ATTENTION:-} ;;
+        esac
+        KVCAL_ATTENTION=$attention timeout "${KVCAL_SAN_LIMIT:-540}" "$san" "${args[@]}" \
+            --error-exitcode 9 "$build/kvcal_tests" $suites > "$out/sanitizer_$name.log" 2>&1 &
+        pids+=($!)
+    done
+    san_rc=()
+    for pid in "${pids[@]}"; do
+        wait "$pid"
+        san_rc+=($?)
+    done
+fi
 
 echo
 echo "=== summary ==="
@@ -121,10 +136,9 @@ want tests && grep '^tests:' "$out/tests.log" && grep -h 'worst rel' "$out/tests
 printf '%-34s %s\n' "calibrate cpu vs cuda" "$(status $e_rc)"
 want e2e && cat "$out/e2e.txt"
 for i in 0 1 2; do
-    name=("memcheck" "racecheck" "synccheck")
-    printf '%-34s %s\n' "compute-sanitizer ${name[$i]}" "$(status "${san_rc[$i]}")"
+    printf '%-34s %s\n' "compute-sanitizer ${san_names[$i]}" "$(status "${san_rc[$i]}")"
+    want san && grep -h 'SUMMARY\|^tests:' "$out/sanitizer_${san_names[$i]}.log"
 done
-want san && grep -h 'SUMMARY' "$out/sanitizer.log"
 printf '%-34s %s\n' "K/V absmax vs transformers bf16" "$(status $g_rc)"
 want vs && cat "$out/vs_transformers.txt"
 printf '%-34s %s\n' "bench/runner_ops" "$(status $b_rc)"
