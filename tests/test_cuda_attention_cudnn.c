@@ -54,19 +54,19 @@ static kvcal_attention_impl check_attention(kvcal_attention_t *a, int batch, int
     CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(tokens * out_stride) * 2),
                     cudaSuccess);
     kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
-    const kvcal_status st = kvcal_attention_run(
-        a, d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
-        d_qkv + (int64_t)(heads + kv_heads) * hd, stride, batch, seq, heads, kv_heads, hd,
-        1.0f / sqrtf((float)hd), 0, &impl);
+    const kvcal_status st =
+        kvcal_attention_run(a, d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
+                            d_qkv + (int64_t)(heads + kv_heads) * hd, stride, batch, seq,
+                            heads, kv_heads, hd, 1.0f / sqrtf((float)hd), 0, &impl);
     if (st)
         fprintf(stderr, "\n%s\n", kvcal_last_error());
     CU_ASSERT_EQUAL(st, KVCAL_OK);
     CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
     float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
     int64_t gap_touched = 0;
-    const int64_t bad = kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd,
-                                                 out_stride, ATT_ATOL, ATT_RTOL,
-                                                 &gap_touched);
+    const int64_t bad =
+        kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd, out_stride,
+                                 ATT_ATOL, ATT_RTOL, &gap_touched);
     printf("(%d x %d, %d/%d heads, hd %d: %s%s) ", batch, seq, heads, kv_heads, hd,
            impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal",
            bad ? ", MISMATCH" : "");
@@ -122,9 +122,9 @@ static void attention_cudnn_matches_reference_on_odd_shapes(void)
     check_attention(a, 1, 130, 3, 1, 64, 8); /* MQA */
     check_attention(a, 3, 65, 4, 4, 96, 8);  /* MHA, head_dim 96 */
     check_attention(a, 1, 77, 2, 1, 128, 8);
-    check_attention(a, 19, 1, 2, 2, 64, 8); /* one token a sequence */
-    check_attention(a, 2, 41, 8, 8, 8, 8);  /* head_dim 8 (stories260K) */
-    check_attention(a, 3, 37, 4, 1, 16, 8); /* head_dim 16, MQA */
+    check_attention(a, 19, 1, 2, 2, 64, 8);   /* one token a sequence */
+    check_attention(a, 2, 41, 8, 8, 8, 8);    /* head_dim 8 (stories260K) */
+    check_attention(a, 3, 37, 4, 1, 16, 8);   /* head_dim 16, MQA */
     check_attention(a, 2, 300, 8, 2, 128, 8); /* the first shape again: its plan */
     kvcal_attention_destroy(a);
     restore_env(saved);

@@ -65,10 +65,13 @@ static void check_add_rmsnorm(int rows, int dim, int with_delta)
     const int64_t n = (int64_t)rows * dim;
     float *res = kvcal_test_rand_bf16(&rng_state, n, -2.0f, 2.0f),
           *delta = kvcal_test_rand_bf16(&rng_state, n, -1.0f, 1.0f);
-    float *w = kvcal_test_rand_bf16(&rng_state, dim, 0.5f, 1.5f), *ref = malloc((size_t)n * sizeof *ref);
+    float *w = kvcal_test_rand_bf16(&rng_state, dim, 0.5f, 1.5f),
+          *ref = malloc((size_t)n * sizeof *ref);
     float *sum = malloc((size_t)n * sizeof *sum);
-    kvcal_bf16 *d_res = kvcal_test_dev_upload_bf16(res, n), *d_delta = kvcal_test_dev_upload_bf16(delta, n);
-    kvcal_bf16 *d_w = kvcal_test_dev_upload_bf16(w, dim), *d_out = dev_alloc((size_t)n * 2);
+    kvcal_bf16 *d_res = kvcal_test_dev_upload_bf16(res, n),
+               *d_delta = kvcal_test_dev_upload_bf16(delta, n);
+    kvcal_bf16 *d_w = kvcal_test_dev_upload_bf16(w, dim),
+               *d_out = dev_alloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
         sum[i] = with_delta ? kvcal_bf16_round(res[i] + delta[i]) : res[i];
     kvcal_rmsnorm_ref(ref, sum, w, rows, dim, 1e-5f);
@@ -77,7 +80,8 @@ static void check_add_rmsnorm(int rows, int dim, int with_delta)
                                              d_w, rows, dim, 1e-5f, 0),
                     KVCAL_OK);
     sync_ok();
-    float *got = kvcal_test_dev_download_bf16(d_out, n), *got_res = kvcal_test_dev_download_bf16(d_res, n);
+    float *got = kvcal_test_dev_download_bf16(d_out, n),
+          *got_res = kvcal_test_dev_download_bf16(d_res, n);
     CU_ASSERT_EQUAL(count_far(got, ref, n, NORM_ATOL, NORM_RTOL), 0);
     CU_ASSERT_EQUAL(memcmp(got_res, sum, (size_t)n * sizeof *sum), 0);
     /* and bf16 arithmetic's result (transformers' RMSNorm) bit for bit but
@@ -143,8 +147,9 @@ static void check_swiglu(int rows, int n)
      * straddle a rounding boundary (<= 1%) */
     int64_t same = 0;
     for (int64_t i = 0; i < total; i++)
-        same += got[i] == kvcal_bf16_round(
-                              kvcal_bf16_round(gate[i] / (1.0f + expf(-gate[i]))) * up[i]);
+        same +=
+            got[i] ==
+            kvcal_bf16_round(kvcal_bf16_round(gate[i] / (1.0f + expf(-gate[i]))) * up[i]);
     CU_ASSERT(same >= total - total / 100);
     free(got);
     cudaFree(d_gu);
@@ -168,19 +173,25 @@ static void swiglu_matches_reference_on_odd_widths(void)
 #define GEMM_ATOL 2e-2
 #define GEMM_RTOL 8e-3
 
-static void check_gemm(kvcal_gemm_t *g, int rows, int k, int n, int with_bias)
+/* candidate -1: the algorithm kvcal_gemm_launch uses; returns the shape's
+ * number of candidates */
+static int check_gemm(kvcal_gemm_t *g, int rows, int k, int n, int with_bias,
+                      int candidate)
 {
+    int count = 0;
     float *x = kvcal_test_rand_bf16(&rng_state, (int64_t)rows * k, -1.0f, 1.0f);
     float *w = kvcal_test_rand_bf16(&rng_state, (int64_t)n * k, -1.0f, 1.0f);
     float *bias = kvcal_test_rand_bf16(&rng_state, n, -1.0f, 1.0f);
     float *ref = malloc((size_t)rows * n * sizeof *ref);
     kvcal_matmul_ref(ref, x, w, with_bias ? bias : NULL, rows, k, n);
     kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(x, (int64_t)rows * k);
-    kvcal_bf16 *d_w = kvcal_test_dev_upload_bf16(w, (int64_t)n * k), *d_b = kvcal_test_dev_upload_bf16(bias, n);
+    kvcal_bf16 *d_w = kvcal_test_dev_upload_bf16(w, (int64_t)n * k);
+    kvcal_bf16 *d_b = kvcal_test_dev_upload_bf16(bias, n);
     kvcal_bf16 *d_out = dev_alloc((size_t)rows * n * 2);
-    CU_ASSERT_EQUAL(
-        kvcal_gemm_launch(g, d_out, d_x, d_w, with_bias ? d_b : NULL, rows, k, n, 0),
-        KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_gemm_launch_candidate(g, candidate, d_out, d_x, d_w,
+                                                with_bias ? d_b : NULL, rows, k, n, 0,
+                                                &count, NULL),
+                    KVCAL_OK);
     sync_ok();
     float *got = kvcal_test_dev_download_bf16(d_out, (int64_t)rows * n);
     CU_ASSERT_EQUAL(count_far(got, ref, (int64_t)rows * n, GEMM_ATOL, GEMM_RTOL), 0);
@@ -193,16 +204,17 @@ static void check_gemm(kvcal_gemm_t *g, int rows, int k, int n, int with_bias)
     free(w);
     free(bias);
     free(ref);
+    return count;
 }
 
 static void gemm_matches_reference_with_bias_epilogue(void)
 {
     kvcal_gemm_t *g = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &g), KVCAL_OK);
-    check_gemm(g, 19, 136, 200, 1);
-    check_gemm(g, 1, 64, 40, 0);
-    check_gemm(g, 300, 80, 24, 1);
-    check_gemm(g, 19, 136, 200, 1); /* the cached plan again */
+    check_gemm(g, 19, 136, 200, 1, -1);
+    check_gemm(g, 1, 64, 40, 0, -1);
+    check_gemm(g, 300, 80, 24, 1, -1);
+    check_gemm(g, 19, 136, 200, 1, -1); /* the cached plan again */
     kvcal_gemm_destroy(g);
     kvcal_gemm_destroy(NULL);
 }
@@ -213,8 +225,27 @@ static void gemm_over_1_gflop_matches_reference_after_tuning(void)
 {
     kvcal_gemm_t *g = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &g), KVCAL_OK);
-    check_gemm(g, 1024, 1024, 520, 1);
-    check_gemm(g, 1024, 1024, 520, 1);
+    check_gemm(g, 1024, 1024, 520, 1, -1);
+    check_gemm(g, 1024, 1024, 520, 1, -1);
+    kvcal_gemm_destroy(g);
+}
+
+/* Every algorithm cuBLASLt proposes for a tuned shape (what
+ * bench/runner_ops times one by one) computes the product; a candidate out
+ * of range is refused before any launch. */
+static void gemm_every_candidate_matches_reference(void)
+{
+    kvcal_gemm_t *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &g), KVCAL_OK);
+    const int count = check_gemm(g, 1024, 1024, 520, 1, -1);
+    CU_ASSERT(count >= 1);
+    for (int c = 0; c < count; c++)
+        check_gemm(g, 1024, 1024, 520, 1, c);
+    kvcal_bf16 *p = (kvcal_bf16 *)16;
+    CU_ASSERT_EQUAL(
+        kvcal_gemm_launch_candidate(g, count, p, p, p, p, 1024, 1024, 520, 0, NULL, NULL),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("candidate"));
     kvcal_gemm_destroy(g);
 }
 
@@ -252,9 +283,9 @@ static void check_attention_version(int version, int batch, int seq, int heads,
     sync_ok();
     float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
     int64_t gap_touched = 0;
-    const int64_t bad = kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd,
-                                                 out_stride, ATT_ATOL, ATT_RTOL,
-                                                 &gap_touched);
+    const int64_t bad =
+        kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd, out_stride,
+                                 ATT_ATOL, ATT_RTOL, &gap_touched);
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(gap_touched, 0);
     free(got);
@@ -393,7 +424,8 @@ static void check_rope_observe_version(rope_case c, int version)
      * at layer 1's slice. */
     kvcal_stats_t *st = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(2, c.kv_heads, c.hd, &st), KVCAL_OK);
-    float *pre = kvcal_test_rand_bf16(&rng_state, (int64_t)5 * c.kv_heads * c.hd, -2.0f, 2.0f);
+    float *pre =
+        kvcal_test_rand_bf16(&rng_state, (int64_t)5 * c.kv_heads * c.hd, -2.0f, 2.0f);
     for (int kv = 0; kv < 2; kv++) {
         kvcal_kv_block blk =
             kvcal_kv_block_dense(pre, 1, 5, c.kv_heads, c.hd, NULL, NULL);
@@ -412,16 +444,21 @@ static void check_rope_observe_version(rope_case c, int version)
         cudaMemcpy(obs.batch_absmax[kv], st->batch_absmax[kv] + c.kv_heads,
                    (size_t)c.kv_heads * sizeof(float), cudaMemcpyHostToDevice);
     }
-    kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(qkv, n), *d_qn = kvcal_test_dev_upload_bf16(qn, c.hd);
+    kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(qkv, n),
+               *d_qn = kvcal_test_dev_upload_bf16(qn, c.hd);
     kvcal_bf16 *d_kn = kvcal_test_dev_upload_bf16(kn, c.hd);
     int32_t *d_pos = dev_alloc((size_t)c.tokens * sizeof *pos);
     float *d_inv = dev_alloc((size_t)(c.rot_dim / 2) * sizeof *inv_freq);
     cudaMemcpy(d_pos, pos, (size_t)c.tokens * sizeof *pos, cudaMemcpyHostToDevice);
     cudaMemcpy(d_inv, inv_freq, (size_t)(c.rot_dim / 2) * sizeof *inv_freq,
                cudaMemcpyHostToDevice);
-    kvcal_rope_cfg rope = {
-        d_inv, c.rot_dim, c.interleaved, c.qk_norm ? d_qn : NULL, c.qk_norm ? d_kn : NULL,
-        1e-6f, c.attention_factor};
+    kvcal_rope_cfg rope = {d_inv,
+                           c.rot_dim,
+                           c.interleaved,
+                           c.qk_norm ? d_qn : NULL,
+                           c.qk_norm ? d_kn : NULL,
+                           1e-6f,
+                           c.attention_factor};
     CU_ASSERT_EQUAL(
         version
             ? kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos, c.tokens,
@@ -457,8 +494,7 @@ static void check_rope_observe_version(rope_case c, int version)
         else
             bad += count_far_rotated(g, ref + (int64_t)t * qk_heads * c.hd,
                                      unrotated + (int64_t)t * qk_heads * c.hd, qk_heads,
-                                     c.hd,
-                                     c.rot_dim, c.interleaved);
+                                     c.hd, c.rot_dim, c.interleaved);
         bad += pos[t] >= 0 && memcmp(g + (int64_t)qk_heads * c.hd,
                                      qkv + t * stride + (int64_t)qk_heads * c.hd,
                                      (size_t)c.kv_heads * c.hd * sizeof *g) != 0;
@@ -474,9 +510,12 @@ static void check_rope_observe_version(rope_case c, int version)
     for (int t = 0; t < c.tokens; t++)
         for (int h = 0; pos[t] >= 0 && h < qk_heads; h++) {
             memcpy(row, qkv + t * stride + (int64_t)h * c.hd, (size_t)c.hd * sizeof *row);
-            rope_row_bf16_arithmetic(row, !c.qk_norm ? NULL : h < c.heads ? qn : kn, c.hd,
-                                     c.rot_dim, c.interleaved, pos[t], inv_freq, 1e-6f,
-                                     c.attention_factor);
+            rope_row_bf16_arithmetic(row,
+                                     !c.qk_norm    ? NULL
+                                     : h < c.heads ? qn
+                                                   : kn,
+                                     c.hd, c.rot_dim, c.interleaved, pos[t], inv_freq,
+                                     1e-6f, c.attention_factor);
             const float *g = got + t * stride + (int64_t)h * c.hd;
             for (int i = 0; i < c.hd; i++)
                 same += g[i] == row[i];
@@ -728,6 +767,7 @@ static CU_TestInfo tests[] = {
  * cuda_ops alone and memchecks both. */
 static CU_TestInfo tuning_tests[] = {
     KVCAL_TEST(gemm_over_1_gflop_matches_reference_after_tuning),
+    KVCAL_TEST(gemm_every_candidate_matches_reference),
     CU_TEST_INFO_NULL,
 };
 #else

@@ -3,7 +3,9 @@
  * and cached: cuBLASLt's heuristic proposes up to GEMM_CANDIDATES; for a
  * shape of at least GEMM_TUNE_FLOPS the first launch times each on the
  * caller's stream and keeps the fastest (the heuristic's first choice ran
- * the Llama-3-8B down projection at 88% of the matmul ceiling).
+ * the Llama-3-8B down projection at 88% of the matmul ceiling). Candidates
+ * are timed in GEMM_TUNE_ROUNDS interleaved rounds, each keeping its best
+ * round, so that a clock ramp or a noisy moment does not decide alone.
  *
  * Row-major out (rows, n) = x (rows, k) @ w^T is, in cuBLASLt's column-major
  * terms, out^T (n, rows) = w (k, n)^T @ x^T (k, rows): A = w transposed, B = x,
@@ -15,7 +17,7 @@
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
-enum { GEMM_CACHE = 32, GEMM_CANDIDATES = 8, GEMM_TUNE_REPS = 3 };
+enum { GEMM_CACHE = 32, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUNDS = 3 };
 #define GEMM_TUNE_FLOPS 1e9
 
 typedef struct gemm_plan {
@@ -25,7 +27,8 @@ typedef struct gemm_plan {
     cublasLtMatmulAlgo_t
         cand[GEMM_CANDIDATES]; /* the heuristic's proposals, best first */
     int num_cand;
-    int tuned; /* cand[0] is the one to use */
+    int chosen; /* the candidate launches use */
+    int tuned;  /* chosen is final */
 } gemm_plan;
 
 struct kvcal_gemm {
@@ -179,41 +182,49 @@ static kvcal_status plan_find(kvcal_gemm_t *g, int rows, int k, int n, int bias,
     return KVCAL_OK;
 }
 
-/* Times every candidate (GEMM_TUNE_REPS runs after one warm-up run) and moves
- * the fastest to cand[0]; candidates that fail to run are passed over.
- * Synchronizes with the stream. */
+static int run_candidate(kvcal_gemm_t *g, const gemm_plan *p, int c, kvcal_bf16 *out,
+                         const kvcal_bf16 *x, const kvcal_bf16 *w, cudaStream_t stream)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
+                          p->c, &p->cand[c], g->workspace, g->workspace_bytes,
+                          stream) == CUBLAS_STATUS_SUCCESS;
+}
+
+/* Times every candidate in GEMM_TUNE_ROUNDS rounds of GEMM_TUNE_REPS runs
+ * (after one warm-up run of each), keeps each one's best round and chooses
+ * the fastest; candidates that fail to run are passed over. Synchronizes
+ * with the stream. */
 static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
                               const kvcal_bf16 *x, const kvcal_bf16 *w,
                               cudaStream_t stream)
 {
     kvcal_status status = KVCAL_OK;
-    const float one = 1.0f, zero = 0.0f;
     cudaEvent_t ev[2] = {NULL, NULL};
-    float best_ms = 0.0f;
-    int best = -1;
+    float best_ms[GEMM_CANDIDATES];
+    int ok[GEMM_CANDIDATES], best = -1;
     KVCAL_CUDA_TRY(cudaEventCreate(&ev[0]));
     if (cudaEventCreate(&ev[1]) != cudaSuccess) {
         cudaEventDestroy(ev[0]);
         return kvcal_fail(KVCAL_ERR_CUDA, "gemm: cudaEventCreate failed");
     }
-    for (int c = 0; c < p->num_cand; c++) {
-        float ms = 0.0f;
-        int ok = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c,
-                                out, p->c, &p->cand[c], g->workspace, g->workspace_bytes,
-                                stream) == CUBLAS_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(ev[0], stream) == cudaSuccess;
-        for (int r = 0; ok && r < GEMM_TUNE_REPS; r++)
-            ok = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c,
-                                out, p->c, &p->cand[c], g->workspace, g->workspace_bytes,
-                                stream) == CUBLAS_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(ev[1], stream) == cudaSuccess &&
-             cudaEventSynchronize(ev[1]) == cudaSuccess &&
-             cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
-        if (ok && (best < 0 || ms < best_ms)) {
-            best = c;
-            best_ms = ms;
+    for (int c = 0; c < p->num_cand; c++)
+        ok[c] = run_candidate(g, p, c, out, x, w, stream);
+    for (int round = 0; round < GEMM_TUNE_ROUNDS; round++)
+        for (int c = 0; c < p->num_cand; c++) {
+            float ms = 0.0f;
+            ok[c] = ok[c] && cudaEventRecord(ev[0], stream) == cudaSuccess;
+            for (int r = 0; ok[c] && r < GEMM_TUNE_REPS; r++)
+                ok[c] = run_candidate(g, p, c, out, x, w, stream);
+            ok[c] = ok[c] && cudaEventRecord(ev[1], stream) == cudaSuccess &&
+                    cudaEventSynchronize(ev[1]) == cudaSuccess &&
+                    cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
+            if (ok[c] && (round == 0 || ms < best_ms[c]))
+                best_ms[c] = ms;
         }
-    }
+    for (int c = 0; c < p->num_cand; c++)
+        if (ok[c] && (best < 0 || best_ms[c] < best_ms[best]))
+            best = c;
     cudaEventDestroy(ev[0]);
     cudaEventDestroy(ev[1]);
     if (best < 0)
@@ -222,15 +233,17 @@ static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
             "gemm: none of cuBLASLt's %d algorithms ran for rows %d, k %d, n %d",
             p->num_cand, p->rows, p->k, p->n);
     else
-        p->cand[0] = p->cand[best];
+        p->chosen = best;
     p->tuned = 1;
     return status;
 }
 
-extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
-                                          const kvcal_bf16 *x, const kvcal_bf16 *w,
-                                          const kvcal_bf16 *bias, int rows, int k, int n,
-                                          cudaStream_t stream)
+extern "C" kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *g, int candidate,
+                                                    kvcal_bf16 *out, const kvcal_bf16 *x,
+                                                    const kvcal_bf16 *w,
+                                                    const kvcal_bf16 *bias, int rows,
+                                                    int k, int n, cudaStream_t stream,
+                                                    int *count, int *chosen)
 {
     kvcal_status status = KVCAL_OK;
     gemm_plan *p = NULL;
@@ -245,14 +258,33 @@ extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
     status = plan_find(g, rows, k, n, bias != NULL, &p);
     if (status != KVCAL_OK)
         return status;
+    if (candidate < -1 || candidate >= p->num_cand)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "gemm: candidate %d of rows %d, k %d, n %d: cuBLASLt proposed "
+                          "%d (0 .. %d, or -1 for the chosen one)",
+                          candidate, rows, k, n, p->num_cand, p->num_cand - 1);
     if (bias)
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                               &bias, sizeof bias));
     if (!p->tuned && (status = plan_tune(g, p, out, x, w, stream)) != KVCAL_OK)
         return status;
     LT_TRY(cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
-                          p->c, &p->cand[0], g->workspace, g->workspace_bytes, stream));
+                          p->c, &p->cand[candidate < 0 ? p->chosen : candidate],
+                          g->workspace, g->workspace_bytes, stream));
+    if (count)
+        *count = p->num_cand;
+    if (chosen)
+        *chosen = p->chosen;
     return KVCAL_OK;
 fail:
     return status;
+}
+
+extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
+                                          const kvcal_bf16 *x, const kvcal_bf16 *w,
+                                          const kvcal_bf16 *bias, int rows, int k, int n,
+                                          cudaStream_t stream)
+{
+    return kvcal_gemm_launch_candidate(g, -1, out, x, w, bias, rows, k, n, stream, NULL,
+                                       NULL);
 }

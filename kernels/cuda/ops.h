@@ -74,9 +74,9 @@ typedef struct kvcal_kv_observer {
  * q/k RMSNorm, then RoPE of q and k at positions pos (tokens), then, when
  * obs is non-NULL, K (as rotated and rounded to bf16: what a cache stores)
  * and V are folded into obs. cos and sin are multiplied by
- * rope->attention_factor (finite and > 0, else KVCAL_ERR_INVALID_ARG). Tokens with pos < 0 are padding: untouched and
- * not observed. head_dim even and <= 256; n_heads a multiple of n_kv_heads.
- * A NaN in K or V makes the absmax NaN, which the caller checks. */
+ * rope->attention_factor (finite and > 0, else KVCAL_ERR_INVALID_ARG). Tokens with pos <
+ * 0 are padding: untouched and not observed. head_dim even and <= 256; n_heads a multiple
+ * of n_kv_heads. A NaN in K or V makes the absmax NaN, which the caller checks. */
 kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride,
                                        const int32_t *pos, int tokens, int n_heads,
                                        int n_kv_heads, int head_dim,
@@ -120,6 +120,18 @@ void kvcal_gemm_destroy(kvcal_gemm_t *gemm);
 kvcal_status kvcal_gemm_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_bf16 *x,
                                const kvcal_bf16 *w, const kvcal_bf16 *bias, int rows,
                                int k, int n, cudaStream_t stream);
+
+/* kvcal_gemm_launch with cuBLASLt's candidate algorithm `candidate` of the
+ * shape (0 .. *count - 1, in the heuristic's order; -1: the one
+ * kvcal_gemm_launch uses), for bench/runner_ops and the tests. The shape is
+ * planned and tuned as by kvcal_gemm_launch first. *count and *chosen (each
+ * may be NULL) get the number of candidates and the one kvcal_gemm_launch
+ * uses. A candidate out of range is KVCAL_ERR_INVALID_ARG. */
+kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *gemm, int candidate,
+                                         kvcal_bf16 *out, const kvcal_bf16 *x,
+                                         const kvcal_bf16 *w, const kvcal_bf16 *bias,
+                                         int rows, int k, int n, cudaStream_t stream,
+                                         int *count, int *chosen);
 
 /* --- attention ---------------------------------------------------------- */
 
