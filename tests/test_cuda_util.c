@@ -22,7 +22,8 @@ float *kvcal_test_rand_bf16(uint64_t *rng, int64_t n, float lo, float hi)
         *rng ^= *rng << 13;
         *rng ^= *rng >> 7;
         *rng ^= *rng << 17;
-        x[i] = kvcal_bf16_round(lo + (hi - lo) * (float)((*rng >> 40) * (1.0 / 16777216.0)));
+        x[i] =
+            kvcal_bf16_round(lo + (hi - lo) * (float)((*rng >> 40) * (1.0 / 16777216.0)));
     }
     return x;
 }
@@ -60,10 +61,10 @@ int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, 
 {
     const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *q = malloc((size_t)seq * heads * hd * sizeof *q);      /* (seq, heads, hd) */
-    float *k = malloc((size_t)seq * kv_heads * hd * sizeof *k);   /* (seq, kv_heads, hd) */
-    float *v = malloc((size_t)seq * kv_heads * hd * sizeof *v);   /* (seq, kv_heads, hd) */
-    float *ref = malloc((size_t)seq * heads * hd * sizeof *ref);  /* (seq, heads, hd) */
+    float *q = malloc((size_t)seq * heads * hd * sizeof *q);     /* (seq, heads, hd) */
+    float *k = malloc((size_t)seq * kv_heads * hd * sizeof *k);  /* (seq, kv_heads, hd) */
+    float *v = malloc((size_t)seq * kv_heads * hd * sizeof *v);  /* (seq, kv_heads, hd) */
+    float *ref = malloc((size_t)seq * heads * hd * sizeof *ref); /* (seq, heads, hd) */
     CU_ASSERT_FATAL(q && k && v && ref);
     int64_t far = 0;
     *gap_touched = 0;
@@ -81,7 +82,8 @@ int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, 
             const float *g = out + ((int64_t)b * seq + t) * out_stride;
             const float *r = ref + (int64_t)t * heads * hd;
             for (int i = 0; i < heads * hd; i++)
-                far += !(fabs((double)g[i] - (double)r[i]) <= atol + fabs((double)r[i]) * rtol);
+                far += !(fabs((double)g[i] - (double)r[i]) <=
+                         atol + fabs((double)r[i]) * rtol);
             for (int64_t i = (int64_t)heads * hd; i < out_stride; i++)
                 *gap_touched += !isnan(g[i]);
         }
