@@ -135,7 +135,7 @@ san_one() { # tool args...: the suites, then the CLI runs, each cut at $san_dead
         "eval --model $model --dataset datasets/default_calibration.txt --scales $tmp/a.json --num-samples 4 --seq-len 128 --batch 2"; do
         echo "--- kvcal $cmd --device cuda"
         timeout $((san_deadline - $(date +%s))) "$san" "$@" --error-exitcode 9 \
-            "$build/kvcal" $cmd --device cuda --quiet > /dev/null || rc=$?
+            "$build/kvcal" $cmd --device cuda --quiet || rc=$?
     done
     rm -rf "$tmp"
     return $rc
