@@ -126,7 +126,8 @@ kvcal_status kvcal_gemm_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_
  * kvcal_gemm_launch uses), for bench/runner_ops and the tests. The shape is
  * planned and tuned as by kvcal_gemm_launch first. *count and *chosen (each
  * may be NULL) get the number of candidates and the one kvcal_gemm_launch
- * uses. A candidate out of range is KVCAL_ERR_INVALID_ARG. */
+ * uses (untouched when rows is 0: nothing is planned then). A candidate out
+ * of range is KVCAL_ERR_INVALID_ARG. */
 kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *gemm, int candidate,
                                          kvcal_bf16 *out, const kvcal_bf16 *x,
                                          const kvcal_bf16 *w, const kvcal_bf16 *bias,
