@@ -81,11 +81,47 @@ static int fail(kvcal_status st)
     return kvcal_cmd_run_exit_code(st);
 }
 
+enum { O_OBSERVER = KVCAL_OPT_RUN_END, O_GRAN, O_OUT, O_FORMAT, O_STATS };
+
+/* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
+static int own_option(int c, const char *arg, void *ctx)
+{
+    options *o = ctx;
+    switch (c) {
+    case O_OUT:
+        return kvcal_cmd_parse_path("calibrate", "--out", arg, &o->out) ? -1 : 1;
+    case O_FORMAT:
+        o->format = arg;
+        return 1;
+    case O_STATS:
+        return kvcal_cmd_parse_path("calibrate", "--stats", arg, &o->stats_path) ? -1 : 1;
+    case O_OBSERVER:
+        if (kvcal_observer_parse(arg, &o->observer)) {
+            fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
+            return -1;
+        }
+        return 1;
+    case O_GRAN:
+        if (!strcmp(arg, "tensor"))
+            o->granularity = KVCAL_GRANULARITY_TENSOR;
+        else if (!strcmp(arg, "head"))
+            o->granularity = KVCAL_GRANULARITY_HEAD;
+        else {
+            fprintf(stderr,
+                    "kvcal calibrate: --granularity '%s': expected tensor or head\n",
+                    arg);
+            return -1;
+        }
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Parses argv into *o; returns -1 on a usage error (message printed), 1 for
  * --help, 0 to run. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum { O_OBSERVER = KVCAL_OPT_RUN_END, O_GRAN, O_OUT, O_FORMAT, O_STATS };
     static const struct option longopts[] = {
         KVCAL_CMD_RUN_LONGOPTS,
         {"observer", required_argument, 0, O_OBSERVER},
@@ -104,60 +140,10 @@ static int parse_options(int argc, char **argv, options *o)
     o->format = "kvcal";
     o->observer = kvcal_observer_default();
     o->granularity = KVCAL_GRANULARITY_TENSOR;
-    int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        int run = kvcal_cmd_run_option("calibrate", c, optarg, 1, &o->run);
-        if (run < 0)
-            return -1;
-        if (run)
-            continue;
-        switch (c) {
-        case O_OUT:
-            if (kvcal_cmd_parse_path("calibrate", "--out", optarg, &o->out))
-                return -1;
-            break;
-        case O_FORMAT:
-            o->format = optarg;
-            break;
-        case O_STATS:
-            if (kvcal_cmd_parse_path("calibrate", "--stats", optarg, &o->stats_path))
-                return -1;
-            break;
-        case O_OBSERVER:
-            if (kvcal_observer_parse(optarg, &o->observer)) {
-                fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
-                return -1;
-            }
-            break;
-        case O_GRAN:
-            if (!strcmp(optarg, "tensor"))
-                o->granularity = KVCAL_GRANULARITY_TENSOR;
-            else if (!strcmp(optarg, "head"))
-                o->granularity = KVCAL_GRANULARITY_HEAD;
-            else {
-                fprintf(stderr,
-                        "kvcal calibrate: --granularity '%s': expected tensor or head\n",
-                        optarg);
-                return -1;
-            }
-            break;
-        case 'h':
-        case KVCAL_OPT_HELP:
-            return 1;
-        default:
-            fprintf(stderr,
-                    "kvcal calibrate: unknown or incomplete option '%s' (see --help)\n",
-                    argv[optind - 1]);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "kvcal calibrate: unexpected argument '%s' (see --help)\n",
-                argv[optind]);
-        return -1;
-    }
+    int rc = kvcal_cmd_parse_run_argv("calibrate", argc, argv, longopts, 1, &o->run,
+                                      own_option, o);
+    if (rc)
+        return rc;
     if (!o->run.model) {
         fprintf(stderr, "kvcal calibrate: --model is required (see --help)\n");
         return -1;
@@ -493,7 +479,8 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
                                   1, NULL};
     char dataset_path[4096];
     if (o.run.dataset == default_dataset) {
-        if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path, sizeof dataset_path)))
+        if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path,
+                                       sizeof dataset_path)))
             goto fail;
     } else {
         snprintf(dataset_path, sizeof dataset_path, "%s", o.run.dataset);

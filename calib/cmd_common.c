@@ -53,8 +53,11 @@ int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
     return 0;
 }
 
-int kvcal_cmd_run_option(const char *cmd, int c, const char *arg, int min_seq_len,
-                         kvcal_cmd_run_options *o)
+/* Stores option c with value arg into o when it is one of the KVCAL_OPT_*
+ * run options but --help: 1 when stored, 0 for another option, -1 for a bad
+ * value (message printed). */
+static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
+                      kvcal_cmd_run_options *o)
 {
     switch (c) {
     case KVCAL_OPT_MODEL:
@@ -96,6 +99,36 @@ int kvcal_cmd_run_option(const char *cmd, int c, const char *arg, int min_seq_le
     default:
         return 0;
     }
+}
+
+int kvcal_cmd_parse_run_argv(const char *cmd, int argc, char **argv,
+                             const struct option *longopts, int min_seq_len,
+                             kvcal_cmd_run_options *run, kvcal_cmd_own_option own,
+                             void *ctx)
+{
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'h' || c == KVCAL_OPT_HELP)
+            return 1;
+        int took = run_option(cmd, c, optarg, min_seq_len, run);
+        if (!took)
+            took = own(c, optarg, ctx);
+        if (took < 0)
+            return -1;
+        if (!took) {
+            fprintf(stderr, "kvcal %s: unknown or incomplete option '%s' (see --help)\n",
+                    cmd, argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvcal %s: unexpected argument '%s' (see --help)\n", cmd,
+                argv[optind]);
+        return -1;
+    }
+    return 0;
 }
 
 kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,

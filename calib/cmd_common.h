@@ -75,12 +75,21 @@ enum {
     {"help", no_argument, 0, KVCAL_OPT_HELP}
 // clang-format on
 
-/* Stores option c (a getopt_long result) with value arg into o when it is
- * one of the KVCAL_OPT_* above but --help; --seq-len must be >= min_seq_len.
- * Returns 1 when stored, 0 when c is another option, -1 for a bad value
- * (message "kvcal <cmd>: ..." printed). */
-int kvcal_cmd_run_option(const char *cmd, int c, const char *arg, int min_seq_len,
-                         kvcal_cmd_run_options *o);
+/* A command's own option c (a getopt_long result) with value arg, for
+ * kvcal_cmd_parse_run_argv: returns 1 when it took it, 0 when c is not one
+ * of its options, -1 for a bad value (message "kvcal <cmd>: ..." printed). */
+typedef int (*kvcal_cmd_own_option)(int c, const char *arg, void *ctx);
+
+/* getopt_long over argv (longopts: KVCAL_CMD_RUN_LONGOPTS and the command's
+ * own) for a command that runs a model over samples and takes no operands:
+ * the options above go into *run (--seq-len must be >= min_seq_len), every
+ * other one to own(c, optarg, ctx). Returns 1 for --help or -h, -1 for a
+ * usage error (a bad value, an unknown or incomplete option, an operand; one
+ * line "kvcal <cmd>: ..." printed), 0 otherwise. */
+int kvcal_cmd_parse_run_argv(const char *cmd, int argc, char **argv,
+                             const struct option *longopts, int min_seq_len,
+                             kvcal_cmd_run_options *run, kvcal_cmd_own_option own,
+                             void *ctx);
 
 /* Loads `dataset` as samples of opt for the model at model_path (vocabulary
  * of vocab_size tokens), tokenized with `tokenizer` or else the tokenizer

@@ -50,8 +50,9 @@ static const char *const mode_help[NUM_MODES] = {
 typedef struct {
     kvcal_cmd_run_options run;
     const char *scales;
-    int modes[NUM_MODES]; /* 1 = run */
-    int cuda;             /* --device cuda */
+    const char *modes_text; /* --modes as given, or NULL */
+    int modes[NUM_MODES];   /* 1 = run */
+    int cuda;               /* --device cuda */
 } options;
 
 static void usage(FILE *f)
@@ -106,11 +107,28 @@ static int parse_modes(const char *text, int *modes)
     return 0;
 }
 
+enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES };
+
+/* eval's own options (kvcal_cmd_own_option); ctx: the options, whose
+ * modes_text keeps --modes until the other options are known. */
+static int own_option(int c, const char *arg, void *ctx)
+{
+    options *o = ctx;
+    switch (c) {
+    case O_SCALES:
+        return kvcal_cmd_parse_path("eval", "--scales", arg, &o->scales) ? -1 : 1;
+    case O_MODES:
+        o->modes_text = arg;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Parses argv into *o; returns -1 on a usage error (message printed), 1 for
  * --help, 0 to run. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES };
     static const struct option longopts[] = {
         KVCAL_CMD_RUN_LONGOPTS,
         {"scales", required_argument, 0, O_SCALES},
@@ -123,39 +141,11 @@ static int parse_options(int argc, char **argv, options *o)
     o->run.batch = 4;
     o->run.tp = 1;
     o->run.seed = 1;
-    const char *modes = NULL;
-    int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        int run = kvcal_cmd_run_option("eval", c, optarg, 2, &o->run);
-        if (run < 0)
-            return -1;
-        if (run)
-            continue;
-        switch (c) {
-        case O_SCALES:
-            if (kvcal_cmd_parse_path("eval", "--scales", optarg, &o->scales))
-                return -1;
-            break;
-        case O_MODES:
-            modes = optarg;
-            break;
-        case 'h':
-        case KVCAL_OPT_HELP:
-            return 1;
-        default:
-            fprintf(stderr,
-                    "kvcal eval: unknown or incomplete option '%s' (see --help)\n",
-                    argv[optind - 1]);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "kvcal eval: unexpected argument '%s' (see --help)\n",
-                argv[optind]);
-        return -1;
-    }
+    int rc =
+        kvcal_cmd_parse_run_argv("eval", argc, argv, longopts, 2, &o->run, own_option, o);
+    if (rc)
+        return rc;
+    const char *modes = o->modes_text;
     if (!o->run.model || !o->run.dataset) {
         fprintf(stderr, "kvcal eval: --model and --dataset are required (see --help)\n");
         return -1;
