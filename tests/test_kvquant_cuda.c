@@ -598,6 +598,49 @@ static int same_value(const void *a, const void *b, size_t i, kvcal_dtype d)
     return ((x & 0x7fff) > nan && (y & 0x7fff) > nan) || x == y;
 }
 
+/* Quantizes case c through the reference (dynamic scales when token_scales,
+ * else static per-head ones) into both caches, dequantizes them on the host
+ * and on the device into `out` and counts the values that differ, plus one
+ * when fast is set and the fast kernel does not take the case. */
+static size_t dequantize_mismatches(qcase c, int token_scales, kvcal_dtype out, int fast)
+{
+    qsetup s;
+    qsetup_make(&s, c, token_scales);
+    if (token_scales)
+        kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
+    else
+        kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
+                                     s.host.k_scale, s.host.v_scale);
+    cudaMemcpy(s.dev.c.k, s.host.c.k, s.cache_bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(s.dev.c.v, s.host.c.v, s.cache_bytes, cudaMemcpyHostToDevice);
+    if (token_scales) {
+        cudaMemcpy(s.dev.c.k_scale, s.host.c.k_scale, s.scale_count * 4,
+                   cudaMemcpyHostToDevice);
+        cudaMemcpy(s.dev.c.v_scale, s.host.c.v_scale, s.scale_count * 4,
+                   cudaMemcpyHostToDevice);
+    }
+    const size_t count = (size_t)c.T * c.H * c.D, bytes = count * (size_t)elem_size(out);
+    void *hk = malloc(bytes), *hv = malloc(bytes), *gk = malloc(bytes), *gv = malloc(bytes);
+    CU_ASSERT_FATAL(hk && hv && gk && gv);
+    memset(hk, 0x5a, bytes), memset(hv, 0x5a, bytes);
+    void *dk = dev_copy(hk, bytes), *dv = dev_copy(hv, bytes);
+    size_t bad = fast && kvcal_kv_dequant_fast_path_applies(&s.dev.b, &s.dev.c, dk, dv) != 1;
+    bad += kvcal_kv_dequantize_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
+                                   s.host.k_scale, s.host.v_scale, hk, hv, out) != KVCAL_OK;
+    bad += kvcal_kv_dequantize_launch(&s.dev.b, &s.dev.c, KVCAL_GRANULARITY_HEAD,
+                                      s.dev.k_scale, s.dev.v_scale, dk, dv, out,
+                                      NULL) != KVCAL_OK;
+    host_copy(gk, dk, bytes);
+    host_copy(gv, dv, bytes);
+    for (size_t i = 0; i < count; i++)
+        bad += !same_value(hk, gk, i, out) + !same_value(hv, gv, i, out);
+    report(fast ? "fast dequantize" : "dequantize", c, bad);
+    cudaFree(dk), cudaFree(dv);
+    free(hk), free(hv), free(gk), free(gv);
+    qsetup_free(&s);
+    return bad;
+}
+
 static void dequantize_launch_matches_ref_in_every_out_dtype(void)
 {
     static const int Ds[] = {72, 80, 128};
@@ -612,44 +655,7 @@ static void dequantize_launch_matches_ref_in_every_out_dtype(void)
                            (kvcal_cache_layout)(od == 1),
                            KVCAL_DTYPE_BF16,
                            0};
-                qsetup s;
-                qsetup_make(&s, c, token_scales);
-                /* fill both caches with the same bytes through the reference */
-                if (token_scales)
-                    kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
-                else
-                    kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c,
-                                                 KVCAL_GRANULARITY_HEAD, s.host.k_scale,
-                                                 s.host.v_scale);
-                cudaMemcpy(s.dev.c.k, s.host.c.k, s.cache_bytes, cudaMemcpyHostToDevice);
-                cudaMemcpy(s.dev.c.v, s.host.c.v, s.cache_bytes, cudaMemcpyHostToDevice);
-                if (token_scales) {
-                    cudaMemcpy(s.dev.c.k_scale, s.host.c.k_scale, s.scale_count * 4,
-                               cudaMemcpyHostToDevice);
-                    cudaMemcpy(s.dev.c.v_scale, s.host.c.v_scale, s.scale_count * 4,
-                               cudaMemcpyHostToDevice);
-                }
-                kvcal_dtype out = (kvcal_dtype)od;
-                size_t n = (size_t)c.T * c.H * c.D, bytes = n * (size_t)elem_size(out);
-                void *hk = malloc(bytes), *hv = malloc(bytes), *gk = malloc(bytes),
-                     *gv = malloc(bytes);
-                memset(hk, 0x5a, bytes), memset(hv, 0x5a, bytes);
-                void *dk = dev_copy(hk, bytes), *dv = dev_copy(hv, bytes);
-                size_t bad = kvcal_kv_dequantize_ref(
-                                 &s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
-                                 s.host.k_scale, s.host.v_scale, hk, hv, out) != KVCAL_OK;
-                bad += kvcal_kv_dequantize_launch(
-                           &s.dev.b, &s.dev.c, KVCAL_GRANULARITY_HEAD, s.dev.k_scale,
-                           s.dev.v_scale, dk, dv, out, NULL) != KVCAL_OK;
-                host_copy(gk, dk, bytes);
-                host_copy(gv, dv, bytes);
-                for (size_t i = 0; i < n; i++)
-                    bad += !same_value(hk, gk, i, out) + !same_value(hv, gv, i, out);
-                report("dequantize", c, bad);
-                failed += bad != 0;
-                cudaFree(dk), cudaFree(dv);
-                free(hk), free(hv), free(gk), free(gv);
-                qsetup_free(&s);
+                failed += dequantize_mismatches(c, token_scales, (kvcal_dtype)od, 0) != 0;
             }
     CU_ASSERT_EQUAL(failed, 0);
 }
@@ -664,7 +670,6 @@ static void dequantize_fast_kernel_matches_ref_on_large_odd_batches(void)
     int failed = 0, n = 0;
     for (int di = 0; di < 3; di++)
         for (int od = 0; od < 3; od++, n++) {
-            const int token_scales = n % 2;
             qcase c = {FAST_T,
                        n % 3 == 1 ? 3 : 8,
                        Ds[di],
@@ -672,44 +677,7 @@ static void dequantize_fast_kernel_matches_ref_on_large_odd_batches(void)
                        (kvcal_cache_layout)(n % 3 == 0),
                        KVCAL_DTYPE_BF16,
                        0};
-            qsetup s;
-            qsetup_make(&s, c, token_scales);
-            if (token_scales)
-                kvcal_kv_quantize_dynamic_ref(&s.host.b, &s.host.c);
-            else
-                kvcal_kv_quantize_static_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
-                                             s.host.k_scale, s.host.v_scale);
-            cudaMemcpy(s.dev.c.k, s.host.c.k, s.cache_bytes, cudaMemcpyHostToDevice);
-            cudaMemcpy(s.dev.c.v, s.host.c.v, s.cache_bytes, cudaMemcpyHostToDevice);
-            if (token_scales) {
-                cudaMemcpy(s.dev.c.k_scale, s.host.c.k_scale, s.scale_count * 4,
-                           cudaMemcpyHostToDevice);
-                cudaMemcpy(s.dev.c.v_scale, s.host.c.v_scale, s.scale_count * 4,
-                           cudaMemcpyHostToDevice);
-            }
-            kvcal_dtype out = (kvcal_dtype)od;
-            size_t count = (size_t)c.T * c.H * c.D,
-                   bytes = count * (size_t)elem_size(out);
-            void *hk = malloc(bytes), *hv = malloc(bytes), *gk = malloc(bytes),
-                 *gv = malloc(bytes);
-            memset(hk, 0x5a, bytes), memset(hv, 0x5a, bytes);
-            void *dk = dev_copy(hk, bytes), *dv = dev_copy(hv, bytes);
-            size_t bad = kvcal_kv_dequant_fast_path_applies(&s.dev.b, &s.dev.c, dk, dv) != 1;
-            bad += kvcal_kv_dequantize_ref(&s.host.b, &s.host.c, KVCAL_GRANULARITY_HEAD,
-                                           s.host.k_scale, s.host.v_scale, hk, hv,
-                                           out) != KVCAL_OK;
-            bad += kvcal_kv_dequantize_launch(&s.dev.b, &s.dev.c, KVCAL_GRANULARITY_HEAD,
-                                              s.dev.k_scale, s.dev.v_scale, dk, dv, out,
-                                              NULL) != KVCAL_OK;
-            host_copy(gk, dk, bytes);
-            host_copy(gv, dv, bytes);
-            for (size_t i = 0; i < count; i++)
-                bad += !same_value(hk, gk, i, out) + !same_value(hv, gv, i, out);
-            report("fast dequantize", c, bad);
-            failed += bad != 0;
-            cudaFree(dk), cudaFree(dv);
-            free(hk), free(hv), free(gk), free(gv);
-            qsetup_free(&s);
+            failed += dequantize_mismatches(c, n % 2, (kvcal_dtype)od, 1) != 0;
         }
     CU_ASSERT_EQUAL(failed, 0);
 }
