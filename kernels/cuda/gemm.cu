@@ -4,9 +4,8 @@
  * shape of at least GEMM_TUNE_FLOPS the first launch times each on the
  * caller's stream and keeps the fastest (the heuristic's first choice ran
  * the Llama-3-8B down projection at 88% of the matmul ceiling). Candidates
- * are timed in GEMM_TUNE_ROUNDS interleaved rounds of about
- * GEMM_TUNE_WINDOW_MS each, each keeping its best round, so that a clock
- * ramp or a noisy moment does not decide alone.
+ * are timed in GEMM_TUNE_ROUNDS interleaved rounds, each keeping its best
+ * round, so that a clock ramp or a noisy moment does not decide alone.
  *
  * Row-major out (rows, n) = x (rows, k) @ w^T is, in cuBLASLt's column-major
  * terms, out^T (n, rows) = w (k, n)^T @ x^T (k, rows): A = w transposed, B = x,
@@ -18,17 +17,7 @@
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
-enum {
-    GEMM_CACHE = 32,
-    GEMM_CANDIDATES = 16,
-    GEMM_TUNE_ROUNDS = 3,
-    GEMM_TUNE_MIN_REPS = 3,
-    GEMM_TUNE_MAX_REPS = 64
-};
-/* A candidate's timed window in a round: at least this long (in runs of the
- * first candidate), so that short GEMMs are not timed on a few
- * microseconds of launches */
-#define GEMM_TUNE_WINDOW_MS 20.0f
+enum { GEMM_CACHE = 32, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUNDS = 3 };
 #define GEMM_TUNE_FLOPS 1e9
 
 typedef struct gemm_plan {
@@ -202,12 +191,10 @@ static int run_candidate(kvcal_gemm_t *g, const gemm_plan *p, int c, kvcal_bf16 
                           stream) == CUBLAS_STATUS_SUCCESS;
 }
 
-/* Times every candidate in GEMM_TUNE_ROUNDS rounds of the same number of
- * runs (after one warm-up run of each; as many as fill GEMM_TUNE_WINDOW_MS
- * at the first candidate's speed, within GEMM_TUNE_MIN_REPS ..
- * GEMM_TUNE_MAX_REPS), keeps each one's best round and chooses the fastest;
- * candidates that fail to run are passed over. Synchronizes with the
- * stream. */
+/* Times every candidate in GEMM_TUNE_ROUNDS rounds of GEMM_TUNE_REPS runs
+ * (after one warm-up run of each), keeps each one's best round and chooses
+ * the fastest; candidates that fail to run are passed over. Synchronizes
+ * with the stream. */
 static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
                               const kvcal_bf16 *x, const kvcal_bf16 *w,
                               cudaStream_t stream)
@@ -223,20 +210,11 @@ static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
     }
     for (int c = 0; c < p->num_cand; c++)
         ok[c] = run_candidate(g, p, c, out, x, w, stream);
-    int reps = GEMM_TUNE_MIN_REPS;
-    float one_ms = 0.0f;
-    if (ok[0] && cudaEventRecord(ev[0], stream) == cudaSuccess &&
-        run_candidate(g, p, 0, out, x, w, stream) &&
-        cudaEventRecord(ev[1], stream) == cudaSuccess &&
-        cudaEventSynchronize(ev[1]) == cudaSuccess &&
-        cudaEventElapsedTime(&one_ms, ev[0], ev[1]) == cudaSuccess && one_ms > 0.0f)
-        reps = (int)fminf(fmaxf(ceilf(GEMM_TUNE_WINDOW_MS / one_ms), GEMM_TUNE_MIN_REPS),
-                          GEMM_TUNE_MAX_REPS);
     for (int round = 0; round < GEMM_TUNE_ROUNDS; round++)
         for (int c = 0; c < p->num_cand; c++) {
             float ms = 0.0f;
             ok[c] = ok[c] && cudaEventRecord(ev[0], stream) == cudaSuccess;
-            for (int r = 0; ok[c] && r < reps; r++)
+            for (int r = 0; ok[c] && r < GEMM_TUNE_REPS; r++)
                 ok[c] = run_candidate(g, p, c, out, x, w, stream);
             ok[c] = ok[c] && cudaEventRecord(ev[1], stream) == cudaSuccess &&
                     cudaEventSynchronize(ev[1]) == cudaSuccess &&
