@@ -35,6 +35,16 @@
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
 
+// cos and sin of position p at frequency inv_freq, times the attention factor
+// (yarn; 1 otherwise), rounded to bf16 as transformers' cos/sin tables are.
+static __device__ __forceinline__ void rope_cos_sin(int p, float inv_freq, float factor,
+                                                    float *cs, float *sn)
+{
+    sincosf((float)p * inv_freq, sn, cs);
+    *sn = kvcal_rbf(*sn * factor);
+    *cs = kvcal_rbf(*cs * factor);
+}
+
 enum {
     ROPE_WARPS = 8,
     ROPE_TOKENS_PER_BLOCK = 128,
@@ -176,9 +186,7 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
             cs[i] = 1.0f;
             sn[i] = 0.0f;
             if (j < pairs && 2 * j < rope.rot_dim) {
-                sincosf((float)p * rope.inv_freq[j], &sn[i], &cs[i]);
-                sn[i] = kvcal_rbf(sn[i] * rope.attention_factor);
-                cs[i] = kvcal_rbf(cs[i] * rope.attention_factor);
+                rope_cos_sin(p, rope.inv_freq[j], rope.attention_factor, &cs[i], &sn[i]);
             }
         }
         __nv_bfloat16 *base = qkv + (int64_t)t * token_stride;
@@ -443,9 +451,7 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
         float mc[NI], ms[NI], cs[8], sn[8];
 #pragma unroll
         for (int i = 0; i < NI; i++) {
-            sincosf((float)p * inv[i], &ms[i], &mc[i]);
-            ms[i] = kvcal_rbf(ms[i] * rope.attention_factor);
-            mc[i] = kvcal_rbf(mc[i] * rope.attention_factor);
+            rope_cos_sin(p, inv[i], rope.attention_factor, &mc[i], &ms[i]);
         }
 #pragma unroll
         for (int k = 0; k < 8; k++) {
