@@ -3,7 +3,8 @@
 the best a PyTorch user does, on a Llama-3-8B-shaped random-weight model and
 the same tokens (8 samples x 2048 tokens a batch).
 
-usage: calibrate_llama8b.py KVCAL WORKDIR [--layers N] [--batches B] [--attention-only]
+usage: calibrate_llama8b.py KVCAL WORKDIR [--layers N] [--batches B] [--rounds R]
+                            [--kvcal-b KVCAL_B] [--attention-only]
 
 Builds the model with transformers' own LlamaConfig on the GPU (bf16, random
 init), saves it as safetensors under WORKDIR, writes B x 8 random 2048-token
@@ -16,6 +17,14 @@ the layer count). Prints tokens/s of each, kvcal's ratios, kvcal's achieved
 TFLOP/s, peak device memory (kvcal: the device's memory in use while it ran,
 sampled, minus what this process held), and the largest relative difference
 of kvcal's per-head K/V absmax from transformers'.
+
+The GPU runs at its power cap under all three, and its clock drifts by a few
+percent over tens of seconds, so one timing of each, taken at different
+moments, is not enough to compare them at the percent level: after the first
+round (kvcal, eager, compiled), R - 1 more rounds time the three again in turn,
+and the table gives each one's median over the rounds (every round's figures
+are printed). --kvcal-b times a second kvcal build right after the first in
+every round (an A/B of two versions on the same GPU, model and tokens).
 
 --attention-only: runs kvcal twice on the same model and tokens, with
 cuDNN's fused attention (where installed) and with KVCAL_ATTENTION=kvcal
@@ -133,6 +142,8 @@ def main():
     ap.add_argument("workdir")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kvcal-b")
     ap.add_argument("--attention-only", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -163,6 +174,15 @@ def main():
     res, kvcal_peak = run_kvcal(a.kvcal, model_dir, data, samples,
                                 os.path.join(a.workdir, "kvcal_scales.json"))
     kvcal_tps = res["tokens_per_second"]
+
+    def run_b():
+        if not a.kvcal_b:
+            return None
+        res_b, _ = run_kvcal(a.kvcal_b, model_dir, data, samples,
+                             os.path.join(a.workdir, "kvcal_b_scales.json"))
+        return res_b["tokens_per_second"]
+
+    b_rounds = [run_b()]
     if a.attention_only:
         env = dict(os.environ, KVCAL_ATTENTION="kvcal")
         own, own_peak = run_kvcal(a.kvcal, model_dir, data, samples,
@@ -291,7 +311,8 @@ def main():
                                        for i in (0, 1)), flush=True)
 
     t0 = time.time()
-    compiled_tps = timed(torch.compile(body), 2)
+    compiled = torch.compile(body)
+    compiled_tps = timed(compiled, 2)
     print(f"torch.compile pass took {time.time() - t0:.0f} s", flush=True)
     # the same bf16 model and tokens, compiled (inductor fuses the pointwise ops
     # and rounds at other places): how far two transformers runs are apart
@@ -301,13 +322,29 @@ def main():
         print(f"per-head {kind.upper()} absmax, transformers compiled vs eager: worst rel. diff "
               f"{max(d):.2e}, median {statistics.median(d):.2e}", flush=True)
 
+    rounds = [(kvcal_tps, eager_tps, compiled_tps)]
+    for r in range(1, a.rounds):
+        res_r, _ = run_kvcal(a.kvcal, model_dir, data, samples,
+                             os.path.join(a.workdir, "kvcal_scales.json"))
+        b_rounds.append(run_b())
+        rounds.append((res_r["tokens_per_second"], timed(body, 1), timed(compiled, 1)))
+    print(f"\n{'round':>5} {'kvcal':>8} {'eager':>8} {'compiled':>9} {'x eager':>8} {'x compiled':>10}")
+    for r, (k, e, c) in enumerate(rounds):
+        b = f"   kvcal B {b_rounds[r]:.0f} ({b_rounds[r] / c:.3f} x compiled)" if a.kvcal_b else ""
+        print(f"{r + 1:5} {k:8.0f} {e:8.0f} {c:9.0f} {k / e:8.3f} {k / c:10.3f}{b}")
+    kvcal_tps, eager_tps, compiled_tps = (statistics.median(x) for x in zip(*rounds))
+
     flops_per_token = a.layers * (2 * 4096 * (6144 + 4096 + 3 * 14336) + 4 * 4096 * (SEQ + 1) / 2)
     weights = sum(p.numel() * p.element_size() for p in body.parameters())
-    print(f"\nLlama-3-8B shapes, {a.layers} layers, {a.batches} batches of {BATCH} x {SEQ} tokens, bf16")
+    print(f"\nLlama-3-8B shapes, {a.layers} layers, {a.batches} batches of {BATCH} x {SEQ} tokens, bf16"
+          f" (medians of {len(rounds)} rounds)")
     print(f"{'':40} {'tokens/s':>10} {'kvcal x':>8}")
-    for name, tps in (("kvcal calibrate --device cuda", kvcal_tps), ("HF eager + hooks", eager_tps),
-                      ("HF torch.compile + hooks", compiled_tps),
-                      ("library floor (cuBLAS + best SDPA)", floor_tps)):
+    table = [("kvcal calibrate --device cuda", kvcal_tps), ("HF eager + hooks", eager_tps),
+             ("HF torch.compile + hooks", compiled_tps),
+             ("library floor (cuBLAS + best SDPA)", floor_tps)]
+    if a.kvcal_b:
+        table.insert(1, ("kvcal B (--kvcal-b)", statistics.median(b_rounds)))
+    for name, tps in table:
         print(f"{name:40} {tps:10.0f} {kvcal_tps / tps:8.2f}")
     print(f"kvcal achieved {kvcal_tps * flops_per_token / 1e12:.0f} TFLOP/s (model FLOPs, causal "
           f"attention halved)")

@@ -69,7 +69,7 @@ rm -rf "$tmp"
 }
 
 if want ops; then
-    timeout 120 "$build/bench/runner_ops" > "$out/bench.txt" 2>&1
+    timeout 240 "$build/bench/runner_ops" > "$out/bench.txt" 2>&1
     b_rc=$?
 fi
 if want sdpa; then
@@ -93,7 +93,7 @@ fi
 # end to end at Llama-3-8B shapes against transformers
 if want 8b; then
     work=$(mktemp -d)
-    limit=330
+    limit=480
     [ -n "${KVCAL_DEADLINE:-}" ] && limit=$((KVCAL_DEADLINE - $(date +%s) - 10))
     PYTHONUNBUFFERED=1 timeout "$limit" python3 bench/calibrate_llama8b.py "$build/kvcal" "$work" \
         > "$out/llama8b.txt" 2>&1

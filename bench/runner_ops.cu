@@ -3,7 +3,11 @@
 // heads, head_dim 128, MLP 14336), against the device's measured ceilings
 // (a large device-to-device copy, a large bf16 GEMM), and adds one layer up
 // into a predicted forward rate. Each op is timed with CUDA events, the L2
-// flushed before every repetition, median of the repetitions.
+// flushed before every repetition, median of the repetitions. Then the
+// layer's ops run in the runner's order 32 layers back to back (what the
+// runner sustains, at the GPU's power cap): as the runner has them, without
+// each elementwise pass (what fusing it away could gain at most), and with
+// each GEMM's every cuBLASLt candidate in turn.
 //
 // usage: runner_ops [reps]     (default 20)
 // Correctness is the test suite's job (tests/test_cuda_ops.c); every launch's
@@ -148,7 +152,7 @@ int main(int argc, char **argv)
     kvcal_bf16 *resid = rand_dev((size_t)M * D, 1.0f),
                *delta = rand_dev((size_t)M * D, 1.0f);
     kvcal_bf16 *xn = rand_dev((size_t)M * D, 1.0f), *norm_w = rand_dev(D, 1.0f);
-    kvcal_bf16 *w_qkv = rand_dev((size_t)QKV * D, 0.02f), *b_qkv = rand_dev(QKV, 0.02f);
+    kvcal_bf16 *w_qkv = rand_dev((size_t)QKV * D, 0.02f);
     kvcal_bf16 *w_o = rand_dev((size_t)D * D, 0.02f);
     kvcal_bf16 *w_gu = rand_dev((size_t)2 * F * D, 0.02f),
                *w_down = rand_dev((size_t)D * F, 0.02f);
@@ -218,7 +222,7 @@ int main(int argc, char **argv)
         row("add_rmsnorm", ms, 0.0, 2.0 * 4 * (double)M * D, peak_tflops, peak_tbs);
         layer += 2 * ms;
     }
-    layer += gemm_row("gemm qkv (+bias)", qkv, xn, w_qkv, b_qkv, D, QKV);
+    layer += gemm_row("gemm qkv", qkv, xn, w_qkv, nullptr, D, QKV);
     {
         // every kernel version on the same input, its output checked against version
         // 1's first (they differ at most by one bf16 rounding step)
@@ -350,40 +354,104 @@ int main(int argc, char **argv)
 
     // --- the layer's ops in the runner's order, 32 layers back to back ---
     // (one forward's worth, no flush, no gap: what the runner sustains,
-    // against the sum of ops timed one at a time above)
+    // against the sum of ops timed one at a time above). Under sustained load
+    // the GPU runs at its power cap, so this is also where GEMM candidates
+    // and the elementwise passes are weighed as the runner meets them.
     kvcal_attention_t *attn;
     CHECK_KVCAL(kvcal_attention_create(&attn));
-    auto forward = [&] {
+    enum { G_QKV, G_O, G_GATE_UP, G_DOWN, NUM_GEMMS };
+    struct layer_plan {
+        int cand[NUM_GEMMS]; // -1: the tuned choice
+        bool norms, rope, swiglu;
+    };
+    const layer_plan runner_plan = {{-1, -1, -1, -1}, true, true, true};
+    // (out, x, w, k, n) of each GEMM, as the runner calls them
+    kvcal_bf16 *const gemm_out[NUM_GEMMS] = {qkv, delta, gu, delta};
+    const kvcal_bf16 *const gemm_x[NUM_GEMMS] = {xn, att, xn, act};
+    const kvcal_bf16 *const gemm_w[NUM_GEMMS] = {w_qkv, w_o, w_gu, w_down};
+    const int gemm_k[NUM_GEMMS] = {D, D, D, F}, gemm_n[NUM_GEMMS] = {QKV, D, 2 * F, D};
+    const char *gemm_names[NUM_GEMMS] = {"qkv", "o", "gate_up", "down"};
+    auto run_gemm = [&](int which, int cand, int *count, int *chosen) {
+        CHECK_KVCAL(kvcal_gemm_launch_candidate(gemm, cand, gemm_out[which], gemm_x[which],
+                                                gemm_w[which], nullptr, M, gemm_k[which],
+                                                gemm_n[which], 0, count, chosen));
+    };
+    auto forward = [&](const layer_plan &lp) {
         for (int l = 0; l < 32; l++) {
-            CHECK_KVCAL(
-                kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
-            CHECK_KVCAL(kvcal_gemm_launch(gemm, qkv, xn, w_qkv, b_qkv, M, D, QKV, 0));
-            CHECK_KVCAL(
-                kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope, &obs, 0));
+            if (lp.norms)
+                CHECK_KVCAL(
+                    kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
+            run_gemm(G_QKV, lp.cand[G_QKV], nullptr, nullptr);
+            if (lp.rope)
+                CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, &rope,
+                                                      &obs, 0));
             CHECK_KVCAL(kvcal_attention_run(attn, att, D, qkv, qkv + H * HD,
                                             qkv + (H + HKV) * HD, QKV, B, T, H, HKV, HD,
                                             0.08838834764f, 0, nullptr));
-            CHECK_KVCAL(kvcal_gemm_launch(gemm, delta, att, w_o, nullptr, M, D, D, 0));
-            CHECK_KVCAL(
-                kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
-            CHECK_KVCAL(kvcal_gemm_launch(gemm, gu, xn, w_gu, nullptr, M, D, 2 * F, 0));
-            CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0));
-            CHECK_KVCAL(kvcal_gemm_launch(gemm, delta, act, w_down, nullptr, M, F, D, 0));
+            run_gemm(G_O, lp.cand[G_O], nullptr, nullptr);
+            if (lp.norms)
+                CHECK_KVCAL(
+                    kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
+            run_gemm(G_GATE_UP, lp.cand[G_GATE_UP], nullptr, nullptr);
+            if (lp.swiglu)
+                CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0));
+            run_gemm(G_DOWN, lp.cand[G_DOWN], nullptr, nullptr);
         }
     };
-    forward();
-    CHECK_CUDA(cudaDeviceSynchronize());
-    printf("32 layers back to back, ms per layer:");
-    for (int r = 0; r < 4; r++) {
+    auto sustained_ms = [&](const layer_plan &lp) {
         float ms;
         CHECK_CUDA(cudaEventRecord(t.a));
-        forward();
+        forward(lp);
         CHECK_CUDA(cudaEventRecord(t.b));
         CHECK_CUDA(cudaEventSynchronize(t.b));
         CHECK_CUDA(cudaEventElapsedTime(&ms, t.a, t.b));
-        printf(" %.3f", ms / 32);
-    }
+        return ms / 32;
+    };
+    forward(runner_plan);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    printf("32 layers back to back, ms per layer:");
+    for (int r = 0; r < 4; r++)
+        printf(" %.3f", sustained_ms(runner_plan));
     printf(" (sum of ops %.3f)\n", layer);
+
+    // what fusing the elementwise passes away could gain at most, sustained
+    const struct {
+        const char *name;
+        layer_plan lp;
+    } what_if[] = {
+        {"as the runner", runner_plan},
+        {"without add_rmsnorm", {{-1, -1, -1, -1}, false, true, true}},
+        {"without rope + observe", {{-1, -1, -1, -1}, true, false, true}},
+        {"without swiglu", {{-1, -1, -1, -1}, true, true, false}},
+        {"GEMMs + attention only", {{-1, -1, -1, -1}, false, false, false}},
+    };
+    printf("\nsustained, ms per layer (two passes):\n");
+    float what_ms[2][sizeof what_if / sizeof what_if[0]];
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < sizeof what_if / sizeof what_if[0]; i++)
+            what_ms[pass][i] = sustained_ms(what_if[i].lp);
+    for (size_t i = 0; i < sizeof what_if / sizeof what_if[0]; i++)
+        printf("  %-26s %.3f %.3f\n", what_if[i].name, what_ms[0][i], what_ms[1][i]);
+
+    // every candidate of each GEMM in the sustained layer (the others at the
+    // tuned choice): does the tuner's short timing rank them as the runner
+    // meets them?
+    printf("\nsustained, one GEMM's candidate forced, ms per layer (two passes; * tuned):\n");
+    for (int which = 0; which < NUM_GEMMS; which++) {
+        int count = 0, chosen = 0;
+        run_gemm(which, -1, &count, &chosen);
+        std::vector<float> ms[2];
+        for (int pass = 0; pass < 2; pass++)
+            for (int c = 0; c < count; c++) {
+                layer_plan lp = runner_plan;
+                lp.cand[which] = c;
+                ms[pass].push_back(sustained_ms(lp));
+            }
+        printf("  %-8s", gemm_names[which]);
+        for (int c = 0; c < count; c++)
+            printf(" %.3f/%.3f%s", ms[0][c], ms[1][c], c == chosen ? "*" : "");
+        printf("\n");
+    }
     kvcal_attention_destroy(attn);
 
     kvcal_gemm_destroy(gemm);
