@@ -190,24 +190,32 @@ int main(int argc, char **argv)
 
     printf("%-26s %9s %9s %7s %9s %7s\n", "op (8 x 2048 tokens)", "ms", "floor ms",
            "of fl", "TFLOP/s", "TB/s");
-    auto gemm_row = [&](const char *name, kvcal_bf16 *out, const kvcal_bf16 *x,
-                        const kvcal_bf16 *w, const kvcal_bf16 *bias, int k, int n) {
-        const float ms = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_gemm_launch(gemm, out, x, w, bias, M, k, n, 0));
-        });
-        row(name, ms, 2.0 * M * (double)k * n,
-            2.0 * ((double)M * k + (double)k * n + (double)M * n), peak_tflops, peak_tbs);
+    // the layer's GEMMs: (out, x, w, k, n) as the runner calls them
+    enum { G_QKV, G_O, G_GATE_UP, G_DOWN, NUM_GEMMS };
+    kvcal_bf16 *const gemm_out[NUM_GEMMS] = {qkv, delta, gu, delta};
+    const kvcal_bf16 *const gemm_x[NUM_GEMMS] = {xn, att, xn, act};
+    const kvcal_bf16 *const gemm_w[NUM_GEMMS] = {w_qkv, w_o, w_gu, w_down};
+    const int gemm_k[NUM_GEMMS] = {D, D, D, F}, gemm_n[NUM_GEMMS] = {QKV, D, 2 * F, D};
+    const char *gemm_names[NUM_GEMMS] = {"qkv", "o", "gate_up", "down"};
+    // candidate -1: the tuned choice
+    auto run_gemm = [&](int which, int cand, int *count, int *chosen) {
+        CHECK_KVCAL(kvcal_gemm_launch_candidate(gemm, cand, gemm_out[which], gemm_x[which],
+                                                gemm_w[which], nullptr, M, gemm_k[which],
+                                                gemm_n[which], 0, count, chosen));
+    };
+    auto gemm_row = [&](int which) {
+        const double k = gemm_k[which], n = gemm_n[which];
+        const float ms = time_ms(t, [&] { run_gemm(which, -1, nullptr, nullptr); });
+        char name[32];
+        snprintf(name, sizeof name, "gemm %s", gemm_names[which]);
+        row(name, ms, 2.0 * M * k * n, 2.0 * (M * k + k * n + M * n), peak_tflops, peak_tbs);
         // every algorithm cuBLASLt proposed, timed the same way: is the tuned
         // choice (a few runs at the runner's first launch) the fastest here?
         int count = 0, chosen = 0;
-        CHECK_KVCAL(kvcal_gemm_launch_candidate(gemm, -1, out, x, w, bias, M, k, n, 0,
-                                                &count, &chosen));
+        run_gemm(which, -1, &count, &chosen);
         printf("  %d cuBLASLt candidates, ms (* tuned choice):", count);
         for (int c = 0; c < count; c++) {
-            const float cms = time_ms(t, [&] {
-                CHECK_KVCAL(kvcal_gemm_launch_candidate(gemm, c, out, x, w, bias, M, k, n,
-                                                        0, nullptr, nullptr));
-            });
+            const float cms = time_ms(t, [&] { run_gemm(which, c, nullptr, nullptr); });
             printf(" %.3f%s", cms, c == chosen ? "*" : "");
         }
         printf("\n");
@@ -222,7 +230,7 @@ int main(int argc, char **argv)
         row("add_rmsnorm", ms, 0.0, 2.0 * 4 * (double)M * D, peak_tflops, peak_tbs);
         layer += 2 * ms;
     }
-    layer += gemm_row("gemm qkv", qkv, xn, w_qkv, nullptr, D, QKV);
+    layer += gemm_row(G_QKV);
     {
         // every kernel version on the same input, its output checked against version
         // 1's first (they differ at most by one bf16 rounding step)
@@ -334,15 +342,15 @@ int main(int argc, char **argv)
         layer += runner_ms;
         kvcal_attention_destroy(cudnn);
     }
-    layer += gemm_row("gemm o", xn, att, w_o, nullptr, D, D);
-    layer += gemm_row("gemm gate_up", gu, xn, w_gu, nullptr, D, 2 * F);
+    layer += gemm_row(G_O);
+    layer += gemm_row(G_GATE_UP);
     {
         const float ms =
             time_ms(t, [&] { CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0)); });
         row("swiglu", ms, 0.0, 2.0 * 3.0 * M * F, peak_tflops, peak_tbs);
         layer += ms;
     }
-    layer += gemm_row("gemm down", delta, act, w_down, nullptr, F, D);
+    layer += gemm_row(G_DOWN);
     const double layer_flops = 2.0 * M * D * ((double)QKV + D + 3.0 * F) +
                                4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
     printf(
@@ -359,23 +367,11 @@ int main(int argc, char **argv)
     // and the elementwise passes are weighed as the runner meets them.
     kvcal_attention_t *attn;
     CHECK_KVCAL(kvcal_attention_create(&attn));
-    enum { G_QKV, G_O, G_GATE_UP, G_DOWN, NUM_GEMMS };
     struct layer_plan {
         int cand[NUM_GEMMS]; // -1: the tuned choice
         bool norms, rope, swiglu;
     };
     const layer_plan runner_plan = {{-1, -1, -1, -1}, true, true, true};
-    // (out, x, w, k, n) of each GEMM, as the runner calls them
-    kvcal_bf16 *const gemm_out[NUM_GEMMS] = {qkv, delta, gu, delta};
-    const kvcal_bf16 *const gemm_x[NUM_GEMMS] = {xn, att, xn, act};
-    const kvcal_bf16 *const gemm_w[NUM_GEMMS] = {w_qkv, w_o, w_gu, w_down};
-    const int gemm_k[NUM_GEMMS] = {D, D, D, F}, gemm_n[NUM_GEMMS] = {QKV, D, 2 * F, D};
-    const char *gemm_names[NUM_GEMMS] = {"qkv", "o", "gate_up", "down"};
-    auto run_gemm = [&](int which, int cand, int *count, int *chosen) {
-        CHECK_KVCAL(kvcal_gemm_launch_candidate(gemm, cand, gemm_out[which], gemm_x[which],
-                                                gemm_w[which], nullptr, M, gemm_k[which],
-                                                gemm_n[which], 0, count, chosen));
-    };
     auto forward = [&](const layer_plan &lp) {
         for (int l = 0; l < 32; l++) {
             if (lp.norms)
