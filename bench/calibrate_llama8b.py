@@ -5,6 +5,7 @@ the same tokens (8 samples x 2048 tokens a batch).
 
 usage: calibrate_llama8b.py KVCAL WORKDIR [--layers N] [--batches B] [--rounds R]
                             [--kvcal-b KVCAL_B] [--attention-only]
+                            [--variants VARS ...]
 
 Builds the model with transformers' own LlamaConfig on the GPU (bf16, random
 init), saves it as safetensors under WORKDIR, writes B x 8 random 2048-token
@@ -30,6 +31,11 @@ every round (an A/B of two versions on the same GPU, model and tokens).
 cuDNN's fused attention (where installed) and with KVCAL_ATTENTION=kvcal
 (kvcal's kernel), prints both rates and the largest relative difference of
 their per-head K/V absmax, and stops there.
+
+--variants: runs kvcal alone under each variant's environment (VARS:
+comma-separated VAR=VALUE, "" for none, e.g. "" KVCAL_ATTENTION=kvcal) in R
+interleaved rounds, prints each one's tokens/s every round and its median,
+and stops there: an A/B/C of runner options on one GPU, model and token set.
 
 Accuracy against fp32: on the first batch alone, kvcal (bf16) and the
 transformers body in bf16 are each compared with the same body upcast to
@@ -90,6 +96,27 @@ def run_kvcal(kvcal, model_dir, data, samples, out, env=None):
     return json.loads(res.stdout), peak[0]
 
 
+def compare_variants(a, model_dir, data, samples):
+    """--variants: kvcal under each environment, in a.rounds interleaved rounds."""
+    for var in a.variants:
+        if any("=" not in v for v in var.split(",") if v):
+            sys.exit(f"--variants '{var}': want VAR=VALUE[,VAR=VALUE ...] or \"\"")
+    envs = [dict(os.environ, **dict(v.split("=", 1) for v in var.split(",") if v))
+            for var in a.variants]
+    tps = [[] for _ in envs]
+    for r in range(a.rounds):
+        for var, env, t in zip(a.variants, envs, tps):
+            res, peak = run_kvcal(a.kvcal, model_dir, data, samples,
+                                  os.path.join(a.workdir, "variant_scales.json"), env)
+            t.append(res["tokens_per_second"])
+            print(f"round {r + 1}, variant '{var}': {t[-1]:.0f} tokens/s, "
+                  f"peak {peak / 2**30:.1f} GiB", flush=True)
+    for var, t in zip(a.variants, tps):
+        print(f"variant '{var}': median {statistics.median(t):.0f} tokens/s "
+              f"({' / '.join(f'{x:.0f}' for x in t)})")
+    return 0
+
+
 def bench_ms(fn, reps=10):
     """Median milliseconds of fn() on the GPU after one warm-up call."""
     fn()
@@ -145,6 +172,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kvcal-b")
     ap.add_argument("--attention-only", action="store_true")
+    ap.add_argument("--variants", nargs="*")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     model_dir, data = os.path.join(a.workdir, "model"), os.path.join(a.workdir, "tokens.jsonl")
@@ -170,6 +198,9 @@ def main():
             f.write(json.dumps({"input_ids": row}) + "\n")
     print(f"model ({a.layers} layers) and {samples} x {SEQ} tokens ready in {time.time() - t0:.0f} s",
           flush=True)
+
+    if a.variants:
+        return compare_variants(a, model_dir, data, samples)
 
     res, kvcal_peak = run_kvcal(a.kvcal, model_dir, data, samples,
                                 os.path.join(a.workdir, "kvcal_scales.json"))
