@@ -96,13 +96,16 @@ def run_kvcal(kvcal, model_dir, data, samples, out, env=None):
     return json.loads(res.stdout), peak[0]
 
 
-def compare_variants(a, model_dir, data, samples):
+def variant_env(var):
+    """The environment of one --variants entry ("VAR=VALUE,..." or "")."""
+    pairs = [v.split("=", 1) for v in var.split(",") if v]
+    if any(len(p) != 2 for p in pairs):
+        sys.exit(f"--variants '{var}': want VAR=VALUE[,VAR=VALUE ...] or \"\"")
+    return dict(os.environ, **dict(pairs))
+
+
+def compare_variants(a, envs, model_dir, data, samples):
     """--variants: kvcal under each environment, in a.rounds interleaved rounds."""
-    for var in a.variants:
-        if any("=" not in v for v in var.split(",") if v):
-            sys.exit(f"--variants '{var}': want VAR=VALUE[,VAR=VALUE ...] or \"\"")
-    envs = [dict(os.environ, **dict(v.split("=", 1) for v in var.split(",") if v))
-            for var in a.variants]
     tps = [[] for _ in envs]
     for r in range(a.rounds):
         for var, env, t in zip(a.variants, envs, tps):
@@ -174,6 +177,7 @@ def main():
     ap.add_argument("--attention-only", action="store_true")
     ap.add_argument("--variants", nargs="*")
     a = ap.parse_args()
+    variant_envs = [variant_env(v) for v in a.variants or []]  # refused before any work
     os.makedirs(a.workdir, exist_ok=True)
     model_dir, data = os.path.join(a.workdir, "model"), os.path.join(a.workdir, "tokens.jsonl")
 
@@ -200,7 +204,7 @@ def main():
           flush=True)
 
     if a.variants:
-        return compare_variants(a, model_dir, data, samples)
+        return compare_variants(a, variant_envs, model_dir, data, samples)
 
     res, kvcal_peak = run_kvcal(a.kvcal, model_dir, data, samples,
                                 os.path.join(a.workdir, "kvcal_scales.json"))
