@@ -322,6 +322,34 @@ fail:
     return kvcal_fail_context(st, "layer %d: ", l);
 }
 
+/* The last layer of a calibration pass: nothing reads its queries, so only
+ * the K and V rows of the fused QKV weight are multiplied, into the QKV
+ * buffer as (n, 2 HKV hd) rows, then K is normed and rotated and both are
+ * observed. Where the K/V rows of the weight (or bias) are not aligned as
+ * cuBLASLt's algorithms want (256 bytes), the whole QKV is projected. */
+static kvcal_status project_observe_kv(kvcal_cuda_runner_t *r, int l, int n,
+                                       const kvcal_rope_cfg *rope,
+                                       const kvcal_kv_observer *obs)
+{
+    kvcal_status st = KVCAL_OK;
+    const int q_cols = r->H * r->hd, kv_n = 2 * r->HKV * r->hd;
+    const kvcal_bf16 *w = tensor(r, l, T_WQKV) + (size_t)q_cols * r->D;
+    const kvcal_bf16 *b = tensor(r, l, T_BQKV);
+    if (b)
+        b += q_cols;
+    if ((uintptr_t)w % 256 || (uintptr_t)b % 256) {
+        TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, tensor(r, l, T_WQKV),
+                              tensor(r, l, T_BQKV), n, r->D, r->qkv_n, r->stream));
+        return kvcal_rope_observe_launch(r->qkv, r->qkv_n, r->pos, n, r->H, r->HKV,
+                                         r->hd, rope, obs, r->stream);
+    }
+    TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, w, b, n, r->D, kv_n, r->stream));
+    return kvcal_rope_observe_launch(r->qkv, kv_n, r->pos, n, 0, r->HKV, r->hd, rope, obs,
+                                     r->stream);
+fail:
+    return st;
+}
+
 /* Queues one forward pass over the padded ids and positions in host_ids and
  * host_pos: embedding, then every layer up to the last one's K and V, which
  * the RoPE kernel observes into the device statistics. With an evaluation
@@ -351,12 +379,14 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
         }
         TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, l ? r->delta : NULL,
                                      tensor(r, l, T_ANORM), n, r->D, r->eps, s));
+        if (!e && l == r->L - 1) {
+            TRY(project_observe_kv(r, l, n, &rope, &obs));
+            break;
+        }
         TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, tensor(r, l, T_WQKV),
                               tensor(r, l, T_BQKV), n, r->D, r->qkv_n, s));
         TRY(kvcal_rope_observe_launch(r->qkv, r->qkv_n, r->pos, n, r->H, r->HKV, r->hd,
                                       &rope, e ? NULL : &obs, s));
-        if (!e && l == r->L - 1)
-            break;
         const int sim = e && e->sim != KVCAL_CUDA_KV_EXACT;
         if (sim)
             TRY(simulate_fp8_kv(r, e, l, batch, seq_len));

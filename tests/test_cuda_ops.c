@@ -607,6 +607,14 @@ static void rope_observe_spans_blocks_mqa_and_wide_heads(void)
     check_rope_observe((rope_case){7, 2, 1, 256, 128, 1, 1, 1.0f});
 }
 
+/* no q heads: rows of k and v alone (the runner's last layer), both kernels */
+static void rope_observe_k_and_v_only_rows(void)
+{
+    check_rope_observe((rope_case){131, 0, 8, 128, 128, 0, 0, 1.0f});
+    check_rope_observe((rope_case){37, 0, 3, 64, 32, 1, 1, 1.0f});
+    check_rope_observe((rope_case){19, 0, 2, 40, 40, 0, 1, YARN_FACTOR_4});
+}
+
 static void rope_observe_head_dim_off_16_takes_the_portable_kernel(void)
 {
     check_rope_observe((rope_case){37, 6, 2, 40, 40, 0, 1, 1.0f});
@@ -754,6 +762,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_interleaved_partial_with_qk_norm_matches_reference),
     KVCAL_TEST(rope_observe_spans_blocks_mqa_and_wide_heads),
     KVCAL_TEST(rope_observe_head_dim_off_16_takes_the_portable_kernel),
+    KVCAL_TEST(rope_observe_k_and_v_only_rows),
     KVCAL_TEST(rope_observe_yarn_attention_factor_scales_cos_and_sin),
     KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),

@@ -76,8 +76,9 @@ typedef struct kvcal_kv_observer {
  * and V are folded into obs. cos and sin are multiplied by
  * rope->attention_factor (finite and > 0, else KVCAL_ERR_INVALID_ARG).
  * Tokens with pos < 0 are padding: untouched and not observed. head_dim
- * even and <= 256; n_heads a multiple of n_kv_heads. A NaN in K or V makes
- * the absmax NaN, which the caller checks. */
+ * even and <= 256; n_heads a multiple of n_kv_heads, or 0 where the rows
+ * hold only k and v (a calibration's last layer, whose queries nothing
+ * reads). A NaN in K or V makes the absmax NaN, which the caller checks. */
 kvcal_status kvcal_rope_observe_launch(kvcal_bf16 *qkv, int64_t token_stride,
                                        const int32_t *pos, int tokens, int n_heads,
                                        int n_kv_heads, int head_dim,

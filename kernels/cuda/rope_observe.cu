@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
             cs[k] = __shfl_sync(0xffffffffu, mc[k / R], src);
             sn[k] = __shfl_sync(0xffffffffu, ms[k / R], src);
         }
-        for (int q0 = 0; q0 < group; q0 += VEC_Q_ROWS) {
+        for (int q0 = 0; q0 == 0 || q0 < group; q0 += VEC_Q_ROWS) { // k at q0 0
             vec16 qx[VEC_Q_ROWS];
 #pragma unroll
             for (int i = 0; i < VEC_Q_ROWS; i++) {
@@ -578,12 +578,12 @@ extern "C" kvcal_status kvcal_rope_observe_launch_version(
                           "rope_observe: version %d: versions are 1 .. %d", version,
                           KVCAL_ROPE_VERSIONS);
     if (!qkv || !pos || !rope || !rope->inv_freq || tokens < 0 || n_kv_heads <= 0 ||
-        n_heads <= 0 || n_heads % n_kv_heads != 0 ||
+        n_heads < 0 || n_heads % n_kv_heads != 0 ||
         token_stride < (int64_t)(n_heads + 2 * n_kv_heads) * head_dim)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "rope_observe: %d heads, %d kv heads, token stride %lld: need "
-                          "buffers, n_heads a multiple of n_kv_heads and a stride that "
-                          "holds q, k and v",
+                          "buffers, n_heads a multiple of n_kv_heads (0: K and V only) "
+                          "and a stride that holds q, k and v",
                           n_heads, n_kv_heads, (long long)token_stride);
     if (head_dim <= 0 || head_dim % 2 || head_dim > ROPE_MAX_HEAD_DIM)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
