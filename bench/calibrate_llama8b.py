@@ -36,6 +36,8 @@ their per-head K/V absmax, and stops there.
 comma-separated VAR=VALUE, "" for none, e.g. "" KVCAL_ATTENTION=kvcal) in R
 interleaved rounds, prints each one's tokens/s every round and its median,
 and stops there: an A/B/C of runner options on one GPU, model and token set.
+KVCAL=PATH in a variant runs the kvcal executable at PATH instead of KVCAL
+(an A/B of builds); what kvcal writes to stderr is printed after its round.
 
 Accuracy against fp32: on the first batch alone, kvcal (bf16) and the
 transformers body in bf16 are each compared with the same body upcast to
@@ -46,6 +48,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -93,27 +96,36 @@ def run_kvcal(kvcal, model_dir, data, samples, out, env=None):
     t.join()
     if res.returncode != 0:
         sys.exit(f"kvcal calibrate failed ({res.returncode}): {res.stderr.strip()}")
-    return json.loads(res.stdout), peak[0]
+    return dict(json.loads(res.stdout), stderr=res.stderr), peak[0]
 
 
-def variant_env(var):
-    """The environment of one --variants entry ("VAR=VALUE,..." or "")."""
-    pairs = [v.split("=", 1) for v in var.split(",") if v]
+def variant_run(var, kvcal):
+    """The executable and environment of one --variants entry ("VAR=VALUE,..."
+    or ""; KVCAL=PATH names another executable than kvcal)."""
+    # a comma starts the next VAR=VALUE only where one follows (values may hold commas)
+    pairs = [v.split("=", 1) for v in re.split(r",(?=[A-Za-z_]\w*=)", var) if v]
     if any(len(p) != 2 for p in pairs):
         sys.exit(f"--variants '{var}': want VAR=VALUE[,VAR=VALUE ...] or \"\"")
-    return dict(os.environ, **dict(pairs))
+    env = dict(pairs)
+    exe = env.pop("KVCAL", kvcal)
+    if not os.access(exe, os.X_OK):
+        sys.exit(f"--variants '{var}': {exe} is not an executable")
+    return exe, dict(os.environ, **env)
 
 
-def compare_variants(a, envs, model_dir, data, samples):
-    """--variants: kvcal under each environment, in a.rounds interleaved rounds."""
-    tps = [[] for _ in envs]
+def compare_variants(a, runs, model_dir, data, samples):
+    """--variants: kvcal under each (executable, environment), in a.rounds
+    interleaved rounds."""
+    tps = [[] for _ in runs]
     for r in range(a.rounds):
-        for var, env, t in zip(a.variants, envs, tps):
-            res, peak = run_kvcal(a.kvcal, model_dir, data, samples,
+        for var, (exe, env), t in zip(a.variants, runs, tps):
+            res, peak = run_kvcal(exe, model_dir, data, samples,
                                   os.path.join(a.workdir, "variant_scales.json"), env)
             t.append(res["tokens_per_second"])
             print(f"round {r + 1}, variant '{var}': {t[-1]:.0f} tokens/s, "
                   f"peak {peak / 2**30:.1f} GiB", flush=True)
+            if res.get("stderr"):
+                print(res["stderr"], end="", flush=True)
     for var, t in zip(a.variants, tps):
         print(f"variant '{var}': median {statistics.median(t):.0f} tokens/s "
               f"({' / '.join(f'{x:.0f}' for x in t)})")
@@ -177,7 +189,7 @@ def main():
     ap.add_argument("--attention-only", action="store_true")
     ap.add_argument("--variants", nargs="*")
     a = ap.parse_args()
-    variant_envs = [variant_env(v) for v in a.variants or []]  # refused before any work
+    variant_runs = [variant_run(v, a.kvcal) for v in a.variants or []]  # refused early
     os.makedirs(a.workdir, exist_ok=True)
     model_dir, data = os.path.join(a.workdir, "model"), os.path.join(a.workdir, "tokens.jsonl")
 
@@ -204,7 +216,7 @@ def main():
           flush=True)
 
     if a.variants:
-        return compare_variants(a, variant_envs, model_dir, data, samples)
+        return compare_variants(a, variant_runs, model_dir, data, samples)
 
     res, kvcal_peak = run_kvcal(a.kvcal, model_dir, data, samples,
                                 os.path.join(a.workdir, "kvcal_scales.json"))
@@ -381,7 +393,7 @@ def main():
     if a.kvcal_b:
         table.insert(1, ("kvcal B (--kvcal-b)", statistics.median(b_rounds)))
     for name, tps in table:
-        print(f"{name:40} {tps:10.0f} {kvcal_tps / tps:8.2f}")
+        print(f"{name:40} {tps:10.0f} {kvcal_tps / tps:8.3f}")
     print(f"kvcal achieved {kvcal_tps * flops_per_token / 1e12:.0f} TFLOP/s (model FLOPs, causal "
           f"attention halved)")
     print(f"peak device memory: kvcal {kvcal_peak / 2**30:.1f} GiB, HF {hf_peak / 2**30:.1f} GiB; "
