@@ -109,9 +109,9 @@ fi
 # though no error was reported and AddressSanitizer and glibc's malloc
 # checks are clean without the tool (bench/NOTES.md); the CLI runs below
 # cover those processes instead. racecheck and synccheck run kvcal's own
-# attention and leave out cuda_attention_cudnn (which forces cuDNN):
-# cuBLAS's and cuDNN's Hopper kernels synchronize through mbarriers the
-# tools do not model (racecheck reports false hazards in them and failed
+# attention and leave out cuda_attention_cudnn (which forces cuDNN) and
+# cuda_gemm_fused: cuBLAS's, cuDNN's and kvcal's fused MLP Hopper kernels
+# synchronize through mbarriers the tools do not model (racecheck reports false hazards in them and failed
 # to handle a hardware exception in cuDNN's; synccheck overflows its
 # barrier tracking and aborts them). synccheck skips cuBLAS's nvjet kernels;
 # racecheck keeps to the suites found clean with them (cuda_gemm_tuning's
@@ -141,7 +141,7 @@ san_one() { # tool args...: the suites, then the CLI runs, each cut at $san_dead
     return $rc
 }
 if want san; then
-    all_suites="cuda_ops cuda_gemm_tuning cuda_attention_cudnn eval_cuda kvquant_cuda calibrate kvquant"
+    all_suites="cuda_ops cuda_gemm_tuning cuda_gemm_fused cuda_attention_cudnn eval_cuda kvquant_cuda calibrate kvquant"
     san_deadline=$(($(date +%s) + ${KVCAL_SAN_LIMIT:-540}))
     skip_cublas=()
     "$san" --help | grep -q -- --kernel-name-exclude && skip_cublas=(--kernel-name-exclude kns=nvjet)
@@ -153,7 +153,7 @@ if want san; then
         racecheck) args=(--tool racecheck --racecheck-report all) attention=kvcal
             suites="cuda_ops kvquant_cuda eval_cuda" ;;
         synccheck) args=(--tool synccheck "${skip_cublas[@]}") attention=kvcal
-            suites=${all_suites/cuda_attention_cudnn /} ;;
+            suites=${all_suites/cuda_attention_cudnn /} suites=${suites/cuda_gemm_fused /} ;;
         esac
         (export KVCAL_ATTENTION=$attention; suites=$suites; san_one "${args[@]}") \
             > "$out/sanitizer_$name.log" 2>&1 &

@@ -5,9 +5,11 @@
 // into a predicted forward rate. Each op is timed with CUDA events, the L2
 // flushed before every repetition, median of the repetitions. Then the
 // layer's ops run in the runner's order 32 layers back to back (what the
-// runner sustains, at the GPU's power cap): as the runner has them, without
-// each elementwise pass (what fusing it away could gain at most), and with
-// each GEMM's every cuBLASLt candidate in turn.
+// runner sustains, at the GPU's power cap): with the MLP unfused (cuBLAS's
+// gate/up GEMM, then SwiGLU), without each elementwise pass (what fusing it
+// away could gain at most), with gate/up + SwiGLU in one kernel (what the
+// runner takes on Hopper), and with each GEMM's every cuBLASLt candidate in
+// turn.
 //
 // usage: runner_ops [reps]     (default 20)
 // Correctness is the test suite's job (tests/test_cuda_ops.c); every launch's
@@ -350,6 +352,15 @@ int main(int argc, char **argv)
         row("swiglu", ms, 0.0, 2.0 * 3.0 * M * F, peak_tflops, peak_tbs);
         layer += ms;
     }
+    // gate_up and SwiGLU in one kernel, what the runner takes on Hopper (the
+    // weight's order does not change the timing; the tests check the product)
+    {
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_gemm_swiglu_launch(act, xn, w_gu, M, D, F, 0));
+        });
+        row("gemm_swiglu (fused)", ms, 2.0 * M * D * 2.0 * F,
+            2.0 * ((double)M * D + 2.0 * F * D + (double)M * F), peak_tflops, peak_tbs);
+    }
     layer += gemm_row(G_DOWN);
     const double layer_flops = 2.0 * M * D * ((double)QKV + D + 3.0 * F) +
                                4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
@@ -370,8 +381,9 @@ int main(int argc, char **argv)
     struct layer_plan {
         int cand[NUM_GEMMS]; // -1: the tuned choice
         bool norms, rope, swiglu;
+        bool fused; // gate_up + swiglu in one kernel
     };
-    const layer_plan runner_plan = {{-1, -1, -1, -1}, true, true, true};
+    const layer_plan unfused_plan = {{-1, -1, -1, -1}, true, true, true, false};
     auto forward = [&](const layer_plan &lp) {
         for (int l = 0; l < 32; l++) {
             if (lp.norms)
@@ -388,9 +400,13 @@ int main(int argc, char **argv)
             if (lp.norms)
                 CHECK_KVCAL(
                     kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
-            run_gemm(G_GATE_UP, lp.cand[G_GATE_UP], nullptr, nullptr);
-            if (lp.swiglu)
-                CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0));
+            if (lp.fused) {
+                CHECK_KVCAL(kvcal_gemm_swiglu_launch(act, xn, w_gu, M, D, F, 0));
+            } else {
+                run_gemm(G_GATE_UP, lp.cand[G_GATE_UP], nullptr, nullptr);
+                if (lp.swiglu)
+                    CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0));
+            }
             run_gemm(G_DOWN, lp.cand[G_DOWN], nullptr, nullptr);
         }
     };
@@ -403,11 +419,11 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaEventElapsedTime(&ms, t.a, t.b));
         return ms / 32;
     };
-    forward(runner_plan);
+    forward(unfused_plan);
     CHECK_CUDA(cudaDeviceSynchronize());
-    printf("32 layers back to back, ms per layer:");
+    printf("32 layers back to back (unfused MLP), ms per layer:");
     for (int r = 0; r < 4; r++)
-        printf(" %.3f", sustained_ms(runner_plan));
+        printf(" %.3f", sustained_ms(unfused_plan));
     printf(" (sum of ops %.3f)\n", layer);
 
     // what fusing the elementwise passes away could gain at most, sustained
@@ -415,11 +431,12 @@ int main(int argc, char **argv)
         const char *name;
         layer_plan lp;
     } what_if[] = {
-        {"as the runner", runner_plan},
-        {"without add_rmsnorm", {{-1, -1, -1, -1}, false, true, true}},
-        {"without rope + observe", {{-1, -1, -1, -1}, true, false, true}},
-        {"without swiglu", {{-1, -1, -1, -1}, true, true, false}},
-        {"GEMMs + attention only", {{-1, -1, -1, -1}, false, false, false}},
+        {"unfused MLP", unfused_plan},
+        {"without add_rmsnorm", {{-1, -1, -1, -1}, false, true, true, false}},
+        {"without rope + observe", {{-1, -1, -1, -1}, true, false, true, false}},
+        {"without swiglu", {{-1, -1, -1, -1}, true, true, false, false}},
+        {"GEMMs + attention only", {{-1, -1, -1, -1}, false, false, false, false}},
+        {"fused MLP (the runner on Hopper)", {{-1, -1, -1, -1}, true, true, true, true}},
     };
     printf("\nsustained, ms per layer (two passes):\n");
     float what_ms[2][sizeof what_if / sizeof what_if[0]];
@@ -427,7 +444,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof what_if / sizeof what_if[0]; i++)
             what_ms[pass][i] = sustained_ms(what_if[i].lp);
     for (size_t i = 0; i < sizeof what_if / sizeof what_if[0]; i++)
-        printf("  %-26s %.3f %.3f\n", what_if[i].name, what_ms[0][i], what_ms[1][i]);
+        printf("  %-33s %.3f %.3f\n", what_if[i].name, what_ms[0][i], what_ms[1][i]);
 
     // every candidate of each GEMM in the sustained layer (the others at the
     // tuned choice): does the tuner's short timing rank them as the runner
@@ -439,7 +456,7 @@ int main(int argc, char **argv)
         std::vector<float> ms[2];
         for (int pass = 0; pass < 2; pass++)
             for (int c = 0; c < count; c++) {
-                layer_plan lp = runner_plan;
+                layer_plan lp = unfused_plan;
                 lp.cand[which] = c;
                 ms[pass].push_back(sustained_ms(lp));
             }

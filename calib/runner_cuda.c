@@ -69,6 +69,7 @@ typedef struct {
 
 struct kvcal_cuda_runner {
     int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx, window;
+    int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
     float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
     int max_batch, max_seq_len;
     cudaStream_t stream;
@@ -81,7 +82,7 @@ struct kvcal_cuda_runner {
     kvcal_bf16 *resid, *xn, *delta; /* (N, D) */
     kvcal_bf16 *qkv;                /* (N, qkv_n) */
     kvcal_bf16 *att;                /* (N, H * hd) */
-    kvcal_bf16 *gu;                 /* (N, 2 I) */
+    kvcal_bf16 *gu;                 /* (N, 2 I); NULL with mlp_fused */
     kvcal_bf16 *act;                /* (N, I) */
     int32_t *ids, *pos;             /* (N) */
     float *inv_freq;                /* (rot_dim / 2) */
@@ -127,9 +128,12 @@ static void to_bf16(kvcal_bf16 *dst, const float *src, size_t n)
         dst[i] = kvcal_bf16_from_float(src[i]);
 }
 
-/* Converts layer weights into a staging buffer laid out as lay. */
+/* Converts layer weights into a staging buffer laid out as lay; with
+ * mlp_fused the gate/up weight in kvcal_gemm_swiglu_launch's interleaved
+ * order. */
 static void stage_layer(unsigned char *stage, const layer_layout *lay,
-                        const kvcal_layer_weights *w, const kvcal_model_desc *d)
+                        const kvcal_layer_weights *w, const kvcal_model_desc *d,
+                        int mlp_fused)
 {
     const size_t D = (size_t)d->hidden_size, I = (size_t)d->intermediate_size;
     const size_t hd = (size_t)d->head_dim, q = (size_t)d->num_heads * hd;
@@ -148,8 +152,15 @@ static void stage_layer(unsigned char *stage, const layer_layout *lay,
     if (lay->elems[T_BO])
         to_bf16((kvcal_bf16 *)(stage + lay->off[T_BO]), w->bo, D);
     kvcal_bf16 *gu = (kvcal_bf16 *)(stage + lay->off[T_WGU]);
-    to_bf16(gu, w->w_gate, I * D);
-    to_bf16(gu + I * D, w->w_up, I * D);
+    if (mlp_fused) {
+        for (size_t i = 0; i < 2 * I; i++) {
+            const size_t src = (size_t)kvcal_gemm_swiglu_source_row((int)i, (int)I);
+            to_bf16(gu + i * D, src < I ? w->w_gate + src * D : w->w_up + (src - I) * D, D);
+        }
+    } else {
+        to_bf16(gu, w->w_gate, I * D);
+        to_bf16(gu + I * D, w->w_up, I * D);
+    }
     to_bf16((kvcal_bf16 *)(stage + lay->off[T_WDOWN]), w->w_down, D * I);
     to_bf16((kvcal_bf16 *)(stage + lay->off[T_ANORM]), w->attn_norm, D);
     to_bf16((kvcal_bf16 *)(stage + lay->off[T_FNORM]), w->ffn_norm, D);
@@ -212,7 +223,7 @@ static kvcal_status upload_model(kvcal_cuda_runner_t *r, kvcal_model_t *model)
         kvcal_layer_weights w;
         TRY(kvcal_model_load_layer(model, l, &w));
         TRY_CUDA(cudaEventSynchronize(done[l & 1]));
-        stage_layer(stage[l & 1], &r->lay, &w, d);
+        stage_layer(stage[l & 1], &r->lay, &w, d, r->mlp_fused);
         TRY_CUDA(cudaMemcpyAsync(r->weights + (size_t)l * r->lay.bytes, stage[l & 1],
                                  r->lay.bytes, cudaMemcpyHostToDevice, r->stream));
         TRY_CUDA(cudaEventRecord(done[l & 1], r->stream));
@@ -322,6 +333,33 @@ fail:
     return kvcal_fail_context(st, "layer %d: ", l);
 }
 
+/* The MLP's gate/up projection and SwiGLU: in one Hopper kernel
+ * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
+ * buffer) where the GPU is a Hopper, intermediate_size a multiple of 128 and
+ * hidden_size of 8; otherwise, or with KVCAL_MLP=unfused, cuBLAS's GEMM then
+ * kvcal_swiglu_launch. KVCAL_MLP=fused insists on the kernel. */
+static kvcal_status choose_mlp(kvcal_cuda_runner_t *r)
+{
+    const char *mlp = getenv("KVCAL_MLP");
+    int device = 0, major = 0;
+    if (mlp && *mlp && strcmp(mlp, "fused") && strcmp(mlp, "unfused"))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "KVCAL_MLP=%s: use fused or unfused (or leave it unset)", mlp);
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess)
+        major = 0;
+    const int fits = major == 9 && r->I % 128 == 0 && r->D % 8 == 0;
+    if (mlp && !strcmp(mlp, "fused") && !fits)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "KVCAL_MLP=fused needs a Hopper GPU (this one: compute capability "
+                          "%d.x), intermediate_size a multiple of 128 and hidden_size of 8 "
+                          "(this model: %d and %d); unset KVCAL_MLP",
+                          major, r->I, r->D);
+    r->mlp_fused = fits && !(mlp && !strcmp(mlp, "unfused"));
+    return KVCAL_OK;
+}
+
 /* The last layer of a calibration pass: nothing reads its queries, so only
  * the K and V rows of the fused QKV weight are multiplied, into the QKV
  * buffer as (n, 2 HKV hd) rows, then K is normed and rotated and both are
@@ -399,9 +437,14 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
                               tensor(r, l, T_BO), n, q_cols, r->D, s));
         TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, tensor(r, l, T_FNORM), n,
                                      r->D, r->eps, s));
-        TRY(kvcal_gemm_launch(r->gemm, r->gu, r->xn, tensor(r, l, T_WGU), NULL, n, r->D,
-                              2 * r->I, s));
-        TRY(kvcal_swiglu_launch(r->act, r->gu, n, r->I, s));
+        if (r->mlp_fused) {
+            TRY(kvcal_gemm_swiglu_launch(r->act, r->xn, tensor(r, l, T_WGU), n, r->D, r->I,
+                                         s));
+        } else {
+            TRY(kvcal_gemm_launch(r->gemm, r->gu, r->xn, tensor(r, l, T_WGU), NULL, n, r->D,
+                                  2 * r->I, s));
+            TRY(kvcal_swiglu_launch(r->act, r->gu, n, r->I, s));
+        }
         TRY(kvcal_gemm_launch(r->gemm, r->delta, r->act, tensor(r, l, T_WDOWN), NULL, n,
                               r->I, r->D, s));
     }
@@ -446,6 +489,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
     r->max_batch = max_batch;
     r->max_seq_len = max_seq_len;
     layout_layer(&r->lay, d);
+    TRY(choose_mlp(r));
 
     const size_t N = (size_t)max_batch * (size_t)max_seq_len, e = sizeof(kvcal_bf16);
     const size_t LH = (size_t)r->L * (size_t)r->HKV;
@@ -453,7 +497,8 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
         (size_t)r->L * r->lay.bytes + round_up((size_t)r->V * r->D * e);
     const size_t acts = 3 * round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
-                        round_up(N * 2 * r->I * e) + round_up(N * r->I * e) +
+                        (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
+                        round_up(N * r->I * e) +
                         2 * round_up(N * sizeof(int32_t));
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t)) +
@@ -489,7 +534,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
     r->delta = carve(&p, N * r->D * e);
     r->qkv = carve(&p, N * r->qkv_n * e);
     r->att = carve(&p, N * (size_t)r->H * r->hd * e);
-    r->gu = carve(&p, N * 2 * r->I * e);
+    r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
     r->pos = carve(&p, N * sizeof(int32_t));

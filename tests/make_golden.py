@@ -196,6 +196,12 @@ def hf_configs():
             hidden_size=32, intermediate_size=48, num_attention_heads=4,
             num_key_value_heads=2, head_dim=80, tie_word_embeddings=True,
             **common), "bfloat16", "new"),
+        # intermediate_size a multiple of 128: the CUDA runner's fused
+        # gate/up + SwiGLU kernel (KVCAL_MLP=fused) takes it, 2 weight blocks
+        ("llama_gqa_mlp256_bf16", tf.LlamaConfig(
+            hidden_size=64, intermediate_size=256, num_attention_heads=4,
+            num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0,
+            **common), "bfloat16", "new"),
         ("qwen2_yarn_bf16", tf.Qwen2Config(
             hidden_size=64, intermediate_size=64, num_attention_heads=2,
             num_key_value_heads=1, tie_word_embeddings=True,

@@ -7,6 +7,7 @@
  * the suite holds no tests; without a device it is reported skipped. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -247,6 +248,105 @@ static void gemm_every_candidate_matches_reference(void)
         KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("candidate"));
     kvcal_gemm_destroy(g);
+}
+
+// --- gate/up GEMM + SwiGLU in one kernel ------------------------------------------
+
+/* The unfused path's roundings (gate and up to bf16, silu(gate), the
+ * product); the sums differ from the fp32 reference's in order only. */
+#define GEMM_SWIGLU_ATOL 2e-2
+#define GEMM_SWIGLU_RTOL 2e-2
+
+/* Runs the fused kernel on x (rows, k), [Wgate; Wup] (2n, k) and checks it
+ * against the host reference and, value for value, against the unfused
+ * path (kvcal_gemm_launch, then kvcal_swiglu_launch). Returns 0 when the
+ * GPU is not a Hopper (the kernel refuses it), 1 when it ran. */
+static int check_gemm_swiglu(kvcal_gemm_t *g, int rows, int k, int n)
+{
+    const int64_t nx = (int64_t)rows * k, nw = 2 * (int64_t)n * k, na = (int64_t)rows * n;
+    float *x = kvcal_test_rand_bf16(&rng_state, nx, -1.0f, 1.0f);
+    float *w = kvcal_test_rand_bf16(&rng_state, nw, -1.0f, 1.0f);
+    float *gu = malloc((size_t)rows * 2 * n * sizeof *gu);
+    float *ref = malloc((size_t)na * sizeof *ref);
+    kvcal_bf16 *w_host = malloc((size_t)nw * sizeof *w_host),
+               *w_tiled = malloc((size_t)nw * sizeof *w_tiled);
+    kvcal_matmul_ref(gu, x, w, NULL, rows, k, 2 * n);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < n; c++) {
+            const float gate = kvcal_bf16_round(gu[(int64_t)r * 2 * n + c]),
+                        up = kvcal_bf16_round(gu[(int64_t)r * 2 * n + n + c]);
+            ref[(int64_t)r * n + c] = gate / (1.0f + expf(-gate)) * up;
+        }
+    for (int64_t i = 0; i < nw; i++)
+        w_host[i] = kvcal_bf16_from_float(w[i]);
+    kvcal_gemm_swiglu_interleave(w_tiled, w_host, k, n);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(x, nx), *d_w = dev_alloc((size_t)nw * 2),
+               *d_wt = dev_alloc((size_t)nw * 2), *d_gu = dev_alloc((size_t)rows * 4 * n),
+               *d_act = dev_alloc((size_t)na * 2), *d_unfused = dev_alloc((size_t)na * 2);
+    CU_ASSERT_EQUAL(cudaMemcpy(d_w, w_host, (size_t)nw * 2, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+    CU_ASSERT_EQUAL(cudaMemcpy(d_wt, w_tiled, (size_t)nw * 2, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+    const kvcal_status st = kvcal_gemm_swiglu_launch(d_act, d_x, d_wt, rows, k, n, 0);
+    if (st != KVCAL_ERR_UNSUPPORTED)
+        CU_ASSERT_EQUAL(st, KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_gemm_launch(g, d_gu, d_x, d_w, NULL, rows, k, 2 * n, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_swiglu_launch(d_unfused, d_gu, rows, n, 0), KVCAL_OK);
+    sync_ok();
+    if (st == KVCAL_OK) {
+        float *got = kvcal_test_dev_download_bf16(d_act, na),
+              *unfused = kvcal_test_dev_download_bf16(d_unfused, na);
+        CU_ASSERT_EQUAL(count_far(got, ref, na, GEMM_SWIGLU_ATOL, GEMM_SWIGLU_RTOL), 0);
+        /* the same roundings as the unfused path: equal but where the two
+         * summation orders straddle a bf16 rounding boundary */
+        int64_t same = 0;
+        for (int64_t i = 0; i < na; i++)
+            same += got[i] == unfused[i];
+        CU_ASSERT(same >= na - na / 50);
+        free(got);
+        free(unfused);
+    }
+    cudaFree(d_x);
+    cudaFree(d_w);
+    cudaFree(d_wt);
+    cudaFree(d_gu);
+    cudaFree(d_act);
+    cudaFree(d_unfused);
+    free(x);
+    free(w);
+    free(gu);
+    free(ref);
+    free(w_host);
+    free(w_tiled);
+    return st == KVCAL_OK;
+}
+
+/* One row and one weight block (one 2-CTA cluster, one CTA without rows);
+ * k off the 64-wide K tile (the tail read as zeros); rows off the 128-row
+ * tile and an odd number of row blocks (a cluster's second CTA past the
+ * end); more tiles than clusters in two row groups (the persistent walk). */
+static void gemm_swiglu_matches_unfused_path_on_odd_shapes(void)
+{
+    kvcal_gemm_t *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &g), KVCAL_OK);
+    if (!check_gemm_swiglu(g, 1, 64, 128)) {
+        printf("skipped: not a Hopper GPU ");
+        kvcal_gemm_destroy(g);
+        return;
+    }
+    check_gemm_swiglu(g, 19, 200, 256);
+    check_gemm_swiglu(g, 300, 520, 384);
+    check_gemm_swiglu(g, 2100, 256, 1280);
+    kvcal_gemm_destroy(g);
+}
+
+static void gemm_swiglu_refuses_widths_off_128_and_unaligned_k(void)
+{
+    kvcal_bf16 *p = (kvcal_bf16 *)256;
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 64, 100, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("n of 128"));
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 60, 128, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 0, 64, 128, 0), KVCAL_OK);
 }
 
 // --- attention -------------------------------------------------------------------
@@ -748,6 +848,41 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("qwen2_gqa_bias_bf16");
     check_runner_golden("qwen3_gqa_hd80_qknorm_bf16");
     check_runner_golden("qwen2_yarn_bf16");
+    check_runner_golden("llama_gqa_mlp256_bf16");
+}
+
+/* The model whose intermediate_size (256) the fused gate/up + SwiGLU kernel
+ * takes, its MLP both ways: KVCAL_MLP=unfused (cuBLAS's GEMM, then SwiGLU)
+ * and KVCAL_MLP=fused (the kernel, which the runner takes by itself on a
+ * Hopper GPU); any other value is refused when the runner is created. */
+static void cuda_runner_mlp_both_ways_matches_transformers(void)
+{
+    kvcal_model_t *model = NULL;
+    kvcal_cuda_runner_t *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/llama_gqa_mlp256_bf16", &model), KVCAL_OK);
+    setenv("KVCAL_MLP", "unfused", 1);
+    check_runner_golden("llama_gqa_mlp256_bf16");
+    /* the runner's own check first, so that a refusal does not leave the
+     * variable set for the suites after this one */
+    setenv("KVCAL_MLP", "fused", 1);
+    const kvcal_status st = kvcal_cuda_runner_create(model, 1, 16, &r);
+    kvcal_cuda_runner_destroy(r);
+    r = NULL;
+    if (st == KVCAL_ERR_UNSUPPORTED) {
+        CU_ASSERT(kvcal_test_error_has("needs a Hopper GPU"));
+        printf("fused: skipped, not a Hopper GPU ");
+    } else {
+        CU_ASSERT_EQUAL(st, KVCAL_OK);
+        if (st == KVCAL_OK)
+            check_runner_golden("llama_gqa_mlp256_bf16");
+    }
+    setenv("KVCAL_MLP", "fast", 1);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_create(model, 1, 16, &r), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("KVCAL_MLP=fast"));
+    CU_ASSERT_PTR_NULL(r);
+    unsetenv("KVCAL_MLP");
+    kvcal_model_close(model);
 }
 
 static CU_TestInfo tests[] = {
@@ -768,6 +903,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
     KVCAL_TEST(rope_observe_absmax_surfaces_nan),
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
+    KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
     CU_TEST_INFO_NULL,
 };
 /* A suite of its own: the tuned GEMM may run cuBLAS kernels that synchronize
@@ -779,9 +915,18 @@ static CU_TestInfo tuning_tests[] = {
     KVCAL_TEST(gemm_every_candidate_matches_reference),
     CU_TEST_INFO_NULL,
 };
+/* A suite of its own for the same reason: the fused kernel's TMA loads and
+ * wgmma products synchronize through mbarriers. */
+static CU_TestInfo fused_tests[] = {
+    KVCAL_TEST(gemm_swiglu_matches_unfused_path_on_odd_shapes),
+    KVCAL_TEST(gemm_swiglu_refuses_widths_off_128_and_unaligned_k),
+    CU_TEST_INFO_NULL,
+};
 #else
 static CU_TestInfo tests[] = {CU_TEST_INFO_NULL};
 static CU_TestInfo tuning_tests[] = {CU_TEST_INFO_NULL};
+static CU_TestInfo fused_tests[] = {CU_TEST_INFO_NULL};
 #endif
 KVCAL_SUITE(cuda_ops, KVCAL_NEEDS_GPU, tests)
 KVCAL_SUITE(cuda_gemm_tuning, KVCAL_NEEDS_GPU, tuning_tests)
+KVCAL_SUITE(cuda_gemm_fused, KVCAL_NEEDS_GPU, fused_tests)

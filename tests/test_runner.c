@@ -224,6 +224,13 @@ static void runner_matches_transformers_qwen3_qk_norm_head_dim_80(void)
     check_against_golden("qwen3_gqa_hd80_qknorm_bf16");
 }
 
+/* The model the CUDA runner's fused gate/up + SwiGLU kernel takes
+ * (intermediate_size 256: two 128-row weight blocks). */
+static void runner_matches_transformers_llama_mlp_256(void)
+{
+    check_against_golden("llama_gqa_mlp256_bf16");
+}
+
 /* Positions past the original context of 16; K includes yarn's attention
  * factor (0.1 ln 4 + 1), as transformers' cos/sin do. */
 static void runner_matches_transformers_qwen2_yarn_rope_old_config(void)
@@ -401,6 +408,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_mistral_mqa_fp16),
     KVCAL_TEST(runner_matches_transformers_qwen2_bias_old_config),
     KVCAL_TEST(runner_matches_transformers_qwen3_qk_norm_head_dim_80),
+    KVCAL_TEST(runner_matches_transformers_llama_mlp_256),
     KVCAL_TEST(runner_matches_transformers_qwen2_yarn_rope_old_config),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),

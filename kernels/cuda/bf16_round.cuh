@@ -11,6 +11,21 @@
 
 #include <cuda_bf16.h>
 
+/* silu(g) = g / (1 + e^-g) with the fast exp and division. */
+static __device__ __forceinline__ float kvcal_silu(float g)
+{
+    return __fdividef(g, 1.0f + __expf(-g));
+}
+
+/* SwiGLU of two (gate, up) pairs of bf16 values as the runner rounds it:
+ * silu(gate) rounded, times up, rounded. */
+static __device__ __forceinline__ __nv_bfloat162 kvcal_swiglu2_bf16(__nv_bfloat162 gate,
+                                                                   __nv_bfloat162 up)
+{
+    const float2 g = __bfloat1622float2(gate);
+    return __hmul2_rn(__floats2bfloat162_rn(kvcal_silu(g.x), kvcal_silu(g.y)), up);
+}
+
 /* x rounded to the nearest bf16 (ties to even), as a float. */
 static __device__ __forceinline__ float kvcal_rbf(float x)
 {

@@ -4,6 +4,7 @@
  * bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh). */
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -129,11 +130,6 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
 
 // --- SwiGLU ------------------------------------------------------------------
 
-static __device__ __forceinline__ float silu(float g)
-{
-    return __fdividef(g, 1.0f + __expf(-g));
-}
-
 /* VEC 8: n % 8 == 0; grid-stride over rows * n / VEC groups. */
 template <int VEC>
 __global__ void swiglu_kernel(__nv_bfloat16 *__restrict__ out,           // (rows, n)
@@ -151,13 +147,11 @@ __global__ void swiglu_kernel(__nv_bfloat16 *__restrict__ out,           // (row
             bf16x8 g, u;
             g.u = *reinterpret_cast<const uint4 *>(gp);
             u.u = *reinterpret_cast<const uint4 *>(gp + n);
-            for (int k = 0; k < 4; k++) {
-                const float2 a = __bfloat1622float2(g.h[k]);
-                g.h[k] = __hmul2_rn(__floats2bfloat162_rn(silu(a.x), silu(a.y)), u.h[k]);
-            }
+            for (int k = 0; k < 4; k++)
+                g.h[k] = kvcal_swiglu2_bf16(g.h[k], u.h[k]);
             *reinterpret_cast<uint4 *>(op) = g.u;
         } else {
-            *op = __hmul_rn(__float2bfloat16_rn(silu(__bfloat162float(*gp))), gp[n]);
+            *op = __hmul_rn(__float2bfloat16_rn(kvcal_silu(__bfloat162float(*gp))), gp[n]);
         }
     }
 }

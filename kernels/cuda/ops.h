@@ -136,6 +136,27 @@ kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *gemm, int candidate,
                                          int rows, int k, int n, cudaStream_t stream,
                                          int *count, int *chosen);
 
+/* --- gate/up projection + SwiGLU in one GEMM (Hopper) ---------------------- */
+
+/* act (rows, n) = silu(x Wg^T) * (x Wu^T), x (rows, k), fp32 accumulation,
+ * gate and up rounded to bf16, then silu(gate), then the product, as
+ * kvcal_gemm_launch + kvcal_swiglu_launch round: w_tiled (2n, k) is the
+ * gate/up weight in the order kvcal_gemm_swiglu_interleave writes. k a
+ * multiple of 8, n of 128, buffers 16-byte aligned (else
+ * KVCAL_ERR_INVALID_ARG); a GPU other than Hopper is KVCAL_ERR_UNSUPPORTED. */
+kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf16 *x,
+                                      const kvcal_bf16 *w_tiled, int rows, int k, int n,
+                                      cudaStream_t stream);
+
+/* The weight's interleaved order: row i (0 .. 2n - 1) is row
+ * kvcal_gemm_swiglu_source_row(i, n) of [Wgate; Wup] (2n, k), in blocks of
+ * 128: rows 256 b .. 256 b + 127 are gate rows 128 b .. 128 b + 127, the
+ * next 128 the up rows of the same. n a multiple of 128. */
+int kvcal_gemm_swiglu_source_row(int i, int n);
+
+/* Host memory: dst (2n, k) = w_gu (2n, k) in that order. */
+void kvcal_gemm_swiglu_interleave(kvcal_bf16 *dst, const kvcal_bf16 *w_gu, int k, int n);
+
 /* --- attention ---------------------------------------------------------- */
 
 /* Causal prefill attention of `batch` sequences of seq_len tokens each on the
