@@ -41,7 +41,7 @@
 
 namespace {
 
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, GROUP_M = 16, THREADS = 384;
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, THREADS = 384;
 constexpr int CL = 2; /* CTAs per cluster */
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 /* shared memory: the stages (1024-byte aligned for the 128-byte swizzle), each
@@ -51,6 +51,8 @@ constexpr size_t SMEM_BYTES =
     1024 + (size_t)STAGES * STAGE_BYTES + 2 * OUT_BYTES + 2 * STAGES * 8;
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int GROUP_M = 16; /* row blocks walked together (the tile order) */
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -400,6 +402,8 @@ __global__ void __launch_bounds__(THREADS, 1)
             tma_store_wait_read(); /* shared memory stays until the last stores read it */
     }
     cluster_sync(); /* no CTA leaves while its peer may still write to it */
+#elif defined(__CUDA_ARCH__)
+    __trap(); /* built for another architecture than sm_90a: fail, never skip the product */
 #endif
 }
 
