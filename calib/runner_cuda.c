@@ -341,8 +341,9 @@ fail:
 static kvcal_status choose_mlp(kvcal_cuda_runner_t *r)
 {
     const char *mlp = getenv("KVCAL_MLP");
+    const int fused = mlp && !strcmp(mlp, "fused"), unfused = mlp && !strcmp(mlp, "unfused");
     int device = 0, major = 0;
-    if (mlp && *mlp && strcmp(mlp, "fused") && strcmp(mlp, "unfused"))
+    if (mlp && *mlp && !fused && !unfused)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "KVCAL_MLP=%s: use fused or unfused (or leave it unset)", mlp);
     if (cudaGetDevice(&device) != cudaSuccess ||
@@ -350,13 +351,13 @@ static kvcal_status choose_mlp(kvcal_cuda_runner_t *r)
             cudaSuccess)
         major = 0;
     const int fits = major == 9 && r->I % 128 == 0 && r->D % 8 == 0;
-    if (mlp && !strcmp(mlp, "fused") && !fits)
+    if (fused && !fits)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "KVCAL_MLP=fused needs a Hopper GPU (this one: compute capability "
                           "%d.x), intermediate_size a multiple of 128 and hidden_size of 8 "
                           "(this model: %d and %d); unset KVCAL_MLP",
                           major, r->I, r->D);
-    r->mlp_fused = fits && !(mlp && !strcmp(mlp, "unfused"));
+    r->mlp_fused = fits && !unfused;
     return KVCAL_OK;
 }
 
@@ -370,20 +371,15 @@ static kvcal_status project_observe_kv(kvcal_cuda_runner_t *r, int l, int n,
                                        const kvcal_kv_observer *obs)
 {
     kvcal_status st = KVCAL_OK;
-    const int q_cols = r->H * r->hd, kv_n = 2 * r->HKV * r->hd;
-    const kvcal_bf16 *w = tensor(r, l, T_WQKV) + (size_t)q_cols * r->D;
-    const kvcal_bf16 *b = tensor(r, l, T_BQKV);
-    if (b)
-        b += q_cols;
-    if ((uintptr_t)w % 256 || (uintptr_t)b % 256) {
-        TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, tensor(r, l, T_WQKV),
-                              tensor(r, l, T_BQKV), n, r->D, r->qkv_n, r->stream));
-        return kvcal_rope_observe_launch(r->qkv, r->qkv_n, r->pos, n, r->H, r->HKV,
-                                         r->hd, rope, obs, r->stream);
-    }
-    TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, w, b, n, r->D, kv_n, r->stream));
-    return kvcal_rope_observe_launch(r->qkv, kv_n, r->pos, n, 0, r->HKV, r->hd, rope, obs,
-                                     r->stream);
+    const int q_cols = r->H * r->hd;
+    const kvcal_bf16 *w = tensor(r, l, T_WQKV), *b = tensor(r, l, T_BQKV);
+    const kvcal_bf16 *kv_w = w + (size_t)q_cols * r->D, *kv_b = b ? b + q_cols : NULL;
+    const int kv_only = ((uintptr_t)kv_w | (uintptr_t)kv_b) % 256 == 0;
+    const int heads = kv_only ? 0 : r->H, width = (heads + 2 * r->HKV) * r->hd;
+    TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, kv_only ? kv_w : w, kv_only ? kv_b : b, n,
+                          r->D, width, r->stream));
+    return kvcal_rope_observe_launch(r->qkv, width, r->pos, n, heads, r->HKV, r->hd, rope,
+                                     obs, r->stream);
 fail:
     return st;
 }
