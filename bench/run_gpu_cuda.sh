@@ -7,7 +7,9 @@
 #   sdpa   kvcal's attention against torch SDPA (tests/cuda_attention_vs_torch.py)
 #   vs     per-head K/V absmax against transformers bf16 (tests/gpu_vs_transformers.py:
 #          the golden fixtures, and SmolLM2-135M from the GGUF file named by
-#          $KVCAL_GGUF, converted in $KVCAL_GGUF_WORK, default a temporary folder)
+#          $KVCAL_GGUF, converted in $KVCAL_GGUF_WORK, default a temporary folder,
+#          with Python's gguf package, on samples of the text file
+#          $KVCAL_CORPUS, default ../shared's WikiText-2)
 #   8b     calibration of a Llama-3-8B-shaped model against transformers
 #          (bench/calibrate_llama8b.py); $KVCAL_DEADLINE (seconds since the
 #          epoch) ends it 10 s before, so that the summary still prints
@@ -83,7 +85,8 @@ fi
 if want vs; then
     gguf_args=()
     [ -n "${KVCAL_GGUF:-}" ] &&
-        gguf_args=(--gguf "$KVCAL_GGUF" --work "${KVCAL_GGUF_WORK:-$(mktemp -d)}")
+        gguf_args=(--gguf "$KVCAL_GGUF" --work "${KVCAL_GGUF_WORK:-$(mktemp -d)}"
+            ${KVCAL_CORPUS:+--corpus "$KVCAL_CORPUS"})
     PYTHONUNBUFFERED=1 timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
         --golden "${gguf_args[@]}" --json "$out/vs_transformers.json" \
         > "$out/vs_transformers.txt" 2>&1
