@@ -33,7 +33,6 @@ static const char default_dataset[] = DEFAULT_DATASET;
 typedef struct {
     kvcal_cmd_run_options run;
     const char *out, *stats_path, *format;
-    int cuda;
     kvcal_observer_config observer;
     kvcal_granularity granularity;
 } options;
@@ -133,7 +132,6 @@ static int parse_options(int argc, char **argv, options *o)
     };
     memset(o, 0, sizeof *o);
     o->run.dataset = default_dataset;
-    o->run.device = "cpu";
     o->run.num_samples = 32;
     o->run.batch = 4;
     o->run.tp = 1;
@@ -164,12 +162,6 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (!o->out)
         o->out = default_out[f];
-    o->cuda = !strcmp(o->run.device, "cuda");
-    if (!o->cuda && strcmp(o->run.device, "cpu")) {
-        fprintf(stderr, "kvcal calibrate: --device '%s': expected cpu or cuda\n",
-                o->run.device);
-        return -1;
-    }
     return 0;
 }
 
@@ -222,8 +214,8 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
     kvcal_cuda_runner_t *cr = NULL;
     int64_t *ids = NULL; /* (batch) sample ids */
     kvcal_status st =
-        o->cuda ? kvcal_cuda_runner_create(model, o->run.batch, s->seq_len, &cr)
-                : kvcal_runner_create(model, (int64_t)o->run.batch * s->seq_len, &r);
+        o->run.cuda ? kvcal_cuda_runner_create(model, o->run.batch, s->seq_len, &cr)
+                    : kvcal_runner_create(model, (int64_t)o->run.batch * s->seq_len, &r);
     if (st)
         return st;
     int show = !o->run.quiet && isatty(STDERR_FILENO);
@@ -244,16 +236,16 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
         }
         const int32_t *batch = s->ids + (int64_t)b0 * s->seq_len; // (n, seq_len)
         kvcal_stats_begin_batch(stats);
-        st = o->cuda ? kvcal_cuda_runner_forward(cr, batch, s->lengths + b0, n,
-                                                 s->seq_len, ids, stats)
-                     : kvcal_runner_forward(r, batch, s->lengths + b0, n, s->seq_len, ids,
-                                            &out);
+        st = o->run.cuda ? kvcal_cuda_runner_forward(cr, batch, s->lengths + b0, n,
+                                                     s->seq_len, ids, stats)
+                         : kvcal_runner_forward(r, batch, s->lengths + b0, n, s->seq_len,
+                                                ids, &out);
         if (!st)
             st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
         if (show)
             progress(b0 + n, s->num_samples, tokens, kvcal_cmd_now_s() - t0);
     }
-    if (!st && o->cuda)
+    if (!st && o->run.cuda)
         st = kvcal_cuda_runner_collect(cr, stats);
     if (show)
         fprintf(stderr, "\n");

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "calib/command.h"
@@ -67,7 +68,11 @@ static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
     case KVCAL_OPT_TOKENIZER:
         return kvcal_cmd_parse_path(cmd, "--tokenizer", arg, &o->tokenizer) ? -1 : 1;
     case KVCAL_OPT_DEVICE:
-        o->device = arg;
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
+            fprintf(stderr, "kvcal %s: --device '%s': expected cpu or cuda\n", cmd, arg);
+            return -1;
+        }
+        o->cuda = !strcmp(arg, "cuda");
         return 1;
     case KVCAL_OPT_QUIET:
         o->quiet = 1;

@@ -35,7 +35,8 @@ int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
 
 /* What calibrate and eval both take; each sets its own defaults. */
 typedef struct kvcal_cmd_run_options {
-    const char *model, *dataset, *tokenizer, *device;
+    const char *model, *dataset, *tokenizer;
+    int cuda; /* --device cuda (default cpu) */
     int num_samples, seq_len, batch, tp, quiet, json;
     long long seed;
 } kvcal_cmd_run_options;

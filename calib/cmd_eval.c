@@ -52,7 +52,6 @@ typedef struct {
     const char *scales;
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
-    int cuda;               /* --device cuda */
 } options;
 
 static void usage(FILE *f)
@@ -136,7 +135,6 @@ static int parse_options(int argc, char **argv, options *o)
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
-    o->run.device = "cpu";
     o->run.num_samples = 16;
     o->run.batch = 4;
     o->run.tp = 1;
@@ -163,12 +161,6 @@ static int parse_options(int argc, char **argv, options *o)
         for (int m = 0; m < NUM_MODES; m++)
             o->modes[m] = 1;
         o->modes[MODE_STATIC_TENSOR] = o->modes[MODE_STATIC_HEAD] = o->scales != NULL;
-    }
-    o->cuda = !strcmp(o->run.device, "cuda");
-    if (!o->cuda && strcmp(o->run.device, "cpu")) {
-        fprintf(stderr, "kvcal eval: --device '%s': expected cpu or cuda\n",
-                o->run.device);
-        return -1;
     }
     return 0;
 }
@@ -468,8 +460,8 @@ static kvcal_status run_mode(const runners *rn, const kvcal_samples *s, const op
 {
     double nll = 0.0;
     long long count = 0;
-    kvcal_status st = o->cuda ? run_mode_cuda(rn, s, o, scales, mode, r, &nll, &count)
-                              : run_mode_cpu(rn, s, o, scales, mode, r, &nll, &count);
+    kvcal_status st = o->run.cuda ? run_mode_cuda(rn, s, o, scales, mode, r, &nll, &count)
+                                  : run_mode_cpu(rn, s, o, scales, mode, r, &nll, &count);
     if (!st && count == 0)
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
@@ -522,7 +514,7 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
     printf("evaluated %s (%d layers, %d kv heads x %d) on %s (%s baseline), %d "
            "samples, %lld tokens of %s%s%s\n",
            d->architecture, d->num_layers, d->num_kv_heads, d->head_dim,
-           o->cuda ? "cuda" : "cpu", o->cuda ? "bf16" : "fp32", s->num_samples,
+           o->run.cuda ? "cuda" : "cpu", o->run.cuda ? "bf16" : "fp32", s->num_samples,
            s->num_tokens, o->run.dataset, o->scales ? "; scales " : "",
            o->scales ? o->scales : "");
     double base = res[0].ppl;
@@ -569,8 +561,8 @@ static void print_json(const mode_result *res, int nres, const kvcal_model_desc 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "architecture", d->architecture);
     cJSON_AddStringToObject(root, "dataset", o->run.dataset);
-    cJSON_AddStringToObject(root, "device", o->cuda ? "cuda" : "cpu");
-    cJSON_AddStringToObject(root, "baseline_dtype", o->cuda ? "bf16" : "fp32");
+    cJSON_AddStringToObject(root, "device", o->run.cuda ? "cuda" : "cpu");
+    cJSON_AddStringToObject(root, "baseline_dtype", o->run.cuda ? "bf16" : "fp32");
     if (o->scales)
         cJSON_AddStringToObject(root, "scales", o->scales);
     cJSON_AddNumberToObject(root, "num_samples", s->num_samples);
@@ -669,9 +661,10 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
                                      o.run.dataset, &dopt, &samples)))
         goto fail;
     rn.model = model;
-    st = o.cuda ? kvcal_cuda_runner_create(model, o.run.batch, samples->seq_len, &rn.cuda)
-                : kvcal_runner_create(model, (int64_t)o.run.batch * samples->seq_len,
-                                      &rn.cpu);
+    st = o.run.cuda
+             ? kvcal_cuda_runner_create(model, o.run.batch, samples->seq_len, &rn.cuda)
+             : kvcal_runner_create(model, (int64_t)o.run.batch * samples->seq_len,
+                                   &rn.cpu);
     if (st)
         goto fail;
     /* the baseline first: every change is measured against it */

@@ -100,7 +100,8 @@ static void calibrate_device_cuda_runs_or_says_why_it_cannot(void)
 {
     if (kvcal_cuda_device_count() > 0) {
         char args[1024];
-        snprintf(args, sizeof args, "calibrate --model " MODEL " --device cuda " SMALL " --out '%s'",
+        snprintf(args, sizeof args,
+                 "calibrate --model " MODEL " --device cuda " SMALL " --out '%s'",
                  kvcal_test_path("cuda.json"));
         CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
     } else {
@@ -126,6 +127,11 @@ static void calibrate_usage_errors_exit_2(void)
         2);
     char *err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "[0, 9007199254740992]"));
+    free(err);
+    CU_ASSERT_EQUAL(
+        kvcal_test_run_kvcal("calibrate --model " MODEL " --device gpu", NULL), 2);
+    err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--device 'gpu': expected cpu or cuda"));
     free(err);
 }
 
