@@ -15,7 +15,9 @@ collect per-layer per-head absmax of K after RoPE and of V, eager and under
 torch.compile, timing the same batches, and the library floor (torch's
 cuBLAS GEMMs of one layer's fused shapes + the fastest SDPA backend, times
 the layer count). Prints tokens/s of each, kvcal's ratios, kvcal's achieved
-TFLOP/s, peak device memory (kvcal: the device's memory in use while it ran,
+TFLOP/s, the observers' overhead (kvcal calibrate --time-only, the same
+samples unobserved, run right after kvcal in every round), peak device
+memory (kvcal: the device's memory in use while it ran,
 sampled, minus what this process held), and the largest relative difference
 of kvcal's per-head K/V absmax from transformers'.
 
@@ -77,6 +79,8 @@ def device_memory_used():
 
 
 def run_kvcal(kvcal, model_dir, data, samples, out, env=None):
+    """kvcal calibrate on the samples; out None: --time-only (nothing observed
+    or written)."""
     baseline, peak, done = device_memory_used(), [0], threading.Event()
 
     def sample():
@@ -88,8 +92,9 @@ def run_kvcal(kvcal, model_dir, data, samples, out, env=None):
     t.start()
     cmd = [kvcal, "calibrate", "--model", model_dir, "--dataset", data, "--num-samples",
            str(samples), "--seq-len", str(SEQ), "--batch", str(BATCH), "--device", "cuda",
-           "--granularity", "head", "--json", "--quiet", "--out", out]
-    stamp("kvcal calibrate starts")
+           "--json", "--quiet"]
+    cmd += ["--time-only"] if out is None else ["--granularity", "head", "--out", out]
+    stamp("kvcal calibrate starts" + (" (--time-only)" if out is None else ""))
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     stamp("kvcal calibrate ends")
     done.set()
@@ -243,7 +248,12 @@ def main():
         print(f"per-head K/V absmax, default vs KVCAL_ATTENTION=kvcal: worst rel. diff {d:.2e}")
         return 0 if d <= 0.03 else 1
 
+    def run_unobserved():
+        res_u, _ = run_kvcal(a.kvcal, model_dir, data, samples, None)
+        return res_u["tokens_per_second"]
+
     b_rounds = [run_b()]  # B right after A in every round
+    off_rounds = [run_unobserved()]  # and kvcal --time-only
 
     # --- transformers: model body + hooks, eager and compiled ---
     body = model.model
@@ -375,11 +385,14 @@ def main():
         res_r, _ = run_kvcal(a.kvcal, model_dir, data, samples,
                              os.path.join(a.workdir, "kvcal_scales.json"))
         b_rounds.append(run_b())
+        off_rounds.append(run_unobserved())
         rounds.append((res_r["tokens_per_second"], timed(body, 1), timed(compiled, 1)))
-    print(f"\n{'round':>5} {'kvcal':>8} {'eager':>8} {'compiled':>9} {'x eager':>8} {'x compiled':>10}")
+    print(f"\n{'round':>5} {'kvcal':>8} {'eager':>8} {'compiled':>9} {'x eager':>8} {'x compiled':>10}"
+          f" {'unobserved':>11}")
     for r, (k, e, c) in enumerate(rounds):
         b = f"   kvcal B {b_rounds[r]:.0f} ({b_rounds[r] / c:.3f} x compiled)" if a.kvcal_b else ""
-        print(f"{r + 1:5} {k:8.0f} {e:8.0f} {c:9.0f} {k / e:8.3f} {k / c:10.3f}{b}")
+        print(f"{r + 1:5} {k:8.0f} {e:8.0f} {c:9.0f} {k / e:8.3f} {k / c:10.3f}"
+              f" {off_rounds[r]:11.0f}{b}")
     kvcal_tps, eager_tps, compiled_tps = (statistics.median(x) for x in zip(*rounds))
 
     flops_per_token = a.layers * (2 * 4096 * (6144 + 4096 + 3 * 14336) + 4 * 4096 * (SEQ + 1) / 2)
@@ -396,6 +409,9 @@ def main():
         print(f"{name:40} {tps:10.0f} {kvcal_tps / tps:8.3f}")
     print(f"kvcal achieved {kvcal_tps * flops_per_token / 1e12:.0f} TFLOP/s (model FLOPs, causal "
           f"attention halved)")
+    off_tps = statistics.median(off_rounds)
+    print(f"observer overhead: {100 * (off_tps / kvcal_tps - 1):.2f}% (kvcal --time-only, K/V "
+          f"unobserved: {off_tps:.0f} tokens/s)")
     print(f"peak device memory: kvcal {kvcal_peak / 2**30:.1f} GiB, HF {hf_peak / 2**30:.1f} GiB; "
           f"body weights {weights / 2**30:.1f} GiB")
     for kind, name in (("k", "K (after RoPE)"), ("v", "V")):

@@ -33,6 +33,8 @@ static const char default_dataset[] = DEFAULT_DATASET;
 typedef struct {
     kvcal_cmd_run_options run;
     const char *out, *stats_path, *format;
+    int output_named; /* --out, --format or --stats given */
+    int time_only;    /* --time-only */
     kvcal_observer_config observer;
     kvcal_granularity granularity;
 } options;
@@ -69,7 +71,10 @@ static void usage(FILE *f)
         "  --stats FILE.h5      also write the HDF5 statistics\n"
         "  --seed S             sample selection seed (default 0)\n"
         "  --quiet              no progress line\n"
-        "  --json               print the summary as JSON on stdout\n\n"
+        "  --json               print the summary as JSON on stdout\n"
+        "  --time-only          run the samples without observing K/V and write\n"
+        "                       nothing: the rate without the observers (what they\n"
+        "                       cost is the difference to a normal run)\n\n"
         "The same inputs and seed give byte-identical outputs.\n"
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
@@ -80,7 +85,7 @@ static int fail(kvcal_status st)
     return kvcal_cmd_run_exit_code(st);
 }
 
-enum { O_OBSERVER = KVCAL_OPT_RUN_END, O_GRAN, O_OUT, O_FORMAT, O_STATS };
+enum { O_OBSERVER = KVCAL_OPT_RUN_END, O_GRAN, O_OUT, O_FORMAT, O_STATS, O_TIME_ONLY };
 
 /* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
 static int own_option(int c, const char *arg, void *ctx)
@@ -88,12 +93,18 @@ static int own_option(int c, const char *arg, void *ctx)
     options *o = ctx;
     switch (c) {
     case O_OUT:
+        o->output_named = 1;
         return kvcal_cmd_parse_path("calibrate", "--out", arg, &o->out) ? -1 : 1;
     case O_FORMAT:
+        o->output_named = 1;
         o->format = arg;
         return 1;
     case O_STATS:
+        o->output_named = 1;
         return kvcal_cmd_parse_path("calibrate", "--stats", arg, &o->stats_path) ? -1 : 1;
+    case O_TIME_ONLY:
+        o->time_only = 1;
+        return 1;
     case O_OBSERVER:
         if (kvcal_observer_parse(arg, &o->observer)) {
             fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
@@ -128,6 +139,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"out", required_argument, 0, O_OUT},
         {"format", required_argument, 0, O_FORMAT},
         {"stats", required_argument, 0, O_STATS},
+        {"time-only", no_argument, 0, O_TIME_ONLY},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -144,6 +156,11 @@ static int parse_options(int argc, char **argv, options *o)
         return rc;
     if (!o->run.model) {
         fprintf(stderr, "kvcal calibrate: --model is required (see --help)\n");
+        return -1;
+    }
+    if (o->time_only && o->output_named) {
+        fprintf(stderr, "kvcal calibrate: --time-only writes nothing; leave out --out, "
+                        "--format and --stats\n");
         return -1;
     }
     static const char *const formats[] = {"legacy", "kvcal", "checkpoint", "all"};
@@ -206,7 +223,8 @@ static void progress(int done, int total, long long tokens, double elapsed)
 
 /* Runs every sample through the model, folding K/V into stats. On the CUDA
  * device K/V are observed there and folded into stats batch by batch
- * (batch_absmax, tokens) and at the end (absmax, histograms). */
+ * (batch_absmax, tokens) and at the end (absmax, histograms). With stats
+ * NULL nothing is observed (--time-only). */
 static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
                                 const options *o, kvcal_stats_t *stats, double *seconds)
 {
@@ -220,7 +238,7 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
         return st;
     int show = !o->run.quiet && isatty(STDERR_FILENO);
     observe_ctx ctx = {stats};
-    kvcal_runner_outputs out = {observe_kv, &ctx, NULL, NULL, NULL};
+    kvcal_runner_outputs out = {stats ? observe_kv : NULL, &ctx, NULL, NULL, NULL};
     long long tokens = 0;
     double t0 = kvcal_cmd_now_s();
     ids = malloc(sizeof(int64_t) * (size_t)o->run.batch);
@@ -235,17 +253,18 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
             tokens += s->lengths[b0 + i];
         }
         const int32_t *batch = s->ids + (int64_t)b0 * s->seq_len; // (n, seq_len)
-        kvcal_stats_begin_batch(stats);
+        if (stats)
+            kvcal_stats_begin_batch(stats);
         st = o->run.cuda ? kvcal_cuda_runner_forward(cr, batch, s->lengths + b0, n,
                                                      s->seq_len, ids, stats)
                          : kvcal_runner_forward(r, batch, s->lengths + b0, n, s->seq_len,
                                                 ids, &out);
-        if (!st)
+        if (!st && stats)
             st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
         if (show)
             progress(b0 + n, s->num_samples, tokens, kvcal_cmd_now_s() - t0);
     }
-    if (!st && o->run.cuda)
+    if (!st && o->run.cuda && stats)
         st = kvcal_cuda_runner_collect(cr, stats);
     if (show)
         fprintf(stderr, "\n");
@@ -427,6 +446,32 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_Delete(root);
 }
 
+/* --time-only's report: the rate alone, nothing observed or written. */
+static void print_time_only(const kvcal_model_desc *d, const options *o, long long tokens,
+                            int samples, double seconds)
+{
+    const double rate = seconds > 0 ? tokens / seconds : 0.0;
+    if (!o->run.json) {
+        printf(
+            "ran %s (%s, %d layers) on %d samples, %lld tokens, %.1f s, %.0f tokens/s, "
+            "K/V not observed (--time-only): nothing written\n",
+            d->architecture, d->source, d->num_layers, samples, tokens, seconds, rate);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "architecture", d->architecture);
+    cJSON_AddNumberToObject(root, "num_samples", samples);
+    cJSON_AddNumberToObject(root, "num_tokens", (double)tokens);
+    cJSON_AddNumberToObject(root, "seconds", seconds);
+    cJSON_AddNumberToObject(root, "tokens_per_second", rate);
+    cJSON_AddBoolToObject(root, "observed", 0);
+    char *text = cJSON_Print(root);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(root);
+}
+
 // --- command ------------------------------------------------------------------
 
 KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache scales")
@@ -480,6 +525,13 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     if ((st = kvcal_cmd_load_samples("calibrate", o.run.model, d->vocab_size,
                                      o.run.tokenizer, dataset_path, &dopt, &samples)))
         goto fail;
+    if (o.time_only) {
+        if ((st = run_samples(model, samples, &o, NULL, &seconds)))
+            goto fail;
+        print_time_only(d, &o, samples->num_tokens, samples->num_samples, seconds);
+        rc = KVCAL_EXIT_OK;
+        goto done;
+    }
     if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats)) ||
         (st = run_samples(model, samples, &o, stats, &seconds)))
         goto fail;

@@ -155,7 +155,8 @@ static void stage_layer(unsigned char *stage, const layer_layout *lay,
     if (mlp_fused) {
         for (size_t i = 0; i < 2 * I; i++) {
             const size_t src = (size_t)kvcal_gemm_swiglu_source_row((int)i, (int)I);
-            to_bf16(gu + i * D, src < I ? w->w_gate + src * D : w->w_up + (src - I) * D, D);
+            to_bf16(gu + i * D, src < I ? w->w_gate + src * D : w->w_up + (src - I) * D,
+                    D);
         }
     } else {
         to_bf16(gu, w->w_gate, I * D);
@@ -341,7 +342,8 @@ fail:
 static kvcal_status choose_mlp(kvcal_cuda_runner_t *r)
 {
     const char *mlp = getenv("KVCAL_MLP");
-    const int fused = mlp && !strcmp(mlp, "fused"), unfused = mlp && !strcmp(mlp, "unfused");
+    const int fused = mlp && !strcmp(mlp, "fused"),
+              unfused = mlp && !strcmp(mlp, "unfused");
     int device = 0, major = 0;
     if (mlp && *mlp && !fused && !unfused)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -352,11 +354,12 @@ static kvcal_status choose_mlp(kvcal_cuda_runner_t *r)
         major = 0;
     const int fits = major == 9 && r->I % 128 == 0 && r->D % 8 == 0;
     if (fused && !fits)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "KVCAL_MLP=fused needs a Hopper GPU (this one: compute capability "
-                          "%d.x), intermediate_size a multiple of 128 and hidden_size of 8 "
-                          "(this model: %d and %d); unset KVCAL_MLP",
-                          major, r->I, r->D);
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "KVCAL_MLP=fused needs a Hopper GPU (this one: compute capability "
+            "%d.x), intermediate_size a multiple of 128 and hidden_size of 8 "
+            "(this model: %d and %d); unset KVCAL_MLP",
+            major, r->I, r->D);
     r->mlp_fused = fits && !unfused;
     return KVCAL_OK;
 }
@@ -376,8 +379,8 @@ static kvcal_status project_observe_kv(kvcal_cuda_runner_t *r, int l, int n,
     const kvcal_bf16 *kv_w = w + (size_t)q_cols * r->D, *kv_b = b ? b + q_cols : NULL;
     const int kv_only = ((uintptr_t)kv_w | (uintptr_t)kv_b) % 256 == 0;
     const int heads = kv_only ? 0 : r->H, width = (heads + 2 * r->HKV) * r->hd;
-    TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, kv_only ? kv_w : w, kv_only ? kv_b : b, n,
-                          r->D, width, r->stream));
+    TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, kv_only ? kv_w : w, kv_only ? kv_b : b,
+                          n, r->D, width, r->stream));
     return kvcal_rope_observe_launch(r->qkv, width, r->pos, n, heads, r->HKV, r->hd, rope,
                                      obs, r->stream);
 fail:
@@ -386,11 +389,11 @@ fail:
 
 /* Queues one forward pass over the padded ids and positions in host_ids and
  * host_pos: embedding, then every layer up to the last one's K and V, which
- * the RoPE kernel observes into the device statistics. With an evaluation
- * e: every layer, nothing observed, K and V through e's simulated cache;
- * the last layer's output is left in delta. */
+ * the RoPE kernel observes into the device statistics (unless observe is
+ * 0). With an evaluation e: every layer, nothing observed, K and V through
+ * e's simulated cache; the last layer's output is left in delta. */
 static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
-                               kvcal_cuda_eval_t *e)
+                               kvcal_cuda_eval_t *e, int observe)
 {
     kvcal_status st = KVCAL_OK;
     const int n = batch * seq_len, q_cols = r->H * r->hd;
@@ -401,10 +404,9 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
                              cudaMemcpyHostToDevice, s));
     TRY(kvcal_embed_launch(r->resid, r->embed, r->ids, n, r->D, s));
     for (int l = 0; l < r->L; l++) {
-        const kvcal_rope_cfg rope = {r->inv_freq,           r->rot_dim,
-                                     r->interleaved,        tensor(r, l, T_QNORM),
-                                     tensor(r, l, T_KNORM), r->eps,
-                                     r->attention_factor};
+        const kvcal_rope_cfg rope = {
+            r->inv_freq,           r->rot_dim, r->interleaved,     tensor(r, l, T_QNORM),
+            tensor(r, l, T_KNORM), r->eps,     r->attention_factor};
         kvcal_kv_observer obs;
         for (int kv = 0; kv < 2; kv++) {
             obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
@@ -414,13 +416,13 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
         TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, l ? r->delta : NULL,
                                      tensor(r, l, T_ANORM), n, r->D, r->eps, s));
         if (!e && l == r->L - 1) {
-            TRY(project_observe_kv(r, l, n, &rope, &obs));
+            TRY(project_observe_kv(r, l, n, &rope, observe ? &obs : NULL));
             break;
         }
         TRY(kvcal_gemm_launch(r->gemm, r->qkv, r->xn, tensor(r, l, T_WQKV),
                               tensor(r, l, T_BQKV), n, r->D, r->qkv_n, s));
         TRY(kvcal_rope_observe_launch(r->qkv, r->qkv_n, r->pos, n, r->H, r->HKV, r->hd,
-                                      &rope, e ? NULL : &obs, s));
+                                      &rope, observe ? &obs : NULL, s));
         const int sim = e && e->sim != KVCAL_CUDA_KV_EXACT;
         if (sim)
             TRY(simulate_fp8_kv(r, e, l, batch, seq_len));
@@ -434,11 +436,11 @@ static kvcal_status run_layers(kvcal_cuda_runner_t *r, int batch, int seq_len,
         TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, tensor(r, l, T_FNORM), n,
                                      r->D, r->eps, s));
         if (r->mlp_fused) {
-            TRY(kvcal_gemm_swiglu_launch(r->act, r->xn, tensor(r, l, T_WGU), n, r->D, r->I,
-                                         s));
+            TRY(kvcal_gemm_swiglu_launch(r->act, r->xn, tensor(r, l, T_WGU), n, r->D,
+                                         r->I, s));
         } else {
-            TRY(kvcal_gemm_launch(r->gemm, r->gu, r->xn, tensor(r, l, T_WGU), NULL, n, r->D,
-                                  2 * r->I, s));
+            TRY(kvcal_gemm_launch(r->gemm, r->gu, r->xn, tensor(r, l, T_WGU), NULL, n,
+                                  r->D, 2 * r->I, s));
             TRY(kvcal_swiglu_launch(r->act, r->gu, n, r->I, s));
         }
         TRY(kvcal_gemm_launch(r->gemm, r->delta, r->act, tensor(r, l, T_WDOWN), NULL, n,
@@ -494,8 +496,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
     const size_t acts = 3 * round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
-                        round_up(N * r->I * e) +
-                        2 * round_up(N * sizeof(int32_t));
+                        round_up(N * r->I * e) + 2 * round_up(N * sizeof(int32_t));
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t)) +
                               round_up(LH * sizeof(float))) +
@@ -548,7 +549,7 @@ kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
         r->host_ids[i] = 0;
         r->host_pos[i] = (int32_t)(i % (size_t)max_seq_len);
     }
-    TRY(run_layers(r, max_batch, max_seq_len, NULL));
+    TRY(run_layers(r, max_batch, max_seq_len, NULL, 1));
     TRY_CUDA(cudaMemsetAsync(
         r->absmax[0], 0,
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]),
@@ -619,10 +620,10 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
 {
     kvcal_status st = KVCAL_OK;
     int64_t valid = 0;
-    if (!r || !ids || !lengths || !stats)
+    if (!r || !ids || !lengths)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: NULL argument");
-    if (stats->num_layers != r->L || stats->num_kv_heads != r->HKV ||
-        stats->head_dim != r->hd)
+    if (stats && (stats->num_layers != r->L || stats->num_kv_heads != r->HKV ||
+                  stats->head_dim != r->hd))
         return kvcal_fail(
             KVCAL_ERR_MISMATCH,
             "cuda runner: statistics of %d layers x %d kv heads x %d channels "
@@ -631,7 +632,11 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
     TRY(pack_batch(r, ids, lengths, batch, seq_len, sample_ids, &valid));
     const size_t LH = (size_t)r->L * r->HKV;
     cudaStream_t s = r->stream;
-    TRY(run_layers(r, batch, seq_len, NULL));
+    TRY(run_layers(r, batch, seq_len, NULL, stats != NULL));
+    if (!stats) {
+        TRY_CUDA(cudaStreamSynchronize(s));
+        return KVCAL_OK;
+    }
     for (int kv = 0; kv < 2; kv++) {
         TRY_CUDA(cudaMemcpyAsync(r->host_bmax + kv * LH, r->batch_absmax[kv],
                                  LH * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -883,7 +888,7 @@ kvcal_status kvcal_cuda_eval_forward(kvcal_cuda_eval_t *e, const int32_t *ids,
                              cudaMemcpyHostToDevice, s));
     TRY_CUDA(cudaMemcpyAsync(e->target, e->host_target, (size_t)n * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
-    TRY(run_layers(r, batch, seq_len, e));
+    TRY(run_layers(r, batch, seq_len, e, 0));
     TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, e->final_norm, n, r->D,
                                  r->eps, s));
     for (int r0 = 0; r0 < n; r0 += e->chunk) {

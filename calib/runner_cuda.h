@@ -52,7 +52,9 @@ void kvcal_cuda_runner_destroy(kvcal_cuda_runner_t *r);
  * accumulate on the device until kvcal_cuda_runner_collect. A NaN or Inf in
  * K or V is KVCAL_ERR_NONFINITE naming the layer, K/V, kv head and the
  * batch's samples; an id outside the vocabulary, a sample longer than the
- * model's context or than the runner's max_seq_len, KVCAL_ERR_INVALID_ARG. */
+ * model's context or than the runner's max_seq_len, KVCAL_ERR_INVALID_ARG.
+ * With stats NULL the batch runs without the observers (what they cost is
+ * the difference; kvcal calibrate --time-only) and waits for the device. */
 kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *ids,
                                        const int32_t *lengths, int batch, int seq_len,
                                        const int64_t *sample_ids, kvcal_stats_t *stats);

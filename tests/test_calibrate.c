@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "io/safetensors.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
@@ -113,6 +115,42 @@ static void calibrate_device_cuda_runs_or_says_why_it_cannot(void)
     }
 }
 
+/* --time-only runs the samples unobserved and reports the rate alone: no
+ * scales, no outputs (on the CPU, and on a CUDA device where there is one);
+ * it refuses the options that name an output. */
+static void check_time_only(const char *device)
+{
+    char args[512], *out = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --time-only --json --device %s",
+             device);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+    cJSON *root = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    CU_ASSERT(cJSON_IsFalse(cJSON_GetObjectItem(root, "observed")));
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(root, "num_tokens")->valuedouble, 6 * 48);
+    CU_ASSERT(cJSON_GetObjectItem(root, "tokens_per_second")->valuedouble > 0.0);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(root, "outputs"));
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(root, "layers"));
+    cJSON_Delete(root);
+    free(out);
+}
+
+static void calibrate_time_only_reports_the_rate_and_writes_nothing(void)
+{
+    check_time_only("cpu");
+    if (kvcal_cuda_device_count() > 0)
+        check_time_only("cuda");
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --model " MODEL " " SMALL
+                                         " --time-only --out never.json",
+                                         NULL),
+                    2);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--time-only writes nothing"));
+    free(err);
+    CU_ASSERT_EQUAL(access("never.json", F_OK), -1);
+}
+
 static void calibrate_usage_errors_exit_2(void)
 {
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate", NULL), 2);
@@ -192,6 +230,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
     KVCAL_TEST(calibrate_device_cuda_runs_or_says_why_it_cannot),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
+    KVCAL_TEST(calibrate_time_only_reports_the_rate_and_writes_nothing),
     KVCAL_TEST(calibrate_refuses_a_tp_the_kv_heads_cannot_split_before_running),
     KVCAL_TEST(calibrate_refuses_nonfinite_v_naming_layer_head_and_sample),
     CU_TEST_INFO_NULL,

@@ -290,7 +290,8 @@ static int check_gemm_swiglu(kvcal_gemm_t *g, int rows, int k, int n)
     const kvcal_status st = kvcal_gemm_swiglu_launch(d_act, d_x, d_wt, rows, k, n, 0);
     if (st != KVCAL_ERR_UNSUPPORTED)
         CU_ASSERT_EQUAL(st, KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_gemm_launch(g, d_gu, d_x, d_w, NULL, rows, k, 2 * n, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_gemm_launch(g, d_gu, d_x, d_w, NULL, rows, k, 2 * n, 0),
+                    KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_swiglu_launch(d_unfused, d_gu, rows, n, 0), KVCAL_OK);
     sync_ok();
     if (st == KVCAL_OK) {
@@ -343,9 +344,11 @@ static void gemm_swiglu_matches_unfused_path_on_odd_shapes(void)
 static void gemm_swiglu_refuses_widths_off_128_and_unaligned_k(void)
 {
     kvcal_bf16 *p = (kvcal_bf16 *)256;
-    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 64, 100, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 64, 100, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("n of 128"));
-    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 60, 128, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 60, 128, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 0, 64, 128, 0), KVCAL_OK);
 }
 
@@ -860,7 +863,8 @@ static void cuda_runner_mlp_both_ways_matches_transformers(void)
     kvcal_model_t *model = NULL;
     kvcal_cuda_runner_t *r = NULL;
     CU_ASSERT_EQUAL_FATAL(
-        kvcal_model_open("tests/fixtures/golden/llama_gqa_mlp256_bf16", &model), KVCAL_OK);
+        kvcal_model_open("tests/fixtures/golden/llama_gqa_mlp256_bf16", &model),
+        KVCAL_OK);
     setenv("KVCAL_MLP", "unfused", 1);
     check_runner_golden("llama_gqa_mlp256_bf16");
     /* the runner's own check first, so that a refusal does not leave the
@@ -885,6 +889,50 @@ static void cuda_runner_mlp_both_ways_matches_transformers(void)
     kvcal_model_close(model);
 }
 
+/* A batch run with no statistics (kvcal calibrate --time-only) leaves the
+ * device statistics untouched: collected afterwards, every absmax,
+ * histogram count and token count is 0; then an observed batch counts. */
+static void cuda_runner_forward_without_stats_observes_nothing(void)
+{
+    kvcal_model_t *model = NULL;
+    kvcal_cuda_runner_t *r = NULL;
+    kvcal_stats_t *stats = NULL;
+    int32_t ids[2 * 40], lengths[2] = {40, 33};
+    for (int i = 0; i < 2 * 40; i++)
+        ids[i] = (i * 7 + 3) % 100;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/llama3_gqa_hd48_bf16", &model), KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_cuda_runner_create(model, 2, 40, &r), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_forward(r, ids, lengths, 2, 40, NULL, NULL),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, stats), KVCAL_OK);
+    const int64_t lh = (int64_t)d->num_layers * d->num_kv_heads;
+    int64_t nonzero = 0;
+    for (int kv = 0; kv < 2; kv++) {
+        for (int64_t i = 0; i < lh * d->head_dim; i++)
+            nonzero += stats->absmax[kv][i] != 0.0f;
+        for (int64_t i = 0; i < lh * stats->num_bins; i++)
+            nonzero += stats->hist[kv][i] != 0;
+    }
+    for (int l = 0; l < d->num_layers; l++)
+        nonzero += stats->tokens[l] != 0;
+    CU_ASSERT_EQUAL(nonzero, 0);
+    kvcal_stats_begin_batch(stats);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_forward(r, ids, lengths, 2, 40, NULL, stats),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_stats_end_batch(stats, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, stats), KVCAL_OK);
+    CU_ASSERT_EQUAL(stats->tokens[d->num_layers - 1], 73);
+    CU_ASSERT(kvcal_stats_head_absmax(stats, d->num_layers - 1, KVCAL_K, 0) > 0.0f);
+    kvcal_cuda_runner_destroy(r);
+    kvcal_stats_destroy(stats);
+    kvcal_model_close(model);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(add_rmsnorm_matches_reference_and_updates_residual_exactly),
     KVCAL_TEST(swiglu_matches_reference_on_odd_widths),
@@ -904,6 +952,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_absmax_surfaces_nan),
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
     KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
+    KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
     CU_TEST_INFO_NULL,
 };
 /* A suite of its own: the tuned GEMM may run cuBLAS kernels that synchronize
