@@ -138,6 +138,16 @@ char *kvcal_test_kvcal_stderr(void)
     return kvcal_test_read_file(kvcal_output_path(e, sizeof e, "stderr"), NULL);
 }
 
+int kvcal_test_kvcal_stderr_has(const char *needle)
+{
+    char *e = kvcal_test_kvcal_stderr();
+    int found = e && strstr(e, needle);
+    if (!found)
+        fprintf(stderr, "\n  stderr: %s\n", e ? e : "(none)");
+    free(e);
+    return found;
+}
+
 static void remove_tmpdir(void)
 {
     if (tmpdir[0] && !getenv("KVCAL_KEEP_TMP")) {

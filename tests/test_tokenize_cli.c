@@ -15,16 +15,6 @@
 #define TEXT "datasets/default_calibration.txt"
 #define MODEL "models/stories260K"
 
-static int stderr_has(const char *what)
-{
-    char *e = kvcal_test_kvcal_stderr();
-    int found = e && strstr(e, what);
-    if (!found)
-        fprintf(stderr, "\n  stderr: %s\n", e ? e : "(none)");
-    free(e);
-    return found;
-}
-
 static void cli_tokenize_hdf5_reads_back_as_the_same_samples(void)
 {
     char args[1024], *out = NULL, h5[512];
@@ -118,17 +108,17 @@ static void cli_tokenize_errors_exit_nonzero_and_write_nothing(void)
     snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 2048 -n 1000 -o %s",
              o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
-    CU_ASSERT(stderr_has("tokens in 81 documents"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("tokens in 81 documents"));
     CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
     snprintf(args, sizeof args, "tokenize -d no/such/file.txt -m " MODEL " -o %s", o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
-    CU_ASSERT(stderr_has("cannot read dataset"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("cannot read dataset"));
     snprintf(args, sizeof args, "tokenize -d " TEXT " -t " TEXT " -o %s", o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
-    CU_ASSERT(stderr_has("unknown tokenizer type"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("unknown tokenizer type"));
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("tokenize -d " TEXT " -m " MODEL, NULL),
                     2); /* no --output */
-    CU_ASSERT(stderr_has("--output"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("--output"));
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("tokenize --format csv -d x -m x -o x", NULL),
                     2);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("tokenize --seq-len 0 -d x -m x -o x", NULL), 2);
@@ -146,16 +136,18 @@ static void cli_tokenize_huge_sizes_are_refused_naming_the_options_and_size(void
     snprintf(args, sizeof args,
              "tokenize -d " TEXT " -m " MODEL " -l 16777216 -n 129 -q -o %s", o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
-    CU_ASSERT(stderr_has("--num-samples 129 x --seq-len 16777216 would take 2164260864 "
-                         "tokens (8.1 GiB), more than the 2^31 tokens (8 GiB)"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "--num-samples 129 x --seq-len 16777216 would take 2164260864 "
+        "tokens (8.1 GiB), more than the 2^31 tokens (8 GiB)"));
     snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 16777216 -q -o %s",
              o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
-    CU_ASSERT(stderr_has("not one sample of 16777216 tokens"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("not one sample of 16777216 tokens"));
     snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 2000000000 -o %s",
              o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
-    CU_ASSERT(stderr_has("--seq-len '2000000000': expected an integer in [1, 16777216]"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "--seq-len '2000000000': expected an integer in [1, 16777216]"));
     CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
 }
 

@@ -55,6 +55,8 @@ char *kvcal_test_read_file(const char *path, size_t *len);
 int kvcal_test_run_kvcal(const char *args, char **out);
 /* The stderr of the last kvcal_test_run_kvcal (caller frees); NULL on failure. */
 char *kvcal_test_kvcal_stderr(void);
+/* Whether that stderr contains needle; prints it when not. */
+int kvcal_test_kvcal_stderr_has(const char *needle);
 
 /* Whether kvcal_last_error() is one non-empty line containing needle;
  * prints the message to stderr when not. */
