@@ -6,10 +6,10 @@ RoPE; V after v_proj):
 
 1. Hugging Face transformers (torch, CPU, fp32): tiny random-weight models of
    every supported architecture, built from transformers' own config classes
-   with odd sizes (head_dim 48 and 80, 3 kv heads, GQA / MQA / MHA, llama3,
-   linear and yarn rope scaling, tied and untied embeddings, bf16 / fp16 / fp32
-   saved weights, config.json in the transformers 5 layout and in the older
-   one). The yarn model's original context (16) is shorter than the samples,
+   with odd sizes (head_dim 48 and 80, and the common 64, 3 kv heads, GQA /
+   MQA / MHA, llama3, linear and yarn rope scaling, tied and untied
+   embeddings, bf16 / fp16 / fp32 saved weights, config.json in the
+   transformers 5 layout and in the older one). The yarn model's original context (16) is shorter than the samples,
    and its attention factor (0.1 ln 4 + 1) scales the cached K.
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
@@ -201,6 +201,15 @@ def hf_configs():
         ("llama_gqa_mlp256_bf16", tf.LlamaConfig(
             hidden_size=64, intermediate_size=256, num_attention_heads=4,
             num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0,
+            **common), "bfloat16", "new"),
+        # head_dim 64 (SmolLM2's and most small models'), llama3 scaling
+        ("llama3_gqa_hd64_bf16", tf.LlamaConfig(
+            hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=64, tie_word_embeddings=False,
+            rope_theta=500000.0,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64},
             **common), "bfloat16", "new"),
         ("qwen2_yarn_bf16", tf.Qwen2Config(
             hidden_size=64, intermediate_size=64, num_attention_heads=2,

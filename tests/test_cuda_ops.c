@@ -852,6 +852,7 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("qwen3_gqa_hd80_qknorm_bf16");
     check_runner_golden("qwen2_yarn_bf16");
     check_runner_golden("llama_gqa_mlp256_bf16");
+    check_runner_golden("llama3_gqa_hd64_bf16");
 }
 
 /* The model whose intermediate_size (256) the fused gate/up + SwiGLU kernel

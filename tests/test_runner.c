@@ -231,6 +231,12 @@ static void runner_matches_transformers_llama_mlp_256(void)
     check_against_golden("llama_gqa_mlp256_bf16");
 }
 
+/* head_dim 64 (SmolLM2's and most small models'), llama3 RoPE scaling. */
+static void runner_matches_transformers_llama3_head_dim_64(void)
+{
+    check_against_golden("llama3_gqa_hd64_bf16");
+}
+
 /* Positions past the original context of 16; K includes yarn's attention
  * factor (0.1 ln 4 + 1), as transformers' cos/sin do. */
 static void runner_matches_transformers_qwen2_yarn_rope_old_config(void)
@@ -409,6 +415,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_qwen2_bias_old_config),
     KVCAL_TEST(runner_matches_transformers_qwen3_qk_norm_head_dim_80),
     KVCAL_TEST(runner_matches_transformers_llama_mlp_256),
+    KVCAL_TEST(runner_matches_transformers_llama3_head_dim_64),
     KVCAL_TEST(runner_matches_transformers_qwen2_yarn_rope_old_config),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),
