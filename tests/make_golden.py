@@ -170,14 +170,13 @@ def hf_configs():
 
     common = dict(vocab_size=VOCAB, num_hidden_layers=2, max_position_embeddings=256,
                   rms_norm_eps=1e-5)
+    llama3_scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
     return [
         ("llama3_gqa_hd48_bf16", tf.LlamaConfig(
             hidden_size=48, intermediate_size=64, num_attention_heads=6,
             num_key_value_heads=3, head_dim=48, tie_word_embeddings=False,
-            rope_theta=500000.0,
-            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0,
-                          "original_max_position_embeddings": 64},
+            rope_theta=500000.0, rope_scaling=llama3_scaling,
             **common), "bfloat16", "new"),
         ("llama_mha_linear_tied_fp32", tf.LlamaConfig(
             hidden_size=64, intermediate_size=64, num_attention_heads=4,
@@ -206,10 +205,7 @@ def hf_configs():
         ("llama3_gqa_hd64_bf16", tf.LlamaConfig(
             hidden_size=64, intermediate_size=128, num_attention_heads=4,
             num_key_value_heads=2, head_dim=64, tie_word_embeddings=False,
-            rope_theta=500000.0,
-            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0,
-                          "original_max_position_embeddings": 64},
+            rope_theta=500000.0, rope_scaling=llama3_scaling,
             **common), "bfloat16", "new"),
         ("qwen2_yarn_bf16", tf.Qwen2Config(
             hidden_size=64, intermediate_size=64, num_attention_heads=2,
