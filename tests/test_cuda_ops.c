@@ -325,7 +325,9 @@ static int check_gemm_swiglu(kvcal_gemm_t *g, int rows, int k, int n)
 /* One row and one weight block (one 2-CTA cluster, one CTA without rows);
  * k off the 64-wide K tile (the tail read as zeros); rows off the 128-row
  * tile and an odd number of row blocks (a cluster's second CTA past the
- * end); more tiles than clusters in two row groups (the persistent walk). */
+ * end); more tiles than clusters in two row groups (the persistent walk),
+ * with fewer k blocks than a tile's epilogue has parts and with more (a
+ * tile's epilogue runs during the next tile's first k blocks). */
 static void gemm_swiglu_matches_unfused_path_on_odd_shapes(void)
 {
     kvcal_gemm_t *g = NULL;
@@ -338,6 +340,7 @@ static void gemm_swiglu_matches_unfused_path_on_odd_shapes(void)
     check_gemm_swiglu(g, 19, 200, 256);
     check_gemm_swiglu(g, 300, 520, 384);
     check_gemm_swiglu(g, 2100, 256, 1280);
+    check_gemm_swiglu(g, 2100, 584, 1024);
     kvcal_gemm_destroy(g);
 }
 

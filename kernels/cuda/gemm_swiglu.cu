@@ -18,9 +18,12 @@
  * halving the weight's traffic from L2, and a stage is refilled once the
  * consumers of both CTAs have freed it. A consumer frees a stage when the
  * next k block's products are issued (wgmma.wait_group 1). The epilogue
- * stages each warpgroup's 64 x 128 outputs in shared memory and writes them
- * with TMA stores, which run on while the next tile's products are
- * computed. Tiles are walked in groups of GROUP_M row blocks (all weight
+ * overlaps the next tile: a finished tile's gate and up are rounded to bf16
+ * into registers (64 a thread, beside the 128 accumulators), and SwiGLU
+ * (two MUFU operations an output) runs in EPI_PARTS parts, one after each of
+ * the next tile's first k blocks is issued, while the tensor cores compute
+ * it; each warpgroup's 64 x 128 outputs are staged in shared memory and
+ * written with TMA stores, which run on behind. Tiles are walked in groups of GROUP_M row blocks (all weight
  * blocks of a group before the next), so that the CTAs in flight share x and
  * weight tiles in L2.
  *
@@ -35,6 +38,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
@@ -53,7 +58,8 @@ constexpr size_t SMEM_BYTES =
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int GROUP_M = 16; /* row blocks walked together (the tile order) */
+constexpr int GROUP_M = 16;  /* row blocks walked together (the tile order) */
+constexpr int EPI_PARTS = 8; /* a tile's epilogue, spread over the next one's first k blocks */
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -253,6 +259,18 @@ static __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+/* f(std::integral_constant<int, c>) for c in [C, END), a run-time value. */
+template <int C, int END, class F> __device__ __forceinline__ void at_constant(int c, F &&f)
+{
+    if constexpr (C + 1 < END) {
+        if (c != C) {
+            at_constant<C + 1, END>(c, f);
+            return;
+        }
+    }
+    f(std::integral_constant<int, C>{});
+}
+
 /* Tile t's row block (of a cluster: row-block group) m and weight block nb,
  * walking `group_m` row blocks at a time. */
 __device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int group_m, int &m,
@@ -324,19 +342,71 @@ __global__ void __launch_bounds__(THREADS, 1)
     } else {
         /* consumers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127 */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int half = wg - 1;
+        const int half = wg - 1, warp = tid / 32, lane = tid % 32;
+        unsigned char *out = out_stage + half * OUT_BYTES;
         /* stage s is free again in this CTA's ring and in the peer's, whose
          * producer multicasts into it */
         auto release = [&](int stage) {
             for (int r = 0; r < CL; r++)
                 mbar_arrive_cluster(&empty[stage], r);
         };
+        /* A finished tile's gate and up, rounded to bf16 (gate[2 j + h], up[2 j
+         * + h]: row 16 warp + lane / 4 + 8 h, columns 8 j + 2 (lane % 4) + {0,
+         * 1} of this warpgroup's 64 x 128 act block), waiting for their
+         * epilogue. */
+        __nv_bfloat162 gate[32], up[32];
+        /* Epilogue part c of EPI_PARTS (columns 32 c .. 32 c + 31): act into
+         * shared memory as two 64 x 64 boxes with the 128-byte swizzle (16-byte
+         * chunk c of row r at chunk c ^ (r % 8)); the last part writes them out
+         * by one TMA store each, which clips rows past the end. */
+        auto epilogue_part_at = [&](auto part, int tile) {
+            constexpr int c = decltype(part)::value;
+            if (c == 0) {
+                if (tid == 0)
+                    tma_store_wait_read(); /* the previous tile's stores have read it */
+                named_barrier(1 + half, 128);
+            }
+            /* row 16 warp + lane / 4 + 8 h, 16-byte chunk (j % 8) ^ (lane / 4)
+             * of box j / 8: the chunk's bits (4-6) flipped by j % 8 in the
+             * address of chunk lane / 4; the base goes through an opaque move
+             * so that the 32 addresses are not all kept live across the loop */
+            uint32_t base = smem_addr(out) + (warp * 16 + lane / 4) * 128 +
+                            ((lane / 4) << 4) + (lane % 4) * 4;
+            asm volatile("mov.b32 %0, %0;" : "+r"(base));
+#pragma unroll
+            for (int jj = 0; jj < 16 / EPI_PARTS; jj++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int j = c * (16 / EPI_PARTS) + jj;
+                    const uint32_t addr =
+                        (base ^ ((j % 8) << 4)) + (j / 8) * (OUT_BYTES / 2) + h * 8 * 128;
+                    const __nv_bfloat162 v = kvcal_swiglu2_bf16(gate[2 * j + h], up[2 * j + h]);
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr),
+                                 "r"(*reinterpret_cast<const uint32_t *>(&v))
+                                 : "memory");
+                }
+            if (c == EPI_PARTS - 1) {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                named_barrier(1 + half, 128);
+                if (tid == 0) {
+                    int mg, nb;
+                    tile_coords(tile, num_mg, num_n, GROUP_M / CL, mg, nb);
+                    const int row0 = (mg * CL + rank) * BM + half * (BM / 2),
+                              col0 = nb * (BN / 2);
+                    tma_store_2d(&map_act, out, col0, row0);
+                    tma_store_2d(&map_act, out + OUT_BYTES / 2, col0 + 64, row0);
+                    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                }
+            }
+        };
+        /* part c of the registers must be named at compile time: a run-time
+         * index would move gate and up to local memory */
+        auto epilogue_part = [&](int c, int tile) {
+            at_constant<0, EPI_PARTS>(c, [&](auto part) { epilogue_part_at(part, tile); });
+        };
         int s = 0, phase = 0;
         float d[128];
         for (int t = cluster; t < tiles; t += clusters) {
-            int mg, nb;
-            tile_coords(t, num_mg, num_n, GROUP_M / CL, mg, nb);
-            const int m = mg * CL + rank;
             int prev = 0;
             for (int kb = 0; kb < num_k; kb++) {
                 mbar_wait(&full[s], phase);
@@ -350,6 +420,10 @@ __global__ void __launch_bounds__(THREADS, 1)
                                      kb > 0 || kk > 0);
                 wgmma_commit();
                 fence_operands(d);
+                /* the previous tile's epilogue runs while the tensor cores
+                 * work on this tile's first k blocks */
+                if (t > cluster && kb < EPI_PARTS)
+                    epilogue_part(kb, t - clusters);
                 wgmma_wait<1>(); /* the previous k block's products are done */
                 if (tid == 0 && kb > 0)
                     release(prev);
@@ -359,46 +433,28 @@ __global__ void __launch_bounds__(THREADS, 1)
                     phase ^= 1;
                 }
             }
+            for (int c = num_k; t > cluster && c < EPI_PARTS; c++) /* k shorter than that */
+                epilogue_part(c, t - clusters);
             wgmma_wait<0>();
             fence_operands(d);
             if (tid == 0)
                 release(prev);
-
-            /* epilogue: d[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h, column
-             * 8 j + 2 (lane % 4) + e of this warpgroup's 64 x 256 block; columns
-             * j < 16 are gate, j + 16 the up of the same output. act goes into
-             * shared memory as two 64 x 64 boxes with the 128-byte swizzle
-             * (16-byte chunk c of row r at chunk c ^ (r % 8)), then out by one TMA
-             * store each, which clips rows past the end */
-            const int warp = tid / 32, lane = tid % 32;
-            unsigned char *out = out_stage + half * OUT_BYTES;
-            if (tid == 0)
-                tma_store_wait_read(); /* the previous tile's stores have read it */
-            named_barrier(1 + half, 128);
+            /* d[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h, column 8 j + 2
+             * (lane % 4) + e of this warpgroup's 64 x 256 block; columns j < 16
+             * are gate, j + 16 the up of the same outputs */
 #pragma unroll
             for (int j = 0; j < 16; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int row = warp * 16 + lane / 4 + 8 * h,
-                              col = 8 * j + 2 * (lane % 4), cc = col % 64;
-                    const int off = (col / 64) * (OUT_BYTES / 2) + row * 128 +
-                                    (((cc / 8) ^ (row % 8)) * 16) + (cc % 8) * 2;
-                    const __nv_bfloat162 g =
+                    gate[2 * j + h] =
                         __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                    const __nv_bfloat162 u = __floats2bfloat162_rn(
-                        d[4 * (j + 16) + 2 * h], d[4 * (j + 16) + 2 * h + 1]);
-                    *reinterpret_cast<__nv_bfloat162 *>(out + off) =
-                        kvcal_swiglu2_bf16(g, u);
+                    up[2 * j + h] = __floats2bfloat162_rn(d[4 * (j + 16) + 2 * h],
+                                                          d[4 * (j + 16) + 2 * h + 1]);
                 }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            named_barrier(1 + half, 128);
-            if (tid == 0) {
-                const int row0 = m * BM + half * (BM / 2), col0 = nb * (BN / 2);
-                tma_store_2d(&map_act, out, col0, row0);
-                tma_store_2d(&map_act, out + OUT_BYTES / 2, col0 + 64, row0);
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            }
         }
+        const int last = cluster + (tiles - 1 - cluster) / clusters * clusters;
+        for (int c = 0; cluster < tiles && c < EPI_PARTS; c++) /* the last tile's */
+            epilogue_part(c, last);
         if (tid == 0)
             tma_store_wait_read(); /* shared memory stays until the last stores read it */
     }
