@@ -28,9 +28,10 @@
  * weight tiles in L2.
  *
  * Against cuBLAS's gate/up GEMM + kvcal_swiglu_launch at the Llama-3-8B
- * shapes on an H200: 5.63 against 5.75 ms alone, 0.4% faster end to end,
- * and the (rows, 2n) buffer gone (bench/NOTES.md, runner versions 10, 11
- * and 14; the other variants measured there are in the history). For
+ * shapes on an H200: 0.4% faster end to end with the epilogue after the
+ * tile's products, 1.0% more with it overlapping the next tile's, and the
+ * (rows, 2n) buffer gone (bench/NOTES.md, runner versions 10, 11, 14 and
+ * 17; the other variants measured there are in the history). For
  * sm_90a only (wgmma, setmaxnreg, clusters): on another GPU the launch
  * reports KVCAL_ERR_UNSUPPORTED, and a build without sm_90a code traps. */
 #include <cuda.h> /* CUtensorMap and its enums; the encoder is fetched at run time */
