@@ -23,9 +23,9 @@
  * (two MUFU operations an output) runs in EPI_PARTS parts, one after each of
  * the next tile's first k blocks is issued, while the tensor cores compute
  * it; each warpgroup's 64 x 128 outputs are staged in shared memory and
- * written with TMA stores, which run on behind. Tiles are walked in groups of GROUP_M row blocks (all weight
- * blocks of a group before the next), so that the CTAs in flight share x and
- * weight tiles in L2.
+ * written with TMA stores, which run on behind. Tiles are walked in groups
+ * of GROUP_M row blocks (all weight blocks of a group before the next), so
+ * that the CTAs in flight share x and weight tiles in L2.
  *
  * Against cuBLAS's gate/up GEMM + kvcal_swiglu_launch at the Llama-3-8B
  * shapes on an H200: 0.4% faster end to end with the epilogue after the
@@ -356,10 +356,11 @@ __global__ void __launch_bounds__(THREADS, 1)
          * 1} of this warpgroup's 64 x 128 act block), waiting for their
          * epilogue. */
         __nv_bfloat162 gate[32], up[32];
-        /* Epilogue part c of EPI_PARTS (columns 32 c .. 32 c + 31): act into
-         * shared memory as two 64 x 64 boxes with the 128-byte swizzle (16-byte
-         * chunk c of row r at chunk c ^ (r % 8)); the last part writes them out
-         * by one TMA store each, which clips rows past the end. */
+        /* Epilogue part c of EPI_PARTS: the 16 / EPI_PARTS groups of 8 columns
+         * from j = c x 16 / EPI_PARTS on. act goes into shared memory as two
+         * 64 x 64 boxes with the 128-byte swizzle (16-byte chunk q of row r at
+         * chunk q ^ (r % 8)); the last part writes them out by one TMA store
+         * each, which clips rows past the end. */
         auto epilogue_part_at = [&](auto part, int tile) {
             constexpr int c = decltype(part)::value;
             if (c == 0) {
@@ -381,7 +382,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const int j = c * (16 / EPI_PARTS) + jj;
                     const uint32_t addr =
                         (base ^ ((j % 8) << 4)) + (j / 8) * (OUT_BYTES / 2) + h * 8 * 128;
-                    const __nv_bfloat162 v = kvcal_swiglu2_bf16(gate[2 * j + h], up[2 * j + h]);
+                    const __nv_bfloat162 v =
+                        kvcal_swiglu2_bf16(gate[2 * j + h], up[2 * j + h]);
                     asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr),
                                  "r"(*reinterpret_cast<const uint32_t *>(&v))
                                  : "memory");
