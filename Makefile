@@ -25,14 +25,17 @@ override CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -MMD -MP \
 HOST_LIBS := -lcjson $(HDF5_LIBS) -lpcre2-8 -lz -lpthread -lm
 LDLIBS := $(HOST_LIBS)
 
-LIB_SRC := $(wildcard core/*.c io/*.c observers/*.c kernels/cpu/*.c) \
-           $(filter-out calib/main.c calib/cmd_%.c,$(wildcard calib/*.c))
+# C files named *_cuda.c hold host code of the CUDA build alone.
+CPU_LIB_SRC := $(filter-out %_cuda.c,$(wildcard core/*.c io/*.c observers/*.c kernels/cpu/*.c) \
+           $(filter-out calib/main.c calib/cmd_%.c,$(wildcard calib/*.c)))
+LIB_SRC := $(CPU_LIB_SRC)
 CMD_SRC := calib/main.c $(wildcard calib/cmd_*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 CU_SRC :=
 
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard kernels/cuda/*.cu)
+LIB_SRC += $(wildcard calib/*_cuda.c)
 override CFLAGS += -DKVCAL_WITH_CUDA -I$(CUDA_HOME)/include
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -DKVCAL_WITH_CUDA \
              -Iinclude -Icore -I. --expt-relaxed-constexpr
@@ -134,10 +137,10 @@ asan:
 # libFuzzer targets (clang), each run FUZZ_TIME seconds on its seed corpus.
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
-build-fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
-	  -o $@ $< $(filter-out calib/%,$(LIB_SRC)) $(filter calib/%,$(LIB_SRC)) $(HOST_LIBS)
+	  -o $@ $< $(filter-out calib/%,$(CPU_LIB_SRC)) $(filter calib/%,$(CPU_LIB_SRC)) $(HOST_LIBS)
 fuzz: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_TIME) s"; \

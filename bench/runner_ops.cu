@@ -295,7 +295,7 @@ int main(int argc, char **argv)
         const size_t n_out = (size_t)M * D;
         std::vector<kvcal_bf16> ref(n_out), got(n_out);
         kvcal_attention_t *cudnn;
-        CHECK_KVCAL(kvcal_attention_create(&cudnn));
+        CHECK_KVCAL(kvcal_attention_create(0, &cudnn));
         float runner_ms = 0.0f; // the attention the runner takes
         for (int ver = 1; ver <= KVCAL_ATTENTION_VERSIONS + 1; ver++) {
             const bool is_cudnn = ver > KVCAL_ATTENTION_VERSIONS;
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
     // the GPU runs at its power cap, so this is also where GEMM candidates
     // and the elementwise passes are weighed as the runner meets them.
     kvcal_attention_t *attn;
-    CHECK_KVCAL(kvcal_attention_create(&attn));
+    CHECK_KVCAL(kvcal_attention_create(0, &attn));
     struct layer_plan {
         int cand[NUM_GEMMS]; // -1: the tuned choice
         bool norms, rope, swiglu;

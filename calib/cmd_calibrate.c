@@ -14,9 +14,8 @@
 #include "calib/cmd_common.h"
 #include "calib/command.h"
 #include "calib/data_path.h"
+#include "calib/executor.h"
 #include "calib/model.h"
-#include "calib/runner.h"
-#include "calib/runner_cuda.h"
 #include "core/scales.h"
 #include "core/status.h"
 #include "io/dataset.h"
@@ -182,28 +181,7 @@ static int parse_options(int argc, char **argv, options *o)
     return 0;
 }
 
-// --- observing ----------------------------------------------------------------
-
-typedef struct {
-    kvcal_stats_t *stats;
-} observe_ctx;
-
-static kvcal_status observe_kv(void *p, const kvcal_runner_kv *kv)
-{
-    observe_ctx *c = p;
-    int64_t row = (int64_t)kv->num_kv_heads * kv->head_dim;
-    for (int b = 0; b < kv->batch; b++)
-        for (int which = KVCAL_K; which <= KVCAL_V; which++) {
-            const float *x = (which == KVCAL_K ? kv->k : kv->v) + kv->start[b] * row;
-            kvcal_kv_block blk =
-                kvcal_kv_block_dense(x, 1, kv->lengths[b], kv->num_kv_heads, kv->head_dim,
-                                     NULL, &kv->sample_ids[b]);
-            kvcal_status st = kvcal_stats_observe_ref(c->stats, kv->layer, which, &blk);
-            if (st)
-                return st;
-        }
-    return KVCAL_OK;
-}
+// --- running ----------------------------------------------------------------
 
 static void warn_stderr(void *ctx, const char *message)
 {
@@ -211,68 +189,45 @@ static void warn_stderr(void *ctx, const char *message)
     fprintf(stderr, "kvcal calibrate: warning: %s\n", message);
 }
 
-static void progress(int done, int total, long long tokens, double elapsed)
+typedef struct {
+    int total;
+    double t0;
+} progress_ctx;
+
+static void progress(void *p, int done, long long tokens)
 {
+    const progress_ctx *c = p;
+    double elapsed = kvcal_cmd_now_s() - c->t0;
     double rate = elapsed > 0 ? tokens / elapsed : 0;
-    double eta = done > 0 ? elapsed * (total - done) / done : 0;
+    double eta = done > 0 ? elapsed * (c->total - done) / done : 0;
     fprintf(stderr,
             "\rcalibrate: %d/%d samples, %lld tokens, %.0f tokens/s, ETA %.0f s   ", done,
-            total, tokens, rate, eta);
+            c->total, tokens, rate, eta);
     fflush(stderr);
 }
 
-/* Runs every sample through the model, folding K/V into stats. On the CUDA
- * device K/V are observed there and folded into stats batch by batch
- * (batch_absmax, tokens) and at the end (absmax, histograms). With stats
- * NULL nothing is observed (--time-only). */
+/* Runs every sample through the model on the chosen device, folding K/V
+ * into stats (NULL: nothing observed, --time-only). */
 static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
                                 const options *o, kvcal_stats_t *stats, double *seconds)
 {
-    kvcal_runner_t *r = NULL;
-    kvcal_cuda_runner_t *cr = NULL;
-    int64_t *ids = NULL; /* (batch) sample ids */
-    kvcal_status st =
-        o->run.cuda ? kvcal_cuda_runner_create(model, o->run.batch, s->seq_len, &cr)
-                    : kvcal_runner_create(model, (int64_t)o->run.batch * s->seq_len, &r);
+    kvcal_exec_t *x = NULL;
+    kvcal_exec_options xo;
+    kvcal_status st = kvcal_cmd_exec_options(&o->run, s->seq_len, &xo);
+    if (!st)
+        st = kvcal_exec_create(model, &xo, &x);
     if (st)
         return st;
     int show = !o->run.quiet && isatty(STDERR_FILENO);
-    observe_ctx ctx = {stats};
-    kvcal_runner_outputs out = {stats ? observe_kv : NULL, &ctx, NULL, NULL, NULL};
-    long long tokens = 0;
-    double t0 = kvcal_cmd_now_s();
-    ids = malloc(sizeof(int64_t) * (size_t)o->run.batch);
-    if (!ids) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    for (int b0 = 0; b0 < s->num_samples && !st; b0 += o->run.batch) {
-        int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
-        for (int i = 0; i < n; i++) {
-            ids[i] = b0 + i;
-            tokens += s->lengths[b0 + i];
-        }
-        const int32_t *batch = s->ids + (int64_t)b0 * s->seq_len; // (n, seq_len)
-        if (stats)
-            kvcal_stats_begin_batch(stats);
-        st = o->run.cuda ? kvcal_cuda_runner_forward(cr, batch, s->lengths + b0, n,
-                                                     s->seq_len, ids, stats)
-                         : kvcal_runner_forward(r, batch, s->lengths + b0, n, s->seq_len,
-                                                ids, &out);
-        if (!st && stats)
-            st = kvcal_stats_end_batch(stats, o->observer.ema_decay);
-        if (show)
-            progress(b0 + n, s->num_samples, tokens, kvcal_cmd_now_s() - t0);
-    }
-    if (!st && o->run.cuda && stats)
-        st = kvcal_cuda_runner_collect(cr, stats);
+    progress_ctx pc = {s->num_samples, kvcal_cmd_now_s()};
+    const kvcal_exec_samples run = {s->ids,        s->lengths,          s->num_samples,
+                                    s->seq_len,    o->run.batch,        show ? progress : NULL,
+                                    &pc};
+    st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
     if (show)
         fprintf(stderr, "\n");
-    *seconds = kvcal_cmd_now_s() - t0;
-done:
-    free(ids);
-    kvcal_cuda_runner_destroy(cr);
-    kvcal_runner_destroy(r);
+    *seconds = kvcal_cmd_now_s() - pc.t0;
+    kvcal_exec_destroy(x);
     return st;
 }
 

@@ -179,3 +179,27 @@ double kvcal_cmd_now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int seq_len,
+                                    kvcal_exec_options *out)
+{
+    memset(out, 0, sizeof *out);
+    out->device = run->cuda ? KVCAL_DEVICE_CUDA : KVCAL_DEVICE_CPU;
+    out->backend.max_batch = run->batch;
+    out->backend.max_seq_len = seq_len;
+    if (!run->cuda)
+        return KVCAL_OK;
+    const char *attention = getenv("KVCAL_ATTENTION"), *mlp = getenv("KVCAL_MLP");
+    if (attention && *attention && strcmp(attention, "kvcal"))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "KVCAL_ATTENTION=%s: use kvcal (or leave it unset)", attention);
+    out->backend.attention =
+        attention && *attention ? KVCAL_ATTENTION_OWN : KVCAL_ATTENTION_AUTO;
+    if (mlp && *mlp && strcmp(mlp, "fused") && strcmp(mlp, "unfused"))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "KVCAL_MLP=%s: use fused or unfused (or leave it unset)", mlp);
+    out->backend.mlp = !mlp || !*mlp           ? KVCAL_MLP_AUTO
+                       : !strcmp(mlp, "fused") ? KVCAL_MLP_FUSED
+                                               : KVCAL_MLP_UNFUSED;
+    return KVCAL_OK;
+}

@@ -6,6 +6,7 @@
 
 #include <getopt.h>
 
+#include "calib/executor.h"
 #include "io/dataset.h"
 #include "kvcal.h"
 
@@ -102,6 +103,15 @@ kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
                                     int vocab_size, const char *tokenizer,
                                     const char *dataset, const kvcal_dataset_options *opt,
                                     kvcal_samples **out);
+
+/* The executor's options for a run of batches of run->batch samples of
+ * seq_len tokens on run's device; on cuda the kernel choices come from the
+ * environment: KVCAL_ATTENTION=kvcal (kvcal's attention kernel, not
+ * cuDNN's), KVCAL_MLP=fused|unfused (insist on, or leave out, the fused
+ * gate/up + SwiGLU kernel). Any other value of either is
+ * KVCAL_ERR_INVALID_ARG naming it. */
+kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int seq_len,
+                                    kvcal_exec_options *out);
 
 /* Exit code of a command that ran a model and failed with st: 2 (usage or
  * I/O) for I/O errors, no CUDA device and out of memory, else 1 (invalid

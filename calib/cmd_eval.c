@@ -18,14 +18,11 @@
 
 #include "calib/cmd_common.h"
 #include "calib/command.h"
+#include "calib/executor.h"
 #include "calib/model.h"
-#include "calib/runner.h"
-#include "calib/runner_cuda.h"
 #include "core/scales.h"
 #include "core/status.h"
 #include "io/dataset.h"
-#include "kernels/cpu/eval_ref.h"
-#include "kernels/cpu/ops.h"
 #include "kvcal.h"
 
 enum {
@@ -165,169 +162,11 @@ static int parse_options(int argc, char **argv, options *o)
     return 0;
 }
 
-// --- one mode: the K/V hook --------------------------------------------------
+// --- one mode ------------------------------------------------------------------
 
 /* Per layer sums over every batch of a mode: kvcal_eval_layer_sums
- * (calib/runner_cuda.h), the same on both devices. */
+ * (calib/backend.h), the same on both devices. */
 typedef kvcal_eval_layer_sums layer_sums;
-
-typedef struct {
-    int mode;
-    const kvcal_model_desc *d;
-    const kvcal_scales_t *scales; /* static modes */
-    kvcal_kv_scaler_t **scalers;  /* (layers) first-batch */
-    layer_sums *sums;             /* (layers) */
-    /* scratch sized for the largest batch */
-    float *k0, *v0;     /* (rows, kv_heads, head_dim) inputs */
-    uint8_t *ck, *cv;   /* (rows, kv_heads, head_dim) e4m3 */
-    float *cks, *cvs;   /* (rows, kv_heads) used scales */
-    int64_t *slots;     /* (rows) 0..rows-1 */
-    float *att, *att_q; /* (seq_len, heads, head_dim) */
-    float *ks, *vs;     /* (kv_heads) static scales of a layer */
-} mode_ctx;
-
-/* The per-head scales (kv_heads each) a static mode (static-tensor,
- * static-head, unit) uses in `layer`. */
-static void static_scales(int mode, const kvcal_scales_t *scales, int layer, int H,
-                          float *ks, float *vs)
-{
-    float k = 1.0f, v = 1.0f;
-    if (mode == MODE_STATIC_TENSOR)
-        kvcal_scales_get_tensor(scales, layer, &k, &v);
-    for (int h = 0; h < H; h++) {
-        ks[h] = k, vs[h] = v;
-        if (mode == MODE_STATIC_HEAD)
-            kvcal_scales_get_head(scales, layer, h, &ks[h], &vs[h]);
-    }
-}
-
-static kvcal_status quantize_mode(mode_ctx *c, int layer, const kvcal_kv_batch *b,
-                                  const kvcal_kv_cache *cache)
-{
-    if (c->mode == MODE_DYNAMIC)
-        return kvcal_kv_quantize_dynamic_ref(b, cache);
-    if (c->mode == MODE_FIRST_BATCH)
-        return kvcal_kv_scaler_quantize_ref(c->scalers[layer], b, cache);
-    static_scales(c->mode, c->scales, layer, c->d->num_kv_heads, c->ks, c->vs);
-    return kvcal_kv_quantize_static_ref(b, cache, KVCAL_GRANULARITY_HEAD, c->ks, c->vs);
-}
-
-static kvcal_status eval_hook(void *p, const kvcal_runner_kv *kv, const float *q, int Hq,
-                              float *k, float *v)
-{
-    mode_ctx *c = p;
-    const int H = kv->num_kv_heads, D = kv->head_dim;
-    const int64_t row = (int64_t)H * D;
-    const int64_t rows = kv->start[kv->batch - 1] + kv->lengths[kv->batch - 1];
-    memcpy(c->k0, k, sizeof(float) * (size_t)(rows * row));
-    memcpy(c->v0, v, sizeof(float) * (size_t)(rows * row));
-    for (int64_t t = 0; t < rows; t++)
-        c->slots[t] = t;
-    kvcal_kv_batch b = {c->k0, c->v0, KVCAL_DTYPE_F32, rows, row, D, row, D, c->slots};
-    kvcal_kv_cache cache = {c->ck, c->cv, c->cks, c->cvs, rows,
-                            1,     H,     D,      0,      KVCAL_CACHE_NHD};
-    kvcal_status st = quantize_mode(c, kv->layer, &b, &cache);
-    if (!st)
-        st = kvcal_kv_dequantize_ref(&b, &cache, KVCAL_GRANULARITY_TENSOR, NULL, NULL, k,
-                                     v, KVCAL_DTYPE_F32);
-    if (st)
-        return kvcal_fail_context(st, "layer %d: ", kv->layer);
-    layer_sums *s = &c->sums[kv->layer];
-    kvcal_error_sums_ref(&s->kv[KVCAL_K], c->k0, row, k, row, c->cks, D, NULL, rows,
-                         (int)row);
-    kvcal_error_sums_ref(&s->kv[KVCAL_V], c->v0, row, v, row, c->cvs, D, NULL, rows,
-                         (int)row);
-    float scale = 1.0f / sqrtf((float)D);
-    for (int bi = 0; bi < kv->batch; bi++) {
-        int64_t s0 = kv->start[bi];
-        int len = kv->lengths[bi];
-        const float *qb = q + s0 * Hq * D;
-        kvcal_attention_ref(c->att, qb, c->k0 + s0 * row, c->v0 + s0 * row, len, Hq, H, D,
-                            scale);
-        kvcal_attention_ref(c->att_q, qb, k + s0 * row, v + s0 * row, len, Hq, H, D,
-                            scale);
-        kvcal_error_sums_ref(&s->att, c->att, (int64_t)Hq * D, c->att_q, (int64_t)Hq * D,
-                             NULL, 0, NULL, len, Hq * D);
-    }
-    return KVCAL_OK;
-}
-
-static void mode_ctx_free(mode_ctx *c)
-{
-    if (c->scalers)
-        for (int l = 0; l < c->d->num_layers; l++)
-            kvcal_kv_scaler_destroy(c->scalers[l]);
-    free(c->scalers);
-    free(c->sums);
-    free(c->k0);
-    free(c->v0);
-    free(c->ck);
-    free(c->cv);
-    free(c->cks);
-    free(c->cvs);
-    free(c->slots);
-    free(c->att);
-    free(c->att_q);
-    free(c->ks);
-    free(c->vs);
-}
-
-static kvcal_status mode_ctx_init(mode_ctx *c, int mode, const kvcal_model_desc *d,
-                                  const kvcal_scales_t *scales, int64_t max_rows,
-                                  int seq_len)
-{
-    memset(c, 0, sizeof *c);
-    c->mode = mode, c->d = d, c->scales = scales;
-    size_t kvn = (size_t)max_rows * d->num_kv_heads * d->head_dim;
-    size_t attn = (size_t)seq_len * d->num_heads * d->head_dim;
-    c->sums = calloc((size_t)d->num_layers, sizeof *c->sums);
-    c->k0 = malloc(kvn * sizeof(float));
-    c->v0 = malloc(kvn * sizeof(float));
-    c->ck = malloc(kvn);
-    c->cv = malloc(kvn);
-    c->cks = malloc((size_t)max_rows * d->num_kv_heads * sizeof(float));
-    c->cvs = malloc((size_t)max_rows * d->num_kv_heads * sizeof(float));
-    c->slots = malloc((size_t)max_rows * sizeof(int64_t));
-    c->att = malloc(attn * sizeof(float));
-    c->att_q = malloc(attn * sizeof(float));
-    c->ks = malloc((size_t)d->num_kv_heads * sizeof(float));
-    c->vs = malloc((size_t)d->num_kv_heads * sizeof(float));
-    if (!c->sums || !c->k0 || !c->v0 || !c->ck || !c->cv || !c->cks || !c->cvs ||
-        !c->slots || !c->att || !c->att_q || !c->ks || !c->vs)
-        return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory for %lld tokens a batch",
-                          (long long)max_rows);
-    if (mode == MODE_FIRST_BATCH) {
-        if (!(c->scalers = calloc((size_t)d->num_layers, sizeof *c->scalers)))
-            return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
-        for (int l = 0; l < d->num_layers; l++) {
-            kvcal_status st = kvcal_kv_scaler_create(
-                d->num_kv_heads, KVCAL_SCALER_FIRST_BATCH, 0.0f, 0, &c->scalers[l]);
-            if (st)
-                return st;
-        }
-    }
-    return KVCAL_OK;
-}
-
-// --- perplexity ----------------------------------------------------------------
-
-/* Adds the next-token negative log-likelihoods of one batch of packed
- * logits rows; target and row_nll are scratch of one entry per row. */
-static void add_nll(const float *logits, int vocab, const int32_t *ids,
-                    const int32_t *lengths, int batch, int seq_len, int32_t *target,
-                    float *row_nll, double *nll, long long *count)
-{
-    int64_t rows = 0;
-    for (int b = 0; b < batch; b++)
-        for (int t = 0; t < lengths[b]; t++)
-            target[rows++] = t + 1 < lengths[b] ? ids[(int64_t)b * seq_len + t + 1] : -1;
-    kvcal_token_nll_ref(row_nll, logits, target, rows, vocab);
-    for (int64_t i = 0; i < rows; i++)
-        if (target[i] >= 0) {
-            *nll += row_nll[i];
-            (*count)++;
-        }
-}
 
 typedef struct {
     int mode;
@@ -335,136 +174,70 @@ typedef struct {
     layer_sums *sums; /* owned; NULL for the baseline */
 } mode_result;
 
-/* The runner of either device, made once for every mode. */
 typedef struct {
-    kvcal_model_t *model;
-    kvcal_runner_t *cpu;
-    kvcal_cuda_runner_t *cuda;
-} runners;
+    int mode, total;
+    double t0;
+} progress_ctx;
 
-/* Runs every sample once under `mode` on the fp32 CPU runner; fills r. */
-static kvcal_status run_mode_cpu(const runners *rn, const kvcal_samples *s,
-                                 const options *o, const kvcal_scales_t *scales, int mode,
-                                 mode_result *r, double *nll, long long *count)
+static void progress(void *p, int done, long long tokens)
 {
-    const kvcal_model_desc *d = kvcal_model_describe(rn->model);
-    int64_t max_rows = (int64_t)o->run.batch * s->seq_len;
-    mode_ctx c;
-    float *logits = NULL, *row_nll = NULL;
-    int32_t *target = NULL;
-    int64_t *names = malloc(sizeof(int64_t) * (size_t)o->run.batch);
-    kvcal_status st = mode_ctx_init(&c, mode, d, scales, max_rows, s->seq_len);
-    row_nll = malloc(sizeof(float) * (size_t)max_rows);
-    target = malloc(sizeof(int32_t) * (size_t)max_rows);
-    if (!st && (!names || !row_nll || !target))
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
-    if (!st &&
-        !(logits = malloc(sizeof(float) * (size_t)max_rows * (size_t)d->vocab_size)))
-        st = kvcal_fail(KVCAL_ERR_NOMEM,
-                        "eval: cannot allocate %.0f MB of logits; use a smaller --batch",
-                        (double)max_rows * d->vocab_size * 4 / 1048576.0);
-    kvcal_runner_outputs out = {NULL, &c, NULL, logits,
-                                mode == MODE_BASELINE ? NULL : eval_hook};
-    double t0 = kvcal_cmd_now_s();
-    int show = !o->run.quiet && isatty(STDERR_FILENO);
-    for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->run.batch) {
-        int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
-        for (int i = 0; i < n; i++)
-            names[i] = b0 + i;
-        const int32_t *ids = s->ids + (int64_t)b0 * s->seq_len;
-        st = kvcal_runner_forward(rn->cpu, ids, s->lengths + b0, n, s->seq_len, names,
-                                  &out);
-        if (!st)
-            add_nll(logits, d->vocab_size, ids, s->lengths + b0, n, s->seq_len, target,
-                    row_nll, nll, count);
-        if (show)
-            fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
-                    b0 + n, s->num_samples, kvcal_cmd_now_s() - t0);
-    }
-    if (show)
-        fprintf(stderr, "\n");
-    if (!st && mode != MODE_BASELINE) {
-        r->sums = c.sums;
-        c.sums = NULL;
-    }
-    mode_ctx_free(&c);
-    free(logits);
-    free(row_nll);
-    free(target);
-    free(names);
-    return st;
+    const progress_ctx *c = p;
+    (void)tokens;
+    fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[c->mode], done,
+            c->total, kvcal_cmd_now_s() - c->t0);
 }
 
-/* Runs every sample once under `mode` on the bf16 CUDA runner, the K/V
- * round trip and the error sums on the device; fills r. */
-static kvcal_status run_mode_cuda(const runners *rn, const kvcal_samples *s,
-                                  const options *o, const kvcal_scales_t *scales,
-                                  int mode, mode_result *r, double *nll, long long *count)
+/* The simulated cache of `mode`; ks and vs (layers, kv_heads) scratch. */
+static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
+                                       const kvcal_model_desc *d, float *ks, float *vs)
 {
-    const kvcal_model_desc *d = kvcal_model_describe(rn->model);
-    const int L = d->num_layers, H = d->num_kv_heads;
-    kvcal_cuda_kv_sim sim = mode == MODE_BASELINE      ? KVCAL_CUDA_KV_EXACT
-                            : mode == MODE_DYNAMIC     ? KVCAL_CUDA_KV_DYNAMIC
-                            : mode == MODE_FIRST_BATCH ? KVCAL_CUDA_KV_FIRST_BATCH
-                                                       : KVCAL_CUDA_KV_STATIC;
-    kvcal_cuda_eval_t *ev = NULL;
-    float *ks = NULL, *vs = NULL;
-    int64_t *names = malloc(sizeof(int64_t) * (size_t)o->run.batch);
-    kvcal_status st = KVCAL_OK;
-    if (!names || !(r->sums = calloc((size_t)L, sizeof *r->sums))) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
-        goto done;
+    kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs};
+    switch (mode) {
+    case MODE_BASELINE:
+        return (kvcal_kv_sim_config){KVCAL_KV_SIM_EXACT, NULL, NULL};
+    case MODE_DYNAMIC:
+        return (kvcal_kv_sim_config){KVCAL_KV_SIM_DYNAMIC, NULL, NULL};
+    case MODE_FIRST_BATCH:
+        return (kvcal_kv_sim_config){KVCAL_KV_SIM_FIRST_BATCH, NULL, NULL};
+    default:
+        kvcal_kv_sim_static_scales(scales,
+                                   mode == MODE_STATIC_TENSOR ? KVCAL_KV_SCALES_TENSOR
+                                   : mode == MODE_STATIC_HEAD ? KVCAL_KV_SCALES_HEAD
+                                                              : KVCAL_KV_SCALES_UNIT,
+                                   d->num_layers, d->num_kv_heads, ks, vs);
+        return c;
     }
-    if (sim == KVCAL_CUDA_KV_STATIC) {
-        ks = malloc(sizeof(float) * (size_t)L * (size_t)H * 2);
-        if (!ks) {
-            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
-            goto done;
-        }
-        vs = ks + (size_t)L * H;
-        for (int l = 0; l < L; l++)
-            static_scales(mode, scales, l, H, ks + (size_t)l * H, vs + (size_t)l * H);
-    }
-    if ((st = kvcal_cuda_eval_create(rn->cuda, rn->model, sim, ks, vs, &ev)))
-        goto done;
-    double t0 = kvcal_cmd_now_s();
-    int show = !o->run.quiet && isatty(STDERR_FILENO);
-    for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->run.batch) {
-        int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
-        for (int i = 0; i < n; i++)
-            names[i] = b0 + i;
-        st = kvcal_cuda_eval_forward(ev, s->ids + (int64_t)b0 * s->seq_len,
-                                     s->lengths + b0, n, s->seq_len, names, nll, count);
-        if (show)
-            fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
-                    b0 + n, s->num_samples, kvcal_cmd_now_s() - t0);
-    }
-    if (show)
-        fprintf(stderr, "\n");
-    if (!st)
-        st = kvcal_cuda_eval_collect(ev, r->sums);
-done:
-    if (st || mode == MODE_BASELINE) {
-        free(r->sums);
-        r->sums = NULL;
-    }
-    kvcal_cuda_eval_destroy(ev);
-    free(ks);
-    free(names);
-    return st;
 }
 
-/* Runs every sample once under `mode` on the chosen device; fills r. */
-static kvcal_status run_mode(const runners *rn, const kvcal_samples *s, const options *o,
+/* Runs every sample once under `mode`; fills r. */
+static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
+                             const kvcal_samples *s, const options *o,
                              const kvcal_scales_t *scales, int mode, mode_result *r)
 {
     double nll = 0.0;
     long long count = 0;
-    kvcal_status st = o->run.cuda ? run_mode_cuda(rn, s, o, scales, mode, r, &nll, &count)
-                                  : run_mode_cpu(rn, s, o, scales, mode, r, &nll, &count);
+    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
+    float *ks = malloc(2 * lh * sizeof *ks);
+    r->sums = mode == MODE_BASELINE ? NULL : calloc((size_t)d->num_layers, sizeof *r->sums);
+    kvcal_status st = KVCAL_OK;
+    if (!ks || (mode != MODE_BASELINE && !r->sums)) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+        goto done;
+    }
+    const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
+    const int show = !o->run.quiet && isatty(STDERR_FILENO);
+    progress_ctx pc = {mode, s->num_samples, kvcal_cmd_now_s()};
+    const kvcal_exec_samples run = {s->ids,     s->lengths,   s->num_samples,
+                                    s->seq_len, o->run.batch, show ? progress : NULL,
+                                    &pc};
+    st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
+    if (show)
+        fprintf(stderr, "\n");
     if (!st && count == 0)
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
+done:
+    free(ks);
     if (st) {
         free(r->sums);
         r->sums = NULL;
@@ -625,7 +398,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         return KVCAL_EXIT_USAGE;
     kvcal_model_t *model = NULL;
     kvcal_samples *samples = NULL;
-    runners rn = {NULL, NULL, NULL};
+    kvcal_exec_t *x = NULL;
     kvcal_scales_t *scales = NULL;
     mode_result res[NUM_MODES];
     int nres = 0;
@@ -660,19 +433,16 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     if ((st = kvcal_cmd_load_samples("eval", o.run.model, d->vocab_size, o.run.tokenizer,
                                      o.run.dataset, &dopt, &samples)))
         goto fail;
-    rn.model = model;
-    st = o.run.cuda
-             ? kvcal_cuda_runner_create(model, o.run.batch, samples->seq_len, &rn.cuda)
-             : kvcal_runner_create(model, (int64_t)o.run.batch * samples->seq_len,
-                                   &rn.cpu);
-    if (st)
+    kvcal_exec_options xo;
+    if ((st = kvcal_cmd_exec_options(&o.run, samples->seq_len, &xo)) ||
+        (st = kvcal_exec_create(model, &xo, &x)))
         goto fail;
     /* the baseline first: every change is measured against it */
     o.modes[MODE_BASELINE] = 1;
     for (int m = 0; m < NUM_MODES; m++) {
         if (!o.modes[m])
             continue;
-        if ((st = run_mode(&rn, samples, &o, scales, m, &res[nres])))
+        if ((st = run_mode(x, d, samples, &o, scales, m, &res[nres])))
             goto fail;
         nres++;
     }
@@ -694,8 +464,7 @@ fail:
 done:
     for (int i = 0; i < NUM_MODES; i++)
         free(res[i].sums);
-    kvcal_runner_destroy(rn.cpu);
-    kvcal_cuda_runner_destroy(rn.cuda);
+    kvcal_exec_destroy(x);
     kvcal_scales_destroy(scales);
     kvcal_samples_destroy(samples);
     kvcal_model_close(model);

@@ -13,53 +13,17 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 
-/* Layer tensors, in the order of kvcal_layer_weights' fields. */
-enum {
-    T_ATTN_NORM,
-    T_WQ,
-    T_WK,
-    T_WV,
-    T_WO,
-    T_BQ,
-    T_BK,
-    T_BV,
-    T_BO,
-    T_QNORM,
-    T_KNORM,
-    T_FFN_NORM,
-    T_GATE,
-    T_UP,
-    T_DOWN,
-    T_COUNT
-};
-
-static const char *const hf_suffix[T_COUNT] = {
-    "input_layernorm.weight",  "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight", "self_attn.q_proj.bias",
-    "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
-    "self_attn.o_proj.bias",   "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight", "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-};
-
 struct kvcal_model {
     kvcal_model_desc desc;
     char path[4096];
     kvcal_checkpoint_t *ck;    /* HF source */
     kvcal_llama2c_t *l2c;      /* llama2.c source */
-    int64_t shape[T_COUNT][2]; /* expected (rows, cols); cols 0 for vectors */
-    int present[T_COUNT];
     float *inv_freq;  /* (rot_dim / 2) */
-    float *layer_buf; /* one layer, fp32 */
+    float *layer_buf; /* one layer, fp32, logical weights in order */
     float *head_buf;  /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
     const float *lm_head;
 };
-
-static const char *const supported_arch[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                             "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
 
 // --- RoPE frequencies -------------------------------------------------------
 
@@ -175,16 +139,15 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
 static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
 {
     kvcal_model_desc *d = &m->desc;
-    int known = 0;
-    for (size_t i = 0; i < sizeof supported_arch / sizeof *supported_arch; i++)
-        known |= !strcmp(c->architecture, supported_arch[i]);
-    if (!known)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "%s: architecture '%s' (model_type '%s') is not supported; kvcal "
-            "runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
-            "Qwen3ForCausalLM",
-            m->path, c->architecture, c->model_type);
+    d->arch = kvcal_arch_find(c->architecture);
+    if (!d->arch) {
+        char list[512];
+        kvcal_arch_list(list, sizeof list);
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: architecture '%s' (model_type '%s') is not supported; "
+                          "kvcal runs %s",
+                          m->path, c->architecture, c->model_type, list);
+    }
     snprintf(d->architecture, sizeof d->architecture, "%s", c->architecture);
     snprintf(d->model_type, sizeof d->model_type, "%s", c->model_type);
     snprintf(d->source, sizeof d->source, "hf");
@@ -199,10 +162,9 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     d->norm_eps = (float)c->rms_norm_eps;
     d->tied_embeddings = c->tie_word_embeddings;
     d->sliding_window = c->sliding_window;
-    int qwen2 = !strcmp(c->architecture, "Qwen2ForCausalLM");
-    d->qkv_bias = qwen2 || c->attention_bias;
-    d->o_bias = !qwen2 && c->attention_bias;
-    d->qk_norm = !strcmp(c->architecture, "Qwen3ForCausalLM");
+    kvcal_status st = d->arch->describe(c, d);
+    if (st)
+        return kvcal_fail_context(st, "%s: ", m->path);
     if (d->num_layers <= 0 || d->hidden_size <= 0 || d->intermediate_size <= 0 ||
         d->num_heads <= 0 || d->num_kv_heads <= 0 || d->head_dim <= 0 ||
         d->vocab_size <= 0 || d->max_seq_len <= 0 || d->num_heads % d->num_kv_heads)
@@ -271,6 +233,28 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     return KVCAL_OK;
 }
 
+/* "model.layers.<layer>.<suffix>" as family a names it. */
+static void layer_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
+                              const char *suffix)
+{
+    int len = snprintf(out, n, a->layer_prefix, layer);
+    snprintf(out + (len > 0 ? len : 0), n - (size_t)(len > 0 ? len : 0), "%s", suffix);
+}
+
+/* An error when layer 0 of the checkpoint holds `suffix`. */
+static kvcal_status refuse_present(const kvcal_model_t *m, const char *suffix)
+{
+    char name[256];
+    layer_tensor_name(name, sizeof name, m->desc.arch, 0, suffix);
+    if (!kvcal_checkpoint_find(m->ck, name))
+        return KVCAL_OK;
+    return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                      "%s: tensor %s is in the checkpoint but %s with this config.json "
+                      "has no such bias (mlp_bias is not supported); K/V computed "
+                      "without it would be wrong",
+                      m->path, name, m->desc.architecture);
+}
+
 static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
 {
     kvcal_model_config c;
@@ -282,50 +266,44 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     if ((st = kvcal_checkpoint_open(m->path, &m->ck)))
         return st;
     const kvcal_model_desc *d = &m->desc;
-    int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * d->head_dim;
-    int64_t KV = (int64_t)d->num_kv_heads * d->head_dim, I = d->intermediate_size;
-    const int64_t shapes[T_COUNT][2] = {
-        {D, 0},           {Q, D},  {KV, D}, {KV, D}, {D, Q},
-        {Q, 0},           {KV, 0}, {KV, 0}, {D, 0},  {d->head_dim, 0},
-        {d->head_dim, 0}, {D, 0},  {I, D},  {I, D},  {D, I}};
-    memcpy(m->shape, shapes, sizeof shapes);
-    for (int t = 0; t < T_COUNT; t++)
-        m->present[t] = 1;
-    m->present[T_BQ] = m->present[T_BK] = m->present[T_BV] = d->qkv_bias;
-    m->present[T_BO] = d->o_bias;
-    m->present[T_QNORM] = m->present[T_KNORM] = d->qk_norm;
+    const kvcal_arch *a = d->arch;
     const kvcal_tensor_info *t;
     char name[256];
     for (int l = 0; l < d->num_layers; l++)
-        for (int i = 0; i < T_COUNT; i++) {
-            if (!m->present[i])
+        for (int w = 0; w < KVCAL_W_COUNT; w++) {
+            if (!kvcal_arch_has(a, d, w))
                 continue;
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, hf_suffix[i]);
-            if ((st = check_tensor(m, name, m->shape[i][0], m->shape[i][1], &t)))
-                return st;
-            if (l == 0 && i == T_WK)
-                snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
-                         kvcal_dtype_name(t->dtype));
+            const kvcal_weight_part *p = a->weights[w].parts;
+            for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
+                layer_tensor_name(name, sizeof name, a, l, p[i].name);
+                if ((st = check_tensor(m, name, kvcal_arch_dim(d, p[i].rows),
+                                       kvcal_arch_dim(d, p[i].cols), &t)))
+                    return st;
+                if (l == 0 && w == KVCAL_W_QKV && i == 1)
+                    snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
+                             kvcal_dtype_name(t->dtype));
+            }
         }
-    static const char *const unexpected[] = {
-        "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
-        "self_attn.o_proj.bias", "mlp.gate_proj.bias",    "mlp.up_proj.bias",
-        "mlp.down_proj.bias"};
-    for (size_t i = 0; i < sizeof unexpected / sizeof *unexpected; i++) {
-        int expected = i < 3 ? d->qkv_bias : i == 3 ? d->o_bias : 0;
-        snprintf(name, sizeof name, "model.layers.0.%s", unexpected[i]);
-        if (!expected && kvcal_checkpoint_find(m->ck, name))
-            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                              "%s: tensor %s is in the checkpoint but %s with this "
-                              "config.json has no such bias (mlp_bias is not supported); "
-                              "K/V computed without it would be wrong",
-                              m->path, name, d->architecture);
+    /* biases the config does not declare, and tensors the family does not
+     * implement: K/V computed without them would be wrong */
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        const kvcal_when when = a->weights[w].when;
+        if ((when != KVCAL_WHEN_QKV_BIAS && when != KVCAL_WHEN_O_BIAS) ||
+            kvcal_arch_has(a, d, w))
+            continue;
+        const kvcal_weight_part *p = a->weights[w].parts;
+        for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++)
+            if ((st = refuse_present(m, p[i].name)))
+                return st;
     }
-    if ((st = check_tensor(m, "model.embed_tokens.weight", d->vocab_size, D, &t)) ||
-        (st = check_tensor(m, "model.norm.weight", D, 0, &t)))
+    for (const char *const *r = a->refused; r && *r; r++)
+        if ((st = refuse_present(m, *r)))
+            return st;
+    const int64_t D = d->hidden_size;
+    if ((st = check_tensor(m, a->embed, d->vocab_size, D, &t)) ||
+        (st = check_tensor(m, a->final_norm, D, 0, &t)))
         return st;
-    if (!d->tied_embeddings &&
-        (st = check_tensor(m, "lm_head.weight", d->vocab_size, D, &t)))
+    if (!d->tied_embeddings && (st = check_tensor(m, a->lm_head, d->vocab_size, D, &t)))
         return st;
     return KVCAL_OK;
 }
@@ -339,6 +317,7 @@ static kvcal_status open_llama2c(kvcal_model_t *m)
         return st;
     const kvcal_llama2c_config *c = kvcal_llama2c_config_get(m->l2c);
     kvcal_model_desc *d = &m->desc;
+    d->arch = kvcal_arch_find("LlamaForCausalLM");
     snprintf(d->architecture, sizeof d->architecture, "LlamaForCausalLM");
     snprintf(d->model_type, sizeof d->model_type, "llama");
     snprintf(d->source, sizeof d->source, "llama2c");
@@ -420,11 +399,11 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
     if (st)
         goto fail;
     size_t floats = 0;
-    if (m->ck)
-        for (int i = 0; i < T_COUNT; i++)
-            if (m->present[i])
-                floats += (size_t)m->shape[i][0] *
-                          (size_t)(m->shape[i][1] ? m->shape[i][1] : 1);
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        long long rows, cols;
+        kvcal_arch_weight_shape(m->desc.arch, &m->desc, w, &rows, &cols);
+        floats += (size_t)rows * (size_t)(cols ? cols : 1);
+    }
     if (floats && !(m->layer_buf = malloc(sizeof(float) * floats))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for one layer (%zu MB fp32)",
                         path, floats * sizeof(float) >> 20);
@@ -465,50 +444,65 @@ void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id)
     id->head_dim = m->desc.head_dim;
 }
 
-static kvcal_status load_layer_llama2c(const kvcal_model_t *m, int l,
-                                       kvcal_layer_weights *w)
+/* Copies n floats to *p and advances it. */
+static void take(float **p, const float *src, int64_t n)
+{
+    memcpy(*p, src, sizeof(float) * (size_t)n);
+    *p += n;
+}
+
+/* A llama2.c layer, copied into layer_buf as the Llama family's logical
+ * weights (llama2.c's w1 is the gate, w3 the up projection). */
+static void load_layer_llama2c(const kvcal_model_t *m, int l, kvcal_layer_weights *w)
 {
     const kvcal_llama2c_weights *s = kvcal_llama2c_weights_get(m->l2c);
     const kvcal_model_desc *d = &m->desc;
     int64_t D = d->hidden_size, F = d->intermediate_size;
     int64_t KV = (int64_t)d->num_kv_heads * d->head_dim;
-    memset(w, 0, sizeof *w);
-    w->attn_norm = s->rms_att + l * D;
-    w->wq = s->wq + l * D * D;
-    w->wk = s->wk + l * KV * D;
-    w->wv = s->wv + l * KV * D;
-    w->wo = s->wo + l * D * D;
-    w->ffn_norm = s->rms_ffn + l * D;
-    w->w_gate = s->w1 + l * F * D;
-    w->w_down = s->w2 + l * D * F;
-    w->w_up = s->w3 + l * F * D;
-    return KVCAL_OK;
+    float *p = m->layer_buf;
+    w->w[KVCAL_W_ATTN_NORM] = p;
+    take(&p, s->rms_att + l * D, D);
+    w->w[KVCAL_W_QKV] = p;
+    take(&p, s->wq + l * D * D, D * D);
+    take(&p, s->wk + l * KV * D, KV * D);
+    take(&p, s->wv + l * KV * D, KV * D);
+    w->w[KVCAL_W_O] = p;
+    take(&p, s->wo + l * D * D, D * D);
+    w->w[KVCAL_W_FFN_NORM] = p;
+    take(&p, s->rms_ffn + l * D, D);
+    w->w[KVCAL_W_GATE_UP] = p;
+    take(&p, s->w1 + l * F * D, F * D);
+    take(&p, s->w3 + l * F * D, F * D);
+    w->w[KVCAL_W_DOWN] = p;
+    take(&p, s->w2 + l * D * F, D * F);
 }
 
 kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_weights *w)
 {
+    memset(w, 0, sizeof *w);
     if (layer < 0 || layer >= m->desc.num_layers)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d out of range [0, %d)",
                           m->path, layer, m->desc.num_layers);
-    if (m->l2c)
-        return load_layer_llama2c(m, layer, w);
-    const float **field[T_COUNT] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,
-                                    &w->wo,        &w->bq,     &w->bk,     &w->bv,
-                                    &w->bo,        &w->q_norm, &w->k_norm, &w->ffn_norm,
-                                    &w->w_gate,    &w->w_up,   &w->w_down};
-    memset(w, 0, sizeof *w);
+    if (m->l2c) {
+        load_layer_llama2c(m, layer, w);
+        return KVCAL_OK;
+    }
+    const kvcal_arch *a = m->desc.arch;
     float *p = m->layer_buf;
     char name[256];
-    for (int i = 0; i < T_COUNT; i++) {
-        if (!m->present[i])
+    for (int i = 0; i < KVCAL_W_COUNT; i++) {
+        if (!kvcal_arch_has(a, &m->desc, i))
             continue;
-        snprintf(name, sizeof name, "model.layers.%d.%s", layer, hf_suffix[i]);
-        const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
-        kvcal_status st = kvcal_tensor_to_f32(t, p);
-        if (st)
-            return kvcal_fail_context(st, "%s: %s: ", m->path, name);
-        *field[i] = p;
-        p += t->numel;
+        w->w[i] = p;
+        const kvcal_weight_part *part = a->weights[i].parts;
+        for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
+            layer_tensor_name(name, sizeof name, a, layer, part[j].name);
+            const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
+            kvcal_status st = kvcal_tensor_to_f32(t, p);
+            if (st)
+                return kvcal_fail_context(st, "%s: %s: ", m->path, name);
+            p += t->numel;
+        }
     }
     return KVCAL_OK;
 }
@@ -519,7 +513,7 @@ kvcal_status kvcal_model_embed(const kvcal_model_t *m, const int32_t *ids, int64
     const kvcal_model_desc *d = &m->desc;
     int64_t D = d->hidden_size;
     const kvcal_tensor_info *t =
-        m->ck ? kvcal_checkpoint_find(m->ck, "model.embed_tokens.weight") : NULL;
+        m->ck ? kvcal_checkpoint_find(m->ck, m->desc.arch->embed) : NULL;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= d->vocab_size)
             return kvcal_fail(
@@ -562,10 +556,9 @@ kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
                               "%s: out of memory for the classifier "
                               "(%zu MB fp32)",
                               m->path, V * D * sizeof(float) >> 20);
-        const char *cls =
-            d->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+        const char *cls = d->tied_embeddings ? d->arch->embed : d->arch->lm_head;
         kvcal_status st = kvcal_tensor_to_f32(
-            kvcal_checkpoint_find(m->ck, "model.norm.weight"), m->head_buf);
+            kvcal_checkpoint_find(m->ck, d->arch->final_norm), m->head_buf);
         if (!st)
             st = kvcal_tensor_to_f32(kvcal_checkpoint_find(m->ck, cls), m->head_buf + D);
         if (st) {

@@ -2,9 +2,9 @@
  * RoPE, and fp32 weights one layer at a time.
  *
  * Sources: a Hugging Face checkpoint (config.json + safetensors, single or
- * sharded) of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
- * Qwen3ForCausalLM with F32 / F16 / BF16 weights, or a llama2.c .bin
- * checkpoint. Checkpoints are mapped, never read whole; a layer's weights are
+ * sharded) of an architecture a family of calib/arch.h runs, with F32 / F16 /
+ * BF16 weights, its tensors named by the family's file; or a llama2.c .bin
+ * checkpoint (the Llama family). Checkpoints are mapped, never read whole; a layer's weights are
  * converted to fp32 into one buffer when the layer is loaded, so memory is
  * one layer of fp32 weights whatever the model size. Every tensor's presence,
  * dtype and shape is checked when the model is opened. */
@@ -13,10 +13,12 @@
 
 #include <stdint.h>
 
+#include "calib/arch.h"
 #include "core/scales.h"
 #include "kvcal.h"
 
-typedef struct kvcal_model_desc {
+struct kvcal_model_desc {
+    const kvcal_arch *arch;            /* the family that runs it */
     char architecture[KVCAL_NAME_MAX]; /* "LlamaForCausalLM" */
     char model_type[KVCAL_NAME_MAX];   /* "llama" */
     char source[16];                   /* "hf" or "llama2c" */
@@ -39,26 +41,13 @@ typedef struct kvcal_model_desc {
     int qk_norm;           /* per-head RMSNorm of q and k before RoPE */
     int tied_embeddings;   /* lm_head is the embedding */
     int sliding_window;    /* attention window in tokens, 0 when none */
-} kvcal_model_desc;
+};
 
-/* One layer's fp32 weights, (out, in) row-major like nn.Linear. Optional
- * tensors are NULL when the model has none. */
+/* One layer's fp32 weights by logical weight (calib/arch.h), (out, in)
+ * row-major like nn.Linear, fused weights stacked by rows; NULL where the
+ * model has none. */
 typedef struct kvcal_layer_weights {
-    const float *attn_norm; /* (hidden) */
-    const float *wq;        /* (heads * head_dim, hidden) */
-    const float *wk;        /* (kv_heads * head_dim, hidden) */
-    const float *wv;        /* (kv_heads * head_dim, hidden) */
-    const float *wo;        /* (hidden, heads * head_dim) */
-    const float *bq;        /* (heads * head_dim) or NULL */
-    const float *bk;        /* (kv_heads * head_dim) or NULL */
-    const float *bv;        /* (kv_heads * head_dim) or NULL */
-    const float *bo;        /* (hidden) or NULL */
-    const float *q_norm;    /* (head_dim) or NULL */
-    const float *k_norm;    /* (head_dim) or NULL */
-    const float *ffn_norm;  /* (hidden) */
-    const float *w_gate;    /* (intermediate, hidden) */
-    const float *w_up;      /* (intermediate, hidden) */
-    const float *w_down;    /* (hidden, intermediate) */
+    const float *w[KVCAL_W_COUNT];
 } kvcal_layer_weights;
 
 typedef struct kvcal_model kvcal_model_t;

@@ -3,7 +3,7 @@
  * reference on odd shapes (head_dim 8 to 128; MHA, GQA, MQA; lengths
  * off every tile; batch 1 to 19), the fallback when forced or when the shape
  * is outside cuDNN's reach, and the CUDA runner on golden models with cuDNN
- * against KVCAL_ATTENTION=kvcal. Where cuDNN is not installed every call
+ * against kvcal's own kernel. Where cuDNN is not installed every call
  * takes kvcal's kernel and the tests check that path (the log says so); in
  * a build without CUDA the suite holds no tests, without a device it is
  * reported skipped. */
@@ -21,7 +21,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "calib/runner_cuda.h"
+#include "calib/executor.h"
 #include "io/json_file.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
@@ -79,37 +79,14 @@ static kvcal_attention_impl check_attention(kvcal_attention_t *a, int batch, int
     return impl;
 }
 
-/* Sets KVCAL_ATTENTION to value (NULL: unset), returning the old value
- * (caller frees) for restore_env. */
-static char *swap_env(const char *value)
-{
-    const char *old = getenv("KVCAL_ATTENTION");
-    char *saved = old ? strdup(old) : NULL;
-    if (value)
-        setenv("KVCAL_ATTENTION", value, 1);
-    else
-        unsetenv("KVCAL_ATTENTION");
-    return saved;
-}
-
-static void restore_env(char *saved)
-{
-    if (saved)
-        setenv("KVCAL_ATTENTION", saved, 1);
-    else
-        unsetenv("KVCAL_ATTENTION");
-    free(saved);
-}
-
 // --- cuDNN against the CPU reference -----------------------------------------------
 
 /* Where cuDNN is loaded, the Llama-shaped case (head_dim 128, GQA 4:1) must
  * run on it; every case must match the reference whichever ran it. */
 static void attention_cudnn_matches_reference_on_odd_shapes(void)
 {
-    char *saved = swap_env(NULL);
     kvcal_attention_t *a = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
     printf("(%s) ", kvcal_attention_note(a));
     const kvcal_attention_impl llama = check_attention(a, 2, 300, 8, 2, 128, 8);
     if (kvcal_attention_cudnn_version(a)) {
@@ -127,32 +104,27 @@ static void attention_cudnn_matches_reference_on_odd_shapes(void)
     check_attention(a, 3, 37, 4, 1, 16, 8);   /* head_dim 16, MQA */
     check_attention(a, 2, 300, 8, 2, 128, 8); /* the first shape again: its plan */
     kvcal_attention_destroy(a);
-    restore_env(saved);
 }
 
 /* head_dim 36 (not a multiple of 8) and an output row stride off 8
  * elements are outside cuDNN's reach: kvcal's kernel runs them. */
 static void attention_takes_kvcal_kernel_where_cudnn_cannot(void)
 {
-    char *saved = swap_env(NULL);
     kvcal_attention_t *a = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
     CU_ASSERT_EQUAL(check_attention(a, 2, 37, 4, 2, 36, 8), KVCAL_ATTENTION_IMPL_KVCAL);
     CU_ASSERT_EQUAL(check_attention(a, 1, 70, 4, 2, 64, 3), KVCAL_ATTENTION_IMPL_KVCAL);
     kvcal_attention_destroy(a);
-    restore_env(saved);
 }
 
-static void attention_forced_to_kvcal_kernel_by_environment(void)
+static void attention_forced_to_kvcal_kernel_by_option(void)
 {
-    char *saved = swap_env("kvcal");
     kvcal_attention_t *a = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(1, &a), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_attention_cudnn_version(a), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_attention_note(a), "KVCAL_ATTENTION=kvcal"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_attention_note(a), "kvcal's kernel asked for"));
     CU_ASSERT_EQUAL(check_attention(a, 2, 300, 8, 2, 128, 8), KVCAL_ATTENTION_IMPL_KVCAL);
     kvcal_attention_destroy(a);
-    restore_env(saved);
 }
 
 /* On a shape cuDNN takes (Llama's), arguments kvcal_attention_launch rejects
@@ -164,10 +136,9 @@ static void attention_run_rejects_what_kvcal_kernel_rejects(void)
     enum { BATCH = 2, SEQ = 64, HEADS = 8, KV_HEADS = 2, HD = 128 };
     const int64_t stride = (int64_t)(HEADS + 2 * KV_HEADS) * HD, out_stride = HEADS * HD;
     const float scale = 1.0f / sqrtf((float)HD);
-    char *saved = swap_env(NULL);
     kvcal_attention_t *a = NULL;
     kvcal_bf16 *d_qkv = NULL, *d_out = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(&a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_qkv, (size_t)(BATCH * SEQ * stride) * 2),
                           cudaSuccess);
     CU_ASSERT_EQUAL_FATAL(
@@ -197,16 +168,19 @@ static void attention_run_rejects_what_kvcal_kernel_rejects(void)
     cudaFree(d_qkv);
     cudaFree(d_out);
     kvcal_attention_destroy(a);
-    restore_env(saved);
 }
 
 // --- the CUDA runner: cuDNN against kvcal's kernel -------------------------------
 
 /* Per-layer per-head K/V absmax of one golden model's samples (one batch of
  * 64-token rows) through the CUDA runner; *stats_out is the caller's. */
-static void run_golden(const char *name, kvcal_stats_t **stats_out)
+static void run_golden(const char *name, kvcal_attention_choice attention,
+                       kvcal_stats_t **stats_out)
 {
-    cJSON_Delete(kvcal_test_cuda_run_golden(name, stats_out, NULL, NULL));
+    kvcal_backend_options o;
+    memset(&o, 0, sizeof o);
+    o.attention = attention;
+    cJSON_Delete(kvcal_test_cuda_run_golden(name, &o, stats_out, NULL, NULL));
 }
 
 /* Both runs round to bf16 at the same places except inside attention, so
@@ -218,11 +192,8 @@ static void run_golden(const char *name, kvcal_stats_t **stats_out)
 static void check_runner_cudnn_against_kvcal(const char *name)
 {
     kvcal_stats_t *with_cudnn = NULL, *with_kvcal = NULL;
-    char *saved = swap_env(NULL);
-    run_golden(name, &with_cudnn);
-    setenv("KVCAL_ATTENTION", "kvcal", 1);
-    run_golden(name, &with_kvcal);
-    restore_env(saved);
+    run_golden(name, KVCAL_ATTENTION_AUTO, &with_cudnn);
+    run_golden(name, KVCAL_ATTENTION_OWN, &with_kvcal);
     double worst = 0.0;
     for (int kv = 0; kv < 2; kv++)
         for (int l = 0; l < with_cudnn->num_layers; l++)
@@ -250,7 +221,7 @@ static void cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_cudnn_matches_reference_on_odd_shapes),
     KVCAL_TEST(attention_takes_kvcal_kernel_where_cudnn_cannot),
-    KVCAL_TEST(attention_forced_to_kvcal_kernel_by_environment),
+    KVCAL_TEST(attention_forced_to_kvcal_kernel_by_option),
     KVCAL_TEST(attention_run_rejects_what_kvcal_kernel_rejects),
     KVCAL_TEST(cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models),
     CU_TEST_INFO_NULL,

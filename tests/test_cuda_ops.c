@@ -19,7 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "calib/runner_cuda.h"
+#include "calib/executor.h"
 #include "io/json_file.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.h"
@@ -816,12 +816,12 @@ static void rope_observe_absmax_surfaces_nan(void)
  * activations through two layers. */
 #define RUNNER_RTOL 3e-2
 
-static void check_runner_golden(const char *name)
+static void check_runner_golden_with(const char *name, const kvcal_backend_options *opt)
 {
     kvcal_stats_t *stats = NULL;
     float *bmax = NULL;
     int64_t rows = 0;
-    cJSON *root = kvcal_test_cuda_run_golden(name, &stats, &bmax, &rows);
+    cJSON *root = kvcal_test_cuda_run_golden(name, opt, &stats, &bmax, &rows);
     const int lh = stats->num_layers * stats->num_kv_heads;
     double worst = 0.0;
     for (int kv = 0; kv < 2; kv++) {
@@ -846,6 +846,11 @@ static void check_runner_golden(const char *name)
     cJSON_Delete(root);
 }
 
+static void check_runner_golden(const char *name)
+{
+    check_runner_golden_with(name, NULL);
+}
+
 static void cuda_runner_matches_transformers_on_golden_models(void)
 {
     check_runner_golden("llama3_gqa_hd48_bf16");
@@ -859,48 +864,44 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
 }
 
 /* The model whose intermediate_size (256) the fused gate/up + SwiGLU kernel
- * takes, its MLP both ways: KVCAL_MLP=unfused (cuBLAS's GEMM, then SwiGLU)
- * and KVCAL_MLP=fused (the kernel, which the runner takes by itself on a
- * Hopper GPU); any other value is refused when the runner is created. */
+ * takes, its MLP both ways: KVCAL_MLP_UNFUSED (cuBLAS's GEMM, then SwiGLU)
+ * and KVCAL_MLP_FUSED (the kernel, which the backend takes by itself on a
+ * Hopper GPU), refused where it does not apply. */
 static void cuda_runner_mlp_both_ways_matches_transformers(void)
 {
     kvcal_model_t *model = NULL;
-    kvcal_cuda_runner_t *r = NULL;
+    kvcal_backend *be = NULL;
+    kvcal_backend_options o;
+    memset(&o, 0, sizeof o);
+    o.max_batch = 1, o.max_seq_len = 16;
     CU_ASSERT_EQUAL_FATAL(
         kvcal_model_open("tests/fixtures/golden/llama_gqa_mlp256_bf16", &model),
         KVCAL_OK);
-    setenv("KVCAL_MLP", "unfused", 1);
-    check_runner_golden("llama_gqa_mlp256_bf16");
-    /* the runner's own check first, so that a refusal does not leave the
-     * variable set for the suites after this one */
-    setenv("KVCAL_MLP", "fused", 1);
-    const kvcal_status st = kvcal_cuda_runner_create(model, 1, 16, &r);
-    kvcal_cuda_runner_destroy(r);
-    r = NULL;
+    o.mlp = KVCAL_MLP_UNFUSED;
+    check_runner_golden_with("llama_gqa_mlp256_bf16", &o);
+    o.mlp = KVCAL_MLP_FUSED;
+    const kvcal_status st = kvcal_backend_cuda_create(model, &o, &be);
+    if (be)
+        be->ops->destroy(be);
     if (st == KVCAL_ERR_UNSUPPORTED) {
         CU_ASSERT(kvcal_test_error_has("needs a Hopper GPU"));
         printf("fused: skipped, not a Hopper GPU ");
     } else {
         CU_ASSERT_EQUAL(st, KVCAL_OK);
         if (st == KVCAL_OK)
-            check_runner_golden("llama_gqa_mlp256_bf16");
+            check_runner_golden_with("llama_gqa_mlp256_bf16", &o);
     }
-    setenv("KVCAL_MLP", "fast", 1);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_create(model, 1, 16, &r), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT(kvcal_test_error_has("KVCAL_MLP=fast"));
-    CU_ASSERT_PTR_NULL(r);
-    unsetenv("KVCAL_MLP");
     kvcal_model_close(model);
 }
 
-/* A batch run with no statistics (kvcal calibrate --time-only) leaves the
- * device statistics untouched: collected afterwards, every absmax,
- * histogram count and token count is 0; then an observed batch counts. */
+/* A calibration with no statistics (kvcal calibrate --time-only) leaves the
+ * device statistics untouched: a later calibration into zeroed statistics
+ * counts its own batch alone. */
 static void cuda_runner_forward_without_stats_observes_nothing(void)
 {
     kvcal_model_t *model = NULL;
-    kvcal_cuda_runner_t *r = NULL;
-    kvcal_stats_t *stats = NULL;
+    kvcal_exec_t *x = NULL;
+    kvcal_stats_t *stats = NULL, *once = NULL;
     int32_t ids[2 * 40], lengths[2] = {40, 33};
     for (int i = 0; i < 2 * 40; i++)
         ids[i] = (i * 7 + 3) % 100;
@@ -910,30 +911,31 @@ static void cuda_runner_forward_without_stats_observes_nothing(void)
     CU_ASSERT_EQUAL_FATAL(
         kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats),
         KVCAL_OK);
-    CU_ASSERT_EQUAL_FATAL(kvcal_cuda_runner_create(model, 2, 40, &r), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_forward(r, ids, lengths, 2, 40, NULL, NULL),
-                    KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, stats), KVCAL_OK);
-    const int64_t lh = (int64_t)d->num_layers * d->num_kv_heads;
-    int64_t nonzero = 0;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &once), KVCAL_OK);
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.device = KVCAL_DEVICE_CUDA;
+    o.backend.max_batch = 2, o.backend.max_seq_len = 40;
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(model, &o, &x), KVCAL_OK);
+    const kvcal_exec_samples s = {ids, lengths, 2, 40, 2, NULL, NULL};
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, stats, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, NULL, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, once, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(once->tokens[d->num_layers - 1], 73);
+    CU_ASSERT(kvcal_stats_head_absmax(once, d->num_layers - 1, KVCAL_K, 0) > 0.0f);
+    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     for (int kv = 0; kv < 2; kv++) {
-        for (int64_t i = 0; i < lh * d->head_dim; i++)
-            nonzero += stats->absmax[kv][i] != 0.0f;
-        for (int64_t i = 0; i < lh * stats->num_bins; i++)
-            nonzero += stats->hist[kv][i] != 0;
+        CU_ASSERT_EQUAL(memcmp(once->absmax[kv], stats->absmax[kv],
+                               lh * d->head_dim * sizeof(float)),
+                        0);
+        CU_ASSERT_EQUAL(memcmp(once->hist[kv], stats->hist[kv],
+                               lh * stats->num_bins * sizeof(uint64_t)),
+                        0);
     }
-    for (int l = 0; l < d->num_layers; l++)
-        nonzero += stats->tokens[l] != 0;
-    CU_ASSERT_EQUAL(nonzero, 0);
-    kvcal_stats_begin_batch(stats);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_forward(r, ids, lengths, 2, 40, NULL, stats),
-                    KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_stats_end_batch(stats, 0.0), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, stats), KVCAL_OK);
-    CU_ASSERT_EQUAL(stats->tokens[d->num_layers - 1], 73);
-    CU_ASSERT(kvcal_stats_head_absmax(stats, d->num_layers - 1, KVCAL_K, 0) > 0.0f);
-    kvcal_cuda_runner_destroy(r);
+    kvcal_exec_destroy(x);
     kvcal_stats_destroy(stats);
+    kvcal_stats_destroy(once);
     kvcal_model_close(model);
 }
 

@@ -10,7 +10,7 @@
 #include <CUnit/CUnit.h>
 #include <cuda_runtime_api.h>
 
-#include "calib/runner_cuda.h"
+#include "calib/executor.h"
 #include "io/json_file.h"
 #include "kernels/cpu/ops.h"
 
@@ -95,13 +95,14 @@ int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, 
     return far;
 }
 
-cJSON *kvcal_test_cuda_run_golden(const char *name, kvcal_stats_t **stats,
-                                  float **batch_absmax, int64_t *rows)
+cJSON *kvcal_test_cuda_run_golden(const char *name, const kvcal_backend_options *opt,
+                                  kvcal_stats_t **stats, float **batch_absmax,
+                                  int64_t *rows)
 {
     char path[256];
     cJSON *root = NULL, *sample;
     kvcal_model_t *model = NULL;
-    kvcal_cuda_runner_t *r = NULL;
+    kvcal_exec_t *x = NULL;
     int32_t ids[4 * 64] = {0}, lengths[4];
     int batch = 0;
     int64_t valid = 0;
@@ -122,12 +123,19 @@ cJSON *kvcal_test_cuda_run_golden(const char *name, kvcal_stats_t **stats,
     const kvcal_model_desc *d = kvcal_model_describe(model);
     CU_ASSERT_EQUAL_FATAL(
         kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats), KVCAL_OK);
-    kvcal_status st = kvcal_cuda_runner_create(model, batch, 64, &r);
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    if (opt)
+        o.backend = *opt;
+    o.device = KVCAL_DEVICE_CUDA;
+    o.backend.max_batch = batch;
+    o.backend.max_seq_len = 64;
+    kvcal_status st = kvcal_exec_create(model, &o, &x);
     if (st)
         fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
     CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
-    kvcal_stats_begin_batch(*stats);
-    st = kvcal_cuda_runner_forward(r, ids, lengths, batch, 64, NULL, *stats);
+    const kvcal_exec_samples s = {ids, lengths, batch, 64, batch, NULL, NULL};
+    st = kvcal_exec_calibrate(x, &s, *stats, 0.0);
     if (st)
         fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
     CU_ASSERT_EQUAL(st, KVCAL_OK);
@@ -135,14 +143,14 @@ cJSON *kvcal_test_cuda_run_golden(const char *name, kvcal_stats_t **stats,
         const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
         *batch_absmax = malloc(2 * lh * sizeof **batch_absmax);
         CU_ASSERT_PTR_NOT_NULL_FATAL(*batch_absmax);
-        memcpy(*batch_absmax, (*stats)->batch_absmax[KVCAL_K], lh * sizeof(float));
-        memcpy(*batch_absmax + lh, (*stats)->batch_absmax[KVCAL_V], lh * sizeof(float));
+        for (size_t i = 0; i < lh; i++) {
+            (*batch_absmax)[i] = (float)(*stats)->ema[KVCAL_K][i];
+            (*batch_absmax)[lh + i] = (float)(*stats)->ema[KVCAL_V][i];
+        }
     }
-    CU_ASSERT_EQUAL(kvcal_stats_end_batch(*stats, 0.0), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_collect(r, *stats), KVCAL_OK);
     if (rows)
         *rows = valid;
-    kvcal_cuda_runner_destroy(r);
+    kvcal_exec_destroy(x);
     kvcal_model_close(model);
     return root;
 }

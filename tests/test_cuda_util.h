@@ -1,7 +1,7 @@
 /* tests/test_cuda_util.h: helpers shared by the CUDA test suites
  * (tests/test_cuda_ops.c, tests/test_cuda_attention_cudnn.c): random bf16
  * inputs, the attention check against kvcal_attention_ref, and a golden
- * model's samples through the CUDA runner. Only in a CUDA build; every
+ * model's samples through the cuda backend. Only in a CUDA build; every
  * helper fails the running test (CU_ASSERT) on what it cannot do. */
 #ifndef KVCAL_TESTS_TEST_CUDA_UTIL_H
 #define KVCAL_TESTS_TEST_CUDA_UTIL_H
@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "calib/backend.h"
 #include "kernels/cuda/bf16.h"
 #include "observers/stats.h"
 
@@ -36,14 +37,16 @@ int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, 
                                  double atol, double rtol, int64_t *gap_touched);
 
 /* Golden fixture `name` (tests/fixtures/golden/<name>.json): its samples, at
- * most 4 of up to 64 tokens, as one padded batch through the CUDA runner
- * (observers on) into *stats (caller destroys: the batch begun, ended with
- * no EMA and collected). *batch_absmax, when not NULL, gets the batch's
- * per-head absmax before the batch was ended, (2, layers * kv_heads), K then
- * V (caller frees); *rows, when not NULL, the valid tokens. Returns the
+ * most 4 of up to 64 tokens, as one padded batch calibrated through the
+ * cuda backend with backend options opt (NULL: the defaults; its sizes are
+ * the fixture's) into *stats (caller destroys: one batch, no EMA decay).
+ * *batch_absmax, when not NULL, gets the batch's per-head absmax (the
+ * moving average of its one batch), (2, layers * kv_heads), K then V
+ * (caller frees); *rows, when not NULL, the valid tokens. Returns the
  * fixture's JSON (caller deletes). */
-cJSON *kvcal_test_cuda_run_golden(const char *name, kvcal_stats_t **stats,
-                                  float **batch_absmax, int64_t *rows);
+cJSON *kvcal_test_cuda_run_golden(const char *name, const kvcal_backend_options *opt,
+                                  kvcal_stats_t **stats, float **batch_absmax,
+                                  int64_t *rows);
 
 #endif
 #endif

@@ -1,6 +1,6 @@
 /* tests/test_eval_cuda.c: `kvcal eval --device cuda` against --device cpu,
  * the CUDA reductions of eval (kernels/cuda/eval.h) against their CPU
- * references on odd shapes, and kvcal_cuda_eval_create's checks.
+ * references on odd shapes, and the simulated cache's checks of static scales.
  *
  * The CUDA runner is bf16 (weights, activations, K/V) where the CPU runner
  * is fp32, so the reports agree within bounds, stated once below and
@@ -19,7 +19,7 @@
 #include <cjson/cJSON.h>
 #include <cuda_runtime_api.h>
 
-#include "calib/runner_cuda.h"
+#include "calib/kv_sim.h"
 #include "kernels/cpu/eval_ref.h"
 #include "kernels/cuda/eval.h"
 
@@ -434,15 +434,15 @@ static void eval_cuda_rejects_bad_inputs_as_the_cpu(void)
     }
 }
 
-/* kvcal_cuda_eval_create checks the static scales on the host, as the CPU
+/* The simulated cache checks the static scales on the host, as the CPU
  * path's kvcal_kv_quantize_static_ref does (the device quantization cannot):
  * a NaN, zero or negative scale, scales missing from the static mode or
  * given to another one, are KVCAL_ERR_INVALID_ARG with *out NULL. */
 static void eval_cuda_create_rejects_bad_static_scales(void)
 {
     kvcal_model_t *model = NULL;
-    kvcal_cuda_runner_t *r = NULL;
-    kvcal_cuda_eval_t *e = NULL;
+    kvcal_backend *be = NULL;
+    kvcal_kv_sim_t *e = NULL;
     CU_ASSERT_EQUAL_FATAL(
         kvcal_model_open("tests/fixtures/golden/llama3_gqa_hd48_bf16", &model), KVCAL_OK);
     const kvcal_model_desc *d = kvcal_model_describe(model);
@@ -452,28 +452,27 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
     float *vs = ks + n;
     for (int i = 0; i < 2 * n; i++)
         ks[i] = 0.05f;
-    CU_ASSERT_EQUAL_FATAL(kvcal_cuda_runner_create(model, 1, 16, &r), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_cuda_eval_create(r, model, KVCAL_CUDA_KV_STATIC, ks, vs, &e),
-                    KVCAL_OK);
-    kvcal_cuda_eval_destroy(e);
+    const kvcal_backend_options o = {1, 16, KVCAL_ATTENTION_AUTO, KVCAL_MLP_AUTO};
+    CU_ASSERT_EQUAL_FATAL(kvcal_backend_create(KVCAL_DEVICE_CUDA, model, &o, &be), KVCAL_OK);
+    kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs};
+    CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_OK);
+    kvcal_kv_sim_destroy(e);
     const float bad[3] = {NAN, 0.0f, -1.0f};
     for (int i = 0; i < 3; i++) {
         vs[n - 1] = bad[i];
-        e = (kvcal_cuda_eval_t *)ks; /* any non-NULL value: a failure resets it */
-        CU_ASSERT_EQUAL(
-            kvcal_cuda_eval_create(r, model, KVCAL_CUDA_KV_STATIC, ks, vs, &e),
-            KVCAL_ERR_INVALID_ARG);
+        e = (kvcal_kv_sim_t *)ks; /* any non-NULL value: a failure resets it */
+        CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_ERR_INVALID_ARG);
         CU_ASSERT_PTR_NULL(e);
         CU_ASSERT(kvcal_test_error_has("static scales must be finite and > 0"));
     }
     vs[n - 1] = 0.05f;
-    CU_ASSERT_EQUAL(kvcal_cuda_eval_create(r, model, KVCAL_CUDA_KV_STATIC, ks, NULL, &e),
-                    KVCAL_ERR_INVALID_ARG);
+    c.v_scale = NULL;
+    CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("the static mode takes both"));
-    CU_ASSERT_EQUAL(kvcal_cuda_eval_create(r, model, KVCAL_CUDA_KV_DYNAMIC, ks, vs, &e),
-                    KVCAL_ERR_INVALID_ARG);
+    c = (kvcal_kv_sim_config){KVCAL_KV_SIM_DYNAMIC, ks, vs};
+    CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("the static mode takes both"));
-    kvcal_cuda_runner_destroy(r);
+    be->ops->destroy(be);
     kvcal_model_close(model);
     free(ks);
 }

@@ -1,4 +1,4 @@
-/* tests/test_runner.c: the CPU model runner against golden K/V made by
+/* tests/test_runner.c: the executor on the cpu backend against golden K/V made by
  * tests/make_golden.py: Hugging Face transformers on tiny random models of
  * every supported architecture, and a float64 numpy run.c on stories260K.
  * Tolerance: |got - want| <= atol + |want| * 1e-4. */
@@ -8,16 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/executor.h"
 #include "calib/model.h"
-#include "calib/runner.h"
-#include "calib/runner_cuda.h"
 #include "io/json_file.h"
 #include "tests/test_util.h"
 
 #define RTOL 1e-4
 #define MAX_SAMPLES 4
 
-/* Everything the runner handed to the observer, kept whole. */
+/* Everything the executor handed to the tap, kept whole. */
 typedef struct {
     int layers, heads, head_dim;
     int64_t rows;
@@ -27,16 +26,29 @@ typedef struct {
     int calls;
 } captured;
 
-static kvcal_status capture(void *ctx, const kvcal_runner_kv *kv)
+static kvcal_status capture(void *ctx, int layer, const kvcal_rows *rows, const float *k,
+                            const float *v)
 {
     captured *c = ctx;
+    CU_ASSERT_EQUAL(rows->n, c->rows);
     int64_t n = c->rows * c->heads * c->head_dim;
-    memcpy(c->k + kv->layer * n, kv->k, sizeof(float) * (size_t)n);
-    memcpy(c->v + kv->layer * n, kv->v, sizeof(float) * (size_t)n);
-    for (int b = 0; b < kv->batch && b < MAX_SAMPLES; b++)
-        c->start[b] = kv->start[b];
+    memcpy(c->k + layer * n, k, sizeof(float) * (size_t)n);
+    memcpy(c->v + layer * n, v, sizeof(float) * (size_t)n);
+    for (int b = 0; b < rows->batch && b < MAX_SAMPLES; b++)
+        c->start[b] = rows->start[b];
     c->calls++;
     return KVCAL_OK;
+}
+
+/* A cpu executor for batches of up to batch x seq tokens; *x: caller's. */
+static void cpu_executor(kvcal_model_t *m, int batch, int seq, kvcal_exec_t **x)
+{
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.device = KVCAL_DEVICE_CPU;
+    o.backend.max_batch = batch;
+    o.backend.max_seq_len = seq;
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, x), KVCAL_OK);
 }
 
 typedef struct {
@@ -78,11 +90,11 @@ static void fixture_close(fixture *f)
     cJSON_Delete(f->root);
 }
 
-/* Runs the fixture's batch through the runner, observing every layer. */
+/* Runs the fixture's batch through the executor, tapping every layer. */
 static void run_capture(fixture *f, captured *c, float *logits)
 {
     const kvcal_model_desc *d = kvcal_model_describe(f->model);
-    kvcal_runner_t *r = NULL;
+    kvcal_exec_t *x = NULL;
     memset(c, 0, sizeof *c);
     c->layers = d->num_layers;
     c->heads = d->num_kv_heads;
@@ -93,15 +105,14 @@ static void run_capture(fixture *f, captured *c, float *logits)
     c->k = calloc(n, sizeof(float));
     c->v = calloc(n, sizeof(float));
     CU_ASSERT_FATAL(c->k && c->v);
-    CU_ASSERT_EQUAL_FATAL(kvcal_runner_create(f->model, f->rows, &r), KVCAL_OK);
-    kvcal_runner_outputs out = {capture, c, NULL, logits, NULL};
-    kvcal_status st =
-        kvcal_runner_forward(r, f->ids, f->lengths, f->batch, f->seq, NULL, &out);
+    cpu_executor(f->model, f->batch, f->seq, &x);
+    const kvcal_batch b = {f->ids, f->lengths, NULL, f->batch, f->seq};
+    kvcal_status st = kvcal_exec_forward(x, &b, capture, c, logits);
     if (st)
         fprintf(stderr, "\n%s\n", kvcal_last_error());
     CU_ASSERT_EQUAL(st, KVCAL_OK);
     CU_ASSERT_EQUAL(c->calls, c->layers);
-    kvcal_runner_destroy(r);
+    kvcal_exec_destroy(x);
 }
 
 static void captured_free(captured *c)
@@ -275,7 +286,7 @@ static void runner_kv_does_not_depend_on_batch_neighbours(void)
 static void runner_rejects_sequence_longer_than_context_and_bad_ids(void)
 {
     kvcal_model_t *m = NULL;
-    kvcal_runner_t *r = NULL;
+    kvcal_exec_t *x = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
                           KVCAL_OK);
     const kvcal_model_desc *d = kvcal_model_describe(m);
@@ -283,18 +294,20 @@ static void runner_rejects_sequence_longer_than_context_and_bad_ids(void)
     int seq = d->max_seq_len + 1;
     int32_t *ids = calloc((size_t)seq, sizeof(int32_t));
     CU_ASSERT_PTR_NOT_NULL_FATAL(ids);
-    CU_ASSERT_EQUAL_FATAL(kvcal_runner_create(m, seq, &r), KVCAL_OK);
+    cpu_executor(m, 1, seq, &x);
     int64_t sample = 7;
-    CU_ASSERT_EQUAL(kvcal_runner_forward(r, ids, &seq, 1, seq, &sample, NULL),
+    const kvcal_batch too_long = {ids, &seq, &sample, 1, seq};
+    CU_ASSERT_EQUAL(kvcal_exec_forward(x, &too_long, NULL, NULL, NULL),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("sample 7 has 513 tokens"));
     int len = 4;
     ids[2] = 512;
-    CU_ASSERT_EQUAL(kvcal_runner_forward(r, ids, &len, 1, seq, NULL, NULL),
+    const kvcal_batch bad_id = {ids, &len, NULL, 1, seq};
+    CU_ASSERT_EQUAL(kvcal_exec_forward(x, &bad_id, NULL, NULL, NULL),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("token id 512"));
     free(ids);
-    kvcal_runner_destroy(r);
+    kvcal_exec_destroy(x);
     kvcal_model_close(m);
 }
 
@@ -372,7 +385,7 @@ static void model_open_names_yarn_factor_below_one(void)
         KVCAL_ERR_FORMAT, "field \"rope_scaling.factor\" is 0.5");
 }
 
-/* The CUDA runner takes yarn (its kernels read the host's inv_freq and
+/* The cuda backend takes yarn (its kernels read the host's inv_freq and
  * scale cos and sin by the attention factor): the check made before any
  * device work passes, so this runs without a GPU; tests/test_cuda_ops.c
  * runs the model against transformers on one. */
@@ -382,7 +395,7 @@ static void cuda_runner_accepts_yarn_rope(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/qwen2_yarn_bf16", &m),
                           KVCAL_OK);
     CU_ASSERT(kvcal_model_describe(m)->rope_attention_factor > 1.0f);
-    CU_ASSERT_EQUAL(kvcal_cuda_runner_check_model(kvcal_model_describe(m)), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)), KVCAL_OK);
     kvcal_model_close(m);
 }
 

@@ -650,15 +650,14 @@ static void release_cudnn(kvcal_attention_t *)
 
 // --- public --------------------------------------------------------------------
 
-kvcal_status kvcal_attention_create(kvcal_attention_t **out)
+kvcal_status kvcal_attention_create(int own_kernel, kvcal_attention_t **out)
 {
     *out = NULL;
     kvcal_attention_t *a = (kvcal_attention_t *)calloc(1, sizeof *a);
     if (!a)
         return kvcal_fail(KVCAL_ERR_NOMEM, "attention: out of host memory");
-    const char *force = getenv("KVCAL_ATTENTION");
-    if (force && strcmp(force, "kvcal") == 0)
-        set_note(a->note, "KVCAL_ATTENTION=kvcal: attention runs on kvcal's kernel");
+    if (own_kernel)
+        set_note(a->note, "kvcal's kernel asked for: attention runs on it");
     else
         load(a);
     *out = a;

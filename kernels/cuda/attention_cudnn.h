@@ -10,8 +10,8 @@
  * is absent or not a usable 9.x, when it refuses the shape (head_dim off a
  * multiple of 8, say) or no engine accepts the graph, or when a call's
  * pointers are not 16-byte aligned, the call runs on kvcal's kernel: the
- * result is the same up to bf16 rounding. KVCAL_ATTENTION=kvcal in the
- * environment (read by kvcal_attention_create) keeps cuDNN unloaded. */
+ * result is the same up to bf16 rounding. kvcal_attention_create's
+ * own_kernel keeps cuDNN unloaded (the CLI sets it for KVCAL_ATTENTION=kvcal). */
 #ifndef KVCAL_KERNELS_CUDA_ATTENTION_CUDNN_H
 #define KVCAL_KERNELS_CUDA_ATTENTION_CUDNN_H
 
@@ -37,10 +37,11 @@ typedef enum kvcal_attention_impl {
     KVCAL_ATTENTION_IMPL_CUDNN = 1  /* cuDNN's fused flash attention */
 } kvcal_attention_impl;
 
-/* Loads cuDNN when it can (a missing or unusable cuDNN is no error: calls
- * then take kvcal's kernel and kvcal_attention_note says why). Needs a
- * current CUDA device. Fails only for host memory; *out = NULL then. */
-kvcal_status kvcal_attention_create(kvcal_attention_t **out);
+/* Loads cuDNN when it can, unless own_kernel is non-zero (a missing or
+ * unusable cuDNN is no error: calls then take kvcal's kernel and
+ * kvcal_attention_note says why). Needs a current CUDA device. Fails only
+ * for host memory; *out = NULL then. */
+kvcal_status kvcal_attention_create(int own_kernel, kvcal_attention_t **out);
 
 /* Frees the plans, the workspace and cuDNN's handle; NULL is a no-op.
  * Synchronizes the device first. */

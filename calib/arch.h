@@ -1,0 +1,142 @@
+/* calib/arch.h: an architecture family as data, one file per family
+ * (calib/arch_<family>.c), in the manner of llama.cpp's src/models/: the
+ * architectures it covers, the config.json fields it reads, the checkpoint
+ * names of its weights and how they fuse, and its layer as a sequence of
+ * ops. The executor (calib/executor.h) runs the ops on a backend
+ * (calib/backend.h); no backend ever tests the architecture.
+ *
+ * Adding an architecture: a new arch_<family>.c with its kvcal_arch, a line
+ * in calib/arch.c, its golden tests; a backend changes only for a new op. */
+#ifndef KVCAL_CALIB_ARCH_H
+#define KVCAL_CALIB_ARCH_H
+
+#include <stddef.h>
+
+#include "io/model_config.h"
+#include "kvcal.h"
+
+typedef struct kvcal_model_desc kvcal_model_desc;
+
+/* The logical weights of a layer, what the ops read. A family maps its
+ * checkpoint tensors onto them; a fused weight is its parts stacked by rows
+ * in order. Values only grow at the end. */
+typedef enum kvcal_weight {
+    KVCAL_W_NONE = -1,
+    KVCAL_W_ATTN_NORM = 0, /* (hidden) */
+    KVCAL_W_QKV,           /* (q + 2 kv, hidden): [Wq; Wk; Wv] */
+    KVCAL_W_QKV_BIAS,      /* (q + 2 kv) */
+    KVCAL_W_O,             /* (hidden, q) */
+    KVCAL_W_O_BIAS,        /* (hidden) */
+    KVCAL_W_Q_NORM,        /* (head_dim) per-head RMSNorm of q */
+    KVCAL_W_K_NORM,        /* (head_dim) per-head RMSNorm of k */
+    KVCAL_W_FFN_NORM,      /* (hidden) */
+    KVCAL_W_GATE_UP,       /* (2 intermediate, hidden): [Wgate; Wup] */
+    KVCAL_W_DOWN,          /* (hidden, intermediate) */
+    KVCAL_W_COUNT
+} kvcal_weight;
+
+/* A size of the model a weight's shape is made of. */
+typedef enum kvcal_dim {
+    KVCAL_DIM_NONE = 0, /* (as cols) the weight is a vector */
+    KVCAL_DIM_HIDDEN,   /* hidden_size */
+    KVCAL_DIM_Q,        /* num_heads * head_dim */
+    KVCAL_DIM_KV,       /* num_kv_heads * head_dim */
+    KVCAL_DIM_INTER,    /* intermediate_size */
+    KVCAL_DIM_HEAD      /* head_dim */
+} kvcal_dim;
+
+/* When a weight exists, from the model description. */
+typedef enum kvcal_when {
+    KVCAL_WHEN_ALWAYS = 0,
+    KVCAL_WHEN_QKV_BIAS, /* desc->qkv_bias */
+    KVCAL_WHEN_O_BIAS,   /* desc->o_bias */
+    KVCAL_WHEN_QK_NORM   /* desc->qk_norm */
+} kvcal_when;
+
+/* One checkpoint tensor of a logical weight: its name after the layer
+ * prefix ("self_attn.k_proj.weight") and its shape. */
+typedef struct kvcal_weight_part {
+    const char *name;
+    kvcal_dim rows, cols;
+} kvcal_weight_part;
+
+#define KVCAL_WEIGHT_PARTS_MAX 3
+
+typedef struct kvcal_weight_spec {
+    kvcal_weight_part parts[KVCAL_WEIGHT_PARTS_MAX]; /* name NULL ends the list */
+    kvcal_when when;
+} kvcal_weight_spec;
+
+/* The activations of a layer, as a backend holds them for every row of a
+ * batch. */
+typedef enum kvcal_act {
+    KVCAL_ACT_NONE = 0,
+    KVCAL_ACT_NORM,  /* (rows, hidden) normalized residual stream */
+    KVCAL_ACT_DELTA, /* (rows, hidden) what a block adds to the residual */
+    KVCAL_ACT_QKV,   /* (rows, q + 2 kv) q, k, v */
+    KVCAL_ACT_ATT,   /* (rows, q) attention output */
+    KVCAL_ACT_MLP    /* (rows, intermediate) the MLP's hidden activation */
+} kvcal_act;
+
+typedef enum kvcal_op_kind {
+    /* residual += in (unless this is the batch's first op), then out =
+     * rmsnorm(residual) * w; the residual stream is the backend's own */
+    KVCAL_OP_ADD_RMSNORM,
+    /* out = in @ w^T + b (b KVCAL_W_NONE or absent: no bias) */
+    KVCAL_OP_LINEAR,
+    /* in place on QKV: per-head RMSNorm of q with w and of k with b (when
+     * present), then RoPE of q and k */
+    KVCAL_OP_QK_NORM_ROPE,
+    /* out = causal attention of QKV's q, k, v (GQA) */
+    KVCAL_OP_ATTENTION,
+    /* out = silu(in Wgate^T) * (in Wup^T), w = [Wgate; Wup] */
+    KVCAL_OP_SWIGLU
+} kvcal_op_kind;
+
+typedef struct kvcal_op {
+    kvcal_op_kind kind;
+    kvcal_act out, in;
+    kvcal_weight w, b;
+    /* 1: after this op, K and V in QKV are what the engine caches: the
+     * executor observes them (calibrate), passes them through a simulated
+     * FP8 cache (eval), and a calibration's last layer stops here */
+    int kv_cache;
+} kvcal_op;
+
+typedef struct kvcal_arch {
+    const char *family;                     /* "llama" */
+    const char *const *architectures;       /* NULL-terminated */
+    const char *layer_prefix;               /* "model.layers.%d." */
+    const char *embed, *final_norm, *lm_head; /* model-level tensor names */
+    kvcal_weight_spec weights[KVCAL_W_COUNT];
+    /* layer tensors whose presence the family does not implement (NULL-
+     * terminated), refused when found: K/V computed without them would be
+     * wrong */
+    const char *const *refused;
+    /* Fills d's family fields (biases, norms) from c; d's sizes and RoPE
+     * are filled already. Returns an error naming the field it refuses. */
+    kvcal_status (*describe)(const kvcal_model_config *c, kvcal_model_desc *d);
+    const kvcal_op *layer;
+    int layer_ops;
+} kvcal_arch;
+
+/* The family that runs `architecture` (config.json architectures[0]), or
+ * NULL. */
+const kvcal_arch *kvcal_arch_find(const char *architecture);
+
+/* "LlamaForCausalLM, MistralForCausalLM, ... and Qwen3ForCausalLM" into buf
+ * (n bytes): every architecture of every family, for messages. */
+void kvcal_arch_list(char *buf, size_t n);
+
+/* The size `dim` stands for in model d (0 for KVCAL_DIM_NONE). */
+long long kvcal_arch_dim(const kvcal_model_desc *d, kvcal_dim dim);
+
+/* Whether weight w exists in model d. */
+int kvcal_arch_has(const kvcal_arch *a, const kvcal_model_desc *d, kvcal_weight w);
+
+/* Shape of logical weight w in model d: rows (its parts' rows added) and
+ * cols (0 for a vector); 0 x 0 when absent. */
+void kvcal_arch_weight_shape(const kvcal_arch *a, const kvcal_model_desc *d,
+                             kvcal_weight w, long long *rows, long long *cols);
+
+#endif

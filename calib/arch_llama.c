@@ -1,0 +1,79 @@
+/* calib/arch_llama.c: the Llama family: LlamaForCausalLM (Llama 2 / 3 /
+ * 3.1, and llama2.c checkpoints), MistralForCausalLM, Qwen2ForCausalLM
+ * (q/k/v biases) and Qwen3ForCausalLM (per-head q/k RMSNorm).
+ *
+ * A pre-norm decoder layer: RMSNorm, fused QKV projection, optional per-head
+ * q/k norm, RoPE (the K and V the engine caches), causal GQA attention,
+ * o_proj, residual, RMSNorm, SwiGLU MLP, residual. */
+#include <string.h>
+
+#include "calib/arch.h"
+#include "calib/model.h"
+#include "core/status.h"
+
+static const char *const architectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                            "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                            NULL};
+
+/* config.json: attention_bias (Llama, Mistral: q/k/v and o biases; Qwen2:
+ * q/k/v biases always, never o) and Qwen3's q/k norm, as io/model_config
+ * reads them from each class's defaults. */
+static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
+{
+    const int qwen2 = !strcmp(c->architecture, "Qwen2ForCausalLM");
+    d->qkv_bias = qwen2 || c->attention_bias;
+    d->o_bias = !qwen2 && c->attention_bias;
+    d->qk_norm = !strcmp(c->architecture, "Qwen3ForCausalLM");
+    return KVCAL_OK;
+}
+
+static const char *const refused[] = {"mlp.gate_proj.bias", "mlp.up_proj.bias",
+                                      "mlp.down_proj.bias", NULL};
+
+// clang-format off
+static const kvcal_op layer[] = {
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_ATTN_NORM, KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_QKV,   KVCAL_ACT_NORM,  KVCAL_W_QKV,       KVCAL_W_QKV_BIAS, 0},
+    {KVCAL_OP_QK_NORM_ROPE, KVCAL_ACT_QKV,   KVCAL_ACT_QKV,   KVCAL_W_Q_NORM,    KVCAL_W_K_NORM,   1},
+    {KVCAL_OP_ATTENTION,    KVCAL_ACT_ATT,   KVCAL_ACT_QKV,   KVCAL_W_NONE,      KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_ATT,   KVCAL_W_O,         KVCAL_W_O_BIAS,   0},
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_FFN_NORM,  KVCAL_W_NONE,     0},
+    {KVCAL_OP_SWIGLU,       KVCAL_ACT_MLP,   KVCAL_ACT_NORM,  KVCAL_W_GATE_UP,   KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_MLP,   KVCAL_W_DOWN,      KVCAL_W_NONE,     0},
+};
+
+const kvcal_arch kvcal_arch_llama = {
+    .family = "llama",
+    .architectures = architectures,
+    .layer_prefix = "model.layers.%d.",
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm.weight",
+    .lm_head = "lm_head.weight",
+    .weights = {
+        [KVCAL_W_ATTN_NORM] = {{{"input_layernorm.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}}},
+        [KVCAL_W_QKV] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN},
+                          {"self_attn.k_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN},
+                          {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}},
+        [KVCAL_W_QKV_BIAS] = {{{"self_attn.q_proj.bias", KVCAL_DIM_Q, KVCAL_DIM_NONE},
+                               {"self_attn.k_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE},
+                               {"self_attn.v_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE}},
+                              KVCAL_WHEN_QKV_BIAS},
+        [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}},
+        [KVCAL_W_O_BIAS] = {{{"self_attn.o_proj.bias", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}},
+                            KVCAL_WHEN_O_BIAS},
+        [KVCAL_W_Q_NORM] = {{{"self_attn.q_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
+                            KVCAL_WHEN_QK_NORM},
+        [KVCAL_W_K_NORM] = {{{"self_attn.k_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
+                            KVCAL_WHEN_QK_NORM},
+        [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,
+                                KVCAL_DIM_NONE}}},
+        [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
+                              {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}}},
+        [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}}},
+    },
+    .refused = refused,
+    .describe = describe,
+    .layer = layer,
+    .layer_ops = (int)(sizeof layer / sizeof layer[0]),
+};
+// clang-format on

@@ -1,0 +1,51 @@
+/* calib/backend.c: choosing a backend, and the checks every backend makes. */
+#include "calib/backend.h"
+
+#include "core/status.h"
+
+kvcal_status kvcal_backend_create(kvcal_device_kind device, kvcal_model_t *model,
+                                  const kvcal_backend_options *opt, kvcal_backend **out)
+{
+    *out = NULL;
+    if (device == KVCAL_DEVICE_CPU)
+        return kvcal_backend_cpu_create(model, opt, out);
+#ifdef KVCAL_WITH_CUDA
+    return kvcal_backend_cuda_create(model, opt, out);
+#else
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "--device cuda: this kvcal was built without CUDA (rebuild where "
+                      "nvcc is installed); use --device cpu");
+#endif
+}
+
+kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
+{
+    if (d->head_dim > 256 || d->head_dim % 2)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
+            "up to 256; use --device cpu",
+            d->head_dim);
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_backend_check_sample(const char *who, long long id, int length,
+                                        int seq_len, int context, int sliding_window)
+{
+    if (length < 1 || length > seq_len)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: sample %lld has %d tokens, expected 1..%d", who, id,
+                          length, seq_len);
+    if (length > context)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "sample %lld has %d tokens, more than the model's context of "
+                          "%d (max_position_embeddings); use --seq-len %d or less",
+                          id, length, context, context);
+    if (sliding_window > 0 && length > sliding_window)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "sample %lld has %d tokens, more than the model's sliding "
+                          "window of %d, which the runner does not implement; use "
+                          "--seq-len %d or less",
+                          id, length, sliding_window, sliding_window);
+    return KVCAL_OK;
+}

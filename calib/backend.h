@@ -1,0 +1,200 @@
+/* calib/backend.h: the contract between the executor (calib/executor.c)
+ * and a device. A backend holds a model's weights and one batch's
+ * activations (calib/arch.h's kvcal_act) and implements each op of
+ * calib/arch.h on them; the executor decides which ops run, in which order,
+ * on which layer, and what happens to K and V (observed, simulated in FP8,
+ * handed to a tap). Two backends: cpu (fp32 reference ops, tokens packed)
+ * and cuda (bf16, fused kernels, a batch padded to (batch, seq_len)).
+ *
+ * Every function returns kvcal_status with kvcal_last_error() set; a
+ * backend's work may be asynchronous (cuda: one stream) until a function
+ * that hands results to the host returns. */
+#ifndef KVCAL_CALIB_BACKEND_H
+#define KVCAL_CALIB_BACKEND_H
+
+#include <stdint.h>
+
+#include "calib/arch.h"
+#include "calib/model.h"
+#include "kernels/cpu/eval_ref.h"
+#include "kvcal.h"
+#include "observers/stats.h"
+
+/* One batch of samples: ids (batch, seq_len) row-major, sample b's first
+ * lengths[b] ids valid (the rest is padding, never read); sample_ids
+ * (batch) name the samples in errors and statistics (NULL: 0 .. batch-1). */
+typedef struct kvcal_batch {
+    const int32_t *ids;
+    const int32_t *lengths;
+    const int64_t *sample_ids;
+    int batch;
+    int seq_len;
+} kvcal_batch;
+
+/* Where a batch's samples lie in the backend's activations: sample b's
+ * tokens are rows start[b] .. start[b] + lengths[b] - 1 (packed: rows of
+ * one sample follow the previous one's; padded: start[b] = b * seq_len). */
+typedef struct kvcal_rows {
+    int64_t n;              /* rows of every activation */
+    const int64_t *start;   /* (batch) */
+    const int32_t *lengths; /* (batch) */
+    const int64_t *names;   /* (batch) sample ids */
+    int batch;
+} kvcal_rows;
+
+/* Error sums of one layer over an evaluation: K and V against their FP8
+ * round trip (clipped counted with the scale used), and the attention
+ * output on the round trip against the attention output on the exact K/V
+ * (same q; clipped unused). */
+typedef struct kvcal_eval_layer_sums {
+    kvcal_error_sums kv[2]; /* [KVCAL_K], [KVCAL_V] */
+    kvcal_error_sums att;
+} kvcal_eval_layer_sums;
+
+/* A simulated FP8 cache of one layer, on the backend's device (host memory
+ * for cpu): K and V of the batch as the cache-point op left them, slot t =
+ * row t (-1 for padding), a scratch cache of one token a block. The
+ * library's online quantization (include/kvcal_quant.h) runs on it: the
+ * _ref entry points when device is 0, the _launch ones on stream when 1. */
+typedef struct kvcal_kv_io {
+    kvcal_kv_batch batch;
+    kvcal_kv_cache cache;
+    int device;
+    struct CUstream_st *stream;
+} kvcal_kv_io;
+
+typedef struct kvcal_backend kvcal_backend;
+
+typedef struct kvcal_backend_ops {
+    const char *name; /* "cpu", "cuda" */
+    int warm_up;      /* the executor runs one batch of the largest shape first */
+    void (*destroy)(kvcal_backend *be);
+
+    // --- a batch, the ops of calib/arch.h --------------------------------
+    /* Checks the batch (lengths, context, vocabulary: errors name the
+     * sample), lays out its rows into *rows (owned by the backend until the
+     * next call) and embeds its tokens into the residual stream. */
+    kvcal_status (*begin_batch)(kvcal_backend *be, const kvcal_batch *b, kvcal_rows *rows);
+    /* Makes layer l's weights the ones the ops read. */
+    kvcal_status (*use_layer)(kvcal_backend *be, int layer);
+    /* first: the batch's first op (the residual stream is the embedding) */
+    kvcal_status (*add_rmsnorm)(kvcal_backend *be, const kvcal_op *op, int first);
+    /* need_q 0: only the K and V columns of a QKV projection are needed
+     * (a calibration's last layer); other projections ignore it */
+    kvcal_status (*linear)(kvcal_backend *be, const kvcal_op *op, int need_q);
+    /* observe: layer whose statistics K and V are folded into as the op
+     * leaves them (-1: none); statistics as set by observe_into */
+    kvcal_status (*qk_norm_rope)(kvcal_backend *be, const kvcal_op *op, int need_q,
+                                 int observe);
+    kvcal_status (*attention)(kvcal_backend *be, const kvcal_op *op);
+    kvcal_status (*swiglu)(kvcal_backend *be, const kvcal_op *op);
+
+    // --- observing K and V ------------------------------------------------
+    /* Statistics the observing ops fold into from now on (NULL: none). On
+     * cuda they accumulate on the device: absmax and histograms reach
+     * stats at collect, batch_absmax and token counts at end_batch. */
+    kvcal_status (*observe_into)(kvcal_backend *be, kvcal_stats_t *stats);
+    /* After a calibration batch: its batch_absmax and tokens into the
+     * statistics (a NaN or Inf is KVCAL_ERR_NONFINITE naming layer, K/V,
+     * head and samples), and the device waited for. */
+    kvcal_status (*end_batch)(kvcal_backend *be);
+    /* After the last batch: what the device accumulated into the
+     * statistics (kvcal_stats_merge), the device's copy cleared. */
+    kvcal_status (*collect)(kvcal_backend *be);
+    /* Host copies of layer l's K and V (rows, kv_heads, head_dim) in row
+     * order, for the tap of kvcal_exec_forward; cuda: KVCAL_ERR_UNSUPPORTED */
+    kvcal_status (*read_kv)(kvcal_backend *be, const float **k, const float **v);
+
+    // --- whole-model runs (eval) ------------------------------------------
+    /* Makes the final norm and the classifier resident (once). */
+    kvcal_status (*head_prepare)(kvcal_backend *be);
+    /* The pending residual add and the final norm over the residual stream,
+     * the classifier, and per row
+     * the next-token NLL of target (rows; < 0: none) into host nll (rows);
+     * logits (rows, vocab) host copy when non-NULL (cpu only). */
+    kvcal_status (*head_nll)(kvcal_backend *be, const int32_t *target, float *nll,
+                             float *logits);
+
+    // --- the simulated FP8 cache (calib/kv_sim.c) --------------------------
+    /* Allocates the simulation's scratch (cache, exact attention, error
+     * sums of every layer, zeroed) and `floats` floats on the device for
+     * the simulation's own use (*space); io gets the device and stream. */
+    kvcal_status (*sim_prepare)(kvcal_backend *be, size_t floats, float **space,
+                                kvcal_kv_io *io);
+    /* *io for the current batch's K and V (after its cache-point op). */
+    kvcal_status (*sim_view)(kvcal_backend *be, kvcal_kv_io *io);
+    /* Copies n host floats to dst (from sim_prepare's space). */
+    kvcal_status (*sim_upload)(kvcal_backend *be, float *dst, const float *src, size_t n);
+    /* Attention of the exact K and V into the scratch the error of the
+     * attention output is measured against (before the round trip). */
+    kvcal_status (*sim_attend_exact)(kvcal_backend *be, const kvcal_op *op);
+    /* Dequantizes the cache over K and V (what attention then reads) and
+     * adds K's and V's errors to layer l's sums. */
+    kvcal_status (*sim_roundtrip)(kvcal_backend *be, int layer);
+    /* Adds the attention output's error to layer l's sums. */
+    kvcal_status (*sim_attention_error)(kvcal_backend *be, const kvcal_op *op, int layer);
+    /* Adds every layer's sums into sums (layers) and zeroes them. */
+    kvcal_status (*sim_collect)(kvcal_backend *be, kvcal_eval_layer_sums *sums);
+    /* Frees the simulation's scratch. */
+    void (*sim_release)(kvcal_backend *be);
+} kvcal_backend_ops;
+
+/* Every backend's state starts with this. */
+struct kvcal_backend {
+    const kvcal_backend_ops *ops;
+    const kvcal_model_desc *desc; /* the model's, borrowed */
+};
+
+/* Backend options; the CLI fills them (from the environment among
+ * others): no backend reads the environment. */
+typedef enum kvcal_attention_choice {
+    KVCAL_ATTENTION_AUTO = 0, /* cuDNN's flash attention where it runs the shape */
+    KVCAL_ATTENTION_OWN = 1   /* kvcal's kernel always */
+} kvcal_attention_choice;
+
+typedef enum kvcal_mlp_choice {
+    KVCAL_MLP_AUTO = 0,   /* the fused gate/up + SwiGLU kernel where it applies */
+    KVCAL_MLP_FUSED = 1,  /* insist on it (an error where it does not apply) */
+    KVCAL_MLP_UNFUSED = 2 /* cuBLAS's GEMM, then SwiGLU */
+} kvcal_mlp_choice;
+
+typedef struct kvcal_backend_options {
+    int max_batch, max_seq_len; /* the largest batch (samples x tokens) */
+    kvcal_attention_choice attention;
+    kvcal_mlp_choice mlp;
+} kvcal_backend_options;
+
+typedef enum kvcal_device_kind {
+    KVCAL_DEVICE_CPU = 0,
+    KVCAL_DEVICE_CUDA = 1
+} kvcal_device_kind;
+
+/* The backend of `device` for model (borrowed: it must outlive the
+ * backend); *out = NULL on failure. cuda: KVCAL_ERR_NO_DEVICE without a
+ * device or in a build without CUDA, KVCAL_ERR_DEVICE_MEMORY naming the
+ * bytes and the fix, KVCAL_ERR_UNSUPPORTED as
+ * kvcal_backend_cuda_check_model. */
+kvcal_status kvcal_backend_create(kvcal_device_kind device, kvcal_model_t *model,
+                                  const kvcal_backend_options *opt, kvcal_backend **out);
+
+/* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the
+ * latter only in builds with CUDA). */
+kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
+                                      const kvcal_backend_options *opt,
+                                      kvcal_backend **out);
+kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
+                                       const kvcal_backend_options *opt,
+                                       kvcal_backend **out);
+
+/* What the cuda backend cannot run, without touching a device:
+ * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256. */
+kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d);
+
+/* Checks sample `id` of a batch for any backend: length in 1..seq_len,
+ * within the model's context and its sliding window (0: none). `who`
+ * starts the message of a length outside 1..seq_len; every message names
+ * the sample. */
+kvcal_status kvcal_backend_check_sample(const char *who, long long id, int length,
+                                        int seq_len, int context, int sliding_window);
+
+#endif

@@ -1,0 +1,491 @@
+/* calib/backend_cpu.c: the cpu backend: fp32 on the CPU reference ops
+ * (kernels/cpu), tokens packed (sample b's rows follow sample b-1's, no
+ * padding computed), weights converted one layer at a time by the model. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/backend.h"
+#include "core/status.h"
+#include "kernels/cpu/eval_ref.h"
+#include "kernels/cpu/ops.h"
+
+typedef struct {
+    kvcal_backend base;
+    kvcal_model_t *model;
+    int64_t max_tokens;
+    int max_batch;
+    kvcal_layer_weights w; /* the layer in use */
+    int layer;
+    float *x;     // (N, hidden) residual stream
+    float *norm;  // (N, hidden)
+    float *delta; // (N, hidden)
+    float *q;     // (N, heads, head_dim)
+    float *k;     // (N, kv_heads, head_dim)
+    float *v;     // (N, kv_heads, head_dim)
+    float *att;   // (N, heads, head_dim)
+    float *gate;  // (N, intermediate) gate, then the MLP's activation
+    float *up;    // (N, intermediate)
+    int32_t *pos; // (N)
+    void *slab;
+    int64_t *start;          /* (max_batch) */
+    const int32_t *lengths;  /* the batch's, borrowed */
+    const int64_t *names;    /* the batch's, borrowed or ids */
+    int64_t *default_names;  /* (max_batch) 0 .. batch-1 */
+    int batch;
+    int64_t n;               /* rows of the batch */
+    kvcal_stats_t *stats;    /* observe_into */
+    /* the simulated cache (sim_prepare) */
+    void *sim_slab;
+    uint8_t *cache[2];                 /* (N, kv_heads, head_dim) e4m3 */
+    float *cache_scale[2];             /* (N, kv_heads) */
+    float *deq[2];                     /* (N, kv_heads, head_dim) */
+    float *att0;                       /* (N, heads, head_dim) on the exact K/V */
+    int64_t *slots;                    /* (N) 0 .. N-1 */
+    kvcal_eval_layer_sums *sums;       /* (layers) */
+    float *space;                      /* the simulation's own floats */
+    float *logits;                     /* (N, vocab), head_prepare */
+} cpu_backend;
+
+static cpu_backend *cpu(kvcal_backend *be)
+{
+    return (cpu_backend *)be;
+}
+
+static float *act(cpu_backend *c, kvcal_act a)
+{
+    switch (a) {
+    case KVCAL_ACT_NORM:
+        return c->norm;
+    case KVCAL_ACT_DELTA:
+        return c->delta;
+    case KVCAL_ACT_ATT:
+        return c->att;
+    case KVCAL_ACT_MLP:
+        return c->gate;
+    default:
+        return NULL;
+    }
+}
+
+static const float *weight(const cpu_backend *c, kvcal_weight w)
+{
+    return w == KVCAL_W_NONE ? NULL : c->w.w[w];
+}
+
+// --- a batch ------------------------------------------------------------------
+
+static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_rows *rows)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    if (b->batch <= 0 || b->seq_len <= 0 || b->batch > c->max_batch)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: batch of %d x %d samples",
+                          b->batch, b->seq_len);
+    int64_t n = 0;
+    c->names = b->sample_ids ? b->sample_ids : c->default_names;
+    for (int i = 0; i < b->batch; i++) {
+        kvcal_status st = kvcal_backend_check_sample("runner", (long long)c->names[i],
+                                                     b->lengths[i], b->seq_len,
+                                                     d->max_seq_len, d->sliding_window);
+        if (st)
+            return st;
+        c->start[i] = n;
+        n += b->lengths[i];
+    }
+    if (n > c->max_tokens)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "runner: batch of %lld tokens exceeds the runner's %lld",
+                          (long long)n, (long long)c->max_tokens);
+    for (int i = 0; i < b->batch; i++) {
+        const int32_t *row = b->ids + (int64_t)i * b->seq_len;
+        kvcal_status st = kvcal_model_embed(c->model, row, b->lengths[i],
+                                            c->x + c->start[i] * d->hidden_size);
+        if (st)
+            return kvcal_fail_context(st, "sample %lld: ", (long long)c->names[i]);
+        for (int t = 0; t < b->lengths[i]; t++)
+            c->pos[c->start[i] + t] = t;
+    }
+    c->lengths = b->lengths;
+    c->batch = b->batch;
+    c->n = n;
+    *rows = (kvcal_rows){n, c->start, b->lengths, c->names, b->batch};
+    return KVCAL_OK;
+}
+
+static kvcal_status use_layer(kvcal_backend *be, int layer)
+{
+    cpu_backend *c = cpu(be);
+    c->layer = layer;
+    return kvcal_model_load_layer(c->model, layer, &c->w);
+}
+
+static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    if (!first)
+        kvcal_add_ref(c->x, act(c, op->in), c->n * d->hidden_size);
+    kvcal_rmsnorm_ref(act(c, op->out), c->x, weight(c, op->w), (int)c->n, d->hidden_size,
+                      d->norm_eps);
+    return KVCAL_OK;
+}
+
+static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const kvcal_arch *a = d->arch;
+    const float *w = weight(c, op->w), *b = weight(c, op->b);
+    long long rows, cols;
+    kvcal_arch_weight_shape(a, d, op->w, &rows, &cols);
+    if (op->out != KVCAL_ACT_QKV) {
+        kvcal_matmul_ref(act(c, op->out), act(c, op->in), w, b, (int)c->n, (int)cols,
+                         (int)rows);
+        return KVCAL_OK;
+    }
+    /* q, k and v into their own buffers, from the row blocks of [Wq; Wk; Wv] */
+    const int64_t Q = (int64_t)d->num_heads * d->head_dim;
+    const int64_t KV = (int64_t)d->num_kv_heads * d->head_dim;
+    const float *x = act(c, op->in);
+    if (need_q)
+        kvcal_matmul_ref(c->q, x, w, b, (int)c->n, (int)cols, (int)Q);
+    kvcal_matmul_ref(c->k, x, w + Q * cols, b ? b + Q : NULL, (int)c->n, (int)cols,
+                     (int)KV);
+    kvcal_matmul_ref(c->v, x, w + (Q + KV) * cols, b ? b + Q + KV : NULL, (int)c->n,
+                     (int)cols, (int)KV);
+    return KVCAL_OK;
+}
+
+/* Per-head norm (when present) and RoPE of q or k, in place. */
+static void norm_rope(const kvcal_model_desc *d, float *x, const float *norm, int heads,
+                      const int32_t *pos, int64_t n)
+{
+    if (norm)
+        kvcal_rmsnorm_ref(x, x, norm, (int)n * heads, d->head_dim, d->norm_eps);
+    kvcal_rope_scaled_ref(x, pos, d->inv_freq, (int)n, heads, d->head_dim, d->rot_dim,
+                          d->rope_interleaved, d->rope_attention_factor);
+}
+
+/* Folds K and V of every sample into the statistics of `layer`. */
+static kvcal_status observe(cpu_backend *c, int layer)
+{
+    const kvcal_model_desc *d = c->base.desc;
+    const int64_t row = (int64_t)d->num_kv_heads * d->head_dim;
+    for (int b = 0; b < c->batch; b++)
+        for (int which = KVCAL_K; which <= KVCAL_V; which++) {
+            const float *x = (which == KVCAL_K ? c->k : c->v) + c->start[b] * row;
+            kvcal_kv_block blk = kvcal_kv_block_dense(x, 1, c->lengths[b], d->num_kv_heads,
+                                                      d->head_dim, NULL, &c->names[b]);
+            kvcal_status st = kvcal_stats_observe_ref(c->stats, layer, which, &blk);
+            if (st)
+                return st;
+        }
+    return KVCAL_OK;
+}
+
+static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need_q,
+                                 int observe_layer)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    if (need_q)
+        norm_rope(d, c->q, weight(c, op->w), d->num_heads, c->pos, c->n);
+    norm_rope(d, c->k, weight(c, op->b), d->num_kv_heads, c->pos, c->n);
+    return observe_layer >= 0 && c->stats ? observe(c, observe_layer) : KVCAL_OK;
+}
+
+/* Causal attention of each sample's q, k, v into out (rows, heads, head_dim). */
+static void attend(cpu_backend *c, float *out)
+{
+    const kvcal_model_desc *d = c->base.desc;
+    const int H = d->num_heads, HKV = d->num_kv_heads, hd = d->head_dim;
+    for (int b = 0; b < c->batch; b++) {
+        const int64_t s = c->start[b];
+        kvcal_attention_ref(out + s * H * hd, c->q + s * H * hd, c->k + s * HKV * hd,
+                            c->v + s * HKV * hd, c->lengths[b], H, HKV, hd,
+                            1.0f / sqrtf((float)hd));
+    }
+}
+
+static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    attend(c, act(c, op->out));
+    return KVCAL_OK;
+}
+
+static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int D = d->hidden_size, I = d->intermediate_size;
+    const float *w = weight(c, op->w), *x = act(c, op->in);
+    kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
+    kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
+    kvcal_swiglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
+    return KVCAL_OK;
+}
+
+// --- observing ------------------------------------------------------------------
+
+static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
+{
+    cpu(be)->stats = stats;
+    return KVCAL_OK;
+}
+
+static kvcal_status nothing(kvcal_backend *be)
+{
+    (void)be;
+    return KVCAL_OK;
+}
+
+static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
+{
+    *k = cpu(be)->k;
+    *v = cpu(be)->v;
+    return KVCAL_OK;
+}
+
+// --- the head -------------------------------------------------------------------
+
+static kvcal_status head_prepare(kvcal_backend *be)
+{
+    cpu_backend *c = cpu(be);
+    const float *norm, *cls;
+    const double bytes = (double)c->max_tokens * be->desc->vocab_size * sizeof(float);
+    if (!c->logits && !(c->logits = bytes < 1e15 ? malloc((size_t)bytes) : NULL))
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "eval: cannot allocate %.0f MB of logits; use a smaller --batch",
+                          bytes / 1048576.0);
+    return kvcal_model_load_head(c->model, &norm, &cls);
+}
+
+static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nll,
+                             float *logits)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int D = d->hidden_size;
+    const float *norm, *cls;
+    kvcal_status st = kvcal_model_load_head(c->model, &norm, &cls);
+    if (st)
+        return st;
+    float *out = logits ? logits : c->logits;
+    kvcal_add_ref(c->x, c->delta, c->n * D);
+    kvcal_rmsnorm_ref(c->norm, c->x, norm, (int)c->n, D, d->norm_eps);
+    kvcal_matmul_ref(out, c->norm, cls, NULL, (int)c->n, D, d->vocab_size);
+    kvcal_token_nll_ref(nll, out, target, c->n, d->vocab_size);
+    return KVCAL_OK;
+}
+
+// --- the simulated cache ----------------------------------------------------------
+
+static void sim_release(kvcal_backend *be)
+{
+    cpu_backend *c = cpu(be);
+    free(c->sim_slab);
+    c->sim_slab = NULL;
+}
+
+static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
+                                kvcal_kv_io *io)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const size_t N = (size_t)c->max_tokens, KV = N * d->num_kv_heads * d->head_dim;
+    const size_t bytes = 2 * KV + 2 * N * d->num_kv_heads * sizeof(float) +
+                         2 * KV * sizeof(float) +
+                         N * (size_t)d->num_heads * d->head_dim * sizeof(float) +
+                         N * sizeof(int64_t) + d->num_layers * sizeof(kvcal_eval_layer_sums) +
+                         floats * sizeof(float) + 64;
+    sim_release(be);
+    if (!(c->sim_slab = calloc(1, bytes)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory for %lld tokens a batch",
+                          (long long)N);
+    /* 8-byte members first, then floats, then bytes */
+    unsigned char *p = c->sim_slab;
+    c->slots = (int64_t *)p, p += N * sizeof(int64_t);
+    c->sums = (kvcal_eval_layer_sums *)p, p += d->num_layers * sizeof(kvcal_eval_layer_sums);
+    for (int i = 0; i < 2; i++) {
+        c->cache_scale[i] = (float *)p, p += N * d->num_kv_heads * sizeof(float);
+        c->deq[i] = (float *)p, p += KV * sizeof(float);
+    }
+    c->att0 = (float *)p, p += N * (size_t)d->num_heads * d->head_dim * sizeof(float);
+    c->space = floats ? (float *)p : NULL, p += floats * sizeof(float);
+    c->cache[0] = p, p += KV;
+    c->cache[1] = p;
+    for (size_t t = 0; t < N; t++)
+        c->slots[t] = (int64_t)t;
+    *space = c->space;
+    memset(io, 0, sizeof *io);
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_upload(kvcal_backend *be, float *dst, const float *src, size_t n)
+{
+    (void)be;
+    memcpy(dst, src, n * sizeof *src);
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int H = d->num_kv_heads, D = d->head_dim;
+    const int64_t row = (int64_t)H * D;
+    io->batch = (kvcal_kv_batch){c->k, c->v, KVCAL_DTYPE_F32, c->n, row, D, row, D, c->slots};
+    io->cache = (kvcal_kv_cache){c->cache[0], c->cache[1], c->cache_scale[0],
+                                 c->cache_scale[1], c->n, 1, H, D, 0, KVCAL_CACHE_NHD};
+    io->device = 0;
+    io->stream = NULL;
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
+{
+    (void)op;
+    attend(cpu(be), cpu(be)->att0);
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int D = d->head_dim;
+    const int64_t row = (int64_t)d->num_kv_heads * D;
+    kvcal_kv_io io;
+    sim_view(be, &io);
+    kvcal_status st = kvcal_kv_dequantize_ref(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR,
+                                              NULL, NULL, c->deq[0], c->deq[1],
+                                              KVCAL_DTYPE_F32);
+    if (st)
+        return st;
+    float *kv[2] = {c->k, c->v};
+    for (int i = 0; i < 2; i++) {
+        kvcal_error_sums_ref(&c->sums[layer].kv[i], kv[i], row, c->deq[i], row,
+                             c->cache_scale[i], D, NULL, c->n, (int)row);
+        memcpy(kv[i], c->deq[i], sizeof(float) * (size_t)(c->n * row));
+    }
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
+{
+    cpu_backend *c = cpu(be);
+    const int cols = be->desc->num_heads * be->desc->head_dim;
+    kvcal_error_sums_ref(&c->sums[layer].att, c->att0, cols, act(c, op->out), cols, NULL,
+                         0, NULL, c->n, cols);
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_collect(kvcal_backend *be, kvcal_eval_layer_sums *sums)
+{
+    cpu_backend *c = cpu(be);
+    for (int l = 0; l < be->desc->num_layers; l++)
+        for (int i = 0; i < 3; i++) {
+            kvcal_error_sums *dst = i < 2 ? &sums[l].kv[i] : &sums[l].att;
+            const kvcal_error_sums *src = i < 2 ? &c->sums[l].kv[i] : &c->sums[l].att;
+            dst->x2 += src->x2;
+            dst->e2 += src->e2;
+            dst->clipped += src->clipped;
+            dst->n += src->n;
+        }
+    memset(c->sums, 0, sizeof(kvcal_eval_layer_sums) * (size_t)be->desc->num_layers);
+    return KVCAL_OK;
+}
+
+// --- lifetime ---------------------------------------------------------------------
+
+static void destroy(kvcal_backend *be)
+{
+    cpu_backend *c = cpu(be);
+    if (!c)
+        return;
+    sim_release(be);
+    free(c->slab);
+    free(c->start);
+    free(c->logits);
+    free(c);
+}
+
+static const kvcal_backend_ops cpu_ops = {
+    .name = "cpu",
+    .warm_up = 0,
+    .destroy = destroy,
+    .begin_batch = begin_batch,
+    .use_layer = use_layer,
+    .add_rmsnorm = add_rmsnorm,
+    .linear = linear,
+    .qk_norm_rope = qk_norm_rope,
+    .attention = attention,
+    .swiglu = swiglu,
+    .observe_into = observe_into,
+    .end_batch = nothing,
+    .collect = nothing,
+    .read_kv = read_kv,
+    .head_prepare = head_prepare,
+    .head_nll = head_nll,
+    .sim_prepare = sim_prepare,
+    .sim_view = sim_view,
+    .sim_upload = sim_upload,
+    .sim_attend_exact = sim_attend_exact,
+    .sim_roundtrip = sim_roundtrip,
+    .sim_attention_error = sim_attention_error,
+    .sim_collect = sim_collect,
+    .sim_release = sim_release,
+};
+
+kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
+                                      const kvcal_backend_options *opt,
+                                      kvcal_backend **out)
+{
+    *out = NULL;
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    const int64_t max_tokens = (int64_t)opt->max_batch * opt->max_seq_len;
+    if (opt->max_batch <= 0 || opt->max_seq_len <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: max_tokens %lld must be > 0",
+                          (long long)max_tokens);
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "runner: out of memory");
+    c->base.ops = &cpu_ops;
+    c->base.desc = d;
+    c->model = model;
+    c->max_tokens = max_tokens;
+    c->max_batch = opt->max_batch;
+    int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * d->head_dim;
+    int64_t KV = (int64_t)d->num_kv_heads * d->head_dim, I = d->intermediate_size;
+    int64_t per_token = 3 * D + 2 * Q + 2 * KV + 2 * I + 1;
+    double bytes = (double)per_token * (double)max_tokens * sizeof(float);
+    c->slab = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
+    c->start = malloc(2 * sizeof(int64_t) * (size_t)opt->max_batch);
+    if (!c->slab || !c->start) {
+        destroy(&c->base);
+        return kvcal_fail(
+            KVCAL_ERR_NOMEM,
+            "runner: cannot allocate %.0f MB of activations for %lld tokens; "
+            "use a smaller --batch or --seq-len",
+            bytes / 1048576.0, (long long)max_tokens);
+    }
+    c->default_names = c->start + opt->max_batch;
+    for (int i = 0; i < opt->max_batch; i++)
+        c->default_names[i] = i;
+    float *p = c->slab;
+    int64_t N = max_tokens;
+    c->x = p, p += N * D;
+    c->norm = p, p += N * D;
+    c->delta = p, p += N * D;
+    c->q = p, p += N * Q;
+    c->k = p, p += N * KV;
+    c->v = p, p += N * KV;
+    c->att = p, p += N * Q;
+    c->gate = p, p += N * I;
+    c->up = p, p += N * I;
+    c->pos = (int32_t *)p;
+    *out = &c->base;
+    return KVCAL_OK;
+}

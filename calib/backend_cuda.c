@@ -1,0 +1,940 @@
+/* calib/backend_cuda.c: the cuda backend (calib/backend.h): bf16 storage,
+ * fp32 accumulation, on the kernels of kernels/cuda. The whole model is
+ * uploaded once (fused QKV and gate/up weights); a batch is laid out padded,
+ * (batch, seq_len) rows with the padding rows neither attended to by valid
+ * tokens nor observed; K and V are observed on the device by the RoPE
+ * kernel into statistics laid out as kvcal_stats_t's. Work runs on one
+ * stream of the current device. Compiled only in builds with CUDA. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/backend.h"
+#include "core/status.h"
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/eval.h"
+#include "kernels/cuda/ops.h"
+
+#define ALIGN 256u
+#define LOGITS_BYTES ((size_t)64 << 20)
+
+#define TRY(call)                                                                        \
+    do {                                                                                 \
+        if ((st = (call)) != KVCAL_OK)                                                   \
+            goto fail;                                                                   \
+    } while (0)
+#define TRY_CUDA(call)                                                                   \
+    do {                                                                                 \
+        cudaError_t e_ = (call);                                                         \
+        if (e_ != cudaSuccess) {                                                         \
+            st = kvcal_fail(e_ == cudaErrorMemoryAllocation ? KVCAL_ERR_DEVICE_MEMORY    \
+                                                            : KVCAL_ERR_CUDA,            \
+                            "cuda runner: %s: %s", #call, cudaGetErrorString(e_));       \
+            goto fail;                                                                   \
+        }                                                                                \
+    } while (0)
+
+/* Byte offsets of one layer's logical weights inside its region of the
+ * weight slab (and of the host staging buffer it is converted into); 0
+ * elements = absent. */
+typedef struct {
+    size_t off[KVCAL_W_COUNT];
+    size_t elems[KVCAL_W_COUNT];
+    size_t bytes; /* the whole layer, ALIGN-padded */
+} layer_layout;
+
+typedef struct {
+    kvcal_backend base;
+    kvcal_model_t *model;
+    int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx, window;
+    int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
+    float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
+    int max_batch, max_seq_len;
+    cudaStream_t stream;
+    kvcal_gemm_t *gemm;
+    kvcal_attention_t *attn; /* cuDNN's fused attention, or kvcal's kernel */
+    layer_layout lay;
+    void *slab;                     /* every device buffer below */
+    unsigned char *weights;         /* (L, lay.bytes) */
+    kvcal_bf16 *embed;              /* (V, D) */
+    kvcal_bf16 *resid, *xn, *delta; /* (N, D) */
+    kvcal_bf16 *qkv;                /* (N, qkv_n) */
+    kvcal_bf16 *att;                /* (N, H * hd) */
+    kvcal_bf16 *gu;                 /* (N, 2 I); NULL with mlp_fused */
+    kvcal_bf16 *act;                /* (N, I) */
+    int32_t *ids, *pos;             /* (N) */
+    float *inv_freq;                /* (rot_dim / 2) */
+    float *absmax[2];               /* (L, HKV, hd) */
+    uint64_t *hist[2];              /* (L, HKV, bins) */
+    float *batch_absmax[2];         /* (L, HKV) */
+    size_t stats_bytes;             /* of absmax[0] .. batch_absmax[1] */
+    int32_t *host_ids, *host_pos;   /* pinned (N) */
+    float *host_bmax;               /* pinned (2, L, HKV) */
+    /* the batch */
+    int batch, seq_len, layer;
+    int64_t valid;                  /* tokens */
+    int64_t *rows_start;            /* (max_batch) b * seq_len */
+    const int64_t *names;           /* the batch's sample ids */
+    int64_t *default_names;         /* (max_batch) */
+    int qkv_heads, qkv_width;       /* what the last QKV projection wrote */
+    /* observing */
+    kvcal_stats_t *stats;           /* observe_into */
+    kvcal_stats_t *device_view;     /* host copy of the device statistics */
+    /* the head (head_prepare) */
+    void *head_slab;
+    kvcal_bf16 *final_norm;         /* (D) */
+    const kvcal_bf16 *lm_head;      /* (V, D): own copy or the tied embed */
+    kvcal_bf16 *logits;             /* (chunk, V) */
+    int32_t *target;                /* (N) */
+    float *nll;                     /* (N) */
+    int chunk;                      /* logits rows per lm_head GEMM */
+    /* the simulated cache (sim_prepare) */
+    void *sim_slab;
+    kvcal_bf16 *att0;               /* (N, H * hd) attention on the exact K/V */
+    uint8_t *cache[2];              /* (N, HKV, hd) e4m3, one block per token */
+    float *cache_scale[2];          /* (N, HKV) */
+    float *deq[2];                  /* (N, HKV, hd) */
+    int64_t *slots;                 /* (N) row index, -1 for padding */
+    kvcal_eval_layer_sums *sums;    /* (L) */
+    int64_t *host_slots;            /* pinned (N) */
+} cuda_backend;
+
+static cuda_backend *cu(kvcal_backend *be)
+{
+    return (cuda_backend *)be;
+}
+
+static size_t round_up(size_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* The slab order of the logical weights: the order the layer's weights
+ * were laid out in before they were data, kept so the device layout (and
+ * the alignment of each weight) does not move. */
+static const kvcal_weight slab_order[KVCAL_W_COUNT] = {
+    KVCAL_W_QKV,      KVCAL_W_QKV_BIAS, KVCAL_W_O,      KVCAL_W_O_BIAS, KVCAL_W_GATE_UP,
+    KVCAL_W_DOWN,     KVCAL_W_ATTN_NORM, KVCAL_W_FFN_NORM, KVCAL_W_Q_NORM, KVCAL_W_K_NORM};
+
+static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
+{
+    size_t off = 0;
+    for (int j = 0; j < KVCAL_W_COUNT; j++) {
+        const kvcal_weight i = slab_order[j];
+        long long rows, cols;
+        kvcal_arch_weight_shape(d->arch, d, i, &rows, &cols);
+        lay->off[i] = off;
+        lay->elems[i] = (size_t)rows * (size_t)(cols ? cols : 1);
+        off += round_up(lay->elems[i] * sizeof(kvcal_bf16));
+    }
+    lay->bytes = off;
+}
+
+static void to_bf16(kvcal_bf16 *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = kvcal_bf16_from_float(src[i]);
+}
+
+/* Converts layer weights into a staging buffer laid out as lay; with
+ * mlp_fused the gate/up weight in kvcal_gemm_swiglu_launch's interleaved
+ * order. */
+static void stage_layer(unsigned char *stage, const layer_layout *lay,
+                        const kvcal_layer_weights *w, const kvcal_model_desc *d,
+                        int mlp_fused)
+{
+    const size_t D = (size_t)d->hidden_size, I = (size_t)d->intermediate_size;
+    for (int i = 0; i < KVCAL_W_COUNT; i++) {
+        kvcal_bf16 *dst = (kvcal_bf16 *)(stage + lay->off[i]);
+        if (!lay->elems[i])
+            continue;
+        if (i != KVCAL_W_GATE_UP || !mlp_fused) {
+            to_bf16(dst, w->w[i], lay->elems[i]);
+            continue;
+        }
+        for (size_t r = 0; r < 2 * I; r++)
+            to_bf16(dst + r * D,
+                    w->w[i] + (size_t)kvcal_gemm_swiglu_source_row((int)r, (int)I) * D, D);
+    }
+}
+
+static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
+{
+    if (w == KVCAL_W_NONE || !r->lay.elems[w])
+        return NULL;
+    return (kvcal_bf16 *)(r->weights + (size_t)r->layer * r->lay.bytes + r->lay.off[w]);
+}
+
+static kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
+{
+    switch (a) {
+    case KVCAL_ACT_NORM:
+        return r->xn;
+    case KVCAL_ACT_DELTA:
+        return r->delta;
+    case KVCAL_ACT_QKV:
+        return r->qkv;
+    case KVCAL_ACT_ATT:
+        return r->att;
+    case KVCAL_ACT_MLP:
+        return r->act;
+    default:
+        return NULL;
+    }
+}
+
+/* cudaMalloc of one of the slabs (`what` it holds); out of memory names the
+ * bytes and the fix. */
+static kvcal_status alloc_slab(void **p, size_t bytes, const char *what)
+{
+    const cudaError_t err = cudaMalloc(p, bytes);
+    if (err == cudaSuccess)
+        return KVCAL_OK;
+    *p = NULL;
+    cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation)
+        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
+                          "--device cuda: %s need %.2f GiB (%zu bytes), which cudaMalloc "
+                          "could not get; use a smaller --batch or --seq-len",
+                          what, (double)bytes / 1073741824.0, bytes);
+    return kvcal_fail(KVCAL_ERR_CUDA, "cuda runner: cudaMalloc of %zu bytes for %s: %s",
+                      bytes, what, cudaGetErrorString(err));
+}
+
+/* Hands out ALIGN-aligned pieces of the slab in order. */
+static void *carve(unsigned char **p, size_t bytes)
+{
+    void *x = *p;
+    *p += round_up(bytes);
+    return x;
+}
+
+/* Uploads every layer through two pinned staging buffers, converting one
+ * layer while the previous one is copied; then the embedding table. */
+static kvcal_status upload_model(cuda_backend *r, kvcal_model_t *model)
+{
+    kvcal_status st = KVCAL_OK;
+    const kvcal_model_desc *d = r->base.desc;
+    unsigned char *stage[2] = {NULL, NULL};
+    cudaEvent_t done[2] = {NULL, NULL};
+    float *rows = NULL;
+    int32_t *ids = NULL;
+    const size_t stage_bytes =
+        r->lay.bytes > ((size_t)8 << 20) ? r->lay.bytes : (size_t)8 << 20;
+    TRY_CUDA(cudaMallocHost((void **)&stage[0], stage_bytes));
+    TRY_CUDA(cudaMallocHost((void **)&stage[1], stage_bytes));
+    TRY_CUDA(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
+    TRY_CUDA(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming));
+    for (int l = 0; l < r->L; l++) {
+        kvcal_layer_weights w;
+        TRY(kvcal_model_load_layer(model, l, &w));
+        TRY_CUDA(cudaEventSynchronize(done[l & 1]));
+        stage_layer(stage[l & 1], &r->lay, &w, d, r->mlp_fused);
+        TRY_CUDA(cudaMemcpyAsync(r->weights + (size_t)l * r->lay.bytes, stage[l & 1],
+                                 r->lay.bytes, cudaMemcpyHostToDevice, r->stream));
+        TRY_CUDA(cudaEventRecord(done[l & 1], r->stream));
+    }
+    const int chunk = (int)(stage_bytes / ((size_t)r->D * sizeof(kvcal_bf16)));
+    rows = malloc((size_t)chunk * (size_t)r->D * sizeof *rows);
+    ids = malloc((size_t)chunk * sizeof *ids);
+    if (!rows || !ids) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM,
+                        "cuda runner: no host memory to stage the embedding");
+        goto fail;
+    }
+    for (int v0 = 0, i = 0; v0 < r->V; v0 += chunk, i++) {
+        const int n = r->V - v0 < chunk ? r->V - v0 : chunk;
+        for (int j = 0; j < n; j++)
+            ids[j] = v0 + j;
+        TRY(kvcal_model_embed(model, ids, n, rows));
+        TRY_CUDA(cudaEventSynchronize(done[i & 1]));
+        to_bf16((kvcal_bf16 *)stage[i & 1], rows, (size_t)n * (size_t)r->D);
+        TRY_CUDA(cudaMemcpyAsync(r->embed + (size_t)v0 * r->D, stage[i & 1],
+                                 (size_t)n * r->D * sizeof(kvcal_bf16),
+                                 cudaMemcpyHostToDevice, r->stream));
+        TRY_CUDA(cudaEventRecord(done[i & 1], r->stream));
+    }
+    TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
+                             (size_t)(r->rot_dim / 2) * sizeof(float),
+                             cudaMemcpyHostToDevice, r->stream));
+    TRY_CUDA(cudaStreamSynchronize(r->stream));
+fail:
+    free(rows);
+    free(ids);
+    for (int i = 0; i < 2; i++) {
+        if (done[i])
+            cudaEventDestroy(done[i]);
+        cudaFreeHost(stage[i]);
+    }
+    return st;
+}
+
+// --- a batch ------------------------------------------------------------------
+
+static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_rows *rows)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const int batch = b->batch, seq_len = b->seq_len;
+    if (batch <= 0 || seq_len <= 0 || batch > r->max_batch || seq_len > r->max_seq_len)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "cuda runner: batch %d x %d tokens: the runner was made for up to "
+            "%d x %d",
+            batch, seq_len, r->max_batch, r->max_seq_len);
+    r->names = b->sample_ids ? b->sample_ids : r->default_names;
+    r->valid = 0;
+    for (int s = 0; s < batch; s++) {
+        const long long name = (long long)r->names[s];
+        TRY(kvcal_backend_check_sample("cuda runner", name, b->lengths[s], seq_len,
+                                       r->ctx, r->window));
+        for (int t = 0; t < seq_len; t++) {
+            const int64_t i = (int64_t)s * seq_len + t;
+            const int id = b->ids[i];
+            if (t < b->lengths[s] && (id < 0 || id >= r->V))
+                return kvcal_fail(
+                    KVCAL_ERR_INVALID_ARG,
+                    "sample %lld token %d: id %d is outside the vocabulary of "
+                    "%d",
+                    name, t, id, r->V);
+            r->host_ids[i] = t < b->lengths[s] ? id : -1;
+            r->host_pos[i] = t < b->lengths[s] ? t : -1;
+            if (r->sim_slab)
+                r->host_slots[i] = t < b->lengths[s] ? i : -1;
+        }
+        r->rows_start[s] = (int64_t)s * seq_len;
+        r->valid += b->lengths[s];
+    }
+    r->batch = batch;
+    r->seq_len = seq_len;
+    const int n = batch * seq_len;
+    cudaStream_t s = r->stream;
+    TRY_CUDA(cudaMemcpyAsync(r->ids, r->host_ids, (size_t)n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s));
+    TRY_CUDA(cudaMemcpyAsync(r->pos, r->host_pos, (size_t)n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s));
+    if (r->sim_slab)
+        TRY_CUDA(cudaMemcpyAsync(r->slots, r->host_slots, (size_t)n * sizeof(int64_t),
+                                 cudaMemcpyHostToDevice, s));
+    TRY(kvcal_embed_launch(r->resid, r->embed, r->ids, n, r->D, s));
+    *rows = (kvcal_rows){n, r->rows_start, b->lengths, r->names, batch};
+    return KVCAL_OK;
+fail:
+    return st;
+}
+
+static kvcal_status use_layer(kvcal_backend *be, int layer)
+{
+    cu(be)->layer = layer;
+    return KVCAL_OK;
+}
+
+static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
+{
+    cuda_backend *r = cu(be);
+    return kvcal_add_rmsnorm_launch(act(r, op->out), r->resid, first ? NULL : act(r, op->in),
+                                    tensor(r, op->w), r->batch * r->seq_len, r->D, r->eps,
+                                    r->stream);
+}
+
+/* A QKV projection: all of it, or with need_q 0 (nothing reads the
+ * queries of a calibration's last layer) only the K and V rows of the
+ * weight, into the QKV buffer as (n, 2 HKV hd) rows; where the K/V rows of
+ * the weight (or bias) are not aligned as cuBLASLt's algorithms want (256
+ * bytes), the whole QKV. */
+static kvcal_status project_qkv(cuda_backend *r, const kvcal_op *op, int need_q)
+{
+    const int n = r->batch * r->seq_len, q_cols = r->H * r->hd;
+    const kvcal_bf16 *w = tensor(r, op->w), *b = tensor(r, op->b);
+    const kvcal_bf16 *kv_w = w + (size_t)q_cols * r->D, *kv_b = b ? b + q_cols : NULL;
+    const int kv_only = !need_q && ((uintptr_t)kv_w | (uintptr_t)kv_b) % 256 == 0;
+    r->qkv_heads = kv_only ? 0 : r->H;
+    r->qkv_width = (r->qkv_heads + 2 * r->HKV) * r->hd;
+    return kvcal_gemm_launch(r->gemm, r->qkv, act(r, op->in), kv_only ? kv_w : w,
+                             kv_only ? kv_b : b, n, r->D, r->qkv_width, r->stream);
+}
+
+static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
+{
+    cuda_backend *r = cu(be);
+    if (op->out == KVCAL_ACT_QKV)
+        return project_qkv(r, op, need_q);
+    long long rows, cols;
+    kvcal_arch_weight_shape(be->desc->arch, be->desc, op->w, &rows, &cols);
+    return kvcal_gemm_launch(r->gemm, act(r, op->out), act(r, op->in), tensor(r, op->w),
+                             tensor(r, op->b), r->batch * r->seq_len, (int)cols,
+                             (int)rows, r->stream);
+}
+
+static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need_q,
+                                 int observe)
+{
+    (void)need_q; /* project_qkv left the queries out or not */
+    cuda_backend *r = cu(be);
+    const kvcal_rope_cfg rope = {r->inv_freq,       r->rot_dim, r->interleaved,
+                                 tensor(r, op->w),  tensor(r, op->b), r->eps,
+                                 r->attention_factor};
+    kvcal_kv_observer obs;
+    const int l = observe;
+    for (int kv = 0; observe >= 0 && kv < 2; kv++) {
+        obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
+        obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
+        obs.batch_absmax[kv] = r->batch_absmax[kv] + (size_t)l * r->HKV;
+    }
+    return kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len,
+                                     r->qkv_heads, r->HKV, r->hd, &rope,
+                                     observe >= 0 && r->stats ? &obs : NULL, r->stream);
+}
+
+/* Causal attention of the fused QKV buffer into out (N, H * hd). */
+static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
+{
+    const int q_cols = r->H * r->hd;
+    return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
+                               r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
+                               r->seq_len, r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd),
+                               r->stream, NULL);
+}
+
+static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
+{
+    return attend(cu(be), act(cu(be), op->out));
+}
+
+static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const int n = r->batch * r->seq_len;
+    if (r->mlp_fused)
+        return kvcal_gemm_swiglu_launch(act(r, op->out), act(r, op->in), tensor(r, op->w),
+                                        n, r->D, r->I, r->stream);
+    TRY(kvcal_gemm_launch(r->gemm, r->gu, act(r, op->in), tensor(r, op->w), NULL, n, r->D,
+                          2 * r->I, r->stream));
+    return kvcal_swiglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
+fail:
+    return st;
+}
+
+// --- observing ------------------------------------------------------------------
+
+static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    r->stats = stats;
+    TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
+    if (stats && !r->device_view)
+        TRY(kvcal_stats_create(r->L, r->HKV, r->hd, &r->device_view));
+    return KVCAL_OK;
+fail:
+    return st;
+}
+
+static kvcal_status end_batch(kvcal_backend *be)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    cudaStream_t s = r->stream;
+    kvcal_stats_t *stats = r->stats;
+    const size_t LH = (size_t)r->L * r->HKV;
+    for (int kv = 0; stats && kv < 2; kv++) {
+        TRY_CUDA(cudaMemcpyAsync(r->host_bmax + kv * LH, r->batch_absmax[kv],
+                                 LH * sizeof(float), cudaMemcpyDeviceToHost, s));
+        TRY_CUDA(cudaMemsetAsync(r->batch_absmax[kv], 0, LH * sizeof(float), s));
+    }
+    TRY_CUDA(cudaStreamSynchronize(s));
+    if (!stats)
+        return KVCAL_OK;
+    for (int kv = 0; kv < 2; kv++)
+        for (size_t i = 0; i < LH; i++) {
+            const float m = r->host_bmax[kv * LH + i];
+            if (!isfinite(m))
+                return kvcal_fail(
+                    KVCAL_ERR_NONFINITE,
+                    "layer %d %c kv head %d: %s in the batch of samples %lld..%lld "
+                    "(--device cpu names the token)",
+                    (int)(i / r->HKV), kv ? 'V' : 'K', (int)(i % r->HKV),
+                    isnan(m) ? "NaN" : "Inf", (long long)r->names[0],
+                    (long long)r->names[r->batch - 1]);
+            float *dst = &stats->batch_absmax[kv][i];
+            *dst = m > *dst ? m : *dst;
+        }
+    for (int l = 0; l < r->L; l++)
+        stats->tokens[l] += r->valid;
+    return KVCAL_OK;
+fail:
+    return st;
+}
+
+static kvcal_status collect(kvcal_backend *be)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    kvcal_stats_t *v = r->device_view;
+    const size_t n_am = (size_t)r->L * r->HKV * r->hd;
+    const size_t n_h = (size_t)r->L * r->HKV * KVCAL_HIST_BINS;
+    kvcal_stats_reset(v);
+    for (int kv = 0; kv < 2; kv++) {
+        TRY_CUDA(cudaMemcpyAsync(v->absmax[kv], r->absmax[kv], n_am * sizeof(float),
+                                 cudaMemcpyDeviceToHost, r->stream));
+        TRY_CUDA(cudaMemcpyAsync(v->hist[kv], r->hist[kv], n_h * sizeof(uint64_t),
+                                 cudaMemcpyDeviceToHost, r->stream));
+    }
+    TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
+    TRY_CUDA(cudaStreamSynchronize(r->stream));
+    return kvcal_stats_merge(r->stats, v);
+fail:
+    return st;
+}
+
+static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
+{
+    (void)be, (void)k, (void)v;
+    return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                      "cuda runner: K and V are not handed to the host (a tap runs on "
+                      "the cpu backend)");
+}
+
+/* Converts n fp32 host values to bf16 into device memory dst, through a
+ * bounded host buffer. */
+static kvcal_status upload_bf16(kvcal_bf16 *dst, const float *src, size_t n)
+{
+    kvcal_status st = KVCAL_OK;
+    const size_t step = (size_t)4 << 20;
+    kvcal_bf16 *buf = malloc((n < step ? n : step) * sizeof *buf);
+    if (!buf)
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "cuda runner: no host memory to stage weights");
+    for (size_t i = 0; i < n; i += step) {
+        const size_t m = n - i < step ? n - i : step;
+        to_bf16(buf, src + i, m);
+        TRY_CUDA(cudaMemcpy(dst + i, buf, m * sizeof *buf, cudaMemcpyHostToDevice));
+    }
+fail:
+    free(buf);
+    return st;
+}
+
+/* cudaMalloc of `count` buffers of bytes[i] (0: none) in one slab *slab,
+ * after checking the device has them free (`what` names them in the
+ * message). */
+static kvcal_status alloc_buffers(void **slab, void **buf, const size_t *bytes, int count,
+                                  const char *what)
+{
+    kvcal_status st = KVCAL_OK;
+    size_t need = 0, free_b = 0, total_b = 0;
+    for (int i = 0; i < count; i++)
+        need += round_up(bytes[i]);
+    TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    if (need > free_b)
+        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
+                          "--device cuda: %s need %.2f GiB beyond the model and its "
+                          "activations but the device has %.2f GiB free; use a smaller "
+                          "--batch or --seq-len",
+                          what, (double)need / 1073741824.0,
+                          (double)free_b / 1073741824.0);
+    TRY(alloc_slab(slab, need, what));
+    unsigned char *p = *slab;
+    for (int i = 0; i < count; i++)
+        buf[i] = bytes[i] ? carve(&p, bytes[i]) : NULL;
+    return KVCAL_OK;
+fail:
+    return st;
+}
+
+// --- the head -------------------------------------------------------------------
+
+static kvcal_status head_prepare(kvcal_backend *be)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const kvcal_model_desc *d = be->desc;
+    if (r->head_slab)
+        return KVCAL_OK;
+    const float *norm = NULL, *cls = NULL;
+    TRY(kvcal_model_load_head(r->model, &norm, &cls));
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    const size_t rows = LOGITS_BYTES / ((size_t)r->V * sizeof(kvcal_bf16));
+    r->chunk = (int)(rows < 1 ? 1 : rows > N ? N : rows);
+    const size_t bytes[] = {(size_t)r->D * sizeof(kvcal_bf16),
+                            d->tied_embeddings ? 0
+                                               : (size_t)r->V * r->D * sizeof(kvcal_bf16),
+                            (size_t)r->chunk * r->V * sizeof(kvcal_bf16),
+                            N * sizeof(int32_t), N * sizeof(float)};
+    void *buf[5];
+    TRY(alloc_buffers(&r->head_slab, buf, bytes, 5, "the final norm, the classifier and "
+                                                    "the logits"));
+    r->final_norm = buf[0];
+    r->lm_head = d->tied_embeddings ? r->embed : buf[1];
+    r->logits = buf[2];
+    r->target = buf[3];
+    r->nll = buf[4];
+    TRY(upload_bf16(r->final_norm, norm, (size_t)r->D));
+    if (!d->tied_embeddings)
+        TRY(upload_bf16(buf[1], cls, (size_t)r->V * r->D));
+    return KVCAL_OK;
+fail:
+    cudaFree(r->head_slab);
+    r->head_slab = NULL;
+    return st;
+}
+
+static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nll,
+                             float *logits)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    cudaStream_t s = r->stream;
+    const int n = r->batch * r->seq_len;
+    if (logits)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "cuda runner: logits are not handed to the host");
+    TRY_CUDA(cudaMemcpyAsync(r->target, target, (size_t)n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s));
+    TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, r->final_norm, n, r->D,
+                                 r->eps, s));
+    for (int r0 = 0; r0 < n; r0 += r->chunk) {
+        const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;
+        TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
+                              NULL, rows, r->D, r->V, s));
+        TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V, s));
+    }
+    TRY_CUDA(cudaMemcpyAsync(nll, r->nll, (size_t)n * sizeof(float),
+                             cudaMemcpyDeviceToHost, s));
+    TRY_CUDA(cudaStreamSynchronize(s));
+    return KVCAL_OK;
+fail:
+    return st;
+}
+
+// --- the simulated cache ----------------------------------------------------------
+
+static void sim_release(kvcal_backend *be)
+{
+    cuda_backend *r = cu(be);
+    if (r->stream)
+        cudaStreamSynchronize(r->stream);
+    cudaFree(r->sim_slab);
+    cudaFreeHost(r->host_slots);
+    r->sim_slab = NULL;
+    r->host_slots = NULL;
+}
+
+static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
+                                kvcal_kv_io *io)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    sim_release(be);
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    const size_t KV = N * r->HKV * r->hd;
+    const size_t bytes[] = {N * (size_t)r->H * r->hd * sizeof(kvcal_bf16),
+                            KV,
+                            KV,
+                            N * r->HKV * sizeof(float),
+                            N * r->HKV * sizeof(float),
+                            KV * sizeof(float),
+                            KV * sizeof(float),
+                            floats * sizeof(float),
+                            N * sizeof(int64_t),
+                            (size_t)r->L * sizeof(kvcal_eval_layer_sums)};
+    enum { NBUF = sizeof bytes / sizeof bytes[0] };
+    void *buf[NBUF];
+    TRY(alloc_buffers(&r->sim_slab, buf, bytes, NBUF, "the simulated FP8 cache's buffers"));
+    r->att0 = buf[0];
+    r->cache[0] = buf[1], r->cache[1] = buf[2];
+    r->cache_scale[0] = buf[3], r->cache_scale[1] = buf[4];
+    r->deq[0] = buf[5], r->deq[1] = buf[6];
+    *space = buf[7];
+    r->slots = buf[8];
+    r->sums = buf[9];
+    TRY_CUDA(cudaMallocHost((void **)&r->host_slots, N * sizeof(int64_t)));
+    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes[9], r->stream));
+    memset(io, 0, sizeof *io);
+    io->device = 1;
+    io->stream = r->stream;
+    return KVCAL_OK;
+fail:
+    sim_release(be);
+    return st;
+}
+
+static kvcal_status sim_upload(kvcal_backend *be, float *dst, const float *src, size_t n)
+{
+    kvcal_status st = KVCAL_OK;
+    TRY_CUDA(cudaMemcpyAsync(dst, src, n * sizeof *src, cudaMemcpyHostToDevice,
+                             cu(be)->stream));
+    TRY_CUDA(cudaStreamSynchronize(cu(be)->stream));
+fail:
+    return st;
+}
+
+/* K and V in the QKV buffer. */
+static void kv_of(cuda_backend *r, kvcal_bf16 **k, kvcal_bf16 **v)
+{
+    *k = r->qkv + r->H * r->hd;
+    *v = *k + r->HKV * r->hd;
+}
+
+static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
+{
+    cuda_backend *r = cu(be);
+    const int n = r->batch * r->seq_len;
+    kvcal_bf16 *k, *v;
+    kv_of(r, &k, &v);
+    io->batch = (kvcal_kv_batch){k,        v,     KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd,
+                                 r->qkv_n, r->hd, r->slots};
+    io->cache = (kvcal_kv_cache){r->cache[0], r->cache[1], r->cache_scale[0],
+                                 r->cache_scale[1], n, 1, r->HKV, r->hd, 0,
+                                 KVCAL_CACHE_NHD};
+    io->device = 1;
+    io->stream = r->stream;
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
+{
+    (void)op;
+    return attend(cu(be), cu(be)->att0);
+}
+
+static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const int n = r->batch * r->seq_len, kv_cols = r->HKV * r->hd;
+    kvcal_kv_io io;
+    kvcal_bf16 *kv[2];
+    kv_of(r, &kv[0], &kv[1]);
+    sim_view(be, &io);
+    TRY(kvcal_kv_dequantize_launch(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR, NULL,
+                                   NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32, r->stream));
+    for (int i = 0; i < 2; i++)
+        TRY(kvcal_error_sums_launch(&r->sums[layer].kv[i], kv[i], r->qkv_n, r->deq[i],
+                                    kv_cols, KVCAL_DTYPE_F32, r->cache_scale[i], r->hd,
+                                    r->pos, n, kv_cols, kv[i], r->stream));
+fail:
+    return st;
+}
+
+static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
+{
+    cuda_backend *r = cu(be);
+    const int q_cols = r->H * r->hd;
+    return kvcal_error_sums_launch(&r->sums[layer].att, r->att0, q_cols, act(r, op->out),
+                                   q_cols, KVCAL_DTYPE_BF16, NULL, 0, r->pos,
+                                   r->batch * r->seq_len, q_cols, NULL, r->stream);
+}
+
+static kvcal_status sim_collect(kvcal_backend *be, kvcal_eval_layer_sums *sums)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const size_t bytes = (size_t)r->L * sizeof *sums;
+    kvcal_eval_layer_sums *h = malloc(bytes);
+    if (!h)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "cuda eval: out of host memory");
+    TRY_CUDA(cudaMemcpyAsync(h, r->sums, bytes, cudaMemcpyDeviceToHost, r->stream));
+    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes, r->stream));
+    TRY_CUDA(cudaStreamSynchronize(r->stream));
+    for (int l = 0; l < r->L; l++)
+        for (int i = 0; i < 3; i++) {
+            kvcal_error_sums *dst = i < 2 ? &sums[l].kv[i] : &sums[l].att;
+            const kvcal_error_sums *src = i < 2 ? &h[l].kv[i] : &h[l].att;
+            dst->x2 += src->x2;
+            dst->e2 += src->e2;
+            dst->clipped += src->clipped;
+            dst->n += src->n;
+        }
+fail:
+    free(h);
+    return st;
+}
+
+// --- lifetime ---------------------------------------------------------------------
+
+/* The MLP's gate/up projection and SwiGLU: in one Hopper kernel
+ * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
+ * buffer) where the GPU is a Hopper, intermediate_size a multiple of 128 and
+ * hidden_size of 8; otherwise, or with KVCAL_MLP_UNFUSED, cuBLAS's GEMM then
+ * kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. */
+static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp)
+{
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess)
+        major = 0;
+    const int fits = major == 9 && r->I % 128 == 0 && r->D % 8 == 0;
+    if (mlp == KVCAL_MLP_FUSED && !fits)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "KVCAL_MLP=fused needs a Hopper GPU (this one: compute capability "
+            "%d.x), intermediate_size a multiple of 128 and hidden_size of 8 "
+            "(this model: %d and %d); unset KVCAL_MLP",
+            major, r->I, r->D);
+    r->mlp_fused = fits && mlp != KVCAL_MLP_UNFUSED;
+    return KVCAL_OK;
+}
+
+static void destroy(kvcal_backend *be)
+{
+    cuda_backend *r = cu(be);
+    if (!r)
+        return;
+    sim_release(be);
+    if (r->stream)
+        cudaStreamSynchronize(r->stream);
+    kvcal_gemm_destroy(r->gemm);
+    kvcal_attention_destroy(r->attn);
+    cudaFree(r->slab);
+    cudaFree(r->head_slab);
+    cudaFreeHost(r->host_ids);
+    cudaFreeHost(r->host_pos);
+    cudaFreeHost(r->host_bmax);
+    if (r->stream)
+        cudaStreamDestroy(r->stream);
+    kvcal_stats_destroy(r->device_view);
+    free(r->rows_start);
+    free(r);
+}
+
+static const kvcal_backend_ops cuda_ops = {
+    .name = "cuda",
+    .warm_up = 1,
+    .destroy = destroy,
+    .begin_batch = begin_batch,
+    .use_layer = use_layer,
+    .add_rmsnorm = add_rmsnorm,
+    .linear = linear,
+    .qk_norm_rope = qk_norm_rope,
+    .attention = attention,
+    .swiglu = swiglu,
+    .observe_into = observe_into,
+    .end_batch = end_batch,
+    .collect = collect,
+    .read_kv = read_kv,
+    .head_prepare = head_prepare,
+    .head_nll = head_nll,
+    .sim_prepare = sim_prepare,
+    .sim_view = sim_view,
+    .sim_upload = sim_upload,
+    .sim_attend_exact = sim_attend_exact,
+    .sim_roundtrip = sim_roundtrip,
+    .sim_attention_error = sim_attention_error,
+    .sim_collect = sim_collect,
+    .sim_release = sim_release,
+};
+kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
+                                       const kvcal_backend_options *opt,
+                                       kvcal_backend **out)
+{
+    const int max_batch = opt->max_batch, max_seq_len = opt->max_seq_len;
+    kvcal_status st = KVCAL_OK;
+    *out = NULL;
+    if (kvcal_cuda_device_count() == 0)
+        return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                          "--device cuda: no CUDA device is visible to this process; use "
+                          "--device cpu");
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (max_batch <= 0 || max_seq_len <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "cuda runner: batch %d x seq_len %d: both must be > 0",
+                          max_batch, max_seq_len);
+    if ((st = kvcal_backend_cuda_check_model(d)) != KVCAL_OK)
+        return st;
+    cuda_backend *r = calloc(1, sizeof *r);
+    if (!r)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
+    r->base.ops = &cuda_ops;
+    r->base.desc = d;
+    r->model = model;
+    r->L = d->num_layers;
+    r->D = d->hidden_size;
+    r->H = d->num_heads;
+    r->HKV = d->num_kv_heads;
+    r->hd = d->head_dim;
+    r->I = d->intermediate_size;
+    r->V = d->vocab_size;
+    r->qkv_n = (r->H + 2 * r->HKV) * r->hd;
+    r->rot_dim = d->rot_dim;
+    r->interleaved = d->rope_interleaved;
+    r->attention_factor = d->rope_attention_factor;
+    r->ctx = d->max_seq_len;
+    r->window = d->sliding_window;
+    r->eps = d->norm_eps;
+    r->max_batch = max_batch;
+    r->max_seq_len = max_seq_len;
+    layout_layer(&r->lay, d);
+    TRY(choose_mlp(r, opt->mlp));
+    if (!(r->rows_start = malloc(2 * sizeof(int64_t) * (size_t)max_batch))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
+        goto fail;
+    }
+    r->default_names = r->rows_start + max_batch;
+    for (int i = 0; i < max_batch; i++)
+        r->default_names[i] = i;
+
+    const size_t N = (size_t)max_batch * (size_t)max_seq_len, e = sizeof(kvcal_bf16);
+    const size_t LH = (size_t)r->L * (size_t)r->HKV;
+    const size_t weights =
+        (size_t)r->L * r->lay.bytes + round_up((size_t)r->V * r->D * e);
+    const size_t acts = 3 * round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
+                        round_up(N * (size_t)r->H * r->hd * e) +
+                        (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
+                        round_up(N * r->I * e) + 2 * round_up(N * sizeof(int32_t));
+    const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
+                              round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t)) +
+                              round_up(LH * sizeof(float))) +
+                         round_up((size_t)(r->rot_dim / 2) * sizeof(float));
+    const size_t workspace = (size_t)32 << 20;
+    const size_t need = weights + acts + stats;
+    size_t free_b = 0, total_b = 0;
+    TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    if (need + workspace > free_b) {
+        st = kvcal_fail(
+            KVCAL_ERR_DEVICE_MEMORY,
+            "--device cuda: needs %.2f GiB (weights %.2f GiB, activations %.2f GiB "
+            "for %d x %d tokens) but the device has %.2f GiB free; use a smaller "
+            "--batch or --seq-len",
+            (double)(need + workspace) / 1073741824.0, (double)weights / 1073741824.0,
+            (double)acts / 1073741824.0, max_batch, max_seq_len,
+            (double)free_b / 1073741824.0);
+        goto fail;
+    }
+    TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
+    TRY(kvcal_gemm_create(workspace, &r->gemm));
+    TRY(kvcal_attention_create(opt->attention == KVCAL_ATTENTION_OWN, &r->attn));
+    TRY(alloc_slab(&r->slab, need, "the model and its activations"));
+    TRY_CUDA(cudaMallocHost((void **)&r->host_ids, N * sizeof(int32_t)));
+    TRY_CUDA(cudaMallocHost((void **)&r->host_pos, N * sizeof(int32_t)));
+    TRY_CUDA(cudaMallocHost((void **)&r->host_bmax, 2 * LH * sizeof(float)));
+    unsigned char *p = r->slab;
+    r->weights = carve(&p, (size_t)r->L * r->lay.bytes);
+    r->embed = carve(&p, (size_t)r->V * r->D * e);
+    r->resid = carve(&p, N * r->D * e);
+    r->xn = carve(&p, N * r->D * e);
+    r->delta = carve(&p, N * r->D * e);
+    r->qkv = carve(&p, N * r->qkv_n * e);
+    r->att = carve(&p, N * (size_t)r->H * r->hd * e);
+    r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
+    r->act = carve(&p, N * r->I * e);
+    r->ids = carve(&p, N * sizeof(int32_t));
+    r->pos = carve(&p, N * sizeof(int32_t));
+    for (int kv = 0; kv < 2; kv++) {
+        r->absmax[kv] = carve(&p, LH * r->hd * sizeof(float));
+        r->hist[kv] = carve(&p, LH * KVCAL_HIST_BINS * sizeof(uint64_t));
+        r->batch_absmax[kv] = carve(&p, LH * sizeof(float));
+    }
+    r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
+    r->stats_bytes = (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
+    TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
+    TRY(upload_model(r, model));
+    *out = &r->base;
+    return KVCAL_OK;
+fail:
+    destroy(&r->base);
+    return st;
+}

@@ -1,0 +1,86 @@
+/* calib/executor.h: runs a model over samples on one backend, for
+ * calibrate and eval alike. The model's family (calib/arch.h) gives the
+ * layer's ops; the executor runs them layer by layer for each batch on the
+ * chosen backend (calib/backend.h): cpu (fp32 reference ops, tokens
+ * packed) or cuda (bf16, fused kernels). At each layer's cache point K and
+ * V (after k_proj (+bias), the per-head k_norm and RoPE; V after v_proj
+ * (+bias): exactly what an engine writes into its KV cache) are observed
+ * into statistics (calibrate), passed through a simulated FP8 cache (eval,
+ * calib/kv_sim.h) or handed to a tap (tests). Padding is never computed
+ * into a valid token nor observed. A calibration pass stops after the last
+ * layer's K and V; an evaluation runs the whole model to the next-token
+ * log-likelihood. Calls on one executor must come from one thread. */
+#ifndef KVCAL_CALIB_EXECUTOR_H
+#define KVCAL_CALIB_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "calib/backend.h"
+#include "calib/kv_sim.h"
+#include "calib/model.h"
+#include "kvcal.h"
+#include "observers/stats.h"
+
+typedef struct kvcal_exec_options {
+    kvcal_device_kind device;
+    kvcal_backend_options backend; /* the largest batch, kernel choices */
+} kvcal_exec_options;
+
+typedef struct kvcal_exec kvcal_exec_t;
+
+/* Creates the backend for `model` (borrowed: it must outlive the
+ * executor) sized for batches of opt->backend.max_batch samples of
+ * max_seq_len tokens; the cuda backend runs one batch of that shape once
+ * (module loading and GEMM algorithm choice happen here, not in the first
+ * batch). Errors as kvcal_backend_*_create. *out = NULL on failure. */
+kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *opt,
+                               kvcal_exec_t **out);
+
+/* Frees; NULL is a no-op. */
+void kvcal_exec_destroy(kvcal_exec_t *x);
+
+/* Called after each batch with the samples and tokens done so far. */
+typedef void (*kvcal_exec_progress_fn)(void *ctx, int samples_done, long long tokens_done);
+
+/* Samples to run: ids (num_samples, seq_len) row-major, sample i's first
+ * lengths[i] valid; `batch` samples a forward pass (<= the executor's
+ * max_batch); sample i is named i in errors and statistics. */
+typedef struct kvcal_exec_samples {
+    const int32_t *ids;
+    const int32_t *lengths;
+    int num_samples, seq_len, batch;
+    kvcal_exec_progress_fn progress; /* or NULL */
+    void *progress_ctx;
+} kvcal_exec_samples;
+
+/* Calibration: every sample through the model up to the last layer's K
+ * and V, each batch folded into stats (same shape as the model's K/V) as
+ * kvcal_stats_observe_ref folds it, bracketed by kvcal_stats_begin_batch /
+ * kvcal_stats_end_batch(ema_decay). A NaN or Inf in K or V is
+ * KVCAL_ERR_NONFINITE naming the layer, K/V, head and sample(s). With
+ * stats NULL nothing is observed (what the observers cost is the
+ * difference; calibrate --time-only). */
+kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
+                                  kvcal_stats_t *stats, double ema_decay);
+
+/* Evaluation: every sample through the whole model with K and V through
+ * the simulated cache of sim (mode EXACT: the baseline); adds to *nll the
+ * next-token negative log-likelihood (nats) of every token that has a
+ * successor in its sample and to *count their number, and into sums
+ * (layers; NULL for EXACT) the errors of the simulated cache. */
+kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
+                             const kvcal_kv_sim_config *sim, double *nll,
+                             long long *count, kvcal_eval_layer_sums *sums);
+
+/* Called at each layer's cache point with K and V (rows, kv_heads,
+ * head_dim) in host memory, rows laid out as `rows` says. */
+typedef kvcal_status (*kvcal_exec_tap_fn)(void *ctx, int layer, const kvcal_rows *rows,
+                                          const float *k, const float *v);
+
+/* One batch through the model (cpu backend): every layer's K and V to tap,
+ * and, when logits is non-NULL, the whole model with logits (rows, vocab)
+ * in row order. */
+kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
+                                kvcal_exec_tap_fn tap, void *ctx, float *logits);
+
+#endif
