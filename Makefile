@@ -29,6 +29,8 @@ LDLIBS := $(HOST_LIBS)
 CPU_LIB_SRC := $(filter-out %_cuda.c,$(wildcard core/*.c io/*.c observers/*.c kernels/cpu/*.c) \
            $(filter-out calib/main.c calib/cmd_%.c,$(wildcard calib/*.c)))
 LIB_SRC := $(CPU_LIB_SRC)
+# kernels/nocuda.c stands in for the device code in a build without CUDA
+NOCUDA_SRC := kernels/nocuda.c
 CMD_SRC := calib/main.c $(wildcard calib/cmd_*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 CU_SRC :=
@@ -36,12 +38,14 @@ CU_SRC :=
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard kernels/cuda/*.cu)
 LIB_SRC += $(wildcard calib/*_cuda.c)
+NOCUDA_SRC :=
 override CFLAGS += -DKVCAL_WITH_CUDA -I$(CUDA_HOME)/include
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -DKVCAL_WITH_CUDA \
              -Iinclude -Icore -I. --expt-relaxed-constexpr
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lrt -lstdc++
 endif
 
+LIB_SRC += $(NOCUDA_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -137,10 +141,10 @@ asan:
 # libFuzzer targets (clang), each run FUZZ_TIME seconds on its seed corpus.
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
-build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC)
+build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC) kernels/nocuda.c
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
-	  -o $@ $< $(filter-out calib/%,$(CPU_LIB_SRC)) $(filter calib/%,$(CPU_LIB_SRC)) $(HOST_LIBS)
+	  -o $@ $< $(filter-out calib/%,$(CPU_LIB_SRC)) kernels/nocuda.c $(filter calib/%,$(CPU_LIB_SRC)) $(HOST_LIBS)
 fuzz: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_TIME) s"; \

@@ -24,6 +24,7 @@ extern "C" {
 }
 #include "kernels/cpu/kvquant_ref.h"
 #include "kernels/cuda/kvquant.h"
+#include "kernels/kv_device_memory.h"
 
 #define CUDA_TRY(call)                                                                   \
     do {                                                                                 \

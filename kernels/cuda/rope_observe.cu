@@ -33,7 +33,7 @@
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
-#include "observers/stats.h"
+#include "core/hist_rule.h"
 
 // cos and sin of position p at frequency inv_freq, times the attention factor
 // (yarn; 1 otherwise), rounded to bf16 as transformers' cos/sin tables are.
