@@ -47,8 +47,10 @@ static void inspect_usage(FILE *f)
            "[--json]\n\n"
            "Says what PATH holds, detected from its content:\n"
            "  a model (checkpoint directory with config.json, a .safetensors beside its\n"
-           "  config.json, a llama2.c .bin): shape, RoPE, dtype, parameters, KV-cache\n"
-           "  bytes per token in bf16 and fp8, its tokenizer, KV scales it holds;\n"
+           "  config.json, a config file, a llama2.c .bin): shape, RoPE, dtype,\n"
+           "  parameters, KV-cache bytes per token in bf16 and fp8 (per-head K/V, an\n"
+           "  MLA latent, or the attention layers of a hybrid), its tokenizer, KV\n"
+           "  scales it holds;\n"
            "  a scales file (legacy JSON, kvcal JSON, checkpoint directory / shard):\n"
            "  per-layer K/V scales (per head with --json or per-head granularity);\n"
            "  a statistics file (calibrate --stats): per-layer K/V absmax and the\n"
@@ -197,9 +199,12 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
 /* What the report adds to config.json: from the opened model, or from
  * config.json alone when the runner refuses the model. */
 typedef struct model_extra {
-    const char *source, *dtype, *refused; /* refused: NULL when supported */
-    int rot_dim, interleaved;
-    long long params; /* 0 when no weights were found */
+    const char *source, *dtype;
+    const char *refused; /* why calibrate refuses the model; NULL when it runs it */
+    const char *weights; /* why no weights were counted; "" when they were */
+    int rot_dim, rot_of; /* RoPE rotates rot_dim of rot_of channels */
+    int interleaved;     /* 1 pairs (2i, 2i+1), 0 rotate-half, -1 not stated */
+    long long params;    /* 0 when no weights were counted */
 } model_extra;
 
 /* A llama2.c model's shape in config.json terms. */
@@ -220,6 +225,9 @@ static void config_from_desc(kvcal_model_config *c, const kvcal_model_desc *d)
     c->rope_theta = LLAMA2C_ROPE_THETA;
     c->rope_attention_factor = 1.0;
     c->tie_word_embeddings = d->tied_embeddings;
+    c->kv_layout = KVCAL_KV_PER_HEAD;
+    c->kv_layers = d->num_layers;
+    c->kv_layout_known = 1;
 }
 
 /* Weights of a llama2.c model, counted from its shape. */
@@ -237,13 +245,73 @@ static const char *yes_no(int b)
     return b ? "yes" : "no";
 }
 
+/* "MLA (kv_lora_rank 512, rope 64)", "GQA 4:1", "MHA 1:1", "MQA 8:1". */
+static void attention_kind(const kvcal_model_config *c, char *out, size_t n)
+{
+    int H = c->num_attention_heads, KV = c->num_kv_heads;
+    if (c->kv_layout == KVCAL_KV_MLA)
+        snprintf(out, n, "MLA (kv_lora_rank %d, rope %d)", c->kv_lora_rank,
+                 c->qk_rope_head_dim);
+    else
+        snprintf(out, n, "%s %d:1", KV == H ? "MHA" : KV == 1 ? "MQA" : "GQA", H / KV);
+}
+
+/* What the KV bytes per token count, when more than "K and V of every
+ * layer" needs saying; "" otherwise. */
+static void kv_layout_text(const kvcal_model_config *c, char *out, size_t n)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    if (c->kv_layout == KVCAL_KV_UNKNOWN) {
+        snprintf(out, n,
+                 "unknown: layer_types[%d] is \"%s\", a kind of layer whose cache kvcal "
+                 "does not know",
+                 c->unknown_layer, c->unknown_layer_type);
+        return;
+    }
+    if (c->kv_layout == KVCAL_KV_MLA)
+        at += (size_t)snprintf(out + at, n - at,
+                               "one latent entry per token per layer (%d + %d values), "
+                               "no per-head K/V",
+                               c->kv_lora_rank, c->qk_rope_head_dim);
+    if (c->kv_layers != c->num_layers && at < n)
+        at += (size_t)snprintf(out + at, n - at,
+                               "%s%s in %d of %d layers; the other %d (%s) cache "
+                               "nothing per token",
+                               at ? "; " : "",
+                               c->kv_layout == KVCAL_KV_MLA ? "the latent" : "K and V",
+                               c->kv_layers, c->num_layers, c->num_layers - c->kv_layers,
+                               c->no_kv_layer_types);
+    if (c->sliding_layers && at < n)
+        at += (size_t)snprintf(out + at, n - at,
+                               "%s%d of the %d attention layers use a sliding window",
+                               at ? "; " : "", c->sliding_layers, c->kv_layers);
+    if (c->index_head_dim && at < n)
+        at +=
+            (size_t)snprintf(out + at, n - at,
+                             "%sthe sparse-attention indexer's keys (index_head_dim %d) "
+                             "not counted",
+                             at ? "; " : "", c->index_head_dim);
+    if (!c->kv_layout_known && at < n)
+        snprintf(out + at, n - at,
+                 "%sassumed from the fields: model_type '%s' is not a family whose "
+                 "cache kvcal knows",
+                 at ? "; " : "", c->model_type);
+}
+
 static void print_model(const char *path, const kvcal_model_config *c,
                         const model_extra *x, const kvcal_tokenizer_t *tok,
                         const char *tok_note, const char *scales_note, inspect_opts *o)
 {
-    double kv_bf16 = 2.0 * c->num_layers * c->num_kv_heads * c->head_dim * 2;
+    double kv_bf16 = 2.0 * (double)kvcal_model_config_kv_values_per_token(c);
     const char *rope = c->rope_type_name[0] ? c->rope_type_name : "default";
+    const char *layout = c->kv_layout == KVCAL_KV_MLA        ? "mla"
+                         : c->kv_layout == KVCAL_KV_PER_HEAD ? "per_head"
+                                                             : "unknown";
     double factor = c->rope_type == KVCAL_ROPE_DEFAULT ? 0.0 : c->rope_factor;
+    char attn[96], how[512];
+    attention_kind(c, attn, sizeof attn);
+    kv_layout_text(c, how, sizeof how);
     const struct {
         const char *key;
         double v;
@@ -262,20 +330,24 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"rope_attention_factor", c->rope_attention_factor},
                {"rope_rotary_dim", x->rot_dim},
                {"parameters", (double)x->params},
-               {"kv_bytes_per_token_bf16", kv_bf16},
-               {"kv_bytes_per_token_fp8", kv_bf16 / 2}};
+               {"kv_lora_rank", c->kv_lora_rank},
+               {"qk_rope_head_dim", c->qk_rope_head_dim},
+               {"kv_layers", c->kv_layers}};
     const struct {
         const char *key;
         int v;
     } flag[] = {{"supported", !x->refused},
-                {"rope_interleaved", x->interleaved},
                 {"tied_embeddings", c->tie_word_embeddings},
                 {"qkv_bias", c->attention_bias},
-                {"qk_norm", c->qk_norm}};
+                {"qk_norm", c->qk_norm},
+                {"kv_layout_known", c->kv_layout_known}};
     const char *str[][2] = {{"kind", "model"},
                             {"source", x->source},
                             {"architecture", c->architecture},
                             {"model_type", c->model_type},
+                            {"attention", attn},
+                            {"kv_layout", layout},
+                            {"kv_layout_note", how},
                             {"rope_type", rope},
                             {"weight_dtype", x->dtype},
                             {"refused", x->refused ? x->refused : ""},
@@ -287,6 +359,17 @@ static void print_model(const char *path, const kvcal_model_config *c,
         cJSON_AddNumberToObject(j, num[i].key, num[i].v);
     for (size_t i = 0; i < sizeof flag / sizeof *flag; i++)
         cJSON_AddBoolToObject(j, flag[i].key, flag[i].v);
+    if (x->interleaved < 0)
+        cJSON_AddNullToObject(j, "rope_interleaved");
+    else
+        cJSON_AddBoolToObject(j, "rope_interleaved", x->interleaved);
+    if (c->kv_layout == KVCAL_KV_UNKNOWN) {
+        cJSON_AddNullToObject(j, "kv_bytes_per_token_bf16");
+        cJSON_AddNullToObject(j, "kv_bytes_per_token_fp8");
+    } else {
+        cJSON_AddNumberToObject(j, "kv_bytes_per_token_bf16", kv_bf16);
+        cJSON_AddNumberToObject(j, "kv_bytes_per_token_fp8", kv_bf16 / 2);
+    }
     if (tok) {
         cJSON_AddStringToObject(t, "kind", kvcal_tokenizer_kind(tok));
         cJSON_AddNumberToObject(t, "vocab_size", kvcal_tokenizer_vocab_size(tok));
@@ -298,18 +381,24 @@ static void print_model(const char *path, const kvcal_model_config *c,
     cJSON_AddItemToObject(j, "tokenizer", t);
     if (o->json)
         return;
-    int H = c->num_attention_heads, KV = c->num_kv_heads;
     printf("%s: model (%s)%s%s\n", path, x->source, x->refused ? ", not supported: " : "",
            x->refused ? x->refused : "");
     printf("  architecture    %s (model_type %s)\n", c->architecture, c->model_type);
     printf("  layers          %d, hidden %d, intermediate %d, vocab %d, context %d\n",
            c->num_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
            c->max_position_embeddings);
-    printf("  attention       %d heads, %d kv heads (%s %d:1), head_dim %d", H, KV,
-           KV == H   ? "MHA"
-           : KV == 1 ? "MQA"
-                     : "GQA",
-           H / KV, c->head_dim);
+    if (c->kv_layout == KVCAL_KV_MLA) {
+        printf("  attention       %s, %d heads", attn, c->num_attention_heads);
+        if (c->qk_nope_head_dim)
+            printf(", qk head_dim %d (nope %d + rope %d)",
+                   c->qk_nope_head_dim + c->qk_rope_head_dim, c->qk_nope_head_dim,
+                   c->qk_rope_head_dim);
+        if (c->v_head_dim)
+            printf(", v head_dim %d", c->v_head_dim);
+    } else {
+        printf("  attention       %d heads, %d kv heads (%s), head_dim %d",
+               c->num_attention_heads, c->num_kv_heads, attn, c->head_dim);
+    }
     if (c->sliding_window)
         printf(", sliding window %d", c->sliding_window);
     printf("\n  rope            theta %g, %s", c->rope_theta, rope);
@@ -319,19 +408,27 @@ static void print_model(const char *path, const kvcal_model_config *c,
         printf(" of %d positions, attention factor %.6g", c->rope_original_max_position,
                c->rope_attention_factor);
     printf(", %s, %d of %d channels\n",
-           x->interleaved ? "interleaved pairs" : "rotate-half", x->rot_dim, c->head_dim);
+           x->interleaved > 0    ? "interleaved pairs"
+           : x->interleaved == 0 ? "rotate-half"
+                                 : "pairing not stated",
+           x->rot_dim, x->rot_of);
     printf("  weights         %s, ", x->dtype);
     if (x->params)
         printf("%.2fM parameters, ", (double)x->params / 1e6);
     else
-        printf("no weights found, ");
+        printf("%s, ", x->weights);
     printf("tied embeddings %s, qkv bias %s, qk norm %s\n",
            yes_no(c->tie_word_embeddings), yes_no(c->attention_bias), yes_no(c->qk_norm));
-    printf("  kv cache        %.15g bytes/token in bf16, %.15g in fp8 (%.1f / %.1f MiB "
-           "per %d-token sequence)\n",
-           kv_bf16, kv_bf16 / 2, kv_bf16 * c->max_position_embeddings / (1 << 20),
-           kv_bf16 * c->max_position_embeddings / (2 << 20),
-           c->max_position_embeddings);
+    if (c->kv_layout == KVCAL_KV_UNKNOWN)
+        printf("  kv cache        %s\n", how);
+    else
+        printf(
+            "  kv cache        %.15g bytes/token in bf16, %.15g in fp8 (%.1f / %.1f MiB "
+            "per %d-token sequence)\n",
+            kv_bf16, kv_bf16 / 2, kv_bf16 * c->max_position_embeddings / (1 << 20),
+            kv_bf16 * c->max_position_embeddings / (2 << 20), c->max_position_embeddings);
+    if (c->kv_layout != KVCAL_KV_UNKNOWN && how[0])
+        printf("                  %s\n", how);
     if (tok) {
         int vocab = kvcal_tokenizer_vocab_size(tok);
         char bos[16] = "none", eos[16] = "none";
@@ -347,14 +444,37 @@ static void print_model(const char *path, const kvcal_model_config *c,
     printf("  kv scales       %s\n", scales_note);
 }
 
+/* Why calibrate refuses an MLA model or one whose layer kinds kvcal does
+ * not know, into buf; NULL for other models. */
+static const char *layout_refusal(const char *path, const kvcal_model_config *c,
+                                  char *buf, size_t n)
+{
+    if (c->kv_layout == KVCAL_KV_MLA)
+        snprintf(buf, n,
+                 "%s: %s uses MLA attention (kv_lora_rank %d, rope %d: one latent entry "
+                 "per token and layer, no per-head K and V), which kvcal calibrate does "
+                 "not support yet",
+                 path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
+    else if (c->kv_layout == KVCAL_KV_UNKNOWN)
+        snprintf(
+            buf, n,
+            "%s: layer_types[%d] is \"%s\", a kind of layer kvcal calibrate does not "
+            "know",
+            path, c->unknown_layer, c->unknown_layer_type);
+    else
+        return NULL;
+    return buf;
+}
+
 static int inspect_model(const char *path, inspect_opts *o)
 {
     kvcal_model_t *m = NULL;
     kvcal_tokenizer_t *tok = NULL;
     kvcal_scales_t *s = NULL;
     kvcal_model_config cfg;
-    model_extra x = {.source = "hf"};
-    char refused[1024] = "", dir[4096], note[1200] = "none", tok_note[1200] = "";
+    model_extra x = {.source = "hf", .weights = "no weights found"};
+    char refused[1024] = "", dir[4096], note[1200] = "none", tok_note[1200] = "",
+         why[4608];
     struct stat sb;
     int scales_only;
     snprintf(dir, sizeof dir, "%s", path);
@@ -384,8 +504,20 @@ static int inspect_model(const char *path, inspect_opts *o)
     x.source = d ? d->source : "hf";
     x.dtype = d ? d->weight_dtype : cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
     x.refused = d ? NULL : refused;
-    x.rot_dim = d ? d->rot_dim : (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
-    x.interleaved = d && d->rope_interleaved;
+    if (layout_refusal(path, &cfg, why, sizeof why))
+        x.refused = why;
+    x.rot_of = cfg.head_dim;
+    x.rot_dim = (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
+    if (cfg.kv_layout == KVCAL_KV_MLA) {
+        x.rot_dim = cfg.qk_rope_head_dim;
+        x.rot_of = cfg.qk_rope_head_dim + cfg.qk_nope_head_dim;
+    }
+    x.interleaved = d                          ? d->rope_interleaved
+                    : cfg.rope_interleave >= 0 ? cfg.rope_interleave
+                    : cfg.kv_layout_known && cfg.kv_layout == KVCAL_KV_PER_HEAD ? 0
+                                                                                : -1;
+    if (d)
+        x.rot_dim = d->rot_dim;
     kvcal_status st = kvcal_tokenizer_find(path, o->tokenizer, &tok);
     if (st && o->tokenizer) {
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());

@@ -16,6 +16,7 @@
 #define GOLDEN "tests/fixtures/golden"
 #define LLAMA2 "tests/fixtures/llama2-7b"
 #define TEXT "datasets/default_calibration.txt"
+#define KV_CONFIGS "tests/fixtures/configs/kv_cache"
 
 /* Runs `kvcal ARGS`; *out / *err (may be NULL) receive stdout and stderr
  * (caller frees). Returns the exit code. */
@@ -334,6 +335,144 @@ static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
     check_refused(args, 1, "not a model");
 }
 
+/* A model directory <tmp>/<name> whose config.json is `text`, or a copy of
+ * the file `copy`, and which holds no weights; its path into dir. */
+static void config_dir(const char *name, const char *text, const char *copy, char *dir,
+                       size_t n)
+{
+    char path[1100];
+    snprintf(dir, n, "%s", kvcal_test_path(name));
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *owned = copy ? kvcal_test_read_file(copy, NULL) : NULL;
+    if (copy)
+        text = owned;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, text, strlen(text)), 0);
+    free(owned);
+}
+
+/* MLA (DeepSeek-V2/V3, Kimi K2) caches one latent entry of kv_lora_rank +
+ * qk_rope_head_dim values per token and layer; Qwen3-Next caches K and V in
+ * its full-attention layers only (full_attention_interval, or layer_types as
+ * transformers 5 writes it). The expected bytes come from the fields
+ * transformers derives (tests/make_config_fixtures.py). */
+static void inspect_counts_kv_bytes_of_mla_and_hybrid_models(void)
+{
+    cJSON *expected = NULL;
+    char *text = kvcal_test_read_file(KV_CONFIGS "/expected.json", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text && (expected = cJSON_Parse(text)));
+    int n = 0;
+    for (const cJSON *e = expected->child; e; e = e->next, n++) {
+        char file[512], dir[1024];
+        snprintf(file, sizeof file, KV_CONFIGS "/%s.json", e->string);
+        config_dir(e->string, NULL, file, dir, sizeof dir);
+        cJSON *j = inspect_json(dir);
+        CU_ASSERT_FATAL(j != NULL);
+        int mla = !strcmp(str(e, "kv_layout"), "mla");
+        CU_ASSERT_STRING_EQUAL(str(j, "kv_layout"), str(e, "kv_layout"));
+        CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"),
+                        num(e, "kv_bytes_per_token_bf16"));
+        CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_fp8"),
+                        num(e, "kv_bytes_per_token_bf16") / 2);
+        CU_ASSERT_EQUAL(num(j, "kv_layers"), num(e, "kv_layers"));
+        CU_ASSERT_EQUAL(num(j, "num_layers"), num(e, "num_layers"));
+        CU_ASSERT_EQUAL(num(j, "head_dim"), num(e, "head_dim"));
+        CU_ASSERT_EQUAL(num(j, "kv_lora_rank"), num(e, "kv_lora_rank"));
+        CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "kv_layout_known")));
+        CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "supported")));
+        if (mla) {
+            CU_ASSERT_STRING_EQUAL(str(j, "attention"),
+                                   "MLA (kv_lora_rank 512, rope 64)");
+            CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "refused"), "does not support yet"));
+            CU_ASSERT_EQUAL(num(j, "rope_rotary_dim"), 64);
+        } else {
+            CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "kv_layout_note"), "12 of 48 layers"));
+        }
+        cJSON_Delete(j);
+    }
+    CU_ASSERT(n >= 7);
+    cJSON_Delete(expected);
+    free(text);
+
+    char *out = NULL, args[1200];
+    snprintf(args, sizeof args, "inspect %s", kvcal_test_path("deepseek-v3"));
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, "attention       MLA (kv_lora_rank 512, rope "
+                                       "64), 128 heads, qk head_dim 192"));
+    /* 61 layers * (512 + 64) values * 2 bytes */
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "70272 bytes/token in bf16, 35136 in fp8"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "not supported: "));
+    free(out);
+}
+
+/* Layer kinds and model types kvcal does not know are said to be unknown,
+ * never counted as if they were per-head K and V of every layer. */
+static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
+{
+    char dir[1024], args[1200], *out = NULL;
+    const char *cfg =
+        "{\"architectures\": [\"ZambaForCausalLM\"], \"model_type\": \"zamba9\", "
+        "\"num_hidden_layers\": 3, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"layer_types\": [\"full_attention\", \"hybrid\", \"mamba\"]}";
+    config_dir("hybrid", cfg, NULL, dir, sizeof dir);
+    cJSON *j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_layout"), "unknown");
+    CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(j, "kv_bytes_per_token_bf16")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "refused"), "layer_types[1] is \"hybrid\""));
+    cJSON_Delete(j);
+    snprintf(args, sizeof args, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "kv cache        unknown: layer_types[1]"));
+    free(out);
+
+    cfg = "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": \"gpt_oss\", "
+          "\"num_hidden_layers\": 4, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+          "\"num_key_value_heads\": 2, \"head_dim\": 16, \"layer_types\": "
+          "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", "
+          "\"full_attention\"]}";
+    config_dir("gpt_oss", cfg, NULL, dir, sizeof dir);
+    j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "kv_layout_known")));
+    /* 2 * 4 layers * 2 kv heads * 16 channels * 2 bytes, said to be assumed */
+    CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"), 512);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(str(j, "kv_layout_note"), "2 of the 4 attention layers"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(str(j, "kv_layout_note"), "model_type 'gpt_oss' is not a family"));
+    CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(j, "rope_interleaved")));
+    cJSON_Delete(j);
+}
+
+/* A multimodal config keeps its language model in text_config: described
+ * from there (it is valid, not missing num_hidden_layers). */
+static void inspect_multimodal_config_describes_its_text_config(void)
+{
+    char dir[1024];
+    const char *cfg =
+        "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
+        "\"gemma3\", \"vision_config\": {\"hidden_size\": 32}, \"text_config\": "
+        "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 3, \"hidden_size\": "
+        "64, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"head_dim\": 32, "
+        "\"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
+        "\"full_attention\"], \"sliding_window\": 16}}";
+    config_dir("multimodal", cfg, NULL, dir, sizeof dir);
+    cJSON *j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "architecture"), "Gemma3ForConditionalGeneration");
+    CU_ASSERT_STRING_EQUAL(str(j, "model_type"), "gemma3_text");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 3);
+    /* 2 * 3 layers * 1 kv head * 32 channels * 2 bytes */
+    CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"), 384);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(str(j, "kv_layout_note"), "2 of the 3 attention layers"));
+    cJSON_Delete(j);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
@@ -344,6 +483,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_stats_absmax_matches_the_scales_of_the_same_run),
     KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
     KVCAL_TEST(inspect_bad_input_gives_one_line_and_the_exit_code),
+    KVCAL_TEST(inspect_counts_kv_bytes_of_mla_and_hybrid_models),
+    KVCAL_TEST(inspect_says_unknown_for_unknown_layer_kinds_and_families),
+    KVCAL_TEST(inspect_multimodal_config_describes_its_text_config),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(inspect_cli, KVCAL_NEEDS_NOTHING, tests)
