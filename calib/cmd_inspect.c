@@ -1,6 +1,7 @@
 /* calib/cmd_inspect.c: `kvcal inspect PATH` -- says what a model, scales
  * file, statistics file or token set holds, detected from its content. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "io/llama2c.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "io/scales_io.h"
 #include "io/stats_hdf5.h"
 #include "io/token_set_info.h"
 #include "io/tokenizer.h"
@@ -37,7 +39,8 @@ typedef struct inspect_opts {
     const char *model;     /* --model DIR or NULL */
     int decode;            /* samples to decode */
     int json;
-    cJSON *out; /* the JSON report (filled in text mode too, never printed) */
+    cJSON *out;   /* the JSON report (filled in text mode too, never printed) */
+    int complete; /* out holds a whole report, printed with --json even on exit 1 */
 } inspect_opts;
 
 static void inspect_usage(FILE *f)
@@ -50,9 +53,11 @@ static void inspect_usage(FILE *f)
            "  config.json, a config file, a llama2.c .bin): shape, RoPE, dtype,\n"
            "  parameters, KV-cache bytes per token in bf16 and fp8 (per-head K/V, an\n"
            "  MLA latent, or the attention layers of a hybrid), its tokenizer, KV\n"
-           "  scales it holds;\n"
-           "  a scales file (legacy JSON, kvcal JSON, checkpoint directory / shard):\n"
-           "  per-layer K/V scales (per head with --json or per-head granularity);\n"
+           "  scales it holds; a checkpoint whose weights do not load is described\n"
+           "  from its config.json and exits 1;\n"
+           "  a scales file (legacy JSON, kvcal JSON, checkpoint directory / shard,\n"
+           "  calibrate --format checkpoint's directory): per-layer K/V scales (per\n"
+           "  head with --json or per-head granularity);\n"
            "  a statistics file (calibrate --stats): per-layer K/V absmax and the\n"
            "  channel with the largest one;\n"
            "  a token set (tokenize output, HDF5 or JSONL of input_ids): samples,\n"
@@ -84,24 +89,113 @@ static int is_scale_tensor(const char *name)
     return ends_with(name, "k_scale") || ends_with(name, "v_scale");
 }
 
-/* Parameters of a checkpoint (every tensor but K/V scales) into *params and
- * whether it holds scales and nothing else; 0 params when it cannot be
- * opened. */
-static void checkpoint_census(const char *path, long long *params, int *scales_only)
+/* What the safetensors of a directory (or one file) hold, file by file, and
+ * what its model.safetensors.index.json maps: the tensors of shards that are
+ * not there. */
+typedef struct shard_census {
+    int files;             /* .safetensors files present */
+    int unreadable;        /* of them, files that do not open, kv_scales.safetensors
+                              aside; finding: the first one's error */
+    int scales_unreadable; /* kv_scales.safetensors is there and does not open */
+    kvcal_status status;
+    char finding[1024];
+    int scale_tensors;     /* k_scale / v_scale tensors */
+    long long params;      /* elements of every other tensor */
+    int index_tensors;     /* weight_map entries, 0 without an index */
+    int index_scales;      /* of them, k_scale / v_scale names */
+    int index_elsewhere;   /* of them, mapped to a shard that is not in the directory */
+    char elsewhere[256];   /* the first such shard */
+    int elsewhere_several; /* they are in more than one shard */
+} shard_census;
+
+static void census_file(const char *path, const char *base, shard_census *c)
 {
-    kvcal_checkpoint_t *ck = NULL;
-    int n_scales = 0;
-    *params = 0;
-    if (kvcal_checkpoint_open(path, &ck) == KVCAL_OK)
-        for (int i = 0; i < kvcal_checkpoint_count(ck); i++) {
-            const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
-            if (is_scale_tensor(t->name))
-                n_scales++;
-            else
-                *params += t->numel;
+    kvcal_safetensors_t *f = NULL;
+    c->files++;
+    kvcal_status st = kvcal_safetensors_open(path, &f);
+    if (st && !strcmp(base, KVCAL_CHECKPOINT_SHARD)) {
+        c->scales_unreadable = 1;
+        return;
+    }
+    if (st) {
+        if (!c->unreadable++) {
+            c->status = st;
+            snprintf(c->finding, sizeof c->finding, "%s", kvcal_last_error());
         }
-    kvcal_checkpoint_close(ck);
-    *scales_only = n_scales > 0 && *params == 0;
+        return;
+    }
+    for (int i = 0; i < kvcal_safetensors_count(f); i++) {
+        const kvcal_tensor_info *t = kvcal_safetensors_at(f, i);
+        if (is_scale_tensor(t->name))
+            c->scale_tensors++;
+        else
+            c->params += t->numel;
+    }
+    kvcal_safetensors_close(f);
+}
+
+static void census_index(const char *dir, shard_census *c)
+{
+    char p[4096];
+    cJSON *index = NULL;
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_INDEX, dir);
+    if (stat(p, &sb) != 0 || kvcal_json_load(p, &index) != KVCAL_OK)
+        return;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    for (const cJSON *e = cJSON_IsObject(map) ? map->child : NULL; e; e = e->next) {
+        c->index_tensors++;
+        c->index_scales += is_scale_tensor(e->string);
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/'))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->valuestring);
+        if (stat(p, &sb) == 0)
+            continue;
+        if (!c->index_elsewhere++)
+            snprintf(c->elsewhere, sizeof c->elsewhere, "%s", e->valuestring);
+        else if (strcmp(c->elsewhere, e->valuestring))
+            c->elsewhere_several = 1;
+    }
+    cJSON_Delete(index);
+}
+
+/* The census of `path`: a directory (every *.safetensors in it and its
+ * index) or one .safetensors file. */
+static void shard_census_take(const char *path, shard_census *c)
+{
+    struct stat sb;
+    memset(c, 0, sizeof *c);
+    if (stat(path, &sb) != 0)
+        return;
+    if (!S_ISDIR(sb.st_mode)) {
+        const char *slash = strrchr(path, '/');
+        census_file(path, slash ? slash + 1 : path, c);
+        return;
+    }
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[4096];
+        if (!ends_with(e->d_name, ".safetensors") ||
+            (size_t)snprintf(p, sizeof p, "%s/%s", path, e->d_name) >= sizeof p)
+            continue;
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            census_file(p, e->d_name, c);
+    }
+    if (d)
+        closedir(d);
+    census_index(path, c);
+}
+
+/* Holds KV scales and no model weights: its index maps only k_scale /
+ * v_scale names, or the shards there hold only those (kvcal's own
+ * `calibrate --format checkpoint` output, whose index also maps the
+ * model's weights to shards that stay in the model's directory). */
+static int census_scales_only(const shard_census *c)
+{
+    if (c->index_tensors && c->index_scales == c->index_tensors)
+        return 1;
+    return c->files && !c->unreadable && !c->params &&
+           (c->scale_tensors || c->scales_unreadable);
 }
 
 /* 1 when the first line of the file at `path` contains `needle`. */
@@ -116,28 +210,28 @@ static int first_line_has(const char *path, const char *needle)
     return found;
 }
 
-/* Decides what `path` holds; *model_path is the path a model is opened
- * from (the directory of a config.json given directly). */
-static kvcal_status detect(const char *path, inspect_kind *kind, char *model_path,
-                           size_t n)
+/* Decides what `path` holds. */
+static kvcal_status detect(const char *path, inspect_kind *kind)
 {
     struct stat sb;
-    long long params;
-    int scales_only;
-    snprintf(model_path, n, "%s", path);
+    shard_census census;
     if (stat(path, &sb) != 0)
         return kvcal_fail(KVCAL_ERR_IO, "%s: no such file or directory", path);
     if (S_ISDIR(sb.st_mode)) {
         char cfg[4096];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        shard_census_take(path, &census);
+        if (stat(cfg, &sb) != 0 && census.files && census_scales_only(&census)) {
+            *kind = KIND_SCALES;
+            return KVCAL_OK;
+        }
         if (stat(cfg, &sb) != 0)
             return kvcal_fail(
                 KVCAL_ERR_FORMAT,
                 "%s: a directory without config.json: not a model or "
                 "scales checkpoint (give the checkpoint directory or a file)",
                 path);
-        checkpoint_census(path, &params, &scales_only);
-        *kind = scales_only ? KIND_SCALES : KIND_MODEL;
+        *kind = census_scales_only(&census) ? KIND_SCALES : KIND_MODEL;
         return KVCAL_OK;
     }
     unsigned char head[8] = {0};
@@ -153,8 +247,13 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
         return st;
     }
     if (ends_with(path, ".safetensors")) {
-        checkpoint_census(path, &params, &scales_only);
-        *kind = scales_only ? KIND_SCALES : KIND_MODEL;
+        char cfg[4096];
+        shard_census_take(path, &census);
+        parent_dir(path, cfg, sizeof cfg);
+        strncat(cfg, "/config.json", sizeof cfg - strlen(cfg) - 1);
+        if (census.unreadable && stat(cfg, &sb) != 0)
+            return kvcal_fail(census.status, "%s", census.finding);
+        *kind = census_scales_only(&census) ? KIND_SCALES : KIND_MODEL;
         return KVCAL_OK;
     }
     size_t lead = 0;
@@ -178,7 +277,6 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
             (cJSON_HasObjectItem(root, "architectures") ||
              cJSON_HasObjectItem(root, "num_hidden_layers"))) {
             *kind = KIND_MODEL;
-            parent_dir(path, model_path, n);
         }
         cJSON_Delete(root);
         return KVCAL_OK;
@@ -201,6 +299,7 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
 typedef struct model_extra {
     const char *source, *dtype;
     const char *refused; /* why calibrate refuses the model; NULL when it runs it */
+    const char *invalid; /* why the checkpoint is broken (exit 1); NULL when not */
     const char *weights; /* why no weights were counted; "" when they were */
     int rot_dim, rot_of; /* RoPE rotates rot_dim of rot_of channels */
     int interleaved;     /* 1 pairs (2i, 2i+1), 0 rotate-half, -1 not stated */
@@ -336,7 +435,8 @@ static void print_model(const char *path, const kvcal_model_config *c,
     const struct {
         const char *key;
         int v;
-    } flag[] = {{"supported", !x->refused},
+    } flag[] = {{"supported", !x->refused && !x->invalid},
+                {"valid", !x->invalid},
                 {"tied_embeddings", c->tie_word_embeddings},
                 {"qkv_bias", c->attention_bias},
                 {"qk_norm", c->qk_norm},
@@ -351,6 +451,7 @@ static void print_model(const char *path, const kvcal_model_config *c,
                             {"rope_type", rope},
                             {"weight_dtype", x->dtype},
                             {"refused", x->refused ? x->refused : ""},
+                            {"error", x->invalid ? x->invalid : ""},
                             {"kv_scales", scales_note}};
     cJSON *j = o->out, *t = cJSON_CreateObject();
     for (size_t i = 0; i < sizeof str / sizeof *str; i++)
@@ -379,10 +480,14 @@ static void print_model(const char *path, const kvcal_model_config *c,
         cJSON_AddStringToObject(t, "error", tok_note);
     }
     cJSON_AddItemToObject(j, "tokenizer", t);
+    o->complete = 1;
     if (o->json)
         return;
-    printf("%s: model (%s)%s%s\n", path, x->source, x->refused ? ", not supported: " : "",
-           x->refused ? x->refused : "");
+    printf("%s: model (%s)%s%s\n", path, x->source,
+           x->invalid   ? ", invalid: its weights do not load (the error follows)"
+           : x->refused ? ", not supported: "
+                        : "",
+           !x->invalid && x->refused ? x->refused : "");
     printf("  architecture    %s (model_type %s)\n", c->architecture, c->model_type);
     printf("  layers          %d, hidden %d, intermediate %d, vocab %d, context %d\n",
            c->num_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
@@ -444,6 +549,79 @@ static void print_model(const char *path, const kvcal_model_config *c,
     printf("  kv scales       %s\n", scales_note);
 }
 
+/* The weights of a Hugging Face model at `path` (its directory or one
+ * .safetensors file): counted into x->params, or why they were not (no
+ * weights there, only KV scales there: x->weights, x->refused) or why the
+ * checkpoint is broken (x->invalid); *m is the opened model when the runner
+ * accepts it. refused / invalid receive the messages. */
+static void hf_weights(const char *path, model_extra *x, char *refused, char *invalid,
+                       size_t n, kvcal_model_t **m)
+{
+    shard_census census;
+    kvcal_checkpoint_t *ck = NULL;
+    struct stat sb;
+    shard_census_take(path, &census);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && census_scales_only(&census)) {
+        x->weights = "none here (the directory holds KV scales only)";
+        snprintf(refused, n,
+                 "%s: no model weights here, only KV scales; calibrate runs the model's "
+                 "own checkpoint directory",
+                 path);
+        x->refused = refused;
+        return;
+    }
+    if (!census.files && !census.index_tensors) {
+        x->weights = "no weights found";
+    } else if (kvcal_checkpoint_open(path, &ck) != KVCAL_OK) {
+        x->weights = "not readable";
+        snprintf(invalid, n, "%s", kvcal_last_error());
+        x->invalid = invalid;
+        return;
+    }
+    for (int i = 0; ck && i < kvcal_checkpoint_count(ck); i++) {
+        const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
+        if (!is_scale_tensor(t->name))
+            x->params += t->numel;
+    }
+    kvcal_checkpoint_close(ck);
+    kvcal_status st = kvcal_model_open(path, m);
+    if (st == KVCAL_OK)
+        return;
+    snprintf(st == KVCAL_ERR_UNSUPPORTED || !census.files ? refused : invalid, n, "%s",
+             kvcal_last_error());
+    if (st == KVCAL_ERR_UNSUPPORTED || !census.files)
+        x->refused = refused;
+    else
+        x->invalid = invalid;
+}
+
+/* The note on a scales file beside a model whose checkpoint holds none:
+ * the legacy JSON or kvcal JSON under the names calibrate gives them. */
+static void scales_beside(const char *dir, char *note, size_t n)
+{
+    static const char *const names[] = {"kv_cache_scales.json", "kvcal_scales.json"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[4200];
+        struct stat sb;
+        kvcal_scales_t *s = NULL;
+        snprintf(p, sizeof p, "%.4096s/%s", dir, names[i]);
+        if (stat(p, &sb) != 0)
+            continue;
+        if (kvcal_scales_load(p, NULL, 0, &s) == KVCAL_OK)
+            snprintf(note, n,
+                     "none in the checkpoint; %s beside it (per-%s, %d layers x %d "
+                     "kv heads)",
+                     names[i],
+                     s->granularity == KVCAL_GRANULARITY_HEAD ? "head" : "tensor",
+                     s->num_layers, s->num_kv_heads);
+        else
+            snprintf(note, n, "none in the checkpoint; %s beside it does not load: %s",
+                     names[i], kvcal_last_error());
+        kvcal_scales_destroy(s);
+        return;
+    }
+}
+
 /* Why calibrate refuses an MLA model or one whose layer kinds kvcal does
  * not know, into buf; NULL for other models. */
 static const char *layout_refusal(const char *path, const kvcal_model_config *c,
@@ -466,46 +644,64 @@ static const char *layout_refusal(const char *path, const kvcal_model_config *c,
     return buf;
 }
 
+/* Describes a model: a checkpoint directory, a .safetensors beside its
+ * config.json, a config.json (or any config file, described alone), or a
+ * llama2.c .bin. A checkpoint whose weights do not load is described from
+ * its config.json, and its error ends in exit 1. */
 static int inspect_model(const char *path, inspect_opts *o)
 {
     kvcal_model_t *m = NULL;
     kvcal_tokenizer_t *tok = NULL;
     kvcal_scales_t *s = NULL;
     kvcal_model_config cfg;
-    model_extra x = {.source = "hf", .weights = "no weights found"};
-    char refused[1024] = "", dir[4096], note[1200] = "none", tok_note[1200] = "",
-         why[4608];
+    model_extra x = {.source = "hf", .weights = ""};
+    char refused[4608] = "", invalid[4608] = "", why[4608], dir[4096],
+         note[1200] = "none", tok_note[1200] = "";
     struct stat sb;
-    int scales_only;
+    kvcal_status st;
+    int is_file = stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode);
+    int is_json = is_file && ends_with(path, ".json");
+    int alone =
+        is_json && strcmp(path, "config.json") && !ends_with(path, "/config.json");
     snprintf(dir, sizeof dir, "%s", path);
-    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+    if (is_file)
         parent_dir(path, dir, sizeof dir);
-    if (kvcal_model_open(path, &m) != KVCAL_OK)
-        snprintf(refused, sizeof refused, "%s", kvcal_last_error());
-    const kvcal_model_desc *d = m ? kvcal_model_describe(m) : NULL;
-    if (d && strcmp(d->source, "hf")) {
+    if (is_file && !is_json && !ends_with(path, ".safetensors")) {
+        if ((st = kvcal_model_open(path, &m)))
+            goto fail;
+        const kvcal_model_desc *d = kvcal_model_describe(m);
         config_from_desc(&cfg, d);
         x.params = llama2c_params(&cfg);
-    } else if (kvcal_model_config_load(dir, &cfg) == KVCAL_OK) {
-        checkpoint_census(path, &x.params, &scales_only);
-        if (kvcal_scales_load(dir, NULL, 0, &s) == KVCAL_OK)
-            snprintf(note, sizeof note, "%s scales for %d layers x %d kv heads",
-                     s->granularity == KVCAL_GRANULARITY_HEAD ? "per-head" : "per-tensor",
+    } else {
+        if ((st = kvcal_model_config_load(is_json ? path : dir, &cfg)))
+            goto fail;
+        if (alone) {
+            x.weights = "not looked for (a config file alone)";
+            snprintf(refused, sizeof refused,
+                     "%s: a config file alone; calibrate runs a checkpoint directory "
+                     "(config.json + safetensors)",
+                     path);
+            x.refused = refused;
+            snprintf(note, sizeof note, "not looked for (a config file alone)");
+        } else {
+            hf_weights(is_json ? dir : path, &x, refused, invalid, sizeof refused, &m);
+        }
+        if (!alone && kvcal_scales_load(dir, NULL, 0, &s) == KVCAL_OK)
+            snprintf(note, sizeof note, "present (per-%s, %d layers x %d kv heads)",
+                     s->granularity == KVCAL_GRANULARITY_HEAD ? "head" : "tensor",
                      s->num_layers, s->num_kv_heads);
-        else if (cfg.has_kv_cache_scheme)
+        else if (!alone && cfg.has_kv_cache_scheme)
             snprintf(note, sizeof note,
                      "kv_cache_scheme set but the scales do not load: %s",
                      kvcal_last_error());
-    } else {
-        fprintf(stderr, "kvcal inspect: %s\n", refused[0] ? refused : kvcal_last_error());
-        kvcal_model_close(m);
-        return KVCAL_EXIT_INVALID;
+        else if (!alone)
+            scales_beside(dir, note, sizeof note);
+        if (layout_refusal(path, &cfg, why, sizeof why))
+            x.refused = why;
     }
+    const kvcal_model_desc *d = m ? kvcal_model_describe(m) : NULL;
     x.source = d ? d->source : "hf";
     x.dtype = d ? d->weight_dtype : cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
-    x.refused = d ? NULL : refused;
-    if (layout_refusal(path, &cfg, why, sizeof why))
-        x.refused = why;
     x.rot_of = cfg.head_dim;
     x.rot_dim = (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
     if (cfg.kv_layout == KVCAL_KV_MLA) {
@@ -518,19 +714,26 @@ static int inspect_model(const char *path, inspect_opts *o)
                                                                                 : -1;
     if (d)
         x.rot_dim = d->rot_dim;
-    kvcal_status st = kvcal_tokenizer_find(path, o->tokenizer, &tok);
-    if (st && o->tokenizer) {
-        fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
-        kvcal_scales_destroy(s);
-        kvcal_model_close(m);
-        return kvcal_cmd_file_exit_code(st);
-    }
-    snprintf(tok_note, sizeof tok_note, "%s", st ? kvcal_last_error() : "");
+    if (alone && !o->tokenizer)
+        snprintf(tok_note, sizeof tok_note, "not looked for (a config file alone)");
+    else if ((st = kvcal_tokenizer_find(path, o->tokenizer, &tok)) && o->tokenizer)
+        goto fail;
+    else if (st)
+        snprintf(tok_note, sizeof tok_note, "%s", kvcal_last_error());
     print_model(path, &cfg, &x, tok, tok_note, note, o);
+    fflush(stdout);
+    if (x.invalid)
+        fprintf(stderr, "kvcal inspect: %s\n", x.invalid);
     kvcal_scales_destroy(s);
     kvcal_tokenizer_destroy(tok);
     kvcal_model_close(m);
-    return KVCAL_EXIT_OK;
+    return x.invalid ? KVCAL_EXIT_INVALID : KVCAL_EXIT_OK;
+fail:
+    fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
+    kvcal_scales_destroy(s);
+    kvcal_tokenizer_destroy(tok);
+    kvcal_model_close(m);
+    return kvcal_cmd_file_exit_code(st);
 }
 
 // --- scales ------------------------------------------------------------------
@@ -588,8 +791,11 @@ static int inspect_scales(const char *path, inspect_opts *o)
         return kvcal_cmd_file_exit_code(st);
     }
     int per_head = s->granularity == KVCAL_GRANULARITY_HEAD;
+    shard_census census;
+    shard_census_take(path, &census);
     cJSON *j = o->out, *layers;
     cJSON_AddStringToObject(j, "kind", "scales");
+    cJSON_AddNumberToObject(j, "index_tensors_elsewhere", census.index_elsewhere);
     cJSON_AddStringToObject(j, "format", kvcal_format_name(fmt));
     cJSON_AddNumberToObject(j, "num_layers", s->num_layers);
     cJSON_AddNumberToObject(j, "num_kv_heads", s->num_kv_heads);
@@ -603,6 +809,13 @@ static int inspect_scales(const char *path, inspect_opts *o)
                per_head ? "head" : "tensor",
                s->kv_shared ? ", one value for K and V" : "");
         print_provenance(&s->model, &s->provenance);
+        if (census.index_elsewhere)
+            printf(
+                "  weights         none here: its index maps %d tensors to %s%s, which "
+                "%s not in this directory (the model's own)\n",
+                census.index_elsewhere, census.elsewhere,
+                census.elsewhere_several ? " and other shards" : "",
+                census.elsewhere_several ? "are" : "is");
         printf("  layer%s     k_scale     v_scale%s\n", per_head ? "  head" : "",
                s->has_absmax ? "    k_absmax    v_absmax" : "");
     }
@@ -839,9 +1052,8 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
     const char *path;
     if (kvcal_cmd_parse_path("inspect", "PATH", argv[optind], &path))
         return KVCAL_EXIT_USAGE;
-    char model_path[4096];
     inspect_kind kind = KIND_MODEL;
-    kvcal_status st = detect(path, &kind, model_path, sizeof model_path);
+    kvcal_status st = detect(path, &kind);
     if (st) {
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
         return kvcal_cmd_file_exit_code(st);
@@ -856,11 +1068,11 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
         return KVCAL_EXIT_USAGE;
     }
     cJSON_AddStringToObject(o.out, "path", path);
-    int rc = kind == KIND_MODEL    ? inspect_model(model_path, &o)
+    int rc = kind == KIND_MODEL    ? inspect_model(path, &o)
              : kind == KIND_SCALES ? inspect_scales(path, &o)
              : kind == KIND_STATS  ? inspect_stats(path, &o)
                                    : inspect_tokens(path, kind == KIND_TOKENS_HDF5, &o);
-    if (!rc && o.json) {
+    if ((!rc || o.complete) && o.json) {
         char *text = cJSON_Print(o.out);
         if (!text) {
             fprintf(stderr, "kvcal inspect: out of memory\n");

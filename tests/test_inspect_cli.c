@@ -16,6 +16,7 @@
 #define GOLDEN "tests/fixtures/golden"
 #define LLAMA2 "tests/fixtures/llama2-7b"
 #define TEXT "datasets/default_calibration.txt"
+#define HD48 GOLDEN "/llama3_gqa_hd48_bf16"
 #define KV_CONFIGS "tests/fixtures/configs/kv_cache"
 
 /* Runs `kvcal ARGS`; *out / *err (may be NULL) receive stdout and stderr
@@ -132,7 +133,7 @@ static void inspect_hf_checkpoint_counts_every_weight_and_reads_rope(void)
     CU_ASSERT_FATAL(j != NULL);
     CU_ASSERT_STRING_EQUAL(str(j, "kind"), "model");
     CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"),
-                           "per-tensor scales for 2 layers x 3 kv heads");
+                           "present (per-tensor, 2 layers x 3 kv heads)");
     CU_ASSERT_EQUAL(num(j, "parameters"), (double)(size - 8 - (long long)header) / 2);
     cJSON_Delete(j);
 
@@ -335,6 +336,113 @@ static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
     check_refused(args, 1, "not a model");
 }
 
+/* `cmd` through the shell, which must succeed. */
+static void sh(const char *fmt, const char *a, const char *b)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+}
+
+/* `kvcal inspect PATH`: exit 1, the model described from its config.json on
+ * stdout, one line on stderr containing `what`. */
+static void check_broken_model(const char *path, const char *what)
+{
+    char args[2048], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "inspect %s", path);
+    CU_ASSERT_EQUAL(run(args, &out, &err), 1);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "invalid: its weights do not load"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "layers          2, hidden 48"));
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, what));
+    CU_ASSERT(err && strchr(err, '\n') &&
+              strchr(err, '\n') - err + 1 == (long)strlen(err));
+    if (err && !strstr(err, what))
+        fprintf(stderr, "\n  %s: %s", path, err);
+    free(out);
+    free(err);
+}
+
+/* A truncated shard, a header that is not JSON and a shard the index names
+ * but the directory lacks are broken checkpoints: the config is described,
+ * the finding printed, exit 1, whether or not kvcal runs the architecture;
+ * an intact checkpoint of an architecture kvcal does not run is valid
+ * (exit 0, "not supported"). */
+static void inspect_broken_checkpoint_describes_config_and_exits_1(void)
+{
+    char dir[1024], path[1100], *out = NULL;
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("truncated"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sh("head -c 100000 " HD48 "/model.safetensors > %s%s", path, "");
+    check_broken_model(dir, "truncated");
+    check_broken_model(path, "truncated");
+    cJSON *j = NULL;
+    snprintf(path, sizeof path, "inspect %s --json", dir);
+    CU_ASSERT_EQUAL(run(path, &out, NULL), 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out && (j = cJSON_Parse(out)));
+    CU_ASSERT(cJSON_IsFalse(cJSON_GetObjectItem(j, "valid")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "error"), "truncated"));
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 2);
+    cJSON_Delete(j);
+    free(out);
+
+    /* the same weights under an architecture kvcal does not run */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    sh("sed -i 's/LlamaForCausalLM/FooForCausalLM/' %s%s", path, "");
+    check_broken_model(dir, "truncated");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sh("cp " HD48 "/model.safetensors %s%s", path, "");
+    snprintf(path, sizeof path, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(path, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "not supported: "));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "'FooForCausalLM'"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "0.11M parameters"));
+    free(out);
+
+    /* a config that needs a layer the weights do not hold */
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("missing_tensor"));
+    sh("mkdir %s && cp " HD48 "/model.safetensors %s", dir, dir);
+    sh("sed 's/\"num_hidden_layers\": 2/\"num_hidden_layers\": 3/' " HD48
+       "/config.json > %s/config.json%s",
+       dir, "");
+    char *saved = kvcal_test_read_file(HD48 "/config.json", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(saved && strstr(saved, "\"num_hidden_layers\": 2"));
+    free(saved);
+    snprintf(path, sizeof path, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(path, &out, NULL), 1);
+    CU_ASSERT_PTR_NOT_NULL(kvcal_test_kvcal_stderr_has("model.layers.2."));
+    free(out);
+
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("bad_header"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    sh("cp tests/malformed/safetensors/header_not_json.safetensors "
+       "%s/model.safetensors%s",
+       dir, "");
+    check_broken_model(dir, "model.safetensors");
+
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("missing_shard"));
+    sh("mkdir %s && cp " HD48 "/config.json " HD48 "/model.safetensors %s", dir, dir);
+    const char *index = "{\"weight_map\": {\"model.norm.weight\": \"model.safetensors\", "
+                        "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}";
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, index, strlen(index)), 0);
+    check_broken_model(dir, "model-00002-of-00002.safetensors");
+}
+
+/* A llama2.c .bin that does not load is an error even when a config.json
+ * stands beside it (which is not its description). */
+static void inspect_broken_llama2c_beside_a_config_is_an_error(void)
+{
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("l2c"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    sh("head -c 50000 " MODEL " > %s%s", path, "");
+    char args[1200];
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "truncated");
+}
+
 /* A model directory <tmp>/<name> whose config.json is `text`, or a copy of
  * the file `copy`, and which holds no weights; its path into dir. */
 static void config_dir(const char *name, const char *text, const char *copy, char *dir,
@@ -381,6 +489,7 @@ static void inspect_counts_kv_bytes_of_mla_and_hybrid_models(void)
         CU_ASSERT_EQUAL(num(j, "kv_lora_rank"), num(e, "kv_lora_rank"));
         CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "kv_layout_known")));
         CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "supported")));
+        CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "valid")));
         if (mla) {
             CU_ASSERT_STRING_EQUAL(str(j, "attention"),
                                    "MLA (kv_lora_rank 512, rope 64)");
@@ -414,7 +523,8 @@ static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
     char dir[1024], args[1200], *out = NULL;
     const char *cfg =
         "{\"architectures\": [\"ZambaForCausalLM\"], \"model_type\": \"zamba9\", "
-        "\"num_hidden_layers\": 3, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+        "\"num_hidden_layers\": 3, \"hidden_size\": 64, \"num_attention_heads\": "
+        "4, "
         "\"layer_types\": [\"full_attention\", \"hybrid\", \"mamba\"]}";
     config_dir("hybrid", cfg, NULL, dir, sizeof dir);
     cJSON *j = inspect_json(dir);
@@ -428,8 +538,10 @@ static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "kv cache        unknown: layer_types[1]"));
     free(out);
 
-    cfg = "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": \"gpt_oss\", "
-          "\"num_hidden_layers\": 4, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+    cfg = "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": "
+          "\"gpt_oss\", "
+          "\"num_hidden_layers\": 4, \"hidden_size\": 64, "
+          "\"num_attention_heads\": 4, "
           "\"num_key_value_heads\": 2, \"head_dim\": 16, \"layer_types\": "
           "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", "
           "\"full_attention\"]}";
@@ -447,17 +559,107 @@ static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
     cJSON_Delete(j);
 }
 
+/* `calibrate --format checkpoint --out DIR` writes config.json,
+ * kv_scales.safetensors and an index that also maps the model's weights to
+ * their shard in the model's directory: DIR is a scales file, described as
+ * one; so is a directory holding only kv_scales.safetensors. */
+static void inspect_checkpoint_dir_of_scales_describes_the_scales(void)
+{
+    char dir[1024], ids[1024], args[4096], *out = NULL;
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("scales_ck"));
+    snprintf(ids, sizeof ids, "%s", kvcal_test_path("ids2.jsonl"));
+    const char *lines = "{\"input_ids\": [1, 5, 9, 33, 2, 7, 127, 64, 3, 8, 100, 4]}\n";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, lines, strlen(lines)), 0);
+    snprintf(args, sizeof args,
+             "calibrate --model " HD48 " --dataset %s --num-samples 1 --seq-len 12 "
+             "--granularity head --format checkpoint --out %s --quiet",
+             ids, dir);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    cJSON *j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "scales");
+    CU_ASSERT_STRING_EQUAL(str(j, "format"), "checkpoint");
+    CU_ASSERT_STRING_EQUAL(str(j, "granularity"), "head");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 2);
+    CU_ASSERT_EQUAL(num(j, "num_kv_heads"), 3);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(j, "layers")), 2);
+    /* the model's 21 tensors, mapped to its model.safetensors */
+    CU_ASSERT_EQUAL(num(j, "index_tensors_elsewhere"), 21);
+    cJSON_Delete(j);
+    snprintf(args, sizeof args, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, ": scales (checkpoint), 2 layers x 3 kv heads"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "maps 21 tensors to model.safetensors"));
+    free(out);
+
+    /* its config.json, given itself: the model, with no weights there */
+    snprintf(args, sizeof args, "%s/config.json", dir);
+    j = inspect_json(args);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "model");
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "refused"), "only KV scales"));
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"),
+                           "present (per-head, 2 layers x 3 kv heads)");
+    cJSON_Delete(j);
+
+    char only[1024];
+    snprintf(only, sizeof only, "%s", kvcal_test_path("scales_only"));
+    snprintf(args, sizeof args, "mkdir %s && cp %s/kv_scales.safetensors %s/", only, dir,
+             only);
+    CU_ASSERT_EQUAL_FATAL(system(args), 0);
+    j = inspect_json(only);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "scales");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 2);
+    cJSON_Delete(j);
+}
+
+/* A config file of another name is read itself, not the config.json of its
+ * directory; a legacy scales file beside a model is named. */
+static void inspect_reads_a_config_file_of_any_name_and_names_scales_beside(void)
+{
+    char path[1024], args[1200], *out = NULL;
+    snprintf(path, sizeof path, "%s", kvcal_test_path("my-config.json"));
+    const char *bad =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\"}";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, bad, strlen(bad)), 0);
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "my-config.json: field \"num_hidden_layers\" is missing");
+    sh("cp " HD48 "/config.json %s%s", path, "");
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "layers          2, hidden 48"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "a config file alone"));
+    free(out);
+
+    cJSON *j = inspect_json(LLAMA2);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"),
+                           "none in the checkpoint; kv_cache_scales.json beside it "
+                           "(per-tensor, 32 layers x 1 kv heads)");
+    cJSON_Delete(j);
+
+    /* a shard that does not load and has no config.json beside it */
+    snprintf(path, sizeof path, "%s", kvcal_test_path("lone.safetensors"));
+    sh("head -c 100000 " HD48 "/model.safetensors > %s%s", path, "");
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "truncated");
+}
+
 /* A multimodal config keeps its language model in text_config: described
  * from there (it is valid, not missing num_hidden_layers). */
 static void inspect_multimodal_config_describes_its_text_config(void)
 {
     char dir[1024];
     const char *cfg =
-        "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
+        "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], "
+        "\"model_type\": "
         "\"gemma3\", \"vision_config\": {\"hidden_size\": 32}, \"text_config\": "
-        "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 3, \"hidden_size\": "
+        "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 3, "
+        "\"hidden_size\": "
         "64, "
-        "\"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"head_dim\": 32, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"head_dim\": "
+        "32, "
         "\"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
         "\"full_attention\"], \"sliding_window\": 16}}";
     config_dir("multimodal", cfg, NULL, dir, sizeof dir);
@@ -483,8 +685,12 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_stats_absmax_matches_the_scales_of_the_same_run),
     KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
     KVCAL_TEST(inspect_bad_input_gives_one_line_and_the_exit_code),
+    KVCAL_TEST(inspect_broken_checkpoint_describes_config_and_exits_1),
+    KVCAL_TEST(inspect_broken_llama2c_beside_a_config_is_an_error),
     KVCAL_TEST(inspect_counts_kv_bytes_of_mla_and_hybrid_models),
     KVCAL_TEST(inspect_says_unknown_for_unknown_layer_kinds_and_families),
+    KVCAL_TEST(inspect_checkpoint_dir_of_scales_describes_the_scales),
+    KVCAL_TEST(inspect_reads_a_config_file_of_any_name_and_names_scales_beside),
     KVCAL_TEST(inspect_multimodal_config_describes_its_text_config),
     CU_TEST_INFO_NULL,
 };
