@@ -550,10 +550,11 @@ static void print_model(const char *path, const kvcal_model_config *c,
 }
 
 /* The weights of a Hugging Face model at `path` (its directory or one
- * .safetensors file): counted into x->params, or why they were not (no
- * weights there, only KV scales there: x->weights, x->refused) or why the
- * checkpoint is broken (x->invalid); *m is the opened model when the runner
- * accepts it. refused / invalid receive the messages. */
+ * .safetensors file): counted into x->params (x->dtype: the dtype holding
+ * most of them), or why they were not (no weights there, only KV scales
+ * there: x->weights, x->refused) or why the checkpoint is broken
+ * (x->invalid); *m is the opened model when the runner accepts it. refused /
+ * invalid receive the messages. */
 static void hf_weights(const char *path, model_extra *x, char *refused, char *invalid,
                        size_t n, kvcal_model_t **m)
 {
@@ -578,11 +579,18 @@ static void hf_weights(const char *path, model_extra *x, char *refused, char *in
         x->invalid = invalid;
         return;
     }
+    long long by_dtype[16] = {0}; /* elements per kvcal_dtype */
+    int most = 0;
     for (int i = 0; ck && i < kvcal_checkpoint_count(ck); i++) {
         const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
-        if (!is_scale_tensor(t->name))
-            x->params += t->numel;
+        if (is_scale_tensor(t->name))
+            continue;
+        x->params += t->numel;
+        if ((unsigned)t->dtype < 16 && (by_dtype[t->dtype] += t->numel) > by_dtype[most])
+            most = t->dtype;
     }
+    if (x->params)
+        x->dtype = kvcal_dtype_name((kvcal_dtype)most);
     kvcal_checkpoint_close(ck);
     kvcal_status st = kvcal_model_open(path, m);
     if (st == KVCAL_OK)
@@ -701,7 +709,10 @@ static int inspect_model(const char *path, inspect_opts *o)
     }
     const kvcal_model_desc *d = m ? kvcal_model_describe(m) : NULL;
     x.source = d ? d->source : "hf";
-    x.dtype = d ? d->weight_dtype : cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
+    if (d)
+        x.dtype = d->weight_dtype;
+    else if (!x.dtype)
+        x.dtype = cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
     x.rot_of = cfg.head_dim;
     x.rot_dim = (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
     if (cfg.kv_layout == KVCAL_KV_MLA) {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "io/safetensors.h"
 #include "tests/test_util.h"
 
 #define MODEL "models/stories260K/stories260K.bin"
@@ -412,6 +413,27 @@ static void inspect_broken_checkpoint_describes_config_and_exits_1(void)
     CU_ASSERT_EQUAL(run(path, &out, NULL), 1);
     CU_ASSERT_PTR_NOT_NULL(kvcal_test_kvcal_stderr_has("model.layers.2."));
     free(out);
+
+    /* FP8 weights: a valid checkpoint calibrate does not run, named by the
+     * weights' dtype (config.json says bfloat16) */
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("fp8_weights"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    static uint8_t zeros[144 * 48];
+    const kvcal_tensor_out fp8[] = {
+        {"model.layers.0.input_layernorm.weight", KVCAL_DTYPE_F8_E4M3, 1, {48}, zeros},
+        {"model.layers.0.self_attn.k_proj.weight",
+         KVCAL_DTYPE_F8_E4M3,
+         2,
+         {144, 48},
+         zeros}};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, fp8, 2, NULL), KVCAL_OK);
+    cJSON *f8 = inspect_json(dir);
+    CU_ASSERT_FATAL(f8 != NULL);
+    CU_ASSERT_STRING_EQUAL(str(f8, "weight_dtype"), "F8_E4M3");
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(f8, "refused"), "has dtype F8_E4M3"));
+    CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(f8, "valid")));
+    cJSON_Delete(f8);
 
     snprintf(dir, sizeof dir, "%s", kvcal_test_path("bad_header"));
     sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
