@@ -1069,6 +1069,16 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
         return kvcal_cmd_file_exit_code(st);
     }
+    if (o.decode && kind != KIND_TOKENS_HDF5 && kind != KIND_TOKENS_JSONL) {
+        fprintf(stderr,
+                "kvcal inspect: --decode prints samples of a token set, and %s is a %s; "
+                "drop --decode\n",
+                path,
+                kind == KIND_MODEL    ? "model"
+                : kind == KIND_SCALES ? "scales file"
+                                      : "statistics file");
+        return KVCAL_EXIT_USAGE;
+    }
     if (o.decode && !o.tokenizer && !o.model) {
         fprintf(stderr,
                 "kvcal inspect: --decode needs --tokenizer FILE or --model DIR\n");

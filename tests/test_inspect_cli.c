@@ -697,6 +697,15 @@ static void inspect_multimodal_config_describes_its_text_config(void)
     cJSON_Delete(j);
 }
 
+/* --decode prints token-set samples; on anything else it is a usage error,
+ * not silently ignored. */
+static void inspect_decode_of_anything_but_a_token_set_is_a_usage_error(void)
+{
+    check_refused("inspect " LLAMA2 "/kv_cache_scales.json --decode 1 --model " MODEL, 2,
+                  "--decode prints samples of a token set");
+    check_refused("inspect " MODEL " --decode 1 --model " MODEL, 2, "is a model");
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
@@ -714,6 +723,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_checkpoint_dir_of_scales_describes_the_scales),
     KVCAL_TEST(inspect_reads_a_config_file_of_any_name_and_names_scales_beside),
     KVCAL_TEST(inspect_multimodal_config_describes_its_text_config),
+    KVCAL_TEST(inspect_decode_of_anything_but_a_token_set_is_a_usage_error),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(inspect_cli, KVCAL_NEEDS_NOTHING, tests)
