@@ -210,6 +210,29 @@ static int first_line_has(const char *path, const char *needle)
     return found;
 }
 
+/* What of `calibrate --format all`'s outputs the directory holds, as
+ * advice ("it holds kvcal_scales.json, checkpoint/: give one of them"),
+ * into out; "" when none. */
+static void list_outputs(const char *dir, char *out, size_t n)
+{
+    static const char *const names[][2] = {
+        {"kv_cache_scales.json", "kv_cache_scales.json"},
+        {"kvcal_scales.json", "kvcal_scales.json"},
+        {"checkpoint/config.json", "checkpoint/"}};
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof *names && at < n; i++) {
+        char p[4200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%.4096s/%s", dir, names[i][0]);
+        if (stat(p, &sb) == 0)
+            at += (size_t)snprintf(out + at, n - at, "%s%s", at ? ", " : "it holds ",
+                                   names[i][1]);
+    }
+    if (at && at < n)
+        snprintf(out + at, n - at, ": give one of them");
+}
+
 /* Decides what `path` holds. */
 static kvcal_status detect(const char *path, inspect_kind *kind)
 {
@@ -225,12 +248,15 @@ static kvcal_status detect(const char *path, inspect_kind *kind)
             *kind = KIND_SCALES;
             return KVCAL_OK;
         }
-        if (stat(cfg, &sb) != 0)
+        if (stat(cfg, &sb) != 0) {
+            char inside[256] = "";
+            list_outputs(path, inside, sizeof inside);
             return kvcal_fail(
                 KVCAL_ERR_FORMAT,
                 "%s: a directory without config.json: not a model or "
-                "scales checkpoint (give the checkpoint directory or a file)",
-                path);
+                "scales checkpoint (%s)",
+                path, inside[0] ? inside : "give the checkpoint directory or a file");
+        }
         *kind = census_scales_only(&census) ? KIND_SCALES : KIND_MODEL;
         return KVCAL_OK;
     }

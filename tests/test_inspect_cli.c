@@ -59,6 +59,23 @@ static long long file_size(const char *path)
     return stat(path, &sb) ? -1 : (long long)sb.st_size;
 }
 
+/* A bad PATH: exit code `rc`, nothing on stdout, one line on stderr
+ * containing `what`. */
+static void check_refused(const char *args, int rc, const char *what)
+{
+    char *out = NULL, *err = NULL;
+    CU_ASSERT_EQUAL(run(args, &out, &err), rc);
+    CU_ASSERT_PTR_NOT_NULL(out && err);
+    if (out && err) {
+        CU_ASSERT_STRING_EQUAL(out, "");
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, what));
+        CU_ASSERT_PTR_NOT_NULL(strchr(err, '\n'));
+        CU_ASSERT_EQUAL(strchr(err, '\n') - err + 1, (long)strlen(err));
+    }
+    free(out);
+    free(err);
+}
+
 static void inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer(void)
 {
     cJSON *j = inspect_json(MODEL);
@@ -223,6 +240,10 @@ static void inspect_stats_absmax_matches_the_scales_of_the_same_run(void)
              out, stats);
     CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
     cJSON *st = inspect_json(stats);
+    snprintf(args, sizeof args, "inspect %s", out);
+    check_refused(args, 1,
+                  "(it holds kv_cache_scales.json, kvcal_scales.json, checkpoint/: give "
+                  "one of them)");
     snprintf(args, sizeof args, "%s/kvcal_scales.json", out);
     cJSON *sc = inspect_json(args);
     snprintf(args, sizeof args, "%s/checkpoint", out);
@@ -295,23 +316,6 @@ static void inspect_token_sets_count_padding_and_decode_samples(void)
     CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "token ids (jsonl)"));
     free(out);
-}
-
-/* A bad PATH: exit code `rc`, nothing on stdout, one line on stderr
- * containing `what`. */
-static void check_refused(const char *args, int rc, const char *what)
-{
-    char *out = NULL, *err = NULL;
-    CU_ASSERT_EQUAL(run(args, &out, &err), rc);
-    CU_ASSERT_PTR_NOT_NULL(out && err);
-    if (out && err) {
-        CU_ASSERT_STRING_EQUAL(out, "");
-        CU_ASSERT_PTR_NOT_NULL(strstr(err, what));
-        CU_ASSERT_PTR_NOT_NULL(strchr(err, '\n'));
-        CU_ASSERT_EQUAL(strchr(err, '\n') - err + 1, (long)strlen(err));
-    }
-    free(out);
-    free(err);
 }
 
 static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
