@@ -301,7 +301,8 @@ static kvcal_status detect(const char *path, inspect_kind *kind)
         *kind = KIND_SCALES; /* the validator names what is wrong with other JSON */
         if (kvcal_json_load(path, &root) == KVCAL_OK &&
             (cJSON_HasObjectItem(root, "architectures") ||
-             cJSON_HasObjectItem(root, "num_hidden_layers"))) {
+             cJSON_HasObjectItem(root, "num_hidden_layers") ||
+             cJSON_HasObjectItem(root, "text_config"))) {
             *kind = KIND_MODEL;
         }
         cJSON_Delete(root);

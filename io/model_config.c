@@ -537,9 +537,10 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
             return cfg_bad(top, "layer_types", types, "an array of layer kinds");
         if (cJSON_GetArraySize(types) != c->num_layers)
             return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "%s: field \"layer_types\" has %d entries but "
+                              "%s: field \"%slayer_types\" has %d entries but "
                               "num_hidden_layers is %d; they must match (fix one)",
-                              top->name, cJSON_GetArraySize(types), c->num_layers);
+                              top->name, top->prefix, cJSON_GetArraySize(types),
+                              c->num_layers);
         c->kv_layers = 0;
         unsigned seen = 0; /* bit j: no_kv_layer_kinds[j] occurs */
         int i = 0;

@@ -699,6 +699,17 @@ static void inspect_multimodal_config_describes_its_text_config(void)
     CU_ASSERT_PTR_NOT_NULL(
         strstr(str(j, "kv_layout_note"), "2 of the 3 attention layers"));
     cJSON_Delete(j);
+
+    /* a config file with text_config and no architectures is a config, and
+     * its errors name the field inside text_config */
+    char path[1100], args[1200];
+    snprintf(path, sizeof path, "%s", kvcal_test_path("text_only.json"));
+    cfg = "{\"model_type\": \"x\", \"text_config\": {\"num_hidden_layers\": 2, "
+          "\"hidden_size\": 8, \"num_attention_heads\": 2, \"layer_types\": "
+          "[\"full_attention\"]}}";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, cfg, strlen(cfg)), 0);
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "field \"text_config.layer_types\" has 1 entries");
 }
 
 /* --decode prints token-set samples; on anything else it is a usage error,
