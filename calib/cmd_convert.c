@@ -21,7 +21,7 @@ static void usage(FILE *f)
         "                     --out PATH\n\n"
         "Converts KV-cache scales between formats (FILE: legacy JSON, kvcal JSON, or a\n"
         "checkpoint directory / .safetensors shard).\n\n"
-        "  --to FORMAT  legacy (sglang --quantization-param-path, old vLLM), kvcal "
+        "  --to FORMAT  legacy (sglang --quantization-param-path, vLLM <= 0.6), kvcal "
         "(full\n"
         "               result), checkpoint (kv_scales.safetensors + config.json with\n"
         "               quantization_config.kv_cache_scheme + index, read by vLLM)\n"
@@ -83,7 +83,7 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
         kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
         fprintf(stderr,
                 "convert: note: per-head scales are written with kv_cache_scheme "
-                "strategy \"attn_head\"; engines without per-head support reject it\n");
+                "strategy \"attn_head\", which vLLM's compressed-tensors method reads\n");
     if (to != KVCAL_FORMAT_KVCAL_JSON &&
         (s->has_absmax || s->has_clip || s->provenance.observer[0]))
         fprintf(stderr,

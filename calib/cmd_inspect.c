@@ -1,6 +1,7 @@
 /* calib/cmd_inspect.c: `kvcal inspect PATH` -- says what a model, scales
  * file, statistics file or token set holds, detected from its content. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "io/llama2c.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "io/scales_io.h"
 #include "io/stats_hdf5.h"
 #include "io/token_set_info.h"
 #include "io/tokenizer.h"
@@ -37,7 +39,8 @@ typedef struct inspect_opts {
     const char *model;     /* --model DIR or NULL */
     int decode;            /* samples to decode */
     int json;
-    cJSON *out; /* the JSON report (filled in text mode too, never printed) */
+    cJSON *out;   /* the JSON report (filled in text mode too, never printed) */
+    int complete; /* out holds a whole report, printed with --json even on exit 1 */
 } inspect_opts;
 
 static void inspect_usage(FILE *f)
@@ -47,10 +50,14 @@ static void inspect_usage(FILE *f)
            "[--json]\n\n"
            "Says what PATH holds, detected from its content:\n"
            "  a model (checkpoint directory with config.json, a .safetensors beside its\n"
-           "  config.json, a llama2.c .bin): shape, RoPE, dtype, parameters, KV-cache\n"
-           "  bytes per token in bf16 and fp8, its tokenizer, KV scales it holds;\n"
-           "  a scales file (legacy JSON, kvcal JSON, checkpoint directory / shard):\n"
-           "  per-layer K/V scales (per head with --json or per-head granularity);\n"
+           "  config.json, a config file, a llama2.c .bin): shape, RoPE, dtype,\n"
+           "  parameters, KV-cache bytes per token in bf16 and fp8 (per-head K/V, an\n"
+           "  MLA latent, or the attention layers of a hybrid), its tokenizer, KV\n"
+           "  scales it holds; a checkpoint whose weights do not load is described\n"
+           "  from its config.json and exits 1;\n"
+           "  a scales file (legacy JSON, kvcal JSON, checkpoint directory / shard,\n"
+           "  calibrate --format checkpoint's directory): per-layer K/V scales (per\n"
+           "  head with --json or per-head granularity);\n"
            "  a statistics file (calibrate --stats): per-layer K/V absmax and the\n"
            "  channel with the largest one;\n"
            "  a token set (tokenize output, HDF5 or JSONL of input_ids): samples,\n"
@@ -82,24 +89,113 @@ static int is_scale_tensor(const char *name)
     return ends_with(name, "k_scale") || ends_with(name, "v_scale");
 }
 
-/* Parameters of a checkpoint (every tensor but K/V scales) into *params and
- * whether it holds scales and nothing else; 0 params when it cannot be
- * opened. */
-static void checkpoint_census(const char *path, long long *params, int *scales_only)
+/* What the safetensors of a directory (or one file) hold, file by file, and
+ * what its model.safetensors.index.json maps: the tensors of shards that are
+ * not there. */
+typedef struct shard_census {
+    int files;             /* .safetensors files present */
+    int unreadable;        /* of them, files that do not open, kv_scales.safetensors
+                              aside; finding: the first one's error */
+    int scales_unreadable; /* kv_scales.safetensors is there and does not open */
+    kvcal_status status;
+    char finding[1024];
+    int scale_tensors;     /* k_scale / v_scale tensors */
+    long long params;      /* elements of every other tensor */
+    int index_tensors;     /* weight_map entries, 0 without an index */
+    int index_scales;      /* of them, k_scale / v_scale names */
+    int index_elsewhere;   /* of them, mapped to a shard that is not in the directory */
+    char elsewhere[256];   /* the first such shard */
+    int elsewhere_several; /* they are in more than one shard */
+} shard_census;
+
+static void census_file(const char *path, const char *base, shard_census *c)
 {
-    kvcal_checkpoint_t *ck = NULL;
-    int n_scales = 0;
-    *params = 0;
-    if (kvcal_checkpoint_open(path, &ck) == KVCAL_OK)
-        for (int i = 0; i < kvcal_checkpoint_count(ck); i++) {
-            const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
-            if (is_scale_tensor(t->name))
-                n_scales++;
-            else
-                *params += t->numel;
+    kvcal_safetensors_t *f = NULL;
+    c->files++;
+    kvcal_status st = kvcal_safetensors_open(path, &f);
+    if (st && !strcmp(base, KVCAL_CHECKPOINT_SHARD)) {
+        c->scales_unreadable = 1;
+        return;
+    }
+    if (st) {
+        if (!c->unreadable++) {
+            c->status = st;
+            snprintf(c->finding, sizeof c->finding, "%s", kvcal_last_error());
         }
-    kvcal_checkpoint_close(ck);
-    *scales_only = n_scales > 0 && *params == 0;
+        return;
+    }
+    for (int i = 0; i < kvcal_safetensors_count(f); i++) {
+        const kvcal_tensor_info *t = kvcal_safetensors_at(f, i);
+        if (is_scale_tensor(t->name))
+            c->scale_tensors++;
+        else
+            c->params += t->numel;
+    }
+    kvcal_safetensors_close(f);
+}
+
+static void census_index(const char *dir, shard_census *c)
+{
+    char p[4096];
+    cJSON *index = NULL;
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_INDEX, dir);
+    if (stat(p, &sb) != 0 || kvcal_json_load(p, &index) != KVCAL_OK)
+        return;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    for (const cJSON *e = cJSON_IsObject(map) ? map->child : NULL; e; e = e->next) {
+        c->index_tensors++;
+        c->index_scales += is_scale_tensor(e->string);
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/'))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->valuestring);
+        if (stat(p, &sb) == 0)
+            continue;
+        if (!c->index_elsewhere++)
+            snprintf(c->elsewhere, sizeof c->elsewhere, "%s", e->valuestring);
+        else if (strcmp(c->elsewhere, e->valuestring))
+            c->elsewhere_several = 1;
+    }
+    cJSON_Delete(index);
+}
+
+/* The census of `path`: a directory (every *.safetensors in it and its
+ * index) or one .safetensors file. */
+static void shard_census_take(const char *path, shard_census *c)
+{
+    struct stat sb;
+    memset(c, 0, sizeof *c);
+    if (stat(path, &sb) != 0)
+        return;
+    if (!S_ISDIR(sb.st_mode)) {
+        const char *slash = strrchr(path, '/');
+        census_file(path, slash ? slash + 1 : path, c);
+        return;
+    }
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[4096];
+        if (!ends_with(e->d_name, ".safetensors") ||
+            (size_t)snprintf(p, sizeof p, "%s/%s", path, e->d_name) >= sizeof p)
+            continue;
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            census_file(p, e->d_name, c);
+    }
+    if (d)
+        closedir(d);
+    census_index(path, c);
+}
+
+/* Holds KV scales and no model weights: its index maps only k_scale /
+ * v_scale names, or the shards there hold only those (kvcal's own
+ * `calibrate --format checkpoint` output, whose index also maps the
+ * model's weights to shards that stay in the model's directory). */
+static int census_scales_only(const shard_census *c)
+{
+    if (c->index_tensors && c->index_scales == c->index_tensors)
+        return 1;
+    return c->files && !c->unreadable && !c->params &&
+           (c->scale_tensors || c->scales_unreadable);
 }
 
 /* 1 when the first line of the file at `path` contains `needle`. */
@@ -114,28 +210,54 @@ static int first_line_has(const char *path, const char *needle)
     return found;
 }
 
-/* Decides what `path` holds; *model_path is the path a model is opened
- * from (the directory of a config.json given directly). */
-static kvcal_status detect(const char *path, inspect_kind *kind, char *model_path,
-                           size_t n)
+/* What of `calibrate --format all`'s outputs the directory holds, as
+ * advice ("it holds kvcal_scales.json, checkpoint/: give one of them"),
+ * into out; "" when none. */
+static void list_outputs(const char *dir, char *out, size_t n)
+{
+    static const char *const names[][2] = {
+        {"kv_cache_scales.json", "kv_cache_scales.json"},
+        {"kvcal_scales.json", "kvcal_scales.json"},
+        {"checkpoint/config.json", "checkpoint/"}};
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof *names && at < n; i++) {
+        char p[4200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%.4096s/%s", dir, names[i][0]);
+        if (stat(p, &sb) == 0)
+            at += (size_t)snprintf(out + at, n - at, "%s%s", at ? ", " : "it holds ",
+                                   names[i][1]);
+    }
+    if (at && at < n)
+        snprintf(out + at, n - at, ": give one of them");
+}
+
+/* Decides what `path` holds. */
+static kvcal_status detect(const char *path, inspect_kind *kind)
 {
     struct stat sb;
-    long long params;
-    int scales_only;
-    snprintf(model_path, n, "%s", path);
+    shard_census census;
     if (stat(path, &sb) != 0)
         return kvcal_fail(KVCAL_ERR_IO, "%s: no such file or directory", path);
     if (S_ISDIR(sb.st_mode)) {
         char cfg[4096];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
-        if (stat(cfg, &sb) != 0)
+        shard_census_take(path, &census);
+        if (stat(cfg, &sb) != 0 && census.files && census_scales_only(&census)) {
+            *kind = KIND_SCALES;
+            return KVCAL_OK;
+        }
+        if (stat(cfg, &sb) != 0) {
+            char inside[256] = "";
+            list_outputs(path, inside, sizeof inside);
             return kvcal_fail(
                 KVCAL_ERR_FORMAT,
                 "%s: a directory without config.json: not a model or "
-                "scales checkpoint (give the checkpoint directory or a file)",
-                path);
-        checkpoint_census(path, &params, &scales_only);
-        *kind = scales_only ? KIND_SCALES : KIND_MODEL;
+                "scales checkpoint (%s)",
+                path, inside[0] ? inside : "give the checkpoint directory or a file");
+        }
+        *kind = census_scales_only(&census) ? KIND_SCALES : KIND_MODEL;
         return KVCAL_OK;
     }
     unsigned char head[8] = {0};
@@ -151,8 +273,13 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
         return st;
     }
     if (ends_with(path, ".safetensors")) {
-        checkpoint_census(path, &params, &scales_only);
-        *kind = scales_only ? KIND_SCALES : KIND_MODEL;
+        char cfg[4096];
+        shard_census_take(path, &census);
+        parent_dir(path, cfg, sizeof cfg);
+        strncat(cfg, "/config.json", sizeof cfg - strlen(cfg) - 1);
+        if (census.unreadable && stat(cfg, &sb) != 0)
+            return kvcal_fail(census.status, "%s", census.finding);
+        *kind = census_scales_only(&census) ? KIND_SCALES : KIND_MODEL;
         return KVCAL_OK;
     }
     size_t lead = 0;
@@ -174,9 +301,9 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
         *kind = KIND_SCALES; /* the validator names what is wrong with other JSON */
         if (kvcal_json_load(path, &root) == KVCAL_OK &&
             (cJSON_HasObjectItem(root, "architectures") ||
-             cJSON_HasObjectItem(root, "num_hidden_layers"))) {
+             cJSON_HasObjectItem(root, "num_hidden_layers") ||
+             cJSON_HasObjectItem(root, "text_config"))) {
             *kind = KIND_MODEL;
-            parent_dir(path, model_path, n);
         }
         cJSON_Delete(root);
         return KVCAL_OK;
@@ -197,9 +324,13 @@ static kvcal_status detect(const char *path, inspect_kind *kind, char *model_pat
 /* What the report adds to config.json: from the opened model, or from
  * config.json alone when the runner refuses the model. */
 typedef struct model_extra {
-    const char *source, *dtype, *refused; /* refused: NULL when supported */
-    int rot_dim, interleaved;
-    long long params; /* 0 when no weights were found */
+    const char *source, *dtype;
+    const char *refused; /* why calibrate refuses the model; NULL when it runs it */
+    const char *invalid; /* why the checkpoint is broken (exit 1); NULL when not */
+    const char *weights; /* why no weights were counted; "" when they were */
+    int rot_dim, rot_of; /* RoPE rotates rot_dim of rot_of channels */
+    int interleaved;     /* 1 pairs (2i, 2i+1), 0 rotate-half, -1 not stated */
+    long long params;    /* 0 when no weights were counted */
 } model_extra;
 
 /* A llama2.c model's shape in config.json terms. */
@@ -220,6 +351,9 @@ static void config_from_desc(kvcal_model_config *c, const kvcal_model_desc *d)
     c->rope_theta = LLAMA2C_ROPE_THETA;
     c->rope_attention_factor = 1.0;
     c->tie_word_embeddings = d->tied_embeddings;
+    c->kv_layout = KVCAL_KV_PER_HEAD;
+    c->kv_layers = d->num_layers;
+    c->kv_layout_known = 1;
 }
 
 /* Weights of a llama2.c model, counted from its shape. */
@@ -237,13 +371,73 @@ static const char *yes_no(int b)
     return b ? "yes" : "no";
 }
 
+/* "MLA (kv_lora_rank 512, rope 64)", "GQA 4:1", "MHA 1:1", "MQA 8:1". */
+static void attention_kind(const kvcal_model_config *c, char *out, size_t n)
+{
+    int H = c->num_attention_heads, KV = c->num_kv_heads;
+    if (c->kv_layout == KVCAL_KV_MLA)
+        snprintf(out, n, "MLA (kv_lora_rank %d, rope %d)", c->kv_lora_rank,
+                 c->qk_rope_head_dim);
+    else
+        snprintf(out, n, "%s %d:1", KV == H ? "MHA" : KV == 1 ? "MQA" : "GQA", H / KV);
+}
+
+/* What the KV bytes per token count, when more than "K and V of every
+ * layer" needs saying; "" otherwise. */
+static void kv_layout_text(const kvcal_model_config *c, char *out, size_t n)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    if (c->kv_layout == KVCAL_KV_UNKNOWN) {
+        snprintf(out, n,
+                 "unknown: layer_types[%d] is \"%s\", a kind of layer whose cache kvcal "
+                 "does not know",
+                 c->unknown_layer, c->unknown_layer_type);
+        return;
+    }
+    if (c->kv_layout == KVCAL_KV_MLA)
+        at += (size_t)snprintf(out + at, n - at,
+                               "one latent entry per token per layer (%d + %d values), "
+                               "no per-head K/V",
+                               c->kv_lora_rank, c->qk_rope_head_dim);
+    if (c->kv_layers != c->num_layers && at < n)
+        at += (size_t)snprintf(out + at, n - at,
+                               "%s%s in %d of %d layers; the other %d (%s) cache "
+                               "nothing per token",
+                               at ? "; " : "",
+                               c->kv_layout == KVCAL_KV_MLA ? "the latent" : "K and V",
+                               c->kv_layers, c->num_layers, c->num_layers - c->kv_layers,
+                               c->no_kv_layer_types);
+    if (c->sliding_layers && at < n)
+        at += (size_t)snprintf(out + at, n - at,
+                               "%s%d of the %d attention layers use a sliding window",
+                               at ? "; " : "", c->sliding_layers, c->kv_layers);
+    if (c->index_head_dim && at < n)
+        at +=
+            (size_t)snprintf(out + at, n - at,
+                             "%sthe sparse-attention indexer's keys (index_head_dim %d) "
+                             "not counted",
+                             at ? "; " : "", c->index_head_dim);
+    if (!c->kv_layout_known && at < n)
+        snprintf(out + at, n - at,
+                 "%sassumed from the fields: model_type '%s' is not a family whose "
+                 "cache kvcal knows",
+                 at ? "; " : "", c->model_type);
+}
+
 static void print_model(const char *path, const kvcal_model_config *c,
                         const model_extra *x, const kvcal_tokenizer_t *tok,
                         const char *tok_note, const char *scales_note, inspect_opts *o)
 {
-    double kv_bf16 = 2.0 * c->num_layers * c->num_kv_heads * c->head_dim * 2;
+    double kv_bf16 = 2.0 * (double)kvcal_model_config_kv_values_per_token(c);
     const char *rope = c->rope_type_name[0] ? c->rope_type_name : "default";
+    const char *layout = c->kv_layout == KVCAL_KV_MLA        ? "mla"
+                         : c->kv_layout == KVCAL_KV_PER_HEAD ? "per_head"
+                                                             : "unknown";
     double factor = c->rope_type == KVCAL_ROPE_DEFAULT ? 0.0 : c->rope_factor;
+    char attn[96], how[512];
+    attention_kind(c, attn, sizeof attn);
+    kv_layout_text(c, how, sizeof how);
     const struct {
         const char *key;
         double v;
@@ -262,23 +456,29 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"rope_attention_factor", c->rope_attention_factor},
                {"rope_rotary_dim", x->rot_dim},
                {"parameters", (double)x->params},
-               {"kv_bytes_per_token_bf16", kv_bf16},
-               {"kv_bytes_per_token_fp8", kv_bf16 / 2}};
+               {"kv_lora_rank", c->kv_lora_rank},
+               {"qk_rope_head_dim", c->qk_rope_head_dim},
+               {"kv_layers", c->kv_layers}};
     const struct {
         const char *key;
         int v;
-    } flag[] = {{"supported", !x->refused},
-                {"rope_interleaved", x->interleaved},
+    } flag[] = {{"supported", !x->refused && !x->invalid},
+                {"valid", !x->invalid},
                 {"tied_embeddings", c->tie_word_embeddings},
                 {"qkv_bias", c->attention_bias},
-                {"qk_norm", c->qk_norm}};
+                {"qk_norm", c->qk_norm},
+                {"kv_layout_known", c->kv_layout_known}};
     const char *str[][2] = {{"kind", "model"},
                             {"source", x->source},
                             {"architecture", c->architecture},
                             {"model_type", c->model_type},
+                            {"attention", attn},
+                            {"kv_layout", layout},
+                            {"kv_layout_note", how},
                             {"rope_type", rope},
                             {"weight_dtype", x->dtype},
                             {"refused", x->refused ? x->refused : ""},
+                            {"error", x->invalid ? x->invalid : ""},
                             {"kv_scales", scales_note}};
     cJSON *j = o->out, *t = cJSON_CreateObject();
     for (size_t i = 0; i < sizeof str / sizeof *str; i++)
@@ -287,6 +487,17 @@ static void print_model(const char *path, const kvcal_model_config *c,
         cJSON_AddNumberToObject(j, num[i].key, num[i].v);
     for (size_t i = 0; i < sizeof flag / sizeof *flag; i++)
         cJSON_AddBoolToObject(j, flag[i].key, flag[i].v);
+    if (x->interleaved < 0)
+        cJSON_AddNullToObject(j, "rope_interleaved");
+    else
+        cJSON_AddBoolToObject(j, "rope_interleaved", x->interleaved);
+    if (c->kv_layout == KVCAL_KV_UNKNOWN) {
+        cJSON_AddNullToObject(j, "kv_bytes_per_token_bf16");
+        cJSON_AddNullToObject(j, "kv_bytes_per_token_fp8");
+    } else {
+        cJSON_AddNumberToObject(j, "kv_bytes_per_token_bf16", kv_bf16);
+        cJSON_AddNumberToObject(j, "kv_bytes_per_token_fp8", kv_bf16 / 2);
+    }
     if (tok) {
         cJSON_AddStringToObject(t, "kind", kvcal_tokenizer_kind(tok));
         cJSON_AddNumberToObject(t, "vocab_size", kvcal_tokenizer_vocab_size(tok));
@@ -296,20 +507,30 @@ static void print_model(const char *path, const kvcal_model_config *c,
         cJSON_AddStringToObject(t, "error", tok_note);
     }
     cJSON_AddItemToObject(j, "tokenizer", t);
+    o->complete = 1;
     if (o->json)
         return;
-    int H = c->num_attention_heads, KV = c->num_kv_heads;
-    printf("%s: model (%s)%s%s\n", path, x->source, x->refused ? ", not supported: " : "",
-           x->refused ? x->refused : "");
+    printf("%s: model (%s)%s%s\n", path, x->source,
+           x->invalid   ? ", invalid: its weights do not load (the error follows)"
+           : x->refused ? ", not supported: "
+                        : "",
+           !x->invalid && x->refused ? x->refused : "");
     printf("  architecture    %s (model_type %s)\n", c->architecture, c->model_type);
     printf("  layers          %d, hidden %d, intermediate %d, vocab %d, context %d\n",
            c->num_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
            c->max_position_embeddings);
-    printf("  attention       %d heads, %d kv heads (%s %d:1), head_dim %d", H, KV,
-           KV == H   ? "MHA"
-           : KV == 1 ? "MQA"
-                     : "GQA",
-           H / KV, c->head_dim);
+    if (c->kv_layout == KVCAL_KV_MLA) {
+        printf("  attention       %s, %d heads", attn, c->num_attention_heads);
+        if (c->qk_nope_head_dim)
+            printf(", qk head_dim %d (nope %d + rope %d)",
+                   c->qk_nope_head_dim + c->qk_rope_head_dim, c->qk_nope_head_dim,
+                   c->qk_rope_head_dim);
+        if (c->v_head_dim)
+            printf(", v head_dim %d", c->v_head_dim);
+    } else {
+        printf("  attention       %d heads, %d kv heads (%s), head_dim %d",
+               c->num_attention_heads, c->num_kv_heads, attn, c->head_dim);
+    }
     if (c->sliding_window)
         printf(", sliding window %d", c->sliding_window);
     printf("\n  rope            theta %g, %s", c->rope_theta, rope);
@@ -319,19 +540,27 @@ static void print_model(const char *path, const kvcal_model_config *c,
         printf(" of %d positions, attention factor %.6g", c->rope_original_max_position,
                c->rope_attention_factor);
     printf(", %s, %d of %d channels\n",
-           x->interleaved ? "interleaved pairs" : "rotate-half", x->rot_dim, c->head_dim);
+           x->interleaved > 0    ? "interleaved pairs"
+           : x->interleaved == 0 ? "rotate-half"
+                                 : "pairing not stated",
+           x->rot_dim, x->rot_of);
     printf("  weights         %s, ", x->dtype);
     if (x->params)
         printf("%.2fM parameters, ", (double)x->params / 1e6);
     else
-        printf("no weights found, ");
+        printf("%s, ", x->weights);
     printf("tied embeddings %s, qkv bias %s, qk norm %s\n",
            yes_no(c->tie_word_embeddings), yes_no(c->attention_bias), yes_no(c->qk_norm));
-    printf("  kv cache        %.15g bytes/token in bf16, %.15g in fp8 (%.1f / %.1f MiB "
-           "per %d-token sequence)\n",
-           kv_bf16, kv_bf16 / 2, kv_bf16 * c->max_position_embeddings / (1 << 20),
-           kv_bf16 * c->max_position_embeddings / (2 << 20),
-           c->max_position_embeddings);
+    if (c->kv_layout == KVCAL_KV_UNKNOWN)
+        printf("  kv cache        %s\n", how);
+    else
+        printf(
+            "  kv cache        %.15g bytes/token in bf16, %.15g in fp8 (%.1f / %.1f MiB "
+            "per %d-token sequence)\n",
+            kv_bf16, kv_bf16 / 2, kv_bf16 * c->max_position_embeddings / (1 << 20),
+            kv_bf16 * c->max_position_embeddings / (2 << 20), c->max_position_embeddings);
+    if (c->kv_layout != KVCAL_KV_UNKNOWN && how[0])
+        printf("                  %s\n", how);
     if (tok) {
         int vocab = kvcal_tokenizer_vocab_size(tok);
         char bos[16] = "none", eos[16] = "none";
@@ -347,58 +576,202 @@ static void print_model(const char *path, const kvcal_model_config *c,
     printf("  kv scales       %s\n", scales_note);
 }
 
+/* The weights of a Hugging Face model at `path` (its directory or one
+ * .safetensors file): counted into x->params (x->dtype: the dtype holding
+ * most of them), or why they were not (no weights there, only KV scales
+ * there: x->weights, x->refused) or why the checkpoint is broken
+ * (x->invalid); *m is the opened model when the runner accepts it. refused /
+ * invalid receive the messages. */
+static void hf_weights(const char *path, model_extra *x, char *refused, char *invalid,
+                       size_t n, kvcal_model_t **m)
+{
+    shard_census census;
+    kvcal_checkpoint_t *ck = NULL;
+    struct stat sb;
+    shard_census_take(path, &census);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && census_scales_only(&census)) {
+        x->weights = "none here (the directory holds KV scales only)";
+        snprintf(refused, n,
+                 "%s: no model weights here, only KV scales; calibrate runs the model's "
+                 "own checkpoint directory",
+                 path);
+        x->refused = refused;
+        return;
+    }
+    if (!census.files && !census.index_tensors) {
+        x->weights = "no weights found";
+    } else if (kvcal_checkpoint_open(path, &ck) != KVCAL_OK) {
+        x->weights = "not readable";
+        snprintf(invalid, n, "%s", kvcal_last_error());
+        x->invalid = invalid;
+        return;
+    }
+    long long by_dtype[16] = {0}; /* elements per kvcal_dtype */
+    int most = 0;
+    for (int i = 0; ck && i < kvcal_checkpoint_count(ck); i++) {
+        const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
+        if (is_scale_tensor(t->name))
+            continue;
+        x->params += t->numel;
+        if ((unsigned)t->dtype < 16 && (by_dtype[t->dtype] += t->numel) > by_dtype[most])
+            most = t->dtype;
+    }
+    if (x->params)
+        x->dtype = kvcal_dtype_name((kvcal_dtype)most);
+    kvcal_checkpoint_close(ck);
+    kvcal_status st = kvcal_model_open(path, m);
+    if (st == KVCAL_OK)
+        return;
+    snprintf(st == KVCAL_ERR_UNSUPPORTED || !census.files ? refused : invalid, n, "%s",
+             kvcal_last_error());
+    if (st == KVCAL_ERR_UNSUPPORTED || !census.files)
+        x->refused = refused;
+    else
+        x->invalid = invalid;
+}
+
+/* The note on a scales file beside a model whose checkpoint holds none:
+ * the legacy JSON or kvcal JSON under the names calibrate gives them. */
+static void scales_beside(const char *dir, char *note, size_t n)
+{
+    static const char *const names[] = {"kv_cache_scales.json", "kvcal_scales.json"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[4200];
+        struct stat sb;
+        kvcal_scales_t *s = NULL;
+        snprintf(p, sizeof p, "%.4096s/%s", dir, names[i]);
+        if (stat(p, &sb) != 0)
+            continue;
+        if (kvcal_scales_load(p, NULL, 0, &s) == KVCAL_OK)
+            snprintf(note, n,
+                     "none in the checkpoint; %s beside it (per-%s, %d layers x %d "
+                     "kv heads)",
+                     names[i],
+                     s->granularity == KVCAL_GRANULARITY_HEAD ? "head" : "tensor",
+                     s->num_layers, s->num_kv_heads);
+        else
+            snprintf(note, n, "none in the checkpoint; %s beside it does not load: %s",
+                     names[i], kvcal_last_error());
+        kvcal_scales_destroy(s);
+        return;
+    }
+}
+
+/* Why calibrate refuses an MLA model or one whose layer kinds kvcal does
+ * not know, into buf; NULL for other models. */
+static const char *layout_refusal(const char *path, const kvcal_model_config *c,
+                                  char *buf, size_t n)
+{
+    if (c->kv_layout == KVCAL_KV_MLA)
+        snprintf(buf, n,
+                 "%s: %s uses MLA attention (kv_lora_rank %d, rope %d: one latent entry "
+                 "per token and layer, no per-head K and V), which kvcal calibrate does "
+                 "not support yet",
+                 path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
+    else if (c->kv_layout == KVCAL_KV_UNKNOWN)
+        snprintf(
+            buf, n,
+            "%s: layer_types[%d] is \"%s\", a kind of layer kvcal calibrate does not "
+            "know",
+            path, c->unknown_layer, c->unknown_layer_type);
+    else
+        return NULL;
+    return buf;
+}
+
+/* Describes a model: a checkpoint directory, a .safetensors beside its
+ * config.json, a config.json (or any config file, described alone), or a
+ * llama2.c .bin. A checkpoint whose weights do not load is described from
+ * its config.json, and its error ends in exit 1. */
 static int inspect_model(const char *path, inspect_opts *o)
 {
     kvcal_model_t *m = NULL;
     kvcal_tokenizer_t *tok = NULL;
     kvcal_scales_t *s = NULL;
     kvcal_model_config cfg;
-    model_extra x = {.source = "hf"};
-    char refused[1024] = "", dir[4096], note[1200] = "none", tok_note[1200] = "";
+    model_extra x = {.source = "hf", .weights = ""};
+    char refused[4608] = "", invalid[4608] = "", why[4608], dir[4096],
+         note[1200] = "none", tok_note[1200] = "";
     struct stat sb;
-    int scales_only;
+    kvcal_status st;
+    int is_file = stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode);
+    int is_json = is_file && ends_with(path, ".json");
+    int alone =
+        is_json && strcmp(path, "config.json") && !ends_with(path, "/config.json");
     snprintf(dir, sizeof dir, "%s", path);
-    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+    if (is_file)
         parent_dir(path, dir, sizeof dir);
-    if (kvcal_model_open(path, &m) != KVCAL_OK)
-        snprintf(refused, sizeof refused, "%s", kvcal_last_error());
-    const kvcal_model_desc *d = m ? kvcal_model_describe(m) : NULL;
-    if (d && strcmp(d->source, "hf")) {
+    if (is_file && !is_json && !ends_with(path, ".safetensors")) {
+        if ((st = kvcal_model_open(path, &m)))
+            goto fail;
+        const kvcal_model_desc *d = kvcal_model_describe(m);
         config_from_desc(&cfg, d);
         x.params = llama2c_params(&cfg);
-    } else if (kvcal_model_config_load(dir, &cfg) == KVCAL_OK) {
-        checkpoint_census(path, &x.params, &scales_only);
-        if (kvcal_scales_load(dir, NULL, 0, &s) == KVCAL_OK)
-            snprintf(note, sizeof note, "%s scales for %d layers x %d kv heads",
-                     s->granularity == KVCAL_GRANULARITY_HEAD ? "per-head" : "per-tensor",
+    } else {
+        if ((st = kvcal_model_config_load(is_json ? path : dir, &cfg)))
+            goto fail;
+        if (alone) {
+            x.weights = "not looked for (a config file alone)";
+            snprintf(refused, sizeof refused,
+                     "%s: a config file alone; calibrate runs a checkpoint directory "
+                     "(config.json + safetensors)",
+                     path);
+            x.refused = refused;
+            snprintf(note, sizeof note, "not looked for (a config file alone)");
+        } else {
+            hf_weights(is_json ? dir : path, &x, refused, invalid, sizeof refused, &m);
+        }
+        if (!alone && kvcal_scales_load(dir, NULL, 0, &s) == KVCAL_OK)
+            snprintf(note, sizeof note, "present (per-%s, %d layers x %d kv heads)",
+                     s->granularity == KVCAL_GRANULARITY_HEAD ? "head" : "tensor",
                      s->num_layers, s->num_kv_heads);
-        else if (cfg.has_kv_cache_scheme)
+        else if (!alone && cfg.has_kv_cache_scheme)
             snprintf(note, sizeof note,
                      "kv_cache_scheme set but the scales do not load: %s",
                      kvcal_last_error());
-    } else {
-        fprintf(stderr, "kvcal inspect: %s\n", refused[0] ? refused : kvcal_last_error());
-        kvcal_model_close(m);
-        return KVCAL_EXIT_INVALID;
+        else if (!alone)
+            scales_beside(dir, note, sizeof note);
+        if (layout_refusal(path, &cfg, why, sizeof why))
+            x.refused = why;
     }
+    const kvcal_model_desc *d = m ? kvcal_model_describe(m) : NULL;
     x.source = d ? d->source : "hf";
-    x.dtype = d ? d->weight_dtype : cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
-    x.refused = d ? NULL : refused;
-    x.rot_dim = d ? d->rot_dim : (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
-    x.interleaved = d && d->rope_interleaved;
-    kvcal_status st = kvcal_tokenizer_find(path, o->tokenizer, &tok);
-    if (st && o->tokenizer) {
-        fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
-        kvcal_scales_destroy(s);
-        kvcal_model_close(m);
-        return kvcal_cmd_file_exit_code(st);
+    if (d)
+        x.dtype = d->weight_dtype;
+    else if (!x.dtype)
+        x.dtype = cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
+    x.rot_of = cfg.head_dim;
+    x.rot_dim = (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;
+    if (cfg.kv_layout == KVCAL_KV_MLA) {
+        x.rot_dim = cfg.qk_rope_head_dim;
+        x.rot_of = cfg.qk_rope_head_dim + cfg.qk_nope_head_dim;
     }
-    snprintf(tok_note, sizeof tok_note, "%s", st ? kvcal_last_error() : "");
+    x.interleaved = d                          ? d->rope_interleaved
+                    : cfg.rope_interleave >= 0 ? cfg.rope_interleave
+                    : cfg.kv_layout_known && cfg.kv_layout == KVCAL_KV_PER_HEAD ? 0
+                                                                                : -1;
+    if (d)
+        x.rot_dim = d->rot_dim;
+    if (alone && !o->tokenizer)
+        snprintf(tok_note, sizeof tok_note, "not looked for (a config file alone)");
+    else if ((st = kvcal_tokenizer_find(path, o->tokenizer, &tok)) && o->tokenizer)
+        goto fail;
+    else if (st)
+        snprintf(tok_note, sizeof tok_note, "%s", kvcal_last_error());
     print_model(path, &cfg, &x, tok, tok_note, note, o);
+    fflush(stdout);
+    if (x.invalid)
+        fprintf(stderr, "kvcal inspect: %s\n", x.invalid);
     kvcal_scales_destroy(s);
     kvcal_tokenizer_destroy(tok);
     kvcal_model_close(m);
-    return KVCAL_EXIT_OK;
+    return x.invalid ? KVCAL_EXIT_INVALID : KVCAL_EXIT_OK;
+fail:
+    fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
+    kvcal_scales_destroy(s);
+    kvcal_tokenizer_destroy(tok);
+    kvcal_model_close(m);
+    return kvcal_cmd_file_exit_code(st);
 }
 
 // --- scales ------------------------------------------------------------------
@@ -456,8 +829,11 @@ static int inspect_scales(const char *path, inspect_opts *o)
         return kvcal_cmd_file_exit_code(st);
     }
     int per_head = s->granularity == KVCAL_GRANULARITY_HEAD;
+    shard_census census;
+    shard_census_take(path, &census);
     cJSON *j = o->out, *layers;
     cJSON_AddStringToObject(j, "kind", "scales");
+    cJSON_AddNumberToObject(j, "index_tensors_elsewhere", census.index_elsewhere);
     cJSON_AddStringToObject(j, "format", kvcal_format_name(fmt));
     cJSON_AddNumberToObject(j, "num_layers", s->num_layers);
     cJSON_AddNumberToObject(j, "num_kv_heads", s->num_kv_heads);
@@ -471,6 +847,13 @@ static int inspect_scales(const char *path, inspect_opts *o)
                per_head ? "head" : "tensor",
                s->kv_shared ? ", one value for K and V" : "");
         print_provenance(&s->model, &s->provenance);
+        if (census.index_elsewhere)
+            printf(
+                "  weights         none here: its index maps %d tensors to %s%s, which "
+                "%s not in this directory (the model's own)\n",
+                census.index_elsewhere, census.elsewhere,
+                census.elsewhere_several ? " and other shards" : "",
+                census.elsewhere_several ? "are" : "is");
         printf("  layer%s     k_scale     v_scale%s\n", per_head ? "  head" : "",
                s->has_absmax ? "    k_absmax    v_absmax" : "");
     }
@@ -707,12 +1090,21 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
     const char *path;
     if (kvcal_cmd_parse_path("inspect", "PATH", argv[optind], &path))
         return KVCAL_EXIT_USAGE;
-    char model_path[4096];
     inspect_kind kind = KIND_MODEL;
-    kvcal_status st = detect(path, &kind, model_path, sizeof model_path);
+    kvcal_status st = detect(path, &kind);
     if (st) {
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
         return kvcal_cmd_file_exit_code(st);
+    }
+    if (o.decode && kind != KIND_TOKENS_HDF5 && kind != KIND_TOKENS_JSONL) {
+        fprintf(stderr,
+                "kvcal inspect: --decode prints samples of a token set, and %s is a %s; "
+                "drop --decode\n",
+                path,
+                kind == KIND_MODEL    ? "model"
+                : kind == KIND_SCALES ? "scales file"
+                                      : "statistics file");
+        return KVCAL_EXIT_USAGE;
     }
     if (o.decode && !o.tokenizer && !o.model) {
         fprintf(stderr,
@@ -724,11 +1116,11 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
         return KVCAL_EXIT_USAGE;
     }
     cJSON_AddStringToObject(o.out, "path", path);
-    int rc = kind == KIND_MODEL    ? inspect_model(model_path, &o)
+    int rc = kind == KIND_MODEL    ? inspect_model(path, &o)
              : kind == KIND_SCALES ? inspect_scales(path, &o)
              : kind == KIND_STATS  ? inspect_stats(path, &o)
                                    : inspect_tokens(path, kind == KIND_TOKENS_HDF5, &o);
-    if (!rc && o.json) {
+    if ((!rc || o.complete) && o.json) {
         char *text = cJSON_Print(o.out);
         if (!text) {
             fprintf(stderr, "kvcal inspect: out of memory\n");

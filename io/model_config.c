@@ -398,6 +398,33 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
     return KVCAL_OK;
 }
 
+/* MLA (multi-head latent attention): a config with kv_lora_rank caches one
+ * latent entry per token and layer instead of per-head K and V. */
+static kvcal_status cfg_read_mla(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found;
+    if ((s = cfg_int(top, "kv_lora_rank", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->kv_lora_rank,
+                     &found)) != KVCAL_OK ||
+        !found)
+        return s;
+    c->kv_layout = KVCAL_KV_MLA;
+    if ((s = cfg_int(top, "qk_rope_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                     &c->qk_rope_head_dim, &found)) != KVCAL_OK)
+        return s;
+    if (!found)
+        return cfg_missing(top, "qk_rope_head_dim",
+                           " (kv_lora_rank makes this an MLA config, whose cache holds "
+                           "the latent and the RoPE channels)");
+    if ((s = cfg_int(top, "qk_nope_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                     &c->qk_nope_head_dim, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "v_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->v_head_dim,
+                     NULL)) != KVCAL_OK)
+        return s;
+    return cfg_int(top, "index_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                   &c->index_head_dim, NULL);
+}
+
 static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
 {
     kvcal_status s;
@@ -421,10 +448,15 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
                           "\"num_key_value_heads\" (%d); fix one of them",
                           top->name, c->num_attention_heads, c->num_kv_heads);
     if ((s = cfg_int(top, "head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->head_dim,
-                     &found)) != KVCAL_OK)
+                     &found)) != KVCAL_OK ||
+        (s = cfg_read_mla(top, c)) != KVCAL_OK)
         return s;
     if (found)
         return KVCAL_OK;
+    if (c->kv_layout == KVCAL_KV_MLA) {
+        c->head_dim = c->qk_rope_head_dim;
+        return KVCAL_OK;
+    }
     if (!strcmp(c->model_type, "qwen3")) {
         c->head_dim = 128;
         return KVCAL_OK;
@@ -465,6 +497,107 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     return KVCAL_OK;
 }
 
+/* Kinds of layer_types entries (transformers' names, legacy ones included):
+ * those that cache an entry per token, those that cache nothing per token (a
+ * fixed-size recurrent or convolution state, or no attention at all). */
+static const char *const kv_layer_kinds[] = {"full_attention", "sliding_attention",
+                                             "chunked_attention", "attention"};
+static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "conv",
+                                                "moe", "mlp"};
+
+/* Model types whose cache kvcal knows: per-head K/V in every layer, in the
+ * attention layers of layer_types / full_attention_interval (qwen3_next), or
+ * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
+static const char *const known_kv_families[] = {
+    "llama",      "mistral",     "qwen2",       "qwen3",
+    "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2"};
+
+static int in_list(const char *s, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s, list[i]))
+            return 1;
+    return 0;
+}
+
+/* Which layers cache an entry per token: layer_types (an array of
+ * num_hidden_layers kinds), else full_attention_interval (every interval-th
+ * layer attends, the others are linear attention, as transformers' Qwen3-Next
+ * config derives; qwen3_next's default interval is 4), else all layers. */
+static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int interval = 0, found = 0;
+    const cJSON *types = cfg_item(top, "layer_types");
+    c->kv_layers = c->num_layers;
+    c->kv_layout_known = in_list(c->model_type, known_kv_families,
+                                 sizeof known_kv_families / sizeof *known_kv_families);
+    if (types) {
+        if (!cJSON_IsArray(types))
+            return cfg_bad(top, "layer_types", types, "an array of layer kinds");
+        if (cJSON_GetArraySize(types) != c->num_layers)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: field \"%slayer_types\" has %d entries but "
+                              "num_hidden_layers is %d; they must match (fix one)",
+                              top->name, top->prefix, cJSON_GetArraySize(types),
+                              c->num_layers);
+        c->kv_layers = 0;
+        unsigned seen = 0; /* bit j: no_kv_layer_kinds[j] occurs */
+        int i = 0;
+        for (const cJSON *t = types->child; t; t = t->next, i++) {
+            char key[32];
+            snprintf(key, sizeof key, "layer_types[%d]", i);
+            if (!cJSON_IsString(t) || !t->valuestring[0])
+                return cfg_bad(top, key, t, "a layer kind string");
+            const char *k = t->valuestring;
+            int mla_indexed =
+                c->kv_layout == KVCAL_KV_MLA && !strcmp(k, "indexed_attention");
+            if (mla_indexed || in_list(k, kv_layer_kinds,
+                                       sizeof kv_layer_kinds / sizeof *kv_layer_kinds)) {
+                c->kv_layers++;
+                c->sliding_layers += !strcmp(k, "sliding_attention");
+                continue;
+            }
+            int j = 0, n = sizeof no_kv_layer_kinds / sizeof *no_kv_layer_kinds;
+            while (j < n && strcmp(k, no_kv_layer_kinds[j]))
+                j++;
+            if (j < n) {
+                seen |= 1u << j;
+            } else if (c->kv_layout != KVCAL_KV_UNKNOWN) {
+                c->kv_layout = KVCAL_KV_UNKNOWN;
+                c->unknown_layer = i;
+                snprintf(c->unknown_layer_type, sizeof c->unknown_layer_type, "%s", k);
+            }
+        }
+        for (size_t j = 0; j < sizeof no_kv_layer_kinds / sizeof *no_kv_layer_kinds; j++)
+            if (seen & 1u << j) {
+                size_t at = strlen(c->no_kv_layer_types);
+                snprintf(c->no_kv_layer_types + at, sizeof c->no_kv_layer_types - at,
+                         "%s%s", at ? ", " : "", no_kv_layer_kinds[j]);
+            }
+        return KVCAL_OK;
+    }
+    if ((s = cfg_int(top, "full_attention_interval", 1, KVCAL_CONFIG_MAX_LAYERS,
+                     &interval, &found)) != KVCAL_OK)
+        return s;
+    if (!found && !strcmp(c->model_type, "qwen3_next"))
+        interval = 4;
+    if (interval > 1) {
+        c->kv_layers = c->num_layers / interval;
+        strcpy(c->no_kv_layer_types, "linear_attention");
+    }
+    return KVCAL_OK;
+}
+
+int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c)
+{
+    if (c->kv_layout == KVCAL_KV_MLA)
+        return (int64_t)c->kv_layers * (c->kv_lora_rank + c->qk_rope_head_dim);
+    if (c->kv_layout == KVCAL_KV_PER_HEAD)
+        return 2 * (int64_t)c->kv_layers * c->num_kv_heads * c->head_dim;
+    return 0;
+}
+
 static kvcal_status cfg_read_quantization(const cfg_obj *top, kvcal_model_config *c)
 {
     const cJSON *q, *scheme;
@@ -479,48 +612,67 @@ static kvcal_status cfg_read_quantization(const cfg_obj *top, kvcal_model_config
     return KVCAL_OK;
 }
 
+/* The language model's fields: at the top level, or in text_config for a
+ * multimodal config without num_hidden_layers of its own (Gemma 3, Llama 4,
+ * Qwen2.5-VL: transformers' get_text_config); architectures and
+ * quantization_config stay at the top. */
 static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
 {
     kvcal_status s;
     int found;
+    const cJSON *text = cfg_item(top, "text_config");
+    cfg_obj sub = {text, "text_config.", top->name};
+    const cfg_obj *f =
+        cJSON_IsObject(text) && !cfg_item(top, "num_hidden_layers") ? &sub : top;
     c->rope_theta = 10000.0;
     c->rms_norm_eps = 1e-6;
     c->partial_rotary_factor = 1.0;
     c->rope_factor = 1.0;
     c->rope_attention_factor = 1.0;
-    if ((s = cfg_string(top, "model_type", c->model_type, sizeof c->model_type,
-                        &found)) != KVCAL_OK)
+    if ((s = cfg_string(f, "model_type", c->model_type, sizeof c->model_type, &found)) !=
+            KVCAL_OK ||
+        (!found && f != top &&
+         (s = cfg_string(top, "model_type", c->model_type, sizeof c->model_type,
+                         &found)) != KVCAL_OK))
         return s;
     if (!found)
         return cfg_missing(top, "model_type", "");
     cfg_default_sizes(c);
     if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
-        (s = cfg_required_int(top, "num_hidden_layers", 1, KVCAL_CONFIG_MAX_LAYERS,
+        (s = cfg_required_int(f, "num_hidden_layers", 1, KVCAL_CONFIG_MAX_LAYERS,
                               &c->num_layers)) != KVCAL_OK ||
-        (s = cfg_required_int(top, "hidden_size", 1, KVCAL_CONFIG_MAX_HIDDEN,
+        (s = cfg_required_int(f, "hidden_size", 1, KVCAL_CONFIG_MAX_HIDDEN,
                               &c->hidden_size)) != KVCAL_OK ||
-        (s = cfg_read_heads(top, c)) != KVCAL_OK ||
-        (s = cfg_int(top, "intermediate_size", 1, INT_MAX, &c->intermediate_size,
-                     NULL)) != KVCAL_OK ||
-        (s = cfg_int(top, "vocab_size", 1, KVCAL_CONFIG_MAX_VOCAB, &c->vocab_size,
-                     NULL)) != KVCAL_OK ||
-        (s = cfg_int(top, "max_position_embeddings", 1, INT_MAX,
-                     &c->max_position_embeddings, NULL)) != KVCAL_OK ||
-        (s = cfg_double(top, "rms_norm_eps", 0.0, 1.0, &c->rms_norm_eps, NULL)) !=
+        (s = cfg_read_heads(f, c)) != KVCAL_OK ||
+        (s = cfg_int(f, "intermediate_size", 1, INT_MAX, &c->intermediate_size, NULL)) !=
             KVCAL_OK ||
-        (s = cfg_double(top, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
+        (s = cfg_int(f, "vocab_size", 1, KVCAL_CONFIG_MAX_VOCAB, &c->vocab_size, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_int(f, "max_position_embeddings", 1, INT_MAX,
+                     &c->max_position_embeddings, NULL)) != KVCAL_OK ||
+        (s = cfg_double(f, "rms_norm_eps", 0.0, 1.0, &c->rms_norm_eps, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_double(f, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
                         NULL)) != KVCAL_OK ||
-        (s = cfg_read_rope(top, c)) != KVCAL_OK ||
-        (s = cfg_bool(top, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
-        (s = cfg_read_attention(top, c)) != KVCAL_OK ||
+        (s = cfg_read_rope(f, c)) != KVCAL_OK ||
+        (s = cfg_bool(f, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
+        (s = cfg_read_attention(f, c)) != KVCAL_OK ||
+        (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
-    if ((s = cfg_string(top, "dtype", c->torch_dtype, sizeof c->torch_dtype, &found)) !=
-        KVCAL_OK)
+    c->rope_interleave = -1;
+    if ((s = cfg_bool(f, "rope_interleave", &c->rope_interleave)) != KVCAL_OK)
         return s;
-    if (!found)
-        s = cfg_string(top, "torch_dtype", c->torch_dtype, sizeof c->torch_dtype, NULL);
-    return s;
+    for (const cfg_obj *o = f; o; o = o == top ? NULL : top) {
+        if ((s = cfg_string(o, "dtype", c->torch_dtype, sizeof c->torch_dtype, &found)) !=
+                KVCAL_OK ||
+            (!found && (s = cfg_string(o, "torch_dtype", c->torch_dtype,
+                                       sizeof c->torch_dtype, &found)) != KVCAL_OK))
+            return s;
+        if (found)
+            break;
+    }
+    return KVCAL_OK;
 }
 
 /* --- public --------------------------------------------------------------- */

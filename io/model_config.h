@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kvcal.h"
 
@@ -19,6 +20,16 @@ typedef enum kvcal_rope_type {
     KVCAL_ROPE_YARN = 4,
     KVCAL_ROPE_OTHER = 5 /* any other rope_type; its name is in rope_type_name */
 } kvcal_rope_type;
+
+/* What an engine's KV cache holds for one token. Values only grow at the end. */
+typedef enum kvcal_kv_layout {
+    KVCAL_KV_PER_HEAD = 0, /* K and V, num_kv_heads x head_dim each, in each of
+                              kv_layers layers */
+    KVCAL_KV_MLA = 1,      /* one latent entry of kv_lora_rank + qk_rope_head_dim
+                              values in each of kv_layers layers, no per-head K/V
+                              (DeepSeek-V2/V3, Kimi K2: the config has kv_lora_rank) */
+    KVCAL_KV_UNKNOWN = 2   /* layer_types names a kind of layer kvcal does not know */
+} kvcal_kv_layout;
 
 typedef struct kvcal_model_config {
     char model_type[128];    /* "llama", "mistral", "qwen2", "qwen3" */
@@ -54,6 +65,29 @@ typedef struct kvcal_model_config {
     int has_quantization_config;
     int has_kv_cache_scheme;
     char rope_type_name[32]; /* rope_type as written ("default", "llama3", ...) */
+    int rope_interleave;     /* rope_interleave: 1 true, 0 false, -1 absent */
+
+    /* The KV cache (see kvcal_model_config_kv_values_per_token). */
+    kvcal_kv_layout kv_layout;
+    int kv_lora_rank;        /* MLA: latent values cached per token and layer; else 0 */
+    int qk_rope_head_dim;    /* MLA: RoPE channels cached beside the latent; else 0 */
+    int qk_nope_head_dim;    /* MLA: q/k channels without RoPE; 0 when absent */
+    int v_head_dim;          /* MLA: V channels per head; 0 when absent */
+    int index_head_dim;      /* a sparse-attention indexer's key size (DeepSeek-V3.2),
+                                cached beside the latent; 0 when none */
+    int kv_layers;           /* layers that cache an entry per token: num_layers, or
+                                the attention layers of layer_types /
+                                full_attention_interval */
+    int sliding_layers;      /* of those, layer_types' sliding_attention layers */
+    char no_kv_layer_types[64];   /* the kinds of layer_types that cache nothing per
+                                     token ("linear_attention", "conv", ...), joined
+                                     by ", " */
+    char unknown_layer_type[32];  /* KVCAL_KV_UNKNOWN: the first kind kvcal does not
+                                     know; unknown_layer is its index */
+    int unknown_layer;
+    int kv_layout_known;     /* 1: model_type is a family whose cache kvcal knows;
+                                0: the layout above is read from the fields alone and
+                                assumes every such layer caches it */
 } kvcal_model_config;
 
 /* Upper bounds on the sizes a config.json may state. Real models stay far
@@ -77,6 +111,13 @@ typedef struct kvcal_model_config {
  * here). *out is zeroed on failure. */
 kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
                                       kvcal_model_config *out);
+
+/* Values the KV cache holds for one token over all layers, K and V counted
+ * apart: 2 * kv_layers * num_kv_heads * head_dim (per head) or kv_layers *
+ * (kv_lora_rank + qk_rope_head_dim) (MLA); a sparse-attention indexer's keys
+ * are not counted. 0 for KVCAL_KV_UNKNOWN. Bytes are this times the cache
+ * dtype's size. */
+int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c);
 
 /* Reads `path` (config.json or the directory holding it). */
 kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out);

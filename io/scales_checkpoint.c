@@ -1,7 +1,7 @@
 /* io/scales_checkpoint.c: K/V scales stored in a Hugging Face checkpoint,
  * the compressed-tensors convention vLLM reads today.
  *
- * What the engines and producers do (read from their source):
+ * What the producers and vLLM 0.33.0 do (read from their source):
  * - llm-compressor / compressed-tensors (src/compressed_tensors/quantization/
  *   lifecycle/initialize.py) register `k_scale` and `v_scale` on the
  *   attention module: names `model.layers.<i>.self_attn.k_scale` /
@@ -10,21 +10,40 @@
  *   config.json gets quantization_config {"quant_method":
  *   "compressed-tensors", ..., "kv_cache_scheme": {"num_bits": 8, "type":
  *   "float", "strategy": "tensor", "dynamic": false, "symmetric": true}}.
- * - vLLM CompressedTensorsKVCacheMethod (vllm/model_executor/layers/
+ * - vLLM picks the quantization method from quantization_config.quant_method
+ *   (compression_config when quantization_config is absent;
+ *   transformers_utils/model_arch_config_convertor.py). Its attention layer
+ *   gets a KV-cache method only from compressed-tensors, fp8, modelopt and
+ *   quark (get_quant_method of each config): kvcal_checkpoint_loader().
+ * - Without a quantization method, AutoWeightsLoader (models/utils.py, used
+ *   by Llama, Qwen2, Qwen3) finds no parameter for `...self_attn.k_scale`
+ *   and raises ValueError: the model does not load. With a method that has
+ *   no KV-cache method (awq, gptq, ...), the tensors are renamed to
+ *   `.attn.k_scale` (QuantizationConfig.get_cache_scale_mapper) and skipped
+ *   (QuantizationConfig._ignore_unexpected_suffixes): scale 1.0 everywhere.
+ * - compressed-tensors (CompressedTensorsKVCacheMethod in
  *   quantization/compressed_tensors/compressed_tensors.py) refuses at start
  *   a scheme that is not 8-bit float, symmetric, strategy tensor or
- *   attn_head. For attn_head it flattens the (H, 1, 1) tensor and slices the
- *   rank's heads, using quantization_config.total_num_kv_heads (written
- *   here); with H < tp each rank takes head rank / (tp / H).
- * - vLLM's name remapping (maybe_remap_kv_scale_name in vllm/
- *   model_executor/model_loader/weight_utils.py, sglang's copy, and the
- *   cache-scale mapper of quantization configs) also accepts the older
- *   forms `.self_attn.k_proj.output_scale` (compressed-tensors / quark),
- *   `.self_attn.k_proj.k_scale` (modelopt) and the deprecated single
- *   `.self_attn.kv_scale` (used for K and V). This reader accepts them all.
- * - vLLM BaseKVCacheMethod: see io/scales_validate.h.
+ *   attn_head; creates k_scale / v_scale as torch.ones(n) (n = num_kv_heads
+ *   for attn_head, else 1), so a missing tensor leaves 1.0; loads [1] and
+ *   (n) through default_weight_loader (a size mismatch is an
+ *   AssertionError) or, for attn_head, a loader that flattens the tensor and
+ *   slices each rank's heads with quantization_config.total_num_kv_heads (a
+ *   [1] tensor broadcasts at tp 1 and leaves an empty slice on the other
+ *   ranks at tp > 1); checks no value.
+ * - fp8, modelopt and quark use BaseKVCacheMethod
+ *   (quantization/kv_cache.py): k_scale / v_scale start at -1.0 and load
+ *   only a single value (KVCacheScaleParameter.weight_loader raises
+ *   ValueError otherwise); after loading, both > 0 are used, both < 0 give
+ *   1.0, otherwise k_scale must be > 0 (an assertion) and max(k, v) is used
+ *   for both.
+ * - The deprecated single `.self_attn.kv_scale` is renamed to k_scale
+ *   (get_cache_scale_mapper): v_scale stays at its start value. The older
+ *   `.self_attn.k_proj.k_scale` (modelopt) is renamed too; this reader also
+ *   accepts `.k_proj.output_scale` (older compressed-tensors and quark checkpoints).
  * Written here: f32 tensors (exact for kvcal's float scales; vLLM copies
  * them into float32 parameters), shape [1] or [H, 1, 1]. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,27 +131,113 @@ static void dir_of(const char *path, char *buf, size_t size)
 
 /* --- reading ------------------------------------------------------------- */
 
-/* Checks quantization_config.kv_cache_scheme of config.json; returns the
- * strategy found (1 attn_head, 0 tensor, -1 none). */
-static int check_scheme(const cJSON *config, kvcal_report_t *rep)
+/* The quantization methods of vLLM 0.33 whose config gives the attention
+ * layer no KV-cache method (their get_quant_method returns None for it). */
+static const char *const no_kv_methods[] = {
+    "awq",
+    "auto_awq",
+    "awq_marlin",
+    "gptq",
+    "auto_gptq",
+    "gptq_marlin",
+    "moe_wna16",
+    "experts_int8",
+    "fbgemm_fp8",
+    "torchao",
+    "inc",
+    "humming",
+    "fp_quant",
+    "mxfp4",
+    "gpt_oss_mxfp4",
+    "online",
+    "fp8_per_tensor",
+    "fp8_per_block",
+    "fp8_per_channel",
+    "int8_per_channel_weight_only",
+    "nvfp4_per_token",
+    NULL,
+};
+/* Those whose KV-cache method is BaseKVCacheMethod, unchanged (fp8 is the
+ * one kvcal models in full). */
+static const char *const base_kv_methods[] = {
+    "fp8",
+    "modelopt",
+    "modelopt_fp4",
+    "modelopt_mxfp8",
+    "modelopt_mixed",
+    "mxfp8",
+    "deepseek_v4_fp8",
+    "quark",
+    NULL,
+};
+
+static int in_list(const char *const *list, const char *s)
+{
+    for (; *list; list++)
+        if (!strcmp(*list, s))
+            return 1;
+    return 0;
+}
+
+/* quantization_config as vLLM finds it (compression_config when absent). */
+static cJSON *quant_config_of(const cJSON *config)
+{
+    cJSON *qc = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
+    if (!qc)
+        qc = cJSON_GetObjectItemCaseSensitive(config, "compression_config");
+    return qc;
+}
+
+/* Which of vLLM 0.33's KV-cache loaders reads the scales (io/scales_checkpoint.c
+ * says what each does), and the quant_method as vLLM normalizes it. */
+typedef enum loader {
+    KVCAL_LOADER_NONE,               /* no quantization method: the model does not load */
+    KVCAL_LOADER_IGNORED,            /* awq, gptq, ...: the tensors are skipped */
+    KVCAL_LOADER_COMPRESSED_TENSORS, /* CompressedTensorsKVCacheMethod */
+    KVCAL_LOADER_BASE,               /* fp8, modelopt, quark: BaseKVCacheMethod */
+    KVCAL_LOADER_UNKNOWN,            /* a method vLLM 0.33 does not know */
+} loader;
+
+static loader loader_of(const cJSON *config, char *method, size_t size)
+{
+    const cJSON *qc = quant_config_of(config);
+    snprintf(method, size, "%s", "");
+    if (!cJSON_IsObject(qc))
+        return KVCAL_LOADER_NONE;
+    const cJSON *qm = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+    if (!cJSON_IsString(qm) || !qm->valuestring[0])
+        return KVCAL_LOADER_NONE;
+    size_t i = 0;
+    for (; qm->valuestring[i] && i + 1 < size; i++)
+        method[i] = (char)tolower((unsigned char)qm->valuestring[i]);
+    method[i] = '\0';
+    if (!strcmp(method, "compressed_tensors"))
+        snprintf(method, size, "compressed-tensors");
+    if (!strcmp(method, "compressed-tensors"))
+        return KVCAL_LOADER_COMPRESSED_TENSORS;
+    if (in_list(no_kv_methods, method))
+        return KVCAL_LOADER_IGNORED;
+    if (in_list(base_kv_methods, method))
+        return KVCAL_LOADER_BASE;
+    return KVCAL_LOADER_UNKNOWN;
+}
+
+/* What the checker learned from config.json. */
+typedef struct scheme {
+    loader loader;
+    int strategy; /* compressed-tensors: 1 attn_head, 0 tensor, -1 none, 2 unchecked */
+} scheme;
+
+/* Checks kv_cache_scheme of a compressed-tensors config. */
+static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
 {
     const char *startup = "vLLM refuses to start (NotImplementedError)";
-    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
-    if (!cJSON_IsObject(qc)) {
-        kvcal_report_add(
-            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
-            "config.json: quantization_config",
-            "vLLM finds no quantization method: it ignores the k_scale/v_scale "
-            "tensors and uses scale 1.0 for every layer",
-            "missing (kvcal convert --to checkpoint writes it)");
-        return -1;
-    }
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(qc, "kv_cache_scheme");
     if (!cJSON_IsObject(ks)) {
         kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
                          "config.json: quantization_config.kv_cache_scheme",
-                         "vLLM reads the scales as per-tensor; compressed-tensors and "
-                         "llm-compressor expect the scheme",
+                         "vLLM (compressed-tensors) then reads one scale per layer "
+                         "(shape [1]); llm-compressor writes the scheme",
                          "missing");
         return -1;
     }
@@ -168,9 +273,52 @@ static int check_scheme(const cJSON *config, kvcal_report_t *rep)
         !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(qc, "total_num_kv_heads")))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "config.json: quantization_config.total_num_kv_heads",
-                         "vLLM's per-head loader divides by it and fails",
+                         "vLLM's attn_head scale loader reads it to slice each rank's "
+                         "heads and fails to load the model without it",
                          "missing for strategy attn_head");
     return head;
+}
+
+/* Finds the loader of config.json's quantization method; reports the
+ * configurations whose scales vLLM never uses. */
+static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
+{
+    char method[64];
+    scheme sc = {loader_of(config, method, sizeof method), -1};
+    const cJSON *qc = quant_config_of(config);
+    if (sc.loader == KVCAL_LOADER_NONE)
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+            "config.json: quantization_config",
+            "vLLM refuses to load the model: with no quantization method its weight "
+            "loader has no parameter for the k_scale / v_scale tensors (ValueError: "
+            "There is no module or parameter named 'layers.0.self_attn.k_scale')",
+            cJSON_IsObject(qc) ? "has no quant_method (kvcal convert --to checkpoint "
+                                 "writes \"compressed-tensors\")"
+                               : "missing (kvcal convert --to checkpoint writes it)");
+    else if (sc.loader == KVCAL_LOADER_IGNORED)
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+            "config.json: quantization_config.quant_method",
+            "vLLM gives the attention layers no KV-cache method for it and skips the "
+            "k_scale / v_scale tensors: every layer uses scale 1.0",
+            "\"%.40s\" carries no KV-cache scales", method);
+    else if (sc.loader == KVCAL_LOADER_COMPRESSED_TENSORS)
+        sc.strategy = check_ct_scheme(qc, rep);
+    else if (sc.loader == KVCAL_LOADER_UNKNOWN)
+        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
+                         "config.json: quantization_config.quant_method",
+                         "vLLM 0.33 does not know it (only a plugin can add it): its "
+                         "KV-cache rules were not checked",
+                         "\"%.40s\"", method);
+    else if (strcmp(method, "fp8"))
+        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
+                         "config.json: quantization_config.quant_method",
+                         "kvcal checks vLLM's BaseKVCacheMethod rules, which its "
+                         "KV-cache method inherits; its own config checks are not "
+                         "modelled",
+                         "\"%.40s\"", method);
+    return sc;
 }
 
 /* The scale tensors of one layer. */
@@ -178,19 +326,19 @@ typedef struct layer_tensors {
     const kvcal_tensor_info *t[3]; /* by KIND_ */
 } layer_tensors;
 
-/* Reads one tensor's values (1 or H) into dst; reports shape/dtype/value
- * problems. Returns the number of values (0 on error). */
-static int read_scale_tensor(const kvcal_tensor_info *t, int heads, kvcal_report_t *rep,
-                             kvcal_value_tally *tally, float *dst)
+/* Reads one tensor's values (1 or H) into dst; reports shape and dtype
+ * problems as `sc`'s loader meets them. Returns the number of values (0 on
+ * error). */
+static int read_scale_tensor(const kvcal_tensor_info *t, int heads, scheme sc, int tp,
+                             kvcal_report_t *rep, float *dst)
 {
     int64_t n = t->numel;
-    int scalar = (t->ndim == 0) || (t->ndim == 1 && t->shape[0] == 1);
-    int per_head = (t->ndim == 3 && t->shape[1] == 1 && t->shape[2] == 1) || t->ndim == 1;
-    if (!scalar && !(per_head && n == heads)) {
-        char want[64];
-        snprintf(want, sizeof want, "[1] or [%d, 1, 1]", heads);
+    int ct = sc.loader != KVCAL_LOADER_BASE;
+    char want[64];
+    snprintf(want, sizeof want, "[1] or [%d, 1, 1]", heads);
+    if (n != 1 && !(ct && sc.strategy == 1 && n > heads) && n != heads) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
-                         "vLLM fails to load the checkpoint (shape mismatch)",
+                         "vLLM fails to load the model (shape mismatch)",
                          "shape has %lld values, expected %s (num_key_value_heads %d)",
                          (long long)n, want, heads);
         return 0;
@@ -204,22 +352,50 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, kvcal_report
             "dtype %s, expected F32, BF16 or F16", dn ? dn : "?");
         return 0;
     }
+    if (n > 1 && !ct) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                         "vLLM fails to load the model (ValueError: KV-cache scale "
+                         "expects a scalar weight): its BaseKVCacheMethod reads one "
+                         "scale per layer",
+                         "per-head-shaped (%lld values)", (long long)n);
+        return 0;
+    }
+    if (n > 1 && sc.strategy != 1 && sc.strategy != 2) {
+        char c[200];
+        snprintf(c, sizeof c,
+                 "vLLM fails to load the model (AssertionError: Attempted to load "
+                 "weight of %lld values into parameter ([1]))",
+                 (long long)n);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name, c,
+                         "per-head-shaped but %s",
+                         sc.strategy == 0 ? "kv_cache_scheme.strategy is \"tensor\""
+                                          : "config.json has no kv_cache_scheme "
+                                            "(strategy attn_head reads per-head scales)");
+        return 0;
+    }
+    if (n > heads) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
+                         "vLLM (compressed-tensors, attn_head) takes the first heads' "
+                         "values and ignores the rest",
+                         "shape has %lld values, expected %s (num_key_value_heads %d)",
+                         (long long)n, want, heads);
+        return 0;
+    }
+    if (n == 1 && heads > 1 && ct && sc.strategy == 1)
+        kvcal_report_add(rep, tp > 1 ? KVCAL_SEVERITY_ERROR : KVCAL_SEVERITY_WARNING,
+                         tp > 1 ? KVCAL_ERR_FORMAT : KVCAL_OK, t->name,
+                         tp > 1 ? "vLLM fails to load the model at tp > 1: ranks past "
+                                  "the first get an empty head slice"
+                                : "vLLM broadcasts it over the heads at tp 1 and fails "
+                                  "to load the model at tp > 1 (empty head slice)",
+                         "per-tensor-shaped but kv_cache_scheme.strategy is "
+                         "\"attn_head\"");
     if (kvcal_tensor_to_f32(t, dst) != KVCAL_OK) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name, CK_IGNORED,
                          "cannot be read: %s", kvcal_last_error());
         return 0;
     }
-    int ok = 1;
-    for (int64_t i = 0; i < n; i++) {
-        char place[160];
-        if (n > 1)
-            snprintf(place, sizeof place, "%s[%lld]", t->name, (long long)i);
-        else
-            snprintf(place, sizeof place, "%s", t->name);
-        ok &= kvcal_report_check_value(rep, KVCAL_FORMAT_CHECKPOINT, (double)dst[i],
-                                       place, tally);
-    }
-    return ok ? (int)n : 0;
+    return (int)n;
 }
 
 /* Collects the scale tensors by layer; reports duplicates and extra layers.
@@ -243,6 +419,7 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
     layer_tensors *lt = calloc((size_t)*num_layers, sizeof *lt);
     if (!lt)
         return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory for %d layers", *num_layers);
+    int old_names = 0;
     for (int i = 0; i < n; i++) {
         const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
         int kind;
@@ -252,7 +429,8 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
         if (l >= *num_layers) {
             kvcal_report_add(
                 rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
-                "vLLM finds no such attention layer and skips it with a warning",
+                "vLLM refuses to load the model (ValueError: There is no module or "
+                "parameter named 'layers.<i>')",
                 "layer %ld beyond the model's %d layers", l, *num_layers);
             continue;
         }
@@ -262,15 +440,41 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
                              "duplicates %s", lt[l].t[kind]->name);
             continue;
         }
+        if (strstr(t->name, "_proj.output_scale") && old_names++ == 0)
+            kvcal_report_add(
+                rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->name,
+                "in models whose weight mapper stacks q/k/v (Llama, Qwen2, Qwen3) vLLM "
+                "0.33 renames k_proj to qkv_proj before it maps scale names, finds no "
+                "parameter qkv_proj.output_scale and refuses to load the model; name "
+                "them self_attn.k_scale / v_scale",
+                "older name (compressed-tensors and quark)");
         lt[l].t[kind] = t;
     }
     *out = lt;
     return KVCAL_OK;
 }
 
+/* What BaseKVCacheMethod (start -1.0; both > 0 used; both < 0 give 1.0;
+ * else k must be > 0 and max(k, v) serves both) does with a bad value of
+ * the pair (k, v); NULL for the checker's own text. */
+static const char *base_bad_value(float k, float v, int is_k)
+{
+    if (k < 0.0f && v < 0.0f)
+        return "vLLM takes negative k_scale and v_scale for 'not in the checkpoint' "
+               "and uses 1.0 for both";
+    if (!(k > 0.0f))
+        return is_k ? "vLLM fails an assertion while loading the model "
+                      "(BaseKVCacheMethod needs k_scale > 0 unless both scales are "
+                      "missing or negative)"
+                    : NULL;
+    if (!is_k && !(v > 0.0f))
+        return "vLLM ignores it and uses k_scale for both K and V";
+    return "vLLM uses it and the layer's cache becomes NaN";
+}
+
 /* Reads and checks every layer into s (allocated here when out != NULL). */
 static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int heads,
-                                 int strategy, const kvcal_scales_ctx *ctx,
+                                 scheme sc, const kvcal_scales_ctx *ctx,
                                  kvcal_report_t *rep, kvcal_scales_t **out)
 {
     kvcal_status st = KVCAL_OK;
@@ -282,50 +486,68 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory reading %d layers", num_layers);
         goto fail;
     }
+    int base = sc.loader == KVCAL_LOADER_BASE;
     kvcal_value_tally tally = {0};
-    int per_head = 0, per_tensor = 0;
+    int per_head = 0;
     for (int l = 0; l < num_layers; l++) {
-        const kvcal_tensor_info *k = lt[l].t[KIND_K], *v = lt[l].t[KIND_V];
+        const kvcal_tensor_info *kt = lt[l].t[KIND_K], *vt = lt[l].t[KIND_V];
         const kvcal_tensor_info *kv = lt[l].t[KIND_KV];
-        if (!k && kv)
-            k = kv;
-        if (!v && kv)
-            v = kv;
         char place[64];
         snprintf(place, sizeof place, "model.layers.%d.self_attn", l);
-        if (!k && !v) {
+        if (kt && kv)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, kv->name,
+                             "vLLM renames it to k_scale, loads both and the last one "
+                             "read wins",
+                             "beside %s", kt->name);
+        if (!kt)
+            kt = kv;
+        if (!kt && !vt) {
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
                              CK_IGNORED, "no k_scale / v_scale tensor");
             continue;
         }
-        if (!k || !v) {
+        if (!kt)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
-                             "vLLM uses the present one for both K and V", "%s missing",
-                             k ? "v_scale" : "k_scale");
-            continue;
-        }
-        const kvcal_tensor_info *pair[2] = {k, v};
+                             base ? "vLLM fails an assertion while loading the model "
+                                    "(BaseKVCacheMethod: k_scale still -1 while v_scale "
+                                    "was loaded)"
+                                  : "vLLM (compressed-tensors) keeps K at scale 1.0",
+                             "k_scale missing");
+        else if (!vt && kt == kv && !base)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, kv->name,
+                             "vLLM (compressed-tensors) reads it as k_scale only: V "
+                             "keeps scale 1.0; write k_scale and v_scale",
+                             "deprecated single kv_scale");
+        else if (!vt && kt != kv)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
+                             base ? "vLLM uses k_scale for both K and V"
+                                  : "vLLM (compressed-tensors) keeps V at scale 1.0",
+                             "v_scale missing");
+        if (!vt && kt == kv && base)
+            vt = kv;
+        const kvcal_tensor_info *pair[2] = {kt, vt};
         for (int i = 0; i < 2; i++) {
             float *dst = vals + ((size_t)l * 2 + i) * heads;
-            int n = read_scale_tensor(pair[i], heads, rep, &tally, dst);
+            int n =
+                pair[i] ? read_scale_tensor(pair[i], heads, sc, ctx->tp, rep, dst) : 0;
             counts[l * 2 + i] = n;
-            if (n == heads && heads > 1)
-                per_head++;
-            else if (n == 1)
-                per_tensor++;
-            if ((strategy == 0 && n > 1) || (strategy == 1 && n == 1 && heads > 1))
-                kvcal_report_add(
-                    rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, pair[i]->name,
-                    "vLLM fails to load it (parameter shape differs)",
-                    "%s-shaped but kv_cache_scheme.strategy is \"%s\"",
-                    n > 1 ? "per-head" : "per-tensor", strategy ? "attn_head" : "tensor");
+            per_head |= n == heads && heads > 1;
         }
+        float k0 = counts[l * 2] ? vals[(size_t)l * 2 * heads] : -1.0f;
+        float v0 = counts[l * 2 + 1] ? vals[((size_t)l * 2 + 1) * heads] : -1.0f;
+        for (int i = 0; i < 2; i++)
+            for (int h = 0; h < counts[l * 2 + i]; h++) {
+                char at[160];
+                if (counts[l * 2 + i] > 1)
+                    snprintf(at, sizeof at, "%s[%d]", pair[i]->name, h);
+                else
+                    snprintf(at, sizeof at, "%s", pair[i]->name);
+                float x = vals[((size_t)l * 2 + i) * heads + h];
+                kvcal_report_check_value_as(rep, KVCAL_FORMAT_CHECKPOINT,
+                                            base ? base_bad_value(k0, v0, i == 0) : NULL,
+                                            (double)x, at, &tally);
+            }
     }
-    if (per_head && per_tensor)
-        kvcal_report_add(
-            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "", CK_IGNORED,
-            "%d tensors are per head and %d per tensor: one strategy for all", per_head,
-            per_tensor);
     if (per_head)
         kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads,
                                     ctx->tp);
@@ -449,13 +671,14 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
         }
         c.model = &own;
     }
-    int strategy = -1;
+    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2};
     if (config)
-        strategy = check_scheme(config, rep);
+        sc = check_scheme(config, rep);
     else
         kvcal_report_add(
             rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "config.json",
-            "quantization_config.kv_cache_scheme, which vLLM needs, was not checked",
+            "quantization_config, which tells vLLM how to read the scales, was not "
+            "checked",
             "not found next to the scales");
     if (kvcal_checkpoint_open(open_path, &ck) != KVCAL_OK) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "",
@@ -475,6 +698,8 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
                          "no model.layers.<i>.self_attn.k_scale / v_scale tensors");
         goto fail;
     }
+    if (sc.loader == KVCAL_LOADER_IGNORED)
+        goto fail;
     int heads = c.model ? c.model->num_kv_heads : 0;
     if (!heads)
         for (int l = 0; l < num_layers; l++)
@@ -483,7 +708,7 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
                     heads = (int)lt[l].t[k]->numel;
     if (heads < 1)
         heads = 1;
-    st = check_layers(lt, num_layers, heads, strategy, &c, rep, out);
+    st = check_layers(lt, num_layers, heads, sc, &c, rep, out);
 fail:
     free(lt);
     kvcal_checkpoint_close(ck);
@@ -516,16 +741,38 @@ static int set_item(cJSON *obj, const char *key, cJSON *item)
 }
 
 /* Merges kv_cache_scheme into the model's config.json, keeping every other
- * field; a new quantization_config says quant_method compressed-tensors. */
+ * field; a new quantization_config says quant_method compressed-tensors.
+ * Refuses a quantization method whose vLLM loader would not use the scales
+ * (io/scales_checkpoint.c, "What ... vLLM 0.33.0 do"). */
 static kvcal_status merge_config(cJSON *config, const kvcal_scales_t *s, int per_head,
                                  const char *path)
 {
-    cJSON *qc = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
+    cJSON *qc = quant_config_of(config);
     if (qc && !cJSON_IsObject(qc))
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: quantization_config is not an object; fix "
                           "config.json first",
                           path);
+    char method[64];
+    loader ld = loader_of(config, method, sizeof method);
+    if (qc && ld == KVCAL_LOADER_NONE)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config has no quant_method, so vLLM would "
+                          "not read the scales; fix config.json first",
+                          path);
+    if (ld == KVCAL_LOADER_IGNORED)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: quantization_config.quant_method is \"%s\": vLLM gives "
+                          "its attention layers no KV-cache method and skips k_scale / "
+                          "v_scale, so the scales would never be used",
+                          path, method);
+    if (ld == KVCAL_LOADER_BASE && per_head)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: quantization_config.quant_method is \"%s\", whose vLLM "
+                          "KV-cache method (BaseKVCacheMethod) reads one scale per "
+                          "layer: per-head scales would fail to load; calibrate with "
+                          "--granularity tensor",
+                          path, method);
     int ok = 1;
     if (!qc) {
         qc = cJSON_AddObjectToObject(config, "quantization_config");

@@ -57,18 +57,15 @@ static void report_not_json(kvcal_report_t *rep, const char *name, const char *d
     if (!strncmp(d, name, n) && d[n] == ':')
         d += n + 1;
     int line = 0, col = 0, used = 0;
-    const char *consequence =
-        "vLLM/sglang cannot parse it and use scale 1.0 for every layer";
+    const char *consequence = "sglang cannot parse it and uses scale 1.0 for every layer";
     if (strstr(d, "duplicate key"))
-        consequence = "Python's json (vLLM/sglang) silently keeps the last value, other "
+        consequence = "Python's json (sglang) silently keeps the last value, other "
                       "readers the first";
     else if (strstr(d, "NaN") || strstr(d, "Infinity"))
-        consequence =
-            "Python's json (vLLM/sglang) reads it and the layer's cache becomes NaN";
+        consequence = "Python's json (sglang) reads it and the layer's cache becomes NaN";
     else if (strstr(d, "out of the range"))
-        consequence =
-            "Python's json (vLLM/sglang) reads it as Infinity and the layer's cache "
-            "becomes NaN";
+        consequence = "Python's json (sglang) reads it as Infinity and the layer's cache "
+                      "becomes NaN";
     if (sscanf(d, "%d:%d: %n", &line, &col, &used) == 2 && used > 0)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "", consequence,
                          "not JSON at line %d, column %d: %s", line, col, d + used);
@@ -93,7 +90,7 @@ static kvcal_status check_any(const char *path, const kvcal_scales_ctx *ctx,
         return kvcal_fail(KVCAL_ERR_IO, "%s: not a regular file or directory", path);
     if (sb.st_size == 0) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "",
-                         "vLLM/sglang cannot parse it and use scale 1.0 for every layer",
+                         "sglang cannot parse it and uses scale 1.0 for every layer",
                          "the file is empty");
         return KVCAL_OK;
     }
@@ -111,8 +108,7 @@ static kvcal_status check_any(const char *path, const kvcal_scales_ctx *ctx,
         st = kvcal_scales_check_legacy(root, ctx, rep, out);
     else
         kvcal_report_add(
-            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "",
-            "vLLM/sglang reject the file and use scale 1.0 for every layer",
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "", KVCAL_LEGACY_REJECTED,
             "neither a legacy scales file (no \"kv_cache\") nor a kvcal one (no "
             "\"format\")");
     cJSON_Delete(root);

@@ -1,5 +1,6 @@
 /* io/scales_legacy.c: the legacy KV-cache scales JSON read by sglang
- * (--quantization-param-path) and by vLLM before 2025:
+ * (--quantization-param-path; vLLM 0.4.1 to 0.6.6.post1 read it too, and
+ * vLLM 0.7.0 removed the reader):
  *
  *   {"model_type": "llama",
  *    "kv_cache": {"dtype": "float8_e4m3fn",
@@ -8,8 +9,26 @@
  * One scale per layer and rank, shared by K and V: max(k, v) over the kv
  * heads the rank holds. Rank r of tp holds heads [r*H/tp, (r+1)*H/tp); when
  * H < tp the heads are replicated and rank r holds head r*H/tp (vLLM
- * QKVParallelLinear). The rules the engines apply are listed in
- * io/scales_validate.h; every one is checked here. */
+ * QKVParallelLinear).
+ *
+ * What sglang 0.5.23 does with it (python/sglang/srt/model_loader/
+ * weight_utils.py: kv_cache_scales_loader and the pydantic models
+ * QuantParamSchema / KVCacheQuantSchema; each rank's loader reads the whole
+ * file; any exception is logged and that rank keeps scale 1.0 for every
+ * layer):
+ * - json.load, then pydantic 2 in lax mode: rank and layer keys are read as
+ *   Python ints (kvcal_parse_pydantic_int_key: "07", "+7", " 7", "7.0",
+ *   "1_0" are integers, "rank0" is not), and of two keys that read as the
+ *   same int the later one stays;
+ * - dtype must be "float8_e4m3fn"; the model_type key is required (null
+ *   allowed) and must equal the model's; there must be as many distinct
+ *   ranks as tp, 0..tp-1 all present, and in every rank as many distinct
+ *   layers as num_hidden_layers; the rank being loaded must hold every layer
+ *   0..L-1, so a rank whose count is right but that lacks a layer fails on
+ *   that rank alone;
+ * - values are floats in lax mode ("0.05" and true pass; NaN, Infinity and
+ *   1e400 come through json.load) with no range check; unknown keys are
+ *   ignored. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,24 +53,6 @@ static void rank_heads(int num_kv_heads, int tp, int r, int *first, int *count)
         *first = r * num_kv_heads / tp;
         *count = 1;
     }
-}
-
-/* Reports a rank or layer key that is not a plain decimal integer. */
-static void report_bad_key(kvcal_report_t *rep, const char *place, const char *what,
-                           const char *key)
-{
-    char *end = NULL;
-    long v = strtol(key, &end, 10);
-    int python_int = end != key && *end == '\0';
-    char consequence[200];
-    if (python_int)
-        snprintf(consequence, sizeof consequence,
-                 "vLLM/sglang read it as %ld, other readers reject it; write \"%ld\"", v,
-                 v);
-    else
-        snprintf(consequence, sizeof consequence, "%s", KVCAL_LEGACY_REJECTED);
-    kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, consequence,
-                     "%s key \"%.40s\" is not a plain decimal integer", what, key);
 }
 
 static void check_model_type(const cJSON *root, const kvcal_scales_ctx *ctx,
@@ -89,64 +90,148 @@ static void check_unknown_keys(const cJSON *obj, const char *place,
             ok |= !strcmp(c->string, *k);
         if (!ok)
             kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place,
-                             "vLLM/sglang ignore it", "unknown key \"%.40s\"", c->string);
+                             "sglang ignores it (the schema drops unknown keys)",
+                             "unknown key \"%.40s\"", c->string);
     }
 }
 
-/* The layer table of one rank: values[l] and present[l] for l < num_layers;
- * reports bad keys, values, extra and missing layers. */
-static void check_rank_layers(const cJSON *layers, int r, int num_layers,
-                              int known_layers, kvcal_report_t *rep, kvcal_value_tally *t,
-                              float *values, unsigned char *present)
+/* --- integer keys ----------------------------------------------------------- */
+
+/* A rank or layer key the schema reads as an int. */
+typedef struct int_key {
+    long value;
+    int order; /* position in the file */
+    const cJSON *node;
+} int_key;
+
+static int compare_keys(const void *a, const void *b)
 {
-    char place[128];
-    int extra = 0, first_extra = -1;
-    for (const cJSON *c = layers->child; c; c = c->next) {
-        snprintf(place, sizeof place, "kv_cache.scaling_factor.%d", r);
-        long l = kvcal_parse_index_key(c->string);
-        if (l < 0) {
-            report_bad_key(rep, place, "layer", c->string);
+    const int_key *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value < y->value ? -1 : 1;
+    return x->order - y->order;
+}
+
+/* Reads the keys of obj as sglang does: errors for keys that are not
+ * integers, warnings for integers not spelled in plain decimal and for keys
+ * that read as the same int. *out (caller frees) holds the accepted keys
+ * sorted by value, the later of equal ones last; *count how many. */
+static kvcal_status read_int_keys(const cJSON *obj, const char *place, const char *what,
+                                  kvcal_report_t *rep, int_key **out, int *count)
+{
+    int n = cJSON_GetArraySize(obj), k = 0, order = 0;
+    int_key *keys = calloc((size_t)(n > 0 ? n : 1), sizeof *keys);
+    *out = keys;
+    *count = 0;
+    if (!keys)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory for %d %s keys", n, what);
+    for (const cJSON *c = obj->child; c; c = c->next, order++) {
+        long v = 0;
+        kvcal_int_key kind = kvcal_parse_pydantic_int_key(c->string, &v);
+        if (kind == KVCAL_INT_KEY_REJECTED) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVCAL_LEGACY_REJECTED, "%s key \"%.40s\" is not an integer",
+                             what, c->string);
             continue;
         }
-        if (l >= num_layers) {
-            if (extra++ == 0)
-                first_extra = (int)l;
-            continue;
+        if (kind == KVCAL_INT_KEY_NORMALIZED) {
+            char consequence[160];
+            snprintf(consequence, sizeof consequence,
+                     "sglang (pydantic, lax mode) reads it as %s %ld; write \"%ld\"",
+                     what, v, v);
+            kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place, consequence,
+                             "%s key \"%.40s\" is not a plain decimal integer", what,
+                             c->string);
         }
-        snprintf(place, sizeof place, "kv_cache.scaling_factor.%d.%ld", r, l);
-        float v;
-        if (kvcal_report_check_scale_node(rep, KVCAL_FORMAT_LEGACY_JSON, c, place, t, &v))
-            values[l] = v;
-        present[l] = 1;
+        keys[k++] = (int_key){v, order, c};
     }
-    snprintf(place, sizeof place, "kv_cache.scaling_factor.%d", r);
+    qsort(keys, (size_t)k, sizeof *keys, compare_keys);
+    for (int i = 1; i < k; i++)
+        if (keys[i].value == keys[i - 1].value)
+            kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place,
+                             "sglang keeps the later one; write each key once",
+                             "%s keys \"%.40s\" and \"%.40s\" both read as %s %ld", what,
+                             keys[i - 1].node->string, keys[i].node->string, what,
+                             keys[i].value);
+    *count = k;
+    return KVCAL_OK;
+}
+
+/* The layer table of one rank (place: "kv_cache.scaling_factor.<key>").
+ * Every key and value is checked; when `values` is not NULL (the rank the
+ * schema keeps for index r) the layer count and coverage are checked too
+ * and the scales stored in values[l] (0 where invalid) and present[l]. */
+static kvcal_status check_rank_layers(const cJSON *layers, const char *place, int r,
+                                      int num_layers, int known_layers,
+                                      kvcal_report_t *rep, float *values,
+                                      unsigned char *present)
+{
+    int_key *keys = NULL;
+    int n = 0;
+    kvcal_status st = read_int_keys(layers, place, "layer", rep, &keys, &n);
+    if (st)
+        goto fail;
+    int inside = 0, extra = 0;
+    long first_extra = 0;
+    for (int i = 0; i < n; i++) {
+        long l = keys[i].value;
+        int last = i + 1 == n || keys[i + 1].value != l;
+        char at[200];
+        snprintf(at, sizeof at, "%s.%.40s", place, keys[i].node->string);
+        float v = 0.0f;
+        int ok = kvcal_report_check_scale_node(rep, KVCAL_FORMAT_LEGACY_JSON,
+                                               keys[i].node, at, NULL, &v);
+        if (!last)
+            continue;
+        if (l < 0 || l >= num_layers) {
+            if (extra++ == 0)
+                first_extra = l;
+            continue;
+        }
+        inside++;
+        if (values) {
+            values[l] = ok ? v : 0.0f;
+            present[l] = 1;
+        }
+    }
+    if (!values)
+        goto fail;
+    int missing = num_layers - inside, first_missing = -1;
+    for (int l = 0; l < num_layers && first_missing < 0; l++)
+        if (!present[l])
+            first_missing = l;
+    char rank_only[160];
+    snprintf(rank_only, sizeof rank_only,
+             "sglang's rank %d rejects the file and uses scale 1.0 for every layer "
+             "(the other ranks load it)",
+             r);
+    const char *consequence =
+        inside + extra == num_layers ? rank_only : KVCAL_LEGACY_REJECTED;
     if (extra)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
-                         KVCAL_LEGACY_REJECTED,
-                         "%d layer(s) beyond the %s %d (first: %d)", extra,
+                         consequence, "%d layer(s) beyond the %s %d (first: %ld)", extra,
                          known_layers ? "model's num_hidden_layers" : "layer limit",
                          num_layers, first_extra);
-    int missing = 0, first_missing = -1;
-    for (int l = 0; l < num_layers; l++)
-        if (!present[l] && missing++ == 0)
-            first_missing = l;
     if (missing)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, place,
-                         KVCAL_LEGACY_REJECTED,
-                         "rank %d lacks %d of %d layers (first: layer %d)", r, missing,
-                         num_layers, first_missing);
+                         consequence, "rank %d lacks %d of %d layers (first: layer %d)",
+                         r, missing, num_layers, first_missing);
+fail:
+    free(keys);
+    return st;
 }
 
-/* Layers the file describes when no model is given: 1 + the largest valid
- * layer index of any rank (capped). */
+/* Layers the file describes when no model is given: 1 + the largest layer
+ * index of any rank (capped). */
 static int count_file_layers(const cJSON *sf)
 {
     long n = 0;
     for (const cJSON *rank = sf->child; rank; rank = rank->next)
         if (cJSON_IsObject(rank))
             for (const cJSON *c = rank->child; c; c = c->next) {
-                long l = kvcal_parse_index_key(c->string);
-                if (l >= 0 && l < LEGACY_MAX_LAYERS && l + 1 > n)
+                long l = 0;
+                if (kvcal_parse_pydantic_int_key(c->string, &l) && l >= 0 &&
+                    l < LEGACY_MAX_LAYERS && l + 1 > n)
                     n = l + 1;
             }
     return (int)n;
@@ -218,7 +303,7 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
     else if (strcmp(dtype->valuestring, LEGACY_DTYPE))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
                          "kv_cache.dtype", KVCAL_LEGACY_REJECTED,
-                         "\"%.40s\", but the engines accept only \"" LEGACY_DTYPE "\"",
+                         "\"%.40s\", but sglang accepts only \"" LEGACY_DTYPE "\"",
                          dtype->valuestring);
     const cJSON *sf = cJSON_GetObjectItemCaseSensitive(kv, "scaling_factor");
     if (!cJSON_IsObject(sf)) {
@@ -228,12 +313,32 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
         return kvcal_report_status(rep);
     }
 
-    int num_ranks = cJSON_GetArraySize(sf);
-    if (num_ranks == 0) {
+    int raw_ranks = cJSON_GetArraySize(sf);
+    if (raw_ranks == 0) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED, "no ranks");
         return kvcal_report_status(rep);
     }
+    if (raw_ranks > LEGACY_MAX_RANKS) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
+                         "%d ranks (more than %d)", raw_ranks, LEGACY_MAX_RANKS);
+        return kvcal_report_status(rep);
+    }
+    kvcal_value_tally tally = {0};
+    float *values = NULL;
+    unsigned char *present = NULL, *rank_seen = NULL;
+    int_key *ranks = NULL;
+    int num_keys = 0;
+    kvcal_status st =
+        read_int_keys(sf, "kv_cache.scaling_factor", "rank", rep, &ranks, &num_keys);
+    if (st)
+        goto fail;
+    int num_ranks = 0;
+    for (int i = 0; i < num_keys; i++)
+        num_ranks += i == 0 || ranks[i].value != ranks[i - 1].value;
+    if (num_ranks == 0)
+        goto fail;
     if (ctx->tp > 0 && num_ranks != ctx->tp)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
                          "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
@@ -242,57 +347,58 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
     if (ctx->model)
         kvcal_report_check_tp_split(rep, "kv_cache.scaling_factor",
                                     ctx->model->num_kv_heads, num_ranks);
-    if (num_ranks > LEGACY_MAX_RANKS) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
-                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
-                         "%d ranks (more than %d)", num_ranks, LEGACY_MAX_RANKS);
-        return kvcal_report_status(rep);
-    }
     int known_layers = ctx->model != NULL;
     int num_layers = known_layers ? ctx->model->num_layers : count_file_layers(sf);
     if (num_layers <= 0)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
                          "no layer has an integer key");
-
-    kvcal_status st = KVCAL_OK;
-    kvcal_value_tally tally = {0};
-    size_t cells = (size_t)num_ranks * (size_t)(num_layers > 0 ? num_layers : 1);
-    float *values = calloc(cells, sizeof *values);
-    unsigned char *present = calloc((size_t)(num_layers > 0 ? num_layers : 1), 1);
-    unsigned char *rank_seen = calloc((size_t)num_ranks, 1);
+    size_t layers1 = (size_t)(num_layers > 0 ? num_layers : 1);
+    values = calloc((size_t)num_ranks * layers1, sizeof *values);
+    present = calloc(layers1, 1);
+    rank_seen = calloc((size_t)num_ranks, 1);
     if (!values || !present || !rank_seen) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for %d ranks x %d layers",
                         ctx->name, num_ranks, num_layers);
         goto fail;
     }
-    for (const cJSON *rank = sf->child; rank; rank = rank->next) {
-        long r = kvcal_parse_index_key(rank->string);
-        if (r < 0) {
-            report_bad_key(rep, "kv_cache.scaling_factor", "rank", rank->string);
-            continue;
-        }
-        if (r >= num_ranks) {
+    for (int i = 0; i < num_keys && !st; i++) {
+        long r = ranks[i].value;
+        int last = i + 1 == num_keys || ranks[i + 1].value != r;
+        int inside = r >= 0 && r < num_ranks;
+        if (last && !inside)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                              "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
                              "rank %ld but only %d ranks (ranks must be 0..%d)", r,
                              num_ranks, num_ranks - 1);
-            continue;
-        }
-        rank_seen[r] = 1;
-        if (!cJSON_IsObject(rank)) {
-            char place[64];
-            snprintf(place, sizeof place, "kv_cache.scaling_factor.%ld", r);
+        char place[128];
+        snprintf(place, sizeof place, "kv_cache.scaling_factor.%.40s",
+                 ranks[i].node->string);
+        if (!cJSON_IsObject(ranks[i].node)) {
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
                              KVCAL_LEGACY_REJECTED, "not an object of layer scales");
             continue;
         }
-        memset(present, 0, (size_t)(num_layers > 0 ? num_layers : 1));
-        check_rank_layers(rank, (int)r, num_layers, known_layers, rep, &tally,
-                          values + (size_t)r * num_layers, present);
+        int keep = last && inside && num_layers > 0;
+        if (keep) {
+            rank_seen[r] = 1;
+            memset(present, 0, layers1);
+        }
+        st = check_rank_layers(ranks[i].node, place, (int)r,
+                               num_layers > 0 ? num_layers : 0, known_layers, rep,
+                               keep ? values + (size_t)r * layers1 : NULL, present);
+        for (int l = 0; keep && l < num_layers; l++) {
+            float v = values[(size_t)r * layers1 + l];
+            char at[160];
+            snprintf(at, sizeof at, "%s.%d", place, l);
+            if (v > 0.0f)
+                kvcal_report_check_value(rep, KVCAL_FORMAT_LEGACY_JSON, v, at, &tally);
+        }
     }
+    if (st)
+        goto fail;
     for (int r = 0; r < num_ranks; r++)
-        if (!rank_seen[r])
+        if (!rank_seen[r] && num_layers > 0)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                              "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
                              "rank %d missing", r);
@@ -304,10 +410,11 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
                           cJSON_IsString(mt) ? mt->valuestring : NULL, out);
     }
 fail:
+    free(ranks);
     free(values);
     free(present);
     free(rank_seen);
-    return st;
+    return st ? st : kvcal_report_status(rep);
 }
 
 /* --- writer ------------------------------------------------------------- */

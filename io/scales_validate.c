@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -182,26 +183,28 @@ kvcal_status kvcal_report_fail_first(const kvcal_report_t *r, const char *name)
 
 /* --- scale values -------------------------------------------------------- */
 
-/* What an engine does with a zero / negative / non-finite scale. */
+/* What an engine does with a zero / negative / non-finite scale. The
+ * checkpoint texts are those of vLLM's compressed-tensors KV-cache method,
+ * the convention kvcal writes; io/scales_checkpoint.c passes its own for
+ * the other quantization methods. */
 static const char *bad_value_consequence(kvcal_format format, const char *kind)
 {
     if (format == KVCAL_FORMAT_LEGACY_JSON) {
         if (!strcmp(kind, "zero"))
-            return "vLLM/sglang load it unchecked and divide by it: the layer's cache "
-                   "becomes Inf/NaN";
+            return "sglang loads it unchecked (the schema has no range check): a "
+                   "backend that applies it divides by zero";
         if (!strcmp(kind, "negative"))
-            return "vLLM/sglang load it unchecked: every cached K/V of the layer flips "
-                   "sign";
-        return "vLLM/sglang load it unchecked: the layer's cache becomes NaN";
+            return "sglang loads it unchecked (the schema has no range check)";
+        return "sglang loads it unchecked: the layer's cache becomes NaN";
     }
     if (format == KVCAL_FORMAT_CHECKPOINT) {
-        if (!strcmp(kind, "negative"))
-            return "vLLM takes a negative scale for 'not in the checkpoint' and uses "
-                   "1.0, "
-                   "or fails an assertion when only one of K/V is negative";
         if (!strcmp(kind, "zero"))
-            return "vLLM fails an assertion while loading the model";
-        return "vLLM loads it and the layer's cache becomes NaN";
+            return "vLLM (compressed-tensors) loads it unchecked and fails only later: "
+                   "the cache write divides by it";
+        if (!strcmp(kind, "negative"))
+            return "vLLM (compressed-tensors) loads it unchecked: nothing at load "
+                   "checks the sign";
+        return "vLLM (compressed-tensors) loads it and the layer's cache becomes NaN";
     }
     return "kvcal refuses to load or convert the file";
 }
@@ -212,23 +215,28 @@ static void tally_first(char *dst, size_t size, const char *place, int *count)
         snprintf(dst, size, "%s", place);
 }
 
-int kvcal_report_check_value(kvcal_report_t *r, kvcal_format format, double v,
-                             const char *place, kvcal_value_tally *t)
+int kvcal_report_check_value_as(kvcal_report_t *r, kvcal_format format,
+                                const char *consequence, double v, const char *place,
+                                kvcal_value_tally *t)
 {
     if (isnan(v) || isinf(v)) {
         kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
-                         bad_value_consequence(format, "nonfinite"),
+                         consequence ? consequence
+                                     : bad_value_consequence(format, "nonfinite"),
                          "scale %s is not finite", isnan(v) ? "NaN" : "Inf");
         return 0;
     }
     if (v == 0.0) {
         kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
-                         bad_value_consequence(format, "zero"), "scale is 0");
+                         consequence ? consequence
+                                     : bad_value_consequence(format, "zero"),
+                         "scale is 0");
         return 0;
     }
     if (v < 0.0) {
         kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NONFINITE, place,
-                         bad_value_consequence(format, "negative"),
+                         consequence ? consequence
+                                     : bad_value_consequence(format, "negative"),
                          "scale %g is negative", v);
         return 0;
     }
@@ -260,6 +268,12 @@ int kvcal_report_check_value(kvcal_report_t *r, kvcal_format format, double v,
     return 1;
 }
 
+int kvcal_report_check_value(kvcal_report_t *r, kvcal_format format, double v,
+                             const char *place, kvcal_value_tally *t)
+{
+    return kvcal_report_check_value_as(r, format, NULL, v, place, t);
+}
+
 int kvcal_report_check_scale_node(kvcal_report_t *r, kvcal_format format,
                                   const cJSON *node, const char *place,
                                   kvcal_value_tally *t, float *out)
@@ -270,22 +284,22 @@ int kvcal_report_check_scale_node(kvcal_report_t *r, kvcal_format format,
         errno = 0;
         strtod(node->valuestring, &end);
         int numeric = end != node->valuestring && *end == '\0' && errno == 0;
-        kvcal_report_add(
-            r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
-            !legacy   ? "kvcal refuses to load or convert the file"
-            : numeric ? "vLLM/sglang (pydantic, lax mode) read it as a number, "
-                        "stricter readers reject it; write a JSON number"
-                      : KVCAL_LEGACY_REJECTED,
-            "scale is the string \"%.40s\", not a number", node->valuestring);
+        kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                         !legacy   ? "kvcal refuses to load or convert the file"
+                         : numeric ? "sglang (pydantic, lax mode) reads it as a number, "
+                                     "stricter readers reject it; write a JSON number"
+                                   : KVCAL_LEGACY_REJECTED,
+                         "scale is the string \"%.40s\", not a number",
+                         node->valuestring);
         return 0;
     }
     if (cJSON_IsBool(node)) {
-        kvcal_report_add(
-            r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
-            legacy ? "vLLM/sglang (pydantic, lax mode) read true as 1.0 and false "
-                     "as 0.0"
-                   : "kvcal refuses to load or convert the file",
-            "scale is a boolean, not a number");
+        kvcal_report_add(r, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                         legacy
+                             ? "sglang (pydantic, lax mode) reads true as 1.0 and false "
+                               "as 0.0"
+                             : "kvcal refuses to load or convert the file",
+                         "scale is a boolean, not a number");
         return 0;
     }
     if (!cJSON_IsNumber(node)) {
@@ -308,7 +322,7 @@ int kvcal_report_check_scale_node(kvcal_report_t *r, kvcal_format format,
 void kvcal_report_flush_tally(kvcal_report_t *r, kvcal_format format,
                               const kvcal_value_tally *t)
 {
-    const char *engine = format == KVCAL_FORMAT_LEGACY_JSON  ? "vLLM/sglang use"
+    const char *engine = format == KVCAL_FORMAT_LEGACY_JSON  ? "sglang uses"
                          : format == KVCAL_FORMAT_CHECKPOINT ? "vLLM uses"
                                                              : "engines use";
     char c1[160], c2[160], c3[200];
@@ -365,4 +379,149 @@ long kvcal_parse_index_key(const char *key)
         v = v * 10 + (*p - '0');
     }
     return v;
+}
+
+/* --- integer keys as pydantic reads them ------------------------------------ */
+
+/* Bytes of the Unicode White_Space character starting at s[0] (what Rust's
+ * str::trim strips), 0 when s does not start with one. */
+static size_t space_at(const unsigned char *s, size_t n)
+{
+    if (n >= 1 && ((s[0] >= 0x09 && s[0] <= 0x0d) || s[0] == ' '))
+        return 1;
+    if (n >= 2 && s[0] == 0xc2 && (s[1] == 0x85 || s[1] == 0xa0))
+        return 2;
+    if (n < 3)
+        return 0;
+    if ((s[0] == 0xe1 && s[1] == 0x9a && s[2] == 0x80) || /* U+1680 */
+        (s[0] == 0xe2 && s[1] == 0x80 &&
+         ((s[2] >= 0x80 && s[2] <= 0x8a) || s[2] == 0xa8 || s[2] == 0xa9 ||
+          s[2] == 0xaf)) ||                               /* U+2000.. */
+        (s[0] == 0xe2 && s[1] == 0x81 && s[2] == 0x9f) || /* U+205F */
+        (s[0] == 0xe3 && s[1] == 0x80 && s[2] == 0x80))   /* U+3000 */
+        return 3;
+    return 0;
+}
+
+/* Bytes of the White_Space character ending at s[n - 1], 0 when none. */
+static size_t space_before(const unsigned char *s, size_t n)
+{
+    for (size_t k = 1; k <= 3 && k <= n; k++)
+        if (space_at(s + n - k, k) == k)
+            return k;
+    return 0;
+}
+
+/* A JSON integer (-?(0|[1-9][0-9]*)) of at most 4300 digits, as jiter's
+ * NumberInt reads it; *v clamped to long. Returns 1 when s[0..n) is one. */
+static int json_int(const char *s, size_t n, long *v)
+{
+    size_t i = 0;
+    int neg = n > 0 && s[0] == '-';
+    i += (size_t)neg;
+    if (i == n || (s[i] == '0' && n - i > 1) || n - i > 4300)
+        return 0;
+    unsigned long long m = 0;
+    int big = 0;
+    for (; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return 0;
+        unsigned d = (unsigned)(s[i] - '0');
+        big |= m > (ULLONG_MAX - d) / 10;
+        m = big ? m : m * 10 + d;
+    }
+    if (neg)
+        *v = big || m > (unsigned long long)LONG_MAX + 1 ? LONG_MIN
+             : m == 0                                    ? 0
+                                                         : -(long)(m - 1) - 1;
+    else
+        *v = big || m > (unsigned long long)LONG_MAX ? LONG_MAX : (long)m;
+    return 1;
+}
+
+/* pydantic-core's clean_int_str: the spelling it retries as an integer
+ * after the plain JSON form failed, written into out (size > n + 1).
+ * Returns 0 when it gives up. */
+static int clean_int_key(const char *key, char *out)
+{
+    size_t before = strlen(key), b = 0, e = before, k;
+    const unsigned char *u = (const unsigned char *)key;
+    while (b < e && (k = space_at(u + b, e - b)) > 0)
+        b += k;
+    while (e > b && (k = space_before(u + b, e - b)) > 0)
+        e -= k;
+    const char *s = key + b;
+    size_t n = e - b;
+    if (n && s[0] == '+') {
+        if (n > 1 && s[1] == '-')
+            return 0;
+        s++, n--;
+    }
+    int neg = 0;
+    if (n && s[0] == '-') {
+        if (n > 1 && (s[1] == '-' || s[1] == '+'))
+            return 0;
+        neg = 1;
+        s++, n--;
+    }
+    if (n == 0 || !(s[0] == '0' || (s[0] >= '1' && s[0] <= '9') || s[0] == '-'))
+        return 0;
+    if (s[0] == '0') {
+        size_t i = 1;
+        while (i < n && (s[i] == '0' || s[i] == '_'))
+            i++;
+        if (i == n) {
+            s += n - 1, n = 1;
+        } else if ((s[i] >= '1' && s[i] <= '9') || s[i] == '-') {
+            s += i, n -= i;
+        } else if (s[i] == '.') {
+            s += i - 1, n -= i - 1;
+        } else {
+            return 0;
+        }
+    }
+    const char *dot = memchr(s, '.', n);
+    if (dot && (size_t)(dot - s) + 1 < n) {
+        size_t at = (size_t)(dot - s), z = at + 1;
+        while (z < n && s[z] == '0')
+            z++;
+        if (z == n)
+            n = at;
+    }
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    int unders = memchr(s, '_', n) != NULL;
+    int ok_unders = unders && s[0] != '_' && s[n - 1] != '_';
+    for (size_t i = 0; ok_unders && i + 1 < n; i++)
+        ok_unders = !(s[i] == '_' && s[i + 1] == '_');
+    if (ok_unders) {
+        for (size_t i = 0; i < n; i++)
+            if (s[i] != '_')
+                out[o++] = s[i];
+        out[o] = '\0';
+        return 1;
+    }
+    if (before == n)
+        return 0;
+    memcpy(out + o, s, n);
+    out[o + n] = '\0';
+    return 1;
+}
+
+kvcal_int_key kvcal_parse_pydantic_int_key(const char *key, long *value)
+{
+    size_t n = key ? strlen(key) : 0;
+    if (!key)
+        return KVCAL_INT_KEY_REJECTED;
+    if (json_int(key, n, value))
+        return strcmp(key, "-0") ? KVCAL_INT_KEY_CANONICAL : KVCAL_INT_KEY_NORMALIZED;
+    char *clean = malloc(n + 2);
+    long v = 0;
+    int ok = clean && clean_int_key(key, clean) && json_int(clean, strlen(clean), &v);
+    free(clean);
+    if (!ok)
+        return KVCAL_INT_KEY_REJECTED;
+    *value = v;
+    return KVCAL_INT_KEY_NORMALIZED;
 }

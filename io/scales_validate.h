@@ -6,27 +6,11 @@
  * validating it therefore apply the same rules: kvcal_scales_load() is a
  * validation whose first error becomes the status.
  *
- * Engine behaviour the consequences describe (read from the engines' source):
- * - vLLM vllm/model_executor/model_loader/weight_utils.py
- *   kv_cache_scales_loader() and sglang python/sglang/srt/model_loader/
- *   weight_utils.py (a copy of it) json.load the file and validate it with
- *   the pydantic QuantParamSchema / KVCacheQuantSchema (vLLM
- *   vllm/model_executor/layers/quantization/schema.py). Any exception is
- *   logged and the loader returns no scales: every layer keeps 1.0. The
- *   schema rejects: dtype != "float8_e4m3fn"; a missing model_type key
- *   (Optional[str] without default is required in pydantic 2); model_type
- *   != config.json's; rank or layer keys that int() cannot parse ("rank0");
- *   a rank count != tp size; a rank missing from 0..tp-1; a rank whose
- *   layer count != num_hidden_layers (extra layers too); a layer missing
- *   from 0..num_hidden_layers-1; values pydantic cannot turn into a float.
- *   It accepts (lax mode) numeric strings and booleans as floats, and
- *   json.load accepts NaN, Infinity and 1e400 (inf): those load as is.
- *   Zero and negative scales also load unchecked.
- * - Checkpoint scales: vLLM BaseKVCacheMethod (vllm/model_executor/layers/
- *   quantization/kv_cache.py) starts k_scale / v_scale at -1.0; both > 0 are
- *   used as loaded; both still < 0 (not in the checkpoint) give 1.0 with a
- *   warning; only one > 0 (the deprecated single kv_scale) gives max(k, v)
- *   for both; otherwise (zero) an assertion fails and loading stops. */
+ * The engine behaviour the consequences describe was read from the engines'
+ * source (sglang 0.5.23, vLLM 0.33.0, pydantic 2.12-2.14); schemas/README.md
+ * lists every rule with its source file and function, and the corpus file
+ * of tests/malformed/scales that checks it. The formats' own files say what
+ * their loader does (io/scales_legacy.c, io/scales_checkpoint.c). */
 #ifndef KVCAL_IO_SCALES_VALIDATE_H
 #define KVCAL_IO_SCALES_VALIDATE_H
 
@@ -39,8 +23,7 @@
 #define KVCAL_REPORT_MAX_FINDINGS 256
 
 /* Consequences shared by several checks. */
-#define KVCAL_LEGACY_REJECTED                                                            \
-    "vLLM/sglang reject the file and use scale 1.0 for every layer"
+#define KVCAL_LEGACY_REJECTED "sglang rejects the file and uses scale 1.0 for every layer"
 
 /* What a checker knows about the deployment. */
 typedef struct kvcal_scales_ctx {
@@ -89,6 +72,12 @@ typedef struct kvcal_value_tally {
 int kvcal_report_check_value(kvcal_report_t *r, kvcal_format format, double v,
                              const char *place, kvcal_value_tally *t);
 
+/* As kvcal_report_check_value, with `consequence` (when not NULL) as what
+ * the engine does with any zero, negative or non-finite value. */
+int kvcal_report_check_value_as(kvcal_report_t *r, kvcal_format format,
+                                const char *consequence, double v, const char *place,
+                                kvcal_value_tally *t);
+
 /* Checks a JSON node that must hold a scale (number; strings and booleans
  * are errors naming how engines treat them). On success stores the value in
  * *out and returns 1. */
@@ -108,5 +97,20 @@ void kvcal_report_check_tp_split(kvcal_report_t *r, const char *place, int num_k
 /* Parses a canonical non-negative decimal integer key ("0", "17"); -1 when
  * the key is anything else. */
 long kvcal_parse_index_key(const char *key);
+
+/* How sglang reads a rank or layer key of the legacy file: pydantic 2 in
+ * lax mode validating dict[int, ...] (pydantic-core's str_as_int). */
+typedef enum kvcal_int_key {
+    KVCAL_INT_KEY_REJECTED = 0, /* not an integer: the schema fails */
+    KVCAL_INT_KEY_CANONICAL,    /* "7", "-1": the decimal spelling of the value */
+    KVCAL_INT_KEY_NORMALIZED,   /* "07", "+7", " 7", "7.0", "1_0": read as the value */
+} kvcal_int_key;
+
+/* Classifies `key` the way pydantic reads it as a Python int: surrounding
+ * Unicode white space, one leading '+' or '-', leading zeros, one all-zero
+ * fraction (".0", ".00") and single underscores between digits are
+ * accepted. *value gets the integer (clamped to the range of long) unless
+ * the key is rejected. */
+kvcal_int_key kvcal_parse_pydantic_int_key(const char *key, long *value);
 
 #endif

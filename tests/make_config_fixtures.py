@@ -7,6 +7,13 @@ tests/fixtures/configs/<name>.v5.json   the same config saved by transformers 5
                                          (rope_parameters)
 tests/fixtures/configs/expected.json    the fields transformers itself derives
                                          (head_dim, kv heads, rope, window), the oracle
+tests/fixtures/configs/kv_cache/<name>.json (and .v5.json where transformers has the
+                                         class) configs whose KV cache is not 2 x layers x
+                                         kv_heads x head_dim: MLA (DeepSeek-V2/V3, Kimi
+                                         K2), hybrid linear attention (Qwen3-Next)
+tests/fixtures/configs/kv_cache/expected.json  what each caches per token, from the
+                                         fields transformers derives (layer_types,
+                                         head_dim, kv_lora_rank); tests/test_inspect_cli.c
 tests/malformed/config/*.json           broken configs; tests/test_model_config.c
                                          names the error each must give
 
@@ -97,6 +104,121 @@ PUBLISHED = {
         "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False,
         "vocab_size": 151936},
 }
+
+
+# Published configs whose cache is not per-head K and V in every layer (the
+# fields of the files as published; auto_map and MoE routing details left out).
+KV_CACHE = {
+    "deepseek-v3": {
+        "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False,
+        "bos_token_id": 0, "eos_token_id": 1, "first_k_dense_replace": 3,
+        "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432,
+        "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+        "moe_intermediate_size": 2048, "n_group": 8, "n_routed_experts": 256,
+        "n_shared_experts": 1, "num_attention_heads": 128, "num_experts_per_tok": 8,
+        "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+        "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                "quant_method": "fp8", "weight_block_size": [128, 128]},
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                         "type": "yarn"},
+        "rope_theta": 10000, "routed_scaling_factor": 2.5, "tie_word_embeddings": False,
+        "topk_group": 4, "torch_dtype": "bfloat16", "transformers_version": "4.33.1",
+        "v_head_dim": 128, "vocab_size": 129280},
+    "kimi-k2": {
+        "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False,
+        "bos_token_id": 163584, "eos_token_id": 163585, "first_k_dense_replace": 1,
+        "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432,
+        "kv_lora_rank": 512, "max_position_embeddings": 131072, "model_type": "kimi_k2",
+        "moe_intermediate_size": 2048, "n_group": 1, "n_routed_experts": 384,
+        "n_shared_experts": 1, "num_attention_heads": 64, "num_experts_per_tok": 8,
+        "num_hidden_layers": 61, "num_key_value_heads": 64, "num_nextn_predict_layers": 0,
+        "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                "quant_method": "fp8", "weight_block_size": [128, 128]},
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                         "type": "yarn"},
+        "rope_theta": 50000.0, "tie_word_embeddings": False, "topk_group": 1,
+        "torch_dtype": "bfloat16", "transformers_version": "4.48.3", "v_head_dim": 128,
+        "vocab_size": 163840},
+    "deepseek-v2-lite": {
+        "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False,
+        "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
+        "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10944,
+        "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+        "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+        "num_attention_heads": 16, "num_experts_per_tok": 6, "num_hidden_layers": 27,
+        "num_key_value_heads": 16, "q_lora_rank": None, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                         "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                         "type": "yarn"},
+        "rope_theta": 10000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "transformers_version": "4.33.1", "v_head_dim": 128, "vocab_size": 102400},
+    "qwen3-next-80b-a3b": {
+        "architectures": ["Qwen3NextForCausalLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1,
+        "eos_token_id": 151645, "full_attention_interval": 4, "head_dim": 256,
+        "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5120,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+        "max_position_embeddings": 262144, "mlp_only_layers": [], "model_type": "qwen3_next",
+        "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16,
+        "num_experts": 512, "num_experts_per_tok": 10, "num_hidden_layers": 48,
+        "num_key_value_heads": 2, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06,
+        "rope_scaling": None, "rope_theta": 10000000, "shared_expert_intermediate_size": 512,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "transformers_version": "4.57.0.dev0", "use_cache": True, "vocab_size": 151936},
+}
+
+# layer_types kinds that cache K/V per token (transformers' names, legacy
+# "attention" included) and, for an MLA model, its latent.
+KV_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "attention")
+
+
+def kv_cache_expected(c):
+    n = c.num_hidden_layers
+    kinds = getattr(c, "layer_types", None) or ["full_attention"] * n
+    kv_layers = sum(k in KV_KINDS for k in kinds)
+    if getattr(c, "kv_lora_rank", None):
+        values = kv_layers * (c.kv_lora_rank + c.qk_rope_head_dim)
+        layout = "mla"
+    else:
+        values = 2 * kv_layers * c.num_key_value_heads * c.head_dim
+        layout = "per_head"
+    return {
+        "model_type": c.model_type, "num_layers": n, "kv_layout": layout,
+        "kv_layers": kv_layers, "num_kv_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim, "kv_lora_rank": getattr(c, "kv_lora_rank", None) or 0,
+        "qk_rope_head_dim": getattr(c, "qk_rope_head_dim", None) or 0,
+        "kv_bytes_per_token_bf16": 2 * values,
+    }
+
+
+def write_kv_cache():
+    out = os.path.join(OUT, "kv_cache")
+    os.makedirs(out, exist_ok=True)
+    expected = {}
+    for name, d in KV_CACHE.items():
+        dump(os.path.join(out, name + ".json"), d)
+        # kimi_k2 has no transformers class: its architecture is DeepSeek-V3's
+        model_type = "deepseek_v3" if d["model_type"] == "kimi_k2" else d["model_type"]
+        c = CONFIG_MAPPING[model_type].from_dict(dict(d))
+        e = kv_cache_expected(c)
+        e["model_type"] = d["model_type"]
+        expected[name] = e
+        if model_type == d["model_type"]:
+            v5 = json.loads(c.to_json_string())
+            for legacy in ("rope_theta", "rope_scaling"):
+                v5.pop(legacy, None)
+            v5["transformers_version"] = transformers.__version__
+            dump(os.path.join(out, name + ".v5.json"), v5)
+            expected[name + ".v5"] = e
+    dump(os.path.join(out, "expected.json"), expected)
 
 
 def expected_fields(c):
@@ -194,6 +316,7 @@ def main():
         dump(os.path.join(OUT, name + ".v5.json"), v5)
         expected[name] = expected_fields(c)
     dump(os.path.join(OUT, "expected.json"), expected)
+    write_kv_cache()
     write_malformed()
 
 

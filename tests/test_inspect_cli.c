@@ -10,12 +10,15 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "io/safetensors.h"
 #include "tests/test_util.h"
 
 #define MODEL "models/stories260K/stories260K.bin"
 #define GOLDEN "tests/fixtures/golden"
 #define LLAMA2 "tests/fixtures/llama2-7b"
 #define TEXT "datasets/default_calibration.txt"
+#define HD48 GOLDEN "/llama3_gqa_hd48_bf16"
+#define KV_CONFIGS "tests/fixtures/configs/kv_cache"
 
 /* Runs `kvcal ARGS`; *out / *err (may be NULL) receive stdout and stderr
  * (caller frees). Returns the exit code. */
@@ -54,6 +57,23 @@ static long long file_size(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) ? -1 : (long long)sb.st_size;
+}
+
+/* A bad PATH: exit code `rc`, nothing on stdout, one line on stderr
+ * containing `what`. */
+static void check_refused(const char *args, int rc, const char *what)
+{
+    char *out = NULL, *err = NULL;
+    CU_ASSERT_EQUAL(run(args, &out, &err), rc);
+    CU_ASSERT_PTR_NOT_NULL(out && err);
+    if (out && err) {
+        CU_ASSERT_STRING_EQUAL(out, "");
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, what));
+        CU_ASSERT_PTR_NOT_NULL(strchr(err, '\n'));
+        CU_ASSERT_EQUAL(strchr(err, '\n') - err + 1, (long)strlen(err));
+    }
+    free(out);
+    free(err);
 }
 
 static void inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer(void)
@@ -131,7 +151,7 @@ static void inspect_hf_checkpoint_counts_every_weight_and_reads_rope(void)
     CU_ASSERT_FATAL(j != NULL);
     CU_ASSERT_STRING_EQUAL(str(j, "kind"), "model");
     CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"),
-                           "per-tensor scales for 2 layers x 3 kv heads");
+                           "present (per-tensor, 2 layers x 3 kv heads)");
     CU_ASSERT_EQUAL(num(j, "parameters"), (double)(size - 8 - (long long)header) / 2);
     cJSON_Delete(j);
 
@@ -220,6 +240,10 @@ static void inspect_stats_absmax_matches_the_scales_of_the_same_run(void)
              out, stats);
     CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
     cJSON *st = inspect_json(stats);
+    snprintf(args, sizeof args, "inspect %s", out);
+    check_refused(args, 1,
+                  "(it holds kv_cache_scales.json, kvcal_scales.json, checkpoint/: give "
+                  "one of them)");
     snprintf(args, sizeof args, "%s/kvcal_scales.json", out);
     cJSON *sc = inspect_json(args);
     snprintf(args, sizeof args, "%s/checkpoint", out);
@@ -294,23 +318,6 @@ static void inspect_token_sets_count_padding_and_decode_samples(void)
     free(out);
 }
 
-/* A bad PATH: exit code `rc`, nothing on stdout, one line on stderr
- * containing `what`. */
-static void check_refused(const char *args, int rc, const char *what)
-{
-    char *out = NULL, *err = NULL;
-    CU_ASSERT_EQUAL(run(args, &out, &err), rc);
-    CU_ASSERT_PTR_NOT_NULL(out && err);
-    if (out && err) {
-        CU_ASSERT_STRING_EQUAL(out, "");
-        CU_ASSERT_PTR_NOT_NULL(strstr(err, what));
-        CU_ASSERT_PTR_NOT_NULL(strchr(err, '\n'));
-        CU_ASSERT_EQUAL(strchr(err, '\n') - err + 1, (long)strlen(err));
-    }
-    free(out);
-    free(err);
-}
-
 static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
 {
     char args[2048];
@@ -334,6 +341,386 @@ static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
     check_refused(args, 1, "not a model");
 }
 
+/* `cmd` through the shell, which must succeed. */
+static void sh(const char *fmt, const char *a, const char *b)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+}
+
+/* `kvcal inspect PATH`: exit 1, the model described from its config.json on
+ * stdout, one line on stderr containing `what`. */
+static void check_broken_model(const char *path, const char *what)
+{
+    char args[2048], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "inspect %s", path);
+    CU_ASSERT_EQUAL(run(args, &out, &err), 1);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "invalid: its weights do not load"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "layers          2, hidden 48"));
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, what));
+    CU_ASSERT(err && strchr(err, '\n') &&
+              strchr(err, '\n') - err + 1 == (long)strlen(err));
+    if (err && !strstr(err, what))
+        fprintf(stderr, "\n  %s: %s", path, err);
+    free(out);
+    free(err);
+}
+
+/* A truncated shard, a header that is not JSON and a shard the index names
+ * but the directory lacks are broken checkpoints: the config is described,
+ * the finding printed, exit 1, whether or not kvcal runs the architecture;
+ * an intact checkpoint of an architecture kvcal does not run is valid
+ * (exit 0, "not supported"). */
+static void inspect_broken_checkpoint_describes_config_and_exits_1(void)
+{
+    char dir[1024], path[1100], *out = NULL;
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("truncated"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sh("head -c 100000 " HD48 "/model.safetensors > %s%s", path, "");
+    check_broken_model(dir, "truncated");
+    check_broken_model(path, "truncated");
+    cJSON *j = NULL;
+    snprintf(path, sizeof path, "inspect %s --json", dir);
+    CU_ASSERT_EQUAL(run(path, &out, NULL), 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out && (j = cJSON_Parse(out)));
+    CU_ASSERT(cJSON_IsFalse(cJSON_GetObjectItem(j, "valid")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "error"), "truncated"));
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 2);
+    cJSON_Delete(j);
+    free(out);
+
+    /* the same weights under an architecture kvcal does not run */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    sh("sed -i 's/LlamaForCausalLM/FooForCausalLM/' %s%s", path, "");
+    check_broken_model(dir, "truncated");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sh("cp " HD48 "/model.safetensors %s%s", path, "");
+    snprintf(path, sizeof path, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(path, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "not supported: "));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "'FooForCausalLM'"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "0.11M parameters"));
+    free(out);
+
+    /* a config that needs a layer the weights do not hold */
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("missing_tensor"));
+    sh("mkdir %s && cp " HD48 "/model.safetensors %s", dir, dir);
+    sh("sed 's/\"num_hidden_layers\": 2/\"num_hidden_layers\": 3/' " HD48
+       "/config.json > %s/config.json%s",
+       dir, "");
+    char *saved = kvcal_test_read_file(HD48 "/config.json", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(saved && strstr(saved, "\"num_hidden_layers\": 2"));
+    free(saved);
+    snprintf(path, sizeof path, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(path, &out, NULL), 1);
+    CU_ASSERT_PTR_NOT_NULL(kvcal_test_kvcal_stderr_has("model.layers.2."));
+    free(out);
+
+    /* FP8 weights: a valid checkpoint calibrate does not run, named by the
+     * weights' dtype (config.json says bfloat16) */
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("fp8_weights"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    static uint8_t zeros[144 * 48];
+    const kvcal_tensor_out fp8[] = {
+        {"model.layers.0.input_layernorm.weight", KVCAL_DTYPE_F8_E4M3, 1, {48}, zeros},
+        {"model.layers.0.self_attn.k_proj.weight",
+         KVCAL_DTYPE_F8_E4M3,
+         2,
+         {144, 48},
+         zeros}};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, fp8, 2, NULL), KVCAL_OK);
+    cJSON *f8 = inspect_json(dir);
+    CU_ASSERT_FATAL(f8 != NULL);
+    CU_ASSERT_STRING_EQUAL(str(f8, "weight_dtype"), "F8_E4M3");
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(f8, "refused"), "has dtype F8_E4M3"));
+    CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(f8, "valid")));
+    cJSON_Delete(f8);
+
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("bad_header"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    sh("cp tests/malformed/safetensors/header_not_json.safetensors "
+       "%s/model.safetensors%s",
+       dir, "");
+    check_broken_model(dir, "model.safetensors");
+
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("missing_shard"));
+    sh("mkdir %s && cp " HD48 "/config.json " HD48 "/model.safetensors %s", dir, dir);
+    const char *index = "{\"weight_map\": {\"model.norm.weight\": \"model.safetensors\", "
+                        "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}";
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, index, strlen(index)), 0);
+    check_broken_model(dir, "model-00002-of-00002.safetensors");
+}
+
+/* A llama2.c .bin that does not load is an error even when a config.json
+ * stands beside it (which is not its description). */
+static void inspect_broken_llama2c_beside_a_config_is_an_error(void)
+{
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("l2c"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    sh("head -c 50000 " MODEL " > %s%s", path, "");
+    char args[1200];
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "truncated");
+}
+
+/* A model directory <tmp>/<name> whose config.json is `text`, or a copy of
+ * the file `copy`, and which holds no weights; its path into dir. */
+static void config_dir(const char *name, const char *text, const char *copy, char *dir,
+                       size_t n)
+{
+    char path[1100];
+    snprintf(dir, n, "%s", kvcal_test_path(name));
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *owned = copy ? kvcal_test_read_file(copy, NULL) : NULL;
+    if (copy)
+        text = owned;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, text, strlen(text)), 0);
+    free(owned);
+}
+
+/* MLA (DeepSeek-V2/V3, Kimi K2) caches one latent entry of kv_lora_rank +
+ * qk_rope_head_dim values per token and layer; Qwen3-Next caches K and V in
+ * its full-attention layers only (full_attention_interval, or layer_types as
+ * transformers 5 writes it). The expected bytes come from the fields
+ * transformers derives (tests/make_config_fixtures.py). */
+static void inspect_counts_kv_bytes_of_mla_and_hybrid_models(void)
+{
+    cJSON *expected = NULL;
+    char *text = kvcal_test_read_file(KV_CONFIGS "/expected.json", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text && (expected = cJSON_Parse(text)));
+    int n = 0;
+    for (const cJSON *e = expected->child; e; e = e->next, n++) {
+        char file[512], dir[1024];
+        snprintf(file, sizeof file, KV_CONFIGS "/%s.json", e->string);
+        config_dir(e->string, NULL, file, dir, sizeof dir);
+        cJSON *j = inspect_json(dir);
+        CU_ASSERT_FATAL(j != NULL);
+        int mla = !strcmp(str(e, "kv_layout"), "mla");
+        CU_ASSERT_STRING_EQUAL(str(j, "kv_layout"), str(e, "kv_layout"));
+        CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"),
+                        num(e, "kv_bytes_per_token_bf16"));
+        CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_fp8"),
+                        num(e, "kv_bytes_per_token_bf16") / 2);
+        CU_ASSERT_EQUAL(num(j, "kv_layers"), num(e, "kv_layers"));
+        CU_ASSERT_EQUAL(num(j, "num_layers"), num(e, "num_layers"));
+        CU_ASSERT_EQUAL(num(j, "head_dim"), num(e, "head_dim"));
+        CU_ASSERT_EQUAL(num(j, "kv_lora_rank"), num(e, "kv_lora_rank"));
+        CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "kv_layout_known")));
+        CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "supported")));
+        CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "valid")));
+        if (mla) {
+            CU_ASSERT_STRING_EQUAL(str(j, "attention"),
+                                   "MLA (kv_lora_rank 512, rope 64)");
+            CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "refused"), "does not support yet"));
+            CU_ASSERT_EQUAL(num(j, "rope_rotary_dim"), 64);
+        } else {
+            CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "kv_layout_note"), "12 of 48 layers"));
+        }
+        cJSON_Delete(j);
+    }
+    CU_ASSERT(n >= 7);
+    cJSON_Delete(expected);
+    free(text);
+
+    char *out = NULL, args[1200];
+    snprintf(args, sizeof args, "inspect %s", kvcal_test_path("deepseek-v3"));
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, "attention       MLA (kv_lora_rank 512, rope "
+                                       "64), 128 heads, qk head_dim 192"));
+    /* 61 layers * (512 + 64) values * 2 bytes */
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "70272 bytes/token in bf16, 35136 in fp8"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "not supported: "));
+    free(out);
+}
+
+/* Layer kinds and model types kvcal does not know are said to be unknown,
+ * never counted as if they were per-head K and V of every layer. */
+static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
+{
+    char dir[1024], args[1200], *out = NULL;
+    const char *cfg =
+        "{\"architectures\": [\"ZambaForCausalLM\"], \"model_type\": \"zamba9\", "
+        "\"num_hidden_layers\": 3, \"hidden_size\": 64, \"num_attention_heads\": "
+        "4, "
+        "\"layer_types\": [\"full_attention\", \"hybrid\", \"mamba\"]}";
+    config_dir("hybrid", cfg, NULL, dir, sizeof dir);
+    cJSON *j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_layout"), "unknown");
+    CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(j, "kv_bytes_per_token_bf16")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "refused"), "layer_types[1] is \"hybrid\""));
+    cJSON_Delete(j);
+    snprintf(args, sizeof args, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "kv cache        unknown: layer_types[1]"));
+    free(out);
+
+    cfg = "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": "
+          "\"gpt_oss\", "
+          "\"num_hidden_layers\": 4, \"hidden_size\": 64, "
+          "\"num_attention_heads\": 4, "
+          "\"num_key_value_heads\": 2, \"head_dim\": 16, \"layer_types\": "
+          "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", "
+          "\"full_attention\"]}";
+    config_dir("gpt_oss", cfg, NULL, dir, sizeof dir);
+    j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "kv_layout_known")));
+    /* 2 * 4 layers * 2 kv heads * 16 channels * 2 bytes, said to be assumed */
+    CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"), 512);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(str(j, "kv_layout_note"), "2 of the 4 attention layers"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(str(j, "kv_layout_note"), "model_type 'gpt_oss' is not a family"));
+    CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(j, "rope_interleaved")));
+    cJSON_Delete(j);
+}
+
+/* `calibrate --format checkpoint --out DIR` writes config.json,
+ * kv_scales.safetensors and an index that also maps the model's weights to
+ * their shard in the model's directory: DIR is a scales file, described as
+ * one; so is a directory holding only kv_scales.safetensors. */
+static void inspect_checkpoint_dir_of_scales_describes_the_scales(void)
+{
+    char dir[1024], ids[1024], args[4096], *out = NULL;
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("scales_ck"));
+    snprintf(ids, sizeof ids, "%s", kvcal_test_path("ids2.jsonl"));
+    const char *lines = "{\"input_ids\": [1, 5, 9, 33, 2, 7, 127, 64, 3, 8, 100, 4]}\n";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, lines, strlen(lines)), 0);
+    snprintf(args, sizeof args,
+             "calibrate --model " HD48 " --dataset %s --num-samples 1 --seq-len 12 "
+             "--granularity head --format checkpoint --out %s --quiet",
+             ids, dir);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    cJSON *j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "scales");
+    CU_ASSERT_STRING_EQUAL(str(j, "format"), "checkpoint");
+    CU_ASSERT_STRING_EQUAL(str(j, "granularity"), "head");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 2);
+    CU_ASSERT_EQUAL(num(j, "num_kv_heads"), 3);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(j, "layers")), 2);
+    /* the model's 21 tensors, mapped to its model.safetensors */
+    CU_ASSERT_EQUAL(num(j, "index_tensors_elsewhere"), 21);
+    cJSON_Delete(j);
+    snprintf(args, sizeof args, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, ": scales (checkpoint), 2 layers x 3 kv heads"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "maps 21 tensors to model.safetensors"));
+    free(out);
+
+    /* its config.json, given itself: the model, with no weights there */
+    snprintf(args, sizeof args, "%s/config.json", dir);
+    j = inspect_json(args);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "model");
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(j, "refused"), "only KV scales"));
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"),
+                           "present (per-head, 2 layers x 3 kv heads)");
+    cJSON_Delete(j);
+
+    char only[1024];
+    snprintf(only, sizeof only, "%s", kvcal_test_path("scales_only"));
+    snprintf(args, sizeof args, "mkdir %s && cp %s/kv_scales.safetensors %s/", only, dir,
+             only);
+    CU_ASSERT_EQUAL_FATAL(system(args), 0);
+    j = inspect_json(only);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kind"), "scales");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 2);
+    cJSON_Delete(j);
+}
+
+/* A config file of another name is read itself, not the config.json of its
+ * directory; a legacy scales file beside a model is named. */
+static void inspect_reads_a_config_file_of_any_name_and_names_scales_beside(void)
+{
+    char path[1024], args[1200], *out = NULL;
+    snprintf(path, sizeof path, "%s", kvcal_test_path("my-config.json"));
+    const char *bad =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\"}";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, bad, strlen(bad)), 0);
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "my-config.json: field \"num_hidden_layers\" is missing");
+    sh("cp " HD48 "/config.json %s%s", path, "");
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "layers          2, hidden 48"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "a config file alone"));
+    free(out);
+
+    cJSON *j = inspect_json(LLAMA2);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "kv_scales"),
+                           "none in the checkpoint; kv_cache_scales.json beside it "
+                           "(per-tensor, 32 layers x 1 kv heads)");
+    cJSON_Delete(j);
+
+    /* a shard that does not load and has no config.json beside it */
+    snprintf(path, sizeof path, "%s", kvcal_test_path("lone.safetensors"));
+    sh("head -c 100000 " HD48 "/model.safetensors > %s%s", path, "");
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "truncated");
+}
+
+/* A multimodal config keeps its language model in text_config: described
+ * from there (it is valid, not missing num_hidden_layers). */
+static void inspect_multimodal_config_describes_its_text_config(void)
+{
+    char dir[1024];
+    const char *cfg =
+        "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], "
+        "\"model_type\": "
+        "\"gemma3\", \"vision_config\": {\"hidden_size\": 32}, \"text_config\": "
+        "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 3, "
+        "\"hidden_size\": "
+        "64, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"head_dim\": "
+        "32, "
+        "\"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
+        "\"full_attention\"], \"sliding_window\": 16}}";
+    config_dir("multimodal", cfg, NULL, dir, sizeof dir);
+    cJSON *j = inspect_json(dir);
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "architecture"), "Gemma3ForConditionalGeneration");
+    CU_ASSERT_STRING_EQUAL(str(j, "model_type"), "gemma3_text");
+    CU_ASSERT_EQUAL(num(j, "num_layers"), 3);
+    /* 2 * 3 layers * 1 kv head * 32 channels * 2 bytes */
+    CU_ASSERT_EQUAL(num(j, "kv_bytes_per_token_bf16"), 384);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(str(j, "kv_layout_note"), "2 of the 3 attention layers"));
+    cJSON_Delete(j);
+
+    /* a config file with text_config and no architectures is a config, and
+     * its errors name the field inside text_config */
+    char path[1100], args[1200];
+    snprintf(path, sizeof path, "%s", kvcal_test_path("text_only.json"));
+    cfg = "{\"model_type\": \"x\", \"text_config\": {\"num_hidden_layers\": 2, "
+          "\"hidden_size\": 8, \"num_attention_heads\": 2, \"layer_types\": "
+          "[\"full_attention\"]}}";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, cfg, strlen(cfg)), 0);
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1, "field \"text_config.layer_types\" has 1 entries");
+}
+
+/* --decode prints token-set samples; on anything else it is a usage error,
+ * not silently ignored. */
+static void inspect_decode_of_anything_but_a_token_set_is_a_usage_error(void)
+{
+    check_refused("inspect " LLAMA2 "/kv_cache_scales.json --decode 1 --model " MODEL, 2,
+                  "--decode prints samples of a token set");
+    check_refused("inspect " MODEL " --decode 1 --model " MODEL, 2, "is a model");
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
@@ -344,6 +731,14 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_stats_absmax_matches_the_scales_of_the_same_run),
     KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
     KVCAL_TEST(inspect_bad_input_gives_one_line_and_the_exit_code),
+    KVCAL_TEST(inspect_broken_checkpoint_describes_config_and_exits_1),
+    KVCAL_TEST(inspect_broken_llama2c_beside_a_config_is_an_error),
+    KVCAL_TEST(inspect_counts_kv_bytes_of_mla_and_hybrid_models),
+    KVCAL_TEST(inspect_says_unknown_for_unknown_layer_kinds_and_families),
+    KVCAL_TEST(inspect_checkpoint_dir_of_scales_describes_the_scales),
+    KVCAL_TEST(inspect_reads_a_config_file_of_any_name_and_names_scales_beside),
+    KVCAL_TEST(inspect_multimodal_config_describes_its_text_config),
+    KVCAL_TEST(inspect_decode_of_anything_but_a_token_set_is_a_usage_error),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(inspect_cli, KVCAL_NEEDS_NOTHING, tests)

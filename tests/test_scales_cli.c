@@ -31,7 +31,7 @@ static void cli_validate_fixture_exits_0_at_tp1_and_1_at_tp2(void)
     CU_ASSERT_PTR_NOT_NULL(
         out &&
         strstr(out, LLAMA2 "/kv_cache_scales.json: kv_cache.scaling_factor: 1 rank but "
-                           "tp 2: vLLM/sglang reject the file and use scale 1.0 for "
+                           "tp 2: sglang rejects the file and uses scale 1.0 for "
                            "every layer\n"));
     free(out);
 }
@@ -142,12 +142,43 @@ static void cli_convert_reports_losses_and_refuses_bad_input(void)
                     2);
 }
 
+/* An AWQ model gets no KV-cache method in vLLM, which skips k_scale /
+ * v_scale: convert refuses to add them (exit 1) and writes nothing. */
+static void cli_convert_refuses_a_model_whose_vllm_loader_skips_scales(void)
+{
+    char dir[600], path[700], args[2048];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("cli_awq_model"));
+    mkdir(dir, 0755);
+    const char *config =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+        "\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+        "\"num_key_value_heads\": 4, \"vocab_size\": 512, \"quantization_config\": "
+        "{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128}}";
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, config, strlen(config)), 0);
+    const char *out = kvcal_test_path("cli_awq_out");
+    snprintf(args, sizeof args,
+             "convert " CORPUS
+             "/kvcal_heads_tp3.json --to checkpoint --model %s --out %s",
+             dir, out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "quantization_config.quant_method is \"awq\": vLLM gives its attention layers "
+        "no KV-cache method"));
+    struct stat st;
+    snprintf(path, sizeof path, "%s/kv_scales.safetensors", out);
+    CU_ASSERT_NOT_EQUAL(stat(path, &st), 0);
+    snprintf(args, sizeof args, "validate-scales " CORPUS "/ck_quant_method_awq");
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_validate_fixture_exits_0_at_tp1_and_1_at_tp2),
     KVCAL_TEST(cli_validate_json_lists_the_findings),
     KVCAL_TEST(cli_validate_strict_fails_on_warnings_and_usage_errors_exit_2),
     KVCAL_TEST(cli_convert_legacy_to_kvcal_to_legacy_keeps_values),
     KVCAL_TEST(cli_convert_reports_losses_and_refuses_bad_input),
+    KVCAL_TEST(cli_convert_refuses_a_model_whose_vllm_loader_skips_scales),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(scales_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -1,5 +1,6 @@
 /* tests/test_scales_io.c: the three scales formats (write -> read gives the
  * same floats exactly), the validation rules, the vLLM fixture. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "core/scales.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "io/scales_validate.h"
 #include "tests/test_util.h"
 
 #define LLAMA2 "tests/fixtures/llama2-7b"
@@ -106,7 +108,7 @@ static void vllm_legacy_fixture_validates_at_tp1_and_fails_at_tp2(void)
     CU_ASSERT_EQUAL(kvcal_report_get(rep, 0, &f), KVCAL_OK);
     CU_ASSERT_STRING_EQUAL(f.place, "kv_cache.scaling_factor");
     CU_ASSERT_STRING_EQUAL(f.message, "1 rank but tp 2");
-    CU_ASSERT_PTR_NOT_NULL(strstr(f.consequence, "use scale 1.0 for every layer"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.consequence, "uses scale 1.0 for every layer"));
     kvcal_report_destroy(rep);
 }
 
@@ -496,6 +498,15 @@ static const char *make_checkpoint(const char *name, const char *config_extra,
     "\"tensor\", "                                                                       \
     "\"dynamic\": false, \"symmetric\": true}}"
 
+#define QUANT_FP8                                                                        \
+    "\"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": "       \
+    "\"static\"}"
+
+/* vLLM renames the deprecated single kv_scale to k_scale. Its fp8 method
+ * (BaseKVCacheMethod) then uses it for K and V; compressed-tensors keeps V
+ * at the 1.0 it starts with, so that checkpoint is refused. The older
+ * k_proj.output_scale names are read, with a warning (vLLM 0.33 does not
+ * load them for Llama). */
 static void checkpoint_reader_accepts_older_names_and_single_kv_scale(void)
 {
     float a = 0.125f, b = 0.25f, c = 0.5f;
@@ -504,7 +515,7 @@ static void checkpoint_reader_accepts_older_names_and_single_kv_scale(void)
         {"model.layers.0.self_attn.v_proj.output_scale", KVCAL_DTYPE_F32, 0, {0}, &b},
         {"model.layers.1.self_attn.kv_scale", KVCAL_DTYPE_F32, 1, {1}, &c},
     };
-    const char *dir = make_checkpoint("ck_old_names", SCHEME_TENSOR, t, 3);
+    const char *dir = make_checkpoint("ck_old_names", QUANT_FP8, t, 3);
     kvcal_scales_t *s = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(dir, NULL, 0, &s), KVCAL_OK);
     float k, v;
@@ -513,6 +524,17 @@ static void checkpoint_reader_accepts_older_names_and_single_kv_scale(void)
     kvcal_scales_get_head(s, 1, 0, &k, &v);
     CU_ASSERT(k == c && v == c);
     kvcal_scales_destroy(s);
+    kvcal_report_t *rep = validate(dir, NULL, 0);
+    CU_ASSERT_TRUE(kvcal_report_passes(rep, 0));
+    CU_ASSERT_TRUE(
+        has_finding(rep, KVCAL_SEVERITY_WARNING, "renames k_proj to qkv_proj"));
+    kvcal_report_destroy(rep);
+
+    dir = make_checkpoint("ck_old_names_ct", SCHEME_TENSOR, t, 3);
+    rep = validate(dir, NULL, 0);
+    CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
+    CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "V keeps scale 1.0"));
+    kvcal_report_destroy(rep);
 }
 
 static void checkpoint_validation_names_missing_tensors_shapes_and_scheme(void)
@@ -547,7 +569,8 @@ static void checkpoint_validation_names_missing_tensors_shapes_and_scheme(void)
     kvcal_report_destroy(rep);
 
     dir = make_checkpoint("ck_e5m2",
-                          "\"quantization_config\": {\"kv_cache_scheme\": "
+                          "\"quantization_config\": {\"quant_method\": "
+                          "\"compressed-tensors\", \"kv_cache_scheme\": "
                           "{\"num_bits\": 8, \"type\": \"int\", \"strategy\": "
                           "\"channel\", \"symmetric\": false}}",
                           ok, 2);
@@ -555,6 +578,166 @@ static void checkpoint_validation_names_missing_tensors_shapes_and_scheme(void)
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "type \"float\""));
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "symmetric"));
     CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_ERROR, "\"tensor\" or \"attn_head\""));
+    kvcal_report_destroy(rep);
+}
+
+/* kvcal convert --to checkpoint onto a model whose quantization method
+ * vLLM reads no KV-cache scales for (awq, gptq: they are skipped) or reads
+ * one per layer for (fp8: per-head tensors fail to load) writes nothing. */
+static void checkpoint_export_refuses_methods_that_would_not_use_the_scales(void)
+{
+    static const struct {
+        const char *quant, *error;
+        kvcal_granularity g;
+    } cases[] = {
+        {"\"quantization_config\": {\"quant_method\": \"awq\", \"bits\": 4}",
+         "quant_method is \"awq\": vLLM gives its attention layers no KV-cache method",
+         KVCAL_GRANULARITY_TENSOR},
+        {"\"quantization_config\": {\"quant_method\": \"GPTQ\", \"bits\": 4}",
+         "quant_method is \"gptq\"", KVCAL_GRANULARITY_TENSOR},
+        {QUANT_FP8, "reads one scale per layer: per-head scales would fail to load",
+         KVCAL_GRANULARITY_HEAD},
+        {"\"quantization_config\": {\"bits\": 4}", "has no quant_method",
+         KVCAL_GRANULARITY_TENSOR},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "ck_refuse_model_%zu", i);
+        const char *model = make_model_dir(name, cases[i].quant);
+        kvcal_scales_t *s = make_tiny(cases[i].g);
+        char out[600];
+        snprintf(name, sizeof name, "ck_refuse_out_%zu", i);
+        snprintf(out, sizeof out, "%s", kvcal_test_path(name));
+        CU_ASSERT_NOT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, out, model, 0),
+                            KVCAL_OK);
+        CU_ASSERT(kvcal_test_error_has(cases[i].error));
+        char p[700];
+        snprintf(p, sizeof p, "%s/kv_scales.safetensors", out);
+        CU_ASSERT_FALSE(exists(p));
+        kvcal_scales_destroy(s);
+    }
+    /* fp8 with per-tensor scales is what its loader reads */
+    const char *model = make_model_dir("ck_fp8_model", QUANT_FP8);
+    kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_TENSOR), *r = NULL;
+    char out[600];
+    snprintf(out, sizeof out, "%s", kvcal_test_path("ck_fp8_out"));
+    CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, out, model, 0),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_scales_load(out, NULL, 0, &r), KVCAL_OK);
+    kvcal_scales_destroy(r);
+    kvcal_scales_destroy(s);
+}
+
+/* --- legacy keys as sglang reads them -------------------------------------- */
+
+/* Each key with what pydantic 2.14.3 (and 2.12.0) made of it as a
+ * dict[int, ...] key: 'R' rejected, 'C' canonical, 'N' read as `value`.
+ * The table was produced by running pydantic on these keys. */
+static void legacy_keys_are_read_as_pydantic_reads_them(void)
+{
+    static const struct {
+        const char *key;
+        char kind;
+        long value;
+    } rows[] = {
+        {"7", 'C', 7},
+        {"0", 'C', 0},
+        {"-1", 'C', -1},
+        {"07", 'N', 7},
+        {"+7", 'N', 7},
+        {" 7", 'N', 7},
+        {"7 ", 'N', 7},
+        {"\t7\n", 'N', 7},
+        {"\xc2\xa0"
+         "7",
+         'N', 7},
+        {"\xe3\x80\x80"
+         "7",
+         'N', 7},
+        {"7.0", 'N', 7},
+        {"7.00", 'N', 7},
+        {"07.0", 'N', 7},
+        {"1_0", 'N', 10},
+        {"1_0.0", 'N', 10},
+        {"00", 'N', 0},
+        {"-0", 'N', 0},
+        {"0_7", 'N', 7},
+        {"0__7", 'N', 7},
+        {"0-5", 'N', -5},
+        {"-07", 'N', -7},
+        {"+0", 'N', 0},
+        {"1__0", 'R', 0},
+        {"_1", 'R', 0},
+        {"1_", 'R', 0},
+        {"7.", 'R', 0},
+        {"7.5", 'R', 0},
+        {"7.0_0", 'R', 0},
+        {"+-1", 'R', 0},
+        {"--1", 'R', 0},
+        {"- 7", 'R', 0},
+        {"0x7", 'R', 0},
+        {"7e0", 'R', 0},
+        {"", 'R', 0},
+        {" ", 'R', 0},
+        {"rank0", 'R', 0},
+        {"\x1c"
+         "7",
+         'R', 0},
+        {"\xe2\x80\x8b"
+         "7",
+         'R', 0},
+        {"\xd9\xa1", 'R', 0},
+        {"9223372036854775807", 'C', LONG_MAX},
+        {"99999999999999999999", 'C', LONG_MAX},
+        {"-99999999999999999999", 'C', LONG_MIN},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        long v = 12345;
+        kvcal_int_key k = kvcal_parse_pydantic_int_key(rows[i].key, &v);
+        char got = k == KVCAL_INT_KEY_REJECTED    ? 'R'
+                   : k == KVCAL_INT_KEY_CANONICAL ? 'C'
+                                                  : 'N';
+        if (got != rows[i].kind || (got != 'R' && v != rows[i].value))
+            printf("\n  key \"%s\": got %c %ld, want %c %ld", rows[i].key, got, v,
+                   rows[i].kind, rows[i].value);
+        CU_ASSERT_EQUAL(got, rows[i].kind);
+        if (got != 'R')
+            CU_ASSERT_EQUAL(v, rows[i].value);
+    }
+    char big[4400];
+    memset(big, '1', 4301);
+    big[4301] = '\0';
+    long v = 0;
+    CU_ASSERT_EQUAL(kvcal_parse_pydantic_int_key(big, &v), KVCAL_INT_KEY_REJECTED);
+    big[4300] = '\0';
+    CU_ASSERT_EQUAL(kvcal_parse_pydantic_int_key(big, &v), KVCAL_INT_KEY_CANONICAL);
+}
+
+/* sglang loads "01" as layer 1 and, of "1" and "01", keeps the later: kvcal
+ * loads the same values and says where it normalized. */
+static void legacy_normalized_keys_load_and_the_later_duplicate_wins(void)
+{
+    const char *text =
+        "{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": \"float8_e4m3fn\", "
+        "\"scaling_factor\": {\"00\": {\"+0\": 0.125, \"1\": 0.25, \"01\": 0.375}}}}";
+    const char *p = kvcal_test_path("legacy_normalized.json");
+    kvcal_test_write_file(p, text, strlen(text));
+    kvcal_scales_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(p, TINY, 1, &s), KVCAL_OK);
+    float k, v;
+    kvcal_scales_get_head(s, 0, 0, &k, &v);
+    CU_ASSERT_EQUAL(k, 0.125f);
+    kvcal_scales_get_head(s, 1, 3, &k, &v);
+    CU_ASSERT_EQUAL(k, 0.375f);
+    CU_ASSERT_EQUAL(v, 0.375f);
+    kvcal_scales_destroy(s);
+    kvcal_report_t *rep = validate(p, TINY, 1);
+    CU_ASSERT_TRUE(kvcal_report_passes(rep, 0));
+    CU_ASSERT_FALSE(kvcal_report_passes(rep, 1));
+    CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_WARNING, "reads it as rank 0"));
+    CU_ASSERT_TRUE(has_finding(rep, KVCAL_SEVERITY_WARNING, "reads it as layer 0"));
+    CU_ASSERT_TRUE(
+        has_finding(rep, KVCAL_SEVERITY_WARNING, "layer keys \"1\" and \"01\" both"));
     kvcal_report_destroy(rep);
 }
 
@@ -664,6 +847,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(checkpoint_validation_requires_the_scales_shard_in_the_index),
     KVCAL_TEST(checkpoint_reader_accepts_older_names_and_single_kv_scale),
     KVCAL_TEST(checkpoint_validation_names_missing_tensors_shapes_and_scheme),
+    KVCAL_TEST(checkpoint_export_refuses_methods_that_would_not_use_the_scales),
+    KVCAL_TEST(legacy_keys_are_read_as_pydantic_reads_them),
+    KVCAL_TEST(legacy_normalized_keys_load_and_the_later_duplicate_wins),
     KVCAL_TEST(writers_refuse_nonfinite_zero_negative_and_write_nothing),
     KVCAL_TEST(kvcal_json_writer_refuses_provenance_beyond_2_pow_53),
     KVCAL_TEST(validation_warns_on_unit_large_tiny_and_equal_kv),

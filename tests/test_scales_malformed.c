@@ -1,6 +1,8 @@
-/* tests/test_scales_malformed.c: every file of tests/malformed/scales gets
- * its one-line error (the expected substring of expected.tsv, written by
- * make_corpus.py), is refused by the loader, and nothing crashes. */
+/* tests/test_scales_malformed.c: every case of tests/malformed/scales (a
+ * file, or a ck_* checkpoint directory) gets the verdict expected.tsv
+ * (written by make_corpus.py) gives it: an invalid case its one-line error
+ * and a refusal by the loader; a valid one its warning, a refusal by
+ * --strict and a load. Each row is one engine rule of schemas/README.md. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@ typedef struct corpus_row {
     char file[128];
     int model;
     int tp;
+    int warning; /* verdict: 1 valid with this warning, 0 invalid with this error */
     char expected[256];
 } corpus_row;
 
@@ -30,11 +33,12 @@ static int read_table(corpus_row *rows, int max)
         if (line[0] == '#')
             continue;
         line[strcspn(line, "\n")] = '\0';
-        char model[16];
+        char model[16], verdict[16];
         corpus_row *r = &rows[n];
-        if (sscanf(line, "%127[^\t]\t%15[^\t]\t%d\t%255[^\n]", r->file, model, &r->tp,
-                   r->expected) == 4) {
+        if (sscanf(line, "%127[^\t]\t%15[^\t]\t%d\t%15[^\t]\t%255[^\n]", r->file, model,
+                   &r->tp, verdict, r->expected) == 5) {
             r->model = strcmp(model, "-") != 0;
+            r->warning = !strcmp(verdict, "warning");
             n++;
         }
     }
@@ -42,11 +46,38 @@ static int read_table(corpus_row *rows, int max)
     return n;
 }
 
-static void malformed_scales_each_get_their_one_line_error(void)
+/* The first finding of `severity` in rep (or, for warnings, any) that
+ * contains `expected`, formatted as "place: message: consequence". */
+static int finding_has(const kvcal_report_t *rep, kvcal_severity severity,
+                       const char *expected, const char *file)
 {
-    static corpus_row rows[128];
-    int n = read_table(rows, 128);
-    CU_ASSERT_FATAL(n >= 30);
+    for (int j = 0; j < kvcal_report_count(rep); j++) {
+        kvcal_finding f;
+        CU_ASSERT_EQUAL(kvcal_report_get(rep, j, &f), KVCAL_OK);
+        if (f.severity != severity)
+            continue;
+        CU_ASSERT_PTR_NULL(strchr(f.message, '\n'));
+        CU_ASSERT(f.consequence[0] != '\0');
+        char line[1024];
+        snprintf(line, sizeof line, "%.200s: %.500s: %.300s", f.place, f.message,
+                 f.consequence);
+        if (strstr(line, expected))
+            return 1;
+        if (severity == KVCAL_SEVERITY_ERROR) {
+            printf("\n  %s: first error \"%s\" lacks \"%s\"", file, line, expected);
+            return 0;
+        }
+    }
+    printf("\n  %s: no %s contains \"%s\"", file,
+           severity == KVCAL_SEVERITY_ERROR ? "error" : "warning", expected);
+    return 0;
+}
+
+static void malformed_scales_each_get_their_verdict_and_line(void)
+{
+    static corpus_row rows[160];
+    int n = read_table(rows, 160);
+    CU_ASSERT_FATAL(n >= 90);
     for (int i = 0; i < n; i++) {
         char path[300];
         snprintf(path, sizeof path, CORPUS "/%.127s", rows[i].file);
@@ -54,29 +85,25 @@ static void malformed_scales_each_get_their_one_line_error(void)
         kvcal_report_t *rep = NULL;
         CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(path, model, rows[i].tp, &rep),
                               KVCAL_OK);
-        CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
-        int found = 0;
-        for (int j = 0; j < kvcal_report_count(rep) && !found; j++) {
-            kvcal_finding f;
-            CU_ASSERT_EQUAL(kvcal_report_get(rep, j, &f), KVCAL_OK);
-            if (f.severity != KVCAL_SEVERITY_ERROR)
-                continue;
-            CU_ASSERT_PTR_NULL(strchr(f.message, '\n'));
-            CU_ASSERT(f.consequence[0] != '\0');
-            char line[1024];
-            snprintf(line, sizeof line, "%.200s: %.500s: %.300s", f.place, f.message,
-                     f.consequence);
-            found = strstr(line, rows[i].expected) != NULL;
-            if (!found)
-                printf("\n  %s: first error \"%s\" lacks \"%s\"", rows[i].file, line,
-                       rows[i].expected);
-            break;
-        }
-        CU_ASSERT(found);
+        int warning = rows[i].warning;
+        CU_ASSERT_EQUAL(kvcal_report_passes(rep, 0), warning);
+        CU_ASSERT_FALSE(kvcal_report_passes(rep, 1));
+        CU_ASSERT(finding_has(rep,
+                              warning ? KVCAL_SEVERITY_WARNING : KVCAL_SEVERITY_ERROR,
+                              rows[i].expected, rows[i].file));
+        if (warning && !kvcal_report_passes(rep, 0))
+            printf("\n  %s: expected valid, got errors", rows[i].file);
         kvcal_report_destroy(rep);
 
         kvcal_scales_t *s = (kvcal_scales_t *)1;
-        CU_ASSERT_NOT_EQUAL(kvcal_scales_load(path, model, rows[i].tp, &s), KVCAL_OK);
+        kvcal_status st = kvcal_scales_load(path, model, rows[i].tp, &s);
+        if (warning) {
+            CU_ASSERT_EQUAL(st, KVCAL_OK);
+            CU_ASSERT_PTR_NOT_NULL(s);
+            kvcal_scales_destroy(st == KVCAL_OK ? s : NULL);
+            continue;
+        }
+        CU_ASSERT_NOT_EQUAL(st, KVCAL_OK);
         CU_ASSERT_PTR_NULL(s);
         const char *err = kvcal_last_error();
         CU_ASSERT_PTR_NOT_NULL(strstr(err, rows[i].file));
@@ -86,14 +113,15 @@ static void malformed_scales_each_get_their_one_line_error(void)
 
 static void malformed_scales_table_lists_every_file(void)
 {
-    static corpus_row rows[128];
-    int n = read_table(rows, 128);
+    static corpus_row rows[160];
+    int n = read_table(rows, 160);
     DIR *d = opendir(CORPUS);
     CU_ASSERT_FATAL(d != NULL && n > 0);
     int files = 0;
     for (struct dirent *e; (e = readdir(d));) {
         size_t len = strlen(e->d_name);
-        if (len < 5 || strcmp(e->d_name + len - 5, ".json"))
+        if ((len < 5 || strcmp(e->d_name + len - 5, ".json")) &&
+            strncmp(e->d_name, "ck_", 3))
             continue;
         files++;
         int listed = 0;
@@ -108,7 +136,7 @@ static void malformed_scales_table_lists_every_file(void)
 }
 
 static CU_TestInfo tests[] = {
-    KVCAL_TEST(malformed_scales_each_get_their_one_line_error),
+    KVCAL_TEST(malformed_scales_each_get_their_verdict_and_line),
     KVCAL_TEST(malformed_scales_table_lists_every_file),
     CU_TEST_INFO_NULL,
 };

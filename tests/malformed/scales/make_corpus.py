@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""Writes the malformed scales corpus and its expected-error table.
+"""Writes the scales corpus of engine rules and its expected-verdict table.
 
 Run from the repository root: python3 tests/malformed/scales/make_corpus.py
-Each case is a file in this folder; expected.tsv lists, per file, whether it
-is checked against the tiny model (tiny/config.json), the tp size (0: not
-given) and a substring the first error line must contain. tests/
-test_scales_malformed.c checks every row (and that every file has a row).
+Each case is a file (legacy or kvcal JSON) or a checkpoint directory
+(ck_*: config.json + kv_scales.safetensors) in this folder; expected.tsv
+lists, per case, whether it is checked against the tiny model
+(tiny/config.json), the tp size (0: not given), the verdict (error: invalid,
+the first error line contains the text; warning: valid, refused by
+--strict, some warning line contains the text) and the text. tests/
+test_scales_malformed.c checks every row (and that every case has a row);
+schemas/README.md names the case behind each engine rule.
 """
 import json
 import os
 import random
+import shutil
+import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYERS, KV_HEADS = 2, 4
@@ -52,11 +58,20 @@ def text(d):
     return json.dumps(d, indent=1).encode()
 
 
-cases = []  # (name, bytes, model, tp, expected)
+class Directory(dict):
+    """A case that is a directory: {member file: bytes}."""
 
 
-def add(name, data, expected, model=True, tp=0):
-    cases.append((name, data if isinstance(data, bytes) else text(data), model, tp, expected))
+cases = []  # (name, bytes or Directory, model, tp, verdict, expected)
+
+
+def add(name, data, expected, model=True, tp=0, verdict="error"):
+    cases.append((name, data if isinstance(data, (bytes, Directory)) else text(data), model, tp,
+                  verdict, expected))
+
+
+def warn(name, data, expected, model=True, tp=0):
+    add(name, data, expected, model, tp, verdict="warning")
 
 
 base = text(legacy())
@@ -78,15 +93,32 @@ add("top_level_array.json", b"[1, 2]", "neither a legacy scales file")
 add("unrelated_object.json", text({"hello": 1}), "neither a legacy scales file")
 
 d = legacy(); sf(d)["rank0"] = sf(d).pop("0")
-add("rank_key_rank0.json", d, 'rank key "rank0" is not a plain decimal integer')
+add("rank_key_rank0.json", d, 'rank key "rank0" is not an integer')
 d = legacy(); sf(d)["rank\n0"] = sf(d).pop("0")
-add("rank_key_control_char.json", d, 'rank key "rank?0" is not a plain decimal integer')
+add("rank_key_control_char.json", d, 'rank key "rank?0" is not an integer')
 d = legacy(); sf(d)["00"] = sf(d).pop("0")
-add("rank_key_leading_zero.json", d, "read it as 0")
+warn("rank_key_leading_zero.json", d, "reads it as rank 0")
 d = legacy(); sf(d)["-1"] = sf(d).pop("0")
-add("rank_key_negative.json", d, "read it as -1")
+add("rank_key_negative.json", d, "rank -1 but only 1 ranks")
 d = legacy(); sf(d)["0"]["layer_1"] = sf(d)["0"].pop("1")
 add("layer_key_text.json", d, 'layer key "layer_1"')
+for name, key in [("layer_key_leading_zero", "01"), ("layer_key_plus", "+1"),
+                  ("layer_key_space", " 1"), ("layer_key_zero_fraction", "1.0"),
+                  ("layer_key_nbsp", "\u00a01")]:
+    d = legacy(); sf(d)["0"][key] = sf(d)["0"].pop("1")
+    warn(name + ".json", d, "reads it as layer 1")
+d = legacy(); sf(d)["0"] = {str(l): 0.01 for l in range(11)}; sf(d)["0"]["1_0"] = sf(d)["0"].pop("10")
+warn("layer_key_underscore.json", d, "reads it as layer 10", model=False)
+for name, key in [("layer_key_double_underscore", "1__0"), ("layer_key_fraction", "1.5"),
+                  ("layer_key_hex", "0x1"), ("layer_key_exponent", "1e0")]:
+    d = legacy(); sf(d)["0"][key] = sf(d)["0"].pop("1")
+    add(name + ".json", d, f'layer key "{key}" is not an integer')
+d = legacy(); sf(d)["0"]["01"] = 0.5
+warn("layer_keys_same_int.json", d, 'layer keys "1" and "01" both read as layer 1')
+d = legacy(); sf(d)["0"]["5"] = sf(d)["0"].pop("1"); sf(d)["1"] = {"0": 0.01, "1": 0.02}
+add("rank_count_right_layer_missing.json", d, "sglang's rank 0 rejects the file", tp=2)
+d = legacy(extra=1)
+warn("unknown_top_key.json", d, 'unknown key "extra": sglang ignores it')
 d = legacy(); del sf(d)["0"]["1"]
 add("missing_layer.json", d, "rank 0 lacks 1 of 2 layers (first: layer 1)")
 d = legacy(); sf(d)["0"]["2"] = 0.05
@@ -98,7 +130,7 @@ add("rank_gap.json", d, "rank 2 but only 2 ranks", tp=2)
 d = legacy(); sf(d)["1"] = dict(sf(d)["0"]); sf(d)["2"] = dict(sf(d)["0"])
 add("tp3_heads4.json", d, "4 kv heads cannot be split over tp 3", tp=3)
 d = legacy(); d["kv_cache"]["dtype"] = "float8_e5m2"
-add("dtype_e5m2.json", d, '"float8_e5m2", but the engines accept only')
+add("dtype_e5m2.json", d, '"float8_e5m2", but sglang accepts only')
 d = legacy(); del d["kv_cache"]["dtype"]
 add("dtype_missing.json", d, "kv_cache.dtype: missing")
 d = legacy(); d["kv_cache"]["dtype"] = 8
@@ -167,14 +199,125 @@ add("kvcal_absmax_partial.json", d, "layers[0].v_absmax: missing")
 d = kvcal(); d["format"] = "kvcal-kv-scale"
 add("kvcal_format_name_wrong.json", d, 'format: must be "kvcal-kv-scales"')
 
+# --- checkpoints: config.json + kv_scales.safetensors (tiny: 2 layers, 4 kv heads) ---
+
+
+def safetensors(tensors):
+    """tensors: {name: (shape, [float32 values])} -> bytes of a .safetensors file."""
+    header, data = {}, b""
+    for name, (shape, values) in tensors.items():
+        raw = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def ct(strategy="tensor", **over):
+    q = {"quant_method": "compressed-tensors", "format": "dense", "config_groups": {}, "ignore": [],
+         "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": strategy,
+                             "dynamic": False, "symmetric": True}}
+    if strategy == "attn_head":
+        q.update(total_num_kv_heads=KV_HEADS, total_num_heads=8)
+    q.update(over)
+    return q
+
+
+def scales(per_head=False, drop=(), extra=None, k=None, v=None):
+    """Layer scales of the tiny model: names -> (shape, values)."""
+    t = {}
+    for l in range(LAYERS):
+        for kind, base in (("k", 0.01), ("v", 0.02)):
+            vals = [base * (h + 1) + 0.001 * l for h in range(KV_HEADS)] if per_head else [base + 0.001 * l]
+            t[f"model.layers.{l}.self_attn.{kind}_scale"] = ([KV_HEADS, 1, 1] if per_head else [1], vals)
+    for name in drop:
+        del t[name]
+    t.update(extra or {})
+    return t
+
+
+def checkpoint(quant, tensors):
+    tiny = json.load(open(os.path.join(HERE, "tiny", "config.json")))
+    if quant is not None:
+        tiny["quantization_config"] = quant
+    return Directory({"config.json": text(tiny), "kv_scales.safetensors": safetensors(tensors)})
+
+
+K0, V0 = "model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale"
+add("ck_no_quantization_config", checkpoint(None, scales()),
+    "vLLM refuses to load the model: with no quantization method", model=False)
+add("ck_quant_method_missing", checkpoint({"kv_cache_scheme": ct()["kv_cache_scheme"]}, scales()),
+    "has no quant_method", model=False)
+for method in ("awq", "gptq", "gptq_marlin", "awq_marlin"):
+    add(f"ck_quant_method_{method}", checkpoint({"quant_method": method, "bits": 4, "group_size": 128}, scales()),
+        f'"{method}" carries no KV-cache scales: vLLM gives the attention layers no KV-cache method',
+        model=False)
+warn("ck_ct_no_scheme_tensor", checkpoint(dict(ct(), kv_cache_scheme=None), scales()),
+     "vLLM (compressed-tensors) then reads one scale per layer", model=False)
+add("ck_ct_no_scheme_head", checkpoint({k: v for k, v in ct().items() if k != "kv_cache_scheme"}, scales(per_head=True)),
+    "AssertionError: Attempted to load weight of 4 values into parameter ([1])", model=False)
+add("ck_ct_tensor_strategy_head", checkpoint(ct(), scales(per_head=True)),
+    'per-head-shaped but kv_cache_scheme.strategy is "tensor"', model=False)
+warn("ck_ct_head_strategy_tensor_tp1", checkpoint(ct("attn_head"), scales()),
+     "vLLM broadcasts it over the heads at tp 1 and fails to load the model at tp > 1", model=False, tp=1)
+add("ck_ct_head_strategy_tensor_tp2", checkpoint(ct("attn_head"), scales()),
+    "vLLM fails to load the model at tp > 1", model=False, tp=2)
+q = ct("attn_head"); del q["total_num_kv_heads"]
+add("ck_ct_head_no_total_kv_heads", checkpoint(q, scales(per_head=True)),
+    "quantization_config.total_num_kv_heads: missing for strategy attn_head", model=False)
+q = ct(); q["kv_cache_scheme"]["type"] = "int"
+add("ck_ct_scheme_int", checkpoint(q, scales()), "vLLM refuses to start (NotImplementedError)", model=False)
+add("ck_ct_zero_scale", checkpoint(ct(), scales(extra={K0: ([1], [0.0])})),
+    "scale is 0: vLLM (compressed-tensors) loads it unchecked", model=False)
+add("ck_ct_negative_scale", checkpoint(ct(), scales(extra={K0: ([1], [-0.5])})),
+    "scale -0.5 is negative: vLLM (compressed-tensors) loads it unchecked", model=False)
+add("ck_ct_k_scale_missing", checkpoint(ct(), scales(drop=[K0])),
+    "k_scale missing: vLLM (compressed-tensors) keeps K at scale 1.0", model=False)
+add("ck_ct_v_scale_missing", checkpoint(ct(), scales(drop=[V0])),
+    "v_scale missing: vLLM (compressed-tensors) keeps V at scale 1.0", model=False)
+add("ck_ct_single_kv_scale", checkpoint(ct(), scales(drop=[K0, V0], extra={"model.layers.0.self_attn.kv_scale": ([1], [0.03])})),
+    "reads it as k_scale only: V keeps scale 1.0", model=False)
+add("ck_ct_layer_beyond_model", checkpoint(ct(), scales(extra={"model.layers.2.self_attn.k_scale": ([1], [0.01])})),
+    "vLLM refuses to load the model (ValueError: There is no module or parameter named", model=False)
+FP8 = {"quant_method": "fp8", "activation_scheme": "static"}
+add("ck_fp8_per_head", checkpoint(FP8, scales(per_head=True)),
+    "ValueError: KV-cache scale expects a scalar weight", model=False)
+add("ck_fp8_k_scale_missing", checkpoint(FP8, scales(drop=[K0])),
+    "k_scale missing: vLLM fails an assertion while loading the model", model=False)
+add("ck_fp8_v_scale_missing", checkpoint(FP8, scales(drop=[V0])),
+    "v_scale missing: vLLM uses k_scale for both K and V", model=False)
+warn("ck_fp8_single_kv_scale", checkpoint(FP8, {f"model.layers.{l}.self_attn.kv_scale": ([1], [0.03 + 0.01 * l]) for l in range(LAYERS)}),
+     "k_scale equals v_scale in every layer", model=False)
+add("ck_fp8_zero_k_scale", checkpoint(FP8, scales(extra={K0: ([1], [0.0])})),
+    "scale is 0: vLLM fails an assertion while loading the model", model=False)
+add("ck_fp8_zero_v_scale", checkpoint(FP8, scales(extra={V0: ([1], [0.0])})),
+    "scale is 0: vLLM ignores it and uses k_scale for both K and V", model=False)
+add("ck_fp8_negative_pair", checkpoint(FP8, scales(extra={K0: ([1], [-0.5]), V0: ([1], [-0.5])})),
+    "vLLM takes negative k_scale and v_scale for 'not in the checkpoint' and uses 1.0", model=False)
+warn("ck_modelopt_tensor", checkpoint({"quant_method": "modelopt", "quant_algo": "FP8"}, scales()),
+     "kvcal checks vLLM's BaseKVCacheMethod rules", model=False)
+warn("ck_ct_output_scale_names", checkpoint(ct(), {n.replace("self_attn.k_scale", "self_attn.k_proj.output_scale").replace("self_attn.v_scale", "self_attn.v_proj.output_scale"): x for n, x in scales().items()}),
+     "renames k_proj to qkv_proj", model=False)
+
+
 if __name__ == "__main__":
     for f in os.listdir(HERE):
         if f.endswith(".json"):
             os.remove(os.path.join(HERE, f))
+        elif f.startswith("ck_"):
+            shutil.rmtree(os.path.join(HERE, f))
     with open(os.path.join(HERE, "expected.tsv"), "w") as t:
-        t.write("# file\tmodel\ttp\texpected substring of the first error\n")
-        for name, data, model, tp, expected in cases:
-            with open(os.path.join(HERE, name), "wb") as f:
-                f.write(data)
-            t.write(f"{name}\t{'tiny' if model else '-'}\t{tp}\t{expected}\n")
+        t.write("# file\tmodel\ttp\tverdict\texpected substring of the first error "
+                "(verdict error) or of a warning (verdict warning)\n")
+        for name, data, model, tp, verdict, expected in cases:
+            if isinstance(data, Directory):
+                os.mkdir(os.path.join(HERE, name))
+                for member, content in data.items():
+                    with open(os.path.join(HERE, name, member), "wb") as f:
+                        f.write(content)
+            else:
+                with open(os.path.join(HERE, name), "wb") as f:
+                    f.write(data)
+            t.write(f"{name}\t{'tiny' if model else '-'}\t{tp}\t{verdict}\t{expected}\n")
     print(f"{len(cases)} cases")
