@@ -1,9 +1,7 @@
 /* calib/cmd_inspect.c: `kvcal inspect PATH` -- says what a model, scales
  * file, statistics file or token set holds, detected from its content. */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +12,11 @@
 #include "calib/model.h"
 #include "core/status.h"
 #include "io/dataset.h"
+#include "io/file_kind.h"
 #include "io/json_file.h"
 #include "io/llama2c.h"
 #include "io/model_config.h"
+#include "io/path.h"
 #include "io/safetensors.h"
 #include "io/scales_io.h"
 #include "io/stats_hdf5.h"
@@ -25,14 +25,6 @@
 
 /* RoPE base of every llama2.c checkpoint (run.c's fixed 10000). */
 #define LLAMA2C_ROPE_THETA 10000.0
-
-typedef enum inspect_kind {
-    KIND_MODEL,
-    KIND_SCALES,
-    KIND_STATS,
-    KIND_TOKENS_HDF5,
-    KIND_TOKENS_JSONL
-} inspect_kind;
 
 typedef struct inspect_opts {
     const char *tokenizer; /* --tokenizer FILE or NULL */
@@ -68,255 +60,6 @@ static void inspect_usage(FILE *f)
            "  --decode N        print the first N samples of a token set as text\n"
            "  --json            print a JSON report on stdout\n\n"
            "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
-/* The directory holding `path` into out. */
-static void parent_dir(const char *path, char *out, size_t n)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    snprintf(out, n, "%s", dirname(tmp));
-}
-
-static int is_scale_tensor(const char *name)
-{
-    return ends_with(name, "k_scale") || ends_with(name, "v_scale");
-}
-
-/* What the safetensors of a directory (or one file) hold, file by file, and
- * what its model.safetensors.index.json maps: the tensors of shards that are
- * not there. */
-typedef struct shard_census {
-    int files;             /* .safetensors files present */
-    int unreadable;        /* of them, files that do not open, kv_scales.safetensors
-                              aside; finding: the first one's error */
-    int scales_unreadable; /* kv_scales.safetensors is there and does not open */
-    kvcal_status status;
-    char finding[1024];
-    int scale_tensors;     /* k_scale / v_scale tensors */
-    long long params;      /* elements of every other tensor */
-    int index_tensors;     /* weight_map entries, 0 without an index */
-    int index_scales;      /* of them, k_scale / v_scale names */
-    int index_elsewhere;   /* of them, mapped to a shard that is not in the directory */
-    char elsewhere[256];   /* the first such shard */
-    int elsewhere_several; /* they are in more than one shard */
-} shard_census;
-
-static void census_file(const char *path, const char *base, shard_census *c)
-{
-    kvcal_safetensors_t *f = NULL;
-    c->files++;
-    kvcal_status st = kvcal_safetensors_open(path, &f);
-    if (st && !strcmp(base, KVCAL_CHECKPOINT_SHARD)) {
-        c->scales_unreadable = 1;
-        return;
-    }
-    if (st) {
-        if (!c->unreadable++) {
-            c->status = st;
-            snprintf(c->finding, sizeof c->finding, "%s", kvcal_last_error());
-        }
-        return;
-    }
-    for (int i = 0; i < kvcal_safetensors_count(f); i++) {
-        const kvcal_tensor_info *t = kvcal_safetensors_at(f, i);
-        if (is_scale_tensor(t->name))
-            c->scale_tensors++;
-        else
-            c->params += t->numel;
-    }
-    kvcal_safetensors_close(f);
-}
-
-static void census_index(const char *dir, shard_census *c)
-{
-    char p[4096];
-    cJSON *index = NULL;
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_INDEX, dir);
-    if (stat(p, &sb) != 0 || kvcal_json_load(p, &index) != KVCAL_OK)
-        return;
-    const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
-    for (const cJSON *e = cJSON_IsObject(map) ? map->child : NULL; e; e = e->next) {
-        c->index_tensors++;
-        c->index_scales += is_scale_tensor(e->string);
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/'))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->valuestring);
-        if (stat(p, &sb) == 0)
-            continue;
-        if (!c->index_elsewhere++)
-            snprintf(c->elsewhere, sizeof c->elsewhere, "%s", e->valuestring);
-        else if (strcmp(c->elsewhere, e->valuestring))
-            c->elsewhere_several = 1;
-    }
-    cJSON_Delete(index);
-}
-
-/* The census of `path`: a directory (every *.safetensors in it and its
- * index) or one .safetensors file. */
-static void shard_census_take(const char *path, shard_census *c)
-{
-    struct stat sb;
-    memset(c, 0, sizeof *c);
-    if (stat(path, &sb) != 0)
-        return;
-    if (!S_ISDIR(sb.st_mode)) {
-        const char *slash = strrchr(path, '/');
-        census_file(path, slash ? slash + 1 : path, c);
-        return;
-    }
-    DIR *d = opendir(path);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char p[4096];
-        if (!ends_with(e->d_name, ".safetensors") ||
-            (size_t)snprintf(p, sizeof p, "%s/%s", path, e->d_name) >= sizeof p)
-            continue;
-        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
-            census_file(p, e->d_name, c);
-    }
-    if (d)
-        closedir(d);
-    census_index(path, c);
-}
-
-/* Holds KV scales and no model weights: its index maps only k_scale /
- * v_scale names, or the shards there hold only those (kvcal's own
- * `calibrate --format checkpoint` output, whose index also maps the
- * model's weights to shards that stay in the model's directory). */
-static int census_scales_only(const shard_census *c)
-{
-    if (c->index_tensors && c->index_scales == c->index_tensors)
-        return 1;
-    return c->files && !c->unreadable && !c->params &&
-           (c->scale_tensors || c->scales_unreadable);
-}
-
-/* 1 when the first line of the file at `path` contains `needle`. */
-static int first_line_has(const char *path, const char *needle)
-{
-    char line[65536] = "";
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    int found = fgets(line, sizeof line, f) && strstr(line, needle);
-    fclose(f);
-    return found;
-}
-
-/* What of `calibrate --format all`'s outputs the directory holds, as
- * advice ("it holds kvcal_scales.json, checkpoint/: give one of them"),
- * into out; "" when none. */
-static void list_outputs(const char *dir, char *out, size_t n)
-{
-    static const char *const names[][2] = {
-        {"kv_cache_scales.json", "kv_cache_scales.json"},
-        {"kvcal_scales.json", "kvcal_scales.json"},
-        {"checkpoint/config.json", "checkpoint/"}};
-    size_t at = 0;
-    out[0] = '\0';
-    for (size_t i = 0; i < sizeof names / sizeof *names && at < n; i++) {
-        char p[4200];
-        struct stat sb;
-        snprintf(p, sizeof p, "%.4096s/%s", dir, names[i][0]);
-        if (stat(p, &sb) == 0)
-            at += (size_t)snprintf(out + at, n - at, "%s%s", at ? ", " : "it holds ",
-                                   names[i][1]);
-    }
-    if (at && at < n)
-        snprintf(out + at, n - at, ": give one of them");
-}
-
-/* Decides what `path` holds. */
-static kvcal_status detect(const char *path, inspect_kind *kind)
-{
-    struct stat sb;
-    shard_census census;
-    if (stat(path, &sb) != 0)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: no such file or directory", path);
-    if (S_ISDIR(sb.st_mode)) {
-        char cfg[4096];
-        snprintf(cfg, sizeof cfg, "%s/config.json", path);
-        shard_census_take(path, &census);
-        if (stat(cfg, &sb) != 0 && census.files && census_scales_only(&census)) {
-            *kind = KIND_SCALES;
-            return KVCAL_OK;
-        }
-        if (stat(cfg, &sb) != 0) {
-            char inside[256] = "";
-            list_outputs(path, inside, sizeof inside);
-            return kvcal_fail(
-                KVCAL_ERR_FORMAT,
-                "%s: a directory without config.json: not a model or "
-                "scales checkpoint (%s)",
-                path, inside[0] ? inside : "give the checkpoint directory or a file");
-        }
-        *kind = census_scales_only(&census) ? KIND_SCALES : KIND_MODEL;
-        return KVCAL_OK;
-    }
-    unsigned char head[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot be read", path);
-    size_t got = fread(head, 1, sizeof head, f);
-    fclose(f);
-    if (got == 8 && !memcmp(head, "\x89HDF\r\n\x1a\n", 8)) {
-        kvcal_token_set_info info;
-        kvcal_status st = kvcal_token_set_info_read(path, &info);
-        *kind = info.has_input_ids ? KIND_TOKENS_HDF5 : KIND_STATS;
-        return st;
-    }
-    if (ends_with(path, ".safetensors")) {
-        char cfg[4096];
-        shard_census_take(path, &census);
-        parent_dir(path, cfg, sizeof cfg);
-        strncat(cfg, "/config.json", sizeof cfg - strlen(cfg) - 1);
-        if (census.unreadable && stat(cfg, &sb) != 0)
-            return kvcal_fail(census.status, "%s", census.finding);
-        *kind = census_scales_only(&census) ? KIND_SCALES : KIND_MODEL;
-        return KVCAL_OK;
-    }
-    size_t lead = 0;
-    while (lead < got && strchr(" \t\r\n", head[lead]))
-        lead++;
-    int is_json = lead < got && head[lead] == '{';
-    if (is_json && (ends_with(path, ".jsonl") || ends_with(path, ".ndjson"))) {
-        if (!first_line_has(path, "\"input_ids\""))
-            return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "%s: JSONL without \"input_ids\" on its first line: a text "
-                              "dataset, not a token set (make one with kvcal tokenize "
-                              "--format jsonl)",
-                              path);
-        *kind = KIND_TOKENS_JSONL;
-        return KVCAL_OK;
-    }
-    if (is_json) {
-        cJSON *root = NULL;
-        *kind = KIND_SCALES; /* the validator names what is wrong with other JSON */
-        if (kvcal_json_load(path, &root) == KVCAL_OK &&
-            (cJSON_HasObjectItem(root, "architectures") ||
-             cJSON_HasObjectItem(root, "num_hidden_layers") ||
-             cJSON_HasObjectItem(root, "text_config"))) {
-            *kind = KIND_MODEL;
-        }
-        cJSON_Delete(root);
-        return KVCAL_OK;
-    }
-    if (kvcal_llama2c_probe(path)) {
-        *kind = KIND_MODEL;
-        return KVCAL_OK;
-    }
-    return kvcal_fail(KVCAL_ERR_FORMAT,
-                      "%s: not a model, scales file, statistics file or token set "
-                      "(expected a checkpoint directory, .safetensors, llama2.c .bin, "
-                      "JSON, JSONL or HDF5 written by kvcal)",
-                      path);
 }
 
 // --- models ------------------------------------------------------------------
@@ -585,11 +328,12 @@ static void print_model(const char *path, const kvcal_model_config *c,
 static void hf_weights(const char *path, model_extra *x, char *refused, char *invalid,
                        size_t n, kvcal_model_t **m)
 {
-    shard_census census;
+    kvcal_shard_census census;
     kvcal_checkpoint_t *ck = NULL;
     struct stat sb;
-    shard_census_take(path, &census);
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && census_scales_only(&census)) {
+    kvcal_shard_census_take(path, &census);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+        kvcal_shard_census_scales_only(&census)) {
         x->weights = "none here (the directory holds KV scales only)";
         snprintf(refused, n,
                  "%s: no model weights here, only KV scales; calibrate runs the model's "
@@ -610,7 +354,7 @@ static void hf_weights(const char *path, model_extra *x, char *refused, char *in
     int most = 0;
     for (int i = 0; ck && i < kvcal_checkpoint_count(ck); i++) {
         const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
-        if (is_scale_tensor(t->name))
+        if (kvcal_is_scale_tensor_name(t->name))
             continue;
         x->params += t->numel;
         if ((unsigned)t->dtype < 16 && (by_dtype[t->dtype] += t->numel) > by_dtype[most])
@@ -695,13 +439,13 @@ static int inspect_model(const char *path, inspect_opts *o)
     struct stat sb;
     kvcal_status st;
     int is_file = stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode);
-    int is_json = is_file && ends_with(path, ".json");
-    int alone =
-        is_json && strcmp(path, "config.json") && !ends_with(path, "/config.json");
+    int is_json = is_file && kvcal_path_has_suffix(path, ".json");
+    int alone = is_json && strcmp(path, "config.json") &&
+                !kvcal_path_has_suffix(path, "/config.json");
     snprintf(dir, sizeof dir, "%s", path);
     if (is_file)
-        parent_dir(path, dir, sizeof dir);
-    if (is_file && !is_json && !ends_with(path, ".safetensors")) {
+        kvcal_path_parent(path, dir, sizeof dir);
+    if (is_file && !is_json && !kvcal_path_has_suffix(path, ".safetensors")) {
         if ((st = kvcal_model_open(path, &m)))
             goto fail;
         const kvcal_model_desc *d = kvcal_model_describe(m);
@@ -829,8 +573,8 @@ static int inspect_scales(const char *path, inspect_opts *o)
         return kvcal_cmd_file_exit_code(st);
     }
     int per_head = s->granularity == KVCAL_GRANULARITY_HEAD;
-    shard_census census;
-    shard_census_take(path, &census);
+    kvcal_shard_census census;
+    kvcal_shard_census_take(path, &census);
     cJSON *j = o->out, *layers;
     cJSON_AddStringToObject(j, "kind", "scales");
     cJSON_AddNumberToObject(j, "index_tensors_elsewhere", census.index_elsewhere);
@@ -1090,20 +834,20 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
     const char *path;
     if (kvcal_cmd_parse_path("inspect", "PATH", argv[optind], &path))
         return KVCAL_EXIT_USAGE;
-    inspect_kind kind = KIND_MODEL;
-    kvcal_status st = detect(path, &kind);
+    kvcal_file_kind kind = KVCAL_FILE_MODEL;
+    kvcal_status st = kvcal_file_kind_detect(path, &kind);
     if (st) {
         fprintf(stderr, "kvcal inspect: %s\n", kvcal_last_error());
         return kvcal_cmd_file_exit_code(st);
     }
-    if (o.decode && kind != KIND_TOKENS_HDF5 && kind != KIND_TOKENS_JSONL) {
+    if (o.decode && kind != KVCAL_FILE_TOKENS_HDF5 && kind != KVCAL_FILE_TOKENS_JSONL) {
         fprintf(stderr,
                 "kvcal inspect: --decode prints samples of a token set, and %s is a %s; "
                 "drop --decode\n",
                 path,
-                kind == KIND_MODEL    ? "model"
-                : kind == KIND_SCALES ? "scales file"
-                                      : "statistics file");
+                kind == KVCAL_FILE_MODEL    ? "model"
+                : kind == KVCAL_FILE_SCALES ? "scales file"
+                                            : "statistics file");
         return KVCAL_EXIT_USAGE;
     }
     if (o.decode && !o.tokenizer && !o.model) {
@@ -1116,10 +860,11 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
         return KVCAL_EXIT_USAGE;
     }
     cJSON_AddStringToObject(o.out, "path", path);
-    int rc = kind == KIND_MODEL    ? inspect_model(path, &o)
-             : kind == KIND_SCALES ? inspect_scales(path, &o)
-             : kind == KIND_STATS  ? inspect_stats(path, &o)
-                                   : inspect_tokens(path, kind == KIND_TOKENS_HDF5, &o);
+    int rc = kind == KVCAL_FILE_MODEL    ? inspect_model(path, &o)
+             : kind == KVCAL_FILE_SCALES ? inspect_scales(path, &o)
+             : kind == KVCAL_FILE_STATS
+                 ? inspect_stats(path, &o)
+                 : inspect_tokens(path, kind == KVCAL_FILE_TOKENS_HDF5, &o);
     if ((!rc || o.complete) && o.json) {
         char *text = cJSON_Print(o.out);
         if (!text) {

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "io/llama2c.h"
+#include "io/path.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 
@@ -354,12 +355,6 @@ static int is_dir(const char *p)
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
 kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
 {
     *out = NULL;
@@ -379,7 +374,7 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
     }
     if (is_dir(path)) {
         st = open_hf(m, path);
-    } else if (ends_with(path, ".safetensors")) {
+    } else if (kvcal_path_has_suffix(path, ".safetensors")) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", path);
         char *slash = strrchr(dir, '/');
