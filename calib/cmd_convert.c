@@ -131,7 +131,7 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
                 return KVCAL_EXIT_USAGE;
             break;
         case 't':
-            if (kvcal_cmd_parse_int("convert", "--tp", optarg, 1, 65536, &tp))
+            if (kvcal_cmd_parse_int("convert", "--tp", optarg, 1, KVCAL_TP_MAX, &tp))
                 return KVCAL_EXIT_USAGE;
             break;
         case 'o':
