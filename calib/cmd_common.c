@@ -3,7 +3,6 @@
 #include "calib/cmd_common.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +19,8 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
     errno = 0;
     long long v = strtoll(text, &end, 10);
     if (errno || *end || end == text || v < lo || v > hi) {
-        if (hi == KVCAL_CMD_INT_MAX || hi == LLONG_MAX)
-            fprintf(stderr, "kvcal %s: %s '%s': expected an integer >= %lld\n", cmd, opt,
-                    text, lo);
-        else
-            fprintf(stderr, "kvcal %s: %s '%s': expected an integer in [%lld, %lld]\n",
-                    cmd, opt, text, lo, hi);
+        fprintf(stderr, "kvcal %s: %s '%s': expected an integer in [%lld, %lld]\n", cmd,
+                opt, text, lo, hi);
         return -1;
     }
     *out = v;
@@ -95,8 +90,7 @@ static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
                    ? -1
                    : 1;
     case KVCAL_OPT_TP:
-        return kvcal_cmd_parse_int(cmd, "--tp", arg, 1, KVCAL_CMD_INT_MAX, &o->tp) ? -1
-                                                                                   : 1;
+        return kvcal_cmd_parse_int(cmd, "--tp", arg, 1, KVCAL_TP_MAX, &o->tp) ? -1 : 1;
     case KVCAL_OPT_SEED:
         return kvcal_cmd_parse_ll(cmd, "--seed", arg, 0, KVCAL_CMD_SEED_MAX, &o->seed)
                    ? -1

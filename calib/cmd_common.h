@@ -17,8 +17,8 @@
 
 /* Parses text (the value of option `opt` of command `cmd`) as a decimal
  * integer in [lo, hi] into *out. On failure prints "kvcal <cmd>: <opt>
- * '<text>': expected an integer in [lo, hi]" (">= lo" when hi is
- * KVCAL_CMD_INT_MAX or LLONG_MAX) to stderr and returns -1; else 0. */
+ * '<text>': expected an integer in [lo, hi]" (the limits named, whatever
+ * they are) to stderr and returns -1; else 0. */
 int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long long lo,
                        long long hi, long long *out);
 /* kvcal_cmd_parse_ll for an int option. */

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "calib/cmd_common.h"
+#include "calib/cmd_progress.h"
 #include "calib/command.h"
 #include "calib/model.h"
 #include "calib/runner.h"
@@ -27,6 +27,8 @@
 #include "kernels/cpu/eval_ref.h"
 #include "kernels/cpu/ops.h"
 #include "kvcal.h"
+
+#define DEFAULT_BATCH 4
 
 enum {
     MODE_BASELINE,
@@ -69,21 +71,25 @@ static void usage(FILE *f)
             "  --modes LIST         comma-separated, from:\n");
     for (int m = 0; m < NUM_MODES; m++)
         fprintf(f, "                         %-14s %s\n", mode_names[m], mode_help[m]);
-    fprintf(f,
-            "                       (default: all; the static modes need --scales)\n"
-            "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
-            "  --num-samples N      samples (default 16)\n"
-            "  --seq-len L          tokens per sample (default min(256, model context))\n"
-            "  --batch B            samples per forward pass (default 4); first-batch\n"
-            "                       fixes its scales on the first B samples\n"
-            "  --seed S             sample selection seed (default 1)\n"
-            "  --tp N               tensor-parallel size a legacy file is read for\n"
-            "                       (default 1)\n"
-            "  --device D           cpu | cuda (default cpu)\n"
-            "  --quiet              no progress line\n"
-            "  --json               print the report as JSON on stdout\n\n"
-            "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
-            "error\n");
+    fprintf(
+        f, "                       (default: all; the static modes need --scales)\n"
+           "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
+           "  --num-samples N      samples (default 16)\n"
+           "  --seq-len L          tokens per sample (default min(256, model context))\n"
+           "  --batch B            samples per forward pass (default 4; at most the\n"
+           "                       number of samples); first-batch fixes its scales on\n"
+           "                       the first B samples\n"
+           "  --seed S             sample selection seed (default 1)\n"
+           "  --tp N               tensor-parallel size a legacy file is read for\n"
+           "                       (default 1)\n"
+           "  --device D           cpu | cuda (default cpu)\n"
+           "  --quiet              no progress line (on a terminal a line rewritten in\n"
+           "                       place; elsewhere a plain line every\n"
+           "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
+           "                       the end of each mode)\n"
+           "  --json               print the report as JSON on stdout\n\n"
+           "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
+           "error\n");
 }
 
 static int parse_modes(const char *text, int *modes)
@@ -136,7 +142,6 @@ static int parse_options(int argc, char **argv, options *o)
     };
     memset(o, 0, sizeof *o);
     o->run.num_samples = 16;
-    o->run.batch = 4;
     o->run.tp = 1;
     o->run.seed = 1;
     int rc =
@@ -365,8 +370,8 @@ static kvcal_status run_mode_cpu(const runners *rn, const kvcal_samples *s,
                         (double)max_rows * d->vocab_size * 4 / 1048576.0);
     kvcal_runner_outputs out = {NULL, &c, NULL, logits,
                                 mode == MODE_BASELINE ? NULL : eval_hook};
-    double t0 = kvcal_cmd_now_s();
-    int show = !o->run.quiet && isatty(STDERR_FILENO);
+    kvcal_cmd_progress pr;
+    kvcal_cmd_progress_start(&pr, o->run.quiet, 0.0);
     for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->run.batch) {
         int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
         for (int i = 0; i < n; i++)
@@ -377,12 +382,11 @@ static kvcal_status run_mode_cpu(const runners *rn, const kvcal_samples *s,
         if (!st)
             add_nll(logits, d->vocab_size, ids, s->lengths + b0, n, s->seq_len, target,
                     row_nll, nll, count);
-        if (show)
-            fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
-                    b0 + n, s->num_samples, kvcal_cmd_now_s() - t0);
+        kvcal_cmd_progress_update(
+            &pr, b0 + n == s->num_samples || st, "eval %s: %d/%d samples, %.0f s",
+            mode_names[mode], b0 + n, s->num_samples, kvcal_cmd_progress_elapsed(&pr));
     }
-    if (show)
-        fprintf(stderr, "\n");
+    kvcal_cmd_progress_end(&pr);
     if (!st && mode != MODE_BASELINE) {
         r->sums = c.sums;
         c.sums = NULL;
@@ -427,20 +431,19 @@ static kvcal_status run_mode_cuda(const runners *rn, const kvcal_samples *s,
     }
     if ((st = kvcal_cuda_eval_create(rn->cuda, rn->model, sim, ks, vs, &ev)))
         goto done;
-    double t0 = kvcal_cmd_now_s();
-    int show = !o->run.quiet && isatty(STDERR_FILENO);
+    kvcal_cmd_progress pr;
+    kvcal_cmd_progress_start(&pr, o->run.quiet, 0.0);
     for (int b0 = 0; !st && b0 < s->num_samples; b0 += o->run.batch) {
         int n = s->num_samples - b0 < o->run.batch ? s->num_samples - b0 : o->run.batch;
         for (int i = 0; i < n; i++)
             names[i] = b0 + i;
         st = kvcal_cuda_eval_forward(ev, s->ids + (int64_t)b0 * s->seq_len,
                                      s->lengths + b0, n, s->seq_len, names, nll, count);
-        if (show)
-            fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[mode],
-                    b0 + n, s->num_samples, kvcal_cmd_now_s() - t0);
+        kvcal_cmd_progress_update(
+            &pr, b0 + n == s->num_samples || st, "eval %s: %d/%d samples, %.0f s",
+            mode_names[mode], b0 + n, s->num_samples, kvcal_cmd_progress_elapsed(&pr));
     }
-    if (show)
-        fprintf(stderr, "\n");
+    kvcal_cmd_progress_end(&pr);
     if (!st)
         st = kvcal_cuda_eval_collect(ev, r->sums);
 done:
@@ -660,6 +663,17 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     if ((st = kvcal_cmd_load_samples("eval", o.run.model, d->vocab_size, o.run.tokenizer,
                                      o.run.dataset, &dopt, &samples)))
         goto fail;
+    int batch = o.run.batch ? o.run.batch : DEFAULT_BATCH;
+    if (batch > samples->num_samples) {
+        if (o.run.batch && !o.run.quiet)
+            fprintf(
+                stderr,
+                "kvcal eval: note: --batch %d is more than the %d samples; running %d "
+                "a pass\n",
+                batch, samples->num_samples, samples->num_samples);
+        batch = samples->num_samples;
+    }
+    o.run.batch = batch;
     rn.model = model;
     st = o.run.cuda
              ? kvcal_cuda_runner_create(model, o.run.batch, samples->seq_len, &rn.cuda)
