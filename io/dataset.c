@@ -393,7 +393,7 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
         const cJSON *tx = cJSON_GetObjectItemCaseSensitive(obj, field);
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, "messages");
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
-        kvcal_doc d = {0};
+        kvcal_doc d = {.line = line};
         int this_mode = cJSON_IsString(tx) || cJSON_IsArray(msgs) ? 1
                         : cJSON_IsArray(ids)                      ? 2
                                                                   : 0;
@@ -508,28 +508,38 @@ void kvcal_documents_destroy(kvcal_documents *d)
     free(d);
 }
 
+/* Error for id k of id document i, outside the tokenizer's vocabulary. */
+static kvcal_status id_outside_vocab(const char *path, const kvcal_doclist *l, size_t i,
+                                     size_t k, const kvcal_tokenizer_t *tok)
+{
+    const kvcal_doc *d = &l->d[i];
+    char place[64];
+    snprintf(place, sizeof place, l->rows ? "input_ids row %zu" : "line %zu", d->line);
+    int vocab = kvcal_tokenizer_vocab_size(tok);
+    return kvcal_fail(KVCAL_ERR_MISMATCH,
+                      "%s: %s (document %zu): input_ids[%zu] = %d is outside the "
+                      "tokenizer's vocabulary of %d tokens (ids 0 to %d); were these ids "
+                      "made with another model's tokenizer?",
+                      path, place, i + 1, k, d->ids[k], vocab, vocab - 1);
+}
+
 /* The ids of document i: verbatim, or encoded with special tokens. */
 static kvcal_status doc_ids(const char *path, const kvcal_doclist *l, size_t i,
                             const kvcal_tokenizer_t *tok, int32_t **ids, size_t *n)
 {
     const kvcal_doc *d = &l->d[i];
+    *ids = NULL;
+    *n = 0;
     if (d->is_ids) {
+        if (tok)
+            for (size_t k = 0; k < d->n_ids; k++)
+                if (d->ids[k] >= kvcal_tokenizer_vocab_size(tok))
+                    return id_outside_vocab(path, l, i, k, tok);
         *ids = malloc((d->n_ids + 1) * sizeof **ids);
         if (!*ids)
             return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
         memcpy(*ids, d->ids, d->n_ids * sizeof **ids);
         *n = d->n_ids;
-        if (tok)
-            for (size_t k = 0; k < *n; k++)
-                if ((*ids)[k] >= kvcal_tokenizer_vocab_size(tok)) {
-                    free(*ids);
-                    *ids = NULL;
-                    return kvcal_fail(
-                        KVCAL_ERR_MISMATCH,
-                        "%s: document %zu: token id %d is outside the tokenizer's "
-                        "vocabulary (%d); were these ids made for another model?",
-                        path, i + 1, (*ids)[k], kvcal_tokenizer_vocab_size(tok));
-                }
         return KVCAL_OK;
     }
     if (!tok)

@@ -296,6 +296,46 @@ static void dataset_hdf5_rejects_a_shape_whose_size_overflows(void)
     CU_ASSERT(kvcal_test_error_has("input_ids has shape [4294967296, 4294967296]"));
 }
 
+/* Token ids at or past the tokenizer's vocabulary are an error naming the
+ * file, the JSONL line (or HDF5 row), the document, the id and the
+ * vocabulary's size, from every reader; never a read of freed memory. */
+static void dataset_ids_outside_the_vocabulary_name_file_line_id_and_size(void)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_load("models/stories260K/tok512.bin", &tok),
+                          KVCAL_OK);
+    const char *p = write_tmp("vocab.jsonl", "{\"input_ids\": [1, 2, 3]}\n\n"
+                                             "{\"input_ids\": [1, 600, 4]}\n");
+    kvcal_dataset_options opt = {.num_samples = 1, .seq_len = 6, .pack = 1};
+    kvcal_samples *s = (kvcal_samples *)1;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_MISMATCH);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT(kvcal_test_error_has(p));
+    CU_ASSERT(kvcal_test_error_has("line 3 (document 2): input_ids[1] = 600 is outside "
+                                   "the tokenizer's vocabulary of 512 tokens"));
+    kvcal_documents *d = (kvcal_documents *)1;
+    CU_ASSERT_EQUAL(kvcal_dataset_tokenize_documents(p, tok, NULL, NULL, &d),
+                    KVCAL_ERR_MISMATCH);
+    CU_ASSERT_PTR_NULL(d);
+    CU_ASSERT(kvcal_test_error_has("line 3 (document 2): input_ids[1] = 600"));
+    /* 511 is the last id there is; 512 the first past it */
+    p = write_tmp("vocab_edge.jsonl", "{\"input_ids\": [511, 512]}\n");
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_MISMATCH);
+    CU_ASSERT(kvcal_test_error_has("line 1 (document 1): input_ids[1] = 512"));
+    /* an HDF5 token set names the row */
+    kvcal_samples set = {.num_samples = 2, .seq_len = 3};
+    int32_t ids[6] = {1, 2, 3, 4, 9999, -1}, lengths[2] = {3, 2};
+    set.ids = ids;
+    set.lengths = lengths;
+    set.num_tokens = 5;
+    p = kvcal_test_path("vocab.h5");
+    CU_ASSERT_EQUAL_FATAL(kvcal_samples_write_hdf5(p, &set, NULL), KVCAL_OK);
+    opt = (kvcal_dataset_options){.num_samples = 2, .seq_len = 3, .pack = 1};
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_MISMATCH);
+    CU_ASSERT(kvcal_test_error_has("input_ids row 1 (document 2): input_ids[1] = 9999"));
+    kvcal_tokenizer_destroy(tok);
+}
+
 /* progress callback: counts calls and keeps the last report */
 static void count_progress(void *ctx, long long done, long long total, long long tokens)
 {
@@ -381,6 +421,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_empty_unreadable_or_textless_is_an_error),
     KVCAL_TEST(dataset_hdf5_token_set_reads_back_as_written),
     KVCAL_TEST(dataset_hdf5_rejects_a_shape_whose_size_overflows),
+    KVCAL_TEST(dataset_ids_outside_the_vocabulary_name_file_line_id_and_size),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset, KVCAL_NEEDS_NOTHING, tests)
