@@ -1,8 +1,8 @@
 /* io/dataset.c: documents from a dataset file, and samples drawn from them.
  *
  * Formats (detected from the path):
- * - a directory: one document per regular file (sorted by name, dot files
- *   skipped);
+ * - a directory: one document per file (sorted by name; dot files and
+ *   subdirectories skipped, a FIFO, socket or device refused);
  * - *.jsonl / *.ndjson / *.json: one JSON object per line with a text field
  *   (--text-field, default "text"), or chat "messages" [{role, content}]
  *   joined as "role: content" lines, or "input_ids" token ids (taken
@@ -233,7 +233,7 @@ static kvcal_status read_dir(const char *path, kvcal_doclist *l)
             goto fail;
         }
         struct stat sb;
-        if (stat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
+        if (stat(full, &sb) == 0 && S_ISDIR(sb.st_mode))
             continue;
         char *data;
         size_t len;
@@ -475,6 +475,8 @@ kvcal_status kvcal_dataset_read(const char *path, const char *text_field,
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot read dataset: %s", path,
                           strerror(errno));
     kvcal_status st;
+    if (!S_ISDIR(sb.st_mode) && (st = kvcal_file_check_input(path, "dataset", 0)))
+        return st;
     if (S_ISDIR(sb.st_mode))
         st = read_dir(path, l);
     else if (has_suffix(path, ".h5") || has_suffix(path, ".hdf5") || is_hdf5_file(path))

@@ -4,10 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/status.h"
 #include "io/dataset.h"
 #include "io/dataset_impl.h"
+#include "io/file_read.h"
+#include "io/token_set_info.h"
 #include "tests/test_util.h"
 
 static const char *write_tmp(const char *name, const char *text)
@@ -336,6 +339,51 @@ static void dataset_ids_outside_the_vocabulary_name_file_line_id_and_size(void)
     kvcal_tokenizer_destroy(tok);
 }
 
+/* A FIFO (or socket, or device) given as a dataset, a dataset directory's
+ * member, a tokenizer or a token set is refused before it is opened: one
+ * line naming the path and what it is. Opening a FIFO with no writer
+ * blocks, so the alarm turns a hang into a failed test. */
+static void dataset_refuses_fifos_and_devices_before_opening_them(void)
+{
+    char fifo[512], fifo_h5[512], dir[512], member[600], want[700];
+    snprintf(fifo, sizeof fifo, "%s", kvcal_test_path("pipe.txt"));
+    snprintf(fifo_h5, sizeof fifo_h5, "%s", kvcal_test_path("pipe.h5"));
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("pipedir"));
+    snprintf(member, sizeof member, "%s/b.txt", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo_h5, 0600), 0);
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(member, 0600), 0);
+    char a[600];
+    snprintf(a, sizeof a, "%s/a.txt", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(a, "words", 5), 0);
+    alarm(20);
+    kvcal_doclist l;
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO), not a regular file", fifo);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(fifo, NULL, &l), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO)", fifo_h5);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(fifo_h5, NULL, &l), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO)", member);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(dir, NULL, &l), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    kvcal_tokenizer_t *tok = (kvcal_tokenizer_t *)1;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load(fifo, &tok), KVCAL_ERR_IO);
+    CU_ASSERT_PTR_NULL(tok);
+    CU_ASSERT(kvcal_test_error_has("save the tokenizer to a file"));
+    kvcal_token_set_info info;
+    CU_ASSERT_EQUAL(kvcal_token_set_info_read(fifo_h5, &info), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("is a named pipe (FIFO)"));
+    char *data = (char *)1;
+    size_t len = 1;
+    CU_ASSERT_EQUAL(kvcal_file_read("/dev/null", "dataset", 100, &data, &len),
+                    KVCAL_ERR_IO);
+    CU_ASSERT(data == NULL && len == 0);
+    CU_ASSERT(kvcal_test_error_has("/dev/null: is a character device"));
+    alarm(0);
+}
+
 /* progress callback: counts calls and keeps the last report */
 static void count_progress(void *ctx, long long done, long long total, long long tokens)
 {
@@ -422,6 +470,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_hdf5_token_set_reads_back_as_written),
     KVCAL_TEST(dataset_hdf5_rejects_a_shape_whose_size_overflows),
     KVCAL_TEST(dataset_ids_outside_the_vocabulary_name_file_line_id_and_size),
+    KVCAL_TEST(dataset_refuses_fifos_and_devices_before_opening_them),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset, KVCAL_NEEDS_NOTHING, tests)

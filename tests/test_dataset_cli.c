@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tests/test_util.h"
 
@@ -53,8 +55,46 @@ static void cli_ids_outside_the_tokenizer_vocabulary_exit_1_naming_them(void)
     expect(args, 1, want);
 }
 
+/* A FIFO given as the dataset, the model, the tokenizer or a member of a
+ * dataset directory: exit 2 at once with one line naming it (this hung:
+ * read once for the format, closed, reopened, blocked). The alarm turns a
+ * hang into a failed test. */
+static void cli_fifo_inputs_exit_2_naming_the_path(void)
+{
+    char fifo[512], dir[512], member[600], args[2048], want[700];
+    snprintf(fifo, sizeof fifo, "%s", kvcal_test_path("cli_pipe"));
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("cli_pipedir"));
+    snprintf(member, sizeof member, "%s/x.txt", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(member, 0600), 0);
+    const char *out = kvcal_test_path("cli_pipe_out");
+    static const char *const forms[] = {
+        "calibrate --model " MODEL " --dataset '%s' --quiet --out '%s'",
+        "calibrate --model '%s' --quiet --out '%s'",
+        "calibrate --model " MODEL " --tokenizer '%s' --quiet --out '%s'",
+        "eval --model " MODEL " --dataset '%s' --quiet --json",
+        "tokenize -d '%s' -m " MODEL " -q -o '%s'",
+        "tokenize -d datasets/default_calibration.txt -t '%s' -q -o '%s'",
+    };
+    alarm(60);
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        snprintf(args, sizeof args, forms[i], fifo, out);
+        snprintf(want, sizeof want, "%s: is a named pipe (FIFO), not a regular file",
+                 fifo);
+        expect(args, 2, want);
+    }
+    snprintf(args, sizeof args, "eval --model " MODEL " --dataset '%s' --quiet", dir);
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO), not a regular file",
+             member);
+    expect(args, 2, want);
+    alarm(0);
+    CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_ids_outside_the_tokenizer_vocabulary_exit_1_naming_them),
+    KVCAL_TEST(cli_fifo_inputs_exit_2_naming_the_path),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset_cli, KVCAL_NEEDS_NOTHING, tests)
