@@ -54,6 +54,7 @@ static void usage(FILE *f)
         "  --tokenizer PATH     tokenizer.json / tokenizer.model / llama2.c "
         "tokenizer.bin\n"
         "                       (default: found next to the model)\n"
+        "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
         "  --num-samples N      samples (default 32)\n"
         "  --seq-len L          tokens per sample (default min(256, model context))\n"
         "  --batch B            samples per forward pass (default 4)\n"
@@ -513,7 +514,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         goto fail;
     }
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
-                                  1, NULL};
+                                  1, o.run.text_field};
     char dataset_path[4096];
     if (o.run.dataset == default_dataset) {
         if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path,

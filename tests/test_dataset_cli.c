@@ -49,9 +49,8 @@ static void cli_ids_outside_the_tokenizer_vocabulary_exit_1_naming_them(void)
              "eval --model " MODEL " --dataset '%s' --num-samples 2 --seq-len 8 --quiet",
              path);
     expect(args, 1, want);
-    snprintf(args, sizeof args,
-             "tokenize -d '%s' -m " MODEL " --format jsonl -q -o '%s'", path,
-             kvcal_test_path("ids600.out.jsonl"));
+    snprintf(args, sizeof args, "tokenize -d '%s' -m " MODEL " --format jsonl -q -o '%s'",
+             path, kvcal_test_path("ids600.out.jsonl"));
     expect(args, 1, want);
 }
 
@@ -85,16 +84,84 @@ static void cli_fifo_inputs_exit_2_naming_the_path(void)
         expect(args, 2, want);
     }
     snprintf(args, sizeof args, "eval --model " MODEL " --dataset '%s' --quiet", dir);
-    snprintf(want, sizeof want, "%s: is a named pipe (FIFO), not a regular file",
-             member);
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO), not a regular file", member);
     expect(args, 2, want);
     alarm(0);
     CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
 }
 
+static int files_equal(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = kvcal_test_read_file(a, &na), *y = kvcal_test_read_file(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+#define BODY_1                                                                           \
+    "Once upon a time a little fox lived by the river. She liked to count the stones."
+#define BODY_2                                                                           \
+    "The old man planted a tree in the park, and every spring the children sat under "   \
+    "it."
+#define BODY_3                                                                           \
+    "Tom had a red ball. He threw it high, and the dog ran fast to bring it back to "    \
+    "him."
+
+/* calibrate and eval take --text-field (the JSONL error tells users to pass
+ * it): with it, a JSONL whose text is under "body" calibrates to the same
+ * scales as the same documents in a text file; without it, exit 1 naming
+ * the option; --help lists it. */
+static void cli_calibrate_and_eval_read_the_text_field_given(void)
+{
+    char jsonl[512], txt[512], a[512], b[512], args[2048];
+    snprintf(jsonl, sizeof jsonl, "%s",
+             write_tmp("body.jsonl", "{\"id\": 1, \"body\": \"" BODY_1 "\"}\n"
+                                     "{\"id\": 2, \"body\": \"" BODY_2 "\"}\n"
+                                     "{\"id\": 3, \"body\": \"" BODY_3 "\"}\n"));
+    snprintf(txt, sizeof txt, "%s",
+             write_tmp("body.txt", BODY_1 "\n\n" BODY_2 "\n\n" BODY_3 "\n"));
+    snprintf(a, sizeof a, "%s", kvcal_test_path("body_jsonl.json"));
+    snprintf(b, sizeof b, "%s", kvcal_test_path("body_txt.json"));
+    const char *run = "--num-samples 2 --seq-len 16 --seed 3 --quiet";
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --dataset '%s' --text-field body %s "
+             "--format legacy --out '%s'",
+             jsonl, run, a);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --dataset '%s' %s --format legacy --out '%s'",
+             txt, run, b);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT(files_equal(a, b));
+    char *out = NULL;
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset '%s' --text-field body %s --modes "
+             "baseline,dynamic --json",
+             jsonl, run);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &out), 0);
+    CU_ASSERT(out && strstr(out, "\"baseline\""));
+    free(out);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --dataset '%s' %s --out '%s'", jsonl, run,
+             kvcal_test_path("no_field.json"));
+    expect(args, 1, "line 1: no string \"text\"");
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("--text-field"));
+    snprintf(args, sizeof args, "eval --model " MODEL " --dataset '%s' %s", jsonl, run);
+    expect(args, 1, "line 1: no string \"text\"");
+    static const char *const helps[] = {"calibrate --help", "eval --help"};
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(helps[i], &out), 0);
+        CU_ASSERT(out && strstr(out, "--text-field NAME"));
+        free(out);
+    }
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_ids_outside_the_tokenizer_vocabulary_exit_1_naming_them),
     KVCAL_TEST(cli_fifo_inputs_exit_2_naming_the_path),
+    KVCAL_TEST(cli_calibrate_and_eval_read_the_text_field_given),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset_cli, KVCAL_NEEDS_NOTHING, tests)
