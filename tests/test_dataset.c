@@ -384,6 +384,19 @@ static void dataset_refuses_fifos_and_devices_before_opening_them(void)
     alarm(0);
 }
 
+/* datasets/default_calibration.txt is what datasets/make_default_calibration.py
+ * writes (from datasets/calibration_handwritten.txt and its own templates):
+ * an edit of either that is not regenerated fails here. Needs python3 (make
+ * deps installs it); says so and checks nothing without it. */
+static void dataset_default_text_is_what_its_generator_writes(void)
+{
+    if (system("command -v python3 > /dev/null 2>&1") != 0) {
+        fprintf(stderr, "\n  python3 not found: the default text was not checked\n");
+        return;
+    }
+    CU_ASSERT_EQUAL(system("python3 datasets/make_default_calibration.py --check"), 0);
+}
+
 /* progress callback: counts calls and keeps the last report */
 static void count_progress(void *ctx, long long done, long long total, long long tokens)
 {
@@ -451,8 +464,28 @@ static void dataset_text_packs_windows_that_start_with_bos(void)
     kvcal_tokenizer_destroy(tok);
 }
 
+/* The default text holds the 128 x 2048 tokens of a common calibration
+ * (llm-compressor's recipes use 512 x 2048 of a real set) with the Llama 2
+ * tokenizer, a 32k vocabulary; the 32 KB text it replaced held 9.4k. */
+static void dataset_default_text_fills_128_samples_of_2048_llama2_tokens(void)
+{
+    char tokp[512];
+    snprintf(tokp, sizeof tokp, "%s/models/llama2-tokenizer/tokenizer.model",
+             kvcal_test_shared_dir());
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_load(tokp, &tok), KVCAL_OK);
+    kvcal_dataset_options opt = {.num_samples = 128, .seq_len = 2048, .pack = 1};
+    kvcal_samples *s = NULL;
+    CU_ASSERT_EQUAL(kvcal_dataset_load("datasets/default_calibration.txt", tok, &opt, &s),
+                    KVCAL_OK);
+    CU_ASSERT(s && s->num_tokens == 128 * 2048);
+    kvcal_samples_destroy(s);
+    kvcal_tokenizer_destroy(tok);
+}
+
 static CU_TestInfo shared_tests[] = {
     KVCAL_TEST(dataset_text_packs_windows_that_start_with_bos),
+    KVCAL_TEST(dataset_default_text_fills_128_samples_of_2048_llama2_tokens),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset_shared, KVCAL_NEEDS_SHARED, shared_tests)
@@ -471,6 +504,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_hdf5_rejects_a_shape_whose_size_overflows),
     KVCAL_TEST(dataset_ids_outside_the_vocabulary_name_file_line_id_and_size),
     KVCAL_TEST(dataset_refuses_fifos_and_devices_before_opening_them),
+    KVCAL_TEST(dataset_default_text_is_what_its_generator_writes),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset, KVCAL_NEEDS_NOTHING, tests)
