@@ -764,24 +764,27 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
     }
     if (!want && filled == 0) {
         st = kvcal_fail(KVCAL_ERR_FORMAT,
-                        "%s: has %lld tokens in %zu documents, not one sample "
-                        "of %d tokens; lower --seq-len or give more text",
+                        "%s: has %lld tokens in %zu documents, not one sample of %d "
+                        "tokens; pass more text with --dataset FILE (public sets: "
+                        "datasets/RECIPES.md) or lower --seq-len",
                         path, seen_tokens, seen_docs, L);
         goto fail;
     }
     s->num_samples = filled;
     if (filled < want) {
         if (opt->pack)
-            st = kvcal_fail(
-                KVCAL_ERR_FORMAT,
-                "%s: has %lld tokens in %zu documents; %d samples x %d tokens need "
-                "about %lld; lower --num-samples or --seq-len, or give more text",
-                path, seen_tokens, seen_docs, want, L, (long long)want * L);
+            st = kvcal_fail(KVCAL_ERR_FORMAT,
+                            "%s: has %lld tokens in %zu documents, but %d samples x %d "
+                            "tokens need about %lld; pass more text with --dataset FILE "
+                            "(public sets: datasets/RECIPES.md) or lower --num-samples "
+                            "or --seq-len",
+                            path, seen_tokens, seen_docs, want, L, (long long)want * L);
         else
             st = kvcal_fail(KVCAL_ERR_FORMAT,
-                            "%s: has %d non-empty documents (%lld tokens); "
-                            "--num-samples asks for %d (one document per sample); lower "
-                            "--num-samples or pack documents",
+                            "%s: has %d non-empty documents (%lld tokens), but "
+                            "--num-samples asks for %d (one document per sample); pass "
+                            "more documents with --dataset FILE (public sets: "
+                            "datasets/RECIPES.md), pack them, or lower --num-samples",
                             path, filled, seen_tokens, want);
         goto fail;
     }

@@ -154,11 +154,24 @@ static void dataset_too_few_tokens_says_how_many_there_are(void)
     kvcal_samples *s = (kvcal_samples *)1;
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
     CU_ASSERT_PTR_NULL(s);
-    CU_ASSERT(kvcal_test_error_has("has 5 tokens in 2 documents"));
+    /* what there is, what was asked for, and what to pass */
+    CU_ASSERT(kvcal_test_error_has("has 5 tokens in 2 documents, but 2 samples x 4 "
+                                   "tokens need about 8; pass more text with --dataset "
+                                   "FILE (public sets: datasets/RECIPES.md) or lower "
+                                   "--num-samples or --seq-len"));
+    opt.num_samples = 0;
+    opt.seq_len = 6;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("has 5 tokens in 2 documents, not one sample of 6 "
+                                   "tokens; pass more text with --dataset FILE"));
+    CU_ASSERT(kvcal_test_error_has("datasets/RECIPES.md"));
     opt.pack = 0;
     opt.num_samples = 3;
+    opt.seq_len = 4;
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
-    CU_ASSERT(kvcal_test_error_has("has 2 non-empty documents"));
+    CU_ASSERT(kvcal_test_error_has("has 2 non-empty documents (5 tokens), but "
+                                   "--num-samples asks for 3"));
+    CU_ASSERT(kvcal_test_error_has("--dataset FILE (public sets: datasets/RECIPES.md)"));
 }
 
 /* The "Vm<key>:" line of /proc/self/status, in kB; -1 when unreadable. */

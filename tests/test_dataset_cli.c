@@ -158,10 +158,30 @@ static void cli_calibrate_and_eval_read_the_text_field_given(void)
     }
 }
 
+/* calibrate without --dataset on more samples than the default text holds:
+ * exit 1, nothing written, and one line with the tokens there are, the
+ * tokens asked for and what to pass. */
+static void cli_default_text_too_short_says_what_to_pass(void)
+{
+    char args[1024];
+    const char *out = kvcal_test_path("too_many.json");
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL
+             " --num-samples 4000 --seq-len 512 --quiet --out '%s'",
+             out);
+    expect(args, 1, "datasets/default_calibration.txt: has ");
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "tokens in 2396 documents, but 4000 samples x 512 tokens need about 2048000; "
+        "pass more text with --dataset FILE (public sets: datasets/RECIPES.md) or lower "
+        "--num-samples or --seq-len\n"));
+    CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_ids_outside_the_tokenizer_vocabulary_exit_1_naming_them),
     KVCAL_TEST(cli_fifo_inputs_exit_2_naming_the_path),
     KVCAL_TEST(cli_calibrate_and_eval_read_the_text_field_given),
+    KVCAL_TEST(cli_default_text_too_short_says_what_to_pass),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset_cli, KVCAL_NEEDS_NOTHING, tests)
