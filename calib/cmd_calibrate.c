@@ -59,6 +59,7 @@ static void usage(FILE *f)
         "  --tokenizer PATH     tokenizer.json / tokenizer.model / llama2.c "
         "tokenizer.bin\n"
         "                       (default: found next to the model)\n"
+        "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
         "  --num-samples N      samples (default 32)\n"
         "  --seq-len L          tokens per sample (default min(256, model context))\n"
         "  --batch B            samples per forward pass (default 4; at most the\n"
@@ -705,7 +706,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         goto fail;
     }
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
-                                  1, NULL};
+                                  1, o.run.text_field};
     if ((st = kvcal_cmd_load_samples("calibrate", o.run.model, d->vocab_size,
                                      o.run.tokenizer, dataset_path, &dopt, &samples)))
         goto fail;

@@ -62,6 +62,9 @@ static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
         return kvcal_cmd_parse_path(cmd, "--dataset", arg, &o->dataset) ? -1 : 1;
     case KVCAL_OPT_TOKENIZER:
         return kvcal_cmd_parse_path(cmd, "--tokenizer", arg, &o->tokenizer) ? -1 : 1;
+    case KVCAL_OPT_TEXT_FIELD:
+        o->text_field = arg;
+        return 1;
     case KVCAL_OPT_DEVICE:
         if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
             fprintf(stderr, "kvcal %s: --device '%s': expected cpu or cuda\n", cmd, arg);

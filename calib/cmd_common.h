@@ -36,7 +36,8 @@ int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
 /* What calibrate and eval both take; each sets its own defaults. */
 typedef struct kvcal_cmd_run_options {
     const char *model, *dataset, *tokenizer;
-    int cuda; /* --device cuda (default cpu) */
+    const char *text_field; /* --text-field: JSONL text field, NULL for "text" */
+    int cuda;               /* --device cuda (default cpu) */
     int num_samples, seq_len, batch, tp, quiet, json;
     long long seed;
 } kvcal_cmd_run_options;
@@ -47,6 +48,7 @@ enum {
     KVCAL_OPT_MODEL = 256,
     KVCAL_OPT_DATASET,
     KVCAL_OPT_TOKENIZER,
+    KVCAL_OPT_TEXT_FIELD,
     KVCAL_OPT_SAMPLES,
     KVCAL_OPT_SEQ,
     KVCAL_OPT_BATCH,
@@ -65,6 +67,7 @@ enum {
     {"model", required_argument, 0, KVCAL_OPT_MODEL},             \
     {"dataset", required_argument, 0, KVCAL_OPT_DATASET},         \
     {"tokenizer", required_argument, 0, KVCAL_OPT_TOKENIZER},     \
+    {"text-field", required_argument, 0, KVCAL_OPT_TEXT_FIELD},   \
     {"num-samples", required_argument, 0, KVCAL_OPT_SAMPLES},     \
     {"seq-len", required_argument, 0, KVCAL_OPT_SEQ},             \
     {"batch", required_argument, 0, KVCAL_OPT_BATCH},             \

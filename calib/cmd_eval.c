@@ -74,6 +74,7 @@ static void usage(FILE *f)
     fprintf(
         f, "                       (default: all; the static modes need --scales)\n"
            "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
+           "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
            "  --num-samples N      samples (default 16)\n"
            "  --seq-len L          tokens per sample (default min(256, model context))\n"
            "  --batch B            samples per forward pass (default 4; at most the\n"
@@ -659,7 +660,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         }
     }
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
-                                  1, NULL};
+                                  1, o.run.text_field};
     if ((st = kvcal_cmd_load_samples("eval", o.run.model, d->vocab_size, o.run.tokenizer,
                                      o.run.dataset, &dopt, &samples)))
         goto fail;

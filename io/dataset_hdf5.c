@@ -71,6 +71,7 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
     kvcal_status st = KVCAL_OK;
     hid_t file = -1, dset = -1, space = -1, ldset = -1;
     int32_t *ids = NULL, *lens = NULL;
+    l->rows = 1;
     kvcal_h5_quiet q;
     kvcal_h5_quiet_begin(&q);
     file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -160,7 +161,7 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
             }
         if (st || lens[i] == 0)
             continue;
-        kvcal_doc d = {.is_ids = 1, .n_ids = (size_t)lens[i]};
+        kvcal_doc d = {.is_ids = 1, .n_ids = (size_t)lens[i], .line = i};
         d.ids = malloc((size_t)lens[i] * sizeof *d.ids);
         if (!d.ids) {
             st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
