@@ -3,7 +3,6 @@
 #include "calib/cmd_common.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +19,8 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
     errno = 0;
     long long v = strtoll(text, &end, 10);
     if (errno || *end || end == text || v < lo || v > hi) {
-        if (hi == KVCAL_CMD_INT_MAX || hi == LLONG_MAX)
-            fprintf(stderr, "kvcal %s: %s '%s': expected an integer >= %lld\n", cmd, opt,
-                    text, lo);
-        else
-            fprintf(stderr, "kvcal %s: %s '%s': expected an integer in [%lld, %lld]\n",
-                    cmd, opt, text, lo, hi);
+        fprintf(stderr, "kvcal %s: %s '%s': expected an integer in [%lld, %lld]\n", cmd,
+                opt, text, lo, hi);
         return -1;
     }
     *out = v;
@@ -67,6 +62,9 @@ static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
         return kvcal_cmd_parse_path(cmd, "--dataset", arg, &o->dataset) ? -1 : 1;
     case KVCAL_OPT_TOKENIZER:
         return kvcal_cmd_parse_path(cmd, "--tokenizer", arg, &o->tokenizer) ? -1 : 1;
+    case KVCAL_OPT_TEXT_FIELD:
+        o->text_field = arg;
+        return 1;
     case KVCAL_OPT_DEVICE:
         if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
             fprintf(stderr, "kvcal %s: --device '%s': expected cpu or cuda\n", cmd, arg);
@@ -95,8 +93,7 @@ static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
                    ? -1
                    : 1;
     case KVCAL_OPT_TP:
-        return kvcal_cmd_parse_int(cmd, "--tp", arg, 1, KVCAL_CMD_INT_MAX, &o->tp) ? -1
-                                                                                   : 1;
+        return kvcal_cmd_parse_int(cmd, "--tp", arg, 1, KVCAL_TP_MAX, &o->tp) ? -1 : 1;
     case KVCAL_OPT_SEED:
         return kvcal_cmd_parse_ll(cmd, "--seed", arg, 0, KVCAL_CMD_SEED_MAX, &o->seed)
                    ? -1
@@ -180,12 +177,12 @@ double kvcal_cmd_now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int seq_len,
-                                    kvcal_exec_options *out)
+kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
+                                    int seq_len, kvcal_exec_options *out)
 {
     memset(out, 0, sizeof *out);
     out->device = run->cuda ? KVCAL_DEVICE_CUDA : KVCAL_DEVICE_CPU;
-    out->backend.max_batch = run->batch;
+    out->backend.max_batch = batch;
     out->backend.max_seq_len = seq_len;
     if (!run->cuda)
         return KVCAL_OK;

@@ -18,8 +18,8 @@
 
 /* Parses text (the value of option `opt` of command `cmd`) as a decimal
  * integer in [lo, hi] into *out. On failure prints "kvcal <cmd>: <opt>
- * '<text>': expected an integer in [lo, hi]" (">= lo" when hi is
- * KVCAL_CMD_INT_MAX or LLONG_MAX) to stderr and returns -1; else 0. */
+ * '<text>': expected an integer in [lo, hi]" (the limits named, whatever
+ * they are) to stderr and returns -1; else 0. */
 int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long long lo,
                        long long hi, long long *out);
 /* kvcal_cmd_parse_ll for an int option. */
@@ -37,7 +37,8 @@ int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
 /* What calibrate and eval both take; each sets its own defaults. */
 typedef struct kvcal_cmd_run_options {
     const char *model, *dataset, *tokenizer;
-    int cuda; /* --device cuda (default cpu) */
+    const char *text_field; /* --text-field: JSONL text field, NULL for "text" */
+    int cuda;               /* --device cuda (default cpu) */
     int num_samples, seq_len, batch, tp, quiet, json;
     long long seed;
 } kvcal_cmd_run_options;
@@ -48,6 +49,7 @@ enum {
     KVCAL_OPT_MODEL = 256,
     KVCAL_OPT_DATASET,
     KVCAL_OPT_TOKENIZER,
+    KVCAL_OPT_TEXT_FIELD,
     KVCAL_OPT_SAMPLES,
     KVCAL_OPT_SEQ,
     KVCAL_OPT_BATCH,
@@ -66,6 +68,7 @@ enum {
     {"model", required_argument, 0, KVCAL_OPT_MODEL},             \
     {"dataset", required_argument, 0, KVCAL_OPT_DATASET},         \
     {"tokenizer", required_argument, 0, KVCAL_OPT_TOKENIZER},     \
+    {"text-field", required_argument, 0, KVCAL_OPT_TEXT_FIELD},   \
     {"num-samples", required_argument, 0, KVCAL_OPT_SAMPLES},     \
     {"seq-len", required_argument, 0, KVCAL_OPT_SEQ},             \
     {"batch", required_argument, 0, KVCAL_OPT_BATCH},             \
@@ -104,14 +107,14 @@ kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
                                     const char *dataset, const kvcal_dataset_options *opt,
                                     kvcal_samples **out);
 
-/* The executor's options for a run of batches of run->batch samples of
+/* The executor's options for a run of batches of `batch` samples of
  * seq_len tokens on run's device; on cuda the kernel choices come from the
  * environment: KVCAL_ATTENTION=kvcal (kvcal's attention kernel, not
  * cuDNN's), KVCAL_MLP=fused|unfused (insist on, or leave out, the fused
  * gate/up + SwiGLU kernel). Any other value of either is
  * KVCAL_ERR_INVALID_ARG naming it. */
-kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int seq_len,
-                                    kvcal_exec_options *out);
+kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
+                                    int seq_len, kvcal_exec_options *out);
 
 /* Exit code of a command that ran a model and failed with st: 2 (usage or
  * I/O) for I/O errors, no CUDA device and out of memory, else 1 (invalid

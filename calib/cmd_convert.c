@@ -9,8 +9,11 @@
 #include <sys/stat.h>
 
 #include "calib/cmd_common.h"
+#include "calib/cmd_outputs.h"
 #include "calib/command.h"
 #include "core/scales.h"
+#include "io/atomic_file.h"
+#include "io/scales_io.h"
 #include "kvcal.h"
 
 static void usage(FILE *f)
@@ -29,7 +32,13 @@ static void usage(FILE *f)
         "  --tp N       tensor-parallel size: the rank count a legacy FILE is read with\n"
         "               and a legacy output is written for (default: the file's / 1)\n"
         "  --out PATH   output file (legacy, kvcal) or directory (checkpoint); may be\n"
-        "               the model directory itself for --to checkpoint\n\n"
+        "               the model directory itself for --to checkpoint (its config.json\n"
+        "               and index are rewritten, every field kept), never FILE or\n"
+        "               another input\n\n"
+        "Outputs are written to temporary files beside them and renamed into place\n"
+        "once all were written: a failed conversion writes nothing and leaves no\n"
+        "directory it created. A symbolic link at --out is written through (the file\n"
+        "it names is replaced, the link kept); a link to nothing is refused.\n"
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
@@ -83,12 +92,72 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
         kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
         fprintf(stderr,
                 "convert: note: per-head scales are written with kv_cache_scheme "
-                "strategy \"attn_head\", which vLLM's compressed-tensors method reads\n");
+                "strategy \"attn_head\": vLLM's compressed-tensors method loads them "
+                "(its FlashAttention 3 backend applies them per head, on Hopper); "
+                "sglang reads per-tensor scales only\n");
     if (to != KVCAL_FORMAT_KVCAL_JSON &&
         (s->has_absmax || s->has_clip || s->provenance.observer[0]))
         fprintf(stderr,
                 "convert: lost: observed absmax, clipping estimates and calibration "
                 "provenance (kept only by the kvcal format)\n");
+}
+
+/* Whether an output of `to` at `out` would replace an input: FILE (the
+ * scales converted) or, unless the checkpoint goes into the model directory
+ * itself, a file of the model. -1 with the message printed. */
+static int check_outputs(const char *path, const char *model, kvcal_format to,
+                         const char *out)
+{
+    static const char *const names[] = {KVCAL_CHECKPOINT_SHARD, KVCAL_CHECKPOINT_INDEX,
+                                        "config.json"};
+    char files[3][4096];
+    int n = 0;
+    if (to != KVCAL_FORMAT_CHECKPOINT) {
+        snprintf(files[n++], sizeof files[0], "%s", out);
+    } else {
+        for (int i = 0; i < 3; i++)
+            if (kvcal_path_join(files[n++], sizeof files[0], out, names[i]) ||
+                strlen(out) + 64 >= sizeof files[0]) {
+                fprintf(stderr,
+                        "kvcal convert: --out %.64s...: output path too long; use a path "
+                        "shorter than %zu bytes\n",
+                        out, sizeof files[0] - 64);
+                return -1;
+            }
+    }
+    int into_model = to == KVCAL_FORMAT_CHECKPOINT && kvcal_path_same_file(out, model);
+    kvcal_inputs_t *in = NULL;
+    kvcal_status st = kvcal_inputs_create(&in);
+    if (!st)
+        st = kvcal_inputs_add(in, path, "the scales file being converted",
+                              kvcal_cmd_is_model_file);
+    if (!st && model && !into_model)
+        st = kvcal_cmd_add_model_inputs(in, model);
+    for (int i = 0; i < n && !st; i++)
+        if (!(st = kvcal_atomic_check(files[i])))
+            st = kvcal_inputs_check(in, "--out", files[i]);
+    kvcal_inputs_destroy(in);
+    if (st)
+        fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());
+    return st ? -1 : 0;
+}
+
+/* Writes s in `to` at out as one batch: everything, or nothing and no
+ * directory it created. */
+static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
+                                 const char *out, const char *model, int tp)
+{
+    kvcal_atomic_batch_t *batch = NULL;
+    kvcal_status st = kvcal_atomic_batch_begin(&batch);
+    if (!st && to == KVCAL_FORMAT_CHECKPOINT)
+        st = kvcal_atomic_batch_mkdir(batch, out);
+    if (!st)
+        st = kvcal_scales_write(s, to, out, model, tp);
+    if (st) {
+        kvcal_atomic_batch_abort(batch);
+        return st;
+    }
+    return kvcal_atomic_batch_commit(batch);
 }
 
 static int parse_format(const char *s, kvcal_format *out)
@@ -131,7 +200,7 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
                 return KVCAL_EXIT_USAGE;
             break;
         case 't':
-            if (kvcal_cmd_parse_int("convert", "--tp", optarg, 1, 65536, &tp))
+            if (kvcal_cmd_parse_int("convert", "--tp", optarg, 1, KVCAL_TP_MAX, &tp))
                 return KVCAL_EXIT_USAGE;
             break;
         case 'o':
@@ -160,6 +229,8 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
     const char *path;
     if (kvcal_cmd_parse_path("convert", "FILE", argv[optind], &path))
         return KVCAL_EXIT_USAGE;
+    if (check_outputs(path, model, to, out))
+        return KVCAL_EXIT_USAGE;
     kvcal_scales_t *s = NULL;
     kvcal_status st = kvcal_scales_load(path, model, tp, &s);
     if (st) {
@@ -180,7 +251,7 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
                     "index lists only kv_scales.safetensors\n",
                     model);
     }
-    st = kvcal_scales_write(s, to, out, model, out_tp);
+    st = write_output(s, to, out, model, out_tp);
     int rc = KVCAL_EXIT_OK;
     if (st) {
         fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());

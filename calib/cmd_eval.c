@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "calib/cmd_common.h"
+#include "calib/cmd_progress.h"
 #include "calib/command.h"
 #include "calib/executor.h"
 #include "calib/model.h"
@@ -24,6 +24,8 @@
 #include "core/status.h"
 #include "io/dataset.h"
 #include "kvcal.h"
+
+#define DEFAULT_BATCH 4
 
 enum {
     MODE_BASELINE,
@@ -66,21 +68,26 @@ static void usage(FILE *f)
             "  --modes LIST         comma-separated, from:\n");
     for (int m = 0; m < NUM_MODES; m++)
         fprintf(f, "                         %-14s %s\n", mode_names[m], mode_help[m]);
-    fprintf(f,
-            "                       (default: all; the static modes need --scales)\n"
-            "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
-            "  --num-samples N      samples (default 16)\n"
-            "  --seq-len L          tokens per sample (default min(256, model context))\n"
-            "  --batch B            samples per forward pass (default 4); first-batch\n"
-            "                       fixes its scales on the first B samples\n"
-            "  --seed S             sample selection seed (default 1)\n"
-            "  --tp N               tensor-parallel size a legacy file is read for\n"
-            "                       (default 1)\n"
-            "  --device D           cpu | cuda (default cpu)\n"
-            "  --quiet              no progress line\n"
-            "  --json               print the report as JSON on stdout\n\n"
-            "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
-            "error\n");
+    fprintf(
+        f, "                       (default: all; the static modes need --scales)\n"
+           "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
+           "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
+           "  --num-samples N      samples (default 16)\n"
+           "  --seq-len L          tokens per sample (default min(256, model context))\n"
+           "  --batch B            samples per forward pass (default 4; at most the\n"
+           "                       number of samples); first-batch fixes its scales on\n"
+           "                       the first B samples\n"
+           "  --seed S             sample selection seed (default 1)\n"
+           "  --tp N               tensor-parallel size a legacy file is read for\n"
+           "                       (default 1)\n"
+           "  --device D           cpu | cuda (default cpu)\n"
+           "  --quiet              no progress line (on a terminal a line rewritten in\n"
+           "                       place; elsewhere a plain line every\n"
+           "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
+           "                       the end of each mode)\n"
+           "  --json               print the report as JSON on stdout\n\n"
+           "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
+           "error\n");
 }
 
 static int parse_modes(const char *text, int *modes)
@@ -133,7 +140,6 @@ static int parse_options(int argc, char **argv, options *o)
     };
     memset(o, 0, sizeof *o);
     o->run.num_samples = 16;
-    o->run.batch = 4;
     o->run.tp = 1;
     o->run.seed = 1;
     int rc =
@@ -175,16 +181,17 @@ typedef struct {
 } mode_result;
 
 typedef struct {
+    kvcal_cmd_progress pr;
     int mode, total;
-    double t0;
 } progress_ctx;
 
 static void progress(void *p, int done, long long tokens)
 {
-    const progress_ctx *c = p;
+    progress_ctx *c = p;
     (void)tokens;
-    fprintf(stderr, "\reval %s: %d/%d samples, %.0f s   ", mode_names[c->mode], done,
-            c->total, kvcal_cmd_now_s() - c->t0);
+    kvcal_cmd_progress_update(&c->pr, done == c->total, "eval %s: %d/%d samples, %.0f s",
+                              mode_names[c->mode], done, c->total,
+                              kvcal_cmd_progress_elapsed(&c->pr));
 }
 
 /* The simulated cache of `mode`; ks and vs (layers, kv_heads) scratch. */
@@ -225,14 +232,13 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
         goto done;
     }
     const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
-    const int show = !o->run.quiet && isatty(STDERR_FILENO);
-    progress_ctx pc = {mode, s->num_samples, kvcal_cmd_now_s()};
+    progress_ctx pc = {.mode = mode, .total = s->num_samples};
+    kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
     const kvcal_exec_samples run = {s->ids,     s->lengths,   s->num_samples,
-                                    s->seq_len, o->run.batch, show ? progress : NULL,
+                                    s->seq_len, o->run.batch, progress,
                                     &pc};
     st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
-    if (show)
-        fprintf(stderr, "\n");
+    kvcal_cmd_progress_end(&pc.pr);
     if (!st && count == 0)
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
@@ -429,12 +435,23 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         }
     }
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
-                                  1, NULL};
+                                  1, o.run.text_field};
     if ((st = kvcal_cmd_load_samples("eval", o.run.model, d->vocab_size, o.run.tokenizer,
                                      o.run.dataset, &dopt, &samples)))
         goto fail;
+    int batch = o.run.batch ? o.run.batch : DEFAULT_BATCH;
+    if (batch > samples->num_samples) {
+        if (o.run.batch && !o.run.quiet)
+            fprintf(
+                stderr,
+                "kvcal eval: note: --batch %d is more than the %d samples; running %d "
+                "a pass\n",
+                batch, samples->num_samples, samples->num_samples);
+        batch = samples->num_samples;
+    }
+    o.run.batch = batch;
     kvcal_exec_options xo;
-    if ((st = kvcal_cmd_exec_options(&o.run, samples->seq_len, &xo)) ||
+    if ((st = kvcal_cmd_exec_options(&o.run, batch, samples->seq_len, &xo)) ||
         (st = kvcal_exec_create(model, &xo, &x)))
         goto fail;
     /* the baseline first: every change is measured against it */

@@ -7,9 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "calib/cmd_common.h"
+#include "calib/cmd_outputs.h"
+#include "calib/cmd_progress.h"
 #include "calib/command.h"
 #include "core/status.h"
 #include "io/atomic_file.h"
@@ -30,7 +31,9 @@ static void tokenize_usage(FILE *f)
         "                         \"messages\" or \"input_ids\") or .h5 token set;\n"
         "                         kvcal's default text is "
         "datasets/default_calibration.txt\n"
-        "  -o, --output PATH      file to write (atomically)\n"
+        "  -o, --output PATH      file to write (atomically: a temporary beside it,\n"
+        "                         renamed into place once whole; never one of the\n"
+        "                         inputs; a symbolic link is written through)\n"
         "  -m, --model PATH       model directory or file; its tokenizer is found beside "
         "it\n"
         "                         (tokenizer.json, tokenizer.model, tokenizer.bin, "
@@ -48,7 +51,10 @@ static void tokenize_usage(FILE *f)
         "      --no-pack          one document per sample (cut at L, padded with -1)\n"
         "                         instead of packing documents into L-token windows\n"
         "      --json             print a JSON report on stdout\n"
-        "  -q, --quiet            no summary on stderr\n"
+        "  -q, --quiet            no progress line and no summary on stderr (progress:\n"
+        "                         on a terminal a line rewritten in place, elsewhere a\n"
+        "                         plain line every $KVCAL_PROGRESS_INTERVAL seconds,\n"
+        "                         default 10, and at the end)\n"
         "  -h, --help             this help\n"
         "\n"
         "Special tokens follow the tokenizer's configuration (BOS per document; a\n"
@@ -56,26 +62,62 @@ static void tokenize_usage(FILE *f)
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
-/* The progress line on stderr (a terminal, without --quiet). */
+/* The progress line, fed by the dataset reader; the last counts it saw. */
 typedef struct progress_line {
-    double t0, last;
-    int shown;
+    kvcal_cmd_progress p;
+    long long done, total, tokens;
+    int final_shown; /* the line of done == total was printed */
 } progress_line;
 
 static void show_progress(void *ctx, long long done, long long total, long long tokens)
 {
-    progress_line *p = ctx;
-    double t = kvcal_cmd_now_s();
-    if (t - p->last < 0.25)
-        return;
-    p->last = t;
-    p->shown = 1;
-    double elapsed = t - p->t0;
-    fprintf(stderr,
-            "\rkvcal tokenize: %lld/%lld documents, %lld tokens, %.0f tokens/s, "
-            "at most %.0f s left   ",
+    progress_line *pl = ctx;
+    pl->done = done, pl->total = total, pl->tokens = tokens;
+    double elapsed = kvcal_cmd_progress_elapsed(&pl->p);
+    pl->final_shown =
+        kvcal_cmd_progress_update(
+            &pl->p, 0,
+            "kvcal tokenize: %lld/%lld documents, %lld tokens, %.0f tokens/s, at most "
+            "%.0f s left",
             done, total, tokens, elapsed > 0 ? (double)tokens / elapsed : 0.0,
-            done ? elapsed * (double)(total - done) / (double)done : 0.0);
+            done ? elapsed * (double)(total - done) / (double)done : 0.0) &&
+        done == total;
+}
+
+/* The last line: every document read. */
+static void show_final_progress(progress_line *pl)
+{
+    if (!pl->total || pl->final_shown)
+        return;
+    double elapsed = kvcal_cmd_progress_elapsed(&pl->p);
+    kvcal_cmd_progress_update(&pl->p, 1,
+                              "kvcal tokenize: %lld/%lld documents, %lld tokens, %.0f "
+                              "tokens/s, at most 0 s left",
+                              pl->total, pl->total, pl->tokens,
+                              elapsed > 0 ? (double)pl->tokens / elapsed : 0.0);
+}
+
+/* Whether `output` is one of the inputs (dataset, tokenizer, model files):
+ * -1 with the message printed. */
+static int check_output(const char *output, const char *dataset, const char *model,
+                        const char *tok_path)
+{
+    kvcal_inputs_t *in = NULL;
+    kvcal_status st = kvcal_atomic_check(output);
+    if (!st)
+        st = kvcal_inputs_create(&in);
+    if (!st)
+        st = kvcal_inputs_add(in, dataset, "the dataset", NULL);
+    if (!st && tok_path)
+        st = kvcal_inputs_add(in, tok_path, "the tokenizer", NULL);
+    if (!st && model)
+        st = kvcal_cmd_add_model_inputs(in, model);
+    if (!st)
+        st = kvcal_inputs_check(in, "--output", output);
+    kvcal_inputs_destroy(in);
+    if (st)
+        fprintf(stderr, "kvcal tokenize: %s\n", kvcal_last_error());
+    return st ? -1 : 0;
 }
 
 /* One {"input_ids": [...]} line per document. */
@@ -199,6 +241,8 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
                 "(see --help)\n");
         return KVCAL_EXIT_USAGE;
     }
+    if (check_output(output, dataset, model, tok_path))
+        return KVCAL_EXIT_USAGE;
     kvcal_tokenizer_t *tok = NULL;
     kvcal_documents *docs = NULL;
     kvcal_samples *samples = NULL;
@@ -208,15 +252,14 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
         goto fail;
     long long tokens = 0;
     int n_docs = 0;
-    pl.t0 = pl.last = kvcal_cmd_now_s();
+    kvcal_cmd_progress_start(&pl.p, quiet, 0.25);
     kvcal_dataset_options opt = {.num_samples = (int)num_samples,
                                  .seq_len = (int)seq_len,
                                  .seed = (uint64_t)seed,
                                  .pack = pack,
                                  .text_field = text_field};
     kvcal_dataset_progress prog = {show_progress, &pl};
-    const kvcal_dataset_progress *progress =
-        !quiet && isatty(STDERR_FILENO) ? &prog : NULL;
+    const kvcal_dataset_progress *progress = quiet ? NULL : &prog;
     if (jsonl) {
         if ((st = kvcal_dataset_tokenize_documents(dataset, tok, text_field, progress,
                                                    &docs)) ||
@@ -236,8 +279,8 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
             goto fail;
         tokens = samples->num_tokens;
     }
-    if (pl.shown)
-        fputc('\n', stderr);
+    show_final_progress(&pl);
+    kvcal_cmd_progress_end(&pl.p);
     if (!quiet) {
         if (jsonl)
             fprintf(stderr, "kvcal tokenize: %d documents, %lld tokens (%s) -> %s\n",
@@ -270,7 +313,8 @@ KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL
     kvcal_tokenizer_destroy(tok);
     return KVCAL_EXIT_OK;
 fail:
-    fprintf(stderr, "%skvcal tokenize: %s\n", pl.shown ? "\n" : "", kvcal_last_error());
+    kvcal_cmd_progress_end(&pl.p);
+    fprintf(stderr, "kvcal tokenize: %s\n", kvcal_last_error());
     kvcal_documents_destroy(docs);
     kvcal_samples_destroy(samples);
     kvcal_tokenizer_destroy(tok);

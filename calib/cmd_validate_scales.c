@@ -99,7 +99,8 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and 
                 return KVCAL_EXIT_USAGE;
             break;
         case 't':
-            if (kvcal_cmd_parse_int("validate-scales", "--tp", optarg, 1, 65536, &tp))
+            if (kvcal_cmd_parse_int("validate-scales", "--tp", optarg, 1, KVCAL_TP_MAX,
+                                    &tp))
                 return KVCAL_EXIT_USAGE;
             break;
         case 'j':

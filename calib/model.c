@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "io/file_read.h"
 #include "io/llama2c.h"
 #include "io/path.h"
 #include "io/model_config.h"
@@ -372,6 +373,8 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
                        path);
         goto fail;
     }
+    if (!S_ISDIR(sb.st_mode) && (st = kvcal_file_check_input(path, "model", 0)))
+        goto fail;
     if (is_dir(path)) {
         st = open_hf(m, path);
     } else if (kvcal_path_has_suffix(path, ".safetensors")) {

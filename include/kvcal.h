@@ -106,6 +106,12 @@ kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *scales, int layer,
 kvcal_status kvcal_scales_load(const char *path, const char *model_dir, int tp,
                                kvcal_scales_t **out);
 
+/* The largest tensor-parallel size kvcal reads or writes a legacy file for:
+ * more ranks than any deployment has (a file with more is not a scales
+ * file). The heads must also split over tp as the engines shard them: tp
+ * divides num_kv_heads, or num_kv_heads divides tp. */
+#define KVCAL_TP_MAX 4096
+
 /* Writes `scales` in `format` at `path` atomically (temp file + rename).
  * For KVCAL_FORMAT_CHECKPOINT, path is an output directory; model_dir is the
  * model's directory (its config.json is copied with kv_cache_scheme merged).

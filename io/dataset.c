@@ -1,8 +1,8 @@
 /* io/dataset.c: documents from a dataset file, and samples drawn from them.
  *
  * Formats (detected from the path):
- * - a directory: one document per regular file (sorted by name, dot files
- *   skipped);
+ * - a directory: one document per file (sorted by name; dot files and
+ *   subdirectories skipped, a FIFO, socket or device refused);
  * - *.jsonl / *.ndjson / *.json: one JSON object per line with a text field
  *   (--text-field, default "text"), or chat "messages" [{role, content}]
  *   joined as "role: content" lines, or "input_ids" token ids (taken
@@ -233,7 +233,7 @@ static kvcal_status read_dir(const char *path, kvcal_doclist *l)
             goto fail;
         }
         struct stat sb;
-        if (stat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
+        if (stat(full, &sb) == 0 && S_ISDIR(sb.st_mode))
             continue;
         char *data;
         size_t len;
@@ -393,7 +393,7 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
         const cJSON *tx = cJSON_GetObjectItemCaseSensitive(obj, field);
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(obj, "messages");
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(obj, "input_ids");
-        kvcal_doc d = {0};
+        kvcal_doc d = {.line = line};
         int this_mode = cJSON_IsString(tx) || cJSON_IsArray(msgs) ? 1
                         : cJSON_IsArray(ids)                      ? 2
                                                                   : 0;
@@ -475,6 +475,8 @@ kvcal_status kvcal_dataset_read(const char *path, const char *text_field,
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot read dataset: %s", path,
                           strerror(errno));
     kvcal_status st;
+    if (!S_ISDIR(sb.st_mode) && (st = kvcal_file_check_input(path, "dataset", 0)))
+        return st;
     if (S_ISDIR(sb.st_mode))
         st = read_dir(path, l);
     else if (has_suffix(path, ".h5") || has_suffix(path, ".hdf5") || is_hdf5_file(path))
@@ -508,28 +510,38 @@ void kvcal_documents_destroy(kvcal_documents *d)
     free(d);
 }
 
+/* Error for id k of id document i, outside the tokenizer's vocabulary. */
+static kvcal_status id_outside_vocab(const char *path, const kvcal_doclist *l, size_t i,
+                                     size_t k, const kvcal_tokenizer_t *tok)
+{
+    const kvcal_doc *d = &l->d[i];
+    char place[64];
+    snprintf(place, sizeof place, l->rows ? "input_ids row %zu" : "line %zu", d->line);
+    int vocab = kvcal_tokenizer_vocab_size(tok);
+    return kvcal_fail(KVCAL_ERR_MISMATCH,
+                      "%s: %s (document %zu): input_ids[%zu] = %d is outside the "
+                      "tokenizer's vocabulary of %d tokens (ids 0 to %d); were these ids "
+                      "made with another model's tokenizer?",
+                      path, place, i + 1, k, d->ids[k], vocab, vocab - 1);
+}
+
 /* The ids of document i: verbatim, or encoded with special tokens. */
 static kvcal_status doc_ids(const char *path, const kvcal_doclist *l, size_t i,
                             const kvcal_tokenizer_t *tok, int32_t **ids, size_t *n)
 {
     const kvcal_doc *d = &l->d[i];
+    *ids = NULL;
+    *n = 0;
     if (d->is_ids) {
+        if (tok)
+            for (size_t k = 0; k < d->n_ids; k++)
+                if (d->ids[k] >= kvcal_tokenizer_vocab_size(tok))
+                    return id_outside_vocab(path, l, i, k, tok);
         *ids = malloc((d->n_ids + 1) * sizeof **ids);
         if (!*ids)
             return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
         memcpy(*ids, d->ids, d->n_ids * sizeof **ids);
         *n = d->n_ids;
-        if (tok)
-            for (size_t k = 0; k < *n; k++)
-                if ((*ids)[k] >= kvcal_tokenizer_vocab_size(tok)) {
-                    free(*ids);
-                    *ids = NULL;
-                    return kvcal_fail(
-                        KVCAL_ERR_MISMATCH,
-                        "%s: document %zu: token id %d is outside the tokenizer's "
-                        "vocabulary (%d); were these ids made for another model?",
-                        path, i + 1, (*ids)[k], kvcal_tokenizer_vocab_size(tok));
-                }
         return KVCAL_OK;
     }
     if (!tok)
@@ -752,24 +764,27 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
     }
     if (!want && filled == 0) {
         st = kvcal_fail(KVCAL_ERR_FORMAT,
-                        "%s: has %lld tokens in %zu documents, not one sample "
-                        "of %d tokens; lower --seq-len or give more text",
+                        "%s: has %lld tokens in %zu documents, not one sample of %d "
+                        "tokens; pass more text with --dataset FILE (public sets: "
+                        "datasets/RECIPES.md) or lower --seq-len",
                         path, seen_tokens, seen_docs, L);
         goto fail;
     }
     s->num_samples = filled;
     if (filled < want) {
         if (opt->pack)
-            st = kvcal_fail(
-                KVCAL_ERR_FORMAT,
-                "%s: has %lld tokens in %zu documents; %d samples x %d tokens need "
-                "about %lld; lower --num-samples or --seq-len, or give more text",
-                path, seen_tokens, seen_docs, want, L, (long long)want * L);
+            st = kvcal_fail(KVCAL_ERR_FORMAT,
+                            "%s: has %lld tokens in %zu documents, but %d samples x %d "
+                            "tokens need about %lld; pass more text with --dataset FILE "
+                            "(public sets: datasets/RECIPES.md) or lower --num-samples "
+                            "or --seq-len",
+                            path, seen_tokens, seen_docs, want, L, (long long)want * L);
         else
             st = kvcal_fail(KVCAL_ERR_FORMAT,
-                            "%s: has %d non-empty documents (%lld tokens); "
-                            "--num-samples asks for %d (one document per sample); lower "
-                            "--num-samples or pack documents",
+                            "%s: has %d non-empty documents (%lld tokens), but "
+                            "--num-samples asks for %d (one document per sample); pass "
+                            "more documents with --dataset FILE (public sets: "
+                            "datasets/RECIPES.md), pack them, or lower --num-samples",
                             path, filled, seen_tokens, want);
         goto fail;
     }

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "io/atomic_file.h"
 #include "io/dataset.h"
 #include "io/dataset_impl.h"
 #include "io/hdf5_util.h"
@@ -36,15 +35,11 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
 {
     if (!path || !s || s->num_samples <= 0 || s->seq_len <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "write token set: no samples to write");
-    /* HDF5 rewrites the temporary of io/atomic_file by name;
-     * kvcal_atomic_commit syncs and renames it */
-    kvcal_atomic_file af;
-    kvcal_status st = kvcal_atomic_open(&af, path);
-    if (st)
-        return st;
+    kvcal_status st = KVCAL_OK;
     kvcal_h5_quiet q;
     kvcal_h5_quiet_begin(&q);
-    hid_t file = kvcal_h5_create_file(af.tmp);
+    kvcal_h5_image img;
+    hid_t file = kvcal_h5_image_create(&img) < 0 ? -1 : img.file;
     hsize_t dims[2] = {(hsize_t)s->num_samples, (hsize_t)s->seq_len};
     int32_t version = TOKENS_FORMAT_VERSION, pack = prov ? prov->pack : 0;
     int64_t ntok = s->num_tokens;
@@ -61,17 +56,14 @@ kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
         kvcal_h5_write_attr_str(file, "tokenizer_kind",
                                 prov ? prov->tokenizer_kind : NULL) ||
         kvcal_h5_write_attr(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) ||
-        kvcal_h5_write_attr(file, "pack", H5T_STD_I32LE, H5T_NATIVE_INT32, &pack))
-        st = kvcal_fail(KVCAL_ERR_IO,
-                        "%s: HDF5 write failed (disk full or not writable?)", path);
-    if (file >= 0 && H5Fclose(file) < 0 && !st)
-        st = kvcal_fail(KVCAL_ERR_IO, "%s: HDF5 close failed (disk full?)", path);
-    kvcal_h5_quiet_end(&q);
-    if (st) {
-        kvcal_atomic_abort(&af);
-        return st;
+        kvcal_h5_write_attr(file, "pack", H5T_STD_I32LE, H5T_NATIVE_INT32, &pack)) {
+        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "build", "the token set in memory");
+        kvcal_h5_image_discard(&img);
+    } else {
+        st = kvcal_h5_image_write(&img, path);
     }
-    return kvcal_atomic_commit(&af);
+    kvcal_h5_quiet_end(&q);
+    return st;
 }
 
 kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
@@ -79,6 +71,7 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
     kvcal_status st = KVCAL_OK;
     hid_t file = -1, dset = -1, space = -1, ldset = -1;
     int32_t *ids = NULL, *lens = NULL;
+    l->rows = 1;
     kvcal_h5_quiet q;
     kvcal_h5_quiet_begin(&q);
     file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -168,7 +161,7 @@ kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
             }
         if (st || lens[i] == 0)
             continue;
-        kvcal_doc d = {.is_ids = 1, .n_ids = (size_t)lens[i]};
+        kvcal_doc d = {.is_ids = 1, .n_ids = (size_t)lens[i], .line = i};
         d.ids = malloc((size_t)lens[i] * sizeof *d.ids);
         if (!d.ids) {
             st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);

@@ -15,6 +15,7 @@ typedef struct kvcal_doc {
     int32_t *ids;     /* (n_ids) when is_ids */
     size_t n_ids;
     int is_ids;
+    size_t line; /* where it starts: JSONL line (from 1), HDF5 row (from 0) */
 } kvcal_doc;
 
 typedef struct kvcal_doclist {
@@ -22,6 +23,7 @@ typedef struct kvcal_doclist {
     size_t n, cap;
     char **bufs; /* file contents the text documents point into */
     size_t n_bufs;
+    int rows; /* 1: the documents are HDF5 rows (kvcal_doc.line is the row) */
 } kvcal_doclist;
 
 /* Reads every document of a dataset in input order; an empty dataset is an

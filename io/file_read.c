@@ -12,21 +12,68 @@
 
 #include "core/status.h"
 
-/* Opens path for reading (*fd) and checks that it is a regular file of *size
- * bytes. */
+/* What a file of mode m is, for messages. */
+static const char *file_kind(mode_t m)
+{
+    return S_ISFIFO(m)   ? "a named pipe (FIFO)"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+                         : "a special file";
+}
+
+static kvcal_status not_regular(const char *path, const char *what, mode_t m)
+{
+    if (S_ISDIR(m))
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: is a directory, not a regular file; pass the %s itself",
+                          path, what);
+    return kvcal_fail(KVCAL_ERR_IO,
+                      "%s: is %s, not a regular file; save the %s to a file and pass "
+                      "that",
+                      path, file_kind(m), what);
+}
+
+kvcal_status kvcal_file_check_input(const char *path, const char *what, int dir_ok)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open %s: %s; check the path", path,
+                          what, strerror(errno));
+    if (S_ISREG(sb.st_mode) || (dir_ok && S_ISDIR(sb.st_mode)))
+        return KVCAL_OK;
+    return not_regular(path, what, sb.st_mode);
+}
+
+/* Opens path for reading (*fd) when it is a regular file of *size bytes.
+ * It is checked before the open, which would wait on a FIFO, and again
+ * after (O_NONBLOCK: a path swapped in between never blocks). */
 static kvcal_status open_regular(const char *path, const char *what, int *fd,
                                  size_t *size)
 {
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    *fd = -1;
+    kvcal_status st = kvcal_file_check_input(path, what, 0);
+    if (st)
+        return st;
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (*fd < 0)
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open %s: %s; check the path", path,
                           what, strerror(errno));
     struct stat sb;
-    if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int flags = -1;
+    if (fstat(*fd, &sb) != 0)
+        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot read %s: %s", path, what,
+                        strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = not_regular(path, what, sb.st_mode);
+    else if ((flags = fcntl(*fd, F_GETFL)) < 0 ||
+             fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot read %s: %s", path, what,
+                        strerror(errno));
+    if (st) {
         close(*fd);
         *fd = -1;
-        return kvcal_fail(KVCAL_ERR_IO, "%s: not a regular file; pass the %s itself",
-                          path, what);
+        return st;
     }
     *size = (size_t)sb.st_size;
     return KVCAL_OK;

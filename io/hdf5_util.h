@@ -21,11 +21,31 @@ void kvcal_h5_quiet_begin(kvcal_h5_quiet *q);
 /* Restores the handler saved by kvcal_h5_quiet_begin. */
 void kvcal_h5_quiet_end(const kvcal_h5_quiet *q);
 
-/* Creates (truncating) the HDF5 file at path in the 1.10 file format (a
- * single chunk is indexed without a B-tree: much smaller files; read by
- * HDF5 >= 1.10, h5dump, recent h5py) without object modification times, so
- * the same content gives byte-identical files. Returns the file id or -1. */
-hid_t kvcal_h5_create_file(const char *path);
+/* An HDF5 file built in memory and written out whole: HDF5 itself never
+ * writes to disk, so a full disk or a file size limit is one clean write
+ * error of io/atomic_file (HDF5 cannot then be left holding a file it
+ * failed to flush, which it retries, and fails, when the program exits). */
+typedef struct kvcal_h5_image {
+    hid_t file;           /* the open file; -1 once closed */
+    unsigned char *bytes; /* (size) the image HDF5 hands back when it closes the file */
+    size_t size;          /* bytes allocated */
+} kvcal_h5_image;
+
+/* Creates img->file in memory in the 1.10 file format (a single chunk is
+ * indexed without a B-tree: much smaller files; read by HDF5 >= 1.10,
+ * h5dump, recent h5py), without object modification times, so the same
+ * content gives byte-identical files; closing it closes every object still
+ * open in it. Returns 0, or -1 (img->file -1) with the cause on the HDF5
+ * error stack. img must stay where it is until kvcal_h5_image_write or
+ * kvcal_h5_image_discard. */
+int kvcal_h5_image_create(kvcal_h5_image *img);
+/* Closes img->file and writes its image to path atomically
+ * (kvcal_atomic_write: a temporary beside path, renamed into place, or
+ * staged in the batch open on this thread). On failure nothing is written;
+ * either way img holds nothing afterwards. */
+kvcal_status kvcal_h5_image_write(kvcal_h5_image *img, const char *path);
+/* Closes img->file (if open) and frees the image; nothing is written. */
+void kvcal_h5_image_discard(kvcal_h5_image *img);
 
 /* Records "<path>: could not <verb> <what> (HDF5: <most specific message of
  * the current error stack>)" with kvcal_fail and returns st. */

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/status.h"
@@ -34,7 +35,10 @@ static int header_plausible(const int32_t h[HEADER_INTS])
 int kvcal_llama2c_probe(const char *path)
 {
     int32_t h[HEADER_INTS];
-    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return 0;
     ssize_t n = read(fd, h, sizeof h);

@@ -53,7 +53,8 @@ const kvcal_llama2c_config *kvcal_llama2c_config_get(const kvcal_llama2c_t *m);
 const kvcal_llama2c_weights *kvcal_llama2c_weights_get(const kvcal_llama2c_t *m);
 
 /* 1 when the first bytes of the file at `path` look like a llama2.c
- * checkpoint header (7 plausible int32), 0 otherwise (or unreadable). */
+ * checkpoint header (7 plausible int32), 0 otherwise (unreadable, or not a
+ * regular file: a FIFO is never opened). */
 int kvcal_llama2c_probe(const char *path);
 
 #endif

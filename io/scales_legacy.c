@@ -40,8 +40,6 @@
 #define LEGACY_DTYPE "float8_e4m3fn"
 /* Layer indices accepted when no model says how many layers there are. */
 #define LEGACY_MAX_LAYERS 65536
-/* More ranks than any deployment has: the file is not a scales file. */
-#define LEGACY_MAX_RANKS 4096
 
 /* First kv head held by rank r of tp, and how many. */
 static void rank_heads(int num_kv_heads, int tp, int r, int *first, int *count)
@@ -319,10 +317,10 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
                          "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED, "no ranks");
         return kvcal_report_status(rep);
     }
-    if (raw_ranks > LEGACY_MAX_RANKS) {
+    if (raw_ranks > KVCAL_TP_MAX) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
-                         "%d ranks (more than %d)", raw_ranks, LEGACY_MAX_RANKS);
+                         "%d ranks (more than %d)", raw_ranks, KVCAL_TP_MAX);
         return kvcal_report_status(rep);
     }
     kvcal_value_tally tally = {0};
@@ -421,11 +419,11 @@ fail:
 
 kvcal_status kvcal_scales_write_legacy(const kvcal_scales_t *s, const char *path, int tp)
 {
-    if (!s || !path || tp < 1)
+    if (!s || !path || tp < 1 || tp > KVCAL_TP_MAX)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: legacy writer needs scales and tp >= 1 "
+                          "%s: legacy writer needs scales and tp in [1, %d] "
                           "(got tp %d)",
-                          path ? path : "(null)", tp);
+                          path ? path : "(null)", KVCAL_TP_MAX, tp);
     int heads = s->num_kv_heads;
     if (!((heads >= tp && heads % tp == 0) || (heads < tp && tp % heads == 0)))
         return kvcal_fail(KVCAL_ERR_MISMATCH,

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "core/status.h"
-#include "io/atomic_file.h"
 #include "io/hdf5_util.h"
 
 #define DEFLATE_LEVEL 6
@@ -175,23 +174,19 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
 {
     if (!path || !stats)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_write_hdf5: NULL argument");
-    /* the temporary comes from io/atomic_file; HDF5 rewrites it by name and
-     * kvcal_atomic_commit syncs and renames it */
-    kvcal_atomic_file af;
-    kvcal_status st = kvcal_atomic_open(&af, path);
-    if (st)
-        return st;
+    kvcal_status st = KVCAL_OK;
     kvcal_h5_quiet q;
     kvcal_h5_quiet_begin(&q);
-    hid_t layers = -1, file = kvcal_h5_create_file(af.tmp);
-    if (file < 0) {
-        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create", "the file");
+    kvcal_h5_image img;
+    hid_t layers = -1;
+    if (kvcal_h5_image_create(&img) < 0) {
+        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create", "the file in memory");
         goto fail;
     }
-    if ((st = put_root_attrs(file, path, stats, model, prov)) ||
-        (st = put_bin_edges(file, path, stats->num_bins)))
+    if ((st = put_root_attrs(img.file, path, stats, model, prov)) ||
+        (st = put_bin_edges(img.file, path, stats->num_bins)))
         goto fail;
-    layers = create_group(file, "layers");
+    layers = create_group(img.file, "layers");
     if (layers < 0) {
         st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create group", "layers");
         goto fail;
@@ -200,21 +195,13 @@ kvcal_status kvcal_stats_write_hdf5(const char *path, const kvcal_stats_t *stats
         if ((st = put_layer(layers, path, stats, l)))
             goto fail;
     H5Gclose(layers);
-    layers = -1;
-    herr_t closed = H5Fclose(file);
-    file = -1;
-    if (closed < 0) {
-        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "finish", "the file");
-        goto fail;
-    }
+    st = kvcal_h5_image_write(&img, path);
     kvcal_h5_quiet_end(&q);
-    return kvcal_atomic_commit(&af);
+    return st;
 fail:
     if (layers >= 0)
         H5Gclose(layers);
-    if (file >= 0)
-        H5Fclose(file);
-    kvcal_atomic_abort(&af);
+    kvcal_h5_image_discard(&img);
     kvcal_h5_quiet_end(&q);
     return st;
 }

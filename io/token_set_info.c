@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "io/file_read.h"
 
 /* A string attribute into buf (left empty when absent or not a string). */
 static void attr_str(hid_t loc, const char *name, char *buf, size_t n)
@@ -59,7 +60,9 @@ kvcal_status kvcal_token_set_info_read(const char *path, kvcal_token_set_info *o
 {
     memset(out, 0, sizeof *out);
     out->pack = -1;
-    kvcal_status st = KVCAL_OK;
+    kvcal_status st = kvcal_file_check_input(path, "token set", 0);
+    if (st)
+        return st;
     hid_t file = -1, dset = -1, space = -1;
     H5E_BEGIN_TRY
     {

@@ -150,6 +150,144 @@ static void atomic_open_rejects_missing_directory_and_bad_paths(void)
     CU_ASSERT_EQUAL(kvcal_atomic_commit(&af), KVCAL_ERR_INVALID_ARG);
 }
 
+/* A link at the output path is written through: the file it names is
+ * replaced, the link kept; a link to nothing is refused, creating nothing. */
+static void atomic_write_goes_through_a_symbolic_link_and_refuses_a_dangling_one(void)
+{
+    char path[600], target[600];
+    const char *dir = fresh_dir("atomic_link");
+    snprintf(path, sizeof path, "%s/current", dir);
+    snprintf(target, sizeof target, "%s/v1", dir);
+    CU_ASSERT_EQUAL_FATAL(symlink("v1", path), 0);
+    CU_ASSERT_EQUAL(kvcal_atomic_check(path), KVCAL_ERR_IO);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(path, "new", 3), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("a symbolic link to nothing"));
+    CU_ASSERT_EQUAL(count_entries(dir), 1);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(target, "old", 3), 0);
+    CU_ASSERT_EQUAL(kvcal_atomic_check(path), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(path, "new", 3), KVCAL_OK);
+    struct stat st;
+    CU_ASSERT(lstat(path, &st) == 0 && S_ISLNK(st.st_mode));
+    CU_ASSERT(file_equals(target, "new"));
+    CU_ASSERT_EQUAL(count_entries(dir), 2);
+}
+
+/* While a batch is open, writes leave finished temporaries and the final
+ * paths untouched; commit renames them all, abort removes them and the
+ * directories the batch created. */
+static void atomic_batch_renames_every_output_or_none(void)
+{
+    char a[600], b[600], sub[600], c[700];
+    const char *dir = fresh_dir("atomic_batch");
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(sub, sizeof sub, "%s/new", dir);
+    snprintf(c, sizeof c, "%s/c", sub);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(a, "old a", 5), 0);
+    kvcal_atomic_batch_t *batch = NULL, *second = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_atomic_batch_begin(&batch), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_batch_begin(&second), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(second);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(a, "new a", 5), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(b, "new b", 5), KVCAL_OK);
+    CU_ASSERT(file_equals(a, "old a"));
+    CU_ASSERT_EQUAL(access(b, F_OK), -1);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(b, "again", 5), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("written twice"));
+    CU_ASSERT_EQUAL(count_entries(dir), 3); /* a and two temporaries */
+    CU_ASSERT_EQUAL(kvcal_atomic_batch_commit(batch), KVCAL_OK);
+    CU_ASSERT(file_equals(a, "new a"));
+    CU_ASSERT(file_equals(b, "new b"));
+    CU_ASSERT_EQUAL(count_entries(dir), 2);
+
+    CU_ASSERT_EQUAL_FATAL(kvcal_atomic_batch_begin(&batch), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_batch_mkdir(batch, dir), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_batch_mkdir(batch, a), KVCAL_ERR_IO);
+    CU_ASSERT_EQUAL(kvcal_atomic_batch_mkdir(batch, sub), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(c, "c", 1), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_write(a, "lost", 4), KVCAL_OK);
+    kvcal_atomic_batch_abort(batch);
+    CU_ASSERT(file_equals(a, "new a"));
+    CU_ASSERT_EQUAL(count_entries(dir), 2); /* a, b: no new/, no temporary */
+    /* outside a batch, writes rename at once again */
+    CU_ASSERT_EQUAL(kvcal_atomic_write(b, "now", 3), KVCAL_OK);
+    CU_ASSERT(file_equals(b, "now"));
+}
+
+static int keep_json(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 5 && !strcmp(name + n - 5, ".json");
+}
+
+/* An output is refused when it is an input under any name: itself, "./"
+ * and ".." spellings, a symbolic link, a hard link; a directory input
+ * covers the files its filter keeps. */
+static void inputs_check_finds_an_input_under_any_name(void)
+{
+    char data[600], alias[700], hard[600], link_to[600], cfg[600], other[600];
+    const char *dir = fresh_dir("inputs_check");
+    snprintf(data, sizeof data, "%s/data.txt", dir);
+    snprintf(alias, sizeof alias, "%s/../inputs_check/./data.txt", dir);
+    snprintf(hard, sizeof hard, "%s/hard", dir);
+    snprintf(link_to, sizeof link_to, "%s/link", dir);
+    snprintf(cfg, sizeof cfg, "%s/sub/config.json", dir);
+    snprintf(other, sizeof other, "%s/sub/weights.bin", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(data, "text", 4), 0);
+    CU_ASSERT_EQUAL_FATAL(link(data, hard), 0);
+    CU_ASSERT_EQUAL_FATAL(symlink("data.txt", link_to), 0);
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(sub, 0755), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(cfg, "{}", 2), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(other, "w", 1), 0);
+    kvcal_inputs_t *in = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_inputs_create(&in), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_inputs_add(in, data, "the dataset", NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_inputs_add(in, sub, "a file of the model", keep_json),
+                    KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_inputs_add(in, "no/such/input", "nothing", NULL), KVCAL_OK);
+    const char *same[] = {data, alias, hard, link_to};
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL(kvcal_inputs_check(in, "--out", same[i]), KVCAL_ERR_INVALID_ARG);
+        CU_ASSERT(kvcal_test_error_has("is the dataset"));
+    }
+    CU_ASSERT_EQUAL(kvcal_inputs_check(in, "--out", cfg), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("--out"));
+    CU_ASSERT_EQUAL(kvcal_inputs_check(in, "--out", other), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_inputs_check(in, "--out", kvcal_test_path("inputs_check/new")),
+                    KVCAL_OK);
+    kvcal_inputs_destroy(in);
+    kvcal_inputs_destroy(NULL);
+    CU_ASSERT(file_equals(data, "text"));
+}
+
+static void path_join_dirname_and_same_file_handle_slashes(void)
+{
+    char buf[64];
+    CU_ASSERT_EQUAL(kvcal_path_join(buf, sizeof buf, "out/", "x.json"), 0);
+    CU_ASSERT_STRING_EQUAL(buf, "out/x.json");
+    CU_ASSERT_EQUAL(kvcal_path_join(buf, sizeof buf, "out///", "x.json"), 0);
+    CU_ASSERT_STRING_EQUAL(buf, "out/x.json");
+    CU_ASSERT_EQUAL(kvcal_path_join(buf, sizeof buf, "/", "x"), 0);
+    CU_ASSERT_STRING_EQUAL(buf, "/x");
+    CU_ASSERT_EQUAL(kvcal_path_join(buf, 8, "longer", "name"), -1);
+    kvcal_path_dirname("a/b/c.json", buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "a/b");
+    kvcal_path_dirname("ck/", buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, ".");
+    kvcal_path_dirname("a//ck//", buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "a");
+    kvcal_path_dirname("/x", buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "/");
+    CU_ASSERT_TRUE(kvcal_path_same_file("no/such//dir/x.json", "no/such/./dir/x.json"));
+    CU_ASSERT_FALSE(kvcal_path_same_file("no/such/dir/x.json", "no/such/dir/y.json"));
+    char a[600], b[700];
+    snprintf(a, sizeof a, "%s/x.json", kvcal_test_tmpdir());
+    snprintf(b, sizeof b, "%s/./x.json", kvcal_test_tmpdir());
+    CU_ASSERT_TRUE(kvcal_path_same_file(a, b));
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(atomic_write_creates_then_replaces_file),
     KVCAL_TEST(atomic_write_keeps_the_mode_of_the_replaced_file),
@@ -157,6 +295,10 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(atomic_commit_failure_removes_the_temporary),
     KVCAL_TEST(atomic_open_refuses_a_path_that_is_not_a_regular_file),
     KVCAL_TEST(atomic_open_rejects_missing_directory_and_bad_paths),
+    KVCAL_TEST(atomic_write_goes_through_a_symbolic_link_and_refuses_a_dangling_one),
+    KVCAL_TEST(atomic_batch_renames_every_output_or_none),
+    KVCAL_TEST(inputs_check_finds_an_input_under_any_name),
+    KVCAL_TEST(path_join_dirname_and_same_file_handle_slashes),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(atomic_file, KVCAL_NEEDS_NOTHING, tests)

@@ -4,10 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/status.h"
 #include "io/dataset.h"
 #include "io/dataset_impl.h"
+#include "io/file_read.h"
+#include "io/token_set_info.h"
 #include "tests/test_util.h"
 
 static const char *write_tmp(const char *name, const char *text)
@@ -151,11 +154,24 @@ static void dataset_too_few_tokens_says_how_many_there_are(void)
     kvcal_samples *s = (kvcal_samples *)1;
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
     CU_ASSERT_PTR_NULL(s);
-    CU_ASSERT(kvcal_test_error_has("has 5 tokens in 2 documents"));
+    /* what there is, what was asked for, and what to pass */
+    CU_ASSERT(kvcal_test_error_has("has 5 tokens in 2 documents, but 2 samples x 4 "
+                                   "tokens need about 8; pass more text with --dataset "
+                                   "FILE (public sets: datasets/RECIPES.md) or lower "
+                                   "--num-samples or --seq-len"));
+    opt.num_samples = 0;
+    opt.seq_len = 6;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("has 5 tokens in 2 documents, not one sample of 6 "
+                                   "tokens; pass more text with --dataset FILE"));
+    CU_ASSERT(kvcal_test_error_has("datasets/RECIPES.md"));
     opt.pack = 0;
     opt.num_samples = 3;
+    opt.seq_len = 4;
     CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
-    CU_ASSERT(kvcal_test_error_has("has 2 non-empty documents"));
+    CU_ASSERT(kvcal_test_error_has("has 2 non-empty documents (5 tokens), but "
+                                   "--num-samples asks for 3"));
+    CU_ASSERT(kvcal_test_error_has("--dataset FILE (public sets: datasets/RECIPES.md)"));
 }
 
 /* The "Vm<key>:" line of /proc/self/status, in kB; -1 when unreadable. */
@@ -296,6 +312,104 @@ static void dataset_hdf5_rejects_a_shape_whose_size_overflows(void)
     CU_ASSERT(kvcal_test_error_has("input_ids has shape [4294967296, 4294967296]"));
 }
 
+/* Token ids at or past the tokenizer's vocabulary are an error naming the
+ * file, the JSONL line (or HDF5 row), the document, the id and the
+ * vocabulary's size, from every reader; never a read of freed memory. */
+static void dataset_ids_outside_the_vocabulary_name_file_line_id_and_size(void)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_load("models/stories260K/tok512.bin", &tok),
+                          KVCAL_OK);
+    const char *p = write_tmp("vocab.jsonl", "{\"input_ids\": [1, 2, 3]}\n\n"
+                                             "{\"input_ids\": [1, 600, 4]}\n");
+    kvcal_dataset_options opt = {.num_samples = 1, .seq_len = 6, .pack = 1};
+    kvcal_samples *s = (kvcal_samples *)1;
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_MISMATCH);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT(kvcal_test_error_has(p));
+    CU_ASSERT(kvcal_test_error_has("line 3 (document 2): input_ids[1] = 600 is outside "
+                                   "the tokenizer's vocabulary of 512 tokens"));
+    kvcal_documents *d = (kvcal_documents *)1;
+    CU_ASSERT_EQUAL(kvcal_dataset_tokenize_documents(p, tok, NULL, NULL, &d),
+                    KVCAL_ERR_MISMATCH);
+    CU_ASSERT_PTR_NULL(d);
+    CU_ASSERT(kvcal_test_error_has("line 3 (document 2): input_ids[1] = 600"));
+    /* 511 is the last id there is; 512 the first past it */
+    p = write_tmp("vocab_edge.jsonl", "{\"input_ids\": [511, 512]}\n");
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_MISMATCH);
+    CU_ASSERT(kvcal_test_error_has("line 1 (document 1): input_ids[1] = 512"));
+    /* an HDF5 token set names the row */
+    kvcal_samples set = {.num_samples = 2, .seq_len = 3};
+    int32_t ids[6] = {1, 2, 3, 4, 9999, -1}, lengths[2] = {3, 2};
+    set.ids = ids;
+    set.lengths = lengths;
+    set.num_tokens = 5;
+    p = kvcal_test_path("vocab.h5");
+    CU_ASSERT_EQUAL_FATAL(kvcal_samples_write_hdf5(p, &set, NULL), KVCAL_OK);
+    opt = (kvcal_dataset_options){.num_samples = 2, .seq_len = 3, .pack = 1};
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_MISMATCH);
+    CU_ASSERT(kvcal_test_error_has("input_ids row 1 (document 2): input_ids[1] = 9999"));
+    kvcal_tokenizer_destroy(tok);
+}
+
+/* A FIFO (or socket, or device) given as a dataset, a dataset directory's
+ * member, a tokenizer or a token set is refused before it is opened: one
+ * line naming the path and what it is. Opening a FIFO with no writer
+ * blocks, so the alarm turns a hang into a failed test. */
+static void dataset_refuses_fifos_and_devices_before_opening_them(void)
+{
+    char fifo[512], fifo_h5[512], dir[512], member[600], want[700];
+    snprintf(fifo, sizeof fifo, "%s", kvcal_test_path("pipe.txt"));
+    snprintf(fifo_h5, sizeof fifo_h5, "%s", kvcal_test_path("pipe.h5"));
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("pipedir"));
+    snprintf(member, sizeof member, "%s/b.txt", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo_h5, 0600), 0);
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(member, 0600), 0);
+    char a[600];
+    snprintf(a, sizeof a, "%s/a.txt", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(a, "words", 5), 0);
+    alarm(20);
+    kvcal_doclist l;
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO), not a regular file", fifo);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(fifo, NULL, &l), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO)", fifo_h5);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(fifo_h5, NULL, &l), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    snprintf(want, sizeof want, "%s: is a named pipe (FIFO)", member);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(dir, NULL, &l), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    kvcal_tokenizer_t *tok = (kvcal_tokenizer_t *)1;
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load(fifo, &tok), KVCAL_ERR_IO);
+    CU_ASSERT_PTR_NULL(tok);
+    CU_ASSERT(kvcal_test_error_has("save the tokenizer to a file"));
+    kvcal_token_set_info info;
+    CU_ASSERT_EQUAL(kvcal_token_set_info_read(fifo_h5, &info), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("is a named pipe (FIFO)"));
+    char *data = (char *)1;
+    size_t len = 1;
+    CU_ASSERT_EQUAL(kvcal_file_read("/dev/null", "dataset", 100, &data, &len),
+                    KVCAL_ERR_IO);
+    CU_ASSERT(data == NULL && len == 0);
+    CU_ASSERT(kvcal_test_error_has("/dev/null: is a character device"));
+    alarm(0);
+}
+
+/* datasets/default_calibration.txt is what datasets/make_default_calibration.py
+ * writes (from datasets/calibration_handwritten.txt and its own templates):
+ * an edit of either that is not regenerated fails here. Needs python3 (make
+ * deps installs it); says so and checks nothing without it. */
+static void dataset_default_text_is_what_its_generator_writes(void)
+{
+    if (system("command -v python3 > /dev/null 2>&1") != 0) {
+        fprintf(stderr, "\n  python3 not found: the default text was not checked\n");
+        return;
+    }
+    CU_ASSERT_EQUAL(system("python3 datasets/make_default_calibration.py --check"), 0);
+}
+
 /* progress callback: counts calls and keeps the last report */
 static void count_progress(void *ctx, long long done, long long total, long long tokens)
 {
@@ -363,8 +477,28 @@ static void dataset_text_packs_windows_that_start_with_bos(void)
     kvcal_tokenizer_destroy(tok);
 }
 
+/* The default text holds the 128 x 2048 tokens of a common calibration
+ * (llm-compressor's recipes use 512 x 2048 of a real set) with the Llama 2
+ * tokenizer, a 32k vocabulary; the 32 KB text it replaced held 9.4k. */
+static void dataset_default_text_fills_128_samples_of_2048_llama2_tokens(void)
+{
+    char tokp[512];
+    snprintf(tokp, sizeof tokp, "%s/models/llama2-tokenizer/tokenizer.model",
+             kvcal_test_shared_dir());
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_load(tokp, &tok), KVCAL_OK);
+    kvcal_dataset_options opt = {.num_samples = 128, .seq_len = 2048, .pack = 1};
+    kvcal_samples *s = NULL;
+    CU_ASSERT_EQUAL(kvcal_dataset_load("datasets/default_calibration.txt", tok, &opt, &s),
+                    KVCAL_OK);
+    CU_ASSERT(s && s->num_tokens == 128 * 2048);
+    kvcal_samples_destroy(s);
+    kvcal_tokenizer_destroy(tok);
+}
+
 static CU_TestInfo shared_tests[] = {
     KVCAL_TEST(dataset_text_packs_windows_that_start_with_bos),
+    KVCAL_TEST(dataset_default_text_fills_128_samples_of_2048_llama2_tokens),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset_shared, KVCAL_NEEDS_SHARED, shared_tests)
@@ -381,6 +515,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_empty_unreadable_or_textless_is_an_error),
     KVCAL_TEST(dataset_hdf5_token_set_reads_back_as_written),
     KVCAL_TEST(dataset_hdf5_rejects_a_shape_whose_size_overflows),
+    KVCAL_TEST(dataset_ids_outside_the_vocabulary_name_file_line_id_and_size),
+    KVCAL_TEST(dataset_refuses_fifos_and_devices_before_opening_them),
+    KVCAL_TEST(dataset_default_text_is_what_its_generator_writes),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset, KVCAL_NEEDS_NOTHING, tests)

@@ -4,9 +4,11 @@
 #include <dirent.h>
 #include <hdf5.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "core/scales.h"
@@ -325,6 +327,37 @@ static void stats_hdf5_write_is_atomic(void)
     kvcal_stats_destroy(b);
 }
 
+/* A file size limit (RLIMIT_FSIZE, SIGXFSZ ignored: writes fail as on a
+ * full disk) below the file's size: one line naming the file and the cause,
+ * no file and no temporary, no HDF5 object left open; and the next write
+ * (no limit) works. */
+static void stats_hdf5_write_on_a_full_disk_fails_cleanly_and_leaks_nothing(void)
+{
+    kvcal_stats_t *s = sample_stats(6, 1), *r = NULL;
+    const char *path = kvcal_test_path("full.h5");
+    ssize_t open_before = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
+    struct rlimit old, lim;
+    CU_ASSERT_FATAL(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = 4096;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    CU_ASSERT_FATAL(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    kvcal_status st = kvcal_stats_write_hdf5(path, s, NULL, NULL);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    CU_ASSERT_EQUAL(st, KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("full.h5: writing"));
+    CU_ASSERT(kvcal_test_error_has("File too large"));
+    CU_ASSERT_EQUAL(count_files("full.h5"), 0);
+    CU_ASSERT_EQUAL(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), open_before);
+    CU_ASSERT_EQUAL(kvcal_stats_write_hdf5(path, s, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_stats_read_hdf5(path, &r, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_TRUE(r && stats_identical(s, r));
+    CU_ASSERT_EQUAL(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), open_before);
+    kvcal_stats_destroy(r);
+    kvcal_stats_destroy(s);
+}
+
 static void stats_hdf5_read_rejects_other_and_damaged_files(void)
 {
     kvcal_stats_t *s = sample_stats(8, 1), *r = (kvcal_stats_t *)1;
@@ -369,6 +402,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(stats_hdf5_without_ema_tensor_reads_the_max_of_head_emas),
     KVCAL_TEST(stats_hdf5_is_readable_by_h5dump),
     KVCAL_TEST(stats_hdf5_write_is_atomic),
+    KVCAL_TEST(stats_hdf5_write_on_a_full_disk_fails_cleanly_and_leaks_nothing),
     KVCAL_TEST(stats_hdf5_read_rejects_other_and_damaged_files),
     CU_TEST_INFO_NULL,
 };

@@ -108,7 +108,7 @@ static void cli_tokenize_errors_exit_nonzero_and_write_nothing(void)
     snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 2048 -n 1000 -o %s",
              o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
-    CU_ASSERT(kvcal_test_kvcal_stderr_has("tokens in 81 documents"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("tokens in 2396 documents"));
     CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
     snprintf(args, sizeof args, "tokenize -d no/such/file.txt -m " MODEL " -o %s", o);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
