@@ -382,8 +382,8 @@ static kvcal_status list_inputs(const options *o, const char *dataset_path,
 /* A config.json describing a llama2.c model as the equivalent
  * LlamaForCausalLM, for the checkpoint format (which merges its scheme into
  * the model's config). Written into a fresh directory under `parent`. */
-static kvcal_status write_llama2c_config(const kvcal_model_desc *d, const char *parent,
-                                         char *dir, size_t n)
+static kvcal_status write_llama2c_config(const kvcal_llama2c_config *c,
+                                         const char *parent, char *dir, size_t n)
 {
     if (kvcal_path_join(dir, n, parent, ".kvcal-model-XXXXXX"))
         return kvcal_fail(KVCAL_ERR_IO, "%s: path too long", parent);
@@ -393,28 +393,10 @@ static kvcal_status write_llama2c_config(const kvcal_model_desc *d, const char *
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create a temporary directory: %s",
                           parent, strerror(err));
     }
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "llama");
-    cJSON_AddNumberToObject(c, "hidden_size", d->hidden_size);
-    cJSON_AddNumberToObject(c, "intermediate_size", d->intermediate_size);
-    cJSON_AddNumberToObject(c, "num_hidden_layers", d->num_layers);
-    cJSON_AddNumberToObject(c, "num_attention_heads", d->num_heads);
-    cJSON_AddNumberToObject(c, "num_key_value_heads", d->num_kv_heads);
-    cJSON_AddNumberToObject(c, "head_dim", d->head_dim);
-    cJSON_AddNumberToObject(c, "vocab_size", d->vocab_size);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", d->max_seq_len);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5); /* run.c's constant */
-    cJSON_AddNumberToObject(c, "rope_theta", 10000.0);
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", d->tied_embeddings);
-    cJSON_AddStringToObject(c, "torch_dtype", "float32");
     char path[4200];
-    kvcal_status st = kvcal_path_join(path, sizeof path, dir, "config.json")
-                          ? kvcal_fail(KVCAL_ERR_IO, "%s: path too long", dir)
-                          : kvcal_json_write(path, c);
-    cJSON_Delete(c);
-    return st;
+    return kvcal_path_join(path, sizeof path, dir, "config.json")
+               ? kvcal_fail(KVCAL_ERR_IO, "%s: path too long", dir)
+               : kvcal_llama2c_write_hf_config(c, path);
 }
 
 /* Removes what write_llama2c_config made (nothing when dir is ""). */
@@ -444,7 +426,8 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
     kvcal_status st = KVCAL_OK;
     if (p->checkpoint[0] && !strcmp(d->source, "llama2c")) {
         kvcal_path_dirname(o->out, parent, sizeof parent);
-        if ((st = write_llama2c_config(d, parent, tmp_dir, sizeof tmp_dir)))
+        if ((st = write_llama2c_config(kvcal_model_llama2c_config(model), parent, tmp_dir,
+                                       sizeof tmp_dir)))
             goto done;
         snprintf(model_dir, sizeof model_dir, "%s", tmp_dir);
     } else {

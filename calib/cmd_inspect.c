@@ -23,8 +23,6 @@
 #include "io/token_set_info.h"
 #include "io/tokenizer.h"
 
-/* RoPE base of every llama2.c checkpoint (run.c's fixed 10000). */
-#define LLAMA2C_ROPE_THETA 10000.0
 
 typedef struct inspect_opts {
     const char *tokenizer; /* --tokenizer FILE or NULL */
@@ -91,7 +89,7 @@ static void config_from_desc(kvcal_model_config *c, const kvcal_model_desc *d)
     c->head_dim = d->head_dim;
     c->vocab_size = d->vocab_size;
     c->max_position_embeddings = d->max_seq_len;
-    c->rope_theta = LLAMA2C_ROPE_THETA;
+    c->rope_theta = KVCAL_LLAMA2C_ROPE_THETA;
     c->rope_attention_factor = 1.0;
     c->tie_word_embeddings = d->tied_embeddings;
     c->kv_layout = KVCAL_KV_PER_HEAD;
@@ -444,7 +442,7 @@ static int inspect_model(const char *path, inspect_opts *o)
                 !kvcal_path_has_suffix(path, "/config.json");
     snprintf(dir, sizeof dir, "%s", path);
     if (is_file)
-        kvcal_path_parent(path, dir, sizeof dir);
+        kvcal_path_dirname(path, dir, sizeof dir);
     if (is_file && !is_json && !kvcal_path_has_suffix(path, ".safetensors")) {
         if ((st = kvcal_model_open(path, &m)))
             goto fail;

@@ -332,7 +332,7 @@ static kvcal_status open_llama2c(kvcal_model_t *m)
     d->head_dim = c->dim / c->n_heads;
     d->vocab_size = c->vocab_size;
     d->max_seq_len = c->seq_len;
-    d->norm_eps = 1e-5f;
+    d->norm_eps = (float)KVCAL_LLAMA2C_NORM_EPS;
     d->rot_dim = d->head_dim - d->head_dim % 2;
     d->rope_interleaved = 1;
     d->rope_attention_factor = 1.0f;
@@ -343,7 +343,7 @@ static kvcal_status open_llama2c(kvcal_model_t *m)
     m->inv_freq = malloc(sizeof(float) * (size_t)(d->rot_dim / 2));
     if (!m->inv_freq)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
-    rope_default(m->inv_freq, d->rot_dim, 10000.0);
+    rope_default(m->inv_freq, d->rot_dim, KVCAL_LLAMA2C_ROPE_THETA);
     d->inv_freq = m->inv_freq;
     return KVCAL_OK;
 }
@@ -429,6 +429,11 @@ void kvcal_model_close(kvcal_model_t *m)
 const kvcal_model_desc *kvcal_model_describe(const kvcal_model_t *m)
 {
     return &m->desc;
+}
+
+const kvcal_llama2c_config *kvcal_model_llama2c_config(const kvcal_model_t *m)
+{
+    return m->l2c ? kvcal_llama2c_config_get(m->l2c) : NULL;
 }
 
 void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id)

@@ -15,6 +15,7 @@
 
 #include "calib/arch.h"
 #include "core/scales.h"
+#include "io/llama2c.h"
 #include "kvcal.h"
 
 struct kvcal_model_desc {
@@ -64,6 +65,10 @@ void kvcal_model_close(kvcal_model_t *m);
 
 /* Owned by the model. */
 const kvcal_model_desc *kvcal_model_describe(const kvcal_model_t *m);
+
+/* The header of a llama2.c source, NULL for a Hugging Face checkpoint;
+ * owned by the model. */
+const kvcal_llama2c_config *kvcal_model_llama2c_config(const kvcal_model_t *m);
 
 /* The model identity recorded with scales. */
 void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id);

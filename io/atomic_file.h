@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 
+#include "io/path.h"
 #include "kvcal.h"
 
 /* The longest output path, in bytes (without the NUL): room is left for
@@ -85,12 +86,6 @@ kvcal_status kvcal_inputs_check(const kvcal_inputs_t *in, const char *opt,
 
 // --- paths -------------------------------------------------------------------
 
-/* "<dir>/<name>" into buf without doubling a slash dir ends with. Returns 0,
- * or -1 when it does not fit in n bytes. */
-int kvcal_path_join(char *buf, size_t n, const char *dir, const char *name);
-/* The directory part of path (trailing slashes ignored; "." when there is
- * none) into buf, cut to n bytes. */
-void kvcal_path_dirname(const char *path, char *buf, size_t n);
 /* 1 when a and b name the same file, existing or about to be written: the
  * same st_dev and st_ino when both exist, else the same name in the same
  * directory; 0 otherwise. */

@@ -40,6 +40,7 @@
 #include "io/dataset.h"
 #include "io/dataset_impl.h"
 #include "io/file_read.h"
+#include "io/path.h"
 #include "io/tokenizer_impl.h"
 
 // --- PRNG: splitmix64 seeds xoshiro256** -------------------------------------------
@@ -447,12 +448,6 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
 // --- format detection
 // -------------------------------------------------------------------
 
-static int has_suffix(const char *s, const char *suf)
-{
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcasecmp(s + n - m, suf);
-}
-
 static int is_hdf5_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -479,10 +474,10 @@ kvcal_status kvcal_dataset_read(const char *path, const char *text_field,
         return st;
     if (S_ISDIR(sb.st_mode))
         st = read_dir(path, l);
-    else if (has_suffix(path, ".h5") || has_suffix(path, ".hdf5") || is_hdf5_file(path))
+    else if (kvcal_path_has_suffix(path, ".h5") || kvcal_path_has_suffix(path, ".hdf5") || is_hdf5_file(path))
         st = kvcal_dataset_read_hdf5(path, l);
-    else if (has_suffix(path, ".jsonl") || has_suffix(path, ".ndjson") ||
-             has_suffix(path, ".json"))
+    else if (kvcal_path_has_suffix(path, ".jsonl") || kvcal_path_has_suffix(path, ".ndjson") ||
+             kvcal_path_has_suffix(path, ".json"))
         st = read_jsonl(path, text_field, l);
     else
         st = read_text(path, l);

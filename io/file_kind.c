@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "io/file_read.h"
 #include "io/json_file.h"
 #include "io/llama2c.h"
 #include "io/path.h"
@@ -147,6 +148,9 @@ kvcal_status kvcal_file_kind_detect(const char *path, kvcal_file_kind *kind)
     kvcal_shard_census census;
     if (stat(path, &sb) != 0)
         return kvcal_fail(KVCAL_ERR_IO, "%s: no such file or directory", path);
+    kvcal_status checked = kvcal_file_check_input(path, "input", 1);
+    if (checked)
+        return checked;
     if (S_ISDIR(sb.st_mode)) {
         char cfg[4096];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
@@ -184,7 +188,7 @@ kvcal_status kvcal_file_kind_detect(const char *path, kvcal_file_kind *kind)
     if (kvcal_path_has_suffix(path, ".safetensors")) {
         char cfg[4096];
         kvcal_shard_census_take(path, &census);
-        kvcal_path_parent(path, cfg, sizeof cfg);
+        kvcal_path_dirname(path, cfg, sizeof cfg);
         strncat(cfg, "/config.json", sizeof cfg - strlen(cfg) - 1);
         if (census.unreadable && stat(cfg, &sb) != 0)
             return kvcal_fail(census.status, "%s", census.finding);

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "io/file_read.h"
+#include "io/json_file.h"
 
 #define HEADER_INTS 7
 #define LLAMA2C_MAGIC 0x616b3432u /* "ak42", llama2.c export version >= 1 */
@@ -152,4 +153,28 @@ const kvcal_llama2c_config *kvcal_llama2c_config_get(const kvcal_llama2c_t *m)
 const kvcal_llama2c_weights *kvcal_llama2c_weights_get(const kvcal_llama2c_t *m)
 {
     return &m->w;
+}
+
+kvcal_status kvcal_llama2c_write_hf_config(const kvcal_llama2c_config *c,
+                                           const char *path)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(j, "model_type", "llama");
+    cJSON_AddNumberToObject(j, "hidden_size", c->dim);
+    cJSON_AddNumberToObject(j, "intermediate_size", c->hidden_dim);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->dim / c->n_heads);
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c->seq_len);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", KVCAL_LLAMA2C_NORM_EPS);
+    cJSON_AddNumberToObject(j, "rope_theta", KVCAL_LLAMA2C_ROPE_THETA);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->shared_classifier);
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    kvcal_status st = kvcal_json_write(path, j);
+    cJSON_Delete(j);
+    return st;
 }

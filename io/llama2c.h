@@ -9,6 +9,10 @@
 
 #include "kvcal.h"
 
+/* What run.c fixes for every checkpoint: RoPE base and RMSNorm epsilon. */
+#define KVCAL_LLAMA2C_ROPE_THETA 10000.0
+#define KVCAL_LLAMA2C_NORM_EPS 1e-5
+
 typedef struct kvcal_llama2c_config {
     int dim;
     int hidden_dim;
@@ -51,6 +55,12 @@ void kvcal_llama2c_close(kvcal_llama2c_t *m);
 /* Owned by the handle, valid until close. */
 const kvcal_llama2c_config *kvcal_llama2c_config_get(const kvcal_llama2c_t *m);
 const kvcal_llama2c_weights *kvcal_llama2c_weights_get(const kvcal_llama2c_t *m);
+
+/* Writes config.json at `path` describing the checkpoint of c as the
+ * equivalent LlamaForCausalLM (run.c's rms_norm_eps 1e-5 and rope_theta
+ * 10000, float32), for the formats that merge into a model's config. */
+kvcal_status kvcal_llama2c_write_hf_config(const kvcal_llama2c_config *c,
+                                           const char *path);
 
 /* 1 when the first bytes of the file at `path` look like a llama2.c
  * checkpoint header (7 plausible int32), 0 otherwise (unreadable, or not a

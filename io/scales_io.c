@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "io/file_read.h"
 #include "io/json_file.h"
 
 const char *kvcal_format_name(kvcal_format format)
@@ -87,7 +88,7 @@ static kvcal_status check_any(const char *path, const kvcal_scales_ctx *ctx,
         (S_ISREG(sb.st_mode) && looks_like_safetensors(path, sb.st_size)))
         return kvcal_scales_check_checkpoint(path, ctx, rep, out);
     if (!S_ISREG(sb.st_mode))
-        return kvcal_fail(KVCAL_ERR_IO, "%s: not a regular file or directory", path);
+        return kvcal_file_check_input(path, "scales file", 1);
     if (sb.st_size == 0) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE, "",
                          "sglang cannot parse it and uses scale 1.0 for every layer",

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/status.h"
+#include "io/file_read.h"
 #include "io/hdf5_util.h"
 
 #define DEFLATE_LEVEL 6
@@ -427,6 +428,8 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
     kvcal_stats_t *s = NULL;
     hid_t file = -1;
     kvcal_h5_quiet q;
+    if ((st = kvcal_file_check_input(path, "statistics file", 0)))
+        return st;
     kvcal_h5_quiet_begin(&q);
     if (H5Fis_hdf5(path) <= 0) {
         st = kvcal_fail(KVCAL_ERR_PARSE,

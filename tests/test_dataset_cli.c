@@ -75,6 +75,8 @@ static void cli_fifo_inputs_exit_2_naming_the_path(void)
         "eval --model " MODEL " --dataset '%s' --quiet --json",
         "tokenize -d '%s' -m " MODEL " -q -o '%s'",
         "tokenize -d datasets/default_calibration.txt -t '%s' -q -o '%s'",
+        "inspect '%s'",
+        "validate-scales '%s'",
     };
     alarm(60);
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
