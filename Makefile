@@ -73,14 +73,15 @@ $(BUILD)/%.cu.o: %.cu | $(BUILD)/.dir
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(LIBA): $(LIB_OBJ)
+# Every rule makes the folder it writes into (a target may be asked for alone).
+$(LIBA): $(LIB_OBJ) | $(BUILD)/.dir
 	@rm -f $@
 	ar rcs $@ $^
-$(LIBSO): $(LIB_OBJ)
+$(LIBSO): $(LIB_OBJ) | $(BUILD)/.dir
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvcal.so.0 -o $@ $^ $(LDLIBS)
-$(KVCAL): $(CMD_OBJ) $(LIBA)
+$(KVCAL): $(CMD_OBJ) $(LIBA) | $(BUILD)/.dir
 	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIBA) $(LDLIBS)
-$(TESTS): $(TEST_OBJ) $(LIBA)
+$(TESTS): $(TEST_OBJ) $(LIBA) | $(BUILD)/.dir
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIBA) -lcunit $(LDLIBS)
 $(BUILD)/kvcal.pc: Makefile | $(BUILD)/.dir
 	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: kvcal\nDescription: FP8 KV-cache scale calibration and online quantization\nVersion: %s\nLibs: -L$${libdir} -lkvcal\nLibs.private: %s\nCflags: -I$${includedir}\n' \
@@ -96,6 +97,7 @@ $(BUILD)/bench/%: bench/%.cu $(LIBA)
 # The example engine decode loop against the online scaling API.
 EXAMPLE := $(BUILD)/tests/example_engine_loop
 $(EXAMPLE): tests/example_engine_loop.c $(LIBA)
+	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
 
 # Every test; GPU suites report themselves skipped where no GPU is present.
