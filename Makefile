@@ -51,7 +51,7 @@ LIBA := $(BUILD)/libkvcal.a
 LIBSO := $(BUILD)/libkvcal.so
 
 .PHONY: all test bench asan fuzz install clean format
-all: $(KVCAL) $(LIBA) $(LIBSO) $(BUILD)/kvcal.pc
+all: $(KVCAL) $(LIBA) $(LIBSO)
 
 # --- generated registries: commands and test suites are found by grep ---
 $(BUILD)/commands.gen.h: $(wildcard calib/cmd_*.c) | $(BUILD)/.dir
@@ -83,9 +83,6 @@ $(KVCAL): $(CMD_OBJ) $(LIBA) | $(BUILD)/.dir
 	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIBA) $(LDLIBS)
 $(TESTS): $(TEST_OBJ) $(LIBA) | $(BUILD)/.dir
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIBA) -lcunit $(LDLIBS)
-$(BUILD)/kvcal.pc: Makefile | $(BUILD)/.dir
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: kvcal\nDescription: FP8 KV-cache scale calibration and online quantization\nVersion: %s\nLibs: -L$${libdir} -lkvcal\nLibs.private: %s\nCflags: -I$${includedir}\n' \
-	  '$(PREFIX)' "$$(sed -n 's/.*KVCAL_VERSION_STRING "\(.*\)"/\1/p' include/kvcal.h)" '$(LDLIBS)' > $@
 
 $(BUILD)/bench/%: bench/%.c $(LIBA)
 	@mkdir -p $(dir $@)
@@ -101,7 +98,8 @@ $(EXAMPLE): tests/example_engine_loop.c $(LIBA)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
 
 # Every test; GPU suites report themselves skipped where no GPU is present.
-test: $(TESTS) $(KVCAL) $(EXAMPLE)
+# (all: the install suite installs this build.)
+test: all $(TESTS) $(EXAMPLE)
 	./$(EXAMPLE)
 	KVCAL_BIN=./$(KVCAL) ./$(TESTS)
 
@@ -145,14 +143,21 @@ fuzz: $(FUZZ_BIN)
 	  echo "fuzz: $$n for $(FUZZ_TIME) s"; \
 	  ./$$f -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus-$$n tests/fuzz/seeds/$${n#fuzz_} || exit 1; done
 
+# kvcal.pc is written here, for the PREFIX installed into (DESTDIR only
+# stages the files: the .pc names PREFIX). Libs.private: everything the
+# archive's objects call, for `pkg-config --static`.
+PC_DIR = $(DESTDIR)$(PREFIX)/lib/pkgconfig
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	$(if $(filter /%,$(PREFIX)),,$(error PREFIX=$(PREFIX): give an absolute path, e.g. make install PREFIX=/opt/kvcal))
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(PC_DIR)
 	install -m 755 $(KVCAL) $(DESTDIR)$(PREFIX)/bin/kvcal
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libkvcal.a
 	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libkvcal.so.0
 	ln -sf libkvcal.so.0 $(DESTDIR)$(PREFIX)/lib/libkvcal.so
 	install -m 644 include/kvcal.h include/kvcal_quant.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(BUILD)/kvcal.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvcal.pc
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: kvcal\nDescription: FP8 KV-cache scale calibration and online quantization\nVersion: %s\nLibs: -L$${libdir} -lkvcal\nLibs.private: %s\nCflags: -I$${includedir}\n' \
+	  '$(PREFIX)' "$$(sed -n 's/.*KVCAL_VERSION_STRING "\(.*\)"/\1/p' include/kvcal.h)" '$(LDLIBS)' > $(PC_DIR)/kvcal.pc
+	chmod 644 $(PC_DIR)/kvcal.pc
 	install -d $(DESTDIR)$(PREFIX)/share/kvcal/datasets
 	install -m 644 datasets/default_calibration.txt $(DESTDIR)$(PREFIX)/share/kvcal/datasets/
 
