@@ -11,7 +11,12 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc &
 CUDA ?= $(if $(NVCC),1,0)
 # CPU-only objects live apart, so switching CUDA= never mixes stale objects
 BUILD ?= $(if $(filter 1,$(CUDA)),build,build-cpu)
-CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90a,code=compute_90a
+# CUDA targets: SASS (sm_XY) for every GPU generation engines are served
+# on (Ampere sm_80/86, Ada sm_89, Hopper sm_90a, which the fused MLP kernel
+# needs, Blackwell sm_100/103/110/120/121) and the PTX (compute_XY) of the
+# newest, which the drivers of later GPUs compile. CUDA_ARCH=native builds
+# for this machine's GPUs alone (a fast build for development).
+CUDA_ARCH ?= sm_80 sm_86 sm_89 sm_90a sm_100 sm_103 sm_110 sm_120 sm_121 compute_121
 FUZZ_TIME ?= 60
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
@@ -34,8 +39,18 @@ CU_SRC :=
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard kernels/cuda/*.cu)
 override CFLAGS += -DKVCAL_WITH_CUDA -I$(CUDA_HOME)/include
-NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -DKVCAL_WITH_CUDA \
+ifeq ($(strip $(CUDA_ARCH)),native)
+CUDA_TARGETS := $(sort $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | \
+                  tr -d . | sed 's/^90$$/90a/; s/^/sm_/'))
+$(if $(CUDA_TARGETS),,$(error CUDA_ARCH=native: nvidia-smi finds no GPU on this machine; name the targets, e.g. CUDA_ARCH=sm_90a))
+else
+CUDA_TARGETS := $(strip $(CUDA_ARCH))
+endif
+$(if $(filter-out sm_% compute_%,$(CUDA_TARGETS)),$(error CUDA_ARCH=$(CUDA_ARCH): list targets as sm_XY (SASS) and compute_XY (PTX), e.g. CUDA_ARCH="sm_90a compute_90a"))
+NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall -DKVCAL_WITH_CUDA \
              -Iinclude -Icore -I. --expt-relaxed-constexpr
+override NVCCFLAGS += $(foreach t,$(filter sm_%,$(CUDA_TARGETS)),-gencode=arch=compute_$(t:sm_%=%),code=$(t)) \
+                      $(foreach t,$(filter compute_%,$(CUDA_TARGETS)),-gencode=arch=$(t),code=$(t))
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lrt -lstdc++
 endif
 
@@ -62,6 +77,15 @@ $(BUILD)/suites.gen.h: $(TEST_SRC) | $(BUILD)/.dir
 	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
 $(BUILD)/calib/main.o: $(BUILD)/commands.gen.h
 $(BUILD)/tests/test_main.o: $(BUILD)/suites.gen.h
+# The CUDA targets, rewritten when they change: the CUDA objects are rebuilt
+# then, and core/device.o, which reports them.
+$(BUILD)/cuda_targets: FORCE | $(BUILD)/.dir
+	@echo '$(CUDA_TARGETS)' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/core/device.o $(CU_SRC:%.cu=$(BUILD)/%.cu.o): $(BUILD)/cuda_targets
+$(BUILD)/core/device.o: override CFLAGS += -DKVCAL_CUDA_TARGETS='"$(CUDA_TARGETS)"'
+FORCE:
+.PHONY: FORCE
 
 $(BUILD)/.dir:
 	@mkdir -p $(BUILD) && touch $@

@@ -17,8 +17,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "pkgconfig_consumer: %s\n", kvcal_last_error());
         return 1;
     }
-    printf("kvcal %s, %d CUDA devices: %s %s\n", kvcal_version(), kvcal_cuda_device_count(),
-           kvcal_format_name(kvcal_report_format(report)),
+    printf("kvcal %s, %d CUDA devices: %s %s\n", kvcal_version(),
+           kvcal_cuda_device_count(), kvcal_format_name(kvcal_report_format(report)),
            kvcal_report_passes(report, 0) ? "passes" : "fails");
     kvcal_report_destroy(report);
     return 0;
