@@ -77,15 +77,14 @@ $(BUILD)/suites.gen.h: $(TEST_SRC) | $(BUILD)/.dir
 	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
 $(BUILD)/calib/main.o: $(BUILD)/commands.gen.h
 $(BUILD)/tests/test_main.o: $(BUILD)/suites.gen.h
-# The CUDA targets, rewritten when they change: the CUDA objects are rebuilt
-# then, and core/device.o, which reports them.
-$(BUILD)/cuda_targets: FORCE | $(BUILD)/.dir
-	@echo '$(CUDA_TARGETS)' > $@.tmp
-	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
-$(BUILD)/core/device.o $(CU_SRC:%.cu=$(BUILD)/%.cu.o): $(BUILD)/cuda_targets
+# A file named by the CUDA targets: another list makes another file, on
+# which the CUDA objects are rebuilt, and core/device.o, which reports it.
+CUDA_STAMP := $(BUILD)/.cuda-targets-$(subst $() ,-,$(CUDA_TARGETS))
+$(CUDA_STAMP): | $(BUILD)/.dir
+	@rm -f $(BUILD)/.cuda-targets*
+	@touch $@
+$(BUILD)/core/device.o $(CU_SRC:%.cu=$(BUILD)/%.cu.o): $(CUDA_STAMP)
 $(BUILD)/core/device.o: override CFLAGS += -DKVCAL_CUDA_TARGETS='"$(CUDA_TARGETS)"'
-FORCE:
-.PHONY: FORCE
 
 $(BUILD)/.dir:
 	@mkdir -p $(BUILD) && touch $@
@@ -193,13 +192,17 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-# Installs the Debian packages the build and tests need, when missing.
+# Installs the Debian packages the build and tests need, when missing;
+# deps-check only says whether they are there (exit 1 when not).
 DEB_PKGS := build-essential pkg-config libcjson-dev libhdf5-dev zlib1g-dev libcunit1-dev libpcre2-dev hdf5-tools python3
+DEPS_MISSING = missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done)
+deps-check:
+	@$(DEPS_MISSING); [ -z "$$missing" ] || { echo "deps-check: missing" $$missing "(make deps installs them)"; exit 1; }
 deps:
-	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	@$(DEPS_MISSING); \
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing $$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
-.PHONY: deps
+.PHONY: deps deps-check

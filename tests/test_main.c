@@ -211,8 +211,10 @@ static const char *unmet_need(int needs)
     if ((needs & KVCAL_NEEDS_SHARED) && stat(kvcal_test_shared_dir(), &st) != 0)
         return "no ../shared folder (set KVCAL_SHARED)";
     if ((needs & KVCAL_NEEDS_SOURCE) &&
-        (stat("Makefile", &st) != 0 || !on_path("make") || !on_path("cc")))
-        return "not run from the source tree with make and cc";
+        (stat("Makefile", &st) != 0 || !on_path("make") || !on_path("cc") ||
+         system("make -s --no-print-directory deps-check > /dev/null 2>&1") != 0))
+        return "not run from the source tree with the packages the build needs "
+               "(make deps-check)";
     if ((needs & KVCAL_NEEDS_PKG_CONFIG) && !on_path("pkg-config"))
         return "no pkg-config";
     return NULL;

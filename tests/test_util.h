@@ -20,7 +20,7 @@ enum {
     KVCAL_NEEDS_NOTHING = 0,
     KVCAL_NEEDS_GPU = 1,       /* a CUDA device in a CUDA build */
     KVCAL_NEEDS_SHARED = 2,    /* the ../shared folder (models, corpora, fixtures) */
-    KVCAL_NEEDS_SOURCE = 4,    /* run from the source tree, with make and cc on PATH */
+    KVCAL_NEEDS_SOURCE = 4,    /* run from the source tree, its build's packages there */
     KVCAL_NEEDS_PKG_CONFIG = 8 /* pkg-config on PATH */
 };
 
