@@ -2,6 +2,7 @@
 #include "calib/runner_cuda.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,29 @@ kvcal_status kvcal_cuda_runner_check_model(const kvcal_model_desc *d)
             "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
             "up to 256; use --device cpu",
             d->head_dim);
+    return KVCAL_OK;
+}
+
+int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code)
+{
+    return major == 9 && minor == 0 && code &&
+           (!strcmp(code, "sm_90a") || !strcmp(code, "compute_90a"));
+}
+
+kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,
+                                   kvcal_mlp_mode mode, int *fused)
+{
+    const int runs = kvcal_cuda_mlp_fused_runs(major, minor, code),
+              fits = I % 128 == 0 && D % 8 == 0;
+    *fused = 0;
+    if (mode == KVCAL_MLP_FUSED && !(runs && fits))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "KVCAL_MLP=fused needs a Hopper GPU (compute capability 9.0) running this "
+            "build's sm_90a code, intermediate_size a multiple of 128 and hidden_size "
+            "of 8 (this GPU: %d.%d, running %s; this model: %d and %d); unset KVCAL_MLP",
+            major, minor, code && *code ? code : "no code of this build", I, D);
+    *fused = mode != KVCAL_MLP_UNFUSED && runs && fits;
     return KVCAL_OK;
 }
 
@@ -336,32 +360,31 @@ fail:
 
 /* The MLP's gate/up projection and SwiGLU: in one Hopper kernel
  * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
- * buffer) where the GPU is a Hopper, intermediate_size a multiple of 128 and
- * hidden_size of 8; otherwise, or with KVCAL_MLP=unfused, cuBLAS's GEMM then
- * kvcal_swiglu_launch. KVCAL_MLP=fused insists on the kernel. */
+ * buffer) where kvcal_cuda_mlp_choose takes it for this GPU and the code the
+ * build holds for it; otherwise, or with KVCAL_MLP=unfused, cuBLAS's GEMM
+ * then kvcal_swiglu_launch. KVCAL_MLP=fused insists on the kernel. */
 static kvcal_status choose_mlp(kvcal_cuda_runner_t *r)
 {
     const char *mlp = getenv("KVCAL_MLP");
-    const int fused = mlp && !strcmp(mlp, "fused"),
-              unfused = mlp && !strcmp(mlp, "unfused");
-    int device = 0, major = 0;
-    if (mlp && *mlp && !fused && !unfused)
+    kvcal_mlp_mode mode = KVCAL_MLP_AUTO;
+    if (mlp && !strcmp(mlp, "fused"))
+        mode = KVCAL_MLP_FUSED;
+    else if (mlp && !strcmp(mlp, "unfused"))
+        mode = KVCAL_MLP_UNFUSED;
+    else if (mlp && *mlp)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "KVCAL_MLP=%s: use fused or unfused (or leave it unset)", mlp);
+    int device = 0, major = 0, minor = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) !=
             cudaSuccess)
-        major = 0;
-    const int fits = major == 9 && r->I % 128 == 0 && r->D % 8 == 0;
-    if (fused && !fits)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "KVCAL_MLP=fused needs a Hopper GPU (this one: compute capability "
-            "%d.x), intermediate_size a multiple of 128 and hidden_size of 8 "
-            "(this model: %d and %d); unset KVCAL_MLP",
-            major, r->I, r->D);
-    r->mlp_fused = fits && !unfused;
-    return KVCAL_OK;
+        major = minor = 0;
+    char code[32];
+    kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code,
+                               sizeof code);
+    return kvcal_cuda_mlp_choose(major, minor, code, r->I, r->D, mode, &r->mlp_fused);
 }
 
 /* The last layer of a calibration pass: nothing reads its queries, so only
@@ -938,6 +961,40 @@ fail:
     return st;
 }
 
+kvcal_status kvcal_cuda_runner_plan_device(int device, kvcal_cuda_device_plan *plan)
+{
+    kvcal_status st = KVCAL_OK;
+    kvcal_attention_t *attn = NULL;
+    struct cudaDeviceProp prop;
+    int previous = 0;
+    memset(plan, 0, sizeof *plan);
+    if (device < 0 || device >= kvcal_cuda_device_count())
+        return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                          "CUDA device %d: no such device (%d visible)", device,
+                          kvcal_cuda_device_count());
+    TRY_CUDA(cudaGetDevice(&previous));
+    TRY_CUDA(cudaGetDeviceProperties(&prop, device));
+    snprintf(plan->name, sizeof plan->name, "%s", prop.name);
+    plan->major = prop.major;
+    plan->minor = prop.minor;
+    plan->code_kind =
+        kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), prop.major, prop.minor,
+                                   plan->code, sizeof plan->code);
+    plan->mlp_fused = kvcal_cuda_mlp_fused_runs(prop.major, prop.minor, plan->code);
+    TRY_CUDA(cudaSetDevice(device));
+    st = kvcal_attention_create(&attn);
+    if (st == KVCAL_OK) {
+        plan->cudnn_version = kvcal_attention_cudnn_version(attn);
+        snprintf(plan->attention_note, sizeof plan->attention_note, "%s",
+                 kvcal_attention_note(attn));
+    }
+    kvcal_attention_destroy(attn);
+    cudaSetDevice(previous);
+    return st;
+fail:
+    return st;
+}
+
 #else
 
 kvcal_status kvcal_cuda_runner_create(kvcal_model_t *model, int max_batch,
@@ -1006,6 +1063,13 @@ kvcal_status kvcal_cuda_eval_collect(kvcal_cuda_eval_t *e, kvcal_eval_layer_sums
     (void)e, (void)sums;
     return kvcal_fail(KVCAL_ERR_NO_DEVICE,
                       "--device cuda: this kvcal was built without CUDA");
+}
+
+kvcal_status kvcal_cuda_runner_plan_device(int device, kvcal_cuda_device_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "CUDA device %d: this kvcal was built without CUDA", device);
 }
 
 #endif

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "calib/model.h"
+#include "core/device.h"
 #include "kernels/cpu/eval_ref.h"
 #include "kvcal.h"
 #include "observers/stats.h"
@@ -62,6 +63,45 @@ kvcal_status kvcal_cuda_runner_forward(kvcal_cuda_runner_t *r, const int32_t *id
 /* Folds the device absmax (max) and histograms (sum) into stats and clears
  * them on the device. Call once after the last batch (or more often). */
 kvcal_status kvcal_cuda_runner_collect(kvcal_cuda_runner_t *r, kvcal_stats_t *stats);
+
+/* --- kernel choice ------------------------------------------------------ */
+
+/* How the MLP's gate/up projection and SwiGLU run (KVCAL_MLP). */
+typedef enum kvcal_mlp_mode {
+    KVCAL_MLP_AUTO = 0,   /* the fused kernel where it runs and fits, else unfused */
+    KVCAL_MLP_FUSED = 1,  /* the fused kernel, or an error */
+    KVCAL_MLP_UNFUSED = 2 /* cuBLAS's GEMM, then kvcal_swiglu_launch */
+} kvcal_mlp_mode;
+
+/* Whether kvcal's fused gate/up + SwiGLU kernel (kvcal_gemm_swiglu_launch,
+ * sm_90a only) runs on a GPU of compute capability major.minor that runs
+ * the build's target `code` (kvcal_cuda_code_for_device): capability 9.0
+ * running sm_90a code (its SASS, or compute_90a PTX). Pure. */
+int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code);
+
+/* The runner's MLP for a model of intermediate_size I and hidden_size D on
+ * that GPU: *fused = 1 when mode is not UNFUSED, the kernel runs there and
+ * I is a multiple of 128, D of 8; else 0. mode FUSED where the kernel
+ * cannot run is KVCAL_ERR_UNSUPPORTED naming why. Pure: the GPU's
+ * capability and code are arguments. */
+kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,
+                                   kvcal_mlp_mode mode, int *fused);
+
+/* What the CUDA runner runs on one GPU. */
+typedef struct kvcal_cuda_device_plan {
+    char name[256];
+    int major, minor; /* compute capability */
+    char code[32];    /* the build's target it runs, "" for none */
+    kvcal_cuda_code_kind code_kind;
+    int mlp_fused;            /* the fused MLP kernel runs there (shapes it takes) */
+    int cudnn_version;        /* attention through cuDNN: its version; 0 for none */
+    char attention_note[256]; /* when 0: why (kvcal_attention_note) */
+} kvcal_cuda_device_plan;
+
+/* Fills *plan for GPU `device`. Loads cuDNN as the runner does (a CUDA
+ * context on the device; the current device is restored). KVCAL_ERR_NO_DEVICE
+ * for a device that does not exist or in a build without CUDA. */
+kvcal_status kvcal_cuda_runner_plan_device(int device, kvcal_cuda_device_plan *plan);
 
 /* --- evaluation --------------------------------------------------------- */
 
