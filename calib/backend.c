@@ -1,6 +1,8 @@
 /* calib/backend.c: choosing a backend, and the checks every backend makes. */
 #include "calib/backend.h"
 
+#include <string.h>
+
 #include "core/status.h"
 
 kvcal_status kvcal_backend_create(kvcal_device_kind device, kvcal_model_t *model,
@@ -16,6 +18,40 @@ kvcal_status kvcal_backend_create(kvcal_device_kind device, kvcal_model_t *model
                       "--device cuda: this kvcal was built without CUDA (rebuild where "
                       "nvcc is installed); use --device cpu");
 #endif
+}
+
+kvcal_status kvcal_cuda_plan_device(int device, kvcal_cuda_device_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+#ifdef KVCAL_WITH_CUDA
+    return kvcal_backend_cuda_plan_device(device, plan);
+#else
+    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                      "CUDA device %d: this kvcal was built without CUDA", device);
+#endif
+}
+
+int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code)
+{
+    return major == 9 && minor == 0 && code &&
+           (!strcmp(code, "sm_90a") || !strcmp(code, "compute_90a"));
+}
+
+kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,
+                                   kvcal_mlp_choice mode, int *fused)
+{
+    const int runs = kvcal_cuda_mlp_fused_runs(major, minor, code),
+              fits = I % 128 == 0 && D % 8 == 0;
+    *fused = 0;
+    if (mode == KVCAL_MLP_FUSED && !(runs && fits))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "KVCAL_MLP=fused needs a Hopper GPU (compute capability 9.0) running this "
+            "build's sm_90a code, intermediate_size a multiple of 128 and hidden_size "
+            "of 8 (this GPU: %d.%d, running %s; this model: %d and %d); unset KVCAL_MLP",
+            major, minor, code && *code ? code : "no code of this build", I, D);
+    *fused = mode != KVCAL_MLP_UNFUSED && runs && fits;
+    return KVCAL_OK;
 }
 
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)

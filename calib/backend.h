@@ -16,6 +16,7 @@
 
 #include "calib/arch.h"
 #include "calib/model.h"
+#include "core/device.h"
 #include "kernels/cpu/eval_ref.h"
 #include "kvcal.h"
 #include "observers/stats.h"
@@ -185,6 +186,37 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
 kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                        const kvcal_backend_options *opt,
                                        kvcal_backend **out);
+
+/* Whether kvcal's fused gate/up + SwiGLU kernel (kvcal_gemm_swiglu_launch,
+ * sm_90a only) runs on a GPU of compute capability major.minor that runs
+ * the build's target `code` (kvcal_cuda_code_for_device): capability 9.0
+ * running sm_90a code (its SASS, or compute_90a PTX). Pure. */
+int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code);
+
+/* The cuda backend's MLP for a model of intermediate_size I and hidden_size
+ * D on that GPU: *fused = 1 when mode is not UNFUSED, the kernel runs there
+ * and I is a multiple of 128, D of 8; else 0. mode FUSED where the kernel
+ * cannot run is KVCAL_ERR_UNSUPPORTED naming why. Pure: the GPU's
+ * capability and code are arguments. */
+kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,
+                                   kvcal_mlp_choice mode, int *fused);
+
+/* What the cuda backend runs on one GPU. */
+typedef struct kvcal_cuda_device_plan {
+    char name[256];
+    int major, minor; /* compute capability */
+    char code[32];    /* the build's target it runs, "" for none */
+    kvcal_cuda_code_kind code_kind;
+    int mlp_fused;            /* the fused MLP kernel runs there (shapes it takes) */
+    int cudnn_version;        /* attention through cuDNN: its version; 0 for none */
+    char attention_note[256]; /* when 0: why (kvcal_attention_note) */
+} kvcal_cuda_device_plan;
+
+/* Fills *plan for GPU `device`. Loads cuDNN as the backend does (a CUDA
+ * context on the device; the current device is restored). KVCAL_ERR_NO_DEVICE
+ * for a device that does not exist or in a build without CUDA. */
+kvcal_status kvcal_cuda_plan_device(int device, kvcal_cuda_device_plan *plan);
+kvcal_status kvcal_backend_cuda_plan_device(int device, kvcal_cuda_device_plan *plan);
 
 /* What the cuda backend cannot run, without touching a device:
  * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256. */

@@ -7,6 +7,7 @@
  * stream of the current device. Compiled only in builds with CUDA. */
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -757,26 +758,22 @@ fail:
 
 /* The MLP's gate/up projection and SwiGLU: in one Hopper kernel
  * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
- * buffer) where the GPU is a Hopper, intermediate_size a multiple of 128 and
- * hidden_size of 8; otherwise, or with KVCAL_MLP_UNFUSED, cuBLAS's GEMM then
- * kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. */
+ * buffer) where kvcal_cuda_mlp_choose takes it for this GPU and the code the
+ * build holds for it; otherwise, or with KVCAL_MLP_UNFUSED, cuBLAS's GEMM
+ * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. */
 static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp)
 {
-    int device = 0, major = 0;
+    int device = 0, major = 0, minor = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) !=
             cudaSuccess)
-        major = 0;
-    const int fits = major == 9 && r->I % 128 == 0 && r->D % 8 == 0;
-    if (mlp == KVCAL_MLP_FUSED && !fits)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "KVCAL_MLP=fused needs a Hopper GPU (this one: compute capability "
-            "%d.x), intermediate_size a multiple of 128 and hidden_size of 8 "
-            "(this model: %d and %d); unset KVCAL_MLP",
-            major, r->I, r->D);
-    r->mlp_fused = fits && mlp != KVCAL_MLP_UNFUSED;
-    return KVCAL_OK;
+        major = minor = 0;
+    char code[32];
+    kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code,
+                               sizeof code);
+    return kvcal_cuda_mlp_choose(major, minor, code, r->I, r->D, mlp, &r->mlp_fused);
 }
 
 static void destroy(kvcal_backend *be)
@@ -936,5 +933,39 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     return KVCAL_OK;
 fail:
     destroy(&r->base);
+    return st;
+}
+
+kvcal_status kvcal_backend_cuda_plan_device(int device, kvcal_cuda_device_plan *plan)
+{
+    kvcal_status st = KVCAL_OK;
+    kvcal_attention_t *attn = NULL;
+    struct cudaDeviceProp prop;
+    int previous = 0;
+    memset(plan, 0, sizeof *plan);
+    if (device < 0 || device >= kvcal_cuda_device_count())
+        return kvcal_fail(KVCAL_ERR_NO_DEVICE,
+                          "CUDA device %d: no such device (%d visible)", device,
+                          kvcal_cuda_device_count());
+    TRY_CUDA(cudaGetDevice(&previous));
+    TRY_CUDA(cudaGetDeviceProperties(&prop, device));
+    snprintf(plan->name, sizeof plan->name, "%s", prop.name);
+    plan->major = prop.major;
+    plan->minor = prop.minor;
+    plan->code_kind =
+        kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), prop.major, prop.minor,
+                                   plan->code, sizeof plan->code);
+    plan->mlp_fused = kvcal_cuda_mlp_fused_runs(prop.major, prop.minor, plan->code);
+    TRY_CUDA(cudaSetDevice(device));
+    st = kvcal_attention_create(0, &attn);
+    if (st == KVCAL_OK) {
+        plan->cudnn_version = kvcal_attention_cudnn_version(attn);
+        snprintf(plan->attention_note, sizeof plan->attention_note, "%s",
+                 kvcal_attention_note(attn));
+    }
+    kvcal_attention_destroy(attn);
+    cudaSetDevice(previous);
+    return st;
+fail:
     return st;
 }

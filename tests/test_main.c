@@ -148,6 +148,51 @@ int kvcal_test_kvcal_stderr_has(const char *needle)
     return found;
 }
 
+const char *kvcal_test_build_dir(void)
+{
+    static char dir[PATH_MAX];
+    if (!dir[0]) {
+        char exe[PATH_MAX], cwd[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        const size_t len = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+        const int inside = len && !strncmp(exe, cwd, len) && exe[len] == '/';
+        snprintf(dir, sizeof dir, "%s", inside ? exe + len + 1 : exe);
+    }
+    return dir;
+}
+
+int kvcal_test_make(const char *args, const char *log)
+{
+#ifdef KVCAL_WITH_CUDA
+    const int cuda = 1;
+#else
+    const int cuda = 0;
+#endif
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "make -s --no-print-directory CUDA=%d %s > '%s' 2>&1", cuda,
+             args, log);
+    int rc = system(cmd);
+    rc = rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    if (rc != 0) {
+        fprintf(stderr, "\n  make %s: exit %d; the end of %s:\n", args, rc, log);
+        snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", log);
+        if (system(cmd) != 0)
+            fprintf(stderr, "  (unreadable)\n");
+    }
+    return rc;
+}
+
+static int on_path(const char *tool)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "command -v %s > /dev/null 2>&1", tool);
+    return system(cmd) == 0;
+}
+
 static void remove_tmpdir(void)
 {
     if (tmpdir[0] && !getenv("KVCAL_KEEP_TMP")) {
@@ -165,6 +210,13 @@ static const char *unmet_need(int needs)
         return "no CUDA device";
     if ((needs & KVCAL_NEEDS_SHARED) && stat(kvcal_test_shared_dir(), &st) != 0)
         return "no ../shared folder (set KVCAL_SHARED)";
+    if ((needs & KVCAL_NEEDS_SOURCE) &&
+        (stat("Makefile", &st) != 0 || !on_path("make") || !on_path("cc") ||
+         system("make -s --no-print-directory deps-check > /dev/null 2>&1") != 0))
+        return "not run from the source tree with the packages the build needs "
+               "(make deps-check)";
+    if ((needs & KVCAL_NEEDS_PKG_CONFIG) && !on_path("pkg-config"))
+        return "no pkg-config";
     return NULL;
 }
 
@@ -183,6 +235,7 @@ int main(int argc, char **argv)
     unsigned skipped = 0;
     atexit(remove_tmpdir);
     kvcal_binary(); /* resolve a relative $KVCAL_BIN before a test can chdir */
+    kvcal_test_build_dir();
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     for (const kvcal_suite *const *s = suites; *s; s++) {

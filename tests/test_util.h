@@ -18,8 +18,10 @@
 
 enum {
     KVCAL_NEEDS_NOTHING = 0,
-    KVCAL_NEEDS_GPU = 1,    /* a CUDA device in a CUDA build */
-    KVCAL_NEEDS_SHARED = 2  /* the ../shared folder (models, corpora, fixtures) */
+    KVCAL_NEEDS_GPU = 1,       /* a CUDA device in a CUDA build */
+    KVCAL_NEEDS_SHARED = 2,    /* the ../shared folder (models, corpora, fixtures) */
+    KVCAL_NEEDS_SOURCE = 4,    /* run from the source tree, its build's packages there */
+    KVCAL_NEEDS_PKG_CONFIG = 8 /* pkg-config on PATH */
 };
 
 typedef struct kvcal_suite {
@@ -40,6 +42,16 @@ const char *kvcal_test_shared_dir(void);
  * Returns a static buffer per call slot (8 rotating slots). */
 const char *kvcal_test_tmpdir(void);
 const char *kvcal_test_path(const char *name);
+
+/* The folder this test program was built into (the Makefile's BUILD), as
+ * an absolute path. */
+const char *kvcal_test_build_dir(void);
+
+/* Runs `make -s <args>` in the source tree for the same configuration as
+ * this test program (CUDA or not; under `make test` the make variables of
+ * the command line too), its output into log. Returns make's exit code, -1
+ * when it did not exit; prints the log's last lines when it fails. */
+int kvcal_test_make(const char *args, const char *log);
 
 /* Writes `len` bytes to path; returns 0 on success. */
 int kvcal_test_write_file(const char *path, const void *data, size_t len);

@@ -32,8 +32,10 @@
  * tile's products, 1.0% more with it overlapping the next tile's, and the
  * (rows, 2n) buffer gone (bench/NOTES.md, runner versions 10, 11, 14 and
  * 17; the other variants measured there are in the history). For
- * sm_90a only (wgmma, setmaxnreg, clusters): on another GPU the launch
- * reports KVCAL_ERR_UNSUPPORTED, and a build without sm_90a code traps. */
+ * sm_90a only (wgmma, setmaxnreg, clusters): on another GPU, or on a Hopper
+ * for which the build holds no sm_90a code, the launch reports
+ * KVCAL_ERR_UNSUPPORTED; the kernel compiled for any other architecture is
+ * a trap that is never launched. */
 #include <cuda.h> /* CUtensorMap and its enums; the encoder is fetched at run time */
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -42,6 +44,7 @@
 
 #include <type_traits>
 
+#include "core/device.h"
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
@@ -522,15 +525,23 @@ extern "C" kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf
                           rows, k, n, BN / 2);
     if (rows == 0)
         return KVCAL_OK;
-    int device = 0, major = 0, sms = 0;
+    int device = 0, major = 0, minor = 0, sms = 0;
     KVCAL_CUDA_TRY(cudaGetDevice(&device));
     KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     if (major != 9)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "gemm_swiglu: needs a Hopper GPU (compute capability 9.x), this "
                           "one is %d.x",
                           major);
+    char code[32];
+    kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code, sizeof code);
+    if (minor != 0 || (strcmp(code, "sm_90a") && strcmp(code, "compute_90a")))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "gemm_swiglu: needs sm_90a code on this GPU (compute capability "
+                          "%d.%d), where this build runs %s; rebuild with sm_90a in CUDA_ARCH",
+                          major, minor, *code ? code : "none of its code");
     static encode_tiled_fn encode = NULL;
     if (!encode) {
         void *fn = NULL;

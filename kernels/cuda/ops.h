@@ -143,7 +143,9 @@ kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *gemm, int candidate,
  * kvcal_gemm_launch + kvcal_swiglu_launch round: w_tiled (2n, k) is the
  * gate/up weight in the order kvcal_gemm_swiglu_interleave writes. k a
  * multiple of 8, n of 128, buffers 16-byte aligned (else
- * KVCAL_ERR_INVALID_ARG); a GPU other than Hopper is KVCAL_ERR_UNSUPPORTED. */
+ * KVCAL_ERR_INVALID_ARG); a GPU other than compute capability 9.0, or one
+ * for which the build holds no sm_90a code (kvcal_cuda_code_for_device), is
+ * KVCAL_ERR_UNSUPPORTED. */
 kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf16 *x,
                                       const kvcal_bf16 *w_tiled, int rows, int k, int n,
                                       cudaStream_t stream);
