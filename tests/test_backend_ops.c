@@ -1,13 +1,15 @@
-/* tests/test_backend_ops.c: every op of the backends in one table, in the
- * manner of ggml's tests/test-backend-ops.cpp. A row is {op, shape}; each
- * row runs on every backend present and is compared with the CPU reference
- * of its op's stem (kernels/cpu/ops.h, kernels/cpu/eval_ref.h), the oracle.
+/* tests/test_backend_ops.c: every op of the model runner's backends in one
+ * table, in the manner of ggml's tests/test-backend-ops.cpp. A row is {op,
+ * shape}; each row runs on every backend present and is compared with its
+ * op's CPU reference (kernels/cpu/ops.h, kernels/cpu/eval_ref.h), the oracle.
  * The backend beside the CPU today is CUDA (kernels/cuda/ops.h,
  * kernels/cuda/eval.h): a row runs on each of the op's kernel versions that
  * takes it. Adding a shape is one row; adding an op is its rows and one
- * entry of op_defs. An op's reference (kvcal_<stem>_ref), kernel
- * (kvcal_<stem>_launch), rows and benchmark (bench/runner_ops <stem>)
- * share its stem.
+ * entry of op_defs. An op's kernel (kvcal_<stem>_launch), rows and
+ * benchmark section (bench/runner_ops <stem>) share its stem, and so does
+ * its reference where that is one function (kvcal_<stem>_ref; gemm's is
+ * kvcal_matmul_ref, add_rmsnorm's kvcal_add_ref then kvcal_rmsnorm_ref,
+ * gemm_swiglu's those of gemm and swiglu).
  *
  * The shapes are odd (1, 19, 989 rows; head_dim 80 and others off a power
  * of two; lengths off every tile; GQA and MQA) and the inputs random bf16
