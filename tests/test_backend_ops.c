@@ -56,21 +56,21 @@
 /* One case. An op reads the fields its comment names; the others stay 0. */
 typedef struct op_row {
     const char *op; /* the stem */
-    int rows, cols; /* add_rmsnorm, swiglu, embed, error_sums: (rows, cols);
-                       gemm, gemm_swiglu: x (rows, k); token_nll: rows;
-                       rope_observe: tokens */
-    int delta;      /* add_rmsnorm: residual += delta first (0: RMSNorm) */
-    int k, n, bias; /* gemm: w (n, k), bias (n); gemm_swiglu: w (2n, k) */
-    int vocab;      /* embed, token_nll */
-    int batch, seq; /* attention: sequences of seq tokens */
+    /* add_rmsnorm, swiglu, embed, error_sums: (rows, cols); gemm,
+     * gemm_swiglu: x (rows, k); token_nll: rows; rope_observe: tokens */
+    int rows, cols;
+    int delta;                     /* add_rmsnorm: residual += delta first (0: RMSNorm) */
+    int k, n, bias;                /* gemm: w (n, k), bias (n); gemm_swiglu: w (2n, k) */
+    int vocab;                     /* embed, token_nll */
+    int batch, seq;                /* attention: sequences of seq tokens */
     int heads, kv_heads, head_dim; /* attention, rope_observe */
-    int out_pad; /* attention: output row stride heads * head_dim + out_pad */
-    int cudnn;   /* attention: cuDNN must run it where cuDNN is loaded (1),
-                    kvcal's kernel must (-1) */
+    /* attention: output row stride heads * head_dim + out_pad; cudnn 1: cuDNN
+     * must run the row where it is loaded, -1: kvcal's kernel must */
+    int out_pad, cudnn;
     int rot_dim, interleaved, qk_norm; /* rope_observe */
     int nan_v;                         /* rope_observe: V channel 5 of token 2 is a NaN */
-    int x_stride, y_stride, group,
-        y_f32;              /* error_sums: row strides, scale group, y dtype */
+    /* error_sums: row strides of x and y, the scale group, y in fp32 (else bf16) */
+    int x_stride, y_stride, group, y_f32;
     float attention_factor; /* rope_observe: yarn's (0: 1) */
 } op_row;
 
