@@ -8,8 +8,10 @@
 #
 # usage: bench/run_gpu_attn.sh OUTDIR [BUILD]     (BUILD defaults to build)
 # Shared libraries the host lacks may be put in $KVCAL_LIBS (a folder).
-# $KVCAL_SUITES names the test suites (default: cuda_attention_cudnn cuda_ops
-# calibrate); KVCAL_MEMCHECK=1 also runs cuda_attention_cudnn under
+# $KVCAL_SUITES names the test suites (default: cuda_attention_cudnn
+# backend_ops_mbarrier backend_ops cuda_backend calibrate; the table's
+# attention rows through cuDNN are in backend_ops_mbarrier); KVCAL_MEMCHECK=1
+# also runs cuda_attention_cudnn and backend_ops_mbarrier under
 # compute-sanitizer's memcheck.
 # libcudnn.so.9 is looked up where the dynamic linker finds it, then in the
 # Python nvidia packages (PyTorch's cuDNN), whose folder (with NVRTC's, which
@@ -27,14 +29,14 @@ status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 
 # cuDNN's own account of what it refused goes to cudnn.log
 export CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG="$out/cudnn.log"
-timeout 240 "$build/kvcal_tests" ${KVCAL_SUITES:-cuda_attention_cudnn cuda_ops calibrate} \
+timeout 240 "$build/kvcal_tests" ${KVCAL_SUITES:-cuda_attention_cudnn backend_ops_mbarrier backend_ops cuda_backend calibrate} \
     > "$out/tests.log" 2>&1
 t_rc=$?
 m_rc=0
 if [ -n "${KVCAL_MEMCHECK:-}" ]; then
     san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     timeout 150 "$san" --tool memcheck --error-exitcode 9 "$build/kvcal_tests" \
-        cuda_attention_cudnn > "$out/memcheck.log" 2>&1
+        cuda_attention_cudnn backend_ops_mbarrier > "$out/memcheck.log" 2>&1
     m_rc=$?
 fi
 timeout 120 "$build/bench/runner_ops" > "$out/bench.txt" 2>&1
@@ -56,7 +58,7 @@ printf '%-34s %s\n' "tests" "$(status $t_rc): $(grep '^tests:' "$out/tests.log")
 grep -o '([^()]*\(cuDNN\|kvcal\|worst\)[^()]*)' "$out/tests.log" | head -n 24
 grep -h 'FAIL\|Assert\|MISMATCH' "$out/tests.log" | head -n 20
 if [ -n "${KVCAL_MEMCHECK:-}" ]; then
-    printf '%-34s %s\n' "memcheck cuda_attention_cudnn" "$(status $m_rc)"
+    printf '%-34s %s\n' "memcheck cuDNN suites" "$(status $m_rc)"
     grep -h 'ERROR SUMMARY\|^tests:' "$out/memcheck.log"
 fi
 printf '%-34s %s\n' "bench/runner_ops" "$(status $b_rc)"

@@ -113,11 +113,12 @@ fi
 # checks are clean without the tool (bench/NOTES.md); the CLI runs below
 # cover those processes instead. racecheck and synccheck run kvcal's own
 # attention and leave out cuda_attention_cudnn (which forces cuDNN) and
-# cuda_gemm_fused: cuBLAS's, cuDNN's and kvcal's fused MLP Hopper kernels
+# backend_ops_mbarrier (the table's cuDNN and fused MLP rows, tests/test_backend_ops.c):
+# cuBLAS's, cuDNN's and kvcal's fused MLP Hopper kernels
 # synchronize through mbarriers the tools do not model (racecheck reports false hazards in them and failed
 # to handle a hardware exception in cuDNN's; synccheck overflows its
 # barrier tracking and aborts them). synccheck skips cuBLAS's nvjet kernels;
-# racecheck keeps to the suites found clean with them (cuda_gemm_tuning's
+# racecheck keeps to the suites found clean with them (backend_ops_tuned's
 # tuned large GEMMs are left out), as the nvjet filter made its runs of
 # kvcal fail with an illegal address.
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -144,7 +145,7 @@ san_one() { # tool args...: the suites, then the CLI runs, each cut at $san_dead
     return $rc
 }
 if want san; then
-    all_suites="cuda_ops cuda_gemm_tuning cuda_gemm_fused cuda_attention_cudnn eval_cuda kvquant_cuda calibrate kvquant"
+    all_suites="backend_ops backend_ops_tuned backend_ops_mbarrier cuda_backend cuda_attention_cudnn eval_cuda kvquant_cuda calibrate kvquant"
     san_deadline=$(($(date +%s) + ${KVCAL_SAN_LIMIT:-540}))
     skip_cublas=()
     "$san" --help | grep -q -- --kernel-name-exclude && skip_cublas=(--kernel-name-exclude kns=nvjet)
@@ -154,9 +155,9 @@ if want san; then
         memcheck) args=(--tool memcheck --leak-check full) attention=${KVCAL_ATTENTION:-}
             suites=$all_suites ;;
         racecheck) args=(--tool racecheck --racecheck-report all) attention=kvcal
-            suites="cuda_ops kvquant_cuda eval_cuda" ;;
+            suites="backend_ops cuda_backend kvquant_cuda eval_cuda" ;;
         synccheck) args=(--tool synccheck "${skip_cublas[@]}") attention=kvcal
-            suites=${all_suites/cuda_attention_cudnn /} suites=${suites/cuda_gemm_fused /} ;;
+            suites=${all_suites/cuda_attention_cudnn /} suites=${suites/backend_ops_mbarrier /} ;;
         esac
         (export KVCAL_ATTENTION=$attention; suites=$suites; san_one "${args[@]}") \
             > "$out/sanitizer_$name.log" 2>&1 &

@@ -11,13 +11,18 @@
 // runner takes on Hopper), and with each GEMM's every cuBLASLt candidate in
 // turn.
 //
-// usage: runner_ops [reps]     (default 20)
-// Correctness is the test suite's job (tests/test_cuda_ops.c); every launch's
-// status is checked here and a failure aborts the run.
+// usage: runner_ops [reps] [stem ...]     (reps default 20)
+// Each op's section is named by its stem (add_rmsnorm, gemm, rope_observe,
+// attention, swiglu, gemm_swiglu), the stem of its CPU reference, kernel and
+// test rows; naming stems runs their sections alone (after the ceilings),
+// naming none runs every section, the layer's sum and the sustained runs.
+// Correctness is the test suite's job (tests/test_backend_ops.c); every
+// launch's status is checked here and a failure aborts the run.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda_bf16.h>
 #include <vector>
 
@@ -108,9 +113,41 @@ static void row(const char *name, float ms, double flops, double bytes,
            100.0 * floor_ms / ms, tf, tb);
 }
 
+// The ops' stems, in the order their sections run.
+static const char *const op_stems[] = {"add_rmsnorm", "gemm",   "rope_observe",
+                                       "attention",   "swiglu", "gemm_swiglu"};
+
 int main(int argc, char **argv)
 {
-    const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    int reps = 20, first_stem = 1;
+    if (argc > 1 && argv[1][0] >= '0' && argv[1][0] <= '9') {
+        reps = atoi(argv[1]);
+        first_stem = 2;
+    }
+    const char *usage =
+        "usage: runner_ops [reps >= 1] [stem ...], stems add_rmsnorm gemm "
+        "rope_observe attention swiglu gemm_swiglu\n";
+    if (reps < 1) {
+        fprintf(stderr, "runner_ops: %s repetitions: need at least 1\n%s", argv[1],
+                usage);
+        return 2;
+    }
+    for (int i = first_stem; i < argc; i++) {
+        bool known = false;
+        for (const char *stem : op_stems)
+            known = known || !strcmp(argv[i], stem);
+        if (!known) {
+            fprintf(stderr, "runner_ops: no op of stem '%s'\n%s", argv[i], usage);
+            return 2;
+        }
+    }
+    const bool all = first_stem == argc; // no stem named: every section
+    auto want = [&](const char *stem) {
+        for (int i = first_stem; i < argc; i++)
+            if (!strcmp(argv[i], stem))
+                return true;
+        return all;
+    };
     const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
     const int M = B * T, QKV = (H + 2 * HKV) * HD;
     cudaDeviceProp prop;
@@ -224,7 +261,7 @@ int main(int argc, char **argv)
         return ms;
     };
     float layer = 0.0f, observer_cost = 0.0f;
-    {
+    if (want("add_rmsnorm")) {
         const float ms = time_ms(t, [&] {
             CHECK_KVCAL(
                 kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
@@ -232,8 +269,9 @@ int main(int argc, char **argv)
         row("add_rmsnorm", ms, 0.0, 2.0 * 4 * (double)M * D, peak_tflops, peak_tbs);
         layer += 2 * ms;
     }
-    layer += gemm_row(G_QKV);
-    {
+    if (want("gemm"))
+        layer += gemm_row(G_QKV);
+    if (want("rope_observe")) {
         // every kernel version on the same input, its output checked against version
         // 1's first (they differ at most by one bf16 rounding step)
         const double bytes = 2.0 * M * ((H + HKV) * HD * 2.0 + HKV * HD);
@@ -260,13 +298,14 @@ int main(int argc, char **argv)
                 max_rel = d > max_rel || d != d ? d : max_rel;
             }
             if (!(max_rel <= 1e-2)) {
-                fprintf(stderr, "rope version %d differs from version 1 by %g\n", ver,
-                        max_rel);
+                fprintf(stderr, "rope_observe version %d differs from version 1 by %g\n",
+                        ver, max_rel);
                 exit(1);
             }
             if (ver > 1)
-                printf("rope v%d vs v1: %zu of %zu values differ (max rel. %.1e)\n", ver,
-                       differ, n_qkv, max_rel);
+                printf(
+                    "rope_observe v%d vs v1: %zu of %zu values differ (max rel. %.1e)\n",
+                    ver, differ, n_qkv, max_rel);
             const float off = time_ms(t, [&] {
                 CHECK_KVCAL(kvcal_rope_observe_launch_version(
                     ver, qkv, QKV, pos, M, H, HKV, HD, &rope, nullptr, 0));
@@ -276,9 +315,9 @@ int main(int argc, char **argv)
                                                               HKV, HD, &rope, &obs, 0));
             });
             char name[64];
-            snprintf(name, sizeof name, "rope v%d", ver);
+            snprintf(name, sizeof name, "rope_observe v%d", ver);
             row(name, off, 0.0, bytes, peak_tflops, peak_tbs);
-            snprintf(name, sizeof name, "rope v%d + observe", ver);
+            snprintf(name, sizeof name, "rope_observe v%d + observe", ver);
             row(name, on, 0.0, bytes, peak_tflops, peak_tbs);
             if (ver == KVCAL_ROPE_VERSIONS) { // the one the runner takes at this shape
                 layer += on;
@@ -287,7 +326,7 @@ int main(int argc, char **argv)
         }
         CHECK_CUDA(cudaFree(input));
     }
-    {
+    if (want("attention")) {
         // every kernel version and cuDNN's fused attention (what the runner takes
         // where cuDNN is installed), each checked against version 1's output first
         const double flops = 4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
@@ -344,9 +383,11 @@ int main(int argc, char **argv)
         layer += runner_ms;
         kvcal_attention_destroy(cudnn);
     }
-    layer += gemm_row(G_O);
-    layer += gemm_row(G_GATE_UP);
-    {
+    if (want("gemm")) {
+        layer += gemm_row(G_O);
+        layer += gemm_row(G_GATE_UP);
+    }
+    if (want("swiglu")) {
         const float ms =
             time_ms(t, [&] { CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0)); });
         row("swiglu", ms, 0.0, 2.0 * 3.0 * M * F, peak_tflops, peak_tbs);
@@ -354,14 +395,19 @@ int main(int argc, char **argv)
     }
     // gate_up and SwiGLU in one kernel, what the runner takes on Hopper (the
     // weight's order does not change the timing; the tests check the product)
-    {
+    if (want("gemm_swiglu")) {
         const float ms = time_ms(t, [&] {
             CHECK_KVCAL(kvcal_gemm_swiglu_launch(act, xn, w_gu, M, D, F, 0));
         });
         row("gemm_swiglu (fused)", ms, 2.0 * M * D * 2.0 * F,
             2.0 * ((double)M * D + 2.0 * F * D + (double)M * F), peak_tflops, peak_tbs);
     }
-    layer += gemm_row(G_DOWN);
+    if (want("gemm"))
+        layer += gemm_row(G_DOWN);
+    if (!all) { // the layer's sum and the sustained runs need every op
+        kvcal_gemm_destroy(gemm);
+        return 0;
+    }
     const double layer_flops = 2.0 * M * D * ((double)QKV + D + 3.0 * F) +
                                4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
     printf(

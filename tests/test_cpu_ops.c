@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ops.h"
+#include "observers/stats.h"
 #include "tests/test_util.h"
 
 /* Deterministic values in [-1, 1). */
@@ -222,6 +223,143 @@ static void rope_scaled_multiplies_only_rotated_channels_by_the_factor(void)
     free(orig);
 }
 
+// --- rope + observer --------------------------------------------------------
+
+/* kvcal_rope_observe_ref on a fused qkv buffer (19 tokens, every 7th one
+ * padding; 3 q heads, 2 kv heads, head_dim 48, 32 rotated channels) is the
+ * per-head RMSNorm, kvcal_rope_scaled_ref and kvcal_stats_observe_ref of
+ * the rotated K and V, bit for bit, folded into what the observer held;
+ * padding is untouched and unobserved. With rot_dim 0 and no norm weights
+ * it only observes. */
+static void rope_observe_ref_is_norm_rope_then_the_observer(void)
+{
+    enum { T = 19, H = 3, KVH = 2, D = 48, ROT = 32, STRIDE = (H + 2 * KVH) * D };
+    float *qkv = alloc_filled((int64_t)T * STRIDE, 21),
+          *want = alloc_filled(T * STRIDE, 21);
+    float *qn = alloc_filled(D, 22), *kn = alloc_filled(D, 23);
+    float *k = malloc(sizeof(float) * T * KVH * D),
+          *v = malloc(sizeof(float) * T * KVH * D);
+    float *pre = alloc_filled(5 * KVH * D, 24), inv_freq[ROT / 2];
+    int32_t pos[T];
+    uint8_t valid[T];
+    kvcal_stats_t *st = NULL, *obs_st = NULL;
+    CU_ASSERT_FATAL(k && v);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(1, KVH, D, &st), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(1, KVH, D, &obs_st), KVCAL_OK);
+    for (int i = 0; i < ROT / 2; i++)
+        inv_freq[i] = (float)pow(10000.0, -2.0 * i / ROT);
+    for (int t = 0; t < T; t++) {
+        pos[t] = t % 7 == 3 ? -1 : 3 * t + 2;
+        valid[t] = pos[t] >= 0;
+    }
+    /* both start from the same statistics, so folding (max, +) is checked */
+    for (int kv = 0; kv < 2; kv++) {
+        kvcal_kv_block blk = kvcal_kv_block_dense(pre, 1, 5, KVH, D, NULL, NULL);
+        CU_ASSERT_EQUAL(kvcal_stats_observe_ref(st, 0, kv, &blk), KVCAL_OK);
+        CU_ASSERT_EQUAL(kvcal_stats_observe_ref(obs_st, 0, kv, &blk), KVCAL_OK);
+    }
+    const kvcal_rope_ref_cfg cfg = {inv_freq, ROT, 0, qn, kn, 1e-6f, 1.1386294f};
+    const kvcal_kv_observer obs = {{obs_st->absmax[0], obs_st->absmax[1]},
+                                   {obs_st->hist[0], obs_st->hist[1]},
+                                   {obs_st->batch_absmax[0], obs_st->batch_absmax[1]}};
+    kvcal_rope_observe_ref(qkv, STRIDE, pos, T, H, KVH, D, &cfg, &obs);
+
+    for (int t = 0; t < T; t++) {
+        float *row = want + (int64_t)t * STRIDE; // (H + 2 KVH, D)
+        if (pos[t] < 0)
+            continue;
+        for (int h = 0; h < H + KVH; h++)
+            kvcal_rmsnorm_ref(row + h * D, row + h * D, h < H ? qn : kn, 1, D, 1e-6f);
+        kvcal_rope_scaled_ref(row, pos + t, inv_freq, 1, H + KVH, D, ROT, 0, 1.1386294f);
+    }
+    CU_ASSERT_EQUAL(memcmp(qkv, want, sizeof(float) * T * STRIDE), 0);
+    for (int t = 0; t < T; t++) {
+        memcpy(k + t * KVH * D, want + (int64_t)t * STRIDE + H * D,
+               sizeof(float) * KVH * D);
+        memcpy(v + t * KVH * D, want + (int64_t)t * STRIDE + (H + KVH) * D,
+               sizeof(float) * KVH * D);
+    }
+    for (int kv = 0; kv < 2; kv++) {
+        kvcal_kv_block blk = kvcal_kv_block_dense(kv ? v : k, 1, T, KVH, D, NULL, NULL);
+        blk.valid = valid;
+        CU_ASSERT_EQUAL(kvcal_stats_observe_ref(st, 0, kv, &blk), KVCAL_OK);
+        CU_ASSERT_EQUAL(
+            memcmp(obs_st->absmax[kv], st->absmax[kv], sizeof(float) * KVH * D), 0);
+        CU_ASSERT_EQUAL(memcmp(obs_st->hist[kv], st->hist[kv],
+                               sizeof(uint64_t) * KVH * (size_t)st->num_bins),
+                        0);
+        CU_ASSERT_EQUAL(
+            memcmp(obs_st->batch_absmax[kv], st->batch_absmax[kv], sizeof(float) * KVH),
+            0);
+    }
+
+    /* observing alone: qkv unchanged, the statistics as observed again */
+    const kvcal_rope_ref_cfg observe_only = {NULL, 0, 0, NULL, NULL, 0.0f, 1.0f};
+    kvcal_rope_observe_ref(qkv, STRIDE, pos, T, H, KVH, D, &observe_only, &obs);
+    CU_ASSERT_EQUAL(memcmp(qkv, want, sizeof(float) * T * STRIDE), 0);
+    for (int kv = 0; kv < 2; kv++) {
+        kvcal_kv_block blk = kvcal_kv_block_dense(kv ? v : k, 1, T, KVH, D, NULL, NULL);
+        blk.valid = valid;
+        CU_ASSERT_EQUAL(kvcal_stats_observe_ref(st, 0, kv, &blk), KVCAL_OK);
+        CU_ASSERT_EQUAL(memcmp(obs_st->hist[kv], st->hist[kv],
+                               sizeof(uint64_t) * KVH * (size_t)st->num_bins),
+                        0);
+    }
+    kvcal_stats_destroy(st);
+    kvcal_stats_destroy(obs_st);
+    free(qkv);
+    free(want);
+    free(qn);
+    free(kn);
+    free(k);
+    free(v);
+    free(pre);
+}
+
+/* Rows of k and v alone (no q heads), and a NaN in V: its channel's absmax
+ * and its head's batch_absmax become NaN and stay NaN, as the kernels' max
+ * on float bits keeps it, and the NaN is counted in the last bin. */
+static void rope_observe_ref_absmax_keeps_a_nan(void)
+{
+    enum { T = 4, KVH = 1, D = 8, STRIDE = 2 * KVH * D };
+    float qkv[T * STRIDE], am[2][D] = {{0}}, bam[2] = {0}, inv_freq[D / 2];
+    uint64_t hist[2][KVCAL_HIST_BINS] = {{0}};
+    const int32_t pos[T] = {0, 1, 2, 3};
+    fill(qkv, T * STRIDE, 25);
+    for (int i = 0; i < D / 2; i++)
+        inv_freq[i] = 1.0f / (float)(i + 1);
+    qkv[1 * STRIDE + D + 5] = NAN; /* token 1, v channel 5 */
+    qkv[3 * STRIDE + D + 5] = 7.0f;
+    const kvcal_rope_ref_cfg cfg = {inv_freq, D, 1, NULL, NULL, 0.0f, 1.0f};
+    const kvcal_kv_observer obs = {
+        {am[0], am[1]}, {hist[0], hist[1]}, {&bam[0], &bam[1]}};
+    kvcal_rope_observe_ref(qkv, STRIDE, pos, T, 0, KVH, D, &cfg, &obs);
+    CU_ASSERT_TRUE(isnan(am[KVCAL_V][5]));
+    CU_ASSERT_FALSE(isnan(am[KVCAL_V][4]));
+    CU_ASSERT_TRUE(isnan(bam[KVCAL_V]));
+    CU_ASSERT_FALSE(isnan(bam[KVCAL_K]));
+    CU_ASSERT_EQUAL(hist[KVCAL_V][KVCAL_HIST_BINS - 1], 1);
+    uint64_t counted = 0;
+    for (int b = 0; b < KVCAL_HIST_BINS; b++)
+        counted += hist[KVCAL_K][b];
+    CU_ASSERT_EQUAL(counted, T * D);
+}
+
+// --- embed ------------------------------------------------------------------
+
+static void embed_ref_gathers_rows_and_zeroes_padding(void)
+{
+    enum { VOCAB = 7, DIM = 19, N = 5 };
+    float *table = alloc_filled(VOCAB * DIM, 26), out[N * DIM];
+    const int32_t ids[N] = {6, -1, 0, 6, 3};
+    kvcal_embed_ref(out, table, ids, N, DIM);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < DIM; c++)
+            CU_ASSERT_EQUAL(out[i * DIM + c],
+                            ids[i] < 0 ? 0.0f : table[ids[i] * DIM + c]);
+    free(table);
+}
+
 // --- attention --------------------------------------------------------------
 
 static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
@@ -312,6 +450,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_rotates_interleaved_pairs),
     KVCAL_TEST(rope_rotates_half_split_pairs_and_only_rot_dim),
     KVCAL_TEST(rope_scaled_multiplies_only_rotated_channels_by_the_factor),
+    KVCAL_TEST(rope_observe_ref_is_norm_rope_then_the_observer),
+    KVCAL_TEST(rope_observe_ref_absmax_keeps_a_nan),
+    KVCAL_TEST(embed_ref_gathers_rows_and_zeroes_padding),
     KVCAL_TEST(attention_matches_double_reference_gqa_mqa_mha),
     KVCAL_TEST(attention_softmax_is_stable_for_large_scores),
     KVCAL_TEST(attention_is_causal),

@@ -1,12 +1,12 @@
 /* tests/test_cuda_attention_cudnn.c: kvcal_attention_run (cuDNN's fused flash
- * attention, kvcal's kernel where cuDNN cannot run a shape) against the CPU
- * reference on odd shapes (head_dim 8 to 128; MHA, GQA, MQA; lengths
- * off every tile; batch 1 to 19), the fallback when forced or when the shape
- * is outside cuDNN's reach, and the CUDA runner on golden models with cuDNN
- * against kvcal's own kernel. Where cuDNN is not installed every call
- * takes kvcal's kernel and the tests check that path (the log says so); in
- * a build without CUDA the suite holds no tests, without a device it is
- * reported skipped. */
+ * attention, kvcal's kernel where cuDNN cannot run a shape) beyond its rows
+ * in tests/test_backend_ops.c (odd shapes against the CPU reference, which
+ * implementation takes which): kvcal's kernel forced by the option, the
+ * arguments it refuses as kvcal's kernel does, and the CUDA runner on golden
+ * models with cuDNN against kvcal's own kernel. Where cuDNN is not
+ * installed every call takes kvcal's kernel and the tests check that path
+ * (the log says so); in a build without CUDA the suite holds no tests,
+ * without a device it is reported skipped. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,11 +23,10 @@
 
 #include "calib/executor.h"
 #include "io/json_file.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "observers/stats.h"
 
-/* The bounds of kvcal's own kernel (tests/test_cuda_ops.c): P is rounded to
+/* The bounds of kvcal's own kernel (tests/test_backend_ops.c): P is rounded to
  * bf16 for the P V product (2^-9 relative per weight) and the output once
  * more; outputs are averages of values in [-1, 1). */
 #define ATT_ATOL 1e-2
@@ -79,43 +78,7 @@ static kvcal_attention_impl check_attention(kvcal_attention_t *a, int batch, int
     return impl;
 }
 
-// --- cuDNN against the CPU reference -----------------------------------------------
-
-/* Where cuDNN is loaded, the Llama-shaped case (head_dim 128, GQA 4:1) must
- * run on it; every case must match the reference whichever ran it. */
-static void attention_cudnn_matches_reference_on_odd_shapes(void)
-{
-    kvcal_attention_t *a = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
-    printf("(%s) ", kvcal_attention_note(a));
-    const kvcal_attention_impl llama = check_attention(a, 2, 300, 8, 2, 128, 8);
-    if (kvcal_attention_cudnn_version(a)) {
-        if (llama != KVCAL_ATTENTION_IMPL_CUDNN)
-            fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
-        CU_ASSERT_EQUAL(llama, KVCAL_ATTENTION_IMPL_CUDNN);
-    }
-    check_attention(a, 2, 19, 4, 2, 80, 8);  /* GQA, head_dim 80 */
-    check_attention(a, 1, 131, 8, 2, 80, 0); /* odd length, packed output */
-    check_attention(a, 1, 130, 3, 1, 64, 8); /* MQA */
-    check_attention(a, 3, 65, 4, 4, 96, 8);  /* MHA, head_dim 96 */
-    check_attention(a, 1, 77, 2, 1, 128, 8);
-    check_attention(a, 19, 1, 2, 2, 64, 8);   /* one token a sequence */
-    check_attention(a, 2, 41, 8, 8, 8, 8);    /* head_dim 8 (stories260K) */
-    check_attention(a, 3, 37, 4, 1, 16, 8);   /* head_dim 16, MQA */
-    check_attention(a, 2, 300, 8, 2, 128, 8); /* the first shape again: its plan */
-    kvcal_attention_destroy(a);
-}
-
-/* head_dim 36 (not a multiple of 8) and an output row stride off 8
- * elements are outside cuDNN's reach: kvcal's kernel runs them. */
-static void attention_takes_kvcal_kernel_where_cudnn_cannot(void)
-{
-    kvcal_attention_t *a = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
-    CU_ASSERT_EQUAL(check_attention(a, 2, 37, 4, 2, 36, 8), KVCAL_ATTENTION_IMPL_KVCAL);
-    CU_ASSERT_EQUAL(check_attention(a, 1, 70, 4, 2, 64, 3), KVCAL_ATTENTION_IMPL_KVCAL);
-    kvcal_attention_destroy(a);
-}
+// --- the choice of implementation ----------------------------------------------
 
 static void attention_forced_to_kvcal_kernel_by_option(void)
 {
@@ -185,7 +148,7 @@ static void run_golden(const char *name, kvcal_attention_choice attention,
 
 /* Both runs round to bf16 at the same places except inside attention, so
  * per-head absmax agree within the CUDA runner's bf16 bound against fp32
- * transformers (tests/test_cuda_ops.c); layer 0's K and V come before any
+ * transformers (tests/test_cuda_backend.c); layer 0's K and V come before any
  * attention and must be equal. */
 #define RUNNER_RTOL 3e-2
 
@@ -219,8 +182,6 @@ static void cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models(void)
 }
 
 static CU_TestInfo tests[] = {
-    KVCAL_TEST(attention_cudnn_matches_reference_on_odd_shapes),
-    KVCAL_TEST(attention_takes_kvcal_kernel_where_cudnn_cannot),
     KVCAL_TEST(attention_forced_to_kvcal_kernel_by_option),
     KVCAL_TEST(attention_run_rejects_what_kvcal_kernel_rejects),
     KVCAL_TEST(cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models),

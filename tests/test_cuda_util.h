@@ -1,8 +1,9 @@
 /* tests/test_cuda_util.h: helpers shared by the CUDA test suites
- * (tests/test_cuda_ops.c, tests/test_cuda_attention_cudnn.c): random bf16
- * inputs, the attention check against kvcal_attention_ref, and a golden
- * model's samples through the cuda backend. Only in a CUDA build; every
- * helper fails the running test (CU_ASSERT) on what it cannot do. */
+ * (tests/test_backend_ops.c, tests/test_cuda_backend.c,
+ * tests/test_cuda_attention_cudnn.c): random bf16 inputs, the attention
+ * check against kvcal_attention_ref, and a golden model's samples through
+ * the cuda backend. Only in a CUDA build; every helper fails the running
+ * test (CU_ASSERT) on what it cannot do. */
 #ifndef KVCAL_TESTS_TEST_CUDA_UTIL_H
 #define KVCAL_TESTS_TEST_CUDA_UTIL_H
 

@@ -1,6 +1,7 @@
 /* tests/test_eval_cuda.c: `kvcal eval --device cuda` against --device cpu,
- * the CUDA reductions of eval (kernels/cuda/eval.h) against their CPU
- * references on odd shapes, and the simulated cache's checks of static scales.
+ * and the simulated cache's checks of static scales. The CUDA reductions of
+ * eval (kernels/cuda/eval.h) against their CPU references are rows of
+ * tests/test_backend_ops.c.
  *
  * The CUDA runner is bf16 (weights, activations, K/V) where the CPU runner
  * is fp32, so the reports agree within bounds, stated once below and
@@ -17,11 +18,8 @@
 
 #ifdef KVCAL_WITH_CUDA
 #include <cjson/cJSON.h>
-#include <cuda_runtime_api.h>
 
 #include "calib/kv_sim.h"
-#include "kernels/cpu/eval_ref.h"
-#include "kernels/cuda/eval.h"
 
 #define MODEL "models/stories260K/stories260K.bin"
 #define TOKENIZER "models/stories260K/tok512.bin"
@@ -55,168 +53,6 @@ static uint32_t rand_u32(void)
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
     return (uint32_t)(rng_state >> 32);
-}
-
-static float rand_uniform(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((rand_u32() >> 8) * (1.0 / 16777216.0));
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *p = NULL;
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&p, bytes), cudaSuccess);
-    return p;
-}
-
-static void *dev_upload(const void *h, size_t bytes)
-{
-    void *d = dev_alloc(bytes);
-    CU_ASSERT_EQUAL(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    return d;
-}
-
-/* n random bf16 values in [lo, hi): the bits in *bits, the values in floats. */
-static float *rand_bf16(int64_t n, float lo, float hi, kvcal_bf16 **bits)
-{
-    float *x = malloc((size_t)n * sizeof *x);
-    *bits = malloc((size_t)n * sizeof **bits);
-    CU_ASSERT_FATAL(x && *bits);
-    for (int64_t i = 0; i < n; i++) {
-        (*bits)[i] = kvcal_bf16_from_float(rand_uniform(lo, hi));
-        x[i] = kvcal_bf16_to_float((*bits)[i]);
-    }
-    return x;
-}
-
-// --- the reductions --------------------------------------------------------------
-
-static void check_token_nll(int rows, int vocab)
-{
-    kvcal_bf16 *bits;
-    float *logits = rand_bf16((int64_t)rows * vocab, -12.0f, 12.0f, &bits);
-    int32_t *target = malloc((size_t)rows * sizeof *target);
-    float *want = malloc((size_t)rows * sizeof *want);
-    float *got = malloc((size_t)rows * sizeof *got);
-    CU_ASSERT_FATAL(target && want && got);
-    for (int r = 0; r < rows; r++)
-        target[r] = r % 5 == 3 ? -1 : (int32_t)(rand_u32() % (uint32_t)vocab);
-    kvcal_token_nll_ref(want, logits, target, rows, vocab);
-    kvcal_bf16 *d_logits = dev_upload(bits, (size_t)rows * vocab * sizeof *bits);
-    int32_t *d_target = dev_upload(target, (size_t)rows * sizeof *target);
-    float *d_nll = dev_alloc((size_t)rows * sizeof *d_nll);
-    CU_ASSERT_EQUAL(kvcal_token_nll_launch(d_nll, d_logits, d_target, rows, vocab, NULL),
-                    KVCAL_OK);
-    CU_ASSERT_EQUAL(
-        cudaMemcpy(got, d_nll, (size_t)rows * sizeof *got, cudaMemcpyDeviceToHost),
-        cudaSuccess);
-    for (int r = 0; r < rows; r++) {
-        /* fp32 sums of up to 49152 exponentials against double */
-        KVCAL_ASSERT_CLOSE(got[r], want[r], 1e-4, 1e-5);
-        if (target[r] < 0)
-            CU_ASSERT_EQUAL(got[r], 0.0f);
-    }
-    cudaFree(d_logits);
-    cudaFree(d_target);
-    cudaFree(d_nll);
-    free(bits);
-    free(logits);
-    free(target);
-    free(want);
-    free(got);
-}
-
-static void token_nll_kernel_matches_reference_on_odd_shapes(void)
-{
-    check_token_nll(1, 49152);
-    check_token_nll(19, 49152);
-    check_token_nll(989, 517);
-    check_token_nll(7, 1);
-}
-
-/* x (rows, cols) bf16 at row stride x_stride against y (rows, cols) at
- * y_stride, every 7th row padding; with scales of (rows, cols / group) when
- * group > 0 (small enough that part of x clips) and a store into a copy of x. */
-static void check_error_sums(int rows, int cols, int64_t x_stride, int64_t y_stride,
-                             int group, kvcal_dtype y_dtype)
-{
-    const int64_t nx = rows * x_stride, ny = rows * y_stride;
-    const int groups = group ? cols / group : 0;
-    kvcal_bf16 *xbits, *ybits;
-    float *x = rand_bf16(nx, -20.0f, 20.0f, &xbits);
-    float *y = rand_bf16(ny, -20.0f, 20.0f, &ybits);
-    float *scale = malloc(((size_t)rows * groups + 1) * sizeof *scale);
-    int32_t *pos = malloc((size_t)rows * sizeof *pos);
-    kvcal_bf16 *stored = malloc((size_t)nx * sizeof *stored);
-    CU_ASSERT_FATAL(scale && pos && stored);
-    for (int64_t r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) /* y near x, bf16 in either dtype */
-            y[r * y_stride + c] =
-                kvcal_bf16_round(x[r * x_stride + c] * rand_uniform(0.95f, 1.05f));
-    for (int64_t i = 0; i < ny; i++)
-        ybits[i] = kvcal_bf16_from_float(y[i]);
-    for (int i = 0; i < rows * groups; i++)
-        scale[i] = rand_uniform(0.001f, 0.1f);
-    for (int r = 0; r < rows; r++)
-        pos[r] = r % 7 == 5 ? -1 : r;
-    kvcal_error_sums want = {0}, got = {0};
-    kvcal_error_sums_ref(&want, x, x_stride, y, y_stride, group ? scale : NULL, group,
-                         pos, rows, cols);
-    kvcal_bf16 *d_x = dev_upload(xbits, (size_t)nx * sizeof *xbits);
-    void *d_y = y_dtype == KVCAL_DTYPE_F32
-                    ? dev_upload(y, (size_t)ny * sizeof *y)
-                    : dev_upload(ybits, (size_t)ny * sizeof *ybits);
-    float *d_scale = dev_upload(scale, ((size_t)rows * groups + 1) * sizeof *scale);
-    int32_t *d_pos = dev_upload(pos, (size_t)rows * sizeof *pos);
-    kvcal_error_sums *d_sums = dev_alloc(sizeof *d_sums);
-    kvcal_bf16 *d_store = dev_upload(xbits, (size_t)nx * sizeof *xbits);
-    CU_ASSERT_EQUAL(cudaMemset(d_sums, 0, sizeof *d_sums), cudaSuccess);
-    CU_ASSERT_EQUAL(kvcal_error_sums_launch(d_sums, d_x, x_stride, d_y, y_stride, y_dtype,
-                                            group ? d_scale : NULL, group, d_pos, rows,
-                                            cols, d_store, NULL),
-                    KVCAL_OK);
-    CU_ASSERT_EQUAL(cudaMemcpy(&got, d_sums, sizeof got, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-    CU_ASSERT_EQUAL(
-        cudaMemcpy(stored, d_store, (size_t)nx * sizeof *stored, cudaMemcpyDeviceToHost),
-        cudaSuccess);
-    /* double sums in another order */
-    KVCAL_ASSERT_CLOSE(got.x2, want.x2, 1e-12, 1e-12);
-    KVCAL_ASSERT_CLOSE(got.e2, want.e2, 1e-12, 1e-12);
-    CU_ASSERT_EQUAL(got.clipped, want.clipped);
-    CU_ASSERT_EQUAL(got.n, want.n);
-    if (group)
-        CU_ASSERT(want.clipped > 0 && want.clipped < want.n);
-    int wrong = 0;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < x_stride; c++) {
-            const int counted = pos[r] >= 0 && c < cols;
-            const kvcal_bf16 w =
-                counted ? ybits[r * y_stride + c] : xbits[r * x_stride + c];
-            wrong += stored[r * x_stride + c] != w;
-        }
-    CU_ASSERT_EQUAL(wrong, 0);
-    cudaFree(d_x);
-    cudaFree(d_y);
-    cudaFree(d_scale);
-    cudaFree(d_pos);
-    cudaFree(d_sums);
-    cudaFree(d_store);
-    free(xbits);
-    free(ybits);
-    free(x);
-    free(y);
-    free(scale);
-    free(pos);
-    free(stored);
-}
-
-static void error_sums_kernel_matches_reference_with_padding_clipping_and_store(void)
-{
-    check_error_sums(989, 24, 40, 24, 8, KVCAL_DTYPE_F32);
-    check_error_sums(19, 80, 96, 80, 80, KVCAL_DTYPE_F32);
-    check_error_sums(1, 1000, 1000, 1000, 0, KVCAL_DTYPE_BF16);
-    check_error_sums(2000, 36, 36, 40, 0, KVCAL_DTYPE_BF16);
 }
 
 // --- cuda against cpu ------------------------------------------------------------
@@ -478,8 +314,6 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
 }
 
 static CU_TestInfo tests[] = {
-    KVCAL_TEST(token_nll_kernel_matches_reference_on_odd_shapes),
-    KVCAL_TEST(error_sums_kernel_matches_reference_with_padding_clipping_and_store),
     KVCAL_TEST(eval_cuda_matches_cpu_on_stories260K),
     KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
     KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),

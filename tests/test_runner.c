@@ -387,7 +387,7 @@ static void model_open_names_yarn_factor_below_one(void)
 
 /* The cuda backend takes yarn (its kernels read the host's inv_freq and
  * scale cos and sin by the attention factor): the check made before any
- * device work passes, so this runs without a GPU; tests/test_cuda_ops.c
+ * device work passes, so this runs without a GPU; tests/test_cuda_backend.c
  * runs the model against transformers on one. */
 static void cuda_runner_accepts_yarn_rope(void)
 {

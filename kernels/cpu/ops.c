@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/hist_rule.h"
+
 /* --- threading ----------------------------------------------------------- */
 
 #define MAX_THREADS 256
@@ -251,6 +253,59 @@ void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tok
                           1.0f);
 }
 
+/* --- rope + observer ----------------------------------------------------- */
+
+/* max(m, a) where a NaN wins, as the kernels' max on the float bits of |x| */
+static inline float max_nan_wins(float m, float a)
+{
+    return isnan(m) || a <= m ? m : a;
+}
+
+/* Folds n_kv_heads rows of head_dim values into one K or V slice of obs. */
+static void observe_heads(const float *x, int n_kv_heads, int head_dim,
+                          const kvcal_kv_observer *obs, int kv)
+{
+    for (int h = 0; h < n_kv_heads; h++) {
+        const float *p = x + (int64_t)h * head_dim;                    // (head_dim)
+        float *am = obs->absmax[kv] + (int64_t)h * head_dim;           // (head_dim)
+        uint64_t *hist = obs->hist[kv] + (int64_t)h * KVCAL_HIST_BINS; // (bins)
+        float m = obs->batch_absmax[kv][h];
+        for (int c = 0; c < head_dim; c++) {
+            const float a = fabsf(p[c]);
+            am[c] = max_nan_wins(am[c], a);
+            m = max_nan_wins(m, a);
+            hist[kvcal_hist_bin(a)]++;
+        }
+        obs->batch_absmax[kv][h] = m;
+    }
+}
+
+void kvcal_rope_observe_ref(float *qkv, int64_t token_stride, const int32_t *pos,
+                            int tokens, int n_heads, int n_kv_heads, int head_dim,
+                            const kvcal_rope_ref_cfg *rope, const kvcal_kv_observer *obs)
+{
+    const int qk_heads = n_heads + n_kv_heads;
+    for (int t = 0; t < tokens; t++) {
+        if (pos[t] < 0)
+            continue;
+        float *row = qkv + (int64_t)t * token_stride; // (heads + 2 kv_heads, head_dim)
+        for (int h = 0; h < qk_heads; h++) {
+            const float *w = h < n_heads ? rope->q_norm_w : rope->k_norm_w;
+            float *x = row + (int64_t)h * head_dim; // (head_dim)
+            if (w)
+                kvcal_rmsnorm_ref(x, x, w, 1, head_dim, rope->norm_eps);
+        }
+        kvcal_rope_scaled_ref(row, pos + t, rope->inv_freq, 1, qk_heads, head_dim,
+                              rope->rot_dim, rope->interleaved, rope->attention_factor);
+        if (obs) {
+            observe_heads(row + (int64_t)n_heads * head_dim, n_kv_heads, head_dim, obs,
+                          KVCAL_K);
+            observe_heads(row + (int64_t)qk_heads * head_dim, n_kv_heads, head_dim, obs,
+                          KVCAL_V);
+        }
+    }
+}
+
 /* --- attention ----------------------------------------------------------- */
 
 typedef struct {
@@ -304,6 +359,18 @@ void kvcal_attention_ref(float *out, const float *q, const float *k, const float
 }
 
 /* --- elementwise --------------------------------------------------------- */
+
+void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t n,
+                     int dim)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float *o = out + i * dim; // (dim)
+        if (ids[i] < 0)
+            memset(o, 0, (size_t)dim * sizeof *o);
+        else
+            memcpy(o, table + (int64_t)ids[i] * dim, (size_t)dim * sizeof *o);
+    }
+}
 
 void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n)
 {

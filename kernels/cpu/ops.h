@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "kernels/kv_observer.h"
+
 /* out (rows, dim) = x * rsqrt(mean(x^2) + eps) * w ; x (rows, dim), w (dim) */
 void kvcal_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim,
                        float eps);
@@ -30,6 +32,32 @@ void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq,
                            int tokens, int heads, int head_dim, int rot_dim,
                            int interleaved, float attention_factor);
 
+/* The host counterpart of kernels/cuda/ops.h's kvcal_rope_cfg. */
+typedef struct kvcal_rope_ref_cfg {
+    const float *inv_freq; /* (rot_dim / 2) */
+    int rot_dim;           /* even, 0 .. head_dim: channels that rotate */
+    int interleaved;       /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
+    const float *q_norm_w; /* (head_dim) per-head RMSNorm of q before RoPE, or NULL */
+    const float *k_norm_w; /* (head_dim) the same for k, or NULL */
+    float norm_eps;
+    float attention_factor; /* multiplies cos and sin (yarn), 1 otherwise */
+} kvcal_rope_ref_cfg;
+
+/* The reference of kvcal_rope_observe_launch, in place on qkv (tokens,
+ * token_stride) holding q (n_heads, head_dim) at column 0, k (n_kv_heads,
+ * head_dim) after it and v (n_kv_heads, head_dim) after k: per token with
+ * pos >= 0, the per-head RMSNorm of q and of k where rope gives its weight
+ * (kvcal_rmsnorm_ref), then kvcal_rope_scaled_ref of q and k at pos, then,
+ * when obs is non-NULL, K (as rotated) and V folded into obs (host memory,
+ * kernels/kv_observer.h: absmax and batch_absmax by max, a NaN winning,
+ * hist by adding, binned by kvcal_hist_bin). Tokens with pos < 0 are
+ * padding: untouched and not observed. n_heads may be 0 (rows of k and v
+ * alone). rot_dim 0 with no norm weights leaves qkv as it is and only
+ * observes: the fold of what a kernel stored. */
+void kvcal_rope_observe_ref(float *qkv, int64_t token_stride, const int32_t *pos,
+                            int tokens, int n_heads, int n_kv_heads, int head_dim,
+                            const kvcal_rope_ref_cfg *rope, const kvcal_kv_observer *obs);
+
 /* Causal attention of one sequence of `tokens` tokens:
  * out (tokens, n_heads, head_dim) = softmax(q k^T * scale + causal mask) v,
  * q (tokens, n_heads, head_dim), k and v (tokens, n_kv_heads, head_dim);
@@ -37,6 +65,12 @@ void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq,
 void kvcal_attention_ref(float *out, const float *q, const float *k, const float *v,
                          int tokens, int n_heads, int n_kv_heads, int head_dim,
                          float scale);
+
+/* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
+ * gives a zero row. Ids are not range-checked (the caller's are). The
+ * reference of kvcal_embed_launch. */
+void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t n,
+                     int dim);
 
 /* out (n) = silu(gate) * up */
 void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);

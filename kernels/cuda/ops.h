@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/bf16.h"
+#include "kernels/kv_observer.h"
 #include "kvcal.h"
 
 #ifdef __cplusplus
@@ -59,21 +60,13 @@ typedef struct kvcal_rope_cfg {
     float attention_factor; /* > 0: multiplies cos and sin (yarn), 1 otherwise */
 } kvcal_rope_cfg;
 
-/* Device statistics of one layer, laid out as that layer's slice of
- * kvcal_stats_t (observers/stats.h); index [kv] is KVCAL_K or KVCAL_V. The
- * kernel folds into them: absmax and batch_absmax by max, hist by adding. */
-typedef struct kvcal_kv_observer {
-    float *absmax[2];       /* (kv_heads, head_dim) running max |x| */
-    uint64_t *hist[2];      /* (kv_heads, KVCAL_HIST_BINS) counts of |x| */
-    float *batch_absmax[2]; /* (kv_heads) max |x| of the current batch */
-} kvcal_kv_observer;
-
 /* In place on the output of the fused QKV projection, qkv (tokens,
  * token_stride) holding q (n_heads, head_dim) at column 0, k (n_kv_heads,
  * head_dim) after it and v (n_kv_heads, head_dim) after k: optional per-head
  * q/k RMSNorm, then RoPE of q and k at positions pos (tokens), then, when
  * obs is non-NULL, K (as rotated and rounded to bf16: what a cache stores)
- * and V are folded into obs. cos and sin are multiplied by
+ * and V are folded into obs (device memory, kernels/kv_observer.h). Its CPU
+ * reference is kvcal_rope_observe_ref (kernels/cpu/ops.h). cos and sin are multiplied by
  * rope->attention_factor (finite and > 0, else KVCAL_ERR_INVALID_ARG).
  * Tokens with pos < 0 are padding: untouched and not observed. head_dim
  * even and <= 256; n_heads a multiple of n_kv_heads, or 0 where the rows

@@ -1,0 +1,1665 @@
+/* tests/test_backend_ops.c: every op of the model runner's backends in one
+ * table, in the manner of ggml's tests/test-backend-ops.cpp. A row is {op,
+ * shape}; each row runs on every backend present and is compared with its
+ * op's CPU reference (kernels/cpu/ops.h, kernels/cpu/eval_ref.h), the oracle.
+ * The backend beside the CPU today is CUDA (kernels/cuda/ops.h,
+ * kernels/cuda/eval.h): a row runs on each of the op's kernel versions that
+ * takes it. Adding a shape is one row; adding an op is its rows and one
+ * entry of op_defs. An op's kernel (kvcal_<stem>_launch), rows and
+ * benchmark section (bench/runner_ops <stem>) share its stem, and so does
+ * its reference where that is one function (kvcal_<stem>_ref; gemm's is
+ * kvcal_matmul_ref, add_rmsnorm's kvcal_add_ref then kvcal_rmsnorm_ref,
+ * gemm_swiglu's those of gemm and swiglu).
+ *
+ * The shapes are odd (1, 19, 989 rows; head_dim 80 and others off a power
+ * of two; lengths off every tile; GQA and MQA) and the inputs random bf16
+ * values, which the reference reads as floats. Order-independent results
+ * (the observer's absmax and histograms, the residual stream, a gather,
+ * counts) must equal the reference's; sums and products must lie within
+ * atol + |ref| * rtol, the bounds stated per op below; where a kernel is
+ * meant to round as bf16 arithmetic does, its outputs must also equal that
+ * arithmetic's bit for bit but for the few (at most 1%, rounded up) that
+ * straddle a rounding boundary. Outputs start as bf16 NaN, so a value a
+ * kernel leaves unwritten fails. A failed check names the op, the kernel
+ * version and the row.
+ *
+ * Three suites run the table, split by what compute-sanitizer checks
+ * (bench/run_gpu_cuda.sh): backend_ops (every tool), backend_ops_tuned (GEMM
+ * shapes cuBLASLt's algorithms are timed for, whose cuBLAS kernels
+ * racecheck does not model) and backend_ops_mbarrier (cuDNN's attention and
+ * the fused gate/up + SwiGLU kernel, which synchronize through mbarriers:
+ * memcheck only). In a build without CUDA the suites hold no tests; without
+ * a device they are reported skipped. The online quantization kernels have
+ * their own table of layouts (tests/test_kvquant_cuda.c). */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_cuda_util.h"
+#include "tests/test_util.h"
+
+#ifdef KVCAL_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/hist_rule.h"
+#include "kernels/cpu/eval_ref.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/eval.h"
+#include "kernels/cuda/ops.h"
+
+// --- the table -----------------------------------------------------------------
+
+/* One case. An op reads the fields its comment names; the others stay 0. */
+typedef struct op_row {
+    const char *op; /* the stem */
+    /* add_rmsnorm, swiglu, embed, error_sums: (rows, cols); gemm,
+     * gemm_swiglu: x (rows, k); token_nll: rows; rope_observe: tokens */
+    int rows, cols;
+    int delta;                     /* add_rmsnorm: residual += delta first (0: RMSNorm) */
+    int k, n, bias;                /* gemm: w (n, k), bias (n); gemm_swiglu: w (2n, k) */
+    int vocab;                     /* embed, token_nll */
+    int batch, seq;                /* attention: sequences of seq tokens */
+    int heads, kv_heads, head_dim; /* attention, rope_observe */
+    /* attention: output row stride heads * head_dim + out_pad; cudnn 1: cuDNN
+     * must run the row where it is loaded, -1: kvcal's kernel must */
+    int out_pad, cudnn;
+    int rot_dim, interleaved, qk_norm; /* rope_observe */
+    int nan_v;                         /* rope_observe: V channel 5 of token 2 is a NaN */
+    /* error_sums: row strides of x and y, the scale group, y in fp32 (else bf16) */
+    int x_stride, y_stride, group, y_f32;
+    float attention_factor; /* rope_observe: yarn's (0: 1) */
+} op_row;
+
+#define ROW(stem, ...)                                                                   \
+    {                                                                                    \
+        .op = stem, __VA_ARGS__                                                          \
+    }
+
+/* yarn's attention factor for a context extended 4x: 0.1 ln(4) + 1 */
+#define YARN_4 1.1386294f
+
+static const op_row rows[] = {
+    /* dim a multiple of 8: 16-byte path; else the scalar path; no delta: RMSNorm */
+    ROW("add_rmsnorm", .rows = 19, .cols = 200, .delta = 1),
+    ROW("add_rmsnorm", .rows = 1, .cols = 90, .delta = 1),
+    ROW("add_rmsnorm", .rows = 19, .cols = 4096),
+    ROW("add_rmsnorm", .rows = 989, .cols = 136, .delta = 1),
+    ROW("add_rmsnorm", .rows = 989, .cols = 90),
+
+    ROW("gemm", .rows = 19, .k = 136, .n = 200, .bias = 1),
+    ROW("gemm", .rows = 1, .k = 64, .n = 40),
+    ROW("gemm", .rows = 300, .k = 80, .n = 24, .bias = 1),
+    ROW("gemm", .rows = 989, .k = 200, .n = 136),
+    ROW("gemm", .rows = 19, .k = 136, .n = 200, .bias = 1), /* the cached plan again */
+    /* over 1 GFLOP: the first launch times cuBLASLt's candidates */
+    ROW("gemm", .rows = 1024, .k = 1024, .n = 520, .bias = 1),
+    ROW("gemm", .rows = 1024, .k = 1024, .n = 520, .bias = 1), /* the tuned choice */
+
+    /* one row and one weight block (one 2-CTA cluster, one CTA without rows);
+     * k off the 64-wide K tile (the tail read as zeros); rows off the 128-row
+     * tile and an odd number of row blocks (a cluster's second CTA past the
+     * end); more tiles than clusters in two row groups (the persistent walk),
+     * with fewer k blocks than a tile's epilogue has parts and with more (a
+     * tile's epilogue runs during the next tile's first k blocks) */
+    ROW("gemm_swiglu", .rows = 1, .k = 64, .n = 128),
+    ROW("gemm_swiglu", .rows = 19, .k = 200, .n = 256),
+    ROW("gemm_swiglu", .rows = 300, .k = 520, .n = 384),
+    ROW("gemm_swiglu", .rows = 2100, .k = 256, .n = 1280),
+    ROW("gemm_swiglu", .rows = 2100, .k = 584, .n = 1024),
+
+    /* version 2 takes head_dim and rot_dim multiples of 16 */
+    ROW("rope_observe", .rows = 19, .heads = 4, .kv_heads = 2, .head_dim = 80,
+        .rot_dim = 80),
+    ROW("rope_observe", .rows = 19, .heads = 6, .kv_heads = 3, .head_dim = 64,
+        .rot_dim = 32, .interleaved = 1, .qk_norm = 1),
+    ROW("rope_observe", .rows = 300, .heads = 8, .kv_heads = 1, .head_dim = 160,
+        .rot_dim = 64, .qk_norm = 1),
+    ROW("rope_observe", .rows = 1, .heads = 2, .kv_heads = 2, .head_dim = 128,
+        .rot_dim = 128, .interleaved = 1),
+    /* version 2 takes 4 kv heads a block: 6 leave the second block half empty */
+    ROW("rope_observe", .rows = 259, .heads = 12, .kv_heads = 6, .head_dim = 128,
+        .rot_dim = 128, .qk_norm = 1),
+    ROW("rope_observe", .rows = 7, .heads = 2, .kv_heads = 1, .head_dim = 256,
+        .rot_dim = 128, .interleaved = 1, .qk_norm = 1),
+    ROW("rope_observe", .rows = 989, .heads = 8, .kv_heads = 2, .head_dim = 128,
+        .rot_dim = 128, .qk_norm = 1),
+    ROW("rope_observe", .rows = 989, .heads = 4, .kv_heads = 4, .head_dim = 80,
+        .rot_dim = 80, .interleaved = 1),
+    /* no q heads: rows of k and v alone (a calibration's last layer) */
+    ROW("rope_observe", .rows = 131, .kv_heads = 8, .head_dim = 128, .rot_dim = 128),
+    ROW("rope_observe", .rows = 37, .kv_heads = 3, .head_dim = 64, .rot_dim = 32,
+        .interleaved = 1, .qk_norm = 1),
+    ROW("rope_observe", .rows = 19, .kv_heads = 2, .head_dim = 40, .rot_dim = 40,
+        .qk_norm = 1, .attention_factor = YARN_4),
+    /* head_dim off 16: version 1 alone */
+    ROW("rope_observe", .rows = 37, .heads = 6, .kv_heads = 2, .head_dim = 40,
+        .rot_dim = 40, .qk_norm = 1),
+    ROW("rope_observe", .rows = 37, .heads = 4, .kv_heads = 4, .head_dim = 96,
+        .rot_dim = 24, .interleaved = 1),
+    /* yarn: cos and sin times the attention factor, in both versions */
+    ROW("rope_observe", .rows = 131, .heads = 4, .kv_heads = 2, .head_dim = 128,
+        .rot_dim = 128, .qk_norm = 1, .attention_factor = YARN_4),
+    ROW("rope_observe", .rows = 37, .heads = 6, .kv_heads = 2, .head_dim = 40,
+        .rot_dim = 24, .interleaved = 1, .attention_factor = YARN_4),
+    /* a NaN in V makes its absmax NaN, which the caller checks */
+    ROW("rope_observe", .rows = 4, .heads = 1, .kv_heads = 1, .head_dim = 64,
+        .rot_dim = 64, .nan_v = 1),
+
+    /* Llama's shape (head_dim 128, GQA 4:1): cuDNN must run it where loaded */
+    ROW("attention", .batch = 2, .seq = 300, .heads = 8, .kv_heads = 2, .head_dim = 128,
+        .out_pad = 8, .cudnn = 1),
+    ROW("attention", .batch = 2, .seq = 19, .heads = 4, .kv_heads = 2, .head_dim = 80,
+        .out_pad = 8),
+    ROW("attention", .batch = 1, .seq = 131, .heads = 8, .kv_heads = 2, .head_dim = 80),
+    ROW("attention", .batch = 1, .seq = 131, .heads = 8, .kv_heads = 2, .head_dim = 80,
+        .out_pad = 8),
+    /* the first shape again: cuDNN's cached plan */
+    ROW("attention", .batch = 2, .seq = 300, .heads = 8, .kv_heads = 2, .head_dim = 128,
+        .out_pad = 8, .cudnn = 1),
+    ROW("attention", .batch = 2, .seq = 300, .heads = 2, .kv_heads = 1, .head_dim = 80,
+        .out_pad = 8),
+    ROW("attention", .batch = 1, .seq = 130, .heads = 3, .kv_heads = 1, .head_dim = 64,
+        .out_pad = 8),
+    ROW("attention", .batch = 3, .seq = 65, .heads = 4, .kv_heads = 4, .head_dim = 96,
+        .out_pad = 8),
+    ROW("attention", .batch = 1, .seq = 77, .heads = 2, .kv_heads = 1, .head_dim = 128,
+        .out_pad = 8),
+    ROW("attention", .batch = 19, .seq = 1, .heads = 2, .kv_heads = 2, .head_dim = 64,
+        .out_pad = 8),
+    ROW("attention", .batch = 1, .seq = 989, .heads = 4, .kv_heads = 2, .head_dim = 80,
+        .out_pad = 8),
+    /* head_dim other than 64, 80, 96, 128: kvcal's portable kernel */
+    ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 2, .head_dim = 16,
+        .out_pad = 8),
+    ROW("attention", .batch = 1, .seq = 70, .heads = 6, .kv_heads = 3, .head_dim = 48,
+        .out_pad = 8),
+    ROW("attention", .batch = 3, .seq = 9, .heads = 2, .kv_heads = 1, .head_dim = 8,
+        .out_pad = 8),
+    ROW("attention", .batch = 1, .seq = 33, .heads = 2, .kv_heads = 2, .head_dim = 72,
+        .out_pad = 8),
+    ROW("attention", .batch = 2, .seq = 41, .heads = 8, .kv_heads = 8, .head_dim = 8,
+        .out_pad = 8),
+    ROW("attention", .batch = 3, .seq = 37, .heads = 4, .kv_heads = 1, .head_dim = 16,
+        .out_pad = 8),
+    /* outside cuDNN's reach: head_dim off 8, an output row stride off 8 */
+    ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 2, .head_dim = 36,
+        .out_pad = 8, .cudnn = -1),
+    ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
+        .out_pad = 3, .cudnn = -1),
+
+    ROW("swiglu", .rows = 19, .cols = 136),
+    ROW("swiglu", .rows = 1, .cols = 37),
+    ROW("swiglu", .rows = 989, .cols = 200),
+
+    /* dim a multiple of 8: 16-byte copies; else one element a thread */
+    ROW("embed", .rows = 19, .cols = 200, .vocab = 50),
+    ROW("embed", .rows = 1, .cols = 90, .vocab = 7),
+    ROW("embed", .rows = 989, .cols = 136, .vocab = 128),
+
+    ROW("token_nll", .rows = 1, .vocab = 49152),
+    ROW("token_nll", .rows = 19, .vocab = 49152),
+    ROW("token_nll", .rows = 989, .vocab = 517),
+    ROW("token_nll", .rows = 7, .vocab = 1),
+
+    ROW("error_sums", .rows = 989, .cols = 24, .x_stride = 40, .y_stride = 24, .group = 8,
+        .y_f32 = 1),
+    ROW("error_sums", .rows = 19, .cols = 80, .x_stride = 96, .y_stride = 80, .group = 80,
+        .y_f32 = 1),
+    ROW("error_sums", .rows = 1, .cols = 1000, .x_stride = 1000, .y_stride = 1000),
+    ROW("error_sums", .rows = 2000, .cols = 36, .x_stride = 36, .y_stride = 40),
+};
+#define NUM_ROWS (sizeof rows / sizeof rows[0])
+
+// --- running a row -------------------------------------------------------------
+
+/* Which suite runs a kernel version on a row (what compute-sanitizer can
+ * check of it), or OP_SKIP where the version does not take the row. */
+typedef enum op_class {
+    OP_SKIP = -1,
+    OP_PLAIN = 0, /* backend_ops */
+    OP_TUNED,     /* backend_ops_tuned */
+    OP_MBARRIER   /* backend_ops_mbarrier */
+} op_class;
+
+/* What one op's rows share on the device, made on first use (a plan one
+ * row caches is found by the next) and freed after the last row. */
+typedef struct op_ctx {
+    kvcal_gemm_t *gemm;
+    kvcal_attention_t *attention;
+    int skip; /* the device does not run the op: its other rows are skipped */
+} op_ctx;
+
+/* An op of the table. A backend added beside CUDA gets its own three
+ * fields (versions, class, run). */
+typedef struct op_def {
+    const char *stem;
+    /* Random inputs and the CPU reference's outputs (the oracle), owned by
+     * the op until release. */
+    void *(*cpu)(const op_row *r);
+    void (*release)(void *cpu);
+    /* CUDA: the kernel versions (names, NULL-terminated), the suite of each
+     * on a row, and the run of one, checked against cpu's outputs. */
+    const char *const *cuda_versions;
+    op_class (*cuda_class)(const op_row *r, int version);
+    void (*cuda_run)(const op_row *r, int version, const void *cpu, op_ctx *ctx);
+} op_def;
+
+/* "rope_observe/v2 {rows 19 heads 4 ...}": the row and version running */
+static char current[512];
+
+static void describe(const op_row *r, const char *version)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+    } fields[] = {
+#define FIELD(f) {#f, offsetof(op_row, f)}
+        FIELD(rows),    FIELD(cols),  FIELD(delta),    FIELD(k),
+        FIELD(n),       FIELD(bias),  FIELD(vocab),    FIELD(batch),
+        FIELD(seq),     FIELD(heads), FIELD(kv_heads), FIELD(head_dim),
+        FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
+        FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
+        FIELD(group),   FIELD(y_f32),
+#undef FIELD
+    };
+    size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0] && n < sizeof current; i++) {
+        int v;
+        memcpy(&v, (const char *)r + fields[i].offset, sizeof v);
+        if (v)
+            n += (size_t)snprintf(current + n, sizeof current - n, " %s %d",
+                                  fields[i].name, v);
+    }
+    if (r->attention_factor != 0.0f && n < sizeof current)
+        n += (size_t)snprintf(current + n, sizeof current - n, " attention_factor %g",
+                              (double)r->attention_factor);
+    if (n < sizeof current)
+        snprintf(current + n, sizeof current - n, " }");
+}
+
+/* CUnit's assertion with the running row in its message. */
+static void row_assert(int ok, const char *what, unsigned line)
+{
+    char msg[2048];
+    if (!ok)
+        snprintf(msg, sizeof msg, "%s: %s", current, what);
+    CU_assertImplementation(ok ? CU_TRUE : CU_FALSE, line, ok ? what : msg, __FILE__, "",
+                            CU_FALSE);
+}
+#define ROW_ASSERT(cond) row_assert((cond) != 0, #cond, __LINE__)
+
+static void row_ok(kvcal_status st, const char *call, unsigned line)
+{
+    char what[1024];
+    if (st != KVCAL_OK)
+        snprintf(what, sizeof what, "%s: %s: %s", call, kvcal_status_str(st),
+                 kvcal_last_error());
+    row_assert(st == KVCAL_OK, st == KVCAL_OK ? call : what, line);
+}
+#define ROW_OK(call) row_ok((call), #call, __LINE__)
+
+/* bad of `of` values of `what` failed their check */
+static void expect_none(int64_t bad, int64_t of, const char *what, unsigned line)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%lld of %lld %s", (long long)bad, (long long)of, what);
+    row_assert(bad == 0, msg, line);
+}
+#define EXPECT_NONE(bad, of, what) expect_none((bad), (of), (what), __LINE__)
+
+/* all but of / den (rounded up) of `of` values equal a model's */
+static void expect_mostly(int64_t same, int64_t of, int64_t den, const char *what,
+                          unsigned line)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "only %lld of %lld %s (all but 1/%lld of them, rounded up)",
+             (long long)same, (long long)of, what, (long long)den);
+    row_assert(same >= of - (of + den - 1) / den, msg, line);
+}
+#define EXPECT_MOSTLY(same, of, den, what)                                               \
+    expect_mostly((same), (of), (den), (what), __LINE__)
+
+// --- helpers -------------------------------------------------------------------
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+/* n random values in [lo, hi), each a bf16 value */
+static float *rand_bf16(int64_t n, float lo, float hi)
+{
+    return kvcal_test_rand_bf16(&rng_state, n, lo, hi);
+}
+
+static uint32_t rand_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static float rand_uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rand_u32() >> 8) * (1.0 / 16777216.0));
+}
+
+static void *host_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    return p;
+}
+
+static float *host_copy(const float *x, int64_t n)
+{
+    float *y = host_alloc((size_t)n * sizeof *y);
+    memcpy(y, x, (size_t)n * sizeof *y);
+    return y;
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&p, bytes ? bytes : 1), cudaSuccess);
+    return p;
+}
+
+/* n bf16 NaN (0xffff) on the device: an output a kernel leaves unwritten */
+static kvcal_bf16 *dev_alloc_nan(int64_t n)
+{
+    kvcal_bf16 *p = dev_alloc((size_t)n * sizeof *p);
+    CU_ASSERT_EQUAL(cudaMemset(p, 0xff, (size_t)n * sizeof *p), cudaSuccess);
+    return p;
+}
+
+static void *dev_upload(const void *h, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    CU_ASSERT_EQUAL(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    return d;
+}
+
+static void dev_download(void *h, const void *d, size_t bytes)
+{
+    CU_ASSERT_EQUAL(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+static void sync_ok(void)
+{
+    ROW_ASSERT(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+/* Values outside atol + |ref| * rtol (a NaN is outside). */
+static int64_t count_far(const float *got, const float *ref, int64_t n, double atol,
+                         double rtol)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += !(fabs((double)got[i] - (double)ref[i]) <=
+                 atol + fabs((double)ref[i]) * rtol);
+    return bad;
+}
+
+/* Values that differ (a NaN equals a NaN). */
+static int64_t count_differ(const float *got, const float *want, int64_t n)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += !(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])));
+    return bad;
+}
+
+/* Values equal bit for bit to a model's. */
+static int64_t count_same(const float *got, const float *model, int64_t n)
+{
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; i++)
+        same += memcmp(&got[i], &model[i], sizeof got[i]) == 0;
+    return same;
+}
+
+// --- add_rmsnorm ---------------------------------------------------------------
+
+/* bf16 output against the fp32 reference: two roundings (2^-9 relative each:
+ * x * rsqrt, then times the weight) plus float reordering in the sum of
+ * squares. The residual stream is exact. */
+#define NORM_ATOL 1e-3
+#define NORM_RTOL 8e-3
+#define NORM_EPS 1e-5f
+
+typedef struct norm_cpu {
+    float *res, *delta, *w; /* (rows, cols), (rows, cols), (cols) */
+    float *sum;             /* (rows, cols) the residual after the add, rounded to bf16 */
+    float *ref;             /* (rows, cols) kvcal_rmsnorm_ref of sum */
+} norm_cpu;
+
+static void *add_rmsnorm_cpu(const op_row *r)
+{
+    const int64_t n = (int64_t)r->rows * r->cols;
+    norm_cpu *c = host_alloc(sizeof *c);
+    c->res = rand_bf16(n, -2.0f, 2.0f);
+    c->delta = rand_bf16(n, -1.0f, 1.0f);
+    c->w = rand_bf16(r->cols, 0.5f, 1.5f);
+    c->sum = host_copy(c->res, n);
+    c->ref = host_alloc((size_t)n * sizeof *c->ref);
+    if (r->delta) {
+        kvcal_add_ref(c->sum, c->delta, n);
+        for (int64_t i = 0; i < n; i++)
+            c->sum[i] = kvcal_bf16_round(c->sum[i]);
+    }
+    kvcal_rmsnorm_ref(c->ref, c->sum, c->w, r->rows, r->cols, NORM_EPS);
+    return c;
+}
+
+static void add_rmsnorm_release(void *p)
+{
+    norm_cpu *c = p;
+    free(c->res);
+    free(c->delta);
+    free(c->w);
+    free(c->sum);
+    free(c->ref);
+    free(c);
+}
+
+static void add_rmsnorm_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const norm_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_res = kvcal_test_dev_upload_bf16(c->res, n),
+               *d_delta = kvcal_test_dev_upload_bf16(c->delta, n),
+               *d_w = kvcal_test_dev_upload_bf16(c->w, r->cols),
+               *d_out = dev_alloc_nan(n);
+    ROW_OK(kvcal_add_rmsnorm_launch(d_out, d_res, r->delta ? d_delta : NULL, d_w, r->rows,
+                                    r->cols, NORM_EPS, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, n),
+          *got_res = kvcal_test_dev_download_bf16(d_res, n);
+    EXPECT_NONE(count_far(got, c->ref, n, NORM_ATOL, NORM_RTOL), n,
+                "outputs off the bound");
+    EXPECT_NONE(count_differ(got_res, c->sum, n), n,
+                "residual values not the reference's");
+    /* and bf16 arithmetic's result (transformers' RMSNorm) bit for bit but
+     * where the two scales straddle a rounding boundary (at most 1%) */
+    float *model = host_alloc((size_t)n * sizeof *model);
+    for (int i = 0; i < r->rows; i++) {
+        const float *x = c->sum + (int64_t)i * r->cols;
+        double ss = 0.0;
+        for (int j = 0; j < r->cols; j++)
+            ss += (double)x[j] * x[j];
+        const float inv = 1.0f / sqrtf((float)(ss / r->cols) + NORM_EPS);
+        for (int j = 0; j < r->cols; j++)
+            model[(int64_t)i * r->cols + j] =
+                kvcal_bf16_round(kvcal_bf16_round(x[j] * inv) * c->w[j]);
+    }
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100,
+                  "outputs equal to bf16 arithmetic's");
+    free(model);
+    free(got);
+    free(got_res);
+    cudaFree(d_res);
+    cudaFree(d_delta);
+    cudaFree(d_w);
+    cudaFree(d_out);
+}
+
+static op_class one_plain_version(const op_row *r, int version)
+{
+    (void)r, (void)version;
+    return OP_PLAIN;
+}
+
+// --- gemm ----------------------------------------------------------------------
+
+/* Inputs in [-1, 1): |ref| up to ~sqrt(k)/3; fp32 accumulation in another
+ * order plus one bf16 rounding of the output. */
+#define GEMM_ATOL 2e-2
+#define GEMM_RTOL 8e-3
+/* kvcal_gemm_launch times cuBLASLt's candidates for shapes of this many
+ * FLOPs or more (GEMM_TUNE_FLOPS, kernels/cuda/gemm.cu) */
+#define GEMM_TUNED_FLOPS 1e9
+
+typedef struct gemm_cpu {
+    float *x, *w, *bias; /* (rows, k), (n, k), (n) */
+    float *ref;          /* (rows, n) kvcal_matmul_ref */
+} gemm_cpu;
+
+static void *gemm_cpu_run(const op_row *r)
+{
+    gemm_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16((int64_t)r->rows * r->k, -1.0f, 1.0f);
+    c->w = rand_bf16((int64_t)r->n * r->k, -1.0f, 1.0f);
+    c->bias = rand_bf16(r->n, -1.0f, 1.0f);
+    c->ref = host_alloc((size_t)r->rows * r->n * sizeof *c->ref);
+    kvcal_matmul_ref(c->ref, c->x, c->w, r->bias ? c->bias : NULL, r->rows, r->k, r->n);
+    return c;
+}
+
+static void gemm_release(void *p)
+{
+    gemm_cpu *c = p;
+    free(c->x);
+    free(c->w);
+    free(c->bias);
+    free(c->ref);
+    free(c);
+}
+
+/* version 0: kvcal_gemm_launch (the algorithm chosen for the shape); 1:
+ * every candidate cuBLASLt proposes for a tuned shape, one by one (what
+ * bench/runner_ops times) */
+static const char *const gemm_versions[] = {"launch", "candidates", NULL};
+
+static op_class gemm_class(const op_row *r, int version)
+{
+    const int tuned = 2.0 * r->rows * (double)r->k * r->n >= GEMM_TUNED_FLOPS;
+    if (version == 1)
+        return tuned ? OP_TUNED : OP_SKIP;
+    return tuned ? OP_TUNED : OP_PLAIN;
+}
+
+static void gemm_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    const gemm_cpu *c = p;
+    const int64_t n_out = (int64_t)r->rows * r->n;
+    if (!ctx->gemm)
+        CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &ctx->gemm), KVCAL_OK);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)r->rows * r->k),
+               *d_w = kvcal_test_dev_upload_bf16(c->w, (int64_t)r->n * r->k),
+               *d_b = kvcal_test_dev_upload_bf16(c->bias, r->n),
+               *d_out = dev_alloc_nan(n_out);
+    const kvcal_bf16 *bias = r->bias ? d_b : NULL;
+    float *got = NULL;
+    if (version == 0) {
+        ROW_OK(
+            kvcal_gemm_launch(ctx->gemm, d_out, d_x, d_w, bias, r->rows, r->k, r->n, 0));
+        sync_ok();
+        got = kvcal_test_dev_download_bf16(d_out, n_out);
+        EXPECT_NONE(count_far(got, c->ref, n_out, GEMM_ATOL, GEMM_RTOL), n_out,
+                    "outputs off the bound");
+    } else {
+        int count = 0;
+        ROW_OK(kvcal_gemm_launch_candidate(ctx->gemm, -1, d_out, d_x, d_w, bias, r->rows,
+                                           r->k, r->n, 0, &count, NULL));
+        ROW_ASSERT(count >= 1);
+        for (int cand = 0; cand < count; cand++) {
+            char what[64];
+            CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)n_out * sizeof *d_out),
+                            cudaSuccess);
+            ROW_OK(kvcal_gemm_launch_candidate(ctx->gemm, cand, d_out, d_x, d_w, bias,
+                                               r->rows, r->k, r->n, 0, NULL, NULL));
+            sync_ok();
+            free(got);
+            got = kvcal_test_dev_download_bf16(d_out, n_out);
+            snprintf(what, sizeof what, "outputs of candidate %d off the bound", cand);
+            EXPECT_NONE(count_far(got, c->ref, n_out, GEMM_ATOL, GEMM_RTOL), n_out, what);
+        }
+        /* a candidate out of range is refused before any launch */
+        ROW_ASSERT(kvcal_gemm_launch_candidate(ctx->gemm, count, d_out, d_x, d_w, bias,
+                                               r->rows, r->k, r->n, 0, NULL,
+                                               NULL) == KVCAL_ERR_INVALID_ARG);
+        ROW_ASSERT(kvcal_test_error_has("candidate"));
+    }
+    free(got);
+    cudaFree(d_x);
+    cudaFree(d_w);
+    cudaFree(d_b);
+    cudaFree(d_out);
+}
+
+// --- gemm_swiglu ---------------------------------------------------------------
+
+/* The unfused path's roundings (gate and up to bf16, silu(gate), the
+ * product); the sums differ from the fp32 reference's in order only. */
+#define GEMM_SWIGLU_ATOL 2e-2
+#define GEMM_SWIGLU_RTOL 2e-2
+
+typedef struct gemm_swiglu_cpu {
+    float *x, *w; /* (rows, k), [Wgate; Wup] (2n, k) */
+    float *ref;   /* (rows, n) kvcal_swiglu_ref of kvcal_matmul_ref's gate and up,
+                     each rounded to bf16 */
+} gemm_swiglu_cpu;
+
+static void *gemm_swiglu_cpu_run(const op_row *r)
+{
+    const int64_t na = (int64_t)r->rows * r->n;
+    gemm_swiglu_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16((int64_t)r->rows * r->k, -1.0f, 1.0f);
+    c->w = rand_bf16(2 * (int64_t)r->n * r->k, -1.0f, 1.0f);
+    c->ref = host_alloc((size_t)na * sizeof *c->ref);
+    float *gu = host_alloc((size_t)na * 2 * sizeof *gu); /* (rows, 2n) */
+    float *gate = host_alloc((size_t)na * sizeof *gate),
+          *up = host_alloc((size_t)na * sizeof *up);
+    kvcal_matmul_ref(gu, c->x, c->w, NULL, r->rows, r->k, 2 * r->n);
+    for (int i = 0; i < r->rows; i++)
+        for (int j = 0; j < r->n; j++) {
+            gate[(int64_t)i * r->n + j] = kvcal_bf16_round(gu[(int64_t)i * 2 * r->n + j]);
+            up[(int64_t)i * r->n + j] =
+                kvcal_bf16_round(gu[(int64_t)i * 2 * r->n + r->n + j]);
+        }
+    kvcal_swiglu_ref(c->ref, gate, up, na);
+    free(gu);
+    free(gate);
+    free(up);
+    return c;
+}
+
+static void gemm_swiglu_release(void *p)
+{
+    gemm_swiglu_cpu *c = p;
+    free(c->x);
+    free(c->w);
+    free(c->ref);
+    free(c);
+}
+
+static op_class one_mbarrier_version(const op_row *r, int version)
+{
+    (void)r, (void)version;
+    return OP_MBARRIER;
+}
+
+/* The fused kernel against the reference and, value for value, against the
+ * unfused path (kvcal_gemm_launch, then kvcal_swiglu_launch). A GPU other
+ * than a Hopper is refused by the kernel: the op's rows are skipped. */
+static void gemm_swiglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version;
+    const gemm_swiglu_cpu *c = p;
+    const int64_t nx = (int64_t)r->rows * r->k, nw = 2 * (int64_t)r->n * r->k,
+                  na = (int64_t)r->rows * r->n;
+    if (!ctx->gemm)
+        CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &ctx->gemm), KVCAL_OK);
+    kvcal_bf16 *w_host = host_alloc((size_t)nw * sizeof *w_host),
+               *w_tiled = host_alloc((size_t)nw * sizeof *w_tiled);
+    for (int64_t i = 0; i < nw; i++)
+        w_host[i] = kvcal_bf16_from_float(c->w[i]);
+    kvcal_gemm_swiglu_interleave(w_tiled, w_host, r->k, r->n);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, nx),
+               *d_w = dev_upload(w_host, (size_t)nw * sizeof *w_host),
+               *d_wt = dev_upload(w_tiled, (size_t)nw * sizeof *w_tiled),
+               *d_gu = dev_alloc_nan(2 * na), *d_act = dev_alloc_nan(na),
+               *d_unfused = dev_alloc_nan(na);
+    const kvcal_status st =
+        kvcal_gemm_swiglu_launch(d_act, d_x, d_wt, r->rows, r->k, r->n, 0);
+    if (st == KVCAL_ERR_UNSUPPORTED) {
+        printf("skipped: %s ", kvcal_last_error());
+        ctx->skip = 1;
+    } else {
+        ROW_OK(st);
+        ROW_OK(kvcal_gemm_launch(ctx->gemm, d_gu, d_x, d_w, NULL, r->rows, r->k, 2 * r->n,
+                                 0));
+        ROW_OK(kvcal_swiglu_launch(d_unfused, d_gu, r->rows, r->n, 0));
+        sync_ok();
+        float *got = kvcal_test_dev_download_bf16(d_act, na),
+              *unfused = kvcal_test_dev_download_bf16(d_unfused, na);
+        EXPECT_NONE(count_far(got, c->ref, na, GEMM_SWIGLU_ATOL, GEMM_SWIGLU_RTOL), na,
+                    "outputs off the bound");
+        /* the same roundings as the unfused path: equal but where the two
+         * summation orders straddle a bf16 rounding boundary */
+        EXPECT_MOSTLY(count_same(got, unfused, na), na, 50,
+                      "outputs equal to the unfused path's");
+        free(got);
+        free(unfused);
+    }
+    cudaFree(d_x);
+    cudaFree(d_w);
+    cudaFree(d_wt);
+    cudaFree(d_gu);
+    cudaFree(d_act);
+    cudaFree(d_unfused);
+    free(w_host);
+    free(w_tiled);
+}
+
+// --- rope_observe --------------------------------------------------------------
+
+/* The reference's norm and rotation are fp32 (sin/cos in double); the kernel
+ * rounds as bf16 arithmetic does (kernels/cuda/bf16_round.cuh): the norm
+ * twice, sin/cos, each product and the sum. Each of those roundings moves a
+ * term by at most 2^-9 of its operand, so a rotated value may differ from
+ * the reference by (|a| + |b|) * ROPE_TERM_RTOL beyond atol + |ref| * rtol,
+ * (a, b) its pair before the rotation. V is untouched, and the observer's
+ * statistics are exact: V's the reference's, K's the reference's fold of
+ * the K the kernel stored (rotated and rounded to bf16). */
+#define ROPE_ATOL 4e-3
+#define ROPE_RTOL 8e-3
+#define ROPE_TERM_RTOL (1.0 / 128)
+#define ROPE_EPS 1e-6f
+
+/* kvcal_rope_observe_ref's configuration that rotates nothing and observes */
+static const kvcal_rope_ref_cfg observe_only = {NULL, 0, 0, NULL, NULL, 0.0f, 1.0f};
+
+/* One layer's observer in host memory. */
+typedef struct obs_host {
+    kvcal_kv_observer o;
+    int kv_heads, head_dim;
+} obs_host;
+
+static void obs_alloc(obs_host *h, int kv_heads, int head_dim)
+{
+    h->kv_heads = kv_heads;
+    h->head_dim = head_dim;
+    for (int kv = 0; kv < 2; kv++) {
+        h->o.absmax[kv] = calloc((size_t)kv_heads * head_dim, sizeof(float));
+        h->o.hist[kv] = calloc((size_t)kv_heads * KVCAL_HIST_BINS, sizeof(uint64_t));
+        h->o.batch_absmax[kv] = calloc((size_t)kv_heads, sizeof(float));
+        CU_ASSERT_FATAL(h->o.absmax[kv] && h->o.hist[kv] && h->o.batch_absmax[kv]);
+    }
+}
+
+static void obs_free(obs_host *h)
+{
+    for (int kv = 0; kv < 2; kv++) {
+        free(h->o.absmax[kv]);
+        free(h->o.hist[kv]);
+        free(h->o.batch_absmax[kv]);
+    }
+}
+
+static void obs_copy(obs_host *dst, const obs_host *src)
+{
+    obs_alloc(dst, src->kv_heads, src->head_dim);
+    for (int kv = 0; kv < 2; kv++) {
+        memcpy(dst->o.absmax[kv], src->o.absmax[kv],
+               (size_t)src->kv_heads * src->head_dim * sizeof(float));
+        memcpy(dst->o.hist[kv], src->o.hist[kv],
+               (size_t)src->kv_heads * KVCAL_HIST_BINS * sizeof(uint64_t));
+        memcpy(dst->o.batch_absmax[kv], src->o.batch_absmax[kv],
+               (size_t)src->kv_heads * sizeof(float));
+    }
+}
+
+/* Values of K's or V's absmax, histograms and batch_absmax that differ (a
+ * NaN equals a NaN). */
+static int64_t obs_differ(const obs_host *a, const obs_host *b, int kv)
+{
+    const int64_t am_n = (int64_t)a->kv_heads * a->head_dim,
+                  h_n = (int64_t)a->kv_heads * KVCAL_HIST_BINS;
+    int64_t bad = count_differ(a->o.absmax[kv], b->o.absmax[kv], am_n) +
+                  count_differ(a->o.batch_absmax[kv], b->o.batch_absmax[kv], a->kv_heads);
+    for (int64_t i = 0; i < h_n; i++)
+        bad += a->o.hist[kv][i] != b->o.hist[kv][i];
+    return bad;
+}
+
+/* A device copy of h; obs_dev_free frees it. */
+static kvcal_kv_observer obs_upload(const obs_host *h)
+{
+    kvcal_kv_observer d;
+    for (int kv = 0; kv < 2; kv++) {
+        d.absmax[kv] = dev_upload(h->o.absmax[kv],
+                                  (size_t)h->kv_heads * h->head_dim * sizeof(float));
+        d.hist[kv] = dev_upload(h->o.hist[kv],
+                                (size_t)h->kv_heads * KVCAL_HIST_BINS * sizeof(uint64_t));
+        d.batch_absmax[kv] =
+            dev_upload(h->o.batch_absmax[kv], (size_t)h->kv_heads * sizeof(float));
+    }
+    return d;
+}
+
+/* The device observer d into h (allocated as kv_heads x head_dim). */
+static void obs_download(obs_host *h, const kvcal_kv_observer *d)
+{
+    for (int kv = 0; kv < 2; kv++) {
+        dev_download(h->o.absmax[kv], d->absmax[kv],
+                     (size_t)h->kv_heads * h->head_dim * sizeof(float));
+        dev_download(h->o.hist[kv], d->hist[kv],
+                     (size_t)h->kv_heads * KVCAL_HIST_BINS * sizeof(uint64_t));
+        dev_download(h->o.batch_absmax[kv], d->batch_absmax[kv],
+                     (size_t)h->kv_heads * sizeof(float));
+    }
+}
+
+static void obs_dev_free(kvcal_kv_observer *d)
+{
+    for (int kv = 0; kv < 2; kv++) {
+        cudaFree(d->absmax[kv]);
+        cudaFree(d->hist[kv]);
+        cudaFree(d->batch_absmax[kv]);
+    }
+}
+
+typedef struct rope_cpu {
+    float *qkv;      /* (tokens, stride) q, k, v: the input */
+    float *qn, *kn;  /* (head_dim) norm weights */
+    int32_t *pos;    /* (tokens) every 7th token padding (-1) */
+    float *inv_freq; /* (rot_dim / 2) */
+    float *normed;   /* (tokens, stride) the input after the q/k norms */
+    float *ref;      /* (tokens, stride) kvcal_rope_observe_ref of the input */
+    obs_host pre;    /* the observer before the op: a random block folded in */
+    obs_host after;  /* pre with the reference's K and V folded in */
+} rope_cpu;
+
+static int64_t rope_stride(const op_row *r)
+{
+    return (int64_t)(r->heads + 2 * r->kv_heads) * r->head_dim;
+}
+
+static float rope_factor(const op_row *r)
+{
+    return r->attention_factor != 0.0f ? r->attention_factor : 1.0f;
+}
+
+static kvcal_rope_ref_cfg rope_ref_cfg(const op_row *r, const rope_cpu *c)
+{
+    const kvcal_rope_ref_cfg cfg = {c->inv_freq,
+                                    r->rot_dim,
+                                    r->interleaved,
+                                    r->qk_norm ? c->qn : NULL,
+                                    r->qk_norm ? c->kn : NULL,
+                                    ROPE_EPS,
+                                    rope_factor(r)};
+    return cfg;
+}
+
+static void *rope_observe_cpu(const op_row *r)
+{
+    const int hd = r->head_dim, kvh = r->kv_heads;
+    const int64_t stride = rope_stride(r), n = (int64_t)r->rows * stride;
+    rope_cpu *c = host_alloc(sizeof *c);
+    c->qkv = rand_bf16(n, -3.0f, 3.0f);
+    c->qn = rand_bf16(hd, 0.5f, 1.5f);
+    c->kn = rand_bf16(hd, 0.5f, 1.5f);
+    c->pos = host_alloc((size_t)r->rows * sizeof *c->pos);
+    c->inv_freq = host_alloc((size_t)(r->rot_dim / 2) * sizeof *c->inv_freq);
+    for (int t = 0; t < r->rows; t++)
+        c->pos[t] = t % 7 == 3 ? -1 : 5 * t + 1;
+    for (int i = 0; i < r->rot_dim / 2; i++)
+        c->inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)r->rot_dim);
+    if (r->nan_v)
+        c->qkv[2 * stride + (int64_t)(r->heads + kvh) * hd + 5] = kvcal_bf16_round(NAN);
+
+    /* five tokens of k and v alone, observed first: folding (max, +) is
+     * checked, not only writing */
+    obs_alloc(&c->pre, kvh, hd);
+    const int32_t pre_pos[5] = {0, 1, 2, 3, 4};
+    float *pre_kv = rand_bf16(5 * 2 * (int64_t)kvh * hd, -2.0f, 2.0f);
+    kvcal_rope_observe_ref(pre_kv, 2 * (int64_t)kvh * hd, pre_pos, 5, 0, kvh, hd,
+                           &observe_only, &c->pre.o);
+    free(pre_kv);
+
+    const kvcal_rope_ref_cfg cfg = rope_ref_cfg(r, c);
+    kvcal_rope_ref_cfg norms_only = cfg;
+    norms_only.rot_dim = 0;
+    c->normed = host_copy(c->qkv, n);
+    kvcal_rope_observe_ref(c->normed, stride, c->pos, r->rows, r->heads, kvh, hd,
+                           &norms_only, NULL);
+    c->ref = host_copy(c->qkv, n);
+    obs_copy(&c->after, &c->pre);
+    kvcal_rope_observe_ref(c->ref, stride, c->pos, r->rows, r->heads, kvh, hd, &cfg,
+                           &c->after.o);
+    return c;
+}
+
+static void rope_observe_release(void *p)
+{
+    rope_cpu *c = p;
+    free(c->qkv);
+    free(c->qn);
+    free(c->kn);
+    free(c->pos);
+    free(c->inv_freq);
+    free(c->normed);
+    free(c->ref);
+    obs_free(&c->pre);
+    obs_free(&c->after);
+    free(c);
+}
+
+/* version 0: kvcal_rope_observe_launch's own choice */
+static const char *const rope_versions[] = {"launch", "v1", "v2", NULL};
+
+static op_class rope_observe_class(const op_row *r, int version)
+{
+    if (version == 2 && (r->head_dim % 16 || r->rot_dim % 16))
+        return OP_SKIP;
+    return OP_PLAIN;
+}
+
+/* Rotated values of one head row outside the bound above; pre is the row
+ * before the rotation. */
+static int64_t rope_far(const float *got, const float *ref, const float *pre, int hd,
+                        int rot_dim, int interleaved)
+{
+    int64_t bad = 0;
+    for (int c = 0; c < hd; c++) {
+        double pair = 0.0;
+        if (c < rot_dim) {
+            const int half = rot_dim / 2;
+            const int mate = interleaved ? c ^ 1 : (c < half ? c + half : c - half);
+            pair = fabs((double)pre[c]) + fabs((double)pre[mate]);
+        }
+        bad += !(fabs((double)got[c] - (double)ref[c]) <=
+                 ROPE_ATOL + fabs((double)ref[c]) * ROPE_RTOL + pair * ROPE_TERM_RTOL);
+    }
+    return bad;
+}
+
+/* One head row as transformers computes it in bf16 (what the kernel is meant
+ * to reproduce): RMSNorm (x * rsqrt rounded, times the weight, rounded),
+ * cos/sin times the attention factor rounded, each product and the sum
+ * rounded. */
+static void rope_row_bf16_arithmetic(float *row, const float *norm_w, int hd, int rot_dim,
+                                     int interleaved, int pos, const float *inv_freq,
+                                     float eps, float attention_factor)
+{
+    if (norm_w) {
+        float ss = 0.0f;
+        for (int c = 0; c < hd; c++)
+            ss += row[c] * row[c];
+        const float r = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int c = 0; c < hd; c++)
+            row[c] = kvcal_bf16_round(kvcal_bf16_round(row[c] * r) * norm_w[c]);
+    }
+    const int half = rot_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const float angle = (float)pos * inv_freq[i];
+        const float cs = kvcal_bf16_round((float)cos((double)angle) * attention_factor);
+        const float sn = kvcal_bf16_round((float)sin((double)angle) * attention_factor);
+        const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+        const float x0 = row[a], x1 = row[b];
+        row[a] = kvcal_bf16_round(kvcal_bf16_round(x0 * cs) - kvcal_bf16_round(x1 * sn));
+        row[b] = kvcal_bf16_round(kvcal_bf16_round(x1 * cs) + kvcal_bf16_round(x0 * sn));
+    }
+}
+
+static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)ctx;
+    const rope_cpu *c = p;
+    const int hd = r->head_dim, kvh = r->kv_heads, qk = r->heads + kvh;
+    const int64_t stride = rope_stride(r), n = (int64_t)r->rows * stride;
+    kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(c->qkv, n),
+               *d_qn = kvcal_test_dev_upload_bf16(c->qn, hd),
+               *d_kn = kvcal_test_dev_upload_bf16(c->kn, hd);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)r->rows * sizeof *c->pos);
+    float *d_inv =
+        dev_upload(c->inv_freq, (size_t)(r->rot_dim / 2) * sizeof *c->inv_freq);
+    kvcal_kv_observer d_obs = obs_upload(&c->pre);
+    const kvcal_rope_cfg cfg = {d_inv,
+                                r->rot_dim,
+                                r->interleaved,
+                                r->qk_norm ? d_qn : NULL,
+                                r->qk_norm ? d_kn : NULL,
+                                ROPE_EPS,
+                                rope_factor(r)};
+    ROW_OK(version
+               ? kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos, r->rows,
+                                                   r->heads, kvh, hd, &cfg, &d_obs, 0)
+               : kvcal_rope_observe_launch(d_qkv, stride, d_pos, r->rows, r->heads, kvh,
+                                           hd, &cfg, &d_obs, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_qkv, n);
+    obs_host got_obs;
+    obs_alloc(&got_obs, kvh, hd);
+    obs_download(&got_obs, &d_obs);
+
+    float *model = host_alloc((size_t)hd * sizeof *model);
+    int64_t far = 0, v_changed = 0, padding_changed = 0, same = 0, compared = 0,
+            valid = 0;
+    for (int t = 0; t < r->rows; t++) {
+        const float *g = got + t * stride, *in = c->qkv + t * stride;
+        if (c->pos[t] < 0) {
+            padding_changed += count_differ(g, in, stride) != 0;
+            continue;
+        }
+        valid++;
+        for (int h = 0; h < qk; h++) {
+            const int64_t o = t * stride + (int64_t)h * hd;
+            far += rope_far(got + o, c->ref + o, c->normed + o, hd, r->rot_dim,
+                            r->interleaved);
+            memcpy(model, c->qkv + o, (size_t)hd * sizeof *model);
+            rope_row_bf16_arithmetic(model,
+                                     !r->qk_norm    ? NULL
+                                     : h < r->heads ? c->qn
+                                                    : c->kn,
+                                     hd, r->rot_dim, r->interleaved, c->pos[t],
+                                     c->inv_freq, ROPE_EPS, rope_factor(r));
+            same += count_same(got + o, model, hd);
+            compared += hd;
+        }
+        v_changed +=
+            count_differ(g + (int64_t)qk * hd, in + (int64_t)qk * hd, (int64_t)kvh * hd);
+    }
+    EXPECT_NONE(far, compared, "rotated q and k values off the bound");
+    EXPECT_NONE(v_changed, valid * kvh * hd, "V values changed");
+    EXPECT_NONE(padding_changed, r->rows, "padding tokens changed");
+    /* and bf16 arithmetic's result, bit for bit, but where the device's
+     * sin/cos or norm scale and the host's fall on two sides of a rounding
+     * boundary (rare: at most 1% of the values) */
+    EXPECT_MOSTLY(same, compared, 100, "q and k values equal to bf16 arithmetic's");
+
+    obs_host stored;
+    obs_copy(&stored, &c->pre);
+    float *kv = host_copy(got, n);
+    kvcal_rope_observe_ref(kv, stride, c->pos, r->rows, r->heads, kvh, hd, &observe_only,
+                           &stored.o);
+    const int64_t obs_n = (int64_t)kvh * (hd + KVCAL_HIST_BINS + 1);
+    EXPECT_NONE(obs_differ(&got_obs, &stored, KVCAL_K), obs_n,
+                "K statistics not the reference's fold of the K stored");
+    EXPECT_NONE(obs_differ(&got_obs, &c->after, KVCAL_V), obs_n,
+                "V statistics not the reference's");
+    free(kv);
+    obs_free(&stored);
+    free(model);
+    obs_free(&got_obs);
+    free(got);
+    obs_dev_free(&d_obs);
+    cudaFree(d_qkv);
+    cudaFree(d_qn);
+    cudaFree(d_kn);
+    cudaFree(d_pos);
+    cudaFree(d_inv);
+}
+
+// --- attention -----------------------------------------------------------------
+
+/* P is rounded to bf16 for the P V product (2^-9 relative per weight) and
+ * the output once more; outputs are averages of values in [-1, 1). The
+ * output's padding columns stay as they were. */
+#define ATT_ATOL 1e-2
+#define ATT_RTOL 2e-2
+
+typedef struct attention_cpu {
+    float *qkv; /* (batch * seq, (heads + 2 kv_heads) head_dim) fused q, k, v */
+    float *ref; /* (batch * seq, heads * head_dim) kvcal_attention_ref per sequence */
+} attention_cpu;
+
+static void *attention_cpu_run(const op_row *r)
+{
+    const int hd = r->head_dim, h = r->heads, kvh = r->kv_heads;
+    const int64_t tokens = (int64_t)r->batch * r->seq,
+                  stride = (int64_t)(h + 2 * kvh) * hd;
+    attention_cpu *c = host_alloc(sizeof *c);
+    c->qkv = rand_bf16(tokens * stride, -1.0f, 1.0f);
+    c->ref = host_alloc((size_t)tokens * h * hd * sizeof *c->ref);
+    float *q = host_alloc((size_t)r->seq * h * hd * sizeof *q), /* (seq, heads, hd) */
+        *k = host_alloc((size_t)r->seq * kvh * hd * sizeof *k), /* (seq, kv_heads, hd) */
+            *v = host_alloc((size_t)r->seq * kvh * hd *
+                            sizeof *v); /* (seq, kv_heads, hd) */
+    for (int b = 0; b < r->batch; b++) {
+        for (int t = 0; t < r->seq; t++) {
+            const float *row = c->qkv + ((int64_t)b * r->seq + t) * stride;
+            memcpy(q + (int64_t)t * h * hd, row, (size_t)h * hd * sizeof *q);
+            memcpy(k + (int64_t)t * kvh * hd, row + (int64_t)h * hd,
+                   (size_t)kvh * hd * sizeof *k);
+            memcpy(v + (int64_t)t * kvh * hd, row + (int64_t)(h + kvh) * hd,
+                   (size_t)kvh * hd * sizeof *v);
+        }
+        kvcal_attention_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v, r->seq, h,
+                            kvh, hd, 1.0f / sqrtf((float)hd));
+    }
+    free(q);
+    free(k);
+    free(v);
+    return c;
+}
+
+static void attention_release(void *p)
+{
+    attention_cpu *c = p;
+    free(c->qkv);
+    free(c->ref);
+    free(c);
+}
+
+/* version 0: kvcal_attention_launch (KVCAL_ATTENTION_DEFAULT_VERSION); 1..4
+ * kvcal_attention_launch_version (the portable kernel for head sizes off the
+ * tensor cores', whatever the version); 5: kvcal_attention_run, cuDNN's
+ * fused attention where cuDNN runs the shape */
+#define ATTENTION_CUDNN (KVCAL_ATTENTION_VERSIONS + 1)
+static const char *const attention_versions[] = {"launch", "v1",    "v2", "v3",
+                                                 "v4",     "cudnn", NULL};
+_Static_assert(KVCAL_ATTENTION_VERSIONS == 4, "one name per attention kernel version");
+
+static op_class attention_class(const op_row *r, int version)
+{
+    (void)r;
+    return version == ATTENTION_CUDNN ? OP_MBARRIER : OP_PLAIN;
+}
+
+static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    const attention_cpu *c = p;
+    const int hd = r->head_dim, h = r->heads, kvh = r->kv_heads;
+    const int64_t tokens = (int64_t)r->batch * r->seq,
+                  stride = (int64_t)(h + 2 * kvh) * hd;
+    const int64_t out_stride = (int64_t)h * hd + r->out_pad;
+    const float scale = 1.0f / sqrtf((float)hd);
+    kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(c->qkv, tokens * stride),
+               *d_out = dev_alloc_nan(tokens * out_stride);
+    const kvcal_bf16 *d_k = d_qkv + (int64_t)h * hd,
+                     *d_v = d_qkv + (int64_t)(h + kvh) * hd;
+    kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
+    if (version == ATTENTION_CUDNN && !ctx->attention) {
+        CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &ctx->attention), KVCAL_OK);
+        printf("(%s) ", kvcal_attention_note(ctx->attention));
+    }
+    if (version == 0)
+        ROW_OK(kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
+                                      r->batch, r->seq, h, kvh, hd, scale, 0));
+    else if (version == ATTENTION_CUDNN)
+        ROW_OK(kvcal_attention_run(ctx->attention, d_out, out_stride, d_qkv, d_k, d_v,
+                                   stride, r->batch, r->seq, h, kvh, hd, scale, 0,
+                                   &impl));
+    else
+        ROW_OK(kvcal_attention_launch_version(version, d_out, out_stride, d_qkv, d_k, d_v,
+                                              stride, r->batch, r->seq, h, kvh, hd, scale,
+                                              0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
+    int64_t far = 0, gap_written = 0;
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *g = got + t * out_stride;
+        far += count_far(g, c->ref + t * h * hd, (int64_t)h * hd, ATT_ATOL, ATT_RTOL);
+        for (int64_t i = (int64_t)h * hd; i < out_stride; i++)
+            gap_written += !isnan(g[i]);
+    }
+    EXPECT_NONE(far, tokens * h * hd, "outputs off the bound");
+    EXPECT_NONE(gap_written, tokens * r->out_pad, "output padding values written");
+    if (version == ATTENTION_CUDNN) {
+        printf("(%d x %d, %d/%d heads, hd %d: %s%s) ", r->batch, r->seq, h, kvh, hd,
+               impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal",
+               far || gap_written ? ", MISMATCH" : "");
+        if (r->cudnn > 0 && kvcal_attention_cudnn_version(ctx->attention)) {
+            if (impl != KVCAL_ATTENTION_IMPL_CUDNN)
+                fprintf(stderr, "\n%s\n", kvcal_attention_note(ctx->attention));
+            ROW_ASSERT(impl == KVCAL_ATTENTION_IMPL_CUDNN);
+        }
+        if (r->cudnn < 0)
+            ROW_ASSERT(impl == KVCAL_ATTENTION_IMPL_KVCAL);
+    }
+    free(got);
+    cudaFree(d_qkv);
+    cudaFree(d_out);
+}
+
+// --- swiglu --------------------------------------------------------------------
+
+/* Two bf16 roundings (silu(gate), then times up) against fp32. */
+#define SWIGLU_ATOL 1e-3
+#define SWIGLU_RTOL 8e-3
+
+typedef struct swiglu_cpu {
+    float *gate_up;   /* (rows, 2 cols): gate, then up */
+    float *gate, *up; /* (rows, cols) each */
+    float *ref;       /* (rows, cols) kvcal_swiglu_ref */
+} swiglu_cpu;
+
+static void *swiglu_cpu_run(const op_row *r)
+{
+    const int64_t n = (int64_t)r->rows * r->cols;
+    swiglu_cpu *c = host_alloc(sizeof *c);
+    c->gate_up = rand_bf16(2 * n, -4.0f, 4.0f);
+    c->gate = host_alloc((size_t)n * sizeof *c->gate);
+    c->up = host_alloc((size_t)n * sizeof *c->up);
+    c->ref = host_alloc((size_t)n * sizeof *c->ref);
+    for (int i = 0; i < r->rows; i++) {
+        memcpy(c->gate + (int64_t)i * r->cols, c->gate_up + (int64_t)i * 2 * r->cols,
+               (size_t)r->cols * sizeof *c->gate);
+        memcpy(c->up + (int64_t)i * r->cols,
+               c->gate_up + (int64_t)i * 2 * r->cols + r->cols,
+               (size_t)r->cols * sizeof *c->up);
+    }
+    kvcal_swiglu_ref(c->ref, c->gate, c->up, n);
+    return c;
+}
+
+static void swiglu_release(void *p)
+{
+    swiglu_cpu *c = p;
+    free(c->gate_up);
+    free(c->gate);
+    free(c->up);
+    free(c->ref);
+    free(c);
+}
+
+static void swiglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const swiglu_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_gu = kvcal_test_dev_upload_bf16(c->gate_up, 2 * n),
+               *d_out = dev_alloc_nan(n);
+    ROW_OK(kvcal_swiglu_launch(d_out, d_gu, r->rows, r->cols, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, n);
+    EXPECT_NONE(count_far(got, c->ref, n, SWIGLU_ATOL, SWIGLU_RTOL), n,
+                "outputs off the bound");
+    /* and bf16 arithmetic's result (silu rounded, then the product) bit for
+     * bit but where the device's fast exp and division and the host's
+     * straddle a rounding boundary (<= 1%) */
+    float *model = host_alloc((size_t)n * sizeof *model);
+    for (int64_t i = 0; i < n; i++)
+        model[i] = kvcal_bf16_round(
+            kvcal_bf16_round(c->gate[i] / (1.0f + expf(-c->gate[i]))) * c->up[i]);
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100,
+                  "outputs equal to bf16 arithmetic's");
+    free(model);
+    free(got);
+    cudaFree(d_gu);
+    cudaFree(d_out);
+}
+
+// --- embed ---------------------------------------------------------------------
+
+/* A gather: exact. */
+typedef struct embed_cpu {
+    float *table; /* (vocab, cols) */
+    int32_t *ids; /* (rows) every 5th -1 (padding), the last id among them */
+    float *ref;   /* (rows, cols) kvcal_embed_ref */
+} embed_cpu;
+
+static void *embed_cpu_run(const op_row *r)
+{
+    embed_cpu *c = host_alloc(sizeof *c);
+    c->table = rand_bf16((int64_t)r->vocab * r->cols, -1.0f, 1.0f);
+    c->ids = host_alloc((size_t)r->rows * sizeof *c->ids);
+    c->ref = host_alloc((size_t)r->rows * r->cols * sizeof *c->ref);
+    for (int i = 0; i < r->rows; i++)
+        c->ids[i] = i % 5 == 3 ? -1 : (int32_t)(rand_u32() % (uint32_t)r->vocab);
+    c->ids[0] = r->vocab - 1;
+    kvcal_embed_ref(c->ref, c->table, c->ids, r->rows, r->cols);
+    return c;
+}
+
+static void embed_release(void *p)
+{
+    embed_cpu *c = p;
+    free(c->table);
+    free(c->ids);
+    free(c->ref);
+    free(c);
+}
+
+static void embed_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const embed_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_table =
+                   kvcal_test_dev_upload_bf16(c->table, (int64_t)r->vocab * r->cols),
+               *d_out = dev_alloc_nan(n);
+    int32_t *d_ids = dev_upload(c->ids, (size_t)r->rows * sizeof *c->ids);
+    ROW_OK(kvcal_embed_launch(d_out, d_table, d_ids, r->rows, r->cols, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, n);
+    EXPECT_NONE(count_differ(got, c->ref, n), n, "outputs not the reference's");
+    free(got);
+    cudaFree(d_table);
+    cudaFree(d_ids);
+    cudaFree(d_out);
+}
+
+// --- token_nll -----------------------------------------------------------------
+
+/* fp32 sums of up to 49152 exponentials against double; rows without a
+ * target are exactly 0. */
+#define NLL_ATOL 1e-4
+#define NLL_RTOL 1e-5
+
+typedef struct token_nll_cpu {
+    float *logits;   /* (rows, vocab) */
+    int32_t *target; /* (rows) every 5th -1 (none) */
+    float *ref;      /* (rows) kvcal_token_nll_ref */
+} token_nll_cpu;
+
+static void *token_nll_cpu_run(const op_row *r)
+{
+    token_nll_cpu *c = host_alloc(sizeof *c);
+    c->logits = rand_bf16((int64_t)r->rows * r->vocab, -12.0f, 12.0f);
+    c->target = host_alloc((size_t)r->rows * sizeof *c->target);
+    c->ref = host_alloc((size_t)r->rows * sizeof *c->ref);
+    for (int i = 0; i < r->rows; i++)
+        c->target[i] = i % 5 == 3 ? -1 : (int32_t)(rand_u32() % (uint32_t)r->vocab);
+    kvcal_token_nll_ref(c->ref, c->logits, c->target, r->rows, r->vocab);
+    return c;
+}
+
+static void token_nll_release(void *p)
+{
+    token_nll_cpu *c = p;
+    free(c->logits);
+    free(c->target);
+    free(c->ref);
+    free(c);
+}
+
+static void token_nll_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const token_nll_cpu *c = p;
+    kvcal_bf16 *d_logits =
+        kvcal_test_dev_upload_bf16(c->logits, (int64_t)r->rows * r->vocab);
+    int32_t *d_target = dev_upload(c->target, (size_t)r->rows * sizeof *c->target);
+    float *d_nll = dev_alloc((size_t)r->rows * sizeof *d_nll);
+    float *got = host_alloc((size_t)r->rows * sizeof *got);
+    CU_ASSERT_EQUAL(cudaMemset(d_nll, 0xff, (size_t)r->rows * sizeof *d_nll),
+                    cudaSuccess);
+    ROW_OK(kvcal_token_nll_launch(d_nll, d_logits, d_target, r->rows, r->vocab, NULL));
+    dev_download(got, d_nll, (size_t)r->rows * sizeof *got);
+    int64_t no_target_not_zero = 0;
+    for (int i = 0; i < r->rows; i++)
+        no_target_not_zero += c->target[i] < 0 && got[i] != 0.0f;
+    EXPECT_NONE(count_far(got, c->ref, r->rows, NLL_ATOL, NLL_RTOL), r->rows,
+                "values off the bound");
+    EXPECT_NONE(no_target_not_zero, r->rows, "rows without a target not 0");
+    free(got);
+    cudaFree(d_logits);
+    cudaFree(d_target);
+    cudaFree(d_nll);
+}
+
+// --- error_sums ----------------------------------------------------------------
+
+/* x2 and e2: double sums in another order; clipped and n exact; the store
+ * exact (y's bf16 bits on the counted rows, x's elsewhere). */
+#define SUMS_ATOL 1e-12
+#define SUMS_RTOL 1e-12
+
+typedef struct error_sums_cpu {
+    float *x;     /* (rows, x_stride) bf16 values */
+    float *y;     /* (rows, y_stride) near x, bf16 values */
+    float *scale; /* (rows, cols / group) + 1, small enough that part of x clips */
+    int32_t *pos; /* (rows) every 7th -1 (padding) */
+    kvcal_error_sums ref; /* kvcal_error_sums_ref */
+} error_sums_cpu;
+
+static void *error_sums_cpu_run(const op_row *r)
+{
+    const int64_t nx = (int64_t)r->rows * r->x_stride,
+                  ny = (int64_t)r->rows * r->y_stride;
+    const int groups = r->group ? r->cols / r->group : 0;
+    error_sums_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(nx, -20.0f, 20.0f);
+    c->y = rand_bf16(ny, -20.0f, 20.0f);
+    c->scale = host_alloc(((size_t)r->rows * groups + 1) * sizeof *c->scale);
+    c->pos = host_alloc((size_t)r->rows * sizeof *c->pos);
+    for (int64_t i = 0; i < r->rows; i++)
+        for (int j = 0; j < r->cols; j++)
+            c->y[i * r->y_stride + j] =
+                kvcal_bf16_round(c->x[i * r->x_stride + j] * rand_uniform(0.95f, 1.05f));
+    for (int64_t i = 0; i < (int64_t)r->rows * groups + 1; i++)
+        c->scale[i] = rand_uniform(0.001f, 0.1f);
+    for (int i = 0; i < r->rows; i++)
+        c->pos[i] = i % 7 == 5 ? -1 : i;
+    memset(&c->ref, 0, sizeof c->ref);
+    kvcal_error_sums_ref(&c->ref, c->x, r->x_stride, c->y, r->y_stride,
+                         r->group ? c->scale : NULL, r->group, c->pos, r->rows, r->cols);
+    return c;
+}
+
+static void error_sums_release(void *p)
+{
+    error_sums_cpu *c = p;
+    free(c->x);
+    free(c->y);
+    free(c->scale);
+    free(c->pos);
+    free(c);
+}
+
+static void error_sums_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const error_sums_cpu *c = p;
+    const int64_t nx = (int64_t)r->rows * r->x_stride,
+                  ny = (int64_t)r->rows * r->y_stride;
+    const int groups = r->group ? r->cols / r->group : 0;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, nx),
+               *d_store = kvcal_test_dev_upload_bf16(c->x, nx);
+    void *d_y = r->y_f32 ? dev_upload(c->y, (size_t)ny * sizeof *c->y)
+                         : (void *)kvcal_test_dev_upload_bf16(c->y, ny);
+    float *d_scale =
+        dev_upload(c->scale, ((size_t)r->rows * groups + 1) * sizeof *c->scale);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)r->rows * sizeof *c->pos);
+    kvcal_error_sums *d_sums = dev_alloc(sizeof *d_sums), got;
+    CU_ASSERT_EQUAL(cudaMemset(d_sums, 0, sizeof *d_sums), cudaSuccess);
+    ROW_OK(kvcal_error_sums_launch(d_sums, d_x, r->x_stride, d_y, r->y_stride,
+                                   r->y_f32 ? KVCAL_DTYPE_F32 : KVCAL_DTYPE_BF16,
+                                   r->group ? d_scale : NULL, r->group, d_pos, r->rows,
+                                   r->cols, d_store, NULL));
+    dev_download(&got, d_sums, sizeof got);
+    float *stored = kvcal_test_dev_download_bf16(d_store, nx);
+    ROW_ASSERT(fabs(got.x2 - c->ref.x2) <= SUMS_ATOL + fabs(c->ref.x2) * SUMS_RTOL);
+    ROW_ASSERT(fabs(got.e2 - c->ref.e2) <= SUMS_ATOL + fabs(c->ref.e2) * SUMS_RTOL);
+    ROW_ASSERT(got.clipped == c->ref.clipped);
+    ROW_ASSERT(got.n == c->ref.n);
+    if (r->group) /* the row is meant to clip some values and keep others */
+        ROW_ASSERT(c->ref.clipped > 0 && c->ref.clipped < c->ref.n);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < r->rows; i++)
+        for (int64_t j = 0; j < r->x_stride; j++) {
+            const int counted = c->pos[i] >= 0 && j < r->cols;
+            const float want =
+                counted ? c->y[i * r->y_stride + j] : c->x[i * r->x_stride + j];
+            wrong += memcmp(&stored[i * r->x_stride + j], &want, sizeof want) != 0;
+        }
+    EXPECT_NONE(wrong, nx, "stored values not y's on the counted rows and x's elsewhere");
+    free(stored);
+    cudaFree(d_x);
+    cudaFree(d_store);
+    cudaFree(d_y);
+    cudaFree(d_scale);
+    cudaFree(d_pos);
+    cudaFree(d_sums);
+}
+
+// --- the ops -------------------------------------------------------------------
+
+static const char *const one_version[] = {"launch", NULL};
+
+static const op_def op_defs[] = {
+    {"add_rmsnorm", add_rmsnorm_cpu, add_rmsnorm_release, one_version, one_plain_version,
+     add_rmsnorm_cuda},
+    {"gemm", gemm_cpu_run, gemm_release, gemm_versions, gemm_class, gemm_cuda},
+    {"gemm_swiglu", gemm_swiglu_cpu_run, gemm_swiglu_release, one_version,
+     one_mbarrier_version, gemm_swiglu_cuda},
+    {"rope_observe", rope_observe_cpu, rope_observe_release, rope_versions,
+     rope_observe_class, rope_observe_cuda},
+    {"attention", attention_cpu_run, attention_release, attention_versions,
+     attention_class, attention_cuda},
+    {"swiglu", swiglu_cpu_run, swiglu_release, one_version, one_plain_version,
+     swiglu_cuda},
+    {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
+    {"token_nll", token_nll_cpu_run, token_nll_release, one_version, one_plain_version,
+     token_nll_cuda},
+    {"error_sums", error_sums_cpu_run, error_sums_release, one_version, one_plain_version,
+     error_sums_cuda},
+};
+
+static const op_def *op_find(const char *stem)
+{
+    for (size_t i = 0; i < sizeof op_defs / sizeof op_defs[0]; i++)
+        if (!strcmp(op_defs[i].stem, stem))
+            return &op_defs[i];
+    return NULL;
+}
+
+/* Every row of op `stem`: its inputs and the CPU reference once, then each
+ * CUDA kernel version that suite `cls` runs on it. */
+static void run_op(const char *stem, op_class cls)
+{
+    const op_def *d = op_find(stem);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    op_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    int ran = 0;
+    for (size_t i = 0; i < NUM_ROWS && !ctx.skip; i++) {
+        const op_row *r = &rows[i];
+        int takes = 0;
+        for (int v = 0; !strcmp(r->op, stem) && d->cuda_versions[v]; v++)
+            takes |= d->cuda_class(r, v) == cls;
+        if (!takes)
+            continue;
+        void *cpu = d->cpu(r);
+        for (int v = 0; d->cuda_versions[v] && !ctx.skip; v++) {
+            if (d->cuda_class(r, v) != cls)
+                continue;
+            describe(r, d->cuda_versions[v]);
+            d->cuda_run(r, v, cpu, &ctx);
+            ran++;
+        }
+        d->release(cpu);
+    }
+    CU_ASSERT(ran > 0 || ctx.skip);
+    kvcal_gemm_destroy(ctx.gemm); /* NULL when no row made one: a no-op */
+    kvcal_attention_destroy(ctx.attention);
+}
+
+// --- the suites ----------------------------------------------------------------
+
+/* Every row names an op of op_defs that some suite runs on it. */
+static void every_row_names_an_op_a_suite_runs(void)
+{
+    for (size_t i = 0; i < NUM_ROWS; i++) {
+        const op_def *d = op_find(rows[i].op);
+        int runs = 0;
+        describe(&rows[i], "-");
+        for (int v = 0; d && d->cuda_versions[v]; v++)
+            runs |= d->cuda_class(&rows[i], v) != OP_SKIP;
+        ROW_ASSERT(d != NULL);
+        ROW_ASSERT(runs);
+    }
+}
+
+static void add_rmsnorm_rows_match_cpu(void)
+{
+    run_op("add_rmsnorm", OP_PLAIN);
+}
+
+static void gemm_rows_match_cpu(void)
+{
+    run_op("gemm", OP_PLAIN);
+}
+
+static void rope_observe_rows_match_cpu(void)
+{
+    run_op("rope_observe", OP_PLAIN);
+}
+
+static void attention_rows_match_cpu(void)
+{
+    run_op("attention", OP_PLAIN);
+}
+
+static void swiglu_rows_match_cpu(void)
+{
+    run_op("swiglu", OP_PLAIN);
+}
+
+static void embed_rows_match_cpu(void)
+{
+    run_op("embed", OP_PLAIN);
+}
+
+static void token_nll_rows_match_cpu(void)
+{
+    run_op("token_nll", OP_PLAIN);
+}
+
+static void error_sums_rows_match_cpu(void)
+{
+    run_op("error_sums", OP_PLAIN);
+}
+
+static void gemm_tuned_rows_match_cpu(void)
+{
+    run_op("gemm", OP_TUNED);
+}
+
+static void gemm_swiglu_rows_match_cpu(void)
+{
+    run_op("gemm_swiglu", OP_MBARRIER);
+}
+
+static void attention_cudnn_rows_match_cpu(void)
+{
+    run_op("attention", OP_MBARRIER);
+}
+
+// --- what the kernels refuse ---------------------------------------------------
+
+static void attention_refuses_head_dim_over_256(void)
+{
+    CU_ASSERT_EQUAL(kvcal_attention_launch((kvcal_bf16 *)16, 6 * 264, (kvcal_bf16 *)16,
+                                           (kvcal_bf16 *)16, (kvcal_bf16 *)16, 6 * 264, 1,
+                                           4, 2, 2, 264, 0.1f, 0),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("head_dim 264"));
+}
+
+static void rope_observe_refuses_attention_factor_not_positive_finite(void)
+{
+    const float bad[] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        kvcal_rope_cfg rope = {(const float *)16, 64, 0, NULL, NULL, 0.0f, bad[i]};
+        CU_ASSERT_EQUAL(kvcal_rope_observe_launch((kvcal_bf16 *)16, 3 * 64,
+                                                  (const int32_t *)16, 4, 1, 1, 64, &rope,
+                                                  NULL, 0),
+                        KVCAL_ERR_INVALID_ARG);
+        CU_ASSERT(kvcal_test_error_has("attention factor"));
+    }
+}
+
+static void rope_observe_version_2_refuses_head_dim_off_16(void)
+{
+    kvcal_rope_cfg rope = {(const float *)16, 40, 0, NULL, NULL, 0.0f, 1.0f};
+    CU_ASSERT_EQUAL(kvcal_rope_observe_launch_version(2, (kvcal_bf16 *)16, 3 * 40,
+                                                      (const int32_t *)16, 4, 1, 1, 40,
+                                                      &rope, NULL, 0),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("head_dim 40"));
+}
+
+/* checked before any device work */
+static void gemm_swiglu_refuses_widths_off_128_and_unaligned_k(void)
+{
+    kvcal_bf16 *p = (kvcal_bf16 *)256;
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 64, 100, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("n of 128"));
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 60, 128, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 0, 64, 128, 0), KVCAL_OK);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(every_row_names_an_op_a_suite_runs),
+    KVCAL_TEST(add_rmsnorm_rows_match_cpu),
+    KVCAL_TEST(gemm_rows_match_cpu),
+    KVCAL_TEST(rope_observe_rows_match_cpu),
+    KVCAL_TEST(attention_rows_match_cpu),
+    KVCAL_TEST(swiglu_rows_match_cpu),
+    KVCAL_TEST(embed_rows_match_cpu),
+    KVCAL_TEST(token_nll_rows_match_cpu),
+    KVCAL_TEST(error_sums_rows_match_cpu),
+    KVCAL_TEST(attention_refuses_head_dim_over_256),
+    KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),
+    KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
+    KVCAL_TEST(gemm_swiglu_refuses_widths_off_128_and_unaligned_k),
+    CU_TEST_INFO_NULL,
+};
+static CU_TestInfo tuned_tests[] = {
+    KVCAL_TEST(gemm_tuned_rows_match_cpu),
+    CU_TEST_INFO_NULL,
+};
+static CU_TestInfo mbarrier_tests[] = {
+    KVCAL_TEST(gemm_swiglu_rows_match_cpu),
+    KVCAL_TEST(attention_cudnn_rows_match_cpu),
+    CU_TEST_INFO_NULL,
+};
+#else
+static CU_TestInfo tests[] = {CU_TEST_INFO_NULL};
+static CU_TestInfo tuned_tests[] = {CU_TEST_INFO_NULL};
+static CU_TestInfo mbarrier_tests[] = {CU_TEST_INFO_NULL};
+#endif
+KVCAL_SUITE(backend_ops, KVCAL_NEEDS_GPU, tests)
+KVCAL_SUITE(backend_ops_tuned, KVCAL_NEEDS_GPU, tuned_tests)
+KVCAL_SUITE(backend_ops_mbarrier, KVCAL_NEEDS_GPU, mbarrier_tests)

@@ -1,0 +1,161 @@
+/* tests/test_cuda_backend.c: the cuda backend through the executor
+ * (calib/executor.h): the per-layer per-head K/V absmax of the bf16 runner
+ * against transformers' on the golden models, the MLP both ways, and a
+ * calibration without statistics. Each kernel against its CPU reference is
+ * a row of tests/test_backend_ops.c. In a build without CUDA the suite holds
+ * no tests; without a device it is reported skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_cuda_util.h"
+#include "tests/test_util.h"
+
+#ifdef KVCAL_WITH_CUDA
+#include <cjson/cJSON.h>
+
+#include "calib/executor.h"
+#include "observers/stats.h"
+
+// --- the CUDA runner ------------------------------------------------------------
+
+/* Per-layer per-head K/V absmax of the bf16 CUDA runner against the golden
+ * values of transformers in fp32 (tests/make_golden.py): bf16 weights and
+ * activations through two layers. */
+#define RUNNER_RTOL 3e-2
+
+static void check_runner_golden_with(const char *name, const kvcal_backend_options *opt)
+{
+    kvcal_stats_t *stats = NULL;
+    float *bmax = NULL;
+    int64_t rows = 0;
+    cJSON *root = kvcal_test_cuda_run_golden(name, opt, &stats, &bmax, &rows);
+    const int lh = stats->num_layers * stats->num_kv_heads;
+    double worst = 0.0;
+    for (int kv = 0; kv < 2; kv++) {
+        cJSON *want = cJSON_GetObjectItem(root, kv ? "v_absmax" : "k_absmax");
+        for (int l = 0; l < stats->num_layers; l++) {
+            CU_ASSERT_EQUAL(stats->tokens[l], rows);
+            for (int h = 0; h < stats->num_kv_heads; h++) {
+                const double w =
+                    cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
+                const double got = kvcal_stats_head_absmax(stats, l, kv, h);
+                const double rel = fabs(got - w) / fabs(w);
+                worst = rel > worst || rel != rel ? rel : worst;
+                /* the one batch's batch_absmax is the absmax */
+                CU_ASSERT_EQUAL(bmax[kv * lh + l * stats->num_kv_heads + h], (float)got);
+            }
+        }
+    }
+    printf("(%s: worst rel. error %.2e) ", name, worst);
+    CU_ASSERT(worst <= RUNNER_RTOL);
+    free(bmax);
+    kvcal_stats_destroy(stats);
+    cJSON_Delete(root);
+}
+
+static void check_runner_golden(const char *name)
+{
+    check_runner_golden_with(name, NULL);
+}
+
+static void cuda_runner_matches_transformers_on_golden_models(void)
+{
+    check_runner_golden("llama3_gqa_hd48_bf16");
+    check_runner_golden("llama_mha_linear_tied_fp32");
+    check_runner_golden("mistral_mqa_fp16");
+    check_runner_golden("qwen2_gqa_bias_bf16");
+    check_runner_golden("qwen3_gqa_hd80_qknorm_bf16");
+    check_runner_golden("qwen2_yarn_bf16");
+    check_runner_golden("llama_gqa_mlp256_bf16");
+    check_runner_golden("llama3_gqa_hd64_bf16");
+}
+
+/* The model whose intermediate_size (256) the fused gate/up + SwiGLU kernel
+ * takes, its MLP both ways: KVCAL_MLP_UNFUSED (cuBLAS's GEMM, then SwiGLU)
+ * and KVCAL_MLP_FUSED (the kernel, which the backend takes by itself on a
+ * Hopper GPU), refused where it does not apply. */
+static void cuda_runner_mlp_both_ways_matches_transformers(void)
+{
+    kvcal_model_t *model = NULL;
+    kvcal_backend *be = NULL;
+    kvcal_backend_options o;
+    memset(&o, 0, sizeof o);
+    o.max_batch = 1, o.max_seq_len = 16;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/llama_gqa_mlp256_bf16", &model),
+        KVCAL_OK);
+    o.mlp = KVCAL_MLP_UNFUSED;
+    check_runner_golden_with("llama_gqa_mlp256_bf16", &o);
+    o.mlp = KVCAL_MLP_FUSED;
+    const kvcal_status st = kvcal_backend_cuda_create(model, &o, &be);
+    if (be)
+        be->ops->destroy(be);
+    if (st == KVCAL_ERR_UNSUPPORTED) {
+        CU_ASSERT(kvcal_test_error_has("needs a Hopper GPU"));
+        printf("fused: skipped, not a Hopper GPU ");
+    } else {
+        CU_ASSERT_EQUAL(st, KVCAL_OK);
+        if (st == KVCAL_OK)
+            check_runner_golden_with("llama_gqa_mlp256_bf16", &o);
+    }
+    kvcal_model_close(model);
+}
+
+/* A calibration with no statistics (kvcal calibrate --time-only) leaves the
+ * device statistics untouched: a later calibration into zeroed statistics
+ * counts its own batch alone. */
+static void cuda_runner_forward_without_stats_observes_nothing(void)
+{
+    kvcal_model_t *model = NULL;
+    kvcal_exec_t *x = NULL;
+    kvcal_stats_t *stats = NULL, *once = NULL;
+    int32_t ids[2 * 40], lengths[2] = {40, 33};
+    for (int i = 0; i < 2 * 40; i++)
+        ids[i] = (i * 7 + 3) % 100;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/llama3_gqa_hd48_bf16", &model), KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &once), KVCAL_OK);
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.device = KVCAL_DEVICE_CUDA;
+    o.backend.max_batch = 2, o.backend.max_seq_len = 40;
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(model, &o, &x), KVCAL_OK);
+    const kvcal_exec_samples s = {ids, lengths, 2, 40, 2, NULL, NULL};
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, stats, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, NULL, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, once, 0.0), KVCAL_OK);
+    CU_ASSERT_EQUAL(once->tokens[d->num_layers - 1], 73);
+    CU_ASSERT(kvcal_stats_head_absmax(once, d->num_layers - 1, KVCAL_K, 0) > 0.0f);
+    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
+    for (int kv = 0; kv < 2; kv++) {
+        CU_ASSERT_EQUAL(memcmp(once->absmax[kv], stats->absmax[kv],
+                               lh * d->head_dim * sizeof(float)),
+                        0);
+        CU_ASSERT_EQUAL(memcmp(once->hist[kv], stats->hist[kv],
+                               lh * stats->num_bins * sizeof(uint64_t)),
+                        0);
+    }
+    kvcal_exec_destroy(x);
+    kvcal_stats_destroy(stats);
+    kvcal_stats_destroy(once);
+    kvcal_model_close(model);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
+    KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
+    KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
+    CU_TEST_INFO_NULL,
+};
+#else
+static CU_TestInfo tests[] = {CU_TEST_INFO_NULL};
+#endif
+KVCAL_SUITE(cuda_backend, KVCAL_NEEDS_GPU, tests)
