@@ -30,20 +30,28 @@ override CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -fPIC -MMD -MP \
 HOST_LIBS := -lcjson $(HDF5_LIBS) -lpcre2-8 -lz -lpthread -lm
 LDLIBS := $(HOST_LIBS)
 
-# C files named *_cuda.c hold host code of the CUDA build alone.
-CPU_LIB_SRC := $(filter-out %_cuda.c,$(wildcard core/*.c io/*.c observers/*.c kernels/cpu/*.c) \
-           $(filter-out calib/main.c calib/cmd_%.c,$(wildcard calib/*.c)))
-LIB_SRC := $(CPU_LIB_SRC)
-# kernels/nocuda.c stands in for the device code in a build without CUDA
-NOCUDA_SRC := kernels/nocuda.c
-CMD_SRC := calib/main.c $(wildcard calib/cmd_*.c)
+# Two libraries. libkvcal, what engines link (include/ is its whole API):
+# the scale formats, their validation and the online KV quantization; it
+# links no HDF5, PCRE2, tokenizer or cuBLAS. The toolkit (libkvcal_toolkit.a,
+# not installed): the runner, checkpoints, datasets, tokenizers, statistics,
+# which the kvcal program and the tests link beside libkvcal.
+# C files named *_cuda.c hold host code of the CUDA build alone;
+# kernels/nocuda.c stands in for the device code of libkvcal without CUDA.
+ENGINE_SRC := $(wildcard core/*.c io/scales/*.c) io/atomic_file.c io/file_read.c \
+              io/json_file.c io/path.c io/checkpoint/safetensors.c \
+              io/checkpoint/model_config.c kernels/cpu/kvquant_ref.c
+TOOLKIT_CPU_SRC := $(filter-out $(ENGINE_SRC) %_cuda.c,$(wildcard io/*.c io/*/*.c \
+                   observers/*.c kernels/cpu/*.c calib/*.c))
+# everything a CPU-only build compiles into the two libraries (the fuzz
+# targets build from these)
+CPU_LIB_SRC := $(ENGINE_SRC) $(TOOLKIT_CPU_SRC) kernels/nocuda.c
+ENGINE_CU := kernels/cuda/kvquant.cu
+CMD_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
-CU_SRC :=
-
 ifeq ($(CUDA),1)
-CU_SRC := $(wildcard kernels/cuda/*.cu)
-LIB_SRC += $(wildcard calib/*_cuda.c)
-NOCUDA_SRC :=
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o) $(ENGINE_CU:%.cu=$(BUILD)/%.cu.o)
+TOOLKIT_OBJ := $(TOOLKIT_CPU_SRC:%.c=$(BUILD)/%.o) $(patsubst %.c,$(BUILD)/%.o,$(wildcard calib/*_cuda.c)) \
+               $(patsubst %.cu,$(BUILD)/%.cu.o,$(filter-out $(ENGINE_CU),$(wildcard kernels/cuda/*.cu)))
 override CFLAGS += -DKVCAL_WITH_CUDA -I$(CUDA_HOME)/include
 ifeq ($(strip $(CUDA_ARCH)),native)
 CUDA_TARGETS := $(sort $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | \
@@ -57,11 +65,16 @@ NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC,-Wall -DKVCAL_WITH_CUDA \
              -Iinclude -Icore -I. --expt-relaxed-constexpr
 override NVCCFLAGS += $(foreach t,$(filter sm_%,$(CUDA_TARGETS)),-gencode=arch=compute_$(t:sm_%=%),code=$(t)) \
                       $(foreach t,$(filter compute_%,$(CUDA_TARGETS)),-gencode=arch=$(t),code=$(t))
+ENGINE_LIBS := -lcjson -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -lpthread -lm
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lrt -lstdc++
+else
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o) $(BUILD)/kernels/nocuda.o
+TOOLKIT_OBJ := $(TOOLKIT_CPU_SRC:%.c=$(BUILD)/%.o)
+ENGINE_LIBS := -lcjson -lpthread -lm
 endif
-
-LIB_SRC += $(NOCUDA_SRC)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+# Only what include/ declares (KVCAL_API) leaves libkvcal.so.
+override CFLAGS += -fvisibility=hidden
+override NVCCFLAGS += -Xcompiler -fvisibility=hidden
 CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_SRC := $(wildcard bench/*.c) $(if $(filter 1,$(CUDA)),$(wildcard bench/*.cu))
@@ -71,18 +84,21 @@ KVCAL := $(BUILD)/kvcal
 TESTS := $(BUILD)/kvcal_tests
 LIBA := $(BUILD)/libkvcal.a
 LIBSO := $(BUILD)/libkvcal.so
+TOOLKIT := $(BUILD)/libkvcal_toolkit.a
+# what the kvcal program, the tests and the benchmarks link
+TOOLKIT_LINK := $(TOOLKIT) $(LIBA) $(LDLIBS)
 
 .PHONY: all test bench asan fuzz install clean format
 all: $(KVCAL) $(LIBA) $(LIBSO)
 
 # --- generated registries: commands and test suites are found by grep ---
-$(BUILD)/commands.gen.h: $(wildcard calib/cmd_*.c) | $(BUILD)/.dir
-	@grep -h '^KVCAL_COMMAND(' $(sort $(wildcard calib/cmd_*.c)) /dev/null > $@.tmp || true
+$(BUILD)/commands.gen.h: $(wildcard cli/cmd_*.c) | $(BUILD)/.dir
+	@grep -h '^KVCAL_COMMAND(' $(sort $(wildcard cli/cmd_*.c)) /dev/null > $@.tmp || true
 	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
 $(BUILD)/suites.gen.h: $(TEST_SRC) | $(BUILD)/.dir
 	@grep -h '^KVCAL_SUITE(' $(sort $(TEST_SRC)) /dev/null > $@.tmp || true
 	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
-$(BUILD)/calib/main.o: $(BUILD)/commands.gen.h
+$(BUILD)/cli/main.o: $(BUILD)/commands.gen.h
 $(BUILD)/tests/test_main.o: $(BUILD)/suites.gen.h
 # A file named by the CUDA targets: another list makes another file, on
 # which the CUDA objects are rebuilt, and core/device.o, which reports it.
@@ -90,7 +106,7 @@ CUDA_STAMP := $(BUILD)/.cuda-targets-$(subst $() ,-,$(CUDA_TARGETS))
 $(CUDA_STAMP): | $(BUILD)/.dir
 	@rm -f $(BUILD)/.cuda-targets*
 	@touch $@
-$(BUILD)/core/device.o $(CU_SRC:%.cu=$(BUILD)/%.cu.o): $(CUDA_STAMP)
+$(BUILD)/core/device.o $(filter %.cu.o,$(ENGINE_OBJ) $(TOOLKIT_OBJ)): $(CUDA_STAMP)
 $(BUILD)/core/device.o: override CFLAGS += -DKVCAL_CUDA_TARGETS='"$(CUDA_TARGETS)"'
 
 $(BUILD)/.dir:
@@ -104,32 +120,38 @@ $(BUILD)/%.cu.o: %.cu | $(BUILD)/.dir
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 # Every rule makes the folder it writes into (a target may be asked for alone).
-$(LIBA): $(LIB_OBJ) | $(BUILD)/.dir
+$(LIBA): $(ENGINE_OBJ) | $(BUILD)/.dir
 	@rm -f $@
 	ar rcs $@ $^
-$(LIBSO): $(LIB_OBJ) | $(BUILD)/.dir
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvcal.so.0 -o $@ $^ $(LDLIBS)
-$(KVCAL): $(CMD_OBJ) $(LIBA) | $(BUILD)/.dir
-	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIBA) $(LDLIBS)
-$(TESTS): $(TEST_OBJ) $(LIBA) | $(BUILD)/.dir
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIBA) -lcunit $(LDLIBS)
+$(LIBSO): $(ENGINE_OBJ) | $(BUILD)/.dir
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvcal.so.0 -Wl,--no-undefined -o $@ $^ \
+	  $(ENGINE_LIBS)
+	ln -sf libkvcal.so $(BUILD)/libkvcal.so.0
+$(TOOLKIT): $(TOOLKIT_OBJ) | $(BUILD)/.dir
+	@rm -f $@
+	ar rcs $@ $^
+$(KVCAL): $(CMD_OBJ) $(TOOLKIT) $(LIBA) | $(BUILD)/.dir
+	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(TOOLKIT_LINK)
+$(TESTS): $(TEST_OBJ) $(TOOLKIT) $(LIBA) | $(BUILD)/.dir
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TOOLKIT) $(LIBA) -lcunit $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(LIBA)
+$(BUILD)/bench/%: bench/%.c $(TOOLKIT) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
-$(BUILD)/bench/%: bench/%.cu $(LIBA)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TOOLKIT_LINK)
+$(BUILD)/bench/%: bench/%.cu $(TOOLKIT) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(TOOLKIT_LINK)
 
 # The example engine decode loop against the online scaling API.
 EXAMPLE := $(BUILD)/tests/example_engine_loop
 $(EXAMPLE): tests/example_engine_loop.c $(LIBA)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(ENGINE_LIBS)
 
 # Every test; GPU suites report themselves skipped where no GPU is present.
 # (all: the install suite installs this build.)
 test: all $(TESTS) $(EXAMPLE)
+	python3 tests/check_includes.py
 	./$(EXAMPLE)
 	KVCAL_BIN=./$(KVCAL) ./$(TESTS)
 
@@ -164,10 +186,10 @@ asan:
 # libFuzzer targets (clang), each run FUZZ_TIME seconds on its seed corpus.
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
-build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC) kernels/nocuda.c
+build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
-	  -o $@ $< $(filter-out calib/%,$(CPU_LIB_SRC)) kernels/nocuda.c $(filter calib/%,$(CPU_LIB_SRC)) $(HOST_LIBS)
+	  -o $@ $< $(CPU_LIB_SRC) $(HOST_LIBS)
 fuzz: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_TIME) s"; \
@@ -184,12 +206,13 @@ install: all
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libkvcal.a
 	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libkvcal.so.0
 	ln -sf libkvcal.so.0 $(DESTDIR)$(PREFIX)/lib/libkvcal.so
-	install -m 644 include/kvcal.h include/kvcal_quant.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(wildcard include/*.h) $(DESTDIR)$(PREFIX)/include/
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: kvcal\nDescription: FP8 KV-cache scale calibration and online quantization\nVersion: %s\nLibs: -L$${libdir} -lkvcal\nLibs.private: %s\nCflags: -I$${includedir}\n' \
-	  '$(PREFIX)' "$$(sed -n 's/.*KVCAL_VERSION_STRING "\(.*\)"/\1/p' include/kvcal.h)" '$(LDLIBS)' > $(PC_DIR)/kvcal.pc
+	  '$(PREFIX)' "$$(sed -n 's/.*KVCAL_VERSION_STRING "\(.*\)"/\1/p' include/kvcal.h)" '$(ENGINE_LIBS)' > $(PC_DIR)/kvcal.pc
 	chmod 644 $(PC_DIR)/kvcal.pc
 	install -d $(DESTDIR)$(PREFIX)/share/kvcal/datasets
-	install -m 644 datasets/default_calibration.txt $(DESTDIR)$(PREFIX)/share/kvcal/datasets/
+	install -m 644 datasets/default_calibration.txt datasets/RECIPES.md \
+	  $(DESTDIR)$(PREFIX)/share/kvcal/datasets/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "io/tokenizer.h"
+#include "io/tokenizer/tokenizer.h"
 #include "kvcal.h"
 
 static double now_s(void)
@@ -35,7 +35,7 @@ typedef struct doc {
     size_t n;
 } doc;
 
-/* Runs of non-blank lines, as io/dataset.c splits plain text. */
+/* Runs of non-blank lines, as io/dataset/dataset.c splits plain text. */
 static size_t split_docs(const char *text, size_t len, doc *out)
 {
     size_t n = 0, i = 0, start = 0, end = 0;

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "io/model_config.h"
+#include "io/checkpoint/model_config.h"
 #include "kvcal.h"
 
 typedef struct kvcal_model_desc kvcal_model_desc;
@@ -127,16 +127,5 @@ const kvcal_arch *kvcal_arch_find(const char *architecture);
 /* "LlamaForCausalLM, MistralForCausalLM, ... and Qwen3ForCausalLM" into buf
  * (n bytes): every architecture of every family, for messages. */
 void kvcal_arch_list(char *buf, size_t n);
-
-/* The size `dim` stands for in model d (0 for KVCAL_DIM_NONE). */
-long long kvcal_arch_dim(const kvcal_model_desc *d, kvcal_dim dim);
-
-/* Whether weight w exists in model d. */
-int kvcal_arch_has(const kvcal_arch *a, const kvcal_model_desc *d, kvcal_weight w);
-
-/* Shape of logical weight w in model d: rows (its parts' rows added) and
- * cols (0 for a vector); 0 x 0 when absent. */
-void kvcal_arch_weight_shape(const kvcal_arch *a, const kvcal_model_desc *d,
-                             kvcal_weight w, long long *rows, long long *cols);
 
 #endif

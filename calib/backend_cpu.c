@@ -135,10 +135,9 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
 {
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
-    const kvcal_arch *a = d->arch;
     const float *w = weight(c, op->w), *b = weight(c, op->b);
     long long rows, cols;
-    kvcal_arch_weight_shape(a, d, op->w, &rows, &cols);
+    kvcal_model_weight_shape(d, op->w, &rows, &cols);
     if (op->out != KVCAL_ACT_QKV) {
         kvcal_matmul_ref(act(c, op->out), act(c, op->in), w, b, (int)c->n, (int)cols,
                          (int)rows);

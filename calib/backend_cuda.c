@@ -124,7 +124,7 @@ static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
     for (int j = 0; j < KVCAL_W_COUNT; j++) {
         const kvcal_weight i = slab_order[j];
         long long rows, cols;
-        kvcal_arch_weight_shape(d->arch, d, i, &rows, &cols);
+        kvcal_model_weight_shape(d, i, &rows, &cols);
         lay->off[i] = off;
         lay->elems[i] = (size_t)rows * (size_t)(cols ? cols : 1);
         off += round_up(lay->elems[i] * sizeof(kvcal_bf16));
@@ -362,7 +362,7 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
     if (op->out == KVCAL_ACT_QKV)
         return project_qkv(r, op, need_q);
     long long rows, cols;
-    kvcal_arch_weight_shape(be->desc->arch, be->desc, op->w, &rows, &cols);
+    kvcal_model_weight_shape(be->desc, op->w, &rows, &cols);
     return kvcal_gemm_launch(r->gemm, act(r, op->out), act(r, op->in), tensor(r, op->w),
                              tensor(r, op->b), r->batch * r->seq_len, (int)cols,
                              (int)rows, r->stream);

@@ -10,10 +10,10 @@
 
 #include "core/status.h"
 #include "io/file_read.h"
-#include "io/llama2c.h"
+#include "io/checkpoint/llama2c.h"
 #include "io/path.h"
-#include "io/model_config.h"
-#include "io/safetensors.h"
+#include "io/checkpoint/model_config.h"
+#include "io/checkpoint/safetensors.h"
 
 struct kvcal_model {
     kvcal_model_desc desc;
@@ -273,13 +273,13 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     char name[256];
     for (int l = 0; l < d->num_layers; l++)
         for (int w = 0; w < KVCAL_W_COUNT; w++) {
-            if (!kvcal_arch_has(a, d, w))
+            if (!kvcal_model_has_weight(d, w))
                 continue;
             const kvcal_weight_part *p = a->weights[w].parts;
             for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
                 layer_tensor_name(name, sizeof name, a, l, p[i].name);
-                if ((st = check_tensor(m, name, kvcal_arch_dim(d, p[i].rows),
-                                       kvcal_arch_dim(d, p[i].cols), &t)))
+                if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
+                                       kvcal_model_dim(d, p[i].cols), &t)))
                     return st;
                 if (l == 0 && w == KVCAL_W_QKV && i == 1)
                     snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
@@ -291,7 +291,7 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
         const kvcal_when when = a->weights[w].when;
         if ((when != KVCAL_WHEN_QKV_BIAS && when != KVCAL_WHEN_O_BIAS) ||
-            kvcal_arch_has(a, d, w))
+            kvcal_model_has_weight(d, w))
             continue;
         const kvcal_weight_part *p = a->weights[w].parts;
         for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++)
@@ -399,7 +399,7 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
     size_t floats = 0;
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
         long long rows, cols;
-        kvcal_arch_weight_shape(m->desc.arch, &m->desc, w, &rows, &cols);
+        kvcal_model_weight_shape(&m->desc, w, &rows, &cols);
         floats += (size_t)rows * (size_t)(cols ? cols : 1);
     }
     if (floats && !(m->layer_buf = malloc(sizeof(float) * floats))) {
@@ -494,7 +494,7 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
     float *p = m->layer_buf;
     char name[256];
     for (int i = 0; i < KVCAL_W_COUNT; i++) {
-        if (!kvcal_arch_has(a, &m->desc, i))
+        if (!kvcal_model_has_weight(&m->desc, i))
             continue;
         w->w[i] = p;
         const kvcal_weight_part *part = a->weights[i].parts;
@@ -575,4 +575,54 @@ kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
     *final_norm = m->final_norm;
     *lm_head = m->lm_head;
     return KVCAL_OK;
+}
+
+// --- the weights of a family ---------------------------------------------
+
+long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim)
+{
+    switch (dim) {
+    case KVCAL_DIM_HIDDEN:
+        return d->hidden_size;
+    case KVCAL_DIM_Q:
+        return (long long)d->num_heads * d->head_dim;
+    case KVCAL_DIM_KV:
+        return (long long)d->num_kv_heads * d->head_dim;
+    case KVCAL_DIM_INTER:
+        return d->intermediate_size;
+    case KVCAL_DIM_HEAD:
+        return d->head_dim;
+    default:
+        return 0;
+    }
+}
+
+int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
+{
+    const kvcal_arch *a = d->arch;
+    if (w < 0 || w >= KVCAL_W_COUNT || !a->weights[w].parts[0].name)
+        return 0;
+    switch (a->weights[w].when) {
+    case KVCAL_WHEN_QKV_BIAS:
+        return d->qkv_bias;
+    case KVCAL_WHEN_O_BIAS:
+        return d->o_bias;
+    case KVCAL_WHEN_QK_NORM:
+        return d->qk_norm;
+    default:
+        return 1;
+    }
+}
+
+void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
+                              long long *cols)
+{
+    const kvcal_arch *a = d->arch;
+    *rows = *cols = 0;
+    if (!kvcal_model_has_weight(d, w))
+        return;
+    const kvcal_weight_part *p = a->weights[w].parts;
+    for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++)
+        *rows += kvcal_model_dim(d, p[i].rows);
+    *cols = kvcal_model_dim(d, p[0].cols);
 }

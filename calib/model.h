@@ -15,7 +15,7 @@
 
 #include "calib/arch.h"
 #include "core/scales.h"
-#include "io/llama2c.h"
+#include "io/checkpoint/llama2c.h"
 #include "kvcal.h"
 
 struct kvcal_model_desc {
@@ -52,6 +52,20 @@ typedef struct kvcal_layer_weights {
 } kvcal_layer_weights;
 
 typedef struct kvcal_model kvcal_model_t;
+
+// --- the weights of a family, at a model's sizes ---
+
+/* The size `dim` stands for in model d (of its family, d->arch) (0 for KVCAL_DIM_NONE). */
+long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
+
+/* Whether weight w exists in model d. */
+int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);
+
+/* Shape of logical weight w in model d: rows (its parts' rows added) and
+ * cols (0 for a vector); 0 x 0 when absent. */
+void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
+                              long long *cols);
+
 
 /* Opens a checkpoint directory (config.json + *.safetensors), a single
  * .safetensors file beside its config.json, or a llama2.c .bin file, and

@@ -22,52 +22,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvcal_base.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define KVCAL_VERSION_MAJOR 0
-#define KVCAL_VERSION_MINOR 1
-#define KVCAL_VERSION_PATCH 0
-#define KVCAL_VERSION_STRING "0.1.0"
-
-/* --- status ------------------------------------------------------------ */
-
-/* Values only ever grow at the end. */
-typedef enum kvcal_status {
-    KVCAL_OK = 0,
-    KVCAL_ERR_INVALID_ARG = 1,   /* a caller passed a bad argument */
-    KVCAL_ERR_IO = 2,            /* a file could not be opened, read or written */
-    KVCAL_ERR_PARSE = 3,         /* not JSON / not safetensors / truncated */
-    KVCAL_ERR_FORMAT = 4,        /* parsed, but breaks the format's rules */
-    KVCAL_ERR_MISMATCH = 5,      /* valid, but does not fit the model / TP size */
-    KVCAL_ERR_NONFINITE = 6,     /* NaN or Inf where a finite value is needed */
-    KVCAL_ERR_NOMEM = 7,         /* host allocation failed */
-    KVCAL_ERR_UNSUPPORTED = 8,   /* architecture, dtype or option not supported */
-    KVCAL_ERR_NO_DEVICE = 9,     /* no CUDA device, or built without CUDA */
-    KVCAL_ERR_DEVICE_MEMORY = 10,/* cudaMalloc failed */
-    KVCAL_ERR_CUDA = 11          /* any other CUDA / cuBLAS failure */
-} kvcal_status;
-
-/* Static string naming the status ("parse error"); never NULL. */
-const char *kvcal_status_str(kvcal_status status);
-
-/* One-line detail of the calling thread's last failure ("" if none). */
-const char *kvcal_last_error(void);
-
-/* "0.1.0" */
-const char *kvcal_version(void);
-
-/* Number of usable CUDA devices; 0 when built without CUDA or when none. */
-int kvcal_cuda_device_count(void);
-
 /* --- scales -------------------------------------------------------------- */
-
-/* Granularity of a scale set. Values reach disk only as strings. */
-typedef enum kvcal_granularity {
-    KVCAL_GRANULARITY_TENSOR = 0, /* one K and one V scale per layer */
-    KVCAL_GRANULARITY_HEAD = 1    /* one K and one V scale per layer and kv head */
-} kvcal_granularity;
 
 /* On-disk formats of DESIGN.md ("Formats"). Values only grow at the end. */
 typedef enum kvcal_format {
@@ -83,28 +44,28 @@ typedef struct kvcal_scales kvcal_scales_t;
 
 /* Creates a scale set of num_layers x num_kv_heads, every scale unset (0).
  * Both counts in [1, 65536], their product at most 2^24. */
-kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
-                                 kvcal_scales_t **out);
-void kvcal_scales_destroy(kvcal_scales_t *scales);
+KVCAL_API kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
+                                           kvcal_scales_t **out);
+KVCAL_API void kvcal_scales_destroy(kvcal_scales_t *scales);
 
-int kvcal_scales_num_layers(const kvcal_scales_t *scales);
-int kvcal_scales_num_kv_heads(const kvcal_scales_t *scales);
-kvcal_granularity kvcal_scales_granularity(const kvcal_scales_t *scales);
+KVCAL_API int kvcal_scales_num_layers(const kvcal_scales_t *scales);
+KVCAL_API int kvcal_scales_num_kv_heads(const kvcal_scales_t *scales);
+KVCAL_API kvcal_granularity kvcal_scales_granularity(const kvcal_scales_t *scales);
 
 /* Per-head K and V scales of one layer (head in [0, num_kv_heads)). */
-kvcal_status kvcal_scales_get_head(const kvcal_scales_t *scales, int layer,
-                                   int head, float *k_scale, float *v_scale);
+KVCAL_API kvcal_status kvcal_scales_get_head(const kvcal_scales_t *scales, int layer,
+                                             int head, float *k_scale, float *v_scale);
 /* Per-tensor K and V scales of one layer (for a per-head set: the max over
  * heads, which is what an engine with one scale per layer must use). */
-kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *scales, int layer,
-                                     float *k_scale, float *v_scale);
+KVCAL_API kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *scales, int layer,
+                                               float *k_scale, float *v_scale);
 
 /* Loads any supported scales file or checkpoint directory, detecting the
  * format. model_dir (may be NULL) is the directory holding config.json; it
  * supplies model_type and head counts the file itself may lack. tp is the
  * tensor-parallel size the legacy format is read for (1 when unsure). */
-kvcal_status kvcal_scales_load(const char *path, const char *model_dir, int tp,
-                               kvcal_scales_t **out);
+KVCAL_API kvcal_status kvcal_scales_load(const char *path, const char *model_dir, int tp,
+                                         kvcal_scales_t **out);
 
 /* The largest tensor-parallel size kvcal reads or writes a legacy file for:
  * more ranks than any deployment has (a file with more is not a scales
@@ -117,13 +78,13 @@ kvcal_status kvcal_scales_load(const char *path, const char *model_dir, int tp,
  * model's directory (its config.json is copied with kv_cache_scheme merged).
  * tp is used by the legacy format. Refuses non-finite, zero or negative
  * scales (KVCAL_ERR_NONFINITE / KVCAL_ERR_FORMAT) and writes nothing then. */
-kvcal_status kvcal_scales_write(const kvcal_scales_t *scales,
-                                kvcal_format format, const char *path,
-                                const char *model_dir, int tp);
+KVCAL_API kvcal_status kvcal_scales_write(const kvcal_scales_t *scales,
+                                          kvcal_format format, const char *path,
+                                          const char *model_dir, int tp);
 
 /* Short name of a format ("legacy-json", "kvcal-json", "checkpoint",
  * "unknown"); never NULL. */
-const char *kvcal_format_name(kvcal_format format);
+KVCAL_API const char *kvcal_format_name(kvcal_format format);
 
 /* --- validation ---------------------------------------------------------- */
 
@@ -151,22 +112,24 @@ typedef struct kvcal_report kvcal_report_t;
  * (an empty or unparsable file is a finding); a missing path, an unreadable
  * model config or a failed allocation is an error status and *out is NULL
  * then. The caller owns the report (kvcal_report_destroy). */
-kvcal_status kvcal_scales_validate_file(const char *path, const char *model_dir,
-                                        int tp, kvcal_report_t **out);
+KVCAL_API kvcal_status kvcal_scales_validate_file(const char *path, const char *model_dir,
+                                                  int tp, kvcal_report_t **out);
 
-void kvcal_report_destroy(kvcal_report_t *report);
+KVCAL_API void kvcal_report_destroy(kvcal_report_t *report);
 /* Format the file was recognised as (KVCAL_FORMAT_UNKNOWN when none). */
-kvcal_format kvcal_report_format(const kvcal_report_t *report);
+KVCAL_API kvcal_format kvcal_report_format(const kvcal_report_t *report);
 /* Number of findings (of any severity). */
-int kvcal_report_count(const kvcal_report_t *report);
+KVCAL_API int kvcal_report_count(const kvcal_report_t *report);
 /* Number of findings of one severity. */
-int kvcal_report_count_severity(const kvcal_report_t *report, kvcal_severity severity);
+KVCAL_API int kvcal_report_count_severity(const kvcal_report_t *report,
+                                          kvcal_severity severity);
 /* Finding i in [0, count); the strings live as long as the report. */
-kvcal_status kvcal_report_get(const kvcal_report_t *report, int i, kvcal_finding *out);
+KVCAL_API kvcal_status kvcal_report_get(const kvcal_report_t *report, int i,
+                                        kvcal_finding *out);
 /* 1 when the file passes: no error, and no warning either when strict. */
-int kvcal_report_passes(const kvcal_report_t *report, int strict);
+KVCAL_API int kvcal_report_passes(const kvcal_report_t *report, int strict);
 
-#include "kvcal_quant.h"
+#include "kvcal_quant.h" /* online quantization: part of the API */
 
 #ifdef __cplusplus
 }

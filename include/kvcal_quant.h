@@ -1,5 +1,5 @@
 /* kvcal_quant.h: online FP8 (e4m3fn) KV quantization into a paged cache
- * (included by kvcal.h; the conventions stated there apply).
+ * (included by kvcal.h, or alone; the conventions stated in kvcal.h apply).
  *
  * Every operation exists twice with identical semantics, bit for bit:
  *   kvcal_kv_<op>_ref     CPU reference; every pointer is a host pointer;
@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvcal.h"
+#include "kvcal_base.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,7 +47,7 @@ struct CUstream_st;
 
 /* Element types, one enum for the whole library. K/V inputs and dequantized
  * outputs are F32, F16 or BF16; the others name the safetensors dtypes
- * (io/safetensors.h). Values only grow at the end. */
+ * (io/checkpoint/safetensors.h). Values only grow at the end. */
 typedef enum kvcal_dtype {
     KVCAL_DTYPE_F32 = 0,
     KVCAL_DTYPE_F16 = 1,
@@ -120,15 +120,17 @@ typedef struct kvcal_kv_cache {
  * synchronization and leaves the bytes undefined for a bad scale.
  * cache->k_scale / v_scale, when set, receive the scale used for every
  * written (token, head). */
-kvcal_status kvcal_kv_quantize_static_ref(const kvcal_kv_batch *batch,
-                                          const kvcal_kv_cache *cache,
-                                          kvcal_granularity granularity,
-                                          const float *k_scale, const float *v_scale);
-kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch,
-                                             const kvcal_kv_cache *cache,
-                                             kvcal_granularity granularity,
-                                             const float *k_scale, const float *v_scale,
-                                             struct CUstream_st *stream);
+KVCAL_API kvcal_status kvcal_kv_quantize_static_ref(const kvcal_kv_batch *batch,
+                                                    const kvcal_kv_cache *cache,
+                                                    kvcal_granularity granularity,
+                                                    const float *k_scale,
+                                                    const float *v_scale);
+KVCAL_API kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch,
+                                                       const kvcal_kv_cache *cache,
+                                                       kvcal_granularity granularity,
+                                                       const float *k_scale,
+                                                       const float *v_scale,
+                                                       struct CUstream_st *stream);
 
 /* --- dynamic per (token, head) ------------------------------------------ */
 
@@ -136,11 +138,11 @@ kvcal_status kvcal_kv_quantize_static_launch(const kvcal_kv_batch *batch,
  * over that head's head_dim finite values, written to cache->k_scale /
  * v_scale (required). vLLM's fp8_per_token_head stores the same layout with
  * a floor of 1e-6 instead of 1/(448*512). */
-kvcal_status kvcal_kv_quantize_dynamic_ref(const kvcal_kv_batch *batch,
-                                           const kvcal_kv_cache *cache);
-kvcal_status kvcal_kv_quantize_dynamic_launch(const kvcal_kv_batch *batch,
-                                              const kvcal_kv_cache *cache,
-                                              struct CUstream_st *stream);
+KVCAL_API kvcal_status kvcal_kv_quantize_dynamic_ref(const kvcal_kv_batch *batch,
+                                                     const kvcal_kv_cache *cache);
+KVCAL_API kvcal_status kvcal_kv_quantize_dynamic_launch(const kvcal_kv_batch *batch,
+                                                        const kvcal_kv_cache *cache,
+                                                        struct CUstream_st *stream);
 
 /* --- online running per-head scales ------------------------------------- */
 
@@ -179,10 +181,10 @@ typedef struct kvcal_kv_scaler kvcal_kv_scaler_t;
  * on_device = 1 allocates the state on the current CUDA device (for the
  * _launch functions; KVCAL_ERR_NO_DEVICE without one), 0 on the host (for
  * the _ref functions). */
-kvcal_status kvcal_kv_scaler_create(int num_kv_heads, kvcal_scaler_mode mode,
-                                    float ema_alpha, int on_device,
-                                    kvcal_kv_scaler_t **out);
-void kvcal_kv_scaler_destroy(kvcal_kv_scaler_t *scaler);
+KVCAL_API kvcal_status kvcal_kv_scaler_create(int num_kv_heads, kvcal_scaler_mode mode,
+                                              float ema_alpha, int on_device,
+                                              kvcal_kv_scaler_t **out);
+KVCAL_API void kvcal_kv_scaler_destroy(kvcal_kv_scaler_t *scaler);
 
 /* One engine step: folds the batch's per-head absmax of K and V (finite
  * values of non-padding tokens) into the scaler, then quantizes the batch
@@ -193,26 +195,27 @@ void kvcal_kv_scaler_destroy(kvcal_kv_scaler_t *scaler);
  * it writes every row with the current scales while reducing the absmax,
  * then rewrites only the rows of heads whose scale grew: once the scales
  * have settled, a step reads and writes its K/V once. */
-kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
-                                          const kvcal_kv_batch *batch,
-                                          const kvcal_kv_cache *cache);
-kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scaler,
-                                             const kvcal_kv_batch *batch,
-                                             const kvcal_kv_cache *cache,
-                                             struct CUstream_st *stream);
+KVCAL_API kvcal_status kvcal_kv_scaler_quantize_ref(kvcal_kv_scaler_t *scaler,
+                                                    const kvcal_kv_batch *batch,
+                                                    const kvcal_kv_cache *cache);
+KVCAL_API kvcal_status kvcal_kv_scaler_quantize_launch(kvcal_kv_scaler_t *scaler,
+                                                       const kvcal_kv_batch *batch,
+                                                       const kvcal_kv_cache *cache,
+                                                       struct CUstream_st *stream);
 
 /* The scaler's current per-head scales, (num_kv_heads) each, in the
  * scaler's memory (device memory for a device scaler), owned by the scaler
  * and valid until it is destroyed; 0 until the first valid step. */
-kvcal_status kvcal_kv_scaler_scales(const kvcal_kv_scaler_t *scaler,
-                                    const float **k_scale, const float **v_scale);
+KVCAL_API kvcal_status kvcal_kv_scaler_scales(const kvcal_kv_scaler_t *scaler,
+                                              const float **k_scale,
+                                              const float **v_scale);
 
 /* Copies the current per-head scales to host arrays of num_kv_heads floats
  * (either may be NULL) and the number of steps folded in (may be NULL).
  * For a device scaler this synchronizes `stream` first. */
-kvcal_status kvcal_kv_scaler_read(const kvcal_kv_scaler_t *scaler,
-                                  struct CUstream_st *stream, float *k_scale,
-                                  float *v_scale, int64_t *steps);
+KVCAL_API kvcal_status kvcal_kv_scaler_read(const kvcal_kv_scaler_t *scaler,
+                                            struct CUstream_st *stream, float *k_scale,
+                                            float *v_scale, int64_t *steps);
 
 /* --- dequantization ------------------------------------------------------ */
 
@@ -222,17 +225,16 @@ kvcal_status kvcal_kv_scaler_read(const kvcal_kv_scaler_t *scaler,
  * come from cache->k_scale / v_scale when set, otherwise from the static
  * k_scale / v_scale of `granularity`. Rows of skipped slots are not
  * written. batch->k / v and dtype are ignored. */
-kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
-                                     const kvcal_kv_cache *cache,
-                                     kvcal_granularity granularity, const float *k_scale,
-                                     const float *v_scale, void *k_out, void *v_out,
-                                     kvcal_dtype out_dtype);
-kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
-                                        const kvcal_kv_cache *cache,
-                                        kvcal_granularity granularity,
-                                        const float *k_scale, const float *v_scale,
-                                        void *k_out, void *v_out, kvcal_dtype out_dtype,
-                                        struct CUstream_st *stream);
+KVCAL_API kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
+                                               const kvcal_kv_cache *cache,
+                                               kvcal_granularity granularity,
+                                               const float *k_scale, const float *v_scale,
+                                               void *k_out, void *v_out,
+                                               kvcal_dtype out_dtype);
+KVCAL_API kvcal_status kvcal_kv_dequantize_launch(
+    const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
+    kvcal_granularity granularity, const float *k_scale, const float *v_scale,
+    void *k_out, void *v_out, kvcal_dtype out_dtype, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -11,11 +11,11 @@
 #include "core/status.h"
 #include "io/file_read.h"
 #include "io/json_file.h"
-#include "io/llama2c.h"
+#include "io/checkpoint/llama2c.h"
 #include "io/path.h"
-#include "io/safetensors.h"
-#include "io/scales_io.h"
-#include "io/token_set_info.h"
+#include "io/checkpoint/safetensors.h"
+#include "io/scales/scales_io.h"
+#include "io/dataset/token_set_info.h"
 
 int kvcal_is_scale_tensor_name(const char *name)
 {

@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "io/safetensors.h"
+#include "io/checkpoint/safetensors.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 

@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include "core/status.h"
-#include "io/dataset.h"
-#include "io/dataset_impl.h"
+#include "io/dataset/dataset.h"
+#include "io/dataset/dataset_impl.h"
 #include "io/file_read.h"
-#include "io/token_set_info.h"
+#include "io/dataset/token_set_info.h"
 #include "tests/test_util.h"
 
 static const char *write_tmp(const char *name, const char *text)

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "io/safetensors.h"
+#include "io/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 #define MODEL "models/stories260K/stories260K.bin"

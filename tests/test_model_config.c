@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "io/json_file.h"
-#include "io/model_config.h"
+#include "io/checkpoint/model_config.h"
 #include "tests/test_util.h"
 
 #define CONFIGS "tests/fixtures/configs/"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "io/safetensors.h"
+#include "io/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
 #define DTYPES_FIXTURE "tests/fixtures/safetensors/dtypes.safetensors"

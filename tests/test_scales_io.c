@@ -9,8 +9,8 @@
 
 #include "core/scales.h"
 #include "io/json_file.h"
-#include "io/safetensors.h"
-#include "io/scales_validate.h"
+#include "io/checkpoint/safetensors.h"
+#include "io/scales/scales_validate.h"
 #include "tests/test_util.h"
 
 #define LLAMA2 "tests/fixtures/llama2-7b"

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "io/dataset.h"
-#include "io/dataset_impl.h"
+#include "io/dataset/dataset.h"
+#include "io/dataset/dataset_impl.h"
 #include "tests/test_util.h"
 
 #define TEXT "datasets/default_calibration.txt"

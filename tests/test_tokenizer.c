@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
-#include "io/tokenizer.h"
-#include "io/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer.h"
+#include "io/tokenizer/tokenizer_impl.h"
 #include "tests/test_util.h"
 
 #define FIX "tests/fixtures/tokenizer/"

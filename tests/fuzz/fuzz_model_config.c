@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "io/model_config.h"
+#include "io/checkpoint/model_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,7 +9,7 @@
 
 #include "core/scale_rule.h"
 #include "io/json_file.h"
-#include "io/scales_io.h"
+#include "io/scales/scales_io.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

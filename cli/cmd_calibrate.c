@@ -1,0 +1,707 @@
+/* cli/cmd_calibrate.c: `kvcal calibrate`: runs a model over calibration
+ * samples, observes every K and V the engine would cache, and writes the
+ * scales in every format engines read. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cmd_common.h"
+#include "cli/cmd_outputs.h"
+#include "cli/cmd_progress.h"
+#include "cli/command.h"
+#include "cli/data_path.h"
+#include "calib/executor.h"
+#include "calib/model.h"
+#include "core/scales.h"
+#include "core/status.h"
+#include "io/atomic_file.h"
+#include "io/dataset/dataset.h"
+#include "io/json_file.h"
+#include "io/scales/scales_io.h"
+#include "io/stats_hdf5.h"
+#include "kvcal.h"
+#include "observers/observer.h"
+#include "observers/stats.h"
+
+#define DEFAULT_DATASET "datasets/default_calibration.txt"
+#define DEFAULT_BATCH 4
+/* the default, recorded as is in provenance; read from kvcal's data folder */
+static const char default_dataset[] = DEFAULT_DATASET;
+
+typedef struct {
+    kvcal_cmd_run_options run;
+    const char *out, *stats_path, *format;
+    int output_named; /* --out, --format or --stats given */
+    int time_only;    /* --time-only */
+    kvcal_observer_config observer;
+    kvcal_granularity granularity;
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: kvcal calibrate --model DIR|FILE [options]\n\n"
+        "Runs the model over calibration samples, observes every K (after RoPE and\n"
+        "k_norm) and V (after v_proj) the engine would cache, and writes FP8 e4m3\n"
+        "scales (scale = max(absmax / 448, 1/(448*512))).\n\n"
+        "  --model DIR|FILE     Hugging Face checkpoint directory (config.json +\n"
+        "                       safetensors) or llama2.c .bin file\n"
+        "  --dataset FILE       text, JSONL ({\"text\": ...} or {\"input_ids\": [...]})\n"
+        "                       or HDF5 token set (default: " DEFAULT_DATASET ")\n"
+        "  --tokenizer PATH     tokenizer.json / tokenizer.model / llama2.c "
+        "tokenizer.bin\n"
+        "                       (default: found next to the model)\n"
+        "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
+        "  --num-samples N      samples (default 32)\n"
+        "  --seq-len L          tokens per sample (default min(256, model context))\n"
+        "  --batch B            samples per forward pass (default 4; at most the\n"
+        "                       number of samples)\n"
+        "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse (default "
+        "minmax)\n"
+        "  --granularity G      tensor | head (default tensor)\n"
+        "  --tp N               tensor-parallel size of the legacy file (default 1):\n"
+        "                       1 to 4096, dividing the kv heads or a multiple of them\n"
+        "  --device D           cpu | cuda (default cpu)\n"
+        "  --out PATH           output file, or directory for checkpoint / all\n"
+        "                       (default kvcal_scales.json, kv_cache_scales.json,\n"
+        "                       kvcal-checkpoint or kvcal-out)\n"
+        "  --format F           legacy | kvcal | checkpoint | all (default kvcal); all\n"
+        "                       writes kv_cache_scales.json, kvcal_scales.json and\n"
+        "                       checkpoint/ under --out\n"
+        "  --stats FILE.h5      also write the HDF5 statistics\n"
+        "  --seed S             sample selection seed (default 0)\n"
+        "  --quiet              no progress line (on a terminal a line rewritten in\n"
+        "                       place; elsewhere a plain line every\n"
+        "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
+        "                       the end)\n"
+        "  --json               print the summary as JSON on stdout\n"
+        "  --time-only          run the samples without observing K/V and write\n"
+        "                       nothing: the rate without the observers (what they\n"
+        "                       cost is the difference to a normal run)\n\n"
+        "Every output is written to a temporary file beside it, and all are renamed\n"
+        "into place once every one was written: a failed run writes nothing (and\n"
+        "removes the directories it created). An output that is an input (the\n"
+        "dataset, the model's files, the tokenizer: by any name, links included) is\n"
+        "refused; only a checkpoint may go into the model directory itself (its\n"
+        "config.json and index rewritten, every field kept). A symbolic link at an\n"
+        "output path is written through: the file it names is replaced, the link\n"
+        "kept; a link to nothing is refused.\n"
+        "The same inputs and seed give byte-identical outputs.\n"
+        "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
+}
+
+static int fail(kvcal_status st)
+{
+    fprintf(stderr, "kvcal calibrate: %s\n", kvcal_last_error());
+    return kvcal_cmd_run_exit_code(st);
+}
+
+enum { O_OBSERVER = KVCAL_OPT_RUN_END, O_GRAN, O_OUT, O_FORMAT, O_STATS, O_TIME_ONLY };
+
+/* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
+static int own_option(int c, const char *arg, void *ctx)
+{
+    options *o = ctx;
+    switch (c) {
+    case O_OUT:
+        o->output_named = 1;
+        return kvcal_cmd_parse_path("calibrate", "--out", arg, &o->out) ? -1 : 1;
+    case O_FORMAT:
+        o->output_named = 1;
+        o->format = arg;
+        return 1;
+    case O_STATS:
+        o->output_named = 1;
+        return kvcal_cmd_parse_path("calibrate", "--stats", arg, &o->stats_path) ? -1 : 1;
+    case O_TIME_ONLY:
+        o->time_only = 1;
+        return 1;
+    case O_OBSERVER:
+        if (kvcal_observer_parse(arg, &o->observer)) {
+            fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
+            return -1;
+        }
+        return 1;
+    case O_GRAN:
+        if (!strcmp(arg, "tensor"))
+            o->granularity = KVCAL_GRANULARITY_TENSOR;
+        else if (!strcmp(arg, "head"))
+            o->granularity = KVCAL_GRANULARITY_HEAD;
+        else {
+            fprintf(stderr,
+                    "kvcal calibrate: --granularity '%s': expected tensor or head\n",
+                    arg);
+            return -1;
+        }
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Parses argv into *o; returns -1 on a usage error (message printed), 1 for
+ * --help, 0 to run. */
+static int parse_options(int argc, char **argv, options *o)
+{
+    static const struct option longopts[] = {
+        KVCAL_CMD_RUN_LONGOPTS,
+        {"observer", required_argument, 0, O_OBSERVER},
+        {"granularity", required_argument, 0, O_GRAN},
+        {"out", required_argument, 0, O_OUT},
+        {"format", required_argument, 0, O_FORMAT},
+        {"stats", required_argument, 0, O_STATS},
+        {"time-only", no_argument, 0, O_TIME_ONLY},
+        {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->run.dataset = default_dataset;
+    o->run.num_samples = 32;
+    o->run.tp = 1;
+    o->format = "kvcal";
+    o->observer = kvcal_observer_default();
+    o->granularity = KVCAL_GRANULARITY_TENSOR;
+    int rc = kvcal_cmd_parse_run_argv("calibrate", argc, argv, longopts, 1, &o->run,
+                                      own_option, o);
+    if (rc)
+        return rc;
+    if (!o->run.model) {
+        fprintf(stderr, "kvcal calibrate: --model is required (see --help)\n");
+        return -1;
+    }
+    if (o->time_only && o->output_named) {
+        fprintf(stderr, "kvcal calibrate: --time-only writes nothing; leave out --out, "
+                        "--format and --stats\n");
+        return -1;
+    }
+    static const char *const formats[] = {"legacy", "kvcal", "checkpoint", "all"};
+    static const char *const default_out[] = {"kv_cache_scales.json", "kvcal_scales.json",
+                                              "kvcal-checkpoint", "kvcal-out"};
+    int f = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(o->format, formats[i]))
+            f = i;
+    if (f < 0) {
+        fprintf(stderr,
+                "kvcal calibrate: --format '%s': expected legacy, kvcal, checkpoint or "
+                "all\n",
+                o->format);
+        return -1;
+    }
+    if (!o->out)
+        o->out = default_out[f];
+    return 0;
+}
+
+// --- running ----------------------------------------------------------------
+
+static void warn_stderr(void *ctx, const char *message)
+{
+    (void)ctx;
+    fprintf(stderr, "kvcal calibrate: warning: %s\n", message);
+}
+
+typedef struct {
+    kvcal_cmd_progress pr;
+    int total;
+} progress_ctx;
+
+static void progress(void *p, int done, long long tokens)
+{
+    progress_ctx *c = p;
+    double elapsed = kvcal_cmd_progress_elapsed(&c->pr);
+    kvcal_cmd_progress_update(
+        &c->pr, done == c->total,
+        "calibrate: %d/%d samples, %lld tokens, %.0f tokens/s, ETA %.0f s", done,
+        c->total, tokens, elapsed > 0 ? tokens / elapsed : 0.0,
+        elapsed * (c->total - done) / done);
+}
+
+/* Runs every sample through the model on the chosen device, folding K/V
+ * into stats (NULL: nothing observed, --time-only). batch: samples per
+ * forward pass, at most s->num_samples. */
+static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
+                                const options *o, int batch, kvcal_stats_t *stats,
+                                double *seconds)
+{
+    kvcal_exec_t *x = NULL;
+    kvcal_exec_options xo;
+    kvcal_status st = kvcal_cmd_exec_options(&o->run, batch, s->seq_len, &xo);
+    if (!st)
+        st = kvcal_exec_create(model, &xo, &x);
+    if (st)
+        return st;
+    progress_ctx pc = {.total = s->num_samples};
+    kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
+    const kvcal_exec_samples run = {s->ids,     s->lengths, s->num_samples,
+                                    s->seq_len, batch,      progress,
+                                    &pc};
+    st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
+    kvcal_cmd_progress_end(&pc.pr);
+    *seconds = kvcal_cmd_progress_elapsed(&pc.pr);
+    kvcal_exec_destroy(x);
+    return st;
+}
+
+// --- outputs --------------------------------------------------------------------
+
+/* Every file a run writes, known before it runs: checked against the inputs
+ * and against each other first, then written as one batch. */
+typedef struct {
+    char legacy[4096], kvcal[4096], checkpoint[4096]; /* "" when not written */
+    char files[6][4096];                              /* every file, checkpoint's too */
+    const char *option[6];                            /* the option naming each */
+    int in_checkpoint[6];                             /* 1 for the checkpoint's files */
+    int nfiles;
+} output_plan;
+
+/* Appends "<dir>/<name>" (dir alone when name is NULL) to the plan's files
+ * and into where (may be NULL); -1 with a message when it is too long. */
+static int plan_file(output_plan *p, const char *option, const char *dir,
+                     const char *name, char *where)
+{
+    char *f = p->files[p->nfiles];
+    if ((name ? kvcal_path_join(f, sizeof p->files[0], dir, name)
+              : snprintf(f, sizeof p->files[0], "%s", dir) >= (int)sizeof p->files[0]) ||
+        strlen(f) > KVCAL_ATOMIC_PATH_MAX) {
+        fprintf(stderr,
+                "kvcal calibrate: %s %.64s...: output path too long; use a path shorter "
+                "than %zu bytes\n",
+                option, dir,
+                (size_t)KVCAL_ATOMIC_PATH_MAX + 1 - (name ? strlen(name) + 1 : 0));
+        return -1;
+    }
+    p->option[p->nfiles++] = option;
+    if (where)
+        snprintf(where, sizeof p->legacy, "%s", f);
+    return 0;
+}
+
+/* The files of --format, --out and --stats; -1 (message printed) when a
+ * path is too long. */
+static int plan_outputs(const options *o, output_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    int all = !strcmp(o->format, "all");
+    if ((all || !strcmp(o->format, "legacy")) &&
+        plan_file(p, "--out", o->out, all ? "kv_cache_scales.json" : NULL, p->legacy))
+        return -1;
+    if ((all || !strcmp(o->format, "kvcal")) &&
+        plan_file(p, "--out", o->out, all ? "kvcal_scales.json" : NULL, p->kvcal))
+        return -1;
+    if (all || !strcmp(o->format, "checkpoint")) {
+        static const char *const names[] = {KVCAL_CHECKPOINT_SHARD,
+                                            KVCAL_CHECKPOINT_INDEX, "config.json"};
+        if ((all ? kvcal_path_join(p->checkpoint, sizeof p->checkpoint, o->out,
+                                   "checkpoint")
+                 : snprintf(p->checkpoint, sizeof p->checkpoint, "%s", o->out) >=
+                       (int)sizeof p->checkpoint) ||
+            strlen(p->checkpoint) + 64 >= sizeof p->checkpoint) {
+            fprintf(stderr,
+                    "kvcal calibrate: --out %.64s...: output path too long; use a path "
+                    "shorter than %zu bytes\n",
+                    o->out,
+                    sizeof p->checkpoint - 64 - (all ? strlen("/checkpoint") : 0));
+            return -1;
+        }
+        for (int i = 0; i < 3; i++) {
+            p->in_checkpoint[p->nfiles] = 1;
+            if (plan_file(p, "--out", p->checkpoint, names[i], NULL))
+                return -1;
+        }
+    }
+    if (o->stats_path && plan_file(p, "--stats", o->stats_path, NULL, NULL))
+        return -1;
+    return 0;
+}
+
+/* The model's directory: the model path, or the folder of a model file. */
+static void model_dir_of(const char *model, char *dir, size_t n)
+{
+    struct stat sb;
+    if (stat(model, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        kvcal_path_dirname(model, dir, n);
+    else
+        snprintf(dir, n, "%s", model);
+}
+
+/* Whether some output is an input, or two outputs are one file: -1 with a
+ * message naming them. The checkpoint may be written into the model's own
+ * directory (its config.json and index are rewritten with every field
+ * kept), so its files are not checked against the model's there. */
+static int check_outputs(const output_plan *p, const options *o,
+                         const kvcal_inputs_t *model_inputs,
+                         const kvcal_inputs_t *other_inputs)
+{
+    char model_dir[4096];
+    model_dir_of(o->run.model, model_dir, sizeof model_dir);
+    int into_model = p->checkpoint[0] && kvcal_path_same_file(p->checkpoint, model_dir);
+    for (int i = 0; i < p->nfiles; i++) {
+        if (kvcal_atomic_check(p->files[i]) ||
+            kvcal_inputs_check(other_inputs, p->option[i], p->files[i]) ||
+            (!(into_model && p->in_checkpoint[i]) &&
+             kvcal_inputs_check(model_inputs, p->option[i], p->files[i]))) {
+            fprintf(stderr, "kvcal calibrate: %s\n", kvcal_last_error());
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (kvcal_path_same_file(p->files[i], p->files[j])) {
+                fprintf(stderr,
+                        "kvcal calibrate: %s %s: is also the output %s of %s; give each "
+                        "output its own path\n",
+                        p->option[i], p->files[i], p->files[j], p->option[j]);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* The files the run reads: the model's into *model, the tokenizer and the
+ * dataset into *other. */
+static kvcal_status list_inputs(const options *o, const char *dataset_path,
+                                kvcal_inputs_t **model, kvcal_inputs_t **other)
+{
+    kvcal_status st = kvcal_inputs_create(model);
+    if (!st)
+        st = kvcal_inputs_create(other);
+    if (!st)
+        st = kvcal_cmd_add_model_inputs(*model, o->run.model);
+    if (!st && o->run.tokenizer)
+        st = kvcal_inputs_add(*other, o->run.tokenizer, "the tokenizer", NULL);
+    if (!st)
+        st = kvcal_inputs_add(*other, dataset_path, "the dataset", NULL);
+    return st;
+}
+
+/* A config.json describing a llama2.c model as the equivalent
+ * LlamaForCausalLM, for the checkpoint format (which merges its scheme into
+ * the model's config). Written into a fresh directory under `parent`. */
+static kvcal_status write_llama2c_config(const kvcal_llama2c_config *c,
+                                         const char *parent, char *dir, size_t n)
+{
+    if (kvcal_path_join(dir, n, parent, ".kvcal-model-XXXXXX"))
+        return kvcal_fail(KVCAL_ERR_IO, "%s: path too long", parent);
+    if (!mkdtemp(dir)) {
+        int err = errno;
+        dir[0] = '\0';
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create a temporary directory: %s",
+                          parent, strerror(err));
+    }
+    char path[4200];
+    return kvcal_path_join(path, sizeof path, dir, "config.json")
+               ? kvcal_fail(KVCAL_ERR_IO, "%s: path too long", dir)
+               : kvcal_llama2c_write_hf_config(c, path);
+}
+
+/* Removes what write_llama2c_config made (nothing when dir is ""). */
+static void remove_llama2c_config(const char *dir)
+{
+    char cfg[4300];
+    if (!dir[0])
+        return;
+    if (!kvcal_path_join(cfg, sizeof cfg, dir, "config.json"))
+        remove(cfg);
+    rmdir(dir);
+}
+
+/* Writes the planned outputs as one batch: all of them, or (on any
+ * failure) none and no directory it created. Once all are in place,
+ * appends each written path to `written` and what its format keeps and
+ * loses to `notes` ("" for the statistics). */
+static kvcal_status write_outputs(const kvcal_scales_t *scales,
+                                  const kvcal_stats_t *stats, kvcal_model_t *model,
+                                  const options *o, const output_plan *p, cJSON *written,
+                                  cJSON *notes)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    int all = !strcmp(o->format, "all");
+    char model_dir[4096], tmp_dir[4096] = "", parent[4096];
+    kvcal_atomic_batch_t *batch = NULL;
+    kvcal_status st = KVCAL_OK;
+    if (p->checkpoint[0] && !strcmp(d->source, "llama2c")) {
+        kvcal_path_dirname(o->out, parent, sizeof parent);
+        if ((st = write_llama2c_config(kvcal_model_llama2c_config(model), parent, tmp_dir,
+                                       sizeof tmp_dir)))
+            goto done;
+        snprintf(model_dir, sizeof model_dir, "%s", tmp_dir);
+    } else {
+        model_dir_of(o->run.model, model_dir, sizeof model_dir);
+    }
+    if ((st = kvcal_atomic_batch_begin(&batch)))
+        goto done;
+    if ((all && (st = kvcal_atomic_batch_mkdir(batch, o->out))) ||
+        (p->checkpoint[0] && (st = kvcal_atomic_batch_mkdir(batch, p->checkpoint))))
+        goto done;
+    if ((p->legacy[0] && (st = kvcal_scales_write(scales, KVCAL_FORMAT_LEGACY_JSON,
+                                                  p->legacy, NULL, o->run.tp))) ||
+        (p->kvcal[0] && (st = kvcal_scales_write(scales, KVCAL_FORMAT_KVCAL_JSON,
+                                                 p->kvcal, NULL, o->run.tp))) ||
+        (p->checkpoint[0] &&
+         (st = kvcal_scales_write(scales, KVCAL_FORMAT_CHECKPOINT, p->checkpoint,
+                                  model_dir, o->run.tp))) ||
+        (o->stats_path &&
+         (st = kvcal_stats_write_hdf5(o->stats_path, stats, &scales->model,
+                                      &scales->provenance))))
+        goto done;
+    st = kvcal_atomic_batch_commit(batch);
+    batch = NULL;
+    if (st)
+        goto done;
+    const char *names[] = {p->legacy, p->kvcal, p->checkpoint, o->stats_path};
+    const kvcal_format formats[] = {KVCAL_FORMAT_LEGACY_JSON, KVCAL_FORMAT_KVCAL_JSON,
+                                    KVCAL_FORMAT_CHECKPOINT, KVCAL_FORMAT_UNKNOWN};
+    for (int i = 0; i < 4; i++)
+        if (names[i] && names[i][0]) {
+            cJSON_AddItemToArray(written, cJSON_CreateString(names[i]));
+            cJSON_AddItemToArray(notes, cJSON_CreateString(kvcal_cmd_format_note(
+                                            formats[i], scales->granularity)));
+        }
+done:
+    kvcal_atomic_batch_abort(batch);
+    remove_llama2c_config(tmp_dir);
+    return st;
+}
+
+// --- report -------------------------------------------------------------------
+
+static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
+                        long long tokens, int samples, double seconds, cJSON *written,
+                        cJSON *notes)
+{
+    printf("calibrated %s (%s, %d layers, %d kv heads x %d) on %d samples, %lld tokens, "
+           "%.1f s, %.0f tokens/s\n",
+           d->architecture, d->source, d->num_layers, d->num_kv_heads, d->head_dim,
+           samples, tokens, seconds, seconds > 0 ? tokens / seconds : 0.0);
+    printf("%5s  %10s  %10s  %10s  %10s\n", "layer", "K absmax", "K scale", "V absmax",
+           "V scale");
+    for (int l = 0; l < s->num_layers; l++) {
+        float ka = 0, va = 0, ks, vs;
+        for (int h = 0; h < s->num_kv_heads; h++) {
+            int i = kvcal_scales_index(s, l, h);
+            ka = s->k_absmax[i] > ka ? s->k_absmax[i] : ka;
+            va = s->v_absmax[i] > va ? s->v_absmax[i] : va;
+        }
+        kvcal_scales_get_tensor(s, l, &ks, &vs);
+        printf("%5d  %10.4g  %10.4g  %10.4g  %10.4g\n", l, ka, ks, va, vs);
+    }
+    for (int i = 0; i < cJSON_GetArraySize(written); i++) {
+        const char *note = cJSON_GetArrayItem(notes, i)->valuestring;
+        printf("wrote %s\n%s%s", cJSON_GetArrayItem(written, i)->valuestring, note,
+               note[0] ? "\n" : "");
+    }
+}
+
+/* A note of kvcal_cmd_format_note as one line: the indentation and line
+ * breaks taken out (caller frees). */
+static char *one_line(const char *note)
+{
+    char *t = malloc(strlen(note) + 1), *o = t;
+    if (!t)
+        return NULL;
+    for (const char *c = note; *c; c++) {
+        if (*c == '\n')
+            *o++ = ' ';
+        else if (*c != ' ' || (o > t && o[-1] != ' '))
+            *o++ = *c;
+    }
+    *o = '\0';
+    return t;
+}
+
+static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
+                       long long tokens, int samples, double seconds, cJSON *written,
+                       cJSON *notes)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "architecture", d->architecture);
+    cJSON_AddNumberToObject(root, "num_samples", samples);
+    cJSON_AddNumberToObject(root, "num_tokens", (double)tokens);
+    cJSON_AddNumberToObject(root, "seconds", seconds);
+    cJSON_AddNumberToObject(root, "tokens_per_second",
+                            seconds > 0 ? tokens / seconds : 0.0);
+    cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
+    cJSON *format_notes = cJSON_AddArrayToObject(root, "format_notes");
+    for (int i = 0; i < cJSON_GetArraySize(written); i++) {
+        char *note = one_line(cJSON_GetArrayItem(notes, i)->valuestring);
+        if (note && note[0]) {
+            cJSON *n = cJSON_CreateObject();
+            cJSON_AddStringToObject(n, "output",
+                                    cJSON_GetArrayItem(written, i)->valuestring);
+            cJSON_AddStringToObject(n, "note", note);
+            cJSON_AddItemToArray(format_notes, n);
+        }
+        free(note);
+    }
+    cJSON *layers = cJSON_AddArrayToObject(root, "layers");
+    for (int l = 0; l < s->num_layers; l++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON *ka = cJSON_AddArrayToObject(o, "k_absmax"),
+              *va = cJSON_AddArrayToObject(o, "v_absmax");
+        cJSON *ks = cJSON_AddArrayToObject(o, "k_scale"),
+              *vs = cJSON_AddArrayToObject(o, "v_scale");
+        for (int h = 0; h < s->num_kv_heads; h++) {
+            int i = kvcal_scales_index(s, l, h);
+            cJSON_AddItemToArray(ka, cJSON_CreateNumber(s->k_absmax[i]));
+            cJSON_AddItemToArray(va, cJSON_CreateNumber(s->v_absmax[i]));
+            cJSON_AddItemToArray(ks, cJSON_CreateNumber(s->k_head[i]));
+            cJSON_AddItemToArray(vs, cJSON_CreateNumber(s->v_head[i]));
+        }
+        cJSON_AddItemToArray(layers, o);
+    }
+    char *text = cJSON_Print(root);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+/* --time-only's report: the rate alone, nothing observed or written. */
+static void print_time_only(const kvcal_model_desc *d, const options *o, long long tokens,
+                            int samples, double seconds)
+{
+    const double rate = seconds > 0 ? tokens / seconds : 0.0;
+    if (!o->run.json) {
+        printf(
+            "ran %s (%s, %d layers) on %d samples, %lld tokens, %.1f s, %.0f tokens/s, "
+            "K/V not observed (--time-only): nothing written\n",
+            d->architecture, d->source, d->num_layers, samples, tokens, seconds, rate);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "architecture", d->architecture);
+    cJSON_AddNumberToObject(root, "num_samples", samples);
+    cJSON_AddNumberToObject(root, "num_tokens", (double)tokens);
+    cJSON_AddNumberToObject(root, "seconds", seconds);
+    cJSON_AddNumberToObject(root, "tokens_per_second", rate);
+    cJSON_AddBoolToObject(root, "observed", 0);
+    char *text = cJSON_Print(root);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+// --- command ------------------------------------------------------------------
+
+KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache scales")
+{
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc == 1) {
+        usage(stdout);
+        return KVCAL_EXIT_OK;
+    }
+    if (rc)
+        return KVCAL_EXIT_USAGE;
+    output_plan plan;
+    if (!o.time_only && plan_outputs(&o, &plan))
+        return KVCAL_EXIT_USAGE;
+    kvcal_model_t *model = NULL;
+    kvcal_samples *samples = NULL;
+    kvcal_stats_t *stats = NULL;
+    kvcal_scales_t *scales = NULL;
+    kvcal_inputs_t *model_inputs = NULL, *other_inputs = NULL;
+    cJSON *written = cJSON_CreateArray(), *notes = cJSON_CreateArray();
+    kvcal_status st;
+    double seconds = 0;
+    char dataset_path[4096];
+    if (o.run.dataset == default_dataset) {
+        if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path,
+                                       sizeof dataset_path)))
+            goto fail;
+    } else {
+        snprintf(dataset_path, sizeof dataset_path, "%s", o.run.dataset);
+    }
+    if (!o.time_only) {
+        if ((st = list_inputs(&o, dataset_path, &model_inputs, &other_inputs)))
+            goto fail;
+        if (check_outputs(&plan, &o, model_inputs, other_inputs)) {
+            rc = KVCAL_EXIT_USAGE;
+            goto done;
+        }
+    }
+    if ((st = kvcal_model_open(o.run.model, &model)))
+        goto fail;
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (!o.run.seq_len)
+        o.run.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
+    if (o.run.seq_len > d->max_seq_len) {
+        st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                        "--seq-len %d is longer than the model's context of %d tokens "
+                        "(max_position_embeddings of %s)",
+                        o.run.seq_len, d->max_seq_len, o.run.model);
+        goto fail;
+    }
+    int H = d->num_kv_heads, tp = o.run.tp;
+    if ((!strcmp(o.format, "legacy") || !strcmp(o.format, "all")) &&
+        !((H >= tp && H % tp == 0) || (H < tp && tp % H == 0))) {
+        st = kvcal_fail(KVCAL_ERR_MISMATCH,
+                        "--tp %d: %s has %d kv heads, which cannot be split over %d "
+                        "ranks; pass the tp size the model is served with",
+                        tp, o.run.model, H, tp);
+        goto fail;
+    }
+    kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
+                                  1, o.run.text_field};
+    if ((st = kvcal_cmd_load_samples("calibrate", o.run.model, d->vocab_size,
+                                     o.run.tokenizer, dataset_path, &dopt, &samples)))
+        goto fail;
+    int batch = o.run.batch ? o.run.batch : DEFAULT_BATCH;
+    if (batch > samples->num_samples) {
+        if (o.run.batch && !o.run.quiet)
+            fprintf(stderr,
+                    "kvcal calibrate: note: --batch %d is more than the %d samples; "
+                    "running %d a pass\n",
+                    batch, samples->num_samples, samples->num_samples);
+        batch = samples->num_samples;
+    }
+    if (o.time_only) {
+        if ((st = run_samples(model, samples, &o, batch, NULL, &seconds)))
+            goto fail;
+        print_time_only(d, &o, samples->num_tokens, samples->num_samples, seconds);
+        rc = KVCAL_EXIT_OK;
+        goto done;
+    }
+    if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats)) ||
+        (st = run_samples(model, samples, &o, batch, stats, &seconds)))
+        goto fail;
+    if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
+        (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
+                                    warn_stderr, NULL)))
+        goto fail;
+    kvcal_model_identity_get(model, &scales->model);
+    kvcal_provenance *prov = &scales->provenance;
+    snprintf(prov->dataset, sizeof prov->dataset, "%s", o.run.dataset);
+    prov->num_samples = samples->num_samples;
+    prov->num_tokens = samples->num_tokens;
+    prov->seed = o.run.seed;
+    snprintf(prov->tool_version, sizeof prov->tool_version, "kvcal %s", kvcal_version());
+    if ((st = write_outputs(scales, stats, model, &o, &plan, written, notes)))
+        goto fail;
+    if (o.run.json)
+        print_json(scales, d, samples->num_tokens, samples->num_samples, seconds, written,
+                   notes);
+    else
+        print_table(scales, d, samples->num_tokens, samples->num_samples, seconds,
+                    written, notes);
+    rc = KVCAL_EXIT_OK;
+    goto done;
+fail:
+    rc = fail(st);
+done:
+    cJSON_Delete(written);
+    cJSON_Delete(notes);
+    kvcal_inputs_destroy(model_inputs);
+    kvcal_inputs_destroy(other_inputs);
+    kvcal_scales_destroy(scales);
+    kvcal_stats_destroy(stats);
+    kvcal_samples_destroy(samples);
+    kvcal_model_close(model);
+    return rc;
+}

@@ -1,0 +1,202 @@
+/* cli/cmd_common.c: helpers shared by the commands (see the header). It
+ * defines no command of its own. */
+#include "cli/cmd_common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/command.h"
+#include "core/status.h"
+#include "io/tokenizer/tokenizer.h"
+
+int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long long lo,
+                       long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end || end == text || v < lo || v > hi) {
+        fprintf(stderr, "kvcal %s: %s '%s': expected an integer in [%lld, %lld]\n", cmd,
+                opt, text, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int lo,
+                        int hi, int *out)
+{
+    long long v;
+    if (kvcal_cmd_parse_ll(cmd, opt, text, lo, hi, &v))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
+                         const char **out)
+{
+    if (!text[0]) {
+        fprintf(stderr, "kvcal %s: %s: empty path; give a file or directory name\n", cmd,
+                opt);
+        return -1;
+    }
+    *out = text;
+    return 0;
+}
+
+/* Stores option c with value arg into o when it is one of the KVCAL_OPT_*
+ * run options but --help: 1 when stored, 0 for another option, -1 for a bad
+ * value (message printed). */
+static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
+                      kvcal_cmd_run_options *o)
+{
+    switch (c) {
+    case KVCAL_OPT_MODEL:
+        return kvcal_cmd_parse_path(cmd, "--model", arg, &o->model) ? -1 : 1;
+    case KVCAL_OPT_DATASET:
+        return kvcal_cmd_parse_path(cmd, "--dataset", arg, &o->dataset) ? -1 : 1;
+    case KVCAL_OPT_TOKENIZER:
+        return kvcal_cmd_parse_path(cmd, "--tokenizer", arg, &o->tokenizer) ? -1 : 1;
+    case KVCAL_OPT_TEXT_FIELD:
+        o->text_field = arg;
+        return 1;
+    case KVCAL_OPT_DEVICE:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
+            fprintf(stderr, "kvcal %s: --device '%s': expected cpu or cuda\n", cmd, arg);
+            return -1;
+        }
+        o->cuda = !strcmp(arg, "cuda");
+        return 1;
+    case KVCAL_OPT_QUIET:
+        o->quiet = 1;
+        return 1;
+    case KVCAL_OPT_JSON:
+        o->json = 1;
+        return 1;
+    case KVCAL_OPT_SAMPLES:
+        return kvcal_cmd_parse_int(cmd, "--num-samples", arg, 1, KVCAL_CMD_INT_MAX,
+                                   &o->num_samples)
+                   ? -1
+                   : 1;
+    case KVCAL_OPT_SEQ:
+        return kvcal_cmd_parse_int(cmd, "--seq-len", arg, min_seq_len, KVCAL_CMD_INT_MAX,
+                                   &o->seq_len)
+                   ? -1
+                   : 1;
+    case KVCAL_OPT_BATCH:
+        return kvcal_cmd_parse_int(cmd, "--batch", arg, 1, KVCAL_CMD_INT_MAX, &o->batch)
+                   ? -1
+                   : 1;
+    case KVCAL_OPT_TP:
+        return kvcal_cmd_parse_int(cmd, "--tp", arg, 1, KVCAL_TP_MAX, &o->tp) ? -1 : 1;
+    case KVCAL_OPT_SEED:
+        return kvcal_cmd_parse_ll(cmd, "--seed", arg, 0, KVCAL_CMD_SEED_MAX, &o->seed)
+                   ? -1
+                   : 1;
+    default:
+        return 0;
+    }
+}
+
+int kvcal_cmd_parse_run_argv(const char *cmd, int argc, char **argv,
+                             const struct option *longopts, int min_seq_len,
+                             kvcal_cmd_run_options *run, kvcal_cmd_own_option own,
+                             void *ctx)
+{
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'h' || c == KVCAL_OPT_HELP)
+            return 1;
+        int took = run_option(cmd, c, optarg, min_seq_len, run);
+        if (!took)
+            took = own(c, optarg, ctx);
+        if (took < 0)
+            return -1;
+        if (!took) {
+            fprintf(stderr, "kvcal %s: unknown or incomplete option '%s' (see --help)\n",
+                    cmd, argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvcal %s: unexpected argument '%s' (see --help)\n", cmd,
+                argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
+                                    int vocab_size, const char *tokenizer,
+                                    const char *dataset, const kvcal_dataset_options *opt,
+                                    kvcal_samples **out)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    char tok_error[1024] = "";
+    kvcal_status st = kvcal_tokenizer_find(model_path, tokenizer, &tok);
+    if (st) {
+        if (tokenizer)
+            return st;
+        snprintf(tok_error, sizeof tok_error, "%s", kvcal_last_error());
+    }
+    if (tok && kvcal_tokenizer_vocab_size(tok) > vocab_size)
+        st = kvcal_fail(KVCAL_ERR_MISMATCH,
+                        "the tokenizer has %d tokens but the model's vocabulary has %d: "
+                        "wrong --tokenizer for %s?",
+                        kvcal_tokenizer_vocab_size(tok), vocab_size, model_path);
+    else if ((st = kvcal_dataset_load(dataset, tok, opt, out)) && tok_error[0])
+        fprintf(stderr, "kvcal %s: note: no tokenizer: %s\n", cmd, tok_error);
+    kvcal_tokenizer_destroy(tok);
+    return st;
+}
+
+int kvcal_cmd_run_exit_code(kvcal_status st)
+{
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_NO_DEVICE || st == KVCAL_ERR_NOMEM
+               ? KVCAL_EXIT_USAGE
+               : KVCAL_EXIT_INVALID;
+}
+
+int kvcal_cmd_file_exit_code(kvcal_status st)
+{
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG ? KVCAL_EXIT_USAGE
+                                                             : KVCAL_EXIT_INVALID;
+}
+
+double kvcal_cmd_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
+                                    int seq_len, kvcal_exec_options *out)
+{
+    memset(out, 0, sizeof *out);
+    out->device = run->cuda ? KVCAL_DEVICE_CUDA : KVCAL_DEVICE_CPU;
+    out->backend.max_batch = batch;
+    out->backend.max_seq_len = seq_len;
+    if (!run->cuda)
+        return KVCAL_OK;
+    const char *attention = getenv("KVCAL_ATTENTION"), *mlp = getenv("KVCAL_MLP");
+    if (attention && *attention && strcmp(attention, "kvcal"))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "KVCAL_ATTENTION=%s: use kvcal (or leave it unset)", attention);
+    out->backend.attention =
+        attention && *attention ? KVCAL_ATTENTION_OWN : KVCAL_ATTENTION_AUTO;
+    if (mlp && *mlp && strcmp(mlp, "fused") && strcmp(mlp, "unfused"))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "KVCAL_MLP=%s: use fused or unfused (or leave it unset)", mlp);
+    out->backend.mlp = !mlp || !*mlp           ? KVCAL_MLP_AUTO
+                       : !strcmp(mlp, "fused") ? KVCAL_MLP_FUSED
+                                               : KVCAL_MLP_UNFUSED;
+    return KVCAL_OK;
+}

@@ -1,0 +1,267 @@
+/* cli/cmd_convert.c: `kvcal convert FILE --to legacy|kvcal|checkpoint
+ * [--model DIR] [--tp N] --out PATH`: reads any scales format into the
+ * in-memory set and writes another, saying on stderr what the target
+ * cannot hold. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cmd_common.h"
+#include "cli/cmd_outputs.h"
+#include "cli/command.h"
+#include "core/scales.h"
+#include "io/atomic_file.h"
+#include "io/scales/scales_io.h"
+#include "kvcal.h"
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: kvcal convert FILE --to legacy|kvcal|checkpoint [--model DIR] [--tp N]\n"
+        "                     --out PATH\n\n"
+        "Converts KV-cache scales between formats (FILE: legacy JSON, kvcal JSON, or a\n"
+        "checkpoint directory / .safetensors shard).\n\n"
+        "  --to FORMAT  legacy (sglang --quantization-param-path, vLLM <= 0.6), kvcal "
+        "(full\n"
+        "               result), checkpoint (kv_scales.safetensors + config.json with\n"
+        "               quantization_config.kv_cache_scheme + index, read by vLLM)\n"
+        "  --model DIR  model directory (config.json); required for --to checkpoint\n"
+        "  --tp N       tensor-parallel size: the rank count a legacy FILE is read with\n"
+        "               and a legacy output is written for (default: the file's / 1)\n"
+        "  --out PATH   output file (legacy, kvcal) or directory (checkpoint); may be\n"
+        "               the model directory itself for --to checkpoint (its config.json\n"
+        "               and index are rewritten, every field kept), never FILE or\n"
+        "               another input\n\n"
+        "Outputs are written to temporary files beside them and renamed into place\n"
+        "once all were written: a failed conversion writes nothing and leaves no\n"
+        "directory it created. A symbolic link at --out is written through (the file\n"
+        "it names is replaced, the link kept); a link to nothing is refused.\n"
+        "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
+}
+
+static int exit_code(kvcal_status st)
+{
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_INVALID_ARG || st == KVCAL_ERR_NOMEM
+               ? KVCAL_EXIT_USAGE
+               : KVCAL_EXIT_INVALID;
+}
+
+/* Whether some layer has K != V, and whether two heads of a layer differ. */
+static void describe(const kvcal_scales_t *s, int *kv_differ, int *heads_differ)
+{
+    *kv_differ = *heads_differ = 0;
+    for (int l = 0; l < kvcal_scales_num_layers(s); l++) {
+        float k0, v0;
+        kvcal_scales_get_head(s, l, 0, &k0, &v0);
+        for (int h = 0; h < kvcal_scales_num_kv_heads(s); h++) {
+            float k, v;
+            kvcal_scales_get_head(s, l, h, &k, &v);
+            *kv_differ |= k != v;
+            *heads_differ |= k != k0 || v != v0;
+        }
+    }
+}
+
+/* Tells on stderr what the target format loses or cannot express. */
+static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
+{
+    int kv_differ, heads_differ;
+    describe(s, &kv_differ, &heads_differ);
+    if (to == KVCAL_FORMAT_LEGACY_JSON) {
+        if (kv_differ)
+            fprintf(stderr,
+                    "convert: lost: separate K and V scales become one value per layer "
+                    "and rank, max(k, v)\n");
+        if (heads_differ)
+            fprintf(stderr,
+                    "convert: lost: per-head scales become one value per rank (max "
+                    "over the %s kv heads it holds at tp %d)\n",
+                    tp > 1 ? "few" : "all", tp);
+    }
+    if (to == KVCAL_FORMAT_CHECKPOINT && !kv_differ)
+        fprintf(stderr,
+                "convert: note: the source holds %s: k_scale == v_scale in every "
+                "layer\n",
+                s->kv_shared
+                    ? "one value for K and V (legacy format or a single kv_scale)"
+                    : "equal K and V scales");
+    if (to == KVCAL_FORMAT_CHECKPOINT &&
+        kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
+        fprintf(stderr,
+                "convert: note: per-head scales are written with kv_cache_scheme "
+                "strategy \"attn_head\": vLLM's compressed-tensors method loads them "
+                "(its FlashAttention 3 backend applies them per head, on Hopper); "
+                "sglang reads per-tensor scales only\n");
+    if (to != KVCAL_FORMAT_KVCAL_JSON &&
+        (s->has_absmax || s->has_clip || s->provenance.observer[0]))
+        fprintf(stderr,
+                "convert: lost: observed absmax, clipping estimates and calibration "
+                "provenance (kept only by the kvcal format)\n");
+}
+
+/* Whether an output of `to` at `out` would replace an input: FILE (the
+ * scales converted) or, unless the checkpoint goes into the model directory
+ * itself, a file of the model. -1 with the message printed. */
+static int check_outputs(const char *path, const char *model, kvcal_format to,
+                         const char *out)
+{
+    static const char *const names[] = {KVCAL_CHECKPOINT_SHARD, KVCAL_CHECKPOINT_INDEX,
+                                        "config.json"};
+    char files[3][4096];
+    int n = 0;
+    if (to != KVCAL_FORMAT_CHECKPOINT) {
+        snprintf(files[n++], sizeof files[0], "%s", out);
+    } else {
+        for (int i = 0; i < 3; i++)
+            if (kvcal_path_join(files[n++], sizeof files[0], out, names[i]) ||
+                strlen(out) + 64 >= sizeof files[0]) {
+                fprintf(stderr,
+                        "kvcal convert: --out %.64s...: output path too long; use a path "
+                        "shorter than %zu bytes\n",
+                        out, sizeof files[0] - 64);
+                return -1;
+            }
+    }
+    int into_model = to == KVCAL_FORMAT_CHECKPOINT && kvcal_path_same_file(out, model);
+    kvcal_inputs_t *in = NULL;
+    kvcal_status st = kvcal_inputs_create(&in);
+    if (!st)
+        st = kvcal_inputs_add(in, path, "the scales file being converted",
+                              kvcal_cmd_is_model_file);
+    if (!st && model && !into_model)
+        st = kvcal_cmd_add_model_inputs(in, model);
+    for (int i = 0; i < n && !st; i++)
+        if (!(st = kvcal_atomic_check(files[i])))
+            st = kvcal_inputs_check(in, "--out", files[i]);
+    kvcal_inputs_destroy(in);
+    if (st)
+        fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());
+    return st ? -1 : 0;
+}
+
+/* Writes s in `to` at out as one batch: everything, or nothing and no
+ * directory it created. */
+static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
+                                 const char *out, const char *model, int tp)
+{
+    kvcal_atomic_batch_t *batch = NULL;
+    kvcal_status st = kvcal_atomic_batch_begin(&batch);
+    if (!st && to == KVCAL_FORMAT_CHECKPOINT)
+        st = kvcal_atomic_batch_mkdir(batch, out);
+    if (!st)
+        st = kvcal_scales_write(s, to, out, model, tp);
+    if (st) {
+        kvcal_atomic_batch_abort(batch);
+        return st;
+    }
+    return kvcal_atomic_batch_commit(batch);
+}
+
+static int parse_format(const char *s, kvcal_format *out)
+{
+    if (!strcmp(s, "legacy"))
+        *out = KVCAL_FORMAT_LEGACY_JSON;
+    else if (!strcmp(s, "kvcal"))
+        *out = KVCAL_FORMAT_KVCAL_JSON;
+    else if (!strcmp(s, "checkpoint"))
+        *out = KVCAL_FORMAT_CHECKPOINT;
+    else
+        return -1;
+    return 0;
+}
+
+KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, checkpoint")
+{
+    static const struct option opts[] = {
+        {"to", required_argument, NULL, 'T'}, {"model", required_argument, NULL, 'm'},
+        {"tp", required_argument, NULL, 't'}, {"out", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
+    };
+    const char *model = NULL, *out = NULL;
+    kvcal_format to = KVCAL_FORMAT_UNKNOWN;
+    int tp = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "T:m:t:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'T':
+            if (parse_format(optarg, &to)) {
+                fprintf(stderr,
+                        "kvcal convert: --to %s: expected legacy, kvcal or "
+                        "checkpoint\n",
+                        optarg);
+                return KVCAL_EXIT_USAGE;
+            }
+            break;
+        case 'm':
+            if (kvcal_cmd_parse_path("convert", "--model", optarg, &model))
+                return KVCAL_EXIT_USAGE;
+            break;
+        case 't':
+            if (kvcal_cmd_parse_int("convert", "--tp", optarg, 1, KVCAL_TP_MAX, &tp))
+                return KVCAL_EXIT_USAGE;
+            break;
+        case 'o':
+            if (kvcal_cmd_parse_path("convert", "--out", optarg, &out))
+                return KVCAL_EXIT_USAGE;
+            break;
+        case 'h':
+            usage(stdout);
+            return KVCAL_EXIT_OK;
+        default:
+            usage(stderr);
+            return KVCAL_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1 || to == KVCAL_FORMAT_UNKNOWN || !out) {
+        fprintf(stderr, "kvcal convert: expected one FILE, --to and --out\n");
+        usage(stderr);
+        return KVCAL_EXIT_USAGE;
+    }
+    if (to == KVCAL_FORMAT_CHECKPOINT && !model) {
+        fprintf(stderr,
+                "kvcal convert: --to checkpoint needs --model DIR (its config.json is "
+                "copied with quantization_config.kv_cache_scheme merged)\n");
+        return KVCAL_EXIT_USAGE;
+    }
+    const char *path;
+    if (kvcal_cmd_parse_path("convert", "FILE", argv[optind], &path))
+        return KVCAL_EXIT_USAGE;
+    if (check_outputs(path, model, to, out))
+        return KVCAL_EXIT_USAGE;
+    kvcal_scales_t *s = NULL;
+    kvcal_status st = kvcal_scales_load(path, model, tp, &s);
+    if (st) {
+        fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());
+        return exit_code(st);
+    }
+    int out_tp = tp ? tp : 1;
+    report_losses(s, to, out_tp);
+    if (to == KVCAL_FORMAT_CHECKPOINT) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/model.safetensors", model);
+        int single = stat(p, &sb) == 0;
+        snprintf(p, sizeof p, "%s/model.safetensors.index.json", model);
+        if (!single && stat(p, &sb) != 0)
+            fprintf(stderr,
+                    "convert: note: %s has no model.safetensors or index: the new "
+                    "index lists only kv_scales.safetensors\n",
+                    model);
+    }
+    st = write_output(s, to, out, model, out_tp);
+    int rc = KVCAL_EXIT_OK;
+    if (st) {
+        fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());
+        rc = exit_code(st);
+    } else {
+        fprintf(stderr, "convert: wrote %s (%s, %d layers x %d kv heads%s)\n", out,
+                kvcal_format_name(to), kvcal_scales_num_layers(s),
+                kvcal_scales_num_kv_heads(s),
+                to == KVCAL_FORMAT_LEGACY_JSON ? ", legacy ranks = tp" : "");
+    }
+    kvcal_scales_destroy(s);
+    return rc;
+}

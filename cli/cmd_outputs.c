@@ -1,0 +1,68 @@
+/* cli/cmd_outputs.c: the inputs of a model (see the header). It defines
+ * no command of its own. */
+#include "cli/cmd_outputs.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/scales/scales_io.h"
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int kvcal_cmd_is_model_file(const char *name)
+{
+    static const char *const names[] = {"config.json",           "tokenizer.json",
+                                        "tokenizer_config.json", "tokenizer.model",
+                                        "tokenizer.bin",         KVCAL_CHECKPOINT_INDEX};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return ends_with(name, ".safetensors") ||
+           ends_with(name, ".safetensors.index.json") ||
+           (!strncmp(name, "tok", 3) && ends_with(name, ".bin"));
+}
+
+kvcal_status kvcal_cmd_add_model_inputs(kvcal_inputs_t *in, const char *model_path)
+{
+    struct stat st;
+    if (stat(model_path, &st) != 0)
+        return KVCAL_OK;
+    if (S_ISDIR(st.st_mode))
+        return kvcal_inputs_add(in, model_path, "a file of the model",
+                                kvcal_cmd_is_model_file);
+    char dir[4096];
+    kvcal_path_dirname(model_path, dir, sizeof dir);
+    kvcal_status s = kvcal_inputs_add(in, model_path, "the model", NULL);
+    return s ? s
+             : kvcal_inputs_add(in, dir, "a file of the model", kvcal_cmd_is_model_file);
+}
+
+const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g)
+{
+    switch (format) {
+    case KVCAL_FORMAT_LEGACY_JSON:
+        return "  legacy: one scale per layer and tp rank shared by K and V, max(k, v) "
+               "over "
+               "the rank's\n  kv heads (read by sglang --quantization-param-path, vLLM "
+               "before 2025)";
+    case KVCAL_FORMAT_KVCAL_JSON:
+        return "  kvcal: keeps everything (per-head K and V, absmax, clipping, "
+               "provenance); "
+               "no engine\n  reads it: kvcal convert derives the other formats from it";
+    case KVCAL_FORMAT_CHECKPOINT:
+        if (g == KVCAL_GRANULARITY_HEAD)
+            return "  checkpoint, per head (strategy attn_head): read by vLLM's "
+                   "FlashAttention backend at FA3+\n  (Hopper) only; its other backends "
+                   "and sglang refuse to start (--granularity tensor: all)";
+        return "  checkpoint, per tensor (strategy tensor): one k_scale and v_scale per "
+               "layer, the max over\n  its kv heads (read by vLLM, and by sglang as "
+               "k_scale / v_scale)";
+    case KVCAL_FORMAT_UNKNOWN:
+        break;
+    }
+    return "";
+}

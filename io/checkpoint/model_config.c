@@ -1,0 +1,739 @@
+/* io/checkpoint/model_config.c: the fields of config.json the toolkit needs.
+ *
+ * Defaults follow the transformers config classes where a field is absent or
+ * null: rope_theta 10000, rms_norm_eps 1e-6, head_dim hidden_size /
+ * num_attention_heads (qwen3: 128), num_key_value_heads = num_attention_heads
+ * when null, and when absent the class default (mistral 8, qwen2 and qwen3 32,
+ * llama num_attention_heads), mistral sliding_window 4096; qwen2/qwen3 use
+ * sliding_window only when use_sliding_window is true; max_position_embeddings,
+ * vocab_size and intermediate_size the class defaults of those four types.
+ * Qwen2 always has q/k/v biases, Qwen3 always a per-head q/k RMSNorm. */
+#include "io/checkpoint/model_config.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/status.h"
+#include "io/json_file.h"
+
+/* --- typed field access -------------------------------------------------- */
+
+/* One object being read: its items and the prefix of its fields in messages
+ * ("" at the top, "rope_scaling." below). */
+typedef struct cfg_obj {
+    const cJSON *obj;
+    const char *prefix;
+    const char *name;
+} cfg_obj;
+
+/* The item of `key`, or NULL when absent or null. */
+static const cJSON *cfg_item(const cfg_obj *o, const char *key)
+{
+    const cJSON *it = o->obj ? cJSON_GetObjectItemCaseSensitive(o->obj, key) : NULL;
+    return cJSON_IsNull(it) ? NULL : it;
+}
+
+/* "a string \"32\"", "true", "an object" ... for messages. */
+static const char *cfg_describe(const cJSON *it, char *buf, size_t cap)
+{
+    if (cJSON_IsString(it))
+        snprintf(buf, cap, "a string \"%.40s\"", it->valuestring);
+    else if (cJSON_IsBool(it))
+        snprintf(buf, cap, "%s", cJSON_IsTrue(it) ? "true" : "false");
+    else if (cJSON_IsNumber(it))
+        snprintf(buf, cap, "%.17g", it->valuedouble);
+    else
+        snprintf(buf, cap, "%s", cJSON_IsArray(it) ? "an array" : "an object");
+    return buf;
+}
+
+static kvcal_status cfg_bad(const cfg_obj *o, const char *key, const cJSON *it,
+                            const char *want)
+{
+    char buf[64];
+    return kvcal_fail(KVCAL_ERR_FORMAT,
+                      "%s: field \"%s%s\": expected %s, found %s; fix the value", o->name,
+                      o->prefix, key, want, cfg_describe(it, buf, sizeof buf));
+}
+
+static kvcal_status cfg_missing(const cfg_obj *o, const char *key, const char *why)
+{
+    return kvcal_fail(
+        KVCAL_ERR_FORMAT,
+        "%s: field \"%s%s\" is missing%s; add it (see the model's transformers config)",
+        o->name, o->prefix, key, why);
+}
+
+/* Integer in [min, max] (max INT_MAX: no bound of kvcal's own). Absent:
+ * *out untouched, *found = 0 (found may be NULL). */
+static kvcal_status cfg_int(const cfg_obj *o, const char *key, int min, int max,
+                            int *out, int *found)
+{
+    const cJSON *it = cfg_item(o, key);
+    if (found)
+        *found = it != NULL;
+    if (!it)
+        return KVCAL_OK;
+    char want[96];
+    if (max == INT_MAX)
+        snprintf(want, sizeof want, "an integer >= %d", min);
+    else
+        snprintf(want, sizeof want, "an integer in [%d, %d]%s", min, max,
+                 cJSON_IsNumber(it) && it->valuedouble > max
+                     ? " (kvcal's bound, far above any real model)"
+                     : "");
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        it->valuedouble < min || it->valuedouble > max)
+        return cfg_bad(o, key, it, want);
+    *out = (int)it->valuedouble;
+    return KVCAL_OK;
+}
+
+static kvcal_status cfg_required_int(const cfg_obj *o, const char *key, int min, int max,
+                                     int *out)
+{
+    int found;
+    kvcal_status s = cfg_int(o, key, min, max, out, &found);
+    if (s == KVCAL_OK && !found)
+        return cfg_missing(o, key, "");
+    return s;
+}
+
+/* Finite number in (lo, hi]. Absent: *out untouched. */
+static kvcal_status cfg_double(const cfg_obj *o, const char *key, double lo, double hi,
+                               double *out, int *found)
+{
+    const cJSON *it = cfg_item(o, key);
+    if (found)
+        *found = it != NULL;
+    if (!it)
+        return KVCAL_OK;
+    if (!cJSON_IsNumber(it) || !(it->valuedouble > lo) || !(it->valuedouble <= hi)) {
+        char want[64];
+        if (hi < INFINITY)
+            snprintf(want, sizeof want, "a number in (%g, %g]", lo, hi);
+        else
+            snprintf(want, sizeof want, "a number > %g", lo);
+        return cfg_bad(o, key, it, want);
+    }
+    *out = it->valuedouble;
+    return KVCAL_OK;
+}
+
+static kvcal_status cfg_bool(const cfg_obj *o, const char *key, int *out)
+{
+    const cJSON *it = cfg_item(o, key);
+    if (!it)
+        return KVCAL_OK;
+    if (!cJSON_IsBool(it))
+        return cfg_bad(o, key, it, "true or false");
+    *out = cJSON_IsTrue(it);
+    return KVCAL_OK;
+}
+
+/* String shorter than cap. Absent: dst untouched, *found = 0. */
+static kvcal_status cfg_string(const cfg_obj *o, const char *key, char *dst, size_t cap,
+                               int *found)
+{
+    const cJSON *it = cfg_item(o, key);
+    if (found)
+        *found = it != NULL;
+    if (!it)
+        return KVCAL_OK;
+    char want[48];
+    snprintf(want, sizeof want, "a string of 1 to %zu characters", cap - 1);
+    if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) >= cap)
+        return cfg_bad(o, key, it, want);
+    memcpy(dst, it->valuestring, strlen(it->valuestring) + 1);
+    return KVCAL_OK;
+}
+
+/* An object or absent; anything else is an error. */
+static kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **out)
+{
+    const cJSON *it = cfg_item(o, key);
+    *out = NULL;
+    if (it && !cJSON_IsObject(it))
+        return cfg_bad(o, key, it, "an object or null");
+    *out = it;
+    return KVCAL_OK;
+}
+
+/* --- sections ------------------------------------------------------------- */
+
+/* The transformers config class defaults of the sizes a config.json may
+ * omit; other model types keep 0 (unknown). */
+static void cfg_default_sizes(kvcal_model_config *c)
+{
+    static const struct {
+        const char *model_type;
+        int context, vocab, intermediate;
+    } defaults[] = {{"llama", 2048, 32000, 11008},
+                    {"mistral", 131072, 32000, 14336},
+                    {"qwen2", 32768, 151936, 22016},
+                    {"qwen3", 32768, 151936, 22016}};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (!strcmp(c->model_type, defaults[i].model_type)) {
+            c->max_position_embeddings = defaults[i].context;
+            c->vocab_size = defaults[i].vocab;
+            c->intermediate_size = defaults[i].intermediate;
+        }
+}
+
+static kvcal_status cfg_read_architecture(const cfg_obj *top, kvcal_model_config *c)
+{
+    const cJSON *arch = cfg_item(top, "architectures");
+    if (!arch)
+        return KVCAL_OK;
+    if (!cJSON_IsArray(arch))
+        return cfg_bad(top, "architectures", arch, "an array of strings");
+    const cJSON *first = cJSON_GetArrayItem(arch, 0);
+    if (!first)
+        return KVCAL_OK;
+    if (!cJSON_IsString(first) || strlen(first->valuestring) >= sizeof c->architecture)
+        return cfg_bad(top, "architectures[0]", first, "a class name string");
+    strcpy(c->architecture, first->valuestring);
+    return KVCAL_OK;
+}
+
+static const struct {
+    const char *name;
+    kvcal_rope_type type;
+} rope_types[] = {
+    {"default", KVCAL_ROPE_DEFAULT}, {"linear", KVCAL_ROPE_LINEAR},
+    {"llama3", KVCAL_ROPE_LLAMA3},   {"dynamic", KVCAL_ROPE_DYNAMIC},
+    {"yarn", KVCAL_ROPE_YARN},
+};
+
+/* Reads the scaling fields of `sc` (rope_parameters or rope_scaling). */
+static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
+                                          kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found = 0;
+    s = cfg_string(sc, "rope_type", c->rope_type_name, sizeof c->rope_type_name, &found);
+    if (s == KVCAL_OK && !found)
+        s = cfg_string(sc, "type", c->rope_type_name, sizeof c->rope_type_name, &found);
+    if (s != KVCAL_OK)
+        return s;
+    if (!found && !type_optional)
+        return cfg_missing(sc, "rope_type", " (legacy files call it \"type\")");
+    c->rope_type = KVCAL_ROPE_OTHER;
+    for (size_t i = 0; i < sizeof rope_types / sizeof rope_types[0]; i++)
+        if (!strcmp(c->rope_type_name, rope_types[i].name))
+            c->rope_type = rope_types[i].type;
+    if ((s = cfg_double(sc, "factor", 0.0, INFINITY, &c->rope_factor, &found)) !=
+        KVCAL_OK)
+        return s;
+    /* yarn: an explicit null factor is derived from the context lengths */
+    int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
+    if (!found && c->rope_type != KVCAL_ROPE_DEFAULT &&
+        c->rope_type != KVCAL_ROPE_OTHER &&
+        !(c->rope_type == KVCAL_ROPE_YARN && null_factor))
+        return cfg_missing(sc, "factor", " for this rope_type");
+    int low = 0, high = 0, orig = 0;
+    if ((s = cfg_double(sc, "low_freq_factor", 0.0, INFINITY, &c->rope_low_freq_factor,
+                        &low)) != KVCAL_OK ||
+        (s = cfg_double(sc, "high_freq_factor", 0.0, INFINITY, &c->rope_high_freq_factor,
+                        &high)) != KVCAL_OK ||
+        (s = cfg_int(sc, "original_max_position_embeddings", 1, INT_MAX,
+                     &c->rope_original_max_position, &orig)) != KVCAL_OK ||
+        (s = cfg_double(sc, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
+                        NULL)) != KVCAL_OK)
+        return s;
+    if (c->rope_type == KVCAL_ROPE_LLAMA3) {
+        if (!low)
+            return cfg_missing(sc, "low_freq_factor", " for rope_type llama3");
+        if (!high)
+            return cfg_missing(sc, "high_freq_factor", " for rope_type llama3");
+        if (!orig)
+            return cfg_missing(sc, "original_max_position_embeddings",
+                               " for rope_type llama3");
+        if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: field \"%shigh_freq_factor\" (%g) must exceed "
+                              "low_freq_factor (%g); fix the values",
+                              sc->name, sc->prefix, c->rope_high_freq_factor,
+                              c->rope_low_freq_factor);
+    }
+    return KVCAL_OK;
+}
+
+/* A yarn beta: a number >= 0; absent, null or 0 is the default (as
+ * transformers' `beta or default`). */
+static kvcal_status cfg_yarn_beta(const cfg_obj *sc, const char *key, double dflt,
+                                  double *out)
+{
+    const cJSON *it = cfg_item(sc, key);
+    *out = dflt;
+    if (!it)
+        return KVCAL_OK;
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0))
+        return cfg_bad(sc, key, it, "a number >= 0 (0 or null: the default)");
+    if (it->valuedouble > 0)
+        *out = it->valuedouble;
+    return KVCAL_OK;
+}
+
+/* A number of any sign. Absent: *out untouched. */
+static kvcal_status cfg_number(const cfg_obj *o, const char *key, double *out)
+{
+    const cJSON *it = cfg_item(o, key);
+    if (!it)
+        return KVCAL_OK;
+    if (!cJSON_IsNumber(it))
+        return cfg_bad(o, key, it, "a number");
+    *out = it->valuedouble;
+    return KVCAL_OK;
+}
+
+/* yarn's get_mscale: 0.1 * mscale * ln(factor) + 1, 1 for factor <= 1. */
+static double yarn_mscale(double factor, double mscale)
+{
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+/* The yarn parameters as transformers 5 computes them
+ * (_compute_yarn_parameters after standardize_rope_params):
+ * original_max_position_embeddings from the config's top level when there
+ * (it takes precedence), else from the rope parameters, else
+ * max_position_embeddings; a null factor is max_position_embeddings /
+ * original_max_position_embeddings; the attention factor as given, else
+ * mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are
+ * non-zero, else 0.1 ln(factor) + 1. A factor below 1 (transformers warns
+ * that it must be >= 1) and a negative beta (transformers fails on its
+ * logarithm) are errors. */
+static kvcal_status cfg_read_yarn(const cfg_obj *top, const cfg_obj *sc,
+                                  kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found = 0;
+    double mscale = 0.0, mscale_all_dim = 0.0;
+    if ((s = cfg_int(top, "original_max_position_embeddings", 1, INT_MAX,
+                     &c->rope_original_max_position, NULL)) != KVCAL_OK)
+        return s;
+    if (!c->rope_original_max_position)
+        c->rope_original_max_position = c->max_position_embeddings;
+    if (!c->rope_original_max_position)
+        return cfg_missing(sc, "original_max_position_embeddings",
+                           " for rope_type yarn (and so is max_position_embeddings)");
+    int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
+    if (null_factor) {
+        if (!c->max_position_embeddings)
+            return cfg_missing(top, "max_position_embeddings",
+                               " (a null yarn factor is derived from it)");
+        c->rope_factor =
+            (double)c->max_position_embeddings / c->rope_original_max_position;
+    }
+    if (!(c->rope_factor >= 1.0))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%sfactor\" is %g%s; rope_type yarn needs a "
+                          "factor >= 1 (extended context / original context); fix the "
+                          "value",
+                          sc->name, sc->prefix, c->rope_factor,
+                          null_factor ? " (null: max_position_embeddings / "
+                                        "original_max_position_embeddings)"
+                                      : "");
+    c->rope_truncate = 1;
+    if ((s = cfg_yarn_beta(sc, "beta_fast", 32.0, &c->rope_beta_fast)) != KVCAL_OK ||
+        (s = cfg_yarn_beta(sc, "beta_slow", 1.0, &c->rope_beta_slow)) != KVCAL_OK ||
+        (s = cfg_bool(sc, "truncate", &c->rope_truncate)) != KVCAL_OK ||
+        (s = cfg_number(sc, "mscale", &mscale)) != KVCAL_OK ||
+        (s = cfg_number(sc, "mscale_all_dim", &mscale_all_dim)) != KVCAL_OK ||
+        (s = cfg_double(sc, "attention_factor", 0.0, INFINITY, &c->rope_attention_factor,
+                        &found)) != KVCAL_OK)
+        return s;
+    if (found)
+        return KVCAL_OK;
+    if (mscale != 0.0 && mscale_all_dim != 0.0)
+        c->rope_attention_factor = yarn_mscale(c->rope_factor, mscale) /
+                                   yarn_mscale(c->rope_factor, mscale_all_dim);
+    else
+        c->rope_attention_factor = yarn_mscale(c->rope_factor, 1.0);
+    if (!(c->rope_attention_factor > 0) || !isfinite(c->rope_attention_factor))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: fields \"%smscale\" (%g) and \"%smscale_all_dim\" (%g) "
+                          "give the yarn attention factor %g; it must be a finite number "
+                          "> 0; fix the values or set attention_factor",
+                          sc->name, sc->prefix, mscale, sc->prefix, mscale_all_dim,
+                          c->rope_attention_factor);
+    return KVCAL_OK;
+}
+
+/* rope_theta and scaling, from rope_parameters (transformers 5) or from the
+ * top-level rope_theta / rope_scaling (older files). */
+static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
+{
+    const cJSON *params, *scaling;
+    kvcal_status s;
+    strcpy(c->rope_type_name, "default");
+    if ((s = cfg_object(top, "rope_parameters", &params)) != KVCAL_OK ||
+        (s = cfg_object(top, "rope_scaling", &scaling)) != KVCAL_OK ||
+        (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
+            KVCAL_OK)
+        return s;
+    if (params) {
+        cfg_obj p = {params, "rope_parameters.", top->name};
+        const cJSON *full = cfg_item(&p, "full_attention");
+        if (!cfg_item(&p, "rope_type") && !cfg_item(&p, "rope_theta") &&
+            cJSON_IsObject(full)) {
+            p.obj = full;
+            p.prefix = "rope_parameters.full_attention.";
+        }
+        if ((s = cfg_double(&p, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
+                KVCAL_OK ||
+            (s = cfg_read_rope_scaling(&p, 1, c)) != KVCAL_OK)
+            return s;
+        return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &p, c) : KVCAL_OK;
+    }
+    if (scaling) {
+        cfg_obj sc = {scaling, "rope_scaling.", top->name};
+        if ((s = cfg_read_rope_scaling(&sc, 0, c)) != KVCAL_OK)
+            return s;
+        return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &sc, c) : KVCAL_OK;
+    }
+    return KVCAL_OK;
+}
+
+/* MLA (multi-head latent attention): a config with kv_lora_rank caches one
+ * latent entry per token and layer instead of per-head K and V. */
+static kvcal_status cfg_read_mla(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found;
+    if ((s = cfg_int(top, "kv_lora_rank", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->kv_lora_rank,
+                     &found)) != KVCAL_OK ||
+        !found)
+        return s;
+    c->kv_layout = KVCAL_KV_MLA;
+    if ((s = cfg_int(top, "qk_rope_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                     &c->qk_rope_head_dim, &found)) != KVCAL_OK)
+        return s;
+    if (!found)
+        return cfg_missing(top, "qk_rope_head_dim",
+                           " (kv_lora_rank makes this an MLA config, whose cache holds "
+                           "the latent and the RoPE channels)");
+    if ((s = cfg_int(top, "qk_nope_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                     &c->qk_nope_head_dim, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "v_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->v_head_dim,
+                     NULL)) != KVCAL_OK)
+        return s;
+    return cfg_int(top, "index_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                   &c->index_head_dim, NULL);
+}
+
+static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found;
+    if ((s = cfg_required_int(top, "num_attention_heads", 1, KVCAL_CONFIG_MAX_HEADS,
+                              &c->num_attention_heads)) != KVCAL_OK)
+        return s;
+    c->num_kv_heads = c->num_attention_heads;
+    if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
+        if (!strcmp(c->model_type, "mistral"))
+            c->num_kv_heads = 8;
+        else if (!strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3"))
+            c->num_kv_heads = 32;
+    }
+    if ((s = cfg_int(top, "num_key_value_heads", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->num_kv_heads, NULL)) != KVCAL_OK)
+        return s;
+    if (c->num_attention_heads % c->num_kv_heads != 0)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"num_attention_heads\" (%d) is not a multiple of "
+                          "\"num_key_value_heads\" (%d); fix one of them",
+                          top->name, c->num_attention_heads, c->num_kv_heads);
+    if ((s = cfg_int(top, "head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->head_dim,
+                     &found)) != KVCAL_OK ||
+        (s = cfg_read_mla(top, c)) != KVCAL_OK)
+        return s;
+    if (found)
+        return KVCAL_OK;
+    if (c->kv_layout == KVCAL_KV_MLA) {
+        c->head_dim = c->qk_rope_head_dim;
+        return KVCAL_OK;
+    }
+    if (!strcmp(c->model_type, "qwen3")) {
+        c->head_dim = 128;
+        return KVCAL_OK;
+    }
+    if (c->hidden_size % c->num_attention_heads != 0)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"head_dim\" is missing and \"hidden_size\" (%d) is "
+                          "not a multiple of \"num_attention_heads\" (%d); add head_dim",
+                          top->name, c->hidden_size, c->num_attention_heads);
+    c->head_dim = c->hidden_size / c->num_attention_heads;
+    return KVCAL_OK;
+}
+
+/* Per-architecture attention features and sliding window. */
+static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int is_qwen2 = !strcmp(c->model_type, "qwen2");
+    int is_qwen3 = !strcmp(c->model_type, "qwen3");
+    if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK)
+        return s;
+    if (is_qwen2)
+        c->attention_bias = 1;
+    c->qk_norm = is_qwen3;
+    if (!strcmp(c->model_type, "mistral") &&
+        !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
+        c->sliding_window = 4096;
+    if ((s = cfg_int(top, "sliding_window", 0, INT_MAX, &c->sliding_window, NULL)) !=
+        KVCAL_OK)
+        return s;
+    if (is_qwen2 || is_qwen3) {
+        int use = 0;
+        if ((s = cfg_bool(top, "use_sliding_window", &use)) != KVCAL_OK)
+            return s;
+        if (!use)
+            c->sliding_window = 0;
+    }
+    return KVCAL_OK;
+}
+
+/* Kinds of layer_types entries (transformers' names, legacy ones included):
+ * those that cache an entry per token, those that cache nothing per token (a
+ * fixed-size recurrent or convolution state, or no attention at all). */
+static const char *const kv_layer_kinds[] = {"full_attention", "sliding_attention",
+                                             "chunked_attention", "attention"};
+static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "conv",
+                                                "moe", "mlp"};
+
+/* Model types whose cache kvcal knows: per-head K/V in every layer, in the
+ * attention layers of layer_types / full_attention_interval (qwen3_next), or
+ * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
+static const char *const known_kv_families[] = {
+    "llama",      "mistral",     "qwen2",       "qwen3",
+    "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2"};
+
+static int in_list(const char *s, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s, list[i]))
+            return 1;
+    return 0;
+}
+
+/* Which layers cache an entry per token: layer_types (an array of
+ * num_hidden_layers kinds), else full_attention_interval (every interval-th
+ * layer attends, the others are linear attention, as transformers' Qwen3-Next
+ * config derives; qwen3_next's default interval is 4), else all layers. */
+static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int interval = 0, found = 0;
+    const cJSON *types = cfg_item(top, "layer_types");
+    c->kv_layers = c->num_layers;
+    c->kv_layout_known = in_list(c->model_type, known_kv_families,
+                                 sizeof known_kv_families / sizeof *known_kv_families);
+    if (types) {
+        if (!cJSON_IsArray(types))
+            return cfg_bad(top, "layer_types", types, "an array of layer kinds");
+        if (cJSON_GetArraySize(types) != c->num_layers)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: field \"%slayer_types\" has %d entries but "
+                              "num_hidden_layers is %d; they must match (fix one)",
+                              top->name, top->prefix, cJSON_GetArraySize(types),
+                              c->num_layers);
+        c->kv_layers = 0;
+        unsigned seen = 0; /* bit j: no_kv_layer_kinds[j] occurs */
+        int i = 0;
+        for (const cJSON *t = types->child; t; t = t->next, i++) {
+            char key[32];
+            snprintf(key, sizeof key, "layer_types[%d]", i);
+            if (!cJSON_IsString(t) || !t->valuestring[0])
+                return cfg_bad(top, key, t, "a layer kind string");
+            const char *k = t->valuestring;
+            int mla_indexed =
+                c->kv_layout == KVCAL_KV_MLA && !strcmp(k, "indexed_attention");
+            if (mla_indexed || in_list(k, kv_layer_kinds,
+                                       sizeof kv_layer_kinds / sizeof *kv_layer_kinds)) {
+                c->kv_layers++;
+                c->sliding_layers += !strcmp(k, "sliding_attention");
+                continue;
+            }
+            int j = 0, n = sizeof no_kv_layer_kinds / sizeof *no_kv_layer_kinds;
+            while (j < n && strcmp(k, no_kv_layer_kinds[j]))
+                j++;
+            if (j < n) {
+                seen |= 1u << j;
+            } else if (c->kv_layout != KVCAL_KV_UNKNOWN) {
+                c->kv_layout = KVCAL_KV_UNKNOWN;
+                c->unknown_layer = i;
+                snprintf(c->unknown_layer_type, sizeof c->unknown_layer_type, "%s", k);
+            }
+        }
+        for (size_t j = 0; j < sizeof no_kv_layer_kinds / sizeof *no_kv_layer_kinds; j++)
+            if (seen & 1u << j) {
+                size_t at = strlen(c->no_kv_layer_types);
+                snprintf(c->no_kv_layer_types + at, sizeof c->no_kv_layer_types - at,
+                         "%s%s", at ? ", " : "", no_kv_layer_kinds[j]);
+            }
+        return KVCAL_OK;
+    }
+    if ((s = cfg_int(top, "full_attention_interval", 1, KVCAL_CONFIG_MAX_LAYERS,
+                     &interval, &found)) != KVCAL_OK)
+        return s;
+    if (!found && !strcmp(c->model_type, "qwen3_next"))
+        interval = 4;
+    if (interval > 1) {
+        c->kv_layers = c->num_layers / interval;
+        strcpy(c->no_kv_layer_types, "linear_attention");
+    }
+    return KVCAL_OK;
+}
+
+int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c)
+{
+    if (c->kv_layout == KVCAL_KV_MLA)
+        return (int64_t)c->kv_layers * (c->kv_lora_rank + c->qk_rope_head_dim);
+    if (c->kv_layout == KVCAL_KV_PER_HEAD)
+        return 2 * (int64_t)c->kv_layers * c->num_kv_heads * c->head_dim;
+    return 0;
+}
+
+static kvcal_status cfg_read_quantization(const cfg_obj *top, kvcal_model_config *c)
+{
+    const cJSON *q, *scheme;
+    kvcal_status s = cfg_object(top, "quantization_config", &q);
+    if (s != KVCAL_OK || !q)
+        return s;
+    c->has_quantization_config = 1;
+    cfg_obj qo = {q, "quantization_config.", top->name};
+    if ((s = cfg_object(&qo, "kv_cache_scheme", &scheme)) != KVCAL_OK)
+        return s;
+    c->has_kv_cache_scheme = scheme != NULL;
+    return KVCAL_OK;
+}
+
+/* The language model's fields: at the top level, or in text_config for a
+ * multimodal config without num_hidden_layers of its own (Gemma 3, Llama 4,
+ * Qwen2.5-VL: transformers' get_text_config); architectures and
+ * quantization_config stay at the top. */
+static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found;
+    const cJSON *text = cfg_item(top, "text_config");
+    cfg_obj sub = {text, "text_config.", top->name};
+    const cfg_obj *f =
+        cJSON_IsObject(text) && !cfg_item(top, "num_hidden_layers") ? &sub : top;
+    c->rope_theta = 10000.0;
+    c->rms_norm_eps = 1e-6;
+    c->partial_rotary_factor = 1.0;
+    c->rope_factor = 1.0;
+    c->rope_attention_factor = 1.0;
+    if ((s = cfg_string(f, "model_type", c->model_type, sizeof c->model_type, &found)) !=
+            KVCAL_OK ||
+        (!found && f != top &&
+         (s = cfg_string(top, "model_type", c->model_type, sizeof c->model_type,
+                         &found)) != KVCAL_OK))
+        return s;
+    if (!found)
+        return cfg_missing(top, "model_type", "");
+    cfg_default_sizes(c);
+    if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
+        (s = cfg_required_int(f, "num_hidden_layers", 1, KVCAL_CONFIG_MAX_LAYERS,
+                              &c->num_layers)) != KVCAL_OK ||
+        (s = cfg_required_int(f, "hidden_size", 1, KVCAL_CONFIG_MAX_HIDDEN,
+                              &c->hidden_size)) != KVCAL_OK ||
+        (s = cfg_read_heads(f, c)) != KVCAL_OK ||
+        (s = cfg_int(f, "intermediate_size", 1, INT_MAX, &c->intermediate_size, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_int(f, "vocab_size", 1, KVCAL_CONFIG_MAX_VOCAB, &c->vocab_size, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_int(f, "max_position_embeddings", 1, INT_MAX,
+                     &c->max_position_embeddings, NULL)) != KVCAL_OK ||
+        (s = cfg_double(f, "rms_norm_eps", 0.0, 1.0, &c->rms_norm_eps, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_double(f, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
+                        NULL)) != KVCAL_OK ||
+        (s = cfg_read_rope(f, c)) != KVCAL_OK ||
+        (s = cfg_bool(f, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
+        (s = cfg_read_attention(f, c)) != KVCAL_OK ||
+        (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
+        (s = cfg_read_quantization(top, c)) != KVCAL_OK)
+        return s;
+    c->rope_interleave = -1;
+    if ((s = cfg_bool(f, "rope_interleave", &c->rope_interleave)) != KVCAL_OK)
+        return s;
+    for (const cfg_obj *o = f; o; o = o == top ? NULL : top) {
+        if ((s = cfg_string(o, "dtype", c->torch_dtype, sizeof c->torch_dtype, &found)) !=
+                KVCAL_OK ||
+            (!found && (s = cfg_string(o, "torch_dtype", c->torch_dtype,
+                                       sizeof c->torch_dtype, &found)) != KVCAL_OK))
+            return s;
+        if (found)
+            break;
+    }
+    return KVCAL_OK;
+}
+
+/* --- public --------------------------------------------------------------- */
+
+kvcal_status kvcal_model_config_from_json(const cJSON *root, const char *name,
+                                          kvcal_model_config *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!name)
+        name = "config.json";
+    if (!cJSON_IsObject(root))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: the top level is not a JSON object; a config.json holds "
+                          "one object of fields",
+                          name);
+    cfg_obj top = {root, "", name};
+    kvcal_status s = cfg_read(&top, out);
+    if (s != KVCAL_OK)
+        memset(out, 0, sizeof *out);
+    return s;
+}
+
+kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
+                                      kvcal_model_config *out)
+{
+    cJSON *root = NULL;
+    memset(out, 0, sizeof *out);
+    kvcal_status s = kvcal_json_parse(json, len, name ? name : "config.json", &root);
+    if (s == KVCAL_OK)
+        s = kvcal_model_config_from_json(root, name, out);
+    cJSON_Delete(root);
+    return s;
+}
+
+kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out)
+{
+    char file[4096];
+    struct stat st;
+    memset(out, 0, sizeof *out);
+    int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (is_dir) {
+        if ((size_t)snprintf(file, sizeof file, "%s/config.json", path) >= sizeof file)
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%.64s...: path too long", path);
+        if (stat(file, &st) != 0)
+            return kvcal_fail(KVCAL_ERR_IO,
+                              "%s: no config.json in this directory; pass the model "
+                              "directory (the one with config.json)",
+                              path);
+    } else {
+        if ((size_t)snprintf(file, sizeof file, "%s", path) >= sizeof file)
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%.64s...: path too long", path);
+    }
+    cJSON *root = NULL;
+    kvcal_status s = kvcal_json_load(file, &root);
+    if (s == KVCAL_ERR_PARSE && !is_dir)
+        s = kvcal_fail_context(s,
+                               "%.300s is not a config.json; give the model directory "
+                               "holding config.json, or config.json itself: ",
+                               path);
+    if (s == KVCAL_OK)
+        s = kvcal_model_config_from_json(root, file, out);
+    cJSON_Delete(root);
+    return s;
+}

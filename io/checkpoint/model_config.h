@@ -1,0 +1,129 @@
+/* io/checkpoint/model_config.h: the fields of a Hugging Face config.json the toolkit
+ * needs, read from the formats older transformers wrote (top-level
+ * rope_theta / rope_scaling) and the one transformers 5 writes
+ * (rope_parameters). */
+#ifndef KVCAL_IO_MODEL_CONFIG_H
+#define KVCAL_IO_MODEL_CONFIG_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcal.h"
+
+/* RoPE frequency scaling. Values only grow at the end. */
+typedef enum kvcal_rope_type {
+    KVCAL_ROPE_DEFAULT = 0,
+    KVCAL_ROPE_LINEAR = 1,
+    KVCAL_ROPE_LLAMA3 = 2,
+    KVCAL_ROPE_DYNAMIC = 3,
+    KVCAL_ROPE_YARN = 4,
+    KVCAL_ROPE_OTHER = 5 /* any other rope_type; its name is in rope_type_name */
+} kvcal_rope_type;
+
+/* What an engine's KV cache holds for one token. Values only grow at the end. */
+typedef enum kvcal_kv_layout {
+    KVCAL_KV_PER_HEAD = 0, /* K and V, num_kv_heads x head_dim each, in each of
+                              kv_layers layers */
+    KVCAL_KV_MLA = 1,      /* one latent entry of kv_lora_rank + qk_rope_head_dim
+                              values in each of kv_layers layers, no per-head K/V
+                              (DeepSeek-V2/V3, Kimi K2: the config has kv_lora_rank) */
+    KVCAL_KV_UNKNOWN = 2   /* layer_types names a kind of layer kvcal does not know */
+} kvcal_kv_layout;
+
+typedef struct kvcal_model_config {
+    char model_type[128];    /* "llama", "mistral", "qwen2", "qwen3" */
+    char architecture[128];  /* architectures[0], "LlamaForCausalLM" */
+    int num_layers;          /* num_hidden_layers */
+    int hidden_size;
+    int intermediate_size;
+    int num_attention_heads;
+    int num_kv_heads;        /* num_key_value_heads, defaults to num_attention_heads */
+    int head_dim;            /* explicit, else hidden_size / num_attention_heads
+                                (qwen3: 128, the transformers default) */
+    int vocab_size;
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    kvcal_rope_type rope_type;
+    double rope_factor;                /* linear/llama3/yarn factor */
+    double rope_low_freq_factor;       /* llama3 */
+    double rope_high_freq_factor;      /* llama3 */
+    int rope_original_max_position;    /* llama3/yarn original_max_position_embeddings */
+    double rope_attention_factor;      /* multiplies RoPE's cos and sin: yarn's
+                                          attention factor, 1.0 otherwise */
+    double rope_beta_fast;             /* yarn, 32 when absent or 0; else 0 */
+    double rope_beta_slow;             /* yarn, 1 when absent or 0; else 0 */
+    int rope_truncate;                 /* yarn: correction range floored/ceiled
+                                          (truncate, default true); else 0 */
+    double partial_rotary_factor;      /* 1.0 when absent */
+    int tie_word_embeddings;
+    int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */
+    int qk_norm;             /* per-head q_norm / k_norm (qwen3: 1) */
+    int sliding_window;      /* 0 when none */
+    char torch_dtype[16];    /* "bfloat16", "float16", "float32" or "" */
+    int has_quantization_config;
+    int has_kv_cache_scheme;
+    char rope_type_name[32]; /* rope_type as written ("default", "llama3", ...) */
+    int rope_interleave;     /* rope_interleave: 1 true, 0 false, -1 absent */
+
+    /* The KV cache (see kvcal_model_config_kv_values_per_token). */
+    kvcal_kv_layout kv_layout;
+    int kv_lora_rank;        /* MLA: latent values cached per token and layer; else 0 */
+    int qk_rope_head_dim;    /* MLA: RoPE channels cached beside the latent; else 0 */
+    int qk_nope_head_dim;    /* MLA: q/k channels without RoPE; 0 when absent */
+    int v_head_dim;          /* MLA: V channels per head; 0 when absent */
+    int index_head_dim;      /* a sparse-attention indexer's key size (DeepSeek-V3.2),
+                                cached beside the latent; 0 when none */
+    int kv_layers;           /* layers that cache an entry per token: num_layers, or
+                                the attention layers of layer_types /
+                                full_attention_interval */
+    int sliding_layers;      /* of those, layer_types' sliding_attention layers */
+    char no_kv_layer_types[64];   /* the kinds of layer_types that cache nothing per
+                                     token ("linear_attention", "conv", ...), joined
+                                     by ", " */
+    char unknown_layer_type[32];  /* KVCAL_KV_UNKNOWN: the first kind kvcal does not
+                                     know; unknown_layer is its index */
+    int unknown_layer;
+    int kv_layout_known;     /* 1: model_type is a family whose cache kvcal knows;
+                                0: the layout above is read from the fields alone and
+                                assumes every such layer caches it */
+} kvcal_model_config;
+
+/* Upper bounds on the sizes a config.json may state. Real models stay far
+ * below them (about 130 layers, 128 heads, head_dim 256, hidden 16384,
+ * vocabularies of 262144); they keep a hostile file from making the checkers
+ * loop over billions of layers and heads or size buffers from nonsense, and
+ * keep products such as layers * kv_heads * head_dim within int64. */
+#define KVCAL_CONFIG_MAX_LAYERS 65536     /* num_hidden_layers */
+#define KVCAL_CONFIG_MAX_HEADS 65536      /* num_attention_heads, num_key_value_heads */
+#define KVCAL_CONFIG_MAX_HEAD_DIM 65536   /* head_dim */
+#define KVCAL_CONFIG_MAX_HIDDEN (1 << 20) /* hidden_size */
+#define KVCAL_CONFIG_MAX_VOCAB (1 << 27)  /* vocab_size */
+
+/* Parses config.json text. `name` is used in messages. Missing required
+ * fields (num_hidden_layers, num_attention_heads, hidden_size, model_type)
+ * are an error naming the field (KVCAL_ERR_FORMAT), as are wrong types,
+ * non-positive counts, sizes above the KVCAL_CONFIG_MAX_* bounds and head
+ * counts that do not divide. An explicit null
+ * counts as absent (but a null yarn factor is derived, as transformers
+ * does: yarn's original context, factor and attention factor are resolved
+ * here). *out is zeroed on failure. */
+kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *name,
+                                      kvcal_model_config *out);
+
+/* Values the KV cache holds for one token over all layers, K and V counted
+ * apart: 2 * kv_layers * num_kv_heads * head_dim (per head) or kv_layers *
+ * (kv_lora_rank + qk_rope_head_dim) (MLA); a sparse-attention indexer's keys
+ * are not counted. 0 for KVCAL_KV_UNKNOWN. Bytes are this times the cache
+ * dtype's size. */
+int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c);
+
+/* Reads `path` (config.json or the directory holding it). */
+kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out);
+
+/* The same from a parsed config.json object (the caller keeps `root`). */
+kvcal_status kvcal_model_config_from_json(const cJSON *root, const char *name,
+                                          kvcal_model_config *out);
+
+#endif

@@ -1,0 +1,189 @@
+/* io/dataset/dataset_hdf5.c: HDF5 token sets (what `kvcal tokenize` writes and
+ * calibration reads back): input_ids (N, L) int32 and lengths (N) int32,
+ * deflate-compressed chunks, provenance attributes. HDF5's own error printing
+ * is suppressed (io/hdf5_util.h); failures become one kvcal_fail line. */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "io/dataset/dataset.h"
+#include "io/dataset/dataset_impl.h"
+#include "io/hdf5_util.h"
+
+#define TOKENS_FORMAT "kvcal-tokens"
+#define TOKENS_FORMAT_VERSION 1
+
+/* A chunked, deflate-compressed int32 dataset of rank 1 or 2. */
+static int write_i32(hid_t file, const char *name, int rank, const hsize_t *dims,
+                     const int32_t *data)
+{
+    hsize_t chunk[2] = {dims[0], rank == 2 ? dims[1] : 1};
+    size_t row = rank == 2 ? (size_t)dims[1] : 1;
+    hsize_t rows = (hsize_t)((1u << 16) / row);
+    if (rows < 1)
+        rows = 1;
+    if (chunk[0] > rows)
+        chunk[0] = rows;
+    return kvcal_h5_write_dataset(file, name, H5T_STD_I32LE, H5T_NATIVE_INT32, rank, dims,
+                                  chunk, 4, KVCAL_H5_NO_TIMES, data);
+}
+
+kvcal_status kvcal_samples_write_hdf5(const char *path, const kvcal_samples *s,
+                                      const kvcal_token_provenance *prov)
+{
+    if (!path || !s || s->num_samples <= 0 || s->seq_len <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "write token set: no samples to write");
+    kvcal_status st = KVCAL_OK;
+    kvcal_h5_quiet q;
+    kvcal_h5_quiet_begin(&q);
+    kvcal_h5_image img;
+    hid_t file = kvcal_h5_image_create(&img) < 0 ? -1 : img.file;
+    hsize_t dims[2] = {(hsize_t)s->num_samples, (hsize_t)s->seq_len};
+    int32_t version = TOKENS_FORMAT_VERSION, pack = prov ? prov->pack : 0;
+    int64_t ntok = s->num_tokens;
+    uint64_t seed = prov ? prov->seed : 0;
+    if (file < 0 || write_i32(file, "input_ids", 2, dims, s->ids) ||
+        write_i32(file, "lengths", 1, dims, s->lengths) ||
+        kvcal_h5_write_attr_str(file, "format", TOKENS_FORMAT) ||
+        kvcal_h5_write_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT32,
+                            &version) ||
+        kvcal_h5_write_attr_str(file, "kvcal_version", kvcal_version()) ||
+        kvcal_h5_write_attr(file, "num_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, &ntok) ||
+        kvcal_h5_write_attr_str(file, "source", prov ? prov->source : NULL) ||
+        kvcal_h5_write_attr_str(file, "tokenizer", prov ? prov->tokenizer : NULL) ||
+        kvcal_h5_write_attr_str(file, "tokenizer_kind",
+                                prov ? prov->tokenizer_kind : NULL) ||
+        kvcal_h5_write_attr(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) ||
+        kvcal_h5_write_attr(file, "pack", H5T_STD_I32LE, H5T_NATIVE_INT32, &pack)) {
+        st = kvcal_h5_fail(KVCAL_ERR_IO, path, "build", "the token set in memory");
+        kvcal_h5_image_discard(&img);
+    } else {
+        st = kvcal_h5_image_write(&img, path);
+    }
+    kvcal_h5_quiet_end(&q);
+    return st;
+}
+
+kvcal_status kvcal_dataset_read_hdf5(const char *path, kvcal_doclist *l)
+{
+    kvcal_status st = KVCAL_OK;
+    hid_t file = -1, dset = -1, space = -1, ldset = -1;
+    int32_t *ids = NULL, *lens = NULL;
+    l->rows = 1;
+    kvcal_h5_quiet q;
+    kvcal_h5_quiet_begin(&q);
+    file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) {
+        st = kvcal_fail(KVCAL_ERR_PARSE, "%s: not a readable HDF5 file", path);
+        goto done;
+    }
+    dset = H5Dopen2(file, "input_ids", H5P_DEFAULT);
+    if (dset < 0) {
+        st = kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "%s: no dataset \"input_ids\" (write token sets with kvcal tokenize)", path);
+        goto done;
+    }
+    space = H5Dget_space(dset);
+    hsize_t dims[2] = {0, 0};
+    hid_t type = H5Dget_type(dset);
+    int is_int = type >= 0 && H5Tget_class(type) == H5T_INTEGER;
+    if (type >= 0)
+        H5Tclose(type);
+    if (space < 0 || H5Sget_simple_extent_ndims(space) != 2 || !is_int) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: input_ids must be a 2-D integer dataset [N, L]", path);
+        goto done;
+    }
+    H5Sget_simple_extent_dims(space, dims, NULL);
+    if (dims[0] == 0 || dims[1] == 0 || dims[1] > (1ull << 31) / dims[0]) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: input_ids has shape [%llu, %llu]: empty or more than 2^31 "
+                        "ids; split the token set",
+                        path, (unsigned long long)dims[0], (unsigned long long)dims[1]);
+        goto done;
+    }
+    size_t N = (size_t)dims[0], L = (size_t)dims[1];
+    ids = malloc(N * L * sizeof *ids);
+    lens = malloc(N * sizeof *lens);
+    if (!ids || !lens) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for %zu x %zu ids", path, N,
+                        L);
+        goto done;
+    }
+    if (H5Dread(dset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids) < 0) {
+        st = kvcal_fail(KVCAL_ERR_IO, "%s: cannot read input_ids", path);
+        goto done;
+    }
+    ldset = H5Lexists(file, "lengths", H5P_DEFAULT) > 0
+                ? H5Dopen2(file, "lengths", H5P_DEFAULT)
+                : -1;
+    if (ldset >= 0) {
+        hid_t ls = H5Dget_space(ldset);
+        hsize_t ld = 0;
+        int ok = ls >= 0 && H5Sget_simple_extent_ndims(ls) == 1;
+        if (ok)
+            H5Sget_simple_extent_dims(ls, &ld, NULL);
+        if (ls >= 0)
+            H5Sclose(ls);
+        if (!ok || ld != N ||
+            H5Dread(ldset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, lens) < 0) {
+            st = kvcal_fail(KVCAL_ERR_FORMAT,
+                            "%s: lengths must be a 1-D integer dataset of "
+                            "%zu rows",
+                            path, N);
+            goto done;
+        }
+    } else {
+        for (size_t i = 0; i < N; i++) {
+            size_t n = 0;
+            while (n < L && ids[i * L + n] >= 0)
+                n++;
+            lens[i] = (int32_t)n;
+        }
+    }
+    for (size_t i = 0; i < N && !st; i++) {
+        if (lens[i] < 0 || (size_t)lens[i] > L) {
+            st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: lengths[%zu] = %d is not in [0, %zu]",
+                            path, i, lens[i], L);
+            break;
+        }
+        for (int32_t k = 0; k < lens[i]; k++)
+            if (ids[i * L + (size_t)k] < 0) {
+                st =
+                    kvcal_fail(KVCAL_ERR_FORMAT,
+                               "%s: input_ids[%zu][%d] = %d is negative inside the row's "
+                               "length",
+                               path, i, k, ids[i * L + (size_t)k]);
+                break;
+            }
+        if (st || lens[i] == 0)
+            continue;
+        kvcal_doc d = {.is_ids = 1, .n_ids = (size_t)lens[i], .line = i};
+        d.ids = malloc((size_t)lens[i] * sizeof *d.ids);
+        if (!d.ids) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        memcpy(d.ids, ids + i * L, (size_t)lens[i] * sizeof *d.ids);
+        if ((st = kvcal_doclist_push(l, d))) {
+            free(d.ids);
+            break;
+        }
+    }
+done:;
+    kvcal_h5_quiet_end(&q);
+    free(ids);
+    free(lens);
+    if (ldset >= 0)
+        H5Dclose(ldset);
+    if (space >= 0)
+        H5Sclose(space);
+    if (dset >= 0)
+        H5Dclose(dset);
+    if (file >= 0)
+        H5Fclose(file);
+    return st;
+}

@@ -1,0 +1,50 @@
+/* io/scales/scales_io.h: the three scales formats of DESIGN.md ("Formats"), each a
+ * checker (findings + scale set) and an atomic writer. kvcal_scales_load(),
+ * kvcal_scales_write() and kvcal_scales_validate_file() (include/kvcal.h)
+ * dispatch to them.
+ *
+ * Checkers add every finding to `rep` and, when `out` is not NULL and no
+ * error was found, build the scale set (*out, caller destroys). They return
+ * a non-OK status only for failures unrelated to the file's content
+ * (allocation). Writers refuse non-finite, zero or negative scales and
+ * write nothing then. */
+#ifndef KVCAL_IO_SCALES_IO_H
+#define KVCAL_IO_SCALES_IO_H
+
+#include <cjson/cJSON.h>
+
+#include "core/scales.h"
+#include "io/scales/scales_validate.h"
+
+#define KVCAL_SCALES_FORMAT_NAME "kvcal-kv-scales"
+#define KVCAL_SCALES_FORMAT_VERSION 1
+#define KVCAL_CHECKPOINT_SHARD "kv_scales.safetensors"
+#define KVCAL_CHECKPOINT_INDEX "model.safetensors.index.json"
+
+/* --- legacy JSON (io/scales/scales_legacy.c) ----------------------------------- */
+
+kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx *ctx,
+                                       kvcal_report_t *rep, kvcal_scales_t **out);
+/* tp >= 1; the set's kv heads are split over tp ranks as the engines do. */
+kvcal_status kvcal_scales_write_legacy(const kvcal_scales_t *s, const char *path, int tp);
+
+/* --- kvcal JSON (io/scales/scales_kvcal_json.c) -------------------------------- */
+
+kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales_ctx *ctx,
+                                           kvcal_report_t *rep, kvcal_scales_t **out);
+kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *path);
+
+/* --- checkpoint (io/scales/scales_checkpoint.c) -------------------------------- */
+
+/* path: a checkpoint directory or one .safetensors file. ctx->model, when
+ * NULL, is read from the directory's (or the file's directory's)
+ * config.json if there is one. */
+kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_ctx *ctx,
+                                           kvcal_report_t *rep, kvcal_scales_t **out);
+/* Writes kv_scales.safetensors, config.json (model_dir's, with
+ * quantization_config.kv_cache_scheme merged) and the index into dir
+ * (created if missing). model_dir is required. */
+kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *dir,
+                                           const char *model_dir);
+
+#endif
