@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 extern const kvcal_arch kvcal_arch_llama;
 
 static const kvcal_arch *const families[] = {&kvcal_arch_llama};

@@ -104,9 +104,9 @@ typedef struct kvcal_op {
 } kvcal_op;
 
 typedef struct kvcal_arch {
-    const char *family;                     /* "llama" */
-    const char *const *architectures;       /* NULL-terminated */
-    const char *layer_prefix;               /* "model.layers.%d." */
+    const char *family;                       /* "llama" */
+    const char *const *architectures;         /* NULL-terminated */
+    const char *layer_prefix;                 /* "model.layers.%d." */
     const char *embed, *final_norm, *lm_head; /* model-level tensor names */
     kvcal_weight_spec weights[KVCAL_W_COUNT];
     /* layer tensors whose presence the family does not implement (NULL-

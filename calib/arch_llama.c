@@ -12,8 +12,7 @@
 #include "core/status.h"
 
 static const char *const architectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                            "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                            NULL};
+                                            "Qwen2ForCausalLM", "Qwen3ForCausalLM", NULL};
 
 /* config.json: attention_bias (Llama, Mistral: q/k/v and o biases; Qwen2:
  * q/k/v biases always, never o) and Qwen3's q/k norm, as io/model_config

@@ -165,19 +165,6 @@ typedef struct kvcal_backend_options {
     kvcal_mlp_choice mlp;
 } kvcal_backend_options;
 
-typedef enum kvcal_device_kind {
-    KVCAL_DEVICE_CPU = 0,
-    KVCAL_DEVICE_CUDA = 1
-} kvcal_device_kind;
-
-/* The backend of `device` for model (borrowed: it must outlive the
- * backend); *out = NULL on failure. cuda: KVCAL_ERR_NO_DEVICE without a
- * device or in a build without CUDA, KVCAL_ERR_DEVICE_MEMORY naming the
- * bytes and the fix, KVCAL_ERR_UNSUPPORTED as
- * kvcal_backend_cuda_check_model. */
-kvcal_status kvcal_backend_create(kvcal_device_kind device, kvcal_model_t *model,
-                                  const kvcal_backend_options *opt, kvcal_backend **out);
-
 /* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the
  * latter only in builds with CUDA). */
 kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
@@ -212,10 +199,7 @@ typedef struct kvcal_cuda_device_plan {
     char attention_note[256]; /* when 0: why (kvcal_attention_note) */
 } kvcal_cuda_device_plan;
 
-/* Fills *plan for GPU `device`. Loads cuDNN as the backend does (a CUDA
- * context on the device; the current device is restored). KVCAL_ERR_NO_DEVICE
- * for a device that does not exist or in a build without CUDA. */
-kvcal_status kvcal_cuda_plan_device(int device, kvcal_cuda_device_plan *plan);
+/* kvcal_cuda_plan_device (calib/backends.h) on a build with CUDA. */
 kvcal_status kvcal_backend_cuda_plan_device(int device, kvcal_cuda_device_plan *plan);
 
 /* What the cuda backend cannot run, without touching a device:

@@ -28,23 +28,23 @@ typedef struct {
     float *up;    // (N, intermediate)
     int32_t *pos; // (N)
     void *slab;
-    int64_t *start;          /* (max_batch) */
-    const int32_t *lengths;  /* the batch's, borrowed */
-    const int64_t *names;    /* the batch's, borrowed or ids */
-    int64_t *default_names;  /* (max_batch) 0 .. batch-1 */
+    int64_t *start;         /* (max_batch) */
+    const int32_t *lengths; /* the batch's, borrowed */
+    const int64_t *names;   /* the batch's, borrowed or ids */
+    int64_t *default_names; /* (max_batch) 0 .. batch-1 */
     int batch;
-    int64_t n;               /* rows of the batch */
-    kvcal_stats_t *stats;    /* observe_into */
+    int64_t n;            /* rows of the batch */
+    kvcal_stats_t *stats; /* observe_into */
     /* the simulated cache (sim_prepare) */
     void *sim_slab;
-    uint8_t *cache[2];                 /* (N, kv_heads, head_dim) e4m3 */
-    float *cache_scale[2];             /* (N, kv_heads) */
-    float *deq[2];                     /* (N, kv_heads, head_dim) */
-    float *att0;                       /* (N, heads, head_dim) on the exact K/V */
-    int64_t *slots;                    /* (N) 0 .. N-1 */
-    kvcal_eval_layer_sums *sums;       /* (layers) */
-    float *space;                      /* the simulation's own floats */
-    float *logits;                     /* (N, vocab), head_prepare */
+    uint8_t *cache[2];           /* (N, kv_heads, head_dim) e4m3 */
+    float *cache_scale[2];       /* (N, kv_heads) */
+    float *deq[2];               /* (N, kv_heads, head_dim) */
+    float *att0;                 /* (N, heads, head_dim) on the exact K/V */
+    int64_t *slots;              /* (N) 0 .. N-1 */
+    kvcal_eval_layer_sums *sums; /* (layers) */
+    float *space;                /* the simulation's own floats */
+    float *logits;               /* (N, vocab), head_prepare */
 } cpu_backend;
 
 static cpu_backend *cpu(kvcal_backend *be)
@@ -85,9 +85,9 @@ static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_r
     int64_t n = 0;
     c->names = b->sample_ids ? b->sample_ids : c->default_names;
     for (int i = 0; i < b->batch; i++) {
-        kvcal_status st = kvcal_backend_check_sample("runner", (long long)c->names[i],
-                                                     b->lengths[i], b->seq_len,
-                                                     d->max_seq_len, d->sliding_window);
+        kvcal_status st =
+            kvcal_backend_check_sample("runner", (long long)c->names[i], b->lengths[i],
+                                       b->seq_len, d->max_seq_len, d->sliding_window);
         if (st)
             return st;
         c->start[i] = n;
@@ -174,8 +174,8 @@ static kvcal_status observe(cpu_backend *c, int layer)
     for (int b = 0; b < c->batch; b++)
         for (int which = KVCAL_K; which <= KVCAL_V; which++) {
             const float *x = (which == KVCAL_K ? c->k : c->v) + c->start[b] * row;
-            kvcal_kv_block blk = kvcal_kv_block_dense(x, 1, c->lengths[b], d->num_kv_heads,
-                                                      d->head_dim, NULL, &c->names[b]);
+            kvcal_kv_block blk = kvcal_kv_block_dense(
+                x, 1, c->lengths[b], d->num_kv_heads, d->head_dim, NULL, &c->names[b]);
             kvcal_status st = kvcal_stats_observe_ref(c->stats, layer, which, &blk);
             if (st)
                 return st;
@@ -255,9 +255,10 @@ static kvcal_status head_prepare(kvcal_backend *be)
     const float *norm, *cls;
     const double bytes = (double)c->max_tokens * be->desc->vocab_size * sizeof(float);
     if (!c->logits && !(c->logits = bytes < 1e15 ? malloc((size_t)bytes) : NULL))
-        return kvcal_fail(KVCAL_ERR_NOMEM,
-                          "eval: cannot allocate %.0f MB of logits; use a smaller --batch",
-                          bytes / 1048576.0);
+        return kvcal_fail(
+            KVCAL_ERR_NOMEM,
+            "eval: cannot allocate %.0f MB of logits; use a smaller --batch",
+            bytes / 1048576.0);
     return kvcal_model_load_head(c->model, &norm, &cls);
 }
 
@@ -294,11 +295,10 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     const size_t N = (size_t)c->max_tokens, KV = N * d->num_kv_heads * d->head_dim;
-    const size_t bytes = 2 * KV + 2 * N * d->num_kv_heads * sizeof(float) +
-                         2 * KV * sizeof(float) +
-                         N * (size_t)d->num_heads * d->head_dim * sizeof(float) +
-                         N * sizeof(int64_t) + d->num_layers * sizeof(kvcal_eval_layer_sums) +
-                         floats * sizeof(float) + 64;
+    const size_t bytes =
+        2 * KV + 2 * N * d->num_kv_heads * sizeof(float) + 2 * KV * sizeof(float) +
+        N * (size_t)d->num_heads * d->head_dim * sizeof(float) + N * sizeof(int64_t) +
+        d->num_layers * sizeof(kvcal_eval_layer_sums) + floats * sizeof(float) + 64;
     sim_release(be);
     if (!(c->sim_slab = calloc(1, bytes)))
         return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory for %lld tokens a batch",
@@ -306,7 +306,8 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     /* 8-byte members first, then floats, then bytes */
     unsigned char *p = c->sim_slab;
     c->slots = (int64_t *)p, p += N * sizeof(int64_t);
-    c->sums = (kvcal_eval_layer_sums *)p, p += d->num_layers * sizeof(kvcal_eval_layer_sums);
+    c->sums = (kvcal_eval_layer_sums *)p,
+    p += d->num_layers * sizeof(kvcal_eval_layer_sums);
     for (int i = 0; i < 2; i++) {
         c->cache_scale[i] = (float *)p, p += N * d->num_kv_heads * sizeof(float);
         c->deq[i] = (float *)p, p += KV * sizeof(float);
@@ -335,9 +336,11 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     const kvcal_model_desc *d = be->desc;
     const int H = d->num_kv_heads, D = d->head_dim;
     const int64_t row = (int64_t)H * D;
-    io->batch = (kvcal_kv_batch){c->k, c->v, KVCAL_DTYPE_F32, c->n, row, D, row, D, c->slots};
-    io->cache = (kvcal_kv_cache){c->cache[0], c->cache[1], c->cache_scale[0],
-                                 c->cache_scale[1], c->n, 1, H, D, 0, KVCAL_CACHE_NHD};
+    io->batch =
+        (kvcal_kv_batch){c->k, c->v, KVCAL_DTYPE_F32, c->n, row, D, row, D, c->slots};
+    io->cache = (kvcal_kv_cache){
+        c->cache[0], c->cache[1], c->cache_scale[0], c->cache_scale[1], c->n, 1, H,
+        D,           0,           KVCAL_CACHE_NHD};
     io->device = 0;
     io->stream = NULL;
     return KVCAL_OK;
@@ -358,9 +361,9 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
     const int64_t row = (int64_t)d->num_kv_heads * D;
     kvcal_kv_io io;
     sim_view(be, &io);
-    kvcal_status st = kvcal_kv_dequantize_ref(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR,
-                                              NULL, NULL, c->deq[0], c->deq[1],
-                                              KVCAL_DTYPE_F32);
+    kvcal_status st =
+        kvcal_kv_dequantize_ref(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR, NULL,
+                                NULL, c->deq[0], c->deq[1], KVCAL_DTYPE_F32);
     if (st)
         return st;
     float *kv[2] = {c->k, c->v};

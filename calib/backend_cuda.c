@@ -74,31 +74,31 @@ typedef struct {
     float *host_bmax;               /* pinned (2, L, HKV) */
     /* the batch */
     int batch, seq_len, layer;
-    int64_t valid;                  /* tokens */
-    int64_t *rows_start;            /* (max_batch) b * seq_len */
-    const int64_t *names;           /* the batch's sample ids */
-    int64_t *default_names;         /* (max_batch) */
-    int qkv_heads, qkv_width;       /* what the last QKV projection wrote */
+    int64_t valid;            /* tokens */
+    int64_t *rows_start;      /* (max_batch) b * seq_len */
+    const int64_t *names;     /* the batch's sample ids */
+    int64_t *default_names;   /* (max_batch) */
+    int qkv_heads, qkv_width; /* what the last QKV projection wrote */
     /* observing */
-    kvcal_stats_t *stats;           /* observe_into */
-    kvcal_stats_t *device_view;     /* host copy of the device statistics */
+    kvcal_stats_t *stats;       /* observe_into */
+    kvcal_stats_t *device_view; /* host copy of the device statistics */
     /* the head (head_prepare) */
     void *head_slab;
-    kvcal_bf16 *final_norm;         /* (D) */
-    const kvcal_bf16 *lm_head;      /* (V, D): own copy or the tied embed */
-    kvcal_bf16 *logits;             /* (chunk, V) */
-    int32_t *target;                /* (N) */
-    float *nll;                     /* (N) */
-    int chunk;                      /* logits rows per lm_head GEMM */
+    kvcal_bf16 *final_norm;    /* (D) */
+    const kvcal_bf16 *lm_head; /* (V, D): own copy or the tied embed */
+    kvcal_bf16 *logits;        /* (chunk, V) */
+    int32_t *target;           /* (N) */
+    float *nll;                /* (N) */
+    int chunk;                 /* logits rows per lm_head GEMM */
     /* the simulated cache (sim_prepare) */
     void *sim_slab;
-    kvcal_bf16 *att0;               /* (N, H * hd) attention on the exact K/V */
-    uint8_t *cache[2];              /* (N, HKV, hd) e4m3, one block per token */
-    float *cache_scale[2];          /* (N, HKV) */
-    float *deq[2];                  /* (N, HKV, hd) */
-    int64_t *slots;                 /* (N) row index, -1 for padding */
-    kvcal_eval_layer_sums *sums;    /* (L) */
-    int64_t *host_slots;            /* pinned (N) */
+    kvcal_bf16 *att0;            /* (N, H * hd) attention on the exact K/V */
+    uint8_t *cache[2];           /* (N, HKV, hd) e4m3, one block per token */
+    float *cache_scale[2];       /* (N, HKV) */
+    float *deq[2];               /* (N, HKV, hd) */
+    int64_t *slots;              /* (N) row index, -1 for padding */
+    kvcal_eval_layer_sums *sums; /* (L) */
+    int64_t *host_slots;         /* pinned (N) */
 } cuda_backend;
 
 static cuda_backend *cu(kvcal_backend *be)
@@ -115,8 +115,8 @@ static size_t round_up(size_t n)
  * were laid out in before they were data, kept so the device layout (and
  * the alignment of each weight) does not move. */
 static const kvcal_weight slab_order[KVCAL_W_COUNT] = {
-    KVCAL_W_QKV,      KVCAL_W_QKV_BIAS, KVCAL_W_O,      KVCAL_W_O_BIAS, KVCAL_W_GATE_UP,
-    KVCAL_W_DOWN,     KVCAL_W_ATTN_NORM, KVCAL_W_FFN_NORM, KVCAL_W_Q_NORM, KVCAL_W_K_NORM};
+    KVCAL_W_QKV,  KVCAL_W_QKV_BIAS,  KVCAL_W_O,        KVCAL_W_O_BIAS, KVCAL_W_GATE_UP,
+    KVCAL_W_DOWN, KVCAL_W_ATTN_NORM, KVCAL_W_FFN_NORM, KVCAL_W_Q_NORM, KVCAL_W_K_NORM};
 
 static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
 {
@@ -156,7 +156,8 @@ static void stage_layer(unsigned char *stage, const layer_layout *lay,
         }
         for (size_t r = 0; r < 2 * I; r++)
             to_bf16(dst + r * D,
-                    w->w[i] + (size_t)kvcal_gemm_swiglu_source_row((int)r, (int)I) * D, D);
+                    w->w[i] + (size_t)kvcal_gemm_swiglu_source_row((int)r, (int)I) * D,
+                    D);
     }
 }
 
@@ -334,9 +335,9 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
 {
     cuda_backend *r = cu(be);
-    return kvcal_add_rmsnorm_launch(act(r, op->out), r->resid, first ? NULL : act(r, op->in),
-                                    tensor(r, op->w), r->batch * r->seq_len, r->D, r->eps,
-                                    r->stream);
+    return kvcal_add_rmsnorm_launch(act(r, op->out), r->resid,
+                                    first ? NULL : act(r, op->in), tensor(r, op->w),
+                                    r->batch * r->seq_len, r->D, r->eps, r->stream);
 }
 
 /* A QKV projection: all of it, or with need_q 0 (nothing reads the
@@ -373,8 +374,8 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
 {
     (void)need_q; /* project_qkv left the queries out or not */
     cuda_backend *r = cu(be);
-    const kvcal_rope_cfg rope = {r->inv_freq,       r->rot_dim, r->interleaved,
-                                 tensor(r, op->w),  tensor(r, op->b), r->eps,
+    const kvcal_rope_cfg rope = {r->inv_freq,        r->rot_dim,       r->interleaved,
+                                 tensor(r, op->w),   tensor(r, op->b), r->eps,
                                  r->attention_factor};
     kvcal_kv_observer obs;
     const int l = observe;
@@ -394,8 +395,8 @@ static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
     const int q_cols = r->H * r->hd;
     return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
                                r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
-                               r->seq_len, r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd),
-                               r->stream, NULL);
+                               r->seq_len, r->H, r->HKV, r->hd,
+                               1.0f / sqrtf((float)r->hd), r->stream, NULL);
 }
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
@@ -565,8 +566,9 @@ static kvcal_status head_prepare(kvcal_backend *be)
                             (size_t)r->chunk * r->V * sizeof(kvcal_bf16),
                             N * sizeof(int32_t), N * sizeof(float)};
     void *buf[5];
-    TRY(alloc_buffers(&r->head_slab, buf, bytes, 5, "the final norm, the classifier and "
-                                                    "the logits"));
+    TRY(alloc_buffers(&r->head_slab, buf, bytes, 5,
+                      "the final norm, the classifier and "
+                      "the logits"));
     r->final_norm = buf[0];
     r->lm_head = d->tied_embeddings ? r->embed : buf[1];
     r->logits = buf[2];
@@ -600,7 +602,8 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
         const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;
         TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
                               NULL, rows, r->D, r->V, s));
-        TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V, s));
+        TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V,
+                                   s));
     }
     TRY_CUDA(cudaMemcpyAsync(nll, r->nll, (size_t)n * sizeof(float),
                              cudaMemcpyDeviceToHost, s));
@@ -643,7 +646,8 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
                             (size_t)r->L * sizeof(kvcal_eval_layer_sums)};
     enum { NBUF = sizeof bytes / sizeof bytes[0] };
     void *buf[NBUF];
-    TRY(alloc_buffers(&r->sim_slab, buf, bytes, NBUF, "the simulated FP8 cache's buffers"));
+    TRY(alloc_buffers(&r->sim_slab, buf, bytes, NBUF,
+                      "the simulated FP8 cache's buffers"));
     r->att0 = buf[0];
     r->cache[0] = buf[1], r->cache[1] = buf[2];
     r->cache_scale[0] = buf[3], r->cache_scale[1] = buf[4];
@@ -687,9 +691,9 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     kv_of(r, &k, &v);
     io->batch = (kvcal_kv_batch){k,        v,     KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd,
                                  r->qkv_n, r->hd, r->slots};
-    io->cache = (kvcal_kv_cache){r->cache[0], r->cache[1], r->cache_scale[0],
-                                 r->cache_scale[1], n, 1, r->HKV, r->hd, 0,
-                                 KVCAL_CACHE_NHD};
+    io->cache = (kvcal_kv_cache){
+        r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
+        r->hd,       0,           KVCAL_CACHE_NHD};
     io->device = 1;
     io->stream = r->stream;
     return KVCAL_OK;
@@ -711,7 +715,8 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
     kv_of(r, &kv[0], &kv[1]);
     sim_view(be, &io);
     TRY(kvcal_kv_dequantize_launch(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR, NULL,
-                                   NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32, r->stream));
+                                   NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32,
+                                   r->stream));
     for (int i = 0; i < 2; i++)
         TRY(kvcal_error_sums_launch(&r->sums[layer].kv[i], kv[i], r->qkv_n, r->deq[i],
                                     kv_cols, KVCAL_DTYPE_F32, r->cache_scale[i], r->hd,
@@ -926,7 +931,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->batch_absmax[kv] = carve(&p, LH * sizeof(float));
     }
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
-    r->stats_bytes = (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
+    r->stats_bytes =
+        (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
     TRY(upload_model(r, model));
     *out = &r->base;

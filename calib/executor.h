@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "calib/backend.h"
+#include "calib/backends.h"
 #include "calib/kv_sim.h"
 #include "calib/model.h"
 #include "kvcal.h"

@@ -9,20 +9,20 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
-#include "io/file_read.h"
 #include "io/checkpoint/llama2c.h"
-#include "io/path.h"
 #include "io/checkpoint/model_config.h"
 #include "io/checkpoint/safetensors.h"
+#include "io/file_read.h"
+#include "io/path.h"
 
 struct kvcal_model {
     kvcal_model_desc desc;
     char path[4096];
-    kvcal_checkpoint_t *ck;    /* HF source */
-    kvcal_llama2c_t *l2c;      /* llama2.c source */
-    float *inv_freq;  /* (rot_dim / 2) */
-    float *layer_buf; /* one layer, fp32, logical weights in order */
-    float *head_buf;  /* final norm (hidden) + lm_head (vocab, hidden) */
+    kvcal_checkpoint_t *ck; /* HF source */
+    kvcal_llama2c_t *l2c;   /* llama2.c source */
+    float *inv_freq;        /* (rot_dim / 2) */
+    float *layer_buf;       /* one layer, fp32, logical weights in order */
+    float *head_buf;        /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
     const float *lm_head;
 };

@@ -4,8 +4,8 @@
  * Sources: a Hugging Face checkpoint (config.json + safetensors, single or
  * sharded) of an architecture a family of calib/arch.h runs, with F32 / F16 /
  * BF16 weights, its tensors named by the family's file; or a llama2.c .bin
- * checkpoint (the Llama family). Checkpoints are mapped, never read whole; a layer's weights are
- * converted to fp32 into one buffer when the layer is loaded, so memory is
+ * checkpoint (the Llama family). Checkpoints are mapped, never read whole; a layer's
+ * weights are converted to fp32 into one buffer when the layer is loaded, so memory is
  * one layer of fp32 weights whatever the model size. Every tensor's presence,
  * dtype and shape is checked when the model is opened. */
 #ifndef KVCAL_CALIB_MODEL_H
@@ -33,15 +33,15 @@ struct kvcal_model_desc {
     int vocab_size;
     int max_seq_len; /* max_position_embeddings (llama2.c: seq_len) */
     float norm_eps;
-    int rot_dim;           /* channels of each head that RoPE rotates (even) */
-    int rope_interleaved;  /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
-    const float *inv_freq; /* (rot_dim / 2), scaling already applied; owned */
+    int rot_dim;                 /* channels of each head that RoPE rotates (even) */
+    int rope_interleaved;        /* 1: pairs (2i, 2i+1); 0: (i, i + rot_dim/2) */
+    const float *inv_freq;       /* (rot_dim / 2), scaling already applied; owned */
     float rope_attention_factor; /* multiplies RoPE's cos and sin (yarn), else 1 */
-    int qkv_bias;          /* q/k/v projections carry a bias */
-    int o_bias;            /* o_proj carries a bias */
-    int qk_norm;           /* per-head RMSNorm of q and k before RoPE */
-    int tied_embeddings;   /* lm_head is the embedding */
-    int sliding_window;    /* attention window in tokens, 0 when none */
+    int qkv_bias;                /* q/k/v projections carry a bias */
+    int o_bias;                  /* o_proj carries a bias */
+    int qk_norm;                 /* per-head RMSNorm of q and k before RoPE */
+    int tied_embeddings;         /* lm_head is the embedding */
+    int sliding_window;          /* attention window in tokens, 0 when none */
 };
 
 /* One layer's fp32 weights by logical weight (calib/arch.h), (out, in)
@@ -55,7 +55,8 @@ typedef struct kvcal_model kvcal_model_t;
 
 // --- the weights of a family, at a model's sizes ---
 
-/* The size `dim` stands for in model d (of its family, d->arch) (0 for KVCAL_DIM_NONE). */
+/* The size `dim` stands for in model d (of its family, d->arch) (0 for KVCAL_DIM_NONE).
+ */
 long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
 
 /* Whether weight w exists in model d. */
@@ -65,7 +66,6 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);
  * cols (0 for a vector); 0 x 0 when absent. */
 void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
                               long long *cols);
-
 
 /* Opens a checkpoint directory (config.json + *.safetensors), a single
  * .safetensors file beside its config.json, or a llama2.c .bin file, and

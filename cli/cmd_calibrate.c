@@ -212,7 +212,7 @@ typedef struct {
     int total;
 } progress_ctx;
 
-static void progress(void *p, int done, long long tokens)
+static void show_progress(void *p, int done, long long tokens)
 {
     progress_ctx *c = p;
     double elapsed = kvcal_cmd_progress_elapsed(&c->pr);
@@ -240,7 +240,7 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
     progress_ctx pc = {.total = s->num_samples};
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
     const kvcal_exec_samples run = {s->ids,     s->lengths, s->num_samples,
-                                    s->seq_len, batch,      progress,
+                                    s->seq_len, batch,      show_progress,
                                     &pc};
     st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
     kvcal_cmd_progress_end(&pc.pr);

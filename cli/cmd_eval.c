@@ -185,7 +185,7 @@ typedef struct {
     int mode, total;
 } progress_ctx;
 
-static void progress(void *p, int done, long long tokens)
+static void show_progress(void *p, int done, long long tokens)
 {
     progress_ctx *c = p;
     (void)tokens;
@@ -235,7 +235,7 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     progress_ctx pc = {.mode = mode, .total = s->num_samples};
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
     const kvcal_exec_samples run = {s->ids,     s->lengths,   s->num_samples,
-                                    s->seq_len, o->run.batch, progress,
+                                    s->seq_len, o->run.batch, show_progress,
                                     &pc};
     st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
     kvcal_cmd_progress_end(&pc.pr);

@@ -4,7 +4,7 @@
 
 #include "kvcal.h"
 #include "cli/command.h"
-#include "calib/backend.h"
+#include "calib/backends.h"
 #include "core/device.h"
 
 #undef KVCAL_COMMAND

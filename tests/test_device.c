@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "calib/backend.h"
+#include "calib/backends.h"
 #include "core/device.h"
 #include "tests/test_util.h"
 

@@ -19,6 +19,7 @@
 #ifdef KVCAL_WITH_CUDA
 #include <cjson/cJSON.h>
 
+#include "calib/backends.h"
 #include "calib/kv_sim.h"
 
 #define MODEL "models/stories260K/stories260K.bin"

@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "io/tokenizer/tokenizer.h"
-#include "io/tokenizer/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_vocab.h"
 #include "tests/test_util.h"
 
 #define FIX "tests/fixtures/tokenizer/"

@@ -38,10 +38,11 @@
 
 #include "core/status.h"
 #include "io/dataset/dataset.h"
+#include "io/dataset/dataset_hdf5.h"
 #include "io/dataset/dataset_impl.h"
 #include "io/file_read.h"
 #include "io/path.h"
-#include "io/tokenizer/tokenizer_impl.h"
+#include "io/utf8.h"
 
 // --- PRNG: splitmix64 seeds xoshiro256** -------------------------------------------
 
@@ -89,48 +90,6 @@ static uint64_t rng_below(kvcal_rng *r, uint64_t n)
     }
 }
 
-// --- document lists ------------------------------------------------------------------
-
-void kvcal_doclist_free(kvcal_doclist *l)
-{
-    for (size_t i = 0; i < l->n; i++) {
-        free(l->d[i].owned_text);
-        free(l->d[i].ids);
-    }
-    free(l->d);
-    for (size_t i = 0; i < l->n_bufs; i++)
-        free(l->bufs[i]);
-    free(l->bufs);
-    memset(l, 0, sizeof *l);
-}
-
-kvcal_status kvcal_doclist_push(kvcal_doclist *l, kvcal_doc d)
-{
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        kvcal_doc *p = realloc(l->d, cap * sizeof *p);
-        if (!p)
-            return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory for %zu documents",
-                              cap);
-        l->d = p;
-        l->cap = cap;
-    }
-    l->d[l->n++] = d;
-    return KVCAL_OK;
-}
-
-static kvcal_status doclist_keep_buffer(kvcal_doclist *l, char *buf)
-{
-    char **p = realloc(l->bufs, (l->n_bufs + 1) * sizeof *p);
-    if (!p) {
-        free(buf);
-        return kvcal_fail(KVCAL_ERR_NOMEM, "dataset: out of memory");
-    }
-    l->bufs = p;
-    l->bufs[l->n_bufs++] = buf;
-    return KVCAL_OK;
-}
-
 /* Error for the first invalid UTF-8 byte of text, naming its line. */
 static kvcal_status check_utf8(const char *path, const char *text, size_t len,
                                size_t line0)
@@ -168,7 +127,7 @@ static kvcal_status read_text(const char *path, kvcal_doclist *l)
         free(data);
         return st;
     }
-    if ((st = doclist_keep_buffer(l, data)))
+    if ((st = kvcal_doclist_keep_buffer(l, data)))
         return st;
     size_t i = 0, doc_start = 0, doc_end = 0;
     int in_doc = 0;
@@ -246,7 +205,7 @@ static kvcal_status read_dir(const char *path, kvcal_doclist *l)
         }
         while (len && (data[len - 1] == '\n' || data[len - 1] == '\r'))
             len--;
-        if ((st = doclist_keep_buffer(l, data)))
+        if ((st = kvcal_doclist_keep_buffer(l, data)))
             goto fail;
         if (!is_blank_line(data, len) &&
             (st = kvcal_doclist_push(l, (kvcal_doc){.text = data, .len = len})))
@@ -474,9 +433,11 @@ kvcal_status kvcal_dataset_read(const char *path, const char *text_field,
         return st;
     if (S_ISDIR(sb.st_mode))
         st = read_dir(path, l);
-    else if (kvcal_path_has_suffix(path, ".h5") || kvcal_path_has_suffix(path, ".hdf5") || is_hdf5_file(path))
+    else if (kvcal_path_has_suffix(path, ".h5") || kvcal_path_has_suffix(path, ".hdf5") ||
+             is_hdf5_file(path))
         st = kvcal_dataset_read_hdf5(path, l);
-    else if (kvcal_path_has_suffix(path, ".jsonl") || kvcal_path_has_suffix(path, ".ndjson") ||
+    else if (kvcal_path_has_suffix(path, ".jsonl") ||
+             kvcal_path_has_suffix(path, ".ndjson") ||
              kvcal_path_has_suffix(path, ".json"))
         st = read_jsonl(path, text_field, l);
     else
@@ -624,10 +585,11 @@ static kvcal_status samples_room(kvcal_samples *s, int i, int *cap, int max_rows
     if (n > most)
         n = most;
     if ((size_t)i >= n)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "dataset: more than 2^31 tokens (8 GiB) of samples of --seq-len "
-                          "%zu; give --num-samples or lower --seq-len",
-                          L);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "dataset: more than 2^31 tokens (8 GiB) of samples of --seq-len "
+            "%zu; give --num-samples or lower --seq-len",
+            L);
     int32_t *ids = realloc(s->ids, n * L * sizeof *ids);
     if (ids)
         s->ids = ids;
@@ -659,12 +621,13 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
                           "dataset: --num-samples must be >= 0 and --seq-len positive");
     long long asked = (long long)opt->num_samples * opt->seq_len;
     if (asked > SAMPLES_MAX_TOKENS)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "dataset: --num-samples %d x --seq-len %d would take %lld tokens "
-                          "(%.1f GiB), more than the 2^31 tokens (8 GiB) kvcal holds; "
-                          "lower one of them",
-                          opt->num_samples, opt->seq_len, asked,
-                          (double)asked * sizeof(int32_t) / (1 << 30));
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "dataset: --num-samples %d x --seq-len %d would take %lld tokens "
+            "(%.1f GiB), more than the 2^31 tokens (8 GiB) kvcal holds; "
+            "lower one of them",
+            opt->num_samples, opt->seq_len, asked,
+            (double)asked * sizeof(int32_t) / (1 << 30));
     kvcal_doclist l;
     kvcal_status st = kvcal_dataset_read(path, opt->text_field, &l);
     if (st)
@@ -695,7 +658,8 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
     if (!opt->pack && l.n < (size_t)max_rows)
         max_rows = (int)l.n;
     /* token ids are taken verbatim: no BOS is put in front of their windows */
-    int32_t bos = tok && tok->add_bos && !l.d[0].is_ids ? tok->bos : -1;
+    int32_t bos =
+        kvcal_tokenizer_adds_bos(tok) && !l.d[0].is_ids ? kvcal_tokenizer_bos(tok) : -1;
     int filled = 0;
     long long seen_tokens = 0;
     size_t seen_docs = 0;

@@ -51,6 +51,8 @@ int kvcal_tokenizer_vocab_size(const kvcal_tokenizer_t *tok);
 /* -1 when the tokenizer has none. */
 int32_t kvcal_tokenizer_bos(const kvcal_tokenizer_t *tok);
 int32_t kvcal_tokenizer_eos(const kvcal_tokenizer_t *tok);
+/* 1 when encoding puts BOS in front of a text (its config says so). */
+int kvcal_tokenizer_adds_bos(const kvcal_tokenizer_t *tok);
 /* "hf-bpe-bytelevel", "hf-bpe-sentencepiece", "sentencepiece", "llama2c" */
 const char *kvcal_tokenizer_kind(const kvcal_tokenizer_t *tok);
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "core/status.h"
-#include "io/tokenizer/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_vocab.h"
 
 kvcal_status kvcal_bpe_work_reserve(kvcal_bpe_work *w, size_t n_sym)
 {

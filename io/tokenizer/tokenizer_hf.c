@@ -23,7 +23,7 @@
 
 #include "core/status.h"
 #include "io/json_file.h"
-#include "io/tokenizer/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_kinds.h"
 #include "io/tokenizer/tokenizer_nfc.h"
 
 #define GPT2_PATTERN                                                                     \
@@ -248,27 +248,6 @@ static kvcal_status parse_normalizer(kvcal_tokenizer_t *t, const char *path,
 }
 
 /* Id of a token named in the file (added token or vocabulary piece). */
-static int32_t token_id(const kvcal_tokenizer_t *t, const char *s)
-{
-    if (!s)
-        return -1;
-    size_t n = strlen(s);
-    for (int i = 0; i < t->n_added; i++) {
-        size_t m;
-        const char *p = kvcal_tok_piece(t, t->added[i].id, &m);
-        if (m == n && !memcmp(p, s, n))
-            return t->added[i].id;
-    }
-    int32_t id = kvcal_tok_lookup(t, s, n);
-    for (int32_t k = 0; id < 0 && k < t->vocab_size; k++) { /* pieces outside the map */
-        size_t m;
-        const char *p = kvcal_tok_piece(t, k, &m);
-        if (m == n && !memcmp(p, s, n))
-            id = k;
-    }
-    return id;
-}
-
 /* BOS/EOS from TemplateProcessing's "single" template: the special token
  * before $A is the BOS, the one after it the EOS. */
 static void parse_post(kvcal_tokenizer_t *t, const cJSON *o)
@@ -299,7 +278,7 @@ static void parse_post(kvcal_tokenizer_t *t, const cJSON *o)
                                ? cJSON_GetArrayItem(ids, 0)
                                : NULL;
         /* valueint is saturated by cJSON */
-        int32_t id = cJSON_IsNumber(id0) ? id0->valueint : token_id(t, name);
+        int32_t id = cJSON_IsNumber(id0) ? id0->valueint : kvcal_tok_id_of(t, name);
         if (id < 0 || id >= t->vocab_size)
             continue;
         if (!after) {
@@ -310,41 +289,6 @@ static void parse_post(kvcal_tokenizer_t *t, const cJSON *o)
             t->add_eos = 1;
         }
     }
-}
-
-static const char *config_token(const cJSON *cfg, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    return cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
-}
-
-kvcal_status kvcal_tok_apply_config(kvcal_tokenizer_t *t, const char *path)
-{
-    char cfg_path[4096];
-    const char *slash = strrchr(path, '/');
-    int dir_len = slash ? (int)(slash - path) : 1;
-    if (snprintf(cfg_path, sizeof cfg_path, "%.*s/tokenizer_config.json", dir_len,
-                 slash ? path : ".") >= (int)sizeof cfg_path ||
-        access(cfg_path, F_OK) != 0)
-        return KVCAL_OK;
-    cJSON *cfg = NULL;
-    kvcal_status st = kvcal_json_load(cfg_path, &cfg);
-    if (st)
-        return st;
-    int32_t bos = token_id(t, config_token(cfg, "bos_token"));
-    int32_t eos = token_id(t, config_token(cfg, "eos_token"));
-    if (bos >= 0)
-        t->bos = bos;
-    if (eos >= 0)
-        t->eos = eos;
-    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-    const cJSON *ae = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
-    if (cJSON_IsBool(ab))
-        t->add_bos = cJSON_IsTrue(ab);
-    if (cJSON_IsBool(ae))
-        t->add_eos = cJSON_IsTrue(ae);
-    cJSON_Delete(cfg);
-    return KVCAL_OK;
 }
 
 static int added_cmp(const void *a, const void *b, void *tok)
@@ -518,7 +462,7 @@ static kvcal_status load_tree(kvcal_tokenizer_t *t, const char *path, const cJSO
     t->ignore_merges = json_true(model, "ignore_merges");
     t->fuse_unk = json_true(model, "fuse_unk");
     t->byte_fallback = json_true(model, "byte_fallback");
-    t->unk = token_id(t, json_str(model, "unk_token"));
+    t->unk = kvcal_tok_id_of(t, json_str(model, "unk_token"));
     int bytelevel = 0;
     if ((st = parse_normalizer(t, path,
                                cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) ||

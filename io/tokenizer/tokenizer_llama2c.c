@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "io/tokenizer/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_kinds.h"
 
 static int32_t rd_i32(const unsigned char *p)
 {

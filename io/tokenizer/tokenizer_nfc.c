@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "io/tokenizer/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_vocab.h"
 
 enum {
     HANGUL_S = 0xAC00,

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "io/tokenizer/tokenizer_impl.h"
+#include "io/tokenizer/tokenizer_kinds.h"
 
 // --- protobuf wire format -------------------------------------------------------
 

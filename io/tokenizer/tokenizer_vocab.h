@@ -1,4 +1,4 @@
-/* io/tokenizer/tokenizer_impl.h: private parts shared by the tokenizer kinds (not
+/* io/tokenizer/tokenizer_vocab.h: what the tokenizer kinds share (not
  * installed, not part of the library's interface).
  *
  * Every kind fills one kvcal_tokenizer: a vocabulary of byte strings
@@ -8,12 +8,13 @@
  * heap ordered by (priority, position), so the pair a reference
  * implementation would pick first (best score / lowest rank, leftmost on
  * ties) is always the one merged. */
-#ifndef KVCAL_IO_TOKENIZER_IMPL_H
-#define KVCAL_IO_TOKENIZER_IMPL_H
+#ifndef KVCAL_IO_TOKENIZER_VOCAB_H
+#define KVCAL_IO_TOKENIZER_VOCAB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/utf8.h"
 #include "kvcal.h"
 
 /* The handle of io/tokenizer/tokenizer.h, whose fields this header defines. */
@@ -148,6 +149,9 @@ kvcal_status kvcal_tok_build_map(kvcal_tokenizer_t *t,
                                  int (*keep)(const kvcal_tokenizer_t *, int32_t));
 /* Id of a piece, -1 when absent from the map. */
 int32_t kvcal_tok_lookup(const kvcal_tokenizer_t *t, const char *s, size_t n);
+/* The id of piece s (NUL-terminated; NULL: -1): an added token's first,
+ * then the map's, then any piece outside the map; -1 when none. */
+int32_t kvcal_tok_id_of(const kvcal_tokenizer_t *t, const char *s);
 /* The byte a piece "<0xXX>" stands for (upper-case hex), else -1. */
 int kvcal_tok_byte_piece(const char *s, size_t len);
 /* 1 when no piece (of those keep() accepts; NULL: all) holds `marker` (the
@@ -160,13 +164,6 @@ int kvcal_tok_words_independent(const kvcal_tokenizer_t *t, const char *marker,
 void kvcal_tok_find_byte_pieces(kvcal_tokenizer_t *t);
 
 /* --- UTF-8 ----------------------------------------------------------------- */
-
-/* Length of the UTF-8 character starting at s[0] (at most n bytes), or 0 when
- * s does not start a well-formed UTF-8 character (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF). */
-size_t kvcal_utf8_char_len(const unsigned char *s, size_t n);
-/* Offset of the first byte that is not well-formed UTF-8, or n when all are. */
-size_t kvcal_utf8_check(const char *s, size_t n);
 
 /* --- shared BPE merge loop --------------------------------------------------- */
 
@@ -207,28 +204,5 @@ void kvcal_bpe_work_free(kvcal_bpe_work *w);
  * surviving symbols are reachable from index 0 through next. */
 kvcal_status kvcal_bpe_merge(const kvcal_tokenizer_t *t, const char *text,
                              kvcal_bpe_work *w, size_t n, kvcal_bpe_pair_fn pair);
-
-/* --- kinds ------------------------------------------------------------------- */
-
-kvcal_status kvcal_tok_load_llama2c(kvcal_tokenizer_t *t, const char *path,
-                                    const unsigned char *data, size_t len);
-kvcal_status kvcal_tok_load_spm(kvcal_tokenizer_t *t, const char *path,
-                                const unsigned char *data, size_t len);
-kvcal_status kvcal_tok_load_hf(kvcal_tokenizer_t *t, const char *path, const char *data,
-                               size_t len);
-
-kvcal_status kvcal_tok_encode_llama2c(const kvcal_tokenizer_t *t, const char *text,
-                                      size_t len, kvcal_ids *out);
-kvcal_status kvcal_tok_encode_spm(const kvcal_tokenizer_t *t, const char *text,
-                                  size_t len, kvcal_ids *out);
-kvcal_status kvcal_tok_encode_hf(const kvcal_tokenizer_t *t, const char *text, size_t len,
-                                 kvcal_ids *out);
-
-void kvcal_tok_free_hf(kvcal_tokenizer_t *t);
-
-/* Applies the tokenizer_config.json beside `path`, when there is one:
- * add_bos_token, add_eos_token, bos_token, eos_token (a string or
- * {"content": ...}) override what the tokenizer file says. */
-kvcal_status kvcal_tok_apply_config(kvcal_tokenizer_t *t, const char *path);
 
 #endif

@@ -1,35 +1,10 @@
-/* calib/backend.c: choosing a backend, and the checks every backend makes. */
+/* calib/backend_rules.c: what every backend checks and decides the same way
+ * (calib/backend.h): a sample's length, what the cuda backend runs, its MLP. */
 #include "calib/backend.h"
 
 #include <string.h>
 
 #include "core/status.h"
-
-kvcal_status kvcal_backend_create(kvcal_device_kind device, kvcal_model_t *model,
-                                  const kvcal_backend_options *opt, kvcal_backend **out)
-{
-    *out = NULL;
-    if (device == KVCAL_DEVICE_CPU)
-        return kvcal_backend_cpu_create(model, opt, out);
-#ifdef KVCAL_WITH_CUDA
-    return kvcal_backend_cuda_create(model, opt, out);
-#else
-    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
-                      "--device cuda: this kvcal was built without CUDA (rebuild where "
-                      "nvcc is installed); use --device cpu");
-#endif
-}
-
-kvcal_status kvcal_cuda_plan_device(int device, kvcal_cuda_device_plan *plan)
-{
-    memset(plan, 0, sizeof *plan);
-#ifdef KVCAL_WITH_CUDA
-    return kvcal_backend_cuda_plan_device(device, plan);
-#else
-    return kvcal_fail(KVCAL_ERR_NO_DEVICE,
-                      "CUDA device %d: this kvcal was built without CUDA", device);
-#endif
-}
 
 int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code)
 {
