@@ -45,6 +45,20 @@ typedef struct {
     size_t bytes; /* the whole layer, ALIGN-padded */
 } layer_layout;
 
+/* A batch's own activations, kept while its chunk runs layer by layer. */
+typedef struct {
+    kvcal_bf16 *resid, *delta;    /* (N, D) residual stream, the pending add */
+    int32_t *pos;                 /* (N) position, -1 for padding */
+    int64_t *row;                 /* (N) row index, -1 for padding (cache slots) */
+    float *bmax;                  /* (2, L, HKV) the batch's per-head absmax */
+    int32_t *host_ids, *host_pos; /* pinned (N) */
+    int64_t *host_row;            /* pinned (N) */
+    int64_t *start;               /* (max_batch) b * seq_len */
+    const int64_t *names;         /* the batch's sample ids */
+    int batch, seq_len;
+    int64_t valid; /* tokens */
+} cuda_slot;
+
 typedef struct {
     kvcal_backend base;
     kvcal_model_t *model;
@@ -59,25 +73,30 @@ typedef struct {
     void *slab;                     /* every device buffer below */
     unsigned char *weights;         /* (L, lay.bytes) */
     kvcal_bf16 *embed;              /* (V, D) */
-    kvcal_bf16 *resid, *xn, *delta; /* (N, D) */
+    kvcal_bf16 *xn;                 /* (N, D) scratch every batch shares: */
     kvcal_bf16 *qkv;                /* (N, qkv_n) */
     kvcal_bf16 *att;                /* (N, H * hd) */
     kvcal_bf16 *gu;                 /* (N, 2 I); NULL with mlp_fused */
     kvcal_bf16 *act;                /* (N, I) */
-    int32_t *ids, *pos;             /* (N) */
+    int32_t *ids;                   /* (N) */
     float *inv_freq;                /* (rot_dim / 2) */
     float *absmax[2];               /* (L, HKV, hd) */
     uint64_t *hist[2];              /* (L, HKV, bins) */
-    float *batch_absmax[2];         /* (L, HKV) */
-    size_t stats_bytes;             /* of absmax[0] .. batch_absmax[1] */
-    int32_t *host_ids, *host_pos;   /* pinned (N) */
+    size_t stats_bytes;             /* of absmax[0] .. hist[1] */
     float *host_bmax;               /* pinned (2, L, HKV) */
-    /* the batch */
+    /* the chunk's batches */
+    cuda_slot *slot; /* (nslots) */
+    int nslots;
+    void *slot_slab, *slot_host; /* their device and pinned memory */
+    /* the current slot's, see cuda_slot */
+    kvcal_bf16 *resid, *delta;
+    int32_t *pos;
+    int64_t *row;
+    float *bmax;
     int batch, seq_len, layer;
-    int64_t valid;            /* tokens */
-    int64_t *rows_start;      /* (max_batch) b * seq_len */
-    const int64_t *names;     /* the batch's sample ids */
-    int64_t *default_names;   /* (max_batch) */
+    int64_t valid;
+    const int64_t *names;
+    int64_t *default_names; /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
@@ -96,9 +115,7 @@ typedef struct {
     uint8_t *cache[2];           /* (N, HKV, hd) e4m3, one block per token */
     float *cache_scale[2];       /* (N, HKV) */
     float *deq[2];               /* (N, HKV, hd) */
-    int64_t *slots;              /* (N) row index, -1 for padding */
     kvcal_eval_layer_sums *sums; /* (L) */
-    int64_t *host_slots;         /* pinned (N) */
 } cuda_backend;
 
 static cuda_backend *cu(kvcal_backend *be)
@@ -272,9 +289,112 @@ fail:
     return st;
 }
 
-// --- a batch ------------------------------------------------------------------
+// --- batches ------------------------------------------------------------------
 
-static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_rows *rows)
+/* Device and pinned bytes of one slot. */
+static size_t slot_device_bytes(const cuda_backend *r)
+{
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    return 2 * round_up(N * r->D * sizeof(kvcal_bf16)) + round_up(N * sizeof(int32_t)) +
+           round_up(N * sizeof(int64_t)) + round_up(2 * (size_t)r->L * r->HKV * sizeof(float));
+}
+
+static size_t slot_host_bytes(const cuda_backend *r)
+{
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    return N * (2 * sizeof(int32_t) + sizeof(int64_t)) + (size_t)r->max_batch * sizeof(int64_t);
+}
+
+static void free_slots(cuda_backend *r)
+{
+    if (r->stream)
+        cudaStreamSynchronize(r->stream);
+    cudaFree(r->slot_slab);
+    cudaFreeHost(r->slot_host);
+    free(r->slot);
+    r->slot = NULL, r->slot_slab = r->slot_host = NULL;
+    r->nslots = 0;
+}
+
+/* Room beside what is allocated: the device's free memory less a margin for
+ * cuBLAS's and cuDNN's own allocations. */
+#define DEVICE_MARGIN ((size_t)512 << 20)
+
+static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    size_t free_b = 0, total_b = 0;
+    TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    /* the slots held now are given back first */
+    free_b += r->nslots * slot_device_bytes(r);
+    const size_t one = slot_device_bytes(r);
+    const size_t room = free_b > DEVICE_MARGIN ? free_b - DEVICE_MARGIN : 0;
+    if (room < one)
+        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
+                          "--device cuda: the activations of one batch need %.2f GiB but "
+                          "the device has %.2f GiB free beside the model; use a smaller "
+                          "--batch or --seq-len",
+                          (double)(one + DEVICE_MARGIN) / 1073741824.0,
+                          (double)free_b / 1073741824.0);
+    const size_t fit = room / one;
+    *n = want < 1 ? 1 : (size_t)want > fit ? (int)fit : want;
+    return KVCAL_OK;
+fail:
+    return st;
+}
+
+static kvcal_status slots(kvcal_backend *be, int n)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    free_slots(r);
+    if (n == 0)
+        return KVCAL_OK;
+    if (!(r->slot = calloc((size_t)n, sizeof *r->slot))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
+        goto fail;
+    }
+    TRY(alloc_slab(&r->slot_slab, (size_t)n * slot_device_bytes(r),
+                   "the activations of the chunk's batches"));
+    TRY_CUDA(cudaMallocHost(&r->slot_host, (size_t)n * slot_host_bytes(r)));
+    TRY_CUDA(cudaMemsetAsync(r->slot_slab, 0, (size_t)n * slot_device_bytes(r), r->stream));
+    r->nslots = n;
+    unsigned char *d = r->slot_slab, *h = r->slot_host;
+    for (int i = 0; i < n; i++) {
+        cuda_slot *sl = &r->slot[i];
+        sl->resid = carve(&d, N * r->D * sizeof(kvcal_bf16));
+        sl->delta = carve(&d, N * r->D * sizeof(kvcal_bf16));
+        sl->pos = carve(&d, N * sizeof(int32_t));
+        sl->row = carve(&d, N * sizeof(int64_t));
+        sl->bmax = carve(&d, 2 * (size_t)r->L * r->HKV * sizeof(float));
+        sl->host_row = (int64_t *)h, h += N * sizeof(int64_t);
+        sl->start = (int64_t *)h, h += (size_t)r->max_batch * sizeof(int64_t);
+        sl->host_ids = (int32_t *)h, h += N * sizeof(int32_t);
+        sl->host_pos = (int32_t *)h, h += N * sizeof(int32_t);
+    }
+    return KVCAL_OK;
+fail:
+    free_slots(r);
+    return st;
+}
+
+static kvcal_status select_batch(kvcal_backend *be, int slot)
+{
+    cuda_backend *r = cu(be);
+    if (slot < 0 || slot >= r->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: slot %d of %d", slot,
+                          r->nslots);
+    const cuda_slot *sl = &r->slot[slot];
+    r->resid = sl->resid, r->delta = sl->delta, r->pos = sl->pos, r->row = sl->row;
+    r->bmax = sl->bmax, r->batch = sl->batch, r->seq_len = sl->seq_len;
+    r->valid = sl->valid, r->names = sl->names;
+    return KVCAL_OK;
+}
+
+static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *b,
+                                kvcal_rows *rows)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
@@ -285,10 +405,14 @@ static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_r
             "cuda runner: batch %d x %d tokens: the runner was made for up to "
             "%d x %d",
             batch, seq_len, r->max_batch, r->max_seq_len);
-    r->names = b->sample_ids ? b->sample_ids : r->default_names;
-    r->valid = 0;
+    if (slot < 0 || slot >= r->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: slot %d of %d", slot,
+                          r->nslots);
+    cuda_slot *sl = &r->slot[slot];
+    sl->names = b->sample_ids ? b->sample_ids : r->default_names;
+    sl->valid = 0;
     for (int s = 0; s < batch; s++) {
-        const long long name = (long long)r->names[s];
+        const long long name = (long long)sl->names[s];
         TRY(kvcal_backend_check_sample("cuda runner", name, b->lengths[s], seq_len,
                                        r->ctx, r->window));
         for (int t = 0; t < seq_len; t++) {
@@ -300,27 +424,26 @@ static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_r
                     "sample %lld token %d: id %d is outside the vocabulary of "
                     "%d",
                     name, t, id, r->V);
-            r->host_ids[i] = t < b->lengths[s] ? id : -1;
-            r->host_pos[i] = t < b->lengths[s] ? t : -1;
-            if (r->sim_slab)
-                r->host_slots[i] = t < b->lengths[s] ? i : -1;
+            sl->host_ids[i] = t < b->lengths[s] ? id : -1;
+            sl->host_pos[i] = t < b->lengths[s] ? t : -1;
+            sl->host_row[i] = t < b->lengths[s] ? i : -1;
         }
-        r->rows_start[s] = (int64_t)s * seq_len;
-        r->valid += b->lengths[s];
+        sl->start[s] = (int64_t)s * seq_len;
+        sl->valid += b->lengths[s];
     }
-    r->batch = batch;
-    r->seq_len = seq_len;
+    sl->batch = batch;
+    sl->seq_len = seq_len;
+    TRY(select_batch(be, slot));
     const int n = batch * seq_len;
     cudaStream_t s = r->stream;
-    TRY_CUDA(cudaMemcpyAsync(r->ids, r->host_ids, (size_t)n * sizeof(int32_t),
+    TRY_CUDA(cudaMemcpyAsync(r->ids, sl->host_ids, (size_t)n * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
-    TRY_CUDA(cudaMemcpyAsync(r->pos, r->host_pos, (size_t)n * sizeof(int32_t),
+    TRY_CUDA(cudaMemcpyAsync(sl->pos, sl->host_pos, (size_t)n * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
-    if (r->sim_slab)
-        TRY_CUDA(cudaMemcpyAsync(r->slots, r->host_slots, (size_t)n * sizeof(int64_t),
-                                 cudaMemcpyHostToDevice, s));
-    TRY(kvcal_embed_launch(r->resid, r->embed, r->ids, n, r->D, s));
-    *rows = (kvcal_rows){n, r->rows_start, b->lengths, r->names, batch};
+    TRY_CUDA(cudaMemcpyAsync(sl->row, sl->host_row, (size_t)n * sizeof(int64_t),
+                             cudaMemcpyHostToDevice, s));
+    TRY(kvcal_embed_launch(sl->resid, r->embed, r->ids, n, r->D, s));
+    *rows = (kvcal_rows){n, sl->start, b->lengths, sl->names, batch};
     return KVCAL_OK;
 fail:
     return st;
@@ -382,8 +505,10 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     for (int kv = 0; observe >= 0 && kv < 2; kv++) {
         obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
         obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
-        obs.batch_absmax[kv] = r->batch_absmax[kv] + (size_t)l * r->HKV;
+        obs.batch_absmax[kv] = r->bmax + ((size_t)kv * r->L + l) * r->HKV;
     }
+    if (observe >= 0 && r->stats)
+        r->stats->tokens[l] += r->valid;
     return kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len,
                                      r->qkv_heads, r->HKV, r->hd, &rope,
                                      observe >= 0 && r->stats ? &obs : NULL, r->stream);
@@ -434,21 +559,20 @@ fail:
     return st;
 }
 
-static kvcal_status end_batch(kvcal_backend *be)
+static kvcal_status batch_absmax(kvcal_backend *be, int slot, float *k, float *v)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
     cudaStream_t s = r->stream;
-    kvcal_stats_t *stats = r->stats;
     const size_t LH = (size_t)r->L * r->HKV;
-    for (int kv = 0; stats && kv < 2; kv++) {
-        TRY_CUDA(cudaMemcpyAsync(r->host_bmax + kv * LH, r->batch_absmax[kv],
-                                 LH * sizeof(float), cudaMemcpyDeviceToHost, s));
-        TRY_CUDA(cudaMemsetAsync(r->batch_absmax[kv], 0, LH * sizeof(float), s));
-    }
+    if (slot < 0 || slot >= r->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: slot %d of %d", slot,
+                          r->nslots);
+    const cuda_slot *sl = &r->slot[slot];
+    TRY_CUDA(cudaMemcpyAsync(r->host_bmax, sl->bmax, 2 * LH * sizeof(float),
+                             cudaMemcpyDeviceToHost, s));
+    TRY_CUDA(cudaMemsetAsync(sl->bmax, 0, 2 * LH * sizeof(float), s));
     TRY_CUDA(cudaStreamSynchronize(s));
-    if (!stats)
-        return KVCAL_OK;
     for (int kv = 0; kv < 2; kv++)
         for (size_t i = 0; i < LH; i++) {
             const float m = r->host_bmax[kv * LH + i];
@@ -458,14 +582,19 @@ static kvcal_status end_batch(kvcal_backend *be)
                     "layer %d %c kv head %d: %s in the batch of samples %lld..%lld "
                     "(--device cpu names the token)",
                     (int)(i / r->HKV), kv ? 'V' : 'K', (int)(i % r->HKV),
-                    isnan(m) ? "NaN" : "Inf", (long long)r->names[0],
-                    (long long)r->names[r->batch - 1]);
-            float *dst = &stats->batch_absmax[kv][i];
-            *dst = m > *dst ? m : *dst;
+                    isnan(m) ? "NaN" : "Inf", (long long)sl->names[0],
+                    (long long)sl->names[sl->batch - 1]);
+            (kv ? v : k)[i] = m;
         }
-    for (int l = 0; l < r->L; l++)
-        stats->tokens[l] += r->valid;
     return KVCAL_OK;
+fail:
+    return st;
+}
+
+static kvcal_status sync_device(kvcal_backend *be)
+{
+    kvcal_status st = KVCAL_OK;
+    TRY_CUDA(cudaStreamSynchronize(cu(be)->stream));
 fail:
     return st;
 }
@@ -621,9 +750,7 @@ static void sim_release(kvcal_backend *be)
     if (r->stream)
         cudaStreamSynchronize(r->stream);
     cudaFree(r->sim_slab);
-    cudaFreeHost(r->host_slots);
     r->sim_slab = NULL;
-    r->host_slots = NULL;
 }
 
 static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
@@ -642,7 +769,6 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
                             KV * sizeof(float),
                             KV * sizeof(float),
                             floats * sizeof(float),
-                            N * sizeof(int64_t),
                             (size_t)r->L * sizeof(kvcal_eval_layer_sums)};
     enum { NBUF = sizeof bytes / sizeof bytes[0] };
     void *buf[NBUF];
@@ -653,10 +779,8 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     r->cache_scale[0] = buf[3], r->cache_scale[1] = buf[4];
     r->deq[0] = buf[5], r->deq[1] = buf[6];
     *space = buf[7];
-    r->slots = buf[8];
-    r->sums = buf[9];
-    TRY_CUDA(cudaMallocHost((void **)&r->host_slots, N * sizeof(int64_t)));
-    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes[9], r->stream));
+    r->sums = buf[8];
+    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes[8], r->stream));
     memset(io, 0, sizeof *io);
     io->device = 1;
     io->stream = r->stream;
@@ -690,7 +814,7 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     kvcal_bf16 *k, *v;
     kv_of(r, &k, &v);
     io->batch = (kvcal_kv_batch){k,        v,     KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd,
-                                 r->qkv_n, r->hd, r->slots};
+                                 r->qkv_n, r->hd, r->row};
     io->cache = (kvcal_kv_cache){
         r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
         r->hd,       0,           KVCAL_CACHE_NHD};
@@ -793,13 +917,12 @@ static void destroy(kvcal_backend *be)
     kvcal_attention_destroy(r->attn);
     cudaFree(r->slab);
     cudaFree(r->head_slab);
-    cudaFreeHost(r->host_ids);
-    cudaFreeHost(r->host_pos);
+    free_slots(r);
     cudaFreeHost(r->host_bmax);
     if (r->stream)
         cudaStreamDestroy(r->stream);
     kvcal_stats_destroy(r->device_view);
-    free(r->rows_start);
+    free(r->default_names);
     free(r);
 }
 
@@ -807,7 +930,10 @@ static const kvcal_backend_ops cuda_ops = {
     .name = "cuda",
     .warm_up = 1,
     .destroy = destroy,
+    .slots = slots,
+    .max_slots = max_slots,
     .begin_batch = begin_batch,
+    .select_batch = select_batch,
     .use_layer = use_layer,
     .add_rmsnorm = add_rmsnorm,
     .linear = linear,
@@ -815,7 +941,8 @@ static const kvcal_backend_ops cuda_ops = {
     .attention = attention,
     .swiglu = swiglu,
     .observe_into = observe_into,
-    .end_batch = end_batch,
+    .batch_absmax = batch_absmax,
+    .sync = sync_device,
     .collect = collect,
     .read_kv = read_kv,
     .head_prepare = head_prepare,
@@ -871,11 +998,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->max_seq_len = max_seq_len;
     layout_layer(&r->lay, d);
     TRY(choose_mlp(r, opt->mlp));
-    if (!(r->rows_start = malloc(2 * sizeof(int64_t) * (size_t)max_batch))) {
+    if (!(r->default_names = malloc(sizeof(int64_t) * (size_t)max_batch))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
         goto fail;
     }
-    r->default_names = r->rows_start + max_batch;
     for (int i = 0; i < max_batch; i++)
         r->default_names[i] = i;
 
@@ -883,26 +1009,27 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     const size_t LH = (size_t)r->L * (size_t)r->HKV;
     const size_t weights =
         (size_t)r->L * r->lay.bytes + round_up((size_t)r->V * r->D * e);
-    const size_t acts = 3 * round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
+    /* the scratch every batch shares; each batch of a chunk has a slot */
+    const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
-                        round_up(N * r->I * e) + 2 * round_up(N * sizeof(int32_t));
+                        round_up(N * r->I * e) + round_up(N * sizeof(int32_t));
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
-                              round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t)) +
-                              round_up(LH * sizeof(float))) +
+                              round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
                          round_up((size_t)(r->rot_dim / 2) * sizeof(float));
     const size_t workspace = (size_t)32 << 20;
     const size_t need = weights + acts + stats;
     size_t free_b = 0, total_b = 0;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    if (need + workspace > free_b) {
+    if (need + workspace + slot_device_bytes(r) > free_b) {
         st = kvcal_fail(
             KVCAL_ERR_DEVICE_MEMORY,
             "--device cuda: needs %.2f GiB (weights %.2f GiB, activations %.2f GiB "
             "for %d x %d tokens) but the device has %.2f GiB free; use a smaller "
             "--batch or --seq-len",
-            (double)(need + workspace) / 1073741824.0, (double)weights / 1073741824.0,
-            (double)acts / 1073741824.0, max_batch, max_seq_len,
+            (double)(need + workspace + slot_device_bytes(r)) / 1073741824.0,
+            (double)weights / 1073741824.0,
+            (double)(acts + slot_device_bytes(r)) / 1073741824.0, max_batch, max_seq_len,
             (double)free_b / 1073741824.0);
         goto fail;
     }
@@ -910,25 +1037,19 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     TRY(kvcal_gemm_create(workspace, &r->gemm));
     TRY(kvcal_attention_create(opt->attention == KVCAL_ATTENTION_OWN, &r->attn));
     TRY(alloc_slab(&r->slab, need, "the model and its activations"));
-    TRY_CUDA(cudaMallocHost((void **)&r->host_ids, N * sizeof(int32_t)));
-    TRY_CUDA(cudaMallocHost((void **)&r->host_pos, N * sizeof(int32_t)));
     TRY_CUDA(cudaMallocHost((void **)&r->host_bmax, 2 * LH * sizeof(float)));
     unsigned char *p = r->slab;
     r->weights = carve(&p, (size_t)r->L * r->lay.bytes);
     r->embed = carve(&p, (size_t)r->V * r->D * e);
-    r->resid = carve(&p, N * r->D * e);
     r->xn = carve(&p, N * r->D * e);
-    r->delta = carve(&p, N * r->D * e);
     r->qkv = carve(&p, N * r->qkv_n * e);
     r->att = carve(&p, N * (size_t)r->H * r->hd * e);
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
-    r->pos = carve(&p, N * sizeof(int32_t));
     for (int kv = 0; kv < 2; kv++) {
         r->absmax[kv] = carve(&p, LH * r->hd * sizeof(float));
         r->hist[kv] = carve(&p, LH * KVCAL_HIST_BINS * sizeof(uint64_t));
-        r->batch_absmax[kv] = carve(&p, LH * sizeof(float));
     }
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     r->stats_bytes =

@@ -207,20 +207,18 @@ static void warn_stderr(void *ctx, const char *message)
     fprintf(stderr, "kvcal calibrate: warning: %s\n", message);
 }
 
-typedef struct {
-    kvcal_cmd_progress pr;
-    int total;
-} progress_ctx;
-
-static void show_progress(void *p, int done, long long tokens)
+static void show_progress(void *ctx, const kvcal_exec_progress *p)
 {
-    progress_ctx *c = p;
-    double elapsed = kvcal_cmd_progress_elapsed(&c->pr);
+    kvcal_cmd_progress *pr = ctx;
+    const double elapsed = kvcal_cmd_progress_elapsed(pr), done = p->tokens_done;
+    const int final = p->samples_done == p->samples_total;
+    char where[64] = "";
+    if (p->layer)
+        snprintf(where, sizeof where, " (layer %d/%d)", p->layer, p->layers);
     kvcal_cmd_progress_update(
-        &c->pr, done == c->total,
-        "calibrate: %d/%d samples, %lld tokens, %.0f tokens/s, ETA %.0f s", done,
-        c->total, tokens, elapsed > 0 ? tokens / elapsed : 0.0,
-        elapsed * (c->total - done) / done);
+        pr, final, "calibrate: %d/%d samples%s, %.0f tokens, %.0f tokens/s, ETA %.0f s",
+        p->samples_done, p->samples_total, where, done, elapsed > 0 ? done / elapsed : 0.0,
+        done > 0 ? elapsed * ((double)p->tokens_total - done) / done : 0.0);
 }
 
 /* Runs every sample through the model on the chosen device, folding K/V
@@ -237,14 +235,14 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
         st = kvcal_exec_create(model, &xo, &x);
     if (st)
         return st;
-    progress_ctx pc = {.total = s->num_samples};
-    kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
+    kvcal_cmd_progress pr;
+    kvcal_cmd_progress_start(&pr, o->run.quiet, 0.0);
     const kvcal_exec_samples run = {s->ids,     s->lengths, s->num_samples,
                                     s->seq_len, batch,      show_progress,
-                                    &pc};
+                                    &pr};
     st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
-    kvcal_cmd_progress_end(&pc.pr);
-    *seconds = kvcal_cmd_progress_elapsed(&pc.pr);
+    kvcal_cmd_progress_end(&pr);
+    *seconds = kvcal_cmd_progress_elapsed(&pr);
     kvcal_exec_destroy(x);
     return st;
 }

@@ -182,15 +182,18 @@ typedef struct {
 
 typedef struct {
     kvcal_cmd_progress pr;
-    int mode, total;
+    int mode;
 } progress_ctx;
 
-static void show_progress(void *p, int done, long long tokens)
+static void show_progress(void *ctx, const kvcal_exec_progress *p)
 {
-    progress_ctx *c = p;
-    (void)tokens;
-    kvcal_cmd_progress_update(&c->pr, done == c->total, "eval %s: %d/%d samples, %.0f s",
-                              mode_names[c->mode], done, c->total,
+    progress_ctx *c = ctx;
+    char where[64] = "";
+    if (p->layer)
+        snprintf(where, sizeof where, " (layer %d/%d)", p->layer, p->layers);
+    kvcal_cmd_progress_update(&c->pr, p->samples_done == p->samples_total,
+                              "eval %s: %d/%d samples%s, %.0f s", mode_names[c->mode],
+                              p->samples_done, p->samples_total, where,
                               kvcal_cmd_progress_elapsed(&c->pr));
 }
 
@@ -232,7 +235,7 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
         goto done;
     }
     const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
-    progress_ctx pc = {.mode = mode, .total = s->num_samples};
+    progress_ctx pc = {.mode = mode};
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
     const kvcal_exec_samples run = {s->ids,     s->lengths,   s->num_samples,
                                     s->seq_len, o->run.batch, show_progress,
