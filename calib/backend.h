@@ -180,6 +180,12 @@ typedef struct kvcal_backend_options {
     int max_batch, max_seq_len; /* the largest batch (samples x tokens) */
     kvcal_attention_choice attention;
     kvcal_mlp_choice mlp;
+    /* cuda: device bytes the backend may take (weights, activations,
+     * scratch), 0 for the device's free memory less a margin; a model whose
+     * weights do not fit beside one batch runs with two layers on the
+     * device at a time. */
+    size_t max_device_memory;
+    int load_threads; /* host threads that read weights (0: the machine's cores) */
 } kvcal_backend_options;
 
 /* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calib/backend.h"
+#include "calib/cuda_loader.h"
 #include "core/status.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
@@ -36,14 +38,6 @@
         }                                                                                \
     } while (0)
 
-/* Byte offsets of one layer's logical weights inside its region of the
- * weight slab (and of the host staging buffer it is converted into); 0
- * elements = absent. */
-typedef struct {
-    size_t off[KVCAL_W_COUNT];
-    size_t elems[KVCAL_W_COUNT];
-    size_t bytes; /* the whole layer, ALIGN-padded */
-} layer_layout;
 
 /* A batch's own activations, kept while its chunk runs layer by layer. */
 typedef struct {
@@ -69,7 +63,12 @@ typedef struct {
     cudaStream_t stream;
     kvcal_gemm_t *gemm;
     kvcal_attention_t *attn; /* cuDNN's fused attention, or kvcal's kernel */
-    layer_layout lay;
+    kvcal_cuda_layer_layout lay;
+    kvcal_cuda_loader_t *loader;
+    unsigned char *layer_weights; /* the layer in use (a loader slot) */
+    int weight_slots;             /* layers on the device at once */
+    size_t budget;                /* --max-device-memory, 0: the free memory */
+    size_t allocated;             /* device bytes of the slabs below but the slots' */
     void *slab;                     /* every device buffer below */
     unsigned char *weights;         /* (L, lay.bytes) */
     kvcal_bf16 *embed;              /* (V, D) */
@@ -103,6 +102,7 @@ typedef struct {
     kvcal_stats_t *device_view; /* host copy of the device statistics */
     /* the head (head_prepare) */
     void *head_slab;
+    size_t head_bytes;
     kvcal_bf16 *final_norm;    /* (D) */
     const kvcal_bf16 *lm_head; /* (V, D): own copy or the tied embed */
     kvcal_bf16 *logits;        /* (chunk, V) */
@@ -111,6 +111,7 @@ typedef struct {
     int chunk;                 /* logits rows per lm_head GEMM */
     /* the simulated cache (sim_prepare) */
     void *sim_slab;
+    size_t sim_bytes;
     kvcal_bf16 *att0;            /* (N, H * hd) attention on the exact K/V */
     uint8_t *cache[2];           /* (N, HKV, hd) e4m3, one block per token */
     float *cache_scale[2];       /* (N, HKV) */
@@ -135,7 +136,8 @@ static const kvcal_weight slab_order[KVCAL_W_COUNT] = {
     KVCAL_W_QKV,  KVCAL_W_QKV_BIAS,  KVCAL_W_O,        KVCAL_W_O_BIAS, KVCAL_W_GATE_UP,
     KVCAL_W_DOWN, KVCAL_W_ATTN_NORM, KVCAL_W_FFN_NORM, KVCAL_W_Q_NORM, KVCAL_W_K_NORM};
 
-static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
+static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d,
+                         int mlp_fused)
 {
     size_t off = 0;
     for (int j = 0; j < KVCAL_W_COUNT; j++) {
@@ -147,42 +149,14 @@ static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
         off += round_up(lay->elems[i] * sizeof(kvcal_bf16));
     }
     lay->bytes = off;
-}
-
-static void to_bf16(kvcal_bf16 *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = kvcal_bf16_from_float(src[i]);
-}
-
-/* Converts layer weights into a staging buffer laid out as lay; with
- * mlp_fused the gate/up weight in kvcal_gemm_swiglu_launch's interleaved
- * order. */
-static void stage_layer(unsigned char *stage, const layer_layout *lay,
-                        const kvcal_layer_weights *w, const kvcal_model_desc *d,
-                        int mlp_fused)
-{
-    const size_t D = (size_t)d->hidden_size, I = (size_t)d->intermediate_size;
-    for (int i = 0; i < KVCAL_W_COUNT; i++) {
-        kvcal_bf16 *dst = (kvcal_bf16 *)(stage + lay->off[i]);
-        if (!lay->elems[i])
-            continue;
-        if (i != KVCAL_W_GATE_UP || !mlp_fused) {
-            to_bf16(dst, w->w[i], lay->elems[i]);
-            continue;
-        }
-        for (size_t r = 0; r < 2 * I; r++)
-            to_bf16(dst + r * D,
-                    w->w[i] + (size_t)kvcal_gemm_swiglu_source_row((int)r, (int)I) * D,
-                    D);
-    }
+    lay->gate_up_interleaved = mlp_fused;
 }
 
 static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
 {
     if (w == KVCAL_W_NONE || !r->lay.elems[w])
         return NULL;
-    return (kvcal_bf16 *)(r->weights + (size_t)r->layer * r->lay.bytes + r->lay.off[w]);
+    return (kvcal_bf16 *)(r->layer_weights + r->lay.off[w]);
 }
 
 static kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
@@ -229,66 +203,6 @@ static void *carve(unsigned char **p, size_t bytes)
     return x;
 }
 
-/* Uploads every layer through two pinned staging buffers, converting one
- * layer while the previous one is copied; then the embedding table. */
-static kvcal_status upload_model(cuda_backend *r, kvcal_model_t *model)
-{
-    kvcal_status st = KVCAL_OK;
-    const kvcal_model_desc *d = r->base.desc;
-    unsigned char *stage[2] = {NULL, NULL};
-    cudaEvent_t done[2] = {NULL, NULL};
-    float *rows = NULL;
-    int32_t *ids = NULL;
-    const size_t stage_bytes =
-        r->lay.bytes > ((size_t)8 << 20) ? r->lay.bytes : (size_t)8 << 20;
-    TRY_CUDA(cudaMallocHost((void **)&stage[0], stage_bytes));
-    TRY_CUDA(cudaMallocHost((void **)&stage[1], stage_bytes));
-    TRY_CUDA(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
-    TRY_CUDA(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming));
-    for (int l = 0; l < r->L; l++) {
-        kvcal_layer_weights w;
-        TRY(kvcal_model_load_layer(model, l, &w));
-        TRY_CUDA(cudaEventSynchronize(done[l & 1]));
-        stage_layer(stage[l & 1], &r->lay, &w, d, r->mlp_fused);
-        TRY_CUDA(cudaMemcpyAsync(r->weights + (size_t)l * r->lay.bytes, stage[l & 1],
-                                 r->lay.bytes, cudaMemcpyHostToDevice, r->stream));
-        TRY_CUDA(cudaEventRecord(done[l & 1], r->stream));
-    }
-    const int chunk = (int)(stage_bytes / ((size_t)r->D * sizeof(kvcal_bf16)));
-    rows = malloc((size_t)chunk * (size_t)r->D * sizeof *rows);
-    ids = malloc((size_t)chunk * sizeof *ids);
-    if (!rows || !ids) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM,
-                        "cuda runner: no host memory to stage the embedding");
-        goto fail;
-    }
-    for (int v0 = 0, i = 0; v0 < r->V; v0 += chunk, i++) {
-        const int n = r->V - v0 < chunk ? r->V - v0 : chunk;
-        for (int j = 0; j < n; j++)
-            ids[j] = v0 + j;
-        TRY(kvcal_model_embed(model, ids, n, rows));
-        TRY_CUDA(cudaEventSynchronize(done[i & 1]));
-        to_bf16((kvcal_bf16 *)stage[i & 1], rows, (size_t)n * (size_t)r->D);
-        TRY_CUDA(cudaMemcpyAsync(r->embed + (size_t)v0 * r->D, stage[i & 1],
-                                 (size_t)n * r->D * sizeof(kvcal_bf16),
-                                 cudaMemcpyHostToDevice, r->stream));
-        TRY_CUDA(cudaEventRecord(done[i & 1], r->stream));
-    }
-    TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
-                             (size_t)(r->rot_dim / 2) * sizeof(float),
-                             cudaMemcpyHostToDevice, r->stream));
-    TRY_CUDA(cudaStreamSynchronize(r->stream));
-fail:
-    free(rows);
-    free(ids);
-    for (int i = 0; i < 2; i++) {
-        if (done[i])
-            cudaEventDestroy(done[i]);
-        cudaFreeHost(stage[i]);
-    }
-    return st;
-}
-
 // --- batches ------------------------------------------------------------------
 
 /* Device and pinned bytes of one slot. */
@@ -320,6 +234,20 @@ static void free_slots(cuda_backend *r)
  * cuBLAS's and cuDNN's own allocations. */
 #define DEVICE_MARGIN ((size_t)512 << 20)
 
+/* Device bytes the backend may still take: the device's free memory less a
+ * margin, and under --max-device-memory what it leaves. free_b: the free
+ * memory to count from. */
+static size_t room(const cuda_backend *r, size_t free_b)
+{
+    size_t left = free_b > DEVICE_MARGIN ? free_b - DEVICE_MARGIN : 0;
+    if (r->budget) {
+        const size_t capped = r->budget > r->allocated ? r->budget - r->allocated : 0;
+        left = capped < left ? capped : left;
+    }
+    return left;
+}
+
+
 static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
 {
     kvcal_status st = KVCAL_OK;
@@ -328,16 +256,16 @@ static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
     /* the slots held now are given back first */
     free_b += r->nslots * slot_device_bytes(r);
-    const size_t one = slot_device_bytes(r);
-    const size_t room = free_b > DEVICE_MARGIN ? free_b - DEVICE_MARGIN : 0;
-    if (room < one)
+    const size_t one = slot_device_bytes(r), left = room(r, free_b);
+    if (left < one)
         return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
                           "--device cuda: the activations of one batch need %.2f GiB but "
-                          "the device has %.2f GiB free beside the model; use a smaller "
-                          "--batch or --seq-len",
-                          (double)(one + DEVICE_MARGIN) / 1073741824.0,
-                          (double)free_b / 1073741824.0);
-    const size_t fit = room / one;
+                          "%.2f GiB are left%s beside the model; use a smaller --batch or "
+                          "--seq-len%s",
+                          (double)one / 1073741824.0, (double)left / 1073741824.0,
+                          r->budget ? " under --max-device-memory" : " on the device",
+                          r->budget ? ", or a larger --max-device-memory" : "");
+    const size_t fit = left / one;
     *n = want < 1 ? 1 : (size_t)want > fit ? (int)fit : want;
     return KVCAL_OK;
 fail:
@@ -451,8 +379,9 @@ fail:
 
 static kvcal_status use_layer(kvcal_backend *be, int layer)
 {
-    cu(be)->layer = layer;
-    return KVCAL_OK;
+    cuda_backend *r = cu(be);
+    r->layer = layer;
+    return kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
 }
 
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
@@ -628,45 +557,28 @@ static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
                       "the cpu backend)");
 }
 
-/* Converts n fp32 host values to bf16 into device memory dst, through a
- * bounded host buffer. */
-static kvcal_status upload_bf16(kvcal_bf16 *dst, const float *src, size_t n)
-{
-    kvcal_status st = KVCAL_OK;
-    const size_t step = (size_t)4 << 20;
-    kvcal_bf16 *buf = malloc((n < step ? n : step) * sizeof *buf);
-    if (!buf)
-        return kvcal_fail(KVCAL_ERR_NOMEM,
-                          "cuda runner: no host memory to stage weights");
-    for (size_t i = 0; i < n; i += step) {
-        const size_t m = n - i < step ? n - i : step;
-        to_bf16(buf, src + i, m);
-        TRY_CUDA(cudaMemcpy(dst + i, buf, m * sizeof *buf, cudaMemcpyHostToDevice));
-    }
-fail:
-    free(buf);
-    return st;
-}
-
 /* cudaMalloc of `count` buffers of bytes[i] (0: none) in one slab *slab,
- * after checking the device has them free (`what` names them in the
- * message). */
-static kvcal_status alloc_buffers(void **slab, void **buf, const size_t *bytes, int count,
-                                  const char *what)
+ * after checking the device (and the budget) has room for them (`what`
+ * names them in the message); *slab_bytes gets the slab's size. */
+static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_bytes, void **buf,
+                                  const size_t *bytes, int count, const char *what)
 {
     kvcal_status st = KVCAL_OK;
     size_t need = 0, free_b = 0, total_b = 0;
     for (int i = 0; i < count; i++)
         need += round_up(bytes[i]);
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    if (need > free_b)
+    if (need > room(r, free_b))
         return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
                           "--device cuda: %s need %.2f GiB beyond the model and its "
-                          "activations but the device has %.2f GiB free; use a smaller "
-                          "--batch or --seq-len",
+                          "activations but %.2f GiB are left%s; use a smaller --batch or "
+                          "--seq-len",
                           what, (double)need / 1073741824.0,
-                          (double)free_b / 1073741824.0);
+                          (double)room(r, free_b) / 1073741824.0,
+                          r->budget ? " under --max-device-memory" : " on the device");
     TRY(alloc_slab(slab, need, what));
+    r->allocated += need;
+    *slab_bytes = need;
     unsigned char *p = *slab;
     for (int i = 0; i < count; i++)
         buf[i] = bytes[i] ? carve(&p, bytes[i]) : NULL;
@@ -684,8 +596,8 @@ static kvcal_status head_prepare(kvcal_backend *be)
     const kvcal_model_desc *d = be->desc;
     if (r->head_slab)
         return KVCAL_OK;
-    const float *norm = NULL, *cls = NULL;
-    TRY(kvcal_model_load_head(r->model, &norm, &cls));
+    kvcal_tensor_view embed, norm, cls;
+    kvcal_model_head_views(r->model, &embed, &norm, &cls);
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
     const size_t rows = LOGITS_BYTES / ((size_t)r->V * sizeof(kvcal_bf16));
     r->chunk = (int)(rows < 1 ? 1 : rows > N ? N : rows);
@@ -695,7 +607,7 @@ static kvcal_status head_prepare(kvcal_backend *be)
                             (size_t)r->chunk * r->V * sizeof(kvcal_bf16),
                             N * sizeof(int32_t), N * sizeof(float)};
     void *buf[5];
-    TRY(alloc_buffers(&r->head_slab, buf, bytes, 5,
+    TRY(alloc_buffers(r, &r->head_slab, &r->head_bytes, buf, bytes, 5,
                       "the final norm, the classifier and "
                       "the logits"));
     r->final_norm = buf[0];
@@ -703,9 +615,9 @@ static kvcal_status head_prepare(kvcal_backend *be)
     r->logits = buf[2];
     r->target = buf[3];
     r->nll = buf[4];
-    TRY(upload_bf16(r->final_norm, norm, (size_t)r->D));
+    TRY(kvcal_cuda_loader_upload(r->loader, &norm, r->final_norm, r->stream));
     if (!d->tied_embeddings)
-        TRY(upload_bf16(buf[1], cls, (size_t)r->V * r->D));
+        TRY(kvcal_cuda_loader_upload(r->loader, &cls, buf[1], r->stream));
     return KVCAL_OK;
 fail:
     cudaFree(r->head_slab);
@@ -751,6 +663,8 @@ static void sim_release(kvcal_backend *be)
         cudaStreamSynchronize(r->stream);
     cudaFree(r->sim_slab);
     r->sim_slab = NULL;
+    r->allocated -= r->sim_bytes;
+    r->sim_bytes = 0;
 }
 
 static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
@@ -772,7 +686,7 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
                             (size_t)r->L * sizeof(kvcal_eval_layer_sums)};
     enum { NBUF = sizeof bytes / sizeof bytes[0] };
     void *buf[NBUF];
-    TRY(alloc_buffers(&r->sim_slab, buf, bytes, NBUF,
+    TRY(alloc_buffers(r, &r->sim_slab, &r->sim_bytes, buf, bytes, NBUF,
                       "the simulated FP8 cache's buffers"));
     r->att0 = buf[0];
     r->cache[0] = buf[1], r->cache[1] = buf[2];
@@ -913,6 +827,7 @@ static void destroy(kvcal_backend *be)
     sim_release(be);
     if (r->stream)
         cudaStreamSynchronize(r->stream);
+    kvcal_cuda_loader_destroy(r->loader);
     kvcal_gemm_destroy(r->gemm);
     kvcal_attention_destroy(r->attn);
     cudaFree(r->slab);
@@ -996,8 +911,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->eps = d->norm_eps;
     r->max_batch = max_batch;
     r->max_seq_len = max_seq_len;
-    layout_layer(&r->lay, d);
     TRY(choose_mlp(r, opt->mlp));
+    layout_layer(&r->lay, d, r->mlp_fused);
     if (!(r->default_names = malloc(sizeof(int64_t) * (size_t)max_batch))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
         goto fail;
@@ -1007,8 +922,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
 
     const size_t N = (size_t)max_batch * (size_t)max_seq_len, e = sizeof(kvcal_bf16);
     const size_t LH = (size_t)r->L * (size_t)r->HKV;
-    const size_t weights =
-        (size_t)r->L * r->lay.bytes + round_up((size_t)r->V * r->D * e);
     /* the scratch every batch shares; each batch of a chunk has a slot */
     const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
@@ -1018,28 +931,41 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
                          round_up((size_t)(r->rot_dim / 2) * sizeof(float));
     const size_t workspace = (size_t)32 << 20;
-    const size_t need = weights + acts + stats;
+    const size_t embed = round_up((size_t)r->V * r->D * e);
+    const size_t fixed = embed + acts + stats + workspace;
     size_t free_b = 0, total_b = 0;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    if (need + workspace + slot_device_bytes(r) > free_b) {
+    r->budget = opt->max_device_memory;
+    /* every layer on the device when it fits beside one batch, else two at a
+     * time, each loaded while the one before computes */
+    const size_t left = room(r, free_b), one = slot_device_bytes(r);
+    r->weight_slots = fixed + (size_t)r->L * r->lay.bytes + one <= left ? r->L
+                      : r->L < 2                                        ? r->L
+                                                                        : 2;
+    const size_t need = fixed + (size_t)r->weight_slots * r->lay.bytes;
+    if (need + one > left) {
         st = kvcal_fail(
             KVCAL_ERR_DEVICE_MEMORY,
-            "--device cuda: needs %.2f GiB (weights %.2f GiB, activations %.2f GiB "
-            "for %d x %d tokens) but the device has %.2f GiB free; use a smaller "
-            "--batch or --seq-len",
-            (double)(need + workspace + slot_device_bytes(r)) / 1073741824.0,
-            (double)weights / 1073741824.0,
-            (double)(acts + slot_device_bytes(r)) / 1073741824.0, max_batch, max_seq_len,
-            (double)free_b / 1073741824.0);
+            "--device cuda: needs at least %.2f GiB (%d layer%s of weights %.2f GiB, "
+            "embedding %.2f GiB, activations %.2f GiB for %d x %d tokens) but %.2f GiB "
+            "are left%s; use a smaller --batch or --seq-len%s",
+            (double)(need + one) / 1073741824.0, r->weight_slots,
+            r->weight_slots == 1 ? "" : "s",
+            (double)r->weight_slots * r->lay.bytes / 1073741824.0,
+            (double)embed / 1073741824.0, (double)(acts + one) / 1073741824.0, max_batch,
+            max_seq_len, (double)left / 1073741824.0,
+            r->budget ? " under --max-device-memory" : " on the device",
+            r->budget ? ", or a larger --max-device-memory" : "");
         goto fail;
     }
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
     TRY(kvcal_gemm_create(workspace, &r->gemm));
     TRY(kvcal_attention_create(opt->attention == KVCAL_ATTENTION_OWN, &r->attn));
-    TRY(alloc_slab(&r->slab, need, "the model and its activations"));
+    TRY(alloc_slab(&r->slab, need - workspace, "the model and its activations"));
+    r->allocated = need;
     TRY_CUDA(cudaMallocHost((void **)&r->host_bmax, 2 * LH * sizeof(float)));
     unsigned char *p = r->slab;
-    r->weights = carve(&p, (size_t)r->L * r->lay.bytes);
+    unsigned char *weights = carve(&p, (size_t)r->weight_slots * r->lay.bytes);
     r->embed = carve(&p, (size_t)r->V * r->D * e);
     r->xn = carve(&p, N * r->D * e);
     r->qkv = carve(&p, N * r->qkv_n * e);
@@ -1055,7 +981,18 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
-    TRY(upload_model(r, model));
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    TRY(kvcal_cuda_loader_create(model, &r->lay, weights, r->weight_slots,
+                                 opt->load_threads > 0 ? opt->load_threads
+                                 : cores > 0           ? (int)cores
+                                                       : 1,
+                                 &r->loader));
+    kvcal_tensor_view embed_view, norm_view, cls_view;
+    kvcal_model_head_views(model, &embed_view, &norm_view, &cls_view);
+    TRY(kvcal_cuda_loader_upload(r->loader, &embed_view, r->embed, r->stream));
+    TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
+                             (size_t)(r->rot_dim / 2) * sizeof(float),
+                             cudaMemcpyHostToDevice, r->stream));
     *out = &r->base;
     return KVCAL_OK;
 fail:

@@ -209,9 +209,14 @@ static kvcal_exec_progress progress_start(const kvcal_exec_t *x, const kvcal_exe
     kvcal_exec_progress p;
     memset(&p, 0, sizeof p);
     p.samples_total = s->num_samples;
+    p.samples_done = s->first_sample;
     p.layers = x->desc->num_layers;
-    for (int i = 0; i < s->num_samples; i++)
+    for (int i = 0; i < s->num_samples; i++) {
         p.tokens_total += s->lengths[i];
+        if (i < s->first_sample)
+            p.tokens_whole += s->lengths[i];
+    }
+    p.tokens_done = (double)p.tokens_whole;
     return p;
 }
 
@@ -249,14 +254,21 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)",
                           ema_decay);
-    if ((st = size_chunks(x, num_batches(s), &chunk)) ||
-        (st = be->ops->observe_into(be, stats)))
+    if (s->first_sample < 0 || s->first_sample > s->num_samples ||
+        s->first_sample % s->batch)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "executor: a run resumed at sample %d of %d in batches of %d",
+                          s->first_sample, s->num_samples, s->batch);
+    int want = num_batches(s);
+    if (s->chunk_samples > 0 && want > (s->chunk_samples + s->batch - 1) / s->batch)
+        want = (s->chunk_samples + s->batch - 1) / s->batch;
+    if ((st = size_chunks(x, want, &chunk)) || (st = be->ops->observe_into(be, stats)))
         return st;
     const pass p = {stats != NULL, NULL, NULL, NULL, 0};
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     const float *const bmax[2] = {x->bmax, x->bmax + lh};
     kvcal_exec_progress prog = progress_start(x, s);
-    for (int b0 = 0; !st && b0 < s->num_samples; b0 += chunk * s->batch) {
+    for (int b0 = s->first_sample; !st && b0 < s->num_samples; b0 += chunk * s->batch) {
         int n = 0;
         for (; n < chunk && b0 + n * s->batch < s->num_samples; n++)
             batch_at(x, n, s, b0 + n * s->batch);
@@ -268,6 +280,16 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
                 st = kvcal_stats_fold_batch(stats, bmax, ema_decay);
         if (!st)
             progress_chunk_done(x, n, s, &prog);
+        const int done = b0 + n * s->batch < s->num_samples ? b0 + n * s->batch
+                                                            : s->num_samples;
+        if (!st && stats && s->chunk_done && done < s->num_samples) {
+            kvcal_stats_begin_batch(stats);
+            if (!(st = be->ops->collect(be)))
+                st = s->chunk_done(s->chunk_ctx, stats, done);
+        }
+        if (!st && s->stop && *s->stop && done < s->num_samples)
+            st = kvcal_fail(KVCAL_ERR_INTERRUPTED,
+                            "interrupted after %d of %d samples", done, s->num_samples);
     }
     if (stats)
         kvcal_stats_begin_batch(stats);
@@ -347,32 +369,48 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
     return st;
 }
 
-/* One calibration batch of the largest shape, observed into scratch
- * statistics that are then dropped: what a backend sets up on first use
- * (module loading, GEMM algorithm choice) happens here. */
+/* The first layer of one batch of the largest shape, observed into
+ * scratch statistics that are then dropped: what a backend sets up on
+ * first use (module loading, the GEMM algorithms of every shape a layer
+ * has, the attention plan) happens here, while the loader brings the other
+ * layers. */
 static kvcal_status warm_up(kvcal_exec_t *x)
 {
+    kvcal_backend *be = x->be;
     const kvcal_model_desc *d = x->desc;
     int len = x->max_seq_len < d->max_seq_len ? x->max_seq_len : d->max_seq_len;
     if (d->sliding_window > 0 && len > d->sliding_window)
         len = d->sliding_window;
     const size_t n = (size_t)x->max_batch * (size_t)x->max_seq_len;
+    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     int32_t *ids = calloc(n + (size_t)x->max_batch, sizeof *ids);
     kvcal_stats_t *stats = NULL;
+    int chunk = 0;
     kvcal_status st = ids ? kvcal_stats_create(d->num_layers, d->num_kv_heads,
                                                d->head_dim, &stats)
                           : kvcal_fail(KVCAL_ERR_NOMEM, "executor: out of host memory");
+    if (!st)
+        st = size_chunks(x, 1, &chunk);
+    if (!st)
+        st = be->ops->observe_into(be, stats);
     if (!st) {
         int32_t *lengths = ids + n;
         for (int i = 0; i < x->max_batch; i++)
             lengths[i] = len;
-        const kvcal_exec_samples s = {ids,  lengths, x->max_batch, x->max_seq_len,
-                                      x->max_batch, NULL, NULL};
-        st = kvcal_exec_calibrate(x, &s, stats, 0.0);
+        const pass p = {1, NULL, NULL, NULL, 1};
+        x->batches[0] = (kvcal_batch){ids, lengths, NULL, x->max_batch, x->max_seq_len};
+        st = be->ops->begin_batch(be, 0, &x->batches[0], &x->rows[0]);
+        if (!st)
+            st = be->ops->use_layer(be, 0);
+        if (!st)
+            st = run_layer(x, 0, 0, &p);
+        if (!st)
+            st = be->ops->batch_absmax(be, 0, x->bmax, x->bmax + lh);
     }
+    const kvcal_status done = be->ops->observe_into(be, NULL);
     kvcal_stats_destroy(stats);
     free(ids);
-    return st;
+    return st ? st : done;
 }
 
 kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *opt,

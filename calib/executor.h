@@ -60,12 +60,27 @@ typedef void (*kvcal_exec_progress_fn)(void *ctx, const kvcal_exec_progress *p);
 /* Samples to run: ids (num_samples, seq_len) row-major, sample i's first
  * lengths[i] valid; `batch` samples a forward pass (<= the executor's
  * max_batch); sample i is named i in errors and statistics. */
+/* Called after each chunk of a calibration but the last with the
+ * statistics of every sample so far (the device's part merged in) and the
+ * number of samples done: a point a run can resume from. Non-OK stops the
+ * run. */
+typedef kvcal_status (*kvcal_exec_chunk_fn)(void *ctx, const kvcal_stats_t *stats,
+                                            int samples_done);
+
 typedef struct kvcal_exec_samples {
     const int32_t *ids;
     const int32_t *lengths;
     int num_samples, seq_len, batch;
     kvcal_exec_progress_fn progress; /* or NULL */
     void *progress_ctx;
+    /* calibration only: */
+    int first_sample;                /* samples before it are in stats already (a
+                                        multiple of batch: a resumed run) */
+    int chunk_samples;               /* at most this many samples a chunk (0: no cap) */
+    kvcal_exec_chunk_fn chunk_done;  /* or NULL */
+    void *chunk_ctx;
+    const volatile int *stop;        /* when it reads non-zero after a chunk, the run
+                                        ends with KVCAL_ERR_INTERRUPTED (NULL: never) */
 } kvcal_exec_samples;
 
 /* Calibration: every sample through the model up to the last layer's K

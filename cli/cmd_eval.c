@@ -237,9 +237,13 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
     progress_ctx pc = {.mode = mode};
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
-    const kvcal_exec_samples run = {s->ids,     s->lengths,   s->num_samples,
-                                    s->seq_len, o->run.batch, show_progress,
-                                    &pc};
+    const kvcal_exec_samples run = {.ids = s->ids,
+                                    .lengths = s->lengths,
+                                    .num_samples = s->num_samples,
+                                    .seq_len = s->seq_len,
+                                    .batch = o->run.batch,
+                                    .progress = show_progress,
+                                    .progress_ctx = &pc};
     st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
     kvcal_cmd_progress_end(&pc.pr);
     if (!st && count == 0)

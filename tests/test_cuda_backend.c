@@ -128,7 +128,8 @@ static void cuda_runner_forward_without_stats_observes_nothing(void)
     o.device = KVCAL_DEVICE_CUDA;
     o.backend.max_batch = 2, o.backend.max_seq_len = 40;
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(model, &o, &x), KVCAL_OK);
-    const kvcal_exec_samples s = {ids, lengths, 2, 40, 2, NULL, NULL};
+    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = 2,
+                                  .seq_len = 40, .batch = 2};
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, stats, 0.0), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, NULL, 0.0), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, once, 0.0), KVCAL_OK);

@@ -446,7 +446,8 @@ static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int c
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(
         kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats), KVCAL_OK);
-    const kvcal_exec_samples s = {ids, lengths, n, len, batch, NULL, NULL};
+    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = n,
+                                  .seq_len = len, .batch = batch};
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, *stats, 0.9), KVCAL_OK);
     kvcal_exec_destroy(x);
     free(ids);
@@ -518,7 +519,8 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
             CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
             sums[c] = calloc((size_t)d->num_layers, sizeof *sums[c]);
             CU_ASSERT_PTR_NOT_NULL_FATAL(sums[c]);
-            const kvcal_exec_samples s = {ids, lengths, N, LEN, BATCH, NULL, NULL};
+            const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
+                                          .seq_len = LEN, .batch = BATCH};
             const kvcal_kv_sim_config cfg = {modes[mi], NULL, NULL};
             CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &cfg, &nll[c], &count[c], sums[c]),
                             KVCAL_OK);
