@@ -161,6 +161,7 @@ typedef struct kvcal_backend_ops {
 struct kvcal_backend {
     const kvcal_backend_ops *ops;
     const kvcal_model_desc *desc; /* the model's, borrowed */
+    int layers_resident;          /* layers whose weights are held at once */
 };
 
 /* Backend options; the CLI fills them (from the environment among

@@ -576,6 +576,7 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
         return kvcal_fail(KVCAL_ERR_NOMEM, "runner: out of memory");
     c->base.ops = &cpu_ops;
     c->base.desc = d;
+    c->base.layers_resident = d->num_layers;
     c->model = model;
     c->max_tokens = max_tokens;
     c->max_batch = opt->max_batch;

@@ -248,6 +248,17 @@ static size_t room(const cuda_backend *r, size_t free_b)
 }
 
 
+/* bytes for a message: "1.25 GiB" from a GiB up, else "3.4 MiB" (buf of
+ * at least 32). */
+static const char *size_text(char *buf, size_t bytes)
+{
+    if (bytes >= ((size_t)1 << 30))
+        snprintf(buf, 32, "%.2f GiB", (double)bytes / 1073741824.0);
+    else
+        snprintf(buf, 32, "%.1f MiB", (double)bytes / 1048576.0);
+    return buf;
+}
+
 static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
 {
     kvcal_status st = KVCAL_OK;
@@ -257,12 +268,12 @@ static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
     /* the slots held now are given back first */
     free_b += r->nslots * slot_device_bytes(r);
     const size_t one = slot_device_bytes(r), left = room(r, free_b);
+    char t1[32], t2[32];
     if (left < one)
         return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: the activations of one batch need %.2f GiB but "
-                          "%.2f GiB are left%s beside the model; use a smaller --batch or "
-                          "--seq-len%s",
-                          (double)one / 1073741824.0, (double)left / 1073741824.0,
+                          "--device cuda: the activations of one batch need %s but %s are "
+                          "left%s beside the model; use a smaller --batch or --seq-len%s",
+                          size_text(t1, one), size_text(t2, left),
                           r->budget ? " under --max-device-memory" : " on the device",
                           r->budget ? ", or a larger --max-device-memory" : "");
     const size_t fit = left / one;
@@ -568,14 +579,14 @@ static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_byt
     for (int i = 0; i < count; i++)
         need += round_up(bytes[i]);
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    char t1[32], t2[32];
     if (need > room(r, free_b))
         return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: %s need %.2f GiB beyond the model and its "
-                          "activations but %.2f GiB are left%s; use a smaller --batch or "
-                          "--seq-len",
-                          what, (double)need / 1073741824.0,
-                          (double)room(r, free_b) / 1073741824.0,
-                          r->budget ? " under --max-device-memory" : " on the device");
+                          "--device cuda: %s need %s beyond the model and its activations "
+                          "but %s are left%s; use a smaller --batch or --seq-len%s",
+                          what, size_text(t1, need), size_text(t2, room(r, free_b)),
+                          r->budget ? " under --max-device-memory" : " on the device",
+                          r->budget ? ", or a larger --max-device-memory" : "");
     TRY(alloc_slab(slab, need, what));
     r->allocated += need;
     *slab_bytes = need;
@@ -942,18 +953,18 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->weight_slots = fixed + (size_t)r->L * r->lay.bytes + one <= left ? r->L
                       : r->L < 2                                        ? r->L
                                                                         : 2;
+    r->base.layers_resident = r->weight_slots;
     const size_t need = fixed + (size_t)r->weight_slots * r->lay.bytes;
     if (need + one > left) {
+        char t[5][32];
         st = kvcal_fail(
             KVCAL_ERR_DEVICE_MEMORY,
-            "--device cuda: needs at least %.2f GiB (%d layer%s of weights %.2f GiB, "
-            "embedding %.2f GiB, activations %.2f GiB for %d x %d tokens) but %.2f GiB "
-            "are left%s; use a smaller --batch or --seq-len%s",
-            (double)(need + one) / 1073741824.0, r->weight_slots,
-            r->weight_slots == 1 ? "" : "s",
-            (double)r->weight_slots * r->lay.bytes / 1073741824.0,
-            (double)embed / 1073741824.0, (double)(acts + one) / 1073741824.0, max_batch,
-            max_seq_len, (double)left / 1073741824.0,
+            "--device cuda: needs at least %s (%d layer%s of weights %s, embedding %s, "
+            "activations %s for %d x %d tokens) but %s are left%s; use a smaller --batch "
+            "or --seq-len%s",
+            size_text(t[0], need + one), r->weight_slots, r->weight_slots == 1 ? "" : "s",
+            size_text(t[1], (size_t)r->weight_slots * r->lay.bytes), size_text(t[2], embed),
+            size_text(t[3], acts + one), max_batch, max_seq_len, size_text(t[4], left),
             r->budget ? " under --max-device-memory" : " on the device",
             r->budget ? ", or a larger --max-device-memory" : "");
         goto fail;

@@ -468,3 +468,8 @@ void kvcal_exec_destroy(kvcal_exec_t *x)
     free(x->nll);
     free(x);
 }
+
+int kvcal_exec_layers_resident(const kvcal_exec_t *x)
+{
+    return x->be->layers_resident;
+}

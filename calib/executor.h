@@ -43,6 +43,11 @@ kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *o
 /* Frees; NULL is a no-op. */
 void kvcal_exec_destroy(kvcal_exec_t *x);
 
+/* How many layers' weights the backend holds at once: every layer, or
+ * (cuda, when they do not fit) two, each loaded while the one before it
+ * computes. */
+int kvcal_exec_layers_resident(const kvcal_exec_t *x);
+
 /* How far a run is. Work runs in chunks of batches, each chunk layer by
  * layer: tokens_done counts a chunk's tokens by the fraction of its layers
  * done (tokens_total when the run is done). */

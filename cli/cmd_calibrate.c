@@ -76,6 +76,11 @@ static void usage(FILE *f)
         "  --tp N               tensor-parallel size of the legacy file (default 1):\n"
         "                       1 to 4096, dividing the kv heads or a multiple of them\n"
         "  --device D           cpu | cuda (default cpu)\n"
+        "  --max-device-memory SIZE\n"
+        "                       cuda: device memory kvcal may take (bytes, or with\n"
+        "                       K, M, G, T: 24G; default the free memory less\n"
+        "                       512 MiB); a model whose weights do not fit runs\n"
+        "                       with two layers on the device at a time\n"
         "  --out PATH           output file, or directory for checkpoint / all\n"
         "                       (default kvcal_scales.json, kv_cache_scales.json,\n"
         "                       kvcal-checkpoint or kvcal-out)\n"
@@ -89,6 +94,12 @@ static void usage(FILE *f)
         "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
         "                       the end)\n"
         "  --json               print the summary as JSON on stdout\n"
+        "  --save-every N       keep the statistics of the finished samples beside\n"
+        "                       --out (OUT.kvcal-progress.h5 and .json) after every\n"
+        "                       N samples (default 64; 0: never); SIGINT or SIGTERM\n"
+        "                       stops the run there (exit 2)\n"
+        "  --resume             continue from that progress (same model, data and\n"
+        "                       options) to the outputs an uninterrupted run writes\n"
         "  --time-only          run the samples without observing K/V and write\n"
         "                       nothing: the rate without the observers (what they\n"
         "                       cost is the difference to a normal run)\n\n"
@@ -240,6 +251,7 @@ static void warn_stderr(void *ctx, const char *message)
  * samples and readying the device, the forward passes, the outputs. */
 typedef struct {
     double load, forward, write;
+    int layers_resident; /* layers whose weights the device held at once */
 } phases;
 
 typedef struct {
@@ -301,6 +313,7 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
         return st;
     progress_ctx pc;
     ph->load = pc.load = kvcal_cmd_now_s() - t_start;
+    ph->layers_resident = kvcal_exec_layers_resident(x);
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
     const kvcal_exec_samples run = {.ids = s->ids,
                                     .lengths = s->lengths,
@@ -554,6 +567,9 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
            d->architecture, d->source, d->num_layers, d->num_kv_heads, d->head_dim,
            samples, tokens, seconds, seconds > 0 ? tokens / seconds : 0.0, ph->load,
            ph->write);
+    if (ph->layers_resident && ph->layers_resident < d->num_layers)
+        printf("weights streamed: %d of %d layers on the device at a time\n",
+               ph->layers_resident, d->num_layers);
     printf("%5s  %10s  %10s  %10s  %10s\n", "layer", "K absmax", "K scale", "V absmax",
            "V scale");
     for (int l = 0; l < s->num_layers; l++) {
@@ -606,6 +622,7 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_AddNumberToObject(phase, "load_seconds", ph->load);
     cJSON_AddNumberToObject(phase, "forward_seconds", ph->forward);
     cJSON_AddNumberToObject(phase, "write_seconds", ph->write);
+    cJSON_AddNumberToObject(root, "layers_resident", ph->layers_resident);
     cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
     cJSON *format_notes = cJSON_AddArrayToObject(root, "format_notes");
     for (int i = 0; i < cJSON_GetArraySize(written); i++) {
@@ -692,7 +709,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     kvcal_cmd_resume resume;
     kvcal_status st;
     const double t_start = kvcal_cmd_now_s();
-    phases ph = {0, 0, 0};
+    phases ph = {0};
     char dataset_path[4096];
     if (o.run.dataset == default_dataset) {
         if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path,

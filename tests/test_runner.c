@@ -11,6 +11,7 @@
 #include "calib/executor.h"
 #include "calib/model.h"
 #include "io/json_file.h"
+#include "tests/test_calib_util.h"
 #include "tests/test_util.h"
 
 #define RTOL 1e-4
@@ -423,42 +424,15 @@ static void model_open_rejects_llama2c_header_with_int_min_vocab(void)
 
 // --- chunks: layer by layer or batch by batch ---------------------------------
 
-/* Calibrates n samples of len tokens (ids from a fixed pattern below the
- * vocabulary; the last sample shorter) in batches of `batch`, with chunks of
- * up to `chunk` batches (0: all), into *stats (caller destroys). */
+/* Calibrates on the cpu backend with chunks of up to `chunk` batches (0:
+ * all) into *stats (caller destroys). */
 static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int chunk,
                               kvcal_stats_t **stats)
 {
-    const kvcal_model_desc *d = kvcal_model_describe(m);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * len);
-    int32_t *lengths = malloc(sizeof(int32_t) * (size_t)n);
-    CU_ASSERT_FATAL(ids && lengths);
-    for (int i = 0; i < n * len; i++)
-        ids[i] = (i * 37 + i / len * 11 + 5) % d->vocab_size;
-    for (int i = 0; i < n; i++)
-        lengths[i] = i == n - 1 ? len / 2 + 1 : len;
     kvcal_exec_options o;
     memset(&o, 0, sizeof o);
-    o.backend.max_batch = batch;
-    o.backend.max_seq_len = len;
     o.max_chunk_batches = chunk;
-    kvcal_exec_t *x = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
-    CU_ASSERT_EQUAL_FATAL(
-        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats), KVCAL_OK);
-    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = n,
-                                  .seq_len = len, .batch = batch};
-    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, *stats, 0.9), KVCAL_OK);
-    kvcal_exec_destroy(x);
-    free(ids);
-    free(lengths);
-}
-
-static int stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b)
-{
-    return a->batches == b->batches && a->batch_start_tokens == b->batch_start_tokens &&
-           kvcal_stats_slab_bytes(a) == kvcal_stats_slab_bytes(b) &&
-           !memcmp(a->slab, b->slab, kvcal_stats_slab_bytes(a));
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, n, len, batch, stats, NULL), KVCAL_OK);
 }
 
 /* Every statistic (absmax, histograms, tokens, the per-head and per-layer
@@ -479,8 +453,8 @@ static void runner_layer_by_layer_equals_batch_by_batch(void)
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 0, &by_layer);
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 2, &by_two);
             CU_ASSERT(by_batch->batches == (shapes[i][0] + shapes[i][1] - 1) / shapes[i][1]);
-            CU_ASSERT(stats_equal(by_batch, by_layer));
-            CU_ASSERT(stats_equal(by_batch, by_two));
+            CU_ASSERT(kvcal_test_stats_equal(by_batch, by_layer));
+            CU_ASSERT(kvcal_test_stats_equal(by_batch, by_two));
             kvcal_stats_destroy(by_batch);
             kvcal_stats_destroy(by_layer);
             kvcal_stats_destroy(by_two);
