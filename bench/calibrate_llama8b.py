@@ -73,6 +73,27 @@ def stamp(what):
           flush=True)
 
 
+def llama8b_config(layers):
+    """Llama-3-8B's shapes (llama3 RoPE scaling, untied head), `layers` of them."""
+    return LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers,
+                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                       max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
+                       rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                     "original_max_position_embeddings": 8192},
+                       tie_word_embeddings=False, attn_implementation="sdpa")
+
+
+def llama8b_model(cfg):
+    """The model of cfg on the GPU in bf16, random weights from seed 0."""
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).eval()
+    torch.set_default_dtype(torch.float32)
+    return model
+
+
 def device_memory_used():
     free, total = torch.cuda.mem_get_info()
     return total - free
@@ -198,19 +219,9 @@ def main():
     os.makedirs(a.workdir, exist_ok=True)
     model_dir, data = os.path.join(a.workdir, "model"), os.path.join(a.workdir, "tokens.jsonl")
 
-    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=a.layers,
-                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                      max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
-                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                    "high_freq_factor": 4.0,
-                                    "original_max_position_embeddings": 8192},
-                      tie_word_embeddings=False, attn_implementation="sdpa")
-    torch.manual_seed(0)
+    cfg = llama8b_config(a.layers)
     t0 = time.time()
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).eval()
-    torch.set_default_dtype(torch.float32)
+    model = llama8b_model(cfg)
     model.save_pretrained(model_dir)
     samples = a.batches * BATCH
     ids = torch.randint(0, cfg.vocab_size, (samples, SEQ), generator=torch.Generator().manual_seed(1))

@@ -71,11 +71,23 @@ typedef struct kvcal_backend_ops {
     int warm_up;      /* the executor runs one batch of the largest shape first */
     void (*destroy)(kvcal_backend *be);
 
-    // --- a batch, the ops of calib/arch.h --------------------------------
+    // --- batches, the ops of calib/arch.h -------------------------------
+    /* The executor runs a chunk of batches layer by layer: each batch of
+     * the chunk keeps its activations (residual stream, the pending add,
+     * positions) in a slot of its own while the ops' scratch is shared.
+     * slots: makes room for n slots (n <= max_slots; 0 frees them), dropping
+     * what the slots held. max_slots: how many fit beside the model and the scratch
+     * (at least 1, or an error naming the bytes one needs). */
+    kvcal_status (*slots)(kvcal_backend *be, int n);
+    kvcal_status (*max_slots)(kvcal_backend *be, int want, int *n);
     /* Checks the batch (lengths, context, vocabulary: errors name the
      * sample), lays out its rows into *rows (owned by the backend until the
-     * next call) and embeds its tokens into the residual stream. */
-    kvcal_status (*begin_batch)(kvcal_backend *be, const kvcal_batch *b, kvcal_rows *rows);
+     * slot's next batch) and embeds its tokens into slot's residual stream;
+     * the slot becomes the current one. */
+    kvcal_status (*begin_batch)(kvcal_backend *be, int slot, const kvcal_batch *b,
+                                kvcal_rows *rows);
+    /* Makes the batch in slot the one the ops read and write. */
+    kvcal_status (*select_batch)(kvcal_backend *be, int slot);
     /* Makes layer l's weights the ones the ops read. */
     kvcal_status (*use_layer)(kvcal_backend *be, int layer);
     /* first: the batch's first op (the residual stream is the embedding) */
@@ -91,14 +103,19 @@ typedef struct kvcal_backend_ops {
     kvcal_status (*swiglu)(kvcal_backend *be, const kvcal_op *op);
 
     // --- observing K and V ------------------------------------------------
-    /* Statistics the observing ops fold into from now on (NULL: none). On
-     * cuda they accumulate on the device: absmax and histograms reach
-     * stats at collect, batch_absmax and token counts at end_batch. */
+    /* Statistics the observing ops fold into from now on (NULL: none): the
+     * absmax, histograms and token counts of every layer of every batch
+     * (on cuda absmax and histograms accumulate on the device and reach
+     * stats at collect); each batch's own per-head absmax is kept in its
+     * slot for batch_absmax. */
     kvcal_status (*observe_into)(kvcal_backend *be, kvcal_stats_t *stats);
-    /* After a calibration batch: its batch_absmax and tokens into the
-     * statistics (a NaN or Inf is KVCAL_ERR_NONFINITE naming layer, K/V,
-     * head and samples), and the device waited for. */
-    kvcal_status (*end_batch)(kvcal_backend *be);
+    /* The per-head absmax of the batch in slot, K and V (layers, kv_heads)
+     * into host k and v, and the slot's record cleared; a NaN or Inf is
+     * KVCAL_ERR_NONFINITE naming layer, K/V, head and samples. Waits for the
+     * device. */
+    kvcal_status (*batch_absmax)(kvcal_backend *be, int slot, float *k, float *v);
+    /* Waits for the device (the work queued so far done). */
+    kvcal_status (*sync)(kvcal_backend *be);
     /* After the last batch: what the device accumulated into the
      * statistics (kvcal_stats_merge), the device's copy cleared. */
     kvcal_status (*collect)(kvcal_backend *be);
@@ -144,6 +161,7 @@ typedef struct kvcal_backend_ops {
 struct kvcal_backend {
     const kvcal_backend_ops *ops;
     const kvcal_model_desc *desc; /* the model's, borrowed */
+    int layers_resident;          /* layers whose weights are held at once */
 };
 
 /* Backend options; the CLI fills them (from the environment among
@@ -163,6 +181,12 @@ typedef struct kvcal_backend_options {
     int max_batch, max_seq_len; /* the largest batch (samples x tokens) */
     kvcal_attention_choice attention;
     kvcal_mlp_choice mlp;
+    /* cuda: device bytes the backend may take (weights, activations,
+     * scratch), 0 for the device's free memory less a margin; a model whose
+     * weights do not fit beside one batch runs with two layers on the
+     * device at a time. */
+    size_t max_device_memory;
+    int load_threads; /* host threads that read weights (0: the machine's cores) */
 } kvcal_backend_options;
 
 /* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the

@@ -1,6 +1,7 @@
 /* calib/backend_cpu.c: the cpu backend: fp32 on the CPU reference ops
  * (kernels/cpu), tokens packed (sample b's rows follow sample b-1's, no
- * padding computed), weights converted one layer at a time by the model. */
+ * padding computed), weights converted one layer at a time by the model,
+ * once for every chunk of batches the executor runs through a layer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,24 @@
 #include "kernels/cpu/eval_ref.h"
 #include "kernels/cpu/ops.h"
 
+/* A batch's own activations, kept while its chunk runs layer by layer. */
+typedef struct {
+    float *x;               // (N, hidden) residual stream
+    float *delta;           // (N, hidden) the pending residual add
+    int32_t *pos;           // (N)
+    int64_t *start;         /* (max_batch) */
+    float *bmax;            /* (2, layers, kv_heads) the batch's per-head absmax */
+    const int32_t *lengths; /* the batch's, borrowed */
+    const int64_t *names;   /* the batch's, borrowed or default_names */
+    int batch;
+    int64_t n; /* rows of the batch */
+    void *mem;
+} cpu_slot;
+
+/* Activations the slots of a chunk may hold together (the first slot is
+ * always made). */
+#define SLOTS_BYTES ((size_t)2 << 30)
+
 typedef struct {
     kvcal_backend base;
     kvcal_model_t *model;
@@ -17,24 +36,28 @@ typedef struct {
     int max_batch;
     kvcal_layer_weights w; /* the layer in use */
     int layer;
-    float *x;     // (N, hidden) residual stream
+    cpu_slot *slot; /* (nslots) */
+    int nslots;
+    /* the current slot's, see cpu_slot */
+    float *x, *delta;
+    int32_t *pos;
+    int64_t *start;
+    const int32_t *lengths;
+    const int64_t *names;
+    int batch;
+    int64_t n;
+    float *bmax;
+    /* scratch every batch shares */
     float *norm;  // (N, hidden)
-    float *delta; // (N, hidden)
     float *q;     // (N, heads, head_dim)
     float *k;     // (N, kv_heads, head_dim)
     float *v;     // (N, kv_heads, head_dim)
     float *att;   // (N, heads, head_dim)
     float *gate;  // (N, intermediate) gate, then the MLP's activation
     float *up;    // (N, intermediate)
-    int32_t *pos; // (N)
     void *slab;
-    int64_t *start;         /* (max_batch) */
-    const int32_t *lengths; /* the batch's, borrowed */
-    const int64_t *names;   /* the batch's, borrowed or ids */
     int64_t *default_names; /* (max_batch) 0 .. batch-1 */
-    int batch;
-    int64_t n;            /* rows of the batch */
-    kvcal_stats_t *stats; /* observe_into */
+    kvcal_stats_t *stats;   /* observe_into */
     /* the simulated cache (sim_prepare) */
     void *sim_slab;
     uint8_t *cache[2];           /* (N, kv_heads, head_dim) e4m3 */
@@ -75,19 +98,89 @@ static const float *weight(const cpu_backend *c, kvcal_weight w)
 
 // --- a batch ------------------------------------------------------------------
 
-static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_rows *rows)
+static size_t slot_bytes(const cpu_backend *c)
+{
+    const kvcal_model_desc *d = c->base.desc;
+    const size_t N = (size_t)c->max_tokens, lh = (size_t)d->num_layers * d->num_kv_heads;
+    return 2 * N * d->hidden_size * sizeof(float) + N * sizeof(int32_t) +
+           (size_t)c->max_batch * sizeof(int64_t) + 2 * lh * sizeof(float);
+}
+
+static void free_slots(cpu_backend *c)
+{
+    for (int i = 0; i < c->nslots; i++)
+        free(c->slot[i].mem);
+    free(c->slot);
+    c->slot = NULL;
+    c->nslots = 0;
+}
+
+static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
+{
+    const size_t fit = SLOTS_BYTES / slot_bytes(cpu(be));
+    *n = want < 1 ? 1 : (size_t)want > fit ? (fit < 1 ? 1 : (int)fit) : want;
+    return KVCAL_OK;
+}
+
+static kvcal_status slots(kvcal_backend *be, int n)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const size_t N = (size_t)c->max_tokens, lh = (size_t)d->num_layers * d->num_kv_heads;
+    free_slots(c);
+    if (n == 0)
+        return KVCAL_OK;
+    if (!(c->slot = calloc((size_t)n, sizeof *c->slot)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "runner: out of memory");
+    c->nslots = n;
+    for (int i = 0; i < n; i++) {
+        cpu_slot *s = &c->slot[i];
+        /* 8-byte members first */
+        unsigned char *p = s->mem = calloc(1, slot_bytes(c));
+        if (!p) {
+            free_slots(c);
+            return kvcal_fail(KVCAL_ERR_NOMEM,
+                              "runner: cannot allocate %.0f MB of activations for %d "
+                              "batches; use a smaller --batch or --seq-len",
+                              (double)slot_bytes(c) * n / 1048576.0, n);
+        }
+        s->start = (int64_t *)p, p += (size_t)c->max_batch * sizeof(int64_t);
+        s->x = (float *)p, p += N * d->hidden_size * sizeof(float);
+        s->delta = (float *)p, p += N * d->hidden_size * sizeof(float);
+        s->bmax = (float *)p, p += 2 * lh * sizeof(float);
+        s->pos = (int32_t *)p;
+    }
+    return KVCAL_OK;
+}
+
+static kvcal_status select_batch(kvcal_backend *be, int slot)
+{
+    cpu_backend *c = cpu(be);
+    if (slot < 0 || slot >= c->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: slot %d of %d", slot, c->nslots);
+    const cpu_slot *s = &c->slot[slot];
+    c->x = s->x, c->delta = s->delta, c->pos = s->pos, c->start = s->start;
+    c->lengths = s->lengths, c->names = s->names, c->batch = s->batch, c->n = s->n;
+    c->bmax = s->bmax;
+    return KVCAL_OK;
+}
+
+static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *b,
+                                kvcal_rows *rows)
 {
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     if (b->batch <= 0 || b->seq_len <= 0 || b->batch > c->max_batch)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: batch of %d x %d samples",
                           b->batch, b->seq_len);
+    kvcal_status st = select_batch(be, slot);
+    if (st)
+        return st;
     int64_t n = 0;
     c->names = b->sample_ids ? b->sample_ids : c->default_names;
     for (int i = 0; i < b->batch; i++) {
-        kvcal_status st =
-            kvcal_backend_check_sample("runner", (long long)c->names[i], b->lengths[i],
-                                       b->seq_len, d->max_seq_len, d->sliding_window);
+        st = kvcal_backend_check_sample("runner", (long long)c->names[i], b->lengths[i],
+                                        b->seq_len, d->max_seq_len, d->sliding_window);
         if (st)
             return st;
         c->start[i] = n;
@@ -99,16 +192,18 @@ static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_r
                           (long long)n, (long long)c->max_tokens);
     for (int i = 0; i < b->batch; i++) {
         const int32_t *row = b->ids + (int64_t)i * b->seq_len;
-        kvcal_status st = kvcal_model_embed(c->model, row, b->lengths[i],
-                                            c->x + c->start[i] * d->hidden_size);
+        st = kvcal_model_embed(c->model, row, b->lengths[i],
+                               c->x + c->start[i] * d->hidden_size);
         if (st)
             return kvcal_fail_context(st, "sample %lld: ", (long long)c->names[i]);
         for (int t = 0; t < b->lengths[i]; t++)
             c->pos[c->start[i] + t] = t;
     }
-    c->lengths = b->lengths;
-    c->batch = b->batch;
-    c->n = n;
+    cpu_slot *sl = &c->slot[slot];
+    sl->lengths = c->lengths = b->lengths;
+    sl->names = c->names;
+    sl->batch = c->batch = b->batch;
+    sl->n = c->n = n;
     *rows = (kvcal_rows){n, c->start, b->lengths, c->names, b->batch};
     return KVCAL_OK;
 }
@@ -180,6 +275,13 @@ static kvcal_status observe(cpu_backend *c, int layer)
             if (st)
                 return st;
         }
+    /* the batch's own absmax of the layer, into its slot */
+    const size_t H = (size_t)d->num_kv_heads, lh = (size_t)d->num_layers * H;
+    for (int kv = 0; kv < 2; kv++) {
+        float *cur = c->stats->batch_absmax[kv] + (size_t)layer * H;
+        memcpy(c->bmax + kv * lh + (size_t)layer * H, cur, H * sizeof(float));
+        memset(cur, 0, H * sizeof(float));
+    }
     return KVCAL_OK;
 }
 
@@ -237,6 +339,19 @@ static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
 static kvcal_status nothing(kvcal_backend *be)
 {
     (void)be;
+    return KVCAL_OK;
+}
+
+static kvcal_status batch_absmax(kvcal_backend *be, int slot, float *k, float *v)
+{
+    cpu_backend *c = cpu(be);
+    const size_t lh = (size_t)be->desc->num_layers * be->desc->num_kv_heads;
+    if (slot < 0 || slot >= c->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: slot %d of %d", slot, c->nslots);
+    float *b = c->slot[slot].bmax;
+    memcpy(k, b, lh * sizeof(float));
+    memcpy(v, b + lh, lh * sizeof(float));
+    memset(b, 0, 2 * lh * sizeof(float));
     return KVCAL_OK;
 }
 
@@ -408,8 +523,9 @@ static void destroy(kvcal_backend *be)
     if (!c)
         return;
     sim_release(be);
+    free_slots(c);
     free(c->slab);
-    free(c->start);
+    free(c->default_names);
     free(c->logits);
     free(c);
 }
@@ -418,7 +534,10 @@ static const kvcal_backend_ops cpu_ops = {
     .name = "cpu",
     .warm_up = 0,
     .destroy = destroy,
+    .slots = slots,
+    .max_slots = max_slots,
     .begin_batch = begin_batch,
+    .select_batch = select_batch,
     .use_layer = use_layer,
     .add_rmsnorm = add_rmsnorm,
     .linear = linear,
@@ -426,7 +545,8 @@ static const kvcal_backend_ops cpu_ops = {
     .attention = attention,
     .swiglu = swiglu,
     .observe_into = observe_into,
-    .end_batch = nothing,
+    .batch_absmax = batch_absmax,
+    .sync = nothing,
     .collect = nothing,
     .read_kv = read_kv,
     .head_prepare = head_prepare,
@@ -456,16 +576,17 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
         return kvcal_fail(KVCAL_ERR_NOMEM, "runner: out of memory");
     c->base.ops = &cpu_ops;
     c->base.desc = d;
+    c->base.layers_resident = d->num_layers;
     c->model = model;
     c->max_tokens = max_tokens;
     c->max_batch = opt->max_batch;
     int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * d->head_dim;
     int64_t KV = (int64_t)d->num_kv_heads * d->head_dim, I = d->intermediate_size;
-    int64_t per_token = 3 * D + 2 * Q + 2 * KV + 2 * I + 1;
+    int64_t per_token = D + 2 * Q + 2 * KV + 2 * I;
     double bytes = (double)per_token * (double)max_tokens * sizeof(float);
     c->slab = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
-    c->start = malloc(2 * sizeof(int64_t) * (size_t)opt->max_batch);
-    if (!c->slab || !c->start) {
+    c->default_names = malloc(sizeof(int64_t) * (size_t)opt->max_batch);
+    if (!c->slab || !c->default_names) {
         destroy(&c->base);
         return kvcal_fail(
             KVCAL_ERR_NOMEM,
@@ -473,21 +594,17 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
             "use a smaller --batch or --seq-len",
             bytes / 1048576.0, (long long)max_tokens);
     }
-    c->default_names = c->start + opt->max_batch;
     for (int i = 0; i < opt->max_batch; i++)
         c->default_names[i] = i;
     float *p = c->slab;
     int64_t N = max_tokens;
-    c->x = p, p += N * D;
     c->norm = p, p += N * D;
-    c->delta = p, p += N * D;
     c->q = p, p += N * Q;
     c->k = p, p += N * KV;
     c->v = p, p += N * KV;
     c->att = p, p += N * Q;
     c->gate = p, p += N * I;
-    c->up = p, p += N * I;
-    c->pos = (int32_t *)p;
+    c->up = p;
     *out = &c->base;
     return KVCAL_OK;
 }

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calib/backend.h"
+#include "calib/cuda_loader.h"
 #include "core/status.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
@@ -36,14 +38,20 @@
         }                                                                                \
     } while (0)
 
-/* Byte offsets of one layer's logical weights inside its region of the
- * weight slab (and of the host staging buffer it is converted into); 0
- * elements = absent. */
+
+/* A batch's own activations, kept while its chunk runs layer by layer. */
 typedef struct {
-    size_t off[KVCAL_W_COUNT];
-    size_t elems[KVCAL_W_COUNT];
-    size_t bytes; /* the whole layer, ALIGN-padded */
-} layer_layout;
+    kvcal_bf16 *resid, *delta;    /* (N, D) residual stream, the pending add */
+    int32_t *pos;                 /* (N) position, -1 for padding */
+    int64_t *row;                 /* (N) row index, -1 for padding (cache slots) */
+    float *bmax;                  /* (2, L, HKV) the batch's per-head absmax */
+    int32_t *host_ids, *host_pos; /* pinned (N) */
+    int64_t *host_row;            /* pinned (N) */
+    int64_t *start;               /* (max_batch) b * seq_len */
+    const int64_t *names;         /* the batch's sample ids */
+    int batch, seq_len;
+    int64_t valid; /* tokens */
+} cuda_slot;
 
 typedef struct {
     kvcal_backend base;
@@ -55,35 +63,46 @@ typedef struct {
     cudaStream_t stream;
     kvcal_gemm_t *gemm;
     kvcal_attention_t *attn; /* cuDNN's fused attention, or kvcal's kernel */
-    layer_layout lay;
+    kvcal_cuda_layer_layout lay;
+    kvcal_cuda_loader_t *loader;
+    unsigned char *layer_weights; /* the layer in use (a loader slot) */
+    int weight_slots;             /* layers on the device at once */
+    size_t budget;                /* --max-device-memory, 0: the free memory */
+    size_t allocated;             /* device bytes of the slabs below but the slots' */
     void *slab;                     /* every device buffer below */
     unsigned char *weights;         /* (L, lay.bytes) */
     kvcal_bf16 *embed;              /* (V, D) */
-    kvcal_bf16 *resid, *xn, *delta; /* (N, D) */
+    kvcal_bf16 *xn;                 /* (N, D) scratch every batch shares: */
     kvcal_bf16 *qkv;                /* (N, qkv_n) */
     kvcal_bf16 *att;                /* (N, H * hd) */
     kvcal_bf16 *gu;                 /* (N, 2 I); NULL with mlp_fused */
     kvcal_bf16 *act;                /* (N, I) */
-    int32_t *ids, *pos;             /* (N) */
+    int32_t *ids;                   /* (N) */
     float *inv_freq;                /* (rot_dim / 2) */
     float *absmax[2];               /* (L, HKV, hd) */
     uint64_t *hist[2];              /* (L, HKV, bins) */
-    float *batch_absmax[2];         /* (L, HKV) */
-    size_t stats_bytes;             /* of absmax[0] .. batch_absmax[1] */
-    int32_t *host_ids, *host_pos;   /* pinned (N) */
+    size_t stats_bytes;             /* of absmax[0] .. hist[1] */
     float *host_bmax;               /* pinned (2, L, HKV) */
-    /* the batch */
+    /* the chunk's batches */
+    cuda_slot *slot; /* (nslots) */
+    int nslots;
+    void *slot_slab, *slot_host; /* their device and pinned memory */
+    /* the current slot's, see cuda_slot */
+    kvcal_bf16 *resid, *delta;
+    int32_t *pos;
+    int64_t *row;
+    float *bmax;
     int batch, seq_len, layer;
-    int64_t valid;            /* tokens */
-    int64_t *rows_start;      /* (max_batch) b * seq_len */
-    const int64_t *names;     /* the batch's sample ids */
-    int64_t *default_names;   /* (max_batch) */
+    int64_t valid;
+    const int64_t *names;
+    int64_t *default_names; /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */
     /* the head (head_prepare) */
     void *head_slab;
+    size_t head_bytes;
     kvcal_bf16 *final_norm;    /* (D) */
     const kvcal_bf16 *lm_head; /* (V, D): own copy or the tied embed */
     kvcal_bf16 *logits;        /* (chunk, V) */
@@ -92,13 +111,12 @@ typedef struct {
     int chunk;                 /* logits rows per lm_head GEMM */
     /* the simulated cache (sim_prepare) */
     void *sim_slab;
+    size_t sim_bytes;
     kvcal_bf16 *att0;            /* (N, H * hd) attention on the exact K/V */
     uint8_t *cache[2];           /* (N, HKV, hd) e4m3, one block per token */
     float *cache_scale[2];       /* (N, HKV) */
     float *deq[2];               /* (N, HKV, hd) */
-    int64_t *slots;              /* (N) row index, -1 for padding */
     kvcal_eval_layer_sums *sums; /* (L) */
-    int64_t *host_slots;         /* pinned (N) */
 } cuda_backend;
 
 static cuda_backend *cu(kvcal_backend *be)
@@ -118,7 +136,8 @@ static const kvcal_weight slab_order[KVCAL_W_COUNT] = {
     KVCAL_W_QKV,  KVCAL_W_QKV_BIAS,  KVCAL_W_O,        KVCAL_W_O_BIAS, KVCAL_W_GATE_UP,
     KVCAL_W_DOWN, KVCAL_W_ATTN_NORM, KVCAL_W_FFN_NORM, KVCAL_W_Q_NORM, KVCAL_W_K_NORM};
 
-static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
+static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d,
+                         int mlp_fused)
 {
     size_t off = 0;
     for (int j = 0; j < KVCAL_W_COUNT; j++) {
@@ -130,42 +149,14 @@ static void layout_layer(layer_layout *lay, const kvcal_model_desc *d)
         off += round_up(lay->elems[i] * sizeof(kvcal_bf16));
     }
     lay->bytes = off;
-}
-
-static void to_bf16(kvcal_bf16 *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = kvcal_bf16_from_float(src[i]);
-}
-
-/* Converts layer weights into a staging buffer laid out as lay; with
- * mlp_fused the gate/up weight in kvcal_gemm_swiglu_launch's interleaved
- * order. */
-static void stage_layer(unsigned char *stage, const layer_layout *lay,
-                        const kvcal_layer_weights *w, const kvcal_model_desc *d,
-                        int mlp_fused)
-{
-    const size_t D = (size_t)d->hidden_size, I = (size_t)d->intermediate_size;
-    for (int i = 0; i < KVCAL_W_COUNT; i++) {
-        kvcal_bf16 *dst = (kvcal_bf16 *)(stage + lay->off[i]);
-        if (!lay->elems[i])
-            continue;
-        if (i != KVCAL_W_GATE_UP || !mlp_fused) {
-            to_bf16(dst, w->w[i], lay->elems[i]);
-            continue;
-        }
-        for (size_t r = 0; r < 2 * I; r++)
-            to_bf16(dst + r * D,
-                    w->w[i] + (size_t)kvcal_gemm_swiglu_source_row((int)r, (int)I) * D,
-                    D);
-    }
+    lay->gate_up_interleaved = mlp_fused;
 }
 
 static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
 {
     if (w == KVCAL_W_NONE || !r->lay.elems[w])
         return NULL;
-    return (kvcal_bf16 *)(r->weights + (size_t)r->layer * r->lay.bytes + r->lay.off[w]);
+    return (kvcal_bf16 *)(r->layer_weights + r->lay.off[w]);
 }
 
 static kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
@@ -212,69 +203,137 @@ static void *carve(unsigned char **p, size_t bytes)
     return x;
 }
 
-/* Uploads every layer through two pinned staging buffers, converting one
- * layer while the previous one is copied; then the embedding table. */
-static kvcal_status upload_model(cuda_backend *r, kvcal_model_t *model)
+// --- batches ------------------------------------------------------------------
+
+/* Device and pinned bytes of one slot. */
+static size_t slot_device_bytes(const cuda_backend *r)
+{
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    return 2 * round_up(N * r->D * sizeof(kvcal_bf16)) + round_up(N * sizeof(int32_t)) +
+           round_up(N * sizeof(int64_t)) + round_up(2 * (size_t)r->L * r->HKV * sizeof(float));
+}
+
+static size_t slot_host_bytes(const cuda_backend *r)
+{
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    return N * (2 * sizeof(int32_t) + sizeof(int64_t)) + (size_t)r->max_batch * sizeof(int64_t);
+}
+
+static void free_slots(cuda_backend *r)
+{
+    if (r->stream)
+        cudaStreamSynchronize(r->stream);
+    cudaFree(r->slot_slab);
+    cudaFreeHost(r->slot_host);
+    free(r->slot);
+    r->slot = NULL, r->slot_slab = r->slot_host = NULL;
+    r->nslots = 0;
+}
+
+/* Room beside what is allocated: the device's free memory less a margin for
+ * cuBLAS's and cuDNN's own allocations. */
+#define DEVICE_MARGIN ((size_t)512 << 20)
+
+/* Device bytes the backend may still take: the device's free memory less a
+ * margin, and under --max-device-memory what it leaves. free_b: the free
+ * memory to count from. */
+static size_t room(const cuda_backend *r, size_t free_b)
+{
+    size_t left = free_b > DEVICE_MARGIN ? free_b - DEVICE_MARGIN : 0;
+    if (r->budget) {
+        const size_t capped = r->budget > r->allocated ? r->budget - r->allocated : 0;
+        left = capped < left ? capped : left;
+    }
+    return left;
+}
+
+
+/* bytes for a message: "1.25 GiB" from a GiB up, else "3.4 MiB" (buf of
+ * at least 32). */
+static const char *size_text(char *buf, size_t bytes)
+{
+    if (bytes >= ((size_t)1 << 30))
+        snprintf(buf, 32, "%.2f GiB", (double)bytes / 1073741824.0);
+    else
+        snprintf(buf, 32, "%.1f MiB", (double)bytes / 1048576.0);
+    return buf;
+}
+
+static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
 {
     kvcal_status st = KVCAL_OK;
-    const kvcal_model_desc *d = r->base.desc;
-    unsigned char *stage[2] = {NULL, NULL};
-    cudaEvent_t done[2] = {NULL, NULL};
-    float *rows = NULL;
-    int32_t *ids = NULL;
-    const size_t stage_bytes =
-        r->lay.bytes > ((size_t)8 << 20) ? r->lay.bytes : (size_t)8 << 20;
-    TRY_CUDA(cudaMallocHost((void **)&stage[0], stage_bytes));
-    TRY_CUDA(cudaMallocHost((void **)&stage[1], stage_bytes));
-    TRY_CUDA(cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming));
-    TRY_CUDA(cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming));
-    for (int l = 0; l < r->L; l++) {
-        kvcal_layer_weights w;
-        TRY(kvcal_model_load_layer(model, l, &w));
-        TRY_CUDA(cudaEventSynchronize(done[l & 1]));
-        stage_layer(stage[l & 1], &r->lay, &w, d, r->mlp_fused);
-        TRY_CUDA(cudaMemcpyAsync(r->weights + (size_t)l * r->lay.bytes, stage[l & 1],
-                                 r->lay.bytes, cudaMemcpyHostToDevice, r->stream));
-        TRY_CUDA(cudaEventRecord(done[l & 1], r->stream));
-    }
-    const int chunk = (int)(stage_bytes / ((size_t)r->D * sizeof(kvcal_bf16)));
-    rows = malloc((size_t)chunk * (size_t)r->D * sizeof *rows);
-    ids = malloc((size_t)chunk * sizeof *ids);
-    if (!rows || !ids) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM,
-                        "cuda runner: no host memory to stage the embedding");
-        goto fail;
-    }
-    for (int v0 = 0, i = 0; v0 < r->V; v0 += chunk, i++) {
-        const int n = r->V - v0 < chunk ? r->V - v0 : chunk;
-        for (int j = 0; j < n; j++)
-            ids[j] = v0 + j;
-        TRY(kvcal_model_embed(model, ids, n, rows));
-        TRY_CUDA(cudaEventSynchronize(done[i & 1]));
-        to_bf16((kvcal_bf16 *)stage[i & 1], rows, (size_t)n * (size_t)r->D);
-        TRY_CUDA(cudaMemcpyAsync(r->embed + (size_t)v0 * r->D, stage[i & 1],
-                                 (size_t)n * r->D * sizeof(kvcal_bf16),
-                                 cudaMemcpyHostToDevice, r->stream));
-        TRY_CUDA(cudaEventRecord(done[i & 1], r->stream));
-    }
-    TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
-                             (size_t)(r->rot_dim / 2) * sizeof(float),
-                             cudaMemcpyHostToDevice, r->stream));
-    TRY_CUDA(cudaStreamSynchronize(r->stream));
+    cuda_backend *r = cu(be);
+    size_t free_b = 0, total_b = 0;
+    TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    /* the slots held now are given back first */
+    free_b += r->nslots * slot_device_bytes(r);
+    const size_t one = slot_device_bytes(r), left = room(r, free_b);
+    char t1[32], t2[32];
+    if (left < one)
+        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
+                          "--device cuda: the activations of one batch need %s but %s are "
+                          "left%s beside the model; use a smaller --batch or --seq-len%s",
+                          size_text(t1, one), size_text(t2, left),
+                          r->budget ? " under --max-device-memory" : " on the device",
+                          r->budget ? ", or a larger --max-device-memory" : "");
+    const size_t fit = left / one;
+    *n = want < 1 ? 1 : (size_t)want > fit ? (int)fit : want;
+    return KVCAL_OK;
 fail:
-    free(rows);
-    free(ids);
-    for (int i = 0; i < 2; i++) {
-        if (done[i])
-            cudaEventDestroy(done[i]);
-        cudaFreeHost(stage[i]);
-    }
     return st;
 }
 
-// --- a batch ------------------------------------------------------------------
+static kvcal_status slots(kvcal_backend *be, int n)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
+    free_slots(r);
+    if (n == 0)
+        return KVCAL_OK;
+    if (!(r->slot = calloc((size_t)n, sizeof *r->slot))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
+        goto fail;
+    }
+    TRY(alloc_slab(&r->slot_slab, (size_t)n * slot_device_bytes(r),
+                   "the activations of the chunk's batches"));
+    TRY_CUDA(cudaMallocHost(&r->slot_host, (size_t)n * slot_host_bytes(r)));
+    TRY_CUDA(cudaMemsetAsync(r->slot_slab, 0, (size_t)n * slot_device_bytes(r), r->stream));
+    r->nslots = n;
+    unsigned char *d = r->slot_slab, *h = r->slot_host;
+    for (int i = 0; i < n; i++) {
+        cuda_slot *sl = &r->slot[i];
+        sl->resid = carve(&d, N * r->D * sizeof(kvcal_bf16));
+        sl->delta = carve(&d, N * r->D * sizeof(kvcal_bf16));
+        sl->pos = carve(&d, N * sizeof(int32_t));
+        sl->row = carve(&d, N * sizeof(int64_t));
+        sl->bmax = carve(&d, 2 * (size_t)r->L * r->HKV * sizeof(float));
+        sl->host_row = (int64_t *)h, h += N * sizeof(int64_t);
+        sl->start = (int64_t *)h, h += (size_t)r->max_batch * sizeof(int64_t);
+        sl->host_ids = (int32_t *)h, h += N * sizeof(int32_t);
+        sl->host_pos = (int32_t *)h, h += N * sizeof(int32_t);
+    }
+    return KVCAL_OK;
+fail:
+    free_slots(r);
+    return st;
+}
 
-static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_rows *rows)
+static kvcal_status select_batch(kvcal_backend *be, int slot)
+{
+    cuda_backend *r = cu(be);
+    if (slot < 0 || slot >= r->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: slot %d of %d", slot,
+                          r->nslots);
+    const cuda_slot *sl = &r->slot[slot];
+    r->resid = sl->resid, r->delta = sl->delta, r->pos = sl->pos, r->row = sl->row;
+    r->bmax = sl->bmax, r->batch = sl->batch, r->seq_len = sl->seq_len;
+    r->valid = sl->valid, r->names = sl->names;
+    return KVCAL_OK;
+}
+
+static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *b,
+                                kvcal_rows *rows)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
@@ -285,10 +344,14 @@ static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_r
             "cuda runner: batch %d x %d tokens: the runner was made for up to "
             "%d x %d",
             batch, seq_len, r->max_batch, r->max_seq_len);
-    r->names = b->sample_ids ? b->sample_ids : r->default_names;
-    r->valid = 0;
+    if (slot < 0 || slot >= r->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: slot %d of %d", slot,
+                          r->nslots);
+    cuda_slot *sl = &r->slot[slot];
+    sl->names = b->sample_ids ? b->sample_ids : r->default_names;
+    sl->valid = 0;
     for (int s = 0; s < batch; s++) {
-        const long long name = (long long)r->names[s];
+        const long long name = (long long)sl->names[s];
         TRY(kvcal_backend_check_sample("cuda runner", name, b->lengths[s], seq_len,
                                        r->ctx, r->window));
         for (int t = 0; t < seq_len; t++) {
@@ -300,27 +363,26 @@ static kvcal_status begin_batch(kvcal_backend *be, const kvcal_batch *b, kvcal_r
                     "sample %lld token %d: id %d is outside the vocabulary of "
                     "%d",
                     name, t, id, r->V);
-            r->host_ids[i] = t < b->lengths[s] ? id : -1;
-            r->host_pos[i] = t < b->lengths[s] ? t : -1;
-            if (r->sim_slab)
-                r->host_slots[i] = t < b->lengths[s] ? i : -1;
+            sl->host_ids[i] = t < b->lengths[s] ? id : -1;
+            sl->host_pos[i] = t < b->lengths[s] ? t : -1;
+            sl->host_row[i] = t < b->lengths[s] ? i : -1;
         }
-        r->rows_start[s] = (int64_t)s * seq_len;
-        r->valid += b->lengths[s];
+        sl->start[s] = (int64_t)s * seq_len;
+        sl->valid += b->lengths[s];
     }
-    r->batch = batch;
-    r->seq_len = seq_len;
+    sl->batch = batch;
+    sl->seq_len = seq_len;
+    TRY(select_batch(be, slot));
     const int n = batch * seq_len;
     cudaStream_t s = r->stream;
-    TRY_CUDA(cudaMemcpyAsync(r->ids, r->host_ids, (size_t)n * sizeof(int32_t),
+    TRY_CUDA(cudaMemcpyAsync(r->ids, sl->host_ids, (size_t)n * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
-    TRY_CUDA(cudaMemcpyAsync(r->pos, r->host_pos, (size_t)n * sizeof(int32_t),
+    TRY_CUDA(cudaMemcpyAsync(sl->pos, sl->host_pos, (size_t)n * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
-    if (r->sim_slab)
-        TRY_CUDA(cudaMemcpyAsync(r->slots, r->host_slots, (size_t)n * sizeof(int64_t),
-                                 cudaMemcpyHostToDevice, s));
-    TRY(kvcal_embed_launch(r->resid, r->embed, r->ids, n, r->D, s));
-    *rows = (kvcal_rows){n, r->rows_start, b->lengths, r->names, batch};
+    TRY_CUDA(cudaMemcpyAsync(sl->row, sl->host_row, (size_t)n * sizeof(int64_t),
+                             cudaMemcpyHostToDevice, s));
+    TRY(kvcal_embed_launch(sl->resid, r->embed, r->ids, n, r->D, s));
+    *rows = (kvcal_rows){n, sl->start, b->lengths, sl->names, batch};
     return KVCAL_OK;
 fail:
     return st;
@@ -328,8 +390,9 @@ fail:
 
 static kvcal_status use_layer(kvcal_backend *be, int layer)
 {
-    cu(be)->layer = layer;
-    return KVCAL_OK;
+    cuda_backend *r = cu(be);
+    r->layer = layer;
+    return kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
 }
 
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
@@ -382,8 +445,10 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     for (int kv = 0; observe >= 0 && kv < 2; kv++) {
         obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
         obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
-        obs.batch_absmax[kv] = r->batch_absmax[kv] + (size_t)l * r->HKV;
+        obs.batch_absmax[kv] = r->bmax + ((size_t)kv * r->L + l) * r->HKV;
     }
+    if (observe >= 0 && r->stats)
+        r->stats->tokens[l] += r->valid;
     return kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len,
                                      r->qkv_heads, r->HKV, r->hd, &rope,
                                      observe >= 0 && r->stats ? &obs : NULL, r->stream);
@@ -434,21 +499,20 @@ fail:
     return st;
 }
 
-static kvcal_status end_batch(kvcal_backend *be)
+static kvcal_status batch_absmax(kvcal_backend *be, int slot, float *k, float *v)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
     cudaStream_t s = r->stream;
-    kvcal_stats_t *stats = r->stats;
     const size_t LH = (size_t)r->L * r->HKV;
-    for (int kv = 0; stats && kv < 2; kv++) {
-        TRY_CUDA(cudaMemcpyAsync(r->host_bmax + kv * LH, r->batch_absmax[kv],
-                                 LH * sizeof(float), cudaMemcpyDeviceToHost, s));
-        TRY_CUDA(cudaMemsetAsync(r->batch_absmax[kv], 0, LH * sizeof(float), s));
-    }
+    if (slot < 0 || slot >= r->nslots)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: slot %d of %d", slot,
+                          r->nslots);
+    const cuda_slot *sl = &r->slot[slot];
+    TRY_CUDA(cudaMemcpyAsync(r->host_bmax, sl->bmax, 2 * LH * sizeof(float),
+                             cudaMemcpyDeviceToHost, s));
+    TRY_CUDA(cudaMemsetAsync(sl->bmax, 0, 2 * LH * sizeof(float), s));
     TRY_CUDA(cudaStreamSynchronize(s));
-    if (!stats)
-        return KVCAL_OK;
     for (int kv = 0; kv < 2; kv++)
         for (size_t i = 0; i < LH; i++) {
             const float m = r->host_bmax[kv * LH + i];
@@ -458,14 +522,19 @@ static kvcal_status end_batch(kvcal_backend *be)
                     "layer %d %c kv head %d: %s in the batch of samples %lld..%lld "
                     "(--device cpu names the token)",
                     (int)(i / r->HKV), kv ? 'V' : 'K', (int)(i % r->HKV),
-                    isnan(m) ? "NaN" : "Inf", (long long)r->names[0],
-                    (long long)r->names[r->batch - 1]);
-            float *dst = &stats->batch_absmax[kv][i];
-            *dst = m > *dst ? m : *dst;
+                    isnan(m) ? "NaN" : "Inf", (long long)sl->names[0],
+                    (long long)sl->names[sl->batch - 1]);
+            (kv ? v : k)[i] = m;
         }
-    for (int l = 0; l < r->L; l++)
-        stats->tokens[l] += r->valid;
     return KVCAL_OK;
+fail:
+    return st;
+}
+
+static kvcal_status sync_device(kvcal_backend *be)
+{
+    kvcal_status st = KVCAL_OK;
+    TRY_CUDA(cudaStreamSynchronize(cu(be)->stream));
 fail:
     return st;
 }
@@ -499,45 +568,28 @@ static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
                       "the cpu backend)");
 }
 
-/* Converts n fp32 host values to bf16 into device memory dst, through a
- * bounded host buffer. */
-static kvcal_status upload_bf16(kvcal_bf16 *dst, const float *src, size_t n)
-{
-    kvcal_status st = KVCAL_OK;
-    const size_t step = (size_t)4 << 20;
-    kvcal_bf16 *buf = malloc((n < step ? n : step) * sizeof *buf);
-    if (!buf)
-        return kvcal_fail(KVCAL_ERR_NOMEM,
-                          "cuda runner: no host memory to stage weights");
-    for (size_t i = 0; i < n; i += step) {
-        const size_t m = n - i < step ? n - i : step;
-        to_bf16(buf, src + i, m);
-        TRY_CUDA(cudaMemcpy(dst + i, buf, m * sizeof *buf, cudaMemcpyHostToDevice));
-    }
-fail:
-    free(buf);
-    return st;
-}
-
 /* cudaMalloc of `count` buffers of bytes[i] (0: none) in one slab *slab,
- * after checking the device has them free (`what` names them in the
- * message). */
-static kvcal_status alloc_buffers(void **slab, void **buf, const size_t *bytes, int count,
-                                  const char *what)
+ * after checking the device (and the budget) has room for them (`what`
+ * names them in the message); *slab_bytes gets the slab's size. */
+static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_bytes, void **buf,
+                                  const size_t *bytes, int count, const char *what)
 {
     kvcal_status st = KVCAL_OK;
     size_t need = 0, free_b = 0, total_b = 0;
     for (int i = 0; i < count; i++)
         need += round_up(bytes[i]);
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    if (need > free_b)
+    char t1[32], t2[32];
+    if (need > room(r, free_b))
         return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: %s need %.2f GiB beyond the model and its "
-                          "activations but the device has %.2f GiB free; use a smaller "
-                          "--batch or --seq-len",
-                          what, (double)need / 1073741824.0,
-                          (double)free_b / 1073741824.0);
+                          "--device cuda: %s need %s beyond the model and its activations "
+                          "but %s are left%s; use a smaller --batch or --seq-len%s",
+                          what, size_text(t1, need), size_text(t2, room(r, free_b)),
+                          r->budget ? " under --max-device-memory" : " on the device",
+                          r->budget ? ", or a larger --max-device-memory" : "");
     TRY(alloc_slab(slab, need, what));
+    r->allocated += need;
+    *slab_bytes = need;
     unsigned char *p = *slab;
     for (int i = 0; i < count; i++)
         buf[i] = bytes[i] ? carve(&p, bytes[i]) : NULL;
@@ -555,8 +607,8 @@ static kvcal_status head_prepare(kvcal_backend *be)
     const kvcal_model_desc *d = be->desc;
     if (r->head_slab)
         return KVCAL_OK;
-    const float *norm = NULL, *cls = NULL;
-    TRY(kvcal_model_load_head(r->model, &norm, &cls));
+    kvcal_tensor_view embed, norm, cls;
+    kvcal_model_head_views(r->model, &embed, &norm, &cls);
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
     const size_t rows = LOGITS_BYTES / ((size_t)r->V * sizeof(kvcal_bf16));
     r->chunk = (int)(rows < 1 ? 1 : rows > N ? N : rows);
@@ -566,7 +618,7 @@ static kvcal_status head_prepare(kvcal_backend *be)
                             (size_t)r->chunk * r->V * sizeof(kvcal_bf16),
                             N * sizeof(int32_t), N * sizeof(float)};
     void *buf[5];
-    TRY(alloc_buffers(&r->head_slab, buf, bytes, 5,
+    TRY(alloc_buffers(r, &r->head_slab, &r->head_bytes, buf, bytes, 5,
                       "the final norm, the classifier and "
                       "the logits"));
     r->final_norm = buf[0];
@@ -574,9 +626,9 @@ static kvcal_status head_prepare(kvcal_backend *be)
     r->logits = buf[2];
     r->target = buf[3];
     r->nll = buf[4];
-    TRY(upload_bf16(r->final_norm, norm, (size_t)r->D));
+    TRY(kvcal_cuda_loader_upload(r->loader, &norm, r->final_norm, r->stream));
     if (!d->tied_embeddings)
-        TRY(upload_bf16(buf[1], cls, (size_t)r->V * r->D));
+        TRY(kvcal_cuda_loader_upload(r->loader, &cls, buf[1], r->stream));
     return KVCAL_OK;
 fail:
     cudaFree(r->head_slab);
@@ -621,9 +673,9 @@ static void sim_release(kvcal_backend *be)
     if (r->stream)
         cudaStreamSynchronize(r->stream);
     cudaFree(r->sim_slab);
-    cudaFreeHost(r->host_slots);
     r->sim_slab = NULL;
-    r->host_slots = NULL;
+    r->allocated -= r->sim_bytes;
+    r->sim_bytes = 0;
 }
 
 static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
@@ -642,21 +694,18 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
                             KV * sizeof(float),
                             KV * sizeof(float),
                             floats * sizeof(float),
-                            N * sizeof(int64_t),
                             (size_t)r->L * sizeof(kvcal_eval_layer_sums)};
     enum { NBUF = sizeof bytes / sizeof bytes[0] };
     void *buf[NBUF];
-    TRY(alloc_buffers(&r->sim_slab, buf, bytes, NBUF,
+    TRY(alloc_buffers(r, &r->sim_slab, &r->sim_bytes, buf, bytes, NBUF,
                       "the simulated FP8 cache's buffers"));
     r->att0 = buf[0];
     r->cache[0] = buf[1], r->cache[1] = buf[2];
     r->cache_scale[0] = buf[3], r->cache_scale[1] = buf[4];
     r->deq[0] = buf[5], r->deq[1] = buf[6];
     *space = buf[7];
-    r->slots = buf[8];
-    r->sums = buf[9];
-    TRY_CUDA(cudaMallocHost((void **)&r->host_slots, N * sizeof(int64_t)));
-    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes[9], r->stream));
+    r->sums = buf[8];
+    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes[8], r->stream));
     memset(io, 0, sizeof *io);
     io->device = 1;
     io->stream = r->stream;
@@ -690,7 +739,7 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     kvcal_bf16 *k, *v;
     kv_of(r, &k, &v);
     io->batch = (kvcal_kv_batch){k,        v,     KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd,
-                                 r->qkv_n, r->hd, r->slots};
+                                 r->qkv_n, r->hd, r->row};
     io->cache = (kvcal_kv_cache){
         r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
         r->hd,       0,           KVCAL_CACHE_NHD};
@@ -789,17 +838,17 @@ static void destroy(kvcal_backend *be)
     sim_release(be);
     if (r->stream)
         cudaStreamSynchronize(r->stream);
+    kvcal_cuda_loader_destroy(r->loader);
     kvcal_gemm_destroy(r->gemm);
     kvcal_attention_destroy(r->attn);
     cudaFree(r->slab);
     cudaFree(r->head_slab);
-    cudaFreeHost(r->host_ids);
-    cudaFreeHost(r->host_pos);
+    free_slots(r);
     cudaFreeHost(r->host_bmax);
     if (r->stream)
         cudaStreamDestroy(r->stream);
     kvcal_stats_destroy(r->device_view);
-    free(r->rows_start);
+    free(r->default_names);
     free(r);
 }
 
@@ -807,7 +856,10 @@ static const kvcal_backend_ops cuda_ops = {
     .name = "cuda",
     .warm_up = 1,
     .destroy = destroy,
+    .slots = slots,
+    .max_slots = max_slots,
     .begin_batch = begin_batch,
+    .select_batch = select_batch,
     .use_layer = use_layer,
     .add_rmsnorm = add_rmsnorm,
     .linear = linear,
@@ -815,7 +867,8 @@ static const kvcal_backend_ops cuda_ops = {
     .attention = attention,
     .swiglu = swiglu,
     .observe_into = observe_into,
-    .end_batch = end_batch,
+    .batch_absmax = batch_absmax,
+    .sync = sync_device,
     .collect = collect,
     .read_kv = read_kv,
     .head_prepare = head_prepare,
@@ -869,72 +922,88 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->eps = d->norm_eps;
     r->max_batch = max_batch;
     r->max_seq_len = max_seq_len;
-    layout_layer(&r->lay, d);
     TRY(choose_mlp(r, opt->mlp));
-    if (!(r->rows_start = malloc(2 * sizeof(int64_t) * (size_t)max_batch))) {
+    layout_layer(&r->lay, d, r->mlp_fused);
+    if (!(r->default_names = malloc(sizeof(int64_t) * (size_t)max_batch))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
         goto fail;
     }
-    r->default_names = r->rows_start + max_batch;
     for (int i = 0; i < max_batch; i++)
         r->default_names[i] = i;
 
     const size_t N = (size_t)max_batch * (size_t)max_seq_len, e = sizeof(kvcal_bf16);
     const size_t LH = (size_t)r->L * (size_t)r->HKV;
-    const size_t weights =
-        (size_t)r->L * r->lay.bytes + round_up((size_t)r->V * r->D * e);
-    const size_t acts = 3 * round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
+    /* the scratch every batch shares; each batch of a chunk has a slot */
+    const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
-                        round_up(N * r->I * e) + 2 * round_up(N * sizeof(int32_t));
+                        round_up(N * r->I * e) + round_up(N * sizeof(int32_t));
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
-                              round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t)) +
-                              round_up(LH * sizeof(float))) +
+                              round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
                          round_up((size_t)(r->rot_dim / 2) * sizeof(float));
     const size_t workspace = (size_t)32 << 20;
-    const size_t need = weights + acts + stats;
+    const size_t embed = round_up((size_t)r->V * r->D * e);
+    const size_t fixed = embed + acts + stats + workspace;
     size_t free_b = 0, total_b = 0;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    if (need + workspace > free_b) {
+    r->budget = opt->max_device_memory;
+    /* every layer on the device when it fits beside one batch, else two at a
+     * time, each loaded while the one before computes */
+    const size_t left = room(r, free_b), one = slot_device_bytes(r);
+    r->weight_slots = fixed + (size_t)r->L * r->lay.bytes + one <= left ? r->L
+                      : r->L < 2                                        ? r->L
+                                                                        : 2;
+    r->base.layers_resident = r->weight_slots;
+    const size_t need = fixed + (size_t)r->weight_slots * r->lay.bytes;
+    if (need + one > left) {
+        char t[5][32];
         st = kvcal_fail(
             KVCAL_ERR_DEVICE_MEMORY,
-            "--device cuda: needs %.2f GiB (weights %.2f GiB, activations %.2f GiB "
-            "for %d x %d tokens) but the device has %.2f GiB free; use a smaller "
-            "--batch or --seq-len",
-            (double)(need + workspace) / 1073741824.0, (double)weights / 1073741824.0,
-            (double)acts / 1073741824.0, max_batch, max_seq_len,
-            (double)free_b / 1073741824.0);
+            "--device cuda: needs at least %s (%d layer%s of weights %s, embedding %s, "
+            "activations %s for %d x %d tokens) but %s are left%s; use a smaller --batch "
+            "or --seq-len%s",
+            size_text(t[0], need + one), r->weight_slots, r->weight_slots == 1 ? "" : "s",
+            size_text(t[1], (size_t)r->weight_slots * r->lay.bytes), size_text(t[2], embed),
+            size_text(t[3], acts + one), max_batch, max_seq_len, size_text(t[4], left),
+            r->budget ? " under --max-device-memory" : " on the device",
+            r->budget ? ", or a larger --max-device-memory" : "");
         goto fail;
     }
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
     TRY(kvcal_gemm_create(workspace, &r->gemm));
     TRY(kvcal_attention_create(opt->attention == KVCAL_ATTENTION_OWN, &r->attn));
-    TRY(alloc_slab(&r->slab, need, "the model and its activations"));
-    TRY_CUDA(cudaMallocHost((void **)&r->host_ids, N * sizeof(int32_t)));
-    TRY_CUDA(cudaMallocHost((void **)&r->host_pos, N * sizeof(int32_t)));
+    TRY(alloc_slab(&r->slab, need - workspace, "the model and its activations"));
+    r->allocated = need;
     TRY_CUDA(cudaMallocHost((void **)&r->host_bmax, 2 * LH * sizeof(float)));
     unsigned char *p = r->slab;
-    r->weights = carve(&p, (size_t)r->L * r->lay.bytes);
+    unsigned char *weights = carve(&p, (size_t)r->weight_slots * r->lay.bytes);
     r->embed = carve(&p, (size_t)r->V * r->D * e);
-    r->resid = carve(&p, N * r->D * e);
     r->xn = carve(&p, N * r->D * e);
-    r->delta = carve(&p, N * r->D * e);
     r->qkv = carve(&p, N * r->qkv_n * e);
     r->att = carve(&p, N * (size_t)r->H * r->hd * e);
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
-    r->pos = carve(&p, N * sizeof(int32_t));
     for (int kv = 0; kv < 2; kv++) {
         r->absmax[kv] = carve(&p, LH * r->hd * sizeof(float));
         r->hist[kv] = carve(&p, LH * KVCAL_HIST_BINS * sizeof(uint64_t));
-        r->batch_absmax[kv] = carve(&p, LH * sizeof(float));
     }
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
-    TRY(upload_model(r, model));
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    TRY(kvcal_cuda_loader_create(model, &r->lay, weights, r->weight_slots,
+                                 opt->load_threads > 0 ? opt->load_threads
+                                 : cores > 0           ? (int)cores
+                                                       : 1,
+                                 &r->loader));
+    kvcal_tensor_view embed_view, norm_view, cls_view;
+    kvcal_model_head_views(model, &embed_view, &norm_view, &cls_view);
+    TRY(kvcal_cuda_loader_upload(r->loader, &embed_view, r->embed, r->stream));
+    TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
+                             (size_t)(r->rot_dim / 2) * sizeof(float),
+                             cudaMemcpyHostToDevice, r->stream));
     *out = &r->base;
     return KVCAL_OK;
 fail:

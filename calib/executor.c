@@ -12,7 +12,12 @@ struct kvcal_exec {
     const kvcal_model_desc *desc;
     kvcal_backend *be;
     int max_batch, max_seq_len;
-    int64_t *names;  /* (max_batch) sample ids of the batch */
+    int chunk_cap;   /* batches a chunk may hold (0: as many as fit) */
+    int chunk;       /* slots the backend holds now */
+    int64_t *names;  /* (chunk, max_batch) sample ids of each slot's batch */
+    kvcal_batch *batches; /* (chunk) */
+    kvcal_rows *rows;     /* (chunk) */
+    float *bmax;     /* (2, layers, kv_heads) one batch's per-head absmax */
     int32_t *target; /* (max_batch * max_seq_len) next token of each row, -1: none */
     float *nll;      /* (max_batch * max_seq_len) */
 };
@@ -26,53 +31,95 @@ typedef struct {
     int whole;              /* every layer, then the head */
 } pass;
 
-/* One batch through the layers (see pass); rows: the batch's layout. */
-static kvcal_status run_layers(kvcal_exec_t *x, const kvcal_batch *b, const pass *p,
-                               kvcal_rows *rows)
+/* 1 when one of the layer's first n ops writes the pending residual add. */
+static int makes_delta(const kvcal_arch *a, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a->layer[i].out == KVCAL_ACT_DELTA)
+            return 1;
+    return 0;
+}
+
+/* Layer l's ops on the batch in slot (see pass). A calibration's last layer
+ * stops at its cache point. */
+static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
 {
     kvcal_backend *be = x->be;
     const kvcal_backend_ops *ops = be->ops;
     const kvcal_arch *a = x->desc->arch;
-    const int L = x->desc->num_layers;
-    int has_delta = 0;
-    kvcal_status st = ops->begin_batch(be, b, rows);
-    for (int l = 0; !st && l < L; l++) {
-        const int last = l == L - 1 && !p->whole;
-        if ((st = ops->use_layer(be, l)))
+    const int last = l == x->desc->num_layers - 1 && !p->whole;
+    kvcal_status st = ops->select_batch(be, slot);
+    for (int i = 0; !st && i < a->layer_ops; i++) {
+        const kvcal_op *op = &a->layer[i];
+        switch (op->kind) {
+        case KVCAL_OP_ADD_RMSNORM:
+            /* no delta before the first op that makes one: the residual
+             * stream is the embedding */
+            st = ops->add_rmsnorm(be, op, l == 0 && !makes_delta(a, i));
             break;
-        for (int i = 0; !st && i < a->layer_ops; i++) {
-            const kvcal_op *op = &a->layer[i];
-            switch (op->kind) {
-            case KVCAL_OP_ADD_RMSNORM:
-                st = ops->add_rmsnorm(be, op, !has_delta);
-                break;
-            case KVCAL_OP_LINEAR:
-                st = ops->linear(be, op, !last);
-                break;
-            case KVCAL_OP_QK_NORM_ROPE:
-                st = ops->qk_norm_rope(be, op, !last, op->kv_cache && p->observe ? l : -1);
-                break;
-            case KVCAL_OP_ATTENTION:
-                st = ops->attention(be, op);
-                if (!st && p->sim)
-                    st = kvcal_kv_sim_after_attention(p->sim, l, op);
-                break;
-            case KVCAL_OP_SWIGLU:
-                st = ops->swiglu(be, op);
-                break;
-            }
-            has_delta |= op->out == KVCAL_ACT_DELTA;
-            if (st || !op->kv_cache)
-                continue;
-            if (p->tap) {
-                const float *k = NULL, *v = NULL;
-                if (!(st = ops->read_kv(be, &k, &v)))
-                    st = p->tap(p->tap_ctx, l, rows, k, v);
-            }
+        case KVCAL_OP_LINEAR:
+            st = ops->linear(be, op, !last);
+            break;
+        case KVCAL_OP_QK_NORM_ROPE:
+            st = ops->qk_norm_rope(be, op, !last, op->kv_cache && p->observe ? l : -1);
+            break;
+        case KVCAL_OP_ATTENTION:
+            st = ops->attention(be, op);
             if (!st && p->sim)
-                st = kvcal_kv_sim_cache_point(p->sim, l, op);
-            if (last)
-                return st;
+                st = kvcal_kv_sim_after_attention(p->sim, l, op);
+            break;
+        case KVCAL_OP_SWIGLU:
+            st = ops->swiglu(be, op);
+            break;
+        }
+        if (st || !op->kv_cache)
+            continue;
+        if (p->tap) {
+            const float *k = NULL, *v = NULL;
+            if (!(st = ops->read_kv(be, &k, &v)))
+                st = p->tap(p->tap_ctx, l, &x->rows[slot], k, v);
+        }
+        if (!st && p->sim)
+            st = kvcal_kv_sim_cache_point(p->sim, l, op);
+        if (last)
+            return st;
+    }
+    return st;
+}
+
+static long long batch_tokens(const kvcal_batch *b)
+{
+    long long t = 0;
+    for (int i = 0; i < b->batch; i++)
+        t += b->lengths[i];
+    return t;
+}
+
+/* The n batches of a chunk (already in x->batches) through every layer,
+ * layer by layer: each layer's weights are made current once and run over
+ * every batch of the chunk before the next layer's. After each layer,
+ * progress (when the run has a callback) counts the chunk's tokens that
+ * far: prog's samples and tokens of the chunks before. */
+static kvcal_status run_chunk(kvcal_exec_t *x, int n, const pass *p,
+                              const kvcal_exec_samples *s, kvcal_exec_progress *prog)
+{
+    kvcal_backend *be = x->be;
+    const int L = x->desc->num_layers;
+    kvcal_status st = KVCAL_OK;
+    long long chunk_tokens = 0;
+    for (int i = 0; !st && i < n; i++) {
+        st = be->ops->begin_batch(be, i, &x->batches[i], &x->rows[i]);
+        chunk_tokens += batch_tokens(&x->batches[i]);
+    }
+    const double before = prog ? prog->tokens_done : 0.0;
+    for (int l = 0; !st && l < L; l++) {
+        st = be->ops->use_layer(be, l);
+        for (int i = 0; !st && i < n; i++)
+            st = run_layer(x, l, i, p);
+        if (!st && prog && s->progress) {
+            prog->layer = l + 1;
+            prog->tokens_done = before + (double)chunk_tokens * (l + 1) / L;
+            s->progress(s->progress_ctx, prog);
         }
     }
     return st;
@@ -113,22 +160,78 @@ static kvcal_status check_samples(const kvcal_exec_t *x, const kvcal_exec_sample
     return KVCAL_OK;
 }
 
-/* Batch b0 of s (up to s->batch samples from sample b0). */
-static kvcal_batch batch_at(const kvcal_exec_t *x, const kvcal_exec_samples *s, int b0)
+/* Slot i's batch: up to s->batch samples from sample b0. */
+static void batch_at(kvcal_exec_t *x, int i, const kvcal_exec_samples *s, int b0)
 {
     const int n = s->num_samples - b0 < s->batch ? s->num_samples - b0 : s->batch;
-    for (int i = 0; i < n; i++)
-        x->names[i] = b0 + i;
-    return (kvcal_batch){s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0, x->names, n,
-                         s->seq_len};
+    int64_t *names = x->names + (size_t)i * x->max_batch;
+    for (int j = 0; j < n; j++)
+        names[j] = b0 + j;
+    x->batches[i] = (kvcal_batch){s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0,
+                                  names, n, s->seq_len};
 }
 
-static long long batch_tokens(const kvcal_batch *b)
+/* Gives the executor room for chunks of up to `want` batches (fewer when
+ * the backend has room for fewer, or the executor's cap says so); *n the
+ * chunk size. */
+static kvcal_status size_chunks(kvcal_exec_t *x, int want, int *n)
 {
-    long long t = 0;
-    for (int i = 0; i < b->batch; i++)
-        t += b->lengths[i];
-    return t;
+    if (x->chunk_cap > 0 && want > x->chunk_cap)
+        want = x->chunk_cap;
+    kvcal_status st = x->be->ops->max_slots(x->be, want, n);
+    if (st || *n == x->chunk)
+        return st;
+    kvcal_batch *b = realloc(x->batches, (size_t)*n * sizeof *b);
+    if (b)
+        x->batches = b;
+    kvcal_rows *r = b ? realloc(x->rows, (size_t)*n * sizeof *r) : NULL;
+    if (r)
+        x->rows = r;
+    int64_t *names = r ? realloc(x->names, (size_t)*n * x->max_batch * sizeof *names) : NULL;
+    if (names)
+        x->names = names;
+    if (!names)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "executor: out of host memory for %d batches",
+                          *n);
+    if ((st = x->be->ops->slots(x->be, *n)))
+        return st;
+    x->chunk = *n;
+    return KVCAL_OK;
+}
+
+static int num_batches(const kvcal_exec_samples *s)
+{
+    return (s->num_samples + s->batch - 1) / s->batch;
+}
+
+static kvcal_exec_progress progress_start(const kvcal_exec_t *x, const kvcal_exec_samples *s)
+{
+    kvcal_exec_progress p;
+    memset(&p, 0, sizeof p);
+    p.samples_total = s->num_samples;
+    p.samples_done = s->first_sample;
+    p.layers = x->desc->num_layers;
+    for (int i = 0; i < s->num_samples; i++) {
+        p.tokens_total += s->lengths[i];
+        if (i < s->first_sample)
+            p.tokens_whole += s->lengths[i];
+    }
+    p.tokens_done = (double)p.tokens_whole;
+    return p;
+}
+
+/* After a chunk of n batches: its samples and tokens are done. */
+static void progress_chunk_done(const kvcal_exec_t *x, int n, const kvcal_exec_samples *s,
+                                kvcal_exec_progress *p)
+{
+    for (int i = 0; i < n; i++) {
+        p->samples_done += x->batches[i].batch;
+        p->tokens_whole += batch_tokens(&x->batches[i]);
+    }
+    p->tokens_done = (double)p->tokens_whole;
+    p->layer = 0;
+    if (s->progress)
+        s->progress(s->progress_ctx, p);
 }
 
 kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
@@ -136,6 +239,7 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
 {
     kvcal_backend *be = x->be;
     const kvcal_model_desc *d = x->desc;
+    int chunk = 0;
     kvcal_status st = check_samples(x, s);
     if (st)
         return st;
@@ -146,24 +250,49 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
                           "for a model of %d x %d x %d",
                           stats->num_layers, stats->num_kv_heads, stats->head_dim,
                           d->num_layers, d->num_kv_heads, d->head_dim);
-    if ((st = be->ops->observe_into(be, stats)))
+    if (stats && !(ema_decay >= 0.0 && ema_decay < 1.0))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)",
+                          ema_decay);
+    if (s->first_sample < 0 || s->first_sample > s->num_samples ||
+        s->first_sample % s->batch)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "executor: a run resumed at sample %d of %d in batches of %d",
+                          s->first_sample, s->num_samples, s->batch);
+    int want = num_batches(s);
+    if (s->chunk_samples > 0 && want > (s->chunk_samples + s->batch - 1) / s->batch)
+        want = (s->chunk_samples + s->batch - 1) / s->batch;
+    if ((st = size_chunks(x, want, &chunk)) || (st = be->ops->observe_into(be, stats)))
         return st;
     const pass p = {stats != NULL, NULL, NULL, NULL, 0};
-    long long tokens = 0;
-    for (int b0 = 0; !st && b0 < s->num_samples; b0 += s->batch) {
-        const kvcal_batch b = batch_at(x, s, b0);
-        kvcal_rows rows;
-        if (stats)
-            kvcal_stats_begin_batch(stats);
-        st = run_layers(x, &b, &p, &rows);
+    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
+    const float *const bmax[2] = {x->bmax, x->bmax + lh};
+    kvcal_exec_progress prog = progress_start(x, s);
+    for (int b0 = s->first_sample; !st && b0 < s->num_samples; b0 += chunk * s->batch) {
+        int n = 0;
+        for (; n < chunk && b0 + n * s->batch < s->num_samples; n++)
+            batch_at(x, n, s, b0 + n * s->batch);
+        st = run_chunk(x, n, &p, s, &prog);
         if (!st)
-            st = be->ops->end_batch(be);
-        if (!st && stats)
-            st = kvcal_stats_end_batch(stats, ema_decay);
-        tokens += batch_tokens(&b);
-        if (!st && s->progress)
-            s->progress(s->progress_ctx, b0 + b.batch, tokens);
+            st = be->ops->sync(be);
+        for (int i = 0; !st && stats && i < n; i++)
+            if (!(st = be->ops->batch_absmax(be, i, x->bmax, x->bmax + lh)))
+                st = kvcal_stats_fold_batch(stats, bmax, ema_decay);
+        if (!st)
+            progress_chunk_done(x, n, s, &prog);
+        const int done = b0 + n * s->batch < s->num_samples ? b0 + n * s->batch
+                                                            : s->num_samples;
+        if (!st && stats && s->chunk_done && done < s->num_samples) {
+            kvcal_stats_begin_batch(stats);
+            if (!(st = be->ops->collect(be)))
+                st = s->chunk_done(s->chunk_ctx, stats, done);
+        }
+        if (!st && s->stop && *s->stop && done < s->num_samples)
+            st = kvcal_fail(KVCAL_ERR_INTERRUPTED,
+                            "interrupted after %d of %d samples", done, s->num_samples);
     }
+    if (stats)
+        kvcal_stats_begin_batch(stats);
     if (!st && stats)
         st = be->ops->collect(be);
     const kvcal_status done = be->ops->observe_into(be, NULL);
@@ -176,26 +305,37 @@ kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
 {
     kvcal_backend *be = x->be;
     kvcal_kv_sim_t *sim = NULL;
+    int chunk = 0;
     kvcal_status st = check_samples(x, s);
     if (!st)
         st = be->ops->head_prepare(be);
+    /* the simulation's scratch first, the chunk's slots in the room left */
+    if (!st && x->chunk) {
+        st = be->ops->slots(be, 0);
+        x->chunk = 0;
+    }
     if (!st && cfg->mode != KVCAL_KV_SIM_EXACT)
         st = kvcal_kv_sim_create(be, cfg, &sim);
+    if (!st)
+        st = size_chunks(x, num_batches(s), &chunk);
     const pass p = {0, sim, NULL, NULL, 1};
-    long long tokens = 0;
-    for (int b0 = 0; !st && b0 < s->num_samples; b0 += s->batch) {
-        const kvcal_batch b = batch_at(x, s, b0);
-        kvcal_rows rows;
-        st = run_layers(x, &b, &p, &rows);
-        if (!st) {
-            fill_targets(x, &b, &rows);
-            st = be->ops->head_nll(be, x->target, x->nll, NULL);
+    kvcal_exec_progress prog = progress_start(x, s);
+    for (int b0 = 0; !st && b0 < s->num_samples; b0 += chunk * s->batch) {
+        int n = 0;
+        for (; n < chunk && b0 + n * s->batch < s->num_samples; n++)
+            batch_at(x, n, s, b0 + n * s->batch);
+        st = run_chunk(x, n, &p, s, &prog);
+        for (int i = 0; !st && i < n; i++) {
+            const kvcal_batch *b = &x->batches[i];
+            if (!(st = be->ops->select_batch(be, i))) {
+                fill_targets(x, b, &x->rows[i]);
+                st = be->ops->head_nll(be, x->target, x->nll, NULL);
+            }
+            if (!st)
+                add_nll(x, b, &x->rows[i], nll, count);
         }
         if (!st)
-            add_nll(x, &b, &rows, nll, count);
-        tokens += batch_tokens(&b);
-        if (!st && s->progress)
-            s->progress(s->progress_ctx, b0 + b.batch, tokens);
+            progress_chunk_done(x, n, s, &prog);
     }
     if (!st && sim && sums)
         st = kvcal_kv_sim_collect(sim, sums);
@@ -214,43 +354,63 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
                           b ? b->batch : 0, b ? b->seq_len : 0, x->max_batch,
                           x->max_seq_len);
     const pass p = {0, NULL, tap, ctx, logits != NULL};
-    kvcal_rows rows;
+    int chunk = 0;
     kvcal_status st = logits ? x->be->ops->head_prepare(x->be) : KVCAL_OK;
     if (!st)
-        st = run_layers(x, b, &p, &rows);
+        st = size_chunks(x, 1, &chunk);
+    if (!st) {
+        x->batches[0] = *b;
+        st = run_chunk(x, 1, &p, NULL, NULL);
+    }
     if (!st && logits) {
-        fill_targets(x, b, &rows);
+        fill_targets(x, b, &x->rows[0]);
         st = x->be->ops->head_nll(x->be, x->target, x->nll, logits);
     }
     return st;
 }
 
-/* One calibration batch of the largest shape, observed into scratch
- * statistics that are then dropped: what a backend sets up on first use
- * (module loading, GEMM algorithm choice) happens here. */
+/* The first layer of one batch of the largest shape, observed into
+ * scratch statistics that are then dropped: what a backend sets up on
+ * first use (module loading, the GEMM algorithms of every shape a layer
+ * has, the attention plan) happens here, while the loader brings the other
+ * layers. */
 static kvcal_status warm_up(kvcal_exec_t *x)
 {
+    kvcal_backend *be = x->be;
     const kvcal_model_desc *d = x->desc;
     int len = x->max_seq_len < d->max_seq_len ? x->max_seq_len : d->max_seq_len;
     if (d->sliding_window > 0 && len > d->sliding_window)
         len = d->sliding_window;
     const size_t n = (size_t)x->max_batch * (size_t)x->max_seq_len;
+    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     int32_t *ids = calloc(n + (size_t)x->max_batch, sizeof *ids);
     kvcal_stats_t *stats = NULL;
+    int chunk = 0;
     kvcal_status st = ids ? kvcal_stats_create(d->num_layers, d->num_kv_heads,
                                                d->head_dim, &stats)
                           : kvcal_fail(KVCAL_ERR_NOMEM, "executor: out of host memory");
+    if (!st)
+        st = size_chunks(x, 1, &chunk);
+    if (!st)
+        st = be->ops->observe_into(be, stats);
     if (!st) {
         int32_t *lengths = ids + n;
         for (int i = 0; i < x->max_batch; i++)
             lengths[i] = len;
-        const kvcal_exec_samples s = {ids,  lengths, x->max_batch, x->max_seq_len,
-                                      x->max_batch, NULL, NULL};
-        st = kvcal_exec_calibrate(x, &s, stats, 0.0);
+        const pass p = {1, NULL, NULL, NULL, 1};
+        x->batches[0] = (kvcal_batch){ids, lengths, NULL, x->max_batch, x->max_seq_len};
+        st = be->ops->begin_batch(be, 0, &x->batches[0], &x->rows[0]);
+        if (!st)
+            st = be->ops->use_layer(be, 0);
+        if (!st)
+            st = run_layer(x, 0, 0, &p);
+        if (!st)
+            st = be->ops->batch_absmax(be, 0, x->bmax, x->bmax + lh);
     }
+    const kvcal_status done = be->ops->observe_into(be, NULL);
     kvcal_stats_destroy(stats);
     free(ids);
-    return st;
+    return st ? st : done;
 }
 
 kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *opt,
@@ -269,12 +429,14 @@ kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *o
     x->desc = kvcal_model_describe(model);
     x->max_batch = bo->max_batch;
     x->max_seq_len = bo->max_seq_len;
+    x->chunk_cap = opt->max_chunk_batches;
     const size_t n = (size_t)bo->max_batch * (size_t)bo->max_seq_len;
+    const size_t lh = (size_t)x->desc->num_layers * (size_t)x->desc->num_kv_heads;
     kvcal_status st = KVCAL_OK;
-    x->names = malloc((size_t)bo->max_batch * sizeof *x->names);
     x->target = malloc(n * sizeof *x->target);
     x->nll = malloc(n * sizeof *x->nll);
-    if (!x->names || !x->target || !x->nll) {
+    x->bmax = malloc(2 * lh * sizeof *x->bmax);
+    if (!x->target || !x->nll || !x->bmax) {
         st = kvcal_fail(KVCAL_ERR_NOMEM,
                         "executor: no host memory for batches of %d x %d tokens",
                         bo->max_batch, bo->max_seq_len);
@@ -299,7 +461,15 @@ void kvcal_exec_destroy(kvcal_exec_t *x)
     if (x->be)
         x->be->ops->destroy(x->be);
     free(x->names);
+    free(x->batches);
+    free(x->rows);
+    free(x->bmax);
     free(x->target);
     free(x->nll);
     free(x);
+}
+
+int kvcal_exec_layers_resident(const kvcal_exec_t *x)
+{
+    return x->be->layers_resident;
 }

@@ -24,6 +24,10 @@
 typedef struct kvcal_exec_options {
     kvcal_device_kind device;
     kvcal_backend_options backend; /* the largest batch, kernel choices */
+    /* Batches run layer by layer together (a chunk): 0 as many as the
+     * backend has room for, 1 one batch through every layer before the
+     * next (batch-major). Outputs do not depend on it. */
+    int max_chunk_batches;
 } kvcal_exec_options;
 
 typedef struct kvcal_exec kvcal_exec_t;
@@ -39,24 +43,56 @@ kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *o
 /* Frees; NULL is a no-op. */
 void kvcal_exec_destroy(kvcal_exec_t *x);
 
-/* Called after each batch with the samples and tokens done so far. */
-typedef void (*kvcal_exec_progress_fn)(void *ctx, int samples_done, long long tokens_done);
+/* How many layers' weights the backend holds at once: every layer, or
+ * (cuda, when they do not fit) two, each loaded while the one before it
+ * computes. */
+int kvcal_exec_layers_resident(const kvcal_exec_t *x);
+
+/* How far a run is. Work runs in chunks of batches, each chunk layer by
+ * layer: tokens_done counts a chunk's tokens by the fraction of its layers
+ * done (tokens_total when the run is done). */
+typedef struct kvcal_exec_progress {
+    int samples_done, samples_total; /* samples through every layer */
+    long long tokens_whole;          /* their tokens */
+    double tokens_done;              /* and the running chunk's part */
+    long long tokens_total;
+    int layer, layers;               /* layers the running chunk has done (0: none) */
+} kvcal_exec_progress;
+
+/* Called after each layer of a chunk and after each chunk. */
+typedef void (*kvcal_exec_progress_fn)(void *ctx, const kvcal_exec_progress *p);
 
 /* Samples to run: ids (num_samples, seq_len) row-major, sample i's first
  * lengths[i] valid; `batch` samples a forward pass (<= the executor's
  * max_batch); sample i is named i in errors and statistics. */
+/* Called after each chunk of a calibration but the last with the
+ * statistics of every sample so far (the device's part merged in) and the
+ * number of samples done: a point a run can resume from. Non-OK stops the
+ * run. */
+typedef kvcal_status (*kvcal_exec_chunk_fn)(void *ctx, const kvcal_stats_t *stats,
+                                            int samples_done);
+
 typedef struct kvcal_exec_samples {
     const int32_t *ids;
     const int32_t *lengths;
     int num_samples, seq_len, batch;
     kvcal_exec_progress_fn progress; /* or NULL */
     void *progress_ctx;
+    /* calibration only: */
+    int first_sample;                /* samples before it are in stats already (a
+                                        multiple of batch: a resumed run) */
+    int chunk_samples;               /* at most this many samples a chunk (0: no cap) */
+    kvcal_exec_chunk_fn chunk_done;  /* or NULL */
+    void *chunk_ctx;
+    const volatile int *stop;        /* when it reads non-zero after a chunk, the run
+                                        ends with KVCAL_ERR_INTERRUPTED (NULL: never) */
 } kvcal_exec_samples;
 
 /* Calibration: every sample through the model up to the last layer's K
  * and V, each batch folded into stats (same shape as the model's K/V) as
- * kvcal_stats_observe_ref folds it, bracketed by kvcal_stats_begin_batch /
- * kvcal_stats_end_batch(ema_decay). A NaN or Inf in K or V is
+ * kvcal_stats_observe_ref folds it and its moving averages as
+ * kvcal_stats_end_batch(ema_decay) folds them, batch after batch (whatever
+ * the chunks: the statistics do not depend on them). A NaN or Inf in K or V is
  * KVCAL_ERR_NONFINITE naming the layer, K/V, head and sample(s). With
  * stats NULL nothing is observed (what the observers cost is the
  * difference; calibrate --time-only). */

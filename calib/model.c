@@ -626,3 +626,91 @@ void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long lo
         *rows += kvcal_model_dim(d, p[i].rows);
     *cols = kvcal_model_dim(d, p[0].cols);
 }
+
+// --- views of the checkpoint's tensors --------------------------------------------
+
+static kvcal_tensor_view f32_view(const float *p, int64_t n)
+{
+    return (kvcal_tensor_view){p, KVCAL_DTYPE_F32, n};
+}
+
+static kvcal_tensor_view tensor_view(const kvcal_tensor_info *t)
+{
+    return (kvcal_tensor_view){t->data, t->dtype, t->numel};
+}
+
+/* The llama2.c parts of w (the layout load_layer_llama2c copies). */
+static int llama2c_parts(const kvcal_model_t *m, int l, kvcal_weight w, kvcal_tensor_view *p)
+{
+    const kvcal_llama2c_weights *s = kvcal_llama2c_weights_get(m->l2c);
+    const kvcal_model_desc *d = &m->desc;
+    const int64_t D = d->hidden_size, F = d->intermediate_size;
+    const int64_t KV = (int64_t)d->num_kv_heads * d->head_dim;
+    switch (w) {
+    case KVCAL_W_ATTN_NORM:
+        p[0] = f32_view(s->rms_att + l * D, D);
+        return 1;
+    case KVCAL_W_QKV:
+        p[0] = f32_view(s->wq + l * D * D, D * D);
+        p[1] = f32_view(s->wk + l * KV * D, KV * D);
+        p[2] = f32_view(s->wv + l * KV * D, KV * D);
+        return 3;
+    case KVCAL_W_O:
+        p[0] = f32_view(s->wo + l * D * D, D * D);
+        return 1;
+    case KVCAL_W_FFN_NORM:
+        p[0] = f32_view(s->rms_ffn + l * D, D);
+        return 1;
+    case KVCAL_W_GATE_UP:
+        p[0] = f32_view(s->w1 + l * F * D, F * D);
+        p[1] = f32_view(s->w3 + l * F * D, F * D);
+        return 2;
+    case KVCAL_W_DOWN:
+        p[0] = f32_view(s->w2 + l * D * F, D * F);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                      kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],
+                                      int *n)
+{
+    *n = 0;
+    if (layer < 0 || layer >= m->desc.num_layers || w < 0 || w >= KVCAL_W_COUNT)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d weight %d out of range",
+                          m->path, layer, (int)w);
+    if (!kvcal_model_has_weight(&m->desc, w))
+        return KVCAL_OK;
+    if (m->l2c) {
+        *n = llama2c_parts(m, layer, w, parts);
+        return KVCAL_OK;
+    }
+    const kvcal_weight_part *part = m->desc.arch->weights[w].parts;
+    char name[256];
+    for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
+        layer_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name);
+        parts[(*n)++] = tensor_view(kvcal_checkpoint_find(m->ck, name));
+    }
+    return KVCAL_OK;
+}
+
+void kvcal_model_head_views(const kvcal_model_t *m, kvcal_tensor_view *embed,
+                            kvcal_tensor_view *final_norm, kvcal_tensor_view *lm_head)
+{
+    const kvcal_model_desc *d = &m->desc;
+    const int64_t D = d->hidden_size, V = d->vocab_size;
+    if (m->l2c) {
+        const kvcal_llama2c_weights *s = kvcal_llama2c_weights_get(m->l2c);
+        *embed = f32_view(s->token_embedding, V * D);
+        *final_norm = f32_view(s->rms_final, D);
+        *lm_head = f32_view(s->wcls, V * D);
+        return;
+    }
+    const kvcal_arch *a = d->arch;
+    *embed = tensor_view(kvcal_checkpoint_find(m->ck, a->embed));
+    *final_norm = tensor_view(kvcal_checkpoint_find(m->ck, a->final_norm));
+    *lm_head = d->tied_embeddings ? *embed
+                                  : tensor_view(kvcal_checkpoint_find(m->ck, a->lm_head));
+}

@@ -91,6 +91,28 @@ void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id);
  * of any layer or close. Not thread-safe on one model. */
 kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_weights *w);
 
+/* Where a tensor's values lie in the mapped checkpoint: numel values of
+ * dtype (F32, F16 or BF16) at data, possibly unaligned; valid until close. */
+typedef struct kvcal_tensor_view {
+    const void *data;
+    kvcal_dtype dtype;
+    int64_t numel;
+} kvcal_tensor_view;
+
+/* The checkpoint tensors that logical weight w of `layer` stacks, in order
+ * (the parts of calib/arch.h), into parts; *n their count, 0 when the model
+ * has no such weight. Reads nothing; thread-safe, unlike load_layer: for
+ * loaders that convert or copy the weights themselves (the cuda backend's,
+ * on several threads). */
+kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                      kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],
+                                      int *n);
+
+/* The embedding table (vocab, hidden) and the final norm (hidden) and
+ * classifier (vocab, hidden; the embedding when tied) as views. */
+void kvcal_model_head_views(const kvcal_model_t *m, kvcal_tensor_view *embed,
+                            kvcal_tensor_view *final_norm, kvcal_tensor_view *lm_head);
+
 /* out (n, hidden) = embedding rows of ids (n); an id outside [0, vocab) is
  * an error naming it. */
 kvcal_status kvcal_model_embed(const kvcal_model_t *m, const int32_t *ids, int64_t n,

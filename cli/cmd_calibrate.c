@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "cli/cmd_common.h"
 #include "cli/cmd_outputs.h"
 #include "cli/cmd_progress.h"
+#include "cli/cmd_resume.h"
 #include "cli/command.h"
 #include "cli/data_path.h"
 #include "calib/executor.h"
@@ -31,6 +33,8 @@
 
 #define DEFAULT_DATASET "datasets/default_calibration.txt"
 #define DEFAULT_BATCH 4
+/* samples a chunk, the progress of a run saved after each */
+#define DEFAULT_SAVE_EVERY 64
 /* the default, recorded as is in provenance; read from kvcal's data folder */
 static const char default_dataset[] = DEFAULT_DATASET;
 
@@ -39,6 +43,9 @@ typedef struct {
     const char *out, *stats_path, *format;
     int output_named; /* --out, --format or --stats given */
     int time_only;    /* --time-only */
+    int resume;       /* --resume */
+    int save_every;   /* --save-every: samples a chunk, progress saved after each */
+    const char *observer_text; /* --observer as given */
     kvcal_observer_config observer;
     kvcal_granularity granularity;
 } options;
@@ -69,6 +76,11 @@ static void usage(FILE *f)
         "  --tp N               tensor-parallel size of the legacy file (default 1):\n"
         "                       1 to 4096, dividing the kv heads or a multiple of them\n"
         "  --device D           cpu | cuda (default cpu)\n"
+        "  --max-device-memory SIZE\n"
+        "                       cuda: device memory kvcal may take (bytes, or with\n"
+        "                       K, M, G, T: 24G; default the free memory less\n"
+        "                       512 MiB); a model whose weights do not fit runs\n"
+        "                       with two layers on the device at a time\n"
         "  --out PATH           output file, or directory for checkpoint / all\n"
         "                       (default kvcal_scales.json, kv_cache_scales.json,\n"
         "                       kvcal-checkpoint or kvcal-out)\n"
@@ -82,6 +94,12 @@ static void usage(FILE *f)
         "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
         "                       the end)\n"
         "  --json               print the summary as JSON on stdout\n"
+        "  --save-every N       keep the statistics of the finished samples beside\n"
+        "                       --out (OUT.kvcal-progress.h5 and .json) after every\n"
+        "                       N samples (default 64; 0: never); SIGINT or SIGTERM\n"
+        "                       stops the run there (exit 2)\n"
+        "  --resume             continue from that progress (same model, data and\n"
+        "                       options) to the outputs an uninterrupted run writes\n"
         "  --time-only          run the samples without observing K/V and write\n"
         "                       nothing: the rate without the observers (what they\n"
         "                       cost is the difference to a normal run)\n\n"
@@ -103,7 +121,16 @@ static int fail(kvcal_status st)
     return kvcal_cmd_run_exit_code(st);
 }
 
-enum { O_OBSERVER = KVCAL_OPT_RUN_END, O_GRAN, O_OUT, O_FORMAT, O_STATS, O_TIME_ONLY };
+enum {
+    O_OBSERVER = KVCAL_OPT_RUN_END,
+    O_GRAN,
+    O_OUT,
+    O_FORMAT,
+    O_STATS,
+    O_TIME_ONLY,
+    O_RESUME,
+    O_SAVE_EVERY
+};
 
 /* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
 static int own_option(int c, const char *arg, void *ctx)
@@ -123,7 +150,16 @@ static int own_option(int c, const char *arg, void *ctx)
     case O_TIME_ONLY:
         o->time_only = 1;
         return 1;
+    case O_RESUME:
+        o->resume = 1;
+        return 1;
+    case O_SAVE_EVERY:
+        return kvcal_cmd_parse_int("calibrate", "--save-every", arg, 0, KVCAL_CMD_INT_MAX,
+                                   &o->save_every)
+                   ? -1
+                   : 1;
     case O_OBSERVER:
+        o->observer_text = arg;
         if (kvcal_observer_parse(arg, &o->observer)) {
             fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
             return -1;
@@ -158,6 +194,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"format", required_argument, 0, O_FORMAT},
         {"stats", required_argument, 0, O_STATS},
         {"time-only", no_argument, 0, O_TIME_ONLY},
+        {"resume", no_argument, 0, O_RESUME},
+        {"save-every", required_argument, 0, O_SAVE_EVERY},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -166,6 +204,8 @@ static int parse_options(int argc, char **argv, options *o)
     o->run.tp = 1;
     o->format = "kvcal";
     o->observer = kvcal_observer_default();
+    o->observer_text = "minmax";
+    o->save_every = DEFAULT_SAVE_EVERY;
     o->granularity = KVCAL_GRANULARITY_TENSOR;
     int rc = kvcal_cmd_parse_run_argv("calibrate", argc, argv, longopts, 1, &o->run,
                                       own_option, o);
@@ -175,9 +215,9 @@ static int parse_options(int argc, char **argv, options *o)
         fprintf(stderr, "kvcal calibrate: --model is required (see --help)\n");
         return -1;
     }
-    if (o->time_only && o->output_named) {
+    if (o->time_only && (o->output_named || o->resume)) {
         fprintf(stderr, "kvcal calibrate: --time-only writes nothing; leave out --out, "
-                        "--format and --stats\n");
+                        "--format, --stats and --resume\n");
         return -1;
     }
     static const char *const formats[] = {"legacy", "kvcal", "checkpoint", "all"};
@@ -207,28 +247,62 @@ static void warn_stderr(void *ctx, const char *message)
     fprintf(stderr, "kvcal calibrate: warning: %s\n", message);
 }
 
+/* How long each phase of a run took (seconds): reading the model and
+ * samples and readying the device, the forward passes, the outputs. */
+typedef struct {
+    double load, forward, write;
+    int layers_resident; /* layers whose weights the device held at once */
+} phases;
+
 typedef struct {
     kvcal_cmd_progress pr;
-    int total;
+    double load; /* the load phase's seconds, for the progress line */
 } progress_ctx;
 
-static void show_progress(void *p, int done, long long tokens)
+static void show_progress(void *ctx, const kvcal_exec_progress *p)
 {
-    progress_ctx *c = p;
-    double elapsed = kvcal_cmd_progress_elapsed(&c->pr);
+    progress_ctx *c = ctx;
+    const double elapsed = kvcal_cmd_progress_elapsed(&c->pr), done = p->tokens_done;
+    const int final = p->samples_done == p->samples_total;
+    char where[64] = "";
+    if (p->layer)
+        snprintf(where, sizeof where, " (layer %d/%d)", p->layer, p->layers);
     kvcal_cmd_progress_update(
-        &c->pr, done == c->total,
-        "calibrate: %d/%d samples, %lld tokens, %.0f tokens/s, ETA %.0f s", done,
-        c->total, tokens, elapsed > 0 ? tokens / elapsed : 0.0,
-        elapsed * (c->total - done) / done);
+        &c->pr, final,
+        "calibrate: %d/%d samples%s, %.0f tokens, %.0f tokens/s, ETA %.0f s (load %.1f s)",
+        p->samples_done, p->samples_total, where, done, elapsed > 0 ? done / elapsed : 0.0,
+        done > 0 ? elapsed * ((double)p->tokens_total - done) / done : 0.0, c->load);
+}
+
+/* SIGINT or SIGTERM seen during a run: it stops after the chunk in flight,
+ * its progress saved. A second signal ends the process at once. */
+static volatile int interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static void catch_signals(int on)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on ? on_signal : SIG_DFL;
+    sa.sa_flags = on ? SA_RESETHAND : 0;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* Runs every sample through the model on the chosen device, folding K/V
- * into stats (NULL: nothing observed, --time-only). batch: samples per
- * forward pass, at most s->num_samples. */
-static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
-                                const options *o, int batch, kvcal_stats_t *stats,
-                                double *seconds)
+ * into stats (NULL: nothing observed, --time-only) from sample first on
+ * (a resumed run), the progress saved into r after each chunk (r NULL:
+ * not saved). batch: samples per forward pass, at most s->num_samples. */
+static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *s,
+                                     const options *o, int batch, kvcal_stats_t *stats,
+                                     int first, kvcal_cmd_resume *r, double t_start,
+                                     phases *ph)
 {
     kvcal_exec_t *x = NULL;
     kvcal_exec_options xo;
@@ -237,14 +311,27 @@ static kvcal_status run_samples(kvcal_model_t *model, const kvcal_samples *s,
         st = kvcal_exec_create(model, &xo, &x);
     if (st)
         return st;
-    progress_ctx pc = {.total = s->num_samples};
+    progress_ctx pc;
+    ph->load = pc.load = kvcal_cmd_now_s() - t_start;
+    ph->layers_resident = kvcal_exec_layers_resident(x);
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
-    const kvcal_exec_samples run = {s->ids,     s->lengths, s->num_samples,
-                                    s->seq_len, batch,      show_progress,
-                                    &pc};
+    const kvcal_exec_samples run = {.ids = s->ids,
+                                    .lengths = s->lengths,
+                                    .num_samples = s->num_samples,
+                                    .seq_len = s->seq_len,
+                                    .batch = batch,
+                                    .progress = show_progress,
+                                    .progress_ctx = &pc,
+                                    .first_sample = first,
+                                    .chunk_samples = o->save_every,
+                                    .chunk_done = r ? kvcal_cmd_resume_save : NULL,
+                                    .chunk_ctx = r,
+                                    .stop = &interrupted};
+    catch_signals(1);
     st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
+    catch_signals(0);
     kvcal_cmd_progress_end(&pc.pr);
-    *seconds = kvcal_cmd_progress_elapsed(&pc.pr);
+    ph->forward = kvcal_cmd_progress_elapsed(&pc.pr);
     kvcal_exec_destroy(x);
     return st;
 }
@@ -471,13 +558,18 @@ done:
 // --- report -------------------------------------------------------------------
 
 static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
-                        long long tokens, int samples, double seconds, cJSON *written,
+                        long long tokens, int samples, const phases *ph, cJSON *written,
                         cJSON *notes)
 {
+    const double seconds = ph->forward;
     printf("calibrated %s (%s, %d layers, %d kv heads x %d) on %d samples, %lld tokens, "
-           "%.1f s, %.0f tokens/s\n",
+           "%.1f s, %.0f tokens/s (load %.2f s, write %.2f s)\n",
            d->architecture, d->source, d->num_layers, d->num_kv_heads, d->head_dim,
-           samples, tokens, seconds, seconds > 0 ? tokens / seconds : 0.0);
+           samples, tokens, seconds, seconds > 0 ? tokens / seconds : 0.0, ph->load,
+           ph->write);
+    if (ph->layers_resident && ph->layers_resident < d->num_layers)
+        printf("weights streamed: %d of %d layers on the device at a time\n",
+               ph->layers_resident, d->num_layers);
     printf("%5s  %10s  %10s  %10s  %10s\n", "layer", "K absmax", "K scale", "V absmax",
            "V scale");
     for (int l = 0; l < s->num_layers; l++) {
@@ -515,9 +607,10 @@ static char *one_line(const char *note)
 }
 
 static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
-                       long long tokens, int samples, double seconds, cJSON *written,
+                       long long tokens, int samples, const phases *ph, cJSON *written,
                        cJSON *notes)
 {
+    const double seconds = ph->forward;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "architecture", d->architecture);
     cJSON_AddNumberToObject(root, "num_samples", samples);
@@ -525,6 +618,11 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_AddNumberToObject(root, "seconds", seconds);
     cJSON_AddNumberToObject(root, "tokens_per_second",
                             seconds > 0 ? tokens / seconds : 0.0);
+    cJSON *phase = cJSON_AddObjectToObject(root, "phases");
+    cJSON_AddNumberToObject(phase, "load_seconds", ph->load);
+    cJSON_AddNumberToObject(phase, "forward_seconds", ph->forward);
+    cJSON_AddNumberToObject(phase, "write_seconds", ph->write);
+    cJSON_AddNumberToObject(root, "layers_resident", ph->layers_resident);
     cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
     cJSON *format_notes = cJSON_AddArrayToObject(root, "format_notes");
     for (int i = 0; i < cJSON_GetArraySize(written); i++) {
@@ -607,9 +705,11 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     kvcal_stats_t *stats = NULL;
     kvcal_scales_t *scales = NULL;
     kvcal_inputs_t *model_inputs = NULL, *other_inputs = NULL;
-    cJSON *written = cJSON_CreateArray(), *notes = cJSON_CreateArray();
+    cJSON *written = cJSON_CreateArray(), *notes = cJSON_CreateArray(), *run_id = NULL;
+    kvcal_cmd_resume resume;
     kvcal_status st;
-    double seconds = 0;
+    const double t_start = kvcal_cmd_now_s();
+    phases ph = {0};
     char dataset_path[4096];
     if (o.run.dataset == default_dataset) {
         if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path,
@@ -662,15 +762,57 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         batch = samples->num_samples;
     }
     if (o.time_only) {
-        if ((st = run_samples(model, samples, &o, batch, NULL, &seconds)))
+        if ((st = run_samples_from(model, samples, &o, batch, NULL, 0, NULL, t_start, &ph)))
             goto fail;
-        print_time_only(d, &o, samples->num_tokens, samples->num_samples, seconds);
+        print_time_only(d, &o, samples->num_tokens, samples->num_samples, ph.forward);
         rc = KVCAL_EXIT_OK;
         goto done;
     }
-    if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats)) ||
-        (st = run_samples(model, samples, &o, batch, stats, &seconds)))
+    /* the run's identity, for its progress files */
+    run_id = cJSON_CreateObject();
+    cJSON_AddStringToObject(run_id, "model", o.run.model);
+    cJSON_AddStringToObject(run_id, "dataset", dataset_path);
+    cJSON_AddStringToObject(run_id, "text_field", o.run.text_field ? o.run.text_field : "");
+    cJSON_AddStringToObject(run_id, "tokenizer", o.run.tokenizer ? o.run.tokenizer : "");
+    cJSON_AddNumberToObject(run_id, "num_samples", samples->num_samples);
+    cJSON_AddNumberToObject(run_id, "seq_len", samples->seq_len);
+    cJSON_AddNumberToObject(run_id, "batch", batch);
+    cJSON_AddNumberToObject(run_id, "seed", (double)o.run.seed);
+    cJSON_AddStringToObject(run_id, "observer", o.observer_text);
+    cJSON_AddNumberToObject(run_id, "num_tokens", (double)samples->num_tokens);
+    kvcal_model_identity identity;
+    kvcal_model_identity_get(model, &identity);
+    if (kvcal_cmd_resume_init(&resume, o.out, run_id, &identity)) {
+        rc = KVCAL_EXIT_USAGE;
+        goto done;
+    }
+    int first = 0;
+    if (o.resume) {
+        if ((st = kvcal_cmd_resume_load(&resume, &stats, &first)))
+            goto fail;
+        if (stats->num_layers != d->num_layers || stats->num_kv_heads != d->num_kv_heads ||
+            stats->head_dim != d->head_dim || first > samples->num_samples ||
+            first % batch) {
+            st = kvcal_fail(KVCAL_ERR_MISMATCH,
+                            "--resume: %s does not fit this run (%d samples done of %d)",
+                            resume.stats_path, first, samples->num_samples);
+            goto fail;
+        }
+        if (!o.run.quiet)
+            fprintf(stderr, "kvcal calibrate: resuming after %d of %d samples\n", first,
+                    samples->num_samples);
+    } else if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim,
+                                        &stats)))
         goto fail;
+    if ((st = run_samples_from(model, samples, &o, batch, stats, first,
+                               o.save_every ? &resume : NULL, t_start, &ph))) {
+        if (st == KVCAL_ERR_INTERRUPTED && o.save_every)
+            fprintf(stderr,
+                    "kvcal calibrate: the progress is in %s; run the same command with "
+                    "--resume to continue\n",
+                    resume.run_path);
+        goto fail;
+    }
     if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
         (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
                                     warn_stderr, NULL)))
@@ -682,14 +824,17 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     prov->num_tokens = samples->num_tokens;
     prov->seed = o.run.seed;
     snprintf(prov->tool_version, sizeof prov->tool_version, "kvcal %s", kvcal_version());
+    const double t_write = kvcal_cmd_now_s();
     if ((st = write_outputs(scales, stats, model, &o, &plan, written, notes)))
         goto fail;
+    ph.write = kvcal_cmd_now_s() - t_write;
+    kvcal_cmd_resume_clear(&resume);
     if (o.run.json)
-        print_json(scales, d, samples->num_tokens, samples->num_samples, seconds, written,
+        print_json(scales, d, samples->num_tokens, samples->num_samples, &ph, written,
                    notes);
     else
-        print_table(scales, d, samples->num_tokens, samples->num_samples, seconds,
-                    written, notes);
+        print_table(scales, d, samples->num_tokens, samples->num_samples, &ph, written,
+                    notes);
     rc = KVCAL_EXIT_OK;
     goto done;
 fail:
@@ -697,6 +842,7 @@ fail:
 done:
     cJSON_Delete(written);
     cJSON_Delete(notes);
+    cJSON_Delete(run_id);
     kvcal_inputs_destroy(model_inputs);
     kvcal_inputs_destroy(other_inputs);
     kvcal_scales_destroy(scales);

@@ -2,6 +2,7 @@
  * defines no command of its own. */
 #include "cli/cmd_common.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,37 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int kvcal_cmd_parse_size(const char *cmd, const char *opt, const char *text,
+                         unsigned long long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(text, &end);
+    double mult = 1.0;
+    if (end && *end) {
+        static const char units[] = "KMGT";
+        const char *u = strchr(units, toupper((unsigned char)*end));
+        if (u && *end) {
+            for (int i = 0; i <= u - units; i++)
+                mult *= 1024.0;
+            end++;
+            if (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "ib") ||
+                !strcmp(end, "b"))
+                end += strlen(end);
+        }
+    }
+    const double bytes = v * mult;
+    if (end == text || (end && *end) || errno || !(bytes >= 1048576.0) || bytes > 1e18) {
+        fprintf(stderr,
+                "kvcal %s: %s '%s': expected a size of at least 1M, such as 40G, 4096M "
+                "or 4GiB\n",
+                cmd, opt, text);
+        return -1;
+    }
+    *out = (unsigned long long)bytes;
     return 0;
 }
 
@@ -65,6 +97,10 @@ static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
     case KVCAL_OPT_TEXT_FIELD:
         o->text_field = arg;
         return 1;
+    case KVCAL_OPT_MAX_DEVICE_MEMORY:
+        return kvcal_cmd_parse_size(cmd, "--max-device-memory", arg, &o->max_device_memory)
+                   ? -1
+                   : 1;
     case KVCAL_OPT_DEVICE:
         if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
             fprintf(stderr, "kvcal %s: --device '%s': expected cpu or cuda\n", cmd, arg);
@@ -159,7 +195,8 @@ kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
 
 int kvcal_cmd_run_exit_code(kvcal_status st)
 {
-    return st == KVCAL_ERR_IO || st == KVCAL_ERR_NO_DEVICE || st == KVCAL_ERR_NOMEM
+    return st == KVCAL_ERR_IO || st == KVCAL_ERR_NO_DEVICE || st == KVCAL_ERR_NOMEM ||
+                   st == KVCAL_ERR_INTERRUPTED
                ? KVCAL_EXIT_USAGE
                : KVCAL_EXIT_INVALID;
 }
@@ -184,6 +221,7 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
     out->device = run->cuda ? KVCAL_DEVICE_CUDA : KVCAL_DEVICE_CPU;
     out->backend.max_batch = batch;
     out->backend.max_seq_len = seq_len;
+    out->backend.max_device_memory = (size_t)run->max_device_memory;
     if (!run->cuda)
         return KVCAL_OK;
     const char *attention = getenv("KVCAL_ATTENTION"), *mlp = getenv("KVCAL_MLP");

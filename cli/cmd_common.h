@@ -25,6 +25,13 @@ int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long 
 /* kvcal_cmd_parse_ll for an int option. */
 int kvcal_cmd_parse_int(const char *cmd, const char *opt, const char *text, int lo,
                         int hi, int *out);
+/* Parses a size ("4G", "4GiB", "512M", "1.5G", "300000000"; K, M, G, T
+ * with or without "iB"/"B" are powers of 1024) of option `opt` into *out
+ * (bytes, >= 1 MiB). A bad one prints "kvcal <cmd>: <opt> '<text>': ..."
+ * and returns -1. */
+int kvcal_cmd_parse_size(const char *cmd, const char *opt, const char *text,
+                         unsigned long long *out);
+
 /* Stores text (the path given to option or argument `opt` of command `cmd`)
  * into *out. An empty path prints "kvcal <cmd>: <opt>: empty path; give a
  * file or directory name" to stderr and returns -1 (a usage error, found
@@ -38,6 +45,7 @@ int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
 typedef struct kvcal_cmd_run_options {
     const char *model, *dataset, *tokenizer;
     const char *text_field; /* --text-field: JSONL text field, NULL for "text" */
+    unsigned long long max_device_memory; /* --max-device-memory bytes, 0: unset */
     int cuda;               /* --device cuda (default cpu) */
     int num_samples, seq_len, batch, tp, quiet, json;
     long long seed;
@@ -56,6 +64,7 @@ enum {
     KVCAL_OPT_TP,
     KVCAL_OPT_SEED,
     KVCAL_OPT_DEVICE,
+    KVCAL_OPT_MAX_DEVICE_MEMORY,
     KVCAL_OPT_QUIET,
     KVCAL_OPT_JSON,
     KVCAL_OPT_HELP,
@@ -75,6 +84,7 @@ enum {
     {"tp", required_argument, 0, KVCAL_OPT_TP},                   \
     {"seed", required_argument, 0, KVCAL_OPT_SEED},               \
     {"device", required_argument, 0, KVCAL_OPT_DEVICE},           \
+    {"max-device-memory", required_argument, 0, KVCAL_OPT_MAX_DEVICE_MEMORY}, \
     {"quiet", no_argument, 0, KVCAL_OPT_QUIET},                   \
     {"json", no_argument, 0, KVCAL_OPT_JSON},                     \
     {"help", no_argument, 0, KVCAL_OPT_HELP}

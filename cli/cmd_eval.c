@@ -81,6 +81,11 @@ static void usage(FILE *f)
            "  --tp N               tensor-parallel size a legacy file is read for\n"
            "                       (default 1)\n"
            "  --device D           cpu | cuda (default cpu)\n"
+           "  --max-device-memory SIZE\n"
+           "                       cuda: device memory kvcal may take (bytes, or with\n"
+           "                       K, M, G, T: 24G; default the free memory less\n"
+           "                       512 MiB); a model whose weights do not fit runs\n"
+           "                       with two layers on the device at a time\n"
            "  --quiet              no progress line (on a terminal a line rewritten in\n"
            "                       place; elsewhere a plain line every\n"
            "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
@@ -182,15 +187,18 @@ typedef struct {
 
 typedef struct {
     kvcal_cmd_progress pr;
-    int mode, total;
+    int mode;
 } progress_ctx;
 
-static void show_progress(void *p, int done, long long tokens)
+static void show_progress(void *ctx, const kvcal_exec_progress *p)
 {
-    progress_ctx *c = p;
-    (void)tokens;
-    kvcal_cmd_progress_update(&c->pr, done == c->total, "eval %s: %d/%d samples, %.0f s",
-                              mode_names[c->mode], done, c->total,
+    progress_ctx *c = ctx;
+    char where[64] = "";
+    if (p->layer)
+        snprintf(where, sizeof where, " (layer %d/%d)", p->layer, p->layers);
+    kvcal_cmd_progress_update(&c->pr, p->samples_done == p->samples_total,
+                              "eval %s: %d/%d samples%s, %.0f s", mode_names[c->mode],
+                              p->samples_done, p->samples_total, where,
                               kvcal_cmd_progress_elapsed(&c->pr));
 }
 
@@ -232,11 +240,15 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
         goto done;
     }
     const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
-    progress_ctx pc = {.mode = mode, .total = s->num_samples};
+    progress_ctx pc = {.mode = mode};
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
-    const kvcal_exec_samples run = {s->ids,     s->lengths,   s->num_samples,
-                                    s->seq_len, o->run.batch, show_progress,
-                                    &pc};
+    const kvcal_exec_samples run = {.ids = s->ids,
+                                    .lengths = s->lengths,
+                                    .num_samples = s->num_samples,
+                                    .seq_len = s->seq_len,
+                                    .batch = o->run.batch,
+                                    .progress = show_progress,
+                                    .progress_ctx = &pc};
     st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
     kvcal_cmd_progress_end(&pc.pr);
     if (!st && count == 0)

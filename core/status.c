@@ -22,6 +22,7 @@ const char *kvcal_status_str(kvcal_status status)
     case KVCAL_ERR_NO_DEVICE: return "no CUDA device";
     case KVCAL_ERR_DEVICE_MEMORY: return "out of device memory";
     case KVCAL_ERR_CUDA: return "CUDA error";
+    case KVCAL_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown status";
 }

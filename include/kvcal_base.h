@@ -37,7 +37,8 @@ typedef enum kvcal_status {
     KVCAL_ERR_UNSUPPORTED = 8,    /* architecture, dtype or option not supported */
     KVCAL_ERR_NO_DEVICE = 9,      /* no CUDA device, or built without CUDA */
     KVCAL_ERR_DEVICE_MEMORY = 10, /* cudaMalloc failed */
-    KVCAL_ERR_CUDA = 11           /* any other CUDA / cuBLAS failure */
+    KVCAL_ERR_CUDA = 11,          /* any other CUDA / cuBLAS failure */
+    KVCAL_ERR_INTERRUPTED = 12    /* stopped on request (a signal) */
 } kvcal_status;
 
 /* Static string naming the status ("parse error"); never NULL. */

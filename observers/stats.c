@@ -231,22 +231,19 @@ void kvcal_stats_begin_batch(kvcal_stats_t *stats)
     stats->batch_start_tokens = total_tokens(stats);
 }
 
-kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay)
+kvcal_status kvcal_stats_fold_batch(kvcal_stats_t *stats, const float *const batch_absmax[2],
+                                    double decay)
 {
     if (!(decay >= 0.0 && decay < 1.0))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)", decay);
-    if (total_tokens(stats) == stats->batch_start_tokens) {
-        kvcal_stats_begin_batch(stats);
-        return KVCAL_OK;
-    }
     const int H = stats->num_kv_heads;
     for (int kv = 0; kv < 2; kv++)
         for (int l = 0; l < stats->num_layers; l++) {
             double layer_max = 0.0;
             for (int h = 0; h < H; h++) {
                 size_t i = (size_t)l * H + h;
-                double x = stats->batch_absmax[kv][i];
+                double x = batch_absmax[kv][i];
                 double *e = &stats->ema[kv][i];
                 *e = stats->batches == 0 ? x : decay * *e + (1.0 - decay) * x;
                 layer_max = x > layer_max ? x : layer_max;
@@ -255,8 +252,19 @@ kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay)
             *e = stats->batches == 0 ? layer_max : decay * *e + (1.0 - decay) * layer_max;
         }
     stats->batches++;
-    kvcal_stats_begin_batch(stats);
     return KVCAL_OK;
+}
+
+kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay)
+{
+    if (!(decay >= 0.0 && decay < 1.0))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)", decay);
+    kvcal_status st = KVCAL_OK;
+    if (total_tokens(stats) != stats->batch_start_tokens)
+        st = kvcal_stats_fold_batch(stats, (const float *const *)stats->batch_absmax, decay);
+    kvcal_stats_begin_batch(stats);
+    return st;
 }
 
 // --- merge -------------------------------------------------------------------

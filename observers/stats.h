@@ -124,6 +124,14 @@ void kvcal_stats_begin_batch(kvcal_stats_t *stats);
  * starts the next one. A batch that observed no token changes nothing. */
 kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay);
 
+/* Folds one batch whose per-head absmax were recorded apart, batch_absmax
+ * [K] and [V] (L, H), into the moving averages exactly as
+ * kvcal_stats_end_batch folds the current batch, and counts it; the
+ * current batch is left as it is. For runners that observe several batches
+ * layer by layer and fold them afterwards, in batch order. */
+kvcal_status kvcal_stats_fold_batch(kvcal_stats_t *stats, const float *const batch_absmax[2],
+                                    double decay);
+
 /* Folds src into dst (same shape, else KVCAL_ERR_MISMATCH): absmax and
  * batch_absmax by max, histograms, tokens and batches by sum. This is exact
  * and associative, so minmax / percentile / mse results do not depend on how

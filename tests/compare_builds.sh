@@ -52,6 +52,8 @@ run() {
         sed -i -E -e "s#$work/$side/$name#OUT#g" \
             -e 's/[0-9.]+( s|k? tokens\/s)/T\1/g' \
             -e 's/("(seconds|tokens_per_second)":[[:space:]]*)[0-9.e+-]+/\1T/' \
+            -e 's/ \(load T s, write T s\)//' \
+            -e '/"phases"/,/}/d' -e '/"layers_resident"/d' \
             "$work/$side/$name.stdout"
     done
     runs=$((runs + 1))

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -209,7 +210,88 @@ static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
     CU_ASSERT_EQUAL(access(kvcal_test_path("never.json"), F_OK), -1);
 }
 
+
+// --- resuming -------------------------------------------------------------------
+
+static int same_file(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = kvcal_test_read_file(a, &na), *y = kvcal_test_read_file(b, &nb);
+    const int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+#define RESUME_RUN                                                                        \
+    "calibrate --model " MODEL " --num-samples 96 --seq-len 256 --batch 4 --save-every 8 " \
+    "--observer ema:0.9 --granularity head --quiet"
+
+/* A run stopped by SIGINT after a chunk keeps its progress beside --out and
+ * says how to go on; the same command with --resume gives scales and
+ * statistics byte-identical to a run never stopped, and removes the
+ * progress. */
+static void calibrate_interrupted_then_resumed_equals_an_uninterrupted_run(void)
+{
+    char args[4096], cmd[8192];
+    const char *a = kvcal_test_path("whole.json"), *ah = kvcal_test_path("whole.h5");
+    const char *b = kvcal_test_path("resumed.json"), *bh = kvcal_test_path("resumed.h5");
+    const char *err = kvcal_test_path("resumed.err");
+    snprintf(args, sizeof args, RESUME_RUN " --out '%s' --stats '%s'", a, ah);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    /* the same run in the background, SIGINT once its first progress is saved */
+    snprintf(cmd, sizeof cmd,
+             "'%s/kvcal' " RESUME_RUN " --out '%s' --stats '%s' 2>'%s' & pid=$!; "
+             "i=0; while [ ! -e '%s.kvcal-progress.json' ] && [ $i -lt 2000 ]; do "
+             "sleep 0.005; i=$((i+1)); done; kill -INT $pid; wait $pid",
+             kvcal_test_build_dir(), b, bh, err, b);
+    int rc = system(cmd);
+    rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char *text = kvcal_test_read_file(err, NULL);
+    if (rc == 0) {
+        /* the machine finished the run before the signal arrived: nothing to resume */
+        printf("(the run ended before the signal) ");
+        CU_ASSERT(same_file(a, b));
+        free(text);
+        return;
+    }
+    CU_ASSERT_EQUAL(rc, 2);
+    CU_ASSERT_PTR_NOT_NULL(text && strstr(text, "interrupted after"));
+    CU_ASSERT_PTR_NOT_NULL(text && strstr(text, "--resume"));
+    free(text);
+    CU_ASSERT_NOT_EQUAL(access(b, F_OK), 0);
+    snprintf(args, sizeof args, RESUME_RUN " --out '%s' --stats '%s' --resume", b, bh);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT(same_file(a, b));
+    CU_ASSERT(same_file(ah, bh));
+    snprintf(cmd, sizeof cmd, "%s.kvcal-progress.json", b);
+    CU_ASSERT_NOT_EQUAL(access(cmd, F_OK), 0);
+    snprintf(cmd, sizeof cmd, "%s.kvcal-progress.h5", b);
+    CU_ASSERT_NOT_EQUAL(access(cmd, F_OK), 0);
+}
+
+/* --resume with no progress, or another run's, is an error that says so. */
+static void calibrate_resume_refuses_missing_or_foreign_progress(void)
+{
+    char args[4096];
+    const char *out = kvcal_test_path("foreign.json");
+    snprintf(args, sizeof args, RESUME_RUN " --out '%s' --resume", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("no progress of an earlier run"));
+    char run[512];
+    snprintf(run, sizeof run, "%s.kvcal-progress.json", out);
+    const char *json = "{\"format\": \"kvcal-progress\", \"format_version\": 1, "
+                       "\"samples_done\": 8, \"run\": {\"model\": \"other\"}}";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(run, json, strlen(json)), 0);
+    snprintf(run, sizeof run, "%s.kvcal-progress.h5", out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(run, "x", 1), 0);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("is of another run (\"model\" differs)"));
+}
+
 static CU_TestInfo tests[] = {
+    KVCAL_TEST(calibrate_interrupted_then_resumed_equals_an_uninterrupted_run),
+    KVCAL_TEST(calibrate_resume_refuses_missing_or_foreign_progress),
     KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
     KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
     KVCAL_TEST(calibrate_finds_its_default_text_from_any_directory),

@@ -1,7 +1,8 @@
 /* tests/test_cuda_backend.c: the cuda backend through the executor
  * (calib/executor.h): the per-layer per-head K/V absmax of the bf16 runner
- * against transformers' on the golden models, the MLP both ways, and a
- * calibration without statistics. Each kernel against its CPU reference is
+ * against transformers' on the golden models, the MLP both ways, a
+ * calibration without statistics, and the weights streamed under a memory
+ * cap. Each kernel against its CPU reference is
  * a row of tests/test_backend_ops.c. In a build without CUDA the suite holds
  * no tests; without a device it is reported skipped. */
 #include <math.h>
@@ -18,6 +19,7 @@
 
 #include "calib/executor.h"
 #include "observers/stats.h"
+#include "tests/test_calib_util.h"
 
 // --- the CUDA runner ------------------------------------------------------------
 
@@ -128,7 +130,8 @@ static void cuda_runner_forward_without_stats_observes_nothing(void)
     o.device = KVCAL_DEVICE_CUDA;
     o.backend.max_batch = 2, o.backend.max_seq_len = 40;
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(model, &o, &x), KVCAL_OK);
-    const kvcal_exec_samples s = {ids, lengths, 2, 40, 2, NULL, NULL};
+    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = 2,
+                                  .seq_len = 40, .batch = 2};
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, stats, 0.0), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, NULL, 0.0), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, once, 0.0), KVCAL_OK);
@@ -149,10 +152,64 @@ static void cuda_runner_forward_without_stats_observes_nothing(void)
     kvcal_model_close(model);
 }
 
+/* Under the smallest --max-device-memory the cuda backend accepts for
+ * stories260K (found by bisection), two of its five layers are on the device
+ * at a time, each batch runs alone, and the statistics equal the run with
+ * every layer resident bit for bit; a byte less is refused with the bytes
+ * needed and the option that lowers them. */
+static void cuda_runner_streams_weights_under_a_memory_cap(void)
+{
+    enum { N = 9, LEN = 48, BATCH = 2 };
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
+                          KVCAL_OK);
+    const int L = kvcal_model_describe(m)->num_layers;
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.device = KVCAL_DEVICE_CUDA;
+    kvcal_stats_t *all = NULL, *capped = NULL;
+    int resident = 0;
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, N, LEN, BATCH, &all, &resident),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(resident, L);
+    size_t lo = 0, hi = (size_t)1 << 30; /* refused at lo, accepted at hi */
+    while (hi - lo > 1) {
+        const size_t mid = lo + (hi - lo) / 2;
+        kvcal_model_t *probe = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &probe),
+                              KVCAL_OK);
+        kvcal_exec_t *x = NULL;
+        o.backend.max_batch = BATCH, o.backend.max_seq_len = LEN;
+        o.backend.max_device_memory = mid;
+        const kvcal_status st = kvcal_exec_create(probe, &o, &x);
+        CU_ASSERT(st == KVCAL_OK || st == KVCAL_ERR_DEVICE_MEMORY);
+        *(st ? &lo : &hi) = mid;
+        kvcal_exec_destroy(x);
+        kvcal_model_close(probe);
+    }
+    o.backend.max_device_memory = hi;
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, N, LEN, BATCH, &capped, &resident),
+                          KVCAL_OK);
+    printf("(smallest cap %zu bytes, %d of %d layers resident) ", hi, resident, L);
+    CU_ASSERT_EQUAL(resident, 2);
+    CU_ASSERT(kvcal_test_stats_equal(all, capped));
+    kvcal_stats_destroy(capped);
+    o.backend.max_device_memory = lo;
+    CU_ASSERT_EQUAL(kvcal_test_calibrate(m, o, N, LEN, BATCH, &capped, NULL),
+                    KVCAL_ERR_DEVICE_MEMORY);
+    CU_ASSERT_PTR_NULL(capped);
+    CU_ASSERT(kvcal_test_error_has("needs at least"));
+    CU_ASSERT(kvcal_test_error_has("MiB"));
+    CU_ASSERT(kvcal_test_error_has("a larger --max-device-memory"));
+    kvcal_stats_destroy(all);
+    kvcal_model_close(m);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
     KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
     KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
+    KVCAL_TEST(cuda_runner_streams_weights_under_a_memory_cap),
     CU_TEST_INFO_NULL,
 };
 #else

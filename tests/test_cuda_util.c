@@ -134,7 +134,8 @@ cJSON *kvcal_test_cuda_run_golden(const char *name, const kvcal_backend_options 
     if (st)
         fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
     CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
-    const kvcal_exec_samples s = {ids, lengths, batch, 64, batch, NULL, NULL};
+    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = batch,
+                                  .seq_len = 64, .batch = batch};
     st = kvcal_exec_calibrate(x, &s, *stats, 0.0);
     if (st)
         fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());

@@ -289,7 +289,7 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
     float *vs = ks + n;
     for (int i = 0; i < 2 * n; i++)
         ks[i] = 0.05f;
-    const kvcal_backend_options o = {1, 16, KVCAL_ATTENTION_AUTO, KVCAL_MLP_AUTO};
+    const kvcal_backend_options o = {.max_batch = 1, .max_seq_len = 16};
     CU_ASSERT_EQUAL_FATAL(kvcal_backend_create(KVCAL_DEVICE_CUDA, model, &o, &be), KVCAL_OK);
     kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs};
     CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_OK);

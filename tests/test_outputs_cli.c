@@ -375,7 +375,7 @@ static void written_paths_are_joined_without_a_doubled_slash(void)
 // --- progress and summary ----------------------------------------------------
 
 /* stderr is a file here: with KVCAL_PROGRESS_INTERVAL=0 a plain line per
- * batch, no carriage return or escape; unset, one line at the end of a
+ * layer of a chunk of batches, no carriage return or escape; unset, one line at the end of a
  * short run; --quiet, none. */
 static void progress_reaches_a_log_as_plain_lines(void)
 {
@@ -386,8 +386,8 @@ static void progress_reaches_a_log_as_plain_lines(void)
         "tokenize -d " TEXT " -m models/stories260K -l 64 -o ",
     };
     const char *lines[][2] = {
-        {"calibrate: 2/6 samples", "calibrate: 6/6 samples"},
-        {"eval baseline: 2/6 samples", "eval unit: 6/6 samples"},
+        {"calibrate: 0/6 samples (layer 1/5)", "calibrate: 6/6 samples"},
+        {"eval baseline: 0/6 samples (layer 1/5)", "eval unit: 6/6 samples"},
         {"kvcal tokenize: 1/", "documents"},
     };
     const char *files[] = {"progress.json", NULL, "progress.h5"};

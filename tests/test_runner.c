@@ -11,6 +11,7 @@
 #include "calib/executor.h"
 #include "calib/model.h"
 #include "io/json_file.h"
+#include "tests/test_calib_util.h"
 #include "tests/test_util.h"
 
 #define RTOL 1e-4
@@ -420,6 +421,94 @@ static void model_open_rejects_llama2c_header_with_int_min_vocab(void)
     expect_open_error(path, KVCAL_ERR_FORMAT, "not a model");
 }
 
+
+// --- chunks: layer by layer or batch by batch ---------------------------------
+
+/* Calibrates on the cpu backend with chunks of up to `chunk` batches (0:
+ * all) into *stats (caller destroys). */
+static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int chunk,
+                              kvcal_stats_t **stats)
+{
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.max_chunk_batches = chunk;
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, n, len, batch, stats, NULL), KVCAL_OK);
+}
+
+/* Every statistic (absmax, histograms, tokens, the per-head and per-layer
+ * moving averages, the batch count) of a run layer by layer equals the run
+ * batch by batch, and a run in chunks of two batches, on stories260K and a
+ * golden model, for several batch counts (the last batch short). */
+static void runner_layer_by_layer_equals_batch_by_batch(void)
+{
+    static const char *const models[] = {"models/stories260K/stories260K.bin",
+                                         "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16"};
+    static const int shapes[][2] = {{1, 1}, {7, 2}, {10, 3}};
+    for (size_t mi = 0; mi < 2; mi++) {
+        kvcal_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_open(models[mi], &m), KVCAL_OK);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            kvcal_stats_t *by_batch = NULL, *by_layer = NULL, *by_two = NULL;
+            calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 1, &by_batch);
+            calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 0, &by_layer);
+            calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 2, &by_two);
+            CU_ASSERT(by_batch->batches == (shapes[i][0] + shapes[i][1] - 1) / shapes[i][1]);
+            CU_ASSERT(kvcal_test_stats_equal(by_batch, by_layer));
+            CU_ASSERT(kvcal_test_stats_equal(by_batch, by_two));
+            kvcal_stats_destroy(by_batch);
+            kvcal_stats_destroy(by_layer);
+            kvcal_stats_destroy(by_two);
+        }
+        kvcal_model_close(m);
+    }
+}
+
+/* An evaluation's perplexity sums and its simulated cache's error sums do
+ * not depend on the chunks either (first-batch scales included). */
+static void eval_layer_by_layer_equals_batch_by_batch(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
+                          KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    enum { N = 7, LEN = 20, BATCH = 2 };
+    int32_t ids[N * LEN], lengths[N];
+    for (int i = 0; i < N * LEN; i++)
+        ids[i] = (i * 13 + 7) % d->vocab_size;
+    for (int i = 0; i < N; i++)
+        lengths[i] = LEN - i;
+    static const kvcal_kv_sim_mode modes[] = {KVCAL_KV_SIM_EXACT, KVCAL_KV_SIM_DYNAMIC,
+                                              KVCAL_KV_SIM_FIRST_BATCH};
+    for (size_t mi = 0; mi < 3; mi++) {
+        double nll[2] = {0, 0};
+        long long count[2] = {0, 0};
+        kvcal_eval_layer_sums *sums[2];
+        for (int c = 0; c < 2; c++) {
+            kvcal_exec_options o;
+            memset(&o, 0, sizeof o);
+            o.backend.max_batch = BATCH;
+            o.backend.max_seq_len = LEN;
+            o.max_chunk_batches = c ? 0 : 1;
+            kvcal_exec_t *x = NULL;
+            CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
+            sums[c] = calloc((size_t)d->num_layers, sizeof *sums[c]);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(sums[c]);
+            const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
+                                          .seq_len = LEN, .batch = BATCH};
+            const kvcal_kv_sim_config cfg = {modes[mi], NULL, NULL};
+            CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &cfg, &nll[c], &count[c], sums[c]),
+                            KVCAL_OK);
+            kvcal_exec_destroy(x);
+        }
+        CU_ASSERT(count[0] > 0 && count[0] == count[1]);
+        CU_ASSERT(nll[0] == nll[1]);
+        CU_ASSERT(!memcmp(sums[0], sums[1], (size_t)d->num_layers * sizeof *sums[0]));
+        free(sums[0]);
+        free(sums[1]);
+    }
+    kvcal_model_close(m);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_numpy_run_c_on_stories260k),
     KVCAL_TEST(runner_matches_transformers_llama3_gqa_head_dim_48_bf16),
@@ -431,6 +520,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_llama3_head_dim_64),
     KVCAL_TEST(runner_matches_transformers_qwen2_yarn_rope_old_config),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
+    KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),
+    KVCAL_TEST(eval_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),
     KVCAL_TEST(model_open_names_unsupported_architecture),
     KVCAL_TEST(model_open_names_missing_tensor),

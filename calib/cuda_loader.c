@@ -1,0 +1,469 @@
+/* calib/cuda_loader.c: the cuda backend's weight loader (see cuda_loader.h). */
+#include "calib/cuda_loader.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/status.h"
+#include "io/checkpoint/safetensors.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/ops.h"
+
+/* A staging piece: what one copy moves (bytes); PIECES of them rotate. */
+#define PIECE_BYTES ((size_t)32 << 20)
+#define PIECES 3
+/* Values a job converts at most (so a piece splits over the threads). */
+#define JOB_VALUES ((size_t)1 << 20)
+#define MAX_THREADS 32
+
+#define TRY_CUDA(call)                                                                   \
+    do {                                                                                 \
+        cudaError_t e_ = (call);                                                         \
+        if (e_ != cudaSuccess) {                                                         \
+            st = kvcal_fail(KVCAL_ERR_CUDA, "weight loader: %s: %s", #call,              \
+                            cudaGetErrorString(e_));                                     \
+            goto fail;                                                                   \
+        }                                                                                \
+    } while (0)
+
+/* n values of src (a view, at value offset at) into bf16 at dst_off of a
+ * layer (or of a tensor) laid out on the device. */
+typedef struct {
+    size_t dst_off; /* bytes */
+    const void *src;
+    kvcal_dtype dtype;
+    size_t n;
+} job;
+
+typedef struct {
+    job *j;
+    size_t n, cap;
+} job_list;
+
+/* Pinned pieces, their copies' events, the threads that fill them. */
+typedef struct {
+    unsigned char *buf[PIECES];
+    cudaEvent_t done[PIECES];
+    int next;
+} pieces;
+
+struct kvcal_cuda_loader {
+    kvcal_model_t *model;
+    kvcal_cuda_layer_layout lay;
+    unsigned char *slots; /* (nslots, lay.bytes) device */
+    int nslots, layers, threads, device;
+    cudaStream_t copy;
+    pieces p;
+    cudaEvent_t *ready, *release; /* (nslots) */
+    int *slot_layer, *slot_want;  /* (nslots) layer on the device / asked for */
+    int *queue;                   /* (layers) layers to load, in order */
+    int q_head, q_tail, q_len;
+    int loaded;                   /* layers loaded the first time */
+    double t0, t_all;
+    pthread_t thread;
+    int running, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kvcal_status error;
+    char message[512];
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// --- jobs: what goes where ---------------------------------------------------
+
+static int push_job(job_list *l, size_t dst_off, const void *src, kvcal_dtype dtype,
+                    size_t n)
+{
+    const size_t size = kvcal_dtype_size(dtype);
+    while (n) {
+        /* a job ends at a piece boundary and at JOB_VALUES */
+        size_t room = (PIECE_BYTES - dst_off % PIECE_BYTES) / sizeof(kvcal_bf16);
+        size_t take = n < room ? n : room;
+        take = take < JOB_VALUES ? take : JOB_VALUES;
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? 2 * l->cap : 256;
+            job *j = realloc(l->j, cap * sizeof *j);
+            if (!j)
+                return -1;
+            l->j = j, l->cap = cap;
+        }
+        l->j[l->n++] = (job){dst_off, src, dtype, take};
+        dst_off += take * sizeof(kvcal_bf16);
+        src = (const unsigned char *)src + take * size;
+        n -= take;
+    }
+    return 0;
+}
+
+/* The jobs of layer l, in destination order. */
+static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *out)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(ld->model);
+    out->n = 0;
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        if (!ld->lay.elems[w])
+            continue;
+        kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
+        int n = 0;
+        kvcal_status st = kvcal_model_weight_parts(ld->model, l, w, part, &n);
+        if (st)
+            return st;
+        size_t off = ld->lay.off[w];
+        if (w == KVCAL_W_GATE_UP && ld->lay.gate_up_interleaved) {
+            /* row r of the device weight is row source_row(r) of [gate; up],
+             * in runs of 128 rows */
+            const int I = d->intermediate_size, D = d->hidden_size;
+            for (int r = 0; r < 2 * I; r += 128) {
+                const int src = kvcal_gemm_swiglu_source_row(r, I);
+                const kvcal_tensor_view *p = &part[src < I ? 0 : 1];
+                const size_t row = (size_t)(src < I ? src : src - I);
+                const void *from = (const unsigned char *)p->data +
+                                   row * D * kvcal_dtype_size(p->dtype);
+                if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), from, p->dtype,
+                             (size_t)128 * D))
+                    return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+            }
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (push_job(out, off, part[i].data, part[i].dtype, (size_t)part[i].numel))
+                return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+            off += (size_t)part[i].numel * sizeof(kvcal_bf16);
+        }
+    }
+    return KVCAL_OK;
+}
+
+// --- filling pieces on threads ----------------------------------------------------
+
+/* One job into dst (the piece's start is the job's piece). */
+static void run_job(const job *j, unsigned char *piece)
+{
+    kvcal_bf16 *dst = (kvcal_bf16 *)(piece + j->dst_off % PIECE_BYTES);
+    if (j->dtype == KVCAL_DTYPE_BF16) {
+        memcpy(dst, j->src, j->n * sizeof(kvcal_bf16));
+        return;
+    }
+    /* through float32, as the model's conversion does: the same values */
+    float buf[4096];
+    const size_t size = kvcal_dtype_size(j->dtype);
+    for (size_t i = 0; i < j->n; i += 4096) {
+        const size_t m = j->n - i < 4096 ? j->n - i : 4096;
+        kvcal_tensor_info t;
+        memset(&t, 0, sizeof t);
+        t.dtype = j->dtype;
+        t.numel = (int64_t)m;
+        t.data = (const unsigned char *)j->src + i * size;
+        kvcal_tensor_to_f32(&t, buf);
+        for (size_t k = 0; k < m; k++)
+            dst[i + k] = kvcal_bf16_from_float(buf[k]);
+    }
+}
+
+typedef struct {
+    const job *j;
+    size_t n;
+    unsigned char *piece;
+    int index, stride;
+} fill_arg;
+
+static void *fill_main(void *p)
+{
+    const fill_arg *a = p;
+    for (size_t i = (size_t)a->index; i < a->n; i += (size_t)a->stride)
+        run_job(&a->j[i], a->piece);
+    return NULL;
+}
+
+/* The n jobs (one piece's) into piece on up to `threads` threads. */
+static void fill(const job *j, size_t n, unsigned char *piece, int threads)
+{
+    pthread_t tid[MAX_THREADS];
+    fill_arg arg[MAX_THREADS];
+    int t = threads < (int)n ? threads : (int)n, started = 0;
+    if (t < 1)
+        t = 1;
+    for (int i = 0; i < t; i++)
+        arg[i] = (fill_arg){j, n, piece, i, t};
+    for (int i = 1; i < t; i++) {
+        if (pthread_create(&tid[i], NULL, fill_main, &arg[i]))
+            break;
+        started = i;
+    }
+    fill_main(&arg[0]);
+    for (int i = started + 1; i < t; i++)
+        fill_main(&arg[i]);
+    for (int i = 1; i <= started; i++)
+        pthread_join(tid[i], NULL);
+}
+
+/* Every job through the pieces onto the device at base, on stream. */
+static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *base,
+                              cudaStream_t stream, int threads)
+{
+    kvcal_status st = KVCAL_OK;
+    for (size_t i = 0; i < jobs->n;) {
+        const size_t piece = jobs->j[i].dst_off / PIECE_BYTES;
+        size_t e = i, hi = 0;
+        for (; e < jobs->n && jobs->j[e].dst_off / PIECE_BYTES == piece; e++) {
+            const size_t end =
+                jobs->j[e].dst_off % PIECE_BYTES + jobs->j[e].n * sizeof(kvcal_bf16);
+            hi = end > hi ? end : hi;
+        }
+        const int b = p->next;
+        p->next = (p->next + 1) % PIECES;
+        TRY_CUDA(cudaEventSynchronize(p->done[b]));
+        fill(jobs->j + i, e - i, p->buf[b], threads);
+        TRY_CUDA(cudaMemcpyAsync(base + piece * PIECE_BYTES, p->buf[b], hi,
+                                 cudaMemcpyHostToDevice, stream));
+        TRY_CUDA(cudaEventRecord(p->done[b], stream));
+        i = e;
+    }
+fail:
+    return st;
+}
+
+static void pieces_free(pieces *p)
+{
+    for (int i = 0; i < PIECES; i++) {
+        if (p->done[i]) {
+            cudaEventSynchronize(p->done[i]);
+            cudaEventDestroy(p->done[i]);
+        }
+        cudaFreeHost(p->buf[i]);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+static kvcal_status pieces_alloc(pieces *p)
+{
+    kvcal_status st = KVCAL_OK;
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < PIECES; i++) {
+        TRY_CUDA(cudaMallocHost((void **)&p->buf[i], PIECE_BYTES));
+        TRY_CUDA(cudaEventCreateWithFlags(&p->done[i], cudaEventDisableTiming));
+    }
+    return KVCAL_OK;
+fail:
+    pieces_free(p);
+    return st;
+}
+
+// --- the background thread -----------------------------------------------------
+
+/* Loads layer l into slot s (after the slot's last reader is done). */
+static kvcal_status load_layer(kvcal_cuda_loader_t *ld, int l, int s, job_list *jobs)
+{
+    kvcal_status st = layer_jobs(ld, l, jobs);
+    if (st)
+        return st;
+    TRY_CUDA(cudaStreamWaitEvent(ld->copy, ld->release[s], 0));
+    if ((st = copy_jobs(jobs, &ld->p, ld->slots + (size_t)s * ld->lay.bytes, ld->copy,
+                        ld->threads)))
+        return st;
+    TRY_CUDA(cudaEventRecord(ld->ready[s], ld->copy));
+fail:
+    return st;
+}
+
+static void *loader_main(void *p)
+{
+    kvcal_cuda_loader_t *ld = p;
+    job_list jobs = {NULL, 0, 0};
+    cudaSetDevice(ld->device);
+    pthread_mutex_lock(&ld->mu);
+    for (;;) {
+        while (!ld->stop && ld->q_len == 0)
+            pthread_cond_wait(&ld->cv, &ld->mu);
+        if (ld->stop)
+            break;
+        const int l = ld->queue[ld->q_head];
+        ld->q_head = (ld->q_head + 1) % ld->layers;
+        ld->q_len--;
+        const int s = l % ld->nslots;
+        pthread_mutex_unlock(&ld->mu);
+        kvcal_status st = load_layer(ld, l, s, &jobs);
+        pthread_mutex_lock(&ld->mu);
+        if (st && !ld->error) {
+            ld->error = st;
+            snprintf(ld->message, sizeof ld->message, "%s", kvcal_last_error());
+        }
+        ld->slot_layer[s] = l;
+        if (++ld->loaded == ld->layers)
+            ld->t_all = now_s() - ld->t0;
+        pthread_cond_broadcast(&ld->cv);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    free(jobs.j);
+    return NULL;
+}
+
+/* Asks for layer l unless its slot holds it or will; under the lock. */
+static void want(kvcal_cuda_loader_t *ld, int l)
+{
+    const int s = l % ld->nslots;
+    if (ld->slot_want[s] == l)
+        return;
+    ld->slot_want[s] = l;
+    ld->queue[(ld->q_head + ld->q_len) % ld->layers] = l;
+    ld->q_len++;
+    pthread_cond_broadcast(&ld->cv);
+}
+
+// --- public ---------------------------------------------------------------------
+
+kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
+                                      const kvcal_cuda_layer_layout *lay,
+                                      unsigned char *slots, int nslots, int threads,
+                                      kvcal_cuda_loader_t **out)
+{
+    kvcal_status st = KVCAL_OK;
+    *out = NULL;
+    const int L = kvcal_model_describe(model)->num_layers;
+    if (nslots < 1 || nslots > L)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "weight loader: %d slots for %d layers",
+                          nslots, L);
+    kvcal_cuda_loader_t *ld = calloc(1, sizeof *ld);
+    if (!ld)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of host memory");
+    ld->model = model;
+    ld->lay = *lay;
+    ld->slots = slots;
+    ld->nslots = nslots;
+    ld->layers = L;
+    ld->threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    ld->t0 = now_s();
+    pthread_mutex_init(&ld->mu, NULL);
+    pthread_cond_init(&ld->cv, NULL);
+    ld->ready = calloc((size_t)nslots, sizeof *ld->ready);
+    ld->release = calloc((size_t)nslots, sizeof *ld->release);
+    ld->slot_layer = malloc((size_t)nslots * sizeof *ld->slot_layer);
+    ld->slot_want = malloc((size_t)nslots * sizeof *ld->slot_want);
+    ld->queue = malloc((size_t)L * sizeof *ld->queue);
+    if (!ld->ready || !ld->release || !ld->slot_layer || !ld->slot_want || !ld->queue) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of host memory");
+        goto fail;
+    }
+    for (int i = 0; i < nslots; i++) {
+        ld->slot_layer[i] = ld->slot_want[i] = -1;
+        TRY_CUDA(cudaEventCreateWithFlags(&ld->ready[i], cudaEventDisableTiming));
+        TRY_CUDA(cudaEventCreateWithFlags(&ld->release[i], cudaEventDisableTiming));
+    }
+    TRY_CUDA(cudaGetDevice(&ld->device));
+    TRY_CUDA(cudaStreamCreateWithFlags(&ld->copy, cudaStreamNonBlocking));
+    if ((st = pieces_alloc(&ld->p)))
+        goto fail;
+    if (pthread_create(&ld->thread, NULL, loader_main, ld)) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: cannot start its thread");
+        goto fail;
+    }
+    ld->running = 1;
+    pthread_mutex_lock(&ld->mu);
+    for (int l = 0; l < (nslots == L ? L : 1); l++)
+        want(ld, l);
+    pthread_mutex_unlock(&ld->mu);
+    *out = ld;
+    return KVCAL_OK;
+fail:
+    kvcal_cuda_loader_destroy(ld);
+    return st;
+}
+
+void kvcal_cuda_loader_destroy(kvcal_cuda_loader_t *ld)
+{
+    if (!ld)
+        return;
+    if (ld->running) {
+        pthread_mutex_lock(&ld->mu);
+        ld->stop = 1;
+        pthread_cond_broadcast(&ld->cv);
+        pthread_mutex_unlock(&ld->mu);
+        pthread_join(ld->thread, NULL);
+    }
+    if (ld->copy)
+        cudaStreamSynchronize(ld->copy);
+    pieces_free(&ld->p);
+    for (int i = 0; ld->ready && i < ld->nslots; i++) {
+        if (ld->ready[i])
+            cudaEventDestroy(ld->ready[i]);
+        if (ld->release[i])
+            cudaEventDestroy(ld->release[i]);
+    }
+    if (ld->copy)
+        cudaStreamDestroy(ld->copy);
+    pthread_mutex_destroy(&ld->mu);
+    pthread_cond_destroy(&ld->cv);
+    free(ld->ready);
+    free(ld->release);
+    free(ld->slot_layer);
+    free(ld->slot_want);
+    free(ld->queue);
+    free(ld);
+}
+
+kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer, cudaStream_t compute,
+                                   unsigned char **weights)
+{
+    kvcal_status st = KVCAL_OK;
+    const int s = layer % ld->nslots;
+    if (layer < 0 || layer >= ld->layers)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "weight loader: layer %d of %d", layer,
+                          ld->layers);
+    pthread_mutex_lock(&ld->mu);
+    /* the work queued so far is the last that reads the slots' other layers */
+    for (int i = 0; ld->nslots < ld->layers && i < ld->nslots; i++)
+        if (i != s && cudaEventRecord(ld->release[i], compute) != cudaSuccess && !ld->error) {
+            ld->error = KVCAL_ERR_CUDA;
+            snprintf(ld->message, sizeof ld->message,
+                     "weight loader: cudaEventRecord of a slot's release failed");
+        }
+    want(ld, layer);
+    while (!ld->error && ld->slot_layer[s] != layer)
+        pthread_cond_wait(&ld->cv, &ld->mu);
+    if (!ld->error && ld->nslots < ld->layers)
+        want(ld, (layer + 1) % ld->layers);
+    const kvcal_status err = ld->error;
+    pthread_mutex_unlock(&ld->mu);
+    if (err)
+        return kvcal_fail(err, "%s", ld->message);
+    TRY_CUDA(cudaStreamWaitEvent(compute, ld->ready[s], 0));
+    *weights = ld->slots + (size_t)s * ld->lay.bytes;
+fail:
+    return st;
+}
+
+kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld, const kvcal_tensor_view *src,
+                                      void *dst, cudaStream_t stream)
+{
+    kvcal_status st = KVCAL_OK;
+    job_list jobs = {NULL, 0, 0};
+    pieces p;
+    if ((st = pieces_alloc(&p)))
+        return st;
+    if (push_job(&jobs, 0, src->data, src->dtype, (size_t)src->numel)) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+        goto done;
+    }
+    if ((st = copy_jobs(&jobs, &p, dst, stream, ld->threads)))
+        goto done;
+    TRY_CUDA(cudaStreamSynchronize(stream));
+fail:
+done:
+    pieces_free(&p);
+    free(jobs.j);
+    return st;
+}
+
+double kvcal_cuda_loader_seconds(const kvcal_cuda_loader_t *ld)
+{
+    return ld->t_all;
+}

@@ -1,0 +1,45 @@
+/* cli/cmd_resume.h: what a calibration keeps as it goes, so that an
+ * interrupted run (a signal, a lost node) loses nothing it finished: after
+ * each chunk of samples, the statistics of every sample so far and the run
+ * they belong to, beside the output (`<out>.kvcal-progress.h5` and
+ * `<out>.kvcal-progress.json`, each written atomically, removed when the
+ * run ends well). `calibrate --resume` reads them back, checks they are of
+ * the same run (model, data, samples, seed, observer...) and continues from
+ * the next sample to the result an uninterrupted run gives. Part of the
+ * kvcal program. */
+#ifndef KVCAL_CLI_CMD_RESUME_H
+#define KVCAL_CLI_CMD_RESUME_H
+
+#include <cjson/cJSON.h>
+
+#include "core/scales.h"
+#include "kvcal.h"
+#include "observers/stats.h"
+
+typedef struct kvcal_cmd_resume {
+    char stats_path[4200], run_path[4200];
+    const cJSON *run;           /* what identifies the run (borrowed) */
+    kvcal_model_identity model; /* recorded with the statistics */
+    int failed;                 /* a save failed: no more tried */
+} kvcal_cmd_resume;
+
+/* The progress files of output `out` for run (a JSON object the caller
+ * keeps), into *r. -1 when out is too long (message printed). */
+int kvcal_cmd_resume_init(kvcal_cmd_resume *r, const char *out, const cJSON *run,
+                          const kvcal_model_identity *model);
+
+/* Writes stats and samples_done (kvcal_exec_chunk_fn's contract, ctx: r).
+ * A save that fails (a full disk) is a warning on stderr, the run goes on
+ * and saves no more. */
+kvcal_status kvcal_cmd_resume_save(void *ctx, const kvcal_stats_t *stats, int samples_done);
+
+/* Reads what a run saved: *stats (caller destroys) and *samples_done. An
+ * absent file, another run's (naming the first field that differs) or a
+ * file that does not parse is an error saying so. */
+kvcal_status kvcal_cmd_resume_load(const kvcal_cmd_resume *r, kvcal_stats_t **stats,
+                                   int *samples_done);
+
+/* Removes the progress files (the run ended well). */
+void kvcal_cmd_resume_clear(const kvcal_cmd_resume *r);
+
+#endif
