@@ -786,14 +786,14 @@ static void layer_clip_figure(const report *r)
 {
     FILE *f = r->f;
     char b[32];
-    double ymax = r->in->clip_threshold;
-    int any = 0;
+    double top = 0;
     for (int l = 0; l < r->L; l++)
-        for (int kv = 0; kv < 2; kv++) {
-            ymax = fmax(ymax, r->clip[kv][l]);
-            any |= r->clip[kv][l] > 0;
-        }
-    ymax = ymax > 0 ? ymax * 1.2 : 1e-3;
+        for (int kv = 0; kv < 2; kv++)
+            top = fmax(top, r->clip[kv][l]);
+    /* the bars' own range; the threshold drawn when it falls inside it */
+    const int any = top > 0;
+    const double ymax = any ? top * 1.25 : fmax(r->in->clip_threshold * 1.2, 1e-4);
+    const int threshold_shown = r->in->clip_threshold <= ymax;
     const double ml = 60, mt = 30, pw = fmax(560, fmin(860, 40.0 * r->L)), ph = 140;
     const double gw = pw / r->L, bw = fmax(1, gw * 0.36);
     figure_open(f, "fig-layer-clip", "chart bars", ml + pw + 16, mt + ph + 40,
@@ -802,8 +802,9 @@ static void layer_clip_figure(const report *r)
     swatch(f, ml + 100, 14, V_COLOUR, "V clipped");
     fprintf(f, "<line class=\"threshold\" x1=\"%.1f\" y1=\"10\" x2=\"%.1f\" y2=\"10\"/>",
             ml + 200, ml + 216);
-    fprintf(f, "<text x=\"%.1f\" y=\"14\">warning threshold (%s)</text>\n", ml + 222,
-            pct(b, sizeof b, r->in->clip_threshold));
+    fprintf(f, "<text x=\"%.1f\" y=\"14\">warning threshold (%s%s)</text>\n", ml + 222,
+            pct(b, sizeof b, r->in->clip_threshold),
+            threshold_shown ? "" : ", above every bar");
     y_axis(f, ml, mt, pw, ph, ymax, 1);
     for (int l = 0; l < r->L; l++)
         for (int kv = 0; kv < 2; kv++) {
@@ -819,10 +820,11 @@ static void layer_clip_figure(const report *r)
                 pct(b, sizeof b, v), kv ? "V" : "K");
         }
     double yt = mt + ph - ph * r->in->clip_threshold / ymax;
-    fprintf(
-        f,
-        "<line class=\"threshold\" x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\"/>\n",
-        ml, yt, ml + pw, yt);
+    if (threshold_shown)
+        fprintf(f,
+                "<line class=\"threshold\" x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" "
+                "y2=\"%.2f\"/>\n",
+                ml, yt, ml + pw, yt);
     if (!any)
         fprintf(f,
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">no calibration value "
