@@ -25,6 +25,7 @@
 #include "io/atomic_file.h"
 #include "io/dataset/dataset.h"
 #include "io/json_file.h"
+#include "io/report/report_html.h"
 #include "io/scales/scales_io.h"
 #include "io/stats_hdf5.h"
 #include "kvcal.h"
@@ -41,7 +42,8 @@ static const char default_dataset[] = DEFAULT_DATASET;
 typedef struct {
     kvcal_cmd_run_options run;
     const char *out, *stats_path, *format;
-    int output_named; /* --out, --format or --stats given */
+    const char *report_path; /* --report: the HTML report, or NULL */
+    int output_named;        /* --out, --format, --stats or --report given */
     int time_only;    /* --time-only */
     int resume;       /* --resume */
     int save_every;   /* --save-every: samples a chunk, progress saved after each */
@@ -88,6 +90,8 @@ static void usage(FILE *f)
         "                       writes kv_cache_scales.json, kvcal_scales.json and\n"
         "                       checkpoint/ under --out\n"
         "  --stats FILE.h5      also write the HDF5 statistics\n"
+        "  --report FILE.html   also write the HTML report of the scales and statistics\n"
+        "                       (what kvcal report writes)\n"
         "  --seed S             sample selection seed (default 0)\n"
         "  --quiet              no progress line (on a terminal a line rewritten in\n"
         "                       place; elsewhere a plain line every\n"
@@ -127,6 +131,7 @@ enum {
     O_OUT,
     O_FORMAT,
     O_STATS,
+    O_REPORT,
     O_TIME_ONLY,
     O_RESUME,
     O_SAVE_EVERY
@@ -147,6 +152,10 @@ static int own_option(int c, const char *arg, void *ctx)
     case O_STATS:
         o->output_named = 1;
         return kvcal_cmd_parse_path("calibrate", "--stats", arg, &o->stats_path) ? -1 : 1;
+    case O_REPORT:
+        o->output_named = 1;
+        return kvcal_cmd_parse_path("calibrate", "--report", arg, &o->report_path) ? -1
+                                                                                   : 1;
     case O_TIME_ONLY:
         o->time_only = 1;
         return 1;
@@ -193,6 +202,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"out", required_argument, 0, O_OUT},
         {"format", required_argument, 0, O_FORMAT},
         {"stats", required_argument, 0, O_STATS},
+        {"report", required_argument, 0, O_REPORT},
         {"time-only", no_argument, 0, O_TIME_ONLY},
         {"resume", no_argument, 0, O_RESUME},
         {"save-every", required_argument, 0, O_SAVE_EVERY},
@@ -217,7 +227,7 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (o->time_only && (o->output_named || o->resume)) {
         fprintf(stderr, "kvcal calibrate: --time-only writes nothing; leave out --out, "
-                        "--format, --stats and --resume\n");
+                        "--format, --stats, --report and --resume\n");
         return -1;
     }
     static const char *const formats[] = {"legacy", "kvcal", "checkpoint", "all"};
@@ -342,9 +352,9 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
  * and against each other first, then written as one batch. */
 typedef struct {
     char legacy[4096], kvcal[4096], checkpoint[4096]; /* "" when not written */
-    char files[6][4096];                              /* every file, checkpoint's too */
-    const char *option[6];                            /* the option naming each */
-    int in_checkpoint[6];                             /* 1 for the checkpoint's files */
+    char files[7][4096];                              /* every file, checkpoint's too */
+    const char *option[7];                            /* the option naming each */
+    int in_checkpoint[7];                             /* 1 for the checkpoint's files */
     int nfiles;
 } output_plan;
 
@@ -370,8 +380,8 @@ static int plan_file(output_plan *p, const char *option, const char *dir,
     return 0;
 }
 
-/* The files of --format, --out and --stats; -1 (message printed) when a
- * path is too long. */
+/* The files of --format, --out, --stats and --report; -1 (message printed)
+ * when a path is too long. */
 static int plan_outputs(const options *o, output_plan *p)
 {
     memset(p, 0, sizeof *p);
@@ -404,6 +414,8 @@ static int plan_outputs(const options *o, output_plan *p)
         }
     }
     if (o->stats_path && plan_file(p, "--stats", o->stats_path, NULL, NULL))
+        return -1;
+    if (o->report_path && plan_file(p, "--report", o->report_path, NULL, NULL))
         return -1;
     return 0;
 }
@@ -536,14 +548,26 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
          (st = kvcal_stats_write_hdf5(o->stats_path, stats, &scales->model,
                                       &scales->provenance))))
         goto done;
+    if (o->report_path) {
+        const char *scales_path = p->kvcal[0]    ? p->kvcal
+                                  : p->legacy[0] ? p->legacy
+                                                 : p->checkpoint;
+        const kvcal_report_html_inputs in = {
+            scales, scales_path, stats, o->stats_path,
+            NULL,   NULL,        -1,    KVCAL_REPORT_CLIP_THRESHOLD};
+        if ((st = kvcal_report_html_write(o->report_path, &in)))
+            goto done;
+    }
     st = kvcal_atomic_batch_commit(batch);
     batch = NULL;
     if (st)
         goto done;
-    const char *names[] = {p->legacy, p->kvcal, p->checkpoint, o->stats_path};
+    const char *names[] = {p->legacy, p->kvcal, p->checkpoint, o->stats_path,
+                           o->report_path};
     const kvcal_format formats[] = {KVCAL_FORMAT_LEGACY_JSON, KVCAL_FORMAT_KVCAL_JSON,
-                                    KVCAL_FORMAT_CHECKPOINT, KVCAL_FORMAT_UNKNOWN};
-    for (int i = 0; i < 4; i++)
+                                    KVCAL_FORMAT_CHECKPOINT, KVCAL_FORMAT_UNKNOWN,
+                                    KVCAL_FORMAT_UNKNOWN};
+    for (int i = 0; i < 5; i++)
         if (names[i] && names[i][0]) {
             cJSON_AddItemToArray(written, cJSON_CreateString(names[i]));
             cJSON_AddItemToArray(notes, cJSON_CreateString(kvcal_cmd_format_note(

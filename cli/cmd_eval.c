@@ -16,13 +16,16 @@
 #include <sys/stat.h>
 
 #include "cli/cmd_common.h"
+#include "cli/cmd_outputs.h"
 #include "cli/cmd_progress.h"
 #include "cli/command.h"
 #include "calib/executor.h"
 #include "calib/model.h"
 #include "core/scales.h"
 #include "core/status.h"
+#include "io/atomic_file.h"
 #include "io/dataset/dataset.h"
+#include "io/report/report_html.h"
 #include "kvcal.h"
 
 #define DEFAULT_BATCH 4
@@ -49,6 +52,7 @@ static const char *const mode_help[NUM_MODES] = {
 typedef struct {
     kvcal_cmd_run_options run;
     const char *scales;
+    const char *report;     /* --report FILE.html, or NULL */
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
 } options;
@@ -90,7 +94,10 @@ static void usage(FILE *f)
            "                       place; elsewhere a plain line every\n"
            "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
            "                       the end of each mode)\n"
-           "  --json               print the report as JSON on stdout\n\n"
+           "  --json               print the report as JSON on stdout\n"
+           "  --report FILE.html   also write the HTML report (what kvcal report\n"
+           "                       writes: the table, the change per mode, the\n"
+           "                       --scales per layer and head); never an input\n\n"
            "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
            "error\n");
 }
@@ -115,7 +122,7 @@ static int parse_modes(const char *text, int *modes)
     return 0;
 }
 
-enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES };
+enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT };
 
 /* eval's own options (kvcal_cmd_own_option); ctx: the options, whose
  * modes_text keeps --modes until the other options are known. */
@@ -128,6 +135,8 @@ static int own_option(int c, const char *arg, void *ctx)
     case O_MODES:
         o->modes_text = arg;
         return 1;
+    case O_REPORT:
+        return kvcal_cmd_parse_path("eval", "--report", arg, &o->report) ? -1 : 1;
     default:
         return 0;
     }
@@ -141,6 +150,7 @@ static int parse_options(int argc, char **argv, options *o)
         KVCAL_CMD_RUN_LONGOPTS,
         {"scales", required_argument, 0, O_SCALES},
         {"modes", required_argument, 0, O_MODES},
+        {"report", required_argument, 0, O_REPORT},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -346,8 +356,9 @@ static cJSON *json_number(double v)
     return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
 }
 
-static void print_json(const mode_result *res, int nres, const kvcal_model_desc *d,
-                       const kvcal_samples *s, const options *o)
+/* The report as JSON (caller deletes; NULL when out of memory). */
+static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_desc *d,
+                          const kvcal_samples *s, const options *o)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "architecture", d->architecture);
@@ -385,11 +396,44 @@ static void print_json(const mode_result *res, int nres, const kvcal_model_desc 
         }
         cJSON_AddItemToArray(modes, m);
     }
+    return root;
+}
+
+static void print_json(const cJSON *root)
+{
     char *text = cJSON_Print(root);
     if (text)
         printf("%s\n", text);
     free(text);
-    cJSON_Delete(root);
+}
+
+/* Whether --report may be written: writable, and none of the inputs (the
+ * model's files, the dataset, the tokenizer, --scales); -1 with a message. */
+static int check_report(const options *o)
+{
+    kvcal_inputs_t *in = NULL;
+    kvcal_status st = kvcal_inputs_create(&in);
+    if (!st)
+        st = kvcal_cmd_add_model_inputs(in, o->run.model);
+    if (!st)
+        st = kvcal_inputs_add(in, o->run.dataset, "the dataset", NULL);
+    if (!st && o->run.tokenizer)
+        st = kvcal_inputs_add(in, o->run.tokenizer, "the tokenizer", NULL);
+    if (!st && o->scales)
+        st = kvcal_inputs_add(in, o->scales, "the scales", NULL);
+    if (!st && strlen(o->report) > KVCAL_ATOMIC_PATH_MAX)
+        st = kvcal_fail(KVCAL_ERR_IO,
+                        "--report %.64s...: output path too long; use a path shorter "
+                        "than %zu bytes",
+                        o->report, (size_t)KVCAL_ATOMIC_PATH_MAX + 1);
+    if (!st)
+        st = kvcal_atomic_check(o->report);
+    if (!st)
+        st = kvcal_inputs_check(in, "--report", o->report);
+    kvcal_inputs_destroy(in);
+    if (st)
+        fprintf(stderr, "kvcal eval: %s\n", kvcal_last_error());
+    return st ? -1 : 0;
 }
 
 // --- command -----------------------------------------------------------------
@@ -412,12 +456,13 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         usage(stdout);
         return KVCAL_EXIT_OK;
     }
-    if (rc)
+    if (rc || (o.report && check_report(&o)))
         return KVCAL_EXIT_USAGE;
     kvcal_model_t *model = NULL;
     kvcal_samples *samples = NULL;
     kvcal_exec_t *x = NULL;
     kvcal_scales_t *scales = NULL;
+    cJSON *json = NULL;
     mode_result res[NUM_MODES];
     int nres = 0;
     kvcal_status st;
@@ -475,8 +520,18 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             goto fail;
         nres++;
     }
+    if ((o.run.json || o.report) && !(json = report_json(res, nres, d, samples, &o))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (o.report) {
+        const kvcal_report_html_inputs in = {
+            scales, o.scales, NULL, NULL, json, NULL, -1, KVCAL_REPORT_CLIP_THRESHOLD};
+        if ((st = kvcal_report_html_write(o.report, &in)))
+            goto fail;
+    }
     if (o.run.json)
-        print_json(res, nres, d, samples, &o);
+        print_json(json);
     else
         print_table(res, nres, d, samples, &o);
     rc = KVCAL_EXIT_OK;
@@ -491,6 +546,7 @@ fail:
     fprintf(stderr, "kvcal eval: %s\n", kvcal_last_error());
     rc = kvcal_cmd_run_exit_code(st);
 done:
+    cJSON_Delete(json);
     for (int i = 0; i < NUM_MODES; i++)
         free(res[i].sums);
     kvcal_exec_destroy(x);

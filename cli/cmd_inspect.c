@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cmd_common.h"
 #include "cli/command.h"
@@ -29,6 +31,7 @@ typedef struct inspect_opts {
     const char *model;     /* --model DIR or NULL */
     int decode;            /* samples to decode */
     int json;
+    int heatmap;  /* print a scales file's layer x head map in blocks */
     cJSON *out;   /* the JSON report (filled in text mode too, never printed) */
     int complete; /* out holds a whole report, printed with --json even on exit 1 */
 } inspect_opts;
@@ -37,7 +40,7 @@ static void inspect_usage(FILE *f)
 {
     fprintf(
         f, "usage: kvcal inspect PATH [--tokenizer FILE] [--model DIR] [--decode N] "
-           "[--json]\n\n"
+           "[--heatmap] [--json]\n\n"
            "Says what PATH holds, detected from its content:\n"
            "  a model (checkpoint directory with config.json, a .safetensors beside its\n"
            "  config.json, a config file, a llama2.c .bin): shape, RoPE, dtype,\n"
@@ -47,7 +50,8 @@ static void inspect_usage(FILE *f)
            "  from its config.json and exits 1;\n"
            "  a scales file (legacy JSON, kvcal JSON, checkpoint directory / shard,\n"
            "  calibrate --format checkpoint's directory): per-layer K/V scales (per\n"
-           "  head with --json or per-head granularity);\n"
+           "  head with --json or per-head granularity) and, on a terminal, a map\n"
+           "  of the K and V scales by layer and kv head in Unicode blocks;\n"
            "  a statistics file (calibrate --stats): per-layer K/V absmax and the\n"
            "  channel with the largest one;\n"
            "  a token set (tokenize output, HDF5 or JSONL of input_ids): samples,\n"
@@ -56,6 +60,8 @@ static void inspect_usage(FILE *f)
            "                    one found beside it)\n"
            "  --model DIR       model whose tokenizer --decode uses\n"
            "  --decode N        print the first N samples of a token set as text\n"
+           "  --heatmap         print a scales file's map even when stdout is not a\n"
+           "                    terminal\n"
            "  --json            print a JSON report on stdout\n\n"
            "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
@@ -555,6 +561,55 @@ static void print_provenance(const kvcal_model_identity *id, const kvcal_provena
                p->num_samples, p->num_tokens, p->seed, p->tool_version);
 }
 
+/* The columns of the terminal on stdout (80 when it does not say). */
+static int terminal_width(void)
+{
+    struct winsize ws;
+    return ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20 ? ws.ws_col : 80;
+}
+
+/* a (layers, kv heads) as a map: a column a layer, a row a kv head, each
+ * value one of eight blocks from the smallest (▁) to the largest (█);
+ * layers wrap to the terminal's width, numbered every five. */
+static void print_heatmap(const char *what, const kvcal_scales_t *s, const float *a)
+{
+    static const char *const blocks[8] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+    const int L = s->num_layers, H = s->num_kv_heads;
+    float lo = a[0], hi = a[0];
+    for (int i = 1; i < L * H; i++) {
+        lo = a[i] < lo ? a[i] : lo;
+        hi = a[i] > hi ? a[i] : hi;
+    }
+    printf("  %s by layer (columns) and kv head (rows): ▁ %.4g .. █ %.4g\n", what, lo,
+           hi);
+    const int width = terminal_width() < 1000 ? terminal_width() : 1000;
+    const int per_line = width - 12 > 10 ? (width - 12) / 10 * 10 : 10;
+    for (int c0 = 0; c0 < L; c0 += per_line) {
+        int n = L - c0 < per_line ? L - c0 : per_line;
+        char ruler[1024];
+        memset(ruler, ' ', sizeof ruler);
+        int end = 0;
+        for (int c = 0; c < n; c++)
+            if ((c0 + c) % 5 == 0) {
+                char num[16];
+                int k = snprintf(num, sizeof num, "%d", c0 + c);
+                memcpy(ruler + c, num, (size_t)k);
+                end = c + k;
+            }
+        ruler[end] = '\0';
+        printf("  layer     %s\n", ruler);
+        for (int h = 0; h < H; h++) {
+            printf("  head %-4d ", h);
+            for (int c = c0; c < c0 + n; c++) {
+                float v = a[kvcal_scales_index(s, c, h)];
+                int b = hi > lo ? (int)((v - lo) / (hi - lo) * 7.0f + 0.5f) : 3;
+                fputs(blocks[b < 0 ? 0 : b > 7 ? 7 : b], stdout);
+            }
+            printf("\n");
+        }
+    }
+}
+
 static int inspect_scales(const char *path, inspect_opts *o)
 {
     kvcal_report_t *rep = NULL;
@@ -636,6 +691,10 @@ static int inspect_scales(const char *path, inspect_opts *o)
                        max_over_heads(s, s->v_absmax, l));
             printf("\n");
         }
+    }
+    if (!o->json && o->heatmap) {
+        print_heatmap("K scale", s, s->k_head);
+        print_heatmap("V scale", s, s->v_head);
     }
     kvcal_scales_destroy(s);
     return KVCAL_EXIT_OK;
@@ -788,10 +847,12 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
         {"model", required_argument, NULL, 'm'},
         {"decode", required_argument, NULL, 'd'},
         {"json", no_argument, NULL, 'j'},
+        {"heatmap", no_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     inspect_opts o = {0};
+    o.heatmap = isatty(STDOUT_FILENO);
     int c;
     optind = 1;
     opterr = 0;
@@ -811,6 +872,9 @@ KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token
             break;
         case 'j':
             o.json = 1;
+            break;
+        case 'H':
+            o.heatmap = 1;
             break;
         case 'h':
             inspect_usage(stdout);

@@ -193,6 +193,21 @@ static int on_path(const char *tool)
     return system(cmd) == 0;
 }
 
+const char *kvcal_test_html5_python(void)
+{
+    static const char *const pythons[] = {"python3", "/usr/bin/python3"};
+    static int found = -2; /* -2 not looked for yet, -1 none */
+    for (int i = 0; found == -2 && i < 2; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import html5lib' > /dev/null 2>&1", pythons[i]);
+        if (system(cmd) == 0)
+            found = i;
+    }
+    if (found == -2)
+        found = -1;
+    return found >= 0 ? pythons[found] : NULL;
+}
+
 static void remove_tmpdir(void)
 {
     if (tmpdir[0] && !getenv("KVCAL_KEEP_TMP")) {
@@ -217,6 +232,10 @@ static const char *unmet_need(int needs)
                "(make deps-check)";
     if ((needs & KVCAL_NEEDS_PKG_CONFIG) && !on_path("pkg-config"))
         return "no pkg-config";
+    if ((needs & KVCAL_NEEDS_HTML5LIB) && !kvcal_test_html5_python())
+        return "no python3 with html5lib (Debian's python3-html5lib: make deps)";
+    if ((needs & KVCAL_NEEDS_CHROMIUM) && !on_path("chromium"))
+        return "no chromium (Debian's chromium: make deps)";
     return NULL;
 }
 

@@ -18,10 +18,12 @@
 
 enum {
     KVCAL_NEEDS_NOTHING = 0,
-    KVCAL_NEEDS_GPU = 1,       /* a CUDA device in a CUDA build */
-    KVCAL_NEEDS_SHARED = 2,    /* the ../shared folder (models, corpora, fixtures) */
-    KVCAL_NEEDS_SOURCE = 4,    /* run from the source tree, its build's packages there */
-    KVCAL_NEEDS_PKG_CONFIG = 8 /* pkg-config on PATH */
+    KVCAL_NEEDS_GPU = 1,        /* a CUDA device in a CUDA build */
+    KVCAL_NEEDS_SHARED = 2,     /* the ../shared folder (models, corpora, fixtures) */
+    KVCAL_NEEDS_SOURCE = 4,     /* run from the source tree, its build's packages there */
+    KVCAL_NEEDS_PKG_CONFIG = 8, /* pkg-config on PATH */
+    KVCAL_NEEDS_HTML5LIB = 16,  /* a python3 that imports html5lib (python3-html5lib) */
+    KVCAL_NEEDS_CHROMIUM = 32   /* Debian's chromium on PATH (headless) */
 };
 
 typedef struct kvcal_suite {
@@ -52,6 +54,11 @@ const char *kvcal_test_build_dir(void);
  * the command line too), its output into log. Returns make's exit code, -1
  * when it did not exit; prints the log's last lines when it fails. */
 int kvcal_test_make(const char *args, const char *log);
+
+/* A python3 that imports html5lib: "python3", else "/usr/bin/python3"
+ * (Debian's python3-html5lib is installed for the system's interpreter,
+ * which another python3 on PATH may hide); NULL when neither does. */
+const char *kvcal_test_html5_python(void);
 
 /* Writes `len` bytes to path; returns 0 on success. */
 int kvcal_test_write_file(const char *path, const void *data, size_t len);
