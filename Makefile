@@ -164,6 +164,22 @@ test-smollm2: $(KVCAL)
 	python3 tests/smollm2_to_hf.py --kvcal $(KVCAL) --work $(BUILD)/smollm2
 .PHONY: test-smollm2
 
+# The Python package (python/) installed into PY_VENV (made when missing,
+# with torch and numpy from PyPI: a large download) and its tests run
+# against this build's libkvcal.so, CPU path; says SKIPPED when it cannot
+# install them. Once the venv is there, `make test` runs the same tests
+# (suite python).
+PY_VENV ?= build/venv-python
+test-python: $(LIBSO)
+	@command -v python3 >/dev/null || { echo "test-python: SKIPPED: no python3"; exit 0; }; \
+	if ! $(PY_VENV)/bin/python -c 'import torch, numpy' 2>/dev/null; then \
+	  { python3 -m venv $(PY_VENV) && $(PY_VENV)/bin/pip install -q torch numpy; } || \
+	  { echo "test-python: SKIPPED: could not install torch and numpy from PyPI into $(PY_VENV)"; exit 0; }; \
+	fi; \
+	$(PY_VENV)/bin/pip install -q --no-index --force-reinstall ./python && \
+	KVCAL_LIBRARY=$(abspath $(LIBSO)) $(PY_VENV)/bin/python -m unittest discover -s python/tests -v
+.PHONY: test-python
+
 bench: $(BENCH_BIN)
 
 # The main job: calibrate the bundled stories260K on the default calibration

@@ -193,6 +193,12 @@ static int on_path(const char *tool)
     return system(cmd) == 0;
 }
 
+const char *kvcal_test_python(void)
+{
+    const char *e = getenv("KVCAL_PYTHON");
+    return e && *e ? e : "build/venv-python/bin/python";
+}
+
 static void remove_tmpdir(void)
 {
     if (tmpdir[0] && !getenv("KVCAL_KEEP_TMP")) {
@@ -217,6 +223,18 @@ static const char *unmet_need(int needs)
                "(make deps-check)";
     if ((needs & KVCAL_NEEDS_PKG_CONFIG) && !on_path("pkg-config"))
         return "no pkg-config";
+    if (needs & KVCAL_NEEDS_PYTHON_TORCH) {
+#ifdef __SANITIZE_ADDRESS__
+        return "a sanitizer build's libkvcal.so does not load into Python";
+#else
+        char cmd[PATH_MAX + 128];
+        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch, numpy' > /dev/null 2>&1",
+                 kvcal_test_python());
+        if (system(cmd) != 0)
+            return "no Python with torch and numpy (make test-python makes "
+                   "build/venv-python; or set KVCAL_PYTHON)";
+#endif
+    }
     return NULL;
 }
 

@@ -21,7 +21,8 @@ enum {
     KVCAL_NEEDS_GPU = 1,       /* a CUDA device in a CUDA build */
     KVCAL_NEEDS_SHARED = 2,    /* the ../shared folder (models, corpora, fixtures) */
     KVCAL_NEEDS_SOURCE = 4,    /* run from the source tree, its build's packages there */
-    KVCAL_NEEDS_PKG_CONFIG = 8 /* pkg-config on PATH */
+    KVCAL_NEEDS_PKG_CONFIG = 8, /* pkg-config on PATH */
+    KVCAL_NEEDS_PYTHON_TORCH = 16 /* kvcal_test_python() imports torch and numpy */
 };
 
 typedef struct kvcal_suite {
@@ -52,6 +53,10 @@ const char *kvcal_test_build_dir(void);
  * the command line too), its output into log. Returns make's exit code, -1
  * when it did not exit; prints the log's last lines when it fails. */
 int kvcal_test_make(const char *args, const char *log);
+
+/* The Python the package's tests run with: $KVCAL_PYTHON, else the venv
+ * `make test-python` makes (build/venv-python/bin/python). */
+const char *kvcal_test_python(void);
 
 /* Writes `len` bytes to path; returns 0 on success. */
 int kvcal_test_write_file(const char *path, const void *data, size_t len);
