@@ -66,20 +66,19 @@ def _same_device(arrays):
 def _kv(key, value, stream, rows=None):
     k, v = as_array("key", key, stream), as_array("value", value, stream)
     for a in (k, v):
-        if len(a.shape) != 3:
+        s = a.shape
+        if len(s) != 3:
             raise ValueError("%s: shape %s, expected (num_tokens, num_kv_heads, head_dim)"
-                             % (a.name, a.shape))
+                             % (a.name, s))
         if a.dtype not in KVCAL_DTYPE:
             raise TypeError("%s: dtype %s, expected float32, float16 or bfloat16"
                             % (a.name, a.dtype))
-        if a.shape[2] > 1 and a.strides[2] != 1:
+        if a.strides[2] != 1 and s[2] > 1:
             raise ValueError("%s: strides %s: head_dim must be contiguous (stride 1)"
                              % (a.name, a.strides))
-        if a.ptr == 0 and a.numel():
-            raise ValueError("%s: no data" % a.name)
     if v.dtype != k.dtype:
         raise TypeError("value: dtype %s, key is %s: pass both in one dtype" % (v.dtype, k.dtype))
-    if v.shape[1:] != k.shape[1:] or v.shape[0] != k.shape[0]:
+    if v.shape != k.shape:
         raise ValueError("value: shape %s, key is %s: they must match" % (v.shape, k.shape))
     if rows is not None and k.shape[0] < rows:
         raise ValueError("key: %d tokens, slot_mapping has %d: key and value need a row "
@@ -102,21 +101,18 @@ def _slots(slot_mapping, stream, num_tokens):
 def _cache(key_cache, value_cache, H, D, layout, stream):
     """A KvCache of the two caches (and the arrays to keep alive)."""
     kc, vc = as_array("key_cache", key_cache, stream), as_array("value_cache", value_cache, stream)
-    geo = None
     for a in (kc, vc):
         if a.dtype not in _CACHE_DTYPES:
             raise TypeError("%s: dtype %s, expected uint8 or float8_e4m3fn (the FP8 cache)"
                             % (a.name, a.dtype))
-        g = _cache_geometry(a, H, D, layout)
-        if geo is not None and g != geo:
+    geo = _cache_geometry(kc, H, D, layout)
+    if (vc.shape, vc.strides) != (kc.shape, kc.strides):
+        g = _cache_geometry(vc, H, D, layout)
+        if g != geo:
             raise ValueError("value_cache: shape %s strides %s, key_cache is %s %s: the two "
                              "caches must have one geometry"
                              % (vc.shape, vc.strides, kc.shape, kc.strides))
-        geo = g
-    c = _lib.KvCache()
-    c.k, c.v = kc.ptr, vc.ptr
-    c.num_blocks, c.block_size, c.num_kv_heads, c.head_dim, c.block_stride, c.layout = geo
-    return c, kc, vc
+    return _lib.KvCache(kc.ptr, vc.ptr, None, None, *geo), kc, vc
 
 
 def _cache_geometry(a, H, D, layout):
@@ -176,17 +172,12 @@ def _contiguous(a):
 
 
 def _batch(k, v, slots, num_tokens):
-    b = _lib.KvBatch()
-    b.k, b.v = k.ptr, v.ptr
-    b.dtype = KVCAL_DTYPE[k.dtype]
-    b.num_tokens = num_tokens
-    H, D = k.shape[1], k.shape[2]
-    b.k_token_stride = k.strides[0] if k.shape[0] > 1 else H * D
-    b.k_head_stride = k.strides[1] if H > 1 else D
-    b.v_token_stride = v.strides[0] if v.shape[0] > 1 else H * D
-    b.v_head_stride = v.strides[1] if H > 1 else D
-    b.slot_mapping = slots.ptr if slots is not None else None
-    return b
+    T, H, D = k.shape
+    ks, vs = k.strides, v.strides
+    return _lib.KvBatch(k.ptr, v.ptr, KVCAL_DTYPE[k.dtype], num_tokens,
+                        ks[0] if T > 1 else H * D, ks[1] if H > 1 else D,
+                        vs[0] if T > 1 else H * D, vs[1] if H > 1 else D,
+                        slots.ptr if slots is not None else None)
 
 
 def _static_scale(name, x, H, on_cuda, device_index, stream):
@@ -205,15 +196,16 @@ def _static_scale(name, x, H, on_cuda, device_index, stream):
         buf = (ctypes.c_float * 1)(x)
         return ctypes.addressof(buf), _lib.GRANULARITY_TENSOR, buf
     a = as_array(name, x, stream)
-    if a.dtype != F32 or a.numel() not in (1, H):
+    n = a.numel()
+    if a.dtype != F32 or n not in (1, H):
         raise ValueError("%s: %s of %d values, expected float32 with 1 (per tensor) or %d "
-                         "(per kv head)" % (name, a.dtype, a.numel(), H))
-    if a.numel() > 1 and a.strides[-1] != 1:
+                         "(per kv head)" % (name, a.dtype, n, H))
+    if n > 1 and a.strides[-1] != 1:
         raise ValueError("%s: must be contiguous" % name)
     if (a.device == "cuda") != on_cuda or (on_cuda and a.device_index != device_index):
         raise ValueError("%s is on %s; the call runs on %s" % (
             name, a.where(), "cuda:%d" % device_index if on_cuda else "cpu"))
-    gran = _lib.GRANULARITY_TENSOR if a.numel() == 1 else _lib.GRANULARITY_HEAD
+    gran = _lib.GRANULARITY_TENSOR if n == 1 else _lib.GRANULARITY_HEAD
     return a.ptr, gran, a
 
 

@@ -148,13 +148,15 @@ def as_array(name, obj, stream=None):
         a.ptr = obj.data_ptr()
         a.shape = tuple(obj.shape)
         a.strides = obj.stride()
-        a.dtype = _torch_name(obj.dtype)
-        dev = obj.device
-        a.device = "cuda" if dev.type == "cuda" else dev.type
-        a.device_index = dev.index if dev.index is not None else 0
-        if a.device not in ("cpu", "cuda"):
+        dt = obj.dtype
+        a.dtype = _TORCH_DTYPES.get(dt) or _torch_name(dt)
+        if obj.is_cuda:
+            a.device, a.device_index = "cuda", obj.get_device()
+        elif obj.is_cpu:
+            a.device, a.device_index = "cpu", 0
+        else:
             raise TypeError("%s: a tensor on %s; kvcal takes CPU and CUDA tensors"
-                            % (name, dev))
+                            % (name, obj.device))
         return a
     iface = getattr(obj, "__cuda_array_interface__", None)
     if iface is not None:
@@ -188,6 +190,8 @@ def current_stream(arrays, stream):
         return int(stream)
     torch = sys.modules.get("torch")
     if torch is not None:
-        dev = arrays[0].device_index if arrays else None
-        return torch.cuda.current_stream(dev).cuda_stream
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(arrays[0].device_index if arrays else torch.cuda.current_device())
+        return torch.cuda.current_stream(arrays[0].device_index if arrays else None).cuda_stream
     return 0
