@@ -39,13 +39,14 @@ LDLIBS := $(HOST_LIBS)
 # kernels/nocuda.c stands in for the device code of libkvcal without CUDA.
 ENGINE_SRC := $(wildcard core/*.c io/scales/*.c) io/atomic_file.c io/file_read.c \
               io/json_file.c io/path.c io/checkpoint/safetensors.c \
-              io/checkpoint/model_config.c kernels/cpu/kvquant_ref.c
+              io/checkpoint/model_config.c kernels/cpu/kvquant_ref.c \
+              observers/stats.c observers/observer.c observers/calibrator.c
 TOOLKIT_CPU_SRC := $(filter-out $(ENGINE_SRC) %_cuda.c,$(wildcard io/*.c io/*/*.c \
                    observers/*.c kernels/cpu/*.c calib/*.c))
 # everything a CPU-only build compiles into the two libraries (the fuzz
 # targets build from these)
 CPU_LIB_SRC := $(ENGINE_SRC) $(TOOLKIT_CPU_SRC) kernels/nocuda.c
-ENGINE_CU := kernels/cuda/kvquant.cu
+ENGINE_CU := kernels/cuda/kvquant.cu kernels/cuda/kv_observe.cu
 CMD_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 ifeq ($(CUDA),1)
@@ -162,6 +163,22 @@ test-smollm2: $(KVCAL)
 	@command -v python3 >/dev/null || { echo "test-smollm2: SKIPPED: no python3"; exit 0; }; \
 	python3 tests/smollm2_to_hf.py --kvcal $(KVCAL) --work $(BUILD)/smollm2
 .PHONY: test-smollm2
+
+# The Python package (python/) installed into PY_VENV (made when missing,
+# with torch and numpy from PyPI: a large download) and its tests run
+# against this build's libkvcal.so, CPU path; says SKIPPED when it cannot
+# install them. Once the venv is there, `make test` runs the same tests
+# (suite python).
+PY_VENV ?= build/venv-python
+test-python: $(LIBSO)
+	@command -v python3 >/dev/null || { echo "test-python: SKIPPED: no python3"; exit 0; }; \
+	if ! $(PY_VENV)/bin/python -c 'import torch, numpy' 2>/dev/null; then \
+	  { python3 -m venv $(PY_VENV) && $(PY_VENV)/bin/pip install -q torch numpy; } || \
+	  { echo "test-python: SKIPPED: could not install torch and numpy from PyPI into $(PY_VENV)"; exit 0; }; \
+	fi; \
+	$(PY_VENV)/bin/pip install -q --no-index --force-reinstall ./python && \
+	KVCAL_LIBRARY=$(abspath $(LIBSO)) $(PY_VENV)/bin/python -m unittest discover -s python/tests -v
+.PHONY: test-python
 
 bench: $(BENCH_BIN)
 

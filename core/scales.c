@@ -1,6 +1,7 @@
 /* core/scales.c: create / destroy / access the in-memory scale set. */
 #include "scales.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +27,7 @@ kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
                           "(layer, kv head) pairs; no model has that many (check the "
                           "sizes the file states)",
                           num_layers, num_kv_heads);
-    size_t n = 4 * per_head + 2 * (size_t)num_layers;
+    size_t n = 4 * per_head + 3 * (size_t)num_layers;
     kvcal_scales_t *s = calloc(1, sizeof *s);
     float *slab = calloc(n, sizeof(float));
     if (!s || !slab) {
@@ -44,6 +45,7 @@ kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
     s->v_absmax = s->k_absmax + per_head;
     s->k_clip = s->v_absmax + per_head;
     s->v_clip = s->k_clip + num_layers;
+    s->q_scale = s->v_clip + num_layers;
     strcpy(s->provenance.observer_params, "{}");
     strcpy(s->provenance.tool_version, KVCAL_VERSION_STRING);
     s->model.num_layers = num_layers;
@@ -112,10 +114,32 @@ kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *s, int layer,
     return KVCAL_OK;
 }
 
+// --- filling ------------------------------------------------------------------
+
+static kvcal_status check_value(const char *fn, const char *what, int layer, int head,
+                                float v)
+{
+    if (kvcal_scale_is_valid(v))
+        return KVCAL_OK;
+    if (head < 0)
+        return kvcal_fail(KVCAL_ERR_NONFINITE,
+                          "%s: layer %d: %s %g is not a finite number > 0; the set is "
+                          "unchanged (pass the scale the engine quantizes with)",
+                          fn, layer, what, (double)v);
+    return kvcal_fail(KVCAL_ERR_NONFINITE,
+                      "%s: layer %d kv head %d: %s %g is not a finite number > 0; the "
+                      "set is unchanged (pass the scale the engine quantizes with)",
+                      fn, layer, head, what, (double)v);
+}
+
 kvcal_status kvcal_scales_set_head(kvcal_scales_t *s, int layer, int head,
                                    float k_scale, float v_scale)
 {
     kvcal_status st = check_index(s, layer, head);
+    if (!st)
+        st = check_value("kvcal_scales_set_head", "K scale", layer, head, k_scale);
+    if (!st)
+        st = check_value("kvcal_scales_set_head", "V scale", layer, head, v_scale);
     if (st)
         return st;
     int i = kvcal_scales_index(s, layer, head);
@@ -128,10 +152,108 @@ kvcal_status kvcal_scales_set_layer(kvcal_scales_t *s, int layer, float k_scale,
                                     float v_scale)
 {
     kvcal_status st = check_index(s, layer, 0);
+    if (!st)
+        st = check_value("kvcal_scales_set_layer", "K scale", layer, -1, k_scale);
+    if (!st)
+        st = check_value("kvcal_scales_set_layer", "V scale", layer, -1, v_scale);
     if (st)
         return st;
-    for (int h = 0; h < s->num_kv_heads; h++)
-        kvcal_scales_set_head(s, layer, h, k_scale, v_scale);
+    for (int h = 0; h < s->num_kv_heads; h++) {
+        int i = kvcal_scales_index(s, layer, h);
+        s->k_head[i] = k_scale;
+        s->v_head[i] = v_scale;
+    }
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_set_layer_heads(kvcal_scales_t *s, int layer,
+                                          const float *k_scale, const float *v_scale)
+{
+    kvcal_status st = check_index(s, layer, 0);
+    if (st)
+        return st;
+    for (int h = 0; h < s->num_kv_heads; h++) {
+        if (k_scale && (st = check_value("kvcal_scales_set_layer_heads", "K scale",
+                                         layer, h, k_scale[h])))
+            return st;
+        if (v_scale && (st = check_value("kvcal_scales_set_layer_heads", "V scale",
+                                         layer, h, v_scale[h])))
+            return st;
+    }
+    for (int h = 0; h < s->num_kv_heads; h++) {
+        int i = kvcal_scales_index(s, layer, h);
+        if (k_scale)
+            s->k_head[i] = k_scale[h];
+        if (v_scale)
+            s->v_head[i] = v_scale[h];
+    }
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_set_q(kvcal_scales_t *s, int layer, float q_scale)
+{
+    kvcal_status st = check_index(s, layer, 0);
+    if (!st)
+        st = check_value("kvcal_scales_set_q", "q scale", layer, -1, q_scale);
+    if (st)
+        return st;
+    s->q_scale[layer] = q_scale;
+    s->has_q = 1;
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_get_q(const kvcal_scales_t *s, int layer, float *q_scale)
+{
+    kvcal_status st = check_index(s, layer, 0);
+    if (st)
+        return st;
+    if (q_scale)
+        *q_scale = s->q_scale[layer];
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_set_granularity(kvcal_scales_t *s, kvcal_granularity granularity)
+{
+    if (!s)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_set_granularity: scales is NULL");
+    if (granularity != KVCAL_GRANULARITY_TENSOR && granularity != KVCAL_GRANULARITY_HEAD)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_set_granularity: granularity %d is neither "
+                          "KVCAL_GRANULARITY_TENSOR nor KVCAL_GRANULARITY_HEAD",
+                          (int)granularity);
+    s->granularity = granularity;
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_scales_set_model(kvcal_scales_t *s, const char *architecture,
+                                    const char *model_type, int num_attention_heads,
+                                    int head_dim)
+{
+    if (!s)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_set_model: scales is NULL");
+    const char *names[2] = {architecture, model_type};
+    const char *what[2] = {"architecture", "model_type"};
+    for (int i = 0; i < 2; i++)
+        if (names[i] && strlen(names[i]) >= KVCAL_NAME_MAX)
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "kvcal_scales_set_model: %s \"%.40s...\" is longer than %d "
+                              "bytes",
+                              what[i], names[i], KVCAL_NAME_MAX - 1);
+    if (num_attention_heads < 0 || head_dim < 0 ||
+        (num_attention_heads > 0 && num_attention_heads % s->num_kv_heads))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_set_model: %d attention heads, head_dim %d: need "
+                          ">= 0 (0 keeps the value) and attention heads a multiple of the "
+                          "set's %d kv heads",
+                          num_attention_heads, head_dim, s->num_kv_heads);
+    if (architecture)
+        snprintf(s->model.architecture, sizeof s->model.architecture, "%s", architecture);
+    if (model_type)
+        snprintf(s->model.model_type, sizeof s->model.model_type, "%s", model_type);
+    if (num_attention_heads)
+        s->model.num_attention_heads = num_attention_heads;
+    if (head_dim)
+        s->model.head_dim = head_dim;
     return KVCAL_OK;
 }
 

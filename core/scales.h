@@ -39,6 +39,7 @@ struct kvcal_scales {
     int kv_shared;            /* 1 when K and V were one value (legacy input) */
     int has_absmax;           /* k_absmax / v_absmax filled */
     int has_clip;             /* k_clip / v_clip filled */
+    int has_q;                /* some layer's q_scale was set */
     kvcal_model_identity model;
     kvcal_provenance provenance;
     /* slab-backed arrays */
@@ -49,6 +50,7 @@ struct kvcal_scales {
     float *k_clip;   /* (num_layers) fraction of values that clip under the
                         scale: |x| / scale > 464 (kvcal_value_clips) */
     float *v_clip;   /* (num_layers) */
+    float *q_scale;  /* (num_layers) scale of the query for FP8 attention; 0 = unset */
     void *slab;
 };
 
@@ -57,14 +59,6 @@ static inline int kvcal_scales_index(const kvcal_scales_t *s, int layer, int hea
 {
     return layer * s->num_kv_heads + head;
 }
-
-/* Sets one head's K and V scales (no validation: writers validate). */
-kvcal_status kvcal_scales_set_head(kvcal_scales_t *s, int layer, int head,
-                                   float k_scale, float v_scale);
-
-/* Sets every head of a layer to the same K and V scales. */
-kvcal_status kvcal_scales_set_layer(kvcal_scales_t *s, int layer,
-                                    float k_scale, float v_scale);
 
 /* Checks every scale is finite and > 0; on failure names layer and head.
  * `what` prefixes the message (usually a file name). */

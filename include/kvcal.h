@@ -60,6 +60,46 @@ KVCAL_API kvcal_status kvcal_scales_get_head(const kvcal_scales_t *scales, int l
 KVCAL_API kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *scales, int layer,
                                                float *k_scale, float *v_scale);
 
+/* --- filling a scale set (what an engine learned, for kvcal_scales_write) - */
+
+/* Every setter checks its values first: a scale that is not finite and > 0
+ * is KVCAL_ERR_NONFINITE naming layer (and head), a layer or head out of
+ * range KVCAL_ERR_INVALID_ARG, and the set is unchanged then. A created
+ * set is of KVCAL_GRANULARITY_HEAD with every scale 0 (unset), which the
+ * writers refuse: set every layer before writing. */
+
+/* K and V scales of one (layer, head). */
+KVCAL_API kvcal_status kvcal_scales_set_head(kvcal_scales_t *scales, int layer, int head,
+                                             float k_scale, float v_scale);
+/* One K and one V scale for every head of a layer (a per-tensor scale). */
+KVCAL_API kvcal_status kvcal_scales_set_layer(kvcal_scales_t *scales, int layer,
+                                              float k_scale, float v_scale);
+/* Per-head K and V scales of one layer, (num_kv_heads) each; either may be
+ * NULL to keep that tensor's scales (K and V set apart). */
+KVCAL_API kvcal_status kvcal_scales_set_layer_heads(kvcal_scales_t *scales, int layer,
+                                                    const float *k_scale,
+                                                    const float *v_scale);
+/* The query scale of one layer (FP8 attention). Kept in the set and in the
+ * kvcal JSON format, which holds it for every layer or none: a set with some
+ * layers' q scale unset is refused by that writer. */
+KVCAL_API kvcal_status kvcal_scales_set_q(kvcal_scales_t *scales, int layer,
+                                          float q_scale);
+/* The query scale of one layer; 0 when it was never set. */
+KVCAL_API kvcal_status kvcal_scales_get_q(const kvcal_scales_t *scales, int layer,
+                                          float *q_scale);
+/* How the formats store the set: KVCAL_GRANULARITY_TENSOR writes one scale
+ * per layer (the max over its heads), KVCAL_GRANULARITY_HEAD one per head. */
+KVCAL_API kvcal_status kvcal_scales_set_granularity(kvcal_scales_t *scales,
+                                                    kvcal_granularity granularity);
+/* The model identity the files record (the legacy format's model_type must
+ * be config.json's for sglang to load it). A NULL string or a 0 count keeps
+ * the value; strings up to 127 bytes; num_attention_heads a multiple of the
+ * set's kv heads. */
+KVCAL_API kvcal_status kvcal_scales_set_model(kvcal_scales_t *scales,
+                                              const char *architecture,
+                                              const char *model_type,
+                                              int num_attention_heads, int head_dim);
+
 /* Loads any supported scales file or checkpoint directory, detecting the
  * format. model_dir (may be NULL) is the directory holding config.json; it
  * supplies model_type and head counts the file itself may lack. tp is the
@@ -129,7 +169,8 @@ KVCAL_API kvcal_status kvcal_report_get(const kvcal_report_t *report, int i,
 /* 1 when the file passes: no error, and no warning either when strict. */
 KVCAL_API int kvcal_report_passes(const kvcal_report_t *report, int strict);
 
-#include "kvcal_quant.h" /* online quantization: part of the API */
+#include "kvcal_quant.h"     /* online quantization: part of the API */
+#include "kvcal_calibrate.h" /* in-engine calibration: part of the API */
 
 #ifdef __cplusplus
 }

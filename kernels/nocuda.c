@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "kernels/cuda/kv_observe.h"
 #include "kernels/cuda/kvquant.h"
 #include "kernels/kv_device_memory.h"
 #include "kvcal.h"
@@ -22,7 +23,7 @@ kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out)
 {
     (void)bytes;
     *out = NULL;
-    return no_cuda("kvcal_kv_scaler_create(on_device = 1)");
+    return no_cuda("on_device = 1");
 }
 
 void kvcal_kv_device_free(void *p)
@@ -35,6 +36,28 @@ kvcal_status kvcal_kv_device_read(void *dst, const void *src, size_t bytes,
 {
     (void)dst, (void)src, (void)bytes, (void)stream;
     return no_cuda("kvcal_kv_scaler_read");
+}
+
+kvcal_status kvcal_kv_device_write(void *dst, const void *src, size_t bytes,
+                                   struct CUstream_st *stream)
+{
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    return no_cuda("a device calibrator");
+}
+
+kvcal_status kvcal_kv_observe_launch(const kvcal_kv_batch *batch, int layer,
+                                     const kvcal_kv_stats_device *s,
+                                     struct CUstream_st *stream)
+{
+    (void)batch, (void)layer, (void)s, (void)stream;
+    return no_cuda("kvcal_calibrator_observe_launch");
+}
+
+kvcal_status kvcal_kv_observe_end_batch_launch(const kvcal_kv_stats_device *s,
+                                               double decay, struct CUstream_st *stream)
+{
+    (void)s, (void)decay, (void)stream;
+    return no_cuda("kvcal_calibrator_end_step");
 }
 
 int kvcal_kv_fast_path_applies(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache)

@@ -208,6 +208,12 @@ const char *kvcal_test_html5_python(void)
     return found >= 0 ? pythons[found] : NULL;
 }
 
+const char *kvcal_test_python(void)
+{
+    const char *e = getenv("KVCAL_PYTHON");
+    return e && *e ? e : "build/venv-python/bin/python";
+}
+
 static void remove_tmpdir(void)
 {
     if (tmpdir[0] && !getenv("KVCAL_KEEP_TMP")) {
@@ -236,6 +242,18 @@ static const char *unmet_need(int needs)
         return "no python3 with html5lib (Debian's python3-html5lib: make deps)";
     if ((needs & KVCAL_NEEDS_CHROMIUM) && !on_path("chromium"))
         return "no chromium (Debian's chromium: make deps)";
+    if (needs & KVCAL_NEEDS_PYTHON_TORCH) {
+#ifdef __SANITIZE_ADDRESS__
+        return "a sanitizer build's libkvcal.so does not load into Python";
+#else
+        char cmd[PATH_MAX + 128];
+        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch, numpy' > /dev/null 2>&1",
+                 kvcal_test_python());
+        if (system(cmd) != 0)
+            return "no Python with torch and numpy (make test-python makes "
+                   "build/venv-python; or set KVCAL_PYTHON)";
+#endif
+    }
     return NULL;
 }
 

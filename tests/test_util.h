@@ -23,7 +23,8 @@ enum {
     KVCAL_NEEDS_SOURCE = 4,     /* run from the source tree, its build's packages there */
     KVCAL_NEEDS_PKG_CONFIG = 8, /* pkg-config on PATH */
     KVCAL_NEEDS_HTML5LIB = 16,  /* a python3 that imports html5lib (python3-html5lib) */
-    KVCAL_NEEDS_CHROMIUM = 32   /* Debian's chromium on PATH (headless) */
+    KVCAL_NEEDS_CHROMIUM = 32,  /* Debian's chromium on PATH (headless) */
+    KVCAL_NEEDS_PYTHON_TORCH = 64 /* kvcal_test_python() imports torch and numpy */
 };
 
 typedef struct kvcal_suite {
@@ -59,6 +60,10 @@ int kvcal_test_make(const char *args, const char *log);
  * (Debian's python3-html5lib is installed for the system's interpreter,
  * which another python3 on PATH may hide); NULL when neither does. */
 const char *kvcal_test_html5_python(void);
+
+/* The Python the package's tests run with: $KVCAL_PYTHON, else the venv
+ * `make test-python` makes (build/venv-python/bin/python). */
+const char *kvcal_test_python(void);
 
 /* Writes `len` bytes to path; returns 0 on success. */
 int kvcal_test_write_file(const char *path, const void *data, size_t len);

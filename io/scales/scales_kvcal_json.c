@@ -11,13 +11,15 @@
  *                   "tool_version"},
  *    "layers": [{"layer": 0, "k_scale", "v_scale",
  *                "k_scale_per_head": [H], "v_scale_per_head": [H],
- *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip"}]}
+ *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip",
+ *                "q_scale"}]}
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
  * engine with one scale per layer uses); the per-head arrays are the set's
  * values. absmax and clip are present when the set has them; k_clip /
  * v_clip are the estimated fractions of the layer's observed values that
- * clip under their scale, |x| / scale > 464 (what kvcal eval counts). Numbers
+ * clip under their scale, |x| / scale > 464 (what kvcal eval counts); q_scale,
+ * the query's scale for FP8 attention, is in every layer or none. Numbers
  * are printed with enough digits that float32 values read back identical. */
 #include <math.h>
 #include <stdio.h>
@@ -167,7 +169,7 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "provenance",
                          KVJ_REFUSED, "not an object");
     } else if (prov) {
-        const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
+    const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
         get_str(rep, prov, "dataset", "provenance", hdr->provenance.dataset,
                 sizeof hdr->provenance.dataset);
         get_str(rep, prov, "tool_version", "provenance", hdr->provenance.tool_version,
@@ -233,7 +235,8 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
 
 /* Reads one layer entry into s (sized). */
 static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_tally *t,
-                        kvcal_scales_t *s, int *absmax_layers, int *clip_layers)
+                        kvcal_scales_t *s, int *absmax_layers, int *clip_layers,
+                        int *q_layers)
 {
     char place[96];
     snprintf(place, sizeof place, "layers[%d]", l);
@@ -316,6 +319,13 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
                 *dst[i] = (float)n->valuedouble;
         }
     }
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(e, "q_scale");
+    if (q) {
+        (*q_layers)++;
+        snprintf(place, sizeof place, "layers[%d].q_scale", l);
+        kvcal_report_check_scale_node(rep, KVCAL_FORMAT_KVCAL_JSON, q, place, NULL,
+                                      &s->q_scale[l]);
+    }
 }
 
 /* Warns when every layer has K == V although the format holds both. */
@@ -376,9 +386,9 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     if (!hdr.provenance.observer_params[0])
         strcpy(s->provenance.observer_params, "{}");
     kvcal_value_tally tally = {0};
-    int absmax_layers = 0, clip_layers = 0, l = 0;
+    int absmax_layers = 0, clip_layers = 0, q_layers = 0, l = 0;
     for (const cJSON *e = layers->child; e; e = e->next, l++)
-        check_layer(e, l, rep, &tally, s, &absmax_layers, &clip_layers);
+        check_layer(e, l, rep, &tally, s, &absmax_layers, &clip_layers, &q_layers);
     if (absmax_layers && absmax_layers != s->num_layers)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers",
                          KVJ_REFUSED,
@@ -388,8 +398,13 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers",
                          KVJ_REFUSED, "k_clip/v_clip in %d of %d layers (all or none)",
                          clip_layers, s->num_layers);
+    if (q_layers && q_layers != s->num_layers)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "layers",
+                         KVJ_REFUSED, "q_scale in %d of %d layers (all or none)",
+                         q_layers, s->num_layers);
     s->has_absmax = absmax_layers > 0;
     s->has_clip = clip_layers > 0;
+    s->has_q = q_layers > 0;
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_KVCAL_JSON, &tally);
     if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) == 0)
         check_kv_equal(s, rep);
@@ -473,6 +488,20 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
     kvcal_status st = kvcal_scales_check_finite(s, path);
     if (st)
         return st;
+    for (int l = 0; s->has_q && l < s->num_layers; l++)
+        if (!kvcal_scale_is_valid(s->q_scale[l]))
+            return kvcal_fail(KVCAL_ERR_NONFINITE,
+                              "%s: layer %d has no q scale (%g) while another layer has "
+                              "one: the format holds q for every layer or none; nothing "
+                              "was written (set every layer's, kvcal_scales_set_q)",
+                              path, l, (double)s->q_scale[l]);
+    for (int l = 0; s->has_q && l < s->num_layers; l++)
+        if (!kvcal_scale_is_valid(s->q_scale[l]))
+            return kvcal_fail(KVCAL_ERR_NONFINITE,
+                              "%s: layer %d has no q scale (%g) while another layer has "
+                              "one: the format holds q for every layer or none; nothing "
+                              "was written (set every layer's, kvcal_scales_set_q)",
+                              path, l, (double)s->q_scale[l]);
     const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
     const kvcal_provenance *p = &s->provenance;
     const long long counts[3] = {p->num_samples, p->num_tokens, p->seed};
@@ -512,6 +541,8 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
         if (ok && s->has_clip)
             ok = cJSON_AddNumberToObject(e, "k_clip", (double)s->k_clip[l]) &&
                  cJSON_AddNumberToObject(e, "v_clip", (double)s->v_clip[l]);
+        if (ok && s->has_q)
+            ok = cJSON_AddNumberToObject(e, "q_scale", (double)s->q_scale[l]) != NULL;
     }
     st = ok ? kvcal_json_write(path, root)
             : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory building the JSON", path);

@@ -13,32 +13,11 @@
 
 // --- element conversions (exact where the format allows, RNE otherwise) ---
 
-static float bits_to_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static uint32_t float_to_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-}
-
-static float f16_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu;
-    uint32_t m = h & 0x3ffu;
-    if (e == 0x1fu)
-        return bits_to_float(sign | 0x7f800000u | (m << 13));
-    if (e == 0) {
-        float f = (float)m * 0x1p-24f;
-        return sign ? -f : f;
-    }
-    return bits_to_float(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 /* Round to nearest even; NaN -> 0x7fff; overflow -> +-Inf (as
@@ -78,19 +57,6 @@ static uint16_t float_to_bf16(float f)
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return 0x7fffu;
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-static float load_elem(const void *p, kvcal_dtype dtype, int64_t i)
-{
-    switch (dtype) {
-    case KVCAL_DTYPE_F16:
-        return f16_to_float(((const uint16_t *)p)[i]);
-    case KVCAL_DTYPE_BF16:
-        return bits_to_float((uint32_t)((const uint16_t *)p)[i] << 16);
-    default:
-        break; /* F32 (dtype_ok refuses the rest) */
-    }
-    return ((const float *)p)[i];
 }
 
 static void store_elem(void *p, kvcal_dtype dtype, int64_t i, float v)
@@ -230,7 +196,7 @@ static void quantize_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const void *
             int64_t base = t * token_stride + h * head_stride;
             float absmax = 0.0f;
             for (int d = 0; d < g.head_dim; d++) {
-                row[d] = load_elem(src, b->dtype, base + d);
+                row[d] = kvcal_kv_load_elem(src, b->dtype, base + d);
                 absmax = fmaxf(absmax, kvcal_kv_finite_abs(row[d]));
             }
             float scale =
@@ -439,7 +405,7 @@ static void absmax_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const void *sr
         for (int h = 0; h < g.num_kv_heads; h++)
             for (int d = 0; d < g.head_dim; d++) {
                 float a = kvcal_kv_finite_abs(
-                    load_elem(src, b->dtype, t * token_stride + h * head_stride + d));
+                    kvcal_kv_load_elem(src, b->dtype, t * token_stride + h * head_stride + d));
                 absmax[h] = fmaxf(absmax[h], a);
             }
     }

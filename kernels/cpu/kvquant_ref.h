@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/fp8.h"
 #include "core/scale_rule.h"
@@ -131,6 +132,29 @@ static inline KVCAL_HOST_DEVICE float kvcal_kv_finite_abs(float x)
 {
     float a = x < 0.0f ? -x : x;
     return a <= 3.4028234663852886e38f ? a : 0.0f;
+}
+
+/* Element i of p, an F32, F16 or BF16 array, as a float (exact). */
+static inline float kvcal_kv_load_elem(const void *p, kvcal_dtype dtype, int64_t i)
+{
+    uint32_t u;
+    float f;
+    if (dtype == KVCAL_DTYPE_F32)
+        return ((const float *)p)[i];
+    uint16_t x = ((const uint16_t *)p)[i];
+    if (dtype == KVCAL_DTYPE_BF16) {
+        u = (uint32_t)x << 16;
+    } else {
+        uint32_t sign = (uint32_t)(x & 0x8000u) << 16;
+        uint32_t e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
+        if (e == 0) {
+            f = (float)m * 0x1p-24f;
+            return sign ? -f : f;
+        }
+        u = sign | (e == 0x1fu ? 0x7f800000u : (e + 112u) << 23) | (m << 13);
+    }
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 /* Checks a batch and a cache for the op named `fn`; fills *g. need_data: the

@@ -1179,8 +1179,8 @@ extern "C" kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out)
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         cudaGetLastError();
-        return kvcal_fail(KVCAL_ERR_NO_DEVICE, "kvcal_kv_scaler_create: no CUDA device: "
-                                               "create the scaler with on_device = 0");
+        return kvcal_fail(KVCAL_ERR_NO_DEVICE, "no CUDA device: create the object on the "
+                                               "host (on_device = 0)");
     }
     void *p = nullptr;
     CUDA_TRY(cudaMalloc(&p, bytes));
@@ -1191,7 +1191,7 @@ extern "C" kvcal_status kvcal_kv_device_alloc(size_t bytes, void **out)
         err = cudaStreamSynchronize(0);
     if (err != cudaSuccess) {
         cudaFree(p);
-        return kvcal_fail(KVCAL_ERR_CUDA, "kvcal_kv_scaler_create: zeroing its state: %s",
+        return kvcal_fail(KVCAL_ERR_CUDA, "zeroing a device object's state: %s",
                           cudaGetErrorString(err));
     }
     *out = p;
@@ -1208,6 +1208,14 @@ extern "C" kvcal_status kvcal_kv_device_read(void *dst, const void *src, size_t 
                                              struct CUstream_st *stream)
 {
     CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_TRY(cudaStreamSynchronize(stream));
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_kv_device_write(void *dst, const void *src, size_t bytes,
+                                              struct CUstream_st *stream)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
     CUDA_TRY(cudaStreamSynchronize(stream));
     return KVCAL_OK;
 }
