@@ -187,6 +187,9 @@ typedef struct kvcal_backend_options {
      * device at a time. */
     size_t max_device_memory;
     int load_threads; /* host threads that read weights (0: the machine's cores) */
+    /* cuda: bytes one staging copy of the weights moves (0: 32 MiB); the
+     * tests make it small so that a tiny model's layer spans many */
+    size_t load_piece_bytes;
 } kvcal_backend_options;
 
 /* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the

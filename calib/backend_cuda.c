@@ -997,7 +997,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                  opt->load_threads > 0 ? opt->load_threads
                                  : cores > 0           ? (int)cores
                                                        : 1,
-                                 &r->loader));
+                                 opt->load_piece_bytes, &r->loader));
     kvcal_tensor_view embed_view, norm_view, cls_view;
     kvcal_model_head_views(model, &embed_view, &norm_view, &cls_view);
     TRY(kvcal_cuda_loader_upload(r->loader, &embed_view, r->embed, r->stream));

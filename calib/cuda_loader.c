@@ -12,7 +12,8 @@
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/ops.h"
 
-/* A staging piece: what one copy moves (bytes); PIECES of them rotate. */
+/* A staging piece: what one copy moves (bytes, unless the backend's
+ * options name another size); PIECES of them rotate. */
 #define PIECE_BYTES ((size_t)32 << 20)
 #define PIECES 3
 /* Values a job converts at most (so a piece splits over the threads). */
@@ -38,15 +39,18 @@ typedef struct {
     size_t n;
 } job;
 
+/* Jobs in destination order (copy_jobs moves each piece once). */
 typedef struct {
     job *j;
     size_t n, cap;
+    size_t piece; /* bytes of a piece: no job crosses a piece's end */
 } job_list;
 
 /* Pinned pieces, their copies' events, the threads that fill them. */
 typedef struct {
     unsigned char *buf[PIECES];
     cudaEvent_t done[PIECES];
+    size_t bytes; /* of each */
     int next;
 } pieces;
 
@@ -55,6 +59,7 @@ struct kvcal_cuda_loader {
     kvcal_cuda_layer_layout lay;
     unsigned char *slots; /* (nslots, lay.bytes) device */
     int nslots, layers, threads, device;
+    size_t piece_bytes;
     cudaStream_t copy;
     pieces p;
     cudaEvent_t *ready, *release; /* (nslots) */
@@ -86,7 +91,7 @@ static int push_job(job_list *l, size_t dst_off, const void *src, kvcal_dtype dt
     const size_t size = kvcal_dtype_size(dtype);
     while (n) {
         /* a job ends at a piece boundary and at JOB_VALUES */
-        size_t room = (PIECE_BYTES - dst_off % PIECE_BYTES) / sizeof(kvcal_bf16);
+        size_t room = (l->piece - dst_off % l->piece) / sizeof(kvcal_bf16);
         size_t take = n < room ? n : room;
         take = take < JOB_VALUES ? take : JOB_VALUES;
         if (l->n == l->cap) {
@@ -104,11 +109,19 @@ static int push_job(job_list *l, size_t dst_off, const void *src, kvcal_dtype dt
     return 0;
 }
 
-/* The jobs of layer l, in destination order. */
+static int by_dst_off(const void *a, const void *b)
+{
+    const size_t x = ((const job *)a)->dst_off, y = ((const job *)b)->dst_off;
+    return (x > y) - (x < y);
+}
+
+/* The jobs of layer l, in destination order (the layout need not place
+ * the weights in the order of their enum). */
 static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *out)
 {
     const kvcal_model_desc *d = kvcal_model_describe(ld->model);
     out->n = 0;
+    out->piece = ld->piece_bytes;
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
         if (!ld->lay.elems[w])
             continue;
@@ -140,15 +153,16 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             off += (size_t)part[i].numel * sizeof(kvcal_bf16);
         }
     }
+    qsort(out->j, out->n, sizeof *out->j, by_dst_off);
     return KVCAL_OK;
 }
 
 // --- filling pieces on threads ----------------------------------------------------
 
 /* One job into dst (the piece's start is the job's piece). */
-static void run_job(const job *j, unsigned char *piece)
+static void run_job(const job *j, unsigned char *piece, size_t piece_bytes)
 {
-    kvcal_bf16 *dst = (kvcal_bf16 *)(piece + j->dst_off % PIECE_BYTES);
+    kvcal_bf16 *dst = (kvcal_bf16 *)(piece + j->dst_off % piece_bytes);
     if (j->dtype == KVCAL_DTYPE_BF16) {
         memcpy(dst, j->src, j->n * sizeof(kvcal_bf16));
         return;
@@ -173,6 +187,7 @@ typedef struct {
     const job *j;
     size_t n;
     unsigned char *piece;
+    size_t piece_bytes;
     int index, stride;
 } fill_arg;
 
@@ -180,12 +195,13 @@ static void *fill_main(void *p)
 {
     const fill_arg *a = p;
     for (size_t i = (size_t)a->index; i < a->n; i += (size_t)a->stride)
-        run_job(&a->j[i], a->piece);
+        run_job(&a->j[i], a->piece, a->piece_bytes);
     return NULL;
 }
 
 /* The n jobs (one piece's) into piece on up to `threads` threads. */
-static void fill(const job *j, size_t n, unsigned char *piece, int threads)
+static void fill(const job *j, size_t n, unsigned char *piece, size_t piece_bytes,
+                 int threads)
 {
     pthread_t tid[MAX_THREADS];
     fill_arg arg[MAX_THREADS];
@@ -193,7 +209,7 @@ static void fill(const job *j, size_t n, unsigned char *piece, int threads)
     if (t < 1)
         t = 1;
     for (int i = 0; i < t; i++)
-        arg[i] = (fill_arg){j, n, piece, i, t};
+        arg[i] = (fill_arg){j, n, piece, piece_bytes, i, t};
     for (int i = 1; i < t; i++) {
         if (pthread_create(&tid[i], NULL, fill_main, &arg[i]))
             break;
@@ -211,19 +227,19 @@ static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *ba
                               cudaStream_t stream, int threads)
 {
     kvcal_status st = KVCAL_OK;
+    const size_t bytes = p->bytes;
     for (size_t i = 0; i < jobs->n;) {
-        const size_t piece = jobs->j[i].dst_off / PIECE_BYTES;
+        const size_t piece = jobs->j[i].dst_off / bytes;
         size_t e = i, hi = 0;
-        for (; e < jobs->n && jobs->j[e].dst_off / PIECE_BYTES == piece; e++) {
-            const size_t end =
-                jobs->j[e].dst_off % PIECE_BYTES + jobs->j[e].n * sizeof(kvcal_bf16);
+        for (; e < jobs->n && jobs->j[e].dst_off / bytes == piece; e++) {
+            const size_t end = jobs->j[e].dst_off % bytes + jobs->j[e].n * sizeof(kvcal_bf16);
             hi = end > hi ? end : hi;
         }
         const int b = p->next;
         p->next = (p->next + 1) % PIECES;
         TRY_CUDA(cudaEventSynchronize(p->done[b]));
-        fill(jobs->j + i, e - i, p->buf[b], threads);
-        TRY_CUDA(cudaMemcpyAsync(base + piece * PIECE_BYTES, p->buf[b], hi,
+        fill(jobs->j + i, e - i, p->buf[b], bytes, threads);
+        TRY_CUDA(cudaMemcpyAsync(base + piece * bytes, p->buf[b], hi,
                                  cudaMemcpyHostToDevice, stream));
         TRY_CUDA(cudaEventRecord(p->done[b], stream));
         i = e;
@@ -244,12 +260,13 @@ static void pieces_free(pieces *p)
     memset(p, 0, sizeof *p);
 }
 
-static kvcal_status pieces_alloc(pieces *p)
+static kvcal_status pieces_alloc(pieces *p, size_t bytes)
 {
     kvcal_status st = KVCAL_OK;
     memset(p, 0, sizeof *p);
+    p->bytes = bytes;
     for (int i = 0; i < PIECES; i++) {
-        TRY_CUDA(cudaMallocHost((void **)&p->buf[i], PIECE_BYTES));
+        TRY_CUDA(cudaMallocHost((void **)&p->buf[i], bytes));
         TRY_CUDA(cudaEventCreateWithFlags(&p->done[i], cudaEventDisableTiming));
     }
     return KVCAL_OK;
@@ -278,7 +295,7 @@ fail:
 static void *loader_main(void *p)
 {
     kvcal_cuda_loader_t *ld = p;
-    job_list jobs = {NULL, 0, 0};
+    job_list jobs = {NULL, 0, 0, ld->piece_bytes};
     cudaSetDevice(ld->device);
     pthread_mutex_lock(&ld->mu);
     for (;;) {
@@ -324,7 +341,7 @@ static void want(kvcal_cuda_loader_t *ld, int l)
 kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
                                       const kvcal_cuda_layer_layout *lay,
                                       unsigned char *slots, int nslots, int threads,
-                                      kvcal_cuda_loader_t **out)
+                                      size_t piece_bytes, kvcal_cuda_loader_t **out)
 {
     kvcal_status st = KVCAL_OK;
     *out = NULL;
@@ -341,6 +358,8 @@ kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
     ld->nslots = nslots;
     ld->layers = L;
     ld->threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    /* a piece holds whole bf16 values */
+    ld->piece_bytes = piece_bytes ? (piece_bytes + 1) / 2 * 2 : PIECE_BYTES;
     ld->t0 = now_s();
     pthread_mutex_init(&ld->mu, NULL);
     pthread_cond_init(&ld->cv, NULL);
@@ -360,7 +379,7 @@ kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
     }
     TRY_CUDA(cudaGetDevice(&ld->device));
     TRY_CUDA(cudaStreamCreateWithFlags(&ld->copy, cudaStreamNonBlocking));
-    if ((st = pieces_alloc(&ld->p)))
+    if ((st = pieces_alloc(&ld->p, ld->piece_bytes)))
         goto fail;
     if (pthread_create(&ld->thread, NULL, loader_main, ld)) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: cannot start its thread");
@@ -445,9 +464,9 @@ kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld, const kvcal_tenso
                                       void *dst, cudaStream_t stream)
 {
     kvcal_status st = KVCAL_OK;
-    job_list jobs = {NULL, 0, 0};
+    job_list jobs = {NULL, 0, 0, ld->piece_bytes};
     pieces p;
-    if ((st = pieces_alloc(&p)))
+    if ((st = pieces_alloc(&p, ld->piece_bytes)))
         return st;
     if (push_job(&jobs, 0, src->data, src->dtype, (size_t)src->numel)) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");

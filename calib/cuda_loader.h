@@ -29,13 +29,13 @@ typedef struct kvcal_cuda_layer_layout {
 typedef struct kvcal_cuda_loader kvcal_cuda_loader_t;
 
 /* A loader of model's layers into nslots device slots of lay->bytes each
- * at slots (device memory, borrowed), with `threads` host threads. With
- * nslots == layers every layer is loaded at once, in the background.
- * *out = NULL on failure. */
+ * at slots (device memory, borrowed), with `threads` host threads and
+ * staging pieces of piece_bytes (0: 32 MiB). With nslots == layers every
+ * layer is loaded at once, in the background. *out = NULL on failure. */
 kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
                                       const kvcal_cuda_layer_layout *lay,
                                       unsigned char *slots, int nslots, int threads,
-                                      kvcal_cuda_loader_t **out);
+                                      size_t piece_bytes, kvcal_cuda_loader_t **out);
 
 /* Stops the background thread (after the load in flight) and frees; NULL
  * is a no-op. */

@@ -1,8 +1,8 @@
 /* tests/test_cuda_backend.c: the cuda backend through the executor
  * (calib/executor.h): the per-layer per-head K/V absmax of the bf16 runner
- * against transformers' on the golden models, the MLP both ways, a
- * calibration without statistics, and the weights streamed under a memory
- * cap. Each kernel against its CPU reference is
+ * against transformers' on the golden models, the weights staged through
+ * small pieces, the MLP both ways, a calibration without statistics, and
+ * the weights streamed under a memory cap. Each kernel against its CPU reference is
  * a row of tests/test_backend_ops.c. In a build without CUDA the suite holds
  * no tests; without a device it is reported skipped. */
 #include <math.h>
@@ -73,6 +73,39 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("qwen2_yarn_bf16");
     check_runner_golden("llama_gqa_mlp256_bf16");
     check_runner_golden("llama3_gqa_hd64_bf16");
+}
+
+/* The weights staged through pieces far smaller than a layer (4 KiB): a
+ * piece holds parts of several weights and a weight spans many pieces, as
+ * on a model of billions of parameters with the loader's 32 MiB pieces.
+ * Every golden model gives the statistics of the default pieces, bit for
+ * bit, and transformers' values. */
+static void cuda_runner_loads_weights_through_small_pieces(void)
+{
+    static const char *const names[] = {
+        "llama3_gqa_hd48_bf16",      "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
+        "qwen2_gqa_bias_bf16",       "qwen3_gqa_hd80_qknorm_bf16", "qwen2_yarn_bf16",
+        "llama_gqa_mlp256_bf16",     "llama3_gqa_hd64_bf16"};
+    kvcal_backend_options small;
+    memset(&small, 0, sizeof small);
+    small.load_piece_bytes = 4096;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        kvcal_stats_t *want = NULL, *got = NULL;
+        cJSON_Delete(kvcal_test_cuda_run_golden(names[i], NULL, &want, NULL, NULL));
+        cJSON_Delete(kvcal_test_cuda_run_golden(names[i], &small, &got, NULL, NULL));
+        const size_t lh = (size_t)want->num_layers * want->num_kv_heads;
+        for (int kv = 0; kv < 2; kv++) {
+            CU_ASSERT_EQUAL(memcmp(want->absmax[kv], got->absmax[kv],
+                                   lh * want->head_dim * sizeof(float)),
+                            0);
+            CU_ASSERT_EQUAL(memcmp(want->hist[kv], got->hist[kv],
+                                   lh * want->num_bins * sizeof(uint64_t)),
+                            0);
+        }
+        kvcal_stats_destroy(want);
+        kvcal_stats_destroy(got);
+        check_runner_golden_with(names[i], &small);
+    }
 }
 
 /* The model whose intermediate_size (256) the fused gate/up + SwiGLU kernel
@@ -207,6 +240,7 @@ static void cuda_runner_streams_weights_under_a_memory_cap(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
+    KVCAL_TEST(cuda_runner_loads_weights_through_small_pieces),
     KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
     KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
     KVCAL_TEST(cuda_runner_streams_weights_under_a_memory_cap),
