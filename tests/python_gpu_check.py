@@ -88,6 +88,15 @@ def ref_quantize(torch, x, scale):
     return q.to(torch.float8_e4m3fn).view(torch.uint8)
 
 
+def scale_of(torch, absmax):
+    """kvcal_scale_from_absmax: absmax / 448 rounded as IEEE division. The
+    divisor is a tensor on absmax's device: torch divides a CUDA tensor by a
+    Python number as a multiplication by its reciprocal, which differs from
+    the quotient in the last bit for some values."""
+    q = absmax / torch.tensor(448.0, device=absmax.device)
+    return torch.clamp_min(q, floor(torch, absmax.device))
+
+
 def floor(torch, device):
     return torch.tensor(1.0, device=device) / torch.tensor(448.0 * 512.0, device=device)
 
@@ -95,7 +104,7 @@ def floor(torch, device):
 def ref_dynamic_scale(torch, x):
     a = x.float().abs()
     a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
-    return torch.clamp_min(a.amax(-1) / 448.0, floor(torch, x.device))
+    return scale_of(torch, a.amax(-1))
 
 
 def rand_kv(torch, T, H, D, dtype, seed, device="cuda", spread=3.0):
@@ -191,7 +200,7 @@ def run_byte_checks(torch, kvcal, checks):
             sc.quantize(k, v, kc, vc, slots, ksc, vsc)
             am = k.float().abs().amax((0, 2))
             run = am if run is None else (torch.maximum(run, am) if mode == "running_max" else run)
-            want = torch.clamp_min(run / 448.0, floor(torch, "cuda"))
+            want = scale_of(torch, run)
             got, _, steps = sc.read()
             checks.equal("scaler %s step %d scales" % (mode, step),
                          torch.tensor(got, device="cuda"), want)
@@ -225,7 +234,7 @@ def run_calibrator_checks(torch, kvcal, checks):
         got = torch.tensor(s.k_scales(), device="cuda")
         if observer == "minmax":
             checks.equal("calibrator minmax scales == torch absmax / 448", got,
-                         torch.clamp_min(amax / 448.0, floor(torch, "cuda")))
+                         scale_of(torch, amax))
         back = kvcal.Calibrator.from_bytes(dev.to_bytes(), device="cuda")
         checks.true("calibrator %s bytes round trip on the device" % observer,
                     back.to_bytes() == host.to_bytes())
