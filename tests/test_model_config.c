@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/json_file.h"
 #include "io/checkpoint/model_config.h"
@@ -487,7 +488,15 @@ static void model_config_load_accepts_directory_and_names_missing_file(void)
     CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
     CU_ASSERT_EQUAL(kvcal_model_config_load(dir, &c), KVCAL_ERR_IO);
     CU_ASSERT(kvcal_test_error_has("no config.json in this directory"));
+    CU_ASSERT(!kvcal_test_error_has("llama2.c"));
     char path[600];
+    /* a llama2.c checkpoint in the directory: the message names the file */
+    snprintf(path, sizeof path, "%s/stories.bin", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, "x", 1), 0);
+    CU_ASSERT_EQUAL(kvcal_model_config_load(dir, &c), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("stories.bin looks like a llama2.c checkpoint: pass "
+                                   "that file"));
+    CU_ASSERT_EQUAL_FATAL(unlink(path), 0);
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n = 0;
     char *text = kvcal_test_read_file(CONFIGS "qwen2-7b.json", &n);

@@ -10,9 +10,11 @@
  * Qwen2 always has q/k/v biases, Qwen3 always a per-head q/k RMSNorm. */
 #include "io/checkpoint/model_config.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -707,6 +709,30 @@ kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *
     return s;
 }
 
+/* 1 with the name of a regular *.bin file of dir in name (the first in
+ * name order), a llama2.c checkpoint a user meant to pass. */
+static int find_llama2c_file(const char *dir, char *name, size_t size)
+{
+    struct dirent **list = NULL;
+    const int n = scandir(dir, &list, NULL, alphasort);
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        const char *e = list[i]->d_name;
+        const size_t len = strlen(e);
+        char full[4096];
+        struct stat st;
+        if (!found && len > 4 && len < size && !strcmp(e + len - 4, ".bin") &&
+            (size_t)snprintf(full, sizeof full, "%s/%s", dir, e) < sizeof full &&
+            stat(full, &st) == 0 && S_ISREG(st.st_mode)) {
+            memcpy(name, e, len + 1);
+            found = 1;
+        }
+        free(list[i]);
+    }
+    free(list);
+    return found;
+}
+
 kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out)
 {
     char file[4096];
@@ -716,11 +742,19 @@ kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out)
     if (is_dir) {
         if ((size_t)snprintf(file, sizeof file, "%s/config.json", path) >= sizeof file)
             return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%.64s...: path too long", path);
-        if (stat(file, &st) != 0)
+        if (stat(file, &st) != 0) {
+            char bin[256];
+            if (find_llama2c_file(path, bin, sizeof bin))
+                return kvcal_fail(KVCAL_ERR_IO,
+                                  "%s: no config.json in this directory, but %s looks "
+                                  "like a llama2.c checkpoint: pass that file "
+                                  "(%s/%s)",
+                                  path, bin, path, bin);
             return kvcal_fail(KVCAL_ERR_IO,
                               "%s: no config.json in this directory; pass the model "
                               "directory (the one with config.json)",
                               path);
+        }
     } else {
         if ((size_t)snprintf(file, sizeof file, "%s", path) >= sizeof file)
             return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%.64s...: path too long", path);
