@@ -252,18 +252,23 @@ __global__ void __launch_bounds__(kThreads) fmt_quantize_kernel(FmtArgs a)
             } else {
                 if (!mine)
                     continue;
-                uint8_t b[kChunk];
+                uint2 w8 = make_uint2(0u, 0u);
 #pragma unroll
-                for (int j = 0; j < kChunk; j++)
-                    b[j] = kvcal_kvfmt_code(FMT, a.rounding, r, x[i][j]);
+                for (int j = 0; j < kChunk; j++) {
+                    uint32_t b = kvcal_kvfmt_code(FMT, a.rounding, r, x[i][j]);
+                    if (j < 4)
+                        w8.x |= b << (8 * j);
+                    else
+                        w8.y |= b << (8 * (j - 4));
+                }
                 if (VEC) {
-                    *reinterpret_cast<uint2 *>(dst + c * kChunk) =
-                        *reinterpret_cast<const uint2 *>(b);
+                    *reinterpret_cast<uint2 *>(dst + c * kChunk) = w8;
                 } else {
 #pragma unroll
                     for (int j = 0; j < kChunk; j++)
                         if (c * kChunk + j < hd)
-                            dst[c * kChunk + j] = b[j];
+                            dst[c * kChunk + j] =
+                                (uint8_t)((j < 4 ? w8.x : w8.y) >> (8 * (j & 3)));
                 }
             }
         }
@@ -308,18 +313,20 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
                 for (int j = 0; j < kChunk; j++)
                     x[j] = kvcal_fp4_e2m1_to_float((uint8_t)(word >> (4 * j))) * dec;
             } else {
-                uint8_t b[kChunk];
+                uint2 w8 = make_uint2(0u, 0u);
                 if (VEC) {
-                    *reinterpret_cast<uint2 *>(b) =
-                        *reinterpret_cast<const uint2 *>(in + c * kChunk);
+                    w8 = *reinterpret_cast<const uint2 *>(in + c * kChunk);
                 } else {
 #pragma unroll
                     for (int j = 0; j < kChunk; j++)
-                        b[j] = c * kChunk + j < hd ? in[c * kChunk + j] : 0;
+                        if (c * kChunk + j < hd)
+                            (j < 4 ? w8.x : w8.y) |= (uint32_t)in[c * kChunk + j]
+                                                     << (8 * (j & 3));
                 }
 #pragma unroll
                 for (int j = 0; j < kChunk; j++)
-                    x[j] = kvcal_kvfmt_value(FMT, r, b[j]);
+                    x[j] = kvcal_kvfmt_value(FMT, r,
+                                             (uint8_t)((j < 4 ? w8.x : w8.y) >> (8 * (j & 3))));
             }
             store8<TOut, VEC>(out, c * kChunk, hd, x);
         }
