@@ -689,21 +689,32 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
     kvcal_kv_cache g_mirror = {m.k.data(), m.v.data(), m.ks.data(), m.vs.data(), m.blocks,
                                p.bs,       H,          D,           0,  KVCAL_CACHE_NHD};
     kvcal_kv_geom gd, gh;
-    KV_CHECK(kvcal_kv_check_args_rows("bench", &b, &g_mirror, 1, 1, rb, &gd));
-    KV_CHECK(kvcal_kv_check_args_rows("bench", &b, &c, 1, 1, rb, &gh));
-    auto mslot = [&](int64_t s) { return m.local[s / p.bs] * p.bs + s % p.bs; };
     kvcal_kv_qparams q = qparams_of(p, op, true);
     if (f == KVCAL_KV_FORMAT_INT8_ASYM)
         q.k_zero_cache = hkz.data(), q.v_zero_cache = hvz.data();
+    KV_CHECK(kvcal_kvfmt_check("bench", &b, &g_mirror, &q, 1, &gd));
+    KV_CHECK(kvcal_kvfmt_check("bench", &b, &c, &q, 1, &gh));
+    const int64_t data = gh.row_bytes, nscl = f == KVCAL_KV_FORMAT_NVFP4 ? D / 16 : 0;
+    auto mslot = [&](int64_t s) { return m.local[s / p.bs] * p.bs + s % p.bs; };
+    // byte offsets of the block scales of (slot, head) in both geometries
+    auto scl = [&](kvcal_kv_geom g, int64_t slot, int h, int sc, int kv) {
+        int64_t blk, off;
+        kvcal_kv_slot_split(g, slot, &blk, &off);
+        return kvcal_kvfmt_nvfp4_scale_at(g, blk, off, h, sc, kv);
+    };
     size_t bad = 0;
     if (op == FMT_DEQUANT_INT8 || op == FMT_DEQUANT_NVFP4) {
         for (int64_t i = 0; i < n; i++)
             for (int h = 0; h < H; h++) {
                 int64_t s = mslot(p.host_slots[t0 + i]);
                 memcpy(&hk[kvcal_kv_cache_offset(gh, i, h)],
-                       &m.k[kvcal_kv_cache_offset(gd, s, h)], rb);
+                       &m.k[kvcal_kv_cache_offset(gd, s, h)], data);
                 memcpy(&hv[kvcal_kv_cache_offset(gh, i, h)],
-                       &m.v[kvcal_kv_cache_offset(gd, s, h)], rb);
+                       &m.v[kvcal_kv_cache_offset(gd, s, h)], data);
+                for (int sc = 0; sc < nscl; sc++) {
+                    hk[scl(gh, i, h, sc, 0)] = m.k[scl(gd, s, h, sc, 0)];
+                    hv[scl(gh, i, h, sc, 1)] = m.v[scl(gd, s, h, sc, 1)];
+                }
                 hks[kvcal_kv_scale_index(gh, i, h)] = m.ks[kvcal_kv_scale_index(gd, s, h)];
                 hvs[kvcal_kv_scale_index(gh, i, h)] = m.vs[kvcal_kv_scale_index(gd, s, h)];
             }
@@ -724,9 +735,12 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
         int64_t s = mslot(p.host_slots[t0 + i]);
         for (int h = 0; h < H; h++) {
             bad += memcmp(&hk[kvcal_kv_cache_offset(gh, i, h)],
-                          &m.k[kvcal_kv_cache_offset(gd, s, h)], rb) != 0;
+                          &m.k[kvcal_kv_cache_offset(gd, s, h)], data) != 0;
             bad += memcmp(&hv[kvcal_kv_cache_offset(gh, i, h)],
-                          &m.v[kvcal_kv_cache_offset(gd, s, h)], rb) != 0;
+                          &m.v[kvcal_kv_cache_offset(gd, s, h)], data) != 0;
+            for (int sc = 0; sc < nscl; sc++)
+                bad += (hk[scl(gh, i, h, sc, 0)] != m.k[scl(gd, s, h, sc, 0)]) +
+                       (hv[scl(gh, i, h, sc, 1)] != m.v[scl(gd, s, h, sc, 1)]);
             size_t si = kvcal_kv_scale_index(gh, i, h), sd = kvcal_kv_scale_index(gd, s, h);
             if (dyn)
                 bad += hks[si] != m.ks[sd] || hvs[si] != m.vs[sd];

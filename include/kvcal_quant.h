@@ -256,13 +256,18 @@ typedef enum kvcal_kv_format {
      * (token, head) over the finite values (LMDeploy's quant_policy=8); a
      * row whose max equals its min stores 0 with scale 0 */
     KVCAL_KV_FORMAT_INT8_ASYM = 3,
-    /* NVFP4: per (slot, head) a row of head_dim / 2 bytes of e2m1 pairs
-     * (element 2i in the low nibble of byte i) followed by head_dim / 16
-     * e4m3 block scales, one per 16 values; `scale` is the fp32 global
-     * scale g (ModelOpt: amax / (6 * 448)). Block b: s = e4m3((amax_b / 6)
-     * * (1 / g)), d = e4m3_value(s) * g, q = e2m1(x * (1 / d)) (0 when d is
-     * 0); x = e2m1_value(q) * d. head_dim must be a multiple of 16; static
-     * scales only */
+    /* NVFP4, vLLM's nvfp4 cache: each cache block holds a data region, per
+     * (slot, head) head_dim / 2 bytes of e2m1 pairs (element 2i in the low
+     * nibble of byte i) in the cache's layout, then a scale region, per
+     * (slot, head) head_dim / 16 e4m3 block scales, one per 16 values, in
+     * the same layout; V's scales are swizzled for the trtllm-gen kernels
+     * as vLLM writes them when block_size and head_dim / 16 are multiples
+     * of 4 (kvcal_kv_nvfp4_scale_offset), K's never. `scale` is the fp32
+     * global scale g (ModelOpt: amax / (6 * 448), vLLM's k_scale). Block b:
+     * s = e4m3((amax_b * (1 / 6)) * (1 / g)), d = e4m3_value(s) * g, q =
+     * e2m1(x * (1 / d)) (0 when d is 0); x = e2m1_value(q) * d, reciprocals
+     * rounded to nearest (vLLM's kernel takes rcp.approx.ftz). head_dim
+     * must be a multiple of 16; static scales only */
     KVCAL_KV_FORMAT_NVFP4 = 4
 } kvcal_kv_format;
 
@@ -273,9 +278,24 @@ typedef enum kvcal_kv_rounding {
                                         vLLM's int8_per_token_head */
 } kvcal_kv_rounding;
 
-/* Bytes one (slot, head) row of head_dim values takes in `format` (0 for
- * an unknown format or an NVFP4 head_dim that is not a multiple of 16). */
+/* Bytes one (slot, head) of head_dim values takes in `format`, its NVFP4
+ * block scales included (0 for an unknown format or an NVFP4 head_dim that
+ * is not a multiple of 16). A cache block of block_size slots takes
+ * block_size * num_kv_heads times that. */
 KVCAL_API int64_t kvcal_kv_format_row_bytes(kvcal_kv_format format, int head_dim);
+
+/* NVFP4: byte offset, from the cache's base, of block scale s (of head_dim
+ * / 16) of (slot, head) in K's (kv 0) or V's (kv 1) cache; -1 for a bad
+ * argument. With the data of (slot, head) at block * block_stride + row *
+ * head_dim / 2 (row = offset * num_kv_heads + head for NHD, head *
+ * block_size + offset for HND), the scales start after the block's
+ * block_size * num_kv_heads * head_dim / 2 data bytes: at row * head_dim /
+ * 16 + s for K; for V, when block_size and head_dim / 16 are multiples of
+ * 4, at the swizzled (t', s') of vLLM's reshape_and_cache_nvfp4 (t' = t / 4
+ * * 4 + s / (S / 4), s' = s % (S / 4) * 4 + t % 4 with t the slot's
+ * offset in its block and S = head_dim / 16, row taken with t'). */
+KVCAL_API int64_t kvcal_kv_nvfp4_scale_offset(const kvcal_kv_cache *cache, int kv,
+                                              int64_t slot, int head, int s);
 
 /* The quantization of one call. Static scales when k_scale / v_scale are
  * set: 1 value (TENSOR) or num_kv_heads values (HEAD), finite and > 0, with

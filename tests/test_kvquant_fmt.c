@@ -424,6 +424,54 @@ static void nvfp4_round_trip_stays_within_a_block_step_in_hnd_blocks(void)
     free(ok), free(ov), fix_free(&f);
 }
 
+static void nvfp4_scales_follow_vllms_page_layout_with_v_swizzled(void)
+{
+    /* NHD, 2 blocks of 4 slots, 2 heads, head_dim 64 (4 block scales): a
+     * block is 4 x 2 x 32 data bytes, then 4 x 2 x 4 scale bytes */
+    kvcal_kv_cache c = {(uint8_t *)1, (uint8_t *)1, NULL, NULL, 2, 4, 2, 64, 0,
+                        KVCAL_CACHE_NHD};
+    const int64_t blk = 4 * 2 * 36, data = 4 * 2 * 32;
+    /* slot 5 = block 1, offset 1; head 1; scale 2 */
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 0, 5, 1, 2), blk + data + (1 * 2 + 1) * 4 + 2);
+    /* V: t' = 1 / 4 * 4 + 2 / 1 = 2, s' = 2 % 1 * 4 + 1 % 4 = 1 */
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 5, 1, 2), blk + data + (2 * 2 + 1) * 4 + 1);
+    c.layout = KVCAL_CACHE_HND;
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 0, 5, 1, 2), blk + data + (1 * 4 + 1) * 4 + 2);
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 5, 1, 2), blk + data + (1 * 4 + 2) * 4 + 1);
+    /* no swizzle where vLLM's cannot be (block_size 5, or head_dim / 16 = 3) */
+    c.block_size = 5;
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 6, 1, 2),
+                    5 * 2 * 36 + 5 * 2 * 32 + (1 * 5 + 1) * 4 + 2);
+    c.block_size = 4, c.head_dim = 48;
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 5, 1, 2),
+                    4 * 2 * 27 + 4 * 2 * 24 + (1 * 4 + 1) * 3 + 2);
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 8, 0, 0), -1); /* past the cache */
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 2, 1, 0, 0), -1);
+    /* the quantizer writes each block scale there: 8 tokens filling both
+     * blocks of an NHD cache, V's block scales of known amax */
+    cache_fix f;
+    const int T = 8, H = 2, D = 64;
+    fix_make(&f, T, H, D, 2, 4, KVCAL_CACHE_NHD, KVCAL_KV_FORMAT_NVFP4);
+    for (int t = 0; t < T; t++)
+        f.slots[t] = t;
+    for (int i = 0; i < T * H * D; i++)
+        f.v[i] = (float)(1 + i / 16 % 13) * ((i % 16) == 5 ? 1.0f : 0.25f); /* block amax */
+    const float g = 1.0f / 448.0f;
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4, 0, KVCAL_GRANULARITY_TENSOR, &g, &g,
+                          NULL, NULL, NULL, NULL};
+    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int b = 0; b < D / 16; b++) {
+                float amax = (float)(1 + ((t * H + h) * D + b * 16) / 16 % 13);
+                uint8_t want = kvcal_fp8_e4m3_from_float((amax * (1.0f / 6.0f)) * 448.0f);
+                bad += f.c.v[kvcal_kv_nvfp4_scale_offset(&f.c, 1, t, h, b)] != want;
+            }
+    CU_ASSERT_EQUAL(bad, 0);
+    fix_free(&f);
+}
+
 // --- e4m3 through the format entry points, and refusals ---------------------------------
 
 static void fmt_e4m3_is_the_static_and_dynamic_entry_points(void)
@@ -489,6 +537,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(e5m2_cache_is_a_cast_and_dequantizes_exactly),
     KVCAL_TEST(nvfp4_row_packs_pairs_low_nibble_first_then_block_scales),
     KVCAL_TEST(nvfp4_round_trip_stays_within_a_block_step_in_hnd_blocks),
+    KVCAL_TEST(nvfp4_scales_follow_vllms_page_layout_with_v_swizzled),
     KVCAL_TEST(fmt_e4m3_is_the_static_and_dynamic_entry_points),
     KVCAL_TEST(fmt_rejects_parameters_the_format_does_not_take),
     CU_TEST_INFO_NULL};

@@ -80,7 +80,7 @@ static inline KVCAL_HOST_DEVICE float kvcal_kvfmt_value(int format, kvcal_kvfmt_
 static inline KVCAL_HOST_DEVICE uint8_t kvcal_kvfmt_nvfp4_block(kvcal_kvfmt_row r,
                                                                 float amax, float *d)
 {
-    float sf = (amax / KVCAL_FP4_E2M1_MAX) * r.inv;
+    float sf = (amax * (1.0f / KVCAL_FP4_E2M1_MAX)) * r.inv;
     uint8_t s = kvcal_fp8_e4m3_from_float(sf);
     *d = kvcal_fp8_e4m3_to_float(s) * r.scale;
     return s;
@@ -93,8 +93,30 @@ static inline KVCAL_HOST_DEVICE uint8_t kvcal_kvfmt_nvfp4_code(float d, float x)
     return kvcal_fp4_e2m1_from_float(x * inv_d);
 }
 
+/* NVFP4: byte offset of block scale s of (block, off, head) in K's (kv 0)
+ * or V's (kv 1) cache of geometry g (g.row_bytes: the data bytes of a row,
+ * head_dim / 2; see kvcal_kv_nvfp4_scale_offset in include/kvcal_quant.h). */
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kvfmt_nvfp4_scale_at(kvcal_kv_geom g,
+                                                                   int64_t block,
+                                                                   int64_t off, int head,
+                                                                   int s, int kv)
+{
+    const int S = g.head_dim / KVCAL_KV_NVFP4_BLOCK;
+    int64_t t = off, ss = s;
+    if (kv == 1 && g.block_size % 4 == 0 && S % 4 == 0) {
+        const int sg = S / 4;
+        t = off / 4 * 4 + s / sg;
+        ss = (int64_t)(s % sg) * 4 + off % 4;
+    }
+    int64_t row = g.layout == KVCAL_CACHE_NHD ? t * g.num_kv_heads + head
+                                              : (int64_t)head * g.block_size + t;
+    return block * g.block_stride + (int64_t)g.block_size * g.num_kv_heads * g.row_bytes +
+           row * S + ss;
+}
+
 /* Checks a format call's arguments for `fn` (quantize: need_data 1); fills
- * *g with the format's row bytes. */
+ * *g: rows of the format's bytes, NVFP4's of its data bytes alone (its
+ * scales are addressed by kvcal_kvfmt_nvfp4_scale_at). */
 kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
                                const kvcal_kv_cache *cache, const kvcal_kv_qparams *p,
                                int need_data, kvcal_kv_geom *g);

@@ -98,7 +98,25 @@ kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
                           "%s: dynamic INT8_ASYM records a zero point per (token, head) in "
                           "k_zero_cache / v_zero_cache: pass both",
                           fn);
+    if (f == KVCAL_KV_FORMAT_NVFP4)
+        g->row_bytes = cache->head_dim / 2;
     return KVCAL_OK;
+}
+
+int64_t kvcal_kv_nvfp4_scale_offset(const kvcal_kv_cache *cache, int kv, int64_t slot,
+                                    int head, int s)
+{
+    kvcal_kv_batch none = {0};
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4, 0, KVCAL_GRANULARITY_TENSOR, &(float){1},
+                          &(float){1}, NULL, NULL, NULL, NULL};
+    kvcal_kv_geom g;
+    if (kvcal_kvfmt_check("kvcal_kv_nvfp4_scale_offset", &none, cache, &p, 0, &g) ||
+        (kv != 0 && kv != 1) || slot < 0 || slot >= g.capacity || head < 0 ||
+        head >= g.num_kv_heads || s < 0 || s >= g.head_dim / KVCAL_KV_NVFP4_BLOCK)
+        return -1;
+    int64_t block, off;
+    kvcal_kv_slot_split(g, slot, &block, &off);
+    return kvcal_kvfmt_nvfp4_scale_at(g, block, off, head, s, kv);
 }
 
 // --- quantization ---------------------------------------------------------
@@ -140,21 +158,25 @@ static kvcal_kvfmt_row row_params(const kvcal_kv_qparams *p, const kvcal_kv_cach
     return r;
 }
 
+/* Row x of (slot, head h) of kv's cache base (its data at out). */
 static void quantize_row(const kvcal_kv_qparams *p, kvcal_kvfmt_row r, const float *x,
-                         int head_dim, uint8_t *out)
+                         kvcal_kv_geom g, uint8_t *base, int kv, int64_t slot, int h)
 {
+    uint8_t *out = base + kvcal_kv_cache_offset(g, slot, h);
     if (p->format != KVCAL_KV_FORMAT_NVFP4) {
-        for (int d = 0; d < head_dim; d++)
+        for (int d = 0; d < g.head_dim; d++)
             out[d] = kvcal_kvfmt_code((int)p->format, (int)p->rounding, r, x[d]);
         return;
     }
-    uint8_t *scales = out + head_dim / 2;
-    for (int b = 0; b < head_dim / KVCAL_KV_NVFP4_BLOCK; b++) {
+    int64_t block, off;
+    kvcal_kv_slot_split(g, slot, &block, &off);
+    for (int b = 0; b < g.head_dim / KVCAL_KV_NVFP4_BLOCK; b++) {
         const float *xb = x + b * KVCAL_KV_NVFP4_BLOCK;
         float amax = 0.0f, dec;
         for (int j = 0; j < KVCAL_KV_NVFP4_BLOCK; j++)
             amax = fmaxf(amax, kvcal_kv_finite_abs(xb[j]));
-        scales[b] = kvcal_kvfmt_nvfp4_block(r, amax, &dec);
+        base[kvcal_kvfmt_nvfp4_scale_at(g, block, off, h, b, kv)] =
+            kvcal_kvfmt_nvfp4_block(r, amax, &dec);
         for (int j = 0; j < KVCAL_KV_NVFP4_BLOCK; j += 2)
             out[(b * KVCAL_KV_NVFP4_BLOCK + j) / 2] =
                 (uint8_t)(kvcal_kvfmt_nvfp4_code(dec, xb[j]) |
@@ -197,8 +219,7 @@ kvcal_status kvcal_kv_quantize_fmt_ref(const kvcal_kv_batch *batch,
                 for (int d = 0; d < g.head_dim; d++)
                     x[d] = kvcal_kv_load_elem(src, batch->dtype, t * ts + h * hs + d);
                 kvcal_kvfmt_row r = row_params(params, cache, g, kv, slot, h, x);
-                quantize_row(params, r, x, g.head_dim,
-                             dst + kvcal_kv_cache_offset(g, slot, h));
+                quantize_row(params, r, x, g, dst, kv, slot, h);
             }
         }
     }
@@ -250,11 +271,13 @@ kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
                 else if (params->format != KVCAL_KV_FORMAT_FP8_E5M2)
                     r = kvcal_kvfmt_row_make(sc[si], zc ? zc[si] : 0.0f);
                 const uint8_t *in = src + kvcal_kv_cache_offset(g, slot, h);
-                int64_t o = (t * g.num_kv_heads + h) * g.head_dim;
+                int64_t o = (t * g.num_kv_heads + h) * g.head_dim, block, off;
+                kvcal_kv_slot_split(g, slot, &block, &off);
                 for (int d = 0; d < g.head_dim; d++) {
                     float v;
                     if (params->format == KVCAL_KV_FORMAT_NVFP4) {
-                        uint8_t s = in[g.head_dim / 2 + d / KVCAL_KV_NVFP4_BLOCK];
+                        uint8_t s = src[kvcal_kvfmt_nvfp4_scale_at(
+                            g, block, off, h, d / KVCAL_KV_NVFP4_BLOCK, kv)];
                         float dec = kvcal_fp8_e4m3_to_float(s) * r.scale;
                         v = kvcal_fp4_e2m1_to_float((uint8_t)(in[d / 2] >> (4 * (d & 1)))) *
                             dec;

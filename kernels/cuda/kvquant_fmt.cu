@@ -144,6 +144,7 @@ __device__ __forceinline__ float group_min(float v, int group)
 // Where a lane's row sits (row = token * H + head).
 struct Where {
     int64_t t, slot, off, si; // token, slot, cache byte offset, scale index
+    int64_t block, boff;      // the slot's block and offset in it
     int h, lane;
     bool real, active;
 };
@@ -158,7 +159,10 @@ __device__ __forceinline__ Where where_of(const FmtArgs &a)
     w.real = w.t < a.num_tokens;
     w.slot = w.real ? __ldg(a.slots + w.t) : -1;
     w.active = w.slot >= 0 && w.slot < a.g.capacity;
-    w.off = w.active ? kvcal_kv_cache_offset(a.g, w.slot, w.h) : 0;
+    w.block = w.boff = 0;
+    if (w.active)
+        kvcal_kv_slot_split(a.g, w.slot, &w.block, &w.boff);
+    w.off = w.active ? kvcal_kv_cache_offset_at(a.g, w.block, w.boff, w.h) : 0;
     w.si = w.active ? kvcal_kv_scale_index(a.g, w.slot, w.h) : 0;
     return w;
 }
@@ -248,7 +252,8 @@ __global__ void __launch_bounds__(kThreads) fmt_quantize_kernel(FmtArgs a)
                         dst[c * 4 + k] = (uint8_t)(word >> (8 * k));
                 }
                 if ((c & 1) == 0)
-                    dst[hd / 2 + c / 2] = s;
+                    a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(a.g, w.block, w.boff, w.h, c / 2,
+                                                           kv)] = s;
             } else {
                 if (!mine)
                     continue;
@@ -308,7 +313,10 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
                     for (int k = 0; k < 4; k++)
                         word |= (uint32_t)in[c * 4 + k] << (8 * k);
                 }
-                float dec = kvcal_fp8_e4m3_to_float(in[hd / 2 + c / 2]) * r.scale;
+                float dec = kvcal_fp8_e4m3_to_float(
+                                a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(a.g, w.block, w.boff,
+                                                                       w.h, c / 2, kv)]) *
+                            r.scale;
 #pragma unroll
                 for (int j = 0; j < kChunk; j++)
                     x[j] = kvcal_fp4_e2m1_to_float((uint8_t)(word >> (4 * j))) * dec;
