@@ -20,6 +20,11 @@ struct kvcal_kv_sim {
 void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_kind kind,
                                 int layers, int kv_heads, float *k_scale, float *v_scale)
 {
+    /* a scale set of another format (int8, NVFP4) in e4m3's convention */
+    const double to_e4m3 = kind == KVCAL_KV_SCALES_UNIT
+                               ? 1.0
+                               : (double)kvcal_scales_format_qmax(scales->format) /
+                                     KVCAL_FP8_E4M3_MAX;
     for (int l = 0; l < layers; l++) {
         float k = 1.0f, v = 1.0f;
         if (kind == KVCAL_KV_SCALES_TENSOR)
@@ -29,6 +34,8 @@ void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_ki
             *ks = k, *vs = v;
             if (kind == KVCAL_KV_SCALES_HEAD)
                 kvcal_scales_get_head(scales, l, h, ks, vs);
+            if (to_e4m3 != 1.0)
+                *ks = (float)(*ks * to_e4m3), *vs = (float)(*vs * to_e4m3);
         }
     }
 }
@@ -85,11 +92,7 @@ double kvcal_kv_sim_bytes_per_token(const kvcal_model_desc *d,
 /* The format's static scale of an e4m3 scale s (absmax / 448). */
 static float format_scale(kvcal_kv_format f, float s)
 {
-    if (f == KVCAL_KV_FORMAT_INT8)
-        return (float)((double)s * 448.0 / 127.0);
-    if (f == KVCAL_KV_FORMAT_NVFP4)
-        return (float)((double)s / 6.0);
-    return s;
+    return (float)((double)s * KVCAL_FP8_E4M3_MAX / kvcal_scales_format_qmax(f));
 }
 
 kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *cfg,
