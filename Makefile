@@ -39,14 +39,14 @@ LDLIBS := $(HOST_LIBS)
 # kernels/nocuda.c stands in for the device code of libkvcal without CUDA.
 ENGINE_SRC := $(wildcard core/*.c io/scales/*.c) io/atomic_file.c io/file_read.c \
               io/json_file.c io/path.c io/checkpoint/safetensors.c \
-              io/checkpoint/model_config.c kernels/cpu/kvquant_ref.c \
+              io/checkpoint/model_config.c kernels/cpu/kvquant_ref.c kernels/cpu/kvquant_fmt_ref.c \
               observers/stats.c observers/observer.c observers/calibrator.c
 TOOLKIT_CPU_SRC := $(filter-out $(ENGINE_SRC) %_cuda.c,$(wildcard io/*.c io/*/*.c \
                    observers/*.c kernels/cpu/*.c calib/*.c))
 # everything a CPU-only build compiles into the two libraries (the fuzz
 # targets build from these)
 CPU_LIB_SRC := $(ENGINE_SRC) $(TOOLKIT_CPU_SRC) kernels/nocuda.c
-ENGINE_CU := kernels/cuda/kvquant.cu kernels/cuda/kv_observe.cu
+ENGINE_CU := kernels/cuda/kvquant.cu kernels/cuda/kvquant_fmt.cu kernels/cuda/kv_observe.cu
 CMD_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 ifeq ($(CUDA),1)

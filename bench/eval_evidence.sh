@@ -9,7 +9,9 @@
 #
 # usage: bench/eval_evidence.sh MODEL CORPUS OUTDIR [kvcal options...]
 #   (e.g. --device cuda, --tokenizer FILE); $SAMPLES (64) and $SEQ_LEN (256)
-#   set the samples of both halves, $KVCAL the binary (build/kvcal).
+#   set the samples of both halves, $KVCAL the binary (build/kvcal),
+#   $EVAL_MODES eval's --modes (e.g. all: every cache format; default eval's
+#   own default), $PYTHON the Python with numpy and safetensors (python3).
 set -euo pipefail
 model=${1:?usage: bench/eval_evidence.sh MODEL CORPUS OUTDIR [kvcal options...]}
 corpus=${2:?corpus}
@@ -18,6 +20,9 @@ shift 3
 kvcal=${KVCAL:-build/kvcal}
 samples=${SAMPLES:-64}
 seq_len=${SEQ_LEN:-256}
+python=${PYTHON:-python3}
+modes=()
+[ -n "${EVAL_MODES:-}" ] && modes=(--modes "$EVAL_MODES")
 mkdir -p "$out"
 
 lines=$(wc -l < "$corpus")
@@ -26,7 +31,7 @@ head -n "$cut" "$corpus" > "$out/calib.txt"
 tail -n +"$((cut + 1))" "$corpus" > "$out/eval.txt"
 
 name=$(basename "${model%.bin}")
-python3 "$(dirname "$0")/../tests/make_large_k_copy.py" "$model" "$out/${name}_k64$(
+"$python" "$(dirname "$0")/../tests/make_large_k_copy.py" "$model" "$out/${name}_k64$(
     [ -d "$model" ] || echo .bin)" > /dev/null
 for m in "$model" "$out/${name}_k64$([ -d "$model" ] || echo .bin)"; do
     n=$(basename "${m%.bin}")
@@ -34,7 +39,7 @@ for m in "$model" "$out/${name}_k64$([ -d "$model" ] || echo .bin)"; do
     "$kvcal" calibrate "${common[@]}" --dataset "$out/calib.txt" --granularity head \
         --out "$out/$n.scales.json" --quiet > /dev/null
     "$kvcal" eval "${common[@]}" --dataset "$out/eval.txt" --scales "$out/$n.scales.json" \
-        > "$out/$n.eval.txt"
-    sed -n '1,10p' "$out/$n.eval.txt"
+        "${modes[@]}" > "$out/$n.eval.txt"
+    sed -n '1,/^recommendation/p' "$out/$n.eval.txt"
     echo
 done

@@ -37,6 +37,16 @@
 // with the old one (the costliest step; a step that grows some heads
 // rewrites only theirs, and a first step writes only once).
 //
+// The cache formats beyond e4m3 (kvcal_kv_quantize_fmt_launch /
+// kvcal_kv_dequantize_fmt_launch, kernels/cuda/kvquant_fmt.cu) as an engine
+// calls them, NHD: fp8 e5m2 (a cast), int8 with static per-head scales,
+// int8 dynamic per (token, head) (vLLM's int8_per_token_head), int8 with
+// dynamic zero points (LMDeploy's quant_policy=8), NVFP4 with a global scale
+// per K and V, and the dequantization of the int8 dynamic and NVFP4 caches
+// to bf16; validated against kernels/cpu/kvquant_fmt_ref.c the same way.
+// Their bytes count each format's cache rows (NVFP4: 9/16 byte a value) and
+// per (token, head) scales and zero points.
+//
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent
 // validating and timing.
@@ -56,6 +66,7 @@
 #include "kvcal.h"
 extern "C" {
 #include "core/fp8.h"
+#include "kernels/cpu/kvquant_fmt.h"
 #include "kernels/cpu/kvquant_ref.h"
 }
 
@@ -203,6 +214,13 @@ enum Op {
     SCALER,
     SCALER_GROW,
     DEQUANT,
+    FMT_E5M2,
+    FMT_INT8_HEAD,
+    FMT_INT8_DYNAMIC,
+    FMT_ASYM_DYNAMIC,
+    FMT_NVFP4,
+    FMT_DEQUANT_INT8,
+    FMT_DEQUANT_NVFP4,
     NUM_OPS
 };
 static const char *op_name[NUM_OPS] = {
@@ -210,7 +228,37 @@ static const char *op_name[NUM_OPS] = {
     "static head NHD",        "v3 static head NHD",      "v3 8 rows static head",
     "static head HND",        "dynamic token-head NHD",  "dynamic token-head HND",
     "v3 dynamic NHD",
-    "scaler running-max steady", "scaler running-max growth", "dequant NHD -> bf16"};
+    "scaler running-max steady", "scaler running-max growth", "dequant NHD -> bf16",
+    "fp8 e5m2 cast NHD",         "int8 static head NHD",      "int8 dynamic token-head",
+    "int8-asym dynamic",         "nvfp4 static NHD",          "dequant int8 dyn -> bf16",
+    "dequant nvfp4 -> bf16"};
+
+// The library format and parameters of a format op (FMT_*).
+static bool is_fmt(Op op)
+{
+    return op >= FMT_E5M2 && op <= FMT_DEQUANT_NVFP4;
+}
+
+static kvcal_kv_format fmt_of(Op op)
+{
+    switch (op) {
+    case FMT_E5M2:
+        return KVCAL_KV_FORMAT_FP8_E5M2;
+    case FMT_ASYM_DYNAMIC:
+        return KVCAL_KV_FORMAT_INT8_ASYM;
+    case FMT_NVFP4:
+    case FMT_DEQUANT_NVFP4:
+        return KVCAL_KV_FORMAT_NVFP4;
+    default:
+        return KVCAL_KV_FORMAT_INT8;
+    }
+}
+
+// The op that writes the cache a format dequantization reads.
+static Op fmt_writer(Op op)
+{
+    return op == FMT_DEQUANT_INT8 ? FMT_INT8_DYNAMIC : op == FMT_DEQUANT_NVFP4 ? FMT_NVFP4 : op;
+}
 
 struct Problem {
     int64_t T;
@@ -224,6 +272,9 @@ struct Problem {
     float *kst, *vst; // static per-head scales (H)
     std::vector<float> host_kst, host_vst;
     __nv_bfloat16 *ko, *vo; // dequantized (T, H, D)
+    float *kzc, *vzc;       // per (token, head) zero points
+    float *g;               // NVFP4 global scales, K then V
+    float host_g[2];
     void *copy_dst;
     kvcal_kv_scaler_t *scaler;
     size_t in_elems() const { return (size_t)T * H * D; }
@@ -275,6 +326,11 @@ static void problem_make(Problem &p, int64_t T, int H, int D, int bs, int64_t nu
     CHECK(cudaMalloc(&p.ko, n * 2));
     CHECK(cudaMalloc(&p.vo, n * 2));
     CHECK(cudaMalloc(&p.copy_dst, n * 2 * 2));
+    CHECK(cudaMalloc(&p.kzc, ns));
+    CHECK(cudaMalloc(&p.vzc, ns));
+    p.host_g[0] = 6.0f / 2688.0f, p.host_g[1] = 2.0f / 2688.0f;
+    CHECK(cudaMalloc(&p.g, 2 * sizeof(float)));
+    CHECK(cudaMemcpy(p.g, p.host_g, 2 * sizeof(float), cudaMemcpyHostToDevice));
     KV_CHECK(kvcal_kv_scaler_create(H, KVCAL_SCALER_RUNNING_MAX, 0.0f, 1, &p.scaler));
     CHECK(cudaDeviceSynchronize());
 }
@@ -284,6 +340,7 @@ static void problem_free(Problem &p)
     cudaFree(p.k), cudaFree(p.v), cudaFree(p.slots), cudaFree(p.kc), cudaFree(p.vc);
     cudaFree(p.ksc), cudaFree(p.vsc), cudaFree(p.kst), cudaFree(p.vst);
     cudaFree(p.ko), cudaFree(p.vo), cudaFree(p.copy_dst);
+    cudaFree(p.kzc), cudaFree(p.vzc), cudaFree(p.g);
     kvcal_kv_scaler_destroy(p.scaler);
 }
 
@@ -304,11 +361,41 @@ static kvcal_kv_cache cache_of(const Problem &p, kvcal_cache_layout layout, bool
     return c;
 }
 
+// The parameters of format op `op` on the device (host: the host copies
+// of the static scales).
+static kvcal_kv_qparams qparams_of(const Problem &p, Op op, bool host)
+{
+    kvcal_kv_qparams q = {};
+    q.format = fmt_of(op);
+    q.rounding = op == FMT_INT8_DYNAMIC || op == FMT_DEQUANT_INT8 ? KVCAL_KV_ROUND_TOWARD_ZERO
+                                                                  : KVCAL_KV_ROUND_NEAREST_EVEN;
+    q.granularity = KVCAL_GRANULARITY_HEAD;
+    if (op == FMT_INT8_HEAD) {
+        q.k_scale = host ? p.host_kst.data() : p.kst;
+        q.v_scale = host ? p.host_vst.data() : p.vst;
+    } else if (q.format == KVCAL_KV_FORMAT_NVFP4) {
+        q.granularity = KVCAL_GRANULARITY_TENSOR;
+        q.k_scale = host ? &p.host_g[0] : p.g;
+        q.v_scale = host ? &p.host_g[1] : p.g + 1;
+    } else if (op == FMT_ASYM_DYNAMIC && !host) {
+        q.k_zero_cache = p.kzc, q.v_zero_cache = p.vzc;
+    }
+    return q;
+}
+
 // Bytes an op must move: inputs read once, outputs written once.
 static double op_bytes(const Problem &p, Op op)
 {
     double in = 2.0 * p.in_elems() * 2, cache = 2.0 * p.in_elems(), slots = 8.0 * p.T;
     double scales = 2.0 * p.T * p.H * 4;
+    if (is_fmt(op)) {
+        kvcal_kv_format f = fmt_of(op);
+        double rows = 2.0 * p.T * p.H * kvcal_kv_format_row_bytes(f, p.D);
+        double params = op == FMT_INT8_DYNAMIC || op == FMT_DEQUANT_INT8 ? scales
+                        : op == FMT_ASYM_DYNAMIC                          ? 2 * scales
+                                                                          : 0.0;
+        return in + rows + params + slots;
+    }
     switch (op) {
     case COPY:
         return 2 * in;
@@ -390,6 +477,23 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
                                             nullptr, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
         return;
     }
+    case FMT_E5M2:
+    case FMT_INT8_HEAD:
+    case FMT_INT8_DYNAMIC:
+    case FMT_ASYM_DYNAMIC:
+    case FMT_NVFP4: {
+        kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
+        kvcal_kv_qparams q = qparams_of(p, op, false);
+        KV_CHECK(kvcal_kv_quantize_fmt_launch(&b, &c, &q, s));
+        return;
+    }
+    case FMT_DEQUANT_INT8:
+    case FMT_DEQUANT_NVFP4: {
+        kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
+        kvcal_kv_qparams q = qparams_of(p, op, false);
+        KV_CHECK(kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
+        return;
+    }
     case NUM_OPS:
         break;
     }
@@ -412,6 +516,7 @@ struct Mirror {
     std::vector<int64_t> local; // device block -> mirror block, -1 if absent
     std::vector<uint8_t> k, v;  // (blocks, block bytes)
     std::vector<float> ks, vs;  // (blocks, bs * H)
+    std::vector<float> kz, vz;  // (blocks, bs * H) zero points (format ops)
     int64_t blocks = 0;
 };
 
@@ -439,9 +544,10 @@ static void gather_blocks(const T *src, const int64_t *list, int64_t n, size_t e
     CHECK(cudaFree(d));
 }
 
-static void mirror_window(const Problem &p, int64_t t0, int64_t n, Mirror &m)
+static void mirror_window(const Problem &p, int64_t t0, int64_t n, Mirror &m,
+                          int64_t row_bytes)
 {
-    const size_t bb = (size_t)p.bs * p.H * p.D, sb = (size_t)p.bs * p.H;
+    const size_t bb = (size_t)p.bs * p.H * row_bytes, sb = (size_t)p.bs * p.H;
     m.local.assign(p.num_blocks, -1);
     m.blocks = 0;
     std::vector<int64_t> order;
@@ -458,6 +564,8 @@ static void mirror_window(const Problem &p, int64_t t0, int64_t n, Mirror &m)
     gather_blocks(p.vc, list, m.blocks, bb, m.v);
     gather_blocks(p.ksc, list, m.blocks, sb, m.ks);
     gather_blocks(p.vsc, list, m.blocks, sb, m.vs);
+    gather_blocks(p.kzc, list, m.blocks, sb, m.kz);
+    gather_blocks(p.vzc, list, m.blocks, sb, m.vz);
     CHECK(cudaFree(list));
 }
 
@@ -470,7 +578,7 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
     const int H = p.H, D = p.D;
     const size_t row = (size_t)H * D;
     Mirror m;
-    mirror_window(p, t0, n, m);
+    mirror_window(p, t0, n, m, D);
     std::vector<uint16_t> k = to_host((const uint16_t *)p.k + t0 * row, n * row);
     std::vector<uint16_t> v = to_host((const uint16_t *)p.v + t0 * row, n * row);
     // the window's tokens at local slots 0..n-1 of a host cache of the same layout
@@ -553,6 +661,96 @@ static size_t validate_window(Problem &p, Op op, int64_t t0, int64_t n,
     return bad;
 }
 
+// validate_window for a format op: the device's rows (of the format's row
+// bytes), per (token, head) scales and zero points, or for a
+// dequantization its outputs, against the CPU reference on a host cache of
+// the window's tokens.
+static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
+{
+    const int H = p.H, D = p.D;
+    const size_t row = (size_t)H * D;
+    const kvcal_kv_format f = fmt_of(op);
+    const int64_t rb = kvcal_kv_format_row_bytes(f, D);
+    Mirror m;
+    mirror_window(p, t0, n, m, rb);
+    std::vector<uint16_t> k = to_host((const uint16_t *)p.k + t0 * row, n * row);
+    std::vector<uint16_t> v = to_host((const uint16_t *)p.v + t0 * row, n * row);
+    int64_t blocks = (n + p.bs - 1) / p.bs;
+    std::vector<int64_t> local(n);
+    for (int64_t i = 0; i < n; i++)
+        local[i] = p.host_slots[t0 + i] < 0 ? -1 : i;
+    const size_t ns = blocks * p.bs * H;
+    std::vector<uint8_t> hk(blocks * p.bs * H * rb, 0xa5), hv(hk.size(), 0xa5);
+    std::vector<float> hks(ns, -1.0f), hvs(ns, -1.0f), hkz(ns, -1.0f), hvz(ns, -1.0f);
+    kvcal_kv_batch b = {k.data(),     v.data(), KVCAL_DTYPE_BF16, n, (int64_t)row, D,
+                        (int64_t)row, D,        local.data()};
+    kvcal_kv_cache c = {hk.data(), hv.data(), hks.data(), hvs.data(), blocks,
+                        p.bs,      H,         D,          0,          KVCAL_CACHE_NHD};
+    kvcal_kv_cache g_mirror = {m.k.data(), m.v.data(), m.ks.data(), m.vs.data(), m.blocks,
+                               p.bs,       H,          D,           0,  KVCAL_CACHE_NHD};
+    kvcal_kv_geom gd, gh;
+    kvcal_kv_qparams q = qparams_of(p, op, true);
+    if (f == KVCAL_KV_FORMAT_INT8_ASYM)
+        q.k_zero_cache = hkz.data(), q.v_zero_cache = hvz.data();
+    KV_CHECK(kvcal_kvfmt_check("bench", &b, &g_mirror, &q, 1, &gd));
+    KV_CHECK(kvcal_kvfmt_check("bench", &b, &c, &q, 1, &gh));
+    const int64_t data = gh.row_bytes, nscl = f == KVCAL_KV_FORMAT_NVFP4 ? D / 16 : 0;
+    auto mslot = [&](int64_t s) { return m.local[s / p.bs] * p.bs + s % p.bs; };
+    // byte offsets of the block scales of (slot, head) in both geometries
+    auto scl = [&](kvcal_kv_geom g, int64_t slot, int h, int sc, int kv) {
+        int64_t blk, off;
+        kvcal_kv_slot_split(g, slot, &blk, &off);
+        return kvcal_kvfmt_nvfp4_scale_at(g, blk, off, h, sc, kv);
+    };
+    size_t bad = 0;
+    if (op == FMT_DEQUANT_INT8 || op == FMT_DEQUANT_NVFP4) {
+        for (int64_t i = 0; i < n; i++)
+            for (int h = 0; h < H; h++) {
+                int64_t s = mslot(p.host_slots[t0 + i]);
+                memcpy(&hk[kvcal_kv_cache_offset(gh, i, h)],
+                       &m.k[kvcal_kv_cache_offset(gd, s, h)], data);
+                memcpy(&hv[kvcal_kv_cache_offset(gh, i, h)],
+                       &m.v[kvcal_kv_cache_offset(gd, s, h)], data);
+                for (int sc = 0; sc < nscl; sc++) {
+                    hk[scl(gh, i, h, sc, 0)] = m.k[scl(gd, s, h, sc, 0)];
+                    hv[scl(gh, i, h, sc, 1)] = m.v[scl(gd, s, h, sc, 1)];
+                }
+                hks[kvcal_kv_scale_index(gh, i, h)] = m.ks[kvcal_kv_scale_index(gd, s, h)];
+                hvs[kvcal_kv_scale_index(gh, i, h)] = m.vs[kvcal_kv_scale_index(gd, s, h)];
+            }
+        std::vector<uint16_t> rk(n * row), rv(n * row);
+        KV_CHECK(kvcal_kv_dequantize_fmt_ref(&b, &c, &q, rk.data(), rv.data(),
+                                             KVCAL_DTYPE_BF16));
+        std::vector<uint16_t> ok = to_host((const uint16_t *)p.ko + t0 * row, n * row);
+        std::vector<uint16_t> ov = to_host((const uint16_t *)p.vo + t0 * row, n * row);
+        for (size_t i = 0; i < n * row; i++)
+            bad += (ok[i] != rk[i]) + (ov[i] != rv[i]);
+        return bad;
+    }
+    KV_CHECK(kvcal_kv_quantize_fmt_ref(&b, &c, &q));
+    const bool dyn = op == FMT_INT8_DYNAMIC || op == FMT_ASYM_DYNAMIC;
+    for (int64_t i = 0; i < n; i++) {
+        if (p.host_slots[t0 + i] < 0)
+            continue;
+        int64_t s = mslot(p.host_slots[t0 + i]);
+        for (int h = 0; h < H; h++) {
+            bad += memcmp(&hk[kvcal_kv_cache_offset(gh, i, h)],
+                          &m.k[kvcal_kv_cache_offset(gd, s, h)], data) != 0;
+            bad += memcmp(&hv[kvcal_kv_cache_offset(gh, i, h)],
+                          &m.v[kvcal_kv_cache_offset(gd, s, h)], data) != 0;
+            for (int sc = 0; sc < nscl; sc++)
+                bad += (hk[scl(gh, i, h, sc, 0)] != m.k[scl(gd, s, h, sc, 0)]) +
+                       (hv[scl(gh, i, h, sc, 1)] != m.v[scl(gd, s, h, sc, 1)]);
+            size_t si = kvcal_kv_scale_index(gh, i, h), sd = kvcal_kv_scale_index(gd, s, h);
+            if (dyn)
+                bad += hks[si] != m.ks[sd] || hvs[si] != m.vs[sd];
+            if (f == KVCAL_KV_FORMAT_INT8_ASYM)
+                bad += hkz[si] != m.kz[sd] || hvz[si] != m.vz[sd];
+        }
+    }
+    return bad;
+}
+
 // Per-head finite absmax of bf16 (T, H, D) into out[h] (zeroed by the
 // caller): one thread per element, a plain reduction independent of the
 // library's, for checking the scaler's scales on the device.
@@ -598,6 +796,8 @@ static size_t validate(Problem &p, Op op)
     }
     if (op == DEQUANT)
         run_op(p, DYNAMIC, 0);
+    if (fmt_writer(op) != op)
+        run_op(p, fmt_writer(op), 0);
     run_op(p, op, 0);
     if (scaler) {
         if (op == SCALER_GROW)
@@ -629,7 +829,8 @@ static size_t validate(Problem &p, Op op)
     int64_t w = std::min<int64_t>(p.T, 2048);
     int64_t starts[3] = {0, (p.T - w) / 2, p.T - w};
     for (int i = 0; i < (p.T > w ? 3 : 1); i++)
-        bad += validate_window(p, op, starts[i], w, sk.data(), sv.data());
+        bad += is_fmt(op) ? validate_fmt_window(p, op, starts[i], w)
+                          : validate_window(p, op, starts[i], w, sk.data(), sv.data());
     return bad;
 }
 
@@ -788,7 +989,8 @@ int main(int argc, char **argv)
             const bool bench_kernel = op == V1_STATIC_HEAD || op == V3_STATIC_HEAD ||
                                       op == V3R8_STATIC_HEAD || op == V3_DYNAMIC;
             if ((bench_kernel && (ci > 0 || (op != V1_STATIC_HEAD && D != 128))) ||
-                (op == SCALER_GROW && cases[ci].decode))
+                (op == SCALER_GROW && cases[ci].decode) ||
+                (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);

@@ -5,7 +5,8 @@
 #   1. every test suite of the project (build/kvcal_tests, KVCAL_BIN set to
 #      the kvcal binary; set KVCAL_SHARED for the suites that need ../shared),
 #   2. the example engine decode loop (CPU and CUDA, bytes compared),
-#   3. bench/kvquant (every CUDA entry point and candidate vs a device copy),
+#   3. bench/kvquant (every CUDA entry point and candidate vs a device copy,
+#      the cache formats beyond e4m3 among them),
 #   4. bench/kvquant_torch.py (eager and torch.compile equivalents; the
 #      code inductor generates goes to OUTDIR/torch_output_code.txt).
 # KVCAL_SUITES (names of test suites, space separated) limits step 1 to
@@ -36,7 +37,7 @@ stamp tests
 timeout 20 env LD_LIBRARY_PATH="$libs" "$build/tests/example_engine_loop" > "$out/example.log" 2>&1
 example_rc=$?
 stamp example
-timeout 60 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" > "$out/bench.log" 2>&1
+timeout 180 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" > "$out/bench.log" 2>&1
 bench_rc=$?
 stamp bench
 torch_rc=0

@@ -60,6 +60,7 @@ typedef struct kvcal_eval_layer_sums {
 typedef struct kvcal_kv_io {
     kvcal_kv_batch batch;
     kvcal_kv_cache cache;
+    float *zero[2]; /* (N, kv_heads) K and V zero points, laid out as cache.k_scale */
     int device;
     struct CUstream_st *stream;
 } kvcal_kv_io;
@@ -147,8 +148,10 @@ typedef struct kvcal_backend_ops {
      * attention output is measured against (before the round trip). */
     kvcal_status (*sim_attend_exact)(kvcal_backend *be, const kvcal_op *op);
     /* Dequantizes the cache over K and V (what attention then reads) and
-     * adds K's and V's errors to layer l's sums. */
-    kvcal_status (*sim_roundtrip)(kvcal_backend *be, int layer);
+     * adds K's and V's errors to layer l's sums: an e4m3 cache of the
+     * scales beside it (values clipped past 464 x scale counted) when q is
+     * NULL, else the cache format q describes (nothing counted as clipped). */
+    kvcal_status (*sim_roundtrip)(kvcal_backend *be, int layer, const kvcal_kv_qparams *q);
     /* Adds the attention output's error to layer l's sums. */
     kvcal_status (*sim_attention_error)(kvcal_backend *be, const kvcal_op *op, int layer);
     /* Adds every layer's sums into sums (layers) and zeroes them. */

@@ -62,6 +62,7 @@ typedef struct {
     void *sim_slab;
     uint8_t *cache[2];           /* (N, kv_heads, head_dim) e4m3 */
     float *cache_scale[2];       /* (N, kv_heads) */
+    float *cache_zero[2];        /* (N, kv_heads) */
     float *deq[2];               /* (N, kv_heads, head_dim) */
     float *att0;                 /* (N, heads, head_dim) on the exact K/V */
     int64_t *slots;              /* (N) 0 .. N-1 */
@@ -411,7 +412,7 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     const kvcal_model_desc *d = be->desc;
     const size_t N = (size_t)c->max_tokens, KV = N * d->num_kv_heads * d->head_dim;
     const size_t bytes =
-        2 * KV + 2 * N * d->num_kv_heads * sizeof(float) + 2 * KV * sizeof(float) +
+        2 * KV + 4 * N * d->num_kv_heads * sizeof(float) + 2 * KV * sizeof(float) +
         N * (size_t)d->num_heads * d->head_dim * sizeof(float) + N * sizeof(int64_t) +
         d->num_layers * sizeof(kvcal_eval_layer_sums) + floats * sizeof(float) + 64;
     sim_release(be);
@@ -425,6 +426,7 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     p += d->num_layers * sizeof(kvcal_eval_layer_sums);
     for (int i = 0; i < 2; i++) {
         c->cache_scale[i] = (float *)p, p += N * d->num_kv_heads * sizeof(float);
+        c->cache_zero[i] = (float *)p, p += N * d->num_kv_heads * sizeof(float);
         c->deq[i] = (float *)p, p += KV * sizeof(float);
     }
     c->att0 = (float *)p, p += N * (size_t)d->num_heads * d->head_dim * sizeof(float);
@@ -456,6 +458,7 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     io->cache = (kvcal_kv_cache){
         c->cache[0], c->cache[1], c->cache_scale[0], c->cache_scale[1], c->n, 1, H,
         D,           0,           KVCAL_CACHE_NHD};
+    io->zero[0] = c->cache_zero[0], io->zero[1] = c->cache_zero[1];
     io->device = 0;
     io->stream = NULL;
     return KVCAL_OK;
@@ -468,7 +471,7 @@ static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
     return KVCAL_OK;
 }
 
-static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
+static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_qparams *q)
 {
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
@@ -477,14 +480,16 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
     kvcal_kv_io io;
     sim_view(be, &io);
     kvcal_status st =
-        kvcal_kv_dequantize_ref(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR, NULL,
-                                NULL, c->deq[0], c->deq[1], KVCAL_DTYPE_F32);
+        q ? kvcal_kv_dequantize_fmt_ref(&io.batch, &io.cache, q, c->deq[0], c->deq[1],
+                                        KVCAL_DTYPE_F32)
+          : kvcal_kv_dequantize_ref(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR, NULL,
+                                    NULL, c->deq[0], c->deq[1], KVCAL_DTYPE_F32);
     if (st)
         return st;
     float *kv[2] = {c->k, c->v};
     for (int i = 0; i < 2; i++) {
         kvcal_error_sums_ref(&c->sums[layer].kv[i], kv[i], row, c->deq[i], row,
-                             c->cache_scale[i], D, NULL, c->n, (int)row);
+                             q ? NULL : c->cache_scale[i], D, NULL, c->n, (int)row);
         memcpy(kv[i], c->deq[i], sizeof(float) * (size_t)(c->n * row));
     }
     return KVCAL_OK;

@@ -115,6 +115,7 @@ typedef struct {
     kvcal_bf16 *att0;            /* (N, H * hd) attention on the exact K/V */
     uint8_t *cache[2];           /* (N, HKV, hd) e4m3, one block per token */
     float *cache_scale[2];       /* (N, HKV) */
+    float *cache_zero[2];        /* (N, HKV) */
     float *deq[2];               /* (N, HKV, hd) */
     kvcal_eval_layer_sums *sums; /* (L) */
 } cuda_backend;
@@ -694,7 +695,9 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
                             KV * sizeof(float),
                             KV * sizeof(float),
                             floats * sizeof(float),
-                            (size_t)r->L * sizeof(kvcal_eval_layer_sums)};
+                            (size_t)r->L * sizeof(kvcal_eval_layer_sums),
+                            N * r->HKV * sizeof(float),
+                            N * r->HKV * sizeof(float)};
     enum { NBUF = sizeof bytes / sizeof bytes[0] };
     void *buf[NBUF];
     TRY(alloc_buffers(r, &r->sim_slab, &r->sim_bytes, buf, bytes, NBUF,
@@ -705,6 +708,7 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     r->deq[0] = buf[5], r->deq[1] = buf[6];
     *space = buf[7];
     r->sums = buf[8];
+    r->cache_zero[0] = buf[9], r->cache_zero[1] = buf[10];
     TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes[8], r->stream));
     memset(io, 0, sizeof *io);
     io->device = 1;
@@ -743,6 +747,7 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     io->cache = (kvcal_kv_cache){
         r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
         r->hd,       0,           KVCAL_CACHE_NHD};
+    io->zero[0] = r->cache_zero[0], io->zero[1] = r->cache_zero[1];
     io->device = 1;
     io->stream = r->stream;
     return KVCAL_OK;
@@ -754,7 +759,7 @@ static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
     return attend(cu(be), cu(be)->att0);
 }
 
-static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
+static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_qparams *q)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
@@ -763,12 +768,17 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer)
     kvcal_bf16 *kv[2];
     kv_of(r, &kv[0], &kv[1]);
     sim_view(be, &io);
-    TRY(kvcal_kv_dequantize_launch(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR, NULL,
-                                   NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32,
-                                   r->stream));
+    if (q)
+        TRY(kvcal_kv_dequantize_fmt_launch(&io.batch, &io.cache, q, r->deq[0], r->deq[1],
+                                           KVCAL_DTYPE_F32, r->stream));
+    else
+        TRY(kvcal_kv_dequantize_launch(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR,
+                                       NULL, NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32,
+                                       r->stream));
     for (int i = 0; i < 2; i++)
         TRY(kvcal_error_sums_launch(&r->sums[layer].kv[i], kv[i], r->qkv_n, r->deq[i],
-                                    kv_cols, KVCAL_DTYPE_F32, r->cache_scale[i], r->hd,
+                                    kv_cols, KVCAL_DTYPE_F32, q ? NULL : r->cache_scale[i],
+                                    r->hd,
                                     r->pos, n, kv_cols, kv[i], r->stream));
 fail:
     return st;

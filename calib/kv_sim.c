@@ -1,4 +1,4 @@
-/* calib/kv_sim.c: the simulated FP8 KV cache (see kv_sim.h). */
+/* calib/kv_sim.c: the simulated KV cache (see kv_sim.h). */
 #include "calib/kv_sim.h"
 
 #include <math.h>
@@ -10,6 +10,8 @@
 struct kvcal_kv_sim {
     kvcal_backend *be;
     kvcal_kv_sim_mode mode;
+    kvcal_kv_format format;
+    kvcal_kv_rounding rounding;
     int layers, kv_heads;
     float *scales[2];            /* (layers, kv_heads) static scales, backend memory */
     kvcal_kv_scaler_t **scalers; /* (layers) first-batch scalers */
@@ -18,6 +20,11 @@ struct kvcal_kv_sim {
 void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_kind kind,
                                 int layers, int kv_heads, float *k_scale, float *v_scale)
 {
+    /* a scale set of another format (int8, NVFP4) in e4m3's convention */
+    const double to_e4m3 = kind == KVCAL_KV_SCALES_UNIT
+                               ? 1.0
+                               : (double)kvcal_scales_format_qmax(scales->format) /
+                                     KVCAL_FP8_E4M3_MAX;
     for (int l = 0; l < layers; l++) {
         float k = 1.0f, v = 1.0f;
         if (kind == KVCAL_KV_SCALES_TENSOR)
@@ -27,8 +34,65 @@ void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_ki
             *ks = k, *vs = v;
             if (kind == KVCAL_KV_SCALES_HEAD)
                 kvcal_scales_get_head(scales, l, h, ks, vs);
+            if (to_e4m3 != 1.0)
+                *ks = (float)(*ks * to_e4m3), *vs = (float)(*vs * to_e4m3);
         }
     }
+}
+
+const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES] = {
+    {"fp8-e5m2", "e5m2 cast, no scale (vLLM's and sglang's fp8_e5m2)", KVCAL_KV_SIM_CAST,
+     KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_FP8_E5M2, KVCAL_KV_ROUND_NEAREST_EVEN},
+    {"int8-static-tensor", "int8, one K and one V scale per layer (absmax / 127) from --scales",
+     KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_INT8,
+     KVCAL_KV_ROUND_NEAREST_EVEN},
+    {"int8-static-head", "int8, per-head K and V scales (absmax / 127) from --scales",
+     KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_HEAD, KVCAL_KV_FORMAT_INT8,
+     KVCAL_KV_ROUND_NEAREST_EVEN},
+    {"int8-dynamic", "int8, a scale per token and kv head (vLLM's int8_per_token_head)",
+     KVCAL_KV_SIM_DYNAMIC, KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_INT8,
+     KVCAL_KV_ROUND_TOWARD_ZERO},
+    {"int8-asym-dynamic",
+     "uint8 with a zero point per token and kv head (LMDeploy's quant_policy=8)",
+     KVCAL_KV_SIM_DYNAMIC, KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_INT8_ASYM,
+     KVCAL_KV_ROUND_NEAREST_EVEN},
+    {"nvfp4-static-tensor",
+     "NVFP4, one global K and V scale per layer (amax / (6 * 448)) from --scales",
+     KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_NVFP4,
+     KVCAL_KV_ROUND_NEAREST_EVEN},
+    {"nvfp4-static-head", "NVFP4, a global scale per kv head from --scales",
+     KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_HEAD, KVCAL_KV_FORMAT_NVFP4,
+     KVCAL_KV_ROUND_NEAREST_EVEN}};
+
+kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
+                                                   const kvcal_scales_t *scales, int layers,
+                                                   int kv_heads, float *ks, float *vs)
+{
+    kvcal_kv_sim_config c = {.mode = m->mode, .format = m->format, .rounding = m->rounding};
+    if (m->mode == KVCAL_KV_SIM_STATIC) {
+        kvcal_kv_sim_static_scales(scales, m->kind, layers, kv_heads, ks, vs);
+        c.k_scale = ks, c.v_scale = vs;
+    }
+    return c;
+}
+
+double kvcal_kv_sim_bytes_per_token(const kvcal_model_desc *d,
+                                    const kvcal_kv_sim_config *cfg)
+{
+    const double values = 2.0 * d->num_layers * d->num_kv_heads * d->head_dim;
+    const double rows = 2.0 * d->num_layers * d->num_kv_heads;
+    if (cfg->mode == KVCAL_KV_SIM_EXACT)
+        return 2.0 * values;
+    double b = (double)kvcal_kv_format_row_bytes(cfg->format, d->head_dim) * rows;
+    if (cfg->mode == KVCAL_KV_SIM_DYNAMIC)
+        b += rows * sizeof(float) * (cfg->format == KVCAL_KV_FORMAT_INT8_ASYM ? 2 : 1);
+    return b;
+}
+
+/* The format's static scale of an e4m3 scale s (absmax / 448). */
+static float format_scale(kvcal_kv_format f, float s)
+{
+    return (float)((double)s * KVCAL_FP8_E4M3_MAX / kvcal_scales_format_qmax(f));
 }
 
 kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *cfg,
@@ -37,9 +101,17 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
     *out = NULL;
     const kvcal_model_desc *d = be->desc;
     const int L = d->num_layers, H = d->num_kv_heads, stat = cfg->mode == KVCAL_KV_SIM_STATIC;
-    if (cfg->mode < KVCAL_KV_SIM_STATIC || cfg->mode > KVCAL_KV_SIM_FIRST_BATCH)
+    if (cfg->mode < KVCAL_KV_SIM_STATIC || cfg->mode > KVCAL_KV_SIM_CAST)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "eval: unknown cache mode %d",
                           (int)cfg->mode);
+    const int e4m3 = cfg->format == KVCAL_KV_FORMAT_FP8_E4M3;
+    if ((cfg->mode == KVCAL_KV_SIM_CAST) != (cfg->format == KVCAL_KV_FORMAT_FP8_E5M2) ||
+        (cfg->mode == KVCAL_KV_SIM_FIRST_BATCH && !e4m3) ||
+        (cfg->format == KVCAL_KV_FORMAT_NVFP4 && !stat) ||
+        kvcal_kv_format_row_bytes(cfg->format, d->head_dim) == 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "eval: cache mode %d does not apply to format %d (head_dim %d)",
+                          (int)cfg->mode, (int)cfg->format, d->head_dim);
     if (stat ? !(cfg->k_scale && cfg->v_scale) : cfg->k_scale || cfg->v_scale)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "eval: mode %d, k_scale %s, v_scale %s: the static mode "
@@ -58,6 +130,7 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
     if (!s)
         return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
     s->be = be, s->mode = cfg->mode, s->layers = L, s->kv_heads = H;
+    s->format = cfg->format, s->rounding = cfg->rounding;
     const size_t LH = (size_t)L * H;
     float *space = NULL;
     kvcal_kv_io io;
@@ -65,9 +138,20 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
     if (st)
         goto fail;
     if (stat) {
+        float *conv = malloc(2 * LH * sizeof *conv);
+        if (!conv) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < LH; i++) {
+            conv[i] = format_scale(cfg->format, cfg->k_scale[i]);
+            conv[LH + i] = format_scale(cfg->format, cfg->v_scale[i]);
+        }
         s->scales[0] = space, s->scales[1] = space + LH;
-        if ((st = be->ops->sim_upload(be, s->scales[0], cfg->k_scale, LH)) ||
-            (st = be->ops->sim_upload(be, s->scales[1], cfg->v_scale, LH)))
+        if (!(st = be->ops->sim_upload(be, s->scales[0], conv, LH)))
+            st = be->ops->sim_upload(be, s->scales[1], conv + LH, LH);
+        free(conv);
+        if (st)
             goto fail;
     }
     if (cfg->mode == KVCAL_KV_SIM_FIRST_BATCH) {
@@ -99,11 +183,30 @@ void kvcal_kv_sim_destroy(kvcal_kv_sim_t *s)
     free(s);
 }
 
+/* The library's parameters of a format other than e4m3 at layer l. */
+static kvcal_kv_qparams qparams_of(const kvcal_kv_sim_t *s, int l, const kvcal_kv_io *io)
+{
+    kvcal_kv_qparams q = {s->format, s->rounding, KVCAL_GRANULARITY_HEAD, NULL, NULL,
+                          NULL, NULL, NULL, NULL};
+    if (s->mode == KVCAL_KV_SIM_STATIC) {
+        q.k_scale = s->scales[0] + (size_t)l * s->kv_heads;
+        q.v_scale = s->scales[1] + (size_t)l * s->kv_heads;
+    } else if (s->format == KVCAL_KV_FORMAT_INT8_ASYM) {
+        q.k_zero_cache = io->zero[0], q.v_zero_cache = io->zero[1];
+    }
+    return q;
+}
+
 /* K and V of the batch into the scratch cache under the mode's scales. */
 static kvcal_status quantize(kvcal_kv_sim_t *s, int l, const kvcal_kv_io *io)
 {
     const kvcal_kv_batch *b = &io->batch;
     const kvcal_kv_cache *c = &io->cache;
+    if (s->format != KVCAL_KV_FORMAT_FP8_E4M3) {
+        kvcal_kv_qparams q = qparams_of(s, l, io);
+        return io->device ? kvcal_kv_quantize_fmt_launch(b, c, &q, io->stream)
+                          : kvcal_kv_quantize_fmt_ref(b, c, &q);
+    }
     switch (s->mode) {
     case KVCAL_KV_SIM_STATIC: {
         const float *ks = s->scales[0] + (size_t)l * s->kv_heads;
@@ -131,8 +234,11 @@ kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_
         st = be->ops->sim_view(be, &io);
     if (!st)
         st = quantize(s, layer, &io);
-    if (!st)
-        st = be->ops->sim_roundtrip(be, layer);
+    if (!st) {
+        kvcal_kv_qparams q = qparams_of(s, layer, &io);
+        st = be->ops->sim_roundtrip(be, layer,
+                                    s->format != KVCAL_KV_FORMAT_FP8_E4M3 ? &q : NULL);
+    }
     return st ? kvcal_fail_context(st, "layer %d: ", layer) : KVCAL_OK;
 }
 

@@ -1,10 +1,12 @@
-/* calib/kv_sim.h: the simulated FP8 KV cache of `kvcal eval`, written once
- * for every backend: at each layer's cache point the executor hands K and V
- * to it, and it quantizes them to e4m3 through the library's online
- * quantization (include/kvcal_quant.h) in the evaluated mode, dequantizes
- * them back (what attention then reads, as an engine with an FP8 cache
- * computes) and measures what the round trip costs. The backend supplies
- * the buffers and the device (calib/backend.h). */
+/* calib/kv_sim.h: the simulated low-precision KV cache of `kvcal eval`,
+ * written once for every backend: at each layer's cache point the executor
+ * hands K and V to it, and it quantizes them (e4m3, or another cache format
+ * of kvcal_kv_format) through the library's online quantization
+ * (include/kvcal_quant.h) in the evaluated mode, dequantizes them back
+ * (what attention then reads, as an engine with that cache computes) and
+ * measures what the round trip costs. The backend supplies the buffers and
+ * the device (calib/backend.h). Also here: the cache modes beyond e4m3 that
+ * eval offers, and what each costs in bytes per token. */
 #ifndef KVCAL_CALIB_KV_SIM_H
 #define KVCAL_CALIB_KV_SIM_H
 
@@ -17,14 +19,22 @@ typedef enum kvcal_kv_sim_mode {
     KVCAL_KV_SIM_EXACT = 0,      /* K/V as computed: the baseline */
     KVCAL_KV_SIM_STATIC = 1,     /* fixed per-head scales per layer */
     KVCAL_KV_SIM_DYNAMIC = 2,    /* a scale per (token, kv head) */
-    KVCAL_KV_SIM_FIRST_BATCH = 3 /* per-head scales of the first batch's absmax */
+    KVCAL_KV_SIM_FIRST_BATCH = 3, /* per-head scales of the first batch's absmax */
+    KVCAL_KV_SIM_CAST = 4         /* no scale at all (fp8 e5m2) */
 } kvcal_kv_sim_mode;
 
 typedef struct kvcal_kv_sim_config {
     kvcal_kv_sim_mode mode;
     /* (layers, kv_heads) host arrays, finite and > 0, for STATIC; NULL
-     * otherwise (copied by kvcal_kv_sim_create) */
+     * otherwise (copied by kvcal_kv_sim_create). They are e4m3 scales
+     * (absmax / 448, core/scale_rule.h), whatever the format: the
+     * simulation turns each into the format's (int8: absmax / 127; NVFP4's
+     * global scale: absmax / (6 * 448), ModelOpt's). */
     const float *k_scale, *v_scale;
+    /* The cache format (0: e4m3, the modes above) and, for int8, how it
+     * rounds. FIRST_BATCH is e4m3's alone, CAST e5m2's; NVFP4 is static. */
+    kvcal_kv_format format;
+    kvcal_kv_rounding rounding;
 } kvcal_kv_sim_config;
 
 /* Where the static scales of a scale set come from. */
@@ -39,6 +49,34 @@ typedef enum kvcal_kv_scales_kind {
 void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_kind kind,
                                 int layers, int kv_heads, float *k_scale,
                                 float *v_scale);
+
+/* A cache mode of `kvcal eval` beyond e4m3's (calib/kv_sim.c holds the
+ * table): its name on the command line, what it is, and its configuration
+ * (static modes take their scales of `kind` from --scales). */
+typedef struct kvcal_kv_sim_cache_mode {
+    const char *name, *help;
+    kvcal_kv_sim_mode mode;
+    kvcal_kv_scales_kind kind;
+    kvcal_kv_format format;
+    kvcal_kv_rounding rounding;
+} kvcal_kv_sim_cache_mode;
+
+#define KVCAL_KV_SIM_CACHE_MODES 7
+extern const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES];
+
+/* The configuration of cache mode m; ks and vs (layers, kv_heads) scratch
+ * that receives its static scales from scales (a static mode needs them). */
+kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
+                                                   const kvcal_scales_t *scales, int layers,
+                                                   int kv_heads, float *ks, float *vs);
+
+/* Bytes the KV cache of a model takes per token under cfg, every layer's K
+ * and V: the values (EXACT: a bf16 cache; e4m3, e5m2 and int8 one byte;
+ * NVFP4 9/16 of a byte with its block scales) and the per (token, head)
+ * parameters dynamic modes keep beside them (fp32 scales, and zero points
+ * for int8 with zero points); static scales cost no byte per token. */
+double kvcal_kv_sim_bytes_per_token(const kvcal_model_desc *d,
+                                    const kvcal_kv_sim_config *cfg);
 
 typedef struct kvcal_kv_sim kvcal_kv_sim_t;
 

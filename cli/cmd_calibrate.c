@@ -50,6 +50,7 @@ typedef struct {
     const char *observer_text; /* --observer as given */
     kvcal_observer_config observer;
     kvcal_granularity granularity;
+    kvcal_kv_format kv_dtype; /* --kv-dtype */
 } options;
 
 static void usage(FILE *f)
@@ -89,6 +90,12 @@ static void usage(FILE *f)
         "  --format F           legacy | kvcal | checkpoint | all (default kvcal); all\n"
         "                       writes kv_cache_scales.json, kvcal_scales.json and\n"
         "                       checkpoint/ under --out\n"
+        "  --kv-dtype D         the cache the scales are for: fp8_e4m3 (default;\n"
+        "                       absmax / 448), int8 (absmax / 127) or nvfp4 (the\n"
+        "                       global scale, absmax / (6 x 448)); int8 and nvfp4\n"
+        "                       write --format kvcal only (no engine reads them from\n"
+        "                       the other formats: schemas/README.md); fp8_e5m2\n"
+        "                       needs no scale\n"
         "  --stats FILE.h5      also write the HDF5 statistics\n"
         "  --report FILE.html   also write the HTML report of the scales and statistics\n"
         "                       (what kvcal report writes)\n"
@@ -134,7 +141,8 @@ enum {
     O_REPORT,
     O_TIME_ONLY,
     O_RESUME,
-    O_SAVE_EVERY
+    O_SAVE_EVERY,
+    O_KV_DTYPE
 };
 
 /* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
@@ -174,6 +182,26 @@ static int own_option(int c, const char *arg, void *ctx)
             return -1;
         }
         return 1;
+    case O_KV_DTYPE:
+        if (!strcmp(arg, "fp8_e4m3") || !strcmp(arg, "fp8"))
+            o->kv_dtype = KVCAL_KV_FORMAT_FP8_E4M3;
+        else if (!strcmp(arg, "int8"))
+            o->kv_dtype = KVCAL_KV_FORMAT_INT8;
+        else if (!strcmp(arg, "nvfp4"))
+            o->kv_dtype = KVCAL_KV_FORMAT_NVFP4;
+        else {
+            fprintf(stderr,
+                    "kvcal calibrate: --kv-dtype '%s': expected fp8_e4m3, int8 or nvfp4%s\n",
+                    arg,
+                    !strcmp(arg, "fp8_e5m2") ? " (fp8_e5m2 is a cast: it needs no scale; "
+                                               "kvcal eval --modes fp8-e5m2 says what it "
+                                               "costs)"
+                    : !strncmp(arg, "int8", 4)
+                        ? " (the zero points of int8 with offsets are not calibrated yet)"
+                        : "");
+            return -1;
+        }
+        return 1;
     case O_GRAN:
         if (!strcmp(arg, "tensor"))
             o->granularity = KVCAL_GRANULARITY_TENSOR;
@@ -206,6 +234,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"time-only", no_argument, 0, O_TIME_ONLY},
         {"resume", no_argument, 0, O_RESUME},
         {"save-every", required_argument, 0, O_SAVE_EVERY},
+        {"kv-dtype", required_argument, 0, O_KV_DTYPE},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -242,6 +271,15 @@ static int parse_options(int argc, char **argv, options *o)
                 "kvcal calibrate: --format '%s': expected legacy, kvcal, checkpoint or "
                 "all\n",
                 o->format);
+        return -1;
+    }
+    if (o->kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 && (f != 1 || o->report_path)) {
+        fprintf(stderr,
+                "kvcal calibrate: --kv-dtype %s writes --format kvcal only (the legacy "
+                "file and the checkpoint hold e4m3 scales; the report draws e4m3's): "
+                "leave out --format %s%s\n",
+                o->kv_dtype == KVCAL_KV_FORMAT_INT8 ? "int8" : "nvfp4", o->format,
+                o->report_path ? " and --report" : "");
         return -1;
     }
     if (!o->out)
@@ -839,7 +877,9 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     }
     if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
         (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
-                                    warn_stderr, NULL)))
+                                    warn_stderr, NULL)) ||
+        (o.kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 &&
+         (st = kvcal_scales_rescale(scales, o.kv_dtype))))
         goto fail;
     kvcal_model_identity_get(model, &scales->model);
     kvcal_provenance *prov = &scales->provenance;

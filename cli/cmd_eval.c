@@ -1,7 +1,7 @@
-/* cli/cmd_eval.c: `kvcal eval`: what an FP8 KV cache costs in accuracy.
- * Runs the model over held-out samples once per mode, with K and V
- * quantized to e4m3 and dequantized before attention exactly as an engine
- * with an FP8 cache computes (through the library's online quantization: the
+/* cli/cmd_eval.c: `kvcal eval`: what a low-precision KV cache costs in
+ * accuracy. Runs the model over held-out samples once per mode, with K and V
+ * quantized (e4m3, or the other cache formats of calib/kv_sim.h) and
+ * dequantized before attention exactly as an engine with that cache computes (through the library's online quantization: the
  * CPU reference on the fp32 CPU runner, the CUDA kernels on the bf16 CUDA
  * runner), and reports perplexity against the unquantized baseline plus,
  * per layer, the SQNR of K and V, the fraction of clipped values and the
@@ -37,17 +37,37 @@ enum {
     MODE_UNIT,
     MODE_DYNAMIC,
     MODE_FIRST_BATCH,
-    NUM_MODES
+    NUM_E4M3_MODES,
+    /* then calib/kv_sim.h's kvcal_kv_sim_cache_modes */
+    NUM_MODES = NUM_E4M3_MODES + KVCAL_KV_SIM_CACHE_MODES
 };
-static const char *const mode_names[NUM_MODES] = {
+static const char *const e4m3_names[NUM_E4M3_MODES] = {
     "baseline", "static-tensor", "static-head", "unit", "dynamic", "first-batch"};
-static const char *const mode_help[NUM_MODES] = {
+static const char *const e4m3_help[NUM_E4M3_MODES] = {
     "K/V unquantized (fp32 on cpu, bf16 on cuda)",
     "one K and one V scale per layer from --scales (max over heads)",
     "per-head K and V scales from --scales",
     "every scale 1.0: what engines do when the scales file is missing",
     "a scale per token and kv head (vLLM's fp8_per_token_head)",
     "per-head scales fixed from the first batch's absmax"};
+#define DEFAULT_TOLERANCE 0.5 /* --tolerance: percent of the baseline's perplexity */
+
+static const kvcal_kv_sim_cache_mode *cache_mode(int m)
+{
+    return m >= NUM_E4M3_MODES ? &kvcal_kv_sim_cache_modes[m - NUM_E4M3_MODES] : NULL;
+}
+
+static const char *mode_name(int m)
+{
+    return cache_mode(m) ? cache_mode(m)->name : e4m3_names[m];
+}
+
+/* 1 for the modes that read --scales */
+static int mode_needs_scales(int m)
+{
+    return m == MODE_STATIC_TENSOR || m == MODE_STATIC_HEAD ||
+           (cache_mode(m) && cache_mode(m)->mode == KVCAL_KV_SIM_STATIC);
+}
 
 typedef struct {
     kvcal_cmd_run_options run;
@@ -55,6 +75,7 @@ typedef struct {
     const char *report;     /* --report FILE.html, or NULL */
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
+    double tolerance;       /* --tolerance, percent */
 } options;
 
 static void usage(FILE *f)
@@ -62,18 +83,25 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kvcal eval --model DIR|FILE --dataset FILE [options]\n\n"
             "Runs the model over held-out samples with the KV cache simulated in FP8\n"
-            "e4m3 (K and V quantized, then dequantized before attention) under each\n"
-            "mode, and reports perplexity against the unquantized baseline (fp32 on\n"
-            "cpu, bf16 on cuda) and, per layer, the SQNR of K and V, the fraction of\n"
-            "clipped values and the relative error of the attention output.\n\n"
+            "e4m3 or another cache format (K and V quantized, then dequantized before\n"
+            "attention) under each mode, and reports perplexity against the\n"
+            "unquantized baseline (fp32 on cpu, bf16 on cuda), the cache's bytes per\n"
+            "token, the smallest cache within --tolerance and, per layer, the SQNR of\n"
+            "K and V, the fraction of clipped values and the relative error of the\n"
+            "attention output.\n\n"
             "  --model DIR|FILE     Hugging Face checkpoint directory or llama2.c .bin\n"
             "  --dataset FILE       held-out text, JSONL or HDF5 token set\n"
             "  --scales FILE|DIR    scales to evaluate (any format kvcal reads)\n"
             "  --modes LIST         comma-separated, from:\n");
     for (int m = 0; m < NUM_MODES; m++)
-        fprintf(f, "                         %-14s %s\n", mode_names[m], mode_help[m]);
+        fprintf(f, "                         %-19s %s\n", mode_name(m),
+                cache_mode(m) ? cache_mode(m)->help : e4m3_help[m]);
     fprintf(
-        f, "                       (default: all; the static modes need --scales)\n"
+        f, "                       (default: the e4m3 modes; all: every mode; the\n"
+           "                       static modes need --scales, an e4m3 scale set whose\n"
+           "                       absmax each format's scales are made from)\n"
+           "  --tolerance PCT      the recommended cache is the smallest whose perplexity\n"
+           "                       is within PCT percent of the baseline (default 0.5)\n"
            "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
            "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
            "  --num-samples N      samples (default 16)\n"
@@ -112,7 +140,7 @@ static int parse_modes(const char *text, int *modes)
          tok = strtok_r(NULL, ",", &save)) {
         int found = 0;
         for (int m = 0; m < NUM_MODES; m++)
-            if (!strcmp(tok, mode_names[m]))
+            if (!strcmp(tok, mode_name(m)) || !strcmp(tok, "all"))
                 modes[m] = found = 1;
         if (!found) {
             fprintf(stderr, "kvcal eval: --modes: unknown mode '%s' (see --help)\n", tok);
@@ -122,7 +150,7 @@ static int parse_modes(const char *text, int *modes)
     return 0;
 }
 
-enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT };
+enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT, O_TOLERANCE };
 
 /* eval's own options (kvcal_cmd_own_option); ctx: the options, whose
  * modes_text keeps --modes until the other options are known. */
@@ -137,6 +165,16 @@ static int own_option(int c, const char *arg, void *ctx)
         return 1;
     case O_REPORT:
         return kvcal_cmd_parse_path("eval", "--report", arg, &o->report) ? -1 : 1;
+    case O_TOLERANCE: {
+        char *end;
+        o->tolerance = strtod(arg, &end);
+        if (*end || !(o->tolerance >= 0.0 && o->tolerance < 1e6)) {
+            fprintf(stderr, "kvcal eval: --tolerance '%s': give a percentage >= 0, e.g. "
+                            "0.5\n", arg);
+            return -1;
+        }
+        return 1;
+    }
     default:
         return 0;
     }
@@ -151,12 +189,14 @@ static int parse_options(int argc, char **argv, options *o)
         {"scales", required_argument, 0, O_SCALES},
         {"modes", required_argument, 0, O_MODES},
         {"report", required_argument, 0, O_REPORT},
+        {"tolerance", required_argument, 0, O_TOLERANCE},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->run.num_samples = 16;
     o->run.tp = 1;
     o->run.seed = 1;
+    o->tolerance = DEFAULT_TOLERANCE;
     int rc =
         kvcal_cmd_parse_run_argv("eval", argc, argv, longopts, 2, &o->run, own_option, o);
     if (rc)
@@ -169,16 +209,19 @@ static int parse_options(int argc, char **argv, options *o)
     if (modes) {
         if (parse_modes(modes, o->modes))
             return -1;
-        if ((o->modes[MODE_STATIC_TENSOR] || o->modes[MODE_STATIC_HEAD]) && !o->scales) {
-            fprintf(stderr,
-                    "kvcal eval: --modes static-tensor / static-head need --scales "
-                    "FILE\n");
-            return -1;
-        }
-    } else {
         for (int m = 0; m < NUM_MODES; m++)
-            o->modes[m] = 1;
-        o->modes[MODE_STATIC_TENSOR] = o->modes[MODE_STATIC_HEAD] = o->scales != NULL;
+            if (o->modes[m] && mode_needs_scales(m) && !o->scales) {
+                if (strstr(modes, "all")) {
+                    o->modes[m] = 0;
+                    continue;
+                }
+                fprintf(stderr, "kvcal eval: --modes %s needs --scales FILE\n",
+                        mode_name(m));
+                return -1;
+            }
+    } else {
+        for (int m = 0; m < NUM_E4M3_MODES; m++)
+            o->modes[m] = !mode_needs_scales(m) || o->scales != NULL;
     }
     return 0;
 }
@@ -192,6 +235,8 @@ typedef kvcal_eval_layer_sums layer_sums;
 typedef struct {
     int mode;
     double ppl;
+    double kv_bytes;  /* KV cache bytes per token (kvcal_kv_sim_bytes_per_token) */
+    int clip_counted; /* e4m3 modes: clipped values counted */
     layer_sums *sums; /* owned; NULL for the baseline */
 } mode_result;
 
@@ -207,7 +252,7 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
     if (p->layer)
         snprintf(where, sizeof where, " (layer %d/%d)", p->layer, p->layers);
     kvcal_cmd_progress_update(&c->pr, p->samples_done == p->samples_total,
-                              "eval %s: %d/%d samples%s, %.0f s", mode_names[c->mode],
+                              "eval %s: %d/%d samples%s, %.0f s", mode_name(c->mode),
                               p->samples_done, p->samples_total, where,
                               kvcal_cmd_progress_elapsed(&c->pr));
 }
@@ -216,14 +261,17 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
 static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
                                        const kvcal_model_desc *d, float *ks, float *vs)
 {
-    kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs};
+    kvcal_kv_sim_config c = {.mode = KVCAL_KV_SIM_STATIC, .k_scale = ks, .v_scale = vs};
+    if (cache_mode(mode))
+        return kvcal_kv_sim_cache_mode_config(cache_mode(mode), scales, d->num_layers,
+                                              d->num_kv_heads, ks, vs);
     switch (mode) {
     case MODE_BASELINE:
-        return (kvcal_kv_sim_config){KVCAL_KV_SIM_EXACT, NULL, NULL};
+        return (kvcal_kv_sim_config){.mode = KVCAL_KV_SIM_EXACT};
     case MODE_DYNAMIC:
-        return (kvcal_kv_sim_config){KVCAL_KV_SIM_DYNAMIC, NULL, NULL};
+        return (kvcal_kv_sim_config){.mode = KVCAL_KV_SIM_DYNAMIC};
     case MODE_FIRST_BATCH:
-        return (kvcal_kv_sim_config){KVCAL_KV_SIM_FIRST_BATCH, NULL, NULL};
+        return (kvcal_kv_sim_config){.mode = KVCAL_KV_SIM_FIRST_BATCH};
     default:
         kvcal_kv_sim_static_scales(scales,
                                    mode == MODE_STATIC_TENSOR ? KVCAL_KV_SCALES_TENSOR
@@ -273,6 +321,8 @@ done:
     }
     r->mode = mode;
     r->ppl = exp(nll / (double)count);
+    r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
+    r->clip_counted = !cache_mode(mode);
     return KVCAL_OK;
 }
 
@@ -309,6 +359,23 @@ static void mode_summary(const mode_result *r, int layers, double *k_sqnr, doubl
     }
 }
 
+/* The mode to deploy: the smallest cache (bytes per token) whose perplexity
+ * is within tolerance percent of the baseline's, the smaller change among
+ * equals; -1 when no mode is. */
+static int recommend(const mode_result *res, int nres, double tolerance)
+{
+    int best = -1;
+    for (int i = 1; i < nres; i++) {
+        double change = 100.0 * (res[i].ppl - res[0].ppl) / res[0].ppl;
+        if (!isfinite(res[i].ppl) || change > tolerance)
+            continue;
+        if (best < 0 || res[i].kv_bytes < res[best].kv_bytes ||
+            (res[i].kv_bytes == res[best].kv_bytes && res[i].ppl < res[best].ppl))
+            best = i;
+    }
+    return best;
+}
+
 static void print_table(const mode_result *res, int nres, const kvcal_model_desc *d,
                         const kvcal_samples *s, const options *o)
 {
@@ -319,27 +386,44 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
            s->num_tokens, o->run.dataset, o->scales ? "; scales " : "",
            o->scales ? o->scales : "");
     double base = res[0].ppl;
-    printf("\n%-14s %11s %10s %9s  %11s %11s %9s %9s\n", "mode", "perplexity", "change",
-           "change %", "min K SQNR", "min V SQNR", "max clip", "max att");
+    printf("\n%-19s %11s %10s %9s %9s  %11s %11s %9s %9s\n", "mode", "perplexity",
+           "change", "change %", "KV B/tok", "min K SQNR", "min V SQNR", "max clip",
+           "max att");
     for (int i = 0; i < nres; i++) {
-        printf("%-14s %11.4f", mode_names[res[i].mode], res[i].ppl);
+        printf("%-19s %11.4f", mode_name(res[i].mode), res[i].ppl);
         if (!res[i].sums) {
-            printf(" %10s %9s  %11s %11s %9s %9s\n", "-", "-", "-", "-", "-", "-");
+            printf(" %10s %9s %9.0f  %11s %11s %9s %9s\n", "-", "-", res[i].kv_bytes, "-",
+                   "-", "-", "-");
             continue;
         }
         double ks, vs, clip, err;
         mode_summary(&res[i], d->num_layers, &ks, &vs, &clip, &err);
-        printf(" %+10.4f %+8.3f%%  %8.1f dB %8.1f dB %9.2e %9.2e\n", res[i].ppl - base,
-               100.0 * (res[i].ppl - base) / base, ks, vs, clip, err);
+        char clip_text[16] = "-";
+        if (res[i].clip_counted)
+            snprintf(clip_text, sizeof clip_text, "%9.2e", clip);
+        printf(" %+10.4f %+8.3f%% %9.0f  %8.1f dB %8.1f dB %9s %9.2e\n", res[i].ppl - base,
+               100.0 * (res[i].ppl - base) / base, res[i].kv_bytes, ks, vs, clip_text, err);
     }
-    puts("\n(SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2); clip = fraction\n"
-         "of values saturated past e4m3's rounding to 448 (|x| / scale > 464); att =\n"
+    int rec = recommend(res, nres, o->tolerance);
+    if (rec < 0)
+        printf("\nrecommendation: no mode is within %+.2f%% of the baseline's perplexity: "
+               "keep a bf16 cache\n", o->tolerance);
+    else
+        printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the baseline's "
+               "perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
+               mode_name(res[rec].mode), o->tolerance, res[rec].kv_bytes, res[0].kv_bytes,
+               100.0 * (res[rec].ppl - base) / base);
+    puts("\n(KV B/tok = the cache's bytes per token over every layer's K and V: bf16 for\n"
+         "the baseline, per (token, head) fp32 scales and zero points of the dynamic\n"
+         "modes included; SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2);\n"
+         "clip = fraction of values saturated past e4m3's rounding to 448 (|x| / scale\n"
+         "> 464), counted for the e4m3 modes; att =\n"
          "|attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|, with q, K\n"
          "and V of the mode's own forward pass)");
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
-        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s\n", mode_names[res[i].mode],
+        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s\n", mode_name(res[i].mode),
                "layer", "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
         for (int l = 0; l < d->num_layers; l++) {
             const layer_sums *sl = &res[i].sums[l];
@@ -373,7 +457,8 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
     cJSON *modes = cJSON_AddArrayToObject(root, "modes");
     for (int i = 0; i < nres; i++) {
         cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "mode", mode_names[res[i].mode]);
+        cJSON_AddStringToObject(m, "mode", mode_name(res[i].mode));
+        cJSON_AddNumberToObject(m, "kv_bytes_per_token", res[i].kv_bytes);
         cJSON_AddItemToObject(m, "perplexity", json_number(res[i].ppl));
         cJSON_AddItemToObject(m, "perplexity_change",
                               json_number(res[i].ppl - res[0].ppl));
@@ -396,6 +481,12 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
         }
         cJSON_AddItemToArray(modes, m);
     }
+    int rec = recommend(res, nres, o->tolerance);
+    cJSON_AddNumberToObject(root, "tolerance_pct", o->tolerance);
+    if (rec < 0)
+        cJSON_AddNullToObject(root, "recommendation");
+    else
+        cJSON_AddStringToObject(root, "recommendation", mode_name(res[rec].mode));
     return root;
 }
 
@@ -478,6 +569,21 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
                         o.run.seq_len, d->max_seq_len);
         goto fail;
     }
+    for (int m = 0; m < NUM_MODES; m++)
+        if (o.modes[m] && cache_mode(m) &&
+            !kvcal_kv_format_row_bytes(cache_mode(m)->format, d->head_dim)) {
+            if (!strstr(o.modes_text, "all")) {
+                st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                                "--modes %s: the format needs head_dim a multiple of 16, "
+                                "%s has %d",
+                                mode_name(m), o.run.model, d->head_dim);
+                goto fail;
+            }
+            o.modes[m] = 0;
+            if (!o.run.quiet)
+                fprintf(stderr, "kvcal eval: note: %s left out: head_dim %d is not a "
+                                "multiple of 16\n", mode_name(m), d->head_dim);
+        }
     if (o.scales) {
         if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.run.tp, &scales)))
             goto fail;
@@ -538,7 +644,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     for (int i = 0; i < nres; i++)
         if (!isfinite(res[i].ppl)) {
             fprintf(stderr, "kvcal eval: mode %s gave a non-finite perplexity\n",
-                    mode_names[res[i].mode]);
+                    mode_name(res[i].mode));
             rc = KVCAL_EXIT_INVALID;
         }
     goto done;

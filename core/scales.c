@@ -257,6 +257,41 @@ kvcal_status kvcal_scales_set_model(kvcal_scales_t *s, const char *architecture,
     return KVCAL_OK;
 }
 
+float kvcal_scales_format_qmax(kvcal_kv_format format)
+{
+    switch (format) {
+    case KVCAL_KV_FORMAT_FP8_E4M3:
+        return KVCAL_FP8_E4M3_MAX;
+    case KVCAL_KV_FORMAT_INT8:
+        return 127.0f;
+    case KVCAL_KV_FORMAT_NVFP4:
+        return 6.0f * KVCAL_FP8_E4M3_MAX;
+    default:
+        return 0.0f;
+    }
+}
+
+kvcal_status kvcal_scales_rescale(kvcal_scales_t *s, kvcal_kv_format format)
+{
+    const float qmax = kvcal_scales_format_qmax(format);
+    if (!s || qmax == 0.0f || s->format != KVCAL_KV_FORMAT_FP8_E4M3)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "kvcal_scales_rescale: format %d: scale sets hold e4m3, int8 "
+                          "and NVFP4 scales, rescaled from e4m3's",
+                          (int)format);
+    const double f = (double)KVCAL_FP8_E4M3_MAX / qmax;
+    const size_t n = (size_t)s->num_layers * s->num_kv_heads;
+    for (size_t i = 0; i < n; i++) {
+        s->k_head[i] = (float)(s->k_head[i] * f);
+        s->v_head[i] = (float)(s->v_head[i] * f);
+    }
+    for (int l = 0; l < s->num_layers; l++)
+        s->q_scale[l] = (float)(s->q_scale[l] * f);
+    s->has_clip = 0;
+    s->format = format;
+    return KVCAL_OK;
+}
+
 kvcal_status kvcal_scales_check_finite(const kvcal_scales_t *s, const char *what)
 {
     for (int l = 0; l < s->num_layers; l++)

@@ -36,6 +36,10 @@ struct kvcal_scales {
     int num_layers;
     int num_kv_heads;
     kvcal_granularity granularity;
+    /* the cache format the scales are for: FP8_E4M3 (absmax / 448, the
+     * default), INT8 (absmax / 127) or NVFP4 (the global scale, absmax /
+     * (6 x 448)); only the kvcal format holds the latter two */
+    kvcal_kv_format format;
     int kv_shared;            /* 1 when K and V were one value (legacy input) */
     int has_absmax;           /* k_absmax / v_absmax filled */
     int has_clip;             /* k_clip / v_clip filled */
@@ -59,6 +63,17 @@ static inline int kvcal_scales_index(const kvcal_scales_t *s, int layer, int hea
 {
     return layer * s->num_kv_heads + head;
 }
+
+/* absmax / scale of the scale sets of `format`: 448 (e4m3), 127 (int8),
+ * 2688 (NVFP4's global scale); 0 for the formats no scale set holds (e5m2,
+ * int8 with zero points). */
+float kvcal_scales_format_qmax(kvcal_kv_format format);
+
+/* Rescales a set of e4m3 scales (absmax / 448, s->format FP8_E4M3) to
+ * format's (absmax / qmax), every scale and q_scale alike, and drops the
+ * clipping estimates (they count e4m3's clipping). KVCAL_ERR_UNSUPPORTED
+ * for a format no scale set holds. */
+kvcal_status kvcal_scales_rescale(kvcal_scales_t *s, kvcal_kv_format format);
 
 /* Checks every scale is finite and > 0; on failure names layer and head.
  * `what` prefixes the message (usually a file name). */

@@ -1,4 +1,6 @@
-/* kvcal_quant.h: online FP8 (e4m3fn) KV quantization into a paged cache
+/* kvcal_quant.h: online KV quantization into a paged cache: FP8 (e4m3fn)
+ * with static, dynamic or running scales, and the other cache formats
+ * engines offer (e5m2, int8, int8 with zero points, NVFP4)
  * (included by kvcal.h, or alone; the conventions stated in kvcal.h apply).
  *
  * Every operation exists twice with identical semantics, bit for bit:
@@ -235,6 +237,113 @@ KVCAL_API kvcal_status kvcal_kv_dequantize_launch(
     const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
     kvcal_granularity granularity, const float *k_scale, const float *v_scale,
     void *k_out, void *v_out, kvcal_dtype out_dtype, struct CUstream_st *stream);
+
+/* --- cache formats beyond e4m3 ----------------------------------------- */
+
+/* What a cache stores per value. Values only grow at the end. */
+typedef enum kvcal_kv_format {
+    /* e4m3fn byte, x * (1 / scale): the entry points above */
+    KVCAL_KV_FORMAT_FP8_E4M3 = 0,
+    /* e5m2 byte of x itself, no scale (core/kvformat.h: RNE, saturating at
+     * +-57344): vLLM's and sglang's fp8_e5m2 */
+    KVCAL_KV_FORMAT_FP8_E5M2 = 1,
+    /* int8 q = clamp(R(x * (1 / scale)), -128, 127); x = q * scale. Dynamic
+     * scales are max(absmax / 127, 1e-6) per (token, head), vLLM's
+     * int8_per_token_head */
+    KVCAL_KV_FORMAT_INT8 = 2,
+    /* uint8 q = clamp(R((x - zero) * (1 / scale)), 0, 255); x = fmaf(q,
+     * scale, zero). Dynamic: zero = min, scale = (max - min) / 255 per
+     * (token, head) over the finite values (LMDeploy's quant_policy=8); a
+     * row whose max equals its min stores 0 with scale 0 */
+    KVCAL_KV_FORMAT_INT8_ASYM = 3,
+    /* NVFP4, vLLM's nvfp4 cache: each cache block holds a data region, per
+     * (slot, head) head_dim / 2 bytes of e2m1 pairs (element 2i in the low
+     * nibble of byte i) in the cache's layout, then a scale region, per
+     * (slot, head) head_dim / 16 e4m3 block scales, one per 16 values, in
+     * the same layout; V's scales are swizzled for the trtllm-gen kernels
+     * as vLLM writes them when block_size and head_dim / 16 are multiples
+     * of 4 (kvcal_kv_nvfp4_scale_offset), K's never. `scale` is the fp32
+     * global scale g (ModelOpt: amax / (6 * 448), vLLM's k_scale). Block b:
+     * s = e4m3((amax_b * (1 / 6)) * (1 / g)), d = e4m3_value(s) * g, q =
+     * e2m1(x * (1 / d)) (0 when d is 0); x = e2m1_value(q) * d, reciprocals
+     * rounded to nearest (vLLM's kernel takes rcp.approx.ftz). head_dim
+     * must be a multiple of 16; static scales only */
+    KVCAL_KV_FORMAT_NVFP4 = 4
+} kvcal_kv_format;
+
+/* How the int8 formats round x * (1 / scale). */
+typedef enum kvcal_kv_rounding {
+    KVCAL_KV_ROUND_NEAREST_EVEN = 0, /* cvt.rni: LMDeploy, vllm-ascend */
+    KVCAL_KV_ROUND_TOWARD_ZERO = 1   /* a float stored to an int8 tensor by Triton:
+                                        vLLM's int8_per_token_head */
+} kvcal_kv_rounding;
+
+/* Bytes one (slot, head) of head_dim values takes in `format`, its NVFP4
+ * block scales included (0 for an unknown format or an NVFP4 head_dim that
+ * is not a multiple of 16). A cache block of block_size slots takes
+ * block_size * num_kv_heads times that. */
+KVCAL_API int64_t kvcal_kv_format_row_bytes(kvcal_kv_format format, int head_dim);
+
+/* NVFP4: byte offset, from the cache's base, of block scale s (of head_dim
+ * / 16) of (slot, head) in K's (kv 0) or V's (kv 1) cache; -1 for a bad
+ * argument. With the data of (slot, head) at block * block_stride + row *
+ * head_dim / 2 (row = offset * num_kv_heads + head for NHD, head *
+ * block_size + offset for HND), the scales start after the block's
+ * block_size * num_kv_heads * head_dim / 2 data bytes: at row * head_dim /
+ * 16 + s for K; for V, when block_size and head_dim / 16 are multiples of
+ * 4, at the swizzled (t', s') of vLLM's reshape_and_cache_nvfp4 (t' = t / 4
+ * * 4 + s / (S / 4), s' = s % (S / 4) * 4 + t % 4 with t the slot's
+ * offset in its block and S = head_dim / 16, row taken with t'). */
+KVCAL_API int64_t kvcal_kv_nvfp4_scale_offset(const kvcal_kv_cache *cache, int kv,
+                                              int64_t slot, int head, int s);
+
+/* The quantization of one call. Static scales when k_scale / v_scale are
+ * set: 1 value (TENSOR) or num_kv_heads values (HEAD), finite and > 0, with
+ * k_zero / v_zero of the same count for INT8_ASYM (finite). NULL scales
+ * (and zeros) mean dynamic per (token, head) parameters, computed from each
+ * row and written to cache->k_scale / v_scale and to k_zero_cache /
+ * v_zero_cache (INT8_ASYM), laid out as cache->k_scale (required then).
+ * FP8_E5M2 takes no scale; for FP8_E4M3 the call is
+ * kvcal_kv_quantize_static / _dynamic. With static scales, cache->k_scale /
+ * v_scale (and the zero arrays), when set, receive the parameters used for
+ * every written (token, head). Cache rows hold kvcal_kv_format_row_bytes
+ * bytes (block_stride 0 means block_size * num_kv_heads of them). */
+typedef struct kvcal_kv_qparams {
+    kvcal_kv_format format;
+    kvcal_kv_rounding rounding;     /* INT8 and INT8_ASYM */
+    kvcal_granularity granularity;  /* of the static arrays */
+    const float *k_scale, *v_scale; /* static scales, or NULL: dynamic */
+    const float *k_zero, *v_zero;   /* INT8_ASYM static zero points */
+    float *k_zero_cache;            /* INT8_ASYM: per (token, head) zero points */
+    float *v_zero_cache;
+} kvcal_kv_qparams;
+
+/* Quantizes batch K and V into the cache in params->format (above). The
+ * reference checks the static scales (KVCAL_ERR_NONFINITE); the launch
+ * cannot read them without a synchronization and leaves the bytes
+ * undefined for a bad one. */
+KVCAL_API kvcal_status kvcal_kv_quantize_fmt_ref(const kvcal_kv_batch *batch,
+                                                 const kvcal_kv_cache *cache,
+                                                 const kvcal_kv_qparams *params);
+KVCAL_API kvcal_status kvcal_kv_quantize_fmt_launch(const kvcal_kv_batch *batch,
+                                                    const kvcal_kv_cache *cache,
+                                                    const kvcal_kv_qparams *params,
+                                                    struct CUstream_st *stream);
+
+/* Dequantizes the batch's slots of a cache in params->format, as
+ * kvcal_kv_dequantize does for e4m3: the static parameters of params when
+ * set, else the per (token, head) ones beside the cache. */
+KVCAL_API kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
+                                                   const kvcal_kv_cache *cache,
+                                                   const kvcal_kv_qparams *params,
+                                                   void *k_out, void *v_out,
+                                                   kvcal_dtype out_dtype);
+KVCAL_API kvcal_status kvcal_kv_dequantize_fmt_launch(const kvcal_kv_batch *batch,
+                                                      const kvcal_kv_cache *cache,
+                                                      const kvcal_kv_qparams *params,
+                                                      void *k_out, void *v_out,
+                                                      kvcal_dtype out_dtype,
+                                                      struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -120,3 +120,23 @@ kvcal_status kvcal_kv_dequantize_launch(const kvcal_kv_batch *batch,
     (void)k_out, (void)v_out, (void)out_dtype, (void)stream;
     return no_cuda("kvcal_kv_dequantize_launch");
 }
+
+kvcal_status kvcal_kv_quantize_fmt_launch(const kvcal_kv_batch *batch,
+                                          const kvcal_kv_cache *cache,
+                                          const kvcal_kv_qparams *params,
+                                          struct CUstream_st *stream)
+{
+    (void)batch, (void)cache, (void)params, (void)stream;
+    return no_cuda("kvcal_kv_quantize_fmt_launch");
+}
+
+kvcal_status kvcal_kv_dequantize_fmt_launch(const kvcal_kv_batch *batch,
+                                            const kvcal_kv_cache *cache,
+                                            const kvcal_kv_qparams *params, void *k_out,
+                                            void *v_out, kvcal_dtype out_dtype,
+                                            struct CUstream_st *stream)
+{
+    (void)batch, (void)cache, (void)params, (void)k_out, (void)v_out, (void)out_dtype,
+        (void)stream;
+    return no_cuda("kvcal_kv_dequantize_fmt_launch");
+}

@@ -495,7 +495,7 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
             CU_ASSERT_PTR_NOT_NULL_FATAL(sums[c]);
             const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
                                           .seq_len = LEN, .batch = BATCH};
-            const kvcal_kv_sim_config cfg = {modes[mi], NULL, NULL};
+            const kvcal_kv_sim_config cfg = {.mode = modes[mi]};
             CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &cfg, &nll[c], &count[c], sums[c]),
                             KVCAL_OK);
             kvcal_exec_destroy(x);

@@ -123,15 +123,29 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
                          "version %lld is newer than %d", version,
                          KVCAL_SCALES_FORMAT_VERSION);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(root, "dtype");
-    if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "float8_e4m3fn"))
+    const char *dn = cJSON_IsString(dtype) ? dtype->valuestring : "";
+    hdr->format = !strcmp(dn, "int8")    ? KVCAL_KV_FORMAT_INT8
+                  : !strcmp(dn, "nvfp4") ? KVCAL_KV_FORMAT_NVFP4
+                                         : KVCAL_KV_FORMAT_FP8_E4M3;
+    if (hdr->format == KVCAL_KV_FORMAT_FP8_E4M3 && strcmp(dn, "float8_e4m3fn"))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "dtype",
-                         KVJ_REFUSED, "must be \"float8_e4m3fn\"");
-    const cJSON *fmax = cJSON_GetObjectItemCaseSensitive(root, "fp8_max");
-    if (!cJSON_IsNumber(fmax) || fmax->valuedouble != KVCAL_FP8_E4M3_MAX)
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "fp8_max",
-                         "scales for another fp8 maximum would be off by max/448; kvcal "
-                         "refuses the file",
-                         "must be 448 (OCP e4m3fn)");
+                         KVJ_REFUSED, "must be \"float8_e4m3fn\", \"int8\" or \"nvfp4\"");
+    if (hdr->format == KVCAL_KV_FORMAT_FP8_E4M3) {
+        const cJSON *fmax = cJSON_GetObjectItemCaseSensitive(root, "fp8_max");
+        if (!cJSON_IsNumber(fmax) || fmax->valuedouble != KVCAL_FP8_E4M3_MAX)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "fp8_max",
+                             "scales for another fp8 maximum would be off by max/448; "
+                             "kvcal refuses the file",
+                             "must be 448 (OCP e4m3fn)");
+    } else {
+        const cJSON *qmax = cJSON_GetObjectItemCaseSensitive(root, "qmax");
+        const double want = kvcal_scales_format_qmax(hdr->format);
+        if (!cJSON_IsNumber(qmax) || qmax->valuedouble != want)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "qmax",
+                             "scales for another maximum would be off by max/qmax; kvcal "
+                             "refuses the file",
+                             "must be %g for dtype %s (absmax / scale)", want, dn);
+    }
     const cJSON *gran = cJSON_GetObjectItemCaseSensitive(root, "granularity");
     if (cJSON_IsString(gran) && !strcmp(gran->valuestring, "tensor"))
         hdr->granularity = KVCAL_GRANULARITY_TENSOR;
@@ -380,12 +394,14 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     if (st)
         return st;
     s->granularity = hdr.granularity;
+    s->format = hdr.format;
     s->kv_shared = hdr.kv_shared;
     s->model = hdr.model;
     s->provenance = hdr.provenance;
     if (!hdr.provenance.observer_params[0])
         strcpy(s->provenance.observer_params, "{}");
     kvcal_value_tally tally = {0};
+    tally.qmax = kvcal_scales_format_qmax(s->format);
     int absmax_layers = 0, clip_layers = 0, q_layers = 0, l = 0;
     for (const cJSON *e = layers->child; e; e = e->next, l++)
         check_layer(e, l, rep, &tally, s, &absmax_layers, &clip_layers, &q_layers);
@@ -441,6 +457,13 @@ static int add_count(cJSON *obj, const char *key, long long v)
     return cJSON_AddRawToObject(obj, key, text) != NULL;
 }
 
+/* The "dtype" of a scale set's format. */
+static const char *dtype_name(kvcal_kv_format f)
+{
+    return f == KVCAL_KV_FORMAT_INT8 ? "int8" : f == KVCAL_KV_FORMAT_NVFP4 ? "nvfp4"
+                                                                           : "float8_e4m3fn";
+}
+
 static int add_header(cJSON *root, const kvcal_scales_t *s)
 {
     const kvcal_model_identity *id = &s->model;
@@ -456,8 +479,11 @@ static int add_header(cJSON *root, const kvcal_scales_t *s)
         cJSON_AddNumberToObject(model, "num_attention_heads", id->num_attention_heads) &&
         cJSON_AddNumberToObject(model, "num_kv_heads", s->num_kv_heads) &&
         cJSON_AddNumberToObject(model, "head_dim", id->head_dim) &&
-        cJSON_AddStringToObject(root, "dtype", "float8_e4m3fn") &&
-        cJSON_AddNumberToObject(root, "fp8_max", KVCAL_FP8_E4M3_MAX) &&
+        cJSON_AddStringToObject(root, "dtype", dtype_name(s->format)) &&
+        (s->format == KVCAL_KV_FORMAT_FP8_E4M3
+             ? cJSON_AddNumberToObject(root, "fp8_max", KVCAL_FP8_E4M3_MAX) != NULL
+             : cJSON_AddNumberToObject(root, "qmax", kvcal_scales_format_qmax(s->format)) !=
+                   NULL) &&
         cJSON_AddStringToObject(root, "granularity",
                                 s->granularity == KVCAL_GRANULARITY_HEAD ? "head"
                                                                          : "tensor") &&

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scale_rule.h"
 #include "core/status.h"
 
 struct finding {
@@ -259,11 +260,12 @@ int kvcal_report_check_value_as(kvcal_report_t *r, kvcal_format format,
     if (!t)
         return 1;
     t->total++;
+    const double qmax = t->qmax > 0 ? t->qmax : KVCAL_FP8_E4M3_MAX;
     if ((float)v == 1.0f)
         tally_first(t->unit_at, sizeof t->unit_at, place, &t->unit);
-    else if (v > 0.5)
+    else if (v * qmax > 0.5 * KVCAL_FP8_E4M3_MAX)
         tally_first(t->large_at, sizeof t->large_at, place, &t->large);
-    else if (v < 1e-6)
+    else if (v * qmax < 1e-6 * KVCAL_FP8_E4M3_MAX)
         tally_first(t->tiny_at, sizeof t->tiny_at, place, &t->tiny);
     return 1;
 }
@@ -326,30 +328,38 @@ void kvcal_report_flush_tally(kvcal_report_t *r, kvcal_format format,
                          : format == KVCAL_FORMAT_CHECKPOINT ? "vLLM uses"
                                                              : "engines use";
     char c1[160], c2[160], c3[200];
+    const double qmax = t->qmax > 0 ? t->qmax : KVCAL_FP8_E4M3_MAX;
+    const double large = 0.5 * KVCAL_FP8_E4M3_MAX / qmax, tiny = 1e-6 * KVCAL_FP8_E4M3_MAX / qmax;
+    char tiny_text[32]; /* "1e-6", not printf's "1e-06" */
+    snprintf(tiny_text, sizeof tiny_text, "%.3g", tiny);
+    char *e = strstr(tiny_text, "e-0");
+    if (e)
+        memmove(e + 2, e + 3, strlen(e + 3) + 1);
     snprintf(c1, sizeof c1,
-             "%s it, but 1.0 is the uncalibrated default (absmax 448): check "
+             "%s it, but 1.0 is the uncalibrated default (absmax %g): check "
              "that calibration ran",
-             engine);
+             engine, qmax);
     snprintf(c2, sizeof c2,
              "%s it; absmax above 224 is unusual for K/V: check for outliers "
              "or a wrong model",
              engine);
     snprintf(c3, sizeof c3,
-             "%s it; a scale under 1e-6 (absmax under 0.00045) is below "
+             "%s it; a scale under %s (absmax under 0.00045) is below "
              "kvcal's floor: the layer saw no data or the file uses another "
              "convention (1/scale?)",
-             engine);
+             engine, tiny_text);
     if (t->unit)
         kvcal_report_add(r, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->unit_at, c1,
                          "%d of %d scales are exactly 1.0 (first here)", t->unit,
                          t->total);
     if (t->large)
         kvcal_report_add(r, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->large_at, c2,
-                         "%d of %d scales exceed 0.5 (first here)", t->large, t->total);
+                         "%d of %d scales exceed %.3g (first here)", t->large, t->total,
+                         large);
     if (t->tiny)
         kvcal_report_add(r, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->tiny_at, c3,
-                         "%d of %d scales are below 1e-6 (first here)", t->tiny,
-                         t->total);
+                         "%d of %d scales are below %s (first here)", t->tiny,
+                         t->total, tiny_text);
 }
 
 void kvcal_report_check_tp_split(kvcal_report_t *r, const char *place, int num_kv_heads,

@@ -59,7 +59,7 @@ static uint16_t float_to_bf16(float f)
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-static void store_elem(void *p, kvcal_dtype dtype, int64_t i, float v)
+void kvcal_kv_store_elem(void *p, kvcal_dtype dtype, int64_t i, float v)
 {
     switch (dtype) {
     case KVCAL_DTYPE_F16:
@@ -76,7 +76,7 @@ static void store_elem(void *p, kvcal_dtype dtype, int64_t i, float v)
 
 // --- argument checks (shared with the launches) --------------------------
 
-static int dtype_ok(kvcal_dtype d)
+int kvcal_kv_dtype_ok(kvcal_dtype d)
 {
     return d == KVCAL_DTYPE_F32 || d == KVCAL_DTYPE_F16 || d == KVCAL_DTYPE_BF16;
 }
@@ -84,6 +84,15 @@ static int dtype_ok(kvcal_dtype d)
 kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
                                  const kvcal_kv_cache *cache, int need_data,
                                  int need_scales, kvcal_kv_geom *g)
+{
+    int64_t row_bytes = cache ? cache->head_dim : 0;
+    return kvcal_kv_check_args_rows(fn, batch, cache, need_data, need_scales, row_bytes, g);
+}
+
+kvcal_status kvcal_kv_check_args_rows(const char *fn, const kvcal_kv_batch *batch,
+                                      const kvcal_kv_cache *cache, int need_data,
+                                      int need_scales, int64_t row_bytes,
+                                      kvcal_kv_geom *g)
 {
     if (!batch || !cache)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: batch or cache is NULL: pass both",
@@ -107,8 +116,7 @@ kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: cache.layout %d is neither NHD nor HND", fn,
                           (int)cache->layout);
-    int64_t block_bytes =
-        (int64_t)cache->block_size * cache->num_kv_heads * cache->head_dim;
+    int64_t block_bytes = (int64_t)cache->block_size * cache->num_kv_heads * row_bytes;
     if (cache->block_stride != 0 && cache->block_stride < block_bytes)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: cache.block_stride %lld < one block (%lld bytes): pass 0 "
@@ -124,7 +132,7 @@ kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
                           "%s: batch of %lld tokens without a slot_mapping", fn,
                           (long long)batch->num_tokens);
     if (need_data) {
-        if (!dtype_ok(batch->dtype))
+        if (!kvcal_kv_dtype_ok(batch->dtype))
             return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                               "%s: batch.dtype %d is not F32, F16 or BF16", fn,
                               (int)batch->dtype);
@@ -150,6 +158,7 @@ kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
     g->num_kv_heads = cache->num_kv_heads;
     g->head_dim = cache->head_dim;
     g->layout = (int)cache->layout;
+    g->row_bytes = row_bytes;
     return KVCAL_OK;
 }
 
@@ -463,7 +472,7 @@ static void dequantize_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const uint
             const uint8_t *in = src + kvcal_kv_cache_offset(g, slot, h);
             int64_t o = (t * g.num_kv_heads + h) * g.head_dim;
             for (int d = 0; d < g.head_dim; d++)
-                store_elem(out, out_dtype, o + d, kvcal_fp8_e4m3_to_float(in[d]) * scale);
+                kvcal_kv_store_elem(out, out_dtype, o + d, kvcal_fp8_e4m3_to_float(in[d]) * scale);
         }
     }
 }
@@ -486,7 +495,7 @@ kvcal_status kvcal_kv_dequantize_check(const char *fn, const kvcal_kv_batch *bat
     if (!cache->k_scale &&
         (st = kvcal_kv_check_static(fn, granularity, k_scale, v_scale)) != KVCAL_OK)
         return st;
-    if (!dtype_ok(out_dtype))
+    if (!kvcal_kv_dtype_ok(out_dtype))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);
     if (batch->num_tokens > 0 && (!k_out || !v_out))

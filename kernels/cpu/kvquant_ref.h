@@ -28,7 +28,8 @@ typedef struct kvcal_kv_geom {
     int block_size;
     int num_kv_heads;
     int head_dim;
-    int layout; /* kvcal_cache_layout */
+    int layout;        /* kvcal_cache_layout */
+    int64_t row_bytes; /* bytes of one (slot, head) row: head_dim, or a packed format's */
 } kvcal_kv_geom;
 
 /* slot = block * block_size + off, in 32-bit arithmetic when the slot fits
@@ -53,7 +54,7 @@ static inline KVCAL_HOST_DEVICE int64_t kvcal_kv_cache_offset_at(kvcal_kv_geom g
 {
     int64_t row = g.layout == KVCAL_CACHE_NHD ? off * g.num_kv_heads + head
                                               : (int64_t)head * g.block_size + off;
-    return block * g.block_stride + row * g.head_dim;
+    return block * g.block_stride + row * g.row_bytes;
 }
 
 /* Byte offset of (slot, head, 0) in a cache of geometry g. */
@@ -163,6 +164,19 @@ static inline float kvcal_kv_load_elem(const void *p, kvcal_dtype dtype, int64_t
 kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
                                  const kvcal_kv_cache *cache, int need_data,
                                  int need_scales, kvcal_kv_geom *g);
+
+/* kvcal_kv_check_args for a cache whose (slot, head) rows hold row_bytes
+ * bytes (a format other than e4m3: kernels/cpu/kvquant_fmt_ref.c). */
+kvcal_status kvcal_kv_check_args_rows(const char *fn, const kvcal_kv_batch *batch,
+                                      const kvcal_kv_cache *cache, int need_data,
+                                      int need_scales, int64_t row_bytes,
+                                      kvcal_kv_geom *g);
+
+/* Element i of p (F32, F16 or BF16) set to v, rounded to nearest even. */
+void kvcal_kv_store_elem(void *p, kvcal_dtype dtype, int64_t i, float v);
+
+/* 1 for F32, F16 and BF16, the dtypes of K/V inputs and outputs. */
+int kvcal_kv_dtype_ok(kvcal_dtype d);
 
 /* Checks the static scale arguments of `fn` (pointers only). */
 kvcal_status kvcal_kv_check_static(const char *fn, kvcal_granularity granularity,

@@ -1,0 +1,128 @@
+/* kernels/cpu/kvquant_fmt.h: what the CPU reference (kvquant_fmt_ref.c) and
+ * the CUDA kernels (kernels/cuda/kvquant_fmt.cu) of the cache formats
+ * beyond e4m3 (include/kvcal_quant.h, kvcal_kv_format) share, so that both
+ * compute the same bytes: a row's parameters, each value's code and its
+ * dequantized value, the argument checks. Every product is written out so
+ * that no compiler contracts it into an fma (the one fma, of INT8_ASYM's
+ * dequantization, is explicit on both sides). */
+#ifndef KVCAL_KERNELS_CPU_KVQUANT_FMT_H
+#define KVCAL_KERNELS_CPU_KVQUANT_FMT_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "core/kvformat.h"
+#include "kernels/cpu/kvquant_ref.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVCAL_KV_INT8_MAX 127.0f
+#define KVCAL_KV_INT8_SCALE_FLOOR 1e-6f /* vLLM's int8_per_token_head floor */
+#define KVCAL_KV_NVFP4_BLOCK 16
+
+/* The parameters one (token, head) row is quantized with. */
+typedef struct kvcal_kvfmt_row {
+    float scale; /* INT8 / INT8_ASYM scale, NVFP4 global scale g */
+    float zero;  /* INT8_ASYM zero point */
+    float inv;   /* 1 / scale, 0 when scale is 0 */
+} kvcal_kvfmt_row;
+
+static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_row_make(float scale, float zero)
+{
+    kvcal_kvfmt_row r = {scale, zero, scale > 0.0f ? 1.0f / scale : 0.0f};
+    return r;
+}
+
+/* Dynamic INT8 scale of a row of finite absmax a. */
+static inline KVCAL_HOST_DEVICE float kvcal_kvfmt_int8_scale(float absmax)
+{
+    float s = absmax / KVCAL_KV_INT8_MAX;
+    return s > KVCAL_KV_INT8_SCALE_FLOOR ? s : KVCAL_KV_INT8_SCALE_FLOOR;
+}
+
+/* Dynamic INT8_ASYM parameters of a row whose finite values span [mn, mx]
+ * (mn > mx: no finite value). */
+static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_asym_row(float mn, float mx)
+{
+    if (mn > mx)
+        mn = mx = 0.0f;
+    return kvcal_kvfmt_row_make((mx - mn) / 255.0f, mn);
+}
+
+/* The byte of x in an 8-bit format (FP8_E5M2, INT8, INT8_ASYM). */
+static inline KVCAL_HOST_DEVICE uint8_t kvcal_kvfmt_code(int format, int rounding,
+                                                         kvcal_kvfmt_row r, float x)
+{
+    if (format == KVCAL_KV_FORMAT_FP8_E5M2)
+        return kvcal_fp8_e5m2_from_float(x);
+    if (format == KVCAL_KV_FORMAT_INT8)
+        return (uint8_t)(int8_t)kvcal_int_code(x * r.inv, rounding, -128.0f, 127.0f);
+    float y = (x - r.zero) * r.inv;
+    return (uint8_t)kvcal_int_code(y, rounding, 0.0f, 255.0f);
+}
+
+/* The value of byte q of an 8-bit format. */
+static inline KVCAL_HOST_DEVICE float kvcal_kvfmt_value(int format, kvcal_kvfmt_row r,
+                                                        uint8_t q)
+{
+    if (format == KVCAL_KV_FORMAT_FP8_E5M2)
+        return kvcal_fp8_e5m2_to_float(q);
+    if (format == KVCAL_KV_FORMAT_INT8)
+        return (float)(int8_t)q * r.scale;
+    return fmaf((float)q, r.scale, r.zero);
+}
+
+/* NVFP4: the e4m3 scale byte of a block of finite absmax amax under global
+ * scale g (r.scale, r.inv = 1 / g), and through *d the block's decode
+ * scale e4m3_value(byte) * g. */
+static inline KVCAL_HOST_DEVICE uint8_t kvcal_kvfmt_nvfp4_block(kvcal_kvfmt_row r,
+                                                                float amax, float *d)
+{
+    float sf = (amax * (1.0f / KVCAL_FP4_E2M1_MAX)) * r.inv;
+    uint8_t s = kvcal_fp8_e4m3_from_float(sf);
+    *d = kvcal_fp8_e4m3_to_float(s) * r.scale;
+    return s;
+}
+
+/* NVFP4: the e2m1 nibble of x in a block of decode scale d. */
+static inline KVCAL_HOST_DEVICE uint8_t kvcal_kvfmt_nvfp4_code(float d, float x)
+{
+    float inv_d = d > 0.0f ? 1.0f / d : 0.0f;
+    return kvcal_fp4_e2m1_from_float(x * inv_d);
+}
+
+/* NVFP4: byte offset of block scale s of (block, off, head) in K's (kv 0)
+ * or V's (kv 1) cache of geometry g (g.row_bytes: the data bytes of a row,
+ * head_dim / 2; see kvcal_kv_nvfp4_scale_offset in include/kvcal_quant.h). */
+static inline KVCAL_HOST_DEVICE int64_t kvcal_kvfmt_nvfp4_scale_at(kvcal_kv_geom g,
+                                                                   int64_t block,
+                                                                   int64_t off, int head,
+                                                                   int s, int kv)
+{
+    const int S = g.head_dim / KVCAL_KV_NVFP4_BLOCK;
+    int64_t t = off, ss = s;
+    if (kv == 1 && g.block_size % 4 == 0 && S % 4 == 0) {
+        const int sg = S / 4;
+        t = off / 4 * 4 + s / sg;
+        ss = (int64_t)(s % sg) * 4 + off % 4;
+    }
+    int64_t row = g.layout == KVCAL_CACHE_NHD ? t * g.num_kv_heads + head
+                                              : (int64_t)head * g.block_size + t;
+    return block * g.block_stride + (int64_t)g.block_size * g.num_kv_heads * g.row_bytes +
+           row * S + ss;
+}
+
+/* Checks a format call's arguments for `fn` (quantize: need_data 1); fills
+ * *g: rows of the format's bytes, NVFP4's of its data bytes alone (its
+ * scales are addressed by kvcal_kvfmt_nvfp4_scale_at). */
+kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
+                               const kvcal_kv_cache *cache, const kvcal_kv_qparams *p,
+                               int need_data, kvcal_kv_geom *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

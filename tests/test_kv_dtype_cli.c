@@ -1,0 +1,150 @@
+/* tests/test_kv_dtype_cli.c: `kvcal calibrate --kv-dtype` end to end: int8
+ * and NVFP4 scale sets are e4m3's rescaled (absmax / 127, absmax / (6 x
+ * 448)) and recorded as such in the kvcal format; the formats that hold e4m3
+ * scales alone refuse them (calibrate, convert) and write nothing; a
+ * tampered maximum is refused; eval reads such a set through its absmax. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvcal.h"
+#include "tests/test_util.h"
+
+#define MODEL "models/stories260K/stories260K.bin"
+#define DATA "datasets/default_calibration.txt"
+#define SMALL "--num-samples 4 --seq-len 64 --batch 2 --quiet"
+
+static cJSON *load_json(const char *path)
+{
+    char *text = kvcal_test_read_file(path, NULL);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return j;
+}
+
+static const char *calibrate(const char *name, const char *extra)
+{
+    const char *out = kvcal_test_path(name);
+    char args[1024];
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --granularity head " SMALL " %s --out '%s'", extra,
+             out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    return out;
+}
+
+static void kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format(void)
+{
+    cJSON *e4 = load_json(calibrate("dt_e4m3.json", ""));
+    cJSON *i8 = load_json(calibrate("dt_int8.json", "--kv-dtype int8"));
+    cJSON *nv = load_json(calibrate("dt_nvfp4.json", "--kv-dtype nvfp4"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e4);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(i8);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(nv);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(e4, "dtype")->valuestring, "float8_e4m3fn");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(i8, "dtype")->valuestring, "int8");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(nv, "dtype")->valuestring, "nvfp4");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(i8, "qmax")->valuedouble, 127);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(nv, "qmax")->valuedouble, 2688);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(i8, "fp8_max"));
+    const cJSON *le = cJSON_GetObjectItem(e4, "layers"), *li = cJSON_GetObjectItem(i8, "layers");
+    const cJSON *ln = cJSON_GetObjectItem(nv, "layers");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(le), 5);
+    int bad = 0;
+    for (int l = 0; l < 5; l++) {
+        const cJSON *a = cJSON_GetArrayItem(le, l), *b = cJSON_GetArrayItem(li, l);
+        const cJSON *c = cJSON_GetArrayItem(ln, l);
+        CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(b, "k_clip")); /* e4m3's clipping */
+        CU_ASSERT_PTR_NOT_NULL(cJSON_GetObjectItem(a, "k_clip"));
+        for (int kv = 0; kv < 2; kv++) {
+            const char *key = kv ? "v_scale_per_head" : "k_scale_per_head";
+            const char *amax = kv ? "v_absmax" : "k_absmax";
+            for (int h = 0; h < 4; h++) {
+                float s = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(a, key), h)->valuedouble;
+                float si = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(b, key), h)->valuedouble;
+                float sn = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(c, key), h)->valuedouble;
+                bad += si != (float)((double)s * 448.0 / 127.0);
+                bad += sn != (float)((double)s / 6.0);
+                bad += cJSON_GetArrayItem(cJSON_GetObjectItem(a, amax), h)->valuedouble !=
+                       cJSON_GetArrayItem(cJSON_GetObjectItem(b, amax), h)->valuedouble;
+            }
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* validate-scales reads them, with the warnings of their own convention */
+    char args[1024];
+    snprintf(args, sizeof args, "validate-scales '%s' --strict", kvcal_test_path("dt_int8.json"));
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    cJSON_Delete(e4), cJSON_Delete(i8), cJSON_Delete(nv);
+}
+
+static void kv_dtype_sets_are_refused_where_only_e4m3_fits(void)
+{
+    const char *legacy = kvcal_test_path("dt_legacy.json");
+    char args[1024];
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --kv-dtype int8 --format legacy --out '%s'",
+             legacy);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "writes --format kvcal only"));
+    free(err);
+    struct stat sb;
+    CU_ASSERT_NOT_EQUAL(stat(legacy, &sb), 0);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --model " MODEL " --kv-dtype fp8_e5m2", NULL),
+                    2);
+    err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "needs no scale"));
+    free(err);
+    const char *i8 = calibrate("dt_int8b.json", "--kv-dtype int8");
+    snprintf(args, sizeof args, "convert '%s' --to legacy --out '%s'", i8, legacy);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "hold e4m3 scales only"));
+    free(err);
+    CU_ASSERT_NOT_EQUAL(stat(legacy, &sb), 0);
+    /* a maximum that is not the dtype's: refused */
+    char *text = kvcal_test_read_file(i8, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    char *q = strstr(text, "127");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    q[2] = '8';
+    const char *bad = kvcal_test_path("dt_bad_qmax.json");
+    CU_ASSERT_EQUAL(kvcal_test_write_file(bad, text, strlen(text)), 0);
+    free(text);
+    snprintf(args, sizeof args, "validate-scales '%s'", bad);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+}
+
+static void eval_reads_an_int8_scale_set_through_its_absmax(void)
+{
+    const char *e4 = calibrate("dt_e4m3c.json", ""), *i8 = calibrate("dt_int8c.json", "--kv-dtype int8");
+    double ppl[2];
+    for (int i = 0; i < 2; i++) {
+        char args[1024], *out = NULL;
+        snprintf(args, sizeof args,
+                 "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL
+                 " --modes int8-static-head,static-head --json",
+                 i ? i8 : e4);
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+        cJSON *root = cJSON_Parse(out);
+        free(out);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+        const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "modes"), 2);
+        CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "mode")->valuestring, "int8-static-head");
+        ppl[i] = cJSON_GetObjectItem(m, "perplexity")->valuedouble;
+        cJSON_Delete(root);
+    }
+    /* the same int8 scales up to the float rounding of a rescale and back */
+    CU_ASSERT(fabs(ppl[0] - ppl[1]) <= 1e-4 * ppl[0]);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format),
+    KVCAL_TEST(kv_dtype_sets_are_refused_where_only_e4m3_fits),
+    KVCAL_TEST(eval_reads_an_int8_scale_set_through_its_absmax),
+    CU_TEST_INFO_NULL};
+KVCAL_SUITE(kv_dtype_cli, KVCAL_NEEDS_NOTHING, tests)
