@@ -330,6 +330,39 @@ static void trtllm_export_writes_every_rank_and_reads_back(void)
     kvcal_scales_destroy(s);
 }
 
+// --- architectures an engine reads no scales for ----------------------------------
+
+/* sglang 0.5.23 refuses a legacy file at start for a model class without
+ * load_kv_cache_scales (Qwen3.5 here); make test-engines checks the list
+ * against every architecture of the installed sglang. */
+static void legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for(void)
+{
+    const char *json = "{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": "
+                       "\"float8_e4m3fn\", \"scaling_factor\": {\"0\": {\"0\": 0.02, "
+                       "\"1\": 0.03}}}}";
+    const char *path = kvcal_test_path("arch_legacy.json");
+    char file[600];
+    snprintf(file, sizeof file, "%s", path);
+    kvcal_test_write_file(file, json, strlen(json));
+    const char *model = model_dir("arch_llama", NULL, NULL);
+    kvcal_report_t *rep = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(file, model, 1, &rep), KVCAL_OK);
+    CU_ASSERT_TRUE(kvcal_report_passes(rep, 1));
+    kvcal_report_destroy(rep);
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s", model_dir("arch_qwen35", NULL, NULL));
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    const char *cfg = "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": "
+                      "\"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                      "\"vocab_size\": 512}";
+    kvcal_test_write_file(p, cfg, strlen(cfg));
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(file, dir, 1, &rep), KVCAL_OK);
+    CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
+    CU_ASSERT(has_finding(rep, "no load_kv_cache_scales"));
+    kvcal_report_destroy(rep);
+}
+
 static void format_names_round_trip(void)
 {
     CU_ASSERT_STRING_EQUAL(kvcal_format_name(KVCAL_FORMAT_MODELOPT), "modelopt");
@@ -347,6 +380,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(quark_export_writes_output_scales_with_q_and_reads_back),
     KVCAL_TEST(kv_scale_export_holds_max_of_k_and_v),
     KVCAL_TEST(trtllm_export_writes_every_rank_and_reads_back),
+    KVCAL_TEST(legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for),
     KVCAL_TEST(format_names_round_trip),
     CU_TEST_INFO_NULL,
 };

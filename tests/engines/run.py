@@ -163,6 +163,26 @@ def sglang_legacy(work):
               (not valid and loads and (refused_value(d) or split_refused(d))),
               "validate-scales %s, sglang: %s" % ("valid" if valid else "invalid", outcomes))
     say("sglang: %d kvcal-written ranks and %d corpus files" % (1 + 2 + 4 + 8, n))
+    # every architecture sglang registers: validate-scales refuses a legacy
+    # file exactly for those whose class has no load_kv_cache_scales
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import sglang_archs
+    archs = sglang_archs.scan(sglang_archs.installed())
+    model = os.path.join(work, "arch_model")
+    os.makedirs(model, exist_ok=True)
+    cfg = json.load(open(os.path.join(work, "stories_ck", "config.json")))
+    cfg.pop("quantization_config", None)
+    for arch in archs["supports"] + archs["lacks"]:
+        cfg["architectures"] = [arch]
+        json.dump(cfg, open(os.path.join(model, "config.json"), "w"))
+        valid, d = verdict(os.path.join(work, "legacy_tp1.json"), model, 1)
+        refused = any(f["place"] == "config.json: architectures" for f in d["findings"])
+        agree("legacy file for " + arch, "sglang", refused == (arch in archs["lacks"]),
+              "validate-scales %s, sglang's class %s load_kv_cache_scales" %
+              ("refuses it" if refused else "accepts it",
+               "lacks" if arch in archs["lacks"] else "has"))
+    say("sglang: %d architectures read legacy files, %d refuse them at start" %
+        (len(archs["supports"]), len(archs["lacks"])))
 
 
 def refused_value(d):
@@ -218,14 +238,30 @@ def quant_config_dict(d):
     return cfg, ModelArchConfigConvertorBase._normalize_quantization_config(None, ns)
 
 
+def loaders(arch):
+    """The engine's load_weights of the causal LM and of its inner model, and
+    their WeightsMappers, for config.json's architecture."""
+    if arch in ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"):
+        from vllm.model_executor.models.qwen3_5 import Qwen3_5ForCausalLMBase, Qwen3_5Model
+        return (Qwen3_5ForCausalLMBase.load_weights, Qwen3_5ForCausalLMBase.hf_to_vllm_mapper,
+                Qwen3_5Model.load_weights, Qwen3_5Model.hf_to_vllm_mapper)
+    from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
+    return LlamaForCausalLM.load_weights, None, LlamaModel.load_weights, \
+        LlamaModel.hf_to_vllm_mapper
+
+
 def build_model(cfg, qconf, tp):
-    """A LlamaForCausalLM stand-in of the engine's own modules: vLLM's
-    load_weights (LlamaForCausalLM's and LlamaModel's, with its WeightsMapper),
-    attention layers initialized by vLLM's _init_kv_cache_quant."""
+    """A stand-in of the engine's own modules for config.json's architecture
+    (LlamaForCausalLM, Qwen3_5ForCausalLM): vLLM's load_weights of the causal
+    LM and of its model (with their WeightsMappers), attention layers
+    initialized by vLLM's _init_kv_cache_quant."""
     import torch
+    from types import SimpleNamespace
     from torch import nn
     from vllm.model_executor.layers.attention.attention import Attention, _init_kv_cache_quant
-    from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
+
+    arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
+    lm_load, lm_mapper, model_load, model_mapper = loaders(arch)
 
     H = cfg["num_key_value_heads"]
 
@@ -253,21 +289,24 @@ def build_model(cfg, qconf, tp):
             self.self_attn = SelfAttn(prefix + ".self_attn")
 
     class Model(nn.Module):
-        hf_to_vllm_mapper = LlamaModel.hf_to_vllm_mapper
-        load_weights = LlamaModel.load_weights
+        hf_to_vllm_mapper = model_mapper
+        load_weights = model_load
 
         def __init__(self):
             super().__init__()
             self.layers = nn.ModuleList(Layer("model.layers.%d" % i)
                                         for i in range(cfg["num_hidden_layers"]))
             self.quant_config = qconf
+            self.config = SimpleNamespace(model_type=cfg.get("model_type", "llama"))
 
     class CausalLM(nn.Module):
-        load_weights = LlamaForCausalLM.load_weights
+        hf_to_vllm_mapper = lm_mapper
+        load_weights = lm_load
 
         def __init__(self):
             super().__init__()
             self.model = Model()
+            self.quant_config = qconf
 
     return CausalLM()
 
@@ -411,6 +450,18 @@ def vllm_checkpoints(work):
             continue
         written.append(fmt)
         vllm_case("kvcal-written %s %s" % (fmt, gran), out, [1, 2, 4])
+    # the same compressed-tensors scales in a Qwen3.5 checkpoint (its loader
+    # is the one vLLM issue 54623 reports dropping them)
+    for arch, mt in (("Qwen3_5ForCausalLM", "qwen3_5_text"),):
+        d = os.path.join(work, "out_" + arch)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(os.path.join(work, "out_checkpoint_tensor"), d)
+        cfgp = os.path.join(d, "config.json")
+        cfg = json.load(open(cfgp))
+        cfg["architectures"], cfg["model_type"] = [arch], mt
+        json.dump(cfg, open(cfgp, "w"))
+        vllm_case("kvcal-written checkpoint as " + arch, d, [1])
+        written.append("as " + arch)
     say("vLLM: %d corpus checkpoints and kvcal-written %s" % (n, ", ".join(written)))
 
 
