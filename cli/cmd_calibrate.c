@@ -552,9 +552,9 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
                                                   p->legacy, NULL, o->run.tp))) ||
         (p->kvcal[0] && (st = kvcal_scales_write(scales, KVCAL_FORMAT_KVCAL_JSON,
                                                  p->kvcal, NULL, o->run.tp))) ||
-        (p->checkpoint[0] && (st = kvcal_scales_write(scales, p->dir_format,
-                                                      p->checkpoint, model_dir,
-                                                      o->run.tp))) ||
+        (p->checkpoint[0] &&
+         (st = kvcal_scales_write(scales, p->dir_format, p->checkpoint, model_dir,
+                                  o->run.tp))) ||
         (o->stats_path &&
          (st = kvcal_stats_write_hdf5(o->stats_path, stats, &scales->model,
                                       &scales->provenance))))

@@ -248,7 +248,7 @@ int kvcal_cmd_parse_format(const char *name, kvcal_format *out)
         const char *name;
         kvcal_format format;
     } names[] = {
-        {"legacy", KVCAL_FORMAT_LEGACY_JSON}, {"kvcal", KVCAL_FORMAT_KVCAL_JSON},
+        {"legacy", KVCAL_FORMAT_LEGACY_JSON},    {"kvcal", KVCAL_FORMAT_KVCAL_JSON},
         {"checkpoint", KVCAL_FORMAT_CHECKPOINT}, {"modelopt", KVCAL_FORMAT_MODELOPT},
         {"quark", KVCAL_FORMAT_QUARK},           {"kv-scale", KVCAL_FORMAT_KV_SCALE},
         {"trtllm", KVCAL_FORMAT_TRTLLM},
@@ -272,6 +272,7 @@ int kvcal_cmd_dir_files(kvcal_format f, const char *model_dir, const char **name
             names[n++] = "rank0.safetensors";
         return n;
     }
-    return kvcal_format_is_dir(f) ? kvcal_scales_checkpoint_files(f, model_dir, names, max)
-                                  : 0;
+    return kvcal_format_is_dir(f)
+               ? kvcal_scales_checkpoint_files(f, model_dir, names, max)
+               : 0;
 }

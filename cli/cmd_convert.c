@@ -103,7 +103,8 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
                 "(its FlashAttention 3 backend applies them per head, on Hopper); "
                 "sglang reads per-tensor scales only\n");
     if (to != KVCAL_FORMAT_CHECKPOINT && to != KVCAL_FORMAT_LEGACY_JSON &&
-        to != KVCAL_FORMAT_KVCAL_JSON && kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
+        to != KVCAL_FORMAT_KVCAL_JSON &&
+        kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
         fprintf(stderr,
                 "convert: lost: per-head scales become one per layer (the max over "
                 "its kv heads): %s holds no per-head scales\n",
@@ -179,7 +180,6 @@ static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
     }
     return kvcal_atomic_batch_commit(batch);
 }
-
 
 KVCAL_COMMAND(convert, "convert", "convert scales between every format engines read")
 {
@@ -267,8 +267,9 @@ KVCAL_COMMAND(convert, "convert", "convert scales between every format engines r
         fprintf(stderr, "convert: wrote %s (%s, %d layers x %d kv heads%s)\n", out,
                 kvcal_format_name(to), kvcal_scales_num_layers(s),
                 kvcal_scales_num_kv_heads(s),
-                to == KVCAL_FORMAT_LEGACY_JSON || to == KVCAL_FORMAT_TRTLLM ? ", ranks = tp"
-                                                                              : "");
+                to == KVCAL_FORMAT_LEGACY_JSON || to == KVCAL_FORMAT_TRTLLM
+                    ? ", ranks = tp"
+                    : "");
     }
     kvcal_scales_destroy(s);
     return rc;

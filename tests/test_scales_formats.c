@@ -88,8 +88,9 @@ static int has_finding(const kvcal_report_t *rep, const char *text)
     return 0;
 }
 
-#define MODELOPT_QC                                                                    \
-    "\"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"FP8\", " \
+#define MODELOPT_QC                                                                      \
+    "\"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": "         \
+    "\"FP8\", "                                                                          \
     "\"ignore\": [\"lm_head\"]}"
 
 // --- ModelOpt ---------------------------------------------------------------------
@@ -101,7 +102,8 @@ static void modelopt_export_writes_proj_names_and_fp8_kv_and_reads_back(void)
     snprintf(m, sizeof m, "%s", model);
     snprintf(out, sizeof out, "%s", kvcal_test_path("mo_out"));
     kvcal_scales_t *s = make_set(), *r = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
     float k, v;
     kvcal_scales_get_tensor(s, 1, &k, &v);
     CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD,
@@ -111,13 +113,15 @@ static void modelopt_export_writes_proj_names_and_fp8_kv_and_reads_back(void)
                                  "model.layers.1.self_attn.v_proj.v_scale"),
                     v);
     CU_ASSERT_EQUAL(
-        tensor_value(out, KVCAL_CHECKPOINT_SHARD, "model.layers.1.self_attn.k_scale"), -1.0f);
+        tensor_value(out, KVCAL_CHECKPOINT_SHARD, "model.layers.1.self_attn.k_scale"),
+        -1.0f);
     char p[700];
     cJSON *root = NULL;
     snprintf(p, sizeof p, "%s/config.json", out);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
     cJSON *qc = cJSON_GetObjectItem(root, "quantization_config");
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(qc, "quant_method")->valuestring, "modelopt");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(qc, "quant_method")->valuestring,
+                           "modelopt");
     cJSON *ks = cJSON_GetObjectItem(qc, "kv_cache_scheme");
     CU_ASSERT(cJSON_IsFalse(cJSON_GetObjectItem(ks, "dynamic")));
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(ks, "num_bits")->valuedouble, 8);
@@ -138,9 +142,10 @@ static void modelopt_export_writes_proj_names_and_fp8_kv_and_reads_back(void)
 
 static void modelopt_export_sets_fp8_kv_in_hf_quant_config(void)
 {
-    const char *hq = "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, "
-                     "\"quantization\": {\"quant_algo\": \"FP8\", \"kv_cache_quant_algo\": "
-                     "null, \"exclude_modules\": [\"lm_head\"]}}";
+    const char *hq =
+        "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, "
+        "\"quantization\": {\"quant_algo\": \"FP8\", \"kv_cache_quant_algo\": "
+        "null, \"exclude_modules\": [\"lm_head\"]}}";
     const char *model = model_dir("mo_hq_model", NULL, hq);
     char m[512], out[600], p[700];
     snprintf(m, sizeof m, "%s", model);
@@ -148,12 +153,14 @@ static void modelopt_export_sets_fp8_kv_in_hf_quant_config(void)
     kvcal_scales_t *s = make_set();
     const char *names[4];
     CU_ASSERT_EQUAL(kvcal_scales_checkpoint_files(KVCAL_FORMAT_MODELOPT, m, names, 4), 4);
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
     cJSON *root = NULL;
     snprintf(p, sizeof p, "%s/hf_quant_config.json", out);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
     cJSON *q = cJSON_GetObjectItem(root, "quantization");
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(q, "kv_cache_quant_algo")->valuestring, "FP8");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(q, "kv_cache_quant_algo")->valuestring,
+                           "FP8");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(q, "exclude_modules")), 1);
     cJSON_Delete(root);
     snprintf(p, sizeof p, "%s/config.json", out);
@@ -176,7 +183,8 @@ static void modelopt_flags_fp8_cast_and_the_clamp_to_one(void)
     for (int l = 0; l < 2; l++)
         kvcal_scales_set_layer(s, l, 1.0f, 1.0f);
     snprintf(out, sizeof out, "%s", kvcal_test_path("mo_cast"));
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
     kvcal_report_t *rep = validate(out);
     CU_ASSERT(has_finding(rep, "ModelOpt fp8_cast"));
     CU_ASSERT(!has_finding(rep, "clamp"));
@@ -184,7 +192,8 @@ static void modelopt_flags_fp8_cast_and_the_clamp_to_one(void)
     kvcal_report_destroy(rep);
     kvcal_scales_set_layer(s, 1, 1.5f, 1.0f);
     snprintf(out, sizeof out, "%s", kvcal_test_path("mo_clamp"));
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
     rep = validate(out);
     CU_ASSERT(has_finding(rep, "ModelOpt's clamp to >= 1.0"));
     CU_ASSERT(!has_finding(rep, "fp8_cast"));
@@ -192,7 +201,8 @@ static void modelopt_flags_fp8_cast_and_the_clamp_to_one(void)
     /* one scale below 1.0: neither */
     kvcal_scales_set_layer(s, 0, 0.5f, 1.0f);
     snprintf(out, sizeof out, "%s", kvcal_test_path("mo_none"));
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
     rep = validate(out);
     CU_ASSERT(!has_finding(rep, "clamp") && !has_finding(rep, "fp8_cast"));
     kvcal_report_destroy(rep);
@@ -216,8 +226,9 @@ static void formats_refuse_a_model_whose_loader_would_not_read_them(void)
         CU_ASSERT_EQUAL(access(p, F_OK), -1);
     }
     /* a Quark model with no FP8 KV cache declared */
-    model = model_dir("quark_nokv", "\"quantization_config\": {\"quant_method\": "
-                                    "\"quark\", \"export\": {\"kv_cache_group\": []}}",
+    model = model_dir("quark_nokv",
+                      "\"quantization_config\": {\"quant_method\": "
+                      "\"quark\", \"export\": {\"kv_cache_group\": []}}",
                       NULL);
     snprintf(m, sizeof m, "%s", model);
     CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_QUARK, out, m, 0),
@@ -228,11 +239,11 @@ static void formats_refuse_a_model_whose_loader_would_not_read_them(void)
 
 // --- Quark, kv_scale --------------------------------------------------------------
 
-#define QUARK_QC                                                                       \
-    "\"quantization_config\": {\"quant_method\": \"quark\", \"export\": "               \
-    "{\"kv_cache_group\": [\"*k_proj\", \"*v_proj\"]}, \"layer_quant_config\": "        \
-    "{\"*k_proj\": {\"output_tensors\": {\"dtype\": \"fp8_e4m3\", \"qscheme\": "        \
-    "\"per_tensor\"}}, \"*v_proj\": {\"output_tensors\": {\"dtype\": \"fp8_e4m3\", "    \
+#define QUARK_QC                                                                         \
+    "\"quantization_config\": {\"quant_method\": \"quark\", \"export\": "                \
+    "{\"kv_cache_group\": [\"*k_proj\", \"*v_proj\"]}, \"layer_quant_config\": "         \
+    "{\"*k_proj\": {\"output_tensors\": {\"dtype\": \"fp8_e4m3\", \"qscheme\": "         \
+    "\"per_tensor\"}}, \"*v_proj\": {\"output_tensors\": {\"dtype\": \"fp8_e4m3\", "     \
     "\"qscheme\": \"per_tensor\"}}}}"
 
 static void quark_export_writes_output_scales_with_q_and_reads_back(void)
@@ -270,15 +281,16 @@ static void quark_export_writes_output_scales_with_q_and_reads_back(void)
 
 static void kv_scale_export_holds_max_of_k_and_v(void)
 {
-    const char *model =
-        model_dir("fp8_model", "\"quantization_config\": {\"quant_method\": \"fp8\", "
-                               "\"activation_scheme\": \"static\"}",
-                  NULL);
+    const char *model = model_dir("fp8_model",
+                                  "\"quantization_config\": {\"quant_method\": \"fp8\", "
+                                  "\"activation_scheme\": \"static\"}",
+                                  NULL);
     char m[512], out[600];
     snprintf(m, sizeof m, "%s", model);
     snprintf(out, sizeof out, "%s", kvcal_test_path("kvs_out"));
     kvcal_scales_t *s = make_set(), *r = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KV_SCALE, out, m, 0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KV_SCALE, out, m, 0),
+                          KVCAL_OK);
     for (int l = 0; l < 2; l++) {
         float k, v;
         char name[64];
@@ -305,15 +317,17 @@ static void trtllm_export_writes_every_rank_and_reads_back(void)
     char out[600];
     snprintf(out, sizeof out, "%s", kvcal_test_path("trt_out"));
     kvcal_scales_t *s = make_set(), *r = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_TRTLLM, out, NULL, 2), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_TRTLLM, out, NULL, 2),
+                          KVCAL_OK);
     float k, v;
     kvcal_scales_get_tensor(s, 1, &k, &v);
     for (int rank = 0; rank < 2; rank++) {
         char file[32];
         snprintf(file, sizeof file, "rank%d.safetensors", rank);
-        CU_ASSERT_EQUAL(tensor_value(out, file,
-                                     "transformer.layers.1.attention.kv_cache_scaling_factor"),
-                        k > v ? k : v);
+        CU_ASSERT_EQUAL(
+            tensor_value(out, file,
+                         "transformer.layers.1.attention.kv_cache_scaling_factor"),
+            k > v ? k : v);
     }
     kvcal_report_t *rep = validate(out);
     CU_ASSERT_EQUAL(kvcal_report_format(rep), KVCAL_FORMAT_TRTLLM);

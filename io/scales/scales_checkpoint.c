@@ -44,11 +44,11 @@
  * Written here: f32 tensors (exact for kvcal's float scales; vLLM copies
  * them into float32 parameters), shape [1] or [H, 1, 1]. */
 #include <ctype.h>
-#include <strings.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "core/status.h"
@@ -247,7 +247,7 @@ static const char *modelopt_algo(const cJSON *qc)
                    cJSON_HasObjectItem(q, "modelopt_quant_config");
     const cJSON *algo = cJSON_GetObjectItemCaseSensitive(q, "quant_algo");
     return modelopt && cJSON_IsObject(q) && cJSON_IsString(algo) ? algo->valuestring
-                                                                : NULL;
+                                                                 : NULL;
 }
 
 static loader loader_of(const cJSON *config, char *method, size_t size)
@@ -637,8 +637,8 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
         lt[l].t[kind] = t;
     }
     *out = lt;
-    *flavor = seen[KVCAL_FORMAT_MODELOPT]  ? KVCAL_FORMAT_MODELOPT
-              : seen[KVCAL_FORMAT_QUARK]   ? KVCAL_FORMAT_QUARK
+    *flavor = seen[KVCAL_FORMAT_MODELOPT] ? KVCAL_FORMAT_MODELOPT
+              : seen[KVCAL_FORMAT_QUARK]  ? KVCAL_FORMAT_QUARK
               : seen[KVCAL_FORMAT_KV_SCALE] && !seen[KVCAL_FORMAT_CHECKPOINT]
                   ? KVCAL_FORMAT_KV_SCALE
                   : KVCAL_FORMAT_CHECKPOINT;
@@ -1062,14 +1062,15 @@ static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loade
              : f == KVCAL_FORMAT_QUARK  ? !strcmp(method, "quark")
                                         : ld == KVCAL_LOADER_BASE;
     if (!ok)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: the model is %s%s%s, but vLLM reads %s scale names only "
-                          "through a %s quantization config, whose weight loader the "
-                          "model must match; write the checkpoint format (compressed-tensors, "
-                          "read by vLLM for any model) or quantize the model with that "
-                          "tool first",
-                          path, method[0] ? "quantized with \"" : "not quantized",
-                          method, method[0] ? "\"" : "", kvcal_format_name(f), want);
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: the model is %s%s%s, but vLLM reads %s scale names only "
+            "through a %s quantization config, whose weight loader the "
+            "model must match; write the checkpoint format (compressed-tensors, "
+            "read by vLLM for any model) or quantize the model with that "
+            "tool first",
+            path, method[0] ? "quantized with \"" : "not quantized", method,
+            method[0] ? "\"" : "", kvcal_format_name(f), want);
     if (f == KVCAL_FORMAT_QUARK) {
         kvcal_report_t *rep = NULL;
         if (kvcal_report_create(&rep))
@@ -1286,7 +1287,8 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
 
     /* Only compressed-tensors' attn_head holds per-head scales; the formats
      * BaseKVCacheMethod reads get the max over heads. */
-    int per_head = format == KVCAL_FORMAT_CHECKPOINT && s->granularity == KVCAL_GRANULARITY_HEAD;
+    int per_head =
+        format == KVCAL_FORMAT_CHECKPOINT && s->granularity == KVCAL_GRANULARITY_HEAD;
     int with_q = format == KVCAL_FORMAT_QUARK && s->has_q;
     for (int l = 0; with_q && l < s->num_layers; l++)
         with_q = s->q_scale[l] > 0.0f;

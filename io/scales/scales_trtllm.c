@@ -62,7 +62,8 @@ static int int_field(const cJSON *obj, const char *key)
 static long factor_layer(const char *name)
 {
     size_t n = strlen(name), np = sizeof TRT_PREFIX - 1, ns = sizeof TRT_SUFFIX - 1;
-    if (n <= np + ns || strncmp(name, TRT_PREFIX, np) || strcmp(name + n - ns, TRT_SUFFIX))
+    if (n <= np + ns || strncmp(name, TRT_PREFIX, np) ||
+        strcmp(name + n - ns, TRT_SUFFIX))
         return -1;
     char digits[16];
     size_t d = n - np - ns;
@@ -83,10 +84,11 @@ static int check_config(const cJSON *cfg, const kvcal_scales_ctx *ctx,
     if (!cJSON_IsString(kv) || strcasecmp(kv->valuestring, "FP8"))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "config.json: quantization.kv_cache_quant_algo",
-                         TRT_UNUSED ": without FP8 no layer declares "
-                                    "kv_cache_scaling_factor and the cache stays unquantized",
-                         "%s, expected \"FP8\"", cJSON_IsString(kv) ? kv->valuestring
-                                                                   : "missing or null");
+                         TRT_UNUSED
+                         ": without FP8 no layer declares "
+                         "kv_cache_scaling_factor and the cache stays unquantized",
+                         "%s, expected \"FP8\"",
+                         cJSON_IsString(kv) ? kv->valuestring : "missing or null");
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(cfg, "mapping");
     int world = int_field(map, "world_size");
     if (world < 0) {
@@ -103,11 +105,10 @@ static int check_config(const cJSON *cfg, const kvcal_scales_ctx *ctx,
         return 0;
     }
     if (ctx->model && ctx->model->num_layers != *layers)
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
-                         "config.json: num_hidden_layers",
-                         "the factors belong to another model",
-                         "%d, but the model has %d layers", *layers,
-                         ctx->model->num_layers);
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
+            "config.json: num_hidden_layers", "the factors belong to another model",
+            "%d, but the model has %d layers", *layers, ctx->model->num_layers);
     if (ctx->tp > 0 && ctx->tp != world)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
                          "config.json: mapping.world_size",
@@ -210,7 +211,8 @@ kvcal_status kvcal_scales_check_trtllm(const char *dir, const kvcal_scales_ctx *
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_TRTLLM, &tally);
     if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) > 0 || !out)
         goto done;
-    int heads = ctx->model ? ctx->model->num_kv_heads : int_field(cfg, "num_key_value_heads");
+    int heads =
+        ctx->model ? ctx->model->num_kv_heads : int_field(cfg, "num_key_value_heads");
     kvcal_scales_t *s = NULL;
     if ((st = kvcal_scales_create(layers, heads > 0 ? heads : 1, &s)))
         goto done;
@@ -269,9 +271,9 @@ kvcal_status kvcal_scales_write_trtllm(const kvcal_scales_t *s, const char *dir,
     }
     cJSON *q = cJSON_AddObjectToObject(cfg, "quantization");
     cJSON *map = cJSON_AddObjectToObject(cfg, "mapping");
-    if (!(s->model.architecture[0] ? cJSON_AddStringToObject(cfg, "architecture",
-                                                             s->model.architecture)
-                                   : cJSON_AddNullToObject(cfg, "architecture")) ||
+    if (!(s->model.architecture[0]
+              ? cJSON_AddStringToObject(cfg, "architecture", s->model.architecture)
+              : cJSON_AddNullToObject(cfg, "architecture")) ||
         !cJSON_AddNumberToObject(cfg, "num_hidden_layers", L) ||
         !cJSON_AddNumberToObject(cfg, "num_key_value_heads", s->num_kv_heads) || !q ||
         !cJSON_AddNullToObject(q, "quant_algo") ||
