@@ -1,5 +1,7 @@
-/* io/scales/scales_checkpoint.c: K/V scales stored in a Hugging Face checkpoint,
- * the compressed-tensors convention vLLM reads today.
+/* io/scales/scales_checkpoint.c: K/V scales stored in a Hugging Face checkpoint:
+ * the compressed-tensors convention vLLM reads today, and the namings of
+ * ModelOpt (k_proj.k_scale), Quark (k_proj.output_scale) and the old single
+ * kv_scale (schemas/README.md gives each producer's and vLLM's rules).
  *
  * What the producers and vLLM 0.33.0 do (read from their source):
  * - llm-compressor / compressed-tensors (src/compressed_tensors/quantization/
@@ -42,7 +44,9 @@
  *   `.self_attn.k_proj.k_scale` (modelopt) is renamed too; this reader also
  *   accepts `.k_proj.output_scale` (older compressed-tensors and quark checkpoints).
  * Written here: f32 tensors (exact for kvcal's float scales; vLLM copies
- * them into float32 parameters), shape [1] or [H, 1, 1]. */
+ * them into float32 parameters), shape [1] or [H, 1, 1], under the names of
+ * the format asked for (write_name()); the per-head shape only for
+ * compressed-tensors' attn_head, the one method that reads it. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
