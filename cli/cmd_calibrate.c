@@ -240,14 +240,14 @@ static int parse_options(int argc, char **argv, options *o)
         [KVCAL_FORMAT_QUARK] = "kvcal-quark",
         [KVCAL_FORMAT_KV_SCALE] = "kvcal-kv-scale",
         [KVCAL_FORMAT_TRTLLM] = "kvcal-trtllm"};
-    kvcal_format f = KVCAL_FORMAT_UNKNOWN;
-    if (strcmp(o->format, "all") && kvcal_cmd_parse_format(o->format, &f)) {
+    kvcal_format fmt = KVCAL_FORMAT_UNKNOWN; /* UNKNOWN for all */
+    if (strcmp(o->format, "all") && kvcal_cmd_parse_format(o->format, &fmt)) {
         fprintf(stderr, "kvcal calibrate: --format '%s': expected %s, or all\n",
                 o->format, KVCAL_CMD_FORMATS);
         return -1;
     }
     if (!o->out)
-        o->out = f == KVCAL_FORMAT_UNKNOWN ? "kvcal-out" : default_out[f];
+        o->out = fmt == KVCAL_FORMAT_UNKNOWN ? "kvcal-out" : default_out[fmt];
     return 0;
 }
 
