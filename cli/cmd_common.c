@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "core/status.h"
+#include "io/scales/scales_io.h"
 #include "io/tokenizer/tokenizer.h"
 
 int kvcal_cmd_parse_ll(const char *cmd, const char *opt, const char *text, long long lo,
@@ -237,4 +238,41 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
                        : !strcmp(mlp, "fused") ? KVCAL_MLP_FUSED
                                                : KVCAL_MLP_UNFUSED;
     return KVCAL_OK;
+}
+
+// --- scales formats -----------------------------------------------------------
+
+int kvcal_cmd_parse_format(const char *name, kvcal_format *out)
+{
+    static const struct {
+        const char *name;
+        kvcal_format format;
+    } names[] = {
+        {"legacy", KVCAL_FORMAT_LEGACY_JSON},    {"kvcal", KVCAL_FORMAT_KVCAL_JSON},
+        {"checkpoint", KVCAL_FORMAT_CHECKPOINT}, {"modelopt", KVCAL_FORMAT_MODELOPT},
+        {"quark", KVCAL_FORMAT_QUARK},           {"kv-scale", KVCAL_FORMAT_KV_SCALE},
+        {"trtllm", KVCAL_FORMAT_TRTLLM},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) {
+            *out = names[i].format;
+            return 0;
+        }
+    return -1;
+}
+
+int kvcal_cmd_dir_files(kvcal_format f, const char *model_dir, const char **names,
+                        int max)
+{
+    if (f == KVCAL_FORMAT_TRTLLM) {
+        int n = 0;
+        if (n < max)
+            names[n++] = "config.json";
+        if (n < max)
+            names[n++] = "rank0.safetensors";
+        return n;
+    }
+    return kvcal_format_is_dir(f)
+               ? kvcal_scales_checkpoint_files(f, model_dir, names, max)
+               : 0;
 }

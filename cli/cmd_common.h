@@ -139,4 +139,19 @@ int kvcal_cmd_file_exit_code(kvcal_status st);
 /* Seconds on a monotonic clock (for elapsed times). */
 double kvcal_cmd_now_s(void);
 
+/* --- scales formats ------------------------------------------------------ */
+
+/* The format names --format / --to take. */
+#define KVCAL_CMD_FORMATS "legacy, kvcal, checkpoint, modelopt, quark, kv-scale or trtllm"
+#define KVCAL_CMD_MAX_DIR_FILES 4
+
+/* Parses a format name of KVCAL_CMD_FORMATS; -1 when unknown. */
+int kvcal_cmd_parse_format(const char *name, kvcal_format *out);
+
+/* The files a directory format writes into its output directory (for
+ * trtllm at tp 1: config.json and rank0.safetensors; more ranks are checked
+ * by the writer); returns their count. */
+int kvcal_cmd_dir_files(kvcal_format f, const char *model_dir, const char **names,
+                        int max);
+
 #endif

@@ -20,15 +20,22 @@ static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: kvcal convert FILE --to legacy|kvcal|checkpoint [--model DIR] [--tp N]\n"
-        "                     --out PATH\n\n"
-        "Converts KV-cache scales between formats (FILE: legacy JSON, kvcal JSON, or a\n"
-        "checkpoint directory / .safetensors shard).\n\n"
+        "usage: kvcal convert FILE --to FORMAT [--model DIR] [--tp N] --out PATH\n\n"
+        "Converts KV-cache scales between formats (FILE: legacy JSON, kvcal JSON, a\n"
+        "checkpoint directory / .safetensors shard of any naming below, or a\n"
+        "TensorRT-LLM checkpoint directory).\n\n"
         "  --to FORMAT  legacy (sglang --quantization-param-path, vLLM <= 0.6), kvcal "
         "(full\n"
         "               result), checkpoint (kv_scales.safetensors + config.json with\n"
-        "               quantization_config.kv_cache_scheme + index, read by vLLM)\n"
-        "  --model DIR  model directory (config.json); required for --to checkpoint\n"
+        "               quantization_config.kv_cache_scheme + index, read by vLLM),\n"
+        "               modelopt (k_proj.k_scale / v_proj.v_scale, kv_cache_quant_algo\n"
+        "               FP8; a ModelOpt-quantized model), quark (k_proj / v_proj /\n"
+        "               q_proj.output_scale; a Quark model with an FP8 KV cache),\n"
+        "               kv-scale (the old single self_attn.kv_scale; an fp8, modelopt\n"
+        "               or quark model), trtllm (rank<r>.safetensors with\n"
+        "               kv_cache_scaling_factor + config.json, --tp ranks)\n"
+        "  --model DIR  model directory (config.json); required for the checkpoint,\n"
+        "               modelopt, quark and kv-scale targets\n"
         "  --tp N       tensor-parallel size: the rank count a legacy FILE is read with\n"
         "               and a legacy output is written for (default: the file's / 1)\n"
         "  --out PATH   output file (legacy, kvcal) or directory (checkpoint); may be\n"
@@ -95,6 +102,20 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
                 "strategy \"attn_head\": vLLM's compressed-tensors method loads them "
                 "(its FlashAttention 3 backend applies them per head, on Hopper); "
                 "sglang reads per-tensor scales only\n");
+    if (to != KVCAL_FORMAT_CHECKPOINT && to != KVCAL_FORMAT_LEGACY_JSON &&
+        to != KVCAL_FORMAT_KVCAL_JSON &&
+        kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
+        fprintf(stderr,
+                "convert: lost: per-head scales become one per layer (the max over "
+                "its kv heads): %s holds no per-head scales\n",
+                kvcal_format_name(to));
+    if ((to == KVCAL_FORMAT_KV_SCALE || to == KVCAL_FORMAT_TRTLLM) && kv_differ)
+        fprintf(stderr,
+                "convert: lost: separate K and V scales become one value per layer, "
+                "max(k, v)\n");
+    if (to != KVCAL_FORMAT_KVCAL_JSON && to != KVCAL_FORMAT_QUARK && s->has_q)
+        fprintf(stderr, "convert: lost: the query scales (q_scale; kept by the kvcal and "
+                        "quark formats)\n");
     if (to != KVCAL_FORMAT_KVCAL_JSON &&
         (s->has_absmax || s->has_clip || s->provenance.observer[0]))
         fprintf(stderr,
@@ -108,14 +129,13 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
 static int check_outputs(const char *path, const char *model, kvcal_format to,
                          const char *out)
 {
-    static const char *const names[] = {KVCAL_CHECKPOINT_SHARD, KVCAL_CHECKPOINT_INDEX,
-                                        "config.json"};
-    char files[3][4096];
-    int n = 0;
-    if (to != KVCAL_FORMAT_CHECKPOINT) {
+    const char *names[KVCAL_CMD_MAX_DIR_FILES];
+    char files[KVCAL_CMD_MAX_DIR_FILES][4096];
+    int n = 0, count = kvcal_cmd_dir_files(to, model, names, KVCAL_CMD_MAX_DIR_FILES);
+    if (!kvcal_format_is_dir(to)) {
         snprintf(files[n++], sizeof files[0], "%s", out);
     } else {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < count; i++)
             if (kvcal_path_join(files[n++], sizeof files[0], out, names[i]) ||
                 strlen(out) + 64 >= sizeof files[0]) {
                 fprintf(stderr,
@@ -125,7 +145,8 @@ static int check_outputs(const char *path, const char *model, kvcal_format to,
                 return -1;
             }
     }
-    int into_model = to == KVCAL_FORMAT_CHECKPOINT && kvcal_path_same_file(out, model);
+    int into_model = kvcal_format_is_dir(to) && to != KVCAL_FORMAT_TRTLLM &&
+                     kvcal_path_same_file(out, model);
     kvcal_inputs_t *in = NULL;
     kvcal_status st = kvcal_inputs_create(&in);
     if (!st)
@@ -149,7 +170,7 @@ static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
 {
     kvcal_atomic_batch_t *batch = NULL;
     kvcal_status st = kvcal_atomic_batch_begin(&batch);
-    if (!st && to == KVCAL_FORMAT_CHECKPOINT)
+    if (!st && kvcal_format_is_dir(to))
         st = kvcal_atomic_batch_mkdir(batch, out);
     if (!st)
         st = kvcal_scales_write(s, to, out, model, tp);
@@ -160,20 +181,7 @@ static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
     return kvcal_atomic_batch_commit(batch);
 }
 
-static int parse_format(const char *s, kvcal_format *out)
-{
-    if (!strcmp(s, "legacy"))
-        *out = KVCAL_FORMAT_LEGACY_JSON;
-    else if (!strcmp(s, "kvcal"))
-        *out = KVCAL_FORMAT_KVCAL_JSON;
-    else if (!strcmp(s, "checkpoint"))
-        *out = KVCAL_FORMAT_CHECKPOINT;
-    else
-        return -1;
-    return 0;
-}
-
-KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, checkpoint")
+KVCAL_COMMAND(convert, "convert", "convert scales between every format engines read")
 {
     static const struct option opts[] = {
         {"to", required_argument, NULL, 'T'}, {"model", required_argument, NULL, 'm'},
@@ -187,11 +195,9 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
     while ((c = getopt_long(argc, argv, "T:m:t:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'T':
-            if (parse_format(optarg, &to)) {
-                fprintf(stderr,
-                        "kvcal convert: --to %s: expected legacy, kvcal or "
-                        "checkpoint\n",
-                        optarg);
+            if (kvcal_cmd_parse_format(optarg, &to)) {
+                fprintf(stderr, "kvcal convert: --to %s: expected %s\n", optarg,
+                        KVCAL_CMD_FORMATS);
                 return KVCAL_EXIT_USAGE;
             }
             break;
@@ -220,10 +226,11 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
         usage(stderr);
         return KVCAL_EXIT_USAGE;
     }
-    if (to == KVCAL_FORMAT_CHECKPOINT && !model) {
+    if (kvcal_format_is_dir(to) && to != KVCAL_FORMAT_TRTLLM && !model) {
         fprintf(stderr,
-                "kvcal convert: --to checkpoint needs --model DIR (its config.json is "
-                "copied with quantization_config.kv_cache_scheme merged)\n");
+                "kvcal convert: --to %s needs --model DIR (its config.json is "
+                "copied with the KV-cache entries merged)\n",
+                kvcal_format_name(to));
         return KVCAL_EXIT_USAGE;
     }
     const char *path;
@@ -239,7 +246,7 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
     }
     int out_tp = tp ? tp : 1;
     report_losses(s, to, out_tp);
-    if (to == KVCAL_FORMAT_CHECKPOINT) {
+    if (kvcal_format_is_dir(to) && to != KVCAL_FORMAT_TRTLLM) {
         char p[4096];
         struct stat sb;
         snprintf(p, sizeof p, "%s/model.safetensors", model);
@@ -260,7 +267,9 @@ KVCAL_COMMAND(convert, "convert", "convert scales: legacy JSON, kvcal JSON, chec
         fprintf(stderr, "convert: wrote %s (%s, %d layers x %d kv heads%s)\n", out,
                 kvcal_format_name(to), kvcal_scales_num_layers(s),
                 kvcal_scales_num_kv_heads(s),
-                to == KVCAL_FORMAT_LEGACY_JSON ? ", legacy ranks = tp" : "");
+                to == KVCAL_FORMAT_LEGACY_JSON || to == KVCAL_FORMAT_TRTLLM
+                    ? ", ranks = tp"
+                    : "");
     }
     kvcal_scales_destroy(s);
     return rc;

@@ -61,6 +61,26 @@ const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g)
         return "  checkpoint, per tensor (strategy tensor): one k_scale and v_scale per "
                "layer, the max over\n  its kv heads (read by vLLM, and by sglang as "
                "k_scale / v_scale)";
+    case KVCAL_FORMAT_MODELOPT:
+        return "  modelopt: k_proj.k_scale / v_proj.v_scale per layer (the max over its "
+               "kv heads) in a\n  ModelOpt-quantized checkpoint, kv_cache_quant_algo "
+               "FP8 (read by vLLM's modelopt method)";
+    case KVCAL_FORMAT_QUARK:
+        return "  quark: k_proj / v_proj (/ q_proj).output_scale per layer (the max over "
+               "its kv heads) in a\n  Quark checkpoint with an FP8 KV cache (vLLM's "
+               "quark "
+               "method; its Llama / Qwen loaders rename\n  k_proj first: see "
+               "validate-scales)";
+    case KVCAL_FORMAT_KV_SCALE:
+        return "  kv-scale: the old single self_attn.kv_scale per layer, max(k, v) over "
+               "its kv heads\n  (AMD's FP8-KV checkpoints; vLLM's fp8 / modelopt / quark "
+               "methods use it for K and V)";
+    case KVCAL_FORMAT_TRTLLM:
+        return "  trtllm: rank<r>.safetensors with one kv_cache_scaling_factor per "
+               "layer, "
+               "max(k, v) over its\n  kv heads, and config.json (kv_cache_quant_algo "
+               "FP8, "
+               "mapping): merge into TensorRT-LLM's\n  converted checkpoint";
     case KVCAL_FORMAT_UNKNOWN:
         break;
     }

@@ -8,6 +8,7 @@
 
 #include "cli/cmd_common.h"
 #include "cli/command.h"
+#include "io/scales/scales_io.h"
 #include "kvcal.h"
 
 static void usage(FILE *f)
@@ -15,11 +16,14 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: kvcal validate-scales FILE [--model DIR] [--tp N] [--json] [--strict]\n\n"
-        "Checks a KV-cache scales file (legacy JSON, kvcal JSON, or a checkpoint\n"
-        "directory / .safetensors shard with k_scale/v_scale) the way vLLM and sglang\n"
-        "read it, and says what the engine would do with each problem.\n\n"
+        "Checks a KV-cache scales file (legacy JSON, kvcal JSON, a checkpoint\n"
+        "directory / .safetensors shard with k_scale/v_scale or the ModelOpt, Quark\n"
+        "or single kv_scale names, or a TensorRT-LLM checkpoint directory) the way\n"
+        "vLLM, sglang and TensorRT-LLM read it, and says what the engine would do\n"
+        "with each problem.\n\n"
         "  --model DIR  model directory (config.json): checks layers, kv heads, "
         "model_type\n"
+        "               and the architecture (sglang reads legacy files for few)\n"
         "  --tp N       tensor-parallel size the model is served with (legacy files "
         "hold\n"
         "               one entry per rank; default: the file's rank count)\n"
@@ -131,7 +135,7 @@ KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and 
         fprintf(stderr, "kvcal validate-scales: %s\n", kvcal_last_error());
         return KVCAL_EXIT_USAGE;
     }
-    if (!model && !json && kvcal_report_format(rep) != KVCAL_FORMAT_CHECKPOINT)
+    if (!model && !json && !kvcal_format_is_dir(kvcal_report_format(rep)))
         fprintf(stderr,
                 "note: no --model given: layer count, kv heads and model_type were "
                 "not checked against config.json\n");

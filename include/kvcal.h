@@ -35,7 +35,12 @@ typedef enum kvcal_format {
     KVCAL_FORMAT_UNKNOWN = 0,
     KVCAL_FORMAT_LEGACY_JSON = 1, /* sglang --quantization-param-path, old vLLM */
     KVCAL_FORMAT_KVCAL_JSON = 2,  /* kvcal's full result */
-    KVCAL_FORMAT_CHECKPOINT = 3   /* k_scale / v_scale tensors + config.json */
+    KVCAL_FORMAT_CHECKPOINT = 3,  /* k_scale / v_scale tensors + config.json */
+    KVCAL_FORMAT_MODELOPT = 4,    /* ModelOpt: k_proj.k_scale / v_proj.v_scale */
+    KVCAL_FORMAT_QUARK = 5,       /* Quark: k_proj / v_proj (/ q_proj).output_scale */
+    KVCAL_FORMAT_KV_SCALE = 6,    /* the old single self_attn.kv_scale (AMD, fp8) */
+    KVCAL_FORMAT_TRTLLM = 7       /* TensorRT-LLM: rank<r>.safetensors
+                                     kv_cache_scaling_factor */
 } kvcal_format;
 
 /* A set of K/V scales for every layer (and kv head), with optional absmax,
@@ -114,16 +119,21 @@ KVCAL_API kvcal_status kvcal_scales_load(const char *path, const char *model_dir
 #define KVCAL_TP_MAX 4096
 
 /* Writes `scales` in `format` at `path` atomically (temp file + rename).
- * For KVCAL_FORMAT_CHECKPOINT, path is an output directory; model_dir is the
- * model's directory (its config.json is copied with kv_cache_scheme merged).
- * tp is used by the legacy format. Refuses non-finite, zero or negative
+ * For the directory formats (checkpoint, modelopt, quark, kv-scale, trtllm)
+ * path is an output directory; model_dir is the model's directory (its
+ * config.json is copied with the format's KV-cache entries merged; modelopt,
+ * quark and kv-scale need a model already quantized with that method, whose
+ * weight loader vLLM uses). tp is used by the legacy and trtllm formats
+ * (one entry per rank). The formats read by BaseKVCacheMethod (modelopt,
+ * quark, kv-scale) and trtllm hold one scale per layer: the max over heads
+ * (kv-scale and trtllm: max(k, v) too). Refuses non-finite, zero or negative
  * scales (KVCAL_ERR_NONFINITE / KVCAL_ERR_FORMAT) and writes nothing then. */
 KVCAL_API kvcal_status kvcal_scales_write(const kvcal_scales_t *scales,
                                           kvcal_format format, const char *path,
                                           const char *model_dir, int tp);
 
 /* Short name of a format ("legacy-json", "kvcal-json", "checkpoint",
- * "unknown"); never NULL. */
+ * "modelopt", "quark", "kv-scale", "trtllm", "unknown"); never NULL. */
 KVCAL_API const char *kvcal_format_name(kvcal_format format);
 
 /* --- validation ---------------------------------------------------------- */

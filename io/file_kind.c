@@ -19,8 +19,13 @@
 
 int kvcal_is_scale_tensor_name(const char *name)
 {
-    return kvcal_path_has_suffix(name, "k_scale") ||
-           kvcal_path_has_suffix(name, "v_scale");
+    static const char *const suffixes[] = {"k_scale",      "v_scale",
+                                           "q_scale",      "kv_scale",
+                                           "output_scale", "kv_cache_scaling_factor"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (kvcal_path_has_suffix(name, suffixes[i]))
+            return 1;
+    return 0;
 }
 
 static void census_file(const char *path, const char *base, kvcal_shard_census *c)
@@ -151,6 +156,10 @@ kvcal_status kvcal_file_kind_detect(const char *path, kvcal_file_kind *kind)
     kvcal_status checked = kvcal_file_check_input(path, "input", 1);
     if (checked)
         return checked;
+    if (S_ISDIR(sb.st_mode) && kvcal_scales_is_trtllm_dir(path)) {
+        *kind = KVCAL_FILE_SCALES;
+        return KVCAL_OK;
+    }
     if (S_ISDIR(sb.st_mode)) {
         char cfg[4096];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);

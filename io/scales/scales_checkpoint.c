@@ -1,5 +1,7 @@
-/* io/scales/scales_checkpoint.c: K/V scales stored in a Hugging Face checkpoint,
- * the compressed-tensors convention vLLM reads today.
+/* io/scales/scales_checkpoint.c: K/V scales stored in a Hugging Face checkpoint:
+ * the compressed-tensors convention vLLM reads today, and the namings of
+ * ModelOpt (k_proj.k_scale), Quark (k_proj.output_scale) and the old single
+ * kv_scale (schemas/README.md gives each producer's and vLLM's rules).
  *
  * What the producers and vLLM 0.33.0 do (read from their source):
  * - llm-compressor / compressed-tensors (src/compressed_tensors/quantization/
@@ -42,12 +44,15 @@
  *   `.self_attn.k_proj.k_scale` (modelopt) is renamed too; this reader also
  *   accepts `.k_proj.output_scale` (older compressed-tensors and quark checkpoints).
  * Written here: f32 tensors (exact for kvcal's float scales; vLLM copies
- * them into float32 parameters), shape [1] or [H, 1, 1]. */
+ * them into float32 parameters), shape [1] or [H, 1, 1], under the names of
+ * the format asked for (write_name()); the per-head shape only for
+ * compressed-tensors' attn_head, the one method that reads it. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "core/status.h"
@@ -58,24 +63,53 @@
 #define CK_MAX_LAYERS 65536
 #define CK_IGNORED "vLLM uses scale 1.0 for the layer"
 
-enum { KIND_K = 0, KIND_V = 1, KIND_KV = 2 };
+enum { KIND_K = 0, KIND_V = 1, KIND_KV = 2, KIND_Q = 3, KIND_PROB = 4, KIND_COUNT = 5 };
 
-/* Name suffixes after "model.layers.<i>.self_attn.", by kind. */
+/* Name suffixes after "model.layers.<i>.self_attn.", by kind, and the
+ * format whose producer writes them. */
 static const struct {
     const char *suffix;
     int kind;
+    kvcal_format format;
 } scale_names[] = {
-    {"k_scale", KIND_K},
-    {"v_scale", KIND_V},
-    {"k_proj.output_scale", KIND_K},
-    {"v_proj.output_scale", KIND_V},
-    {"k_proj.k_scale", KIND_K},
-    {"v_proj.v_scale", KIND_V},
-    {"kv_scale", KIND_KV},
+    {"k_scale", KIND_K, KVCAL_FORMAT_CHECKPOINT},
+    {"v_scale", KIND_V, KVCAL_FORMAT_CHECKPOINT},
+    {"q_scale", KIND_Q, KVCAL_FORMAT_CHECKPOINT},
+    {"k_proj.output_scale", KIND_K, KVCAL_FORMAT_QUARK},
+    {"v_proj.output_scale", KIND_V, KVCAL_FORMAT_QUARK},
+    {"q_proj.output_scale", KIND_Q, KVCAL_FORMAT_QUARK},
+    {"prob_output_scale", KIND_PROB, KVCAL_FORMAT_QUARK},
+    {"k_proj.k_scale", KIND_K, KVCAL_FORMAT_MODELOPT},
+    {"v_proj.v_scale", KIND_V, KVCAL_FORMAT_MODELOPT},
+    {"kv_scale", KIND_KV, KVCAL_FORMAT_KV_SCALE},
 };
 
-/* Parses a K/V scale tensor name; returns the layer or -1. */
-static long parse_scale_name(const char *name, int *kind)
+/* The names a format writes (printf patterns of the layer), by kind; NULL
+ * where it writes none. */
+static const char *write_name(kvcal_format f, int kind)
+{
+    switch (f) {
+    case KVCAL_FORMAT_MODELOPT:
+        return kind == KIND_K   ? "model.layers.%d.self_attn.k_proj.k_scale"
+               : kind == KIND_V ? "model.layers.%d.self_attn.v_proj.v_scale"
+                                : NULL;
+    case KVCAL_FORMAT_QUARK:
+        return kind == KIND_K   ? "model.layers.%d.self_attn.k_proj.output_scale"
+               : kind == KIND_V ? "model.layers.%d.self_attn.v_proj.output_scale"
+               : kind == KIND_Q ? "model.layers.%d.self_attn.q_proj.output_scale"
+                                : NULL;
+    case KVCAL_FORMAT_KV_SCALE:
+        return kind == KIND_KV ? "model.layers.%d.self_attn.kv_scale" : NULL;
+    default:
+        return kind == KIND_K   ? "model.layers.%d.self_attn.k_scale"
+               : kind == KIND_V ? "model.layers.%d.self_attn.v_scale"
+                                : NULL;
+    }
+}
+
+/* Parses a K/V scale tensor name; returns the layer or -1. *format (may be
+ * NULL) gets the format whose producer writes the name. */
+static long parse_scale_name_of(const char *name, int *kind, kvcal_format *format)
 {
     static const char prefix[] = "model.layers.";
     if (strncmp(name, prefix, sizeof prefix - 1))
@@ -95,9 +129,16 @@ static long parse_scale_name(const char *name, int *kind)
     for (size_t i = 0; i < sizeof scale_names / sizeof scale_names[0]; i++)
         if (!strcmp(p, scale_names[i].suffix)) {
             *kind = scale_names[i].kind;
+            if (format)
+                *format = scale_names[i].format;
             return layer;
         }
     return -1;
+}
+
+static long parse_scale_name(const char *name, int *kind)
+{
+    return parse_scale_name_of(name, kind, NULL);
 }
 
 static int is_dir(const char *path)
@@ -196,7 +237,22 @@ typedef enum loader {
     KVCAL_LOADER_COMPRESSED_TENSORS, /* CompressedTensorsKVCacheMethod */
     KVCAL_LOADER_BASE,               /* fp8, modelopt, quark: BaseKVCacheMethod */
     KVCAL_LOADER_UNKNOWN,            /* a method vLLM 0.33 does not know */
+    KVCAL_LOADER_UNKNOWN_MODELOPT,   /* a ModelOpt quant_algo vLLM refuses */
 } loader;
+
+/* quantization.quant_algo of a ModelOpt hf_quant_config.json (producer
+ * modelopt, or the legacy modelopt_quant_config), NULL when there is none. */
+static const char *modelopt_algo(const cJSON *qc)
+{
+    const cJSON *prod = cJSON_GetObjectItemCaseSensitive(qc, "producer");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(prod, "name");
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(qc, "quantization");
+    int modelopt = (cJSON_IsString(name) && !strcmp(name->valuestring, "modelopt")) ||
+                   cJSON_HasObjectItem(q, "modelopt_quant_config");
+    const cJSON *algo = cJSON_GetObjectItemCaseSensitive(q, "quant_algo");
+    return modelopt && cJSON_IsObject(q) && cJSON_IsString(algo) ? algo->valuestring
+                                                                 : NULL;
+}
 
 static loader loader_of(const cJSON *config, char *method, size_t size)
 {
@@ -205,8 +261,22 @@ static loader loader_of(const cJSON *config, char *method, size_t size)
     if (!cJSON_IsObject(qc))
         return KVCAL_LOADER_NONE;
     const cJSON *qm = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
-    if (!cJSON_IsString(qm) || !qm->valuestring[0])
-        return KVCAL_LOADER_NONE;
+    if (!cJSON_IsString(qm) || !qm->valuestring[0]) {
+        /* ModelOpt's hf_quant_config.json names no quant_method: vLLM sets it
+         * from quantization.quant_algo when the producer is modelopt
+         * (model_arch_config_convertor.py, _normalize_quantization_config). */
+        const char *algo = modelopt_algo(qc);
+        if (!algo)
+            return KVCAL_LOADER_NONE;
+        if (!strcasecmp(algo, "FP8") || !strcasecmp(algo, "FP8_PER_CHANNEL_PER_TOKEN") ||
+            !strcasecmp(algo, "FP8_PB_WO"))
+            snprintf(method, size, "modelopt");
+        else if (!strcasecmp(algo, "NVFP4"))
+            snprintf(method, size, "modelopt_fp4");
+        else
+            return KVCAL_LOADER_UNKNOWN_MODELOPT;
+        return KVCAL_LOADER_BASE;
+    }
     size_t i = 0;
     for (; qm->valuestring[i] && i + 1 < size; i++)
         method[i] = (char)tolower((unsigned char)qm->valuestring[i]);
@@ -226,6 +296,9 @@ static loader loader_of(const cJSON *config, char *method, size_t size)
 typedef struct scheme {
     loader loader;
     int strategy; /* compressed-tensors: 1 attn_head, 0 tensor, -1 none, 2 unchecked */
+    int maps_output_scale; /* the config's cache scale mapper renames
+                              k_proj.output_scale (fp8, quark) */
+    char method[64];       /* quant_method as vLLM normalizes it */
 } scheme;
 
 /* Checks kv_cache_scheme of a compressed-tensors config. */
@@ -269,14 +342,117 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
                          startup, "must be \"tensor\" or \"attn_head\"");
         return -1;
     }
-    if (head &&
+    /* vLLM's get_quant_config (model_loader/weight_utils.py) fills in
+     * total_num_kv_heads from the model when config_groups is present. */
+    if (head && !cJSON_HasObjectItem(qc, "config_groups") &&
         !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(qc, "total_num_kv_heads")))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "config.json: quantization_config.total_num_kv_heads",
                          "vLLM's attn_head scale loader reads it to slice each rank's "
-                         "heads and fails to load the model without it",
+                         "heads and fails to load the model without it (vLLM adds it "
+                         "itself only when config_groups is present)",
                          "missing for strategy attn_head");
     return head;
+}
+
+/* The ModelOpt KV-cache algorithm as vLLM reads it for kv_cache_dtype
+ * "auto" (vllm/utils/torch_utils.py, get_kv_cache_quant_algo_string):
+ * kv_cache_scheme (a dict: static 8-bit float is fp8) or
+ * kv_cache_quant_algo, in quantization or at the top. Warns when it is not
+ * FP8: vLLM still loads the scales, but keeps the cache in the model's
+ * dtype unless --kv-cache-dtype fp8 is given. */
+static void check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
+{
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(qc, "quantization");
+    if (!cJSON_IsObject(inner))
+        inner = qc;
+    const char *const keys[] = {"kv_cache_scheme", "kv_cache_quant_algo"};
+    const cJSON *algo = NULL;
+    for (int i = 0; i < 2 && !algo; i++) {
+        algo = cJSON_GetObjectItemCaseSensitive(inner, keys[i]);
+        if (!algo || cJSON_IsNull(algo))
+            algo = cJSON_GetObjectItemCaseSensitive(qc, keys[i]);
+        if (algo && cJSON_IsNull(algo))
+            algo = NULL;
+    }
+    int fp8 = 0;
+    if (cJSON_IsString(algo))
+        fp8 = !strcasecmp(algo->valuestring, "fp8");
+    else if (cJSON_IsObject(algo)) {
+        const cJSON *bits = cJSON_GetObjectItemCaseSensitive(algo, "num_bits");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(algo, "type");
+        fp8 = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(algo, "dynamic")) &&
+              cJSON_IsNumber(bits) && bits->valuedouble == 8 && cJSON_IsString(type) &&
+              !strcmp(type->valuestring, "float");
+    }
+    if (!fp8)
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
+            inner == qc ? "quantization_config.kv_cache_quant_algo"
+                        : "quantization.kv_cache_quant_algo",
+            "vLLM loads the scales but, with --kv-cache-dtype auto, keeps the cache in "
+            "the model's dtype: pass --kv-cache-dtype fp8 (kvcal convert --to modelopt "
+            "sets it to FP8)",
+            "%s, not FP8", algo ? "another KV-cache algorithm" : "missing or null");
+}
+
+/* vLLM's QuarkConfig.from_config and QuarkKVCacheMethod (quark/quark.py):
+ * the export object with a kv_cache_group list is required; a non-empty
+ * group must match layer_quant_config entries whose output_tensors agree
+ * and are fp8_e4m3 per_tensor. */
+static void check_quark_config(const cJSON *qc, kvcal_report_t *rep)
+{
+    const char *startup = "vLLM refuses to start (QuarkConfig.from_config)";
+    const cJSON *exp = cJSON_GetObjectItemCaseSensitive(qc, "export");
+    const cJSON *group = cJSON_GetObjectItemCaseSensitive(exp, "kv_cache_group");
+    if (!cJSON_IsObject(exp) || !cJSON_IsArray(group)) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config.export.kv_cache_group",
+                         startup, "missing (Quark writes the export object with it)");
+        return;
+    }
+    if (cJSON_GetArraySize(group) == 0) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
+                         "config.json: quantization_config.export.kv_cache_group",
+                         "vLLM loads the scales but the model declares no quantized KV "
+                         "cache: pass --kv-cache-dtype fp8",
+                         "empty");
+        return;
+    }
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(qc, "layer_quant_config");
+    const cJSON *first = NULL;
+    for (const cJSON *g = group->child; g; g = g->next) {
+        const cJSON *e = cJSON_IsString(g) && cJSON_IsObject(layers)
+                             ? cJSON_GetObjectItemCaseSensitive(layers, g->valuestring)
+                             : NULL;
+        const cJSON *ot = cJSON_GetObjectItemCaseSensitive(e, "output_tensors");
+        if (!cJSON_IsObject(ot)) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                             "config.json: quantization_config.layer_quant_config",
+                             startup,
+                             "no output_tensors for the kv_cache_group entry \"%.60s\"",
+                             cJSON_IsString(g) ? g->valuestring : "?");
+            return;
+        }
+        if (first && !cJSON_Compare(first, ot, 1)) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                             "config.json: quantization_config.layer_quant_config",
+                             startup,
+                             "the kv_cache_group entries quantize K and V differently");
+            return;
+        }
+        first = ot;
+    }
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(first, "dtype");
+    const cJSON *qs = cJSON_GetObjectItemCaseSensitive(first, "qscheme");
+    if (!cJSON_IsString(dt) || strcmp(dt->valuestring, "fp8_e4m3") ||
+        !cJSON_IsString(qs) || strcmp(qs->valuestring, "per_tensor"))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+                         "config.json: quantization_config.layer_quant_config",
+                         "vLLM refuses to start (NotImplementedError in "
+                         "QuarkKVCacheMethod: fp8_e4m3 per_tensor only)",
+                         "the K/V output_tensors are not dtype fp8_e4m3, qscheme "
+                         "per_tensor");
 }
 
 /* Finds the loader of config.json's quantization method; reports the
@@ -284,7 +460,13 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
 static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
 {
     char method[64];
-    scheme sc = {loader_of(config, method, sizeof method), -1};
+    scheme sc = {loader_of(config, method, sizeof method), -1, 0, ""};
+    /* Fp8Config's and QuarkConfig's get_cache_scale_mapper (fp8.py,
+     * quark/quark.py) map .k_proj.output_scale to .attn.k_scale before the
+     * model's loader sees the name; the others leave it to the stacked
+     * q/k/v mapping, which renames k_proj to qkv_proj first. */
+    sc.maps_output_scale = !strcmp(method, "fp8") || !strcmp(method, "quark");
+    snprintf(sc.method, sizeof sc.method, "%s", method);
     const cJSON *qc = quant_config_of(config);
     if (sc.loader == KVCAL_LOADER_NONE)
         kvcal_report_add(
@@ -311,6 +493,18 @@ static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
                          "vLLM 0.33 does not know it (only a plugin can add it): its "
                          "KV-cache rules were not checked",
                          "\"%.40s\"", method);
+    else if (sc.loader == KVCAL_LOADER_UNKNOWN_MODELOPT)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+                         "hf_quant_config.json: quantization.quant_algo",
+                         "vLLM refuses to start (ValueError: Unknown ModelOpt quant "
+                         "algo)",
+                         "\"%.40s\" is no ModelOpt algorithm vLLM serves (FP8, "
+                         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4)",
+                         modelopt_algo(qc));
+    else if (!strncmp(method, "modelopt", 8))
+        check_modelopt_config(qc, rep);
+    else if (!strcmp(method, "quark"))
+        check_quark_config(qc, rep);
     else if (strcmp(method, "fp8"))
         kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
                          "config.json: quantization_config.quant_method",
@@ -323,7 +517,7 @@ static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
 
 /* The scale tensors of one layer. */
 typedef struct layer_tensors {
-    const kvcal_tensor_info *t[3]; /* by KIND_ */
+    const kvcal_tensor_info *t[KIND_COUNT]; /* by KIND_ */
 } layer_tensors;
 
 /* Reads one tensor's values (1 or H) into dst; reports shape and dtype
@@ -401,8 +595,10 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, scheme sc, i
 /* Collects the scale tensors by layer; reports duplicates and extra layers.
  * *num_layers is 0 on entry when unknown (then inferred). */
 static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int known,
-                            kvcal_report_t *rep, layer_tensors **out)
+                            kvcal_report_t *rep, layer_tensors **out,
+                            kvcal_format *flavor)
 {
+    int seen[KVCAL_FORMAT_KV_SCALE + 1] = {0};
     int n = kvcal_checkpoint_count(ck);
     if (!known) {
         long max = -1;
@@ -419,13 +615,15 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
     layer_tensors *lt = calloc((size_t)*num_layers, sizeof *lt);
     if (!lt)
         return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory for %d layers", *num_layers);
-    int old_names = 0;
     for (int i = 0; i < n; i++) {
         const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
         int kind;
-        long l = parse_scale_name(t->name, &kind);
+        kvcal_format f;
+        long l = parse_scale_name_of(t->name, &kind, &f);
         if (l < 0)
             continue;
+        if (kind <= KIND_KV)
+            seen[f]++;
         if (l >= *num_layers) {
             kvcal_report_add(
                 rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
@@ -440,17 +638,14 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
                              "duplicates %s", lt[l].t[kind]->name);
             continue;
         }
-        if (strstr(t->name, "_proj.output_scale") && old_names++ == 0)
-            kvcal_report_add(
-                rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->name,
-                "in models whose weight mapper stacks q/k/v (Llama, Qwen2, Qwen3) vLLM "
-                "0.33 renames k_proj to qkv_proj before it maps scale names, finds no "
-                "parameter qkv_proj.output_scale and refuses to load the model; name "
-                "them self_attn.k_scale / v_scale",
-                "older name (compressed-tensors and quark)");
         lt[l].t[kind] = t;
     }
     *out = lt;
+    *flavor = seen[KVCAL_FORMAT_MODELOPT] ? KVCAL_FORMAT_MODELOPT
+              : seen[KVCAL_FORMAT_QUARK]  ? KVCAL_FORMAT_QUARK
+              : seen[KVCAL_FORMAT_KV_SCALE] && !seen[KVCAL_FORMAT_CHECKPOINT]
+                  ? KVCAL_FORMAT_KV_SCALE
+                  : KVCAL_FORMAT_CHECKPOINT;
     return KVCAL_OK;
 }
 
@@ -473,16 +668,77 @@ static const char *base_bad_value(float k, float v, int is_k)
 }
 
 /* Reads and checks every layer into s (allocated here when out != NULL). */
-static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int heads,
-                                 scheme sc, const kvcal_scales_ctx *ctx,
-                                 kvcal_report_t *rep, kvcal_scales_t **out)
+/* Reads one layer's q or softmax-output scale (one value: BaseKVCacheMethod
+ * loads it as KVCacheScaleParameter); 0 when absent or invalid. */
+static float read_single(const kvcal_tensor_info *t, kvcal_report_t *rep,
+                         kvcal_value_tally *tally)
 {
+    float v = 0.0f;
+    if (!t)
+        return 0.0f;
+    if (t->numel != 1) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                         "vLLM fails to load the model (ValueError: KV-cache scale "
+                         "expects a scalar weight)",
+                         "has %lld values, expected 1", (long long)t->numel);
+        return 0.0f;
+    }
+    if (kvcal_tensor_to_f32(t, &v) != KVCAL_OK) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name, CK_IGNORED,
+                         "cannot be read: %s", kvcal_last_error());
+        return 0.0f;
+    }
+    return kvcal_report_check_value(rep, KVCAL_FORMAT_CHECKPOINT, (double)v, t->name,
+                                    tally)
+               ? v
+               : 0.0f;
+}
+
+/* The scales of exactly 1.0 that ModelOpt writes without calibration:
+ * hf_ptq.py's default --kv_cache_qformat fp8_cast sets the amax to the FP8
+ * range (every scale 1.0), and its export clamps every FP8 KV scale to
+ * >= 1.0 (modelopt/torch/export/quant_utils.py, get_kv_cache_scaling_factor).
+ * vals: n values. */
+static void check_modelopt_units(const float *vals, size_t n, kvcal_report_t *rep)
+{
+    size_t unit = 0, below = 0;
+    for (size_t i = 0; i < n; i++) {
+        unit += vals[i] == 1.0f;
+        below += vals[i] < 1.0f;
+    }
+    if (unit == n)
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "",
+            "vLLM uses them, but they were never calibrated: ModelOpt's default "
+            "--kv_cache_qformat fp8_cast (examples/llm_ptq/hf_ptq.py) sets the amax to "
+            "the FP8 range instead of measuring it; calibrate (kvcal calibrate "
+            "--format modelopt) or export with --kv_cache_qformat fp8",
+            "every K/V scale is exactly 1.0 (ModelOpt fp8_cast)");
+    else if (unit > 0 && below == 0)
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "",
+            "vLLM uses them: the layers whose absmax is under 448 keep scale 1.0 and "
+            "lose the low end of e4m3 (values under 2^-9 flush to zero); ModelOpt's "
+            "export clamps FP8 KV scales to >= 1.0 (quant_utils.py "
+            "get_kv_cache_scaling_factor); kvcal writes the calibrated scales",
+            "%zu of %zu K/V scales are exactly 1.0 and none is below it (ModelOpt's "
+            "clamp to >= 1.0)",
+            unit, n);
+}
+
+static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int heads,
+                                 scheme sc, kvcal_format flavor,
+                                 const kvcal_scales_ctx *ctx, kvcal_report_t *rep,
+                                 kvcal_scales_t **out)
+{
+    float *q = NULL;
     kvcal_status st = KVCAL_OK;
     float *vals = malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, 2, H) */
     float *vals_out =
         malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, H, 2) */
     int *counts = calloc(2 * (size_t)num_layers, sizeof *counts);
-    if (!vals || !vals_out || !counts) {
+    q = calloc((size_t)num_layers, sizeof *q);
+    if (!vals || !vals_out || !counts || !q) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory reading %d layers", num_layers);
         goto fail;
     }
@@ -548,9 +804,24 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
                                             (double)x, at, &tally);
             }
     }
+    int all_q = 1;
+    for (int l = 0; l < num_layers; l++) {
+        q[l] = read_single(lt[l].t[KIND_Q], rep, &tally);
+        all_q &= q[l] > 0.0f;
+        read_single(lt[l].t[KIND_PROB], rep, &tally);
+    }
     if (per_head)
         kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads,
                                     ctx->tp);
+    if (flavor == KVCAL_FORMAT_MODELOPT) {
+        size_t n = 0;
+        for (int l = 0; l < num_layers; l++)
+            for (int i = 0; i < 2; i++)
+                for (int h = 0; h < counts[l * 2 + i]; h++)
+                    vals_out[n++] = vals[((size_t)l * 2 + i) * heads + h];
+        if (n)
+            check_modelopt_units(vals_out, n, rep);
+    }
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_CHECKPOINT, &tally);
     if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) > 0)
         goto fail;
@@ -584,6 +855,8 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
             const float *p = vals_out + ((size_t)l * heads + h) * 2;
             kvcal_scales_set_head(s, l, h, p[0], p[1]);
         }
+    for (int l = 0; all_q && l < num_layers; l++)
+        kvcal_scales_set_q(s, l, q[l]);
     s->granularity = per_head ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR;
     s->kv_shared = shared;
     if (ctx->model) {
@@ -599,6 +872,7 @@ fail:
     free(vals);
     free(vals_out);
     free(counts);
+    free(q);
     return st;
 }
 
@@ -671,7 +945,23 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
         }
         c.model = &own;
     }
-    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2};
+    char hq_path[4096];
+    cJSON *hq = NULL;
+    if (config && !quant_config_of(config) &&
+        join(hq_path, sizeof hq_path, dir, KVCAL_MODELOPT_QUANT_CONFIG) == 0 &&
+        is_file(hq_path)) {
+        /* ModelOpt 0.29 and before: vLLM reads the quantization config from
+         * hf_quant_config.json when config.json has none
+         * (transformers_utils/config.py). */
+        if (kvcal_json_load(hq_path, &hq) != KVCAL_OK) {
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_PARSE,
+                             KVCAL_MODELOPT_QUANT_CONFIG, "vLLM cannot load the model",
+                             "%s", kvcal_last_error());
+            goto fail;
+        }
+        cJSON_AddItemToObject(config, "quantization_config", hq);
+    }
+    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2, 0, ""};
     if (config)
         sc = check_scheme(config, rep);
     else
@@ -690,8 +980,25 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
         check_listed_in_index(dir, slash ? slash + 1 : open_path, rep);
     }
     int num_layers = c.model ? c.model->num_layers : 0;
-    if ((st = collect(ck, &num_layers, c.model != NULL, rep, &lt)))
+    kvcal_format flavor = KVCAL_FORMAT_CHECKPOINT;
+    if ((st = collect(ck, &num_layers, c.model != NULL, rep, &lt, &flavor)))
         goto fail;
+    kvcal_report_set_format(rep, flavor);
+    for (int l = 0; lt && config && !sc.maps_output_scale && l < num_layers; l++) {
+        const kvcal_tensor_info *t = lt[l].t[KIND_K] ? lt[l].t[KIND_K] : lt[l].t[KIND_V];
+        if (t && strstr(t->name, "_proj.output_scale")) {
+            kvcal_report_add(
+                rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                "vLLM refuses to load the model (ValueError: There is no module or "
+                "parameter named '...qkv_proj.output_scale'): only the fp8 and quark "
+                "configs map k_proj.output_scale to the attention's k_scale, and the "
+                "stacked q/k/v mapping of Llama, Qwen2 and Qwen3 renames k_proj first",
+                "Quark's name under quant_method \"%.40s\" (name it self_attn.k_scale "
+                "/ v_scale: kvcal convert --to checkpoint)",
+                sc.method);
+            break;
+        }
+    }
     if (num_layers <= 0 || !lt) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "",
                          "vLLM uses scale 1.0 for every layer",
@@ -703,12 +1010,12 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     int heads = c.model ? c.model->num_kv_heads : 0;
     if (!heads)
         for (int l = 0; l < num_layers; l++)
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < KIND_KV + 1; k++)
                 if (lt[l].t[k] && lt[l].t[k]->numel > heads && lt[l].t[k]->numel <= 65536)
                     heads = (int)lt[l].t[k]->numel;
     if (heads < 1)
         heads = 1;
-    st = check_layers(lt, num_layers, heads, sc, &c, rep, out);
+    st = check_layers(lt, num_layers, heads, sc, flavor, &c, rep, out);
 fail:
     free(lt);
     kvcal_checkpoint_close(ck);
@@ -744,8 +1051,76 @@ static int set_item(cJSON *obj, const char *key, cJSON *item)
  * field; a new quantization_config says quant_method compressed-tensors.
  * Refuses a quantization method whose vLLM loader would not use the scales
  * (io/scales/scales_checkpoint.c, "What ... vLLM 0.33.0 do"). */
-static kvcal_status merge_config(cJSON *config, const kvcal_scales_t *s, int per_head,
-                                 const char *path)
+/* What a ModelOpt, Quark or kv-scale output needs of the model's config:
+ * the quantization method whose vLLM config reads those names (its weight
+ * loader is the model's too, so kvcal cannot add it to an unquantized
+ * model), and for modelopt the KV-cache algorithm set to FP8 (in qc and in
+ * hq, the hf_quant_config.json beside it, where present). */
+static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loader ld,
+                                     const char *method, const char *path)
+{
+    const char *want = f == KVCAL_FORMAT_MODELOPT ? "ModelOpt (quant_method modelopt)"
+                       : f == KVCAL_FORMAT_QUARK  ? "Quark (quant_method quark)"
+                                                  : "fp8, modelopt or quark";
+    int ok = f == KVCAL_FORMAT_MODELOPT ? !strncmp(method, "modelopt", 8)
+             : f == KVCAL_FORMAT_QUARK  ? !strcmp(method, "quark")
+                                        : ld == KVCAL_LOADER_BASE;
+    if (!ok)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: the model is %s%s%s, but vLLM reads %s scale names only "
+            "through a %s quantization config, whose weight loader the "
+            "model must match; write the checkpoint format (compressed-tensors, "
+            "read by vLLM for any model) or quantize the model with that "
+            "tool first",
+            path, method[0] ? "quantized with \"" : "not quantized", method,
+            method[0] ? "\"" : "", kvcal_format_name(f), want);
+    if (f == KVCAL_FORMAT_QUARK) {
+        kvcal_report_t *rep = NULL;
+        if (kvcal_report_create(&rep))
+            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+        check_quark_config(qc, rep);
+        int bad = kvcal_report_count(rep) > 0;
+        kvcal_finding fd;
+        char line[512] = "";
+        if (bad && !kvcal_report_get(rep, 0, &fd))
+            snprintf(line, sizeof line, "%s: %s", fd.place, fd.message);
+        kvcal_report_destroy(rep);
+        if (bad)
+            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                              "%s: %s: the model's Quark config declares no FP8 "
+                              "per-tensor KV cache that vLLM applies the scales to; "
+                              "export it from Quark with an FP8 KV cache first",
+                              path, line);
+        return KVCAL_OK;
+    }
+    if (f != KVCAL_FORMAT_MODELOPT)
+        return KVCAL_OK;
+    cJSON *targets[2] = {qc, hq};
+    for (int i = 0; i < 2; i++) {
+        if (!targets[i])
+            continue;
+        cJSON *inner = cJSON_GetObjectItemCaseSensitive(targets[i], "quantization");
+        int ok2;
+        if (cJSON_IsObject(inner)) {
+            ok2 = set_item(inner, "kv_cache_quant_algo", cJSON_CreateString("FP8"));
+        } else {
+            cJSON *ks = cJSON_CreateObject();
+            ok2 = ks && cJSON_AddFalseToObject(ks, "dynamic") &&
+                  cJSON_AddNumberToObject(ks, "num_bits", 8) &&
+                  cJSON_AddStringToObject(ks, "type", "float");
+            if (!ok2)
+                cJSON_Delete(ks);
+            ok2 = ok2 && set_item(targets[i], "kv_cache_scheme", ks);
+        }
+        if (!ok2)
+            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory merging config", path);
+    }
+    return KVCAL_OK;
+}
+
+static kvcal_status merge_config(cJSON *config, cJSON *hq, const kvcal_scales_t *s,
+                                 int per_head, kvcal_format f, const char *path)
 {
     cJSON *qc = quant_config_of(config);
     if (qc && !cJSON_IsObject(qc))
@@ -754,7 +1129,11 @@ static kvcal_status merge_config(cJSON *config, const kvcal_scales_t *s, int per
                           "config.json first",
                           path);
     char method[64];
-    loader ld = loader_of(config, method, sizeof method);
+    cJSON *wrap = !qc && hq ? cJSON_CreateObject() : NULL;
+    if (wrap)
+        cJSON_AddItemReferenceToObject(wrap, "quantization_config", hq);
+    loader ld = loader_of(wrap ? wrap : config, method, sizeof method);
+    cJSON_Delete(wrap);
     if (qc && ld == KVCAL_LOADER_NONE)
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: quantization_config has no quant_method, so vLLM would "
@@ -766,6 +1145,8 @@ static kvcal_status merge_config(cJSON *config, const kvcal_scales_t *s, int per
                           "its attention layers no KV-cache method and skips k_scale / "
                           "v_scale, so the scales would never be used",
                           path, method);
+    if (f != KVCAL_FORMAT_CHECKPOINT)
+        return merge_config_for(qc ? qc : hq, hq, f, ld, method, path);
     if (ld == KVCAL_LOADER_BASE && per_head)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method is \"%s\", whose vLLM "
@@ -866,8 +1247,23 @@ fail:
     return st;
 }
 
-kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *dir,
-                                           const char *model_dir)
+int kvcal_scales_checkpoint_files(kvcal_format format, const char *model_dir,
+                                  const char **names, int max)
+{
+    int n = 0;
+    const char *all[4] = {KVCAL_CHECKPOINT_SHARD, KVCAL_CHECKPOINT_INDEX, "config.json",
+                          KVCAL_MODELOPT_QUANT_CONFIG};
+    char p[4096];
+    int with_hq = format == KVCAL_FORMAT_MODELOPT && model_dir &&
+                  !join(p, sizeof p, model_dir, KVCAL_MODELOPT_QUANT_CONFIG) &&
+                  is_file(p);
+    for (int i = 0; i < 3 + with_hq && n < max; i++)
+        names[n++] = all[i];
+    return n;
+}
+
+kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format format,
+                                           const char *dir, const char *model_dir)
 {
     if (!s || !dir || !model_dir)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -893,12 +1289,22 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", dir,
                           strerror(errno));
 
-    int per_head = s->granularity == KVCAL_GRANULARITY_HEAD;
-    int heads = per_head ? s->num_kv_heads : 1, n = 2 * s->num_layers;
+    /* Only compressed-tensors' attn_head holds per-head scales; the formats
+     * BaseKVCacheMethod reads get the max over heads. */
+    int per_head =
+        format == KVCAL_FORMAT_CHECKPOINT && s->granularity == KVCAL_GRANULARITY_HEAD;
+    int with_q = format == KVCAL_FORMAT_QUARK && s->has_q;
+    for (int l = 0; with_q && l < s->num_layers; l++)
+        with_q = s->q_scale[l] > 0.0f;
+    int kinds[3], nk = 0;
+    for (int k = 0; k <= KIND_Q; k++)
+        if (write_name(format, k) && (k != KIND_Q || with_q))
+            kinds[nk++] = k;
+    int heads = per_head ? s->num_kv_heads : 1, n = nk * s->num_layers;
     char p[4096], *names = NULL;
     float *data = NULL;
     kvcal_tensor_out *tensors = NULL;
-    cJSON *config = NULL, *index = NULL;
+    cJSON *config = NULL, *index = NULL, *hq = NULL;
     names = malloc((size_t)n * 64);
     data = malloc(sizeof(float) * (size_t)n * heads);
     tensors = calloc((size_t)n, sizeof *tensors);
@@ -907,17 +1313,21 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
         goto fail;
     }
     for (int l = 0; l < s->num_layers; l++)
-        for (int i = 0; i < 2; i++) {
-            kvcal_tensor_out *t = &tensors[2 * l + i];
-            char *name = names + (size_t)(2 * l + i) * 64;
-            float *d = data + (size_t)(2 * l + i) * heads;
-            snprintf(name, 64, "model.layers.%d.self_attn.%s", l,
-                     i ? "v_scale" : "k_scale");
+        for (int i = 0; i < nk; i++) {
+            kvcal_tensor_out *t = &tensors[nk * l + i];
+            char *name = names + (size_t)(nk * l + i) * 64;
+            float *d = data + (size_t)(nk * l + i) * heads, k, v;
+            snprintf(name, 64, write_name(format, kinds[i]), l);
+            kvcal_scales_get_tensor(s, l, &k, &v);
             if (per_head)
                 for (int h = 0; h < heads; h++)
-                    d[h] = (i ? s->v_head : s->k_head)[kvcal_scales_index(s, l, h)];
+                    d[h] = (kinds[i] == KIND_V ? s->v_head
+                                               : s->k_head)[kvcal_scales_index(s, l, h)];
             else
-                kvcal_scales_get_tensor(s, l, i ? NULL : &d[0], i ? &d[0] : NULL);
+                d[0] = kinds[i] == KIND_K   ? k
+                       : kinds[i] == KIND_V ? v
+                       : kinds[i] == KIND_Q ? s->q_scale[l]
+                                            : (k > v ? k : v);
             t->name = name;
             t->dtype = KVCAL_DTYPE_F32;
             t->ndim = per_head ? 3 : 1;
@@ -929,7 +1339,12 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
     join(p, sizeof p, model_dir, "config.json");
     if ((st = kvcal_json_load(p, &config)))
         goto fail;
-    if ((st = merge_config(config, s, per_head, p)))
+    char hq_path[4096];
+    if (format == KVCAL_FORMAT_MODELOPT &&
+        !join(hq_path, sizeof hq_path, model_dir, KVCAL_MODELOPT_QUANT_CONFIG) &&
+        is_file(hq_path) && (st = kvcal_json_load(hq_path, &hq)))
+        goto fail;
+    if ((st = merge_config(config, hq, s, per_head, format, p)))
         goto fail;
     if ((st = build_index(model_dir, tensors, n, sizeof(float) * (size_t)n * heads,
                           &index)))
@@ -944,12 +1359,18 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *
     if ((st = kvcal_json_write(p, index)))
         goto fail;
     join(p, sizeof p, dir, "config.json");
-    st = kvcal_json_write(p, config);
+    if ((st = kvcal_json_write(p, config)))
+        goto fail;
+    if (hq) {
+        join(p, sizeof p, dir, KVCAL_MODELOPT_QUANT_CONFIG);
+        st = kvcal_json_write(p, hq);
+    }
 fail:
     free(names);
     free(data);
     free(tensors);
     cJSON_Delete(config);
     cJSON_Delete(index);
+    cJSON_Delete(hq);
     return st;
 }

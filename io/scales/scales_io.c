@@ -22,6 +22,14 @@ const char *kvcal_format_name(kvcal_format format)
         return "kvcal-json";
     case KVCAL_FORMAT_CHECKPOINT:
         return "checkpoint";
+    case KVCAL_FORMAT_MODELOPT:
+        return "modelopt";
+    case KVCAL_FORMAT_QUARK:
+        return "quark";
+    case KVCAL_FORMAT_KV_SCALE:
+        return "kv-scale";
+    case KVCAL_FORMAT_TRTLLM:
+        return "trtllm";
     case KVCAL_FORMAT_UNKNOWN:
         break;
     }
@@ -84,6 +92,8 @@ static kvcal_status check_any(const char *path, const kvcal_scales_ctx *ctx,
     if (stat(path, &sb) != 0)
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s; check the path", path,
                           strerror(errno));
+    if (S_ISDIR(sb.st_mode) && kvcal_scales_is_trtllm_dir(path))
+        return kvcal_scales_check_trtllm(path, ctx, rep, out);
     if (S_ISDIR(sb.st_mode) ||
         (S_ISREG(sb.st_mode) && looks_like_safetensors(path, sb.st_size)))
         return kvcal_scales_check_checkpoint(path, ctx, rep, out);
@@ -202,7 +212,12 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
     case KVCAL_FORMAT_KVCAL_JSON:
         return kvcal_scales_write_kvcal_json(scales, path);
     case KVCAL_FORMAT_CHECKPOINT:
-        return kvcal_scales_write_checkpoint(scales, path, model_dir);
+    case KVCAL_FORMAT_MODELOPT:
+    case KVCAL_FORMAT_QUARK:
+    case KVCAL_FORMAT_KV_SCALE:
+        return kvcal_scales_write_checkpoint(scales, format, path, model_dir);
+    case KVCAL_FORMAT_TRTLLM:
+        return kvcal_scales_write_trtllm(scales, path, tp > 0 ? tp : 1);
     case KVCAL_FORMAT_UNKNOWN:
         break;
     }

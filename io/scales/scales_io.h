@@ -20,6 +20,15 @@
 #define KVCAL_SCALES_FORMAT_VERSION 1
 #define KVCAL_CHECKPOINT_SHARD "kv_scales.safetensors"
 #define KVCAL_CHECKPOINT_INDEX "model.safetensors.index.json"
+#define KVCAL_MODELOPT_QUANT_CONFIG "hf_quant_config.json"
+
+/* 1 for the formats written as a directory (a checkpoint's scales). */
+static inline int kvcal_format_is_dir(kvcal_format f)
+{
+    return f == KVCAL_FORMAT_CHECKPOINT || f == KVCAL_FORMAT_MODELOPT ||
+           f == KVCAL_FORMAT_QUARK || f == KVCAL_FORMAT_KV_SCALE ||
+           f == KVCAL_FORMAT_TRTLLM;
+}
 
 /* --- legacy JSON (io/scales/scales_legacy.c) ----------------------------------- */
 
@@ -41,10 +50,26 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
  * config.json if there is one. */
 kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_ctx *ctx,
                                            kvcal_report_t *rep, kvcal_scales_t **out);
-/* Writes kv_scales.safetensors, config.json (model_dir's, with
- * quantization_config.kv_cache_scheme merged) and the index into dir
- * (created if missing). model_dir is required. */
-kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, const char *dir,
-                                           const char *model_dir);
+/* Writes kv_scales.safetensors (the names of `format`: checkpoint,
+ * modelopt, quark or kv-scale), config.json (model_dir's, with the
+ * format's KV-cache entries merged; hf_quant_config.json too for a
+ * ModelOpt model that has one) and the index into dir (created if
+ * missing). model_dir is required. */
+kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format format,
+                                           const char *dir, const char *model_dir);
+/* The file names (in the output directory) the writer of `format` writes
+ * for model_dir; returns their count (<= max). */
+int kvcal_scales_checkpoint_files(kvcal_format format, const char *model_dir,
+                                  const char **names, int max);
+
+/* --- TensorRT-LLM (io/scales/scales_trtllm.c) ----------------------------- */
+
+/* 1 when dir holds a TensorRT-LLM converted checkpoint (rank0.safetensors). */
+int kvcal_scales_is_trtllm_dir(const char *dir);
+kvcal_status kvcal_scales_check_trtllm(const char *dir, const kvcal_scales_ctx *ctx,
+                                       kvcal_report_t *rep, kvcal_scales_t **out);
+/* Writes config.json and rank<r>.safetensors (r < tp) into dir (created if
+ * missing): one kv_cache_scaling_factor per layer, max(k, v) over its heads. */
+kvcal_status kvcal_scales_write_trtllm(const kvcal_scales_t *s, const char *dir, int tp);
 
 #endif

@@ -79,6 +79,62 @@ static void check_model_type(const cJSON *root, const kvcal_scales_ctx *ctx,
     }
 }
 
+/* The architectures whose sglang 0.5.23 model class (or a base class) has
+ * load_kv_cache_scales: with --quantization-param-path and an fp8_e4m3
+ * cache, load_model_utils.py raises RuntimeError ("model ... does not
+ * support loading scaling factors") at start for every other one (Qwen3.5,
+ * Qwen3-MoE, Mixtral, Gemma, DeepSeek among them; sglang issue 37379).
+ * Read from sglang's models/ with tests/engines/sglang_archs.py, which
+ * make test-engines runs against the installed sglang. */
+static const char *const sglang_legacy_archs[] = {
+    "ApertusForCausalLM",
+    "ArceeForCausalLM",
+    "Cosmos3EdgeForConditionalGeneration",
+    "Exaone4ForCausalLM",
+    "Glm4ForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "HunYuanDenseV1ForCausalLM",
+    "HunYuanMoEV1ForCausalLM",
+    "IQuestCoderForCausalLM",
+    "InternLM3ForCausalLM",
+    "Llama4ForCausalLM",
+    "LlamaForCausalLM",
+    "LlamaForCausalLMEagle",
+    "LlamaForCausalLMEagle3",
+    "MiMoForCausalLM",
+    "MiMoV2ASRForCausalLM",
+    "MiMoV2FlashForCausalLM",
+    "MiMoV2ForCausalLM",
+    "MiMoV2MTP",
+    "Ministral3ForCausalLM",
+    "MistralForCausalLM",
+    "MistralForCausalLMEagle",
+    "OPTForCausalLM",
+    "Phi3ForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen2ForCausalLMEagle",
+    "Qwen3ForCausalLM",
+    "TeleFLMForCausalLM",
+    NULL,
+};
+
+static void check_architecture(const kvcal_scales_ctx *ctx, kvcal_report_t *rep)
+{
+    if (!ctx->model || !ctx->model->architecture[0])
+        return;
+    for (const char *const *a = sglang_legacy_archs; *a; a++)
+        if (!strcmp(*a, ctx->model->architecture))
+            return;
+    kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
+                     "config.json: architectures",
+                     "sglang 0.5.23 refuses to start with --quantization-param-path and "
+                     "an fp8_e4m3 cache (RuntimeError: the model does not support "
+                     "loading scaling factors: its class has no load_kv_cache_scales)",
+                     "%.80s reads no legacy scales file in sglang (a checkpoint's "
+                     "k_scale / v_scale: kvcal convert --to checkpoint)",
+                     ctx->model->architecture);
+}
+
 static void check_unknown_keys(const cJSON *obj, const char *place,
                                const char *const *known, kvcal_report_t *rep)
 {
@@ -286,6 +342,7 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
         return KVCAL_OK;
     }
     check_model_type(root, ctx, rep);
+    check_architecture(ctx, rep);
     check_unknown_keys(root, "", top_keys, rep);
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "kv_cache");
     if (!cJSON_IsObject(kv)) {

@@ -439,7 +439,9 @@ def sglang_set_kv_buffer(pool, layer, loc, cache_k, cache_v, k_scale=None, v_sca
 
 _FORMATS = {"legacy": _lib.FORMAT_LEGACY_JSON, "legacy-json": _lib.FORMAT_LEGACY_JSON,
             "kvcal": _lib.FORMAT_KVCAL_JSON, "kvcal-json": _lib.FORMAT_KVCAL_JSON,
-            "checkpoint": _lib.FORMAT_CHECKPOINT}
+            "checkpoint": _lib.FORMAT_CHECKPOINT, "modelopt": _lib.FORMAT_MODELOPT,
+            "quark": _lib.FORMAT_QUARK, "kv-scale": _lib.FORMAT_KV_SCALE,
+            "trtllm": _lib.FORMAT_TRTLLM}
 _GRANULARITY = {"tensor": _lib.GRANULARITY_TENSOR, "head": _lib.GRANULARITY_HEAD}
 
 
@@ -550,8 +552,10 @@ class Scales:
                    "Scales.set_model")
 
     def write(self, path, format="kvcal", model_dir=None, tp=1):
-        """Writes the set atomically: format "legacy" (sglang), "kvcal" or
-        "checkpoint" (a directory; model_dir holds the model's config.json)."""
+        """Writes the set atomically: format "legacy" (sglang), "kvcal",
+        "checkpoint", "modelopt", "quark", "kv-scale" (directories; model_dir
+        holds the model's config.json) or "trtllm" (a directory of tp ranks):
+        kvcal convert --help says what each holds."""
         _lib.check(_lib.lib.kvcal_scales_write(self._h, _format(format), _lib.encode(path),
                                                _lib.encode(model_dir), int(tp)),
                    "Scales.write")

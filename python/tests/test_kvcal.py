@@ -343,6 +343,15 @@ class ScalesFiles(unittest.TestCase):
             self.assertEqual(ck.get_tensor(0)[0], torch.tensor(0.4).item())
             with self.assertRaisesRegex(ValueError, "format: 'json'"):
                 s.write(path, "json")
+            s.write(os.path.join(d, "trt"), "trtllm", None, 2)
+            rep = kvcal.validate(os.path.join(d, "trt"), None, 2)
+            self.assertEqual(rep.format, "trtllm")
+            self.assertTrue(rep.passes())
+            k, v = s.get_tensor(1)
+            self.assertEqual(kvcal.load(os.path.join(d, "trt"), None, 2).get_tensor(1),
+                             (max(k, v),) * 2)
+            with self.assertRaisesRegex(kvcal.KvcalError, "write the checkpoint format"):
+                s.write(os.path.join(d, "mo"), "modelopt", model)
 
 
 class Calibration(unittest.TestCase):

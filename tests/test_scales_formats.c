@@ -1,0 +1,401 @@
+/* tests/test_scales_formats.c: the formats engines read besides
+ * compressed-tensors (ModelOpt, Quark, the single kv_scale, TensorRT-LLM):
+ * each written, read back to the same floats, validated as its engine
+ * reads it, and refused for a model whose loader would not use it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/scales.h"
+#include "io/checkpoint/safetensors.h"
+#include "io/json_file.h"
+#include "io/scales/scales_io.h"
+#include "tests/test_util.h"
+
+// --- helpers ----------------------------------------------------------------------
+
+/* A tiny model directory (2 layers, 8 heads, 4 kv heads) whose config.json
+ * carries `extra` (a JSON member list or NULL); `hq`, when not NULL, is
+ * written as its hf_quant_config.json. */
+static const char *model_dir(const char *name, const char *extra, const char *hq)
+{
+    static char dir[512];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path(name));
+    mkdir(dir, 0755);
+    char path[600], text[1400];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(text, sizeof text,
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+             "\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+             "\"num_key_value_heads\": 4, \"vocab_size\": 512%s%s}",
+             extra ? ", " : "", extra ? extra : "");
+    kvcal_test_write_file(path, text, strlen(text));
+    if (hq) {
+        snprintf(path, sizeof path, "%s/hf_quant_config.json", dir);
+        kvcal_test_write_file(path, hq, strlen(hq));
+    }
+    return dir;
+}
+
+/* Per-head K and V that differ by head, layer and tensor. */
+static kvcal_scales_t *make_set(void)
+{
+    kvcal_scales_t *s = NULL;
+    if (kvcal_scales_create(2, 4, &s))
+        return NULL;
+    for (int l = 0; l < 2; l++)
+        for (int h = 0; h < 4; h++)
+            kvcal_scales_set_head(s, l, h, 0.011f * (h + 1) + 0.003f * l,
+                                  0.007f * (4 - h) + 0.002f * l);
+    kvcal_scales_set_model(s, "LlamaForCausalLM", "llama", 8, 8);
+    return s;
+}
+
+/* The value of tensor `name` in dir/file (1 value), -1 when absent. */
+static float tensor_value(const char *dir, const char *file, const char *name)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    kvcal_checkpoint_t *ck = NULL;
+    float v = -1.0f;
+    if (kvcal_checkpoint_open(p, &ck))
+        return -1.0f;
+    const kvcal_tensor_info *t = kvcal_checkpoint_find(ck, name);
+    if (t && t->numel == 1)
+        kvcal_tensor_to_f32(t, &v);
+    kvcal_checkpoint_close(ck);
+    return v;
+}
+
+static kvcal_report_t *validate(const char *path)
+{
+    kvcal_report_t *rep = NULL;
+    CU_ASSERT_EQUAL(kvcal_scales_validate_file(path, NULL, 0, &rep), KVCAL_OK);
+    return rep;
+}
+
+/* 1 when some finding's message or consequence contains text. */
+static int has_finding(const kvcal_report_t *rep, const char *text)
+{
+    for (int i = 0; i < kvcal_report_count(rep); i++) {
+        kvcal_finding f;
+        kvcal_report_get(rep, i, &f);
+        if (strstr(f.message, text) || strstr(f.consequence, text))
+            return 1;
+    }
+    return 0;
+}
+
+#define MODELOPT_QC                                                                      \
+    "\"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": "         \
+    "\"FP8\", "                                                                          \
+    "\"ignore\": [\"lm_head\"]}"
+
+// --- ModelOpt ---------------------------------------------------------------------
+
+static void modelopt_export_writes_proj_names_and_fp8_kv_and_reads_back(void)
+{
+    const char *model = model_dir("mo_model", MODELOPT_QC, NULL);
+    char m[512], out[600];
+    snprintf(m, sizeof m, "%s", model);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("mo_out"));
+    kvcal_scales_t *s = make_set(), *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
+    float k, v;
+    kvcal_scales_get_tensor(s, 1, &k, &v);
+    CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD,
+                                 "model.layers.1.self_attn.k_proj.k_scale"),
+                    k);
+    CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD,
+                                 "model.layers.1.self_attn.v_proj.v_scale"),
+                    v);
+    CU_ASSERT_EQUAL(
+        tensor_value(out, KVCAL_CHECKPOINT_SHARD, "model.layers.1.self_attn.k_scale"),
+        -1.0f);
+    char p[700];
+    cJSON *root = NULL;
+    snprintf(p, sizeof p, "%s/config.json", out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
+    cJSON *qc = cJSON_GetObjectItem(root, "quantization_config");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(qc, "quant_method")->valuestring,
+                           "modelopt");
+    cJSON *ks = cJSON_GetObjectItem(qc, "kv_cache_scheme");
+    CU_ASSERT(cJSON_IsFalse(cJSON_GetObjectItem(ks, "dynamic")));
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(ks, "num_bits")->valuedouble, 8);
+    cJSON_Delete(root);
+    kvcal_report_t *rep = validate(out);
+    CU_ASSERT_EQUAL(kvcal_report_format(rep), KVCAL_FORMAT_MODELOPT);
+    CU_ASSERT_EQUAL(kvcal_report_count(rep), 0);
+    kvcal_report_destroy(rep);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(out, NULL, 0, &r), KVCAL_OK);
+    float rk, rv;
+    kvcal_scales_get_head(r, 1, 3, &rk, &rv);
+    CU_ASSERT_EQUAL(rk, k);
+    CU_ASSERT_EQUAL(rv, v);
+    CU_ASSERT_EQUAL(kvcal_scales_granularity(r), KVCAL_GRANULARITY_TENSOR);
+    kvcal_scales_destroy(r);
+    kvcal_scales_destroy(s);
+}
+
+static void modelopt_export_sets_fp8_kv_in_hf_quant_config(void)
+{
+    const char *hq =
+        "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, "
+        "\"quantization\": {\"quant_algo\": \"FP8\", \"kv_cache_quant_algo\": "
+        "null, \"exclude_modules\": [\"lm_head\"]}}";
+    const char *model = model_dir("mo_hq_model", NULL, hq);
+    char m[512], out[600], p[700];
+    snprintf(m, sizeof m, "%s", model);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("mo_hq_out"));
+    kvcal_scales_t *s = make_set();
+    const char *names[4];
+    CU_ASSERT_EQUAL(kvcal_scales_checkpoint_files(KVCAL_FORMAT_MODELOPT, m, names, 4), 4);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
+    cJSON *root = NULL;
+    snprintf(p, sizeof p, "%s/hf_quant_config.json", out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
+    cJSON *q = cJSON_GetObjectItem(root, "quantization");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(q, "kv_cache_quant_algo")->valuestring,
+                           "FP8");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(q, "exclude_modules")), 1);
+    cJSON_Delete(root);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(p, &root), KVCAL_OK);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(root, "quantization_config"));
+    cJSON_Delete(root);
+    kvcal_report_t *rep = validate(out);
+    CU_ASSERT_EQUAL(kvcal_report_format(rep), KVCAL_FORMAT_MODELOPT);
+    CU_ASSERT_EQUAL(kvcal_report_count(rep), 0);
+    kvcal_report_destroy(rep);
+    kvcal_scales_destroy(s);
+}
+
+static void modelopt_flags_fp8_cast_and_the_clamp_to_one(void)
+{
+    const char *model = model_dir("mo_unit_model", MODELOPT_QC, NULL);
+    char m[512], out[600];
+    snprintf(m, sizeof m, "%s", model);
+    kvcal_scales_t *s = make_set();
+    for (int l = 0; l < 2; l++)
+        kvcal_scales_set_layer(s, l, 1.0f, 1.0f);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("mo_cast"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
+    kvcal_report_t *rep = validate(out);
+    CU_ASSERT(has_finding(rep, "ModelOpt fp8_cast"));
+    CU_ASSERT(!has_finding(rep, "clamp"));
+    CU_ASSERT(kvcal_report_passes(rep, 0) && !kvcal_report_passes(rep, 1));
+    kvcal_report_destroy(rep);
+    kvcal_scales_set_layer(s, 1, 1.5f, 1.0f);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("mo_clamp"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
+    rep = validate(out);
+    CU_ASSERT(has_finding(rep, "ModelOpt's clamp to >= 1.0"));
+    CU_ASSERT(!has_finding(rep, "fp8_cast"));
+    kvcal_report_destroy(rep);
+    /* one scale below 1.0: neither */
+    kvcal_scales_set_layer(s, 0, 0.5f, 1.0f);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("mo_none"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_MODELOPT, out, m, 0),
+                          KVCAL_OK);
+    rep = validate(out);
+    CU_ASSERT(!has_finding(rep, "clamp") && !has_finding(rep, "fp8_cast"));
+    kvcal_report_destroy(rep);
+    kvcal_scales_destroy(s);
+}
+
+static void formats_refuse_a_model_whose_loader_would_not_read_them(void)
+{
+    const char *model = model_dir("plain_model", NULL, NULL);
+    char m[512], out[600];
+    snprintf(m, sizeof m, "%s", model);
+    kvcal_scales_t *s = make_set();
+    const kvcal_format f[] = {KVCAL_FORMAT_MODELOPT, KVCAL_FORMAT_QUARK,
+                              KVCAL_FORMAT_KV_SCALE};
+    for (int i = 0; i < 3; i++) {
+        snprintf(out, sizeof out, "%s", kvcal_test_path("refused"));
+        CU_ASSERT_EQUAL(kvcal_scales_write(s, f[i], out, m, 0), KVCAL_ERR_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "write the checkpoint format"));
+        char p[700];
+        snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_SHARD, out);
+        CU_ASSERT_EQUAL(access(p, F_OK), -1);
+    }
+    /* a Quark model with no FP8 KV cache declared */
+    model = model_dir("quark_nokv",
+                      "\"quantization_config\": {\"quant_method\": "
+                      "\"quark\", \"export\": {\"kv_cache_group\": []}}",
+                      NULL);
+    snprintf(m, sizeof m, "%s", model);
+    CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_QUARK, out, m, 0),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "kv_cache_group"));
+    kvcal_scales_destroy(s);
+}
+
+// --- Quark, kv_scale --------------------------------------------------------------
+
+#define QUARK_QC                                                                         \
+    "\"quantization_config\": {\"quant_method\": \"quark\", \"export\": "                \
+    "{\"kv_cache_group\": [\"*k_proj\", \"*v_proj\"]}, \"layer_quant_config\": "         \
+    "{\"*k_proj\": {\"output_tensors\": {\"dtype\": \"fp8_e4m3\", \"qscheme\": "         \
+    "\"per_tensor\"}}, \"*v_proj\": {\"output_tensors\": {\"dtype\": \"fp8_e4m3\", "     \
+    "\"qscheme\": \"per_tensor\"}}}}"
+
+static void quark_export_writes_output_scales_with_q_and_reads_back(void)
+{
+    const char *model = model_dir("quark_model", QUARK_QC, NULL);
+    char m[512], out[600];
+    snprintf(m, sizeof m, "%s", model);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("quark_out"));
+    kvcal_scales_t *s = make_set(), *r = NULL;
+    kvcal_scales_set_q(s, 0, 0.125f);
+    kvcal_scales_set_q(s, 1, 0.25f);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_QUARK, out, m, 0), KVCAL_OK);
+    float k, v;
+    kvcal_scales_get_tensor(s, 0, &k, &v);
+    CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD,
+                                 "model.layers.0.self_attn.k_proj.output_scale"),
+                    k);
+    CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD,
+                                 "model.layers.1.self_attn.q_proj.output_scale"),
+                    0.25f);
+    kvcal_report_t *rep = validate(out);
+    CU_ASSERT_EQUAL(kvcal_report_format(rep), KVCAL_FORMAT_QUARK);
+    CU_ASSERT_EQUAL(kvcal_report_count(rep), 0);
+    kvcal_report_destroy(rep);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(out, NULL, 0, &r), KVCAL_OK);
+    float q;
+    kvcal_scales_get_q(r, 1, &q);
+    CU_ASSERT_EQUAL(q, 0.25f);
+    float rk, rv;
+    kvcal_scales_get_head(r, 0, 2, &rk, &rv);
+    CU_ASSERT(rk == k && rv == v);
+    kvcal_scales_destroy(r);
+    kvcal_scales_destroy(s);
+}
+
+static void kv_scale_export_holds_max_of_k_and_v(void)
+{
+    const char *model = model_dir("fp8_model",
+                                  "\"quantization_config\": {\"quant_method\": \"fp8\", "
+                                  "\"activation_scheme\": \"static\"}",
+                                  NULL);
+    char m[512], out[600];
+    snprintf(m, sizeof m, "%s", model);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("kvs_out"));
+    kvcal_scales_t *s = make_set(), *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_KV_SCALE, out, m, 0),
+                          KVCAL_OK);
+    for (int l = 0; l < 2; l++) {
+        float k, v;
+        char name[64];
+        kvcal_scales_get_tensor(s, l, &k, &v);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_scale", l);
+        CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD, name), k > v ? k : v);
+    }
+    kvcal_report_t *rep = validate(out);
+    CU_ASSERT_EQUAL(kvcal_report_format(rep), KVCAL_FORMAT_KV_SCALE);
+    CU_ASSERT_EQUAL(kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR), 0);
+    kvcal_report_destroy(rep);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(out, NULL, 0, &r), KVCAL_OK);
+    float k, v;
+    kvcal_scales_get_tensor(r, 1, &k, &v);
+    CU_ASSERT_EQUAL(k, v);
+    kvcal_scales_destroy(r);
+    kvcal_scales_destroy(s);
+}
+
+// --- TensorRT-LLM -----------------------------------------------------------------
+
+static void trtllm_export_writes_every_rank_and_reads_back(void)
+{
+    char out[600];
+    snprintf(out, sizeof out, "%s", kvcal_test_path("trt_out"));
+    kvcal_scales_t *s = make_set(), *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(s, KVCAL_FORMAT_TRTLLM, out, NULL, 2),
+                          KVCAL_OK);
+    float k, v;
+    kvcal_scales_get_tensor(s, 1, &k, &v);
+    for (int rank = 0; rank < 2; rank++) {
+        char file[32];
+        snprintf(file, sizeof file, "rank%d.safetensors", rank);
+        CU_ASSERT_EQUAL(
+            tensor_value(out, file,
+                         "transformer.layers.1.attention.kv_cache_scaling_factor"),
+            k > v ? k : v);
+    }
+    kvcal_report_t *rep = validate(out);
+    CU_ASSERT_EQUAL(kvcal_report_format(rep), KVCAL_FORMAT_TRTLLM);
+    CU_ASSERT_EQUAL(kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR), 0);
+    kvcal_report_destroy(rep);
+    CU_ASSERT_EQUAL(kvcal_scales_validate_file(out, NULL, 4, &rep), KVCAL_OK);
+    CU_ASSERT(has_finding(rep, "2 ranks but tp 4"));
+    kvcal_report_destroy(rep);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(out, NULL, 0, &r), KVCAL_OK);
+    float rk, rv;
+    kvcal_scales_get_tensor(r, 1, &rk, &rv);
+    CU_ASSERT(rk == (k > v ? k : v) && rv == rk);
+    kvcal_scales_destroy(r);
+    kvcal_scales_destroy(s);
+}
+
+// --- architectures an engine reads no scales for ----------------------------------
+
+/* sglang 0.5.23 refuses a legacy file at start for a model class without
+ * load_kv_cache_scales (Qwen3.5 here); make test-engines checks the list
+ * against every architecture of the installed sglang. */
+static void legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for(void)
+{
+    const char *json = "{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": "
+                       "\"float8_e4m3fn\", \"scaling_factor\": {\"0\": {\"0\": 0.02, "
+                       "\"1\": 0.03}}}}";
+    const char *path = kvcal_test_path("arch_legacy.json");
+    char file[600];
+    snprintf(file, sizeof file, "%s", path);
+    kvcal_test_write_file(file, json, strlen(json));
+    const char *model = model_dir("arch_llama", NULL, NULL);
+    kvcal_report_t *rep = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(file, model, 1, &rep), KVCAL_OK);
+    CU_ASSERT_TRUE(kvcal_report_passes(rep, 1));
+    kvcal_report_destroy(rep);
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s", model_dir("arch_qwen35", NULL, NULL));
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    const char *cfg = "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": "
+                      "\"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                      "\"vocab_size\": 512}";
+    kvcal_test_write_file(p, cfg, strlen(cfg));
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(file, dir, 1, &rep), KVCAL_OK);
+    CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
+    CU_ASSERT(has_finding(rep, "no load_kv_cache_scales"));
+    kvcal_report_destroy(rep);
+}
+
+static void format_names_round_trip(void)
+{
+    CU_ASSERT_STRING_EQUAL(kvcal_format_name(KVCAL_FORMAT_MODELOPT), "modelopt");
+    CU_ASSERT_STRING_EQUAL(kvcal_format_name(KVCAL_FORMAT_QUARK), "quark");
+    CU_ASSERT_STRING_EQUAL(kvcal_format_name(KVCAL_FORMAT_KV_SCALE), "kv-scale");
+    CU_ASSERT_STRING_EQUAL(kvcal_format_name(KVCAL_FORMAT_TRTLLM), "trtllm");
+    CU_ASSERT_STRING_EQUAL(kvcal_format_name((kvcal_format)99), "unknown");
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(modelopt_export_writes_proj_names_and_fp8_kv_and_reads_back),
+    KVCAL_TEST(modelopt_export_sets_fp8_kv_in_hf_quant_config),
+    KVCAL_TEST(modelopt_flags_fp8_cast_and_the_clamp_to_one),
+    KVCAL_TEST(formats_refuse_a_model_whose_loader_would_not_read_them),
+    KVCAL_TEST(quark_export_writes_output_scales_with_q_and_reads_back),
+    KVCAL_TEST(kv_scale_export_holds_max_of_k_and_v),
+    KVCAL_TEST(trtllm_export_writes_every_rank_and_reads_back),
+    KVCAL_TEST(legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for),
+    KVCAL_TEST(format_names_round_trip),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(scales_formats, KVCAL_NEEDS_NOTHING, tests)
