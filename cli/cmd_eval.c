@@ -76,6 +76,7 @@ typedef struct {
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
     double tolerance;       /* --tolerance, percent */
+    int modes_all;          /* --modes holds "all": modes that do not apply are left out */
 } options;
 
 static void usage(FILE *f)
@@ -130,7 +131,7 @@ static void usage(FILE *f)
            "error\n");
 }
 
-static int parse_modes(const char *text, int *modes)
+static int parse_modes(const char *text, int *modes, int *all)
 {
     char buf[512];
     if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf)
@@ -142,6 +143,7 @@ static int parse_modes(const char *text, int *modes)
         for (int m = 0; m < NUM_MODES; m++)
             if (!strcmp(tok, mode_name(m)) || !strcmp(tok, "all"))
                 modes[m] = found = 1;
+        *all |= !strcmp(tok, "all");
         if (!found) {
             fprintf(stderr, "kvcal eval: --modes: unknown mode '%s' (see --help)\n", tok);
             return -1;
@@ -207,11 +209,11 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     if (modes) {
-        if (parse_modes(modes, o->modes))
+        if (parse_modes(modes, o->modes, &o->modes_all))
             return -1;
         for (int m = 0; m < NUM_MODES; m++)
             if (o->modes[m] && mode_needs_scales(m) && !o->scales) {
-                if (strstr(modes, "all")) {
+                if (o->modes_all) {
                     o->modes[m] = 0;
                     continue;
                 }
@@ -572,7 +574,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     for (int m = 0; m < NUM_MODES; m++)
         if (o.modes[m] && cache_mode(m) &&
             !kvcal_kv_format_row_bytes(cache_mode(m)->format, d->head_dim)) {
-            if (!strstr(o.modes_text, "all")) {
+            if (!o.modes_all) {
                 st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                                 "--modes %s: the format needs head_dim a multiple of 16, "
                                 "%s has %d",
