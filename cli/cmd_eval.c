@@ -259,14 +259,16 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
                               kvcal_cmd_progress_elapsed(&c->pr));
 }
 
-/* The simulated cache of `mode`; ks and vs (layers, kv_heads) scratch. */
+/* The simulated cache of `mode`; ks and vs (layers, kv_heads) scratch, then
+ * (layers) more floats past vs for the query's scales. */
 static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
                                        const kvcal_model_desc *d, float *ks, float *vs)
 {
     kvcal_kv_sim_config c = {.mode = KVCAL_KV_SIM_STATIC, .k_scale = ks, .v_scale = vs};
     if (cache_mode(mode))
-        return kvcal_kv_sim_cache_mode_config(cache_mode(mode), scales, d->num_layers,
-                                              d->num_kv_heads, ks, vs);
+        return kvcal_kv_sim_cache_mode_config(
+            cache_mode(mode), scales, d->num_layers, d->num_kv_heads, ks, vs,
+            vs + (size_t)d->num_layers * d->num_kv_heads);
     switch (mode) {
     case MODE_BASELINE:
         return (kvcal_kv_sim_config){.mode = KVCAL_KV_SIM_EXACT};
@@ -292,7 +294,7 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     double nll = 0.0;
     long long count = 0;
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
-    float *ks = malloc(2 * lh * sizeof *ks);
+    float *ks = malloc((2 * lh + (size_t)d->num_layers) * sizeof *ks);
     r->sums = mode == MODE_BASELINE ? NULL : calloc((size_t)d->num_layers, sizeof *r->sums);
     kvcal_status st = KVCAL_OK;
     if (!ks || (mode != MODE_BASELINE && !r->sums)) {
@@ -324,7 +326,7 @@ done:
     r->mode = mode;
     r->ppl = exp(nll / (double)count);
     r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
-    r->clip_counted = !cache_mode(mode);
+    r->clip_counted = !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
     return KVCAL_OK;
 }
 
