@@ -82,7 +82,8 @@ kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode
     }
     for (int l = 0; m->fp8_query && l < layers; l++) {
         float q = 0.0f;
-        kvcal_scales_get_q(scales, l, &q);
+        kvcal_scales_get_q(scales, l, &q); /* in the set's convention, as its scales */
+        q = (float)((double)q * kvcal_scales_format_qmax(scales->format) / KVCAL_FP8_E4M3_MAX);
         qs[l] = q > 0.0f ? q : ks[(size_t)l * kv_heads];
         c.q_scale = qs;
     }
