@@ -152,6 +152,10 @@ typedef struct kvcal_backend_ops {
      * scales beside it (values clipped past 464 x scale counted) when q is
      * NULL, else the cache format q describes (nothing counted as clipped). */
     kvcal_status (*sim_roundtrip)(kvcal_backend *be, int layer, const kvcal_kv_qparams *q);
+    /* The batch's queries (after RoPE) through e4m3 under scale and back
+     * (kvcal_fp8_roundtrip_ref): what attention then reads when it takes
+     * its query in FP8, as FlashAttention 3 does with an fp8 cache. */
+    kvcal_status (*sim_q_roundtrip)(kvcal_backend *be, float scale);
     /* Adds the attention output's error to layer l's sums. */
     kvcal_status (*sim_attention_error)(kvcal_backend *be, const kvcal_op *op, int layer);
     /* Adds every layer's sums into sums (layers) and zeroes them. */

@@ -495,6 +495,14 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_q
     return KVCAL_OK;
 }
 
+static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
+{
+    cpu_backend *c = cpu(be);
+    const int cols = be->desc->num_heads * be->desc->head_dim;
+    kvcal_fp8_roundtrip_ref(c->q, cols, c->n, cols, scale);
+    return KVCAL_OK;
+}
+
 static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
 {
     cpu_backend *c = cpu(be);
@@ -561,6 +569,7 @@ static const kvcal_backend_ops cpu_ops = {
     .sim_upload = sim_upload,
     .sim_attend_exact = sim_attend_exact,
     .sim_roundtrip = sim_roundtrip,
+    .sim_q_roundtrip = sim_q_roundtrip,
     .sim_attention_error = sim_attention_error,
     .sim_collect = sim_collect,
     .sim_release = sim_release,

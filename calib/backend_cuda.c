@@ -784,6 +784,13 @@ fail:
     return st;
 }
 
+static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
+{
+    cuda_backend *r = cu(be);
+    return kvcal_fp8_roundtrip_launch(r->qkv, r->qkv_n, r->batch * r->seq_len, r->H * r->hd,
+                                      scale, r->stream);
+}
+
 static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
 {
     cuda_backend *r = cu(be);
@@ -888,6 +895,7 @@ static const kvcal_backend_ops cuda_ops = {
     .sim_upload = sim_upload,
     .sim_attend_exact = sim_attend_exact,
     .sim_roundtrip = sim_roundtrip,
+    .sim_q_roundtrip = sim_q_roundtrip,
     .sim_attention_error = sim_attention_error,
     .sim_collect = sim_collect,
     .sim_release = sim_release,

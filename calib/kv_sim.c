@@ -14,6 +14,7 @@ struct kvcal_kv_sim {
     kvcal_kv_rounding rounding;
     int layers, kv_heads;
     float *scales[2];            /* (layers, kv_heads) static scales, backend memory */
+    float *q_scale;              /* (layers) host copy of the query's scales, or NULL */
     kvcal_kv_scaler_t **scalers; /* (layers) first-batch scalers */
 };
 
@@ -42,36 +43,49 @@ void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_ki
 
 const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES] = {
     {"fp8-e5m2", "e5m2 cast, no scale (vLLM's and sglang's fp8_e5m2)", KVCAL_KV_SIM_CAST,
-     KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_FP8_E5M2, KVCAL_KV_ROUND_NEAREST_EVEN},
+     KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_FP8_E5M2, KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"int8-static-tensor", "int8, one K and one V scale per layer (absmax / 127) from --scales",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_INT8,
-     KVCAL_KV_ROUND_NEAREST_EVEN},
+     KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"int8-static-head", "int8, per-head K and V scales (absmax / 127) from --scales",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_HEAD, KVCAL_KV_FORMAT_INT8,
-     KVCAL_KV_ROUND_NEAREST_EVEN},
+     KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"int8-dynamic", "int8, a scale per token and kv head (vLLM's int8_per_token_head)",
      KVCAL_KV_SIM_DYNAMIC, KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_INT8,
-     KVCAL_KV_ROUND_TOWARD_ZERO},
+     KVCAL_KV_ROUND_TOWARD_ZERO, 0},
     {"int8-asym-dynamic",
      "uint8 with a zero point per token and kv head (LMDeploy's quant_policy=8)",
      KVCAL_KV_SIM_DYNAMIC, KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_INT8_ASYM,
-     KVCAL_KV_ROUND_NEAREST_EVEN},
+     KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"nvfp4-static-tensor",
      "NVFP4, one global K and V scale per layer (amax / (6 * 448)) from --scales",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_NVFP4,
-     KVCAL_KV_ROUND_NEAREST_EVEN},
+     KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"nvfp4-static-head", "NVFP4, a global scale per kv head from --scales",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_HEAD, KVCAL_KV_FORMAT_NVFP4,
-     KVCAL_KV_ROUND_NEAREST_EVEN}};
+     KVCAL_KV_ROUND_NEAREST_EVEN, 0},
+    {"fp8-attention",
+     "static-tensor e4m3 K/V and the query in e4m3 under q_scale (k_scale without one, as "
+     "vLLM), as FlashAttention 3 computes",
+     KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_FP8_E4M3,
+     KVCAL_KV_ROUND_NEAREST_EVEN, 1}};
 
 kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
                                                    const kvcal_scales_t *scales, int layers,
-                                                   int kv_heads, float *ks, float *vs)
+                                                   int kv_heads, float *ks, float *vs,
+                                                   float *qs)
 {
     kvcal_kv_sim_config c = {.mode = m->mode, .format = m->format, .rounding = m->rounding};
     if (m->mode == KVCAL_KV_SIM_STATIC) {
         kvcal_kv_sim_static_scales(scales, m->kind, layers, kv_heads, ks, vs);
         c.k_scale = ks, c.v_scale = vs;
+    }
+    for (int l = 0; m->fp8_query && l < layers; l++) {
+        float q = 0.0f;
+        kvcal_scales_get_q(scales, l, &q); /* in the set's convention, as its scales */
+        q = (float)((double)q * kvcal_scales_format_qmax(scales->format) / KVCAL_FP8_E4M3_MAX);
+        qs[l] = q > 0.0f ? q : ks[(size_t)l * kv_heads];
+        c.q_scale = qs;
     }
     return c;
 }
@@ -126,6 +140,14 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
                               "scales must be finite and > 0",
                               i / H, i % H, (double)cfg->k_scale[i],
                               (double)cfg->v_scale[i]);
+    if (cfg->q_scale && !e4m3)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "eval: a query in FP8 goes with an e4m3 "
+                                                 "cache");
+    for (int l = 0; cfg->q_scale && l < L; l++)
+        if (!(isfinite(cfg->q_scale[l]) && cfg->q_scale[l] > 0.0f))
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "eval: layer %d: q_scale %g: must be finite and > 0", l,
+                              (double)cfg->q_scale[l]);
     kvcal_kv_sim_t *s = calloc(1, sizeof *s);
     if (!s)
         return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
@@ -137,6 +159,13 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
     kvcal_status st = be->ops->sim_prepare(be, stat ? 2 * LH : 0, &space, &io);
     if (st)
         goto fail;
+    if (cfg->q_scale) {
+        if (!(s->q_scale = malloc((size_t)L * sizeof *s->q_scale))) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
+            goto fail;
+        }
+        memcpy(s->q_scale, cfg->q_scale, (size_t)L * sizeof *s->q_scale);
+    }
     if (stat) {
         float *conv = malloc(2 * LH * sizeof *conv);
         if (!conv) {
@@ -179,6 +208,7 @@ void kvcal_kv_sim_destroy(kvcal_kv_sim_t *s)
         for (int l = 0; l < s->layers; l++)
             kvcal_kv_scaler_destroy(s->scalers[l]);
     free(s->scalers);
+    free(s->q_scale);
     s->be->ops->sim_release(s->be);
     free(s);
 }
@@ -239,6 +269,8 @@ kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_
         st = be->ops->sim_roundtrip(be, layer,
                                     s->format != KVCAL_KV_FORMAT_FP8_E4M3 ? &q : NULL);
     }
+    if (!st && s->q_scale)
+        st = be->ops->sim_q_roundtrip(be, s->q_scale[layer]);
     return st ? kvcal_fail_context(st, "layer %d: ", layer) : KVCAL_OK;
 }
 

@@ -35,6 +35,10 @@ typedef struct kvcal_kv_sim_config {
      * rounds. FIRST_BATCH is e4m3's alone, CAST e5m2's; NVFP4 is static. */
     kvcal_kv_format format;
     kvcal_kv_rounding rounding;
+    /* (layers) host array, finite and > 0, or NULL: the query's static
+     * scale per layer; set, the batch's queries go through e4m3 under it
+     * before attention (FlashAttention 3 with an fp8 cache; e4m3 only) */
+    const float *q_scale;
 } kvcal_kv_sim_config;
 
 /* Where the static scales of a scale set come from. */
@@ -59,16 +63,20 @@ typedef struct kvcal_kv_sim_cache_mode {
     kvcal_kv_scales_kind kind;
     kvcal_kv_format format;
     kvcal_kv_rounding rounding;
+    int fp8_query; /* the query in e4m3 too: q_scale, or k_scale without one (vLLM) */
 } kvcal_kv_sim_cache_mode;
 
-#define KVCAL_KV_SIM_CACHE_MODES 7
+#define KVCAL_KV_SIM_CACHE_MODES 8
 extern const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES];
 
 /* The configuration of cache mode m; ks and vs (layers, kv_heads) scratch
- * that receives its static scales from scales (a static mode needs them). */
+ * that receives its static scales from scales (a static mode needs them),
+ * qs (layers) its query scales: the layer's q_scale of the set, its K
+ * scale (per tensor) where the set has none, as vLLM then uses it. */
 kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
                                                    const kvcal_scales_t *scales, int layers,
-                                                   int kv_heads, float *ks, float *vs);
+                                                   int kv_heads, float *ks, float *vs,
+                                                   float *qs);
 
 /* Bytes the KV cache of a model takes per token under cfg, every layer's K
  * and V: the values (EXACT: a bf16 cache; e4m3, e5m2 and int8 one byte;

@@ -76,6 +76,7 @@ typedef struct {
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
     double tolerance;       /* --tolerance, percent */
+    int modes_all;          /* --modes holds "all": modes that do not apply are left out */
 } options;
 
 static void usage(FILE *f)
@@ -130,7 +131,7 @@ static void usage(FILE *f)
            "error\n");
 }
 
-static int parse_modes(const char *text, int *modes)
+static int parse_modes(const char *text, int *modes, int *all)
 {
     char buf[512];
     if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf)
@@ -142,6 +143,7 @@ static int parse_modes(const char *text, int *modes)
         for (int m = 0; m < NUM_MODES; m++)
             if (!strcmp(tok, mode_name(m)) || !strcmp(tok, "all"))
                 modes[m] = found = 1;
+        *all |= !strcmp(tok, "all");
         if (!found) {
             fprintf(stderr, "kvcal eval: --modes: unknown mode '%s' (see --help)\n", tok);
             return -1;
@@ -207,11 +209,11 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     if (modes) {
-        if (parse_modes(modes, o->modes))
+        if (parse_modes(modes, o->modes, &o->modes_all))
             return -1;
         for (int m = 0; m < NUM_MODES; m++)
             if (o->modes[m] && mode_needs_scales(m) && !o->scales) {
-                if (strstr(modes, "all")) {
+                if (o->modes_all) {
                     o->modes[m] = 0;
                     continue;
                 }
@@ -257,14 +259,16 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
                               kvcal_cmd_progress_elapsed(&c->pr));
 }
 
-/* The simulated cache of `mode`; ks and vs (layers, kv_heads) scratch. */
+/* The simulated cache of `mode`; ks and vs (layers, kv_heads) scratch, then
+ * (layers) more floats past vs for the query's scales. */
 static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
                                        const kvcal_model_desc *d, float *ks, float *vs)
 {
     kvcal_kv_sim_config c = {.mode = KVCAL_KV_SIM_STATIC, .k_scale = ks, .v_scale = vs};
     if (cache_mode(mode))
-        return kvcal_kv_sim_cache_mode_config(cache_mode(mode), scales, d->num_layers,
-                                              d->num_kv_heads, ks, vs);
+        return kvcal_kv_sim_cache_mode_config(
+            cache_mode(mode), scales, d->num_layers, d->num_kv_heads, ks, vs,
+            vs + (size_t)d->num_layers * d->num_kv_heads);
     switch (mode) {
     case MODE_BASELINE:
         return (kvcal_kv_sim_config){.mode = KVCAL_KV_SIM_EXACT};
@@ -290,7 +294,7 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     double nll = 0.0;
     long long count = 0;
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
-    float *ks = malloc(2 * lh * sizeof *ks);
+    float *ks = malloc((2 * lh + (size_t)d->num_layers) * sizeof *ks);
     r->sums = mode == MODE_BASELINE ? NULL : calloc((size_t)d->num_layers, sizeof *r->sums);
     kvcal_status st = KVCAL_OK;
     if (!ks || (mode != MODE_BASELINE && !r->sums)) {
@@ -322,7 +326,7 @@ done:
     r->mode = mode;
     r->ppl = exp(nll / (double)count);
     r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
-    r->clip_counted = !cache_mode(mode);
+    r->clip_counted = !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
     return KVCAL_OK;
 }
 
@@ -572,7 +576,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     for (int m = 0; m < NUM_MODES; m++)
         if (o.modes[m] && cache_mode(m) &&
             !kvcal_kv_format_row_bytes(cache_mode(m)->format, d->head_dim)) {
-            if (!strstr(o.modes_text, "all")) {
+            if (!o.modes_all) {
                 st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                                 "--modes %s: the format needs head_dim a multiple of 16, "
                                 "%s has %d",

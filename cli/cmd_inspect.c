@@ -635,14 +635,20 @@ static int inspect_scales(const char *path, inspect_opts *o)
     cJSON_AddNumberToObject(j, "num_layers", s->num_layers);
     cJSON_AddNumberToObject(j, "num_kv_heads", s->num_kv_heads);
     cJSON_AddStringToObject(j, "granularity", per_head ? "head" : "tensor");
+    const char *dtype = s->format == KVCAL_KV_FORMAT_INT8    ? "int8"
+                        : s->format == KVCAL_KV_FORMAT_NVFP4 ? "nvfp4"
+                                                             : "float8_e4m3fn";
+    cJSON_AddStringToObject(j, "dtype", dtype);
     cJSON_AddBoolToObject(j, "kv_shared", s->kv_shared);
     add_provenance(j, &s->model, &s->provenance);
     layers = cJSON_AddArrayToObject(j, "layers");
     if (!o->json) {
-        printf("%s: scales (%s), %d layers x %d kv heads, per-%s%s\n", path,
+        printf("%s: scales (%s), %d layers x %d kv heads, per-%s%s%s%s\n", path,
                kvcal_format_name(fmt), s->num_layers, s->num_kv_heads,
                per_head ? "head" : "tensor",
-               s->kv_shared ? ", one value for K and V" : "");
+               s->kv_shared ? ", one value for K and V" : "",
+               s->format != KVCAL_KV_FORMAT_FP8_E4M3 ? ", for a cache of " : "",
+               s->format != KVCAL_KV_FORMAT_FP8_E4M3 ? dtype : "");
         print_provenance(&s->model, &s->provenance);
         if (census.index_elsewhere)
             printf(

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/eval_ref.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -70,7 +71,7 @@ static void eval_modes_all_reports_every_format_its_bytes_and_the_recommendation
     cJSON *root = run_json(args);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     /* stories260K: 5 layers x 4 kv heads x 8; NVFP4 (head_dim % 16) left out */
-    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(root, "modes")), 11);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(root, "modes")), 12);
     CU_ASSERT_PTR_NULL(mode_of(root, "nvfp4-static-head"));
     const double values = 2.0 * 5 * 4 * 8, rows = 2.0 * 5 * 4;
     const struct {
@@ -80,7 +81,7 @@ static void eval_modes_all_reports_every_format_its_bytes_and_the_recommendation
                 {"dynamic", values + 4 * rows},    {"first-batch", values},
                 {"fp8-e5m2", values},              {"int8-static-tensor", values},
                 {"int8-static-head", values},      {"int8-dynamic", values + 4 * rows},
-                {"int8-asym-dynamic", values + 8 * rows}};
+                {"int8-asym-dynamic", values + 8 * rows}, {"fp8-attention", values}};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const cJSON *m = mode_of(root, want[i].name);
         CU_ASSERT_PTR_NOT_NULL_FATAL(m);
@@ -208,9 +209,80 @@ static void eval_format_modes_refuse_what_does_not_apply(void)
                     2);
 }
 
+static void fp8_roundtrip_ref_quantizes_the_query_under_its_scale(void)
+{
+    /* rows of 3 with stride 4: the 4th column untouched */
+    float x[8] = {1.0f, 0.3f, 300.0f, 7.0f, -0.0f, NAN, 1e-4f, 7.0f};
+    kvcal_fp8_roundtrip_ref(x, 4, 2, 3, 0.5f);
+    CU_ASSERT_EQUAL(x[0], 1.0f);    /* 2 in e4m3 */
+    CU_ASSERT_EQUAL(x[1], 0.3125f); /* 0.6 -> 0.625 */
+    CU_ASSERT_EQUAL(x[2], 224.0f);  /* 600 saturates at 448 */
+    CU_ASSERT_EQUAL(x[3], 7.0f);
+    CU_ASSERT(x[4] == 0.0f && signbit(x[4]));
+    CU_ASSERT(isnan(x[5]));
+    CU_ASSERT_EQUAL(x[6], 0.0f); /* 2e-4 is below e4m3's smallest subnormal / 2 */
+    CU_ASSERT_EQUAL(x[7], 7.0f);
+}
+
+/* The kvcal JSON at path with "q_scale": q added to every layer, at out. */
+static void with_q_scale(const char *path, double q, const char *out)
+{
+    char *text = kvcal_test_read_file(path, NULL);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(root, "layers"))
+        cJSON_AddNumberToObject(l, "q_scale", q);
+    char *o = cJSON_Print(root);
+    CU_ASSERT_EQUAL(kvcal_test_write_file(out, o, strlen(o)), 0);
+    free(o);
+    cJSON_Delete(root);
+}
+
+static void eval_fp8_attention_quantizes_the_query_with_q_scale_or_k_scale(void)
+{
+    const char *scales = kvcal_test_path("fa3_scales.json");
+    const char *bad_q = kvcal_test_path("fa3_q1e6.json");
+    char args[2048];
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --out '%s'", scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    with_q_scale(scales, 1e6, bad_q);
+    double att[2][2], ppl[2], k0[2][2];
+    for (int f = 0; f < 2; f++) {
+        snprintf(args, sizeof args,
+                 "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL
+                 " --modes static-tensor,fp8-attention --json",
+                 f ? bad_q : scales);
+        cJSON *root = run_json(args);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+        for (int m = 0; m < 2; m++) {
+            const cJSON *mode = mode_of(root, m ? "fp8-attention" : "static-tensor");
+            CU_ASSERT_PTR_NOT_NULL_FATAL(mode);
+            const cJSON *l0 = cJSON_GetArrayItem(cJSON_GetObjectItem(mode, "layers"), 0);
+            att[f][m] = number(l0, "attention_rel_error");
+            k0[f][m] = number(l0, "k_sqnr_db");
+            if (m)
+                ppl[f] = number(mode, "perplexity");
+        }
+        cJSON_Delete(root);
+    }
+    /* layer 0's K and V are the same in both modes; its attention is not:
+     * the query in e4m3 (under k_scale: the set has no q_scale) adds error */
+    CU_ASSERT_EQUAL(k0[0][0], k0[0][1]);
+    CU_ASSERT(att[0][1] > att[0][0]);
+    /* a q_scale of 1e6 flushes every query to zero: attention turns uniform */
+    CU_ASSERT(att[1][1] > 0.5 && att[1][1] > 2.0 * att[0][1]);
+    CU_ASSERT(ppl[1] > 1.05 * ppl[0]);
+    CU_ASSERT_EQUAL(att[1][0], att[0][0]); /* static-tensor ignores q_scale */
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_modes_all_reports_every_format_its_bytes_and_the_recommendation),
     KVCAL_TEST(eval_nvfp4_on_head_dim_48_costs_less_than_int8_and_errs_more),
     KVCAL_TEST(eval_format_modes_refuse_what_does_not_apply),
+    KVCAL_TEST(fp8_roundtrip_ref_quantizes_the_query_under_its_scale),
+    KVCAL_TEST(eval_fp8_attention_quantizes_the_query_with_q_scale_or_k_scale),
     CU_TEST_INFO_NULL};
 KVCAL_SUITE(eval_formats, KVCAL_NEEDS_NOTHING, tests)

@@ -78,6 +78,11 @@ static void kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format(
     char args[1024];
     snprintf(args, sizeof args, "validate-scales '%s' --strict", kvcal_test_path("dt_int8.json"));
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    char *out = NULL;
+    snprintf(args, sizeof args, "inspect '%s'", kvcal_test_path("dt_nvfp4.json"));
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "per-head, for a cache of nvfp4"));
+    free(out);
     cJSON_Delete(e4), cJSON_Delete(i8), cJSON_Delete(nv);
 }
 

@@ -17,7 +17,9 @@
 #ifdef KVCAL_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "kernels/cpu/eval_ref.h"
 #include "kernels/cpu/kvquant_fmt.h"
+#include "kernels/cuda/eval.h"
 
 #define POISON 0xA5
 
@@ -231,12 +233,44 @@ static void fmt_launch_rejects_what_the_reference_rejects(void)
     cudaFree(d), cudaFree(slots);
 }
 
+/* eval's query round trip (kvcal_fp8_roundtrip_launch) against the CPU
+ * reference on every bf16 value, in rows with a stride. */
+static void fp8_roundtrip_launch_matches_the_reference_on_every_bf16(void)
+{
+    const int rows = 65536 / 64, cols = 64, stride = 80;
+    uint16_t *h = malloc(sizeof(uint16_t) * rows * stride);
+    float *ref = malloc(sizeof(float) * rows * stride);
+    for (int i = 0; i < rows * stride; i++) {
+        int r = i / stride, c = i % stride;
+        h[i] = (uint16_t)(c < cols ? r * cols + c : 0x3f80);
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&ref[i], &u, 4);
+    }
+    const float scale = 0.0371f;
+    kvcal_fp8_roundtrip_ref(ref, stride, rows, cols, scale);
+    uint16_t *d = dev_copy(h, sizeof(uint16_t) * rows * stride);
+    CU_ASSERT_EQUAL_FATAL(kvcal_fp8_roundtrip_launch(d, stride, rows, cols, scale, NULL),
+                          KVCAL_OK);
+    cudaMemcpy(h, d, sizeof(uint16_t) * rows * stride, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < rows * stride; i++) {
+        uint16_t want;
+        kvcal_kv_store_elem(&want, KVCAL_DTYPE_BF16, 0, ref[i]);
+        bad += h[i] != want && !((h[i] & 0x7fff) > 0x7f80 && (want & 0x7fff) > 0x7f80);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(kvcal_fp8_roundtrip_launch(d, 10, 2, 64, scale, NULL),
+                    KVCAL_ERR_INVALID_ARG);
+    cudaFree(d), free(h), free(ref);
+}
+
 #endif
 
 static CU_TestInfo tests[] = {
 #ifdef KVCAL_WITH_CUDA
     KVCAL_TEST(fmt_launches_match_the_reference_byte_for_byte),
     KVCAL_TEST(fmt_launch_rejects_what_the_reference_rejects),
+    KVCAL_TEST(fp8_roundtrip_launch_matches_the_reference_on_every_bf16),
 #endif
     CU_TEST_INFO_NULL};
 KVCAL_SUITE(kvquant_fmt_cuda, KVCAL_NEEDS_GPU, tests)

@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "core/fp8.h"
+
 void kvcal_token_nll_ref(float *nll, const float *logits, const int32_t *target,
                          int64_t rows, int vocab)
 {
@@ -40,4 +42,14 @@ void kvcal_error_sums_ref(kvcal_error_sums *s, const float *x, int64_t x_stride,
         }
         s->n += (unsigned long long)cols;
     }
+}
+
+void kvcal_fp8_roundtrip_ref(float *x, int64_t stride, int64_t rows, int cols, float scale)
+{
+    const float inv = 1.0f / scale;
+    for (int64_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            float *v = &x[r * stride + c];
+            *v = kvcal_fp8_e4m3_to_float(kvcal_fp8_e4m3_from_float(*v * inv)) * scale;
+        }
 }

@@ -3,6 +3,7 @@
  * trip (see eval.h). */
 #include <cuda_bf16.h>
 
+#include "core/fp8.h"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/eval.h"
 
@@ -172,5 +173,38 @@ kvcal_status kvcal_error_sums_launch(kvcal_error_sums *sums, const kvcal_bf16 *x
             sums, xb, x_stride, static_cast<const __nv_bfloat16 *>(y), y_stride, scale,
             group, pos, rows, cols, sb);
     KVCAL_CUDA_CHECK_LAUNCH("error_sums_kernel");
+    return KVCAL_OK;
+}
+
+__global__ void fp8_roundtrip_kernel(__nv_bfloat16 *x, int64_t stride, int rows, int cols,
+                                     float scale)
+{
+    const float inv = 1.0f / scale;
+    const int64_t n = (int64_t)rows * cols;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        __nv_bfloat16 *p = x + (i / cols) * stride + i % cols;
+        const float v = __bfloat162float(*p);
+        *p = __float2bfloat16_rn(
+            kvcal_fp8_e4m3_to_float(kvcal_fp8_e4m3_from_float(v * inv)) * scale);
+    }
+}
+
+kvcal_status kvcal_fp8_roundtrip_launch(kvcal_bf16 *x, int64_t stride, int rows, int cols,
+                                        float scale, cudaStream_t stream)
+{
+    if (rows < 0 || cols <= 0 || stride < cols || !(scale > 0.0f && isfinite(scale)) ||
+        (rows > 0 && !x))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "fp8_roundtrip: %d rows x %d columns, stride %lld, scale %g: need "
+                          "stride >= columns, a buffer and a finite scale > 0",
+                          rows, cols, (long long)stride, (double)scale);
+    if (rows == 0)
+        return KVCAL_OK;
+    const int64_t n = (int64_t)rows * cols;
+    const int blocks = (int)(n / EVAL_THREADS + 1 < 4096 ? n / EVAL_THREADS + 1 : 4096);
+    fp8_roundtrip_kernel<<<blocks, EVAL_THREADS, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(x), stride, rows, cols, scale);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_roundtrip_kernel");
     return KVCAL_OK;
 }

@@ -40,6 +40,11 @@ kvcal_status kvcal_error_sums_launch(kvcal_error_sums *sums, const kvcal_bf16 *x
                                      const int32_t *pos, int rows, int cols,
                                      kvcal_bf16 *store, cudaStream_t stream);
 
+/* kvcal_fp8_roundtrip_ref on bf16 x (rows, cols; row stride stride), in
+ * place, the result rounded to bf16 (to nearest even). scale finite, > 0. */
+kvcal_status kvcal_fp8_roundtrip_launch(kvcal_bf16 *x, int64_t stride, int rows, int cols,
+                                        float scale, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
