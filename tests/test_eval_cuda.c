@@ -74,12 +74,16 @@ static cJSON *eval_json(const char *args, const char *device)
     return root;
 }
 
-/* Same keys in the same order, same array lengths, same kinds (a number and
- * a null are one kind: an infinite SQNR is written as null). */
+/* Same keys in the same order, same array lengths, same kinds (a null
+ * matches a number or a string: an infinite SQNR is written as null, and
+ * the recommendation is null where no mode is within the tolerance). */
 static int same_shape(const cJSON *a, const cJSON *b)
 {
-    const int num_a = cJSON_IsNumber(a) || cJSON_IsNull(a);
-    const int num_b = cJSON_IsNumber(b) || cJSON_IsNull(b);
+    const int leaf_a = !cJSON_IsObject(a) && !cJSON_IsArray(a);
+    const int leaf_b = !cJSON_IsObject(b) && !cJSON_IsArray(b);
+    if (cJSON_IsNull(a) || cJSON_IsNull(b))
+        return leaf_a && leaf_b;
+    const int num_a = cJSON_IsNumber(a), num_b = cJSON_IsNumber(b);
     if (num_a || num_b)
         return num_a && num_b;
     if ((a->type & 0xff) != (b->type & 0xff))
