@@ -17,6 +17,21 @@
 #include "tests/test_calib_util.h"
 #include "tests/test_util.h"
 
+/* Lines of the last command's stderr that start with prefix. */
+static int stderr_lines(const char *prefix)
+{
+    char *e = kvcal_test_kvcal_stderr();
+    int n = 0;
+    for (const char *p = e; p && *p;) {
+        if (!strncmp(p, prefix, strlen(prefix)))
+            n++;
+        const char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    free(e);
+    return n;
+}
+
 // --- layout -----------------------------------------------------------------------
 
 /* Every sample in exactly one part, parts in rank order, whole batches,
@@ -231,11 +246,38 @@ static void calibrate_refuses_launcher_ranks_without_a_transport(void)
     CU_ASSERT_EQUAL(access(out, F_OK), 0);
 }
 
+/* A build without MPI started by mpirun (Open MPI's variables set) says
+ * so, once (rank 0), and writes nothing. Only a build without MPI can run
+ * this: in one with it, those variables would start MPI for real. */
+static void calibrate_without_mpi_says_so_to_ranks_of_mpirun(void)
+{
+    if (kvcal_dp_have_mpi())
+        return;
+    char cmd[2048];
+    const char *out = kvcal_test_path("nompi.json");
+    snprintf(cmd, sizeof cmd,
+             "env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 \"$KVCAL\" calibrate "
+             "--model " MODEL " --num-samples 4 --seq-len 32 --quiet --out '%s'",
+             out);
+    CU_ASSERT_EQUAL(kvcal_test_run_command(cmd, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("rank 0 of 2 by mpirun, but this kvcal was "
+                                          "built without MPI"));
+    CU_ASSERT_EQUAL(access(out, F_OK), -1);
+    snprintf(cmd, sizeof cmd,
+             "env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 \"$KVCAL\" calibrate "
+             "--model " MODEL " --num-samples 4 --seq-len 32 --quiet --out '%s'",
+             out);
+    CU_ASSERT_EQUAL(kvcal_test_run_command(cmd, NULL), 2);
+    CU_ASSERT_EQUAL(stderr_lines("kvcal "), 0);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(dp_layout_splits_whole_batches_in_rank_order),
     KVCAL_TEST(dp_reduce_equals_one_process_bit_for_bit),
     KVCAL_TEST(dp_merged_moving_averages_differ_from_one_process),
-    KVCAL_TEST(calibrate_refuses_launcher_ranks_without_a_transport), CU_TEST_INFO_NULL};
+    KVCAL_TEST(calibrate_refuses_launcher_ranks_without_a_transport),
+    KVCAL_TEST(calibrate_without_mpi_says_so_to_ranks_of_mpirun),
+    CU_TEST_INFO_NULL};
 KVCAL_SUITE(dp, KVCAL_NEEDS_NOTHING, tests)
 
 // --- under mpirun -------------------------------------------------------------------
@@ -253,21 +295,6 @@ static int same_tree(const char *a, const char *b)
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "diff -r '%s' '%s' > /dev/null", a, b);
     return system(cmd) == 0;
-}
-
-/* Lines of the last command's stderr that start with prefix. */
-static int stderr_lines(const char *prefix)
-{
-    char *e = kvcal_test_kvcal_stderr();
-    int n = 0;
-    for (const char *p = e; p && *p;) {
-        if (!strncmp(p, prefix, strlen(prefix)))
-            n++;
-        const char *nl = strchr(p, '\n');
-        p = nl ? nl + 1 : p + strlen(p);
-    }
-    free(e);
-    return n;
 }
 
 /* A JSONL of n samples of len token ids below vocab (for the golden
