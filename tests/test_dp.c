@@ -110,42 +110,22 @@ static void calibrate_over_ranks(kvcal_model_t *m, int n, int len, int batch, in
                                  kvcal_stats_t **out)
 {
     const kvcal_model_desc *d = kvcal_model_describe(m);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * len);
-    int32_t *lengths = malloc(sizeof(int32_t) * (size_t)n);
+    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     kvcal_stats_t *stats[8] = {0};
     float *bmax[8] = {0};
-    CU_ASSERT_FATAL(ids && lengths && ranks <= 8);
-    for (int i = 0; i < n * len; i++)
-        ids[i] = (i * 37 + i / len * 11 + 5) % d->vocab_size;
-    for (int i = 0; i < n; i++)
-        lengths[i] = i == n - 1 ? len / 2 + 1 : len;
     kvcal_exec_options opt;
     memset(&opt, 0, sizeof opt);
-    opt.backend.max_batch = batch;
-    opt.backend.max_seq_len = len;
-    kvcal_exec_t *x = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &opt, &x), KVCAL_OK);
-    const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
-    kvcal_dp_part part0 = kvcal_dp_layout(n, batch, 0, ranks);
+    CU_ASSERT_FATAL(ranks <= 8);
     for (int r = 0; r < ranks; r++) {
         kvcal_dp_part p = kvcal_dp_layout(n, batch, r, ranks);
-        if (r == 0)
-            part0 = p;
-        CU_ASSERT_EQUAL_FATAL(
-            kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats[r]),
-            KVCAL_OK);
         bmax[r] = calloc((size_t)p.num_batches * 2 * lh + 1, sizeof(float));
-        kvcal_exec_samples s = {.ids = ids,
-                                .lengths = lengths,
-                                .num_samples = n,
-                                .seq_len = len,
-                                .batch = batch};
-        kvcal_dp_narrow(&p, bmax[r], &s);
-        if (p.num_samples)
-            CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, stats[r], 0.9), KVCAL_OK);
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_test_calibrate_part(m, opt, n, len, batch, &p, bmax[r], &stats[r]),
+            KVCAL_OK);
         /* a rank's moving averages are not folded: rank 0 folds them all */
         CU_ASSERT_EQUAL(stats[r]->batches, 0);
     }
+    const kvcal_dp_part part0 = kvcal_dp_layout(n, batch, 0, ranks);
     local_group g = {
         {&local_ops, 0, ranks, 0, ranks, "local"}, stats, (const float **)bmax};
     CU_ASSERT_EQUAL(kvcal_dp_reduce_run(&g.base, &part0, bmax[0], stats[0], 0.9),
@@ -155,9 +135,6 @@ static void calibrate_over_ranks(kvcal_model_t *m, int n, int len, int batch, in
         kvcal_stats_destroy(stats[r]);
     for (int r = 0; r < ranks; r++)
         free(bmax[r]);
-    kvcal_exec_destroy(x);
-    free(ids);
-    free(lengths);
 }
 
 /* Rank 0's statistics after the reduction are those of one process on the
