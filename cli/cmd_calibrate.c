@@ -278,9 +278,12 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
     kvcal_cmd_ranks_poll(c->ranks, &interrupted);
     const double elapsed = kvcal_cmd_progress_elapsed(&c->pr), done = p->tokens_done;
     const int final = p->samples_done == p->samples_total;
-    char where[64] = "";
+    char where[96] = "";
+    int n = 0;
+    if (c->ranks->size > 1) /* rank 0 shows its own part */
+        n = snprintf(where, sizeof where, " of rank 0's (%d ranks)", c->ranks->size);
     if (p->layer)
-        snprintf(where, sizeof where, " (layer %d/%d)", p->layer, p->layers);
+        snprintf(where + n, sizeof where - n, " (layer %d/%d)", p->layer, p->layers);
     kvcal_cmd_progress_update(
         &c->pr, final,
         "calibrate: %d/%d samples%s, %.0f tokens, %.0f tokens/s, ETA %.0f s (load %.1f s)",

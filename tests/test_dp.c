@@ -259,11 +259,15 @@ KVCAL_SUITE(dp, KVCAL_NEEDS_NOTHING, tests)
 
 // --- under mpirun -------------------------------------------------------------------
 
-/* mpirun's options for N ranks on this machine's cores. */
+/* mpirun with its options for N ranks on this machine's cores. Under
+ * AddressSanitizer (make asan) leak checking is off for the ranks: Open MPI
+ * leaves what its dlopen'd components allocated, which LeakSanitizer cannot
+ * name (so no suppression matches); memory errors are still caught. */
 static const char *mpirun(void)
 {
-    return getuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root"
-                         : "mpirun --oversubscribe";
+    return getuid() == 0 ? "env ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe "
+                           "--allow-run-as-root"
+                         : "env ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe";
 }
 
 /* Whether two trees (files or directories) hold the same bytes. */
@@ -419,6 +423,7 @@ static void calibrate_under_mpirun_rank_out_of_memory_or_killed_writes_nothing(v
 {
     char common[2048];
     const char *out = kvcal_test_path("oom.json");
+#ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer's shadow memory does not fit the cap */
     snprintf(common, sizeof common,
              "--model " MODEL
              " --num-samples 128 --batch 64 --seq-len 128 --quiet --out '%s'",
@@ -431,6 +436,7 @@ static void calibrate_under_mpirun_rank_out_of_memory_or_killed_writes_nothing(v
     free(err);
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
     CU_ASSERT_EQUAL(access(out, F_OK), -1);
+#endif
 
     snprintf(common, sizeof common,
              "--model " MODEL
