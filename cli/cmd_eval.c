@@ -494,11 +494,17 @@ static int check_report(const options *o)
 // --- command -----------------------------------------------------------------
 
 /* What this rank's run is, for the ranks' first meeting: they must agree. */
-static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o)
+static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o,
+                         const kvcal_scales_t *scales)
 {
     const int shape[] = {s->num_samples, s->seq_len, batch};
     uint64_t h = kvcal_cmd_ranks_hash(KVCAL_CMD_RANKS_HASH0, shape, sizeof shape);
     h = kvcal_cmd_ranks_hash(h, o->modes, sizeof o->modes);
+    if (scales) {
+        const size_t n = (size_t)scales->num_layers * scales->num_kv_heads * sizeof(float);
+        h = kvcal_cmd_ranks_hash(h, scales->k_head, n);
+        h = kvcal_cmd_ranks_hash(h, scales->v_head, n);
+    }
     h = kvcal_cmd_ranks_hash(h, s->ids,
                              (size_t)s->num_samples * s->seq_len * sizeof *s->ids);
     return kvcal_cmd_ranks_hash(h, s->lengths,
@@ -587,7 +593,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     kvcal_exec_options xo;
     if ((st = kvcal_cmd_ranks_layout(&ranks, samples->num_samples, batch, d->num_layers,
                                      d->num_kv_heads)) ||
-        (st = kvcal_cmd_ranks_meet(&ranks, KVCAL_OK, run_hash(samples, batch, &o))) ||
+        (st = kvcal_cmd_ranks_meet(&ranks, KVCAL_OK, run_hash(samples, batch, &o, scales))) ||
         (st = kvcal_cmd_exec_options(&o.run, batch, samples->seq_len, &xo)) ||
         (st = kvcal_exec_create(model, &xo, &x)))
         goto fail;

@@ -477,10 +477,11 @@ static int json_close(const cJSON *a, const cJSON *b, double rtol, int *identica
 /* kvcal eval under mpirun -np 2 and 3 (every mode; first-batch on rank 0
  * alone) reports what one process reports: the counts exactly, the sums of
  * floats (NLL, squared errors) within 1e-12 relative: the ranks' partial
- * sums are added in another order than one process adds them. */
+ * sums are added in another order than one process adds them. Ranks given
+ * other --scales are refused before any forward pass. */
 static void eval_under_mpirun_equals_one_process_within_rounding(void)
 {
-    char cmd[4096], run[2048];
+    char cmd[8192], run[2048];
     const char *scales = kvcal_test_path("eval-scales.json");
     snprintf(cmd, sizeof cmd,
              "\"$KVCAL\" calibrate --model " MODEL
@@ -509,6 +510,20 @@ static void eval_under_mpirun_equals_one_process_within_rounding(void)
     }
     cJSON_Delete(a);
     free(one);
+    /* other scales on rank 1: refused before any forward pass */
+    const char *other = kvcal_test_path("eval-other.json");
+    snprintf(cmd, sizeof cmd,
+             "\"$KVCAL\" calibrate --model " MODEL
+             " --num-samples 8 --seq-len 64 --seed 3 "
+             "--quiet --out '%s'",
+             other);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_command(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd,
+             "%s -np 1 \"$KVCAL\" %s : -np 1 \"$KVCAL\" %s --scales '%s'", mpirun(), run,
+             run, other);
+    CU_ASSERT_EQUAL(kvcal_test_run_command(cmd, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("kvcal eval: rank 1 of 2: its run differs"));
+    CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
 }
 
 static CU_TestInfo mpi_tests[] = {
