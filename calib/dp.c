@@ -153,8 +153,9 @@ void kvcal_dp_group_destroy(kvcal_dp_group *g)
 // --- what a build lacks ---------------------------------------------------------------
 
 #ifndef KVCAL_WITH_CUDA
-kvcal_status kvcal_dp_select_gpu(int local_rank)
+kvcal_status kvcal_dp_select_gpu(int local_rank, int local_size)
 {
+    (void)local_size;
     return kvcal_fail(KVCAL_ERR_NO_DEVICE,
                       "local rank %d: this kvcal was built without CUDA", local_rank);
 }

@@ -109,10 +109,10 @@ kvcal_status kvcal_dp_nccl_create(const kvcal_dp_launch *launch, kvcal_dp_group 
 /* 1 when the build holds NCCL. */
 int kvcal_dp_have_nccl(void);
 
-/* Makes GPU local_rank (modulo the GPUs visible) the calling thread's
- * current device, where the backend creates its work; KVCAL_ERR_NO_DEVICE
- * without one. */
-kvcal_status kvcal_dp_select_gpu(int local_rank);
+/* Makes GPU local_rank the calling thread's current device, where the
+ * backend creates its work: one rank a GPU, so KVCAL_ERR_NO_DEVICE when the
+ * host's local_size ranks are more than its visible GPUs. */
+kvcal_status kvcal_dp_select_gpu(int local_rank, int local_size);
 
 /* Frees; NULL is a no-op. */
 void kvcal_dp_group_destroy(kvcal_dp_group *g);

@@ -11,17 +11,20 @@
 
 #include "core/status.h"
 
-kvcal_status kvcal_dp_select_gpu(int local_rank)
+kvcal_status kvcal_dp_select_gpu(int local_rank, int local_size)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1)
+    if (cudaGetDeviceCount(&n) != cudaSuccess)
+        n = 0;
+    if (local_size > n)
         return kvcal_fail(KVCAL_ERR_NO_DEVICE,
-                          "local rank %d: no CUDA device is visible to this process",
-                          local_rank);
-    cudaError_t e = cudaSetDevice(local_rank % n);
+                          "%d ranks on this host but %d CUDA device%s visible: start one "
+                          "rank a GPU",
+                          local_size, n, n == 1 ? "" : "s");
+    cudaError_t e = cudaSetDevice(local_rank);
     if (e != cudaSuccess)
         return kvcal_fail(KVCAL_ERR_CUDA, "local rank %d: cudaSetDevice(%d): %s",
-                          local_rank, local_rank % n, cudaGetErrorString(e));
+                          local_rank, local_rank, cudaGetErrorString(e));
     return KVCAL_OK;
 }
 
@@ -245,7 +248,7 @@ kvcal_status kvcal_dp_nccl_create(const kvcal_dp_launch *launch, kvcal_dp_group 
     *out = NULL;
     /* with NCCL_COMM_ID set every rank makes the same id: the address rank 0
      * listens on (NCCL's bootstrap) */
-    if ((st = kvcal_dp_select_gpu(launch->local_rank)) ||
+    if ((st = kvcal_dp_select_gpu(launch->local_rank, launch->local_size)) ||
         (st = kvcal_dp_nccl_make_id(id)) ||
         (st = kvcal_dp_nccl_join(launch->rank, launch->size, id, out)))
         return st;

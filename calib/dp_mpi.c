@@ -273,7 +273,7 @@ kvcal_status kvcal_dp_mpi_create(const kvcal_dp_launch *launch, kvcal_dp_group *
         goto fail;
     }
     if (launch && launch->cuda) {
-        if ((st = kvcal_dp_select_gpu(m->base.local_rank)))
+        if ((st = kvcal_dp_select_gpu(m->base.local_rank, m->base.local_size)))
             goto fail;
         if (kvcal_dp_have_nccl()) {
             if ((st = join_nccl(m)))

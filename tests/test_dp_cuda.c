@@ -20,7 +20,7 @@ static kvcal_dp_group *solo(void)
     kvcal_dp_group *g = NULL;
     if (!kvcal_dp_have_nccl())
         return NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_dp_select_gpu(0), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_dp_select_gpu(0, 1), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(kvcal_dp_nccl_make_id(id), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(kvcal_dp_nccl_join(0, 1, id, &g), KVCAL_OK);
     return g;
@@ -58,6 +58,10 @@ static void nccl_group_of_one_rank_round_trips_every_operation(void)
     CU_ASSERT_STRING_EQUAL(text, "one rank");
     int failed = -1;
     CU_ASSERT_EQUAL(kvcal_dp_agree(g, KVCAL_OK, 0, &failed), KVCAL_OK);
+    /* one rank a GPU: more ranks on a host than GPUs are refused */
+    CU_ASSERT_EQUAL(kvcal_dp_select_gpu(0, 4096), KVCAL_ERR_NO_DEVICE);
+    CU_ASSERT(kvcal_test_error_has("4096 ranks on this host but"));
+    CU_ASSERT_EQUAL(kvcal_dp_select_gpu(0, 1), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_dp_agree(g, kvcal_fail(KVCAL_ERR_NOMEM, "no room"), 0, &failed),
                     KVCAL_ERR_NOMEM);
     CU_ASSERT_EQUAL(failed, 0);
