@@ -92,9 +92,10 @@ typedef struct kvcal_dp_launch {
 } kvcal_dp_launch;
 
 /* MPI's group over MPI_COMM_WORLD (MPI initialized here, finalized by
- * destroy); launch->cuda with NCCL in the build: the statistics reduce over
- * NCCL among the ranks of a host first, then over MPI among the hosts.
- * KVCAL_ERR_UNSUPPORTED in a build without MPI. *out = NULL on failure. */
+ * destroy; launch->size, unless 0 (not known), must be MPI's); launch->cuda with NCCL in
+ * the build: the statistics reduce over NCCL among the ranks of a host first, then over
+ * MPI among the hosts. KVCAL_ERR_UNSUPPORTED in a build without MPI. *out = NULL on
+ * failure. */
 kvcal_status kvcal_dp_mpi_create(const kvcal_dp_launch *launch, kvcal_dp_group **out);
 
 /* 1 when the build holds MPI. */

@@ -258,7 +258,7 @@ kvcal_status kvcal_dp_mpi_create(const kvcal_dp_launch *launch, kvcal_dp_group *
     MPI_Comm_rank(m->host, &m->base.local_rank);
     MPI_Comm_size(m->host, &m->base.local_size);
     m->base.transport = "mpi";
-    if (launch && launch->size != m->base.size) {
+    if (launch && launch->size > 0 && launch->size != m->base.size) {
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "MPI sees %d processes where the launcher says %d: start every "
                         "rank with the same mpirun",

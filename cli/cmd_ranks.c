@@ -59,12 +59,13 @@ int kvcal_cmd_ranks_start(const char *cmd, int cuda, int meetings, kvcal_cmd_ran
         goto bad_env;
     by_mpi = rc == 1 || getenv("PMIX_RANK");
     if (by_mpi) {
-        if (env_first(mpi_rank, 0, l.size - 1, &l.rank, &bad) < 0 ||
-            env_first(mpi_local, 0, l.size - 1, &l.local_rank, &bad) < 0)
-            goto bad_env;
-        /* PMIx alone (srun --mpi=pmix) says no size: MPI tells */
+        /* PMIx alone (srun --mpi=pmix) says no size: MPI tells (size 0) */
         if (rc == 0)
             l.size = 0;
+        const int hi = l.size ? l.size - 1 : MAX_RANKS;
+        if (env_first(mpi_rank, 0, hi, &l.rank, &bad) < 0 ||
+            env_first(mpi_local, 0, hi, &l.local_rank, &bad) < 0)
+            goto bad_env;
     } else {
         if ((rc = env_int("WORLD_SIZE", 1, MAX_RANKS, &l.size, &bad)) < 0)
             goto bad_env;
@@ -86,7 +87,7 @@ int kvcal_cmd_ranks_start(const char *cmd, int cuda, int meetings, kvcal_cmd_ran
     if (by_mpi) {
         if (l.size == 0 && !kvcal_dp_have_mpi())
             return 0; /* PMIx without MPI in the build: one process */
-        st = kvcal_dp_mpi_create(l.size ? &l : NULL, &r->group);
+        st = kvcal_dp_mpi_create(&l, &r->group);
     } else if (!cuda) {
         st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                         "rank %d of %d was started by a launcher's environment (RANK, "
