@@ -783,7 +783,8 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     if (!o.time_only) {
         if ((st = list_inputs(&o, dataset_path, &model_inputs, &other_inputs)))
             goto fail;
-        if (check_outputs(&plan, &o, model_inputs, other_inputs)) {
+        if (kvcal_cmd_ranks_env_rank() == 0 &&
+            check_outputs(&plan, &o, model_inputs, other_inputs)) {
             rc = KVCAL_EXIT_USAGE;
             goto done;
         }

@@ -529,7 +529,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         usage(stdout);
         return KVCAL_EXIT_OK;
     }
-    if (rc || (o.report && check_report(&o)))
+    if (rc || (o.report && kvcal_cmd_ranks_env_rank() == 0 && check_report(&o)))
         return KVCAL_EXIT_USAGE;
     kvcal_cmd_ranks ranks = {.cmd = "eval", .size = 1};
     o.ranks = &ranks;

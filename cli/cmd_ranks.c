@@ -134,6 +134,15 @@ bad_env:
     return -1;
 }
 
+int kvcal_cmd_ranks_env_rank(void)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                        "RANK", NULL};
+    const char *bad = NULL;
+    int rank = 0;
+    return env_first(names, 0, MAX_RANKS, &rank, &bad) == 1 ? rank : 0;
+}
+
 kvcal_status kvcal_cmd_ranks_layout(kvcal_cmd_ranks *r, int num_samples, int batch,
                                     int layers, int kv_heads)
 {

@@ -36,6 +36,12 @@ typedef struct kvcal_cmd_ranks {
  * the ranks cannot be joined, the reason printed once (by rank 0). */
 int kvcal_cmd_ranks_start(const char *cmd, int cuda, int meetings, kvcal_cmd_ranks *r);
 
+/* The rank the launcher's environment names (0 when none does, or for a
+ * value kvcal_cmd_ranks_start will refuse), known before the ranks join:
+ * only rank 0 checks the outputs it alone writes (another host need not
+ * hold their folders). */
+int kvcal_cmd_ranks_env_rank(void);
+
 /* This rank's part of num_samples samples in batches of `batch`, for a
  * model of layers x kv_heads. */
 kvcal_status kvcal_cmd_ranks_layout(kvcal_cmd_ranks *r, int num_samples, int batch,

@@ -381,6 +381,16 @@ static void calibrate_under_mpirun_failing_rank_stops_every_rank(void)
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
     CU_ASSERT_EQUAL(access(out, F_OK), -1);
 
+    /* an output rank 0 cannot write: rank 0 says so once, no rank runs */
+    snprintf(cmd, sizeof cmd,
+             "%s -np 2 \"$KVCAL\" calibrate --model " MODEL
+             " --num-samples 4 --seq-len 32 "
+             "--quiet --out '%s/no/such/dir/x.json'",
+             mpirun(), kvcal_test_tmpdir());
+    CU_ASSERT_EQUAL(kvcal_test_run_command(cmd, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("no/such/dir/x.json"));
+    CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
+
     CU_ASSERT_EQUAL(run_two(first, "", "--seed 7"), 1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("rank 1 of 2: its run differs from rank 0's"));
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
