@@ -118,6 +118,9 @@ static void usage(FILE *f)
         "output path is written through: the file it names is replaced, the link\n"
         "kept; a link to nothing is refused.\n"
         "The same inputs and seed give byte-identical outputs.\n"
+        "Several processes (mpirun -np N kvcal calibrate ..., or torchrun's RANK,\n"
+        "WORLD_SIZE and LOCAL_RANK with --device cuda) split the batches in order;\n"
+        "rank 0 writes the outputs one process writes, byte for byte.\n"
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 

@@ -100,6 +100,8 @@ static void usage(FILE *f)
            "  --report FILE.html   also write the HTML report (what kvcal report\n"
            "                       writes: the table, the change per mode, the\n"
            "                       --scales per layer and head); never an input\n\n"
+           "Several processes (mpirun -np N kvcal eval ...) split the samples; rank 0\n"
+           "reports.\n"
            "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
            "error\n");
 }
