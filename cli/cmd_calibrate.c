@@ -746,6 +746,7 @@ static kvcal_status meet(kvcal_cmd_ranks *r, kvcal_status st, phases *ph)
 {
     const double t = kvcal_cmd_now_s();
     st = kvcal_cmd_ranks_meet(r, st, 0);
+    kvcal_cmd_ranks_close(r);
     ph->forward += kvcal_cmd_now_s() - t;
     return st;
 }
@@ -792,7 +793,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
             goto done;
         }
     }
-    if (kvcal_cmd_ranks_start("calibrate", o.run.cuda, 2, &ranks)) {
+    if (kvcal_cmd_ranks_start("calibrate", o.run.cuda, &ranks)) {
         rc = KVCAL_EXIT_USAGE;
         goto done;
     }

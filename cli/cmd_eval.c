@@ -535,12 +535,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         return KVCAL_EXIT_USAGE;
     kvcal_cmd_ranks ranks = {.cmd = "eval", .size = 1};
     o.ranks = &ranks;
-    /* the baseline first: every change is measured against it */
-    o.modes[MODE_BASELINE] = 1;
-    int meetings = 1;
-    for (int m = 0; m < NUM_MODES; m++)
-        meetings += o.modes[m];
-    if (kvcal_cmd_ranks_start("eval", o.run.cuda, meetings, &ranks))
+    if (kvcal_cmd_ranks_start("eval", o.run.cuda, &ranks))
         return KVCAL_EXIT_USAGE;
     o.run.quiet |= ranks.rank != 0;
     kvcal_model_t *model = NULL;
@@ -599,6 +594,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         (st = kvcal_cmd_exec_options(&o.run, batch, samples->seq_len, &xo)) ||
         (st = kvcal_exec_create(model, &xo, &x)))
         goto fail;
+    /* the baseline first: every change is measured against it */
+    o.modes[MODE_BASELINE] = 1;
     for (int m = 0; m < NUM_MODES; m++) {
         if (!o.modes[m])
             continue;
@@ -606,6 +603,7 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             goto fail;
         nres++;
     }
+    kvcal_cmd_ranks_close(&ranks);
     if (ranks.rank != 0) {
         rc = KVCAL_EXIT_OK; /* rank 0 reports */
         goto done;

@@ -42,7 +42,7 @@ static int env_first(const char *const *names, int lo, int hi, int *out, const c
 
 #define MAX_RANKS (1 << 20)
 
-int kvcal_cmd_ranks_start(const char *cmd, int cuda, int meetings, kvcal_cmd_ranks *r)
+int kvcal_cmd_ranks_start(const char *cmd, int cuda, kvcal_cmd_ranks *r)
 {
     static const char *const mpi_size[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
     static const char *const mpi_rank[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK",
@@ -120,7 +120,6 @@ int kvcal_cmd_ranks_start(const char *cmd, int cuda, int meetings, kvcal_cmd_ran
     }
     r->rank = r->group->rank;
     r->size = r->group->size;
-    r->meetings = r->meetings_left = meetings;
     if (r->size == 1) {
         kvcal_dp_group_destroy(r->group);
         r->group = NULL;
@@ -186,10 +185,9 @@ uint64_t kvcal_cmd_ranks_hash(uint64_t h, const void *p, size_t n)
 
 kvcal_status kvcal_cmd_ranks_meet(kvcal_cmd_ranks *r, kvcal_status st, uint64_t run)
 {
-    if (!r->group || !r->meetings_left || r->failed_at_meeting)
+    if (!r->group || r->closed || r->failed_at_meeting)
         return st;
-    const int first = r->meetings_left == r->meetings;
-    r->meetings_left--;
+    const int first = r->meetings++ == 0;
     uint64_t run0 = run;
     kvcal_status cst =
         first ? r->group->ops->bcast(r->group, &run0, sizeof run0, 0) : KVCAL_OK;
@@ -207,6 +205,11 @@ kvcal_status kvcal_cmd_ranks_meet(kvcal_cmd_ranks *r, kvcal_status st, uint64_t 
     st = kvcal_dp_agree(r->group, st, by_peer, &failed);
     r->failed_at_meeting = st != KVCAL_OK;
     return st;
+}
+
+void kvcal_cmd_ranks_close(kvcal_cmd_ranks *r)
+{
+    r->closed = 1;
 }
 
 kvcal_status kvcal_cmd_ranks_gather(kvcal_cmd_ranks *r, const void *mine, size_t bytes,
@@ -235,7 +238,7 @@ kvcal_status kvcal_cmd_ranks_reduce(kvcal_cmd_ranks *r, kvcal_stats_t *stats,
 
 int kvcal_cmd_ranks_fail(kvcal_cmd_ranks *r, kvcal_status st)
 {
-    const int own = r->group && !r->meetings_left && !r->failed_at_meeting;
+    const int own = r->group && r->closed && !r->failed_at_meeting;
     st = kvcal_cmd_ranks_meet(r, st, 0);
     /* after the last meeting, a failure is this rank's own */
     if (!r->group || r->rank == 0 || own)

@@ -13,20 +13,23 @@
 #include "observers/stats.h"
 
 typedef struct kvcal_cmd_ranks {
-    const char *cmd;             /* "calibrate", for messages */
-    kvcal_dp_group *group;       /* NULL: one process */
-    int rank, size;              /* 0 and 1 for one process */
-    kvcal_dp_part part;          /* this rank's samples (kvcal_cmd_ranks_layout) */
-    float *batch_absmax;         /* (part.num_batches, 2, layers, kv_heads) */
-    volatile int peer_stop;      /* a peer failed: this rank stopped for it */
-    int meetings, meetings_left; /* kvcal_cmd_ranks_start's, and how many are to come */
-    int failed_at_meeting;       /* a meeting found a failure */
+    const char *cmd;        /* "calibrate", for messages */
+    kvcal_dp_group *group;  /* NULL: one process */
+    int rank, size;         /* 0 and 1 for one process */
+    kvcal_dp_part part;     /* this rank's samples (kvcal_cmd_ranks_layout) */
+    float *batch_absmax;    /* (part.num_batches, 2, layers, kv_heads) */
+    volatile int peer_stop; /* a peer failed: this rank stopped for it */
+    int meetings;           /* held so far */
+    int closed;             /* the last is held (kvcal_cmd_ranks_close) */
+    int failed_at_meeting;  /* a meeting found a failure */
 } kvcal_cmd_ranks;
 
-/* The ranks of a command meet `meetings` times (each rank, whether it
- * failed or not; a rank that fails goes to the next meeting at once): the
- * first once set up (their runs compared), the others after forward passes
- * (calibrate: one; eval: one a mode).
+/* The ranks of a command meet at the points where every rank gets to,
+ * whether it failed or not (a rank that fails goes to the next meeting at
+ * once): the first once set up (their runs compared), the others after
+ * forward passes (calibrate: one; eval: one a mode), until the command
+ * closes them (kvcal_cmd_ranks_close). Every rank runs the same steps, so
+ * they hold the same meetings.
  *
  * Reads the environment of the launcher: Open MPI's or PMIx's variables
  * (mpirun, srun --mpi=pmix) start an MPI group; else RANK, WORLD_SIZE,
@@ -34,7 +37,7 @@ typedef struct kvcal_cmd_ranks {
  * group (a cuda run; NCCL_COMM_ID defaults to MASTER_ADDR:MASTER_PORT+1).
  * cuda: the run's device (each rank takes GPU LOCAL_RANK). Returns -1 when
  * the ranks cannot be joined, the reason printed once (by rank 0). */
-int kvcal_cmd_ranks_start(const char *cmd, int cuda, int meetings, kvcal_cmd_ranks *r);
+int kvcal_cmd_ranks_start(const char *cmd, int cuda, kvcal_cmd_ranks *r);
 
 /* The rank the launcher's environment names (0 when none does, or for a
  * value kvcal_cmd_ranks_start will refuse), known before the ranks join:
@@ -66,6 +69,10 @@ uint64_t kvcal_cmd_ranks_hash(uint64_t h, const void *p, size_t n);
  * with kvcal_last_error() "rank R of N: ...". */
 kvcal_status kvcal_cmd_ranks_meet(kvcal_cmd_ranks *r, kvcal_status st, uint64_t run);
 
+/* After the last meeting: a failure from here on is this rank's own
+ * (kvcal_cmd_ranks_fail prints it there and meets no one). */
+void kvcal_cmd_ranks_close(kvcal_cmd_ranks *r);
+
 /* Rank r's `bytes` bytes of mine (every rank the same count), in rank order
  * into all (size x bytes) on rank 0 (all unused elsewhere). */
 kvcal_status kvcal_cmd_ranks_gather(kvcal_cmd_ranks *r, const void *mine, size_t bytes,
@@ -76,10 +83,10 @@ kvcal_status kvcal_cmd_ranks_gather(kvcal_cmd_ranks *r, const void *mine, size_t
 kvcal_status kvcal_cmd_ranks_reduce(kvcal_cmd_ranks *r, kvcal_stats_t *stats,
                                     double ema_decay);
 
-/* A failed command's exit: goes to the next meeting when one is left (so
- * the others stop), then prints "kvcal <cmd>: <message>" once, on rank 0 (on
- * this rank when the failure came after the meeting). Returns the exit
- * code of kvcal_cmd_run_exit_code. */
+/* A failed command's exit: goes to the next meeting unless they are closed
+ * (so the others stop), then prints "kvcal <cmd>: <message>" once, on rank
+ * 0 (on this rank when they were closed). Returns the exit code of
+ * kvcal_cmd_run_exit_code. */
 int kvcal_cmd_ranks_fail(kvcal_cmd_ranks *r, kvcal_status st);
 
 /* Leaves the group (MPI_Finalize) and frees; safe on a zeroed struct. */
