@@ -57,9 +57,11 @@ void kvcal_dp_narrow(const kvcal_dp_part *part, float *batch_absmax,
 typedef struct kvcal_dp_group kvcal_dp_group;
 
 typedef struct kvcal_dp_group_ops {
-    /* stats of every rank merged into rank 0's (kvcal_stats_merge's rule for
-     * absmax, hist and tokens; the other fields of rank 0 are kept); the
-     * other ranks' stats are left undefined. */
+    /* stats of every rank merged into rank 0's by kvcal_stats_merge's rule:
+     * MPI's group runs kvcal_stats_merge itself over the whole slab, NCCL's
+     * the max / sum of kvcal_dp_stats_parts; the moving averages and batch
+     * maxima are left for kvcal_dp_reduce_run to fold, the other ranks'
+     * stats undefined. */
     kvcal_status (*reduce_stats)(kvcal_dp_group *g, kvcal_stats_t *stats);
     /* Rank r's bytes[r] bytes from send, concatenated in rank order into
      * recv on rank 0 (recv unused elsewhere). */
@@ -142,7 +144,10 @@ kvcal_status kvcal_dp_agree(kvcal_dp_group *g, kvcal_status st, int by_peer,
 
 /* The parts of a statistics slab a reduction combines, as kvcal_stats_merge
  * does: hist and tokens by SUM (uint64; tokens are never negative), absmax
- * by MAX (float). Offsets in bytes from the slab. */
+ * by MAX (float). Offsets in bytes from the slab. Every array merge
+ * combines but the moving averages and batch maxima (which
+ * kvcal_dp_reduce_run folds itself) is one of them (tests/test_dp.c checks
+ * it against kvcal_stats_merge). */
 typedef struct kvcal_dp_stats_part {
     size_t offset, count;
     int is_max_f32; /* 1: float MAX, 0: uint64 SUM */

@@ -88,14 +88,8 @@ static kvcal_status merge_over(MPI_Comm comm, kvcal_stats_t *stats)
         }
         MPI_Type_free(&slab);
     }
-    if (rc == MPI_SUCCESS && rank == 0) {
-        kvcal_dp_stats_part parts[KVCAL_DP_STATS_PARTS];
-        kvcal_dp_stats_parts(stats, parts);
-        for (int i = 0; i < KVCAL_DP_STATS_PARTS; i++)
-            memcpy((unsigned char *)stats->slab + parts[i].offset, sum + parts[i].offset,
-                   parts[i].count *
-                       (parts[i].is_max_f32 ? sizeof(float) : sizeof(uint64_t)));
-    }
+    if (rc == MPI_SUCCESS && rank == 0)
+        memcpy(stats->slab, sum, bytes); /* the whole slab, as merge left it */
     free(sum);
     return rc == MPI_SUCCESS ? KVCAL_OK : mpi_fail(rc, "reducing the statistics");
 }

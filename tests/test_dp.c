@@ -5,6 +5,7 @@
  * the run of one process byte for byte, and failing ranks. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,61 @@ static void dp_layout_splits_whole_batches_in_rank_order(void)
 
 // --- the reduction, the ranks in one process -----------------------------------------
 
+/* The parts NCCL reduces (max / sum of kvcal_dp_stats_parts) are what
+ * kvcal_stats_merge combines: on random statistics, the parts reduced one
+ * by one give merge's bytes everywhere but in the moving averages and batch
+ * maxima (which the reduction folds itself). */
+static void dp_stats_parts_are_what_merge_combines(void)
+{
+    kvcal_stats_t *a = NULL, *b = NULL, *parts_way = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(3, 2, 5, &a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(3, 2, 5, &b), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(3, 2, 5, &parts_way), KVCAL_OK);
+    const size_t bytes = kvcal_stats_slab_bytes(a);
+    uint32_t x = 12345u;
+    for (size_t i = 0; i < bytes; i++) {
+        x = x * 1664525u + 1013904223u;
+        ((unsigned char *)a->slab)[i] = (unsigned char)(x >> 24);
+        x = x * 1664525u + 1013904223u;
+        ((unsigned char *)b->slab)[i] = (unsigned char)(x >> 24);
+    }
+    /* absmax as runs hold it: finite, >= 0 */
+    for (size_t i = 0; i < 2 * 3 * 2 * 5; i++) {
+        a->absmax[0][i] = (float)((i * 7) % 11);
+        b->absmax[0][i] = (float)((i * 5) % 13);
+    }
+    memcpy(parts_way->slab, a->slab, bytes);
+    kvcal_dp_stats_part parts[KVCAL_DP_STATS_PARTS];
+    kvcal_dp_stats_parts(a, parts);
+    for (int p = 0; p < KVCAL_DP_STATS_PARTS; p++)
+        for (size_t i = 0; i < parts[p].count; i++) {
+            unsigned char *d = (unsigned char *)parts_way->slab + parts[p].offset;
+            const unsigned char *s = (const unsigned char *)b->slab + parts[p].offset;
+            if (parts[p].is_max_f32) {
+                float *df = (float *)d + i;
+                const float sf = ((const float *)s)[i];
+                *df = sf > *df ? sf : *df;
+            } else {
+                ((uint64_t *)d)[i] += ((const uint64_t *)s)[i];
+            }
+        }
+    CU_ASSERT_EQUAL(kvcal_stats_merge(a, b), KVCAL_OK);
+    /* the moving averages and batch maxima apart, byte for byte */
+    const size_t lh = 3 * 2;
+    for (int kv = 0; kv < 2; kv++) {
+        memset(a->ema[kv], 0, lh * sizeof(double));
+        memset(parts_way->ema[kv], 0, lh * sizeof(double));
+        memset(a->ema_tensor[kv], 0, 3 * sizeof(double));
+        memset(parts_way->ema_tensor[kv], 0, 3 * sizeof(double));
+        memset(a->batch_absmax[kv], 0, lh * sizeof(float));
+        memset(parts_way->batch_absmax[kv], 0, lh * sizeof(float));
+    }
+    CU_ASSERT(!memcmp(a->slab, parts_way->slab, bytes));
+    kvcal_stats_destroy(a);
+    kvcal_stats_destroy(b);
+    kvcal_stats_destroy(parts_way);
+}
+
 /* A group whose ranks live in this process: rank 0's reduce_stats and
  * gather read the other ranks' data directly (a test double of MPI's). */
 typedef struct {
@@ -78,12 +134,8 @@ static kvcal_status local_reduce(kvcal_dp_group *g, kvcal_stats_t *stats)
         kvcal_stats_create(stats->num_layers, stats->num_kv_heads, stats->head_dim, &sum);
     for (int r = 0; !st && r < g->size; r++)
         st = kvcal_stats_merge(sum, l->stats[r]);
-    kvcal_dp_stats_part parts[KVCAL_DP_STATS_PARTS];
-    kvcal_dp_stats_parts(stats, parts);
-    for (int i = 0; !st && i < KVCAL_DP_STATS_PARTS; i++)
-        memcpy((unsigned char *)stats->slab + parts[i].offset,
-               (unsigned char *)sum->slab + parts[i].offset,
-               parts[i].count * (parts[i].is_max_f32 ? 4 : 8));
+    if (!st) /* the whole slab, as MPI's group leaves it */
+        memcpy(stats->slab, sum->slab, kvcal_stats_slab_bytes(stats));
     kvcal_stats_destroy(sum);
     return st;
 }
@@ -250,6 +302,7 @@ static void calibrate_without_mpi_says_so_to_ranks_of_mpirun(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(dp_layout_splits_whole_batches_in_rank_order),
+    KVCAL_TEST(dp_stats_parts_are_what_merge_combines),
     KVCAL_TEST(dp_reduce_equals_one_process_bit_for_bit),
     KVCAL_TEST(dp_merged_moving_averages_differ_from_one_process),
     KVCAL_TEST(calibrate_refuses_launcher_ranks_without_a_transport),
