@@ -43,9 +43,22 @@ ENGINE_SRC := $(wildcard core/*.c io/scales/*.c) io/atomic_file.c io/file_read.c
               observers/stats.c observers/observer.c observers/calibrator.c
 TOOLKIT_CPU_SRC := $(filter-out $(ENGINE_SRC) %_cuda.c,$(wildcard io/*.c io/*/*.c \
                    observers/*.c kernels/cpu/*.c calib/*.c))
+# Data-parallel runs (calib/dp.h) talk through MPI when the build finds
+# it (Open MPI's or MPICH's pkg-config file; MPI=0 leaves it out: kvcal
+# then runs one process and says so to ranks started by mpirun).
+MPI_PC := $(shell pkg-config --exists ompi-c 2>/dev/null && echo ompi-c || \
+            { pkg-config --exists mpich 2>/dev/null && echo mpich; })
+MPI ?= $(if $(MPI_PC),1,0)
+TOOLKIT_CPU_SRC := $(filter-out calib/dp_mpi.c calib/dp_nompi.c,$(TOOLKIT_CPU_SRC)) \
+                   $(if $(filter 1,$(MPI)),calib/dp_mpi.c,calib/dp_nompi.c)
+ifeq ($(MPI),1)
+$(BUILD)/calib/dp_mpi.o: override CFLAGS += $(shell pkg-config --cflags $(MPI_PC))
+LDLIBS += $(shell pkg-config --libs $(MPI_PC))
+endif
 # everything a CPU-only build compiles into the two libraries (the fuzz
 # targets build from these)
-CPU_LIB_SRC := $(ENGINE_SRC) $(TOOLKIT_CPU_SRC) kernels/nocuda.c
+CPU_LIB_SRC := $(ENGINE_SRC) $(sort $(filter-out calib/dp_mpi.c,$(TOOLKIT_CPU_SRC)) calib/dp_nompi.c) \
+               kernels/nocuda.c
 ENGINE_CU := kernels/cuda/kvquant.cu kernels/cuda/kvquant_fmt.cu kernels/cuda/kv_observe.cu
 CMD_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -68,6 +81,17 @@ override NVCCFLAGS += $(foreach t,$(filter sm_%,$(CUDA_TARGETS)),-gencode=arch=c
                       $(foreach t,$(filter compute_%,$(CUDA_TARGETS)),-gencode=arch=$(t),code=$(t))
 ENGINE_LIBS := -lcjson -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -lpthread -lm
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lrt -lstdc++
+# NCCL (the GPUs of a data-parallel run, calib/dp_cuda.c) when nccl.h is
+# under NCCL_HOME; NCCL_LIB names the library (-l:libnccl.so.2 where only
+# the versioned file is there, as in the nvidia-nccl wheel).
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL ?= $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
+NCCL_LIB ?= -lnccl
+ifeq ($(NCCL),1)
+override CFLAGS += -DKVCAL_WITH_NCCL -I$(NCCL_HOME)/include
+LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib64 \
+          -Wl,-rpath,$(NCCL_HOME)/lib $(NCCL_LIB)
+endif
 else
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o) $(BUILD)/kernels/nocuda.o
 TOOLKIT_OBJ := $(TOOLKIT_CPU_SRC:%.c=$(BUILD)/%.o)
@@ -260,14 +284,19 @@ DEB_PKGS := build-essential pkg-config libcjson-dev libhdf5-dev zlib1g-dev libcu
 # Chromium (about 140 MB, under a minute to install); their suites say
 # SKIPPED without them, so deps-check names them but does not fail.
 DEB_PKGS_REPORT := python3-html5lib chromium
+# Open MPI: data-parallel runs (mpirun -np N kvcal calibrate) and their
+# tests, which say SKIPPED without it; the build works without it.
+DEB_PKGS_MPI := openmpi-bin libopenmpi-dev
 DEPS_MISSING = missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-  missing_report=$$(for p in $(DEB_PKGS_REPORT); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done)
+  missing_report=$$(for p in $(DEB_PKGS_REPORT); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+  missing_mpi=$$(for p in $(DEB_PKGS_MPI); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done)
 deps-check:
 	@$(DEPS_MISSING); [ -z "$$missing_report" ] || echo "deps-check: the report's tests skip without" $$missing_report "(make deps installs them)"; \
+	[ -z "$$missing_mpi" ] || echo "deps-check: kvcal runs one process (no mpirun -np N) and the data-parallel tests skip without" $$missing_mpi "(make deps installs them; then rebuild)"; \
 	[ -z "$$missing" ] || { echo "deps-check: missing" $$missing "(make deps installs them)"; exit 1; }
 deps:
-	@$(DEPS_MISSING); missing="$$missing $$missing_report"; \
-	if [ -n "$${missing# }" ]; then \
+	@$(DEPS_MISSING); missing=$$(echo $$missing $$missing_report $$missing_mpi); \
+	if [ -n "$$missing" ]; then \
 	  echo "deps: installing $$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \

@@ -166,7 +166,7 @@ static void batch_at(kvcal_exec_t *x, int i, const kvcal_exec_samples *s, int b0
     const int n = s->num_samples - b0 < s->batch ? s->num_samples - b0 : s->batch;
     int64_t *names = x->names + (size_t)i * x->max_batch;
     for (int j = 0; j < n; j++)
-        names[j] = b0 + j;
+        names[j] = s->first_name + b0 + j;
     x->batches[i] = (kvcal_batch){s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0,
                                   names, n, s->seq_len};
 }
@@ -275,9 +275,14 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
         st = run_chunk(x, n, &p, s, &prog);
         if (!st)
             st = be->ops->sync(be);
-        for (int i = 0; !st && stats && i < n; i++)
-            if (!(st = be->ops->batch_absmax(be, i, x->bmax, x->bmax + lh)))
+        for (int i = 0; !st && stats && i < n; i++) {
+            float *k = s->batch_absmax
+                           ? s->batch_absmax +
+                                 (size_t)((b0 - s->first_sample) / s->batch + i) * 2 * lh
+                           : x->bmax;
+            if (!(st = be->ops->batch_absmax(be, i, k, k + lh)) && !s->batch_absmax)
                 st = kvcal_stats_fold_batch(stats, bmax, ema_decay);
+        }
         if (!st)
             progress_chunk_done(x, n, s, &prog);
         const int done = b0 + n * s->batch < s->num_samples ? b0 + n * s->batch

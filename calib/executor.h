@@ -64,7 +64,7 @@ typedef void (*kvcal_exec_progress_fn)(void *ctx, const kvcal_exec_progress *p);
 
 /* Samples to run: ids (num_samples, seq_len) row-major, sample i's first
  * lengths[i] valid; `batch` samples a forward pass (<= the executor's
- * max_batch); sample i is named i in errors and statistics. */
+ * max_batch); sample i is named first_name + i in errors and statistics. */
 /* Called after each chunk of a calibration but the last with the
  * statistics of every sample so far (the device's part merged in) and the
  * number of samples done: a point a run can resume from. Non-OK stops the
@@ -86,6 +86,12 @@ typedef struct kvcal_exec_samples {
     void *chunk_ctx;
     const volatile int *stop;        /* when it reads non-zero after a chunk, the run
                                         ends with KVCAL_ERR_INTERRUPTED (NULL: never) */
+    int64_t first_name;              /* sample i is named first_name + i (a rank's part
+                                        of a run: its first sample's index there) */
+    float *batch_absmax;             /* (batches, 2, layers, kv_heads) or NULL: each
+                                        batch's per-head K and V absmax, in batch order,
+                                        instead of folding them into the moving averages
+                                        (a data-parallel rank; calib/dp.h) */
 } kvcal_exec_samples;
 
 /* Calibration: every sample through the model up to the last layer's K

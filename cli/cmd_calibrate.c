@@ -15,6 +15,7 @@
 #include "cli/cmd_common.h"
 #include "cli/cmd_outputs.h"
 #include "cli/cmd_progress.h"
+#include "cli/cmd_ranks.h"
 #include "cli/cmd_resume.h"
 #include "cli/command.h"
 #include "cli/data_path.h"
@@ -51,6 +52,7 @@ typedef struct {
     kvcal_observer_config observer;
     kvcal_granularity granularity;
     kvcal_kv_format kv_dtype; /* --kv-dtype */
+    kvcal_cmd_ranks *ranks; /* this process's rank of the run */
 } options;
 
 static void usage(FILE *f)
@@ -125,13 +127,10 @@ static void usage(FILE *f)
         "output path is written through: the file it names is replaced, the link\n"
         "kept; a link to nothing is refused.\n"
         "The same inputs and seed give byte-identical outputs.\n"
+        "Several processes (mpirun -np N kvcal calibrate ..., or torchrun's RANK,\n"
+        "WORLD_SIZE and LOCAL_RANK with --device cuda) split the batches in order;\n"
+        "rank 0 writes the outputs one process writes, byte for byte.\n"
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
-}
-
-static int fail(kvcal_status st)
-{
-    fprintf(stderr, "kvcal calibrate: %s\n", kvcal_last_error());
-    return kvcal_cmd_run_exit_code(st);
 }
 
 enum {
@@ -302,32 +301,39 @@ static void warn_stderr(void *ctx, const char *message)
  * samples and readying the device, the forward passes, the outputs. */
 typedef struct {
     double load, forward, write;
+    double reduce;       /* several ranks: their statistics brought together */
+    int ranks;           /* processes the samples were split over */
     int layers_resident; /* layers whose weights the device held at once */
 } phases;
 
 typedef struct {
     kvcal_cmd_progress pr;
     double load; /* the load phase's seconds, for the progress line */
+    kvcal_cmd_ranks *ranks;
 } progress_ctx;
+
+/* SIGINT or SIGTERM seen during a run: it stops after the chunk in flight,
+ * its progress saved. A second signal ends the process at once. */
+static volatile int interrupted;
 
 static void show_progress(void *ctx, const kvcal_exec_progress *p)
 {
     progress_ctx *c = ctx;
+    kvcal_cmd_ranks_poll(c->ranks, &interrupted);
     const double elapsed = kvcal_cmd_progress_elapsed(&c->pr), done = p->tokens_done;
     const int final = p->samples_done == p->samples_total;
-    char where[64] = "";
+    char where[96] = "";
+    int n = 0;
+    if (c->ranks->size > 1) /* rank 0 shows its own part */
+        n = snprintf(where, sizeof where, " of rank 0's (%d ranks)", c->ranks->size);
     if (p->layer)
-        snprintf(where, sizeof where, " (layer %d/%d)", p->layer, p->layers);
+        snprintf(where + n, sizeof where - n, " (layer %d/%d)", p->layer, p->layers);
     kvcal_cmd_progress_update(
         &c->pr, final,
         "calibrate: %d/%d samples%s, %.0f tokens, %.0f tokens/s, ETA %.0f s (load %.1f s)",
         p->samples_done, p->samples_total, where, done, elapsed > 0 ? done / elapsed : 0.0,
         done > 0 ? elapsed * ((double)p->tokens_total - done) / done : 0.0, c->load);
 }
-
-/* SIGINT or SIGTERM seen during a run: it stops after the chunk in flight,
- * its progress saved. A second signal ends the process at once. */
-static volatile int interrupted;
 
 static void on_signal(int sig)
 {
@@ -357,27 +363,31 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
 {
     kvcal_exec_t *x = NULL;
     kvcal_exec_options xo;
+    progress_ctx pc = {.ranks = o->ranks};
+    kvcal_exec_samples run = {.ids = s->ids,
+                              .lengths = s->lengths,
+                              .num_samples = s->num_samples,
+                              .seq_len = s->seq_len,
+                              .batch = batch,
+                              .progress = show_progress,
+                              .progress_ctx = &pc,
+                              .first_sample = first,
+                              .chunk_samples = o->save_every,
+                              .chunk_done = r ? kvcal_cmd_resume_save : NULL,
+                              .chunk_ctx = r,
+                              .stop = &interrupted};
+    if (!kvcal_cmd_ranks_narrow(o->ranks, &run)) {
+        ph->load = kvcal_cmd_now_s() - t_start; /* a rank without a sample */
+        return KVCAL_OK;
+    }
     kvcal_status st = kvcal_cmd_exec_options(&o->run, batch, s->seq_len, &xo);
     if (!st)
         st = kvcal_exec_create(model, &xo, &x);
     if (st)
         return st;
-    progress_ctx pc;
     ph->load = pc.load = kvcal_cmd_now_s() - t_start;
     ph->layers_resident = kvcal_exec_layers_resident(x);
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
-    const kvcal_exec_samples run = {.ids = s->ids,
-                                    .lengths = s->lengths,
-                                    .num_samples = s->num_samples,
-                                    .seq_len = s->seq_len,
-                                    .batch = batch,
-                                    .progress = show_progress,
-                                    .progress_ctx = &pc,
-                                    .first_sample = first,
-                                    .chunk_samples = o->save_every,
-                                    .chunk_done = r ? kvcal_cmd_resume_save : NULL,
-                                    .chunk_ctx = r,
-                                    .stop = &interrupted};
     catch_signals(1);
     st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
     catch_signals(0);
@@ -644,6 +654,9 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
     if (ph->layers_resident && ph->layers_resident < d->num_layers)
         printf("weights streamed: %d of %d layers on the device at a time\n",
                ph->layers_resident, d->num_layers);
+    if (ph->ranks > 1)
+        printf("data-parallel: %d ranks, statistics reduced on rank 0 in %.3f s\n",
+               ph->ranks, ph->reduce);
     printf("%5s  %10s  %10s  %10s  %10s\n", "layer", "K absmax", "K scale", "V absmax",
            "V scale");
     for (int l = 0; l < s->num_layers; l++) {
@@ -696,6 +709,8 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_AddNumberToObject(phase, "load_seconds", ph->load);
     cJSON_AddNumberToObject(phase, "forward_seconds", ph->forward);
     cJSON_AddNumberToObject(phase, "write_seconds", ph->write);
+    cJSON_AddNumberToObject(phase, "reduce_seconds", ph->reduce);
+    cJSON_AddNumberToObject(root, "ranks", ph->ranks);
     cJSON_AddNumberToObject(root, "layers_resident", ph->layers_resident);
     cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
     cJSON *format_notes = cJSON_AddArrayToObject(root, "format_notes");
@@ -761,6 +776,31 @@ static void print_time_only(const kvcal_model_desc *d, const options *o, long lo
 
 // --- command ------------------------------------------------------------------
 
+/* What this rank's run is, for the ranks' first meeting: they must agree. */
+static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o,
+                         const kvcal_model_desc *d)
+{
+    const int64_t n = (int64_t)s->num_samples * s->seq_len;
+    const int shape[] = {s->num_samples, s->seq_len,      batch,      o->time_only,
+                         d->num_layers,  d->num_kv_heads, d->head_dim};
+    uint64_t h = kvcal_cmd_ranks_hash(KVCAL_CMD_RANKS_HASH0, shape, sizeof shape);
+    h = kvcal_cmd_ranks_hash(h, s->ids, (size_t)n * sizeof *s->ids);
+    h = kvcal_cmd_ranks_hash(h, s->lengths, (size_t)s->num_samples * sizeof *s->lengths);
+    h = kvcal_cmd_ranks_hash(h, &o->observer.ema_decay, sizeof o->observer.ema_decay);
+    return kvcal_cmd_ranks_hash(h, o->observer_text, strlen(o->observer_text));
+}
+
+/* The ranks meet after their forward passes (kvcal_cmd_ranks_meet); the
+ * forward phase lasts until the slowest is done. */
+static kvcal_status meet(kvcal_cmd_ranks *r, kvcal_status st, phases *ph)
+{
+    const double t = kvcal_cmd_now_s();
+    st = kvcal_cmd_ranks_meet(r, st, 0);
+    kvcal_cmd_ranks_close(r);
+    ph->forward += kvcal_cmd_now_s() - t;
+    return st;
+}
+
 KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache scales")
 {
     options o;
@@ -781,9 +821,11 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     kvcal_inputs_t *model_inputs = NULL, *other_inputs = NULL;
     cJSON *written = cJSON_CreateArray(), *notes = cJSON_CreateArray(), *run_id = NULL;
     kvcal_cmd_resume resume;
+    kvcal_cmd_ranks ranks = {.cmd = "calibrate", .size = 1};
     kvcal_status st;
     const double t_start = kvcal_cmd_now_s();
     phases ph = {0};
+    o.ranks = &ranks;
     char dataset_path[4096];
     if (o.run.dataset == default_dataset) {
         if ((st = kvcal_data_file_find(DEFAULT_DATASET, dataset_path,
@@ -795,11 +837,24 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     if (!o.time_only) {
         if ((st = list_inputs(&o, dataset_path, &model_inputs, &other_inputs)))
             goto fail;
-        if (check_outputs(&plan, &o, model_inputs, other_inputs)) {
+        if (kvcal_cmd_ranks_env_rank() == 0 &&
+            check_outputs(&plan, &o, model_inputs, other_inputs)) {
             rc = KVCAL_EXIT_USAGE;
             goto done;
         }
     }
+    if (kvcal_cmd_ranks_start("calibrate", o.run.cuda, &ranks)) {
+        rc = KVCAL_EXIT_USAGE;
+        goto done;
+    }
+    if (ranks.size > 1 && o.resume) {
+        if (ranks.rank == 0)
+            fprintf(stderr, "kvcal calibrate: --resume continues a run of one process; "
+                            "run it without mpirun\n");
+        rc = KVCAL_EXIT_USAGE;
+        goto done;
+    }
+    o.run.quiet |= ranks.rank != 0;
     if ((st = kvcal_model_open(o.run.model, &model)))
         goto fail;
     const kvcal_model_desc *d = kvcal_model_describe(model);
@@ -835,10 +890,16 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
                     batch, samples->num_samples, samples->num_samples);
         batch = samples->num_samples;
     }
+    if ((st = kvcal_cmd_ranks_layout(&ranks, samples->num_samples, batch, d->num_layers,
+                                     d->num_kv_heads)) ||
+        (st = kvcal_cmd_ranks_meet(&ranks, KVCAL_OK, run_hash(samples, batch, &o, d))))
+        goto fail;
     if (o.time_only) {
-        if ((st = run_samples_from(model, samples, &o, batch, NULL, 0, NULL, t_start, &ph)))
+        st = run_samples_from(model, samples, &o, batch, NULL, 0, NULL, t_start, &ph);
+        if ((st = meet(&ranks, st, &ph)))
             goto fail;
-        print_time_only(d, &o, samples->num_tokens, samples->num_samples, ph.forward);
+        if (ranks.rank == 0)
+            print_time_only(d, &o, samples->num_tokens, samples->num_samples, ph.forward);
         rc = KVCAL_EXIT_OK;
         goto done;
     }
@@ -878,14 +939,26 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     } else if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim,
                                         &stats)))
         goto fail;
+    const int save = o.save_every && ranks.size == 1;
     if ((st = run_samples_from(model, samples, &o, batch, stats, first,
-                               o.save_every ? &resume : NULL, t_start, &ph))) {
-        if (st == KVCAL_ERR_INTERRUPTED && o.save_every)
+                               save ? &resume : NULL, t_start, &ph))) {
+        if (st == KVCAL_ERR_INTERRUPTED && save)
             fprintf(stderr,
                     "kvcal calibrate: the progress is in %s; run the same command with "
                     "--resume to continue\n",
                     resume.run_path);
         goto fail;
+    }
+    if ((st = meet(&ranks, st, &ph)))
+        goto fail;
+    const double t_reduce = kvcal_cmd_now_s();
+    if ((st = kvcal_cmd_ranks_reduce(&ranks, stats, o.observer.ema_decay)))
+        goto fail;
+    ph.reduce = kvcal_cmd_now_s() - t_reduce;
+    ph.ranks = ranks.size;
+    if (ranks.rank != 0) {
+        rc = KVCAL_EXIT_OK; /* rank 0 writes */
+        goto done;
     }
     if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
         (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
@@ -914,8 +987,9 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     rc = KVCAL_EXIT_OK;
     goto done;
 fail:
-    rc = fail(st);
+    rc = kvcal_cmd_ranks_fail(&ranks, st);
 done:
+    kvcal_cmd_ranks_end(&ranks);
     cJSON_Delete(written);
     cJSON_Delete(notes);
     cJSON_Delete(run_id);

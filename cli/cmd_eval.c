@@ -18,6 +18,7 @@
 #include "cli/cmd_common.h"
 #include "cli/cmd_outputs.h"
 #include "cli/cmd_progress.h"
+#include "cli/cmd_ranks.h"
 #include "cli/command.h"
 #include "calib/executor.h"
 #include "calib/model.h"
@@ -77,6 +78,7 @@ typedef struct {
     int modes[NUM_MODES];   /* 1 = run */
     double tolerance;       /* --tolerance, percent */
     int modes_all;          /* --modes holds "all": modes that do not apply are left out */
+    kvcal_cmd_ranks *ranks; /* this process's rank of the run */
 } options;
 
 static void usage(FILE *f)
@@ -127,6 +129,8 @@ static void usage(FILE *f)
            "  --report FILE.html   also write the HTML report (what kvcal report\n"
            "                       writes: the table, the change per mode, the\n"
            "                       --scales per layer and head); never an input\n\n"
+           "Several processes (mpirun -np N kvcal eval ...) split the samples; rank 0\n"
+           "reports.\n"
            "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
            "error\n");
 }
@@ -286,7 +290,56 @@ static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
     }
 }
 
-/* Runs every sample once under `mode`; fills r. */
+/* Several ranks: their sums of a mode added on rank 0 in rank order (the
+ * float sums in another order than one process's, so equal to it within
+ * rounding; the counts exactly). *count is the whole run's on rank 0. */
+static kvcal_status reduce_mode(kvcal_cmd_ranks *ranks, const kvcal_model_desc *d,
+                                double *nll, long long *count, layer_sums *sums)
+{
+    if (ranks->size == 1)
+        return KVCAL_OK;
+    const size_t n = (size_t)(sums ? d->num_layers : 0);
+    typedef struct {
+        double nll;
+        long long count;
+    } totals;
+    const size_t bytes = sizeof(totals) + n * sizeof *sums;
+    unsigned char *mine = malloc(bytes), *all = malloc(bytes * (size_t)ranks->size);
+    kvcal_status st =
+        mine && all ? KVCAL_OK : kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
+    if (!st) {
+        const totals t = {*nll, *count};
+        memcpy(mine, &t, sizeof t);
+        if (n)
+            memcpy(mine + sizeof t, sums, n * sizeof *sums);
+        st = kvcal_cmd_ranks_gather(ranks, mine, bytes, all);
+    }
+    for (int r = 1; !st && ranks->rank == 0 && r < ranks->size; r++) {
+        totals t;
+        memcpy(&t, all + r * bytes, sizeof t);
+        *nll += t.nll;
+        *count += t.count;
+        for (size_t l = 0; l < n; l++) {
+            layer_sums add;
+            memcpy(&add, all + r * bytes + sizeof t + l * sizeof add, sizeof add);
+            for (int i = 0; i < 3; i++) {
+                kvcal_error_sums *dst = i < 2 ? &sums[l].kv[i] : &sums[l].att;
+                const kvcal_error_sums *src = i < 2 ? &add.kv[i] : &add.att;
+                dst->x2 += src->x2;
+                dst->e2 += src->e2;
+                dst->clipped += src->clipped;
+                dst->n += src->n;
+            }
+        }
+    }
+    free(mine);
+    free(all);
+    return st;
+}
+
+/* Runs every sample once under `mode` (several ranks: this rank's part;
+ * first-batch, whose scales come from the run's first batch, on rank 0
+ * alone) and, once the ranks met, fills r on rank 0. */
 static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                              const kvcal_samples *s, const options *o,
                              const kvcal_scales_t *scales, int mode, mode_result *r)
@@ -304,16 +357,20 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
     progress_ctx pc = {.mode = mode};
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
-    const kvcal_exec_samples run = {.ids = s->ids,
-                                    .lengths = s->lengths,
-                                    .num_samples = s->num_samples,
-                                    .seq_len = s->seq_len,
-                                    .batch = o->run.batch,
-                                    .progress = show_progress,
-                                    .progress_ctx = &pc};
-    st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
+    kvcal_exec_samples run = {.ids = s->ids,
+                              .lengths = s->lengths,
+                              .num_samples = s->num_samples,
+                              .seq_len = s->seq_len,
+                              .batch = o->run.batch,
+                              .progress = show_progress,
+                              .progress_ctx = &pc};
+    const int whole = mode == MODE_FIRST_BATCH;
+    if (whole ? o->ranks->rank == 0 : kvcal_cmd_ranks_narrow(o->ranks, &run))
+        st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
     kvcal_cmd_progress_end(&pc.pr);
-    if (!st && count == 0)
+    if (!(st = kvcal_cmd_ranks_meet(o->ranks, st, 0)))
+        st = reduce_mode(o->ranks, d, &nll, &count, r->sums);
+    if (!st && o->ranks->rank == 0 && count == 0)
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
 done:
@@ -533,6 +590,24 @@ static int check_report(const options *o)
 
 // --- command -----------------------------------------------------------------
 
+/* What this rank's run is, for the ranks' first meeting: they must agree. */
+static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o,
+                         const kvcal_scales_t *scales)
+{
+    const int shape[] = {s->num_samples, s->seq_len, batch};
+    uint64_t h = kvcal_cmd_ranks_hash(KVCAL_CMD_RANKS_HASH0, shape, sizeof shape);
+    h = kvcal_cmd_ranks_hash(h, o->modes, sizeof o->modes);
+    if (scales) {
+        const size_t n = (size_t)scales->num_layers * scales->num_kv_heads * sizeof(float);
+        h = kvcal_cmd_ranks_hash(h, scales->k_head, n);
+        h = kvcal_cmd_ranks_hash(h, scales->v_head, n);
+    }
+    h = kvcal_cmd_ranks_hash(h, s->ids,
+                             (size_t)s->num_samples * s->seq_len * sizeof *s->ids);
+    return kvcal_cmd_ranks_hash(h, s->lengths,
+                                (size_t)s->num_samples * sizeof *s->lengths);
+}
+
 /* The directory holding the model's config.json (NULL for a llama2.c file). */
 static const char *model_dir_of(const options *o, const kvcal_model_desc *d)
 {
@@ -551,8 +626,13 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         usage(stdout);
         return KVCAL_EXIT_OK;
     }
-    if (rc || (o.report && check_report(&o)))
+    if (rc || (o.report && kvcal_cmd_ranks_env_rank() == 0 && check_report(&o)))
         return KVCAL_EXIT_USAGE;
+    kvcal_cmd_ranks ranks = {.cmd = "eval", .size = 1};
+    o.ranks = &ranks;
+    if (kvcal_cmd_ranks_start("eval", o.run.cuda, &ranks))
+        return KVCAL_EXIT_USAGE;
+    o.run.quiet |= ranks.rank != 0;
     kvcal_model_t *model = NULL;
     kvcal_samples *samples = NULL;
     kvcal_exec_t *x = NULL;
@@ -618,7 +698,10 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     }
     o.run.batch = batch;
     kvcal_exec_options xo;
-    if ((st = kvcal_cmd_exec_options(&o.run, batch, samples->seq_len, &xo)) ||
+    if ((st = kvcal_cmd_ranks_layout(&ranks, samples->num_samples, batch, d->num_layers,
+                                     d->num_kv_heads)) ||
+        (st = kvcal_cmd_ranks_meet(&ranks, KVCAL_OK, run_hash(samples, batch, &o, scales))) ||
+        (st = kvcal_cmd_exec_options(&o.run, batch, samples->seq_len, &xo)) ||
         (st = kvcal_exec_create(model, &xo, &x)))
         goto fail;
     /* the baseline first: every change is measured against it */
@@ -629,6 +712,11 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         if ((st = run_mode(x, d, samples, &o, scales, m, &res[nres])))
             goto fail;
         nres++;
+    }
+    kvcal_cmd_ranks_close(&ranks);
+    if (ranks.rank != 0) {
+        rc = KVCAL_EXIT_OK; /* rank 0 reports */
+        goto done;
     }
     if ((o.run.json || o.report) && !(json = report_json(res, nres, d, samples, &o))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
@@ -653,9 +741,9 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         }
     goto done;
 fail:
-    fprintf(stderr, "kvcal eval: %s\n", kvcal_last_error());
-    rc = kvcal_cmd_run_exit_code(st);
+    rc = kvcal_cmd_ranks_fail(&ranks, st);
 done:
+    kvcal_cmd_ranks_end(&ranks);
     cJSON_Delete(json);
     for (int i = 0; i < NUM_MODES; i++)
         free(res[i].sums);

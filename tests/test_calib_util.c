@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, int len,
-                                  int batch, kvcal_stats_t **stats, int *resident)
+/* Both: part NULL for the whole run. */
+static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, int len,
+                              int batch, const kvcal_dp_part *part, float *bmax,
+                              kvcal_stats_t **stats, int *resident)
 {
     const kvcal_model_desc *d = kvcal_model_describe(m);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * len);
@@ -28,14 +30,31 @@ kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int 
         *resident = kvcal_exec_layers_resident(x);
     if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats)))
         goto done;
-    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = n,
-                                  .seq_len = len, .batch = batch};
-    st = kvcal_exec_calibrate(x, &s, *stats, 0.9);
+    kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = n, .seq_len = len, .batch = batch};
+    if (part)
+        kvcal_dp_narrow(part, bmax, &s);
+    if (s.num_samples)
+        st = kvcal_exec_calibrate(x, &s, *stats, 0.9);
 done:
     kvcal_exec_destroy(x);
     free(ids);
     free(lengths);
     return st;
+}
+
+kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n,
+                                  int len, int batch, kvcal_stats_t **stats,
+                                  int *resident)
+{
+    return calibrate(m, opt, n, len, batch, NULL, NULL, stats, resident);
+}
+
+kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt, int n,
+                                       int len, int batch, const kvcal_dp_part *part,
+                                       float *bmax, kvcal_stats_t **stats)
+{
+    return calibrate(m, opt, n, len, batch, part, bmax, stats, NULL);
 }
 
 int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b)

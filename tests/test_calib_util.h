@@ -5,6 +5,7 @@
 #ifndef KVCAL_TESTS_TEST_CALIB_UTIL_H
 #define KVCAL_TESTS_TEST_CALIB_UTIL_H
 
+#include "calib/dp.h"
 #include "calib/executor.h"
 #include "calib/model.h"
 #include "observers/stats.h"
@@ -15,8 +16,17 @@
  * *stats (caller destroys; NULL when the executor could not be created).
  * Returns kvcal_exec_create's status, the run's on success; *resident (or
  * NULL) gets kvcal_exec_layers_resident. */
-kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, int len,
-                                  int batch, kvcal_stats_t **stats, int *resident);
+kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n,
+                                  int len, int batch, kvcal_stats_t **stats,
+                                  int *resident);
+
+/* kvcal_test_calibrate's samples, but only part's (a rank of a
+ * data-parallel run, calib/dp.h): their per-batch absmax into bmax
+ * (part->num_batches, 2, layers, kv_heads), the moving averages not folded.
+ * *stats as there. */
+kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt, int n,
+                                       int len, int batch, const kvcal_dp_part *part,
+                                       float *bmax, kvcal_stats_t **stats);
 
 /* Every statistic of a and b (absmax, histograms, tokens, the per-head and
  * per-layer moving averages, the batch count) bit for bit. */

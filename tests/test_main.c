@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "calib/dp.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -132,6 +133,20 @@ int kvcal_test_run_kvcal(const char *args, char **out)
     return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+int kvcal_test_run_command(const char *command, char **out)
+{
+    char cmd[16384], o[512], e[512];
+    if (setenv("KVCAL", kvcal_binary(), 1))
+        return -1;
+    snprintf(cmd, sizeof cmd, "( %s ) > '%s' 2> '%s'", command,
+             kvcal_output_path(o, sizeof o, "stdout"),
+             kvcal_output_path(e, sizeof e, "stderr"));
+    int rc = system(cmd);
+    if (out)
+        *out = kvcal_test_read_file(o, NULL);
+    return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
 char *kvcal_test_kvcal_stderr(void)
 {
     char e[512];
@@ -242,6 +257,11 @@ static const char *unmet_need(int needs)
         return "no python3 with html5lib (Debian's python3-html5lib: make deps)";
     if ((needs & KVCAL_NEEDS_CHROMIUM) && !on_path("chromium"))
         return "no chromium (Debian's chromium: make deps)";
+    if ((needs & KVCAL_NEEDS_MPI) && !(on_path("mpirun") && kvcal_dp_have_mpi()))
+        return kvcal_dp_have_mpi()
+                   ? "no mpirun (Open MPI's openmpi-bin: make deps)"
+                   : "this build holds no MPI (Open MPI's libopenmpi-dev: "
+                     "make deps, then rebuild)";
     if (needs & KVCAL_NEEDS_PYTHON_TORCH) {
 #ifdef __SANITIZE_ADDRESS__
         return "a sanitizer build's libkvcal.so does not load into Python";

@@ -24,7 +24,8 @@ enum {
     KVCAL_NEEDS_PKG_CONFIG = 8, /* pkg-config on PATH */
     KVCAL_NEEDS_HTML5LIB = 16,  /* a python3 that imports html5lib (python3-html5lib) */
     KVCAL_NEEDS_CHROMIUM = 32,  /* Debian's chromium on PATH (headless) */
-    KVCAL_NEEDS_PYTHON_TORCH = 64 /* kvcal_test_python() imports torch and numpy */
+    KVCAL_NEEDS_PYTHON_TORCH = 64, /* kvcal_test_python() imports torch and numpy */
+    KVCAL_NEEDS_MPI = 128          /* mpirun on PATH and MPI in this build */
 };
 
 typedef struct kvcal_suite {
@@ -77,7 +78,12 @@ char *kvcal_test_read_file(const char *path, size_t *len);
  * kept for kvcal_test_kvcal_stderr. Returns the exit code, -1 when it did not
  * exit. */
 int kvcal_test_run_kvcal(const char *args, char **out);
-/* The stderr of the last kvcal_test_run_kvcal (caller frees); NULL on failure. */
+/* Runs a shell command (a launcher, a pipeline) in which $KVCAL names the
+ * kvcal binary, its output kept as kvcal_test_run_kvcal keeps it; returns
+ * its exit code, -1 when it did not exit. */
+int kvcal_test_run_command(const char *command, char **out);
+/* The stderr of the last kvcal_test_run_kvcal or _command (caller frees);
+ * NULL on failure. */
 char *kvcal_test_kvcal_stderr(void);
 /* Whether that stderr contains needle; prints it when not. */
 int kvcal_test_kvcal_stderr_has(const char *needle);
