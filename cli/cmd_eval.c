@@ -19,6 +19,7 @@
 #include "cli/cmd_outputs.h"
 #include "cli/cmd_progress.h"
 #include "cli/command.h"
+#include "calib/eval_stats.h"
 #include "calib/executor.h"
 #include "calib/model.h"
 #include "core/scales.h"
@@ -192,7 +193,9 @@ typedef kvcal_eval_layer_sums layer_sums;
 typedef struct {
     int mode;
     double ppl;
-    layer_sums *sums; /* owned; NULL for the baseline */
+    layer_sums *sums;       /* owned; NULL for the baseline */
+    float *nll, *kld, *top; /* (tokens) owned; kld and top NULL for the baseline */
+    kvcal_eval_compare cmp; /* against the baseline (not for the baseline) */
 } mode_result;
 
 typedef struct {
@@ -234,46 +237,73 @@ static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
     }
 }
 
-/* Runs every sample once under `mode`; fills r. */
+/* Runs every sample once under `mode`; fills r (base: the baseline's
+ * result, NULL when r is the baseline: its distributions are kept). */
 static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                              const kvcal_samples *s, const options *o,
-                             const kvcal_scales_t *scales, int mode, mode_result *r)
+                             const kvcal_scales_t *scales, int mode, const mode_result *base,
+                             mode_result *r)
 {
-    double nll = 0.0;
-    long long count = 0;
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
-    float *ks = malloc(2 * lh * sizeof *ks);
-    r->sums = mode == MODE_BASELINE ? NULL : calloc((size_t)d->num_layers, sizeof *r->sums);
-    kvcal_status st = KVCAL_OK;
-    if (!ks || (mode != MODE_BASELINE && !r->sums)) {
-        st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
-        goto done;
-    }
-    const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
-    progress_ctx pc = {.mode = mode};
-    kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
     const kvcal_exec_samples run = {.ids = s->ids,
                                     .lengths = s->lengths,
                                     .num_samples = s->num_samples,
                                     .seq_len = s->seq_len,
                                     .batch = o->run.batch,
-                                    .progress = show_progress,
-                                    .progress_ctx = &pc};
-    st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
-    kvcal_cmd_progress_end(&pc.pr);
-    if (!st && count == 0)
+                                    .progress = show_progress};
+    const int64_t n = kvcal_exec_predicted_tokens(&run);
+    float *ks = malloc(2 * lh * sizeof *ks);
+    r->mode = mode;
+    r->sums = base ? calloc((size_t)d->num_layers, sizeof *r->sums) : NULL;
+    r->nll = malloc((size_t)(n ? n : 1) * sizeof *r->nll);
+    r->kld = base ? malloc((size_t)(n ? n : 1) * sizeof *r->kld) : NULL;
+    r->top = base ? malloc((size_t)(n ? n : 1) * sizeof *r->top) : NULL;
+    kvcal_status st = KVCAL_OK;
+    if (!ks || !r->nll || (base && (!r->sums || !r->kld || !r->top))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+        goto done;
+    }
+    if (n == 0) {
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
+        goto done;
+    }
+    const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
+    progress_ctx pc = {.mode = mode};
+    kvcal_exec_samples with_progress = run;
+    with_progress.progress_ctx = &pc;
+    const kvcal_eval_tokens tok = {r->nll, base == NULL, r->kld, r->top};
+    kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
+    st = kvcal_exec_eval(x, &with_progress, &cfg, &tok, r->sums);
+    kvcal_cmd_progress_end(&pc.pr);
+    if (st)
+        goto done;
+    double nll = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        nll += r->nll[i];
+    r->ppl = exp(nll / (double)n);
+    if (base) {
+        float *scratch = malloc((size_t)n * sizeof *scratch);
+        if (!scratch) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+            goto done;
+        }
+        kvcal_eval_compare_tokens(&r->cmp, r->nll, base->nll, r->kld, r->top, s->lengths,
+                                  s->num_samples, scratch);
+        free(scratch);
+    }
 done:
     free(ks);
-    if (st) {
-        free(r->sums);
-        r->sums = NULL;
-        return st;
-    }
-    r->mode = mode;
-    r->ppl = exp(nll / (double)count);
-    return KVCAL_OK;
+    return st;
+}
+
+static void free_result(mode_result *r)
+{
+    free(r->sums);
+    free(r->nll);
+    free(r->kld);
+    free(r->top);
+    memset(r, 0, sizeof *r);
 }
 
 // --- report ------------------------------------------------------------------
@@ -309,6 +339,28 @@ static void mode_summary(const mode_result *r, int layers, double *k_sqnr, doubl
     }
 }
 
+/* n tokens as "812", "45k", "1.3M" (NAN: "-"). */
+static const char *tokens_text(char *buf, size_t size, double n)
+{
+    if (!isfinite(n))
+        snprintf(buf, size, "-");
+    else if (n < 1e4)
+        snprintf(buf, size, "%.0f", ceil(n));
+    else if (n < 1e6)
+        snprintf(buf, size, "%.0fk", ceil(n / 1e3));
+    else if (n < 1e9)
+        snprintf(buf, size, "%.1fM", n / 1e6);
+    else
+        snprintf(buf, size, "%.2gG", n / 1e9);
+    return buf;
+}
+
+/* Percent change of perplexity from a change of its log. */
+static double pct(double ln_ratio)
+{
+    return 100.0 * expm1(ln_ratio);
+}
+
 static void print_table(const mode_result *res, int nres, const kvcal_model_desc *d,
                         const kvcal_samples *s, const options *o)
 {
@@ -318,24 +370,49 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
            o->run.cuda ? "cuda" : "cpu", o->run.cuda ? "bf16" : "fp32", s->num_samples,
            s->num_tokens, o->run.dataset, o->scales ? "; scales " : "",
            o->scales ? o->scales : "");
-    double base = res[0].ppl;
-    printf("\n%-14s %11s %10s %9s  %11s %11s %9s %9s\n", "mode", "perplexity", "change",
-           "change %", "min K SQNR", "min V SQNR", "max clip", "max att");
+    printf("\n%-14s %11s %25s %10s %10s %8s  %s\n", "mode", "perplexity",
+           "change [95% CI]", "KLD mean", "KLD p99", "top-1", "verdict");
     for (int i = 0; i < nres; i++) {
         printf("%-14s %11.4f", mode_names[res[i].mode], res[i].ppl);
         if (!res[i].sums) {
-            printf(" %10s %9s  %11s %11s %9s %9s\n", "-", "-", "-", "-", "-", "-");
+            printf(" %25s %10s %10s %8s  %s\n", "-", "-", "-", "-",
+                   "the reference of every change");
             continue;
         }
+        const kvcal_eval_compare *c = &res[i].cmp;
+        char ci[64], tk[32];
+        snprintf(ci, sizeof ci, "%+.2f%% [%+.2f, %+.2f]", pct(c->ln_ratio), pct(c->ci_lo),
+                 pct(c->ci_hi));
+        printf(" %25s %10.3g %10.3g %7.2f%%  ", ci, c->kld_mean, c->kld_p99,
+               100.0 * c->top1);
+        if (c->within_noise)
+            printf("within noise: ~%s tokens would resolve it\n",
+                   tokens_text(tk, sizeof tk, c->tokens_to_resolve));
+        else
+            printf("beyond noise (resolved at ~%s tokens)\n",
+                   tokens_text(tk, sizeof tk, c->tokens_to_resolve));
+    }
+    printf("\n%-14s %11s %11s %9s %9s\n", "mode", "min K SQNR", "min V SQNR", "max clip",
+           "max att");
+    for (int i = 0; i < nres; i++) {
+        if (!res[i].sums)
+            continue;
         double ks, vs, clip, err;
         mode_summary(&res[i], d->num_layers, &ks, &vs, &clip, &err);
-        printf(" %+10.4f %+8.3f%%  %8.1f dB %8.1f dB %9.2e %9.2e\n", res[i].ppl - base,
-               100.0 * (res[i].ppl - base) / base, ks, vs, clip, err);
+        printf("%-14s %8.1f dB %8.1f dB %9.2e %9.2e\n", mode_names[res[i].mode], ks, vs,
+               clip, err);
     }
-    puts("\n(SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2); clip = fraction\n"
-         "of values saturated past e4m3's rounding to 448 (|x| / scale > 464); att =\n"
-         "|attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|, with q, K\n"
-         "and V of the mode's own forward pass)");
+    printf("\n(%lld predicted tokens in %d windows, paired with the baseline's: change =\n"
+           "PPL / PPL_base - 1 with its 95%% interval over windows (Student's t); within\n"
+           "noise when the interval holds 0, and the tokens at which it would not if the\n"
+           "mean and spread stayed; KLD = KL(baseline || mode) of the next-token\n"
+           "distributions, nats, mean and 99th percentile over tokens; top-1 = tokens\n"
+           "where both put the same token first. SQNR = 10 log10(sum x^2 / sum (x -\n"
+           "dequant(quant(x)))^2); clip = fraction of values saturated past e4m3's\n"
+           "rounding to 448 (|x| / scale > 464); att = |attention(q, K', V') -\n"
+           "attention(q, K, V)| / |attention(q, K, V)|, with q, K and V of the mode's own\n"
+           "forward pass)\n",
+           nres > 1 ? (long long)res[1].cmp.tokens : 0LL, nres > 1 ? res[1].cmp.windows : 0);
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
@@ -370,6 +447,10 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
     cJSON_AddNumberToObject(root, "num_samples", s->num_samples);
     cJSON_AddNumberToObject(root, "num_tokens", (double)s->num_tokens);
     cJSON_AddNumberToObject(root, "seq_len", s->seq_len);
+    if (nres > 1) {
+        cJSON_AddNumberToObject(root, "predicted_tokens", (double)res[1].cmp.tokens);
+        cJSON_AddNumberToObject(root, "windows", res[1].cmp.windows);
+    }
     cJSON *modes = cJSON_AddArrayToObject(root, "modes");
     for (int i = 0; i < nres; i++) {
         cJSON *m = cJSON_CreateObject();
@@ -380,6 +461,24 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
         cJSON_AddItemToObject(m, "perplexity_change_rel",
                               json_number((res[i].ppl - res[0].ppl) / res[0].ppl));
         if (res[i].sums) {
+            const kvcal_eval_compare *c = &res[i].cmp;
+            cJSON_AddItemToObject(m, "ln_ppl_ratio", json_number(c->ln_ratio));
+            cJSON_AddItemToObject(m, "ln_ppl_ratio_se", json_number(c->ln_ratio_se));
+            cJSON_AddItemToObject(m, "ln_ppl_ratio_se_window",
+                                  json_number(c->ln_ratio_se_window));
+            cJSON *ci = cJSON_AddArrayToObject(m, "perplexity_change_rel_ci95");
+            cJSON_AddItemToArray(ci, json_number(expm1(c->ci_lo)));
+            cJSON_AddItemToArray(ci, json_number(expm1(c->ci_hi)));
+            cJSON_AddStringToObject(m, "ci_over", c->ci_from_windows ? "windows" : "tokens");
+            cJSON_AddBoolToObject(m, "within_noise", c->within_noise);
+            cJSON_AddItemToObject(m, "tokens_to_resolve", json_number(c->tokens_to_resolve));
+            cJSON_AddItemToObject(m, "kld_mean", json_number(c->kld_mean));
+            cJSON_AddItemToObject(m, "kld_mean_se", json_number(c->kld_se));
+            cJSON_AddItemToObject(m, "kld_median", json_number(c->kld_median));
+            cJSON_AddItemToObject(m, "kld_p99", json_number(c->kld_p99));
+            cJSON_AddItemToObject(m, "kld_max", json_number(c->kld_max));
+            cJSON_AddItemToObject(m, "top1_agreement", json_number(c->top1));
+            cJSON_AddItemToObject(m, "top1_agreement_se", json_number(c->top1_se));
             cJSON *layers = cJSON_AddArrayToObject(m, "layers");
             for (int l = 0; l < d->num_layers; l++) {
                 const layer_sums *sl = &res[i].sums[l];
@@ -516,7 +615,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     for (int m = 0; m < NUM_MODES; m++) {
         if (!o.modes[m])
             continue;
-        if ((st = run_mode(x, d, samples, &o, scales, m, &res[nres])))
+        if ((st = run_mode(x, d, samples, &o, scales, m, nres ? &res[0] : NULL,
+                           &res[nres])))
             goto fail;
         nres++;
     }
@@ -548,7 +648,7 @@ fail:
 done:
     cJSON_Delete(json);
     for (int i = 0; i < NUM_MODES; i++)
-        free(res[i].sums);
+        free_result(&res[i]);
     kvcal_exec_destroy(x);
     kvcal_scales_destroy(scales);
     kvcal_samples_destroy(samples);

@@ -43,6 +43,13 @@
 #define CLIP_RTOL 5e-2
 #define ATT_ATOL 5e-3
 #define ATT_RTOL 0.15
+/* Against each device's own baseline: the mean KL divergence of a mode
+ * (nats) and its top-1 agreement (a fraction). bf16 logits and a bf16
+ * baseline move both by about what an FP8 cache does on stories260K:
+ * KLD within 5e-3 + 50%, top-1 within 3 points. */
+#define KLD_ATOL 5e-3
+#define KLD_RTOL 0.5
+#define TOP1_ATOL 3e-2
 
 // --- helpers -------------------------------------------------------------------
 
@@ -75,13 +82,16 @@ static cJSON *eval_json(const char *args, const char *device)
 }
 
 /* Same keys in the same order, same array lengths, same kinds (a number and
- * a null are one kind: an infinite SQNR is written as null). */
+ * a null are one kind: an infinite SQNR is written as null; true and false
+ * are one). */
 static int same_shape(const cJSON *a, const cJSON *b)
 {
     const int num_a = cJSON_IsNumber(a) || cJSON_IsNull(a);
     const int num_b = cJSON_IsNumber(b) || cJSON_IsNull(b);
     if (num_a || num_b)
         return num_a && num_b;
+    if (cJSON_IsBool(a) || cJSON_IsBool(b))
+        return cJSON_IsBool(a) && cJSON_IsBool(b);
     if ((a->type & 0xff) != (b->type & 0xff))
         return 0;
     if (!cJSON_IsObject(a) && !cJSON_IsArray(a))
@@ -143,10 +153,16 @@ static void check_cuda_against_cpu(const char *name, const char *args)
         const double kc = check_layers(c, g, "k_clipped", CLIP_ATOL, CLIP_RTOL);
         const double vc = check_layers(c, g, "v_clipped", CLIP_ATOL, CLIP_RTOL);
         const double at = check_layers(c, g, "attention_rel_error", ATT_ATOL, ATT_RTOL);
-        printf("\n  %s %-13s change cpu %+.3f%% cuda %+.3f%%; worst |diff|: SQNR K %.2f "
-               "V %.2f dB, clip K %.1e V %.1e, att %.1e",
+        KVCAL_ASSERT_CLOSE(num(g, "kld_mean"), num(c, "kld_mean"), KLD_ATOL, KLD_RTOL);
+        KVCAL_ASSERT_CLOSE(num(g, "top1_agreement"), num(c, "top1_agreement"), TOP1_ATOL,
+                           0.0);
+        CU_ASSERT(num(g, "kld_mean") > 0.0 && num(g, "top1_agreement") <= 1.0);
+        printf("\n  %s %-13s change cpu %+.3f%% cuda %+.3f%%; KLD cpu %.4f cuda %.4f, "
+               "top-1 cpu %.3f cuda %.3f; worst |diff|: SQNR K %.2f V %.2f dB, clip K "
+               "%.1e V %.1e, att %.1e",
                name, cJSON_GetObjectItem(c, "mode")->valuestring, 100.0 * dc, 100.0 * dg,
-               ks, vs, kc, vc, at);
+               num(c, "kld_mean"), num(g, "kld_mean"), num(c, "top1_agreement"),
+               num(g, "top1_agreement"), ks, vs, kc, vc, at);
     }
     printf("\n");
     cJSON_Delete(cpu);

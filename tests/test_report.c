@@ -327,6 +327,25 @@ static void report_eval_table_and_bars_match_the_eval_json(void)
         snprintf(want, sizeof want, "%.4g", num(m, "perplexity"));
         CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 0)->valuestring, str(m, "mode"));
         CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 1)->valuestring, want);
+        if (i == 0)
+            continue;
+        /* the interval, the verdict, KLD and top-1 of the mode */
+        const cJSON *ci = cJSON_GetObjectItem(m, "perplexity_change_rel_ci95");
+        snprintf(want, sizeof want, "[%+.3f%%, %+.3f%%]",
+                 100 * cJSON_GetArrayItem(ci, 0)->valuedouble,
+                 100 * cJSON_GetArrayItem(ci, 1)->valuedouble);
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 4)->valuestring, want);
+        const char *verdict = cJSON_GetArrayItem(row, 5)->valuestring;
+        CU_ASSERT_PTR_NOT_NULL(
+            strstr(verdict, cJSON_IsTrue(cJSON_GetObjectItem(m, "within_noise"))
+                                ? "within noise"
+                                : "beyond noise"));
+        snprintf(want, sizeof want, "%.4g", num(m, "kld_mean"));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 6)->valuestring, want);
+        snprintf(want, sizeof want, "%.4g", num(m, "kld_p99"));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 7)->valuestring, want);
+        snprintf(want, sizeof want, "%.3g%%", 100 * num(m, "top1_agreement"));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 8)->valuestring, want);
     }
     const cJSON *bars = cells(r, "fig-eval-ppl"), *cell;
     CU_ASSERT_EQUAL(cJSON_GetArraySize(bars), n - 1);
