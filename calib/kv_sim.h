@@ -25,6 +25,9 @@ typedef struct kvcal_kv_sim_config {
     /* (layers, kv_heads) host arrays, finite and > 0, for STATIC; NULL
      * otherwise (copied by kvcal_kv_sim_create) */
     const float *k_scale, *v_scale;
+    /* (layers) 1 where the layer's cache is simulated, 0 where K and V
+     * stay exact (its sums stay 0); NULL: every layer (copied) */
+    const unsigned char *layers;
 } kvcal_kv_sim_config;
 
 /* Where the static scales of a scale set come from. */

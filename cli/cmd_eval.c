@@ -56,6 +56,7 @@ typedef struct {
     const char *report;     /* --report FILE.html, or NULL */
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
+    int attribute;          /* --attribute: each layer's cache alone, per mode */
 } options;
 
 static void usage(FILE *f)
@@ -95,6 +96,11 @@ static void usage(FILE *f)
            "                       place; elsewhere a plain line every\n"
            "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
            "                       the end of each mode)\n"
+           "  --attribute          per mode, also one run per layer with only that\n"
+           "                       layer's cache simulated: the KL divergence and the\n"
+           "                       perplexity change each layer costs alone (layers x\n"
+           "                       modes more runs); the costliest layer is named by\n"
+           "                       it (else by its attention error)\n"
            "  --json               print the report as JSON on stdout\n"
            "  --report FILE.html   also write the HTML report (what kvcal report\n"
            "                       writes: the table, the change per mode, the\n"
@@ -123,7 +129,7 @@ static int parse_modes(const char *text, int *modes)
     return 0;
 }
 
-enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT };
+enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT, O_ATTRIBUTE };
 
 /* eval's own options (kvcal_cmd_own_option); ctx: the options, whose
  * modes_text keeps --modes until the other options are known. */
@@ -135,6 +141,9 @@ static int own_option(int c, const char *arg, void *ctx)
         return kvcal_cmd_parse_path("eval", "--scales", arg, &o->scales) ? -1 : 1;
     case O_MODES:
         o->modes_text = arg;
+        return 1;
+    case O_ATTRIBUTE:
+        o->attribute = 1;
         return 1;
     case O_REPORT:
         return kvcal_cmd_parse_path("eval", "--report", arg, &o->report) ? -1 : 1;
@@ -152,6 +161,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"scales", required_argument, 0, O_SCALES},
         {"modes", required_argument, 0, O_MODES},
         {"report", required_argument, 0, O_REPORT},
+        {"attribute", no_argument, 0, O_ATTRIBUTE},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -196,6 +206,8 @@ typedef struct {
     layer_sums *sums;       /* owned; NULL for the baseline */
     float *nll, *kld, *top; /* (tokens) owned; kld and top NULL for the baseline */
     kvcal_eval_compare cmp; /* against the baseline (not for the baseline) */
+    /* (layers) owned, --attribute: the mode's cache in that layer alone */
+    double *kld_alone, *change_alone;
 } mode_result;
 
 typedef struct {
@@ -219,14 +231,14 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
 static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
                                        const kvcal_model_desc *d, float *ks, float *vs)
 {
-    kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs};
+    kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs, NULL};
     switch (mode) {
     case MODE_BASELINE:
-        return (kvcal_kv_sim_config){KVCAL_KV_SIM_EXACT, NULL, NULL};
+        return (kvcal_kv_sim_config){KVCAL_KV_SIM_EXACT, NULL, NULL, NULL};
     case MODE_DYNAMIC:
-        return (kvcal_kv_sim_config){KVCAL_KV_SIM_DYNAMIC, NULL, NULL};
+        return (kvcal_kv_sim_config){KVCAL_KV_SIM_DYNAMIC, NULL, NULL, NULL};
     case MODE_FIRST_BATCH:
-        return (kvcal_kv_sim_config){KVCAL_KV_SIM_FIRST_BATCH, NULL, NULL};
+        return (kvcal_kv_sim_config){KVCAL_KV_SIM_FIRST_BATCH, NULL, NULL, NULL};
     default:
         kvcal_kv_sim_static_scales(scales,
                                    mode == MODE_STATIC_TENSOR ? KVCAL_KV_SCALES_TENSOR
@@ -242,7 +254,7 @@ static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
 static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                              const kvcal_samples *s, const options *o,
                              const kvcal_scales_t *scales, int mode, const mode_result *base,
-                             mode_result *r)
+                             const unsigned char *layers, mode_result *r)
 {
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     const kvcal_exec_samples run = {.ids = s->ids,
@@ -268,7 +280,8 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
         goto done;
     }
-    const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
+    kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
+    cfg.layers = layers;
     progress_ctx pc = {.mode = mode};
     kvcal_exec_samples with_progress = run;
     with_progress.progress_ctx = &pc;
@@ -299,11 +312,42 @@ done:
 
 static void free_result(mode_result *r)
 {
+    free(r->kld_alone);
+    free(r->change_alone);
     free(r->sums);
     free(r->nll);
     free(r->kld);
     free(r->top);
     memset(r, 0, sizeof *r);
+}
+
+/* --attribute: res[i]'s mode once per layer with only that layer's cache
+ * simulated, against the baseline res[0]. */
+static kvcal_status attribute(kvcal_exec_t *x, const kvcal_model_desc *d,
+                              const kvcal_samples *s, const options *o,
+                              const kvcal_scales_t *scales, mode_result *res, int i)
+{
+    const int L = d->num_layers;
+    mode_result *r = &res[i];
+    unsigned char *mask = calloc((size_t)L, 1);
+    r->kld_alone = malloc((size_t)L * sizeof *r->kld_alone);
+    r->change_alone = malloc((size_t)L * sizeof *r->change_alone);
+    kvcal_status st = mask && r->kld_alone && r->change_alone
+                          ? KVCAL_OK
+                          : kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+    for (int l = 0; !st && l < L; l++) {
+        mode_result one;
+        memset(&one, 0, sizeof one);
+        memset(mask, 0, (size_t)L);
+        mask[l] = 1;
+        if (!(st = run_mode(x, d, s, o, scales, r->mode, &res[0], mask, &one))) {
+            r->kld_alone[l] = one.cmp.kld_mean;
+            r->change_alone[l] = expm1(one.cmp.ln_ratio);
+        }
+        free_result(&one);
+    }
+    free(mask);
+    return st;
 }
 
 // --- report ------------------------------------------------------------------
@@ -322,6 +366,27 @@ static double clip_frac(const layer_sums *s, int which)
 static double att_err(const layer_sums *s)
 {
     return s->att.x2 > 0 ? sqrt(s->att.e2 / s->att.x2) : 0.0;
+}
+
+/* The layer of a mode that costs the most: by the KL divergence its cache
+ * costs alone (--attribute), else by its attention error; -1 when no
+ * value is finite. */
+static int costliest_layer(const mode_result *r, int layers, double *value)
+{
+    int best = -1;
+    *value = NAN;
+    for (int l = 0; l < layers; l++) {
+        const double v = r->kld_alone ? r->kld_alone[l] : att_err(&r->sums[l]);
+        if (isfinite(v) && (best < 0 || v > *value))
+            best = l, *value = v;
+    }
+    return best;
+}
+
+/* Of K and V, the one with the lower SQNR in layer l ("K" on a tie). */
+static const char *weaker_side(const layer_sums *s)
+{
+    return sqnr_db(s, 1) < sqnr_db(s, 0) ? "V" : "K";
 }
 
 /* Summary of a mode over layers: min SQNR, max clipped fraction and error. */
@@ -416,13 +481,27 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
-        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s\n", mode_names[res[i].mode],
-               "layer", "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
+        const mode_result *r = &res[i];
+        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s", mode_names[r->mode], "layer",
+               "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
+        printf(r->kld_alone ? " %11s %13s\n" : "\n", "KLD alone", "change alone");
         for (int l = 0; l < d->num_layers; l++) {
-            const layer_sums *sl = &res[i].sums[l];
-            printf("%5d %11.2f %11.2f %10.2e %10.2e %10.2e\n", l, sqnr_db(sl, 0),
+            const layer_sums *sl = &r->sums[l];
+            printf("%5d %11.2f %11.2f %10.2e %10.2e %10.2e", l, sqnr_db(sl, 0),
                    sqnr_db(sl, 1), clip_frac(sl, 0), clip_frac(sl, 1), att_err(sl));
+            if (r->kld_alone)
+                printf(" %11.3g %+12.3f%%", r->kld_alone[l], 100.0 * r->change_alone[l]);
+            printf("\n");
         }
+        double v;
+        const int w = costliest_layer(r, d->num_layers, &v);
+        if (w >= 0)
+            printf("costliest layer: %d (%s %.3g; the weaker side %s: SQNR K %.1f dB, V "
+                   "%.1f dB; clipped K %.2e, V %.2e)\n",
+                   w, r->kld_alone ? "KLD with its cache alone" : "attention error", v,
+                   weaker_side(&r->sums[w]), sqnr_db(&r->sums[w], 0),
+                   sqnr_db(&r->sums[w], 1), clip_frac(&r->sums[w], 0),
+                   clip_frac(&r->sums[w], 1));
     }
 }
 
@@ -479,6 +558,16 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             cJSON_AddItemToObject(m, "kld_max", json_number(c->kld_max));
             cJSON_AddItemToObject(m, "top1_agreement", json_number(c->top1));
             cJSON_AddItemToObject(m, "top1_agreement_se", json_number(c->top1_se));
+            double v;
+            const int w = costliest_layer(&res[i], d->num_layers, &v);
+            if (w >= 0) {
+                cJSON *cl = cJSON_AddObjectToObject(m, "costliest_layer");
+                cJSON_AddNumberToObject(cl, "layer", w);
+                cJSON_AddStringToObject(cl, "by",
+                                        res[i].kld_alone ? "kld_alone" : "attention_rel_error");
+                cJSON_AddItemToObject(cl, "value", json_number(v));
+                cJSON_AddStringToObject(cl, "weaker", weaker_side(&res[i].sums[w]));
+            }
             cJSON *layers = cJSON_AddArrayToObject(m, "layers");
             for (int l = 0; l < d->num_layers; l++) {
                 const layer_sums *sl = &res[i].sums[l];
@@ -490,6 +579,11 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
                 cJSON_AddNumberToObject(o_l, "v_clipped", clip_frac(sl, 1));
                 cJSON_AddItemToObject(o_l, "attention_rel_error",
                                       json_number(att_err(sl)));
+                if (res[i].kld_alone) {
+                    cJSON_AddItemToObject(o_l, "kld_alone", json_number(res[i].kld_alone[l]));
+                    cJSON_AddItemToObject(o_l, "perplexity_change_rel_alone",
+                                          json_number(res[i].change_alone[l]));
+                }
                 cJSON_AddItemToArray(layers, o_l);
             }
         }
@@ -615,8 +709,9 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     for (int m = 0; m < NUM_MODES; m++) {
         if (!o.modes[m])
             continue;
-        if ((st = run_mode(x, d, samples, &o, scales, m, nres ? &res[0] : NULL,
-                           &res[nres])))
+        if ((st = run_mode(x, d, samples, &o, scales, m, nres ? &res[0] : NULL, NULL,
+                           &res[nres])) ||
+            (nres && o.attribute && (st = attribute(x, d, samples, &o, scales, res, nres))))
             goto fail;
         nres++;
     }

@@ -307,7 +307,7 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
         ks[i] = 0.05f;
     const kvcal_backend_options o = {.max_batch = 1, .max_seq_len = 16};
     CU_ASSERT_EQUAL_FATAL(kvcal_backend_create(KVCAL_DEVICE_CUDA, model, &o, &be), KVCAL_OK);
-    kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs};
+    kvcal_kv_sim_config c = {KVCAL_KV_SIM_STATIC, ks, vs, NULL};
     CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_OK);
     kvcal_kv_sim_destroy(e);
     const float bad[3] = {NAN, 0.0f, -1.0f};
@@ -322,7 +322,7 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
     c.v_scale = NULL;
     CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("the static mode takes both"));
-    c = (kvcal_kv_sim_config){KVCAL_KV_SIM_DYNAMIC, ks, vs};
+    c = (kvcal_kv_sim_config){KVCAL_KV_SIM_DYNAMIC, ks, vs, NULL};
     CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("the static mode takes both"));
     be->ops->destroy(be);

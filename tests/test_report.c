@@ -347,6 +347,17 @@ static void report_eval_table_and_bars_match_the_eval_json(void)
         snprintf(want, sizeof want, "%.3g%%", 100 * num(m, "top1_agreement"));
         CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 8)->valuestring, want);
     }
+    /* each mode's costliest layer named, as the JSON says */
+    char *text = kvcal_test_read_file(html, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    for (int i = 1; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(modes, i);
+        char want[128];
+        snprintf(want, sizeof want, "data-mode=\"%s\" data-layer=\"%d\"", str(m, "mode"),
+                 (int)num(cJSON_GetObjectItem(m, "costliest_layer"), "layer"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    }
+    free(text);
     const cJSON *bars = cells(r, "fig-eval-ppl"), *cell;
     CU_ASSERT_EQUAL(cJSON_GetArraySize(bars), n - 1);
     cJSON_ArrayForEach(cell, bars)

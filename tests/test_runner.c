@@ -494,13 +494,13 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
         o.max_chunk_batches = c ? 0 : 1;
         kvcal_exec_t *x = NULL;
         CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
-        const kvcal_kv_sim_config exact = {KVCAL_KV_SIM_EXACT, NULL, NULL};
+        const kvcal_kv_sim_config exact = {KVCAL_KV_SIM_EXACT, NULL, NULL, NULL};
         const kvcal_eval_tokens keep = {nll[c][0], 1, NULL, NULL};
         CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &exact, &keep, NULL), KVCAL_OK);
         for (int mi = 0; mi < 2; mi++) {
             sums[c][mi] = calloc((size_t)d->num_layers, sizeof *sums[c][mi]);
             CU_ASSERT_PTR_NOT_NULL_FATAL(sums[c][mi]);
-            const kvcal_kv_sim_config cfg = {modes[mi], NULL, NULL};
+            const kvcal_kv_sim_config cfg = {modes[mi], NULL, NULL, NULL};
             const kvcal_eval_tokens cmp = {nll[c][mi + 1], 0, kld[c][mi], top[c][mi]};
             CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &cfg, &cmp, sums[c][mi]), KVCAL_OK);
         }
@@ -527,7 +527,8 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
 }
 
 /* Comparing needs the baseline's distributions of the same samples: none
- * kept, or kept for other samples, is an error that says so. */
+ * kept, or kept for other samples, is an error that says so; a layer mask
+ * simulates only the layers it names. */
 static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
 {
     kvcal_model_t *m = NULL;
@@ -546,13 +547,41 @@ static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
     kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
                             .seq_len = LEN, .batch = N};
-    const kvcal_kv_sim_config dyn = {KVCAL_KV_SIM_DYNAMIC, NULL, NULL};
-    const kvcal_kv_sim_config exact = {KVCAL_KV_SIM_EXACT, NULL, NULL};
+    const kvcal_kv_sim_config dyn = {KVCAL_KV_SIM_DYNAMIC, NULL, NULL, NULL};
+    const kvcal_kv_sim_config exact = {KVCAL_KV_SIM_EXACT, NULL, NULL, NULL};
     const kvcal_eval_tokens cmp = {nll, 0, kld, top}, keep = {nll, 1, NULL, NULL};
     CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn, &cmp, NULL), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("keep the baseline"));
     CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &exact, &keep, NULL), KVCAL_OK);
+    float base[N * LEN];
+    memcpy(base, nll, sizeof base);
     CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn, &cmp, NULL), KVCAL_OK);
+    /* a simulation of no layer is the baseline: the same NLL bit for bit, a
+     * KL divergence of exactly 0, the same top token everywhere, no sums */
+    const unsigned char none[5] = {0, 0, 0, 0, 0};
+    const kvcal_kv_sim_config dyn_none = {KVCAL_KV_SIM_DYNAMIC, NULL, NULL, none};
+    kvcal_eval_layer_sums sums[5];
+    memset(sums, 0, sizeof sums);
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn_none, &cmp, sums), KVCAL_OK);
+    int differ[3] = {0, 0, 0};
+    for (int i = 0; i < 13; i++)
+        differ[0] += nll[i] != base[i], differ[1] += kld[i] != 0.0f,
+            differ[2] += top[i] != 1.0f;
+    CU_ASSERT(!differ[0] && !differ[1] && !differ[2]);
+    if (differ[0] || differ[1] || differ[2])
+        printf("\n  nll %d, kld %d, top %d of 13 tokens differ", differ[0], differ[1],
+               differ[2]);
+    CU_ASSERT_EQUAL(sums[2].kv[0].n + sums[2].att.n, 0);
+    /* one layer simulated: its sums alone, and the distributions move */
+    const unsigned char third[5] = {0, 0, 1, 0, 0};
+    const kvcal_kv_sim_config dyn_third = {KVCAL_KV_SIM_DYNAMIC, NULL, NULL, third};
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn_third, &cmp, sums), KVCAL_OK);
+    CU_ASSERT(sums[2].kv[0].n > 0 && sums[2].att.n > 0);
+    CU_ASSERT_EQUAL(sums[1].kv[0].n + sums[3].att.n, 0);
+    double moved = 0.0;
+    for (int i = 0; i < 13; i++)
+        moved += kld[i];
+    CU_ASSERT(moved > 0.0);
     s.num_samples = 1;
     CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn, &cmp, NULL), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("reference of 13"));

@@ -38,6 +38,11 @@ typedef struct eval_mode {
      * 95% interval of change_rel, the verdict, KLD and top-1 agreement */
     double ci_lo, ci_hi, tokens_to_resolve, kld_mean, kld_p99, top1;
     int within_noise;
+    /* the layer that costs the most (-1: not said), what by, its value, the
+     * weaker of its K and V */
+    int costliest;
+    const char *cost_by, *weaker;
+    double cost_value;
 } eval_mode;
 
 typedef struct eval_view {
@@ -131,6 +136,14 @@ static kvcal_status eval_read(const cJSON *j, const char *path, eval_view *ev)
         eval_number(m, "kld_mean", 1, &e->kld_mean);
         eval_number(m, "kld_p99", 1, &e->kld_p99);
         eval_number(m, "top1_agreement", 1, &e->top1);
+        const cJSON *cl = cJSON_GetObjectItemCaseSensitive(m, "costliest_layer");
+        double layer = -1;
+        e->cost_value = NAN;
+        if (cJSON_IsObject(cl) && !eval_number(cl, "layer", 0, &layer))
+            eval_number(cl, "value", 1, &e->cost_value);
+        e->costliest = (int)layer;
+        e->cost_by = eval_string(cl, "by");
+        e->weaker = eval_string(cl, "weaker");
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
         if (!layers)
             continue;
@@ -1291,6 +1304,26 @@ static void eval_section(const report *r, double *buf)
             num4(b[6], 32, att));
     }
     fprintf(f, "</tbody>\n</table>\n");
+    int named = 0;
+    for (int i = 0; i < e->num_modes; i++) {
+        const eval_mode *m = &e->modes[i];
+        if (m->costliest < 0 || m->costliest >= e->num_layers)
+            continue;
+        if (!named++)
+            fprintf(f, "<ul id=\"eval-costliest\">\n");
+        fprintf(f, "<li data-mode=\"");
+        esc(f, m->name);
+        fprintf(f, "\" data-layer=\"%d\"><b>", m->costliest);
+        esc(f, m->name);
+        fprintf(f, "</b>: the costliest layer is <b>%d</b> (", m->costliest);
+        esc(f, strcmp(m->cost_by, "kld_alone") ? "attention error" : "KLD with its cache alone");
+        fprintf(f, " %.3g; the weaker side ", m->cost_value);
+        esc(f, m->weaker);
+        fprintf(f, ": SQNR K %.1f dB, V %.1f dB)</li>\n", eval_layer(m, m->costliest, EV_K_SQNR),
+                eval_layer(m, m->costliest, EV_V_SQNR));
+    }
+    if (named)
+        fprintf(f, "</ul>\n");
     eval_ppl_figure(r);
     const char *names[EVAL_MAX_MODES];
     int rows = 0;

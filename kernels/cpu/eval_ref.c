@@ -61,7 +61,8 @@ void kvcal_token_kld_ref(float *kld, float *top, const float *logits, const floa
         if (keep[r] < 0)
             continue;
         const float *z = logits + r * vocab, *b = ref + keep[r] * vocab;
-        const double lse = log_sum_exp(z, vocab), lse_b = ref_lse[keep[r]];
+        /* both logsumexps rounded to float alike: equal rows give 0 exactly */
+        const double lse = (float)log_sum_exp(z, vocab), lse_b = ref_lse[keep[r]];
         double sum = 0.0;
         for (int i = 0; i < vocab; i++) {
             const double lp = (double)b[i] - lse_b;

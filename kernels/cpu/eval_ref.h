@@ -35,7 +35,8 @@ void kvcal_token_keep_ref(float *ref, float *ref_lse, const float *logits,
 /* Compares each row r whose keep[r] >= 0 with the distribution kept at row
  * keep[r] (kvcal_token_keep_ref): kld[r] = sum_i p_i (log p_i - log q_i)
  * with p = softmax(ref[keep[r]]) (log p_i = ref - ref_lse), q =
- * softmax(logits[r]), in double over the whole vocabulary (no cut-off:
+ * softmax(logits[r]) (its logsumexp rounded to float as the kept one is,
+ * so that equal rows give exactly 0), in double over the whole vocabulary (no cut-off:
  * llama-perplexity's skips p_i < e^-16, an artefact of its 16-bit file);
  * top[r] = 1 when the first largest logit of both rows is the same token,
  * else 0. Rows with keep[r] < 0 get kld 0 and top 0. */
