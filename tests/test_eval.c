@@ -11,6 +11,7 @@
 #include "calib/eval_stats.h"
 #include "kernels/cpu/eval_ref.h"
 #include "kvcal.h"
+#include "tests/test_calib_util.h"
 #include "tests/test_util.h"
 
 #ifdef KVCAL_WITH_CUDA
@@ -337,6 +338,77 @@ static void eval_attribute_names_the_layer_that_costs_the_most(void)
     cJSON_Delete(root);
 }
 
+/* `kvcal eval --json` of stories260K's copy with K x factor (1: the model
+ * itself), calibrated per head on its own K; NULL on failure. */
+static cJSON *large_k_eval(float factor)
+{
+    char model[512], scales[512], args[4096], *out = NULL;
+    snprintf(model, sizeof model, "%s", MODEL);
+    if (factor != 1.0f) {
+        snprintf(model, sizeof model, "%s/stories260K_k%g.bin", kvcal_test_tmpdir(),
+                 (double)factor);
+        if (kvcal_test_large_k_copy(MODEL, model, factor))
+            return NULL;
+    }
+    snprintf(scales, sizeof scales, "%s/k%g_scales.json", kvcal_test_tmpdir(),
+             (double)factor);
+    snprintf(args, sizeof args,
+             "calibrate --model '%s' --tokenizer models/stories260K/tok512.bin "
+             "--granularity head " SMALL " --out '%s'",
+             model, scales);
+    if (kvcal_test_run_kvcal(args, NULL) != 0)
+        return NULL;
+    snprintf(args, sizeof args,
+             "eval --model '%s' --tokenizer models/stories260K/tok512.bin --dataset " DATA
+             " --scales '%s' --modes static-head,unit,dynamic " SMALL " --json",
+             model, scales);
+    cJSON *j = kvcal_test_run_kvcal(args, &out) == 0 && out ? cJSON_Parse(out) : NULL;
+    free(out);
+    return j;
+}
+
+static double mode_layer(const cJSON *j, int mode, int layer, const char *key)
+{
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "modes"), mode);
+    return layer < 0 ? number(m, key)
+                     : number(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), layer),
+                              key);
+}
+
+/* K x factor with scales calibrated on it: the scales grow with K, so the
+ * e4m3 codes stay (exactly for a power of two: x 64 gives the same
+ * perplexity bit for bit, so it can show nothing but unit scales'
+ * clipping; within the float rounding of x / scale otherwise) and so does
+ * the perplexity. Under unit scales a factor that is no power of two rounds
+ * other mantissas: x 3 another SQNR with nothing clipped, x 100 clipping
+ * as well. */
+static void eval_large_k_copy_by_a_non_power_of_two_rounds_other_codes(void)
+{
+    static const float factors[4] = {1, 3, 64, 100};
+    cJSON *j[4];
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_PTR_NOT_NULL_FATAL(j[i] = large_k_eval(factors[i]));
+    /* modes: 0 baseline, 1 static-head, 2 unit, 3 dynamic */
+    for (int m = 1; m <= 3; m += 2) {
+        CU_ASSERT_EQUAL(mode_layer(j[2], m, -1, "perplexity"),
+                        mode_layer(j[0], m, -1, "perplexity"));
+        KVCAL_ASSERT_CLOSE(mode_layer(j[3], m, -1, "perplexity"),
+                           mode_layer(j[0], m, -1, "perplexity"), 0.0, 1e-3);
+    }
+    int moved3 = 0;
+    for (int l = 0; l < 5; l++) {
+        moved3 += fabs(mode_layer(j[1], 2, l, "k_sqnr_db") -
+                       mode_layer(j[0], 2, l, "k_sqnr_db")) > 1e-3;
+        CU_ASSERT_EQUAL(mode_layer(j[1], 2, l, "k_clipped"), 0.0);
+    }
+    CU_ASSERT(moved3 > 0);
+    CU_ASSERT_EQUAL(mode_layer(j[0], 2, 0, "k_clipped"), 0.0);
+    CU_ASSERT(mode_layer(j[2], 2, 0, "k_clipped") > 0.01);
+    CU_ASSERT(mode_layer(j[3], 2, 0, "k_clipped") > 0.01);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(j[i]);
+}
+
 static void eval_counts_clipping_when_the_scales_are_too_small(void)
 {
     /* values of |x| > 448 clip under unit scales: scale the bundled model's
@@ -439,6 +511,7 @@ static CU_TestInfo tests[] = {
 #endif
     KVCAL_TEST(eval_reports_every_mode_against_the_baseline),
     KVCAL_TEST(eval_attribute_names_the_layer_that_costs_the_most),
+    KVCAL_TEST(eval_large_k_copy_by_a_non_power_of_two_rounds_other_codes),
     KVCAL_TEST(eval_counts_clipping_when_the_scales_are_too_small),
     KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),
     KVCAL_TEST(eval_device_cuda_without_a_device_exits_2_and_names_device_cpu),

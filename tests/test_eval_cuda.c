@@ -21,6 +21,7 @@
 
 #include "calib/backends.h"
 #include "calib/kv_sim.h"
+#include "tests/test_calib_util.h"
 
 #define MODEL "models/stories260K/stories260K.bin"
 #define TOKENIZER "models/stories260K/tok512.bin"
@@ -220,24 +221,8 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
  * writes): attention unchanged, K 64x larger, so unit scales clip. */
 static void eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu(void)
 {
-    size_t len = 0;
-    char *raw = kvcal_test_read_file(MODEL, &len);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
-    int32_t h[7];
-    memcpy(h, raw, sizeof h);
-    const int64_t dim = h[0], layers = h[2], heads = h[3], kv_heads = h[4];
-    const int64_t vocab = h[5] < 0 ? -h[5] : h[5], hs = dim / heads;
-    float *w = (float *)(raw + sizeof h);
-    const int64_t off = vocab * dim + layers * dim, nq = layers * heads * hs * dim;
-    const int64_t nk = layers * kv_heads * hs * dim;
-    CU_ASSERT_FATAL((int64_t)sizeof h + (off + nq + nk) * 4 <= (int64_t)len);
-    for (int64_t i = 0; i < nq; i++)
-        w[off + i] /= 64.0f;
-    for (int64_t i = 0; i < nk; i++)
-        w[off + nq + i] *= 64.0f;
     const char *model = kvcal_test_path("stories260K_k64.bin");
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(model, raw, len), 0);
-    free(raw);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_large_k_copy(MODEL, model, 64.0f), 0);
     const char *scales = kvcal_test_path("k64_scales.json");
     char args[2048];
     snprintf(args, sizeof args,
