@@ -131,9 +131,11 @@ typedef struct kvcal_backend_ops {
     /* After the last batch: what the device accumulated into the
      * statistics (kvcal_stats_merge), the device's copy cleared. */
     kvcal_status (*collect)(kvcal_backend *be);
-    /* Host copies of layer l's K and V (rows, kv_heads, head_dim) in row
-     * order, for the tap of kvcal_exec_forward; cuda: KVCAL_ERR_UNSUPPORTED */
-    kvcal_status (*read_kv)(kvcal_backend *be, const float **k, const float **v);
+    /* Host copies of layer l's Q (rows, heads, head_dim), K and V (rows,
+     * kv_heads, head_dim) in row order, for the tap of kvcal_exec_forward;
+     * cuda: KVCAL_ERR_UNSUPPORTED */
+    kvcal_status (*read_qkv)(kvcal_backend *be, const float **q, const float **k,
+                             const float **v);
 
     // --- whole-model runs (eval) ------------------------------------------
     /* Makes the final norm and the classifier resident (once). */

@@ -358,8 +358,10 @@ static kvcal_status batch_absmax(kvcal_backend *be, int slot, float *k, float *v
     return KVCAL_OK;
 }
 
-static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
+static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k,
+                             const float **v)
 {
+    *q = cpu(be)->q;
     *k = cpu(be)->k;
     *v = cpu(be)->v;
     return KVCAL_OK;
@@ -581,7 +583,7 @@ static const kvcal_backend_ops cpu_ops = {
     .batch_absmax = batch_absmax,
     .sync = nothing,
     .collect = nothing,
-    .read_kv = read_kv,
+    .read_qkv = read_qkv,
     .head_prepare = head_prepare,
     .head_nll = head_nll,
     .head_reference = head_reference,

@@ -567,11 +567,12 @@ fail:
     return st;
 }
 
-static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
+static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k,
+                             const float **v)
 {
-    (void)be, (void)k, (void)v;
+    (void)be, (void)q, (void)k, (void)v;
     return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                      "cuda runner: K and V are not handed to the host (a tap runs on "
+                      "cuda runner: Q, K and V are not handed to the host (a tap runs on "
                       "the cpu backend)");
 }
 
@@ -922,7 +923,7 @@ static const kvcal_backend_ops cuda_ops = {
     .batch_absmax = batch_absmax,
     .sync = sync_device,
     .collect = collect,
-    .read_kv = read_kv,
+    .read_qkv = read_qkv,
     .head_prepare = head_prepare,
     .head_nll = head_nll,
     .head_reference = head_reference,

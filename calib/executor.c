@@ -78,9 +78,9 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
         if (st || !op->kv_cache)
             continue;
         if (p->tap) {
-            const float *k = NULL, *v = NULL;
-            if (!(st = ops->read_kv(be, &k, &v)))
-                st = p->tap(p->tap_ctx, l, &x->rows[slot], k, v);
+            const float *q = NULL, *k = NULL, *v = NULL;
+            if (!(st = ops->read_qkv(be, &q, &k, &v)))
+                st = p->tap(p->tap_ctx, l, &x->rows[slot], q, k, v);
         }
         if (!st && p->sim)
             st = kvcal_kv_sim_cache_point(p->sim, l, op);
@@ -404,7 +404,7 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
                           "to %d x %d",
                           b ? b->batch : 0, b ? b->seq_len : 0, x->max_batch,
                           x->max_seq_len);
-    const pass p = {0, NULL, tap, ctx, logits != NULL};
+    const pass p = {0, NULL, tap, ctx, logits != NULL || tap != NULL};
     int chunk = 0;
     kvcal_status st = logits ? x->be->ops->head_prepare(x->be) : KVCAL_OK;
     if (!st)

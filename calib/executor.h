@@ -126,14 +126,15 @@ kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
                              const kvcal_kv_sim_config *sim, const kvcal_eval_tokens *tok,
                              kvcal_eval_layer_sums *sums);
 
-/* Called at each layer's cache point with K and V (rows, kv_heads,
- * head_dim) in host memory, rows laid out as `rows` says. */
+/* Called at each layer's cache point with Q (rows, heads, head_dim), K and
+ * V (rows, kv_heads, head_dim) in host memory, as the cache-point op left
+ * them (after RoPE), rows laid out as `rows` says. */
 typedef kvcal_status (*kvcal_exec_tap_fn)(void *ctx, int layer, const kvcal_rows *rows,
-                                          const float *k, const float *v);
+                                          const float *q, const float *k, const float *v);
 
-/* One batch through the model (cpu backend): every layer's K and V to tap,
- * and, when logits is non-NULL, the whole model with logits (rows, vocab)
- * in row order. */
+/* One batch through the model (cpu backend): every layer's Q, K and V to
+ * tap (every layer computed whole), and, when logits is non-NULL, the head
+ * with logits (rows, vocab) in row order. */
 kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
                                 kvcal_exec_tap_fn tap, void *ctx, float *logits);
 

@@ -27,9 +27,10 @@ typedef struct {
     int calls;
 } captured;
 
-static kvcal_status capture(void *ctx, int layer, const kvcal_rows *rows, const float *k,
-                            const float *v)
+static kvcal_status capture(void *ctx, int layer, const kvcal_rows *rows, const float *q,
+                            const float *k, const float *v)
 {
+    (void)q;
     captured *c = ctx;
     CU_ASSERT_EQUAL(rows->n, c->rows);
     int64_t n = c->rows * c->heads * c->head_dim;
