@@ -206,6 +206,10 @@ typedef struct {
     layer_sums *sums;       /* owned; NULL for the baseline */
     float *nll, *kld, *top; /* (tokens) owned; kld and top NULL for the baseline */
     kvcal_eval_compare cmp; /* against the baseline (not for the baseline) */
+    /* against the best mode (the least perplexity but the baseline's), on
+     * the same tokens; best -1 for the best itself and the baseline */
+    kvcal_eval_compare vs_best;
+    int best;
     /* (layers) owned, --attribute: the mode's cache in that layer alone */
     double *kld_alone, *change_alone;
 } mode_result;
@@ -350,6 +354,34 @@ static kvcal_status attribute(kvcal_exec_t *x, const kvcal_model_desc *d,
     return st;
 }
 
+/* Each mode against the best one (the least perplexity but the
+ * baseline's), paired on the same tokens: does the choice matter? */
+static kvcal_status compare_with_best(mode_result *res, int nres, const kvcal_samples *s)
+{
+    int best = -1;
+    for (int i = 1; i < nres; i++) {
+        res[i].best = -1;
+        if (isfinite(res[i].ppl) && (best < 0 || res[i].ppl < res[best].ppl))
+            best = i;
+    }
+    res[0].best = -1;
+    if (best < 0 || nres < 3)
+        return KVCAL_OK;
+    const int64_t n = res[best].cmp.tokens;
+    float *scratch = malloc((size_t)n * sizeof *scratch);
+    if (!scratch)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+    for (int i = 1; i < nres; i++)
+        if (i != best) {
+            res[i].best = best;
+            kvcal_eval_compare_tokens(&res[i].vs_best, res[i].nll, res[best].nll,
+                                      res[i].kld, res[i].top, s->lengths, s->num_samples,
+                                      scratch);
+        }
+    free(scratch);
+    return KVCAL_OK;
+}
+
 // --- report ------------------------------------------------------------------
 
 static double sqnr_db(const layer_sums *s, int which)
@@ -457,6 +489,20 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
             printf("beyond noise (resolved at ~%s tokens)\n",
                    tokens_text(tk, sizeof tk, c->tokens_to_resolve));
     }
+    for (int i = 0, said = 0; i < nres; i++) {
+        const mode_result *r = &res[i];
+        if (r->best < 0)
+            continue;
+        const kvcal_eval_compare *c = &r->vs_best;
+        char tk[32];
+        if (!said++)
+            printf("\nagainst the best mode, %s, on the same tokens:\n",
+                   mode_names[res[r->best].mode]);
+        printf("  %-14s %+.2f%% [%+.2f, %+.2f]  %s ~%s tokens\n", mode_names[r->mode],
+               pct(c->ln_ratio), pct(c->ci_lo), pct(c->ci_hi),
+               c->within_noise ? "within noise: would resolve at" : "beyond noise: resolved at",
+               tokens_text(tk, sizeof tk, c->tokens_to_resolve));
+    }
     printf("\n%-14s %11s %11s %9s %9s\n", "mode", "min K SQNR", "min V SQNR", "max clip",
            "max att");
     for (int i = 0; i < nres; i++) {
@@ -558,6 +604,18 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             cJSON_AddItemToObject(m, "kld_max", json_number(c->kld_max));
             cJSON_AddItemToObject(m, "top1_agreement", json_number(c->top1));
             cJSON_AddItemToObject(m, "top1_agreement_se", json_number(c->top1_se));
+            if (res[i].best >= 0) {
+                const kvcal_eval_compare *b = &res[i].vs_best;
+                cJSON *vb = cJSON_AddObjectToObject(m, "vs_best");
+                cJSON_AddStringToObject(vb, "mode", mode_names[res[res[i].best].mode]);
+                cJSON_AddItemToObject(vb, "ln_ppl_ratio", json_number(b->ln_ratio));
+                cJSON *bci = cJSON_AddArrayToObject(vb, "perplexity_change_rel_ci95");
+                cJSON_AddItemToArray(bci, json_number(expm1(b->ci_lo)));
+                cJSON_AddItemToArray(bci, json_number(expm1(b->ci_hi)));
+                cJSON_AddBoolToObject(vb, "within_noise", b->within_noise);
+                cJSON_AddItemToObject(vb, "tokens_to_resolve",
+                                      json_number(b->tokens_to_resolve));
+            }
             double v;
             const int w = costliest_layer(&res[i], d->num_layers, &v);
             if (w >= 0) {
@@ -715,6 +773,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             goto fail;
         nres++;
     }
+    if ((st = compare_with_best(res, nres, samples)))
+        goto fail;
     if ((o.run.json || o.report) && !(json = report_json(res, nres, d, samples, &o))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
         goto fail;

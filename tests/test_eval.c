@@ -240,6 +240,7 @@ static void eval_reports_every_mode_against_the_baseline(void)
     CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(modes), 6);
     double base = number(cJSON_GetArrayItem(modes, 0), "perplexity");
     CU_ASSERT(base > 1.0 && base < 512.0); /* a trained model beats uniform over 512 */
+    int vs_best = 0;
     for (int i = 0; i < 6; i++) {
         const cJSON *m = cJSON_GetArrayItem(modes, i);
         CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "mode")->valuestring, names[i]);
@@ -268,6 +269,21 @@ static void eval_reports_every_mode_against_the_baseline(void)
             CU_ASSERT(number(m, "tokens_to_resolve") > 0.0);
             CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "ci_over")->valuestring,
                                    "windows");
+            /* every mode but the best (the least perplexity) against it */
+            const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
+            if (vb) {
+                const cJSON *bm = NULL, *o;
+                cJSON_ArrayForEach(o, modes) if (!strcmp(
+                    cJSON_GetObjectItem(o, "mode")->valuestring,
+                    cJSON_GetObjectItem(vb, "mode")->valuestring)) bm = o;
+                CU_ASSERT_PTR_NOT_NULL_FATAL(bm);
+                CU_ASSERT(number(bm, "perplexity") <= number(m, "perplexity"));
+                CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(bm, "vs_best"));
+                KVCAL_ASSERT_CLOSE(number(vb, "ln_ppl_ratio"),
+                                   log(number(m, "perplexity") / number(bm, "perplexity")),
+                                   1e-6, 1e-4);
+                vs_best++;
+            }
         }
         const cJSON *l;
         cJSON_ArrayForEach(l, layers)
@@ -280,6 +296,7 @@ static void eval_reports_every_mode_against_the_baseline(void)
                       number(l, "attention_rel_error") < 1.0);
         }
     }
+    CU_ASSERT_EQUAL(vs_best, 4);
     cJSON_Delete(root);
     free(out);
 }
