@@ -12,7 +12,7 @@
 # usage: bench/eval_observers.sh MODEL CORPUS OUTDIR [kvcal options...]
 #   (e.g. --device cuda, --tokenizer FILE). Environment: $SAMPLES (16) and
 #   $SEQ_LEN (256) for both halves, $OBSERVERS (the list below), $KVCAL the
-#   binary (build/kvcal).
+#   binary (build/kvcal), $KEEP (set: keep the runs OUTDIR already holds).
 set -euo pipefail
 model=${1:?usage: bench/eval_observers.sh MODEL CORPUS OUTDIR [kvcal options...]}
 corpus=${2:?corpus}
@@ -33,13 +33,15 @@ common=(--model "$model" --num-samples "$samples" --seq-len "$seq_len" "$@")
 start=$(date +%s)
 for obs in $observers; do
     tag=${obs//[:.]/_}
+    [ -n "${KEEP:-}" ] && [ -s "$out/$tag.eval.json" ] && continue
     "$kvcal" calibrate "${common[@]}" --dataset "$out/calib.txt" --granularity head \
         --observer "$obs" --out "$out/$tag.scales.json" --quiet > /dev/null
     "$kvcal" eval "${common[@]}" --dataset "$out/eval.txt" --scales "$out/$tag.scales.json" \
         --modes static-tensor,static-head --json --quiet > "$out/$tag.eval.json"
 done
-"$kvcal" eval "${common[@]}" --dataset "$out/eval.txt" --modes unit,dynamic,first-batch \
-    --json --quiet > "$out/no-scales.eval.json"
+[ -n "${KEEP:-}" ] && [ -s "$out/no-scales.eval.json" ] ||
+    "$kvcal" eval "${common[@]}" --dataset "$out/eval.txt" --modes unit,dynamic,first-batch \
+        --json --quiet > "$out/no-scales.eval.json"
 seconds=$(($(date +%s) - start))
 
 python3 - "$out" "$seconds" "$observers" <<'EOF' | tee "$out/summary.md"

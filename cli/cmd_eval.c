@@ -356,16 +356,23 @@ static kvcal_status attribute(kvcal_exec_t *x, const kvcal_model_desc *d,
 
 /* Each mode against the best one (the least perplexity but the
  * baseline's), paired on the same tokens: does the choice matter? */
-static kvcal_status compare_with_best(mode_result *res, int nres, const kvcal_samples *s)
+/* The mode of the least finite perplexity but the baseline's, when there
+ * are two such modes to choose from; else -1. */
+static int best_mode(const mode_result *res, int nres)
 {
     int best = -1;
-    for (int i = 1; i < nres; i++) {
-        res[i].best = -1;
+    for (int i = 1; i < nres; i++)
         if (isfinite(res[i].ppl) && (best < 0 || res[i].ppl < res[best].ppl))
             best = i;
-    }
-    res[0].best = -1;
-    if (best < 0 || nres < 3)
+    return nres < 3 ? -1 : best;
+}
+
+static kvcal_status compare_with_best(mode_result *res, int nres, const kvcal_samples *s)
+{
+    const int best = best_mode(res, nres);
+    for (int i = 0; i < nres; i++)
+        res[i].best = -1;
+    if (best < 0)
         return KVCAL_OK;
     const int64_t n = res[best].cmp.tokens;
     float *scratch = malloc((size_t)n * sizeof *scratch);
@@ -604,10 +611,15 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             cJSON_AddItemToObject(m, "kld_max", json_number(c->kld_max));
             cJSON_AddItemToObject(m, "top1_agreement", json_number(c->top1));
             cJSON_AddItemToObject(m, "top1_agreement_se", json_number(c->top1_se));
-            if (res[i].best >= 0) {
-                const kvcal_eval_compare *b = &res[i].vs_best;
+            /* the best mode itself: a change of 0, so that every device
+             * writes the same shape whichever mode is best there */
+            const int best = res[i].best >= 0 ? res[i].best : best_mode(res, nres);
+            if (best >= 0) {
+                const kvcal_eval_compare zero = {.within_noise = 1,
+                                                 .tokens_to_resolve = NAN};
+                const kvcal_eval_compare *b = res[i].best >= 0 ? &res[i].vs_best : &zero;
                 cJSON *vb = cJSON_AddObjectToObject(m, "vs_best");
-                cJSON_AddStringToObject(vb, "mode", mode_names[res[res[i].best].mode]);
+                cJSON_AddStringToObject(vb, "mode", mode_names[res[best].mode]);
                 cJSON_AddItemToObject(vb, "ln_ppl_ratio", json_number(b->ln_ratio));
                 cJSON *bci = cJSON_AddArrayToObject(vb, "perplexity_change_rel_ci95");
                 cJSON_AddItemToArray(bci, json_number(expm1(b->ci_lo)));
