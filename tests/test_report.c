@@ -340,12 +340,26 @@ static void report_eval_table_and_bars_match_the_eval_json(void)
             strstr(verdict, cJSON_IsTrue(cJSON_GetObjectItem(m, "within_noise"))
                                 ? "within noise"
                                 : "beyond noise"));
+        const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
+        const char *best = str(vb, "mode"), *cell6 = cJSON_GetArrayItem(row, 6)->valuestring;
+        if (!strcmp(best, str(m, "mode"))) {
+            CU_ASSERT_STRING_EQUAL(cell6, "the best");
+        } else {
+            const cJSON *bci = cJSON_GetObjectItem(vb, "perplexity_change_rel_ci95");
+            char b[128];
+            snprintf(b, sizeof b, "[%+.3f%%, %+.3f%%] of %s: %s",
+                     100 * cJSON_GetArrayItem(bci, 0)->valuedouble,
+                     100 * cJSON_GetArrayItem(bci, 1)->valuedouble, best,
+                     cJSON_IsTrue(cJSON_GetObjectItem(vb, "within_noise")) ? "within noise"
+                                                                          : "beyond noise");
+            CU_ASSERT_STRING_EQUAL(cell6, b);
+        }
         snprintf(want, sizeof want, "%.4g", num(m, "kld_mean"));
-        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 6)->valuestring, want);
-        snprintf(want, sizeof want, "%.4g", num(m, "kld_p99"));
         CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 7)->valuestring, want);
-        snprintf(want, sizeof want, "%.3g%%", 100 * num(m, "top1_agreement"));
+        snprintf(want, sizeof want, "%.4g", num(m, "kld_p99"));
         CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 8)->valuestring, want);
+        snprintf(want, sizeof want, "%.3g%%", 100 * num(m, "top1_agreement"));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 9)->valuestring, want);
     }
     /* each mode's costliest layer named, as the JSON says */
     char *text = kvcal_test_read_file(html, NULL);

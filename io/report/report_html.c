@@ -43,6 +43,10 @@ typedef struct eval_mode {
     int costliest;
     const char *cost_by, *weaker;
     double cost_value;
+    /* against the best mode (vs_best; best "" when none): its 95% interval */
+    const char *best;
+    double best_lo, best_hi;
+    int best_noise;
 } eval_mode;
 
 typedef struct eval_view {
@@ -142,6 +146,17 @@ static kvcal_status eval_read(const cJSON *j, const char *path, eval_view *ev)
         if (cJSON_IsObject(cl) && !eval_number(cl, "layer", 0, &layer))
             eval_number(cl, "value", 1, &e->cost_value);
         e->costliest = (int)layer;
+        const cJSON *vb = cJSON_GetObjectItemCaseSensitive(m, "vs_best");
+        const cJSON *bci = cJSON_GetObjectItemCaseSensitive(vb, "perplexity_change_rel_ci95");
+        const cJSON *bn = cJSON_GetObjectItemCaseSensitive(vb, "within_noise");
+        e->best = eval_string(vb, "mode");
+        e->best_lo = e->best_hi = NAN;
+        e->best_noise = cJSON_IsBool(bn) ? cJSON_IsTrue(bn) : -1;
+        if (cJSON_IsArray(bci) && cJSON_GetArraySize(bci) == 2 &&
+            cJSON_IsNumber(cJSON_GetArrayItem(bci, 0)) &&
+            cJSON_IsNumber(cJSON_GetArrayItem(bci, 1)))
+            e->best_lo = cJSON_GetArrayItem(bci, 0)->valuedouble,
+            e->best_hi = cJSON_GetArrayItem(bci, 1)->valuedouble;
         e->cost_by = eval_string(cl, "by");
         e->weaker = eval_string(cl, "weaker");
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
@@ -1257,7 +1272,7 @@ static void eval_section(const report *r, double *buf)
     fprintf(f,
             "<table id=\"eval-table\" class=\"num\">\n<thead><tr><th>mode</th>"
             "<th>perplexity</th><th>change</th><th>change %%</th><th>95%% interval</th>"
-            "<th>verdict</th><th>KLD mean</th><th>KLD p99</th><th>top-1</th>"
+            "<th>verdict</th><th>against the best mode</th><th>KLD mean</th><th>KLD p99</th><th>top-1</th>"
             "<th>min K SQNR dB</th><th>min V SQNR dB</th><th>max clipped</th>"
             "<th>max attention error</th></tr></thead>\n<tbody>\n");
     for (int i = 0; i < e->num_modes; i++) {
@@ -1276,7 +1291,7 @@ static void eval_section(const report *r, double *buf)
         fprintf(f, "</td><td>%s</td>", num4(b[0], 32, m->ppl));
         if (!m->layers) {
             fprintf(f, "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>"
-                       "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n");
+                       "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n");
             continue;
         }
         snprintf(b[1], 32, "%+.4g", m->change);
@@ -1292,9 +1307,18 @@ static void eval_section(const report *r, double *buf)
         else if (m->within_noise >= 0)
             snprintf(verdict, sizeof verdict, "%s",
                      m->within_noise ? "within noise" : "beyond noise");
-        fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td>",
+        fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>",
                 isfinite(m->change) ? b[1] : "n/a", isfinite(m->change_rel) ? b[2] : "n/a",
                 ci, verdict);
+        if (!m->best[0] || !strcmp(m->best, m->name))
+            fprintf(f, "%s", m->best[0] ? "the best" : "n/a");
+        else if (isfinite(m->best_lo) && isfinite(m->best_hi) && m->best_noise >= 0) {
+            fprintf(f, "[%+.3f%%, %+.3f%%] of ", 100 * m->best_lo, 100 * m->best_hi);
+            esc(f, m->best);
+            fprintf(f, ": %s", m->best_noise ? "within noise" : "beyond noise");
+        } else
+            fprintf(f, "n/a");
+        fprintf(f, "</td>");
         fprintf(f, "<td>%s</td><td>%s</td><td>%s</td>", num4(b[3], 32, m->kld_mean),
                 num4(b[4], 32, m->kld_p99), pct(b[5], 32, m->top1));
         fprintf(
