@@ -3,9 +3,11 @@
  * quantized to e4m3 and dequantized before attention exactly as an engine
  * with an FP8 cache computes (through the library's online quantization: the
  * CPU reference on the fp32 CPU runner, the CUDA kernels on the bf16 CUDA
- * runner), and reports perplexity against the unquantized baseline plus,
- * per layer, the SQNR of K and V, the fraction of clipped values and the
- * relative error of the attention output. */
+ * runner), and reports against the unquantized baseline on the same
+ * tokens the KL divergence, top-1 agreement and perplexity change with its
+ * interval (calib/eval_stats.h), plus, per layer, the SQNR of K and V, the
+ * fraction of clipped values and the relative error of the attention
+ * output. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <limits.h>
@@ -65,9 +67,13 @@ static void usage(FILE *f)
             "usage: kvcal eval --model DIR|FILE --dataset FILE [options]\n\n"
             "Runs the model over held-out samples with the KV cache simulated in FP8\n"
             "e4m3 (K and V quantized, then dequantized before attention) under each\n"
-            "mode, and reports perplexity against the unquantized baseline (fp32 on\n"
-            "cpu, bf16 on cuda) and, per layer, the SQNR of K and V, the fraction of\n"
-            "clipped values and the relative error of the attention output.\n\n"
+            "mode, and reports against the unquantized baseline (fp32 on cpu, bf16 on\n"
+            "cuda) on the same tokens: the KL divergence of the next-token\n"
+            "distributions (mean, 99th percentile), top-1 agreement and the perplexity\n"
+            "change with its 95%% interval over the samples (within noise or not, and\n"
+            "the tokens that would resolve it), each mode against the best one; and,\n"
+            "per layer, the SQNR of K and V, the fraction of clipped values and the\n"
+            "relative error of the attention output.\n\n"
             "  --model DIR|FILE     Hugging Face checkpoint directory or llama2.c .bin\n"
             "  --dataset FILE       held-out text, JSONL or HDF5 token set\n"
             "  --scales FILE|DIR    scales to evaluate (any format kvcal reads)\n"
