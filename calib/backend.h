@@ -65,6 +65,18 @@ typedef struct kvcal_kv_io {
     struct CUstream_st *stream;
 } kvcal_kv_io;
 
+/* What head_nll does with the batch's next-token distributions beside
+ * the NLL: row (rows, host) names the reference row of each row (-1: none,
+ * as for rows without a target); keep 1 copies the rows there (the
+ * baseline), 0 compares with what is there (a mode): kld (rows, host) the
+ * KL divergence of the kept distribution to this one, top (rows, host) 1
+ * where both put the same token first (kernels/cpu/eval_ref.h). */
+typedef struct kvcal_head_ref {
+    const int64_t *row;
+    int keep;
+    float *kld, *top;
+} kvcal_head_ref;
+
 typedef struct kvcal_backend kvcal_backend;
 
 typedef struct kvcal_backend_ops {
@@ -120,9 +132,11 @@ typedef struct kvcal_backend_ops {
     /* After the last batch: what the device accumulated into the
      * statistics (kvcal_stats_merge), the device's copy cleared. */
     kvcal_status (*collect)(kvcal_backend *be);
-    /* Host copies of layer l's K and V (rows, kv_heads, head_dim) in row
-     * order, for the tap of kvcal_exec_forward; cuda: KVCAL_ERR_UNSUPPORTED */
-    kvcal_status (*read_kv)(kvcal_backend *be, const float **k, const float **v);
+    /* Host copies of layer l's Q (rows, heads, head_dim), K and V (rows,
+     * kv_heads, head_dim) in row order, for the tap of kvcal_exec_forward;
+     * cuda: KVCAL_ERR_UNSUPPORTED */
+    kvcal_status (*read_qkv)(kvcal_backend *be, const float **q, const float **k,
+                             const float **v);
 
     // --- whole-model runs (eval) ------------------------------------------
     /* Makes the final norm and the classifier resident (once). */
@@ -130,9 +144,16 @@ typedef struct kvcal_backend_ops {
     /* The pending residual add and the final norm over the residual stream,
      * the classifier, and per row
      * the next-token NLL of target (rows; < 0: none) into host nll (rows);
-     * logits (rows, vocab) host copy when non-NULL (cpu only). */
+     * logits (rows, vocab) host copy when non-NULL (cpu only); with ref,
+     * the rows' distributions kept into the reference or compared with it
+     * (kvcal_head_ref). */
     kvcal_status (*head_nll)(kvcal_backend *be, const int32_t *target, float *nll,
-                             float *logits);
+                             float *logits, const kvcal_head_ref *ref);
+    /* Room for a reference of `rows` next-token distributions (the
+     * baseline's, kept by head_nll; what was kept is dropped); 0 frees it.
+     * In the backend's own logits (fp32 on cpu, bf16 on cuda: nothing lost)
+     * beside their logsumexp. */
+    kvcal_status (*head_reference)(kvcal_backend *be, int64_t rows);
 
     // --- the simulated FP8 cache (calib/kv_sim.c) --------------------------
     /* Allocates the simulation's scratch (cache, exact attention, error

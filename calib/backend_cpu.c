@@ -69,6 +69,9 @@ typedef struct {
     kvcal_eval_layer_sums *sums; /* (layers) */
     float *space;                /* the simulation's own floats */
     float *logits;               /* (N, vocab), head_prepare */
+    float *ref;                  /* (ref_rows, vocab) the kept distributions */
+    float *ref_lse;              /* (ref_rows) */
+    int64_t ref_rows;
 } cpu_backend;
 
 static cpu_backend *cpu(kvcal_backend *be)
@@ -356,8 +359,10 @@ static kvcal_status batch_absmax(kvcal_backend *be, int slot, float *k, float *v
     return KVCAL_OK;
 }
 
-static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
+static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k,
+                             const float **v)
 {
+    *q = cpu(be)->q;
     *k = cpu(be)->k;
     *v = cpu(be)->v;
     return KVCAL_OK;
@@ -378,8 +383,32 @@ static kvcal_status head_prepare(kvcal_backend *be)
     return kvcal_model_load_head(c->model, &norm, &cls);
 }
 
+static kvcal_status head_reference(kvcal_backend *be, int64_t rows)
+{
+    cpu_backend *c = cpu(be);
+    free(c->ref);
+    free(c->ref_lse);
+    c->ref = c->ref_lse = NULL;
+    c->ref_rows = 0;
+    if (rows <= 0)
+        return KVCAL_OK;
+    const double bytes = (double)rows * be->desc->vocab_size * sizeof(float);
+    c->ref = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
+    c->ref_lse = malloc((size_t)rows * sizeof *c->ref_lse);
+    if (!c->ref || !c->ref_lse) {
+        head_reference(be, 0);
+        return kvcal_fail(KVCAL_ERR_NOMEM,
+                          "eval: cannot allocate %.0f MB for the baseline's next-token "
+                          "distributions of %lld tokens; use fewer --num-samples or a "
+                          "shorter --seq-len",
+                          bytes / 1048576.0, (long long)rows);
+    }
+    c->ref_rows = rows;
+    return KVCAL_OK;
+}
+
 static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nll,
-                             float *logits)
+                             float *logits, const kvcal_head_ref *ref)
 {
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
@@ -393,6 +422,11 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
     kvcal_rmsnorm_ref(c->norm, c->x, norm, (int)c->n, D, d->norm_eps);
     kvcal_matmul_ref(out, c->norm, cls, NULL, (int)c->n, D, d->vocab_size);
     kvcal_token_nll_ref(nll, out, target, c->n, d->vocab_size);
+    if (ref && ref->keep)
+        kvcal_token_keep_ref(c->ref, c->ref_lse, out, ref->row, c->n, d->vocab_size);
+    else if (ref)
+        kvcal_token_kld_ref(ref->kld, ref->top, out, c->ref, c->ref_lse, ref->row, c->n,
+                            d->vocab_size);
     return KVCAL_OK;
 }
 
@@ -540,6 +574,7 @@ static void destroy(kvcal_backend *be)
     free(c->slab);
     free(c->default_names);
     free(c->logits);
+    head_reference(be, 0);
     free(c);
 }
 
@@ -561,9 +596,10 @@ static const kvcal_backend_ops cpu_ops = {
     .batch_absmax = batch_absmax,
     .sync = nothing,
     .collect = nothing,
-    .read_kv = read_kv,
+    .read_qkv = read_qkv,
     .head_prepare = head_prepare,
     .head_nll = head_nll,
+    .head_reference = head_reference,
     .sim_prepare = sim_prepare,
     .sim_view = sim_view,
     .sim_upload = sim_upload,

@@ -108,7 +108,14 @@ typedef struct {
     kvcal_bf16 *logits;        /* (chunk, V) */
     int32_t *target;           /* (N) */
     float *nll;                /* (N) */
+    int64_t *keep;             /* (N) reference row of each row (kvcal_head_ref) */
+    float *kld, *top;          /* (N) */
     int chunk;                 /* logits rows per lm_head GEMM */
+    /* the baseline's distributions (head_reference) */
+    void *ref_slab;
+    size_t ref_bytes;
+    kvcal_bf16 *ref;           /* (ref_rows, V) */
+    float *ref_lse;            /* (ref_rows) */
     /* the simulated cache (sim_prepare) */
     void *sim_slab;
     size_t sim_bytes;
@@ -561,11 +568,12 @@ fail:
     return st;
 }
 
-static kvcal_status read_kv(kvcal_backend *be, const float **k, const float **v)
+static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k,
+                             const float **v)
 {
-    (void)be, (void)k, (void)v;
+    (void)be, (void)q, (void)k, (void)v;
     return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                      "cuda runner: K and V are not handed to the host (a tap runs on "
+                      "cuda runner: Q, K and V are not handed to the host (a tap runs on "
                       "the cpu backend)");
 }
 
@@ -617,9 +625,10 @@ static kvcal_status head_prepare(kvcal_backend *be)
                             d->tied_embeddings ? 0
                                                : (size_t)r->V * r->D * sizeof(kvcal_bf16),
                             (size_t)r->chunk * r->V * sizeof(kvcal_bf16),
-                            N * sizeof(int32_t), N * sizeof(float)};
-    void *buf[5];
-    TRY(alloc_buffers(r, &r->head_slab, &r->head_bytes, buf, bytes, 5,
+                            N * sizeof(int32_t), N * sizeof(float),
+                            N * sizeof(int64_t), N * sizeof(float), N * sizeof(float)};
+    void *buf[8];
+    TRY(alloc_buffers(r, &r->head_slab, &r->head_bytes, buf, bytes, 8,
                       "the final norm, the classifier and "
                       "the logits"));
     r->final_norm = buf[0];
@@ -627,6 +636,8 @@ static kvcal_status head_prepare(kvcal_backend *be)
     r->logits = buf[2];
     r->target = buf[3];
     r->nll = buf[4];
+    r->keep = buf[5];
+    r->kld = buf[6], r->top = buf[7];
     TRY(kvcal_cuda_loader_upload(r->loader, &norm, r->final_norm, r->stream));
     if (!d->tied_embeddings)
         TRY(kvcal_cuda_loader_upload(r->loader, &cls, buf[1], r->stream));
@@ -637,8 +648,36 @@ fail:
     return st;
 }
 
+static void ref_release(cuda_backend *r)
+{
+    if (r->stream)
+        cudaStreamSynchronize(r->stream);
+    cudaFree(r->ref_slab);
+    r->ref_slab = NULL;
+    r->allocated -= r->ref_bytes;
+    r->ref_bytes = 0;
+}
+
+static kvcal_status head_reference(kvcal_backend *be, int64_t rows)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    ref_release(r);
+    if (rows <= 0)
+        return KVCAL_OK;
+    const size_t bytes[] = {(size_t)rows * r->V * sizeof(kvcal_bf16),
+                            (size_t)rows * sizeof(float)};
+    void *buf[2];
+    TRY(alloc_buffers(r, &r->ref_slab, &r->ref_bytes, buf, bytes, 2,
+                      "the baseline's next-token distributions"));
+    r->ref = buf[0];
+    r->ref_lse = buf[1];
+fail:
+    return st;
+}
+
 static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nll,
-                             float *logits)
+                             float *logits, const kvcal_head_ref *ref)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
@@ -649,6 +688,9 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
                           "cuda runner: logits are not handed to the host");
     TRY_CUDA(cudaMemcpyAsync(r->target, target, (size_t)n * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
+    if (ref)
+        TRY_CUDA(cudaMemcpyAsync(r->keep, ref->row, (size_t)n * sizeof(int64_t),
+                                 cudaMemcpyHostToDevice, s));
     TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, r->final_norm, n, r->D,
                                  r->eps, s));
     for (int r0 = 0; r0 < n; r0 += r->chunk) {
@@ -657,9 +699,21 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
                               NULL, rows, r->D, r->V, s));
         TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V,
                                    s));
+        if (ref && ref->keep)
+            TRY(kvcal_token_keep_launch(r->ref, r->ref_lse, r->logits, r->keep + r0, rows,
+                                        r->V, s));
+        else if (ref)
+            TRY(kvcal_token_kld_launch(r->kld + r0, r->top + r0, r->logits, r->ref,
+                                       r->ref_lse, r->keep + r0, rows, r->V, s));
     }
     TRY_CUDA(cudaMemcpyAsync(nll, r->nll, (size_t)n * sizeof(float),
                              cudaMemcpyDeviceToHost, s));
+    if (ref && !ref->keep) {
+        TRY_CUDA(cudaMemcpyAsync(ref->kld, r->kld, (size_t)n * sizeof(float),
+                                 cudaMemcpyDeviceToHost, s));
+        TRY_CUDA(cudaMemcpyAsync(ref->top, r->top, (size_t)n * sizeof(float),
+                                 cudaMemcpyDeviceToHost, s));
+    }
     TRY_CUDA(cudaStreamSynchronize(s));
     return KVCAL_OK;
 fail:
@@ -853,8 +907,7 @@ static void destroy(kvcal_backend *be)
     if (!r)
         return;
     sim_release(be);
-    if (r->stream)
-        cudaStreamSynchronize(r->stream);
+    ref_release(r);
     kvcal_cuda_loader_destroy(r->loader);
     kvcal_gemm_destroy(r->gemm);
     kvcal_attention_destroy(r->attn);
@@ -887,9 +940,10 @@ static const kvcal_backend_ops cuda_ops = {
     .batch_absmax = batch_absmax,
     .sync = sync_device,
     .collect = collect,
-    .read_kv = read_kv,
+    .read_qkv = read_qkv,
     .head_prepare = head_prepare,
     .head_nll = head_nll,
+    .head_reference = head_reference,
     .sim_prepare = sim_prepare,
     .sim_view = sim_view,
     .sim_upload = sim_upload,

@@ -20,6 +20,9 @@ struct kvcal_exec {
     float *bmax;     /* (2, layers, kv_heads) one batch's per-head absmax */
     int32_t *target; /* (max_batch * max_seq_len) next token of each row, -1: none */
     float *nll;      /* (max_batch * max_seq_len) */
+    float *kld, *top; /* (max_batch * max_seq_len) */
+    int64_t *ref_row; /* (max_batch * max_seq_len) reference row of each row, -1: none */
+    int64_t ref_rows; /* rows of the kept reference (0: none) */
 };
 
 /* What one pass does with K and V, and how far it runs. */
@@ -75,9 +78,9 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
         if (st || !op->kv_cache)
             continue;
         if (p->tap) {
-            const float *k = NULL, *v = NULL;
-            if (!(st = ops->read_kv(be, &k, &v)))
-                st = p->tap(p->tap_ctx, l, &x->rows[slot], k, v);
+            const float *q = NULL, *k = NULL, *v = NULL;
+            if (!(st = ops->read_qkv(be, &q, &k, &v)))
+                st = p->tap(p->tap_ctx, l, &x->rows[slot], q, k, v);
         }
         if (!st && p->sim)
             st = kvcal_kv_sim_cache_point(p->sim, l, op);
@@ -136,15 +139,42 @@ static void fill_targets(const kvcal_exec_t *x, const kvcal_batch *b,
             x->target[rows->start[s] + t] = b->ids[(int64_t)s * b->seq_len + t + 1];
 }
 
-/* The batch's next-token NLL, in sample and token order. */
-static void add_nll(const kvcal_exec_t *x, const kvcal_batch *b, const kvcal_rows *rows,
-                    double *nll, long long *count)
+/* The reference row of each row of the batch whose first sample is
+ * sample b0: the token's place in sample and token order (first: the
+ * predicted tokens of the samples before b0). */
+static void fill_ref_rows(const kvcal_exec_t *x, const kvcal_batch *b,
+                          const kvcal_rows *rows, int64_t first)
 {
+    for (int64_t i = 0; i < rows->n; i++)
+        x->ref_row[i] = -1;
     for (int s = 0; s < b->batch; s++)
-        for (int t = 0; t + 1 < b->lengths[s]; t++) {
-            *nll += x->nll[rows->start[s] + t];
-            (*count)++;
+        for (int t = 0; t + 1 < b->lengths[s]; t++)
+            x->ref_row[rows->start[s] + t] = first++;
+}
+
+/* The batch's per-token results into tok from token `first` on, in sample
+ * and token order; returns the number of tokens. */
+static int64_t add_tokens(const kvcal_exec_t *x, const kvcal_batch *b,
+                          const kvcal_rows *rows, const kvcal_eval_tokens *tok,
+                          int64_t first)
+{
+    int64_t i = first;
+    for (int s = 0; s < b->batch; s++)
+        for (int t = 0; t + 1 < b->lengths[s]; t++, i++) {
+            const int64_t r = rows->start[s] + t;
+            tok->nll[i] = x->nll[r];
+            if (tok->kld)
+                tok->kld[i] = x->kld[r], tok->top[i] = x->top[r];
         }
+    return i - first;
+}
+
+int64_t kvcal_exec_predicted_tokens(const kvcal_exec_samples *s)
+{
+    int64_t n = 0;
+    for (int i = 0; i < s->num_samples; i++)
+        n += s->lengths[i] > 1 ? s->lengths[i] - 1 : 0;
+    return n;
 }
 
 /* Checks a sample set against the executor's sizes. */
@@ -305,19 +335,32 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
 }
 
 kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
-                             const kvcal_kv_sim_config *cfg, double *nll,
-                             long long *count, kvcal_eval_layer_sums *sums)
+                             const kvcal_kv_sim_config *cfg, const kvcal_eval_tokens *tok,
+                             kvcal_eval_layer_sums *sums)
 {
     kvcal_backend *be = x->be;
     kvcal_kv_sim_t *sim = NULL;
     int chunk = 0;
     kvcal_status st = check_samples(x, s);
-    if (!st)
-        st = be->ops->head_prepare(be);
+    if (st)
+        return st;
+    const int64_t predicted = kvcal_exec_predicted_tokens(s);
+    if (tok->kld && (!tok->top || tok->keep || x->ref_rows != predicted))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "executor: comparing %lld predicted tokens with a reference of "
+                          "%lld: keep the baseline's of the same samples first (kld and "
+                          "top both set, keep 0)",
+                          (long long)predicted, (long long)x->ref_rows);
+    st = be->ops->head_prepare(be);
     /* the simulation's scratch first, the chunk's slots in the room left */
     if (!st && x->chunk) {
         st = be->ops->slots(be, 0);
         x->chunk = 0;
+    }
+    if (!st && tok->keep) {
+        x->ref_rows = 0;
+        if (!(st = be->ops->head_reference(be, predicted)))
+            x->ref_rows = predicted;
     }
     if (!st && cfg->mode != KVCAL_KV_SIM_EXACT)
         st = kvcal_kv_sim_create(be, cfg, &sim);
@@ -325,6 +368,7 @@ kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
         st = size_chunks(x, num_batches(s), &chunk);
     const pass p = {0, sim, NULL, NULL, 1};
     kvcal_exec_progress prog = progress_start(x, s);
+    int64_t done = 0;
     for (int b0 = 0; !st && b0 < s->num_samples; b0 += chunk * s->batch) {
         int n = 0;
         for (; n < chunk && b0 + n * s->batch < s->num_samples; n++)
@@ -332,15 +376,22 @@ kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
         st = run_chunk(x, n, &p, s, &prog);
         for (int i = 0; !st && i < n; i++) {
             const kvcal_batch *b = &x->batches[i];
+            const kvcal_head_ref ref = {x->ref_row, tok->keep, x->kld, x->top};
             if (!(st = be->ops->select_batch(be, i))) {
                 fill_targets(x, b, &x->rows[i]);
-                st = be->ops->head_nll(be, x->target, x->nll, NULL);
+                fill_ref_rows(x, b, &x->rows[i], done);
+                st = be->ops->head_nll(be, x->target, x->nll, NULL,
+                                       tok->keep || tok->kld ? &ref : NULL);
             }
             if (!st)
-                add_nll(x, b, &x->rows[i], nll, count);
+                done += add_tokens(x, b, &x->rows[i], tok, done);
         }
         if (!st)
             progress_chunk_done(x, n, s, &prog);
+    }
+    if (st && tok->keep) {
+        be->ops->head_reference(be, 0);
+        x->ref_rows = 0;
     }
     if (!st && sim && sums)
         st = kvcal_kv_sim_collect(sim, sums);
@@ -358,7 +409,7 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
                           "to %d x %d",
                           b ? b->batch : 0, b ? b->seq_len : 0, x->max_batch,
                           x->max_seq_len);
-    const pass p = {0, NULL, tap, ctx, logits != NULL};
+    const pass p = {0, NULL, tap, ctx, logits != NULL || tap != NULL};
     int chunk = 0;
     kvcal_status st = logits ? x->be->ops->head_prepare(x->be) : KVCAL_OK;
     if (!st)
@@ -369,7 +420,7 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
     }
     if (!st && logits) {
         fill_targets(x, b, &x->rows[0]);
-        st = x->be->ops->head_nll(x->be, x->target, x->nll, logits);
+        st = x->be->ops->head_nll(x->be, x->target, x->nll, logits, NULL);
     }
     return st;
 }
@@ -440,8 +491,11 @@ kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *o
     kvcal_status st = KVCAL_OK;
     x->target = malloc(n * sizeof *x->target);
     x->nll = malloc(n * sizeof *x->nll);
+    x->kld = malloc(n * sizeof *x->kld);
+    x->top = malloc(n * sizeof *x->top);
+    x->ref_row = malloc(n * sizeof *x->ref_row);
     x->bmax = malloc(2 * lh * sizeof *x->bmax);
-    if (!x->target || !x->nll || !x->bmax) {
+    if (!x->target || !x->nll || !x->kld || !x->top || !x->ref_row || !x->bmax) {
         st = kvcal_fail(KVCAL_ERR_NOMEM,
                         "executor: no host memory for batches of %d x %d tokens",
                         bo->max_batch, bo->max_seq_len);
@@ -471,6 +525,9 @@ void kvcal_exec_destroy(kvcal_exec_t *x)
     free(x->bmax);
     free(x->target);
     free(x->nll);
+    free(x->kld);
+    free(x->top);
+    free(x->ref_row);
     free(x);
 }
 

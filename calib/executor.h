@@ -105,23 +105,42 @@ typedef struct kvcal_exec_samples {
 kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
                                   kvcal_stats_t *stats, double ema_decay);
 
+/* Per-token results of an evaluation, in sample and token order, one for
+ * each token that has a successor in its sample
+ * (kvcal_exec_predicted_tokens). The caller owns the arrays. */
+typedef struct kvcal_eval_tokens {
+    float *nll; /* (count) next-token negative log-likelihood, nats */
+    /* 1: this run's next-token distributions become the reference the
+     * later runs on the same samples are compared with (the baseline) */
+    int keep;
+    /* (count) or NULL: against the reference, the KL divergence of the
+     * reference's distribution to this run's (nats) and 1 where both put
+     * the same token first, else 0 (kernels/cpu/eval_ref.h) */
+    float *kld, *top;
+} kvcal_eval_tokens;
+
+/* How many tokens of s have a successor in their sample. */
+int64_t kvcal_exec_predicted_tokens(const kvcal_exec_samples *s);
+
 /* Evaluation: every sample through the whole model with K and V through
- * the simulated cache of sim (mode EXACT: the baseline); adds to *nll the
- * next-token negative log-likelihood (nats) of every token that has a
- * successor in its sample and to *count their number, and into sums
- * (layers; NULL for EXACT) the errors of the simulated cache. */
+ * the simulated cache of sim (mode EXACT: the baseline); fills tok (above)
+ * and adds into sums (layers; NULL for EXACT) the errors of the simulated
+ * cache. Comparing (tok->kld) needs a reference kept by an earlier run on
+ * samples of as many predicted tokens (KVCAL_ERR_INVALID_ARG otherwise);
+ * it stays until the next run that keeps one or the executor's end. */
 kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
-                             const kvcal_kv_sim_config *sim, double *nll,
-                             long long *count, kvcal_eval_layer_sums *sums);
+                             const kvcal_kv_sim_config *sim, const kvcal_eval_tokens *tok,
+                             kvcal_eval_layer_sums *sums);
 
-/* Called at each layer's cache point with K and V (rows, kv_heads,
- * head_dim) in host memory, rows laid out as `rows` says. */
+/* Called at each layer's cache point with Q (rows, heads, head_dim), K and
+ * V (rows, kv_heads, head_dim) in host memory, as the cache-point op left
+ * them (after RoPE), rows laid out as `rows` says. */
 typedef kvcal_status (*kvcal_exec_tap_fn)(void *ctx, int layer, const kvcal_rows *rows,
-                                          const float *k, const float *v);
+                                          const float *q, const float *k, const float *v);
 
-/* One batch through the model (cpu backend): every layer's K and V to tap,
- * and, when logits is non-NULL, the whole model with logits (rows, vocab)
- * in row order. */
+/* One batch through the model (cpu backend): every layer's Q, K and V to
+ * tap (every layer computed whole), and, when logits is non-NULL, the head
+ * with logits (rows, vocab) in row order. */
 kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
                                 kvcal_exec_tap_fn tap, void *ctx, float *logits);
 

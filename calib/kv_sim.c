@@ -16,6 +16,7 @@ struct kvcal_kv_sim {
     float *scales[2];            /* (layers, kv_heads) static scales, backend memory */
     float *q_scale;              /* (layers) host copy of the query's scales, or NULL */
     kvcal_kv_scaler_t **scalers; /* (layers) first-batch scalers */
+    unsigned char *mask;         /* (layers) simulated or exact; NULL: all simulated */
 };
 
 void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_kind kind,
@@ -183,6 +184,13 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
         if (st)
             goto fail;
     }
+    if (cfg->layers) {
+        if (!(s->mask = malloc((size_t)L))) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
+            goto fail;
+        }
+        memcpy(s->mask, cfg->layers, (size_t)L);
+    }
     if (cfg->mode == KVCAL_KV_SIM_FIRST_BATCH) {
         if (!(s->scalers = calloc((size_t)L, sizeof *s->scalers))) {
             st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
@@ -209,6 +217,7 @@ void kvcal_kv_sim_destroy(kvcal_kv_sim_t *s)
             kvcal_kv_scaler_destroy(s->scalers[l]);
     free(s->scalers);
     free(s->q_scale);
+    free(s->mask);
     s->be->ops->sim_release(s->be);
     free(s);
 }
@@ -259,6 +268,8 @@ kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_
 {
     kvcal_backend *be = s->be;
     kvcal_kv_io io;
+    if (s->mask && !s->mask[layer])
+        return KVCAL_OK;
     kvcal_status st = be->ops->sim_attend_exact(be, op);
     if (!st)
         st = be->ops->sim_view(be, &io);
@@ -277,6 +288,8 @@ kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_
 kvcal_status kvcal_kv_sim_after_attention(kvcal_kv_sim_t *s, int layer,
                                           const kvcal_op *op)
 {
+    if (s->mask && !s->mask[layer])
+        return KVCAL_OK;
     return s->be->ops->sim_attention_error(s->be, op, layer);
 }
 

@@ -39,6 +39,9 @@ typedef struct kvcal_kv_sim_config {
      * scale per layer; set, the batch's queries go through e4m3 under it
      * before attention (FlashAttention 3 with an fp8 cache; e4m3 only) */
     const float *q_scale;
+    /* (layers) 1 where the layer's cache is simulated, 0 where K and V
+     * stay exact (its sums stay 0); NULL: every layer (copied) */
+    const unsigned char *layers;
 } kvcal_kv_sim_config;
 
 /* Where the static scales of a scale set come from. */

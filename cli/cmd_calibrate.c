@@ -30,11 +30,13 @@
 #include "io/scales/scales_io.h"
 #include "io/stats_hdf5.h"
 #include "kvcal.h"
+#include "calib/attn_search.h"
 #include "observers/observer.h"
 #include "observers/stats.h"
 
 #define DEFAULT_DATASET "datasets/default_calibration.txt"
 #define DEFAULT_BATCH 4
+#define ATTN_SAMPLES 4 /* samples the attention observer searches on */
 /* samples a chunk, the progress of a run saved after each */
 #define DEFAULT_SAVE_EVERY 64
 /* the default, recorded as is in provenance; read from kvcal's data folder */
@@ -75,8 +77,12 @@ static void usage(FILE *f)
         "  --seq-len L          tokens per sample (default min(256, model context))\n"
         "  --batch B            samples per forward pass (default 4; at most the\n"
         "                       number of samples)\n"
-        "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse (default "
-        "minmax)\n"
+        "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse |\n"
+        "                       attention[:N] (default minmax); attention: per head\n"
+        "                       the candidate of the others (minmax, percentiles\n"
+        "                       99.999 to 99, mse) whose e4m3 K (V) moves the\n"
+        "                       attention output least on the first N samples\n"
+        "                       (default 4), searched on the cpu\n"
         "  --granularity G      tensor | head (default tensor)\n"
         "  --tp N               tensor-parallel size of the legacy file (default 1):\n"
         "                       1 to 4096, dividing the kv heads or a multiple of them\n"
@@ -178,6 +184,16 @@ static int own_option(int c, const char *arg, void *ctx)
                    : 1;
     case O_OBSERVER:
         o->observer_text = arg;
+        if (!strncmp(arg, "attention", 9) && (!arg[9] || arg[9] == ':')) {
+            o->observer = kvcal_observer_default();
+            o->observer.kind = KVCAL_OBSERVER_ATTENTION;
+            o->observer.search_samples = ATTN_SAMPLES;
+            return !arg[9] || !kvcal_cmd_parse_int("calibrate", "--observer attention:N",
+                                                   arg + 10, 1, KVCAL_CMD_INT_MAX,
+                                                   &o->observer.search_samples)
+                       ? 1
+                       : -1;
+        }
         if (kvcal_observer_parse(arg, &o->observer)) {
             fprintf(stderr, "kvcal calibrate: --observer: %s\n", kvcal_last_error());
             return -1;
@@ -356,6 +372,40 @@ static void catch_signals(int on)
  * into stats (NULL: nothing observed, --time-only) from sample first on
  * (a resumed run), the progress saved into r after each chunk (r NULL:
  * not saved). batch: samples per forward pass, at most s->num_samples. */
+/* The attention observer's thresholds (layers, 2, kv_heads) into *out
+ * (caller frees): the search of calib/attn_search.h over the first samples,
+ * on a cpu executor whatever --device says (it needs Q, K and V on the
+ * host). */
+static kvcal_status attention_thresholds(kvcal_model_t *model, const kvcal_samples *s,
+                                         const options *o, int batch,
+                                         const kvcal_stats_t *stats, float **out)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(model);
+    kvcal_exec_t *x = NULL;
+    kvcal_exec_options xo;
+    memset(&xo, 0, sizeof xo);
+    xo.device = KVCAL_DEVICE_CPU;
+    xo.backend.max_batch = batch;
+    xo.backend.max_seq_len = s->seq_len;
+    *out = malloc((size_t)d->num_layers * 2 * d->num_kv_heads * sizeof **out);
+    kvcal_status st = *out ? kvcal_exec_create(model, &xo, &x)
+                           : kvcal_fail(KVCAL_ERR_NOMEM, "attention observer: out of memory");
+    const kvcal_exec_samples run = {.ids = s->ids,
+                                    .lengths = s->lengths,
+                                    .num_samples = s->num_samples,
+                                    .seq_len = s->seq_len,
+                                    .batch = batch};
+    kvcal_attn_search_result r = {*out, NULL, NULL};
+    if (!st)
+        st = kvcal_attn_search(x, d, stats, &run, o->observer.search_samples, &r);
+    kvcal_exec_destroy(x);
+    if (st) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *s,
                                      const options *o, int batch, kvcal_stats_t *stats,
                                      int first, kvcal_cmd_resume *r, double t_start,
@@ -817,6 +867,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     kvcal_model_t *model = NULL;
     kvcal_samples *samples = NULL;
     kvcal_stats_t *stats = NULL;
+    float *attn_t = NULL; /* the attention observer's thresholds */
     kvcal_scales_t *scales = NULL;
     kvcal_inputs_t *model_inputs = NULL, *other_inputs = NULL;
     cJSON *written = cJSON_CreateArray(), *notes = cJSON_CreateArray(), *run_id = NULL;
@@ -960,6 +1011,10 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         rc = KVCAL_EXIT_OK; /* rank 0 writes */
         goto done;
     }
+    if (o.observer.kind == KVCAL_OBSERVER_ATTENTION &&
+        (st = attention_thresholds(model, samples, &o, batch, stats, &attn_t)))
+        goto fail;
+    o.observer.thresholds = attn_t;
     if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
         (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
                                     warn_stderr, NULL)) ||
@@ -990,6 +1045,7 @@ fail:
     rc = kvcal_cmd_ranks_fail(&ranks, st);
 done:
     kvcal_cmd_ranks_end(&ranks);
+    free(attn_t);
     cJSON_Delete(written);
     cJSON_Delete(notes);
     cJSON_Delete(run_id);

@@ -3,9 +3,11 @@
  * quantized (e4m3, or the other cache formats of calib/kv_sim.h) and
  * dequantized before attention exactly as an engine with that cache computes (through the library's online quantization: the
  * CPU reference on the fp32 CPU runner, the CUDA kernels on the bf16 CUDA
- * runner), and reports perplexity against the unquantized baseline plus,
- * per layer, the SQNR of K and V, the fraction of clipped values and the
- * relative error of the attention output. */
+ * runner), and reports against the unquantized baseline on the same
+ * tokens the KL divergence, top-1 agreement and perplexity change with its
+ * interval (calib/eval_stats.h), plus, per layer, the SQNR of K and V, the
+ * fraction of clipped values and the relative error of the attention
+ * output. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <limits.h>
@@ -20,6 +22,7 @@
 #include "cli/cmd_progress.h"
 #include "cli/cmd_ranks.h"
 #include "cli/command.h"
+#include "calib/eval_stats.h"
 #include "calib/executor.h"
 #include "calib/model.h"
 #include "core/scales.h"
@@ -79,6 +82,7 @@ typedef struct {
     double tolerance;       /* --tolerance, percent */
     int modes_all;          /* --modes holds "all": modes that do not apply are left out */
     kvcal_cmd_ranks *ranks; /* this process's rank of the run */
+    int attribute;          /* --attribute: each layer's cache alone, per mode */
 } options;
 
 static void usage(FILE *f)
@@ -87,11 +91,14 @@ static void usage(FILE *f)
             "usage: kvcal eval --model DIR|FILE --dataset FILE [options]\n\n"
             "Runs the model over held-out samples with the KV cache simulated in FP8\n"
             "e4m3 or another cache format (K and V quantized, then dequantized before\n"
-            "attention) under each mode, and reports perplexity against the\n"
-            "unquantized baseline (fp32 on cpu, bf16 on cuda), the cache's bytes per\n"
-            "token, the smallest cache within --tolerance and, per layer, the SQNR of\n"
-            "K and V, the fraction of clipped values and the relative error of the\n"
-            "attention output.\n\n"
+            "attention) under each mode, and reports against the unquantized baseline\n"
+            "(fp32 on cpu, bf16 on cuda) on the same tokens: the KL divergence of the\n"
+            "next-token distributions (mean, 99th percentile), top-1 agreement and the\n"
+            "perplexity change with its 95%% interval over the samples (within noise or\n"
+            "not, and the tokens that would resolve it), each mode against the best one,\n"
+            "the cache's bytes per token and the smallest cache within --tolerance; and,\n"
+            "per layer, the SQNR of K and V, the fraction of clipped values and the\n"
+            "relative error of the attention output.\n\n"
             "  --model DIR|FILE     Hugging Face checkpoint directory or llama2.c .bin\n"
             "  --dataset FILE       held-out text, JSONL or HDF5 token set\n"
             "  --scales FILE|DIR    scales to evaluate (any format kvcal reads)\n"
@@ -125,6 +132,11 @@ static void usage(FILE *f)
            "                       place; elsewhere a plain line every\n"
            "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
            "                       the end of each mode)\n"
+           "  --attribute          per mode, also one run per layer with only that\n"
+           "                       layer's cache simulated: the KL divergence and the\n"
+           "                       perplexity change each layer costs alone (layers x\n"
+           "                       modes more runs); the costliest layer is named by\n"
+           "                       it (else by its attention error)\n"
            "  --json               print the report as JSON on stdout\n"
            "  --report FILE.html   also write the HTML report (what kvcal report\n"
            "                       writes: the table, the change per mode, the\n"
@@ -156,7 +168,7 @@ static int parse_modes(const char *text, int *modes, int *all)
     return 0;
 }
 
-enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT, O_TOLERANCE };
+enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT, O_TOLERANCE, O_ATTRIBUTE };
 
 /* eval's own options (kvcal_cmd_own_option); ctx: the options, whose
  * modes_text keeps --modes until the other options are known. */
@@ -168,6 +180,9 @@ static int own_option(int c, const char *arg, void *ctx)
         return kvcal_cmd_parse_path("eval", "--scales", arg, &o->scales) ? -1 : 1;
     case O_MODES:
         o->modes_text = arg;
+        return 1;
+    case O_ATTRIBUTE:
+        o->attribute = 1;
         return 1;
     case O_REPORT:
         return kvcal_cmd_parse_path("eval", "--report", arg, &o->report) ? -1 : 1;
@@ -196,6 +211,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"modes", required_argument, 0, O_MODES},
         {"report", required_argument, 0, O_REPORT},
         {"tolerance", required_argument, 0, O_TOLERANCE},
+        {"attribute", no_argument, 0, O_ATTRIBUTE},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -241,9 +257,17 @@ typedef kvcal_eval_layer_sums layer_sums;
 typedef struct {
     int mode;
     double ppl;
-    double kv_bytes;  /* KV cache bytes per token (kvcal_kv_sim_bytes_per_token) */
-    int clip_counted; /* e4m3 modes: clipped values counted */
-    layer_sums *sums; /* owned; NULL for the baseline */
+    double kv_bytes;        /* KV cache bytes per token (kvcal_kv_sim_bytes_per_token) */
+    int clip_counted;       /* e4m3 modes: clipped values counted */
+    layer_sums *sums;       /* owned; NULL for the baseline */
+    float *nll, *kld, *top; /* (tokens) owned; kld and top NULL for the baseline */
+    kvcal_eval_compare cmp; /* against the baseline (not for the baseline) */
+    /* against the best mode (the least perplexity but the baseline's), on
+     * the same tokens; best -1 for the best itself and the baseline */
+    kvcal_eval_compare vs_best;
+    int best;
+    /* (layers) owned, --attribute: the mode's cache in that layer alone */
+    double *kld_alone, *change_alone;
 } mode_result;
 
 typedef struct {
@@ -290,38 +314,22 @@ static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
     }
 }
 
-/* Several ranks: their sums of a mode added on rank 0 in rank order (the
- * float sums in another order than one process's, so equal to it within
- * rounding; the counts exactly). *count is the whole run's on rank 0. */
-static kvcal_status reduce_mode(kvcal_cmd_ranks *ranks, const kvcal_model_desc *d,
-                                double *nll, long long *count, layer_sums *sums)
+/* Several ranks: their error sums of a mode added on rank 0 in rank order
+ * (in another order than one process's, so equal to it within rounding;
+ * the counts exactly). */
+static kvcal_status reduce_sums(kvcal_cmd_ranks *ranks, const kvcal_model_desc *d,
+                                layer_sums *sums)
 {
-    if (ranks->size == 1)
+    if (ranks->size == 1 || !sums)
         return KVCAL_OK;
-    const size_t n = (size_t)(sums ? d->num_layers : 0);
-    typedef struct {
-        double nll;
-        long long count;
-    } totals;
-    const size_t bytes = sizeof(totals) + n * sizeof *sums;
-    unsigned char *mine = malloc(bytes), *all = malloc(bytes * (size_t)ranks->size);
-    kvcal_status st =
-        mine && all ? KVCAL_OK : kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
-    if (!st) {
-        const totals t = {*nll, *count};
-        memcpy(mine, &t, sizeof t);
-        if (n)
-            memcpy(mine + sizeof t, sums, n * sizeof *sums);
-        st = kvcal_cmd_ranks_gather(ranks, mine, bytes, all);
-    }
-    for (int r = 1; !st && ranks->rank == 0 && r < ranks->size; r++) {
-        totals t;
-        memcpy(&t, all + r * bytes, sizeof t);
-        *nll += t.nll;
-        *count += t.count;
-        for (size_t l = 0; l < n; l++) {
+    const size_t bytes = (size_t)d->num_layers * sizeof *sums;
+    unsigned char *all = malloc(bytes * (size_t)ranks->size);
+    kvcal_status st = all ? kvcal_cmd_ranks_gather(ranks, sums, bytes, all)
+                          : kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+    for (int r = 1; !st && ranks->rank == 0 && r < ranks->size; r++)
+        for (int l = 0; l < d->num_layers; l++) {
             layer_sums add;
-            memcpy(&add, all + r * bytes + sizeof t + l * sizeof add, sizeof add);
+            memcpy(&add, all + r * bytes + l * sizeof add, sizeof add);
             for (int i = 0; i < 3; i++) {
                 kvcal_error_sums *dst = i < 2 ? &sums[l].kv[i] : &sums[l].att;
                 const kvcal_error_sums *src = i < 2 ? &add.kv[i] : &add.att;
@@ -331,59 +339,215 @@ static kvcal_status reduce_mode(kvcal_cmd_ranks *ranks, const kvcal_model_desc *
                 dst->n += src->n;
             }
         }
-    }
-    free(mine);
     free(all);
     return st;
 }
 
-/* Runs every sample once under `mode` (several ranks: this rank's part;
- * first-batch, whose scales come from the run's first batch, on rank 0
- * alone) and, once the ranks met, fills r on rank 0. */
+/* Several ranks: each rank's per-token values (each[r] bytes of rank r:
+ * its part's tokens, in sample order) joined on rank 0 in rank order, the
+ * order of one process's run (ranks hold consecutive batches): *v becomes
+ * the whole run's there. */
+static kvcal_status gather_tokens(kvcal_cmd_ranks *ranks, const size_t *each, float **v)
+{
+    if (ranks->size == 1 || !*v)
+        return KVCAL_OK;
+    size_t total = 0;
+    for (int r = 0; r < ranks->size; r++)
+        total += each[r];
+    float *all = malloc(total ? total : 1);
+    kvcal_status st = all ? kvcal_cmd_ranks_gatherv(ranks, *v, each, all)
+                          : kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+    if (st) {
+        free(all);
+        return st;
+    }
+    free(*v);
+    *v = all;
+    return KVCAL_OK;
+}
+
+/* Runs every sample once under `mode`; fills r (base: the baseline's
+ * result, NULL when r is the baseline: its distributions are kept).
+ * Several ranks: each runs its part (first-batch, whose scales come from
+ * the run's first batch, on rank 0 alone, without KL divergence and top-1:
+ * rank 0 holds the baseline's distributions of its part only), they meet,
+ * and rank 0 gets the whole run's tokens and sums. */
 static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                              const kvcal_samples *s, const options *o,
-                             const kvcal_scales_t *scales, int mode, mode_result *r)
+                             const kvcal_scales_t *scales, int mode, const mode_result *base,
+                             const unsigned char *layers, mode_result *r)
 {
-    double nll = 0.0;
-    long long count = 0;
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
+    kvcal_cmd_ranks *ranks = o->ranks;
+    const int whole = mode == MODE_FIRST_BATCH && ranks->size > 1;
+    const kvcal_exec_samples all = {.ids = s->ids,
+                                    .lengths = s->lengths,
+                                    .num_samples = s->num_samples,
+                                    .seq_len = s->seq_len,
+                                    .batch = o->run.batch,
+                                    .progress = show_progress};
+    kvcal_exec_samples run = all;
+    const int mine = whole ? ranks->rank == 0 : kvcal_cmd_ranks_narrow(ranks, &run);
+    if (!mine)
+        run.num_samples = 0;
+    /* every rank's bytes of per-token values, known to every rank */
+    size_t *each = calloc((size_t)ranks->size, sizeof *each);
+    for (int i = 0; each && i < ranks->size; i++) {
+        kvcal_exec_samples part = all;
+        if (whole) {
+            part.num_samples = i == 0 ? all.num_samples : 0;
+        } else if (ranks->size > 1) {
+            const kvcal_dp_part p = kvcal_dp_layout(all.num_samples, all.batch, i, ranks->size);
+            part.lengths = all.lengths + p.first_sample;
+            part.num_samples = p.num_samples;
+        }
+        each[i] = (size_t)kvcal_exec_predicted_tokens(&part) * sizeof(float);
+    }
+    const int64_t n = kvcal_exec_predicted_tokens(&run);
+    const int64_t total = kvcal_exec_predicted_tokens(&all);
+    const int compare = base && !whole;
     float *ks = malloc((2 * lh + (size_t)d->num_layers) * sizeof *ks);
-    r->sums = mode == MODE_BASELINE ? NULL : calloc((size_t)d->num_layers, sizeof *r->sums);
+    r->mode = mode;
+    r->sums = base ? calloc((size_t)d->num_layers, sizeof *r->sums) : NULL;
+    r->nll = malloc((size_t)(n ? n : 1) * sizeof *r->nll);
+    r->kld = base ? malloc((size_t)(compare && n ? n : 1) * sizeof *r->kld) : NULL;
+    r->top = base ? malloc((size_t)(compare && n ? n : 1) * sizeof *r->top) : NULL;
     kvcal_status st = KVCAL_OK;
-    if (!ks || (mode != MODE_BASELINE && !r->sums)) {
+    if (!each || !ks || !r->nll || (base && (!r->sums || !r->kld || !r->top))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
         goto done;
     }
-    const kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
-    progress_ctx pc = {.mode = mode};
-    kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
-    kvcal_exec_samples run = {.ids = s->ids,
-                              .lengths = s->lengths,
-                              .num_samples = s->num_samples,
-                              .seq_len = s->seq_len,
-                              .batch = o->run.batch,
-                              .progress = show_progress,
-                              .progress_ctx = &pc};
-    const int whole = mode == MODE_FIRST_BATCH;
-    if (whole ? o->ranks->rank == 0 : kvcal_cmd_ranks_narrow(o->ranks, &run))
-        st = kvcal_exec_eval(x, &run, &cfg, &nll, &count, r->sums);
-    kvcal_cmd_progress_end(&pc.pr);
-    if (!(st = kvcal_cmd_ranks_meet(o->ranks, st, 0)))
-        st = reduce_mode(o->ranks, d, &nll, &count, r->sums);
-    if (!st && o->ranks->rank == 0 && count == 0)
+    if (total == 0) {
         st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
-done:
-    free(ks);
-    if (st) {
-        free(r->sums);
-        r->sums = NULL;
-        return st;
+        goto done;
     }
-    r->mode = mode;
-    r->ppl = exp(nll / (double)count);
+    kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
+    cfg.layers = layers;
     r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
-    r->clip_counted = !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
+    r->clip_counted =
+        !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
+    progress_ctx pc = {.mode = mode};
+    run.progress_ctx = &pc;
+    const kvcal_eval_tokens tok = {r->nll, base == NULL, compare ? r->kld : NULL,
+                                   compare ? r->top : NULL};
+    kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
+    if (run.num_samples)
+        st = kvcal_exec_eval(x, &run, &cfg, &tok, r->sums);
+    kvcal_cmd_progress_end(&pc.pr);
+    if ((st = kvcal_cmd_ranks_meet(ranks, st, 0)) || (st = reduce_sums(ranks, d, r->sums)) ||
+        (st = gather_tokens(ranks, each, &r->nll)))
+        goto done;
+    if (compare &&
+        ((st = gather_tokens(ranks, each, &r->kld)) || (st = gather_tokens(ranks, each, &r->top))))
+        goto done;
+    if (ranks->rank != 0)
+        goto done;
+    if (base && !compare) {
+        /* no distributions compared: the statistics of KLD and top-1 are NaN */
+        float *nan_kld = realloc(r->kld, (size_t)total * sizeof *r->kld);
+        float *nan_top = nan_kld ? realloc(r->top, (size_t)total * sizeof *r->top) : NULL;
+        r->kld = nan_kld ? nan_kld : r->kld;
+        r->top = nan_top ? nan_top : r->top;
+        if (!nan_kld || !nan_top) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+            goto done;
+        }
+        for (int64_t i = 0; i < total; i++)
+            r->kld[i] = r->top[i] = NAN;
+    }
+    double nll = 0.0;
+    for (int64_t i = 0; i < total; i++)
+        nll += r->nll[i];
+    r->ppl = exp(nll / (double)total);
+    if (base) {
+        float *scratch = malloc((size_t)total * sizeof *scratch);
+        if (!scratch) {
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+            goto done;
+        }
+        kvcal_eval_compare_tokens(&r->cmp, r->nll, base->nll, r->kld, r->top, s->lengths,
+                                  s->num_samples, scratch);
+        free(scratch);
+    }
+done:
+    free(each);
+    free(ks);
+    return st;
+}
+
+static void free_result(mode_result *r)
+{
+    free(r->kld_alone);
+    free(r->change_alone);
+    free(r->sums);
+    free(r->nll);
+    free(r->kld);
+    free(r->top);
+    memset(r, 0, sizeof *r);
+}
+
+/* --attribute: res[i]'s mode once per layer with only that layer's cache
+ * simulated, against the baseline res[0]. */
+static kvcal_status attribute(kvcal_exec_t *x, const kvcal_model_desc *d,
+                              const kvcal_samples *s, const options *o,
+                              const kvcal_scales_t *scales, mode_result *res, int i)
+{
+    const int L = d->num_layers;
+    mode_result *r = &res[i];
+    unsigned char *mask = calloc((size_t)L, 1);
+    r->kld_alone = malloc((size_t)L * sizeof *r->kld_alone);
+    r->change_alone = malloc((size_t)L * sizeof *r->change_alone);
+    kvcal_status st = mask && r->kld_alone && r->change_alone
+                          ? KVCAL_OK
+                          : kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+    for (int l = 0; !st && l < L; l++) {
+        mode_result one;
+        memset(&one, 0, sizeof one);
+        memset(mask, 0, (size_t)L);
+        mask[l] = 1;
+        if (!(st = run_mode(x, d, s, o, scales, r->mode, &res[0], mask, &one))) {
+            r->kld_alone[l] = one.cmp.kld_mean;
+            r->change_alone[l] = expm1(one.cmp.ln_ratio);
+        }
+        free_result(&one);
+    }
+    free(mask);
+    return st;
+}
+
+/* Each mode against the best one (the least perplexity but the
+ * baseline's), paired on the same tokens: does the choice matter? */
+/* The mode of the least finite perplexity but the baseline's, when there
+ * are two such modes to choose from; else -1. */
+static int best_mode(const mode_result *res, int nres)
+{
+    int best = -1;
+    for (int i = 1; i < nres; i++)
+        if (isfinite(res[i].ppl) && (best < 0 || res[i].ppl < res[best].ppl))
+            best = i;
+    return nres < 3 ? -1 : best;
+}
+
+static kvcal_status compare_with_best(mode_result *res, int nres, const kvcal_samples *s)
+{
+    const int best = best_mode(res, nres);
+    for (int i = 0; i < nres; i++)
+        res[i].best = -1;
+    if (best < 0)
+        return KVCAL_OK;
+    const int64_t n = res[best].cmp.tokens;
+    float *scratch = malloc((size_t)n * sizeof *scratch);
+    if (!scratch)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
+    for (int i = 1; i < nres; i++)
+        if (i != best) {
+            res[i].best = best;
+            kvcal_eval_compare_tokens(&res[i].vs_best, res[i].nll, res[best].nll,
+                                      res[i].kld, res[i].top, s->lengths, s->num_samples,
+                                      scratch);
+        }
+    free(scratch);
     return KVCAL_OK;
 }
 
@@ -403,6 +567,27 @@ static double clip_frac(const layer_sums *s, int which)
 static double att_err(const layer_sums *s)
 {
     return s->att.x2 > 0 ? sqrt(s->att.e2 / s->att.x2) : 0.0;
+}
+
+/* The layer of a mode that costs the most: by the KL divergence its cache
+ * costs alone (--attribute), else by its attention error; -1 when no
+ * value is finite. */
+static int costliest_layer(const mode_result *r, int layers, double *value)
+{
+    int best = -1;
+    *value = NAN;
+    for (int l = 0; l < layers; l++) {
+        const double v = r->kld_alone ? r->kld_alone[l] : att_err(&r->sums[l]);
+        if (isfinite(v) && (best < 0 || v > *value))
+            best = l, *value = v;
+    }
+    return best;
+}
+
+/* Of K and V, the one with the lower SQNR in layer l ("K" on a tie). */
+static const char *weaker_side(const layer_sums *s)
+{
+    return sqnr_db(s, 1) < sqnr_db(s, 0) ? "V" : "K";
 }
 
 /* Summary of a mode over layers: min SQNR, max clipped fraction and error. */
@@ -437,6 +622,28 @@ static int recommend(const mode_result *res, int nres, double tolerance)
     return best;
 }
 
+/* n tokens as "812", "45k", "1.3M" (NAN: "-"). */
+static const char *tokens_text(char *buf, size_t size, double n)
+{
+    if (!isfinite(n))
+        snprintf(buf, size, "-");
+    else if (n < 1e4)
+        snprintf(buf, size, "%.0f", ceil(n));
+    else if (n < 1e6)
+        snprintf(buf, size, "%.0fk", ceil(n / 1e3));
+    else if (n < 1e9)
+        snprintf(buf, size, "%.1fM", n / 1e6);
+    else
+        snprintf(buf, size, "%.2gG", n / 1e9);
+    return buf;
+}
+
+/* Percent change of perplexity from a change of its log. */
+static double pct(double ln_ratio)
+{
+    return 100.0 * expm1(ln_ratio);
+}
+
 static void print_table(const mode_result *res, int nres, const kvcal_model_desc *d,
                         const kvcal_samples *s, const options *o)
 {
@@ -446,15 +653,48 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
            o->run.cuda ? "cuda" : "cpu", o->run.cuda ? "bf16" : "fp32", s->num_samples,
            s->num_tokens, o->run.dataset, o->scales ? "; scales " : "",
            o->scales ? o->scales : "");
-    double base = res[0].ppl;
-    printf("\n%-19s %11s %10s %9s %9s  %11s %11s %9s %9s\n", "mode", "perplexity",
-           "change", "change %", "KV B/tok", "min K SQNR", "min V SQNR", "max clip",
-           "max att");
+    printf("\n%-19s %11s %25s %10s %10s %8s  %s\n", "mode", "perplexity",
+           "change [95% CI]", "KLD mean", "KLD p99", "top-1", "verdict");
     for (int i = 0; i < nres; i++) {
         printf("%-19s %11.4f", mode_name(res[i].mode), res[i].ppl);
         if (!res[i].sums) {
-            printf(" %10s %9s %9.0f  %11s %11s %9s %9s\n", "-", "-", res[i].kv_bytes, "-",
-                   "-", "-", "-");
+            printf(" %25s %10s %10s %8s  %s\n", "-", "-", "-", "-",
+                   "the reference of every change");
+            continue;
+        }
+        const kvcal_eval_compare *c = &res[i].cmp;
+        char ci[64], tk[32];
+        snprintf(ci, sizeof ci, "%+.2f%% [%+.2f, %+.2f]", pct(c->ln_ratio), pct(c->ci_lo),
+                 pct(c->ci_hi));
+        printf(" %25s %10.3g %10.3g %7.2f%%  ", ci, c->kld_mean, c->kld_p99,
+               100.0 * c->top1);
+        if (c->within_noise)
+            printf("within noise: ~%s tokens would resolve it\n",
+                   tokens_text(tk, sizeof tk, c->tokens_to_resolve));
+        else
+            printf("beyond noise (resolved at ~%s tokens)\n",
+                   tokens_text(tk, sizeof tk, c->tokens_to_resolve));
+    }
+    for (int i = 0, said = 0; i < nres; i++) {
+        const mode_result *r = &res[i];
+        if (r->best < 0)
+            continue;
+        const kvcal_eval_compare *c = &r->vs_best;
+        char tk[32];
+        if (!said++)
+            printf("\nagainst the best mode, %s, on the same tokens:\n",
+                   mode_name(res[r->best].mode));
+        printf("  %-19s %+.2f%% [%+.2f, %+.2f]  %s ~%s tokens\n", mode_name(r->mode),
+               pct(c->ln_ratio), pct(c->ci_lo), pct(c->ci_hi),
+               c->within_noise ? "within noise: would resolve at" : "beyond noise: resolved at",
+               tokens_text(tk, sizeof tk, c->tokens_to_resolve));
+    }
+    printf("\n%-19s %9s  %11s %11s %9s %9s\n", "mode", "KV B/tok", "min K SQNR", "min V SQNR",
+           "max clip", "max att");
+    for (int i = 0; i < nres; i++) {
+        if (!res[i].sums) {
+            printf("%-19s %9.0f  %11s %11s %9s %9s\n", mode_name(res[i].mode),
+                   res[i].kv_bytes, "-", "-", "-", "-");
             continue;
         }
         double ks, vs, clip, err;
@@ -462,35 +702,57 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
         char clip_text[16] = "-";
         if (res[i].clip_counted)
             snprintf(clip_text, sizeof clip_text, "%9.2e", clip);
-        printf(" %+10.4f %+8.3f%% %9.0f  %8.1f dB %8.1f dB %9s %9.2e\n", res[i].ppl - base,
-               100.0 * (res[i].ppl - base) / base, res[i].kv_bytes, ks, vs, clip_text, err);
+        printf("%-19s %9.0f  %8.1f dB %8.1f dB %9s %9.2e\n", mode_name(res[i].mode),
+               res[i].kv_bytes, ks, vs, clip_text, err);
     }
-    int rec = recommend(res, nres, o->tolerance);
+    const double base = res[0].ppl;
+    const int rec = recommend(res, nres, o->tolerance);
     if (rec < 0)
         printf("\nrecommendation: no mode is within %+.2f%% of the baseline's perplexity: "
-               "keep a bf16 cache\n", o->tolerance);
+               "keep a bf16 cache\n",
+               o->tolerance);
     else
         printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the baseline's "
                "perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
                mode_name(res[rec].mode), o->tolerance, res[rec].kv_bytes, res[0].kv_bytes,
                100.0 * (res[rec].ppl - base) / base);
-    puts("\n(KV B/tok = the cache's bytes per token over every layer's K and V: bf16 for\n"
-         "the baseline, per (token, head) fp32 scales and zero points of the dynamic\n"
-         "modes included; SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2);\n"
-         "clip = fraction of values saturated past e4m3's rounding to 448 (|x| / scale\n"
-         "> 464), counted for the e4m3 modes; att =\n"
-         "|attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|, with q, K\n"
-         "and V of the mode's own forward pass)");
+    printf("\n(%lld predicted tokens in %d windows, paired with the baseline's: change =\n"
+           "PPL / PPL_base - 1 with its 95%% interval over windows (Student's t); within\n"
+           "noise when the interval holds 0, and the tokens at which it would not if the\n"
+           "mean and spread stayed; KLD = KL(baseline || mode) of the next-token\n"
+           "distributions, nats, mean and 99th percentile over tokens; top-1 = tokens\n"
+           "where both put the same token first. KV B/tok = the cache's bytes per token\n"
+           "over every layer's K and V: bf16 for the baseline, per (token, head) fp32\n"
+           "scales and zero points of the dynamic modes included. SQNR = 10 log10(sum\n"
+           "x^2 / sum (x - dequant(quant(x)))^2); clip = fraction of values saturated\n"
+           "past e4m3's rounding to 448 (|x| / scale > 464), counted for the e4m3 modes;\n"
+           "att = |attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|,\n"
+           "with q, K and V of the mode's own forward pass)\n",
+           nres > 1 ? (long long)res[1].cmp.tokens : 0LL, nres > 1 ? res[1].cmp.windows : 0);
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
-        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s\n", mode_name(res[i].mode),
-               "layer", "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
+        const mode_result *r = &res[i];
+        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s", mode_name(r->mode), "layer",
+               "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
+        printf(r->kld_alone ? " %11s %13s\n" : "\n", "KLD alone", "change alone");
         for (int l = 0; l < d->num_layers; l++) {
-            const layer_sums *sl = &res[i].sums[l];
-            printf("%5d %11.2f %11.2f %10.2e %10.2e %10.2e\n", l, sqnr_db(sl, 0),
+            const layer_sums *sl = &r->sums[l];
+            printf("%5d %11.2f %11.2f %10.2e %10.2e %10.2e", l, sqnr_db(sl, 0),
                    sqnr_db(sl, 1), clip_frac(sl, 0), clip_frac(sl, 1), att_err(sl));
+            if (r->kld_alone)
+                printf(" %11.3g %+12.3f%%", r->kld_alone[l], 100.0 * r->change_alone[l]);
+            printf("\n");
         }
+        double v;
+        const int w = costliest_layer(r, d->num_layers, &v);
+        if (w >= 0)
+            printf("costliest layer: %d (%s %.3g; the weaker side %s: SQNR K %.1f dB, V "
+                   "%.1f dB; clipped K %.2e, V %.2e)\n",
+                   w, r->kld_alone ? "KLD with its cache alone" : "attention error", v,
+                   weaker_side(&r->sums[w]), sqnr_db(&r->sums[w], 0),
+                   sqnr_db(&r->sums[w], 1), clip_frac(&r->sums[w], 0),
+                   clip_frac(&r->sums[w], 1));
     }
 }
 
@@ -515,6 +777,10 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
     cJSON_AddNumberToObject(root, "num_samples", s->num_samples);
     cJSON_AddNumberToObject(root, "num_tokens", (double)s->num_tokens);
     cJSON_AddNumberToObject(root, "seq_len", s->seq_len);
+    if (nres > 1) {
+        cJSON_AddNumberToObject(root, "predicted_tokens", (double)res[1].cmp.tokens);
+        cJSON_AddNumberToObject(root, "windows", res[1].cmp.windows);
+    }
     cJSON *modes = cJSON_AddArrayToObject(root, "modes");
     for (int i = 0; i < nres; i++) {
         cJSON *m = cJSON_CreateObject();
@@ -526,6 +792,51 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
         cJSON_AddItemToObject(m, "perplexity_change_rel",
                               json_number((res[i].ppl - res[0].ppl) / res[0].ppl));
         if (res[i].sums) {
+            const kvcal_eval_compare *c = &res[i].cmp;
+            cJSON_AddItemToObject(m, "ln_ppl_ratio", json_number(c->ln_ratio));
+            cJSON_AddItemToObject(m, "ln_ppl_ratio_se", json_number(c->ln_ratio_se));
+            cJSON_AddItemToObject(m, "ln_ppl_ratio_se_window",
+                                  json_number(c->ln_ratio_se_window));
+            cJSON *ci = cJSON_AddArrayToObject(m, "perplexity_change_rel_ci95");
+            cJSON_AddItemToArray(ci, json_number(expm1(c->ci_lo)));
+            cJSON_AddItemToArray(ci, json_number(expm1(c->ci_hi)));
+            cJSON_AddStringToObject(m, "ci_over", c->ci_from_windows ? "windows" : "tokens");
+            cJSON_AddBoolToObject(m, "within_noise", c->within_noise);
+            cJSON_AddItemToObject(m, "tokens_to_resolve", json_number(c->tokens_to_resolve));
+            cJSON_AddItemToObject(m, "kld_mean", json_number(c->kld_mean));
+            cJSON_AddItemToObject(m, "kld_mean_se", json_number(c->kld_se));
+            cJSON_AddItemToObject(m, "kld_median", json_number(c->kld_median));
+            cJSON_AddItemToObject(m, "kld_p99", json_number(c->kld_p99));
+            cJSON_AddItemToObject(m, "kld_max", json_number(c->kld_max));
+            cJSON_AddItemToObject(m, "top1_agreement", json_number(c->top1));
+            cJSON_AddItemToObject(m, "top1_agreement_se", json_number(c->top1_se));
+            /* the best mode itself: a change of 0, so that every device
+             * writes the same shape whichever mode is best there */
+            const int best = res[i].best >= 0 ? res[i].best : best_mode(res, nres);
+            if (best >= 0) {
+                const kvcal_eval_compare zero = {.within_noise = 1,
+                                                 .tokens_to_resolve = NAN};
+                const kvcal_eval_compare *b = res[i].best >= 0 ? &res[i].vs_best : &zero;
+                cJSON *vb = cJSON_AddObjectToObject(m, "vs_best");
+                cJSON_AddStringToObject(vb, "mode", mode_name(res[best].mode));
+                cJSON_AddItemToObject(vb, "ln_ppl_ratio", json_number(b->ln_ratio));
+                cJSON *bci = cJSON_AddArrayToObject(vb, "perplexity_change_rel_ci95");
+                cJSON_AddItemToArray(bci, json_number(expm1(b->ci_lo)));
+                cJSON_AddItemToArray(bci, json_number(expm1(b->ci_hi)));
+                cJSON_AddBoolToObject(vb, "within_noise", b->within_noise);
+                cJSON_AddItemToObject(vb, "tokens_to_resolve",
+                                      json_number(b->tokens_to_resolve));
+            }
+            double v;
+            const int w = costliest_layer(&res[i], d->num_layers, &v);
+            if (w >= 0) {
+                cJSON *cl = cJSON_AddObjectToObject(m, "costliest_layer");
+                cJSON_AddNumberToObject(cl, "layer", w);
+                cJSON_AddStringToObject(cl, "by",
+                                        res[i].kld_alone ? "kld_alone" : "attention_rel_error");
+                cJSON_AddItemToObject(cl, "value", json_number(v));
+                cJSON_AddStringToObject(cl, "weaker", weaker_side(&res[i].sums[w]));
+            }
             cJSON *layers = cJSON_AddArrayToObject(m, "layers");
             for (int l = 0; l < d->num_layers; l++) {
                 const layer_sums *sl = &res[i].sums[l];
@@ -537,6 +848,11 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
                 cJSON_AddNumberToObject(o_l, "v_clipped", clip_frac(sl, 1));
                 cJSON_AddItemToObject(o_l, "attention_rel_error",
                                       json_number(att_err(sl)));
+                if (res[i].kld_alone) {
+                    cJSON_AddItemToObject(o_l, "kld_alone", json_number(res[i].kld_alone[l]));
+                    cJSON_AddItemToObject(o_l, "perplexity_change_rel_alone",
+                                          json_number(res[i].change_alone[l]));
+                }
                 cJSON_AddItemToArray(layers, o_l);
             }
         }
@@ -709,7 +1025,9 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     for (int m = 0; m < NUM_MODES; m++) {
         if (!o.modes[m])
             continue;
-        if ((st = run_mode(x, d, samples, &o, scales, m, &res[nres])))
+        if ((st = run_mode(x, d, samples, &o, scales, m, nres ? &res[0] : NULL, NULL,
+                           &res[nres])) ||
+            (nres && o.attribute && (st = attribute(x, d, samples, &o, scales, res, nres))))
             goto fail;
         nres++;
     }
@@ -718,6 +1036,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
         rc = KVCAL_EXIT_OK; /* rank 0 reports */
         goto done;
     }
+    if ((st = compare_with_best(res, nres, samples)))
+        goto fail;
     if ((o.run.json || o.report) && !(json = report_json(res, nres, d, samples, &o))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory");
         goto fail;
@@ -746,7 +1066,7 @@ done:
     kvcal_cmd_ranks_end(&ranks);
     cJSON_Delete(json);
     for (int i = 0; i < NUM_MODES; i++)
-        free(res[i].sums);
+        free_result(&res[i]);
     kvcal_exec_destroy(x);
     kvcal_scales_destroy(scales);
     kvcal_samples_destroy(samples);

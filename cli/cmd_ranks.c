@@ -212,6 +212,16 @@ void kvcal_cmd_ranks_close(kvcal_cmd_ranks *r)
     r->closed = 1;
 }
 
+kvcal_status kvcal_cmd_ranks_gatherv(kvcal_cmd_ranks *r, const void *mine, const size_t *each,
+                                     void *all)
+{
+    if (!r->group) {
+        memcpy(all, mine, each[0]);
+        return KVCAL_OK;
+    }
+    return r->group->ops->gather(r->group, mine, each, all);
+}
+
 kvcal_status kvcal_cmd_ranks_gather(kvcal_cmd_ranks *r, const void *mine, size_t bytes,
                                     void *all)
 {
@@ -220,10 +230,7 @@ kvcal_status kvcal_cmd_ranks_gather(kvcal_cmd_ranks *r, const void *mine, size_t
         return kvcal_fail(KVCAL_ERR_NOMEM, "out of host memory");
     for (int i = 0; i < r->size; i++)
         each[i] = bytes;
-    kvcal_status st =
-        r->group ? r->group->ops->gather(r->group, mine, each, all) : KVCAL_OK;
-    if (!r->group)
-        memcpy(all, mine, bytes);
+    const kvcal_status st = kvcal_cmd_ranks_gatherv(r, mine, each, all);
     free(each);
     return st;
 }

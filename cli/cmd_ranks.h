@@ -78,6 +78,11 @@ void kvcal_cmd_ranks_close(kvcal_cmd_ranks *r);
 kvcal_status kvcal_cmd_ranks_gather(kvcal_cmd_ranks *r, const void *mine, size_t bytes,
                                     void *all);
 
+/* The same with rank i's each[i] bytes (every rank passes the same each),
+ * in rank order into all (their sum) on rank 0. */
+kvcal_status kvcal_cmd_ranks_gatherv(kvcal_cmd_ranks *r, const void *mine, const size_t *each,
+                                     void *all);
+
 /* After a meeting without failure: stats (this rank's, batch maxima kept
  * apart) become the whole run's on rank 0 (kvcal_dp_reduce_run). */
 kvcal_status kvcal_cmd_ranks_reduce(kvcal_cmd_ranks *r, kvcal_stats_t *stats,

@@ -27,6 +27,8 @@ kvcal_observer_config kvcal_observer_default(void)
     c.kind = KVCAL_OBSERVER_MINMAX;
     c.ema_decay = KVCAL_OBSERVER_EMA_DECAY_DEFAULT;
     c.percentile = 99.99;
+    c.thresholds = NULL;
+    c.search_samples = 0;
     return c;
 }
 
@@ -41,6 +43,8 @@ const char *kvcal_observer_name(kvcal_observer_kind kind)
         return "percentile";
     case KVCAL_OBSERVER_MSE:
         return "mse";
+    case KVCAL_OBSERVER_ATTENTION:
+        return "attention";
     }
     return "unknown";
 }
@@ -110,6 +114,9 @@ kvcal_status kvcal_observer_params_json(const kvcal_observer_config *cfg, char *
         break;
     case KVCAL_OBSERVER_PERCENTILE:
         w = snprintf(buf, n, "{\"percentile\": %.10g}", cfg->percentile);
+        break;
+    case KVCAL_OBSERVER_ATTENTION:
+        w = snprintf(buf, n, "{\"samples\": %d}", cfg->search_samples);
         break;
     default:
         w = snprintf(buf, n, "{}");
@@ -329,6 +336,13 @@ kvcal_status kvcal_stats_threshold(const kvcal_stats_t *stats,
         return KVCAL_OK;
     case KVCAL_OBSERVER_MSE:
         return hist_mse_threshold(h, stats->num_bins, absmax, out);
+    case KVCAL_OBSERVER_ATTENTION:
+        if (!cfg->thresholds)
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "attention observer: no thresholds were searched (kvcal "
+                              "calibrate's search gives them)");
+        *out = cfg->thresholds[((size_t)layer * 2 + kv) * stats->num_kv_heads + head];
+        return KVCAL_OK;
     }
     return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_stats_threshold: unknown observer %d",
                       (int)cfg->kind);

@@ -15,7 +15,12 @@
  *                   histogram (scale t/448, round to nearest even,
  *                   saturating), searched over every bin edge from the 50th
  *                   percentile to max |x|, then refined between the best
- *                   edge's neighbours. */
+ *                   edge's neighbours.
+ *   attention       t given per head from outside (`thresholds`): kvcal
+ *                   calibrate's search of the candidates above for the
+ *                   least attention-output error (calib/attn_search.h),
+ *                   which needs the model's Q as well, so no parse
+ *                   accepts it here; per tensor the max over the heads. */
 #ifndef KVCAL_OBSERVERS_OBSERVER_H
 #define KVCAL_OBSERVERS_OBSERVER_H
 
@@ -33,7 +38,8 @@ typedef enum kvcal_observer_kind {
     KVCAL_OBSERVER_MINMAX = 0,
     KVCAL_OBSERVER_EMA = 1,
     KVCAL_OBSERVER_PERCENTILE = 2,
-    KVCAL_OBSERVER_MSE = 3
+    KVCAL_OBSERVER_MSE = 3,
+    KVCAL_OBSERVER_ATTENTION = 4
 } kvcal_observer_kind;
 
 #define KVCAL_OBSERVER_EMA_DECAY_DEFAULT 0.99
@@ -42,6 +48,10 @@ typedef struct kvcal_observer_config {
     kvcal_observer_kind kind;
     double ema_decay;  /* in [0, 1); used by kvcal_stats_end_batch for every kind */
     double percentile; /* in (0, 100]; used by KVCAL_OBSERVER_PERCENTILE */
+    /* KVCAL_OBSERVER_ATTENTION: (layers, 2, kv_heads) thresholds, K then V
+     * per layer (borrowed), and the samples they were searched on */
+    const float *thresholds;
+    int search_samples;
 } kvcal_observer_config;
 
 /* Called once per warning with one line of text (borrowed for the call). */
@@ -54,7 +64,7 @@ kvcal_observer_config kvcal_observer_default(void);
  * is left unchanged on failure; the error names the text and the choices). */
 kvcal_status kvcal_observer_parse(const char *text, kvcal_observer_config *out);
 
-/* "minmax", "ema", "percentile" or "mse": static, never NULL. */
+/* "minmax", "ema", "percentile", "mse" or "attention": static, never NULL. */
 const char *kvcal_observer_name(kvcal_observer_kind kind);
 
 /* The observer's parameters as a JSON object ("{}", "{\"decay\": 0.99}",

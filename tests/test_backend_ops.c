@@ -61,7 +61,7 @@ typedef struct op_row {
     int rows, cols;
     int delta;                     /* add_rmsnorm: residual += delta first (0: RMSNorm) */
     int k, n, bias;                /* gemm: w (n, k), bias (n); gemm_swiglu: w (2n, k) */
-    int vocab;                     /* embed, token_nll */
+    int vocab;                     /* embed, token_nll, token_kld */
     int batch, seq;                /* attention: sequences of seq tokens */
     int heads, kv_heads, head_dim; /* attention, rope_observe */
     /* attention: output row stride heads * head_dim + out_pad; cudnn 1: cuDNN
@@ -204,6 +204,10 @@ static const op_row rows[] = {
     ROW("token_nll", .rows = 19, .vocab = 49152),
     ROW("token_nll", .rows = 989, .vocab = 517),
     ROW("token_nll", .rows = 7, .vocab = 1),
+    ROW("token_kld", .rows = 1, .vocab = 49152),
+    ROW("token_kld", .rows = 19, .vocab = 49152),
+    ROW("token_kld", .rows = 989, .vocab = 517),
+    ROW("token_kld", .rows = 7, .vocab = 1),
 
     ROW("error_sums", .rows = 989, .cols = 24, .x_stride = 40, .y_stride = 24, .group = 8,
         .y_f32 = 1),
@@ -1356,6 +1360,117 @@ static void token_nll_cuda(const op_row *r, int version, const void *p, op_ctx *
     cudaFree(d_nll);
 }
 
+// --- token_kld (with token_keep) ------------------------------------------------
+
+/* fp32 sums of p (log p - log q) against double (kernels/cuda/eval.h); the
+ * top-1 agreement exactly; the kept rows bit for bit. */
+#define KLD_ATOL 1e-5
+#define KLD_RTOL 1e-3
+
+typedef struct token_kld_cpu {
+    float *base, *run; /* (rows, vocab) bf16 values: the run a perturbed base */
+    int64_t *keep;     /* (rows) a permutation, every 4th -1 (none) */
+    float *ref, *lse;  /* kvcal_token_keep_ref of base */
+    float *kld, *top;  /* (rows) kvcal_token_kld_ref of run */
+} token_kld_cpu;
+
+static void *token_kld_cpu_run(const op_row *r)
+{
+    token_kld_cpu *c = host_alloc(sizeof *c);
+    const int64_t n = (int64_t)r->rows * r->vocab;
+    c->base = rand_bf16(n, -12.0f, 12.0f);
+    float *noise = rand_bf16(n, -0.3f, 0.3f);
+    c->run = host_alloc((size_t)n * sizeof *c->run);
+    for (int64_t i = 0; i < n; i++)
+        c->run[i] = kvcal_bf16_round(c->base[i] + (i % 3 ? noise[i] : 0.0f));
+    free(noise);
+    c->keep = host_alloc((size_t)r->rows * sizeof *c->keep);
+    for (int i = 0; i < r->rows; i++)
+        c->keep[i] = i % 4 == 1 ? -1 : r->rows - 1 - i;
+    c->ref = host_alloc((size_t)n * sizeof *c->ref);
+    c->lse = host_alloc((size_t)r->rows * sizeof *c->lse);
+    c->kld = host_alloc((size_t)r->rows * sizeof *c->kld);
+    c->top = host_alloc((size_t)r->rows * sizeof *c->top);
+    kvcal_token_keep_ref(c->ref, c->lse, c->base, c->keep, r->rows, r->vocab);
+    kvcal_token_kld_ref(c->kld, c->top, c->run, c->ref, c->lse, c->keep, r->rows,
+                        r->vocab);
+    return c;
+}
+
+static void token_kld_release(void *p)
+{
+    token_kld_cpu *c = p;
+    free(c->base);
+    free(c->run);
+    free(c->keep);
+    free(c->ref);
+    free(c->lse);
+    free(c->kld);
+    free(c->top);
+    free(c);
+}
+
+static void token_kld_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const token_kld_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->vocab;
+    kvcal_bf16 *d_base = kvcal_test_dev_upload_bf16(c->base, n);
+    kvcal_bf16 *d_run = kvcal_test_dev_upload_bf16(c->run, n);
+    int64_t *d_keep = dev_upload(c->keep, (size_t)r->rows * sizeof *c->keep);
+    kvcal_bf16 *d_ref = dev_alloc((size_t)n * sizeof *d_ref);
+    float *d_lse = dev_alloc((size_t)r->rows * sizeof *d_lse);
+    float *d_kld = dev_alloc((size_t)r->rows * sizeof *d_kld);
+    float *d_top = dev_alloc((size_t)r->rows * sizeof *d_top);
+    float *lse = host_alloc((size_t)r->rows * sizeof *lse);
+    float *kld = host_alloc((size_t)r->rows * sizeof *kld);
+    float *top = host_alloc((size_t)r->rows * sizeof *top);
+    kvcal_bf16 *ref = host_alloc((size_t)n * sizeof *ref);
+    kvcal_bf16 *want = host_alloc((size_t)n * sizeof *want);
+    CU_ASSERT_EQUAL(cudaMemset(d_ref, 0, (size_t)n * sizeof *d_ref), cudaSuccess);
+    CU_ASSERT_EQUAL(cudaMemset(d_kld, 0xff, (size_t)r->rows * sizeof *d_kld),
+                    cudaSuccess);
+    ROW_OK(kvcal_token_keep_launch(d_ref, d_lse, d_base, d_keep, r->rows, r->vocab, NULL));
+    ROW_OK(kvcal_token_kld_launch(d_kld, d_top, d_run, d_ref, d_lse, d_keep, r->rows,
+                                  r->vocab, NULL));
+    dev_download(lse, d_lse, (size_t)r->rows * sizeof *lse);
+    dev_download(kld, d_kld, (size_t)r->rows * sizeof *kld);
+    dev_download(top, d_top, (size_t)r->rows * sizeof *top);
+    dev_download(ref, d_ref, (size_t)n * sizeof *ref);
+    kvcal_bf16 *d_want = kvcal_test_dev_upload_bf16(c->ref, n);
+    dev_download(want, d_want, (size_t)n * sizeof *want);
+    int64_t kept_off = 0, lse_off = 0, top_off = 0, kept = 0;
+    for (int i = 0; i < r->rows; i++) {
+        const int64_t k = c->keep[i];
+        if (k < 0)
+            continue;
+        kept++;
+        kept_off += memcmp(ref + k * r->vocab, want + k * r->vocab,
+                           (size_t)r->vocab * sizeof *ref) != 0;
+        lse_off += fabs(lse[k] - c->lse[k]) > NLL_ATOL + fabs(c->lse[k]) * NLL_RTOL;
+    }
+    for (int i = 0; i < r->rows; i++)
+        top_off += top[i] != c->top[i];
+    EXPECT_NONE(kept_off, kept, "kept rows not bit for bit");
+    EXPECT_NONE(lse_off, kept, "logsumexp off the bound");
+    EXPECT_NONE(count_far(kld, c->kld, r->rows, KLD_ATOL, KLD_RTOL), r->rows,
+                "KL divergences off the bound");
+    EXPECT_NONE(top_off, r->rows, "top-1 agreements differ");
+    free(lse);
+    free(kld);
+    free(top);
+    free(ref);
+    free(want);
+    cudaFree(d_base);
+    cudaFree(d_run);
+    cudaFree(d_keep);
+    cudaFree(d_ref);
+    cudaFree(d_lse);
+    cudaFree(d_kld);
+    cudaFree(d_top);
+    cudaFree(d_want);
+}
+
 // --- error_sums ----------------------------------------------------------------
 
 /* x2 and e2: double sums in another order; clipped and n exact; the store
@@ -1470,6 +1585,8 @@ static const op_def op_defs[] = {
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
     {"token_nll", token_nll_cpu_run, token_nll_release, one_version, one_plain_version,
      token_nll_cuda},
+    {"token_kld", token_kld_cpu_run, token_kld_release, one_version, one_plain_version,
+     token_kld_cuda},
     {"error_sums", error_sums_cpu_run, error_sums_release, one_version, one_plain_version,
      error_sums_cuda},
 };
@@ -1564,6 +1681,11 @@ static void token_nll_rows_match_cpu(void)
     run_op("token_nll", OP_PLAIN);
 }
 
+static void token_kld_rows_match_cpu(void)
+{
+    run_op("token_kld", OP_PLAIN);
+}
+
 static void error_sums_rows_match_cpu(void)
 {
     run_op("error_sums", OP_PLAIN);
@@ -1639,6 +1761,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(swiglu_rows_match_cpu),
     KVCAL_TEST(embed_rows_match_cpu),
     KVCAL_TEST(token_nll_rows_match_cpu),
+    KVCAL_TEST(token_kld_rows_match_cpu),
     KVCAL_TEST(error_sums_rows_match_cpu),
     KVCAL_TEST(attention_refuses_head_dim_over_256),
     KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),

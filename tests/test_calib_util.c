@@ -1,5 +1,6 @@
 /* tests/test_calib_util.c: see tests/test_calib_util.h. */
 #include "tests/test_calib_util.h"
+#include "tests/test_util.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -62,4 +63,32 @@ int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b)
     return a->batches == b->batches && a->batch_start_tokens == b->batch_start_tokens &&
            kvcal_stats_slab_bytes(a) == kvcal_stats_slab_bytes(b) &&
            !memcmp(a->slab, b->slab, kvcal_stats_slab_bytes(a));
+}
+
+int kvcal_test_large_k_copy(const char *model, const char *out, float factor)
+{
+    size_t len = 0;
+    char *raw = kvcal_test_read_file(model, &len);
+    int32_t h[7];
+    if (!raw || len < sizeof h) {
+        free(raw);
+        return -1;
+    }
+    memcpy(h, raw, sizeof h);
+    const int64_t dim = h[0], layers = h[2], heads = h[3], kv_heads = h[4];
+    const int64_t vocab = h[5] < 0 ? -h[5] : h[5], hs = dim / heads;
+    float *w = (float *)(raw + sizeof h);
+    const int64_t off = vocab * dim + layers * dim, nq = layers * heads * hs * dim;
+    const int64_t nk = layers * kv_heads * hs * dim;
+    if ((int64_t)sizeof h + (off + nq + nk) * 4 > (int64_t)len) {
+        free(raw);
+        return -1;
+    }
+    for (int64_t i = 0; i < nq; i++)
+        w[off + i] /= factor;
+    for (int64_t i = 0; i < nk; i++)
+        w[off + nq + i] *= factor;
+    const int rc = kvcal_test_write_file(out, raw, len);
+    free(raw);
+    return rc;
 }

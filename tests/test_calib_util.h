@@ -28,6 +28,12 @@ kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt,
                                        int len, int batch, const kvcal_dp_part *part,
                                        float *bmax, kvcal_stats_t **stats);
 
+/* Writes to `out` a copy of the llama2.c model at `model` with k_proj x
+ * factor and q_proj / factor (what tests/make_large_k_copy.py writes):
+ * attention unchanged in exact arithmetic, K `factor` times larger.
+ * Returns 0 on success. */
+int kvcal_test_large_k_copy(const char *model, const char *out, float factor);
+
 /* Every statistic of a and b (absmax, histograms, tokens, the per-head and
  * per-layer moving averages, the batch count) bit for bit. */
 int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b);

@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/eval_stats.h"
 #include "kernels/cpu/eval_ref.h"
 #include "kvcal.h"
+#include "tests/test_calib_util.h"
 #include "tests/test_util.h"
 
 #ifdef KVCAL_WITH_CUDA
@@ -42,6 +44,93 @@ static void token_nll_ref_is_log_vocab_on_flat_logits_and_0_without_target(void)
     KVCAL_ASSERT_CLOSE(nll[0], log(VOCAB), 1e-6, 1e-6);
     CU_ASSERT_EQUAL(nll[1], 0.0f);
     KVCAL_ASSERT_CLOSE(nll[2], log((VOCAB + 1) / 2.0), 1e-6, 1e-6);
+}
+
+/* p = (1/2, 1/4, 1/4) against q = (1/4, 1/2, 1/4): KL = ln2 / 2 - ln2 / 4;
+ * the first largest tokens differ (0 and 1). A row equal to the kept one
+ * but shifted by 7 (softmax does not see it) has KL 0 (within the
+ * rounding of the logsumexps to float) and the same top;
+ * a row kept nowhere gets 0 and 0. */
+static void token_kld_ref_is_hand_checked_on_three_token_rows(void)
+{
+    enum { V = 3 };
+    const float ln2 = logf(2.0f);
+    const float base[2 * V] = {ln2, 0, 0, 1, 3, -2};
+    const float run[3 * V] = {0, ln2, 0, 8, 10, 5, 4, 4, 4};
+    const int64_t keep_at[2] = {1, 0}, cmp_at[3] = {1, 0, -1};
+    float ref[2 * V], lse[2], kld[3] = {9, 9, 9}, top[3] = {9, 9, 9};
+    kvcal_token_keep_ref(ref, lse, base, keep_at, 2, V);
+    CU_ASSERT(!memcmp(ref + V, base, V * sizeof(float)));
+    CU_ASSERT(!memcmp(ref, base + V, V * sizeof(float)));
+    KVCAL_ASSERT_CLOSE(lse[1], log(4.0), 1e-7, 1e-6);
+    kvcal_token_kld_ref(kld, top, run, ref, lse, cmp_at, 3, V);
+    KVCAL_ASSERT_CLOSE(kld[0], 0.25 * log(2.0), 1e-7, 1e-6);
+    CU_ASSERT_EQUAL(top[0], 0.0f);
+    /* the two logsumexps (4.1 and 11.1) are kept as floats: 1e-6 apart at most */
+    KVCAL_ASSERT_CLOSE(kld[1], 0.0, 1e-6, 0.0);
+    CU_ASSERT_EQUAL(top[1], 1.0f);
+    CU_ASSERT_EQUAL(kld[2], 0.0f);
+    CU_ASSERT_EQUAL(top[2], 0.0f);
+}
+
+/* Two windows of 2 and 3 predicted tokens (a third with one token
+ * predicts none), d = nll - nll_base = (0.1, 0.3 | -0.1, 0.2, 0.8):
+ * mean 0.26; per token se sqrt(0.452 / 20); per window the sums 0.4 and 0.9
+ * deviate by -0.12 and +0.12 from 2 x and 3 x 0.26, se sqrt(0.0288 x 2) / 5
+ * = 0.048, the interval 0.26 +- 12.7062 x 0.048 holds 0; tokens to resolve
+ * 5 (1.96 x 0.048 / 0.26)^2. KLD (0.5, 0.1, 0.3, 0.2, 0.4): mean 0.3, se
+ * sqrt(0.1 / 20), median 0.3, 99th percentile 0.4 + 0.96 x 0.1; top-1 4 of
+ * 5, se sqrt(0.8 x 0.2 / 4). */
+static void eval_compare_is_hand_checked_on_two_windows(void)
+{
+    const float nll[5] = {1.1f, 1.3f, 0.9f, 1.2f, 1.8f}, base[5] = {1, 1, 1, 1, 1};
+    const float kld[5] = {0.5f, 0.1f, 0.3f, 0.2f, 0.4f}, top[5] = {1, 0, 1, 1, 1};
+    const int32_t lengths[3] = {3, 4, 1};
+    float scratch[5];
+    kvcal_eval_compare c;
+    kvcal_eval_compare_tokens(&c, nll, base, kld, top, lengths, 3, scratch);
+    CU_ASSERT_EQUAL(c.tokens, 5);
+    CU_ASSERT_EQUAL(c.windows, 2);
+    KVCAL_ASSERT_CLOSE(c.ln_ppl, 1.26, 1e-6, 0);
+    KVCAL_ASSERT_CLOSE(c.ln_ppl_base, 1.0, 1e-7, 0);
+    KVCAL_ASSERT_CLOSE(c.ln_ratio, 0.26, 1e-6, 0);
+    KVCAL_ASSERT_CLOSE(c.ln_ratio_se, sqrt(0.452 / 20), 1e-6, 0);
+    KVCAL_ASSERT_CLOSE(c.ln_ratio_se_window, 0.048, 1e-6, 0);
+    CU_ASSERT(c.ci_from_windows);
+    KVCAL_ASSERT_CLOSE(c.ci_lo, 0.26 - 12.7062 * 0.048, 1e-5, 0);
+    KVCAL_ASSERT_CLOSE(c.ci_hi, 0.26 + 12.7062 * 0.048, 1e-5, 0);
+    CU_ASSERT(c.within_noise);
+    const double r = 1.959964 * 0.048 / 0.26;
+    KVCAL_ASSERT_CLOSE(c.tokens_to_resolve, 5 * r * r, 1e-5, 1e-4);
+    KVCAL_ASSERT_CLOSE(c.kld_mean, 0.3, 1e-7, 0);
+    KVCAL_ASSERT_CLOSE(c.kld_se, sqrt(0.1 / 20), 1e-7, 1e-6);
+    KVCAL_ASSERT_CLOSE(c.kld_median, 0.3, 1e-7, 0);
+    KVCAL_ASSERT_CLOSE(c.kld_p99, 0.496, 1e-6, 0);
+    KVCAL_ASSERT_CLOSE(c.kld_max, 0.5, 1e-7, 0);
+    KVCAL_ASSERT_CLOSE(c.top1, 0.8, 1e-12, 0);
+    KVCAL_ASSERT_CLOSE(c.top1_se, 0.2, 1e-12, 0);
+    /* one window: the interval is the tokens', with 1.96; a change far
+     * outside it is beyond noise */
+    const int32_t one[1] = {6};
+    const float far[5] = {2.1f, 2.3f, 1.9f, 2.2f, 2.8f};
+    kvcal_eval_compare_tokens(&c, far, base, kld, top, one, 1, scratch);
+    CU_ASSERT(!c.ci_from_windows);
+    CU_ASSERT(isnan(c.ln_ratio_se_window));
+    KVCAL_ASSERT_CLOSE(c.ci_lo, 1.26 - 1.959964 * sqrt(0.452 / 20), 1e-5, 0);
+    CU_ASSERT(!c.within_noise);
+}
+
+/* Student's t quantiles against the printed tables (to 4 decimals). */
+static void student_t975_matches_the_tables(void)
+{
+    static const struct {
+        int df;
+        double t;
+    } t[] = {{1, 12.7062}, {2, 4.3027}, {10, 2.2281}, {30, 2.0423},
+             {40, 2.0211}, {60, 2.0003}, {120, 1.9799}, {1000, 1.9623}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        KVCAL_ASSERT_CLOSE(kvcal_student_t975(t[i].df), t[i].t, 1e-3, 0);
+    CU_ASSERT(isnan(kvcal_student_t975(0)));
 }
 
 static void error_sums_ref_skips_padding_rows_and_counts_values_past_464(void)
@@ -90,6 +179,20 @@ static void eval_launches_reject_bad_arguments_before_device_work(void)
     for (int i = 0; i < 5; i++)
         CU_ASSERT_EQUAL(nll_bad[i], KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("token_nll"));
+    kvcal_bf16 *ref = (kvcal_bf16 *)(uintptr_t)0x5000;
+    const int64_t *keep = (const int64_t *)(uintptr_t)0x6000;
+    const kvcal_status head_bad[6] = {
+        kvcal_token_keep_launch(NULL, nll, logits, keep, 2, 8, NULL),
+        kvcal_token_keep_launch(ref, nll, logits, NULL, 2, 8, NULL),
+        kvcal_token_keep_launch(ref, nll, logits, keep, 2, 0, NULL),
+        kvcal_token_kld_launch(nll, y, logits, ref, NULL, keep, 2, 8, NULL),
+        kvcal_token_kld_launch(nll, NULL, logits, ref, y, keep, 2, 8, NULL),
+        kvcal_token_kld_launch(nll, y, logits, ref, y, keep, -1, 8, NULL)};
+    for (int i = 0; i < 6; i++)
+        CU_ASSERT_EQUAL(head_bad[i], KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("token_kld"));
+    CU_ASSERT_EQUAL(kvcal_token_kld_launch(NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, NULL),
+                    KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_token_nll_launch(NULL, NULL, NULL, 0, 8, NULL), KVCAL_OK);
     const kvcal_dtype f32 = KVCAL_DTYPE_F32;
     const kvcal_status sums_bad[7] = {
@@ -137,6 +240,7 @@ static void eval_reports_every_mode_against_the_baseline(void)
     CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(modes), 6);
     double base = number(cJSON_GetArrayItem(modes, 0), "perplexity");
     CU_ASSERT(base > 1.0 && base < 512.0); /* a trained model beats uniform over 512 */
+    int vs_best = 0;
     for (int i = 0; i < 6; i++) {
         const cJSON *m = cJSON_GetArrayItem(modes, i);
         CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "mode")->valuestring, names[i]);
@@ -145,6 +249,45 @@ static void eval_reports_every_mode_against_the_baseline(void)
         CU_ASSERT(isfinite(ppl) && fabs(ppl - base) < 0.1 * base);
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
         CU_ASSERT_EQUAL(cJSON_GetArraySize(layers), i == 0 ? 0 : 5);
+        if (i > 0) {
+            /* against the baseline on the same tokens: the distributions
+             * moved a little, the interval holds the change, the verdict
+             * says whether it holds 0 */
+            const double kld = number(m, "kld_mean"), top = number(m, "top1_agreement");
+            const double rel = number(m, "perplexity_change_rel");
+            const cJSON *ci = cJSON_GetObjectItem(m, "perplexity_change_rel_ci95");
+            const double lo = cJSON_GetArrayItem(ci, 0)->valuedouble;
+            const double hi = cJSON_GetArrayItem(ci, 1)->valuedouble;
+            CU_ASSERT(kld > 0.0 && kld < 0.2);
+            CU_ASSERT(number(m, "kld_p99") >= number(m, "kld_median"));
+            CU_ASSERT(number(m, "kld_max") >= number(m, "kld_p99"));
+            CU_ASSERT(top > 0.5 && top <= 1.0);
+            CU_ASSERT(lo < rel && rel < hi);
+            KVCAL_ASSERT_CLOSE(expm1(number(m, "ln_ppl_ratio")), rel, 1e-9, 1e-6);
+            CU_ASSERT_EQUAL(cJSON_IsTrue(cJSON_GetObjectItem(m, "within_noise")),
+                            lo <= 0.0 && hi >= 0.0);
+            CU_ASSERT(number(m, "tokens_to_resolve") > 0.0);
+            CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "ci_over")->valuestring,
+                                   "windows");
+            /* every mode but the best (the least perplexity) against it */
+            const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
+            if (vb) {
+                const cJSON *bm = NULL, *o;
+                cJSON_ArrayForEach(o, modes) if (!strcmp(
+                    cJSON_GetObjectItem(o, "mode")->valuestring,
+                    cJSON_GetObjectItem(vb, "mode")->valuestring)) bm = o;
+                CU_ASSERT_PTR_NOT_NULL_FATAL(bm);
+                CU_ASSERT(number(bm, "perplexity") <= number(m, "perplexity"));
+                CU_ASSERT_STRING_EQUAL(
+                    cJSON_GetObjectItem(cJSON_GetObjectItem(bm, "vs_best"), "mode")
+                        ->valuestring,
+                    cJSON_GetObjectItem(bm, "mode")->valuestring);
+                KVCAL_ASSERT_CLOSE(number(vb, "ln_ppl_ratio"),
+                                   log(number(m, "perplexity") / number(bm, "perplexity")),
+                                   1e-6, 1e-4);
+                vs_best++;
+            }
+        }
         const cJSON *l;
         cJSON_ArrayForEach(l, layers)
         {
@@ -156,8 +299,134 @@ static void eval_reports_every_mode_against_the_baseline(void)
                       number(l, "attention_rel_error") < 1.0);
         }
     }
+    CU_ASSERT_EQUAL(vs_best, 5); /* the best one's against itself: 0 */
     cJSON_Delete(root);
     free(out);
+}
+
+/* --attribute: every layer's cache alone, per mode: a KL divergence and a
+ * perplexity change per layer, and the costliest layer is the one of the
+ * largest KL divergence alone. Without it, the layer of the largest
+ * attention error. */
+static void eval_attribute_names_the_layer_that_costs_the_most(void)
+{
+    char *out = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                               " --modes dynamic --attribute " SMALL
+                                               " --json",
+                                               &out),
+                          0);
+    cJSON *root = cJSON_Parse(out);
+    free(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "modes"), 1);
+    const cJSON *layers = cJSON_GetObjectItem(m, "layers"), *l;
+    int worst = -1, at = 0;
+    double worst_kld = -1.0;
+    cJSON_ArrayForEach(l, layers)
+    {
+        const double k = number(l, "kld_alone");
+        CU_ASSERT(k > 0.0 && k < number(m, "kld_mean") * 2.0);
+        CU_ASSERT(isfinite(number(l, "perplexity_change_rel_alone")));
+        if (k > worst_kld)
+            worst = at, worst_kld = k;
+        at++;
+    }
+    const cJSON *cl = cJSON_GetObjectItem(m, "costliest_layer");
+    CU_ASSERT_EQUAL(number(cl, "layer"), worst);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(cl, "by")->valuestring, "kld_alone");
+    CU_ASSERT_EQUAL(number(cl, "value"), worst_kld);
+    cJSON_Delete(root);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                               " --modes dynamic " SMALL " --json",
+                                               &out),
+                          0);
+    root = cJSON_Parse(out);
+    free(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "modes"), 1);
+    cl = cJSON_GetObjectItem(m, "costliest_layer");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(cl, "by")->valuestring,
+                           "attention_rel_error");
+    double most = 0.0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(m, "layers"))
+    {
+        CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(l, "kld_alone"));
+        most = fmax(most, number(l, "attention_rel_error"));
+    }
+    CU_ASSERT_EQUAL(number(cl, "value"), most);
+    cJSON_Delete(root);
+}
+
+/* `kvcal eval --json` of stories260K's copy with K x factor (1: the model
+ * itself), calibrated per head on its own K; NULL on failure. */
+static cJSON *large_k_eval(float factor)
+{
+    char model[512], scales[512], args[4096], *out = NULL;
+    snprintf(model, sizeof model, "%s", MODEL);
+    if (factor != 1.0f) {
+        snprintf(model, sizeof model, "%s/stories260K_k%g.bin", kvcal_test_tmpdir(),
+                 (double)factor);
+        if (kvcal_test_large_k_copy(MODEL, model, factor))
+            return NULL;
+    }
+    snprintf(scales, sizeof scales, "%s/k%g_scales.json", kvcal_test_tmpdir(),
+             (double)factor);
+    snprintf(args, sizeof args,
+             "calibrate --model '%s' --tokenizer models/stories260K/tok512.bin "
+             "--granularity head " SMALL " --out '%s'",
+             model, scales);
+    if (kvcal_test_run_kvcal(args, NULL) != 0)
+        return NULL;
+    snprintf(args, sizeof args,
+             "eval --model '%s' --tokenizer models/stories260K/tok512.bin --dataset " DATA
+             " --scales '%s' --modes static-head,unit,dynamic " SMALL " --json",
+             model, scales);
+    cJSON *j = kvcal_test_run_kvcal(args, &out) == 0 && out ? cJSON_Parse(out) : NULL;
+    free(out);
+    return j;
+}
+
+static double mode_layer(const cJSON *j, int mode, int layer, const char *key)
+{
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "modes"), mode);
+    return layer < 0 ? number(m, key)
+                     : number(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), layer),
+                              key);
+}
+
+/* K x factor with scales calibrated on it: the scales grow with K, so the
+ * e4m3 codes stay (exactly for a power of two: x 64 gives the same
+ * perplexity bit for bit, so it can show nothing but unit scales'
+ * clipping; within the float rounding of x / scale otherwise) and so does
+ * the perplexity. Under unit scales a factor that is no power of two rounds
+ * other mantissas: x 3 another SQNR with nothing clipped, x 100 clipping
+ * as well. */
+static void eval_large_k_copy_by_a_non_power_of_two_rounds_other_codes(void)
+{
+    static const float factors[4] = {1, 3, 64, 100};
+    cJSON *j[4];
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_PTR_NOT_NULL_FATAL(j[i] = large_k_eval(factors[i]));
+    /* modes: 0 baseline, 1 static-head, 2 unit, 3 dynamic */
+    for (int m = 1; m <= 3; m += 2) {
+        CU_ASSERT_EQUAL(mode_layer(j[2], m, -1, "perplexity"),
+                        mode_layer(j[0], m, -1, "perplexity"));
+        KVCAL_ASSERT_CLOSE(mode_layer(j[3], m, -1, "perplexity"),
+                           mode_layer(j[0], m, -1, "perplexity"), 0.0, 1e-3);
+    }
+    int moved3 = 0;
+    for (int l = 0; l < 5; l++) {
+        moved3 += fabs(mode_layer(j[1], 2, l, "k_sqnr_db") -
+                       mode_layer(j[0], 2, l, "k_sqnr_db")) > 1e-3;
+        CU_ASSERT_EQUAL(mode_layer(j[1], 2, l, "k_clipped"), 0.0);
+    }
+    CU_ASSERT(moved3 > 0);
+    CU_ASSERT_EQUAL(mode_layer(j[0], 2, 0, "k_clipped"), 0.0);
+    CU_ASSERT(mode_layer(j[2], 2, 0, "k_clipped") > 0.01);
+    CU_ASSERT(mode_layer(j[3], 2, 0, "k_clipped") > 0.01);
+    for (int i = 0; i < 4; i++)
+        cJSON_Delete(j[i]);
 }
 
 static void eval_counts_clipping_when_the_scales_are_too_small(void)
@@ -253,11 +522,16 @@ static void eval_device_cuda_without_a_device_exits_2_and_names_device_cpu(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(token_nll_ref_is_log_vocab_on_flat_logits_and_0_without_target),
+    KVCAL_TEST(token_kld_ref_is_hand_checked_on_three_token_rows),
+    KVCAL_TEST(eval_compare_is_hand_checked_on_two_windows),
+    KVCAL_TEST(student_t975_matches_the_tables),
     KVCAL_TEST(error_sums_ref_skips_padding_rows_and_counts_values_past_464),
 #ifdef KVCAL_WITH_CUDA
     KVCAL_TEST(eval_launches_reject_bad_arguments_before_device_work),
 #endif
     KVCAL_TEST(eval_reports_every_mode_against_the_baseline),
+    KVCAL_TEST(eval_attribute_names_the_layer_that_costs_the_most),
+    KVCAL_TEST(eval_large_k_copy_by_a_non_power_of_two_rounds_other_codes),
     KVCAL_TEST(eval_counts_clipping_when_the_scales_are_too_small),
     KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),
     KVCAL_TEST(eval_device_cuda_without_a_device_exits_2_and_names_device_cpu),

@@ -21,6 +21,7 @@
 
 #include "calib/backends.h"
 #include "calib/kv_sim.h"
+#include "tests/test_calib_util.h"
 
 #define MODEL "models/stories260K/stories260K.bin"
 #define TOKENIZER "models/stories260K/tok512.bin"
@@ -43,6 +44,13 @@
 #define CLIP_RTOL 5e-2
 #define ATT_ATOL 5e-3
 #define ATT_RTOL 0.15
+/* Against each device's own baseline: the mean KL divergence of a mode
+ * (nats) and its top-1 agreement (a fraction). bf16 logits and a bf16
+ * baseline move both by about what an FP8 cache does on stories260K:
+ * KLD within 5e-3 + 50%, top-1 within 3 points. */
+#define KLD_ATOL 5e-3
+#define KLD_RTOL 0.5
+#define TOP1_ATOL 3e-2
 
 // --- helpers -------------------------------------------------------------------
 
@@ -76,7 +84,8 @@ static cJSON *eval_json(const char *args, const char *device)
 
 /* Same keys in the same order, same array lengths, same kinds (a null
  * matches a number or a string: an infinite SQNR is written as null, and
- * the recommendation is null where no mode is within the tolerance). */
+ * the recommendation is null where no mode is within the tolerance; true
+ * and false are one). */
 static int same_shape(const cJSON *a, const cJSON *b)
 {
     const int leaf_a = !cJSON_IsObject(a) && !cJSON_IsArray(a);
@@ -86,6 +95,8 @@ static int same_shape(const cJSON *a, const cJSON *b)
     const int num_a = cJSON_IsNumber(a), num_b = cJSON_IsNumber(b);
     if (num_a || num_b)
         return num_a && num_b;
+    if (cJSON_IsBool(a) || cJSON_IsBool(b))
+        return cJSON_IsBool(a) && cJSON_IsBool(b);
     if ((a->type & 0xff) != (b->type & 0xff))
         return 0;
     if (!cJSON_IsObject(a) && !cJSON_IsArray(a))
@@ -147,10 +158,16 @@ static void check_cuda_against_cpu(const char *name, const char *args)
         const double kc = check_layers(c, g, "k_clipped", CLIP_ATOL, CLIP_RTOL);
         const double vc = check_layers(c, g, "v_clipped", CLIP_ATOL, CLIP_RTOL);
         const double at = check_layers(c, g, "attention_rel_error", ATT_ATOL, ATT_RTOL);
-        printf("\n  %s %-13s change cpu %+.3f%% cuda %+.3f%%; worst |diff|: SQNR K %.2f "
-               "V %.2f dB, clip K %.1e V %.1e, att %.1e",
+        KVCAL_ASSERT_CLOSE(num(g, "kld_mean"), num(c, "kld_mean"), KLD_ATOL, KLD_RTOL);
+        KVCAL_ASSERT_CLOSE(num(g, "top1_agreement"), num(c, "top1_agreement"), TOP1_ATOL,
+                           0.0);
+        CU_ASSERT(num(g, "kld_mean") > 0.0 && num(g, "top1_agreement") <= 1.0);
+        printf("\n  %s %-13s change cpu %+.3f%% cuda %+.3f%%; KLD cpu %.4f cuda %.4f, "
+               "top-1 cpu %.3f cuda %.3f; worst |diff|: SQNR K %.2f V %.2f dB, clip K "
+               "%.1e V %.1e, att %.1e",
                name, cJSON_GetObjectItem(c, "mode")->valuestring, 100.0 * dc, 100.0 * dg,
-               ks, vs, kc, vc, at);
+               num(c, "kld_mean"), num(g, "kld_mean"), num(c, "top1_agreement"),
+               num(g, "top1_agreement"), ks, vs, kc, vc, at);
     }
     printf("\n");
     cJSON_Delete(cpu);
@@ -208,24 +225,8 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
  * writes): attention unchanged, K 64x larger, so unit scales clip. */
 static void eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu(void)
 {
-    size_t len = 0;
-    char *raw = kvcal_test_read_file(MODEL, &len);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
-    int32_t h[7];
-    memcpy(h, raw, sizeof h);
-    const int64_t dim = h[0], layers = h[2], heads = h[3], kv_heads = h[4];
-    const int64_t vocab = h[5] < 0 ? -h[5] : h[5], hs = dim / heads;
-    float *w = (float *)(raw + sizeof h);
-    const int64_t off = vocab * dim + layers * dim, nq = layers * heads * hs * dim;
-    const int64_t nk = layers * kv_heads * hs * dim;
-    CU_ASSERT_FATAL((int64_t)sizeof h + (off + nq + nk) * 4 <= (int64_t)len);
-    for (int64_t i = 0; i < nq; i++)
-        w[off + i] /= 64.0f;
-    for (int64_t i = 0; i < nk; i++)
-        w[off + nq + i] *= 64.0f;
     const char *model = kvcal_test_path("stories260K_k64.bin");
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(model, raw, len), 0);
-    free(raw);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_large_k_copy(MODEL, model, 64.0f), 0);
     const char *scales = kvcal_test_path("k64_scales.json");
     char args[2048];
     snprintf(args, sizeof args,

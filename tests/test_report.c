@@ -327,7 +327,51 @@ static void report_eval_table_and_bars_match_the_eval_json(void)
         snprintf(want, sizeof want, "%.4g", num(m, "perplexity"));
         CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 0)->valuestring, str(m, "mode"));
         CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 1)->valuestring, want);
+        if (i == 0)
+            continue;
+        /* the interval, the verdict, KLD and top-1 of the mode */
+        const cJSON *ci = cJSON_GetObjectItem(m, "perplexity_change_rel_ci95");
+        snprintf(want, sizeof want, "[%+.3f%%, %+.3f%%]",
+                 100 * cJSON_GetArrayItem(ci, 0)->valuedouble,
+                 100 * cJSON_GetArrayItem(ci, 1)->valuedouble);
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 4)->valuestring, want);
+        const char *verdict = cJSON_GetArrayItem(row, 5)->valuestring;
+        CU_ASSERT_PTR_NOT_NULL(
+            strstr(verdict, cJSON_IsTrue(cJSON_GetObjectItem(m, "within_noise"))
+                                ? "within noise"
+                                : "beyond noise"));
+        const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
+        const char *best = str(vb, "mode"), *cell6 = cJSON_GetArrayItem(row, 6)->valuestring;
+        if (!strcmp(best, str(m, "mode"))) {
+            CU_ASSERT_STRING_EQUAL(cell6, "the best");
+        } else {
+            const cJSON *bci = cJSON_GetObjectItem(vb, "perplexity_change_rel_ci95");
+            char b[128];
+            snprintf(b, sizeof b, "[%+.3f%%, %+.3f%%] of %s: %s",
+                     100 * cJSON_GetArrayItem(bci, 0)->valuedouble,
+                     100 * cJSON_GetArrayItem(bci, 1)->valuedouble, best,
+                     cJSON_IsTrue(cJSON_GetObjectItem(vb, "within_noise")) ? "within noise"
+                                                                          : "beyond noise");
+            CU_ASSERT_STRING_EQUAL(cell6, b);
+        }
+        snprintf(want, sizeof want, "%.4g", num(m, "kld_mean"));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 7)->valuestring, want);
+        snprintf(want, sizeof want, "%.4g", num(m, "kld_p99"));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 8)->valuestring, want);
+        snprintf(want, sizeof want, "%.3g%%", 100 * num(m, "top1_agreement"));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(row, 9)->valuestring, want);
     }
+    /* each mode's costliest layer named, as the JSON says */
+    char *text = kvcal_test_read_file(html, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    for (int i = 1; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(modes, i);
+        char want[128];
+        snprintf(want, sizeof want, "data-mode=\"%s\" data-layer=\"%d\"", str(m, "mode"),
+                 (int)num(cJSON_GetObjectItem(m, "costliest_layer"), "layer"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    }
+    free(text);
     const cJSON *bars = cells(r, "fig-eval-ppl"), *cell;
     CU_ASSERT_EQUAL(cJSON_GetArraySize(bars), n - 1);
     cJSON_ArrayForEach(cell, bars)

@@ -27,9 +27,10 @@ typedef struct {
     int calls;
 } captured;
 
-static kvcal_status capture(void *ctx, int layer, const kvcal_rows *rows, const float *k,
-                            const float *v)
+static kvcal_status capture(void *ctx, int layer, const kvcal_rows *rows, const float *q,
+                            const float *k, const float *v)
 {
+    (void)q;
     captured *c = ctx;
     CU_ASSERT_EQUAL(rows->n, c->rows);
     int64_t n = c->rows * c->heads * c->head_dim;
@@ -463,7 +464,8 @@ static void runner_layer_by_layer_equals_batch_by_batch(void)
     }
 }
 
-/* An evaluation's perplexity sums and its simulated cache's error sums do
+/* An evaluation's per-token results (NLL, and against the baseline the KL
+ * divergence and top-1 agreement) and its simulated cache's error sums do
  * not depend on the chunks either (first-batch scales included). */
 static void eval_layer_by_layer_equals_batch_by_batch(void)
 {
@@ -471,41 +473,120 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
                           KVCAL_OK);
     const kvcal_model_desc *d = kvcal_model_describe(m);
-    enum { N = 7, LEN = 20, BATCH = 2 };
+    enum { N = 7, LEN = 20, BATCH = 2, TOK = N * LEN };
     int32_t ids[N * LEN], lengths[N];
     for (int i = 0; i < N * LEN; i++)
         ids[i] = (i * 13 + 7) % d->vocab_size;
     for (int i = 0; i < N; i++)
         lengths[i] = LEN - i;
-    static const kvcal_kv_sim_mode modes[] = {KVCAL_KV_SIM_EXACT, KVCAL_KV_SIM_DYNAMIC,
+    static const kvcal_kv_sim_mode modes[] = {KVCAL_KV_SIM_DYNAMIC,
                                               KVCAL_KV_SIM_FIRST_BATCH};
-    for (size_t mi = 0; mi < 3; mi++) {
-        double nll[2] = {0, 0};
-        long long count[2] = {0, 0};
-        kvcal_eval_layer_sums *sums[2];
-        for (int c = 0; c < 2; c++) {
-            kvcal_exec_options o;
-            memset(&o, 0, sizeof o);
-            o.backend.max_batch = BATCH;
-            o.backend.max_seq_len = LEN;
-            o.max_chunk_batches = c ? 0 : 1;
-            kvcal_exec_t *x = NULL;
-            CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
-            sums[c] = calloc((size_t)d->num_layers, sizeof *sums[c]);
-            CU_ASSERT_PTR_NOT_NULL_FATAL(sums[c]);
-            const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
-                                          .seq_len = LEN, .batch = BATCH};
+    static float nll[2][3][TOK], kld[2][2][TOK], top[2][2][TOK];
+    kvcal_eval_layer_sums *sums[2][2];
+    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
+                                  .seq_len = LEN, .batch = BATCH};
+    const int64_t count = kvcal_exec_predicted_tokens(&s);
+    CU_ASSERT_EQUAL_FATAL(count, N * (LEN - 1) - N * (N - 1) / 2);
+    for (int c = 0; c < 2; c++) {
+        kvcal_exec_options o;
+        memset(&o, 0, sizeof o);
+        o.backend.max_batch = BATCH;
+        o.backend.max_seq_len = LEN;
+        o.max_chunk_batches = c ? 0 : 1;
+        kvcal_exec_t *x = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
+        const kvcal_kv_sim_config exact = {.mode = KVCAL_KV_SIM_EXACT};
+        const kvcal_eval_tokens keep = {nll[c][0], 1, NULL, NULL};
+        CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &exact, &keep, NULL), KVCAL_OK);
+        for (int mi = 0; mi < 2; mi++) {
+            sums[c][mi] = calloc((size_t)d->num_layers, sizeof *sums[c][mi]);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(sums[c][mi]);
             const kvcal_kv_sim_config cfg = {.mode = modes[mi]};
-            CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &cfg, &nll[c], &count[c], sums[c]),
-                            KVCAL_OK);
-            kvcal_exec_destroy(x);
+            const kvcal_eval_tokens cmp = {nll[c][mi + 1], 0, kld[c][mi], top[c][mi]};
+            CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &cfg, &cmp, sums[c][mi]), KVCAL_OK);
         }
-        CU_ASSERT(count[0] > 0 && count[0] == count[1]);
-        CU_ASSERT(nll[0] == nll[1]);
-        CU_ASSERT(!memcmp(sums[0], sums[1], (size_t)d->num_layers * sizeof *sums[0]));
-        free(sums[0]);
-        free(sums[1]);
+        kvcal_exec_destroy(x);
     }
+    const size_t bytes = (size_t)count * sizeof(float);
+    CU_ASSERT(!memcmp(nll[0], nll[1], sizeof nll[0]));
+    CU_ASSERT(!memcmp(kld[0], kld[1], sizeof kld[0]));
+    CU_ASSERT(!memcmp(top[0], top[1], sizeof top[0]));
+    for (int mi = 0; mi < 2; mi++) {
+        CU_ASSERT(!memcmp(sums[0][mi], sums[1][mi],
+                          (size_t)d->num_layers * sizeof *sums[0][mi]));
+        /* an FP8 cache moves the distributions a little, not the NLL's order */
+        double mean = 0.0, agree = 0.0;
+        for (int64_t i = 0; i < count; i++)
+            mean += kld[0][mi][i], agree += top[0][mi][i];
+        CU_ASSERT(mean / count > 0.0 && mean / count < 0.05);
+        CU_ASSERT(agree / count > 0.8);
+        CU_ASSERT(memcmp(nll[0][0], nll[0][mi + 1], bytes) != 0);
+        free(sums[0][mi]);
+        free(sums[1][mi]);
+    }
+    kvcal_model_close(m);
+}
+
+/* Comparing needs the baseline's distributions of the same samples: none
+ * kept, or kept for other samples, is an error that says so; a layer mask
+ * simulates only the layers it names. */
+static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
+                          KVCAL_OK);
+    enum { N = 2, LEN = 9 };
+    int32_t ids[N * LEN], lengths[N] = {LEN, LEN - 3};
+    for (int i = 0; i < N * LEN; i++)
+        ids[i] = (i * 5 + 1) % 512;
+    float nll[N * LEN], kld[N * LEN], top[N * LEN];
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.backend.max_batch = N;
+    o.backend.max_seq_len = LEN;
+    kvcal_exec_t *x = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
+    kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
+                            .seq_len = LEN, .batch = N};
+    const kvcal_kv_sim_config dyn = {.mode = KVCAL_KV_SIM_DYNAMIC};
+    const kvcal_kv_sim_config exact = {.mode = KVCAL_KV_SIM_EXACT};
+    const kvcal_eval_tokens cmp = {nll, 0, kld, top}, keep = {nll, 1, NULL, NULL};
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn, &cmp, NULL), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("keep the baseline"));
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &exact, &keep, NULL), KVCAL_OK);
+    float base[N * LEN];
+    memcpy(base, nll, sizeof base);
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn, &cmp, NULL), KVCAL_OK);
+    /* a simulation of no layer is the baseline: the same NLL bit for bit, a
+     * KL divergence of exactly 0, the same top token everywhere, no sums */
+    const unsigned char none[5] = {0, 0, 0, 0, 0};
+    const kvcal_kv_sim_config dyn_none = {.mode = KVCAL_KV_SIM_DYNAMIC, .layers = none};
+    kvcal_eval_layer_sums sums[5];
+    memset(sums, 0, sizeof sums);
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn_none, &cmp, sums), KVCAL_OK);
+    int differ[3] = {0, 0, 0};
+    for (int i = 0; i < 13; i++)
+        differ[0] += nll[i] != base[i], differ[1] += kld[i] != 0.0f,
+            differ[2] += top[i] != 1.0f;
+    CU_ASSERT(!differ[0] && !differ[1] && !differ[2]);
+    if (differ[0] || differ[1] || differ[2])
+        printf("\n  nll %d, kld %d, top %d of 13 tokens differ", differ[0], differ[1],
+               differ[2]);
+    CU_ASSERT_EQUAL(sums[2].kv[0].n + sums[2].att.n, 0);
+    /* one layer simulated: its sums alone, and the distributions move */
+    const unsigned char third[5] = {0, 0, 1, 0, 0};
+    const kvcal_kv_sim_config dyn_third = {.mode = KVCAL_KV_SIM_DYNAMIC, .layers = third};
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn_third, &cmp, sums), KVCAL_OK);
+    CU_ASSERT(sums[2].kv[0].n > 0 && sums[2].att.n > 0);
+    CU_ASSERT_EQUAL(sums[1].kv[0].n + sums[3].att.n, 0);
+    double moved = 0.0;
+    for (int i = 0; i < 13; i++)
+        moved += kld[i];
+    CU_ASSERT(moved > 0.0);
+    s.num_samples = 1;
+    CU_ASSERT_EQUAL(kvcal_exec_eval(x, &s, &dyn, &cmp, NULL), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("reference of 13"));
+    kvcal_exec_destroy(x);
     kvcal_model_close(m);
 }
 
@@ -522,6 +603,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(eval_layer_by_layer_equals_batch_by_batch),
+    KVCAL_TEST(eval_compare_without_a_reference_of_the_same_tokens_fails),
     KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),
     KVCAL_TEST(model_open_names_unsupported_architecture),
     KVCAL_TEST(model_open_names_missing_tensor),

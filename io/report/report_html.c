@@ -34,6 +34,19 @@ typedef struct eval_mode {
     const char *name;
     double ppl, change, change_rel; /* NAN where the report has null */
     const cJSON *layers;            /* (num_layers) objects, or NULL (baseline) */
+    /* against the baseline, NAN (noise -1) where the report has none: the
+     * 95% interval of change_rel, the verdict, KLD and top-1 agreement */
+    double ci_lo, ci_hi, tokens_to_resolve, kld_mean, kld_p99, top1;
+    int within_noise;
+    /* the layer that costs the most (-1: not said), what by, its value, the
+     * weaker of its K and V */
+    int costliest;
+    const char *cost_by, *weaker;
+    double cost_value;
+    /* against the best mode (vs_best; best "" when none): its 95% interval */
+    const char *best;
+    double best_lo, best_hi;
+    int best_noise;
 } eval_mode;
 
 typedef struct eval_view {
@@ -113,6 +126,39 @@ static kvcal_status eval_read(const cJSON *j, const char *path, eval_view *ev)
             return eval_bad(path, where,
                             "perplexity, perplexity_change or perplexity_change_rel "
                             "missing or not a number");
+        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(m, "perplexity_change_rel_ci95");
+        const cJSON *noise = cJSON_GetObjectItemCaseSensitive(m, "within_noise");
+        e->ci_lo = e->ci_hi = e->tokens_to_resolve = e->kld_mean = e->kld_p99 = e->top1 =
+            NAN;
+        e->within_noise = cJSON_IsBool(noise) ? cJSON_IsTrue(noise) : -1;
+        if (cJSON_IsArray(ci) && cJSON_GetArraySize(ci) == 2 &&
+            cJSON_IsNumber(cJSON_GetArrayItem(ci, 0)) &&
+            cJSON_IsNumber(cJSON_GetArrayItem(ci, 1)))
+            e->ci_lo = cJSON_GetArrayItem(ci, 0)->valuedouble,
+            e->ci_hi = cJSON_GetArrayItem(ci, 1)->valuedouble;
+        eval_number(m, "tokens_to_resolve", 1, &e->tokens_to_resolve);
+        eval_number(m, "kld_mean", 1, &e->kld_mean);
+        eval_number(m, "kld_p99", 1, &e->kld_p99);
+        eval_number(m, "top1_agreement", 1, &e->top1);
+        const cJSON *cl = cJSON_GetObjectItemCaseSensitive(m, "costliest_layer");
+        double layer = -1;
+        e->cost_value = NAN;
+        if (cJSON_IsObject(cl) && !eval_number(cl, "layer", 0, &layer))
+            eval_number(cl, "value", 1, &e->cost_value);
+        e->costliest = (int)layer;
+        const cJSON *vb = cJSON_GetObjectItemCaseSensitive(m, "vs_best");
+        const cJSON *bci = cJSON_GetObjectItemCaseSensitive(vb, "perplexity_change_rel_ci95");
+        const cJSON *bn = cJSON_GetObjectItemCaseSensitive(vb, "within_noise");
+        e->best = eval_string(vb, "mode");
+        e->best_lo = e->best_hi = NAN;
+        e->best_noise = cJSON_IsBool(bn) ? cJSON_IsTrue(bn) : -1;
+        if (cJSON_IsArray(bci) && cJSON_GetArraySize(bci) == 2 &&
+            cJSON_IsNumber(cJSON_GetArrayItem(bci, 0)) &&
+            cJSON_IsNumber(cJSON_GetArrayItem(bci, 1)))
+            e->best_lo = cJSON_GetArrayItem(bci, 0)->valuedouble,
+            e->best_hi = cJSON_GetArrayItem(bci, 1)->valuedouble;
+        e->cost_by = eval_string(cl, "by");
+        e->weaker = eval_string(cl, "weaker");
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
         if (!layers)
             continue;
@@ -1225,9 +1271,10 @@ static void eval_section(const report *r, double *buf)
     fprintf(f, "<section id=\"eval\">\n<h2>FP8 cache modes (kvcal eval)</h2>\n");
     fprintf(f,
             "<table id=\"eval-table\" class=\"num\">\n<thead><tr><th>mode</th>"
-            "<th>perplexity</th><th>change</th><th>change %%</th><th>min K SQNR dB</th>"
-            "<th>min V SQNR dB</th><th>max clipped</th><th>max attention error</th>"
-            "</tr></thead>\n<tbody>\n");
+            "<th>perplexity</th><th>change</th><th>change %%</th><th>95%% interval</th>"
+            "<th>verdict</th><th>against the best mode</th><th>KLD mean</th><th>KLD p99</th><th>top-1</th>"
+            "<th>min K SQNR dB</th><th>min V SQNR dB</th><th>max clipped</th>"
+            "<th>max attention error</th></tr></thead>\n<tbody>\n");
     for (int i = 0; i < e->num_modes; i++) {
         const eval_mode *m = &e->modes[i];
         double ks = INFINITY, vs = INFINITY, clip = 0, att = 0;
@@ -1243,21 +1290,64 @@ static void eval_section(const report *r, double *buf)
         esc(f, m->name);
         fprintf(f, "</td><td>%s</td>", num4(b[0], 32, m->ppl));
         if (!m->layers) {
-            fprintf(
-                f, "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n");
+            fprintf(f, "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>"
+                       "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n");
             continue;
         }
         snprintf(b[1], 32, "%+.4g", m->change);
         snprintf(b[2], 32, "%+.3f%%", 100 * m->change_rel);
+        char ci[64] = "n/a", verdict[96] = "n/a";
+        if (isfinite(m->ci_lo) && isfinite(m->ci_hi))
+            snprintf(ci, sizeof ci, "[%+.3f%%, %+.3f%%]", 100 * m->ci_lo, 100 * m->ci_hi);
+        if (m->within_noise >= 0 && isfinite(m->tokens_to_resolve))
+            snprintf(verdict, sizeof verdict,
+                     m->within_noise ? "within noise: ~%.3g tokens would resolve it"
+                                     : "beyond noise (resolved at ~%.3g tokens)",
+                     m->tokens_to_resolve);
+        else if (m->within_noise >= 0)
+            snprintf(verdict, sizeof verdict, "%s",
+                     m->within_noise ? "within noise" : "beyond noise");
+        fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>",
+                isfinite(m->change) ? b[1] : "n/a", isfinite(m->change_rel) ? b[2] : "n/a",
+                ci, verdict);
+        if (!m->best[0] || !strcmp(m->best, m->name))
+            fprintf(f, "%s", m->best[0] ? "the best" : "n/a");
+        else if (isfinite(m->best_lo) && isfinite(m->best_hi) && m->best_noise >= 0) {
+            fprintf(f, "[%+.3f%%, %+.3f%%] of ", 100 * m->best_lo, 100 * m->best_hi);
+            esc(f, m->best);
+            fprintf(f, ": %s", m->best_noise ? "within noise" : "beyond noise");
+        } else
+            fprintf(f, "n/a");
+        fprintf(f, "</td>");
+        fprintf(f, "<td>%s</td><td>%s</td><td>%s</td>", num4(b[3], 32, m->kld_mean),
+                num4(b[4], 32, m->kld_p99), pct(b[5], 32, m->top1));
         fprintf(
-            f,
-            "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-            isfinite(m->change) ? b[1] : "n/a", isfinite(m->change_rel) ? b[2] : "n/a",
+            f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
             isinf(ks) ? "exact" : num4(b[3], 32, ks),
             isinf(vs) ? "exact" : num4(b[4], 32, vs), pct(b[5], 32, clip),
             num4(b[6], 32, att));
     }
     fprintf(f, "</tbody>\n</table>\n");
+    int named = 0;
+    for (int i = 0; i < e->num_modes; i++) {
+        const eval_mode *m = &e->modes[i];
+        if (m->costliest < 0 || m->costliest >= e->num_layers)
+            continue;
+        if (!named++)
+            fprintf(f, "<ul id=\"eval-costliest\">\n");
+        fprintf(f, "<li data-mode=\"");
+        esc(f, m->name);
+        fprintf(f, "\" data-layer=\"%d\"><b>", m->costliest);
+        esc(f, m->name);
+        fprintf(f, "</b>: the costliest layer is <b>%d</b> (", m->costliest);
+        esc(f, strcmp(m->cost_by, "kld_alone") ? "attention error" : "KLD with its cache alone");
+        fprintf(f, " %.3g; the weaker side ", m->cost_value);
+        esc(f, m->weaker);
+        fprintf(f, ": SQNR K %.1f dB, V %.1f dB)</li>\n", eval_layer(m, m->costliest, EV_K_SQNR),
+                eval_layer(m, m->costliest, EV_V_SQNR));
+    }
+    if (named)
+        fprintf(f, "</ul>\n");
     eval_ppl_figure(r);
     const char *names[EVAL_MAX_MODES];
     int rows = 0;

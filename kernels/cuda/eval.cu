@@ -82,6 +82,146 @@ kvcal_status kvcal_token_nll_launch(float *nll, const kvcal_bf16 *logits,
     return KVCAL_OK;
 }
 
+// --- the baseline's distributions, and a run's against them ----------------------
+
+/* One block per kept row: the row copied, its logsumexp in fp32. */
+__global__ void token_keep_kernel(__nv_bfloat16 *__restrict__ ref,        // (kept, vocab)
+                                  float *__restrict__ ref_lse,            // (kept)
+                                  const __nv_bfloat16 *__restrict__ logits, // (rows, vocab)
+                                  const int64_t *__restrict__ keep,        // (rows)
+                                  int vocab)
+{
+    __shared__ float scratch[32];
+    const int64_t row = blockIdx.x, k = keep[row];
+    if (k < 0)
+        return;
+    const __nv_bfloat16 *z = logits + row * vocab;
+    __nv_bfloat16 *out = ref + k * vocab;
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        out[i] = z[i];
+        m = fmaxf(m, __bfloat162float(z[i]));
+    }
+    m = block_reduce(m, scratch, op_max());
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        sum += expf(__bfloat162float(z[i]) - m);
+    sum = block_reduce(sum, scratch, op_add());
+    if (threadIdx.x == 0)
+        ref_lse[k] = m + logf(sum);
+}
+
+/* The first index of the block's largest value: (v, i) pairs reduced, ties
+ * to the lower index; every thread gets it. */
+static __device__ __forceinline__ int block_first_max(float v, int i, float *vs, int *is)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (ov > v || (ov == v && oi < i))
+            v = ov, i = oi;
+    }
+    if ((threadIdx.x & 31) == 0)
+        vs[threadIdx.x >> 5] = v, is[threadIdx.x >> 5] = i;
+    __syncthreads();
+    v = vs[0], i = is[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+        if (vs[w] > v || (vs[w] == v && is[w] < i))
+            v = vs[w], i = is[w];
+    __syncthreads();
+    return i;
+}
+
+/* One block per row: the run's max and logsumexp, both rows' first
+ * largest token, then sum p (log p - log q) over the vocabulary. */
+__global__ void token_kld_kernel(float *__restrict__ kld,                  // (rows)
+                                 float *__restrict__ top,                  // (rows)
+                                 const __nv_bfloat16 *__restrict__ logits, // (rows, vocab)
+                                 const __nv_bfloat16 *__restrict__ ref,    // (kept, vocab)
+                                 const float *__restrict__ ref_lse,        // (kept)
+                                 const int64_t *__restrict__ keep,         // (rows)
+                                 int vocab)
+{
+    __shared__ float scratch[32];
+    __shared__ int iscratch[32];
+    const int64_t row = blockIdx.x, k = keep[row];
+    if (k < 0) {
+        if (threadIdx.x == 0)
+            kld[row] = top[row] = 0.0f;
+        return;
+    }
+    const __nv_bfloat16 *z = logits + row * vocab, *b = ref + k * vocab;
+    float mz = -INFINITY, mb = -INFINITY;
+    int iz = vocab, ib = vocab;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float zi = __bfloat162float(z[i]), bi = __bfloat162float(b[i]);
+        if (zi > mz)
+            mz = zi, iz = i;
+        if (bi > mb)
+            mb = bi, ib = i;
+    }
+    const float m = block_reduce(mz, scratch, op_max());
+    iz = block_first_max(mz, iz, scratch, iscratch);
+    ib = block_first_max(mb, ib, scratch, iscratch);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        sum += expf(__bfloat162float(z[i]) - m);
+    sum = block_reduce(sum, scratch, op_add());
+    const float lse = m + logf(sum), lse_b = ref_lse[k];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float lp = __bfloat162float(b[i]) - lse_b;
+        acc += expf(lp) * (lp - (__bfloat162float(z[i]) - lse));
+    }
+    acc = block_reduce(acc, scratch, op_add());
+    if (threadIdx.x == 0) {
+        kld[row] = acc;
+        top[row] = iz == ib ? 1.0f : 0.0f;
+    }
+}
+
+static kvcal_status check_head_args(const char *op, const void *a, const void *b,
+                                    const void *c, const void *d, int rows, int vocab)
+{
+    if (rows < 0 || vocab <= 0 || (rows > 0 && (!a || !b || !c || !d)))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: %d rows x vocab %d: need rows >= 0, vocab >= 1 and "
+                          "non-NULL buffers",
+                          op, rows, vocab);
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_token_keep_launch(kvcal_bf16 *ref, float *ref_lse,
+                                     const kvcal_bf16 *logits, const int64_t *keep,
+                                     int rows, int vocab, cudaStream_t stream)
+{
+    kvcal_status st = check_head_args("token_keep", ref, ref_lse, logits, keep, rows, vocab);
+    if (st || rows == 0)
+        return st;
+    token_keep_kernel<<<rows, EVAL_THREADS, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(ref), ref_lse,
+        reinterpret_cast<const __nv_bfloat16 *>(logits), keep, vocab);
+    KVCAL_CUDA_CHECK_LAUNCH("token_keep_kernel");
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_token_kld_launch(float *kld, float *top, const kvcal_bf16 *logits,
+                                    const kvcal_bf16 *ref, const float *ref_lse,
+                                    const int64_t *keep, int rows, int vocab,
+                                    cudaStream_t stream)
+{
+    kvcal_status st = check_head_args("token_kld", kld, top, logits, ref, rows, vocab);
+    if (!st)
+        st = check_head_args("token_kld", ref_lse, keep, logits, ref, rows, vocab);
+    if (st || rows == 0)
+        return st;
+    token_kld_kernel<<<rows, EVAL_THREADS, 0, stream>>>(
+        kld, top, reinterpret_cast<const __nv_bfloat16 *>(logits),
+        reinterpret_cast<const __nv_bfloat16 *>(ref), ref_lse, keep, vocab);
+    KVCAL_CUDA_CHECK_LAUNCH("token_kld_kernel");
+    return KVCAL_OK;
+}
+
 // --- error sums --------------------------------------------------------------
 
 static __device__ __forceinline__ float load(const float *p, int64_t i)

@@ -26,6 +26,22 @@ kvcal_status kvcal_token_nll_launch(float *nll, const kvcal_bf16 *logits,
                                     const int32_t *target, int rows, int vocab,
                                     cudaStream_t stream);
 
+/* kvcal_token_keep_ref on the device, for bf16 logits (rows, vocab): ref
+ * (kept rows, vocab) receives the rows as they are (bf16: nothing lost),
+ * ref_lse their logsumexp in fp32; keep (rows) int64 on the device. */
+kvcal_status kvcal_token_keep_launch(kvcal_bf16 *ref, float *ref_lse,
+                                     const kvcal_bf16 *logits, const int64_t *keep,
+                                     int rows, int vocab, cudaStream_t stream);
+
+/* kvcal_token_kld_ref on the device: bf16 logits (rows, vocab) against the
+ * rows kvcal_token_keep_launch kept; one block a row, sums in fp32 (the
+ * reference's are double: the same within 1e-5 + 1e-3 relative, the
+ * top-1 agreement exactly). */
+kvcal_status kvcal_token_kld_launch(float *kld, float *top, const kvcal_bf16 *logits,
+                                    const kvcal_bf16 *ref, const float *ref_lse,
+                                    const int64_t *keep, int rows, int vocab,
+                                    cudaStream_t stream);
+
 /* Adds into *sums (device memory) what kvcal_error_sums_ref adds, for bf16
  * x (rows, cols; row stride x_stride) against y (rows, cols; row stride
  * y_stride) of y_dtype KVCAL_DTYPE_F32 or KVCAL_DTYPE_BF16; scale, group
