@@ -111,6 +111,15 @@ static void kv_dtype_sets_are_refused_where_only_e4m3_fits(void)
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "hold e4m3 scales only"));
     free(err);
     CU_ASSERT_NOT_EQUAL(stat(legacy, &sb), 0);
+    /* the kvcal format carries it through convert */
+    const char *copy = kvcal_test_path("dt_int8_copy.json");
+    snprintf(args, sizeof args, "convert '%s' --to kvcal --out '%s'", i8, copy);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    cJSON *j = load_json(copy);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(j, "dtype")->valuestring, "int8");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "qmax")->valuedouble, 127);
+    cJSON_Delete(j);
     /* a maximum that is not the dtype's: refused */
     char *text = kvcal_test_read_file(i8, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
