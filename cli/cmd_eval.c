@@ -1,10 +1,10 @@
 /* cli/cmd_eval.c: `kvcal eval`: what a low-precision KV cache costs in
  * accuracy. Runs the model over held-out samples once per mode, with K and V
  * quantized (e4m3, or the other cache formats of calib/kv_sim.h) and
- * dequantized before attention exactly as an engine with that cache computes (through the
- * library's online quantization: the CPU reference on the fp32 CPU runner, the CUDA
- * kernels on the bf16 CUDA runner), and reports perplexity against the unquantized
- * baseline plus, per layer, the SQNR of K and V, the fraction of clipped values and the
+ * dequantized before attention exactly as an engine with that cache computes (through the library's online quantization: the
+ * CPU reference on the fp32 CPU runner, the CUDA kernels on the bf16 CUDA
+ * runner), and reports perplexity against the unquantized baseline plus,
+ * per layer, the SQNR of K and V, the fraction of clipped values and the
  * relative error of the attention output. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -76,7 +76,7 @@ typedef struct {
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
     double tolerance;       /* --tolerance, percent */
-    int modes_all; /* --modes holds "all": modes that do not apply are left out */
+    int modes_all;          /* --modes holds "all": modes that do not apply are left out */
 } options;
 
 static void usage(FILE *f)
@@ -98,38 +98,37 @@ static void usage(FILE *f)
         fprintf(f, "                         %-19s %s\n", mode_name(m),
                 cache_mode(m) ? cache_mode(m)->help : e4m3_help[m]);
     fprintf(
-        f,
-        "                       (default: the e4m3 modes; all: every mode; the\n"
-        "                       static modes need --scales, an e4m3 scale set whose\n"
-        "                       absmax each format's scales are made from)\n"
-        "  --tolerance PCT      the recommended cache is the smallest whose perplexity\n"
-        "                       is within PCT percent of the baseline (default 0.5)\n"
-        "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
-        "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
-        "  --num-samples N      samples (default 16)\n"
-        "  --seq-len L          tokens per sample (default min(256, model context))\n"
-        "  --batch B            samples per forward pass (default 4; at most the\n"
-        "                       number of samples); first-batch fixes its scales on\n"
-        "                       the first B samples\n"
-        "  --seed S             sample selection seed (default 1)\n"
-        "  --tp N               tensor-parallel size a legacy file is read for\n"
-        "                       (default 1)\n"
-        "  --device D           cpu | cuda (default cpu)\n"
-        "  --max-device-memory SIZE\n"
-        "                       cuda: device memory kvcal may take (bytes, or with\n"
-        "                       K, M, G, T: 24G; default the free memory less\n"
-        "                       512 MiB); a model whose weights do not fit runs\n"
-        "                       with two layers on the device at a time\n"
-        "  --quiet              no progress line (on a terminal a line rewritten in\n"
-        "                       place; elsewhere a plain line every\n"
-        "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
-        "                       the end of each mode)\n"
-        "  --json               print the report as JSON on stdout\n"
-        "  --report FILE.html   also write the HTML report (what kvcal report\n"
-        "                       writes: the table, the change per mode, the\n"
-        "                       --scales per layer and head); never an input\n\n"
-        "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
-        "error\n");
+        f, "                       (default: the e4m3 modes; all: every mode; the\n"
+           "                       static modes need --scales, an e4m3 scale set whose\n"
+           "                       absmax each format's scales are made from)\n"
+           "  --tolerance PCT      the recommended cache is the smallest whose perplexity\n"
+           "                       is within PCT percent of the baseline (default 0.5)\n"
+           "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
+           "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
+           "  --num-samples N      samples (default 16)\n"
+           "  --seq-len L          tokens per sample (default min(256, model context))\n"
+           "  --batch B            samples per forward pass (default 4; at most the\n"
+           "                       number of samples); first-batch fixes its scales on\n"
+           "                       the first B samples\n"
+           "  --seed S             sample selection seed (default 1)\n"
+           "  --tp N               tensor-parallel size a legacy file is read for\n"
+           "                       (default 1)\n"
+           "  --device D           cpu | cuda (default cpu)\n"
+           "  --max-device-memory SIZE\n"
+           "                       cuda: device memory kvcal may take (bytes, or with\n"
+           "                       K, M, G, T: 24G; default the free memory less\n"
+           "                       512 MiB); a model whose weights do not fit runs\n"
+           "                       with two layers on the device at a time\n"
+           "  --quiet              no progress line (on a terminal a line rewritten in\n"
+           "                       place; elsewhere a plain line every\n"
+           "                       $KVCAL_PROGRESS_INTERVAL seconds, default 10, and at\n"
+           "                       the end of each mode)\n"
+           "  --json               print the report as JSON on stdout\n"
+           "  --report FILE.html   also write the HTML report (what kvcal report\n"
+           "                       writes: the table, the change per mode, the\n"
+           "                       --scales per layer and head); never an input\n\n"
+           "exit codes: 0 ok, 1 invalid input or a non-finite result, 2 usage or I/O "
+           "error\n");
 }
 
 static int parse_modes(const char *text, int *modes, int *all)
@@ -172,10 +171,8 @@ static int own_option(int c, const char *arg, void *ctx)
         char *end;
         o->tolerance = strtod(arg, &end);
         if (*end || !(o->tolerance >= 0.0 && o->tolerance < 1e6)) {
-            fprintf(stderr,
-                    "kvcal eval: --tolerance '%s': give a percentage >= 0, e.g. "
-                    "0.5\n",
-                    arg);
+            fprintf(stderr, "kvcal eval: --tolerance '%s': give a percentage >= 0, e.g. "
+                            "0.5\n", arg);
             return -1;
         }
         return 1;
@@ -329,8 +326,7 @@ done:
     r->mode = mode;
     r->ppl = exp(nll / (double)count);
     r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
-    r->clip_counted =
-        !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
+    r->clip_counted = !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
     return KVCAL_OK;
 }
 
@@ -409,30 +405,25 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
         char clip_text[16] = "-";
         if (res[i].clip_counted)
             snprintf(clip_text, sizeof clip_text, "%9.2e", clip);
-        printf(" %+10.4f %+8.3f%% %9.0f  %8.1f dB %8.1f dB %9s %9.2e\n",
-               res[i].ppl - base, 100.0 * (res[i].ppl - base) / base, res[i].kv_bytes, ks,
-               vs, clip_text, err);
+        printf(" %+10.4f %+8.3f%% %9.0f  %8.1f dB %8.1f dB %9s %9.2e\n", res[i].ppl - base,
+               100.0 * (res[i].ppl - base) / base, res[i].kv_bytes, ks, vs, clip_text, err);
     }
     int rec = recommend(res, nres, o->tolerance);
     if (rec < 0)
-        printf(
-            "\nrecommendation: no mode is within %+.2f%% of the baseline's perplexity: "
-            "keep a bf16 cache\n",
-            o->tolerance);
+        printf("\nrecommendation: no mode is within %+.2f%% of the baseline's perplexity: "
+               "keep a bf16 cache\n", o->tolerance);
     else
-        printf(
-            "\nrecommendation: %s, the smallest cache within %+.2f%% of the baseline's "
-            "perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
-            mode_name(res[rec].mode), o->tolerance, res[rec].kv_bytes, res[0].kv_bytes,
-            100.0 * (res[rec].ppl - base) / base);
-    puts(
-        "\n(KV B/tok = the cache's bytes per token over every layer's K and V: bf16 for\n"
-        "the baseline, per (token, head) fp32 scales and zero points of the dynamic\n"
-        "modes included; SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2);\n"
-        "clip = fraction of values saturated past e4m3's rounding to 448 (|x| / scale\n"
-        "> 464), counted for the e4m3 modes; att =\n"
-        "|attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|, with q, K\n"
-        "and V of the mode's own forward pass)");
+        printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the baseline's "
+               "perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
+               mode_name(res[rec].mode), o->tolerance, res[rec].kv_bytes, res[0].kv_bytes,
+               100.0 * (res[rec].ppl - base) / base);
+    puts("\n(KV B/tok = the cache's bytes per token over every layer's K and V: bf16 for\n"
+         "the baseline, per (token, head) fp32 scales and zero points of the dynamic\n"
+         "modes included; SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2);\n"
+         "clip = fraction of values saturated past e4m3's rounding to 448 (|x| / scale\n"
+         "> 464), counted for the e4m3 modes; att =\n"
+         "|attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|, with q, K\n"
+         "and V of the mode's own forward pass)");
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
@@ -594,10 +585,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             }
             o.modes[m] = 0;
             if (!o.run.quiet)
-                fprintf(stderr,
-                        "kvcal eval: note: %s left out: head_dim %d is not a "
-                        "multiple of 16\n",
-                        mode_name(m), d->head_dim);
+                fprintf(stderr, "kvcal eval: note: %s left out: head_dim %d is not a "
+                                "multiple of 16\n", mode_name(m), d->head_dim);
         }
     if (o.scales) {
         if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.run.tp, &scales)))
