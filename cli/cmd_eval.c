@@ -1,7 +1,8 @@
 /* cli/cmd_eval.c: `kvcal eval`: what a low-precision KV cache costs in
  * accuracy. Runs the model over held-out samples once per mode, with K and V
  * quantized (e4m3, or the other cache formats of calib/kv_sim.h) and
- * dequantized before attention exactly as an engine with that cache computes (through the library's online quantization: the
+ * dequantized before attention exactly as an engine with that cache computes
+ * (through the library's online quantization: the
  * CPU reference on the fp32 CPU runner, the CUDA kernels on the bf16 CUDA
  * runner), and reports perplexity against the unquantized baseline plus,
  * per layer, the SQNR of K and V, the fraction of clipped values and the
@@ -76,7 +77,7 @@ typedef struct {
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
     double tolerance;       /* --tolerance, percent */
-    int modes_all;          /* --modes holds "all": modes that do not apply are left out */
+    int modes_all;          /* --modes holds "all": leave out what does not apply */
 } options;
 
 static void usage(FILE *f)
@@ -101,8 +102,9 @@ static void usage(FILE *f)
         f, "                       (default: the e4m3 modes; all: every mode; the\n"
            "                       static modes need --scales, an e4m3 scale set whose\n"
            "                       absmax each format's scales are made from)\n"
-           "  --tolerance PCT      the recommended cache is the smallest whose perplexity\n"
-           "                       is within PCT percent of the baseline (default 0.5)\n"
+           "  --tolerance PCT      the recommended cache is the smallest whose\n"
+           "                       perplexity is within PCT percent of the baseline\n"
+           "                       (default 0.5)\n"
            "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
            "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
            "  --num-samples N      samples (default 16)\n"
@@ -326,7 +328,8 @@ done:
     r->mode = mode;
     r->ppl = exp(nll / (double)count);
     r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
-    r->clip_counted = !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
+    r->clip_counted =
+        !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
     return KVCAL_OK;
 }
 
@@ -405,21 +408,24 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
         char clip_text[16] = "-";
         if (res[i].clip_counted)
             snprintf(clip_text, sizeof clip_text, "%9.2e", clip);
-        printf(" %+10.4f %+8.3f%% %9.0f  %8.1f dB %8.1f dB %9s %9.2e\n", res[i].ppl - base,
-               100.0 * (res[i].ppl - base) / base, res[i].kv_bytes, ks, vs, clip_text, err);
+        printf(" %+10.4f %+8.3f%% %9.0f  %8.1f dB %8.1f dB %9s %9.2e\n",
+               res[i].ppl - base, 100.0 * (res[i].ppl - base) / base, res[i].kv_bytes, ks,
+               vs, clip_text, err);
     }
     int rec = recommend(res, nres, o->tolerance);
     if (rec < 0)
-        printf("\nrecommendation: no mode is within %+.2f%% of the baseline's perplexity: "
-               "keep a bf16 cache\n", o->tolerance);
+        printf("\nrecommendation: no mode is within %+.2f%% of the baseline's "
+               "perplexity: keep a bf16 cache\n",
+               o->tolerance);
     else
-        printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the baseline's "
-               "perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
+        printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the "
+               "baseline's perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
                mode_name(res[rec].mode), o->tolerance, res[rec].kv_bytes, res[0].kv_bytes,
                100.0 * (res[rec].ppl - base) / base);
-    puts("\n(KV B/tok = the cache's bytes per token over every layer's K and V: bf16 for\n"
-         "the baseline, per (token, head) fp32 scales and zero points of the dynamic\n"
-         "modes included; SQNR = 10 log10(sum x^2 / sum (x - dequant(quant(x)))^2);\n"
+    puts("\n(KV B/tok = the cache's bytes per token over every layer's K and V: bf16\n"
+         "for the baseline, per (token, head) fp32 scales and zero points of the\n"
+         "dynamic modes included; SQNR = 10 log10(sum x^2 / sum (x -\n"
+         "dequant(quant(x)))^2);\n"
          "clip = fraction of values saturated past e4m3's rounding to 448 (|x| / scale\n"
          "> 464), counted for the e4m3 modes; att =\n"
          "|attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|, with q, K\n"
