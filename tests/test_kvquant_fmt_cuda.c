@@ -6,6 +6,7 @@
  * 40, 128, 7 and 1024, 1 and 5 kv heads, block_size 16 and 5, a padded
  * block stride, aligned and misaligned strides, padding and out-of-range
  * slots, NaN / Inf / zero / huge inputs. Needs a GPU. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,6 +290,71 @@ static void fp8_roundtrip_launch_matches_the_reference_on_every_bf16(void)
     cudaFree(d), free(h), free(ref);
 }
 
+/* `kvcal eval ... --modes all --device dev --json` on the golden head_dim-48
+ * model (NVFP4 applies); NULL when it failed. */
+static cJSON *eval_all(const char *data, const char *scales, const char *dev)
+{
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args,
+             "eval --model tests/fixtures/golden/llama3_gqa_hd48_bf16 --dataset '%s' "
+             "--scales '%s' --num-samples 8 --seq-len 64 --batch 4 --quiet --modes all "
+             "--device %s --json",
+             data, scales, dev);
+    int rc = kvcal_test_run_kvcal(args, &out);
+    cJSON *root = rc == 0 && out ? cJSON_Parse(out) : NULL;
+    free(out);
+    return root;
+}
+
+/* Every cache mode of eval on the bf16 CUDA runner against the fp32 CPU
+ * runner: the same modes and bytes, finite perplexities, each change within
+ * the tolerance tests/test_eval_cuda.c gives the e4m3 modes (3 points + 20%). */
+static void eval_cuda_runs_every_cache_format_as_the_cpu_does(void)
+{
+    const char *data = kvcal_test_path("fmt_hd48.jsonl");
+    FILE *f = fopen(data, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int s = 0; s < 8; s++) {
+        fputs("{\"input_ids\": [", f);
+        for (int t = 0; t < 64; t++)
+            fprintf(f, "%s%u", t ? ", " : "", (unsigned)(rnd() * 64.0f + 64.0f) % 128u);
+        fputs("]}\n", f);
+    }
+    fclose(f);
+    const char *scales = kvcal_test_path("fmt_hd48.json");
+    char args[2048];
+    snprintf(
+        args, sizeof args,
+        "calibrate --model tests/fixtures/golden/llama3_gqa_hd48_bf16 --dataset '%s' "
+        "--num-samples 8 --seq-len 64 --granularity head --quiet --out '%s'",
+        data, scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    cJSON *cpu = eval_all(data, scales, "cpu"), *gpu = eval_all(data, scales, "cuda");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(gpu);
+    const cJSON *mc = cJSON_GetObjectItem(cpu, "modes"),
+                *mg = cJSON_GetObjectItem(gpu, "modes");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(mc), cJSON_GetArraySize(mg));
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(mc), 14);
+    int bad = 0;
+    for (int i = 0; i < cJSON_GetArraySize(mc); i++) {
+        const cJSON *a = cJSON_GetArrayItem(mc, i), *b = cJSON_GetArrayItem(mg, i);
+        const char *name = cJSON_GetObjectItem(a, "mode")->valuestring;
+        double ca = cJSON_GetObjectItem(a, "perplexity_change_rel")->valuedouble;
+        double cb = cJSON_GetObjectItem(b, "perplexity_change_rel")->valuedouble;
+        int ok = !strcmp(name, cJSON_GetObjectItem(b, "mode")->valuestring) &&
+                 cJSON_GetObjectItem(a, "kv_bytes_per_token")->valuedouble ==
+                     cJSON_GetObjectItem(b, "kv_bytes_per_token")->valuedouble &&
+                 isfinite(cJSON_GetObjectItem(b, "perplexity")->valuedouble) &&
+                 fabs(cb - ca) <= 3e-2 + 0.2 * fabs(ca);
+        if (!ok)
+            fprintf(stderr, "\n  %s: change %+.4f on cpu, %+.4f on cuda", name, ca, cb);
+        bad += !ok;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cJSON_Delete(cpu), cJSON_Delete(gpu);
+}
+
 #endif
 
 static CU_TestInfo tests[] = {
@@ -296,6 +362,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(fmt_launches_match_the_reference_byte_for_byte),
     KVCAL_TEST(fmt_launch_rejects_what_the_reference_rejects),
     KVCAL_TEST(fp8_roundtrip_launch_matches_the_reference_on_every_bf16),
+    KVCAL_TEST(eval_cuda_runs_every_cache_format_as_the_cpu_does),
 #endif
     CU_TEST_INFO_NULL};
 KVCAL_SUITE(kvquant_fmt_cuda, KVCAL_NEEDS_GPU, tests)
