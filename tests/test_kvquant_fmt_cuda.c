@@ -5,7 +5,9 @@
  * f32 inputs and outputs, both layouts, tokens 1, 19 and 989, head_dim 16,
  * 40, 128, 7 and 1024, 1 and 5 kv heads, block_size 16 and 5, a padded
  * block stride, aligned and misaligned strides, padding and out-of-range
- * slots, NaN / Inf / zero / huge inputs. Needs a GPU. */
+ * slots, NaN / Inf / zero / huge inputs; eval's query round trip on every
+ * bf16 value; eval --modes all on the CUDA runner against the CPU's. Needs a
+ * GPU. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
