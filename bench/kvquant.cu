@@ -11,10 +11,10 @@
 // tokens blocks, 17 GB each for K and V); and a decode step of
 // --decode-tokens (default 256), one token per block. bf16 K/V of --heads x
 // --head-dim (8 x 128) into a paged cache of --block-size (16) whose blocks
-// are handed out in a random order. Each op is validated against its CPU reference (three token
-// windows of 2048 tokens of the prefill, all of the decode step: only the
-// cache blocks of a window come back to the host) before it is timed.
-// Prefill: CUDA events around each call, L2 flushed before each, median of
+// are handed out in a random order. Each op is validated against its CPU reference (three
+// token windows of 2048 tokens of the prefill, all of the decode step: only the cache
+// blocks of a window come back to the host) before it is timed. Prefill: CUDA events
+// around each call, L2 flushed before each, median of
 // --reps. Decode: the bytes are far below what launch latency covers, so the
 // figure is the time per call of a CUDA graph of 20 calls replayed (L2 warm,
 // as in an engine where the K/V were just produced), plus the event time of
@@ -224,14 +224,13 @@ enum Op {
     NUM_OPS
 };
 static const char *op_name[NUM_OPS] = {
-    "copy (cudaMemcpy D2D)",  "v1 static head NHD (sw)", "static tensor NHD",
-    "static head NHD",        "v3 static head NHD",      "v3 8 rows static head",
-    "static head HND",        "dynamic token-head NHD",  "dynamic token-head HND",
-    "v3 dynamic NHD",
-    "scaler running-max steady", "scaler running-max growth", "dequant NHD -> bf16",
-    "fp8 e5m2 cast NHD",         "int8 static head NHD",      "int8 dynamic token-head",
-    "int8-asym dynamic",         "nvfp4 static NHD",          "dequant int8 dyn -> bf16",
-    "dequant nvfp4 -> bf16"};
+    "copy (cudaMemcpy D2D)",    "v1 static head NHD (sw)",   "static tensor NHD",
+    "static head NHD",          "v3 static head NHD",        "v3 8 rows static head",
+    "static head HND",          "dynamic token-head NHD",    "dynamic token-head HND",
+    "v3 dynamic NHD",           "scaler running-max steady", "scaler running-max growth",
+    "dequant NHD -> bf16",      "fp8 e5m2 cast NHD",         "int8 static head NHD",
+    "int8 dynamic token-head",  "int8-asym dynamic",         "nvfp4 static NHD",
+    "dequant int8 dyn -> bf16", "dequant nvfp4 -> bf16"};
 
 // The library format and parameters of a format op (FMT_*).
 static bool is_fmt(Op op)
@@ -257,7 +256,9 @@ static kvcal_kv_format fmt_of(Op op)
 // The op that writes the cache a format dequantization reads.
 static Op fmt_writer(Op op)
 {
-    return op == FMT_DEQUANT_INT8 ? FMT_INT8_DYNAMIC : op == FMT_DEQUANT_NVFP4 ? FMT_NVFP4 : op;
+    return op == FMT_DEQUANT_INT8    ? FMT_INT8_DYNAMIC
+           : op == FMT_DEQUANT_NVFP4 ? FMT_NVFP4
+                                     : op;
 }
 
 struct Problem {
@@ -367,8 +368,9 @@ static kvcal_kv_qparams qparams_of(const Problem &p, Op op, bool host)
 {
     kvcal_kv_qparams q = {};
     q.format = fmt_of(op);
-    q.rounding = op == FMT_INT8_DYNAMIC || op == FMT_DEQUANT_INT8 ? KVCAL_KV_ROUND_TOWARD_ZERO
-                                                                  : KVCAL_KV_ROUND_NEAREST_EVEN;
+    q.rounding = op == FMT_INT8_DYNAMIC || op == FMT_DEQUANT_INT8
+                     ? KVCAL_KV_ROUND_TOWARD_ZERO
+                     : KVCAL_KV_ROUND_NEAREST_EVEN;
     q.granularity = KVCAL_GRANULARITY_HEAD;
     if (op == FMT_INT8_HEAD) {
         q.k_scale = host ? p.host_kst.data() : p.kst;
@@ -392,8 +394,8 @@ static double op_bytes(const Problem &p, Op op)
         kvcal_kv_format f = fmt_of(op);
         double rows = 2.0 * p.T * p.H * kvcal_kv_format_row_bytes(f, p.D);
         double params = op == FMT_INT8_DYNAMIC || op == FMT_DEQUANT_INT8 ? scales
-                        : op == FMT_ASYM_DYNAMIC                          ? 2 * scales
-                                                                          : 0.0;
+                        : op == FMT_ASYM_DYNAMIC                         ? 2 * scales
+                                                                         : 0.0;
         return in + rows + params + slots;
     }
     switch (op) {
@@ -491,7 +493,8 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
     case FMT_DEQUANT_NVFP4: {
         kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
         kvcal_kv_qparams q = qparams_of(p, op, false);
-        KV_CHECK(kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
+        KV_CHECK(
+            kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
         return;
     }
     case NUM_OPS:
@@ -686,8 +689,9 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
                         (int64_t)row, D,        local.data()};
     kvcal_kv_cache c = {hk.data(), hv.data(), hks.data(), hvs.data(), blocks,
                         p.bs,      H,         D,          0,          KVCAL_CACHE_NHD};
-    kvcal_kv_cache g_mirror = {m.k.data(), m.v.data(), m.ks.data(), m.vs.data(), m.blocks,
-                               p.bs,       H,          D,           0,  KVCAL_CACHE_NHD};
+    kvcal_kv_cache g_mirror = {m.k.data(), m.v.data(),     m.ks.data(), m.vs.data(),
+                               m.blocks,   p.bs,           H,           D,
+                               0,          KVCAL_CACHE_NHD};
     kvcal_kv_geom gd, gh;
     kvcal_kv_qparams q = qparams_of(p, op, true);
     if (f == KVCAL_KV_FORMAT_INT8_ASYM)
@@ -715,8 +719,10 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
                     hk[scl(gh, i, h, sc, 0)] = m.k[scl(gd, s, h, sc, 0)];
                     hv[scl(gh, i, h, sc, 1)] = m.v[scl(gd, s, h, sc, 1)];
                 }
-                hks[kvcal_kv_scale_index(gh, i, h)] = m.ks[kvcal_kv_scale_index(gd, s, h)];
-                hvs[kvcal_kv_scale_index(gh, i, h)] = m.vs[kvcal_kv_scale_index(gd, s, h)];
+                hks[kvcal_kv_scale_index(gh, i, h)] =
+                    m.ks[kvcal_kv_scale_index(gd, s, h)];
+                hvs[kvcal_kv_scale_index(gh, i, h)] =
+                    m.vs[kvcal_kv_scale_index(gd, s, h)];
             }
         std::vector<uint16_t> rk(n * row), rv(n * row);
         KV_CHECK(kvcal_kv_dequantize_fmt_ref(&b, &c, &q, rk.data(), rv.data(),
@@ -741,7 +747,8 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
             for (int sc = 0; sc < nscl; sc++)
                 bad += (hk[scl(gh, i, h, sc, 0)] != m.k[scl(gd, s, h, sc, 0)]) +
                        (hv[scl(gh, i, h, sc, 1)] != m.v[scl(gd, s, h, sc, 1)]);
-            size_t si = kvcal_kv_scale_index(gh, i, h), sd = kvcal_kv_scale_index(gd, s, h);
+            size_t si = kvcal_kv_scale_index(gh, i, h),
+                   sd = kvcal_kv_scale_index(gd, s, h);
             if (dyn)
                 bad += hks[si] != m.ks[sd] || hvs[si] != m.vs[sd];
             if (f == KVCAL_KV_FORMAT_INT8_ASYM)

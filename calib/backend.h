@@ -172,7 +172,8 @@ typedef struct kvcal_backend_ops {
      * adds K's and V's errors to layer l's sums: an e4m3 cache of the
      * scales beside it (values clipped past 464 x scale counted) when q is
      * NULL, else the cache format q describes (nothing counted as clipped). */
-    kvcal_status (*sim_roundtrip)(kvcal_backend *be, int layer, const kvcal_kv_qparams *q);
+    kvcal_status (*sim_roundtrip)(kvcal_backend *be, int layer,
+                                  const kvcal_kv_qparams *q);
     /* The batch's queries (after RoPE) through e4m3 under scale and back
      * (kvcal_fp8_roundtrip_ref): what attention then reads when it takes
      * its query in FP8, as FlashAttention 3 does with an fp8 cache. */

@@ -830,10 +830,9 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_q
                                        NULL, NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32,
                                        r->stream));
     for (int i = 0; i < 2; i++)
-        TRY(kvcal_error_sums_launch(&r->sums[layer].kv[i], kv[i], r->qkv_n, r->deq[i],
-                                    kv_cols, KVCAL_DTYPE_F32, q ? NULL : r->cache_scale[i],
-                                    r->hd,
-                                    r->pos, n, kv_cols, kv[i], r->stream));
+        TRY(kvcal_error_sums_launch(
+            &r->sums[layer].kv[i], kv[i], r->qkv_n, r->deq[i], kv_cols, KVCAL_DTYPE_F32,
+            q ? NULL : r->cache_scale[i], r->hd, r->pos, n, kv_cols, kv[i], r->stream));
 fail:
     return st;
 }
@@ -841,8 +840,8 @@ fail:
 static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
 {
     cuda_backend *r = cu(be);
-    return kvcal_fp8_roundtrip_launch(r->qkv, r->qkv_n, r->batch * r->seq_len, r->H * r->hd,
-                                      scale, r->stream);
+    return kvcal_fp8_roundtrip_launch(r->qkv, r->qkv_n, r->batch * r->seq_len,
+                                      r->H * r->hd, scale, r->stream);
 }
 
 static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)

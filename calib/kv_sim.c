@@ -23,10 +23,10 @@ void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_ki
                                 int layers, int kv_heads, float *k_scale, float *v_scale)
 {
     /* a scale set of another format (int8, NVFP4) in e4m3's convention */
-    const double to_e4m3 = kind == KVCAL_KV_SCALES_UNIT
-                               ? 1.0
-                               : (double)kvcal_scales_format_qmax(scales->format) /
-                                     KVCAL_FP8_E4M3_MAX;
+    const double to_e4m3 =
+        kind == KVCAL_KV_SCALES_UNIT
+            ? 1.0
+            : (double)kvcal_scales_format_qmax(scales->format) / KVCAL_FP8_E4M3_MAX;
     for (int l = 0; l < layers; l++) {
         float k = 1.0f, v = 1.0f;
         if (kind == KVCAL_KV_SCALES_TENSOR)
@@ -45,7 +45,8 @@ void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_ki
 const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES] = {
     {"fp8-e5m2", "e5m2 cast, no scale (vLLM's and sglang's fp8_e5m2)", KVCAL_KV_SIM_CAST,
      KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_FP8_E5M2, KVCAL_KV_ROUND_NEAREST_EVEN, 0},
-    {"int8-static-tensor", "int8, one K and one V scale per layer (absmax / 127) from --scales",
+    {"int8-static-tensor",
+     "int8, one K and one V scale per layer (absmax / 127) from --scales",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_INT8,
      KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"int8-static-head", "int8, per-head K and V scales (absmax / 127) from --scales",
@@ -66,17 +67,19 @@ const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES]
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_HEAD, KVCAL_KV_FORMAT_NVFP4,
      KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"fp8-attention",
-     "static-tensor e4m3 K/V and the query in e4m3 under q_scale (k_scale without one, as "
+     "static-tensor e4m3 K/V and the query in e4m3 under q_scale (k_scale without one, "
+     "as "
      "vLLM), as FlashAttention 3 computes",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_FP8_E4M3,
      KVCAL_KV_ROUND_NEAREST_EVEN, 1}};
 
 kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
-                                                   const kvcal_scales_t *scales, int layers,
-                                                   int kv_heads, float *ks, float *vs,
-                                                   float *qs)
+                                                   const kvcal_scales_t *scales,
+                                                   int layers, int kv_heads, float *ks,
+                                                   float *vs, float *qs)
 {
-    kvcal_kv_sim_config c = {.mode = m->mode, .format = m->format, .rounding = m->rounding};
+    kvcal_kv_sim_config c = {
+        .mode = m->mode, .format = m->format, .rounding = m->rounding};
     if (m->mode == KVCAL_KV_SIM_STATIC) {
         kvcal_kv_sim_static_scales(scales, m->kind, layers, kv_heads, ks, vs);
         c.k_scale = ks, c.v_scale = vs;
@@ -84,7 +87,8 @@ kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode
     for (int l = 0; m->fp8_query && l < layers; l++) {
         float q = 0.0f;
         kvcal_scales_get_q(scales, l, &q); /* in the set's convention, as its scales */
-        q = (float)((double)q * kvcal_scales_format_qmax(scales->format) / KVCAL_FP8_E4M3_MAX);
+        q = (float)((double)q * kvcal_scales_format_qmax(scales->format) /
+                    KVCAL_FP8_E4M3_MAX);
         qs[l] = q > 0.0f ? q : ks[(size_t)l * kv_heads];
         c.q_scale = qs;
     }
@@ -225,8 +229,9 @@ void kvcal_kv_sim_destroy(kvcal_kv_sim_t *s)
 /* The library's parameters of a format other than e4m3 at layer l. */
 static kvcal_kv_qparams qparams_of(const kvcal_kv_sim_t *s, int l, const kvcal_kv_io *io)
 {
-    kvcal_kv_qparams q = {s->format, s->rounding, KVCAL_GRANULARITY_HEAD, NULL, NULL,
-                          NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams q = {s->format, s->rounding, KVCAL_GRANULARITY_HEAD,
+                          NULL,      NULL,        NULL,
+                          NULL,      NULL,        NULL};
     if (s->mode == KVCAL_KV_SIM_STATIC) {
         q.k_scale = s->scales[0] + (size_t)l * s->kv_heads;
         q.v_scale = s->scales[1] + (size_t)l * s->kv_heads;

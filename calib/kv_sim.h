@@ -16,9 +16,9 @@
 
 /* What an evaluation does to K and V before attention. */
 typedef enum kvcal_kv_sim_mode {
-    KVCAL_KV_SIM_EXACT = 0,      /* K/V as computed: the baseline */
-    KVCAL_KV_SIM_STATIC = 1,     /* fixed per-head scales per layer */
-    KVCAL_KV_SIM_DYNAMIC = 2,    /* a scale per (token, kv head) */
+    KVCAL_KV_SIM_EXACT = 0,       /* K/V as computed: the baseline */
+    KVCAL_KV_SIM_STATIC = 1,      /* fixed per-head scales per layer */
+    KVCAL_KV_SIM_DYNAMIC = 2,     /* a scale per (token, kv head) */
     KVCAL_KV_SIM_FIRST_BATCH = 3, /* per-head scales of the first batch's absmax */
     KVCAL_KV_SIM_CAST = 4         /* no scale at all (fp8 e5m2) */
 } kvcal_kv_sim_mode;
@@ -77,9 +77,9 @@ extern const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE
  * qs (layers) its query scales: the layer's q_scale of the set, its K
  * scale (per tensor) where the set has none, as vLLM then uses it. */
 kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
-                                                   const kvcal_scales_t *scales, int layers,
-                                                   int kv_heads, float *ks, float *vs,
-                                                   float *qs);
+                                                   const kvcal_scales_t *scales,
+                                                   int layers, int kv_heads, float *ks,
+                                                   float *vs, float *qs);
 
 /* Bytes the KV cache of a model takes per token under cfg, every layer's K
  * and V: the values (EXACT: a bf16 cache; e4m3, e5m2 and int8 one byte;

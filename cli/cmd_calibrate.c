@@ -207,15 +207,16 @@ static int own_option(int c, const char *arg, void *ctx)
         else if (!strcmp(arg, "nvfp4"))
             o->kv_dtype = KVCAL_KV_FORMAT_NVFP4;
         else {
-            fprintf(stderr,
-                    "kvcal calibrate: --kv-dtype '%s': expected fp8_e4m3, int8 or nvfp4%s\n",
-                    arg,
-                    !strcmp(arg, "fp8_e5m2") ? " (fp8_e5m2 is a cast: it needs no scale; "
-                                               "kvcal eval --modes fp8-e5m2 says what it "
-                                               "costs)"
-                    : !strncmp(arg, "int8", 4)
-                        ? " (the zero points of int8 with offsets are not calibrated yet)"
-                        : "");
+            fprintf(
+                stderr,
+                "kvcal calibrate: --kv-dtype '%s': expected fp8_e4m3, int8 or nvfp4%s\n",
+                arg,
+                !strcmp(arg, "fp8_e5m2") ? " (fp8_e5m2 is a cast: it needs no scale; "
+                                           "kvcal eval --modes fp8-e5m2 says what it "
+                                           "costs)"
+                : !strncmp(arg, "int8", 4)
+                    ? " (the zero points of int8 with offsets are not calibrated yet)"
+                    : "");
             return -1;
         }
         return 1;

@@ -1,7 +1,8 @@
 /* cli/cmd_eval.c: `kvcal eval`: what a low-precision KV cache costs in
  * accuracy. Runs the model over held-out samples once per mode, with K and V
  * quantized (e4m3, or the other cache formats of calib/kv_sim.h) and
- * dequantized before attention exactly as an engine with that cache computes (through the library's online quantization: the
+ * dequantized before attention exactly as an engine with that cache computes
+ * (through the library's online quantization: the
  * CPU reference on the fp32 CPU runner, the CUDA kernels on the bf16 CUDA
  * runner), and reports against the unquantized baseline on the same
  * tokens the KL divergence, top-1 agreement and perplexity change with its
@@ -110,8 +111,9 @@ static void usage(FILE *f)
         f, "                       (default: the e4m3 modes; all: every mode; the\n"
            "                       static modes need --scales, an e4m3 scale set whose\n"
            "                       absmax each format's scales are made from)\n"
-           "  --tolerance PCT      the recommended cache is the smallest whose perplexity\n"
-           "                       is within PCT percent of the baseline (default 0.5)\n"
+           "  --tolerance PCT      the recommended cache is the smallest whose\n"
+           "                       perplexity is within PCT percent of the baseline\n"
+           "                       (default 0.5)\n"
            "  --tokenizer PATH     tokenizer (default: found next to the model)\n"
            "  --text-field NAME    JSONL field holding the text (default \"text\")\n"
            "  --num-samples N      samples (default 16)\n"
@@ -712,8 +714,8 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
                "keep a bf16 cache\n",
                o->tolerance);
     else
-        printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the baseline's "
-               "perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
+        printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the "
+               "baseline's perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
                mode_name(res[rec].mode), o->tolerance, res[rec].kv_bytes, res[0].kv_bytes,
                100.0 * (res[rec].ppl - base) / base);
     printf("\n(%lld predicted tokens in %d windows, paired with the baseline's: change =\n"

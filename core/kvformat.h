@@ -120,7 +120,8 @@ static inline KVCAL_HOST_DEVICE float kvcal_fp4_e2m1_to_float(uint8_t v)
 
 /* y clamped to [lo, hi], then rounded by `rounding` (NaN -> 0): the
  * integer code of a value already divided by its scale. */
-static inline KVCAL_HOST_DEVICE int kvcal_int_code(float y, int rounding, float lo, float hi)
+static inline KVCAL_HOST_DEVICE int kvcal_int_code(float y, int rounding, float lo,
+                                                   float hi)
 {
     if (!(y == y))
         return 0;

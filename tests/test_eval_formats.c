@@ -42,8 +42,8 @@ static double min_sqnr(const cJSON *m, int which)
 {
     double v = INFINITY;
     const cJSON *l;
-    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(m, "layers"))
-        v = fmin(v, number(l, which ? "v_sqnr_db" : "k_sqnr_db"));
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(m, "layers")) v =
+        fmin(v, number(l, which ? "v_sqnr_db" : "k_sqnr_db"));
     return v;
 }
 
@@ -62,7 +62,8 @@ static void eval_modes_all_reports_every_format_its_bytes_and_the_recommendation
     const char *scales = kvcal_test_path("fmt_scales.json");
     char args[2048];
     snprintf(args, sizeof args,
-             "calibrate --model " MODEL " --granularity head " SMALL " --out '%s'", scales);
+             "calibrate --model " MODEL " --granularity head " SMALL " --out '%s'",
+             scales);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     snprintf(args, sizeof args,
              "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL
@@ -77,11 +78,16 @@ static void eval_modes_all_reports_every_format_its_bytes_and_the_recommendation
     const struct {
         const char *name;
         double bytes;
-    } want[] = {{"baseline", 2 * values},          {"static-head", values},
-                {"dynamic", values + 4 * rows},    {"first-batch", values},
-                {"fp8-e5m2", values},              {"int8-static-tensor", values},
-                {"int8-static-head", values},      {"int8-dynamic", values + 4 * rows},
-                {"int8-asym-dynamic", values + 8 * rows}, {"fp8-attention", values}};
+    } want[] = {{"baseline", 2 * values},
+                {"static-head", values},
+                {"dynamic", values + 4 * rows},
+                {"first-batch", values},
+                {"fp8-e5m2", values},
+                {"int8-static-tensor", values},
+                {"int8-static-head", values},
+                {"int8-dynamic", values + 4 * rows},
+                {"int8-asym-dynamic", values + 8 * rows},
+                {"fp8-attention", values}};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const cJSON *m = mode_of(root, want[i].name);
         CU_ASSERT_PTR_NOT_NULL_FATAL(m);
@@ -91,7 +97,8 @@ static void eval_modes_all_reports_every_format_its_bytes_and_the_recommendation
     /* precision orders the errors: int8's 8 bits beat e4m3's 3 mantissa
      * bits under the same per-head scales, e4m3 beats e5m2's 2, and a
      * zero point per (token, head) beats a symmetric scale per (token, head) */
-    const cJSON *e4 = mode_of(root, "static-head"), *i8 = mode_of(root, "int8-static-head");
+    const cJSON *e4 = mode_of(root, "static-head"),
+                *i8 = mode_of(root, "int8-static-head");
     const cJSON *e5 = mode_of(root, "fp8-e5m2"), *i8d = mode_of(root, "int8-dynamic");
     const cJSON *asym = mode_of(root, "int8-asym-dynamic");
     for (int kv = 0; kv < 2; kv++) {
@@ -130,7 +137,8 @@ static void eval_modes_all_reports_every_format_its_bytes_and_the_recommendation
              " --modes int8-static-head,int8-dynamic --tolerance 100",
              scales);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "recommendation: int8-static-head, the smallest cache"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(out, "recommendation: int8-static-head, the smallest cache"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "KV B/tok"));
     free(out);
 }
@@ -165,7 +173,8 @@ static void eval_nvfp4_on_head_dim_48_costs_less_than_int8_and_errs_more(void)
     cJSON *root = run_json(args);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     /* 2 layers x 3 kv heads x 48: a row is 24 bytes of e2m1 and 3 scales */
-    const cJSON *nt = mode_of(root, "nvfp4-static-tensor"), *nh = mode_of(root, "nvfp4-static-head");
+    const cJSON *nt = mode_of(root, "nvfp4-static-tensor"),
+                *nh = mode_of(root, "nvfp4-static-head");
     const cJSON *i8 = mode_of(root, "int8-static-head");
     CU_ASSERT_PTR_NOT_NULL_FATAL(nt);
     CU_ASSERT_PTR_NOT_NULL_FATAL(nh);
@@ -186,7 +195,8 @@ static void eval_format_modes_refuse_what_does_not_apply(void)
 {
     const char *scales = kvcal_test_path("fmt_scales2.json");
     char args[2048];
-    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --out '%s'", scales);
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --out '%s'",
+             scales);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     snprintf(args, sizeof args,
              "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL
@@ -196,15 +206,15 @@ static void eval_format_modes_refuse_what_does_not_apply(void)
     char *err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "multiple of 16"));
     free(err);
-    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA " " SMALL
-                                         " --modes int8-static-head",
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                         " " SMALL " --modes int8-static-head",
                                          NULL),
                     2);
     err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "int8-static-head needs --scales"));
     free(err);
-    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA " " SMALL
-                                         " --tolerance much",
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                         " " SMALL " --tolerance much",
                                          NULL),
                     2);
 }
@@ -245,8 +255,8 @@ static void eval_fp8_attention_quantizes_the_query_with_q_scale_or_k_scale(void)
     const char *scales = kvcal_test_path("fa3_scales.json");
     const char *bad_q = kvcal_test_path("fa3_q1e6.json");
     char args[2048];
-    snprintf(args, sizeof args,
-             "calibrate --model " MODEL " " SMALL " --out '%s'", scales);
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --out '%s'",
+             scales);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     with_q_scale(scales, 1e6, bad_q);
     double att[2][2], ppl[2], k0[2][2];

@@ -30,8 +30,8 @@ static const char *calibrate(const char *name, const char *extra)
     const char *out = kvcal_test_path(name);
     char args[1024];
     snprintf(args, sizeof args,
-             "calibrate --model " MODEL " --granularity head " SMALL " %s --out '%s'", extra,
-             out);
+             "calibrate --model " MODEL " --granularity head " SMALL " %s --out '%s'",
+             extra, out);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
     return out;
 }
@@ -44,13 +44,15 @@ static void kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format(
     CU_ASSERT_PTR_NOT_NULL_FATAL(e4);
     CU_ASSERT_PTR_NOT_NULL_FATAL(i8);
     CU_ASSERT_PTR_NOT_NULL_FATAL(nv);
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(e4, "dtype")->valuestring, "float8_e4m3fn");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(e4, "dtype")->valuestring,
+                           "float8_e4m3fn");
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(i8, "dtype")->valuestring, "int8");
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(nv, "dtype")->valuestring, "nvfp4");
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(i8, "qmax")->valuedouble, 127);
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(nv, "qmax")->valuedouble, 2688);
     CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(i8, "fp8_max"));
-    const cJSON *le = cJSON_GetObjectItem(e4, "layers"), *li = cJSON_GetObjectItem(i8, "layers");
+    const cJSON *le = cJSON_GetObjectItem(e4, "layers"),
+                *li = cJSON_GetObjectItem(i8, "layers");
     const cJSON *ln = cJSON_GetObjectItem(nv, "layers");
     CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(le), 5);
     int bad = 0;
@@ -63,9 +65,12 @@ static void kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format(
             const char *key = kv ? "v_scale_per_head" : "k_scale_per_head";
             const char *amax = kv ? "v_absmax" : "k_absmax";
             for (int h = 0; h < 4; h++) {
-                float s = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(a, key), h)->valuedouble;
-                float si = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(b, key), h)->valuedouble;
-                float sn = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(c, key), h)->valuedouble;
+                float s = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(a, key), h)
+                              ->valuedouble;
+                float si = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(b, key), h)
+                               ->valuedouble;
+                float sn = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(c, key), h)
+                               ->valuedouble;
                 bad += si != (float)((double)s * 448.0 / 127.0);
                 bad += sn != (float)((double)s / 6.0);
                 bad += cJSON_GetArrayItem(cJSON_GetObjectItem(a, amax), h)->valuedouble !=
@@ -76,7 +81,8 @@ static void kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format(
     CU_ASSERT_EQUAL(bad, 0);
     /* validate-scales reads them, with the warnings of their own convention */
     char args[1024];
-    snprintf(args, sizeof args, "validate-scales '%s' --strict", kvcal_test_path("dt_int8.json"));
+    snprintf(args, sizeof args, "validate-scales '%s' --strict",
+             kvcal_test_path("dt_int8.json"));
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
     char *out = NULL;
     snprintf(args, sizeof args, "inspect '%s'", kvcal_test_path("dt_nvfp4.json"));
@@ -91,7 +97,8 @@ static void kv_dtype_sets_are_refused_where_only_e4m3_fits(void)
     const char *legacy = kvcal_test_path("dt_legacy.json");
     char args[1024];
     snprintf(args, sizeof args,
-             "calibrate --model " MODEL " " SMALL " --kv-dtype int8 --format legacy --out '%s'",
+             "calibrate --model " MODEL " " SMALL
+             " --kv-dtype int8 --format legacy --out '%s'",
              legacy);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
     char *err = kvcal_test_kvcal_stderr();
@@ -99,8 +106,8 @@ static void kv_dtype_sets_are_refused_where_only_e4m3_fits(void)
     free(err);
     struct stat sb;
     CU_ASSERT_NOT_EQUAL(stat(legacy, &sb), 0);
-    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate --model " MODEL " --kv-dtype fp8_e5m2", NULL),
-                    2);
+    CU_ASSERT_EQUAL(
+        kvcal_test_run_kvcal("calibrate --model " MODEL " --kv-dtype fp8_e5m2", NULL), 2);
     err = kvcal_test_kvcal_stderr();
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "needs no scale"));
     free(err);
@@ -111,6 +118,15 @@ static void kv_dtype_sets_are_refused_where_only_e4m3_fits(void)
     CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "hold e4m3 scales only"));
     free(err);
     CU_ASSERT_NOT_EQUAL(stat(legacy, &sb), 0);
+    /* the kvcal format carries it through convert */
+    const char *copy = kvcal_test_path("dt_int8_copy.json");
+    snprintf(args, sizeof args, "convert '%s' --to kvcal --out '%s'", i8, copy);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    cJSON *j = load_json(copy);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(j, "dtype")->valuestring, "int8");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "qmax")->valuedouble, 127);
+    cJSON_Delete(j);
     /* a maximum that is not the dtype's: refused */
     char *text = kvcal_test_read_file(i8, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
@@ -126,7 +142,8 @@ static void kv_dtype_sets_are_refused_where_only_e4m3_fits(void)
 
 static void eval_reads_an_int8_scale_set_through_its_absmax(void)
 {
-    const char *e4 = calibrate("dt_e4m3c.json", ""), *i8 = calibrate("dt_int8c.json", "--kv-dtype int8");
+    const char *e4 = calibrate("dt_e4m3c.json", ""),
+               *i8 = calibrate("dt_int8c.json", "--kv-dtype int8");
     double ppl[2];
     for (int i = 0; i < 2; i++) {
         char args[1024], *out = NULL;
@@ -139,7 +156,8 @@ static void eval_reads_an_int8_scale_set_through_its_absmax(void)
         free(out);
         CU_ASSERT_PTR_NOT_NULL_FATAL(root);
         const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "modes"), 2);
-        CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "mode")->valuestring, "int8-static-head");
+        CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(m, "mode")->valuestring,
+                               "int8-static-head");
         ppl[i] = cJSON_GetObjectItem(m, "perplexity")->valuedouble;
         cJSON_Delete(root);
     }
@@ -150,6 +168,5 @@ static void eval_reads_an_int8_scale_set_through_its_absmax(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format),
     KVCAL_TEST(kv_dtype_sets_are_refused_where_only_e4m3_fits),
-    KVCAL_TEST(eval_reads_an_int8_scale_set_through_its_absmax),
-    CU_TEST_INFO_NULL};
+    KVCAL_TEST(eval_reads_an_int8_scale_set_through_its_absmax), CU_TEST_INFO_NULL};
 KVCAL_SUITE(kv_dtype_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -51,10 +51,10 @@ static void e5m2_converts_hand_values_and_matches_a_nearest_search(void)
 {
     CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(1.0f), 0x3c);
     CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(-1.0f), 0xbc);
-    CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(1.125f), 0x3c);  /* tie -> even */
-    CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(1.375f), 0x3e);  /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(1.125f), 0x3c); /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(1.375f), 0x3e); /* tie -> even */
     CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(57344.0f), 0x7b);
-    CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(1e30f), 0x7b);   /* saturates */
+    CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(1e30f), 0x7b); /* saturates */
     CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(-INFINITY), 0xfb);
     CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(NAN), 0x7f);
     CU_ASSERT_EQUAL(kvcal_fp8_e5m2_from_float(-0.0f), 0x80);
@@ -92,7 +92,7 @@ static void e5m2_converts_hand_values_and_matches_a_nearest_search(void)
 
 static void e2m1_rounds_to_nearest_even_and_saturates_at_6(void)
 {
-    const float x[] = {0.0f, 0.25f, 0.2501f, 0.75f, 1.25f, 1.2501f, 1.75f, 2.5f,
+    const float x[] = {0.0f, 0.25f, 0.2501f, 0.75f, 1.25f, 1.2501f,  1.75f, 2.5f,
                        3.5f, 5.0f,  5.0001f, 6.0f,  7.0f,  INFINITY, -0.3f, -6.5f};
     const uint8_t want[] = {0, 0, 1, 2, 2, 3, 4, 4, 6, 6, 7, 7, 7, 7, 0x9, 0xf};
     for (size_t i = 0; i < sizeof x / sizeof *x; i++)
@@ -156,8 +156,8 @@ static void fix_make(cache_fix *f, int T, int H, int D, int64_t blocks, int bs,
         f->k[i] = rnd() * 3.0f + 0.5f, f->v[i] = rnd() * 0.7f;
     for (int t = 0; t < T; t++)
         f->slots[t] = (t * 7919LL + 5) % (blocks * bs);
-    f->b = (kvcal_kv_batch){f->k, f->v, KVCAL_DTYPE_F32, T, (int64_t)H * D, D,
-                            (int64_t)H * D, D, f->slots};
+    f->b = (kvcal_kv_batch){f->k,           f->v, KVCAL_DTYPE_F32, T, (int64_t)H * D, D,
+                            (int64_t)H * D, D,    f->slots};
     f->bytes = (size_t)(blocks * bs * H * kvcal_kv_format_row_bytes(format, D));
     f->nscale = (size_t)(blocks * bs * H);
     f->c.k = malloc(f->bytes), f->c.v = malloc(f->bytes);
@@ -207,8 +207,15 @@ static void int8_dynamic_is_vllms_int8_per_token_head(void)
     for (int d = 0; d < D; d++)
         f.v[(2 * H + 1) * D + d] = 0.0f; /* an all-zero row: the 1e-6 floor */
     f.slots[3] = -1;
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_INT8, KVCAL_KV_ROUND_TOWARD_ZERO,
-                          KVCAL_GRANULARITY_TENSOR, NULL, NULL, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_INT8,
+                          KVCAL_KV_ROUND_TOWARD_ZERO,
+                          KVCAL_GRANULARITY_TENSOR,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
     int bad = 0;
     for (int t = 0; t < T; t++) {
@@ -222,8 +229,8 @@ static void int8_dynamic_is_vllms_int8_per_token_head(void)
                     a = fmaxf(a, fabsf(x[d]));
                 float s = fmaxf(a / 127.0f, 1e-6f), inv = 1.0f / s;
                 bad += (kv ? f.c.v_scale : f.c.k_scale)[sidx(&f.c, f.slots[t], h)] != s;
-                const int8_t *q = (const int8_t *)row_of(&f.c, kv ? f.c.v : f.c.k,
-                                                         f.slots[t], h, D);
+                const int8_t *q =
+                    (const int8_t *)row_of(&f.c, kv ? f.c.v : f.c.k, f.slots[t], h, D);
                 for (int d = 0; d < D; d++) {
                     float y = fminf(fmaxf(x[d] * inv, -128.0f), 127.0f);
                     bad += q[d] != (int8_t)truncf(y);
@@ -253,8 +260,15 @@ static void int8_static_per_head_rounds_to_nearest_even_and_saturates(void)
     memcpy(f.k, k0, sizeof k0);
     f.slots[0] = 1;
     const float ks[2] = {0.5f, 1.0f}, vs[2] = {0.01f, 0.02f};
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_INT8, KVCAL_KV_ROUND_NEAREST_EVEN,
-                          KVCAL_GRANULARITY_HEAD, ks, vs, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_INT8,
+                          KVCAL_KV_ROUND_NEAREST_EVEN,
+                          KVCAL_GRANULARITY_HEAD,
+                          ks,
+                          vs,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
     const int8_t *q = (const int8_t *)row_of(&f.c, f.c.k, 1, 0, D);
     /* x / 0.5: 0.5 -> 0, 1.5 -> 2, -0.5 -> 0, 63.5 -> 64, 200 -> 127, -200 -> -128 */
@@ -279,9 +293,16 @@ static void int8_asym_dynamic_is_lmdeploys_min_max_per_token_head(void)
     fix_make(&f, T, H, D, 2, 8, KVCAL_CACHE_NHD, KVCAL_KV_FORMAT_INT8_ASYM);
     for (int d = 0; d < D; d++)
         f.k[(1 * H + 1) * D + d] = 0.375f; /* a constant row */
-    f.v[0] = NAN; /* ignored by min / max, stored as code 0 */
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_INT8_ASYM, KVCAL_KV_ROUND_NEAREST_EVEN,
-                          KVCAL_GRANULARITY_TENSOR, NULL, NULL, NULL, NULL, f.kz, f.vz};
+    f.v[0] = NAN;                          /* ignored by min / max, stored as code 0 */
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_INT8_ASYM,
+                          KVCAL_KV_ROUND_NEAREST_EVEN,
+                          KVCAL_GRANULARITY_TENSOR,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          f.kz,
+                          f.vz};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
     int bad = 0;
     for (int t = 0; t < T; t++)
@@ -305,9 +326,11 @@ static void int8_asym_dynamic_is_lmdeploys_min_max_per_token_head(void)
             }
     CU_ASSERT_EQUAL(bad, 0);
     /* the constant row: scale 0, every code 0, dequantized exactly */
-    float *out_k = malloc(sizeof(float) * T * H * D), *out_v = malloc(sizeof(float) * T * H * D);
+    float *out_k = malloc(sizeof(float) * T * H * D),
+          *out_v = malloc(sizeof(float) * T * H * D);
     CU_ASSERT_EQUAL_FATAL(
-        kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, out_k, out_v, KVCAL_DTYPE_F32), KVCAL_OK);
+        kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, out_k, out_v, KVCAL_DTYPE_F32),
+        KVCAL_OK);
     for (int d = 0; d < D; d++)
         CU_ASSERT_EQUAL(out_k[(1 * H + 1) * D + d], 0.375f);
     /* elsewhere within half a step (plus the fp32 rounding of the product) */
@@ -330,12 +353,20 @@ static void e5m2_cache_is_a_cast_and_dequantizes_exactly(void)
     const int T = 5, H = 2, D = 16;
     fix_make(&f, T, H, D, 3, 2, KVCAL_CACHE_HND, KVCAL_KV_FORMAT_FP8_E5M2);
     f.k[0] = 1e6f;
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_FP8_E5M2, 0, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
-                          NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_FP8_E5M2,
+                          0,
+                          KVCAL_GRANULARITY_TENSOR,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
-    float *ok = malloc(sizeof(float) * T * H * D), *ov = malloc(sizeof(float) * T * H * D);
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, ok, ov, KVCAL_DTYPE_F32),
-                          KVCAL_OK);
+    float *ok = malloc(sizeof(float) * T * H * D),
+          *ov = malloc(sizeof(float) * T * H * D);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, ok, ov, KVCAL_DTYPE_F32), KVCAL_OK);
     int bad = 0;
     for (int i = 0; i < T * H * D; i++) {
         const uint8_t *q = row_of(&f.c, f.c.k, f.slots[i / (H * D)], (i / D) % H, D);
@@ -344,7 +375,7 @@ static void e5m2_cache_is_a_cast_and_dequantizes_exactly(void)
         bad += fabsf(ov[i] - f.v[i]) > fabsf(f.v[i]) * 0.125f + 0x1p-17f;
     }
     CU_ASSERT_EQUAL(bad, 0);
-    CU_ASSERT_EQUAL(ok[0], 57344.0f); /* saturated */
+    CU_ASSERT_EQUAL(ok[0], 57344.0f);       /* saturated */
     CU_ASSERT_EQUAL(f.c.k_scale[0], -7.0f); /* a cast records no scale */
     free(ok), free(ov), fix_free(&f);
 }
@@ -361,22 +392,31 @@ static void nvfp4_row_packs_pairs_low_nibble_first_then_block_scales(void)
     f.slots[0] = 0;
     /* block 0: amax 6 under g = 0.5 -> block scale e4m3(6 / 6 / 0.5) = 2
      * (0x40), decode scale 1: the values are their own e2m1 codes */
-    const float b0[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.5f, -1, -1.5f, -2, -3, -4, -6, 0.7f};
+    const float b0[16] = {0,     0.5f, 1,     1.5f, 2,  3,  4,  6,
+                          -0.5f, -1,   -1.5f, -2,   -3, -4, -6, 0.7f};
     /* block 1: amax 1.5 -> scale e4m3(0.5) = 0x30, decode 0.25: x / 0.25 */
-    const float b1[16] = {1.5f, -1.5f, 0.25f, 0.125f, 0.3f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.0f};
+    const float b1[16] = {1.5f, -1.5f, 0.25f, 0.125f, 0.3f, 0, 0, 0,
+                          0,    0,     0,     0,      0,    0, 0, 1.0f};
     memcpy(f.k, b0, sizeof b0), memcpy(f.k + 16, b1, sizeof b1);
     const float g = 0.5f;
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4, 0, KVCAL_GRANULARITY_TENSOR, &g, &g,
-                          NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4,
+                          0,
+                          KVCAL_GRANULARITY_TENSOR,
+                          &g,
+                          &g,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
-    const uint8_t want[18] = {0x10, 0x32, 0x54, 0x76, 0xa9, 0xcb, 0xed, 0x1f,
-                              /* 1.5/0.25 = 6 -> 7, -6 -> 0xf; 1 -> 2, 0.5 -> 1; 1.2 -> 2, 0 */
-                              0xf7, 0x12, 0x02, 0x00, 0x00, 0x00, 0x00, 0x60,
-                              0x40, 0x30};
+    const uint8_t want[18] = {
+        0x10, 0x32, 0x54, 0x76, 0xa9, 0xcb, 0xed, 0x1f,
+        /* 1.5/0.25 = 6 -> 7, -6 -> 0xf; 1 -> 2, 0.5 -> 1; 1.2 -> 2, 0 */
+        0xf7, 0x12, 0x02, 0x00, 0x00, 0x00, 0x00, 0x60, 0x40, 0x30};
     CU_ASSERT_EQUAL(memcmp(f.c.k, want, sizeof want), 0);
     float ok[32], ov[32];
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, ok, ov, KVCAL_DTYPE_F32),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, ok, ov, KVCAL_DTYPE_F32), KVCAL_OK);
     for (int d = 0; d < 15; d++)
         CU_ASSERT_EQUAL(ok[d], b0[d]);
     CU_ASSERT_EQUAL(ok[15], 0.5f);   /* 0.7 -> 0.5 */
@@ -394,14 +434,15 @@ static void nvfp4_round_trip_stays_within_a_block_step_in_hnd_blocks(void)
     f.slots[4] = -1;
     const float gk[3] = {3.6f / 2688.0f, 3.5f / 2688.0f, 3.4f / 2688.0f};
     const float gv[3] = {0.7f / 2688.0f, 0.7f / 2688.0f, 0.7f / 2688.0f};
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4, 0, KVCAL_GRANULARITY_HEAD, gk, gv,
-                          NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams p = {
+        KVCAL_KV_FORMAT_NVFP4, 0, KVCAL_GRANULARITY_HEAD, gk, gv, NULL, NULL, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
-    float *ok = malloc(sizeof(float) * T * H * D), *ov = malloc(sizeof(float) * T * H * D);
+    float *ok = malloc(sizeof(float) * T * H * D),
+          *ov = malloc(sizeof(float) * T * H * D);
     for (int i = 0; i < T * H * D; i++)
         ok[i] = ov[i] = -99.0f;
-    CU_ASSERT_EQUAL_FATAL(kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, ok, ov, KVCAL_DTYPE_F32),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, ok, ov, KVCAL_DTYPE_F32), KVCAL_OK);
     int bad = 0;
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++)
@@ -428,16 +469,20 @@ static void nvfp4_scales_follow_vllms_page_layout_with_v_swizzled(void)
 {
     /* NHD, 2 blocks of 4 slots, 2 heads, head_dim 64 (4 block scales): a
      * block is 4 x 2 x 32 data bytes, then 4 x 2 x 4 scale bytes */
-    kvcal_kv_cache c = {(uint8_t *)1, (uint8_t *)1, NULL, NULL, 2, 4, 2, 64, 0,
+    kvcal_kv_cache c = {(uint8_t *)1,   (uint8_t *)1, NULL, NULL, 2, 4, 2, 64, 0,
                         KVCAL_CACHE_NHD};
     const int64_t blk = 4 * 2 * 36, data = 4 * 2 * 32;
     /* slot 5 = block 1, offset 1; head 1; scale 2 */
-    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 0, 5, 1, 2), blk + data + (1 * 2 + 1) * 4 + 2);
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 0, 5, 1, 2),
+                    blk + data + (1 * 2 + 1) * 4 + 2);
     /* V: t' = 1 / 4 * 4 + 2 / 1 = 2, s' = 2 % 1 * 4 + 1 % 4 = 1 */
-    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 5, 1, 2), blk + data + (2 * 2 + 1) * 4 + 1);
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 5, 1, 2),
+                    blk + data + (2 * 2 + 1) * 4 + 1);
     c.layout = KVCAL_CACHE_HND;
-    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 0, 5, 1, 2), blk + data + (1 * 4 + 1) * 4 + 2);
-    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 5, 1, 2), blk + data + (1 * 4 + 2) * 4 + 1);
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 0, 5, 1, 2),
+                    blk + data + (1 * 4 + 1) * 4 + 2);
+    CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 5, 1, 2),
+                    blk + data + (1 * 4 + 2) * 4 + 1);
     /* no swizzle where vLLM's cannot be (block_size 5, or head_dim / 16 = 3) */
     c.block_size = 5;
     CU_ASSERT_EQUAL(kvcal_kv_nvfp4_scale_offset(&c, 1, 6, 1, 2),
@@ -455,10 +500,18 @@ static void nvfp4_scales_follow_vllms_page_layout_with_v_swizzled(void)
     for (int t = 0; t < T; t++)
         f.slots[t] = t;
     for (int i = 0; i < T * H * D; i++)
-        f.v[i] = (float)(1 + i / 16 % 13) * ((i % 16) == 5 ? 1.0f : 0.25f); /* block amax */
+        f.v[i] =
+            (float)(1 + i / 16 % 13) * ((i % 16) == 5 ? 1.0f : 0.25f); /* block amax */
     const float g = 1.0f / 448.0f;
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4, 0, KVCAL_GRANULARITY_TENSOR, &g, &g,
-                          NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4,
+                          0,
+                          KVCAL_GRANULARITY_TENSOR,
+                          &g,
+                          &g,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &p), KVCAL_OK);
     int bad = 0;
     for (int t = 0; t < T; t++)
@@ -472,16 +525,25 @@ static void nvfp4_scales_follow_vllms_page_layout_with_v_swizzled(void)
     fix_free(&f);
 }
 
-// --- e4m3 through the format entry points, and refusals ---------------------------------
+// --- e4m3 through the format entry points, and refusals
+// ---------------------------------
 
 static void fmt_e4m3_is_the_static_and_dynamic_entry_points(void)
 {
     cache_fix a, b;
     fix_make(&a, 9, 2, 16, 3, 4, KVCAL_CACHE_NHD, KVCAL_KV_FORMAT_FP8_E4M3);
     fix_make(&b, 9, 2, 16, 3, 4, KVCAL_CACHE_NHD, KVCAL_KV_FORMAT_FP8_E4M3);
-    memcpy(b.k, a.k, sizeof(float) * 9 * 2 * 16), memcpy(b.v, a.v, sizeof(float) * 9 * 2 * 16);
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_FP8_E4M3, 0, KVCAL_GRANULARITY_TENSOR, NULL, NULL,
-                          NULL, NULL, NULL, NULL};
+    memcpy(b.k, a.k, sizeof(float) * 9 * 2 * 16),
+        memcpy(b.v, a.v, sizeof(float) * 9 * 2 * 16);
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_FP8_E4M3,
+                          0,
+                          KVCAL_GRANULARITY_TENSOR,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL};
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_fmt_ref(&a.b, &a.c, &p), KVCAL_OK);
     CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_dynamic_ref(&b.b, &b.c), KVCAL_OK);
     CU_ASSERT_EQUAL(memcmp(a.c.k, b.c.k, a.bytes), 0);
@@ -494,32 +556,40 @@ static void fmt_rejects_parameters_the_format_does_not_take(void)
     cache_fix f;
     fix_make(&f, 2, 1, 24, 1, 4, KVCAL_CACHE_NHD, KVCAL_KV_FORMAT_INT8);
     const float one = 1.0f, zero = 0.0f, nan = NAN;
-    kvcal_kv_qparams e5 = {KVCAL_KV_FORMAT_FP8_E5M2, 0, 0, &one, &one, NULL, NULL, NULL, NULL};
-    kvcal_kv_qparams nv_dyn = {KVCAL_KV_FORMAT_NVFP4, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
-    kvcal_kv_qparams nv_24 = {KVCAL_KV_FORMAT_NVFP4, 0, 0, &one, &one, NULL, NULL, NULL, NULL};
-    kvcal_kv_qparams asym_nozero = {KVCAL_KV_FORMAT_INT8_ASYM, 0, 0, NULL, NULL,
-                                    NULL, NULL, NULL, NULL};
-    kvcal_kv_qparams asym_static = {KVCAL_KV_FORMAT_INT8_ASYM, 0, 0, &one, &one,
-                                    NULL, NULL, NULL, NULL};
-    kvcal_kv_qparams int8_zero = {KVCAL_KV_FORMAT_INT8, 0, 0, &one, &one, &zero, &zero,
-                                  NULL, NULL};
-    kvcal_kv_qparams int8_half = {KVCAL_KV_FORMAT_INT8, 0, 0, &one, NULL, NULL, NULL, NULL,
-                                  NULL};
-    kvcal_kv_qparams int8_nan = {KVCAL_KV_FORMAT_INT8, 0, 0, &one, &nan, NULL, NULL, NULL,
-                                 NULL};
-    kvcal_kv_qparams bad_round = {KVCAL_KV_FORMAT_INT8, 7, 0, &one, &one, NULL, NULL, NULL,
-                                  NULL};
+    kvcal_kv_qparams e5 = {
+        KVCAL_KV_FORMAT_FP8_E5M2, 0, 0, &one, &one, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams nv_dyn = {
+        KVCAL_KV_FORMAT_NVFP4, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams nv_24 = {
+        KVCAL_KV_FORMAT_NVFP4, 0, 0, &one, &one, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams asym_nozero = {
+        KVCAL_KV_FORMAT_INT8_ASYM, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams asym_static = {
+        KVCAL_KV_FORMAT_INT8_ASYM, 0, 0, &one, &one, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams int8_zero = {
+        KVCAL_KV_FORMAT_INT8, 0, 0, &one, &one, &zero, &zero, NULL, NULL};
+    kvcal_kv_qparams int8_half = {
+        KVCAL_KV_FORMAT_INT8, 0, 0, &one, NULL, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams int8_nan = {
+        KVCAL_KV_FORMAT_INT8, 0, 0, &one, &nan, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams bad_round = {
+        KVCAL_KV_FORMAT_INT8, 7, 0, &one, &one, NULL, NULL, NULL, NULL};
     CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &e5), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &nv_dyn), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &nv_dyn),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &nv_24), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &asym_nozero),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &asym_static),
                     KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &int8_zero), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &int8_half), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &int8_nan), KVCAL_ERR_NONFINITE);
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &bad_round), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &int8_zero),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &int8_half),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &int8_nan),
+                    KVCAL_ERR_NONFINITE);
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, &bad_round),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&f.b, &f.c, NULL), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(strstr(kvcal_last_error(), "params") != NULL);
     for (size_t i = 0; i < f.bytes; i++)

@@ -5,7 +5,10 @@
  * f32 inputs and outputs, both layouts, tokens 1, 19 and 989, head_dim 16,
  * 40, 128, 7 and 1024, 1 and 5 kv heads, block_size 16 and 5, a padded
  * block stride, aligned and misaligned strides, padding and out-of-range
- * slots, NaN / Inf / zero / huge inputs. Needs a GPU. */
+ * slots, NaN / Inf / zero / huge inputs; eval's query round trip on every
+ * bf16 value; eval --modes all on the CUDA runner against the CPU's. Needs a
+ * GPU. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,13 +46,13 @@ static void *dev_copy(const void *host, size_t bytes)
 typedef struct fmt_case {
     kvcal_kv_format format;
     kvcal_kv_rounding rounding;
-    int stat;                   /* static scales (granularity below) */
+    int stat; /* static scales (granularity below) */
     kvcal_granularity granularity;
     kvcal_dtype dtype;
     kvcal_cache_layout layout;
     int T, H, D, bs;
-    int pad_stride;             /* extra elements per token row (misaligns when odd) */
-    int extra_block_bytes;      /* block_stride beyond one block */
+    int pad_stride;        /* extra elements per token row (misaligns when odd) */
+    int extra_block_bytes; /* block_stride beyond one block */
 } fmt_case;
 
 static int esize(kvcal_dtype d)
@@ -66,7 +69,8 @@ static size_t run_case(const fmt_case *c)
     const int64_t rb = kvcal_kv_format_row_bytes(c->format, D);
     const int64_t blocks = (T + c->bs - 1) / c->bs + 2;
     const int64_t bstride = c->bs * H * rb + c->extra_block_bytes;
-    const size_t cache_bytes = (size_t)(blocks * bstride), nscale = (size_t)(blocks * c->bs * H);
+    const size_t cache_bytes = (size_t)(blocks * bstride),
+                 nscale = (size_t)(blocks * c->bs * H);
     const size_t in_bytes = (size_t)(T * row) * esize(c->dtype);
     uint8_t *k = malloc(in_bytes), *v = malloc(in_bytes);
     for (int64_t i = 0; i < T * row; i++) {
@@ -82,23 +86,30 @@ static size_t run_case(const fmt_case *c)
     }
     int64_t *slots = malloc(sizeof(int64_t) * (size_t)(T ? T : 1));
     for (int t = 0; t < T; t++)
-        slots[t] = t % 11 == 4 ? -1 : t % 13 == 6 ? blocks * c->bs + 3
-                                                  : (t * 31 + 2) % (blocks * c->bs);
+        slots[t] = t % 11 == 4   ? -1
+                   : t % 13 == 6 ? blocks * c->bs + 3
+                                 : (t * 31 + 2) % (blocks * c->bs);
     /* injective on the valid slots: a scattered permutation of the first T */
     for (int t = 0; t < T; t++)
         if (slots[t] >= 0 && slots[t] < blocks * c->bs)
             slots[t] = (t * 7 + 3) % T;
     float ks[1024], vs[1024], kz[1024], vz[1024];
     for (int h = 0; h < H; h++) {
-        ks[h] = c->format == KVCAL_KV_FORMAT_NVFP4 ? (2.0f + h) / 2688.0f : (0.02f + h * 0.01f);
+        ks[h] = c->format == KVCAL_KV_FORMAT_NVFP4 ? (2.0f + h) / 2688.0f
+                                                   : (0.02f + h * 0.01f);
         vs[h] = c->format == KVCAL_KV_FORMAT_NVFP4 ? 0.3f / 2688.0f : 0.003f;
         kz[h] = -2.0f + 0.1f * h, vz[h] = -0.35f;
     }
     const int asym = c->format == KVCAL_KV_FORMAT_INT8_ASYM;
-    kvcal_kv_qparams p = {c->format, c->rounding, c->granularity,
-                          c->stat ? ks : NULL, c->stat ? vs : NULL,
-                          c->stat && asym ? kz : NULL, c->stat && asym ? vz : NULL,
-                          NULL, NULL};
+    kvcal_kv_qparams p = {c->format,
+                          c->rounding,
+                          c->granularity,
+                          c->stat ? ks : NULL,
+                          c->stat ? vs : NULL,
+                          c->stat && asym ? kz : NULL,
+                          c->stat && asym ? vz : NULL,
+                          NULL,
+                          NULL};
     /* host */
     uint8_t *hk = malloc(cache_bytes), *hv = malloc(cache_bytes);
     float *hsc = malloc(4 * 4 * nscale);
@@ -106,7 +117,8 @@ static size_t run_case(const fmt_case *c)
     for (size_t i = 0; i < 4 * nscale; i++)
         hsc[i] = -3.0f;
     kvcal_kv_batch b = {k, v, c->dtype, T, row, D, row, D, slots};
-    kvcal_kv_cache hc = {hk, hv, hsc, hsc + nscale, blocks, c->bs, H, D, bstride, c->layout};
+    kvcal_kv_cache hc = {hk,    hv, hsc, hsc + nscale, blocks,
+                         c->bs, H,  D,   bstride,      c->layout};
     kvcal_kv_qparams hp = p;
     if (asym)
         hp.k_zero_cache = hsc + 2 * nscale, hp.v_zero_cache = hsc + 3 * nscale;
@@ -131,7 +143,8 @@ static size_t run_case(const fmt_case *c)
         free(init);
     }
     kvcal_kv_batch db = {dk, dv, c->dtype, T, row, D, row, D, dslots};
-    kvcal_kv_cache dc = {dck, dcv, dsc, dsc + nscale, blocks, c->bs, H, D, bstride, c->layout};
+    kvcal_kv_cache dc = {dck,   dcv, dsc, dsc + nscale, blocks,
+                         c->bs, H,   D,   bstride,      c->layout};
     kvcal_kv_qparams dp = p;
     if (c->stat) {
         dp.k_scale = dks, dp.v_scale = dvs;
@@ -161,10 +174,12 @@ static size_t run_case(const fmt_case *c)
     for (int o = 0; o < 3; o++) {
         memset(ho, 0x5a, 2 * out_bytes);
         cudaMemset(dout, 0x5a, 2 * out_bytes);
-        if (kvcal_kv_dequantize_fmt_ref(&b, &hc, &hp, ho, ho + out_bytes, outs[o]) != KVCAL_OK)
+        if (kvcal_kv_dequantize_fmt_ref(&b, &hc, &hp, ho, ho + out_bytes, outs[o]) !=
+            KVCAL_OK)
             bad++;
-        if (kvcal_kv_dequantize_fmt_launch(&db, &dc, &dp, dout, (uint8_t *)dout + out_bytes,
-                                           outs[o], NULL) != KVCAL_OK ||
+        if (kvcal_kv_dequantize_fmt_launch(&db, &dc, &dp, dout,
+                                           (uint8_t *)dout + out_bytes, outs[o],
+                                           NULL) != KVCAL_OK ||
             cudaDeviceSynchronize() != cudaSuccess)
             bad++;
         cudaMemcpy(go, dout, 2 * out_bytes, cudaMemcpyDeviceToHost);
@@ -172,13 +187,17 @@ static size_t run_case(const fmt_case *c)
             bad += ho[i] != go[i];
     }
     if (bad)
-        fprintf(stderr, "\n  format %d static %d gran %d round %d dtype %d layout %d T %d H %d D %d "
-                        "bs %d pad %d: %zu bytes differ",
-                (int)c->format, c->stat, (int)c->granularity, (int)c->rounding, (int)c->dtype,
-                (int)c->layout, T, H, D, c->bs, c->pad_stride, bad);
-    cudaFree(dk), cudaFree(dv), cudaFree(dslots), cudaFree(dck), cudaFree(dcv), cudaFree(dsc);
+        fprintf(
+            stderr,
+            "\n  format %d static %d gran %d round %d dtype %d layout %d T %d H %d D %d "
+            "bs %d pad %d: %zu bytes differ",
+            (int)c->format, c->stat, (int)c->granularity, (int)c->rounding, (int)c->dtype,
+            (int)c->layout, T, H, D, c->bs, c->pad_stride, bad);
+    cudaFree(dk), cudaFree(dv), cudaFree(dslots), cudaFree(dck), cudaFree(dcv),
+        cudaFree(dsc);
     cudaFree(dks), cudaFree(dvs), cudaFree(dkz), cudaFree(dvz), cudaFree(dout);
-    free(k), free(v), free(slots), free(hk), free(hv), free(hsc), free(gk), free(gv), free(gsc);
+    free(k), free(v), free(slots), free(hk), free(hv), free(hsc), free(gk), free(gv),
+        free(gsc);
     free(ho), free(go);
     return bad;
 }
@@ -187,7 +206,7 @@ static void fmt_launches_match_the_reference_byte_for_byte(void)
 {
     const kvcal_kv_format formats[4] = {KVCAL_KV_FORMAT_FP8_E5M2, KVCAL_KV_FORMAT_INT8,
                                         KVCAL_KV_FORMAT_INT8_ASYM, KVCAL_KV_FORMAT_NVFP4};
-    const int shapes[][4] = {{1, 5, 16, 16}, {19, 1, 40, 5},  {989, 5, 128, 16},
+    const int shapes[][4] = {{1, 5, 16, 16}, {19, 1, 40, 5},   {989, 5, 128, 16},
                              {19, 5, 7, 5},  {3, 1, 1024, 16}, {19, 5, 48, 16}};
     const kvcal_dtype dtypes[3] = {KVCAL_DTYPE_BF16, KVCAL_DTYPE_F16, KVCAL_DTYPE_F32};
     size_t bad = 0;
@@ -205,11 +224,16 @@ static void fmt_launches_match_the_reference_byte_for_byte(void)
                                   (f + s + dt) % 2 ? KVCAL_KV_ROUND_TOWARD_ZERO
                                                    : KVCAL_KV_ROUND_NEAREST_EVEN,
                                   mode > 0,
-                                  mode == 2 ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR,
+                                  mode == 2 ? KVCAL_GRANULARITY_HEAD
+                                            : KVCAL_GRANULARITY_TENSOR,
                                   dtypes[dt],
                                   (s + dt) % 2 ? KVCAL_CACHE_HND : KVCAL_CACHE_NHD,
-                                  shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                                  dt == 1 ? 3 : (s % 3 == 1 ? 8 : 0), s == 5 ? 64 : 0};
+                                  shapes[s][0],
+                                  shapes[s][1],
+                                  shapes[s][2],
+                                  shapes[s][3],
+                                  dt == 1 ? 3 : (s % 3 == 1 ? 8 : 0),
+                                  s == 5 ? 64 : 0};
                     bad += run_case(&c);
                     cases++;
                 }
@@ -225,10 +249,14 @@ static void fmt_launch_rejects_what_the_reference_rejects(void)
     kvcal_kv_batch b = {d, d, KVCAL_DTYPE_BF16, 1, 24, 24, 24, 24, slots};
     kvcal_kv_cache c = {d, d, NULL, NULL, 1, 1, 1, 24, 0, KVCAL_CACHE_NHD};
     const float one = 1.0f;
-    kvcal_kv_qparams nv = {KVCAL_KV_FORMAT_NVFP4, 0, 0, &one, &one, NULL, NULL, NULL, NULL};
-    kvcal_kv_qparams dyn = {KVCAL_KV_FORMAT_INT8, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_launch(&b, &c, &nv, NULL), KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_launch(&b, &c, &dyn, NULL), KVCAL_ERR_INVALID_ARG);
+    kvcal_kv_qparams nv = {
+        KVCAL_KV_FORMAT_NVFP4, 0, 0, &one, &one, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams dyn = {
+        KVCAL_KV_FORMAT_INT8, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_launch(&b, &c, &nv, NULL),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_launch(&b, &c, &dyn, NULL),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(strstr(kvcal_last_error(), "k_scale") != NULL);
     cudaFree(d), cudaFree(slots);
 }
@@ -264,6 +292,71 @@ static void fp8_roundtrip_launch_matches_the_reference_on_every_bf16(void)
     cudaFree(d), free(h), free(ref);
 }
 
+/* `kvcal eval ... --modes all --device dev --json` on the golden head_dim-48
+ * model (NVFP4 applies); NULL when it failed. */
+static cJSON *eval_all(const char *data, const char *scales, const char *dev)
+{
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args,
+             "eval --model tests/fixtures/golden/llama3_gqa_hd48_bf16 --dataset '%s' "
+             "--scales '%s' --num-samples 8 --seq-len 64 --batch 4 --quiet --modes all "
+             "--device %s --json",
+             data, scales, dev);
+    int rc = kvcal_test_run_kvcal(args, &out);
+    cJSON *root = rc == 0 && out ? cJSON_Parse(out) : NULL;
+    free(out);
+    return root;
+}
+
+/* Every cache mode of eval on the bf16 CUDA runner against the fp32 CPU
+ * runner: the same modes and bytes, finite perplexities, each change within
+ * the tolerance tests/test_eval_cuda.c gives the e4m3 modes (3 points + 20%). */
+static void eval_cuda_runs_every_cache_format_as_the_cpu_does(void)
+{
+    const char *data = kvcal_test_path("fmt_hd48.jsonl");
+    FILE *f = fopen(data, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int s = 0; s < 8; s++) {
+        fputs("{\"input_ids\": [", f);
+        for (int t = 0; t < 64; t++)
+            fprintf(f, "%s%u", t ? ", " : "", (unsigned)(rnd() * 64.0f + 64.0f) % 128u);
+        fputs("]}\n", f);
+    }
+    fclose(f);
+    const char *scales = kvcal_test_path("fmt_hd48.json");
+    char args[2048];
+    snprintf(
+        args, sizeof args,
+        "calibrate --model tests/fixtures/golden/llama3_gqa_hd48_bf16 --dataset '%s' "
+        "--num-samples 8 --seq-len 64 --granularity head --quiet --out '%s'",
+        data, scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    cJSON *cpu = eval_all(data, scales, "cpu"), *gpu = eval_all(data, scales, "cuda");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(gpu);
+    const cJSON *mc = cJSON_GetObjectItem(cpu, "modes"),
+                *mg = cJSON_GetObjectItem(gpu, "modes");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(mc), cJSON_GetArraySize(mg));
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(mc), 14);
+    int bad = 0;
+    for (int i = 0; i < cJSON_GetArraySize(mc); i++) {
+        const cJSON *a = cJSON_GetArrayItem(mc, i), *b = cJSON_GetArrayItem(mg, i);
+        const char *name = cJSON_GetObjectItem(a, "mode")->valuestring;
+        double ca = cJSON_GetObjectItem(a, "perplexity_change_rel")->valuedouble;
+        double cb = cJSON_GetObjectItem(b, "perplexity_change_rel")->valuedouble;
+        int ok = !strcmp(name, cJSON_GetObjectItem(b, "mode")->valuestring) &&
+                 cJSON_GetObjectItem(a, "kv_bytes_per_token")->valuedouble ==
+                     cJSON_GetObjectItem(b, "kv_bytes_per_token")->valuedouble &&
+                 isfinite(cJSON_GetObjectItem(b, "perplexity")->valuedouble) &&
+                 fabs(cb - ca) <= 3e-2 + 0.2 * fabs(ca);
+        if (!ok)
+            fprintf(stderr, "\n  %s: change %+.4f on cpu, %+.4f on cuda", name, ca, cb);
+        bad += !ok;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    cJSON_Delete(cpu), cJSON_Delete(gpu);
+}
+
 #endif
 
 static CU_TestInfo tests[] = {
@@ -271,6 +364,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(fmt_launches_match_the_reference_byte_for_byte),
     KVCAL_TEST(fmt_launch_rejects_what_the_reference_rejects),
     KVCAL_TEST(fp8_roundtrip_launch_matches_the_reference_on_every_bf16),
+    KVCAL_TEST(eval_cuda_runs_every_cache_format_as_the_cpu_does),
 #endif
     CU_TEST_INFO_NULL};
 KVCAL_SUITE(kvquant_fmt_cuda, KVCAL_NEEDS_GPU, tests)

@@ -201,7 +201,8 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
     if (scales->format != KVCAL_KV_FORMAT_FP8_E4M3 && format != KVCAL_FORMAT_KVCAL_JSON)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "%s: %s scales: the legacy file and the checkpoint hold e4m3 scales only (sglang "
+            "%s: %s scales: the legacy file and the checkpoint hold e4m3 scales only "
+            "(sglang "
             "refuses another dtype; no vLLM loader gives a static int8 cache its scales, "
             "and NVFP4 ones reach vLLM only inside a ModelOpt checkpoint: "
             "schemas/README.md); write the kvcal format",

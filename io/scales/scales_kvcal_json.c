@@ -460,8 +460,9 @@ static int add_count(cJSON *obj, const char *key, long long v)
 /* The "dtype" of a scale set's format. */
 static const char *dtype_name(kvcal_kv_format f)
 {
-    return f == KVCAL_KV_FORMAT_INT8 ? "int8" : f == KVCAL_KV_FORMAT_NVFP4 ? "nvfp4"
-                                                                           : "float8_e4m3fn";
+    return f == KVCAL_KV_FORMAT_INT8    ? "int8"
+           : f == KVCAL_KV_FORMAT_NVFP4 ? "nvfp4"
+                                        : "float8_e4m3fn";
 }
 
 static int add_header(cJSON *root, const kvcal_scales_t *s)
@@ -482,8 +483,8 @@ static int add_header(cJSON *root, const kvcal_scales_t *s)
         cJSON_AddStringToObject(root, "dtype", dtype_name(s->format)) &&
         (s->format == KVCAL_KV_FORMAT_FP8_E4M3
              ? cJSON_AddNumberToObject(root, "fp8_max", KVCAL_FP8_E4M3_MAX) != NULL
-             : cJSON_AddNumberToObject(root, "qmax", kvcal_scales_format_qmax(s->format)) !=
-                   NULL) &&
+             : cJSON_AddNumberToObject(root, "qmax",
+                                       kvcal_scales_format_qmax(s->format)) != NULL) &&
         cJSON_AddStringToObject(root, "granularity",
                                 s->granularity == KVCAL_GRANULARITY_HEAD ? "head"
                                                                          : "tensor") &&

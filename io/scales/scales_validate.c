@@ -329,7 +329,8 @@ void kvcal_report_flush_tally(kvcal_report_t *r, kvcal_format format,
                                                              : "engines use";
     char c1[160], c2[160], c3[200];
     const double qmax = t->qmax > 0 ? t->qmax : KVCAL_FP8_E4M3_MAX;
-    const double large = 0.5 * KVCAL_FP8_E4M3_MAX / qmax, tiny = 1e-6 * KVCAL_FP8_E4M3_MAX / qmax;
+    const double large = 0.5 * KVCAL_FP8_E4M3_MAX / qmax,
+                 tiny = 1e-6 * KVCAL_FP8_E4M3_MAX / qmax;
     char tiny_text[32]; /* "1e-6", not printf's "1e-06" */
     snprintf(tiny_text, sizeof tiny_text, "%.3g", tiny);
     char *e = strstr(tiny_text, "e-0");
@@ -358,8 +359,8 @@ void kvcal_report_flush_tally(kvcal_report_t *r, kvcal_format format,
                          large);
     if (t->tiny)
         kvcal_report_add(r, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->tiny_at, c3,
-                         "%d of %d scales are below %s (first here)", t->tiny,
-                         t->total, tiny_text);
+                         "%d of %d scales are below %s (first here)", t->tiny, t->total,
+                         tiny_text);
 }
 
 void kvcal_report_check_tp_split(kvcal_report_t *r, const char *place, int num_kv_heads,

@@ -65,7 +65,8 @@ typedef struct kvcal_value_tally {
      * e4m3's 448. The thresholds below are those of e4m3 scales, in absmax */
     double qmax;
     int total;
-    int unit, large, tiny; /* == 1.0, absmax > 224, absmax < 0.000448 (e4m3: > 0.5, < 1e-6) */
+    int unit, large,
+        tiny; /* == 1.0, absmax > 224, absmax < 0.000448 (e4m3: > 0.5, < 1e-6) */
     char unit_at[128], large_at[128], tiny_at[128];
 } kvcal_value_tally;
 

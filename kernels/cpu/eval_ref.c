@@ -96,7 +96,8 @@ void kvcal_error_sums_ref(kvcal_error_sums *s, const float *x, int64_t x_stride,
     }
 }
 
-void kvcal_fp8_roundtrip_ref(float *x, int64_t stride, int64_t rows, int cols, float scale)
+void kvcal_fp8_roundtrip_ref(float *x, int64_t stride, int64_t rows, int cols,
+                             float scale)
 {
     const float inv = 1.0f / scale;
     for (int64_t r = 0; r < rows; r++)

@@ -58,6 +58,7 @@ void kvcal_error_sums_ref(kvcal_error_sums *s, const float *x, int64_t x_stride,
  * place: x = e4m3_value(e4m3(x * (1 / scale))) * scale (core/fp8.h). What
  * attention computes with its query quantized to FP8 by a static scale, as
  * FlashAttention 3 does with an fp8 cache. */
-void kvcal_fp8_roundtrip_ref(float *x, int64_t stride, int64_t rows, int cols, float scale);
+void kvcal_fp8_roundtrip_ref(float *x, int64_t stride, int64_t rows, int cols,
+                             float scale);
 
 #endif

@@ -29,7 +29,8 @@ typedef struct kvcal_kvfmt_row {
     float inv;   /* 1 / scale, 0 when scale is 0 */
 } kvcal_kvfmt_row;
 
-static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_row_make(float scale, float zero)
+static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_row_make(float scale,
+                                                                     float zero)
 {
     kvcal_kvfmt_row r = {scale, zero, scale > 0.0f ? 1.0f / scale : 0.0f};
     return r;

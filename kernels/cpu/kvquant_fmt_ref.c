@@ -38,8 +38,8 @@ static kvcal_status check_values(const char *fn, const float *s, int n, const ch
 {
     for (int i = 0; s && i < n; i++)
         if (!(isfinite(s[i]) && (!positive || s[i] > 0.0f)))
-            return kvcal_fail(KVCAL_ERR_NONFINITE, "%s: %s[%d] = %g: must be finite%s", fn,
-                              which, i, (double)s[i], positive ? " and > 0" : "");
+            return kvcal_fail(KVCAL_ERR_NONFINITE, "%s: %s[%d] = %g: must be finite%s",
+                              fn, which, i, (double)s[i], positive ? " and > 0" : "");
     return KVCAL_OK;
 }
 
@@ -67,17 +67,19 @@ kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: FP8_E5M2 is a cast: pass no scale and no zero point", fn);
     if (stat && (!p->k_scale || !p->v_scale))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: only one of k_scale / v_scale is set: set both (static) or "
-                          "neither (dynamic)",
-                          fn);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "%s: only one of k_scale / v_scale is set: set both (static) or "
+            "neither (dynamic)",
+            fn);
     if (!asym && (p->k_zero || p->v_zero || p->k_zero_cache || p->v_zero_cache))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: zero points belong to INT8_ASYM, not %s", fn, format_name(f));
+                          "%s: zero points belong to INT8_ASYM, not %s", fn,
+                          format_name(f));
     if (asym && stat && (!p->k_zero || !p->v_zero))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: static INT8_ASYM needs k_zero and v_zero beside the scales",
-                          fn);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "%s: static INT8_ASYM needs k_zero and v_zero beside the scales", fn);
     if (asym && !stat && (p->k_zero || p->v_zero))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: dynamic INT8_ASYM takes no static zero point", fn);
@@ -94,10 +96,11 @@ kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
     if (st != KVCAL_OK)
         return st;
     if (asym && !stat && (!p->k_zero_cache || !p->v_zero_cache))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: dynamic INT8_ASYM records a zero point per (token, head) in "
-                          "k_zero_cache / v_zero_cache: pass both",
-                          fn);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "%s: dynamic INT8_ASYM records a zero point per (token, head) in "
+            "k_zero_cache / v_zero_cache: pass both",
+            fn);
     if (f == KVCAL_KV_FORMAT_NVFP4)
         g->row_bytes = cache->head_dim / 2;
     return KVCAL_OK;
@@ -107,8 +110,15 @@ int64_t kvcal_kv_nvfp4_scale_offset(const kvcal_kv_cache *cache, int kv, int64_t
                                     int head, int s)
 {
     kvcal_kv_batch none = {0};
-    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4, 0, KVCAL_GRANULARITY_TENSOR, &(float){1},
-                          &(float){1}, NULL, NULL, NULL, NULL};
+    kvcal_kv_qparams p = {KVCAL_KV_FORMAT_NVFP4,
+                          0,
+                          KVCAL_GRANULARITY_TENSOR,
+                          &(float){1},
+                          &(float){1},
+                          NULL,
+                          NULL,
+                          NULL,
+                          NULL};
     kvcal_kv_geom g;
     if (kvcal_kvfmt_check("kvcal_kv_nvfp4_scale_offset", &none, cache, &p, 0, &g) ||
         (kv != 0 && kv != 1) || slot < 0 || slot >= g.capacity || head < 0 ||
@@ -189,8 +199,8 @@ kvcal_status kvcal_kv_quantize_fmt_ref(const kvcal_kv_batch *batch,
                                        const kvcal_kv_qparams *params)
 {
     static const char fn[] = "kvcal_kv_quantize_fmt_ref";
-    if (params && params->format == KVCAL_KV_FORMAT_FP8_E4M3 &&
-        !params->k_zero_cache && !params->v_zero_cache)
+    if (params && params->format == KVCAL_KV_FORMAT_FP8_E4M3 && !params->k_zero_cache &&
+        !params->v_zero_cache)
         return params->k_scale || params->v_scale
                    ? kvcal_kv_quantize_static_ref(batch, cache, params->granularity,
                                                   params->k_scale, params->v_scale)
@@ -234,8 +244,8 @@ kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
                                          void *v_out, kvcal_dtype out_dtype)
 {
     static const char fn[] = "kvcal_kv_dequantize_fmt_ref";
-    if (params && params->format == KVCAL_KV_FORMAT_FP8_E4M3 &&
-        !params->k_zero_cache && !params->v_zero_cache) {
+    if (params && params->format == KVCAL_KV_FORMAT_FP8_E4M3 && !params->k_zero_cache &&
+        !params->v_zero_cache) {
         kvcal_kv_cache c = *cache;
         if (params->k_scale)
             c.k_scale = c.v_scale = NULL;
@@ -247,8 +257,8 @@ kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
     if (st != KVCAL_OK)
         return st;
     if (!kvcal_kv_dtype_ok(out_dtype))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: out_dtype %d is not F32, F16 or BF16",
-                          fn, (int)out_dtype);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);
     if (batch->num_tokens > 0 && (!k_out || !v_out))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: k_out or v_out is NULL", fn);
     const int step = params->granularity == KVCAL_GRANULARITY_HEAD;
@@ -279,7 +289,8 @@ kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
                         uint8_t s = src[kvcal_kvfmt_nvfp4_scale_at(
                             g, block, off, h, d / KVCAL_KV_NVFP4_BLOCK, kv)];
                         float dec = kvcal_fp8_e4m3_to_float(s) * r.scale;
-                        v = kvcal_fp4_e2m1_to_float((uint8_t)(in[d / 2] >> (4 * (d & 1)))) *
+                        v = kvcal_fp4_e2m1_to_float(
+                                (uint8_t)(in[d / 2] >> (4 * (d & 1)))) *
                             dec;
                     } else {
                         v = kvcal_kvfmt_value((int)params->format, r, in[d]);

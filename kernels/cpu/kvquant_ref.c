@@ -86,7 +86,8 @@ kvcal_status kvcal_kv_check_args(const char *fn, const kvcal_kv_batch *batch,
                                  int need_scales, kvcal_kv_geom *g)
 {
     int64_t row_bytes = cache ? cache->head_dim : 0;
-    return kvcal_kv_check_args_rows(fn, batch, cache, need_data, need_scales, row_bytes, g);
+    return kvcal_kv_check_args_rows(fn, batch, cache, need_data, need_scales, row_bytes,
+                                    g);
 }
 
 kvcal_status kvcal_kv_check_args_rows(const char *fn, const kvcal_kv_batch *batch,
@@ -472,7 +473,8 @@ static void dequantize_rows(const kvcal_kv_batch *b, kvcal_kv_geom g, const uint
             const uint8_t *in = src + kvcal_kv_cache_offset(g, slot, h);
             int64_t o = (t * g.num_kv_heads + h) * g.head_dim;
             for (int d = 0; d < g.head_dim; d++)
-                kvcal_kv_store_elem(out, out_dtype, o + d, kvcal_fp8_e4m3_to_float(in[d]) * scale);
+                kvcal_kv_store_elem(out, out_dtype, o + d,
+                                    kvcal_fp8_e4m3_to_float(in[d]) * scale);
         }
     }
 }

@@ -335,10 +335,11 @@ kvcal_status kvcal_fp8_roundtrip_launch(kvcal_bf16 *x, int64_t stride, int rows,
 {
     if (rows < 0 || cols <= 0 || stride < cols || !(scale > 0.0f && isfinite(scale)) ||
         (rows > 0 && !x))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "fp8_roundtrip: %d rows x %d columns, stride %lld, scale %g: need "
-                          "stride >= columns, a buffer and a finite scale > 0",
-                          rows, cols, (long long)stride, (double)scale);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "fp8_roundtrip: %d rows x %d columns, stride %lld, scale %g: need "
+            "stride >= columns, a buffer and a finite scale > 0",
+            rows, cols, (long long)stride, (double)scale);
     if (rows == 0)
         return KVCAL_OK;
     const int64_t n = (int64_t)rows * cols;

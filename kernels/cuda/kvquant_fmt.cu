@@ -34,24 +34,24 @@ namespace
 {
 
 constexpr int kThreads = 256;
-constexpr int kChunk = 8;                                      // values per chunk
+constexpr int kChunk = 8;                                       // values per chunk
 constexpr int kMaxChunks = KVCAL_KV_MAX_HEAD_DIM / kChunk / 32; // per lane
 
 struct FmtArgs {
-    const void *src[2];      // (num_tokens, H, head_dim) strided, K and V
-    int64_t ts[2], hs[2];    // token and head strides, elements
-    const int64_t *slots;    // (num_tokens)
+    const void *src[2];   // (num_tokens, H, head_dim) strided, K and V
+    int64_t ts[2], hs[2]; // token and head strides, elements
+    const int64_t *slots; // (num_tokens)
     int64_t num_tokens;
     kvcal_kv_geom g;
-    uint8_t *cache[2];       // K and V caches
-    float *scale_cache[2];   // per (token, head) scales, or NULL
-    float *zero_cache[2];    // per (token, head) zero points, or NULL
-    const float *scales[2];  // static scales (index h * step), NULL = dynamic
-    const float *zeros[2];   // static zero points
+    uint8_t *cache[2];      // K and V caches
+    float *scale_cache[2];  // per (token, head) scales, or NULL
+    float *zero_cache[2];   // per (token, head) zero points, or NULL
+    const float *scales[2]; // static scales (index h * step), NULL = dynamic
+    const float *zeros[2];  // static zero points
     int step;
     int rounding;
     int group, nchunks, per_lane;
-    void *out[2];            // (num_tokens, H, head_dim) contiguous (dequantization)
+    void *out[2]; // (num_tokens, H, head_dim) contiguous (dequantization)
 };
 
 // --- element loads and stores ------------------------------------------------
@@ -192,7 +192,8 @@ __global__ void __launch_bounds__(kThreads) fmt_quantize_kernel(FmtArgs a)
         if (FMT != KVCAL_KV_FORMAT_FP8_E5M2) {
             if (a.scales[kv]) {
                 int i = w.h * a.step;
-                r = kvcal_kvfmt_row_make(a.scales[kv][i], a.zeros[kv] ? a.zeros[kv][i] : 0.0f);
+                r = kvcal_kvfmt_row_make(a.scales[kv][i],
+                                         a.zeros[kv] ? a.zeros[kv][i] : 0.0f);
             } else if (FMT == KVCAL_KV_FORMAT_INT8) {
                 float m = 0.0f;
 #pragma unroll
@@ -200,7 +201,8 @@ __global__ void __launch_bounds__(kThreads) fmt_quantize_kernel(FmtArgs a)
 #pragma unroll
                     for (int j = 0; j < kChunk; j++)
                         m = fmaxf(m, kvcal_kv_finite_abs(x[i][j]));
-                r = kvcal_kvfmt_row_make(kvcal_kvfmt_int8_scale(group_max(m, a.group)), 0.0f);
+                r = kvcal_kvfmt_row_make(kvcal_kvfmt_int8_scale(group_max(m, a.group)),
+                                         0.0f);
             } else {
                 float mn = INFINITY, mx = -INFINITY;
 #pragma unroll
@@ -209,7 +211,8 @@ __global__ void __launch_bounds__(kThreads) fmt_quantize_kernel(FmtArgs a)
                     for (int j = 0; j < kChunk; j++) {
                         int d = (w.lane + i * a.group) * kChunk + j;
                         float v = x[i][j];
-                        if (i < a.per_lane && d < hd && kvcal_kv_finite_abs(v) == fabsf(v))
+                        if (i < a.per_lane && d < hd &&
+                            kvcal_kv_finite_abs(v) == fabsf(v))
                             mn = fminf(mn, v), mx = fmaxf(mx, v);
                     }
                 r = kvcal_kvfmt_asym_row(group_min(mn, a.group), group_max(mx, a.group));
@@ -252,8 +255,8 @@ __global__ void __launch_bounds__(kThreads) fmt_quantize_kernel(FmtArgs a)
                         dst[c * 4 + k] = (uint8_t)(word >> (8 * k));
                 }
                 if ((c & 1) == 0)
-                    a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(a.g, w.block, w.boff, w.h, c / 2,
-                                                           kv)] = s;
+                    a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(a.g, w.block, w.boff, w.h,
+                                                           c / 2, kv)] = s;
             } else {
                 if (!mine)
                     continue;
@@ -294,10 +297,12 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
         if (FMT != KVCAL_KV_FORMAT_FP8_E5M2) {
             if (a.scales[kv]) {
                 int i = w.h * a.step;
-                r = kvcal_kvfmt_row_make(a.scales[kv][i], a.zeros[kv] ? a.zeros[kv][i] : 0.0f);
+                r = kvcal_kvfmt_row_make(a.scales[kv][i],
+                                         a.zeros[kv] ? a.zeros[kv][i] : 0.0f);
             } else {
                 r = kvcal_kvfmt_row_make(a.scale_cache[kv][w.si],
-                                         a.zero_cache[kv] ? a.zero_cache[kv][w.si] : 0.0f);
+                                         a.zero_cache[kv] ? a.zero_cache[kv][w.si]
+                                                          : 0.0f);
             }
         }
         const uint8_t *in = a.cache[kv] + w.off;
@@ -313,10 +318,10 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
                     for (int k = 0; k < 4; k++)
                         word |= (uint32_t)in[c * 4 + k] << (8 * k);
                 }
-                float dec = kvcal_fp8_e4m3_to_float(
-                                a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(a.g, w.block, w.boff,
-                                                                       w.h, c / 2, kv)]) *
-                            r.scale;
+                float dec =
+                    kvcal_fp8_e4m3_to_float(a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(
+                        a.g, w.block, w.boff, w.h, c / 2, kv)]) *
+                    r.scale;
 #pragma unroll
                 for (int j = 0; j < kChunk; j++)
                     x[j] = kvcal_fp4_e2m1_to_float((uint8_t)(word >> (4 * j))) * dec;
@@ -333,8 +338,8 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
                 }
 #pragma unroll
                 for (int j = 0; j < kChunk; j++)
-                    x[j] = kvcal_kvfmt_value(FMT, r,
-                                             (uint8_t)((j < 4 ? w8.x : w8.y) >> (8 * (j & 3))));
+                    x[j] = kvcal_kvfmt_value(
+                        FMT, r, (uint8_t)((j < 4 ? w8.x : w8.y) >> (8 * (j & 3))));
             }
             store8<TOut, VEC>(out, c * kChunk, hd, x);
         }
@@ -405,8 +410,8 @@ kvcal_status launch_q(const FmtArgs &a, bool vec, cudaStream_t s)
     return KVCAL_OK;
 }
 
-template <typename T> kvcal_status launch_q_t(int format, const FmtArgs &a, bool vec,
-                                              cudaStream_t s)
+template <typename T>
+kvcal_status launch_q_t(int format, const FmtArgs &a, bool vec, cudaStream_t s)
 {
     switch (format) {
     case KVCAL_KV_FORMAT_FP8_E5M2:
@@ -431,8 +436,8 @@ kvcal_status launch_d(const FmtArgs &a, bool vec, cudaStream_t s)
     return KVCAL_OK;
 }
 
-template <typename T> kvcal_status launch_d_t(int format, const FmtArgs &a, bool vec,
-                                              cudaStream_t s)
+template <typename T>
+kvcal_status launch_d_t(int format, const FmtArgs &a, bool vec, cudaStream_t s)
 {
     switch (format) {
     case KVCAL_KV_FORMAT_FP8_E5M2:
@@ -485,12 +490,10 @@ extern "C" kvcal_status kvcal_kv_quantize_fmt_launch(const kvcal_kv_batch *batch
     }
 }
 
-extern "C" kvcal_status kvcal_kv_dequantize_fmt_launch(const kvcal_kv_batch *batch,
-                                                       const kvcal_kv_cache *cache,
-                                                       const kvcal_kv_qparams *params,
-                                                       void *k_out, void *v_out,
-                                                       kvcal_dtype out_dtype,
-                                                       struct CUstream_st *stream)
+extern "C" kvcal_status
+kvcal_kv_dequantize_fmt_launch(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
+                               const kvcal_kv_qparams *params, void *k_out, void *v_out,
+                               kvcal_dtype out_dtype, struct CUstream_st *stream)
 {
     static const char fn[] = "kvcal_kv_dequantize_fmt_launch";
     if (is_e4m3(params)) {
@@ -498,15 +501,16 @@ extern "C" kvcal_status kvcal_kv_dequantize_fmt_launch(const kvcal_kv_batch *bat
         if (params->k_scale)
             c.k_scale = c.v_scale = NULL;
         return kvcal_kv_dequantize_launch(batch, &c, params->granularity, params->k_scale,
-                                          params->v_scale, k_out, v_out, out_dtype, stream);
+                                          params->v_scale, k_out, v_out, out_dtype,
+                                          stream);
     }
     kvcal_kv_geom g;
     kvcal_status st = kvcal_kvfmt_check(fn, batch, cache, params, 0, &g);
     if (st != KVCAL_OK)
         return st;
     if (!kvcal_kv_dtype_ok(out_dtype))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: out_dtype %d is not F32, F16 or BF16",
-                          fn, (int)out_dtype);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);
     if (batch->num_tokens > 0 && (!k_out || !v_out))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: k_out or v_out is NULL", fn);
     if (batch->num_tokens == 0)
