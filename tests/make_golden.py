@@ -11,6 +11,13 @@ RoPE; V after v_proj):
    embeddings, bf16 / fp16 / fp32 saved weights, config.json in the
    transformers 5 layout and in the older one). The yarn model's original context (16) is shorter than the samples,
    and its attention factor (0.1 ln 4 + 1) scales the cached K.
+   Mixture-of-experts models (Qwen3-MoE, Qwen2-MoE with its sigmoid-gated
+   shared expert, Mixtral with a sliding window of 16, shorter than the
+   samples) have several experts, top-k > 1 and both norm_topk_prob
+   settings; their reference runs in float64 (transformers' routers take
+   the softmax in float32 whatever the model's dtype, as they do in
+   serving). Their checkpoints hold one tensor per expert, the layout of
+   the released checkpoints (save_pretrained's original format).
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
    attention module recompute K exactly as the module does (k_proj -> view ->
@@ -213,17 +220,48 @@ def hf_configs():
             rope_scaling={"rope_type": "yarn", "factor": 4.0,
                           "original_max_position_embeddings": 16},
             **dict(common, max_position_embeddings=64)), "bfloat16", "old"),
+    ] + moe_configs(tf, common)
+
+
+def moe_configs(tf, common):
+    """Mixture-of-experts models; the reference runs in float64 (see the
+    module's doc). Each entry: name, config, saved dtype, config style,
+    reference dtype."""
+    return [
+        # softmax top-3 of 8, renormalized; q/k norm; head_dim 32
+        ("qwen3_moe_e8_top3_norm_bf16", tf.Qwen3MoeConfig(
+            hidden_size=48, intermediate_size=64, moe_intermediate_size=40,
+            num_experts=8, num_experts_per_tok=3, norm_topk_prob=True,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            tie_word_embeddings=False, **common), "bfloat16", "new", "float64"),
+        # top-2 of 6 not renormalized, a shared expert behind a sigmoid gate,
+        # q/k/v biases
+        ("qwen2_moe_shared_e6_top2_bf16", tf.Qwen2MoeConfig(
+            hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, num_experts=6,
+            num_experts_per_tok=2, norm_topk_prob=False, num_attention_heads=4,
+            num_key_value_heads=2, tie_word_embeddings=True, **common),
+            "bfloat16", "old", "float64"),
+        # top-2 of 4 (always renormalized), sliding window 16 < the samples
+        ("mixtral_e4_top2_swa16_bf16", tf.MixtralConfig(
+            hidden_size=64, intermediate_size=48, num_local_experts=4,
+            num_experts_per_tok=2, sliding_window=16, num_attention_heads=4,
+            num_key_value_heads=1, tie_word_embeddings=False, **common),
+            "bfloat16", "new", "float64"),
     ]
 
 
 def randomize(model, torch):
     """Weights with enough spread that every term matters (norm weights,
-    biases and k_norm not left at 1 / 0)."""
+    biases and k_norm not left at 1 / 0); routers' logits far enough apart
+    that bf16 rounding rarely changes a token's experts."""
     g = torch.Generator().manual_seed(1234)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".mlp.gate.weight"):
+                p.copy_(1.0 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             else:
@@ -277,7 +315,7 @@ def capture_kv(model, torch):
     return seen
 
 
-def make_hf(name, cfg, dtype, style, torch, tf):
+def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     torch.manual_seed(0)
@@ -289,8 +327,11 @@ def make_hf(name, cfg, dtype, style, torch, tf):
             os.remove(os.path.join(d, extra))
     if style == "old":
         to_old_style(os.path.join(d, "config.json"))
-    ref = tf.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
-                                                  attn_implementation="eager")
+    # eager experts: the loop over experts of the modeling file (the grouped
+    # implementations take no float64)
+    moe = {"experts_implementation": "eager"} if ref_dtype == "float64" else {}
+    ref = tf.AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, ref_dtype),
+                                                  attn_implementation="eager", **moe)
     ref.eval()
     seen = capture_kv(ref, torch)
     samples = token_samples(VOCAB, LENGTHS, sum(map(ord, name)))
@@ -303,8 +344,8 @@ def make_hf(name, cfg, dtype, style, torch, tf):
             vs.append(np.stack([v for _, v in seen]))
             if logits0 is None:
                 logits0 = out.logits[0].numpy()
-    fx = {"name": name, "model": d, "oracle": "transformers %s, torch %s, fp32 CPU" % (
-        tf.__version__, torch.__version__), "architecture": cfg.architectures[0]
+    fx = {"name": name, "model": d, "oracle": "transformers %s, torch %s, %s CPU" % (
+        tf.__version__, torch.__version__, {"float32": "fp32"}.get(ref_dtype, ref_dtype)), "architecture": cfg.architectures[0]
         if cfg.architectures else type(ref).__name__, "saved_dtype": dtype,
         "config_style": style}
     fx.update(summarize(ks, vs, samples, logits0))
@@ -321,9 +362,9 @@ def main():
     import torch
     import transformers as tf
     torch.set_num_threads(2)
-    for name, cfg, dtype, style in hf_configs():
+    for name, cfg, dtype, style, *ref in hf_configs():
         if not wanted or name in wanted:
-            make_hf(name, cfg, dtype, style, torch, tf)
+            make_hf(name, cfg, dtype, style, torch, tf, *ref)
 
 
 if __name__ == "__main__":
