@@ -5,8 +5,11 @@
 #include <string.h>
 
 extern const kvcal_arch kvcal_arch_llama;
+extern const kvcal_arch kvcal_arch_qwen_moe;
+extern const kvcal_arch kvcal_arch_mixtral;
 
-static const kvcal_arch *const families[] = {&kvcal_arch_llama};
+static const kvcal_arch *const families[] = {&kvcal_arch_llama, &kvcal_arch_qwen_moe,
+                                             &kvcal_arch_mixtral};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

@@ -101,6 +101,9 @@ typedef struct kvcal_backend_ops {
                                  int observe);
     kvcal_status (*attention)(kvcal_backend *be, const kvcal_op *op);
     kvcal_status (*swiglu)(kvcal_backend *be, const kvcal_op *op);
+    /* observe: layer whose routing counts (stats->expert_tokens, when the
+     * statistics have them) the batch's tokens are added to (-1: none) */
+    kvcal_status (*moe)(kvcal_backend *be, const kvcal_op *op, int observe);
 
     // --- observing K and V ------------------------------------------------
     /* Statistics the observing ops fold into from now on (NULL: none): the

@@ -37,6 +37,11 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
             "up to 256; use --device cpu",
             d->head_dim);
+    if (d->num_experts > 0)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "--device cuda: %s is a mixture of experts, which the CUDA "
+                          "runner does not run yet; use --device cpu",
+                          d->architecture);
     return KVCAL_OK;
 }
 

@@ -114,7 +114,7 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             continue;
         kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
         int n = 0;
-        kvcal_status st = kvcal_model_weight_parts(ld->model, l, w, part, &n);
+        kvcal_status st = kvcal_model_weight_parts(ld->model, l, w, 0, part, &n);
         if (st)
             return st;
         size_t off = ld->lay.off[w];
@@ -134,10 +134,16 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             }
             continue;
         }
-        for (int i = 0; i < n; i++) {
-            if (push_job(out, off, part[i].data, part[i].dtype, (size_t)part[i].numel))
-                return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
-            off += (size_t)part[i].numel * sizeof(kvcal_bf16);
+        /* the experts of a per-expert weight one after another */
+        for (int e = 0; e < kvcal_model_weight_copies(d, w); e++) {
+            if (e > 0 && (st = kvcal_model_weight_parts(ld->model, l, w, e, part, &n)))
+                return st;
+            for (int i = 0; i < n; i++) {
+                if (push_job(out, off, part[i].data, part[i].dtype,
+                             (size_t)part[i].numel))
+                    return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+                off += (size_t)part[i].numel * sizeof(kvcal_bf16);
+            }
         }
     }
     return KVCAL_OK;

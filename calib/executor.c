@@ -28,7 +28,7 @@ typedef struct {
     kvcal_kv_sim_t *sim;    /* or NULL */
     kvcal_exec_tap_fn tap;  /* or NULL */
     void *tap_ctx;
-    int whole;              /* every layer, then the head */
+    int whole;              /* every layer whole (then the head, where the pass has one) */
 } pass;
 
 /* 1 when one of the layer's first n ops writes the pending residual add. */
@@ -70,6 +70,9 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
             break;
         case KVCAL_OP_SWIGLU:
             st = ops->swiglu(be, op);
+            break;
+        case KVCAL_OP_MOE:
+            st = ops->moe(be, op, p->observe ? l : -1);
             break;
         }
         if (st || !op->kv_cache)
@@ -264,7 +267,8 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
         want = (s->chunk_samples + s->batch - 1) / s->batch;
     if ((st = size_chunks(x, want, &chunk)) || (st = be->ops->observe_into(be, stats)))
         return st;
-    const pass p = {stats != NULL, NULL, NULL, NULL, 0};
+    /* routing counts need every layer's router: the last layer runs whole */
+    const pass p = {stats != NULL, NULL, NULL, NULL, stats && stats->num_experts > 0};
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     const float *const bmax[2] = {x->bmax, x->bmax + lh};
     kvcal_exec_progress prog = progress_start(x, s);

@@ -141,6 +141,20 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
 static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
 {
     kvcal_model_desc *d = &m->desc;
+    if (c->kv_layout == KVCAL_KV_MLA)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s uses MLA attention (kv_lora_rank %d, rope %d), which is "
+                          "not supported yet: its cache holds one latent entry per token "
+                          "and layer, no per-head K and V, and kvcal has no latent "
+                          "projection or latent scales",
+                          m->path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
+    if (c->no_kv_layer_types[0])
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s is a hybrid model (%d of %d layers attend and cache K "
+                          "and V, the others are %s), which is not supported yet: kvcal "
+                          "has no %s layers to run between its attention layers",
+                          m->path, c->architecture, c->kv_layers, c->num_layers,
+                          c->no_kv_layer_types, c->no_kv_layer_types);
     d->arch = kvcal_arch_find(c->architecture);
     if (!d->arch) {
         char list[512];
@@ -164,6 +178,11 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     d->norm_eps = (float)c->rms_norm_eps;
     d->tied_embeddings = c->tie_word_embeddings;
     d->sliding_window = c->sliding_window;
+    d->num_experts = c->num_experts;
+    d->experts_per_tok = c->num_experts_per_tok;
+    d->moe_intermediate_size = c->moe_intermediate_size;
+    d->shared_intermediate_size = c->shared_expert_intermediate_size;
+    d->norm_topk_prob = c->norm_topk_prob;
     kvcal_status st = d->arch->describe(c, d);
     if (st)
         return kvcal_fail_context(st, "%s: ", m->path);
@@ -235,19 +254,24 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     return KVCAL_OK;
 }
 
-/* "model.layers.<layer>.<suffix>" as family a names it. */
+/* "model.layers.<layer>.<suffix>" as family a names it; the suffix of a
+ * per-expert weight names expert `expert` (its %d). */
 static void layer_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
-                              const char *suffix)
+                              const char *suffix, int expert)
 {
     int len = snprintf(out, n, a->layer_prefix, layer);
-    snprintf(out + (len > 0 ? len : 0), n - (size_t)(len > 0 ? len : 0), "%s", suffix);
+    len = len > 0 ? len : 0;
+    if (strstr(suffix, "%d"))
+        snprintf(out + len, n - (size_t)len, suffix, expert);
+    else
+        snprintf(out + len, n - (size_t)len, "%s", suffix);
 }
 
 /* An error when layer 0 of the checkpoint holds `suffix`. */
 static kvcal_status refuse_present(const kvcal_model_t *m, const char *suffix)
 {
     char name[256];
-    layer_tensor_name(name, sizeof name, m->desc.arch, 0, suffix);
+    layer_tensor_name(name, sizeof name, m->desc.arch, 0, suffix, 0);
     if (!kvcal_checkpoint_find(m->ck, name))
         return KVCAL_OK;
     return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -273,18 +297,17 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     char name[256];
     for (int l = 0; l < d->num_layers; l++)
         for (int w = 0; w < KVCAL_W_COUNT; w++) {
-            if (!kvcal_model_has_weight(d, w))
-                continue;
             const kvcal_weight_part *p = a->weights[w].parts;
-            for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
-                layer_tensor_name(name, sizeof name, a, l, p[i].name);
-                if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
-                                       kvcal_model_dim(d, p[i].cols), &t)))
-                    return st;
-                if (l == 0 && w == KVCAL_W_QKV && i == 1)
-                    snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
-                             kvcal_dtype_name(t->dtype));
-            }
+            for (int e = 0; e < kvcal_model_weight_copies(d, w); e++)
+                for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
+                    layer_tensor_name(name, sizeof name, a, l, p[i].name, e);
+                    if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
+                                           kvcal_model_dim(d, p[i].cols), &t)))
+                        return st;
+                    if (l == 0 && w == KVCAL_W_QKV && i == 1)
+                        snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
+                                 kvcal_dtype_name(t->dtype));
+                }
         }
     /* biases the config does not declare, and tensors the family does not
      * implement: K/V computed without them would be wrong */
@@ -498,14 +521,15 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
             continue;
         w->w[i] = p;
         const kvcal_weight_part *part = a->weights[i].parts;
-        for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-            layer_tensor_name(name, sizeof name, a, layer, part[j].name);
-            const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
-            kvcal_status st = kvcal_tensor_to_f32(t, p);
-            if (st)
-                return kvcal_fail_context(st, "%s: %s: ", m->path, name);
-            p += t->numel;
-        }
+        for (int e = 0; e < kvcal_model_weight_copies(&m->desc, i); e++)
+            for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
+                layer_tensor_name(name, sizeof name, a, layer, part[j].name, e);
+                const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
+                kvcal_status st = kvcal_tensor_to_f32(t, p);
+                if (st)
+                    return kvcal_fail_context(st, "%s: %s: ", m->path, name);
+                p += t->numel;
+            }
     }
     return KVCAL_OK;
 }
@@ -592,6 +616,14 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim)
         return d->intermediate_size;
     case KVCAL_DIM_HEAD:
         return d->head_dim;
+    case KVCAL_DIM_EXPERTS:
+        return d->num_experts;
+    case KVCAL_DIM_MOE_INTER:
+        return d->moe_intermediate_size;
+    case KVCAL_DIM_SHARED_INTER:
+        return d->shared_intermediate_size;
+    case KVCAL_DIM_ONE:
+        return 1;
     default:
         return 0;
     }
@@ -609,9 +641,18 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
         return d->o_bias;
     case KVCAL_WHEN_QK_NORM:
         return d->qk_norm;
+    case KVCAL_WHEN_SHARED_EXPERT:
+        return d->shared_intermediate_size > 0;
     default:
         return 1;
     }
+}
+
+int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w)
+{
+    if (!kvcal_model_has_weight(d, w))
+        return 0;
+    return d->arch->weights[w].per_expert ? d->num_experts : 1;
 }
 
 void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
@@ -624,6 +665,7 @@ void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long lo
     const kvcal_weight_part *p = a->weights[w].parts;
     for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++)
         *rows += kvcal_model_dim(d, p[i].rows);
+    *rows *= kvcal_model_weight_copies(d, w);
     *cols = kvcal_model_dim(d, p[0].cols);
 }
 
@@ -674,13 +716,16 @@ static int llama2c_parts(const kvcal_model_t *m, int l, kvcal_weight w, kvcal_te
 }
 
 kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                      int copy,
                                       kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],
                                       int *n)
 {
     *n = 0;
-    if (layer < 0 || layer >= m->desc.num_layers || w < 0 || w >= KVCAL_W_COUNT)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d weight %d out of range",
-                          m->path, layer, (int)w);
+    if (layer < 0 || layer >= m->desc.num_layers || w < 0 || w >= KVCAL_W_COUNT ||
+        copy < 0 || (copy > 0 && copy >= kvcal_model_weight_copies(&m->desc, w)))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: layer %d weight %d copy %d out of range", m->path, layer,
+                          (int)w, copy);
     if (!kvcal_model_has_weight(&m->desc, w))
         return KVCAL_OK;
     if (m->l2c) {
@@ -690,7 +735,7 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
     const kvcal_weight_part *part = m->desc.arch->weights[w].parts;
     char name[256];
     for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-        layer_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name);
+        layer_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name, copy);
         parts[(*n)++] = tensor_view(kvcal_checkpoint_find(m->ck, name));
     }
     return KVCAL_OK;

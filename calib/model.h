@@ -42,6 +42,12 @@ struct kvcal_model_desc {
     int qk_norm;                 /* per-head RMSNorm of q and k before RoPE */
     int tied_embeddings;         /* lm_head is the embedding */
     int sliding_window;          /* attention window in tokens, 0 when none */
+    /* a mixture of experts (KVCAL_OP_MOE); 0 for a dense model */
+    int num_experts;
+    int experts_per_tok;          /* top-k */
+    int moe_intermediate_size;    /* each expert's */
+    int shared_intermediate_size; /* the shared expert's, 0 when none */
+    int norm_topk_prob;           /* the top-k weights renormalized to sum 1 */
 };
 
 /* One layer's fp32 weights by logical weight (calib/arch.h), (out, in)
@@ -62,8 +68,12 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
 /* Whether weight w exists in model d. */
 int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);
 
-/* Shape of logical weight w in model d: rows (its parts' rows added) and
- * cols (0 for a vector); 0 x 0 when absent. */
+/* Copies of weight w in model d: num_experts for a per-expert weight, else
+ * 1 (0 when absent). */
+int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w);
+
+/* Shape of logical weight w in model d: rows (its parts' rows added, times
+ * its copies) and cols (0 for a vector); 0 x 0 when absent. */
 void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
                               long long *cols);
 
@@ -99,12 +109,15 @@ typedef struct kvcal_tensor_view {
     int64_t numel;
 } kvcal_tensor_view;
 
-/* The checkpoint tensors that logical weight w of `layer` stacks, in order
- * (the parts of calib/arch.h), into parts; *n their count, 0 when the model
- * has no such weight. Reads nothing; thread-safe, unlike load_layer: for
- * loaders that convert or copy the weights themselves (the cuda backend's,
- * on several threads). */
+/* The checkpoint tensors that copy `copy` (the expert of a per-expert
+ * weight, else 0; see kvcal_model_weight_copies) of logical weight w of
+ * `layer` stacks, in order (the parts of calib/arch.h), into parts; *n
+ * their count, 0 when the model has no such weight. The copies follow one
+ * another in the logical weight. Reads nothing; thread-safe, unlike
+ * load_layer: for loaders that convert or copy the weights themselves (the
+ * cuda backend's, on several threads). */
 kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                      int copy,
                                       kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],
                                       int *n);
 

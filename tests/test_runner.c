@@ -256,6 +256,61 @@ static void runner_matches_transformers_qwen2_yarn_rope_old_config(void)
     check_against_golden("qwen2_yarn_bf16");
 }
 
+/* Softmax top-3 of 8 experts, renormalized (norm_topk_prob), q/k norm; the
+ * reference in float64. */
+static void runner_matches_transformers_qwen3_moe_top3_of_8_renormalized(void)
+{
+    check_against_golden("qwen3_moe_e8_top3_norm_bf16");
+}
+
+/* Top-2 of 6 not renormalized, the shared expert behind its sigmoid gate,
+ * q/k/v biases. */
+static void runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate(void)
+{
+    check_against_golden("qwen2_moe_shared_e6_top2_bf16");
+}
+
+/* Top-2 of 4, a sliding window of 16 over samples of 37 and 23 tokens. */
+static void runner_matches_transformers_mixtral_top2_sliding_window_16(void)
+{
+    check_against_golden("mixtral_e4_top2_swa16_bf16");
+}
+
+/* Calibration counts the tokens routed to each expert of every layer, the
+ * last one included: each valid token once per chosen expert (padding
+ * never), whatever the batches. */
+static void calibrate_counts_tokens_per_expert_in_every_layer(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16", &m),
+        KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.device = KVCAL_DEVICE_CPU;
+    kvcal_stats_t *s[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, 5, 24, i ? 2 : 5, &s[i], NULL),
+                              KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(s[0]->num_experts, 8);
+    for (int l = 0; l < d->num_layers; l++) {
+        int64_t sum = 0, used = 0;
+        for (int e = 0; e < 8; e++) {
+            sum += s[0]->expert_tokens[l * 8 + e];
+            used += s[0]->expert_tokens[l * 8 + e] > 0;
+        }
+        CU_ASSERT_EQUAL(sum, (int64_t)(4 * 24 + 13) * 3);
+        CU_ASSERT_EQUAL(s[0]->tokens[l], 4 * 24 + 13);
+        CU_ASSERT(used > 3);
+    }
+    CU_ASSERT(!memcmp(s[0]->expert_tokens, s[1]->expert_tokens,
+                      sizeof(int64_t) * 8 * (size_t)d->num_layers));
+    kvcal_stats_destroy(s[0]);
+    kvcal_stats_destroy(s[1]);
+    kvcal_model_close(m);
+}
+
 /* A sample's K/V are bit-identical whether it ran alone or in a batch. */
 static void runner_kv_does_not_depend_on_batch_neighbours(void)
 {
@@ -353,6 +408,63 @@ static void model_open_names_unsupported_architecture(void)
     expect_open_error(edited_checkpoint("mistral_mqa_fp16",
                                         "{\"architectures\": [\"GPT2LMHeadModel\"]}"),
                       KVCAL_ERR_UNSUPPORTED, "GPT2LMHeadModel");
+}
+
+/* The list of what kvcal runs names the mixture-of-experts families too. */
+static void model_open_lists_the_supported_architectures(void)
+{
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"Gemma3ForCausalLM\"], "
+                                        "\"model_type\": \"gemma3_text\"}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                      "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and "
+                      "MixtralForCausalLM");
+}
+
+/* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next):
+ * one line saying what is missing. */
+static void model_open_says_what_mla_and_hybrid_models_lack(void)
+{
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
+                                        "\"model_type\": \"deepseek_v3\", "
+                                        "\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "DeepseekV3ForCausalLM uses MLA attention (kv_lora_rank 512, rope 64), "
+                      "which is not supported yet");
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
+                                        "\"model_type\": \"qwen3_next\", "
+                                        "\"num_hidden_layers\": 4, "
+                                        "\"full_attention_interval\": 4}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
+                      "K and V, the others are linear_attention), which is not supported "
+                      "yet");
+}
+
+/* A mixture of experts: each expert's tensors are checked by name, and
+ * dense layers among the MoE ones are refused with the field that asks for
+ * them. */
+static void model_open_names_missing_expert_and_refuses_dense_layers(void)
+{
+    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
+                                        "{\"moe_intermediate_size\": 41}"),
+                      KVCAL_ERR_FORMAT,
+                      "tensor model.layers.0.mlp.experts.0.gate_proj.weight has shape "
+                      "[40, 48], config.json implies [41, 48]");
+    expect_open_error(edited_checkpoint("mixtral_e4_top2_swa16_bf16",
+                                        "{\"num_local_experts\": 5}"),
+                      KVCAL_ERR_FORMAT,
+                      "tensor model.layers.0.block_sparse_moe.gate.weight has shape [4, 64], "
+                      "config.json implies [5, 64]");
+    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
+                                        "{\"mlp_only_layers\": [1]}"),
+                      KVCAL_ERR_UNSUPPORTED, "mlp_only_layers 1 entries");
+    expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
+                                        "{\"num_experts_per_tok\": 7}"),
+                      KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
 }
 
 static void model_open_names_missing_tensor(void)
@@ -519,11 +631,18 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_llama_mlp_256),
     KVCAL_TEST(runner_matches_transformers_llama3_head_dim_64),
     KVCAL_TEST(runner_matches_transformers_qwen2_yarn_rope_old_config),
+    KVCAL_TEST(runner_matches_transformers_qwen3_moe_top3_of_8_renormalized),
+    KVCAL_TEST(runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate),
+    KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
+    KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(eval_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),
     KVCAL_TEST(model_open_names_unsupported_architecture),
+    KVCAL_TEST(model_open_lists_the_supported_architectures),
+    KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
+    KVCAL_TEST(model_open_names_missing_expert_and_refuses_dense_layers),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),

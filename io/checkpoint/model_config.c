@@ -174,7 +174,10 @@ static void cfg_default_sizes(kvcal_model_config *c)
     } defaults[] = {{"llama", 2048, 32000, 11008},
                     {"mistral", 131072, 32000, 14336},
                     {"qwen2", 32768, 151936, 22016},
-                    {"qwen3", 32768, 151936, 22016}};
+                    {"qwen3", 32768, 151936, 22016},
+                    {"qwen2_moe", 32768, 151936, 5632},
+                    {"qwen3_moe", 32768, 151936, 6144},
+                    {"mixtral", 131072, 32000, 14336}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -476,6 +479,7 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     kvcal_status s;
     int is_qwen2 = !strcmp(c->model_type, "qwen2");
     int is_qwen3 = !strcmp(c->model_type, "qwen3");
+    int qwen_moe = !strcmp(c->model_type, "qwen2_moe") || !strcmp(c->model_type, "qwen3_moe");
     if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK)
         return s;
     if (is_qwen2)
@@ -487,13 +491,62 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if ((s = cfg_int(top, "sliding_window", 0, INT_MAX, &c->sliding_window, NULL)) !=
         KVCAL_OK)
         return s;
-    if (is_qwen2 || is_qwen3) {
+    if (is_qwen2 || is_qwen3 || qwen_moe) {
         int use = 0;
         if ((s = cfg_bool(top, "use_sliding_window", &use)) != KVCAL_OK)
             return s;
         if (!use)
             c->sliding_window = 0;
     }
+    return KVCAL_OK;
+}
+
+/* The experts of a mixture-of-experts family (see kvcal_model_config). */
+static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
+{
+    static const struct {
+        const char *model_type;
+        int experts, top_k, inter, shared, norm;
+    } defaults[] = {{"qwen2_moe", 60, 4, 1408, 5632, 0},
+                    {"qwen3_moe", 128, 8, 768, 0, 0},
+                    {"mixtral", 8, 2, 0, 0, 1}};
+    size_t i = 0;
+    while (i < sizeof defaults / sizeof defaults[0] &&
+           strcmp(defaults[i].model_type, c->model_type))
+        i++;
+    if (i == sizeof defaults / sizeof defaults[0])
+        return KVCAL_OK;
+    const int mixtral = !strcmp(c->model_type, "mixtral");
+    c->num_experts = defaults[i].experts;
+    c->num_experts_per_tok = defaults[i].top_k;
+    c->moe_intermediate_size = mixtral ? c->intermediate_size : defaults[i].inter;
+    c->shared_expert_intermediate_size = defaults[i].shared;
+    c->norm_topk_prob = defaults[i].norm;
+    c->decoder_sparse_step = 1;
+    kvcal_status s;
+    int found = 0;
+    if ((s = cfg_int(top, "num_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
+                     &found)) != KVCAL_OK ||
+        (!found && (s = cfg_int(top, "num_local_experts", 1, KVCAL_CONFIG_MAX_HEADS,
+                                &c->num_experts, NULL)) != KVCAL_OK) ||
+        (s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->num_experts_per_tok, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "decoder_sparse_step", 1, KVCAL_CONFIG_MAX_LAYERS,
+                     &c->decoder_sparse_step, NULL)) != KVCAL_OK)
+        return s;
+    if (!mixtral &&
+        ((s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
+                      NULL)) != KVCAL_OK ||
+         (s = cfg_bool(top, "norm_topk_prob", &c->norm_topk_prob)) != KVCAL_OK))
+        return s;
+    if (c->shared_expert_intermediate_size &&
+        (s = cfg_int(top, "shared_expert_intermediate_size", 0, INT_MAX,
+                     &c->shared_expert_intermediate_size, NULL)) != KVCAL_OK)
+        return s;
+    const cJSON *dense = cfg_item(top, "mlp_only_layers");
+    if (dense && !cJSON_IsArray(dense))
+        return cfg_bad(top, "mlp_only_layers", dense, "an array of layer indices");
+    c->mlp_only_layers = dense ? cJSON_GetArraySize(dense) : 0;
     return KVCAL_OK;
 }
 
@@ -509,8 +562,8 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * attention layers of layer_types / full_attention_interval (qwen3_next), or
  * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
 static const char *const known_kv_families[] = {
-    "llama",      "mistral",     "qwen2",       "qwen3",
-    "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2"};
+    "llama",      "mistral",     "qwen2",       "qwen3",     "qwen2_moe", "qwen3_moe",
+    "mixtral",    "qwen3_next",  "deepseek_v2", "deepseek_v3", "kimi_k2"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -658,6 +711,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_bool(f, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
         (s = cfg_read_attention(f, c)) != KVCAL_OK ||
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
+        (s = cfg_read_moe(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
     c->rope_interleave = -1;

@@ -88,6 +88,17 @@ typedef struct kvcal_model_config {
     int kv_layout_known;     /* 1: model_type is a family whose cache kvcal knows;
                                 0: the layout above is read from the fields alone and
                                 assumes every such layer caches it */
+
+    /* Mixture of experts (qwen2_moe, qwen3_moe, mixtral; all 0 for a dense
+     * model), with the transformers class defaults where a field is absent. */
+    int num_experts;             /* num_experts, or num_local_experts (Mixtral, and
+                                    what transformers 5 writes for Qwen3-MoE) */
+    int num_experts_per_tok;     /* top-k */
+    int moe_intermediate_size;   /* each expert's; Mixtral: intermediate_size */
+    int shared_expert_intermediate_size; /* Qwen2-MoE's shared expert, 0: none */
+    int norm_topk_prob;          /* top-k weights renormalized to sum 1 (Mixtral: 1) */
+    int decoder_sparse_step;     /* layer i is MoE when (i + 1) % step == 0 */
+    int mlp_only_layers;         /* entries of mlp_only_layers (dense layers) */
 } kvcal_model_config;
 
 /* Upper bounds on the sizes a config.json may state. Real models stay far

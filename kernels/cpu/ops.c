@@ -313,6 +313,7 @@ typedef struct {
     const float *q, *k, *v;
     int tokens, n_heads, n_kv_heads, head_dim;
     float scale;
+    int window;
 } attn_ctx;
 
 /* One (query token, head): online softmax, the running max subtracted before
@@ -328,7 +329,7 @@ static void attention_row(void *p, int64_t item)
     int64_t kv_stride = (int64_t)c->n_kv_heads * d;
     float m = -INFINITY, l = 0.0f;
     memset(o, 0, sizeof(float) * (size_t)d);
-    for (int s = 0; s <= t; s++) {
+    for (int s = c->window > 0 && t >= c->window ? t - c->window + 1 : 0; s <= t; s++) {
         const float *kv = c->k + s * kv_stride + (int64_t)kvh * d; // (head_dim)
         const float *vv = c->v + s * kv_stride + (int64_t)kvh * d; // (head_dim)
         float score = dot_1x1(qv, kv, d) * c->scale;
@@ -349,13 +350,59 @@ static void attention_row(void *p, int64_t item)
         o[i] *= inv;
 }
 
+void kvcal_attention_window_ref(float *out, const float *q, const float *k,
+                                const float *v, int tokens, int n_heads, int n_kv_heads,
+                                int head_dim, float scale, int window)
+{
+    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale, window};
+    double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
+    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
+}
+
 void kvcal_attention_ref(float *out, const float *q, const float *k, const float *v,
                          int tokens, int n_heads, int n_kv_heads, int head_dim,
                          float scale)
 {
-    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale};
-    double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
-    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
+    kvcal_attention_window_ref(out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale,
+                               0);
+}
+
+/* --- mixture of experts --------------------------------------------------- */
+
+void kvcal_moe_route_ref(int32_t *experts, float *weights, const float *logits,
+                         int64_t tokens, int num_experts, int top_k, int renormalize)
+{
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *z = logits + t * num_experts; // (num_experts)
+        int32_t *e = experts + t * top_k;          // (top_k)
+        float *w = weights + t * top_k;            // (top_k)
+        float m = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < num_experts; i++)
+            m = z[i] > m ? z[i] : m;
+        for (int i = 0; i < num_experts; i++)
+            sum += expf(z[i] - m);
+        /* top_k by selection: the largest first, the lower index on a tie
+         * (torch.topk's order on CPU and CUDA for distinct values) */
+        for (int j = 0; j < top_k; j++) {
+            int best = -1;
+            for (int i = 0; i < num_experts; i++) {
+                int taken = 0;
+                for (int p = 0; p < j; p++)
+                    taken |= e[p] == i;
+                if (!taken && (best < 0 || z[i] > z[best]))
+                    best = i;
+            }
+            e[j] = best;
+            w[j] = expf(z[best] - m) / sum;
+        }
+        if (renormalize) {
+            float s = 0.0f;
+            for (int j = 0; j < top_k; j++)
+                s += w[j];
+            for (int j = 0; j < top_k; j++)
+                w[j] /= s;
+        }
+    }
 }
 
 /* --- elementwise --------------------------------------------------------- */
@@ -370,6 +417,11 @@ void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t
         else
             memcpy(o, table + (int64_t)ids[i] * dim, (size_t)dim * sizeof *o);
     }
+}
+
+float kvcal_sigmoid_ref(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
 }
 
 void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n)

@@ -66,6 +66,24 @@ void kvcal_attention_ref(float *out, const float *q, const float *k, const float
                          int tokens, int n_heads, int n_kv_heads, int head_dim,
                          float scale);
 
+/* kvcal_attention_ref with a sliding window: query t reads keys t - window
+ * + 1 .. t (transformers' sliding-window mask, q - k < window; flash
+ * attention's window (window - 1, 0)); window 0: every key up to t. */
+void kvcal_attention_window_ref(float *out, const float *q, const float *k,
+                                const float *v, int tokens, int n_heads, int n_kv_heads,
+                                int head_dim, float scale, int window);
+
+/* Softmax top-k routing of a mixture of experts: per token, the softmax of
+ * logits (tokens, num_experts) over every expert, the top_k largest
+ * probabilities (the lower expert index first on a tie) into experts
+ * (tokens, top_k) and their probabilities into weights (tokens, top_k),
+ * renormalized to sum 1 when renormalize (norm_topk_prob). */
+void kvcal_moe_route_ref(int32_t *experts, float *weights, const float *logits,
+                         int64_t tokens, int num_experts, int top_k, int renormalize);
+
+/* 1 / (1 + exp(-x)) */
+float kvcal_sigmoid_ref(float x);
+
 /* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
  * gives a zero row. Ids are not range-checked (the caller's are). The
  * reference of kvcal_embed_launch. */
