@@ -97,6 +97,19 @@ typedef struct {
     const int64_t *names;
     int64_t *default_names; /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
+    /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
+    int E, K, MI, SI;         /* experts, top-k, expert's and shared expert's inter */
+    kvcal_bf16 *router;       /* (N, E) the router's logits */
+    int32_t *route_e;         /* (N, K) chosen experts */
+    float *route_w;           /* (N, K) their weights */
+    kvcal_moe_plan plan;      /* the routed rows grouped by expert */
+    kvcal_bf16 *moe_gu;       /* (capacity, 2 MI) */
+    kvcal_bf16 *moe_act;      /* (capacity, MI) */
+    kvcal_bf16 *moe_y;        /* (capacity, D) */
+    kvcal_bf16 *shared_gu;    /* (N, 2 SI) */
+    kvcal_bf16 *shared_act;   /* (N, SI) */
+    kvcal_bf16 *shared_y;     /* (N, D) */
+    unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */
@@ -357,7 +370,7 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     for (int s = 0; s < batch; s++) {
         const long long name = (long long)sl->names[s];
         TRY(kvcal_backend_check_sample("cuda runner", name, b->lengths[s], seq_len,
-                                       r->ctx, r->window));
+                                       r->ctx));
         for (int t = 0; t < seq_len; t++) {
             const int64_t i = (int64_t)s * seq_len + t;
             const int id = b->ids[i];
@@ -458,10 +471,16 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
                                      observe >= 0 && r->stats ? &obs : NULL, r->stream);
 }
 
-/* Causal attention of the fused QKV buffer into out (N, H * hd). */
+/* Causal attention of the fused QKV buffer into out (N, H * hd), within the
+ * model's sliding window where a sample can be longer. */
 static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
 {
     const int q_cols = r->H * r->hd;
+    if (r->window > 0 && r->seq_len > r->window)
+        return kvcal_attention_window_launch(
+            out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd,
+            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd),
+            r->window, r->stream);
     return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
                                r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
                                r->seq_len, r->H, r->HKV, r->hd,
@@ -488,6 +507,46 @@ fail:
     return st;
 }
 
+/* Router GEMM, routing and grouping on the device, the experts' grouped
+ * GEMMs (gate/up, SwiGLU, down), the shared expert on cuBLAS, the weighted
+ * combine: no host round trip. */
+static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    cudaStream_t s = r->stream;
+    const int n = r->batch * r->seq_len;
+    const kvcal_bf16 *x = act(r, op->in);
+    kvcal_moe_plan plan = r->plan;
+    plan.capacity = kvcal_moe_plan_capacity(n * r->K, r->E);
+    plan.tiles = plan.capacity / KVCAL_MOE_TILE_ROWS;
+    unsigned long long *counts =
+        observe >= 0 && r->stats && r->stats->num_experts == r->E
+            ? r->expert_tokens + (size_t)observe * r->E
+            : NULL;
+    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E, s));
+    TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E, r->K,
+                               be->desc->norm_topk_prob, s));
+    TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
+    TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan,
+                              r->D, 2 * r->MI, s));
+    TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+    TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN), &plan,
+                              r->MI, r->D, s));
+    if (r->SI) {
+        TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
+                              NULL, n, r->D, 2 * r->SI, s));
+        TRY(kvcal_swiglu_launch(r->shared_act, r->shared_gu, n, r->SI, s));
+        TRY(kvcal_gemm_launch(r->gemm, r->shared_y, r->shared_act,
+                              tensor(r, KVCAL_W_SHARED_DOWN), NULL, n, r->SI, r->D, s));
+    }
+    return kvcal_moe_combine_launch(act(r, op->out), r->moe_y, plan.slot_of, r->route_w,
+                                    r->pos, n, r->K, r->D, r->SI ? r->shared_y : NULL, x,
+                                    r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, s);
+fail:
+    return st;
+}
+
 // --- observing ------------------------------------------------------------------
 
 static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
@@ -498,6 +557,8 @@ static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     if (stats && !r->device_view)
         TRY(kvcal_stats_create(r->L, r->HKV, r->hd, &r->device_view));
+    if (stats)
+        TRY(kvcal_stats_set_experts(r->device_view, stats->num_experts == r->E ? r->E : 0));
     return KVCAL_OK;
 fail:
     return st;
@@ -557,6 +618,10 @@ static kvcal_status collect(kvcal_backend *be)
         TRY_CUDA(cudaMemcpyAsync(v->hist[kv], r->hist[kv], n_h * sizeof(uint64_t),
                                  cudaMemcpyDeviceToHost, r->stream));
     }
+    if (v->num_experts) /* the device's unsigned counts, int64 on the host */
+        TRY_CUDA(cudaMemcpyAsync(v->expert_tokens, r->expert_tokens,
+                                 (size_t)r->L * r->E * sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, r->stream));
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     TRY_CUDA(cudaStreamSynchronize(r->stream));
     return kvcal_stats_merge(r->stats, v);
@@ -870,6 +935,7 @@ static const kvcal_backend_ops cuda_ops = {
     .qk_norm_rope = qk_norm_rope,
     .attention = attention,
     .swiglu = swiglu,
+    .moe = moe,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = sync_device,
@@ -926,6 +992,13 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->eps = d->norm_eps;
     r->max_batch = max_batch;
     r->max_seq_len = max_seq_len;
+    r->E = d->num_experts;
+    r->K = d->experts_per_tok;
+    r->MI = d->moe_intermediate_size;
+    r->SI = d->shared_intermediate_size;
+    /* the dense MLP's buffers only where the family has one */
+    if (!kvcal_model_has_weight(d, KVCAL_W_GATE_UP))
+        r->I = 0;
     TRY(choose_mlp(r, opt->mlp));
     layout_layer(&r->lay, d, r->mlp_fused);
     if (!(r->default_names = malloc(sizeof(int64_t) * (size_t)max_batch))) {
@@ -938,12 +1011,24 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     const size_t N = (size_t)max_batch * (size_t)max_seq_len, e = sizeof(kvcal_bf16);
     const size_t LH = (size_t)r->L * (size_t)r->HKV;
     /* the scratch every batch shares; each batch of a chunk has a slot */
+    const size_t cap = r->E ? (size_t)kvcal_moe_plan_capacity((int)(N * r->K), r->E) : 0;
+    const size_t NK = N * (size_t)r->K;
+    const size_t moe_acts =
+        !r->E ? 0
+              : round_up(N * r->E * e) + round_up(NK * sizeof(int32_t)) +
+                    round_up(NK * sizeof(float)) + round_up(cap * sizeof(int32_t)) +
+                    round_up(NK * sizeof(int32_t)) +
+                    round_up(cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)) +
+                    round_up(cap * 2 * r->MI * e) + round_up(cap * r->MI * e) +
+                    round_up(cap * r->D * e) + round_up(N * 2 * r->SI * e) +
+                    round_up(N * r->SI * e) + round_up(N * r->D * e);
     const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
-                        round_up(N * r->I * e) + round_up(N * sizeof(int32_t));
+                        round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
+                         round_up((size_t)r->L * r->E * sizeof(uint64_t)) +
                          round_up((size_t)(r->rot_dim / 2) * sizeof(float));
     const size_t workspace = (size_t)32 << 20;
     const size_t embed = round_up((size_t)r->V * r->D * e);
@@ -988,10 +1073,25 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
+    if (r->E) {
+        r->router = carve(&p, N * r->E * e);
+        r->route_e = carve(&p, NK * sizeof(int32_t));
+        r->route_w = carve(&p, NK * sizeof(float));
+        r->plan.sorted = carve(&p, cap * sizeof(int32_t));
+        r->plan.slot_of = carve(&p, NK * sizeof(int32_t));
+        r->plan.tile_expert = carve(&p, cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t));
+        r->moe_gu = carve(&p, cap * 2 * r->MI * e);
+        r->moe_act = carve(&p, cap * r->MI * e);
+        r->moe_y = carve(&p, cap * r->D * e);
+        r->shared_gu = carve(&p, N * 2 * r->SI * e);
+        r->shared_act = carve(&p, N * r->SI * e);
+        r->shared_y = carve(&p, N * r->D * e);
+    }
     for (int kv = 0; kv < 2; kv++) {
         r->absmax[kv] = carve(&p, LH * r->hd * sizeof(float));
         r->hist[kv] = carve(&p, LH * KVCAL_HIST_BINS * sizeof(uint64_t));
     }
+    r->expert_tokens = carve(&p, (size_t)r->L * r->E * sizeof(uint64_t));
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);

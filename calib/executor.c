@@ -382,9 +382,7 @@ static kvcal_status warm_up(kvcal_exec_t *x)
 {
     kvcal_backend *be = x->be;
     const kvcal_model_desc *d = x->desc;
-    int len = x->max_seq_len < d->max_seq_len ? x->max_seq_len : d->max_seq_len;
-    if (d->sliding_window > 0 && len > d->sliding_window)
-        len = d->sliding_window;
+    const int len = x->max_seq_len < d->max_seq_len ? x->max_seq_len : d->max_seq_len;
     const size_t n = (size_t)x->max_batch * (size_t)x->max_seq_len;
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     int32_t *ids = calloc(n + (size_t)x->max_batch, sizeof *ids);

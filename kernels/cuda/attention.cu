@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -28,26 +29,6 @@ enum { ATT_BN = 64, ATT_PAD = 8 };
 
 // --- PTX wrappers ---------------------------------------------------------------
 
-static __device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, zero-filled when !valid (src is not read then). */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(n));
-}
-static __device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> static __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
 {
@@ -335,7 +316,8 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
                           const __nv_bfloat16 *__restrict__ q,
                           const __nv_bfloat16 *__restrict__ k,
                           const __nv_bfloat16 *__restrict__ v, int64_t stride,
-                          int seq_len, int group, int head_dim, float scale_log2)
+                          int seq_len, int group, int head_dim, float scale_log2,
+                          int window)
 {
     constexpr int CH = SIMT_MAX_HEAD_DIM / 32;
     const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31;
@@ -354,7 +336,7 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int key = 0; key <= row; key++) {
+    for (int key = window > 0 && row >= window ? row - window + 1 : 0; key <= row; key++) {
         const __nv_bfloat16 *kr = kb + (int64_t)key * stride,
                             *vr = vb + (int64_t)key * stride;
         float dot = 0.0f;
@@ -389,7 +371,7 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
                                        const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                        const __nv_bfloat16 *v, int64_t stride, int batch,
                                        int seq_len, int n_heads, int group, int head_dim,
-                                       float scale, cudaStream_t stream)
+                                       float scale, int window, cudaStream_t stream)
 {
     const int z = (seq_len + SIMT_WARPS - 1) / SIMT_WARPS;
     if (z > 65535 || batch > 65535)
@@ -399,7 +381,7 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
     const dim3 grid(n_heads, batch, z);
     attention_simt_kernel<<<grid, SIMT_WARPS * 32, 0, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, head_dim,
-        scale * 1.4426950408889634f);
+        scale * 1.4426950408889634f, window);
     KVCAL_CUDA_CHECK_LAUNCH("attention_simt_kernel");
     return KVCAL_OK;
 }
@@ -493,7 +475,7 @@ extern "C" kvcal_status kvcal_attention_launch_version(
         qkv_stride % 8 == 0 && out_stride % 8 == 0;
     if (!tensor_core)
         return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                  n_heads, group, head_dim, scale, stream);
+                                  n_heads, group, head_dim, scale, 0, stream);
     switch (head_dim) {
     case 64:
         return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride,
@@ -520,4 +502,32 @@ extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stri
     return kvcal_attention_launch_version(KVCAL_ATTENTION_DEFAULT_VERSION, out,
                                           out_stride, q, k, v, qkv_stride, batch, seq_len,
                                           n_heads, n_kv_heads, head_dim, scale, stream);
+}
+
+extern "C" kvcal_status kvcal_attention_window_launch(
+    kvcal_bf16 *out, int64_t out_stride, const kvcal_bf16 *q, const kvcal_bf16 *k,
+    const kvcal_bf16 *v, int64_t qkv_stride, int batch, int seq_len, int n_heads,
+    int n_kv_heads, int head_dim, float scale, int window, cudaStream_t stream)
+{
+    if (!out || !q || !k || !v || batch < 0 || seq_len < 0 || n_heads <= 0 ||
+        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) || window < 1 ||
+        out_stride < (int64_t)n_heads * head_dim || qkv_stride < (int64_t)head_dim)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "windowed attention: batch %d, seq_len %d, %d heads, %d kv "
+                          "heads, scale %g, window %d: need buffers, n_heads a multiple "
+                          "of n_kv_heads, scale > 0, a window >= 1 and strides that hold "
+                          "a row",
+                          batch, seq_len, n_heads, n_kv_heads, (double)scale, window);
+    if (head_dim <= 0 || head_dim > SIMT_MAX_HEAD_DIM)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "windowed attention: head_dim %d: up to %d supported", head_dim,
+                          SIMT_MAX_HEAD_DIM);
+    if (batch == 0 || seq_len == 0)
+        return KVCAL_OK;
+    return attention_simt_run(reinterpret_cast<__nv_bfloat16 *>(out), out_stride,
+                              reinterpret_cast<const __nv_bfloat16 *>(q),
+                              reinterpret_cast<const __nv_bfloat16 *>(k),
+                              reinterpret_cast<const __nv_bfloat16 *>(v), qkv_stride, batch,
+                              seq_len, n_heads, n_heads / n_kv_heads, head_dim, scale,
+                              window, stream);
 }
