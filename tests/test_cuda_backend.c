@@ -27,8 +27,13 @@
  * values of transformers in fp32 (tests/make_golden.py): bf16 weights and
  * activations through two layers. */
 #define RUNNER_RTOL 3e-2
+/* The mixtures of experts: transformers in bf16 is within 0.7% of their
+ * float64 golden values (routers whose choices bf16 rounding leaves alone),
+ * the issue's bound for kvcal is 2%. */
+#define MOE_RUNNER_RTOL 2e-2
 
-static void check_runner_golden_with(const char *name, const kvcal_backend_options *opt)
+static void check_runner_golden_within(const char *name, const kvcal_backend_options *opt,
+                                       double rtol)
 {
     kvcal_stats_t *stats = NULL;
     float *bmax = NULL;
@@ -52,10 +57,15 @@ static void check_runner_golden_with(const char *name, const kvcal_backend_optio
         }
     }
     printf("(%s: worst rel. error %.2e) ", name, worst);
-    CU_ASSERT(worst <= RUNNER_RTOL);
+    CU_ASSERT(worst <= rtol);
     free(bmax);
     kvcal_stats_destroy(stats);
     cJSON_Delete(root);
+}
+
+static void check_runner_golden_with(const char *name, const kvcal_backend_options *opt)
+{
+    check_runner_golden_within(name, opt, RUNNER_RTOL);
 }
 
 static void check_runner_golden(const char *name)
@@ -86,7 +96,7 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
                                         "mixtral_e4_top2_swa16_bf16"};
     static const int top_k[] = {3, 2, 2};
     for (int i = 0; i < 3; i++) {
-        check_runner_golden(names[i]);
+        check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
         kvcal_stats_t *stats = NULL;
         int64_t rows = 0;
         cJSON *root = kvcal_test_cuda_run_golden(names[i], NULL, &stats, NULL, &rows);
