@@ -7,9 +7,10 @@
 extern const kvcal_arch kvcal_arch_llama;
 extern const kvcal_arch kvcal_arch_qwen_moe;
 extern const kvcal_arch kvcal_arch_mixtral;
+extern const kvcal_arch kvcal_arch_phi3;
 
 static const kvcal_arch *const families[] = {&kvcal_arch_llama, &kvcal_arch_qwen_moe,
-                                             &kvcal_arch_mixtral};
+                                             &kvcal_arch_mixtral, &kvcal_arch_phi3};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

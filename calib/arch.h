@@ -52,7 +52,9 @@ typedef enum kvcal_dim {
     KVCAL_DIM_EXPERTS,  /* num_experts */
     KVCAL_DIM_MOE_INTER,    /* moe_intermediate_size (each expert's) */
     KVCAL_DIM_SHARED_INTER, /* shared_expert_intermediate_size */
-    KVCAL_DIM_ONE           /* 1 */
+    KVCAL_DIM_ONE,          /* 1 */
+    KVCAL_DIM_QKV,          /* (num_heads + 2 num_kv_heads) * head_dim: a fused qkv_proj */
+    KVCAL_DIM_2INTER        /* 2 intermediate_size: a fused gate_up_proj */
 } kvcal_dim;
 
 /* When a weight exists, from the model description. */

@@ -124,8 +124,9 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             const int I = d->intermediate_size, D = d->hidden_size;
             for (int r = 0; r < 2 * I; r += 128) {
                 const int src = kvcal_gemm_swiglu_source_row(r, I);
-                const kvcal_tensor_view *p = &part[src < I ? 0 : 1];
-                const size_t row = (size_t)(src < I ? src : src - I);
+                /* [gate; up] in two tensors, or already fused in one */
+                const kvcal_tensor_view *p = &part[n == 1 || src < I ? 0 : 1];
+                const size_t row = (size_t)(n == 1 || src < I ? src : src - I);
                 const void *from = (const unsigned char *)p->data +
                                    row * D * kvcal_dtype_size(p->dtype);
                 if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), from, p->dtype,

@@ -244,10 +244,24 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                   c);
         d->rope_attention_factor = (float)c->rope_attention_factor;
         break;
+    case KVCAL_ROPE_LONGROPE:
+        if (c->rope_ext_factors != d->rot_dim / 2)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: longrope's %s has %d entries, but %d channel pairs "
+                              "rotate (head_dim %d x partial_rotary_factor); fix the list",
+                              m->path, c->rope_ext_long ? "long_factor" : "short_factor",
+                              c->rope_ext_factors, d->rot_dim / 2, d->head_dim);
+        for (int i = 0; i < d->rot_dim / 2; i++) {
+            const float theta = (float)(c->rope_theta > 0 ? c->rope_theta : 10000.0);
+            m->inv_freq[i] = 1.0f / (c->rope_ext_factor[i] *
+                                     powf(theta, (float)(2 * i) / (float)d->rot_dim));
+        }
+        d->rope_attention_factor = (float)c->rope_attention_factor;
+        break;
     default:
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: rope scaling type '%s' is not supported; supported: "
-                          "default, linear, llama3, dynamic, yarn",
+                          "default, linear, llama3, dynamic, yarn, longrope",
                           m->path, c->rope_type_name);
     }
     d->inv_freq = m->inv_freq;
@@ -624,6 +638,10 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim)
         return d->shared_intermediate_size;
     case KVCAL_DIM_ONE:
         return 1;
+    case KVCAL_DIM_QKV:
+        return (long long)(d->num_heads + 2 * d->num_kv_heads) * d->head_dim;
+    case KVCAL_DIM_2INTER:
+        return 2LL * d->intermediate_size;
     default:
         return 0;
     }

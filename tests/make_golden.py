@@ -220,7 +220,22 @@ def hf_configs():
             rope_scaling={"rope_type": "yarn", "factor": 4.0,
                           "original_max_position_embeddings": 16},
             **dict(common, max_position_embeddings=64)), "bfloat16", "old"),
-    ] + moe_configs(tf, common)
+    ] + moe_configs(tf, common) + [
+        # Phi-3.5 style: q/k/v and gate/up fused in the checkpoint, a quarter
+        # of each head rotating (partial_rotary_factor 0.5 of head_dim 16),
+        # longrope whose original context (20) both samples exceed, so that
+        # transformers takes the long factors, as vLLM does at its default
+        # max_model_len; a sliding window of 16
+        ("phi3_longrope_partial_swa16_bf16", tf.Phi3Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0,
+            sliding_window=16, original_max_position_embeddings=20,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.5,
+                             "short_factor": [1.0, 1.3, 2.1, 3.7],
+                             "long_factor": [1.2, 2.5, 5.0, 11.0]},
+            **common), "bfloat16", "new", "float64"),
+    ]
 
 
 def moe_configs(tf, common):
@@ -299,12 +314,19 @@ def capture_kv(model, torch):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             cos, sin = kwargs["position_embeddings"]
             shape = (*hs.shape[:-1], -1, head_dim)
-            k = module.k_proj(hs).view(shape)
+            if hasattr(module, "qkv_proj"):  # Phi-3: q, k, v fused in the checkpoint
+                q_n = module.config.num_attention_heads * head_dim
+                kv_n = module.num_key_value_heads * head_dim
+                qkv = module.qkv_proj(hs)
+                k = qkv[..., q_n:q_n + kv_n].view(shape)
+                v = qkv[..., q_n + kv_n:].view(shape)
+            else:
+                k = module.k_proj(hs).view(shape)
+                v = module.v_proj(hs).view(shape)
             if hasattr(module, "k_norm"):
                 k = module.k_norm(k)
             k = k.transpose(1, 2)
             _, k = rope_fn(k, k, cos, sin)
-            v = module.v_proj(hs).view(shape)
             seen.append((k.transpose(1, 2)[0].detach().numpy().copy(),
                          v[0].detach().numpy().copy()))
         return hook

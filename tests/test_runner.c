@@ -276,6 +276,14 @@ static void runner_matches_transformers_mixtral_top2_sliding_window_16(void)
     check_against_golden("mixtral_e4_top2_swa16_bf16");
 }
 
+/* Phi-3: q/k/v and gate/up fused in the checkpoint, partial rotary (8 of 16
+ * channels), longrope with the long factors and their attention factor,
+ * a sliding window of 16. */
+static void runner_matches_transformers_phi3_longrope_partial_rotary_window(void)
+{
+    check_against_golden("phi3_longrope_partial_swa16_bf16");
+}
+
 /* Calibration counts the tokens routed to each expert of every layer, the
  * last one included: each valid token once per chosen expert (padding
  * never), whatever the batches. */
@@ -418,8 +426,8 @@ static void model_open_lists_the_supported_architectures(void)
                                         "\"model_type\": \"gemma3_text\"}"),
                       KVCAL_ERR_UNSUPPORTED,
                       "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                      "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and "
-                      "MixtralForCausalLM");
+                      "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+                      "MixtralForCausalLM and Phi3ForCausalLM");
 }
 
 /* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next):
@@ -634,6 +642,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_qwen3_moe_top3_of_8_renormalized),
     KVCAL_TEST(runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate),
     KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
+    KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),

@@ -177,7 +177,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"qwen3", 32768, 151936, 22016},
                     {"qwen2_moe", 32768, 151936, 5632},
                     {"qwen3_moe", 32768, 151936, 6144},
-                    {"mixtral", 131072, 32000, 14336}};
+                    {"mixtral", 131072, 32000, 14336},
+                    {"phi3", 4096, 32064, 8192}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -208,7 +209,7 @@ static const struct {
 } rope_types[] = {
     {"default", KVCAL_ROPE_DEFAULT}, {"linear", KVCAL_ROPE_LINEAR},
     {"llama3", KVCAL_ROPE_LLAMA3},   {"dynamic", KVCAL_ROPE_DYNAMIC},
-    {"yarn", KVCAL_ROPE_YARN},
+    {"yarn", KVCAL_ROPE_YARN},       {"longrope", KVCAL_ROPE_LONGROPE},
 };
 
 /* Reads the scaling fields of `sc` (rope_parameters or rope_scaling). */
@@ -234,7 +235,7 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
     /* yarn: an explicit null factor is derived from the context lengths */
     int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
     if (!found && c->rope_type != KVCAL_ROPE_DEFAULT &&
-        c->rope_type != KVCAL_ROPE_OTHER &&
+        c->rope_type != KVCAL_ROPE_OTHER && c->rope_type != KVCAL_ROPE_LONGROPE &&
         !(c->rope_type == KVCAL_ROPE_YARN && null_factor))
         return cfg_missing(sc, "factor", " for this rope_type");
     int low = 0, high = 0, orig = 0;
@@ -368,6 +369,44 @@ static kvcal_status cfg_read_yarn(const cfg_obj *top, const cfg_obj *sc,
 
 /* rope_theta and scaling, from rope_parameters (transformers 5) or from the
  * top-level rope_theta / rope_scaling (older files). */
+/* LongRoPE (transformers' _compute_longrope_parameters, vLLM's
+ * Phi3LongRoPEScaledRotaryEmbedding): original_max_position_embeddings from
+ * the rope parameters or the top level, the factor list vLLM applies (see
+ * kvcal_model_config), the attention factor. The lists' lengths are checked
+ * against the rotated channels when the model is opened. */
+static kvcal_status cfg_read_longrope(const cfg_obj *top, const cfg_obj *sc,
+                                      kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found = 0;
+    if (!c->rope_original_max_position &&
+        (s = cfg_int(top, "original_max_position_embeddings", 1, INT_MAX,
+                     &c->rope_original_max_position, &found)) != KVCAL_OK)
+        return s;
+    if (!c->rope_original_max_position)
+        return cfg_missing(sc, "original_max_position_embeddings", " for rope_type longrope");
+    c->rope_ext_long = c->max_position_embeddings > c->rope_original_max_position;
+    const char *key = c->rope_ext_long ? "long_factor" : "short_factor";
+    const cJSON *list = cfg_item(sc, key), *it;
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) > KVCAL_ROPE_EXT_MAX)
+        return list ? cfg_bad(sc, key, list, "an array of up to 512 positive numbers")
+                    : cfg_missing(sc, key, " for rope_type longrope");
+    c->rope_ext_factors = 0;
+    cJSON_ArrayForEach(it, list)
+    {
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0))
+            return cfg_bad(sc, key, list, "an array of positive numbers");
+        c->rope_ext_factor[c->rope_ext_factors++] = (float)it->valuedouble;
+    }
+    double factor = (double)c->max_position_embeddings / c->rope_original_max_position;
+    if ((s = cfg_double(sc, "factor", 0.0, INFINITY, &factor, NULL)) != KVCAL_OK)
+        return s;
+    c->rope_factor = factor;
+    c->rope_attention_factor =
+        factor <= 1.0 ? 1.0 : sqrt(1.0 + log(factor) / log(c->rope_original_max_position));
+    return cfg_double(sc, "attention_factor", 0.0, INFINITY, &c->rope_attention_factor, NULL);
+}
+
 static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
 {
     const cJSON *params, *scaling;
@@ -390,12 +429,16 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
                 KVCAL_OK ||
             (s = cfg_read_rope_scaling(&p, 1, c)) != KVCAL_OK)
             return s;
+        if (c->rope_type == KVCAL_ROPE_LONGROPE)
+            return cfg_read_longrope(top, &p, c);
         return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &p, c) : KVCAL_OK;
     }
     if (scaling) {
         cfg_obj sc = {scaling, "rope_scaling.", top->name};
         if ((s = cfg_read_rope_scaling(&sc, 0, c)) != KVCAL_OK)
             return s;
+        if (c->rope_type == KVCAL_ROPE_LONGROPE)
+            return cfg_read_longrope(top, &sc, c);
         return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &sc, c) : KVCAL_OK;
     }
     return KVCAL_OK;
@@ -563,7 +606,7 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
 static const char *const known_kv_families[] = {
     "llama",      "mistral",     "qwen2",       "qwen3",     "qwen2_moe", "qwen3_moe",
-    "mixtral",    "qwen3_next",  "deepseek_v2", "deepseek_v3", "kimi_k2"};
+    "mixtral",    "phi3",        "qwen3_next",  "deepseek_v2", "deepseek_v3", "kimi_k2"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {

@@ -18,8 +18,12 @@ typedef enum kvcal_rope_type {
     KVCAL_ROPE_LLAMA3 = 2,
     KVCAL_ROPE_DYNAMIC = 3,
     KVCAL_ROPE_YARN = 4,
-    KVCAL_ROPE_OTHER = 5 /* any other rope_type; its name is in rope_type_name */
+    KVCAL_ROPE_OTHER = 5, /* any other rope_type; its name is in rope_type_name */
+    KVCAL_ROPE_LONGROPE = 6 /* Phi-3 / 3.5 / 4: per-frequency factors */
 } kvcal_rope_type;
+
+/* LongRoPE factors kvcal keeps at most (one per rotated channel pair). */
+#define KVCAL_ROPE_EXT_MAX 512
 
 /* What an engine's KV cache holds for one token. Values only grow at the end. */
 typedef enum kvcal_kv_layout {
@@ -57,6 +61,15 @@ typedef struct kvcal_model_config {
     int rope_truncate;                 /* yarn: correction range floored/ceiled
                                           (truncate, default true); else 0 */
     double partial_rotary_factor;      /* 1.0 when absent */
+    /* longrope: the factors each frequency is divided by, as vLLM applies
+     * them: long_factor when max_position_embeddings exceeds
+     * original_max_position_embeddings (vLLM's default max_model_len then
+     * takes the long factors for every position), else short_factor;
+     * rope_attention_factor its scale (given, or sqrt(1 + ln(factor) /
+     * ln(original)), factor max_position_embeddings / original) */
+    float rope_ext_factor[KVCAL_ROPE_EXT_MAX];
+    int rope_ext_factors;              /* entries of rope_ext_factor */
+    int rope_ext_long;                 /* 1: the long factors */
     int tie_word_embeddings;
     int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */
     int qk_norm;             /* per-head q_norm / k_norm (qwen3: 1) */
