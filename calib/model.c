@@ -318,7 +318,8 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
                     if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
                                            kvcal_model_dim(d, p[i].cols), &t)))
                         return st;
-                    if (l == 0 && w == KVCAL_W_QKV && i == 1)
+                    /* k_proj's dtype, or the fused qkv_proj's */
+                    if (l == 0 && w == KVCAL_W_QKV && (i == 1 || !p[1].name))
                         snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
                                  kvcal_dtype_name(t->dtype));
                 }

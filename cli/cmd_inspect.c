@@ -205,7 +205,11 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"parameters", (double)x->params},
                {"kv_lora_rank", c->kv_lora_rank},
                {"qk_rope_head_dim", c->qk_rope_head_dim},
-               {"kv_layers", c->kv_layers}};
+               {"kv_layers", c->kv_layers},
+               {"num_experts", c->num_experts},
+               {"num_experts_per_tok", c->num_experts_per_tok},
+               {"moe_intermediate_size", c->moe_intermediate_size},
+               {"shared_expert_intermediate_size", c->shared_expert_intermediate_size}};
     const struct {
         const char *key;
         int v;
@@ -214,6 +218,7 @@ static void print_model(const char *path, const kvcal_model_config *c,
                 {"tied_embeddings", c->tie_word_embeddings},
                 {"qkv_bias", c->attention_bias},
                 {"qk_norm", c->qk_norm},
+                {"norm_topk_prob", c->norm_topk_prob},
                 {"kv_layout_known", c->kv_layout_known}};
     const char *str[][2] = {{"kind", "model"},
                             {"source", x->source},
@@ -280,6 +285,11 @@ static void print_model(const char *path, const kvcal_model_config *c,
     }
     if (c->sliding_window)
         printf(", sliding window %d", c->sliding_window);
+    if (c->num_experts)
+        printf("\n  experts         %d of %d channels, top-%d%s%s", c->num_experts,
+               c->moe_intermediate_size, c->num_experts_per_tok,
+               c->norm_topk_prob ? " renormalized" : "",
+               c->shared_expert_intermediate_size ? ", a gated shared expert" : "");
     printf("\n  rope            theta %g, %s", c->rope_theta, rope);
     if (factor > 0)
         printf(" x%g", factor);

@@ -525,9 +525,9 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     int qwen_moe = !strcmp(c->model_type, "qwen2_moe") || !strcmp(c->model_type, "qwen3_moe");
     if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK)
         return s;
-    if (is_qwen2)
+    if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
-    c->qk_norm = is_qwen3;
+    c->qk_norm = is_qwen3 || !strcmp(c->model_type, "qwen3_moe");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
