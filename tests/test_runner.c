@@ -556,15 +556,18 @@ static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int c
 }
 
 /* Every statistic (absmax, histograms, tokens, the per-head and per-layer
- * moving averages, the batch count) of a run layer by layer equals the run
- * batch by batch, and a run in chunks of two batches, on stories260K and a
- * golden model, for several batch counts (the last batch short). */
+ * moving averages, the batch count, the routing counts) of a run layer by
+ * layer equals the run batch by batch, and a run in chunks of two batches,
+ * on stories260K and golden models (dense, MoE, a sliding window), for
+ * several batch counts (the last batch short). */
 static void runner_layer_by_layer_equals_batch_by_batch(void)
 {
-    static const char *const models[] = {"models/stories260K/stories260K.bin",
-                                         "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16"};
+    static const char *const models[] = {
+        "models/stories260K/stories260K.bin", "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16",
+        "tests/fixtures/golden/qwen2_moe_shared_e6_top2_bf16",
+        "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
     static const int shapes[][2] = {{1, 1}, {7, 2}, {10, 3}};
-    for (size_t mi = 0; mi < 2; mi++) {
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
         kvcal_model_t *m = NULL;
         CU_ASSERT_EQUAL_FATAL(kvcal_model_open(models[mi], &m), KVCAL_OK);
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -583,13 +586,12 @@ static void runner_layer_by_layer_equals_batch_by_batch(void)
     }
 }
 
-/* An evaluation's perplexity sums and its simulated cache's error sums do
- * not depend on the chunks either (first-batch scales included). */
-static void eval_layer_by_layer_equals_batch_by_batch(void)
+/* The perplexity and error sums of model `path` run in chunks of one batch
+ * and of every batch, for the exact, dynamic and first-batch modes. */
+static void eval_chunks_agree(const char *path)
 {
     kvcal_model_t *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open(path, &m), KVCAL_OK);
     const kvcal_model_desc *d = kvcal_model_describe(m);
     enum { N = 7, LEN = 20, BATCH = 2 };
     int32_t ids[N * LEN], lengths[N];
@@ -627,6 +629,19 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
         free(sums[1]);
     }
     kvcal_model_close(m);
+}
+
+/* An evaluation's perplexity sums and its simulated cache's error sums do
+ * not depend on the chunks either (first-batch scales included), on
+ * stories260K, a mixture of experts and a sliding window shorter than the
+ * samples. */
+static void eval_layer_by_layer_equals_batch_by_batch(void)
+{
+    static const char *const models[] = {"models/stories260K/stories260K.bin",
+                                         "tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16",
+                                         "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
+        eval_chunks_agree(models[k]);
 }
 
 static CU_TestInfo tests[] = {
