@@ -39,12 +39,12 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
         (qwen2 && d->shared_intermediate_size < 1))
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "config.json: %s needs num_experts >= 1, num_experts_per_tok in "
-                          "1..num_experts and moe_intermediate_size >= 1%s (found %d, %d, "
-                          "%d%s); fix the config",
+                          "1..num_experts and moe_intermediate_size >= 1%s (found %d, %d "
+                          "and %d, shared expert %d); fix the config",
                           c->architecture,
-                          qwen2 ? " and shared_expert_intermediate_size >= 1" : "",
+                          qwen2 ? ", shared_expert_intermediate_size >= 1" : "",
                           d->num_experts, d->experts_per_tok, d->moe_intermediate_size,
-                          qwen2 ? ", and a shared expert of 0" : "");
+                          d->shared_intermediate_size);
     if (c->mlp_only_layers > 0 || c->decoder_sparse_step != 1)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "config.json: %s with dense layers (mlp_only_layers %d entries, "

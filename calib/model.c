@@ -177,7 +177,22 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     d->max_seq_len = c->max_position_embeddings;
     d->norm_eps = (float)c->rms_norm_eps;
     d->tied_embeddings = c->tie_word_embeddings;
-    d->sliding_window = c->sliding_window;
+    /* one window for every layer, or none: the layers that slide by
+     * layer_types, else by Qwen2 / Qwen3's max_window_layers, else all */
+    const int sliding = c->layer_types_given        ? c->sliding_layers
+                        : c->max_window_layers >= 0 ? (c->num_layers > c->max_window_layers
+                                                           ? c->num_layers - c->max_window_layers
+                                                           : 0)
+                        : c->sliding_window > 0     ? c->num_layers
+                                                    : 0;
+    if (c->sliding_window > 0 && sliding > 0 && sliding < c->kv_layers)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %d of %d layers use a sliding window of %d (%s), which is "
+                          "not supported yet: kvcal runs one window for every layer or "
+                          "none",
+                          m->path, sliding, c->kv_layers, c->sliding_window,
+                          c->layer_types_given ? "layer_types" : "max_window_layers");
+    d->sliding_window = sliding ? c->sliding_window : 0;
     d->num_experts = c->num_experts;
     d->experts_per_tok = c->num_experts_per_tok;
     d->moe_intermediate_size = c->moe_intermediate_size;

@@ -61,13 +61,13 @@ typedef struct {
     int64_t rows;
 } fixture;
 
-static int fixture_open(fixture *f, const char *name)
+static int fixture_open(fixture *f, const char *name, const char *dir)
 {
     char path[256];
     memset(f, 0, sizeof *f);
     snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &f->root), KVCAL_OK);
-    const char *model = cJSON_GetObjectItem(f->root, "model")->valuestring;
+    const char *model = dir ? dir : cJSON_GetObjectItem(f->root, "model")->valuestring;
     kvcal_status st = kvcal_model_open(model, &f->model);
     if (st)
         fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
@@ -127,12 +127,13 @@ static const float *row_of(const captured *c, const float *base, int layer, int6
     return base + ((int64_t)layer * c->rows + row) * c->heads * c->head_dim;
 }
 
-/* Checks per-layer per-head absmax, raw rows and logits against the fixture. */
-static void check_against_golden(const char *name)
+/* Checks per-layer per-head absmax, raw rows and logits of the model in
+ * dir (NULL: the fixture's own) against fixture `name`. */
+static void check_model_against_golden(const char *name, const char *dir)
 {
     fixture f;
     captured c;
-    fixture_open(&f, name);
+    fixture_open(&f, name, dir);
     const kvcal_model_desc *d = kvcal_model_describe(f.model);
     float *logits = malloc(sizeof(float) * (size_t)f.rows * (size_t)d->vocab_size);
     CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
@@ -204,6 +205,11 @@ static void check_against_golden(const char *name)
     free(logits);
     captured_free(&c);
     fixture_close(&f);
+}
+
+static void check_against_golden(const char *name)
+{
+    check_model_against_golden(name, NULL);
 }
 
 static void runner_matches_numpy_run_c_on_stories260k(void)
@@ -324,7 +330,7 @@ static void runner_kv_does_not_depend_on_batch_neighbours(void)
 {
     fixture f;
     captured all, one;
-    fixture_open(&f, "qwen2_gqa_bias_bf16");
+    fixture_open(&f, "qwen2_gqa_bias_bf16", NULL);
     run_capture(&f, &all, NULL);
     f.batch = 1;
     memcpy(f.ids, f.ids + f.seq, sizeof(int32_t) * (size_t)f.seq);
@@ -450,6 +456,35 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
                       "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
                       "K and V, the others are linear_attention), which is not supported "
                       "yet");
+}
+
+/* Qwen2's use_sliding_window slides only the layers from max_window_layers
+ * on (transformers' layer_types when config.json lists none; a list it has
+ * decides): none of them, or a layer_types list of full layers, leaves the
+ * golden values as they are; some of them is refused (one window for every
+ * layer or none), as is a layer_types list that mixes the kinds. */
+static void model_open_takes_the_window_of_every_layer_or_refuses_a_mix(void)
+{
+    check_model_against_golden(
+        "qwen2_gqa_bias_bf16",
+        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
+                                                 "\"sliding_window\": 8, \"layer_types\": null, "
+                                                 "\"max_window_layers\": 2}"));
+    check_model_against_golden(
+        "qwen2_gqa_bias_bf16",
+        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
+                                                 "\"sliding_window\": 8, "
+                                                 "\"max_window_layers\": 0, \"layer_types\": "
+                                                 "[\"full_attention\", \"full_attention\"]}"));
+    expect_open_error(edited_checkpoint("qwen2_gqa_bias_bf16",
+                                        "{\"use_sliding_window\": true, \"layer_types\": null, "
+                                        "\"sliding_window\": 8, \"max_window_layers\": 1}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "1 of 2 layers use a sliding window of 8 (max_window_layers)");
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"sliding_window\": 8, \"layer_types\": "
+                                        "[\"full_attention\", \"sliding_attention\"]}"),
+                      KVCAL_ERR_UNSUPPORTED, "1 of 2 layers use a sliding window of 8");
 }
 
 /* A mixture of experts: each expert's tensors are checked by name, and
@@ -667,6 +702,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_lists_the_supported_architectures),
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
     KVCAL_TEST(model_open_names_missing_expert_and_refuses_dense_layers),
+    KVCAL_TEST(model_open_takes_the_window_of_every_layer_or_refuses_a_mix),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),

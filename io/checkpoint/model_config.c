@@ -534,12 +534,19 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if ((s = cfg_int(top, "sliding_window", 0, INT_MAX, &c->sliding_window, NULL)) !=
         KVCAL_OK)
         return s;
+    c->max_window_layers = -1;
     if (is_qwen2 || is_qwen3 || qwen_moe) {
         int use = 0;
         if ((s = cfg_bool(top, "use_sliding_window", &use)) != KVCAL_OK)
             return s;
         if (!use)
             c->sliding_window = 0;
+        if (use && !qwen_moe) {
+            c->max_window_layers = 28;
+            if ((s = cfg_int(top, "max_window_layers", 0, INT_MAX, &c->max_window_layers,
+                             NULL)) != KVCAL_OK)
+                return s;
+        }
     }
     return KVCAL_OK;
 }
@@ -629,6 +636,7 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
     c->kv_layout_known = in_list(c->model_type, known_kv_families,
                                  sizeof known_kv_families / sizeof *known_kv_families);
     if (types) {
+        c->layer_types_given = 1;
         if (!cJSON_IsArray(types))
             return cfg_bad(top, "layer_types", types, "an array of layer kinds");
         if (cJSON_GetArraySize(types) != c->num_layers)

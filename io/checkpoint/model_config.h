@@ -74,6 +74,10 @@ typedef struct kvcal_model_config {
     int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */
     int qk_norm;             /* per-head q_norm / k_norm (qwen3: 1) */
     int sliding_window;      /* 0 when none */
+    int max_window_layers;   /* qwen2 / qwen3 with use_sliding_window: layers from
+                                this index on slide (transformers' default 28);
+                                -1 otherwise */
+    int layer_types_given;   /* config.json lists layer_types */
     char torch_dtype[16];    /* "bfloat16", "float16", "float32" or "" */
     int has_quantization_config;
     int has_kv_cache_scheme;
