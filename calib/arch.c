@@ -8,9 +8,11 @@ extern const kvcal_arch kvcal_arch_llama;
 extern const kvcal_arch kvcal_arch_qwen_moe;
 extern const kvcal_arch kvcal_arch_mixtral;
 extern const kvcal_arch kvcal_arch_phi3;
+extern const kvcal_arch kvcal_arch_gemma3;
 
 static const kvcal_arch *const families[] = {&kvcal_arch_llama, &kvcal_arch_qwen_moe,
-                                             &kvcal_arch_mixtral, &kvcal_arch_phi3};
+                                             &kvcal_arch_mixtral, &kvcal_arch_phi3,
+                                             &kvcal_arch_gemma3};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

@@ -38,6 +38,8 @@ typedef enum kvcal_weight {
     KVCAL_W_SHARED_GATE_UP, /* (2 shared_inter, hidden) the shared expert's [Wgate; Wup] */
     KVCAL_W_SHARED_DOWN,   /* (hidden, shared_inter) */
     KVCAL_W_SHARED_GATE,   /* (1, hidden) the sigmoid gate of the shared expert */
+    KVCAL_W_POST_ATTN_NORM, /* (hidden) RMSNorm of the attention's output (Gemma) */
+    KVCAL_W_POST_FFN_NORM, /* (hidden) RMSNorm of the MLP's output (Gemma) */
     KVCAL_W_COUNT
 } kvcal_weight;
 
@@ -81,6 +83,8 @@ typedef struct kvcal_weight_spec {
     /* 1: one copy of the parts per expert, stacked by expert; each part's
      * name holds a %d for the expert ("mlp.experts.%d.up_proj.weight") */
     int per_expert;
+    /* 1: an RMSNorm weight, used as norm_offset + w (calib/model.h) */
+    int norm;
 } kvcal_weight_spec;
 
 /* The activations of a layer, as a backend holds them for every row of a
@@ -116,7 +120,12 @@ typedef enum kvcal_op_kind {
      * KVCAL_W_EXPERT_DOWN, summed by weight; plus, where the model has one,
      * the shared expert (KVCAL_W_SHARED_GATE_UP, _DOWN) scaled by
      * sigmoid(in KVCAL_W_SHARED_GATE^T) */
-    KVCAL_OP_MOE
+    KVCAL_OP_MOE,
+    /* out = rmsnorm(in) * w, out may be in (a norm of a block's output
+     * before the residual add, Gemma's post-norms) */
+    KVCAL_OP_RMSNORM,
+    /* out = gelu_tanh(in Wgate^T) * (in Wup^T), w = [Wgate; Wup] */
+    KVCAL_OP_GEGLU
 } kvcal_op_kind;
 
 typedef struct kvcal_op {

@@ -104,6 +104,8 @@ typedef struct kvcal_backend_ops {
     /* observe: layer whose routing counts (stats->expert_tokens, when the
      * statistics have them) the batch's tokens are added to (-1: none) */
     kvcal_status (*moe)(kvcal_backend *be, const kvcal_op *op, int observe);
+    kvcal_status (*rmsnorm)(kvcal_backend *be, const kvcal_op *op);
+    kvcal_status (*geglu)(kvcal_backend *be, const kvcal_op *op);
 
     // --- observing K and V ------------------------------------------------
     /* Statistics the observing ops fold into from now on (NULL: none): the

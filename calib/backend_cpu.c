@@ -200,10 +200,13 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
                           (long long)n, (long long)c->max_tokens);
     for (int i = 0; i < b->batch; i++) {
         const int32_t *row = b->ids + (int64_t)i * b->seq_len;
-        st = kvcal_model_embed(c->model, row, b->lengths[i],
-                               c->x + c->start[i] * d->hidden_size);
+        float *x = c->x + c->start[i] * d->hidden_size;
+        st = kvcal_model_embed(c->model, row, b->lengths[i], x);
         if (st)
             return kvcal_fail_context(st, "sample %lld: ", (long long)c->names[i]);
+        for (int64_t j = 0;
+             d->embed_scale != 1.0f && j < (int64_t)b->lengths[i] * d->hidden_size; j++)
+            x[j] *= d->embed_scale;
         for (int t = 0; t < b->lengths[i]; t++)
             c->pos[c->start[i] + t] = t;
     }
@@ -259,14 +262,15 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
     return KVCAL_OK;
 }
 
-/* Per-head norm (when present) and RoPE of q or k, in place. */
-static void norm_rope(const kvcal_model_desc *d, float *x, const float *norm, int heads,
-                      const int32_t *pos, int64_t n)
+/* Per-head norm (when present) and RoPE of q or k of layer l, in place. */
+static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *norm,
+                      int heads, const int32_t *pos, int64_t n)
 {
     if (norm)
         kvcal_rmsnorm_ref(x, x, norm, (int)n * heads, d->head_dim, d->norm_eps);
-    kvcal_rope_scaled_ref(x, pos, d->inv_freq, (int)n, heads, d->head_dim, d->rot_dim,
-                          d->rope_interleaved, d->rope_attention_factor);
+    kvcal_rope_scaled_ref(x, pos, kvcal_model_layer_inv_freq(d, l), (int)n, heads,
+                          d->head_dim, d->rot_dim, d->rope_interleaved,
+                          d->rope_attention_factor);
 }
 
 /* Folds K and V of every sample into the statistics of `layer`. */
@@ -299,8 +303,8 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     if (need_q)
-        norm_rope(d, c->q, weight(c, op->w), d->num_heads, c->pos, c->n);
-    norm_rope(d, c->k, weight(c, op->b), d->num_kv_heads, c->pos, c->n);
+        norm_rope(d, c->layer, c->q, weight(c, op->w), d->num_heads, c->pos, c->n);
+    norm_rope(d, c->layer, c->k, weight(c, op->b), d->num_kv_heads, c->pos, c->n);
     return observe_layer >= 0 && c->stats ? observe(c, observe_layer) : KVCAL_OK;
 }
 
@@ -313,7 +317,7 @@ static void attend(cpu_backend *c, float *out)
         const int64_t s = c->start[b];
         kvcal_attention_window_ref(out + s * H * hd, c->q + s * H * hd,
                                    c->k + s * HKV * hd, c->v + s * HKV * hd, c->lengths[b],
-                                   H, HKV, hd, 1.0f / sqrtf((float)hd), d->sliding_window);
+                                   H, HKV, hd, d->attn_scale, d->layer_window[c->layer]);
     }
 }
 
@@ -321,6 +325,27 @@ static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 {
     cpu_backend *c = cpu(be);
     attend(c, act(c, op->out));
+    return KVCAL_OK;
+}
+
+static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    kvcal_rmsnorm_ref(act(c, op->out), act(c, op->in), weight(c, op->w), (int)c->n,
+                      d->hidden_size, d->norm_eps);
+    return KVCAL_OK;
+}
+
+static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int D = d->hidden_size, I = d->intermediate_size;
+    const float *w = weight(c, op->w), *x = act(c, op->in);
+    kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
+    kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
+    kvcal_geglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
     return KVCAL_OK;
 }
 
@@ -615,6 +640,8 @@ static const kvcal_backend_ops cpu_ops = {
     .attention = attention,
     .swiglu = swiglu,
     .moe = moe,
+    .rmsnorm = rmsnorm,
+    .geglu = geglu,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = nothing,

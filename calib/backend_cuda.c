@@ -56,7 +56,7 @@ typedef struct {
 typedef struct {
     kvcal_backend base;
     kvcal_model_t *model;
-    int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx, window;
+    int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx;
     int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
     float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
     int max_batch, max_seq_len;
@@ -79,6 +79,10 @@ typedef struct {
     kvcal_bf16 *act;                /* (N, I) */
     int32_t *ids;                   /* (N) */
     float *inv_freq;                /* (rot_dim / 2) */
+    float *inv_freq_sliding;        /* (rot_dim / 2) the sliding layers', or NULL */
+    kvcal_bf16 *norm_w;             /* the layer's RMSNorm weights plus the model's
+                                       norm offset, where it has one (else NULL) */
+    size_t norm_at[KVCAL_W_COUNT];  /* their places in norm_w (values) */
     float *absmax[2];               /* (L, HKV, hd) */
     uint64_t *hist[2];              /* (L, HKV, bins) */
     size_t stats_bytes;             /* of absmax[0] .. hist[1] */
@@ -169,10 +173,14 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
     lay->gate_up_interleaved = mlp_fused;
 }
 
+/* Norm weights whose model adds an offset to them (Gemma's 1 + w) are read
+ * from norm_w, filled by use_layer. */
 static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
 {
     if (w == KVCAL_W_NONE || !r->lay.elems[w])
         return NULL;
+    if (r->norm_w && r->base.desc->arch->weights[w].norm)
+        return r->norm_w + r->norm_at[w];
     return (kvcal_bf16 *)(r->layer_weights + r->lay.off[w]);
 }
 
@@ -399,6 +407,9 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     TRY_CUDA(cudaMemcpyAsync(sl->row, sl->host_row, (size_t)n * sizeof(int64_t),
                              cudaMemcpyHostToDevice, s));
     TRY(kvcal_embed_launch(sl->resid, r->embed, r->ids, n, r->D, s));
+    if (be->desc->embed_scale != 1.0f) /* as a bf16 model: times the scale in bf16 */
+        TRY(kvcal_affine_launch(sl->resid, sl->resid, (int64_t)n * r->D,
+                                kvcal_bf16_round(be->desc->embed_scale), 0.0f, s));
     *rows = (kvcal_rows){n, sl->start, b->lengths, sl->names, batch};
     return KVCAL_OK;
 fail:
@@ -409,7 +420,14 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
 {
     cuda_backend *r = cu(be);
     r->layer = layer;
-    return kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
+    kvcal_status st = kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
+    for (int w = 0; !st && r->norm_w && w < KVCAL_W_COUNT; w++)
+        if (r->lay.elems[w] && be->desc->arch->weights[w].norm)
+            st = kvcal_affine_launch(r->norm_w + r->norm_at[w],
+                                     (const kvcal_bf16 *)(r->layer_weights + r->lay.off[w]),
+                                     (int64_t)r->lay.elems[w], 1.0f, be->desc->norm_offset,
+                                     r->stream);
+    return st;
 }
 
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
@@ -454,8 +472,13 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
 {
     (void)need_q; /* project_qkv left the queries out or not */
     cuda_backend *r = cu(be);
-    const kvcal_rope_cfg rope = {r->inv_freq,        r->rot_dim,       r->interleaved,
-                                 tensor(r, op->w),   tensor(r, op->b), r->eps,
+    const int sliding = r->inv_freq_sliding && be->desc->layer_window[r->layer] > 0;
+    const kvcal_rope_cfg rope = {sliding ? r->inv_freq_sliding : r->inv_freq,
+                                 r->rot_dim,
+                                 r->interleaved,
+                                 tensor(r, op->w),
+                                 tensor(r, op->b),
+                                 r->eps,
                                  r->attention_factor};
     kvcal_kv_observer obs;
     const int l = observe;
@@ -475,21 +498,42 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
  * model's sliding window where a sample can be longer. */
 static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
 {
-    const int q_cols = r->H * r->hd;
-    if (r->window > 0 && r->seq_len > r->window)
+    const int q_cols = r->H * r->hd, window = r->base.desc->layer_window[r->layer];
+    const float scale = r->base.desc->attn_scale;
+    if (window > 0 && r->seq_len > window)
         return kvcal_attention_window_launch(
             out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd,
-            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, 1.0f / sqrtf((float)r->hd),
-            r->window, r->stream);
+            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, scale, window, r->stream);
     return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
                                r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
-                               r->seq_len, r->H, r->HKV, r->hd,
-                               1.0f / sqrtf((float)r->hd), r->stream, NULL);
+                               r->seq_len, r->H, r->HKV, r->hd, scale, r->stream, NULL);
 }
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 {
     return attend(cu(be), act(cu(be), op->out));
+}
+
+/* In place where op's out is its in (kvcal_add_rmsnorm_launch with no
+ * delta leaves its input as it is). */
+static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
+{
+    cuda_backend *r = cu(be);
+    return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL, tensor(r, op->w),
+                                    r->batch * r->seq_len, r->D, r->eps, r->stream);
+}
+
+/* cuBLAS's gate/up GEMM, then GeGLU (the fused kernel is SwiGLU's alone). */
+static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const int n = r->batch * r->seq_len;
+    TRY(kvcal_gemm_launch(r->gemm, r->gu, act(r, op->in), tensor(r, op->w), NULL, n, r->D,
+                          2 * r->I, r->stream));
+    return kvcal_geglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
+fail:
+    return st;
 }
 
 static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
@@ -696,6 +740,9 @@ static kvcal_status head_prepare(kvcal_backend *be)
     r->target = buf[3];
     r->nll = buf[4];
     TRY(kvcal_cuda_loader_upload(r->loader, &norm, r->final_norm, r->stream));
+    if (d->norm_offset != 0.0f)
+        TRY(kvcal_affine_launch(r->final_norm, r->final_norm, r->D, 1.0f, d->norm_offset,
+                                r->stream));
     if (!d->tied_embeddings)
         TRY(kvcal_cuda_loader_upload(r->loader, &cls, buf[1], r->stream));
     return KVCAL_OK;
@@ -936,6 +983,8 @@ static const kvcal_backend_ops cuda_ops = {
     .attention = attention,
     .swiglu = swiglu,
     .moe = moe,
+    .rmsnorm = rmsnorm,
+    .geglu = geglu,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = sync_device,
@@ -988,7 +1037,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->interleaved = d->rope_interleaved;
     r->attention_factor = d->rope_attention_factor;
     r->ctx = d->max_seq_len;
-    r->window = d->sliding_window;
     r->eps = d->norm_eps;
     r->max_batch = max_batch;
     r->max_seq_len = max_seq_len;
@@ -1000,7 +1048,17 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     if (!kvcal_model_has_weight(d, KVCAL_W_GATE_UP))
         r->I = 0;
     TRY(choose_mlp(r, opt->mlp));
+    int has_swiglu = 0; /* the fused kernel is SwiGLU's: not for another MLP */
+    for (int i = 0; i < d->arch->layer_ops; i++)
+        has_swiglu |= d->arch->layer[i].kind == KVCAL_OP_SWIGLU;
+    r->mlp_fused &= has_swiglu;
     layout_layer(&r->lay, d, r->mlp_fused);
+    size_t norm_elems = 0;
+    for (int w = 0; d->norm_offset != 0.0f && w < KVCAL_W_COUNT; w++)
+        if (r->lay.elems[w] && d->arch->weights[w].norm) {
+            r->norm_at[w] = norm_elems;
+            norm_elems += (r->lay.elems[w] + 7) / 8 * 8; /* 16-byte aligned */
+        }
     if (!(r->default_names = malloc(sizeof(int64_t) * (size_t)max_batch))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
         goto fail;
@@ -1029,7 +1087,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
                          round_up((size_t)r->L * r->E * sizeof(uint64_t)) +
-                         round_up((size_t)(r->rot_dim / 2) * sizeof(float));
+                         2 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
+                         round_up(norm_elems * e);
     const size_t workspace = (size_t)32 << 20;
     const size_t embed = round_up((size_t)r->V * r->D * e);
     const size_t fixed = embed + acts + stats + workspace;
@@ -1093,6 +1152,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     }
     r->expert_tokens = carve(&p, (size_t)r->L * r->E * sizeof(uint64_t));
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
+    if (d->inv_freq_sliding)
+        r->inv_freq_sliding = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
+    r->norm_w = norm_elems ? carve(&p, norm_elems * e) : NULL;
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
@@ -1108,6 +1170,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
                              (size_t)(r->rot_dim / 2) * sizeof(float),
                              cudaMemcpyHostToDevice, r->stream));
+    if (r->inv_freq_sliding)
+        TRY_CUDA(cudaMemcpyAsync(r->inv_freq_sliding, d->inv_freq_sliding,
+                                 (size_t)(r->rot_dim / 2) * sizeof(float),
+                                 cudaMemcpyHostToDevice, r->stream));
     *out = &r->base;
     return KVCAL_OK;
 fail:

@@ -74,6 +74,12 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
         case KVCAL_OP_MOE:
             st = ops->moe(be, op, p->observe ? l : -1);
             break;
+        case KVCAL_OP_RMSNORM:
+            st = ops->rmsnorm(be, op);
+            break;
+        case KVCAL_OP_GEGLU:
+            st = ops->geglu(be, op);
+            break;
         }
         if (st || !op->kv_cache)
             continue;

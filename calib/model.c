@@ -21,6 +21,8 @@ struct kvcal_model {
     kvcal_checkpoint_t *ck; /* HF source */
     kvcal_llama2c_t *l2c;   /* llama2.c source */
     float *inv_freq;        /* (rot_dim / 2) */
+    float *inv_freq_sliding; /* (rot_dim / 2) or NULL */
+    int *layer_window;      /* (num_layers) */
     float *layer_buf;       /* one layer, fp32, logical weights in order */
     float *head_buf;        /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
@@ -177,22 +179,22 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     d->max_seq_len = c->max_position_embeddings;
     d->norm_eps = (float)c->rms_norm_eps;
     d->tied_embeddings = c->tie_word_embeddings;
-    /* one window for every layer, or none: the layers that slide by
-     * layer_types, else by Qwen2 / Qwen3's max_window_layers, else all */
-    const int sliding = c->layer_types_given        ? c->sliding_layers
-                        : c->max_window_layers >= 0 ? (c->num_layers > c->max_window_layers
-                                                           ? c->num_layers - c->max_window_layers
-                                                           : 0)
-                        : c->sliding_window > 0     ? c->num_layers
-                                                    : 0;
-    if (c->sliding_window > 0 && sliding > 0 && sliding < c->kv_layers)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: %d of %d layers use a sliding window of %d (%s), which is "
-                          "not supported yet: kvcal runs one window for every layer or "
-                          "none",
-                          m->path, sliding, c->kv_layers, c->sliding_window,
-                          c->layer_types_given ? "layer_types" : "max_window_layers");
-    d->sliding_window = sliding ? c->sliding_window : 0;
+    /* the layers that slide: layer_types' sliding layers, else Qwen2 /
+     * Qwen3's from max_window_layers on, else every layer */
+    if (c->num_layers > 0 && !(m->layer_window = calloc((size_t)c->num_layers, sizeof(int))))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int l = 0; l < c->num_layers && c->sliding_window > 0; l++) {
+        const int slides = c->layer_types_given ? (c->layer_sliding[l / 8] >> (l % 8)) & 1
+                           : c->max_window_layers >= 0 ? l >= c->max_window_layers
+                                                       : 1;
+        m->layer_window[l] = slides ? c->sliding_window : 0;
+    }
+    d->sliding_window = c->sliding_window;
+    d->layer_window = m->layer_window;
+    d->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (c->query_pre_attn_scalar > 0)
+        d->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));
+    d->embed_scale = 1.0f;
     d->num_experts = c->num_experts;
     d->experts_per_tok = c->num_experts_per_tok;
     d->moe_intermediate_size = c->moe_intermediate_size;
@@ -280,6 +282,12 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                           m->path, c->rope_type_name);
     }
     d->inv_freq = m->inv_freq;
+    if (c->rope_sliding_theta > 0) {
+        if (!(m->inv_freq_sliding = malloc(sizeof(float) * (size_t)(d->rot_dim / 2))))
+            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+        rope_default(m->inv_freq_sliding, d->rot_dim, c->rope_sliding_theta);
+        d->inv_freq_sliding = m->inv_freq_sliding;
+    }
     return KVCAL_OK;
 }
 
@@ -398,6 +406,11 @@ static kvcal_status open_llama2c(kvcal_model_t *m)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
     rope_default(m->inv_freq, d->rot_dim, KVCAL_LLAMA2C_ROPE_THETA);
     d->inv_freq = m->inv_freq;
+    if (!(m->layer_window = calloc((size_t)d->num_layers, sizeof(int))))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    d->layer_window = m->layer_window;
+    d->attn_scale = 1.0f / sqrtf((float)d->head_dim);
+    d->embed_scale = 1.0f;
     return KVCAL_OK;
 }
 
@@ -474,6 +487,8 @@ void kvcal_model_close(kvcal_model_t *m)
     kvcal_checkpoint_close(m->ck);
     kvcal_llama2c_close(m->l2c);
     free(m->inv_freq);
+    free(m->inv_freq_sliding);
+    free(m->layer_window);
     free(m->layer_buf);
     free(m->head_buf);
     free(m);
@@ -558,6 +573,8 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
                 kvcal_status st = kvcal_tensor_to_f32(t, p);
                 if (st)
                     return kvcal_fail_context(st, "%s: %s: ", m->path, name);
+                for (int64_t k = 0; a->weights[i].norm && k < t->numel; k++)
+                    p[k] += m->desc.norm_offset; /* (1 + w) in fp32, as Gemma's norm */
                 p += t->numel;
             }
     }
@@ -623,6 +640,8 @@ kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
             m->head_buf = NULL;
             return kvcal_fail_context(st, "%s: classifier: ", m->path);
         }
+        for (size_t i = 0; i < D; i++)
+            m->head_buf[i] += d->norm_offset;
         m->final_norm = m->head_buf;
         m->lm_head = m->head_buf + D;
     }
@@ -680,6 +699,12 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
     default:
         return 1;
     }
+}
+
+const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer)
+{
+    return d->inv_freq_sliding && d->layer_window[layer] > 0 ? d->inv_freq_sliding
+                                                             : d->inv_freq;
 }
 
 int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w)

@@ -41,7 +41,14 @@ struct kvcal_model_desc {
     int o_bias;                  /* o_proj carries a bias */
     int qk_norm;                 /* per-head RMSNorm of q and k before RoPE */
     int tied_embeddings;         /* lm_head is the embedding */
-    int sliding_window;          /* attention window in tokens, 0 when none */
+    int sliding_window;          /* the sliding layers' attention window, 0: none */
+    const int *layer_window;     /* (num_layers) layer l's window (0: none); owned */
+    const float *inv_freq_sliding; /* (rot_dim / 2) RoPE of the sliding layers where
+                                      it differs (Gemma's local base), else NULL */
+    float attn_scale;            /* of q k^T: 1/sqrt(head_dim), Gemma's
+                                    query_pre_attn_scalar^-0.5 */
+    float embed_scale;           /* the embedding's factor (Gemma sqrt(hidden)), 1 */
+    float norm_offset;           /* RMSNorm weights used as offset + w (Gemma 1) */
     /* a mixture of experts (KVCAL_OP_MOE); 0 for a dense model */
     int num_experts;
     int experts_per_tok;          /* top-k */
@@ -64,6 +71,9 @@ typedef struct kvcal_model kvcal_model_t;
 /* The size `dim` stands for in model d (of its family, d->arch) (0 for KVCAL_DIM_NONE).
  */
 long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
+
+/* RoPE frequencies of layer l (rot_dim / 2). */
+const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer);
 
 /* Whether weight w exists in model d. */
 int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);

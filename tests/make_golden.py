@@ -235,6 +235,21 @@ def hf_configs():
                              "short_factor": [1.0, 1.3, 2.1, 3.7],
                              "long_factor": [1.2, 2.5, 5.0, 11.0]},
             **common), "bfloat16", "new", "float64"),
+        # Gemma 3 text: (1 + w) norms before and after attention and MLP, q/k
+        # norm, query_pre_attn_scalar 24 (not head_dim 32), two sliding
+        # layers of window 8 (local RoPE base 10000) around a global one
+        # (base 1e6, linear x2), GELU-tanh MLP, embedding x sqrt(64), tied
+        ("gemma3_text_swa8_local_global_bf16", tf.Gemma3TextConfig(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24,
+            sliding_window=8, layer_types=["sliding_attention", "full_attention",
+                                           "sliding_attention"],
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default",
+                                                   "rope_theta": 10000.0}},
+            tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
     ]
 
 

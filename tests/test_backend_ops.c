@@ -77,6 +77,7 @@ typedef struct op_row {
      * (renormalized with renorm), a shared expert's output and gate with
      * shared; a few padding tokens where rows > 2 */
     int experts, top_k, renorm, shared;
+    float affine_a, affine_b; /* affine: out = x * a + b over rows values */
 } op_row;
 
 #define ROW(stem, ...)                                                                   \
@@ -211,6 +212,15 @@ static const op_row rows[] = {
     ROW("moe", .rows = 989, .k = 136, .n = 200, .experts = 60, .top_k = 4, .shared = 1),
     ROW("moe", .rows = 300, .k = 512, .n = 256, .experts = 128, .top_k = 8, .renorm = 1),
     ROW("moe", .rows = 37, .k = 64, .n = 48, .experts = 2, .top_k = 2, .shared = 1),
+
+    ROW("geglu", .rows = 19, .cols = 136),
+    ROW("geglu", .rows = 1, .cols = 37),
+    ROW("geglu", .rows = 989, .cols = 200),
+
+    /* Gemma's embedding scale (sqrt(hidden) in bf16) and norm offset */
+    ROW("affine", .rows = 989 * 64, .affine_a = 8.0f),
+    ROW("affine", .rows = 37, .affine_a = 1.0f, .affine_b = 1.0f),
+    ROW("affine", .rows = 1, .affine_a = 50.5f, .affine_b = -2.0f),
 
     ROW("swiglu", .rows = 19, .cols = 136),
     ROW("swiglu", .rows = 1, .cols = 37),
@@ -1276,6 +1286,78 @@ static void swiglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
     cudaFree(d_out);
 }
 
+// --- geglu, affine --------------------------------------------------------------
+
+static void *geglu_cpu_run(const op_row *r)
+{
+    swiglu_cpu *c = swiglu_cpu_run(r);
+    kvcal_geglu_ref(c->ref, c->gate, c->up, (int64_t)r->rows * r->cols);
+    return c;
+}
+
+/* Two bf16 roundings as SwiGLU's; and bf16 arithmetic's (gelu rounded, then
+ * the product) bit for bit but where tanh straddles a rounding boundary. */
+static void geglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const swiglu_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_gu = kvcal_test_dev_upload_bf16(c->gate_up, 2 * n),
+               *d_out = dev_alloc_nan(n);
+    ROW_OK(kvcal_geglu_launch(d_out, d_gu, r->rows, r->cols, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, n);
+    EXPECT_NONE(count_far(got, c->ref, n, SWIGLU_ATOL, SWIGLU_RTOL), n,
+                "outputs off the bound");
+    float *model = host_alloc((size_t)n * sizeof *model);
+    for (int64_t i = 0; i < n; i++) {
+        const float g = c->gate[i];
+        const float a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+        model[i] = kvcal_bf16_round(kvcal_bf16_round(a) * c->up[i]);
+    }
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100, "outputs equal to bf16 arithmetic's");
+    free(model);
+    free(got);
+    cudaFree(d_gu);
+    cudaFree(d_out);
+}
+
+/* One fp32 product and sum, rounded once: exact against the same on the host. */
+typedef struct affine_cpu {
+    float *x, *ref; /* (rows) */
+} affine_cpu;
+
+static void *affine_cpu_run(const op_row *r)
+{
+    affine_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(r->rows, -3.0f, 3.0f);
+    c->ref = host_alloc((size_t)r->rows * sizeof *c->ref);
+    for (int i = 0; i < r->rows; i++)
+        c->ref[i] = kvcal_bf16_round(c->x[i] * r->affine_a + r->affine_b);
+    return c;
+}
+
+static void affine_release(void *p)
+{
+    affine_cpu *c = p;
+    free(c->x);
+    free(c->ref);
+    free(c);
+}
+
+static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const affine_cpu *c = p;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, r->rows);
+    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b, 0)); /* in place */
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_x, r->rows);
+    EXPECT_NONE(count_differ(got, c->ref, r->rows), r->rows, "outputs not x * a + b");
+    free(got);
+    cudaFree(d_x);
+}
+
 // --- moe -----------------------------------------------------------------------
 
 /* The routing is exact (the same bf16 logits, the same tie rule: the
@@ -1683,6 +1765,8 @@ static const op_def op_defs[] = {
     {"swiglu", swiglu_cpu_run, swiglu_release, one_version, one_plain_version,
      swiglu_cuda},
     {"moe", moe_cpu_run, moe_release, one_version, one_plain_version, moe_cuda},
+    {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
+    {"affine", affine_cpu_run, affine_release, one_version, one_plain_version, affine_cuda},
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
     {"token_nll", token_nll_cpu_run, token_nll_release, one_version, one_plain_version,
      token_nll_cuda},
@@ -1773,6 +1857,16 @@ static void swiglu_rows_match_cpu(void)
 static void moe_rows_match_cpu(void)
 {
     run_op("moe", OP_PLAIN);
+}
+
+static void geglu_rows_match_cpu(void)
+{
+    run_op("geglu", OP_PLAIN);
+}
+
+static void affine_rows_match_cpu(void)
+{
+    run_op("affine", OP_PLAIN);
 }
 
 /* Shapes the grouped GEMM does not take, and plans too small for the
@@ -1877,6 +1971,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_rows_match_cpu),
     KVCAL_TEST(swiglu_rows_match_cpu),
     KVCAL_TEST(moe_rows_match_cpu),
+    KVCAL_TEST(geglu_rows_match_cpu),
+    KVCAL_TEST(affine_rows_match_cpu),
     KVCAL_TEST(embed_rows_match_cpu),
     KVCAL_TEST(token_nll_rows_match_cpu),
     KVCAL_TEST(error_sums_rows_match_cpu),

@@ -290,6 +290,15 @@ static void runner_matches_transformers_phi3_longrope_partial_rotary_window(void
     check_against_golden("phi3_longrope_partial_swa16_bf16");
 }
 
+/* Gemma 3 text: (1 + w) sandwich norms, q/k norm, query_pre_attn_scalar,
+ * sliding layers of window 8 with their own RoPE base around a global layer
+ * with linear-scaled RoPE, GELU-tanh MLP, the embedding scaled by
+ * sqrt(hidden). */
+static void runner_matches_transformers_gemma3_local_global_layers(void)
+{
+    check_against_golden("gemma3_text_swa8_local_global_bf16");
+}
+
 /* Calibration counts the tokens routed to each expert of every layer, the
  * last one included: each valid token once per chosen expert (padding
  * never), whatever the batches. */
@@ -428,12 +437,12 @@ static void model_open_names_unsupported_architecture(void)
 static void model_open_lists_the_supported_architectures(void)
 {
     expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"Gemma3ForCausalLM\"], "
-                                        "\"model_type\": \"gemma3_text\"}"),
+                                        "{\"architectures\": [\"GptOssForCausalLM\"], "
+                                        "\"model_type\": \"gpt_oss\"}"),
                       KVCAL_ERR_UNSUPPORTED,
                       "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
                       "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
-                      "MixtralForCausalLM and Phi3ForCausalLM");
+                      "MixtralForCausalLM, Phi3ForCausalLM and Gemma3ForCausalLM");
 }
 
 /* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next):
@@ -458,13 +467,29 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
                       "yet");
 }
 
+/* The window of layer l of the model in dir, and its count of layers. */
+static void layer_windows(const char *dir, int *windows, int n)
+{
+    kvcal_model_t *m = NULL;
+    kvcal_status st = kvcal_model_open(dir, &m);
+    if (st)
+        fprintf(stderr, "\n%s\n", kvcal_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL_FATAL(d->num_layers, n);
+    for (int l = 0; l < n; l++)
+        windows[l] = d->layer_window[l];
+    kvcal_model_close(m);
+}
+
 /* Qwen2's use_sliding_window slides only the layers from max_window_layers
  * on (transformers' layer_types when config.json lists none; a list it has
  * decides): none of them, or a layer_types list of full layers, leaves the
- * golden values as they are; some of them is refused (one window for every
- * layer or none), as is a layer_types list that mixes the kinds. */
-static void model_open_takes_the_window_of_every_layer_or_refuses_a_mix(void)
+ * golden values as they are; otherwise each layer gets the window its kind
+ * says (the mix of both kinds is Gemma 3's golden test). */
+static void model_open_gives_each_layer_the_window_of_its_kind(void)
 {
+    int w[2];
     check_model_against_golden(
         "qwen2_gqa_bias_bf16",
         edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
@@ -476,15 +501,18 @@ static void model_open_takes_the_window_of_every_layer_or_refuses_a_mix(void)
                                                  "\"sliding_window\": 8, "
                                                  "\"max_window_layers\": 0, \"layer_types\": "
                                                  "[\"full_attention\", \"full_attention\"]}"));
-    expect_open_error(edited_checkpoint("qwen2_gqa_bias_bf16",
-                                        "{\"use_sliding_window\": true, \"layer_types\": null, "
-                                        "\"sliding_window\": 8, \"max_window_layers\": 1}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "1 of 2 layers use a sliding window of 8 (max_window_layers)");
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"sliding_window\": 8, \"layer_types\": "
-                                        "[\"full_attention\", \"sliding_attention\"]}"),
-                      KVCAL_ERR_UNSUPPORTED, "1 of 2 layers use a sliding window of 8");
+    layer_windows(edited_checkpoint("qwen2_gqa_bias_bf16",
+                                    "{\"use_sliding_window\": true, \"layer_types\": null, "
+                                    "\"sliding_window\": 8, \"max_window_layers\": 1}"),
+                  w, 2);
+    CU_ASSERT(w[0] == 0 && w[1] == 8);
+    layer_windows(edited_checkpoint("mistral_mqa_fp16",
+                                    "{\"sliding_window\": 8, \"layer_types\": "
+                                    "[\"sliding_attention\", \"full_attention\"]}"),
+                  w, 2);
+    CU_ASSERT(w[0] == 8 && w[1] == 0);
+    layer_windows(edited_checkpoint("mistral_mqa_fp16", "{\"sliding_window\": 8}"), w, 2);
+    CU_ASSERT(w[0] == 8 && w[1] == 8);
 }
 
 /* A mixture of experts: each expert's tensors are checked by name, and
@@ -693,6 +721,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate),
     KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
+    KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),
@@ -702,7 +731,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_lists_the_supported_architectures),
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
     KVCAL_TEST(model_open_names_missing_expert_and_refuses_dense_layers),
-    KVCAL_TEST(model_open_takes_the_window_of_every_layer_or_refuses_a_mix),
+    KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),

@@ -178,7 +178,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"qwen2_moe", 32768, 151936, 5632},
                     {"qwen3_moe", 32768, 151936, 6144},
                     {"mixtral", 131072, 32000, 14336},
-                    {"phi3", 4096, 32064, 8192}};
+                    {"phi3", 4096, 32064, 8192},
+                    {"gemma3_text", 131072, 262208, 9216}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -503,8 +504,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         c->head_dim = c->qk_rope_head_dim;
         return KVCAL_OK;
     }
-    if (!strcmp(c->model_type, "qwen3")) {
-        c->head_dim = 128;
+    if (!strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "gemma3_text")) {
+        c->head_dim = !strcmp(c->model_type, "qwen3") ? 128 : 256;
         return KVCAL_OK;
     }
     if (c->hidden_size % c->num_attention_heads != 0)
@@ -527,7 +528,8 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
         return s;
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
-    c->qk_norm = is_qwen3 || !strcmp(c->model_type, "qwen3_moe");
+    c->qk_norm = is_qwen3 || !strcmp(c->model_type, "qwen3_moe") ||
+                 !strcmp(c->model_type, "gemma3_text");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
@@ -600,6 +602,53 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     return KVCAL_OK;
 }
 
+/* Gemma 3's fields and its defaults (transformers' Gemma3TextConfig):
+ * query_pre_attn_scalar 256, sliding_window 4096, the sliding layers of
+ * layer_types or, in older files, every layer but each
+ * sliding_window_pattern-th (6), the sliding layers' RoPE base
+ * (rope_parameters.sliding_attention.rope_theta, rope_local_base_freq,
+ * 10000), the soft caps. */
+static kvcal_status cfg_read_gemma3(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "gemma3_text"))
+        return KVCAL_OK;
+    kvcal_status s;
+    int pattern = 6;
+    c->query_pre_attn_scalar = 256.0;
+    c->rope_sliding_theta = 10000.0;
+    if (!cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
+        c->sliding_window = 4096;
+    if ((s = cfg_double(top, "query_pre_attn_scalar", 0.0, INFINITY,
+                        &c->query_pre_attn_scalar, NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "rope_local_base_freq", 0.0, INFINITY, &c->rope_sliding_theta,
+                        NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "final_logit_softcapping", 0.0, INFINITY,
+                        &c->final_logit_softcapping, NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "attn_logit_softcapping", 0.0, INFINITY,
+                        &c->attn_logit_softcapping, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "sliding_window_pattern", 1, KVCAL_CONFIG_MAX_LAYERS, &pattern,
+                     NULL)) != KVCAL_OK)
+        return s;
+    const cJSON *params = cfg_item(top, "rope_parameters");
+    cfg_obj sl = {cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params,
+                                                                            "sliding_attention")
+                                         : NULL,
+                  "rope_parameters.sliding_attention.", top->name};
+    if (cJSON_IsObject(sl.obj) &&
+        (s = cfg_double(&sl, "rope_theta", 0.0, INFINITY, &c->rope_sliding_theta, NULL)) !=
+            KVCAL_OK)
+        return s;
+    if (!c->layer_types_given) {
+        c->layer_types_given = 1;
+        for (int i = 0; i < c->num_layers; i++)
+            if ((i + 1) % pattern) {
+                c->sliding_layers++;
+                c->layer_sliding[i / 8] |= (unsigned char)(1u << (i % 8));
+            }
+    }
+    return KVCAL_OK;
+}
+
 /* Kinds of layer_types entries (transformers' names, legacy ones included):
  * those that cache an entry per token, those that cache nothing per token (a
  * fixed-size recurrent or convolution state, or no attention at all). */
@@ -613,7 +662,8 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
 static const char *const known_kv_families[] = {
     "llama",      "mistral",     "qwen2",       "qwen3",     "qwen2_moe", "qwen3_moe",
-    "mixtral",    "phi3",        "qwen3_next",  "deepseek_v2", "deepseek_v3", "kimi_k2"};
+    "mixtral",    "phi3",        "gemma3_text", "qwen3_next",  "deepseek_v2", "deepseek_v3",
+    "kimi_k2"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -659,7 +709,10 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
             if (mla_indexed || in_list(k, kv_layer_kinds,
                                        sizeof kv_layer_kinds / sizeof *kv_layer_kinds)) {
                 c->kv_layers++;
-                c->sliding_layers += !strcmp(k, "sliding_attention");
+                if (!strcmp(k, "sliding_attention")) {
+                    c->sliding_layers++;
+                    c->layer_sliding[i / 8] |= (unsigned char)(1u << (i % 8));
+                }
                 continue;
             }
             int j = 0, n = sizeof no_kv_layer_kinds / sizeof *no_kv_layer_kinds;
@@ -763,6 +816,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_attention(f, c)) != KVCAL_OK ||
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
         (s = cfg_read_moe(f, c)) != KVCAL_OK ||
+        (s = cfg_read_gemma3(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
     c->rope_interleave = -1;

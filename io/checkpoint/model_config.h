@@ -22,6 +22,10 @@ typedef enum kvcal_rope_type {
     KVCAL_ROPE_LONGROPE = 6 /* Phi-3 / 3.5 / 4: per-frequency factors */
 } kvcal_rope_type;
 
+/* Layers whose kind (sliding or full attention) kvcal keeps: every layer a
+ * config.json may state (KVCAL_CONFIG_MAX_LAYERS). */
+#define KVCAL_LAYER_BITS 65536
+
 /* LongRoPE factors kvcal keeps at most (one per rotated channel pair). */
 #define KVCAL_ROPE_EXT_MAX 512
 
@@ -77,7 +81,10 @@ typedef struct kvcal_model_config {
     int max_window_layers;   /* qwen2 / qwen3 with use_sliding_window: layers from
                                 this index on slide (transformers' default 28);
                                 -1 otherwise */
-    int layer_types_given;   /* config.json lists layer_types */
+    int layer_types_given;   /* config.json lists layer_types (or Gemma 3's
+                                sliding_window_pattern stands for them) */
+    /* bit l of layer_sliding[l / 8]: layer l is a sliding_attention layer */
+    unsigned char layer_sliding[KVCAL_LAYER_BITS / 8];
     char torch_dtype[16];    /* "bfloat16", "float16", "float32" or "" */
     int has_quantization_config;
     int has_kv_cache_scheme;
@@ -116,6 +123,12 @@ typedef struct kvcal_model_config {
     int norm_topk_prob;          /* top-k weights renormalized to sum 1 (Mixtral: 1) */
     int decoder_sparse_step;     /* layer i is MoE when (i + 1) % step == 0 */
     int mlp_only_layers;         /* entries of mlp_only_layers (dense layers) */
+
+    /* Gemma 3 (gemma3_text; 0 elsewhere) */
+    double query_pre_attn_scalar;  /* attention scale query_pre_attn_scalar^-0.5 */
+    double rope_sliding_theta;     /* RoPE base of the sliding layers */
+    double final_logit_softcapping; /* 0: none */
+    double attn_logit_softcapping;  /* 0: none */
 } kvcal_model_config;
 
 /* Upper bounds on the sizes a config.json may state. Real models stay far

@@ -424,6 +424,16 @@ float kvcal_sigmoid_ref(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
+void kvcal_geglu_ref(float *out, const float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        /* transformers' gelu_pytorch_tanh */
+        const float t = tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g));
+        out[i] = 0.5f * g * (1.0f + t) * up[i];
+    }
+}
+
 void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {

@@ -93,6 +93,10 @@ void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t
 /* out (n) = silu(gate) * up */
 void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
+/* out (n) = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi)
+ * (g + 0.044715 g^3))) (transformers' gelu_pytorch_tanh) */
+void kvcal_geglu_ref(float *out, const float *gate, const float *up, int64_t n);
+
 /* x (n) += y (n) */
 void kvcal_add_ref(float *x, const float *y, int64_t n);
 

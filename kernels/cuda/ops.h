@@ -30,7 +30,8 @@ extern "C" {
  * residual (rows, dim) += delta (rows, dim) (rounded to bf16, as a bf16
  * model's residual stream is), then out (rows, dim) = residual *
  * rsqrt(mean(residual^2) + eps) * w (dim). delta NULL: a plain RMSNorm of
- * residual. out may not alias residual or delta. */
+ * residual, which it leaves as it is, and then out may be residual (an RMSNorm
+ * in place); otherwise out may not alias residual or delta. */
 kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
                                       const kvcal_bf16 *delta, const kvcal_bf16 *w,
                                       int rows, int dim, float eps, cudaStream_t stream);
@@ -39,6 +40,16 @@ kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
  * n columns and up in the last n (the output of a fused gate/up GEMM). */
 kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
                                  int n, cudaStream_t stream);
+
+/* out (rows, n) = gelu_tanh(gate) * up (kvcal_geglu_ref), gate_up as
+ * kvcal_swiglu_launch's; gelu_tanh rounded to bf16, then the product. */
+kvcal_status kvcal_geglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
+                                int n, cudaStream_t stream);
+
+/* out (n) = x * a + b in fp32, rounded once to bf16 (out may be x): the
+ * embedding's scale, an RMSNorm weight's offset. */
+kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int64_t n, float a,
+                                 float b, cudaStream_t stream);
 
 /* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
  * gives a zero row. Ids are not range-checked: the caller checks them
