@@ -127,6 +127,8 @@ static const float *row_of(const captured *c, const float *base, int layer, int6
     return base + ((int64_t)layer * c->rows + row) * c->heads * c->head_dim;
 }
 
+static const char *edited_checkpoint(const char *src, const char *edits);
+
 /* Checks per-layer per-head absmax, raw rows and logits of the model in
  * dir (NULL: the fixture's own) against fixture `name`. */
 static void check_model_against_golden(const char *name, const char *dir)
@@ -297,6 +299,12 @@ static void runner_matches_transformers_phi3_longrope_partial_rotary_window(void
 static void runner_matches_transformers_gemma3_local_global_layers(void)
 {
     check_against_golden("gemma3_text_swa8_local_global_bf16");
+    /* the older config.json: sliding_window_pattern 2 and no layer_types
+     * make the same sliding, global, sliding layers */
+    check_model_against_golden(
+        "gemma3_text_swa8_local_global_bf16",
+        edited_checkpoint("gemma3_text_swa8_local_global_bf16",
+                          "{\"layer_types\": null, \"sliding_window_pattern\": 2}"));
 }
 
 /* Calibration counts the tokens routed to each expert of every layer, the
