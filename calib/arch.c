@@ -9,10 +9,11 @@ extern const kvcal_arch kvcal_arch_qwen_moe;
 extern const kvcal_arch kvcal_arch_mixtral;
 extern const kvcal_arch kvcal_arch_phi3;
 extern const kvcal_arch kvcal_arch_gemma3;
+extern const kvcal_arch kvcal_arch_glm4_moe;
 
-static const kvcal_arch *const families[] = {&kvcal_arch_llama, &kvcal_arch_qwen_moe,
+static const kvcal_arch *const families[] = {&kvcal_arch_llama,  &kvcal_arch_qwen_moe,
                                              &kvcal_arch_mixtral, &kvcal_arch_phi3,
-                                             &kvcal_arch_gemma3};
+                                             &kvcal_arch_gemma3, &kvcal_arch_glm4_moe};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

@@ -40,6 +40,7 @@ typedef enum kvcal_weight {
     KVCAL_W_SHARED_GATE,   /* (1, hidden) the sigmoid gate of the shared expert */
     KVCAL_W_POST_ATTN_NORM, /* (hidden) RMSNorm of the attention's output (Gemma) */
     KVCAL_W_POST_FFN_NORM, /* (hidden) RMSNorm of the MLP's output (Gemma) */
+    KVCAL_W_ROUTER_BIAS,   /* (experts) added to the router's scores to choose (GLM) */
     KVCAL_W_COUNT
 } kvcal_weight;
 
@@ -65,7 +66,9 @@ typedef enum kvcal_when {
     KVCAL_WHEN_QKV_BIAS, /* desc->qkv_bias */
     KVCAL_WHEN_O_BIAS,   /* desc->o_bias */
     KVCAL_WHEN_QK_NORM,  /* desc->qk_norm */
-    KVCAL_WHEN_SHARED_EXPERT /* desc->shared_intermediate_size > 0 */
+    KVCAL_WHEN_SHARED_EXPERT, /* desc->shared_intermediate_size > 0 */
+    KVCAL_WHEN_DENSE_LAYERS,  /* layers before desc->first_dense_layers only */
+    KVCAL_WHEN_MOE_LAYERS     /* layers from desc->first_dense_layers on only */
 } kvcal_when;
 
 /* One checkpoint tensor of a logical weight: its name after the layer
@@ -115,11 +118,13 @@ typedef enum kvcal_op_kind {
     /* out = silu(in Wgate^T) * (in Wup^T), w = [Wgate; Wup] */
     KVCAL_OP_SWIGLU,
     /* out = the mixture of experts of in: w = KVCAL_W_ROUTER's logits,
-     * their softmax's top-k experts (weights renormalized when the model
-     * says so), each a SwiGLU MLP of KVCAL_W_EXPERT_GATE_UP and
+     * their softmax's top-k experts (or, with the model's sigmoid routing,
+     * the top-k of sigmoid(logits) + b, b = KVCAL_W_ROUTER_BIAS, weighted by
+     * the sigmoids; weights renormalized when the model says so and times
+     * its routed scale), each a SwiGLU MLP of KVCAL_W_EXPERT_GATE_UP and
      * KVCAL_W_EXPERT_DOWN, summed by weight; plus, where the model has one,
-     * the shared expert (KVCAL_W_SHARED_GATE_UP, _DOWN) scaled by
-     * sigmoid(in KVCAL_W_SHARED_GATE^T) */
+     * the shared expert (KVCAL_W_SHARED_GATE_UP, _DOWN), scaled by
+     * sigmoid(in KVCAL_W_SHARED_GATE^T) where that gate exists */
     KVCAL_OP_MOE,
     /* out = rmsnorm(in) * w, out may be in (a norm of a block's output
      * before the residual add, Gemma's post-norms) */
@@ -153,6 +158,10 @@ typedef struct kvcal_arch {
     kvcal_status (*describe)(const kvcal_model_config *c, kvcal_model_desc *d);
     const kvcal_op *layer;
     int layer_ops;
+    /* the ops of the leading dense layers (desc->first_dense_layers), where
+     * the family has them (GLM's first_k_dense_replace), else NULL */
+    const kvcal_op *dense_layer;
+    int dense_layer_ops;
 } kvcal_arch;
 
 /* The family that runs `architecture` (config.json architectures[0]), or

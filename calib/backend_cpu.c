@@ -383,7 +383,11 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     const float *x = act(c, op->in);
     float *out = act(c, op->out);
     kvcal_matmul_ref(c->logits, x, weight(c, op->w), NULL, (int)n, D, E);
-    kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, n, E, K, d->norm_topk_prob);
+    if (d->moe_sigmoid)
+        kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, weight(c, op->b), n,
+                                    E, K, d->norm_topk_prob, d->routed_scale);
+    else
+        kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, n, E, K, d->norm_topk_prob);
     memset(out, 0, sizeof(float) * (size_t)(n * D));
     const float *gu = weight(c, KVCAL_W_EXPERT_GATE_UP), *down = weight(c, KVCAL_W_EXPERT_DOWN);
     int64_t *counts = observe_layer >= 0 && c->stats && c->stats->num_experts == E
@@ -411,11 +415,12 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     }
     if (!S)
         return KVCAL_OK;
-    const float *gate = weight(c, KVCAL_W_SHARED_GATE);
+    const float *gate = weight(c, KVCAL_W_SHARED_GATE); /* NULL: no gate */
     mlp(c, c->ys, x, n, weight(c, KVCAL_W_SHARED_GATE_UP), weight(c, KVCAL_W_SHARED_DOWN), S);
-    kvcal_matmul_ref(c->rows_w, x, gate, NULL, (int)n, D, 1);
+    if (gate)
+        kvcal_matmul_ref(c->rows_w, x, gate, NULL, (int)n, D, 1);
     for (int64_t t = 0; t < n; t++) {
-        const float g = kvcal_sigmoid_ref(c->rows_w[t]);
+        const float g = gate ? kvcal_sigmoid_ref(c->rows_w[t]) : 1.0f;
         for (int i = 0; i < D; i++)
             out[t * D + i] += g * c->ys[t * D + i];
     }

@@ -569,8 +569,14 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
             ? r->expert_tokens + (size_t)observe * r->E
             : NULL;
     TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E, s));
-    TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E, r->K,
-                               be->desc->norm_topk_prob, s));
+    if (be->desc->moe_sigmoid)
+        TRY(kvcal_moe_route_sigmoid_launch(r->route_e, r->route_w, r->router,
+                                           tensor(r, op->b), r->pos, n, r->E, r->K,
+                                           be->desc->norm_topk_prob, be->desc->routed_scale,
+                                           s));
+    else
+        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E, r->K,
+                                   be->desc->norm_topk_prob, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
     TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan,
                               r->D, 2 * r->MI, s));
@@ -1048,10 +1054,16 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     if (!kvcal_model_has_weight(d, KVCAL_W_GATE_UP))
         r->I = 0;
     TRY(choose_mlp(r, opt->mlp));
-    int has_swiglu = 0; /* the fused kernel is SwiGLU's: not for another MLP */
-    for (int i = 0; i < d->arch->layer_ops; i++)
-        has_swiglu |= d->arch->layer[i].kind == KVCAL_OP_SWIGLU;
-    r->mlp_fused &= has_swiglu;
+    int has_swiglu = 0, has_other = 0; /* the fused kernel is SwiGLU's alone */
+    for (int l = 0; l < d->num_layers; l++) {
+        int n_ops = 0;
+        const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n_ops);
+        for (int i = 0; i < n_ops; i++) {
+            has_swiglu |= ops[i].kind == KVCAL_OP_SWIGLU;
+            has_other |= ops[i].kind == KVCAL_OP_GEGLU;
+        }
+    }
+    r->mlp_fused &= has_swiglu && !has_other;
     layout_layer(&r->lay, d, r->mlp_fused);
     size_t norm_elems = 0;
     for (int w = 0; d->norm_offset != 0.0f && w < KVCAL_W_COUNT; w++)

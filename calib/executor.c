@@ -31,11 +31,11 @@ typedef struct {
     int whole;              /* every layer whole (then the head, where the pass has one) */
 } pass;
 
-/* 1 when one of the layer's first n ops writes the pending residual add. */
-static int makes_delta(const kvcal_arch *a, int n)
+/* 1 when one of the first n ops writes the pending residual add. */
+static int makes_delta(const kvcal_op *ops, int n)
 {
     for (int i = 0; i < n; i++)
-        if (a->layer[i].out == KVCAL_ACT_DELTA)
+        if (ops[i].out == KVCAL_ACT_DELTA)
             return 1;
     return 0;
 }
@@ -46,16 +46,17 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
 {
     kvcal_backend *be = x->be;
     const kvcal_backend_ops *ops = be->ops;
-    const kvcal_arch *a = x->desc->arch;
+    int n_ops = 0;
+    const kvcal_op *layer = kvcal_model_layer_ops(x->desc, l, &n_ops);
     const int last = l == x->desc->num_layers - 1 && !p->whole;
     kvcal_status st = ops->select_batch(be, slot);
-    for (int i = 0; !st && i < a->layer_ops; i++) {
-        const kvcal_op *op = &a->layer[i];
+    for (int i = 0; !st && i < n_ops; i++) {
+        const kvcal_op *op = &layer[i];
         switch (op->kind) {
         case KVCAL_OP_ADD_RMSNORM:
             /* no delta before the first op that makes one: the residual
              * stream is the embedding */
-            st = ops->add_rmsnorm(be, op, l == 0 && !makes_delta(a, i));
+            st = ops->add_rmsnorm(be, op, l == 0 && !makes_delta(layer, i));
             break;
         case KVCAL_OP_LINEAR:
             st = ops->linear(be, op, !last);

@@ -200,6 +200,9 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     d->moe_intermediate_size = c->moe_intermediate_size;
     d->shared_intermediate_size = c->shared_expert_intermediate_size;
     d->norm_topk_prob = c->norm_topk_prob;
+    d->moe_sigmoid = c->moe_sigmoid;
+    d->routed_scale = c->routed_scaling_factor > 0 ? (float)c->routed_scaling_factor : 1.0f;
+    d->first_dense_layers = c->first_dense_layers;
     kvcal_status st = d->arch->describe(c, d);
     if (st)
         return kvcal_fail_context(st, "%s: ", m->path);
@@ -335,7 +338,9 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     for (int l = 0; l < d->num_layers; l++)
         for (int w = 0; w < KVCAL_W_COUNT; w++) {
             const kvcal_weight_part *p = a->weights[w].parts;
-            for (int e = 0; e < kvcal_model_weight_copies(d, w); e++)
+            for (int e = 0; kvcal_model_layer_has_weight(d, l, w) &&
+                            e < kvcal_model_weight_copies(d, w);
+                 e++)
                 for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
                     layer_tensor_name(name, sizeof name, a, l, p[i].name, e);
                     if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
@@ -562,7 +567,7 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
     float *p = m->layer_buf;
     char name[256];
     for (int i = 0; i < KVCAL_W_COUNT; i++) {
-        if (!kvcal_model_has_weight(&m->desc, i))
+        if (!kvcal_model_layer_has_weight(&m->desc, layer, i))
             continue;
         w->w[i] = p;
         const kvcal_weight_part *part = a->weights[i].parts;
@@ -696,9 +701,35 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
         return d->qk_norm;
     case KVCAL_WHEN_SHARED_EXPERT:
         return d->shared_intermediate_size > 0;
+    case KVCAL_WHEN_DENSE_LAYERS:
+        return d->first_dense_layers > 0;
+    case KVCAL_WHEN_MOE_LAYERS:
+        return d->first_dense_layers < d->num_layers;
     default:
         return 1;
     }
+}
+
+int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w)
+{
+    if (!kvcal_model_has_weight(d, w))
+        return 0;
+    switch (d->arch->weights[w].when) {
+    case KVCAL_WHEN_DENSE_LAYERS:
+        return layer < d->first_dense_layers;
+    case KVCAL_WHEN_MOE_LAYERS:
+        return layer >= d->first_dense_layers;
+    default:
+        return 1;
+    }
+}
+
+const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n)
+{
+    const kvcal_arch *a = d->arch;
+    const int dense = a->dense_layer && layer < d->first_dense_layers;
+    *n = dense ? a->dense_layer_ops : a->layer_ops;
+    return dense ? a->dense_layer : a->layer;
 }
 
 const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer)
@@ -785,7 +816,7 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: layer %d weight %d copy %d out of range", m->path, layer,
                           (int)w, copy);
-    if (!kvcal_model_has_weight(&m->desc, w))
+    if (!kvcal_model_layer_has_weight(&m->desc, layer, w))
         return KVCAL_OK;
     if (m->l2c) {
         *n = llama2c_parts(m, layer, w, parts);

@@ -55,6 +55,9 @@ struct kvcal_model_desc {
     int moe_intermediate_size;    /* each expert's */
     int shared_intermediate_size; /* the shared expert's, 0 when none */
     int norm_topk_prob;           /* the top-k weights renormalized to sum 1 */
+    int moe_sigmoid;              /* sigmoid routing with a choice bias (GLM) */
+    float routed_scale;           /* the chosen weights' factor, 1 */
+    int first_dense_layers;       /* leading layers with a dense MLP (GLM) */
 };
 
 /* One layer's fp32 weights by logical weight (calib/arch.h), (out, in)
@@ -75,8 +78,15 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
 /* RoPE frequencies of layer l (rot_dim / 2). */
 const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer);
 
-/* Whether weight w exists in model d. */
+/* Whether weight w exists in model d (in any of its layers). */
 int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);
+
+/* Whether weight w exists in layer l of model d. */
+int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w);
+
+/* The ops of layer l of model d (the family's dense layer ops before
+ * first_dense_layers) and their count. */
+const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n);
 
 /* Copies of weight w in model d: num_experts for a per-expert weight, else
  * 1 (0 when absent). */

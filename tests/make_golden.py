@@ -250,6 +250,18 @@ def hf_configs():
                                                    "rope_theta": 10000.0}},
             tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+        # GLM-4.5 style: a leading dense layer before two MoE ones, sigmoid
+        # routing with e_score_correction_bias, top-3 of 8 renormalized and
+        # scaled by 2.5, an ungated shared expert, partial rotary (0.5),
+        # q/k/v biases and q/k norm
+        ("glm4_moe_dense1_sigmoid_e8_top3_bf16", tf.Glm4MoeConfig(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+            n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
+            partial_rotary_factor=0.5, tie_word_embeddings=False,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
     ]
 
 
@@ -287,6 +299,9 @@ def randomize(model, torch):
     that bf16 rounding rarely changes a token's experts."""
     g = torch.Generator().manual_seed(1234)
     with torch.no_grad():
+        for name, b in model.named_buffers():  # GLM's router bias is a buffer
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.randn(b.shape, generator=g))
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))

@@ -76,7 +76,8 @@ typedef struct op_row {
     /* moe: rows tokens of hidden k, experts of n intermediate channels, top_k
      * (renormalized with renorm), a shared expert's output and gate with
      * shared; a few padding tokens where rows > 2 */
-    int experts, top_k, renorm, shared;
+    int experts, top_k, renorm, shared; /* shared 2: a shared expert without gate */
+    int sigmoid; /* moe: sigmoid routing with a choice bias, weights x 2.5 */
     float affine_a, affine_b; /* affine: out = x * a + b over rows values */
 } op_row;
 
@@ -212,6 +213,11 @@ static const op_row rows[] = {
     ROW("moe", .rows = 989, .k = 136, .n = 200, .experts = 60, .top_k = 4, .shared = 1),
     ROW("moe", .rows = 300, .k = 512, .n = 256, .experts = 128, .top_k = 8, .renorm = 1),
     ROW("moe", .rows = 37, .k = 64, .n = 48, .experts = 2, .top_k = 2, .shared = 1),
+    /* GLM-4.5's routing: sigmoid scores chosen with a bias, an ungated
+     * shared expert */
+    ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 160, .top_k = 8, .renorm = 1,
+        .shared = 2, .sigmoid = 1),
+    ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1),
 
     ROW("geglu", .rows = 19, .cols = 136),
     ROW("geglu", .rows = 1, .cols = 37),
@@ -295,7 +301,7 @@ static void describe(const op_row *r, const char *version)
         FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
         FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
         FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(experts),
-        FIELD(top_k),   FIELD(renorm), FIELD(shared),
+        FIELD(top_k),   FIELD(renorm), FIELD(shared), FIELD(sigmoid),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -1374,7 +1380,8 @@ typedef struct moe_cpu {
     float *logits;    /* (rows, experts) */
     float *gu, *down; /* (experts, 2 n, k), (experts, k, n) */
     float *shared;    /* (rows, k) the shared expert's output, or NULL */
-    float *gate_w;    /* (k) its gate */
+    float *gate_w;    /* (k) its gate, or NULL */
+    float *bias;      /* (experts) the sigmoid routing's choice bias, or NULL */
     int32_t *pos;     /* (rows) -1 for padding */
     int32_t *route_e; /* (rows, top_k) kvcal_moe_route_ref */
     float *route_w;   /* (rows, top_k) */
@@ -1410,8 +1417,11 @@ static void *moe_cpu_run(const op_row *r)
     c->down = rand_bf16((int64_t)E * D * I, -0.2f, 0.2f);
     if (r->shared) {
         c->shared = rand_bf16((int64_t)T * D, -1.0f, 1.0f);
-        c->gate_w = rand_bf16(D, -0.3f, 0.3f);
+        if (r->shared == 1)
+            c->gate_w = rand_bf16(D, -0.3f, 0.3f);
     }
+    if (r->sigmoid)
+        c->bias = rand_bf16(E, -0.3f, 0.3f);
     c->pos = host_alloc((size_t)T * sizeof *c->pos);
     for (int t = 0; t < T; t++)
         c->pos[t] = T > 2 && t % 7 == 3 ? -1 : t;
@@ -1420,7 +1430,11 @@ static void *moe_cpu_run(const op_row *r)
     c->counts = host_alloc((size_t)E * sizeof *c->counts);
     memset(c->counts, 0, (size_t)E * sizeof *c->counts);
     c->ref = host_alloc((size_t)T * D * sizeof *c->ref);
-    kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, T, E, K, r->renorm);
+    if (r->sigmoid)
+        kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, c->bias, T, E, K,
+                                    r->renorm, 2.5f);
+    else
+        kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, T, E, K, r->renorm);
     float *y = host_alloc((size_t)D * sizeof *y);
     for (int t = 0; t < T; t++) {
         float *o = c->ref + (int64_t)t * D;
@@ -1438,9 +1452,9 @@ static void *moe_cpu_run(const op_row *r)
         if (!r->shared)
             continue;
         float g = 0.0f;
-        for (int i = 0; i < D; i++)
+        for (int i = 0; c->gate_w && i < D; i++)
             g += c->x[(int64_t)t * D + i] * c->gate_w[i];
-        g = kvcal_bf16_round(kvcal_bf16_round(kvcal_sigmoid_ref(kvcal_bf16_round(g))));
+        g = c->gate_w ? kvcal_bf16_round(kvcal_sigmoid_ref(kvcal_bf16_round(g))) : 1.0f;
         for (int i = 0; i < D; i++)
             o[i] = kvcal_bf16_round(o[i]) +
                    kvcal_bf16_round(g * c->shared[(int64_t)t * D + i]);
@@ -1458,6 +1472,7 @@ static void moe_release(void *p)
     free(c->down);
     free(c->shared);
     free(c->gate_w);
+    free(c->bias);
     free(c->pos);
     free(c->route_e);
     free(c->route_w);
@@ -1478,7 +1493,8 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
                *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
                *d_shared = r->shared ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
                                      : NULL,
-               *d_gate = r->shared ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
+               *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
+               *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
                *d_h = dev_alloc_nan((int64_t)cap * 2 * I),
                *d_act = dev_alloc_nan((int64_t)cap * I), *d_y = dev_alloc_nan((int64_t)cap * D),
                *d_out = dev_alloc_nan((int64_t)T * D);
@@ -1491,7 +1507,11 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
                            dev_alloc((size_t)T * K * sizeof(int32_t)),
                            dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
                            cap, cap / KVCAL_MOE_TILE_ROWS};
-    ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
+    if (r->sigmoid)
+        ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
+                                              r->renorm, 2.5f, 0));
+    else
+        ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
     ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
     ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
     ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
@@ -1537,6 +1557,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     cudaFree(d_act);
     cudaFree(d_h);
     cudaFree(d_gate);
+    cudaFree(d_bias);
     cudaFree(d_shared);
     cudaFree(d_down);
     cudaFree(d_gu);

@@ -93,17 +93,17 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
  * top-k experts of every layer. */
 static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 {
-    static const char *const names[] = {"qwen3_moe_e8_top3_norm_bf16",
-                                        "qwen2_moe_shared_e6_top2_bf16",
-                                        "mixtral_e4_top2_swa16_bf16"};
-    static const int top_k[] = {3, 2, 2};
-    for (int i = 0; i < 3; i++) {
+    static const char *const names[] = {
+        "qwen3_moe_e8_top3_norm_bf16", "qwen2_moe_shared_e6_top2_bf16",
+        "mixtral_e4_top2_swa16_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16"};
+    static const int top_k[] = {3, 2, 2, 3};
+    for (int i = 0; i < 4; i++) {
         check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
         kvcal_stats_t *stats = NULL;
         int64_t rows = 0;
         cJSON *root = kvcal_test_cuda_run_golden(names[i], NULL, &stats, NULL, &rows);
         CU_ASSERT_FATAL(stats->num_experts > 0);
-        for (int l = 0; l < stats->num_layers; l++) {
+        for (int l = i == 3; l < stats->num_layers; l++) { /* GLM's layer 0 is dense */
             int64_t sum = 0;
             for (int e = 0; e < stats->num_experts; e++)
                 sum += stats->expert_tokens[(size_t)l * stats->num_experts + e];

@@ -179,7 +179,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"qwen3_moe", 32768, 151936, 6144},
                     {"mixtral", 131072, 32000, 14336},
                     {"phi3", 4096, 32064, 8192},
-                    {"gemma3_text", 131072, 262208, 9216}};
+                    {"gemma3_text", 131072, 262208, 9216},
+                    {"glm4_moe", 131072, 151552, 10944}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -561,7 +562,8 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
         int experts, top_k, inter, shared, norm;
     } defaults[] = {{"qwen2_moe", 60, 4, 1408, 5632, 0},
                     {"qwen3_moe", 128, 8, 768, 0, 0},
-                    {"mixtral", 8, 2, 0, 0, 1}};
+                    {"mixtral", 8, 2, 0, 0, 1},
+                    {"glm4_moe", 128, 8, 1408, 0, 1}};
     size_t i = 0;
     while (i < sizeof defaults / sizeof defaults[0] &&
            strcmp(defaults[i].model_type, c->model_type))
@@ -569,6 +571,9 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     if (i == sizeof defaults / sizeof defaults[0])
         return KVCAL_OK;
     const int mixtral = !strcmp(c->model_type, "mixtral");
+    const int glm = !strcmp(c->model_type, "glm4_moe");
+    c->routed_scaling_factor = 1.0;
+    c->moe_groups = c->moe_topk_groups = 1;
     c->num_experts = defaults[i].experts;
     c->num_experts_per_tok = defaults[i].top_k;
     c->moe_intermediate_size = mixtral ? c->intermediate_size : defaults[i].inter;
@@ -577,6 +582,31 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     c->decoder_sparse_step = 1;
     kvcal_status s;
     int found = 0;
+    if (glm) {
+        int shared = 1;
+        c->moe_sigmoid = 1;
+        c->first_dense_layers = 1;
+        if ((s = cfg_int(top, "n_routed_experts", 1, KVCAL_CONFIG_MAX_HEADS,
+                         &c->num_experts, NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "n_shared_experts", 0, 64, &shared, NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "first_k_dense_replace", 0, KVCAL_CONFIG_MAX_LAYERS,
+                         &c->first_dense_layers, NULL)) != KVCAL_OK ||
+            (s = cfg_double(top, "routed_scaling_factor", 0.0, INFINITY,
+                            &c->routed_scaling_factor, NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "n_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_groups, NULL)) !=
+                KVCAL_OK ||
+            (s = cfg_int(top, "topk_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_topk_groups,
+                         NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
+                         NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
+                         &c->num_experts_per_tok, NULL)) != KVCAL_OK ||
+            (s = cfg_bool(top, "norm_topk_prob", &c->norm_topk_prob)) != KVCAL_OK ||
+            (s = cfg_bool(top, "use_qk_norm", &c->qk_norm)) != KVCAL_OK)
+            return s;
+        c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
+        return KVCAL_OK;
+    }
     if ((s = cfg_int(top, "num_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
                      &found)) != KVCAL_OK ||
         (!found && (s = cfg_int(top, "num_local_experts", 1, KVCAL_CONFIG_MAX_HEADS,
@@ -662,8 +692,8 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
 static const char *const known_kv_families[] = {
     "llama",      "mistral",     "qwen2",       "qwen3",     "qwen2_moe", "qwen3_moe",
-    "mixtral",    "phi3",        "gemma3_text", "qwen3_next",  "deepseek_v2", "deepseek_v3",
-    "kimi_k2"};
+    "mixtral",    "phi3",        "gemma3_text", "glm4_moe",    "qwen3_next",  "deepseek_v2",
+    "deepseek_v3", "kimi_k2"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -795,6 +825,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     if (!found)
         return cfg_missing(top, "model_type", "");
     cfg_default_sizes(c);
+    if (!strcmp(c->model_type, "glm4_moe")) /* Glm4MoeConfig's default */
+        c->partial_rotary_factor = 0.5;
     if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
         (s = cfg_required_int(f, "num_hidden_layers", 1, KVCAL_CONFIG_MAX_LAYERS,
                               &c->num_layers)) != KVCAL_OK ||

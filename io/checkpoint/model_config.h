@@ -123,6 +123,11 @@ typedef struct kvcal_model_config {
     int norm_topk_prob;          /* top-k weights renormalized to sum 1 (Mixtral: 1) */
     int decoder_sparse_step;     /* layer i is MoE when (i + 1) % step == 0 */
     int mlp_only_layers;         /* entries of mlp_only_layers (dense layers) */
+    int first_dense_layers;      /* GLM's first_k_dense_replace: leading dense layers */
+    int moe_sigmoid;             /* GLM: sigmoid scores, chosen by score plus
+                                    e_score_correction_bias (else softmax) */
+    double routed_scaling_factor; /* the chosen weights' factor (1) */
+    int moe_groups, moe_topk_groups; /* GLM's n_group, topk_group (1, 1) */
 
     /* Gemma 3 (gemma3_text; 0 elsewhere) */
     double query_pre_attn_scalar;  /* attention scale query_pre_attn_scalar^-0.5 */

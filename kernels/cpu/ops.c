@@ -419,6 +419,35 @@ void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t
     }
 }
 
+void kvcal_moe_route_sigmoid_ref(int32_t *experts, float *weights, const float *logits,
+                                 const float *bias, int64_t tokens, int num_experts,
+                                 int top_k, int renormalize, float scale)
+{
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *z = logits + t * num_experts; // (num_experts)
+        int32_t *e = experts + t * top_k;          // (top_k)
+        float *w = weights + t * top_k;            // (top_k)
+        float sum = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            int best = -1;
+            float best_v = 0.0f;
+            for (int i = 0; i < num_experts; i++) {
+                int taken = 0;
+                for (int p = 0; p < j; p++)
+                    taken |= e[p] == i;
+                const float v = kvcal_sigmoid_ref(z[i]) + (bias ? bias[i] : 0.0f);
+                if (!taken && (best < 0 || v > best_v))
+                    best = i, best_v = v;
+            }
+            e[j] = best;
+            w[j] = kvcal_sigmoid_ref(z[best]);
+            sum += w[j];
+        }
+        for (int j = 0; j < top_k; j++)
+            w[j] = (renormalize ? w[j] / (sum + 1e-20f) : w[j]) * scale;
+    }
+}
+
 float kvcal_sigmoid_ref(float x)
 {
     return 1.0f / (1.0f + expf(-x));

@@ -81,6 +81,15 @@ void kvcal_attention_window_ref(float *out, const float *q, const float *k,
 void kvcal_moe_route_ref(int32_t *experts, float *weights, const float *logits,
                          int64_t tokens, int num_experts, int top_k, int renormalize);
 
+/* Sigmoid top-k routing (DeepSeek-V3 / GLM-4.5 with one group): scores
+ * sigmoid(logits) (tokens, num_experts), the top_k of scores + bias (num_experts,
+ * or NULL) into experts (the lower expert first on a tie), their scores
+ * (without the bias) into weights, renormalized to sum 1 (+1e-20) when
+ * renormalize, then times scale. */
+void kvcal_moe_route_sigmoid_ref(int32_t *experts, float *weights, const float *logits,
+                                 const float *bias, int64_t tokens, int num_experts,
+                                 int top_k, int renormalize, float scale);
+
 /* 1 / (1 + exp(-x)) */
 float kvcal_sigmoid_ref(float x);
 

@@ -18,12 +18,16 @@
 #define ROUTE_WARPS 4
 #define ROUTE_PER_LANE (KVCAL_MOE_MAX_EXPERTS / 32)
 
+/* SIGMOID 0: softmax top-k; 1: the top-k of sigmoid + bias, weighted by the
+ * sigmoids (bias (E) or NULL), times scale after the renormalization. */
+template <int SIGMOID>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
     moe_route_kernel(int32_t *__restrict__ experts,            // (tokens, top_k)
                      float *__restrict__ weights,              // (tokens, top_k)
                      const __nv_bfloat16 *__restrict__ logits, // (tokens, E)
+                     const __nv_bfloat16 *__restrict__ bias,   // (E) or NULL
                      const int32_t *__restrict__ pos,          // (tokens) or NULL
-                     int tokens, int E, int top_k, int renormalize)
+                     int tokens, int E, int top_k, int renormalize, float scale)
 {
     const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= tokens)
@@ -42,6 +46,8 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
     for (int i = 0; i < ROUTE_PER_LANE; i++) {
         const int e = lane + 32 * i;
         v[i] = e < E ? __bfloat162float(z[e]) : -INFINITY;
+        if (SIGMOID && e < E) /* the choice: sigmoid + bias */
+            v[i] = 1.0f / (1.0f + __expf(-v[i])) + (bias ? __bfloat162float(bias[e]) : 0.0f);
         m = fmaxf(m, v[i]);
     }
     for (int o = 16; o > 0; o >>= 1)
@@ -73,7 +79,10 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         }
         if (best_e >= E) /* no finite logit left (a NaN input): no expert */
             best_e = -1;
-        const float p = best_e < 0 ? 0.0f : __expf(best - m) / sum;
+        /* the weight: softmax's probability, or the sigmoid without the bias */
+        const float p = best_e < 0 ? 0.0f
+                        : SIGMOID  ? 1.0f / (1.0f + __expf(-__bfloat162float(z[best_e])))
+                                   : __expf(best - m) / sum;
         chosen_sum += p;
         if (lane == j)
             mine = best_e, mine_w = p;
@@ -86,14 +95,15 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
     }
     if (lane < top_k) {
         e_out[lane] = mine;
-        w_out[lane] = renormalize ? mine_w / chosen_sum : mine_w;
+        w_out[lane] = (renormalize ? mine_w / (chosen_sum + (SIGMOID ? 1e-20f : 0.0f))
+                                   : mine_w) *
+                      scale;
     }
 }
 
-extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
-                                               const kvcal_bf16 *logits, const int32_t *pos,
-                                               int tokens, int num_experts, int top_k,
-                                               int renormalize, cudaStream_t stream)
+static kvcal_status route_check(const int32_t *experts, const float *weights,
+                                const kvcal_bf16 *logits, int tokens, int num_experts,
+                                int top_k)
 {
     if (!experts || !weights || !logits || tokens < 0 || num_experts < 1 ||
         num_experts > KVCAL_MOE_MAX_EXPERTS || top_k < 1 || top_k > num_experts ||
@@ -103,12 +113,41 @@ extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
                           "%d experts and a top-k of 1 .. min(experts, %d)",
                           tokens, num_experts, top_k, KVCAL_MOE_MAX_EXPERTS,
                           KVCAL_MOE_MAX_TOP_K);
-    if (!tokens)
-        return KVCAL_OK;
-    moe_route_kernel<<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
-                       stream>>>(experts, weights,
-                                 reinterpret_cast<const __nv_bfloat16 *>(logits), pos,
-                                 tokens, num_experts, top_k, renormalize);
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
+                                                       const kvcal_bf16 *logits,
+                                                       const kvcal_bf16 *bias,
+                                                       const int32_t *pos, int tokens,
+                                                       int num_experts, int top_k,
+                                                       int renormalize, float scale,
+                                                       cudaStream_t stream)
+{
+    kvcal_status st = route_check(experts, weights, logits, tokens, num_experts, top_k);
+    if (st || !tokens)
+        return st;
+    moe_route_kernel<1><<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
+                          stream>>>(experts, weights,
+                                    reinterpret_cast<const __nv_bfloat16 *>(logits),
+                                    reinterpret_cast<const __nv_bfloat16 *>(bias), pos,
+                                    tokens, num_experts, top_k, renormalize, scale);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
+                                               const kvcal_bf16 *logits, const int32_t *pos,
+                                               int tokens, int num_experts, int top_k,
+                                               int renormalize, cudaStream_t stream)
+{
+    kvcal_status st = route_check(experts, weights, logits, tokens, num_experts, top_k);
+    if (st || !tokens)
+        return st;
+    moe_route_kernel<0><<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
+                          stream>>>(experts, weights,
+                                    reinterpret_cast<const __nv_bfloat16 *>(logits), nullptr,
+                                    pos, tokens, num_experts, top_k, renormalize, 1.0f);
     KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
     return KVCAL_OK;
 }
@@ -368,8 +407,8 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
             o[c] = __float2bfloat16_rn(0.0f);
         return;
     }
-    float gate = 0.0f;
-    if (shared) {
+    float gate = 1.0f; /* no gate: the shared expert added as it is */
+    if (shared && gate_w) {
         float d = 0.0f;
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
             d += __bfloat162float(x[t * dim + c]) * __bfloat162float(gate_w[c]);
@@ -409,10 +448,10 @@ extern "C" kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf
                                                  cudaStream_t stream)
 {
     if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 1 ||
-        (shared && (!x || !shared_gate)))
+        (shared_gate && !x))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "moe combine: %d tokens, top-%d, dim %d: need buffers (x and the "
-                          "gate with a shared expert)",
+                          "moe combine: %d tokens, top-%d, dim %d: need buffers (and x "
+                          "with a shared expert's gate)",
                           tokens, top_k, dim);
     if (!tokens)
         return KVCAL_OK;

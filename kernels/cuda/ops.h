@@ -227,6 +227,15 @@ kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
                                     int tokens, int num_experts, int top_k,
                                     int renormalize, cudaStream_t stream);
 
+/* kvcal_moe_route_sigmoid_ref on the device: the top_k of sigmoid(logits) +
+ * bias (num_experts, bf16, or NULL), weighted by the sigmoids, renormalized
+ * (+1e-20) when asked, times scale; padding as kvcal_moe_route_launch. */
+kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
+                                            const kvcal_bf16 *logits, const kvcal_bf16 *bias,
+                                            const int32_t *pos, int tokens, int num_experts,
+                                            int top_k, int renormalize, float scale,
+                                            cudaStream_t stream);
+
 /* Where the routed rows of one layer go, device memory the caller owns:
  * assignments = tokens * top_k, capacity the rows of every expert padded to
  * KVCAL_MOE_TILE_ROWS (kvcal_moe_plan_capacity), tiles = capacity /
@@ -266,8 +275,8 @@ kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gat
  * slot_of[t * top_k + j] times weights (tokens, top_k), fp32, rounded once
  * to bf16; plus, when shared (tokens, dim) is non-NULL, sigmoid(x (tokens,
  * dim) . shared_gate (dim)) * shared (the gate's logit and sigmoid rounded
- * to bf16 as a bf16 nn.Linear and F.sigmoid give them). Padding tokens (pos
- * < 0) get zeros. */
+ * to bf16 as a bf16 nn.Linear and F.sigmoid give them), or shared itself
+ * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. */
 kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
                                       const int32_t *slot_of, const float *weights,
                                       const int32_t *pos, int tokens, int top_k, int dim,
