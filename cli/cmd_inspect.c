@@ -285,11 +285,16 @@ static void print_model(const char *path, const kvcal_model_config *c,
     }
     if (c->sliding_window)
         printf(", sliding window %d", c->sliding_window);
-    if (c->num_experts)
-        printf("\n  experts         %d of %d channels, top-%d%s%s", c->num_experts,
-               c->moe_intermediate_size, c->num_experts_per_tok,
-               c->norm_topk_prob ? " renormalized" : "",
-               c->shared_expert_intermediate_size ? ", a gated shared expert" : "");
+    if (c->num_experts) {
+        printf("\n  experts         %d of %d channels, %s top-%d%s", c->num_experts,
+               c->moe_intermediate_size, c->moe_sigmoid ? "sigmoid" : "softmax",
+               c->num_experts_per_tok, c->norm_topk_prob ? " renormalized" : "");
+        if (c->shared_expert_intermediate_size)
+            printf(", shared expert of %d channels", c->shared_expert_intermediate_size);
+        if (c->first_dense_layers)
+            printf(", %d dense layer%s first", c->first_dense_layers,
+                   c->first_dense_layers == 1 ? "" : "s");
+    }
     printf("\n  rope            theta %g, %s", c->rope_theta, rope);
     if (factor > 0)
         printf(" x%g", factor);
