@@ -8,12 +8,12 @@ extern const kvcal_arch kvcal_arch_llama;
 extern const kvcal_arch kvcal_arch_qwen_moe;
 extern const kvcal_arch kvcal_arch_mixtral;
 extern const kvcal_arch kvcal_arch_phi3;
-extern const kvcal_arch kvcal_arch_gemma3;
+extern const kvcal_arch kvcal_arch_gemma;
 extern const kvcal_arch kvcal_arch_glm4_moe;
 
 static const kvcal_arch *const families[] = {&kvcal_arch_llama,  &kvcal_arch_qwen_moe,
                                              &kvcal_arch_mixtral, &kvcal_arch_phi3,
-                                             &kvcal_arch_gemma3, &kvcal_arch_glm4_moe};
+                                             &kvcal_arch_gemma, &kvcal_arch_glm4_moe};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

@@ -317,7 +317,8 @@ static void attend(cpu_backend *c, float *out)
         const int64_t s = c->start[b];
         kvcal_attention_window_ref(out + s * H * hd, c->q + s * H * hd,
                                    c->k + s * HKV * hd, c->v + s * HKV * hd, c->lengths[b],
-                                   H, HKV, hd, d->attn_scale, d->layer_window[c->layer]);
+                                   H, HKV, hd, d->attn_scale, d->layer_window[c->layer],
+                                   d->attn_softcap);
     }
 }
 
@@ -491,6 +492,8 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
     kvcal_add_ref(c->x, c->delta, c->n * D);
     kvcal_rmsnorm_ref(c->norm, c->x, norm, (int)c->n, D, d->norm_eps);
     kvcal_matmul_ref(out, c->norm, cls, NULL, (int)c->n, D, d->vocab_size);
+    for (int64_t i = 0; d->logit_softcap > 0.0f && i < c->n * d->vocab_size; i++)
+        out[i] = d->logit_softcap * tanhf(out[i] / d->logit_softcap);
     kvcal_token_nll_ref(nll, out, target, c->n, d->vocab_size);
     return KVCAL_OK;
 }

@@ -499,11 +499,12 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
 static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
 {
     const int q_cols = r->H * r->hd, window = r->base.desc->layer_window[r->layer];
-    const float scale = r->base.desc->attn_scale;
-    if (window > 0 && r->seq_len > window)
+    const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
+    if ((window > 0 && r->seq_len > window) || softcap > 0.0f)
         return kvcal_attention_window_launch(
             out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd,
-            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, scale, window, r->stream);
+            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, scale, window, softcap,
+            r->stream);
     return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
                                r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
                                r->seq_len, r->H, r->HKV, r->hd, scale, r->stream, NULL);
@@ -776,6 +777,9 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
         const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;
         TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
                               NULL, rows, r->D, r->V, s));
+        if (be->desc->logit_softcap > 0.0f)
+            TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V, be->desc->logit_softcap,
+                                     s));
         TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V,
                                    s));
     }

@@ -49,6 +49,8 @@ struct kvcal_model_desc {
                                     query_pre_attn_scalar^-0.5 */
     float embed_scale;           /* the embedding's factor (Gemma sqrt(hidden)), 1 */
     float norm_offset;           /* RMSNorm weights used as offset + w (Gemma 1) */
+    float attn_softcap;          /* attention scores as cap * tanh(s / cap), 0: none */
+    float logit_softcap;         /* the same of the logits (Gemma 2), 0: none */
     /* a mixture of experts (KVCAL_OP_MOE); 0 for a dense model */
     int num_experts;
     int experts_per_tok;          /* top-k */

@@ -250,6 +250,15 @@ def hf_configs():
                                                    "rope_theta": 10000.0}},
             tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+        # Gemma 2: alternating sliding (window 8) and global layers, scores
+        # soft-capped at 1.5 and logits at 2.0 (small, so that the caps bend
+        # these tiny models' values), (1 + w) sandwich norms, no q/k norm
+        ("gemma2_softcap_swa8_bf16", tf.Gemma2Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=12,
+            sliding_window=8, attn_logit_softcapping=1.5, final_logit_softcapping=2.0,
+            tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
         # GLM-4.5 style: a leading dense layer before two MoE ones, sigmoid
         # routing with e_score_correction_bias, top-3 of 8 renormalized and
         # scaled by 2.5, an ungated shared expert, partial rotary (0.5),

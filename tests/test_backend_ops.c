@@ -73,6 +73,7 @@ typedef struct op_row {
     int x_stride, y_stride, group, y_f32;
     float attention_factor; /* rope_observe: yarn's (0: 1) */
     int window;             /* attention: a sliding window (0: none) */
+    int softcap;            /* attention: scores soft-capped at this (0: none) */
     /* moe: rows tokens of hidden k, experts of n intermediate channels, top_k
      * (renormalized with renorm), a shared expert's output and gate with
      * shared; a few padding tokens where rows > 2 */
@@ -205,6 +206,12 @@ static const op_row rows[] = {
         .window = 100),
     ROW("attention", .batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 80,
         .window = 1),
+    /* Gemma 2's soft cap (small, so that it bends these scores), with and
+     * without a window */
+    ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 2, .head_dim = 32,
+        .softcap = 1),
+    ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
+        .window = 16, .softcap = 2),
 
     /* the mixture of experts: routing, grouping, the grouped GEMMs (tails of
      * the 128 x 128 tiles and of k's 32), SwiGLU and the combine */
@@ -300,7 +307,7 @@ static void describe(const op_row *r, const char *version)
         FIELD(seq),     FIELD(heads), FIELD(kv_heads), FIELD(head_dim),
         FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
         FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(experts),
+        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(softcap), FIELD(experts),
         FIELD(top_k),   FIELD(renorm), FIELD(shared), FIELD(sigmoid),
 #undef FIELD
     };
@@ -1131,7 +1138,7 @@ static void *attention_cpu_run(const op_row *r)
         }
         kvcal_attention_window_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v,
                                    r->seq, h, kvh, hd, 1.0f / sqrtf((float)hd),
-                                   r->window);
+                                   r->window, r->softcap);
     }
     free(q);
     free(k);
@@ -1159,7 +1166,7 @@ _Static_assert(KVCAL_ATTENTION_VERSIONS == 4, "one name per attention kernel ver
 /* A windowed row: kvcal_attention_window_launch, as version 0. */
 static op_class attention_class(const op_row *r, int version)
 {
-    if (r->window)
+    if (r->window || r->softcap)
         return version == 0 ? OP_PLAIN : OP_SKIP;
     return version == ATTENTION_CUDNN ? OP_MBARRIER : OP_PLAIN;
 }
@@ -1181,10 +1188,10 @@ static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *
         CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &ctx->attention), KVCAL_OK);
         printf("(%s) ", kvcal_attention_note(ctx->attention));
     }
-    if (r->window)
+    if (r->window || r->softcap)
         ROW_OK(kvcal_attention_window_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
-                                             r->batch, r->seq, h, kvh, hd, scale,
-                                             r->window, 0));
+                                             r->batch, r->seq, h, kvh, hd, scale, r->window,
+                                             (float)r->softcap, 0));
     else if (version == 0)
         ROW_OK(kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
                                       r->batch, r->seq, h, kvh, hd, scale, 0));

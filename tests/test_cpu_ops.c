@@ -453,9 +453,9 @@ static void attention_window_reads_the_last_w_keys(void)
     float *a = malloc(sizeof(float) * (size_t)nq), *b = malloc(sizeof(float) * (size_t)nq);
     CU_ASSERT_FATAL(a && b);
     kvcal_attention_ref(a, q, k, v, tokens, h, kvh, d, 0.3f);
-    kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, tokens);
+    kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, tokens, 0.0f);
     CU_ASSERT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)nq), 0);
-    kvcal_attention_window_ref(a, q, k, v, tokens, h, kvh, d, 0.3f, w);
+    kvcal_attention_window_ref(a, q, k, v, tokens, h, kvh, d, 0.3f, w, 0.0f);
     /* the first w queries see every key up to themselves */
     CU_ASSERT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)(w * h * d)), 0);
     CU_ASSERT_NOT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)nq), 0);
@@ -463,10 +463,10 @@ static void attention_window_reads_the_last_w_keys(void)
         k[i] += 5.0f;
         v[i] -= 3.0f;
     }
-    kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, w);
+    kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, w, 0.0f);
     CU_ASSERT_EQUAL(memcmp(a + 7 * h * d, b + 7 * h * d, sizeof(float) * (size_t)(6 * h * d)),
                     0);
-    kvcal_attention_window_ref(a, q, k, v, tokens, h, kvh, d, 0.3f, 1);
+    kvcal_attention_window_ref(a, q, k, v, tokens, h, kvh, d, 0.3f, 1, 0.0f);
     for (int t = 0; t < tokens; t++)
         for (int hh = 0; hh < h; hh++)
             CU_ASSERT_EQUAL(memcmp(a + ((int64_t)t * h + hh) * d,

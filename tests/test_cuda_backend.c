@@ -85,6 +85,7 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("llama3_gqa_hd64_bf16");
     check_runner_golden("phi3_longrope_partial_swa16_bf16");
     check_runner_golden("gemma3_text_swa8_local_global_bf16");
+    check_runner_golden("gemma2_softcap_swa8_bf16");
 }
 
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert

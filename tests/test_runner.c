@@ -307,6 +307,13 @@ static void runner_matches_transformers_gemma3_local_global_layers(void)
                           "{\"layer_types\": null, \"sliding_window_pattern\": 2}"));
 }
 
+/* Gemma 2: alternating sliding and global layers, attention scores and
+ * logits soft-capped, the (1 + w) sandwich norms, no q/k norm. */
+static void runner_matches_transformers_gemma2_soft_caps(void)
+{
+    check_against_golden("gemma2_softcap_swa8_bf16");
+}
+
 /* GLM-4.5: a dense first layer, then sigmoid routing chosen with its score
  * correction bias, top-3 of 8 renormalized and x2.5, an ungated shared
  * expert, partial rotary, q/k/v biases, q/k norm. */
@@ -458,8 +465,8 @@ static void model_open_lists_the_supported_architectures(void)
                       KVCAL_ERR_UNSUPPORTED,
                       "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
                       "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
-                      "MixtralForCausalLM, Phi3ForCausalLM, Gemma3ForCausalLM and "
-                      "Glm4MoeForCausalLM");
+                      "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
+                      "Gemma3ForCausalLM and Glm4MoeForCausalLM");
 }
 
 /* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next):
@@ -739,6 +746,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
+    KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),

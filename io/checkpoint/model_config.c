@@ -180,6 +180,7 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"mixtral", 131072, 32000, 14336},
                     {"phi3", 4096, 32064, 8192},
                     {"gemma3_text", 131072, 262208, 9216},
+                    {"gemma2", 8192, 256000, 9216},
                     {"glm4_moe", 131072, 151552, 10944}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
@@ -505,7 +506,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         c->head_dim = c->qk_rope_head_dim;
         return KVCAL_OK;
     }
-    if (!strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "gemma3_text")) {
+    if (!strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "gemma3_text") ||
+        !strcmp(c->model_type, "gemma2")) {
         c->head_dim = !strcmp(c->model_type, "qwen3") ? 128 : 256;
         return KVCAL_OK;
     }
@@ -632,20 +634,29 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     return KVCAL_OK;
 }
 
-/* Gemma 3's fields and its defaults (transformers' Gemma3TextConfig):
- * query_pre_attn_scalar 256, sliding_window 4096, the sliding layers of
- * layer_types or, in older files, every layer but each
- * sliding_window_pattern-th (6), the sliding layers' RoPE base
- * (rope_parameters.sliding_attention.rope_theta, rope_local_base_freq,
- * 10000), the soft caps. */
-static kvcal_status cfg_read_gemma3(const cfg_obj *top, kvcal_model_config *c)
+/* Gemma 2 and 3's fields and their defaults (transformers' Gemma2Config,
+ * Gemma3TextConfig): query_pre_attn_scalar 256, sliding_window 4096, the
+ * sliding layers of layer_types or, in older files, every layer but each
+ * sliding_window_pattern-th (Gemma 2: every other layer; Gemma 3: 6), Gemma
+ * 3's sliding layers' RoPE base (rope_parameters.sliding_attention.rope_theta,
+ * rope_local_base_freq, 10000), the soft caps (Gemma 2: 50 and 30 unless
+ * null). */
+static kvcal_status cfg_read_gemma(const cfg_obj *top, kvcal_model_config *c)
 {
-    if (strcmp(c->model_type, "gemma3_text"))
+    const int gemma2 = !strcmp(c->model_type, "gemma2");
+    if (!gemma2 && strcmp(c->model_type, "gemma3_text"))
         return KVCAL_OK;
     kvcal_status s;
-    int pattern = 6;
+    int pattern = gemma2 ? 2 : 6;
     c->query_pre_attn_scalar = 256.0;
-    c->rope_sliding_theta = 10000.0;
+    c->rope_sliding_theta = gemma2 ? 0.0 : 10000.0;
+    /* Gemma 2's soft caps: absent is the class default, null is none */
+    if (gemma2) {
+        c->attn_logit_softcapping =
+            cJSON_GetObjectItemCaseSensitive(top->obj, "attn_logit_softcapping") ? 0.0 : 50.0;
+        c->final_logit_softcapping =
+            cJSON_GetObjectItemCaseSensitive(top->obj, "final_logit_softcapping") ? 0.0 : 30.0;
+    }
     if (!cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
     if ((s = cfg_double(top, "query_pre_attn_scalar", 0.0, INFINITY,
@@ -692,8 +703,8 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
 static const char *const known_kv_families[] = {
     "llama",      "mistral",     "qwen2",       "qwen3",     "qwen2_moe", "qwen3_moe",
-    "mixtral",    "phi3",        "gemma3_text", "glm4_moe",    "qwen3_next",  "deepseek_v2",
-    "deepseek_v3", "kimi_k2"};
+    "mixtral",    "phi3",        "gemma2",      "gemma3_text", "glm4_moe",    "qwen3_next",
+    "deepseek_v2", "deepseek_v3", "kimi_k2"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -848,7 +859,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_attention(f, c)) != KVCAL_OK ||
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
         (s = cfg_read_moe(f, c)) != KVCAL_OK ||
-        (s = cfg_read_gemma3(f, c)) != KVCAL_OK ||
+        (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
     c->rope_interleave = -1;

@@ -314,6 +314,7 @@ typedef struct {
     int tokens, n_heads, n_kv_heads, head_dim;
     float scale;
     int window;
+    float softcap;
 } attn_ctx;
 
 /* One (query token, head): online softmax, the running max subtracted before
@@ -333,6 +334,8 @@ static void attention_row(void *p, int64_t item)
         const float *kv = c->k + s * kv_stride + (int64_t)kvh * d; // (head_dim)
         const float *vv = c->v + s * kv_stride + (int64_t)kvh * d; // (head_dim)
         float score = dot_1x1(qv, kv, d) * c->scale;
+        if (c->softcap > 0.0f)
+            score = c->softcap * tanhf(score / c->softcap);
         if (score > m) {
             float r = expf(m - score);
             l *= r;
@@ -352,9 +355,10 @@ static void attention_row(void *p, int64_t item)
 
 void kvcal_attention_window_ref(float *out, const float *q, const float *k,
                                 const float *v, int tokens, int n_heads, int n_kv_heads,
-                                int head_dim, float scale, int window)
+                                int head_dim, float scale, int window, float softcap)
 {
-    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale, window};
+    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale, window,
+                  softcap};
     double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
     parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
 }
@@ -364,7 +368,7 @@ void kvcal_attention_ref(float *out, const float *q, const float *k, const float
                          float scale)
 {
     kvcal_attention_window_ref(out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale,
-                               0);
+                               0, 0.0f);
 }
 
 /* --- mixture of experts --------------------------------------------------- */

@@ -68,10 +68,11 @@ void kvcal_attention_ref(float *out, const float *q, const float *k, const float
 
 /* kvcal_attention_ref with a sliding window: query t reads keys t - window
  * + 1 .. t (transformers' sliding-window mask, q - k < window; flash
- * attention's window (window - 1, 0)); window 0: every key up to t. */
+ * attention's window (window - 1, 0)); window 0: every key up to t; softcap
+ * > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2). */
 void kvcal_attention_window_ref(float *out, const float *q, const float *k,
                                 const float *v, int tokens, int n_heads, int n_kv_heads,
-                                int head_dim, float scale, int window);
+                                int head_dim, float scale, int window, float softcap);
 
 /* Softmax top-k routing of a mixture of experts: per token, the softmax of
  * logits (tokens, num_experts) over every expert, the top_k largest

@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
                           const __nv_bfloat16 *__restrict__ k,
                           const __nv_bfloat16 *__restrict__ v, int64_t stride,
                           int seq_len, int group, int head_dim, float scale_log2,
-                          int window)
+                          int window, float softcap)
 {
     constexpr int CH = SIMT_MAX_HEAD_DIM / 32;
     const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31;
@@ -348,6 +348,10 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
         }
         for (int o = 16; o > 0; o >>= 1)
             dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (softcap > 0.0f) { /* on the natural-log scale: cap * tanh(s / cap) */
+            const float s_nat = dot * 0.6931471805599453f;
+            dot = softcap * tanhf(s_nat / softcap) * 1.4426950408889634f;
+        }
         const float m_new = fmaxf(m, dot);
         const float corr = fast_exp2(m - m_new), p = fast_exp2(dot - m_new);
         m = m_new;
@@ -371,7 +375,8 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
                                        const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                        const __nv_bfloat16 *v, int64_t stride, int batch,
                                        int seq_len, int n_heads, int group, int head_dim,
-                                       float scale, int window, cudaStream_t stream)
+                                       float scale, int window, float softcap,
+                                       cudaStream_t stream)
 {
     const int z = (seq_len + SIMT_WARPS - 1) / SIMT_WARPS;
     if (z > 65535 || batch > 65535)
@@ -381,7 +386,7 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
     const dim3 grid(n_heads, batch, z);
     attention_simt_kernel<<<grid, SIMT_WARPS * 32, 0, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, head_dim,
-        scale * 1.4426950408889634f, window);
+        scale * 1.4426950408889634f, window, softcap);
     KVCAL_CUDA_CHECK_LAUNCH("attention_simt_kernel");
     return KVCAL_OK;
 }
@@ -475,7 +480,7 @@ extern "C" kvcal_status kvcal_attention_launch_version(
         qkv_stride % 8 == 0 && out_stride % 8 == 0;
     if (!tensor_core)
         return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                  n_heads, group, head_dim, scale, 0, stream);
+                                  n_heads, group, head_dim, scale, 0, 0.0f, stream);
     switch (head_dim) {
     case 64:
         return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride,
@@ -507,17 +512,20 @@ extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stri
 extern "C" kvcal_status kvcal_attention_window_launch(
     kvcal_bf16 *out, int64_t out_stride, const kvcal_bf16 *q, const kvcal_bf16 *k,
     const kvcal_bf16 *v, int64_t qkv_stride, int batch, int seq_len, int n_heads,
-    int n_kv_heads, int head_dim, float scale, int window, cudaStream_t stream)
+    int n_kv_heads, int head_dim, float scale, int window, float softcap,
+    cudaStream_t stream)
 {
     if (!out || !q || !k || !v || batch < 0 || seq_len < 0 || n_heads <= 0 ||
-        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) || window < 1 ||
-        out_stride < (int64_t)n_heads * head_dim || qkv_stride < (int64_t)head_dim)
+        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) || window < 0 ||
+        !(softcap >= 0.0f) || out_stride < (int64_t)n_heads * head_dim ||
+        qkv_stride < (int64_t)head_dim)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "windowed attention: batch %d, seq_len %d, %d heads, %d kv "
-                          "heads, scale %g, window %d: need buffers, n_heads a multiple "
-                          "of n_kv_heads, scale > 0, a window >= 1 and strides that hold "
-                          "a row",
-                          batch, seq_len, n_heads, n_kv_heads, (double)scale, window);
+                          "heads, scale %g, window %d, soft cap %g: need buffers, n_heads "
+                          "a multiple of n_kv_heads, scale > 0, a window and a cap >= 0 "
+                          "and strides that hold a row",
+                          batch, seq_len, n_heads, n_kv_heads, (double)scale, window,
+                          (double)softcap);
     if (head_dim <= 0 || head_dim > SIMT_MAX_HEAD_DIM)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "windowed attention: head_dim %d: up to %d supported", head_dim,
@@ -529,5 +537,5 @@ extern "C" kvcal_status kvcal_attention_window_launch(
                               reinterpret_cast<const __nv_bfloat16 *>(k),
                               reinterpret_cast<const __nv_bfloat16 *>(v), qkv_stride, batch,
                               seq_len, n_heads, n_heads / n_kv_heads, head_dim, scale,
-                              window, stream);
+                              window, softcap, stream);
 }

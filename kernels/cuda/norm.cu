@@ -183,6 +183,28 @@ extern "C" kvcal_status kvcal_geglu_launch(kvcal_bf16 *out, const kvcal_bf16 *ga
     return KVCAL_OK;
 }
 
+__global__ void softcap_kernel(__nv_bfloat16 *__restrict__ x, int64_t n, float cap)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16_rn(cap * tanhf(__bfloat162float(x[i]) / cap));
+}
+
+extern "C" kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap,
+                                             cudaStream_t stream)
+{
+    if (!x || n < 0 || !(cap > 0.0f) || !isfinite(cap))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "softcap: n %lld, cap %g: need a buffer, n >= 0 and a finite cap > 0",
+                          (long long)n, (double)cap);
+    if (n == 0)
+        return KVCAL_OK;
+    softcap_kernel<<<grid_of(n, 256), 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16 *>(x),
+                                                        n, cap);
+    KVCAL_CUDA_CHECK_LAUNCH("softcap_kernel");
+    return KVCAL_OK;
+}
+
 extern "C" kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int64_t n,
                                             float a, float b, cudaStream_t stream)
 {

@@ -46,6 +46,10 @@ kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int
 kvcal_status kvcal_geglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
                                 int n, cudaStream_t stream);
 
+/* x (n) = cap * tanh(x / cap) in fp32, rounded once, in place: Gemma 2's
+ * logits. cap > 0. */
+kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap, cudaStream_t stream);
+
 /* out (n) = x * a + b in fp32, rounded once to bf16 (out may be x): the
  * embedding's scale, an RMSNorm weight's offset. */
 kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int64_t n, float a,
@@ -201,16 +205,18 @@ kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out,
                                             int n_heads, int n_kv_heads, int head_dim,
                                             float scale, cudaStream_t stream);
 
-/* kvcal_attention_launch within a sliding window: query t reads keys
- * t - window + 1 .. t (kvcal_attention_window_ref), window >= 1. On the
- * portable kernel whatever the head size: the runner takes it only where a
- * sample is longer than the window. */
+/* kvcal_attention_launch within a sliding window (query t reads keys
+ * t - window + 1 .. t; 0: every key up to t) and with soft-capped scores
+ * (softcap > 0: s becomes softcap * tanh(s / softcap); 0: none), as
+ * kvcal_attention_window_ref. On the portable kernel whatever the head size:
+ * the runner takes it only where a sample is longer than the window or the
+ * model soft-caps. */
 kvcal_status kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride,
                                            const kvcal_bf16 *q, const kvcal_bf16 *k,
                                            const kvcal_bf16 *v, int64_t qkv_stride,
                                            int batch, int seq_len, int n_heads,
                                            int n_kv_heads, int head_dim, float scale,
-                                           int window, cudaStream_t stream);
+                                           int window, float softcap, cudaStream_t stream);
 
 /* --- mixture of experts --------------------------------------------------- */
 

@@ -1,11 +1,13 @@
-/* calib/arch_gemma3.c: the Gemma 3 family's text model: Gemma3ForCausalLM
- * (model_type gemma3_text). RMSNorms whose weight is used as 1 + w, norms
- * before and after the attention and the MLP (sandwich norms), per-head q/k
- * norm, the attention scaled by query_pre_attn_scalar^-0.5, sliding-window
- * layers (layer_types, or every sliding_window_pattern-th layer global) with
- * their own RoPE base beside the global layers' (scaled) RoPE, a GELU-tanh
- * gated MLP, the embedding scaled by sqrt(hidden_size). Every layer caches K
- * and V, the sliding ones over their window. */
+/* calib/arch_gemma.c: the Gemma family's text models: Gemma2ForCausalLM
+ * and Gemma3ForCausalLM (model_type gemma3_text). RMSNorms whose weight is
+ * used as 1 + w, norms before and after the attention and the MLP (sandwich
+ * norms), the attention scaled by query_pre_attn_scalar^-0.5, sliding-window
+ * layers (layer_types, or every sliding_window_pattern-th layer global), a
+ * GELU-tanh gated MLP, the embedding scaled by sqrt(hidden_size). Gemma 3
+ * adds a per-head q/k norm and the sliding layers' own RoPE base beside the
+ * global layers' (scaled) RoPE; Gemma 2 soft-caps the attention scores and
+ * the logits (cap * tanh(x / cap)). Every layer caches K and V, the sliding
+ * ones over their window. */
 #include <math.h>
 #include <string.h>
 
@@ -13,21 +15,17 @@
 #include "calib/model.h"
 #include "core/status.h"
 
-static const char *const architectures[] = {"Gemma3ForCausalLM", NULL};
+static const char *const architectures[] = {"Gemma2ForCausalLM", "Gemma3ForCausalLM",
+                                            NULL};
 
-/* attention_bias (q/k/v and o), the (1 + w) norms, the embedding's scale;
- * soft caps (Gemma 2's, not Gemma 3's) are refused. */
+/* attention_bias (q/k/v and o), q/k norm (Gemma 3), the (1 + w) norms, the
+ * embedding's scale, the soft caps. */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
-    if (c->attn_logit_softcapping > 0 || c->final_logit_softcapping > 0)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "config.json: %s with attn_logit_softcapping %g / "
-                          "final_logit_softcapping %g is not supported yet (kvcal's "
-                          "attention has no soft cap); Gemma 3 checkpoints set neither",
-                          c->architecture, c->attn_logit_softcapping,
-                          c->final_logit_softcapping);
     d->qkv_bias = d->o_bias = c->attention_bias;
-    d->qk_norm = 1;
+    d->qk_norm = c->qk_norm;
+    d->attn_softcap = (float)c->attn_logit_softcapping;
+    d->logit_softcap = (float)c->final_logit_softcapping;
     d->norm_offset = 1.0f;
     d->embed_scale = sqrtf((float)c->hidden_size);
     return KVCAL_OK;
@@ -52,8 +50,8 @@ static const kvcal_op layer[] = {
 
 #define NORM(name, dim) {{{name, dim, KVCAL_DIM_NONE}}, KVCAL_WHEN_ALWAYS, 0, 1}
 
-const kvcal_arch kvcal_arch_gemma3 = {
-    .family = "gemma3",
+const kvcal_arch kvcal_arch_gemma = {
+    .family = "gemma",
     .architectures = architectures,
     .layer_prefix = "model.layers.%d.",
     .embed = "model.embed_tokens.weight",
@@ -71,8 +69,10 @@ const kvcal_arch kvcal_arch_gemma3 = {
         [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}},
         [KVCAL_W_O_BIAS] = {{{"self_attn.o_proj.bias", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}},
                             KVCAL_WHEN_O_BIAS},
-        [KVCAL_W_Q_NORM] = NORM("self_attn.q_norm.weight", KVCAL_DIM_HEAD),
-        [KVCAL_W_K_NORM] = NORM("self_attn.k_norm.weight", KVCAL_DIM_HEAD),
+        [KVCAL_W_Q_NORM] = {{{"self_attn.q_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
+                            KVCAL_WHEN_QK_NORM, 0, 1},
+        [KVCAL_W_K_NORM] = {{{"self_attn.k_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
+                            KVCAL_WHEN_QK_NORM, 0, 1},
         [KVCAL_W_POST_ATTN_NORM] = NORM("post_attention_layernorm.weight", KVCAL_DIM_HIDDEN),
         [KVCAL_W_FFN_NORM] = NORM("pre_feedforward_layernorm.weight", KVCAL_DIM_HIDDEN),
         [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
