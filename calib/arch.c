@@ -26,6 +26,26 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
     return NULL;
 }
 
+static const struct {
+    const char *architecture, *missing;
+} not_yet[] = {
+    {"GptOssForCausalLM", "attention sinks, its fused and transposed expert tensors with "
+                          "biases and clamped SwiGLU, and MXFP4 expert weights"},
+    {"Gemma3ForConditionalGeneration",
+     "the multimodal wrapper's weight names (its language model runs as "
+     "Gemma3ForCausalLM from a text-only checkpoint)"},
+    {"DeepseekV3ForCausalLM", "MLA attention (one latent entry per token)"},
+    {"DeepseekV2ForCausalLM", "MLA attention (one latent entry per token)"},
+};
+
+const char *kvcal_arch_missing(const char *architecture)
+{
+    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
+        if (!strcmp(not_yet[i].architecture, architecture))
+            return not_yet[i].missing;
+    return NULL;
+}
+
 void kvcal_arch_list(char *buf, size_t n)
 {
     size_t total = 0, i = 0, len = 0;

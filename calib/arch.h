@@ -168,6 +168,10 @@ typedef struct kvcal_arch {
  * NULL. */
 const kvcal_arch *kvcal_arch_find(const char *architecture);
 
+/* What kvcal lacks to run `architecture`, for the architectures people ask
+ * for that no family covers yet ("attention sinks, ..."), else NULL. */
+const char *kvcal_arch_missing(const char *architecture);
+
 /* "LlamaForCausalLM, MistralForCausalLM, ... and Qwen3ForCausalLM" into buf
  * (n bytes): every architecture of every family, for messages. */
 void kvcal_arch_list(char *buf, size_t n);

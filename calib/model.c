@@ -158,8 +158,12 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                           m->path, c->architecture, c->kv_layers, c->num_layers,
                           c->no_kv_layer_types, c->no_kv_layer_types);
     d->arch = kvcal_arch_find(c->architecture);
+    if (!d->arch && kvcal_arch_missing(c->architecture))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s is not supported yet: kvcal lacks %s", m->path,
+                          c->architecture, kvcal_arch_missing(c->architecture));
     if (!d->arch) {
-        char list[512];
+        char list[1024];
         kvcal_arch_list(list, sizeof list);
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: architecture '%s' (model_type '%s') is not supported; "
