@@ -1532,22 +1532,52 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     dev_download(e, d_e, (size_t)T * K * sizeof *e);
     dev_download(w, d_w, (size_t)T * K * sizeof *w);
     dev_download(counts, d_counts, (size_t)E * sizeof *counts);
-    int64_t wrong_e = 0, wrong_w = 0, wrong_counts = 0;
+    /* a sigmoid row's choice (sigmoid + bias) may tie at the top-k boundary
+     * within the rounding of exp: such tokens are left out of the checks
+     * (softmax rows choose on the bf16 logits themselves: no such case) */
+    unsigned char *near_tie = host_alloc((size_t)T);
+    double *v = host_alloc((size_t)E * sizeof *v);
+    int64_t ties = 0;
+    for (int t = 0; t < T; t++) {
+        near_tie[t] = 0;
+        if (!r->sigmoid)
+            continue;
+        for (int a = 0; a < E; a++)
+            v[a] = 1.0 / (1.0 + exp(-c->logits[(int64_t)t * E + a])) + c->bias[a];
+        /* the top_k + 1 largest in order, by selection; a gap below 1e-5
+         * among them could order them either way */
+        for (int j = 0; j <= K && j < E; j++) {
+            int best = j;
+            for (int a = j + 1; a < E; a++)
+                best = v[a] > v[best] ? a : best;
+            const double x = v[j];
+            v[j] = v[best], v[best] = x;
+            near_tie[t] |= j > 0 && v[j - 1] - v[j] < 1e-5;
+        }
+        ties += near_tie[t];
+    }
+    free(v);
+    int64_t wrong_e = 0, wrong_w = 0, wrong_counts = 0, far = 0;
     for (int t = 0; t < T; t++)
-        for (int j = 0; j < K; j++) {
+        for (int j = 0; j < K && !near_tie[t]; j++) {
             const int i = t * K + j, pad = c->pos[t] < 0;
             wrong_e += e[i] != (pad ? -1 : c->route_e[i]);
             wrong_w += !(fabs(w[i] - (pad ? 0.0f : c->route_w[i])) <=
                          fabs(c->route_w[i]) * MOE_W_RTOL + 1e-7);
         }
-    for (int i = 0; i < E; i++)
+    for (int i = 0; i < E && !ties; i++)
         wrong_counts += (long long)counts[i] != c->counts[i];
     EXPECT_NONE(wrong_e, (int64_t)T * K, "chosen experts not the reference's");
     EXPECT_NONE(wrong_w, (int64_t)T * K, "routing weights off the bound");
     EXPECT_NONE(wrong_counts, E, "experts' token counts not the reference's");
+    ROW_ASSERT(ties * 20 <= T); /* the rows are meant to be decided, but for a few */
     float *got = kvcal_test_dev_download_bf16(d_out, (int64_t)T * D);
-    EXPECT_NONE(count_far(got, c->ref, (int64_t)T * D, MOE_ATOL, MOE_RTOL), (int64_t)T * D,
-                "outputs off the bound");
+    for (int t = 0; t < T; t++)
+        if (!near_tie[t])
+            far += count_far(got + (int64_t)t * D, c->ref + (int64_t)t * D, D, MOE_ATOL,
+                             MOE_RTOL);
+    EXPECT_NONE(far, (int64_t)T * D, "outputs off the bound");
+    free(near_tie);
     free(got);
     free(e);
     free(w);
