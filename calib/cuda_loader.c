@@ -117,6 +117,8 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
         kvcal_status st = kvcal_model_weight_parts(ld->model, l, w, 0, part, &n);
         if (st)
             return st;
+        if (!n) /* a weight of other layers than this one (GLM's dense MLP) */
+            continue;
         size_t off = ld->lay.off[w];
         if (w == KVCAL_W_GATE_UP && ld->lay.gate_up_interleaved) {
             /* row r of the device weight is row source_row(r) of [gate; up],
