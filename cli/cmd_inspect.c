@@ -777,6 +777,29 @@ static int inspect_stats(const char *path, inspect_opts *o)
         if (!o->json)
             printf("\n");
     }
+    /* a mixture of experts' routing: the experts the calibration left cold */
+    if (s->num_experts && !o->json)
+        printf("  experts (%d a layer): tokens routed, the fewest and the most, and the "
+               "experts no token reached\n",
+               s->num_experts);
+    for (int l = 0; s->num_experts && l < s->num_layers; l++) {
+        const int64_t *c = s->expert_tokens + (size_t)l * s->num_experts;
+        int lo = 0, hi = 0, cold = 0;
+        for (int e = 0; e < s->num_experts; e++) {
+            lo = c[e] < c[lo] ? e : lo;
+            hi = c[e] > c[hi] ? e : hi;
+            cold += c[e] == 0;
+        }
+        cJSON *counts = cJSON_CreateArray();
+        for (int e = 0; e < s->num_experts; e++)
+            cJSON_AddItemToArray(counts, cJSON_CreateNumber((double)c[e]));
+        cJSON_AddItemToObject(cJSON_GetArrayItem(layers, l), "expert_tokens", counts);
+        if (!o->json && c[hi] > 0)
+            printf("  %5d  fewest %lld (expert %d), most %lld (expert %d), %d cold\n", l,
+                   (long long)c[lo], lo, (long long)c[hi], hi, cold);
+        else if (!o->json)
+            printf("  %5d  a dense layer (no routing)\n", l);
+    }
     kvcal_stats_destroy(s);
     return KVCAL_EXIT_OK;
 }
