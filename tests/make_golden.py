@@ -17,7 +17,12 @@ RoPE; V after v_proj):
    settings; their reference runs in float64 (transformers' routers take
    the softmax in float32 whatever the model's dtype, as they do in
    serving). Their checkpoints hold one tensor per expert, the layout of
-   the released checkpoints (save_pretrained's original format).
+   the released checkpoints (save_pretrained's original format). Phi-3 with
+   fused q/k/v and gate/up, partial rotary, longrope (long factors) and a
+   sliding window; Gemma 3 with its local and global layers; Gemma 2 with
+   soft caps small enough to bend the scores; GLM-4.5 with a dense first
+   layer and sigmoid routing (its router bias, a buffer, randomized too):
+   all in float64 too.
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
    attention module recompute K exactly as the module does (k_proj -> view ->
