@@ -67,8 +67,8 @@ typedef enum kvcal_when {
     KVCAL_WHEN_O_BIAS,   /* desc->o_bias */
     KVCAL_WHEN_QK_NORM,  /* desc->qk_norm */
     KVCAL_WHEN_SHARED_EXPERT, /* desc->shared_intermediate_size > 0 */
-    KVCAL_WHEN_DENSE_LAYERS,  /* layers before desc->first_dense_layers only */
-    KVCAL_WHEN_MOE_LAYERS     /* layers from desc->first_dense_layers on only */
+    KVCAL_WHEN_DENSE_LAYERS,  /* the dense layers of desc->layer_dense only */
+    KVCAL_WHEN_MOE_LAYERS     /* the other layers only */
 } kvcal_when;
 
 /* One checkpoint tensor of a logical weight: its name after the layer
@@ -158,8 +158,8 @@ typedef struct kvcal_arch {
     kvcal_status (*describe)(const kvcal_model_config *c, kvcal_model_desc *d);
     const kvcal_op *layer;
     int layer_ops;
-    /* the ops of the leading dense layers (desc->first_dense_layers), where
-     * the family has them (GLM's first_k_dense_replace), else NULL */
+    /* the ops of the dense layers (desc->layer_dense), where the family has
+     * them (GLM's first_k_dense_replace, Qwen's mlp_only_layers), else NULL */
     const kvcal_op *dense_layer;
     int dense_layer_ops;
 } kvcal_arch;

@@ -22,9 +22,9 @@ static const char *const qwen_architectures[] = {"Qwen2MoeForCausalLM",
 static const char *const mixtral_architectures[] = {"MixtralForCausalLM", NULL};
 
 /* config.json: Qwen2-MoE has q/k/v biases (never o), Qwen3-MoE attention_bias
- * (q/k/v and o) and q/k norm, Mixtral neither; the experts as io/model_config
- * reads them. Dense layers (mlp_only_layers, decoder_sparse_step) and
- * Qwen's use_sliding_window (per-layer windows) are refused. */
+ * (q/k/v and o) and q/k norm, Mixtral neither; the experts and Qwen's dense
+ * layers (mlp_only_layers, decoder_sparse_step) as io/model_config reads
+ * them. Qwen's use_sliding_window (its own per-layer pattern) is refused. */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     const int qwen2 = !strcmp(c->architecture, "Qwen2MoeForCausalLM");
@@ -45,12 +45,6 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
                           qwen2 ? ", shared_expert_intermediate_size >= 1" : "",
                           d->num_experts, d->experts_per_tok, d->moe_intermediate_size,
                           d->shared_intermediate_size);
-    if (c->mlp_only_layers > 0 || c->decoder_sparse_step != 1)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "config.json: %s with dense layers (mlp_only_layers %d entries, "
-                          "decoder_sparse_step %d) is not supported yet: kvcal runs models "
-                          "whose every layer is a mixture of experts",
-                          c->architecture, c->mlp_only_layers, c->decoder_sparse_step);
     if (!strcmp(c->architecture, "MixtralForCausalLM"))
         return KVCAL_OK;
     if (d->sliding_window > 0)
@@ -73,6 +67,18 @@ static const kvcal_op layer[] = {
     {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_ATT,   KVCAL_W_O,         KVCAL_W_O_BIAS,   0},
     {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_FFN_NORM,  KVCAL_W_NONE,     0},
     {KVCAL_OP_MOE,          KVCAL_ACT_DELTA, KVCAL_ACT_NORM,  KVCAL_W_ROUTER,    KVCAL_W_NONE,     0},
+};
+
+/* Qwen's dense layers: the same attention, a SwiGLU MLP */
+static const kvcal_op dense_layer[] = {
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_ATTN_NORM, KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_QKV,   KVCAL_ACT_NORM,  KVCAL_W_QKV,       KVCAL_W_QKV_BIAS, 0},
+    {KVCAL_OP_QK_NORM_ROPE, KVCAL_ACT_QKV,   KVCAL_ACT_QKV,   KVCAL_W_Q_NORM,    KVCAL_W_K_NORM,   1},
+    {KVCAL_OP_ATTENTION,    KVCAL_ACT_ATT,   KVCAL_ACT_QKV,   KVCAL_W_NONE,      KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_ATT,   KVCAL_W_O,         KVCAL_W_O_BIAS,   0},
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_FFN_NORM,  KVCAL_W_NONE,     0},
+    {KVCAL_OP_SWIGLU,       KVCAL_ACT_MLP,   KVCAL_ACT_NORM,  KVCAL_W_GATE_UP,   KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_MLP,   KVCAL_W_DOWN,      KVCAL_W_NONE,     0},
 };
 
 #define ATTENTION_WEIGHTS                                                                       \
@@ -103,12 +109,20 @@ const kvcal_arch kvcal_arch_qwen_moe = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}}},
+        [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
+                              {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},
+                             KVCAL_WHEN_DENSE_LAYERS},
+        [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},
+                          KVCAL_WHEN_DENSE_LAYERS},
+        [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},
+                            KVCAL_WHEN_MOE_LAYERS},
         [KVCAL_W_EXPERT_GATE_UP] = {{{"mlp.experts.%d.gate_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
                                      {"mlp.experts.%d.up_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_ALWAYS, 1},
+                                    KVCAL_WHEN_MOE_LAYERS, 1},
         [KVCAL_W_EXPERT_DOWN] = {{{"mlp.experts.%d.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
-                                 KVCAL_WHEN_ALWAYS, 1},
+                                 KVCAL_WHEN_MOE_LAYERS, 1},
+        /* Qwen2-MoE's alone (a zero shared_expert_intermediate_size leaves
+         * them out of Qwen3-MoE's, calib/arch_moe.c's describe) */
         [KVCAL_W_SHARED_GATE_UP] = {{{"mlp.shared_expert.gate_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN},
                                      {"mlp.shared_expert.up_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}},
                                     KVCAL_WHEN_SHARED_EXPERT},
@@ -121,6 +135,8 @@ const kvcal_arch kvcal_arch_qwen_moe = {
     .describe = describe,
     .layer = layer,
     .layer_ops = (int)(sizeof layer / sizeof layer[0]),
+    .dense_layer = dense_layer,
+    .dense_layer_ops = (int)(sizeof dense_layer / sizeof dense_layer[0]),
 };
 
 static const char *const mixtral_refused[] = {"block_sparse_moe.gate.bias", NULL};

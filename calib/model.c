@@ -23,6 +23,7 @@ struct kvcal_model {
     float *inv_freq;        /* (rot_dim / 2) */
     float *inv_freq_sliding; /* (rot_dim / 2) or NULL */
     int *layer_window;      /* (num_layers) */
+    unsigned char *layer_dense; /* (num_layers) */
     float *layer_buf;       /* one layer, fp32, logical weights in order */
     float *head_buf;        /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
@@ -206,7 +207,12 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     d->norm_topk_prob = c->norm_topk_prob;
     d->moe_sigmoid = c->moe_sigmoid;
     d->routed_scale = c->routed_scaling_factor > 0 ? (float)c->routed_scaling_factor : 1.0f;
-    d->first_dense_layers = c->first_dense_layers;
+    if (!(m->layer_dense = calloc((size_t)(c->num_layers > 0 ? c->num_layers : 1), 1)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int l = 0; c->num_experts && l < c->num_layers; l++)
+        m->layer_dense[l] = (c->layer_dense[l / 8] >> (l % 8)) & 1;
+    d->layer_dense = m->layer_dense;
+    d->dense_layers = c->num_experts ? c->dense_layers : 0;
     kvcal_status st = d->arch->describe(c, d);
     if (st)
         return kvcal_fail_context(st, "%s: ", m->path);
@@ -498,6 +504,7 @@ void kvcal_model_close(kvcal_model_t *m)
     free(m->inv_freq);
     free(m->inv_freq_sliding);
     free(m->layer_window);
+    free(m->layer_dense);
     free(m->layer_buf);
     free(m->head_buf);
     free(m);
@@ -706,9 +713,9 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
     case KVCAL_WHEN_SHARED_EXPERT:
         return d->shared_intermediate_size > 0;
     case KVCAL_WHEN_DENSE_LAYERS:
-        return d->first_dense_layers > 0;
+        return d->dense_layers > 0;
     case KVCAL_WHEN_MOE_LAYERS:
-        return d->first_dense_layers < d->num_layers;
+        return d->dense_layers < d->num_layers;
     default:
         return 1;
     }
@@ -720,9 +727,9 @@ int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_wei
         return 0;
     switch (d->arch->weights[w].when) {
     case KVCAL_WHEN_DENSE_LAYERS:
-        return layer < d->first_dense_layers;
+        return d->layer_dense[layer];
     case KVCAL_WHEN_MOE_LAYERS:
-        return layer >= d->first_dense_layers;
+        return !d->layer_dense[layer];
     default:
         return 1;
     }
@@ -731,7 +738,7 @@ int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_wei
 const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n)
 {
     const kvcal_arch *a = d->arch;
-    const int dense = a->dense_layer && layer < d->first_dense_layers;
+    const int dense = a->dense_layer && d->layer_dense && d->layer_dense[layer];
     *n = dense ? a->dense_layer_ops : a->layer_ops;
     return dense ? a->dense_layer : a->layer;
 }

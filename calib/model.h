@@ -59,7 +59,10 @@ struct kvcal_model_desc {
     int norm_topk_prob;           /* the top-k weights renormalized to sum 1 */
     int moe_sigmoid;              /* sigmoid routing with a choice bias (GLM) */
     float routed_scale;           /* the chosen weights' factor, 1 */
-    int first_dense_layers;       /* leading layers with a dense MLP (GLM) */
+    const unsigned char *layer_dense; /* (num_layers) 1: layer l has a dense MLP
+                                         among the MoE layers (GLM's leading ones,
+                                         Qwen's mlp_only_layers); owned */
+    int dense_layers;             /* how many */
 };
 
 /* One layer's fp32 weights by logical weight (calib/arch.h), (out, in)
@@ -86,8 +89,8 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);
 /* Whether weight w exists in layer l of model d. */
 int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w);
 
-/* The ops of layer l of model d (the family's dense layer ops before
- * first_dense_layers) and their count. */
+/* The ops of layer l of model d (the family's dense layer ops in its
+ * dense layers) and their count. */
 const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n);
 
 /* Copies of weight w in model d: num_experts for a per-expert weight, else

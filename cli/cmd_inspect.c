@@ -291,9 +291,8 @@ static void print_model(const char *path, const kvcal_model_config *c,
                c->num_experts_per_tok, c->norm_topk_prob ? " renormalized" : "");
         if (c->shared_expert_intermediate_size)
             printf(", shared expert of %d channels", c->shared_expert_intermediate_size);
-        if (c->first_dense_layers)
-            printf(", %d dense layer%s first", c->first_dense_layers,
-                   c->first_dense_layers == 1 ? "" : "s");
+        if (c->dense_layers)
+            printf(", %d dense layer%s", c->dense_layers, c->dense_layers == 1 ? "" : "s");
     }
     printf("\n  rope            theta %g, %s", c->rope_theta, rope);
     if (factor > 0)

@@ -290,6 +290,14 @@ def moe_configs(tf, common):
             num_experts=8, num_experts_per_tok=3, norm_topk_prob=True,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
             tie_word_embeddings=False, **common), "bfloat16", "new", "float64"),
+        # dense layers among the MoE ones: mlp_only_layers [0] and
+        # decoder_sparse_step 2 (layers 0 and 2 dense, 1 and 3 MoE)
+        ("qwen3_moe_dense_layers_e4_top2_bf16", tf.Qwen3MoeConfig(
+            hidden_size=48, intermediate_size=56, moe_intermediate_size=40,
+            num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+            mlp_only_layers=[0], decoder_sparse_step=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+            **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
         # top-2 of 6 not renormalized, a shared expert behind a sigmoid gate,
         # q/k/v biases
         ("qwen2_moe_shared_e6_top2_bf16", tf.Qwen2MoeConfig(

@@ -96,19 +96,23 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 {
     static const char *const names[] = {
         "qwen3_moe_e8_top3_norm_bf16", "qwen2_moe_shared_e6_top2_bf16",
-        "mixtral_e4_top2_swa16_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16"};
-    static const int top_k[] = {3, 2, 2, 3};
-    for (int i = 0; i < 4; i++) {
+        "mixtral_e4_top2_swa16_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16",
+        "qwen3_moe_dense_layers_e4_top2_bf16"};
+    static const int top_k[] = {3, 2, 2, 3, 2};
+    /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
+     * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense). */
+    static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u};
+    for (int i = 0; i < 5; i++) {
         check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
         kvcal_stats_t *stats = NULL;
         int64_t rows = 0;
         cJSON *root = kvcal_test_cuda_run_golden(names[i], NULL, &stats, NULL, &rows);
         CU_ASSERT_FATAL(stats->num_experts > 0);
-        for (int l = i == 3; l < stats->num_layers; l++) { /* GLM's layer 0 is dense */
+        for (int l = 0; l < stats->num_layers; l++) {
             int64_t sum = 0;
             for (int e = 0; e < stats->num_experts; e++)
                 sum += stats->expert_tokens[(size_t)l * stats->num_experts + e];
-            CU_ASSERT_EQUAL(sum, rows * top_k[i]);
+            CU_ASSERT_EQUAL(sum, (dense[i] >> l) & 1u ? 0 : rows * top_k[i]);
         }
         kvcal_stats_destroy(stats);
         cJSON_Delete(root);

@@ -178,7 +178,7 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
         "qwen3_moe_e8_top3_norm_bf16", "qwen2_moe_shared_e6_top2_bf16",
         "mixtral_e4_top2_swa16_bf16", "phi3_longrope_partial_swa16_bf16",
         "gemma3_text_swa8_local_global_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16",
-        "gemma2_softcap_swa8_bf16"};
+        "gemma2_softcap_swa8_bf16", "qwen3_moe_dense_layers_e4_top2_bf16"};
     const char *ids = kvcal_test_path("golden_ids.jsonl");
     FILE *f = fopen(ids, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);

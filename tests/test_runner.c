@@ -314,6 +314,14 @@ static void runner_matches_transformers_gemma2_soft_caps(void)
     check_against_golden("gemma2_softcap_swa8_bf16");
 }
 
+/* Qwen3-MoE with mlp_only_layers [0] and decoder_sparse_step 2: layer 0 a
+ * dense MLP, layer 1 a mixture, layer 2 dense again (3 is no multiple of 2),
+ * layer 3 a mixture. */
+static void runner_matches_transformers_qwen3_moe_with_dense_layers(void)
+{
+    check_against_golden("qwen3_moe_dense_layers_e4_top2_bf16");
+}
+
 /* GLM-4.5: a dense first layer, then sigmoid routing chosen with its score
  * correction bias, top-3 of 8 renormalized and x2.5, an ungated shared
  * expert, partial rotary, q/k/v biases, q/k norm. */
@@ -544,10 +552,10 @@ static void model_open_gives_each_layer_the_window_of_its_kind(void)
     CU_ASSERT(w[0] == 8 && w[1] == 8);
 }
 
-/* A mixture of experts: each expert's tensors are checked by name, and
- * dense layers among the MoE ones are refused with the field that asks for
- * them. */
-static void model_open_names_missing_expert_and_refuses_dense_layers(void)
+/* A mixture of experts: each expert's tensors are checked by name, and so
+ * are the dense MLP's of a layer mlp_only_layers names (an index past the
+ * model is refused). */
+static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
 {
     expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
                                         "{\"moe_intermediate_size\": 41}"),
@@ -561,7 +569,10 @@ static void model_open_names_missing_expert_and_refuses_dense_layers(void)
                       "config.json implies [5, 64]");
     expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
                                         "{\"mlp_only_layers\": [1]}"),
-                      KVCAL_ERR_UNSUPPORTED, "mlp_only_layers 1 entries");
+                      KVCAL_ERR_FORMAT, "tensor model.layers.1.mlp.gate_proj.weight is missing");
+    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
+                                        "{\"mlp_only_layers\": [2]}"),
+                      KVCAL_ERR_FORMAT, "mlp_only_layers\": expected an array of layer indices");
     expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
                                         "{\"num_experts_per_tok\": 7}"),
                       KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
@@ -752,6 +763,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
+    KVCAL_TEST(runner_matches_transformers_qwen3_moe_with_dense_layers),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
@@ -761,7 +773,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_names_unsupported_architecture),
     KVCAL_TEST(model_open_lists_the_supported_architectures),
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
-    KVCAL_TEST(model_open_names_missing_expert_and_refuses_dense_layers),
+    KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
     KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),

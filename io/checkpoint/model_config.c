@@ -607,6 +607,10 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
             (s = cfg_bool(top, "use_qk_norm", &c->qk_norm)) != KVCAL_OK)
             return s;
         c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
+        for (int l = 0; l < c->num_layers && l < c->first_dense_layers; l++) {
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->dense_layers++;
+        }
         return KVCAL_OK;
     }
     if ((s = cfg_int(top, "num_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
@@ -627,10 +631,26 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_int(top, "shared_expert_intermediate_size", 0, INT_MAX,
                      &c->shared_expert_intermediate_size, NULL)) != KVCAL_OK)
         return s;
-    const cJSON *dense = cfg_item(top, "mlp_only_layers");
+    const cJSON *dense = cfg_item(top, "mlp_only_layers"), *it;
     if (dense && !cJSON_IsArray(dense))
         return cfg_bad(top, "mlp_only_layers", dense, "an array of layer indices");
     c->mlp_only_layers = dense ? cJSON_GetArraySize(dense) : 0;
+    /* transformers (Qwen2-MoE, Qwen3-MoE): layer l is dense when listed in
+     * mlp_only_layers or when (l + 1) is no multiple of decoder_sparse_step */
+    for (int l = 0; l < c->num_layers; l++)
+        if ((l + 1) % c->decoder_sparse_step)
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+    cJSON_ArrayForEach(it, dense)
+    {
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+            it->valuedouble < 0 || it->valuedouble >= c->num_layers)
+            return cfg_bad(top, "mlp_only_layers", dense,
+                           "an array of layer indices below num_hidden_layers");
+        const int l = (int)it->valuedouble;
+        c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+    }
+    for (int l = 0; l < c->num_layers; l++)
+        c->dense_layers += (c->layer_dense[l / 8] >> (l % 8)) & 1;
     return KVCAL_OK;
 }
 

@@ -124,6 +124,10 @@ typedef struct kvcal_model_config {
     int decoder_sparse_step;     /* layer i is MoE when (i + 1) % step == 0 */
     int mlp_only_layers;         /* entries of mlp_only_layers (dense layers) */
     int first_dense_layers;      /* GLM's first_k_dense_replace: leading dense layers */
+    int dense_layers;            /* layers with a dense MLP in a mixture of experts */
+    /* bit l of layer_dense[l / 8]: layer l has a dense MLP (mlp_only_layers,
+     * decoder_sparse_step, first_k_dense_replace) */
+    unsigned char layer_dense[KVCAL_LAYER_BITS / 8];
     int moe_sigmoid;             /* GLM: sigmoid scores, chosen by score plus
                                     e_score_correction_bias (else softmax) */
     double routed_scaling_factor; /* the chosen weights' factor (1) */
