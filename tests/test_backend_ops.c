@@ -199,9 +199,17 @@ static const op_row rows[] = {
     ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
         .out_pad = 3, .cudnn = -1),
 
-    /* a sliding window shorter than the sequence: the portable kernel */
+    /* a sliding window shorter than the sequence: the portable kernel (head_dim
+     * 16, an output stride off 8), the tensor cores (64, 80, 96, 128; windows
+     * below, at and across the 64-key tiles, the first blocks' tiles skipped) */
     ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 1, .head_dim = 16,
         .window = 16),
+    ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
+        .window = 20, .out_pad = 3),
+    ROW("attention", .batch = 2, .seq = 200, .heads = 4, .kv_heads = 2, .head_dim = 64,
+        .window = 64),
+    ROW("attention", .batch = 1, .seq = 333, .heads = 6, .kv_heads = 2, .head_dim = 96,
+        .window = 70),
     ROW("attention", .batch = 1, .seq = 300, .heads = 8, .kv_heads = 2, .head_dim = 128,
         .window = 100),
     ROW("attention", .batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 80,
@@ -212,6 +220,10 @@ static const op_row rows[] = {
         .softcap = 1),
     ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
         .window = 16, .softcap = 2),
+    ROW("attention", .batch = 2, .seq = 150, .heads = 4, .kv_heads = 4, .head_dim = 128,
+        .softcap = 1),
+    ROW("attention", .batch = 1, .seq = 260, .heads = 8, .kv_heads = 2, .head_dim = 80,
+        .window = 129, .softcap = 3),
 
     /* the mixture of experts: routing, grouping, the grouped GEMMs (tails of
      * the 128 x 128 tiles and of k's 32), SwiGLU and the combine */

@@ -88,14 +88,19 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile,
 
 // --- kernel -------------------------------------------------------------------
 
-template <int HD, int WARPS, int MT, int MINB>
+/* BAND: within a sliding window (window > 0: query t reads keys t - window +
+ * 1 .. t; key tiles below every row's window are skipped) and with
+ * soft-capped scores (softcap > 0), as kvcal_attention_window_ref; a row whose
+ * keys in a tile are all masked keeps its running max and sum. Without BAND
+ * the kernel is the plain causal one (window and softcap unread). */
+template <int HD, int WARPS, int MT, int MINB, bool BAND>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     attention_kernel(__nv_bfloat16 *__restrict__ out, // (batch * seq_len, out_stride)
                      int64_t out_stride,
                      const __nv_bfloat16 *__restrict__ q, // (batch * seq_len, stride)
                      const __nv_bfloat16 *__restrict__ k,
                      const __nv_bfloat16 *__restrict__ v, int64_t stride, int seq_len,
-                     int group, float scale_log2)
+                     int group, float scale_log2, int window, float softcap)
 {
     constexpr int LD = HD + ATT_PAD, KSTEPS = HD / 16, DTILES = HD / 8;
     // Q fragments stay in registers unless registers are short (MT 2, or MINB
@@ -119,9 +124,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     const __nv_bfloat16 *kb = k + seq0 * stride + (int64_t)(h / group) * HD;
     const __nv_bfloat16 *vb = v + seq0 * stride + (int64_t)(h / group) * HD;
 
+    const bool windowed = BAND && window > 0;
+    /* the first key tile the block's first row reads */
+    const int j0 = windowed && m0 - window + 1 > 0 ? (m0 - window + 1) / ATT_BN : 0;
     load_tile<HD, BM, THREADS>(sq, qb, stride, m0, seq_len);
     cp_async_commit();
-    load_tile<HD, ATT_BN, THREADS>(sk, kb, stride, 0, seq_len);
+    load_tile<HD, ATT_BN, THREADS>(sk, kb, stride, j0 * ATT_BN, seq_len);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -148,7 +156,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 
     const int last_key = min(m0 + BM, seq_len) - 1;
     const int n_blocks = last_key / ATT_BN + 1;
-    for (int j = 0; j < n_blocks; j++) {
+    for (int j = j0; j < n_blocks; j++) {
         const int n0 = j * ATT_BN;
         cp_async_wait<0>();
         __syncthreads(); // K_j landed; every warp is done with V_{j-1}
@@ -156,8 +164,13 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         cp_async_commit();
 
         // tiles entirely above the diagonal for all of this warp's rows add nothing
-        const bool active = n0 <= m0 + warp_row0 + 16 * MT - 1;
-        const bool masked = n0 + ATT_BN - 1 > m0 + warp_row0;
+        const int wr0 = m0 + warp_row0, wr1 = wr0 + 16 * MT - 1; /* the warp's rows */
+        bool active = n0 <= wr1;
+        bool masked = n0 + ATT_BN - 1 > wr0;
+        if (windowed) { /* and tiles below the window of all of them */
+            active = active && n0 + ATT_BN - 1 >= wr0 - window + 1;
+            masked = masked || n0 < wr1 - window + 1;
+        }
         float s[MT][ATT_BN / 8][4];
         if (active) {
 #pragma unroll
@@ -204,8 +217,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float x = s[mt][nt][e] * scale_log2;
-                        if (masked &&
-                            n0 + nt * 8 + 2 * tig + (e & 1) > q_row0 + (e >> 1) * 8)
+                        if (BAND && softcap > 0.0f) /* cap * tanh(s / cap), natural log */
+                            x = softcap * tanhf(x * 0.6931471805599453f / softcap) *
+                                1.4426950408889634f;
+                        const int key = n0 + nt * 8 + 2 * tig + (e & 1),
+                                  qrow = q_row0 + (e >> 1) * 8;
+                        if (masked && (key > qrow || (windowed && key + window <= qrow)))
                             x = -INFINITY;
                         s[mt][nt][e] = x;
                         bmax[e >> 1] = fmaxf(bmax[e >> 1], x);
@@ -216,7 +233,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                     bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 1));
                     bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 2));
                     const float m_new = fmaxf(row_max[mt][r], bmax[r]);
-                    const float corr = fast_exp2(row_max[mt][r] - m_new);
+                    /* no key yet (a window's tile all masked for this row): 0, not NaN */
+                    const float corr = fast_exp2(
+                        row_max[mt][r] - (BAND && m_new == -INFINITY ? 0.0f : m_new));
                     row_max[mt][r] = m_new;
                     row_sum[mt][r] *= corr;
 #pragma unroll
@@ -229,7 +248,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                 for (int nt = 0; nt < ATT_BN / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float p = fast_exp2(s[mt][nt][e] - row_max[mt][e >> 1]);
+                        const float mr = row_max[mt][e >> 1];
+                        const float p =
+                            fast_exp2(s[mt][nt][e] - (BAND && mr == -INFINITY ? 0.0f : mr));
                         s[mt][nt][e] = p;
                         row_sum[mt][e >> 1] += p;
                     }
@@ -393,11 +414,12 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
 
 // --- launcher -----------------------------------------------------------------
 
-template <int HD, int WARPS, int MT, int MINB>
+template <int HD, int WARPS, int MT, int MINB, bool BAND = false>
 static kvcal_status
 attention_run(__nv_bfloat16 *out, int64_t out_stride, const __nv_bfloat16 *q,
               const __nv_bfloat16 *k, const __nv_bfloat16 *v, int64_t stride, int batch,
-              int seq_len, int n_heads, int group, float scale, cudaStream_t stream)
+              int seq_len, int n_heads, int group, float scale, cudaStream_t stream,
+              int window = 0, float softcap = 0.0f)
 {
     constexpr int BM = WARPS * 16 * MT;
     const size_t smem =
@@ -407,12 +429,13 @@ attention_run(__nv_bfloat16 *out, int64_t out_stride, const __nv_bfloat16 *q,
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "attention: batch %d x seq_len %d exceeds the launch grid",
                           batch, seq_len);
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT, MINB>,
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT, MINB, BAND>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
     const dim3 grid(n_heads, batch, m_blocks);
-    attention_kernel<HD, WARPS, MT, MINB><<<grid, WARPS * 32, smem, stream>>>(
-        out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f);
+    attention_kernel<HD, WARPS, MT, MINB, BAND><<<grid, WARPS * 32, smem, stream>>>(
+        out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f,
+        window, softcap);
     KVCAL_CUDA_CHECK_LAUNCH("attention_kernel");
     return KVCAL_OK;
 }
@@ -532,10 +555,35 @@ extern "C" kvcal_status kvcal_attention_window_launch(
                           SIMT_MAX_HEAD_DIM);
     if (batch == 0 || seq_len == 0)
         return KVCAL_OK;
-    return attention_simt_run(reinterpret_cast<__nv_bfloat16 *>(out), out_stride,
-                              reinterpret_cast<const __nv_bfloat16 *>(q),
-                              reinterpret_cast<const __nv_bfloat16 *>(k),
-                              reinterpret_cast<const __nv_bfloat16 *>(v), qkv_stride, batch,
-                              seq_len, n_heads, n_heads / n_kv_heads, head_dim, scale,
-                              window, softcap, stream);
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *qq = reinterpret_cast<const __nv_bfloat16 *>(q);
+    auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
+    auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
+    const int group = n_heads / n_kv_heads;
+    const int tensor_core =
+        (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128) &&
+        !misaligned(out) && !misaligned(q) && !misaligned(k) && !misaligned(v) &&
+        qkv_stride % 8 == 0 && out_stride % 8 == 0;
+    /* the default version's shape (4 warps x 16 rows), with the band */
+    switch (tensor_core ? head_dim : 0) {
+    case 64:
+        return attention_run<64, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                batch, seq_len, n_heads, group, scale,
+                                                stream, window, softcap);
+    case 80:
+        return attention_run<80, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                batch, seq_len, n_heads, group, scale,
+                                                stream, window, softcap);
+    case 96:
+        return attention_run<96, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                batch, seq_len, n_heads, group, scale,
+                                                stream, window, softcap);
+    case 128:
+        return attention_run<128, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                 batch, seq_len, n_heads, group, scale,
+                                                 stream, window, softcap);
+    default:
+        return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
+                                  n_heads, group, head_dim, scale, window, softcap, stream);
+    }
 }
