@@ -200,7 +200,7 @@ static const op_row rows[] = {
         .out_pad = 3, .cudnn = -1),
 
     /* a sliding window shorter than the sequence: the portable kernel (head_dim
-     * 16, an output stride off 8), the tensor cores (64, 80, 96, 128; windows
+     * 16, an output stride off 8), the tensor cores (64, 80, 96, 128, 256; windows
      * below, at and across the 64-key tiles, the first blocks' tiles skipped) */
     ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 1, .head_dim = 16,
         .window = 16),
@@ -224,6 +224,12 @@ static const op_row rows[] = {
         .softcap = 1),
     ROW("attention", .batch = 1, .seq = 260, .heads = 8, .kv_heads = 2, .head_dim = 80,
         .window = 129, .softcap = 3),
+    /* Gemma's head_dim 256: a window with the cap, a cap alone (Gemma 2's 50
+     * bends none of these scores; 4 does) */
+    ROW("attention", .batch = 1, .seq = 300, .heads = 4, .kv_heads = 2, .head_dim = 256,
+        .window = 100, .softcap = 4),
+    ROW("attention", .batch = 2, .seq = 90, .heads = 2, .kv_heads = 1, .head_dim = 256,
+        .softcap = 4),
 
     /* the mixture of experts: routing, grouping, the grouped GEMMs (tails of
      * the 128 x 128 tiles and of k's 32), SwiGLU and the combine */

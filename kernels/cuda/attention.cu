@@ -103,9 +103,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                      int group, float scale_log2, int window, float softcap)
 {
     constexpr int LD = HD + ATT_PAD, KSTEPS = HD / 16, DTILES = HD / 8;
-    // Q fragments stay in registers unless registers are short (MT 2, or MINB
-    // blocks per SM asked for), when they are re-read from shared memory
-    constexpr bool Q_IN_REGS = MT == 1 && MINB < 4;
+    // Q fragments stay in registers unless registers are short (MT 2, MINB 4
+    // blocks per SM asked for, or head_dim 256), when they are re-read from
+    // shared memory
+    constexpr bool Q_IN_REGS = MT == 1 && MINB < 4 && HD <= 128;
     constexpr int BM = WARPS * 16 * MT, THREADS = WARPS * 32,
                   QREG = Q_IN_REGS ? KSTEPS : 1;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -561,25 +562,31 @@ extern "C" kvcal_status kvcal_attention_window_launch(
     auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
     const int group = n_heads / n_kv_heads;
     const int tensor_core =
-        (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128) &&
+        (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 ||
+         head_dim == 256) &&
         !misaligned(out) && !misaligned(q) && !misaligned(k) && !misaligned(v) &&
         qkv_stride % 8 == 0 && out_stride % 8 == 0;
-    /* the default version's shape (4 warps x 16 rows), with the band */
+    /* version 1's shape (4 warps x 16 rows; MINB 4 spills with the band), Q
+     * from shared memory at 256 (246 registers, no spill on sm_90a) */
     switch (tensor_core ? head_dim : 0) {
     case 64:
-        return attention_run<64, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+        return attention_run<64, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                 batch, seq_len, n_heads, group, scale,
                                                 stream, window, softcap);
     case 80:
-        return attention_run<80, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+        return attention_run<80, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                 batch, seq_len, n_heads, group, scale,
                                                 stream, window, softcap);
     case 96:
-        return attention_run<96, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+        return attention_run<96, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                 batch, seq_len, n_heads, group, scale,
                                                 stream, window, softcap);
     case 128:
-        return attention_run<128, 4, 1, 4, true>(o, out_stride, qq, kk, vv, qkv_stride,
+        return attention_run<128, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                 batch, seq_len, n_heads, group, scale,
+                                                 stream, window, softcap);
+    case 256:
+        return attention_run<256, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                  batch, seq_len, n_heads, group, scale,
                                                  stream, window, softcap);
     default:

@@ -208,9 +208,9 @@ kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out,
 /* kvcal_attention_launch within a sliding window (query t reads keys
  * t - window + 1 .. t; 0: every key up to t) and with soft-capped scores
  * (softcap > 0: s becomes softcap * tanh(s / softcap); 0: none), as
- * kvcal_attention_window_ref: head_dim 64, 80, 96 and 128 (aligned) on the
- * tensor cores (the default version's shape, key tiles below the window
- * skipped), others on the portable kernel. The runner takes it only where a
+ * kvcal_attention_window_ref: head_dim 64, 80, 96, 128 and 256 (aligned) on
+ * the tensor cores (version 1's shape, Q re-read from shared memory at 256;
+ * key tiles below the window skipped), others on the portable kernel. The runner takes it only where a
  * sample is longer than the window or the model soft-caps. */
 kvcal_status kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride,
                                            const kvcal_bf16 *q, const kvcal_bf16 *k,
