@@ -5,8 +5,15 @@
 #include <string.h>
 
 extern const kvcal_arch kvcal_arch_llama;
+extern const kvcal_arch kvcal_arch_qwen_moe;
+extern const kvcal_arch kvcal_arch_mixtral;
+extern const kvcal_arch kvcal_arch_phi3;
+extern const kvcal_arch kvcal_arch_gemma;
+extern const kvcal_arch kvcal_arch_glm4_moe;
 
-static const kvcal_arch *const families[] = {&kvcal_arch_llama};
+static const kvcal_arch *const families[] = {&kvcal_arch_llama,  &kvcal_arch_qwen_moe,
+                                             &kvcal_arch_mixtral, &kvcal_arch_phi3,
+                                             &kvcal_arch_gemma, &kvcal_arch_glm4_moe};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 
@@ -16,6 +23,26 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
         for (const char *const *a = families[f]->architectures; *a; a++)
             if (!strcmp(*a, architecture))
                 return families[f];
+    return NULL;
+}
+
+static const struct {
+    const char *architecture, *missing;
+} not_yet[] = {
+    {"GptOssForCausalLM", "attention sinks, its fused and transposed expert tensors with "
+                          "biases and clamped SwiGLU, and MXFP4 expert weights"},
+    {"Gemma3ForConditionalGeneration",
+     "the multimodal wrapper's weight names (its language model runs as "
+     "Gemma3ForCausalLM from a text-only checkpoint)"},
+    {"DeepseekV3ForCausalLM", "MLA attention (one latent entry per token)"},
+    {"DeepseekV2ForCausalLM", "MLA attention (one latent entry per token)"},
+};
+
+const char *kvcal_arch_missing(const char *architecture)
+{
+    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
+        if (!strcmp(not_yet[i].architecture, architecture))
+            return not_yet[i].missing;
     return NULL;
 }
 

@@ -32,6 +32,15 @@ typedef enum kvcal_weight {
     KVCAL_W_FFN_NORM,      /* (hidden) */
     KVCAL_W_GATE_UP,       /* (2 intermediate, hidden): [Wgate; Wup] */
     KVCAL_W_DOWN,          /* (hidden, intermediate) */
+    KVCAL_W_ROUTER,        /* (experts, hidden) the router's logits */
+    KVCAL_W_EXPERT_GATE_UP, /* (experts, 2 moe_inter, hidden): per expert [Wgate; Wup] */
+    KVCAL_W_EXPERT_DOWN,   /* (experts, hidden, moe_inter) */
+    KVCAL_W_SHARED_GATE_UP, /* (2 shared_inter, hidden) the shared expert's [Wgate; Wup] */
+    KVCAL_W_SHARED_DOWN,   /* (hidden, shared_inter) */
+    KVCAL_W_SHARED_GATE,   /* (1, hidden) the sigmoid gate of the shared expert */
+    KVCAL_W_POST_ATTN_NORM, /* (hidden) RMSNorm of the attention's output (Gemma) */
+    KVCAL_W_POST_FFN_NORM, /* (hidden) RMSNorm of the MLP's output (Gemma) */
+    KVCAL_W_ROUTER_BIAS,   /* (experts) added to the router's scores to choose (GLM) */
     KVCAL_W_COUNT
 } kvcal_weight;
 
@@ -42,7 +51,13 @@ typedef enum kvcal_dim {
     KVCAL_DIM_Q,        /* num_heads * head_dim */
     KVCAL_DIM_KV,       /* num_kv_heads * head_dim */
     KVCAL_DIM_INTER,    /* intermediate_size */
-    KVCAL_DIM_HEAD      /* head_dim */
+    KVCAL_DIM_HEAD,     /* head_dim */
+    KVCAL_DIM_EXPERTS,  /* num_experts */
+    KVCAL_DIM_MOE_INTER,    /* moe_intermediate_size (each expert's) */
+    KVCAL_DIM_SHARED_INTER, /* shared_expert_intermediate_size */
+    KVCAL_DIM_ONE,          /* 1 */
+    KVCAL_DIM_QKV,          /* (num_heads + 2 num_kv_heads) * head_dim: a fused qkv_proj */
+    KVCAL_DIM_2INTER        /* 2 intermediate_size: a fused gate_up_proj */
 } kvcal_dim;
 
 /* When a weight exists, from the model description. */
@@ -50,7 +65,10 @@ typedef enum kvcal_when {
     KVCAL_WHEN_ALWAYS = 0,
     KVCAL_WHEN_QKV_BIAS, /* desc->qkv_bias */
     KVCAL_WHEN_O_BIAS,   /* desc->o_bias */
-    KVCAL_WHEN_QK_NORM   /* desc->qk_norm */
+    KVCAL_WHEN_QK_NORM,  /* desc->qk_norm */
+    KVCAL_WHEN_SHARED_EXPERT, /* desc->shared_intermediate_size > 0 */
+    KVCAL_WHEN_DENSE_LAYERS,  /* the dense layers of desc->layer_dense only */
+    KVCAL_WHEN_MOE_LAYERS     /* the other layers only */
 } kvcal_when;
 
 /* One checkpoint tensor of a logical weight: its name after the layer
@@ -65,6 +83,11 @@ typedef struct kvcal_weight_part {
 typedef struct kvcal_weight_spec {
     kvcal_weight_part parts[KVCAL_WEIGHT_PARTS_MAX]; /* name NULL ends the list */
     kvcal_when when;
+    /* 1: one copy of the parts per expert, stacked by expert; each part's
+     * name holds a %d for the expert ("mlp.experts.%d.up_proj.weight") */
+    int per_expert;
+    /* 1: an RMSNorm weight, used as norm_offset + w (calib/model.h) */
+    int norm;
 } kvcal_weight_spec;
 
 /* The activations of a layer, as a backend holds them for every row of a
@@ -78,6 +101,8 @@ typedef enum kvcal_act {
     KVCAL_ACT_MLP    /* (rows, intermediate) the MLP's hidden activation */
 } kvcal_act;
 
+
+
 typedef enum kvcal_op_kind {
     /* residual += in (unless this is the batch's first op), then out =
      * rmsnorm(residual) * w; the residual stream is the backend's own */
@@ -87,10 +112,25 @@ typedef enum kvcal_op_kind {
     /* in place on QKV: per-head RMSNorm of q with w and of k with b (when
      * present), then RoPE of q and k */
     KVCAL_OP_QK_NORM_ROPE,
-    /* out = causal attention of QKV's q, k, v (GQA) */
+    /* out = causal attention of QKV's q, k, v (GQA), within the model's
+     * sliding window when it has one */
     KVCAL_OP_ATTENTION,
     /* out = silu(in Wgate^T) * (in Wup^T), w = [Wgate; Wup] */
-    KVCAL_OP_SWIGLU
+    KVCAL_OP_SWIGLU,
+    /* out = the mixture of experts of in: w = KVCAL_W_ROUTER's logits,
+     * their softmax's top-k experts (or, with the model's sigmoid routing,
+     * the top-k of sigmoid(logits) + b, b = KVCAL_W_ROUTER_BIAS, weighted by
+     * the sigmoids; weights renormalized when the model says so and times
+     * its routed scale), each a SwiGLU MLP of KVCAL_W_EXPERT_GATE_UP and
+     * KVCAL_W_EXPERT_DOWN, summed by weight; plus, where the model has one,
+     * the shared expert (KVCAL_W_SHARED_GATE_UP, _DOWN), scaled by
+     * sigmoid(in KVCAL_W_SHARED_GATE^T) where that gate exists */
+    KVCAL_OP_MOE,
+    /* out = rmsnorm(in) * w, out may be in (a norm of a block's output
+     * before the residual add, Gemma's post-norms) */
+    KVCAL_OP_RMSNORM,
+    /* out = gelu_tanh(in Wgate^T) * (in Wup^T), w = [Wgate; Wup] */
+    KVCAL_OP_GEGLU
 } kvcal_op_kind;
 
 typedef struct kvcal_op {
@@ -118,11 +158,19 @@ typedef struct kvcal_arch {
     kvcal_status (*describe)(const kvcal_model_config *c, kvcal_model_desc *d);
     const kvcal_op *layer;
     int layer_ops;
+    /* the ops of the dense layers (desc->layer_dense), where the family has
+     * them (GLM's first_k_dense_replace, Qwen's mlp_only_layers), else NULL */
+    const kvcal_op *dense_layer;
+    int dense_layer_ops;
 } kvcal_arch;
 
 /* The family that runs `architecture` (config.json architectures[0]), or
  * NULL. */
 const kvcal_arch *kvcal_arch_find(const char *architecture);
+
+/* What kvcal lacks to run `architecture`, for the architectures people ask
+ * for that no family covers yet ("attention sinks, ..."), else NULL. */
+const char *kvcal_arch_missing(const char *architecture);
 
 /* "LlamaForCausalLM, MistralForCausalLM, ... and Qwen3ForCausalLM" into buf
  * (n bytes): every architecture of every family, for messages. */

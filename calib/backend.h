@@ -114,6 +114,11 @@ typedef struct kvcal_backend_ops {
                                  int observe);
     kvcal_status (*attention)(kvcal_backend *be, const kvcal_op *op);
     kvcal_status (*swiglu)(kvcal_backend *be, const kvcal_op *op);
+    /* observe: layer whose routing counts (stats->expert_tokens, when the
+     * statistics have them) the batch's tokens are added to (-1: none) */
+    kvcal_status (*moe)(kvcal_backend *be, const kvcal_op *op, int observe);
+    kvcal_status (*rmsnorm)(kvcal_backend *be, const kvcal_op *op);
+    kvcal_status (*geglu)(kvcal_backend *be, const kvcal_op *op);
 
     // --- observing K and V ------------------------------------------------
     /* Statistics the observing ops fold into from now on (NULL: none): the
@@ -259,14 +264,14 @@ typedef struct kvcal_cuda_device_plan {
 kvcal_status kvcal_backend_cuda_plan_device(int device, kvcal_cuda_device_plan *plan);
 
 /* What the cuda backend cannot run, without touching a device:
- * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256. */
+ * KVCAL_ERR_UNSUPPORTED for an odd head_dim or one over 256, and for a
+ * mixture of experts beyond the MoE kernels' bounds (kernels/cuda/ops.h). */
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d);
 
 /* Checks sample `id` of a batch for any backend: length in 1..seq_len,
- * within the model's context and its sliding window (0: none). `who`
- * starts the message of a length outside 1..seq_len; every message names
- * the sample. */
+ * within the model's context. `who` starts the message of a length outside
+ * 1..seq_len; every message names the sample. */
 kvcal_status kvcal_backend_check_sample(const char *who, long long id, int length,
-                                        int seq_len, int context, int sliding_window);
+                                        int seq_len, int context);
 
 #endif

@@ -53,8 +53,16 @@ typedef struct {
     float *k;     // (N, kv_heads, head_dim)
     float *v;     // (N, kv_heads, head_dim)
     float *att;   // (N, heads, head_dim)
-    float *gate;  // (N, intermediate) gate, then the MLP's activation
-    float *up;    // (N, intermediate)
+    float *gate;  // (N, inter) gate, then the MLP's activation; inter the largest
+    float *up;    // (N, inter)  of the MLP's, an expert's and the shared expert's
+    /* the mixture of experts' (NULL for a dense model) */
+    float *logits;       // (N, experts) the router's
+    float *route_w;      // (N, top_k) weights of the chosen experts
+    int32_t *route_e;    // (N, top_k) the chosen experts
+    int32_t *rows;       // (N) tokens routed to one expert
+    float *rows_w;       // (N) their weights
+    float *xs;           // (N, hidden) their inputs
+    float *ys;           // (N, hidden) the expert's outputs
     void *slab;
     int64_t *default_names; /* (max_batch) 0 .. batch-1 */
     kvcal_stats_t *stats;   /* observe_into */
@@ -68,7 +76,7 @@ typedef struct {
     int64_t *slots;              /* (N) 0 .. N-1 */
     kvcal_eval_layer_sums *sums; /* (layers) */
     float *space;                /* the simulation's own floats */
-    float *logits;               /* (N, vocab), head_prepare */
+    float *head_logits;          /* (N, vocab), head_prepare */
     float *ref;                  /* (ref_rows, vocab) the kept distributions */
     float *ref_lse;              /* (ref_rows) */
     int64_t ref_rows;
@@ -184,7 +192,7 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     c->names = b->sample_ids ? b->sample_ids : c->default_names;
     for (int i = 0; i < b->batch; i++) {
         st = kvcal_backend_check_sample("runner", (long long)c->names[i], b->lengths[i],
-                                        b->seq_len, d->max_seq_len, d->sliding_window);
+                                        b->seq_len, d->max_seq_len);
         if (st)
             return st;
         c->start[i] = n;
@@ -196,10 +204,13 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
                           (long long)n, (long long)c->max_tokens);
     for (int i = 0; i < b->batch; i++) {
         const int32_t *row = b->ids + (int64_t)i * b->seq_len;
-        st = kvcal_model_embed(c->model, row, b->lengths[i],
-                               c->x + c->start[i] * d->hidden_size);
+        float *x = c->x + c->start[i] * d->hidden_size;
+        st = kvcal_model_embed(c->model, row, b->lengths[i], x);
         if (st)
             return kvcal_fail_context(st, "sample %lld: ", (long long)c->names[i]);
+        for (int64_t j = 0;
+             d->embed_scale != 1.0f && j < (int64_t)b->lengths[i] * d->hidden_size; j++)
+            x[j] *= d->embed_scale;
         for (int t = 0; t < b->lengths[i]; t++)
             c->pos[c->start[i] + t] = t;
     }
@@ -255,14 +266,15 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
     return KVCAL_OK;
 }
 
-/* Per-head norm (when present) and RoPE of q or k, in place. */
-static void norm_rope(const kvcal_model_desc *d, float *x, const float *norm, int heads,
-                      const int32_t *pos, int64_t n)
+/* Per-head norm (when present) and RoPE of q or k of layer l, in place. */
+static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *norm,
+                      int heads, const int32_t *pos, int64_t n)
 {
     if (norm)
         kvcal_rmsnorm_ref(x, x, norm, (int)n * heads, d->head_dim, d->norm_eps);
-    kvcal_rope_scaled_ref(x, pos, d->inv_freq, (int)n, heads, d->head_dim, d->rot_dim,
-                          d->rope_interleaved, d->rope_attention_factor);
+    kvcal_rope_scaled_ref(x, pos, kvcal_model_layer_inv_freq(d, l), (int)n, heads,
+                          d->head_dim, d->rot_dim, d->rope_interleaved,
+                          d->rope_attention_factor);
 }
 
 /* Folds K and V of every sample into the statistics of `layer`. */
@@ -295,8 +307,8 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     if (need_q)
-        norm_rope(d, c->q, weight(c, op->w), d->num_heads, c->pos, c->n);
-    norm_rope(d, c->k, weight(c, op->b), d->num_kv_heads, c->pos, c->n);
+        norm_rope(d, c->layer, c->q, weight(c, op->w), d->num_heads, c->pos, c->n);
+    norm_rope(d, c->layer, c->k, weight(c, op->b), d->num_kv_heads, c->pos, c->n);
     return observe_layer >= 0 && c->stats ? observe(c, observe_layer) : KVCAL_OK;
 }
 
@@ -307,9 +319,10 @@ static void attend(cpu_backend *c, float *out)
     const int H = d->num_heads, HKV = d->num_kv_heads, hd = d->head_dim;
     for (int b = 0; b < c->batch; b++) {
         const int64_t s = c->start[b];
-        kvcal_attention_ref(out + s * H * hd, c->q + s * H * hd, c->k + s * HKV * hd,
-                            c->v + s * HKV * hd, c->lengths[b], H, HKV, hd,
-                            1.0f / sqrtf((float)hd));
+        kvcal_attention_window_ref(out + s * H * hd, c->q + s * H * hd,
+                                   c->k + s * HKV * hd, c->v + s * HKV * hd, c->lengths[b],
+                                   H, HKV, hd, d->attn_scale, d->layer_window[c->layer],
+                                   d->attn_softcap);
     }
 }
 
@@ -317,6 +330,27 @@ static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 {
     cpu_backend *c = cpu(be);
     attend(c, act(c, op->out));
+    return KVCAL_OK;
+}
+
+static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    kvcal_rmsnorm_ref(act(c, op->out), act(c, op->in), weight(c, op->w), (int)c->n,
+                      d->hidden_size, d->norm_eps);
+    return KVCAL_OK;
+}
+
+static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int D = d->hidden_size, I = d->intermediate_size;
+    const float *w = weight(c, op->w), *x = act(c, op->in);
+    kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
+    kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
+    kvcal_geglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
     return KVCAL_OK;
 }
 
@@ -329,6 +363,72 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
     kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
     kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
     kvcal_swiglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
+    return KVCAL_OK;
+}
+
+/* out (n, D) = silu(x Wgate^T) * (x Wup^T) Wdown^T of n rows x (n, D), w_gu
+ * [Wgate; Wup] (2 I, D), w_down (D, I): one expert, or the shared one. */
+static void mlp(cpu_backend *c, float *out, const float *x, int64_t n, const float *w_gu,
+                const float *w_down, int I)
+{
+    const int D = c->base.desc->hidden_size;
+    kvcal_matmul_ref(c->gate, x, w_gu, NULL, (int)n, D, I);
+    kvcal_matmul_ref(c->up, x, w_gu + (int64_t)I * D, NULL, (int)n, D, I);
+    kvcal_swiglu_ref(c->gate, c->gate, c->up, n * I);
+    kvcal_matmul_ref(out, c->gate, w_down, NULL, (int)n, I, D);
+}
+
+static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int D = d->hidden_size, E = d->num_experts, K = d->experts_per_tok;
+    const int I = d->moe_intermediate_size, S = d->shared_intermediate_size;
+    const int64_t n = c->n;
+    const float *x = act(c, op->in);
+    float *out = act(c, op->out);
+    kvcal_matmul_ref(c->logits, x, weight(c, op->w), NULL, (int)n, D, E);
+    if (d->moe_sigmoid)
+        kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, weight(c, op->b), n,
+                                    E, K, d->norm_topk_prob, d->routed_scale);
+    else
+        kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, n, E, K, d->norm_topk_prob);
+    memset(out, 0, sizeof(float) * (size_t)(n * D));
+    const float *gu = weight(c, KVCAL_W_EXPERT_GATE_UP), *down = weight(c, KVCAL_W_EXPERT_DOWN);
+    int64_t *counts = observe_layer >= 0 && c->stats && c->stats->num_experts == E
+                          ? c->stats->expert_tokens + (int64_t)observe_layer * E
+                          : NULL;
+    /* expert by expert, in order (transformers' sum order) */
+    for (int e = 0; e < E; e++) {
+        int64_t m = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int j = 0; j < K; j++)
+                if (c->route_e[t * K + j] == e) {
+                    c->rows[m] = (int32_t)t;
+                    c->rows_w[m] = c->route_w[t * K + j];
+                    memcpy(c->xs + m * D, x + t * D, sizeof(float) * (size_t)D);
+                    m++;
+                }
+        if (counts)
+            counts[e] += m;
+        if (!m)
+            continue;
+        mlp(c, c->ys, c->xs, m, gu + (int64_t)e * 2 * I * D, down + (int64_t)e * D * I, I);
+        for (int64_t r = 0; r < m; r++)
+            for (int i = 0; i < D; i++)
+                out[(int64_t)c->rows[r] * D + i] += c->rows_w[r] * c->ys[r * D + i];
+    }
+    if (!S)
+        return KVCAL_OK;
+    const float *gate = weight(c, KVCAL_W_SHARED_GATE); /* NULL: no gate */
+    mlp(c, c->ys, x, n, weight(c, KVCAL_W_SHARED_GATE_UP), weight(c, KVCAL_W_SHARED_DOWN), S);
+    if (gate)
+        kvcal_matmul_ref(c->rows_w, x, gate, NULL, (int)n, D, 1);
+    for (int64_t t = 0; t < n; t++) {
+        const float g = gate ? kvcal_sigmoid_ref(c->rows_w[t]) : 1.0f;
+        for (int i = 0; i < D; i++)
+            out[t * D + i] += g * c->ys[t * D + i];
+    }
     return KVCAL_OK;
 }
 
@@ -375,7 +475,8 @@ static kvcal_status head_prepare(kvcal_backend *be)
     cpu_backend *c = cpu(be);
     const float *norm, *cls;
     const double bytes = (double)c->max_tokens * be->desc->vocab_size * sizeof(float);
-    if (!c->logits && !(c->logits = bytes < 1e15 ? malloc((size_t)bytes) : NULL))
+    if (!c->head_logits &&
+        !(c->head_logits = bytes < 1e15 ? malloc((size_t)bytes) : NULL))
         return kvcal_fail(
             KVCAL_ERR_NOMEM,
             "eval: cannot allocate %.0f MB of logits; use a smaller --batch",
@@ -417,10 +518,12 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
     kvcal_status st = kvcal_model_load_head(c->model, &norm, &cls);
     if (st)
         return st;
-    float *out = logits ? logits : c->logits;
+    float *out = logits ? logits : c->head_logits;
     kvcal_add_ref(c->x, c->delta, c->n * D);
     kvcal_rmsnorm_ref(c->norm, c->x, norm, (int)c->n, D, d->norm_eps);
     kvcal_matmul_ref(out, c->norm, cls, NULL, (int)c->n, D, d->vocab_size);
+    for (int64_t i = 0; d->logit_softcap > 0.0f && i < c->n * d->vocab_size; i++)
+        out[i] = d->logit_softcap * tanhf(out[i] / d->logit_softcap);
     kvcal_token_nll_ref(nll, out, target, c->n, d->vocab_size);
     if (ref && ref->keep)
         kvcal_token_keep_ref(c->ref, c->ref_lse, out, ref->row, c->n, d->vocab_size);
@@ -573,7 +676,7 @@ static void destroy(kvcal_backend *be)
     free_slots(c);
     free(c->slab);
     free(c->default_names);
-    free(c->logits);
+    free(c->head_logits);
     head_reference(be, 0);
     free(c);
 }
@@ -592,6 +695,9 @@ static const kvcal_backend_ops cpu_ops = {
     .qk_norm_rope = qk_norm_rope,
     .attention = attention,
     .swiglu = swiglu,
+    .moe = moe,
+    .rmsnorm = rmsnorm,
+    .geglu = geglu,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = nothing,
@@ -632,7 +738,12 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
     c->max_batch = opt->max_batch;
     int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * d->head_dim;
     int64_t KV = (int64_t)d->num_kv_heads * d->head_dim, I = d->intermediate_size;
-    int64_t per_token = D + 2 * Q + 2 * KV + 2 * I;
+    I = I > d->moe_intermediate_size ? I : d->moe_intermediate_size;
+    I = I > d->shared_intermediate_size ? I : d->shared_intermediate_size;
+    const int64_t E = d->num_experts, K = d->experts_per_tok;
+    /* the mixture of experts': logits, routes, the rows of one expert */
+    const int64_t moe_floats = E ? E + 2 * K + 2 + 2 * D : 0;
+    int64_t per_token = D + 2 * Q + 2 * KV + 2 * I + moe_floats;
     double bytes = (double)per_token * (double)max_tokens * sizeof(float);
     c->slab = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
     c->default_names = malloc(sizeof(int64_t) * (size_t)opt->max_batch);
@@ -654,7 +765,16 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
     c->v = p, p += N * KV;
     c->att = p, p += N * Q;
     c->gate = p, p += N * I;
-    c->up = p;
+    c->up = p, p += N * I;
+    if (E) {
+        c->logits = p, p += N * E;
+        c->route_w = p, p += N * K;
+        c->route_e = (int32_t *)p, p += N * K;
+        c->rows = (int32_t *)p, p += N;
+        c->rows_w = p, p += N;
+        c->xs = p, p += N * D;
+        c->ys = p;
+    }
     *out = &c->base;
     return KVCAL_OK;
 }

@@ -56,7 +56,7 @@ typedef struct {
 typedef struct {
     kvcal_backend base;
     kvcal_model_t *model;
-    int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx, window;
+    int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx;
     int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
     float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
     int max_batch, max_seq_len;
@@ -79,6 +79,10 @@ typedef struct {
     kvcal_bf16 *act;                /* (N, I) */
     int32_t *ids;                   /* (N) */
     float *inv_freq;                /* (rot_dim / 2) */
+    float *inv_freq_sliding;        /* (rot_dim / 2) the sliding layers', or NULL */
+    kvcal_bf16 *norm_w;             /* the layer's RMSNorm weights plus the model's
+                                       norm offset, where it has one (else NULL) */
+    size_t norm_at[KVCAL_W_COUNT];  /* their places in norm_w (values) */
     float *absmax[2];               /* (L, HKV, hd) */
     uint64_t *hist[2];              /* (L, HKV, bins) */
     size_t stats_bytes;             /* of absmax[0] .. hist[1] */
@@ -97,6 +101,19 @@ typedef struct {
     const int64_t *names;
     int64_t *default_names; /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
+    /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
+    int E, K, MI, SI;         /* experts, top-k, expert's and shared expert's inter */
+    kvcal_bf16 *router;       /* (N, E) the router's logits */
+    int32_t *route_e;         /* (N, K) chosen experts */
+    float *route_w;           /* (N, K) their weights */
+    kvcal_moe_plan plan;      /* the routed rows grouped by expert */
+    kvcal_bf16 *moe_gu;       /* (capacity, 2 MI) */
+    kvcal_bf16 *moe_act;      /* (capacity, MI) */
+    kvcal_bf16 *moe_y;        /* (capacity, D) */
+    kvcal_bf16 *shared_gu;    /* (N, 2 SI) */
+    kvcal_bf16 *shared_act;   /* (N, SI) */
+    kvcal_bf16 *shared_y;     /* (N, D) */
+    unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */
@@ -141,8 +158,12 @@ static size_t round_up(size_t n)
  * were laid out in before they were data, kept so the device layout (and
  * the alignment of each weight) does not move. */
 static const kvcal_weight slab_order[KVCAL_W_COUNT] = {
-    KVCAL_W_QKV,  KVCAL_W_QKV_BIAS,  KVCAL_W_O,        KVCAL_W_O_BIAS, KVCAL_W_GATE_UP,
-    KVCAL_W_DOWN, KVCAL_W_ATTN_NORM, KVCAL_W_FFN_NORM, KVCAL_W_Q_NORM, KVCAL_W_K_NORM};
+    KVCAL_W_QKV,           KVCAL_W_QKV_BIAS,       KVCAL_W_O,
+    KVCAL_W_O_BIAS,        KVCAL_W_GATE_UP,        KVCAL_W_DOWN,
+    KVCAL_W_ATTN_NORM,     KVCAL_W_FFN_NORM,       KVCAL_W_Q_NORM,
+    KVCAL_W_K_NORM,        KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
+    KVCAL_W_EXPERT_DOWN,   KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
+    KVCAL_W_SHARED_GATE};
 
 static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d,
                          int mlp_fused)
@@ -160,10 +181,14 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
     lay->gate_up_interleaved = mlp_fused;
 }
 
+/* Norm weights whose model adds an offset to them (Gemma's 1 + w) are read
+ * from norm_w, filled by use_layer. */
 static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
 {
     if (w == KVCAL_W_NONE || !r->lay.elems[w])
         return NULL;
+    if (r->norm_w && r->base.desc->arch->weights[w].norm)
+        return r->norm_w + r->norm_at[w];
     return (kvcal_bf16 *)(r->layer_weights + r->lay.off[w]);
 }
 
@@ -361,7 +386,7 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     for (int s = 0; s < batch; s++) {
         const long long name = (long long)sl->names[s];
         TRY(kvcal_backend_check_sample("cuda runner", name, b->lengths[s], seq_len,
-                                       r->ctx, r->window));
+                                       r->ctx));
         for (int t = 0; t < seq_len; t++) {
             const int64_t i = (int64_t)s * seq_len + t;
             const int id = b->ids[i];
@@ -390,6 +415,9 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     TRY_CUDA(cudaMemcpyAsync(sl->row, sl->host_row, (size_t)n * sizeof(int64_t),
                              cudaMemcpyHostToDevice, s));
     TRY(kvcal_embed_launch(sl->resid, r->embed, r->ids, n, r->D, s));
+    if (be->desc->embed_scale != 1.0f) /* as a bf16 model: times the scale in bf16 */
+        TRY(kvcal_affine_launch(sl->resid, sl->resid, (int64_t)n * r->D,
+                                kvcal_bf16_round(be->desc->embed_scale), 0.0f, s));
     *rows = (kvcal_rows){n, sl->start, b->lengths, sl->names, batch};
     return KVCAL_OK;
 fail:
@@ -400,7 +428,14 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
 {
     cuda_backend *r = cu(be);
     r->layer = layer;
-    return kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
+    kvcal_status st = kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
+    for (int w = 0; !st && r->norm_w && w < KVCAL_W_COUNT; w++)
+        if (r->lay.elems[w] && be->desc->arch->weights[w].norm)
+            st = kvcal_affine_launch(r->norm_w + r->norm_at[w],
+                                     (const kvcal_bf16 *)(r->layer_weights + r->lay.off[w]),
+                                     (int64_t)r->lay.elems[w], 1.0f, be->desc->norm_offset,
+                                     r->stream);
+    return st;
 }
 
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
@@ -445,8 +480,13 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
 {
     (void)need_q; /* project_qkv left the queries out or not */
     cuda_backend *r = cu(be);
-    const kvcal_rope_cfg rope = {r->inv_freq,        r->rot_dim,       r->interleaved,
-                                 tensor(r, op->w),   tensor(r, op->b), r->eps,
+    const int sliding = r->inv_freq_sliding && be->desc->layer_window[r->layer] > 0;
+    const kvcal_rope_cfg rope = {sliding ? r->inv_freq_sliding : r->inv_freq,
+                                 r->rot_dim,
+                                 r->interleaved,
+                                 tensor(r, op->w),
+                                 tensor(r, op->b),
+                                 r->eps,
                                  r->attention_factor};
     kvcal_kv_observer obs;
     const int l = observe;
@@ -462,19 +502,47 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
                                      observe >= 0 && r->stats ? &obs : NULL, r->stream);
 }
 
-/* Causal attention of the fused QKV buffer into out (N, H * hd). */
+/* Causal attention of the fused QKV buffer into out (N, H * hd), within the
+ * model's sliding window where a sample can be longer. */
 static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
 {
-    const int q_cols = r->H * r->hd;
+    const int q_cols = r->H * r->hd, window = r->base.desc->layer_window[r->layer];
+    const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
+    if ((window > 0 && r->seq_len > window) || softcap > 0.0f)
+        return kvcal_attention_window_launch(
+            out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd,
+            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, scale, window, softcap,
+            r->stream);
     return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
                                r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
-                               r->seq_len, r->H, r->HKV, r->hd,
-                               1.0f / sqrtf((float)r->hd), r->stream, NULL);
+                               r->seq_len, r->H, r->HKV, r->hd, scale, r->stream, NULL);
 }
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 {
     return attend(cu(be), act(cu(be), op->out));
+}
+
+/* In place where op's out is its in (kvcal_add_rmsnorm_launch with no
+ * delta leaves its input as it is). */
+static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
+{
+    cuda_backend *r = cu(be);
+    return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL, tensor(r, op->w),
+                                    r->batch * r->seq_len, r->D, r->eps, r->stream);
+}
+
+/* cuBLAS's gate/up GEMM, then GeGLU (the fused kernel is SwiGLU's alone). */
+static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const int n = r->batch * r->seq_len;
+    TRY(kvcal_gemm_launch(r->gemm, r->gu, act(r, op->in), tensor(r, op->w), NULL, n, r->D,
+                          2 * r->I, r->stream));
+    return kvcal_geglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
+fail:
+    return st;
 }
 
 static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
@@ -492,6 +560,52 @@ fail:
     return st;
 }
 
+/* Router GEMM, routing and grouping on the device, the experts' grouped
+ * GEMMs (gate/up, SwiGLU, down), the shared expert on cuBLAS, the weighted
+ * combine: no host round trip. */
+static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    cudaStream_t s = r->stream;
+    const int n = r->batch * r->seq_len;
+    const kvcal_bf16 *x = act(r, op->in);
+    kvcal_moe_plan plan = r->plan;
+    plan.capacity = kvcal_moe_plan_capacity(n * r->K, r->E);
+    plan.tiles = plan.capacity / KVCAL_MOE_TILE_ROWS;
+    unsigned long long *counts =
+        observe >= 0 && r->stats && r->stats->num_experts == r->E
+            ? r->expert_tokens + (size_t)observe * r->E
+            : NULL;
+    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E, s));
+    if (be->desc->moe_sigmoid)
+        TRY(kvcal_moe_route_sigmoid_launch(r->route_e, r->route_w, r->router,
+                                           tensor(r, op->b), r->pos, n, r->E, r->K,
+                                           be->desc->norm_topk_prob, be->desc->routed_scale,
+                                           s));
+    else
+        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E, r->K,
+                                   be->desc->norm_topk_prob, s));
+    TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
+    TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan,
+                              r->D, 2 * r->MI, s));
+    TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+    TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN), &plan,
+                              r->MI, r->D, s));
+    if (r->SI) {
+        TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
+                              NULL, n, r->D, 2 * r->SI, s));
+        TRY(kvcal_swiglu_launch(r->shared_act, r->shared_gu, n, r->SI, s));
+        TRY(kvcal_gemm_launch(r->gemm, r->shared_y, r->shared_act,
+                              tensor(r, KVCAL_W_SHARED_DOWN), NULL, n, r->SI, r->D, s));
+    }
+    return kvcal_moe_combine_launch(act(r, op->out), r->moe_y, plan.slot_of, r->route_w,
+                                    r->pos, n, r->K, r->D, r->SI ? r->shared_y : NULL, x,
+                                    r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, s);
+fail:
+    return st;
+}
+
 // --- observing ------------------------------------------------------------------
 
 static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
@@ -502,6 +616,8 @@ static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     if (stats && !r->device_view)
         TRY(kvcal_stats_create(r->L, r->HKV, r->hd, &r->device_view));
+    if (stats)
+        TRY(kvcal_stats_set_experts(r->device_view, stats->num_experts == r->E ? r->E : 0));
     return KVCAL_OK;
 fail:
     return st;
@@ -561,6 +677,10 @@ static kvcal_status collect(kvcal_backend *be)
         TRY_CUDA(cudaMemcpyAsync(v->hist[kv], r->hist[kv], n_h * sizeof(uint64_t),
                                  cudaMemcpyDeviceToHost, r->stream));
     }
+    if (v->num_experts) /* the device's unsigned counts, int64 on the host */
+        TRY_CUDA(cudaMemcpyAsync(v->expert_tokens, r->expert_tokens,
+                                 (size_t)r->L * r->E * sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, r->stream));
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     TRY_CUDA(cudaStreamSynchronize(r->stream));
     return kvcal_stats_merge(r->stats, v);
@@ -639,6 +759,9 @@ static kvcal_status head_prepare(kvcal_backend *be)
     r->keep = buf[5];
     r->kld = buf[6], r->top = buf[7];
     TRY(kvcal_cuda_loader_upload(r->loader, &norm, r->final_norm, r->stream));
+    if (d->norm_offset != 0.0f)
+        TRY(kvcal_affine_launch(r->final_norm, r->final_norm, r->D, 1.0f, d->norm_offset,
+                                r->stream));
     if (!d->tied_embeddings)
         TRY(kvcal_cuda_loader_upload(r->loader, &cls, buf[1], r->stream));
     return KVCAL_OK;
@@ -697,6 +820,9 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
         const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;
         TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
                               NULL, rows, r->D, r->V, s));
+        if (be->desc->logit_softcap > 0.0f)
+            TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V, be->desc->logit_softcap,
+                                     s));
         TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V,
                                    s));
         if (ref && ref->keep)
@@ -935,6 +1061,9 @@ static const kvcal_backend_ops cuda_ops = {
     .qk_norm_rope = qk_norm_rope,
     .attention = attention,
     .swiglu = swiglu,
+    .moe = moe,
+    .rmsnorm = rmsnorm,
+    .geglu = geglu,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = sync_device,
@@ -989,12 +1118,34 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->interleaved = d->rope_interleaved;
     r->attention_factor = d->rope_attention_factor;
     r->ctx = d->max_seq_len;
-    r->window = d->sliding_window;
     r->eps = d->norm_eps;
     r->max_batch = max_batch;
     r->max_seq_len = max_seq_len;
+    r->E = d->num_experts;
+    r->K = d->experts_per_tok;
+    r->MI = d->moe_intermediate_size;
+    r->SI = d->shared_intermediate_size;
+    /* the dense MLP's buffers only where the family has one */
+    if (!kvcal_model_has_weight(d, KVCAL_W_GATE_UP))
+        r->I = 0;
     TRY(choose_mlp(r, opt->mlp));
+    int has_swiglu = 0, has_other = 0; /* the fused kernel is SwiGLU's alone */
+    for (int l = 0; l < d->num_layers; l++) {
+        int n_ops = 0;
+        const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n_ops);
+        for (int i = 0; i < n_ops; i++) {
+            has_swiglu |= ops[i].kind == KVCAL_OP_SWIGLU;
+            has_other |= ops[i].kind == KVCAL_OP_GEGLU;
+        }
+    }
+    r->mlp_fused &= has_swiglu && !has_other;
     layout_layer(&r->lay, d, r->mlp_fused);
+    size_t norm_elems = 0;
+    for (int w = 0; d->norm_offset != 0.0f && w < KVCAL_W_COUNT; w++)
+        if (r->lay.elems[w] && d->arch->weights[w].norm) {
+            r->norm_at[w] = norm_elems;
+            norm_elems += (r->lay.elems[w] + 7) / 8 * 8; /* 16-byte aligned */
+        }
     if (!(r->default_names = malloc(sizeof(int64_t) * (size_t)max_batch))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
         goto fail;
@@ -1005,13 +1156,26 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     const size_t N = (size_t)max_batch * (size_t)max_seq_len, e = sizeof(kvcal_bf16);
     const size_t LH = (size_t)r->L * (size_t)r->HKV;
     /* the scratch every batch shares; each batch of a chunk has a slot */
+    const size_t cap = r->E ? (size_t)kvcal_moe_plan_capacity((int)(N * r->K), r->E) : 0;
+    const size_t NK = N * (size_t)r->K;
+    const size_t moe_acts =
+        !r->E ? 0
+              : round_up(N * r->E * e) + round_up(NK * sizeof(int32_t)) +
+                    round_up(NK * sizeof(float)) + round_up(cap * sizeof(int32_t)) +
+                    round_up(NK * sizeof(int32_t)) +
+                    round_up(cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)) +
+                    round_up(cap * 2 * r->MI * e) + round_up(cap * r->MI * e) +
+                    round_up(cap * r->D * e) + round_up(N * 2 * r->SI * e) +
+                    round_up(N * r->SI * e) + round_up(N * r->D * e);
     const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
-                        round_up(N * r->I * e) + round_up(N * sizeof(int32_t));
+                        round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
-                         round_up((size_t)(r->rot_dim / 2) * sizeof(float));
+                         round_up((size_t)r->L * r->E * sizeof(uint64_t)) +
+                         2 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
+                         round_up(norm_elems * e);
     const size_t workspace = (size_t)32 << 20;
     const size_t embed = round_up((size_t)r->V * r->D * e);
     const size_t fixed = embed + acts + stats + workspace;
@@ -1055,11 +1219,29 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
+    if (r->E) {
+        r->router = carve(&p, N * r->E * e);
+        r->route_e = carve(&p, NK * sizeof(int32_t));
+        r->route_w = carve(&p, NK * sizeof(float));
+        r->plan.sorted = carve(&p, cap * sizeof(int32_t));
+        r->plan.slot_of = carve(&p, NK * sizeof(int32_t));
+        r->plan.tile_expert = carve(&p, cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t));
+        r->moe_gu = carve(&p, cap * 2 * r->MI * e);
+        r->moe_act = carve(&p, cap * r->MI * e);
+        r->moe_y = carve(&p, cap * r->D * e);
+        r->shared_gu = carve(&p, N * 2 * r->SI * e);
+        r->shared_act = carve(&p, N * r->SI * e);
+        r->shared_y = carve(&p, N * r->D * e);
+    }
     for (int kv = 0; kv < 2; kv++) {
         r->absmax[kv] = carve(&p, LH * r->hd * sizeof(float));
         r->hist[kv] = carve(&p, LH * KVCAL_HIST_BINS * sizeof(uint64_t));
     }
+    r->expert_tokens = carve(&p, (size_t)r->L * r->E * sizeof(uint64_t));
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
+    if (d->inv_freq_sliding)
+        r->inv_freq_sliding = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
+    r->norm_w = norm_elems ? carve(&p, norm_elems * e) : NULL;
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
@@ -1075,6 +1257,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
                              (size_t)(r->rot_dim / 2) * sizeof(float),
                              cudaMemcpyHostToDevice, r->stream));
+    if (r->inv_freq_sliding)
+        TRY_CUDA(cudaMemcpyAsync(r->inv_freq_sliding, d->inv_freq_sliding,
+                                 (size_t)(r->rot_dim / 2) * sizeof(float),
+                                 cudaMemcpyHostToDevice, r->stream));
     *out = &r->base;
     return KVCAL_OK;
 fail:

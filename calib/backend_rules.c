@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "kernels/moe_limits.h"
 
 int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code)
 {
@@ -37,11 +38,22 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "--device cuda: head_dim %d: the CUDA runner supports even head_dim "
             "up to 256; use --device cpu",
             d->head_dim);
+    if (d->num_experts > 0 &&
+        (d->num_experts > KVCAL_MOE_MAX_EXPERTS || d->experts_per_tok > KVCAL_MOE_MAX_TOP_K ||
+         d->hidden_size % 8 || d->moe_intermediate_size % 8))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "--device cuda: %s with %d experts, top-%d, hidden_size %d and "
+                          "moe_intermediate_size %d: the CUDA runner takes up to %d "
+                          "experts, a top-k up to %d and sizes that are multiples of 8; "
+                          "use --device cpu",
+                          d->architecture, d->num_experts, d->experts_per_tok,
+                          d->hidden_size, d->moe_intermediate_size, KVCAL_MOE_MAX_EXPERTS,
+                          KVCAL_MOE_MAX_TOP_K);
     return KVCAL_OK;
 }
 
 kvcal_status kvcal_backend_check_sample(const char *who, long long id, int length,
-                                        int seq_len, int context, int sliding_window)
+                                        int seq_len, int context)
 {
     if (length < 1 || length > seq_len)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -52,11 +64,5 @@ kvcal_status kvcal_backend_check_sample(const char *who, long long id, int lengt
                           "sample %lld has %d tokens, more than the model's context of "
                           "%d (max_position_embeddings); use --seq-len %d or less",
                           id, length, context, context);
-    if (sliding_window > 0 && length > sliding_window)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "sample %lld has %d tokens, more than the model's sliding "
-                          "window of %d, which the runner does not implement; use "
-                          "--seq-len %d or less",
-                          id, length, sliding_window, sliding_window);
     return KVCAL_OK;
 }

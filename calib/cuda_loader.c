@@ -127,9 +127,11 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             continue;
         kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
         int n = 0;
-        kvcal_status st = kvcal_model_weight_parts(ld->model, l, w, part, &n);
+        kvcal_status st = kvcal_model_weight_parts(ld->model, l, w, 0, part, &n);
         if (st)
             return st;
+        if (!n) /* a weight of other layers than this one (GLM's dense MLP) */
+            continue;
         size_t off = ld->lay.off[w];
         if (w == KVCAL_W_GATE_UP && ld->lay.gate_up_interleaved) {
             /* row r of the device weight is row source_row(r) of [gate; up],
@@ -137,8 +139,9 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             const int I = d->intermediate_size, D = d->hidden_size;
             for (int r = 0; r < 2 * I; r += 128) {
                 const int src = kvcal_gemm_swiglu_source_row(r, I);
-                const kvcal_tensor_view *p = &part[src < I ? 0 : 1];
-                const size_t row = (size_t)(src < I ? src : src - I);
+                /* [gate; up] in two tensors, or already fused in one */
+                const kvcal_tensor_view *p = &part[n == 1 || src < I ? 0 : 1];
+                const size_t row = (size_t)(n == 1 || src < I ? src : src - I);
                 const void *from = (const unsigned char *)p->data +
                                    row * D * kvcal_dtype_size(p->dtype);
                 if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), from, p->dtype,
@@ -147,10 +150,16 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             }
             continue;
         }
-        for (int i = 0; i < n; i++) {
-            if (push_job(out, off, part[i].data, part[i].dtype, (size_t)part[i].numel))
-                return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
-            off += (size_t)part[i].numel * sizeof(kvcal_bf16);
+        /* the experts of a per-expert weight one after another */
+        for (int e = 0; e < kvcal_model_weight_copies(d, w); e++) {
+            if (e > 0 && (st = kvcal_model_weight_parts(ld->model, l, w, e, part, &n)))
+                return st;
+            for (int i = 0; i < n; i++) {
+                if (push_job(out, off, part[i].data, part[i].dtype,
+                             (size_t)part[i].numel))
+                    return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+                off += (size_t)part[i].numel * sizeof(kvcal_bf16);
+            }
         }
     }
     qsort(out->j, out->n, sizeof *out->j, by_dst_off);

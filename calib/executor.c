@@ -31,14 +31,14 @@ typedef struct {
     kvcal_kv_sim_t *sim;    /* or NULL */
     kvcal_exec_tap_fn tap;  /* or NULL */
     void *tap_ctx;
-    int whole;              /* every layer, then the head */
+    int whole;              /* every layer whole (then the head, where the pass has one) */
 } pass;
 
-/* 1 when one of the layer's first n ops writes the pending residual add. */
-static int makes_delta(const kvcal_arch *a, int n)
+/* 1 when one of the first n ops writes the pending residual add. */
+static int makes_delta(const kvcal_op *ops, int n)
 {
     for (int i = 0; i < n; i++)
-        if (a->layer[i].out == KVCAL_ACT_DELTA)
+        if (ops[i].out == KVCAL_ACT_DELTA)
             return 1;
     return 0;
 }
@@ -49,16 +49,17 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
 {
     kvcal_backend *be = x->be;
     const kvcal_backend_ops *ops = be->ops;
-    const kvcal_arch *a = x->desc->arch;
+    int n_ops = 0;
+    const kvcal_op *layer = kvcal_model_layer_ops(x->desc, l, &n_ops);
     const int last = l == x->desc->num_layers - 1 && !p->whole;
     kvcal_status st = ops->select_batch(be, slot);
-    for (int i = 0; !st && i < a->layer_ops; i++) {
-        const kvcal_op *op = &a->layer[i];
+    for (int i = 0; !st && i < n_ops; i++) {
+        const kvcal_op *op = &layer[i];
         switch (op->kind) {
         case KVCAL_OP_ADD_RMSNORM:
             /* no delta before the first op that makes one: the residual
              * stream is the embedding */
-            st = ops->add_rmsnorm(be, op, l == 0 && !makes_delta(a, i));
+            st = ops->add_rmsnorm(be, op, l == 0 && !makes_delta(layer, i));
             break;
         case KVCAL_OP_LINEAR:
             st = ops->linear(be, op, !last);
@@ -73,6 +74,15 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
             break;
         case KVCAL_OP_SWIGLU:
             st = ops->swiglu(be, op);
+            break;
+        case KVCAL_OP_MOE:
+            st = ops->moe(be, op, p->observe ? l : -1);
+            break;
+        case KVCAL_OP_RMSNORM:
+            st = ops->rmsnorm(be, op);
+            break;
+        case KVCAL_OP_GEGLU:
+            st = ops->geglu(be, op);
             break;
         }
         if (st || !op->kv_cache)
@@ -294,7 +304,8 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
         want = (s->chunk_samples + s->batch - 1) / s->batch;
     if ((st = size_chunks(x, want, &chunk)) || (st = be->ops->observe_into(be, stats)))
         return st;
-    const pass p = {stats != NULL, NULL, NULL, NULL, 0};
+    /* routing counts need every layer's router: the last layer runs whole */
+    const pass p = {stats != NULL, NULL, NULL, NULL, stats && stats->num_experts > 0};
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     const float *const bmax[2] = {x->bmax, x->bmax + lh};
     kvcal_exec_progress prog = progress_start(x, s);
@@ -434,9 +445,7 @@ static kvcal_status warm_up(kvcal_exec_t *x)
 {
     kvcal_backend *be = x->be;
     const kvcal_model_desc *d = x->desc;
-    int len = x->max_seq_len < d->max_seq_len ? x->max_seq_len : d->max_seq_len;
-    if (d->sliding_window > 0 && len > d->sliding_window)
-        len = d->sliding_window;
+    const int len = x->max_seq_len < d->max_seq_len ? x->max_seq_len : d->max_seq_len;
     const size_t n = (size_t)x->max_batch * (size_t)x->max_seq_len;
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     int32_t *ids = calloc(n + (size_t)x->max_batch, sizeof *ids);

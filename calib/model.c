@@ -21,6 +21,9 @@ struct kvcal_model {
     kvcal_checkpoint_t *ck; /* HF source */
     kvcal_llama2c_t *l2c;   /* llama2.c source */
     float *inv_freq;        /* (rot_dim / 2) */
+    float *inv_freq_sliding; /* (rot_dim / 2) or NULL */
+    int *layer_window;      /* (num_layers) */
+    unsigned char *layer_dense; /* (num_layers) */
     float *layer_buf;       /* one layer, fp32, logical weights in order */
     float *head_buf;        /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
@@ -141,9 +144,27 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
 static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
 {
     kvcal_model_desc *d = &m->desc;
+    if (c->kv_layout == KVCAL_KV_MLA)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s uses MLA attention (kv_lora_rank %d, rope %d), which is "
+                          "not supported yet: its cache holds one latent entry per token "
+                          "and layer, no per-head K and V, and kvcal has no latent "
+                          "projection or latent scales",
+                          m->path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
+    if (c->no_kv_layer_types[0])
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s is a hybrid model (%d of %d layers attend and cache K "
+                          "and V, the others are %s), which is not supported yet: kvcal "
+                          "has no %s layers to run between its attention layers",
+                          m->path, c->architecture, c->kv_layers, c->num_layers,
+                          c->no_kv_layer_types, c->no_kv_layer_types);
     d->arch = kvcal_arch_find(c->architecture);
+    if (!d->arch && kvcal_arch_missing(c->architecture))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s is not supported yet: kvcal lacks %s", m->path,
+                          c->architecture, kvcal_arch_missing(c->architecture));
     if (!d->arch) {
-        char list[512];
+        char list[1024];
         kvcal_arch_list(list, sizeof list);
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: architecture '%s' (model_type '%s') is not supported; "
@@ -163,7 +184,35 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     d->max_seq_len = c->max_position_embeddings;
     d->norm_eps = (float)c->rms_norm_eps;
     d->tied_embeddings = c->tie_word_embeddings;
+    /* the layers that slide: layer_types' sliding layers, else Qwen2 /
+     * Qwen3's from max_window_layers on, else every layer */
+    if (c->num_layers > 0 && !(m->layer_window = calloc((size_t)c->num_layers, sizeof(int))))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int l = 0; l < c->num_layers && c->sliding_window > 0; l++) {
+        const int slides = c->layer_types_given ? (c->layer_sliding[l / 8] >> (l % 8)) & 1
+                           : c->max_window_layers >= 0 ? l >= c->max_window_layers
+                                                       : 1;
+        m->layer_window[l] = slides ? c->sliding_window : 0;
+    }
     d->sliding_window = c->sliding_window;
+    d->layer_window = m->layer_window;
+    d->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (c->query_pre_attn_scalar > 0)
+        d->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));
+    d->embed_scale = 1.0f;
+    d->num_experts = c->num_experts;
+    d->experts_per_tok = c->num_experts_per_tok;
+    d->moe_intermediate_size = c->moe_intermediate_size;
+    d->shared_intermediate_size = c->shared_expert_intermediate_size;
+    d->norm_topk_prob = c->norm_topk_prob;
+    d->moe_sigmoid = c->moe_sigmoid;
+    d->routed_scale = c->routed_scaling_factor > 0 ? (float)c->routed_scaling_factor : 1.0f;
+    if (!(m->layer_dense = calloc((size_t)(c->num_layers > 0 ? c->num_layers : 1), 1)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int l = 0; c->num_experts && l < c->num_layers; l++)
+        m->layer_dense[l] = (c->layer_dense[l / 8] >> (l % 8)) & 1;
+    d->layer_dense = m->layer_dense;
+    d->dense_layers = c->num_experts ? c->dense_layers : 0;
     kvcal_status st = d->arch->describe(c, d);
     if (st)
         return kvcal_fail_context(st, "%s: ", m->path);
@@ -225,29 +274,54 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                   c);
         d->rope_attention_factor = (float)c->rope_attention_factor;
         break;
+    case KVCAL_ROPE_LONGROPE:
+        if (c->rope_ext_factors != d->rot_dim / 2)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: longrope's %s has %d entries, but %d channel pairs "
+                              "rotate (head_dim %d x partial_rotary_factor); fix the list",
+                              m->path, c->rope_ext_long ? "long_factor" : "short_factor",
+                              c->rope_ext_factors, d->rot_dim / 2, d->head_dim);
+        for (int i = 0; i < d->rot_dim / 2; i++) {
+            const float theta = (float)(c->rope_theta > 0 ? c->rope_theta : 10000.0);
+            m->inv_freq[i] = 1.0f / (c->rope_ext_factor[i] *
+                                     powf(theta, (float)(2 * i) / (float)d->rot_dim));
+        }
+        d->rope_attention_factor = (float)c->rope_attention_factor;
+        break;
     default:
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: rope scaling type '%s' is not supported; supported: "
-                          "default, linear, llama3, dynamic, yarn",
+                          "default, linear, llama3, dynamic, yarn, longrope",
                           m->path, c->rope_type_name);
     }
     d->inv_freq = m->inv_freq;
+    if (c->rope_sliding_theta > 0) {
+        if (!(m->inv_freq_sliding = malloc(sizeof(float) * (size_t)(d->rot_dim / 2))))
+            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+        rope_default(m->inv_freq_sliding, d->rot_dim, c->rope_sliding_theta);
+        d->inv_freq_sliding = m->inv_freq_sliding;
+    }
     return KVCAL_OK;
 }
 
-/* "model.layers.<layer>.<suffix>" as family a names it. */
+/* "model.layers.<layer>.<suffix>" as family a names it; the suffix of a
+ * per-expert weight names expert `expert` (its %d). */
 static void layer_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
-                              const char *suffix)
+                              const char *suffix, int expert)
 {
     int len = snprintf(out, n, a->layer_prefix, layer);
-    snprintf(out + (len > 0 ? len : 0), n - (size_t)(len > 0 ? len : 0), "%s", suffix);
+    len = len > 0 ? len : 0;
+    if (strstr(suffix, "%d"))
+        snprintf(out + len, n - (size_t)len, suffix, expert);
+    else
+        snprintf(out + len, n - (size_t)len, "%s", suffix);
 }
 
 /* An error when layer 0 of the checkpoint holds `suffix`. */
 static kvcal_status refuse_present(const kvcal_model_t *m, const char *suffix)
 {
     char name[256];
-    layer_tensor_name(name, sizeof name, m->desc.arch, 0, suffix);
+    layer_tensor_name(name, sizeof name, m->desc.arch, 0, suffix, 0);
     if (!kvcal_checkpoint_find(m->ck, name))
         return KVCAL_OK;
     return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -273,18 +347,20 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     char name[256];
     for (int l = 0; l < d->num_layers; l++)
         for (int w = 0; w < KVCAL_W_COUNT; w++) {
-            if (!kvcal_model_has_weight(d, w))
-                continue;
             const kvcal_weight_part *p = a->weights[w].parts;
-            for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
-                layer_tensor_name(name, sizeof name, a, l, p[i].name);
-                if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
-                                       kvcal_model_dim(d, p[i].cols), &t)))
-                    return st;
-                if (l == 0 && w == KVCAL_W_QKV && i == 1)
-                    snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
-                             kvcal_dtype_name(t->dtype));
-            }
+            for (int e = 0; kvcal_model_layer_has_weight(d, l, w) &&
+                            e < kvcal_model_weight_copies(d, w);
+                 e++)
+                for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
+                    layer_tensor_name(name, sizeof name, a, l, p[i].name, e);
+                    if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
+                                           kvcal_model_dim(d, p[i].cols), &t)))
+                        return st;
+                    /* k_proj's dtype, or the fused qkv_proj's */
+                    if (l == 0 && w == KVCAL_W_QKV && (i == 1 || !p[1].name))
+                        snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
+                                 kvcal_dtype_name(t->dtype));
+                }
         }
     /* biases the config does not declare, and tensors the family does not
      * implement: K/V computed without them would be wrong */
@@ -345,6 +421,11 @@ static kvcal_status open_llama2c(kvcal_model_t *m)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
     rope_default(m->inv_freq, d->rot_dim, KVCAL_LLAMA2C_ROPE_THETA);
     d->inv_freq = m->inv_freq;
+    if (!(m->layer_window = calloc((size_t)d->num_layers, sizeof(int))))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    d->layer_window = m->layer_window;
+    d->attn_scale = 1.0f / sqrtf((float)d->head_dim);
+    d->embed_scale = 1.0f;
     return KVCAL_OK;
 }
 
@@ -421,6 +502,9 @@ void kvcal_model_close(kvcal_model_t *m)
     kvcal_checkpoint_close(m->ck);
     kvcal_llama2c_close(m->l2c);
     free(m->inv_freq);
+    free(m->inv_freq_sliding);
+    free(m->layer_window);
+    free(m->layer_dense);
     free(m->layer_buf);
     free(m->head_buf);
     free(m);
@@ -494,18 +578,21 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
     float *p = m->layer_buf;
     char name[256];
     for (int i = 0; i < KVCAL_W_COUNT; i++) {
-        if (!kvcal_model_has_weight(&m->desc, i))
+        if (!kvcal_model_layer_has_weight(&m->desc, layer, i))
             continue;
         w->w[i] = p;
         const kvcal_weight_part *part = a->weights[i].parts;
-        for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-            layer_tensor_name(name, sizeof name, a, layer, part[j].name);
-            const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
-            kvcal_status st = kvcal_tensor_to_f32(t, p);
-            if (st)
-                return kvcal_fail_context(st, "%s: %s: ", m->path, name);
-            p += t->numel;
-        }
+        for (int e = 0; e < kvcal_model_weight_copies(&m->desc, i); e++)
+            for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
+                layer_tensor_name(name, sizeof name, a, layer, part[j].name, e);
+                const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
+                kvcal_status st = kvcal_tensor_to_f32(t, p);
+                if (st)
+                    return kvcal_fail_context(st, "%s: %s: ", m->path, name);
+                for (int64_t k = 0; a->weights[i].norm && k < t->numel; k++)
+                    p[k] += m->desc.norm_offset; /* (1 + w) in fp32, as Gemma's norm */
+                p += t->numel;
+            }
     }
     return KVCAL_OK;
 }
@@ -569,6 +656,8 @@ kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
             m->head_buf = NULL;
             return kvcal_fail_context(st, "%s: classifier: ", m->path);
         }
+        for (size_t i = 0; i < D; i++)
+            m->head_buf[i] += d->norm_offset;
         m->final_norm = m->head_buf;
         m->lm_head = m->head_buf + D;
     }
@@ -592,6 +681,18 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim)
         return d->intermediate_size;
     case KVCAL_DIM_HEAD:
         return d->head_dim;
+    case KVCAL_DIM_EXPERTS:
+        return d->num_experts;
+    case KVCAL_DIM_MOE_INTER:
+        return d->moe_intermediate_size;
+    case KVCAL_DIM_SHARED_INTER:
+        return d->shared_intermediate_size;
+    case KVCAL_DIM_ONE:
+        return 1;
+    case KVCAL_DIM_QKV:
+        return (long long)(d->num_heads + 2 * d->num_kv_heads) * d->head_dim;
+    case KVCAL_DIM_2INTER:
+        return 2LL * d->intermediate_size;
     default:
         return 0;
     }
@@ -609,9 +710,50 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
         return d->o_bias;
     case KVCAL_WHEN_QK_NORM:
         return d->qk_norm;
+    case KVCAL_WHEN_SHARED_EXPERT:
+        return d->shared_intermediate_size > 0;
+    case KVCAL_WHEN_DENSE_LAYERS:
+        return d->dense_layers > 0;
+    case KVCAL_WHEN_MOE_LAYERS:
+        return d->dense_layers < d->num_layers;
     default:
         return 1;
     }
+}
+
+int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w)
+{
+    if (!kvcal_model_has_weight(d, w))
+        return 0;
+    switch (d->arch->weights[w].when) {
+    case KVCAL_WHEN_DENSE_LAYERS:
+        return d->layer_dense[layer];
+    case KVCAL_WHEN_MOE_LAYERS:
+        return !d->layer_dense[layer];
+    default:
+        return 1;
+    }
+}
+
+const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n)
+{
+    const kvcal_arch *a = d->arch;
+    const int dense = a->dense_layer && d->layer_dense && d->layer_dense[layer];
+    *n = dense ? a->dense_layer_ops : a->layer_ops;
+    return dense ? a->dense_layer : a->layer;
+}
+
+const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer)
+{
+    return d->inv_freq_sliding && d->layer_window[layer] > 0 ? d->inv_freq_sliding
+                                                             : d->inv_freq;
+}
+
+int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w)
+{
+    if (!kvcal_model_has_weight(d, w))
+        return 0;
+    return d->arch->weights[w].per_expert ? d->num_experts : 1;
 }
 
 void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
@@ -624,6 +766,7 @@ void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long lo
     const kvcal_weight_part *p = a->weights[w].parts;
     for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++)
         *rows += kvcal_model_dim(d, p[i].rows);
+    *rows *= kvcal_model_weight_copies(d, w);
     *cols = kvcal_model_dim(d, p[0].cols);
 }
 
@@ -674,14 +817,17 @@ static int llama2c_parts(const kvcal_model_t *m, int l, kvcal_weight w, kvcal_te
 }
 
 kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                      int copy,
                                       kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],
                                       int *n)
 {
     *n = 0;
-    if (layer < 0 || layer >= m->desc.num_layers || w < 0 || w >= KVCAL_W_COUNT)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d weight %d out of range",
-                          m->path, layer, (int)w);
-    if (!kvcal_model_has_weight(&m->desc, w))
+    if (layer < 0 || layer >= m->desc.num_layers || w < 0 || w >= KVCAL_W_COUNT ||
+        copy < 0 || (copy > 0 && copy >= kvcal_model_weight_copies(&m->desc, w)))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: layer %d weight %d copy %d out of range", m->path, layer,
+                          (int)w, copy);
+    if (!kvcal_model_layer_has_weight(&m->desc, layer, w))
         return KVCAL_OK;
     if (m->l2c) {
         *n = llama2c_parts(m, layer, w, parts);
@@ -690,7 +836,7 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
     const kvcal_weight_part *part = m->desc.arch->weights[w].parts;
     char name[256];
     for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-        layer_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name);
+        layer_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name, copy);
         parts[(*n)++] = tensor_view(kvcal_checkpoint_find(m->ck, name));
     }
     return KVCAL_OK;

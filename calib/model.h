@@ -41,7 +41,28 @@ struct kvcal_model_desc {
     int o_bias;                  /* o_proj carries a bias */
     int qk_norm;                 /* per-head RMSNorm of q and k before RoPE */
     int tied_embeddings;         /* lm_head is the embedding */
-    int sliding_window;          /* attention window in tokens, 0 when none */
+    int sliding_window;          /* the sliding layers' attention window, 0: none */
+    const int *layer_window;     /* (num_layers) layer l's window (0: none); owned */
+    const float *inv_freq_sliding; /* (rot_dim / 2) RoPE of the sliding layers where
+                                      it differs (Gemma's local base), else NULL */
+    float attn_scale;            /* of q k^T: 1/sqrt(head_dim), Gemma's
+                                    query_pre_attn_scalar^-0.5 */
+    float embed_scale;           /* the embedding's factor (Gemma sqrt(hidden)), 1 */
+    float norm_offset;           /* RMSNorm weights used as offset + w (Gemma 1) */
+    float attn_softcap;          /* attention scores as cap * tanh(s / cap), 0: none */
+    float logit_softcap;         /* the same of the logits (Gemma 2), 0: none */
+    /* a mixture of experts (KVCAL_OP_MOE); 0 for a dense model */
+    int num_experts;
+    int experts_per_tok;          /* top-k */
+    int moe_intermediate_size;    /* each expert's */
+    int shared_intermediate_size; /* the shared expert's, 0 when none */
+    int norm_topk_prob;           /* the top-k weights renormalized to sum 1 */
+    int moe_sigmoid;              /* sigmoid routing with a choice bias (GLM) */
+    float routed_scale;           /* the chosen weights' factor, 1 */
+    const unsigned char *layer_dense; /* (num_layers) 1: layer l has a dense MLP
+                                         among the MoE layers (GLM's leading ones,
+                                         Qwen's mlp_only_layers); owned */
+    int dense_layers;             /* how many */
 };
 
 /* One layer's fp32 weights by logical weight (calib/arch.h), (out, in)
@@ -59,11 +80,25 @@ typedef struct kvcal_model kvcal_model_t;
  */
 long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
 
-/* Whether weight w exists in model d. */
+/* RoPE frequencies of layer l (rot_dim / 2). */
+const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer);
+
+/* Whether weight w exists in model d (in any of its layers). */
 int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);
 
-/* Shape of logical weight w in model d: rows (its parts' rows added) and
- * cols (0 for a vector); 0 x 0 when absent. */
+/* Whether weight w exists in layer l of model d. */
+int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w);
+
+/* The ops of layer l of model d (the family's dense layer ops in its
+ * dense layers) and their count. */
+const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n);
+
+/* Copies of weight w in model d: num_experts for a per-expert weight, else
+ * 1 (0 when absent). */
+int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w);
+
+/* Shape of logical weight w in model d: rows (its parts' rows added, times
+ * its copies) and cols (0 for a vector); 0 x 0 when absent. */
 void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
                               long long *cols);
 
@@ -99,12 +134,15 @@ typedef struct kvcal_tensor_view {
     int64_t numel;
 } kvcal_tensor_view;
 
-/* The checkpoint tensors that logical weight w of `layer` stacks, in order
- * (the parts of calib/arch.h), into parts; *n their count, 0 when the model
- * has no such weight. Reads nothing; thread-safe, unlike load_layer: for
- * loaders that convert or copy the weights themselves (the cuda backend's,
- * on several threads). */
+/* The checkpoint tensors that copy `copy` (the expert of a per-expert
+ * weight, else 0; see kvcal_model_weight_copies) of logical weight w of
+ * `layer` stacks, in order (the parts of calib/arch.h), into parts; *n
+ * their count, 0 when the model has no such weight. The copies follow one
+ * another in the logical weight. Reads nothing; thread-safe, unlike
+ * load_layer: for loaders that convert or copy the weights themselves (the
+ * cuda backend's, on several threads). */
 kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                      int copy,
                                       kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],
                                       int *n);
 

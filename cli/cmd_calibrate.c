@@ -991,6 +991,9 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     } else if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim,
                                         &stats)))
         goto fail;
+    /* the routing counts of a mixture of experts (a resumed run's are read) */
+    if ((st = kvcal_stats_set_experts(stats, d->num_experts)))
+        goto fail;
     const int save = o.save_every && ranks.size == 1;
     if ((st = run_samples_from(model, samples, &o, batch, stats, first,
                                save ? &resume : NULL, t_start, &ph))) {

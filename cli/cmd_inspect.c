@@ -205,7 +205,11 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"parameters", (double)x->params},
                {"kv_lora_rank", c->kv_lora_rank},
                {"qk_rope_head_dim", c->qk_rope_head_dim},
-               {"kv_layers", c->kv_layers}};
+               {"kv_layers", c->kv_layers},
+               {"num_experts", c->num_experts},
+               {"num_experts_per_tok", c->num_experts_per_tok},
+               {"moe_intermediate_size", c->moe_intermediate_size},
+               {"shared_expert_intermediate_size", c->shared_expert_intermediate_size}};
     const struct {
         const char *key;
         int v;
@@ -214,6 +218,7 @@ static void print_model(const char *path, const kvcal_model_config *c,
                 {"tied_embeddings", c->tie_word_embeddings},
                 {"qkv_bias", c->attention_bias},
                 {"qk_norm", c->qk_norm},
+                {"norm_topk_prob", c->norm_topk_prob},
                 {"kv_layout_known", c->kv_layout_known}};
     const char *str[][2] = {{"kind", "model"},
                             {"source", x->source},
@@ -280,6 +285,15 @@ static void print_model(const char *path, const kvcal_model_config *c,
     }
     if (c->sliding_window)
         printf(", sliding window %d", c->sliding_window);
+    if (c->num_experts) {
+        printf("\n  experts         %d of %d channels, %s top-%d%s", c->num_experts,
+               c->moe_intermediate_size, c->moe_sigmoid ? "sigmoid" : "softmax",
+               c->num_experts_per_tok, c->norm_topk_prob ? " renormalized" : "");
+        if (c->shared_expert_intermediate_size)
+            printf(", shared expert of %d channels", c->shared_expert_intermediate_size);
+        if (c->dense_layers)
+            printf(", %d dense layer%s", c->dense_layers, c->dense_layers == 1 ? "" : "s");
+    }
     printf("\n  rope            theta %g, %s", c->rope_theta, rope);
     if (factor > 0)
         printf(" x%g", factor);
@@ -767,6 +781,29 @@ static int inspect_stats(const char *path, inspect_opts *o)
         }
         if (!o->json)
             printf("\n");
+    }
+    /* a mixture of experts' routing: the experts the calibration left cold */
+    if (s->num_experts && !o->json)
+        printf("  experts (%d a layer): tokens routed, the fewest and the most, and the "
+               "experts no token reached\n",
+               s->num_experts);
+    for (int l = 0; s->num_experts && l < s->num_layers; l++) {
+        const int64_t *c = s->expert_tokens + (size_t)l * s->num_experts;
+        int lo = 0, hi = 0, cold = 0;
+        for (int e = 0; e < s->num_experts; e++) {
+            lo = c[e] < c[lo] ? e : lo;
+            hi = c[e] > c[hi] ? e : hi;
+            cold += c[e] == 0;
+        }
+        cJSON *counts = cJSON_CreateArray();
+        for (int e = 0; e < s->num_experts; e++)
+            cJSON_AddItemToArray(counts, cJSON_CreateNumber((double)c[e]));
+        cJSON_AddItemToObject(cJSON_GetArrayItem(layers, l), "expert_tokens", counts);
+        if (!o->json && c[hi] > 0)
+            printf("  %5d  fewest %lld (expert %d), most %lld (expert %d), %d cold\n", l,
+                   (long long)c[lo], lo, (long long)c[hi], hi, cold);
+        else if (!o->json)
+            printf("  %5d  a dense layer (no routing)\n", l);
     }
     kvcal_stats_destroy(s);
     return KVCAL_EXIT_OK;

@@ -91,6 +91,8 @@ static kvcal_status put_root_attrs(hid_t file, const char *path, const kvcal_sta
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if ((st = put_attr_i64(file, path, ints[i].name, ints[i].value)))
             return st;
+    if (s->num_experts && (st = put_attr_i64(file, path, "num_experts", s->num_experts)))
+        return st;
     return KVCAL_OK;
 }
 
@@ -165,6 +167,10 @@ static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_
                              NULL, NULL, &s->ema_tensor[kv][l]);
         H5Gclose(g);
     }
+    const hsize_t E[1] = {(hsize_t)s->num_experts};
+    if (!st && s->num_experts)
+        st = put_dataset(lg, path, "expert_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, E,
+                         E, s->expert_tokens + (size_t)l * s->num_experts);
     H5Gclose(lg);
     return st;
 }
@@ -413,6 +419,19 @@ static kvcal_status get_layer(hid_t file, const char *path, kvcal_stats_t *s, in
         if (!st && kv == KVCAL_K)
             s->tokens[l] = tokens;
     }
+    if (!st && s->num_experts) {
+        char g[32];
+        const hsize_t E[1] = {(hsize_t)s->num_experts};
+        int64_t *counts = s->expert_tokens + (size_t)l * s->num_experts;
+        snprintf(g, sizeof g, "layers/%d", l);
+        st = get_dataset(file, path, g, "expert_tokens", H5T_INTEGER, H5T_NATIVE_INT64, 1,
+                         E, counts);
+        for (int e = 0; !st && e < s->num_experts; e++)
+            if (counts[e] < 0)
+                st = kvcal_fail(KVCAL_ERR_FORMAT,
+                                "%s: %s/expert_tokens[%d] is negative (%lld)", path, g, e,
+                                (long long)counts[e]);
+    }
     return st;
 }
 
@@ -495,6 +514,16 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
         goto fail;
     s->batches = batches;
     s->batch_start_tokens = start;
+    long long experts = 0;
+    if ((st = get_attr_i64(file, path, "num_experts", 0, &experts)))
+        goto fail;
+    if (experts < 0 || experts > 65536) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: num_experts %lld is out of range [0, 65536]",
+                        path, experts);
+        goto fail;
+    }
+    if ((st = kvcal_stats_set_experts(s, (int)experts)))
+        goto fail;
     for (int l = 0; l < s->num_layers; l++)
         if ((st = get_layer(file, path, s, l)))
             goto fail;

@@ -93,10 +93,29 @@ kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
     return KVCAL_OK;
 }
 
+kvcal_status kvcal_stats_set_experts(kvcal_stats_t *stats, int num_experts)
+{
+    if (num_experts < 0 || num_experts > 65536)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_set_experts: %d experts is out of range [0, 65536]",
+                          num_experts);
+    if (num_experts == stats->num_experts)
+        return KVCAL_OK;
+    int64_t *counts = NULL;
+    if (num_experts &&
+        !(counts = calloc((size_t)stats->num_layers * (size_t)num_experts, sizeof *counts)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_stats_set_experts: out of memory");
+    free(stats->expert_tokens);
+    stats->expert_tokens = counts;
+    stats->num_experts = num_experts;
+    return KVCAL_OK;
+}
+
 void kvcal_stats_destroy(kvcal_stats_t *stats)
 {
     if (!stats)
         return;
+    free(stats->expert_tokens);
     free(stats->slab);
     free(stats);
 }
@@ -112,6 +131,9 @@ void kvcal_stats_reset(kvcal_stats_t *stats)
         memset(stats->ema_tensor[kv], 0, (size_t)stats->num_layers * sizeof(double));
     }
     memset(stats->tokens, 0, (size_t)stats->num_layers * sizeof(int64_t));
+    if (stats->expert_tokens)
+        memset(stats->expert_tokens, 0,
+               (size_t)stats->num_layers * (size_t)stats->num_experts * sizeof(int64_t));
     stats->batches = 0;
     stats->batch_start_tokens = 0;
 }
@@ -282,6 +304,11 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
             "they come from different models",
             src->num_layers, src->num_kv_heads, src->head_dim, src->num_bins,
             dst->num_layers, dst->num_kv_heads, dst->head_dim, dst->num_bins);
+    if (src->num_experts && src->num_experts != dst->num_experts)
+        return kvcal_fail(KVCAL_ERR_MISMATCH,
+                          "kvcal_stats_merge: routing counts of %d experts cannot merge "
+                          "into statistics of %d; they come from different models",
+                          src->num_experts, dst->num_experts);
     size_t lh = (size_t)dst->num_layers * (size_t)dst->num_kv_heads;
     size_t n_abs = lh * (size_t)dst->head_dim, n_hist = lh * (size_t)dst->num_bins;
     for (int kv = 0; kv < 2; kv++) {
@@ -304,6 +331,8 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
     }
     for (int l = 0; l < dst->num_layers; l++)
         dst->tokens[l] += src->tokens[l];
+    for (size_t i = 0; i < (size_t)dst->num_layers * (size_t)src->num_experts; i++)
+        dst->expert_tokens[i] += src->expert_tokens[i];
     dst->batches += src->batches;
     dst->batch_start_tokens += src->batch_start_tokens;
     return KVCAL_OK;

@@ -31,6 +31,10 @@ typedef struct kvcal_stats {
     void *slab;
     /* added after the first layout (host-side bookkeeping, not in the slab) */
     int64_t batch_start_tokens; /* sum of tokens[] when the current batch began */
+    /* a mixture of experts' routing (kvcal_stats_set_experts; 0 / NULL: none) */
+    int num_experts;
+    int64_t *expert_tokens; /* (L, num_experts) tokens routed to each expert: a
+                               token counts once for each of its top-k experts */
 } kvcal_stats_t;
 
 #ifdef __cplusplus
@@ -47,6 +51,11 @@ kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
 
 /* Frees the statistics; NULL is a no-op. */
 void kvcal_stats_destroy(kvcal_stats_t *stats);
+
+/* Makes room for the routing counts of num_experts experts per layer
+ * (expert_tokens, zeroed; in [1, 65536]); 0 drops them. A second call with
+ * the same count keeps the counts. */
+kvcal_status kvcal_stats_set_experts(kvcal_stats_t *stats, int num_experts);
 
 /* Zeroes every statistic (as freshly created). */
 void kvcal_stats_reset(kvcal_stats_t *stats);
@@ -133,7 +142,8 @@ kvcal_status kvcal_stats_fold_batch(kvcal_stats_t *stats, const float *const bat
                                     double decay);
 
 /* Folds src into dst (same shape, else KVCAL_ERR_MISMATCH): absmax and
- * batch_absmax by max, histograms, tokens and batches by sum. This is exact
+ * batch_absmax by max, histograms, tokens, expert_tokens (when both count
+ * the same experts, or src none) and batches by sum. This is exact
  * and associative, so minmax / percentile / mse results do not depend on how
  * the data was split over batches or workers. The EMA depends on batch order
  * and cannot be merged exactly: merge keeps the element-wise max of the two

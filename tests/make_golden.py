@@ -11,6 +11,18 @@ RoPE; V after v_proj):
    embeddings, bf16 / fp16 / fp32 saved weights, config.json in the
    transformers 5 layout and in the older one). The yarn model's original context (16) is shorter than the samples,
    and its attention factor (0.1 ln 4 + 1) scales the cached K.
+   Mixture-of-experts models (Qwen3-MoE, Qwen2-MoE with its sigmoid-gated
+   shared expert, Mixtral with a sliding window of 16, shorter than the
+   samples) have several experts, top-k > 1 and both norm_topk_prob
+   settings; their reference runs in float64 (transformers' routers take
+   the softmax in float32 whatever the model's dtype, as they do in
+   serving). Their checkpoints hold one tensor per expert, the layout of
+   the released checkpoints (save_pretrained's original format). Phi-3 with
+   fused q/k/v and gate/up, partial rotary, longrope (long factors) and a
+   sliding window; Gemma 3 with its local and global layers; Gemma 2 with
+   soft caps small enough to bend the scores; GLM-4.5 with a dense first
+   layer and sigmoid routing (its router bias, a buffer, randomized too):
+   all in float64 too.
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
    attention module recompute K exactly as the module does (k_proj -> view ->
@@ -213,17 +225,110 @@ def hf_configs():
             rope_scaling={"rope_type": "yarn", "factor": 4.0,
                           "original_max_position_embeddings": 16},
             **dict(common, max_position_embeddings=64)), "bfloat16", "old"),
+    ] + moe_configs(tf, common) + [
+        # Phi-3.5 style: q/k/v and gate/up fused in the checkpoint, a quarter
+        # of each head rotating (partial_rotary_factor 0.5 of head_dim 16),
+        # longrope whose original context (20) both samples exceed, so that
+        # transformers takes the long factors, as vLLM does at its default
+        # max_model_len; a sliding window of 16
+        ("phi3_longrope_partial_swa16_bf16", tf.Phi3Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0,
+            sliding_window=16, original_max_position_embeddings=20,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.5,
+                             "short_factor": [1.0, 1.3, 2.1, 3.7],
+                             "long_factor": [1.2, 2.5, 5.0, 11.0]},
+            **common), "bfloat16", "new", "float64"),
+        # Gemma 3 text: (1 + w) norms before and after attention and MLP, q/k
+        # norm, query_pre_attn_scalar 24 (not head_dim 32), two sliding
+        # layers of window 8 (local RoPE base 10000) around a global one
+        # (base 1e6, linear x2), GELU-tanh MLP, embedding x sqrt(64), tied
+        ("gemma3_text_swa8_local_global_bf16", tf.Gemma3TextConfig(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24,
+            sliding_window=8, layer_types=["sliding_attention", "full_attention",
+                                           "sliding_attention"],
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default",
+                                                   "rope_theta": 10000.0}},
+            tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+        # Gemma 2: alternating sliding (window 8) and global layers, scores
+        # soft-capped at 1.5 and logits at 2.0 (small, so that the caps bend
+        # these tiny models' values), (1 + w) sandwich norms, no q/k norm
+        ("gemma2_softcap_swa8_bf16", tf.Gemma2Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=12,
+            sliding_window=8, attn_logit_softcapping=1.5, final_logit_softcapping=2.0,
+            tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+        # GLM-4.5 style: a leading dense layer before two MoE ones, sigmoid
+        # routing with e_score_correction_bias, top-3 of 8 renormalized and
+        # scaled by 2.5, an ungated shared expert, partial rotary (0.5),
+        # q/k/v biases and q/k norm
+        ("glm4_moe_dense1_sigmoid_e8_top3_bf16", tf.Glm4MoeConfig(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+            n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
+            partial_rotary_factor=0.5, tie_word_embeddings=False,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+    ]
+
+
+def moe_configs(tf, common):
+    """Mixture-of-experts models; the reference runs in float64 (see the
+    module's doc). Each entry: name, config, saved dtype, config style,
+    reference dtype."""
+    return [
+        # softmax top-3 of 8, renormalized; q/k norm; head_dim 32
+        ("qwen3_moe_e8_top3_norm_bf16", tf.Qwen3MoeConfig(
+            hidden_size=48, intermediate_size=64, moe_intermediate_size=40,
+            num_experts=8, num_experts_per_tok=3, norm_topk_prob=True,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            tie_word_embeddings=False, **common), "bfloat16", "new", "float64"),
+        # dense layers among the MoE ones: mlp_only_layers [0] and
+        # decoder_sparse_step 2 (layers 0 and 2 dense, 1 and 3 MoE)
+        ("qwen3_moe_dense_layers_e4_top2_bf16", tf.Qwen3MoeConfig(
+            hidden_size=48, intermediate_size=56, moe_intermediate_size=40,
+            num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+            mlp_only_layers=[0], decoder_sparse_step=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+            **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
+        # top-2 of 6 not renormalized, a shared expert behind a sigmoid gate,
+        # q/k/v biases
+        ("qwen2_moe_shared_e6_top2_bf16", tf.Qwen2MoeConfig(
+            hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, num_experts=6,
+            num_experts_per_tok=2, norm_topk_prob=False, num_attention_heads=4,
+            num_key_value_heads=2, tie_word_embeddings=True, **common),
+            "bfloat16", "old", "float64"),
+        # top-2 of 4 (always renormalized), sliding window 16 < the samples
+        ("mixtral_e4_top2_swa16_bf16", tf.MixtralConfig(
+            hidden_size=64, intermediate_size=48, num_local_experts=4,
+            num_experts_per_tok=2, sliding_window=16, num_attention_heads=4,
+            num_key_value_heads=1, tie_word_embeddings=False, **common),
+            "bfloat16", "new", "float64"),
     ]
 
 
 def randomize(model, torch):
     """Weights with enough spread that every term matters (norm weights,
-    biases and k_norm not left at 1 / 0)."""
+    biases and k_norm not left at 1 / 0); routers' logits far enough apart
+    that bf16 rounding rarely changes a token's experts."""
     g = torch.Generator().manual_seed(1234)
     with torch.no_grad():
+        for name, b in model.named_buffers():  # GLM's router bias is a buffer
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.randn(b.shape, generator=g))
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".mlp.gate.weight"):
+                p.copy_(1.0 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             else:
@@ -261,12 +366,19 @@ def capture_kv(model, torch):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             cos, sin = kwargs["position_embeddings"]
             shape = (*hs.shape[:-1], -1, head_dim)
-            k = module.k_proj(hs).view(shape)
+            if hasattr(module, "qkv_proj"):  # Phi-3: q, k, v fused in the checkpoint
+                q_n = module.config.num_attention_heads * head_dim
+                kv_n = module.num_key_value_heads * head_dim
+                qkv = module.qkv_proj(hs)
+                k = qkv[..., q_n:q_n + kv_n].view(shape)
+                v = qkv[..., q_n + kv_n:].view(shape)
+            else:
+                k = module.k_proj(hs).view(shape)
+                v = module.v_proj(hs).view(shape)
             if hasattr(module, "k_norm"):
                 k = module.k_norm(k)
             k = k.transpose(1, 2)
             _, k = rope_fn(k, k, cos, sin)
-            v = module.v_proj(hs).view(shape)
             seen.append((k.transpose(1, 2)[0].detach().numpy().copy(),
                          v[0].detach().numpy().copy()))
         return hook
@@ -277,7 +389,7 @@ def capture_kv(model, torch):
     return seen
 
 
-def make_hf(name, cfg, dtype, style, torch, tf):
+def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     torch.manual_seed(0)
@@ -289,8 +401,11 @@ def make_hf(name, cfg, dtype, style, torch, tf):
             os.remove(os.path.join(d, extra))
     if style == "old":
         to_old_style(os.path.join(d, "config.json"))
-    ref = tf.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
-                                                  attn_implementation="eager")
+    # eager experts: the loop over experts of the modeling file (the grouped
+    # implementations take no float64)
+    moe = {"experts_implementation": "eager"} if ref_dtype == "float64" else {}
+    ref = tf.AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, ref_dtype),
+                                                  attn_implementation="eager", **moe)
     ref.eval()
     seen = capture_kv(ref, torch)
     samples = token_samples(VOCAB, LENGTHS, sum(map(ord, name)))
@@ -303,8 +418,8 @@ def make_hf(name, cfg, dtype, style, torch, tf):
             vs.append(np.stack([v for _, v in seen]))
             if logits0 is None:
                 logits0 = out.logits[0].numpy()
-    fx = {"name": name, "model": d, "oracle": "transformers %s, torch %s, fp32 CPU" % (
-        tf.__version__, torch.__version__), "architecture": cfg.architectures[0]
+    fx = {"name": name, "model": d, "oracle": "transformers %s, torch %s, %s CPU" % (
+        tf.__version__, torch.__version__, {"float32": "fp32"}.get(ref_dtype, ref_dtype)), "architecture": cfg.architectures[0]
         if cfg.architectures else type(ref).__name__, "saved_dtype": dtype,
         "config_style": style}
     fx.update(summarize(ks, vs, samples, logits0))
@@ -321,9 +436,9 @@ def main():
     import torch
     import transformers as tf
     torch.set_num_threads(2)
-    for name, cfg, dtype, style in hf_configs():
+    for name, cfg, dtype, style, *ref in hf_configs():
         if not wanted or name in wanted:
-            make_hf(name, cfg, dtype, style, torch, tf)
+            make_hf(name, cfg, dtype, style, torch, tf, *ref)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,14 @@ typedef struct op_row {
     /* error_sums: row strides of x and y, the scale group, y in fp32 (else bf16) */
     int x_stride, y_stride, group, y_f32;
     float attention_factor; /* rope_observe: yarn's (0: 1) */
+    int window;             /* attention: a sliding window (0: none) */
+    int softcap;            /* attention: scores soft-capped at this (0: none) */
+    /* moe: rows tokens of hidden k, experts of n intermediate channels, top_k
+     * (renormalized with renorm), a shared expert's output and gate with
+     * shared; a few padding tokens where rows > 2 */
+    int experts, top_k, renorm, shared; /* shared 2: a shared expert without gate */
+    int sigmoid; /* moe: sigmoid routing with a choice bias, weights x 2.5 */
+    float affine_a, affine_b; /* affine: out = x * a + b over rows values */
 } op_row;
 
 #define ROW(stem, ...)                                                                   \
@@ -191,6 +199,60 @@ static const op_row rows[] = {
     ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
         .out_pad = 3, .cudnn = -1),
 
+    /* a sliding window shorter than the sequence: the portable kernel (head_dim
+     * 16, an output stride off 8), the tensor cores (64, 80, 96, 128, 256; windows
+     * below, at and across the 64-key tiles, the first blocks' tiles skipped) */
+    ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 1, .head_dim = 16,
+        .window = 16),
+    ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
+        .window = 20, .out_pad = 3),
+    ROW("attention", .batch = 2, .seq = 200, .heads = 4, .kv_heads = 2, .head_dim = 64,
+        .window = 64),
+    ROW("attention", .batch = 1, .seq = 333, .heads = 6, .kv_heads = 2, .head_dim = 96,
+        .window = 70),
+    ROW("attention", .batch = 1, .seq = 300, .heads = 8, .kv_heads = 2, .head_dim = 128,
+        .window = 100),
+    ROW("attention", .batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 80,
+        .window = 1),
+    /* Gemma 2's soft cap (small, so that it bends these scores), with and
+     * without a window */
+    ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 2, .head_dim = 32,
+        .softcap = 1),
+    ROW("attention", .batch = 1, .seq = 70, .heads = 4, .kv_heads = 2, .head_dim = 64,
+        .window = 16, .softcap = 2),
+    ROW("attention", .batch = 2, .seq = 150, .heads = 4, .kv_heads = 4, .head_dim = 128,
+        .softcap = 1),
+    ROW("attention", .batch = 1, .seq = 260, .heads = 8, .kv_heads = 2, .head_dim = 80,
+        .window = 129, .softcap = 3),
+    /* Gemma's head_dim 256: a window with the cap, a cap alone (Gemma 2's 50
+     * bends none of these scores; 4 does) */
+    ROW("attention", .batch = 1, .seq = 300, .heads = 4, .kv_heads = 2, .head_dim = 256,
+        .window = 100, .softcap = 4),
+    ROW("attention", .batch = 2, .seq = 90, .heads = 2, .kv_heads = 1, .head_dim = 256,
+        .softcap = 4),
+
+    /* the mixture of experts: routing, grouping, the grouped GEMMs (tails of
+     * the 128 x 128 tiles and of k's 32), SwiGLU and the combine */
+    ROW("moe", .rows = 1, .k = 64, .n = 32, .experts = 4, .top_k = 2),
+    ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .renorm = 1),
+    ROW("moe", .rows = 989, .k = 136, .n = 200, .experts = 60, .top_k = 4, .shared = 1),
+    ROW("moe", .rows = 300, .k = 512, .n = 256, .experts = 128, .top_k = 8, .renorm = 1),
+    ROW("moe", .rows = 37, .k = 64, .n = 48, .experts = 2, .top_k = 2, .shared = 1),
+    /* GLM-4.5's routing: sigmoid scores chosen with a bias, an ungated
+     * shared expert */
+    ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 160, .top_k = 8, .renorm = 1,
+        .shared = 2, .sigmoid = 1),
+    ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1),
+
+    ROW("geglu", .rows = 19, .cols = 136),
+    ROW("geglu", .rows = 1, .cols = 37),
+    ROW("geglu", .rows = 989, .cols = 200),
+
+    /* Gemma's embedding scale (sqrt(hidden) in bf16) and norm offset */
+    ROW("affine", .rows = 989 * 64, .affine_a = 8.0f),
+    ROW("affine", .rows = 37, .affine_a = 1.0f, .affine_b = 1.0f),
+    ROW("affine", .rows = 1, .affine_a = 50.5f, .affine_b = -2.0f),
+
     ROW("swiglu", .rows = 19, .cols = 136),
     ROW("swiglu", .rows = 1, .cols = 37),
     ROW("swiglu", .rows = 989, .cols = 200),
@@ -267,7 +329,8 @@ static void describe(const op_row *r, const char *version)
         FIELD(seq),     FIELD(heads), FIELD(kv_heads), FIELD(head_dim),
         FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
         FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),   FIELD(y_f32),
+        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(softcap), FIELD(experts),
+        FIELD(top_k),   FIELD(renorm), FIELD(shared), FIELD(sigmoid),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -1095,8 +1158,9 @@ static void *attention_cpu_run(const op_row *r)
             memcpy(v + (int64_t)t * kvh * hd, row + (int64_t)(h + kvh) * hd,
                    (size_t)kvh * hd * sizeof *v);
         }
-        kvcal_attention_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v, r->seq, h,
-                            kvh, hd, 1.0f / sqrtf((float)hd));
+        kvcal_attention_window_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v,
+                                   r->seq, h, kvh, hd, 1.0f / sqrtf((float)hd),
+                                   r->window, r->softcap);
     }
     free(q);
     free(k);
@@ -1121,9 +1185,11 @@ static const char *const attention_versions[] = {"launch", "v1",    "v2", "v3",
                                                  "v4",     "cudnn", NULL};
 _Static_assert(KVCAL_ATTENTION_VERSIONS == 4, "one name per attention kernel version");
 
+/* A windowed row: kvcal_attention_window_launch, as version 0. */
 static op_class attention_class(const op_row *r, int version)
 {
-    (void)r;
+    if (r->window || r->softcap)
+        return version == 0 ? OP_PLAIN : OP_SKIP;
     return version == ATTENTION_CUDNN ? OP_MBARRIER : OP_PLAIN;
 }
 
@@ -1144,7 +1210,11 @@ static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *
         CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &ctx->attention), KVCAL_OK);
         printf("(%s) ", kvcal_attention_note(ctx->attention));
     }
-    if (version == 0)
+    if (r->window || r->softcap)
+        ROW_OK(kvcal_attention_window_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
+                                             r->batch, r->seq, h, kvh, hd, scale, r->window,
+                                             (float)r->softcap, 0));
+    else if (version == 0)
         ROW_OK(kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
                                       r->batch, r->seq, h, kvh, hd, scale, 0));
     else if (version == ATTENTION_CUDNN)
@@ -1249,6 +1319,309 @@ static void swiglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
     free(got);
     cudaFree(d_gu);
     cudaFree(d_out);
+}
+
+// --- geglu, affine --------------------------------------------------------------
+
+static void *geglu_cpu_run(const op_row *r)
+{
+    swiglu_cpu *c = swiglu_cpu_run(r);
+    kvcal_geglu_ref(c->ref, c->gate, c->up, (int64_t)r->rows * r->cols);
+    return c;
+}
+
+/* Two bf16 roundings as SwiGLU's; and bf16 arithmetic's (gelu rounded, then
+ * the product) bit for bit but where tanh straddles a rounding boundary. */
+static void geglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const swiglu_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_gu = kvcal_test_dev_upload_bf16(c->gate_up, 2 * n),
+               *d_out = dev_alloc_nan(n);
+    ROW_OK(kvcal_geglu_launch(d_out, d_gu, r->rows, r->cols, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, n);
+    EXPECT_NONE(count_far(got, c->ref, n, SWIGLU_ATOL, SWIGLU_RTOL), n,
+                "outputs off the bound");
+    float *model = host_alloc((size_t)n * sizeof *model);
+    for (int64_t i = 0; i < n; i++) {
+        const float g = c->gate[i];
+        const float a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+        model[i] = kvcal_bf16_round(kvcal_bf16_round(a) * c->up[i]);
+    }
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100, "outputs equal to bf16 arithmetic's");
+    free(model);
+    free(got);
+    cudaFree(d_gu);
+    cudaFree(d_out);
+}
+
+/* One fp32 product and sum, rounded once: exact against the same on the host. */
+typedef struct affine_cpu {
+    float *x, *ref; /* (rows) */
+} affine_cpu;
+
+static void *affine_cpu_run(const op_row *r)
+{
+    affine_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(r->rows, -3.0f, 3.0f);
+    c->ref = host_alloc((size_t)r->rows * sizeof *c->ref);
+    for (int i = 0; i < r->rows; i++)
+        c->ref[i] = kvcal_bf16_round(c->x[i] * r->affine_a + r->affine_b);
+    return c;
+}
+
+static void affine_release(void *p)
+{
+    affine_cpu *c = p;
+    free(c->x);
+    free(c->ref);
+    free(c);
+}
+
+static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const affine_cpu *c = p;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, r->rows);
+    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b, 0)); /* in place */
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_x, r->rows);
+    EXPECT_NONE(count_differ(got, c->ref, r->rows), r->rows, "outputs not x * a + b");
+    free(got);
+    cudaFree(d_x);
+}
+
+// --- moe -----------------------------------------------------------------------
+
+/* The routing is exact (the same bf16 logits, the same tie rule: the
+ * experts must be the reference's, the weights within fast exp's error).
+ * The experts' outputs: bf16 rounding of gate/up, the SwiGLU and the down
+ * projection as the reference rounds them, sums in another order; the
+ * combine of up to 8 of them and of the shared expert. */
+#define MOE_W_RTOL 1e-5
+#define MOE_ATOL 2e-2
+#define MOE_RTOL 2e-2
+
+typedef struct moe_cpu {
+    float *x;         /* (rows, k) */
+    float *logits;    /* (rows, experts) */
+    float *gu, *down; /* (experts, 2 n, k), (experts, k, n) */
+    float *shared;    /* (rows, k) the shared expert's output, or NULL */
+    float *gate_w;    /* (k) its gate, or NULL */
+    float *bias;      /* (experts) the sigmoid routing's choice bias, or NULL */
+    int32_t *pos;     /* (rows) -1 for padding */
+    int32_t *route_e; /* (rows, top_k) kvcal_moe_route_ref */
+    float *route_w;   /* (rows, top_k) */
+    int64_t *counts;  /* (experts) assignments of valid tokens */
+    float *ref;       /* (rows, k) */
+} moe_cpu;
+
+/* y (k) = down_e(silu(gate_e(x)) * up_e(x)) with gate, up, the SwiGLU and
+ * y rounded to bf16 (the kernels' storage) */
+static void moe_expert_ref(float *y, const float *x, const float *gu, const float *down,
+                           int k, int n)
+{
+    float *h = host_alloc((size_t)2 * n * sizeof *h);
+    kvcal_matmul_ref(h, x, gu, NULL, 1, k, 2 * n);
+    for (int i = 0; i < 2 * n; i++)
+        h[i] = kvcal_bf16_round(h[i]);
+    for (int i = 0; i < n; i++)
+        h[i] = kvcal_bf16_round(kvcal_bf16_round(h[i] / (1.0f + expf(-h[i]))) * h[n + i]);
+    kvcal_matmul_ref(y, h, down, NULL, 1, n, k);
+    for (int i = 0; i < k; i++)
+        y[i] = kvcal_bf16_round(y[i]);
+    free(h);
+}
+
+static void *moe_cpu_run(const op_row *r)
+{
+    const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
+    moe_cpu *c = host_alloc(sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->x = rand_bf16((int64_t)T * D, -1.0f, 1.0f);
+    c->logits = rand_bf16((int64_t)T * E, -3.0f, 3.0f);
+    c->gu = rand_bf16((int64_t)E * 2 * I * D, -0.2f, 0.2f);
+    c->down = rand_bf16((int64_t)E * D * I, -0.2f, 0.2f);
+    if (r->shared) {
+        c->shared = rand_bf16((int64_t)T * D, -1.0f, 1.0f);
+        if (r->shared == 1)
+            c->gate_w = rand_bf16(D, -0.3f, 0.3f);
+    }
+    if (r->sigmoid)
+        c->bias = rand_bf16(E, -0.3f, 0.3f);
+    c->pos = host_alloc((size_t)T * sizeof *c->pos);
+    for (int t = 0; t < T; t++)
+        c->pos[t] = T > 2 && t % 7 == 3 ? -1 : t;
+    c->route_e = host_alloc((size_t)T * K * sizeof *c->route_e);
+    c->route_w = host_alloc((size_t)T * K * sizeof *c->route_w);
+    c->counts = host_alloc((size_t)E * sizeof *c->counts);
+    memset(c->counts, 0, (size_t)E * sizeof *c->counts);
+    c->ref = host_alloc((size_t)T * D * sizeof *c->ref);
+    if (r->sigmoid)
+        kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, c->bias, T, E, K,
+                                    r->renorm, 2.5f);
+    else
+        kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, T, E, K, r->renorm);
+    float *y = host_alloc((size_t)D * sizeof *y);
+    for (int t = 0; t < T; t++) {
+        float *o = c->ref + (int64_t)t * D;
+        memset(o, 0, (size_t)D * sizeof *o);
+        if (c->pos[t] < 0)
+            continue;
+        for (int j = 0; j < K; j++) {
+            const int e = c->route_e[t * K + j];
+            c->counts[e]++;
+            moe_expert_ref(y, c->x + (int64_t)t * D, c->gu + (int64_t)e * 2 * I * D,
+                           c->down + (int64_t)e * D * I, D, I);
+            for (int i = 0; i < D; i++)
+                o[i] += c->route_w[t * K + j] * y[i];
+        }
+        if (!r->shared)
+            continue;
+        float g = 0.0f;
+        for (int i = 0; c->gate_w && i < D; i++)
+            g += c->x[(int64_t)t * D + i] * c->gate_w[i];
+        g = c->gate_w ? kvcal_bf16_round(kvcal_sigmoid_ref(kvcal_bf16_round(g))) : 1.0f;
+        for (int i = 0; i < D; i++)
+            o[i] = kvcal_bf16_round(o[i]) +
+                   kvcal_bf16_round(g * c->shared[(int64_t)t * D + i]);
+    }
+    free(y);
+    return c;
+}
+
+static void moe_release(void *p)
+{
+    moe_cpu *c = p;
+    free(c->x);
+    free(c->logits);
+    free(c->gu);
+    free(c->down);
+    free(c->shared);
+    free(c->gate_w);
+    free(c->bias);
+    free(c->pos);
+    free(c->route_e);
+    free(c->route_w);
+    free(c->counts);
+    free(c->ref);
+    free(c);
+}
+
+static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const moe_cpu *c = p;
+    const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
+    const int cap = kvcal_moe_plan_capacity(T * K, E);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)T * D),
+               *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
+               *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
+               *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
+               *d_shared = r->shared ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
+                                     : NULL,
+               *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
+               *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
+               *d_h = dev_alloc_nan((int64_t)cap * 2 * I),
+               *d_act = dev_alloc_nan((int64_t)cap * I), *d_y = dev_alloc_nan((int64_t)cap * D),
+               *d_out = dev_alloc_nan((int64_t)T * D);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
+            *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
+    float *d_w = dev_alloc((size_t)T * K * sizeof(float));
+    unsigned long long *d_counts = dev_alloc((size_t)E * sizeof *d_counts);
+    CU_ASSERT_EQUAL(cudaMemset(d_counts, 0, (size_t)E * sizeof *d_counts), cudaSuccess);
+    kvcal_moe_plan plan = {dev_alloc((size_t)cap * sizeof(int32_t)),
+                           dev_alloc((size_t)T * K * sizeof(int32_t)),
+                           dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
+                           cap, cap / KVCAL_MOE_TILE_ROWS};
+    if (r->sigmoid)
+        ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
+                                              r->renorm, 2.5f, 0));
+    else
+        ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
+    ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
+    ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
+    ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
+    ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
+    ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D, d_shared,
+                                    d_x, d_gate, 0));
+    sync_ok();
+    int32_t *e = host_alloc((size_t)T * K * sizeof *e);
+    float *w = host_alloc((size_t)T * K * sizeof *w);
+    unsigned long long *counts = host_alloc((size_t)E * sizeof *counts);
+    dev_download(e, d_e, (size_t)T * K * sizeof *e);
+    dev_download(w, d_w, (size_t)T * K * sizeof *w);
+    dev_download(counts, d_counts, (size_t)E * sizeof *counts);
+    /* a sigmoid row's choice (sigmoid + bias) may tie at the top-k boundary
+     * within the rounding of exp: such tokens are left out of the checks
+     * (softmax rows choose on the bf16 logits themselves: no such case) */
+    unsigned char *near_tie = host_alloc((size_t)T);
+    double *v = host_alloc((size_t)E * sizeof *v);
+    int64_t ties = 0;
+    for (int t = 0; t < T; t++) {
+        near_tie[t] = 0;
+        if (!r->sigmoid)
+            continue;
+        for (int a = 0; a < E; a++)
+            v[a] = 1.0 / (1.0 + exp(-c->logits[(int64_t)t * E + a])) + c->bias[a];
+        /* the top_k + 1 largest in order, by selection; a gap below 1e-5
+         * among them could order them either way */
+        for (int j = 0; j <= K && j < E; j++) {
+            int best = j;
+            for (int a = j + 1; a < E; a++)
+                best = v[a] > v[best] ? a : best;
+            const double x = v[j];
+            v[j] = v[best], v[best] = x;
+            near_tie[t] |= j > 0 && v[j - 1] - v[j] < 1e-5;
+        }
+        ties += near_tie[t];
+    }
+    free(v);
+    int64_t wrong_e = 0, wrong_w = 0, wrong_counts = 0, far = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K && !near_tie[t]; j++) {
+            const int i = t * K + j, pad = c->pos[t] < 0;
+            wrong_e += e[i] != (pad ? -1 : c->route_e[i]);
+            wrong_w += !(fabs(w[i] - (pad ? 0.0f : c->route_w[i])) <=
+                         fabs(c->route_w[i]) * MOE_W_RTOL + 1e-7);
+        }
+    for (int i = 0; i < E && !ties; i++)
+        wrong_counts += (long long)counts[i] != c->counts[i];
+    EXPECT_NONE(wrong_e, (int64_t)T * K, "chosen experts not the reference's");
+    EXPECT_NONE(wrong_w, (int64_t)T * K, "routing weights off the bound");
+    EXPECT_NONE(wrong_counts, E, "experts' token counts not the reference's");
+    ROW_ASSERT(ties * 20 <= T); /* the rows are meant to be decided, but for a few */
+    float *got = kvcal_test_dev_download_bf16(d_out, (int64_t)T * D);
+    for (int t = 0; t < T; t++)
+        if (!near_tie[t])
+            far += count_far(got + (int64_t)t * D, c->ref + (int64_t)t * D, D, MOE_ATOL,
+                             MOE_RTOL);
+    EXPECT_NONE(far, (int64_t)T * D, "outputs off the bound");
+    free(near_tie);
+    free(got);
+    free(e);
+    free(w);
+    free(counts);
+    cudaFree(plan.sorted);
+    cudaFree(plan.slot_of);
+    cudaFree(plan.tile_expert);
+    cudaFree(d_counts);
+    cudaFree(d_w);
+    cudaFree(d_e);
+    cudaFree(d_pos);
+    cudaFree(d_out);
+    cudaFree(d_y);
+    cudaFree(d_act);
+    cudaFree(d_h);
+    cudaFree(d_gate);
+    cudaFree(d_bias);
+    cudaFree(d_shared);
+    cudaFree(d_down);
+    cudaFree(d_gu);
+    cudaFree(d_logits);
+    cudaFree(d_x);
 }
 
 // --- embed ---------------------------------------------------------------------
@@ -1582,6 +1955,9 @@ static const op_def op_defs[] = {
      attention_class, attention_cuda},
     {"swiglu", swiglu_cpu_run, swiglu_release, one_version, one_plain_version,
      swiglu_cuda},
+    {"moe", moe_cpu_run, moe_release, one_version, one_plain_version, moe_cuda},
+    {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
+    {"affine", affine_cpu_run, affine_release, one_version, one_plain_version, affine_cuda},
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
     {"token_nll", token_nll_cpu_run, token_nll_release, one_version, one_plain_version,
      token_nll_cuda},
@@ -1669,6 +2045,39 @@ static void attention_rows_match_cpu(void)
 static void swiglu_rows_match_cpu(void)
 {
     run_op("swiglu", OP_PLAIN);
+}
+
+static void moe_rows_match_cpu(void)
+{
+    run_op("moe", OP_PLAIN);
+}
+
+static void geglu_rows_match_cpu(void)
+{
+    run_op("geglu", OP_PLAIN);
+}
+
+static void affine_rows_match_cpu(void)
+{
+    run_op("affine", OP_PLAIN);
+}
+
+/* Shapes the grouped GEMM does not take, and plans too small for the
+ * assignments, are refused naming the op. */
+static void moe_refuses_unaligned_sizes_and_short_plans(void)
+{
+    kvcal_bf16 *p = (kvcal_bf16 *)256;
+    int32_t *i = (int32_t *)256;
+    kvcal_moe_plan plan = {i, i, i, KVCAL_MOE_TILE_ROWS, 1};
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_launch(p, p, 2, p, &plan, 60, 64, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("multiples of 8"));
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("moe grouping"));
+    CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 4, 5, 0, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 600, 2, 0, 0),
+                    KVCAL_ERR_INVALID_ARG);
 }
 
 static void embed_rows_match_cpu(void)
@@ -1759,6 +2168,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_rows_match_cpu),
     KVCAL_TEST(attention_rows_match_cpu),
     KVCAL_TEST(swiglu_rows_match_cpu),
+    KVCAL_TEST(moe_rows_match_cpu),
+    KVCAL_TEST(geglu_rows_match_cpu),
+    KVCAL_TEST(affine_rows_match_cpu),
     KVCAL_TEST(embed_rows_match_cpu),
     KVCAL_TEST(token_nll_rows_match_cpu),
     KVCAL_TEST(token_kld_rows_match_cpu),
@@ -1767,6 +2179,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
     KVCAL_TEST(gemm_swiglu_refuses_widths_off_128_and_unaligned_k),
+    KVCAL_TEST(moe_refuses_unaligned_sizes_and_short_plans),
     CU_TEST_INFO_NULL,
 };
 static CU_TestInfo tuned_tests[] = {

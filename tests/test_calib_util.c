@@ -29,7 +29,8 @@ static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, i
         goto done;
     if (resident)
         *resident = kvcal_exec_layers_resident(x);
-    if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats)))
+    if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats)) ||
+        (st = kvcal_stats_set_experts(*stats, d->num_experts)))
         goto done;
     kvcal_exec_samples s = {
         .ids = ids, .lengths = lengths, .num_samples = n, .seq_len = len, .batch = batch};
@@ -62,7 +63,11 @@ int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b)
 {
     return a->batches == b->batches && a->batch_start_tokens == b->batch_start_tokens &&
            kvcal_stats_slab_bytes(a) == kvcal_stats_slab_bytes(b) &&
-           !memcmp(a->slab, b->slab, kvcal_stats_slab_bytes(a));
+           !memcmp(a->slab, b->slab, kvcal_stats_slab_bytes(a)) &&
+           a->num_experts == b->num_experts &&
+           (!a->num_experts ||
+            !memcmp(a->expert_tokens, b->expert_tokens,
+                    (size_t)a->num_layers * a->num_experts * sizeof(int64_t)));
 }
 
 int kvcal_test_large_k_copy(const char *model, const char *out, float factor)

@@ -13,7 +13,7 @@
 /* Calibrates n samples of len tokens (ids from a fixed pattern below the
  * vocabulary; the last sample shorter) in batches of `batch` on the
  * executor opt describes (its max_batch and max_seq_len set here) into
- * *stats (caller destroys; NULL when the executor could not be created).
+ * *stats (counting each expert's tokens for a mixture of experts; caller destroys; NULL when the executor could not be created).
  * Returns kvcal_exec_create's status, the run's on success; *resident (or
  * NULL) gets kvcal_exec_layers_resident. */
 kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n,
@@ -35,7 +35,8 @@ kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt,
 int kvcal_test_large_k_copy(const char *model, const char *out, float factor);
 
 /* Every statistic of a and b (absmax, histograms, tokens, the per-head and
- * per-layer moving averages, the batch count) bit for bit. */
+ * per-layer moving averages, the batch count, the routing counts) bit for
+ * bit. */
 int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b);
 
 #endif

@@ -442,6 +442,67 @@ static void attention_is_causal(void)
     free(b);
 }
 
+/* A window of w: query t reads keys t - w + 1 .. t. Wider than the
+ * sequence it is plain causal attention; keys before the window change
+ * nothing; a window of 1 reads a token's own value. */
+static void attention_window_reads_the_last_w_keys(void)
+{
+    int tokens = 13, h = 4, kvh = 2, d = 8, w = 5;
+    int64_t nq = (int64_t)tokens * h * d, nk = (int64_t)tokens * kvh * d;
+    float *q = alloc_filled(nq, 21), *k = alloc_filled(nk, 22), *v = alloc_filled(nk, 23);
+    float *a = malloc(sizeof(float) * (size_t)nq), *b = malloc(sizeof(float) * (size_t)nq);
+    CU_ASSERT_FATAL(a && b);
+    kvcal_attention_ref(a, q, k, v, tokens, h, kvh, d, 0.3f);
+    kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, tokens, 0.0f);
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)nq), 0);
+    kvcal_attention_window_ref(a, q, k, v, tokens, h, kvh, d, 0.3f, w, 0.0f);
+    /* the first w queries see every key up to themselves */
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)(w * h * d)), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)nq), 0);
+    for (int64_t i = 0; i < 3 * kvh * d; i++) { /* keys 0..2: before query 7's window */
+        k[i] += 5.0f;
+        v[i] -= 3.0f;
+    }
+    kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, w, 0.0f);
+    CU_ASSERT_EQUAL(memcmp(a + 7 * h * d, b + 7 * h * d, sizeof(float) * (size_t)(6 * h * d)),
+                    0);
+    kvcal_attention_window_ref(a, q, k, v, tokens, h, kvh, d, 0.3f, 1, 0.0f);
+    for (int t = 0; t < tokens; t++)
+        for (int hh = 0; hh < h; hh++)
+            CU_ASSERT_EQUAL(memcmp(a + ((int64_t)t * h + hh) * d,
+                                   v + ((int64_t)t * kvh + hh / 2) * d, sizeof(float) * d),
+                            0);
+    free(q);
+    free(k);
+    free(v);
+    free(a);
+    free(b);
+}
+
+/* Softmax top-k: the largest first, the lower expert on a tie, weights the
+ * softmax's probabilities or, renormalized, their share of the top k. */
+static void moe_route_takes_top_k_of_the_softmax(void)
+{
+    const float logits[2 * 5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, /* a tie: 1 before 3 */
+                                 -3.0f, -2.0f, 4.0f, 0.0f, 3.5f};
+    int32_t e[2 * 3];
+    float w[2 * 3], wn[2 * 3];
+    kvcal_moe_route_ref(e, w, logits, 2, 5, 3, 0);
+    const int32_t want[6] = {1, 3, 4, 2, 4, 3};
+    CU_ASSERT_EQUAL(memcmp(e, want, sizeof want), 0);
+    double sum = 0.0;
+    for (int i = 0; i < 5; i++)
+        sum += exp(logits[i] - 2.0);
+    CU_ASSERT_DOUBLE_EQUAL(w[0], 1.0 / sum, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(w[2], exp(-1.0) / sum, 1e-6);
+    CU_ASSERT_EQUAL(w[0], w[1]);
+    kvcal_moe_route_ref(e, wn, logits, 2, 5, 3, 1);
+    for (int t = 0; t < 2; t++) {
+        CU_ASSERT_DOUBLE_EQUAL(wn[3 * t] + wn[3 * t + 1] + wn[3 * t + 2], 1.0, 1e-6);
+        CU_ASSERT_DOUBLE_EQUAL(wn[3 * t] / wn[3 * t + 2], w[3 * t] / w[3 * t + 2], 1e-5);
+    }
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(matmul_matches_double_reference_on_odd_shapes),
     KVCAL_TEST(matmul_row_does_not_depend_on_batch_or_threads),
@@ -456,6 +517,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_matches_double_reference_gqa_mqa_mha),
     KVCAL_TEST(attention_softmax_is_stable_for_large_scores),
     KVCAL_TEST(attention_is_causal),
+    KVCAL_TEST(attention_window_reads_the_last_w_keys),
+    KVCAL_TEST(moe_route_takes_top_k_of_the_softmax),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(cpu_ops, KVCAL_NEEDS_NOTHING, tests)

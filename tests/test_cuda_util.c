@@ -123,6 +123,7 @@ cJSON *kvcal_test_cuda_run_golden(const char *name, const kvcal_backend_options 
     const kvcal_model_desc *d = kvcal_model_describe(model);
     CU_ASSERT_EQUAL_FATAL(
         kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_experts(*stats, d->num_experts), KVCAL_OK);
     kvcal_exec_options o;
     memset(&o, 0, sizeof o);
     if (opt)

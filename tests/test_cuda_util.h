@@ -40,7 +40,8 @@ int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, 
 /* Golden fixture `name` (tests/fixtures/golden/<name>.json): its samples, at
  * most 4 of up to 64 tokens, as one padded batch calibrated through the
  * cuda backend with backend options opt (NULL: the defaults; its sizes are
- * the fixture's) into *stats (caller destroys: one batch, no EMA decay).
+ * the fixture's) into *stats (caller destroys: one batch, no EMA decay; a
+ * mixture of experts' routing counts too).
  * *batch_absmax, when not NULL, gets the batch's per-head absmax (the
  * moving average of its one batch), (2, layers * kv_heads), K then V
  * (caller frees); *rows, when not NULL, the valid tokens. Returns the

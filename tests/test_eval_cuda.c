@@ -188,12 +188,18 @@ static void eval_cuda_matches_cpu_on_stories260K(void)
 
 /* Golden tiny models (random weights, vocabulary 128): every architecture
  * path of the CUDA runner (GQA / MQA / MHA, head_dim 16 to 80, q/k norm, qkv
- * bias, tied and separate lm_head) on random token ids. */
+ * bias, tied and separate lm_head, mixtures of experts, sliding windows
+ * shorter than the samples, fused projections and longrope) on random token
+ * ids. */
 static void eval_cuda_matches_cpu_on_golden_models(void)
 {
     static const char *const names[] = {
         "llama3_gqa_hd48_bf16", "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
-        "qwen2_gqa_bias_bf16", "qwen3_gqa_hd80_qknorm_bf16"};
+        "qwen2_gqa_bias_bf16", "qwen3_gqa_hd80_qknorm_bf16",
+        "qwen3_moe_e8_top3_norm_bf16", "qwen2_moe_shared_e6_top2_bf16",
+        "mixtral_e4_top2_swa16_bf16", "phi3_longrope_partial_swa16_bf16",
+        "gemma3_text_swa8_local_global_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16",
+        "gemma2_softcap_swa8_bf16", "qwen3_moe_dense_layers_e4_top2_bf16"};
     const char *ids = kvcal_test_path("golden_ids.jsonl");
     FILE *f = fopen(ids, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);

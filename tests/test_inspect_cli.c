@@ -227,6 +227,48 @@ static void inspect_legacy_scales_lists_every_layer_as_in_the_file(void)
     free(text);
 }
 
+/* The statistics of a mixture of experts: each layer's tokens per expert,
+ * every valid token counted once for each of its top-k (GLM: a dense first
+ * layer, then top-3), in the JSON and in the text's experts lines. */
+static void inspect_stats_shows_the_tokens_each_expert_received(void)
+{
+    char args[2048], *out = NULL;
+    const char *ids = kvcal_test_path("moe_ids.jsonl"), *stats = kvcal_test_path("moe.h5");
+    FILE *f = fopen(ids, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int doc = 0; doc < 6; doc++) {
+        fprintf(f, "{\"input_ids\": [1");
+        for (int t = 1; t < 24; t++)
+            fprintf(f, ", %d", 2 + (doc * 31 + t * 17) % 120);
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    snprintf(args, sizeof args,
+             "calibrate --model " GOLDEN "/glm4_moe_dense1_sigmoid_e8_top3_bf16 --dataset %s "
+             "--num-samples 6 --seq-len 24 --quiet --out %s --stats %s",
+             ids, kvcal_test_path("moe_scales.json"), stats);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    cJSON *st = inspect_json(stats);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+    const cJSON *layers = cJSON_GetObjectItem(st, "layers");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(layers), 3);
+    for (int l = 0; l < 3; l++) {
+        const cJSON *c = cJSON_GetObjectItem(cJSON_GetArrayItem(layers, l), "expert_tokens");
+        CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(c), 8);
+        double sum = 0;
+        for (int e = 0; e < 8; e++)
+            sum += cJSON_GetArrayItem(c, e)->valuedouble;
+        CU_ASSERT_EQUAL(sum, l == 0 ? 0 : 6 * 24 * 3);
+    }
+    cJSON_Delete(st);
+    snprintf(args, sizeof args, "inspect %s", stats);
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "experts (8 a layer)"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "a dense layer (no routing)"));
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, " cold"));
+    free(out);
+}
+
 static void inspect_stats_absmax_matches_the_scales_of_the_same_run(void)
 {
     char args[2048];
@@ -729,6 +771,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow),
     KVCAL_TEST(inspect_legacy_scales_lists_every_layer_as_in_the_file),
     KVCAL_TEST(inspect_stats_absmax_matches_the_scales_of_the_same_run),
+    KVCAL_TEST(inspect_stats_shows_the_tokens_each_expert_received),
     KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
     KVCAL_TEST(inspect_bad_input_gives_one_line_and_the_exit_code),
     KVCAL_TEST(inspect_broken_checkpoint_describes_config_and_exits_1),

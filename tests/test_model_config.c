@@ -262,12 +262,40 @@ static void model_config_reads_other_rope_types_and_layer_keyed_parameters(void)
         parse_text(
             "{\"model_type\": \"phi3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
             " \"num_attention_heads\": 4, \"partial_rotary_factor\": 0.5,"
-            " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0]}}",
+            " \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1.0]}}",
             &c),
         KVCAL_OK);
     CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_OTHER);
-    CU_ASSERT_STRING_EQUAL(c.rope_type_name, "longrope");
+    CU_ASSERT_STRING_EQUAL(c.rope_type_name, "su");
     CU_ASSERT_EQUAL(c.partial_rotary_factor, 0.5);
+    /* longrope: the long factors where the context exceeds the original one
+     * (what vLLM applies at its default max_model_len), the short ones
+     * otherwise; the attention factor derived from the two contexts */
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "{\"model_type\": \"phi3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"max_position_embeddings\": 131072,"
+            " \"original_max_position_embeddings\": 4096, \"rope_scaling\": {\"type\":"
+            " \"longrope\", \"short_factor\": [1.0, 1.5], \"long_factor\": [2.0, 3.0]}}",
+            &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_LONGROPE);
+    CU_ASSERT_EQUAL(c.rope_ext_long, 1);
+    CU_ASSERT_EQUAL(c.rope_ext_factors, 2);
+    CU_ASSERT_EQUAL(c.rope_ext_factor[1], 3.0f);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_attention_factor, sqrt(1 + log(32.0) / log(4096.0)), 1e-12);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "{\"model_type\": \"phi3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"max_position_embeddings\": 4096,"
+            " \"rope_parameters\": {\"rope_type\": \"longrope\", \"short_factor\": [1.5],"
+            " \"long_factor\": [2.0], \"original_max_position_embeddings\": 4096,"
+            " \"attention_factor\": 1.25}}",
+            &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_ext_long, 0);
+    CU_ASSERT_EQUAL(c.rope_ext_factor[0], 1.5f);
+    CU_ASSERT_EQUAL(c.rope_attention_factor, 1.25);
     CU_ASSERT_EQUAL_FATAL(
         parse_text(
             "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 2, "

@@ -155,6 +155,61 @@ static double max_head_value(const cJSON *scales, int l, const char *key)
 
 /* --- parsed by html5lib ------------------------------------------------------ */
 
+/* A mixture of experts' statistics: the experts section maps the tokens
+ * each expert received, layer by layer, and names the experts no token
+ * reached (here two, zeroed in the statistics of a calibration of GLM-4.5's
+ * golden model; its first layer, dense, routes none). */
+static void report_maps_the_tokens_each_expert_received_and_names_cold_experts(void)
+{
+    char cmd[2048];
+    const char *ids = kvcal_test_path("moe_ids.jsonl"), *h5 = kvcal_test_path("moe.h5"),
+               *js = kvcal_test_path("moe.json"), *html = kvcal_test_path("moe.html");
+    FILE *f = fopen(ids, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int doc = 0; doc < 6; doc++) {
+        fprintf(f, "{\"input_ids\": [1");
+        for (int t = 1; t < 24; t++)
+            fprintf(f, ", %d", 2 + (doc * 31 + t * 17) % 120);
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "calibrate --model tests/fixtures/golden/glm4_moe_dense1_sigmoid_e8_top3_bf16 "
+             "--dataset %s --num-samples 6 --seq-len 24 --quiet --out %s --stats %s",
+             ids, js, h5);
+    CU_ASSERT_EQUAL_FATAL(run(cmd, NULL), 0);
+    kvcal_stats_t *st = NULL;
+    kvcal_model_identity id;
+    kvcal_provenance prov;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_read_hdf5(h5, &st, &id, &prov), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(st->num_experts, 8);
+    st->expert_tokens[1 * 8 + 5] = 0;
+    st->expert_tokens[2 * 8 + 2] = 0;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(h5, st, &id, &prov), KVCAL_OK);
+    snprintf(cmd, sizeof cmd, "report %s --stats %s --out %s", js, h5, html);
+    CU_ASSERT_EQUAL_FATAL(run(cmd, NULL), 0);
+    cJSON *r = parse_report(html);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_STRING_EQUAL(str(cJSON_GetObjectItem(r, "heading"), "experts"), "Experts");
+    const cJSON *c = cells(r, "fig-expert-tokens"), *cell;
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(c), 3 * 8);
+    cJSON_ArrayForEach(cell, c)
+    {
+        const int e = attr(cell, "row"), l = attr(cell, "layer");
+        CU_ASSERT_FATAL(e >= 0 && e < 8 && l >= 0 && l < 3);
+        CU_ASSERT_EQUAL(num(cell, "value"), (double)st->expert_tokens[l * 8 + e]);
+    }
+    char *text = kvcal_test_read_file(html, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "1 layer routed no token (a dense MLP)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "2 experts in 2 layers received no calibration token"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, ">layer 1: expert 5</li>"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, ">layer 2: expert 2</li>"));
+    free(text);
+    kvcal_stats_destroy(st);
+    cJSON_Delete(r);
+}
+
 static void report_heatmaps_have_a_cell_per_layer_and_head_with_the_json_values(void)
 {
     if (!calibrated())
@@ -903,6 +958,7 @@ static CU_TestInfo html5_tests[] = {
     KVCAL_TEST(report_heatmaps_have_a_cell_per_layer_and_head_with_the_json_values),
     KVCAL_TEST(report_draws_outlier_channels_and_the_histogram_from_the_statistics),
     KVCAL_TEST(report_eval_table_and_bars_match_the_eval_json),
+    KVCAL_TEST(report_maps_the_tokens_each_expert_received_and_names_cold_experts),
     KVCAL_TEST(report_of_a_legacy_file_maps_its_scales_alone),
     KVCAL_TEST(report_loads_nothing_runs_no_script_and_forbids_every_load),
     CU_TEST_INFO_NULL};

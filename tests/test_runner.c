@@ -62,13 +62,13 @@ typedef struct {
     int64_t rows;
 } fixture;
 
-static int fixture_open(fixture *f, const char *name)
+static int fixture_open(fixture *f, const char *name, const char *dir)
 {
     char path[256];
     memset(f, 0, sizeof *f);
     snprintf(path, sizeof path, "tests/fixtures/golden/%s.json", name);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &f->root), KVCAL_OK);
-    const char *model = cJSON_GetObjectItem(f->root, "model")->valuestring;
+    const char *model = dir ? dir : cJSON_GetObjectItem(f->root, "model")->valuestring;
     kvcal_status st = kvcal_model_open(model, &f->model);
     if (st)
         fprintf(stderr, "\n%s: %s\n", name, kvcal_last_error());
@@ -128,12 +128,15 @@ static const float *row_of(const captured *c, const float *base, int layer, int6
     return base + ((int64_t)layer * c->rows + row) * c->heads * c->head_dim;
 }
 
-/* Checks per-layer per-head absmax, raw rows and logits against the fixture. */
-static void check_against_golden(const char *name)
+static const char *edited_checkpoint(const char *src, const char *edits);
+
+/* Checks per-layer per-head absmax, raw rows and logits of the model in
+ * dir (NULL: the fixture's own) against fixture `name`. */
+static void check_model_against_golden(const char *name, const char *dir)
 {
     fixture f;
     captured c;
-    fixture_open(&f, name);
+    fixture_open(&f, name, dir);
     const kvcal_model_desc *d = kvcal_model_describe(f.model);
     float *logits = malloc(sizeof(float) * (size_t)f.rows * (size_t)d->vocab_size);
     CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
@@ -207,6 +210,11 @@ static void check_against_golden(const char *name)
     fixture_close(&f);
 }
 
+static void check_against_golden(const char *name)
+{
+    check_model_against_golden(name, NULL);
+}
+
 static void runner_matches_numpy_run_c_on_stories260k(void)
 {
     check_against_golden("stories260K");
@@ -257,12 +265,113 @@ static void runner_matches_transformers_qwen2_yarn_rope_old_config(void)
     check_against_golden("qwen2_yarn_bf16");
 }
 
+/* Softmax top-3 of 8 experts, renormalized (norm_topk_prob), q/k norm; the
+ * reference in float64. */
+static void runner_matches_transformers_qwen3_moe_top3_of_8_renormalized(void)
+{
+    check_against_golden("qwen3_moe_e8_top3_norm_bf16");
+}
+
+/* Top-2 of 6 not renormalized, the shared expert behind its sigmoid gate,
+ * q/k/v biases. */
+static void runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate(void)
+{
+    check_against_golden("qwen2_moe_shared_e6_top2_bf16");
+}
+
+/* Top-2 of 4, a sliding window of 16 over samples of 37 and 23 tokens. */
+static void runner_matches_transformers_mixtral_top2_sliding_window_16(void)
+{
+    check_against_golden("mixtral_e4_top2_swa16_bf16");
+}
+
+/* Phi-3: q/k/v and gate/up fused in the checkpoint, partial rotary (8 of 16
+ * channels), longrope with the long factors and their attention factor,
+ * a sliding window of 16. */
+static void runner_matches_transformers_phi3_longrope_partial_rotary_window(void)
+{
+    check_against_golden("phi3_longrope_partial_swa16_bf16");
+}
+
+/* Gemma 3 text: (1 + w) sandwich norms, q/k norm, query_pre_attn_scalar,
+ * sliding layers of window 8 with their own RoPE base around a global layer
+ * with linear-scaled RoPE, GELU-tanh MLP, the embedding scaled by
+ * sqrt(hidden). */
+static void runner_matches_transformers_gemma3_local_global_layers(void)
+{
+    check_against_golden("gemma3_text_swa8_local_global_bf16");
+    /* the older config.json: sliding_window_pattern 2 and no layer_types
+     * make the same sliding, global, sliding layers */
+    check_model_against_golden(
+        "gemma3_text_swa8_local_global_bf16",
+        edited_checkpoint("gemma3_text_swa8_local_global_bf16",
+                          "{\"layer_types\": null, \"sliding_window_pattern\": 2}"));
+}
+
+/* Gemma 2: alternating sliding and global layers, attention scores and
+ * logits soft-capped, the (1 + w) sandwich norms, no q/k norm. */
+static void runner_matches_transformers_gemma2_soft_caps(void)
+{
+    check_against_golden("gemma2_softcap_swa8_bf16");
+}
+
+/* Qwen3-MoE with mlp_only_layers [0] and decoder_sparse_step 2: layer 0 a
+ * dense MLP, layer 1 a mixture, layer 2 dense again (3 is no multiple of 2),
+ * layer 3 a mixture. */
+static void runner_matches_transformers_qwen3_moe_with_dense_layers(void)
+{
+    check_against_golden("qwen3_moe_dense_layers_e4_top2_bf16");
+}
+
+/* GLM-4.5: a dense first layer, then sigmoid routing chosen with its score
+ * correction bias, top-3 of 8 renormalized and x2.5, an ungated shared
+ * expert, partial rotary, q/k/v biases, q/k norm. */
+static void runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing(void)
+{
+    check_against_golden("glm4_moe_dense1_sigmoid_e8_top3_bf16");
+}
+
+/* Calibration counts the tokens routed to each expert of every layer, the
+ * last one included: each valid token once per chosen expert (padding
+ * never), whatever the batches. */
+static void calibrate_counts_tokens_per_expert_in_every_layer(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16", &m),
+        KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.device = KVCAL_DEVICE_CPU;
+    kvcal_stats_t *s[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, 5, 24, i ? 2 : 5, &s[i], NULL),
+                              KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(s[0]->num_experts, 8);
+    for (int l = 0; l < d->num_layers; l++) {
+        int64_t sum = 0, used = 0;
+        for (int e = 0; e < 8; e++) {
+            sum += s[0]->expert_tokens[l * 8 + e];
+            used += s[0]->expert_tokens[l * 8 + e] > 0;
+        }
+        CU_ASSERT_EQUAL(sum, (int64_t)(4 * 24 + 13) * 3);
+        CU_ASSERT_EQUAL(s[0]->tokens[l], 4 * 24 + 13);
+        CU_ASSERT(used > 3);
+    }
+    CU_ASSERT(!memcmp(s[0]->expert_tokens, s[1]->expert_tokens,
+                      sizeof(int64_t) * 8 * (size_t)d->num_layers));
+    kvcal_stats_destroy(s[0]);
+    kvcal_stats_destroy(s[1]);
+    kvcal_model_close(m);
+}
+
 /* A sample's K/V are bit-identical whether it ran alone or in a batch. */
 static void runner_kv_does_not_depend_on_batch_neighbours(void)
 {
     fixture f;
     captured all, one;
-    fixture_open(&f, "qwen2_gqa_bias_bf16");
+    fixture_open(&f, "qwen2_gqa_bias_bf16", NULL);
     run_capture(&f, &all, NULL);
     f.batch = 1;
     memcpy(f.ids, f.ids + f.seq, sizeof(int32_t) * (size_t)f.seq);
@@ -356,6 +465,120 @@ static void model_open_names_unsupported_architecture(void)
                       KVCAL_ERR_UNSUPPORTED, "GPT2LMHeadModel");
 }
 
+/* The list of what kvcal runs names the mixture-of-experts families too. */
+static void model_open_lists_the_supported_architectures(void)
+{
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"FalconForCausalLM\"], "
+                                        "\"model_type\": \"falcon\"}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                      "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+                      "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
+                      "Gemma3ForCausalLM and Glm4MoeForCausalLM");
+}
+
+/* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next),
+ * and gpt-oss: one line saying what is missing. */
+static void model_open_says_what_mla_and_hybrid_models_lack(void)
+{
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"GptOssForCausalLM\"], "
+                                        "\"model_type\": \"gpt_oss\"}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "GptOssForCausalLM is not supported yet: kvcal lacks attention sinks");
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
+                                        "\"model_type\": \"deepseek_v3\", "
+                                        "\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "DeepseekV3ForCausalLM uses MLA attention (kv_lora_rank 512, rope 64), "
+                      "which is not supported yet");
+    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
+                                        "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
+                                        "\"model_type\": \"qwen3_next\", "
+                                        "\"num_hidden_layers\": 4, "
+                                        "\"full_attention_interval\": 4}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
+                      "K and V, the others are linear_attention), which is not supported "
+                      "yet");
+}
+
+/* The window of layer l of the model in dir, and its count of layers. */
+static void layer_windows(const char *dir, int *windows, int n)
+{
+    kvcal_model_t *m = NULL;
+    kvcal_status st = kvcal_model_open(dir, &m);
+    if (st)
+        fprintf(stderr, "\n%s\n", kvcal_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL_FATAL(d->num_layers, n);
+    for (int l = 0; l < n; l++)
+        windows[l] = d->layer_window[l];
+    kvcal_model_close(m);
+}
+
+/* Qwen2's use_sliding_window slides only the layers from max_window_layers
+ * on (transformers' layer_types when config.json lists none; a list it has
+ * decides): none of them, or a layer_types list of full layers, leaves the
+ * golden values as they are; otherwise each layer gets the window its kind
+ * says (the mix of both kinds is Gemma 3's golden test). */
+static void model_open_gives_each_layer_the_window_of_its_kind(void)
+{
+    int w[2];
+    check_model_against_golden(
+        "qwen2_gqa_bias_bf16",
+        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
+                                                 "\"sliding_window\": 8, \"layer_types\": null, "
+                                                 "\"max_window_layers\": 2}"));
+    check_model_against_golden(
+        "qwen2_gqa_bias_bf16",
+        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
+                                                 "\"sliding_window\": 8, "
+                                                 "\"max_window_layers\": 0, \"layer_types\": "
+                                                 "[\"full_attention\", \"full_attention\"]}"));
+    layer_windows(edited_checkpoint("qwen2_gqa_bias_bf16",
+                                    "{\"use_sliding_window\": true, \"layer_types\": null, "
+                                    "\"sliding_window\": 8, \"max_window_layers\": 1}"),
+                  w, 2);
+    CU_ASSERT(w[0] == 0 && w[1] == 8);
+    layer_windows(edited_checkpoint("mistral_mqa_fp16",
+                                    "{\"sliding_window\": 8, \"layer_types\": "
+                                    "[\"sliding_attention\", \"full_attention\"]}"),
+                  w, 2);
+    CU_ASSERT(w[0] == 8 && w[1] == 0);
+    layer_windows(edited_checkpoint("mistral_mqa_fp16", "{\"sliding_window\": 8}"), w, 2);
+    CU_ASSERT(w[0] == 8 && w[1] == 8);
+}
+
+/* A mixture of experts: each expert's tensors are checked by name, and so
+ * are the dense MLP's of a layer mlp_only_layers names (an index past the
+ * model is refused). */
+static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
+{
+    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
+                                        "{\"moe_intermediate_size\": 41}"),
+                      KVCAL_ERR_FORMAT,
+                      "tensor model.layers.0.mlp.experts.0.gate_proj.weight has shape "
+                      "[40, 48], config.json implies [41, 48]");
+    expect_open_error(edited_checkpoint("mixtral_e4_top2_swa16_bf16",
+                                        "{\"num_local_experts\": 5}"),
+                      KVCAL_ERR_FORMAT,
+                      "tensor model.layers.0.block_sparse_moe.gate.weight has shape [4, 64], "
+                      "config.json implies [5, 64]");
+    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
+                                        "{\"mlp_only_layers\": [1]}"),
+                      KVCAL_ERR_FORMAT, "tensor model.layers.1.mlp.gate_proj.weight is missing");
+    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
+                                        "{\"mlp_only_layers\": [2]}"),
+                      KVCAL_ERR_FORMAT, "mlp_only_layers\": expected an array of layer indices");
+    expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
+                                        "{\"num_experts_per_tok\": 7}"),
+                      KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
+}
+
 static void model_open_names_missing_tensor(void)
 {
     expect_open_error(edited_checkpoint("mistral_mqa_fp16", "{\"num_hidden_layers\": 3}"),
@@ -437,15 +660,18 @@ static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int c
 }
 
 /* Every statistic (absmax, histograms, tokens, the per-head and per-layer
- * moving averages, the batch count) of a run layer by layer equals the run
- * batch by batch, and a run in chunks of two batches, on stories260K and a
- * golden model, for several batch counts (the last batch short). */
+ * moving averages, the batch count, the routing counts) of a run layer by
+ * layer equals the run batch by batch, and a run in chunks of two batches,
+ * on stories260K and golden models (dense, MoE, a sliding window), for
+ * several batch counts (the last batch short). */
 static void runner_layer_by_layer_equals_batch_by_batch(void)
 {
-    static const char *const models[] = {"models/stories260K/stories260K.bin",
-                                         "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16"};
+    static const char *const models[] = {
+        "models/stories260K/stories260K.bin", "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16",
+        "tests/fixtures/golden/qwen2_moe_shared_e6_top2_bf16",
+        "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
     static const int shapes[][2] = {{1, 1}, {7, 2}, {10, 3}};
-    for (size_t mi = 0; mi < 2; mi++) {
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
         kvcal_model_t *m = NULL;
         CU_ASSERT_EQUAL_FATAL(kvcal_model_open(models[mi], &m), KVCAL_OK);
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -464,14 +690,14 @@ static void runner_layer_by_layer_equals_batch_by_batch(void)
     }
 }
 
-/* An evaluation's per-token results (NLL, and against the baseline the KL
- * divergence and top-1 agreement) and its simulated cache's error sums do
- * not depend on the chunks either (first-batch scales included). */
-static void eval_layer_by_layer_equals_batch_by_batch(void)
+/* An evaluation of model `path` in chunks of one batch and of every batch:
+ * the same per-token results (NLL, and against the baseline the KL
+ * divergence and top-1 agreement) and error sums of its simulated cache,
+ * for the dynamic and first-batch modes. */
+static void eval_chunks_agree(const char *path)
 {
     kvcal_model_t *m = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("models/stories260K/stories260K.bin", &m),
-                          KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open(path, &m), KVCAL_OK);
     const kvcal_model_desc *d = kvcal_model_describe(m);
     enum { N = 7, LEN = 20, BATCH = 2, TOK = N * LEN };
     int32_t ids[N * LEN], lengths[N];
@@ -590,6 +816,19 @@ static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
     kvcal_model_close(m);
 }
 
+/* An evaluation's perplexity sums and its simulated cache's error sums do
+ * not depend on the chunks either (first-batch scales included), on
+ * stories260K, a mixture of experts and a sliding window shorter than the
+ * samples. */
+static void eval_layer_by_layer_equals_batch_by_batch(void)
+{
+    static const char *const models[] = {"models/stories260K/stories260K.bin",
+                                         "tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16",
+                                         "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
+        eval_chunks_agree(models[k]);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_numpy_run_c_on_stories260k),
     KVCAL_TEST(runner_matches_transformers_llama3_gqa_head_dim_48_bf16),
@@ -600,12 +839,25 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_llama_mlp_256),
     KVCAL_TEST(runner_matches_transformers_llama3_head_dim_64),
     KVCAL_TEST(runner_matches_transformers_qwen2_yarn_rope_old_config),
+    KVCAL_TEST(runner_matches_transformers_qwen3_moe_top3_of_8_renormalized),
+    KVCAL_TEST(runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate),
+    KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
+    KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
+    KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
+    KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
+    KVCAL_TEST(runner_matches_transformers_qwen3_moe_with_dense_layers),
+    KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
+    KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(eval_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(eval_compare_without_a_reference_of_the_same_tokens_fails),
     KVCAL_TEST(runner_rejects_sequence_longer_than_context_and_bad_ids),
     KVCAL_TEST(model_open_names_unsupported_architecture),
+    KVCAL_TEST(model_open_lists_the_supported_architectures),
+    KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
+    KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
+    KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),

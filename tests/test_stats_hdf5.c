@@ -60,7 +60,11 @@ static int stats_identical(const kvcal_stats_t *a, const kvcal_stats_t *b)
             memcmp(a->batch_absmax[kv], b->batch_absmax[kv], lh * sizeof(float)) ||
             memcmp(a->ema_tensor[kv], b->ema_tensor[kv], a->num_layers * sizeof(double)))
             return 0;
-    return !memcmp(a->tokens, b->tokens, a->num_layers * sizeof(int64_t));
+    return !memcmp(a->tokens, b->tokens, a->num_layers * sizeof(int64_t)) &&
+           a->num_experts == b->num_experts &&
+           (!a->num_experts ||
+            !memcmp(a->expert_tokens, b->expert_tokens,
+                    (size_t)a->num_layers * a->num_experts * sizeof(int64_t)));
 }
 
 static void sample_identity(kvcal_model_identity *m, kvcal_provenance *p)
@@ -211,6 +215,41 @@ static void stats_hdf5_files_merge_like_the_statistics(void)
     kvcal_stats_destroy(b);
     kvcal_stats_destroy(ra);
     kvcal_stats_destroy(rb);
+}
+
+/* A mixture of experts' routing counts: written per layer, read back,
+ * summed by a merge; statistics of another expert count do not merge. */
+static void stats_hdf5_keeps_and_merges_tokens_per_expert(void)
+{
+    kvcal_stats_t *a = sample_stats(3, 2), *b = sample_stats(4, 1), *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_experts(a, 5), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_experts(b, 5), KVCAL_OK);
+    for (int i = 0; i < 3 * 5; i++) {
+        a->expert_tokens[i] = i == 7 ? 0 : 1000 + i; /* expert 2 of layer 1 cold */
+        b->expert_tokens[i] = 3 * i;
+    }
+    const char *path = kvcal_test_path("experts.h5");
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(path, a, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_read_hdf5(path, &r, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_TRUE(stats_identical(a, r));
+    CU_ASSERT_EQUAL(r->num_experts, 5);
+    CU_ASSERT_EQUAL(r->expert_tokens[7], 0);
+    CU_ASSERT_EQUAL(kvcal_stats_merge(r, b), KVCAL_OK);
+    CU_ASSERT_EQUAL(r->expert_tokens[14], 1014 + 42);
+    CU_ASSERT_EQUAL(r->expert_tokens[7], 21);
+    CU_ASSERT_EQUAL(kvcal_stats_set_experts(b, 4), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_stats_merge(r, b), KVCAL_ERR_MISMATCH);
+    /* a dense model's statistics carry no counts */
+    kvcal_stats_t *dense = sample_stats(5, 1), *rd = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(path, dense, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_read_hdf5(path, &rd, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(rd->num_experts, 0);
+    CU_ASSERT_PTR_NULL(rd->expert_tokens);
+    kvcal_stats_destroy(rd);
+    kvcal_stats_destroy(dense);
+    kvcal_stats_destroy(r);
+    kvcal_stats_destroy(a);
+    kvcal_stats_destroy(b);
 }
 
 static void stats_hdf5_arrays_are_deflate_compressed_chunks(void)
@@ -398,6 +437,7 @@ static void stats_hdf5_read_rejects_other_and_damaged_files(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(stats_hdf5_round_trip_keeps_every_statistic),
     KVCAL_TEST(stats_hdf5_files_merge_like_the_statistics),
+    KVCAL_TEST(stats_hdf5_keeps_and_merges_tokens_per_expert),
     KVCAL_TEST(stats_hdf5_arrays_are_deflate_compressed_chunks),
     KVCAL_TEST(stats_hdf5_without_ema_tensor_reads_the_max_of_head_emas),
     KVCAL_TEST(stats_hdf5_is_readable_by_h5dump),

@@ -176,7 +176,14 @@ static void cfg_default_sizes(kvcal_model_config *c)
     } defaults[] = {{"llama", 2048, 32000, 11008},
                     {"mistral", 131072, 32000, 14336},
                     {"qwen2", 32768, 151936, 22016},
-                    {"qwen3", 32768, 151936, 22016}};
+                    {"qwen3", 32768, 151936, 22016},
+                    {"qwen2_moe", 32768, 151936, 5632},
+                    {"qwen3_moe", 32768, 151936, 6144},
+                    {"mixtral", 131072, 32000, 14336},
+                    {"phi3", 4096, 32064, 8192},
+                    {"gemma3_text", 131072, 262208, 9216},
+                    {"gemma2", 8192, 256000, 9216},
+                    {"glm4_moe", 131072, 151552, 10944}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -207,7 +214,7 @@ static const struct {
 } rope_types[] = {
     {"default", KVCAL_ROPE_DEFAULT}, {"linear", KVCAL_ROPE_LINEAR},
     {"llama3", KVCAL_ROPE_LLAMA3},   {"dynamic", KVCAL_ROPE_DYNAMIC},
-    {"yarn", KVCAL_ROPE_YARN},
+    {"yarn", KVCAL_ROPE_YARN},       {"longrope", KVCAL_ROPE_LONGROPE},
 };
 
 /* Reads the scaling fields of `sc` (rope_parameters or rope_scaling). */
@@ -233,7 +240,7 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
     /* yarn: an explicit null factor is derived from the context lengths */
     int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
     if (!found && c->rope_type != KVCAL_ROPE_DEFAULT &&
-        c->rope_type != KVCAL_ROPE_OTHER &&
+        c->rope_type != KVCAL_ROPE_OTHER && c->rope_type != KVCAL_ROPE_LONGROPE &&
         !(c->rope_type == KVCAL_ROPE_YARN && null_factor))
         return cfg_missing(sc, "factor", " for this rope_type");
     int low = 0, high = 0, orig = 0;
@@ -367,6 +374,44 @@ static kvcal_status cfg_read_yarn(const cfg_obj *top, const cfg_obj *sc,
 
 /* rope_theta and scaling, from rope_parameters (transformers 5) or from the
  * top-level rope_theta / rope_scaling (older files). */
+/* LongRoPE (transformers' _compute_longrope_parameters, vLLM's
+ * Phi3LongRoPEScaledRotaryEmbedding): original_max_position_embeddings from
+ * the rope parameters or the top level, the factor list vLLM applies (see
+ * kvcal_model_config), the attention factor. The lists' lengths are checked
+ * against the rotated channels when the model is opened. */
+static kvcal_status cfg_read_longrope(const cfg_obj *top, const cfg_obj *sc,
+                                      kvcal_model_config *c)
+{
+    kvcal_status s;
+    int found = 0;
+    if (!c->rope_original_max_position &&
+        (s = cfg_int(top, "original_max_position_embeddings", 1, INT_MAX,
+                     &c->rope_original_max_position, &found)) != KVCAL_OK)
+        return s;
+    if (!c->rope_original_max_position)
+        return cfg_missing(sc, "original_max_position_embeddings", " for rope_type longrope");
+    c->rope_ext_long = c->max_position_embeddings > c->rope_original_max_position;
+    const char *key = c->rope_ext_long ? "long_factor" : "short_factor";
+    const cJSON *list = cfg_item(sc, key), *it;
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) > KVCAL_ROPE_EXT_MAX)
+        return list ? cfg_bad(sc, key, list, "an array of up to 512 positive numbers")
+                    : cfg_missing(sc, key, " for rope_type longrope");
+    c->rope_ext_factors = 0;
+    cJSON_ArrayForEach(it, list)
+    {
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0))
+            return cfg_bad(sc, key, list, "an array of positive numbers");
+        c->rope_ext_factor[c->rope_ext_factors++] = (float)it->valuedouble;
+    }
+    double factor = (double)c->max_position_embeddings / c->rope_original_max_position;
+    if ((s = cfg_double(sc, "factor", 0.0, INFINITY, &factor, NULL)) != KVCAL_OK)
+        return s;
+    c->rope_factor = factor;
+    c->rope_attention_factor =
+        factor <= 1.0 ? 1.0 : sqrt(1.0 + log(factor) / log(c->rope_original_max_position));
+    return cfg_double(sc, "attention_factor", 0.0, INFINITY, &c->rope_attention_factor, NULL);
+}
+
 static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
 {
     const cJSON *params, *scaling;
@@ -389,12 +434,16 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
                 KVCAL_OK ||
             (s = cfg_read_rope_scaling(&p, 1, c)) != KVCAL_OK)
             return s;
+        if (c->rope_type == KVCAL_ROPE_LONGROPE)
+            return cfg_read_longrope(top, &p, c);
         return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &p, c) : KVCAL_OK;
     }
     if (scaling) {
         cfg_obj sc = {scaling, "rope_scaling.", top->name};
         if ((s = cfg_read_rope_scaling(&sc, 0, c)) != KVCAL_OK)
             return s;
+        if (c->rope_type == KVCAL_ROPE_LONGROPE)
+            return cfg_read_longrope(top, &sc, c);
         return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &sc, c) : KVCAL_OK;
     }
     return KVCAL_OK;
@@ -459,8 +508,9 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         c->head_dim = c->qk_rope_head_dim;
         return KVCAL_OK;
     }
-    if (!strcmp(c->model_type, "qwen3")) {
-        c->head_dim = 128;
+    if (!strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "gemma3_text") ||
+        !strcmp(c->model_type, "gemma2")) {
+        c->head_dim = !strcmp(c->model_type, "qwen3") ? 128 : 256;
         return KVCAL_OK;
     }
     if (c->hidden_size % c->num_attention_heads != 0)
@@ -478,23 +528,186 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     kvcal_status s;
     int is_qwen2 = !strcmp(c->model_type, "qwen2");
     int is_qwen3 = !strcmp(c->model_type, "qwen3");
+    int qwen_moe = !strcmp(c->model_type, "qwen2_moe") || !strcmp(c->model_type, "qwen3_moe");
     if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK)
         return s;
-    if (is_qwen2)
+    if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
-    c->qk_norm = is_qwen3;
+    c->qk_norm = is_qwen3 || !strcmp(c->model_type, "qwen3_moe") ||
+                 !strcmp(c->model_type, "gemma3_text");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
     if ((s = cfg_int(top, "sliding_window", 0, INT_MAX, &c->sliding_window, NULL)) !=
         KVCAL_OK)
         return s;
-    if (is_qwen2 || is_qwen3) {
+    c->max_window_layers = -1;
+    if (is_qwen2 || is_qwen3 || qwen_moe) {
         int use = 0;
         if ((s = cfg_bool(top, "use_sliding_window", &use)) != KVCAL_OK)
             return s;
         if (!use)
             c->sliding_window = 0;
+        if (use && !qwen_moe) {
+            c->max_window_layers = 28;
+            if ((s = cfg_int(top, "max_window_layers", 0, INT_MAX, &c->max_window_layers,
+                             NULL)) != KVCAL_OK)
+                return s;
+        }
+    }
+    return KVCAL_OK;
+}
+
+/* The experts of a mixture-of-experts family (see kvcal_model_config). */
+static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
+{
+    static const struct {
+        const char *model_type;
+        int experts, top_k, inter, shared, norm;
+    } defaults[] = {{"qwen2_moe", 60, 4, 1408, 5632, 0},
+                    {"qwen3_moe", 128, 8, 768, 0, 0},
+                    {"mixtral", 8, 2, 0, 0, 1},
+                    {"glm4_moe", 128, 8, 1408, 0, 1}};
+    size_t i = 0;
+    while (i < sizeof defaults / sizeof defaults[0] &&
+           strcmp(defaults[i].model_type, c->model_type))
+        i++;
+    if (i == sizeof defaults / sizeof defaults[0])
+        return KVCAL_OK;
+    const int mixtral = !strcmp(c->model_type, "mixtral");
+    const int glm = !strcmp(c->model_type, "glm4_moe");
+    c->routed_scaling_factor = 1.0;
+    c->moe_groups = c->moe_topk_groups = 1;
+    c->num_experts = defaults[i].experts;
+    c->num_experts_per_tok = defaults[i].top_k;
+    c->moe_intermediate_size = mixtral ? c->intermediate_size : defaults[i].inter;
+    c->shared_expert_intermediate_size = defaults[i].shared;
+    c->norm_topk_prob = defaults[i].norm;
+    c->decoder_sparse_step = 1;
+    kvcal_status s;
+    int found = 0;
+    if (glm) {
+        int shared = 1;
+        c->moe_sigmoid = 1;
+        c->first_dense_layers = 1;
+        if ((s = cfg_int(top, "n_routed_experts", 1, KVCAL_CONFIG_MAX_HEADS,
+                         &c->num_experts, NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "n_shared_experts", 0, 64, &shared, NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "first_k_dense_replace", 0, KVCAL_CONFIG_MAX_LAYERS,
+                         &c->first_dense_layers, NULL)) != KVCAL_OK ||
+            (s = cfg_double(top, "routed_scaling_factor", 0.0, INFINITY,
+                            &c->routed_scaling_factor, NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "n_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_groups, NULL)) !=
+                KVCAL_OK ||
+            (s = cfg_int(top, "topk_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_topk_groups,
+                         NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
+                         NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
+                         &c->num_experts_per_tok, NULL)) != KVCAL_OK ||
+            (s = cfg_bool(top, "norm_topk_prob", &c->norm_topk_prob)) != KVCAL_OK ||
+            (s = cfg_bool(top, "use_qk_norm", &c->qk_norm)) != KVCAL_OK)
+            return s;
+        c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
+        for (int l = 0; l < c->num_layers && l < c->first_dense_layers; l++) {
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->dense_layers++;
+        }
+        return KVCAL_OK;
+    }
+    if ((s = cfg_int(top, "num_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
+                     &found)) != KVCAL_OK ||
+        (!found && (s = cfg_int(top, "num_local_experts", 1, KVCAL_CONFIG_MAX_HEADS,
+                                &c->num_experts, NULL)) != KVCAL_OK) ||
+        (s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->num_experts_per_tok, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "decoder_sparse_step", 1, KVCAL_CONFIG_MAX_LAYERS,
+                     &c->decoder_sparse_step, NULL)) != KVCAL_OK)
+        return s;
+    if (!mixtral &&
+        ((s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
+                      NULL)) != KVCAL_OK ||
+         (s = cfg_bool(top, "norm_topk_prob", &c->norm_topk_prob)) != KVCAL_OK))
+        return s;
+    if (c->shared_expert_intermediate_size &&
+        (s = cfg_int(top, "shared_expert_intermediate_size", 0, INT_MAX,
+                     &c->shared_expert_intermediate_size, NULL)) != KVCAL_OK)
+        return s;
+    const cJSON *dense = cfg_item(top, "mlp_only_layers"), *it;
+    if (dense && !cJSON_IsArray(dense))
+        return cfg_bad(top, "mlp_only_layers", dense, "an array of layer indices");
+    c->mlp_only_layers = dense ? cJSON_GetArraySize(dense) : 0;
+    /* transformers (Qwen2-MoE, Qwen3-MoE): layer l is dense when listed in
+     * mlp_only_layers or when (l + 1) is no multiple of decoder_sparse_step */
+    for (int l = 0; l < c->num_layers; l++)
+        if ((l + 1) % c->decoder_sparse_step)
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+    cJSON_ArrayForEach(it, dense)
+    {
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+            it->valuedouble < 0 || it->valuedouble >= c->num_layers)
+            return cfg_bad(top, "mlp_only_layers", dense,
+                           "an array of layer indices below num_hidden_layers");
+        const int l = (int)it->valuedouble;
+        c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+    }
+    for (int l = 0; l < c->num_layers; l++)
+        c->dense_layers += (c->layer_dense[l / 8] >> (l % 8)) & 1;
+    return KVCAL_OK;
+}
+
+/* Gemma 2 and 3's fields and their defaults (transformers' Gemma2Config,
+ * Gemma3TextConfig): query_pre_attn_scalar 256, sliding_window 4096, the
+ * sliding layers of layer_types or, in older files, every layer but each
+ * sliding_window_pattern-th (Gemma 2: every other layer; Gemma 3: 6), Gemma
+ * 3's sliding layers' RoPE base (rope_parameters.sliding_attention.rope_theta,
+ * rope_local_base_freq, 10000), the soft caps (Gemma 2: 50 and 30 unless
+ * null). */
+static kvcal_status cfg_read_gemma(const cfg_obj *top, kvcal_model_config *c)
+{
+    const int gemma2 = !strcmp(c->model_type, "gemma2");
+    if (!gemma2 && strcmp(c->model_type, "gemma3_text"))
+        return KVCAL_OK;
+    kvcal_status s;
+    int pattern = gemma2 ? 2 : 6;
+    c->query_pre_attn_scalar = 256.0;
+    c->rope_sliding_theta = gemma2 ? 0.0 : 10000.0;
+    /* Gemma 2's soft caps: absent is the class default, null is none */
+    if (gemma2) {
+        c->attn_logit_softcapping =
+            cJSON_GetObjectItemCaseSensitive(top->obj, "attn_logit_softcapping") ? 0.0 : 50.0;
+        c->final_logit_softcapping =
+            cJSON_GetObjectItemCaseSensitive(top->obj, "final_logit_softcapping") ? 0.0 : 30.0;
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
+        c->sliding_window = 4096;
+    if ((s = cfg_double(top, "query_pre_attn_scalar", 0.0, INFINITY,
+                        &c->query_pre_attn_scalar, NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "rope_local_base_freq", 0.0, INFINITY, &c->rope_sliding_theta,
+                        NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "final_logit_softcapping", 0.0, INFINITY,
+                        &c->final_logit_softcapping, NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "attn_logit_softcapping", 0.0, INFINITY,
+                        &c->attn_logit_softcapping, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "sliding_window_pattern", 1, KVCAL_CONFIG_MAX_LAYERS, &pattern,
+                     NULL)) != KVCAL_OK)
+        return s;
+    const cJSON *params = cfg_item(top, "rope_parameters");
+    cfg_obj sl = {cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params,
+                                                                            "sliding_attention")
+                                         : NULL,
+                  "rope_parameters.sliding_attention.", top->name};
+    if (cJSON_IsObject(sl.obj) &&
+        (s = cfg_double(&sl, "rope_theta", 0.0, INFINITY, &c->rope_sliding_theta, NULL)) !=
+            KVCAL_OK)
+        return s;
+    if (!c->layer_types_given) {
+        c->layer_types_given = 1;
+        for (int i = 0; i < c->num_layers; i++)
+            if ((i + 1) % pattern) {
+                c->sliding_layers++;
+                c->layer_sliding[i / 8] |= (unsigned char)(1u << (i % 8));
+            }
     }
     return KVCAL_OK;
 }
@@ -511,8 +724,9 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * attention layers of layer_types / full_attention_interval (qwen3_next), or
  * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
 static const char *const known_kv_families[] = {
-    "llama",      "mistral",     "qwen2",       "qwen3",
-    "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2"};
+    "llama",      "mistral",     "qwen2",       "qwen3",     "qwen2_moe", "qwen3_moe",
+    "mixtral",    "phi3",        "gemma2",      "gemma3_text", "glm4_moe",    "qwen3_next",
+    "deepseek_v2", "deepseek_v3", "kimi_k2"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -535,6 +749,7 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
     c->kv_layout_known = in_list(c->model_type, known_kv_families,
                                  sizeof known_kv_families / sizeof *known_kv_families);
     if (types) {
+        c->layer_types_given = 1;
         if (!cJSON_IsArray(types))
             return cfg_bad(top, "layer_types", types, "an array of layer kinds");
         if (cJSON_GetArraySize(types) != c->num_layers)
@@ -557,7 +772,10 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
             if (mla_indexed || in_list(k, kv_layer_kinds,
                                        sizeof kv_layer_kinds / sizeof *kv_layer_kinds)) {
                 c->kv_layers++;
-                c->sliding_layers += !strcmp(k, "sliding_attention");
+                if (!strcmp(k, "sliding_attention")) {
+                    c->sliding_layers++;
+                    c->layer_sliding[i / 8] |= (unsigned char)(1u << (i % 8));
+                }
                 continue;
             }
             int j = 0, n = sizeof no_kv_layer_kinds / sizeof *no_kv_layer_kinds;
@@ -640,6 +858,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     if (!found)
         return cfg_missing(top, "model_type", "");
     cfg_default_sizes(c);
+    if (!strcmp(c->model_type, "glm4_moe")) /* Glm4MoeConfig's default */
+        c->partial_rotary_factor = 0.5;
     if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
         (s = cfg_required_int(f, "num_hidden_layers", 1, KVCAL_CONFIG_MAX_LAYERS,
                               &c->num_layers)) != KVCAL_OK ||
@@ -660,6 +880,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_bool(f, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
         (s = cfg_read_attention(f, c)) != KVCAL_OK ||
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
+        (s = cfg_read_moe(f, c)) != KVCAL_OK ||
+        (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
     c->rope_interleave = -1;

@@ -18,8 +18,16 @@ typedef enum kvcal_rope_type {
     KVCAL_ROPE_LLAMA3 = 2,
     KVCAL_ROPE_DYNAMIC = 3,
     KVCAL_ROPE_YARN = 4,
-    KVCAL_ROPE_OTHER = 5 /* any other rope_type; its name is in rope_type_name */
+    KVCAL_ROPE_OTHER = 5, /* any other rope_type; its name is in rope_type_name */
+    KVCAL_ROPE_LONGROPE = 6 /* Phi-3 / 3.5 / 4: per-frequency factors */
 } kvcal_rope_type;
+
+/* Layers whose kind (sliding or full attention) kvcal keeps: every layer a
+ * config.json may state (KVCAL_CONFIG_MAX_LAYERS). */
+#define KVCAL_LAYER_BITS 65536
+
+/* LongRoPE factors kvcal keeps at most (one per rotated channel pair). */
+#define KVCAL_ROPE_EXT_MAX 512
 
 /* What an engine's KV cache holds for one token. Values only grow at the end. */
 typedef enum kvcal_kv_layout {
@@ -57,10 +65,26 @@ typedef struct kvcal_model_config {
     int rope_truncate;                 /* yarn: correction range floored/ceiled
                                           (truncate, default true); else 0 */
     double partial_rotary_factor;      /* 1.0 when absent */
+    /* longrope: the factors each frequency is divided by, as vLLM applies
+     * them: long_factor when max_position_embeddings exceeds
+     * original_max_position_embeddings (vLLM's default max_model_len then
+     * takes the long factors for every position), else short_factor;
+     * rope_attention_factor its scale (given, or sqrt(1 + ln(factor) /
+     * ln(original)), factor max_position_embeddings / original) */
+    float rope_ext_factor[KVCAL_ROPE_EXT_MAX];
+    int rope_ext_factors;              /* entries of rope_ext_factor */
+    int rope_ext_long;                 /* 1: the long factors */
     int tie_word_embeddings;
     int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */
     int qk_norm;             /* per-head q_norm / k_norm (qwen3: 1) */
     int sliding_window;      /* 0 when none */
+    int max_window_layers;   /* qwen2 / qwen3 with use_sliding_window: layers from
+                                this index on slide (transformers' default 28);
+                                -1 otherwise */
+    int layer_types_given;   /* config.json lists layer_types (or Gemma 3's
+                                sliding_window_pattern stands for them) */
+    /* bit l of layer_sliding[l / 8]: layer l is a sliding_attention layer */
+    unsigned char layer_sliding[KVCAL_LAYER_BITS / 8];
     char torch_dtype[16];    /* "bfloat16", "float16", "float32" or "" */
     int has_quantization_config;
     int has_kv_cache_scheme;
@@ -88,6 +112,32 @@ typedef struct kvcal_model_config {
     int kv_layout_known;     /* 1: model_type is a family whose cache kvcal knows;
                                 0: the layout above is read from the fields alone and
                                 assumes every such layer caches it */
+
+    /* Mixture of experts (qwen2_moe, qwen3_moe, mixtral; all 0 for a dense
+     * model), with the transformers class defaults where a field is absent. */
+    int num_experts;             /* num_experts, or num_local_experts (Mixtral, and
+                                    what transformers 5 writes for Qwen3-MoE) */
+    int num_experts_per_tok;     /* top-k */
+    int moe_intermediate_size;   /* each expert's; Mixtral: intermediate_size */
+    int shared_expert_intermediate_size; /* Qwen2-MoE's shared expert, 0: none */
+    int norm_topk_prob;          /* top-k weights renormalized to sum 1 (Mixtral: 1) */
+    int decoder_sparse_step;     /* layer i is MoE when (i + 1) % step == 0 */
+    int mlp_only_layers;         /* entries of mlp_only_layers (dense layers) */
+    int first_dense_layers;      /* GLM's first_k_dense_replace: leading dense layers */
+    int dense_layers;            /* layers with a dense MLP in a mixture of experts */
+    /* bit l of layer_dense[l / 8]: layer l has a dense MLP (mlp_only_layers,
+     * decoder_sparse_step, first_k_dense_replace) */
+    unsigned char layer_dense[KVCAL_LAYER_BITS / 8];
+    int moe_sigmoid;             /* GLM: sigmoid scores, chosen by score plus
+                                    e_score_correction_bias (else softmax) */
+    double routed_scaling_factor; /* the chosen weights' factor (1) */
+    int moe_groups, moe_topk_groups; /* GLM's n_group, topk_group (1, 1) */
+
+    /* Gemma 3 (gemma3_text; 0 elsewhere) */
+    double query_pre_attn_scalar;  /* attention scale query_pre_attn_scalar^-0.5 */
+    double rope_sliding_theta;     /* RoPE base of the sliding layers */
+    double final_logit_softcapping; /* 0: none */
+    double attn_logit_softcapping;  /* 0: none */
 } kvcal_model_config;
 
 /* Upper bounds on the sizes a config.json may state. Real models stay far

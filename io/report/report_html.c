@@ -1420,6 +1420,97 @@ static const char style[] =
     "ul.warnings{padding-left:20px}li.warning{color:#8a2b22;margin:2px 0}"
     "li.more{color:#666}.ok{color:#2f6b38}.note{color:#666;font-size:14px}";
 
+/* --- a mixture of experts' routing */
+
+/* The tokens each expert received per layer (the statistics' counts; a token
+ * counts once for each of its top-k experts), and the experts no
+ * calibration token reached: their weights shaped no K or V of the samples,
+ * so the samples may not hold the text they serve. */
+static void experts_section(const report *r)
+{
+    FILE *f = r->f;
+    const kvcal_stats_t *st = r->st;
+    const int E = st->num_experts, L = r->L;
+    double *v = malloc((size_t)L * E * sizeof *v);
+    char(*names)[24] = malloc((size_t)E * sizeof *names);
+    const char **rows = malloc((size_t)E * sizeof *rows);
+    fprintf(f, "<section id=\"experts\">\n<h2>Experts</h2>\n");
+    if (!v || !names || !rows) {
+        fprintf(f, "<p class=\"note\">Out of memory: the routing map is left out.</p>\n");
+        goto done;
+    }
+    int dense = 0, cold_layers = 0;
+    long long cold = 0;
+    for (int l = 0; l < L; l++) {
+        int64_t sum = 0, zero = 0;
+        for (int e = 0; e < E; e++) {
+            const int64_t c = st->expert_tokens[(size_t)l * E + e];
+            v[(size_t)l * E + e] = (double)c;
+            sum += c;
+            zero += c == 0;
+        }
+        dense += sum == 0;
+        cold += sum ? zero : 0;
+        cold_layers += sum && zero;
+    }
+    fprintf(f,
+            "<p>%d experts a layer; hover a cell for the tokens an expert received (a "
+            "token counts once for each of its top-k experts). ",
+            E);
+    if (dense)
+        fprintf(f, "%d layer%s routed no token (a dense MLP). ", dense,
+                dense == 1 ? "" : "s");
+    if (!cold)
+        fprintf(f, "Every expert of every mixture layer received tokens.</p>\n");
+    else {
+        fprintf(f,
+                "%lld expert%s in %d layer%s received no calibration token: the samples "
+                "never took those routes, so they may not hold the text those experts "
+                "serve.</p>\n<ul class=\"cold\">\n",
+                cold, cold == 1 ? "" : "s", cold_layers, cold_layers == 1 ? "" : "s");
+        for (int l = 0; l < L; l++) {
+            const int64_t *c = st->expert_tokens + (size_t)l * E;
+            int64_t sum = 0;
+            for (int e = 0; e < E; e++)
+                sum += c[e];
+            int first = 1;
+            for (int e = 0; sum && e < E; e++)
+                if (!c[e]) {
+                    if (first)
+                        fprintf(f, "<li data-layer=\"%d\">layer %d: expert %d", l, l, e);
+                    else
+                        fprintf(f, ", %d", e);
+                    first = 0;
+                }
+            if (!first)
+                fprintf(f, "</li>\n");
+        }
+        fprintf(f, "</ul>\n");
+    }
+    for (int e = 0; e < E; e++) {
+        snprintf(names[e], sizeof names[e], "expert %d", e);
+        rows[e] = names[e];
+    }
+    heatmap m = {"fig-expert-tokens",
+                 "tokens routed",
+                 v,
+                 E,
+                 L,
+                 E,
+                 1,
+                 rows,
+                 1,
+                 "0: no token (a cold expert, or a dense layer)",
+                 "<b>Tokens routed</b> to each expert of each layer during the "
+                 "calibration."};
+    heatmap_write(f, &m);
+done:
+    fprintf(f, "</section>\n");
+    free(v);
+    free(names);
+    free(rows);
+}
+
 static void summary_line(const report *r)
 {
     FILE *f = r->f;
@@ -1465,6 +1556,8 @@ static void document(const report *r, double *buf)
     if (r->st)
         fprintf(f, "<a href=\"#channels\">outlier channels</a><a href=\"#histogram\">"
                    "histogram</a>");
+    if (r->st && r->st->num_experts > 0 && r->st->expert_tokens)
+        fprintf(f, "<a href=\"#experts\">experts</a>");
     if (r->ev)
         fprintf(f, "<a href=\"#eval\">cache modes</a>");
     fprintf(f, "</nav>\n");
@@ -1477,6 +1570,8 @@ static void document(const report *r, double *buf)
     if (r->st) {
         channels_section(r);
         histogram_section(r);
+        if (r->st->num_experts > 0 && r->st->expert_tokens)
+            experts_section(r);
     }
     if (r->ev)
         eval_section(r, buf);

@@ -313,6 +313,8 @@ typedef struct {
     const float *q, *k, *v;
     int tokens, n_heads, n_kv_heads, head_dim;
     float scale;
+    int window;
+    float softcap;
 } attn_ctx;
 
 /* One (query token, head): online softmax, the running max subtracted before
@@ -328,10 +330,12 @@ static void attention_row(void *p, int64_t item)
     int64_t kv_stride = (int64_t)c->n_kv_heads * d;
     float m = -INFINITY, l = 0.0f;
     memset(o, 0, sizeof(float) * (size_t)d);
-    for (int s = 0; s <= t; s++) {
+    for (int s = c->window > 0 && t >= c->window ? t - c->window + 1 : 0; s <= t; s++) {
         const float *kv = c->k + s * kv_stride + (int64_t)kvh * d; // (head_dim)
         const float *vv = c->v + s * kv_stride + (int64_t)kvh * d; // (head_dim)
         float score = dot_1x1(qv, kv, d) * c->scale;
+        if (c->softcap > 0.0f)
+            score = c->softcap * tanhf(score / c->softcap);
         if (score > m) {
             float r = expf(m - score);
             l *= r;
@@ -349,13 +353,60 @@ static void attention_row(void *p, int64_t item)
         o[i] *= inv;
 }
 
+void kvcal_attention_window_ref(float *out, const float *q, const float *k,
+                                const float *v, int tokens, int n_heads, int n_kv_heads,
+                                int head_dim, float scale, int window, float softcap)
+{
+    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale, window,
+                  softcap};
+    double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
+    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
+}
+
 void kvcal_attention_ref(float *out, const float *q, const float *k, const float *v,
                          int tokens, int n_heads, int n_kv_heads, int head_dim,
                          float scale)
 {
-    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale};
-    double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
-    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
+    kvcal_attention_window_ref(out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale,
+                               0, 0.0f);
+}
+
+/* --- mixture of experts --------------------------------------------------- */
+
+void kvcal_moe_route_ref(int32_t *experts, float *weights, const float *logits,
+                         int64_t tokens, int num_experts, int top_k, int renormalize)
+{
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *z = logits + t * num_experts; // (num_experts)
+        int32_t *e = experts + t * top_k;          // (top_k)
+        float *w = weights + t * top_k;            // (top_k)
+        float m = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < num_experts; i++)
+            m = z[i] > m ? z[i] : m;
+        for (int i = 0; i < num_experts; i++)
+            sum += expf(z[i] - m);
+        /* top_k by selection: the largest first, the lower index on a tie
+         * (torch.topk's order on CPU and CUDA for distinct values) */
+        for (int j = 0; j < top_k; j++) {
+            int best = -1;
+            for (int i = 0; i < num_experts; i++) {
+                int taken = 0;
+                for (int p = 0; p < j; p++)
+                    taken |= e[p] == i;
+                if (!taken && (best < 0 || z[i] > z[best]))
+                    best = i;
+            }
+            e[j] = best;
+            w[j] = expf(z[best] - m) / sum;
+        }
+        if (renormalize) {
+            float s = 0.0f;
+            for (int j = 0; j < top_k; j++)
+                s += w[j];
+            for (int j = 0; j < top_k; j++)
+                w[j] /= s;
+        }
+    }
 }
 
 /* --- elementwise --------------------------------------------------------- */
@@ -369,6 +420,50 @@ void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t
             memset(o, 0, (size_t)dim * sizeof *o);
         else
             memcpy(o, table + (int64_t)ids[i] * dim, (size_t)dim * sizeof *o);
+    }
+}
+
+void kvcal_moe_route_sigmoid_ref(int32_t *experts, float *weights, const float *logits,
+                                 const float *bias, int64_t tokens, int num_experts,
+                                 int top_k, int renormalize, float scale)
+{
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *z = logits + t * num_experts; // (num_experts)
+        int32_t *e = experts + t * top_k;          // (top_k)
+        float *w = weights + t * top_k;            // (top_k)
+        float sum = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            int best = -1;
+            float best_v = 0.0f;
+            for (int i = 0; i < num_experts; i++) {
+                int taken = 0;
+                for (int p = 0; p < j; p++)
+                    taken |= e[p] == i;
+                const float v = kvcal_sigmoid_ref(z[i]) + (bias ? bias[i] : 0.0f);
+                if (!taken && (best < 0 || v > best_v))
+                    best = i, best_v = v;
+            }
+            e[j] = best;
+            w[j] = kvcal_sigmoid_ref(z[best]);
+            sum += w[j];
+        }
+        for (int j = 0; j < top_k; j++)
+            w[j] = (renormalize ? w[j] / (sum + 1e-20f) : w[j]) * scale;
+    }
+}
+
+float kvcal_sigmoid_ref(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+void kvcal_geglu_ref(float *out, const float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        /* transformers' gelu_pytorch_tanh */
+        const float t = tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g));
+        out[i] = 0.5f * g * (1.0f + t) * up[i];
     }
 }
 

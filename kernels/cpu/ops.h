@@ -66,6 +66,34 @@ void kvcal_attention_ref(float *out, const float *q, const float *k, const float
                          int tokens, int n_heads, int n_kv_heads, int head_dim,
                          float scale);
 
+/* kvcal_attention_ref with a sliding window: query t reads keys t - window
+ * + 1 .. t (transformers' sliding-window mask, q - k < window; flash
+ * attention's window (window - 1, 0)); window 0: every key up to t; softcap
+ * > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2). */
+void kvcal_attention_window_ref(float *out, const float *q, const float *k,
+                                const float *v, int tokens, int n_heads, int n_kv_heads,
+                                int head_dim, float scale, int window, float softcap);
+
+/* Softmax top-k routing of a mixture of experts: per token, the softmax of
+ * logits (tokens, num_experts) over every expert, the top_k largest
+ * probabilities (the lower expert index first on a tie) into experts
+ * (tokens, top_k) and their probabilities into weights (tokens, top_k),
+ * renormalized to sum 1 when renormalize (norm_topk_prob). */
+void kvcal_moe_route_ref(int32_t *experts, float *weights, const float *logits,
+                         int64_t tokens, int num_experts, int top_k, int renormalize);
+
+/* Sigmoid top-k routing (DeepSeek-V3 / GLM-4.5 with one group): scores
+ * sigmoid(logits) (tokens, num_experts), the top_k of scores + bias (num_experts,
+ * or NULL) into experts (the lower expert first on a tie), their scores
+ * (without the bias) into weights, renormalized to sum 1 (+1e-20) when
+ * renormalize, then times scale. */
+void kvcal_moe_route_sigmoid_ref(int32_t *experts, float *weights, const float *logits,
+                                 const float *bias, int64_t tokens, int num_experts,
+                                 int top_k, int renormalize, float scale);
+
+/* 1 / (1 + exp(-x)) */
+float kvcal_sigmoid_ref(float x);
+
 /* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
  * gives a zero row. Ids are not range-checked (the caller's are). The
  * reference of kvcal_embed_launch. */
@@ -74,6 +102,10 @@ void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t
 
 /* out (n) = silu(gate) * up */
 void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
+
+/* out (n) = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi)
+ * (g + 0.044715 g^3))) (transformers' gelu_pytorch_tanh) */
+void kvcal_geglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
 /* x (n) += y (n) */
 void kvcal_add_ref(float *x, const float *y, int64_t n);

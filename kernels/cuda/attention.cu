@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -28,26 +29,6 @@ enum { ATT_BN = 64, ATT_PAD = 8 };
 
 // --- PTX wrappers ---------------------------------------------------------------
 
-static __device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, zero-filled when !valid (src is not read then). */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    const int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(n));
-}
-static __device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> static __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
 {
@@ -107,19 +88,25 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile,
 
 // --- kernel -------------------------------------------------------------------
 
-template <int HD, int WARPS, int MT, int MINB>
+/* BAND: within a sliding window (window > 0: query t reads keys t - window +
+ * 1 .. t; key tiles below every row's window are skipped) and with
+ * soft-capped scores (softcap > 0), as kvcal_attention_window_ref; a row whose
+ * keys in a tile are all masked keeps its running max and sum. Without BAND
+ * the kernel is the plain causal one (window and softcap unread). */
+template <int HD, int WARPS, int MT, int MINB, bool BAND>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     attention_kernel(__nv_bfloat16 *__restrict__ out, // (batch * seq_len, out_stride)
                      int64_t out_stride,
                      const __nv_bfloat16 *__restrict__ q, // (batch * seq_len, stride)
                      const __nv_bfloat16 *__restrict__ k,
                      const __nv_bfloat16 *__restrict__ v, int64_t stride, int seq_len,
-                     int group, float scale_log2)
+                     int group, float scale_log2, int window, float softcap)
 {
     constexpr int LD = HD + ATT_PAD, KSTEPS = HD / 16, DTILES = HD / 8;
-    // Q fragments stay in registers unless registers are short (MT 2, or MINB
-    // blocks per SM asked for), when they are re-read from shared memory
-    constexpr bool Q_IN_REGS = MT == 1 && MINB < 4;
+    // Q fragments stay in registers unless registers are short (MT 2, MINB 4
+    // blocks per SM asked for, or head_dim 256), when they are re-read from
+    // shared memory
+    constexpr bool Q_IN_REGS = MT == 1 && MINB < 4 && HD <= 128;
     constexpr int BM = WARPS * 16 * MT, THREADS = WARPS * 32,
                   QREG = Q_IN_REGS ? KSTEPS : 1;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -138,9 +125,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     const __nv_bfloat16 *kb = k + seq0 * stride + (int64_t)(h / group) * HD;
     const __nv_bfloat16 *vb = v + seq0 * stride + (int64_t)(h / group) * HD;
 
+    const bool windowed = BAND && window > 0;
+    /* the first key tile the block's first row reads */
+    const int j0 = windowed && m0 - window + 1 > 0 ? (m0 - window + 1) / ATT_BN : 0;
     load_tile<HD, BM, THREADS>(sq, qb, stride, m0, seq_len);
     cp_async_commit();
-    load_tile<HD, ATT_BN, THREADS>(sk, kb, stride, 0, seq_len);
+    load_tile<HD, ATT_BN, THREADS>(sk, kb, stride, j0 * ATT_BN, seq_len);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -167,7 +157,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 
     const int last_key = min(m0 + BM, seq_len) - 1;
     const int n_blocks = last_key / ATT_BN + 1;
-    for (int j = 0; j < n_blocks; j++) {
+    for (int j = j0; j < n_blocks; j++) {
         const int n0 = j * ATT_BN;
         cp_async_wait<0>();
         __syncthreads(); // K_j landed; every warp is done with V_{j-1}
@@ -175,8 +165,13 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         cp_async_commit();
 
         // tiles entirely above the diagonal for all of this warp's rows add nothing
-        const bool active = n0 <= m0 + warp_row0 + 16 * MT - 1;
-        const bool masked = n0 + ATT_BN - 1 > m0 + warp_row0;
+        const int wr0 = m0 + warp_row0, wr1 = wr0 + 16 * MT - 1; /* the warp's rows */
+        bool active = n0 <= wr1;
+        bool masked = n0 + ATT_BN - 1 > wr0;
+        if (windowed) { /* and tiles below the window of all of them */
+            active = active && n0 + ATT_BN - 1 >= wr0 - window + 1;
+            masked = masked || n0 < wr1 - window + 1;
+        }
         float s[MT][ATT_BN / 8][4];
         if (active) {
 #pragma unroll
@@ -223,8 +218,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float x = s[mt][nt][e] * scale_log2;
-                        if (masked &&
-                            n0 + nt * 8 + 2 * tig + (e & 1) > q_row0 + (e >> 1) * 8)
+                        if (BAND && softcap > 0.0f) /* cap * tanh(s / cap), natural log */
+                            x = softcap * tanhf(x * 0.6931471805599453f / softcap) *
+                                1.4426950408889634f;
+                        const int key = n0 + nt * 8 + 2 * tig + (e & 1),
+                                  qrow = q_row0 + (e >> 1) * 8;
+                        if (masked && (key > qrow || (windowed && key + window <= qrow)))
                             x = -INFINITY;
                         s[mt][nt][e] = x;
                         bmax[e >> 1] = fmaxf(bmax[e >> 1], x);
@@ -235,7 +234,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                     bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 1));
                     bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 2));
                     const float m_new = fmaxf(row_max[mt][r], bmax[r]);
-                    const float corr = fast_exp2(row_max[mt][r] - m_new);
+                    /* no key yet (a window's tile all masked for this row): 0, not NaN */
+                    const float corr = fast_exp2(
+                        row_max[mt][r] - (BAND && m_new == -INFINITY ? 0.0f : m_new));
                     row_max[mt][r] = m_new;
                     row_sum[mt][r] *= corr;
 #pragma unroll
@@ -248,7 +249,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                 for (int nt = 0; nt < ATT_BN / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float p = fast_exp2(s[mt][nt][e] - row_max[mt][e >> 1]);
+                        const float mr = row_max[mt][e >> 1];
+                        const float p =
+                            fast_exp2(s[mt][nt][e] - (BAND && mr == -INFINITY ? 0.0f : mr));
                         s[mt][nt][e] = p;
                         row_sum[mt][e >> 1] += p;
                     }
@@ -335,7 +338,8 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
                           const __nv_bfloat16 *__restrict__ q,
                           const __nv_bfloat16 *__restrict__ k,
                           const __nv_bfloat16 *__restrict__ v, int64_t stride,
-                          int seq_len, int group, int head_dim, float scale_log2)
+                          int seq_len, int group, int head_dim, float scale_log2,
+                          int window, float softcap)
 {
     constexpr int CH = SIMT_MAX_HEAD_DIM / 32;
     const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31;
@@ -354,7 +358,7 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int key = 0; key <= row; key++) {
+    for (int key = window > 0 && row >= window ? row - window + 1 : 0; key <= row; key++) {
         const __nv_bfloat16 *kr = kb + (int64_t)key * stride,
                             *vr = vb + (int64_t)key * stride;
         float dot = 0.0f;
@@ -366,6 +370,10 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
         }
         for (int o = 16; o > 0; o >>= 1)
             dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (softcap > 0.0f) { /* on the natural-log scale: cap * tanh(s / cap) */
+            const float s_nat = dot * 0.6931471805599453f;
+            dot = softcap * tanhf(s_nat / softcap) * 1.4426950408889634f;
+        }
         const float m_new = fmaxf(m, dot);
         const float corr = fast_exp2(m - m_new), p = fast_exp2(dot - m_new);
         m = m_new;
@@ -389,7 +397,8 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
                                        const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                        const __nv_bfloat16 *v, int64_t stride, int batch,
                                        int seq_len, int n_heads, int group, int head_dim,
-                                       float scale, cudaStream_t stream)
+                                       float scale, int window, float softcap,
+                                       cudaStream_t stream)
 {
     const int z = (seq_len + SIMT_WARPS - 1) / SIMT_WARPS;
     if (z > 65535 || batch > 65535)
@@ -399,18 +408,19 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
     const dim3 grid(n_heads, batch, z);
     attention_simt_kernel<<<grid, SIMT_WARPS * 32, 0, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, head_dim,
-        scale * 1.4426950408889634f);
+        scale * 1.4426950408889634f, window, softcap);
     KVCAL_CUDA_CHECK_LAUNCH("attention_simt_kernel");
     return KVCAL_OK;
 }
 
 // --- launcher -----------------------------------------------------------------
 
-template <int HD, int WARPS, int MT, int MINB>
+template <int HD, int WARPS, int MT, int MINB, bool BAND = false>
 static kvcal_status
 attention_run(__nv_bfloat16 *out, int64_t out_stride, const __nv_bfloat16 *q,
               const __nv_bfloat16 *k, const __nv_bfloat16 *v, int64_t stride, int batch,
-              int seq_len, int n_heads, int group, float scale, cudaStream_t stream)
+              int seq_len, int n_heads, int group, float scale, cudaStream_t stream,
+              int window = 0, float softcap = 0.0f)
 {
     constexpr int BM = WARPS * 16 * MT;
     const size_t smem =
@@ -420,12 +430,13 @@ attention_run(__nv_bfloat16 *out, int64_t out_stride, const __nv_bfloat16 *q,
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "attention: batch %d x seq_len %d exceeds the launch grid",
                           batch, seq_len);
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT, MINB>,
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(attention_kernel<HD, WARPS, MT, MINB, BAND>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
     const dim3 grid(n_heads, batch, m_blocks);
-    attention_kernel<HD, WARPS, MT, MINB><<<grid, WARPS * 32, smem, stream>>>(
-        out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f);
+    attention_kernel<HD, WARPS, MT, MINB, BAND><<<grid, WARPS * 32, smem, stream>>>(
+        out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f,
+        window, softcap);
     KVCAL_CUDA_CHECK_LAUNCH("attention_kernel");
     return KVCAL_OK;
 }
@@ -493,7 +504,7 @@ extern "C" kvcal_status kvcal_attention_launch_version(
         qkv_stride % 8 == 0 && out_stride % 8 == 0;
     if (!tensor_core)
         return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                  n_heads, group, head_dim, scale, stream);
+                                  n_heads, group, head_dim, scale, 0, 0.0f, stream);
     switch (head_dim) {
     case 64:
         return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride,
@@ -520,4 +531,66 @@ extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stri
     return kvcal_attention_launch_version(KVCAL_ATTENTION_DEFAULT_VERSION, out,
                                           out_stride, q, k, v, qkv_stride, batch, seq_len,
                                           n_heads, n_kv_heads, head_dim, scale, stream);
+}
+
+extern "C" kvcal_status kvcal_attention_window_launch(
+    kvcal_bf16 *out, int64_t out_stride, const kvcal_bf16 *q, const kvcal_bf16 *k,
+    const kvcal_bf16 *v, int64_t qkv_stride, int batch, int seq_len, int n_heads,
+    int n_kv_heads, int head_dim, float scale, int window, float softcap,
+    cudaStream_t stream)
+{
+    if (!out || !q || !k || !v || batch < 0 || seq_len < 0 || n_heads <= 0 ||
+        n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) || window < 0 ||
+        !(softcap >= 0.0f) || out_stride < (int64_t)n_heads * head_dim ||
+        qkv_stride < (int64_t)head_dim)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "windowed attention: batch %d, seq_len %d, %d heads, %d kv "
+                          "heads, scale %g, window %d, soft cap %g: need buffers, n_heads "
+                          "a multiple of n_kv_heads, scale > 0, a window and a cap >= 0 "
+                          "and strides that hold a row",
+                          batch, seq_len, n_heads, n_kv_heads, (double)scale, window,
+                          (double)softcap);
+    if (head_dim <= 0 || head_dim > SIMT_MAX_HEAD_DIM)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "windowed attention: head_dim %d: up to %d supported", head_dim,
+                          SIMT_MAX_HEAD_DIM);
+    if (batch == 0 || seq_len == 0)
+        return KVCAL_OK;
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *qq = reinterpret_cast<const __nv_bfloat16 *>(q);
+    auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
+    auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
+    const int group = n_heads / n_kv_heads;
+    const int tensor_core =
+        (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 ||
+         head_dim == 256) &&
+        !misaligned(out) && !misaligned(q) && !misaligned(k) && !misaligned(v) &&
+        qkv_stride % 8 == 0 && out_stride % 8 == 0;
+    /* version 1's shape (4 warps x 16 rows; MINB 4 spills with the band), Q
+     * from shared memory at 256 (246 registers, no spill on sm_90a) */
+    switch (tensor_core ? head_dim : 0) {
+    case 64:
+        return attention_run<64, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                batch, seq_len, n_heads, group, scale,
+                                                stream, window, softcap);
+    case 80:
+        return attention_run<80, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                batch, seq_len, n_heads, group, scale,
+                                                stream, window, softcap);
+    case 96:
+        return attention_run<96, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                batch, seq_len, n_heads, group, scale,
+                                                stream, window, softcap);
+    case 128:
+        return attention_run<128, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                 batch, seq_len, n_heads, group, scale,
+                                                 stream, window, softcap);
+    case 256:
+        return attention_run<256, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
+                                                 batch, seq_len, n_heads, group, scale,
+                                                 stream, window, softcap);
+    default:
+        return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
+                                  n_heads, group, head_dim, scale, window, softcap, stream);
+    }
 }

@@ -3,6 +3,7 @@
  * 16-byte accesses where the row length allows, fp32 arithmetic, rounded to
  * bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh). */
 #include <cuda_bf16.h>
+#include <math.h>
 
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
@@ -129,6 +130,96 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
 }
 
 // --- SwiGLU ------------------------------------------------------------------
+
+/* transformers' gelu_pytorch_tanh */
+static __device__ __forceinline__ float gelu_tanh(float g)
+{
+    return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+}
+
+/* GeGLU: act(gate) rounded to bf16 (as a bf16 model's activation gives it),
+ * times up, rounded. */
+__global__ void geglu_kernel(__nv_bfloat16 *__restrict__ out,           // (rows, n)
+                             const __nv_bfloat16 *__restrict__ gate_up, // (rows, 2n)
+                             int64_t rows, int n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / n;
+        const int c = (int)(i - row * n);
+        const __nv_bfloat16 *gp = gate_up + row * 2 * n + c;
+        out[i] = __hmul_rn(__float2bfloat16_rn(gelu_tanh(__bfloat162float(*gp))), gp[n]);
+    }
+}
+
+/* out (n) = x * a + b in fp32, rounded once: the embedding's scale, a norm
+ * weight's offset. */
+__global__ void affine_kernel(__nv_bfloat16 *__restrict__ out, const __nv_bfloat16 *x,
+                              int64_t n, float a, float b)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * a + b);
+}
+
+static unsigned grid_of(int64_t items, int threads)
+{
+    const int64_t blocks = (items + threads - 1) / threads;
+    return (unsigned)(blocks > 132 * 32 ? 132 * 32 : blocks < 1 ? 1 : blocks);
+}
+
+extern "C" kvcal_status kvcal_geglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up,
+                                           int rows, int n, cudaStream_t stream)
+{
+    if (!out || !gate_up || rows < 0 || n <= 0)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "geglu: rows %d, n %d: need buffers, rows >= 0, n > 0", rows, n);
+    if (rows == 0)
+        return KVCAL_OK;
+    geglu_kernel<<<grid_of((int64_t)rows * n, 256), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(out),
+        reinterpret_cast<const __nv_bfloat16 *>(gate_up), rows, n);
+    KVCAL_CUDA_CHECK_LAUNCH("geglu_kernel");
+    return KVCAL_OK;
+}
+
+__global__ void softcap_kernel(__nv_bfloat16 *__restrict__ x, int64_t n, float cap)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16_rn(cap * tanhf(__bfloat162float(x[i]) / cap));
+}
+
+extern "C" kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap,
+                                             cudaStream_t stream)
+{
+    if (!x || n < 0 || !(cap > 0.0f) || !isfinite(cap))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "softcap: n %lld, cap %g: need a buffer, n >= 0 and a finite cap > 0",
+                          (long long)n, (double)cap);
+    if (n == 0)
+        return KVCAL_OK;
+    softcap_kernel<<<grid_of(n, 256), 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16 *>(x),
+                                                        n, cap);
+    KVCAL_CUDA_CHECK_LAUNCH("softcap_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int64_t n,
+                                            float a, float b, cudaStream_t stream)
+{
+    if (!out || !x || n < 0 || !isfinite(a) || !isfinite(b))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "affine: n %lld, a %g, b %g: need buffers, n >= 0, finite a and b",
+                          (long long)n, (double)a, (double)b);
+    if (n == 0)
+        return KVCAL_OK;
+    affine_kernel<<<grid_of(n, 256), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(x),
+        n, a, b);
+    KVCAL_CUDA_CHECK_LAUNCH("affine_kernel");
+    return KVCAL_OK;
+}
 
 /* VEC 8: n % 8 == 0; grid-stride over rows * n / VEC groups. */
 template <int VEC>

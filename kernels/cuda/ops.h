@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/bf16.h"
 #include "kernels/kv_observer.h"
+#include "kernels/moe_limits.h"
 #include "kvcal.h"
 
 #ifdef __cplusplus
@@ -29,7 +30,8 @@ extern "C" {
  * residual (rows, dim) += delta (rows, dim) (rounded to bf16, as a bf16
  * model's residual stream is), then out (rows, dim) = residual *
  * rsqrt(mean(residual^2) + eps) * w (dim). delta NULL: a plain RMSNorm of
- * residual. out may not alias residual or delta. */
+ * residual, which it leaves as it is, and then out may be residual (an RMSNorm
+ * in place); otherwise out may not alias residual or delta. */
 kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
                                       const kvcal_bf16 *delta, const kvcal_bf16 *w,
                                       int rows, int dim, float eps, cudaStream_t stream);
@@ -38,6 +40,20 @@ kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
  * n columns and up in the last n (the output of a fused gate/up GEMM). */
 kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
                                  int n, cudaStream_t stream);
+
+/* out (rows, n) = gelu_tanh(gate) * up (kvcal_geglu_ref), gate_up as
+ * kvcal_swiglu_launch's; gelu_tanh rounded to bf16, then the product. */
+kvcal_status kvcal_geglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
+                                int n, cudaStream_t stream);
+
+/* x (n) = cap * tanh(x / cap) in fp32, rounded once, in place: Gemma 2's
+ * logits. cap > 0. */
+kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap, cudaStream_t stream);
+
+/* out (n) = x * a + b in fp32, rounded once to bf16 (out may be x): the
+ * embedding's scale, an RMSNorm weight's offset. */
+kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int64_t n, float a,
+                                 float b, cudaStream_t stream);
 
 /* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
  * gives a zero row. Ids are not range-checked: the caller checks them
@@ -188,6 +204,91 @@ kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out,
                                             int64_t qkv_stride, int batch, int seq_len,
                                             int n_heads, int n_kv_heads, int head_dim,
                                             float scale, cudaStream_t stream);
+
+/* kvcal_attention_launch within a sliding window (query t reads keys
+ * t - window + 1 .. t; 0: every key up to t) and with soft-capped scores
+ * (softcap > 0: s becomes softcap * tanh(s / softcap); 0: none), as
+ * kvcal_attention_window_ref: head_dim 64, 80, 96, 128 and 256 (aligned) on
+ * the tensor cores (version 1's shape, Q re-read from shared memory at 256;
+ * key tiles below the window skipped), others on the portable kernel. The runner takes it only where a
+ * sample is longer than the window or the model soft-caps. */
+kvcal_status kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride,
+                                           const kvcal_bf16 *q, const kvcal_bf16 *k,
+                                           const kvcal_bf16 *v, int64_t qkv_stride,
+                                           int batch, int seq_len, int n_heads,
+                                           int n_kv_heads, int head_dim, float scale,
+                                           int window, float softcap, cudaStream_t stream);
+
+/* --- mixture of experts --------------------------------------------------- */
+
+/* The bounds: kernels/moe_limits.h. */
+
+/* kvcal_moe_route_ref on the device, one warp per token: the softmax (fp32)
+ * of logits (tokens, num_experts) bf16, the top_k into experts (tokens,
+ * top_k) and weights (tokens, top_k) fp32, renormalized when asked. A token
+ * with pos < 0 (padding) gets experts -1 and weights 0. num_experts in
+ * 1 .. KVCAL_MOE_MAX_EXPERTS, top_k in 1 .. min(num_experts,
+ * KVCAL_MOE_MAX_TOP_K). */
+kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
+                                    const kvcal_bf16 *logits, const int32_t *pos,
+                                    int tokens, int num_experts, int top_k,
+                                    int renormalize, cudaStream_t stream);
+
+/* kvcal_moe_route_sigmoid_ref on the device: the top_k of sigmoid(logits) +
+ * bias (num_experts, bf16, or NULL), weighted by the sigmoids, renormalized
+ * (+1e-20) when asked, times scale; padding as kvcal_moe_route_launch. */
+kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
+                                            const kvcal_bf16 *logits, const kvcal_bf16 *bias,
+                                            const int32_t *pos, int tokens, int num_experts,
+                                            int top_k, int renormalize, float scale,
+                                            cudaStream_t stream);
+
+/* Where the routed rows of one layer go, device memory the caller owns:
+ * assignments = tokens * top_k, capacity the rows of every expert padded to
+ * KVCAL_MOE_TILE_ROWS (kvcal_moe_plan_capacity), tiles = capacity /
+ * KVCAL_MOE_TILE_ROWS. */
+typedef struct kvcal_moe_plan {
+    int32_t *sorted;      /* (capacity) assignment (token * top_k + j) of each row, -1: padding */
+    int32_t *slot_of;     /* (assignments) row of each assignment, -1: padding token */
+    int32_t *tile_expert; /* (tiles) expert of each tile, -1: unused */
+    int capacity, tiles;
+} kvcal_moe_plan;
+
+/* Rows a plan needs for `assignments` assignments over num_experts experts. */
+int kvcal_moe_plan_capacity(int assignments, int num_experts);
+
+/* Groups the assignments of experts (assignments) (-1: none) by expert into
+ * plan, each expert's rows starting at a tile; expert_tokens (num_experts,
+ * device, or NULL) gets each expert's count added. No host round trip: the
+ * grid of the grouped GEMM is the plan's tiles, unused ones exit. */
+kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan, const int32_t *experts,
+                                    int assignments, int num_experts,
+                                    unsigned long long *expert_tokens,
+                                    cudaStream_t stream);
+
+/* The grouped GEMM of one layer's experts: for each row r of the plan with
+ * sorted[r] >= 0, out (capacity, n) row r = a_row @ w[e]^T, e the expert of
+ * r's tile, w (num_experts, n, k) as checkpoints store each expert's
+ * nn.Linear weight; a_row is row sorted[r] / gather of x when gather > 0
+ * (the tokens' inputs, x (tokens, k)), else row r of x (capacity, k).
+ * fp32 accumulation on the tensor cores, each output rounded to bf16; rows
+ * with sorted[r] < 0 are not written. k and n multiples of 8, x and w
+ * 16-byte aligned. */
+kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gather,
+                                   const kvcal_bf16 *w, const kvcal_moe_plan *plan, int k,
+                                   int n, cudaStream_t stream);
+
+/* out (tokens, dim) = the weighted sum over j of y (capacity, dim) row
+ * slot_of[t * top_k + j] times weights (tokens, top_k), fp32, rounded once
+ * to bf16; plus, when shared (tokens, dim) is non-NULL, sigmoid(x (tokens,
+ * dim) . shared_gate (dim)) * shared (the gate's logit and sigmoid rounded
+ * to bf16 as a bf16 nn.Linear and F.sigmoid give them), or shared itself
+ * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. */
+kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
+                                      const int32_t *slot_of, const float *weights,
+                                      const int32_t *pos, int tokens, int top_k, int dim,
+                                      const kvcal_bf16 *shared, const kvcal_bf16 *x,
+                                      const kvcal_bf16 *shared_gate, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

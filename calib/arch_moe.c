@@ -1,0 +1,165 @@
+/* calib/arch_moe.c: the mixture-of-experts family: Qwen3MoeForCausalLM
+ * (Qwen3-30B-A3B, Qwen3-235B-A22B: per-head q/k RMSNorm), Qwen2MoeForCausalLM
+ * (q/k/v biases, a shared expert behind a sigmoid gate) and
+ * MixtralForCausalLM (a sliding window when configured), under two naming
+ * schemes of their checkpoints (Qwen's mlp.experts.<e>.gate_proj, Mixtral's
+ * block_sparse_moe.experts.<e>.w1).
+ *
+ * A pre-norm decoder layer: RMSNorm, fused QKV projection, optional per-head
+ * q/k norm, RoPE (the K and V the engine caches), causal GQA attention
+ * (windowed), o_proj, residual, RMSNorm, the mixture of experts (softmax
+ * top-k routing, each expert a SwiGLU MLP, and the gated shared expert),
+ * residual. Every layer holds a cache in vLLM and sglang alike. */
+#include <stdio.h>
+#include <string.h>
+
+#include "calib/arch.h"
+#include "calib/model.h"
+#include "core/status.h"
+
+static const char *const qwen_architectures[] = {"Qwen2MoeForCausalLM",
+                                                 "Qwen3MoeForCausalLM", NULL};
+static const char *const mixtral_architectures[] = {"MixtralForCausalLM", NULL};
+
+/* config.json: Qwen2-MoE has q/k/v biases (never o), Qwen3-MoE attention_bias
+ * (q/k/v and o) and q/k norm, Mixtral neither; the experts and Qwen's dense
+ * layers (mlp_only_layers, decoder_sparse_step) as io/model_config reads
+ * them. Qwen's use_sliding_window (its own per-layer pattern) is refused. */
+static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
+{
+    const int qwen2 = !strcmp(c->architecture, "Qwen2MoeForCausalLM");
+    const int qwen3 = !strcmp(c->architecture, "Qwen3MoeForCausalLM");
+    d->qkv_bias = qwen2 || (qwen3 && c->attention_bias);
+    d->o_bias = qwen3 && c->attention_bias;
+    d->qk_norm = qwen3;
+    if (!qwen2)
+        d->shared_intermediate_size = 0;
+    if (d->num_experts < 1 || d->experts_per_tok < 1 ||
+        d->experts_per_tok > d->num_experts || d->moe_intermediate_size < 1 ||
+        (qwen2 && d->shared_intermediate_size < 1))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "config.json: %s needs num_experts >= 1, num_experts_per_tok in "
+                          "1..num_experts and moe_intermediate_size >= 1%s (found %d, %d "
+                          "and %d, shared expert %d); fix the config",
+                          c->architecture,
+                          qwen2 ? ", shared_expert_intermediate_size >= 1" : "",
+                          d->num_experts, d->experts_per_tok, d->moe_intermediate_size,
+                          d->shared_intermediate_size);
+    if (!strcmp(c->architecture, "MixtralForCausalLM"))
+        return KVCAL_OK;
+    if (d->sliding_window > 0)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "config.json: %s with use_sliding_window true is not supported "
+                          "yet (its windows differ by layer); set it false, as the "
+                          "released checkpoints do",
+                          c->architecture);
+    return KVCAL_OK;
+}
+
+static const char *const refused[] = {"mlp.gate.bias", NULL};
+
+// clang-format off
+static const kvcal_op layer[] = {
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_ATTN_NORM, KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_QKV,   KVCAL_ACT_NORM,  KVCAL_W_QKV,       KVCAL_W_QKV_BIAS, 0},
+    {KVCAL_OP_QK_NORM_ROPE, KVCAL_ACT_QKV,   KVCAL_ACT_QKV,   KVCAL_W_Q_NORM,    KVCAL_W_K_NORM,   1},
+    {KVCAL_OP_ATTENTION,    KVCAL_ACT_ATT,   KVCAL_ACT_QKV,   KVCAL_W_NONE,      KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_ATT,   KVCAL_W_O,         KVCAL_W_O_BIAS,   0},
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_FFN_NORM,  KVCAL_W_NONE,     0},
+    {KVCAL_OP_MOE,          KVCAL_ACT_DELTA, KVCAL_ACT_NORM,  KVCAL_W_ROUTER,    KVCAL_W_NONE,     0},
+};
+
+/* Qwen's dense layers: the same attention, a SwiGLU MLP */
+static const kvcal_op dense_layer[] = {
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_ATTN_NORM, KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_QKV,   KVCAL_ACT_NORM,  KVCAL_W_QKV,       KVCAL_W_QKV_BIAS, 0},
+    {KVCAL_OP_QK_NORM_ROPE, KVCAL_ACT_QKV,   KVCAL_ACT_QKV,   KVCAL_W_Q_NORM,    KVCAL_W_K_NORM,   1},
+    {KVCAL_OP_ATTENTION,    KVCAL_ACT_ATT,   KVCAL_ACT_QKV,   KVCAL_W_NONE,      KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_ATT,   KVCAL_W_O,         KVCAL_W_O_BIAS,   0},
+    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_FFN_NORM,  KVCAL_W_NONE,     0},
+    {KVCAL_OP_SWIGLU,       KVCAL_ACT_MLP,   KVCAL_ACT_NORM,  KVCAL_W_GATE_UP,   KVCAL_W_NONE,     0},
+    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_MLP,   KVCAL_W_DOWN,      KVCAL_W_NONE,     0},
+};
+
+#define ATTENTION_WEIGHTS                                                                       \
+    [KVCAL_W_ATTN_NORM] = {{{"input_layernorm.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}}},     \
+    [KVCAL_W_QKV] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN},               \
+                      {"self_attn.k_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN},              \
+                      {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}},            \
+    [KVCAL_W_QKV_BIAS] = {{{"self_attn.q_proj.bias", KVCAL_DIM_Q, KVCAL_DIM_NONE},              \
+                           {"self_attn.k_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE},             \
+                           {"self_attn.v_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE}},            \
+                          KVCAL_WHEN_QKV_BIAS},                                                 \
+    [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}},               \
+    [KVCAL_W_O_BIAS] = {{{"self_attn.o_proj.bias", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}},          \
+                        KVCAL_WHEN_O_BIAS},                                                     \
+    [KVCAL_W_Q_NORM] = {{{"self_attn.q_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},          \
+                        KVCAL_WHEN_QK_NORM},                                                    \
+    [KVCAL_W_K_NORM] = {{{"self_attn.k_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},          \
+                        KVCAL_WHEN_QK_NORM},                                                    \
+    [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,                \
+                            KVCAL_DIM_NONE}}}
+
+const kvcal_arch kvcal_arch_qwen_moe = {
+    .family = "qwen_moe",
+    .architectures = qwen_architectures,
+    .layer_prefix = "model.layers.%d.",
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm.weight",
+    .lm_head = "lm_head.weight",
+    .weights = {
+        ATTENTION_WEIGHTS,
+        [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
+                              {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},
+                             KVCAL_WHEN_DENSE_LAYERS},
+        [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},
+                          KVCAL_WHEN_DENSE_LAYERS},
+        [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},
+                            KVCAL_WHEN_MOE_LAYERS},
+        [KVCAL_W_EXPERT_GATE_UP] = {{{"mlp.experts.%d.gate_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
+                                     {"mlp.experts.%d.up_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
+                                    KVCAL_WHEN_MOE_LAYERS, 1},
+        [KVCAL_W_EXPERT_DOWN] = {{{"mlp.experts.%d.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
+                                 KVCAL_WHEN_MOE_LAYERS, 1},
+        /* Qwen2-MoE's alone (a zero shared_expert_intermediate_size leaves
+         * them out of Qwen3-MoE's, calib/arch_moe.c's describe) */
+        [KVCAL_W_SHARED_GATE_UP] = {{{"mlp.shared_expert.gate_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN},
+                                     {"mlp.shared_expert.up_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}},
+                                    KVCAL_WHEN_SHARED_EXPERT},
+        [KVCAL_W_SHARED_DOWN] = {{{"mlp.shared_expert.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_SHARED_INTER}},
+                                 KVCAL_WHEN_SHARED_EXPERT},
+        [KVCAL_W_SHARED_GATE] = {{{"mlp.shared_expert_gate.weight", KVCAL_DIM_ONE, KVCAL_DIM_HIDDEN}},
+                                 KVCAL_WHEN_SHARED_EXPERT},
+    },
+    .refused = refused,
+    .describe = describe,
+    .layer = layer,
+    .layer_ops = (int)(sizeof layer / sizeof layer[0]),
+    .dense_layer = dense_layer,
+    .dense_layer_ops = (int)(sizeof dense_layer / sizeof dense_layer[0]),
+};
+
+static const char *const mixtral_refused[] = {"block_sparse_moe.gate.bias", NULL};
+
+const kvcal_arch kvcal_arch_mixtral = {
+    .family = "mixtral",
+    .architectures = mixtral_architectures,
+    .layer_prefix = "model.layers.%d.",
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm.weight",
+    .lm_head = "lm_head.weight",
+    .weights = {
+        ATTENTION_WEIGHTS,
+        [KVCAL_W_ROUTER] = {{{"block_sparse_moe.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}}},
+        [KVCAL_W_EXPERT_GATE_UP] = {{{"block_sparse_moe.experts.%d.w1.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
+                                     {"block_sparse_moe.experts.%d.w3.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
+                                    KVCAL_WHEN_ALWAYS, 1},
+        [KVCAL_W_EXPERT_DOWN] = {{{"block_sparse_moe.experts.%d.w2.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
+                                 KVCAL_WHEN_ALWAYS, 1},
+    },
+    .refused = mixtral_refused,
+    .describe = describe,
+    .layer = layer,
+    .layer_ops = (int)(sizeof layer / sizeof layer[0]),
+};
+// clang-format on

@@ -1,0 +1,465 @@
+/* kernels/cuda/moe.cu: a mixture of experts on the device, with no host
+ * round trip: softmax top-k routing (a warp per token), the grouping of the
+ * routed rows by expert into tiles (one block), the experts' grouped GEMM
+ * on the tensor cores (a block per tile of one expert; the grid is every
+ * tile the routing could fill, unused tiles exit), and the weighted combine
+ * (a block per token, the shared expert's sigmoid gate fused). The CPU
+ * references are kvcal_moe_route_ref and the per-expert kvcal_matmul_ref of
+ * calib/backend_cpu.c. */
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/ops.h"
+
+// --- routing --------------------------------------------------------------------
+
+#define ROUTE_WARPS 4
+#define ROUTE_PER_LANE (KVCAL_MOE_MAX_EXPERTS / 32)
+
+/* SIGMOID 0: softmax top-k; 1: the top-k of sigmoid + bias, weighted by the
+ * sigmoids (bias (E) or NULL), times scale after the renormalization. */
+template <int SIGMOID>
+__global__ void __launch_bounds__(ROUTE_WARPS * 32)
+    moe_route_kernel(int32_t *__restrict__ experts,            // (tokens, top_k)
+                     float *__restrict__ weights,              // (tokens, top_k)
+                     const __nv_bfloat16 *__restrict__ logits, // (tokens, E)
+                     const __nv_bfloat16 *__restrict__ bias,   // (E) or NULL
+                     const int32_t *__restrict__ pos,          // (tokens) or NULL
+                     int tokens, int E, int top_k, int renormalize, float scale)
+{
+    const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= tokens)
+        return;
+    int32_t *e_out = experts + (int64_t)t * top_k;
+    float *w_out = weights + (int64_t)t * top_k;
+    if (pos && pos[t] < 0) {
+        if (lane < top_k)
+            e_out[lane] = -1, w_out[lane] = 0.0f;
+        return;
+    }
+    const __nv_bfloat16 *z = logits + (int64_t)t * E;
+    float v[ROUTE_PER_LANE];
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        v[i] = e < E ? __bfloat162float(z[e]) : -INFINITY;
+        if (SIGMOID && e < E) /* the choice: sigmoid + bias */
+            v[i] = 1.0f / (1.0f + __expf(-v[i])) + (bias ? __bfloat162float(bias[e]) : 0.0f);
+        m = fmaxf(m, v[i]);
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++)
+        sum += lane + 32 * i < E ? __expf(v[i] - m) : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    /* top_k rounds of a warp argmax, the lower expert on a tie; lane j keeps
+     * the j-th choice */
+    int mine = -1;
+    float mine_w = 0.0f, chosen_sum = 0.0f;
+    for (int j = 0; j < top_k; j++) {
+        float best = -INFINITY;
+        int best_e = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; i++) {
+            const int e = lane + 32 * i;
+            if (e < E && v[i] > best)
+                best = v[i], best_e = e;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+            if (ob > best || (ob == best && oe < best_e))
+                best = ob, best_e = oe;
+        }
+        if (best_e >= E) /* no finite logit left (a NaN input): no expert */
+            best_e = -1;
+        /* the weight: softmax's probability, or the sigmoid without the bias */
+        const float p = best_e < 0 ? 0.0f
+                        : SIGMOID  ? 1.0f / (1.0f + __expf(-__bfloat162float(z[best_e])))
+                                   : __expf(best - m) / sum;
+        chosen_sum += p;
+        if (lane == j)
+            mine = best_e, mine_w = p;
+        if (best_e >= 0 && (best_e & 31) == lane) {
+#pragma unroll
+            for (int i = 0; i < ROUTE_PER_LANE; i++)
+                if (lane + 32 * i == best_e)
+                    v[i] = -INFINITY;
+        }
+    }
+    if (lane < top_k) {
+        e_out[lane] = mine;
+        w_out[lane] = (renormalize ? mine_w / (chosen_sum + (SIGMOID ? 1e-20f : 0.0f))
+                                   : mine_w) *
+                      scale;
+    }
+}
+
+static kvcal_status route_check(const int32_t *experts, const float *weights,
+                                const kvcal_bf16 *logits, int tokens, int num_experts,
+                                int top_k)
+{
+    if (!experts || !weights || !logits || tokens < 0 || num_experts < 1 ||
+        num_experts > KVCAL_MOE_MAX_EXPERTS || top_k < 1 || top_k > num_experts ||
+        top_k > KVCAL_MOE_MAX_TOP_K)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "moe routing: %d tokens, %d experts, top-%d: need buffers, 1 .. "
+                          "%d experts and a top-k of 1 .. min(experts, %d)",
+                          tokens, num_experts, top_k, KVCAL_MOE_MAX_EXPERTS,
+                          KVCAL_MOE_MAX_TOP_K);
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
+                                                       const kvcal_bf16 *logits,
+                                                       const kvcal_bf16 *bias,
+                                                       const int32_t *pos, int tokens,
+                                                       int num_experts, int top_k,
+                                                       int renormalize, float scale,
+                                                       cudaStream_t stream)
+{
+    kvcal_status st = route_check(experts, weights, logits, tokens, num_experts, top_k);
+    if (st || !tokens)
+        return st;
+    moe_route_kernel<1><<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
+                          stream>>>(experts, weights,
+                                    reinterpret_cast<const __nv_bfloat16 *>(logits),
+                                    reinterpret_cast<const __nv_bfloat16 *>(bias), pos,
+                                    tokens, num_experts, top_k, renormalize, scale);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
+                                               const kvcal_bf16 *logits, const int32_t *pos,
+                                               int tokens, int num_experts, int top_k,
+                                               int renormalize, cudaStream_t stream)
+{
+    kvcal_status st = route_check(experts, weights, logits, tokens, num_experts, top_k);
+    if (st || !tokens)
+        return st;
+    moe_route_kernel<0><<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
+                          stream>>>(experts, weights,
+                                    reinterpret_cast<const __nv_bfloat16 *>(logits), nullptr,
+                                    pos, tokens, num_experts, top_k, renormalize, 1.0f);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
+    return KVCAL_OK;
+}
+
+// --- grouping by expert --------------------------------------------------------
+
+#define ALIGN_THREADS 1024
+
+extern "C" int kvcal_moe_plan_capacity(int assignments, int num_experts)
+{
+    /* each expert's rows rounded up to a tile */
+    const long long rows = (long long)assignments + (long long)num_experts *
+                                                        (KVCAL_MOE_TILE_ROWS - 1);
+    return (int)((rows + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
+                 KVCAL_MOE_TILE_ROWS);
+}
+
+__global__ void __launch_bounds__(ALIGN_THREADS)
+    moe_align_kernel(int32_t *__restrict__ sorted,        // (capacity)
+                     int32_t *__restrict__ slot_of,       // (assignments)
+                     int32_t *__restrict__ tile_expert,   // (tiles)
+                     const int32_t *__restrict__ experts, // (assignments)
+                     int assignments, int E, int capacity, int tiles,
+                     unsigned long long *__restrict__ expert_tokens) // (E) or NULL
+{
+    __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
+    __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
+    __shared__ int cursor[KVCAL_MOE_MAX_EXPERTS];
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        count[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < assignments; i += blockDim.x) {
+        const int e = experts[i];
+        if (e >= 0 && e < E)
+            atomicAdd(&count[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int row = 0;
+        for (int e = 0; e < E; e++) {
+            start[e] = row;
+            row += (count[e] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
+                   KVCAL_MOE_TILE_ROWS;
+        }
+        start[E] = row;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        cursor[e] = start[e];
+        if (expert_tokens)
+            expert_tokens[e] += (unsigned long long)count[e];
+    }
+    for (int tile = threadIdx.x; tile < tiles; tile += blockDim.x) {
+        const int row = tile * KVCAL_MOE_TILE_ROWS;
+        int lo = 0, hi = E; /* the expert whose rows [start[e], start[e + 1]) hold row */
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (start[mid + 1] <= row)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        tile_expert[tile] = row < start[E] ? lo : -1;
+    }
+    for (int r = threadIdx.x; r < capacity; r += blockDim.x)
+        sorted[r] = -1;
+    __syncthreads();
+    for (int i = threadIdx.x; i < assignments; i += blockDim.x) {
+        const int e = experts[i];
+        int r = -1;
+        if (e >= 0 && e < E) {
+            r = atomicAdd(&cursor[e], 1);
+            sorted[r] = i;
+        }
+        slot_of[i] = r;
+    }
+}
+
+extern "C" kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan,
+                                               const int32_t *experts, int assignments,
+                                               int num_experts,
+                                               unsigned long long *expert_tokens,
+                                               cudaStream_t stream)
+{
+    if (!plan || !experts || assignments < 0 || num_experts < 1 ||
+        num_experts > KVCAL_MOE_MAX_EXPERTS ||
+        plan->capacity < kvcal_moe_plan_capacity(assignments, num_experts) ||
+        plan->tiles * KVCAL_MOE_TILE_ROWS != plan->capacity)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "moe grouping: %d assignments over %d experts into a plan of %d "
+                          "rows (%d tiles): the plan needs %d rows of whole tiles",
+                          assignments, num_experts, plan ? plan->capacity : 0,
+                          plan ? plan->tiles : 0,
+                          kvcal_moe_plan_capacity(assignments, num_experts));
+    moe_align_kernel<<<1, ALIGN_THREADS, 0, stream>>>(
+        plan->sorted, plan->slot_of, plan->tile_expert, experts, assignments, num_experts,
+        plan->capacity, plan->tiles, expert_tokens);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_align_kernel");
+    return KVCAL_OK;
+}
+
+// --- the grouped GEMM -------------------------------------------------------------
+
+/* A block computes a 128 x 128 tile of one expert's rows with 8 warps (each
+ * 32 rows x 64 columns: 2 x 4 fragments of 16 x 16), k in steps of 32,
+ * double-buffered with cp.async; A rows are gathered from x. */
+#define GM 128
+#define GN 128
+#define GK 32
+#define GLD (GK + 8) /* shared row stride (bf16): 80 bytes, off the bank pattern */
+#define G_WARPS 8
+
+static_assert(GM == KVCAL_MOE_TILE_ROWS, "a GEMM tile is a plan tile");
+
+__global__ void __launch_bounds__(G_WARPS * 32)
+    moe_gemm_kernel(__nv_bfloat16 *__restrict__ out,     // (capacity, n)
+                    const __nv_bfloat16 *__restrict__ x, // (tokens or capacity, k)
+                    int gather,
+                    const __nv_bfloat16 *__restrict__ w, // (E, n, k)
+                    const int32_t *__restrict__ sorted,  // (capacity)
+                    const int32_t *__restrict__ tile_expert, int k, int n)
+{
+    using namespace nvcuda;
+    __shared__ __align__(128) __nv_bfloat16 sa[2][GM * GLD];
+    __shared__ __align__(128) __nv_bfloat16 sb[2][GN * GLD];
+    __shared__ int src_row[GM];
+    const int tile = blockIdx.y, e = tile_expert[tile];
+    if (e < 0)
+        return;
+    const int m0 = tile * GM, n0 = blockIdx.x * GN;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = threadIdx.x; r < GM; r += blockDim.x) {
+        const int id = sorted[m0 + r];
+        src_row[r] = id < 0 ? -1 : gather > 0 ? id / gather : m0 + r;
+    }
+    __syncthreads();
+    const __nv_bfloat16 *we = w + (int64_t)e * n * k;
+    /* a stage: 128 rows x 32 columns of A and of B, 16 bytes per copy: 512
+     * copies each over 256 threads */
+    auto load = [&](int buf, int k0) {
+        for (int c = threadIdx.x; c < GM * GK / 8; c += blockDim.x) {
+            const int r = c / (GK / 8), col = (c % (GK / 8)) * 8;
+            const int src = src_row[r];
+            const bool ok = src >= 0 && k0 + col < k;
+            cp_async16(&sa[buf][r * GLD + col], ok ? x + (int64_t)src * k + k0 + col : x,
+                       ok);
+        }
+        for (int c = threadIdx.x; c < GN * GK / 8; c += blockDim.x) {
+            const int r = c / (GK / 8), col = (c % (GK / 8)) * 8;
+            const bool ok = n0 + r < n && k0 + col < k;
+            cp_async16(&sb[buf][r * GLD + col],
+                       ok ? we + (int64_t)(n0 + r) * k + k0 + col : we, ok);
+        }
+        cp_async_commit();
+    };
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 64; /* the warp's 32 x 64 */
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
+    const int steps = (k + GK - 1) / GK;
+    load(0, 0);
+    for (int s = 0; s < steps; s++) {
+        const int buf = s & 1;
+        if (s + 1 < steps) {
+            load(buf ^ 1, (s + 1) * GK);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[4];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                wmma::load_matrix_sync(a[i], &sa[buf][(wm + 16 * i) * GLD + kk], GLD);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                wmma::load_matrix_sync(b[j], &sb[buf][(wn + 16 * j) * GLD + kk], GLD);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads(); /* every warp done with buf before it is refilled */
+    }
+    /* through a 16 x 16 staging square per warp (in sa, free now): bf16, rows
+     * of the plan that hold an assignment, columns inside n */
+    float *st = reinterpret_cast<float *>(&sa[0][0]) + warp * 16 * 16;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);
+            __syncwarp();
+            for (int c = lane; c < 16 * 16; c += 32) {
+                const int r = wm + 16 * i + c / 16, col = n0 + wn + 16 * j + c % 16;
+                if (src_row[r] >= 0 && col < n)
+                    out[(int64_t)(m0 + r) * n + col] = __float2bfloat16_rn(st[c]);
+            }
+            __syncwarp();
+        }
+}
+
+extern "C" kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 *x,
+                                              int gather, const kvcal_bf16 *w,
+                                              const kvcal_moe_plan *plan, int k, int n,
+                                              cudaStream_t stream)
+{
+    if (!out || !x || !w || !plan || k < 8 || n < 8 || k % 8 || n % 8 || gather < 0 ||
+        ((uintptr_t)x | (uintptr_t)w) % 16)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "moe grouped GEMM: k %d, n %d: need buffers, k and n multiples of "
+                          "8 and 16-byte aligned x and w",
+                          k, n);
+    if (plan->tiles < 1)
+        return KVCAL_OK;
+    if (plan->tiles > 65535)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "moe grouped GEMM: %d tiles exceed the launch grid; use a "
+                          "smaller --batch or --seq-len",
+                          plan->tiles);
+    const dim3 grid((n + GN - 1) / GN, plan->tiles);
+    moe_gemm_kernel<<<grid, G_WARPS * 32, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(x),
+        gather, reinterpret_cast<const __nv_bfloat16 *>(w), plan->sorted, plan->tile_expert,
+        k, n);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_gemm_kernel");
+    return KVCAL_OK;
+}
+
+// --- the combine ---------------------------------------------------------------------
+
+#define COMBINE_THREADS 256
+
+__global__ void __launch_bounds__(COMBINE_THREADS)
+    moe_combine_kernel(__nv_bfloat16 *__restrict__ out,          // (tokens, dim)
+                       const __nv_bfloat16 *__restrict__ y,      // (capacity, dim)
+                       const int32_t *__restrict__ slot_of,      // (tokens, top_k)
+                       const float *__restrict__ weights,        // (tokens, top_k)
+                       const int32_t *__restrict__ pos,          // (tokens)
+                       int top_k, int dim,
+                       const __nv_bfloat16 *__restrict__ shared, // (tokens, dim) or NULL
+                       const __nv_bfloat16 *__restrict__ x,      // (tokens, dim)
+                       const __nv_bfloat16 *__restrict__ gate_w) // (dim)
+{
+    __shared__ float red[COMBINE_THREADS / 32];
+    const int64_t t = blockIdx.x;
+    __nv_bfloat16 *o = out + t * dim;
+    if (pos && pos[t] < 0) {
+        for (int c = threadIdx.x; c < dim; c += blockDim.x)
+            o[c] = __float2bfloat16_rn(0.0f);
+        return;
+    }
+    float gate = 1.0f; /* no gate: the shared expert added as it is */
+    if (shared && gate_w) {
+        float d = 0.0f;
+        for (int c = threadIdx.x; c < dim; c += blockDim.x)
+            d += __bfloat162float(x[t * dim + c]) * __bfloat162float(gate_w[c]);
+        for (int s = 16; s > 0; s >>= 1)
+            d += __shfl_xor_sync(0xffffffffu, d, s);
+        if ((threadIdx.x & 31) == 0)
+            red[threadIdx.x >> 5] = d;
+        __syncthreads();
+        d = 0.0f;
+        for (int i = 0; i < COMBINE_THREADS / 32; i++)
+            d += red[i];
+        const float logit = __bfloat162float(__float2bfloat16_rn(d));
+        gate = __bfloat162float(__float2bfloat16_rn(1.0f / (1.0f + __expf(-logit))));
+    }
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            const int r = slot_of[t * top_k + j];
+            if (r >= 0)
+                acc += weights[t * top_k + j] * __bfloat162float(y[(int64_t)r * dim + c]);
+        }
+        if (shared) {
+            const float sh =
+                __bfloat162float(__float2bfloat16_rn(gate * __bfloat162float(shared[t * dim + c])));
+            acc = __bfloat162float(__float2bfloat16_rn(acc)) + sh;
+        }
+        o[c] = __float2bfloat16_rn(acc);
+    }
+}
+
+extern "C" kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
+                                                 const int32_t *slot_of, const float *weights,
+                                                 const int32_t *pos, int tokens, int top_k,
+                                                 int dim, const kvcal_bf16 *shared,
+                                                 const kvcal_bf16 *x,
+                                                 const kvcal_bf16 *shared_gate,
+                                                 cudaStream_t stream)
+{
+    if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 1 ||
+        (shared_gate && !x))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "moe combine: %d tokens, top-%d, dim %d: need buffers (and x "
+                          "with a shared expert's gate)",
+                          tokens, top_k, dim);
+    if (!tokens)
+        return KVCAL_OK;
+    moe_combine_kernel<<<tokens, COMBINE_THREADS, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(y),
+        slot_of, weights, pos, top_k, dim, reinterpret_cast<const __nv_bfloat16 *>(shared),
+        reinterpret_cast<const __nv_bfloat16 *>(x),
+        reinterpret_cast<const __nv_bfloat16 *>(shared_gate));
+    KVCAL_CUDA_CHECK_LAUNCH("moe_combine_kernel");
+    return KVCAL_OK;
+}
