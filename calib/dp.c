@@ -69,8 +69,41 @@ void kvcal_dp_stats_view(const kvcal_stats_t *shape, void *slab, kvcal_stats_t *
     }
     view->tokens = REBASE(shape->tokens);
 #undef REBASE
+    /* the routing counts lie outside the slab: a view leaves them out (they
+     * would alias shape's; reduce_expert_tokens sums them) */
+    view->num_experts = 0;
+    view->expert_tokens = NULL;
     view->batches = 0;
     view->batch_start_tokens = 0;
+}
+
+/* The routing counts of a mixture of experts, kept beside the slab:
+ * every rank's summed into rank 0's. */
+static kvcal_status reduce_expert_tokens(kvcal_dp_group *g, kvcal_stats_t *stats)
+{
+    if (!stats->num_experts)
+        return KVCAL_OK;
+    const size_t n = (size_t)stats->num_layers * (size_t)stats->num_experts;
+    size_t *bytes = malloc((size_t)g->size * sizeof *bytes);
+    int64_t *all = g->rank == 0 ? malloc(n * (size_t)g->size * sizeof *all) : NULL;
+    kvcal_status st = KVCAL_OK;
+    if (!bytes || (g->rank == 0 && !all)) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM,
+                        "data-parallel reduction: out of host memory for the experts' "
+                        "counts");
+        goto done;
+    }
+    for (int r = 0; r < g->size; r++)
+        bytes[r] = n * sizeof *all;
+    if ((st = g->ops->gather(g, stats->expert_tokens, bytes, all)) || g->rank != 0)
+        goto done;
+    for (int r = 1; r < g->size; r++)
+        for (size_t i = 0; i < n; i++)
+            stats->expert_tokens[i] += all[(size_t)r * n + i];
+done:
+    free(bytes);
+    free(all);
+    return st;
 }
 
 kvcal_status kvcal_dp_reduce_run(kvcal_dp_group *g, const kvcal_dp_part *part,
@@ -93,7 +126,7 @@ kvcal_status kvcal_dp_reduce_run(kvcal_dp_group *g, const kvcal_dp_part *part,
         bytes[r] =
             (size_t)kvcal_dp_layout(part->total_batches, 1, r, g->size).num_batches *
             per_batch;
-    if ((st = g->ops->reduce_stats(g, stats)) ||
+    if ((st = g->ops->reduce_stats(g, stats)) || (st = reduce_expert_tokens(g, stats)) ||
         (st = g->ops->gather(g, batch_absmax, bytes, all)) || g->rank != 0)
         goto done;
     /* the moving averages, batch after batch in the run's order */

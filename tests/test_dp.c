@@ -378,8 +378,8 @@ static void check_ranks_equal_one_process(const char *run, const char *tag)
 
 /* Scales (every format), statistics (the moving averages, histograms,
  * absmax) under mpirun -np 1, 2, 3 equal one process's byte for byte, on
- * stories260K (with more batches than ranks, and fewer) and a golden
- * model. */
+ * stories260K (with more batches than ranks, and fewer), a golden
+ * model and a golden mixture of experts. */
 static void calibrate_under_mpirun_equals_one_process_byte_for_byte(void)
 {
     check_ranks_equal_one_process(
@@ -397,6 +397,13 @@ static void calibrate_under_mpirun_equals_one_process_byte_for_byte(void)
              "--quiet",
              token_dataset(12, 24, 128));
     check_ranks_equal_one_process(run, "qwen3");
+    /* a mixture of experts: the tokens routed to each expert summed over
+     * the ranks (the statistics file holds them) */
+    snprintf(run, sizeof run,
+             "--model tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16 --dataset '%s' "
+             "--num-samples 8 --batch 2 --seq-len 24 --format all --quiet",
+             token_dataset(12, 24, 100));
+    check_ranks_equal_one_process(run, "qwen3-moe");
 }
 
 /* Two ranks run in an MPMD line: rank 0 `common`, rank 1 with its own
