@@ -89,8 +89,10 @@ NCCL ?= $(if $(wildcard $(NCCL_HOME)/include/nccl.h),1,0)
 NCCL_LIB ?= -lnccl
 ifeq ($(NCCL),1)
 override CFLAGS += -DKVCAL_WITH_NCCL -I$(NCCL_HOME)/include
-LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib64 \
-          -Wl,-rpath,$(NCCL_HOME)/lib $(NCCL_LIB)
+# (-Xlinker -rpath=DIR: the form both gcc and nvcc pass to the linker; nvcc
+# links the benchmarks written in CUDA)
+LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Xlinker -rpath=$(NCCL_HOME)/lib64 \
+          -Xlinker -rpath=$(NCCL_HOME)/lib $(NCCL_LIB)
 endif
 else
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o) $(BUILD)/kernels/nocuda.o
