@@ -157,13 +157,19 @@ static size_t round_up(size_t n)
 /* The slab order of the logical weights: the order the layer's weights
  * were laid out in before they were data, kept so the device layout (and
  * the alignment of each weight) does not move. */
-static const kvcal_weight slab_order[KVCAL_W_COUNT] = {
+static const kvcal_weight slab_order[] = {
     KVCAL_W_QKV,           KVCAL_W_QKV_BIAS,       KVCAL_W_O,
     KVCAL_W_O_BIAS,        KVCAL_W_GATE_UP,        KVCAL_W_DOWN,
     KVCAL_W_ATTN_NORM,     KVCAL_W_FFN_NORM,       KVCAL_W_Q_NORM,
     KVCAL_W_K_NORM,        KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
     KVCAL_W_EXPERT_DOWN,   KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
-    KVCAL_W_SHARED_GATE};
+    KVCAL_W_SHARED_GATE,   KVCAL_W_POST_ATTN_NORM, KVCAL_W_POST_FFN_NORM,
+    KVCAL_W_ROUTER_BIAS};
+/* every weight once: one left out would have no place on the device (its
+ * tensor NULL), and the zeros of a shorter list would lay out the first
+ * weight again */
+_Static_assert(sizeof slab_order / sizeof *slab_order == KVCAL_W_COUNT,
+               "slab_order names every kvcal_weight");
 
 static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d,
                          int mlp_fused)
