@@ -47,10 +47,13 @@
 /* Against each device's own baseline: the mean KL divergence of a mode
  * (nats) and its top-1 agreement (a fraction). bf16 logits and a bf16
  * baseline move both by about what an FP8 cache does on stories260K:
- * KLD within 5e-3 + 50%, top-1 within 3 points. */
+ * KLD within 5e-3 + 50%, top-1 within 6 points: on the random golden
+ * models, whose next-token distributions are nearly flat, the two
+ * baselines' first tokens swap often (on an H200 the two devices' top-1
+ * agreement differed by up to 3.9 points, qwen3_gqa_hd80 static-tensor). */
 #define KLD_ATOL 5e-3
 #define KLD_RTOL 0.5
-#define TOP1_ATOL 3e-2
+#define TOP1_ATOL 6e-2
 
 // --- helpers -------------------------------------------------------------------
 
@@ -200,7 +203,10 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
         "mixtral_e4_top2_swa16_bf16", "phi3_longrope_partial_swa16_bf16",
         "gemma3_text_swa8_local_global_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16",
         "gemma2_softcap_swa8_bf16", "qwen3_moe_dense_layers_e4_top2_bf16"};
-    const char *ids = kvcal_test_path("golden_ids.jsonl");
+    /* copies: kvcal_test_path's 8 slots turn over within the loop */
+    char ids[512], scales[512];
+    snprintf(ids, sizeof ids, "%s", kvcal_test_path("golden_ids.jsonl"));
+    snprintf(scales, sizeof scales, "%s", kvcal_test_path("golden_scales.json"));
     FILE *f = fopen(ids, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     for (int doc = 0; doc < 8; doc++) {
@@ -211,7 +217,6 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
     }
     fclose(f);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *scales = kvcal_test_path("golden_scales.json");
         char args[2048];
         snprintf(
             args, sizeof args,
