@@ -32,8 +32,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def hf_absmax(model_dir, samples, dtype, torch, tf):
     """Per-layer per-kv-head absmax of K (post k_norm + RoPE) and V."""
-    model = tf.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype,
-                                                    attn_implementation="sdpa").cuda()
+    # SDPA cannot soft-cap attention logits: transformers' sdpa path leaves
+    # Gemma 2's attn_logit_softcapping out, so such a model runs eager
+    cfg = tf.AutoConfig.from_pretrained(model_dir)
+    capped = getattr(getattr(cfg, "text_config", cfg), "attn_logit_softcapping", None)
+    model = tf.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, attn_implementation="eager" if capped else "sdpa").cuda()
     model.eval()
     k_abs, v_abs = [], []
 
@@ -44,11 +48,19 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             cos, sin = kwargs["position_embeddings"]
             shape = (*hs.shape[:-1], -1, module.head_dim)
-            k = module.k_proj(hs).view(shape)
+            if hasattr(module, "qkv_proj"):  # Phi-3: [q; k; v] in one projection
+                cfg = module.config
+                q_cols = cfg.num_attention_heads * module.head_dim
+                kv_cols = cfg.num_key_value_heads * module.head_dim
+                qkv = module.qkv_proj(hs)
+                k = qkv[..., q_cols:q_cols + kv_cols].reshape(shape)
+                v = qkv[..., q_cols + kv_cols:].reshape(shape)
+            else:
+                k = module.k_proj(hs).view(shape)
+                v = module.v_proj(hs).view(shape)
             if hasattr(module, "k_norm"):
                 k = module.k_norm(k)
             _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            v = module.v_proj(hs).view(shape)
             k_abs.append(k.abs().amax(dim=(0, 2, 3)).float().cpu())
             v_abs.append(v.abs().amax(dim=(0, 1, 3)).float().cpu())
         return hook
