@@ -1362,9 +1362,10 @@ static void token_nll_cuda(const op_row *r, int version, const void *p, op_ctx *
 
 // --- token_kld (with token_keep) ------------------------------------------------
 
-/* fp32 sums of p (log p - log q) against double (kernels/cuda/eval.h); the
- * top-1 agreement exactly; the kept rows bit for bit. */
-#define KLD_ATOL 1e-5
+/* fp32 sums of p (log p - log q) against double, with both logsumexps in
+ * fp32 (~1e-6 each at |lse| ~ 12: an offset of that order): 5e-5 + 1e-3
+ * relative; the top-1 agreement exactly; the kept rows bit for bit. */
+#define KLD_ATOL 5e-5
 #define KLD_RTOL 1e-3
 
 typedef struct token_kld_cpu {
