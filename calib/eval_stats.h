@@ -15,9 +15,10 @@
  *   ln_ratio +- t(0.975, W - 1) ln_ratio_se_window, else +- 1.96
  *   ln_ratio_se.
  * - within_noise: the interval holds 0. tokens_to_resolve: the tokens at
- *   which the interval's half width would equal |ln_ratio| if the mean and
- *   the spread stayed as measured, N (1.96 se / |ln_ratio|)^2 (NAN when
- *   ln_ratio is 0).
+ *   which the interval's half width h would equal |ln_ratio| if the mean,
+ *   the spread and the quantile stayed as measured, N (h / ln_ratio)^2
+ *   (NAN when ln_ratio is 0): more than N exactly when within noise (a
+ *   little conservative: more windows lower t).
  * - kld_mean +- kld_se (standard error of the mean), the median, 99th
  *   percentile and maximum of kld_t (percentiles interpolated between the
  *   sorted values at fraction x (N - 1), as llama-perplexity's); top1 the
