@@ -30,11 +30,11 @@
 
 typedef struct kvcal_eval_compare {
     int64_t tokens;
-    int windows;             /* windows with at least one token */
+    int windows;                /* windows with at least one token */
     double ln_ppl, ln_ppl_base; /* mean nll, mean nll_base */
     double ln_ratio, ln_ratio_se, ln_ratio_se_window; /* NAN below 2 tokens / windows */
-    double ci_lo, ci_hi;     /* 95% interval of ln_ratio */
-    int ci_from_windows;     /* 1: the interval is the windows' (t), 0: the tokens' */
+    double ci_lo, ci_hi;                              /* 95% interval of ln_ratio */
+    int ci_from_windows; /* 1: the interval is the windows' (t), 0: the tokens' */
     int within_noise;
     double tokens_to_resolve;
     double kld_mean, kld_se, kld_median, kld_p99, kld_max;

@@ -127,7 +127,7 @@ static void student_t975_matches_the_tables(void)
     static const struct {
         int df;
         double t;
-    } t[] = {{1, 12.7062}, {2, 4.3027}, {10, 2.2281}, {30, 2.0423},
+    } t[] = {{1, 12.7062}, {2, 4.3027},  {10, 2.2281},  {30, 2.0423},
              {40, 2.0211}, {60, 2.0003}, {120, 1.9799}, {1000, 1.9623}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         KVCAL_ASSERT_CLOSE(kvcal_student_t975(t[i].df), t[i].t, 1e-3, 0);
@@ -192,8 +192,8 @@ static void eval_launches_reject_bad_arguments_before_device_work(void)
     for (int i = 0; i < 6; i++)
         CU_ASSERT_EQUAL(head_bad[i], KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("token_kld"));
-    CU_ASSERT_EQUAL(kvcal_token_kld_launch(NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, NULL),
-                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_token_kld_launch(NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, NULL), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_token_nll_launch(NULL, NULL, NULL, 0, 8, NULL), KVCAL_OK);
     const kvcal_dtype f32 = KVCAL_DTYPE_F32;
     const kvcal_status sums_bad[7] = {
@@ -274,18 +274,19 @@ static void eval_reports_every_mode_against_the_baseline(void)
             const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
             if (vb) {
                 const cJSON *bm = NULL, *o;
-                cJSON_ArrayForEach(o, modes) if (!strcmp(
-                    cJSON_GetObjectItem(o, "mode")->valuestring,
-                    cJSON_GetObjectItem(vb, "mode")->valuestring)) bm = o;
+                cJSON_ArrayForEach(
+                    o, modes) if (!strcmp(cJSON_GetObjectItem(o, "mode")->valuestring,
+                                          cJSON_GetObjectItem(vb, "mode")->valuestring))
+                    bm = o;
                 CU_ASSERT_PTR_NOT_NULL_FATAL(bm);
                 CU_ASSERT(number(bm, "perplexity") <= number(m, "perplexity"));
                 CU_ASSERT_STRING_EQUAL(
                     cJSON_GetObjectItem(cJSON_GetObjectItem(bm, "vs_best"), "mode")
                         ->valuestring,
                     cJSON_GetObjectItem(bm, "mode")->valuestring);
-                KVCAL_ASSERT_CLOSE(number(vb, "ln_ppl_ratio"),
-                                   log(number(m, "perplexity") / number(bm, "perplexity")),
-                                   1e-6, 1e-4);
+                KVCAL_ASSERT_CLOSE(
+                    number(vb, "ln_ppl_ratio"),
+                    log(number(m, "perplexity") / number(bm, "perplexity")), 1e-6, 1e-4);
                 vs_best++;
             }
         }
@@ -391,9 +392,9 @@ static cJSON *large_k_eval(float factor)
 static double mode_layer(const cJSON *j, int mode, int layer, const char *key)
 {
     const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "modes"), mode);
-    return layer < 0 ? number(m, key)
-                     : number(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), layer),
-                              key);
+    return layer < 0
+               ? number(m, key)
+               : number(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), layer), key);
 }
 
 /* K x factor with scales calibrated on it: the scales grow with K, so the
