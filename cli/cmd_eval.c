@@ -263,8 +263,9 @@ static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
  * result, NULL when r is the baseline: its distributions are kept). */
 static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                              const kvcal_samples *s, const options *o,
-                             const kvcal_scales_t *scales, int mode, const mode_result *base,
-                             const unsigned char *layers, mode_result *r)
+                             const kvcal_scales_t *scales, int mode,
+                             const mode_result *base, const unsigned char *layers,
+                             mode_result *r)
 {
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     const kvcal_exec_samples run = {.ids = s->ids,
@@ -513,7 +514,8 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
                    mode_names[res[r->best].mode]);
         printf("  %-14s %+.2f%% [%+.2f, %+.2f]  %s ~%s tokens\n", mode_names[r->mode],
                pct(c->ln_ratio), pct(c->ci_lo), pct(c->ci_hi),
-               c->within_noise ? "within noise: would resolve at" : "beyond noise: resolved at",
+               c->within_noise ? "within noise: would resolve at"
+                               : "beyond noise: resolved at",
                tokens_text(tk, sizeof tk, c->tokens_to_resolve));
     }
     printf("\n%-14s %11s %11s %9s %9s\n", "mode", "min K SQNR", "min V SQNR", "max clip",
@@ -526,23 +528,24 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
         printf("%-14s %8.1f dB %8.1f dB %9.2e %9.2e\n", mode_names[res[i].mode], ks, vs,
                clip, err);
     }
-    printf("\n(%lld predicted tokens in %d windows, paired with the baseline's: change =\n"
-           "PPL / PPL_base - 1 with its 95%% interval over windows (Student's t); within\n"
-           "noise when the interval holds 0, and the tokens at which it would not if the\n"
-           "mean and spread stayed; KLD = KL(baseline || mode) of the next-token\n"
-           "distributions, nats, mean and 99th percentile over tokens; top-1 = tokens\n"
-           "where both put the same token first. SQNR = 10 log10(sum x^2 / sum (x -\n"
-           "dequant(quant(x)))^2); clip = fraction of values saturated past e4m3's\n"
-           "rounding to 448 (|x| / scale > 464); att = |attention(q, K', V') -\n"
-           "attention(q, K, V)| / |attention(q, K, V)|, with q, K and V of the mode's own\n"
-           "forward pass)\n",
-           nres > 1 ? (long long)res[1].cmp.tokens : 0LL, nres > 1 ? res[1].cmp.windows : 0);
+    printf(
+        "\n(%lld predicted tokens in %d windows, paired with the baseline's: change =\n"
+        "PPL / PPL_base - 1 with its 95%% interval over windows (Student's t); within\n"
+        "noise when the interval holds 0, and the tokens at which it would not if the\n"
+        "mean and spread stayed; KLD = KL(baseline || mode) of the next-token\n"
+        "distributions, nats, mean and 99th percentile over tokens; top-1 = tokens\n"
+        "where both put the same token first. SQNR = 10 log10(sum x^2 / sum (x -\n"
+        "dequant(quant(x)))^2); clip = fraction of values saturated past e4m3's\n"
+        "rounding to 448 (|x| / scale > 464); att = |attention(q, K', V') -\n"
+        "attention(q, K, V)| / |attention(q, K, V)|, with q, K and V of the mode's own\n"
+        "forward pass)\n",
+        nres > 1 ? (long long)res[1].cmp.tokens : 0LL, nres > 1 ? res[1].cmp.windows : 0);
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
         const mode_result *r = &res[i];
-        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s", mode_names[r->mode], "layer",
-               "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
+        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s", mode_names[r->mode],
+               "layer", "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
         printf(r->kld_alone ? " %11s %13s\n" : "\n", "KLD alone", "change alone");
         for (int l = 0; l < d->num_layers; l++) {
             const layer_sums *sl = &r->sums[l];
@@ -607,9 +610,11 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             cJSON *ci = cJSON_AddArrayToObject(m, "perplexity_change_rel_ci95");
             cJSON_AddItemToArray(ci, json_number(expm1(c->ci_lo)));
             cJSON_AddItemToArray(ci, json_number(expm1(c->ci_hi)));
-            cJSON_AddStringToObject(m, "ci_over", c->ci_from_windows ? "windows" : "tokens");
+            cJSON_AddStringToObject(m, "ci_over",
+                                    c->ci_from_windows ? "windows" : "tokens");
             cJSON_AddBoolToObject(m, "within_noise", c->within_noise);
-            cJSON_AddItemToObject(m, "tokens_to_resolve", json_number(c->tokens_to_resolve));
+            cJSON_AddItemToObject(m, "tokens_to_resolve",
+                                  json_number(c->tokens_to_resolve));
             cJSON_AddItemToObject(m, "kld_mean", json_number(c->kld_mean));
             cJSON_AddItemToObject(m, "kld_mean_se", json_number(c->kld_se));
             cJSON_AddItemToObject(m, "kld_median", json_number(c->kld_median));
@@ -639,8 +644,8 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             if (w >= 0) {
                 cJSON *cl = cJSON_AddObjectToObject(m, "costliest_layer");
                 cJSON_AddNumberToObject(cl, "layer", w);
-                cJSON_AddStringToObject(cl, "by",
-                                        res[i].kld_alone ? "kld_alone" : "attention_rel_error");
+                cJSON_AddStringToObject(
+                    cl, "by", res[i].kld_alone ? "kld_alone" : "attention_rel_error");
                 cJSON_AddItemToObject(cl, "value", json_number(v));
                 cJSON_AddStringToObject(cl, "weaker", weaker_side(&res[i].sums[w]));
             }
@@ -656,7 +661,8 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
                 cJSON_AddItemToObject(o_l, "attention_rel_error",
                                       json_number(att_err(sl)));
                 if (res[i].kld_alone) {
-                    cJSON_AddItemToObject(o_l, "kld_alone", json_number(res[i].kld_alone[l]));
+                    cJSON_AddItemToObject(o_l, "kld_alone",
+                                          json_number(res[i].kld_alone[l]));
                     cJSON_AddItemToObject(o_l, "perplexity_change_rel_alone",
                                           json_number(res[i].change_alone[l]));
                 }
@@ -787,7 +793,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             continue;
         if ((st = run_mode(x, d, samples, &o, scales, m, nres ? &res[0] : NULL, NULL,
                            &res[nres])) ||
-            (nres && o.attribute && (st = attribute(x, d, samples, &o, scales, res, nres))))
+            (nres && o.attribute &&
+             (st = attribute(x, d, samples, &o, scales, res, nres))))
             goto fail;
         nres++;
     }

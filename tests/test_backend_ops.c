@@ -1431,7 +1431,8 @@ static void token_kld_cuda(const op_row *r, int version, const void *p, op_ctx *
     CU_ASSERT_EQUAL(cudaMemset(d_ref, 0, (size_t)n * sizeof *d_ref), cudaSuccess);
     CU_ASSERT_EQUAL(cudaMemset(d_kld, 0xff, (size_t)r->rows * sizeof *d_kld),
                     cudaSuccess);
-    ROW_OK(kvcal_token_keep_launch(d_ref, d_lse, d_base, d_keep, r->rows, r->vocab, NULL));
+    ROW_OK(
+        kvcal_token_keep_launch(d_ref, d_lse, d_base, d_keep, r->rows, r->vocab, NULL));
     ROW_OK(kvcal_token_kld_launch(d_kld, d_top, d_run, d_ref, d_lse, d_keep, r->rows,
                                   r->vocab, NULL));
     dev_download(lse, d_lse, (size_t)r->rows * sizeof *lse);

@@ -483,8 +483,8 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
                                               KVCAL_KV_SIM_FIRST_BATCH};
     static float nll[2][3][TOK], kld[2][2][TOK], top[2][2][TOK];
     kvcal_eval_layer_sums *sums[2][2];
-    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
-                                  .seq_len = LEN, .batch = BATCH};
+    const kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = N, .seq_len = LEN, .batch = BATCH};
     const int64_t count = kvcal_exec_predicted_tokens(&s);
     CU_ASSERT_EQUAL_FATAL(count, N * (LEN - 1) - N * (N - 1) / 2);
     for (int c = 0; c < 2; c++) {
@@ -546,8 +546,8 @@ static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
     o.backend.max_seq_len = LEN;
     kvcal_exec_t *x = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
-    kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
-                            .seq_len = LEN, .batch = N};
+    kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = N, .seq_len = LEN, .batch = N};
     const kvcal_kv_sim_config dyn = {KVCAL_KV_SIM_DYNAMIC, NULL, NULL, NULL};
     const kvcal_kv_sim_config exact = {KVCAL_KV_SIM_EXACT, NULL, NULL, NULL};
     const kvcal_eval_tokens cmp = {nll, 0, kld, top}, keep = {nll, 1, NULL, NULL};
