@@ -574,6 +574,31 @@ static cJSON *json_number(double v)
     return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
 }
 
+/* Per window (sample with a token to predict), the sums of the per-token
+ * NLL (and KLD against the baseline) and the token count: what pairs runs
+ * over the same samples (other scales files) window by window, as the
+ * intervals here pair modes. */
+static void add_window_sums(cJSON *m, const mode_result *r, const kvcal_samples *s)
+{
+    cJSON *w = cJSON_AddObjectToObject(m, "windows");
+    cJSON *tokens = cJSON_AddArrayToObject(w, "tokens");
+    cJSON *nll = cJSON_AddArrayToObject(w, "nll_sum");
+    cJSON *kld = r->kld ? cJSON_AddArrayToObject(w, "kld_sum") : NULL;
+    int64_t i = 0;
+    for (int k = 0; k < s->num_samples; k++) {
+        const int64_t n = s->lengths[k] > 1 ? s->lengths[k] - 1 : 0;
+        double a = 0.0, b = 0.0;
+        for (int64_t j = 0; j < n; j++, i++)
+            a += r->nll[i], b += r->kld ? r->kld[i] : 0.0;
+        if (!n)
+            continue;
+        cJSON_AddItemToArray(tokens, cJSON_CreateNumber((double)n));
+        cJSON_AddItemToArray(nll, json_number(a));
+        if (kld)
+            cJSON_AddItemToArray(kld, json_number(b));
+    }
+}
+
 /* The report as JSON (caller deletes; NULL when out of memory). */
 static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_desc *d,
                           const kvcal_samples *s, const options *o)
@@ -601,6 +626,7 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
                               json_number(res[i].ppl - res[0].ppl));
         cJSON_AddItemToObject(m, "perplexity_change_rel",
                               json_number((res[i].ppl - res[0].ppl) / res[0].ppl));
+        add_window_sums(m, &res[i], s);
         if (res[i].sums) {
             const kvcal_eval_compare *c = &res[i].cmp;
             cJSON_AddItemToObject(m, "ln_ppl_ratio", json_number(c->ln_ratio));

@@ -250,6 +250,17 @@ static void eval_reports_every_mode_against_the_baseline(void)
         CU_ASSERT(isfinite(ppl) && fabs(ppl - base) < 0.1 * base);
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
         CU_ASSERT_EQUAL(cJSON_GetArraySize(layers), i == 0 ? 0 : 5);
+        /* the window sums add up to the perplexity and the mean KLD */
+        const cJSON *w = cJSON_GetObjectItem(m, "windows"), *x;
+        double tokens = 0.0, nll = 0.0, kld_sum = 0.0;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(w, "tokens")) tokens += x->valuedouble;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(w, "nll_sum")) nll += x->valuedouble;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(w, "kld_sum")) kld_sum += x->valuedouble;
+        CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(w, "tokens")), 4);
+        CU_ASSERT_EQUAL(tokens, 4 * 63);
+        KVCAL_ASSERT_CLOSE(exp(nll / tokens), number(m, "perplexity"), 0.0, 1e-9);
+        if (i > 0)
+            KVCAL_ASSERT_CLOSE(kld_sum / tokens, number(m, "kld_mean"), 1e-12, 1e-9);
         if (i > 0) {
             /* against the baseline on the same tokens: the distributions
              * moved a little, the interval holds the change, the verdict
