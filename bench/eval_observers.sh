@@ -70,4 +70,46 @@ for obs, path in runs:
               f"[{100 * lo:+.2f}, {100 * hi:+.2f}] | {m['kld_mean']:.5f} ± {1.96 * m['kld_mean_se']:.5f} "
               f"| {m['kld_p99']:.4f} | {100 * m['top1_agreement']:.2f}% | {verdict} "
               f"| {cl.get('layer', '-')} ({cl.get('weaker', '-')}) |")
+
+# paired over the windows (the same samples in every run): each observer's
+# static modes against the first observer's, and against dynamic scales
+T975 = [12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+        2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+        2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423]
+def t975(df):
+    if df <= 30:
+        return T975[df - 1]
+    z = 1.959963984540054
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df * df)
+def paired(a, b, key):
+    n = a["windows"]["tokens"]
+    d = [x - y for x, y in zip(a["windows"][key], b["windows"][key])]
+    N, W = sum(n), len(n)
+    mean = sum(d) / N
+    se = math.sqrt(sum((dw - nw * mean) ** 2 for dw, nw in zip(d, n)) * W / (W - 1)) / N
+    return mean, t975(W - 1) * se
+def modes(path):
+    return {m["mode"]: m for m in json.load(open(path))["modes"]}
+ref_obs, ref = runs[0][0], modes(runs[0][1])
+dyn = modes(runs[-1][1]).get("dynamic")
+print(f"\nPaired over the windows: KLD mean and ln(PPL) of each file against "
+      f"{ref_obs}'s same mode{' and against dynamic scales' if dyn else ''} "
+      f"(difference [95% interval]; within noise when it holds 0)\n")
+print("| observer | mode | KLD - " + ref_obs + " | ln PPL - " + ref_obs +
+      (" | KLD - dynamic | ln PPL - dynamic |" if dyn else " |"))
+print("|---|---|---|---|" + ("---|---|" if dyn else ""))
+def cell(mean, half, scale=1.0, digits=5):
+    tag = "" if abs(mean) > half else " (noise)"
+    return f"{scale * mean:+.{digits}f} [{scale * (mean - half):+.{digits}f}, {scale * (mean + half):+.{digits}f}]{tag}"
+for obs, path in runs[:-1]:
+    ms = modes(path)
+    for name in ("static-tensor", "static-head"):
+        m = ms[name]
+        row = f"| {obs} | {name} | "
+        row += cell(*paired(m, ref[name], "kld_sum")) + " | "
+        row += cell(*paired(m, ref[name], "nll_sum"), digits=4) + " |"
+        if dyn:
+            row += " " + cell(*paired(m, dyn, "kld_sum")) + " | "
+            row += cell(*paired(m, dyn, "nll_sum"), digits=4) + " |"
+        print(row)
 EOF

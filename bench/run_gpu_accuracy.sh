@@ -17,7 +17,8 @@
 # usage: bench/run_gpu_accuracy.sh OUTDIR [BUILD]     (BUILD defaults to build)
 # Environment: KVCAL_GGUF (SmolLM2-135M-Instruct.Q4_1.gguf, converted with
 # tests/smollm2_to_hf.py; or KVCAL_SMOLLM2, a converted checkpoint folder),
-# KVCAL_WIKITEXT and KVCAL_TINYSTORIES (the corpora; default ../shared/corpora/),
+# KVCAL_WIKITEXT and KVCAL_TINYSTORIES (the corpora; default ../shared/corpora/
+# or build/corpora/),
 # KVCAL_STEPS (default "tests smollm2 smollm2_k100 stories": a subset runs a
 # part), KVCAL_LIBS as for the other GPU scripts.
 set -uo pipefail
@@ -30,8 +31,15 @@ cd "$(dirname "$0")/.."
 . bench/gpu_env.sh
 
 steps=${KVCAL_STEPS:-tests smollm2 smollm2_k100 stories}
-wikitext=${KVCAL_WIKITEXT:-../shared/corpora/wikitext2_raw_test_hfjoin.txt}
-tinystories=${KVCAL_TINYSTORIES:-../shared/corpora/tinystories_val.txt}
+# the corpora: given, else ../shared/corpora, else build/corpora (a copy
+# carried to the host); stories260K falls back on the bundled default text
+corpus() {
+    for f in "$@"; do [ -f "$f" ] && { echo "$f"; return; }; done
+}
+wikitext=$(corpus "${KVCAL_WIKITEXT:-}" ../shared/corpora/wikitext2_raw_test_hfjoin.txt \
+    build/corpora/wikitext2_raw_test_hfjoin.txt)
+tinystories=$(corpus "${KVCAL_TINYSTORIES:-}" ../shared/corpora/tinystories_val.txt \
+    build/corpora/tinystories_val.txt datasets/default_calibration.txt)
 export KVCAL=$build/kvcal
 rc=0
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -51,6 +59,10 @@ if { has smollm2 || has smollm2_k100; } && [ -z "$smollm2" ]; then
         python3 -c "import sys; sys.path.insert(0, 'tests'); from smollm2_to_hf import gguf_to_hf; gguf_to_hf(sys.argv[1], sys.argv[2])" \
             "$KVCAL_GGUF" "$smollm2" > "$out/convert.log" 2>&1 || { rc=1; smollm2=; }
     fi
+fi
+if { has smollm2 || has smollm2_k100; } && [ -z "$wikitext" ]; then
+    echo "smollm2: SKIPPED: no WikiText-2 (set KVCAL_WIKITEXT)"
+    smollm2=
 fi
 if has smollm2 && [ -n "$smollm2" ]; then
     SAMPLES=64 SEQ_LEN=1024 bench/eval_observers.sh "$smollm2" "$wikitext" \

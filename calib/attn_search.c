@@ -16,11 +16,11 @@
 
 typedef struct {
     const kvcal_model_desc *d;
-    float *cand;  /* (layers, 2, kv_heads, C) candidate thresholds */
-    double *err;  /* (layers, 2, kv_heads, C) summed squared errors */
-    float *kv;    /* (T, kv_heads, head_dim) K or V rounded */
-    float *att0;  /* (T, heads, head_dim) on the exact K and V */
-    float *att;   /* (T, heads, head_dim) */
+    float *cand; /* (layers, 2, kv_heads, C) candidate thresholds */
+    double *err; /* (layers, 2, kv_heads, C) summed squared errors */
+    float *kv;   /* (T, kv_heads, head_dim) K or V rounded */
+    float *att0; /* (T, heads, head_dim) on the exact K and V */
+    float *att;  /* (T, heads, head_dim) */
 } search;
 
 /* x (n, kv_heads, head_dim) through e4m3 under head h's threshold t[h]. */
@@ -32,7 +32,8 @@ static void round_trip(float *out, const float *x, int64_t n, int heads, int hd,
         for (int64_t i = 0; i < n; i++)
             for (int c = 0; c < hd; c++) {
                 const int64_t j = (i * heads + h) * hd + c;
-                out[j] = kvcal_fp8_e4m3_to_float(kvcal_fp8_e4m3_from_float(x[j] * inv)) * s;
+                out[j] =
+                    kvcal_fp8_e4m3_to_float(kvcal_fp8_e4m3_from_float(x[j] * inv)) * s;
             }
     }
 }
@@ -49,7 +50,8 @@ static kvcal_status score(void *ctx, int l, const kvcal_rows *rows, const float 
     for (int b = 0; b < rows->batch; b++) {
         const int T = rows->lengths[b];
         const int64_t r0 = rows->start[b];
-        const float *qb = q + r0 * H * hd, *kb = k + r0 * HKV * hd, *vb = v + r0 * HKV * hd;
+        const float *qb = q + r0 * H * hd, *kb = k + r0 * HKV * hd,
+                    *vb = v + r0 * HKV * hd;
         kvcal_attention_ref(sr->att0, qb, kb, vb, T, H, HKV, hd, scale);
         for (int kv = 0; kv < 2; kv++)
             for (int c = 0; c < C; c++) {
@@ -102,24 +104,29 @@ kvcal_status kvcal_attn_search(kvcal_exec_t *x, const kvcal_model_desc *d,
                                const kvcal_stats_t *stats, const kvcal_exec_samples *s,
                                int samples, kvcal_attn_search_result *r)
 {
-    const int L = d->num_layers, HKV = d->num_kv_heads, H = d->num_heads, hd = d->head_dim;
+    const int L = d->num_layers, HKV = d->num_kv_heads, H = d->num_heads,
+              hd = d->head_dim;
     if (HKV > 1024)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "attention observer: %d kv heads, more than the 1024 it takes",
                           HKV);
     const size_t n = (size_t)L * 2 * HKV, T = (size_t)s->seq_len;
-    search sr = {d, malloc(n * C * sizeof(float)), calloc(n * C, sizeof(double)),
-                 malloc(T * HKV * hd * sizeof(float)), malloc(T * H * hd * sizeof(float)),
+    search sr = {d,
+                 malloc(n * C * sizeof(float)),
+                 calloc(n * C, sizeof(double)),
+                 malloc(T * HKV * hd * sizeof(float)),
+                 malloc(T * H * hd * sizeof(float)),
                  malloc(T * H * hd * sizeof(float))};
-    kvcal_status st = sr.cand && sr.err && sr.kv && sr.att0 && sr.att
-                          ? candidates(stats, sr.cand)
-                          : kvcal_fail(KVCAL_ERR_NOMEM, "attention observer: out of memory");
+    kvcal_status st =
+        sr.cand && sr.err && sr.kv && sr.att0 && sr.att
+            ? candidates(stats, sr.cand)
+            : kvcal_fail(KVCAL_ERR_NOMEM, "attention observer: out of memory");
     if (samples > s->num_samples)
         samples = s->num_samples;
     for (int b0 = 0; !st && b0 < samples; b0 += s->batch) {
         const int nb = samples - b0 < s->batch ? samples - b0 : s->batch;
-        const kvcal_batch b = {s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0, NULL, nb,
-                               s->seq_len};
+        const kvcal_batch b = {s->ids + (int64_t)b0 * s->seq_len, s->lengths + b0, NULL,
+                               nb, s->seq_len};
         st = kvcal_exec_forward(x, &b, score, &sr, NULL);
     }
     for (size_t i = 0; !st && i < n; i++) {

@@ -131,8 +131,8 @@ typedef struct {
     /* the baseline's distributions (head_reference) */
     void *ref_slab;
     size_t ref_bytes;
-    kvcal_bf16 *ref;           /* (ref_rows, V) */
-    float *ref_lse;            /* (ref_rows) */
+    kvcal_bf16 *ref; /* (ref_rows, V) */
+    float *ref_lse;  /* (ref_rows) */
     /* the simulated cache (sim_prepare) */
     void *sim_slab;
     size_t sim_bytes;
@@ -751,8 +751,11 @@ static kvcal_status head_prepare(kvcal_backend *be)
                             d->tied_embeddings ? 0
                                                : (size_t)r->V * r->D * sizeof(kvcal_bf16),
                             (size_t)r->chunk * r->V * sizeof(kvcal_bf16),
-                            N * sizeof(int32_t), N * sizeof(float),
-                            N * sizeof(int64_t), N * sizeof(float), N * sizeof(float)};
+                            N * sizeof(int32_t),
+                            N * sizeof(float),
+                            N * sizeof(int64_t),
+                            N * sizeof(float),
+                            N * sizeof(float)};
     void *buf[8];
     TRY(alloc_buffers(r, &r->head_slab, &r->head_bytes, buf, bytes, 8,
                       "the final norm, the classifier and "

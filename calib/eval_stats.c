@@ -86,12 +86,11 @@ void kvcal_eval_compare_tokens(kvcal_eval_compare *c, const float *nll,
     c->ln_ratio_se_window = W > 1 ? sqrt(v * W / (W - 1.0)) / (double)n : NAN;
     c->ci_from_windows = W > 1;
     const double se = W > 1 ? c->ln_ratio_se_window : c->ln_ratio_se;
-    const double half = W > 1 ? kvcal_student_t975(W - 1) * se : Z975 * se;
+    const double q = W > 1 ? kvcal_student_t975(W - 1) : Z975, half = q * se;
     c->ci_lo = c->ln_ratio - half, c->ci_hi = c->ln_ratio + half;
     c->within_noise = !(c->ci_lo > 0.0 || c->ci_hi < 0.0);
     c->tokens_to_resolve = c->ln_ratio != 0.0 && isfinite(se)
-                               ? (double)n * (Z975 * se / c->ln_ratio) *
-                                     (Z975 * se / c->ln_ratio)
+                               ? (double)n * (half / c->ln_ratio) * (half / c->ln_ratio)
                                : NAN;
     mean_se(kld, n, &c->kld_mean, &c->kld_se);
     memcpy(scratch, kld, (size_t)n * sizeof *scratch);

@@ -15,9 +15,10 @@
  *   ln_ratio +- t(0.975, W - 1) ln_ratio_se_window, else +- 1.96
  *   ln_ratio_se.
  * - within_noise: the interval holds 0. tokens_to_resolve: the tokens at
- *   which the interval's half width would equal |ln_ratio| if the mean and
- *   the spread stayed as measured, N (1.96 se / |ln_ratio|)^2 (NAN when
- *   ln_ratio is 0).
+ *   which the interval's half width h would equal |ln_ratio| if the mean,
+ *   the spread and the quantile stayed as measured, N (h / ln_ratio)^2
+ *   (NAN when ln_ratio is 0): more than N exactly when within noise (a
+ *   little conservative: more windows lower t).
  * - kld_mean +- kld_se (standard error of the mean), the median, 99th
  *   percentile and maximum of kld_t (percentiles interpolated between the
  *   sorted values at fraction x (N - 1), as llama-perplexity's); top1 the
@@ -29,11 +30,11 @@
 
 typedef struct kvcal_eval_compare {
     int64_t tokens;
-    int windows;             /* windows with at least one token */
+    int windows;                /* windows with at least one token */
     double ln_ppl, ln_ppl_base; /* mean nll, mean nll_base */
     double ln_ratio, ln_ratio_se, ln_ratio_se_window; /* NAN below 2 tokens / windows */
-    double ci_lo, ci_hi;     /* 95% interval of ln_ratio */
-    int ci_from_windows;     /* 1: the interval is the windows' (t), 0: the tokens' */
+    double ci_lo, ci_hi;                              /* 95% interval of ln_ratio */
+    int ci_from_windows; /* 1: the interval is the windows' (t), 0: the tokens' */
     int within_noise;
     double tokens_to_resolve;
     double kld_mean, kld_se, kld_median, kld_p99, kld_max;

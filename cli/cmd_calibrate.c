@@ -389,8 +389,9 @@ static kvcal_status attention_thresholds(kvcal_model_t *model, const kvcal_sampl
     xo.backend.max_batch = batch;
     xo.backend.max_seq_len = s->seq_len;
     *out = malloc((size_t)d->num_layers * 2 * d->num_kv_heads * sizeof **out);
-    kvcal_status st = *out ? kvcal_exec_create(model, &xo, &x)
-                           : kvcal_fail(KVCAL_ERR_NOMEM, "attention observer: out of memory");
+    kvcal_status st =
+        *out ? kvcal_exec_create(model, &xo, &x)
+             : kvcal_fail(KVCAL_ERR_NOMEM, "attention observer: out of memory");
     const kvcal_exec_samples run = {.ids = s->ids,
                                     .lengths = s->lengths,
                                     .num_samples = s->num_samples,

@@ -376,8 +376,9 @@ static kvcal_status gather_tokens(kvcal_cmd_ranks *ranks, const size_t *each, fl
  * and rank 0 gets the whole run's tokens and sums. */
 static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                              const kvcal_samples *s, const options *o,
-                             const kvcal_scales_t *scales, int mode, const mode_result *base,
-                             const unsigned char *layers, mode_result *r)
+                             const kvcal_scales_t *scales, int mode,
+                             const mode_result *base, const unsigned char *layers,
+                             mode_result *r)
 {
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     kvcal_cmd_ranks *ranks = o->ranks;
@@ -688,7 +689,8 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
                    mode_name(res[r->best].mode));
         printf("  %-19s %+.2f%% [%+.2f, %+.2f]  %s ~%s tokens\n", mode_name(r->mode),
                pct(c->ln_ratio), pct(c->ci_lo), pct(c->ci_hi),
-               c->within_noise ? "within noise: would resolve at" : "beyond noise: resolved at",
+               c->within_noise ? "within noise: would resolve at"
+                               : "beyond noise: resolved at",
                tokens_text(tk, sizeof tk, c->tokens_to_resolve));
     }
     printf("\n%-19s %9s  %11s %11s %9s %9s\n", "mode", "KV B/tok", "min K SQNR", "min V SQNR",
@@ -765,6 +767,31 @@ static cJSON *json_number(double v)
     return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
 }
 
+/* Per window (sample with a token to predict), the sums of the per-token
+ * NLL (and KLD against the baseline) and the token count: what pairs runs
+ * over the same samples (other scales files) window by window, as the
+ * intervals here pair modes. */
+static void add_window_sums(cJSON *m, const mode_result *r, const kvcal_samples *s)
+{
+    cJSON *w = cJSON_AddObjectToObject(m, "windows");
+    cJSON *tokens = cJSON_AddArrayToObject(w, "tokens");
+    cJSON *nll = cJSON_AddArrayToObject(w, "nll_sum");
+    cJSON *kld = r->kld ? cJSON_AddArrayToObject(w, "kld_sum") : NULL;
+    int64_t i = 0;
+    for (int k = 0; k < s->num_samples; k++) {
+        const int64_t n = s->lengths[k] > 1 ? s->lengths[k] - 1 : 0;
+        double a = 0.0, b = 0.0;
+        for (int64_t j = 0; j < n; j++, i++)
+            a += r->nll[i], b += r->kld ? r->kld[i] : 0.0;
+        if (!n)
+            continue;
+        cJSON_AddItemToArray(tokens, cJSON_CreateNumber((double)n));
+        cJSON_AddItemToArray(nll, json_number(a));
+        if (kld)
+            cJSON_AddItemToArray(kld, json_number(b));
+    }
+}
+
 /* The report as JSON (caller deletes; NULL when out of memory). */
 static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_desc *d,
                           const kvcal_samples *s, const options *o)
@@ -793,6 +820,7 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
                               json_number(res[i].ppl - res[0].ppl));
         cJSON_AddItemToObject(m, "perplexity_change_rel",
                               json_number((res[i].ppl - res[0].ppl) / res[0].ppl));
+        add_window_sums(m, &res[i], s);
         if (res[i].sums) {
             const kvcal_eval_compare *c = &res[i].cmp;
             cJSON_AddItemToObject(m, "ln_ppl_ratio", json_number(c->ln_ratio));
@@ -802,9 +830,11 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             cJSON *ci = cJSON_AddArrayToObject(m, "perplexity_change_rel_ci95");
             cJSON_AddItemToArray(ci, json_number(expm1(c->ci_lo)));
             cJSON_AddItemToArray(ci, json_number(expm1(c->ci_hi)));
-            cJSON_AddStringToObject(m, "ci_over", c->ci_from_windows ? "windows" : "tokens");
+            cJSON_AddStringToObject(m, "ci_over",
+                                    c->ci_from_windows ? "windows" : "tokens");
             cJSON_AddBoolToObject(m, "within_noise", c->within_noise);
-            cJSON_AddItemToObject(m, "tokens_to_resolve", json_number(c->tokens_to_resolve));
+            cJSON_AddItemToObject(m, "tokens_to_resolve",
+                                  json_number(c->tokens_to_resolve));
             cJSON_AddItemToObject(m, "kld_mean", json_number(c->kld_mean));
             cJSON_AddItemToObject(m, "kld_mean_se", json_number(c->kld_se));
             cJSON_AddItemToObject(m, "kld_median", json_number(c->kld_median));
@@ -834,8 +864,8 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             if (w >= 0) {
                 cJSON *cl = cJSON_AddObjectToObject(m, "costliest_layer");
                 cJSON_AddNumberToObject(cl, "layer", w);
-                cJSON_AddStringToObject(cl, "by",
-                                        res[i].kld_alone ? "kld_alone" : "attention_rel_error");
+                cJSON_AddStringToObject(
+                    cl, "by", res[i].kld_alone ? "kld_alone" : "attention_rel_error");
                 cJSON_AddItemToObject(cl, "value", json_number(v));
                 cJSON_AddStringToObject(cl, "weaker", weaker_side(&res[i].sums[w]));
             }
@@ -851,7 +881,8 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
                 cJSON_AddItemToObject(o_l, "attention_rel_error",
                                       json_number(att_err(sl)));
                 if (res[i].kld_alone) {
-                    cJSON_AddItemToObject(o_l, "kld_alone", json_number(res[i].kld_alone[l]));
+                    cJSON_AddItemToObject(o_l, "kld_alone",
+                                          json_number(res[i].kld_alone[l]));
                     cJSON_AddItemToObject(o_l, "perplexity_change_rel_alone",
                                           json_number(res[i].change_alone[l]));
                 }
@@ -1029,7 +1060,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             continue;
         if ((st = run_mode(x, d, samples, &o, scales, m, nres ? &res[0] : NULL, NULL,
                            &res[nres])) ||
-            (nres && o.attribute && (st = attribute(x, d, samples, &o, scales, res, nres))))
+            (nres && o.attribute &&
+             (st = attribute(x, d, samples, &o, scales, res, nres))))
             goto fail;
         nres++;
     }

@@ -24,7 +24,8 @@ static void attn_search_picks_a_candidate_no_worse_than_minmax(void)
     kvcal_exec_options o;
     memset(&o, 0, sizeof o);
     kvcal_stats_t *stats = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, N, LEN, BATCH, &stats, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, N, LEN, BATCH, &stats, NULL),
+                          KVCAL_OK);
     /* the pattern of samples kvcal_test_calibrate ran, through a fresh executor */
     int32_t ids[N * LEN], lengths[N];
     for (int i = 0; i < N * LEN; i++)
@@ -40,8 +41,8 @@ static void attn_search_picks_a_candidate_no_worse_than_minmax(void)
     int *chosen = calloc(n, sizeof *chosen);
     double *rel = calloc(n, sizeof *rel);
     CU_ASSERT_FATAL(t && chosen && rel);
-    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
-                                  .seq_len = LEN, .batch = BATCH};
+    const kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = N, .seq_len = LEN, .batch = BATCH};
     kvcal_attn_search_result r = {t, chosen, rel};
     CU_ASSERT_EQUAL_FATAL(kvcal_attn_search(x, d, stats, &s, 4, &r), KVCAL_OK);
     /* the candidates, in the documented order */
@@ -57,7 +58,8 @@ static void attn_search_picks_a_candidate_no_worse_than_minmax(void)
                 else if (chosen[i] == 6)
                     c.kind = KVCAL_OBSERVER_MSE;
                 float want = -1.0f;
-                CU_ASSERT_EQUAL(kvcal_stats_threshold(stats, &c, l, kv, h, &want), KVCAL_OK);
+                CU_ASSERT_EQUAL(kvcal_stats_threshold(stats, &c, l, kv, h, &want),
+                                KVCAL_OK);
                 CU_ASSERT_EQUAL(t[i], want);
                 CU_ASSERT(chosen[i] >= 0 && chosen[i] < KVCAL_ATTN_CANDIDATES);
                 CU_ASSERT(rel[i] <= 1.0);
@@ -89,8 +91,8 @@ static void calibrate_observer_attention_writes_scales_that_name_it(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(j);
     char *printed = cJSON_PrintUnformatted(j);
     CU_ASSERT_PTR_NOT_NULL_FATAL(printed);
-    CU_ASSERT_PTR_NOT_NULL(
-        strstr(printed, "\"observer\":{\"name\":\"attention\",\"params\":{\"samples\":2}}"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(
+        printed, "\"observer\":{\"name\":\"attention\",\"params\":{\"samples\":2}}"));
     free(printed);
     cJSON_Delete(j);
     static const char *const bad[] = {"attention:0", "attention:x", "attention:"};

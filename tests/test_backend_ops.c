@@ -1735,9 +1735,10 @@ static void token_nll_cuda(const op_row *r, int version, const void *p, op_ctx *
 
 // --- token_kld (with token_keep) ------------------------------------------------
 
-/* fp32 sums of p (log p - log q) against double (kernels/cuda/eval.h); the
- * top-1 agreement exactly; the kept rows bit for bit. */
-#define KLD_ATOL 1e-5
+/* fp32 sums of p (log p - log q) against double, with both logsumexps in
+ * fp32 (~1e-6 each at |lse| ~ 12: an offset of that order): 5e-5 + 1e-3
+ * relative; the top-1 agreement exactly; the kept rows bit for bit. */
+#define KLD_ATOL 5e-5
 #define KLD_RTOL 1e-3
 
 typedef struct token_kld_cpu {
@@ -1803,7 +1804,8 @@ static void token_kld_cuda(const op_row *r, int version, const void *p, op_ctx *
     CU_ASSERT_EQUAL(cudaMemset(d_ref, 0, (size_t)n * sizeof *d_ref), cudaSuccess);
     CU_ASSERT_EQUAL(cudaMemset(d_kld, 0xff, (size_t)r->rows * sizeof *d_kld),
                     cudaSuccess);
-    ROW_OK(kvcal_token_keep_launch(d_ref, d_lse, d_base, d_keep, r->rows, r->vocab, NULL));
+    ROW_OK(
+        kvcal_token_keep_launch(d_ref, d_lse, d_base, d_keep, r->rows, r->vocab, NULL));
     ROW_OK(kvcal_token_kld_launch(d_kld, d_top, d_run, d_ref, d_lse, d_keep, r->rows,
                                   r->vocab, NULL));
     dev_download(lse, d_lse, (size_t)r->rows * sizeof *lse);

@@ -78,7 +78,7 @@ static void token_kld_ref_is_hand_checked_on_three_token_rows(void)
  * mean 0.26; per token se sqrt(0.452 / 20); per window the sums 0.4 and 0.9
  * deviate by -0.12 and +0.12 from 2 x and 3 x 0.26, se sqrt(0.0288 x 2) / 5
  * = 0.048, the interval 0.26 +- 12.7062 x 0.048 holds 0; tokens to resolve
- * 5 (1.96 x 0.048 / 0.26)^2. KLD (0.5, 0.1, 0.3, 0.2, 0.4): mean 0.3, se
+ * 5 (12.7062 x 0.048 / 0.26)^2. KLD (0.5, 0.1, 0.3, 0.2, 0.4): mean 0.3, se
  * sqrt(0.1 / 20), median 0.3, 99th percentile 0.4 + 0.96 x 0.1; top-1 4 of
  * 5, se sqrt(0.8 x 0.2 / 4). */
 static void eval_compare_is_hand_checked_on_two_windows(void)
@@ -100,8 +100,9 @@ static void eval_compare_is_hand_checked_on_two_windows(void)
     KVCAL_ASSERT_CLOSE(c.ci_lo, 0.26 - 12.7062 * 0.048, 1e-5, 0);
     KVCAL_ASSERT_CLOSE(c.ci_hi, 0.26 + 12.7062 * 0.048, 1e-5, 0);
     CU_ASSERT(c.within_noise);
-    const double r = 1.959964 * 0.048 / 0.26;
+    const double r = 12.7062 * 0.048 / 0.26;
     KVCAL_ASSERT_CLOSE(c.tokens_to_resolve, 5 * r * r, 1e-5, 1e-4);
+    CU_ASSERT(c.tokens_to_resolve > c.tokens); /* within noise: more are needed */
     KVCAL_ASSERT_CLOSE(c.kld_mean, 0.3, 1e-7, 0);
     KVCAL_ASSERT_CLOSE(c.kld_se, sqrt(0.1 / 20), 1e-7, 1e-6);
     KVCAL_ASSERT_CLOSE(c.kld_median, 0.3, 1e-7, 0);
@@ -126,7 +127,7 @@ static void student_t975_matches_the_tables(void)
     static const struct {
         int df;
         double t;
-    } t[] = {{1, 12.7062}, {2, 4.3027}, {10, 2.2281}, {30, 2.0423},
+    } t[] = {{1, 12.7062}, {2, 4.3027},  {10, 2.2281},  {30, 2.0423},
              {40, 2.0211}, {60, 2.0003}, {120, 1.9799}, {1000, 1.9623}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         KVCAL_ASSERT_CLOSE(kvcal_student_t975(t[i].df), t[i].t, 1e-3, 0);
@@ -191,8 +192,8 @@ static void eval_launches_reject_bad_arguments_before_device_work(void)
     for (int i = 0; i < 6; i++)
         CU_ASSERT_EQUAL(head_bad[i], KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("token_kld"));
-    CU_ASSERT_EQUAL(kvcal_token_kld_launch(NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, NULL),
-                    KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_token_kld_launch(NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, NULL), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_token_nll_launch(NULL, NULL, NULL, 0, 8, NULL), KVCAL_OK);
     const kvcal_dtype f32 = KVCAL_DTYPE_F32;
     const kvcal_status sums_bad[7] = {
@@ -249,6 +250,17 @@ static void eval_reports_every_mode_against_the_baseline(void)
         CU_ASSERT(isfinite(ppl) && fabs(ppl - base) < 0.1 * base);
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
         CU_ASSERT_EQUAL(cJSON_GetArraySize(layers), i == 0 ? 0 : 5);
+        /* the window sums add up to the perplexity and the mean KLD */
+        const cJSON *w = cJSON_GetObjectItem(m, "windows"), *x;
+        double tokens = 0.0, nll = 0.0, kld_sum = 0.0;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(w, "tokens")) tokens += x->valuedouble;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(w, "nll_sum")) nll += x->valuedouble;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(w, "kld_sum")) kld_sum += x->valuedouble;
+        CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(w, "tokens")), 4);
+        CU_ASSERT_EQUAL(tokens, 4 * 63);
+        KVCAL_ASSERT_CLOSE(exp(nll / tokens), number(m, "perplexity"), 0.0, 1e-9);
+        if (i > 0)
+            KVCAL_ASSERT_CLOSE(kld_sum / tokens, number(m, "kld_mean"), 1e-12, 1e-9);
         if (i > 0) {
             /* against the baseline on the same tokens: the distributions
              * moved a little, the interval holds the change, the verdict
@@ -273,18 +285,19 @@ static void eval_reports_every_mode_against_the_baseline(void)
             const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
             if (vb) {
                 const cJSON *bm = NULL, *o;
-                cJSON_ArrayForEach(o, modes) if (!strcmp(
-                    cJSON_GetObjectItem(o, "mode")->valuestring,
-                    cJSON_GetObjectItem(vb, "mode")->valuestring)) bm = o;
+                cJSON_ArrayForEach(
+                    o, modes) if (!strcmp(cJSON_GetObjectItem(o, "mode")->valuestring,
+                                          cJSON_GetObjectItem(vb, "mode")->valuestring))
+                    bm = o;
                 CU_ASSERT_PTR_NOT_NULL_FATAL(bm);
                 CU_ASSERT(number(bm, "perplexity") <= number(m, "perplexity"));
                 CU_ASSERT_STRING_EQUAL(
                     cJSON_GetObjectItem(cJSON_GetObjectItem(bm, "vs_best"), "mode")
                         ->valuestring,
                     cJSON_GetObjectItem(bm, "mode")->valuestring);
-                KVCAL_ASSERT_CLOSE(number(vb, "ln_ppl_ratio"),
-                                   log(number(m, "perplexity") / number(bm, "perplexity")),
-                                   1e-6, 1e-4);
+                KVCAL_ASSERT_CLOSE(
+                    number(vb, "ln_ppl_ratio"),
+                    log(number(m, "perplexity") / number(bm, "perplexity")), 1e-6, 1e-4);
                 vs_best++;
             }
         }
@@ -390,9 +403,9 @@ static cJSON *large_k_eval(float factor)
 static double mode_layer(const cJSON *j, int mode, int layer, const char *key)
 {
     const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "modes"), mode);
-    return layer < 0 ? number(m, key)
-                     : number(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), layer),
-                              key);
+    return layer < 0
+               ? number(m, key)
+               : number(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "layers"), layer), key);
 }
 
 /* K x factor with scales calibrated on it: the scales grow with K, so the

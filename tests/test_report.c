@@ -396,7 +396,8 @@ static void report_eval_table_and_bars_match_the_eval_json(void)
                                 ? "within noise"
                                 : "beyond noise"));
         const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
-        const char *best = str(vb, "mode"), *cell6 = cJSON_GetArrayItem(row, 6)->valuestring;
+        const char *best = str(vb, "mode"),
+                   *cell6 = cJSON_GetArrayItem(row, 6)->valuestring;
         if (!strcmp(best, str(m, "mode"))) {
             CU_ASSERT_STRING_EQUAL(cell6, "the best");
         } else {
@@ -405,8 +406,9 @@ static void report_eval_table_and_bars_match_the_eval_json(void)
             snprintf(b, sizeof b, "[%+.3f%%, %+.3f%%] of %s: %s",
                      100 * cJSON_GetArrayItem(bci, 0)->valuedouble,
                      100 * cJSON_GetArrayItem(bci, 1)->valuedouble, best,
-                     cJSON_IsTrue(cJSON_GetObjectItem(vb, "within_noise")) ? "within noise"
-                                                                          : "beyond noise");
+                     cJSON_IsTrue(cJSON_GetObjectItem(vb, "within_noise"))
+                         ? "within noise"
+                         : "beyond noise");
             CU_ASSERT_STRING_EQUAL(cell6, b);
         }
         snprintf(want, sizeof want, "%.4g", num(m, "kld_mean"));

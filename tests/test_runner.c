@@ -709,8 +709,8 @@ static void eval_chunks_agree(const char *path)
                                               KVCAL_KV_SIM_FIRST_BATCH};
     static float nll[2][3][TOK], kld[2][2][TOK], top[2][2][TOK];
     kvcal_eval_layer_sums *sums[2][2];
-    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
-                                  .seq_len = LEN, .batch = BATCH};
+    const kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = N, .seq_len = LEN, .batch = BATCH};
     const int64_t count = kvcal_exec_predicted_tokens(&s);
     CU_ASSERT_EQUAL_FATAL(count, N * (LEN - 1) - N * (N - 1) / 2);
     for (int c = 0; c < 2; c++) {

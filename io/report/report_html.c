@@ -126,7 +126,8 @@ static kvcal_status eval_read(const cJSON *j, const char *path, eval_view *ev)
             return eval_bad(path, where,
                             "perplexity, perplexity_change or perplexity_change_rel "
                             "missing or not a number");
-        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(m, "perplexity_change_rel_ci95");
+        const cJSON *ci =
+            cJSON_GetObjectItemCaseSensitive(m, "perplexity_change_rel_ci95");
         const cJSON *noise = cJSON_GetObjectItemCaseSensitive(m, "within_noise");
         e->ci_lo = e->ci_hi = e->tokens_to_resolve = e->kld_mean = e->kld_p99 = e->top1 =
             NAN;
@@ -147,7 +148,8 @@ static kvcal_status eval_read(const cJSON *j, const char *path, eval_view *ev)
             eval_number(cl, "value", 1, &e->cost_value);
         e->costliest = (int)layer;
         const cJSON *vb = cJSON_GetObjectItemCaseSensitive(m, "vs_best");
-        const cJSON *bci = cJSON_GetObjectItemCaseSensitive(vb, "perplexity_change_rel_ci95");
+        const cJSON *bci =
+            cJSON_GetObjectItemCaseSensitive(vb, "perplexity_change_rel_ci95");
         const cJSON *bn = cJSON_GetObjectItemCaseSensitive(vb, "within_noise");
         e->best = eval_string(vb, "mode");
         e->best_lo = e->best_hi = NAN;
@@ -1272,7 +1274,8 @@ static void eval_section(const report *r, double *buf)
     fprintf(f,
             "<table id=\"eval-table\" class=\"num\">\n<thead><tr><th>mode</th>"
             "<th>perplexity</th><th>change</th><th>change %%</th><th>95%% interval</th>"
-            "<th>verdict</th><th>against the best mode</th><th>KLD mean</th><th>KLD p99</th><th>top-1</th>"
+            "<th>verdict</th><th>against the best mode</th><th>KLD mean</th><th>KLD "
+            "p99</th><th>top-1</th>"
             "<th>min K SQNR dB</th><th>min V SQNR dB</th><th>max clipped</th>"
             "<th>max attention error</th></tr></thead>\n<tbody>\n");
     for (int i = 0; i < e->num_modes; i++) {
@@ -1290,8 +1293,9 @@ static void eval_section(const report *r, double *buf)
         esc(f, m->name);
         fprintf(f, "</td><td>%s</td>", num4(b[0], 32, m->ppl));
         if (!m->layers) {
-            fprintf(f, "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>"
-                       "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n");
+            fprintf(
+                f, "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>"
+                   "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n");
             continue;
         }
         snprintf(b[1], 32, "%+.4g", m->change);
@@ -1308,8 +1312,8 @@ static void eval_section(const report *r, double *buf)
             snprintf(verdict, sizeof verdict, "%s",
                      m->within_noise ? "within noise" : "beyond noise");
         fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>",
-                isfinite(m->change) ? b[1] : "n/a", isfinite(m->change_rel) ? b[2] : "n/a",
-                ci, verdict);
+                isfinite(m->change) ? b[1] : "n/a",
+                isfinite(m->change_rel) ? b[2] : "n/a", ci, verdict);
         if (!m->best[0] || !strcmp(m->best, m->name))
             fprintf(f, "%s", m->best[0] ? "the best" : "n/a");
         else if (isfinite(m->best_lo) && isfinite(m->best_hi) && m->best_noise >= 0) {
@@ -1321,11 +1325,10 @@ static void eval_section(const report *r, double *buf)
         fprintf(f, "</td>");
         fprintf(f, "<td>%s</td><td>%s</td><td>%s</td>", num4(b[3], 32, m->kld_mean),
                 num4(b[4], 32, m->kld_p99), pct(b[5], 32, m->top1));
-        fprintf(
-            f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-            isinf(ks) ? "exact" : num4(b[3], 32, ks),
-            isinf(vs) ? "exact" : num4(b[4], 32, vs), pct(b[5], 32, clip),
-            num4(b[6], 32, att));
+        fprintf(f, "<td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+                isinf(ks) ? "exact" : num4(b[3], 32, ks),
+                isinf(vs) ? "exact" : num4(b[4], 32, vs), pct(b[5], 32, clip),
+                num4(b[6], 32, att));
     }
     fprintf(f, "</tbody>\n</table>\n");
     int named = 0;
@@ -1340,10 +1343,12 @@ static void eval_section(const report *r, double *buf)
         fprintf(f, "\" data-layer=\"%d\"><b>", m->costliest);
         esc(f, m->name);
         fprintf(f, "</b>: the costliest layer is <b>%d</b> (", m->costliest);
-        esc(f, strcmp(m->cost_by, "kld_alone") ? "attention error" : "KLD with its cache alone");
+        esc(f, strcmp(m->cost_by, "kld_alone") ? "attention error"
+                                               : "KLD with its cache alone");
         fprintf(f, " %.3g; the weaker side ", m->cost_value);
         esc(f, m->weaker);
-        fprintf(f, ": SQNR K %.1f dB, V %.1f dB)</li>\n", eval_layer(m, m->costliest, EV_K_SQNR),
+        fprintf(f, ": SQNR K %.1f dB, V %.1f dB)</li>\n",
+                eval_layer(m, m->costliest, EV_K_SQNR),
                 eval_layer(m, m->costliest, EV_V_SQNR));
     }
     if (named)

@@ -2,8 +2,8 @@
  * next-token negative log-likelihood of logits rows, the baseline's
  * next-token distributions kept and a run's compared with them (KL
  * divergence, top-1 agreement), and the error sums of a tensor against its
- * approximation (SQNR, clipped values, relative error). Pointers, sizes and strides only. These are the oracles of
- * kernels/cuda/eval.h (same stems, _launch there). */
+ * approximation (SQNR, clipped values, relative error). Pointers, sizes and strides only.
+ * These are the oracles of kernels/cuda/eval.h (same stems, _launch there). */
 #ifndef KVCAL_KERNELS_CPU_EVAL_REF_H
 #define KVCAL_KERNELS_CPU_EVAL_REF_H
 

@@ -85,11 +85,12 @@ kvcal_status kvcal_token_nll_launch(float *nll, const kvcal_bf16 *logits,
 // --- the baseline's distributions, and a run's against them ----------------------
 
 /* One block per kept row: the row copied, its logsumexp in fp32. */
-__global__ void token_keep_kernel(__nv_bfloat16 *__restrict__ ref,        // (kept, vocab)
-                                  float *__restrict__ ref_lse,            // (kept)
-                                  const __nv_bfloat16 *__restrict__ logits, // (rows, vocab)
-                                  const int64_t *__restrict__ keep,        // (rows)
-                                  int vocab)
+__global__ void
+token_keep_kernel(__nv_bfloat16 *__restrict__ ref,          // (kept, vocab)
+                  float *__restrict__ ref_lse,              // (kept)
+                  const __nv_bfloat16 *__restrict__ logits, // (rows, vocab)
+                  const int64_t *__restrict__ keep,         // (rows)
+                  int vocab)
 {
     __shared__ float scratch[32];
     const int64_t row = blockIdx.x, k = keep[row];
@@ -134,13 +135,14 @@ static __device__ __forceinline__ int block_first_max(float v, int i, float *vs,
 
 /* One block per row: the run's max and logsumexp, both rows' first
  * largest token, then sum p (log p - log q) over the vocabulary. */
-__global__ void token_kld_kernel(float *__restrict__ kld,                  // (rows)
-                                 float *__restrict__ top,                  // (rows)
-                                 const __nv_bfloat16 *__restrict__ logits, // (rows, vocab)
-                                 const __nv_bfloat16 *__restrict__ ref,    // (kept, vocab)
-                                 const float *__restrict__ ref_lse,        // (kept)
-                                 const int64_t *__restrict__ keep,         // (rows)
-                                 int vocab)
+__global__ void
+token_kld_kernel(float *__restrict__ kld,                  // (rows)
+                 float *__restrict__ top,                  // (rows)
+                 const __nv_bfloat16 *__restrict__ logits, // (rows, vocab)
+                 const __nv_bfloat16 *__restrict__ ref,    // (kept, vocab)
+                 const float *__restrict__ ref_lse,        // (kept)
+                 const int64_t *__restrict__ keep,         // (rows)
+                 int vocab)
 {
     __shared__ float scratch[32];
     __shared__ int iscratch[32];
@@ -195,7 +197,8 @@ kvcal_status kvcal_token_keep_launch(kvcal_bf16 *ref, float *ref_lse,
                                      const kvcal_bf16 *logits, const int64_t *keep,
                                      int rows, int vocab, cudaStream_t stream)
 {
-    kvcal_status st = check_head_args("token_keep", ref, ref_lse, logits, keep, rows, vocab);
+    kvcal_status st =
+        check_head_args("token_keep", ref, ref_lse, logits, keep, rows, vocab);
     if (st || rows == 0)
         return st;
     token_keep_kernel<<<rows, EVAL_THREADS, 0, stream>>>(
