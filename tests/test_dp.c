@@ -81,10 +81,15 @@ static void dp_stats_parts_are_what_merge_combines(void)
         x = x * 1664525u + 1013904223u;
         ((unsigned char *)b->slab)[i] = (unsigned char)(x >> 24);
     }
-    /* absmax as runs hold it: finite, >= 0 */
+    /* absmax and token counts as runs hold them: finite and >= 0, counts
+     * far from int64's limit */
     for (size_t i = 0; i < 2 * 3 * 2 * 5; i++) {
         a->absmax[0][i] = (float)((i * 7) % 11);
         b->absmax[0][i] = (float)((i * 5) % 13);
+    }
+    for (int l = 0; l < 3; l++) {
+        a->tokens[l] = 1000 + 17 * l;
+        b->tokens[l] = 2000 + 29 * l;
     }
     memcpy(parts_way->slab, a->slab, bytes);
     kvcal_dp_stats_part parts[KVCAL_DP_STATS_PARTS];
