@@ -1062,6 +1062,9 @@ static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loade
     const char *want = f == KVCAL_FORMAT_MODELOPT ? "ModelOpt (quant_method modelopt)"
                        : f == KVCAL_FORMAT_QUARK  ? "Quark (quant_method quark)"
                                                   : "fp8, modelopt or quark";
+    const char *names = f == KVCAL_FORMAT_MODELOPT ? "ModelOpt"
+                        : f == KVCAL_FORMAT_QUARK  ? "Quark"
+                                                   : "kv_scale";
     int ok = f == KVCAL_FORMAT_MODELOPT ? !strncmp(method, "modelopt", 8)
              : f == KVCAL_FORMAT_QUARK  ? !strcmp(method, "quark")
                                         : ld == KVCAL_LOADER_BASE;
@@ -1074,7 +1077,7 @@ static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loade
             "read by vLLM for any model) or quantize the model with that "
             "tool first",
             path, method[0] ? "quantized with \"" : "not quantized", method,
-            method[0] ? "\"" : "", kvcal_format_name(f), want);
+            method[0] ? "\"" : "", names, want);
     if (f == KVCAL_FORMAT_QUARK) {
         kvcal_report_t *rep = NULL;
         if (kvcal_report_create(&rep))
