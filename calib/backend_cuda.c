@@ -164,7 +164,8 @@ static const kvcal_weight slab_order[] = {
     KVCAL_W_K_NORM,        KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
     KVCAL_W_EXPERT_DOWN,   KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
     KVCAL_W_SHARED_GATE,   KVCAL_W_POST_ATTN_NORM, KVCAL_W_POST_FFN_NORM,
-    KVCAL_W_ROUTER_BIAS};
+    KVCAL_W_ROUTER_BIAS,   KVCAL_W_ATTN_SINKS,     KVCAL_W_EXPERT_GATE_UP_BIAS,
+    KVCAL_W_EXPERT_DOWN_BIAS};
 /* every weight once: one left out would have no place on the device (its
  * tensor NULL), and the zeros of a shorter list would lay out the first
  * weight again */
@@ -509,16 +510,18 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
 }
 
 /* Causal attention of the fused QKV buffer into out (N, H * hd), within the
- * model's sliding window where a sample can be longer. */
-static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
+ * model's sliding window where a sample can be longer, with op's sinks
+ * where it has them. */
+static kvcal_status attend(cuda_backend *r, const kvcal_op *op, kvcal_bf16 *out)
 {
     const int q_cols = r->H * r->hd, window = r->base.desc->layer_window[r->layer];
     const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
-    if ((window > 0 && r->seq_len > window) || softcap > 0.0f)
-        return kvcal_attention_window_launch(
-            out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd,
-            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, scale, window, softcap,
-            r->stream);
+    const kvcal_bf16 *sinks = tensor(r, op->w);
+    if ((window > 0 && r->seq_len > window) || softcap > 0.0f || sinks)
+        return kvcal_attention_sinks_launch(out, q_cols, r->qkv, r->qkv + q_cols,
+                                            r->qkv + q_cols + r->HKV * r->hd, r->qkv_n,
+                                            r->batch, r->seq_len, r->H, r->HKV, r->hd,
+                                            scale, window, softcap, sinks, r->stream);
     return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
                                r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
                                r->seq_len, r->H, r->HKV, r->hd, scale, r->stream, NULL);
@@ -526,7 +529,7 @@ static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 {
-    return attend(cu(be), act(cu(be), op->out));
+    return attend(cu(be), op, act(cu(be), op->out));
 }
 
 /* In place where op's out is its in (kvcal_add_rmsnorm_launch with no
@@ -566,9 +569,11 @@ fail:
     return st;
 }
 
-/* Router GEMM, routing and grouping on the device, the experts' grouped
- * GEMMs (gate/up, SwiGLU, down), the shared expert on cuBLAS, the weighted
- * combine: no host round trip. */
+/* Router GEMM (with its bias for softmax routing), routing and grouping on
+ * the device, the experts' grouped GEMMs (gate/up, SwiGLU or the clamped
+ * one, down; each expert's biases added after its GEMM where the model has
+ * them), the shared expert on cuBLAS, the weighted combine: no host round
+ * trip. */
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
 {
     kvcal_status st = KVCAL_OK;
@@ -583,21 +588,32 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
         observe >= 0 && r->stats && r->stats->num_experts == r->E
             ? r->expert_tokens + (size_t)observe * r->E
             : NULL;
-    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E, s));
-    if (be->desc->moe_sigmoid)
+    const kvcal_model_desc *d = be->desc;
+    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w),
+                          d->moe_sigmoid ? NULL : tensor(r, op->b), n, r->D, r->E, s));
+    if (d->moe_sigmoid)
         TRY(kvcal_moe_route_sigmoid_launch(r->route_e, r->route_w, r->router,
                                            tensor(r, op->b), r->pos, n, r->E, r->K,
-                                           be->desc->norm_topk_prob, be->desc->routed_scale,
-                                           s));
+                                           d->norm_topk_prob, d->routed_scale, s));
     else
-        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E, r->K,
-                                   be->desc->norm_topk_prob, s));
+        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E,
+                                   r->K, d->norm_topk_prob, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
+    const kvcal_bf16 *b_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP_BIAS),
+                     *b_down = tensor(r, KVCAL_W_EXPERT_DOWN_BIAS);
     TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan,
                               r->D, 2 * r->MI, s));
-    TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+    if (b_gu)
+        TRY(kvcal_moe_bias_launch(r->moe_gu, b_gu, &plan, 2 * r->MI, s));
+    if (d->swiglu_limit > 0.0f)
+        TRY(kvcal_swiglu_oai_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI,
+                                    d->swiglu_alpha, d->swiglu_limit, s));
+    else
+        TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
     TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN), &plan,
                               r->MI, r->D, s));
+    if (b_down)
+        TRY(kvcal_moe_bias_launch(r->moe_y, b_down, &plan, r->D, s));
     if (r->SI) {
         TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
                               NULL, n, r->D, 2 * r->SI, s));
@@ -944,8 +960,7 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
 
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
-    (void)op;
-    return attend(cu(be), cu(be)->att0);
+    return attend(cu(be), op, cu(be)->att0);
 }
 
 static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_qparams *q)

@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "core/status.h"
-#include "io/checkpoint/safetensors.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/ops.h"
 
@@ -30,12 +29,12 @@
         }                                                                                \
     } while (0)
 
-/* n values of src (a view, at value offset at) into bf16 at dst_off of a
+/* n values of src from its value `first` on into bf16 at dst_off of a
  * layer (or of a tensor) laid out on the device. */
 typedef struct {
     size_t dst_off; /* bytes */
-    const void *src;
-    kvcal_dtype dtype;
+    kvcal_tensor_view src;
+    int64_t first;
     size_t n;
 } job;
 
@@ -85,10 +84,9 @@ static double now_s(void)
 
 // --- jobs: what goes where ---------------------------------------------------
 
-static int push_job(job_list *l, size_t dst_off, const void *src, kvcal_dtype dtype,
-                    size_t n)
+static int push_job(job_list *l, size_t dst_off, const kvcal_tensor_view *src,
+                    int64_t first, size_t n)
 {
-    const size_t size = kvcal_dtype_size(dtype);
     while (n) {
         /* a job ends at a piece boundary and at JOB_VALUES */
         size_t room = (l->piece - dst_off % l->piece) / sizeof(kvcal_bf16);
@@ -101,9 +99,9 @@ static int push_job(job_list *l, size_t dst_off, const void *src, kvcal_dtype dt
                 return -1;
             l->j = j, l->cap = cap;
         }
-        l->j[l->n++] = (job){dst_off, src, dtype, take};
+        l->j[l->n++] = (job){dst_off, *src, first, take};
         dst_off += take * sizeof(kvcal_bf16);
-        src = (const unsigned char *)src + take * size;
+        first += (int64_t)take;
         n -= take;
     }
     return 0;
@@ -141,10 +139,8 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
                 const int src = kvcal_gemm_swiglu_source_row(r, I);
                 /* [gate; up] in two tensors, or already fused in one */
                 const kvcal_tensor_view *p = &part[n == 1 || src < I ? 0 : 1];
-                const size_t row = (size_t)(n == 1 || src < I ? src : src - I);
-                const void *from = (const unsigned char *)p->data +
-                                   row * D * kvcal_dtype_size(p->dtype);
-                if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), from, p->dtype,
+                const int64_t row = n == 1 || src < I ? src : src - I;
+                if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), p, row * D,
                              (size_t)128 * D))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
             }
@@ -155,8 +151,7 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             if (e > 0 && (st = kvcal_model_weight_parts(ld->model, l, w, e, part, &n)))
                 return st;
             for (int i = 0; i < n; i++) {
-                if (push_job(out, off, part[i].data, part[i].dtype,
-                             (size_t)part[i].numel))
+                if (push_job(out, off, &part[i], 0, (size_t)part[i].numel))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
                 off += (size_t)part[i].numel * sizeof(kvcal_bf16);
             }
@@ -172,21 +167,18 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
 static void run_job(const job *j, unsigned char *piece, size_t piece_bytes)
 {
     kvcal_bf16 *dst = (kvcal_bf16 *)(piece + j->dst_off % piece_bytes);
-    if (j->dtype == KVCAL_DTYPE_BF16) {
-        memcpy(dst, j->src, j->n * sizeof(kvcal_bf16));
+    if (j->src.dtype == KVCAL_DTYPE_BF16 && !j->src.layout) {
+        memcpy(dst,
+               (const unsigned char *)j->src.data + (size_t)j->first * sizeof(kvcal_bf16),
+               j->n * sizeof(kvcal_bf16));
         return;
     }
-    /* through float32, as the model's conversion does: the same values */
+    /* through float32, as the model's conversion does: the same values (the
+     * dtypes were checked when the model was opened: no conversion fails) */
     float buf[4096];
-    const size_t size = kvcal_dtype_size(j->dtype);
     for (size_t i = 0; i < j->n; i += 4096) {
         const size_t m = j->n - i < 4096 ? j->n - i : 4096;
-        kvcal_tensor_info t;
-        memset(&t, 0, sizeof t);
-        t.dtype = j->dtype;
-        t.numel = (int64_t)m;
-        t.data = (const unsigned char *)j->src + i * size;
-        kvcal_tensor_to_f32(&t, buf);
+        kvcal_tensor_view_to_f32(&j->src, j->first + (int64_t)i, (int64_t)m, buf);
         for (size_t k = 0; k < m; k++)
             dst[i + k] = kvcal_bf16_from_float(buf[k]);
     }
@@ -477,7 +469,7 @@ kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld, const kvcal_tenso
     pieces p;
     if ((st = pieces_alloc(&p, ld->piece_bytes)))
         return st;
-    if (push_job(&jobs, 0, src->data, src->dtype, (size_t)src->numel)) {
+    if (push_job(&jobs, 0, src, 0, (size_t)src->numel)) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
         goto done;
     }

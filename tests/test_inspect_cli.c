@@ -606,14 +606,14 @@ static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "kv cache        unknown: layer_types[1]"));
     free(out);
 
-    cfg = "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": "
-          "\"gpt_oss\", "
+    cfg = "{\"architectures\": [\"Cohere2ForCausalLM\"], \"model_type\": "
+          "\"cohere2\", "
           "\"num_hidden_layers\": 4, \"hidden_size\": 64, "
           "\"num_attention_heads\": 4, "
           "\"num_key_value_heads\": 2, \"head_dim\": 16, \"layer_types\": "
           "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", "
           "\"full_attention\"]}";
-    config_dir("gpt_oss", cfg, NULL, dir, sizeof dir);
+    config_dir("cohere2", cfg, NULL, dir, sizeof dir);
     j = inspect_json(dir);
     CU_ASSERT_FATAL(j != NULL);
     CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "kv_layout_known")));
@@ -622,7 +622,7 @@ static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
     CU_ASSERT_PTR_NOT_NULL(
         strstr(str(j, "kv_layout_note"), "2 of the 4 attention layers"));
     CU_ASSERT_PTR_NOT_NULL(
-        strstr(str(j, "kv_layout_note"), "model_type 'gpt_oss' is not a family"));
+        strstr(str(j, "kv_layout_note"), "model_type 'cohere2' is not a family"));
     CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(j, "rope_interleaved")));
     cJSON_Delete(j);
 }

@@ -129,6 +129,7 @@ static const float *row_of(const captured *c, const float *base, int layer, int6
 }
 
 static const char *edited_checkpoint(const char *src, const char *edits);
+static void layer_windows(const char *dir, int *windows, int n);
 
 /* Checks per-layer per-head absmax, raw rows and logits of the model in
  * dir (NULL: the fixture's own) against fixture `name`. */
@@ -331,6 +332,51 @@ static void runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing(void
     check_against_golden("glm4_moe_dense1_sigmoid_e8_top3_bf16");
 }
 
+/* gpt-oss: sinks in every head's softmax, windows of 8 in layers 0 and 2
+ * (the samples are 37 and 23 tokens), q/k/v/o biases, yarn not truncated,
+ * the router's bias, top-3 of 8, the experts' interleaved, transposed,
+ * biased gate/up and the clamped SwiGLU. */
+static void runner_matches_transformers_gpt_oss_sinks_windows_clamped_experts(void)
+{
+    check_against_golden("gpt_oss_sinks_swa8_e8_top3_bf16");
+}
+
+/* gpt-oss with its experts stored as MXFP4 blocks and scales (the released
+ * checkpoints' layout): transformers' reference ran on the dequantized
+ * weights (its own MXFP4 loader); head_dim 64, yarn truncated. */
+static void runner_matches_transformers_gpt_oss_mxfp4_experts(void)
+{
+    check_against_golden("gpt_oss_hd64_swa16_e4_top2_mxfp4");
+}
+
+/* use_sliding_window as transformers applies it: Qwen3-MoE's window (16)
+ * on every layer, whatever layer_types says (its config has none; one added
+ * changes nothing); Qwen2-MoE's on its layer_types' sliding layers, which
+ * without layer_types are the even layers below max_window_layers (0 and 2
+ * of 4 below 3; with 2 of them, layer 0 alone). */
+static void runner_matches_transformers_qwen_moe_sliding_windows(void)
+{
+    int w[4];
+    check_against_golden("qwen3_moe_swa16_e8_top2_bf16");
+    check_model_against_golden(
+        "qwen3_moe_swa16_e8_top2_bf16",
+        edited_checkpoint("qwen3_moe_swa16_e8_top2_bf16",
+                          "{\"layer_types\": [\"full_attention\", \"full_attention\", "
+                          "\"full_attention\"]}"));
+    check_against_golden("qwen2_moe_swa8_maxwin3_e4_top2_bf16");
+    check_model_against_golden(
+        "qwen2_moe_swa8_maxwin3_e4_top2_bf16",
+        edited_checkpoint("qwen2_moe_swa8_maxwin3_e4_top2_bf16", "{\"layer_types\": null}"));
+    layer_windows(edited_checkpoint("qwen2_moe_swa8_maxwin3_e4_top2_bf16",
+                                    "{\"layer_types\": null, \"max_window_layers\": 2}"),
+                  w, 4);
+    CU_ASSERT(w[0] == 8 && w[1] == 0 && w[2] == 0 && w[3] == 0);
+    layer_windows(edited_checkpoint("qwen2_moe_swa8_maxwin3_e4_top2_bf16",
+                                    "{\"layer_types\": null, \"use_sliding_window\": false}"),
+                  w, 4);
+    CU_ASSERT(w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 0);
+}
+
 /* Calibration counts the tokens routed to each expert of every layer, the
  * last one included: each valid token once per chosen expert (padding
  * never), whatever the batches. */
@@ -468,25 +514,21 @@ static void model_open_names_unsupported_architecture(void)
 /* The list of what kvcal runs names the mixture-of-experts families too. */
 static void model_open_lists_the_supported_architectures(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"FalconForCausalLM\"], "
-                                        "\"model_type\": \"falcon\"}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                      "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
-                      "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
-                      "Gemma3ForCausalLM and Glm4MoeForCausalLM");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"FalconForCausalLM\"], "
+                          "\"model_type\": \"falcon\"}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+        "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+        "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
+        "Gemma3ForCausalLM, Glm4MoeForCausalLM and GptOssForCausalLM");
 }
 
-/* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next),
- * and gpt-oss: one line saying what is missing. */
+/* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next):
+ * one line saying what is missing. */
 static void model_open_says_what_mla_and_hybrid_models_lack(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"GptOssForCausalLM\"], "
-                                        "\"model_type\": \"gpt_oss\"}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "GptOssForCausalLM is not supported yet: kvcal lacks attention sinks");
     expect_open_error(edited_checkpoint("mistral_mqa_fp16",
                                         "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
                                         "\"model_type\": \"deepseek_v3\", "
@@ -847,6 +889,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
     KVCAL_TEST(runner_matches_transformers_qwen3_moe_with_dense_layers),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
+    KVCAL_TEST(runner_matches_transformers_gpt_oss_sinks_windows_clamped_experts),
+    KVCAL_TEST(runner_matches_transformers_gpt_oss_mxfp4_experts),
+    KVCAL_TEST(runner_matches_transformers_qwen_moe_sliding_windows),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),

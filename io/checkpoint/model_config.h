@@ -138,6 +138,11 @@ typedef struct kvcal_model_config {
     double rope_sliding_theta;     /* RoPE base of the sliding layers */
     double final_logit_softcapping; /* 0: none */
     double attn_logit_softcapping;  /* 0: none */
+
+    /* gpt-oss (gpt_oss; 0 elsewhere) */
+    double swiglu_limit;   /* the experts' SwiGLU clamp (7) */
+    double swiglu_alpha;   /* its sigmoid's gain (1.702) */
+    char quant_method[32]; /* quantization_config.quant_method ("mxfp4"), or "" */
 } kvcal_model_config;
 
 /* Upper bounds on the sizes a config.json may state. Real models stay far
