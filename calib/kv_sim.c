@@ -269,13 +269,13 @@ static kvcal_status quantize(kvcal_kv_sim_t *s, int l, const kvcal_kv_io *io)
     }
 }
 
-kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_op *op)
+kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_op *attn)
 {
     kvcal_backend *be = s->be;
     kvcal_kv_io io;
     if (s->mask && !s->mask[layer])
         return KVCAL_OK;
-    kvcal_status st = be->ops->sim_attend_exact(be, op);
+    kvcal_status st = be->ops->sim_attend_exact(be, attn);
     if (!st)
         st = be->ops->sim_view(be, &io);
     if (!st)

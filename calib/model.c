@@ -454,6 +454,28 @@ static kvcal_status plain_to_f32(const void *data, kvcal_dtype dtype, int64_t fi
     return kvcal_tensor_to_f32(&t, out);
 }
 
+/* Row r, columns c .. c + m - 1 of the (rows, cols) matrix a transposed
+ * view holds as (cols, rows): a column of the tensor, its values gathered
+ * a block at a time, then converted. */
+static kvcal_status column_to_f32(const kvcal_tensor_view *v, int64_t r, int64_t c,
+                                  int64_t m, float *out)
+{
+    enum { BLOCK = 1024 };
+    const size_t size = kvcal_dtype_size(v->dtype);
+    unsigned char buf[BLOCK * 8];
+    kvcal_status st = KVCAL_OK;
+    for (int64_t k0 = 0; !st && k0 < m; k0 += BLOCK) {
+        const int64_t b = m - k0 < BLOCK ? m - k0 : BLOCK;
+        for (int64_t k = 0; k < b; k++)
+            memcpy(buf + k * size,
+                   (const unsigned char *)v->data +
+                       (size_t)((c + k0 + k) * v->rows + r) * size,
+                   size);
+        st = plain_to_f32(buf, v->dtype, 0, b, out + k0);
+    }
+    return st;
+}
+
 kvcal_status kvcal_tensor_view_to_f32(const kvcal_tensor_view *v, int64_t first,
                                       int64_t n, float *out)
 {
@@ -471,8 +493,7 @@ kvcal_status kvcal_tensor_view_to_f32(const kvcal_tensor_view *v, int64_t first,
         if (layout & KVCAL_PART_MXFP4)
             kvcal_mxfp4_to_f32(v->data, v->scales, sr * v->cols + c, m, out);
         else if (layout & KVCAL_PART_TRANSPOSED)
-            for (int64_t k = 0; !st && k < m; k++)
-                st = plain_to_f32(v->data, v->dtype, (c + k) * v->rows + sr, 1, out + k);
+            st = column_to_f32(v, sr, c, m, out);
         else
             st = plain_to_f32(v->data, v->dtype, sr * v->cols + c, m, out);
         first += m, n -= m, out += m;

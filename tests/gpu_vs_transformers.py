@@ -10,12 +10,14 @@ per-kv-head K/V absmax of kvcal from transformers-bf16 and of both bf16 sides
 from fp32, and fails when kvcal is further than --rtol from transformers-bf16.
 
 Models: every golden fixture (tests/fixtures/golden/*.json, 4 random samples
-of 61 tokens each), directories given with --model, and SmolLM2-135M-Instruct
+of 61 tokens each; gpt-oss's with eager attention, its only path with sinks,
+and MXFP4 experts dequantized by transformers' loader), directories given
+with --model, and SmolLM2-135M-Instruct
 from its GGUF file (--gguf, converted by tests/smollm2_to_hf.py; samples of
 --seq-len tokens of --corpus).
 
-Usage: python3 tests/gpu_vs_transformers.py --kvcal build/kvcal [--golden]
-           [--model DIR ...] [--gguf FILE --work DIR --corpus TEXT]
+Usage: python3 tests/gpu_vs_transformers.py --kvcal build/kvcal [--golden
+           [--match SUBSTR ...]] [--model DIR ...] [--gguf FILE --work DIR --corpus TEXT]
 Exit: 0 all within --rtol, 1 a model outside it, 2 error.
 """
 import argparse
@@ -33,11 +35,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def hf_absmax(model_dir, samples, dtype, torch, tf):
     """Per-layer per-kv-head absmax of K (post k_norm + RoPE) and V."""
     # SDPA cannot soft-cap attention logits: transformers' sdpa path leaves
-    # Gemma 2's attn_logit_softcapping out, so such a model runs eager
+    # Gemma 2's attn_logit_softcapping out, so such a model runs eager; nor
+    # has it attention sinks: gpt-oss has no sdpa path, it runs eager too
     cfg = tf.AutoConfig.from_pretrained(model_dir)
     capped = getattr(getattr(cfg, "text_config", cfg), "attn_logit_softcapping", None)
+    eager = capped or cfg.model_type == "gpt_oss"
+    extra = {}
+    quant = getattr(cfg, "quantization_config", None) or {}
+    if (quant if isinstance(quant, dict) else quant.to_dict()).get("quant_method") == "mxfp4":
+        # MXFP4 experts dequantized by transformers' own loader (its kernels
+        # path needs packages fetched at run time)
+        extra["quantization_config"] = tf.Mxfp4Config(dequantize=True)
     model = tf.AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=dtype, attn_implementation="eager" if capped else "sdpa").cuda()
+        model_dir, dtype=dtype, attn_implementation="eager" if eager else "sdpa",
+        **extra).cuda()
     model.eval()
     k_abs, v_abs = [], []
 
@@ -122,9 +133,11 @@ def compare(name, kvcal, model_dir, samples, rtol, torch, tf):
     return row, worst <= rtol
 
 
-def golden_models():
+def golden_models(match):
     for path in sorted(glob.glob(os.path.join(HERE, "fixtures", "golden", "*.json"))):
         fx = json.load(open(path))
+        if match and not any(m in fx["name"] for m in match):
+            continue
         model_dir = os.path.join(HERE, "..", fx["model"])
         if os.path.exists(os.path.join(model_dir, "config.json")):
             cfg = json.load(open(os.path.join(model_dir, "config.json")))
@@ -152,6 +165,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kvcal", default="build/kvcal")
     ap.add_argument("--golden", action="store_true", help="every golden fixture")
+    ap.add_argument("--match", action="append", default=[],
+                    help="with --golden, only the fixtures whose name holds this")
     ap.add_argument("--model", action="append", default=[], help="HF checkpoint directory")
     ap.add_argument("--gguf", help="SmolLM2 GGUF file")
     ap.add_argument("--work", default="build/smollm2", help="where the GGUF is converted")
@@ -171,7 +186,7 @@ def main():
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    models = list(golden_models()) if args.golden else []
+    models = list(golden_models(args.match)) if args.golden else []
     models += [(os.path.basename(os.path.normpath(d)), d,
                 [[random.Random(i).randrange(1000) for _ in range(args.seq_len)]
                  for i in range(args.samples)]) for d in args.model]

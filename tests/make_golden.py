@@ -312,16 +312,16 @@ def moe_configs(tf, common):
             hidden_size=48, intermediate_size=64, moe_intermediate_size=40,
             num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
             use_sliding_window=True, sliding_window=16, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
-            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+            num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, **common),
+            "bfloat16", "new", "float64"),
         # use_sliding_window: Qwen2-MoE's window (8) on the even layers below
-        # max_window_layers (3): layers 0 and 2 of 4
-        ("qwen2_moe_swa8_maxwin3_e4_top2_bf16", tf.Qwen2MoeConfig(
+        # max_window_layers (2): layer 0 of 3; MQA
+        ("qwen2_moe_swa8_maxwin2_e4_top2_bf16", tf.Qwen2MoeConfig(
             hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
             shared_expert_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
-            use_sliding_window=True, sliding_window=8, max_window_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-            **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
+            use_sliding_window=True, sliding_window=8, max_window_layers=2,
+            num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
         # top-2 of 4 (always renormalized), sliding window 16 < the samples
         ("mixtral_e4_top2_swa16_bf16", tf.MixtralConfig(
             hidden_size=64, intermediate_size=48, num_local_experts=4,
@@ -348,8 +348,7 @@ def gpt_oss_configs(tf, common):
             hidden_size=64, intermediate_size=32, num_local_experts=8,
             num_experts_per_tok=3, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, sliding_window=8, rope_parameters=dict(yarn, truncate=False),
-            tie_word_embeddings=False, **dict(common, num_hidden_layers=3)),
-            "bfloat16", "new", "float64"),
+            tie_word_embeddings=False, **common), "bfloat16", "new", "float64"),
         # head_dim 64 (gpt-oss's, the CUDA runner's tensor cores), window 16,
         # top-2 of 4, yarn truncated, MXFP4 experts
         ("gpt_oss_hd64_swa16_e4_top2_mxfp4", tf.GptOssConfig(
