@@ -286,7 +286,9 @@ __global__ void swiglu_oai_kernel(__nv_bfloat16 *__restrict__ out,           // 
         const __nv_bfloat16 *gp = gate_up + row * 2 * n + c;
         const float g = fminf(__bfloat162float(gp[0]), limit);
         const float u = fminf(fmaxf(__bfloat162float(gp[n]), -limit), limit);
-        const float glu = kvcal_rbf(__fdividef(g, 1.0f + __expf(-alpha * g)));
+        /* an IEEE division: a gate far below 0 (no lower clamp) makes the
+         * denominator infinite, the glu 0 */
+        const float glu = kvcal_rbf(g / (1.0f + __expf(-alpha * g)));
         out[i] = __float2bfloat16_rn(kvcal_rbf(u + 1.0f) * glu);
     }
 }
