@@ -275,6 +275,10 @@ kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_
     kvcal_kv_io io;
     if (s->mask && !s->mask[layer])
         return KVCAL_OK;
+    if (!attn)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "layer %d: a cache point in a layer without an attention op",
+                          layer);
     kvcal_status st = be->ops->sim_attend_exact(be, attn);
     if (!st)
         st = be->ops->sim_view(be, &io);

@@ -162,6 +162,22 @@ static void inspect_hf_checkpoint_counts_every_weight_and_reads_rope(void)
     cJSON_Delete(j);
 }
 
+/* gpt-oss with MXFP4 experts: a blocks tensor holds two values a byte
+ * (98304 of this fixture's 166860 parameters), its scales are no
+ * parameters; the projections' dtype is the weights'. */
+static void inspect_counts_mxfp4_experts_as_their_values(void)
+{
+    cJSON *j = inspect_json(GOLDEN "/gpt_oss_hd64_swa16_e4_top2_mxfp4");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "architecture"), "GptOssForCausalLM");
+    CU_ASSERT_EQUAL(num(j, "parameters"), 166860);
+    CU_ASSERT_STRING_EQUAL(str(j, "weight_dtype"), "BF16");
+    CU_ASSERT_EQUAL(num(j, "num_experts"), 4);
+    CU_ASSERT_EQUAL(num(j, "sliding_window"), 16);
+    CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "kv_layout_known")));
+    cJSON_Delete(j);
+}
+
 static void inspect_unsupported_model_prints_its_config_and_why(void)
 {
     char *out = NULL;
@@ -767,6 +783,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
     KVCAL_TEST(inspect_shows_yarn_factor_original_context_and_attention_factor),
+    KVCAL_TEST(inspect_counts_mxfp4_experts_as_their_values),
     KVCAL_TEST(inspect_unsupported_model_prints_its_config_and_why),
     KVCAL_TEST(inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow),
     KVCAL_TEST(inspect_legacy_scales_lists_every_layer_as_in_the_file),
