@@ -23,7 +23,14 @@ RoPE; V after v_proj):
    sliding window; Gemma 3 with its local and global layers; Gemma 2 with
    soft caps small enough to bend the scores; GLM-4.5 with a dense first
    layer and sigmoid routing (its router bias, a buffer, randomized too):
-   all in float64 too.
+   all in float64 too. gpt-oss (attention sinks, a window shorter than the
+   samples, biases, the router's bias, the clamped SwiGLU past its limit,
+   yarn) in float64, one of them with its experts stored as MXFP4 blocks and
+   scales (random weights quantized by the OCP MX rules, checked against
+   transformers' own decoder; the reference runs on transformers'
+   dequantizing MXFP4 loader). The Qwen-MoE sliding-window and gpt-oss
+   shapes were chosen where transformers in bf16 stays within 1% of the
+   float64 values (the CUDA runner's tests allow 2%).
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
    attention module recompute K exactly as the module does (k_proj -> view ->
