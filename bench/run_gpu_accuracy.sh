@@ -59,8 +59,8 @@
 #      with tests/smollm2_to_hf.py (kept in the stage: a rerun on the same
 #      machine skips it) and runs every step; the whole log and every
 #      summary and JSON come back in the two files. Estimated 5-8 minutes
-#      on one H200 (not run yet); each step has a time limit (stories 120 s,
-#      convert 90 s, smollm2 330 s, tests 60 s) so that the call ends inside
+#      on one H200 (not run yet); each step has a time limit (stories 100 s,
+#      convert 90 s, smollm2 330 s, tests 50 s) so that the call ends inside
 #      10 minutes with what finished; KEEP=1 in a next call on the same
 #      warm machine with the same OUTDIR reruns only the runs missing.
 # If the machine went cold between 2 and 3, the stage is gone: step 3 says
@@ -155,7 +155,7 @@ if has stories; then
     tinystories=$(first "$stage/tinystories" ../shared/corpora/tinystories_val.txt \
         datasets/default_calibration.txt)
     OBSERVERS="minmax percentile:99.99 percentile:99.9 mse attention attention:16" \
-        SAMPLES=${KVCAL_SAMPLES:-128} SEQ_LEN=256 step stories 120 bench/eval_observers.sh \
+        SAMPLES=${KVCAL_SAMPLES:-128} SEQ_LEN=256 step stories 100 bench/eval_observers.sh \
         models/stories260K/stories260K.bin "$tinystories" "$out/stories" --device "$device"
     cat "$out/stories/summary.md" 2>/dev/null || tail -5 "$out/stories.log"
 fi
@@ -164,10 +164,11 @@ smollm2=${KVCAL_SMOLLM2:-}
 if { has convert || has smollm2 || has smollm2_k100; } && [ -z "$smollm2" ]; then
     gguf=$stage/$gguf_name
     missing=$(for p in part0 part1 sha256; do
-        [ -f "$gguf.$p" ] || [ -f "$gguf" ] || echo -n "$p "
-    done)
+        [ -f "$gguf.$p" ] || [ -f "$gguf" ] || echo "$p"
+    done | paste -sd ' ' -)
     if [ -n "$missing" ]; then
         summary+=("smollm2: SKIPPED: $missing missing in $stage (carry .accuracy/a, then .accuracy/b, in two calls of one warm machine: see the header)")
+        rc=1
     else
         if [ ! -f "$gguf" ]; then
             cat "$gguf.part0" "$gguf.part1" > "$gguf.tmp" && mv "$gguf.tmp" "$gguf" &&
@@ -187,6 +188,7 @@ fi
 wikitext=$(first "$stage/wikitext2" ../shared/corpora/wikitext2_raw_test_hfjoin.txt)
 if { has smollm2 || has smollm2_k100; } && [ -n "$smollm2" ] && [ -z "$wikitext" ]; then
     summary+=("smollm2: SKIPPED: no WikiText-2 (carry .accuracy/b)")
+    rc=1
     smollm2=
 fi
 smollm2_observers="minmax percentile:99.99 percentile:99.9 mse attention"
@@ -204,7 +206,7 @@ if has smollm2_k100 && [ -n "$smollm2" ]; then
     cat "$out/smollm2_k100/summary.md" 2>/dev/null || tail -5 "$out/smollm2_k100.log"
 fi
 if has tests; then
-    KVCAL_BIN=$build/kvcal step tests 60 "$build/kvcal_tests" eval_cuda attn_search
+    KVCAL_BIN=$build/kvcal step tests 50 "$build/kvcal_tests" eval_cuda attn_search
     grep -E '^  Test:|FAILED|tests:' "$out/tests.log"
 fi
 printf '%s\n' "${summary[@]}"
