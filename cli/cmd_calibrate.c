@@ -80,8 +80,9 @@ static void usage(FILE *f)
         "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse |\n"
         "                       attention[:N] (default minmax); attention: per head\n"
         "                       the candidate of the others (minmax, percentiles\n"
-        "                       99.999 to 99, mse) whose e4m3 K (V) moves the\n"
-        "                       attention output least on the first N samples\n"
+        "                       99.999 to 99, mse) whose K (V), through the\n"
+        "                       --kv-dtype cache, moves the attention output least\n"
+        "                       on the first N samples\n"
         "                       (default 4), searched on the cpu\n"
         "  --granularity G      tensor | head (default tensor)\n"
         "  --tp N               tensor-parallel size of the legacy file (default 1):\n"
@@ -399,7 +400,8 @@ static kvcal_status attention_thresholds(kvcal_model_t *model, const kvcal_sampl
                                     .batch = batch};
     kvcal_attn_search_result r = {*out, NULL, NULL};
     if (!st)
-        st = kvcal_attn_search(x, d, stats, &run, o->observer.search_samples, &r);
+        st = kvcal_attn_search(x, d, stats, &run, o->observer.search_samples, o->kv_dtype,
+                               &r);
     kvcal_exec_destroy(x);
     if (st) {
         free(*out);
