@@ -104,10 +104,10 @@ static void usage(FILE *f)
         "                       checkpoint/ under --out\n"
         "  --kv-dtype D         the cache the scales are for: fp8_e4m3 (default;\n"
         "                       absmax / 448), int8 (absmax / 127) or nvfp4 (the\n"
-        "                       global scale, absmax / (6 x 448)); int8 and nvfp4\n"
-        "                       write --format kvcal only (no engine reads them from\n"
-        "                       the other formats: schemas/README.md); fp8_e5m2\n"
-        "                       needs no scale\n"
+        "                       global scale, absmax / (6 x 448)); int8 writes\n"
+        "                       --format kvcal only, nvfp4 also modelopt\n"
+        "                       (kv_cache_quant_algo NVFP4; schemas/README.md says\n"
+        "                       which engine reads what); fp8_e5m2 needs no scale\n"
         "  --q-scale            also observe every query after RoPE (and q_norm) and\n"
         "                       write q_scale (max |q| / 448, e4m3's: FlashAttention\n"
         "                       3 quantizes the query with an fp8 cache) per layer\n"
@@ -313,14 +313,21 @@ static int parse_options(int argc, char **argv, options *o)
                 o->format, KVCAL_CMD_FORMATS);
         return -1;
     }
+    /* where an engine reads them: NVFP4 global scales from a ModelOpt
+     * checkpoint (kv_cache_quant_algo NVFP4); static int8 scales nowhere
+     * (compressed-tensors refuses type int, ModelOpt maps INT8 to auto) */
+    const int nvfp4 = o->kv_dtype == KVCAL_KV_FORMAT_NVFP4;
     if (o->kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 &&
-        (fmt != KVCAL_FORMAT_KVCAL_JSON || o->report_path)) {
+        ((fmt != KVCAL_FORMAT_KVCAL_JSON && !(nvfp4 && fmt == KVCAL_FORMAT_MODELOPT)) ||
+         o->report_path)) {
         fprintf(stderr,
-                "kvcal calibrate: --kv-dtype %s writes --format kvcal only (the legacy "
-                "file and the checkpoint hold e4m3 scales; the report draws e4m3's): "
-                "leave out --format %s%s\n",
-                o->kv_dtype == KVCAL_KV_FORMAT_INT8 ? "int8" : "nvfp4", o->format,
-                o->report_path ? " and --report" : "");
+                "kvcal calibrate: --kv-dtype %s writes --format kvcal%s only (%s; the "
+                "report draws e4m3's): leave out --format %s%s\n",
+                nvfp4 ? "nvfp4" : "int8", nvfp4 ? " or modelopt" : "",
+                nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint"
+                      : "no engine loads static int8 scales from the legacy file or a "
+                        "checkpoint",
+                o->format, o->report_path ? " and --report" : "");
         return -1;
     }
     if (!o->out)

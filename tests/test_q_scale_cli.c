@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/scale_rule.h"
+#include "io/checkpoint/safetensors.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -125,9 +126,65 @@ static void q_scale_round_trips_through_a_per_head_checkpoint(void)
     cJSON_Delete(b);
 }
 
+/* The checkpoint above with every layer's q_scale rewritten to `q_values`
+ * values (K and V per head as written): validate-scales' verdict. */
+static int verdict_with_q_values(const char *dir, int q_values, char **out)
+{
+    static float kv[4] = {0.01f, 0.02f, 0.03f, 0.04f},
+                 q[8] = {0.05f, 0.05f, 0.05f, 0.05f, 0.06f, 0.06f, 0.06f, 0.06f};
+    char names[15][64], path[1024], args[1200];
+    kvcal_tensor_out t[15];
+    for (int l = 0; l < 5; l++)
+        for (int i = 0; i < 3; i++) {
+            kvcal_tensor_out *o = &t[3 * l + i];
+            snprintf(names[3 * l + i], 64, "model.layers.%d.self_attn.%c_scale", l,
+                     "kvq"[i]);
+            o->name = names[3 * l + i];
+            o->dtype = KVCAL_DTYPE_F32;
+            o->ndim = 3;
+            o->shape[0] = i < 2 ? 4 : q_values;
+            o->shape[1] = o->shape[2] = 1;
+            o->data = i < 2 ? (const void *)kv : (const void *)q;
+        }
+    snprintf(path, sizeof path, "%s/kv_scales.safetensors", dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, t, 15, NULL), KVCAL_OK);
+    snprintf(args, sizeof args, "validate-scales '%s'", dir);
+    return kvcal_test_run_kvcal(args, out);
+}
+
+/* Under attn_head vLLM views q_scale as (-1, num_attention_heads /
+ * num_key_value_heads) and takes each group's max: one value per query head
+ * loads (q_scale their max), one value for a model with 2 query heads a kv
+ * head fails to load, and so does any other count. */
+static void validate_takes_one_q_scale_per_query_head_under_attn_head(void)
+{
+    const char *dir = kvcal_test_path("q_rule_ck");
+    char args[1024], *out = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL
+             " --q-scale --format checkpoint --out '%s'",
+             dir);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT_EQUAL(verdict_with_q_values(dir, 8, &out), 0);
+    free(out);
+    out = NULL;
+    CU_ASSERT_EQUAL(verdict_with_q_values(dir, 1, &out), 1);
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, "has 1 value, expected num_attention_heads (8)"));
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, "views q_scale as (-1, num_attention_heads"));
+    free(out);
+    out = NULL;
+    CU_ASSERT_EQUAL(verdict_with_q_values(dir, 4, &out), 1);
+    CU_ASSERT_PTR_NOT_NULL(out &&
+                           strstr(out, "has 4 values, expected num_attention_heads (8)"));
+    free(out);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_q_scale_writes_each_query_heads_scale_and_their_max),
     KVCAL_TEST(q_scale_round_trips_through_a_per_head_checkpoint),
+    KVCAL_TEST(validate_takes_one_q_scale_per_query_head_under_attn_head),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(q_scale_cli, KVCAL_NEEDS_NOTHING, tests)

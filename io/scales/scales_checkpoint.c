@@ -300,6 +300,8 @@ typedef struct scheme {
     int maps_output_scale; /* the config's cache scale mapper renames
                               k_proj.output_scale (fp8, quark) */
     char method[64];       /* quant_method as vLLM normalizes it */
+    int nvfp4;             /* modelopt: the cache is NVFP4 (the scales its global
+                              scales, amax / (6 x 448)) */
 } scheme;
 
 /* Checks kv_cache_scheme of a compressed-tensors config. */
@@ -358,11 +360,12 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
 
 /* The ModelOpt KV-cache algorithm as vLLM reads it for kv_cache_dtype
  * "auto" (vllm/utils/torch_utils.py, get_kv_cache_quant_algo_string):
- * kv_cache_scheme (a dict: static 8-bit float is fp8) or
- * kv_cache_quant_algo, in quantization or at the top. Warns when it is not
- * FP8: vLLM still loads the scales, but keeps the cache in the model's
- * dtype unless --kv-cache-dtype fp8 is given. */
-static void check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
+ * kv_cache_scheme (a dict: static 8-bit float is fp8, 4-bit float nvfp4) or
+ * kv_cache_quant_algo ("FP8", "NVFP4"), in quantization or at the top.
+ * Warns when it is neither: vLLM still loads the scales, but keeps the
+ * cache in the model's dtype unless --kv-cache-dtype says otherwise.
+ * Returns 1 for NVFP4. */
+static int check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
 {
     const cJSON *inner = cJSON_GetObjectItemCaseSensitive(qc, "quantization");
     if (!cJSON_IsObject(inner))
@@ -376,17 +379,19 @@ static void check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
         if (algo && cJSON_IsNull(algo))
             algo = NULL;
     }
-    int fp8 = 0;
-    if (cJSON_IsString(algo))
+    int fp8 = 0, nvfp4 = 0;
+    if (cJSON_IsString(algo)) {
         fp8 = !strcasecmp(algo->valuestring, "fp8");
-    else if (cJSON_IsObject(algo)) {
+        nvfp4 = !strcasecmp(algo->valuestring, "nvfp4");
+    } else if (cJSON_IsObject(algo)) {
         const cJSON *bits = cJSON_GetObjectItemCaseSensitive(algo, "num_bits");
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(algo, "type");
+        const int fl = cJSON_IsString(type) && !strcmp(type->valuestring, "float");
         fp8 = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(algo, "dynamic")) &&
-              cJSON_IsNumber(bits) && bits->valuedouble == 8 && cJSON_IsString(type) &&
-              !strcmp(type->valuestring, "float");
+              cJSON_IsNumber(bits) && bits->valuedouble == 8 && fl;
+        nvfp4 = cJSON_IsNumber(bits) && bits->valuedouble == 4 && fl;
     }
-    if (!fp8)
+    if (!fp8 && !nvfp4)
         kvcal_report_add(
             rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
             inner == qc ? "quantization_config.kv_cache_quant_algo"
@@ -395,6 +400,7 @@ static void check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
             "the model's dtype: pass --kv-cache-dtype fp8 (kvcal convert --to modelopt "
             "sets it to FP8)",
             "%s, not FP8", algo ? "another KV-cache algorithm" : "missing or null");
+    return nvfp4;
 }
 
 /* vLLM's QuarkConfig.from_config and QuarkKVCacheMethod (quark/quark.py):
@@ -461,7 +467,7 @@ static void check_quark_config(const cJSON *qc, kvcal_report_t *rep)
 static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
 {
     char method[64];
-    scheme sc = {loader_of(config, method, sizeof method), -1, 0, ""};
+    scheme sc = {loader_of(config, method, sizeof method), -1, 0, "", 0};
     /* Fp8Config's and QuarkConfig's get_cache_scale_mapper (fp8.py,
      * quark/quark.py) map .k_proj.output_scale to .attn.k_scale before the
      * model's loader sees the name; the others leave it to the stacked
@@ -503,7 +509,7 @@ static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
                          "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4)",
                          modelopt_algo(qc));
     else if (!strncmp(method, "modelopt", 8))
-        check_modelopt_config(qc, rep);
+        sc.nvfp4 = check_modelopt_config(qc, rep);
     else if (!strcmp(method, "quark"))
         check_quark_config(qc, rep);
     else if (strcmp(method, "fp8"))
@@ -869,7 +875,7 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
     if (per_head)
         kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads,
                                     ctx->tp);
-    if (flavor == KVCAL_FORMAT_MODELOPT) {
+    if (flavor == KVCAL_FORMAT_MODELOPT && !sc.nvfp4) { /* FP8's clamp to >= 1.0 */
         size_t n = 0;
         for (int l = 0; l < num_layers; l++)
             for (int i = 0; i < 2; i++)
@@ -921,6 +927,7 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         memcpy(s->q_head, qh, sizeof(float) * (size_t)num_layers * q_heads);
     s->granularity = per_head ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR;
     s->kv_shared = shared;
+    s->format = sc.nvfp4 ? KVCAL_KV_FORMAT_NVFP4 : KVCAL_KV_FORMAT_FP8_E4M3;
     if (ctx->model) {
         snprintf(s->model.architecture, sizeof s->model.architecture, "%s",
                  ctx->model->architecture);
@@ -1024,7 +1031,7 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
         }
         cJSON_AddItemToObject(config, "quantization_config", hq);
     }
-    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2, 0, ""};
+    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2, 0, "", 0};
     if (config)
         sc = check_scheme(config, rep);
     else
@@ -1120,7 +1127,8 @@ static int set_item(cJSON *obj, const char *key, cJSON *item)
  * model), and for modelopt the KV-cache algorithm set to FP8 (in qc and in
  * hq, the hf_quant_config.json beside it, where present). */
 static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loader ld,
-                                     const char *method, const char *path)
+                                     const char *method, kvcal_kv_format kvf,
+                                     const char *path)
 {
     const char *want = f == KVCAL_FORMAT_MODELOPT ? "ModelOpt (quant_method modelopt)"
                        : f == KVCAL_FORMAT_QUARK  ? "Quark (quant_method quark)"
@@ -1162,6 +1170,9 @@ static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loade
     }
     if (f != KVCAL_FORMAT_MODELOPT)
         return KVCAL_OK;
+    /* the cache dtype vLLM takes with --kv-cache-dtype auto
+     * (get_kv_cache_quant_algo_string): FP8, or NVFP4 for NVFP4 sets */
+    const int nvfp4 = kvf == KVCAL_KV_FORMAT_NVFP4;
     cJSON *targets[2] = {qc, hq};
     for (int i = 0; i < 2; i++) {
         if (!targets[i])
@@ -1169,11 +1180,12 @@ static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loade
         cJSON *inner = cJSON_GetObjectItemCaseSensitive(targets[i], "quantization");
         int ok2;
         if (cJSON_IsObject(inner)) {
-            ok2 = set_item(inner, "kv_cache_quant_algo", cJSON_CreateString("FP8"));
+            ok2 = set_item(inner, "kv_cache_quant_algo",
+                           cJSON_CreateString(nvfp4 ? "NVFP4" : "FP8"));
         } else {
             cJSON *ks = cJSON_CreateObject();
             ok2 = ks && cJSON_AddFalseToObject(ks, "dynamic") &&
-                  cJSON_AddNumberToObject(ks, "num_bits", 8) &&
+                  cJSON_AddNumberToObject(ks, "num_bits", nvfp4 ? 4 : 8) &&
                   cJSON_AddStringToObject(ks, "type", "float");
             if (!ok2)
                 cJSON_Delete(ks);
@@ -1212,7 +1224,7 @@ static kvcal_status merge_config(cJSON *config, cJSON *hq, const kvcal_scales_t 
                           "v_scale, so the scales would never be used",
                           path, method);
     if (f != KVCAL_FORMAT_CHECKPOINT)
-        return merge_config_for(qc ? qc : hq, hq, f, ld, method, path);
+        return merge_config_for(qc ? qc : hq, hq, f, ld, method, s->format, path);
     if (ld == KVCAL_LOADER_BASE && per_head)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method is \"%s\", whose vLLM "
