@@ -8,7 +8,7 @@
 #      stored, bit for bit, both kernel versions), cuda_backend (its
 #      cuda_runner_observes_queries_and_signed_range_like_the_cpu compares
 #      q_absmax and the signed range of cuda and cpu calibrations of three
-#      golden models) and cpu_ops, observers, stats_hdf5, runner, q_scale_cli;
+#      golden models) and cpu_ops, observers, stats_hdf5, q_scale_cli;
 #   2. bench/runner_ops rope_observe: each kernel version without observing,
 #      with the K/V observer, and with the K/V observer and Q (the cost of
 #      --q-scale in the kernel; the runner's default is "+ observe");
@@ -24,7 +24,7 @@ mkdir -p "$out"
 . bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$out/gpu.txt" 2>&1
 timeout 300 env KVCAL_BIN="$build/kvcal" "$build/kvcal_tests" \
-    backend_ops cuda_backend cpu_ops observers stats_hdf5 runner q_scale_cli \
+    backend_ops cuda_backend cpu_ops observers stats_hdf5 q_scale_cli \
     > "$out/tests.log" 2>&1
 tests_rc=$?
 timeout 120 "$build/bench/runner_ops" rope_observe > "$out/runner_ops.log" 2>&1
