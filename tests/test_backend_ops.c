@@ -78,7 +78,7 @@ typedef struct op_row {
      * (renormalized with renorm), a shared expert's output and gate with
      * shared; a few padding tokens where rows > 2 */
     int experts, top_k, renorm, shared; /* shared 2: a shared expert without gate */
-    int sigmoid; /* moe: sigmoid routing with a choice bias, weights x 2.5 */
+    int sigmoid;              /* moe: sigmoid routing with a choice bias, weights x 2.5 */
     float affine_a, affine_b; /* affine: out = x * a + b over rows values */
 } op_row;
 
@@ -329,8 +329,9 @@ static void describe(const op_row *r, const char *version)
         FIELD(seq),     FIELD(heads), FIELD(kv_heads), FIELD(head_dim),
         FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
         FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(softcap), FIELD(experts),
-        FIELD(top_k),   FIELD(renorm), FIELD(shared), FIELD(sigmoid),
+        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(softcap),
+        FIELD(experts), FIELD(top_k), FIELD(renorm),   FIELD(shared),
+        FIELD(sigmoid),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -811,6 +812,7 @@ static void obs_alloc(obs_host *h, int kv_heads, int head_dim)
 {
     h->kv_heads = kv_heads;
     h->head_dim = head_dim;
+    h->o.q_absmax = NULL; /* the queries: where a test sets them */
     for (int kv = 0; kv < 2; kv++) {
         h->o.absmax[kv] = calloc((size_t)kv_heads * head_dim, sizeof(float));
         h->o.hist[kv] = calloc((size_t)kv_heads * KVCAL_HIST_BINS, sizeof(uint64_t));
@@ -858,6 +860,7 @@ static int64_t obs_differ(const obs_host *a, const obs_host *b, int kv)
 static kvcal_kv_observer obs_upload(const obs_host *h)
 {
     kvcal_kv_observer d;
+    d.q_absmax = NULL; /* the queries: set by the caller */
     for (int kv = 0; kv < 2; kv++) {
         d.absmax[kv] = dev_upload(h->o.absmax[kv],
                                   (size_t)h->kv_heads * h->head_dim * sizeof(float));
@@ -1048,6 +1051,12 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     float *d_inv =
         dev_upload(c->inv_freq, (size_t)(r->rot_dim / 2) * sizeof *c->inv_freq);
     kvcal_kv_observer d_obs = obs_upload(&c->pre);
+    /* the queries' max |q| per head too, from 0 */
+    float *q_got = host_alloc(((size_t)r->heads + 1) * sizeof *q_got);
+    float *q_want = host_alloc(((size_t)r->heads + 1) * sizeof *q_want);
+    memset(q_want, 0, ((size_t)r->heads + 1) * sizeof *q_want);
+    d_obs.q_absmax =
+        r->heads ? dev_upload(q_want, (size_t)r->heads * sizeof *q_want) : NULL;
     const kvcal_rope_cfg cfg = {d_inv,
                                 r->rot_dim,
                                 r->interleaved,
@@ -1065,6 +1074,8 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     obs_host got_obs;
     obs_alloc(&got_obs, kvh, hd);
     obs_download(&got_obs, &d_obs);
+    if (r->heads)
+        dev_download(q_got, d_obs.q_absmax, (size_t)r->heads * sizeof *q_got);
 
     float *model = host_alloc((size_t)hd * sizeof *model);
     int64_t far = 0, v_changed = 0, padding_changed = 0, same = 0, compared = 0,
@@ -1103,9 +1114,12 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
 
     obs_host stored;
     obs_copy(&stored, &c->pre);
+    stored.o.q_absmax = q_want;
     float *kv = host_copy(got, n);
     kvcal_rope_observe_ref(kv, stride, c->pos, r->rows, r->heads, kvh, hd, &observe_only,
                            &stored.o);
+    EXPECT_NONE(count_differ(q_got, q_want, r->heads), r->heads,
+                "Q absmax per head not the reference's fold of the Q stored");
     const int64_t obs_n = (int64_t)kvh * (hd + KVCAL_HIST_BINS + 1);
     EXPECT_NONE(obs_differ(&got_obs, &stored, KVCAL_K), obs_n,
                 "K statistics not the reference's fold of the K stored");
@@ -1116,6 +1130,9 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     free(model);
     obs_free(&got_obs);
     free(got);
+    cudaFree(d_obs.q_absmax);
+    free(q_got);
+    free(q_want);
     obs_dev_free(&d_obs);
     cudaFree(d_qkv);
     cudaFree(d_qn);
@@ -1158,9 +1175,9 @@ static void *attention_cpu_run(const op_row *r)
             memcpy(v + (int64_t)t * kvh * hd, row + (int64_t)(h + kvh) * hd,
                    (size_t)kvh * hd * sizeof *v);
         }
-        kvcal_attention_window_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v,
-                                   r->seq, h, kvh, hd, 1.0f / sqrtf((float)hd),
-                                   r->window, r->softcap);
+        kvcal_attention_window_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v, r->seq,
+                                   h, kvh, hd, 1.0f / sqrtf((float)hd), r->window,
+                                   r->softcap);
     }
     free(q);
     free(k);
@@ -1212,8 +1229,8 @@ static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *
     }
     if (r->window || r->softcap)
         ROW_OK(kvcal_attention_window_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
-                                             r->batch, r->seq, h, kvh, hd, scale, r->window,
-                                             (float)r->softcap, 0));
+                                             r->batch, r->seq, h, kvh, hd, scale,
+                                             r->window, (float)r->softcap, 0));
     else if (version == 0)
         ROW_OK(kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
                                       r->batch, r->seq, h, kvh, hd, scale, 0));
@@ -1347,10 +1364,12 @@ static void geglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     float *model = host_alloc((size_t)n * sizeof *model);
     for (int64_t i = 0; i < n; i++) {
         const float g = c->gate[i];
-        const float a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+        const float a =
+            0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
         model[i] = kvcal_bf16_round(kvcal_bf16_round(a) * c->up[i]);
     }
-    EXPECT_MOSTLY(count_same(got, model, n), n, 100, "outputs equal to bf16 arithmetic's");
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100,
+                  "outputs equal to bf16 arithmetic's");
     free(model);
     free(got);
     cudaFree(d_gu);
@@ -1385,7 +1404,8 @@ static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
     (void)version, (void)ctx;
     const affine_cpu *c = p;
     kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, r->rows);
-    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b, 0)); /* in place */
+    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b,
+                               0)); /* in place */
     sync_ok();
     float *got = kvcal_test_dev_download_bf16(d_x, r->rows);
     EXPECT_NONE(count_differ(got, c->ref, r->rows), r->rows, "outputs not x * a + b");
@@ -1520,12 +1540,14 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
                *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
                *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
                *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
-               *d_shared = r->shared ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
-                                     : NULL,
+               *d_shared = r->shared
+                               ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
+                               : NULL,
                *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
                *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
                *d_h = dev_alloc_nan((int64_t)cap * 2 * I),
-               *d_act = dev_alloc_nan((int64_t)cap * I), *d_y = dev_alloc_nan((int64_t)cap * D),
+               *d_act = dev_alloc_nan((int64_t)cap * I),
+               *d_y = dev_alloc_nan((int64_t)cap * D),
                *d_out = dev_alloc_nan((int64_t)T * D);
     int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
             *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
@@ -1545,8 +1567,8 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
     ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
     ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
-    ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D, d_shared,
-                                    d_x, d_gate, 0));
+    ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D,
+                                    d_shared, d_x, d_gate, 0));
     sync_ok();
     int32_t *e = host_alloc((size_t)T * K * sizeof *e);
     float *w = host_alloc((size_t)T * K * sizeof *w);
@@ -1959,7 +1981,8 @@ static const op_def op_defs[] = {
      swiglu_cuda},
     {"moe", moe_cpu_run, moe_release, one_version, one_plain_version, moe_cuda},
     {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
-    {"affine", affine_cpu_run, affine_release, one_version, one_plain_version, affine_cuda},
+    {"affine", affine_cpu_run, affine_release, one_version, one_plain_version,
+     affine_cuda},
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
     {"token_nll", token_nll_cpu_run, token_nll_release, one_version, one_plain_version,
      token_nll_cuda},
@@ -2074,7 +2097,8 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
     CU_ASSERT_EQUAL(kvcal_moe_gemm_launch(p, p, 2, p, &plan, 60, 64, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("multiples of 8"));
-    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe grouping"));
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 4, 5, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
