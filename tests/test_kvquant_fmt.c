@@ -162,8 +162,8 @@ static void device_formulas_equal_the_reference_arithmetic(void)
 {
     CU_ASSERT_EQUAL(on_many_floats(e2m1_mag22_differs), 0);
     CU_ASSERT_EQUAL(on_many_floats(dmul_scales_differ), 0);
-    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(0.75f), 2u << 22);  /* tie -> even */
-    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(5.0f), 6u << 22);   /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(0.75f), 2u << 22); /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(5.0f), 6u << 22);  /* tie -> even */
     CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(-INFINITY), 7u << 22);
     CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(0.5f), 1u << 22); /* the subnormal */
     kvcal_kvfmt_row flat = kvcal_kvfmt_asym_row_dmul(INFINITY, -INFINITY);

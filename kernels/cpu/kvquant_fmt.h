@@ -66,7 +66,8 @@ static inline KVCAL_HOST_DEVICE float kvcal_kvfmt_int8_scale_dmul(float absmax)
     return s > KVCAL_KV_INT8_SCALE_FLOOR ? s : KVCAL_KV_INT8_SCALE_FLOOR;
 }
 
-static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_asym_row_dmul(float mn, float mx)
+static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_asym_row_dmul(float mn,
+                                                                          float mx)
 {
     if (mn > mx)
         mn = mx = 0.0f;
