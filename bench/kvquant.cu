@@ -50,9 +50,10 @@
 // count each format's cache rows (NVFP4: 9/16 byte a value) and the
 // dynamic modes' per (token, head) scales and zero points (the static modes
 // record none). Each twice: "v1 ..." is the format kernel before its
-// rewrite (bench/kvquant_fmt_v1.cuh), the other the library's (v2).
-// --only-formats runs the copy, e4m3's static per head and dequantization
-// (for reference) and the format ops, prefill and decode only.
+// rewrite (bench/kvquant_fmt_v1.cuh, timed with --only-formats alone), the
+// other the library's (v2). --only-formats runs the copy, e4m3's static per
+// head and dequantization (for reference) and the format ops, v1 and v2,
+// prefill and decode only.
 //
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent
@@ -576,13 +577,12 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
     default: { // the format ops; the static modes record no scale
         kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, fmt_dynamic(op));
         kvcal_kv_qparams q = qparams_of(p, op, false);
-        if (fmt_dequantizes(op) && is_v1(op))
-            KV_CHECK(v1::v1_dequantize_fmt(&b, &c, &q, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
-        else if (fmt_dequantizes(op))
+        const bool dq = fmt_dequantizes(op);
+        if (is_v1(op))
+            KV_CHECK(v1::run(&b, &c, &q, dq ? p.ko : nullptr, dq ? p.vo : nullptr, s));
+        else if (dq)
             KV_CHECK(kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo,
                                                     KVCAL_DTYPE_BF16, s));
-        else if (is_v1(op))
-            KV_CHECK(v1::v1_quantize_fmt(&b, &c, &q, s));
         else
             KV_CHECK(kvcal_kv_quantize_fmt_launch(&b, &c, &q, s));
         return;
@@ -1099,7 +1099,8 @@ int main(int argc, char **argv)
             if ((bench_kernel && (ci > 0 || (op != V1_STATIC_HEAD && D != 128))) ||
                 (op == SCALER_GROW && cases[ci].decode) ||
                 (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)) ||
-                (only_formats && !is_fmt(op) && !reference) || (is_v1(op) && scatter))
+                (only_formats && !is_fmt(op) && !reference) ||
+                (is_v1(op) && (scatter || !only_formats)))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);

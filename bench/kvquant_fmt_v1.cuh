@@ -4,14 +4,15 @@
 // "Every cache format"). One group of lanes per (token, head) row, K then V
 // one after the other, every value through the CPU reference's software
 // conversions (kernels/cpu/kvquant_fmt.h, core/kvformat.h). Same bytes as
-// the reference (bench/kvquant validates it like every op). Entry points:
-// v1_quantize_fmt and v1_dequantize_fmt, as the library's _launch functions
-// for every format but e4m3. Included by bench/kvquant.cu alone.
+// the reference (bench/kvquant validates it like every op). Entry point:
+// v1::run, for bf16 (its host side cut to what the bench calls). Included
+// by bench/kvquant.cu alone.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cpu/kvquant_fmt.h"
+#include "kernels/cuda/kv_words.cuh"
 
 namespace v1
 {
@@ -45,34 +46,6 @@ struct FmtArgs {
 };
 
 // --- element loads and stores ------------------------------------------------
-
-template <typename T> __device__ __forceinline__ float to_float(T v);
-template <> __device__ __forceinline__ float to_float<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ float to_float<__half>(__half v)
-{
-    return __half2float(v);
-}
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v)
-{
-    return __uint_as_float((uint32_t)__bfloat16_as_ushort(v) << 16);
-}
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
 
 // Values d0 .. d0 + 7 of a row of n (0 past its end).
 template <typename T, bool VEC>
@@ -343,11 +316,6 @@ bool aligned(const void *p, int64_t bytes)
     return ((uintptr_t)p % (uintptr_t)bytes) == 0;
 }
 
-int elem_bytes(kvcal_dtype d)
-{
-    return d == KVCAL_DTYPE_F32 ? 4 : 2;
-}
-
 FmtArgs make_args(const kvcal_kv_batch *b, const kvcal_kv_cache *c,
                   const kvcal_kv_qparams *p, kvcal_kv_geom g)
 {
@@ -389,99 +357,46 @@ unsigned grid_of(const FmtArgs &a)
     return (unsigned)((rows + per_block - 1) / per_block);
 }
 
-template <typename T, int FMT>
-kvcal_status launch_q(const FmtArgs &a, bool vec, cudaStream_t s)
+// v1 as bench/kvquant calls it: bf16 K/V and outputs, rows and caches
+// aligned for the 16-byte path (refused otherwise); a quantization when
+// k_out is NULL, else a dequantization into k_out / v_out.
+template <int FMT> kvcal_status launch(const FmtArgs &a, bool quantize, cudaStream_t s)
 {
-    if (vec)
-        fmt_quantize_kernel<T, FMT, true><<<grid_of(a), kThreads, 0, s>>>(a);
+    if (quantize)
+        fmt_quantize_kernel<__nv_bfloat16, FMT, true><<<grid_of(a), kThreads, 0, s>>>(a);
     else
-        fmt_quantize_kernel<T, FMT, false><<<grid_of(a), kThreads, 0, s>>>(a);
+        fmt_dequantize_kernel<__nv_bfloat16, FMT, true>
+            <<<grid_of(a), kThreads, 0, s>>>(a);
     V1_TRY(cudaGetLastError());
     return KVCAL_OK;
 }
 
-template <typename T>
-kvcal_status launch_q_t(int format, const FmtArgs &a, bool vec, cudaStream_t s)
+kvcal_status run(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
+                 const kvcal_kv_qparams *params, void *k_out, void *v_out, cudaStream_t s)
 {
-    switch (format) {
-    case KVCAL_KV_FORMAT_FP8_E5M2:
-        return launch_q<T, KVCAL_KV_FORMAT_FP8_E5M2>(a, vec, s);
-    case KVCAL_KV_FORMAT_INT8:
-        return launch_q<T, KVCAL_KV_FORMAT_INT8>(a, vec, s);
-    case KVCAL_KV_FORMAT_INT8_ASYM:
-        return launch_q<T, KVCAL_KV_FORMAT_INT8_ASYM>(a, vec, s);
-    default:
-        return launch_q<T, KVCAL_KV_FORMAT_NVFP4>(a, vec, s);
-    }
-}
-
-template <typename T, int FMT>
-kvcal_status launch_d(const FmtArgs &a, bool vec, cudaStream_t s)
-{
-    if (vec)
-        fmt_dequantize_kernel<T, FMT, true><<<grid_of(a), kThreads, 0, s>>>(a);
-    else
-        fmt_dequantize_kernel<T, FMT, false><<<grid_of(a), kThreads, 0, s>>>(a);
-    V1_TRY(cudaGetLastError());
-    return KVCAL_OK;
-}
-
-template <typename T>
-kvcal_status launch_d_t(int format, const FmtArgs &a, bool vec, cudaStream_t s)
-{
-    switch (format) {
-    case KVCAL_KV_FORMAT_FP8_E5M2:
-        return launch_d<T, KVCAL_KV_FORMAT_FP8_E5M2>(a, vec, s);
-    case KVCAL_KV_FORMAT_INT8:
-        return launch_d<T, KVCAL_KV_FORMAT_INT8>(a, vec, s);
-    case KVCAL_KV_FORMAT_INT8_ASYM:
-        return launch_d<T, KVCAL_KV_FORMAT_INT8_ASYM>(a, vec, s);
-    default:
-        return launch_d<T, KVCAL_KV_FORMAT_NVFP4>(a, vec, s);
-    }
-}
-
-kvcal_status v1_quantize_fmt(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
-                             const kvcal_kv_qparams *params, cudaStream_t stream)
-{
+    const bool quantize = k_out == nullptr;
     kvcal_kv_geom g;
-    kvcal_status st = kvcal_kvfmt_check("v1_quantize_fmt", batch, cache, params, 1, &g);
-    if (st != KVCAL_OK || batch->num_tokens == 0)
-        return st;
-    FmtArgs a = make_args(batch, cache, params, g);
-    const int64_t v = 16 / elem_bytes(batch->dtype);
-    bool vec = cache_aligned(cache, g, params->format);
-    for (int kv = 0; kv < 2; kv++)
-        vec = vec && aligned(a.src[kv], 16) && a.ts[kv] % v == 0 && a.hs[kv] % v == 0;
-    switch (batch->dtype) {
-    case KVCAL_DTYPE_F32:
-        return launch_q_t<float>(params->format, a, vec, stream);
-    case KVCAL_DTYPE_F16:
-        return launch_q_t<__half>(params->format, a, vec, stream);
-    default:
-        return launch_q_t<__nv_bfloat16>(params->format, a, vec, stream);
-    }
-}
-
-kvcal_status v1_dequantize_fmt(const kvcal_kv_batch *batch, const kvcal_kv_cache *cache,
-                               const kvcal_kv_qparams *params, void *k_out, void *v_out,
-                               kvcal_dtype out_dtype, cudaStream_t stream)
-{
-    kvcal_kv_geom g;
-    kvcal_status st = kvcal_kvfmt_check("v1_dequantize_fmt", batch, cache, params, 0, &g);
+    kvcal_status st = kvcal_kvfmt_check("v1", batch, cache, params, quantize, &g);
     if (st != KVCAL_OK || batch->num_tokens == 0)
         return st;
     FmtArgs a = make_args(batch, cache, params, g);
     a.out[0] = k_out, a.out[1] = v_out;
-    const bool vec = cache_aligned(cache, g, params->format) && aligned(k_out, 16) &&
-                     aligned(v_out, 16);
-    switch (out_dtype) {
-    case KVCAL_DTYPE_F32:
-        return launch_d_t<float>(params->format, a, vec, stream);
-    case KVCAL_DTYPE_F16:
-        return launch_d_t<__half>(params->format, a, vec, stream);
+    bool vec = cache_aligned(cache, g, params->format) && aligned(v_out, 16);
+    for (int kv = 0; kv < 2; kv++)
+        vec = vec &&
+              (quantize ? aligned(a.src[kv], 16) && a.ts[kv] % 8 == 0 && a.hs[kv] % 8 == 0
+                        : aligned(a.out[kv], 16));
+    if (!vec || (quantize && batch->dtype != KVCAL_DTYPE_BF16))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "v1: bf16 and the 16-byte path only");
+    switch (params->format) {
+    case KVCAL_KV_FORMAT_FP8_E5M2:
+        return launch<KVCAL_KV_FORMAT_FP8_E5M2>(a, quantize, s);
+    case KVCAL_KV_FORMAT_INT8:
+        return launch<KVCAL_KV_FORMAT_INT8>(a, quantize, s);
+    case KVCAL_KV_FORMAT_INT8_ASYM:
+        return launch<KVCAL_KV_FORMAT_INT8_ASYM>(a, quantize, s);
     default:
-        return launch_d_t<__nv_bfloat16>(params->format, a, vec, stream);
+        return launch<KVCAL_KV_FORMAT_NVFP4>(a, quantize, s);
     }
 }
 

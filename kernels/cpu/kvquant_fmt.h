@@ -163,6 +163,13 @@ kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
                                const kvcal_kv_cache *cache, const kvcal_kv_qparams *p,
                                int need_data, kvcal_kv_geom *g);
 
+/* kvcal_kvfmt_check for a dequantization of `fn`, and its outputs. */
+kvcal_status kvcal_kvfmt_dequantize_check(const char *fn, const kvcal_kv_batch *batch,
+                                          const kvcal_kv_cache *cache,
+                                          const kvcal_kv_qparams *p, const void *k_out,
+                                          const void *v_out, kvcal_dtype out_dtype,
+                                          kvcal_kv_geom *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
-// kernels/cuda/kv_words.cuh: 16-byte words of eight 16-bit K/V values
-// (bf16 or f16), as the fast quantization kernels load them
-// (kernels/cuda/kvquant.cu, kvquant_fmt.cu): to floats, and their finite
-// absmax. Device code only.
+// kernels/cuda/kv_words.cuh: K/V elements as the quantization kernels
+// (kernels/cuda/kvquant.cu, kvquant_fmt.cu) read and write them: one
+// element to and from fp32 (nearest even), and 16-byte words of eight
+// 16-bit values (bf16 or f16) to floats, with their finite absmax. Device
+// code only.
 #ifndef KVCAL_KERNELS_CUDA_KV_WORDS_CUH
 #define KVCAL_KERNELS_CUDA_KV_WORDS_CUH
 
@@ -12,6 +13,34 @@
 #include <type_traits>
 
 #include "kernels/cpu/kvquant_ref.h"
+
+template <typename T> __device__ __forceinline__ float to_float(T v);
+template <> __device__ __forceinline__ float to_float<float>(float v)
+{
+    return v;
+}
+template <> __device__ __forceinline__ float to_float<__half>(__half v)
+{
+    return __half2float(v);
+}
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v)
+{
+    return __uint_as_float((uint32_t)__bfloat16_as_ushort(v) << 16);
+}
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v)
+{
+    return v;
+}
+template <> __device__ __forceinline__ __half from_float<__half>(float v)
+{
+    return __float2half_rn(v);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
 
 // Loads 8 16-bit values of a 16-byte word as floats (as Loader<T, 8>).
 template <typename T> __device__ __forceinline__ void unpack8(uint4 w, float *x)

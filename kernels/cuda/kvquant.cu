@@ -514,20 +514,6 @@ struct Dequant {
     void *out[2]; // (num_tokens, H, head_dim) contiguous
 };
 
-template <typename TOut> __device__ __forceinline__ TOut from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-
 // Two e4m3 bytes (low byte first) to floats, exactly, through fp16.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two)
 {

@@ -87,34 +87,6 @@ struct FmtArgs {
 
 // --- element loads and stores ------------------------------------------------
 
-template <typename T> __device__ __forceinline__ float to_float(T v);
-template <> __device__ __forceinline__ float to_float<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ float to_float<__half>(__half v)
-{
-    return __half2float(v);
-}
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v)
-{
-    return __uint_as_float((uint32_t)__bfloat16_as_ushort(v) << 16);
-}
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-
 // Values d0 .. d0 + 7 of a row of n (0 past its end); vec: 16-byte loads.
 template <typename T>
 __device__ __forceinline__ void load8(const T *row, int d0, int n, bool vec, float *x)
@@ -1045,14 +1017,10 @@ kvcal_status dequantize_args(const char *fn, const kvcal_kv_batch *batch,
                              void *k_out, void *v_out, kvcal_dtype out_dtype, FmtArgs *a)
 {
     kvcal_kv_geom g;
-    kvcal_status st = kvcal_kvfmt_check(fn, batch, cache, params, 0, &g);
+    kvcal_status st = kvcal_kvfmt_dequantize_check(fn, batch, cache, params, k_out, v_out,
+                                                   out_dtype, &g);
     if (st != KVCAL_OK)
         return st;
-    if (!kvcal_kv_dtype_ok(out_dtype))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);
-    if (batch->num_tokens > 0 && (!k_out || !v_out))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: k_out or v_out is NULL", fn);
     *a = make_args(batch, cache, params, g);
     a->out[0] = k_out, a->out[1] = v_out;
     a->vec = cache_aligned(*a, params->format, params->format == kNvfp4 ? 4 : 8) &&
