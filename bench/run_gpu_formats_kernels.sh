@@ -3,7 +3,7 @@
 # kernels of the cache formats beyond e4m3 (kernels/cuda/kvquant_fmt.cu) on
 # a GPU host, from the repository root, with binaries built beforehand in
 # $BUILD (default build, a CUDA build with libkvcal.so; nothing is compiled
-# here), in about 3-5 minutes:
+# here), in about 3-5 minutes (at most 7.5, the steps' time limits):
 #   1. the suites kvquant_fmt_cuda (every format, mode, rounding and layout
 #      of both kernels, generic and fast, against the CPU reference byte for
 #      byte; random cache bytes dequantized; each device conversion on every
@@ -28,12 +28,12 @@ build=${BUILD:-build}
 mkdir -p "$out"
 . bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
-timeout 150 env KVCAL_BIN="$build/kvcal" "$build/kvcal_tests" kvquant_fmt_cuda kvquant_fmt \
+timeout 180 env KVCAL_BIN="$build/kvcal" "$build/kvcal_tests" kvquant_fmt_cuda kvquant_fmt \
     kvquant_cuda > "$out/tests.log" 2>&1
 tests_rc=$?
-timeout 240 "$build/bench/kvquant" --only-formats > "$out/bench.log" 2>&1
+timeout 150 "$build/bench/kvquant" --only-formats > "$out/bench.log" 2>&1
 bench_rc=$?
-PYTHONUNBUFFERED=1 timeout 150 python3 tests/python_gpu_check.py --build "$build" \
+PYTHONUNBUFFERED=1 timeout 120 python3 tests/python_gpu_check.py --build "$build" \
     --only-formats --json "$out/python.json" > "$out/python.log" 2>&1
 python_rc=$?
 echo "== gpu"; cat "$out/gpu.txt"

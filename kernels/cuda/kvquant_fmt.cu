@@ -107,8 +107,8 @@ __device__ __forceinline__ void load8(const T *row, int d0, int n, bool vec, flo
         x[j] = d0 + j < n ? to_float<T>(row[d0 + j]) : 0.0f;
 }
 
-// N values x as TOut at p: one 16-byte store (16 / sizeof(TOut) values) when
-// vec, else one element at a time, the first n.
+// N values x as TOut at p: in 16-byte stores when vec (p aligned to 16),
+// else one element at a time, the first n.
 template <typename TOut, int N>
 __device__ __forceinline__ void store_n(TOut *p, const float *x, bool vec, int n)
 {

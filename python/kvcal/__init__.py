@@ -1,5 +1,7 @@
 """kvcal: FP8 (e4m3) KV-cache scales and online quantization for Python
-engines -- a thin ctypes binding over libkvcal (include/kvcal.h).
+engines, and the other cache formats engines offer (fp8_e5m2, int8, int8 with
+zero points, NVFP4: quantize_fmt, dequantize_fmt) -- a thin ctypes binding over
+libkvcal (include/kvcal.h).
 
 Arrays are torch tensors or anything with ``__dlpack__``,
 ``__cuda_array_interface__`` or numpy's ``__array_interface__``; CPU arrays
