@@ -2,8 +2,10 @@
  * round trip: softmax top-k routing (a warp per token), the grouping of the
  * routed rows by expert into tiles (one block), the experts' grouped GEMM
  * on the tensor cores (a block per tile of one expert; the grid is every
- * tile the routing could fill, unused tiles exit), and the weighted combine
- * (a block per token, the shared expert's sigmoid gate fused). The CPU
+ * tile the routing could fill, unused tiles exit; on Hopper moe_wgmma.cu's
+ * instead, over the rows gathered here in the plan's order), and the
+ * weighted combine (a block per token, the shared expert's sigmoid gate
+ * fused). The CPU
  * references are kvcal_moe_route_ref and the per-expert kvcal_matmul_ref of
  * calib/backend_cpu.c. */
 #include <cuda_bf16.h>
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
                      int32_t *__restrict__ tile_expert,   // (tiles)
                      const int32_t *__restrict__ experts, // (assignments)
                      int assignments, int E, int capacity, int tiles,
-                     unsigned long long *__restrict__ expert_tokens) // (E) or NULL
+                     unsigned long long *__restrict__ expert_tokens, // (E) or NULL
+                     int32_t *__restrict__ used_tiles)               // (1) or NULL
 {
     __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
     __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
@@ -193,6 +196,8 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
                    KVCAL_MOE_TILE_ROWS;
         }
         start[E] = row;
+        if (used_tiles)
+            *used_tiles = row / KVCAL_MOE_TILE_ROWS;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -244,8 +249,54 @@ extern "C" kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan,
                           kvcal_moe_plan_capacity(assignments, num_experts));
     moe_align_kernel<<<1, ALIGN_THREADS, 0, stream>>>(
         plan->sorted, plan->slot_of, plan->tile_expert, experts, assignments, num_experts,
-        plan->capacity, plan->tiles, expert_tokens);
+        plan->capacity, plan->tiles, expert_tokens, plan->used_tiles);
     KVCAL_CUDA_CHECK_LAUNCH("moe_align_kernel");
+    return KVCAL_OK;
+}
+
+// --- the routed rows in the plan's order ---------------------------------------------
+
+#define GATHER_THREADS 256
+
+/* A block per plan tile, a warp per row at a time, 16 bytes a lane. */
+__global__ void __launch_bounds__(GATHER_THREADS)
+    moe_gather_kernel(uint4 *__restrict__ xs,                  // (capacity, dim / 8)
+                      const uint4 *__restrict__ x,             // (tokens, dim / 8)
+                      const int32_t *__restrict__ sorted,      // (capacity)
+                      const int32_t *__restrict__ tile_expert, // (tiles)
+                      int top_k, int vecs)
+{
+    const int tile = blockIdx.x;
+    if (tile_expert[tile] < 0)
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < KVCAL_MOE_TILE_ROWS; r += GATHER_THREADS / 32) {
+        const int64_t row = (int64_t)tile * KVCAL_MOE_TILE_ROWS + r;
+        const int id = sorted[row];
+        uint4 *dst = xs + row * vecs;
+        const uint4 *src = x + (int64_t)(id < 0 ? 0 : id / top_k) * vecs;
+#pragma unroll 4
+        for (int c = lane; c < vecs; c += 32)
+            dst[c] = id >= 0 ? src[c] : make_uint4(0, 0, 0, 0);
+    }
+}
+
+extern "C" kvcal_status kvcal_moe_gather_launch(kvcal_bf16 *xs, const kvcal_bf16 *x,
+                                                const kvcal_moe_plan *plan, int top_k,
+                                                int dim, cudaStream_t stream)
+{
+    if (!xs || !x || !plan || top_k < 1 || dim < 8 || dim % 8 ||
+        ((uintptr_t)xs | (uintptr_t)x) % 16)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "moe gather: top-%d, dim %d: need buffers, 16-byte aligned, and "
+                          "dim a multiple of 8",
+                          top_k, dim);
+    if (plan->tiles < 1)
+        return KVCAL_OK;
+    moe_gather_kernel<<<plan->tiles, GATHER_THREADS, 0, stream>>>(
+        reinterpret_cast<uint4 *>(xs), reinterpret_cast<const uint4 *>(x), plan->sorted,
+        plan->tile_expert, top_k, dim / 8);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_gather_kernel");
     return KVCAL_OK;
 }
 
