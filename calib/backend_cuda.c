@@ -1190,6 +1190,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up(NK * sizeof(int32_t)) +
                     round_up(cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)) +
                     round_up(sizeof(int32_t)) +
+                    round_up((size_t)kvcal_moe_plan_scratch((int)NK, r->E) *
+                             sizeof(int32_t)) +
                     (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
                     round_up(cap * r->MI * e) +
                     round_up(cap * r->D * e) + round_up(N * 2 * r->SI * e) +
@@ -1254,6 +1256,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->plan.slot_of = carve(&p, NK * sizeof(int32_t));
         r->plan.tile_expert = carve(&p, cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t));
         r->plan.used_tiles = carve(&p, sizeof(int32_t));
+        r->plan.scratch =
+            carve(&p, (size_t)kvcal_moe_plan_scratch((int)NK, r->E) * sizeof(int32_t));
         r->moe_gu = r->moe_sm90 ? NULL : carve(&p, cap * 2 * r->MI * e);
         r->moe_act = carve(&p, cap * r->MI * e);
         r->moe_y = carve(&p, cap * r->D * e);

@@ -1674,7 +1674,9 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
                            dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
                            cap,
                            cap / KVCAL_MOE_TILE_ROWS,
-                           dev_alloc(sizeof(int32_t))};
+                           dev_alloc(sizeof(int32_t)),
+                           dev_alloc((size_t)kvcal_moe_plan_scratch(T * K, E) *
+                                     sizeof(int32_t))};
     if (r->sigmoid)
         ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
                                               r->renorm, 2.5f, 0));
@@ -1709,6 +1711,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     cudaFree(plan.slot_of);
     cudaFree(plan.tile_expert);
     cudaFree(plan.used_tiles);
+    cudaFree(plan.scratch);
     cudaFree(d_counts);
     cudaFree(d_w);
     cudaFree(d_e);
@@ -2167,17 +2170,21 @@ static void affine_rows_match_cpu(void)
 }
 
 /* Shapes the grouped GEMMs and the gather do not take, and plans too small
- * for the assignments, are refused naming the op. */
+ * for the assignments or without their scratch, are refused naming the op. */
 static void moe_refuses_unaligned_sizes_and_short_plans(void)
 {
     kvcal_bf16 *p = (kvcal_bf16 *)256;
     int32_t *i = (int32_t *)256;
-    kvcal_moe_plan plan = {i, i, i, KVCAL_MOE_TILE_ROWS, 1, NULL};
+    kvcal_moe_plan plan = {i, i, i, KVCAL_MOE_TILE_ROWS, 1, NULL, i};
     CU_ASSERT_EQUAL(kvcal_moe_gemm_launch(p, p, 2, p, &plan, 60, 64, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("multiples of 8"));
     CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe grouping"));
+    const int cap = kvcal_moe_plan_capacity(200, 4);
+    kvcal_moe_plan bare = {i, i, i, cap, cap / KVCAL_MOE_TILE_ROWS, NULL, NULL};
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&bare, i, 200, 4, NULL, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("scratch"));
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 4, 5, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 600, 2, 0, 0),

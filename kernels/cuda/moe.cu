@@ -1,6 +1,7 @@
 /* kernels/cuda/moe.cu: a mixture of experts on the device, with no host
  * round trip: softmax top-k routing (a warp per token), the grouping of the
- * routed rows by expert into tiles (one block), the experts' grouped GEMM
+ * routed rows by expert into tiles (counted and placed by chunks of the
+ * assignments), the experts' grouped GEMM
  * on the tensor cores (a block per tile of one expert; the grid is every
  * tile the routing could fill, unused tiles exit; on Hopper moe_wgmma.cu's
  * instead, over the rows gathered here in the plan's order), and the
@@ -156,7 +157,18 @@ extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
 
 // --- grouping by expert --------------------------------------------------------
 
-#define ALIGN_THREADS 1024
+/* The grouping in three launches: each block of the first counts the
+ * assignments of its chunk per expert into the plan's scratch; one block
+ * turns the counts into each expert's first row (padded to tiles), each
+ * chunk's first row for each expert (in place), the tiles' experts and
+ * the padding rows; each block of the third places its chunk's
+ * assignments from there (shared-memory atomics: the order within an
+ * expert changes no result, the combine reads each assignment's row by
+ * index). */
+#define ALIGN_THREADS 512
+#define ALIGN_CHUNK 4096 /* assignments a block of the first and third takes */
+
+static_assert(ALIGN_THREADS >= KVCAL_MOE_MAX_EXPERTS, "a thread an expert");
 
 extern "C" int kvcal_moe_plan_capacity(int assignments, int num_experts)
 {
@@ -167,32 +179,61 @@ extern "C" int kvcal_moe_plan_capacity(int assignments, int num_experts)
                  KVCAL_MOE_TILE_ROWS);
 }
 
+static int align_blocks(int assignments)
+{
+    return (assignments + ALIGN_CHUNK - 1) / ALIGN_CHUNK;
+}
+
+extern "C" int kvcal_moe_plan_scratch(int assignments, int num_experts)
+{
+    const int blocks = align_blocks(assignments);
+    return (blocks > 0 ? blocks : 1) * num_experts;
+}
+
 __global__ void __launch_bounds__(ALIGN_THREADS)
-    moe_align_kernel(int32_t *__restrict__ sorted,        // (capacity)
-                     int32_t *__restrict__ slot_of,       // (assignments)
-                     int32_t *__restrict__ tile_expert,   // (tiles)
+    moe_count_kernel(int32_t *__restrict__ counts,       // (blocks, E)
                      const int32_t *__restrict__ experts, // (assignments)
-                     int assignments, int E, int capacity, int tiles,
-                     unsigned long long *__restrict__ expert_tokens, // (E) or NULL
-                     int32_t *__restrict__ used_tiles)               // (1) or NULL
+                     int assignments, int E)
 {
     __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
-    __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
-    __shared__ int cursor[KVCAL_MOE_MAX_EXPERTS];
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         count[e] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < assignments; i += blockDim.x) {
+    const int end = min((blockIdx.x + 1) * ALIGN_CHUNK, assignments);
+    for (int i = blockIdx.x * ALIGN_CHUNK + threadIdx.x; i < end; i += blockDim.x) {
         const int e = experts[i];
         if (e >= 0 && e < E)
             atomicAdd(&count[e], 1);
     }
     __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        counts[(int64_t)blockIdx.x * E + e] = count[e];
+}
+
+__global__ void __launch_bounds__(ALIGN_THREADS)
+    moe_plan_kernel(int32_t *__restrict__ sorted,      // (capacity)
+                    int32_t *__restrict__ tile_expert, // (tiles)
+                    int32_t *__restrict__ used_tiles,  // (1) or NULL
+                    int32_t *__restrict__ counts, // (blocks, E) in: counts, out: first rows
+                    int blocks, int E, int tiles,
+                    unsigned long long *__restrict__ expert_tokens) // (E) or NULL
+{
+    __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
+    __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
+    const int e = threadIdx.x;
+    if (e < E) {
+        int c = 0;
+#pragma unroll 8
+        for (int b = 0; b < blocks; b++)
+            c += counts[(int64_t)b * E + e];
+        count[e] = c;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
         int row = 0;
-        for (int e = 0; e < E; e++) {
-            start[e] = row;
-            row += (count[e] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
+        for (int x = 0; x < E; x++) {
+            start[x] = row;
+            row += (count[x] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
                    KVCAL_MOE_TILE_ROWS;
         }
         start[E] = row;
@@ -200,8 +241,16 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
             *used_tiles = row / KVCAL_MOE_TILE_ROWS;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        cursor[e] = start[e];
+    if (e < E) {
+        int row = start[e];
+#pragma unroll 8
+        for (int b = 0; b < blocks; b++) {
+            const int c = counts[(int64_t)b * E + e];
+            counts[(int64_t)b * E + e] = row;
+            row += c;
+        }
+        for (; row < start[e + 1]; row++) /* the padding of the expert's last tile */
+            sorted[row] = -1;
         if (expert_tokens)
             expert_tokens[e] += (unsigned long long)count[e];
     }
@@ -217,10 +266,21 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
         }
         tile_expert[tile] = row < start[E] ? lo : -1;
     }
-    for (int r = threadIdx.x; r < capacity; r += blockDim.x)
-        sorted[r] = -1;
+}
+
+__global__ void __launch_bounds__(ALIGN_THREADS)
+    moe_scatter_kernel(int32_t *__restrict__ sorted,       // (capacity)
+                       int32_t *__restrict__ slot_of,      // (assignments)
+                       const int32_t *__restrict__ first,  // (blocks, E)
+                       const int32_t *__restrict__ experts, // (assignments)
+                       int assignments, int E)
+{
+    __shared__ int cursor[KVCAL_MOE_MAX_EXPERTS];
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        cursor[e] = first[(int64_t)blockIdx.x * E + e];
     __syncthreads();
-    for (int i = threadIdx.x; i < assignments; i += blockDim.x) {
+    const int end = min((blockIdx.x + 1) * ALIGN_CHUNK, assignments);
+    for (int i = blockIdx.x * ALIGN_CHUNK + threadIdx.x; i < end; i += blockDim.x) {
         const int e = experts[i];
         int r = -1;
         if (e >= 0 && e < E) {
@@ -237,20 +297,32 @@ extern "C" kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan,
                                                unsigned long long *expert_tokens,
                                                cudaStream_t stream)
 {
-    if (!plan || !experts || assignments < 0 || num_experts < 1 ||
+    if (!plan || !experts || !plan->scratch || assignments < 0 || num_experts < 1 ||
         num_experts > KVCAL_MOE_MAX_EXPERTS ||
         plan->capacity < kvcal_moe_plan_capacity(assignments, num_experts) ||
         plan->tiles * KVCAL_MOE_TILE_ROWS != plan->capacity)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "moe grouping: %d assignments over %d experts into a plan of %d "
-                          "rows (%d tiles): the plan needs %d rows of whole tiles",
+                          "rows (%d tiles): the plan needs %d rows of whole tiles and its "
+                          "scratch",
                           assignments, num_experts, plan ? plan->capacity : 0,
                           plan ? plan->tiles : 0,
                           kvcal_moe_plan_capacity(assignments, num_experts));
-    moe_align_kernel<<<1, ALIGN_THREADS, 0, stream>>>(
-        plan->sorted, plan->slot_of, plan->tile_expert, experts, assignments, num_experts,
-        plan->capacity, plan->tiles, expert_tokens, plan->used_tiles);
-    KVCAL_CUDA_CHECK_LAUNCH("moe_align_kernel");
+    const int blocks = align_blocks(assignments);
+    if (blocks > 0) {
+        moe_count_kernel<<<blocks, ALIGN_THREADS, 0, stream>>>(plan->scratch, experts,
+                                                              assignments, num_experts);
+        KVCAL_CUDA_CHECK_LAUNCH("moe_count_kernel");
+    }
+    moe_plan_kernel<<<1, ALIGN_THREADS, 0, stream>>>(plan->sorted, plan->tile_expert,
+                                                     plan->used_tiles, plan->scratch, blocks,
+                                                     num_experts, plan->tiles, expert_tokens);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_plan_kernel");
+    if (blocks > 0) {
+        moe_scatter_kernel<<<blocks, ALIGN_THREADS, 0, stream>>>(
+            plan->sorted, plan->slot_of, plan->scratch, experts, assignments, num_experts);
+        KVCAL_CUDA_CHECK_LAUNCH("moe_scatter_kernel");
+    }
     return KVCAL_OK;
 }
 

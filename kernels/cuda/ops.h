@@ -248,17 +248,23 @@ kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
  * KVCAL_MOE_TILE_ROWS (kvcal_moe_plan_capacity), tiles = capacity /
  * KVCAL_MOE_TILE_ROWS. */
 typedef struct kvcal_moe_plan {
-    int32_t *sorted;      /* (capacity) assignment (token * top_k + j) of each row, -1: padding */
+    /* (capacity) assignment (token * top_k + j) of each row of the used
+     * tiles, -1: padding; the other rows are left as they were */
+    int32_t *sorted;
     int32_t *slot_of;     /* (assignments) row of each assignment, -1: padding token */
     int32_t *tile_expert; /* (tiles) expert of each tile, -1: unused */
     int capacity, tiles;
     /* (1) the tiles holding rows: tiles 0 .. used_tiles[0] - 1, those of
      * tile_expert >= 0; NULL: not kept (kvcal_moe_gemm_launch needs none) */
     int32_t *used_tiles;
+    int32_t *scratch; /* (kvcal_moe_plan_scratch values) the grouping's */
 } kvcal_moe_plan;
 
 /* Rows a plan needs for `assignments` assignments over num_experts experts. */
 int kvcal_moe_plan_capacity(int assignments, int num_experts);
+
+/* int32 values of the scratch a plan needs for as many. */
+int kvcal_moe_plan_scratch(int assignments, int num_experts);
 
 /* Groups the assignments of experts (assignments) (-1: none) by expert into
  * plan, each expert's rows starting at a tile, and writes the count of
