@@ -8,12 +8,12 @@
  * covers every expert's rows and one the stacked weights (num_experts x
  * rows, k). One persistent CTA of 3 warpgroups per SM walks the (plan
  * tile, weight block) pairs of the tiles the routing filled (a prefix of
- * the plan, its length on the device);
- * warpgroup 0 loads 128 x 64 tiles of the rows and two 128 x 64 tiles of
- * the tile's expert's weight with TMA into a ring of stages; warpgroups 1
- * and 2 each multiply 64 of the rows by the 256 weight rows with wgmma
- * m64n256k16 (hopper.cuh, the pieces of gemm_swiglu.cu's kernel, here
- * without clusters: adjacent tiles may belong to different experts).
+ * the plan, its length on the device); warpgroup 0 loads 128 x 64 tiles
+ * of the rows and two 128 x 64 tiles of the tile's expert's weight with
+ * TMA into a ring of stages; warpgroups 1 and 2 each multiply 64 of the
+ * rows by the 256 weight rows with wgmma m64n256k16 (hopper.cuh, the
+ * pieces of gemm_swiglu.cu's kernel, here without clusters: adjacent
+ * tiles may belong to different experts).
  *
  * The epilogue (a template choice) overlaps the next tile's first k
  * blocks, as gemm_swiglu.cu's does: SWIGLU takes the 128 gate rows and the
