@@ -2190,7 +2190,7 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 600, 2, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
     /* the Hopper kernel: widths off 8, a plan without its used tiles, an
-     * unknown epilogue; the gather: a width off 8 */
+     * unknown epilogue; the gather and the combine: a width off 8 */
     kvcal_moe_plan kept = plan;
     kept.used_tiles = i;
     CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64,
@@ -2207,6 +2207,10 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
     CU_ASSERT(kvcal_test_error_has("epilogue 7"));
     CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0), KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));
+    CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL, NULL,
+                                             NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("moe combine"));
 }
 
 static void embed_rows_match_cpu(void)

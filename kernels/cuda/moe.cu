@@ -526,8 +526,8 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
     const int64_t t = blockIdx.x;
     __nv_bfloat16 *o = out + t * dim;
     if (pos && pos[t] < 0) {
-        for (int c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = __float2bfloat16_rn(0.0f);
+        for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x)
+            *reinterpret_cast<uint4 *>(o + c) = make_uint4(0, 0, 0, 0);
         return;
     }
     float gate = 1.0f; /* no gate: the shared expert added as it is */
@@ -546,19 +546,42 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
         const float logit = __bfloat162float(__float2bfloat16_rn(d));
         gate = __bfloat162float(__float2bfloat16_rn(1.0f / (1.0f + __expf(-logit))));
     }
-    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-        float acc = 0.0f;
+    /* 8 columns a thread: 16-byte loads of the top_k rows */
+    for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x) {
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
         for (int j = 0; j < top_k; j++) {
             const int r = slot_of[t * top_k + j];
-            if (r >= 0)
-                acc += weights[t * top_k + j] * __bfloat162float(y[(int64_t)r * dim + c]);
+            if (r < 0)
+                continue;
+            const float w = weights[t * top_k + j];
+            const uint4 v = *reinterpret_cast<const uint4 *>(y + (int64_t)r * dim + c);
+            const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float2 f = __bfloat1622float2(p[q]);
+                acc[2 * q] += w * f.x;
+                acc[2 * q + 1] += w * f.y;
+            }
         }
         if (shared) {
-            const float sh =
-                __bfloat162float(__float2bfloat16_rn(gate * __bfloat162float(shared[t * dim + c])));
-            acc = __bfloat162float(__float2bfloat16_rn(acc)) + sh;
+            const uint4 v = *reinterpret_cast<const uint4 *>(shared + t * dim + c);
+            const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float2 f = __bfloat1622float2(p[q]);
+                acc[2 * q] = __bfloat162float(__float2bfloat16_rn(acc[2 * q])) +
+                             __bfloat162float(__float2bfloat16_rn(gate * f.x));
+                acc[2 * q + 1] = __bfloat162float(__float2bfloat16_rn(acc[2 * q + 1])) +
+                                 __bfloat162float(__float2bfloat16_rn(gate * f.y));
+            }
         }
-        o[c] = __float2bfloat16_rn(acc);
+        uint4 res;
+        __nv_bfloat162 *r2 = reinterpret_cast<__nv_bfloat162 *>(&res);
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            r2[q] = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
+        *reinterpret_cast<uint4 *>(o + c) = res;
     }
 }
 
@@ -570,11 +593,13 @@ extern "C" kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf
                                                  const kvcal_bf16 *shared_gate,
                                                  cudaStream_t stream)
 {
-    if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 1 ||
-        (shared_gate && !x))
+    if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 8 ||
+        dim % 8 || (shared_gate && !x) ||
+        ((uintptr_t)out | (uintptr_t)y | (uintptr_t)shared) % 16)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "moe combine: %d tokens, top-%d, dim %d: need buffers (and x "
-                          "with a shared expert's gate)",
+                          "with a shared expert's gate), 16-byte aligned, and dim a "
+                          "multiple of 8",
                           tokens, top_k, dim);
     if (!tokens)
         return KVCAL_OK;

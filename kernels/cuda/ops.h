@@ -327,7 +327,8 @@ kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x,
  * to bf16; plus, when shared (tokens, dim) is non-NULL, sigmoid(x (tokens,
  * dim) . shared_gate (dim)) * shared (the gate's logit and sigmoid rounded
  * to bf16 as a bf16 nn.Linear and F.sigmoid give them), or shared itself
- * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. */
+ * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. dim a
+ * multiple of 8, out, y and shared 16-byte aligned. */
 kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
                                       const int32_t *slot_of, const float *weights,
                                       const int32_t *pos, int tokens, int top_k, int dim,
