@@ -96,7 +96,8 @@ static kvcal_bf16 *rand_dev(size_t n, float scale)
 static std::vector<float> download(const kvcal_bf16 *d, size_t n)
 {
     std::vector<__nv_bfloat16> h(n);
-    CHECK_CUDA(cudaMemcpy(h.data(), d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(
+        cudaMemcpy(h.data(), d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
     std::vector<float> f(n);
     for (size_t i = 0; i < n; i++)
         f[i] = __bfloat162float(h[i]);
@@ -152,7 +153,8 @@ static int invalid[7]; /* a version failed its validation */
 /* One validation line of version v: how many of n values are off the bound. */
 static void verdict(int v, const char *what, long long bad, long long n)
 {
-    printf("validation: %-64s %lld of %lld off%s\n", what, bad, n, bad ? " (FAILED)" : "");
+    printf("validation: %-64s %lld of %lld off%s\n", what, bad, n,
+           bad ? " (FAILED)" : "");
     invalid[v] |= bad != 0 || n == 0;
 }
 
@@ -175,8 +177,8 @@ static reference cpu_reference(const kvcal_moe_plan &plan, const kvcal_bf16 *x,
     std::vector<int32_t> sorted(plan.capacity), tile_expert(plan.tiles);
     CHECK_CUDA(cudaMemcpy(sorted.data(), plan.sorted, plan.capacity * sizeof(int32_t),
                           cudaMemcpyDeviceToHost)); /* rows of unused tiles: stale */
-    CHECK_CUDA(cudaMemcpy(tile_expert.data(), plan.tile_expert, plan.tiles * sizeof(int32_t),
-                          cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(tile_expert.data(), plan.tile_expert,
+                          plan.tiles * sizeof(int32_t), cudaMemcpyDeviceToHost));
     const int experts[] = {0, 41, 86, E - 1};
     for (int e : experts) {
         std::vector<int> mine;
@@ -276,7 +278,8 @@ int main(int argc, char **argv)
     kvcal_bf16 *w_gu = rand_dev((size_t)E * 2 * I * D, 0.02f),
                *w_down = rand_dev((size_t)E * D * I, 0.02f);
     /* per version: h (capacity, 2I) gate/up, act (capacity, I), y (capacity, D) */
-    kvcal_bf16 *logits = rand_dev((size_t)M * E, 1.0f), *xs = rand_dev((size_t)cap * D, 1.0f),
+    kvcal_bf16 *logits = rand_dev((size_t)M * E, 1.0f),
+               *xs = rand_dev((size_t)cap * D, 1.0f),
                *out = rand_dev((size_t)M * D, 1.0f);
     kvcal_bf16 *h[7], *act[7], *y[7];
     for (int v = 1; v <= 6; v++) {
@@ -321,8 +324,8 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaMemcpy(sorted.data(), plan.sorted, sorted.size() * sizeof(int32_t),
                           cudaMemcpyDeviceToHost));
     printf("routing: %llu .. %llu rows an expert; %d of the plan's %d tiles hold rows\n",
-           *std::min_element(hc.begin(), hc.end()), *std::max_element(hc.begin(), hc.end()),
-           used_tiles, tiles);
+           *std::min_element(hc.begin(), hc.end()),
+           *std::max_element(hc.begin(), hc.end()), used_tiles, tiles);
 
     auto v1 = [&](int part) {
         if (part & 1)
@@ -334,8 +337,8 @@ int main(int argc, char **argv)
     };
     /* versions 2 and 3: the gather is timed on its own; a first call that
      * the GPU refuses names why and leaves them out */
-    const kvcal_status sm90 = kvcal_moe_gemm_sm90_launch(h[2], xs, w_gu, &plan, E, D, 2 * I,
-                                                        KVCAL_MOE_EPI_STORE, 0);
+    const kvcal_status sm90 = kvcal_moe_gemm_sm90_launch(h[2], xs, w_gu, &plan, E, D,
+                                                         2 * I, KVCAL_MOE_EPI_STORE, 0);
     if (sm90 != KVCAL_OK && sm90 != KVCAL_ERR_UNSUPPORTED)
         CHECK_KVCAL(sm90);
     char sm90_why[512] = "";
@@ -440,7 +443,8 @@ int main(int argc, char **argv)
     };
     auto v6 = [&](int part) {
         if (part & 1)
-            CHECK_KVCAL(kvcal_gemm_launch(gemm, h[6], xs, w_gu, nullptr, M * K, D, 2 * I, 0));
+            CHECK_KVCAL(
+                kvcal_gemm_launch(gemm, h[6], xs, w_gu, nullptr, M * K, D, 2 * I, 0));
         if (part & 4)
             CHECK_KVCAL(
                 kvcal_gemm_launch(gemm, y[6], act[1], w_down, nullptr, M * K, I, D, 0));
@@ -462,36 +466,40 @@ int main(int argc, char **argv)
     for (int v = 1; v <= 3; v++) {
         if (v > 1 && *sm90_why)
             continue;
-        snprintf(what, sizeof what, "version %d act, %zu sampled rows, against the CPU", v,
-                 ref.rows.size());
+        snprintf(what, sizeof what, "version %d act, %zu sampled rows, against the CPU",
+                 v, ref.rows.size());
         verdict(v, what, off_reference(ref, act[v], I, ref.act),
                 (long long)ref.rows.size() * I);
-        snprintf(what, sizeof what, "version %d down, %zu sampled rows, against the CPU", v,
-                 ref.rows.size());
-        verdict(v, what, off_reference(ref, y[v], D, ref.y), (long long)ref.rows.size() * D);
+        snprintf(what, sizeof what, "version %d down, %zu sampled rows, against the CPU",
+                 v, ref.rows.size());
+        verdict(v, what, off_reference(ref, y[v], D, ref.y),
+                (long long)ref.rows.size() * D);
     }
     long long bad, same, n;
     for (int v = 2; v <= 3 && !*sm90_why; v++) {
         n = compare_rows(sorted, act[v], act[1], I, &bad, &same);
-        snprintf(what, sizeof what, "version %d act against version 1 (%.2f%% bit-equal)", v,
-                 100.0 * same / (n ? n : 1));
+        snprintf(what, sizeof what, "version %d act against version 1 (%.2f%% bit-equal)",
+                 v, 100.0 * same / (n ? n : 1));
         verdict(v, what, bad, n);
         n = compare_rows(sorted, y[v], y[1], D, &bad, &same);
-        snprintf(what, sizeof what, "version %d down against version 1 (%.2f%% bit-equal)", v,
+        snprintf(what, sizeof what,
+                 "version %d down against version 1 (%.2f%% bit-equal)", v,
                  100.0 * same / (n ? n : 1));
         verdict(v, what, bad, n);
     }
     for (int v = 4; v <= 5; v++) {
         n = compare_rows(sorted, h[v], h[1], 2 * I, &bad, &same);
-        snprintf(what, sizeof what, "version %d gate/up against version 1 (%.2f%% bit-equal)",
-                 v, 100.0 * same / (n ? n : 1));
+        snprintf(what, sizeof what,
+                 "version %d gate/up against version 1 (%.2f%% bit-equal)", v,
+                 100.0 * same / (n ? n : 1));
         verdict(v, what, bad, n);
         n = compare_rows(sorted, y[v], y[1], D, &bad, &same);
-        snprintf(what, sizeof what, "version %d down against version 1 (%.2f%% bit-equal)", v,
+        snprintf(what, sizeof what,
+                 "version %d down against version 1 (%.2f%% bit-equal)", v,
                  100.0 * same / (n ? n : 1));
         verdict(v, what, bad, n);
     }
-    {   // version 6: expert 0's products of the first rows of xs and act
+    { // version 6: expert 0's products of the first rows of xs and act
         std::vector<float> gu0 = download(w_gu, (size_t)2 * I * D),
                            dn0 = download(w_down, (size_t)D * I);
         const int rows = 4;
@@ -536,8 +544,8 @@ int main(int argc, char **argv)
         time_ms(t, [&] { CHECK_KVCAL(kvcal_moe_gather_launch(xs, x, &plan, K, D, 0)); });
     row("gather (rows in the plan's order; versions 2-6)", gather, 0);
     const float combine = time_ms(t, [&] {
-        CHECK_KVCAL(kvcal_moe_combine_launch(out, y[1], plan.slot_of, weights, pos, M, K, D,
-                                             nullptr, nullptr, nullptr, 0));
+        CHECK_KVCAL(kvcal_moe_combine_launch(out, y[1], plan.slot_of, weights, pos, M, K,
+                                             D, nullptr, nullptr, nullptr, 0));
     });
     row("combine (top-8 weighted sum)", combine, 0);
 
@@ -556,12 +564,24 @@ int main(int argc, char **argv)
             continue;
         auto run = [&](int part) {
             switch (v) {
-            case 1: v1(part); break;
-            case 2: v2(part); break;
-            case 3: v3(part); break;
-            case 4: v4(part); break;
-            case 5: v5(part); break;
-            default: v6(part); break;
+            case 1:
+                v1(part);
+                break;
+            case 2:
+                v2(part);
+                break;
+            case 3:
+                v3(part);
+                break;
+            case 4:
+                v4(part);
+                break;
+            case 5:
+                v5(part);
+                break;
+            default:
+                v6(part);
+                break;
             }
         };
         gu_ms[v] = time_ms(t, [&] { run(1); });
@@ -592,20 +612,24 @@ int main(int argc, char **argv)
     char gathered[48] = "";
     if (runner == 3)
         snprintf(gathered, sizeof gathered, " + gather %.3f", gather);
-    printf("\nthe runner's MoE layer on this GPU (version %d): router %.3f + route %.3f + "
-           "align %.3f%s + GEMMs %.3f + combine %.3f = %.3f ms\n",
-           runner, router, route, align, gathered, all_ms[runner], combine,
-           router + route + align + (runner == 3 ? gather : 0.0f) + all_ms[runner] + combine);
+    printf(
+        "\nthe runner's MoE layer on this GPU (version %d): router %.3f + route %.3f + "
+        "align %.3f%s + GEMMs %.3f + combine %.3f = %.3f ms\n",
+        runner, router, route, align, gathered, all_ms[runner], combine,
+        router + route + align + (runner == 3 ? gather : 0.0f) + all_ms[runner] +
+            combine);
     if (runner == 3)
-        printf("the experts' GEMMs, version 3 against 1: %.2fx as fast (%.3f vs %.3f ms); "
-               "against cuBLAS grouped (4, no SwiGLU): %.2fx (%.3f ms)\n",
-               all_ms[1] / all_ms[3], all_ms[3], all_ms[1], all_ms[4] / all_ms[3],
-               all_ms[4]);
+        printf(
+            "the experts' GEMMs, version 3 against 1: %.2fx as fast (%.3f vs %.3f ms); "
+            "against cuBLAS grouped (4, no SwiGLU): %.2fx (%.3f ms)\n",
+            all_ms[1] / all_ms[3], all_ms[3], all_ms[1], all_ms[4] / all_ms[3],
+            all_ms[4]);
     int failed = 0;
     for (int v = 1; v <= 6; v++)
         failed |= invalid[v];
     if (failed)
-        printf("validation FAILED (above): the timings of a failed version are no result\n");
+        printf(
+            "validation FAILED (above): the timings of a failed version are no result\n");
     cublasDestroy(blas);
     kvcal_gemm_destroy(gemm);
     return failed;

@@ -598,10 +598,11 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
     if (r->moe_sm90) {
         TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
         TRY(kvcal_moe_gemm_sm90_launch(r->moe_act, r->moe_y,
-                                       tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E, r->D,
-                                       r->MI, KVCAL_MOE_EPI_SWIGLU, s));
-        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act, tensor(r, KVCAL_W_EXPERT_DOWN),
-                                       &plan, r->E, r->MI, r->D, KVCAL_MOE_EPI_STORE, s));
+                                       tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
+                                       r->D, r->MI, KVCAL_MOE_EPI_SWIGLU, s));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
+                                       tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
+                                       r->D, KVCAL_MOE_EPI_STORE, s));
     } else {
         TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
                                   &plan, r->D, 2 * r->MI, s));
@@ -1193,9 +1194,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up((size_t)kvcal_moe_plan_scratch((int)NK, r->E) *
                              sizeof(int32_t)) +
                     (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
-                    round_up(cap * r->MI * e) +
-                    round_up(cap * r->D * e) + round_up(N * 2 * r->SI * e) +
-                    round_up(N * r->SI * e) + round_up(N * r->D * e);
+                    round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
+                    round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
+                    round_up(N * r->D * e);
     const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +

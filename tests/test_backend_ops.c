@@ -28,9 +28,10 @@
  * shapes cuBLASLt's algorithms are timed for, whose cuBLAS kernels
  * racecheck does not model) and backend_ops_mbarrier (cuDNN's attention,
  * the fused gate/up + SwiGLU kernel and the experts' Hopper GEMM, which
- * synchronize through mbarriers: memcheck only). In a build without CUDA the suites hold no tests; without
- * a device they are reported skipped. The online quantization kernels have
- * their own table of layouts (tests/test_kvquant_cuda.c). */
+ * synchronize through mbarriers: memcheck only). In a build without CUDA
+ * the suites hold no tests; without a device they are reported skipped.
+ * The online quantization kernels have their own table of layouts
+ * (tests/test_kvquant_cuda.c). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -340,13 +341,14 @@ static void describe(const op_row *r, const char *version)
         size_t offset;
     } fields[] = {
 #define FIELD(f) {#f, offsetof(op_row, f)}
-        FIELD(rows),    FIELD(cols),  FIELD(delta),    FIELD(k),
-        FIELD(n),       FIELD(bias),  FIELD(vocab),    FIELD(batch),
-        FIELD(seq),     FIELD(heads), FIELD(kv_heads), FIELD(head_dim),
-        FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
-        FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(softcap), FIELD(experts),
-        FIELD(top_k),   FIELD(renorm), FIELD(shared), FIELD(sigmoid), FIELD(planted),
+        FIELD(rows),    FIELD(cols),    FIELD(delta),    FIELD(k),
+        FIELD(n),       FIELD(bias),    FIELD(vocab),    FIELD(batch),
+        FIELD(seq),     FIELD(heads),   FIELD(kv_heads), FIELD(head_dim),
+        FIELD(out_pad), FIELD(cudnn),   FIELD(rot_dim),  FIELD(interleaved),
+        FIELD(qk_norm), FIELD(nan_v),   FIELD(x_stride), FIELD(y_stride),
+        FIELD(group),   FIELD(y_f32),   FIELD(window),   FIELD(softcap),
+        FIELD(experts), FIELD(top_k),   FIELD(renorm),   FIELD(shared),
+        FIELD(sigmoid), FIELD(planted),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -1451,7 +1453,7 @@ static void moe_expert_ref(float *y, const float *x, const float *gu, const floa
                            int m, int k, int n)
 {
     float *h = host_alloc((size_t)m * 2 * n * sizeof *h); /* (m, 2n) */
-    float *act = host_alloc((size_t)m * n * sizeof *act);  /* (m, n) */
+    float *act = host_alloc((size_t)m * n * sizeof *act); /* (m, n) */
     kvcal_matmul_ref(h, x, gu, NULL, m, k, 2 * n);
     for (int64_t i = 0; i < (int64_t)m * 2 * n; i++)
         h[i] = kvcal_bf16_round(h[i]);
@@ -1516,8 +1518,8 @@ static void *moe_cpu_run(const op_row *r)
         c->counts[e] = m;
         if (!m)
             continue;
-        moe_expert_ref(ye, xe, c->gu + (int64_t)e * 2 * I * D, c->down + (int64_t)e * D * I,
-                       m, D, I);
+        moe_expert_ref(ye, xe, c->gu + (int64_t)e * 2 * I * D,
+                       c->down + (int64_t)e * D * I, m, D, I);
         for (int j = 0; j < m; j++)
             memcpy(y + (int64_t)of[j] * D, ye + (int64_t)j * D, (size_t)D * sizeof *y);
     }
@@ -1618,7 +1620,8 @@ static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
     EXPECT_NONE(wrong_w, (int64_t)T * K, "routing weights off the bound");
     EXPECT_NONE(wrong_counts, E, "experts' token counts not the reference's");
     for (int i = 0; i < E; i++) /* each expert's rows rounded up to whole tiles */
-        want_tiles += (int)((c->counts[i] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS);
+        want_tiles +=
+            (int)((c->counts[i] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS);
     ROW_ASSERT(ties || used_tiles == want_tiles);
     if (r->planted && K == 1) /* the row's experts got the rows it is meant for */
         ROW_ASSERT(c->counts[0] == 0 && c->counts[1] == 1 && c->counts[2] == 127 &&
@@ -1657,26 +1660,28 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
                *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
                *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
                *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
-               *d_shared = r->shared ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
-                                     : NULL,
+               *d_shared = r->shared
+                               ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
+                               : NULL,
                *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
                *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
                *d_h = version == 0 ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
-               *d_act = dev_alloc_nan((int64_t)cap * I), *d_y = dev_alloc_nan((int64_t)cap * D),
+               *d_act = dev_alloc_nan((int64_t)cap * I),
+               *d_y = dev_alloc_nan((int64_t)cap * D),
                *d_out = dev_alloc_nan((int64_t)T * D);
     int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
             *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
     float *d_w = dev_alloc((size_t)T * K * sizeof(float));
     unsigned long long *d_counts = dev_alloc((size_t)E * sizeof *d_counts);
     CU_ASSERT_EQUAL(cudaMemset(d_counts, 0, (size_t)E * sizeof *d_counts), cudaSuccess);
-    kvcal_moe_plan plan = {dev_alloc((size_t)cap * sizeof(int32_t)),
-                           dev_alloc((size_t)T * K * sizeof(int32_t)),
-                           dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
-                           cap,
-                           cap / KVCAL_MOE_TILE_ROWS,
-                           dev_alloc(sizeof(int32_t)),
-                           dev_alloc((size_t)kvcal_moe_plan_scratch(T * K, E) *
-                                     sizeof(int32_t))};
+    kvcal_moe_plan plan = {
+        dev_alloc((size_t)cap * sizeof(int32_t)),
+        dev_alloc((size_t)T * K * sizeof(int32_t)),
+        dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
+        cap,
+        cap / KVCAL_MOE_TILE_ROWS,
+        dev_alloc(sizeof(int32_t)),
+        dev_alloc((size_t)kvcal_moe_plan_scratch(T * K, E) * sizeof(int32_t))};
     if (r->sigmoid)
         ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
                                               r->renorm, 2.5f, 0));
@@ -1686,8 +1691,8 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     if (version == 1) {
         /* the gathered rows in d_y, which the down projection overwrites */
         ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
-        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_act, d_y, d_gu, &plan, E, D, I,
-                                                           KVCAL_MOE_EPI_SWIGLU, 0);
+        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_act, d_y, d_gu, &plan, E, D,
+                                                           I, KVCAL_MOE_EPI_SWIGLU, 0);
         if (st == KVCAL_ERR_UNSUPPORTED) {
             printf("skipped: %s ", kvcal_last_error());
             ctx->skip = 1;
@@ -2064,7 +2069,8 @@ static const op_def op_defs[] = {
      swiglu_cuda},
     {"moe", moe_cpu_run, moe_release, moe_versions, moe_class, moe_cuda},
     {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
-    {"affine", affine_cpu_run, affine_release, one_version, one_plain_version, affine_cuda},
+    {"affine", affine_cpu_run, affine_release, one_version, one_plain_version,
+     affine_cuda},
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
     {"token_nll", token_nll_cpu_run, token_nll_release, one_version, one_plain_version,
      token_nll_cuda},
@@ -2183,7 +2189,8 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
     CU_ASSERT(kvcal_test_error_has("moe grouping"));
     const int cap = kvcal_moe_plan_capacity(200, 4);
     kvcal_moe_plan bare = {i, i, i, cap, cap / KVCAL_MOE_TILE_ROWS, NULL, NULL};
-    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&bare, i, 200, 4, NULL, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&bare, i, 200, 4, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("scratch"));
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 4, 5, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
@@ -2193,22 +2200,23 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
      * unknown epilogue; the gather and the combine: a width off 8 */
     kvcal_moe_plan kept = plan;
     kept.used_tiles = i;
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64,
-                                               KVCAL_MOE_EPI_SWIGLU, 0),
-                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64, KVCAL_MOE_EPI_SWIGLU, 0),
+        KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("multiples of 8"));
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &plan, 4, 64, 64,
-                                               KVCAL_MOE_EPI_STORE, 0),
-                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &plan, 4, 64, 64, KVCAL_MOE_EPI_STORE, 0),
+        KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("used_tiles"));
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
-                                               (kvcal_moe_epilogue)7, 0),
-                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64, (kvcal_moe_epilogue)7, 0),
+        KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("epilogue 7"));
-    CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));
-    CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL, NULL,
-                                             NULL, 0),
+    CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL,
+                                             NULL, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe combine"));
 }

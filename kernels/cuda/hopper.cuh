@@ -46,7 +46,8 @@ kvcal_status kvcal_sm90_tensor_map(CUtensorMap *map, const void *ptr, int64_t ou
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-namespace kvcal_sm90 {
+namespace kvcal_sm90
+{
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {

@@ -191,7 +191,7 @@ extern "C" int kvcal_moe_plan_scratch(int assignments, int num_experts)
 }
 
 __global__ void __launch_bounds__(ALIGN_THREADS)
-    moe_count_kernel(int32_t *__restrict__ counts,       // (blocks, E)
+    moe_count_kernel(int32_t *__restrict__ counts,        // (blocks, E)
                      const int32_t *__restrict__ experts, // (assignments)
                      int assignments, int E)
 {
@@ -210,13 +210,13 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
         counts[(int64_t)blockIdx.x * E + e] = count[e];
 }
 
-__global__ void __launch_bounds__(ALIGN_THREADS)
-    moe_plan_kernel(int32_t *__restrict__ sorted,      // (capacity)
-                    int32_t *__restrict__ tile_expert, // (tiles)
-                    int32_t *__restrict__ used_tiles,  // (1) or NULL
-                    int32_t *__restrict__ counts, // (blocks, E) in: counts, out: first rows
-                    int blocks, int E, int tiles,
-                    unsigned long long *__restrict__ expert_tokens) // (E) or NULL
+__global__ void __launch_bounds__(ALIGN_THREADS) moe_plan_kernel(
+    int32_t *__restrict__ sorted,      // (capacity)
+    int32_t *__restrict__ tile_expert, // (tiles)
+    int32_t *__restrict__ used_tiles,  // (1) or NULL
+    int32_t *__restrict__ counts,      // (blocks, E) in: counts, out: first rows
+    int blocks, int E, int tiles,
+    unsigned long long *__restrict__ expert_tokens) // (E) or NULL
 {
     __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
     __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
@@ -269,9 +269,9 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
 }
 
 __global__ void __launch_bounds__(ALIGN_THREADS)
-    moe_scatter_kernel(int32_t *__restrict__ sorted,       // (capacity)
-                       int32_t *__restrict__ slot_of,      // (assignments)
-                       const int32_t *__restrict__ first,  // (blocks, E)
+    moe_scatter_kernel(int32_t *__restrict__ sorted,        // (capacity)
+                       int32_t *__restrict__ slot_of,       // (assignments)
+                       const int32_t *__restrict__ first,   // (blocks, E)
                        const int32_t *__restrict__ experts, // (assignments)
                        int assignments, int E)
 {
@@ -301,26 +301,27 @@ extern "C" kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan,
         num_experts > KVCAL_MOE_MAX_EXPERTS ||
         plan->capacity < kvcal_moe_plan_capacity(assignments, num_experts) ||
         plan->tiles * KVCAL_MOE_TILE_ROWS != plan->capacity)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "moe grouping: %d assignments over %d experts into a plan of %d "
-                          "rows (%d tiles): the plan needs %d rows of whole tiles and its "
-                          "scratch",
-                          assignments, num_experts, plan ? plan->capacity : 0,
-                          plan ? plan->tiles : 0,
-                          kvcal_moe_plan_capacity(assignments, num_experts));
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "moe grouping: %d assignments over %d experts into a plan of %d "
+            "rows (%d tiles): the plan needs %d rows of whole tiles and its "
+            "scratch",
+            assignments, num_experts, plan ? plan->capacity : 0, plan ? plan->tiles : 0,
+            kvcal_moe_plan_capacity(assignments, num_experts));
     const int blocks = align_blocks(assignments);
     if (blocks > 0) {
         moe_count_kernel<<<blocks, ALIGN_THREADS, 0, stream>>>(plan->scratch, experts,
-                                                              assignments, num_experts);
+                                                               assignments, num_experts);
         KVCAL_CUDA_CHECK_LAUNCH("moe_count_kernel");
     }
-    moe_plan_kernel<<<1, ALIGN_THREADS, 0, stream>>>(plan->sorted, plan->tile_expert,
-                                                     plan->used_tiles, plan->scratch, blocks,
-                                                     num_experts, plan->tiles, expert_tokens);
+    moe_plan_kernel<<<1, ALIGN_THREADS, 0, stream>>>(
+        plan->sorted, plan->tile_expert, plan->used_tiles, plan->scratch, blocks,
+        num_experts, plan->tiles, expert_tokens);
     KVCAL_CUDA_CHECK_LAUNCH("moe_plan_kernel");
     if (blocks > 0) {
         moe_scatter_kernel<<<blocks, ALIGN_THREADS, 0, stream>>>(
-            plan->sorted, plan->slot_of, plan->scratch, experts, assignments, num_experts);
+            plan->sorted, plan->slot_of, plan->scratch, experts, assignments,
+            num_experts);
         KVCAL_CUDA_CHECK_LAUNCH("moe_scatter_kernel");
     }
     return KVCAL_OK;
@@ -359,10 +360,11 @@ extern "C" kvcal_status kvcal_moe_gather_launch(kvcal_bf16 *xs, const kvcal_bf16
 {
     if (!xs || !x || !plan || top_k < 1 || dim < 8 || dim % 8 ||
         ((uintptr_t)xs | (uintptr_t)x) % 16)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "moe gather: top-%d, dim %d: need buffers, 16-byte aligned, and "
-                          "dim a multiple of 8",
-                          top_k, dim);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "moe gather: top-%d, dim %d: need buffers, 16-byte aligned, and "
+            "dim a multiple of 8",
+            top_k, dim);
     if (plan->tiles < 1)
         return KVCAL_OK;
     moe_gather_kernel<<<plan->tiles, GATHER_THREADS, 0, stream>>>(

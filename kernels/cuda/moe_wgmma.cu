@@ -31,7 +31,8 @@
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/ops.h"
 
-namespace {
+namespace
+{
 
 constexpr int BM = KVCAL_SM90_BM, BN = KVCAL_SM90_BN, BK = KVCAL_SM90_BK, STAGES = 4,
               THREADS = 384;
