@@ -105,17 +105,18 @@ typedef struct {
     int64_t *default_names;   /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
     /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
-    int E, K, MI, SI;       /* experts, top-k, expert's and shared expert's inter */
-    kvcal_bf16 *router;     /* (N, E) the router's logits */
-    int32_t *route_e;       /* (N, K) chosen experts */
-    float *route_w;         /* (N, K) their weights */
-    kvcal_moe_plan plan;    /* the routed rows grouped by expert */
-    kvcal_bf16 *moe_gu;     /* (capacity, 2 MI) */
-    kvcal_bf16 *moe_act;    /* (capacity, MI) */
-    kvcal_bf16 *moe_y;      /* (capacity, D) */
-    kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
-    kvcal_bf16 *shared_act; /* (N, SI) */
-    kvcal_bf16 *shared_y;   /* (N, D) */
+    int E, K, MI, SI;         /* experts, top-k, expert's and shared expert's inter */
+    int moe_sm90; /* the experts' GEMMs on kvcal_moe_gemm_sm90_launch, SwiGLU fused */
+    kvcal_bf16 *router;       /* (N, E) the router's logits */
+    int32_t *route_e;         /* (N, K) chosen experts */
+    float *route_w;           /* (N, K) their weights */
+    kvcal_moe_plan plan;      /* the routed rows grouped by expert */
+    kvcal_bf16 *moe_gu;       /* (capacity, 2 MI); NULL with moe_sm90 */
+    kvcal_bf16 *moe_act;      /* (capacity, MI) */
+    kvcal_bf16 *moe_y;        /* (capacity, D); with moe_sm90 first the gathered rows */
+    kvcal_bf16 *shared_gu;    /* (N, 2 SI) */
+    kvcal_bf16 *shared_act;   /* (N, SI) */
+    kvcal_bf16 *shared_y;     /* (N, D) */
     unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
@@ -594,8 +595,9 @@ fail:
 }
 
 /* Router GEMM, routing and grouping on the device, the experts' grouped
- * GEMMs (gate/up, SwiGLU, down), the shared expert on cuBLAS, the weighted
- * combine: no host round trip. */
+ * GEMMs (on Hopper the rows gathered in the plan's order, gate/up with
+ * SwiGLU fused, down; elsewhere gate/up, SwiGLU, down), the shared expert
+ * on cuBLAS, the weighted combine: no host round trip. */
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
 {
     kvcal_status st = KVCAL_OK;
@@ -619,11 +621,21 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
         TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E,
                                    r->K, be->desc->norm_topk_prob, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
-    TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
-                              &plan, r->D, 2 * r->MI, s));
-    TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
-    TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN),
-                              &plan, r->MI, r->D, s));
+    if (r->moe_sm90) {
+        TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_act, r->moe_y,
+                                       tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
+                                       r->D, r->MI, KVCAL_MOE_EPI_SWIGLU, s));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
+                                       tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
+                                       r->D, KVCAL_MOE_EPI_STORE, s));
+    } else {
+        TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
+                                  &plan, r->D, 2 * r->MI, s));
+        TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+        TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN),
+                                  &plan, r->MI, r->D, s));
+    }
     if (r->SI) {
         TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
                               NULL, n, r->D, 2 * r->SI, s));
@@ -1064,7 +1076,10 @@ fail:
  * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
  * buffer) where kvcal_cuda_mlp_choose takes it for this GPU and the code the
  * build holds for it; otherwise, or with KVCAL_MLP_UNFUSED, cuBLAS's GEMM
- * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. */
+ * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. The
+ * experts' likewise: the Hopper grouped GEMM with SwiGLU fused
+ * (kvcal_moe_gemm_sm90_launch, no (capacity, 2 MI) buffer) where the same
+ * kernels run, unless KVCAL_MLP_UNFUSED; else kvcal_moe_gemm_launch. */
 static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp)
 {
     int device = 0, major = 0, minor = 0;
@@ -1077,6 +1092,8 @@ static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp)
     char code[32];
     kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code,
                                sizeof code);
+    r->moe_sm90 = r->E > 0 && mlp != KVCAL_MLP_UNFUSED &&
+                  kvcal_cuda_mlp_fused_runs(major, minor, code);
     return kvcal_cuda_mlp_choose(major, minor, code, r->I, r->D, mlp, &r->mlp_fused);
 }
 
@@ -1218,9 +1235,13 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up(NK * sizeof(float)) + round_up(cap * sizeof(int32_t)) +
                     round_up(NK * sizeof(int32_t)) +
                     round_up(cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)) +
-                    round_up(cap * 2 * r->MI * e) + round_up(cap * r->MI * e) +
-                    round_up(cap * r->D * e) + round_up(N * 2 * r->SI * e) +
-                    round_up(N * r->SI * e) + round_up(N * r->D * e);
+                    round_up(sizeof(int32_t)) +
+                    round_up((size_t)kvcal_moe_plan_scratch((int)NK, r->E) *
+                             sizeof(int32_t)) +
+                    (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
+                    round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
+                    round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
+                    round_up(N * r->D * e);
     const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)r->H * r->hd * e) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
@@ -1283,7 +1304,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->plan.sorted = carve(&p, cap * sizeof(int32_t));
         r->plan.slot_of = carve(&p, NK * sizeof(int32_t));
         r->plan.tile_expert = carve(&p, cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t));
-        r->moe_gu = carve(&p, cap * 2 * r->MI * e);
+        r->plan.used_tiles = carve(&p, sizeof(int32_t));
+        r->plan.scratch =
+            carve(&p, (size_t)kvcal_moe_plan_scratch((int)NK, r->E) * sizeof(int32_t));
+        r->moe_gu = r->moe_sm90 ? NULL : carve(&p, cap * 2 * r->MI * e);
         r->moe_act = carve(&p, cap * r->MI * e);
         r->moe_y = carve(&p, cap * r->D * e);
         r->shared_gu = carve(&p, N * 2 * r->SI * e);

@@ -91,7 +91,9 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert
  * on the device) and Mixtral's sliding window of 16 over samples of 37 and
  * 23 tokens, against transformers (float64); every valid token routed to
- * top-k experts of every layer. */
+ * top-k experts of every layer. The experts' GEMMs both ways: as the
+ * backend takes them (on a Hopper GPU the sm_90a kernel with SwiGLU fused)
+ * and with KVCAL_MLP_UNFUSED (kvcal_moe_gemm_launch, then SwiGLU). */
 static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 {
     static const char *const names[] = {
@@ -102,8 +104,12 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
     /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
      * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense). */
     static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u};
+    kvcal_backend_options unfused;
+    memset(&unfused, 0, sizeof unfused);
+    unfused.mlp = KVCAL_MLP_UNFUSED;
     for (int i = 0; i < 5; i++) {
         check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
+        check_runner_golden_within(names[i], &unfused, MOE_RUNNER_RTOL);
         kvcal_stats_t *stats = NULL;
         int64_t rows = 0;
         cJSON *root = kvcal_test_cuda_run_golden(names[i], NULL, &stats, NULL, &rows);
