@@ -55,6 +55,12 @@ struct kvcal_scales {
                         scale: |x| / scale > 464 (kvcal_value_clips) */
     float *v_clip;   /* (num_layers) */
     float *q_scale;  /* (num_layers) scale of the query for FP8 attention; 0 = unset */
+    /* multi-head latent attention (one kv head: the entry an MLA layer
+     * caches per token, the latent then the RoPE part, under one scale);
+     * mla_kv_lora_rank 0 for every other model */
+    int mla_kv_lora_rank, mla_rope_dim;
+    float *mla_latent_absmax; /* (num_layers) the latent's absmax */
+    float *mla_rope_absmax;   /* (num_layers) the RoPE part's */
     void *slab;
 };
 
