@@ -168,32 +168,16 @@ static size_t round_up(size_t n)
 /* The slab order of the logical weights: the order the layer's weights
  * were laid out in before they were data, kept so the device layout (and
  * the alignment of each weight) does not move. */
-static const kvcal_weight slab_order[] = {KVCAL_W_QKV,
-                                          KVCAL_W_QKV_BIAS,
-                                          KVCAL_W_O,
-                                          KVCAL_W_O_BIAS,
-                                          KVCAL_W_GATE_UP,
-                                          KVCAL_W_DOWN,
-                                          KVCAL_W_ATTN_NORM,
-                                          KVCAL_W_FFN_NORM,
-                                          KVCAL_W_Q_NORM,
-                                          KVCAL_W_K_NORM,
-                                          KVCAL_W_ROUTER,
-                                          KVCAL_W_EXPERT_GATE_UP,
-                                          KVCAL_W_EXPERT_DOWN,
-                                          KVCAL_W_SHARED_GATE_UP,
-                                          KVCAL_W_SHARED_DOWN,
-                                          KVCAL_W_SHARED_GATE,
-                                          KVCAL_W_POST_ATTN_NORM,
-                                          KVCAL_W_POST_FFN_NORM,
-                                          KVCAL_W_ROUTER_BIAS,
-                                          KVCAL_W_Q_A,
-                                          KVCAL_W_Q_A_NORM,
-                                          KVCAL_W_Q_B,
-                                          KVCAL_W_Q_PROJ,
-                                          KVCAL_W_KV_A,
-                                          KVCAL_W_KV_A_NORM,
-                                          KVCAL_W_KV_B};
+static const kvcal_weight slab_order[] = {
+    KVCAL_W_QKV,           KVCAL_W_QKV_BIAS,       KVCAL_W_O,
+    KVCAL_W_O_BIAS,        KVCAL_W_GATE_UP,        KVCAL_W_DOWN,
+    KVCAL_W_ATTN_NORM,     KVCAL_W_FFN_NORM,       KVCAL_W_Q_NORM,
+    KVCAL_W_K_NORM,        KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
+    KVCAL_W_EXPERT_DOWN,   KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
+    KVCAL_W_SHARED_GATE,   KVCAL_W_POST_ATTN_NORM, KVCAL_W_POST_FFN_NORM,
+    KVCAL_W_ROUTER_BIAS,   KVCAL_W_Q_A,            KVCAL_W_Q_A_NORM,
+    KVCAL_W_Q_B,           KVCAL_W_Q_PROJ,         KVCAL_W_KV_A,
+    KVCAL_W_KV_A_NORM,     KVCAL_W_KV_B};
 /* every weight once: one left out would have no place on the device (its
  * tensor NULL), and the zeros of a shorter list would lay out the first
  * weight again */
@@ -656,8 +640,7 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
         observe >= 0 && r->stats && r->stats->num_experts == r->E
             ? r->expert_tokens + (size_t)observe * r->E
             : NULL;
-    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E,
-                                           s));
+    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E, s));
     const kvcal_model_desc *d = be->desc;
     const kvcal_moe_route_params route = {r->E,
                                           r->K,
