@@ -13,10 +13,12 @@
 #   vs     per-head K/V absmax of kvcal --device cuda against transformers bf16
 #          on the GPU on those golden models (gpt-oss with eager attention:
 #          transformers has no other path with sinks), limit 2e-2
-#          (tests/gpu_vs_transformers.py --golden --match ...)
+#          (tests/gpu_vs_transformers.py --golden --only ...)
 #   bench  bench/calibrate_moe.py --shape gpt-oss-20b: kvcal calibrate --device
-#          cuda against transformers (experts eager and grouped_mm, attention
-#          eager and flex, each eager and under torch.compile) on
+#          cuda (as it runs on the GPU, then with KVCAL_MLP=unfused: on Hopper
+#          the sm90 grouped GEMM against kvcal_moe_gemm_launch) against
+#          transformers (experts eager and grouped_mm, attention eager and
+#          flex, each eager and under torch.compile) on
 #          $KVCAL_GPTOSS_LAYERS (default 4) layers of gpt-oss-20b, 8 x 2048
 #          tokens a batch, $KVCAL_GPTOSS_BATCHES (default 2) batches; the model
 #          is built under $KVCAL_GPTOSS_WORK (default OUTDIR/work, 1.6 GB a
@@ -40,14 +42,14 @@ grep -E "gpt_oss|qwen3_moe_swa|qwen2_moe_swa|sinks|oai|FAILED" "$out/tests.log" 
 tail -n 1 "$out/tests.log"
 
 timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" --golden \
-    --match gpt_oss --match _swa --json "$out/vs.json" > "$out/vs.log" 2>&1
+    --only gpt_oss --only moe_swa --json "$out/vs.json" > "$out/vs.log" 2>&1
 v_rc=$?
 cat "$out/vs.log"
 
 work=${KVCAL_GPTOSS_WORK:-$out/work}
 timeout 600 python3 bench/calibrate_moe.py "$build/kvcal" "$work" "$out" --shape gpt-oss-20b \
     --layers "${KVCAL_GPTOSS_LAYERS:-4}" --batches "${KVCAL_GPTOSS_BATCHES:-2}" \
-    --experts eager grouped_mm 2>&1 | tee "$out/bench.log"
+    --experts eager grouped_mm --kvcal-variant KVCAL_MLP=unfused 2>&1 | tee "$out/bench.log"
 b_rc=${PIPESTATUS[0]}
 [ "${KVCAL_GPTOSS_KEEP:-0}" = 1 ] || rm -rf "$work"
 

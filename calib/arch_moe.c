@@ -39,14 +39,14 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
     if (d->num_experts < 1 || d->experts_per_tok < 1 ||
         d->experts_per_tok > d->num_experts || d->moe_intermediate_size < 1 ||
         (qwen2 && d->shared_intermediate_size < 1))
-        return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "config.json: %s needs num_experts >= 1, num_experts_per_tok in "
-                          "1..num_experts and moe_intermediate_size >= 1%s (found %d, %d "
-                          "and %d, shared expert %d); fix the config",
-                          c->architecture,
-                          qwen2 ? ", shared_expert_intermediate_size >= 1" : "",
-                          d->num_experts, d->experts_per_tok, d->moe_intermediate_size,
-                          d->shared_intermediate_size);
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "config.json: %s needs num_experts >= 1, num_experts_per_tok in "
+            "1..num_experts and moe_intermediate_size >= 1%s (found %d, %d "
+            "and %d, shared expert %d); fix the config",
+            c->architecture, qwen2 ? ", shared_expert_intermediate_size >= 1" : "",
+            d->num_experts, d->experts_per_tok, d->moe_intermediate_size,
+            d->shared_intermediate_size);
     return KVCAL_OK;
 }
 

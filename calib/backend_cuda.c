@@ -17,6 +17,8 @@
 #include "core/status.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
+#include "kernels/cuda/kv_observe.h"
+#include "kernels/cuda/mla.h"
 #include "kernels/cuda/ops.h"
 
 #define ALIGN 256u
@@ -37,7 +39,6 @@
             goto fail;                                                                   \
         }                                                                                \
     } while (0)
-
 
 /* A batch's own activations, kept while its chunk runs layer by layer. */
 typedef struct {
@@ -65,28 +66,31 @@ typedef struct {
     kvcal_attention_t *attn; /* cuDNN's fused attention, or kvcal's kernel */
     kvcal_cuda_layer_layout lay;
     kvcal_cuda_loader_t *loader;
-    unsigned char *layer_weights; /* the layer in use (a loader slot) */
-    int weight_slots;             /* layers on the device at once */
-    size_t budget;                /* --max-device-memory, 0: the free memory */
-    size_t allocated;             /* device bytes of the slabs below but the slots' */
-    void *slab;                     /* every device buffer below */
-    unsigned char *weights;         /* (L, lay.bytes) */
-    kvcal_bf16 *embed;              /* (V, D) */
-    kvcal_bf16 *xn;                 /* (N, D) scratch every batch shares: */
-    kvcal_bf16 *qkv;                /* (N, qkv_n) */
-    kvcal_bf16 *att;                /* (N, H * hd) */
-    kvcal_bf16 *gu;                 /* (N, 2 I); NULL with mlp_fused */
-    kvcal_bf16 *act;                /* (N, I) */
-    int32_t *ids;                   /* (N) */
-    float *inv_freq;                /* (rot_dim / 2) */
-    float *inv_freq_sliding;        /* (rot_dim / 2) the sliding layers', or NULL */
-    kvcal_bf16 *norm_w;             /* the layer's RMSNorm weights plus the model's
-                                       norm offset, where it has one (else NULL) */
-    size_t norm_at[KVCAL_W_COUNT];  /* their places in norm_w (values) */
-    float *absmax[2];               /* (L, HKV, hd) */
-    uint64_t *hist[2];              /* (L, HKV, bins) */
-    size_t stats_bytes;             /* of absmax[0] .. hist[1] */
-    float *host_bmax;               /* pinned (2, L, HKV) */
+    unsigned char *layer_weights;  /* the layer in use (a loader slot) */
+    int weight_slots;              /* layers on the device at once */
+    size_t budget;                 /* --max-device-memory, 0: the free memory */
+    size_t allocated;              /* device bytes of the slabs below but the slots' */
+    void *slab;                    /* every device buffer below */
+    unsigned char *weights;        /* (L, lay.bytes) */
+    kvcal_bf16 *embed;             /* (V, D) */
+    kvcal_bf16 *xn;                /* (N, D) scratch every batch shares: */
+    kvcal_bf16 *qkv;               /* (N, qkv_n) */
+    kvcal_bf16 *att;               /* (N, H * hd) */
+    kvcal_bf16 *gu;                /* (N, 2 I); NULL with mlp_fused */
+    kvcal_bf16 *act;               /* (N, I) */
+    int32_t *ids;                  /* (N) */
+    float *inv_freq;               /* (rot_dim / 2) */
+    float *inv_freq_sliding;       /* (rot_dim / 2) the sliding layers', or NULL */
+    kvcal_bf16 *norm_w;            /* the layer's RMSNorm weights plus the model's
+                                      norm offset, where it has one (else NULL) */
+    size_t norm_at[KVCAL_W_COUNT]; /* their places in norm_w (values) */
+    float *absmax[2];              /* (L, HKV, hd) */
+    uint64_t *hist[2];             /* (L, HKV, bins) */
+    float *q_absmax;               /* (L, H) max |q| per query head */
+    float *range;                  /* (2, 2, L, HKV, hd) K's max(x, 0), max(-x, 0),
+                                      then V's (kvcal_kv_range) */
+    size_t stats_bytes;            /* of absmax[0] .. range */
+    float *host_bmax;              /* pinned (2, L, HKV) */
     /* the chunk's batches */
     cuda_slot *slot; /* (nslots) */
     int nslots;
@@ -99,21 +103,32 @@ typedef struct {
     int batch, seq_len, layer;
     int64_t valid;
     const int64_t *names;
-    int64_t *default_names; /* (max_batch) */
+    int64_t *default_names;   /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
     /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
-    int E, K, MI, SI;         /* experts, top-k, expert's and shared expert's inter */
-    kvcal_bf16 *router;       /* (N, E) the router's logits */
-    int32_t *route_e;         /* (N, K) chosen experts */
-    float *route_w;           /* (N, K) their weights */
-    kvcal_moe_plan plan;      /* the routed rows grouped by expert */
-    kvcal_bf16 *moe_gu;       /* (capacity, 2 MI) */
-    kvcal_bf16 *moe_act;      /* (capacity, MI) */
-    kvcal_bf16 *moe_y;        /* (capacity, D) */
-    kvcal_bf16 *shared_gu;    /* (N, 2 SI) */
-    kvcal_bf16 *shared_act;   /* (N, SI) */
-    kvcal_bf16 *shared_y;     /* (N, D) */
+    int E, K, MI, SI; /* experts, top-k, expert's and shared expert's inter */
+    int moe_sm90;     /* the experts' GEMMs on kvcal_moe_gemm_sm90_launch, SwiGLU fused */
+    kvcal_bf16 *router;     /* (N, E) the router's logits */
+    int32_t *route_e;       /* (N, K) chosen experts */
+    float *route_w;         /* (N, K) their weights */
+    kvcal_moe_plan plan;    /* the routed rows grouped by expert */
+    kvcal_bf16 *moe_gu;     /* (capacity, 2 MI); NULL with moe_sm90 (but gpt-oss's) */
+    kvcal_bf16 *moe_act;    /* (capacity, MI) */
+    kvcal_bf16 *moe_y;      /* (capacity, D); with moe_sm90 first the gathered rows */
+    kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
+    kvcal_bf16 *shared_act; /* (N, SI) */
+    kvcal_bf16 *shared_y;   /* (N, D) */
     unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
+    /* multi-head latent attention (desc->mla; NULL / 0 elsewhere): HKV is 1
+     * and hd the entry's size, the attention's heads are decompressed */
+    int kvr, rope, nope, vh, qkd; /* kv_lora_rank, qk_rope, qk_nope, v_head, q/k head */
+    kvcal_bf16 *qa;               /* (N, q_lora_rank) the query's LoRA */
+    kvcal_bf16 *mq;               /* (N, H, qkd) the query */
+    kvcal_bf16 *latent;           /* (N, hd) the cached entry: latent, RoPE part */
+    kvcal_bf16 *lat;              /* (N, kvr) its latent, contiguous for kv_b_proj */
+    kvcal_bf16 *kvb;              /* (N, H, nope + vh) the latent through kv_b_proj */
+    kvcal_bf16 *mk, *mv; /* (N, H, qkd) the attention's K, and V padded with zeros */
+    kvcal_bf16 *att_pad; /* (N, H, qkd) the attention's output before V's padding goes */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */
@@ -157,15 +172,35 @@ static size_t round_up(size_t n)
 /* The slab order of the logical weights: the order the layer's weights
  * were laid out in before they were data, kept so the device layout (and
  * the alignment of each weight) does not move. */
-static const kvcal_weight slab_order[] = {
-    KVCAL_W_QKV,           KVCAL_W_QKV_BIAS,       KVCAL_W_O,
-    KVCAL_W_O_BIAS,        KVCAL_W_GATE_UP,        KVCAL_W_DOWN,
-    KVCAL_W_ATTN_NORM,     KVCAL_W_FFN_NORM,       KVCAL_W_Q_NORM,
-    KVCAL_W_K_NORM,        KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
-    KVCAL_W_EXPERT_DOWN,   KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
-    KVCAL_W_SHARED_GATE,   KVCAL_W_POST_ATTN_NORM, KVCAL_W_POST_FFN_NORM,
-    KVCAL_W_ROUTER_BIAS,   KVCAL_W_ATTN_SINKS,     KVCAL_W_EXPERT_GATE_UP_BIAS,
-    KVCAL_W_EXPERT_DOWN_BIAS};
+static const kvcal_weight slab_order[] = {KVCAL_W_QKV,
+                                          KVCAL_W_QKV_BIAS,
+                                          KVCAL_W_O,
+                                          KVCAL_W_O_BIAS,
+                                          KVCAL_W_GATE_UP,
+                                          KVCAL_W_DOWN,
+                                          KVCAL_W_ATTN_NORM,
+                                          KVCAL_W_FFN_NORM,
+                                          KVCAL_W_Q_NORM,
+                                          KVCAL_W_K_NORM,
+                                          KVCAL_W_ROUTER,
+                                          KVCAL_W_EXPERT_GATE_UP,
+                                          KVCAL_W_EXPERT_DOWN,
+                                          KVCAL_W_SHARED_GATE_UP,
+                                          KVCAL_W_SHARED_DOWN,
+                                          KVCAL_W_SHARED_GATE,
+                                          KVCAL_W_POST_ATTN_NORM,
+                                          KVCAL_W_POST_FFN_NORM,
+                                          KVCAL_W_ROUTER_BIAS,
+                                          KVCAL_W_Q_A,
+                                          KVCAL_W_Q_A_NORM,
+                                          KVCAL_W_Q_B,
+                                          KVCAL_W_Q_PROJ,
+                                          KVCAL_W_KV_A,
+                                          KVCAL_W_KV_A_NORM,
+                                          KVCAL_W_KV_B,
+                                          KVCAL_W_ATTN_SINKS,
+                                          KVCAL_W_EXPERT_GATE_UP_BIAS,
+                                          KVCAL_W_EXPERT_DOWN_BIAS};
 /* every weight once: one left out would have no place on the device (its
  * tensor NULL), and the zeros of a shorter list would lay out the first
  * weight again */
@@ -186,6 +221,15 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
     }
     lay->bytes = off;
     lay->gate_up_interleaved = mlp_fused;
+}
+
+/* The experts' biases or clamped SwiGLU (gpt-oss): kernels of their own
+ * between plain grouped GEMMs, never the sm90 GEMM's SwiGLU epilogue. */
+static int moe_oai(const kvcal_model_desc *d)
+{
+    return d->swiglu_limit > 0.0f ||
+           kvcal_model_has_weight(d, KVCAL_W_EXPERT_GATE_UP_BIAS) ||
+           kvcal_model_has_weight(d, KVCAL_W_EXPERT_DOWN_BIAS);
 }
 
 /* Norm weights whose model adds an offset to them (Gemma's 1 + w) are read
@@ -212,9 +256,21 @@ static kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
         return r->att;
     case KVCAL_ACT_MLP:
         return r->act;
+    case KVCAL_ACT_Q_A:
+        return r->qa;
+    case KVCAL_ACT_Q:
+        return r->mq;
+    case KVCAL_ACT_LATENT:
+        return r->latent;
     default:
         return NULL;
     }
+}
+
+/* Columns of the attention's output (H heads of the v head size). */
+static int att_cols(const cuda_backend *r)
+{
+    return r->H * (r->base.desc->mla ? r->vh : r->hd);
 }
 
 /* cudaMalloc of one of the slabs (`what` it holds); out of memory names the
@@ -250,13 +306,15 @@ static size_t slot_device_bytes(const cuda_backend *r)
 {
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
     return 2 * round_up(N * r->D * sizeof(kvcal_bf16)) + round_up(N * sizeof(int32_t)) +
-           round_up(N * sizeof(int64_t)) + round_up(2 * (size_t)r->L * r->HKV * sizeof(float));
+           round_up(N * sizeof(int64_t)) +
+           round_up(2 * (size_t)r->L * r->HKV * sizeof(float));
 }
 
 static size_t slot_host_bytes(const cuda_backend *r)
 {
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
-    return N * (2 * sizeof(int32_t) + sizeof(int64_t)) + (size_t)r->max_batch * sizeof(int64_t);
+    return N * (2 * sizeof(int32_t) + sizeof(int64_t)) +
+           (size_t)r->max_batch * sizeof(int64_t);
 }
 
 static void free_slots(cuda_backend *r)
@@ -287,7 +345,6 @@ static size_t room(const cuda_backend *r, size_t free_b)
     return left;
 }
 
-
 /* bytes for a message: "1.25 GiB" from a GiB up, else "3.4 MiB" (buf of
  * at least 32). */
 static const char *size_text(char *buf, size_t bytes)
@@ -310,12 +367,13 @@ static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
     const size_t one = slot_device_bytes(r), left = room(r, free_b);
     char t1[32], t2[32];
     if (left < one)
-        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: the activations of one batch need %s but %s are "
-                          "left%s beside the model; use a smaller --batch or --seq-len%s",
-                          size_text(t1, one), size_text(t2, left),
-                          r->budget ? " under --max-device-memory" : " on the device",
-                          r->budget ? ", or a larger --max-device-memory" : "");
+        return kvcal_fail(
+            KVCAL_ERR_DEVICE_MEMORY,
+            "--device cuda: the activations of one batch need %s but %s are "
+            "left%s beside the model; use a smaller --batch or --seq-len%s",
+            size_text(t1, one), size_text(t2, left),
+            r->budget ? " under --max-device-memory" : " on the device",
+            r->budget ? ", or a larger --max-device-memory" : "");
     const size_t fit = left / one;
     *n = want < 1 ? 1 : (size_t)want > fit ? (int)fit : want;
     return KVCAL_OK;
@@ -338,7 +396,8 @@ static kvcal_status slots(kvcal_backend *be, int n)
     TRY(alloc_slab(&r->slot_slab, (size_t)n * slot_device_bytes(r),
                    "the activations of the chunk's batches"));
     TRY_CUDA(cudaMallocHost(&r->slot_host, (size_t)n * slot_host_bytes(r)));
-    TRY_CUDA(cudaMemsetAsync(r->slot_slab, 0, (size_t)n * slot_device_bytes(r), r->stream));
+    TRY_CUDA(
+        cudaMemsetAsync(r->slot_slab, 0, (size_t)n * slot_device_bytes(r), r->stream));
     r->nslots = n;
     unsigned char *d = r->slot_slab, *h = r->slot_host;
     for (int i = 0; i < n; i++) {
@@ -435,13 +494,14 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
 {
     cuda_backend *r = cu(be);
     r->layer = layer;
-    kvcal_status st = kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
+    kvcal_status st =
+        kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
     for (int w = 0; !st && r->norm_w && w < KVCAL_W_COUNT; w++)
         if (r->lay.elems[w] && be->desc->arch->weights[w].norm)
-            st = kvcal_affine_launch(r->norm_w + r->norm_at[w],
-                                     (const kvcal_bf16 *)(r->layer_weights + r->lay.off[w]),
-                                     (int64_t)r->lay.elems[w], 1.0f, be->desc->norm_offset,
-                                     r->stream);
+            st = kvcal_affine_launch(
+                r->norm_w + r->norm_at[w],
+                (const kvcal_bf16 *)(r->layer_weights + r->lay.off[w]),
+                (int64_t)r->lay.elems[w], 1.0f, be->desc->norm_offset, r->stream);
     return st;
 }
 
@@ -482,6 +542,21 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
                              (int)rows, r->stream);
 }
 
+/* The observer of layer l's statistics (K and V; an MLA layer's entry is
+ * folded into both), and its tokens counted. */
+static kvcal_kv_observer observer_of(cuda_backend *r, int l)
+{
+    kvcal_kv_observer obs = {0};
+    for (int kv = 0; kv < 2; kv++) {
+        obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
+        obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
+        obs.batch_absmax[kv] = r->bmax + ((size_t)kv * r->L + l) * r->HKV;
+    }
+    if (r->stats)
+        r->stats->tokens[l] += r->valid;
+    return obs;
+}
+
 static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need_q,
                                  int observe)
 {
@@ -495,36 +570,71 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
                                  tensor(r, op->b),
                                  r->eps,
                                  r->attention_factor};
-    kvcal_kv_observer obs;
-    const int l = observe;
-    for (int kv = 0; observe >= 0 && kv < 2; kv++) {
-        obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
-        obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
-        obs.batch_absmax[kv] = r->bmax + ((size_t)kv * r->L + l) * r->HKV;
-    }
+    kvcal_kv_observer obs = {0};
     if (observe >= 0 && r->stats)
-        r->stats->tokens[l] += r->valid;
-    return kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len,
-                                     r->qkv_heads, r->HKV, r->hd, &rope,
-                                     observe >= 0 && r->stats ? &obs : NULL, r->stream);
+        obs = observer_of(r, observe);
+    const int l = observe;
+    const int q = observe >= 0 && r->stats && r->stats->q_absmax && r->qkv_heads == r->H;
+    obs.q_absmax = q ? r->q_absmax + (size_t)l * r->H : NULL;
+    kvcal_status st = kvcal_rope_observe_launch(
+        r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len, r->qkv_heads, r->HKV, r->hd,
+        &rope, observe >= 0 && r->stats ? &obs : NULL, r->stream);
+    if (st || observe < 0 || !r->stats || !r->stats->min[0])
+        return st;
+    /* the signed range, asked for: K as rotated and V, read again */
+    const size_t lc = (size_t)r->L * r->HKV * r->hd, at = (size_t)l * r->HKV * r->hd;
+    const kvcal_bf16 *k = r->qkv + (size_t)r->qkv_heads * r->hd, *v = k + r->HKV * r->hd;
+    const kvcal_kv_batch b = {k,
+                              v,
+                              KVCAL_DTYPE_BF16,
+                              r->batch * r->seq_len,
+                              r->qkv_width,
+                              r->hd,
+                              r->qkv_width,
+                              r->hd,
+                              r->row};
+    const kvcal_kv_range range = {{r->range + at, r->range + 2 * lc + at},
+                                  {r->range + lc + at, r->range + 3 * lc + at}};
+    return kvcal_kv_range_launch(&b, r->hd, r->HKV, &range, r->stream);
 }
 
-/* Causal attention of the fused QKV buffer into out (N, H * hd), within the
- * model's sliding window where a sample can be longer, with op's sinks
- * where it has them. */
+/* Causal attention into out (N, att_cols) of q, k, v (rows of stride
+ * `stride`, kv_heads heads of hd), within the model's sliding window where a
+ * sample can be longer, with the heads' sinks (gpt-oss) where non-NULL. */
+static kvcal_status attend_qkv(cuda_backend *r, kvcal_bf16 *out, int64_t out_stride,
+                               const kvcal_bf16 *q, const kvcal_bf16 *k,
+                               const kvcal_bf16 *v, int64_t stride, int kv_heads, int hd,
+                               const kvcal_bf16 *sinks)
+{
+    const int window = r->base.desc->layer_window[r->layer];
+    const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
+    if ((window > 0 && r->seq_len > window) || softcap > 0.0f || sinks)
+        return kvcal_attention_sinks_launch(out, out_stride, q, k, v, stride, r->batch,
+                                            r->seq_len, r->H, kv_heads, hd, scale, window,
+                                            softcap, sinks, r->stream);
+    return kvcal_attention_run(r->attn, out, out_stride, q, k, v, stride, r->batch,
+                               r->seq_len, r->H, kv_heads, hd, scale, r->stream, NULL);
+}
+
+/* The attention into out (N, att_cols): of the fused QKV buffer (with op's
+ * sinks where it has them), or MLA's decompressed heads (V padded to the
+ * q/k head size, so that one head size runs on the attention kernels; the
+ * padding's columns then dropped). */
 static kvcal_status attend(cuda_backend *r, const kvcal_op *op, kvcal_bf16 *out)
 {
-    const int q_cols = r->H * r->hd, window = r->base.desc->layer_window[r->layer];
-    const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
-    const kvcal_bf16 *sinks = tensor(r, op->w);
-    if ((window > 0 && r->seq_len > window) || softcap > 0.0f || sinks)
-        return kvcal_attention_sinks_launch(out, q_cols, r->qkv, r->qkv + q_cols,
-                                            r->qkv + q_cols + r->HKV * r->hd, r->qkv_n,
-                                            r->batch, r->seq_len, r->H, r->HKV, r->hd,
-                                            scale, window, softcap, sinks, r->stream);
-    return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
-                               r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
-                               r->seq_len, r->H, r->HKV, r->hd, scale, r->stream, NULL);
+    kvcal_status st = KVCAL_OK;
+    const int q_cols = r->H * r->hd, n = r->batch * r->seq_len;
+    if (!r->base.desc->mla)
+        return attend_qkv(r, out, q_cols, r->qkv, r->qkv + q_cols,
+                          r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->HKV, r->hd,
+                          tensor(r, op->w));
+    const size_t e = sizeof(kvcal_bf16);
+    TRY(attend_qkv(r, r->att_pad, (int64_t)r->H * r->qkd, r->mq, r->mk, r->mv,
+                   (int64_t)r->H * r->qkd, r->H, r->qkd, NULL));
+    TRY_CUDA(cudaMemcpy2DAsync(out, r->vh * e, r->att_pad, r->qkd * e, r->vh * e,
+                               (size_t)n * r->H, cudaMemcpyDeviceToDevice, r->stream));
+fail:
+    return st;
 }
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
@@ -537,8 +647,11 @@ static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
 {
     cuda_backend *r = cu(be);
-    return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL, tensor(r, op->w),
-                                    r->batch * r->seq_len, r->D, r->eps, r->stream);
+    long long dim, cols; /* hidden, or the query's LoRA rank (MLA) */
+    kvcal_model_weight_shape(be->desc, op->w, &dim, &cols);
+    return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL,
+                                    tensor(r, op->w), r->batch * r->seq_len, (int)dim,
+                                    r->eps, r->stream);
 }
 
 /* cuBLAS's gate/up GEMM, then GeGLU (the fused kernel is SwiGLU's alone). */
@@ -570,10 +683,11 @@ fail:
 }
 
 /* Router GEMM (with its bias for softmax routing), routing and grouping on
- * the device, the experts' grouped GEMMs (gate/up, SwiGLU or the clamped
- * one, down; each expert's biases added after its GEMM where the model has
- * them), the shared expert on cuBLAS, the weighted combine: no host round
- * trip. */
+ * the device, the experts' grouped GEMMs (on Hopper the rows gathered in the
+ * plan's order, gate/up with SwiGLU fused, down; elsewhere gate/up, SwiGLU,
+ * down; gpt-oss's biases and clamped SwiGLU as separate kernels after plain
+ * GEMMs on either), the shared expert on cuBLAS, the weighted combine: no
+ * host round trip. */
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
 {
     kvcal_status st = KVCAL_OK;
@@ -584,36 +698,67 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
     kvcal_moe_plan plan = r->plan;
     plan.capacity = kvcal_moe_plan_capacity(n * r->K, r->E);
     plan.tiles = plan.capacity / KVCAL_MOE_TILE_ROWS;
-    unsigned long long *counts =
-        observe >= 0 && r->stats && r->stats->num_experts == r->E
-            ? r->expert_tokens + (size_t)observe * r->E
-            : NULL;
+    unsigned long long *counts = observe >= 0 && r->stats && r->stats->num_experts == r->E
+                                     ? r->expert_tokens + (size_t)observe * r->E
+                                     : NULL;
     const kvcal_model_desc *d = be->desc;
+    /* the router's bias: in the logits for softmax routing, in the choice
+     * for sigmoid routing */
     TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w),
                           d->moe_sigmoid ? NULL : tensor(r, op->b), n, r->D, r->E, s));
-    if (d->moe_sigmoid)
-        TRY(kvcal_moe_route_sigmoid_launch(r->route_e, r->route_w, r->router,
-                                           tensor(r, op->b), r->pos, n, r->E, r->K,
-                                           d->norm_topk_prob, d->routed_scale, s));
-    else
-        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E,
-                                   r->K, d->norm_topk_prob, s));
+    const kvcal_moe_route_params route = {r->E,
+                                          r->K,
+                                          d->moe_sigmoid,
+                                          d->moe_sigmoid ? tensor(r, op->b) : NULL,
+                                          d->moe_groups,
+                                          d->moe_topk_groups,
+                                          d->moe_group_max,
+                                          d->norm_topk_prob,
+                                          d->routed_scale};
+    TRY(kvcal_moe_route_grouped_launch(r->route_e, r->route_w, r->router, r->pos, n,
+                                       &route, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
     const kvcal_bf16 *b_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP_BIAS),
                      *b_down = tensor(r, KVCAL_W_EXPERT_DOWN_BIAS);
-    TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan,
-                              r->D, 2 * r->MI, s));
-    if (b_gu)
-        TRY(kvcal_moe_bias_launch(r->moe_gu, b_gu, &plan, 2 * r->MI, s));
-    if (d->swiglu_limit > 0.0f)
-        TRY(kvcal_swiglu_oai_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI,
-                                    d->swiglu_alpha, d->swiglu_limit, s));
-    else
-        TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
-    TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN), &plan,
-                              r->MI, r->D, s));
-    if (b_down)
-        TRY(kvcal_moe_bias_launch(r->moe_y, b_down, &plan, r->D, s));
+    if (r->moe_sm90 && !moe_oai(d)) {
+        TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_act, r->moe_y,
+                                       tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
+                                       r->D, r->MI, KVCAL_MOE_EPI_SWIGLU, s));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
+                                       tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
+                                       r->D, KVCAL_MOE_EPI_STORE, s));
+    } else {
+        /* gpt-oss on Hopper: the sm90 GEMMs storing gate/up, then the biases
+         * and the clamped SwiGLU as their own kernels */
+        if (r->moe_sm90) {
+            TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
+            TRY(kvcal_moe_gemm_sm90_launch(r->moe_gu, r->moe_y,
+                                           tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
+                                           r->D, 2 * r->MI, KVCAL_MOE_EPI_STORE, s));
+        } else {
+            TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K,
+                                      tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->D,
+                                      2 * r->MI, s));
+        }
+        if (b_gu)
+            TRY(kvcal_moe_bias_launch(r->moe_gu, b_gu, &plan, 2 * r->MI, s));
+        if (d->swiglu_limit > 0.0f)
+            TRY(kvcal_swiglu_oai_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI,
+                                        d->swiglu_alpha, d->swiglu_limit, s));
+        else
+            TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+        if (r->moe_sm90)
+            TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
+                                           tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E,
+                                           r->MI, r->D, KVCAL_MOE_EPI_STORE, s));
+        else
+            TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0,
+                                      tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->MI, r->D,
+                                      s));
+        if (b_down)
+            TRY(kvcal_moe_bias_launch(r->moe_y, b_down, &plan, r->D, s));
+    }
     if (r->SI) {
         TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
                               NULL, n, r->D, 2 * r->SI, s));
@@ -628,6 +773,51 @@ fail:
     return st;
 }
 
+// --- multi-head latent attention ----------------------------------------------------
+
+static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q,
+                               int observe)
+{
+    cuda_backend *r = cu(be);
+    const kvcal_mla_cfg cfg = {r->H,
+                               r->qkd,
+                               r->kvr,
+                               r->rope,
+                               tensor(r, op->w),
+                               r->eps,
+                               r->inv_freq,
+                               r->attention_factor};
+    kvcal_kv_observer obs;
+    if (observe >= 0 && r->stats)
+        obs = observer_of(r, observe);
+    return kvcal_mla_latent_launch(
+        act(r, op->out), r->hd, need_q ? r->mq : NULL, (int64_t)r->H * r->qkd, r->pos,
+        r->batch * r->seq_len, &cfg, observe >= 0 && r->stats ? &obs : NULL, r->stream);
+}
+
+/* K and V of every head from the entry (what the cache gives back): its
+ * latent made contiguous, kv_b_proj, the expansion. */
+static kvcal_status expand(cuda_backend *r)
+{
+    kvcal_status st = KVCAL_OK;
+    const int n = r->batch * r->seq_len;
+    const size_t e = sizeof(kvcal_bf16);
+    TRY_CUDA(cudaMemcpy2DAsync(r->lat, r->kvr * e, r->latent, r->hd * e, r->kvr * e, n,
+                               cudaMemcpyDeviceToDevice, r->stream));
+    TRY(kvcal_gemm_launch(r->gemm, r->kvb, r->lat, tensor(r, KVCAL_W_KV_B), NULL, n,
+                          r->kvr, r->H * (r->nope + r->vh), r->stream));
+    TRY(kvcal_mla_expand_launch(r->mk, r->mv, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
+                                r->nope, r->vh, r->kvr, r->rope, r->stream));
+fail:
+    return st;
+}
+
+static kvcal_status mla_expand(kvcal_backend *be, const kvcal_op *op)
+{
+    (void)op; /* its weight is KVCAL_W_KV_B */
+    return expand(cu(be));
+}
+
 // --- observing ------------------------------------------------------------------
 
 static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
@@ -638,8 +828,12 @@ static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     if (stats && !r->device_view)
         TRY(kvcal_stats_create(r->L, r->HKV, r->hd, &r->device_view));
-    if (stats)
-        TRY(kvcal_stats_set_experts(r->device_view, stats->num_experts == r->E ? r->E : 0));
+    if (stats) {
+        TRY(kvcal_stats_set_experts(r->device_view,
+                                    stats->num_experts == r->E ? r->E : 0));
+        TRY(kvcal_stats_set_q_heads(r->device_view, stats->q_absmax ? r->H : 0));
+        TRY(kvcal_stats_set_range(r->device_view, stats->min[0] != NULL));
+    }
     return KVCAL_OK;
 fail:
     return st;
@@ -703,8 +897,21 @@ static kvcal_status collect(kvcal_backend *be)
         TRY_CUDA(cudaMemcpyAsync(v->expert_tokens, r->expert_tokens,
                                  (size_t)r->L * r->E * sizeof(int64_t),
                                  cudaMemcpyDeviceToHost, r->stream));
+    if (v->q_absmax)
+        TRY_CUDA(cudaMemcpyAsync(v->q_absmax, r->q_absmax,
+                                 (size_t)r->L * r->H * sizeof(float),
+                                 cudaMemcpyDeviceToHost, r->stream));
+    const size_t lc = (size_t)r->L * r->HKV * r->hd;
+    for (int kv = 0; v->min[0] && kv < 2; kv++) {
+        TRY_CUDA(cudaMemcpyAsync(v->max[kv], r->range + 2 * kv * lc, lc * sizeof(float),
+                                 cudaMemcpyDeviceToHost, r->stream));
+        TRY_CUDA(cudaMemcpyAsync(v->min[kv], r->range + (2 * kv + 1) * lc,
+                                 lc * sizeof(float), cudaMemcpyDeviceToHost, r->stream));
+    }
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     TRY_CUDA(cudaStreamSynchronize(r->stream));
+    for (size_t i = 0; v->min[0] && i < lc; i++) /* the device keeps max(-x, 0) */
+        v->min[0][i] = -v->min[0][i], v->min[1][i] = -v->min[1][i];
     return kvcal_stats_merge(r->stats, v);
 fail:
     return st;
@@ -722,8 +929,9 @@ static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k
 /* cudaMalloc of `count` buffers of bytes[i] (0: none) in one slab *slab,
  * after checking the device (and the budget) has room for them (`what`
  * names them in the message); *slab_bytes gets the slab's size. */
-static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_bytes, void **buf,
-                                  const size_t *bytes, int count, const char *what)
+static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_bytes,
+                                  void **buf, const size_t *bytes, int count,
+                                  const char *what)
 {
     kvcal_status st = KVCAL_OK;
     size_t need = 0, free_b = 0, total_b = 0;
@@ -732,12 +940,13 @@ static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_byt
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
     char t1[32], t2[32];
     if (need > room(r, free_b))
-        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: %s need %s beyond the model and its activations "
-                          "but %s are left%s; use a smaller --batch or --seq-len%s",
-                          what, size_text(t1, need), size_text(t2, room(r, free_b)),
-                          r->budget ? " under --max-device-memory" : " on the device",
-                          r->budget ? ", or a larger --max-device-memory" : "");
+        return kvcal_fail(
+            KVCAL_ERR_DEVICE_MEMORY,
+            "--device cuda: %s need %s beyond the model and its activations "
+            "but %s are left%s; use a smaller --batch or --seq-len%s",
+            what, size_text(t1, need), size_text(t2, room(r, free_b)),
+            r->budget ? " under --max-device-memory" : " on the device",
+            r->budget ? ", or a larger --max-device-memory" : "");
     TRY(alloc_slab(slab, need, what));
     r->allocated += need;
     *slab_bytes = need;
@@ -846,8 +1055,8 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
         TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
                               NULL, rows, r->D, r->V, s));
         if (be->desc->logit_softcap > 0.0f)
-            TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V, be->desc->logit_softcap,
-                                     s));
+            TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V,
+                                     be->desc->logit_softcap, s));
         TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V,
                                    s));
         if (ref && ref->keep)
@@ -892,7 +1101,7 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     sim_release(be);
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
     const size_t KV = N * r->HKV * r->hd;
-    const size_t bytes[] = {N * (size_t)r->H * r->hd * sizeof(kvcal_bf16),
+    const size_t bytes[] = {N * (size_t)att_cols(r) * sizeof(kvcal_bf16),
                             KV,
                             KV,
                             N * r->HKV * sizeof(float),
@@ -934,11 +1143,21 @@ fail:
     return st;
 }
 
-/* K and V in the QKV buffer. */
+/* K and V in the QKV buffer; an MLA layer's entry for both. */
 static void kv_of(cuda_backend *r, kvcal_bf16 **k, kvcal_bf16 **v)
 {
+    if (r->base.desc->mla) {
+        *k = *v = r->latent;
+        return;
+    }
     *k = r->qkv + r->H * r->hd;
     *v = *k + r->HKV * r->hd;
+}
+
+/* Their row stride. */
+static int64_t kv_stride(const cuda_backend *r)
+{
+    return r->base.desc->mla ? r->hd : r->qkv_n;
 }
 
 static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
@@ -947,8 +1166,8 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     const int n = r->batch * r->seq_len;
     kvcal_bf16 *k, *v;
     kv_of(r, &k, &v);
-    io->batch = (kvcal_kv_batch){k,        v,     KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd,
-                                 r->qkv_n, r->hd, r->row};
+    io->batch = (kvcal_kv_batch){
+        k, v, KVCAL_DTYPE_BF16, n, kv_stride(r), r->hd, kv_stride(r), r->hd, r->row};
     io->cache = (kvcal_kv_cache){
         r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
         r->hd,       0,           KVCAL_CACHE_NHD};
@@ -958,9 +1177,11 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     return KVCAL_OK;
 }
 
+/* (MLA: K and V expanded from the exact entry first) */
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
-    return attend(cu(be), op, cu(be)->att0);
+    kvcal_status st = be->desc->mla ? expand(cu(be)) : KVCAL_OK;
+    return st ? st : attend(cu(be), op, cu(be)->att0);
 }
 
 static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_qparams *q)
@@ -979,10 +1200,28 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_q
         TRY(kvcal_kv_dequantize_launch(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR,
                                        NULL, NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32,
                                        r->stream));
-    for (int i = 0; i < 2; i++)
+    /* V first: where K and V are one buffer (MLA's entry) V's pass stores
+       nothing, so that K's reads the values before the round trip */
+    for (int i = 1; i >= 0; i--)
         TRY(kvcal_error_sums_launch(
-            &r->sums[layer].kv[i], kv[i], r->qkv_n, r->deq[i], kv_cols, KVCAL_DTYPE_F32,
-            q ? NULL : r->cache_scale[i], r->hd, r->pos, n, kv_cols, kv[i], r->stream));
+            &r->sums[layer].kv[i], kv[i], kv_stride(r), r->deq[i], kv_cols,
+            KVCAL_DTYPE_F32, q ? NULL : r->cache_scale[i], r->hd, r->pos, n, kv_cols,
+            i && kv[0] == kv[1] ? NULL : kv[i], r->stream));
+fail:
+    return st;
+}
+
+static kvcal_status sim_ds_mla(kvcal_backend *be, int layer)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const int n = r->batch * r->seq_len;
+    TRY(kvcal_mla_ds_roundtrip_launch(r->deq[0], r->hd, r->latent, r->hd, n, r->kvr,
+                                      r->rope, r->stream));
+    for (int i = 1; i >= 0; i--)
+        TRY(kvcal_error_sums_launch(&r->sums[layer].kv[i], r->latent, r->hd, r->deq[0],
+                                    r->hd, KVCAL_DTYPE_F32, NULL, r->hd, r->pos, n, r->hd,
+                                    i ? NULL : r->latent, r->stream));
 fail:
     return st;
 }
@@ -997,7 +1236,7 @@ static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
 static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
 {
     cuda_backend *r = cu(be);
-    const int q_cols = r->H * r->hd;
+    const int q_cols = att_cols(r);
     return kvcal_error_sums_launch(&r->sums[layer].att, r->att0, q_cols, act(r, op->out),
                                    q_cols, KVCAL_DTYPE_BF16, NULL, 0, r->pos,
                                    r->batch * r->seq_len, q_cols, NULL, r->stream);
@@ -1034,7 +1273,10 @@ fail:
  * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
  * buffer) where kvcal_cuda_mlp_choose takes it for this GPU and the code the
  * build holds for it; otherwise, or with KVCAL_MLP_UNFUSED, cuBLAS's GEMM
- * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. */
+ * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. The
+ * experts' likewise: the Hopper grouped GEMM with SwiGLU fused
+ * (kvcal_moe_gemm_sm90_launch, no (capacity, 2 MI) buffer) where the same
+ * kernels run, unless KVCAL_MLP_UNFUSED; else kvcal_moe_gemm_launch. */
 static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp)
 {
     int device = 0, major = 0, minor = 0;
@@ -1047,6 +1289,8 @@ static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp)
     char code[32];
     kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code,
                                sizeof code);
+    r->moe_sm90 = r->E > 0 && mlp != KVCAL_MLP_UNFUSED &&
+                  kvcal_cuda_mlp_fused_runs(major, minor, code);
     return kvcal_cuda_mlp_choose(major, minor, code, r->I, r->D, mlp, &r->mlp_fused);
 }
 
@@ -1088,6 +1332,8 @@ static const kvcal_backend_ops cuda_ops = {
     .moe = moe,
     .rmsnorm = rmsnorm,
     .geglu = geglu,
+    .mla_latent = mla_latent,
+    .mla_expand = mla_expand,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = sync_device,
@@ -1101,6 +1347,7 @@ static const kvcal_backend_ops cuda_ops = {
     .sim_upload = sim_upload,
     .sim_attend_exact = sim_attend_exact,
     .sim_roundtrip = sim_roundtrip,
+    .sim_ds_mla = sim_ds_mla,
     .sim_q_roundtrip = sim_q_roundtrip,
     .sim_attention_error = sim_attention_error,
     .sim_collect = sim_collect,
@@ -1137,7 +1384,12 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->hd = d->head_dim;
     r->I = d->intermediate_size;
     r->V = d->vocab_size;
-    r->qkv_n = (r->H + 2 * r->HKV) * r->hd;
+    r->qkv_n = d->mla ? 0 : (r->H + 2 * r->HKV) * r->hd;
+    r->kvr = d->kv_lora_rank;
+    r->rope = d->qk_rope_head_dim;
+    r->nope = d->qk_nope_head_dim;
+    r->vh = d->v_head_dim;
+    r->qkd = r->nope + r->rope;
     r->rot_dim = d->rot_dim;
     r->interleaved = d->rope_interleaved;
     r->attention_factor = d->rope_attention_factor;
@@ -1188,16 +1440,31 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up(NK * sizeof(float)) + round_up(cap * sizeof(int32_t)) +
                     round_up(NK * sizeof(int32_t)) +
                     round_up(cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)) +
-                    round_up(cap * 2 * r->MI * e) + round_up(cap * r->MI * e) +
-                    round_up(cap * r->D * e) + round_up(N * 2 * r->SI * e) +
-                    round_up(N * r->SI * e) + round_up(N * r->D * e);
+                    round_up(sizeof(int32_t)) +
+                    round_up((size_t)kvcal_moe_plan_scratch((int)NK, r->E) *
+                             sizeof(int32_t)) +
+                    (r->moe_sm90 && !moe_oai(d) ? 0 : round_up(cap * 2 * r->MI * e)) +
+                    round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
+                    round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
+                    round_up(N * r->D * e);
+    /* MLA's: the query's LoRA, the query, the entry, its latent, kv_b_proj's
+     * output, K, V and the attention's padded output */
+    const size_t HQ = (size_t)r->H * r->qkd;
+    const size_t mla_acts =
+        !d->mla
+            ? 0
+            : round_up(N * d->q_lora_rank * e) + round_up(N * HQ * e) +
+                  round_up(N * r->hd * e) + round_up(N * r->kvr * e) +
+                  round_up(N * r->H * (r->nope + r->vh) * e) + 3 * round_up(N * HQ * e);
     const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
-                        round_up(N * (size_t)r->H * r->hd * e) +
+                        round_up(N * (size_t)att_cols(r) * e) + mla_acts +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
                         round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
                          round_up((size_t)r->L * r->E * sizeof(uint64_t)) +
+                         round_up((size_t)r->L * r->H * sizeof(float)) +
+                         round_up(4 * LH * r->hd * sizeof(float)) +
                          2 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
                          round_up(norm_elems * e);
     const size_t workspace = (size_t)32 << 20;
@@ -1222,8 +1489,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
             "activations %s for %d x %d tokens) but %s are left%s; use a smaller --batch "
             "or --seq-len%s",
             size_text(t[0], need + one), r->weight_slots, r->weight_slots == 1 ? "" : "s",
-            size_text(t[1], (size_t)r->weight_slots * r->lay.bytes), size_text(t[2], embed),
-            size_text(t[3], acts + one), max_batch, max_seq_len, size_text(t[4], left),
+            size_text(t[1], (size_t)r->weight_slots * r->lay.bytes),
+            size_text(t[2], embed), size_text(t[3], acts + one), max_batch, max_seq_len,
+            size_text(t[4], left),
             r->budget ? " under --max-device-memory" : " on the device",
             r->budget ? ", or a larger --max-device-memory" : "");
         goto fail;
@@ -1239,7 +1507,17 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->embed = carve(&p, (size_t)r->V * r->D * e);
     r->xn = carve(&p, N * r->D * e);
     r->qkv = carve(&p, N * r->qkv_n * e);
-    r->att = carve(&p, N * (size_t)r->H * r->hd * e);
+    r->att = carve(&p, N * (size_t)att_cols(r) * e);
+    if (d->mla) {
+        r->qa = carve(&p, N * d->q_lora_rank * e);
+        r->mq = carve(&p, N * HQ * e);
+        r->latent = carve(&p, N * r->hd * e);
+        r->lat = carve(&p, N * r->kvr * e);
+        r->kvb = carve(&p, N * r->H * (r->nope + r->vh) * e);
+        r->mk = carve(&p, N * HQ * e);
+        r->mv = carve(&p, N * HQ * e);
+        r->att_pad = carve(&p, N * HQ * e);
+    }
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
@@ -1250,7 +1528,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->plan.sorted = carve(&p, cap * sizeof(int32_t));
         r->plan.slot_of = carve(&p, NK * sizeof(int32_t));
         r->plan.tile_expert = carve(&p, cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t));
-        r->moe_gu = carve(&p, cap * 2 * r->MI * e);
+        r->plan.used_tiles = carve(&p, sizeof(int32_t));
+        r->plan.scratch =
+            carve(&p, (size_t)kvcal_moe_plan_scratch((int)NK, r->E) * sizeof(int32_t));
+        r->moe_gu = r->moe_sm90 && !moe_oai(d) ? NULL : carve(&p, cap * 2 * r->MI * e);
         r->moe_act = carve(&p, cap * r->MI * e);
         r->moe_y = carve(&p, cap * r->D * e);
         r->shared_gu = carve(&p, N * 2 * r->SI * e);
@@ -1262,6 +1543,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->hist[kv] = carve(&p, LH * KVCAL_HIST_BINS * sizeof(uint64_t));
     }
     r->expert_tokens = carve(&p, (size_t)r->L * r->E * sizeof(uint64_t));
+    r->q_absmax = carve(&p, (size_t)r->L * r->H * sizeof(float));
+    r->range = carve(&p, 4 * LH * r->hd * sizeof(float));
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     if (d->inv_freq_sliding)
         r->inv_freq_sliding = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));

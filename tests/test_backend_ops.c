@@ -26,11 +26,12 @@
  * Three suites run the table, split by what compute-sanitizer checks
  * (bench/run_gpu_cuda.sh): backend_ops (every tool), backend_ops_tuned (GEMM
  * shapes cuBLASLt's algorithms are timed for, whose cuBLAS kernels
- * racecheck does not model) and backend_ops_mbarrier (cuDNN's attention and
- * the fused gate/up + SwiGLU kernel, which synchronize through mbarriers:
- * memcheck only). In a build without CUDA the suites hold no tests; without
- * a device they are reported skipped. The online quantization kernels have
- * their own table of layouts (tests/test_kvquant_cuda.c). */
+ * racecheck does not model) and backend_ops_mbarrier (cuDNN's attention,
+ * the fused gate/up + SwiGLU kernel and the experts' Hopper GEMM, which
+ * synchronize through mbarriers: memcheck only). In a build without CUDA
+ * the suites hold no tests; without a device they are reported skipped.
+ * The online quantization kernels have their own table of layouts
+ * (tests/test_kvquant_cuda.c). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
+#include "kernels/cuda/mla.h"
 #include "kernels/cuda/ops.h"
 
 // --- the table -----------------------------------------------------------------
@@ -83,7 +85,21 @@ typedef struct op_row {
     /* moe: gpt-oss's experts: biases of gate/up and down, the clamped SwiGLU
      * (alpha 1.702, limit 7) on gate/up values past the limit */
     int oai;
+    /* moe: each valid token's first choice planted (moe_planted_expert):
+     * experts 0 .. 4 receive 0, 1, 127, 128 and 129 of them, expert 5 the
+     * rest (the only choice with top_k 1, so these are the experts' rows) */
+    int planted;
     float affine_a, affine_b; /* affine: out = x * a + b over rows values */
+    /* moe: grouped top-k (groups > 1): the topk_groups best groups open,
+     * scored by their best expert (group_max) or their two best's sum;
+     * weights x 1.5 (softmax) or 2.5 (sigmoid) */
+    int groups, topk_groups, group_max;
+    /* mla_latent: rows tokens of an entry of kv_lora_rank + rot_dim (its
+     * rows kv_pad values apart beyond that) and heads query heads of
+     * head_dim (none: heads 0); mla_expand: heads heads of K head_dim (no
+     * RoPE part head_dim - rot_dim) and V v_dim padded to head_dim;
+     * mla_ds_roundtrip: rows entries */
+    int kv_lora_rank, v_dim, kv_pad;
 } op_row;
 
 #define ROW(stem, ...)                                                                   \
@@ -249,7 +265,9 @@ static const op_row rows[] = {
         .window = 8, .sinks = 1),
 
     /* the mixture of experts: routing, grouping, the grouped GEMMs (tails of
-     * the 128 x 128 tiles and of k's 32), SwiGLU and the combine */
+     * the 128 x 128 tiles and of k's 32; on Hopper of the 128 x 256 tiles and
+     * of k's 64, inter sizes under a tile, where a tile's gate rows run into
+     * its up rows), SwiGLU and the combine */
     ROW("moe", .rows = 1, .k = 64, .n = 32, .experts = 4, .top_k = 2),
     ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .renorm = 1),
     ROW("moe", .rows = 989, .k = 136, .n = 200, .experts = 60, .top_k = 4, .shared = 1),
@@ -265,6 +283,48 @@ static const op_row rows[] = {
         .oai = 1),
     ROW("moe", .rows = 989, .k = 96, .n = 64, .experts = 32, .top_k = 4, .renorm = 1,
         .oai = 1),
+    /* experts receiving 0, 1, 127, 128 and 129 rows (an empty plan tile, a
+     * tile of padding but one row, one row short of a tile, a tile, a tile
+     * and a row), with and without more choices that are random */
+    ROW("moe", .rows = 600, .k = 72, .n = 40, .experts = 6, .top_k = 1, .planted = 1),
+    ROW("moe", .rows = 600, .k = 136, .n = 200, .experts = 6, .top_k = 2, .renorm = 1,
+        .shared = 1, .planted = 1),
+    /* more tiles than a Hopper's multiprocessors in both GEMMs (the
+     * persistent walk, a tile's epilogue during the next tile's k blocks),
+     * widths off the 128- and 256-wide output tiles */
+    ROW("moe", .rows = 4800, .k = 1040, .n = 576, .experts = 4, .top_k = 1),
+    /* grouped top-k: DeepSeek-V2's group_limited_greedy (softmax, a group
+     * scored by its best), V3's noaux_tc (sigmoid + bias, a group by its two
+     * best), the most groups a token holds (64) */
+    ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 64, .top_k = 6, .shared = 2,
+        .groups = 8, .topk_groups = 3, .group_max = 1),
+    ROW("moe", .rows = 300, .k = 64, .n = 32, .experts = 256, .top_k = 8, .renorm = 1,
+        .shared = 2, .sigmoid = 1, .groups = 8, .topk_groups = 4),
+    ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1,
+        .groups = 4, .topk_groups = 2),
+    ROW("moe", .rows = 37, .k = 64, .n = 32, .experts = 128, .top_k = 4, .renorm = 1,
+        .sigmoid = 1, .groups = 64, .topk_groups = 5),
+
+    /* multi-head latent attention: DeepSeek-V2-Lite's sizes (512 + 64, 16
+     * heads of 192, V 128), the golden models' (32 + 16; V 20: the scalar
+     * copies), a latent off 32 and 128 (a short tile), no query */
+    ROW("mla_latent", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
+        .head_dim = 192, .attention_factor = 1.0f),
+    ROW("mla_latent", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
+        .head_dim = 40, .kv_pad = 8, .attention_factor = YARN_4),
+    ROW("mla_latent", .rows = 70, .kv_lora_rank = 200, .rot_dim = 8, .kv_pad = 3,
+        .attention_factor = 1.0f),
+    ROW("mla_expand", .rows = 19, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
+        .head_dim = 192, .v_dim = 128),
+    ROW("mla_expand", .rows = 37, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
+        .head_dim = 40, .v_dim = 20),
+    ROW("mla_expand", .rows = 5, .kv_lora_rank = 48, .rot_dim = 16, .heads = 3,
+        .head_dim = 48, .v_dim = 48),
+    ROW("mla_ds_roundtrip", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64),
+    ROW("mla_ds_roundtrip", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .kv_pad = 5),
+    ROW("mla_ds_roundtrip", .rows = 7, .kv_lora_rank = 200, .rot_dim = 8),
+    /* qk head 192 with V zero-padded to it: MLA's attention */
+    ROW("attention", .batch = 2, .seq = 150, .heads = 4, .kv_heads = 4, .head_dim = 192),
 
     ROW("geglu", .rows = 19, .cols = 136),
     ROW("geglu", .rows = 1, .cols = 37),
@@ -351,14 +411,16 @@ static void describe(const op_row *r, const char *version)
         size_t offset;
     } fields[] = {
 #define FIELD(f) {#f, offsetof(op_row, f)}
-        FIELD(rows),    FIELD(cols),  FIELD(delta),    FIELD(k),
-        FIELD(n),       FIELD(bias),  FIELD(vocab),    FIELD(batch),
-        FIELD(seq),     FIELD(heads), FIELD(kv_heads), FIELD(head_dim),
-        FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
-        FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(softcap),
-        FIELD(experts), FIELD(top_k), FIELD(renorm),   FIELD(shared),
-        FIELD(sigmoid), FIELD(sinks), FIELD(oai),
+        FIELD(rows),      FIELD(cols),         FIELD(delta),    FIELD(k),
+        FIELD(n),         FIELD(bias),         FIELD(vocab),    FIELD(batch),
+        FIELD(seq),       FIELD(heads),        FIELD(kv_heads), FIELD(head_dim),
+        FIELD(out_pad),   FIELD(cudnn),        FIELD(rot_dim),  FIELD(interleaved),
+        FIELD(qk_norm),   FIELD(nan_v),        FIELD(x_stride), FIELD(y_stride),
+        FIELD(group),     FIELD(y_f32),        FIELD(window),   FIELD(softcap),
+        FIELD(experts),   FIELD(top_k),        FIELD(renorm),   FIELD(shared),
+        FIELD(sigmoid),   FIELD(planted),      FIELD(groups),   FIELD(topk_groups),
+        FIELD(group_max), FIELD(kv_lora_rank), FIELD(v_dim),    FIELD(kv_pad),
+        FIELD(sinks),     FIELD(oai),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -839,6 +901,7 @@ static void obs_alloc(obs_host *h, int kv_heads, int head_dim)
 {
     h->kv_heads = kv_heads;
     h->head_dim = head_dim;
+    h->o.q_absmax = NULL; /* the queries: where a test sets them */
     for (int kv = 0; kv < 2; kv++) {
         h->o.absmax[kv] = calloc((size_t)kv_heads * head_dim, sizeof(float));
         h->o.hist[kv] = calloc((size_t)kv_heads * KVCAL_HIST_BINS, sizeof(uint64_t));
@@ -886,6 +949,7 @@ static int64_t obs_differ(const obs_host *a, const obs_host *b, int kv)
 static kvcal_kv_observer obs_upload(const obs_host *h)
 {
     kvcal_kv_observer d;
+    d.q_absmax = NULL; /* the queries: set by the caller */
     for (int kv = 0; kv < 2; kv++) {
         d.absmax[kv] = dev_upload(h->o.absmax[kv],
                                   (size_t)h->kv_heads * h->head_dim * sizeof(float));
@@ -1076,6 +1140,12 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     float *d_inv =
         dev_upload(c->inv_freq, (size_t)(r->rot_dim / 2) * sizeof *c->inv_freq);
     kvcal_kv_observer d_obs = obs_upload(&c->pre);
+    /* the queries' max |q| per head too, from 0 */
+    float *q_got = host_alloc(((size_t)r->heads + 1) * sizeof *q_got);
+    float *q_want = host_alloc(((size_t)r->heads + 1) * sizeof *q_want);
+    memset(q_want, 0, ((size_t)r->heads + 1) * sizeof *q_want);
+    d_obs.q_absmax =
+        r->heads ? dev_upload(q_want, (size_t)r->heads * sizeof *q_want) : NULL;
     const kvcal_rope_cfg cfg = {d_inv,
                                 r->rot_dim,
                                 r->interleaved,
@@ -1093,6 +1163,8 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     obs_host got_obs;
     obs_alloc(&got_obs, kvh, hd);
     obs_download(&got_obs, &d_obs);
+    if (r->heads)
+        dev_download(q_got, d_obs.q_absmax, (size_t)r->heads * sizeof *q_got);
 
     float *model = host_alloc((size_t)hd * sizeof *model);
     int64_t far = 0, v_changed = 0, padding_changed = 0, same = 0, compared = 0,
@@ -1131,9 +1203,12 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
 
     obs_host stored;
     obs_copy(&stored, &c->pre);
+    stored.o.q_absmax = q_want;
     float *kv = host_copy(got, n);
     kvcal_rope_observe_ref(kv, stride, c->pos, r->rows, r->heads, kvh, hd, &observe_only,
                            &stored.o);
+    EXPECT_NONE(count_differ(q_got, q_want, r->heads), r->heads,
+                "Q absmax per head not the reference's fold of the Q stored");
     const int64_t obs_n = (int64_t)kvh * (hd + KVCAL_HIST_BINS + 1);
     EXPECT_NONE(obs_differ(&got_obs, &stored, KVCAL_K), obs_n,
                 "K statistics not the reference's fold of the K stored");
@@ -1144,6 +1219,9 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     free(model);
     obs_free(&got_obs);
     free(got);
+    cudaFree(d_obs.q_absmax);
+    free(q_got);
+    free(q_want);
     obs_dev_free(&d_obs);
     cudaFree(d_qkv);
     cudaFree(d_qn);
@@ -1428,10 +1506,12 @@ static void geglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     float *model = host_alloc((size_t)n * sizeof *model);
     for (int64_t i = 0; i < n; i++) {
         const float g = c->gate[i];
-        const float a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+        const float a =
+            0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
         model[i] = kvcal_bf16_round(kvcal_bf16_round(a) * c->up[i]);
     }
-    EXPECT_MOSTLY(count_same(got, model, n), n, 100, "outputs equal to bf16 arithmetic's");
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100,
+                  "outputs equal to bf16 arithmetic's");
     free(model);
     free(got);
     cudaFree(d_gu);
@@ -1466,7 +1546,8 @@ static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
     (void)version, (void)ctx;
     const affine_cpu *c = p;
     kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, r->rows);
-    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b, 0)); /* in place */
+    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b,
+                               0)); /* in place */
     sync_ok();
     float *got = kvcal_test_dev_download_bf16(d_x, r->rows);
     EXPECT_NONE(count_differ(got, c->ref, r->rows), r->rows, "outputs not x * a + b");
@@ -1500,28 +1581,47 @@ typedef struct moe_cpu {
     float *ref;       /* (rows, k) */
 } moe_cpu;
 
-/* y (k) = down_e(silu(gate_e(x)) * up_e(x)) with gate, up, the SwiGLU and
- * y rounded to bf16 (the kernels' storage); with b_gu and b_down (gpt-oss's,
- * else NULL) each bias added to a GEMM's rounded output and rounded again,
- * and the clamped SwiGLU instead, rounded as kvcal_swiglu_oai_launch */
-static void moe_expert_ref(float *y, const float *x, const float *gu, const float *b_gu,
-                           const float *down, const float *b_down, int k, int n)
+/* The planted first choice (op_row.planted) of the v-th valid token. */
+static int moe_planted_expert(int v)
 {
-    float *h = host_alloc((size_t)2 * n * sizeof *h);
-    kvcal_matmul_ref(h, x, gu, NULL, 1, k, 2 * n);
-    for (int i = 0; i < 2 * n; i++)
-        h[i] = kvcal_bf16_round(b_gu ? kvcal_bf16_round(h[i]) + b_gu[i] : h[i]);
-    for (int i = 0; i < n && !b_gu; i++)
-        h[i] = kvcal_bf16_round(kvcal_bf16_round(h[i] / (1.0f + expf(-h[i]))) * h[n + i]);
-    for (int i = 0; i < n && b_gu; i++) {
-        const float g = fminf(h[i], 7.0f), u = fminf(fmaxf(h[n + i], -7.0f), 7.0f);
-        h[i] = kvcal_bf16_round(kvcal_bf16_round(u + 1.0f) *
-                                kvcal_bf16_round(g / (1.0f + expf(-1.702f * g))));
-    }
-    kvcal_matmul_ref(y, h, down, NULL, 1, n, k);
-    for (int i = 0; i < k; i++)
-        y[i] = kvcal_bf16_round(b_down ? kvcal_bf16_round(y[i]) + b_down[i] : y[i]);
+    static const int ends[] = {0, 1, 128, 256, 385}; /* experts 0 .. 4's last + 1 */
+    int e = 0;
+    while (e < 5 && v >= ends[e])
+        e++;
+    return e;
+}
+
+/* y (m, k) = down_e(silu(gate_e(x)) * up_e(x)) for the m rows of x (m, k),
+ * one expert's, with gate, up, the SwiGLU and y rounded to bf16 (the
+ * kernels' storage); with b_gu and b_down (gpt-oss's, else NULL) each bias
+ * added to a GEMM's rounded output and rounded again, and the clamped
+ * SwiGLU instead, rounded as kvcal_swiglu_oai_launch */
+static void moe_expert_ref(float *y, const float *x, const float *gu, const float *b_gu,
+                           const float *down, const float *b_down, int m, int k, int n)
+{
+    float *h = host_alloc((size_t)m * 2 * n * sizeof *h); /* (m, 2n) */
+    float *act = host_alloc((size_t)m * n * sizeof *act); /* (m, n) */
+    kvcal_matmul_ref(h, x, gu, NULL, m, k, 2 * n);
+    for (int64_t i = 0; i < (int64_t)m * 2 * n; i++)
+        h[i] = kvcal_bf16_round(b_gu ? kvcal_bf16_round(h[i]) + b_gu[i % (2 * n)] : h[i]);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < n; i++) {
+            const float g = h[(int64_t)r * 2 * n + i], u = h[(int64_t)r * 2 * n + n + i];
+            if (b_gu) {
+                const float gc = fminf(g, 7.0f), uc = fminf(fmaxf(u, -7.0f), 7.0f);
+                act[(int64_t)r * n + i] =
+                    kvcal_bf16_round(kvcal_bf16_round(uc + 1.0f) *
+                                     kvcal_bf16_round(gc / (1.0f + expf(-1.702f * gc))));
+            } else {
+                act[(int64_t)r * n + i] =
+                    kvcal_bf16_round(kvcal_bf16_round(g / (1.0f + expf(-g))) * u);
+            }
+        }
+    kvcal_matmul_ref(y, act, down, NULL, m, n, k);
+    for (int64_t i = 0; i < (int64_t)m * k; i++)
+        y[i] = kvcal_bf16_round(b_down ? kvcal_bf16_round(y[i]) + b_down[i % k] : y[i]);
     free(h);
+    free(act);
 }
 
 static void *moe_cpu_run(const op_row *r)
@@ -1547,34 +1647,63 @@ static void *moe_cpu_run(const op_row *r)
     if (r->sigmoid)
         c->bias = rand_bf16(E, -0.3f, 0.3f);
     c->pos = host_alloc((size_t)T * sizeof *c->pos);
-    for (int t = 0; t < T; t++)
+    for (int t = 0, v = 0; t < T; t++) {
         c->pos[t] = T > 2 && t % 7 == 3 ? -1 : t;
+        if (r->planted && c->pos[t] >= 0) /* over the others' at most 3 */
+            c->logits[(int64_t)t * E + moe_planted_expert(v++)] = 8.0f;
+    }
     c->route_e = host_alloc((size_t)T * K * sizeof *c->route_e);
     c->route_w = host_alloc((size_t)T * K * sizeof *c->route_w);
     c->counts = host_alloc((size_t)E * sizeof *c->counts);
     memset(c->counts, 0, (size_t)E * sizeof *c->counts);
     c->ref = host_alloc((size_t)T * D * sizeof *c->ref);
-    if (r->sigmoid)
+    const kvcal_moe_route_cfg grouped = {E,
+                                         K,
+                                         r->sigmoid,
+                                         c->bias,
+                                         r->groups,
+                                         r->topk_groups,
+                                         r->group_max,
+                                         r->renorm,
+                                         r->sigmoid ? 2.5f : 1.5f};
+    if (r->groups)
+        kvcal_moe_route_grouped_ref(c->route_e, c->route_w, c->logits, T, &grouped);
+    else if (r->sigmoid)
         kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, c->bias, T, E, K,
                                     r->renorm, 2.5f);
     else
         kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, T, E, K, r->renorm);
-    float *y = host_alloc((size_t)D * sizeof *y);
+    /* each expert's rows at once: y (T * K, D) of every valid assignment */
+    float *y = host_alloc((size_t)T * K * D * sizeof *y),
+          *xe = host_alloc((size_t)T * K * D * sizeof *xe),
+          *ye = host_alloc((size_t)T * K * D * sizeof *ye);
+    int *of = host_alloc((size_t)T * K * sizeof *of);
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int i = 0; i < T * K; i++)
+            if (c->pos[i / K] >= 0 && c->route_e[i] == e) {
+                memcpy(xe + (int64_t)m * D, c->x + (int64_t)(i / K) * D,
+                       (size_t)D * sizeof *xe);
+                of[m++] = i;
+            }
+        c->counts[e] = m;
+        if (!m)
+            continue;
+        moe_expert_ref(ye, xe, c->gu + (int64_t)e * 2 * I * D,
+                       c->b_gu ? c->b_gu + (int64_t)e * 2 * I : NULL,
+                       c->down + (int64_t)e * D * I,
+                       c->b_down ? c->b_down + (int64_t)e * D : NULL, m, D, I);
+        for (int j = 0; j < m; j++)
+            memcpy(y + (int64_t)of[j] * D, ye + (int64_t)j * D, (size_t)D * sizeof *y);
+    }
     for (int t = 0; t < T; t++) {
         float *o = c->ref + (int64_t)t * D;
         memset(o, 0, (size_t)D * sizeof *o);
         if (c->pos[t] < 0)
             continue;
-        for (int j = 0; j < K; j++) {
-            const int e = c->route_e[t * K + j];
-            c->counts[e]++;
-            moe_expert_ref(y, c->x + (int64_t)t * D, c->gu + (int64_t)e * 2 * I * D,
-                           c->b_gu ? c->b_gu + (int64_t)e * 2 * I : NULL,
-                           c->down + (int64_t)e * D * I,
-                           c->b_down ? c->b_down + (int64_t)e * D : NULL, D, I);
+        for (int j = 0; j < K; j++)
             for (int i = 0; i < D; i++)
-                o[i] += c->route_w[t * K + j] * y[i];
-        }
+                o[i] += c->route_w[t * K + j] * y[((int64_t)t * K + j) * D + i];
         if (!r->shared)
             continue;
         float g = 0.0f;
@@ -1586,6 +1715,9 @@ static void *moe_cpu_run(const op_row *r)
                    kvcal_bf16_round(g * c->shared[(int64_t)t * D + i]);
     }
     free(y);
+    free(xe);
+    free(ye);
+    free(of);
     return c;
 }
 
@@ -1609,64 +1741,66 @@ static void moe_release(void *p)
     free(c);
 }
 
-static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+/* Whether token t of a grouped sigmoid row is near a tie (in double, gaps
+ * below 1e-5) where the device's exp could decide otherwise: at the
+ * boundary of the open groups' scores (the sums of each group's two best),
+ * or at the top-k boundary among the open groups' experts. */
+static int moe_grouped_near_tie(const op_row *r, const moe_cpu *c, int t)
 {
-    (void)version, (void)ctx;
-    const moe_cpu *c = p;
-    const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
-    const int cap = kvcal_moe_plan_capacity(T * K, E);
-    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)T * D),
-               *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
-               *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
-               *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
-               *d_shared = r->shared
-                               ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
-                               : NULL,
-               *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
-               *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
-               *d_b_gu = c->b_gu ? kvcal_test_dev_upload_bf16(c->b_gu, (int64_t)E * 2 * I)
-                                 : NULL,
-               *d_b_down = c->b_down
-                               ? kvcal_test_dev_upload_bf16(c->b_down, (int64_t)E * D)
-                               : NULL,
-               *d_h = dev_alloc_nan((int64_t)cap * 2 * I),
-               *d_act = dev_alloc_nan((int64_t)cap * I),
-               *d_y = dev_alloc_nan((int64_t)cap * D),
-               *d_out = dev_alloc_nan((int64_t)T * D);
-    int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
-            *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
-    float *d_w = dev_alloc((size_t)T * K * sizeof(float));
-    unsigned long long *d_counts = dev_alloc((size_t)E * sizeof *d_counts);
-    CU_ASSERT_EQUAL(cudaMemset(d_counts, 0, (size_t)E * sizeof *d_counts), cudaSuccess);
-    kvcal_moe_plan plan = {dev_alloc((size_t)cap * sizeof(int32_t)),
-                           dev_alloc((size_t)T * K * sizeof(int32_t)),
-                           dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
-                           cap, cap / KVCAL_MOE_TILE_ROWS};
-    if (r->sigmoid)
-        ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
-                                              r->renorm, 2.5f, 0));
-    else
-        ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
-    ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
-    ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
-    if (r->oai) {
-        ROW_OK(kvcal_moe_bias_launch(d_h, d_b_gu, &plan, 2 * I, 0));
-        ROW_OK(kvcal_swiglu_oai_launch(d_act, d_h, cap, I, 1.702f, 7.0f, 0));
-    } else {
-        ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
+    const int E = r->experts, G = r->groups, S = E / G, K = r->top_k;
+    double v[KVCAL_MOE_MAX_EXPERTS], score[KVCAL_MOE_MAX_GROUPS];
+    int open[KVCAL_MOE_MAX_GROUPS] = {0}, near = 0;
+    for (int a = 0; a < E; a++)
+        v[a] = 1.0 / (1.0 + exp(-c->logits[(int64_t)t * E + a])) + c->bias[a];
+    for (int g = 0; g < G; g++) {
+        double b1 = -INFINITY, b2 = -INFINITY;
+        for (int a = g * S; a < (g + 1) * S; a++)
+            if (v[a] > b1)
+                b2 = b1, b1 = v[a];
+            else if (v[a] > b2)
+                b2 = v[a];
+        score[g] = S < 2 ? b1 : b1 + b2;
     }
-    ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
-    if (r->oai)
-        ROW_OK(kvcal_moe_bias_launch(d_y, d_b_down, &plan, D, 0));
-    ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D, d_shared,
-                                    d_x, d_gate, 0));
-    sync_ok();
-    int32_t *e = host_alloc((size_t)T * K * sizeof *e);
+    double prev = INFINITY;
+    for (int j = 0; j <= r->topk_groups && j < G; j++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!open[g] && (best < 0 || score[g] > score[best]))
+                best = g;
+        near |= j > 0 && prev - score[best] < 1e-5;
+        prev = score[best];
+        open[best] = j < r->topk_groups;
+    }
+    /* the top_k + 1 best of the open groups' experts, in order */
+    prev = INFINITY;
+    for (int j = 0; j <= K; j++) {
+        int best = -1;
+        for (int a = 0; a < E; a++)
+            if (open[a / S] && v[a] > -INFINITY && (best < 0 || v[a] > v[best]))
+                best = a;
+        if (best < 0)
+            break;
+        near |= j > 0 && prev - v[best] < 1e-5;
+        prev = v[best];
+        v[best] = -INFINITY;
+    }
+    return near;
+}
+
+/* The routing, the counts, the plan's used tiles and the combined outputs
+ * of a row against the reference. */
+static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
+                      const float *d_w, const unsigned long long *d_counts,
+                      const int32_t *d_used_tiles, const kvcal_bf16 *d_out)
+{
+    const int T = r->rows, D = r->k, E = r->experts, K = r->top_k;
+    int32_t *e = host_alloc((size_t)T * K * sizeof *e), used_tiles = 0;
     float *w = host_alloc((size_t)T * K * sizeof *w);
     unsigned long long *counts = host_alloc((size_t)E * sizeof *counts);
     dev_download(e, d_e, (size_t)T * K * sizeof *e);
     dev_download(w, d_w, (size_t)T * K * sizeof *w);
     dev_download(counts, d_counts, (size_t)E * sizeof *counts);
+    dev_download(&used_tiles, d_used_tiles, sizeof used_tiles);
     /* a sigmoid row's choice (sigmoid + bias) may tie at the top-k boundary
      * within the rounding of exp: such tokens are left out of the checks
      * (softmax rows choose on the bf16 logits themselves: no such case) */
@@ -1675,6 +1809,11 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     int64_t ties = 0;
     for (int t = 0; t < T; t++) {
         near_tie[t] = 0;
+        if (r->sigmoid && r->groups) {
+            near_tie[t] = moe_grouped_near_tie(r, c, t);
+            ties += near_tie[t];
+            continue;
+        }
         if (!r->sigmoid)
             continue;
         for (int a = 0; a < E; a++)
@@ -1693,6 +1832,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     }
     free(v);
     int64_t wrong_e = 0, wrong_w = 0, wrong_counts = 0, far = 0;
+    int want_tiles = 0;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K && !near_tie[t]; j++) {
             const int i = t * K + j, pad = c->pos[t] < 0;
@@ -1705,6 +1845,13 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     EXPECT_NONE(wrong_e, (int64_t)T * K, "chosen experts not the reference's");
     EXPECT_NONE(wrong_w, (int64_t)T * K, "routing weights off the bound");
     EXPECT_NONE(wrong_counts, E, "experts' token counts not the reference's");
+    for (int i = 0; i < E; i++) /* each expert's rows rounded up to whole tiles */
+        want_tiles +=
+            (int)((c->counts[i] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS);
+    ROW_ASSERT(ties || used_tiles == want_tiles);
+    if (r->planted && K == 1) /* the row's experts got the rows it is meant for */
+        ROW_ASSERT(c->counts[0] == 0 && c->counts[1] == 1 && c->counts[2] == 127 &&
+                   c->counts[3] == 128 && c->counts[4] == 129);
     ROW_ASSERT(ties * 20 <= T); /* the rows are meant to be decided, but for a few */
     float *got = kvcal_test_dev_download_bf16(d_out, (int64_t)T * D);
     for (int t = 0; t < T; t++)
@@ -1717,9 +1864,126 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     free(e);
     free(w);
     free(counts);
+}
+
+/* Versions: 0 kvcal_moe_gemm_launch (gate/up, SwiGLU, down), 1 the Hopper
+ * kernel (the gather, gate/up with SwiGLU, down; gpt-oss's rows: gate/up
+ * stored, its biases and clamped SwiGLU apart), which other GPUs refuse:
+ * its rows are skipped there. */
+static const char *const moe_versions[] = {"launch", "sm90", NULL};
+
+static op_class moe_class(const op_row *r, int version)
+{
+    (void)r;
+    return version == 1 ? OP_MBARRIER : OP_PLAIN;
+}
+
+static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    const moe_cpu *c = p;
+    const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
+    const int cap = kvcal_moe_plan_capacity(T * K, E);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)T * D),
+               *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
+               *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
+               *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
+               *d_shared = r->shared
+                               ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
+                               : NULL,
+               *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
+               *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
+               *d_b_gu = c->b_gu ? kvcal_test_dev_upload_bf16(c->b_gu, (int64_t)E * 2 * I)
+                                 : NULL,
+               *d_b_down = c->b_down
+                               ? kvcal_test_dev_upload_bf16(c->b_down, (int64_t)E * D)
+                               : NULL,
+               *d_h = version == 0 || r->oai ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
+               *d_act = dev_alloc_nan((int64_t)cap * I),
+               *d_y = dev_alloc_nan((int64_t)cap * D),
+               *d_out = dev_alloc_nan((int64_t)T * D);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
+            *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
+    float *d_w = dev_alloc((size_t)T * K * sizeof(float));
+    unsigned long long *d_counts = dev_alloc((size_t)E * sizeof *d_counts);
+    CU_ASSERT_EQUAL(cudaMemset(d_counts, 0, (size_t)E * sizeof *d_counts), cudaSuccess);
+    kvcal_moe_plan plan = {
+        dev_alloc((size_t)cap * sizeof(int32_t)),
+        dev_alloc((size_t)T * K * sizeof(int32_t)),
+        dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
+        cap,
+        cap / KVCAL_MOE_TILE_ROWS,
+        dev_alloc(sizeof(int32_t)),
+        dev_alloc((size_t)kvcal_moe_plan_scratch(T * K, E) * sizeof(int32_t))};
+    const kvcal_moe_route_params grouped = {E,
+                                            K,
+                                            r->sigmoid,
+                                            d_bias,
+                                            r->groups,
+                                            r->topk_groups,
+                                            r->group_max,
+                                            r->renorm,
+                                            r->sigmoid ? 2.5f : 1.5f};
+    if (r->groups)
+        ROW_OK(kvcal_moe_route_grouped_launch(d_e, d_w, d_logits, d_pos, T, &grouped, 0));
+    else if (r->sigmoid)
+        ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
+                                              r->renorm, 2.5f, 0));
+    else
+        ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
+    ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
+    if (version == 1 && !r->oai) {
+        /* the gathered rows in d_y, which the down projection overwrites */
+        ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
+        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_act, d_y, d_gu, &plan, E, D,
+                                                           I, KVCAL_MOE_EPI_SWIGLU, 0);
+        if (st == KVCAL_ERR_UNSUPPORTED) {
+            printf("skipped: %s ", kvcal_last_error());
+            ctx->skip = 1;
+        } else {
+            ROW_OK(st);
+            ROW_OK(kvcal_moe_gemm_sm90_launch(d_y, d_act, d_down, &plan, E, I, D,
+                                              KVCAL_MOE_EPI_STORE, 0));
+        }
+    } else if (version == 1) {
+        /* gpt-oss's on Hopper, as the CUDA runner: both GEMMs storing, the
+         * biases and the clamped SwiGLU their own kernels */
+        ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
+        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_h, d_y, d_gu, &plan, E, D,
+                                                           2 * I, KVCAL_MOE_EPI_STORE, 0);
+        if (st == KVCAL_ERR_UNSUPPORTED) {
+            printf("skipped: %s ", kvcal_last_error());
+            ctx->skip = 1;
+        } else {
+            ROW_OK(st);
+            ROW_OK(kvcal_moe_bias_launch(d_h, d_b_gu, &plan, 2 * I, 0));
+            ROW_OK(kvcal_swiglu_oai_launch(d_act, d_h, cap, I, 1.702f, 7.0f, 0));
+            ROW_OK(kvcal_moe_gemm_sm90_launch(d_y, d_act, d_down, &plan, E, I, D,
+                                              KVCAL_MOE_EPI_STORE, 0));
+            ROW_OK(kvcal_moe_bias_launch(d_y, d_b_down, &plan, D, 0));
+        }
+    } else {
+        ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
+        if (r->oai) {
+            ROW_OK(kvcal_moe_bias_launch(d_h, d_b_gu, &plan, 2 * I, 0));
+            ROW_OK(kvcal_swiglu_oai_launch(d_act, d_h, cap, I, 1.702f, 7.0f, 0));
+        } else {
+            ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
+        }
+        ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
+        if (r->oai)
+            ROW_OK(kvcal_moe_bias_launch(d_y, d_b_down, &plan, D, 0));
+    }
+    if (!ctx->skip) {
+        ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D,
+                                        d_shared, d_x, d_gate, 0));
+        sync_ok();
+        moe_check(r, c, d_e, d_w, d_counts, plan.used_tiles, d_out);
+    }
     cudaFree(plan.sorted);
     cudaFree(plan.slot_of);
     cudaFree(plan.tile_expert);
+    cudaFree(plan.used_tiles);
+    cudaFree(plan.scratch);
     cudaFree(d_counts);
     cudaFree(d_w);
     cudaFree(d_e);
@@ -1737,6 +2001,260 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     cudaFree(d_gu);
     cudaFree(d_logits);
     cudaFree(d_x);
+}
+
+// --- mla_latent, mla_expand, mla_ds_roundtrip --------------------------------------
+
+/* The cache point: the latent's RMSNorm (x * rsqrt, then the weight, each
+ * rounded to bf16) within ROPE_ATOL + |ref| * ROPE_RTOL; the RoPE part and
+ * the query's within rope_far's bound; the query's no-RoPE channels and
+ * padding tokens untouched; the statistics exact: the reference's fold of
+ * the entry stored, into K and into V alike. */
+typedef struct mla_latent_cpu {
+    float *entry, *q;    /* (rows, entry stride), (rows, heads * head_dim) */
+    float *norm_w;       /* (kv_lora_rank) */
+    int32_t *pos;        /* every 7th token padding */
+    float *inv_freq;     /* (rot_dim / 2) */
+    float *ref, *ref_q;  /* kvcal_mla_latent_ref of entry and q */
+    obs_host pre, after; /* a random block folded in; then the reference's entries */
+} mla_latent_cpu;
+
+static int64_t mla_entry_stride(const op_row *r)
+{
+    return (int64_t)r->kv_lora_rank + r->rot_dim + r->kv_pad;
+}
+
+static void *mla_latent_cpu_run(const op_row *r)
+{
+    const int L = r->kv_lora_rank, R = r->rot_dim, E = L + R;
+    const int64_t es = mla_entry_stride(r), qs = (int64_t)r->heads * r->head_dim;
+    mla_latent_cpu *c = host_alloc(sizeof *c);
+    c->entry = rand_bf16(r->rows * es, -3.0f, 3.0f);
+    c->q = qs ? rand_bf16(r->rows * qs, -3.0f, 3.0f) : NULL;
+    c->norm_w = rand_bf16(L, 0.5f, 1.5f);
+    c->pos = host_alloc((size_t)r->rows * sizeof *c->pos);
+    c->inv_freq = host_alloc((size_t)(R / 2) * sizeof *c->inv_freq);
+    for (int t = 0; t < r->rows; t++)
+        c->pos[t] = t % 7 == 3 ? -1 : 5 * t + 1;
+    for (int i = 0; i < R / 2; i++)
+        c->inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)R);
+    obs_alloc(&c->pre, 1, E);
+    const int32_t pre_pos[5] = {0, 1, 2, 3, 4};
+    float *pre_kv = rand_bf16(5 * 2 * (int64_t)E, -2.0f, 2.0f);
+    kvcal_rope_observe_ref(pre_kv, 2 * (int64_t)E, pre_pos, 5, 0, 1, E, &observe_only,
+                           &c->pre.o);
+    free(pre_kv);
+    c->ref = host_copy(c->entry, r->rows * es);
+    c->ref_q = c->q ? host_copy(c->q, r->rows * qs) : NULL;
+    obs_copy(&c->after, &c->pre);
+    kvcal_mla_latent_ref(c->ref, es, c->ref_q, qs, c->pos, r->rows, r->heads, r->head_dim,
+                         L, R, c->norm_w, ROPE_EPS, c->inv_freq, rope_factor(r),
+                         &c->after.o);
+    return c;
+}
+
+static void mla_latent_release(void *p)
+{
+    mla_latent_cpu *c = p;
+    free(c->entry);
+    free(c->q);
+    free(c->norm_w);
+    free(c->pos);
+    free(c->inv_freq);
+    free(c->ref);
+    free(c->ref_q);
+    obs_free(&c->pre);
+    obs_free(&c->after);
+    free(c);
+}
+
+static void mla_latent_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const mla_latent_cpu *c = p;
+    const int L = r->kv_lora_rank, R = r->rot_dim, E = L + R, hd = r->head_dim;
+    const int64_t es = mla_entry_stride(r), qs = (int64_t)r->heads * hd;
+    kvcal_bf16 *d_entry = kvcal_test_dev_upload_bf16(c->entry, r->rows * es),
+               *d_q = qs ? kvcal_test_dev_upload_bf16(c->q, r->rows * qs) : NULL,
+               *d_w = kvcal_test_dev_upload_bf16(c->norm_w, L);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)r->rows * sizeof *c->pos);
+    float *d_inv = dev_upload(c->inv_freq, (size_t)(R / 2) * sizeof *c->inv_freq);
+    kvcal_kv_observer d_obs = obs_upload(&c->pre);
+    const kvcal_mla_cfg cfg = {r->heads, hd, L, R, d_w, ROPE_EPS, d_inv, rope_factor(r)};
+    ROW_OK(
+        kvcal_mla_latent_launch(d_entry, es, d_q, qs, d_pos, r->rows, &cfg, &d_obs, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_entry, r->rows * es);
+    float *got_q = qs ? kvcal_test_dev_download_bf16(d_q, r->rows * qs) : NULL;
+    obs_host got_obs;
+    obs_alloc(&got_obs, 1, E);
+    obs_download(&got_obs, &d_obs);
+    int64_t far = 0, q_far = 0, q_nope_changed = 0, padding_changed = 0, compared = 0;
+    float *kv = host_alloc((size_t)r->rows * 2 * E * sizeof *kv); /* [entry, entry] */
+    for (int t = 0; t < r->rows; t++) {
+        const float *g = got + t * es, *in = c->entry + t * es, *ref = c->ref + t * es;
+        memcpy(kv + (int64_t)t * 2 * E, g, (size_t)E * sizeof *kv);
+        memcpy(kv + (int64_t)t * 2 * E + E, g, (size_t)E * sizeof *kv);
+        if (c->pos[t] < 0) {
+            padding_changed += count_differ(g, in, es) != 0;
+            padding_changed += qs && count_differ(got_q + t * qs, c->q + t * qs, qs) != 0;
+            continue;
+        }
+        far += count_far(g, ref, L, ROPE_ATOL, ROPE_RTOL);
+        /* the rotation's input: the entry's RoPE part is not normalized */
+        far += rope_far(g + L, ref + L, in + L, R, R, 1);
+        padding_changed += count_differ(g + E, in + E, r->kv_pad) != 0;
+        compared += E;
+        for (int h = 0; h < r->heads; h++) {
+            const int64_t o = t * qs + (int64_t)h * hd;
+            q_nope_changed += count_differ(got_q + o, c->q + o, hd - R);
+            q_far += rope_far(got_q + o + hd - R, c->ref_q + o + hd - R,
+                              c->q + o + hd - R, R, R, 1);
+        }
+    }
+    EXPECT_NONE(far, compared, "entry values off the bound");
+    EXPECT_NONE(q_far, compared / E * r->heads * R, "rotated query values off the bound");
+    EXPECT_NONE(q_nope_changed, compared / E * r->heads * (hd - R),
+                "query channels before the RoPE part changed");
+    EXPECT_NONE(padding_changed, r->rows, "padding tokens or padding columns changed");
+    obs_host stored;
+    obs_copy(&stored, &c->pre);
+    kvcal_rope_observe_ref(kv, 2 * (int64_t)E, c->pos, r->rows, 0, 1, E, &observe_only,
+                           &stored.o);
+    const int64_t obs_n = E + KVCAL_HIST_BINS + 1;
+    for (int which = 0; which < 2; which++)
+        EXPECT_NONE(obs_differ(&got_obs, &stored, which), obs_n,
+                    which ? "V statistics not the fold of the entry stored"
+                          : "K statistics not the fold of the entry stored");
+    obs_free(&stored);
+    obs_free(&got_obs);
+    free(kv);
+    free(got);
+    free(got_q);
+    obs_dev_free(&d_obs);
+    cudaFree(d_entry);
+    cudaFree(d_q);
+    cudaFree(d_w);
+    cudaFree(d_pos);
+    cudaFree(d_inv);
+}
+
+/* The expansion is copies: exact, V's padding zeros. */
+typedef struct mla_expand_cpu {
+    float *kvb, *entry; /* (rows, heads, nope + v_dim), (rows, entry stride) */
+    float *k, *v;       /* kvcal_mla_expand_ref: (rows, heads, head_dim) each */
+} mla_expand_cpu;
+
+static void *mla_expand_cpu_run(const op_row *r)
+{
+    const int nope = r->head_dim - r->rot_dim, H = r->heads, T = r->rows;
+    const int64_t es = mla_entry_stride(r);
+    mla_expand_cpu *c = host_alloc(sizeof *c);
+    c->kvb = rand_bf16((int64_t)T * H * (nope + r->v_dim), -3.0f, 3.0f);
+    c->entry = rand_bf16(T * es, -3.0f, 3.0f);
+    c->k = host_alloc((size_t)T * H * r->head_dim * sizeof *c->k);
+    c->v = host_alloc((size_t)T * H * r->head_dim * sizeof *c->v);
+    kvcal_mla_expand_ref(c->k, c->v, r->head_dim, c->kvb, c->entry, es, T, H, nope,
+                         r->v_dim, r->kv_lora_rank, r->rot_dim);
+    return c;
+}
+
+static void mla_expand_release(void *p)
+{
+    mla_expand_cpu *c = p;
+    free(c->kvb);
+    free(c->entry);
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+static void mla_expand_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const mla_expand_cpu *c = p;
+    const int nope = r->head_dim - r->rot_dim, H = r->heads, T = r->rows;
+    const int64_t es = mla_entry_stride(r), n = (int64_t)T * H * r->head_dim;
+    kvcal_bf16 *d_kvb =
+                   kvcal_test_dev_upload_bf16(c->kvb, (int64_t)T * H * (nope + r->v_dim)),
+               *d_entry = kvcal_test_dev_upload_bf16(c->entry, T * es),
+               *d_k = dev_alloc_nan(n), *d_v = dev_alloc_nan(n);
+    ROW_OK(kvcal_mla_expand_launch(d_k, d_v, r->head_dim, d_kvb, d_entry, es, T, H, nope,
+                                   r->v_dim, r->kv_lora_rank, r->rot_dim, 0));
+    sync_ok();
+    float *k = kvcal_test_dev_download_bf16(d_k, n),
+          *v = kvcal_test_dev_download_bf16(d_v, n);
+    EXPECT_NONE(count_differ(k, c->k, n), n, "K values not the reference's");
+    EXPECT_NONE(count_differ(v, c->v, n), n,
+                "V values (and V's zero padding) not the reference's");
+    free(k);
+    free(v);
+    cudaFree(d_kvb);
+    cudaFree(d_entry);
+    cudaFree(d_k);
+    cudaFree(d_v);
+}
+
+/* fp8_ds_mla and back: bit for bit (the tile scale divides as vLLM's
+ * kernel). Rows of every magnitude: zeros (the FLT_MIN scale), tiny values,
+ * large ones. */
+typedef struct mla_ds_cpu {
+    float *x;   /* (rows, entry stride) */
+    float *ref; /* (rows, entry stride) kvcal_mla_ds_roundtrip_ref */
+} mla_ds_cpu;
+
+static void *mla_ds_roundtrip_cpu_run(const op_row *r)
+{
+    const int64_t es = mla_entry_stride(r), E = r->kv_lora_rank + r->rot_dim;
+    mla_ds_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(r->rows * es, -1.0f, 1.0f);
+    for (int t = 0; t < r->rows; t++) {
+        float *row = c->x + t * es;
+        const float mag = t % 4 == 1   ? 0.0f
+                          : t % 4 == 2 ? 1e-6f
+                          : t % 4 == 3 ? 300.0f
+                                       : 1.0f;
+        for (int64_t i = 0; i < E; i++)
+            row[i] = kvcal_bf16_round(row[i] * mag);
+    }
+    c->ref = host_alloc((size_t)(r->rows * es) * sizeof *c->ref);
+    for (int64_t i = 0; i < r->rows * es; i++)
+        c->ref[i] = NAN;
+    kvcal_mla_ds_roundtrip_ref(c->ref, es, c->x, es, r->rows, r->kv_lora_rank,
+                               r->rot_dim);
+    return c;
+}
+
+static void mla_ds_roundtrip_release(void *p)
+{
+    mla_ds_cpu *c = p;
+    free(c->x);
+    free(c->ref);
+    free(c);
+}
+
+static void mla_ds_roundtrip_cuda(const op_row *r, int version, const void *p,
+                                  op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const mla_ds_cpu *c = p;
+    const int64_t es = mla_entry_stride(r), E = r->kv_lora_rank + r->rot_dim;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, r->rows * es);
+    float *d_out = dev_alloc((size_t)(r->rows * es) * sizeof *d_out);
+    CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(r->rows * es) * sizeof *d_out),
+                    cudaSuccess); /* NaN: a value left unwritten fails */
+    ROW_OK(kvcal_mla_ds_roundtrip_launch(d_out, es, d_x, es, r->rows, r->kv_lora_rank,
+                                         r->rot_dim, 0));
+    sync_ok();
+    float *got = host_alloc((size_t)(r->rows * es) * sizeof *got);
+    dev_download(got, d_out, (size_t)(r->rows * es) * sizeof *got);
+    int64_t bad = 0;
+    for (int t = 0; t < r->rows; t++)
+        bad += count_differ(got + t * es, c->ref + t * es, E);
+    EXPECT_NONE(bad, r->rows * E, "values not the reference's");
+    free(got);
+    cudaFree(d_x);
+    cudaFree(d_out);
 }
 
 // --- embed ---------------------------------------------------------------------
@@ -2072,7 +2590,13 @@ static const op_def op_defs[] = {
      attention_class, attention_cuda},
     {"swiglu", swiglu_cpu_run, swiglu_release, one_version, one_plain_version,
      swiglu_cuda},
-    {"moe", moe_cpu_run, moe_release, one_version, one_plain_version, moe_cuda},
+    {"moe", moe_cpu_run, moe_release, moe_versions, moe_class, moe_cuda},
+    {"mla_latent", mla_latent_cpu_run, mla_latent_release, one_version, one_plain_version,
+     mla_latent_cuda},
+    {"mla_expand", mla_expand_cpu_run, mla_expand_release, one_version, one_plain_version,
+     mla_expand_cuda},
+    {"mla_ds_roundtrip", mla_ds_roundtrip_cpu_run, mla_ds_roundtrip_release, one_version,
+     one_plain_version, mla_ds_roundtrip_cuda},
     {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
     {"swiglu_oai", swiglu_oai_cpu_run, swiglu_release, one_version, one_plain_version,
      swiglu_oai_cuda},
@@ -2172,6 +2696,13 @@ static void moe_rows_match_cpu(void)
     run_op("moe", OP_PLAIN);
 }
 
+static void mla_rows_match_cpu(void)
+{
+    run_op("mla_latent", OP_PLAIN);
+    run_op("mla_expand", OP_PLAIN);
+    run_op("mla_ds_roundtrip", OP_PLAIN);
+}
+
 static void geglu_rows_match_cpu(void)
 {
     run_op("geglu", OP_PLAIN);
@@ -2187,22 +2718,85 @@ static void affine_rows_match_cpu(void)
     run_op("affine", OP_PLAIN);
 }
 
-/* Shapes the grouped GEMM does not take, and plans too small for the
- * assignments, are refused naming the op. */
+/* Shapes the grouped GEMMs and the gather do not take, and plans too small
+ * for the assignments or without their scratch, are refused naming the op. */
 static void moe_refuses_unaligned_sizes_and_short_plans(void)
 {
     kvcal_bf16 *p = (kvcal_bf16 *)256;
     int32_t *i = (int32_t *)256;
-    kvcal_moe_plan plan = {i, i, i, KVCAL_MOE_TILE_ROWS, 1};
+    kvcal_moe_plan plan = {i, i, i, KVCAL_MOE_TILE_ROWS, 1, NULL, i};
     CU_ASSERT_EQUAL(kvcal_moe_gemm_launch(p, p, 2, p, &plan, 60, 64, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("multiples of 8"));
-    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe grouping"));
+    const int cap = kvcal_moe_plan_capacity(200, 4);
+    kvcal_moe_plan bare = {i, i, i, cap, cap / KVCAL_MOE_TILE_ROWS, NULL, NULL};
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&bare, i, 200, 4, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("scratch"));
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 4, 5, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 600, 2, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
+    /* the Hopper kernel: widths off 8, a plan without its used tiles, an
+     * unknown epilogue; the gather and the combine: a width off 8 */
+    kvcal_moe_plan kept = plan;
+    kept.used_tiles = i;
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64, KVCAL_MOE_EPI_SWIGLU, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("multiples of 8"));
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &plan, 4, 64, 64, KVCAL_MOE_EPI_STORE, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("used_tiles"));
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64, (kvcal_moe_epilogue)7, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("epilogue 7"));
+    CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("moe gather"));
+    CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL,
+                                             NULL, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("moe combine"));
+    /* grouped: groups that do not divide the experts, too many, too few open
+     * for the top-k */
+    const int bad[3][4] = {{60, 7, 2, 4}, {256, 128, 4, 8}, {64, 8, 1, 9}};
+    for (int j = 0; j < 3; j++) {
+        const kvcal_moe_route_params g = {bad[j][0], bad[j][3], 1, p,   bad[j][1],
+                                          bad[j][2], 0,         1, 2.5f};
+        CU_ASSERT_EQUAL(
+            kvcal_moe_route_grouped_launch(i, (float *)256, p, NULL, 4, &g, 0),
+            KVCAL_ERR_INVALID_ARG);
+        CU_ASSERT(kvcal_test_error_has("must divide the experts"));
+    }
+}
+
+/* An entry past KVCAL_MLA_MAX_ENTRY (the cache point's shared statistics)
+ * and an odd RoPE part are refused before any device work. */
+static void mla_latent_refuses_long_entries_and_odd_rope(void)
+{
+    kvcal_mla_cfg cfg = {16,
+                         192,
+                         KVCAL_MLA_MAX_ENTRY,
+                         64,
+                         (const kvcal_bf16 *)256,
+                         1e-6f,
+                         (const float *)256,
+                         1.0f};
+    kvcal_bf16 *p = (kvcal_bf16 *)256;
+    CU_ASSERT_EQUAL(
+        kvcal_mla_latent_launch(p, 2048, NULL, 0, (const int32_t *)256, 4, &cfg, NULL, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("mla_latent"));
+    cfg.kv_lora_rank = 512, cfg.rope_dim = 63;
+    CU_ASSERT_EQUAL(
+        kvcal_mla_latent_launch(p, 2048, NULL, 0, (const int32_t *)256, 4, &cfg, NULL, 0),
+        KVCAL_ERR_INVALID_ARG);
 }
 
 static void embed_rows_match_cpu(void)
@@ -2238,6 +2832,11 @@ static void gemm_swiglu_rows_match_cpu(void)
 static void attention_cudnn_rows_match_cpu(void)
 {
     run_op("attention", OP_MBARRIER);
+}
+
+static void moe_sm90_rows_match_cpu(void)
+{
+    run_op("moe", OP_MBARRIER);
 }
 
 // --- what the kernels refuse ---------------------------------------------------
@@ -2295,6 +2894,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(swiglu_rows_match_cpu),
     KVCAL_TEST(moe_rows_match_cpu),
     KVCAL_TEST(swiglu_oai_rows_match_cpu),
+    KVCAL_TEST(mla_rows_match_cpu),
     KVCAL_TEST(geglu_rows_match_cpu),
     KVCAL_TEST(affine_rows_match_cpu),
     KVCAL_TEST(embed_rows_match_cpu),
@@ -2306,6 +2906,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
     KVCAL_TEST(gemm_swiglu_refuses_widths_off_128_and_unaligned_k),
     KVCAL_TEST(moe_refuses_unaligned_sizes_and_short_plans),
+    KVCAL_TEST(mla_latent_refuses_long_entries_and_odd_rope),
     CU_TEST_INFO_NULL,
 };
 static CU_TestInfo tuned_tests[] = {
@@ -2315,6 +2916,7 @@ static CU_TestInfo tuned_tests[] = {
 static CU_TestInfo mbarrier_tests[] = {
     KVCAL_TEST(gemm_swiglu_rows_match_cpu),
     KVCAL_TEST(attention_cudnn_rows_match_cpu),
+    KVCAL_TEST(moe_sm90_rows_match_cpu),
     CU_TEST_INFO_NULL,
 };
 #else

@@ -546,7 +546,8 @@ static void eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows(void)
         size_t n = strlen(lines);
         n += (size_t)snprintf(lines + n, sizeof lines - n, "{\"input_ids\": [1");
         for (int t = 1; t < 48; t++)
-            n += (size_t)snprintf(lines + n, sizeof lines - n, ", %d", 3 + (doc * 37 + t * 11) % 125);
+            n += (size_t)snprintf(lines + n, sizeof lines - n, ", %d",
+                                  3 + (doc * 37 + t * 11) % 125);
         snprintf(lines + n, sizeof lines - n, "]}\n");
     }
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, lines, strlen(lines)), 0);
@@ -570,8 +571,8 @@ static void eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows(void)
     const double base = number(cJSON_GetArrayItem(modes, 0), "perplexity");
     CU_ASSERT(isfinite(base) && base > 1.0);
     int layers = 0;
-    cJSON_ArrayForEach(m, modes) cJSON_ArrayForEach(
-        l, cJSON_GetObjectItemCaseSensitive(m, "layers"))
+    cJSON_ArrayForEach(m, modes)
+        cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(m, "layers"))
     {
         const double e = number(l, "attention_rel_error");
         CU_ASSERT(e > 0.0 && e < 0.08);

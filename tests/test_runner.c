@@ -363,17 +363,84 @@ static void runner_matches_transformers_qwen_moe_sliding_windows(void)
         edited_checkpoint("qwen3_moe_swa16_e8_top2_bf16",
                           "{\"layer_types\": [\"full_attention\", \"full_attention\"]}"));
     check_against_golden("qwen2_moe_swa8_maxwin2_e4_top2_bf16");
-    check_model_against_golden(
-        "qwen2_moe_swa8_maxwin2_e4_top2_bf16",
-        edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16", "{\"layer_types\": null}"));
+    check_model_against_golden("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                               edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                                                 "{\"layer_types\": null}"));
     layer_windows(edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
                                     "{\"layer_types\": null, \"max_window_layers\": 3}"),
                   w, 3);
     CU_ASSERT(w[0] == 8 && w[1] == 0 && w[2] == 8);
-    layer_windows(edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
-                                    "{\"layer_types\": null, \"use_sliding_window\": false}"),
-                  w, 3);
+    layer_windows(
+        edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                          "{\"layer_types\": null, \"use_sliding_window\": false}"),
+        w, 3);
     CU_ASSERT(w[0] == 0 && w[1] == 0 && w[2] == 0);
+}
+
+/* DeepSeek-V2 (V2-Lite style): MLA without the query's LoRA (the cached
+ * entry, latent then rotated RoPE part, checked as one kv head of 48), yarn
+ * with mscale on the RoPE part and the softmax scale, a dense first layer,
+ * softmax routing limited to the 2 best of 4 groups, not renormalized. */
+/* Calibration on the fixture's samples: the absmax of the latent and of
+ * the RoPE part of each layer's entry (the kvcal JSON's mla section), from
+ * the statistics' channels, against transformers' entry. */
+static void check_mla_parts_against_golden(const char *name)
+{
+    fixture f;
+    fixture_open(&f, name, NULL);
+    const kvcal_model_desc *d = kvcal_model_describe(f.model);
+    CU_ASSERT_FATAL(d->mla && d->num_kv_heads == 1 &&
+                    d->head_dim == d->kv_lora_rank + d->qk_rope_head_dim);
+    kvcal_exec_t *x = NULL;
+    kvcal_stats_t *s = NULL;
+    cpu_executor(f.model, f.batch, f.seq, &x);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s), KVCAL_OK);
+    const kvcal_exec_samples smp = {.ids = f.ids,
+                                    .lengths = f.lengths,
+                                    .num_samples = f.batch,
+                                    .seq_len = f.seq,
+                                    .batch = f.batch};
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_OK);
+    const cJSON *lat = cJSON_GetObjectItem(f.root, "latent_absmax");
+    const cJSON *rope = cJSON_GetObjectItem(f.root, "rope_absmax");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(lat), d->num_layers);
+    for (int l = 0; l < d->num_layers; l++) {
+        const double want[2] = {cJSON_GetArrayItem(lat, l)->valuedouble,
+                                cJSON_GetArrayItem(rope, l)->valuedouble};
+        const double got[2] = {
+            kvcal_stats_channels_absmax(s, l, KVCAL_K, 0, 0, d->kv_lora_rank),
+            kvcal_stats_channels_absmax(s, l, KVCAL_K, 0, d->kv_lora_rank,
+                                        d->qk_rope_head_dim)};
+        for (int i = 0; i < 2; i++) {
+            if (fabs(got[i] - want[i]) > fabs(want[i]) * RTOL)
+                fprintf(stderr, "\n%s: layer %d %s absmax: got %.7g want %.7g", name, l,
+                        i ? "RoPE part" : "latent", got[i], want[i]);
+            CU_ASSERT(fabs(got[i] - want[i]) <= fabs(want[i]) * RTOL);
+        }
+        /* V of the statistics is the same entry */
+        CU_ASSERT_EQUAL(kvcal_stats_head_absmax(s, l, KVCAL_V, 0),
+                        kvcal_stats_head_absmax(s, l, KVCAL_K, 0));
+    }
+    kvcal_stats_destroy(s);
+    kvcal_exec_destroy(x);
+    fixture_close(&f);
+}
+
+static void runner_matches_transformers_deepseek_v2_mla_group_limited_softmax(void)
+{
+    check_against_golden("deepseek_v2_mla_grouped_softmax_bf16");
+    check_mla_parts_against_golden("deepseek_v2_mla_grouped_softmax_bf16");
+}
+
+/* DeepSeek-V3 / R1 / Kimi K2 style: the query's LoRA with its norm,
+ * interleaved RoPE pairs, sigmoid routing with its correction bias among
+ * the 2 best of 4 groups (each group's top-2 sum), renormalized x2.5, two
+ * shared experts. */
+static void runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid(void)
+{
+    check_against_golden("deepseek_v3_mla_qlora_grouped_sigmoid_bf16");
+    check_mla_parts_against_golden("deepseek_v3_mla_qlora_grouped_sigmoid_bf16");
 }
 
 /* Calibration counts the tokens routed to each expert of every layer, the
@@ -409,6 +476,84 @@ static void calibrate_counts_tokens_per_expert_in_every_layer(void)
     kvcal_stats_destroy(s[0]);
     kvcal_stats_destroy(s[1]);
     kvcal_model_close(m);
+}
+
+/* Every query the attention reads, after q_norm and RoPE. */
+typedef struct {
+    int heads, head_dim;
+    float *q_absmax; // (layers, heads)
+} query_tap;
+
+static kvcal_status tap_queries(void *ctx, int layer, const kvcal_rows *rows,
+                                const float *q, const float *k, const float *v)
+{
+    (void)k, (void)v;
+    query_tap *t = ctx;
+    for (int64_t r = 0; r < rows->n; r++)
+        for (int h = 0; h < t->heads; h++)
+            for (int c = 0; c < t->head_dim; c++) {
+                const float a = fabsf(q[(r * t->heads + h) * t->head_dim + c]);
+                float *m = &t->q_absmax[layer * t->heads + h];
+                *m = a > *m ? a : *m;
+            }
+    return KVCAL_OK;
+}
+
+/* calibrate's q_absmax is the max |q| of the queries the attention reads
+ * (the forward's tap, q_norm and RoPE applied), the last layer's too, and
+ * the signed range brackets every K and V the tap saw. */
+static void calibrate_observes_the_queries_the_attention_reads_and_the_signed_range(void)
+{
+    fixture f;
+    captured c;
+    fixture_open(&f, "qwen3_gqa_hd80_qknorm_bf16", NULL);
+    const kvcal_model_desc *d = kvcal_model_describe(f.model);
+    run_capture(&f, &c, NULL);
+    query_tap qt = {d->num_heads, d->head_dim,
+                    calloc((size_t)d->num_layers * d->num_heads, sizeof(float))};
+    CU_ASSERT_FATAL(qt.q_absmax != NULL);
+    kvcal_exec_t *x = NULL;
+    cpu_executor(f.model, f.batch, f.seq, &x);
+    const kvcal_batch b = {f.ids, f.lengths, NULL, f.batch, f.seq};
+    CU_ASSERT_EQUAL(kvcal_exec_forward(x, &b, tap_queries, &qt, NULL), KVCAL_OK);
+    kvcal_stats_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_q_heads(s, d->num_heads), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_range(s, 1), KVCAL_OK);
+    kvcal_exec_samples smp = {.ids = f.ids,
+                              .lengths = f.lengths,
+                              .num_samples = f.batch,
+                              .seq_len = f.seq,
+                              .batch = f.batch};
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_OK);
+    int64_t q_off = 0, outside = 0, q_zero = 0;
+    for (int i = 0; i < d->num_layers * d->num_heads; i++) {
+        q_off += s->q_absmax[i] != qt.q_absmax[i];
+        q_zero += qt.q_absmax[i] == 0.0f;
+    }
+    for (int l = 0; l < d->num_layers; l++)
+        for (int64_t r = 0; r < c.rows; r++)
+            for (int i = 0; i < d->num_kv_heads * d->head_dim; i++) {
+                const size_t at = (size_t)l * d->num_kv_heads * d->head_dim + i;
+                const float kk = row_of(&c, c.k, l, r)[i], vv = row_of(&c, c.v, l, r)[i];
+                outside += kk < s->min[KVCAL_K][at] || kk > s->max[KVCAL_K][at] ||
+                           vv < s->min[KVCAL_V][at] || vv > s->max[KVCAL_V][at];
+            }
+    CU_ASSERT_EQUAL(q_off, 0);
+    CU_ASSERT_EQUAL(q_zero, 0);
+    CU_ASSERT_EQUAL(outside, 0);
+    /* and the range is reached: some channel's min is a K value seen */
+    int reached = 0;
+    for (int64_t r = 0; r < c.rows && !reached; r++)
+        reached = row_of(&c, c.k, 0, r)[0] == s->min[KVCAL_K][0] ||
+                  row_of(&c, c.k, 0, r)[0] == s->max[KVCAL_K][0];
+    CU_ASSERT_TRUE(reached);
+    kvcal_stats_destroy(s);
+    kvcal_exec_destroy(x);
+    free(qt.q_absmax);
+    captured_free(&c);
+    fixture_close(&f);
 }
 
 /* A sample's K/V are bit-identical whether it ran alone or in a batch. */
@@ -521,29 +666,40 @@ static void model_open_lists_the_supported_architectures(void)
         "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
         "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
-        "Gemma3ForCausalLM, Glm4MoeForCausalLM and GptOssForCausalLM");
+        "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
+        "DeepseekV3ForCausalLM and GptOssForCausalLM");
 }
 
-/* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next):
- * one line saying what is missing. */
+/* Hybrid linear-attention models (Qwen3-Next), an MLA config of a family
+ * without MLA, and a DeepSeek config without MLA's sizes: one line saying
+ * what is missing. */
 static void model_open_says_what_mla_and_hybrid_models_lack(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
-                                        "\"model_type\": \"deepseek_v3\", "
-                                        "\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "DeepseekV3ForCausalLM uses MLA attention (kv_lora_rank 512, rope 64), "
-                      "which is not supported yet");
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
-                                        "\"model_type\": \"qwen3_next\", "
-                                        "\"num_hidden_layers\": 4, "
-                                        "\"full_attention_interval\": 4}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
-                      "K and V, the others are linear_attention), which is not supported "
-                      "yet");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "MistralForCausalLM with MLA attention (kv_lora_rank 512, rope 64) is "
+        "not supported: kvcal runs MLA for DeepseekV2ForCausalLM and "
+        "DeepseekV3ForCausalLM");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
+                          "\"model_type\": \"deepseek_v3\", "
+                          "\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
+        KVCAL_ERR_FORMAT,
+        "DeepseekV3ForCausalLM needs kv_lora_rank, qk_rope_head_dim, "
+        "qk_nope_head_dim and v_head_dim");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
+                          "\"model_type\": \"qwen3_next\", "
+                          "\"num_hidden_layers\": 4, "
+                          "\"full_attention_interval\": 4}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
+        "K and V, the others are linear_attention), which is not supported "
+        "yet");
 }
 
 /* The window of layer l of the model in dir, and its count of layers. */
@@ -571,19 +727,22 @@ static void model_open_gives_each_layer_the_window_of_its_kind(void)
     int w[2];
     check_model_against_golden(
         "qwen2_gqa_bias_bf16",
-        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
-                                                 "\"sliding_window\": 8, \"layer_types\": null, "
-                                                 "\"max_window_layers\": 2}"));
+        edited_checkpoint("qwen2_gqa_bias_bf16",
+                          "{\"use_sliding_window\": true, "
+                          "\"sliding_window\": 8, \"layer_types\": null, "
+                          "\"max_window_layers\": 2}"));
     check_model_against_golden(
         "qwen2_gqa_bias_bf16",
-        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
-                                                 "\"sliding_window\": 8, "
-                                                 "\"max_window_layers\": 0, \"layer_types\": "
-                                                 "[\"full_attention\", \"full_attention\"]}"));
-    layer_windows(edited_checkpoint("qwen2_gqa_bias_bf16",
-                                    "{\"use_sliding_window\": true, \"layer_types\": null, "
-                                    "\"sliding_window\": 8, \"max_window_layers\": 1}"),
-                  w, 2);
+        edited_checkpoint("qwen2_gqa_bias_bf16",
+                          "{\"use_sliding_window\": true, "
+                          "\"sliding_window\": 8, "
+                          "\"max_window_layers\": 0, \"layer_types\": "
+                          "[\"full_attention\", \"full_attention\"]}"));
+    layer_windows(
+        edited_checkpoint("qwen2_gqa_bias_bf16",
+                          "{\"use_sliding_window\": true, \"layer_types\": null, "
+                          "\"sliding_window\": 8, \"max_window_layers\": 1}"),
+        w, 2);
     CU_ASSERT(w[0] == 0 && w[1] == 8);
     layer_windows(edited_checkpoint("mistral_mqa_fp16",
                                     "{\"sliding_window\": 8, \"layer_types\": "
@@ -604,17 +763,17 @@ static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
                       KVCAL_ERR_FORMAT,
                       "tensor model.layers.0.mlp.experts.0.gate_proj.weight has shape "
                       "[40, 48], config.json implies [41, 48]");
-    expect_open_error(edited_checkpoint("mixtral_e4_top2_swa16_bf16",
-                                        "{\"num_local_experts\": 5}"),
-                      KVCAL_ERR_FORMAT,
-                      "tensor model.layers.0.block_sparse_moe.gate.weight has shape [4, 64], "
-                      "config.json implies [5, 64]");
-    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
-                                        "{\"mlp_only_layers\": [1]}"),
-                      KVCAL_ERR_FORMAT, "tensor model.layers.1.mlp.gate_proj.weight is missing");
-    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
-                                        "{\"mlp_only_layers\": [2]}"),
-                      KVCAL_ERR_FORMAT, "mlp_only_layers\": expected an array of layer indices");
+    expect_open_error(
+        edited_checkpoint("mixtral_e4_top2_swa16_bf16", "{\"num_local_experts\": 5}"),
+        KVCAL_ERR_FORMAT,
+        "tensor model.layers.0.block_sparse_moe.gate.weight has shape [4, 64], "
+        "config.json implies [5, 64]");
+    expect_open_error(
+        edited_checkpoint("qwen3_moe_e8_top3_norm_bf16", "{\"mlp_only_layers\": [1]}"),
+        KVCAL_ERR_FORMAT, "tensor model.layers.1.mlp.gate_proj.weight is missing");
+    expect_open_error(
+        edited_checkpoint("qwen3_moe_e8_top3_norm_bf16", "{\"mlp_only_layers\": [2]}"),
+        KVCAL_ERR_FORMAT, "mlp_only_layers\": expected an array of layer indices");
     expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
                                         "{\"num_experts_per_tok\": 7}"),
                       KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
@@ -625,11 +784,12 @@ static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
  * quantization other than MXFP4 experts is refused naming it. */
 static void model_open_names_the_gpt_oss_expert_tensor_off_the_config(void)
 {
-    expect_open_error(edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16",
-                                        "{\"intermediate_size\": 40}"),
-                      KVCAL_ERR_FORMAT,
-                      "tensor model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64], "
-                      "config.json implies [8, 64, 80]");
+    expect_open_error(
+        edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16",
+                          "{\"intermediate_size\": 40}"),
+        KVCAL_ERR_FORMAT,
+        "tensor model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64], "
+        "config.json implies [8, 64, 80]");
     expect_open_error(edited_checkpoint("gpt_oss_hd64_swa16_e4_top2_mxfp4",
                                         "{\"intermediate_size\": 96}"),
                       KVCAL_ERR_FORMAT,
@@ -638,7 +798,8 @@ static void model_open_names_the_gpt_oss_expert_tensor_off_the_config(void)
     expect_open_error(edited_checkpoint("gpt_oss_hd64_swa16_e4_top2_mxfp4",
                                         "{\"quantization_config\": {\"quant_method\": "
                                         "\"fp8\"}}"),
-                      KVCAL_ERR_UNSUPPORTED, "quantized with quant_method 'fp8' is not supported");
+                      KVCAL_ERR_UNSUPPORTED,
+                      "quantized with quant_method 'fp8' is not supported");
 }
 
 static void model_open_names_missing_tensor(void)
@@ -707,7 +868,6 @@ static void model_open_rejects_llama2c_header_with_int_min_vocab(void)
     expect_open_error(path, KVCAL_ERR_FORMAT, "not a model");
 }
 
-
 // --- chunks: layer by layer or batch by batch ---------------------------------
 
 /* Calibrates on the cpu backend with chunks of up to `chunk` batches (0:
@@ -718,7 +878,8 @@ static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int c
     kvcal_exec_options o;
     memset(&o, 0, sizeof o);
     o.max_chunk_batches = chunk;
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, n, len, batch, stats, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, n, len, batch, stats, NULL),
+                          KVCAL_OK);
 }
 
 /* Every statistic (absmax, histograms, tokens, the per-head and per-layer
@@ -729,7 +890,8 @@ static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int c
 static void runner_layer_by_layer_equals_batch_by_batch(void)
 {
     static const char *const models[] = {
-        "models/stories260K/stories260K.bin", "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16",
+        "models/stories260K/stories260K.bin",
+        "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16",
         "tests/fixtures/golden/qwen2_moe_shared_e6_top2_bf16",
         "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
     static const int shapes[][2] = {{1, 1}, {7, 2}, {10, 3}};
@@ -741,7 +903,8 @@ static void runner_layer_by_layer_equals_batch_by_batch(void)
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 1, &by_batch);
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 0, &by_layer);
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 2, &by_two);
-            CU_ASSERT(by_batch->batches == (shapes[i][0] + shapes[i][1] - 1) / shapes[i][1]);
+            CU_ASSERT(by_batch->batches ==
+                      (shapes[i][0] + shapes[i][1] - 1) / shapes[i][1]);
             CU_ASSERT(kvcal_test_stats_equal(by_batch, by_layer));
             CU_ASSERT(kvcal_test_stats_equal(by_batch, by_two));
             kvcal_stats_destroy(by_batch);
@@ -834,8 +997,8 @@ static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
     o.backend.max_seq_len = LEN;
     kvcal_exec_t *x = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
-    kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
-                            .seq_len = LEN, .batch = N};
+    kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = N, .seq_len = LEN, .batch = N};
     const kvcal_kv_sim_config dyn = {.mode = KVCAL_KV_SIM_DYNAMIC};
     const kvcal_kv_sim_config exact = {.mode = KVCAL_KV_SIM_EXACT};
     const kvcal_eval_tokens cmp = {nll, 0, kld, top}, keep = {nll, 1, NULL, NULL};
@@ -884,9 +1047,10 @@ static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
  * samples. */
 static void eval_layer_by_layer_equals_batch_by_batch(void)
 {
-    static const char *const models[] = {"models/stories260K/stories260K.bin",
-                                         "tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16",
-                                         "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
+    static const char *const models[] = {
+        "models/stories260K/stories260K.bin",
+        "tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16",
+        "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
         eval_chunks_agree(models[k]);
 }
@@ -912,7 +1076,10 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_gpt_oss_sinks_windows_clamped_experts),
     KVCAL_TEST(runner_matches_transformers_gpt_oss_mxfp4_experts),
     KVCAL_TEST(runner_matches_transformers_qwen_moe_sliding_windows),
+    KVCAL_TEST(runner_matches_transformers_deepseek_v2_mla_group_limited_softmax),
+    KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
+    KVCAL_TEST(calibrate_observes_the_queries_the_attention_reads_and_the_signed_range),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(eval_layer_by_layer_equals_batch_by_batch),

@@ -12,15 +12,24 @@
  *    "layers": [{"layer": 0, "k_scale", "v_scale",
  *                "k_scale_per_head": [H], "v_scale_per_head": [H],
  *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip",
- *                "q_scale"}]}
+ *                "q_scale", "q_scale_per_head": [num_attention_heads],
+ *                "latent_absmax", "rope_absmax"}],
+ *    "mla": {"kv_lora_rank", "qk_rope_head_dim"}}
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
  * engine with one scale per layer uses); the per-head arrays are the set's
  * values. absmax and clip are present when the set has them; k_clip /
  * v_clip are the estimated fractions of the layer's observed values that
  * clip under their scale, |x| / scale > 464 (what kvcal eval counts); q_scale,
- * the query's scale for FP8 attention, is in every layer or none. Numbers
- * are printed with enough digits that float32 values read back identical. */
+ * the query's scale for FP8 attention (e4m3's, absmax / 448, whatever the
+ * cache dtype), is in every layer or none, and so is q_scale_per_head (one
+ * per query head, q_scale their max). "mla" is
+ * there for a multi-head latent attention model (DeepSeek-V2/V3, Kimi K2),
+ * whose cache holds one entry per token and layer: num_kv_heads is 1,
+ * head_dim kv_lora_rank + qk_rope_head_dim, K and V the entry (one scale,
+ * vLLM's k_scale), and each layer adds the absmax of the entry's latent and
+ * of its RoPE part. Numbers are printed with enough digits that float32
+ * values read back identical. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,11 +95,11 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
     snprintf(place, sizeof place, "layers[%d].%s", l, key);
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != heads) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
-                         "%s, expected an array of %d values (one per kv head)",
+                         "%s, expected an array of %d values (one per %s head)",
                          !a                 ? "missing"
                          : cJSON_IsArray(a) ? "wrong length"
                                             : "not an array",
-                         heads);
+                         heads, key[0] == 'q' ? "query" : "kv");
         return 0;
     }
     int ok = 1, h = 0;
@@ -109,6 +118,49 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
         }
     }
     return ok;
+}
+
+/* The "mla" object: the entry's latent and RoPE sizes into hdr, checked
+ * against the file's own head_dim and num_kv_heads and against the model's
+ * config (an MLA config without it: a warning, the parts' absmax unknown). */
+static void check_mla(const cJSON *root, const kvcal_scales_ctx *ctx, kvcal_report_t *rep,
+                      kvcal_scales_t *hdr)
+{
+    const cJSON *mla = cJSON_GetObjectItemCaseSensitive(root, "mla");
+    const kvcal_model_config *m = ctx->model;
+    if (!mla) {
+        if (m && m->kv_layout == KVCAL_KV_MLA)
+            kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "mla",
+                             "the scales load, but the file does not say how the latent "
+                             "and the RoPE part of the entry spread",
+                             "missing for %s, an MLA model", m->architecture);
+        return;
+    }
+    if (!cJSON_IsObject(mla)) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "mla", KVJ_REFUSED,
+                         "not an object");
+        return;
+    }
+    const long long L = get_int(rep, mla, "kv_lora_rank", "mla", 1, 65536, 1);
+    const long long R = get_int(rep, mla, "qk_rope_head_dim", "mla", 1, 65536, 1);
+    if (L < 0 || R < 0)
+        return;
+    hdr->mla_kv_lora_rank = (int)L;
+    hdr->mla_rope_dim = (int)R;
+    if (hdr->model.num_kv_heads != 1 ||
+        (hdr->model.head_dim && hdr->model.head_dim != L + R))
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "mla", KVJ_REFUSED,
+            "an entry of %lld + %lld values, but model.num_kv_heads is %d and "
+            "model.head_dim %d (an MLA file has one kv head of the entry)",
+            L, R, hdr->model.num_kv_heads, hdr->model.head_dim);
+    if (m && (m->kv_layout != KVCAL_KV_MLA || m->kv_lora_rank != L ||
+              m->qk_rope_head_dim != R))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "mla",
+                         KVJ_WRONG_MODEL,
+                         "kv_lora_rank %lld, qk_rope_head_dim %lld, but config.json has "
+                         "%d and %d",
+                         L, R, m->kv_lora_rank, m->qk_rope_head_dim);
 }
 
 /* Checks the top-level fields and the model; fills s's identity fields.
@@ -183,7 +235,7 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "provenance",
                          KVJ_REFUSED, "not an object");
     } else if (prov) {
-    const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
+        const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
         get_str(rep, prov, "dataset", "provenance", hdr->provenance.dataset,
                 sizeof hdr->provenance.dataset);
         get_str(rep, prov, "tool_version", "provenance", hdr->provenance.tool_version,
@@ -217,7 +269,8 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
     if (layers < 0 || heads < 0)
         return 0;
     if (layers * heads > (1LL << 24)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model", KVJ_REFUSED,
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model",
+                         KVJ_REFUSED,
                          "%lld layers x %lld kv heads is more than 2^24 (layer, kv head) "
                          "pairs; no model has that many",
                          layers, heads);
@@ -231,7 +284,16 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
                              "model.num_layers", KVJ_WRONG_MODEL,
                              "%lld but config.json has %d", layers, m->num_layers);
-        if (m->num_kv_heads != heads)
+        if (m->kv_layout == KVCAL_KV_MLA && heads != 1)
+            kvcal_report_add(
+                rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "model.num_kv_heads",
+                "an MLA layer caches one entry per token under one scale: "
+                "vLLM's MLAAttention has one kv head (MLAAttentionSpec "
+                "num_kv_heads 1) and one k_scale",
+                "%lld, but %s caches one latent entry of %d values per token "
+                "and layer",
+                heads, m->architecture, kvcal_model_config_cache_head_dim(m));
+        else if (kvcal_model_config_cache_kv_heads(m) != heads)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
                              "model.num_kv_heads", KVJ_WRONG_MODEL,
                              "%lld but config.json has %d", heads, m->num_kv_heads);
@@ -244,6 +306,7 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
     }
     if (hdr->granularity == KVCAL_GRANULARITY_HEAD)
         kvcal_report_check_tp_split(rep, "model.num_kv_heads", (int)heads, ctx->tp);
+    check_mla(root, ctx, rep, hdr);
     return 1;
 }
 
@@ -333,12 +396,47 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
                 *dst[i] = (float)n->valuedouble;
         }
     }
+    const char *part[2] = {"latent_absmax", "rope_absmax"};
+    float *part_dst[2] = {&s->mla_latent_absmax[l], &s->mla_rope_absmax[l]};
+    for (int i = 0; s->mla_kv_lora_rank && i < 2; i++) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, part[i]);
+        snprintf(place, sizeof place, "layers[%d].%s", l, part[i]);
+        if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0.0) ||
+            n->valuedouble > 3.4028234663852886e38)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED,
+                             "%s, expected the absmax (a finite number >= 0) "
+                             "of an MLA file's layers",
+                             n ? "not a finite number >= 0" : "missing");
+        else
+            *part_dst[i] = (float)n->valuedouble;
+    }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(e, "q_scale");
     if (q) {
         (*q_layers)++;
         snprintf(place, sizeof place, "layers[%d].q_scale", l);
         kvcal_report_check_scale_node(rep, KVCAL_FORMAT_KVCAL_JSON, q, place, NULL,
                                       &s->q_scale[l]);
+    }
+    snprintf(place, sizeof place, "layers[%d].q_scale_per_head", l);
+    const int per_head = cJSON_HasObjectItem(e, "q_scale_per_head");
+    if (per_head != (s->q_head != NULL) || (per_head && !q)) {
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+            "q_scale_per_head goes with q_scale and model.num_attention_heads "
+            "in every layer or in none");
+    } else if (per_head) {
+        const int Hq = s->num_q_heads;
+        float *qh = s->q_head + (size_t)l * Hq, m = 0.0f;
+        if (get_head_array(rep, e, "q_scale_per_head", l, Hq, 1, NULL, qh)) {
+            for (int h = 0; h < Hq; h++)
+                m = qh[h] > m ? qh[h] : m;
+            if (m != s->q_scale[l])
+                kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                                 KVJ_REFUSED,
+                                 "q_scale %.9g is not the max of q_scale_per_head (%.9g)",
+                                 (double)s->q_scale[l], (double)m);
+        }
     }
 }
 
@@ -396,8 +494,17 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     s->granularity = hdr.granularity;
     s->format = hdr.format;
     s->kv_shared = hdr.kv_shared;
+    s->mla_kv_lora_rank = hdr.mla_kv_lora_rank;
+    s->mla_rope_dim = hdr.mla_rope_dim;
     s->model = hdr.model;
     s->provenance = hdr.provenance;
+    /* per query head q scales: the first layer says, the others must agree */
+    if (cJSON_HasObjectItem(layers->child, "q_scale_per_head") &&
+        hdr.model.num_attention_heads > 0 &&
+        (st = kvcal_scales_set_q_heads(s, hdr.model.num_attention_heads))) {
+        kvcal_scales_destroy(s);
+        return st;
+    }
     if (!hdr.provenance.observer_params[0])
         strcpy(s->provenance.observer_params, "{}");
     kvcal_value_tally tally = {0};
@@ -422,7 +529,9 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     s->has_clip = clip_layers > 0;
     s->has_q = q_layers > 0;
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_KVCAL_JSON, &tally);
-    if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) == 0)
+    /* an MLA entry is K and V at once: its scales are equal by design */
+    if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) == 0 &&
+        !s->mla_kv_lora_rank)
         check_kv_equal(s, rep);
     st = kvcal_report_status(rep);
     if (!st && out && kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) == 0) {
@@ -522,13 +631,14 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
                               "one: the format holds q for every layer or none; nothing "
                               "was written (set every layer's, kvcal_scales_set_q)",
                               path, l, (double)s->q_scale[l]);
-    for (int l = 0; s->has_q && l < s->num_layers; l++)
-        if (!kvcal_scale_is_valid(s->q_scale[l]))
+    const int q_heads = s->has_q && s->q_head ? s->num_q_heads : 0;
+    for (size_t i = 0; i < (size_t)s->num_layers * q_heads; i++)
+        if (!kvcal_scale_is_valid(s->q_head[i]))
             return kvcal_fail(KVCAL_ERR_NONFINITE,
-                              "%s: layer %d has no q scale (%g) while another layer has "
-                              "one: the format holds q for every layer or none; nothing "
-                              "was written (set every layer's, kvcal_scales_set_q)",
-                              path, l, (double)s->q_scale[l]);
+                              "%s: layer %d query head %d: q scale %g is not finite and "
+                              "> 0; nothing was written",
+                              path, (int)(i / q_heads), (int)(i % q_heads),
+                              (double)s->q_head[i]);
     const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
     const kvcal_provenance *p = &s->provenance;
     const long long counts[3] = {p->num_samples, p->num_tokens, p->seed};
@@ -570,7 +680,19 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
                  cJSON_AddNumberToObject(e, "v_clip", (double)s->v_clip[l]);
         if (ok && s->has_q)
             ok = cJSON_AddNumberToObject(e, "q_scale", (double)s->q_scale[l]) != NULL;
+        if (ok && q_heads)
+            ok = add_floats(e, "q_scale_per_head", s->q_head + (size_t)l * q_heads,
+                            q_heads);
+        if (ok && s->mla_kv_lora_rank)
+            ok = cJSON_AddNumberToObject(e, "latent_absmax",
+                                         (double)s->mla_latent_absmax[l]) &&
+                 cJSON_AddNumberToObject(e, "rope_absmax", (double)s->mla_rope_absmax[l]);
     }
+    cJSON *mla;
+    if (ok && s->mla_kv_lora_rank)
+        ok = (mla = cJSON_AddObjectToObject(root, "mla")) &&
+             cJSON_AddNumberToObject(mla, "kv_lora_rank", s->mla_kv_lora_rank) &&
+             cJSON_AddNumberToObject(mla, "qk_rope_head_dim", s->mla_rope_dim);
     st = ok ? kvcal_json_write(path, root)
             : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory building the JSON", path);
     cJSON_Delete(root);
