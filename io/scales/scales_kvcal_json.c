@@ -12,7 +12,8 @@
  *    "layers": [{"layer": 0, "k_scale", "v_scale",
  *                "k_scale_per_head": [H], "v_scale_per_head": [H],
  *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip",
- *                "q_scale", "q_scale_per_head": [num_attention_heads]}]}
+ *                "q_scale", "q_scale_per_head": [num_attention_heads],
+ *                "k_offset_per_head": [H], "v_offset_per_head": [H]}]}
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
  * engine with one scale per layer uses); the per-head arrays are the set's
@@ -21,7 +22,10 @@
  * clip under their scale, |x| / scale > 464 (what kvcal eval counts); q_scale,
  * the query's scale for FP8 attention (e4m3's, absmax / 448, whatever the
  * cache dtype), is in every layer or none, and so is q_scale_per_head (one
- * per query head, q_scale their max). Numbers
+ * per query head, q_scale their max). dtype "int8_asym" (qmax 255: the range
+ * over the scale) is int8 with zero points, vllm-ascend's C8 cache: each
+ * layer holds k_offset_per_head / v_offset_per_head, integers in [-128,
+ * 127] (core/scale_rule.h); no other dtype has offsets. Numbers
  * are printed with enough digits that float32 values read back identical. */
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +117,38 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
     return ok;
 }
 
+/* Reads an INT8_ASYM layer's offsets of `key` (H integers in [-128, 127]) into
+ * dst. */
+static void get_offsets(kvcal_report_t *rep, const cJSON *layer, const char *key, int l,
+                        int heads, float *dst)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(layer, key);
+    char place[96];
+    snprintf(place, sizeof place, "layers[%d].%s", l, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != heads) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+                         "%s, expected an array of %d offsets (one per kv head) for "
+                         "dtype int8_asym",
+                         !a                 ? "missing"
+                         : cJSON_IsArray(a) ? "wrong length"
+                                            : "not an array",
+                         heads);
+        return;
+    }
+    int h = 0;
+    for (const cJSON *c = a->child; c; c = c->next, h++) {
+        snprintf(place, sizeof place, "layers[%d].%s[%d]", l, key, h);
+        if (!cJSON_IsNumber(c) || !kvcal_int8_offset_is_valid((float)c->valuedouble) ||
+            c->valuedouble != (float)c->valuedouble)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED,
+                             "offset must be an integer in [-128, 127] (the int8 code "
+                             "of zero)");
+        else
+            dst[h] = (float)c->valuedouble;
+    }
+}
+
 /* Checks the top-level fields and the model; fills s's identity fields.
  * Returns 0 when the layer table cannot be read (sizes unknown). */
 static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
@@ -126,12 +162,15 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
                          KVCAL_SCALES_FORMAT_VERSION);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(root, "dtype");
     const char *dn = cJSON_IsString(dtype) ? dtype->valuestring : "";
-    hdr->format = !strcmp(dn, "int8")    ? KVCAL_KV_FORMAT_INT8
-                  : !strcmp(dn, "nvfp4") ? KVCAL_KV_FORMAT_NVFP4
-                                         : KVCAL_KV_FORMAT_FP8_E4M3;
+    hdr->format = !strcmp(dn, "int8")        ? KVCAL_KV_FORMAT_INT8
+                  : !strcmp(dn, "nvfp4")     ? KVCAL_KV_FORMAT_NVFP4
+                  : !strcmp(dn, "int8_asym") ? KVCAL_KV_FORMAT_INT8_ASYM
+                                             : KVCAL_KV_FORMAT_FP8_E4M3;
     if (hdr->format == KVCAL_KV_FORMAT_FP8_E4M3 && strcmp(dn, "float8_e4m3fn"))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "dtype",
-                         KVJ_REFUSED, "must be \"float8_e4m3fn\", \"int8\" or \"nvfp4\"");
+                         KVJ_REFUSED,
+                         "must be \"float8_e4m3fn\", \"int8\", \"int8_asym\" or "
+                         "\"nvfp4\"");
     if (hdr->format == KVCAL_KV_FORMAT_FP8_E4M3) {
         const cJSON *fmax = cJSON_GetObjectItemCaseSensitive(root, "fp8_max");
         if (!cJSON_IsNumber(fmax) || fmax->valuedouble != KVCAL_FP8_E4M3_MAX)
@@ -146,7 +185,9 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "qmax",
                              "scales for another maximum would be off by max/qmax; kvcal "
                              "refuses the file",
-                             "must be %g for dtype %s (absmax / scale)", want, dn);
+                             "must be %g for dtype %s (%s / scale)", want, dn,
+                             hdr->format == KVCAL_KV_FORMAT_INT8_ASYM ? "(max - min)"
+                                                                      : "absmax");
     }
     const cJSON *gran = cJSON_GetObjectItemCaseSensitive(root, "granularity");
     if (cJSON_IsString(gran) && !strcmp(gran->valuestring, "tensor"))
@@ -336,6 +377,17 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
                 *dst[i] = (float)n->valuedouble;
         }
     }
+    const size_t off = (size_t)l * heads;
+    if (s->k_offset) {
+        get_offsets(rep, e, "k_offset_per_head", l, heads, s->k_offset + off);
+        get_offsets(rep, e, "v_offset_per_head", l, heads, s->v_offset + off);
+    } else if (cJSON_HasObjectItem(e, "k_offset_per_head") ||
+               cJSON_HasObjectItem(e, "v_offset_per_head")) {
+        snprintf(place, sizeof place, "layers[%d]", l);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+                         "k_offset_per_head / v_offset_per_head go with dtype "
+                         "\"int8_asym\" only");
+    }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(e, "q_scale");
     if (q) {
         (*q_layers)++;
@@ -418,6 +470,10 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
         return st;
     s->granularity = hdr.granularity;
     s->format = hdr.format;
+    if (s->format == KVCAL_KV_FORMAT_INT8_ASYM && (st = kvcal_scales_set_offsets(s, 1))) {
+        kvcal_scales_destroy(s);
+        return st;
+    }
     s->kv_shared = hdr.kv_shared;
     s->model = hdr.model;
     s->provenance = hdr.provenance;
@@ -490,9 +546,10 @@ static int add_count(cJSON *obj, const char *key, long long v)
 /* The "dtype" of a scale set's format. */
 static const char *dtype_name(kvcal_kv_format f)
 {
-    return f == KVCAL_KV_FORMAT_INT8    ? "int8"
-           : f == KVCAL_KV_FORMAT_NVFP4 ? "nvfp4"
-                                        : "float8_e4m3fn";
+    return f == KVCAL_KV_FORMAT_INT8        ? "int8"
+           : f == KVCAL_KV_FORMAT_NVFP4     ? "nvfp4"
+           : f == KVCAL_KV_FORMAT_INT8_ASYM ? "int8_asym"
+                                            : "float8_e4m3fn";
 }
 
 static int add_header(cJSON *root, const kvcal_scales_t *s)
@@ -604,6 +661,9 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
         if (ok && q_heads)
             ok = add_floats(e, "q_scale_per_head", s->q_head + (size_t)l * q_heads,
                             q_heads);
+        if (ok && s->k_offset)
+            ok = add_floats(e, "k_offset_per_head", s->k_offset + off, heads) &&
+                 add_floats(e, "v_offset_per_head", s->v_offset + off, heads);
     }
     st = ok ? kvcal_json_write(path, root)
             : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory building the JSON", path);
