@@ -648,11 +648,13 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_q
     return KVCAL_OK;
 }
 
-static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
+static kvcal_status sim_q_roundtrip(kvcal_backend *be, const float *scale)
 {
     cpu_backend *c = cpu(be);
-    const int cols = be->desc->num_heads * be->desc->head_dim;
-    kvcal_fp8_roundtrip_ref(c->q, cols, c->n, cols, scale);
+    const kvcal_model_desc *d = be->desc;
+    const int cols = d->num_heads * d->head_dim, group = cols / d->num_kv_heads;
+    for (int g = 0; g < d->num_kv_heads; g++)
+        kvcal_fp8_roundtrip_ref(c->q + (size_t)g * group, cols, c->n, group, scale[g]);
     return KVCAL_OK;
 }
 

@@ -189,6 +189,25 @@ static void eval_cuda_matches_cpu_on_stories260K(void)
     check_cuda_against_cpu("stories260K", args);
 }
 
+/* The static int8 cache with zero points (the set's scales and offsets, the
+ * library's INT8_ASYM kernels) and the query in e4m3 under each kv-head
+ * group's q_scale (one fp8 round trip launch per group) on both devices. */
+static void eval_cuda_matches_cpu_on_int8_asym_static_and_per_head_q(void)
+{
+    const char *scales = kvcal_test_path("cuda_eval_asym.json");
+    char args[2048];
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --granularity head --kv-dtype int8_asym "
+             "--q-scale " RUN " --out '%s'",
+             scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args,
+             "--model " MODEL " --dataset " DATA " --seed 7 --scales '%s' " RUN
+             " --modes int8-asym-static,int8-static-head,fp8-attention",
+             scales);
+    check_cuda_against_cpu("stories260K int8_asym", args);
+}
+
 /* Golden tiny models (random weights, vocabulary 128): every architecture
  * path of the CUDA runner (GQA / MQA / MHA, head_dim 16 to 80, q/k norm, qkv
  * bias, tied and separate lm_head, mixtures of experts, sliding windows
@@ -332,6 +351,7 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_cuda_matches_cpu_on_stories260K),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_int8_asym_static_and_per_head_q),
     KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
     KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),
     KVCAL_TEST(eval_cuda_rejects_bad_inputs_as_the_cpu),
