@@ -245,6 +245,16 @@ static void int8_asym_sets_round_trip_through_the_kvcal_format(void)
     CU_ASSERT_PTR_NULL(f);
     if (f)
         fclose(f);
+    /* nor a set that says int8_asym without its offsets */
+    kvcal_scales_t *bare = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(2, 2, &bare), KVCAL_OK);
+    for (int i = 0; i < 4; i++)
+        bare->k_head[i] = bare->v_head[i] = 0.01f;
+    bare->format = KVCAL_KV_FORMAT_INT8_ASYM;
+    CU_ASSERT_EQUAL(kvcal_scales_write(bare, KVCAL_FORMAT_KVCAL_JSON, bad, NULL, 1),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("needs its offsets"));
+    kvcal_scales_destroy(bare);
     /* nor is a set of offsets into the formats of the other engines */
     s->v_offset[3] = 0.0f;
     CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_LEGACY_JSON, bad, NULL, 1),

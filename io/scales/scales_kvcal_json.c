@@ -602,6 +602,11 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
     kvcal_status st = kvcal_scales_check_finite(s, path);
     if (st)
         return st;
+    if ((s->format == KVCAL_KV_FORMAT_INT8_ASYM) != (s->k_offset != NULL))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: int8 with zero points needs its offsets, and only it has "
+                          "them (kvcal_scales_set_offsets); nothing was written",
+                          path);
     for (int l = 0; s->has_q && l < s->num_layers; l++)
         if (!kvcal_scale_is_valid(s->q_scale[l]))
             return kvcal_fail(KVCAL_ERR_NONFINITE,
