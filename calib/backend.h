@@ -190,10 +190,12 @@ typedef struct kvcal_backend_ops {
      * fp8_ds_mla cache and back (kvcal_mla_ds_roundtrip_ref), its error
      * added to layer l's K and V sums (nothing counted as clipped). */
     kvcal_status (*sim_ds_mla)(kvcal_backend *be, int layer);
-    /* The batch's queries (after RoPE) through e4m3 under scale and back
-     * (kvcal_fp8_roundtrip_ref): what attention then reads when it takes
-     * its query in FP8, as FlashAttention 3 does with an fp8 cache. */
-    kvcal_status (*sim_q_roundtrip)(kvcal_backend *be, float scale);
+    /* The batch's queries (after RoPE) through e4m3 and back
+     * (kvcal_fp8_roundtrip_ref), each kv-head group's query heads under
+     * scale[group] (num_kv_heads values, host memory): what attention then
+     * reads when it takes its query in FP8, as FlashAttention 3 does with an
+     * fp8 cache. */
+    kvcal_status (*sim_q_roundtrip)(kvcal_backend *be, const float *scale);
     /* Adds the attention output's error to layer l's sums. */
     kvcal_status (*sim_attention_error)(kvcal_backend *be, const kvcal_op *op, int layer);
     /* Adds every layer's sums into sums (layers) and zeroes them. */

@@ -758,13 +758,15 @@ static kvcal_status sim_ds_mla(kvcal_backend *be, int layer)
     return KVCAL_OK;
 }
 
-static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
+static kvcal_status sim_q_roundtrip(kvcal_backend *be, const float *scale)
 {
     cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
     int akv, aqk, av;
-    kvcal_model_attention_dims(be->desc, &akv, &aqk, &av);
-    const int cols = be->desc->num_heads * aqk;
-    kvcal_fp8_roundtrip_ref(c->q, cols, c->n, cols, scale);
+    kvcal_model_attention_dims(d, &akv, &aqk, &av);
+    const int cols = d->num_heads * aqk, group = cols / d->num_kv_heads;
+    for (int g = 0; g < d->num_kv_heads; g++)
+        kvcal_fp8_roundtrip_ref(c->q + (size_t)g * group, cols, c->n, group, scale[g]);
     return KVCAL_OK;
 }
 

@@ -1226,11 +1226,16 @@ fail:
     return st;
 }
 
-static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
+static kvcal_status sim_q_roundtrip(kvcal_backend *be, const float *scale)
 {
     cuda_backend *r = cu(be);
-    return kvcal_fp8_roundtrip_launch(r->qkv, r->qkv_n, r->batch * r->seq_len,
-                                      r->H * r->hd, scale, r->stream);
+    const int group = r->H / r->HKV * r->hd; /* a kv-head group's query columns */
+    kvcal_status st = KVCAL_OK;
+    for (int g = 0; !st && g < r->HKV; g++)
+        st =
+            kvcal_fp8_roundtrip_launch(r->qkv + (size_t)g * group, r->qkv_n,
+                                       r->batch * r->seq_len, group, scale[g], r->stream);
+    return st;
 }
 
 static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)

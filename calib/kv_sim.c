@@ -14,30 +14,42 @@ struct kvcal_kv_sim {
     kvcal_kv_rounding rounding;
     int layers, kv_heads;
     float *scales[2];            /* (layers, kv_heads) static scales, backend memory */
-    float *q_scale;              /* (layers) host copy of the query's scales, or NULL */
+    float *zeros[2];             /* (layers, kv_heads) INT8_ASYM zero points, or NULL */
+    float *q_scale;              /* (layers, kv_heads) host copy of the query's scales,
+                                    or NULL */
     kvcal_kv_scaler_t **scalers; /* (layers) first-batch scalers */
     unsigned char *mask;         /* (layers) simulated or exact; NULL: all simulated */
 };
 
+/* The e4m3 scale (absmax / 448) of (layer, head)'s K (kv 0) or V of a set
+ * of any format. */
+static float e4m3_scale_of(const kvcal_scales_t *s, int l, int h, int kv)
+{
+    if (s->format == KVCAL_KV_FORMAT_INT8_ASYM)
+        return (float)((double)kvcal_scales_head_range_absmax(s, l, h, kv) /
+                       KVCAL_FP8_E4M3_MAX);
+    const float x = (kv ? s->v_head : s->k_head)[kvcal_scales_index(s, l, h)];
+    const double to_e4m3 =
+        (double)kvcal_scales_format_qmax(s->format) / KVCAL_FP8_E4M3_MAX;
+    return to_e4m3 == 1.0 ? x : (float)(x * to_e4m3);
+}
+
 void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_kind kind,
                                 int layers, int kv_heads, float *k_scale, float *v_scale)
 {
-    /* a scale set of another format (int8, NVFP4) in e4m3's convention */
-    const double to_e4m3 =
-        kind == KVCAL_KV_SCALES_UNIT
-            ? 1.0
-            : (double)kvcal_scales_format_qmax(scales->format) / KVCAL_FP8_E4M3_MAX;
     for (int l = 0; l < layers; l++) {
         float k = 1.0f, v = 1.0f;
-        if (kind == KVCAL_KV_SCALES_TENSOR)
-            kvcal_scales_get_tensor(scales, l, &k, &v);
+        for (int h = 0; kind == KVCAL_KV_SCALES_TENSOR && h < kv_heads; h++) {
+            const float hk = e4m3_scale_of(scales, l, h, 0),
+                        hv = e4m3_scale_of(scales, l, h, 1);
+            k = h == 0 || hk > k ? hk : k;
+            v = h == 0 || hv > v ? hv : v;
+        }
         for (int h = 0; h < kv_heads; h++) {
-            float *ks = &k_scale[l * kv_heads + h], *vs = &v_scale[l * kv_heads + h];
-            *ks = k, *vs = v;
-            if (kind == KVCAL_KV_SCALES_HEAD)
-                kvcal_scales_get_head(scales, l, h, ks, vs);
-            if (to_e4m3 != 1.0)
-                *ks = (float)(*ks * to_e4m3), *vs = (float)(*vs * to_e4m3);
+            const int i = l * kv_heads + h;
+            const int head = kind == KVCAL_KV_SCALES_HEAD;
+            k_scale[i] = head ? e4m3_scale_of(scales, l, h, 0) : k;
+            v_scale[i] = head ? e4m3_scale_of(scales, l, h, 1) : v;
         }
     }
 }
@@ -59,6 +71,11 @@ const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES]
      "uint8 with a zero point per token and kv head (LMDeploy's quant_policy=8)",
      KVCAL_KV_SIM_DYNAMIC, KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_INT8_ASYM,
      KVCAL_KV_ROUND_NEAREST_EVEN, 0},
+    {"int8-asym-static",
+     "int8 with zero points, a scale and an offset per kv head from --scales "
+     "(calibrate --kv-dtype int8_asym; vllm-ascend's C8)",
+     KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_HEAD, KVCAL_KV_FORMAT_INT8_ASYM,
+     KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"nvfp4-static-tensor",
      "NVFP4, one global K and V scale per layer (amax / (6 * 448)) from --scales",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_NVFP4,
@@ -67,9 +84,9 @@ const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES]
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_HEAD, KVCAL_KV_FORMAT_NVFP4,
      KVCAL_KV_ROUND_NEAREST_EVEN, 0},
     {"fp8-attention",
-     "static-tensor e4m3 K/V and the query in e4m3 under q_scale (k_scale without one, "
-     "as "
-     "vLLM), as FlashAttention 3 computes",
+     "static-tensor e4m3 K/V and the query in e4m3 under q_scale (per kv-head group "
+     "where the set has per-head ones; 1.0 without one, as vLLM), as FlashAttention 3 "
+     "computes",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_FP8_E4M3,
      KVCAL_KV_ROUND_NEAREST_EVEN, 1},
     {"fp8-ds-mla",
@@ -80,21 +97,45 @@ const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES]
 
 kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
                                                    const kvcal_scales_t *scales,
-                                                   int layers, int kv_heads, float *ks,
-                                                   float *vs, float *qs)
+                                                   int layers, int kv_heads,
+                                                   float *scratch,
+                                                   kvcal_kv_sim_q_source *q_source)
 {
+    const size_t LH = (size_t)layers * kv_heads;
+    float *ks = scratch, *vs = ks + LH, *kz = vs + LH, *vz = kz + LH, *qs = vz + LH;
     kvcal_kv_sim_config c = {
         .mode = m->mode, .format = m->format, .rounding = m->rounding};
-    if (m->mode == KVCAL_KV_SIM_STATIC) {
+    if (m->mode == KVCAL_KV_SIM_STATIC && m->format == KVCAL_KV_FORMAT_INT8_ASYM) {
+        /* the set's own scales; offset o is the int8 code of 0, so the
+         * library's uint8 code 0 stands for -(o + 128) * scale */
+        for (size_t i = 0; i < LH; i++) {
+            ks[i] = scales->k_head[i], vs[i] = scales->v_head[i];
+            kz[i] = -(scales->k_offset[i] + 128.0f) * ks[i];
+            vz[i] = -(scales->v_offset[i] + 128.0f) * vs[i];
+        }
+        c.k_scale = ks, c.v_scale = vs, c.k_zero = kz, c.v_zero = vz;
+    } else if (m->mode == KVCAL_KV_SIM_STATIC) {
         kvcal_kv_sim_static_scales(scales, m->kind, layers, kv_heads, ks, vs);
         c.k_scale = ks, c.v_scale = vs;
     }
-    for (int l = 0; m->fp8_query && l < layers; l++) {
-        float q = 0.0f;
-        kvcal_scales_get_q(scales, l, &q); /* e4m3's in every set */
-        qs[l] = q > 0.0f ? q : ks[(size_t)l * kv_heads];
-        c.q_scale = qs;
-    }
+    kvcal_kv_sim_q_source src = !m->fp8_query    ? KVCAL_KV_SIM_Q_NONE
+                                : scales->q_head ? KVCAL_KV_SIM_Q_PER_HEAD
+                                : scales->has_q  ? KVCAL_KV_SIM_Q_PER_LAYER
+                                                 : KVCAL_KV_SIM_Q_UNIT;
+    const int G = scales->num_q_heads / kv_heads; /* query heads per kv head */
+    for (int l = 0; src != KVCAL_KV_SIM_Q_NONE && l < layers; l++)
+        for (int g = 0; g < kv_heads; g++) {
+            float q = src == KVCAL_KV_SIM_Q_UNIT ? 1.0f : scales->q_scale[l];
+            for (int j = 0; src == KVCAL_KV_SIM_Q_PER_HEAD && j < G; j++) {
+                const float h =
+                    scales->q_head[(size_t)l * scales->num_q_heads + g * G + j];
+                q = j == 0 || h > q ? h : q;
+            }
+            qs[(size_t)l * kv_heads + g] = q;
+            c.q_scale = qs;
+        }
+    if (q_source)
+        *q_source = src;
     return c;
 }
 
@@ -164,11 +205,24 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
     if (cfg->q_scale && !e4m3)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "eval: a query in FP8 goes with an e4m3 "
                                                  "cache");
-    for (int l = 0; cfg->q_scale && l < L; l++)
-        if (!(isfinite(cfg->q_scale[l]) && cfg->q_scale[l] > 0.0f))
+    for (int i = 0; cfg->q_scale && i < L * H; i++)
+        if (!(isfinite(cfg->q_scale[i]) && cfg->q_scale[i] > 0.0f))
             return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                              "eval: layer %d: q_scale %g: must be finite and > 0", l,
-                              (double)cfg->q_scale[l]);
+                              "eval: layer %d kv-head group %d: q_scale %g: must be "
+                              "finite and > 0",
+                              i / H, i % H, (double)cfg->q_scale[i]);
+    const int zeros = cfg->format == KVCAL_KV_FORMAT_INT8_ASYM && stat;
+    if (zeros ? !(cfg->k_zero && cfg->v_zero) : cfg->k_zero || cfg->v_zero)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "eval: static int8 with zero points takes k_zero and v_zero, "
+                          "the other modes neither");
+    for (int i = 0; zeros && i < L * H; i++)
+        if (!(isfinite(cfg->k_zero[i]) && isfinite(cfg->v_zero[i])))
+            return kvcal_fail(
+                KVCAL_ERR_INVALID_ARG,
+                "eval: layer %d kv head %d: zero points K %g, V %g: must be "
+                "finite",
+                i / H, i % H, (double)cfg->k_zero[i], (double)cfg->v_zero[i]);
     kvcal_kv_sim_t *s = calloc(1, sizeof *s);
     if (!s)
         return kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
@@ -177,18 +231,19 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
     const size_t LH = (size_t)L * H;
     float *space = NULL;
     kvcal_kv_io io;
-    kvcal_status st = be->ops->sim_prepare(be, stat ? 2 * LH : 0, &space, &io);
+    kvcal_status st =
+        be->ops->sim_prepare(be, stat ? (zeros ? 4 : 2) * LH : 0, &space, &io);
     if (st)
         goto fail;
     if (cfg->q_scale) {
-        if (!(s->q_scale = malloc((size_t)L * sizeof *s->q_scale))) {
+        if (!(s->q_scale = malloc(LH * sizeof *s->q_scale))) {
             st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
             goto fail;
         }
-        memcpy(s->q_scale, cfg->q_scale, (size_t)L * sizeof *s->q_scale);
+        memcpy(s->q_scale, cfg->q_scale, LH * sizeof *s->q_scale);
     }
     if (stat) {
-        float *conv = malloc(2 * LH * sizeof *conv);
+        float *conv = malloc(4 * LH * sizeof *conv);
         if (!conv) {
             st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
             goto fail;
@@ -196,12 +251,20 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
         /* an MLA entry is cached once, under k_scale */
         const float *vs = d->mla ? cfg->k_scale : cfg->v_scale;
         for (size_t i = 0; i < LH; i++) {
-            conv[i] = format_scale(cfg->format, cfg->k_scale[i]);
-            conv[LH + i] = format_scale(cfg->format, vs[i]);
+            conv[i] =
+                zeros ? cfg->k_scale[i] : format_scale(cfg->format, cfg->k_scale[i]);
+            conv[LH + i] = zeros ? vs[i] : format_scale(cfg->format, vs[i]);
+            if (zeros)
+                conv[2 * LH + i] = cfg->k_zero[i], conv[3 * LH + i] = cfg->v_zero[i];
         }
-        s->scales[0] = space, s->scales[1] = space + LH;
-        if (!(st = be->ops->sim_upload(be, s->scales[0], conv, LH)))
-            st = be->ops->sim_upload(be, s->scales[1], conv + LH, LH);
+        for (int i = 0; !st && i < (zeros ? 4 : 2); i++) {
+            float *dst = space + (size_t)i * LH;
+            if (i < 2)
+                s->scales[i] = dst;
+            else
+                s->zeros[i - 2] = dst;
+            st = be->ops->sim_upload(be, dst, conv + (size_t)i * LH, LH);
+        }
         free(conv);
         if (st)
             goto fail;
@@ -253,6 +316,10 @@ static kvcal_kv_qparams qparams_of(const kvcal_kv_sim_t *s, int l, const kvcal_k
     if (s->mode == KVCAL_KV_SIM_STATIC) {
         q.k_scale = s->scales[0] + (size_t)l * s->kv_heads;
         q.v_scale = s->scales[1] + (size_t)l * s->kv_heads;
+        if (s->zeros[0]) {
+            q.k_zero = s->zeros[0] + (size_t)l * s->kv_heads;
+            q.v_zero = s->zeros[1] + (size_t)l * s->kv_heads;
+        }
     } else if (s->format == KVCAL_KV_FORMAT_INT8_ASYM) {
         q.k_zero_cache = io->zero[0], q.v_zero_cache = io->zero[1];
     }
@@ -313,7 +380,7 @@ kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_
                                     s->format != KVCAL_KV_FORMAT_FP8_E4M3 ? &q : NULL);
     }
     if (!st && s->q_scale)
-        st = be->ops->sim_q_roundtrip(be, s->q_scale[layer]);
+        st = be->ops->sim_q_roundtrip(be, s->q_scale + (size_t)layer * s->kv_heads);
     return st ? kvcal_fail_context(st, "layer %d: ", layer) : KVCAL_OK;
 }
 

@@ -32,15 +32,21 @@ typedef struct kvcal_kv_sim_config {
      * otherwise (copied by kvcal_kv_sim_create). They are e4m3 scales
      * (absmax / 448, core/scale_rule.h), whatever the format: the
      * simulation turns each into the format's (int8: absmax / 127; NVFP4's
-     * global scale: absmax / (6 * 448), ModelOpt's). */
+     * global scale: absmax / (6 * 448), ModelOpt's); for INT8_ASYM they
+     * are the format's own (range / 255), beside k_zero / v_zero. */
     const float *k_scale, *v_scale;
+    /* (layers, kv_heads) host arrays, finite, for a STATIC INT8_ASYM cache
+     * (the library's zero points: the value code 0 stands for); NULL
+     * otherwise (copied) */
+    const float *k_zero, *v_zero;
     /* The cache format (0: e4m3, the modes above) and, for int8, how it
      * rounds. FIRST_BATCH is e4m3's alone, CAST e5m2's; NVFP4 is static. */
     kvcal_kv_format format;
     kvcal_kv_rounding rounding;
-    /* (layers) host array, finite and > 0, or NULL: the query's static
-     * scale per layer; set, the batch's queries go through e4m3 under it
-     * before attention (FlashAttention 3 with an fp8 cache; e4m3 only) */
+    /* (layers, kv_heads) host array, finite and > 0, or NULL: the query's
+     * static scale per layer and kv-head group; set, the batch's queries
+     * go through e4m3 under it, each query head under its group's, before
+     * attention (FlashAttention 3 with an fp8 cache; e4m3 only) */
     const float *q_scale;
     /* (layers) 1 where the layer's cache is simulated, 0 where K and V
      * stay exact (its sums stay 0); NULL: every layer (copied) */
@@ -55,7 +61,9 @@ typedef enum kvcal_kv_scales_kind {
 } kvcal_kv_scales_kind;
 
 /* k_scale and v_scale (layers, kv_heads) of `kind` from scales (unused for
- * UNIT, may be NULL then). */
+ * UNIT, may be NULL then), e4m3's: a set of zero points (INT8_ASYM) gives
+ * each head the largest |x| of its range (kvcal_scales_head_range_absmax)
+ * over 448. */
 void kvcal_kv_sim_static_scales(const kvcal_scales_t *scales, kvcal_kv_scales_kind kind,
                                 int layers, int kv_heads, float *k_scale,
                                 float *v_scale);
@@ -69,20 +77,32 @@ typedef struct kvcal_kv_sim_cache_mode {
     kvcal_kv_scales_kind kind;
     kvcal_kv_format format;
     kvcal_kv_rounding rounding;
-    int fp8_query; /* the query in e4m3 too: q_scale, or k_scale without one (vLLM) */
+    int fp8_query; /* the query in e4m3 too: q_scale, or 1.0 without one (vLLM) */
 } kvcal_kv_sim_cache_mode;
 
-#define KVCAL_KV_SIM_CACHE_MODES 9
+#define KVCAL_KV_SIM_CACHE_MODES 10
 extern const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES];
 
-/* The configuration of cache mode m; ks and vs (layers, kv_heads) scratch
- * that receives its static scales from scales (a static mode needs them),
- * qs (layers) its query scales: the layer's q_scale of the set, its K
- * scale (per tensor) where the set has none, as vLLM then uses it. */
+/* What the query's scale of an fp8_query mode is, per layer and kv-head
+ * group, as vLLM 0.32.0 reads the set. */
+typedef enum kvcal_kv_sim_q_source {
+    KVCAL_KV_SIM_Q_NONE = 0,      /* the mode quantizes no query */
+    KVCAL_KV_SIM_Q_PER_HEAD = 1,  /* per query head, reduced per kv-head group by max */
+    KVCAL_KV_SIM_Q_PER_LAYER = 2, /* the layer's q_scale */
+    KVCAL_KV_SIM_Q_UNIT = 3       /* none in the set: 1.0 (schemas/README.md) */
+} kvcal_kv_sim_q_source;
+
+/* The configuration of cache mode m; scratch (5, layers, kv_heads) floats
+ * receives its static scales (K, V), zero points (K, V) and the query's
+ * scales from scales (a static mode needs them): the set's per query head
+ * q scales reduced to one per kv-head group by their max, else its layer's
+ * q_scale, else 1.0, what vLLM quantizes the query under then (*q_source,
+ * may be NULL, says which). */
 kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
                                                    const kvcal_scales_t *scales,
-                                                   int layers, int kv_heads, float *ks,
-                                                   float *vs, float *qs);
+                                                   int layers, int kv_heads,
+                                                   float *scratch,
+                                                   kvcal_kv_sim_q_source *q_source);
 
 /* Bytes the KV cache of a model takes per token under cfg, every layer's K
  * and V (an MLA layer's one entry): the values (EXACT: a bf16 cache; e4m3,

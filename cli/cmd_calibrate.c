@@ -56,6 +56,7 @@ typedef struct {
     kvcal_kv_format kv_dtype; /* --kv-dtype */
     int q_scale;              /* --q-scale: observe Q, write q_scale */
     int signed_range;         /* --signed-range: keep each channel's min and max */
+    int force_offsets;        /* --force-offsets: non-zero offsets into --format ascend */
     kvcal_cmd_ranks *ranks;   /* this process's rank of the run */
 } options;
 
@@ -99,16 +100,23 @@ static void usage(FILE *f)
         "                       and all (default kvcal_scales.json,\n"
         "                       kv_cache_scales.json, kvcal-<format> or kvcal-out)\n"
         "  --format F           legacy | kvcal | checkpoint | modelopt | quark |\n"
-        "                       kv-scale | trtllm | all (default kvcal; kvcal convert\n"
-        "                       --help says what each holds); all writes\n"
+        "                       kv-scale | trtllm | ascend | all (default kvcal; kvcal\n"
+        "                       convert --help says what each holds); all writes\n"
         "                       kv_cache_scales.json, kvcal_scales.json and\n"
         "                       checkpoint/ under --out\n"
         "  --kv-dtype D         the cache the scales are for: fp8_e4m3 (default;\n"
-        "                       absmax / 448), int8 (absmax / 127) or nvfp4 (the\n"
-        "                       global scale, absmax / (6 x 448)); int8 writes\n"
-        "                       --format kvcal only, nvfp4 also modelopt\n"
-        "                       (kv_cache_quant_algo NVFP4; schemas/README.md says\n"
-        "                       which engine reads what); fp8_e5m2 needs no scale\n"
+        "                       absmax / 448), int8 (absmax / 127), int8_asym (a\n"
+        "                       scale and an offset per head from each channel's\n"
+        "                       signed range, ModelSlim's rule: int8 with zero\n"
+        "                       points) or nvfp4 (the global scale, absmax / (6 x\n"
+        "                       448)); int8 and int8_asym write --format kvcal or\n"
+        "                       ascend (vllm-ascend's C8; int8: offsets 0), nvfp4\n"
+        "                       kvcal or modelopt (kv_cache_quant_algo NVFP4;\n"
+        "                       schemas/README.md says which engine reads what);\n"
+        "                       fp8_e5m2 needs no scale\n"
+        "  --force-offsets      --format ascend: write int8_asym's non-zero offsets,\n"
+        "                       which vllm-ascend 0.23.0.post1 ignores on decode\n"
+        "                       (refused without it)\n"
         "  --q-scale            also observe every query after RoPE (and q_norm) and\n"
         "                       write q_scale (max |q| / 448, e4m3's: FlashAttention\n"
         "                       3 quantizes the query with an fp8 cache) per layer\n"
@@ -164,7 +172,8 @@ enum {
     O_SAVE_EVERY,
     O_KV_DTYPE,
     O_Q_SCALE,
-    O_SIGNED_RANGE
+    O_SIGNED_RANGE,
+    O_FORCE_OFFSETS
 };
 
 /* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
@@ -194,6 +203,9 @@ static int own_option(int c, const char *arg, void *ctx)
         return 1;
     case O_SIGNED_RANGE:
         o->signed_range = 1;
+        return 1;
+    case O_FORCE_OFFSETS:
+        o->force_offsets = 1;
         return 1;
     case O_RESUME:
         o->resume = 1;
@@ -227,17 +239,18 @@ static int own_option(int c, const char *arg, void *ctx)
             o->kv_dtype = KVCAL_KV_FORMAT_INT8;
         else if (!strcmp(arg, "nvfp4"))
             o->kv_dtype = KVCAL_KV_FORMAT_NVFP4;
+        else if (!strcmp(arg, "int8_asym"))
+            o->kv_dtype = KVCAL_KV_FORMAT_INT8_ASYM;
         else {
             fprintf(
                 stderr,
-                "kvcal calibrate: --kv-dtype '%s': expected fp8_e4m3, int8 or nvfp4%s\n",
+                "kvcal calibrate: --kv-dtype '%s': expected fp8_e4m3, int8, int8_asym "
+                "or nvfp4%s\n",
                 arg,
                 !strcmp(arg, "fp8_e5m2") ? " (fp8_e5m2 is a cast: it needs no scale; "
                                            "kvcal eval --modes fp8-e5m2 says what it "
                                            "costs)"
-                : !strncmp(arg, "int8", 4)
-                    ? " (the zero points of int8 with offsets are not calibrated yet)"
-                    : "");
+                                         : "");
             return -1;
         }
         return 1;
@@ -276,6 +289,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
         {"q-scale", no_argument, 0, O_Q_SCALE},
         {"signed-range", no_argument, 0, O_SIGNED_RANGE},
+        {"force-offsets", no_argument, 0, O_FORCE_OFFSETS},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -315,20 +329,47 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     /* where an engine reads them: NVFP4 global scales from a ModelOpt
-     * checkpoint (kv_cache_quant_algo NVFP4); static int8 scales nowhere
-     * (compressed-tensors refuses type int, ModelOpt maps INT8 to auto) */
+     * checkpoint (kv_cache_quant_algo NVFP4); static int8 scales from
+     * vllm-ascend's C8 checkpoint alone (compressed-tensors refuses type
+     * int, ModelOpt maps INT8 to auto) */
     const int nvfp4 = o->kv_dtype == KVCAL_KV_FORMAT_NVFP4;
+    const int int8 =
+        o->kv_dtype == KVCAL_KV_FORMAT_INT8 || o->kv_dtype == KVCAL_KV_FORMAT_INT8_ASYM;
+    if (o->kv_dtype == KVCAL_KV_FORMAT_FP8_E4M3 && fmt == KVCAL_FORMAT_ASCEND) {
+        fprintf(stderr, "kvcal calibrate: --format ascend is vllm-ascend's C8 cache, "
+                        "int8: add --kv-dtype int8 (offsets 0) or int8_asym\n");
+        return -1;
+    }
     if (o->kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 &&
-        ((fmt != KVCAL_FORMAT_KVCAL_JSON && !(nvfp4 && fmt == KVCAL_FORMAT_MODELOPT)) ||
+        ((fmt != KVCAL_FORMAT_KVCAL_JSON && !(nvfp4 && fmt == KVCAL_FORMAT_MODELOPT) &&
+          !(int8 && fmt == KVCAL_FORMAT_ASCEND)) ||
          o->report_path)) {
+        fprintf(
+            stderr,
+            "kvcal calibrate: --kv-dtype %s writes --format kvcal or %s only (%s; the "
+            "report draws e4m3's): leave out --format %s%s\n",
+            nvfp4                                 ? "nvfp4"
+            : o->kv_dtype == KVCAL_KV_FORMAT_INT8 ? "int8"
+                                                  : "int8_asym",
+            nvfp4 ? "modelopt" : "ascend",
+            nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint"
+                  : "no engine but vllm-ascend loads static int8 scales, and not from "
+                    "the legacy file or a vLLM checkpoint",
+            o->format, o->report_path ? " and --report" : "");
+        return -1;
+    }
+    if (o->force_offsets && fmt != KVCAL_FORMAT_ASCEND) {
+        fprintf(stderr, "kvcal calibrate: --force-offsets goes with --format ascend\n");
+        return -1;
+    }
+    /* offsets come from each channel's signed range */
+    o->signed_range |= o->kv_dtype == KVCAL_KV_FORMAT_INT8_ASYM;
+    if (o->kv_dtype == KVCAL_KV_FORMAT_INT8_ASYM &&
+        o->observer.kind == KVCAL_OBSERVER_ATTENTION) {
         fprintf(stderr,
-                "kvcal calibrate: --kv-dtype %s writes --format kvcal%s only (%s; the "
-                "report draws e4m3's): leave out --format %s%s\n",
-                nvfp4 ? "nvfp4" : "int8", nvfp4 ? " or modelopt" : "",
-                nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint"
-                      : "no engine loads static int8 scales from the legacy file or a "
-                        "checkpoint",
-                o->format, o->report_path ? " and --report" : "");
+                "kvcal calibrate: --observer attention searches symmetric scales; "
+                "with --kv-dtype int8_asym use minmax, ema, percentile or mse "
+                "(their threshold clips the signed range)\n");
         return -1;
     }
     if (!o->out)
@@ -687,8 +728,11 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
         (p->kvcal[0] && (st = kvcal_scales_write(scales, KVCAL_FORMAT_KVCAL_JSON,
                                                  p->kvcal, NULL, o->run.tp))) ||
         (p->checkpoint[0] &&
-         (st = kvcal_scales_write(scales, p->dir_format, p->checkpoint, model_dir,
-                                  o->run.tp))) ||
+         (st = p->dir_format == KVCAL_FORMAT_ASCEND
+                   ? kvcal_scales_write_ascend(scales, p->checkpoint, model_dir,
+                                               o->force_offsets)
+                   : kvcal_scales_write(scales, p->dir_format, p->checkpoint, model_dir,
+                                        o->run.tp))) ||
         (o->stats_path &&
          (st = kvcal_stats_write_hdf5(o->stats_path, stats, &scales->model,
                                       &scales->provenance))))
@@ -817,12 +861,18 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
               *va = cJSON_AddArrayToObject(o, "v_absmax");
         cJSON *ks = cJSON_AddArrayToObject(o, "k_scale"),
               *vs = cJSON_AddArrayToObject(o, "v_scale");
+        cJSON *ko = s->k_offset ? cJSON_AddArrayToObject(o, "k_offset") : NULL,
+              *vo = s->k_offset ? cJSON_AddArrayToObject(o, "v_offset") : NULL;
         for (int h = 0; h < s->num_kv_heads; h++) {
             int i = kvcal_scales_index(s, l, h);
             cJSON_AddItemToArray(ka, cJSON_CreateNumber(s->k_absmax[i]));
             cJSON_AddItemToArray(va, cJSON_CreateNumber(s->v_absmax[i]));
             cJSON_AddItemToArray(ks, cJSON_CreateNumber(s->k_head[i]));
             cJSON_AddItemToArray(vs, cJSON_CreateNumber(s->v_head[i]));
+            if (ko) {
+                cJSON_AddItemToArray(ko, cJSON_CreateNumber(s->k_offset[i]));
+                cJSON_AddItemToArray(vo, cJSON_CreateNumber(s->v_offset[i]));
+            }
         }
         if (s->mla_kv_lora_rank) { /* the MLA entry's parts */
             cJSON_AddNumberToObject(o, "latent_absmax", s->mla_latent_absmax[l]);
@@ -948,6 +998,16 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     if ((st = kvcal_model_open(o.run.model, &model)))
         goto fail;
     const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (!o.time_only && plan.dir_format == KVCAL_FORMAT_ASCEND &&
+        !strcmp(d->source, "llama2c")) {
+        st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                        "--format ascend: %s is a llama2.c model; vllm-ascend serves "
+                        "Hugging Face checkpoints, whose weights its "
+                        "quant_model_description.json must list: calibrate the "
+                        "checkpoint's directory",
+                        o.run.model);
+        goto fail;
+    }
     if (!o.run.seq_len)
         o.run.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
     if (o.run.seq_len > d->max_seq_len) {
@@ -1081,10 +1141,12 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         (st = attention_thresholds(model, samples, &o, batch, stats, &attn_t)))
         goto fail;
     o.observer.thresholds = attn_t;
+    const int asym = o.kv_dtype == KVCAL_KV_FORMAT_INT8_ASYM;
     if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
+        (asym && (st = kvcal_scales_set_offsets(scales, 1))) ||
         (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
                                     warn_stderr, NULL)) ||
-        (o.kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 &&
+        (o.kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 && !asym &&
          (st = kvcal_scales_rescale(scales, o.kv_dtype))))
         goto fail;
     kvcal_model_identity_get(model, &scales->model);

@@ -251,7 +251,7 @@ int kvcal_cmd_parse_format(const char *name, kvcal_format *out)
         {"legacy", KVCAL_FORMAT_LEGACY_JSON},    {"kvcal", KVCAL_FORMAT_KVCAL_JSON},
         {"checkpoint", KVCAL_FORMAT_CHECKPOINT}, {"modelopt", KVCAL_FORMAT_MODELOPT},
         {"quark", KVCAL_FORMAT_QUARK},           {"kv-scale", KVCAL_FORMAT_KV_SCALE},
-        {"trtllm", KVCAL_FORMAT_TRTLLM},
+        {"trtllm", KVCAL_FORMAT_TRTLLM},         {"ascend", KVCAL_FORMAT_ASCEND},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i].name)) {
@@ -272,6 +272,8 @@ int kvcal_cmd_dir_files(kvcal_format f, const char *model_dir, const char **name
             names[n++] = "rank0.safetensors";
         return n;
     }
+    if (f == KVCAL_FORMAT_ASCEND)
+        return kvcal_scales_ascend_files(names, max);
     return kvcal_format_is_dir(f)
                ? kvcal_scales_checkpoint_files(f, model_dir, names, max)
                : 0;

@@ -142,7 +142,8 @@ double kvcal_cmd_now_s(void);
 /* --- scales formats ------------------------------------------------------ */
 
 /* The format names --format / --to take. */
-#define KVCAL_CMD_FORMATS "legacy, kvcal, checkpoint, modelopt, quark, kv-scale or trtllm"
+#define KVCAL_CMD_FORMATS                                                                \
+    "legacy, kvcal, checkpoint, modelopt, quark, kv-scale, trtllm or ascend"
 #define KVCAL_CMD_MAX_DIR_FILES 4
 
 /* Parses a format name of KVCAL_CMD_FORMATS; -1 when unknown. */

@@ -20,7 +20,8 @@ static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: kvcal convert FILE --to FORMAT [--model DIR] [--tp N] --out PATH\n\n"
+        "usage: kvcal convert FILE --to FORMAT [--model DIR] [--tp N] --out PATH\n"
+        "                     [--force-offsets]\n\n"
         "Converts KV-cache scales between formats (FILE: legacy JSON, kvcal JSON, a\n"
         "checkpoint directory / .safetensors shard of any naming below, or a\n"
         "TensorRT-LLM checkpoint directory).\n\n"
@@ -33,15 +34,21 @@ static void usage(FILE *f)
         "               q_proj.output_scale; a Quark model with an FP8 KV cache),\n"
         "               kv-scale (the old single self_attn.kv_scale; an fp8, modelopt\n"
         "               or quark model), trtllm (rank<r>.safetensors with\n"
-        "               kv_cache_scaling_factor + config.json, --tp ranks)\n"
+        "               kv_cache_scaling_factor + config.json, --tp ranks), ascend\n"
+        "               (vllm-ascend's C8: k_proj / v_proj.kv_cache_scale and\n"
+        "               kv_cache_offset + quant_model_description.json; int8 sets,\n"
+        "               offsets 0 for a symmetric one)\n"
         "  --model DIR  model directory (config.json); required for the checkpoint,\n"
-        "               modelopt, quark and kv-scale targets\n"
+        "               modelopt, quark, kv-scale and ascend targets\n"
         "  --tp N       tensor-parallel size: the rank count a legacy FILE is read with\n"
         "               and a legacy output is written for (default: the file's / 1)\n"
         "  --out PATH   output file (legacy, kvcal) or directory (checkpoint); may be\n"
         "               the model directory itself for --to checkpoint (its config.json\n"
         "               and index are rewritten, every field kept), never FILE or\n"
-        "               another input\n\n"
+        "               another input\n"
+        "  --force-offsets\n"
+        "               --to ascend: write an int8_asym set's non-zero offsets, which\n"
+        "               vllm-ascend 0.23.0.post1 ignores on decode (refused without)\n\n"
         "Outputs are written to temporary files beside them and renamed into place\n"
         "once all were written: a failed conversion writes nothing and leaves no\n"
         "directory it created. A symbolic link at --out is written through (the file\n"
@@ -112,7 +119,7 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
                 "(its FlashAttention 3 backend applies them per head, on Hopper); "
                 "sglang reads per-tensor scales only\n");
     if (to != KVCAL_FORMAT_CHECKPOINT && to != KVCAL_FORMAT_LEGACY_JSON &&
-        to != KVCAL_FORMAT_KVCAL_JSON &&
+        to != KVCAL_FORMAT_KVCAL_JSON && to != KVCAL_FORMAT_ASCEND &&
         kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
         fprintf(stderr,
                 "convert: lost: per-head scales become one per layer (the max over "
@@ -122,6 +129,9 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
         fprintf(stderr,
                 "convert: lost: separate K and V scales become one value per layer, "
                 "max(k, v)\n");
+    if (to == KVCAL_FORMAT_ASCEND && s->format == KVCAL_KV_FORMAT_INT8)
+        fprintf(stderr, "convert: note: a symmetric int8 set: every kv_cache_offset is "
+                        "0\n");
     if (to != KVCAL_FORMAT_KVCAL_JSON && to != KVCAL_FORMAT_QUARK && s->has_q)
         fprintf(stderr, "convert: lost: the query scales (q_scale; kept by the kvcal and "
                         "quark formats)\n");
@@ -175,14 +185,17 @@ static int check_outputs(const char *path, const char *model, kvcal_format to,
 /* Writes s in `to` at out as one batch: everything, or nothing and no
  * directory it created. */
 static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
-                                 const char *out, const char *model, int tp)
+                                 const char *out, const char *model, int tp,
+                                 int force_offsets)
 {
     kvcal_atomic_batch_t *batch = NULL;
     kvcal_status st = kvcal_atomic_batch_begin(&batch);
     if (!st && kvcal_format_is_dir(to))
         st = kvcal_atomic_batch_mkdir(batch, out);
     if (!st)
-        st = kvcal_scales_write(s, to, out, model, tp);
+        st = to == KVCAL_FORMAT_ASCEND
+                 ? kvcal_scales_write_ascend(s, out, model, force_offsets)
+                 : kvcal_scales_write(s, to, out, model, tp);
     if (st) {
         kvcal_atomic_batch_abort(batch);
         return st;
@@ -193,16 +206,23 @@ static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
 KVCAL_COMMAND(convert, "convert", "convert scales between every format engines read")
 {
     static const struct option opts[] = {
-        {"to", required_argument, NULL, 'T'}, {"model", required_argument, NULL, 'm'},
-        {"tp", required_argument, NULL, 't'}, {"out", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
+        {"to", required_argument, NULL, 'T'},
+        {"model", required_argument, NULL, 'm'},
+        {"tp", required_argument, NULL, 't'},
+        {"out", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {"force-offsets", no_argument, NULL, 'F'},
+        {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *out = NULL;
     kvcal_format to = KVCAL_FORMAT_UNKNOWN;
-    int tp = 0, c;
+    int tp = 0, c, force_offsets = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "T:m:t:o:h", opts, NULL)) != -1) {
         switch (c) {
+        case 'F':
+            force_offsets = 1;
+            break;
         case 'T':
             if (kvcal_cmd_parse_format(optarg, &to)) {
                 fprintf(stderr, "kvcal convert: --to %s: expected %s\n", optarg,
@@ -235,6 +255,10 @@ KVCAL_COMMAND(convert, "convert", "convert scales between every format engines r
         usage(stderr);
         return KVCAL_EXIT_USAGE;
     }
+    if (force_offsets && to != KVCAL_FORMAT_ASCEND) {
+        fprintf(stderr, "kvcal convert: --force-offsets goes with --to ascend\n");
+        return KVCAL_EXIT_USAGE;
+    }
     if (kvcal_format_is_dir(to) && to != KVCAL_FORMAT_TRTLLM && !model) {
         fprintf(stderr,
                 "kvcal convert: --to %s needs --model DIR (its config.json is "
@@ -255,7 +279,8 @@ KVCAL_COMMAND(convert, "convert", "convert scales between every format engines r
     }
     int out_tp = tp ? tp : 1;
     report_losses(s, to, out_tp);
-    if (kvcal_format_is_dir(to) && to != KVCAL_FORMAT_TRTLLM) {
+    if (kvcal_format_is_dir(to) && to != KVCAL_FORMAT_TRTLLM &&
+        to != KVCAL_FORMAT_ASCEND) {
         char p[4096];
         struct stat sb;
         snprintf(p, sizeof p, "%s/model.safetensors", model);
@@ -267,7 +292,7 @@ KVCAL_COMMAND(convert, "convert", "convert scales between every format engines r
                     "index lists only kv_scales.safetensors\n",
                     model);
     }
-    st = write_output(s, to, out, model, out_tp);
+    st = write_output(s, to, out, model, out_tp, force_offsets);
     int rc = KVCAL_EXIT_OK;
     if (st) {
         fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());

@@ -109,8 +109,10 @@ static void usage(FILE *f)
                 cache_mode(m) ? cache_mode(m)->help : e4m3_help[m]);
     fprintf(
         f, "                       (default: the e4m3 modes; all: every mode; the\n"
-           "                       static modes need --scales, an e4m3 scale set whose\n"
-           "                       absmax each format's scales are made from)\n"
+           "                       static modes need --scales, a scale set whose\n"
+           "                       absmax (or range) each format's scales are made\n"
+           "                       from; int8-asym-static takes the scales and offsets\n"
+           "                       of an int8_asym set as they are)\n"
            "  --tolerance PCT      the recommended cache is the smallest whose\n"
            "                       perplexity is within PCT percent of the baseline\n"
            "                       (default 0.5)\n"
@@ -291,16 +293,18 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
                               kvcal_cmd_progress_elapsed(&c->pr));
 }
 
-/* The simulated cache of `mode`; ks and vs (layers, kv_heads) scratch, then
- * (layers) more floats past vs for the query's scales. */
+/* The simulated cache of `mode`; scratch (5, layers, kv_heads) floats for
+ * its scales (kvcal_kv_sim_cache_mode_config), *q (may be NULL) what its
+ * query's scale is. */
 static kvcal_kv_sim_config mode_config(int mode, const kvcal_scales_t *scales,
-                                       const kvcal_model_desc *d, float *ks, float *vs)
+                                       const kvcal_model_desc *d, float *scratch,
+                                       kvcal_kv_sim_q_source *q)
 {
+    float *ks = scratch, *vs = ks + (size_t)d->num_layers * d->num_kv_heads;
     kvcal_kv_sim_config c = {.mode = KVCAL_KV_SIM_STATIC, .k_scale = ks, .v_scale = vs};
     if (cache_mode(mode))
-        return kvcal_kv_sim_cache_mode_config(
-            cache_mode(mode), scales, d->num_layers, d->num_kv_heads, ks, vs,
-            vs + (size_t)d->num_layers * d->num_kv_heads);
+        return kvcal_kv_sim_cache_mode_config(cache_mode(mode), scales, d->num_layers,
+                                              d->num_kv_heads, scratch, q);
     switch (mode) {
     case MODE_BASELINE:
         return (kvcal_kv_sim_config){.mode = KVCAL_KV_SIM_EXACT};
@@ -412,7 +416,7 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     const int64_t n = kvcal_exec_predicted_tokens(&run);
     const int64_t total = kvcal_exec_predicted_tokens(&all);
     const int compare = base && !whole;
-    float *ks = malloc((2 * lh + (size_t)d->num_layers) * sizeof *ks);
+    float *ks = malloc(5 * lh * sizeof *ks);
     r->mode = mode;
     r->sums = base ? calloc((size_t)d->num_layers, sizeof *r->sums) : NULL;
     r->nll = malloc((size_t)(n ? n : 1) * sizeof *r->nll);
@@ -428,13 +432,20 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
                         "%s: no sample has two tokens to predict from", o->run.dataset);
         goto done;
     }
-    kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
+    kvcal_kv_sim_q_source q_source = KVCAL_KV_SIM_Q_NONE;
+    kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, &q_source);
     cfg.layers = layers;
-    if (cfg.q_scale && !o->run.quiet && (!o->ranks || o->ranks->rank == 0))
+    static const char *const q_text[] = {
+        "",
+        "the set's per-query-head q_scale, reduced to one per kv-head group by their "
+        "max as vLLM reads it",
+        "the set's q_scale per layer",
+        "1.0: the set has no q_scale, and vLLM 0.32.0 then quantizes the query under "
+        "1.0 (BaseKVCacheMethod.process_weights_after_loading, whatever its warning "
+        "says; compressed-tensors keeps its ones); calibrate --q-scale writes one"};
+    if (q_source && !o->run.quiet && (!o->ranks || o->ranks->rank == 0))
         fprintf(stderr, "eval %s: the query in e4m3 under %s\n", mode_name(mode),
-                scales->has_q ? "the set's q_scale"
-                              : "each layer's k_scale (the set has no q_scale: calibrate "
-                                "--q-scale writes one; vLLM 0.32.0 then uses 1.0)");
+                q_text[q_source]);
     r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
     r->clip_counted =
         !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
@@ -962,11 +973,47 @@ static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o,
             (size_t)scales->num_layers * scales->num_kv_heads * sizeof(float);
         h = kvcal_cmd_ranks_hash(h, scales->k_head, n);
         h = kvcal_cmd_ranks_hash(h, scales->v_head, n);
+        if (scales->k_offset)
+            h = kvcal_cmd_ranks_hash(h, scales->k_offset, 2 * n);
     }
     h = kvcal_cmd_ranks_hash(h, s->ids,
                              (size_t)s->num_samples * s->seq_len * sizeof *s->ids);
     return kvcal_cmd_ranks_hash(h, s->lengths,
                                 (size_t)s->num_samples * sizeof *s->lengths);
+}
+
+/* 1 (why says so) when cache mode m cannot run on the model d with scales
+ * (may be NULL): an MLA model's modes that no engine runs (and fp8-ds-mla on
+ * any other model), a format whose rows head_dim does not fill, zero points
+ * the set does not hold. */
+static int mode_left_out(int m, const kvcal_model_desc *d, const kvcal_scales_t *scales,
+                         char *why, size_t n)
+{
+    const kvcal_kv_sim_cache_mode *c = cache_mode(m);
+    /* MLA: fp8-ds-mla is its cache alone; its other caches are e4m3; a query
+     * in FP8 is the absorbed one */
+    if (c && c->mode == KVCAL_KV_SIM_DS_MLA && !d->mla)
+        snprintf(why, n, "it is the cache of MLA models (DeepSeek-V2/V3, Kimi K2)");
+    else if (c && c->fp8_query && d->mla)
+        snprintf(why, n,
+                 "an MLA model's query in FP8 is vLLM's absorbed query, which kvcal does "
+                 "not compute");
+    else if (c && d->mla && c->format != KVCAL_KV_FORMAT_FP8_E4M3)
+        snprintf(why, n,
+                 "no MLA backend of vLLM 0.32.0 caches this format (they cache bf16, fp8 "
+                 "e4m3 or fp8_ds_mla)");
+    else if (c && !kvcal_kv_format_row_bytes(c->format, d->head_dim))
+        snprintf(why, n, "head_dim %d is not a multiple of 16, as the format needs",
+                 d->head_dim);
+    else if (c && c->mode == KVCAL_KV_SIM_STATIC &&
+             c->format == KVCAL_KV_FORMAT_INT8_ASYM && scales &&
+             scales->format != KVCAL_KV_FORMAT_INT8_ASYM)
+        snprintf(why, n,
+                 "the scales hold no offsets (zero points): calibrate --kv-dtype "
+                 "int8_asym writes them");
+    else
+        return 0;
+    return 1;
 }
 
 /* The directory holding the model's config.json (NULL for a llama2.c file). */
@@ -1014,47 +1061,6 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
                         o.run.seq_len, d->max_seq_len);
         goto fail;
     }
-    for (int m = 0; m < NUM_MODES; m++) {
-        /* MLA: fp8-ds-mla is its cache alone; its other caches are e4m3; a
-         * query in FP8 is the absorbed one */
-        const kvcal_kv_sim_cache_mode *c = cache_mode(m);
-        const char *why = !o.modes[m] || !c ? NULL
-                          : c->mode == KVCAL_KV_SIM_DS_MLA && !d->mla
-                              ? "it is the cache of MLA models (DeepSeek-V2/V3, Kimi K2)"
-                          : c->fp8_query && d->mla
-                              ? "an MLA model's query in FP8 is vLLM's absorbed query, "
-                                "which kvcal does not compute"
-                          : d->mla && c->format != KVCAL_KV_FORMAT_FP8_E4M3
-                              ? "no MLA backend of vLLM 0.32.0 caches this format (they "
-                                "cache bf16, fp8 e4m3 or fp8_ds_mla)"
-                              : NULL;
-        if (!why)
-            continue;
-        if (!o.modes_all) {
-            st = kvcal_fail(KVCAL_ERR_INVALID_ARG, "--modes %s: %s", mode_name(m), why);
-            goto fail;
-        }
-        o.modes[m] = 0;
-        if (!o.run.quiet)
-            fprintf(stderr, "kvcal eval: note: %s left out: %s\n", mode_name(m), why);
-    }
-    for (int m = 0; m < NUM_MODES; m++)
-        if (o.modes[m] && cache_mode(m) &&
-            !kvcal_kv_format_row_bytes(cache_mode(m)->format, d->head_dim)) {
-            if (!o.modes_all) {
-                st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                                "--modes %s: the format needs head_dim a multiple of 16, "
-                                "%s has %d",
-                                mode_name(m), o.run.model, d->head_dim);
-                goto fail;
-            }
-            o.modes[m] = 0;
-            if (!o.run.quiet)
-                fprintf(stderr,
-                        "kvcal eval: note: %s left out: head_dim %d is not a "
-                        "multiple of 16\n",
-                        mode_name(m), d->head_dim);
-        }
     if (o.scales) {
         if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.run.tp, &scales)))
             goto fail;
@@ -1067,6 +1073,20 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
                             d->num_kv_heads);
             goto fail;
         }
+    }
+    /* the modes this model or scale set cannot run: left out of all, refused
+     * when named */
+    for (int m = 0; m < NUM_MODES; m++) {
+        char why[256];
+        if (!o.modes[m] || !mode_left_out(m, d, scales, why, sizeof why))
+            continue;
+        if (!o.modes_all) {
+            st = kvcal_fail(KVCAL_ERR_INVALID_ARG, "--modes %s: %s", mode_name(m), why);
+            goto fail;
+        }
+        o.modes[m] = 0;
+        if (!o.run.quiet)
+            fprintf(stderr, "kvcal eval: note: %s left out: %s\n", mode_name(m), why);
     }
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
                                   1, o.run.text_field};

@@ -656,9 +656,10 @@ static int inspect_scales(const char *path, inspect_opts *o)
     cJSON_AddNumberToObject(j, "num_layers", s->num_layers);
     cJSON_AddNumberToObject(j, "num_kv_heads", s->num_kv_heads);
     cJSON_AddStringToObject(j, "granularity", per_head ? "head" : "tensor");
-    const char *dtype = s->format == KVCAL_KV_FORMAT_INT8    ? "int8"
-                        : s->format == KVCAL_KV_FORMAT_NVFP4 ? "nvfp4"
-                                                             : "float8_e4m3fn";
+    const char *dtype = s->format == KVCAL_KV_FORMAT_INT8        ? "int8"
+                        : s->format == KVCAL_KV_FORMAT_NVFP4     ? "nvfp4"
+                        : s->format == KVCAL_KV_FORMAT_INT8_ASYM ? "int8_asym"
+                                                                 : "float8_e4m3fn";
     cJSON_AddStringToObject(j, "dtype", dtype);
     cJSON_AddBoolToObject(j, "kv_shared", s->kv_shared);
     add_provenance(j, &s->model, &s->provenance);

@@ -95,6 +95,11 @@ const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g, int 
                "max(k, v) over its\n  kv heads, and config.json (kv_cache_quant_algo "
                "FP8, "
                "mapping): merge into TensorRT-LLM's\n  converted checkpoint";
+    case KVCAL_FORMAT_ASCEND:
+        return "  ascend: k_proj / v_proj.kv_cache_scale and kv_cache_offset per layer "
+               "(per head: repeated\n  over head_dim) and quant_model_description.json "
+               "(kv_cache_type C8), read by vllm-ascend's\n  C8 cache; 0.23.0.post1 "
+               "dequantizes decode without the offsets";
     case KVCAL_FORMAT_UNKNOWN:
         break;
     }

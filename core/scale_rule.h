@@ -10,6 +10,8 @@
 #ifndef KVCAL_CORE_SCALE_RULE_H
 #define KVCAL_CORE_SCALE_RULE_H
 
+#include <math.h>
+
 #ifdef __CUDACC__
 #define KVCAL_HOST_DEVICE __host__ __device__
 #else
@@ -50,6 +52,35 @@ static inline KVCAL_HOST_DEVICE double kvcal_clip_bound(float scale)
 static inline KVCAL_HOST_DEVICE int kvcal_scale_is_valid(float s)
 {
     return s > 0.0f && s <= 3.4028234663852886e38f;
+}
+
+/* --- int8 with zero points (vllm-ascend's C8 cache) ------------------------
+ *
+ * The cache stores q = clamp(round(x / scale + offset), -128, 127) and reads
+ * back x = (q - offset) * scale (vllm-ascend's kv_cache_scale /
+ * kv_cache_offset). Scale and offset of a signed range [lo, hi] are
+ * ModelSlim's (msmodelslim/ir/api/impl/int_quantization.py,
+ * calculate_int_qparam, asymmetric, signed int8), in fp32: the range is
+ * widened to hold 0, scale = max(hi / 255 - lo / 255, FLT_EPSILON), offset
+ * = round_half_even(-lo / scale) - 128, an integer in [-128, 127]. */
+#define KVCAL_INT8_ASYM_LEVELS 255.0f
+#define KVCAL_INT8_ASYM_SCALE_FLOOR 1.1920928955078125e-7f /* FLT_EPSILON */
+
+static inline KVCAL_HOST_DEVICE void kvcal_int8_asym_params(float lo, float hi,
+                                                            float *scale, float *offset)
+{
+    lo = lo < 0.0f ? lo : 0.0f;
+    hi = hi > 0.0f ? hi : 0.0f;
+    float s = hi / KVCAL_INT8_ASYM_LEVELS - lo / KVCAL_INT8_ASYM_LEVELS;
+    s = s > KVCAL_INT8_ASYM_SCALE_FLOOR ? s : KVCAL_INT8_ASYM_SCALE_FLOOR;
+    *scale = s;
+    *offset = rintf(-lo / s) - 128.0f;
+}
+
+/* 1 when an offset may be written: an integer in [-128, 127]. */
+static inline KVCAL_HOST_DEVICE int kvcal_int8_offset_is_valid(float o)
+{
+    return o >= -128.0f && o <= 127.0f && o == rintf(o);
 }
 
 #endif

@@ -60,8 +60,37 @@ void kvcal_scales_destroy(kvcal_scales_t *s)
     if (!s)
         return;
     free(s->q_head);
+    free(s->k_offset);
     free(s->slab);
     free(s);
+}
+
+kvcal_status kvcal_scales_set_offsets(kvcal_scales_t *s, int on)
+{
+    if (!on) {
+        free(s->k_offset);
+        s->k_offset = s->v_offset = NULL;
+        if (s->format == KVCAL_KV_FORMAT_INT8_ASYM)
+            s->format = KVCAL_KV_FORMAT_INT8;
+        return KVCAL_OK;
+    }
+    const size_t n = (size_t)s->num_layers * (size_t)s->num_kv_heads;
+    if (!s->k_offset && !(s->k_offset = calloc(2 * n, sizeof *s->k_offset)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_scales_set_offsets: out of memory");
+    s->v_offset = s->k_offset + n;
+    s->format = KVCAL_KV_FORMAT_INT8_ASYM;
+    return KVCAL_OK;
+}
+
+float kvcal_scales_head_range_absmax(const kvcal_scales_t *s, int layer, int head, int kv)
+{
+    const int i = kvcal_scales_index(s, layer, head);
+    const float scale = (kv ? s->v_head : s->k_head)[i];
+    if (s->format != KVCAL_KV_FORMAT_INT8_ASYM || !s->k_offset)
+        return (float)((double)scale * kvcal_scales_format_qmax(s->format));
+    const double o = (kv ? s->v_offset : s->k_offset)[i];
+    const double below = (o + 128.0) * scale, above = (127.0 - o) * scale;
+    return (float)(below > above ? below : above);
 }
 
 kvcal_status kvcal_scales_set_q_heads(kvcal_scales_t *s, int num_q_heads)
@@ -296,6 +325,8 @@ float kvcal_scales_format_qmax(kvcal_kv_format format)
         return 127.0f;
     case KVCAL_KV_FORMAT_NVFP4:
         return 6.0f * KVCAL_FP8_E4M3_MAX;
+    case KVCAL_KV_FORMAT_INT8_ASYM:
+        return KVCAL_INT8_ASYM_LEVELS;
     default:
         return 0.0f;
     }
@@ -304,10 +335,12 @@ float kvcal_scales_format_qmax(kvcal_kv_format format)
 kvcal_status kvcal_scales_rescale(kvcal_scales_t *s, kvcal_kv_format format)
 {
     const float qmax = kvcal_scales_format_qmax(format);
-    if (!s || qmax == 0.0f || s->format != KVCAL_KV_FORMAT_FP8_E4M3)
+    if (!s || qmax == 0.0f || format == KVCAL_KV_FORMAT_INT8_ASYM ||
+        s->format != KVCAL_KV_FORMAT_FP8_E4M3)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "kvcal_scales_rescale: format %d: scale sets hold e4m3, int8 "
-                          "and NVFP4 scales, rescaled from e4m3's",
+                          "kvcal_scales_rescale: format %d: int8 and NVFP4 scales are "
+                          "rescaled from e4m3's; int8 with offsets comes from the signed "
+                          "range",
                           (int)format);
     const double f = (double)KVCAL_FP8_E4M3_MAX / qmax;
     const size_t n = (size_t)s->num_layers * s->num_kv_heads;
@@ -335,6 +368,14 @@ kvcal_status kvcal_scales_check_finite(const kvcal_scales_t *s, const char *what
                                   "%s: layer %d kv head %d: V scale %g is not a finite "
                                   "positive number; nothing was written",
                                   what, l, h, (double)s->v_head[i]);
+            for (int kv = 0; s->k_offset && kv < 2; kv++) {
+                const float o = (kv ? s->v_offset : s->k_offset)[i];
+                if (!kvcal_int8_offset_is_valid(o))
+                    return kvcal_fail(KVCAL_ERR_NONFINITE,
+                                      "%s: layer %d kv head %d: %s offset %g is not an "
+                                      "integer in [-128, 127]; nothing was written",
+                                      what, l, h, kv ? "V" : "K", (double)o);
+            }
         }
     return KVCAL_OK;
 }

@@ -37,8 +37,9 @@ struct kvcal_scales {
     int num_kv_heads;
     kvcal_granularity granularity;
     /* the cache format the scales are for: FP8_E4M3 (absmax / 448, the
-     * default), INT8 (absmax / 127) or NVFP4 (the global scale, absmax /
-     * (6 x 448)); only the kvcal format holds the latter two */
+     * default), INT8 (absmax / 127), NVFP4 (the global scale, absmax /
+     * (6 x 448)) or INT8_ASYM (a scale and an offset per head from the
+     * signed range, core/scale_rule.h, k_offset / v_offset below) */
     kvcal_kv_format format;
     int kv_shared;  /* 1 when K and V were one value (legacy input) */
     int has_absmax; /* k_absmax / v_absmax filled */
@@ -69,6 +70,12 @@ struct kvcal_scales {
      * (kvcal_scales_set_q_heads; 0 / NULL: none), e4m3's as q_scale */
     int num_q_heads;
     float *q_head; /* (num_layers, num_q_heads) */
+    /* added later, outside the slab: the offsets of an INT8_ASYM set
+     * (kvcal_scales_set_offsets; NULL: none), vllm-ascend's kv_cache_offset:
+     * q = clamp(round(x / scale + offset), -128, 127), x = (q - offset) *
+     * scale; integers in [-128, 127] */
+    float *k_offset; /* (num_layers, num_kv_heads) */
+    float *v_offset; /* (num_layers, num_kv_heads) */
 };
 
 /* Index of (layer, head) in the per-head arrays. */
@@ -78,23 +85,36 @@ static inline int kvcal_scales_index(const kvcal_scales_t *s, int layer, int hea
 }
 
 /* absmax / scale of the scale sets of `format`: 448 (e4m3), 127 (int8),
- * 2688 (NVFP4's global scale); 0 for the formats no scale set holds (e5m2,
- * int8 with zero points). */
+ * 2688 (NVFP4's global scale); for INT8_ASYM the range over the scale,
+ * (max - min) / scale = 255; 0 for e5m2, which no scale set holds. */
 float kvcal_scales_format_qmax(kvcal_kv_format format);
 
 /* Rescales a set of e4m3 scales (absmax / 448, s->format FP8_E4M3) to
  * format's (absmax / qmax), every K and V scale (the query's stay e4m3's),
  * and drops the
  * clipping estimates (they count e4m3's clipping). KVCAL_ERR_UNSUPPORTED
- * for a format no scale set holds. */
+ * for e5m2 and for INT8_ASYM, whose scales come from the signed range
+ * (kvcal_stats_to_scales). */
 kvcal_status kvcal_scales_rescale(kvcal_scales_t *s, kvcal_kv_format format);
+
+/* on 1: makes room for the offsets of an INT8_ASYM set (k_offset,
+ * v_offset, zeroed) and sets s->format to INT8_ASYM; a second call keeps
+ * them. 0 drops them (s->format becomes INT8). */
+kvcal_status kvcal_scales_set_offsets(kvcal_scales_t *s, int on);
+
+/* The largest |x| of (layer, head)'s K (kv 0) or V (1) range under an
+ * INT8_ASYM set: max((offset + 128) * scale, (127 - offset) * scale); for
+ * another set, the scale times kvcal_scales_format_qmax. */
+float kvcal_scales_head_range_absmax(const kvcal_scales_t *s, int layer, int head,
+                                     int kv);
 
 /* Makes room for per query head scales (q_head, zeroed; num_q_heads in [1,
  * 65536], a multiple of the kv heads); 0 drops them. */
 kvcal_status kvcal_scales_set_q_heads(kvcal_scales_t *s, int num_q_heads);
 
-/* Checks every scale is finite and > 0; on failure names layer and head.
- * `what` prefixes the message (usually a file name). */
+/* Checks every scale is finite and > 0, and every offset (INT8_ASYM) an
+ * integer in [-128, 127]; on failure names layer and head. `what` prefixes
+ * the message (usually a file name). */
 kvcal_status kvcal_scales_check_finite(const kvcal_scales_t *s, const char *what);
 
 #endif

@@ -39,8 +39,11 @@ typedef enum kvcal_format {
     KVCAL_FORMAT_MODELOPT = 4,    /* ModelOpt: k_proj.k_scale / v_proj.v_scale */
     KVCAL_FORMAT_QUARK = 5,       /* Quark: k_proj / v_proj (/ q_proj).output_scale */
     KVCAL_FORMAT_KV_SCALE = 6,    /* the old single self_attn.kv_scale (AMD, fp8) */
-    KVCAL_FORMAT_TRTLLM = 7       /* TensorRT-LLM: rank<r>.safetensors
+    KVCAL_FORMAT_TRTLLM = 7,      /* TensorRT-LLM: rank<r>.safetensors
                                      kv_cache_scaling_factor */
+    KVCAL_FORMAT_ASCEND = 8       /* vllm-ascend's C8 (int8) cache: ModelSlim's
+                                     k_proj.kv_cache_scale / kv_cache_offset +
+                                     quant_model_description.json */
 } kvcal_format;
 
 /* A set of K/V scales for every layer (and kv head), with optional absmax,
@@ -127,13 +130,17 @@ KVCAL_API kvcal_status kvcal_scales_load(const char *path, const char *model_dir
  * (one entry per rank). The formats read by BaseKVCacheMethod (modelopt,
  * quark, kv-scale) and trtllm hold one scale per layer: the max over heads
  * (kv-scale and trtllm: max(k, v) too). Refuses non-finite, zero or negative
- * scales (KVCAL_ERR_NONFINITE / KVCAL_ERR_FORMAT) and writes nothing then. */
+ * scales (KVCAL_ERR_NONFINITE / KVCAL_ERR_FORMAT) and writes nothing then.
+ * ascend takes int8 sets alone (offsets 0 for a symmetric one) and refuses
+ * non-zero offsets: vllm-ascend 0.23.0.post1 dequantizes decode without
+ * them (KVCAL_ERR_UNSUPPORTED). */
 KVCAL_API kvcal_status kvcal_scales_write(const kvcal_scales_t *scales,
                                           kvcal_format format, const char *path,
                                           const char *model_dir, int tp);
 
 /* Short name of a format ("legacy-json", "kvcal-json", "checkpoint",
- * "modelopt", "quark", "kv-scale", "trtllm", "unknown"); never NULL. */
+ * "modelopt", "quark", "kv-scale", "trtllm", "ascend", "unknown"); never
+ * NULL. */
 KVCAL_API const char *kvcal_format_name(kvcal_format format);
 
 /* --- validation ---------------------------------------------------------- */

@@ -449,6 +449,23 @@ static kvcal_status queries_to_scales(const kvcal_stats_t *stats, kvcal_scales_t
     return st;
 }
 
+/* The signed range of (layer, kv) over heads h0 .. h1 - 1 and their
+ * channels, clipped to [-t, t] (the observer's threshold). */
+static void signed_range(const kvcal_stats_t *s, int layer, int kv, int h0, int h1,
+                         float t, float *lo, float *hi)
+{
+    const size_t D = (size_t)s->head_dim;
+    const float *mn = s->min[kv] + ((size_t)layer * s->num_kv_heads + h0) * D;
+    const float *mx = s->max[kv] + ((size_t)layer * s->num_kv_heads + h0) * D;
+    float a = 0.0f, b = 0.0f;
+    for (size_t c = 0; c < (size_t)(h1 - h0) * D; c++) {
+        a = mn[c] < a ? mn[c] : a;
+        b = mx[c] > b ? mx[c] : b;
+    }
+    *lo = a > -t ? a : -t;
+    *hi = b < t ? b : t;
+}
+
 kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                                    const kvcal_observer_config *cfg,
                                    kvcal_granularity gran, kvcal_scales_t *out,
@@ -465,6 +482,12 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
     if (gran != KVCAL_GRANULARITY_TENSOR && gran != KVCAL_GRANULARITY_HEAD)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "kvcal_stats_to_scales: unknown granularity %d", (int)gran);
+    const int asym = out->format == KVCAL_KV_FORMAT_INT8_ASYM;
+    if (asym && (!out->k_offset || !stats->min[0]))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_to_scales: int8 with offsets needs the signed "
+                          "range in the statistics (kvcal_stats_set_range) and room "
+                          "for the offsets (kvcal_scales_set_offsets)");
     char params[KVCAL_TEXT_MAX];
     kvcal_status st = kvcal_observer_params_json(cfg, params, sizeof params);
     if (st)
@@ -498,6 +521,15 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                 float used = gran == KVCAL_GRANULARITY_TENSOR ? layer_t : t[h];
                 double a, n;
                 scale[i] = kvcal_scale_from_absmax(used);
+                if (asym) {
+                    const int tensor = gran == KVCAL_GRANULARITY_TENSOR;
+                    float lo, hi;
+                    signed_range(stats, l, kv, tensor ? 0 : h, tensor ? H : h + 1, used,
+                                 &lo, &hi);
+                    kvcal_int8_asym_params(
+                        lo, hi, &scale[i],
+                        &(kv == KVCAL_K ? out->k_offset : out->v_offset)[i]);
+                }
                 absmax[i] = kvcal_stats_head_absmax(stats, l, kv, h);
                 hist_count_clipped(stats, l, kv, h, scale[i], &a, &n);
                 clipped += a;
@@ -521,7 +553,7 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
     out->granularity = gran;
     out->kv_shared = 0;
     out->has_absmax = 1;
-    out->has_clip = 1;
+    out->has_clip = !asym; /* the estimates count e4m3's clipping */
     snprintf(out->provenance.observer, sizeof out->provenance.observer, "%s",
              kvcal_observer_name(cfg->kind));
     memcpy(out->provenance.observer_params, params, sizeof params);

@@ -105,7 +105,12 @@ double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, 
  * provenance.observer, observer_params and num_tokens (tokens of layer 0);
  * other provenance and model fields are left as they are. A threshold of 0
  * (a head that never saw a non-zero value) gives the floor scale and one
- * call of warn (may be NULL) naming layer, K/V and head. */
+ * call of warn (may be NULL) naming layer, K/V and head.
+ * When out->format is INT8_ASYM (kvcal_scales_set_offsets), each head's
+ * scale and offset come from its signed range (the statistics must keep it,
+ * kvcal_stats_set_range; per tensor the range over the layer's heads)
+ * clipped to [-t, t], by kvcal_int8_asym_params (core/scale_rule.h), and
+ * no clipping estimate is kept. */
 kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                                    const kvcal_observer_config *cfg,
                                    kvcal_granularity gran, kvcal_scales_t *out,

@@ -16,6 +16,7 @@ KVCAL = "schemas/kvcal-scales.schema.json"
 VALID = {
     "tests/fixtures/llama2-7b/kv_cache_scales.json": LEGACY,
     "tests/fuzz/seeds/scales_json/kvcal_tiny_head.json": KVCAL,
+    "tests/fuzz/seeds/scales_json/kvcal_tiny_int8_asym.json": KVCAL,
 }
 SCHEMA_CATCHES = {
     "rank_key_rank0.json": LEGACY, "layer_key_text.json": LEGACY,
@@ -28,6 +29,9 @@ SCHEMA_CATCHES = {
     "kvcal_newer_version.json": KVCAL, "kvcal_fp8_max_240.json": KVCAL,
     "kvcal_granularity_channel.json": KVCAL, "kvcal_format_name_wrong.json": KVCAL,
     "kvcal_absmax_partial.json": KVCAL,
+    "kvcal_int8_asym_offset_missing.json": KVCAL, "kvcal_int8_asym_offset_out_of_range.json": KVCAL,
+    "kvcal_int8_asym_offset_fraction.json": KVCAL, "kvcal_int8_asym_qmax_127.json": KVCAL,
+    "kvcal_int8_asym_zero_scale.json": KVCAL, "kvcal_offsets_on_int8.json": KVCAL,
 }
 
 

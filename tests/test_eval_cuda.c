@@ -229,6 +229,25 @@ static void check_golden_models(const char *const *names, size_t n, const char *
     }
 }
 
+/* The static int8 cache with zero points (the set's scales and offsets, the
+ * library's INT8_ASYM kernels) and the query in e4m3 under each kv-head
+ * group's q_scale (one fp8 round trip launch per group) on both devices. */
+static void eval_cuda_matches_cpu_on_int8_asym_static_and_per_head_q(void)
+{
+    const char *scales = kvcal_test_path("cuda_eval_asym.json");
+    char args[2048];
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --granularity head --kv-dtype int8_asym "
+             "--q-scale " RUN " --out '%s'",
+             scales);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args,
+             "--model " MODEL " --dataset " DATA " --seed 7 --scales '%s' " RUN
+             " --modes int8-asym-static,int8-static-head,fp8-attention",
+             scales);
+    check_cuda_against_cpu("stories260K int8_asym", args);
+}
+
 /* Golden tiny models (random weights, vocabulary 128): every architecture
  * path of the CUDA runner (GQA / MQA / MHA, head_dim 16 to 80, q/k norm, qkv
  * bias, tied and separate lm_head, mixtures of experts, sliding windows
@@ -236,15 +255,23 @@ static void check_golden_models(const char *const *names, size_t n, const char *
  * and MXFP4 experts) on random token ids. */
 static void eval_cuda_matches_cpu_on_golden_models(void)
 {
-    static const char *const names[] = {
-        "llama3_gqa_hd48_bf16", "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
-        "qwen2_gqa_bias_bf16", "qwen3_gqa_hd80_qknorm_bf16",
-        "qwen3_moe_e8_top3_norm_bf16", "qwen2_moe_shared_e6_top2_bf16",
-        "mixtral_e4_top2_swa16_bf16", "phi3_longrope_partial_swa16_bf16",
-        "gemma3_text_swa8_local_global_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16",
-        "gemma2_softcap_swa8_bf16", "qwen3_moe_dense_layers_e4_top2_bf16",
-        "qwen3_moe_swa16_e8_top2_bf16", "qwen2_moe_swa8_maxwin2_e4_top2_bf16",
-        "gpt_oss_sinks_swa8_e8_top3_bf16", "gpt_oss_hd64_swa16_e4_top2_mxfp4"};
+    static const char *const names[] = {"llama3_gqa_hd48_bf16",
+                                        "llama_mha_linear_tied_fp32",
+                                        "mistral_mqa_fp16",
+                                        "qwen2_gqa_bias_bf16",
+                                        "qwen3_gqa_hd80_qknorm_bf16",
+                                        "qwen3_moe_e8_top3_norm_bf16",
+                                        "qwen2_moe_shared_e6_top2_bf16",
+                                        "mixtral_e4_top2_swa16_bf16",
+                                        "phi3_longrope_partial_swa16_bf16",
+                                        "gemma3_text_swa8_local_global_bf16",
+                                        "glm4_moe_dense1_sigmoid_e8_top3_bf16",
+                                        "gemma2_softcap_swa8_bf16",
+                                        "qwen3_moe_dense_layers_e4_top2_bf16",
+                                        "qwen3_moe_swa16_e8_top2_bf16",
+                                        "qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                                        "gpt_oss_sinks_swa8_e8_top3_bf16",
+                                        "gpt_oss_hd64_swa16_e4_top2_mxfp4"};
     check_golden_models(names, sizeof names / sizeof names[0], "");
 }
 
@@ -333,7 +360,8 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
     for (int i = 0; i < 2 * n; i++)
         ks[i] = 0.05f;
     const kvcal_backend_options o = {.max_batch = 1, .max_seq_len = 16};
-    CU_ASSERT_EQUAL_FATAL(kvcal_backend_create(KVCAL_DEVICE_CUDA, model, &o, &be), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_backend_create(KVCAL_DEVICE_CUDA, model, &o, &be),
+                          KVCAL_OK);
     kvcal_kv_sim_config c = {.mode = KVCAL_KV_SIM_STATIC, .k_scale = ks, .v_scale = vs};
     CU_ASSERT_EQUAL(kvcal_kv_sim_create(be, &c, &e), KVCAL_OK);
     kvcal_kv_sim_destroy(e);
@@ -359,6 +387,7 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_cuda_matches_cpu_on_stories260K),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_int8_asym_static_and_per_head_q),
     KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
     KVCAL_TEST(eval_cuda_matches_cpu_on_mla_golden_models),
     KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),

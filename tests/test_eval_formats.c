@@ -1,9 +1,10 @@
 /* tests/test_eval_formats.c: `kvcal eval`'s cache modes beyond e4m3
  * (calib/kv_sim.h: fp8 e5m2, int8 static and dynamic, int8 with zero
- * points, NVFP4) end to end through kvcal_test_run_kvcal: which modes run,
- * the bytes per token of each (computed here from the model's shape), the
- * order of their errors that the formats' precision dictates, the
- * recommendation under --tolerance, and the refusals. */
+ * points, static and dynamic, NVFP4, FP8 attention) end to end through
+ * kvcal_test_run_kvcal: which modes run, the bytes per token of each
+ * (computed here from the model's shape), the order of their errors that
+ * the formats' precision dictates, the recommendation under --tolerance,
+ * the query's scale as vLLM reads it, and the refusals. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -74,6 +75,7 @@ static void eval_modes_all_reports_every_format_its_bytes_and_the_recommendation
     /* stories260K: 5 layers x 4 kv heads x 8; NVFP4 (head_dim % 16) left out */
     CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(root, "modes")), 12);
     CU_ASSERT_PTR_NULL(mode_of(root, "nvfp4-static-head"));
+    CU_ASSERT_PTR_NULL(mode_of(root, "int8-asym-static")); /* an e4m3 set: no offsets */
     const double values = 2.0 * 5 * 4 * 8, rows = 2.0 * 5 * 4;
     const struct {
         const char *name;
@@ -147,18 +149,7 @@ static void eval_nvfp4_on_head_dim_48_costs_less_than_int8_and_errs_more(void)
 {
     /* a token set of ids below the fixture's vocabulary of 128 */
     const char *data = kvcal_test_path("hd48_ids.jsonl");
-    FILE *f = fopen(data, "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    unsigned r = 7u;
-    for (int s = 0; s < 4; s++) {
-        fputs("{\"input_ids\": [", f);
-        for (int t = 0; t < 64; t++) {
-            r = r * 1103515245u + 12345u;
-            fprintf(f, "%s%u", t ? ", " : "", (r >> 16) % 128u);
-        }
-        fputs("]}\n", f);
-    }
-    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(data, 4, 64, 128, 7u), 0);
     const char *scales = kvcal_test_path("hd48_scales.json");
     char args[2048];
     snprintf(args, sizeof args,
@@ -250,7 +241,7 @@ static void with_q_scale(const char *path, double q, const char *out)
     cJSON_Delete(root);
 }
 
-static void eval_fp8_attention_quantizes_the_query_with_q_scale_or_k_scale(void)
+static void eval_fp8_attention_quantizes_the_query_with_q_scale_or_unit(void)
 {
     const char *scales = kvcal_test_path("fa3_scales.json");
     const char *bad_q = kvcal_test_path("fa3_q1e6.json");
@@ -279,13 +270,181 @@ static void eval_fp8_attention_quantizes_the_query_with_q_scale_or_k_scale(void)
         cJSON_Delete(root);
     }
     /* layer 0's K and V are the same in both modes; its attention is not:
-     * the query in e4m3 (under k_scale: the set has no q_scale) adds error */
+     * the query in e4m3 (under 1.0: the set has no q_scale) adds error */
     CU_ASSERT_EQUAL(k0[0][0], k0[0][1]);
     CU_ASSERT(att[0][1] > att[0][0]);
     /* a q_scale of 1e6 flushes every query to zero: attention turns uniform */
     CU_ASSERT(att[1][1] > 0.5 && att[1][1] > 2.0 * att[0][1]);
     CU_ASSERT(ppl[1] > 1.05 * ppl[0]);
     CU_ASSERT_EQUAL(att[1][0], att[0][0]); /* static-tensor ignores q_scale */
+    /* without a q_scale the query goes through e4m3 under 1.0, as vLLM
+     * 0.32.0 quantizes it then, and the run says so */
+    const char *unit_q = kvcal_test_path("fa3_q1.json");
+    with_q_scale(scales, 1.0, unit_q);
+    char *out[2];
+    for (int f = 0; f < 2; f++) {
+        snprintf(args, sizeof args,
+                 "eval --model " MODEL " --dataset " DATA
+                 " --scales '%s' --num-samples 4 "
+                 "--seq-len 64 --batch 2 --modes fp8-attention --json",
+                 f ? unit_q : scales);
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out[f]), 0);
+        if (!f)
+            CU_ASSERT(kvcal_test_kvcal_stderr_has("the query in e4m3 under 1.0: the set "
+                                                  "has no q_scale, and vLLM 0.32.0"));
+    }
+    cJSON *r[2] = {cJSON_Parse(out[0]), cJSON_Parse(out[1])};
+    CU_ASSERT_FATAL(r[0] && r[1]);
+    const cJSON *m0 = mode_of(r[0], "fp8-attention"),
+                *m1 = mode_of(r[1], "fp8-attention");
+    CU_ASSERT_EQUAL(number(m0, "perplexity"), number(m1, "perplexity"));
+    for (int l = 0; l < 5; l++)
+        CU_ASSERT_EQUAL(number(cJSON_GetArrayItem(cJSON_GetObjectItem(m0, "layers"), l),
+                               "attention_rel_error"),
+                        number(cJSON_GetArrayItem(cJSON_GetObjectItem(m1, "layers"), l),
+                               "attention_rel_error"));
+    for (int f = 0; f < 2; f++) {
+        cJSON_Delete(r[f]);
+        free(out[f]);
+    }
+}
+
+/* The fp8-attention run of scales: its per-layer attention errors into
+ * att (5 layers). */
+static void fa3_attention(const char *scales, double *att)
+{
+    char args[2048];
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL
+             " --modes fp8-attention --json",
+             scales);
+    cJSON *root = run_json(args);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *layers = cJSON_GetObjectItem(mode_of(root, "fp8-attention"), "layers");
+    for (int l = 0; l < 5; l++)
+        att[l] = number(cJSON_GetArrayItem(layers, l), "attention_rel_error");
+    cJSON_Delete(root);
+}
+
+/* vLLM reads per query head q scales as one per kv-head group, their max
+ * (compressed-tensors' attn_head loader): only the group's max matters, and
+ * it differs from one scale per layer. */
+static void eval_fp8_attention_takes_each_kv_head_groups_max_q_scale(void)
+{
+    char heads[512], group_max[512], layer[512], args[2048];
+    snprintf(heads, sizeof heads, "%s", kvcal_test_path("fa3_qheads.json"));
+    snprintf(group_max, sizeof group_max, "%s", kvcal_test_path("fa3_qgroup.json"));
+    snprintf(layer, sizeof layer, "%s", kvcal_test_path("fa3_qlayer.json"));
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --granularity head --q-scale " SMALL
+             " --out '%s'",
+             heads);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    char *text = kvcal_test_read_file(heads, NULL);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    /* stories260K: 8 query heads, 4 kv heads: groups of 2; every head
+     * raised to its group's max, then the very first lowered to half of
+     * it: the groups' maxima, all vLLM reads, stay the calibrated ones */
+    int groups_differ = 0;
+    cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(root, "layers"))
+    {
+        cJSON *q = cJSON_GetObjectItem(l, "q_scale_per_head");
+        CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(q), 8);
+        double g0 = 0.0;
+        for (int g = 0; g < 4; g++) {
+            cJSON *a = cJSON_GetArrayItem(q, 2 * g),
+                  *b = cJSON_GetArrayItem(q, 2 * g + 1);
+            const double m = fmax(a->valuedouble, b->valuedouble);
+            groups_differ += g > 0 && m != g0;
+            g0 = g ? g0 : m;
+            cJSON_SetNumberValue(a, (float)m);
+            cJSON_SetNumberValue(b, (float)m);
+        }
+        cJSON_SetNumberValue(cJSON_GetArrayItem(q, 0),
+                             (float)(0.5 * cJSON_GetArrayItem(q, 1)->valuedouble));
+    }
+    CU_ASSERT(groups_differ > 0);
+    char *o = cJSON_Print(root);
+    CU_ASSERT_EQUAL(kvcal_test_write_file(group_max, o, strlen(o)), 0);
+    free(o);
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(root, "layers"))
+        cJSON_DeleteItemFromObject(l, "q_scale_per_head");
+    o = cJSON_Print(root);
+    CU_ASSERT_EQUAL(kvcal_test_write_file(layer, o, strlen(o)), 0);
+    free(o);
+    cJSON_Delete(root);
+    double a_heads[5], a_group[5], a_layer[5];
+    fa3_attention(heads, a_heads);
+    fa3_attention(group_max, a_group);
+    fa3_attention(layer, a_layer);
+    int differs = 0;
+    for (int i = 0; i < 5; i++) {
+        CU_ASSERT_EQUAL(a_group[i], a_heads[i]);
+        differs += a_layer[i] != a_heads[i];
+    }
+    CU_ASSERT(differs > 0);
+}
+
+/* int8-asym-static takes the set's scales and offsets; on the very tokens
+ * they were calibrated on nothing clips, and a range's 255 steps are no
+ * coarser than a symmetric scale's (the largest |x| of the range / 127):
+ * every layer's K and V at least as exact as int8-static-head's of the
+ * same set, K of stories260K (whose ranges are one-sided) by 2 dB. */
+static void eval_int8_asym_static_takes_the_sets_scales_and_offsets(void)
+{
+    const char *ids = kvcal_test_path("asym_eval_ids.jsonl");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(ids, 4, 64, 128, 5u), 0);
+    const struct {
+        const char *model, *data;
+        double k_gain;
+    } runs[] = {{MODEL, DATA, 2.0},
+                {"tests/fixtures/golden/llama_gqa_mlp256_bf16", ids, 0.0}};
+    for (int r = 0; r < 2; r++) {
+        const char *scales = kvcal_test_path("asym_eval.json");
+        char args[2048];
+        snprintf(args, sizeof args,
+                 "calibrate --model %s --dataset '%s' --kv-dtype int8_asym --granularity "
+                 "head " SMALL " --out '%s'",
+                 runs[r].model, runs[r].data, scales);
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+        snprintf(args, sizeof args,
+                 "eval --model %s --dataset '%s' --scales '%s' " SMALL
+                 " --seed 0 --modes int8-static-head,int8-asym-static --json",
+                 runs[r].model, runs[r].data, scales);
+        cJSON *root = run_json(args);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+        const cJSON *sym = mode_of(root, "int8-static-head"),
+                    *asym = mode_of(root, "int8-asym-static");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(sym);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(asym);
+        CU_ASSERT_EQUAL(number(asym, "kv_bytes_per_token"),
+                        number(sym, "kv_bytes_per_token"));
+        CU_ASSERT(isfinite(number(asym, "perplexity")));
+        const cJSON *ls = cJSON_GetObjectItem(sym, "layers"),
+                    *la = cJSON_GetObjectItem(asym, "layers");
+        CU_ASSERT_FATAL(cJSON_GetArraySize(la) == cJSON_GetArraySize(ls));
+        for (int l = 0; l < cJSON_GetArraySize(la); l++) {
+            const cJSON *a = cJSON_GetArrayItem(la, l), *b = cJSON_GetArrayItem(ls, l);
+            CU_ASSERT(number(a, "k_sqnr_db") >= number(b, "k_sqnr_db") + runs[r].k_gain);
+            CU_ASSERT(number(a, "v_sqnr_db") >= number(b, "v_sqnr_db"));
+            CU_ASSERT(number(a, "k_sqnr_db") > 35.0 && number(a, "v_sqnr_db") > 35.0);
+        }
+        cJSON_Delete(root);
+    }
+    /* a set without offsets has none to give */
+    const char *e4 = kvcal_test_path("asym_eval_e4m3.json");
+    char args[2048];
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --out '%s'", e4);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA " --scales '%s' " SMALL
+             " --modes int8-asym-static",
+             e4);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("hold no offsets"));
 }
 
 static CU_TestInfo tests[] = {
@@ -293,6 +452,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_nvfp4_on_head_dim_48_costs_less_than_int8_and_errs_more),
     KVCAL_TEST(eval_format_modes_refuse_what_does_not_apply),
     KVCAL_TEST(fp8_roundtrip_ref_quantizes_the_query_under_its_scale),
-    KVCAL_TEST(eval_fp8_attention_quantizes_the_query_with_q_scale_or_k_scale),
+    KVCAL_TEST(eval_fp8_attention_quantizes_the_query_with_q_scale_or_unit),
+    KVCAL_TEST(eval_fp8_attention_takes_each_kv_head_groups_max_q_scale),
+    KVCAL_TEST(eval_int8_asym_static_takes_the_sets_scales_and_offsets),
     CU_TEST_INFO_NULL};
 KVCAL_SUITE(eval_formats, KVCAL_NEEDS_NOTHING, tests)

@@ -63,6 +63,23 @@ int kvcal_test_write_file(const char *path, const void *data, size_t len)
     return (fclose(f) == 0 && n == len) ? 0 : -1;
 }
 
+int kvcal_test_write_ids(const char *path, int samples, int len, unsigned vocab,
+                         unsigned seed)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    for (int s = 0; s < samples; s++) {
+        fputs("{\"input_ids\": [", f);
+        for (int t = 0; t < len; t++) {
+            seed = seed * 1103515245u + 12345u;
+            fprintf(f, "%s%u", t ? ", " : "", (seed >> 16) % vocab);
+        }
+        fputs("]}\n", f);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 char *kvcal_test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -70,6 +70,10 @@ const char *kvcal_test_python(void);
 int kvcal_test_write_file(const char *path, const void *data, size_t len);
 /* Reads a whole file (NUL-terminated, caller frees); NULL on failure. */
 char *kvcal_test_read_file(const char *path, size_t *len);
+/* Writes a JSONL token set to path: `samples` lines of {"input_ids": [...]},
+ * `len` pseudo-random ids below `vocab` from `seed` (an LCG); 0 on success. */
+int kvcal_test_write_ids(const char *path, int samples, int len, unsigned vocab,
+                         unsigned seed);
 
 /* Runs `kvcal <args>` through the shell. The binary is $KVCAL_BIN (set by
  * `make test`; made absolute at start, so a test may chdir), else the

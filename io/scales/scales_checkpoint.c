@@ -108,9 +108,7 @@ static const char *write_name(kvcal_format f, int kind)
     }
 }
 
-/* Parses a K/V scale tensor name; returns the layer or -1. *format (may be
- * NULL) gets the format whose producer writes the name. */
-static long parse_scale_name_of(const char *name, int *kind, kvcal_format *format)
+long kvcal_scales_parse_attn_name(const char *name, const char **suffix)
 {
     static const char prefix[] = "model.layers.";
     if (strncmp(name, prefix, sizeof prefix - 1))
@@ -126,7 +124,18 @@ static long parse_scale_name_of(const char *name, int *kind, kvcal_format *forma
     p += n;
     if (layer < 0 || strncmp(p, ".self_attn.", 11))
         return -1;
-    p += 11;
+    *suffix = p + 11;
+    return layer;
+}
+
+/* Parses a K/V scale tensor name; returns the layer or -1. *format (may be
+ * NULL) gets the format whose producer writes the name. */
+static long parse_scale_name_of(const char *name, int *kind, kvcal_format *format)
+{
+    const char *p;
+    long layer = kvcal_scales_parse_attn_name(name, &p);
+    if (layer < 0)
+        return -1;
     for (size_t i = 0; i < sizeof scale_names / sizeof scale_names[0]; i++)
         if (!strcmp(p, scale_names[i].suffix)) {
             *kind = scale_names[i].kind;

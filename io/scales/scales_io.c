@@ -30,6 +30,8 @@ const char *kvcal_format_name(kvcal_format format)
         return "kv-scale";
     case KVCAL_FORMAT_TRTLLM:
         return "trtllm";
+    case KVCAL_FORMAT_ASCEND:
+        return "ascend";
     case KVCAL_FORMAT_UNKNOWN:
         break;
     }
@@ -94,6 +96,8 @@ static kvcal_status check_any(const char *path, const kvcal_scales_ctx *ctx,
                           strerror(errno));
     if (S_ISDIR(sb.st_mode) && kvcal_scales_is_trtllm_dir(path))
         return kvcal_scales_check_trtllm(path, ctx, rep, out);
+    if (S_ISDIR(sb.st_mode) && kvcal_scales_is_ascend_dir(path))
+        return kvcal_scales_check_ascend(path, ctx, rep, out);
     if (S_ISDIR(sb.st_mode) ||
         (S_ISREG(sb.st_mode) && looks_like_safetensors(path, sb.st_size)))
         return kvcal_scales_check_checkpoint(path, ctx, rep, out);
@@ -199,6 +203,8 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
     if (!scales || !path)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_write: NULL argument");
     const int nvfp4 = scales->format == KVCAL_KV_FORMAT_NVFP4;
+    if (format == KVCAL_FORMAT_ASCEND)
+        return kvcal_scales_write_ascend(scales, path, model_dir, 0);
     if (scales->format != KVCAL_KV_FORMAT_FP8_E4M3 && format != KVCAL_FORMAT_KVCAL_JSON &&
         !(nvfp4 && format == KVCAL_FORMAT_MODELOPT))
         return kvcal_fail(
@@ -209,7 +215,7 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
                     "(kv_cache_quant_algo NVFP4); sglang refuses another dtype"
                   : "sglang refuses another dtype and no vLLM loader gives a static "
                     "int8 cache its scales (compressed-tensors refuses type int)",
-            nvfp4 ? " or --format modelopt" : "");
+            nvfp4 ? " or --format modelopt" : " or --format ascend (vllm-ascend's C8)");
     switch (format) {
     case KVCAL_FORMAT_LEGACY_JSON:
         return kvcal_scales_write_legacy(scales, path, tp > 0 ? tp : 1);
@@ -222,6 +228,7 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
         return kvcal_scales_write_checkpoint(scales, format, path, model_dir);
     case KVCAL_FORMAT_TRTLLM:
         return kvcal_scales_write_trtllm(scales, path, tp > 0 ? tp : 1);
+    case KVCAL_FORMAT_ASCEND:
     case KVCAL_FORMAT_UNKNOWN:
         break;
     }

@@ -21,13 +21,14 @@
 #define KVCAL_CHECKPOINT_SHARD "kv_scales.safetensors"
 #define KVCAL_CHECKPOINT_INDEX "model.safetensors.index.json"
 #define KVCAL_MODELOPT_QUANT_CONFIG "hf_quant_config.json"
+#define KVCAL_ASCEND_DESCRIPTION "quant_model_description.json"
 
 /* 1 for the formats written as a directory (a checkpoint's scales). */
 static inline int kvcal_format_is_dir(kvcal_format f)
 {
     return f == KVCAL_FORMAT_CHECKPOINT || f == KVCAL_FORMAT_MODELOPT ||
            f == KVCAL_FORMAT_QUARK || f == KVCAL_FORMAT_KV_SCALE ||
-           f == KVCAL_FORMAT_TRTLLM;
+           f == KVCAL_FORMAT_TRTLLM || f == KVCAL_FORMAT_ASCEND;
 }
 
 /* --- legacy JSON (io/scales/scales_legacy.c) ----------------------------------- */
@@ -44,6 +45,10 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
 kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *path);
 
 /* --- checkpoint (io/scales/scales_checkpoint.c) -------------------------------- */
+
+/* The layer of a tensor name "model.layers.<i>.self_attn.<suffix>" (i a
+ * canonical decimal), *suffix pointing into name; -1 for another name. */
+long kvcal_scales_parse_attn_name(const char *name, const char **suffix);
 
 /* path: a checkpoint directory or one .safetensors file. ctx->model, when
  * NULL, is read from the directory's (or the file's directory's)
@@ -71,5 +76,24 @@ kvcal_status kvcal_scales_check_trtllm(const char *dir, const kvcal_scales_ctx *
 /* Writes config.json and rank<r>.safetensors (r < tp) into dir (created if
  * missing): one kv_cache_scaling_factor per layer, max(k, v) over its heads. */
 kvcal_status kvcal_scales_write_trtllm(const kvcal_scales_t *s, const char *dir, int tp);
+
+/* --- vllm-ascend C8 (io/scales/scales_ascend.c) -------------------------- */
+
+/* 1 when dir holds ModelSlim's quant_model_description.json. */
+int kvcal_scales_is_ascend_dir(const char *dir);
+/* The C8 scales and offsets of dir (kvcal's kv_scales.safetensors when
+ * present, else the checkpoint) against its description and config.json
+ * (or ctx->model); the set is INT8 when every offset is 0, else INT8_ASYM. */
+kvcal_status kvcal_scales_check_ascend(const char *dir, const kvcal_scales_ctx *ctx,
+                                       kvcal_report_t *rep, kvcal_scales_t **out);
+/* Writes kv_scales.safetensors, the index and quant_model_description.json
+ * for model_dir (a Hugging Face checkpoint, unquantized or ModelSlim's)
+ * into dir. An INT8 set gets offsets 0; an INT8_ASYM set with a non-zero
+ * offset is refused unless allow_offsets (vllm-ascend 0.23.0.post1 ignores
+ * them on decode). */
+kvcal_status kvcal_scales_write_ascend(const kvcal_scales_t *s, const char *dir,
+                                       const char *model_dir, int allow_offsets);
+/* The file names the writer writes; returns their count (<= max). */
+int kvcal_scales_ascend_files(const char **names, int max);
 
 #endif

@@ -13,7 +13,8 @@
  *                "k_scale_per_head": [H], "v_scale_per_head": [H],
  *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip",
  *                "q_scale", "q_scale_per_head": [num_attention_heads],
- *                "latent_absmax", "rope_absmax"}],
+ *                "latent_absmax", "rope_absmax",
+ *                "k_offset_per_head": [H], "v_offset_per_head": [H]}],
  *    "mla": {"kv_lora_rank", "qk_rope_head_dim"}}
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
@@ -23,13 +24,15 @@
  * clip under their scale, |x| / scale > 464 (what kvcal eval counts); q_scale,
  * the query's scale for FP8 attention (e4m3's, absmax / 448, whatever the
  * cache dtype), is in every layer or none, and so is q_scale_per_head (one
- * per query head, q_scale their max). "mla" is
- * there for a multi-head latent attention model (DeepSeek-V2/V3, Kimi K2),
- * whose cache holds one entry per token and layer: num_kv_heads is 1,
- * head_dim kv_lora_rank + qk_rope_head_dim, K and V the entry (one scale,
- * vLLM's k_scale), and each layer adds the absmax of the entry's latent and
- * of its RoPE part. Numbers are printed with enough digits that float32
- * values read back identical. */
+ * per query head, q_scale their max). dtype "int8_asym" (qmax 255: the range
+ * over the scale) is int8 with zero points, vllm-ascend's C8 cache: each
+ * layer holds k_offset_per_head / v_offset_per_head, integers in [-128,
+ * 127] (core/scale_rule.h); no other dtype has offsets. "mla" is there for
+ * a multi-head latent attention model (DeepSeek-V2/V3, Kimi K2), whose cache holds one
+ * entry per token and layer: num_kv_heads is 1, head_dim kv_lora_rank + qk_rope_head_dim,
+ * K and V the entry (one scale, vLLM's k_scale), and each layer adds the absmax of the
+ * entry's latent and of its RoPE part. Numbers are printed with enough digits that
+ * float32 values read back identical. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +166,38 @@ static void check_mla(const cJSON *root, const kvcal_scales_ctx *ctx, kvcal_repo
                          L, R, m->kv_lora_rank, m->qk_rope_head_dim);
 }
 
+/* Reads an INT8_ASYM layer's offsets of `key` (H integers in [-128, 127]) into
+ * dst. */
+static void get_offsets(kvcal_report_t *rep, const cJSON *layer, const char *key, int l,
+                        int heads, float *dst)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(layer, key);
+    char place[96];
+    snprintf(place, sizeof place, "layers[%d].%s", l, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != heads) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+                         "%s, expected an array of %d offsets (one per kv head) for "
+                         "dtype int8_asym",
+                         !a                 ? "missing"
+                         : cJSON_IsArray(a) ? "wrong length"
+                                            : "not an array",
+                         heads);
+        return;
+    }
+    int h = 0;
+    for (const cJSON *c = a->child; c; c = c->next, h++) {
+        snprintf(place, sizeof place, "layers[%d].%s[%d]", l, key, h);
+        if (!cJSON_IsNumber(c) || !kvcal_int8_offset_is_valid((float)c->valuedouble) ||
+            c->valuedouble != (float)c->valuedouble)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED,
+                             "offset must be an integer in [-128, 127] (the int8 code "
+                             "of zero)");
+        else
+            dst[h] = (float)c->valuedouble;
+    }
+}
+
 /* Checks the top-level fields and the model; fills s's identity fields.
  * Returns 0 when the layer table cannot be read (sizes unknown). */
 static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
@@ -176,12 +211,15 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
                          KVCAL_SCALES_FORMAT_VERSION);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(root, "dtype");
     const char *dn = cJSON_IsString(dtype) ? dtype->valuestring : "";
-    hdr->format = !strcmp(dn, "int8")    ? KVCAL_KV_FORMAT_INT8
-                  : !strcmp(dn, "nvfp4") ? KVCAL_KV_FORMAT_NVFP4
-                                         : KVCAL_KV_FORMAT_FP8_E4M3;
+    hdr->format = !strcmp(dn, "int8")        ? KVCAL_KV_FORMAT_INT8
+                  : !strcmp(dn, "nvfp4")     ? KVCAL_KV_FORMAT_NVFP4
+                  : !strcmp(dn, "int8_asym") ? KVCAL_KV_FORMAT_INT8_ASYM
+                                             : KVCAL_KV_FORMAT_FP8_E4M3;
     if (hdr->format == KVCAL_KV_FORMAT_FP8_E4M3 && strcmp(dn, "float8_e4m3fn"))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "dtype",
-                         KVJ_REFUSED, "must be \"float8_e4m3fn\", \"int8\" or \"nvfp4\"");
+                         KVJ_REFUSED,
+                         "must be \"float8_e4m3fn\", \"int8\", \"int8_asym\" or "
+                         "\"nvfp4\"");
     if (hdr->format == KVCAL_KV_FORMAT_FP8_E4M3) {
         const cJSON *fmax = cJSON_GetObjectItemCaseSensitive(root, "fp8_max");
         if (!cJSON_IsNumber(fmax) || fmax->valuedouble != KVCAL_FP8_E4M3_MAX)
@@ -196,7 +234,9 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, "qmax",
                              "scales for another maximum would be off by max/qmax; kvcal "
                              "refuses the file",
-                             "must be %g for dtype %s (absmax / scale)", want, dn);
+                             "must be %g for dtype %s (%s / scale)", want, dn,
+                             hdr->format == KVCAL_KV_FORMAT_INT8_ASYM ? "(max - min)"
+                                                                      : "absmax");
     }
     const cJSON *gran = cJSON_GetObjectItemCaseSensitive(root, "granularity");
     if (cJSON_IsString(gran) && !strcmp(gran->valuestring, "tensor"))
@@ -411,6 +451,17 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
         else
             *part_dst[i] = (float)n->valuedouble;
     }
+    const size_t off = (size_t)l * heads;
+    if (s->k_offset) {
+        get_offsets(rep, e, "k_offset_per_head", l, heads, s->k_offset + off);
+        get_offsets(rep, e, "v_offset_per_head", l, heads, s->v_offset + off);
+    } else if (cJSON_HasObjectItem(e, "k_offset_per_head") ||
+               cJSON_HasObjectItem(e, "v_offset_per_head")) {
+        snprintf(place, sizeof place, "layers[%d]", l);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+                         "k_offset_per_head / v_offset_per_head go with dtype "
+                         "\"int8_asym\" only");
+    }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(e, "q_scale");
     if (q) {
         (*q_layers)++;
@@ -493,6 +544,10 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
         return st;
     s->granularity = hdr.granularity;
     s->format = hdr.format;
+    if (s->format == KVCAL_KV_FORMAT_INT8_ASYM && (st = kvcal_scales_set_offsets(s, 1))) {
+        kvcal_scales_destroy(s);
+        return st;
+    }
     s->kv_shared = hdr.kv_shared;
     s->mla_kv_lora_rank = hdr.mla_kv_lora_rank;
     s->mla_rope_dim = hdr.mla_rope_dim;
@@ -569,9 +624,10 @@ static int add_count(cJSON *obj, const char *key, long long v)
 /* The "dtype" of a scale set's format. */
 static const char *dtype_name(kvcal_kv_format f)
 {
-    return f == KVCAL_KV_FORMAT_INT8    ? "int8"
-           : f == KVCAL_KV_FORMAT_NVFP4 ? "nvfp4"
-                                        : "float8_e4m3fn";
+    return f == KVCAL_KV_FORMAT_INT8        ? "int8"
+           : f == KVCAL_KV_FORMAT_NVFP4     ? "nvfp4"
+           : f == KVCAL_KV_FORMAT_INT8_ASYM ? "int8_asym"
+                                            : "float8_e4m3fn";
 }
 
 static int add_header(cJSON *root, const kvcal_scales_t *s)
@@ -624,6 +680,11 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
     kvcal_status st = kvcal_scales_check_finite(s, path);
     if (st)
         return st;
+    if ((s->format == KVCAL_KV_FORMAT_INT8_ASYM) != (s->k_offset != NULL))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: int8 with zero points needs its offsets, and only it has "
+                          "them (kvcal_scales_set_offsets); nothing was written",
+                          path);
     for (int l = 0; s->has_q && l < s->num_layers; l++)
         if (!kvcal_scale_is_valid(s->q_scale[l]))
             return kvcal_fail(KVCAL_ERR_NONFINITE,
@@ -687,6 +748,9 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
             ok = cJSON_AddNumberToObject(e, "latent_absmax",
                                          (double)s->mla_latent_absmax[l]) &&
                  cJSON_AddNumberToObject(e, "rope_absmax", (double)s->mla_rope_absmax[l]);
+        if (ok && s->k_offset)
+            ok = add_floats(e, "k_offset_per_head", s->k_offset + off, heads) &&
+                 add_floats(e, "v_offset_per_head", s->v_offset + off, heads);
     }
     cJSON *mla;
     if (ok && s->mla_kv_lora_rank)

@@ -628,7 +628,7 @@ _FORMATS = {"legacy": _lib.FORMAT_LEGACY_JSON, "legacy-json": _lib.FORMAT_LEGACY
             "kvcal": _lib.FORMAT_KVCAL_JSON, "kvcal-json": _lib.FORMAT_KVCAL_JSON,
             "checkpoint": _lib.FORMAT_CHECKPOINT, "modelopt": _lib.FORMAT_MODELOPT,
             "quark": _lib.FORMAT_QUARK, "kv-scale": _lib.FORMAT_KV_SCALE,
-            "trtllm": _lib.FORMAT_TRTLLM}
+            "trtllm": _lib.FORMAT_TRTLLM, "ascend": _lib.FORMAT_ASCEND}
 _GRANULARITY = {"tensor": _lib.GRANULARITY_TENSOR, "head": _lib.GRANULARITY_HEAD}
 
 

@@ -383,6 +383,86 @@ add("ck_ct_output_scale_names", checkpoint(ct(), {n.replace("self_attn.k_scale",
     "vLLM refuses to load the model (ValueError: There is no module or parameter named '...qkv_proj.output_scale')", model=False)
 
 
+# --- int8 with zero points (dtype int8_asym) in the kvcal format -------------
+
+
+def kvcal_asym(**over):
+    d = kvcal(dtype="int8_asym", qmax=255)
+    del d["fp8_max"]
+    for e in d["layers"]:
+        e["k_offset_per_head"] = [-20 + 10 * h for h in range(KV_HEADS)]
+        e["v_offset_per_head"] = [3 * h for h in range(KV_HEADS)]
+    d.update(over)
+    return d
+
+
+d = kvcal_asym(); del d["layers"][1]["v_offset_per_head"]
+add("kvcal_int8_asym_offset_missing.json", d, "layers[1].v_offset_per_head: missing, expected an array of 4 offsets")
+d = kvcal_asym(); d["layers"][0]["k_offset_per_head"][2] = 200
+add("kvcal_int8_asym_offset_out_of_range.json", d, "layers[0].k_offset_per_head[2]: offset must be an integer in [-128, 127]")
+d = kvcal_asym(); d["layers"][1]["v_offset_per_head"][0] = 1.5
+add("kvcal_int8_asym_offset_fraction.json", d, "layers[1].v_offset_per_head[0]: offset must be an integer in [-128, 127]")
+d = kvcal_asym(qmax=127)
+add("kvcal_int8_asym_qmax_127.json", d, "qmax: must be 255 for dtype int8_asym")
+d = kvcal_asym(); d["layers"][0]["k_scale_per_head"][0] = 0
+add("kvcal_int8_asym_zero_scale.json", d, "layers[0].k_scale_per_head[0]: scale is 0")
+d = kvcal(dtype="int8", qmax=127); del d["fp8_max"]; d["layers"][0]["k_offset_per_head"] = [0] * KV_HEADS
+d["layers"][0]["v_offset_per_head"] = [0] * KV_HEADS
+add("kvcal_offsets_on_int8.json", d, 'go with dtype "int8_asym" only')
+
+# --- vllm-ascend C8: quant_model_description.json + kv_scales.safetensors ----
+# (config.json of tiny: 2 layers, 4 kv heads, head_dim 8: 32 channels)
+
+C8 = ("k_proj.kv_cache_scale", "k_proj.kv_cache_offset", "v_proj.kv_cache_scale",
+      "v_proj.kv_cache_offset")
+
+
+def ascend(drop=(), extra=None, desc_drop=(), model_weights=None, offset=0.0):
+    """A C8 directory of the tiny model: per-channel scales (each head's value
+    over its 8 channels) and offsets, the description listing them."""
+    t, desc = {}, {"model_quant_type": "FLOAT", "kv_cache_type": "C8", "kv_quant_type": "C8"}
+    for l in range(LAYERS):
+        for suffix in C8:
+            name = f"model.layers.{l}.self_attn.{suffix}"
+            per_head = [offset if "offset" in suffix else 0.01 * (h + 1) + 0.002 * l
+                        for h in range(KV_HEADS)]
+            t[name] = ([KV_HEADS * 8], [v for v in per_head for _ in range(8)])
+            desc[name] = "C8"
+    for name in drop:
+        del t[name]
+    t.update(extra or {})
+    for name in desc_drop:
+        del desc[name]
+    files = {"config.json": open(os.path.join(HERE, "tiny", "config.json"), "rb").read(),
+             "quant_model_description.json": text(desc),
+             "kv_scales.safetensors": safetensors(t)}
+    if model_weights:
+        files["model.safetensors"] = safetensors(model_weights)
+    return Directory(files)
+
+
+A0 = "model.layers.0.self_attn."
+add("ck_ascend_offset_missing", ascend(drop=["model.layers.1.self_attn.v_proj.kv_cache_offset"]),
+    "v_proj.kv_cache_offset: missing (in 1 of 2 layers): vllm-ascend keeps the offset at 0", model=False)
+add("ck_ascend_offset_out_of_range", ascend(extra={A0 + "k_proj.kv_cache_offset": ([1], [200.0])}),
+    "offset 200 is not an integer in [-128, 127]", model=False)
+add("ck_ascend_scale_nan", ascend(extra={A0 + "v_proj.kv_cache_scale": ([1], [float("nan")])}),
+    "scale NaN is not finite: vllm-ascend quantizes with its reciprocal", model=False)
+add("ck_ascend_scale_zero", ascend(extra={A0 + "k_proj.kv_cache_scale": ([1], [0.0])}),
+    "scale is 0: vllm-ascend quantizes with its reciprocal", model=False)
+add("ck_ascend_shape_per_head", ascend(extra={A0 + "k_proj.kv_cache_scale": ([KV_HEADS], [0.01] * KV_HEADS)}),
+    "4 values, expected 1 or 4 kv heads x 8 head_dim = 32", model=False)
+add("ck_ascend_kv_cache_type_missing", ascend(desc_drop=["kv_cache_type"]),
+    'kv_cache_type: missing, expected "C8": vllm-ascend gives no layer the C8 method', model=False)
+add("ck_ascend_layer_not_described", ascend(desc_drop=["model.layers.1.self_attn.k_proj.kv_cache_scale"]),
+    "does not list model.layers.1.self_attn.k_proj.kv_cache_scale", model=False)
+add("ck_ascend_linear_not_listed",
+    ascend(model_weights={A0 + "q_proj.weight": ([2, 2], [1.0, 0.0, 0.0, 1.0])}),
+    "does not list model.layers.0.self_attn.q_proj.weight (1 linear weights missing): vllm-ascend fails to load the model",
+    model=False)
+warn("ck_ascend_nonzero_offset", ascend(offset=5.0),
+     "non-zero kv_cache_offset: vllm-ascend 0.23.0.post1 stores x / scale + offset but dequantizes decode", model=False)
+
 if __name__ == "__main__":
     for f in os.listdir(HERE):
         if f.endswith(".json"):
