@@ -99,6 +99,7 @@ static int print_version(void)
         else
             printf("  MLP: cuBLAS GEMM + SwiGLU (the fused kernel needs sm_90a code on a "
                    "compute capability 9.0 GPU)\n");
+        printf("  FP8 weights: %s\n", kvcal_cuda_fp8_plan(p.major, p.minor));
         if (p.cudnn_version)
             printf(
                 "  attention: cuDNN %d.%d.%d fused flash attention where cuDNN takes the "
