@@ -20,9 +20,16 @@ largest of the shards', activations quantized per tensor (x times
 1 / scale), per token (x / max(absmax / 448, 1 / (448 * 512))) or per
 group of 128 (x / (max(absmax, 1e-10) / 448)), clamped to +-448 and
 rounded to e4m3; then either ("cpu") the dequantized operands multiplied in
-the model's dtype (float64 for the fixtures), or ("gpu") torch._scaled_mm
-on the e4m3 operands with the scales of the scheme (per tensor, row-wise,
-1x128 by 128x128 blocks), fp32 accumulation, bf16 out.
+the model's dtype (float64 for the fixtures; in bf16 the dequantized bf16
+GEMM of kvcal's fallback), ("exact") multiplied in float64 and rounded to
+the model's dtype (what an FP8 GEMM computes, on any device), or ("gpu")
+torch._scaled_mm on the e4m3 operands with the scales of the scheme (per
+tensor, row-wise, 1x128 by 128x128 blocks), fp32 accumulation, bf16 out.
+
+perturb_embeddings() rounds a bf16 model's embedding rows again after a
+relative perturbation below bf16's epsilon: another realization of the
+bf16 roundings before each quantization, whose flipped e4m3 decisions
+measure how far two bf16 servings of one FP8 checkpoint may lie apart.
 """
 import json
 import os
@@ -130,7 +137,12 @@ class FP8Linear(torch.nn.Module):
     def forward(self, x):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        out = self.served_gpu(x2) if self.mode == "gpu" else self.served_cpu(x2)
+        if self.mode == "gpu":
+            out = self.served_gpu(x2)
+        elif self.mode == "exact":
+            out = self.served_cpu(x2.double()).to(x.dtype)
+        else:
+            out = self.served_cpu(x2)
         return out.reshape(*shape[:-1], -1)
 
     def served_cpu(self, x):
@@ -386,3 +398,57 @@ def served_model(ckpt, arch, scheme, dims, dtype=torch.float64, mode="cpu",
     model.load_state_dict(dense, strict=False)
     model = model.to(device=device, dtype=dtype).eval()
     return serve_layers(model, t, scheme, mode)
+
+
+def kv_absmax(model, samples):
+    """Per layer, per kv head absmax of K (after the k norm and RoPE) and V
+    of `model` over the token samples (lists of ids, one forward each), as
+    float64 arrays: hooks recompute K and V as the attention modules do,
+    with their own projections, in the model's dtype and device."""
+    import sys
+    layers = model.model.layers
+    dev = model.model.embed_tokens.weight.device
+    k_abs = torch.zeros(len(layers), model.config.num_key_value_heads, dtype=torch.float64,
+                        device=dev)
+    v_abs = torch.zeros_like(k_abs)
+
+    def make_hook(i, attn):
+        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+
+        def hook(module, args, kwargs):
+            hs = kwargs.get("hidden_states", args[0] if args else None)
+            cos, sin = kwargs["position_embeddings"]
+            shape = (*hs.shape[:-1], -1, attn.head_dim)
+            k = module.k_proj(hs).view(shape)
+            v = module.v_proj(hs).view(shape)
+            if hasattr(module, "k_norm"):
+                k = module.k_norm(k)
+            _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 2, 3)).double())
+            v_abs[i] = torch.maximum(v_abs[i], v.abs().amax(dim=(0, 1, 3)).double())
+        return hook
+
+    hooks = [layer.self_attn.register_forward_pre_hook(make_hook(i, layer.self_attn),
+                                                      with_kwargs=True)
+             for i, layer in enumerate(layers)]
+    with torch.inference_mode():
+        for s in samples:
+            model(torch.tensor([s], device=dev), use_cache=False)
+    for h in hooks:
+        h.remove()
+    return k_abs.cpu().numpy(), v_abs.cpu().numpy()
+
+
+def worst_rel(got, want):
+    """The largest relative difference of two arrays of absmax."""
+    return float((abs(got - want) / want).max())
+
+
+def perturb_embeddings(model, gen, rel=2.0 ** -8):
+    """Multiplies the embedding rows of `model` by 1 + u rel (u uniform in
+    [-1, 1], from generator gen) and rounds them back to the model's dtype."""
+    emb = model.model.embed_tokens.weight
+    u = torch.rand(emb.shape, generator=gen, dtype=torch.float64).to(emb.device) * 2 - 1
+    with torch.no_grad():
+        emb.copy_((emb.double() * (1 + rel * u)).to(emb.dtype))
+    return model

@@ -11,17 +11,25 @@ hidden 512, intermediate 1024, 8 heads, 2 kv heads (head_dim 64), 2 layers
 is written under WORK, then 4 samples of 256 tokens run through kvcal
 (cuBLASLt's FP8 GEMMs, and KVCAL_FP8_GEMM=dequant: the dequantized bf16
 fallback) and through the torch model; per-layer per-kv-head absmax of K
-(after RoPE and the q/k norm) and V must agree within 2%.
+(after RoPE and the q/k norm) and V must agree within 2%, or within 1.5
+times torch's own spread in that layer: bf16 activations flip e4m3
+rounding decisions here and there, and from the second layer on they move
+the absmax by a few percent (tests/make_fp8_checkpoints.py); the spread is
+the worst distance from the torch model of 3 torch models whose embedding
+rows were rounded again after a perturbation below bf16's epsilon
+(fp8_reference.perturb_embeddings).
 
 usage: fp8_vs_torch_gpu.py --kvcal KVCAL [--work DIR] [--json OUT]
 """
 import argparse
+import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,40 +37,11 @@ import fp8_reference as ref  # noqa: E402
 
 DIMS = (512, 1024, 8, 2, 512)  # hidden, intermediate, heads, kv heads, vocab
 SAMPLES, SEQ, LIMIT = 4, 256, 0.02
+DRAWS, MARGIN = 3, 1.5
 
 
-def torch_absmax(model, ids):
-    """Per layer, per kv head absmax of K (after k_norm and RoPE) and V of the
-    model over the samples: hooks recompute K and V as the attention module
-    does, with its own projections."""
-    layers = model.model.layers
-    k_abs = torch.zeros(len(layers), DIMS[3], device="cuda")
-    v_abs = torch.zeros_like(k_abs)
-
-    def make_hook(i, attn):
-        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
-
-        def hook(module, args, kwargs):
-            hs = kwargs.get("hidden_states", args[0] if args else None)
-            cos, sin = kwargs["position_embeddings"]
-            shape = (*hs.shape[:-1], -1, attn.head_dim)
-            k = module.k_proj(hs).view(shape)
-            v = module.v_proj(hs).view(shape)
-            if hasattr(module, "k_norm"):
-                k = module.k_norm(k)
-            _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 2, 3)).float())
-            v_abs[i] = torch.maximum(v_abs[i], v.abs().amax(dim=(0, 1, 3)).float())
-        return hook
-
-    hooks = [layer.self_attn.register_forward_pre_hook(make_hook(i, layer.self_attn),
-                                                      with_kwargs=True)
-             for i, layer in enumerate(layers)]
-    with torch.inference_mode():
-        model(torch.tensor(ids, device="cuda"), use_cache=False)
-    for h in hooks:
-        h.remove()
-    return k_abs.tolist(), v_abs.tolist()
+def fmt(values):
+    return "/".join("%.1e" % v for v in values)
 
 
 def kvcal_absmax(kvcal, model_dir, data, env):
@@ -74,12 +53,14 @@ def kvcal_absmax(kvcal, model_dir, data, env):
         raise RuntimeError("kvcal calibrate failed (%d): %s" % (res.returncode,
                                                                res.stderr.strip()))
     out = json.loads(res.stdout)
-    return ([layer["k_absmax"] for layer in out["layers"]],
-            [layer["v_absmax"] for layer in out["layers"]])
+    return (np.array([layer["k_absmax"] for layer in out["layers"]]),
+            np.array([layer["v_absmax"] for layer in out["layers"]]))
 
 
-def worst(got, want):
-    return max(abs(g - w) / w for gl, wl in zip(got, want) for g, w in zip(gl, wl))
+def per_layer(got, want):
+    """Per layer, the worst relative difference over K and V and the heads."""
+    return np.maximum((np.abs(got[0] - want[0]) / want[0]).max(axis=1),
+                      (np.abs(got[1] - want[1]) / want[1]).max(axis=1))
 
 
 def main():
@@ -104,21 +85,28 @@ def main():
         arch = ("llama", "qwen3")[i % 2]
         d = os.path.join(work, scheme)
         ref.make_checkpoint(d, arch, scheme, DIMS, ids[:1])
-        model = ref.served_model(d, arch, scheme, DIMS, dtype=torch.bfloat16, mode="gpu",
-                                 device="cuda")
-        tk, tv = torch_absmax(model, ids)
-        del model
-        row = {"scheme": scheme, "architecture": arch}
+        served = functools.partial(ref.served_model, d, arch, scheme, DIMS,
+                                   dtype=torch.bfloat16, mode="gpu", device="cuda")
+        want = ref.kv_absmax(served(), ids)
+        gen = torch.Generator().manual_seed(i)
+        spread = np.zeros(len(want[0]))
+        for _ in range(DRAWS):
+            spread = np.maximum(spread, per_layer(
+                ref.kv_absmax(ref.perturb_embeddings(served(), gen), ids), want))
+        bound = np.maximum(LIMIT, MARGIN * spread)
+        row = {"scheme": scheme, "architecture": arch, "torch_bf16_spread": spread.tolist(),
+               "bound": bound.tolist()}
         for path, env in (("fp8_gemm", {}), ("dequant", {"KVCAL_FP8_GEMM": "dequant"})):
-            kk, kv = kvcal_absmax(a.kvcal, d, data, env)
-            row[path] = max(worst(kk, tk), worst(kv, tv))
-            ok &= row[path] <= LIMIT
+            diff = per_layer(kvcal_absmax(a.kvcal, d, data, env), want)
+            row[path] = diff.tolist()
+            ok &= bool((diff <= bound).all())
         results.append(row)
-        print("%-24s %-6s kvcal FP8 GEMMs vs torch._scaled_mm: worst rel. diff %.2e; "
-              "dequantized fallback: %.2e" % (scheme, arch, row["fp8_gemm"], row["dequant"]),
-              flush=True)
-    print("FP8 checkpoints, per-head K/V absmax, kvcal --device cuda vs torch FP8 (limit %g): "
-          "%s" % (LIMIT, "PASS" if ok else "FAIL"))
+        print("%-22s %-5s per layer, kvcal's FP8 GEMMs vs torch._scaled_mm: %s; dequantized "
+              "fallback: %s; torch's own spread: %s; bound %s" % (
+                  scheme, arch, fmt(row["fp8_gemm"]), fmt(row["dequant"]), fmt(spread),
+                  fmt(bound)), flush=True)
+    print("FP8 checkpoints, per-head K/V absmax, kvcal --device cuda vs torch FP8 (within "
+          "%g, or %g x torch's own bf16 spread): %s" % (LIMIT, MARGIN, "PASS" if ok else "FAIL"))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

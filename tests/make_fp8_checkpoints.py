@@ -20,6 +20,15 @@ within 1e-5 of the float64 one on every per-head absmax and raw K/V row the
 test compares, and the logits compared are those of a token whose float32
 logits are within 1e-5 too.
 
+bf16 activations, as the CUDA runner keeps them, take other e4m3 decisions
+than float64 ones here and there, and from the second layer on they move
+the per-head absmax by a few percent: each fixture records as bf16_spread,
+per layer, the worst relative distance from its float64 absmax of six bf16
+servings (the FP8 GEMM's exact products and the dequantized bf16 GEMM, each
+as is and with the embedding rows rounded again after a perturbation below
+bf16's epsilon), the spread tests/test_cuda_backend.c allows beside its
+bound.
+
 Also writes fp8_qwen3_moe_experts, a mixture of experts whose experts are
 FP8, which kvcal refuses (no reference values).
 
@@ -68,6 +77,11 @@ def reference_run(model, samples):
     return ks, vs, logits0
 
 
+def absmax(per_sample):
+    """Per layer, per kv head absmax of K or V of a reference run."""
+    return np.max([np.abs(x).max(axis=(1, 3)) for x in per_sample], axis=0)
+
+
 def conditioning(ref64, ref32):
     """How far the float32 run of the reference is from its float64 run:
     the worst relative difference of the per-head absmax, and per token of
@@ -75,12 +89,27 @@ def conditioning(ref64, ref32):
     decision within float32's error of a tie moves them)."""
     ks64, vs64, l64 = ref64
     ks32, vs32, l32 = ref32
-    worst = 0.0
-    for a64, a32 in ((ks64, ks32), (vs64, vs32)):
-        m64 = np.max([np.abs(x).max(axis=(1, 3)) for x in a64], axis=0)
-        m32 = np.max([np.abs(x).max(axis=(1, 3)) for x in a32], axis=0)
-        worst = max(worst, float(np.max(np.abs(m64 - m32) / m64)))
+    worst = max(ref.worst_rel(absmax(ks32), absmax(ks64)),
+                ref.worst_rel(absmax(vs32), absmax(vs64)))
     return worst, np.abs(l64 - l32).max(axis=1)
+
+
+def bf16_spread(d, arch, scheme, dims, samples, ref64):
+    """Per layer, the worst relative distance of the per-head K/V absmax of
+    bf16 servings of checkpoint d (fp8_reference: modes "exact" and "cpu",
+    each as is and twice perturbed) from the float64 reference run ref64."""
+    want_k, want_v = absmax(ref64[0]), absmax(ref64[1])
+    gen = torch.Generator().manual_seed(0)
+    worst = np.zeros(len(want_k))
+    for mode in ("exact", "cpu"):
+        for draw in range(3):
+            model = ref.served_model(d, arch, scheme, dims, dtype=torch.bfloat16, mode=mode)
+            if draw:
+                ref.perturb_embeddings(model, gen)
+            k, v = ref.kv_absmax(model, samples)
+            for got, want in ((k, want_k), (v, want_v)):
+                worst = np.maximum(worst, (np.abs(got - want) / want).max(axis=1))
+    return worst.tolist()
 
 
 def make_fixture(name, arch, scheme, dims):
@@ -121,10 +150,11 @@ def make_fixture(name, arch, scheme, dims):
     fx.update(golden.summarize(ks, vs, samples, logits0))
     tok = stable[-1]
     fx["logits"] = {"sample": 0, "token": tok, "values": logits0[tok, :16].tolist()}
+    fx["bf16_spread"] = bf16_spread(d, arch, scheme, dims, samples, ref64)
     golden.write_fixture(name, fx)
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
     print("  checkpoint %s: %d bytes; samples draw %d, float32 within %.1e, logits of "
-          "token %d" % (d, size, attempt, worst, tok))
+          "token %d, bf16 spread %.1e" % (d, size, attempt, worst, tok, max(fx["bf16_spread"])))
 
 
 def make_moe_experts():

@@ -31,6 +31,11 @@
  * float64 golden values (routers whose choices bf16 rounding leaves alone),
  * the issue's bound for kvcal is 2%. */
 #define MOE_RUNNER_RTOL 2e-2
+/* A fixture's bf16_spread (tests/make_fp8_checkpoints.py): per layer, how far
+ * six bf16 servings of its FP8 checkpoint lie from the float64 reference
+ * (e4m3 decisions flipped by bf16 roundings); the runner may lie up to this
+ * many times that far. */
+#define BF16_SPREAD_MARGIN 1.5
 
 static void check_runner_golden_within(const char *name, const kvcal_backend_options *opt,
                                        double rtol)
@@ -40,24 +45,29 @@ static void check_runner_golden_within(const char *name, const kvcal_backend_opt
     int64_t rows = 0;
     cJSON *root = kvcal_test_cuda_run_golden(name, opt, &stats, &bmax, &rows);
     const int lh = stats->num_layers * stats->num_kv_heads;
+    const cJSON *spread = cJSON_GetObjectItem(root, "bf16_spread");
     double worst = 0.0;
     for (int kv = 0; kv < 2; kv++) {
         cJSON *want = cJSON_GetObjectItem(root, kv ? "v_absmax" : "k_absmax");
         for (int l = 0; l < stats->num_layers; l++) {
             CU_ASSERT_EQUAL(stats->tokens[l], rows);
+            const double bound =
+                spread ? fmax(rtol, BF16_SPREAD_MARGIN *
+                                        cJSON_GetArrayItem(spread, l)->valuedouble)
+                       : rtol;
             for (int h = 0; h < stats->num_kv_heads; h++) {
                 const double w =
                     cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
                 const double got = kvcal_stats_head_absmax(stats, l, kv, h);
                 const double rel = fabs(got - w) / fabs(w);
                 worst = rel > worst || rel != rel ? rel : worst;
+                CU_ASSERT(rel <= bound);
                 /* the one batch's batch_absmax is the absmax */
                 CU_ASSERT_EQUAL(bmax[kv * lh + l * stats->num_kv_heads + h], (float)got);
             }
         }
     }
     printf("(%s: worst rel. error %.2e) ", name, worst);
-    CU_ASSERT(worst <= rtol);
     free(bmax);
     kvcal_stats_destroy(stats);
     cJSON_Delete(root);
@@ -328,7 +338,8 @@ static void cuda_runner_streams_weights_under_a_memory_cap(void)
  * in float64 (vLLM's semantics, tests/fp8_reference.py): through cuBLASLt's
  * FP8 GEMMs where they run the scheme, through the dequantized fallback
  * (fp8_dequant), and staged through 4 KiB pieces (the statistics of the
- * default pieces bit for bit). The bf16 runner's bound: activations in bf16
+ * default pieces bit for bit). Within the bf16 runner's bound, or from the
+ * second layer on within the fixture's bf16 spread: activations in bf16
  * quantize to other bytes here and there than the float64 reference's. */
 static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
 {
