@@ -57,16 +57,6 @@ static int fused_on_disk(const kvcal_weight_part *p)
     return p->rows == KVCAL_DIM_QKV || p->rows == KVCAL_DIM_2INTER;
 }
 
-static void shape_text(const kvcal_tensor_info *t, char *buf, size_t n)
-{
-    size_t at = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < t->ndim && at < n; i++)
-        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? ", " : "",
-                               (long long)t->shape[i]);
-    if (at < n)
-        snprintf(buf + at, n - at, "]");
-}
-
 /* Checks the scale tensor `name` of an FP8 part of rows x cols: present,
  * floating, shaped as the scheme's granularity. */
 static kvcal_status check_scale(const kvcal_checkpoint_t *ck, const char *path,
@@ -104,7 +94,7 @@ static kvcal_status check_scale(const kvcal_checkpoint_t *ck, const char *path,
                  (long long)kb, f->block_n, f->block_k);
     }
     if (!ok) {
-        shape_text(t, got, sizeof got);
+        kvcal_tensor_shape_str(t, got, sizeof got);
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: scale tensor %s has shape %s; expected %s", path, name,
                           got, want);
