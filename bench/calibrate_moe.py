@@ -4,6 +4,7 @@ cuda against transformers on a Qwen3-30B-A3B-shaped random-weight model and the
 same tokens (8 samples x 2048 tokens a batch), in one run.
 
 usage: calibrate_moe.py KVCAL WORKDIR OUT [--layers N] [--batches B]
+                        [--kvcal-variant VAR=VALUE ...]
 
 Qwen3-30B-A3B's layer (hidden 2048, 32 query / 4 kv heads of 128, q/k norm,
 128 experts of 768, top-8, norm_topk_prob) built with transformers' own
@@ -14,7 +15,9 @@ token ids. Then, on the same tokens:
 
 - `KVCAL calibrate --device cuda --stats` (per-head scales), its tokens/s, peak
   device memory (sampled) and the routing counts of its statistics (experts
-  that no token reached);
+  that no token reached); again under each `--kvcal-variant` (an environment
+  variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
+  other GPUs run), its tokens/s and peak memory;
 - the transformers model body (no lm_head) in bf16 with SDPA and hooks that
   collect per-layer per-head absmax of K (k_norm, then RoPE) and V, with each
   experts implementation the installed transformers offers (eager,
@@ -77,7 +80,7 @@ def make_model(workdir, layers):
     return model_dir
 
 
-def run_kvcal(kvcal, model_dir, data, samples, out_dir):
+def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
     baseline, peak, done = device_memory_used(), [0], threading.Event()
 
     def sample():
@@ -92,11 +95,13 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir):
            "--granularity", "head", "--json", "--quiet",
            "--out", os.path.join(out_dir, "kvcal_scales.json"),
            "--stats", os.path.join(out_dir, "kvcal_stats.h5")]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True,
+                         env=dict(os.environ, **env) if env else None)
     done.set()
     t.join()
     if res.returncode != 0:
-        sys.exit(f"kvcal calibrate failed ({res.returncode}): {res.stderr.strip()}")
+        sys.exit(f"kvcal calibrate{' ' + str(env) if env else ''} failed ({res.returncode}): "
+                 f"{res.stderr.strip()}")
     return json.loads(res.stdout), peak[0]
 
 
@@ -233,7 +238,10 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--kvcal-variant", action="append", default=[], metavar="VAR=VALUE")
     a = ap.parse_args()
+    if any("=" not in v for v in a.kvcal_variant):
+        sys.exit(f"--kvcal-variant: use VAR=VALUE (got {a.kvcal_variant})")
     os.makedirs(a.workdir, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
@@ -250,6 +258,18 @@ def main():
     kvcal_tps = res["tokens_per_second"]
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s", flush=True)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
+    variants = {}
+    for v in a.kvcal_variant:
+        name, value = v.split("=", 1)
+        vdir = os.path.join(a.out, f"variant-{name}-{value}")
+        os.makedirs(vdir, exist_ok=True)
+        vres, vpeak = run_kvcal(a.kvcal, model_dir, data, samples, vdir, {name: value})
+        # the variant's per-head K/V absmax against the default run's
+        vdiff = max(abs(g - r) / r for lv, lr in zip(vres["layers"], res["layers"])
+                    for kind in ("k_absmax", "v_absmax")
+                    for g, r in zip(lv[kind], lr[kind]) if r > 0)
+        variants[v] = (vres["tokens_per_second"], vpeak, vdiff)
+        print(f"kvcal calibrate --device cuda, {v}: {variants[v][0]:.0f} tokens/s", flush=True)
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
     hf = transformers_runs(model_dir, ids, a.layers, batches)
     floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)
@@ -263,6 +283,8 @@ def main():
             worst[kind] = max(d)
     fastest = max(hf.items(), key=lambda kv: kv[1][0]) if hf else None
     table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak)] + \
+        [(f"kvcal calibrate --device cuda, {v}", tps, peak)
+         for v, (tps, peak, _) in variants.items()] + \
         [(f"transformers {name}", v[0], v[1]) for name, v in hf.items()] + \
         [("library floor (grouped GEMM + SDPA)" if floor_grouped else
           "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0)]
@@ -278,6 +300,9 @@ def main():
     for kind, w in worst.items():
         print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 (eager experts): "
               f"worst rel. diff {w:.2e}")
+    for v, (tps, _, diff) in variants.items():
+        print(f"kvcal {v}: {tps / kvcal_tps:.2f}x the default run's tokens/s; per-head K/V "
+              f"absmax against the default run: worst rel. diff {diff:.2e}")
     if counts:
         print("experts no token reached, per layer: " + ", ".join(str(c["cold"]) for c in counts))
     with open(os.path.join(a.out, "moe_bench.json"), "w") as f:
@@ -286,6 +311,9 @@ def main():
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
                              "phases": res.get("phases")},
+                   "kvcal_variants": {v: {"tokens_per_second": tps, "peak_bytes": peak,
+                                          "absmax_worst_rel_diff_vs_kvcal": diff}
+                                      for v, (tps, peak, diff) in variants.items()},
                    "transformers_runs": {k: {"tokens_per_second": v[0], "peak_bytes": v[1]}
                                          for k, v in hf.items()},
                    "floor": {"tokens_per_second": floor_tps, "layer_ms": floor_layer_ms,

@@ -39,13 +39,21 @@
 //
 // The cache formats beyond e4m3 (kvcal_kv_quantize_fmt_launch /
 // kvcal_kv_dequantize_fmt_launch, kernels/cuda/kvquant_fmt.cu) as an engine
-// calls them, NHD: fp8 e5m2 (a cast), int8 with static per-head scales,
-// int8 dynamic per (token, head) (vLLM's int8_per_token_head), int8 with
-// dynamic zero points (LMDeploy's quant_policy=8), NVFP4 with a global scale
-// per K and V, and the dequantization of the int8 dynamic and NVFP4 caches
-// to bf16; validated against kernels/cpu/kvquant_fmt_ref.c the same way.
-// Their bytes count each format's cache rows (NVFP4: 9/16 byte a value) and
-// per (token, head) scales and zero points.
+// calls them, NHD: fp8 e5m2 (a cast), int8 with static per-head scales
+// (nearest even), int8 dynamic per (token, head) (vLLM's
+// int8_per_token_head, truncating), int8 with static per-head zero points,
+// int8 with dynamic zero points (LMDeploy's quant_policy=8), NVFP4 with a
+// global scale per K and V, and the dequantization to bf16 ("dequant ...")
+// of the e5m2, int8 static, int8 dynamic, int8 dynamic zero-point and NVFP4
+// caches;
+// validated against kernels/cpu/kvquant_fmt_ref.c the same way. Their bytes
+// count each format's cache rows (NVFP4: 9/16 byte a value) and the
+// dynamic modes' per (token, head) scales and zero points (the static modes
+// record none). Each twice: "v1 ..." is the format kernel before its
+// rewrite (bench/kvquant_fmt_v1.cuh, timed with --only-formats alone), the
+// other the library's (v2). --only-formats runs the copy, e4m3's static per
+// head and dequantization (for reference) and the format ops, v1 and v2,
+// prefill and decode only.
 //
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent
@@ -66,9 +74,11 @@
 #include "kvcal.h"
 extern "C" {
 #include "core/fp8.h"
+#include "core/status.h"
 #include "kernels/cpu/kvquant_fmt.h"
 #include "kernels/cpu/kvquant_ref.h"
 }
+#include "bench/kvquant_fmt_v1.cuh"
 
 #define CHECK(x)                                                                         \
     do {                                                                                 \
@@ -214,36 +224,96 @@ enum Op {
     SCALER,
     SCALER_GROW,
     DEQUANT,
-    FMT_E5M2,
+    FMT_E5M2, // the format ops (library), then the same as v1 (V1_FMT_*)
     FMT_INT8_HEAD,
     FMT_INT8_DYNAMIC,
+    FMT_ASYM_HEAD,
     FMT_ASYM_DYNAMIC,
     FMT_NVFP4,
+    FMT_DEQUANT_E5M2,
+    FMT_DEQUANT_INT8_HEAD,
     FMT_DEQUANT_INT8,
+    FMT_DEQUANT_ASYM,
     FMT_DEQUANT_NVFP4,
+    V1_FMT_E5M2,
+    V1_FMT_DEQUANT_NVFP4 = V1_FMT_E5M2 + (FMT_DEQUANT_NVFP4 - FMT_E5M2),
     NUM_OPS
 };
-static const char *op_name[NUM_OPS] = {
-    "copy (cudaMemcpy D2D)",    "v1 static head NHD (sw)",   "static tensor NHD",
-    "static head NHD",          "v3 static head NHD",        "v3 8 rows static head",
-    "static head HND",          "dynamic token-head NHD",    "dynamic token-head HND",
-    "v3 dynamic NHD",           "scaler running-max steady", "scaler running-max growth",
-    "dequant NHD -> bf16",      "fp8 e5m2 cast NHD",         "int8 static head NHD",
-    "int8 dynamic token-head",  "int8-asym dynamic",         "nvfp4 static NHD",
-    "dequant int8 dyn -> bf16", "dequant nvfp4 -> bf16"};
+constexpr int kFmtOps = V1_FMT_E5M2 - FMT_E5M2;
+static const char *op_name[NUM_OPS] = {"copy (cudaMemcpy D2D)",
+                                       "v1 static head NHD (sw)",
+                                       "static tensor NHD",
+                                       "static head NHD",
+                                       "v3 static head NHD",
+                                       "v3 8 rows static head",
+                                       "static head HND",
+                                       "dynamic token-head NHD",
+                                       "dynamic token-head HND",
+                                       "v3 dynamic NHD",
+                                       "scaler running-max steady",
+                                       "scaler running-max growth",
+                                       "dequant NHD -> bf16",
+                                       "fp8 e5m2 cast NHD",
+                                       "int8 static head NHD",
+                                       "int8 dynamic token-head",
+                                       "int8-asym static head",
+                                       "int8-asym dynamic",
+                                       "nvfp4 static NHD",
+                                       "dequant e5m2",
+                                       "dequant int8 head",
+                                       "dequant int8 dyn",
+                                       "dequant asym dyn",
+                                       "dequant nvfp4",
+                                       "v1 fp8 e5m2 cast NHD",
+                                       "v1 int8 static head NHD",
+                                       "v1 int8 dynamic token-head",
+                                       "v1 int8-asym static head",
+                                       "v1 int8-asym dynamic",
+                                       "v1 nvfp4 static NHD",
+                                       "v1 dequant e5m2",
+                                       "v1 dequant int8 head",
+                                       "v1 dequant int8 dyn",
+                                       "v1 dequant asym dyn",
+                                       "v1 dequant nvfp4"};
 
-// The library format and parameters of a format op (FMT_*).
+// The format ops (FMT_*, V1_FMT_*): the library op of a v1 op, its format,
+// whether it dequantizes, whether its parameters are per (token, head).
 static bool is_fmt(Op op)
 {
-    return op >= FMT_E5M2 && op <= FMT_DEQUANT_NVFP4;
+    return op >= FMT_E5M2 && op < NUM_OPS;
+}
+
+static bool is_v1(Op op)
+{
+    return op >= V1_FMT_E5M2 && op < NUM_OPS;
+}
+
+static Op fmt_base(Op op)
+{
+    return is_v1(op) ? (Op)(op - kFmtOps) : op;
+}
+
+static bool fmt_dequantizes(Op op)
+{
+    return fmt_base(op) >= FMT_DEQUANT_E5M2;
+}
+
+static bool fmt_dynamic(Op op)
+{
+    Op b = fmt_base(op);
+    return b == FMT_INT8_DYNAMIC || b == FMT_ASYM_DYNAMIC || b == FMT_DEQUANT_INT8 ||
+           b == FMT_DEQUANT_ASYM;
 }
 
 static kvcal_kv_format fmt_of(Op op)
 {
-    switch (op) {
+    switch (fmt_base(op)) {
     case FMT_E5M2:
+    case FMT_DEQUANT_E5M2:
         return KVCAL_KV_FORMAT_FP8_E5M2;
+    case FMT_ASYM_HEAD:
     case FMT_ASYM_DYNAMIC:
+    case FMT_DEQUANT_ASYM:
         return KVCAL_KV_FORMAT_INT8_ASYM;
     case FMT_NVFP4:
     case FMT_DEQUANT_NVFP4:
@@ -253,12 +323,23 @@ static kvcal_kv_format fmt_of(Op op)
     }
 }
 
-// The op that writes the cache a format dequantization reads.
+// The (library) op that writes the cache a format dequantization reads.
 static Op fmt_writer(Op op)
 {
-    return op == FMT_DEQUANT_INT8    ? FMT_INT8_DYNAMIC
-           : op == FMT_DEQUANT_NVFP4 ? FMT_NVFP4
-                                     : op;
+    switch (fmt_base(op)) {
+    case FMT_DEQUANT_E5M2:
+        return FMT_E5M2;
+    case FMT_DEQUANT_INT8_HEAD:
+        return FMT_INT8_HEAD;
+    case FMT_DEQUANT_INT8:
+        return FMT_INT8_DYNAMIC;
+    case FMT_DEQUANT_ASYM:
+        return FMT_ASYM_DYNAMIC;
+    case FMT_DEQUANT_NVFP4:
+        return FMT_NVFP4;
+    default:
+        return op;
+    }
 }
 
 struct Problem {
@@ -276,6 +357,8 @@ struct Problem {
     float *kzc, *vzc;       // per (token, head) zero points
     float *g;               // NVFP4 global scales, K then V
     float host_g[2];
+    float *asym; // static zero-point parameters (4 x H): K / V scales, K / V zeros
+    std::vector<float> host_asym;
     void *copy_dst;
     kvcal_kv_scaler_t *scaler;
     size_t in_elems() const { return (size_t)T * H * D; }
@@ -332,6 +415,13 @@ static void problem_make(Problem &p, int64_t T, int H, int D, int bs, int64_t nu
     p.host_g[0] = 6.0f / 2688.0f, p.host_g[1] = 2.0f / 2688.0f;
     CHECK(cudaMalloc(&p.g, 2 * sizeof(float)));
     CHECK(cudaMemcpy(p.g, p.host_g, 2 * sizeof(float), cudaMemcpyHostToDevice));
+    p.host_asym.resize(4 * H);
+    for (int h = 0; h < H; h++) // K within +-6, V within +-2 (fill_bf16_kernel)
+        p.host_asym[h] = 12.0f / 255.0f, p.host_asym[H + h] = 4.0f / 255.0f,
+        p.host_asym[2 * H + h] = -6.0f, p.host_asym[3 * H + h] = -2.0f;
+    CHECK(cudaMalloc(&p.asym, 4 * H * sizeof(float)));
+    CHECK(cudaMemcpy(p.asym, p.host_asym.data(), 4 * H * sizeof(float),
+                     cudaMemcpyHostToDevice));
     KV_CHECK(kvcal_kv_scaler_create(H, KVCAL_SCALER_RUNNING_MAX, 0.0f, 1, &p.scaler));
     CHECK(cudaDeviceSynchronize());
 }
@@ -341,7 +431,7 @@ static void problem_free(Problem &p)
     cudaFree(p.k), cudaFree(p.v), cudaFree(p.slots), cudaFree(p.kc), cudaFree(p.vc);
     cudaFree(p.ksc), cudaFree(p.vsc), cudaFree(p.kst), cudaFree(p.vst);
     cudaFree(p.ko), cudaFree(p.vo), cudaFree(p.copy_dst);
-    cudaFree(p.kzc), cudaFree(p.vzc), cudaFree(p.g);
+    cudaFree(p.kzc), cudaFree(p.vzc), cudaFree(p.g), cudaFree(p.asym);
     kvcal_kv_scaler_destroy(p.scaler);
 }
 
@@ -367,19 +457,24 @@ static kvcal_kv_cache cache_of(const Problem &p, kvcal_cache_layout layout, bool
 static kvcal_kv_qparams qparams_of(const Problem &p, Op op, bool host)
 {
     kvcal_kv_qparams q = {};
+    const Op b = fmt_base(op);
     q.format = fmt_of(op);
-    q.rounding = op == FMT_INT8_DYNAMIC || op == FMT_DEQUANT_INT8
+    q.rounding = b == FMT_INT8_DYNAMIC || b == FMT_DEQUANT_INT8
                      ? KVCAL_KV_ROUND_TOWARD_ZERO
                      : KVCAL_KV_ROUND_NEAREST_EVEN;
     q.granularity = KVCAL_GRANULARITY_HEAD;
-    if (op == FMT_INT8_HEAD) {
+    const float *asym = host ? p.host_asym.data() : p.asym;
+    if (b == FMT_INT8_HEAD || b == FMT_DEQUANT_INT8_HEAD) {
         q.k_scale = host ? p.host_kst.data() : p.kst;
         q.v_scale = host ? p.host_vst.data() : p.vst;
+    } else if (b == FMT_ASYM_HEAD) {
+        q.k_scale = asym, q.v_scale = asym + p.H;
+        q.k_zero = asym + 2 * p.H, q.v_zero = asym + 3 * p.H;
     } else if (q.format == KVCAL_KV_FORMAT_NVFP4) {
         q.granularity = KVCAL_GRANULARITY_TENSOR;
         q.k_scale = host ? &p.host_g[0] : p.g;
         q.v_scale = host ? &p.host_g[1] : p.g + 1;
-    } else if (op == FMT_ASYM_DYNAMIC && !host) {
+    } else if (q.format == KVCAL_KV_FORMAT_INT8_ASYM && !host) {
         q.k_zero_cache = p.kzc, q.v_zero_cache = p.vzc;
     }
     return q;
@@ -393,9 +488,9 @@ static double op_bytes(const Problem &p, Op op)
     if (is_fmt(op)) {
         kvcal_kv_format f = fmt_of(op);
         double rows = 2.0 * p.T * p.H * kvcal_kv_format_row_bytes(f, p.D);
-        double params = op == FMT_INT8_DYNAMIC || op == FMT_DEQUANT_INT8 ? scales
-                        : op == FMT_ASYM_DYNAMIC                         ? 2 * scales
-                                                                         : 0.0;
+        double params = !fmt_dynamic(op)                 ? 0.0
+                        : f == KVCAL_KV_FORMAT_INT8_ASYM ? 2 * scales
+                                                         : scales;
         return in + rows + params + slots;
     }
     switch (op) {
@@ -479,26 +574,19 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
                                             nullptr, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
         return;
     }
-    case FMT_E5M2:
-    case FMT_INT8_HEAD:
-    case FMT_INT8_DYNAMIC:
-    case FMT_ASYM_DYNAMIC:
-    case FMT_NVFP4: {
-        kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
+    default: { // the format ops; the static modes record no scale
+        kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, fmt_dynamic(op));
         kvcal_kv_qparams q = qparams_of(p, op, false);
-        KV_CHECK(kvcal_kv_quantize_fmt_launch(&b, &c, &q, s));
+        const bool dq = fmt_dequantizes(op);
+        if (is_v1(op))
+            KV_CHECK(v1::run(&b, &c, &q, dq ? p.ko : nullptr, dq ? p.vo : nullptr, s));
+        else if (dq)
+            KV_CHECK(kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo,
+                                                    KVCAL_DTYPE_BF16, s));
+        else
+            KV_CHECK(kvcal_kv_quantize_fmt_launch(&b, &c, &q, s));
         return;
     }
-    case FMT_DEQUANT_INT8:
-    case FMT_DEQUANT_NVFP4: {
-        kvcal_kv_cache c = cache_of(p, KVCAL_CACHE_NHD, true);
-        kvcal_kv_qparams q = qparams_of(p, op, false);
-        KV_CHECK(
-            kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo, KVCAL_DTYPE_BF16, s));
-        return;
-    }
-    case NUM_OPS:
-        break;
     }
 }
 
@@ -694,7 +782,8 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
                                0,          KVCAL_CACHE_NHD};
     kvcal_kv_geom gd, gh;
     kvcal_kv_qparams q = qparams_of(p, op, true);
-    if (f == KVCAL_KV_FORMAT_INT8_ASYM)
+    const bool dyn = fmt_dynamic(op), zeros = dyn && f == KVCAL_KV_FORMAT_INT8_ASYM;
+    if (zeros)
         q.k_zero_cache = hkz.data(), q.v_zero_cache = hvz.data();
     KV_CHECK(kvcal_kvfmt_check("bench", &b, &g_mirror, &q, 1, &gd));
     KV_CHECK(kvcal_kvfmt_check("bench", &b, &c, &q, 1, &gh));
@@ -707,7 +796,7 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
         return kvcal_kvfmt_nvfp4_scale_at(g, blk, off, h, sc, kv);
     };
     size_t bad = 0;
-    if (op == FMT_DEQUANT_INT8 || op == FMT_DEQUANT_NVFP4) {
+    if (fmt_dequantizes(op)) {
         for (int64_t i = 0; i < n; i++)
             for (int h = 0; h < H; h++) {
                 int64_t s = mslot(p.host_slots[t0 + i]);
@@ -723,6 +812,10 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
                     m.ks[kvcal_kv_scale_index(gd, s, h)];
                 hvs[kvcal_kv_scale_index(gh, i, h)] =
                     m.vs[kvcal_kv_scale_index(gd, s, h)];
+                hkz[kvcal_kv_scale_index(gh, i, h)] =
+                    m.kz[kvcal_kv_scale_index(gd, s, h)];
+                hvz[kvcal_kv_scale_index(gh, i, h)] =
+                    m.vz[kvcal_kv_scale_index(gd, s, h)];
             }
         std::vector<uint16_t> rk(n * row), rv(n * row);
         KV_CHECK(kvcal_kv_dequantize_fmt_ref(&b, &c, &q, rk.data(), rv.data(),
@@ -734,7 +827,6 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
         return bad;
     }
     KV_CHECK(kvcal_kv_quantize_fmt_ref(&b, &c, &q));
-    const bool dyn = op == FMT_INT8_DYNAMIC || op == FMT_ASYM_DYNAMIC;
     for (int64_t i = 0; i < n; i++) {
         if (p.host_slots[t0 + i] < 0)
             continue;
@@ -751,7 +843,7 @@ static size_t validate_fmt_window(Problem &p, Op op, int64_t t0, int64_t n)
                    sd = kvcal_kv_scale_index(gd, s, h);
             if (dyn)
                 bad += hks[si] != m.ks[sd] || hvs[si] != m.vs[sd];
-            if (f == KVCAL_KV_FORMAT_INT8_ASYM)
+            if (zeros)
                 bad += hkz[si] != m.kz[sd] || hvz[si] != m.vz[sd];
         }
     }
@@ -938,9 +1030,12 @@ int main(int argc, char **argv)
 {
     int64_t T = 262144, Td = 256;
     int H = 8, D = 128, bs = 16, reps = 50;
+    bool only_formats = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (i + 1 < argc && !strcmp(a, "--tokens"))
+        if (!strcmp(a, "--only-formats"))
+            only_formats = true;
+        else if (i + 1 < argc && !strcmp(a, "--tokens"))
             T = atoll(argv[++i]);
         else if (i + 1 < argc && !strcmp(a, "--decode-tokens"))
             Td = atoll(argv[++i]);
@@ -956,7 +1051,7 @@ int main(int argc, char **argv)
             fprintf(
                 stderr,
                 "usage: %s [--tokens N] [--decode-tokens N] [--heads H] [--head-dim D] "
-                "[--block-size B] [--reps N]\n",
+                "[--block-size B] [--reps N] [--only-formats]\n",
                 argv[0]);
             return 2;
         }
@@ -980,24 +1075,32 @@ int main(int argc, char **argv)
         const char *name;
         int64_t T;
         bool decode, in_turn;
-    } cases[3] = {{"prefill", T, false, true}, {"scatter", T, false, false},
+    } cases[3] = {{"prefill", T, false, true},
+                  {"scatter", T, false, false},
                   {"decode", Td, true, false}};
     double copy_gbs[3] = {0, 0, 0}, copy_graph_us = 0;
     int failures = 0;
     printf("\n%-8s %-26s %10s %10s %10s %9s %7s %s\n", "case", "op", "MB", "median_us",
            "GB/s", "graph_us", "%copy", "check");
     for (int ci = 0; ci < 3; ci++) {
+        const bool scatter = !cases[ci].in_turn && !cases[ci].decode;
+        if (only_formats && scatter)
+            continue;
         Problem p;
         problem_make(p, cases[ci].T, H, D, bs,
-                     cases[ci].in_turn ? blocks : std::max<int64_t>(blocks, 4 * cases[ci].T),
+                     cases[ci].in_turn ? blocks
+                                       : std::max<int64_t>(blocks, 4 * cases[ci].T),
                      cases[ci].in_turn, 1234u + ci);
         for (int o = 0; o < NUM_OPS; o++) {
             Op op = (Op)o;
             const bool bench_kernel = op == V1_STATIC_HEAD || op == V3_STATIC_HEAD ||
                                       op == V3R8_STATIC_HEAD || op == V3_DYNAMIC;
+            const bool reference = op == COPY || op == STATIC_HEAD || op == DEQUANT;
             if ((bench_kernel && (ci > 0 || (op != V1_STATIC_HEAD && D != 128))) ||
                 (op == SCALER_GROW && cases[ci].decode) ||
-                (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)))
+                (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)) ||
+                (only_formats && !is_fmt(op) && !reference) ||
+                (is_v1(op) && (scatter || !only_formats)))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);

@@ -5,8 +5,9 @@
 #   1. the suites kvquant_fmt_cuda (every CUDA entry point of the formats
 #      against the CPU reference, byte for byte), kvquant_cuda, eval_cuda,
 #      kvquant_fmt, eval_formats and kv_dtype_cli;
-#   2. bench/kvquant (the formats beside the device copy; pass: every check
-#      "ok", and the prefill %copy of each format row, the target >= 85%);
+#   2. bench/kvquant --only-formats (the formats, v1 and v2, beside the
+#      device copy; pass: every check "ok", and the prefill %copy of each
+#      format row, the target >= 85%);
 #   3. kvcal eval --modes all on the CPU and on the GPU for stories260K and
 #      a head_dim-48 golden model (NVFP4 included), their tables side by side
 #      (pass: every mode finite on both devices; the bf16 runner moves each
@@ -28,7 +29,7 @@ timeout 240 env LD_LIBRARY_PATH="$libs" KVCAL_BIN="$build/kvcal" "$build/kvcal_t
     kvquant_fmt_cuda kvquant_cuda eval_cuda kvquant_fmt eval_formats kv_dtype_cli \
     > "$out/tests.log" 2>&1
 tests_rc=$?
-timeout 240 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" > "$out/bench.log" 2>&1
+timeout 240 env LD_LIBRARY_PATH="$libs" "$build/bench/kvquant" --only-formats > "$out/bench.log" 2>&1
 bench_rc=$?
 # a token set for the golden model (vocabulary 128)
 python3 - "$out/hd48_ids.jsonl" <<'EOF'
@@ -61,7 +62,7 @@ echo "== gpu"; cat "$out/gpu.txt"
 echo "== tests (rc $tests_rc)"
 grep -E "FAILED|differ|SKIPPED|^tests:|cases\)" "$out/tests.log" | head -30
 echo "== bench/kvquant (rc $bench_rc): the formats and the copies"
-grep -E "^(case|prefill|scatter|decode) +(copy|fp8 e5m2|int8|nvfp4|dequant int8|dequant nvfp4)" \
+grep -E "^(case|prefill|scatter|decode) +(copy|(v1 )?(fp8 e5m2|int8|nvfp4|dequant))" \
     "$out/bench.log"
 grep -E "FAIL|differences" "$out/bench.log" | head
 echo "== eval (rc $eval_rc), cpu then cuda"

@@ -215,6 +215,10 @@ int main(int argc, char **argv)
                               cudaMemcpyHostToDevice));
     }
     kvcal_kv_observer obs;
+    obs.q_absmax = nullptr; // the runner's default: the queries not observed
+    float *q_absmax;        // (H) for the "+ observe Q" rows (calibrate --q-scale)
+    CHECK_CUDA(cudaMalloc(&q_absmax, H * sizeof(float)));
+    CHECK_CUDA(cudaMemset(q_absmax, 0, H * sizeof(float)));
     for (int kv = 0; kv < 2; kv++) {
         CHECK_CUDA(cudaMalloc(&obs.absmax[kv], HKV * HD * sizeof(float)));
         CHECK_CUDA(
@@ -238,16 +242,17 @@ int main(int argc, char **argv)
     const char *gemm_names[NUM_GEMMS] = {"qkv", "o", "gate_up", "down"};
     // candidate -1: the tuned choice
     auto run_gemm = [&](int which, int cand, int *count, int *chosen) {
-        CHECK_KVCAL(kvcal_gemm_launch_candidate(gemm, cand, gemm_out[which], gemm_x[which],
-                                                gemm_w[which], nullptr, M, gemm_k[which],
-                                                gemm_n[which], 0, count, chosen));
+        CHECK_KVCAL(kvcal_gemm_launch_candidate(
+            gemm, cand, gemm_out[which], gemm_x[which], gemm_w[which], nullptr, M,
+            gemm_k[which], gemm_n[which], 0, count, chosen));
     };
     auto gemm_row = [&](int which) {
         const double k = gemm_k[which], n = gemm_n[which];
         const float ms = time_ms(t, [&] { run_gemm(which, -1, nullptr, nullptr); });
         char name[32];
         snprintf(name, sizeof name, "gemm %s", gemm_names[which]);
-        row(name, ms, 2.0 * M * k * n, 2.0 * (M * k + k * n + M * n), peak_tflops, peak_tbs);
+        row(name, ms, 2.0 * M * k * n, 2.0 * (M * k + k * n + M * n), peak_tflops,
+            peak_tbs);
         // every algorithm cuBLASLt proposed, timed the same way: is the tuned
         // choice (a few runs at the runner's first launch) the fastest here?
         int count = 0, chosen = 0;
@@ -314,11 +319,19 @@ int main(int argc, char **argv)
                 CHECK_KVCAL(kvcal_rope_observe_launch_version(ver, qkv, QKV, pos, M, H,
                                                               HKV, HD, &rope, &obs, 0));
             });
+            kvcal_kv_observer with_q = obs;
+            with_q.q_absmax = q_absmax;
+            const float on_q = time_ms(t, [&] {
+                CHECK_KVCAL(kvcal_rope_observe_launch_version(
+                    ver, qkv, QKV, pos, M, H, HKV, HD, &rope, &with_q, 0));
+            });
             char name[64];
             snprintf(name, sizeof name, "rope_observe v%d", ver);
             row(name, off, 0.0, bytes, peak_tflops, peak_tbs);
             snprintf(name, sizeof name, "rope_observe v%d + observe", ver);
             row(name, on, 0.0, bytes, peak_tflops, peak_tbs);
+            snprintf(name, sizeof name, "rope_observe v%d + observe Q", ver);
+            row(name, on_q, 0.0, bytes, peak_tflops, peak_tbs);
             if (ver == KVCAL_ROPE_VERSIONS) { // the one the runner takes at this shape
                 layer += on;
                 observer_cost = on - off;
@@ -396,9 +409,8 @@ int main(int argc, char **argv)
     // gate_up and SwiGLU in one kernel, what the runner takes on Hopper (the
     // weight's order does not change the timing; the tests check the product)
     if (want("gemm_swiglu")) {
-        const float ms = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_gemm_swiglu_launch(act, xn, w_gu, M, D, F, 0));
-        });
+        const float ms = time_ms(
+            t, [&] { CHECK_KVCAL(kvcal_gemm_swiglu_launch(act, xn, w_gu, M, D, F, 0)); });
         row("gemm_swiglu (fused)", ms, 2.0 * M * D * 2.0 * F,
             2.0 * ((double)M * D + 2.0 * F * D + (double)M * F), peak_tflops, peak_tbs);
     }
@@ -495,7 +507,8 @@ int main(int argc, char **argv)
     // every candidate of each GEMM in the sustained layer (the others at the
     // tuned choice): does the tuner's short timing rank them as the runner
     // meets them?
-    printf("\nsustained, one GEMM's candidate forced, ms per layer (two passes; * tuned):\n");
+    printf("\nsustained, one GEMM's candidate forced, ms per layer (two passes; * "
+           "tuned):\n");
     for (int which = 0; which < NUM_GEMMS; which++) {
         int count = 0, chosen = 0;
         run_gemm(which, -1, &count, &chosen);

@@ -49,23 +49,23 @@ typedef struct {
     int64_t n;
     float *bmax;
     /* scratch every batch shares */
-    float *norm;  // (N, hidden)
-    float *q;     // (N, heads, head_dim)
-    float *k;     // (N, kv_heads, head_dim)
-    float *v;     // (N, kv_heads, head_dim)
-    float *att;   // (N, heads, head_dim)
-    float *gate;  // (N, inter) gate, then the MLP's activation; inter the largest
-    float *up;    // (N, inter)  of the MLP's, an expert's and the shared expert's
+    float *norm; // (N, hidden)
+    float *q;    // (N, heads, head_dim)
+    float *k;    // (N, kv_heads, head_dim)
+    float *v;    // (N, kv_heads, head_dim)
+    float *att;  // (N, heads, head_dim)
+    float *gate; // (N, inter) gate, then the MLP's activation; inter the largest
+    float *up;   // (N, inter)  of the MLP's, an expert's and the shared expert's
     /* the mixture of experts' (NULL for a dense model) */
-    float *logits;       // (N, experts) the router's
-    float *route_w;      // (N, top_k) weights of the chosen experts
-    int32_t *route_e;    // (N, top_k) the chosen experts
-    int32_t *rows;       // (N) tokens routed to one expert
-    float *rows_w;       // (N) their weights
-    float *xs;           // (N, hidden) their inputs
-    float *ys;           // (N, hidden) the expert's outputs
-    float *xq;           // (N, the widest FP8 weight's in) an FP8 weight's input as
-                         // the engine quantizes it; NULL without FP8 activations
+    float *logits;    // (N, experts) the router's
+    float *route_w;   // (N, top_k) weights of the chosen experts
+    int32_t *route_e; // (N, top_k) the chosen experts
+    int32_t *rows;    // (N) tokens routed to one expert
+    float *rows_w;    // (N) their weights
+    float *xs;        // (N, hidden) their inputs
+    float *ys;        // (N, hidden) the expert's outputs
+    float *xq;        // (N, the widest FP8 weight's in) an FP8 weight's input as
+                      // the engine quantizes it; NULL without FP8 activations
     void *slab;
     int64_t *default_names; /* (max_batch) 0 .. batch-1 */
     kvcal_stats_t *stats;   /* observe_into */
@@ -172,7 +172,8 @@ static kvcal_status select_batch(kvcal_backend *be, int slot)
 {
     cpu_backend *c = cpu(be);
     if (slot < 0 || slot >= c->nslots)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: slot %d of %d", slot, c->nslots);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: slot %d of %d", slot,
+                          c->nslots);
     const cpu_slot *s = &c->slot[slot];
     c->x = s->x, c->delta = s->delta, c->pos = s->pos, c->start = s->start;
     c->lengths = s->lengths, c->names = s->names, c->batch = s->batch, c->n = s->n;
@@ -291,11 +292,21 @@ static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *n
                           d->rope_attention_factor);
 }
 
-/* Folds K and V of every sample into the statistics of `layer`. */
+/* Folds K and V (and Q, when the statistics observe it) of every sample
+ * into the statistics of `layer`. */
 static kvcal_status observe(cpu_backend *c, int layer)
 {
     const kvcal_model_desc *d = c->base.desc;
     const int64_t row = (int64_t)d->num_kv_heads * d->head_dim;
+    const int64_t q_row = (int64_t)d->num_heads * d->head_dim;
+    for (int b = 0; c->stats->q_absmax && b < c->batch; b++) {
+        kvcal_kv_block blk =
+            kvcal_kv_block_dense(c->q + c->start[b] * q_row, 1, c->lengths[b],
+                                 d->num_heads, d->head_dim, NULL, &c->names[b]);
+        kvcal_status st = kvcal_stats_observe_q_ref(c->stats, layer, &blk);
+        if (st)
+            return st;
+    }
     for (int b = 0; b < c->batch; b++)
         for (int which = KVCAL_K; which <= KVCAL_V; which++) {
             const float *x = (which == KVCAL_K ? c->k : c->v) + c->start[b] * row;
@@ -334,9 +345,9 @@ static void attend(cpu_backend *c, float *out)
     for (int b = 0; b < c->batch; b++) {
         const int64_t s = c->start[b];
         kvcal_attention_window_ref(out + s * H * hd, c->q + s * H * hd,
-                                   c->k + s * HKV * hd, c->v + s * HKV * hd, c->lengths[b],
-                                   H, HKV, hd, d->attn_scale, d->layer_window[c->layer],
-                                   d->attn_softcap);
+                                   c->k + s * HKV * hd, c->v + s * HKV * hd,
+                                   c->lengths[b], H, HKV, hd, d->attn_scale,
+                                   d->layer_window[c->layer], d->attn_softcap);
     }
 }
 
@@ -403,12 +414,14 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     float *out = act(c, op->out);
     kvcal_matmul_ref(c->logits, x, weight(c, op->w), NULL, (int)n, D, E);
     if (d->moe_sigmoid)
-        kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, weight(c, op->b), n,
-                                    E, K, d->norm_topk_prob, d->routed_scale);
+        kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, weight(c, op->b),
+                                    n, E, K, d->norm_topk_prob, d->routed_scale);
     else
-        kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, n, E, K, d->norm_topk_prob);
+        kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, n, E, K,
+                            d->norm_topk_prob);
     memset(out, 0, sizeof(float) * (size_t)(n * D));
-    const float *gu = weight(c, KVCAL_W_EXPERT_GATE_UP), *down = weight(c, KVCAL_W_EXPERT_DOWN);
+    const float *gu = weight(c, KVCAL_W_EXPERT_GATE_UP),
+                *down = weight(c, KVCAL_W_EXPERT_DOWN);
     int64_t *counts = observe_layer >= 0 && c->stats && c->stats->num_experts == E
                           ? c->stats->expert_tokens + (int64_t)observe_layer * E
                           : NULL;
@@ -427,7 +440,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
             counts[e] += m;
         if (!m)
             continue;
-        mlp(c, c->ys, c->xs, m, gu + (int64_t)e * 2 * I * D, down + (int64_t)e * D * I, I);
+        mlp(c, c->ys, c->xs, m, gu + (int64_t)e * 2 * I * D, down + (int64_t)e * D * I,
+            I);
         for (int64_t r = 0; r < m; r++)
             for (int i = 0; i < D; i++)
                 out[(int64_t)c->rows[r] * D + i] += c->rows_w[r] * c->ys[r * D + i];
@@ -435,7 +449,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     if (!S)
         return KVCAL_OK;
     const float *gate = weight(c, KVCAL_W_SHARED_GATE); /* NULL: no gate */
-    mlp(c, c->ys, x, n, weight(c, KVCAL_W_SHARED_GATE_UP), weight(c, KVCAL_W_SHARED_DOWN), S);
+    mlp(c, c->ys, x, n, weight(c, KVCAL_W_SHARED_GATE_UP), weight(c, KVCAL_W_SHARED_DOWN),
+        S);
     if (gate)
         kvcal_matmul_ref(c->rows_w, x, gate, NULL, (int)n, D, 1);
     for (int64_t t = 0; t < n; t++) {
@@ -465,7 +480,8 @@ static kvcal_status batch_absmax(kvcal_backend *be, int slot, float *k, float *v
     cpu_backend *c = cpu(be);
     const size_t lh = (size_t)be->desc->num_layers * be->desc->num_kv_heads;
     if (slot < 0 || slot >= c->nslots)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: slot %d of %d", slot, c->nslots);
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "runner: slot %d of %d", slot,
+                          c->nslots);
     float *b = c->slot[slot].bmax;
     memcpy(k, b, lh * sizeof(float));
     memcpy(v, b + lh, lh * sizeof(float));

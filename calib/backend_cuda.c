@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
+#include "kernels/cuda/kv_observe.h"
 #include "kernels/cuda/ops.h"
 
 #define ALIGN 256u
@@ -37,7 +38,6 @@
             goto fail;                                                                   \
         }                                                                                \
     } while (0)
-
 
 /* A batch's own activations, kept while its chunk runs layer by layer. */
 typedef struct {
@@ -68,28 +68,31 @@ typedef struct {
     kvcal_attention_t *attn; /* cuDNN's fused attention, or kvcal's kernel */
     kvcal_cuda_layer_layout lay;
     kvcal_cuda_loader_t *loader;
-    unsigned char *layer_weights; /* the layer in use (a loader slot) */
-    int weight_slots;             /* layers on the device at once */
-    size_t budget;                /* --max-device-memory, 0: the free memory */
-    size_t allocated;             /* device bytes of the slabs below but the slots' */
-    void *slab;                     /* every device buffer below */
-    unsigned char *weights;         /* (L, lay.bytes) */
-    kvcal_bf16 *embed;              /* (V, D) */
-    kvcal_bf16 *xn;                 /* (N, D) scratch every batch shares: */
-    kvcal_bf16 *qkv;                /* (N, qkv_n) */
-    kvcal_bf16 *att;                /* (N, H * hd) */
-    kvcal_bf16 *gu;                 /* (N, 2 I); NULL with mlp_fused */
-    kvcal_bf16 *act;                /* (N, I) */
-    int32_t *ids;                   /* (N) */
-    float *inv_freq;                /* (rot_dim / 2) */
-    float *inv_freq_sliding;        /* (rot_dim / 2) the sliding layers', or NULL */
-    kvcal_bf16 *norm_w;             /* the layer's RMSNorm weights plus the model's
-                                       norm offset, where it has one (else NULL) */
-    size_t norm_at[KVCAL_W_COUNT];  /* their places in norm_w (values) */
-    float *absmax[2];               /* (L, HKV, hd) */
-    uint64_t *hist[2];              /* (L, HKV, bins) */
-    size_t stats_bytes;             /* of absmax[0] .. hist[1] */
-    float *host_bmax;               /* pinned (2, L, HKV) */
+    unsigned char *layer_weights;  /* the layer in use (a loader slot) */
+    int weight_slots;              /* layers on the device at once */
+    size_t budget;                 /* --max-device-memory, 0: the free memory */
+    size_t allocated;              /* device bytes of the slabs below but the slots' */
+    void *slab;                    /* every device buffer below */
+    unsigned char *weights;        /* (L, lay.bytes) */
+    kvcal_bf16 *embed;             /* (V, D) */
+    kvcal_bf16 *xn;                /* (N, D) scratch every batch shares: */
+    kvcal_bf16 *qkv;               /* (N, qkv_n) */
+    kvcal_bf16 *att;               /* (N, H * hd) */
+    kvcal_bf16 *gu;                /* (N, 2 I); NULL with mlp_fused */
+    kvcal_bf16 *act;               /* (N, I) */
+    int32_t *ids;                  /* (N) */
+    float *inv_freq;               /* (rot_dim / 2) */
+    float *inv_freq_sliding;       /* (rot_dim / 2) the sliding layers', or NULL */
+    kvcal_bf16 *norm_w;            /* the layer's RMSNorm weights plus the model's
+                                      norm offset, where it has one (else NULL) */
+    size_t norm_at[KVCAL_W_COUNT]; /* their places in norm_w (values) */
+    float *absmax[2];              /* (L, HKV, hd) */
+    uint64_t *hist[2];             /* (L, HKV, bins) */
+    float *q_absmax;               /* (L, H) max |q| per query head */
+    float *range;                  /* (2, 2, L, HKV, hd) K's max(x, 0), max(-x, 0),
+                                      then V's (kvcal_kv_range) */
+    size_t stats_bytes;            /* of absmax[0] .. range */
+    float *host_bmax;              /* pinned (2, L, HKV) */
     /* the chunk's batches */
     cuda_slot *slot; /* (nslots) */
     int nslots;
@@ -102,17 +105,18 @@ typedef struct {
     int batch, seq_len, layer;
     int64_t valid;
     const int64_t *names;
-    int64_t *default_names; /* (max_batch) */
+    int64_t *default_names;   /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
     /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
     int E, K, MI, SI;         /* experts, top-k, expert's and shared expert's inter */
+    int moe_sm90; /* the experts' GEMMs on kvcal_moe_gemm_sm90_launch, SwiGLU fused */
     kvcal_bf16 *router;       /* (N, E) the router's logits */
     int32_t *route_e;         /* (N, K) chosen experts */
     float *route_w;           /* (N, K) their weights */
     kvcal_moe_plan plan;      /* the routed rows grouped by expert */
-    kvcal_bf16 *moe_gu;       /* (capacity, 2 MI) */
+    kvcal_bf16 *moe_gu;       /* (capacity, 2 MI); NULL with moe_sm90 */
     kvcal_bf16 *moe_act;      /* (capacity, MI) */
-    kvcal_bf16 *moe_y;        /* (capacity, D) */
+    kvcal_bf16 *moe_y;        /* (capacity, D); with moe_sm90 first the gathered rows */
     kvcal_bf16 *shared_gu;    /* (N, 2 SI) */
     kvcal_bf16 *shared_act;   /* (N, SI) */
     kvcal_bf16 *shared_y;     /* (N, D) */
@@ -161,12 +165,12 @@ static size_t round_up(size_t n)
  * were laid out in before they were data, kept so the device layout (and
  * the alignment of each weight) does not move. */
 static const kvcal_weight slab_order[] = {
-    KVCAL_W_QKV,           KVCAL_W_QKV_BIAS,       KVCAL_W_O,
-    KVCAL_W_O_BIAS,        KVCAL_W_GATE_UP,        KVCAL_W_DOWN,
-    KVCAL_W_ATTN_NORM,     KVCAL_W_FFN_NORM,       KVCAL_W_Q_NORM,
-    KVCAL_W_K_NORM,        KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
-    KVCAL_W_EXPERT_DOWN,   KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
-    KVCAL_W_SHARED_GATE,   KVCAL_W_POST_ATTN_NORM, KVCAL_W_POST_FFN_NORM,
+    KVCAL_W_QKV,         KVCAL_W_QKV_BIAS,       KVCAL_W_O,
+    KVCAL_W_O_BIAS,      KVCAL_W_GATE_UP,        KVCAL_W_DOWN,
+    KVCAL_W_ATTN_NORM,   KVCAL_W_FFN_NORM,       KVCAL_W_Q_NORM,
+    KVCAL_W_K_NORM,      KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
+    KVCAL_W_EXPERT_DOWN, KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
+    KVCAL_W_SHARED_GATE, KVCAL_W_POST_ATTN_NORM, KVCAL_W_POST_FFN_NORM,
     KVCAL_W_ROUTER_BIAS};
 /* every weight once: one left out would have no place on the device (its
  * tensor NULL), and the zeros of a shorter list would lay out the first
@@ -300,13 +304,15 @@ static size_t slot_device_bytes(const cuda_backend *r)
 {
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
     return 2 * round_up(N * r->D * sizeof(kvcal_bf16)) + round_up(N * sizeof(int32_t)) +
-           round_up(N * sizeof(int64_t)) + round_up(2 * (size_t)r->L * r->HKV * sizeof(float));
+           round_up(N * sizeof(int64_t)) +
+           round_up(2 * (size_t)r->L * r->HKV * sizeof(float));
 }
 
 static size_t slot_host_bytes(const cuda_backend *r)
 {
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
-    return N * (2 * sizeof(int32_t) + sizeof(int64_t)) + (size_t)r->max_batch * sizeof(int64_t);
+    return N * (2 * sizeof(int32_t) + sizeof(int64_t)) +
+           (size_t)r->max_batch * sizeof(int64_t);
 }
 
 static void free_slots(cuda_backend *r)
@@ -337,7 +343,6 @@ static size_t room(const cuda_backend *r, size_t free_b)
     return left;
 }
 
-
 /* bytes for a message: "1.25 GiB" from a GiB up, else "3.4 MiB" (buf of
  * at least 32). */
 static const char *size_text(char *buf, size_t bytes)
@@ -360,12 +365,13 @@ static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
     const size_t one = slot_device_bytes(r), left = room(r, free_b);
     char t1[32], t2[32];
     if (left < one)
-        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: the activations of one batch need %s but %s are "
-                          "left%s beside the model; use a smaller --batch or --seq-len%s",
-                          size_text(t1, one), size_text(t2, left),
-                          r->budget ? " under --max-device-memory" : " on the device",
-                          r->budget ? ", or a larger --max-device-memory" : "");
+        return kvcal_fail(
+            KVCAL_ERR_DEVICE_MEMORY,
+            "--device cuda: the activations of one batch need %s but %s are "
+            "left%s beside the model; use a smaller --batch or --seq-len%s",
+            size_text(t1, one), size_text(t2, left),
+            r->budget ? " under --max-device-memory" : " on the device",
+            r->budget ? ", or a larger --max-device-memory" : "");
     const size_t fit = left / one;
     *n = want < 1 ? 1 : (size_t)want > fit ? (int)fit : want;
     return KVCAL_OK;
@@ -388,7 +394,8 @@ static kvcal_status slots(kvcal_backend *be, int n)
     TRY(alloc_slab(&r->slot_slab, (size_t)n * slot_device_bytes(r),
                    "the activations of the chunk's batches"));
     TRY_CUDA(cudaMallocHost(&r->slot_host, (size_t)n * slot_host_bytes(r)));
-    TRY_CUDA(cudaMemsetAsync(r->slot_slab, 0, (size_t)n * slot_device_bytes(r), r->stream));
+    TRY_CUDA(
+        cudaMemsetAsync(r->slot_slab, 0, (size_t)n * slot_device_bytes(r), r->stream));
     r->nslots = n;
     unsigned char *d = r->slot_slab, *h = r->slot_host;
     for (int i = 0; i < n; i++) {
@@ -485,13 +492,14 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
 {
     cuda_backend *r = cu(be);
     r->layer = layer;
-    kvcal_status st = kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
+    kvcal_status st =
+        kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
     for (int w = 0; !st && r->norm_w && w < KVCAL_W_COUNT; w++)
         if (r->lay.elems[w] && be->desc->arch->weights[w].norm)
-            st = kvcal_affine_launch(r->norm_w + r->norm_at[w],
-                                     (const kvcal_bf16 *)(r->layer_weights + r->lay.off[w]),
-                                     (int64_t)r->lay.elems[w], 1.0f, be->desc->norm_offset,
-                                     r->stream);
+            st = kvcal_affine_launch(
+                r->norm_w + r->norm_at[w],
+                (const kvcal_bf16 *)(r->layer_weights + r->lay.off[w]),
+                (int64_t)r->lay.elems[w], 1.0f, be->desc->norm_offset, r->stream);
     return st;
 }
 
@@ -559,11 +567,30 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
         obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
         obs.batch_absmax[kv] = r->bmax + ((size_t)kv * r->L + l) * r->HKV;
     }
+    const int q = observe >= 0 && r->stats && r->stats->q_absmax && r->qkv_heads == r->H;
+    obs.q_absmax = q ? r->q_absmax + (size_t)l * r->H : NULL;
     if (observe >= 0 && r->stats)
         r->stats->tokens[l] += r->valid;
-    return kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len,
-                                     r->qkv_heads, r->HKV, r->hd, &rope,
-                                     observe >= 0 && r->stats ? &obs : NULL, r->stream);
+    kvcal_status st = kvcal_rope_observe_launch(
+        r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len, r->qkv_heads, r->HKV, r->hd,
+        &rope, observe >= 0 && r->stats ? &obs : NULL, r->stream);
+    if (st || observe < 0 || !r->stats || !r->stats->min[0])
+        return st;
+    /* the signed range, asked for: K as rotated and V, read again */
+    const size_t lc = (size_t)r->L * r->HKV * r->hd, at = (size_t)l * r->HKV * r->hd;
+    const kvcal_bf16 *k = r->qkv + (size_t)r->qkv_heads * r->hd, *v = k + r->HKV * r->hd;
+    const kvcal_kv_batch b = {k,
+                              v,
+                              KVCAL_DTYPE_BF16,
+                              r->batch * r->seq_len,
+                              r->qkv_width,
+                              r->hd,
+                              r->qkv_width,
+                              r->hd,
+                              r->row};
+    const kvcal_kv_range range = {{r->range + at, r->range + 2 * lc + at},
+                                  {r->range + lc + at, r->range + 3 * lc + at}};
+    return kvcal_kv_range_launch(&b, r->hd, r->HKV, &range, r->stream);
 }
 
 /* Causal attention of the fused QKV buffer into out (N, H * hd), within the
@@ -573,10 +600,10 @@ static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
     const int q_cols = r->H * r->hd, window = r->base.desc->layer_window[r->layer];
     const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
     if ((window > 0 && r->seq_len > window) || softcap > 0.0f)
-        return kvcal_attention_window_launch(
-            out, q_cols, r->qkv, r->qkv + q_cols, r->qkv + q_cols + r->HKV * r->hd,
-            r->qkv_n, r->batch, r->seq_len, r->H, r->HKV, r->hd, scale, window, softcap,
-            r->stream);
+        return kvcal_attention_window_launch(out, q_cols, r->qkv, r->qkv + q_cols,
+                                             r->qkv + q_cols + r->HKV * r->hd, r->qkv_n,
+                                             r->batch, r->seq_len, r->H, r->HKV, r->hd,
+                                             scale, window, softcap, r->stream);
     return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
                                r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
                                r->seq_len, r->H, r->HKV, r->hd, scale, r->stream, NULL);
@@ -592,8 +619,9 @@ static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
 {
     cuda_backend *r = cu(be);
-    return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL, tensor(r, op->w),
-                                    r->batch * r->seq_len, r->D, r->eps, r->stream);
+    return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL,
+                                    tensor(r, op->w), r->batch * r->seq_len, r->D, r->eps,
+                                    r->stream);
 }
 
 /* cuBLAS's gate/up GEMM, then GeGLU (the fused kernel is SwiGLU's alone). */
@@ -623,8 +651,9 @@ fail:
 }
 
 /* Router GEMM, routing and grouping on the device, the experts' grouped
- * GEMMs (gate/up, SwiGLU, down), the shared expert on cuBLAS, the weighted
- * combine: no host round trip. */
+ * GEMMs (on Hopper the rows gathered in the plan's order, gate/up with
+ * SwiGLU fused, down; elsewhere gate/up, SwiGLU, down), the shared expert
+ * on cuBLAS, the weighted combine: no host round trip. */
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
 {
     kvcal_status st = KVCAL_OK;
@@ -635,25 +664,34 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
     kvcal_moe_plan plan = r->plan;
     plan.capacity = kvcal_moe_plan_capacity(n * r->K, r->E);
     plan.tiles = plan.capacity / KVCAL_MOE_TILE_ROWS;
-    unsigned long long *counts =
-        observe >= 0 && r->stats && r->stats->num_experts == r->E
-            ? r->expert_tokens + (size_t)observe * r->E
-            : NULL;
-    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E, s));
+    unsigned long long *counts = observe >= 0 && r->stats && r->stats->num_experts == r->E
+                                     ? r->expert_tokens + (size_t)observe * r->E
+                                     : NULL;
+    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E,
+                          s));
     if (be->desc->moe_sigmoid)
-        TRY(kvcal_moe_route_sigmoid_launch(r->route_e, r->route_w, r->router,
-                                           tensor(r, op->b), r->pos, n, r->E, r->K,
-                                           be->desc->norm_topk_prob, be->desc->routed_scale,
-                                           s));
+        TRY(kvcal_moe_route_sigmoid_launch(
+            r->route_e, r->route_w, r->router, tensor(r, op->b), r->pos, n, r->E, r->K,
+            be->desc->norm_topk_prob, be->desc->routed_scale, s));
     else
-        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E, r->K,
-                                   be->desc->norm_topk_prob, s));
+        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E,
+                                   r->K, be->desc->norm_topk_prob, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
-    TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan,
-                              r->D, 2 * r->MI, s));
-    TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
-    TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN), &plan,
-                              r->MI, r->D, s));
+    if (r->moe_sm90) {
+        TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_act, r->moe_y,
+                                       tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
+                                       r->D, r->MI, KVCAL_MOE_EPI_SWIGLU, s));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
+                                       tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
+                                       r->D, KVCAL_MOE_EPI_STORE, s));
+    } else {
+        TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
+                                  &plan, r->D, 2 * r->MI, s));
+        TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+        TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN),
+                                  &plan, r->MI, r->D, s));
+    }
     if (r->SI) {
         TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
                               NULL, n, r->D, 2 * r->SI, s));
@@ -678,8 +716,12 @@ static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     if (stats && !r->device_view)
         TRY(kvcal_stats_create(r->L, r->HKV, r->hd, &r->device_view));
-    if (stats)
-        TRY(kvcal_stats_set_experts(r->device_view, stats->num_experts == r->E ? r->E : 0));
+    if (stats) {
+        TRY(kvcal_stats_set_experts(r->device_view,
+                                    stats->num_experts == r->E ? r->E : 0));
+        TRY(kvcal_stats_set_q_heads(r->device_view, stats->q_absmax ? r->H : 0));
+        TRY(kvcal_stats_set_range(r->device_view, stats->min[0] != NULL));
+    }
     return KVCAL_OK;
 fail:
     return st;
@@ -743,8 +785,21 @@ static kvcal_status collect(kvcal_backend *be)
         TRY_CUDA(cudaMemcpyAsync(v->expert_tokens, r->expert_tokens,
                                  (size_t)r->L * r->E * sizeof(int64_t),
                                  cudaMemcpyDeviceToHost, r->stream));
+    if (v->q_absmax)
+        TRY_CUDA(cudaMemcpyAsync(v->q_absmax, r->q_absmax,
+                                 (size_t)r->L * r->H * sizeof(float),
+                                 cudaMemcpyDeviceToHost, r->stream));
+    const size_t lc = (size_t)r->L * r->HKV * r->hd;
+    for (int kv = 0; v->min[0] && kv < 2; kv++) {
+        TRY_CUDA(cudaMemcpyAsync(v->max[kv], r->range + 2 * kv * lc, lc * sizeof(float),
+                                 cudaMemcpyDeviceToHost, r->stream));
+        TRY_CUDA(cudaMemcpyAsync(v->min[kv], r->range + (2 * kv + 1) * lc,
+                                 lc * sizeof(float), cudaMemcpyDeviceToHost, r->stream));
+    }
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, r->stats_bytes, r->stream));
     TRY_CUDA(cudaStreamSynchronize(r->stream));
+    for (size_t i = 0; v->min[0] && i < lc; i++) /* the device keeps max(-x, 0) */
+        v->min[0][i] = -v->min[0][i], v->min[1][i] = -v->min[1][i];
     return kvcal_stats_merge(r->stats, v);
 fail:
     return st;
@@ -762,8 +817,9 @@ static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k
 /* cudaMalloc of `count` buffers of bytes[i] (0: none) in one slab *slab,
  * after checking the device (and the budget) has room for them (`what`
  * names them in the message); *slab_bytes gets the slab's size. */
-static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_bytes, void **buf,
-                                  const size_t *bytes, int count, const char *what)
+static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_bytes,
+                                  void **buf, const size_t *bytes, int count,
+                                  const char *what)
 {
     kvcal_status st = KVCAL_OK;
     size_t need = 0, free_b = 0, total_b = 0;
@@ -772,12 +828,13 @@ static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_byt
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
     char t1[32], t2[32];
     if (need > room(r, free_b))
-        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: %s need %s beyond the model and its activations "
-                          "but %s are left%s; use a smaller --batch or --seq-len%s",
-                          what, size_text(t1, need), size_text(t2, room(r, free_b)),
-                          r->budget ? " under --max-device-memory" : " on the device",
-                          r->budget ? ", or a larger --max-device-memory" : "");
+        return kvcal_fail(
+            KVCAL_ERR_DEVICE_MEMORY,
+            "--device cuda: %s need %s beyond the model and its activations "
+            "but %s are left%s; use a smaller --batch or --seq-len%s",
+            what, size_text(t1, need), size_text(t2, room(r, free_b)),
+            r->budget ? " under --max-device-memory" : " on the device",
+            r->budget ? ", or a larger --max-device-memory" : "");
     TRY(alloc_slab(slab, need, what));
     r->allocated += need;
     *slab_bytes = need;
@@ -886,8 +943,8 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
         TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
                               NULL, rows, r->D, r->V, s));
         if (be->desc->logit_softcap > 0.0f)
-            TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V, be->desc->logit_softcap,
-                                     s));
+            TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V,
+                                     be->desc->logit_softcap, s));
         TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V,
                                    s));
         if (ref && ref->keep)
@@ -987,8 +1044,8 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     const int n = r->batch * r->seq_len;
     kvcal_bf16 *k, *v;
     kv_of(r, &k, &v);
-    io->batch = (kvcal_kv_batch){k,        v,     KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd,
-                                 r->qkv_n, r->hd, r->row};
+    io->batch = (kvcal_kv_batch){
+        k, v, KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd, r->qkv_n, r->hd, r->row};
     io->cache = (kvcal_kv_cache){
         r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
         r->hd,       0,           KVCAL_CACHE_NHD};
@@ -1120,13 +1177,18 @@ static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4]
  * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
  * buffer) where kvcal_cuda_mlp_choose takes it for this GPU and the code the
  * build holds for it; otherwise, or with KVCAL_MLP_UNFUSED, cuBLAS's GEMM
- * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. */
+ * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. The
+ * experts' likewise: the Hopper grouped GEMM with SwiGLU fused
+ * (kvcal_moe_gemm_sm90_launch, no (capacity, 2 MI) buffer) where the same
+ * kernels run, unless KVCAL_MLP_UNFUSED; else kvcal_moe_gemm_launch. */
 static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp, int major,
                                int minor)
 {
     char code[32];
     kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code,
                                sizeof code);
+    r->moe_sm90 = r->E > 0 && mlp != KVCAL_MLP_UNFUSED &&
+                  kvcal_cuda_mlp_fused_runs(major, minor, code);
     return kvcal_cuda_mlp_choose(major, minor, code, r->I, r->D, mlp, &r->mlp_fused);
 }
 
@@ -1279,9 +1341,13 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up(NK * sizeof(float)) + round_up(cap * sizeof(int32_t)) +
                     round_up(NK * sizeof(int32_t)) +
                     round_up(cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)) +
-                    round_up(cap * 2 * r->MI * e) + round_up(cap * r->MI * e) +
-                    round_up(cap * r->D * e) + round_up(N * 2 * r->SI * e) +
-                    round_up(N * r->SI * e) + round_up(N * r->D * e);
+                    round_up(sizeof(int32_t)) +
+                    round_up((size_t)kvcal_moe_plan_scratch((int)NK, r->E) *
+                             sizeof(int32_t)) +
+                    (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
+                    round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
+                    round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
+                    round_up(N * r->D * e);
     const size_t workspace = (size_t)32 << 20;
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
     TRY(kvcal_gemm_create(workspace, &r->gemm));
@@ -1296,6 +1362,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
                          round_up((size_t)r->L * r->E * sizeof(uint64_t)) +
+                         round_up((size_t)r->L * r->H * sizeof(float)) +
+                         round_up(4 * LH * r->hd * sizeof(float)) +
                          2 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
                          round_up(norm_elems * e);
     const size_t embed = round_up((size_t)r->V * r->D * e);
@@ -1319,8 +1387,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
             "activations %s for %d x %d tokens) but %s are left%s; use a smaller --batch "
             "or --seq-len%s",
             size_text(t[0], need + one), r->weight_slots, r->weight_slots == 1 ? "" : "s",
-            size_text(t[1], (size_t)r->weight_slots * r->lay.bytes), size_text(t[2], embed),
-            size_text(t[3], acts + one), max_batch, max_seq_len, size_text(t[4], left),
+            size_text(t[1], (size_t)r->weight_slots * r->lay.bytes),
+            size_text(t[2], embed), size_text(t[3], acts + one), max_batch, max_seq_len,
+            size_text(t[4], left),
             r->budget ? " under --max-device-memory" : " on the device",
             r->budget ? ", or a larger --max-device-memory" : "");
         goto fail;
@@ -1349,7 +1418,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->plan.sorted = carve(&p, cap * sizeof(int32_t));
         r->plan.slot_of = carve(&p, NK * sizeof(int32_t));
         r->plan.tile_expert = carve(&p, cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t));
-        r->moe_gu = carve(&p, cap * 2 * r->MI * e);
+        r->plan.used_tiles = carve(&p, sizeof(int32_t));
+        r->plan.scratch =
+            carve(&p, (size_t)kvcal_moe_plan_scratch((int)NK, r->E) * sizeof(int32_t));
+        r->moe_gu = r->moe_sm90 ? NULL : carve(&p, cap * 2 * r->MI * e);
         r->moe_act = carve(&p, cap * r->MI * e);
         r->moe_y = carve(&p, cap * r->D * e);
         r->shared_gu = carve(&p, N * 2 * r->SI * e);
@@ -1361,6 +1433,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->hist[kv] = carve(&p, LH * KVCAL_HIST_BINS * sizeof(uint64_t));
     }
     r->expert_tokens = carve(&p, (size_t)r->L * r->E * sizeof(uint64_t));
+    r->q_absmax = carve(&p, (size_t)r->L * r->H * sizeof(float));
+    r->range = carve(&p, 4 * LH * r->hd * sizeof(float));
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     if (d->inv_freq_sliding)
         r->inv_freq_sliding = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));

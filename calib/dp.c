@@ -73,6 +73,9 @@ void kvcal_dp_stats_view(const kvcal_stats_t *shape, void *slab, kvcal_stats_t *
      * would alias shape's; reduce_expert_tokens sums them) */
     view->num_experts = 0;
     view->expert_tokens = NULL;
+    view->num_q_heads = 0; /* the same for the queries and the range */
+    view->q_absmax = NULL;
+    view->min[0] = view->min[1] = view->max[0] = view->max[1] = NULL;
     view->batches = 0;
     view->batch_start_tokens = 0;
 }
@@ -106,6 +109,54 @@ done:
     return st;
 }
 
+/* The queries' absmax and the signed range, kept beside the slab: every
+ * rank's folded into rank 0's by kvcal_stats_merge's rule (max; min for
+ * min). One buffer: q_absmax, then min[K], max[K], min[V], max[V]. */
+static kvcal_status reduce_extras(kvcal_dp_group *g, kvcal_stats_t *stats)
+{
+    const size_t nq = (size_t)stats->num_layers * (size_t)stats->num_q_heads;
+    const size_t nc = stats->min[0] ? (size_t)stats->num_layers * stats->num_kv_heads *
+                                          (size_t)stats->head_dim
+                                    : 0;
+    const size_t n = nq + 4 * nc;
+    if (!n)
+        return KVCAL_OK;
+    size_t *bytes = malloc((size_t)g->size * sizeof *bytes);
+    float *mine = malloc(n * sizeof *mine);
+    float *all = g->rank == 0 ? malloc(n * (size_t)g->size * sizeof *all) : NULL;
+    kvcal_status st = KVCAL_OK;
+    if (!bytes || !mine || (g->rank == 0 && !all)) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM,
+                        "data-parallel reduction: out of host memory for the queries' "
+                        "absmax and the signed range");
+        goto done;
+    }
+    float *const part[5] = {stats->q_absmax, stats->min[0], stats->max[0], stats->min[1],
+                            stats->max[1]};
+    if (nq)
+        memcpy(mine, part[0], nq * sizeof *mine);
+    for (int i = 1; nc && i < 5; i++)
+        memcpy(mine + nq + (size_t)(i - 1) * nc, part[i], nc * sizeof *mine);
+    for (int r = 0; r < g->size; r++)
+        bytes[r] = n * sizeof *mine;
+    if ((st = g->ops->gather(g, mine, bytes, all)) || g->rank != 0)
+        goto done;
+    for (int r = 1; r < g->size; r++)
+        for (size_t j = 0; j < n; j++) {
+            const float x = all[(size_t)r * n + j];
+            const int is_min = j >= nq && ((j - nq) / nc) % 2 == 0;
+            float *d =
+                j < nq ? &stats->q_absmax[j] : &part[1 + (j - nq) / nc][(j - nq) % nc];
+            if (is_min ? x < *d : x > *d)
+                *d = x;
+        }
+done:
+    free(bytes);
+    free(mine);
+    free(all);
+    return st;
+}
+
 kvcal_status kvcal_dp_reduce_run(kvcal_dp_group *g, const kvcal_dp_part *part,
                                  const float *batch_absmax, kvcal_stats_t *stats,
                                  double ema_decay)
@@ -127,6 +178,7 @@ kvcal_status kvcal_dp_reduce_run(kvcal_dp_group *g, const kvcal_dp_part *part,
             (size_t)kvcal_dp_layout(part->total_batches, 1, r, g->size).num_batches *
             per_batch;
     if ((st = g->ops->reduce_stats(g, stats)) || (st = reduce_expert_tokens(g, stats)) ||
+        (st = reduce_extras(g, stats)) ||
         (st = g->ops->gather(g, batch_absmax, bytes, all)) || g->rank != 0)
         goto done;
     /* the moving averages, batch after batch in the run's order */

@@ -12,26 +12,28 @@ struct kvcal_exec {
     const kvcal_model_desc *desc;
     kvcal_backend *be;
     int max_batch, max_seq_len;
-    int chunk_cap;   /* batches a chunk may hold (0: as many as fit) */
-    int chunk;       /* slots the backend holds now */
-    int64_t *names;  /* (chunk, max_batch) sample ids of each slot's batch */
+    int chunk_cap;        /* batches a chunk may hold (0: as many as fit) */
+    int chunk;            /* slots the backend holds now */
+    int64_t *names;       /* (chunk, max_batch) sample ids of each slot's batch */
     kvcal_batch *batches; /* (chunk) */
     kvcal_rows *rows;     /* (chunk) */
-    float *bmax;     /* (2, layers, kv_heads) one batch's per-head absmax */
-    int32_t *target; /* (max_batch * max_seq_len) next token of each row, -1: none */
-    float *nll;      /* (max_batch * max_seq_len) */
-    float *kld, *top; /* (max_batch * max_seq_len) */
+    float *bmax;          /* (2, layers, kv_heads) one batch's per-head absmax */
+    int32_t *target;      /* (max_batch * max_seq_len) next token of each row, -1: none */
+    float *nll;           /* (max_batch * max_seq_len) */
+    float *kld, *top;     /* (max_batch * max_seq_len) */
     int64_t *ref_row; /* (max_batch * max_seq_len) reference row of each row, -1: none */
     int64_t ref_rows; /* rows of the kept reference (0: none) */
 };
 
 /* What one pass does with K and V, and how far it runs. */
 typedef struct {
-    int observe;            /* fold K/V into the backend's statistics */
-    kvcal_kv_sim_t *sim;    /* or NULL */
-    kvcal_exec_tap_fn tap;  /* or NULL */
+    int observe;           /* fold K/V into the backend's statistics */
+    int observe_q;         /* and Q (the statistics have q_absmax): every
+                              layer's queries are computed, the last's too */
+    kvcal_kv_sim_t *sim;   /* or NULL */
+    kvcal_exec_tap_fn tap; /* or NULL */
     void *tap_ctx;
-    int whole;              /* every layer whole (then the head, where the pass has one) */
+    int whole; /* every layer whole (then the head, where the pass has one) */
 } pass;
 
 /* 1 when one of the first n ops writes the pending residual add. */
@@ -52,6 +54,7 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
     int n_ops = 0;
     const kvcal_op *layer = kvcal_model_layer_ops(x->desc, l, &n_ops);
     const int last = l == x->desc->num_layers - 1 && !p->whole;
+    const int need_q = !last || p->observe_q;
     kvcal_status st = ops->select_batch(be, slot);
     for (int i = 0; !st && i < n_ops; i++) {
         const kvcal_op *op = &layer[i];
@@ -62,10 +65,10 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
             st = ops->add_rmsnorm(be, op, l == 0 && !makes_delta(layer, i));
             break;
         case KVCAL_OP_LINEAR:
-            st = ops->linear(be, op, !last);
+            st = ops->linear(be, op, need_q);
             break;
         case KVCAL_OP_QK_NORM_ROPE:
-            st = ops->qk_norm_rope(be, op, !last, op->kv_cache && p->observe ? l : -1);
+            st = ops->qk_norm_rope(be, op, need_q, op->kv_cache && p->observe ? l : -1);
             break;
         case KVCAL_OP_ATTENTION:
             st = ops->attention(be, op);
@@ -227,7 +230,8 @@ static kvcal_status size_chunks(kvcal_exec_t *x, int want, int *n)
     kvcal_rows *r = b ? realloc(x->rows, (size_t)*n * sizeof *r) : NULL;
     if (r)
         x->rows = r;
-    int64_t *names = r ? realloc(x->names, (size_t)*n * x->max_batch * sizeof *names) : NULL;
+    int64_t *names =
+        r ? realloc(x->names, (size_t)*n * x->max_batch * sizeof *names) : NULL;
     if (names)
         x->names = names;
     if (!names)
@@ -244,7 +248,8 @@ static int num_batches(const kvcal_exec_samples *s)
     return (s->num_samples + s->batch - 1) / s->batch;
 }
 
-static kvcal_exec_progress progress_start(const kvcal_exec_t *x, const kvcal_exec_samples *s)
+static kvcal_exec_progress progress_start(const kvcal_exec_t *x,
+                                          const kvcal_exec_samples *s)
 {
     kvcal_exec_progress p;
     memset(&p, 0, sizeof p);
@@ -283,8 +288,9 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
     kvcal_status st = check_samples(x, s);
     if (st)
         return st;
-    if (stats && (stats->num_layers != d->num_layers ||
-                  stats->num_kv_heads != d->num_kv_heads || stats->head_dim != d->head_dim))
+    if (stats &&
+        (stats->num_layers != d->num_layers || stats->num_kv_heads != d->num_kv_heads ||
+         stats->head_dim != d->head_dim))
         return kvcal_fail(KVCAL_ERR_MISMATCH,
                           "executor: statistics of %d layers x %d kv heads x %d channels "
                           "for a model of %d x %d x %d",
@@ -305,7 +311,8 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
     if ((st = size_chunks(x, want, &chunk)) || (st = be->ops->observe_into(be, stats)))
         return st;
     /* routing counts need every layer's router: the last layer runs whole */
-    const pass p = {stats != NULL, NULL, NULL, NULL, stats && stats->num_experts > 0};
+    const pass p = {stats != NULL, stats && stats->q_absmax,       NULL, NULL,
+                    NULL,          stats && stats->num_experts > 0};
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     const float *const bmax[2] = {x->bmax, x->bmax + lh};
     kvcal_exec_progress prog = progress_start(x, s);
@@ -326,16 +333,16 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
         }
         if (!st)
             progress_chunk_done(x, n, s, &prog);
-        const int done = b0 + n * s->batch < s->num_samples ? b0 + n * s->batch
-                                                            : s->num_samples;
+        const int done =
+            b0 + n * s->batch < s->num_samples ? b0 + n * s->batch : s->num_samples;
         if (!st && stats && s->chunk_done && done < s->num_samples) {
             kvcal_stats_begin_batch(stats);
             if (!(st = be->ops->collect(be)))
                 st = s->chunk_done(s->chunk_ctx, stats, done);
         }
         if (!st && s->stop && *s->stop && done < s->num_samples)
-            st = kvcal_fail(KVCAL_ERR_INTERRUPTED,
-                            "interrupted after %d of %d samples", done, s->num_samples);
+            st = kvcal_fail(KVCAL_ERR_INTERRUPTED, "interrupted after %d of %d samples",
+                            done, s->num_samples);
     }
     if (stats)
         kvcal_stats_begin_batch(stats);
@@ -377,7 +384,7 @@ kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
         st = kvcal_kv_sim_create(be, cfg, &sim);
     if (!st)
         st = size_chunks(x, num_batches(s), &chunk);
-    const pass p = {0, sim, NULL, NULL, 1};
+    const pass p = {0, 0, sim, NULL, NULL, 1};
     kvcal_exec_progress prog = progress_start(x, s);
     int64_t done = 0;
     for (int b0 = 0; !st && b0 < s->num_samples; b0 += chunk * s->batch) {
@@ -420,7 +427,7 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
                           "to %d x %d",
                           b ? b->batch : 0, b ? b->seq_len : 0, x->max_batch,
                           x->max_seq_len);
-    const pass p = {0, NULL, tap, ctx, logits != NULL || tap != NULL};
+    const pass p = {0, 0, NULL, tap, ctx, logits != NULL || tap != NULL};
     int chunk = 0;
     kvcal_status st = logits ? x->be->ops->head_prepare(x->be) : KVCAL_OK;
     if (!st)
@@ -451,9 +458,9 @@ static kvcal_status warm_up(kvcal_exec_t *x)
     int32_t *ids = calloc(n + (size_t)x->max_batch, sizeof *ids);
     kvcal_stats_t *stats = NULL;
     int chunk = 0;
-    kvcal_status st = ids ? kvcal_stats_create(d->num_layers, d->num_kv_heads,
-                                               d->head_dim, &stats)
-                          : kvcal_fail(KVCAL_ERR_NOMEM, "executor: out of host memory");
+    kvcal_status st =
+        ids ? kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &stats)
+            : kvcal_fail(KVCAL_ERR_NOMEM, "executor: out of host memory");
     if (!st)
         st = size_chunks(x, 1, &chunk);
     if (!st)
@@ -462,7 +469,7 @@ static kvcal_status warm_up(kvcal_exec_t *x)
         int32_t *lengths = ids + n;
         for (int i = 0; i < x->max_batch; i++)
             lengths[i] = len;
-        const pass p = {1, NULL, NULL, NULL, 1};
+        const pass p = {1, 0, NULL, NULL, NULL, 1};
         x->batches[0] = (kvcal_batch){ids, lengths, NULL, x->max_batch, x->max_seq_len};
         st = be->ops->begin_batch(be, 0, &x->batches[0], &x->rows[0]);
         if (!st)

@@ -86,9 +86,7 @@ kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode
     }
     for (int l = 0; m->fp8_query && l < layers; l++) {
         float q = 0.0f;
-        kvcal_scales_get_q(scales, l, &q); /* in the set's convention, as its scales */
-        q = (float)((double)q * kvcal_scales_format_qmax(scales->format) /
-                    KVCAL_FP8_E4M3_MAX);
+        kvcal_scales_get_q(scales, l, &q); /* e4m3's in every set */
         qs[l] = q > 0.0f ? q : ks[(size_t)l * kv_heads];
         c.q_scale = qs;
     }
@@ -119,7 +117,8 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
 {
     *out = NULL;
     const kvcal_model_desc *d = be->desc;
-    const int L = d->num_layers, H = d->num_kv_heads, stat = cfg->mode == KVCAL_KV_SIM_STATIC;
+    const int L = d->num_layers, H = d->num_kv_heads,
+              stat = cfg->mode == KVCAL_KV_SIM_STATIC;
     if (cfg->mode < KVCAL_KV_SIM_STATIC || cfg->mode > KVCAL_KV_SIM_CAST)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "eval: unknown cache mode %d",
                           (int)cfg->mode);
@@ -255,17 +254,18 @@ static kvcal_status quantize(kvcal_kv_sim_t *s, int l, const kvcal_kv_io *io)
     case KVCAL_KV_SIM_STATIC: {
         const float *ks = s->scales[0] + (size_t)l * s->kv_heads;
         const float *vs = s->scales[1] + (size_t)l * s->kv_heads;
-        return io->device ? kvcal_kv_quantize_static_launch(b, c, KVCAL_GRANULARITY_HEAD,
-                                                            ks, vs, io->stream)
-                          : kvcal_kv_quantize_static_ref(b, c, KVCAL_GRANULARITY_HEAD,
-                                                         ks, vs);
+        return io->device
+                   ? kvcal_kv_quantize_static_launch(b, c, KVCAL_GRANULARITY_HEAD, ks, vs,
+                                                     io->stream)
+                   : kvcal_kv_quantize_static_ref(b, c, KVCAL_GRANULARITY_HEAD, ks, vs);
     }
     case KVCAL_KV_SIM_DYNAMIC:
         return io->device ? kvcal_kv_quantize_dynamic_launch(b, c, io->stream)
                           : kvcal_kv_quantize_dynamic_ref(b, c);
     default:
-        return io->device ? kvcal_kv_scaler_quantize_launch(s->scalers[l], b, c, io->stream)
-                          : kvcal_kv_scaler_quantize_ref(s->scalers[l], b, c);
+        return io->device
+                   ? kvcal_kv_scaler_quantize_launch(s->scalers[l], b, c, io->stream)
+                   : kvcal_kv_scaler_quantize_ref(s->scalers[l], b, c);
     }
 }
 

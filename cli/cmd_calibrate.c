@@ -4,14 +4,17 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "calib/attn_search.h"
+#include "calib/executor.h"
+#include "calib/model.h"
 #include "cli/cmd_common.h"
 #include "cli/cmd_outputs.h"
 #include "cli/cmd_progress.h"
@@ -19,8 +22,6 @@
 #include "cli/cmd_resume.h"
 #include "cli/command.h"
 #include "cli/data_path.h"
-#include "calib/executor.h"
-#include "calib/model.h"
 #include "core/scales.h"
 #include "core/status.h"
 #include "io/atomic_file.h"
@@ -30,7 +31,6 @@
 #include "io/scales/scales_io.h"
 #include "io/stats_hdf5.h"
 #include "kvcal.h"
-#include "calib/attn_search.h"
 #include "observers/observer.h"
 #include "observers/stats.h"
 
@@ -47,14 +47,16 @@ typedef struct {
     const char *out, *stats_path, *format;
     const char *report_path; /* --report: the HTML report, or NULL */
     int output_named;        /* --out, --format, --stats or --report given */
-    int time_only;    /* --time-only */
-    int resume;       /* --resume */
-    int save_every;   /* --save-every: samples a chunk, progress saved after each */
+    int time_only;           /* --time-only */
+    int resume;              /* --resume */
+    int save_every; /* --save-every: samples a chunk, progress saved after each */
     const char *observer_text; /* --observer as given */
     kvcal_observer_config observer;
     kvcal_granularity granularity;
     kvcal_kv_format kv_dtype; /* --kv-dtype */
-    kvcal_cmd_ranks *ranks; /* this process's rank of the run */
+    int q_scale;              /* --q-scale: observe Q, write q_scale */
+    int signed_range;         /* --signed-range: keep each channel's min and max */
+    kvcal_cmd_ranks *ranks;   /* this process's rank of the run */
 } options;
 
 static void usage(FILE *f)
@@ -80,8 +82,9 @@ static void usage(FILE *f)
         "  --observer KIND      minmax | ema[:DECAY] | percentile:P | mse |\n"
         "                       attention[:N] (default minmax); attention: per head\n"
         "                       the candidate of the others (minmax, percentiles\n"
-        "                       99.999 to 99, mse) whose e4m3 K (V) moves the\n"
-        "                       attention output least on the first N samples\n"
+        "                       99.999 to 99, mse) whose K (V), through the\n"
+        "                       --kv-dtype cache, moves the attention output least\n"
+        "                       on the first N samples\n"
         "                       (default 4), searched on the cpu\n"
         "  --granularity G      tensor | head (default tensor)\n"
         "  --tp N               tensor-parallel size of the legacy file (default 1):\n"
@@ -102,10 +105,20 @@ static void usage(FILE *f)
         "                       checkpoint/ under --out\n"
         "  --kv-dtype D         the cache the scales are for: fp8_e4m3 (default;\n"
         "                       absmax / 448), int8 (absmax / 127) or nvfp4 (the\n"
-        "                       global scale, absmax / (6 x 448)); int8 and nvfp4\n"
-        "                       write --format kvcal only (no engine reads them from\n"
-        "                       the other formats: schemas/README.md); fp8_e5m2\n"
-        "                       needs no scale\n"
+        "                       global scale, absmax / (6 x 448)); int8 writes\n"
+        "                       --format kvcal only, nvfp4 also modelopt\n"
+        "                       (kv_cache_quant_algo NVFP4; schemas/README.md says\n"
+        "                       which engine reads what); fp8_e5m2 needs no scale\n"
+        "  --q-scale            also observe every query after RoPE (and q_norm) and\n"
+        "                       write q_scale (max |q| / 448, e4m3's: FlashAttention\n"
+        "                       3 quantizes the query with an fp8 cache) per layer\n"
+        "                       and per query head into kvcal, checkpoint (vLLM\n"
+        "                       reduces per-head ones to kv-head groups by max) and\n"
+        "                       quark outputs and --stats; the last layer's queries\n"
+        "                       are then computed too\n"
+        "  --signed-range       also keep each channel's signed min and max in --stats\n"
+        "                       (what static int8 with offsets needs; cuda reads K and\n"
+        "                       V once more)\n"
         "  --stats FILE.h5      also write the HDF5 statistics\n"
         "  --report FILE.html   also write the HTML report of the scales and statistics\n"
         "                       (what kvcal report writes)\n"
@@ -149,7 +162,9 @@ enum {
     O_TIME_ONLY,
     O_RESUME,
     O_SAVE_EVERY,
-    O_KV_DTYPE
+    O_KV_DTYPE,
+    O_Q_SCALE,
+    O_SIGNED_RANGE
 };
 
 /* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
@@ -173,6 +188,12 @@ static int own_option(int c, const char *arg, void *ctx)
                                                                                    : 1;
     case O_TIME_ONLY:
         o->time_only = 1;
+        return 1;
+    case O_Q_SCALE:
+        o->q_scale = 1;
+        return 1;
+    case O_SIGNED_RANGE:
+        o->signed_range = 1;
         return 1;
     case O_RESUME:
         o->resume = 1;
@@ -253,6 +274,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"resume", no_argument, 0, O_RESUME},
         {"save-every", required_argument, 0, O_SAVE_EVERY},
         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
+        {"q-scale", no_argument, 0, O_Q_SCALE},
+        {"signed-range", no_argument, 0, O_SIGNED_RANGE},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -291,14 +314,21 @@ static int parse_options(int argc, char **argv, options *o)
                 o->format, KVCAL_CMD_FORMATS);
         return -1;
     }
+    /* where an engine reads them: NVFP4 global scales from a ModelOpt
+     * checkpoint (kv_cache_quant_algo NVFP4); static int8 scales nowhere
+     * (compressed-tensors refuses type int, ModelOpt maps INT8 to auto) */
+    const int nvfp4 = o->kv_dtype == KVCAL_KV_FORMAT_NVFP4;
     if (o->kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 &&
-        (fmt != KVCAL_FORMAT_KVCAL_JSON || o->report_path)) {
+        ((fmt != KVCAL_FORMAT_KVCAL_JSON && !(nvfp4 && fmt == KVCAL_FORMAT_MODELOPT)) ||
+         o->report_path)) {
         fprintf(stderr,
-                "kvcal calibrate: --kv-dtype %s writes --format kvcal only (the legacy "
-                "file and the checkpoint hold e4m3 scales; the report draws e4m3's): "
-                "leave out --format %s%s\n",
-                o->kv_dtype == KVCAL_KV_FORMAT_INT8 ? "int8" : "nvfp4", o->format,
-                o->report_path ? " and --report" : "");
+                "kvcal calibrate: --kv-dtype %s writes --format kvcal%s only (%s; the "
+                "report draws e4m3's): leave out --format %s%s\n",
+                nvfp4 ? "nvfp4" : "int8", nvfp4 ? " or modelopt" : "",
+                nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint"
+                      : "no engine loads static int8 scales from the legacy file or a "
+                        "checkpoint",
+                o->format, o->report_path ? " and --report" : "");
         return -1;
     }
     if (!o->out)
@@ -347,8 +377,10 @@ static void show_progress(void *ctx, const kvcal_exec_progress *p)
         snprintf(where + n, sizeof where - n, " (layer %d/%d)", p->layer, p->layers);
     kvcal_cmd_progress_update(
         &c->pr, final,
-        "calibrate: %d/%d samples%s, %.0f tokens, %.0f tokens/s, ETA %.0f s (load %.1f s)",
-        p->samples_done, p->samples_total, where, done, elapsed > 0 ? done / elapsed : 0.0,
+        "calibrate: %d/%d samples%s, %.0f tokens, %.0f tokens/s, ETA %.0f s (load %.1f "
+        "s)",
+        p->samples_done, p->samples_total, where, done,
+        elapsed > 0 ? done / elapsed : 0.0,
         done > 0 ? elapsed * ((double)p->tokens_total - done) / done : 0.0, c->load);
 }
 
@@ -399,7 +431,8 @@ static kvcal_status attention_thresholds(kvcal_model_t *model, const kvcal_sampl
                                     .batch = batch};
     kvcal_attn_search_result r = {*out, NULL, NULL};
     if (!st)
-        st = kvcal_attn_search(x, d, stats, &run, o->observer.search_samples, &r);
+        st = kvcal_attn_search(x, d, stats, &run, o->observer.search_samples, o->kv_dtype,
+                               &r);
     kvcal_exec_destroy(x);
     if (st) {
         free(*out);
@@ -960,13 +993,16 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     run_id = cJSON_CreateObject();
     cJSON_AddStringToObject(run_id, "model", o.run.model);
     cJSON_AddStringToObject(run_id, "dataset", dataset_path);
-    cJSON_AddStringToObject(run_id, "text_field", o.run.text_field ? o.run.text_field : "");
+    cJSON_AddStringToObject(run_id, "text_field",
+                            o.run.text_field ? o.run.text_field : "");
     cJSON_AddStringToObject(run_id, "tokenizer", o.run.tokenizer ? o.run.tokenizer : "");
     cJSON_AddNumberToObject(run_id, "num_samples", samples->num_samples);
     cJSON_AddNumberToObject(run_id, "seq_len", samples->seq_len);
     cJSON_AddNumberToObject(run_id, "batch", batch);
     cJSON_AddNumberToObject(run_id, "seed", (double)o.run.seed);
     cJSON_AddStringToObject(run_id, "observer", o.observer_text);
+    cJSON_AddBoolToObject(run_id, "q_scale", o.q_scale);
+    cJSON_AddBoolToObject(run_id, "signed_range", o.signed_range);
     cJSON_AddNumberToObject(run_id, "num_tokens", (double)samples->num_tokens);
     kvcal_model_identity identity;
     kvcal_model_identity_get(model, &identity);
@@ -978,9 +1014,9 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     if (o.resume) {
         if ((st = kvcal_cmd_resume_load(&resume, &stats, &first)))
             goto fail;
-        if (stats->num_layers != d->num_layers || stats->num_kv_heads != d->num_kv_heads ||
-            stats->head_dim != d->head_dim || first > samples->num_samples ||
-            first % batch) {
+        if (stats->num_layers != d->num_layers ||
+            stats->num_kv_heads != d->num_kv_heads || stats->head_dim != d->head_dim ||
+            first > samples->num_samples || first % batch) {
             st = kvcal_fail(KVCAL_ERR_MISMATCH,
                             "--resume: %s does not fit this run (%d samples done of %d)",
                             resume.stats_path, first, samples->num_samples);
@@ -992,8 +1028,11 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
     } else if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim,
                                         &stats)))
         goto fail;
-    /* the routing counts of a mixture of experts (a resumed run's are read) */
-    if ((st = kvcal_stats_set_experts(stats, d->num_experts)))
+    /* the routing counts of a mixture of experts (a resumed run's are read),
+     * the queries and the signed range where asked for */
+    if ((st = kvcal_stats_set_experts(stats, d->num_experts)) ||
+        (st = kvcal_stats_set_q_heads(stats, o.q_scale ? d->num_heads : 0)) ||
+        (st = kvcal_stats_set_range(stats, o.signed_range)))
         goto fail;
     const int save = o.save_every && ranks.size == 1;
     if ((st = run_samples_from(model, samples, &o, batch, stats, first,

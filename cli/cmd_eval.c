@@ -18,14 +18,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "calib/eval_stats.h"
+#include "calib/executor.h"
+#include "calib/model.h"
 #include "cli/cmd_common.h"
 #include "cli/cmd_outputs.h"
 #include "cli/cmd_progress.h"
 #include "cli/cmd_ranks.h"
 #include "cli/command.h"
-#include "calib/eval_stats.h"
-#include "calib/executor.h"
-#include "calib/model.h"
 #include "core/scales.h"
 #include "core/status.h"
 #include "io/atomic_file.h"
@@ -81,29 +81,29 @@ typedef struct {
     const char *modes_text; /* --modes as given, or NULL */
     int modes[NUM_MODES];   /* 1 = run */
     double tolerance;       /* --tolerance, percent */
-    int modes_all;          /* --modes holds "all": modes that do not apply are left out */
+    int modes_all; /* --modes holds "all": modes that do not apply are left out */
     kvcal_cmd_ranks *ranks; /* this process's rank of the run */
     int attribute;          /* --attribute: each layer's cache alone, per mode */
 } options;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvcal eval --model DIR|FILE --dataset FILE [options]\n\n"
-            "Runs the model over held-out samples with the KV cache simulated in FP8\n"
-            "e4m3 or another cache format (K and V quantized, then dequantized before\n"
-            "attention) under each mode, and reports against the unquantized baseline\n"
-            "(fp32 on cpu, bf16 on cuda) on the same tokens: the KL divergence of the\n"
-            "next-token distributions (mean, 99th percentile), top-1 agreement and the\n"
-            "perplexity change with its 95%% interval over the samples (within noise or\n"
-            "not, and the tokens that would resolve it), each mode against the best one,\n"
-            "the cache's bytes per token and the smallest cache within --tolerance; and,\n"
-            "per layer, the SQNR of K and V, the fraction of clipped values and the\n"
-            "relative error of the attention output.\n\n"
-            "  --model DIR|FILE     Hugging Face checkpoint directory or llama2.c .bin\n"
-            "  --dataset FILE       held-out text, JSONL or HDF5 token set\n"
-            "  --scales FILE|DIR    scales to evaluate (any format kvcal reads)\n"
-            "  --modes LIST         comma-separated, from:\n");
+    fprintf(
+        f, "usage: kvcal eval --model DIR|FILE --dataset FILE [options]\n\n"
+           "Runs the model over held-out samples with the KV cache simulated in FP8\n"
+           "e4m3 or another cache format (K and V quantized, then dequantized before\n"
+           "attention) under each mode, and reports against the unquantized baseline\n"
+           "(fp32 on cpu, bf16 on cuda) on the same tokens: the KL divergence of the\n"
+           "next-token distributions (mean, 99th percentile), top-1 agreement and the\n"
+           "perplexity change with its 95%% interval over the samples (within noise or\n"
+           "not, and the tokens that would resolve it), each mode against the best one,\n"
+           "the cache's bytes per token and the smallest cache within --tolerance; and,\n"
+           "per layer, the SQNR of K and V, the fraction of clipped values and the\n"
+           "relative error of the attention output.\n\n"
+           "  --model DIR|FILE     Hugging Face checkpoint directory or llama2.c .bin\n"
+           "  --dataset FILE       held-out text, JSONL or HDF5 token set\n"
+           "  --scales FILE|DIR    scales to evaluate (any format kvcal reads)\n"
+           "  --modes LIST         comma-separated, from:\n");
     for (int m = 0; m < NUM_MODES; m++)
         fprintf(f, "                         %-19s %s\n", mode_name(m),
                 cache_mode(m) ? cache_mode(m)->help : e4m3_help[m]);
@@ -192,8 +192,10 @@ static int own_option(int c, const char *arg, void *ctx)
         char *end;
         o->tolerance = strtod(arg, &end);
         if (*end || !(o->tolerance >= 0.0 && o->tolerance < 1e6)) {
-            fprintf(stderr, "kvcal eval: --tolerance '%s': give a percentage >= 0, e.g. "
-                            "0.5\n", arg);
+            fprintf(stderr,
+                    "kvcal eval: --tolerance '%s': give a percentage >= 0, e.g. "
+                    "0.5\n",
+                    arg);
             return -1;
         }
         return 1;
@@ -400,7 +402,8 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
         if (whole) {
             part.num_samples = i == 0 ? all.num_samples : 0;
         } else if (ranks->size > 1) {
-            const kvcal_dp_part p = kvcal_dp_layout(all.num_samples, all.batch, i, ranks->size);
+            const kvcal_dp_part p =
+                kvcal_dp_layout(all.num_samples, all.batch, i, ranks->size);
             part.lengths = all.lengths + p.first_sample;
             part.num_samples = p.num_samples;
         }
@@ -427,6 +430,11 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     }
     kvcal_kv_sim_config cfg = mode_config(mode, scales, d, ks, ks + lh);
     cfg.layers = layers;
+    if (cfg.q_scale && !o->run.quiet && (!o->ranks || o->ranks->rank == 0))
+        fprintf(stderr, "eval %s: the query in e4m3 under %s\n", mode_name(mode),
+                scales->has_q ? "the set's q_scale"
+                              : "each layer's k_scale (the set has no q_scale: calibrate "
+                                "--q-scale writes one; vLLM 0.32.0 then uses 1.0)");
     r->kv_bytes = kvcal_kv_sim_bytes_per_token(d, &cfg);
     r->clip_counted =
         !cache_mode(mode) || cache_mode(mode)->format == KVCAL_KV_FORMAT_FP8_E4M3;
@@ -438,11 +446,12 @@ static kvcal_status run_mode(kvcal_exec_t *x, const kvcal_model_desc *d,
     if (run.num_samples)
         st = kvcal_exec_eval(x, &run, &cfg, &tok, r->sums);
     kvcal_cmd_progress_end(&pc.pr);
-    if ((st = kvcal_cmd_ranks_meet(ranks, st, 0)) || (st = reduce_sums(ranks, d, r->sums)) ||
+    if ((st = kvcal_cmd_ranks_meet(ranks, st, 0)) ||
+        (st = reduce_sums(ranks, d, r->sums)) ||
         (st = gather_tokens(ranks, each, &r->nll)))
         goto done;
-    if (compare &&
-        ((st = gather_tokens(ranks, each, &r->kld)) || (st = gather_tokens(ranks, each, &r->top))))
+    if (compare && ((st = gather_tokens(ranks, each, &r->kld)) ||
+                    (st = gather_tokens(ranks, each, &r->top))))
         goto done;
     if (ranks->rank != 0)
         goto done;
@@ -693,8 +702,8 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
                                : "beyond noise: resolved at",
                tokens_text(tk, sizeof tk, c->tokens_to_resolve));
     }
-    printf("\n%-19s %9s  %11s %11s %9s %9s\n", "mode", "KV B/tok", "min K SQNR", "min V SQNR",
-           "max clip", "max att");
+    printf("\n%-19s %9s  %11s %11s %9s %9s\n", "mode", "KV B/tok", "min K SQNR",
+           "min V SQNR", "max clip", "max att");
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums) {
             printf("%-19s %9.0f  %11s %11s %9s %9s\n", mode_name(res[i].mode),
@@ -712,33 +721,35 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
     const double base = res[0].ppl;
     const int rec = recommend(res, nres, o->tolerance);
     if (rec < 0)
-        printf("\nrecommendation: no mode is within %+.2f%% of the baseline's perplexity: "
-               "keep a bf16 cache\n",
-               o->tolerance);
+        printf(
+            "\nrecommendation: no mode is within %+.2f%% of the baseline's perplexity: "
+            "keep a bf16 cache\n",
+            o->tolerance);
     else
         printf("\nrecommendation: %s, the smallest cache within %+.2f%% of the "
                "baseline's perplexity (%.0f of %.0f bytes per token, %+.3f%%)\n",
                mode_name(res[rec].mode), o->tolerance, res[rec].kv_bytes, res[0].kv_bytes,
                100.0 * (res[rec].ppl - base) / base);
-    printf("\n(%lld predicted tokens in %d windows, paired with the baseline's: change =\n"
-           "PPL / PPL_base - 1 with its 95%% interval over windows (Student's t); within\n"
-           "noise when the interval holds 0, and the tokens at which it would not if the\n"
-           "mean and spread stayed; KLD = KL(baseline || mode) of the next-token\n"
-           "distributions, nats, mean and 99th percentile over tokens; top-1 = tokens\n"
-           "where both put the same token first. KV B/tok = the cache's bytes per token\n"
-           "over every layer's K and V: bf16 for the baseline, per (token, head) fp32\n"
-           "scales and zero points of the dynamic modes included. SQNR = 10 log10(sum\n"
-           "x^2 / sum (x - dequant(quant(x)))^2); clip = fraction of values saturated\n"
-           "past e4m3's rounding to 448 (|x| / scale > 464), counted for the e4m3 modes;\n"
-           "att = |attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|,\n"
-           "with q, K and V of the mode's own forward pass)\n",
-           nres > 1 ? (long long)res[1].cmp.tokens : 0LL, nres > 1 ? res[1].cmp.windows : 0);
+    printf(
+        "\n(%lld predicted tokens in %d windows, paired with the baseline's: change =\n"
+        "PPL / PPL_base - 1 with its 95%% interval over windows (Student's t); within\n"
+        "noise when the interval holds 0, and the tokens at which it would not if the\n"
+        "mean and spread stayed; KLD = KL(baseline || mode) of the next-token\n"
+        "distributions, nats, mean and 99th percentile over tokens; top-1 = tokens\n"
+        "where both put the same token first. KV B/tok = the cache's bytes per token\n"
+        "over every layer's K and V: bf16 for the baseline, per (token, head) fp32\n"
+        "scales and zero points of the dynamic modes included. SQNR = 10 log10(sum\n"
+        "x^2 / sum (x - dequant(quant(x)))^2); clip = fraction of values saturated\n"
+        "past e4m3's rounding to 448 (|x| / scale > 464), counted for the e4m3 modes;\n"
+        "att = |attention(q, K', V') - attention(q, K, V)| / |attention(q, K, V)|,\n"
+        "with q, K and V of the mode's own forward pass)\n",
+        nres > 1 ? (long long)res[1].cmp.tokens : 0LL, nres > 1 ? res[1].cmp.windows : 0);
     for (int i = 0; i < nres; i++) {
         if (!res[i].sums)
             continue;
         const mode_result *r = &res[i];
-        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s", mode_name(r->mode), "layer",
-               "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
+        printf("\n%s per layer:\n%5s %11s %11s %10s %10s %10s", mode_name(r->mode),
+               "layer", "K SQNR dB", "V SQNR dB", "K clip", "V clip", "att err");
         printf(r->kld_alone ? " %11s %13s\n" : "\n", "KLD alone", "change alone");
         for (int l = 0; l < d->num_layers; l++) {
             const layer_sums *sl = &r->sums[l];
@@ -947,7 +958,8 @@ static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o,
     uint64_t h = kvcal_cmd_ranks_hash(KVCAL_CMD_RANKS_HASH0, shape, sizeof shape);
     h = kvcal_cmd_ranks_hash(h, o->modes, sizeof o->modes);
     if (scales) {
-        const size_t n = (size_t)scales->num_layers * scales->num_kv_heads * sizeof(float);
+        const size_t n =
+            (size_t)scales->num_layers * scales->num_kv_heads * sizeof(float);
         h = kvcal_cmd_ranks_hash(h, scales->k_head, n);
         h = kvcal_cmd_ranks_hash(h, scales->v_head, n);
     }
@@ -1014,8 +1026,10 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
             }
             o.modes[m] = 0;
             if (!o.run.quiet)
-                fprintf(stderr, "kvcal eval: note: %s left out: head_dim %d is not a "
-                                "multiple of 16\n", mode_name(m), d->head_dim);
+                fprintf(stderr,
+                        "kvcal eval: note: %s left out: head_dim %d is not a "
+                        "multiple of 16\n",
+                        mode_name(m), d->head_dim);
         }
     if (o.scales) {
         if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.run.tp, &scales)))
@@ -1049,7 +1063,8 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
     kvcal_exec_options xo;
     if ((st = kvcal_cmd_ranks_layout(&ranks, samples->num_samples, batch, d->num_layers,
                                      d->num_kv_heads)) ||
-        (st = kvcal_cmd_ranks_meet(&ranks, KVCAL_OK, run_hash(samples, batch, &o, scales))) ||
+        (st = kvcal_cmd_ranks_meet(&ranks, KVCAL_OK,
+                                   run_hash(samples, batch, &o, scales))) ||
         (st = kvcal_cmd_exec_options(&o.run, batch, samples->seq_len, &xo)) ||
         (st = kvcal_exec_create(model, &xo, &x)))
         goto fail;

@@ -99,6 +99,9 @@ static int print_version(void)
         else
             printf("  MLP: cuBLAS GEMM + SwiGLU (the fused kernel needs sm_90a code on a "
                    "compute capability 9.0 GPU)\n");
+        printf("  experts (MoE): %s\n",
+               p.mlp_fused ? "kvcal's sm_90a grouped GEMM (TMA + wgmma), SwiGLU fused"
+                           : "kvcal's sm_80 grouped GEMM (WMMA) + SwiGLU");
         printf("  FP8 weights: %s\n", kvcal_cuda_fp8_plan(p.major, p.minor));
         if (p.cudnn_version)
             printf(

@@ -8,25 +8,24 @@
 #include "scale_rule.h"
 #include "status.h"
 
-kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads,
-                                 kvcal_scales_t **out)
+kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads, kvcal_scales_t **out)
 {
     if (!out)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_create: out is NULL");
     *out = NULL;
-    if (num_layers < 1 || num_layers > 65536 || num_kv_heads < 1 ||
-        num_kv_heads > 65536)
+    if (num_layers < 1 || num_layers > 65536 || num_kv_heads < 1 || num_kv_heads > 65536)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "kvcal_scales_create: %d layers x %d kv heads is out of "
                           "range [1, 65536]",
                           num_layers, num_kv_heads);
     size_t per_head = (size_t)num_layers * (size_t)num_kv_heads;
     if (per_head > ((size_t)1 << 24))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "kvcal_scales_create: %d layers x %d kv heads is more than 2^24 "
-                          "(layer, kv head) pairs; no model has that many (check the "
-                          "sizes the file states)",
-                          num_layers, num_kv_heads);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "kvcal_scales_create: %d layers x %d kv heads is more than 2^24 "
+            "(layer, kv head) pairs; no model has that many (check the "
+            "sizes the file states)",
+            num_layers, num_kv_heads);
     size_t n = 4 * per_head + 3 * (size_t)num_layers;
     kvcal_scales_t *s = calloc(1, sizeof *s);
     float *slab = calloc(n, sizeof(float));
@@ -58,12 +57,37 @@ void kvcal_scales_destroy(kvcal_scales_t *s)
 {
     if (!s)
         return;
+    free(s->q_head);
     free(s->slab);
     free(s);
 }
 
-int kvcal_scales_num_layers(const kvcal_scales_t *s) { return s ? s->num_layers : 0; }
-int kvcal_scales_num_kv_heads(const kvcal_scales_t *s) { return s ? s->num_kv_heads : 0; }
+kvcal_status kvcal_scales_set_q_heads(kvcal_scales_t *s, int num_q_heads)
+{
+    if (num_q_heads < 0 || num_q_heads > 65536 || (num_q_heads % s->num_kv_heads))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "kvcal_scales_set_q_heads: %d query heads: must be in [0, 65536] "
+            "and a multiple of the %d kv heads",
+            num_q_heads, s->num_kv_heads);
+    float *q = NULL;
+    if (num_q_heads &&
+        !(q = calloc((size_t)s->num_layers * (size_t)num_q_heads, sizeof *q)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_scales_set_q_heads: out of memory");
+    free(s->q_head);
+    s->q_head = q;
+    s->num_q_heads = num_q_heads;
+    return KVCAL_OK;
+}
+
+int kvcal_scales_num_layers(const kvcal_scales_t *s)
+{
+    return s ? s->num_layers : 0;
+}
+int kvcal_scales_num_kv_heads(const kvcal_scales_t *s)
+{
+    return s ? s->num_kv_heads : 0;
+}
 
 kvcal_granularity kvcal_scales_granularity(const kvcal_scales_t *s)
 {
@@ -76,8 +100,8 @@ static kvcal_status check_index(const kvcal_scales_t *s, int layer, int head)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "scales is NULL");
     if (layer < 0 || layer >= s->num_layers || head < 0 || head >= s->num_kv_heads)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "layer %d head %d out of range (%d layers, %d kv heads)",
-                          layer, head, s->num_layers, s->num_kv_heads);
+                          "layer %d head %d out of range (%d layers, %d kv heads)", layer,
+                          head, s->num_layers, s->num_kv_heads);
     return KVCAL_OK;
 }
 
@@ -95,8 +119,8 @@ kvcal_status kvcal_scales_get_head(const kvcal_scales_t *s, int layer, int head,
     return KVCAL_OK;
 }
 
-kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *s, int layer,
-                                     float *k_scale, float *v_scale)
+kvcal_status kvcal_scales_get_tensor(const kvcal_scales_t *s, int layer, float *k_scale,
+                                     float *v_scale)
 {
     kvcal_status st = check_index(s, layer, 0);
     if (st)
@@ -132,8 +156,8 @@ static kvcal_status check_value(const char *fn, const char *what, int layer, int
                       fn, layer, head, what, (double)v);
 }
 
-kvcal_status kvcal_scales_set_head(kvcal_scales_t *s, int layer, int head,
-                                   float k_scale, float v_scale)
+kvcal_status kvcal_scales_set_head(kvcal_scales_t *s, int layer, int head, float k_scale,
+                                   float v_scale)
 {
     kvcal_status st = check_index(s, layer, head);
     if (!st)
@@ -173,11 +197,11 @@ kvcal_status kvcal_scales_set_layer_heads(kvcal_scales_t *s, int layer,
     if (st)
         return st;
     for (int h = 0; h < s->num_kv_heads; h++) {
-        if (k_scale && (st = check_value("kvcal_scales_set_layer_heads", "K scale",
-                                         layer, h, k_scale[h])))
+        if (k_scale && (st = check_value("kvcal_scales_set_layer_heads", "K scale", layer,
+                                         h, k_scale[h])))
             return st;
-        if (v_scale && (st = check_value("kvcal_scales_set_layer_heads", "V scale",
-                                         layer, h, v_scale[h])))
+        if (v_scale && (st = check_value("kvcal_scales_set_layer_heads", "V scale", layer,
+                                         h, v_scale[h])))
             return st;
     }
     for (int h = 0; h < s->num_kv_heads; h++) {
@@ -212,10 +236,12 @@ kvcal_status kvcal_scales_get_q(const kvcal_scales_t *s, int layer, float *q_sca
     return KVCAL_OK;
 }
 
-kvcal_status kvcal_scales_set_granularity(kvcal_scales_t *s, kvcal_granularity granularity)
+kvcal_status kvcal_scales_set_granularity(kvcal_scales_t *s,
+                                          kvcal_granularity granularity)
 {
     if (!s)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_set_granularity: scales is NULL");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_set_granularity: scales is NULL");
     if (granularity != KVCAL_GRANULARITY_TENSOR && granularity != KVCAL_GRANULARITY_HEAD)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "kvcal_scales_set_granularity: granularity %d is neither "
@@ -230,7 +256,8 @@ kvcal_status kvcal_scales_set_model(kvcal_scales_t *s, const char *architecture,
                                     int head_dim)
 {
     if (!s)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_set_model: scales is NULL");
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_set_model: scales is NULL");
     const char *names[2] = {architecture, model_type};
     const char *what[2] = {"architecture", "model_type"};
     for (int i = 0; i < 2; i++)
@@ -241,11 +268,12 @@ kvcal_status kvcal_scales_set_model(kvcal_scales_t *s, const char *architecture,
                               what[i], names[i], KVCAL_NAME_MAX - 1);
     if (num_attention_heads < 0 || head_dim < 0 ||
         (num_attention_heads > 0 && num_attention_heads % s->num_kv_heads))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "kvcal_scales_set_model: %d attention heads, head_dim %d: need "
-                          ">= 0 (0 keeps the value) and attention heads a multiple of the "
-                          "set's %d kv heads",
-                          num_attention_heads, head_dim, s->num_kv_heads);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "kvcal_scales_set_model: %d attention heads, head_dim %d: need "
+            ">= 0 (0 keeps the value) and attention heads a multiple of the "
+            "set's %d kv heads",
+            num_attention_heads, head_dim, s->num_kv_heads);
     if (architecture)
         snprintf(s->model.architecture, sizeof s->model.architecture, "%s", architecture);
     if (model_type)
@@ -285,8 +313,6 @@ kvcal_status kvcal_scales_rescale(kvcal_scales_t *s, kvcal_kv_format format)
         s->k_head[i] = (float)(s->k_head[i] * f);
         s->v_head[i] = (float)(s->v_head[i] * f);
     }
-    for (int l = 0; l < s->num_layers; l++)
-        s->q_scale[l] = (float)(s->q_scale[l] * f);
     s->has_clip = 0;
     s->format = format;
     return KVCAL_OK;

@@ -23,7 +23,7 @@ typedef struct kvcal_model_identity {
 
 /* Where the scales came from (empty / 0 when unknown). */
 typedef struct kvcal_provenance {
-    char observer[KVCAL_NAME_MAX];     /* "minmax", "ema", "percentile", "mse" */
+    char observer[KVCAL_NAME_MAX];        /* "minmax", "ema", "percentile", "mse" */
     char observer_params[KVCAL_TEXT_MAX]; /* JSON object text, "{}" when none */
     char dataset[KVCAL_TEXT_MAX];
     long long num_samples;
@@ -40,10 +40,10 @@ struct kvcal_scales {
      * default), INT8 (absmax / 127) or NVFP4 (the global scale, absmax /
      * (6 x 448)); only the kvcal format holds the latter two */
     kvcal_kv_format format;
-    int kv_shared;            /* 1 when K and V were one value (legacy input) */
-    int has_absmax;           /* k_absmax / v_absmax filled */
-    int has_clip;             /* k_clip / v_clip filled */
-    int has_q;                /* some layer's q_scale was set */
+    int kv_shared;  /* 1 when K and V were one value (legacy input) */
+    int has_absmax; /* k_absmax / v_absmax filled */
+    int has_clip;   /* k_clip / v_clip filled */
+    int has_q;      /* some layer's q_scale was set */
     kvcal_model_identity model;
     kvcal_provenance provenance;
     /* slab-backed arrays */
@@ -54,8 +54,15 @@ struct kvcal_scales {
     float *k_clip;   /* (num_layers) fraction of values that clip under the
                         scale: |x| / scale > 464 (kvcal_value_clips) */
     float *v_clip;   /* (num_layers) */
-    float *q_scale;  /* (num_layers) scale of the query for FP8 attention; 0 = unset */
+    float *q_scale;  /* (num_layers) scale of the query for FP8 attention; 0 = unset.
+                        Always e4m3's (absmax / 448), whatever `format`: the query
+                        goes through e4m3 with every cache format (vLLM's
+                        query_quant, FlashAttention 3) */
     void *slab;
+    /* added after the first layout, outside the slab: per query head
+     * (kvcal_scales_set_q_heads; 0 / NULL: none), e4m3's as q_scale */
+    int num_q_heads;
+    float *q_head; /* (num_layers, num_q_heads) */
 };
 
 /* Index of (layer, head) in the per-head arrays. */
@@ -70,10 +77,15 @@ static inline int kvcal_scales_index(const kvcal_scales_t *s, int layer, int hea
 float kvcal_scales_format_qmax(kvcal_kv_format format);
 
 /* Rescales a set of e4m3 scales (absmax / 448, s->format FP8_E4M3) to
- * format's (absmax / qmax), every scale and q_scale alike, and drops the
+ * format's (absmax / qmax), every K and V scale (the query's stay e4m3's),
+ * and drops the
  * clipping estimates (they count e4m3's clipping). KVCAL_ERR_UNSUPPORTED
  * for a format no scale set holds. */
 kvcal_status kvcal_scales_rescale(kvcal_scales_t *s, kvcal_kv_format format);
+
+/* Makes room for per query head scales (q_head, zeroed; num_q_heads in [1,
+ * 65536], a multiple of the kv heads); 0 drops them. */
+kvcal_status kvcal_scales_set_q_heads(kvcal_scales_t *s, int num_q_heads);
 
 /* Checks every scale is finite and > 0; on failure names layer and head.
  * `what` prefixes the message (usually a file name). */

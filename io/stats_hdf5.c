@@ -93,6 +93,10 @@ static kvcal_status put_root_attrs(hid_t file, const char *path, const kvcal_sta
             return st;
     if (s->num_experts && (st = put_attr_i64(file, path, "num_experts", s->num_experts)))
         return st;
+    if (s->num_q_heads && (st = put_attr_i64(file, path, "num_q_heads", s->num_q_heads)))
+        return st;
+    if (s->min[0] && (st = put_attr_i64(file, path, "signed_range", 1)))
+        return st;
     return KVCAL_OK;
 }
 
@@ -165,7 +169,24 @@ static kvcal_status put_layer(hid_t layers, const char *path, const kvcal_stats_
         if (!st)
             st = put_dataset(g, path, "ema_tensor", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0,
                              NULL, NULL, &s->ema_tensor[kv][l]);
+        if (!st && s->min[0])
+            st = put_dataset(g, path, "min", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2,
+                             abs_dims, abs_dims, s->min[kv] + lh * s->head_dim);
+        if (!st && s->min[0])
+            st = put_dataset(g, path, "max", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2,
+                             abs_dims, abs_dims, s->max[kv] + lh * s->head_dim);
         H5Gclose(g);
+    }
+    if (!st && s->num_q_heads) {
+        const hsize_t Q[1] = {(hsize_t)s->num_q_heads};
+        if ((g = create_group(lg, "q")) < 0) {
+            snprintf(full, sizeof full, "layers/%d/q", l);
+            st = kvcal_h5_fail(KVCAL_ERR_IO, path, "create group", full);
+        } else {
+            st = put_dataset(g, path, "absmax", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, Q, Q,
+                             s->q_absmax + (size_t)l * s->num_q_heads);
+            H5Gclose(g);
+        }
     }
     const hsize_t E[1] = {(hsize_t)s->num_experts};
     if (!st && s->num_experts)
@@ -413,11 +434,32 @@ static kvcal_status get_layer(hid_t file, const char *path, kvcal_stats_t *s, in
             for (size_t h = 0; h < (size_t)H; h++)
                 *et = s->ema[kv][lh + h] > *et ? s->ema[kv][lh + h] : *et;
         }
+        for (int m = 0; !st && s->min[0] && m < 2; m++) {
+            float *r = (m ? s->max[kv] : s->min[kv]) + lh * s->head_dim;
+            st = get_dataset(file, path, g, m ? "max" : "min", H5T_FLOAT,
+                             H5T_NATIVE_FLOAT, 2, abs_dims, r);
+            for (size_t i = 0; !st && i < (size_t)H * s->head_dim; i++)
+                if (!(isfinite(r[i]) && (m ? r[i] >= 0.0f : r[i] <= 0.0f)))
+                    st = kvcal_fail(KVCAL_ERR_FORMAT,
+                                    "%s: %s/%s[%zu] is %g: the signed range holds 0 (min "
+                                    "<= 0 <= max) and is finite",
+                                    path, g, m ? "max" : "min", i, (double)r[i]);
+        }
         if (!st && tokens < 0)
             st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: %s/tokens is negative (%lld)", path, g,
                             (long long)tokens);
         if (!st && kv == KVCAL_K)
             s->tokens[l] = tokens;
+    }
+    if (!st && s->num_q_heads) {
+        char g[32], what[48];
+        const hsize_t Q[1] = {(hsize_t)s->num_q_heads};
+        float *qa = s->q_absmax + (size_t)l * s->num_q_heads;
+        snprintf(g, sizeof g, "layers/%d/q", l);
+        snprintf(what, sizeof what, "%s/absmax", g);
+        st = get_dataset(file, path, g, "absmax", H5T_FLOAT, H5T_NATIVE_FLOAT, 1, Q, qa);
+        if (!st)
+            st = check_values(path, what, qa, NULL, (size_t)s->num_q_heads);
     }
     if (!st && s->num_experts) {
         char g[32];
@@ -518,11 +560,26 @@ kvcal_status kvcal_stats_read_hdf5(const char *path, kvcal_stats_t **out,
     if ((st = get_attr_i64(file, path, "num_experts", 0, &experts)))
         goto fail;
     if (experts < 0 || experts > 65536) {
-        st = kvcal_fail(KVCAL_ERR_FORMAT, "%s: num_experts %lld is out of range [0, 65536]",
-                        path, experts);
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: num_experts %lld is out of range [0, 65536]", path, experts);
         goto fail;
     }
     if ((st = kvcal_stats_set_experts(s, (int)experts)))
+        goto fail;
+    /* added later, both optional: files written before read without them */
+    long long q_heads = 0, range = 0;
+    if ((st = get_attr_i64(file, path, "num_q_heads", 0, &q_heads)) ||
+        (st = get_attr_i64(file, path, "signed_range", 0, &range)))
+        goto fail;
+    if (q_heads < 0 || q_heads > 65536 || q_heads % H || (range != 0 && range != 1)) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: num_q_heads %lld (a multiple of the %lld kv heads in [0, "
+                        "65536]) or signed_range %lld (0 or 1) is out of range",
+                        path, q_heads, H, range);
+        goto fail;
+    }
+    if ((st = kvcal_stats_set_q_heads(s, (int)q_heads)) ||
+        (st = kvcal_stats_set_range(s, (int)range)))
         goto fail;
     for (int l = 0; l < s->num_layers; l++)
         if ((st = get_layer(file, path, s, l)))

@@ -21,6 +21,14 @@
  *                                          layer's per-batch absmax over all
  *                                          heads; optional: files written
  *                                          before it read as the max of ema)
+ *                            min, max      f32 (kv_heads, head_dim) the signed
+ *                                          range (min <= 0 <= max), when the
+ *                                          root attribute signed_range is 1
+ *   /layers/<i>/q            absmax        f32 (num_q_heads) max |q| per query
+ *                                          head after RoPE, when the root
+ *                                          attribute num_q_heads is set
+ * (num_experts, num_q_heads and signed_range are optional root attributes:
+ * files without them read as statistics without those parts.)
  * Arrays are chunked and compressed (shuffle + deflate). Strings are
  * variable-length UTF-8. HDF5 1.10 file format (h5dump, h5py with HDF5 >=
  * 1.10). Not thread-safe (neither is serial HDF5). */

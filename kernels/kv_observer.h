@@ -15,6 +15,9 @@ typedef struct kvcal_kv_observer {
     float *absmax[2];       /* (kv_heads, head_dim) running max |x| */
     uint64_t *hist[2];      /* (kv_heads, KVCAL_HIST_BINS) counts of |x| */
     float *batch_absmax[2]; /* (kv_heads) max |x| of the current batch */
+    /* (n_heads) running max |q| of the queries as rotated (and stored), by
+     * max (a NaN wins); NULL: the queries are not observed */
+    float *q_absmax;
 } kvcal_kv_observer;
 
 #endif

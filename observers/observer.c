@@ -409,12 +409,43 @@ static kvcal_status layer_threshold(const kvcal_stats_t *s,
     if (cfg->kind == KVCAL_OBSERVER_MSE) {
         st = hist_mse_threshold(sum, s->num_bins, absmax, out);
     } else {
-        *out = (float)hist_quantile(sum, s->num_bins, absmax, cfg->percentile / 100.0,
-                                    NULL);
+        *out =
+            (float)hist_quantile(sum, s->num_bins, absmax, cfg->percentile / 100.0, NULL);
         if (*out > absmax)
             *out = absmax;
     }
     free(sum);
+    return st;
+}
+
+/* q_scale (per layer) and q_head (per query head) from q_absmax, when the
+ * statistics observed the queries: max |q| / 448 whatever the K/V observer
+ * (FP8 attention quantizes the query to e4m3 under a static scale). */
+static kvcal_status queries_to_scales(const kvcal_stats_t *stats, kvcal_scales_t *out,
+                                      kvcal_warn_fn warn, void *warn_ctx)
+{
+    if (!stats->q_absmax)
+        return KVCAL_OK;
+    const int Hq = stats->num_q_heads;
+    kvcal_status st = kvcal_scales_set_q_heads(out, Hq);
+    for (int l = 0; !st && l < stats->num_layers; l++) {
+        const float m = kvcal_stats_q_group_absmax(stats, l, 0, Hq);
+        for (int h = 0; h < Hq; h++)
+            out->q_head[(size_t)l * Hq + h] =
+                kvcal_scale_from_absmax(stats->q_absmax[(size_t)l * Hq + h]);
+        out->q_scale[l] = kvcal_scale_from_absmax(m);
+        if (m == 0.0f && warn) {
+            char msg[160];
+            snprintf(
+                msg, sizeof msg,
+                "layer %d Q never saw a non-zero value; q_scale gets the floor scale "
+                "%g",
+                l, (double)out->q_scale[l]);
+            warn(warn_ctx, msg);
+        }
+    }
+    if (!st)
+        out->has_q = 1;
     return st;
 }
 
@@ -485,6 +516,8 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
             clip[l] = total > 0.0 ? (float)(clipped / total) : 0.0f;
         }
     free(t);
+    if ((st = queries_to_scales(stats, out, warn, warn_ctx)))
+        return st;
     out->granularity = gran;
     out->kv_shared = 0;
     out->has_absmax = 1;

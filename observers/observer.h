@@ -98,6 +98,10 @@ double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, 
  * k_absmax / v_absmax = max |x| seen per head; k_clip / v_clip = fraction of
  * the layer's observed values that clip under the scale written (as
  * kvcal_stats_clip_fraction counts: |x| / scale > 464); granularity;
+ * where the statistics observed the queries (q_absmax), q_scale per layer
+ * and q_head per query head (kvcal_scales_set_q_heads): max |q| / 448 as
+ * kvcal_scale_from_absmax gives it, whatever cfg (a layer whose queries were
+ * all 0 gets the floor and one call of warn);
  * provenance.observer, observer_params and num_tokens (tokens of layer 0);
  * other provenance and model fields are left as they are. A threshold of 0
  * (a head that never saw a non-zero value) gives the floor scale and one

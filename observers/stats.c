@@ -96,14 +96,15 @@ kvcal_status kvcal_stats_create(int num_layers, int num_kv_heads, int head_dim,
 kvcal_status kvcal_stats_set_experts(kvcal_stats_t *stats, int num_experts)
 {
     if (num_experts < 0 || num_experts > 65536)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "kvcal_stats_set_experts: %d experts is out of range [0, 65536]",
-                          num_experts);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "kvcal_stats_set_experts: %d experts is out of range [0, 65536]",
+            num_experts);
     if (num_experts == stats->num_experts)
         return KVCAL_OK;
     int64_t *counts = NULL;
-    if (num_experts &&
-        !(counts = calloc((size_t)stats->num_layers * (size_t)num_experts, sizeof *counts)))
+    if (num_experts && !(counts = calloc((size_t)stats->num_layers * (size_t)num_experts,
+                                         sizeof *counts)))
         return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_stats_set_experts: out of memory");
     free(stats->expert_tokens);
     stats->expert_tokens = counts;
@@ -111,10 +112,58 @@ kvcal_status kvcal_stats_set_experts(kvcal_stats_t *stats, int num_experts)
     return KVCAL_OK;
 }
 
+kvcal_status kvcal_stats_set_q_heads(kvcal_stats_t *stats, int num_q_heads)
+{
+    if (num_q_heads < 0 || num_q_heads > 65536 ||
+        (num_q_heads && num_q_heads % stats->num_kv_heads))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "kvcal_stats_set_q_heads: %d query heads: must be in [0, 65536] "
+            "and a multiple of the %d kv heads",
+            num_q_heads, stats->num_kv_heads);
+    if (num_q_heads == stats->num_q_heads)
+        return KVCAL_OK;
+    float *q = NULL;
+    if (num_q_heads &&
+        !(q = calloc((size_t)stats->num_layers * (size_t)num_q_heads, sizeof *q)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_stats_set_q_heads: out of memory");
+    free(stats->q_absmax);
+    stats->q_absmax = q;
+    stats->num_q_heads = num_q_heads;
+    return KVCAL_OK;
+}
+
+static size_t channels(const kvcal_stats_t *s)
+{
+    return (size_t)s->num_layers * (size_t)s->num_kv_heads * (size_t)s->head_dim;
+}
+
+kvcal_status kvcal_stats_set_range(kvcal_stats_t *stats, int on)
+{
+    if (!on || stats->min[0]) {
+        if (!on) {
+            free(stats->min[0]);
+            stats->min[0] = stats->min[1] = stats->max[0] = stats->max[1] = NULL;
+        }
+        return KVCAL_OK;
+    }
+    const size_t n = channels(stats);
+    float *r = calloc(4 * n, sizeof *r);
+    if (!r)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_stats_set_range: out of memory");
+    for (int kv = 0; kv < 2; kv++) {
+        stats->min[kv] = r + (size_t)kv * 2 * n;
+        stats->max[kv] = stats->min[kv] + n;
+    }
+    return KVCAL_OK;
+}
+
 void kvcal_stats_destroy(kvcal_stats_t *stats)
 {
     if (!stats)
         return;
+    free(stats->q_absmax);
+    free(stats->min[0]);
     free(stats->expert_tokens);
     free(stats->slab);
     free(stats);
@@ -134,6 +183,11 @@ void kvcal_stats_reset(kvcal_stats_t *stats)
     if (stats->expert_tokens)
         memset(stats->expert_tokens, 0,
                (size_t)stats->num_layers * (size_t)stats->num_experts * sizeof(int64_t));
+    if (stats->q_absmax)
+        memset(stats->q_absmax, 0,
+               (size_t)stats->num_layers * (size_t)stats->num_q_heads * sizeof(float));
+    if (stats->min[0])
+        memset(stats->min[0], 0, 4 * channels(stats) * sizeof(float));
     stats->batches = 0;
     stats->batch_start_tokens = 0;
 }
@@ -206,9 +260,11 @@ kvcal_status kvcal_stats_observe_ref(kvcal_stats_t *stats, int layer, int kv,
         return st;
 
     const int H = stats->num_kv_heads, D = stats->head_dim, B = stats->num_bins;
-    float *absmax = stats->absmax[kv] + (size_t)layer * H * D; // (H, D)
-    uint64_t *hist = stats->hist[kv] + (size_t)layer * H * B;  // (H, B)
-    float *bmax = stats->batch_absmax[kv] + (size_t)layer * H; // (H)
+    float *absmax = stats->absmax[kv] + (size_t)layer * H * D;                  // (H, D)
+    uint64_t *hist = stats->hist[kv] + (size_t)layer * H * B;                   // (H, B)
+    float *bmax = stats->batch_absmax[kv] + (size_t)layer * H;                  // (H)
+    float *lo = stats->min[kv] ? stats->min[kv] + (size_t)layer * H * D : NULL; // (H, D)
+    float *hi = stats->max[kv] ? stats->max[kv] + (size_t)layer * H * D : NULL; // (H, D)
     int64_t observed = 0;
     for (int b = 0; b < blk->batch; b++)
         for (int t = 0; t < blk->seq; t++) {
@@ -228,11 +284,65 @@ kvcal_status kvcal_stats_observe_ref(kvcal_stats_t *stats, int layer, int kv,
                     hh[kvcal_hist_bin(a)]++;
                 }
                 bmax[h] = m;
+                for (int c = 0; lo && c < D; c++) {
+                    const size_t i = (size_t)h * D + c;
+                    lo[i] = p[c] < lo[i] ? p[c] : lo[i];
+                    hi[i] = p[c] > hi[i] ? p[c] : hi[i];
+                }
             }
         }
     if (kv == KVCAL_K)
         stats->tokens[layer] += observed;
     return KVCAL_OK;
+}
+
+kvcal_status kvcal_stats_observe_q_ref(kvcal_stats_t *stats, int layer,
+                                       const kvcal_kv_block *blk)
+{
+    if (!stats || !blk || !stats->q_absmax || layer < 0 || layer >= stats->num_layers ||
+        blk->batch < 0 || blk->seq < 0 || (!blk->x && blk->batch > 0 && blk->seq > 0))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_stats_observe_q_ref: layer %d: statistics that observe "
+                          "queries (kvcal_stats_set_q_heads) and a block are needed",
+                          layer);
+    const int H = stats->num_q_heads, D = stats->head_dim;
+    float *qa = stats->q_absmax + (size_t)layer * H; // (num_q_heads)
+    for (int pass = 0; pass < 2; pass++)             /* checked whole, then folded */
+        for (int b = 0; b < blk->batch; b++)
+            for (int t = 0; t < blk->seq; t++) {
+                if (!token_is_observed(blk, b, t))
+                    continue;
+                const float *row =
+                    blk->x + b * blk->sample_stride + t * blk->token_stride;
+                for (int h = 0; h < H; h++) {
+                    const float *p = row + h * blk->head_stride;
+                    for (int c = 0; c < D; c++) {
+                        const float a = fabsf(p[c]);
+                        if (pass)
+                            qa[h] = a > qa[h] ? a : qa[h];
+                        else if (!isfinite(p[c]))
+                            return kvcal_fail(
+                                KVCAL_ERR_NONFINITE,
+                                "layer %d Q head %d: sample %lld token %d channel %d is "
+                                "%g; no statistics were taken from this block and no "
+                                "scale is written from it (check the model weights and "
+                                "the input of that sample)",
+                                layer, h,
+                                blk->sample_ids ? (long long)blk->sample_ids[b] : b, t, c,
+                                (double)p[c]);
+                    }
+                }
+            }
+    return KVCAL_OK;
+}
+
+float kvcal_stats_q_group_absmax(const kvcal_stats_t *stats, int layer, int h0, int n)
+{
+    const float *q = stats->q_absmax + (size_t)layer * stats->num_q_heads + h0;
+    float m = 0.0f;
+    for (int i = 0; i < n; i++)
+        m = q[i] > m ? q[i] : m;
+    return m;
 }
 
 // --- batches -----------------------------------------------------------------
@@ -253,8 +363,8 @@ void kvcal_stats_begin_batch(kvcal_stats_t *stats)
     stats->batch_start_tokens = total_tokens(stats);
 }
 
-kvcal_status kvcal_stats_fold_batch(kvcal_stats_t *stats, const float *const batch_absmax[2],
-                                    double decay)
+kvcal_status kvcal_stats_fold_batch(kvcal_stats_t *stats,
+                                    const float *const batch_absmax[2], double decay)
 {
     if (!(decay >= 0.0 && decay < 1.0))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -284,7 +394,8 @@ kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay)
                           "kvcal_stats_end_batch: EMA decay %g is outside [0, 1)", decay);
     kvcal_status st = KVCAL_OK;
     if (total_tokens(stats) != stats->batch_start_tokens)
-        st = kvcal_stats_fold_batch(stats, (const float *const *)stats->batch_absmax, decay);
+        st = kvcal_stats_fold_batch(stats, (const float *const *)stats->batch_absmax,
+                                    decay);
     kvcal_stats_begin_batch(stats);
     return st;
 }
@@ -304,6 +415,14 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
             "they come from different models",
             src->num_layers, src->num_kv_heads, src->head_dim, src->num_bins,
             dst->num_layers, dst->num_kv_heads, dst->head_dim, dst->num_bins);
+    if ((src->num_q_heads && src->num_q_heads != dst->num_q_heads) ||
+        (src->min[0] && !dst->min[0]))
+        return kvcal_fail(
+            KVCAL_ERR_MISMATCH,
+            "kvcal_stats_merge: statistics of %d query heads%s cannot merge "
+            "into statistics of %d%s; observe the same things in both",
+            src->num_q_heads, src->min[0] ? " with the signed range" : "",
+            dst->num_q_heads, dst->min[0] ? " with the signed range" : "");
     if (src->num_experts && src->num_experts != dst->num_experts)
         return kvcal_fail(KVCAL_ERR_MISMATCH,
                           "kvcal_stats_merge: routing counts of %d experts cannot merge "
@@ -331,6 +450,16 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
     }
     for (int l = 0; l < dst->num_layers; l++)
         dst->tokens[l] += src->tokens[l];
+    for (size_t i = 0; i < (size_t)dst->num_layers * (size_t)src->num_q_heads; i++)
+        if (src->q_absmax[i] > dst->q_absmax[i])
+            dst->q_absmax[i] = src->q_absmax[i];
+    for (size_t i = 0; src->min[0] && i < n_abs; i++)
+        for (int kv = 0; kv < 2; kv++) {
+            if (src->min[kv][i] < dst->min[kv][i])
+                dst->min[kv][i] = src->min[kv][i];
+            if (src->max[kv][i] > dst->max[kv][i])
+                dst->max[kv][i] = src->max[kv][i];
+        }
     for (size_t i = 0; i < (size_t)dst->num_layers * (size_t)src->num_experts; i++)
         dst->expert_tokens[i] += src->expert_tokens[i];
     dst->batches += src->batches;

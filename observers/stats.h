@@ -18,16 +18,16 @@ typedef struct kvcal_stats {
     int num_layers;
     int num_kv_heads;
     int head_dim;
-    int num_bins;               /* KVCAL_HIST_BINS */
+    int num_bins; /* KVCAL_HIST_BINS */
     /* slab-backed; index [kv] is KVCAL_K or KVCAL_V */
-    float *absmax[2];           /* (L, H, head_dim) running max |x| */
-    uint64_t *hist[2];          /* (L, H, num_bins) counts of |x| */
-    float *batch_absmax[2];     /* (L, H) max |x| of the current batch */
-    double *ema[2];             /* (L, H) moving average of per-batch absmax */
-    double *ema_tensor[2];      /* (L) the same of each layer's per-batch absmax over
-                                   all its heads: the per-tensor moving average */
-    int64_t *tokens;            /* (L) tokens observed per layer */
-    int64_t batches;            /* batches folded in */
+    float *absmax[2];       /* (L, H, head_dim) running max |x| */
+    uint64_t *hist[2];      /* (L, H, num_bins) counts of |x| */
+    float *batch_absmax[2]; /* (L, H) max |x| of the current batch */
+    double *ema[2];         /* (L, H) moving average of per-batch absmax */
+    double *ema_tensor[2];  /* (L) the same of each layer's per-batch absmax over
+                               all its heads: the per-tensor moving average */
+    int64_t *tokens;        /* (L) tokens observed per layer */
+    int64_t batches;        /* batches folded in */
     void *slab;
     /* added after the first layout (host-side bookkeeping, not in the slab) */
     int64_t batch_start_tokens; /* sum of tokens[] when the current batch began */
@@ -35,6 +35,16 @@ typedef struct kvcal_stats {
     int num_experts;
     int64_t *expert_tokens; /* (L, num_experts) tokens routed to each expert: a
                                token counts once for each of its top-k experts */
+    /* the queries as FP8 attention quantizes them, after RoPE (and the
+     * per-head q-norm) (kvcal_stats_set_q_heads; 0 / NULL: not observed) */
+    int num_q_heads;
+    float *q_absmax; /* (L, num_q_heads) running max |q| per query head */
+    /* the signed range per channel, what a static int8 cache with offsets
+     * needs (kvcal_stats_set_range; NULL: not observed); the range always
+     * holds 0: min starts at 0 and max at 0, as torch's MinMaxObserver reads
+     * its range for a zero point */
+    float *min[2]; /* (L, H, head_dim) running min(x, 0) */
+    float *max[2]; /* (L, H, head_dim) running max(x, 0) */
 } kvcal_stats_t;
 
 #ifdef __cplusplus
@@ -56,6 +66,15 @@ void kvcal_stats_destroy(kvcal_stats_t *stats);
  * (expert_tokens, zeroed; in [1, 65536]); 0 drops them. A second call with
  * the same count keeps the counts. */
 kvcal_status kvcal_stats_set_experts(kvcal_stats_t *stats, int num_experts);
+
+/* Makes room for the running max |q| of num_q_heads query heads per layer
+ * (q_absmax, zeroed; num_q_heads in [1, 65536], a multiple of the kv
+ * heads); 0 drops it. A second call with the same count keeps it. */
+kvcal_status kvcal_stats_set_q_heads(kvcal_stats_t *stats, int num_q_heads);
+
+/* on 1: makes room for the signed range of every channel (min and max,
+ * zeroed); 0 drops it. A second call with on 1 keeps it. */
+kvcal_status kvcal_stats_set_range(kvcal_stats_t *stats, int on);
 
 /* Zeroes every statistic (as freshly created). */
 void kvcal_stats_reset(kvcal_stats_t *stats);
@@ -81,7 +100,7 @@ size_t kvcal_stats_slab_bytes(const kvcal_stats_t *stats);
  * sample_ids (batch) name the samples in error messages (dataset index);
  * NULL names them by b. Every pointer is borrowed for the call only. */
 typedef struct kvcal_kv_block {
-    const float *x;            /* (batch, seq, kv_heads, head_dim), strided */
+    const float *x; /* (batch, seq, kv_heads, head_dim), strided */
     int batch;
     int seq;
     int64_t sample_stride;
@@ -113,7 +132,8 @@ static inline kvcal_kv_block kvcal_kv_block_dense(const float *x, int batch, int
 }
 
 /* Folds one block of layer `layer` (kv = KVCAL_K or KVCAL_V) into absmax,
- * hist and batch_absmax; a K block also adds its observed tokens to
+ * hist and batch_absmax (and min and max when the range is observed,
+ * kvcal_stats_set_range); a K block also adds its observed tokens to
  * tokens[layer] (K and V of a layer see the same tokens, so V does not count
  * them again). The whole block is checked first: a NaN or Inf among the
  * observed values returns KVCAL_ERR_NONFINITE naming layer, K/V, kv head,
@@ -121,6 +141,20 @@ static inline kvcal_kv_block kvcal_kv_block_dense(const float *x, int batch, int
  * outside [0, seq] are KVCAL_ERR_INVALID_ARG. Not thread-safe on one stats. */
 kvcal_status kvcal_stats_observe_ref(kvcal_stats_t *stats, int layer, int kv,
                                      const kvcal_kv_block *blk);
+
+/* Folds the queries of layer `layer`, q (batch, seq, num_q_heads,
+ * head_dim) laid out as blk describes (its head_stride between query heads;
+ * padding skipped as kvcal_stats_observe_ref skips it) into q_absmax. A NaN
+ * or Inf is KVCAL_ERR_NONFINITE naming layer, query head, sample, token
+ * and channel, and nothing is folded. KVCAL_ERR_INVALID_ARG when the
+ * statistics do not observe queries (kvcal_stats_set_q_heads). */
+kvcal_status kvcal_stats_observe_q_ref(kvcal_stats_t *stats, int layer,
+                                       const kvcal_kv_block *blk);
+
+/* max of q_absmax over query heads h0 .. h0 + n - 1 of layer l: the per
+ * kv-head group max vLLM reads (n = num_q_heads / num_kv_heads), or the
+ * layer's with h0 0 and n num_q_heads. */
+float kvcal_stats_q_group_absmax(const kvcal_stats_t *stats, int layer, int h0, int n);
 
 /* Starts a batch: clears batch_absmax. Optional before the first batch and
  * after kvcal_stats_end_batch(), which starts the next batch itself. */
@@ -138,18 +172,18 @@ kvcal_status kvcal_stats_end_batch(kvcal_stats_t *stats, double decay);
  * kvcal_stats_end_batch folds the current batch, and counts it; the
  * current batch is left as it is. For runners that observe several batches
  * layer by layer and fold them afterwards, in batch order. */
-kvcal_status kvcal_stats_fold_batch(kvcal_stats_t *stats, const float *const batch_absmax[2],
-                                    double decay);
+kvcal_status kvcal_stats_fold_batch(kvcal_stats_t *stats,
+                                    const float *const batch_absmax[2], double decay);
 
-/* Folds src into dst (same shape, else KVCAL_ERR_MISMATCH): absmax and
- * batch_absmax by max, histograms, tokens, expert_tokens (when both count
- * the same experts, or src none) and batches by sum. This is exact
- * and associative, so minmax / percentile / mse results do not depend on how
- * the data was split over batches or workers. The EMA depends on batch order
- * and cannot be merged exactly: merge keeps the element-wise max of the two
- * EMAs (the larger scale; a side with no batch contributes nothing). Workers
- * that want an exact data-parallel EMA reduce batch_absmax with MAX before
- * every kvcal_stats_end_batch(); their EMAs are then equal, and so is the
+/* Folds src into dst (same shape, else KVCAL_ERR_MISMATCH): absmax,
+ * batch_absmax, q_absmax and max by max, min by min (q_absmax and the range
+ * when both observe them, or src does not), histograms, tokens, expert_tokens (when both
+ * count the same experts, or src none) and batches by sum. This is exact and associative,
+ * so minmax / percentile / mse results do not depend on how the data was split over
+ * batches or workers. The EMA depends on batch order and cannot be merged exactly: merge
+ * keeps the element-wise max of the two EMAs (the larger scale; a side with no batch
+ * contributes nothing). Workers that want an exact data-parallel EMA reduce batch_absmax
+ * with MAX before every kvcal_stats_end_batch(); their EMAs are then equal, and so is the
  * merge. */
 kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src);
 

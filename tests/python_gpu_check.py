@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU host: every CUDA path against torch references,
-byte for byte; the CPU and CUDA paths against each other; the device
+byte for byte; the CPU and CUDA paths against each other (the cache formats
+beyond e4m3 too: quantize_fmt / dequantize_fmt, both kernels); the device
 calibrator against the host one; the vLLM drop-in in a short decode loop of
 paged attention in torch (eager and captured in a CUDA graph); and what one
 Python call costs at decode size against the C call (bench/launch_overhead).
@@ -8,7 +9,7 @@ Python call costs at decode size against the C call (bench/launch_overhead).
 Run from the repository root, with libkvcal.so of a CUDA build (nothing is
 compiled here) and a Python with torch (CUDA):
     LD_LIBRARY_PATH=<folders of the libraries the host lacks> \
-        python3 tests/python_gpu_check.py --build build [--json OUT.json]
+        python3 tests/python_gpu_check.py --build build [--json OUT.json] [--only-formats]
 Exit: 0 everything equal, 1 a mismatch, 2 no GPU or no library.
 """
 import argparse
@@ -27,6 +28,8 @@ def main():
     ap.add_argument("--build", default="build", help="the CUDA build folder (libkvcal.so)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--calls", type=int, default=20000, help="calls per timing loop")
+    ap.add_argument("--only-formats", action="store_true",
+                    help="only the cache formats beyond e4m3 (quantize_fmt, dequantize_fmt)")
     args = ap.parse_args()
     lib = os.path.abspath(os.path.join(args.build, "libkvcal.so"))
     if not os.path.exists(lib):
@@ -42,10 +45,12 @@ def main():
         return 2
     checks, results = Checks(), {"device": torch.cuda.get_device_name(0),
                                  "torch": torch.__version__, "kvcal": kvcal.version()}
-    run_byte_checks(torch, kvcal, checks)
-    run_calibrator_checks(torch, kvcal, checks)
-    run_decode_loop(torch, kvcal, checks, results)
-    run_timing(torch, kvcal, args, results)
+    run_format_checks(torch, kvcal, checks)
+    if not args.only_formats:
+        run_byte_checks(torch, kvcal, checks)
+        run_calibrator_checks(torch, kvcal, checks)
+        run_decode_loop(torch, kvcal, checks, results)
+        run_timing(torch, kvcal, args, results)
     results["checks_passed"], results["checks_failed"] = checks.passed, checks.failed
     results["failures"] = checks.failures
     print(json.dumps(results, indent=1))
@@ -206,6 +211,74 @@ def run_byte_checks(torch, kvcal, checks):
                          torch.tensor(got, device="cuda"), want)
             checks.equal("scaler %s step %d K" % (mode, step), gather(kc, slots),
                          ref_quantize(torch, k, want[:, None]))
+
+
+# --- the cache formats beyond e4m3: CUDA bytes equal to the CPU path's -------------
+
+# (kv_cache_dtype, mode, rounding): mode "static" (per head), "tensor" or "dynamic"
+FORMAT_MODES = [("fp8_e5m2", "cast", "nearest_even"), ("int8", "static", "nearest_even"),
+                ("int8", "tensor", "toward_zero"), ("int8", "dynamic", "toward_zero"),
+                ("int8", "dynamic", "nearest_even"), ("int8_asym", "static", "nearest_even"),
+                ("int8_asym", "dynamic", "nearest_even"), ("int8_asym", "dynamic", "toward_zero"),
+                ("nvfp4", "static", "nearest_even"), ("nvfp4", "tensor", "nearest_even")]
+# tokens, kv heads, head_dim, block: the generic kernels, then the fast ones
+FORMAT_SHAPES = [(19, 3, 64, 5), (301, 2, 48, 16), (4100, 4, 128, 16), (4099, 2, 256, 5)]
+
+
+def bits(torch, t):
+    """A tensor's bytes, to compare NaN payloads too."""
+    return t.contiguous().view(torch.uint8)
+
+
+def run_format_checks(torch, kvcal, checks):
+    for fmt, mode, rounding in FORMAT_MODES:
+        for (T, H, D, bs) in FORMAT_SHAPES:
+            if fmt == "nvfp4" and D % 16:
+                continue
+            tag = "%s %s %s T%d H%d D%d bs%d" % (fmt, mode, rounding, T, H, D, bs)
+            nb = (T + bs - 1) // bs + 3
+            R = kvcal.format_row_bytes(fmt, D)
+            k = rand_kv(torch, T, H, D, torch.bfloat16, T + 7, "cpu")
+            v = rand_kv(torch, T, H, D, torch.bfloat16, T + 8, "cpu")
+            k[1, 0, 3], v[2, H - 1, 0], k[3, 0, :] = float("nan"), float("-inf"), 0.0
+            slots = torch.randperm(nb * bs)[:T].to(torch.int64)
+            slots[3] = -1
+            kw = {"rounding": rounding}
+            per_head = mode == "static"
+            amax_k = k.float().abs().nan_to_num(0, 0, 0).amax((0, 2)) + 1e-3
+            amax_v = v.float().abs().nan_to_num(0, 0, 0).amax((0, 2)) + 1e-3
+            if not per_head:
+                amax_k, amax_v = amax_k.amax().reshape(1), amax_v.amax().reshape(1)
+            if fmt == "int8" and mode != "dynamic":
+                kw.update(k_scale=amax_k / 127, v_scale=amax_v / 127)
+            elif fmt == "int8_asym" and mode != "dynamic":
+                kw.update(k_scale=2 * amax_k / 255, v_scale=2 * amax_v / 255, k_zero=-amax_k,
+                          v_zero=-amax_v)
+            elif fmt == "nvfp4":
+                kw.update(k_scale=amax_k / (6 * 448), v_scale=amax_v / (6 * 448))
+            runs = {}
+            for dev in ("cpu", "cuda"):
+                kc = torch.full((nb, bs, H, R), 0xA5, dtype=torch.uint8, device=dev)
+                vc = torch.full((nb, bs, H, R), 0xA5, dtype=torch.uint8, device=dev)
+                sc = [torch.full((nb, bs, H), -1.0, device=dev) for _ in range(4)]
+                args = {key: (val.to(dev) if hasattr(val, "to") else val) for key, val in kw.items()}
+                if mode == "dynamic":
+                    args.update(k_scale_cache=sc[0], v_scale_cache=sc[1])
+                    if fmt == "int8_asym":
+                        args.update(k_zero_cache=sc[2], v_zero_cache=sc[3])
+                kvcal.quantize_fmt(k.to(dev), v.to(dev), kc, vc, slots.to(dev), fmt, **args)
+                valid = slots[slots >= 0].to(dev)
+                deq = {key: val for key, val in args.items() if key != "rounding"}
+                outs = [kvcal.dequantize_fmt(kc, vc, valid, H, D, fmt, out_dtype=o, **deq)
+                        for o in ("bfloat16", "float32")]
+                if dev == "cuda":
+                    torch.cuda.synchronize()
+                runs[dev] = [kc, vc] + sc + [t for pair in outs for t in pair]
+            names = ["K cache", "V cache", "K scales", "V scales", "K zeros", "V zeros",
+                     "K bf16", "V bf16", "K f32", "V f32"]
+            for name, a, b in zip(names, runs["cpu"], runs["cuda"]):
+                checks.equal("format %s %s cpu==cuda" % (tag, name), bits(torch, b.cpu()),
+                             bits(torch, a))
 
 
 # --- calibration ------------------------------------------------------------------

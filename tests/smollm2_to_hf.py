@@ -32,9 +32,10 @@ def skip(why):
     sys.exit(0)
 
 
-def need_modules():
+def need_modules(modules=("numpy", "torch", "transformers", "gguf", "safetensors",
+                          "tokenizers")):
     missing = []
-    for mod in ("numpy", "torch", "transformers", "gguf", "safetensors", "tokenizers"):
+    for mod in modules:
         try:
             __import__(mod)
         except ImportError:
@@ -80,7 +81,6 @@ def gguf_to_hf(gguf_path, hf_dir):
     import numpy as np
     import gguf
     from safetensors.numpy import save_file
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, AddedToken
 
     if os.path.exists(os.path.join(hf_dir, "model.safetensors")):
         return
@@ -140,6 +140,16 @@ def gguf_to_hf(gguf_path, hf_dir):
     with open(os.path.join(hf_dir, "config.json"), "w") as fp:
         json.dump(config, fp, indent=2)
 
+    gguf_tokenizer(f, os.path.join(hf_dir, "tokenizer.json"))
+    print("test-smollm2: wrote %s (%d layers, %d heads, %d kv heads)" % (hf_dir, L, n_head, n_kv))
+
+
+def gguf_tokenizer(f, path):
+    """The GGUF's byte-level BPE tokenizer (fields f of gguf.GGUFReader, as
+    contents()) as a tokenizers tokenizer.json at path."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, AddedToken
+
+    tokens = f["tokenizer.ggml.tokens"]
     vocab = {tok: i for i, tok in enumerate(tokens)}
     merges = [tuple(m.split(" ", 1)) for m in f["tokenizer.ggml.merges"]]
     tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
@@ -150,8 +160,16 @@ def gguf_to_hf(gguf_path, hf_dir):
     types = f["tokenizer.ggml.token_type"]
     tk.add_special_tokens([AddedToken(tokens[i], special=True)
                            for i in range(len(tokens)) if types[i] == 3])
-    tk.save(os.path.join(hf_dir, "tokenizer.json"))
-    print("test-smollm2: wrote %s (%d layers, %d heads, %d kv heads)" % (hf_dir, L, n_head, n_kv))
+    tk.save(path)
+
+
+def gguf_tokenizer_file(gguf_path, path):
+    """gguf_tokenizer from the file alone: no weights dequantized."""
+    import gguf
+
+    r = gguf.GGUFReader(gguf_path)
+    gguf_tokenizer({k: v.contents() for k, v in r.fields.items()
+                    if k.startswith("tokenizer.")}, path)
 
 
 def hf_absmax(hf_dir, samples):

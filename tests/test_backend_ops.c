@@ -26,11 +26,12 @@
  * Three suites run the table, split by what compute-sanitizer checks
  * (bench/run_gpu_cuda.sh): backend_ops (every tool), backend_ops_tuned (GEMM
  * shapes cuBLASLt's algorithms are timed for, whose cuBLAS kernels
- * racecheck does not model) and backend_ops_mbarrier (cuDNN's attention and
- * the fused gate/up + SwiGLU kernel, which synchronize through mbarriers:
- * memcheck only). In a build without CUDA the suites hold no tests; without
- * a device they are reported skipped. The online quantization kernels have
- * their own table of layouts (tests/test_kvquant_cuda.c). */
+ * racecheck does not model) and backend_ops_mbarrier (cuDNN's attention,
+ * the fused gate/up + SwiGLU kernel and the experts' Hopper GEMM, which
+ * synchronize through mbarriers: memcheck only). In a build without CUDA
+ * the suites hold no tests; without a device they are reported skipped.
+ * The online quantization kernels have their own table of layouts
+ * (tests/test_kvquant_cuda.c). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,6 +81,10 @@ typedef struct op_row {
      * shared; a few padding tokens where rows > 2 */
     int experts, top_k, renorm, shared; /* shared 2: a shared expert without gate */
     int sigmoid; /* moe: sigmoid routing with a choice bias, weights x 2.5 */
+    /* moe: each valid token's first choice planted (moe_planted_expert):
+     * experts 0 .. 4 receive 0, 1, 127, 128 and 129 of them, expert 5 the
+     * rest (the only choice with top_k 1, so these are the experts' rows) */
+    int planted;
     float affine_a, affine_b; /* affine: out = x * a + b over rows values */
     /* fp8_quant_act: (rows, cols) activations quantized as fp8_a says (groups
      * of `group` columns); fp8_linear: x (rows, k) times a weight (n, k)
@@ -237,7 +242,9 @@ static const op_row rows[] = {
         .softcap = 4),
 
     /* the mixture of experts: routing, grouping, the grouped GEMMs (tails of
-     * the 128 x 128 tiles and of k's 32), SwiGLU and the combine */
+     * the 128 x 128 tiles and of k's 32; on Hopper of the 128 x 256 tiles and
+     * of k's 64, inter sizes under a tile, where a tile's gate rows run into
+     * its up rows), SwiGLU and the combine */
     ROW("moe", .rows = 1, .k = 64, .n = 32, .experts = 4, .top_k = 2),
     ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .renorm = 1),
     ROW("moe", .rows = 989, .k = 136, .n = 200, .experts = 60, .top_k = 4, .shared = 1),
@@ -248,6 +255,16 @@ static const op_row rows[] = {
     ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 160, .top_k = 8, .renorm = 1,
         .shared = 2, .sigmoid = 1),
     ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1),
+    /* experts receiving 0, 1, 127, 128 and 129 rows (an empty plan tile, a
+     * tile of padding but one row, one row short of a tile, a tile, a tile
+     * and a row), with and without more choices that are random */
+    ROW("moe", .rows = 600, .k = 72, .n = 40, .experts = 6, .top_k = 1, .planted = 1),
+    ROW("moe", .rows = 600, .k = 136, .n = 200, .experts = 6, .top_k = 2, .renorm = 1,
+        .shared = 1, .planted = 1),
+    /* more tiles than a Hopper's multiprocessors in both GEMMs (the
+     * persistent walk, a tile's epilogue during the next tile's k blocks),
+     * widths off the 128- and 256-wide output tiles */
+    ROW("moe", .rows = 4800, .k = 1040, .n = 576, .experts = 4, .top_k = 1),
 
     ROW("geglu", .rows = 19, .cols = 136),
     ROW("geglu", .rows = 1, .cols = 37),
@@ -365,15 +382,15 @@ static void describe(const op_row *r, const char *version)
         size_t offset;
     } fields[] = {
 #define FIELD(f) {#f, offsetof(op_row, f)}
-        FIELD(rows),    FIELD(cols),  FIELD(delta),    FIELD(k),
-        FIELD(n),       FIELD(bias),  FIELD(vocab),    FIELD(batch),
-        FIELD(seq),     FIELD(heads), FIELD(kv_heads), FIELD(head_dim),
-        FIELD(out_pad), FIELD(cudnn), FIELD(rot_dim),  FIELD(interleaved),
-        FIELD(qk_norm), FIELD(nan_v), FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),   FIELD(y_f32), FIELD(window),   FIELD(softcap),
-        FIELD(experts), FIELD(top_k), FIELD(renorm),   FIELD(shared),
-        FIELD(sigmoid), FIELD(fp8_w), FIELD(fp8_a),    FIELD(block_n),
-        FIELD(block_k),
+        FIELD(rows),    FIELD(cols),    FIELD(delta),    FIELD(k),
+        FIELD(n),       FIELD(bias),    FIELD(vocab),    FIELD(batch),
+        FIELD(seq),     FIELD(heads),   FIELD(kv_heads), FIELD(head_dim),
+        FIELD(out_pad), FIELD(cudnn),   FIELD(rot_dim),  FIELD(interleaved),
+        FIELD(qk_norm), FIELD(nan_v),   FIELD(x_stride), FIELD(y_stride),
+        FIELD(group),   FIELD(y_f32),   FIELD(window),   FIELD(softcap),
+        FIELD(experts), FIELD(top_k),   FIELD(renorm),   FIELD(shared),
+        FIELD(sigmoid), FIELD(planted), FIELD(fp8_w),    FIELD(fp8_a),
+        FIELD(block_n), FIELD(block_k),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -854,6 +871,7 @@ static void obs_alloc(obs_host *h, int kv_heads, int head_dim)
 {
     h->kv_heads = kv_heads;
     h->head_dim = head_dim;
+    h->o.q_absmax = NULL; /* the queries: where a test sets them */
     for (int kv = 0; kv < 2; kv++) {
         h->o.absmax[kv] = calloc((size_t)kv_heads * head_dim, sizeof(float));
         h->o.hist[kv] = calloc((size_t)kv_heads * KVCAL_HIST_BINS, sizeof(uint64_t));
@@ -901,6 +919,7 @@ static int64_t obs_differ(const obs_host *a, const obs_host *b, int kv)
 static kvcal_kv_observer obs_upload(const obs_host *h)
 {
     kvcal_kv_observer d;
+    d.q_absmax = NULL; /* the queries: set by the caller */
     for (int kv = 0; kv < 2; kv++) {
         d.absmax[kv] = dev_upload(h->o.absmax[kv],
                                   (size_t)h->kv_heads * h->head_dim * sizeof(float));
@@ -1091,6 +1110,12 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     float *d_inv =
         dev_upload(c->inv_freq, (size_t)(r->rot_dim / 2) * sizeof *c->inv_freq);
     kvcal_kv_observer d_obs = obs_upload(&c->pre);
+    /* the queries' max |q| per head too, from 0 */
+    float *q_got = host_alloc(((size_t)r->heads + 1) * sizeof *q_got);
+    float *q_want = host_alloc(((size_t)r->heads + 1) * sizeof *q_want);
+    memset(q_want, 0, ((size_t)r->heads + 1) * sizeof *q_want);
+    d_obs.q_absmax =
+        r->heads ? dev_upload(q_want, (size_t)r->heads * sizeof *q_want) : NULL;
     const kvcal_rope_cfg cfg = {d_inv,
                                 r->rot_dim,
                                 r->interleaved,
@@ -1108,6 +1133,8 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     obs_host got_obs;
     obs_alloc(&got_obs, kvh, hd);
     obs_download(&got_obs, &d_obs);
+    if (r->heads)
+        dev_download(q_got, d_obs.q_absmax, (size_t)r->heads * sizeof *q_got);
 
     float *model = host_alloc((size_t)hd * sizeof *model);
     int64_t far = 0, v_changed = 0, padding_changed = 0, same = 0, compared = 0,
@@ -1146,9 +1173,12 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
 
     obs_host stored;
     obs_copy(&stored, &c->pre);
+    stored.o.q_absmax = q_want;
     float *kv = host_copy(got, n);
     kvcal_rope_observe_ref(kv, stride, c->pos, r->rows, r->heads, kvh, hd, &observe_only,
                            &stored.o);
+    EXPECT_NONE(count_differ(q_got, q_want, r->heads), r->heads,
+                "Q absmax per head not the reference's fold of the Q stored");
     const int64_t obs_n = (int64_t)kvh * (hd + KVCAL_HIST_BINS + 1);
     EXPECT_NONE(obs_differ(&got_obs, &stored, KVCAL_K), obs_n,
                 "K statistics not the reference's fold of the K stored");
@@ -1159,6 +1189,9 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
     free(model);
     obs_free(&got_obs);
     free(got);
+    cudaFree(d_obs.q_absmax);
+    free(q_got);
+    free(q_want);
     obs_dev_free(&d_obs);
     cudaFree(d_qkv);
     cudaFree(d_qn);
@@ -1201,9 +1234,9 @@ static void *attention_cpu_run(const op_row *r)
             memcpy(v + (int64_t)t * kvh * hd, row + (int64_t)(h + kvh) * hd,
                    (size_t)kvh * hd * sizeof *v);
         }
-        kvcal_attention_window_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v,
-                                   r->seq, h, kvh, hd, 1.0f / sqrtf((float)hd),
-                                   r->window, r->softcap);
+        kvcal_attention_window_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v, r->seq,
+                                   h, kvh, hd, 1.0f / sqrtf((float)hd), r->window,
+                                   r->softcap);
     }
     free(q);
     free(k);
@@ -1255,8 +1288,8 @@ static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *
     }
     if (r->window || r->softcap)
         ROW_OK(kvcal_attention_window_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
-                                             r->batch, r->seq, h, kvh, hd, scale, r->window,
-                                             (float)r->softcap, 0));
+                                             r->batch, r->seq, h, kvh, hd, scale,
+                                             r->window, (float)r->softcap, 0));
     else if (version == 0)
         ROW_OK(kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
                                       r->batch, r->seq, h, kvh, hd, scale, 0));
@@ -1390,10 +1423,12 @@ static void geglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     float *model = host_alloc((size_t)n * sizeof *model);
     for (int64_t i = 0; i < n; i++) {
         const float g = c->gate[i];
-        const float a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+        const float a =
+            0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
         model[i] = kvcal_bf16_round(kvcal_bf16_round(a) * c->up[i]);
     }
-    EXPECT_MOSTLY(count_same(got, model, n), n, 100, "outputs equal to bf16 arithmetic's");
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100,
+                  "outputs equal to bf16 arithmetic's");
     free(model);
     free(got);
     cudaFree(d_gu);
@@ -1428,7 +1463,8 @@ static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
     (void)version, (void)ctx;
     const affine_cpu *c = p;
     kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, r->rows);
-    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b, 0)); /* in place */
+    ROW_OK(kvcal_affine_launch(d_x, d_x, r->rows, r->affine_a, r->affine_b,
+                               0)); /* in place */
     sync_ok();
     float *got = kvcal_test_dev_download_bf16(d_x, r->rows);
     EXPECT_NONE(count_differ(got, c->ref, r->rows), r->rows, "outputs not x * a + b");
@@ -1461,21 +1497,38 @@ typedef struct moe_cpu {
     float *ref;       /* (rows, k) */
 } moe_cpu;
 
-/* y (k) = down_e(silu(gate_e(x)) * up_e(x)) with gate, up, the SwiGLU and
- * y rounded to bf16 (the kernels' storage) */
-static void moe_expert_ref(float *y, const float *x, const float *gu, const float *down,
-                           int k, int n)
+/* The planted first choice (op_row.planted) of the v-th valid token. */
+static int moe_planted_expert(int v)
 {
-    float *h = host_alloc((size_t)2 * n * sizeof *h);
-    kvcal_matmul_ref(h, x, gu, NULL, 1, k, 2 * n);
-    for (int i = 0; i < 2 * n; i++)
+    static const int ends[] = {0, 1, 128, 256, 385}; /* experts 0 .. 4's last + 1 */
+    int e = 0;
+    while (e < 5 && v >= ends[e])
+        e++;
+    return e;
+}
+
+/* y (m, k) = down_e(silu(gate_e(x)) * up_e(x)) for the m rows of x (m, k),
+ * one expert's, with gate, up, the SwiGLU and y rounded to bf16 (the
+ * kernels' storage) */
+static void moe_expert_ref(float *y, const float *x, const float *gu, const float *down,
+                           int m, int k, int n)
+{
+    float *h = host_alloc((size_t)m * 2 * n * sizeof *h); /* (m, 2n) */
+    float *act = host_alloc((size_t)m * n * sizeof *act); /* (m, n) */
+    kvcal_matmul_ref(h, x, gu, NULL, m, k, 2 * n);
+    for (int64_t i = 0; i < (int64_t)m * 2 * n; i++)
         h[i] = kvcal_bf16_round(h[i]);
-    for (int i = 0; i < n; i++)
-        h[i] = kvcal_bf16_round(kvcal_bf16_round(h[i] / (1.0f + expf(-h[i]))) * h[n + i]);
-    kvcal_matmul_ref(y, h, down, NULL, 1, n, k);
-    for (int i = 0; i < k; i++)
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < n; i++) {
+            const float g = h[(int64_t)r * 2 * n + i], u = h[(int64_t)r * 2 * n + n + i];
+            act[(int64_t)r * n + i] =
+                kvcal_bf16_round(kvcal_bf16_round(g / (1.0f + expf(-g))) * u);
+        }
+    kvcal_matmul_ref(y, act, down, NULL, m, n, k);
+    for (int64_t i = 0; i < (int64_t)m * k; i++)
         y[i] = kvcal_bf16_round(y[i]);
     free(h);
+    free(act);
 }
 
 static void *moe_cpu_run(const op_row *r)
@@ -1495,8 +1548,11 @@ static void *moe_cpu_run(const op_row *r)
     if (r->sigmoid)
         c->bias = rand_bf16(E, -0.3f, 0.3f);
     c->pos = host_alloc((size_t)T * sizeof *c->pos);
-    for (int t = 0; t < T; t++)
+    for (int t = 0, v = 0; t < T; t++) {
         c->pos[t] = T > 2 && t % 7 == 3 ? -1 : t;
+        if (r->planted && c->pos[t] >= 0) /* over the others' at most 3 */
+            c->logits[(int64_t)t * E + moe_planted_expert(v++)] = 8.0f;
+    }
     c->route_e = host_alloc((size_t)T * K * sizeof *c->route_e);
     c->route_w = host_alloc((size_t)T * K * sizeof *c->route_w);
     c->counts = host_alloc((size_t)E * sizeof *c->counts);
@@ -1507,20 +1563,35 @@ static void *moe_cpu_run(const op_row *r)
                                     r->renorm, 2.5f);
     else
         kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, T, E, K, r->renorm);
-    float *y = host_alloc((size_t)D * sizeof *y);
+    /* each expert's rows at once: y (T * K, D) of every valid assignment */
+    float *y = host_alloc((size_t)T * K * D * sizeof *y),
+          *xe = host_alloc((size_t)T * K * D * sizeof *xe),
+          *ye = host_alloc((size_t)T * K * D * sizeof *ye);
+    int *of = host_alloc((size_t)T * K * sizeof *of);
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int i = 0; i < T * K; i++)
+            if (c->pos[i / K] >= 0 && c->route_e[i] == e) {
+                memcpy(xe + (int64_t)m * D, c->x + (int64_t)(i / K) * D,
+                       (size_t)D * sizeof *xe);
+                of[m++] = i;
+            }
+        c->counts[e] = m;
+        if (!m)
+            continue;
+        moe_expert_ref(ye, xe, c->gu + (int64_t)e * 2 * I * D,
+                       c->down + (int64_t)e * D * I, m, D, I);
+        for (int j = 0; j < m; j++)
+            memcpy(y + (int64_t)of[j] * D, ye + (int64_t)j * D, (size_t)D * sizeof *y);
+    }
     for (int t = 0; t < T; t++) {
         float *o = c->ref + (int64_t)t * D;
         memset(o, 0, (size_t)D * sizeof *o);
         if (c->pos[t] < 0)
             continue;
-        for (int j = 0; j < K; j++) {
-            const int e = c->route_e[t * K + j];
-            c->counts[e]++;
-            moe_expert_ref(y, c->x + (int64_t)t * D, c->gu + (int64_t)e * 2 * I * D,
-                           c->down + (int64_t)e * D * I, D, I);
+        for (int j = 0; j < K; j++)
             for (int i = 0; i < D; i++)
-                o[i] += c->route_w[t * K + j] * y[i];
-        }
+                o[i] += c->route_w[t * K + j] * y[((int64_t)t * K + j) * D + i];
         if (!r->shared)
             continue;
         float g = 0.0f;
@@ -1532,6 +1603,9 @@ static void *moe_cpu_run(const op_row *r)
                    kvcal_bf16_round(g * c->shared[(int64_t)t * D + i]);
     }
     free(y);
+    free(xe);
+    free(ye);
+    free(of);
     return c;
 }
 
@@ -1553,50 +1627,20 @@ static void moe_release(void *p)
     free(c);
 }
 
-static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+/* The routing, the counts, the plan's used tiles and the combined outputs
+ * of a row against the reference. */
+static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
+                      const float *d_w, const unsigned long long *d_counts,
+                      const int32_t *d_used_tiles, const kvcal_bf16 *d_out)
 {
-    (void)version, (void)ctx;
-    const moe_cpu *c = p;
-    const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
-    const int cap = kvcal_moe_plan_capacity(T * K, E);
-    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)T * D),
-               *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
-               *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
-               *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
-               *d_shared = r->shared ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
-                                     : NULL,
-               *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
-               *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
-               *d_h = dev_alloc_nan((int64_t)cap * 2 * I),
-               *d_act = dev_alloc_nan((int64_t)cap * I), *d_y = dev_alloc_nan((int64_t)cap * D),
-               *d_out = dev_alloc_nan((int64_t)T * D);
-    int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
-            *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
-    float *d_w = dev_alloc((size_t)T * K * sizeof(float));
-    unsigned long long *d_counts = dev_alloc((size_t)E * sizeof *d_counts);
-    CU_ASSERT_EQUAL(cudaMemset(d_counts, 0, (size_t)E * sizeof *d_counts), cudaSuccess);
-    kvcal_moe_plan plan = {dev_alloc((size_t)cap * sizeof(int32_t)),
-                           dev_alloc((size_t)T * K * sizeof(int32_t)),
-                           dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
-                           cap, cap / KVCAL_MOE_TILE_ROWS};
-    if (r->sigmoid)
-        ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
-                                              r->renorm, 2.5f, 0));
-    else
-        ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
-    ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
-    ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
-    ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
-    ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
-    ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D, d_shared,
-                                    d_x, d_gate, 0));
-    sync_ok();
-    int32_t *e = host_alloc((size_t)T * K * sizeof *e);
+    const int T = r->rows, D = r->k, E = r->experts, K = r->top_k;
+    int32_t *e = host_alloc((size_t)T * K * sizeof *e), used_tiles = 0;
     float *w = host_alloc((size_t)T * K * sizeof *w);
     unsigned long long *counts = host_alloc((size_t)E * sizeof *counts);
     dev_download(e, d_e, (size_t)T * K * sizeof *e);
     dev_download(w, d_w, (size_t)T * K * sizeof *w);
     dev_download(counts, d_counts, (size_t)E * sizeof *counts);
+    dev_download(&used_tiles, d_used_tiles, sizeof used_tiles);
     /* a sigmoid row's choice (sigmoid + bias) may tie at the top-k boundary
      * within the rounding of exp: such tokens are left out of the checks
      * (softmax rows choose on the bf16 logits themselves: no such case) */
@@ -1623,6 +1667,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     }
     free(v);
     int64_t wrong_e = 0, wrong_w = 0, wrong_counts = 0, far = 0;
+    int want_tiles = 0;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K && !near_tie[t]; j++) {
             const int i = t * K + j, pad = c->pos[t] < 0;
@@ -1635,6 +1680,13 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     EXPECT_NONE(wrong_e, (int64_t)T * K, "chosen experts not the reference's");
     EXPECT_NONE(wrong_w, (int64_t)T * K, "routing weights off the bound");
     EXPECT_NONE(wrong_counts, E, "experts' token counts not the reference's");
+    for (int i = 0; i < E; i++) /* each expert's rows rounded up to whole tiles */
+        want_tiles +=
+            (int)((c->counts[i] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS);
+    ROW_ASSERT(ties || used_tiles == want_tiles);
+    if (r->planted && K == 1) /* the row's experts got the rows it is meant for */
+        ROW_ASSERT(c->counts[0] == 0 && c->counts[1] == 1 && c->counts[2] == 127 &&
+                   c->counts[3] == 128 && c->counts[4] == 129);
     ROW_ASSERT(ties * 20 <= T); /* the rows are meant to be decided, but for a few */
     float *got = kvcal_test_dev_download_bf16(d_out, (int64_t)T * D);
     for (int t = 0; t < T; t++)
@@ -1647,9 +1699,85 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     free(e);
     free(w);
     free(counts);
+}
+
+/* Versions: 0 kvcal_moe_gemm_launch (gate/up, SwiGLU, down), 1 the Hopper
+ * kernel (the gather, gate/up with SwiGLU, down), which other GPUs refuse:
+ * its rows are skipped there. */
+static const char *const moe_versions[] = {"launch", "sm90", NULL};
+
+static op_class moe_class(const op_row *r, int version)
+{
+    (void)r;
+    return version == 1 ? OP_MBARRIER : OP_PLAIN;
+}
+
+static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    const moe_cpu *c = p;
+    const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
+    const int cap = kvcal_moe_plan_capacity(T * K, E);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)T * D),
+               *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
+               *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
+               *d_down = kvcal_test_dev_upload_bf16(c->down, (int64_t)E * D * I),
+               *d_shared = r->shared
+                               ? kvcal_test_dev_upload_bf16(c->shared, (int64_t)T * D)
+                               : NULL,
+               *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
+               *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
+               *d_h = version == 0 ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
+               *d_act = dev_alloc_nan((int64_t)cap * I),
+               *d_y = dev_alloc_nan((int64_t)cap * D),
+               *d_out = dev_alloc_nan((int64_t)T * D);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
+            *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
+    float *d_w = dev_alloc((size_t)T * K * sizeof(float));
+    unsigned long long *d_counts = dev_alloc((size_t)E * sizeof *d_counts);
+    CU_ASSERT_EQUAL(cudaMemset(d_counts, 0, (size_t)E * sizeof *d_counts), cudaSuccess);
+    kvcal_moe_plan plan = {
+        dev_alloc((size_t)cap * sizeof(int32_t)),
+        dev_alloc((size_t)T * K * sizeof(int32_t)),
+        dev_alloc((size_t)cap / KVCAL_MOE_TILE_ROWS * sizeof(int32_t)),
+        cap,
+        cap / KVCAL_MOE_TILE_ROWS,
+        dev_alloc(sizeof(int32_t)),
+        dev_alloc((size_t)kvcal_moe_plan_scratch(T * K, E) * sizeof(int32_t))};
+    if (r->sigmoid)
+        ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
+                                              r->renorm, 2.5f, 0));
+    else
+        ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
+    ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
+    if (version == 1) {
+        /* the gathered rows in d_y, which the down projection overwrites */
+        ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
+        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_act, d_y, d_gu, &plan, E, D,
+                                                           I, KVCAL_MOE_EPI_SWIGLU, 0);
+        if (st == KVCAL_ERR_UNSUPPORTED) {
+            printf("skipped: %s ", kvcal_last_error());
+            ctx->skip = 1;
+        } else {
+            ROW_OK(st);
+            ROW_OK(kvcal_moe_gemm_sm90_launch(d_y, d_act, d_down, &plan, E, I, D,
+                                              KVCAL_MOE_EPI_STORE, 0));
+        }
+    } else {
+        ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
+        ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
+        ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
+    }
+    if (!ctx->skip) {
+        ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D,
+                                        d_shared, d_x, d_gate, 0));
+        sync_ok();
+        moe_check(r, c, d_e, d_w, d_counts, plan.used_tiles, d_out);
+    }
     cudaFree(plan.sorted);
     cudaFree(plan.slot_of);
     cudaFree(plan.tile_expert);
+    cudaFree(plan.used_tiles);
+    cudaFree(plan.scratch);
     cudaFree(d_counts);
     cudaFree(d_w);
     cudaFree(d_e);
@@ -2162,7 +2290,7 @@ static const op_def op_defs[] = {
      attention_class, attention_cuda},
     {"swiglu", swiglu_cpu_run, swiglu_release, one_version, one_plain_version,
      swiglu_cuda},
-    {"moe", moe_cpu_run, moe_release, one_version, one_plain_version, moe_cuda},
+    {"moe", moe_cpu_run, moe_release, moe_versions, moe_class, moe_cuda},
     {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
     {"affine", affine_cpu_run, affine_release, one_version, one_plain_version,
      affine_cuda},
@@ -2274,22 +2402,51 @@ static void affine_rows_match_cpu(void)
     run_op("affine", OP_PLAIN);
 }
 
-/* Shapes the grouped GEMM does not take, and plans too small for the
- * assignments, are refused naming the op. */
+/* Shapes the grouped GEMMs and the gather do not take, and plans too small
+ * for the assignments or without their scratch, are refused naming the op. */
 static void moe_refuses_unaligned_sizes_and_short_plans(void)
 {
     kvcal_bf16 *p = (kvcal_bf16 *)256;
     int32_t *i = (int32_t *)256;
-    kvcal_moe_plan plan = {i, i, i, KVCAL_MOE_TILE_ROWS, 1};
+    kvcal_moe_plan plan = {i, i, i, KVCAL_MOE_TILE_ROWS, 1, NULL, i};
     CU_ASSERT_EQUAL(kvcal_moe_gemm_launch(p, p, 2, p, &plan, 60, 64, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("multiples of 8"));
-    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&plan, i, 200, 4, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe grouping"));
+    const int cap = kvcal_moe_plan_capacity(200, 4);
+    kvcal_moe_plan bare = {i, i, i, cap, cap / KVCAL_MOE_TILE_ROWS, NULL, NULL};
+    CU_ASSERT_EQUAL(kvcal_moe_align_launch(&bare, i, 200, 4, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("scratch"));
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 4, 5, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 600, 2, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
+    /* the Hopper kernel: widths off 8, a plan without its used tiles, an
+     * unknown epilogue; the gather and the combine: a width off 8 */
+    kvcal_moe_plan kept = plan;
+    kept.used_tiles = i;
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64, KVCAL_MOE_EPI_SWIGLU, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("multiples of 8"));
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &plan, 4, 64, 64, KVCAL_MOE_EPI_STORE, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("used_tiles"));
+    CU_ASSERT_EQUAL(
+        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64, (kvcal_moe_epilogue)7, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("epilogue 7"));
+    CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("moe gather"));
+    CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL,
+                                             NULL, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("moe combine"));
 }
 
 static void embed_rows_match_cpu(void)
@@ -2335,6 +2492,11 @@ static void gemm_swiglu_rows_match_cpu(void)
 static void attention_cudnn_rows_match_cpu(void)
 {
     run_op("attention", OP_MBARRIER);
+}
+
+static void moe_sm90_rows_match_cpu(void)
+{
+    run_op("moe", OP_MBARRIER);
 }
 
 // --- what the kernels refuse ---------------------------------------------------
@@ -2413,6 +2575,7 @@ static CU_TestInfo tuned_tests[] = {
 static CU_TestInfo mbarrier_tests[] = {
     KVCAL_TEST(gemm_swiglu_rows_match_cpu),
     KVCAL_TEST(attention_cudnn_rows_match_cpu),
+    KVCAL_TEST(moe_sm90_rows_match_cpu),
     CU_TEST_INFO_NULL,
 };
 #else

@@ -9,7 +9,7 @@
 /* Both: part NULL for the whole run. */
 static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, int len,
                               int batch, const kvcal_dp_part *part, float *bmax,
-                              kvcal_stats_t **stats, int *resident)
+                              int extras, kvcal_stats_t **stats, int *resident)
 {
     const kvcal_model_desc *d = kvcal_model_describe(m);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * len);
@@ -30,7 +30,9 @@ static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, i
     if (resident)
         *resident = kvcal_exec_layers_resident(x);
     if ((st = kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, stats)) ||
-        (st = kvcal_stats_set_experts(*stats, d->num_experts)))
+        (st = kvcal_stats_set_experts(*stats, d->num_experts)) ||
+        (st = kvcal_stats_set_q_heads(*stats, extras & 1 ? d->num_heads : 0)) ||
+        (st = kvcal_stats_set_range(*stats, extras & 2)))
         goto done;
     kvcal_exec_samples s = {
         .ids = ids, .lengths = lengths, .num_samples = n, .seq_len = len, .batch = batch};
@@ -49,14 +51,22 @@ kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int 
                                   int len, int batch, kvcal_stats_t **stats,
                                   int *resident)
 {
-    return calibrate(m, opt, n, len, batch, NULL, NULL, stats, resident);
+    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, resident);
+}
+
+kvcal_status kvcal_test_calibrate_observing(kvcal_model_t *m, kvcal_exec_options opt,
+                                            int n, int len, int batch, int q, int range,
+                                            kvcal_stats_t **stats)
+{
+    return calibrate(m, opt, n, len, batch, NULL, NULL, (q ? 1 : 0) | (range ? 2 : 0),
+                     stats, NULL);
 }
 
 kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt, int n,
                                        int len, int batch, const kvcal_dp_part *part,
                                        float *bmax, kvcal_stats_t **stats)
 {
-    return calibrate(m, opt, n, len, batch, part, bmax, stats, NULL);
+    return calibrate(m, opt, n, len, batch, part, bmax, 0, stats, NULL);
 }
 
 int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b)

@@ -13,12 +13,18 @@
 /* Calibrates n samples of len tokens (ids from a fixed pattern below the
  * vocabulary; the last sample shorter) in batches of `batch` on the
  * executor opt describes (its max_batch and max_seq_len set here) into
- * *stats (counting each expert's tokens for a mixture of experts; caller destroys; NULL when the executor could not be created).
- * Returns kvcal_exec_create's status, the run's on success; *resident (or
- * NULL) gets kvcal_exec_layers_resident. */
+ * *stats (counting each expert's tokens for a mixture of experts; caller destroys; NULL
+ * when the executor could not be created). Returns kvcal_exec_create's status, the run's
+ * on success; *resident (or NULL) gets kvcal_exec_layers_resident. */
 kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n,
                                   int len, int batch, kvcal_stats_t **stats,
                                   int *resident);
+
+/* kvcal_test_calibrate, the statistics also observing the queries (q) and
+ * the signed range (range) where asked. */
+kvcal_status kvcal_test_calibrate_observing(kvcal_model_t *m, kvcal_exec_options opt,
+                                            int n, int len, int batch, int q, int range,
+                                            kvcal_stats_t **stats);
 
 /* kvcal_test_calibrate's samples, but only part's (a rank of a
  * data-parallel run, calib/dp.h): their per-batch absmax into bmax

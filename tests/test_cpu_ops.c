@@ -259,9 +259,11 @@ static void rope_observe_ref_is_norm_rope_then_the_observer(void)
         CU_ASSERT_EQUAL(kvcal_stats_observe_ref(obs_st, 0, kv, &blk), KVCAL_OK);
     }
     const kvcal_rope_ref_cfg cfg = {inv_freq, ROT, 0, qn, kn, 1e-6f, 1.1386294f};
+    float q_absmax[H] = {0};
     const kvcal_kv_observer obs = {{obs_st->absmax[0], obs_st->absmax[1]},
                                    {obs_st->hist[0], obs_st->hist[1]},
-                                   {obs_st->batch_absmax[0], obs_st->batch_absmax[1]}};
+                                   {obs_st->batch_absmax[0], obs_st->batch_absmax[1]},
+                                   q_absmax};
     kvcal_rope_observe_ref(qkv, STRIDE, pos, T, H, KVH, D, &cfg, &obs);
 
     for (int t = 0; t < T; t++) {
@@ -273,6 +275,15 @@ static void rope_observe_ref_is_norm_rope_then_the_observer(void)
         kvcal_rope_scaled_ref(row, pos + t, inv_freq, 1, H + KVH, D, ROT, 0, 1.1386294f);
     }
     CU_ASSERT_EQUAL(memcmp(qkv, want, sizeof(float) * T * STRIDE), 0);
+    /* the queries: max |q| of each head over the rotated, valid tokens */
+    for (int h = 0; h < H; h++) {
+        float m = 0.0f;
+        for (int t = 0; t < T; t++)
+            for (int c = 0; pos[t] >= 0 && c < D; c++)
+                m = fmaxf(m, fabsf(want[(int64_t)t * STRIDE + h * D + c]));
+        CU_ASSERT_TRUE(m > 0.0f);
+        CU_ASSERT_EQUAL(q_absmax[h], m);
+    }
     for (int t = 0; t < T; t++) {
         memcpy(k + t * KVH * D, want + (int64_t)t * STRIDE + H * D,
                sizeof(float) * KVH * D);
@@ -332,7 +343,7 @@ static void rope_observe_ref_absmax_keeps_a_nan(void)
     qkv[3 * STRIDE + D + 5] = 7.0f;
     const kvcal_rope_ref_cfg cfg = {inv_freq, D, 1, NULL, NULL, 0.0f, 1.0f};
     const kvcal_kv_observer obs = {
-        {am[0], am[1]}, {hist[0], hist[1]}, {&bam[0], &bam[1]}};
+        {am[0], am[1]}, {hist[0], hist[1]}, {&bam[0], &bam[1]}, NULL};
     kvcal_rope_observe_ref(qkv, STRIDE, pos, T, 0, KVH, D, &cfg, &obs);
     CU_ASSERT_TRUE(isnan(am[KVCAL_V][5]));
     CU_ASSERT_FALSE(isnan(am[KVCAL_V][4]));
@@ -450,7 +461,8 @@ static void attention_window_reads_the_last_w_keys(void)
     int tokens = 13, h = 4, kvh = 2, d = 8, w = 5;
     int64_t nq = (int64_t)tokens * h * d, nk = (int64_t)tokens * kvh * d;
     float *q = alloc_filled(nq, 21), *k = alloc_filled(nk, 22), *v = alloc_filled(nk, 23);
-    float *a = malloc(sizeof(float) * (size_t)nq), *b = malloc(sizeof(float) * (size_t)nq);
+    float *a = malloc(sizeof(float) * (size_t)nq),
+          *b = malloc(sizeof(float) * (size_t)nq);
     CU_ASSERT_FATAL(a && b);
     kvcal_attention_ref(a, q, k, v, tokens, h, kvh, d, 0.3f);
     kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, tokens, 0.0f);
@@ -464,13 +476,14 @@ static void attention_window_reads_the_last_w_keys(void)
         v[i] -= 3.0f;
     }
     kvcal_attention_window_ref(b, q, k, v, tokens, h, kvh, d, 0.3f, w, 0.0f);
-    CU_ASSERT_EQUAL(memcmp(a + 7 * h * d, b + 7 * h * d, sizeof(float) * (size_t)(6 * h * d)),
-                    0);
+    CU_ASSERT_EQUAL(
+        memcmp(a + 7 * h * d, b + 7 * h * d, sizeof(float) * (size_t)(6 * h * d)), 0);
     kvcal_attention_window_ref(a, q, k, v, tokens, h, kvh, d, 0.3f, 1, 0.0f);
     for (int t = 0; t < tokens; t++)
         for (int hh = 0; hh < h; hh++)
             CU_ASSERT_EQUAL(memcmp(a + ((int64_t)t * h + hh) * d,
-                                   v + ((int64_t)t * kvh + hh / 2) * d, sizeof(float) * d),
+                                   v + ((int64_t)t * kvh + hh / 2) * d,
+                                   sizeof(float) * d),
                             0);
     free(q);
     free(k);
@@ -483,8 +496,8 @@ static void attention_window_reads_the_last_w_keys(void)
  * softmax's probabilities or, renormalized, their share of the top k. */
 static void moe_route_takes_top_k_of_the_softmax(void)
 {
-    const float logits[2 * 5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, /* a tie: 1 before 3 */
-                                 -3.0f, -2.0f, 4.0f, 0.0f, 3.5f};
+    const float logits[2 * 5] = {0.5f,  2.0f,  -1.0f, 2.0f, 1.0f, /* a tie: 1 before 3 */
+                                 -3.0f, -2.0f, 4.0f,  0.0f, 3.5f};
     int32_t e[2 * 3];
     float w[2 * 3], wn[2 * 3];
     kvcal_moe_route_ref(e, w, logits, 2, 5, 3, 0);

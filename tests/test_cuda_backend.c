@@ -101,7 +101,9 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert
  * on the device) and Mixtral's sliding window of 16 over samples of 37 and
  * 23 tokens, against transformers (float64); every valid token routed to
- * top-k experts of every layer. */
+ * top-k experts of every layer. The experts' GEMMs both ways: as the
+ * backend takes them (on a Hopper GPU the sm_90a kernel with SwiGLU fused)
+ * and with KVCAL_MLP_UNFUSED (kvcal_moe_gemm_launch, then SwiGLU). */
 static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 {
     static const char *const names[] = {
@@ -112,8 +114,12 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
     /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
      * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense). */
     static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u};
+    kvcal_backend_options unfused;
+    memset(&unfused, 0, sizeof unfused);
+    unfused.mlp = KVCAL_MLP_UNFUSED;
     for (int i = 0; i < 5; i++) {
         check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
+        check_runner_golden_within(names[i], &unfused, MOE_RUNNER_RTOL);
         kvcal_stats_t *stats = NULL;
         int64_t rows = 0;
         cJSON *root = kvcal_test_cuda_run_golden(names[i], NULL, &stats, NULL, &rows);
@@ -151,7 +157,8 @@ static void cuda_runner_counts_tokens_per_expert_like_the_cpu(void)
     for (int l = 0; l < s[0]->num_layers; l++) {
         int64_t sum[2] = {0, 0}, far = 0;
         for (int e = 0; e < E; e++) {
-            const int64_t a = s[0]->expert_tokens[l * E + e], b = s[1]->expert_tokens[l * E + e];
+            const int64_t a = s[0]->expert_tokens[l * E + e],
+                          b = s[1]->expert_tokens[l * E + e];
             sum[0] += a, sum[1] += b;
             far += llabs(a - b) > 2 + a / 20;
         }
@@ -172,9 +179,9 @@ static void cuda_runner_counts_tokens_per_expert_like_the_cpu(void)
 static void cuda_runner_loads_weights_through_small_pieces(void)
 {
     static const char *const names[] = {
-        "llama3_gqa_hd48_bf16",      "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
-        "qwen2_gqa_bias_bf16",       "qwen3_gqa_hd80_qknorm_bf16", "qwen2_yarn_bf16",
-        "llama_gqa_mlp256_bf16",     "llama3_gqa_hd64_bf16"};
+        "llama3_gqa_hd48_bf16",  "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
+        "qwen2_gqa_bias_bf16",   "qwen3_gqa_hd80_qknorm_bf16", "qwen2_yarn_bf16",
+        "llama_gqa_mlp256_bf16", "llama3_gqa_hd64_bf16"};
     kvcal_backend_options small;
     memset(&small, 0, sizeof small);
     small.load_piece_bytes = 4096;
@@ -252,8 +259,8 @@ static void cuda_runner_forward_without_stats_observes_nothing(void)
     o.device = KVCAL_DEVICE_CUDA;
     o.backend.max_batch = 2, o.backend.max_seq_len = 40;
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(model, &o, &x), KVCAL_OK);
-    const kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = 2,
-                                  .seq_len = 40, .batch = 2};
+    const kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = 2, .seq_len = 40, .batch = 2};
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, stats, 0.0), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, NULL, 0.0), KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &s, once, 0.0), KVCAL_OK);
@@ -261,9 +268,9 @@ static void cuda_runner_forward_without_stats_observes_nothing(void)
     CU_ASSERT(kvcal_stats_head_absmax(once, d->num_layers - 1, KVCAL_K, 0) > 0.0f);
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     for (int kv = 0; kv < 2; kv++) {
-        CU_ASSERT_EQUAL(memcmp(once->absmax[kv], stats->absmax[kv],
-                               lh * d->head_dim * sizeof(float)),
-                        0);
+        CU_ASSERT_EQUAL(
+            memcmp(once->absmax[kv], stats->absmax[kv], lh * d->head_dim * sizeof(float)),
+            0);
         CU_ASSERT_EQUAL(memcmp(once->hist[kv], stats->hist[kv],
                                lh * stats->num_bins * sizeof(uint64_t)),
                         0);
@@ -365,8 +372,68 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
     }
 }
 
+/* The queries' max |q| per head and the signed range per channel, observed
+ * on the device (Q in the fused RoPE kernel, the range by its own kernel)
+ * against the cpu backend on the same samples: bf16 activations against
+ * fp32 ones, so within 3% of the CPU's value plus 1% of the layer's largest
+ * (the K/V absmax of the two backends agree as closely: see the golden
+ * comparisons above); the last layer's queries included. */
+static void cuda_runner_observes_queries_and_signed_range_like_the_cpu(void)
+{
+    static const char *const names[] = {"qwen3_gqa_hd80_qknorm_bf16",
+                                        "llama3_gqa_hd64_bf16", "mistral_mqa_fp16"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, "tests/fixtures/golden/%s", names[i]);
+        kvcal_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_open(dir, &m), KVCAL_OK);
+        const kvcal_model_desc *d = kvcal_model_describe(m);
+        kvcal_exec_options o;
+        memset(&o, 0, sizeof o);
+        kvcal_stats_t *s[2] = {NULL, NULL};
+        for (int dev = 0; dev < 2; dev++) {
+            o.device = dev ? KVCAL_DEVICE_CUDA : KVCAL_DEVICE_CPU;
+            CU_ASSERT_EQUAL_FATAL(
+                kvcal_test_calibrate_observing(m, o, 5, 40, 2, 1, 1, &s[dev]), KVCAL_OK);
+        }
+        int64_t far = 0, zero = 0, n = 0;
+        for (int l = 0; l < d->num_layers; l++) {
+            const size_t q0 = (size_t)l * d->num_heads;
+            const float top = kvcal_stats_q_group_absmax(s[0], l, 0, d->num_heads);
+            for (int h = 0; h < d->num_heads; h++, n++) {
+                const float a = s[0]->q_absmax[q0 + h], b = s[1]->q_absmax[q0 + h];
+                far += !(fabsf(a - b) <= 0.03f * a + 0.01f * top);
+                zero += b == 0.0f;
+            }
+            const size_t c0 = (size_t)l * d->num_kv_heads * d->head_dim;
+            for (int kv = 0; kv < 2; kv++) {
+                float lt = 0.0f;
+                for (int c = 0; c < d->num_kv_heads * d->head_dim; c++)
+                    lt = fmaxf(lt, fmaxf(-s[0]->min[kv][c0 + c], s[0]->max[kv][c0 + c]));
+                for (int c = 0; c < d->num_kv_heads * d->head_dim; c++, n += 2) {
+                    const float *lo[2] = {s[0]->min[kv], s[1]->min[kv]},
+                                *hi[2] = {s[0]->max[kv], s[1]->max[kv]};
+                    far += !(fabsf(lo[0][c0 + c] - lo[1][c0 + c]) <=
+                             -0.03f * lo[0][c0 + c] + 0.01f * lt);
+                    far += !(fabsf(hi[0][c0 + c] - hi[1][c0 + c]) <=
+                             0.03f * hi[0][c0 + c] + 0.01f * lt);
+                }
+            }
+        }
+        if (far || zero)
+            fprintf(stderr, "\n%s: %lld of %lld values off, %lld query heads zero\n",
+                    names[i], (long long)far, (long long)n, (long long)zero);
+        CU_ASSERT_EQUAL(far, 0);
+        CU_ASSERT_EQUAL(zero, 0);
+        kvcal_stats_destroy(s[0]);
+        kvcal_stats_destroy(s[1]);
+        kvcal_model_close(m);
+    }
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
+    KVCAL_TEST(cuda_runner_observes_queries_and_signed_range_like_the_cpu),
     KVCAL_TEST(cuda_runner_loads_weights_through_small_pieces),
     KVCAL_TEST(cuda_runner_matches_transformers_on_moe_golden_models),
     KVCAL_TEST(cuda_runner_counts_tokens_per_expert_like_the_cpu),

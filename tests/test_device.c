@@ -181,6 +181,9 @@ static void version_says_what_the_build_holds(void)
             CU_ASSERT_PTR_NOT_NULL(strstr(out, p.mlp_fused
                                                    ? "  MLP: kvcal's fused"
                                                    : "  MLP: cuBLAS GEMM + SwiGLU"));
+            CU_ASSERT_PTR_NOT_NULL(strstr(out, p.mlp_fused
+                                                   ? "  experts (MoE): kvcal's sm_90a"
+                                                   : "  experts (MoE): kvcal's sm_80"));
             CU_ASSERT_PTR_NOT_NULL(strstr(out, "  attention: "));
         }
     }

@@ -115,7 +115,8 @@ static void kv_dtype_sets_are_refused_where_only_e4m3_fits(void)
     snprintf(args, sizeof args, "convert '%s' --to legacy --out '%s'", i8, legacy);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
     err = kvcal_test_kvcal_stderr();
-    CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "hold e4m3 scales only"));
+    CU_ASSERT_PTR_NOT_NULL(err &&
+                           strstr(err, "no vLLM loader gives a static int8 cache"));
     free(err);
     CU_ASSERT_NOT_EQUAL(stat(legacy, &sb), 0);
     /* the kvcal format carries it through convert */
@@ -165,8 +166,75 @@ static void eval_reads_an_int8_scale_set_through_its_absmax(void)
     CU_ASSERT(fabs(ppl[0] - ppl[1]) <= 1e-4 * ppl[0]);
 }
 
+/* NVFP4 global scales go into a ModelOpt checkpoint (vLLM's
+ * get_kv_cache_quant_algo_string maps kv_cache_scheme {num_bits 4, type
+ * float} or kv_cache_quant_algo "NVFP4" to its nvfp4 cache, and
+ * ModelOptKVCacheMethod loads k_scale / v_scale as the global scales);
+ * they read back as an NVFP4 set, equal; int8 stays refused there. */
+static void kv_dtype_nvfp4_scales_go_into_a_modelopt_checkpoint(void)
+{
+    const char *ck = kvcal_test_path("dt_ck"), *mo = kvcal_test_path("dt_modelopt");
+    const char *back = kvcal_test_path("dt_nvfp4_back.json");
+    char args[2048];
+    /* a ModelOpt-quantized stand-in: the checkpoint's config, quant_method modelopt */
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --format checkpoint --out '%s'", ck);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args, "%s/config.json", ck);
+    cJSON *cfg = load_json(args);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    cJSON *qc = cJSON_CreateObject();
+    cJSON_AddStringToObject(qc, "quant_method", "modelopt");
+    cJSON_AddStringToObject(qc, "quant_algo", "FP8");
+    cJSON_ReplaceItemInObject(cfg, "quantization_config", qc);
+    char *text = cJSON_Print(cfg);
+    FILE *f = fopen(args, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cJSON_Delete(cfg);
+    const char *nv =
+        calibrate("dt_nvfp4_mo.json", "--kv-dtype nvfp4 --granularity tensor");
+    snprintf(args, sizeof args, "convert '%s' --to modelopt --model '%s' --out '%s'", nv,
+             ck, mo);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args, "%s/config.json", mo);
+    cJSON *out = load_json(args);
+    const cJSON *ks = cJSON_GetObjectItem(cJSON_GetObjectItem(out, "quantization_config"),
+                                          "kv_cache_scheme");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(ks, "num_bits")->valuedouble, 4);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(ks, "type")->valuestring, "float");
+    cJSON_Delete(out);
+    snprintf(args, sizeof args, "validate-scales '%s' --strict", mo);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args, "convert '%s' --to kvcal --out '%s'", mo, back);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    cJSON *a = load_json(nv), *b = load_json(back);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(b, "dtype")->valuestring, "nvfp4");
+    const cJSON *la = cJSON_GetObjectItem(a, "layers"),
+                *lb = cJSON_GetObjectItem(b, "layers");
+    for (int l = 0; l < 5; l++)
+        for (int i = 0; i < 2; i++) {
+            const char *k = i ? "v_scale" : "k_scale";
+            CU_ASSERT_EQUAL(
+                cJSON_GetObjectItem(cJSON_GetArrayItem(la, l), k)->valuedouble,
+                cJSON_GetObjectItem(cJSON_GetArrayItem(lb, l), k)->valuedouble);
+        }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    /* int8: no engine reads it there */
+    const char *i8 = calibrate("dt_int8_mo.json", "--kv-dtype int8 --granularity tensor");
+    snprintf(args, sizeof args, "convert '%s' --to modelopt --model '%s' --out '%s'", i8,
+             ck, kvcal_test_path("dt_modelopt_int8"));
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format),
     KVCAL_TEST(kv_dtype_sets_are_refused_where_only_e4m3_fits),
+    KVCAL_TEST(kv_dtype_nvfp4_scales_go_into_a_modelopt_checkpoint),
     KVCAL_TEST(eval_reads_an_int8_scale_set_through_its_absmax), CU_TEST_INFO_NULL};
 KVCAL_SUITE(kv_dtype_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -118,6 +118,58 @@ static void e2m1_rounds_to_nearest_even_and_saturates_at_6(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* Floats to try a device formula on: every bf16 value, 4 ulps around every
+ * float that is a bf16 value, and random bit patterns (NaN excluded); f gets
+ * each, returns the number of disagreements. */
+static int on_many_floats(int (*f)(float))
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++)
+        for (int d = -4; d <= 4; d++) {
+            float x = float_of_bits((h << 16) + (uint32_t)d);
+            if (!isnan(x))
+                bad += f(x);
+        }
+    for (int i = 0; i < 1 << 20; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        float x = float_of_bits(rng);
+        if (!isnan(x))
+            bad += f(x);
+    }
+    return bad;
+}
+
+static int e2m1_mag22_differs(float x)
+{
+    uint32_t m = kvcal_fp4_e2m1_mag22(x);
+    return (m & 0x3fffffu) != 0 || (m >> 22) != (kvcal_fp4_e2m1_from_float(x) & 7u);
+}
+
+static int dmul_scales_differ(float x)
+{
+    float a = fabsf(x), b = -a;
+    if (!(a <= 3.4028234663852886e38f))
+        return 0;
+    kvcal_kvfmt_row r = kvcal_kvfmt_asym_row(b, a), rd = kvcal_kvfmt_asym_row_dmul(b, a);
+    return memcmp(&r, &rd, sizeof r) != 0 ||
+           kvcal_kvfmt_int8_scale(a) != kvcal_kvfmt_int8_scale_dmul(a) ||
+           kvcal_kvfmt_int8_scale(a / 3.0f) != kvcal_kvfmt_int8_scale_dmul(a / 3.0f);
+}
+
+/* What the CUDA kernels compute instead of a division or a branchy e2m1
+ * (kernels/cpu/kvquant_fmt.h): the same bits as the reference's formula. */
+static void device_formulas_equal_the_reference_arithmetic(void)
+{
+    CU_ASSERT_EQUAL(on_many_floats(e2m1_mag22_differs), 0);
+    CU_ASSERT_EQUAL(on_many_floats(dmul_scales_differ), 0);
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(0.75f), 2u << 22); /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(5.0f), 6u << 22);  /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(-INFINITY), 7u << 22);
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(0.5f), 1u << 22); /* the subnormal */
+    kvcal_kvfmt_row flat = kvcal_kvfmt_asym_row_dmul(INFINITY, -INFINITY);
+    CU_ASSERT(flat.scale == 0.0f && flat.zero == 0.0f && flat.inv == 0.0f);
+}
+
 static void int_code_rounds_as_the_engines_round(void)
 {
     const int rne = KVCAL_INT_ROUND_NEAREST_EVEN, rz = KVCAL_INT_ROUND_TOWARD_ZERO;
@@ -600,6 +652,7 @@ static void fmt_rejects_parameters_the_format_does_not_take(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(e5m2_converts_hand_values_and_matches_a_nearest_search),
     KVCAL_TEST(e2m1_rounds_to_nearest_even_and_saturates_at_6),
+    KVCAL_TEST(device_formulas_equal_the_reference_arithmetic),
     KVCAL_TEST(int_code_rounds_as_the_engines_round),
     KVCAL_TEST(int8_dynamic_is_vllms_int8_per_token_head),
     KVCAL_TEST(int8_static_per_head_rounds_to_nearest_even_and_saturates),

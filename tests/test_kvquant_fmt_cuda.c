@@ -2,12 +2,16 @@
  * beyond e4m3 (kvcal_kv_quantize_fmt_launch, kvcal_kv_dequantize_fmt_launch)
  * against their CPU reference, byte for byte: every format, static (per
  * tensor and per head) and dynamic, both roundings of int8, bf16 / f16 /
- * f32 inputs and outputs, both layouts, tokens 1, 19 and 989, head_dim 16,
- * 40, 128, 7 and 1024, 1 and 5 kv heads, block_size 16 and 5, a padded
+ * f32 inputs and outputs, both layouts, tokens 1, 19 and 989 (the generic
+ * kernels) and 4099 (the fast ones, head_dim 64, 128 and 256), head_dim 16,
+ * 40, 128, 7 and 1024, 1, 2 and 5 kv heads, block_size 16 and 5, a padded
  * block stride, aligned and misaligned strides, padding and out-of-range
- * slots, NaN / Inf / zero / huge inputs; eval's query round trip on every
- * bf16 value; eval --modes all on the CUDA runner against the CPU's. Needs a
- * GPU. */
+ * slots, NaN / Inf / zero / -0 / huge inputs and rows of zeros around an
+ * infinity or a NaN; dequantization of random cache bytes; each device
+ * conversion (the hardware's, or the fp32 arithmetic where it has none) on
+ * every bf16 and f16 value and random floats; eval's query round trip on
+ * every bf16 value; eval --modes all on the CUDA runner against the CPU's.
+ * Needs a GPU. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +27,7 @@
 #include "kernels/cpu/eval_ref.h"
 #include "kernels/cpu/kvquant_fmt.h"
 #include "kernels/cuda/eval.h"
+#include "kernels/cuda/kvquant_fmt.h"
 
 #define POISON 0xA5
 
@@ -53,6 +58,7 @@ typedef struct fmt_case {
     int T, H, D, bs;
     int pad_stride;        /* extra elements per token row (misaligns when odd) */
     int extra_block_bytes; /* block_stride beyond one block */
+    int random_cache;      /* dequantize random cache bytes and parameters */
 } fmt_case;
 
 static int esize(kvcal_dtype d)
@@ -81,6 +87,11 @@ static size_t run_case(const fmt_case *c)
             b = -INFINITY;
         if (i % 131 == 7)
             a = 3e5f;
+        const int64_t t = i / row, d = i % row;
+        if (t % 7 == 2 && d < D) { /* head 0: zeros around an infinity, -0 around a NaN */
+            a = d == 3 ? -INFINITY : 0.0f;
+            b = d == 5 ? NAN : -0.0f;
+        }
         kvcal_kv_store_elem(k, c->dtype, i, a);
         kvcal_kv_store_elem(v, c->dtype, i, b);
     }
@@ -123,7 +134,16 @@ static size_t run_case(const fmt_case *c)
     if (asym)
         hp.k_zero_cache = hsc + 2 * nscale, hp.v_zero_cache = hsc + 3 * nscale;
     size_t bad = 0;
-    if (kvcal_kv_quantize_fmt_ref(&b, &hc, &hp) != KVCAL_OK) {
+    if (c->random_cache) { /* any byte, finite parameters (NVFP4 scales not NaN) */
+        for (size_t i = 0; i < cache_bytes; i++) {
+            rng ^= rng << 13, rng ^= rng >> 17, rng ^= rng << 5;
+            hk[i] = (uint8_t)rng, hv[i] = (uint8_t)(rng >> 8);
+            if (c->format == KVCAL_KV_FORMAT_NVFP4)
+                hk[i] &= 0xf7, hv[i] &= 0xf7; /* never e4m3's NaN 0x7f / 0xff */
+        }
+        for (size_t i = 0; i < 4 * nscale; i++)
+            hsc[i] = i < 2 * nscale ? 0.001f + fabsf(rnd()) : rnd() * 3.0f;
+    } else if (kvcal_kv_quantize_fmt_ref(&b, &hc, &hp) != KVCAL_OK) {
         fprintf(stderr, "\n  ref: %s", kvcal_last_error());
         bad++;
     }
@@ -138,9 +158,13 @@ static size_t run_case(const fmt_case *c)
     {
         float *init = malloc(4 * 4 * nscale);
         for (size_t i = 0; i < 4 * nscale; i++)
-            init[i] = -3.0f;
+            init[i] = c->random_cache ? hsc[i] : -3.0f;
         cudaMemcpy(dsc, init, 4 * 4 * nscale, cudaMemcpyHostToDevice);
         free(init);
+    }
+    if (c->random_cache) {
+        cudaMemcpy(dck, hk, cache_bytes, cudaMemcpyHostToDevice);
+        cudaMemcpy(dcv, hv, cache_bytes, cudaMemcpyHostToDevice);
     }
     kvcal_kv_batch db = {dk, dv, c->dtype, T, row, D, row, D, dslots};
     kvcal_kv_cache dc = {dck,   dcv, dsc, dsc + nscale, blocks,
@@ -153,8 +177,16 @@ static size_t run_case(const fmt_case *c)
     }
     if (asym)
         dp.k_zero_cache = dsc + 2 * nscale, dp.v_zero_cache = dsc + 3 * nscale;
-    if (kvcal_kv_quantize_fmt_launch(&db, &dc, &dp, NULL) != KVCAL_OK ||
-        cudaDeviceSynchronize() != cudaSuccess) {
+    /* the batches of 4096 tokens and more take the fast kernels */
+    const int fast = T >= 4096;
+    if (!c->random_cache && kvcal_kv_quantize_fmt_fast_applies(&db, &dc, &dp) != fast) {
+        fprintf(stderr, "\n  the quantization %s the fast kernel",
+                fast ? "misses" : "takes");
+        bad++;
+    }
+    if (!c->random_cache &&
+        (kvcal_kv_quantize_fmt_launch(&db, &dc, &dp, NULL) != KVCAL_OK ||
+         cudaDeviceSynchronize() != cudaSuccess)) {
         fprintf(stderr, "\n  launch: %s", kvcal_last_error());
         bad++;
     }
@@ -171,6 +203,12 @@ static size_t run_case(const fmt_case *c)
     const size_t out_bytes = (size_t)T * H * D * 4 + 16;
     uint8_t *ho = malloc(2 * out_bytes), *go = malloc(2 * out_bytes);
     void *dout = dev_copy(NULL, 2 * out_bytes);
+    if (kvcal_kv_dequantize_fmt_fast_applies(&db, &dc, &dp, dout,
+                                             (uint8_t *)dout + out_bytes) != fast) {
+        fprintf(stderr, "\n  the dequantization %s the fast kernel",
+                fast ? "misses" : "takes");
+        bad++;
+    }
     for (int o = 0; o < 3; o++) {
         memset(ho, 0x5a, 2 * out_bytes);
         cudaMemset(dout, 0x5a, 2 * out_bytes);
@@ -190,9 +228,9 @@ static size_t run_case(const fmt_case *c)
         fprintf(
             stderr,
             "\n  format %d static %d gran %d round %d dtype %d layout %d T %d H %d D %d "
-            "bs %d pad %d: %zu bytes differ",
+            "bs %d pad %d random %d: %zu bytes differ",
             (int)c->format, c->stat, (int)c->granularity, (int)c->rounding, (int)c->dtype,
-            (int)c->layout, T, H, D, c->bs, c->pad_stride, bad);
+            (int)c->layout, T, H, D, c->bs, c->pad_stride, c->random_cache, bad);
     cudaFree(dk), cudaFree(dv), cudaFree(dslots), cudaFree(dck), cudaFree(dcv),
         cudaFree(dsc);
     cudaFree(dks), cudaFree(dvs), cudaFree(dkz), cudaFree(dvz), cudaFree(dout);
@@ -233,13 +271,148 @@ static void fmt_launches_match_the_reference_byte_for_byte(void)
                                   shapes[s][2],
                                   shapes[s][3],
                                   dt == 1 ? 3 : (s % 3 == 1 ? 8 : 0),
-                                  s == 5 ? 64 : 0};
+                                  s == 5 ? 64 : 0,
+                                  0};
                     bad += run_case(&c);
                     cases++;
                 }
         }
     printf("(%d cases) ", cases);
     CU_ASSERT_EQUAL(bad, 0);
+}
+
+static const kvcal_kv_format every_format[4] = {
+    KVCAL_KV_FORMAT_FP8_E5M2, KVCAL_KV_FORMAT_INT8, KVCAL_KV_FORMAT_INT8_ASYM,
+    KVCAL_KV_FORMAT_NVFP4};
+
+/* 4099 tokens of head_dim 64, 128 and 256: the fast kernels (run_case
+ * checks that they are taken), every format, mode and rounding, bf16 and
+ * f16, both layouts, block_size 16 (V's NVFP4 scales swizzled) and 5 (not),
+ * a token stride padded by 8 elements and a padded block stride. */
+static void fmt_fast_kernels_match_the_reference_byte_for_byte(void)
+{
+    const int dims[3] = {64, 128, 256};
+    size_t bad = 0;
+    int cases = 0;
+    for (int f = 0; f < 4; f++)
+        for (int mode = 0; mode < 3; mode++) { /* dynamic, static tensor, static head */
+            if ((every_format[f] == KVCAL_KV_FORMAT_NVFP4 && mode == 0) ||
+                (every_format[f] == KVCAL_KV_FORMAT_FP8_E5M2 && mode > 0))
+                continue;
+            for (int r = 0; r < 2; r++)
+                for (int s = 0; s < 3; s++) {
+                    if (r == 1 && (every_format[f] == KVCAL_KV_FORMAT_FP8_E5M2 ||
+                                   every_format[f] == KVCAL_KV_FORMAT_NVFP4 || s != mode))
+                        continue; /* the other rounding: once a mode */
+                    fmt_case c = {
+                        every_format[f],
+                        r ? KVCAL_KV_ROUND_TOWARD_ZERO : KVCAL_KV_ROUND_NEAREST_EVEN,
+                        mode > 0,
+                        mode == 2 ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR,
+                        (s + mode) % 2 ? KVCAL_DTYPE_F16 : KVCAL_DTYPE_BF16,
+                        (s + f) % 2 ? KVCAL_CACHE_HND : KVCAL_CACHE_NHD,
+                        4099,
+                        2,
+                        dims[s],
+                        s == 2 ? 5 : 16,
+                        s == 1 ? 8 : 0,
+                        s == 2 ? 64 : 0,
+                        0};
+                    bad += run_case(&c);
+                    cases++;
+                }
+        }
+    printf("(%d cases) ", cases);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* Caches of random bytes (NVFP4: any nibble, every e4m3 scale but NaN) and
+ * random parameters, dequantized by both kernels into every dtype: every
+ * code of every format decodes as the reference decodes it (e5m2's
+ * infinities and NaNs of either sign included). */
+static void fmt_dequantize_decodes_every_byte_as_the_reference(void)
+{
+    size_t bad = 0;
+    for (int f = 0; f < 4; f++)
+        for (int big = 0; big < 2; big++)
+            for (int stat = 0; stat < 2; stat++) {
+                if ((every_format[f] == KVCAL_KV_FORMAT_NVFP4 && !stat) ||
+                    (every_format[f] == KVCAL_KV_FORMAT_FP8_E5M2 && stat))
+                    continue;
+                fmt_case c = {every_format[f],
+                              KVCAL_KV_ROUND_NEAREST_EVEN,
+                              stat,
+                              KVCAL_GRANULARITY_HEAD,
+                              KVCAL_DTYPE_BF16,
+                              big ? KVCAL_CACHE_NHD : KVCAL_CACHE_HND,
+                              big ? 4099 : 301,
+                              3,
+                              big ? 128 : 48,
+                              16,
+                              0,
+                              0,
+                              1};
+                bad += run_case(&c);
+            }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The device conversions (kvcal_kvfmt_encode_launch: the instructions of
+ * this GPU, or the fp32 arithmetic of GPUs without an e2m1 conversion)
+ * against core/kvformat.h on every bf16 and f16 value, the floats beside
+ * every bf16 value, and random bit patterns. */
+static void fmt_device_conversions_match_the_reference_on_every_16_bit_input(void)
+{
+    const int64_t n = 3 * 65536 + (1 << 20);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    uint8_t *got = malloc((size_t)n);
+    for (int64_t i = 0; i < 65536; i++) {
+        uint32_t u = (uint32_t)i << 16;
+        memcpy(&x[i], &u, 4);
+        u += 1u + (uint32_t)(i & 1) * 0xfffeu; /* the next float above or below */
+        memcpy(&x[65536 + i], &u, 4);
+        uint16_t h = (uint16_t)i;
+        x[2 * 65536 + i] = kvcal_kv_load_elem(&h, KVCAL_DTYPE_F16, 0);
+    }
+    for (int64_t i = 3 * 65536; i < n; i++) {
+        rng ^= rng << 13, rng ^= rng >> 17, rng ^= rng << 5;
+        memcpy(&x[i], &rng, 4);
+    }
+    float *dx = dev_copy(x, sizeof(float) * (size_t)n);
+    uint8_t *dout = dev_copy(NULL, (size_t)n);
+    int bad[6] = {0};
+    for (int k = 0; k < 6; k++) { /* e5m2, int8 x 2 roundings, asym x 2, nvfp4 */
+        const kvcal_kv_format f = k == 0  ? KVCAL_KV_FORMAT_FP8_E5M2
+                                  : k < 3 ? KVCAL_KV_FORMAT_INT8
+                                  : k < 5 ? KVCAL_KV_FORMAT_INT8_ASYM
+                                          : KVCAL_KV_FORMAT_NVFP4;
+        const int rz = k == 2 || k == 4;
+        CU_ASSERT_EQUAL_FATAL(kvcal_kvfmt_encode_launch(f,
+                                                        rz ? KVCAL_KV_ROUND_TOWARD_ZERO
+                                                           : KVCAL_KV_ROUND_NEAREST_EVEN,
+                                                        dx, dout, n, NULL),
+                              KVCAL_OK);
+        cudaMemcpy(got, dout, (size_t)n, cudaMemcpyDeviceToHost);
+        const int r = rz ? KVCAL_INT_ROUND_TOWARD_ZERO : KVCAL_INT_ROUND_NEAREST_EVEN;
+        for (int64_t i = 0; i < n; i++) {
+            uint8_t want = f == KVCAL_KV_FORMAT_FP8_E5M2 ? kvcal_fp8_e5m2_from_float(x[i])
+                           : f == KVCAL_KV_FORMAT_INT8
+                               ? (uint8_t)(int8_t)kvcal_int_code(x[i], r, -128.0f, 127.0f)
+                           : f == KVCAL_KV_FORMAT_INT8_ASYM
+                               ? (uint8_t)kvcal_int_code(x[i], r, 0.0f, 255.0f)
+                               : kvcal_fp4_e2m1_from_float(x[i]);
+            if (got[i] != want && bad[k]++ < 3)
+                fprintf(stderr, "\n  conversion %d of %a: 0x%02x, the reference 0x%02x",
+                        k, (double)x[i], got[i], want);
+        }
+    }
+    for (int k = 0; k < 6; k++)
+        CU_ASSERT_EQUAL(bad[k], 0);
+    CU_ASSERT_EQUAL(kvcal_kvfmt_encode_launch(KVCAL_KV_FORMAT_FP8_E4M3,
+                                              KVCAL_KV_ROUND_NEAREST_EVEN, dx, dout, 1,
+                                              NULL),
+                    KVCAL_ERR_INVALID_ARG);
+    cudaFree(dx), cudaFree(dout), free(x), free(got);
 }
 
 static void fmt_launch_rejects_what_the_reference_rejects(void)
@@ -362,6 +535,9 @@ static void eval_cuda_runs_every_cache_format_as_the_cpu_does(void)
 static CU_TestInfo tests[] = {
 #ifdef KVCAL_WITH_CUDA
     KVCAL_TEST(fmt_launches_match_the_reference_byte_for_byte),
+    KVCAL_TEST(fmt_fast_kernels_match_the_reference_byte_for_byte),
+    KVCAL_TEST(fmt_dequantize_decodes_every_byte_as_the_reference),
+    KVCAL_TEST(fmt_device_conversions_match_the_reference_on_every_16_bit_input),
     KVCAL_TEST(fmt_launch_rejects_what_the_reference_rejects),
     KVCAL_TEST(fp8_roundtrip_launch_matches_the_reference_on_every_bf16),
     KVCAL_TEST(eval_cuda_runs_every_cache_format_as_the_cpu_does),

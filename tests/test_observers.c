@@ -359,7 +359,8 @@ static void ema_per_tensor_averages_the_layers_batch_max(void)
     kvcal_scales_t *sc = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(1, 2, &sc), KVCAL_OK);
     CU_ASSERT_EQUAL(
-        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_TENSOR, sc, NULL, NULL), KVCAL_OK);
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_TENSOR, sc, NULL, NULL),
+        KVCAL_OK);
     CU_ASSERT_EQUAL(sc->k_head[0], kvcal_scale_from_absmax(4.0f));
     CU_ASSERT_EQUAL(sc->v_head[1], kvcal_scale_from_absmax(4.0f));
     CU_ASSERT_EQUAL(
@@ -842,6 +843,95 @@ static void to_scales_is_deterministic(void)
     }
 }
 
+// --- queries and the signed range ----------------------------------------------
+
+/* Q of 2 layers x 4 query heads (2 kv heads) x head_dim 3: q_absmax is the
+ * max |q| per query head, padding skipped; a NaN is refused whole and named;
+ * q_scale is the layer's max / 448 and q_scale_per_head each head's. */
+static void stats_observe_q_keeps_max_abs_per_query_head_and_refuses_nan(void)
+{
+    kvcal_stats_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(2, 2, 3, &s), KVCAL_OK);
+    kvcal_kv_block blk;
+    float q[2 * 4 * 3]; /* (2 tokens, 4 heads, 3) */
+    for (int i = 0; i < 24; i++)
+        q[i] = (float)((i % 5) - 2) * (i < 12 ? 1.0f : 100.0f);
+    blk = kvcal_kv_block_dense(q, 1, 2, 4, 3, NULL, NULL);
+    CU_ASSERT_EQUAL(kvcal_stats_observe_q_ref(s, 0, &blk), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_stats_set_q_heads(s, 3), KVCAL_ERR_INVALID_ARG); /* not 2k */
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_q_heads(s, 4), KVCAL_OK);
+    const int32_t one[1] = {1}; /* the second token is padding */
+    blk.lengths = one;
+    CU_ASSERT_EQUAL(kvcal_stats_observe_q_ref(s, 1, &blk), KVCAL_OK);
+    /* token 0: values (i % 5) - 2 for i 0..11, heads of 3 */
+    const float want[4] = {2.0f, 2.0f, 1.0f, 2.0f};
+    for (int h = 0; h < 4; h++) {
+        CU_ASSERT_EQUAL(s->q_absmax[4 + h], want[h]);
+        CU_ASSERT_EQUAL(s->q_absmax[h], 0.0f); /* layer 0 untouched */
+    }
+    blk.lengths = NULL;
+    CU_ASSERT_EQUAL(kvcal_stats_observe_q_ref(s, 1, &blk), KVCAL_OK);
+    CU_ASSERT_EQUAL(s->q_absmax[4 + 3], 100.0f); /* token 1 head 3: i 21..23 */
+    CU_ASSERT_EQUAL(s->q_absmax[4 + 0], 200.0f);
+    CU_ASSERT_EQUAL(kvcal_stats_q_group_absmax(s, 1, 2, 2), 200.0f); /* kv head 1 */
+    CU_ASSERT_EQUAL(kvcal_stats_q_group_absmax(s, 1, 3, 1), 100.0f);
+    q[13] = NAN;
+    CU_ASSERT_EQUAL(kvcal_stats_observe_q_ref(s, 0, &blk), KVCAL_ERR_NONFINITE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(),
+                                  "layer 0 Q head 0: sample 0 token 1 "
+                                  "channel 1 is nan"));
+    CU_ASSERT_EQUAL(s->q_absmax[0], 0.0f); /* nothing folded */
+
+    kvcal_scales_t *sc = NULL;
+    const kvcal_observer_config cfg = kvcal_observer_default();
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_create(2, 2, &sc), KVCAL_OK);
+    CU_ASSERT_EQUAL(
+        kvcal_stats_to_scales(s, &cfg, KVCAL_GRANULARITY_HEAD, sc, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_TRUE(sc->has_q);
+    CU_ASSERT_EQUAL(sc->num_q_heads, 4);
+    CU_ASSERT_EQUAL(sc->q_scale[1], kvcal_scale_from_absmax(200.0f));
+    CU_ASSERT_EQUAL(sc->q_head[4 + 0], kvcal_scale_from_absmax(s->q_absmax[4]));
+    CU_ASSERT_EQUAL(sc->q_scale[0], kvcal_scale_from_absmax(0.0f)); /* the floor */
+    kvcal_scales_destroy(sc);
+    kvcal_stats_destroy(s);
+}
+
+/* The signed range per channel starts at 0 on both sides, follows min and
+ * max, merges by min and max and refuses statistics that keep none. */
+static void stats_signed_range_holds_zero_and_merges_by_min_and_max(void)
+{
+    kvcal_stats_t *a = NULL, *b = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(1, 1, 3, &a), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(1, 1, 3, &b), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_range(a, 1), KVCAL_OK);
+    const float x[2 * 3] = {1.0f, -2.0f, 3.0f, 4.0f, -5.0f, 0.5f};
+    kvcal_kv_block blk = kvcal_kv_block_dense(x, 1, 2, 1, 3, NULL, NULL);
+    CU_ASSERT_EQUAL(kvcal_stats_observe_ref(a, 0, KVCAL_K, &blk), KVCAL_OK);
+    const float lo[3] = {0.0f, -5.0f, 0.0f}, hi[3] = {4.0f, 0.0f, 3.0f};
+    for (int c = 0; c < 3; c++) {
+        CU_ASSERT_EQUAL(a->min[KVCAL_K][c], lo[c]);
+        CU_ASSERT_EQUAL(a->max[KVCAL_K][c], hi[c]);
+        CU_ASSERT_EQUAL(a->min[KVCAL_V][c], 0.0f);
+    }
+    CU_ASSERT_EQUAL(kvcal_stats_merge(b, a), KVCAL_ERR_MISMATCH); /* b keeps no range */
+    CU_ASSERT_EQUAL(kvcal_stats_merge(a, b), KVCAL_OK);           /* a does: kept */
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_range(b, 1), KVCAL_OK);
+    const float y[3] = {-7.0f, 9.0f, -1.0f};
+    blk = kvcal_kv_block_dense(y, 1, 1, 1, 3, NULL, NULL);
+    CU_ASSERT_EQUAL(kvcal_stats_observe_ref(b, 0, KVCAL_K, &blk), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_stats_merge(a, b), KVCAL_OK);
+    CU_ASSERT_EQUAL(a->min[KVCAL_K][0], -7.0f);
+    CU_ASSERT_EQUAL(a->max[KVCAL_K][1], 9.0f);
+    CU_ASSERT_EQUAL(a->min[KVCAL_K][2], -1.0f);
+    CU_ASSERT_EQUAL(a->max[KVCAL_K][2], 3.0f);
+    kvcal_stats_reset(a);
+    CU_ASSERT_EQUAL(a->min[KVCAL_K][0], 0.0f);
+    CU_ASSERT_EQUAL(kvcal_stats_set_range(a, 0), KVCAL_OK);
+    CU_ASSERT_PTR_NULL(a->min[0]);
+    kvcal_stats_destroy(a);
+    kvcal_stats_destroy(b);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(stats_create_rejects_bad_sizes_and_destroy_null_is_noop),
     KVCAL_TEST(hist_bins_are_64_per_octave_from_2_pow_minus_20),
@@ -863,6 +953,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(merge_over_1_2_7_workers_gives_identical_statistics),
     KVCAL_TEST(merge_sums_batches_and_keeps_max_ema),
     KVCAL_TEST(to_scales_is_deterministic),
+    KVCAL_TEST(stats_observe_q_keeps_max_abs_per_query_head_and_refuses_nan),
+    KVCAL_TEST(stats_signed_range_holds_zero_and_merges_by_min_and_max),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(observers, KVCAL_NEEDS_NOTHING, tests)

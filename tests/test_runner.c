@@ -368,6 +368,84 @@ static void calibrate_counts_tokens_per_expert_in_every_layer(void)
     kvcal_model_close(m);
 }
 
+/* Every query the attention reads, after q_norm and RoPE. */
+typedef struct {
+    int heads, head_dim;
+    float *q_absmax; // (layers, heads)
+} query_tap;
+
+static kvcal_status tap_queries(void *ctx, int layer, const kvcal_rows *rows,
+                                const float *q, const float *k, const float *v)
+{
+    (void)k, (void)v;
+    query_tap *t = ctx;
+    for (int64_t r = 0; r < rows->n; r++)
+        for (int h = 0; h < t->heads; h++)
+            for (int c = 0; c < t->head_dim; c++) {
+                const float a = fabsf(q[(r * t->heads + h) * t->head_dim + c]);
+                float *m = &t->q_absmax[layer * t->heads + h];
+                *m = a > *m ? a : *m;
+            }
+    return KVCAL_OK;
+}
+
+/* calibrate's q_absmax is the max |q| of the queries the attention reads
+ * (the forward's tap, q_norm and RoPE applied), the last layer's too, and
+ * the signed range brackets every K and V the tap saw. */
+static void calibrate_observes_the_queries_the_attention_reads_and_the_signed_range(void)
+{
+    fixture f;
+    captured c;
+    fixture_open(&f, "qwen3_gqa_hd80_qknorm_bf16", NULL);
+    const kvcal_model_desc *d = kvcal_model_describe(f.model);
+    run_capture(&f, &c, NULL);
+    query_tap qt = {d->num_heads, d->head_dim,
+                    calloc((size_t)d->num_layers * d->num_heads, sizeof(float))};
+    CU_ASSERT_FATAL(qt.q_absmax != NULL);
+    kvcal_exec_t *x = NULL;
+    cpu_executor(f.model, f.batch, f.seq, &x);
+    const kvcal_batch b = {f.ids, f.lengths, NULL, f.batch, f.seq};
+    CU_ASSERT_EQUAL(kvcal_exec_forward(x, &b, tap_queries, &qt, NULL), KVCAL_OK);
+    kvcal_stats_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_q_heads(s, d->num_heads), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_range(s, 1), KVCAL_OK);
+    kvcal_exec_samples smp = {.ids = f.ids,
+                              .lengths = f.lengths,
+                              .num_samples = f.batch,
+                              .seq_len = f.seq,
+                              .batch = f.batch};
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_OK);
+    int64_t q_off = 0, outside = 0, q_zero = 0;
+    for (int i = 0; i < d->num_layers * d->num_heads; i++) {
+        q_off += s->q_absmax[i] != qt.q_absmax[i];
+        q_zero += qt.q_absmax[i] == 0.0f;
+    }
+    for (int l = 0; l < d->num_layers; l++)
+        for (int64_t r = 0; r < c.rows; r++)
+            for (int i = 0; i < d->num_kv_heads * d->head_dim; i++) {
+                const size_t at = (size_t)l * d->num_kv_heads * d->head_dim + i;
+                const float kk = row_of(&c, c.k, l, r)[i], vv = row_of(&c, c.v, l, r)[i];
+                outside += kk < s->min[KVCAL_K][at] || kk > s->max[KVCAL_K][at] ||
+                           vv < s->min[KVCAL_V][at] || vv > s->max[KVCAL_V][at];
+            }
+    CU_ASSERT_EQUAL(q_off, 0);
+    CU_ASSERT_EQUAL(q_zero, 0);
+    CU_ASSERT_EQUAL(outside, 0);
+    /* and the range is reached: some channel's min is a K value seen */
+    int reached = 0;
+    for (int64_t r = 0; r < c.rows && !reached; r++)
+        reached = row_of(&c, c.k, 0, r)[0] == s->min[KVCAL_K][0] ||
+                  row_of(&c, c.k, 0, r)[0] == s->max[KVCAL_K][0];
+    CU_ASSERT_TRUE(reached);
+    kvcal_stats_destroy(s);
+    kvcal_exec_destroy(x);
+    free(qt.q_absmax);
+    captured_free(&c);
+    fixture_close(&f);
+}
+
 /* A sample's K/V are bit-identical whether it ran alone or in a batch. */
 static void runner_kv_does_not_depend_on_batch_neighbours(void)
 {
@@ -470,41 +548,45 @@ static void model_open_names_unsupported_architecture(void)
 /* The list of what kvcal runs names the mixture-of-experts families too. */
 static void model_open_lists_the_supported_architectures(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"FalconForCausalLM\"], "
-                                        "\"model_type\": \"falcon\"}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                      "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
-                      "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
-                      "Gemma3ForCausalLM and Glm4MoeForCausalLM");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"FalconForCausalLM\"], "
+                          "\"model_type\": \"falcon\"}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+        "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+        "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
+        "Gemma3ForCausalLM and Glm4MoeForCausalLM");
 }
 
 /* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next),
  * and gpt-oss: one line saying what is missing. */
 static void model_open_says_what_mla_and_hybrid_models_lack(void)
 {
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"GptOssForCausalLM\"], "
-                                        "\"model_type\": \"gpt_oss\"}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "GptOssForCausalLM is not supported yet: kvcal lacks attention sinks");
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
-                                        "\"model_type\": \"deepseek_v3\", "
-                                        "\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "DeepseekV3ForCausalLM uses MLA attention (kv_lora_rank 512, rope 64), "
-                      "which is not supported yet");
-    expect_open_error(edited_checkpoint("mistral_mqa_fp16",
-                                        "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
-                                        "\"model_type\": \"qwen3_next\", "
-                                        "\"num_hidden_layers\": 4, "
-                                        "\"full_attention_interval\": 4}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
-                      "K and V, the others are linear_attention), which is not supported "
-                      "yet");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"GptOssForCausalLM\"], "
+                          "\"model_type\": \"gpt_oss\"}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "GptOssForCausalLM is not supported yet: kvcal lacks attention sinks");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
+                          "\"model_type\": \"deepseek_v3\", "
+                          "\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "DeepseekV3ForCausalLM uses MLA attention (kv_lora_rank 512, rope 64), "
+        "which is not supported yet");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
+                          "\"model_type\": \"qwen3_next\", "
+                          "\"num_hidden_layers\": 4, "
+                          "\"full_attention_interval\": 4}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
+        "K and V, the others are linear_attention), which is not supported "
+        "yet");
 }
 
 /* The window of layer l of the model in dir, and its count of layers. */
@@ -532,19 +614,22 @@ static void model_open_gives_each_layer_the_window_of_its_kind(void)
     int w[2];
     check_model_against_golden(
         "qwen2_gqa_bias_bf16",
-        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
-                                                 "\"sliding_window\": 8, \"layer_types\": null, "
-                                                 "\"max_window_layers\": 2}"));
+        edited_checkpoint("qwen2_gqa_bias_bf16",
+                          "{\"use_sliding_window\": true, "
+                          "\"sliding_window\": 8, \"layer_types\": null, "
+                          "\"max_window_layers\": 2}"));
     check_model_against_golden(
         "qwen2_gqa_bias_bf16",
-        edited_checkpoint("qwen2_gqa_bias_bf16", "{\"use_sliding_window\": true, "
-                                                 "\"sliding_window\": 8, "
-                                                 "\"max_window_layers\": 0, \"layer_types\": "
-                                                 "[\"full_attention\", \"full_attention\"]}"));
-    layer_windows(edited_checkpoint("qwen2_gqa_bias_bf16",
-                                    "{\"use_sliding_window\": true, \"layer_types\": null, "
-                                    "\"sliding_window\": 8, \"max_window_layers\": 1}"),
-                  w, 2);
+        edited_checkpoint("qwen2_gqa_bias_bf16",
+                          "{\"use_sliding_window\": true, "
+                          "\"sliding_window\": 8, "
+                          "\"max_window_layers\": 0, \"layer_types\": "
+                          "[\"full_attention\", \"full_attention\"]}"));
+    layer_windows(
+        edited_checkpoint("qwen2_gqa_bias_bf16",
+                          "{\"use_sliding_window\": true, \"layer_types\": null, "
+                          "\"sliding_window\": 8, \"max_window_layers\": 1}"),
+        w, 2);
     CU_ASSERT(w[0] == 0 && w[1] == 8);
     layer_windows(edited_checkpoint("mistral_mqa_fp16",
                                     "{\"sliding_window\": 8, \"layer_types\": "
@@ -565,17 +650,17 @@ static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
                       KVCAL_ERR_FORMAT,
                       "tensor model.layers.0.mlp.experts.0.gate_proj.weight has shape "
                       "[40, 48], config.json implies [41, 48]");
-    expect_open_error(edited_checkpoint("mixtral_e4_top2_swa16_bf16",
-                                        "{\"num_local_experts\": 5}"),
-                      KVCAL_ERR_FORMAT,
-                      "tensor model.layers.0.block_sparse_moe.gate.weight has shape [4, 64], "
-                      "config.json implies [5, 64]");
-    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
-                                        "{\"mlp_only_layers\": [1]}"),
-                      KVCAL_ERR_FORMAT, "tensor model.layers.1.mlp.gate_proj.weight is missing");
-    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
-                                        "{\"mlp_only_layers\": [2]}"),
-                      KVCAL_ERR_FORMAT, "mlp_only_layers\": expected an array of layer indices");
+    expect_open_error(
+        edited_checkpoint("mixtral_e4_top2_swa16_bf16", "{\"num_local_experts\": 5}"),
+        KVCAL_ERR_FORMAT,
+        "tensor model.layers.0.block_sparse_moe.gate.weight has shape [4, 64], "
+        "config.json implies [5, 64]");
+    expect_open_error(
+        edited_checkpoint("qwen3_moe_e8_top3_norm_bf16", "{\"mlp_only_layers\": [1]}"),
+        KVCAL_ERR_FORMAT, "tensor model.layers.1.mlp.gate_proj.weight is missing");
+    expect_open_error(
+        edited_checkpoint("qwen3_moe_e8_top3_norm_bf16", "{\"mlp_only_layers\": [2]}"),
+        KVCAL_ERR_FORMAT, "mlp_only_layers\": expected an array of layer indices");
     expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
                                         "{\"num_experts_per_tok\": 7}"),
                       KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
@@ -647,7 +732,6 @@ static void model_open_rejects_llama2c_header_with_int_min_vocab(void)
     expect_open_error(path, KVCAL_ERR_FORMAT, "not a model");
 }
 
-
 // --- chunks: layer by layer or batch by batch ---------------------------------
 
 /* Calibrates on the cpu backend with chunks of up to `chunk` batches (0:
@@ -658,7 +742,8 @@ static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int c
     kvcal_exec_options o;
     memset(&o, 0, sizeof o);
     o.max_chunk_batches = chunk;
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, n, len, batch, stats, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, n, len, batch, stats, NULL),
+                          KVCAL_OK);
 }
 
 /* Every statistic (absmax, histograms, tokens, the per-head and per-layer
@@ -669,7 +754,8 @@ static void calibrate_chunked(kvcal_model_t *m, int n, int len, int batch, int c
 static void runner_layer_by_layer_equals_batch_by_batch(void)
 {
     static const char *const models[] = {
-        "models/stories260K/stories260K.bin", "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16",
+        "models/stories260K/stories260K.bin",
+        "tests/fixtures/golden/qwen3_gqa_hd80_qknorm_bf16",
         "tests/fixtures/golden/qwen2_moe_shared_e6_top2_bf16",
         "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
     static const int shapes[][2] = {{1, 1}, {7, 2}, {10, 3}};
@@ -681,7 +767,8 @@ static void runner_layer_by_layer_equals_batch_by_batch(void)
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 1, &by_batch);
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 0, &by_layer);
             calibrate_chunked(m, shapes[i][0], 24, shapes[i][1], 2, &by_two);
-            CU_ASSERT(by_batch->batches == (shapes[i][0] + shapes[i][1] - 1) / shapes[i][1]);
+            CU_ASSERT(by_batch->batches ==
+                      (shapes[i][0] + shapes[i][1] - 1) / shapes[i][1]);
             CU_ASSERT(kvcal_test_stats_equal(by_batch, by_layer));
             CU_ASSERT(kvcal_test_stats_equal(by_batch, by_two));
             kvcal_stats_destroy(by_batch);
@@ -774,8 +861,8 @@ static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
     o.backend.max_seq_len = LEN;
     kvcal_exec_t *x = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
-    kvcal_exec_samples s = {.ids = ids, .lengths = lengths, .num_samples = N,
-                            .seq_len = LEN, .batch = N};
+    kvcal_exec_samples s = {
+        .ids = ids, .lengths = lengths, .num_samples = N, .seq_len = LEN, .batch = N};
     const kvcal_kv_sim_config dyn = {.mode = KVCAL_KV_SIM_DYNAMIC};
     const kvcal_kv_sim_config exact = {.mode = KVCAL_KV_SIM_EXACT};
     const kvcal_eval_tokens cmp = {nll, 0, kld, top}, keep = {nll, 1, NULL, NULL};
@@ -824,9 +911,10 @@ static void eval_compare_without_a_reference_of_the_same_tokens_fails(void)
  * samples. */
 static void eval_layer_by_layer_equals_batch_by_batch(void)
 {
-    static const char *const models[] = {"models/stories260K/stories260K.bin",
-                                         "tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16",
-                                         "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
+    static const char *const models[] = {
+        "models/stories260K/stories260K.bin",
+        "tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16",
+        "tests/fixtures/golden/mixtral_e4_top2_swa16_bf16"};
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++)
         eval_chunks_agree(models[k]);
 }
@@ -1001,6 +1089,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_qwen3_moe_with_dense_layers),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
+    KVCAL_TEST(calibrate_observes_the_queries_the_attention_reads_and_the_signed_range),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),
     KVCAL_TEST(eval_layer_by_layer_equals_batch_by_batch),

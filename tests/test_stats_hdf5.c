@@ -60,6 +60,16 @@ static int stats_identical(const kvcal_stats_t *a, const kvcal_stats_t *b)
             memcmp(a->batch_absmax[kv], b->batch_absmax[kv], lh * sizeof(float)) ||
             memcmp(a->ema_tensor[kv], b->ema_tensor[kv], a->num_layers * sizeof(double)))
             return 0;
+    const size_t nc = lh * a->head_dim;
+    if (a->num_q_heads != b->num_q_heads || !a->min[0] != !b->min[0] ||
+        (a->num_q_heads &&
+         memcmp(a->q_absmax, b->q_absmax,
+                (size_t)a->num_layers * a->num_q_heads * sizeof(float))))
+        return 0;
+    for (int kv = 0; a->min[0] && kv < 2; kv++)
+        if (memcmp(a->min[kv], b->min[kv], nc * sizeof(float)) ||
+            memcmp(a->max[kv], b->max[kv], nc * sizeof(float)))
+            return 0;
     return !memcmp(a->tokens, b->tokens, a->num_layers * sizeof(int64_t)) &&
            a->num_experts == b->num_experts &&
            (!a->num_experts ||
@@ -252,6 +262,47 @@ static void stats_hdf5_keeps_and_merges_tokens_per_expert(void)
     kvcal_stats_destroy(b);
 }
 
+/* The queries' absmax and the signed range: written when the statistics
+ * keep them, read back bit for bit; a file without them reads without;
+ * a min above 0 is refused naming the dataset. */
+static void stats_hdf5_round_trips_queries_and_signed_range(void)
+{
+    kvcal_stats_t *s = sample_stats(6, 1), *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_q_heads(s, 4), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_range(s, 1), KVCAL_OK);
+    for (int i = 0; i < 3 * 4; i++)
+        s->q_absmax[i] = 0.25f * (float)(i + 1);
+    for (int i = 0; i < 3 * 2 * 5; i++) {
+        s->min[KVCAL_K][i] = -(float)i, s->max[KVCAL_K][i] = (float)i / 3.0f;
+        s->min[KVCAL_V][i] = -(float)i / 7.0f, s->max[KVCAL_V][i] = 2.0f * (float)i;
+    }
+    const char *path = kvcal_test_path("queries.h5");
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(path, s, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_read_hdf5(path, &r, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(r->num_q_heads, 4);
+    CU_ASSERT_PTR_NOT_NULL(r->min[0]);
+    CU_ASSERT_TRUE(stats_identical(s, r));
+    kvcal_stats_destroy(r);
+    r = NULL;
+    /* a positive min */
+    s->min[KVCAL_V][7] = 0.5f;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(path, s, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_stats_read_hdf5(path, &r, NULL, NULL), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "layers/0/v/min[7] is 0.5"));
+    CU_ASSERT_PTR_NULL(r);
+    /* statistics without them: a file without them */
+    kvcal_stats_t *plain = sample_stats(6, 1);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(path, plain, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_read_hdf5(path, &r, NULL, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL(r->num_q_heads, 0);
+    CU_ASSERT_PTR_NULL(r->q_absmax);
+    CU_ASSERT_PTR_NULL(r->min[0]);
+    CU_ASSERT_TRUE(stats_identical(plain, r));
+    kvcal_stats_destroy(r);
+    kvcal_stats_destroy(plain);
+    kvcal_stats_destroy(s);
+}
+
 static void stats_hdf5_arrays_are_deflate_compressed_chunks(void)
 {
     kvcal_stats_t *s = sample_stats(3, 1);
@@ -305,8 +356,8 @@ static void stats_hdf5_without_ema_tensor_reads_the_max_of_head_emas(void)
     CU_ASSERT(H5Ldelete(f, "layers/1/v/ema_tensor", H5P_DEFAULT) >= 0);
     H5Fclose(f);
     CU_ASSERT_EQUAL_FATAL(kvcal_stats_read_hdf5(path, &r, NULL, NULL), KVCAL_OK);
-    double m = s->ema[KVCAL_V][2] > s->ema[KVCAL_V][3] ? s->ema[KVCAL_V][2]
-                                                        : s->ema[KVCAL_V][3];
+    double m =
+        s->ema[KVCAL_V][2] > s->ema[KVCAL_V][3] ? s->ema[KVCAL_V][2] : s->ema[KVCAL_V][3];
     CU_ASSERT_EQUAL(r->ema_tensor[KVCAL_V][1], m);
     CU_ASSERT_EQUAL(r->ema_tensor[KVCAL_K][1], s->ema_tensor[KVCAL_K][1]);
     CU_ASSERT(s->ema_tensor[KVCAL_V][1] >= m);
@@ -438,6 +489,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(stats_hdf5_round_trip_keeps_every_statistic),
     KVCAL_TEST(stats_hdf5_files_merge_like_the_statistics),
     KVCAL_TEST(stats_hdf5_keeps_and_merges_tokens_per_expert),
+    KVCAL_TEST(stats_hdf5_round_trips_queries_and_signed_range),
     KVCAL_TEST(stats_hdf5_arrays_are_deflate_compressed_chunks),
     KVCAL_TEST(stats_hdf5_without_ema_tensor_reads_the_max_of_head_emas),
     KVCAL_TEST(stats_hdf5_is_readable_by_h5dump),

@@ -56,8 +56,8 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
-#include "io/json_file.h"
 #include "io/checkpoint/safetensors.h"
+#include "io/json_file.h"
 #include "io/scales/scales_io.h"
 
 #define CK_MAX_LAYERS 65536
@@ -103,6 +103,7 @@ static const char *write_name(kvcal_format f, int kind)
     default:
         return kind == KIND_K   ? "model.layers.%d.self_attn.k_scale"
                : kind == KIND_V ? "model.layers.%d.self_attn.v_scale"
+               : kind == KIND_Q ? "model.layers.%d.self_attn.q_scale"
                                 : NULL;
     }
 }
@@ -299,6 +300,8 @@ typedef struct scheme {
     int maps_output_scale; /* the config's cache scale mapper renames
                               k_proj.output_scale (fp8, quark) */
     char method[64];       /* quant_method as vLLM normalizes it */
+    int nvfp4;             /* modelopt: the cache is NVFP4 (the scales its global
+                              scales, amax / (6 x 448)) */
 } scheme;
 
 /* Checks kv_cache_scheme of a compressed-tensors config. */
@@ -357,11 +360,12 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
 
 /* The ModelOpt KV-cache algorithm as vLLM reads it for kv_cache_dtype
  * "auto" (vllm/utils/torch_utils.py, get_kv_cache_quant_algo_string):
- * kv_cache_scheme (a dict: static 8-bit float is fp8) or
- * kv_cache_quant_algo, in quantization or at the top. Warns when it is not
- * FP8: vLLM still loads the scales, but keeps the cache in the model's
- * dtype unless --kv-cache-dtype fp8 is given. */
-static void check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
+ * kv_cache_scheme (a dict: static 8-bit float is fp8, 4-bit float nvfp4) or
+ * kv_cache_quant_algo ("FP8", "NVFP4"), in quantization or at the top.
+ * Warns when it is neither: vLLM still loads the scales, but keeps the
+ * cache in the model's dtype unless --kv-cache-dtype says otherwise.
+ * Returns 1 for NVFP4. */
+static int check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
 {
     const cJSON *inner = cJSON_GetObjectItemCaseSensitive(qc, "quantization");
     if (!cJSON_IsObject(inner))
@@ -375,17 +379,19 @@ static void check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
         if (algo && cJSON_IsNull(algo))
             algo = NULL;
     }
-    int fp8 = 0;
-    if (cJSON_IsString(algo))
+    int fp8 = 0, nvfp4 = 0;
+    if (cJSON_IsString(algo)) {
         fp8 = !strcasecmp(algo->valuestring, "fp8");
-    else if (cJSON_IsObject(algo)) {
+        nvfp4 = !strcasecmp(algo->valuestring, "nvfp4");
+    } else if (cJSON_IsObject(algo)) {
         const cJSON *bits = cJSON_GetObjectItemCaseSensitive(algo, "num_bits");
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(algo, "type");
+        const int fl = cJSON_IsString(type) && !strcmp(type->valuestring, "float");
         fp8 = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(algo, "dynamic")) &&
-              cJSON_IsNumber(bits) && bits->valuedouble == 8 && cJSON_IsString(type) &&
-              !strcmp(type->valuestring, "float");
+              cJSON_IsNumber(bits) && bits->valuedouble == 8 && fl;
+        nvfp4 = cJSON_IsNumber(bits) && bits->valuedouble == 4 && fl;
     }
-    if (!fp8)
+    if (!fp8 && !nvfp4)
         kvcal_report_add(
             rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
             inner == qc ? "quantization_config.kv_cache_quant_algo"
@@ -394,6 +400,7 @@ static void check_modelopt_config(const cJSON *qc, kvcal_report_t *rep)
             "the model's dtype: pass --kv-cache-dtype fp8 (kvcal convert --to modelopt "
             "sets it to FP8)",
             "%s, not FP8", algo ? "another KV-cache algorithm" : "missing or null");
+    return nvfp4;
 }
 
 /* vLLM's QuarkConfig.from_config and QuarkKVCacheMethod (quark/quark.py):
@@ -460,7 +467,7 @@ static void check_quark_config(const cJSON *qc, kvcal_report_t *rep)
 static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
 {
     char method[64];
-    scheme sc = {loader_of(config, method, sizeof method), -1, 0, ""};
+    scheme sc = {loader_of(config, method, sizeof method), -1, 0, "", 0};
     /* Fp8Config's and QuarkConfig's get_cache_scale_mapper (fp8.py,
      * quark/quark.py) map .k_proj.output_scale to .attn.k_scale before the
      * model's loader sees the name; the others leave it to the stacked
@@ -502,7 +509,7 @@ static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
                          "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4)",
                          modelopt_algo(qc));
     else if (!strncmp(method, "modelopt", 8))
-        check_modelopt_config(qc, rep);
+        sc.nvfp4 = check_modelopt_config(qc, rep);
     else if (!strcmp(method, "quark"))
         check_quark_config(qc, rep);
     else if (strcmp(method, "fp8"))
@@ -694,6 +701,55 @@ static float read_single(const kvcal_tensor_info *t, kvcal_report_t *rep,
                : 0.0f;
 }
 
+/* The query's scale of one layer: one value, or under compressed-tensors'
+ * attn_head one per query head (q_heads; into per_head, *n set), which
+ * vLLM's _tp_aware_loader reduces to one per kv-head group by max
+ * (compressed_tensors.py, CompressedTensorsKVCacheMethod.create_weights).
+ * Returns the layer's (the max), 0 when absent or wrong. */
+static float read_q(const kvcal_tensor_info *t, scheme sc, int q_heads, int kv_heads,
+                    kvcal_report_t *rep, kvcal_value_tally *tally, float *per_head,
+                    int *n)
+{
+    *n = 0;
+    if (!t || sc.loader == KVCAL_LOADER_BASE || sc.strategy != 1)
+        return read_single(t, rep, tally);
+    const int group = q_heads > 0 ? q_heads / kv_heads : 0;
+    if (t->numel == 1 && group > 1) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                         "vLLM fails to load the model: compressed-tensors' attn_head "
+                         "loader views q_scale as (-1, num_attention_heads / "
+                         "num_key_value_heads) to take each group's max",
+                         "has 1 value, expected num_attention_heads (%d)", q_heads);
+        return 0.0f;
+    }
+    if (t->numel == 1)
+        return read_single(t, rep, tally);
+    if (t->numel != q_heads) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
+                         "vLLM fails to load the model (its group view or head slice "
+                         "does not fit)",
+                         "has %lld values, expected num_attention_heads (%d)",
+                         (long long)t->numel, q_heads);
+        return 0.0f;
+    }
+    if (kvcal_tensor_to_f32(t, per_head) != KVCAL_OK) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name, CK_IGNORED,
+                         "cannot be read: %s", kvcal_last_error());
+        return 0.0f;
+    }
+    float m = 0.0f;
+    for (int h = 0; h < q_heads; h++) {
+        char at[160];
+        snprintf(at, sizeof at, "%s[%d]", t->name, h);
+        if (!kvcal_report_check_value(rep, KVCAL_FORMAT_CHECKPOINT, (double)per_head[h],
+                                      at, tally))
+            return 0.0f;
+        m = per_head[h] > m ? per_head[h] : m;
+    }
+    *n = q_heads;
+    return m;
+}
+
 /* The scales of exactly 1.0 that ModelOpt writes without calibration:
  * hf_ptq.py's default --kv_cache_qformat fp8_cast sets the amax to the FP8
  * range (every scale 1.0), and its export clamps every FP8 KV scale to
@@ -733,12 +789,15 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
 {
     float *q = NULL;
     kvcal_status st = KVCAL_OK;
+    const int q_heads = ctx->model ? ctx->model->num_attention_heads : 0;
+    float *qh = malloc(sizeof(float) * ((size_t)num_layers * q_heads + 1)); /* (L, Hq) */
+    int q_per_head = 1;
     float *vals = malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, 2, H) */
     float *vals_out =
         malloc(sizeof(float) * 2 * (size_t)num_layers * heads); /* (L, H, 2) */
     int *counts = calloc(2 * (size_t)num_layers, sizeof *counts);
     q = calloc((size_t)num_layers, sizeof *q);
-    if (!vals || !vals_out || !counts || !q) {
+    if (!vals || !vals_out || !counts || !q || !qh) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "out of memory reading %d layers", num_layers);
         goto fail;
     }
@@ -806,14 +865,17 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
     }
     int all_q = 1;
     for (int l = 0; l < num_layers; l++) {
-        q[l] = read_single(lt[l].t[KIND_Q], rep, &tally);
+        int n = 0;
+        q[l] = read_q(lt[l].t[KIND_Q], sc, q_heads, heads, rep, &tally,
+                      qh + (size_t)l * q_heads, &n);
         all_q &= q[l] > 0.0f;
+        q_per_head &= n > 0;
         read_single(lt[l].t[KIND_PROB], rep, &tally);
     }
     if (per_head)
         kvcal_report_check_tp_split(rep, "config.json: num_key_value_heads", heads,
                                     ctx->tp);
-    if (flavor == KVCAL_FORMAT_MODELOPT) {
+    if (flavor == KVCAL_FORMAT_MODELOPT && !sc.nvfp4) { /* FP8's clamp to >= 1.0 */
         size_t n = 0;
         for (int l = 0; l < num_layers; l++)
             for (int i = 0; i < 2; i++)
@@ -857,8 +919,15 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         }
     for (int l = 0; all_q && l < num_layers; l++)
         kvcal_scales_set_q(s, l, q[l]);
+    if (all_q && q_per_head && (st = kvcal_scales_set_q_heads(s, q_heads))) {
+        kvcal_scales_destroy(s);
+        goto fail;
+    }
+    if (all_q && q_per_head)
+        memcpy(s->q_head, qh, sizeof(float) * (size_t)num_layers * q_heads);
     s->granularity = per_head ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR;
     s->kv_shared = shared;
+    s->format = sc.nvfp4 ? KVCAL_KV_FORMAT_NVFP4 : KVCAL_KV_FORMAT_FP8_E4M3;
     if (ctx->model) {
         snprintf(s->model.architecture, sizeof s->model.architecture, "%s",
                  ctx->model->architecture);
@@ -873,6 +942,7 @@ fail:
     free(vals_out);
     free(counts);
     free(q);
+    free(qh);
     return st;
 }
 
@@ -961,7 +1031,7 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
         }
         cJSON_AddItemToObject(config, "quantization_config", hq);
     }
-    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2, 0, ""};
+    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2, 0, "", 0};
     if (config)
         sc = check_scheme(config, rep);
     else
@@ -1057,7 +1127,8 @@ static int set_item(cJSON *obj, const char *key, cJSON *item)
  * model), and for modelopt the KV-cache algorithm set to FP8 (in qc and in
  * hq, the hf_quant_config.json beside it, where present). */
 static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loader ld,
-                                     const char *method, const char *path)
+                                     const char *method, kvcal_kv_format kvf,
+                                     const char *path)
 {
     const char *want = f == KVCAL_FORMAT_MODELOPT ? "ModelOpt (quant_method modelopt)"
                        : f == KVCAL_FORMAT_QUARK  ? "Quark (quant_method quark)"
@@ -1099,6 +1170,9 @@ static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loade
     }
     if (f != KVCAL_FORMAT_MODELOPT)
         return KVCAL_OK;
+    /* the cache dtype vLLM takes with --kv-cache-dtype auto
+     * (get_kv_cache_quant_algo_string): FP8, or NVFP4 for NVFP4 sets */
+    const int nvfp4 = kvf == KVCAL_KV_FORMAT_NVFP4;
     cJSON *targets[2] = {qc, hq};
     for (int i = 0; i < 2; i++) {
         if (!targets[i])
@@ -1106,11 +1180,12 @@ static kvcal_status merge_config_for(cJSON *qc, cJSON *hq, kvcal_format f, loade
         cJSON *inner = cJSON_GetObjectItemCaseSensitive(targets[i], "quantization");
         int ok2;
         if (cJSON_IsObject(inner)) {
-            ok2 = set_item(inner, "kv_cache_quant_algo", cJSON_CreateString("FP8"));
+            ok2 = set_item(inner, "kv_cache_quant_algo",
+                           cJSON_CreateString(nvfp4 ? "NVFP4" : "FP8"));
         } else {
             cJSON *ks = cJSON_CreateObject();
             ok2 = ks && cJSON_AddFalseToObject(ks, "dynamic") &&
-                  cJSON_AddNumberToObject(ks, "num_bits", 8) &&
+                  cJSON_AddNumberToObject(ks, "num_bits", nvfp4 ? 4 : 8) &&
                   cJSON_AddStringToObject(ks, "type", "float");
             if (!ok2)
                 cJSON_Delete(ks);
@@ -1149,7 +1224,7 @@ static kvcal_status merge_config(cJSON *config, cJSON *hq, const kvcal_scales_t 
                           "v_scale, so the scales would never be used",
                           path, method);
     if (f != KVCAL_FORMAT_CHECKPOINT)
-        return merge_config_for(qc ? qc : hq, hq, f, ld, method, path);
+        return merge_config_for(qc ? qc : hq, hq, f, ld, method, s->format, path);
     if (ld == KVCAL_LOADER_BASE && per_head)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method is \"%s\", whose vLLM "
@@ -1296,14 +1371,21 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
      * BaseKVCacheMethod reads get the max over heads. */
     int per_head =
         format == KVCAL_FORMAT_CHECKPOINT && s->granularity == KVCAL_GRANULARITY_HEAD;
-    int with_q = format == KVCAL_FORMAT_QUARK && s->has_q;
+    /* the query's: Quark's q_proj.output_scale, compressed-tensors' q_scale
+     * (per query head under attn_head, which vLLM reduces per kv-head group) */
+    int with_q =
+        (format == KVCAL_FORMAT_QUARK || format == KVCAL_FORMAT_CHECKPOINT) && s->has_q;
     for (int l = 0; with_q && l < s->num_layers; l++)
         with_q = s->q_scale[l] > 0.0f;
+    const int q_heads = per_head ? mc.num_attention_heads : 1;
+    const int own_q = per_head && s->q_head && s->num_q_heads == q_heads;
     int kinds[3], nk = 0;
     for (int k = 0; k <= KIND_Q; k++)
         if (write_name(format, k) && (k != KIND_Q || with_q))
             kinds[nk++] = k;
     int heads = per_head ? s->num_kv_heads : 1, n = nk * s->num_layers;
+    if (with_q && q_heads > heads)
+        heads = q_heads; /* values a tensor may hold */
     char p[4096], *names = NULL;
     float *data = NULL;
     kvcal_tensor_out *tensors = NULL;
@@ -1322,8 +1404,12 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
             float *d = data + (size_t)(nk * l + i) * heads, k, v;
             snprintf(name, 64, write_name(format, kinds[i]), l);
             kvcal_scales_get_tensor(s, l, &k, &v);
-            if (per_head)
-                for (int h = 0; h < heads; h++)
+            const int nh = !per_head ? 1 : kinds[i] == KIND_Q ? q_heads : s->num_kv_heads;
+            if (per_head && kinds[i] == KIND_Q)
+                for (int h = 0; h < nh; h++)
+                    d[h] = own_q ? s->q_head[(size_t)l * q_heads + h] : s->q_scale[l];
+            else if (per_head)
+                for (int h = 0; h < nh; h++)
                     d[h] = (kinds[i] == KIND_V ? s->v_head
                                                : s->k_head)[kvcal_scales_index(s, l, h)];
             else
@@ -1334,7 +1420,7 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
             t->name = name;
             t->dtype = KVCAL_DTYPE_F32;
             t->ndim = per_head ? 3 : 1;
-            t->shape[0] = heads;
+            t->shape[0] = nh;
             t->shape[1] = 1;
             t->shape[2] = 1;
             t->data = d;
@@ -1349,8 +1435,10 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
         goto fail;
     if ((st = merge_config(config, hq, s, per_head, format, p)))
         goto fail;
-    if ((st = build_index(model_dir, tensors, n, sizeof(float) * (size_t)n * heads,
-                          &index)))
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += sizeof(float) * (size_t)tensors[i].shape[0];
+    if ((st = build_index(model_dir, tensors, n, bytes, &index)))
         goto fail;
     char meta[128];
     snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"producer\": \"kvcal %s\"}",

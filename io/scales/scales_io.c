@@ -198,15 +198,18 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
 {
     if (!scales || !path)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "kvcal_scales_write: NULL argument");
-    if (scales->format != KVCAL_KV_FORMAT_FP8_E4M3 && format != KVCAL_FORMAT_KVCAL_JSON)
+    const int nvfp4 = scales->format == KVCAL_KV_FORMAT_NVFP4;
+    if (scales->format != KVCAL_KV_FORMAT_FP8_E4M3 && format != KVCAL_FORMAT_KVCAL_JSON &&
+        !(nvfp4 && format == KVCAL_FORMAT_MODELOPT))
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "%s: %s scales: the legacy file and the checkpoint hold e4m3 scales only "
-            "(sglang "
-            "refuses another dtype; no vLLM loader gives a static int8 cache its scales, "
-            "and NVFP4 ones reach vLLM only inside a ModelOpt checkpoint: "
-            "schemas/README.md); write the kvcal format",
-            path, scales->format == KVCAL_KV_FORMAT_INT8 ? "int8" : "NVFP4");
+            "%s: %s scales: %s (schemas/README.md); write the kvcal format%s", path,
+            nvfp4 ? "NVFP4" : "int8",
+            nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint "
+                    "(kv_cache_quant_algo NVFP4); sglang refuses another dtype"
+                  : "sglang refuses another dtype and no vLLM loader gives a static "
+                    "int8 cache its scales (compressed-tensors refuses type int)",
+            nvfp4 ? " or --format modelopt" : "");
     switch (format) {
     case KVCAL_FORMAT_LEGACY_JSON:
         return kvcal_scales_write_legacy(scales, path, tp > 0 ? tp : 1);

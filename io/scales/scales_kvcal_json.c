@@ -12,14 +12,16 @@
  *    "layers": [{"layer": 0, "k_scale", "v_scale",
  *                "k_scale_per_head": [H], "v_scale_per_head": [H],
  *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip",
- *                "q_scale"}]}
+ *                "q_scale", "q_scale_per_head": [num_attention_heads]}]}
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
  * engine with one scale per layer uses); the per-head arrays are the set's
  * values. absmax and clip are present when the set has them; k_clip /
  * v_clip are the estimated fractions of the layer's observed values that
  * clip under their scale, |x| / scale > 464 (what kvcal eval counts); q_scale,
- * the query's scale for FP8 attention, is in every layer or none. Numbers
+ * the query's scale for FP8 attention (e4m3's, absmax / 448, whatever the
+ * cache dtype), is in every layer or none, and so is q_scale_per_head (one
+ * per query head, q_scale their max). Numbers
  * are printed with enough digits that float32 values read back identical. */
 #include <math.h>
 #include <stdio.h>
@@ -86,11 +88,11 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
     snprintf(place, sizeof place, "layers[%d].%s", l, key);
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != heads) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
-                         "%s, expected an array of %d values (one per kv head)",
+                         "%s, expected an array of %d values (one per %s head)",
                          !a                 ? "missing"
                          : cJSON_IsArray(a) ? "wrong length"
                                             : "not an array",
-                         heads);
+                         heads, key[0] == 'q' ? "query" : "kv");
         return 0;
     }
     int ok = 1, h = 0;
@@ -183,7 +185,7 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "provenance",
                          KVJ_REFUSED, "not an object");
     } else if (prov) {
-    const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
+        const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
         get_str(rep, prov, "dataset", "provenance", hdr->provenance.dataset,
                 sizeof hdr->provenance.dataset);
         get_str(rep, prov, "tool_version", "provenance", hdr->provenance.tool_version,
@@ -217,7 +219,8 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
     if (layers < 0 || heads < 0)
         return 0;
     if (layers * heads > (1LL << 24)) {
-        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model", KVJ_REFUSED,
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "model",
+                         KVJ_REFUSED,
                          "%lld layers x %lld kv heads is more than 2^24 (layer, kv head) "
                          "pairs; no model has that many",
                          layers, heads);
@@ -340,6 +343,26 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
         kvcal_report_check_scale_node(rep, KVCAL_FORMAT_KVCAL_JSON, q, place, NULL,
                                       &s->q_scale[l]);
     }
+    snprintf(place, sizeof place, "layers[%d].q_scale_per_head", l);
+    const int per_head = cJSON_HasObjectItem(e, "q_scale_per_head");
+    if (per_head != (s->q_head != NULL) || (per_head && !q)) {
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+            "q_scale_per_head goes with q_scale and model.num_attention_heads "
+            "in every layer or in none");
+    } else if (per_head) {
+        const int Hq = s->num_q_heads;
+        float *qh = s->q_head + (size_t)l * Hq, m = 0.0f;
+        if (get_head_array(rep, e, "q_scale_per_head", l, Hq, 1, NULL, qh)) {
+            for (int h = 0; h < Hq; h++)
+                m = qh[h] > m ? qh[h] : m;
+            if (m != s->q_scale[l])
+                kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                                 KVJ_REFUSED,
+                                 "q_scale %.9g is not the max of q_scale_per_head (%.9g)",
+                                 (double)s->q_scale[l], (double)m);
+        }
+    }
 }
 
 /* Warns when every layer has K == V although the format holds both. */
@@ -398,6 +421,13 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     s->kv_shared = hdr.kv_shared;
     s->model = hdr.model;
     s->provenance = hdr.provenance;
+    /* per query head q scales: the first layer says, the others must agree */
+    if (cJSON_HasObjectItem(layers->child, "q_scale_per_head") &&
+        hdr.model.num_attention_heads > 0 &&
+        (st = kvcal_scales_set_q_heads(s, hdr.model.num_attention_heads))) {
+        kvcal_scales_destroy(s);
+        return st;
+    }
     if (!hdr.provenance.observer_params[0])
         strcpy(s->provenance.observer_params, "{}");
     kvcal_value_tally tally = {0};
@@ -522,13 +552,14 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
                               "one: the format holds q for every layer or none; nothing "
                               "was written (set every layer's, kvcal_scales_set_q)",
                               path, l, (double)s->q_scale[l]);
-    for (int l = 0; s->has_q && l < s->num_layers; l++)
-        if (!kvcal_scale_is_valid(s->q_scale[l]))
+    const int q_heads = s->has_q && s->q_head ? s->num_q_heads : 0;
+    for (size_t i = 0; i < (size_t)s->num_layers * q_heads; i++)
+        if (!kvcal_scale_is_valid(s->q_head[i]))
             return kvcal_fail(KVCAL_ERR_NONFINITE,
-                              "%s: layer %d has no q scale (%g) while another layer has "
-                              "one: the format holds q for every layer or none; nothing "
-                              "was written (set every layer's, kvcal_scales_set_q)",
-                              path, l, (double)s->q_scale[l]);
+                              "%s: layer %d query head %d: q scale %g is not finite and "
+                              "> 0; nothing was written",
+                              path, (int)(i / q_heads), (int)(i % q_heads),
+                              (double)s->q_head[i]);
     const long long big = 9007199254740992LL; /* 2^53: exact in a JSON number */
     const kvcal_provenance *p = &s->provenance;
     const long long counts[3] = {p->num_samples, p->num_tokens, p->seed};
@@ -570,6 +601,9 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
                  cJSON_AddNumberToObject(e, "v_clip", (double)s->v_clip[l]);
         if (ok && s->has_q)
             ok = cJSON_AddNumberToObject(e, "q_scale", (double)s->q_scale[l]) != NULL;
+        if (ok && q_heads)
+            ok = add_floats(e, "q_scale_per_head", s->q_head + (size_t)l * q_heads,
+                            q_heads);
     }
     st = ok ? kvcal_json_write(path, root)
             : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory building the JSON", path);

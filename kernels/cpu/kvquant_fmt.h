@@ -52,6 +52,47 @@ static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_asym_row(float mn, f
     return kvcal_kvfmt_row_make((mx - mn) / 255.0f, mn);
 }
 
+/* kvcal_kvfmt_int8_scale and kvcal_kvfmt_asym_row without an fp32
+ * division (a multi-instruction sequence with a branch on the GPU): a / 127
+ * and a / 255 in fp32 equal the double products a * (1 / 127.0) and
+ * a * (1 / 255.0) rounded to fp32 for every finite a >= 0 (the double
+ * product is within 2^-52 of the quotient, relative; a quotient of a 24-bit
+ * significand by 2^k - 1 is never closer than ~2^-33 to the midpoint of two
+ * fp32 values; checked on all 2^31 non-negative finite floats as well), and
+ * both are odd in a. What the CUDA kernels compute. */
+static inline KVCAL_HOST_DEVICE float kvcal_kvfmt_int8_scale_dmul(float absmax)
+{
+    float s = (float)((double)absmax * (1.0 / 127.0));
+    return s > KVCAL_KV_INT8_SCALE_FLOOR ? s : KVCAL_KV_INT8_SCALE_FLOOR;
+}
+
+static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_asym_row_dmul(float mn,
+                                                                          float mx)
+{
+    if (mn > mx)
+        mn = mx = 0.0f;
+    return kvcal_kvfmt_row_make((float)((double)(mx - mn) * (1.0 / 255.0)), mn);
+}
+
+/* e2m1(y)'s magnitude code shifted left by 22 (0 to 7 << 22) for y not NaN,
+ * in fp32 arithmetic alone, for GPUs without an e2m1 conversion (before
+ * sm_100): |y| clamped at 6 is rounded to the e2m1 grid by adding and
+ * subtracting 1.5 * 2^(22 + e), e the binade of max(|y|, 1), whose ulp is
+ * the grid's spacing there (0.5 * 2^e), so that the fp32 adder rounds to
+ * nearest even on the grid; the grid value times 2^-126 is encoded in fp32
+ * as the e2m1 code shifted by 22 (e2m1's 0.5 becomes the fp32 subnormal
+ * 2^-127). Equals (kvcal_fp4_e2m1_from_float(y) & 7) << 22 for every
+ * non-NaN float (checked on all of them; tests/test_kvquant_fmt.c checks a
+ * sample). */
+static inline KVCAL_HOST_DEVICE uint32_t kvcal_fp4_e2m1_mag22(float y)
+{
+    const float a = fminf(fabsf(y), KVCAL_FP4_E2M1_MAX);
+    const float m = kvcal_fp8_bits_float(
+        (kvcal_fp8_float_bits(fmaxf(a, 1.0f)) & 0x7f800000u) + 0x0b400000u);
+    const float r = (a + m) - m;
+    return kvcal_fp8_float_bits(r * 0x1p-126f);
+}
+
 /* The byte of x in an 8-bit format (FP8_E5M2, INT8, INT8_ASYM). */
 static inline KVCAL_HOST_DEVICE uint8_t kvcal_kvfmt_code(int format, int rounding,
                                                          kvcal_kvfmt_row r, float x)
@@ -121,6 +162,13 @@ static inline KVCAL_HOST_DEVICE int64_t kvcal_kvfmt_nvfp4_scale_at(kvcal_kv_geom
 kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
                                const kvcal_kv_cache *cache, const kvcal_kv_qparams *p,
                                int need_data, kvcal_kv_geom *g);
+
+/* kvcal_kvfmt_check for a dequantization of `fn`, and its outputs. */
+kvcal_status kvcal_kvfmt_dequantize_check(const char *fn, const kvcal_kv_batch *batch,
+                                          const kvcal_kv_cache *cache,
+                                          const kvcal_kv_qparams *p, const void *k_out,
+                                          const void *v_out, kvcal_dtype out_dtype,
+                                          kvcal_kv_geom *g);
 
 #ifdef __cplusplus
 }

@@ -106,6 +106,16 @@ kvcal_status kvcal_kvfmt_check(const char *fn, const kvcal_kv_batch *batch,
     return KVCAL_OK;
 }
 
+kvcal_status kvcal_kvfmt_dequantize_check(const char *fn, const kvcal_kv_batch *batch,
+                                          const kvcal_kv_cache *cache,
+                                          const kvcal_kv_qparams *p, const void *k_out,
+                                          const void *v_out, kvcal_dtype out_dtype,
+                                          kvcal_kv_geom *g)
+{
+    kvcal_status st = kvcal_kvfmt_check(fn, batch, cache, p, 0, g);
+    return st != KVCAL_OK ? st : kvcal_kv_check_outputs(fn, batch, k_out, v_out, out_dtype);
+}
+
 int64_t kvcal_kv_nvfp4_scale_offset(const kvcal_kv_cache *cache, int kv, int64_t slot,
                                     int head, int s)
 {
@@ -253,14 +263,10 @@ kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
                                        params->v_scale, k_out, v_out, out_dtype);
     }
     kvcal_kv_geom g;
-    kvcal_status st = kvcal_kvfmt_check(fn, batch, cache, params, 0, &g);
+    kvcal_status st = kvcal_kvfmt_dequantize_check(fn, batch, cache, params, k_out, v_out,
+                                                   out_dtype, &g);
     if (st != KVCAL_OK)
         return st;
-    if (!kvcal_kv_dtype_ok(out_dtype))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);
-    if (batch->num_tokens > 0 && (!k_out || !v_out))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: k_out or v_out is NULL", fn);
     const int step = params->granularity == KVCAL_GRANULARITY_HEAD;
     for (int64_t t = 0; t < batch->num_tokens; t++) {
         int64_t slot = batch->slot_mapping[t];

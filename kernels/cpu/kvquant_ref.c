@@ -497,6 +497,13 @@ kvcal_status kvcal_kv_dequantize_check(const char *fn, const kvcal_kv_batch *bat
     if (!cache->k_scale &&
         (st = kvcal_kv_check_static(fn, granularity, k_scale, v_scale)) != KVCAL_OK)
         return st;
+    return kvcal_kv_check_outputs(fn, batch, k_out, v_out, out_dtype);
+}
+
+kvcal_status kvcal_kv_check_outputs(const char *fn, const kvcal_kv_batch *batch,
+                                    const void *k_out, const void *v_out,
+                                    kvcal_dtype out_dtype)
+{
     if (!kvcal_kv_dtype_ok(out_dtype))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);

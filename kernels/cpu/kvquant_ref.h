@@ -182,6 +182,12 @@ int kvcal_kv_dtype_ok(kvcal_dtype d);
 kvcal_status kvcal_kv_check_static(const char *fn, kvcal_granularity granularity,
                                    const float *k_scale, const float *v_scale);
 
+/* Checks the outputs of a dequantization for `fn`: out_dtype F32, F16 or
+ * BF16, k_out and v_out set when there are tokens. */
+kvcal_status kvcal_kv_check_outputs(const char *fn, const kvcal_kv_batch *batch,
+                                    const void *k_out, const void *v_out,
+                                    kvcal_dtype out_dtype);
+
 /* Checks a dequantization's arguments for `fn`; fills *g. */
 kvcal_status kvcal_kv_dequantize_check(const char *fn, const kvcal_kv_batch *batch,
                                        const kvcal_kv_cache *cache,

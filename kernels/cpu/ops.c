@@ -297,6 +297,10 @@ void kvcal_rope_observe_ref(float *qkv, int64_t token_stride, const int32_t *pos
         }
         kvcal_rope_scaled_ref(row, pos + t, rope->inv_freq, 1, qk_heads, head_dim,
                               rope->rot_dim, rope->interleaved, rope->attention_factor);
+        for (int h = 0; obs && obs->q_absmax && h < n_heads; h++)
+            for (int c = 0; c < head_dim; c++)
+                obs->q_absmax[h] =
+                    max_nan_wins(obs->q_absmax[h], fabsf(row[(int64_t)h * head_dim + c]));
         if (obs) {
             observe_heads(row + (int64_t)n_heads * head_dim, n_kv_heads, head_dim, obs,
                           KVCAL_K);
@@ -357,8 +361,8 @@ void kvcal_attention_window_ref(float *out, const float *q, const float *k,
                                 const float *v, int tokens, int n_heads, int n_kv_heads,
                                 int head_dim, float scale, int window, float softcap)
 {
-    attn_ctx c = {out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale, window,
-                  softcap};
+    attn_ctx c = {out,        q,        k,     v,      tokens, n_heads,
+                  n_kv_heads, head_dim, scale, window, softcap};
     double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
     parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
 }

@@ -50,7 +50,8 @@ typedef struct kvcal_rope_ref_cfg {
  * (kvcal_rmsnorm_ref), then kvcal_rope_scaled_ref of q and k at pos, then,
  * when obs is non-NULL, K (as rotated) and V folded into obs (host memory,
  * kernels/kv_observer.h: absmax and batch_absmax by max, a NaN winning,
- * hist by adding, binned by kvcal_hist_bin). Tokens with pos < 0 are
+ * hist by adding, binned by kvcal_hist_bin), and Q (as rotated) into
+ * obs->q_absmax per query head where it is set. Tokens with pos < 0 are
  * padding: untouched and not observed. n_heads may be 0 (rows of k and v
  * alone). rot_dim 0 with no norm weights leaves qkv as it is and only
  * observes: the fold of what a kernel stored. */

@@ -36,22 +36,19 @@
  * for which the build holds no sm_90a code, the launch reports
  * KVCAL_ERR_UNSUPPORTED; the kernel compiled for any other architecture is
  * a trap that is never launched. */
-#include <cuda.h> /* CUtensorMap and its enums; the encoder is fetched at run time */
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <type_traits>
-
-#include "core/device.h"
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace {
 
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, THREADS = 384;
+constexpr int BM = KVCAL_SM90_BM, BN = KVCAL_SM90_BN, BK = KVCAL_SM90_BK, STAGES = 4,
+              THREADS = 384;
 constexpr int CL = 2; /* CTAs per cluster */
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 /* shared memory: the stages (1024-byte aligned for the 128-byte swizzle), each
@@ -65,228 +62,6 @@ constexpr size_t SMEM_BYTES =
 constexpr int GROUP_M = 16;  /* row blocks walked together (the tile order) */
 constexpr int EPI_PARTS = 8; /* a tile's epilogue, spread over the next one's first k blocks */
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)),
-                 "r"(count));
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                     smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-/* Arrives on the barrier at the same shared-memory offset in CTA `rank` of
- * the cluster, with the default (CTA-scope) release: what it orders is this
- * warpgroup's finished wgmma reads of the stage, before the peer's TMA
- * refills it. A cluster-scope release here stalled the arriving thread, and
- * with it its warpgroup's next wgmma, at every k block (a third slower). */
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank)
-{
-    asm volatile("{\n"
-                 ".reg .b32 remote;\n"
-                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
-                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
-                 "}\n" ::"r"(smem_addr(bar)),
-                 "r"(rank)
-                 : "memory");
-}
-
-__device__ __forceinline__ uint32_t cluster_rank()
-{
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-/* Every thread of every CTA of the cluster; orders shared-memory writes
- * (barrier initialization) before what the other CTAs do next. */
-__device__ __forceinline__ void cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;" ::
-                     : "memory");
-}
-
-/* Waits until the barrier's phase of parity `parity` has completed. */
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity)
-{
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n"
-                 "}\n" ::"r"(smem_addr(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* box (c0, c1) of the tensor map into shared memory at dst, completing on bar */
-__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map,
-                                            uint64_t *bar, int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
-                 "bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0),
-                 "r"(c1)
-                 : "memory");
-}
-
-/* box (c0, c1) of the tensor map into dst of the cluster's CTAs in `mask`,
- * each completing on its own barrier at bar's offset */
-__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map,
-                                                      uint64_t *bar, int c0, int c1,
-                                                      uint16_t mask)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
-                 "bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(
-                     smem_addr(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0),
-                 "r"(c1), "h"(mask)
-                 : "memory");
-}
-
-/* box (c0, c1) of the tensor map from shared memory at src; completes in
- * this thread's bulk group */
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int c0,
-                                             int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], "
-                 "[%1];" ::"l"(reinterpret_cast<uint64_t>(map)),
-                 "r"(smem_addr(src)), "r"(c0), "r"(c1)
-                 : "memory");
-}
-
-/* Waits until this thread's committed TMA stores have read their source. */
-__device__ __forceinline__ void tma_store_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-
-/* Barrier `id` (1 ..) among `threads` threads. */
-__device__ __forceinline__ void named_barrier(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-/* wgmma descriptor of a K-major tile in shared memory, rows of 64 bf16 (128
- * bytes) with the 128-byte swizzle: 8-row groups 1024 bytes apart. */
-__device__ __forceinline__ uint64_t smem_desc(const void *p)
-{
-    const uint64_t addr = smem_addr(p);
-    return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-/* Waits until at most n committed wgmma groups of this warpgroup are pending. */
-template <int N> __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-/* Keeps the compiler from moving accumulator accesses across wgmma fences. */
-__device__ __forceinline__ void fence_operands(float (&d)[128])
-{
-#pragma unroll
-    for (int i = 0; i < 128; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/* d (64 x 256, fp32, the wgmma accumulator fragment) = A (64 x 16) B^T
- * (256 x 16) + (accumulate ? d : 0), A and B K-major in shared memory behind
- * their descriptors. Asynchronous: see wgmma_commit / wgmma_wait. */
-static __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a,
-                                                        uint64_t desc_b, int accumulate)
-{
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-        "%128, %129, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
-          "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),
-          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]),
-          "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
-          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
-          "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
-          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]),
-          "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-/* f(std::integral_constant<int, c>) for c in [C, END), a run-time value. */
-template <int C, int END, class F> __device__ __forceinline__ void at_constant(int c, F &&f)
-{
-    if constexpr (C + 1 < END) {
-        if (c != C) {
-            at_constant<C + 1, END>(c, f);
-            return;
-        }
-    }
-    f(std::integral_constant<int, C>{});
-}
-
-/* Tile t's row block (of a cluster: row-block group) m and weight block nb,
- * walking `group_m` row blocks at a time. */
-__device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int group_m, int &m,
-                                            int &nb)
-{
-    const int group = t / (group_m * num_n), first_m = group * group_m;
-    const int gm = min(num_m - first_m, group_m);
-    const int r = t - group * group_m * num_n;
-    m = first_m + r % gm;
-    nb = r / gm;
-}
-
 #endif
 
 /* act (rows, n); map_x over x (rows, k), map_w over the interleaved weight
@@ -298,6 +73,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                        const __grid_constant__ CUtensorMap map_act, int rows, int k, int n)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace kvcal_sm90;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem =
         reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
@@ -316,7 +92,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             mbar_init(&full[s], 1);       /* the producer's expect_tx */
             mbar_init(&empty[s], 2 * CL); /* each consumer warpgroup of the cluster */
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     cluster_sync();
 
@@ -354,16 +130,15 @@ __global__ void __launch_bounds__(THREADS, 1)
             for (int r = 0; r < CL; r++)
                 mbar_arrive_cluster(&empty[stage], r);
         };
-        /* A finished tile's gate and up, rounded to bf16 (gate[2 j + h], up[2 j
-         * + h]: row 16 warp + lane / 4 + 8 h, columns 8 j + 2 (lane % 4) + {0,
-         * 1} of this warpgroup's 64 x 128 act block), waiting for their
-         * epilogue. */
-        __nv_bfloat162 gate[32], up[32];
+        /* A finished tile rounded to bf16 (round_accumulators), waiting for
+         * its epilogue: gate in r[2 j + h], the up of the same outputs in
+         * r[32 + 2 j + h] (j < 16: columns 8 j .. 8 j + 7 of this
+         * warpgroup's 64 x 128 act block). */
+        __nv_bfloat162 r[64];
         /* Epilogue part c of EPI_PARTS: the 16 / EPI_PARTS groups of 8 columns
-         * from j = c x 16 / EPI_PARTS on. act goes into shared memory as two
-         * 64 x 64 boxes with the 128-byte swizzle (16-byte chunk q of row r at
-         * chunk q ^ (r % 8)); the last part writes them out by one TMA store
-         * each, which clips rows past the end. */
+         * from j = c x 16 / EPI_PARTS on, staged in shared memory
+         * (stage_addr); the last part writes the two boxes out by one TMA
+         * store each, which clips rows past the end. */
         auto epilogue_part_at = [&](auto part, int tile) {
             constexpr int c = decltype(part)::value;
             if (c == 0) {
@@ -371,28 +146,18 @@ __global__ void __launch_bounds__(THREADS, 1)
                     tma_store_wait_read(); /* the previous tile's stores have read it */
                 named_barrier(1 + half, 128);
             }
-            /* row 16 warp + lane / 4 + 8 h, 16-byte chunk (j % 8) ^ (lane / 4)
-             * of box j / 8: the chunk's bits (4-6) flipped by j % 8 in the
-             * address of chunk lane / 4; the base goes through an opaque move
-             * so that the 32 addresses are not all kept live across the loop */
-            uint32_t base = smem_addr(out) + (warp * 16 + lane / 4) * 128 +
-                            ((lane / 4) << 4) + (lane % 4) * 4;
-            asm volatile("mov.b32 %0, %0;" : "+r"(base));
+            const uint32_t base = stage_base(out, warp, lane);
 #pragma unroll
             for (int jj = 0; jj < 16 / EPI_PARTS; jj++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int j = c * (16 / EPI_PARTS) + jj;
-                    const uint32_t addr =
-                        (base ^ ((j % 8) << 4)) + (j / 8) * (OUT_BYTES / 2) + h * 8 * 128;
-                    const __nv_bfloat162 v =
-                        kvcal_swiglu2_bf16(gate[2 * j + h], up[2 * j + h]);
-                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr),
-                                 "r"(*reinterpret_cast<const uint32_t *>(&v))
-                                 : "memory");
+                    const uint32_t addr = stage_addr(base, j, h);
+                    st_shared_pair(addr,
+                                   kvcal_swiglu2_bf16(r[2 * j + h], r[32 + 2 * j + h]));
                 }
             if (c == EPI_PARTS - 1) {
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                fence_proxy_async();
                 named_barrier(1 + half, 128);
                 if (tid == 0) {
                     int mg, nb;
@@ -401,12 +166,12 @@ __global__ void __launch_bounds__(THREADS, 1)
                               col0 = nb * (BN / 2);
                     tma_store_2d(&map_act, out, col0, row0);
                     tma_store_2d(&map_act, out + OUT_BYTES / 2, col0 + 64, row0);
-                    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                    tma_store_commit();
                 }
             }
         };
         /* part c of the registers must be named at compile time: a run-time
-         * index would move gate and up to local memory */
+         * index would move r to local memory */
         auto epilogue_part = [&](int c, int tile) {
             at_constant<0, EPI_PARTS>(c, [&](auto part) { epilogue_part_at(part, tile); });
         };
@@ -416,16 +181,8 @@ __global__ void __launch_bounds__(THREADS, 1)
             int prev = 0;
             for (int kb = 0; kb < num_k; kb++) {
                 mbar_wait(&full[s], phase);
-                const unsigned char *a = smem + s * STAGE_BYTES + half * (BM / 2) * BK * 2;
-                const unsigned char *b = smem + s * STAGE_BYTES + A_BYTES;
-                wgmma_fence();
-                fence_operands(d);
-#pragma unroll
-                for (int kk = 0; kk < BK / 16; kk++) /* 16 columns = 32 bytes of a row */
-                    wgmma_m64n256k16(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32),
-                                     kb > 0 || kk > 0);
-                wgmma_commit();
-                fence_operands(d);
+                wgmma_k_block(d, smem + s * STAGE_BYTES + half * (BM / 2) * BK * 2,
+                              smem + s * STAGE_BYTES + A_BYTES, kb == 0);
                 /* the previous tile's epilogue runs while the tensor cores
                  * work on this tile's first k blocks */
                 if (t > cluster && kb < EPI_PARTS)
@@ -445,18 +202,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             fence_operands(d);
             if (tid == 0)
                 release(prev);
-            /* d[4 j + 2 h + e] is row 16 warp + lane / 4 + 8 h, column 8 j + 2
-             * (lane % 4) + e of this warpgroup's 64 x 256 block; columns j < 16
-             * are gate, j + 16 the up of the same outputs */
-#pragma unroll
-            for (int j = 0; j < 16; j++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    gate[2 * j + h] =
-                        __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                    up[2 * j + h] = __floats2bfloat162_rn(d[4 * (j + 16) + 2 * h],
-                                                          d[4 * (j + 16) + 2 * h + 1]);
-                }
+            round_accumulators(r, d);
         }
         const int last = cluster + (tiles - 1 - cluster) / clusters * clusters;
         for (int c = 0; cluster < tiles && c < EPI_PARTS; c++) /* the last tile's */
@@ -468,33 +214,6 @@ __global__ void __launch_bounds__(THREADS, 1)
 #elif defined(__CUDA_ARCH__)
     __trap(); /* built for another architecture than sm_90a: fail, never skip the product */
 #endif
-}
-
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                    const cuuint64_t *, const cuuint64_t *,
-                                    const cuuint32_t *, const cuuint32_t *,
-                                    CUtensorMapInterleave, CUtensorMapSwizzle,
-                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-/* A 2D bf16 tensor map over (outer, inner) row-major at ptr, boxes of
- * (box_outer, 64) with the 128-byte swizzle; reads past the end are zeros. */
-kvcal_status make_map(encode_tiled_fn encode, CUtensorMap *map, const void *ptr,
-                      int64_t outer, int64_t inner, int box_outer, const char *what)
-{
-    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)box_outer}, elem_strides[2] = {1, 1};
-    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                              const_cast<void *>(ptr), dims, strides, box, elem_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return kvcal_fail(KVCAL_ERR_CUDA,
-                          "gemm_swiglu: cuTensorMapEncodeTiled for %s (%lld x %lld) "
-                          "failed with CUresult %d",
-                          what, (long long)outer, (long long)inner, (int)r);
-    return KVCAL_OK;
 }
 
 } // namespace
@@ -525,40 +244,16 @@ extern "C" kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf
                           rows, k, n, BN / 2);
     if (rows == 0)
         return KVCAL_OK;
-    int device = 0, major = 0, minor = 0, sms = 0;
-    KVCAL_CUDA_TRY(cudaGetDevice(&device));
-    KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (major != 9)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "gemm_swiglu: needs a Hopper GPU (compute capability 9.x), this "
-                          "one is %d.x",
-                          major);
-    char code[32];
-    kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code, sizeof code);
-    if (minor != 0 || (strcmp(code, "sm_90a") && strcmp(code, "compute_90a")))
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "gemm_swiglu: needs sm_90a code on this GPU (compute capability "
-                          "%d.%d), where this build runs %s; rebuild with sm_90a in CUDA_ARCH",
-                          major, minor, *code ? code : "none of its code");
-    static encode_tiled_fn encode = NULL;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult found;
-        KVCAL_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                        cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !fn)
-            return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                              "gemm_swiglu: the driver has no cuTensorMapEncodeTiled");
-        encode = (encode_tiled_fn)fn;
-    }
+    int sms = 0;
+    kvcal_status st = kvcal_sm90_check("gemm_swiglu", &sms);
     CUtensorMap map_x, map_w, map_act;
-    kvcal_status st = make_map(encode, &map_x, x, rows, k, BM, "x");
     if (st == KVCAL_OK)
-        st = make_map(encode, &map_w, w_tiled, 2 * (int64_t)n, k, BN / CL, "the weight");
+        st = kvcal_sm90_tensor_map(&map_x, x, rows, k, BM, "gemm_swiglu", "x");
     if (st == KVCAL_OK)
-        st = make_map(encode, &map_act, act, rows, n, BM / 2, "act");
+        st = kvcal_sm90_tensor_map(&map_w, w_tiled, 2 * (int64_t)n, k, BN / CL,
+                                   "gemm_swiglu", "the weight");
+    if (st == KVCAL_OK)
+        st = kvcal_sm90_tensor_map(&map_act, act, rows, n, BM / 2, "gemm_swiglu", "act");
     if (st != KVCAL_OK)
         return st;
     KVCAL_CUDA_TRY(cudaFuncSetAttribute(gemm_swiglu_kernel,

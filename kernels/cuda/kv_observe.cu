@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <string.h>
 
 extern "C" {
 #include "core/status.h"
@@ -22,7 +23,7 @@ extern "C" {
     do {                                                                                 \
         cudaError_t err_ = (call);                                                       \
         if (err_ != cudaSuccess)                                                         \
-            return kvcal_fail(KVCAL_ERR_CUDA, "%s:%d: %s: %s", __FILE__, __LINE__,      \
+            return kvcal_fail(KVCAL_ERR_CUDA, "%s:%d: %s: %s", __FILE__, __LINE__,       \
                               #call, cudaGetErrorString(err_));                          \
     } while (0)
 
@@ -43,9 +44,18 @@ struct Observe {
     kvcal_kv_stats_device s;
 };
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(float x)
+{
+    return x;
+}
+__device__ __forceinline__ float to_float(__half x)
+{
+    return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) kv_observe_kernel(Observe o)
@@ -113,8 +123,8 @@ __global__ void __launch_bounds__(kThreads) kv_observe_kernel(Observe o)
 
 // One block: kvcal_stats_end_batch. The products and sums are rounded one
 // by one (no fused multiply-add), as the host computes them.
-__global__ void __launch_bounds__(kThreads) kv_observe_end_batch_kernel(
-    kvcal_kv_stats_device s, double decay)
+__global__ void __launch_bounds__(kThreads)
+    kv_observe_end_batch_kernel(kvcal_kv_stats_device s, double decay)
 {
     __shared__ long long total;
     const int L = s.num_layers, H = s.num_kv_heads;
@@ -154,6 +164,46 @@ __global__ void __launch_bounds__(kThreads) kv_observe_end_batch_kernel(
     }
 }
 
+// The signed range: one block per (token chunk, kv head, K/V), as
+// kv_observe_kernel; a channel's max(x, 0) and max(-x, 0) as float bits
+// (non-negative: integer order is float order) by atomicMax in shared, then
+// global memory. Non-finite values are left to kv_observe_kernel / the fused
+// observer, which report them.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) kv_range_kernel(Observe o, kvcal_kv_range r)
+{
+    extern __shared__ unsigned srange[]; // (2, head_dim): max(x, 0), max(-x, 0)
+    const int kv = blockIdx.y & 1, h = blockIdx.y >> 1;
+    const int D = o.s.head_dim;
+    for (int i = threadIdx.x; i < 2 * D; i += kThreads)
+        srange[i] = 0;
+    __syncthreads();
+    const int64_t t0 = (int64_t)blockIdx.x * o.tokens_per_block;
+    const int64_t rest = o.num_tokens - t0;
+    const int nt = rest < o.tokens_per_block ? (int)rest : o.tokens_per_block;
+    const T *x = static_cast<const T *>(o.src[kv]) + h * o.head_stride[kv];
+    for (int e = threadIdx.x; e < nt * D; e += kThreads) {
+        const int64_t t = t0 + e / D;
+        const int c = e % D;
+        if (o.slots && o.slots[t] < 0)
+            continue;
+        const float v = to_float(x[t * o.token_stride[kv] + c]);
+        if (v > 0.0f && v <= 3.4028234663852886e38f)
+            atomicMax(&srange[c], __float_as_uint(v));
+        else if (v < 0.0f && v >= -3.4028234663852886e38f)
+            atomicMax(&srange[D + c], __float_as_uint(-v));
+    }
+    __syncthreads();
+    unsigned *hi = reinterpret_cast<unsigned *>(r.max[kv]) + (size_t)h * D;
+    unsigned *lo = reinterpret_cast<unsigned *>(r.neg_min[kv]) + (size_t)h * D;
+    for (int i = threadIdx.x; i < D; i += kThreads) {
+        if (srange[i])
+            atomicMax(&hi[i], srange[i]);
+        if (srange[D + i])
+            atomicMax(&lo[i], srange[D + i]);
+    }
+}
+
 template <typename T> kvcal_status launch(const Observe &o, cudaStream_t stream)
 {
     const int64_t blocks = (o.num_tokens + o.tokens_per_block - 1) / o.tokens_per_block;
@@ -186,7 +236,8 @@ extern "C" kvcal_status kvcal_kv_observe_launch(const kvcal_kv_batch *batch, int
     o.head_stride[1] = batch->v_head_stride;
     o.slots = batch->slot_mapping;
     o.num_tokens = batch->num_tokens;
-    o.tokens_per_block = kElemsPerBlock / s->head_dim > 0 ? kElemsPerBlock / s->head_dim : 1;
+    o.tokens_per_block =
+        kElemsPerBlock / s->head_dim > 0 ? kElemsPerBlock / s->head_dim : 1;
     o.layer = layer;
     o.s = *s;
     switch (batch->dtype) {
@@ -197,6 +248,47 @@ extern "C" kvcal_status kvcal_kv_observe_launch(const kvcal_kv_batch *batch, int
     default:
         return launch<float>(o, stream);
     }
+}
+
+extern "C" kvcal_status kvcal_kv_range_launch(const kvcal_kv_batch *batch, int head_dim,
+                                              int num_kv_heads, const kvcal_kv_range *r,
+                                              struct CUstream_st *stream)
+{
+    Observe o;
+    memset(&o, 0, sizeof o);
+    o.src[0] = batch->k;
+    o.src[1] = batch->v;
+    o.token_stride[0] = batch->k_token_stride;
+    o.token_stride[1] = batch->v_token_stride;
+    o.head_stride[0] = batch->k_head_stride;
+    o.head_stride[1] = batch->v_head_stride;
+    o.slots = batch->slot_mapping;
+    o.num_tokens = batch->num_tokens;
+    o.tokens_per_block = kElemsPerBlock / head_dim > 0 ? kElemsPerBlock / head_dim : 1;
+    o.s.head_dim = head_dim;
+    o.s.num_kv_heads = num_kv_heads;
+    const int64_t blocks = (o.num_tokens + o.tokens_per_block - 1) / o.tokens_per_block;
+    if (blocks == 0)
+        return KVCAL_OK;
+    if (blocks > 0x7fffffffLL)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_kv_range_launch: %lld tokens is more than one launch "
+                          "covers: observe them in parts",
+                          (long long)o.num_tokens);
+    const dim3 grid((unsigned)blocks, 2u * (unsigned)num_kv_heads);
+    const size_t smem = 2 * (size_t)head_dim * sizeof(unsigned);
+    switch (batch->dtype) {
+    case KVCAL_DTYPE_F16:
+        kv_range_kernel<__half><<<grid, kThreads, smem, stream>>>(o, *r);
+        break;
+    case KVCAL_DTYPE_BF16:
+        kv_range_kernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(o, *r);
+        break;
+    default:
+        kv_range_kernel<float><<<grid, kThreads, smem, stream>>>(o, *r);
+    }
+    CUDA_TRY(cudaGetLastError());
+    return KVCAL_OK;
 }
 
 extern "C" kvcal_status kvcal_kv_observe_end_batch_launch(const kvcal_kv_stats_device *s,

@@ -60,6 +60,23 @@ kvcal_status kvcal_kv_observe_launch(const kvcal_kv_batch *batch, int layer,
                                      const kvcal_kv_stats_device *s,
                                      struct CUstream_st *stream);
 
+/* One layer's signed range on the device, (num_kv_heads, head_dim) each
+ * per K/V: max(x, 0) and max(-x, 0), float bits folded by atomicMax (so a
+ * zeroed array starts the range at 0, as observers/stats.h's min and max:
+ * min = -neg_min). */
+typedef struct kvcal_kv_range {
+    float *max[2];
+    float *neg_min[2];
+} kvcal_kv_range;
+
+/* Folds batch's K and V rows (device pointers, any dtype; slot_mapping as
+ * kvcal_kv_observe_launch reads it) into r on stream: what
+ * kvcal_stats_observe_ref folds into min and max, bit for bit. Non-finite
+ * values are skipped (the observer reports them). */
+kvcal_status kvcal_kv_range_launch(const kvcal_kv_batch *batch, int head_dim,
+                                   int num_kv_heads, const kvcal_kv_range *r,
+                                   struct CUstream_st *stream);
+
 /* kvcal_stats_end_batch(decay) on the device statistics, one block on
  * stream. decay in [0, 1) (checked by the caller). */
 kvcal_status kvcal_kv_observe_end_batch_launch(const kvcal_kv_stats_device *s,

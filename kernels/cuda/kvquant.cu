@@ -17,12 +17,11 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include <type_traits>
-
 extern "C" {
 #include "core/status.h"
 }
 #include "kernels/cpu/kvquant_ref.h"
+#include "kernels/cuda/kv_words.cuh"
 #include "kernels/cuda/kvquant.h"
 #include "kernels/kv_device_memory.h"
 
@@ -351,63 +350,6 @@ constexpr int kFastThreads = 128;
 
 enum FastMode { kStatic, kDynamic, kFold, kRewrite };
 
-// Loads 8 16-bit values of a 16-byte word as floats (as Loader<T, 8>).
-template <typename T> __device__ __forceinline__ void unpack8(uint4 w, float *x)
-{
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-            x[2 * i] = __uint_as_float(u[i] << 16);
-            x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-        } else {
-            float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
-            x[2 * i] = f.x, x[2 * i + 1] = f.y;
-        }
-    }
-}
-
-// Finite absmax of the 8 16-bit values of a 16-byte word (0 for NaN and
-// +-Inf, as kvcal_kv_finite_abs). The non-finite values are dropped only
-// when one was seen: bf16 on the bits (|x| orders as its bits; a NaN or Inf
-// makes the maximum >= 0x7f80), f16 through fmaxf, which drops NaN.
-template <typename T> __device__ __forceinline__ float absmax8(uint4 w)
-{
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-        uint32_t hi = 0, lo = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            hi = max(hi, u[i] & 0x7fff0000u);
-            lo = max(lo, u[i] & 0x7fffu);
-        }
-        uint32_t m = max(hi, lo << 16);
-        if (m >= 0x7f800000u) {
-            m = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint32_t a = u[i] & 0x7fff0000u, b = (u[i] & 0x7fffu) << 16;
-                m = max(m, a < 0x7f800000u ? a : 0u);
-                m = max(m, b < 0x7f800000u ? b : 0u);
-            }
-        }
-        return __uint_as_float(m);
-    } else {
-        float x[8], m = 0.0f;
-        unpack8<T>(w, x);
-#pragma unroll
-        for (int j = 0; j < 8; j++) // fmaxf drops NaN
-            m = fmaxf(m, fabsf(x[j]));
-        if (m > 3.4028234663852886e38f) { // an Inf: drop it too
-            m = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                m = fmaxf(m, kvcal_kv_finite_abs(x[j]));
-        }
-        return m;
-    }
-}
-
 // Per-block state of the scaler modes, in shared memory.
 struct FastShared {
     float *scale;               // (2, H): the scales the block writes with
@@ -571,20 +513,6 @@ struct Dequant {
     int scale_step;
     void *out[2]; // (num_tokens, H, head_dim) contiguous
 };
-
-template <typename TOut> __device__ __forceinline__ TOut from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
 
 // Two e4m3 bytes (low byte first) to floats, exactly, through fp16.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two)

@@ -1,9 +1,12 @@
 /* kernels/cuda/moe.cu: a mixture of experts on the device, with no host
  * round trip: softmax top-k routing (a warp per token), the grouping of the
- * routed rows by expert into tiles (one block), the experts' grouped GEMM
+ * routed rows by expert into tiles (counted and placed by chunks of the
+ * assignments), the experts' grouped GEMM
  * on the tensor cores (a block per tile of one expert; the grid is every
- * tile the routing could fill, unused tiles exit), and the weighted combine
- * (a block per token, the shared expert's sigmoid gate fused). The CPU
+ * tile the routing could fill, unused tiles exit; on Hopper moe_wgmma.cu's
+ * instead, over the rows gathered here in the plan's order), and the
+ * weighted combine (a block per token, the shared expert's sigmoid gate
+ * fused). The CPU
  * references are kvcal_moe_route_ref and the per-expert kvcal_matmul_ref of
  * calib/backend_cpu.c. */
 #include <cuda_bf16.h>
@@ -154,7 +157,18 @@ extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
 
 // --- grouping by expert --------------------------------------------------------
 
-#define ALIGN_THREADS 1024
+/* The grouping in three launches: each block of the first counts the
+ * assignments of its chunk per expert into the plan's scratch; one block
+ * turns the counts into each expert's first row (padded to tiles), each
+ * chunk's first row for each expert (in place), the tiles' experts and
+ * the padding rows; each block of the third places its chunk's
+ * assignments from there (shared-memory atomics: the order within an
+ * expert changes no result, the combine reads each assignment's row by
+ * index). */
+#define ALIGN_THREADS 512
+#define ALIGN_CHUNK 4096 /* assignments a block of the first and third takes */
+
+static_assert(ALIGN_THREADS >= KVCAL_MOE_MAX_EXPERTS, "a thread an expert");
 
 extern "C" int kvcal_moe_plan_capacity(int assignments, int num_experts)
 {
@@ -165,38 +179,78 @@ extern "C" int kvcal_moe_plan_capacity(int assignments, int num_experts)
                  KVCAL_MOE_TILE_ROWS);
 }
 
+static int align_blocks(int assignments)
+{
+    return (assignments + ALIGN_CHUNK - 1) / ALIGN_CHUNK;
+}
+
+extern "C" int kvcal_moe_plan_scratch(int assignments, int num_experts)
+{
+    const int blocks = align_blocks(assignments);
+    return (blocks > 0 ? blocks : 1) * num_experts;
+}
+
 __global__ void __launch_bounds__(ALIGN_THREADS)
-    moe_align_kernel(int32_t *__restrict__ sorted,        // (capacity)
-                     int32_t *__restrict__ slot_of,       // (assignments)
-                     int32_t *__restrict__ tile_expert,   // (tiles)
+    moe_count_kernel(int32_t *__restrict__ counts,        // (blocks, E)
                      const int32_t *__restrict__ experts, // (assignments)
-                     int assignments, int E, int capacity, int tiles,
-                     unsigned long long *__restrict__ expert_tokens) // (E) or NULL
+                     int assignments, int E)
 {
     __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
-    __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
-    __shared__ int cursor[KVCAL_MOE_MAX_EXPERTS];
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         count[e] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < assignments; i += blockDim.x) {
+    const int end = min((blockIdx.x + 1) * ALIGN_CHUNK, assignments);
+    for (int i = blockIdx.x * ALIGN_CHUNK + threadIdx.x; i < end; i += blockDim.x) {
         const int e = experts[i];
         if (e >= 0 && e < E)
             atomicAdd(&count[e], 1);
     }
     __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        counts[(int64_t)blockIdx.x * E + e] = count[e];
+}
+
+__global__ void __launch_bounds__(ALIGN_THREADS) moe_plan_kernel(
+    int32_t *__restrict__ sorted,      // (capacity)
+    int32_t *__restrict__ tile_expert, // (tiles)
+    int32_t *__restrict__ used_tiles,  // (1) or NULL
+    int32_t *__restrict__ counts,      // (blocks, E) in: counts, out: first rows
+    int blocks, int E, int tiles,
+    unsigned long long *__restrict__ expert_tokens) // (E) or NULL
+{
+    __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
+    __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
+    const int e = threadIdx.x;
+    if (e < E) {
+        int c = 0;
+#pragma unroll 8
+        for (int b = 0; b < blocks; b++)
+            c += counts[(int64_t)b * E + e];
+        count[e] = c;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
         int row = 0;
-        for (int e = 0; e < E; e++) {
-            start[e] = row;
-            row += (count[e] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
+        for (int x = 0; x < E; x++) {
+            start[x] = row;
+            row += (count[x] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
                    KVCAL_MOE_TILE_ROWS;
         }
         start[E] = row;
+        if (used_tiles)
+            *used_tiles = row / KVCAL_MOE_TILE_ROWS;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        cursor[e] = start[e];
+    if (e < E) {
+        int row = start[e];
+#pragma unroll 8
+        for (int b = 0; b < blocks; b++) {
+            const int c = counts[(int64_t)b * E + e];
+            counts[(int64_t)b * E + e] = row;
+            row += c;
+        }
+        for (; row < start[e + 1]; row++) /* the padding of the expert's last tile */
+            sorted[row] = -1;
         if (expert_tokens)
             expert_tokens[e] += (unsigned long long)count[e];
     }
@@ -212,10 +266,21 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
         }
         tile_expert[tile] = row < start[E] ? lo : -1;
     }
-    for (int r = threadIdx.x; r < capacity; r += blockDim.x)
-        sorted[r] = -1;
+}
+
+__global__ void __launch_bounds__(ALIGN_THREADS)
+    moe_scatter_kernel(int32_t *__restrict__ sorted,        // (capacity)
+                       int32_t *__restrict__ slot_of,       // (assignments)
+                       const int32_t *__restrict__ first,   // (blocks, E)
+                       const int32_t *__restrict__ experts, // (assignments)
+                       int assignments, int E)
+{
+    __shared__ int cursor[KVCAL_MOE_MAX_EXPERTS];
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        cursor[e] = first[(int64_t)blockIdx.x * E + e];
     __syncthreads();
-    for (int i = threadIdx.x; i < assignments; i += blockDim.x) {
+    const int end = min((blockIdx.x + 1) * ALIGN_CHUNK, assignments);
+    for (int i = blockIdx.x * ALIGN_CHUNK + threadIdx.x; i < end; i += blockDim.x) {
         const int e = experts[i];
         int r = -1;
         if (e >= 0 && e < E) {
@@ -232,20 +297,80 @@ extern "C" kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan,
                                                unsigned long long *expert_tokens,
                                                cudaStream_t stream)
 {
-    if (!plan || !experts || assignments < 0 || num_experts < 1 ||
+    if (!plan || !experts || !plan->scratch || assignments < 0 || num_experts < 1 ||
         num_experts > KVCAL_MOE_MAX_EXPERTS ||
         plan->capacity < kvcal_moe_plan_capacity(assignments, num_experts) ||
         plan->tiles * KVCAL_MOE_TILE_ROWS != plan->capacity)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "moe grouping: %d assignments over %d experts into a plan of %d "
-                          "rows (%d tiles): the plan needs %d rows of whole tiles",
-                          assignments, num_experts, plan ? plan->capacity : 0,
-                          plan ? plan->tiles : 0,
-                          kvcal_moe_plan_capacity(assignments, num_experts));
-    moe_align_kernel<<<1, ALIGN_THREADS, 0, stream>>>(
-        plan->sorted, plan->slot_of, plan->tile_expert, experts, assignments, num_experts,
-        plan->capacity, plan->tiles, expert_tokens);
-    KVCAL_CUDA_CHECK_LAUNCH("moe_align_kernel");
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "moe grouping: %d assignments over %d experts into a plan of %d "
+            "rows (%d tiles): the plan needs %d rows of whole tiles and its "
+            "scratch",
+            assignments, num_experts, plan ? plan->capacity : 0, plan ? plan->tiles : 0,
+            kvcal_moe_plan_capacity(assignments, num_experts));
+    const int blocks = align_blocks(assignments);
+    if (blocks > 0) {
+        moe_count_kernel<<<blocks, ALIGN_THREADS, 0, stream>>>(plan->scratch, experts,
+                                                               assignments, num_experts);
+        KVCAL_CUDA_CHECK_LAUNCH("moe_count_kernel");
+    }
+    moe_plan_kernel<<<1, ALIGN_THREADS, 0, stream>>>(
+        plan->sorted, plan->tile_expert, plan->used_tiles, plan->scratch, blocks,
+        num_experts, plan->tiles, expert_tokens);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_plan_kernel");
+    if (blocks > 0) {
+        moe_scatter_kernel<<<blocks, ALIGN_THREADS, 0, stream>>>(
+            plan->sorted, plan->slot_of, plan->scratch, experts, assignments,
+            num_experts);
+        KVCAL_CUDA_CHECK_LAUNCH("moe_scatter_kernel");
+    }
+    return KVCAL_OK;
+}
+
+// --- the routed rows in the plan's order ---------------------------------------------
+
+#define GATHER_THREADS 256
+
+/* A block per plan tile, a warp per row at a time, 16 bytes a lane. */
+__global__ void __launch_bounds__(GATHER_THREADS)
+    moe_gather_kernel(uint4 *__restrict__ xs,                  // (capacity, dim / 8)
+                      const uint4 *__restrict__ x,             // (tokens, dim / 8)
+                      const int32_t *__restrict__ sorted,      // (capacity)
+                      const int32_t *__restrict__ tile_expert, // (tiles)
+                      int top_k, int vecs)
+{
+    const int tile = blockIdx.x;
+    if (tile_expert[tile] < 0)
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < KVCAL_MOE_TILE_ROWS; r += GATHER_THREADS / 32) {
+        const int64_t row = (int64_t)tile * KVCAL_MOE_TILE_ROWS + r;
+        const int id = sorted[row];
+        uint4 *dst = xs + row * vecs;
+        const uint4 *src = x + (int64_t)(id < 0 ? 0 : id / top_k) * vecs;
+#pragma unroll 4
+        for (int c = lane; c < vecs; c += 32)
+            dst[c] = id >= 0 ? src[c] : make_uint4(0, 0, 0, 0);
+    }
+}
+
+extern "C" kvcal_status kvcal_moe_gather_launch(kvcal_bf16 *xs, const kvcal_bf16 *x,
+                                                const kvcal_moe_plan *plan, int top_k,
+                                                int dim, cudaStream_t stream)
+{
+    if (!xs || !x || !plan || top_k < 1 || dim < 8 || dim % 8 ||
+        ((uintptr_t)xs | (uintptr_t)x) % 16)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "moe gather: top-%d, dim %d: need buffers, 16-byte aligned, and "
+            "dim a multiple of 8",
+            top_k, dim);
+    if (plan->tiles < 1)
+        return KVCAL_OK;
+    moe_gather_kernel<<<plan->tiles, GATHER_THREADS, 0, stream>>>(
+        reinterpret_cast<uint4 *>(xs), reinterpret_cast<const uint4 *>(x), plan->sorted,
+        plan->tile_expert, top_k, dim / 8);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_gather_kernel");
     return KVCAL_OK;
 }
 
@@ -403,8 +528,8 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
     const int64_t t = blockIdx.x;
     __nv_bfloat16 *o = out + t * dim;
     if (pos && pos[t] < 0) {
-        for (int c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = __float2bfloat16_rn(0.0f);
+        for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x)
+            *reinterpret_cast<uint4 *>(o + c) = make_uint4(0, 0, 0, 0);
         return;
     }
     float gate = 1.0f; /* no gate: the shared expert added as it is */
@@ -423,19 +548,42 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
         const float logit = __bfloat162float(__float2bfloat16_rn(d));
         gate = __bfloat162float(__float2bfloat16_rn(1.0f / (1.0f + __expf(-logit))));
     }
-    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-        float acc = 0.0f;
+    /* 8 columns a thread: 16-byte loads of the top_k rows */
+    for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x) {
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
         for (int j = 0; j < top_k; j++) {
             const int r = slot_of[t * top_k + j];
-            if (r >= 0)
-                acc += weights[t * top_k + j] * __bfloat162float(y[(int64_t)r * dim + c]);
+            if (r < 0)
+                continue;
+            const float w = weights[t * top_k + j];
+            const uint4 v = *reinterpret_cast<const uint4 *>(y + (int64_t)r * dim + c);
+            const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float2 f = __bfloat1622float2(p[q]);
+                acc[2 * q] += w * f.x;
+                acc[2 * q + 1] += w * f.y;
+            }
         }
         if (shared) {
-            const float sh =
-                __bfloat162float(__float2bfloat16_rn(gate * __bfloat162float(shared[t * dim + c])));
-            acc = __bfloat162float(__float2bfloat16_rn(acc)) + sh;
+            const uint4 v = *reinterpret_cast<const uint4 *>(shared + t * dim + c);
+            const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float2 f = __bfloat1622float2(p[q]);
+                acc[2 * q] = __bfloat162float(__float2bfloat16_rn(acc[2 * q])) +
+                             __bfloat162float(__float2bfloat16_rn(gate * f.x));
+                acc[2 * q + 1] = __bfloat162float(__float2bfloat16_rn(acc[2 * q + 1])) +
+                                 __bfloat162float(__float2bfloat16_rn(gate * f.y));
+            }
         }
-        o[c] = __float2bfloat16_rn(acc);
+        uint4 res;
+        __nv_bfloat162 *r2 = reinterpret_cast<__nv_bfloat162 *>(&res);
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            r2[q] = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
+        *reinterpret_cast<uint4 *>(o + c) = res;
     }
 }
 
@@ -447,11 +595,13 @@ extern "C" kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf
                                                  const kvcal_bf16 *shared_gate,
                                                  cudaStream_t stream)
 {
-    if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 1 ||
-        (shared_gate && !x))
+    if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 8 ||
+        dim % 8 || (shared_gate && !x) ||
+        ((uintptr_t)out | (uintptr_t)y | (uintptr_t)shared) % 16)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "moe combine: %d tokens, top-%d, dim %d: need buffers (and x "
-                          "with a shared expert's gate)",
+                          "with a shared expert's gate), 16-byte aligned, and dim a "
+                          "multiple of 8",
                           tokens, top_k, dim);
     if (!tokens)
         return KVCAL_OK;

@@ -343,19 +343,29 @@ kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
  * KVCAL_MOE_TILE_ROWS (kvcal_moe_plan_capacity), tiles = capacity /
  * KVCAL_MOE_TILE_ROWS. */
 typedef struct kvcal_moe_plan {
-    int32_t *sorted;      /* (capacity) assignment (token * top_k + j) of each row, -1: padding */
+    /* (capacity) assignment (token * top_k + j) of each row of the used
+     * tiles, -1: padding; the other rows are left as they were */
+    int32_t *sorted;
     int32_t *slot_of;     /* (assignments) row of each assignment, -1: padding token */
     int32_t *tile_expert; /* (tiles) expert of each tile, -1: unused */
     int capacity, tiles;
+    /* (1) the tiles holding rows: tiles 0 .. used_tiles[0] - 1, those of
+     * tile_expert >= 0; NULL: not kept (kvcal_moe_gemm_launch needs none) */
+    int32_t *used_tiles;
+    int32_t *scratch; /* (kvcal_moe_plan_scratch values) the grouping's */
 } kvcal_moe_plan;
 
 /* Rows a plan needs for `assignments` assignments over num_experts experts. */
 int kvcal_moe_plan_capacity(int assignments, int num_experts);
 
+/* int32 values of the scratch a plan needs for as many. */
+int kvcal_moe_plan_scratch(int assignments, int num_experts);
+
 /* Groups the assignments of experts (assignments) (-1: none) by expert into
- * plan, each expert's rows starting at a tile; expert_tokens (num_experts,
- * device, or NULL) gets each expert's count added. No host round trip: the
- * grid of the grouped GEMM is the plan's tiles, unused ones exit. */
+ * plan, each expert's rows starting at a tile, and writes the count of
+ * tiles holding rows into the plan's used_tiles (when kept); expert_tokens
+ * (num_experts, device, or NULL) gets each expert's count added. No host
+ * round trip: the grouped GEMMs read the plan on the device. */
 kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan, const int32_t *experts,
                                     int assignments, int num_experts,
                                     unsigned long long *expert_tokens,
@@ -373,12 +383,47 @@ kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gat
                                    const kvcal_bf16 *w, const kvcal_moe_plan *plan, int k,
                                    int n, cudaStream_t stream);
 
+/* xs (capacity, dim) row r = x (tokens, dim) row sorted[r] / top_k for the
+ * rows of the plan's used tiles, zeros for their padding rows; the rows of
+ * unused tiles are left as they are. dim a multiple of 8, xs and x 16-byte
+ * aligned. */
+kvcal_status kvcal_moe_gather_launch(kvcal_bf16 *xs, const kvcal_bf16 *x,
+                                     const kvcal_moe_plan *plan, int top_k, int dim,
+                                     cudaStream_t stream);
+
+/* What kvcal_moe_gemm_sm90_launch does with a row's products. */
+typedef enum kvcal_moe_epilogue {
+    /* out row = the products rounded to bf16; w (num_experts, n, k) */
+    KVCAL_MOE_EPI_STORE = 0,
+    /* w (num_experts, 2n, k) each expert's [gate; up] as checkpoints store
+     * them: out row = silu(gate) * up rounded as kvcal_swiglu_launch rounds
+     * kvcal_moe_gemm_launch's gate/up */
+    KVCAL_MOE_EPI_SWIGLU = 1,
+} kvcal_moe_epilogue;
+
+/* The grouped GEMM of one layer's experts on Hopper (sm_90a: TMA, wgmma, a
+ * persistent grid walking the plan's used tiles, read on the device from
+ * the plan's used_tiles, which it needs): for each used tile, of expert e,
+ * out (capacity, n) rows = epilogue(x (capacity, k) rows @ w[e]^T), x in
+ * the plan's order (the tokens' inputs through kvcal_moe_gather_launch, or
+ * the previous GEMM's out). Every row of a used tile is written, padding
+ * rows too (from their x rows). fp32 accumulation, each output rounded to
+ * bf16. k and n multiples of 8, out, x and w 16-byte aligned (else
+ * KVCAL_ERR_INVALID_ARG); a GPU other than compute capability 9.0 with the
+ * build's sm_90a code is KVCAL_ERR_UNSUPPORTED (kvcal_moe_gemm_launch runs
+ * there). */
+kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x,
+                                        const kvcal_bf16 *w, const kvcal_moe_plan *plan,
+                                        int num_experts, int k, int n,
+                                        kvcal_moe_epilogue epi, cudaStream_t stream);
+
 /* out (tokens, dim) = the weighted sum over j of y (capacity, dim) row
  * slot_of[t * top_k + j] times weights (tokens, top_k), fp32, rounded once
  * to bf16; plus, when shared (tokens, dim) is non-NULL, sigmoid(x (tokens,
  * dim) . shared_gate (dim)) * shared (the gate's logit and sigmoid rounded
  * to bf16 as a bf16 nn.Linear and F.sigmoid give them), or shared itself
- * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. */
+ * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. dim a
+ * multiple of 8, out, y and shared 16-byte aligned. */
 kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
                                       const int32_t *slot_of, const float *weights,
                                       const int32_t *pos, int tokens, int top_k, int dim,

@@ -21,6 +21,11 @@
  * counts per word (a block sees at most 128 tokens x 256 channels of a
  * head, < 65536), so 8 kv heads fit in shared memory.
  *
+ * Where the observer has q_absmax, both also keep each query head's max |q|
+ * (as rotated and stored): a lane's max of its values of the row, one
+ * shared atomicMax per lane and row, one global atomicMax per query head and
+ * block. It reads no byte the rotation does not already hold in registers.
+ *
  * Both build the |x| histogram in shared memory and add it to the global
  * counts once per block; absmax reaches global memory by atomicMax on the
  * float bits (|x| >= 0, so integer order is float order, and a NaN, whose
@@ -30,10 +35,10 @@
  * rounded, as transformers scales its cos/sin tables. */
 #include <cuda_bf16.h>
 
+#include "core/hist_rule.h"
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
-#include "core/hist_rule.h"
 
 // cos and sin of position p at frequency inv_freq, times the attention factor
 // (yarn; 1 otherwise), rounded to bf16 as transformers' cos/sin tables are.
@@ -157,6 +162,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
 {
     __shared__ unsigned shist[2][KVCAL_HIST_BINS];
     __shared__ unsigned smax[2][ROPE_MAX_HEAD_DIM];
+    extern __shared__ unsigned sq[]; // (group) the block's max |q| bits, obs.q_absmax set
+    const bool observe_q = observe && obs.q_absmax;
     const int g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int pairs = head_dim / 2, group = n_heads / n_kv_heads;
     const auto *qn = reinterpret_cast<const __nv_bfloat16 *>(rope.q_norm_w);
@@ -166,6 +173,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
             (&shist[0][0])[i] = 0u;
         for (int i = threadIdx.x; i < 2 * ROPE_MAX_HEAD_DIM; i += blockDim.x)
             (&smax[0][0])[i] = 0u;
+        for (int i = threadIdx.x; observe_q && i < group; i += blockDim.x)
+            sq[i] = 0u;
         __syncthreads();
     }
     unsigned kmax[2 * P], vmax[2 * P];
@@ -226,6 +235,13 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
                               rope.norm_eps, x[rr]);
                 if (r == group && observe)
                     observe_row<P>(x[rr], kmax, shist[KVCAL_K], lane, pairs);
+                if (r < group && observe_q) {
+                    unsigned m = 0u; /* the lane's unused pairs hold 0 */
+#pragma unroll
+                    for (int i = 0; i < 2 * P; i++)
+                        m = max(m, __float_as_uint(x[rr][i]) & 0x7fffffffu);
+                    atomicMax(&sq[r], m);
+                }
             }
         }
         if (observe)
@@ -272,6 +288,10 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         if (lane == 0 && m)
             atomicMax(reinterpret_cast<unsigned *>(obs.batch_absmax[warp]) + g, m);
     }
+    for (int i = threadIdx.x; observe_q && i < group; i += blockDim.x)
+        if (sq[i])
+            atomicMax(reinterpret_cast<unsigned *>(obs.q_absmax) + (int64_t)g * group + i,
+                      sq[i]);
 }
 
 // --- version 2: 16-byte accesses, sin/cos shared across the kv heads of a warp ---
@@ -405,9 +425,11 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
     extern __shared__ unsigned vec_smem[];
     unsigned *shist = vec_smem;                          // (2, groups, HIST_WORDS)
     unsigned *smax = vec_smem + 2 * groups * HIST_WORDS; // (2, groups, head_dim)
+    unsigned *sq = smax + 2 * groups * head_dim;         // (groups, group) max |q| bits
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r = lane / SP, s = lane % SP;
     const int g = blockIdx.y * groups + r, group = n_heads / n_kv_heads;
+    const bool observe_q = observe && obs.q_absmax;
     const int half = rope.rot_dim / 2;
     const bool active = s < head_dim / 16 && r < groups && g < n_kv_heads;
     const bool rotated = s < rope.rot_dim / 16;
@@ -415,7 +437,8 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
     const int c0 = rotated && !rope.interleaved ? 8 * s : 16 * s;
     const int c1 = rotated && !rope.interleaved ? half + 8 * s : 16 * s + 8;
     if (observe) {
-        for (int i = threadIdx.x; i < 2 * groups * (HIST_WORDS + head_dim);
+        for (int i = threadIdx.x;
+             i < 2 * groups * (HIST_WORDS + head_dim) + (observe_q ? groups * group : 0);
              i += blockDim.x)
             vec_smem[i] = 0u;
         __syncthreads();
@@ -489,6 +512,13 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
                 rotate16<SP>(x, cs, sn, rotated, rope.interleaved, qn, c0, c1, active,
                              head_dim, rope.norm_eps);
                 store16(row + c0, row + c1, x, active);
+                if (observe_q && active) {
+                    unsigned m = 0u;
+#pragma unroll
+                    for (int k = 0; k < 16; k++)
+                        m = max(m, __float_as_uint(x[k]) & 0x7fffffffu);
+                    atomicMax(&sq[r * group + q0 + i], m);
+                }
             }
         }
     }
@@ -536,6 +566,13 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
         if (lane == 0 && m && gg < n_kv_heads)
             atomicMax(reinterpret_cast<unsigned *>(obs.batch_absmax[kv]) + gg, m);
     }
+    for (int i = threadIdx.x; observe_q && i < groups * group; i += blockDim.x) {
+        const int gg = blockIdx.y * groups + i / group;
+        if (sq[i] && gg < n_kv_heads)
+            atomicMax(reinterpret_cast<unsigned *>(obs.q_absmax) + (int64_t)gg * group +
+                          i % group,
+                      sq[i]);
+    }
 }
 
 /* Whether version 2 takes this shape and these pointers. */
@@ -554,8 +591,12 @@ launch_vec(__nv_bfloat16 *qkv, int64_t token_stride, const int32_t *pos, int tok
            const kvcal_kv_observer &obs, bool observe, cudaStream_t stream)
 {
     const int groups = min(min(32 / SP, (int)VEC_MAX_GROUPS), n_kv_heads);
+    const size_t q_words =
+        observe && obs.q_absmax ? (size_t)groups * (n_heads / n_kv_heads) : 0;
     const size_t smem =
-        observe ? 2 * (size_t)groups * (HIST_WORDS + head_dim) * sizeof(unsigned) : 0;
+        observe
+            ? (2 * (size_t)groups * (HIST_WORDS + head_dim) + q_words) * sizeof(unsigned)
+            : 0;
     KVCAL_CUDA_TRY(cudaFuncSetAttribute(rope_observe_vec_kernel<SP>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
@@ -638,16 +679,18 @@ extern "C" kvcal_status kvcal_rope_observe_launch_version(
     const dim3 grid((tokens + ROPE_TOKENS_PER_BLOCK - 1) / ROPE_TOKENS_PER_BLOCK,
                     n_kv_heads);
     const int pairs = head_dim / 2;
+    const size_t q_smem =
+        obs && obs->q_absmax ? (size_t)(n_heads / n_kv_heads) * sizeof(unsigned) : 0;
     if (pairs <= 32)
-        rope_observe_kernel<1><<<grid, ROPE_WARPS * 32, 0, stream>>>(
+        rope_observe_kernel<1><<<grid, ROPE_WARPS * 32, q_smem, stream>>>(
             x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o,
             obs != NULL);
     else if (pairs <= 64)
-        rope_observe_kernel<2><<<grid, ROPE_WARPS * 32, 0, stream>>>(
+        rope_observe_kernel<2><<<grid, ROPE_WARPS * 32, q_smem, stream>>>(
             x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o,
             obs != NULL);
     else
-        rope_observe_kernel<4><<<grid, ROPE_WARPS * 32, 0, stream>>>(
+        rope_observe_kernel<4><<<grid, ROPE_WARPS * 32, q_smem, stream>>>(
             x, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, *rope, o,
             obs != NULL);
     KVCAL_CUDA_CHECK_LAUNCH("rope_observe_kernel");

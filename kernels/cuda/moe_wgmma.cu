@@ -1,0 +1,282 @@
+/* kernels/cuda/moe_wgmma.cu: the experts' grouped GEMM on Hopper, the
+ * sm_90a counterpart of moe.cu's kvcal_moe_gemm_launch, with no host round
+ * trip: every tile's expert comes from the plan on the device.
+ *
+ * The rows are the plan's (kvcal_moe_align_launch): each expert's rows
+ * contiguous and padded to 128-row tiles, the tokens' inputs gathered into
+ * that order first (kvcal_moe_gather_launch), so that one TMA tensor map
+ * covers every expert's rows and one the stacked weights (num_experts x
+ * rows, k). One persistent CTA of 3 warpgroups per SM walks the (plan
+ * tile, weight block) pairs of the tiles the routing filled (a prefix of
+ * the plan, its length on the device); warpgroup 0 loads 128 x 64 tiles
+ * of the rows and two 128 x 64 tiles of the tile's expert's weight with
+ * TMA into a ring of stages; warpgroups 1 and 2 each multiply 64 of the
+ * rows by the 256 weight rows with wgmma m64n256k16 (hopper.cuh, the
+ * pieces of gemm_swiglu.cu's kernel, here without clusters: adjacent
+ * tiles may belong to different experts).
+ *
+ * The epilogue (a template choice) overlaps the next tile's first k
+ * blocks, as gemm_swiglu.cu's does: SWIGLU takes the 128 gate rows and the
+ * 128 up rows of the same outputs (the checkpoint's [gate; up] order: no
+ * interleaved copy of the weight) and stores silu(gate) * up rounded as
+ * kvcal_swiglu_launch; STORE rounds the 256 outputs to bf16, staged and
+ * stored in two halves of 128 columns. Weight rows past an expert's read
+ * the next expert's (or zeros past the end) into outputs that the stores
+ * clip. */
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "kernels/cuda/bf16_round.cuh"
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace
+{
+
+constexpr int BM = KVCAL_SM90_BM, BN = KVCAL_SM90_BN, BK = KVCAL_SM90_BK, STAGES = 4,
+              THREADS = 384;
+constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2,
+              STAGE_BYTES = A_BYTES + B_BYTES;
+/* shared memory: the stages (1024-byte aligned for the 128-byte swizzle), each
+ * consumer warpgroup's 64 x 128 outputs staged for TMA stores, the barriers */
+constexpr int OUT_BYTES = (BM / 2) * 128 * 2;
+constexpr size_t SMEM_BYTES =
+    1024 + (size_t)STAGES * STAGE_BYTES + 2 * OUT_BYTES + 2 * STAGES * 8;
+
+static_assert(BM == KVCAL_MOE_TILE_ROWS, "a GEMM tile is a plan tile");
+
+/* Output columns of a tile. */
+constexpr int tile_n(int epi)
+{
+    return epi == KVCAL_MOE_EPI_SWIGLU ? BN / 2 : BN;
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int GROUP_M = 16; /* plan tiles walked together (the tile order) */
+/* a tile's epilogue, spread over the next one's first k blocks */
+constexpr int EPI_PARTS = 8;
+
+#endif
+
+/* out (capacity, n) row r = epilogue(x (capacity, k) row r @ w[e]^T) for
+ * the rows of the plan's used tiles (the first *used_tiles), tile m's
+ * expert e = tile_expert[m]; map_x over x (boxes of BM rows), map_w over w
+ * (num_experts * w_rows, k) (boxes of BN / 2 rows; w_rows 2n for SWIGLU, n
+ * for STORE), map_out over out (boxes of BM / 2 rows). */
+template <int EPI>
+__global__ void __launch_bounds__(THREADS, 1)
+    moe_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
+                     const __grid_constant__ CUtensorMap map_w,
+                     const __grid_constant__ CUtensorMap map_out,
+                     const int32_t *__restrict__ tile_expert,
+                     const int32_t *__restrict__ used_tiles, int k, int n)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace kvcal_sm90;
+    constexpr bool SWIGLU = EPI == KVCAL_MOE_EPI_SWIGLU;
+    constexpr int TILE_N = tile_n(EPI);
+    /* a thread's 8-column groups of a tile's outputs, and an epilogue part's */
+    constexpr int GROUPS = TILE_N / 8, PART_GROUPS = GROUPS / EPI_PARTS;
+    static_assert(PART_GROUPS * EPI_PARTS == GROUPS && 16 % PART_GROUPS == 0,
+                  "a part lies within one staged half of 128 columns");
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
+    unsigned char *out_stage = smem + STAGES * STAGE_BYTES; /* 2 x (64 x 128) bf16 */
+    uint64_t *full = reinterpret_cast<uint64_t *>(out_stage + 2 * OUT_BYTES);
+    uint64_t *empty = full + STAGES;
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int tiles = *used_tiles;
+    const int num_n = (n + TILE_N - 1) / TILE_N, num_k = (k + BK - 1) / BK;
+    const int total = tiles * num_n;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);  /* the producer's expect_tx */
+            mbar_init(&empty[s], 2); /* each consumer warpgroup */
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            const int w_rows = SWIGLU ? 2 * n : n;
+            int s = 0, phase = 0;
+            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+                int m, nb;
+                tile_coords(t, tiles, num_n, GROUP_M, m, nb);
+                const int e = tile_expert[m];
+                /* the weight tile's halves: gate rows and the up rows of the
+                 * same outputs, or 256 consecutive output rows */
+                const int w0 = e * w_rows + nb * TILE_N,
+                          w1 = SWIGLU ? w0 + n : w0 + BN / 2;
+                for (int kb = 0; kb < num_k; kb++) {
+                    mbar_wait(&empty[s], phase ^ 1);
+                    mbar_expect_tx(&full[s], STAGE_BYTES);
+                    unsigned char *st = smem + s * STAGE_BYTES;
+                    tma_load_2d(st, &map_x, &full[s], kb * BK, m * BM);
+                    tma_load_2d(st + A_BYTES, &map_w, &full[s], kb * BK, w0);
+                    tma_load_2d(st + A_BYTES + B_BYTES / 2, &map_w, &full[s], kb * BK,
+                                w1);
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        /* consumers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127 */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int half = wg - 1, warp = tid / 32, lane = tid % 32;
+        unsigned char *out = out_stage + half * OUT_BYTES;
+        /* A finished tile rounded to bf16 (round_accumulators), waiting for
+         * its epilogue: output group j (8 columns) is r[2 j + h]; for SWIGLU
+         * (j < 16) the gate, its up in r[32 + 2 j + h]. */
+        __nv_bfloat162 r[64];
+        /* Epilogue part c of EPI_PARTS: groups c x PART_GROUPS on, staged
+         * (stage_addr) in the half of 128 columns they belong to; the part
+         * that begins a half first waits until the staging's previous stores
+         * have read it, the part that ends one stores its two 64-column boxes
+         * (the columns past n clipped, boxes wholly past it left out). */
+        auto epilogue_part_at = [&](auto part, int tile) {
+            constexpr int c = decltype(part)::value, j0 = c * PART_GROUPS;
+            if constexpr (j0 % 16 == 0) {
+                if (tid == 0)
+                    tma_store_wait_read();
+                named_barrier(1 + half, 128);
+            }
+            const uint32_t base = stage_base(out, warp, lane);
+#pragma unroll
+            for (int jj = 0; jj < PART_GROUPS; jj++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int j = j0 + jj;
+                    const uint32_t addr = stage_addr(base, j % 16, h);
+                    if constexpr (SWIGLU)
+                        st_shared_pair(
+                            addr, kvcal_swiglu2_bf16(r[2 * j + h], r[32 + 2 * j + h]));
+                    else
+                        st_shared_pair(addr, r[2 * j + h]);
+                }
+            if constexpr ((j0 + PART_GROUPS) % 16 == 0) {
+                fence_proxy_async();
+                named_barrier(1 + half, 128);
+                if (tid == 0) {
+                    int m, nb;
+                    tile_coords(tile, tiles, num_n, GROUP_M, m, nb);
+                    const int row0 = m * BM + half * (BM / 2),
+                              col0 = nb * TILE_N + j0 / 16 * 128;
+                    if (col0 < n)
+                        tma_store_2d(&map_out, out, col0, row0);
+                    if (col0 + 64 < n)
+                        tma_store_2d(&map_out, out + OUT_BYTES / 2, col0 + 64, row0);
+                    tma_store_commit();
+                }
+            }
+        };
+        /* part c of the registers must be named at compile time: a run-time
+         * index would move r to local memory */
+        auto epilogue_part = [&](int c, int tile) {
+            at_constant<0, EPI_PARTS>(c,
+                                      [&](auto part) { epilogue_part_at(part, tile); });
+        };
+        int s = 0, phase = 0;
+        int prev = -1; /* the tile computed last, whose epilogue is still to run */
+        float d[128];
+        for (int t = blockIdx.x; t < total; t += gridDim.x) {
+            int held = 0; /* the stage of the previous k block */
+            for (int kb = 0; kb < num_k; kb++) {
+                mbar_wait(&full[s], phase);
+                wgmma_k_block(d, smem + s * STAGE_BYTES + half * (BM / 2) * BK * 2,
+                              smem + s * STAGE_BYTES + A_BYTES, kb == 0);
+                /* the previous tile's epilogue runs while the tensor cores
+                 * work on this tile's first k blocks */
+                if (prev >= 0 && kb < EPI_PARTS)
+                    epilogue_part(kb, prev);
+                wgmma_wait<1>(); /* the previous k block's products are done */
+                if (tid == 0 && kb > 0)
+                    mbar_arrive(&empty[held]);
+                held = s;
+                if (++s == STAGES) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            }
+            for (int c = num_k; prev >= 0 && c < EPI_PARTS; c++) /* k shorter than that */
+                epilogue_part(c, prev);
+            wgmma_wait<0>();
+            fence_operands(d);
+            if (tid == 0)
+                mbar_arrive(&empty[held]);
+            round_accumulators(r, d);
+            prev = t;
+        }
+        for (int c = 0; prev >= 0 && c < EPI_PARTS; c++) /* the last tile's */
+            epilogue_part(c, prev);
+        if (tid == 0)
+            tma_store_wait_read(); /* shared memory stays until the last stores read it */
+    }
+#elif defined(__CUDA_ARCH__)
+    /* built for another architecture than sm_90a: fail, never skip the product */
+    __trap();
+#endif
+}
+
+template <int EPI>
+kvcal_status launch(const CUtensorMap &map_x, const CUtensorMap &map_w,
+                    const CUtensorMap &map_out, const kvcal_moe_plan *plan, int k, int n,
+                    int sms, cudaStream_t stream)
+{
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(moe_wgmma_kernel<EPI>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)SMEM_BYTES));
+    /* (the tiles' count fits an int: out has capacity x n bf16 values) */
+    const int total = plan->tiles * ((n + tile_n(EPI) - 1) / tile_n(EPI));
+    const int grid = total < sms ? total : sms;
+    moe_wgmma_kernel<EPI><<<grid, THREADS, SMEM_BYTES, stream>>>(
+        map_x, map_w, map_out, plan->tile_expert, plan->used_tiles, k, n);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_wgmma_kernel");
+    return KVCAL_OK;
+}
+
+} // namespace
+
+extern "C" kvcal_status
+kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, const kvcal_bf16 *w,
+                           const kvcal_moe_plan *plan, int num_experts, int k, int n,
+                           kvcal_moe_epilogue epi, cudaStream_t stream)
+{
+    static const char who[] = "moe grouped GEMM (sm_90a)";
+    const int swiglu = epi == KVCAL_MOE_EPI_SWIGLU;
+    if (!out || !x || !w || !plan || !plan->used_tiles || num_experts < 1 || k < 8 ||
+        n < 8 || k % 8 || n % 8 || (!swiglu && epi != KVCAL_MOE_EPI_STORE) ||
+        ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "%s: k %d, n %d, %d experts, epilogue %d: need buffers (the plan's "
+            "used_tiles too), k and n multiples of 8, 16-byte aligned out, x and w and a "
+            "known epilogue",
+            who, k, n, num_experts, (int)epi);
+    if (plan->tiles < 1)
+        return KVCAL_OK;
+    int sms = 0;
+    kvcal_status st = kvcal_sm90_check(who, &sms);
+    CUtensorMap map_x, map_w, map_out;
+    if (st == KVCAL_OK)
+        st = kvcal_sm90_tensor_map(&map_x, x, plan->capacity, k, BM, who, "the rows");
+    if (st == KVCAL_OK)
+        st = kvcal_sm90_tensor_map(&map_w, w, (int64_t)num_experts * (swiglu ? 2 * n : n),
+                                   k, BN / 2, who, "the experts' weight");
+    if (st == KVCAL_OK)
+        st = kvcal_sm90_tensor_map(&map_out, out, plan->capacity, n, BM / 2, who, "out");
+    if (st != KVCAL_OK)
+        return st;
+    return swiglu ? launch<KVCAL_MOE_EPI_SWIGLU>(map_x, map_w, map_out, plan, k, n, sms,
+                                                 stream)
+                  : launch<KVCAL_MOE_EPI_STORE>(map_x, map_w, map_out, plan, k, n, sms,
+                                                stream);
+}
