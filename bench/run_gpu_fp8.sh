@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU host, from an existing CUDA build: FP8 checkpoints, checked and
-# timed in one go (about 8 minutes on one H200), each log into OUTDIR, a
-# summary last; exits 0 when every step ran clean.
+# timed in one go (an estimated 8 minutes on one H200, not yet run; steps
+# capped at 5, 3 and 8 minutes), each log into OUTDIR, a summary last; exits
+# 0 when every step ran clean.
 #   tests  the suites that run FP8 weights: backend_ops (its fp8_quant_act rows
 #          against kvcal_fp8_quant_act_ref bit for bit, its fp8_linear rows,
 #          cuBLASLt's FP8 GEMMs and the dequantized fallback, against
@@ -9,8 +10,9 @@
 #          64 x 64 blocks must take the FP8 GEMM), cuda_backend (every FP8
 #          fixture both ways against the served model in float64 (3%, or 1.5
 #          times the fixture's bf16 spread in that layer), staged
-#          through small pieces, streamed two layers at a time), fp8_linear
-#          and runner on the host
+#          through small pieces, streamed two layers at a time), eval_cuda
+#          (eval of two FP8 fixtures on both devices, beside the bf16
+#          models), fp8_linear and runner on the host
 #   torch  tests/fp8_vs_torch_gpu.py: per-head K/V absmax of kvcal calibrate
 #          --device cuda (FP8 GEMMs, and KVCAL_FP8_GEMM=dequant) against a
 #          torch model serving the same checkpoint with torch._scaled_mm, every
@@ -38,11 +40,12 @@ cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 "$build/kvcal" --version | grep -i "device\|FP8" | tee -a "$out/gpu.txt"
 
-timeout 300 "$build/kvcal_tests" backend_ops cuda_backend fp8_linear runner > "$out/tests.log" 2>&1
+KVCAL_BIN=$build/kvcal timeout 300 "$build/kvcal_tests" backend_ops cuda_backend eval_cuda fp8_linear \
+    runner > "$out/tests.log" 2>&1
 t_rc=$?
 tail -n 4 "$out/tests.log"
 
-PYTHONUNBUFFERED=1 timeout 240 python3 tests/fp8_vs_torch_gpu.py --kvcal "$build/kvcal" \
+PYTHONUNBUFFERED=1 timeout 180 python3 tests/fp8_vs_torch_gpu.py --kvcal "$build/kvcal" \
     --work "$out/work-torch" --json "$out/vs_torch.json" > "$out/vs_torch.log" 2>&1
 v_rc=$?
 rm -rf "$out/work-torch"
@@ -58,7 +61,10 @@ status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 echo
 echo "=== summary ==="
 echo "tests  $(status $t_rc)   (log: $out/tests.log)"
-grep -h '^tests:\|worst rel' "$out/tests.log" | grep -i 'fp8\|^tests:' | sed 's/^ *//'
+grep -E '^tests:|FAILED' "$out/tests.log"
+echo "FP8 fixtures against the float64 oracle (FP8 GEMMs, then the dequantized fallback):"
+grep -oE '\(fp8_[a-z0-9_]+: worst rel\. error [0-9.e+-]+\)' "$out/tests.log"
+grep -oE 'fp8_[a-z0-9_]+: baseline ppl cpu [0-9.]+ cuda [0-9.]+ \([^)]*\)' "$out/tests.log"
 echo "torch  $(status $v_rc)   (log: $out/vs_torch.log)"
 grep -v 'Warning\|warn(' "$out/vs_torch.log" | tail -n 8
 echo "bench  $(status $b_rc)   (log: $out/bench.log)"

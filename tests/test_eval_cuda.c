@@ -189,20 +189,10 @@ static void eval_cuda_matches_cpu_on_stories260K(void)
     check_cuda_against_cpu("stories260K", args);
 }
 
-/* Golden tiny models (random weights, vocabulary 128): every architecture
- * path of the CUDA runner (GQA / MQA / MHA, head_dim 16 to 80, q/k norm, qkv
- * bias, tied and separate lm_head, mixtures of experts, sliding windows
- * shorter than the samples, fused projections and longrope) on random token
- * ids. */
-static void eval_cuda_matches_cpu_on_golden_models(void)
+/* Calibrates each golden model on random token ids and evaluates it with the
+ * scales on both devices (check_cuda_against_cpu). */
+static void check_golden_models(const char *const *names, size_t n)
 {
-    static const char *const names[] = {
-        "llama3_gqa_hd48_bf16", "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
-        "qwen2_gqa_bias_bf16", "qwen3_gqa_hd80_qknorm_bf16",
-        "qwen3_moe_e8_top3_norm_bf16", "qwen2_moe_shared_e6_top2_bf16",
-        "mixtral_e4_top2_swa16_bf16", "phi3_longrope_partial_swa16_bf16",
-        "gemma3_text_swa8_local_global_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16",
-        "gemma2_softcap_swa8_bf16", "qwen3_moe_dense_layers_e4_top2_bf16"};
     /* copies: kvcal_test_path's 8 slots turn over within the loop */
     char ids[512], scales[512];
     snprintf(ids, sizeof ids, "%s", kvcal_test_path("golden_ids.jsonl"));
@@ -216,7 +206,7 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
         fprintf(f, "]}\n");
     }
     fclose(f);
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
         char args[2048];
         snprintf(
             args, sizeof args,
@@ -230,6 +220,40 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                  names[i], ids, scales);
         check_cuda_against_cpu(names[i], args);
     }
+}
+
+/* Golden tiny models (random weights, vocabulary 128): every architecture
+ * path of the CUDA runner (GQA / MQA / MHA, head_dim 16 to 80, q/k norm, qkv
+ * bias, tied and separate lm_head, mixtures of experts, sliding windows
+ * shorter than the samples, fused projections and longrope) on random token
+ * ids. */
+static void eval_cuda_matches_cpu_on_golden_models(void)
+{
+    static const char *const names[] = {"llama3_gqa_hd48_bf16",
+                                        "llama_mha_linear_tied_fp32",
+                                        "mistral_mqa_fp16",
+                                        "qwen2_gqa_bias_bf16",
+                                        "qwen3_gqa_hd80_qknorm_bf16",
+                                        "qwen3_moe_e8_top3_norm_bf16",
+                                        "qwen2_moe_shared_e6_top2_bf16",
+                                        "mixtral_e4_top2_swa16_bf16",
+                                        "phi3_longrope_partial_swa16_bf16",
+                                        "gemma3_text_swa8_local_global_bf16",
+                                        "glm4_moe_dense1_sigmoid_e8_top3_bf16",
+                                        "gemma2_softcap_swa8_bf16",
+                                        "qwen3_moe_dense_layers_e4_top2_bf16"};
+    check_golden_models(names, sizeof names / sizeof names[0]);
+}
+
+/* FP8 checkpoints (tests/make_fp8_checkpoints.py) evaluated as they are
+ * served on both devices: per-tensor weights with dynamic per-token
+ * activations (three layers) and 64 x 64 blocks with activation groups
+ * (the dequantized fallback on the device), within the bf16 bounds. */
+static void eval_cuda_matches_cpu_on_fp8_checkpoints(void)
+{
+    static const char *const names[] = {"fp8_llama_fp8_tensor_dynamic",
+                                        "fp8_qwen3_fp8_block"};
+    check_golden_models(names, sizeof names / sizeof names[0]);
 }
 
 /* stories260K with k_proj x64 and q_proj / 64 (what tests/make_large_k_copy.py
@@ -333,6 +357,7 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_cuda_matches_cpu_on_stories260K),
     KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_fp8_checkpoints),
     KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),
     KVCAL_TEST(eval_cuda_rejects_bad_inputs_as_the_cpu),
     KVCAL_TEST(eval_cuda_create_rejects_bad_static_scales),
