@@ -10,10 +10,13 @@ extern const kvcal_arch kvcal_arch_mixtral;
 extern const kvcal_arch kvcal_arch_phi3;
 extern const kvcal_arch kvcal_arch_gemma;
 extern const kvcal_arch kvcal_arch_glm4_moe;
+extern const kvcal_arch kvcal_arch_deepseek_v2;
+extern const kvcal_arch kvcal_arch_deepseek_v3;
 
-static const kvcal_arch *const families[] = {&kvcal_arch_llama,  &kvcal_arch_qwen_moe,
-                                             &kvcal_arch_mixtral, &kvcal_arch_phi3,
-                                             &kvcal_arch_gemma, &kvcal_arch_glm4_moe};
+static const kvcal_arch *const families[] = {
+    &kvcal_arch_llama,       &kvcal_arch_qwen_moe,   &kvcal_arch_mixtral,
+    &kvcal_arch_phi3,        &kvcal_arch_gemma,      &kvcal_arch_glm4_moe,
+    &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 
@@ -34,8 +37,6 @@ static const struct {
     {"Gemma3ForConditionalGeneration",
      "the multimodal wrapper's weight names (its language model runs as "
      "Gemma3ForCausalLM from a text-only checkpoint)"},
-    {"DeepseekV3ForCausalLM", "MLA attention (one latent entry per token)"},
-    {"DeepseekV2ForCausalLM", "MLA attention (one latent entry per token)"},
 };
 
 const char *kvcal_arch_missing(const char *architecture)

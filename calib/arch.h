@@ -41,6 +41,15 @@ typedef enum kvcal_weight {
     KVCAL_W_POST_ATTN_NORM, /* (hidden) RMSNorm of the attention's output (Gemma) */
     KVCAL_W_POST_FFN_NORM, /* (hidden) RMSNorm of the MLP's output (Gemma) */
     KVCAL_W_ROUTER_BIAS,   /* (experts) added to the router's scores to choose (GLM) */
+    /* multi-head latent attention (DeepSeek-V2/V3): */
+    KVCAL_W_Q_A,       /* (q_lora_rank, hidden) the query's LoRA down */
+    KVCAL_W_Q_A_NORM,  /* (q_lora_rank) its RMSNorm */
+    KVCAL_W_Q_B,       /* (heads * qk_head, q_lora_rank) the query's LoRA up */
+    KVCAL_W_Q_PROJ,    /* (heads * qk_head, hidden) the query without LoRA */
+    KVCAL_W_KV_A,      /* (kv_lora_rank + qk_rope, hidden) latent and RoPE part */
+    KVCAL_W_KV_A_NORM, /* (kv_lora_rank) the latent's RMSNorm */
+    KVCAL_W_KV_B,      /* (heads * (qk_nope + v_head), kv_lora_rank) per head
+                          [W_UK; W_UV]: the latent's K (no RoPE) and V */
     KVCAL_W_COUNT
 } kvcal_weight;
 
@@ -57,7 +66,13 @@ typedef enum kvcal_dim {
     KVCAL_DIM_SHARED_INTER, /* shared_expert_intermediate_size */
     KVCAL_DIM_ONE,          /* 1 */
     KVCAL_DIM_QKV,          /* (num_heads + 2 num_kv_heads) * head_dim: a fused qkv_proj */
-    KVCAL_DIM_2INTER        /* 2 intermediate_size: a fused gate_up_proj */
+    KVCAL_DIM_2INTER,  /* 2 intermediate_size: a fused gate_up_proj */
+    KVCAL_DIM_Q_LORA,  /* q_lora_rank */
+    KVCAL_DIM_KV_LORA, /* kv_lora_rank */
+    KVCAL_DIM_KV_A,    /* kv_lora_rank + qk_rope_head_dim: the cached entry */
+    KVCAL_DIM_MLA_Q,   /* num_heads * (qk_nope_head_dim + qk_rope_head_dim) */
+    KVCAL_DIM_KV_B,    /* num_heads * (qk_nope_head_dim + v_head_dim) */
+    KVCAL_DIM_MLA_O    /* num_heads * v_head_dim */
 } kvcal_dim;
 
 /* When a weight exists, from the model description. */
@@ -68,7 +83,9 @@ typedef enum kvcal_when {
     KVCAL_WHEN_QK_NORM,  /* desc->qk_norm */
     KVCAL_WHEN_SHARED_EXPERT, /* desc->shared_intermediate_size > 0 */
     KVCAL_WHEN_DENSE_LAYERS,  /* the dense layers of desc->layer_dense only */
-    KVCAL_WHEN_MOE_LAYERS     /* the other layers only */
+    KVCAL_WHEN_MOE_LAYERS,    /* the other layers only */
+    KVCAL_WHEN_Q_LORA,        /* desc->q_lora_rank > 0 */
+    KVCAL_WHEN_NO_Q_LORA      /* desc->q_lora_rank == 0 */
 } kvcal_when;
 
 /* One checkpoint tensor of a logical weight: its name after the layer
@@ -98,7 +115,10 @@ typedef enum kvcal_act {
     KVCAL_ACT_DELTA, /* (rows, hidden) what a block adds to the residual */
     KVCAL_ACT_QKV,   /* (rows, q + 2 kv) q, k, v */
     KVCAL_ACT_ATT,   /* (rows, q) attention output */
-    KVCAL_ACT_MLP    /* (rows, intermediate) the MLP's hidden activation */
+    KVCAL_ACT_MLP,   /* (rows, intermediate) the MLP's hidden activation */
+    KVCAL_ACT_Q_A,   /* (rows, q_lora_rank) the query's LoRA (MLA) */
+    KVCAL_ACT_Q,     /* (rows, heads, qk_nope + qk_rope) the query (MLA) */
+    KVCAL_ACT_LATENT /* (rows, kv_lora_rank + qk_rope) the cached entry (MLA) */
 } kvcal_act;
 
 
@@ -130,7 +150,18 @@ typedef enum kvcal_op_kind {
      * before the residual add, Gemma's post-norms) */
     KVCAL_OP_RMSNORM,
     /* out = gelu_tanh(in Wgate^T) * (in Wup^T), w = [Wgate; Wup] */
-    KVCAL_OP_GEGLU
+    KVCAL_OP_GEGLU,
+    /* in place on LATENT (in, out) and Q: RMSNorm of the latent's first
+     * kv_lora_rank channels with w, RoPE (interleaved pairs, as vLLM's
+     * DeepSeek rotary) of its last qk_rope_head_dim channels and of the
+     * last qk_rope_head_dim channels of each head of Q: the entry an MLA
+     * engine caches */
+    KVCAL_OP_MLA_LATENT,
+    /* from the latent (in, after the cache point: what the cache gives
+     * back) and w = KVCAL_W_KV_B, the attention's K of each head [latent
+     * W_UK, the entry's RoPE part] and V (latent W_UV), for the next
+     * KVCAL_OP_ATTENTION, which then attends Q (its in) to them */
+    KVCAL_OP_MLA_EXPAND
 } kvcal_op_kind;
 
 typedef struct kvcal_op {
@@ -142,6 +173,10 @@ typedef struct kvcal_op {
      * FP8 cache (eval), and a calibration's last layer stops here */
     int kv_cache;
 } kvcal_op;
+/* An op runs in the layers that hold its weight w (KVCAL_W_NONE: every
+ * layer; QK_NORM_ROPE, whose weights are optional norms, every layer too):
+ * a family's conditional ops (MLA's query with or without its LoRA) are
+ * those of conditional weights (kvcal_model_op_runs). */
 
 typedef struct kvcal_arch {
     const char *family;                       /* "llama" */

@@ -2,38 +2,27 @@
  * GLM-4.5-Air, GLM-4.6). Leading dense layers (first_k_dense_replace) with a
  * SwiGLU MLP, then mixture-of-experts layers: sigmoid scores chosen by score
  * plus e_score_correction_bias, top-k renormalized and times
- * routed_scaling_factor, and n_shared_experts ungated shared experts (one MLP
+ * routed_scaling_factor (in n_group groups, the topk_group best ones open),
+ * and n_shared_experts ungated shared experts (one MLP
  * of n_shared x moe_intermediate_size). Partial rotary (0.5), q/k/v biases
  * (attention_bias), an optional per-head q/k norm (use_qk_norm). Every layer
  * caches K and V; the multi-token-prediction layer past num_hidden_layers
  * is not run (engines serve it apart). */
 #include "calib/arch.h"
+#include "calib/arch_expert_weights.h"
 #include "calib/model.h"
 #include "core/status.h"
 
 static const char *const architectures[] = {"Glm4MoeForCausalLM", NULL};
 
-/* Grouped top-k (n_group > 1, DeepSeek-V3's) is refused. */
+/* Grouped top-k (n_group > 1) as DeepSeek-V3's: groups scored by their two
+ * best experts' sum. */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     d->qkv_bias = c->attention_bias;
     d->o_bias = 0;
     d->qk_norm = c->qk_norm;
-    if (d->num_experts < 1 || d->experts_per_tok < 1 || d->experts_per_tok > d->num_experts ||
-        d->moe_intermediate_size < 1 || d->shared_intermediate_size < 1)
-        return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "config.json: %s needs n_routed_experts >= 1, num_experts_per_tok "
-                          "in 1..n_routed_experts, moe_intermediate_size and "
-                          "n_shared_experts >= 1 (found %d, %d, %d, shared expert %d); fix "
-                          "the config",
-                          c->architecture, d->num_experts, d->experts_per_tok,
-                          d->moe_intermediate_size, d->shared_intermediate_size);
-    if (c->moe_groups != 1 || c->moe_topk_groups != 1)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "config.json: %s with n_group %d, topk_group %d (grouped top-k "
-                          "routing) is not supported yet; GLM-4.5 and 4.6 use one group",
-                          c->architecture, c->moe_groups, c->moe_topk_groups);
-    return KVCAL_OK;
+    return kvcal_model_check_routed_experts(d, c->architecture);
 }
 
 static const char *const refused[] = {"self_attn.o_proj.bias", "mlp.gate.bias", NULL};
@@ -81,26 +70,10 @@ const kvcal_arch kvcal_arch_glm4_moe = {
                             KVCAL_WHEN_QK_NORM},
         [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,
                                 KVCAL_DIM_NONE}}},
-        [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
-                              {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},
-                             KVCAL_WHEN_DENSE_LAYERS},
-        [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},
-                          KVCAL_WHEN_DENSE_LAYERS},
-        [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},
-                            KVCAL_WHEN_MOE_LAYERS},
         [KVCAL_W_ROUTER_BIAS] = {{{"mlp.gate.e_score_correction_bias", KVCAL_DIM_EXPERTS,
                                    KVCAL_DIM_NONE}},
                                  KVCAL_WHEN_MOE_LAYERS},
-        [KVCAL_W_EXPERT_GATE_UP] = {{{"mlp.experts.%d.gate_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
-                                     {"mlp.experts.%d.up_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_MOE_LAYERS, 1},
-        [KVCAL_W_EXPERT_DOWN] = {{{"mlp.experts.%d.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
-                                 KVCAL_WHEN_MOE_LAYERS, 1},
-        [KVCAL_W_SHARED_GATE_UP] = {{{"mlp.shared_experts.gate_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN},
-                                     {"mlp.shared_experts.up_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_MOE_LAYERS},
-        [KVCAL_W_SHARED_DOWN] = {{{"mlp.shared_experts.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_SHARED_INTER}},
-                                 KVCAL_WHEN_MOE_LAYERS},
+        KVCAL_ARCH_EXPERT_WEIGHTS,
     },
     .refused = refused,
     .describe = describe,

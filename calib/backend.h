@@ -119,6 +119,12 @@ typedef struct kvcal_backend_ops {
     kvcal_status (*moe)(kvcal_backend *be, const kvcal_op *op, int observe);
     kvcal_status (*rmsnorm)(kvcal_backend *be, const kvcal_op *op);
     kvcal_status (*geglu)(kvcal_backend *be, const kvcal_op *op);
+    /* need_q 0: the query is not there (a calibration's last layer) and is
+     * not rotated; observe as qk_norm_rope's, the entry folded in as K and
+     * as V (an MLA layer caches one entry: one K and one V statistic) */
+    kvcal_status (*mla_latent)(kvcal_backend *be, const kvcal_op *op, int need_q,
+                               int observe);
+    kvcal_status (*mla_expand)(kvcal_backend *be, const kvcal_op *op);
 
     // --- observing K and V ------------------------------------------------
     /* Statistics the observing ops fold into from now on (NULL: none): the
@@ -179,6 +185,10 @@ typedef struct kvcal_backend_ops {
      * NULL, else the cache format q describes (nothing counted as clipped). */
     kvcal_status (*sim_roundtrip)(kvcal_backend *be, int layer,
                                   const kvcal_kv_qparams *q);
+    /* An MLA layer's entry (K and V of sim_view, one buffer) through vLLM's
+     * fp8_ds_mla cache and back (kvcal_mla_ds_roundtrip_ref), its error
+     * added to layer l's K and V sums (nothing counted as clipped). */
+    kvcal_status (*sim_ds_mla)(kvcal_backend *be, int layer);
     /* The batch's queries (after RoPE) through e4m3 under scale and back
      * (kvcal_fp8_roundtrip_ref): what attention then reads when it takes
      * its query in FP8, as FlashAttention 3 does with an fp8 cache. */

@@ -50,10 +50,10 @@ typedef struct {
     float *bmax;
     /* scratch every batch shares */
     float *norm; // (N, hidden)
-    float *q;    // (N, heads, head_dim)
+    float *q;    // (N, heads, head_dim): the attention's, kvcal_model_attention_dims
     float *k;    // (N, kv_heads, head_dim)
-    float *v;    // (N, kv_heads, head_dim)
-    float *att;  // (N, heads, head_dim)
+    float *v;    // (N, kv_heads, v_head_dim)
+    float *att;  // (N, heads, v_head_dim)
     float *gate; // (N, inter) gate, then the MLP's activation; inter the largest
     float *up;   // (N, inter)  of the MLP's, an expert's and the shared expert's
     /* the mixture of experts' (NULL for a dense model) */
@@ -64,8 +64,14 @@ typedef struct {
     float *rows_w;    // (N) their weights
     float *xs;        // (N, hidden) their inputs
     float *ys;        // (N, hidden) the expert's outputs
-    float *xq;        // (N, the widest FP8 weight's in) an FP8 weight's input as
-                      // the engine quantizes it; NULL without FP8 activations
+    /* multi-head latent attention's (NULL elsewhere) */
+    float *qa;     // (N, q_lora_rank) the query's LoRA
+    float *latent; // (N, kv_lora_rank + qk_rope) the cached entry
+    float *lat;    // (N, kv_lora_rank) its latent, contiguous for kv_b_proj
+    float *kvb;    // (N, heads, qk_nope + v_head) the latent through kv_b_proj
+    /* (N, the widest FP8 weight's in) an FP8 weight's input as the engine
+     * quantizes it; NULL without FP8 activations */
+    float *xq;
     void *slab;
     int64_t *default_names; /* (max_batch) 0 .. batch-1 */
     kvcal_stats_t *stats;   /* observe_into */
@@ -101,9 +107,22 @@ static float *act(cpu_backend *c, kvcal_act a)
         return c->att;
     case KVCAL_ACT_MLP:
         return c->gate;
+    case KVCAL_ACT_Q_A:
+        return c->qa;
+    case KVCAL_ACT_Q:
+        return c->q;
+    case KVCAL_ACT_LATENT:
+        return c->latent;
     default:
         return NULL;
     }
+}
+
+/* What the cache holds: K and V (an MLA layer's one entry for both). */
+static void cached_kv(const cpu_backend *c, float **k, float **v)
+{
+    *k = c->base.desc->mla ? c->latent : c->k;
+    *v = c->base.desc->mla ? c->latent : c->v;
 }
 
 static const float *weight(const cpu_backend *c, kvcal_weight w)
@@ -299,7 +318,7 @@ static kvcal_status observe(cpu_backend *c, int layer)
     const kvcal_model_desc *d = c->base.desc;
     const int64_t row = (int64_t)d->num_kv_heads * d->head_dim;
     const int64_t q_row = (int64_t)d->num_heads * d->head_dim;
-    for (int b = 0; c->stats->q_absmax && b < c->batch; b++) {
+    for (int b = 0; c->stats->q_absmax && !d->mla && b < c->batch; b++) {
         kvcal_kv_block blk =
             kvcal_kv_block_dense(c->q + c->start[b] * q_row, 1, c->lengths[b],
                                  d->num_heads, d->head_dim, NULL, &c->names[b]);
@@ -307,9 +326,11 @@ static kvcal_status observe(cpu_backend *c, int layer)
         if (st)
             return st;
     }
+    float *cached[2];
+    cached_kv(c, &cached[0], &cached[1]);
     for (int b = 0; b < c->batch; b++)
         for (int which = KVCAL_K; which <= KVCAL_V; which++) {
-            const float *x = (which == KVCAL_K ? c->k : c->v) + c->start[b] * row;
+            const float *x = cached[which] + c->start[b] * row;
             kvcal_kv_block blk = kvcal_kv_block_dense(
                 x, 1, c->lengths[b], d->num_kv_heads, d->head_dim, NULL, &c->names[b]);
             kvcal_status st = kvcal_stats_observe_ref(c->stats, layer, which, &blk);
@@ -341,13 +362,15 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
 static void attend(cpu_backend *c, float *out)
 {
     const kvcal_model_desc *d = c->base.desc;
-    const int H = d->num_heads, HKV = d->num_kv_heads, hd = d->head_dim;
+    const int H = d->num_heads;
+    int HKV, hd, vd;
+    kvcal_model_attention_dims(d, &HKV, &hd, &vd);
     for (int b = 0; b < c->batch; b++) {
         const int64_t s = c->start[b];
-        kvcal_attention_window_ref(out + s * H * hd, c->q + s * H * hd,
-                                   c->k + s * HKV * hd, c->v + s * HKV * hd,
-                                   c->lengths[b], H, HKV, hd, d->attn_scale,
-                                   d->layer_window[c->layer], d->attn_softcap);
+        kvcal_attention_vdim_ref(out + s * H * vd, c->q + s * H * hd, c->k + s * HKV * hd,
+                                 c->v + s * HKV * vd, c->lengths[b], H, HKV, hd, vd,
+                                 d->attn_scale, d->layer_window[c->layer],
+                                 d->attn_softcap);
     }
 }
 
@@ -358,12 +381,15 @@ static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
     return KVCAL_OK;
 }
 
+/* over the weight's length: hidden, or the query's LoRA rank (MLA) */
 static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
 {
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
+    long long dim, cols;
+    kvcal_model_weight_shape(d, op->w, &dim, &cols);
     kvcal_rmsnorm_ref(act(c, op->out), act(c, op->in), weight(c, op->w), (int)c->n,
-                      d->hidden_size, d->norm_eps);
+                      (int)dim, d->norm_eps);
     return KVCAL_OK;
 }
 
@@ -413,12 +439,16 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     const float *x = act(c, op->in);
     float *out = act(c, op->out);
     kvcal_matmul_ref(c->logits, x, weight(c, op->w), NULL, (int)n, D, E);
-    if (d->moe_sigmoid)
-        kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, weight(c, op->b),
-                                    n, E, K, d->norm_topk_prob, d->routed_scale);
-    else
-        kvcal_moe_route_ref(c->route_e, c->route_w, c->logits, n, E, K,
-                            d->norm_topk_prob);
+    const kvcal_moe_route_cfg route = {E,
+                                       K,
+                                       d->moe_sigmoid,
+                                       weight(c, op->b),
+                                       d->moe_groups,
+                                       d->moe_topk_groups,
+                                       d->moe_group_max,
+                                       d->norm_topk_prob,
+                                       d->routed_scale};
+    kvcal_moe_route_grouped_ref(c->route_e, c->route_w, c->logits, n, &route);
     memset(out, 0, sizeof(float) * (size_t)(n * D));
     const float *gu = weight(c, KVCAL_W_EXPERT_GATE_UP),
                 *down = weight(c, KVCAL_W_EXPERT_DOWN);
@@ -461,6 +491,42 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     return KVCAL_OK;
 }
 
+// --- multi-head latent attention --------------------------------------------------
+
+static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q,
+                               int observe_layer)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int R = d->qk_rope_head_dim, qk = d->qk_nope_head_dim + R;
+    kvcal_mla_latent_ref(act(c, op->out), d->head_dim, need_q ? c->q : NULL,
+                         (int64_t)d->num_heads * qk, c->pos, (int)c->n, d->num_heads, qk,
+                         d->kv_lora_rank, R, weight(c, op->w), d->norm_eps,
+                         kvcal_model_layer_inv_freq(d, c->layer),
+                         d->rope_attention_factor, NULL);
+    return observe_layer >= 0 && c->stats ? observe(c, observe_layer) : KVCAL_OK;
+}
+
+/* K and V of every head from the latent entry (what the cache gives back). */
+static void expand(cpu_backend *c)
+{
+    const kvcal_model_desc *d = c->base.desc;
+    const int L = d->kv_lora_rank, H = d->num_heads, nope = d->qk_nope_head_dim;
+    for (int64_t t = 0; t < c->n; t++)
+        memcpy(c->lat + t * L, c->latent + t * d->head_dim, sizeof(float) * (size_t)L);
+    kvcal_matmul_ref(c->kvb, c->lat, weight(c, KVCAL_W_KV_B), NULL, (int)c->n, L,
+                     H * (nope + d->v_head_dim));
+    kvcal_mla_expand_ref(c->k, c->v, d->v_head_dim, c->kvb, c->latent, d->head_dim,
+                         (int)c->n, H, nope, d->v_head_dim, L, d->qk_rope_head_dim);
+}
+
+static kvcal_status mla_expand(kvcal_backend *be, const kvcal_op *op)
+{
+    (void)op; /* its weight is KVCAL_W_KV_B */
+    expand(cpu(be));
+    return KVCAL_OK;
+}
+
 // --- observing ------------------------------------------------------------------
 
 static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
@@ -492,9 +558,11 @@ static kvcal_status batch_absmax(kvcal_backend *be, int slot, float *k, float *v
 static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k,
                              const float **v)
 {
+    float *ck, *cv;
+    cached_kv(cpu(be), &ck, &cv);
     *q = cpu(be)->q;
-    *k = cpu(be)->k;
-    *v = cpu(be)->v;
+    *k = ck;
+    *v = cv;
     return KVCAL_OK;
 }
 
@@ -578,9 +646,12 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     const size_t N = (size_t)c->max_tokens, KV = N * d->num_kv_heads * d->head_dim;
+    int akv, aqk, av;
+    kvcal_model_attention_dims(d, &akv, &aqk, &av);
+    const size_t att = N * (size_t)d->num_heads * av;
     const size_t bytes =
         2 * KV + 4 * N * d->num_kv_heads * sizeof(float) + 2 * KV * sizeof(float) +
-        N * (size_t)d->num_heads * d->head_dim * sizeof(float) + N * sizeof(int64_t) +
+        att * sizeof(float) + N * sizeof(int64_t) +
         d->num_layers * sizeof(kvcal_eval_layer_sums) + floats * sizeof(float) + 64;
     sim_release(be);
     if (!(c->sim_slab = calloc(1, bytes)))
@@ -596,7 +667,7 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
         c->cache_zero[i] = (float *)p, p += N * d->num_kv_heads * sizeof(float);
         c->deq[i] = (float *)p, p += KV * sizeof(float);
     }
-    c->att0 = (float *)p, p += N * (size_t)d->num_heads * d->head_dim * sizeof(float);
+    c->att0 = (float *)p, p += att * sizeof(float);
     c->space = floats ? (float *)p : NULL, p += floats * sizeof(float);
     c->cache[0] = p, p += KV;
     c->cache[1] = p;
@@ -620,8 +691,9 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     const kvcal_model_desc *d = be->desc;
     const int H = d->num_kv_heads, D = d->head_dim;
     const int64_t row = (int64_t)H * D;
-    io->batch =
-        (kvcal_kv_batch){c->k, c->v, KVCAL_DTYPE_F32, c->n, row, D, row, D, c->slots};
+    float *k, *v;
+    cached_kv(c, &k, &v);
+    io->batch = (kvcal_kv_batch){k, v, KVCAL_DTYPE_F32, c->n, row, D, row, D, c->slots};
     io->cache = (kvcal_kv_cache){
         c->cache[0], c->cache[1], c->cache_scale[0], c->cache_scale[1], c->n, 1, H,
         D,           0,           KVCAL_CACHE_NHD};
@@ -631,9 +703,12 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     return KVCAL_OK;
 }
 
+/* (MLA: K and V expanded from the exact entry first) */
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
     (void)op;
+    if (be->desc->mla)
+        expand(cpu(be));
     attend(cpu(be), cpu(be)->att0);
     return KVCAL_OK;
 }
@@ -653,19 +728,37 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_q
                                     NULL, c->deq[0], c->deq[1], KVCAL_DTYPE_F32);
     if (st)
         return st;
-    float *kv[2] = {c->k, c->v};
-    for (int i = 0; i < 2; i++) {
+    float *kv[2];
+    cached_kv(c, &kv[0], &kv[1]);
+    /* every sum before any store: K and V may be one buffer (MLA's entry) */
+    for (int i = 0; i < 2; i++)
         kvcal_error_sums_ref(&c->sums[layer].kv[i], kv[i], row, c->deq[i], row,
                              q ? NULL : c->cache_scale[i], D, NULL, c->n, (int)row);
+    for (int i = 0; i < 2; i++)
         memcpy(kv[i], c->deq[i], sizeof(float) * (size_t)(c->n * row));
-    }
+    return KVCAL_OK;
+}
+
+static kvcal_status sim_ds_mla(kvcal_backend *be, int layer)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const int E = d->head_dim;
+    kvcal_mla_ds_roundtrip_ref(c->deq[0], E, c->latent, E, c->n, d->kv_lora_rank,
+                               d->qk_rope_head_dim);
+    for (int i = 0; i < 2; i++)
+        kvcal_error_sums_ref(&c->sums[layer].kv[i], c->latent, E, c->deq[0], E, NULL, E,
+                             NULL, c->n, E);
+    memcpy(c->latent, c->deq[0], sizeof(float) * (size_t)(c->n * E));
     return KVCAL_OK;
 }
 
 static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
 {
     cpu_backend *c = cpu(be);
-    const int cols = be->desc->num_heads * be->desc->head_dim;
+    int akv, aqk, av;
+    kvcal_model_attention_dims(be->desc, &akv, &aqk, &av);
+    const int cols = be->desc->num_heads * aqk;
     kvcal_fp8_roundtrip_ref(c->q, cols, c->n, cols, scale);
     return KVCAL_OK;
 }
@@ -673,7 +766,9 @@ static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
 static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
 {
     cpu_backend *c = cpu(be);
-    const int cols = be->desc->num_heads * be->desc->head_dim;
+    int akv, aqk, av;
+    kvcal_model_attention_dims(be->desc, &akv, &aqk, &av);
+    const int cols = be->desc->num_heads * av;
     kvcal_error_sums_ref(&c->sums[layer].att, c->att0, cols, act(c, op->out), cols, NULL,
                          0, NULL, c->n, cols);
     return KVCAL_OK;
@@ -728,6 +823,8 @@ static const kvcal_backend_ops cpu_ops = {
     .moe = moe,
     .rmsnorm = rmsnorm,
     .geglu = geglu,
+    .mla_latent = mla_latent,
+    .mla_expand = mla_expand,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = nothing,
@@ -741,6 +838,7 @@ static const kvcal_backend_ops cpu_ops = {
     .sim_upload = sim_upload,
     .sim_attend_exact = sim_attend_exact,
     .sim_roundtrip = sim_roundtrip,
+    .sim_ds_mla = sim_ds_mla,
     .sim_q_roundtrip = sim_q_roundtrip,
     .sim_attention_error = sim_attention_error,
     .sim_collect = sim_collect,
@@ -766,8 +864,11 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
     c->model = model;
     c->max_tokens = max_tokens;
     c->max_batch = opt->max_batch;
-    int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * d->head_dim;
-    int64_t KV = (int64_t)d->num_kv_heads * d->head_dim, I = d->intermediate_size;
+    int akv, aqk, av;
+    kvcal_model_attention_dims(d, &akv, &aqk, &av);
+    int64_t D = d->hidden_size, Q = (int64_t)d->num_heads * aqk,
+            A = (int64_t)d->num_heads * av;
+    int64_t KV = (int64_t)akv * aqk, VV = (int64_t)akv * av, I = d->intermediate_size;
     I = I > d->moe_intermediate_size ? I : d->moe_intermediate_size;
     I = I > d->shared_intermediate_size ? I : d->shared_intermediate_size;
     const int64_t E = d->num_experts, K = d->experts_per_tok;
@@ -780,7 +881,12 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
         if (d->fp8[w].w != KVCAL_FP8W_NONE && d->fp8[w].a != KVCAL_FP8A_NONE)
             fp8_cols = cols > fp8_cols ? cols : fp8_cols;
     }
-    int64_t per_token = D + 2 * Q + 2 * KV + 2 * I + moe_floats + fp8_cols;
+    /* MLA's: the query's LoRA, the entry, its latent, kv_b_proj's output */
+    const int64_t mla_floats =
+        d->mla ? d->q_lora_rank + d->head_dim + d->kv_lora_rank +
+                     (int64_t)d->num_heads * (d->qk_nope_head_dim + d->v_head_dim)
+               : 0;
+    int64_t per_token = D + Q + KV + VV + A + 2 * I + moe_floats + mla_floats + fp8_cols;
     double bytes = (double)per_token * (double)max_tokens * sizeof(float);
     c->slab = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
     c->default_names = malloc(sizeof(int64_t) * (size_t)opt->max_batch);
@@ -799,8 +905,8 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
     c->norm = p, p += N * D;
     c->q = p, p += N * Q;
     c->k = p, p += N * KV;
-    c->v = p, p += N * KV;
-    c->att = p, p += N * Q;
+    c->v = p, p += N * VV;
+    c->att = p, p += N * A;
     c->gate = p, p += N * I;
     c->up = p, p += N * I;
     c->xq = fp8_cols ? p : NULL, p += N * fp8_cols;
@@ -811,7 +917,13 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
         c->rows = (int32_t *)p, p += N;
         c->rows_w = p, p += N;
         c->xs = p, p += N * D;
-        c->ys = p;
+        c->ys = p, p += N * D;
+    }
+    if (d->mla) {
+        c->qa = p, p += N * d->q_lora_rank;
+        c->latent = p, p += N * d->head_dim;
+        c->lat = p, p += N * d->kv_lora_rank;
+        c->kvb = p;
     }
     *out = &c->base;
     return KVCAL_OK;

@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
 #include "kernels/cuda/kv_observe.h"
+#include "kernels/cuda/mla.h"
 #include "kernels/cuda/ops.h"
 
 #define ALIGN 256u
@@ -108,19 +109,29 @@ typedef struct {
     int64_t *default_names;   /* (max_batch) */
     int qkv_heads, qkv_width; /* what the last QKV projection wrote */
     /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
-    int E, K, MI, SI;         /* experts, top-k, expert's and shared expert's inter */
-    int moe_sm90; /* the experts' GEMMs on kvcal_moe_gemm_sm90_launch, SwiGLU fused */
-    kvcal_bf16 *router;       /* (N, E) the router's logits */
-    int32_t *route_e;         /* (N, K) chosen experts */
-    float *route_w;           /* (N, K) their weights */
-    kvcal_moe_plan plan;      /* the routed rows grouped by expert */
-    kvcal_bf16 *moe_gu;       /* (capacity, 2 MI); NULL with moe_sm90 */
-    kvcal_bf16 *moe_act;      /* (capacity, MI) */
-    kvcal_bf16 *moe_y;        /* (capacity, D); with moe_sm90 first the gathered rows */
-    kvcal_bf16 *shared_gu;    /* (N, 2 SI) */
-    kvcal_bf16 *shared_act;   /* (N, SI) */
-    kvcal_bf16 *shared_y;     /* (N, D) */
+    int E, K, MI, SI; /* experts, top-k, expert's and shared expert's inter */
+    int moe_sm90;     /* the experts' GEMMs on kvcal_moe_gemm_sm90_launch, SwiGLU fused */
+    kvcal_bf16 *router;     /* (N, E) the router's logits */
+    int32_t *route_e;       /* (N, K) chosen experts */
+    float *route_w;         /* (N, K) their weights */
+    kvcal_moe_plan plan;    /* the routed rows grouped by expert */
+    kvcal_bf16 *moe_gu;     /* (capacity, 2 MI); NULL with moe_sm90 */
+    kvcal_bf16 *moe_act;    /* (capacity, MI) */
+    kvcal_bf16 *moe_y;      /* (capacity, D); with moe_sm90 first the gathered rows */
+    kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
+    kvcal_bf16 *shared_act; /* (N, SI) */
+    kvcal_bf16 *shared_y;   /* (N, D) */
     unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
+    /* multi-head latent attention (desc->mla; NULL / 0 elsewhere): HKV is 1
+     * and hd the entry's size, the attention's heads are decompressed */
+    int kvr, rope, nope, vh, qkd; /* kv_lora_rank, qk_rope, qk_nope, v_head, q/k head */
+    kvcal_bf16 *qa;               /* (N, q_lora_rank) the query's LoRA */
+    kvcal_bf16 *mq;               /* (N, H, qkd) the query */
+    kvcal_bf16 *latent;           /* (N, hd) the cached entry: latent, RoPE part */
+    kvcal_bf16 *lat;              /* (N, kvr) its latent, contiguous for kv_b_proj */
+    kvcal_bf16 *kvb;              /* (N, H, nope + vh) the latent through kv_b_proj */
+    kvcal_bf16 *mk, *mv; /* (N, H, qkd) the attention's K, and V padded with zeros */
+    kvcal_bf16 *att_pad; /* (N, H, qkd) the attention's output before V's padding goes */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */
@@ -164,14 +175,32 @@ static size_t round_up(size_t n)
 /* The slab order of the logical weights: the order the layer's weights
  * were laid out in before they were data, kept so the device layout (and
  * the alignment of each weight) does not move. */
-static const kvcal_weight slab_order[] = {
-    KVCAL_W_QKV,         KVCAL_W_QKV_BIAS,       KVCAL_W_O,
-    KVCAL_W_O_BIAS,      KVCAL_W_GATE_UP,        KVCAL_W_DOWN,
-    KVCAL_W_ATTN_NORM,   KVCAL_W_FFN_NORM,       KVCAL_W_Q_NORM,
-    KVCAL_W_K_NORM,      KVCAL_W_ROUTER,         KVCAL_W_EXPERT_GATE_UP,
-    KVCAL_W_EXPERT_DOWN, KVCAL_W_SHARED_GATE_UP, KVCAL_W_SHARED_DOWN,
-    KVCAL_W_SHARED_GATE, KVCAL_W_POST_ATTN_NORM, KVCAL_W_POST_FFN_NORM,
-    KVCAL_W_ROUTER_BIAS};
+static const kvcal_weight slab_order[] = {KVCAL_W_QKV,
+                                          KVCAL_W_QKV_BIAS,
+                                          KVCAL_W_O,
+                                          KVCAL_W_O_BIAS,
+                                          KVCAL_W_GATE_UP,
+                                          KVCAL_W_DOWN,
+                                          KVCAL_W_ATTN_NORM,
+                                          KVCAL_W_FFN_NORM,
+                                          KVCAL_W_Q_NORM,
+                                          KVCAL_W_K_NORM,
+                                          KVCAL_W_ROUTER,
+                                          KVCAL_W_EXPERT_GATE_UP,
+                                          KVCAL_W_EXPERT_DOWN,
+                                          KVCAL_W_SHARED_GATE_UP,
+                                          KVCAL_W_SHARED_DOWN,
+                                          KVCAL_W_SHARED_GATE,
+                                          KVCAL_W_POST_ATTN_NORM,
+                                          KVCAL_W_POST_FFN_NORM,
+                                          KVCAL_W_ROUTER_BIAS,
+                                          KVCAL_W_Q_A,
+                                          KVCAL_W_Q_A_NORM,
+                                          KVCAL_W_Q_B,
+                                          KVCAL_W_Q_PROJ,
+                                          KVCAL_W_KV_A,
+                                          KVCAL_W_KV_A_NORM,
+                                          KVCAL_W_KV_B};
 /* every weight once: one left out would have no place on the device (its
  * tensor NULL), and the zeros of a shorter list would lay out the first
  * weight again */
@@ -228,6 +257,12 @@ static kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
         return r->att;
     case KVCAL_ACT_MLP:
         return r->act;
+    case KVCAL_ACT_Q_A:
+        return r->qa;
+    case KVCAL_ACT_Q:
+        return r->mq;
+    case KVCAL_ACT_LATENT:
+        return r->latent;
     default:
         return NULL;
     }
@@ -269,6 +304,12 @@ static kvcal_status project(cuda_backend *r, kvcal_bf16 *out, const kvcal_bf16 *
     const kvcal_fp8_weight fw = fp8_weight(r, w, row);
     return kvcal_fp8_linear_launch(r->gemm, out, x, &fw, bias, rows, k, n, &r->fp8s,
                                    r->fp8_path, NULL, r->stream);
+}
+
+/* Columns of the attention's output (H heads of the v head size). */
+static int att_cols(const cuda_backend *r)
+{
+    return r->H * (r->base.desc->mla ? r->vh : r->hd);
 }
 
 /* cudaMalloc of one of the slabs (`what` it holds); out of memory names the
@@ -547,6 +588,21 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
                    r->batch * r->seq_len, (int)cols, (int)rows);
 }
 
+/* The observer of layer l's statistics (K and V; an MLA layer's entry is
+ * folded into both), and its tokens counted. */
+static kvcal_kv_observer observer_of(cuda_backend *r, int l)
+{
+    kvcal_kv_observer obs = {0};
+    for (int kv = 0; kv < 2; kv++) {
+        obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
+        obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
+        obs.batch_absmax[kv] = r->bmax + ((size_t)kv * r->L + l) * r->HKV;
+    }
+    if (r->stats)
+        r->stats->tokens[l] += r->valid;
+    return obs;
+}
+
 static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need_q,
                                  int observe)
 {
@@ -560,17 +616,12 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
                                  tensor(r, op->b),
                                  r->eps,
                                  r->attention_factor};
-    kvcal_kv_observer obs;
+    kvcal_kv_observer obs = {0};
+    if (observe >= 0 && r->stats)
+        obs = observer_of(r, observe);
     const int l = observe;
-    for (int kv = 0; observe >= 0 && kv < 2; kv++) {
-        obs.absmax[kv] = r->absmax[kv] + (size_t)l * r->HKV * r->hd;
-        obs.hist[kv] = r->hist[kv] + (size_t)l * r->HKV * KVCAL_HIST_BINS;
-        obs.batch_absmax[kv] = r->bmax + ((size_t)kv * r->L + l) * r->HKV;
-    }
     const int q = observe >= 0 && r->stats && r->stats->q_absmax && r->qkv_heads == r->H;
     obs.q_absmax = q ? r->q_absmax + (size_t)l * r->H : NULL;
-    if (observe >= 0 && r->stats)
-        r->stats->tokens[l] += r->valid;
     kvcal_status st = kvcal_rope_observe_launch(
         r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len, r->qkv_heads, r->HKV, r->hd,
         &rope, observe >= 0 && r->stats ? &obs : NULL, r->stream);
@@ -593,20 +644,40 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     return kvcal_kv_range_launch(&b, r->hd, r->HKV, &range, r->stream);
 }
 
-/* Causal attention of the fused QKV buffer into out (N, H * hd), within the
- * model's sliding window where a sample can be longer. */
-static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
+/* Causal attention into out (N, att_cols) of q, k, v (rows of stride
+ * `stride`, kv_heads heads of hd), within the model's sliding window where a
+ * sample can be longer. */
+static kvcal_status attend_qkv(cuda_backend *r, kvcal_bf16 *out, int64_t out_stride,
+                               const kvcal_bf16 *q, const kvcal_bf16 *k,
+                               const kvcal_bf16 *v, int64_t stride, int kv_heads, int hd)
 {
-    const int q_cols = r->H * r->hd, window = r->base.desc->layer_window[r->layer];
+    const int window = r->base.desc->layer_window[r->layer];
     const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
     if ((window > 0 && r->seq_len > window) || softcap > 0.0f)
-        return kvcal_attention_window_launch(out, q_cols, r->qkv, r->qkv + q_cols,
-                                             r->qkv + q_cols + r->HKV * r->hd, r->qkv_n,
-                                             r->batch, r->seq_len, r->H, r->HKV, r->hd,
-                                             scale, window, softcap, r->stream);
-    return kvcal_attention_run(r->attn, out, q_cols, r->qkv, r->qkv + q_cols,
-                               r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->batch,
-                               r->seq_len, r->H, r->HKV, r->hd, scale, r->stream, NULL);
+        return kvcal_attention_window_launch(out, out_stride, q, k, v, stride, r->batch,
+                                             r->seq_len, r->H, kv_heads, hd, scale,
+                                             window, softcap, r->stream);
+    return kvcal_attention_run(r->attn, out, out_stride, q, k, v, stride, r->batch,
+                               r->seq_len, r->H, kv_heads, hd, scale, r->stream, NULL);
+}
+
+/* The attention into out (N, att_cols): of the fused QKV buffer, or MLA's
+ * decompressed heads (V padded to the q/k head size, so that one head size
+ * runs on the attention kernels; the padding's columns then dropped). */
+static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
+{
+    kvcal_status st = KVCAL_OK;
+    const int q_cols = r->H * r->hd, n = r->batch * r->seq_len;
+    if (!r->base.desc->mla)
+        return attend_qkv(r, out, q_cols, r->qkv, r->qkv + q_cols,
+                          r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->HKV, r->hd);
+    const size_t e = sizeof(kvcal_bf16);
+    TRY(attend_qkv(r, r->att_pad, (int64_t)r->H * r->qkd, r->mq, r->mk, r->mv,
+                   (int64_t)r->H * r->qkd, r->H, r->qkd));
+    TRY_CUDA(cudaMemcpy2DAsync(out, r->vh * e, r->att_pad, r->qkd * e, r->vh * e,
+                               (size_t)n * r->H, cudaMemcpyDeviceToDevice, r->stream));
+fail:
+    return st;
 }
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
@@ -619,9 +690,11 @@ static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
 {
     cuda_backend *r = cu(be);
+    long long dim, cols; /* hidden, or the query's LoRA rank (MLA) */
+    kvcal_model_weight_shape(be->desc, op->w, &dim, &cols);
     return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL,
-                                    tensor(r, op->w), r->batch * r->seq_len, r->D, r->eps,
-                                    r->stream);
+                                    tensor(r, op->w), r->batch * r->seq_len, (int)dim,
+                                    r->eps, r->stream);
 }
 
 /* cuBLAS's gate/up GEMM, then GeGLU (the fused kernel is SwiGLU's alone). */
@@ -669,13 +742,18 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
                                      : NULL;
     TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E,
                           s));
-    if (be->desc->moe_sigmoid)
-        TRY(kvcal_moe_route_sigmoid_launch(
-            r->route_e, r->route_w, r->router, tensor(r, op->b), r->pos, n, r->E, r->K,
-            be->desc->norm_topk_prob, be->desc->routed_scale, s));
-    else
-        TRY(kvcal_moe_route_launch(r->route_e, r->route_w, r->router, r->pos, n, r->E,
-                                   r->K, be->desc->norm_topk_prob, s));
+    const kvcal_model_desc *d = be->desc;
+    const kvcal_moe_route_params route = {r->E,
+                                          r->K,
+                                          d->moe_sigmoid,
+                                          tensor(r, op->b),
+                                          d->moe_groups,
+                                          d->moe_topk_groups,
+                                          d->moe_group_max,
+                                          d->norm_topk_prob,
+                                          d->routed_scale};
+    TRY(kvcal_moe_route_grouped_launch(r->route_e, r->route_w, r->router, r->pos, n,
+                                       &route, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
     if (r->moe_sm90) {
         TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
@@ -704,6 +782,51 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
                                     r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, s);
 fail:
     return st;
+}
+
+// --- multi-head latent attention ----------------------------------------------------
+
+static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q,
+                               int observe)
+{
+    cuda_backend *r = cu(be);
+    const kvcal_mla_cfg cfg = {r->H,
+                               r->qkd,
+                               r->kvr,
+                               r->rope,
+                               tensor(r, op->w),
+                               r->eps,
+                               r->inv_freq,
+                               r->attention_factor};
+    kvcal_kv_observer obs;
+    if (observe >= 0 && r->stats)
+        obs = observer_of(r, observe);
+    return kvcal_mla_latent_launch(
+        act(r, op->out), r->hd, need_q ? r->mq : NULL, (int64_t)r->H * r->qkd, r->pos,
+        r->batch * r->seq_len, &cfg, observe >= 0 && r->stats ? &obs : NULL, r->stream);
+}
+
+/* K and V of every head from the entry (what the cache gives back): its
+ * latent made contiguous, kv_b_proj, the expansion. */
+static kvcal_status expand(cuda_backend *r)
+{
+    kvcal_status st = KVCAL_OK;
+    const int n = r->batch * r->seq_len;
+    const size_t e = sizeof(kvcal_bf16);
+    TRY_CUDA(cudaMemcpy2DAsync(r->lat, r->kvr * e, r->latent, r->hd * e, r->kvr * e, n,
+                               cudaMemcpyDeviceToDevice, r->stream));
+    TRY(kvcal_gemm_launch(r->gemm, r->kvb, r->lat, tensor(r, KVCAL_W_KV_B), NULL, n,
+                          r->kvr, r->H * (r->nope + r->vh), r->stream));
+    TRY(kvcal_mla_expand_launch(r->mk, r->mv, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
+                                r->nope, r->vh, r->kvr, r->rope, r->stream));
+fail:
+    return st;
+}
+
+static kvcal_status mla_expand(kvcal_backend *be, const kvcal_op *op)
+{
+    (void)op; /* its weight is KVCAL_W_KV_B */
+    return expand(cu(be));
 }
 
 // --- observing ------------------------------------------------------------------
@@ -989,7 +1112,7 @@ static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
     sim_release(be);
     const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
     const size_t KV = N * r->HKV * r->hd;
-    const size_t bytes[] = {N * (size_t)r->H * r->hd * sizeof(kvcal_bf16),
+    const size_t bytes[] = {N * (size_t)att_cols(r) * sizeof(kvcal_bf16),
                             KV,
                             KV,
                             N * r->HKV * sizeof(float),
@@ -1031,11 +1154,21 @@ fail:
     return st;
 }
 
-/* K and V in the QKV buffer. */
+/* K and V in the QKV buffer; an MLA layer's entry for both. */
 static void kv_of(cuda_backend *r, kvcal_bf16 **k, kvcal_bf16 **v)
 {
+    if (r->base.desc->mla) {
+        *k = *v = r->latent;
+        return;
+    }
     *k = r->qkv + r->H * r->hd;
     *v = *k + r->HKV * r->hd;
+}
+
+/* Their row stride. */
+static int64_t kv_stride(const cuda_backend *r)
+{
+    return r->base.desc->mla ? r->hd : r->qkv_n;
 }
 
 static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
@@ -1045,7 +1178,7 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     kvcal_bf16 *k, *v;
     kv_of(r, &k, &v);
     io->batch = (kvcal_kv_batch){
-        k, v, KVCAL_DTYPE_BF16, n, r->qkv_n, r->hd, r->qkv_n, r->hd, r->row};
+        k, v, KVCAL_DTYPE_BF16, n, kv_stride(r), r->hd, kv_stride(r), r->hd, r->row};
     io->cache = (kvcal_kv_cache){
         r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
         r->hd,       0,           KVCAL_CACHE_NHD};
@@ -1055,10 +1188,12 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
     return KVCAL_OK;
 }
 
+/* (MLA: K and V expanded from the exact entry first) */
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
     (void)op;
-    return attend(cu(be), cu(be)->att0);
+    kvcal_status st = be->desc->mla ? expand(cu(be)) : KVCAL_OK;
+    return st ? st : attend(cu(be), cu(be)->att0);
 }
 
 static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_qparams *q)
@@ -1077,10 +1212,28 @@ static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_q
         TRY(kvcal_kv_dequantize_launch(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR,
                                        NULL, NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32,
                                        r->stream));
-    for (int i = 0; i < 2; i++)
+    /* V first: where K and V are one buffer (MLA's entry) V's pass stores
+       nothing, so that K's reads the values before the round trip */
+    for (int i = 1; i >= 0; i--)
         TRY(kvcal_error_sums_launch(
-            &r->sums[layer].kv[i], kv[i], r->qkv_n, r->deq[i], kv_cols, KVCAL_DTYPE_F32,
-            q ? NULL : r->cache_scale[i], r->hd, r->pos, n, kv_cols, kv[i], r->stream));
+            &r->sums[layer].kv[i], kv[i], kv_stride(r), r->deq[i], kv_cols,
+            KVCAL_DTYPE_F32, q ? NULL : r->cache_scale[i], r->hd, r->pos, n, kv_cols,
+            i && kv[0] == kv[1] ? NULL : kv[i], r->stream));
+fail:
+    return st;
+}
+
+static kvcal_status sim_ds_mla(kvcal_backend *be, int layer)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    const int n = r->batch * r->seq_len;
+    TRY(kvcal_mla_ds_roundtrip_launch(r->deq[0], r->hd, r->latent, r->hd, n, r->kvr,
+                                      r->rope, r->stream));
+    for (int i = 1; i >= 0; i--)
+        TRY(kvcal_error_sums_launch(&r->sums[layer].kv[i], r->latent, r->hd, r->deq[0],
+                                    r->hd, KVCAL_DTYPE_F32, NULL, r->hd, r->pos, n, r->hd,
+                                    i ? NULL : r->latent, r->stream));
 fail:
     return st;
 }
@@ -1095,7 +1248,7 @@ static kvcal_status sim_q_roundtrip(kvcal_backend *be, float scale)
 static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
 {
     cuda_backend *r = cu(be);
-    const int q_cols = r->H * r->hd;
+    const int q_cols = att_cols(r);
     return kvcal_error_sums_launch(&r->sums[layer].att, r->att0, q_cols, act(r, op->out),
                                    q_cols, KVCAL_DTYPE_BF16, NULL, 0, r->pos,
                                    r->batch * r->seq_len, q_cols, NULL, r->stream);
@@ -1230,6 +1383,8 @@ static const kvcal_backend_ops cuda_ops = {
     .moe = moe,
     .rmsnorm = rmsnorm,
     .geglu = geglu,
+    .mla_latent = mla_latent,
+    .mla_expand = mla_expand,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = sync_device,
@@ -1243,6 +1398,7 @@ static const kvcal_backend_ops cuda_ops = {
     .sim_upload = sim_upload,
     .sim_attend_exact = sim_attend_exact,
     .sim_roundtrip = sim_roundtrip,
+    .sim_ds_mla = sim_ds_mla,
     .sim_q_roundtrip = sim_q_roundtrip,
     .sim_attention_error = sim_attention_error,
     .sim_collect = sim_collect,
@@ -1279,7 +1435,12 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->hd = d->head_dim;
     r->I = d->intermediate_size;
     r->V = d->vocab_size;
-    r->qkv_n = (r->H + 2 * r->HKV) * r->hd;
+    r->qkv_n = d->mla ? 0 : (r->H + 2 * r->HKV) * r->hd;
+    r->kvr = d->kv_lora_rank;
+    r->rope = d->qk_rope_head_dim;
+    r->nope = d->qk_nope_head_dim;
+    r->vh = d->v_head_dim;
+    r->qkd = r->nope + r->rope;
     r->rot_dim = d->rot_dim;
     r->interleaved = d->rope_interleaved;
     r->attention_factor = d->rope_attention_factor;
@@ -1355,8 +1516,17 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     TRY(fp8_scratch_bytes(r, N, fp8_bytes));
     const size_t fp8_acts = round_up(fp8_bytes[0]) + round_up(fp8_bytes[1]) +
                             round_up(fp8_bytes[2]) + round_up(fp8_bytes[3]);
+    /* MLA's: the query's LoRA, the query, the entry, its latent, kv_b_proj's
+     * output, K, V and the attention's padded output */
+    const size_t HQ = (size_t)r->H * r->qkd;
+    const size_t mla_acts =
+        !d->mla
+            ? 0
+            : round_up(N * d->q_lora_rank * e) + round_up(N * HQ * e) +
+                  round_up(N * r->hd * e) + round_up(N * r->kvr * e) +
+                  round_up(N * r->H * (r->nope + r->vh) * e) + 3 * round_up(N * HQ * e);
     const size_t acts = fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
-                        round_up(N * (size_t)r->H * r->hd * e) +
+                        round_up(N * (size_t)att_cols(r) * e) + mla_acts +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
                         round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
@@ -1403,7 +1573,17 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->embed = carve(&p, (size_t)r->V * r->D * e);
     r->xn = carve(&p, N * r->D * e);
     r->qkv = carve(&p, N * r->qkv_n * e);
-    r->att = carve(&p, N * (size_t)r->H * r->hd * e);
+    r->att = carve(&p, N * (size_t)att_cols(r) * e);
+    if (d->mla) {
+        r->qa = carve(&p, N * d->q_lora_rank * e);
+        r->mq = carve(&p, N * HQ * e);
+        r->latent = carve(&p, N * r->hd * e);
+        r->lat = carve(&p, N * r->kvr * e);
+        r->kvb = carve(&p, N * r->H * (r->nope + r->vh) * e);
+        r->mk = carve(&p, N * HQ * e);
+        r->mv = carve(&p, N * HQ * e);
+        r->att_pad = carve(&p, N * HQ * e);
+    }
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "kernels/mla_limits.h"
 #include "kernels/moe_limits.h"
 
 int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code)
@@ -54,7 +55,16 @@ const char *kvcal_cuda_fp8_plan(int major, int minor)
 
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 {
-    if (d->head_dim > 256 || d->head_dim % 2)
+    if (d->mla && (d->head_dim > KVCAL_MLA_MAX_ENTRY || d->qk_nope_head_dim % 2 ||
+                   d->qk_nope_head_dim + d->qk_rope_head_dim > 256))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: %s with kv_lora_rank %d, qk_nope_head_dim %d and "
+            "qk_rope_head_dim %d: the CUDA runner takes an entry of up to %d "
+            "values and an even q/k head of up to 256; use --device cpu",
+            d->architecture, d->kv_lora_rank, d->qk_nope_head_dim, d->qk_rope_head_dim,
+            KVCAL_MLA_MAX_ENTRY);
+    if (!d->mla && (d->head_dim > 256 || d->head_dim % 2))
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "--device cuda: head_dim %d: the CUDA runner supports even head_dim "

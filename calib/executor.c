@@ -58,6 +58,11 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
     kvcal_status st = ops->select_batch(be, slot);
     for (int i = 0; !st && i < n_ops; i++) {
         const kvcal_op *op = &layer[i];
+        /* the layer's conditional ops, and a calibration's last layer
+           computes no query */
+        if (!kvcal_model_op_runs(x->desc, l, op) ||
+            (last && (op->out == KVCAL_ACT_Q || op->out == KVCAL_ACT_Q_A)))
+            continue;
         switch (op->kind) {
         case KVCAL_OP_ADD_RMSNORM:
             /* no delta before the first op that makes one: the residual
@@ -86,6 +91,12 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
             break;
         case KVCAL_OP_GEGLU:
             st = ops->geglu(be, op);
+            break;
+        case KVCAL_OP_MLA_LATENT:
+            st = ops->mla_latent(be, op, !last, op->kv_cache && p->observe ? l : -1);
+            break;
+        case KVCAL_OP_MLA_EXPAND:
+            st = ops->mla_expand(be, op);
             break;
         }
         if (st || !op->kv_cache)

@@ -71,7 +71,12 @@ const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES]
      "as "
      "vLLM), as FlashAttention 3 computes",
      KVCAL_KV_SIM_STATIC, KVCAL_KV_SCALES_TENSOR, KVCAL_KV_FORMAT_FP8_E4M3,
-     KVCAL_KV_ROUND_NEAREST_EVEN, 1}};
+     KVCAL_KV_ROUND_NEAREST_EVEN, 1},
+    {"fp8-ds-mla",
+     "MLA models: vLLM's fp8_ds_mla, the latent in e4m3 under a dynamic scale per 128 "
+     "values, the RoPE part in bf16 (FlashMLA's sparse backend)",
+     KVCAL_KV_SIM_DS_MLA, KVCAL_KV_SCALES_UNIT, KVCAL_KV_FORMAT_FP8_E4M3,
+     KVCAL_KV_ROUND_NEAREST_EVEN, 0}};
 
 kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode *m,
                                                    const kvcal_scales_t *scales,
@@ -96,10 +101,15 @@ kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode
 double kvcal_kv_sim_bytes_per_token(const kvcal_model_desc *d,
                                     const kvcal_kv_sim_config *cfg)
 {
-    const double values = 2.0 * d->num_layers * d->num_kv_heads * d->head_dim;
-    const double rows = 2.0 * d->num_layers * d->num_kv_heads;
+    const double copies = d->mla ? 1.0 : 2.0; /* K and V, or MLA's one entry */
+    const double values = copies * d->num_layers * d->num_kv_heads * d->head_dim;
+    const double rows = copies * d->num_layers * d->num_kv_heads;
     if (cfg->mode == KVCAL_KV_SIM_EXACT)
         return 2.0 * values;
+    if (cfg->mode == KVCAL_KV_SIM_DS_MLA)
+        return (double)d->num_layers *
+               (d->kv_lora_rank + 4.0 * ((d->kv_lora_rank + 127) / 128) +
+                2.0 * d->qk_rope_head_dim);
     double b = (double)kvcal_kv_format_row_bytes(cfg->format, d->head_dim) * rows;
     if (cfg->mode == KVCAL_KV_SIM_DYNAMIC)
         b += rows * sizeof(float) * (cfg->format == KVCAL_KV_FORMAT_INT8_ASYM ? 2 : 1);
@@ -119,9 +129,16 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
     const kvcal_model_desc *d = be->desc;
     const int L = d->num_layers, H = d->num_kv_heads,
               stat = cfg->mode == KVCAL_KV_SIM_STATIC;
-    if (cfg->mode < KVCAL_KV_SIM_STATIC || cfg->mode > KVCAL_KV_SIM_CAST)
+    if (cfg->mode < KVCAL_KV_SIM_STATIC || cfg->mode > KVCAL_KV_SIM_DS_MLA)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "eval: unknown cache mode %d",
                           (int)cfg->mode);
+    if ((cfg->mode == KVCAL_KV_SIM_DS_MLA && !d->mla) || (d->mla && cfg->q_scale))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "eval: %s",
+                          d->mla ? "an MLA model's query in FP8 is vLLM's "
+                                   "absorbed query (q_nope W_UK, q_pe), which "
+                                   "kvcal does not compute"
+                                 : "fp8-ds-mla is the cache of MLA models "
+                                   "(DeepSeek-V2/V3, Kimi K2)");
     const int e4m3 = cfg->format == KVCAL_KV_FORMAT_FP8_E4M3;
     if ((cfg->mode == KVCAL_KV_SIM_CAST) != (cfg->format == KVCAL_KV_FORMAT_FP8_E5M2) ||
         (cfg->mode == KVCAL_KV_SIM_FIRST_BATCH && !e4m3) ||
@@ -176,9 +193,11 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
             st = kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of host memory");
             goto fail;
         }
+        /* an MLA entry is cached once, under k_scale */
+        const float *vs = d->mla ? cfg->k_scale : cfg->v_scale;
         for (size_t i = 0; i < LH; i++) {
             conv[i] = format_scale(cfg->format, cfg->k_scale[i]);
-            conv[LH + i] = format_scale(cfg->format, cfg->v_scale[i]);
+            conv[LH + i] = format_scale(cfg->format, vs[i]);
         }
         s->scales[0] = space, s->scales[1] = space + LH;
         if (!(st = be->ops->sim_upload(be, s->scales[0], conv, LH)))
@@ -276,6 +295,10 @@ kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_
     if (s->mask && !s->mask[layer])
         return KVCAL_OK;
     kvcal_status st = be->ops->sim_attend_exact(be, op);
+    if (!st && s->mode == KVCAL_KV_SIM_DS_MLA) {
+        st = be->ops->sim_ds_mla(be, layer);
+        return st ? kvcal_fail_context(st, "layer %d: ", layer) : KVCAL_OK;
+    }
     if (!st)
         st = be->ops->sim_view(be, &io);
     if (!st)

@@ -20,7 +20,10 @@ typedef enum kvcal_kv_sim_mode {
     KVCAL_KV_SIM_STATIC = 1,      /* fixed per-head scales per layer */
     KVCAL_KV_SIM_DYNAMIC = 2,     /* a scale per (token, kv head) */
     KVCAL_KV_SIM_FIRST_BATCH = 3, /* per-head scales of the first batch's absmax */
-    KVCAL_KV_SIM_CAST = 4         /* no scale at all (fp8 e5m2) */
+    KVCAL_KV_SIM_CAST = 4,        /* no scale at all (fp8 e5m2) */
+    KVCAL_KV_SIM_DS_MLA = 5       /* an MLA entry in vLLM's fp8_ds_mla: the latent
+                                     in e4m3 under a dynamic scale per 128 values,
+                                     the RoPE part in bf16 (MLA models only) */
 } kvcal_kv_sim_mode;
 
 typedef struct kvcal_kv_sim_config {
@@ -69,7 +72,7 @@ typedef struct kvcal_kv_sim_cache_mode {
     int fp8_query; /* the query in e4m3 too: q_scale, or k_scale without one (vLLM) */
 } kvcal_kv_sim_cache_mode;
 
-#define KVCAL_KV_SIM_CACHE_MODES 8
+#define KVCAL_KV_SIM_CACHE_MODES 9
 extern const kvcal_kv_sim_cache_mode kvcal_kv_sim_cache_modes[KVCAL_KV_SIM_CACHE_MODES];
 
 /* The configuration of cache mode m; ks and vs (layers, kv_heads) scratch
@@ -82,10 +85,12 @@ kvcal_kv_sim_config kvcal_kv_sim_cache_mode_config(const kvcal_kv_sim_cache_mode
                                                    float *vs, float *qs);
 
 /* Bytes the KV cache of a model takes per token under cfg, every layer's K
- * and V: the values (EXACT: a bf16 cache; e4m3, e5m2 and int8 one byte;
- * NVFP4 9/16 of a byte with its block scales) and the per (token, head)
- * parameters dynamic modes keep beside them (fp32 scales, and zero points
- * for int8 with zero points); static scales cost no byte per token. */
+ * and V (an MLA layer's one entry): the values (EXACT: a bf16 cache; e4m3,
+ * e5m2 and int8 one byte; NVFP4 9/16 of a byte with its block scales;
+ * fp8_ds_mla a byte per latent value, an fp32 scale per 128 of them and the
+ * RoPE part in bf16) and the per (token, head) parameters dynamic modes keep
+ * beside them (fp32 scales, and zero points for int8 with zero points);
+ * static scales cost no byte per token. */
 double kvcal_kv_sim_bytes_per_token(const kvcal_model_desc *d,
                                     const kvcal_kv_sim_config *cfg);
 
@@ -94,8 +99,11 @@ typedef struct kvcal_kv_sim kvcal_kv_sim_t;
 /* Prepares a simulation on be (borrowed; it must outlive the simulation):
  * its scratch, the static scales on the backend's device, a first-batch
  * scaler per layer. A mode other than EXACT is required; a bad static
- * scale is KVCAL_ERR_INVALID_ARG naming the layer and head. *out = NULL on
- * failure. */
+ * scale is KVCAL_ERR_INVALID_ARG naming the layer and head. On an MLA
+ * model (desc->mla) the entry is cached once under the K scale (vLLM's
+ * concat_and_cache_mla): static V scales are the K ones; DS_MLA needs an
+ * MLA model, and a query in FP8 is refused there (vLLM quantizes MLA's
+ * absorbed query, which kvcal does not compute). *out = NULL on failure. */
 kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *cfg,
                                  kvcal_kv_sim_t **out);
 

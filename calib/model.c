@@ -14,6 +14,7 @@
 #include "io/checkpoint/safetensors.h"
 #include "io/file_read.h"
 #include "io/path.h"
+#include "kernels/moe_limits.h"
 
 struct kvcal_model {
     kvcal_model_desc desc;
@@ -147,13 +148,6 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
 static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
 {
     kvcal_model_desc *d = &m->desc;
-    if (c->kv_layout == KVCAL_KV_MLA)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: %s uses MLA attention (kv_lora_rank %d, rope %d), which is "
-                          "not supported yet: its cache holds one latent entry per token "
-                          "and layer, no per-head K and V, and kvcal has no latent "
-                          "projection or latent scales",
-                          m->path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
     if (c->no_kv_layer_types[0])
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s is a hybrid model (%d of %d layers attend and cache K "
@@ -216,9 +210,18 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
         m->layer_dense[l] = (c->layer_dense[l / 8] >> (l % 8)) & 1;
     d->layer_dense = m->layer_dense;
     d->dense_layers = c->num_experts ? c->dense_layers : 0;
+    d->moe_groups = c->moe_groups > 0 ? c->moe_groups : 1;
+    d->moe_topk_groups = c->moe_topk_groups > 0 ? c->moe_topk_groups : 1;
+    d->moe_group_max = c->moe_group_max;
     kvcal_status st = d->arch->describe(c, d);
     if (st)
         return kvcal_fail_context(st, "%s: ", m->path);
+    if (c->kv_layout == KVCAL_KV_MLA && !d->mla)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s with MLA attention (kv_lora_rank %d, rope %d) is not "
+                          "supported: kvcal runs MLA for DeepseekV2ForCausalLM and "
+                          "DeepseekV3ForCausalLM",
+                          m->path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
     if (d->num_layers <= 0 || d->hidden_size <= 0 || d->intermediate_size <= 0 ||
         d->num_heads <= 0 || d->num_kv_heads <= 0 || d->head_dim <= 0 ||
         d->vocab_size <= 0 || d->max_seq_len <= 0 || d->num_heads % d->num_kv_heads)
@@ -230,13 +233,13 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
             m->path, d->num_layers, d->hidden_size, d->intermediate_size, d->num_heads,
             d->num_kv_heads, d->head_dim, d->vocab_size, d->max_seq_len);
     double prf = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
-    d->rot_dim = (int)(d->head_dim * prf);
+    d->rot_dim = d->mla ? d->qk_rope_head_dim : (int)(d->head_dim * prf);
     if (d->rot_dim < 2 || d->rot_dim % 2 || d->rot_dim > d->head_dim)
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: partial_rotary_factor %g gives %d rotated channels of "
                           "head_dim %d; it must be a positive even number",
                           m->path, prf, d->rot_dim, d->head_dim);
-    d->rope_interleaved = 0;
+    d->rope_interleaved = d->mla; /* vLLM's DeepSeek rotary: is_neox_style False */
     d->rope_attention_factor = 1.0f;
     m->inv_freq = malloc(sizeof(float) * (size_t)(d->rot_dim / 2));
     if (!m->inv_freq)
@@ -359,8 +362,10 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
                                            kvcal_model_dim(d, p[i].cols),
                                            d->fp8[w].w != KVCAL_FP8W_NONE, &t)))
                         return st;
-                    /* k_proj's dtype, or the fused qkv_proj's */
-                    if (l == 0 && w == KVCAL_W_QKV && (i == 1 || !p[1].name))
+                    /* k_proj's dtype, the fused qkv_proj's, or MLA's
+                       kv_a_proj_with_mqa's */
+                    if (l == 0 && ((w == KVCAL_W_QKV && (i == 1 || !p[1].name)) ||
+                                   w == KVCAL_W_KV_A))
                         snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
                                  kvcal_dtype_name(t->dtype));
                 }
@@ -720,17 +725,27 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim)
         return (long long)(d->num_heads + 2 * d->num_kv_heads) * d->head_dim;
     case KVCAL_DIM_2INTER:
         return 2LL * d->intermediate_size;
+    case KVCAL_DIM_Q_LORA:
+        return d->q_lora_rank;
+    case KVCAL_DIM_KV_LORA:
+        return d->kv_lora_rank;
+    case KVCAL_DIM_KV_A:
+        return (long long)d->kv_lora_rank + d->qk_rope_head_dim;
+    case KVCAL_DIM_MLA_Q:
+        return (long long)d->num_heads * (d->qk_nope_head_dim + d->qk_rope_head_dim);
+    case KVCAL_DIM_KV_B:
+        return (long long)d->num_heads * (d->qk_nope_head_dim + d->v_head_dim);
+    case KVCAL_DIM_MLA_O:
+        return (long long)d->num_heads * d->v_head_dim;
     default:
         return 0;
     }
 }
 
-int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
+/* Whether condition `when` holds in some layer of model d. */
+static int holds(const kvcal_model_desc *d, kvcal_when when)
 {
-    const kvcal_arch *a = d->arch;
-    if (w < 0 || w >= KVCAL_W_COUNT || !a->weights[w].parts[0].name)
-        return 0;
-    switch (a->weights[w].when) {
+    switch (when) {
     case KVCAL_WHEN_QKV_BIAS:
         return d->qkv_bias;
     case KVCAL_WHEN_O_BIAS:
@@ -743,16 +758,21 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
         return d->dense_layers > 0;
     case KVCAL_WHEN_MOE_LAYERS:
         return d->dense_layers < d->num_layers;
+    case KVCAL_WHEN_Q_LORA:
+        return d->q_lora_rank > 0;
+    case KVCAL_WHEN_NO_Q_LORA:
+        return d->q_lora_rank == 0;
     default:
         return 1;
     }
 }
 
-int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w)
+/* Whether condition `when` holds in layer l of model d. */
+static int holds_in_layer(const kvcal_model_desc *d, int layer, kvcal_when when)
 {
-    if (!kvcal_model_has_weight(d, w))
+    if (!holds(d, when))
         return 0;
-    switch (d->arch->weights[w].when) {
+    switch (when) {
     case KVCAL_WHEN_DENSE_LAYERS:
         return d->layer_dense[layer];
     case KVCAL_WHEN_MOE_LAYERS:
@@ -760,6 +780,64 @@ int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_wei
     default:
         return 1;
     }
+}
+
+int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w)
+{
+    const kvcal_arch *a = d->arch;
+    if (w < 0 || w >= KVCAL_W_COUNT || !a->weights[w].parts[0].name)
+        return 0;
+    return holds(d, a->weights[w].when);
+}
+
+int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w)
+{
+    return kvcal_model_has_weight(d, w) &&
+           holds_in_layer(d, layer, d->arch->weights[w].when);
+}
+
+int kvcal_model_op_runs(const kvcal_model_desc *d, int layer, const kvcal_op *op)
+{
+    return op->w == KVCAL_W_NONE || op->kind == KVCAL_OP_QK_NORM_ROPE ||
+           kvcal_model_layer_has_weight(d, layer, op->w);
+}
+
+kvcal_status kvcal_model_check_routed_experts(const kvcal_model_desc *d,
+                                              const char *architecture)
+{
+    const int E = d->num_experts, G = d->moe_groups, TG = d->moe_topk_groups;
+    if (E < 1 || d->experts_per_tok < 1 || d->experts_per_tok > E ||
+        d->moe_intermediate_size < 1 || d->shared_intermediate_size < 1)
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "config.json: %s needs n_routed_experts >= 1, num_experts_per_tok "
+            "in 1..n_routed_experts, moe_intermediate_size and "
+            "n_shared_experts >= 1 (found %d, %d, %d, shared expert %d); fix "
+            "the config",
+            architecture, E, d->experts_per_tok, d->moe_intermediate_size,
+            d->shared_intermediate_size);
+    if (E % G || TG > G || d->experts_per_tok > TG * (E / G))
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "config.json: %s with n_group %d, topk_group %d: n_group must "
+            "divide n_routed_experts (%d), topk_group be at most n_group and "
+            "the %d chosen experts fit in topk_group groups; fix the config",
+            architecture, G, TG, E, d->experts_per_tok);
+    if (G > 1 && (G > KVCAL_MOE_MAX_GROUPS || E > KVCAL_MOE_MAX_EXPERTS))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "config.json: %s with %d experts in %d groups: kvcal's grouped "
+                          "routing takes up to %d experts in up to %d groups",
+                          architecture, E, G, KVCAL_MOE_MAX_EXPERTS,
+                          KVCAL_MOE_MAX_GROUPS);
+    return KVCAL_OK;
+}
+
+void kvcal_model_attention_dims(const kvcal_model_desc *d, int *kv_heads, int *qk_dim,
+                                int *v_dim)
+{
+    *kv_heads = d->mla ? d->num_heads : d->num_kv_heads;
+    *qk_dim = d->mla ? d->qk_nope_head_dim + d->qk_rope_head_dim : d->head_dim;
+    *v_dim = d->mla ? d->v_head_dim : d->head_dim;
 }
 
 const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n)

@@ -66,6 +66,20 @@ struct kvcal_model_desc {
                                          among the MoE layers (GLM's leading ones,
                                          Qwen's mlp_only_layers); owned */
     int dense_layers;             /* how many */
+    /* grouped top-k routing: the experts in moe_groups groups, the top-k
+     * chosen among the moe_topk_groups best groups, a group scored by its
+     * best expert (moe_group_max) or its two best experts' sum; 1, 1: none */
+    int moe_groups, moe_topk_groups, moe_group_max;
+    /* multi-head latent attention (DeepSeek-V2/V3, Kimi K2), 0 elsewhere:
+     * the cache holds one entry per token and layer, the normalized latent
+     * (kv_lora_rank) then the rotated RoPE part (qk_rope_head_dim, = rot_dim,
+     * pairs interleaved); num_kv_heads is 1 and head_dim their sum (the
+     * entry is what is observed, scaled and simulated). The attention runs
+     * decompressed: num_heads heads of qk_nope + qk_rope for q and k, of
+     * v_head_dim for v (kvcal_model_attention_dims). */
+    int mla;
+    int q_lora_rank; /* 0: q_proj */
+    int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
     /* FP8 weights: how each logical weight is served (fp8[w].w
      * KVCAL_FP8W_NONE: a bf16 / fp16 / fp32 weight), one scheme a weight
      * in every layer; weight_scheme says it in a line ("" for none) */
@@ -94,6 +108,23 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
 
 /* RoPE frequencies of layer l (rot_dim / 2). */
 const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer);
+
+/* The attention's shape in model d: the kv heads it reads, the head size
+ * of q and k and that of v (MLA: num_heads decompressed heads; else
+ * num_kv_heads and head_dim twice). */
+void kvcal_model_attention_dims(const kvcal_model_desc *d, int *kv_heads, int *qk_dim,
+                                int *v_dim);
+
+/* Checks the routed experts of model d (GLM, DeepSeek: n_routed_experts,
+ * num_experts_per_tok, moe_intermediate_size, n_shared_experts >= 1) and
+ * its grouped top-k: the groups divide the experts, topk_group <= n_group,
+ * the top-k experts fit in topk_group groups; an error naming
+ * `architecture` and the fix. */
+kvcal_status kvcal_model_check_routed_experts(const kvcal_model_desc *d,
+                                              const char *architecture);
+
+/* Whether op runs in layer l of model d (calib/arch.h: where its weight is). */
+int kvcal_model_op_runs(const kvcal_model_desc *d, int layer, const kvcal_op *op);
 
 /* Whether weight w exists in model d (in any of its layers). */
 int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);

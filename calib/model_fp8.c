@@ -159,11 +159,17 @@ static kvcal_status check_part(kvcal_model_fp8_t *f, const kvcal_checkpoint_t *c
                           "checkpoint does not match its config",
                           f->path, method, module, text, name,
                           kvcal_dtype_name(t->dtype));
-    if (d->arch->weights[w].per_expert || !dense_weight(d, w))
+    if (d->arch->weights[w].per_expert)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: tensor %s is an FP8 weight of a mixture of experts, which "
                           "kvcal does not run yet (FP8 dense layers only)",
                           f->path, name);
+    if (!dense_weight(d, w))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: tensor %s is an FP8 weight outside the dense projections "
+                          "of the %s family's layers (a shared expert's, MLA's "
+                          "kv_b_proj), which kvcal does not run in FP8 yet",
+                          f->path, name, d->arch->family);
     if (*seen && !same_scheme(&d->fp8[w], &s.fp8)) {
         char before[160];
         kvcal_wq_scheme_describe(&d->fp8[w], before, sizeof before);

@@ -716,7 +716,7 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
         if (names[i] && names[i][0]) {
             cJSON_AddItemToArray(written, cJSON_CreateString(names[i]));
             cJSON_AddItemToArray(notes, cJSON_CreateString(kvcal_cmd_format_note(
-                                            formats[i], scales->granularity)));
+                                            formats[i], scales->granularity, d->mla)));
         }
 done:
     kvcal_atomic_batch_abort(batch);
@@ -823,6 +823,10 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
             cJSON_AddItemToArray(va, cJSON_CreateNumber(s->v_absmax[i]));
             cJSON_AddItemToArray(ks, cJSON_CreateNumber(s->k_head[i]));
             cJSON_AddItemToArray(vs, cJSON_CreateNumber(s->v_head[i]));
+        }
+        if (s->mla_kv_lora_rank) { /* the MLA entry's parts */
+            cJSON_AddNumberToObject(o, "latent_absmax", s->mla_latent_absmax[l]);
+            cJSON_AddNumberToObject(o, "rope_absmax", s->mla_rope_absmax[l]);
         }
         cJSON_AddItemToArray(layers, o);
     }
@@ -953,6 +957,14 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
                         o.run.seq_len, d->max_seq_len, o.run.model);
         goto fail;
     }
+    if (d->mla && o.observer.kind == KVCAL_OBSERVER_ATTENTION) {
+        st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                        "--observer attention: %s caches MLA latent entries, whose "
+                        "attention reads them through kv_b_proj; the search scores "
+                        "per-head K and V and does not run it; use another observer",
+                        d->architecture);
+        goto fail;
+    }
     int H = d->num_kv_heads, tp = o.run.tp;
     if ((!strcmp(o.format, "legacy") || !strcmp(o.format, "all")) &&
         !((H >= tp && H % tp == 0) || (H < tp && tp % H == 0))) {
@@ -1030,6 +1042,16 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         goto fail;
     /* the routing counts of a mixture of experts (a resumed run's are read),
      * the queries and the signed range where asked for */
+    if (d->mla && (o.q_scale || o.signed_range)) {
+        st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                        "%s: an MLA model caches one latent entry per token under one "
+                        "k_scale; %s is not defined for it (drop the option)",
+                        o.run.model,
+                        o.q_scale ? "--q-scale (vLLM quantizes MLA's absorbed "
+                                    "query, which kvcal does not compute)"
+                                  : "--signed-range (no engine caches MLA in int8)");
+        goto fail;
+    }
     if ((st = kvcal_stats_set_experts(stats, d->num_experts)) ||
         (st = kvcal_stats_set_q_heads(stats, o.q_scale ? d->num_heads : 0)) ||
         (st = kvcal_stats_set_range(stats, o.signed_range)))
@@ -1066,6 +1088,15 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
          (st = kvcal_scales_rescale(scales, o.kv_dtype))))
         goto fail;
     kvcal_model_identity_get(model, &scales->model);
+    /* an MLA layer's entry: its latent's and its RoPE part's absmax */
+    for (int l = 0; d->mla && l < d->num_layers; l++) {
+        scales->mla_kv_lora_rank = d->kv_lora_rank;
+        scales->mla_rope_dim = d->qk_rope_head_dim;
+        scales->mla_latent_absmax[l] =
+            kvcal_stats_channels_absmax(stats, l, KVCAL_K, 0, 0, d->kv_lora_rank);
+        scales->mla_rope_absmax[l] = kvcal_stats_channels_absmax(
+            stats, l, KVCAL_K, 0, d->kv_lora_rank, d->qk_rope_head_dim);
+    }
     kvcal_provenance *prov = &scales->provenance;
     snprintf(prov->dataset, sizeof prov->dataset, "%s", o.run.dataset);
     prov->num_samples = samples->num_samples;

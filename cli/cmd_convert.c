@@ -88,7 +88,16 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
                     "over the %s kv heads it holds at tp %d)\n",
                     tp > 1 ? "few" : "all", tp);
     }
-    if (to == KVCAL_FORMAT_CHECKPOINT && !kv_differ)
+    if (s->mla_kv_lora_rank && to != KVCAL_FORMAT_KVCAL_JSON)
+        fprintf(stderr,
+                "convert: note: scales of an MLA model's latent entry: vLLM 0.32.0 "
+                "loads no checkpoint KV scale into an MLA layer (k_scale stays 1.0)%s; "
+                "the kvcal format keeps the latent and RoPE parts' absmax "
+                "(schemas/README.md)\n",
+                to == KVCAL_FORMAT_MODELOPT
+                    ? ", sglang 0.5.23 loads k_proj.k_scale into attn_mqa.k_scale"
+                    : "");
+    if (to == KVCAL_FORMAT_CHECKPOINT && !kv_differ && !s->mla_kv_lora_rank)
         fprintf(stderr,
                 "convert: note: the source holds %s: k_scale == v_scale in every "
                 "layer\n",

@@ -1014,6 +1014,30 @@ KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
                         o.run.seq_len, d->max_seq_len);
         goto fail;
     }
+    for (int m = 0; m < NUM_MODES; m++) {
+        /* MLA: fp8-ds-mla is its cache alone; its other caches are e4m3; a
+         * query in FP8 is the absorbed one */
+        const kvcal_kv_sim_cache_mode *c = cache_mode(m);
+        const char *why = !o.modes[m] || !c ? NULL
+                          : c->mode == KVCAL_KV_SIM_DS_MLA && !d->mla
+                              ? "it is the cache of MLA models (DeepSeek-V2/V3, Kimi K2)"
+                          : c->fp8_query && d->mla
+                              ? "an MLA model's query in FP8 is vLLM's absorbed query, "
+                                "which kvcal does not compute"
+                          : d->mla && c->format != KVCAL_KV_FORMAT_FP8_E4M3
+                              ? "no MLA backend of vLLM 0.32.0 caches this format (they "
+                                "cache bf16, fp8 e4m3 or fp8_ds_mla)"
+                              : NULL;
+        if (!why)
+            continue;
+        if (!o.modes_all) {
+            st = kvcal_fail(KVCAL_ERR_INVALID_ARG, "--modes %s: %s", mode_name(m), why);
+            goto fail;
+        }
+        o.modes[m] = 0;
+        if (!o.run.quiet)
+            fprintf(stderr, "kvcal eval: note: %s left out: %s\n", mode_name(m), why);
+    }
     for (int m = 0; m < NUM_MODES; m++)
         if (o.modes[m] && cache_mode(m) &&
             !kvcal_kv_format_row_bytes(cache_mode(m)->format, d->head_dim)) {

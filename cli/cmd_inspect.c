@@ -291,6 +291,10 @@ static void print_model(const char *path, const kvcal_model_config *c,
         printf("\n  experts         %d of %d channels, %s top-%d%s", c->num_experts,
                c->moe_intermediate_size, c->moe_sigmoid ? "sigmoid" : "softmax",
                c->num_experts_per_tok, c->norm_topk_prob ? " renormalized" : "");
+        if (c->moe_groups > 1)
+            printf(" in %d groups (the best %d open)", c->moe_groups, c->moe_topk_groups);
+        if (c->routed_scaling_factor != 1.0 && c->routed_scaling_factor > 0)
+            printf(" x%g", c->routed_scaling_factor);
         if (c->shared_expert_intermediate_size)
             printf(", shared expert of %d channels", c->shared_expert_intermediate_size);
         if (c->dense_layers)
@@ -423,18 +427,12 @@ static void scales_beside(const char *dir, char *note, size_t n)
     }
 }
 
-/* Why calibrate refuses an MLA model or one whose layer kinds kvcal does
- * not know, into buf; NULL for other models. */
+/* Why calibrate refuses a model whose layer kinds kvcal does not know, into
+ * buf; NULL for other models. */
 static const char *layout_refusal(const char *path, const kvcal_model_config *c,
                                   char *buf, size_t n)
 {
-    if (c->kv_layout == KVCAL_KV_MLA)
-        snprintf(buf, n,
-                 "%s: %s uses MLA attention (kv_lora_rank %d, rope %d: one latent entry "
-                 "per token and layer, no per-head K and V), which kvcal calibrate does "
-                 "not support yet",
-                 path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
-    else if (c->kv_layout == KVCAL_KV_UNKNOWN)
+    if (c->kv_layout == KVCAL_KV_UNKNOWN)
         snprintf(
             buf, n,
             "%s: layer_types[%d] is \"%s\", a kind of layer kvcal calibrate does not "
@@ -514,6 +512,7 @@ static int inspect_model(const char *path, inspect_opts *o)
         x.rot_of = cfg.qk_rope_head_dim + cfg.qk_nope_head_dim;
     }
     x.interleaved = d                          ? d->rope_interleaved
+                    : cfg.kv_layout == KVCAL_KV_MLA ? 1 /* vLLM's DeepSeek rotary */
                     : cfg.rope_interleave >= 0 ? cfg.rope_interleave
                     : cfg.kv_layout_known && cfg.kv_layout == KVCAL_KV_PER_HEAD ? 0
                                                                                 : -1;

@@ -41,8 +41,22 @@ kvcal_status kvcal_cmd_add_model_inputs(kvcal_inputs_t *in, const char *model_pa
              : kvcal_inputs_add(in, dir, "a file of the model", kvcal_cmd_is_model_file);
 }
 
-const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g)
+const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g, int mla)
 {
+    if (mla && format == KVCAL_FORMAT_MODELOPT)
+        return "  modelopt, MLA model: k_proj.k_scale / v_proj.v_scale of the latent "
+               "entry; sglang 0.5.23 loads\n  k_proj.k_scale into attn_mqa.k_scale, "
+               "vLLM 0.32.0 drops it (k_scale 1.0: schemas/README.md)";
+    if (mla && (format == KVCAL_FORMAT_CHECKPOINT || format == KVCAL_FORMAT_QUARK ||
+                format == KVCAL_FORMAT_KV_SCALE))
+        return "  checkpoint, MLA model: one k_scale per layer for the latent entry; "
+               "vLLM 0.32.0 and sglang\n  0.5.23 load none into DeepSeek's MLA layers "
+               "(k_scale 1.0: schemas/README.md); the kvcal JSON\n  keeps the entry's "
+               "scales and its latent and RoPE parts' absmax";
+    if (mla && format == KVCAL_FORMAT_KVCAL_JSON)
+        return "  kvcal: the latent entry's scale per layer (K and V: one entry), the "
+               "absmax of its latent\n  and of its RoPE part (mla), provenance; kvcal "
+               "convert derives the other formats from it";
     switch (format) {
     case KVCAL_FORMAT_LEGACY_JSON:
         return "  legacy: one scale per layer and tp rank shared by K and V, max(k, v) "

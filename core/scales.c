@@ -26,7 +26,7 @@ kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads, kvcal_scales_
             "(layer, kv head) pairs; no model has that many (check the "
             "sizes the file states)",
             num_layers, num_kv_heads);
-    size_t n = 4 * per_head + 3 * (size_t)num_layers;
+    size_t n = 4 * per_head + 5 * (size_t)num_layers;
     kvcal_scales_t *s = calloc(1, sizeof *s);
     float *slab = calloc(n, sizeof(float));
     if (!s || !slab) {
@@ -45,6 +45,8 @@ kvcal_status kvcal_scales_create(int num_layers, int num_kv_heads, kvcal_scales_
     s->k_clip = s->v_absmax + per_head;
     s->v_clip = s->k_clip + num_layers;
     s->q_scale = s->v_clip + num_layers;
+    s->mla_latent_absmax = s->q_scale + num_layers;
+    s->mla_rope_absmax = s->mla_latent_absmax + num_layers;
     strcpy(s->provenance.observer_params, "{}");
     strcpy(s->provenance.tool_version, KVCAL_VERSION_STRING);
     s->model.num_layers = num_layers;

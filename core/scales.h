@@ -58,6 +58,12 @@ struct kvcal_scales {
                         Always e4m3's (absmax / 448), whatever `format`: the query
                         goes through e4m3 with every cache format (vLLM's
                         query_quant, FlashAttention 3) */
+    /* multi-head latent attention (one kv head: the entry an MLA layer
+     * caches per token, the latent then the RoPE part, under one scale);
+     * mla_kv_lora_rank 0 for every other model */
+    int mla_kv_lora_rank, mla_rope_dim;
+    float *mla_latent_absmax; /* (num_layers) the latent's absmax */
+    float *mla_rope_absmax;   /* (num_layers) the RoPE part's */
     void *slab;
     /* added after the first layout, outside the slab: per query head
      * (kvcal_scales_set_q_heads; 0 / NULL: none), e4m3's as q_scale */

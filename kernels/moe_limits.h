@@ -6,6 +6,8 @@
 
 #define KVCAL_MOE_MAX_EXPERTS 512
 #define KVCAL_MOE_MAX_TOP_K 32
+/* Expert groups of grouped top-k routing (DeepSeek-V3: 8). */
+#define KVCAL_MOE_MAX_GROUPS 64
 /* Rows of a grouped GEMM tile: each expert's rows are padded to a multiple. */
 #define KVCAL_MOE_TILE_ROWS 128
 

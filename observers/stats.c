@@ -467,13 +467,19 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src)
     return KVCAL_OK;
 }
 
-float kvcal_stats_head_absmax(const kvcal_stats_t *stats, int layer, int kv, int head)
+float kvcal_stats_channels_absmax(const kvcal_stats_t *stats, int layer, int kv, int head,
+                                  int first, int count)
 {
     const float *a =
         stats->absmax[kv] +
-        ((size_t)layer * stats->num_kv_heads + (size_t)head) * stats->head_dim;
+        ((size_t)layer * stats->num_kv_heads + (size_t)head) * stats->head_dim + first;
     float m = 0.0f;
-    for (int c = 0; c < stats->head_dim; c++)
+    for (int c = 0; c < count; c++)
         m = a[c] > m ? a[c] : m;
     return m;
+}
+
+float kvcal_stats_head_absmax(const kvcal_stats_t *stats, int layer, int kv, int head)
+{
+    return kvcal_stats_channels_absmax(stats, layer, kv, head, 0, stats->head_dim);
 }

@@ -190,6 +190,11 @@ kvcal_status kvcal_stats_merge(kvcal_stats_t *dst, const kvcal_stats_t *src);
 /* max over channels of absmax for (layer, kv, head); no range check. */
 float kvcal_stats_head_absmax(const kvcal_stats_t *stats, int layer, int kv, int head);
 
+/* The same over channels first .. first + count - 1 of the head (a part of
+ * it: MLA's latent, its RoPE part); no range check. */
+float kvcal_stats_channels_absmax(const kvcal_stats_t *stats, int layer, int kv, int head,
+                                  int first, int count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,9 @@
 For each model: the same token samples go through `kvcal calibrate --device
 cuda --granularity head` and through the transformers model in bf16 (SDPA) and
 in fp32 (TF32 off) on the GPU, with hooks that take each layer's K after
-k_norm and RoPE and V after v_proj, exactly as the model computes them. It
+k_norm and RoPE and V after v_proj, exactly as the model computes them (an
+MLA model's one cached entry, the normalized latent and the rotated RoPE
+part, as K and as V: tests/hf_mla.py). It
 prints, per model, the worst and median relative difference of the per-layer
 per-kv-head K/V absmax of kvcal from transformers-bf16 and of both bf16 sides
 from fp32, and fails when kvcal is further than --rtol from transformers-bf16.
@@ -29,6 +31,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from hf_mla import is_mla, mla_entry  # noqa: E402
 
 
 def hf_absmax(model_dir, samples, dtype, torch, tf):
@@ -40,9 +44,19 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
     model = tf.AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=dtype, attn_implementation="eager" if capped else "sdpa").cuda()
     model.eval()
-    k_abs, v_abs = [], []
+    k_abs, v_abs, parts = [], [], []
+
+    def mla_hook(module, args, kwargs):
+        entry = mla_entry(module, kwargs, torch).abs()
+        k_abs.append(entry.amax().float().cpu().reshape(1))
+        v_abs.append(k_abs[-1])
+        L = module.kv_lora_rank
+        parts.append([entry[..., :L].amax().float().item(),
+                      entry[..., L:].amax().float().item()])
 
     def make_hook(attn):
+        if is_mla(attn):
+            return mla_hook
         rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
 
         def hook(module, args, kwargs):
@@ -73,7 +87,7 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
         model.model(torch.tensor(samples, device="cuda"), use_cache=False)
     del model
     torch.cuda.empty_cache()
-    return torch.stack(k_abs).tolist(), torch.stack(v_abs).tolist()
+    return torch.stack(k_abs).tolist(), torch.stack(v_abs).tolist(), parts
 
 
 def kvcal_absmax(kvcal, model_dir, samples, work):
@@ -90,7 +104,9 @@ def kvcal_absmax(kvcal, model_dir, samples, work):
         raise RuntimeError("%s exited with %d: %s" % (" ".join(cmd), r.returncode,
                                                       r.stderr.strip()))
     layers = json.loads(r.stdout)["layers"]
-    return [l["k_absmax"] for l in layers], [l["v_absmax"] for l in layers]
+    # an MLA model's layers: the latent's and the RoPE part's absmax
+    parts = [[l["latent_absmax"], l["rope_absmax"]] for l in layers if "latent_absmax" in l]
+    return [l["k_absmax"] for l in layers], [l["v_absmax"] for l in layers], parts
 
 
 def rel_diffs(got, ref):
@@ -100,10 +116,15 @@ def rel_diffs(got, ref):
 
 def compare(name, kvcal, model_dir, samples, rtol, torch, tf):
     with tempfile.TemporaryDirectory() as work:
-        kk, kv = kvcal_absmax(kvcal, model_dir, samples, work)
-    bk, bv = hf_absmax(model_dir, samples, torch.bfloat16, torch, tf)
-    fk, fv = hf_absmax(model_dir, samples, torch.float32, torch, tf)
+        kk, kv, kp = kvcal_absmax(kvcal, model_dir, samples, work)
+    bk, bv, bp = hf_absmax(model_dir, samples, torch.bfloat16, torch, tf)
+    fk, fv, _ = hf_absmax(model_dir, samples, torch.float32, torch, tf)
     row = {"model": name, "tokens": len(samples) * len(samples[0])}
+    mla = ""
+    if bp:  # MLA: the entry's latent and RoPE parts, each against hf-bf16's
+        d = rel_diffs(kp, bp)
+        row["kvcal-vs-hf-bf16 latent/rope worst"] = d[-1]
+        mla = " | MLA latent/rope parts worst %.2e" % d[-1]
     for label, (gk, gv, rk, rv) in (("kvcal-vs-hf-bf16", (kk, kv, bk, bv)),
                                     ("kvcal-vs-fp32", (kk, kv, fk, fv)),
                                     ("hf-bf16-vs-fp32", (bk, bv, fk, fv))):
@@ -111,14 +132,15 @@ def compare(name, kvcal, model_dir, samples, rtol, torch, tf):
             d = rel_diffs(got, ref)
             row["%s %s worst" % (label, which)] = d[-1]
             row["%s %s median" % (label, which)] = d[len(d) // 2]
-    worst = max(row["kvcal-vs-hf-bf16 K worst"], row["kvcal-vs-hf-bf16 V worst"])
+    worst = max(row["kvcal-vs-hf-bf16 K worst"], row["kvcal-vs-hf-bf16 V worst"],
+                row.get("kvcal-vs-hf-bf16 latent/rope worst", 0.0))
     print("%-34s %6d tokens | kvcal vs hf-bf16 worst K %.2e V %.2e (median %.1e / %.1e) | "
-          "vs fp32 worst: kvcal K %.2e V %.2e, hf-bf16 K %.2e V %.2e | %s"
+          "vs fp32 worst: kvcal K %.2e V %.2e, hf-bf16 K %.2e V %.2e%s | %s"
           % (name, row["tokens"], row["kvcal-vs-hf-bf16 K worst"],
              row["kvcal-vs-hf-bf16 V worst"], row["kvcal-vs-hf-bf16 K median"],
              row["kvcal-vs-hf-bf16 V median"], row["kvcal-vs-fp32 K worst"],
              row["kvcal-vs-fp32 V worst"], row["hf-bf16-vs-fp32 K worst"],
-             row["hf-bf16-vs-fp32 V worst"], "ok" if worst <= rtol else "OUTSIDE %.0e" % rtol),
+             row["hf-bf16-vs-fp32 V worst"], mla, "ok" if worst <= rtol else "OUTSIDE %.0e" % rtol),
           flush=True)
     return row, worst <= rtol
 
@@ -137,7 +159,6 @@ def golden_models():
 
 
 def smollm2_model(gguf_path, work, corpus, seq_len, n):
-    sys.path.insert(0, HERE)
     from smollm2_to_hf import gguf_to_hf
     from tokenizers import Tokenizer
     hf_dir = os.path.join(work, "hf")
@@ -155,6 +176,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kvcal", default="build/kvcal")
     ap.add_argument("--golden", action="store_true", help="every golden fixture")
+    ap.add_argument("--only", action="append", default=[],
+                    help="with --golden: the fixtures whose name contains this (repeatable)")
     ap.add_argument("--model", action="append", default=[], help="HF checkpoint directory")
     ap.add_argument("--gguf", help="SmolLM2 GGUF file")
     ap.add_argument("--work", default="build/smollm2", help="where the GGUF is converted")
@@ -174,7 +197,8 @@ def main():
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    models = list(golden_models()) if args.golden else []
+    models = [m for m in golden_models()
+              if not args.only or any(o in m[0] for o in args.only)] if args.golden else []
     models += [(os.path.basename(os.path.normpath(d)), d,
                 [[random.Random(i).randrange(1000) for _ in range(args.seq_len)]
                  for i in range(args.samples)]) for d in args.model]

@@ -21,8 +21,13 @@ RoPE; V after v_proj):
    fused q/k/v and gate/up, partial rotary, longrope (long factors) and a
    sliding window; Gemma 3 with its local and global layers; Gemma 2 with
    soft caps small enough to bend the scores; GLM-4.5 with a dense first
-   layer and sigmoid routing (its router bias, a buffer, randomized too):
-   all in float64 too.
+   layer and sigmoid routing (its router bias, a buffer, randomized too);
+   DeepSeek-V2 (no query LoRA, grouped softmax routing) and V3 (query LoRA,
+   grouped sigmoid routing, rope_interleave) with multi-head latent
+   attention and yarn's mscale: all in float64 too. For the MLA models K and
+   V are the one entry an engine caches per token (the normalized latent,
+   then the rotated RoPE part: tests/hf_mla.py), and the fixture adds its
+   latent's and RoPE part's absmax per layer.
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
    attention module recompute K exactly as the module does (k_proj -> view ->
@@ -45,6 +50,8 @@ import struct
 import sys
 
 import numpy as np
+
+from hf_mla import is_mla, mla_entry
 
 OUT = os.path.join("tests", "fixtures", "golden")
 VOCAB = 128
@@ -276,6 +283,46 @@ def hf_configs():
             n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
             partial_rotary_factor=0.5, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+    ] + mla_configs(tf, common)
+
+
+def mla_configs(tf, common):
+    """DeepSeek-V2 and V3 with multi-head latent attention: a dense first
+    layer, then grouped routing; yarn (factor 4 over an original context of
+    16, shorter than the samples) with mscale and mscale_all_dim, so that
+    both the cached RoPE part and the softmax scale move; every head size
+    different from the others."""
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+            "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0}
+    return [
+        # V2-Lite style: q_proj (no query LoRA), softmax top-3 of 8 in 4
+        # groups (group_limited_greedy, the 2 groups of the best experts
+        # open), not renormalized, x1.5; mscale 0.707 = mscale_all_dim
+        ("deepseek_v2_mla_grouped_softmax_bf16", tf.DeepseekV2Config(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=24, v_head_dim=20,
+            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+            first_k_dense_replace=1, topk_method="group_limited_greedy", n_group=4,
+            topk_group=2, routed_scaling_factor=1.5, norm_topk_prob=False,
+            tie_word_embeddings=False,
+            rope_parameters=dict(yarn, mscale=0.707, mscale_all_dim=0.707),
+            **dict(common, num_hidden_layers=3, rms_norm_eps=1e-6)),
+            "bfloat16", "new", "float64"),
+        # V3 / R1 / Kimi K2 style: the query's LoRA, sigmoid top-2 of 8 chosen
+        # with e_score_correction_bias among the 2 best of 4 groups,
+        # renormalized, x2.5; mscale 1.0 = mscale_all_dim (the cached RoPE
+        # part unscaled, the softmax scale times mscale^2)
+        ("deepseek_v3_mla_qlora_grouped_sigmoid_bf16", tf.DeepseekV3Config(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2,
+            first_k_dense_replace=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+            norm_topk_prob=True, tie_word_embeddings=False, rope_interleave=True,
+            rope_parameters=dict(yarn, mscale=1.0, mscale_all_dim=1.0),
+            **dict(common, num_hidden_layers=3, rms_norm_eps=1e-6)),
+            "bfloat16", "new", "float64"),
     ]
 
 
@@ -354,11 +401,19 @@ def to_old_style(cfg_path):
 
 
 def capture_kv(model, torch):
-    """Hooks every attention module; returns the list it appends (K, V) to."""
+    """Hooks every attention module; returns the list it appends (K, V) to
+    (an MLA module's entry as both)."""
     seen = []
     layers = model.model.layers
 
+    def mla_hook(module, args, kwargs):
+        entry = mla_entry(module, kwargs, torch)[0].unsqueeze(1)
+        e = entry.detach().numpy().copy()
+        seen.append((e, e))
+
     def make_hook(attn):
+        if is_mla(attn):
+            return mla_hook
         rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
         head_dim = attn.head_dim
 
@@ -423,6 +478,12 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
         if cfg.architectures else type(ref).__name__, "saved_dtype": dtype,
         "config_style": style}
     fx.update(summarize(ks, vs, samples, logits0))
+    if cfg.model_type.startswith("deepseek"):
+        L = cfg.kv_lora_rank
+        fx["latent_absmax"] = np.max([np.abs(k[..., :L]).max(axis=(1, 2, 3))
+                                      for k in ks], axis=0).astype(float).tolist()
+        fx["rope_absmax"] = np.max([np.abs(k[..., L:]).max(axis=(1, 2, 3))
+                                    for k in ks], axis=0).astype(float).tolist()
     write_fixture(name, fx)
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
     print("  checkpoint %s: %d bytes" % (d, size))

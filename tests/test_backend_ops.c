@@ -51,6 +51,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
+#include "kernels/cuda/mla.h"
 #include "kernels/cuda/ops.h"
 
 // --- the table -----------------------------------------------------------------
@@ -86,6 +87,16 @@ typedef struct op_row {
      * rest (the only choice with top_k 1, so these are the experts' rows) */
     int planted;
     float affine_a, affine_b; /* affine: out = x * a + b over rows values */
+    /* moe: grouped top-k (groups > 1): the topk_groups best groups open,
+     * scored by their best expert (group_max) or their two best's sum;
+     * weights x 1.5 (softmax) or 2.5 (sigmoid) */
+    int groups, topk_groups, group_max;
+    /* mla_latent: rows tokens of an entry of kv_lora_rank + rot_dim (its
+     * rows kv_pad values apart beyond that) and heads query heads of
+     * head_dim (none: heads 0); mla_expand: heads heads of K head_dim (no
+     * RoPE part head_dim - rot_dim) and V v_dim padded to head_dim;
+     * mla_ds_roundtrip: rows entries */
+    int kv_lora_rank, v_dim, kv_pad;
     /* fp8_quant_act: (rows, cols) activations quantized as fp8_a says (groups
      * of `group` columns); fp8_linear: x (rows, k) times a weight (n, k)
      * scaled as fp8_w says (blocks block_n x block_k) */
@@ -265,6 +276,38 @@ static const op_row rows[] = {
      * persistent walk, a tile's epilogue during the next tile's k blocks),
      * widths off the 128- and 256-wide output tiles */
     ROW("moe", .rows = 4800, .k = 1040, .n = 576, .experts = 4, .top_k = 1),
+    /* grouped top-k: DeepSeek-V2's group_limited_greedy (softmax, a group
+     * scored by its best), V3's noaux_tc (sigmoid + bias, a group by its two
+     * best), the most groups a token holds (64) */
+    ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 64, .top_k = 6, .shared = 2,
+        .groups = 8, .topk_groups = 3, .group_max = 1),
+    ROW("moe", .rows = 300, .k = 64, .n = 32, .experts = 256, .top_k = 8, .renorm = 1,
+        .shared = 2, .sigmoid = 1, .groups = 8, .topk_groups = 4),
+    ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1,
+        .groups = 4, .topk_groups = 2),
+    ROW("moe", .rows = 37, .k = 64, .n = 32, .experts = 128, .top_k = 4, .renorm = 1,
+        .sigmoid = 1, .groups = 64, .topk_groups = 5),
+
+    /* multi-head latent attention: DeepSeek-V2-Lite's sizes (512 + 64, 16
+     * heads of 192, V 128), the golden models' (32 + 16; V 20: the scalar
+     * copies), a latent off 32 and 128 (a short tile), no query */
+    ROW("mla_latent", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
+        .head_dim = 192, .attention_factor = 1.0f),
+    ROW("mla_latent", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
+        .head_dim = 40, .kv_pad = 8, .attention_factor = YARN_4),
+    ROW("mla_latent", .rows = 70, .kv_lora_rank = 200, .rot_dim = 8, .kv_pad = 3,
+        .attention_factor = 1.0f),
+    ROW("mla_expand", .rows = 19, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
+        .head_dim = 192, .v_dim = 128),
+    ROW("mla_expand", .rows = 37, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
+        .head_dim = 40, .v_dim = 20),
+    ROW("mla_expand", .rows = 5, .kv_lora_rank = 48, .rot_dim = 16, .heads = 3,
+        .head_dim = 48, .v_dim = 48),
+    ROW("mla_ds_roundtrip", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64),
+    ROW("mla_ds_roundtrip", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .kv_pad = 5),
+    ROW("mla_ds_roundtrip", .rows = 7, .kv_lora_rank = 200, .rot_dim = 8),
+    /* qk head 192 with V zero-padded to it: MLA's attention */
+    ROW("attention", .batch = 2, .seq = 150, .heads = 4, .kv_heads = 4, .head_dim = 192),
 
     ROW("geglu", .rows = 19, .cols = 136),
     ROW("geglu", .rows = 1, .cols = 37),
@@ -382,15 +425,16 @@ static void describe(const op_row *r, const char *version)
         size_t offset;
     } fields[] = {
 #define FIELD(f) {#f, offsetof(op_row, f)}
-        FIELD(rows),    FIELD(cols),    FIELD(delta),    FIELD(k),
-        FIELD(n),       FIELD(bias),    FIELD(vocab),    FIELD(batch),
-        FIELD(seq),     FIELD(heads),   FIELD(kv_heads), FIELD(head_dim),
-        FIELD(out_pad), FIELD(cudnn),   FIELD(rot_dim),  FIELD(interleaved),
-        FIELD(qk_norm), FIELD(nan_v),   FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),   FIELD(y_f32),   FIELD(window),   FIELD(softcap),
-        FIELD(experts), FIELD(top_k),   FIELD(renorm),   FIELD(shared),
-        FIELD(sigmoid), FIELD(planted), FIELD(fp8_w),    FIELD(fp8_a),
-        FIELD(block_n), FIELD(block_k),
+        FIELD(rows),      FIELD(cols),         FIELD(delta),    FIELD(k),
+        FIELD(n),         FIELD(bias),         FIELD(vocab),    FIELD(batch),
+        FIELD(seq),       FIELD(heads),        FIELD(kv_heads), FIELD(head_dim),
+        FIELD(out_pad),   FIELD(cudnn),        FIELD(rot_dim),  FIELD(interleaved),
+        FIELD(qk_norm),   FIELD(nan_v),        FIELD(x_stride), FIELD(y_stride),
+        FIELD(group),     FIELD(y_f32),        FIELD(window),   FIELD(softcap),
+        FIELD(experts),   FIELD(top_k),        FIELD(renorm),   FIELD(shared),
+        FIELD(sigmoid),   FIELD(planted),      FIELD(groups),   FIELD(topk_groups),
+        FIELD(group_max), FIELD(kv_lora_rank), FIELD(v_dim),    FIELD(kv_pad),
+        FIELD(fp8_w),     FIELD(fp8_a),        FIELD(block_n),  FIELD(block_k),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -1558,7 +1602,18 @@ static void *moe_cpu_run(const op_row *r)
     c->counts = host_alloc((size_t)E * sizeof *c->counts);
     memset(c->counts, 0, (size_t)E * sizeof *c->counts);
     c->ref = host_alloc((size_t)T * D * sizeof *c->ref);
-    if (r->sigmoid)
+    const kvcal_moe_route_cfg grouped = {E,
+                                         K,
+                                         r->sigmoid,
+                                         c->bias,
+                                         r->groups,
+                                         r->topk_groups,
+                                         r->group_max,
+                                         r->renorm,
+                                         r->sigmoid ? 2.5f : 1.5f};
+    if (r->groups)
+        kvcal_moe_route_grouped_ref(c->route_e, c->route_w, c->logits, T, &grouped);
+    else if (r->sigmoid)
         kvcal_moe_route_sigmoid_ref(c->route_e, c->route_w, c->logits, c->bias, T, E, K,
                                     r->renorm, 2.5f);
     else
@@ -1627,6 +1682,52 @@ static void moe_release(void *p)
     free(c);
 }
 
+/* Whether token t of a grouped sigmoid row is near a tie (in double, gaps
+ * below 1e-5) where the device's exp could decide otherwise: at the
+ * boundary of the open groups' scores (the sums of each group's two best),
+ * or at the top-k boundary among the open groups' experts. */
+static int moe_grouped_near_tie(const op_row *r, const moe_cpu *c, int t)
+{
+    const int E = r->experts, G = r->groups, S = E / G, K = r->top_k;
+    double v[KVCAL_MOE_MAX_EXPERTS], score[KVCAL_MOE_MAX_GROUPS];
+    int open[KVCAL_MOE_MAX_GROUPS] = {0}, near = 0;
+    for (int a = 0; a < E; a++)
+        v[a] = 1.0 / (1.0 + exp(-c->logits[(int64_t)t * E + a])) + c->bias[a];
+    for (int g = 0; g < G; g++) {
+        double b1 = -INFINITY, b2 = -INFINITY;
+        for (int a = g * S; a < (g + 1) * S; a++)
+            if (v[a] > b1)
+                b2 = b1, b1 = v[a];
+            else if (v[a] > b2)
+                b2 = v[a];
+        score[g] = S < 2 ? b1 : b1 + b2;
+    }
+    double prev = INFINITY;
+    for (int j = 0; j <= r->topk_groups && j < G; j++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!open[g] && (best < 0 || score[g] > score[best]))
+                best = g;
+        near |= j > 0 && prev - score[best] < 1e-5;
+        prev = score[best];
+        open[best] = j < r->topk_groups;
+    }
+    /* the top_k + 1 best of the open groups' experts, in order */
+    prev = INFINITY;
+    for (int j = 0; j <= K; j++) {
+        int best = -1;
+        for (int a = 0; a < E; a++)
+            if (open[a / S] && v[a] > -INFINITY && (best < 0 || v[a] > v[best]))
+                best = a;
+        if (best < 0)
+            break;
+        near |= j > 0 && prev - v[best] < 1e-5;
+        prev = v[best];
+        v[best] = -INFINITY;
+    }
+    return near;
+}
+
 /* The routing, the counts, the plan's used tiles and the combined outputs
  * of a row against the reference. */
 static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
@@ -1649,6 +1750,11 @@ static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
     int64_t ties = 0;
     for (int t = 0; t < T; t++) {
         near_tie[t] = 0;
+        if (r->sigmoid && r->groups) {
+            near_tie[t] = moe_grouped_near_tie(r, c, t);
+            ties += near_tie[t];
+            continue;
+        }
         if (!r->sigmoid)
             continue;
         for (int a = 0; a < E; a++)
@@ -1743,7 +1849,18 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
         cap / KVCAL_MOE_TILE_ROWS,
         dev_alloc(sizeof(int32_t)),
         dev_alloc((size_t)kvcal_moe_plan_scratch(T * K, E) * sizeof(int32_t))};
-    if (r->sigmoid)
+    const kvcal_moe_route_params grouped = {E,
+                                            K,
+                                            r->sigmoid,
+                                            d_bias,
+                                            r->groups,
+                                            r->topk_groups,
+                                            r->group_max,
+                                            r->renorm,
+                                            r->sigmoid ? 2.5f : 1.5f};
+    if (r->groups)
+        ROW_OK(kvcal_moe_route_grouped_launch(d_e, d_w, d_logits, d_pos, T, &grouped, 0));
+    else if (r->sigmoid)
         ROW_OK(kvcal_moe_route_sigmoid_launch(d_e, d_w, d_logits, d_bias, d_pos, T, E, K,
                                               r->renorm, 2.5f, 0));
     else
@@ -1793,6 +1910,260 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     cudaFree(d_gu);
     cudaFree(d_logits);
     cudaFree(d_x);
+}
+
+// --- mla_latent, mla_expand, mla_ds_roundtrip --------------------------------------
+
+/* The cache point: the latent's RMSNorm (x * rsqrt, then the weight, each
+ * rounded to bf16) within ROPE_ATOL + |ref| * ROPE_RTOL; the RoPE part and
+ * the query's within rope_far's bound; the query's no-RoPE channels and
+ * padding tokens untouched; the statistics exact: the reference's fold of
+ * the entry stored, into K and into V alike. */
+typedef struct mla_latent_cpu {
+    float *entry, *q;    /* (rows, entry stride), (rows, heads * head_dim) */
+    float *norm_w;       /* (kv_lora_rank) */
+    int32_t *pos;        /* every 7th token padding */
+    float *inv_freq;     /* (rot_dim / 2) */
+    float *ref, *ref_q;  /* kvcal_mla_latent_ref of entry and q */
+    obs_host pre, after; /* a random block folded in; then the reference's entries */
+} mla_latent_cpu;
+
+static int64_t mla_entry_stride(const op_row *r)
+{
+    return (int64_t)r->kv_lora_rank + r->rot_dim + r->kv_pad;
+}
+
+static void *mla_latent_cpu_run(const op_row *r)
+{
+    const int L = r->kv_lora_rank, R = r->rot_dim, E = L + R;
+    const int64_t es = mla_entry_stride(r), qs = (int64_t)r->heads * r->head_dim;
+    mla_latent_cpu *c = host_alloc(sizeof *c);
+    c->entry = rand_bf16(r->rows * es, -3.0f, 3.0f);
+    c->q = qs ? rand_bf16(r->rows * qs, -3.0f, 3.0f) : NULL;
+    c->norm_w = rand_bf16(L, 0.5f, 1.5f);
+    c->pos = host_alloc((size_t)r->rows * sizeof *c->pos);
+    c->inv_freq = host_alloc((size_t)(R / 2) * sizeof *c->inv_freq);
+    for (int t = 0; t < r->rows; t++)
+        c->pos[t] = t % 7 == 3 ? -1 : 5 * t + 1;
+    for (int i = 0; i < R / 2; i++)
+        c->inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)R);
+    obs_alloc(&c->pre, 1, E);
+    const int32_t pre_pos[5] = {0, 1, 2, 3, 4};
+    float *pre_kv = rand_bf16(5 * 2 * (int64_t)E, -2.0f, 2.0f);
+    kvcal_rope_observe_ref(pre_kv, 2 * (int64_t)E, pre_pos, 5, 0, 1, E, &observe_only,
+                           &c->pre.o);
+    free(pre_kv);
+    c->ref = host_copy(c->entry, r->rows * es);
+    c->ref_q = c->q ? host_copy(c->q, r->rows * qs) : NULL;
+    obs_copy(&c->after, &c->pre);
+    kvcal_mla_latent_ref(c->ref, es, c->ref_q, qs, c->pos, r->rows, r->heads, r->head_dim,
+                         L, R, c->norm_w, ROPE_EPS, c->inv_freq, rope_factor(r),
+                         &c->after.o);
+    return c;
+}
+
+static void mla_latent_release(void *p)
+{
+    mla_latent_cpu *c = p;
+    free(c->entry);
+    free(c->q);
+    free(c->norm_w);
+    free(c->pos);
+    free(c->inv_freq);
+    free(c->ref);
+    free(c->ref_q);
+    obs_free(&c->pre);
+    obs_free(&c->after);
+    free(c);
+}
+
+static void mla_latent_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const mla_latent_cpu *c = p;
+    const int L = r->kv_lora_rank, R = r->rot_dim, E = L + R, hd = r->head_dim;
+    const int64_t es = mla_entry_stride(r), qs = (int64_t)r->heads * hd;
+    kvcal_bf16 *d_entry = kvcal_test_dev_upload_bf16(c->entry, r->rows * es),
+               *d_q = qs ? kvcal_test_dev_upload_bf16(c->q, r->rows * qs) : NULL,
+               *d_w = kvcal_test_dev_upload_bf16(c->norm_w, L);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)r->rows * sizeof *c->pos);
+    float *d_inv = dev_upload(c->inv_freq, (size_t)(R / 2) * sizeof *c->inv_freq);
+    kvcal_kv_observer d_obs = obs_upload(&c->pre);
+    const kvcal_mla_cfg cfg = {r->heads, hd, L, R, d_w, ROPE_EPS, d_inv, rope_factor(r)};
+    ROW_OK(
+        kvcal_mla_latent_launch(d_entry, es, d_q, qs, d_pos, r->rows, &cfg, &d_obs, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_entry, r->rows * es);
+    float *got_q = qs ? kvcal_test_dev_download_bf16(d_q, r->rows * qs) : NULL;
+    obs_host got_obs;
+    obs_alloc(&got_obs, 1, E);
+    obs_download(&got_obs, &d_obs);
+    int64_t far = 0, q_far = 0, q_nope_changed = 0, padding_changed = 0, compared = 0;
+    float *kv = host_alloc((size_t)r->rows * 2 * E * sizeof *kv); /* [entry, entry] */
+    for (int t = 0; t < r->rows; t++) {
+        const float *g = got + t * es, *in = c->entry + t * es, *ref = c->ref + t * es;
+        memcpy(kv + (int64_t)t * 2 * E, g, (size_t)E * sizeof *kv);
+        memcpy(kv + (int64_t)t * 2 * E + E, g, (size_t)E * sizeof *kv);
+        if (c->pos[t] < 0) {
+            padding_changed += count_differ(g, in, es) != 0;
+            padding_changed += qs && count_differ(got_q + t * qs, c->q + t * qs, qs) != 0;
+            continue;
+        }
+        far += count_far(g, ref, L, ROPE_ATOL, ROPE_RTOL);
+        /* the rotation's input: the entry's RoPE part is not normalized */
+        far += rope_far(g + L, ref + L, in + L, R, R, 1);
+        padding_changed += count_differ(g + E, in + E, r->kv_pad) != 0;
+        compared += E;
+        for (int h = 0; h < r->heads; h++) {
+            const int64_t o = t * qs + (int64_t)h * hd;
+            q_nope_changed += count_differ(got_q + o, c->q + o, hd - R);
+            q_far += rope_far(got_q + o + hd - R, c->ref_q + o + hd - R,
+                              c->q + o + hd - R, R, R, 1);
+        }
+    }
+    EXPECT_NONE(far, compared, "entry values off the bound");
+    EXPECT_NONE(q_far, compared / E * r->heads * R, "rotated query values off the bound");
+    EXPECT_NONE(q_nope_changed, compared / E * r->heads * (hd - R),
+                "query channels before the RoPE part changed");
+    EXPECT_NONE(padding_changed, r->rows, "padding tokens or padding columns changed");
+    obs_host stored;
+    obs_copy(&stored, &c->pre);
+    kvcal_rope_observe_ref(kv, 2 * (int64_t)E, c->pos, r->rows, 0, 1, E, &observe_only,
+                           &stored.o);
+    const int64_t obs_n = E + KVCAL_HIST_BINS + 1;
+    for (int which = 0; which < 2; which++)
+        EXPECT_NONE(obs_differ(&got_obs, &stored, which), obs_n,
+                    which ? "V statistics not the fold of the entry stored"
+                          : "K statistics not the fold of the entry stored");
+    obs_free(&stored);
+    obs_free(&got_obs);
+    free(kv);
+    free(got);
+    free(got_q);
+    obs_dev_free(&d_obs);
+    cudaFree(d_entry);
+    cudaFree(d_q);
+    cudaFree(d_w);
+    cudaFree(d_pos);
+    cudaFree(d_inv);
+}
+
+/* The expansion is copies: exact, V's padding zeros. */
+typedef struct mla_expand_cpu {
+    float *kvb, *entry; /* (rows, heads, nope + v_dim), (rows, entry stride) */
+    float *k, *v;       /* kvcal_mla_expand_ref: (rows, heads, head_dim) each */
+} mla_expand_cpu;
+
+static void *mla_expand_cpu_run(const op_row *r)
+{
+    const int nope = r->head_dim - r->rot_dim, H = r->heads, T = r->rows;
+    const int64_t es = mla_entry_stride(r);
+    mla_expand_cpu *c = host_alloc(sizeof *c);
+    c->kvb = rand_bf16((int64_t)T * H * (nope + r->v_dim), -3.0f, 3.0f);
+    c->entry = rand_bf16(T * es, -3.0f, 3.0f);
+    c->k = host_alloc((size_t)T * H * r->head_dim * sizeof *c->k);
+    c->v = host_alloc((size_t)T * H * r->head_dim * sizeof *c->v);
+    kvcal_mla_expand_ref(c->k, c->v, r->head_dim, c->kvb, c->entry, es, T, H, nope,
+                         r->v_dim, r->kv_lora_rank, r->rot_dim);
+    return c;
+}
+
+static void mla_expand_release(void *p)
+{
+    mla_expand_cpu *c = p;
+    free(c->kvb);
+    free(c->entry);
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+static void mla_expand_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const mla_expand_cpu *c = p;
+    const int nope = r->head_dim - r->rot_dim, H = r->heads, T = r->rows;
+    const int64_t es = mla_entry_stride(r), n = (int64_t)T * H * r->head_dim;
+    kvcal_bf16 *d_kvb =
+                   kvcal_test_dev_upload_bf16(c->kvb, (int64_t)T * H * (nope + r->v_dim)),
+               *d_entry = kvcal_test_dev_upload_bf16(c->entry, T * es),
+               *d_k = dev_alloc_nan(n), *d_v = dev_alloc_nan(n);
+    ROW_OK(kvcal_mla_expand_launch(d_k, d_v, r->head_dim, d_kvb, d_entry, es, T, H, nope,
+                                   r->v_dim, r->kv_lora_rank, r->rot_dim, 0));
+    sync_ok();
+    float *k = kvcal_test_dev_download_bf16(d_k, n),
+          *v = kvcal_test_dev_download_bf16(d_v, n);
+    EXPECT_NONE(count_differ(k, c->k, n), n, "K values not the reference's");
+    EXPECT_NONE(count_differ(v, c->v, n), n,
+                "V values (and V's zero padding) not the reference's");
+    free(k);
+    free(v);
+    cudaFree(d_kvb);
+    cudaFree(d_entry);
+    cudaFree(d_k);
+    cudaFree(d_v);
+}
+
+/* fp8_ds_mla and back: bit for bit (the tile scale divides as vLLM's
+ * kernel). Rows of every magnitude: zeros (the FLT_MIN scale), tiny values,
+ * large ones. */
+typedef struct mla_ds_cpu {
+    float *x;   /* (rows, entry stride) */
+    float *ref; /* (rows, entry stride) kvcal_mla_ds_roundtrip_ref */
+} mla_ds_cpu;
+
+static void *mla_ds_roundtrip_cpu_run(const op_row *r)
+{
+    const int64_t es = mla_entry_stride(r), E = r->kv_lora_rank + r->rot_dim;
+    mla_ds_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(r->rows * es, -1.0f, 1.0f);
+    for (int t = 0; t < r->rows; t++) {
+        float *row = c->x + t * es;
+        const float mag = t % 4 == 1   ? 0.0f
+                          : t % 4 == 2 ? 1e-6f
+                          : t % 4 == 3 ? 300.0f
+                                       : 1.0f;
+        for (int64_t i = 0; i < E; i++)
+            row[i] = kvcal_bf16_round(row[i] * mag);
+    }
+    c->ref = host_alloc((size_t)(r->rows * es) * sizeof *c->ref);
+    for (int64_t i = 0; i < r->rows * es; i++)
+        c->ref[i] = NAN;
+    kvcal_mla_ds_roundtrip_ref(c->ref, es, c->x, es, r->rows, r->kv_lora_rank,
+                               r->rot_dim);
+    return c;
+}
+
+static void mla_ds_roundtrip_release(void *p)
+{
+    mla_ds_cpu *c = p;
+    free(c->x);
+    free(c->ref);
+    free(c);
+}
+
+static void mla_ds_roundtrip_cuda(const op_row *r, int version, const void *p,
+                                  op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const mla_ds_cpu *c = p;
+    const int64_t es = mla_entry_stride(r), E = r->kv_lora_rank + r->rot_dim;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, r->rows * es);
+    float *d_out = dev_alloc((size_t)(r->rows * es) * sizeof *d_out);
+    CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(r->rows * es) * sizeof *d_out),
+                    cudaSuccess); /* NaN: a value left unwritten fails */
+    ROW_OK(kvcal_mla_ds_roundtrip_launch(d_out, es, d_x, es, r->rows, r->kv_lora_rank,
+                                         r->rot_dim, 0));
+    sync_ok();
+    float *got = host_alloc((size_t)(r->rows * es) * sizeof *got);
+    dev_download(got, d_out, (size_t)(r->rows * es) * sizeof *got);
+    int64_t bad = 0;
+    for (int t = 0; t < r->rows; t++)
+        bad += count_differ(got + t * es, c->ref + t * es, E);
+    EXPECT_NONE(bad, r->rows * E, "values not the reference's");
+    free(got);
+    cudaFree(d_x);
+    cudaFree(d_out);
 }
 
 // --- embed ---------------------------------------------------------------------
@@ -2291,6 +2662,12 @@ static const op_def op_defs[] = {
     {"swiglu", swiglu_cpu_run, swiglu_release, one_version, one_plain_version,
      swiglu_cuda},
     {"moe", moe_cpu_run, moe_release, moe_versions, moe_class, moe_cuda},
+    {"mla_latent", mla_latent_cpu_run, mla_latent_release, one_version, one_plain_version,
+     mla_latent_cuda},
+    {"mla_expand", mla_expand_cpu_run, mla_expand_release, one_version, one_plain_version,
+     mla_expand_cuda},
+    {"mla_ds_roundtrip", mla_ds_roundtrip_cpu_run, mla_ds_roundtrip_release, one_version,
+     one_plain_version, mla_ds_roundtrip_cuda},
     {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
     {"affine", affine_cpu_run, affine_release, one_version, one_plain_version,
      affine_cuda},
@@ -2392,6 +2769,13 @@ static void moe_rows_match_cpu(void)
     run_op("moe", OP_PLAIN);
 }
 
+static void mla_rows_match_cpu(void)
+{
+    run_op("mla_latent", OP_PLAIN);
+    run_op("mla_expand", OP_PLAIN);
+    run_op("mla_ds_roundtrip", OP_PLAIN);
+}
+
 static void geglu_rows_match_cpu(void)
 {
     run_op("geglu", OP_PLAIN);
@@ -2447,6 +2831,40 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
                                              NULL, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe combine"));
+    /* grouped: groups that do not divide the experts, too many, too few open
+     * for the top-k */
+    const int bad[3][4] = {{60, 7, 2, 4}, {256, 128, 4, 8}, {64, 8, 1, 9}};
+    for (int j = 0; j < 3; j++) {
+        const kvcal_moe_route_params g = {bad[j][0], bad[j][3], 1, p,   bad[j][1],
+                                          bad[j][2], 0,         1, 2.5f};
+        CU_ASSERT_EQUAL(
+            kvcal_moe_route_grouped_launch(i, (float *)256, p, NULL, 4, &g, 0),
+            KVCAL_ERR_INVALID_ARG);
+        CU_ASSERT(kvcal_test_error_has("must divide the experts"));
+    }
+}
+
+/* An entry past KVCAL_MLA_MAX_ENTRY (the cache point's shared statistics)
+ * and an odd RoPE part are refused before any device work. */
+static void mla_latent_refuses_long_entries_and_odd_rope(void)
+{
+    kvcal_mla_cfg cfg = {16,
+                         192,
+                         KVCAL_MLA_MAX_ENTRY,
+                         64,
+                         (const kvcal_bf16 *)256,
+                         1e-6f,
+                         (const float *)256,
+                         1.0f};
+    kvcal_bf16 *p = (kvcal_bf16 *)256;
+    CU_ASSERT_EQUAL(
+        kvcal_mla_latent_launch(p, 2048, NULL, 0, (const int32_t *)256, 4, &cfg, NULL, 0),
+        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("mla_latent"));
+    cfg.kv_lora_rank = 512, cfg.rope_dim = 63;
+    CU_ASSERT_EQUAL(
+        kvcal_mla_latent_launch(p, 2048, NULL, 0, (const int32_t *)256, 4, &cfg, NULL, 0),
+        KVCAL_ERR_INVALID_ARG);
 }
 
 static void embed_rows_match_cpu(void)
@@ -2553,6 +2971,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_rows_match_cpu),
     KVCAL_TEST(swiglu_rows_match_cpu),
     KVCAL_TEST(moe_rows_match_cpu),
+    KVCAL_TEST(mla_rows_match_cpu),
     KVCAL_TEST(geglu_rows_match_cpu),
     KVCAL_TEST(affine_rows_match_cpu),
     KVCAL_TEST(embed_rows_match_cpu),
@@ -2566,6 +2985,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
     KVCAL_TEST(gemm_swiglu_refuses_widths_off_128_and_unaligned_k),
     KVCAL_TEST(moe_refuses_unaligned_sizes_and_short_plans),
+    KVCAL_TEST(mla_latent_refuses_long_entries_and_odd_rope),
     CU_TEST_INFO_NULL,
 };
 static CU_TestInfo tuned_tests[] = {

@@ -135,6 +135,45 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
     }
 }
 
+/* DeepSeek-V2 and V3 (multi-head latent attention: the entry's latent and
+ * RoPE part, each within the MoE bound of transformers' float64 absmax;
+ * grouped top-k; a dense first layer): every valid token of layers 1 and 2
+ * routed to top-k experts. */
+static void cuda_runner_matches_transformers_on_mla_golden_models(void)
+{
+    static const char *const names[] = {"deepseek_v2_mla_grouped_softmax_bf16",
+                                        "deepseek_v3_mla_qlora_grouped_sigmoid_bf16"};
+    static const int top_k[] = {3, 2};
+    for (int i = 0; i < 2; i++) {
+        check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
+        kvcal_stats_t *stats = NULL;
+        int64_t rows = 0;
+        cJSON *root = kvcal_test_cuda_run_golden(names[i], NULL, &stats, NULL, &rows);
+        const cJSON *parts[2] = {cJSON_GetObjectItem(root, "latent_absmax"),
+                                 cJSON_GetObjectItem(root, "rope_absmax")};
+        const int L = stats->head_dim - 16; /* both: a RoPE part of 16 */
+        double worst = 0.0;
+        for (int l = 0; l < stats->num_layers; l++) {
+            const double got[2] = {
+                kvcal_stats_channels_absmax(stats, l, KVCAL_K, 0, 0, L),
+                kvcal_stats_channels_absmax(stats, l, KVCAL_K, 0, L, 16)};
+            for (int j = 0; j < 2; j++) {
+                const double w = cJSON_GetArrayItem(parts[j], l)->valuedouble;
+                const double rel = fabs(got[j] - w) / fabs(w);
+                worst = rel > worst || rel != rel ? rel : worst;
+            }
+            int64_t sum = 0;
+            for (int e = 0; e < stats->num_experts; e++)
+                sum += stats->expert_tokens[(size_t)l * stats->num_experts + e];
+            CU_ASSERT_EQUAL(sum, l == 0 ? 0 : rows * top_k[i]);
+        }
+        printf("(%s latent / RoPE part: worst rel. error %.2e) ", names[i], worst);
+        CU_ASSERT(worst <= MOE_RUNNER_RTOL);
+        kvcal_stats_destroy(stats);
+        cJSON_Delete(root);
+    }
+}
+
 /* The routing counts of a calibration on the device and on the host: the
  * same sums, each expert's within a few tokens (bf16 against fp32 router
  * logits may swap a close pair of experts). */
@@ -436,6 +475,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_observes_queries_and_signed_range_like_the_cpu),
     KVCAL_TEST(cuda_runner_loads_weights_through_small_pieces),
     KVCAL_TEST(cuda_runner_matches_transformers_on_moe_golden_models),
+    KVCAL_TEST(cuda_runner_matches_transformers_on_mla_golden_models),
     KVCAL_TEST(cuda_runner_counts_tokens_per_expert_like_the_cpu),
     KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
     KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),

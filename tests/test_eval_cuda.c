@@ -189,15 +189,11 @@ static void eval_cuda_matches_cpu_on_stories260K(void)
     check_cuda_against_cpu("stories260K", args);
 }
 
-/* Calibrates each golden model on random token ids and evaluates it with the
- * scales on both devices (check_cuda_against_cpu). */
-static void check_golden_models(const char *const *names, size_t n)
+/* 8 documents of 64 random token ids below the golden models' vocabulary
+ * of 128 into path (JSONL) */
+static void write_golden_ids(const char *path)
 {
-    /* copies: kvcal_test_path's 8 slots turn over within the loop */
-    char ids[512], scales[512];
-    snprintf(ids, sizeof ids, "%s", kvcal_test_path("golden_ids.jsonl"));
-    snprintf(scales, sizeof scales, "%s", kvcal_test_path("golden_scales.json"));
-    FILE *f = fopen(ids, "w");
+    FILE *f = fopen(path, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     for (int doc = 0; doc < 8; doc++) {
         fprintf(f, "{\"input_ids\": [1");
@@ -206,6 +202,17 @@ static void check_golden_models(const char *const *names, size_t n)
         fprintf(f, "]}\n");
     }
     fclose(f);
+}
+
+/* Each golden model calibrated (per head) on random token ids, then its
+ * eval (with eval_opts) on cuda against cpu. */
+static void check_golden_models(const char *const *names, size_t n, const char *eval_opts)
+{
+    /* copies: kvcal_test_path's 8 slots turn over within the loop */
+    char ids[512], scales[512];
+    snprintf(ids, sizeof ids, "%s", kvcal_test_path("golden_ids.jsonl"));
+    snprintf(scales, sizeof scales, "%s", kvcal_test_path("golden_scales.json"));
+    write_golden_ids(ids);
     for (size_t i = 0; i < n; i++) {
         char args[2048];
         snprintf(
@@ -216,8 +223,8 @@ static void check_golden_models(const char *const *names, size_t n)
         CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
         snprintf(args, sizeof args,
                  "--model tests/fixtures/golden/%s --dataset '%s' --scales '%s' "
-                 "--num-samples 8 --seq-len 64 --batch 4 --quiet",
-                 names[i], ids, scales);
+                 "--num-samples 8 --seq-len 64 --batch 4 --quiet %s",
+                 names[i], ids, scales, eval_opts);
         check_cuda_against_cpu(names[i], args);
     }
 }
@@ -242,7 +249,18 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "glm4_moe_dense1_sigmoid_e8_top3_bf16",
                                         "gemma2_softcap_swa8_bf16",
                                         "qwen3_moe_dense_layers_e4_top2_bf16"};
-    check_golden_models(names, sizeof names / sizeof names[0]);
+    check_golden_models(names, sizeof names / sizeof names[0], "");
+}
+
+/* The DeepSeek golden models (MLA: the latent entry simulated, expanded by
+ * kv_b_proj for the attention) in every mode that applies to them:
+ * vLLM's fp8 cache of the entry under its k_scale, fp8_ds_mla (tiles of
+ * 128 under dynamic scales, the RoPE part in bf16). */
+static void eval_cuda_matches_cpu_on_mla_golden_models(void)
+{
+    static const char *const names[] = {"deepseek_v2_mla_grouped_softmax_bf16",
+                                        "deepseek_v3_mla_qlora_grouped_sigmoid_bf16"};
+    check_golden_models(names, 2, "--modes all");
 }
 
 /* FP8 checkpoints (tests/make_fp8_checkpoints.py) evaluated as they are
@@ -253,7 +271,7 @@ static void eval_cuda_matches_cpu_on_fp8_checkpoints(void)
 {
     static const char *const names[] = {"fp8_llama_fp8_tensor_dynamic",
                                         "fp8_qwen3_fp8_block"};
-    check_golden_models(names, sizeof names / sizeof names[0]);
+    check_golden_models(names, sizeof names / sizeof names[0], "");
 }
 
 /* stories260K with k_proj x64 and q_proj / 64 (what tests/make_large_k_copy.py
@@ -357,6 +375,7 @@ static void eval_cuda_create_rejects_bad_static_scales(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_cuda_matches_cpu_on_stories260K),
     KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_mla_golden_models),
     KVCAL_TEST(eval_cuda_matches_cpu_on_fp8_checkpoints),
     KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),
     KVCAL_TEST(eval_cuda_rejects_bad_inputs_as_the_cpu),

@@ -140,6 +140,69 @@ static void model_config_sets_architecture_features(void)
     CU_ASSERT_EQUAL(c.sliding_window, 16);
 }
 
+/* DeepSeek-V2-Lite, V3 and Kimi K2 as published: the query's LoRA (null in
+ * V2-Lite), the experts with DeepseekV2Config's and DeepseekV3Config's
+ * defaults where the file leaves them out, the cache's shape (one entry of
+ * kv_lora_rank + qk_rope_head_dim), yarn's mscale_all_dim; moe_layer_freq's
+ * dense layers and the routing methods transformers does not run. */
+static void model_config_reads_deepseek_mla_and_grouped_experts(void)
+{
+    static const struct {
+        const char *file;
+        int q_lora, experts, top_k, groups, open, group_max, sigmoid, dense, shared;
+        double scale, mscale_all_dim;
+    } cases[] = {{"deepseek-v2-lite", 0, 64, 6, 1, 1, 1, 0, 1, 2 * 1408, 1.0, 0.707},
+                 {"deepseek-v3", 1536, 256, 8, 8, 4, 0, 1, 3, 2048, 2.5, 1.0},
+                 {"kimi-k2", 1536, 384, 8, 1, 1, 0, 1, 1, 2048, 2.5, 1.0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256];
+        kvcal_model_config c;
+        snprintf(path, sizeof path, CONFIGS "kv_cache/%s.json", cases[i].file);
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_config_load(path, &c), KVCAL_OK);
+        CU_ASSERT_EQUAL(c.kv_layout, KVCAL_KV_MLA);
+        CU_ASSERT_EQUAL(c.q_lora_rank, cases[i].q_lora);
+        CU_ASSERT_EQUAL(c.num_experts, cases[i].experts);
+        CU_ASSERT_EQUAL(c.num_experts_per_tok, cases[i].top_k);
+        CU_ASSERT_EQUAL(c.moe_groups, cases[i].groups);
+        CU_ASSERT_EQUAL(c.moe_topk_groups, cases[i].open);
+        CU_ASSERT_EQUAL(c.moe_group_max, cases[i].group_max);
+        CU_ASSERT_EQUAL(c.moe_sigmoid, cases[i].sigmoid);
+        CU_ASSERT_EQUAL(c.dense_layers, cases[i].dense);
+        CU_ASSERT_EQUAL(c.shared_expert_intermediate_size, cases[i].shared);
+        CU_ASSERT_DOUBLE_EQUAL(c.routed_scaling_factor, cases[i].scale, 0.0);
+        CU_ASSERT_DOUBLE_EQUAL(c.rope_mscale_all_dim, cases[i].mscale_all_dim, 0.0);
+        CU_ASSERT_EQUAL(kvcal_model_config_cache_kv_heads(&c), 1);
+        CU_ASSERT_EQUAL(kvcal_model_config_cache_head_dim(&c), 576);
+        for (int l = 0; l < c.num_layers; l++)
+            CU_ASSERT_EQUAL((c.layer_dense[l / 8] >> (l % 8)) & 1, l < cases[i].dense);
+    }
+    const char *ds = "{\"model_type\": \"deepseek_v2\", \"num_hidden_layers\": 6, "
+                     "\"hidden_size\": 64, \"num_attention_heads\": 4, \"kv_lora_rank\": "
+                     "32, \"qk_rope_head_dim\": 16, \"num_experts_per_tok\": 2, %s}";
+    char text[512];
+    kvcal_model_config c;
+    /* vLLM's rule: MoE where l >= first_k_dense_replace and l % freq == 0 */
+    snprintf(text, sizeof text, ds,
+             "\"first_k_dense_replace\": 1, \"moe_layer_freq\": 2");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    for (int l = 0; l < 6; l++)
+        CU_ASSERT_EQUAL((c.layer_dense[0] >> l) & 1, !(l >= 1 && l % 2 == 0));
+    snprintf(
+        text, sizeof text, ds,
+        "\"topk_method\": \"group_limited_greedy\", \"n_group\": 4, \"topk_group\": 2");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT(c.moe_groups == 4 && c.moe_topk_groups == 2 && c.moe_group_max);
+    snprintf(text, sizeof text, ds, "\"n_group\": 4, \"topk_group\": 2");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT(c.moe_groups == 1 && c.moe_topk_groups == 1); /* greedy: no groups */
+    snprintf(text, sizeof text, ds, "\"topk_method\": \"noaux_tc\"");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "topk_method \"noaux_tc\""));
+    snprintf(text, sizeof text, ds, "\"n_routed_experts\": null");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "n_routed_experts null"));
+}
+
 static void model_config_reads_quantization_and_kv_cache_scheme(void)
 {
     kvcal_model_config c;
@@ -658,6 +721,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_matches_transformers_in_both_layouts),
     KVCAL_TEST(model_config_sets_architecture_features),
     KVCAL_TEST(model_config_reads_quantization_and_kv_cache_scheme),
+    KVCAL_TEST(model_config_reads_deepseek_mla_and_grouped_experts),
     KVCAL_TEST(model_config_defaults_absent_and_null_fields),
     KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),
     KVCAL_TEST(model_config_defaults_absent_sizes_per_model_type),

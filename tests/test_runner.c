@@ -333,6 +333,72 @@ static void runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing(void
     check_against_golden("glm4_moe_dense1_sigmoid_e8_top3_bf16");
 }
 
+/* DeepSeek-V2 (V2-Lite style): MLA without the query's LoRA (the cached
+ * entry, latent then rotated RoPE part, checked as one kv head of 48), yarn
+ * with mscale on the RoPE part and the softmax scale, a dense first layer,
+ * softmax routing limited to the 2 best of 4 groups, not renormalized. */
+/* Calibration on the fixture's samples: the absmax of the latent and of
+ * the RoPE part of each layer's entry (the kvcal JSON's mla section), from
+ * the statistics' channels, against transformers' entry. */
+static void check_mla_parts_against_golden(const char *name)
+{
+    fixture f;
+    fixture_open(&f, name, NULL);
+    const kvcal_model_desc *d = kvcal_model_describe(f.model);
+    CU_ASSERT_FATAL(d->mla && d->num_kv_heads == 1 &&
+                    d->head_dim == d->kv_lora_rank + d->qk_rope_head_dim);
+    kvcal_exec_t *x = NULL;
+    kvcal_stats_t *s = NULL;
+    cpu_executor(f.model, f.batch, f.seq, &x);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s), KVCAL_OK);
+    const kvcal_exec_samples smp = {.ids = f.ids,
+                                    .lengths = f.lengths,
+                                    .num_samples = f.batch,
+                                    .seq_len = f.seq,
+                                    .batch = f.batch};
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_OK);
+    const cJSON *lat = cJSON_GetObjectItem(f.root, "latent_absmax");
+    const cJSON *rope = cJSON_GetObjectItem(f.root, "rope_absmax");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(lat), d->num_layers);
+    for (int l = 0; l < d->num_layers; l++) {
+        const double want[2] = {cJSON_GetArrayItem(lat, l)->valuedouble,
+                                cJSON_GetArrayItem(rope, l)->valuedouble};
+        const double got[2] = {
+            kvcal_stats_channels_absmax(s, l, KVCAL_K, 0, 0, d->kv_lora_rank),
+            kvcal_stats_channels_absmax(s, l, KVCAL_K, 0, d->kv_lora_rank,
+                                        d->qk_rope_head_dim)};
+        for (int i = 0; i < 2; i++) {
+            if (fabs(got[i] - want[i]) > fabs(want[i]) * RTOL)
+                fprintf(stderr, "\n%s: layer %d %s absmax: got %.7g want %.7g", name, l,
+                        i ? "RoPE part" : "latent", got[i], want[i]);
+            CU_ASSERT(fabs(got[i] - want[i]) <= fabs(want[i]) * RTOL);
+        }
+        /* V of the statistics is the same entry */
+        CU_ASSERT_EQUAL(kvcal_stats_head_absmax(s, l, KVCAL_V, 0),
+                        kvcal_stats_head_absmax(s, l, KVCAL_K, 0));
+    }
+    kvcal_stats_destroy(s);
+    kvcal_exec_destroy(x);
+    fixture_close(&f);
+}
+
+static void runner_matches_transformers_deepseek_v2_mla_group_limited_softmax(void)
+{
+    check_against_golden("deepseek_v2_mla_grouped_softmax_bf16");
+    check_mla_parts_against_golden("deepseek_v2_mla_grouped_softmax_bf16");
+}
+
+/* DeepSeek-V3 / R1 / Kimi K2 style: the query's LoRA with its norm,
+ * interleaved RoPE pairs, sigmoid routing with its correction bias among
+ * the 2 best of 4 groups (each group's top-2 sum), renormalized x2.5, two
+ * shared experts. */
+static void runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid(void)
+{
+    check_against_golden("deepseek_v3_mla_qlora_grouped_sigmoid_bf16");
+    check_mla_parts_against_golden("deepseek_v3_mla_qlora_grouped_sigmoid_bf16");
+}
+
 /* Calibration counts the tokens routed to each expert of every layer, the
  * last one included: each valid token once per chosen expert (padding
  * never), whatever the batches. */
@@ -556,11 +622,13 @@ static void model_open_lists_the_supported_architectures(void)
         "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
         "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
-        "Gemma3ForCausalLM and Glm4MoeForCausalLM");
+        "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM and "
+        "DeepseekV3ForCausalLM");
 }
 
-/* MLA (DeepSeek-V3, Kimi K2) and hybrid linear-attention models (Qwen3-Next),
- * and gpt-oss: one line saying what is missing. */
+/* Hybrid linear-attention models (Qwen3-Next), gpt-oss, an MLA config of a
+ * family without MLA, and a DeepSeek config without MLA's sizes: one line
+ * saying what is missing. */
 static void model_open_says_what_mla_and_hybrid_models_lack(void)
 {
     expect_open_error(
@@ -571,12 +639,19 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         "GptOssForCausalLM is not supported yet: kvcal lacks attention sinks");
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",
+                          "{\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "MistralForCausalLM with MLA attention (kv_lora_rank 512, rope 64) is "
+        "not supported: kvcal runs MLA for DeepseekV2ForCausalLM and "
+        "DeepseekV3ForCausalLM");
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
                           "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
                           "\"model_type\": \"deepseek_v3\", "
                           "\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
-        KVCAL_ERR_UNSUPPORTED,
-        "DeepseekV3ForCausalLM uses MLA attention (kv_lora_rank 512, rope 64), "
-        "which is not supported yet");
+        KVCAL_ERR_FORMAT,
+        "DeepseekV3ForCausalLM needs kv_lora_rank, qk_rope_head_dim, "
+        "qk_nope_head_dim and v_head_dim");
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",
                           "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
@@ -1088,6 +1163,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
     KVCAL_TEST(runner_matches_transformers_qwen3_moe_with_dense_layers),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
+    KVCAL_TEST(runner_matches_transformers_deepseek_v2_mla_group_limited_softmax),
+    KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(calibrate_observes_the_queries_the_attention_reads_and_the_signed_range),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),

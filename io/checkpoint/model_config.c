@@ -173,17 +173,14 @@ static void cfg_default_sizes(kvcal_model_config *c)
     static const struct {
         const char *model_type;
         int context, vocab, intermediate;
-    } defaults[] = {{"llama", 2048, 32000, 11008},
-                    {"mistral", 131072, 32000, 14336},
-                    {"qwen2", 32768, 151936, 22016},
-                    {"qwen3", 32768, 151936, 22016},
-                    {"qwen2_moe", 32768, 151936, 5632},
-                    {"qwen3_moe", 32768, 151936, 6144},
-                    {"mixtral", 131072, 32000, 14336},
-                    {"phi3", 4096, 32064, 8192},
-                    {"gemma3_text", 131072, 262208, 9216},
-                    {"gemma2", 8192, 256000, 9216},
-                    {"glm4_moe", 131072, 151552, 10944}};
+    } defaults[] = {
+        {"llama", 2048, 32000, 11008},         {"mistral", 131072, 32000, 14336},
+        {"qwen2", 32768, 151936, 22016},       {"qwen3", 32768, 151936, 22016},
+        {"qwen2_moe", 32768, 151936, 5632},    {"qwen3_moe", 32768, 151936, 6144},
+        {"mixtral", 131072, 32000, 14336},     {"phi3", 4096, 32064, 8192},
+        {"gemma3_text", 131072, 262208, 9216}, {"gemma2", 8192, 256000, 9216},
+        {"glm4_moe", 131072, 151552, 10944},   {"deepseek_v2", 2048, 102400, 11008},
+        {"deepseek_v3", 4096, 129280, 18432},  {"kimi_k2", 4096, 129280, 18432}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -355,6 +352,7 @@ static kvcal_status cfg_read_yarn(const cfg_obj *top, const cfg_obj *sc,
         (s = cfg_double(sc, "attention_factor", 0.0, INFINITY, &c->rope_attention_factor,
                         &found)) != KVCAL_OK)
         return s;
+    c->rope_mscale_all_dim = mscale_all_dim;
     if (found)
         return KVCAL_OK;
     if (mscale != 0.0 && mscale_all_dim != 0.0)
@@ -558,9 +556,103 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     return KVCAL_OK;
 }
 
+/* Marks layer l dense when it is not a MoE layer of DeepSeek's rule: l >=
+ * first_k_dense_replace and l % moe_layer_freq == 0 (vLLM's
+ * DeepseekV2DecoderLayer; transformers reads no moe_layer_freq, 1 in every
+ * released config). */
+static void cfg_deepseek_dense_layers(kvcal_model_config *c, int freq)
+{
+    for (int l = 0; l < c->num_layers; l++)
+        if (!(l >= c->first_dense_layers && l % freq == 0)) {
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->dense_layers++;
+        }
+}
+
+/* DeepSeek-V2 (deepseek_v2) and V3 / Kimi K2 (deepseek_v3, kimi_k2): the
+ * query's LoRA and the experts, with DeepseekV2Config's and
+ * DeepseekV3Config's defaults. V2 scores with a softmax and groups experts
+ * only under topk_method group_limited_greedy (a group's score its best
+ * expert's); V3 with sigmoids chosen by score plus e_score_correction_bias,
+ * in n_group groups scored by their two best experts (noaux_tc). */
+static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
+{
+    const int v2 = !strcmp(c->model_type, "deepseek_v2");
+    char method[32] = "";
+    int shared = v2 ? 2 : 1, freq = 1, found = 0;
+    kvcal_status s;
+    c->q_lora_rank = 1536;
+    c->num_experts = v2 ? 64 : 256;
+    c->num_experts_per_tok = v2 ? 0 : 8;
+    c->moe_intermediate_size = v2 ? 1407 : 2048;
+    c->first_dense_layers = v2 ? 0 : 3;
+    c->routed_scaling_factor = v2 ? 1.0 : 2.5;
+    c->norm_topk_prob = !v2;
+    c->moe_groups = v2 ? 1 : 8;
+    c->moe_topk_groups = v2 ? 1 : 4;
+    c->moe_sigmoid = !v2;
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(top->obj, "q_lora_rank");
+    if (cJSON_IsNull(q))
+        c->q_lora_rank = 0;
+    else if ((s = cfg_int(top, "q_lora_rank", 1, KVCAL_CONFIG_MAX_HIDDEN, &c->q_lora_rank,
+                          NULL)) != KVCAL_OK)
+        return s;
+    if ((s = cfg_int(top, "n_routed_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
+                     &found)) != KVCAL_OK)
+        return s;
+    if (!found &&
+        cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(top->obj, "n_routed_experts")))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s with n_routed_experts null (every layer dense) is not "
+                          "supported; the released DeepSeek-V2/V3 and Kimi K2 configs "
+                          "have routed experts",
+                          top->name, c->architecture);
+    if ((s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->num_experts_per_tok, &found)) != KVCAL_OK ||
+        (s = cfg_int(top, "n_shared_experts", 0, 64, &shared, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "first_k_dense_replace", 0, KVCAL_CONFIG_MAX_LAYERS,
+                     &c->first_dense_layers, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_layer_freq", 1, KVCAL_CONFIG_MAX_LAYERS, &freq, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_double(top, "routed_scaling_factor", 0.0, INFINITY,
+                        &c->routed_scaling_factor, NULL)) != KVCAL_OK ||
+        (s = cfg_bool(top, "norm_topk_prob", &c->norm_topk_prob)) != KVCAL_OK ||
+        (s = cfg_int(top, "n_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_groups, NULL)) !=
+            KVCAL_OK ||
+        (s = cfg_int(top, "topk_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_topk_groups,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_string(top, "topk_method", method, sizeof method, NULL)) != KVCAL_OK ||
+        (s = cfg_string(top, "scoring_func", c->moe_scoring, sizeof c->moe_scoring,
+                        NULL)) != KVCAL_OK)
+        return s;
+    if (!c->num_experts_per_tok)
+        return cfg_missing(top, "num_experts_per_tok",
+                           " (DeepseekV2Config has no default)");
+    if (v2 && strcmp(method, "group_limited_greedy"))
+        c->moe_groups = c->moe_topk_groups = 1; /* greedy: transformers ignores groups */
+    c->moe_group_max = v2;
+    if (v2 ? method[0] && strcmp(method, "greedy") &&
+                 strcmp(method, "group_limited_greedy")
+           : method[0] && strcmp(method, "noaux_tc"))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s with topk_method \"%s\" is not supported; transformers "
+                          "routes %s",
+                          top->name, c->architecture, method,
+                          v2 ? "DeepSeek-V2 with greedy or group_limited_greedy"
+                             : "DeepSeek-V3 with noaux_tc");
+    c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
+    cfg_deepseek_dense_layers(c, freq);
+    return KVCAL_OK;
+}
+
 /* The experts of a mixture-of-experts family (see kvcal_model_config). */
 static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
 {
+    if (!strcmp(c->model_type, "deepseek_v2") || !strcmp(c->model_type, "deepseek_v3") ||
+        !strcmp(c->model_type, "kimi_k2"))
+        return cfg_read_deepseek(top, c);
     static const struct {
         const char *model_type;
         int experts, top_k, inter, shared, norm;
@@ -597,12 +689,12 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
                          &c->first_dense_layers, NULL)) != KVCAL_OK ||
             (s = cfg_double(top, "routed_scaling_factor", 0.0, INFINITY,
                             &c->routed_scaling_factor, NULL)) != KVCAL_OK ||
-            (s = cfg_int(top, "n_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_groups, NULL)) !=
-                KVCAL_OK ||
-            (s = cfg_int(top, "topk_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_topk_groups,
+            (s = cfg_int(top, "n_group", 1, KVCAL_CONFIG_MAX_HEADS, &c->moe_groups,
                          NULL)) != KVCAL_OK ||
-            (s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
-                         NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "topk_group", 1, KVCAL_CONFIG_MAX_HEADS,
+                         &c->moe_topk_groups, NULL)) != KVCAL_OK ||
+            (s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX,
+                         &c->moe_intermediate_size, NULL)) != KVCAL_OK ||
             (s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
                          &c->num_experts_per_tok, NULL)) != KVCAL_OK ||
             (s = cfg_bool(top, "norm_topk_prob", &c->norm_topk_prob)) != KVCAL_OK ||
@@ -818,6 +910,17 @@ int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c)
     return 0;
 }
 
+int kvcal_model_config_cache_kv_heads(const kvcal_model_config *c)
+{
+    return c->kv_layout == KVCAL_KV_MLA ? 1 : c->num_kv_heads;
+}
+
+int kvcal_model_config_cache_head_dim(const kvcal_model_config *c)
+{
+    return c->kv_layout == KVCAL_KV_MLA ? c->kv_lora_rank + c->qk_rope_head_dim
+                                        : c->head_dim;
+}
+
 static kvcal_status cfg_read_quantization(const cfg_obj *top, kvcal_model_config *c)
 {
     const cJSON *q, *scheme;
@@ -826,6 +929,12 @@ static kvcal_status cfg_read_quantization(const cfg_obj *top, kvcal_model_config
         return s;
     c->has_quantization_config = 1;
     cfg_obj qo = {q, "quantization_config.", top->name};
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+    if (cJSON_IsString(method)) /* read as it is: an unknown one is no error */
+        snprintf(c->quant_method, sizeof c->quant_method, "%s", method->valuestring);
+    const cJSON *block = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+    if (cJSON_IsArray(block) && cJSON_IsNumber(cJSON_GetArrayItem(block, 0)))
+        c->weight_block_size = cJSON_GetArrayItem(block, 0)->valueint;
     if ((s = cfg_object(&qo, "kv_cache_scheme", &scheme)) != KVCAL_OK)
         return s;
     c->has_kv_cache_scheme = scheme != NULL;

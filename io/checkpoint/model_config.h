@@ -131,13 +131,31 @@ typedef struct kvcal_model_config {
     int moe_sigmoid;             /* GLM: sigmoid scores, chosen by score plus
                                     e_score_correction_bias (else softmax) */
     double routed_scaling_factor; /* the chosen weights' factor (1) */
-    int moe_groups, moe_topk_groups; /* GLM's n_group, topk_group (1, 1) */
+    int moe_groups, moe_topk_groups; /* n_group, topk_group (1, 1): the experts in
+                                        n_group groups, the top-k chosen among
+                                        the topk_group best groups */
 
     /* Gemma 3 (gemma3_text; 0 elsewhere) */
     double query_pre_attn_scalar;  /* attention scale query_pre_attn_scalar^-0.5 */
     double rope_sliding_theta;     /* RoPE base of the sliding layers */
     double final_logit_softcapping; /* 0: none */
     double attn_logit_softcapping;  /* 0: none */
+
+    /* DeepSeek-V2 / V3 and Kimi K2 (deepseek_v2, deepseek_v3, kimi_k2; 0
+     * elsewhere), with the transformers class defaults where a field is
+     * absent */
+    int q_lora_rank;            /* the query's LoRA rank (q_a_proj, q_a_layernorm,
+                                   q_b_proj); 0: q_proj (an explicit null) */
+    int moe_group_max;          /* grouped top-k: a group scores its best expert
+                                   (V2's group_limited_greedy); 0: its two best
+                                   experts' sum (V3's noaux_tc, GLM) */
+    char moe_scoring[16];       /* scoring_func as written ("softmax", "sigmoid"),
+                                   "" when absent */
+    double rope_mscale_all_dim; /* yarn's mscale_all_dim, 0 when absent: DeepSeek's
+                                   softmax scale is times mscale(factor, it)^2 */
+    char quant_method[24];      /* quantization_config.quant_method, "" when absent */
+    int weight_block_size;      /* quantization_config.weight_block_size's rows
+                                   (128: DeepSeek-V3's block-wise FP8), 0 when absent */
 } kvcal_model_config;
 
 /* Upper bounds on the sizes a config.json may state. Real models stay far
@@ -168,6 +186,12 @@ kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *
  * are not counted. 0 for KVCAL_KV_UNKNOWN. Bytes are this times the cache
  * dtype's size. */
 int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c);
+
+/* The kv heads and head size of what the KV cache holds per token and layer,
+ * the shape of scales: one head of kv_lora_rank + qk_rope_head_dim for MLA
+ * (one entry under one scale), else num_kv_heads and head_dim. */
+int kvcal_model_config_cache_kv_heads(const kvcal_model_config *c);
+int kvcal_model_config_cache_head_dim(const kvcal_model_config *c);
 
 /* Reads `path` (config.json or the directory holding it). */
 kvcal_status kvcal_model_config_load(const char *path, kvcal_model_config *out);

@@ -934,7 +934,7 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         snprintf(s->model.model_type, sizeof s->model.model_type, "%s",
                  ctx->model->model_type);
         s->model.num_attention_heads = ctx->model->num_attention_heads;
-        s->model.head_dim = ctx->model->head_dim;
+        s->model.head_dim = kvcal_model_config_cache_head_dim(ctx->model);
     }
     *out = s;
 fail:
@@ -974,6 +974,41 @@ static void check_listed_in_index(const char *dir, const char *base, kvcal_repor
                          "does)",
                          base);
     cJSON_Delete(index);
+}
+
+/* Checkpoint scales of an MLA model (DeepSeek-V2/V3, Kimi K2): what the
+ * engines load into its one entry a token (schemas/README.md, "MLA caches").
+ * vLLM 0.32.0 loads none: compressed-tensors and fp8 give MLAAttention no
+ * KV-cache method (their get_quant_method takes Attention layers alone),
+ * and under modelopt AutoWeightsLoader's cache scale mapper renames every
+ * name to self_attn.attn.k_scale, which maybe_remap_kv_scale_name then
+ * renames again (self_attn.attn.attn.k_scale, no parameter): k_scale stays
+ * 1.0. sglang 0.5.23 loads ModelOpt's self_attn.k_proj.k_scale into the
+ * absorbed attention's attn_mqa.k_scale and drops self_attn.k_scale. */
+static void check_mla(const layer_tensors *lt, int num_layers, kvcal_format flavor,
+                      const kvcal_model_config *m, kvcal_report_t *rep)
+{
+    int per_head = 0;
+    for (int l = 0; l < num_layers; l++)
+        for (int k = 0; k < KIND_KV + 1; k++)
+            per_head |= lt[l].t[k] && lt[l].t[k]->numel > 1;
+    const char *modelopt = flavor == KVCAL_FORMAT_MODELOPT ? " (sglang 0.5.23 loads "
+                                                             "self_attn.k_proj.k_scale "
+                                                             "into attn_mqa.k_scale)"
+                                                           : "";
+    kvcal_report_add(
+        rep,
+        flavor == KVCAL_FORMAT_MODELOPT && !per_head ? KVCAL_SEVERITY_WARNING
+                                                     : KVCAL_SEVERITY_ERROR,
+        KVCAL_ERR_UNSUPPORTED, "",
+        "vLLM 0.32.0 loads no checkpoint KV scale into an MLA layer (compressed-tensors "
+        "and fp8 give MLAAttention no KV-cache method; under modelopt the name becomes "
+        "self_attn.attn.attn.k_scale, which no parameter has): its cache runs with "
+        "k_scale 1.0",
+        "%s caches one latent entry of %d values per token and layer under one "
+        "k_scale%s%s",
+        m->architecture, kvcal_model_config_cache_head_dim(m),
+        per_head ? "; these scales are per head, which no MLA layer has" : "", modelopt);
 }
 
 kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_ctx *ctx,
@@ -1054,6 +1089,8 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     if ((st = collect(ck, &num_layers, c.model != NULL, rep, &lt, &flavor)))
         goto fail;
     kvcal_report_set_format(rep, flavor);
+    if (lt && c.model && c.model->kv_layout == KVCAL_KV_MLA)
+        check_mla(lt, num_layers, flavor, c.model, rep);
     for (int l = 0; lt && config && !sc.maps_output_scale && l < num_layers; l++) {
         const kvcal_tensor_info *t = lt[l].t[KIND_K] ? lt[l].t[KIND_K] : lt[l].t[KIND_V];
         if (t && strstr(t->name, "_proj.output_scale")) {
@@ -1077,7 +1114,7 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     }
     if (sc.loader == KVCAL_LOADER_IGNORED)
         goto fail;
-    int heads = c.model ? c.model->num_kv_heads : 0;
+    int heads = c.model ? kvcal_model_config_cache_kv_heads(c.model) : 0;
     if (!heads)
         for (int l = 0; l < num_layers; l++)
             for (int k = 0; k < KIND_KV + 1; k++)
@@ -1354,13 +1391,14 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
     if ((st = kvcal_model_config_load(model_dir, &mc)))
         return st;
     if (mc.num_layers != s->num_layers ||
-        (s->granularity == KVCAL_GRANULARITY_HEAD && mc.num_kv_heads != s->num_kv_heads))
+        (s->granularity == KVCAL_GRANULARITY_HEAD &&
+         kvcal_model_config_cache_kv_heads(&mc) != s->num_kv_heads))
         return kvcal_fail(KVCAL_ERR_MISMATCH,
                           "%s: the scales have %d layers x %d kv heads but "
                           "%s/config.json has %d x %d; pass the model the "
                           "scales were made for",
                           dir, s->num_layers, s->num_kv_heads, model_dir, mc.num_layers,
-                          mc.num_kv_heads);
+                          kvcal_model_config_cache_kv_heads(&mc));
     if (strlen(dir) + 64 >= 4096 || strlen(model_dir) + 64 >= 4096)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: path too long", dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)

@@ -12,7 +12,9 @@
  *    "layers": [{"layer": 0, "k_scale", "v_scale",
  *                "k_scale_per_head": [H], "v_scale_per_head": [H],
  *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip",
- *                "q_scale", "q_scale_per_head": [num_attention_heads]}]}
+ *                "q_scale", "q_scale_per_head": [num_attention_heads],
+ *                "latent_absmax", "rope_absmax"}],
+ *    "mla": {"kv_lora_rank", "qk_rope_head_dim"}}
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
  * engine with one scale per layer uses); the per-head arrays are the set's
@@ -21,8 +23,13 @@
  * clip under their scale, |x| / scale > 464 (what kvcal eval counts); q_scale,
  * the query's scale for FP8 attention (e4m3's, absmax / 448, whatever the
  * cache dtype), is in every layer or none, and so is q_scale_per_head (one
- * per query head, q_scale their max). Numbers
- * are printed with enough digits that float32 values read back identical. */
+ * per query head, q_scale their max). "mla" is
+ * there for a multi-head latent attention model (DeepSeek-V2/V3, Kimi K2),
+ * whose cache holds one entry per token and layer: num_kv_heads is 1,
+ * head_dim kv_lora_rank + qk_rope_head_dim, K and V the entry (one scale,
+ * vLLM's k_scale), and each layer adds the absmax of the entry's latent and
+ * of its RoPE part. Numbers are printed with enough digits that float32
+ * values read back identical. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +118,49 @@ static int get_head_array(kvcal_report_t *rep, const cJSON *layer, const char *k
         }
     }
     return ok;
+}
+
+/* The "mla" object: the entry's latent and RoPE sizes into hdr, checked
+ * against the file's own head_dim and num_kv_heads and against the model's
+ * config (an MLA config without it: a warning, the parts' absmax unknown). */
+static void check_mla(const cJSON *root, const kvcal_scales_ctx *ctx, kvcal_report_t *rep,
+                      kvcal_scales_t *hdr)
+{
+    const cJSON *mla = cJSON_GetObjectItemCaseSensitive(root, "mla");
+    const kvcal_model_config *m = ctx->model;
+    if (!mla) {
+        if (m && m->kv_layout == KVCAL_KV_MLA)
+            kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, "mla",
+                             "the scales load, but the file does not say how the latent "
+                             "and the RoPE part of the entry spread",
+                             "missing for %s, an MLA model", m->architecture);
+        return;
+    }
+    if (!cJSON_IsObject(mla)) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "mla", KVJ_REFUSED,
+                         "not an object");
+        return;
+    }
+    const long long L = get_int(rep, mla, "kv_lora_rank", "mla", 1, 65536, 1);
+    const long long R = get_int(rep, mla, "qk_rope_head_dim", "mla", 1, 65536, 1);
+    if (L < 0 || R < 0)
+        return;
+    hdr->mla_kv_lora_rank = (int)L;
+    hdr->mla_rope_dim = (int)R;
+    if (hdr->model.num_kv_heads != 1 ||
+        (hdr->model.head_dim && hdr->model.head_dim != L + R))
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "mla", KVJ_REFUSED,
+            "an entry of %lld + %lld values, but model.num_kv_heads is %d and "
+            "model.head_dim %d (an MLA file has one kv head of the entry)",
+            L, R, hdr->model.num_kv_heads, hdr->model.head_dim);
+    if (m && (m->kv_layout != KVCAL_KV_MLA || m->kv_lora_rank != L ||
+              m->qk_rope_head_dim != R))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "mla",
+                         KVJ_WRONG_MODEL,
+                         "kv_lora_rank %lld, qk_rope_head_dim %lld, but config.json has "
+                         "%d and %d",
+                         L, R, m->kv_lora_rank, m->qk_rope_head_dim);
 }
 
 /* Checks the top-level fields and the model; fills s's identity fields.
@@ -234,7 +284,16 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
                              "model.num_layers", KVJ_WRONG_MODEL,
                              "%lld but config.json has %d", layers, m->num_layers);
-        if (m->num_kv_heads != heads)
+        if (m->kv_layout == KVCAL_KV_MLA && heads != 1)
+            kvcal_report_add(
+                rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, "model.num_kv_heads",
+                "an MLA layer caches one entry per token under one scale: "
+                "vLLM's MLAAttention has one kv head (MLAAttentionSpec "
+                "num_kv_heads 1) and one k_scale",
+                "%lld, but %s caches one latent entry of %d values per token "
+                "and layer",
+                heads, m->architecture, kvcal_model_config_cache_head_dim(m));
+        else if (kvcal_model_config_cache_kv_heads(m) != heads)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
                              "model.num_kv_heads", KVJ_WRONG_MODEL,
                              "%lld but config.json has %d", heads, m->num_kv_heads);
@@ -247,6 +306,7 @@ static int check_header(const cJSON *root, const kvcal_scales_ctx *ctx,
     }
     if (hdr->granularity == KVCAL_GRANULARITY_HEAD)
         kvcal_report_check_tp_split(rep, "model.num_kv_heads", (int)heads, ctx->tp);
+    check_mla(root, ctx, rep, hdr);
     return 1;
 }
 
@@ -336,6 +396,21 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
                 *dst[i] = (float)n->valuedouble;
         }
     }
+    const char *part[2] = {"latent_absmax", "rope_absmax"};
+    float *part_dst[2] = {&s->mla_latent_absmax[l], &s->mla_rope_absmax[l]};
+    for (int i = 0; s->mla_kv_lora_rank && i < 2; i++) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, part[i]);
+        snprintf(place, sizeof place, "layers[%d].%s", l, part[i]);
+        if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0.0) ||
+            n->valuedouble > 3.4028234663852886e38)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                             KVJ_REFUSED,
+                             "%s, expected the absmax (a finite number >= 0) "
+                             "of an MLA file's layers",
+                             n ? "not a finite number >= 0" : "missing");
+        else
+            *part_dst[i] = (float)n->valuedouble;
+    }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(e, "q_scale");
     if (q) {
         (*q_layers)++;
@@ -419,6 +494,8 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     s->granularity = hdr.granularity;
     s->format = hdr.format;
     s->kv_shared = hdr.kv_shared;
+    s->mla_kv_lora_rank = hdr.mla_kv_lora_rank;
+    s->mla_rope_dim = hdr.mla_rope_dim;
     s->model = hdr.model;
     s->provenance = hdr.provenance;
     /* per query head q scales: the first layer says, the others must agree */
@@ -452,7 +529,9 @@ kvcal_status kvcal_scales_check_kvcal_json(const cJSON *root, const kvcal_scales
     s->has_clip = clip_layers > 0;
     s->has_q = q_layers > 0;
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_KVCAL_JSON, &tally);
-    if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) == 0)
+    /* an MLA entry is K and V at once: its scales are equal by design */
+    if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) == 0 &&
+        !s->mla_kv_lora_rank)
         check_kv_equal(s, rep);
     st = kvcal_report_status(rep);
     if (!st && out && kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) == 0) {
@@ -604,7 +683,16 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
         if (ok && q_heads)
             ok = add_floats(e, "q_scale_per_head", s->q_head + (size_t)l * q_heads,
                             q_heads);
+        if (ok && s->mla_kv_lora_rank)
+            ok = cJSON_AddNumberToObject(e, "latent_absmax",
+                                         (double)s->mla_latent_absmax[l]) &&
+                 cJSON_AddNumberToObject(e, "rope_absmax", (double)s->mla_rope_absmax[l]);
     }
+    cJSON *mla;
+    if (ok && s->mla_kv_lora_rank)
+        ok = (mla = cJSON_AddObjectToObject(root, "mla")) &&
+             cJSON_AddNumberToObject(mla, "kv_lora_rank", s->mla_kv_lora_rank) &&
+             cJSON_AddNumberToObject(mla, "qk_rope_head_dim", s->mla_rope_dim);
     st = ok ? kvcal_json_write(path, root)
             : kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory building the JSON", path);
     cJSON_Delete(root);

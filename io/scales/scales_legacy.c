@@ -296,7 +296,7 @@ static kvcal_status build_scales(const float *values, int num_ranks, int num_lay
                                  const kvcal_scales_ctx *ctx, const char *model_type,
                                  kvcal_scales_t **out)
 {
-    int heads = ctx->model ? ctx->model->num_kv_heads : num_ranks;
+    int heads = ctx->model ? kvcal_model_config_cache_kv_heads(ctx->model) : num_ranks;
     kvcal_scales_t *s = NULL;
     kvcal_status st = kvcal_scales_create(num_layers, heads, &s);
     if (st)
@@ -318,7 +318,7 @@ static kvcal_status build_scales(const float *values, int num_ranks, int num_lay
         snprintf(s->model.architecture, sizeof s->model.architecture, "%s",
                  ctx->model->architecture);
         s->model.num_attention_heads = ctx->model->num_attention_heads;
-        s->model.head_dim = ctx->model->head_dim;
+        s->model.head_dim = kvcal_model_config_cache_head_dim(ctx->model);
     }
     snprintf(s->model.model_type, sizeof s->model.model_type, "%s",
              ctx->model   ? ctx->model->model_type
@@ -401,7 +401,8 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
                          ctx->tp);
     if (ctx->model)
         kvcal_report_check_tp_split(rep, "kv_cache.scaling_factor",
-                                    ctx->model->num_kv_heads, num_ranks);
+                                    kvcal_model_config_cache_kv_heads(ctx->model),
+                                    num_ranks);
     int known_layers = ctx->model != NULL;
     int num_layers = known_layers ? ctx->model->num_layers : count_file_layers(sf);
     if (num_layers <= 0)

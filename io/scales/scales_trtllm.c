@@ -211,8 +211,8 @@ kvcal_status kvcal_scales_check_trtllm(const char *dir, const kvcal_scales_ctx *
     kvcal_report_flush_tally(rep, KVCAL_FORMAT_TRTLLM, &tally);
     if (kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR) > 0 || !out)
         goto done;
-    int heads =
-        ctx->model ? ctx->model->num_kv_heads : int_field(cfg, "num_key_value_heads");
+    int heads = ctx->model ? kvcal_model_config_cache_kv_heads(ctx->model)
+                           : int_field(cfg, "num_key_value_heads");
     kvcal_scales_t *s = NULL;
     if ((st = kvcal_scales_create(layers, heads > 0 ? heads : 1, &s)))
         goto done;
@@ -228,7 +228,7 @@ kvcal_status kvcal_scales_check_trtllm(const char *dir, const kvcal_scales_ctx *
         snprintf(s->model.model_type, sizeof s->model.model_type, "%s",
                  ctx->model->model_type);
         s->model.num_attention_heads = ctx->model->num_attention_heads;
-        s->model.head_dim = ctx->model->head_dim;
+        s->model.head_dim = kvcal_model_config_cache_head_dim(ctx->model);
     }
     *out = s;
 done:

@@ -6,12 +6,16 @@
  * in the batch. */
 #include "kernels/cpu/ops.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fp8.h"
 #include "core/hist_rule.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/moe_limits.h"
 
 /* --- threading ----------------------------------------------------------- */
 
@@ -315,7 +319,7 @@ void kvcal_rope_observe_ref(float *qkv, int64_t token_stride, const int32_t *pos
 typedef struct {
     float *out;
     const float *q, *k, *v;
-    int tokens, n_heads, n_kv_heads, head_dim;
+    int tokens, n_heads, n_kv_heads, head_dim, v_dim;
     float scale;
     int window;
     float softcap;
@@ -328,43 +332,52 @@ static void attention_row(void *p, int64_t item)
     const attn_ctx *c = p;
     int t = (int)(item / c->n_heads), h = (int)(item % c->n_heads);
     int kvh = h / (c->n_heads / c->n_kv_heads);
-    int d = c->head_dim;
+    int d = c->head_dim, dv = c->v_dim;
     const float *qv = c->q + ((int64_t)t * c->n_heads + h) * d; // (head_dim)
-    float *o = c->out + ((int64_t)t * c->n_heads + h) * d;      // (head_dim)
-    int64_t kv_stride = (int64_t)c->n_kv_heads * d;
+    float *o = c->out + ((int64_t)t * c->n_heads + h) * dv;     // (v_dim)
+    int64_t kv_stride = (int64_t)c->n_kv_heads * d,
+            v_stride = (int64_t)c->n_kv_heads * dv;
     float m = -INFINITY, l = 0.0f;
-    memset(o, 0, sizeof(float) * (size_t)d);
+    memset(o, 0, sizeof(float) * (size_t)dv);
     for (int s = c->window > 0 && t >= c->window ? t - c->window + 1 : 0; s <= t; s++) {
         const float *kv = c->k + s * kv_stride + (int64_t)kvh * d; // (head_dim)
-        const float *vv = c->v + s * kv_stride + (int64_t)kvh * d; // (head_dim)
+        const float *vv = c->v + s * v_stride + (int64_t)kvh * dv; // (v_dim)
         float score = dot_1x1(qv, kv, d) * c->scale;
         if (c->softcap > 0.0f)
             score = c->softcap * tanhf(score / c->softcap);
         if (score > m) {
             float r = expf(m - score);
             l *= r;
-            for (int i = 0; i < d; i++)
+            for (int i = 0; i < dv; i++)
                 o[i] *= r;
             m = score;
         }
         float e = expf(score - m);
         l += e;
-        for (int i = 0; i < d; i++)
+        for (int i = 0; i < dv; i++)
             o[i] += e * vv[i];
     }
     float inv = 1.0f / l;
-    for (int i = 0; i < d; i++)
+    for (int i = 0; i < dv; i++)
         o[i] *= inv;
+}
+
+void kvcal_attention_vdim_ref(float *out, const float *q, const float *k, const float *v,
+                              int tokens, int n_heads, int n_kv_heads, int qk_dim,
+                              int v_dim, float scale, int window, float softcap)
+{
+    attn_ctx c = {out,        q,      k,     v,     tokens, n_heads,
+                  n_kv_heads, qk_dim, v_dim, scale, window, softcap};
+    double flops = 1.0 * tokens * (double)tokens * n_heads * (qk_dim + v_dim);
+    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
 }
 
 void kvcal_attention_window_ref(float *out, const float *q, const float *k,
                                 const float *v, int tokens, int n_heads, int n_kv_heads,
                                 int head_dim, float scale, int window, float softcap)
 {
-    attn_ctx c = {out,        q,        k,     v,      tokens, n_heads,
-                  n_kv_heads, head_dim, scale, window, softcap};
-    double flops = 2.0 * tokens * (double)tokens * n_heads * head_dim;
-    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
+    kvcal_attention_vdim_ref(out, q, k, v, tokens, n_heads, n_kv_heads, head_dim,
+                             head_dim, scale, window, softcap);
 }
 
 void kvcal_attention_ref(float *out, const float *q, const float *k, const float *v,
@@ -377,40 +390,97 @@ void kvcal_attention_ref(float *out, const float *q, const float *k, const float
 
 /* --- mixture of experts --------------------------------------------------- */
 
+/* The group of each expert that may be chosen: the topk_groups best of
+ * cfg's groups by their scores (see kvcal_moe_route_cfg), the lower group
+ * first on a tie, into open (groups); every group open when groups <= 1.
+ * p (num_experts) are the experts' scores (the softmax's probabilities or
+ * the choice values of sigmoid scoring). */
+static void open_groups(unsigned char *open, const float *p, const kvcal_moe_route_cfg *c)
+{
+    const int G = c->groups > 1 ? c->groups : 1, S = c->num_experts / G;
+    float score[KVCAL_MOE_MAX_GROUPS];
+    for (int g = 0; g < G; g++) {
+        float a = -INFINITY, b = -INFINITY; /* the two best of the group */
+        for (int i = g * S; i < (g + 1) * S; i++) {
+            if (p[i] > a)
+                b = a, a = p[i];
+            else if (p[i] > b)
+                b = p[i];
+        }
+        score[g] = c->group_max || S < 2 ? a : a + b;
+        open[g] = G == 1;
+    }
+    for (int j = 0; G > 1 && j < c->topk_groups; j++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!open[g] && (best < 0 || score[g] > score[best]))
+                best = g;
+        open[best] = 1;
+    }
+}
+
+void kvcal_moe_route_grouped_ref(int32_t *experts, float *weights, const float *logits,
+                                 int64_t tokens, const kvcal_moe_route_cfg *c)
+{
+    const int E = c->num_experts, K = c->top_k, G = c->groups > 1 ? c->groups : 1;
+    float p[KVCAL_MOE_MAX_EXPERTS];
+    unsigned char open[KVCAL_MOE_MAX_GROUPS];
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *z = logits + t * E; // (num_experts)
+        int32_t *e = experts + t * K;    // (top_k)
+        float *w = weights + t * K;      // (top_k)
+        float m = -INFINITY, sum = 0.0f;
+        for (int i = 0; !c->sigmoid && i < E; i++)
+            m = z[i] > m ? z[i] : m;
+        for (int i = 0; !c->sigmoid && i < E; i++)
+            sum += expf(z[i] - m);
+        for (int i = 0; G > 1 && i < E; i++)
+            p[i] = c->sigmoid ? kvcal_sigmoid_ref(z[i]) + (c->bias ? c->bias[i] : 0.0f)
+                              : expf(z[i] - m) / sum;
+        open_groups(open, p, c);
+        /* top_k by selection on the choice values: the largest first, the
+         * lower index on a tie (torch.topk's order for distinct values) */
+        float chosen = 0.0f;
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            float best_v = 0.0f;
+            for (int i = 0; i < E; i++) {
+                int taken = !open[i / (E / G)];
+                for (int q = 0; q < j; q++)
+                    taken |= e[q] == i;
+                const float v =
+                    c->sigmoid ? kvcal_sigmoid_ref(z[i]) + (c->bias ? c->bias[i] : 0.0f)
+                               : z[i];
+                if (!taken && (best < 0 || v > best_v))
+                    best = i, best_v = v;
+            }
+            e[j] = best;
+            w[j] = c->sigmoid ? kvcal_sigmoid_ref(z[best]) : expf(z[best] - m) / sum;
+            chosen += w[j];
+        }
+        for (int j = 0; j < K; j++) {
+            if (c->renormalize)
+                w[j] = c->sigmoid ? w[j] / (chosen + 1e-20f) : w[j] / chosen;
+            w[j] *= c->scale;
+        }
+    }
+}
+
 void kvcal_moe_route_ref(int32_t *experts, float *weights, const float *logits,
                          int64_t tokens, int num_experts, int top_k, int renormalize)
 {
-    for (int64_t t = 0; t < tokens; t++) {
-        const float *z = logits + t * num_experts; // (num_experts)
-        int32_t *e = experts + t * top_k;          // (top_k)
-        float *w = weights + t * top_k;            // (top_k)
-        float m = -INFINITY, sum = 0.0f;
-        for (int i = 0; i < num_experts; i++)
-            m = z[i] > m ? z[i] : m;
-        for (int i = 0; i < num_experts; i++)
-            sum += expf(z[i] - m);
-        /* top_k by selection: the largest first, the lower index on a tie
-         * (torch.topk's order on CPU and CUDA for distinct values) */
-        for (int j = 0; j < top_k; j++) {
-            int best = -1;
-            for (int i = 0; i < num_experts; i++) {
-                int taken = 0;
-                for (int p = 0; p < j; p++)
-                    taken |= e[p] == i;
-                if (!taken && (best < 0 || z[i] > z[best]))
-                    best = i;
-            }
-            e[j] = best;
-            w[j] = expf(z[best] - m) / sum;
-        }
-        if (renormalize) {
-            float s = 0.0f;
-            for (int j = 0; j < top_k; j++)
-                s += w[j];
-            for (int j = 0; j < top_k; j++)
-                w[j] /= s;
-        }
-    }
+    const kvcal_moe_route_cfg c = {num_experts, top_k, 0,           NULL, 1,
+                                   1,           0,     renormalize, 1.0f};
+    kvcal_moe_route_grouped_ref(experts, weights, logits, tokens, &c);
+}
+
+void kvcal_moe_route_sigmoid_ref(int32_t *experts, float *weights, const float *logits,
+                                 const float *bias, int64_t tokens, int num_experts,
+                                 int top_k, int renormalize, float scale)
+{
+    const kvcal_moe_route_cfg c = {num_experts, top_k, 1,           bias, 1,
+                                   1,           0,     renormalize, scale};
+    kvcal_moe_route_grouped_ref(experts, weights, logits, tokens, &c);
 }
 
 /* --- elementwise --------------------------------------------------------- */
@@ -424,35 +494,6 @@ void kvcal_embed_ref(float *out, const float *table, const int32_t *ids, int64_t
             memset(o, 0, (size_t)dim * sizeof *o);
         else
             memcpy(o, table + (int64_t)ids[i] * dim, (size_t)dim * sizeof *o);
-    }
-}
-
-void kvcal_moe_route_sigmoid_ref(int32_t *experts, float *weights, const float *logits,
-                                 const float *bias, int64_t tokens, int num_experts,
-                                 int top_k, int renormalize, float scale)
-{
-    for (int64_t t = 0; t < tokens; t++) {
-        const float *z = logits + t * num_experts; // (num_experts)
-        int32_t *e = experts + t * top_k;          // (top_k)
-        float *w = weights + t * top_k;            // (top_k)
-        float sum = 0.0f;
-        for (int j = 0; j < top_k; j++) {
-            int best = -1;
-            float best_v = 0.0f;
-            for (int i = 0; i < num_experts; i++) {
-                int taken = 0;
-                for (int p = 0; p < j; p++)
-                    taken |= e[p] == i;
-                const float v = kvcal_sigmoid_ref(z[i]) + (bias ? bias[i] : 0.0f);
-                if (!taken && (best < 0 || v > best_v))
-                    best = i, best_v = v;
-            }
-            e[j] = best;
-            w[j] = kvcal_sigmoid_ref(z[best]);
-            sum += w[j];
-        }
-        for (int j = 0; j < top_k; j++)
-            w[j] = (renormalize ? w[j] / (sum + 1e-20f) : w[j]) * scale;
     }
 }
 
@@ -483,4 +524,71 @@ void kvcal_add_ref(float *x, const float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         x[i] += y[i];
+}
+
+/* --- multi-head latent attention ------------------------------------------ */
+
+void kvcal_mla_latent_ref(float *entry, int64_t entry_stride, float *q, int64_t q_stride,
+                          const int32_t *pos, int tokens, int n_heads, int qk_dim,
+                          int kv_lora_rank, int rope_dim, const float *norm_w, float eps,
+                          const float *inv_freq, float attention_factor,
+                          const kvcal_kv_observer *obs)
+{
+    const int L = kv_lora_rank, R = rope_dim;
+    for (int t = 0; t < tokens; t++) {
+        if (pos[t] < 0)
+            continue;
+        float *row = entry + (int64_t)t * entry_stride; // (L + R)
+        kvcal_rmsnorm_ref(row, row, norm_w, 1, L, eps);
+        kvcal_rope_scaled_ref(row + L, pos + t, inv_freq, 1, 1, R, R, 1,
+                              attention_factor);
+        if (q) /* each head's last R channels: the rotation starts there */
+            kvcal_rope_scaled_ref(q + (int64_t)t * q_stride + qk_dim - R, pos + t,
+                                  inv_freq, 1, n_heads, qk_dim, R, 1, attention_factor);
+        if (obs) {
+            observe_heads(row, 1, L + R, obs, KVCAL_K);
+            observe_heads(row, 1, L + R, obs, KVCAL_V);
+        }
+    }
+}
+
+void kvcal_mla_expand_ref(float *k, float *v, int v_stride, const float *kvb,
+                          const float *entry, int64_t entry_stride, int tokens,
+                          int n_heads, int nope, int v_dim, int kv_lora_rank,
+                          int rope_dim)
+{
+    const int qk = nope + rope_dim;
+    for (int t = 0; t < tokens; t++) {
+        const float *pe = entry + (int64_t)t * entry_stride + kv_lora_rank; // (rope_dim)
+        for (int h = 0; h < n_heads; h++) {
+            const float *src = kvb + ((int64_t)t * n_heads + h) * (nope + v_dim);
+            float *kh = k + ((int64_t)t * n_heads + h) * qk;       // (qk)
+            float *vh = v + ((int64_t)t * n_heads + h) * v_stride; // (v_stride)
+            memcpy(kh, src, sizeof(float) * (size_t)nope);
+            memcpy(kh + nope, pe, sizeof(float) * (size_t)rope_dim);
+            memcpy(vh, src + nope, sizeof(float) * (size_t)v_dim);
+            memset(vh + v_dim, 0, sizeof(float) * (size_t)(v_stride - v_dim));
+        }
+    }
+}
+
+void kvcal_mla_ds_roundtrip_ref(float *out, int64_t out_stride, const float *x,
+                                int64_t x_stride, int64_t rows, int kv_lora_rank,
+                                int rope_dim)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * x_stride; // (kv_lora_rank + rope_dim)
+        float *o = out + r * out_stride;    // (kv_lora_rank + rope_dim)
+        for (int c0 = 0; c0 < kv_lora_rank; c0 += 128) {
+            const int c1 = c0 + 128 < kv_lora_rank ? c0 + 128 : kv_lora_rank;
+            float amax = 0.0f;
+            for (int c = c0; c < c1; c++)
+                amax = fmaxf(amax, fabsf(xr[c]));
+            const float scale = fmaxf(amax / 448.0f, FLT_MIN);
+            for (int c = c0; c < c1; c++)
+                o[c] = kvcal_fp8_e4m3_round(xr[c] / scale) * scale;
+        }
+        for (int c = kv_lora_rank; c < kv_lora_rank + rope_dim; c++)
+            o[c] = kvcal_bf16_round(xr[c]);
+    }
 }

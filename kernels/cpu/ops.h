@@ -95,6 +95,77 @@ void kvcal_moe_route_sigmoid_ref(int32_t *experts, float *weights, const float *
 /* 1 / (1 + exp(-x)) */
 float kvcal_sigmoid_ref(float x);
 
+/* Grouped top-k routing (DeepSeek-V2/V3, GLM-4.5), the general form of the
+ * two above: the choice values are the logits (softmax scoring: the same
+ * order as the probabilities) or sigmoid(logits) + bias; the experts lie
+ * in `groups` groups of num_experts / groups, each scored by its best
+ * expert's score (group_max: softmax's probability, transformers'
+ * group_limited_greedy) or by the sum of its two best choice values
+ * (noaux_tc), and only the topk_groups best groups (the lower group first
+ * on a tie) are open to the top-k. Weights: the softmax's probability or
+ * the sigmoid (without the bias), renormalized (sigmoid: + 1e-20) when
+ * renormalize, then times scale. groups 1: the two above, bit for bit
+ * (with scale 1 for a softmax). */
+typedef struct kvcal_moe_route_cfg {
+    int num_experts, top_k;
+    int sigmoid;       /* 0: softmax scoring */
+    const float *bias; /* (num_experts) sigmoid's choice bias, or NULL */
+    int groups, topk_groups, group_max;
+    int renormalize;
+    float scale;
+} kvcal_moe_route_cfg;
+
+void kvcal_moe_route_grouped_ref(int32_t *experts, float *weights, const float *logits,
+                                 int64_t tokens, const kvcal_moe_route_cfg *cfg);
+
+/* --- multi-head latent attention (DeepSeek-V2/V3) ------------------------- */
+
+/* The MLA cache point, in place (the reference of kvcal_mla_latent_launch):
+ * per token t with pos[t] >= 0, entry (tokens, entry_stride) row t holding
+ * the latent (kv_lora_rank) then the RoPE part (rope_dim): the latent
+ * through kvcal_rmsnorm_ref with norm_w, the RoPE part and, when q is
+ * non-NULL, the last rope_dim channels of each of q's n_heads heads (q
+ * (tokens, q_stride), head h at h * qk_dim) rotated at pos[t] in
+ * interleaved pairs with cos and sin times attention_factor
+ * (kvcal_rope_scaled_ref); then, when obs is non-NULL, the entry (one head
+ * of kv_lora_rank + rope_dim) folded into obs's K and V alike. Tokens with
+ * pos < 0 are padding: untouched, not observed. */
+void kvcal_mla_latent_ref(float *entry, int64_t entry_stride, float *q, int64_t q_stride,
+                          const int32_t *pos, int tokens, int n_heads, int qk_dim,
+                          int kv_lora_rank, int rope_dim, const float *norm_w, float eps,
+                          const float *inv_freq, float attention_factor,
+                          const kvcal_kv_observer *obs);
+
+/* The attention's K and V of every head from the expanded latent (the
+ * reference of kvcal_mla_expand_launch): kvb (tokens, n_heads, nope +
+ * v_dim) the latent through kv_b_proj, entry (tokens, entry_stride) whose
+ * channels kv_lora_rank .. + rope_dim are the RoPE part: k (tokens,
+ * n_heads, nope + rope_dim) = [kvb's first nope channels, the RoPE part],
+ * v (tokens, n_heads, v_stride) = [kvb's last v_dim channels, zeros up to
+ * v_stride] (v_stride >= v_dim: a V padded to the q/k head size runs on the
+ * attention kernels of one head size). */
+void kvcal_mla_expand_ref(float *k, float *v, int v_stride, const float *kvb,
+                          const float *entry, int64_t entry_stride, int tokens,
+                          int n_heads, int nope, int v_dim, int kv_lora_rank,
+                          int rope_dim);
+
+/* vLLM's fp8_ds_mla cache of the entry and back (the reference of
+ * kvcal_mla_ds_roundtrip_launch): per row of x (rows, x_stride), the
+ * latent (kv_lora_rank) in tiles of 128 channels (the last one shorter
+ * when kv_lora_rank is not a multiple of 128), each under its own scale
+ * max(absmax / 448, FLT_MIN) as e4m3 of x / scale (core/fp8.h) times the
+ * scale, and the RoPE part (rope_dim) rounded to bf16 (to nearest even),
+ * into out (rows, out_stride). */
+void kvcal_mla_ds_roundtrip_ref(float *out, int64_t out_stride, const float *x,
+                                int64_t x_stride, int64_t rows, int kv_lora_rank,
+                                int rope_dim);
+
+/* kvcal_attention_window_ref with v of its own head size (v_dim; q and k
+ * of qk_dim): out (tokens, n_heads, v_dim). MLA's decompressed heads. */
+void kvcal_attention_vdim_ref(float *out, const float *q, const float *k, const float *v,
+                              int tokens, int n_heads, int n_kv_heads, int qk_dim,
+                              int v_dim, float scale, int window, float softcap);
+
 /* out (n, dim) = table[ids[i]] (vocab, dim) per row; ids[i] < 0 (padding)
  * gives a zero row. Ids are not range-checked (the caller's are). The
  * reference of kvcal_embed_launch. */

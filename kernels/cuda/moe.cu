@@ -21,8 +21,65 @@
 #define ROUTE_WARPS 4
 #define ROUTE_PER_LANE (KVCAL_MOE_MAX_EXPERTS / 32)
 
+/* The groups open to the top-k (bit g: group g) of a token whose choice
+ * values lane + 32 i the lane holds in v (kvcal_moe_route_grouped_ref):
+ * each group's score (its best expert's, softmax: by probability, or its two
+ * best choice values' sum) by a warp reduction per group, then topk_groups
+ * rounds of a warp argmax over the groups, the lower group on a tie. */
+template <int SIGMOID>
+static __device__ unsigned long long open_groups(const float v[ROUTE_PER_LANE], int lane,
+                                                 int E, float m, float sum, int groups,
+                                                 int topk_groups, int group_max)
+{
+    const int S = E / groups;
+    float score[KVCAL_MOE_MAX_GROUPS / 32]; /* the lane's groups: lane, lane + 32 */
+    for (int g = 0; g < groups; g++) {
+        float a = -INFINITY, b = -INFINITY; /* the group's two best, a >= b */
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; i++) {
+            const int e = lane + 32 * i;
+            if (e < E && e / S == g) {
+                const float s = SIGMOID ? v[i] : __expf(v[i] - m) / sum;
+                b = s > a ? a : fmaxf(b, s);
+                a = fmaxf(a, s);
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float oa = __shfl_xor_sync(0xffffffffu, a, o);
+            const float ob = __shfl_xor_sync(0xffffffffu, b, o);
+            b = fmaxf(fminf(a, oa), fmaxf(b, ob));
+            a = fmaxf(a, oa);
+        }
+        if ((g & 31) == lane)
+            score[g >> 5] = group_max || S < 2 ? a : a + b;
+    }
+    unsigned long long open = 0ull;
+    for (int j = 0; j < topk_groups; j++) {
+        float best = -INFINITY;
+        int best_g = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < KVCAL_MOE_MAX_GROUPS / 32; i++) {
+            const int g = lane + 32 * i;
+            if (g < groups && !((open >> g) & 1ull) &&
+                (best_g == 0x7fffffff || score[i] > best))
+                best = score[i], best_g = g;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int og = __shfl_xor_sync(0xffffffffu, best_g, o);
+            if (og != 0x7fffffff &&
+                (best_g == 0x7fffffff || ob > best || (ob == best && og < best_g)))
+                best = ob, best_g = og;
+        }
+        if (best_g < groups)
+            open |= 1ull << best_g;
+    }
+    return open;
+}
+
 /* SIGMOID 0: softmax top-k; 1: the top-k of sigmoid + bias, weighted by the
- * sigmoids (bias (E) or NULL), times scale after the renormalization. */
+ * sigmoids (bias (E) or NULL), times scale after the renormalization; the
+ * choice among the open groups of grouped top-k (groups > 1). */
 template <int SIGMOID>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
     moe_route_kernel(int32_t *__restrict__ experts,            // (tokens, top_k)
@@ -30,7 +87,8 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
                      const __nv_bfloat16 *__restrict__ logits, // (tokens, E)
                      const __nv_bfloat16 *__restrict__ bias,   // (E) or NULL
                      const int32_t *__restrict__ pos,          // (tokens) or NULL
-                     int tokens, int E, int top_k, int renormalize, float scale)
+                     int tokens, int E, int top_k, int renormalize, float scale,
+                     int groups, int topk_groups, int group_max)
 {
     const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= tokens)
@@ -61,6 +119,16 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         sum += lane + 32 * i < E ? __expf(v[i] - m) : 0.0f;
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (groups > 1) {
+        const unsigned long long open =
+            open_groups<SIGMOID>(v, lane, E, m, sum, groups, topk_groups, group_max);
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; i++) {
+            const int e = lane + 32 * i;
+            if (e < E && !((open >> (e / (E / groups))) & 1ull))
+                v[i] = -INFINITY;
+        }
+    }
     /* top_k rounds of a warp argmax, the lower expert on a tie; lane j keeps
      * the j-th choice */
     int mine = -1;
@@ -134,7 +202,8 @@ extern "C" kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *
                           stream>>>(experts, weights,
                                     reinterpret_cast<const __nv_bfloat16 *>(logits),
                                     reinterpret_cast<const __nv_bfloat16 *>(bias), pos,
-                                    tokens, num_experts, top_k, renormalize, scale);
+                                    tokens, num_experts, top_k, renormalize, scale,
+                                    1, 1, 0);
     KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
     return KVCAL_OK;
 }
@@ -150,7 +219,41 @@ extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
     moe_route_kernel<0><<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
                           stream>>>(experts, weights,
                                     reinterpret_cast<const __nv_bfloat16 *>(logits), nullptr,
-                                    pos, tokens, num_experts, top_k, renormalize, 1.0f);
+                                    pos, tokens, num_experts, top_k, renormalize, 1.0f,
+                                    1, 1, 0);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_moe_route_grouped_launch(int32_t *experts, float *weights,
+                                                       const kvcal_bf16 *logits,
+                                                       const int32_t *pos, int tokens,
+                                                       const kvcal_moe_route_params *p,
+                                                       cudaStream_t stream)
+{
+    kvcal_status st =
+        route_check(experts, weights, logits, tokens, p->num_experts, p->top_k);
+    if (st || !tokens)
+        return st;
+    const int G = p->groups;
+    if (G < 1 || G > KVCAL_MOE_MAX_GROUPS || p->num_experts % G || p->topk_groups < 1 ||
+        p->topk_groups > G || p->top_k > p->topk_groups * (p->num_experts / G))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "moe routing: %d experts in %d groups, %d open, top-%d: the "
+            "groups (at most %d) must divide the experts and hold the top-k",
+            p->num_experts, G, p->topk_groups, p->top_k, KVCAL_MOE_MAX_GROUPS);
+    const int blocks = (tokens + ROUTE_WARPS - 1) / ROUTE_WARPS;
+    const auto *z = reinterpret_cast<const __nv_bfloat16 *>(logits);
+    const auto *b = reinterpret_cast<const __nv_bfloat16 *>(p->bias);
+    if (p->sigmoid)
+        moe_route_kernel<1><<<blocks, ROUTE_WARPS * 32, 0, stream>>>(
+            experts, weights, z, b, pos, tokens, p->num_experts, p->top_k, p->renormalize,
+            p->scale, G, p->topk_groups, p->group_max);
+    else
+        moe_route_kernel<0><<<blocks, ROUTE_WARPS * 32, 0, stream>>>(
+            experts, weights, z, nullptr, pos, tokens, p->num_experts, p->top_k,
+            p->renormalize, p->scale, G, p->topk_groups, p->group_max);
     KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
     return KVCAL_OK;
 }

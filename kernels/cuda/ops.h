@@ -305,8 +305,8 @@ kvcal_status kvcal_attention_launch_version(int version, kvcal_bf16 *out,
  * (softcap > 0: s becomes softcap * tanh(s / softcap); 0: none), as
  * kvcal_attention_window_ref: head_dim 64, 80, 96, 128 and 256 (aligned) on
  * the tensor cores (version 1's shape, Q re-read from shared memory at 256;
- * key tiles below the window skipped), others on the portable kernel. The runner takes it only where a
- * sample is longer than the window or the model soft-caps. */
+ * key tiles below the window skipped), others on the portable kernel. The runner takes it
+ * only where a sample is longer than the window or the model soft-caps. */
 kvcal_status kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride,
                                            const kvcal_bf16 *q, const kvcal_bf16 *k,
                                            const kvcal_bf16 *v, int64_t qkv_stride,
@@ -333,9 +333,26 @@ kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
  * bias (num_experts, bf16, or NULL), weighted by the sigmoids, renormalized
  * (+1e-20) when asked, times scale; padding as kvcal_moe_route_launch. */
 kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
-                                            const kvcal_bf16 *logits, const kvcal_bf16 *bias,
-                                            const int32_t *pos, int tokens, int num_experts,
-                                            int top_k, int renormalize, float scale,
+                                            const kvcal_bf16 *logits,
+                                            const kvcal_bf16 *bias, const int32_t *pos,
+                                            int tokens, int num_experts, int top_k,
+                                            int renormalize, float scale,
+                                            cudaStream_t stream);
+
+/* Grouped top-k routing (kvcal_moe_route_grouped_ref, its kvcal_moe_route_cfg
+ * with a bf16 bias): the two launchers above are its forms of one group. */
+typedef struct kvcal_moe_route_params {
+    int num_experts, top_k;
+    int sigmoid;                        /* 0: softmax scoring */
+    const kvcal_bf16 *bias;             /* (num_experts) sigmoid's choice bias, or NULL */
+    int groups, topk_groups, group_max; /* groups <= KVCAL_MOE_MAX_GROUPS */
+    int renormalize;
+    float scale;
+} kvcal_moe_route_params;
+
+kvcal_status kvcal_moe_route_grouped_launch(int32_t *experts, float *weights,
+                                            const kvcal_bf16 *logits, const int32_t *pos,
+                                            int tokens, const kvcal_moe_route_params *p,
                                             cudaStream_t stream);
 
 /* Where the routed rows of one layer go, device memory the caller owns:

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Calibration speed of multi-head latent attention on a GPU: kvcal calibrate
+--device cuda against transformers on a DeepSeek-V2-Lite-shaped random-weight
+model and the same tokens (8 samples x 2048 tokens a batch), in one run.
+
+usage: calibrate_mla.py KVCAL WORKDIR OUT [--layers N] [--batches B]
+
+DeepSeek-V2-Lite's layers (hidden 2048, 16 heads, no query LoRA, kv_lora_rank
+512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128, yarn x40 of
+4096 positions with mscale 0.707 = mscale_all_dim; the first layer dense of
+10944, then 64 routed experts of 1408, top-6 by softmax, 2 shared experts)
+built with transformers' own DeepseekV2Config, `--layers` of its 27 (about
+1.2 GB a layer in bf16), random bf16 weights saved with save_pretrained (one
+tensor per expert, as the released checkpoint), B x 8 random 2048-token
+samples as JSONL token ids. Then, on the same tokens:
+
+- `KVCAL calibrate --device cuda --stats`: its tokens/s, peak device memory
+  (sampled), the per-layer absmax of the cached entry's latent and RoPE part;
+- the transformers model body (no lm_head) in bf16 with SDPA and a hook on
+  every attention module that recomputes the entry an engine caches
+  (tests/hf_mla.py: kv_a_layernorm's latent, the rotated RoPE part) and keeps
+  its two parts' absmax, with each experts implementation the installed
+  transformers offers (eager, batched_mm, grouped_mm), eager and under
+  torch.compile; one that fails is reported and skipped;
+- the floor of the library calls: one MoE layer's GEMMs (q, kv_a, kv_b, o,
+  router, the shared experts) and the routed experts' as torch's grouped GEMM
+  on a balanced routing, plus the fastest SDPA backend that takes a query /
+  key head of 192 and a value head of 128, times the layers.
+
+Writes OUT/mla_bench.json (every figure) and prints a table: tokens/s and
+tokens/s per layer of each, kvcal's ratio to the fastest transformers
+configuration, peak memory, and the worst relative difference of kvcal's
+latent and RoPE-part absmax from transformers bf16's (eager experts).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import transformers
+from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
+from hf_mla import mla_entry  # noqa: E402
+# kvcal's run (per-head granularity: one head, the entry), its peak memory and
+# the GEMM timer, at the same 8 x 2048-token batches
+from calibrate_moe import BATCH, SEQ, bench_ms, run_kvcal  # noqa: E402
+
+D, H, L, R, NOPE, VD = 2048, 16, 512, 64, 128, 128
+E, TOPK, MI, SHARED, DENSE_I, VOCAB = 64, 6, 1408, 2, 10944, 102400
+
+
+def make_model(workdir, layers):
+    """The checkpoint (saved once)."""
+    model_dir = os.path.join(workdir, f"deepseek-v2-lite-{layers}l")
+    if not os.path.exists(os.path.join(model_dir, "config.json")):
+        cfg = DeepseekV2Config(
+            hidden_size=D, intermediate_size=DENSE_I, moe_intermediate_size=MI,
+            num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=H,
+            q_lora_rank=None, kv_lora_rank=L, qk_rope_head_dim=R, qk_nope_head_dim=NOPE,
+            v_head_dim=VD, n_routed_experts=E, num_experts_per_tok=TOPK,
+            n_shared_experts=SHARED, first_k_dense_replace=1, topk_method="greedy",
+            n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=False,
+            vocab_size=VOCAB, max_position_embeddings=163840, rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                             "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707})
+        torch.manual_seed(0)
+        torch.set_default_dtype(torch.bfloat16)
+        with torch.device("cuda"):
+            model = DeepseekV2ForCausalLM(cfg).eval()
+        torch.set_default_dtype(torch.float32)
+        with torch.no_grad():  # routers that choose: N(0, 1) logits over the experts
+            for layer in model.model.layers[1:]:
+                layer.mlp.gate.weight.normal_(0.0, 1.0 / D ** 0.5)
+        model.save_pretrained(model_dir)
+        del model
+        torch.cuda.empty_cache()
+    return model_dir
+
+
+def library_floor(layers):
+    """tokens/s of `layers` MoE layers of library calls at 8 x 2048 tokens."""
+    m = BATCH * SEQ
+    gemm_ms = 0.0
+    for k, n in ((D, H * (NOPE + R)), (D, L + R), (L, H * (NOPE + VD)), (H * VD, D), (D, E),
+                 (D, 2 * SHARED * MI), (SHARED * MI, D)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+        gemm_ms += bench_ms(lambda: torch.matmul(x, w.t()))
+    grouped = getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+    rows = m * TOPK
+    offs = torch.arange(1, E + 1, device="cuda", dtype=torch.int32) * (rows // E)
+    moe_ms = None
+    if grouped is not None:
+        try:
+            xs = torch.randn(rows, D, device="cuda", dtype=torch.bfloat16)
+            hs = torch.randn(rows, MI, device="cuda", dtype=torch.bfloat16)
+            wgu = torch.randn(E, D, 2 * MI, device="cuda", dtype=torch.bfloat16) * 0.02
+            wd = torch.randn(E, MI, D, device="cuda", dtype=torch.bfloat16) * 0.02
+            moe_ms = bench_ms(lambda: grouped(xs, wgu, offs=offs)) + \
+                bench_ms(lambda: grouped(hs, wd, offs=offs))
+        except (RuntimeError, TypeError) as e:
+            print(f"grouped GEMM floor unavailable: {e}")
+    q = torch.randn(BATCH, H, SEQ, NOPE + R, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(BATCH, H, SEQ, NOPE + R, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(BATCH, H, SEQ, VD, device="cuda", dtype=torch.bfloat16)
+    sdpa = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("flash", SDPBackend.FLASH_ATTENTION),
+                          ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                sdpa[name] = bench_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=True))
+        except RuntimeError:
+            pass
+    att = min(sdpa.values()) if sdpa else float("nan")
+    layer_ms = gemm_ms + (moe_ms or 0.0) + att
+    print(f"library floor per layer: dense GEMMs {gemm_ms:.3f} ms + experts' grouped GEMMs "
+          f"{moe_ms if moe_ms is not None else float('nan'):.3f} ms + SDPA "
+          f"{att:.3f} ms ({min(sdpa, key=sdpa.get) if sdpa else 'none ran'}) = "
+          f"{layer_ms:.3f} ms", flush=True)
+    return m / (layers * layer_ms * 1e-3), layer_ms, moe_ms is not None
+
+
+def transformers_runs(model_dir, layers, batches):
+    """{name: (tokens/s, peak bytes, [[latent, rope] absmax per layer])} of
+    every experts implementation, eager and compiled."""
+    results = {}
+    for impl in ("eager", "batched_mm", "grouped_mm"):
+        try:
+            model = DeepseekV2ForCausalLM.from_pretrained(
+                model_dir, dtype=torch.bfloat16, attn_implementation="sdpa",
+                experts_implementation=impl).to("cuda").eval()
+        except Exception as e:  # an implementation this transformers lacks
+            print(f"transformers {transformers.__version__}: experts_implementation={impl}: "
+                  f"{type(e).__name__}: {str(e)[:300]}")
+            continue
+        body = model.model
+        stats = torch.zeros(layers, 2, device="cuda")
+
+        def hook(i):
+            def fn(module, args, kwargs):
+                entry = mla_entry(module, kwargs, torch).abs()
+                part = torch.stack([entry[..., :L].amax(), entry[..., L:].amax()]).float()
+                stats[i].copy_(torch.maximum(stats[i], part))
+            return fn
+
+        for i, layer in enumerate(body.layers):
+            layer.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True)
+        for compiled in (False, True):
+            name = f"{impl}{' + torch.compile' if compiled else ''}"
+            fn = torch.compile(body) if compiled else body
+            try:
+                with torch.inference_mode():
+                    fn(input_ids=batches[0], use_cache=False)  # warm-up (compilation)
+                    torch.cuda.synchronize()
+                    stats.zero_()
+                    torch.cuda.reset_peak_memory_stats()
+                    t = time.time()
+                    for b in batches:
+                        fn(input_ids=b, use_cache=False)
+                    torch.cuda.synchronize()
+                    t = time.time() - t
+            except Exception as e:  # a configuration that does not run is reported
+                print(f"transformers {name}: failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            results[name] = (len(batches) * BATCH * SEQ / t, torch.cuda.max_memory_allocated(),
+                             stats.tolist())
+            print(f"transformers {name}: {results[name][0]:.0f} tokens/s", flush=True)
+        del model, body
+        torch.cuda.empty_cache()
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kvcal")
+    ap.add_argument("workdir")
+    ap.add_argument("out")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--batches", type=int, default=4)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    os.makedirs(a.out, exist_ok=True)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"{torch.cuda.get_device_name()}", flush=True)
+    model_dir = make_model(a.workdir, a.layers)
+    samples = a.batches * BATCH
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, VOCAB, (samples, SEQ), generator=g)
+    data = os.path.join(a.workdir, f"tokens-{samples}.jsonl")
+    with open(data, "w") as f:
+        for row in ids.tolist():
+            f.write(json.dumps({"input_ids": row}) + "\n")
+    res, kv_peak = run_kvcal(a.kvcal, model_dir, data, samples, a.out)
+    kvcal_tps = res["tokens_per_second"]
+    print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s", flush=True)
+    batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
+    hf = transformers_runs(model_dir, a.layers, batches)
+    floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)
+
+    worst = {}
+    if "eager" in hf:
+        ref = hf["eager"][2]
+        for j, part in enumerate(("latent", "rope")):
+            worst[part] = max(abs(layer[part + "_absmax"] - r[j]) / r[j]
+                              for layer, r in zip(res["layers"], ref) if r[j] > 0)
+    fastest = max(hf.items(), key=lambda kv: kv[1][0]) if hf else None
+    table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak)] + \
+        [(f"transformers {name}", v[0], v[1]) for name, v in hf.items()] + \
+        [("library floor (grouped GEMM + SDPA)" if floor_grouped else
+          "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0)]
+    print(f"\n{a.layers} layers of DeepSeek-V2-Lite, {samples} x {SEQ} tokens, "
+          f"batches of {BATCH} x {SEQ}")
+    print(f"{'':48s} {'tokens/s':>10s} {'per layer':>11s} {'peak GiB':>9s}")
+    for name, tps, peak in table:
+        print(f"{name:48s} {tps:10.0f} {tps * a.layers:11.0f} "
+              f"{peak / 2 ** 30 if peak else float('nan'):9.2f}")
+    if fastest:
+        print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x; "
+              f"kvcal / floor: {kvcal_tps / floor_tps:.2f}")
+    for part, w in worst.items():
+        print(f"MLA {part} absmax, kvcal vs transformers bf16 (eager experts): "
+              f"worst rel. diff {w:.2e}")
+    with open(os.path.join(a.out, "mla_bench.json"), "w") as f:
+        json.dump({"layers": a.layers, "samples": samples, "seq_len": SEQ, "batch": BATCH,
+                   "torch": torch.__version__, "transformers": transformers.__version__,
+                   "device": torch.cuda.get_device_name(),
+                   "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
+                             "phases": res.get("phases"),
+                             "latent_rope_absmax": [[l.get("latent_absmax"),
+                                                     l.get("rope_absmax")]
+                                                    for l in res["layers"]]},
+                   "transformers_runs": {k: {"tokens_per_second": v[0], "peak_bytes": v[1],
+                                             "latent_rope_absmax": v[2]}
+                                         for k, v in hf.items()},
+                   "floor": {"tokens_per_second": floor_tps, "layer_ms": floor_layer_ms,
+                             "grouped_gemm": floor_grouped},
+                   "absmax_worst_rel_diff": worst}, f, indent=1)
+    print(f"wrote {os.path.join(a.out, 'mla_bench.json')}")
+
+
+if __name__ == "__main__":
+    main()

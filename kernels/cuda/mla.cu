@@ -1,0 +1,288 @@
+/* kernels/cuda/mla.cu: multi-head latent attention's kernels (kernels/cuda/mla.h).
+ *
+ * mla_latent_kernel: a warp per token, 8 warps a block over 64 tokens. Lane l
+ * owns the latent's channels l, l + 32, ... (the RMSNorm's sum of squares a
+ * warp reduction) and the RoPE pairs l, l + 32, ... of the entry's RoPE part
+ * and of each query head's. The block folds what it stored into a shared
+ * per-channel max (atomicMax on the float bits: |x| >= 0, so integer order is
+ * float order, and a NaN, whose bits are above +inf's, wins and surfaces)
+ * and a shared histogram, and adds them to the layer's statistics once, into
+ * K's and V's alike (an MLA layer caches one entry).
+ *
+ * mla_expand_kernel: a block per token copies each head's K (its no-RoPE
+ * part from kv_b_proj's output, then the shared RoPE part) and V (padded
+ * with zeros to v_stride), 16 bytes at a time where sizes allow.
+ *
+ * mla_ds_roundtrip_kernel: a block of 128 threads per row, a thread per
+ * channel of a 128-value tile: the tile's absmax by a block reduction, then
+ * each value through e4m3 under the tile's scale (core/fp8.h). */
+#include <cfloat>
+#include <cuda_bf16.h>
+
+#include "core/fp8.h"
+#include "core/hist_rule.h"
+#include "kernels/cuda/bf16_round.cuh"
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/mla.h"
+
+// --- the cache point ----------------------------------------------------------------
+
+enum { LATENT_WARPS = 8, LATENT_TOKENS_PER_BLOCK = 64 };
+
+/* Folds |x| into the block's shared max of channel c and its histogram, and
+ * the lane's running max. */
+static __device__ __forceinline__ void fold(float x, int c, unsigned *smax,
+                                            unsigned *shist, unsigned *lane_max)
+{
+    const float a = fabsf(x);
+    const unsigned bits = __float_as_uint(a);
+    atomicMax(&smax[c], bits);
+    atomicAdd(&shist[kvcal_hist_bin(a)], 1u);
+    *lane_max = max(*lane_max, bits);
+}
+
+/* RoPE pair j of a row at position p: cos and sin times the factor rounded
+ * to bf16 (as transformers' tables), the rotation in bf16 arithmetic. */
+static __device__ __forceinline__ void rotate_pair(__nv_bfloat16 *row, int j, float cs,
+                                                   float sn)
+{
+    float a = __bfloat162float(row[2 * j]), b = __bfloat162float(row[2 * j + 1]);
+    kvcal_rope_pair_bf16(a, b, cs, sn);
+    row[2 * j] = __float2bfloat16_rn(a);
+    row[2 * j + 1] = __float2bfloat16_rn(b);
+}
+
+__global__ void __launch_bounds__(LATENT_WARPS * 32)
+    mla_latent_kernel(__nv_bfloat16 *__restrict__ entry, // (tokens, entry_stride)
+                      int64_t entry_stride,
+                      __nv_bfloat16 *__restrict__ q, // (tokens, q_stride) or NULL
+                      int64_t q_stride, const int32_t *__restrict__ pos, int tokens,
+                      kvcal_mla_cfg cfg, kvcal_kv_observer obs, int observe)
+{
+    __shared__ unsigned smax[KVCAL_MLA_MAX_ENTRY];
+    __shared__ unsigned shist[KVCAL_HIST_BINS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int L = cfg.kv_lora_rank, R = cfg.rope_dim, E = L + R;
+    const auto *w = reinterpret_cast<const __nv_bfloat16 *>(cfg.norm_w);
+    if (observe) {
+        for (int i = threadIdx.x; i < E; i += blockDim.x)
+            smax[i] = 0u;
+        for (int i = threadIdx.x; i < KVCAL_HIST_BINS; i += blockDim.x)
+            shist[i] = 0u;
+        __syncthreads();
+    }
+    unsigned lane_max = 0u;
+    const int t0 = blockIdx.x * LATENT_TOKENS_PER_BLOCK;
+    const int t1 = min(tokens, t0 + LATENT_TOKENS_PER_BLOCK);
+    for (int t = t0 + warp; t < t1; t += LATENT_WARPS) {
+        const int p = pos[t];
+        if (p < 0)
+            continue;
+        __nv_bfloat16 *row = entry + (int64_t)t * entry_stride;
+        float ss = 0.0f;
+        for (int c = lane; c < L; c += 32) {
+            const float x = __bfloat162float(row[c]);
+            ss += x * x;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float r = rsqrtf(ss / (float)L + cfg.eps);
+        for (int c = lane; c < L; c += 32) {
+            const float y = kvcal_rbf(kvcal_rbf(__bfloat162float(row[c]) * r) *
+                                      __bfloat162float(w[c]));
+            row[c] = __float2bfloat16_rn(y);
+            if (observe)
+                fold(y, c, smax, shist, &lane_max);
+        }
+        __nv_bfloat16 *qrow = q ? q + (int64_t)t * q_stride + cfg.qk_dim - R : nullptr;
+        for (int j = lane; j < R / 2; j += 32) {
+            float sn, cs;
+            sincosf((float)p * cfg.inv_freq[j], &sn, &cs);
+            sn = kvcal_rbf(sn * cfg.attention_factor);
+            cs = kvcal_rbf(cs * cfg.attention_factor);
+            rotate_pair(row + L, j, cs, sn);
+            if (observe) {
+                fold(__bfloat162float(row[L + 2 * j]), L + 2 * j, smax, shist, &lane_max);
+                fold(__bfloat162float(row[L + 2 * j + 1]), L + 2 * j + 1, smax, shist,
+                     &lane_max);
+            }
+            for (int h = 0; qrow && h < cfg.n_heads; h++)
+                rotate_pair(qrow + (int64_t)h * cfg.qk_dim, j, cs, sn);
+        }
+    }
+    if (!observe)
+        return;
+    for (int o = 16; o > 0; o >>= 1)
+        lane_max = max(lane_max, __shfl_xor_sync(0xffffffffu, lane_max, o));
+    __syncthreads();
+    for (int kv = 0; kv < 2; kv++) {
+        for (int c = threadIdx.x; c < E; c += blockDim.x)
+            if (smax[c])
+                atomicMax(reinterpret_cast<unsigned *>(obs.absmax[kv]) + c, smax[c]);
+        for (int b = threadIdx.x; b < KVCAL_HIST_BINS; b += blockDim.x)
+            if (shist[b])
+                atomicAdd(reinterpret_cast<unsigned long long *>(obs.hist[kv]) + b,
+                          (unsigned long long)shist[b]);
+        if (lane == 0 && lane_max)
+            atomicMax(reinterpret_cast<unsigned *>(obs.batch_absmax[kv]), lane_max);
+    }
+}
+
+extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry_stride,
+                                                kvcal_bf16 *q, int64_t q_stride,
+                                                const int32_t *pos, int tokens,
+                                                const kvcal_mla_cfg *cfg,
+                                                const kvcal_kv_observer *obs,
+                                                cudaStream_t stream)
+{
+    const int E = cfg->kv_lora_rank + cfg->rope_dim;
+    if (!entry || !pos || !cfg->norm_w || !cfg->inv_freq || tokens < 0 ||
+        cfg->kv_lora_rank < 1 || cfg->rope_dim < 2 || cfg->rope_dim % 2 ||
+        E > KVCAL_MLA_MAX_ENTRY || entry_stride < E ||
+        (q && (cfg->n_heads < 1 || cfg->qk_dim < cfg->rope_dim ||
+               q_stride < (int64_t)cfg->n_heads * cfg->qk_dim)) ||
+        !(cfg->attention_factor > 0.0f) || isinf(cfg->attention_factor))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "mla_latent: %d tokens, latent %d + rope %d (stride %lld), %d "
+                          "query heads of %d, attention factor %g: need buffers, an even "
+                          "rope part, an entry of at most %d values and a factor > 0",
+                          tokens, cfg->kv_lora_rank, cfg->rope_dim,
+                          (long long)entry_stride, cfg->n_heads, cfg->qk_dim,
+                          (double)cfg->attention_factor, KVCAL_MLA_MAX_ENTRY);
+    if (!tokens)
+        return KVCAL_OK;
+    kvcal_kv_observer o = {};
+    if (obs)
+        o = *obs;
+    const int blocks = (tokens + LATENT_TOKENS_PER_BLOCK - 1) / LATENT_TOKENS_PER_BLOCK;
+    mla_latent_kernel<<<blocks, LATENT_WARPS * 32, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(entry), entry_stride,
+        reinterpret_cast<__nv_bfloat16 *>(q), q_stride, pos, tokens, *cfg, o,
+        obs != NULL);
+    KVCAL_CUDA_CHECK_LAUNCH("mla_latent_kernel");
+    return KVCAL_OK;
+}
+
+// --- the expansion into K and V --------------------------------------------------
+
+/* Copies n units of T (one bf16, or 8 as a uint4) from src to dst. */
+template <typename T>
+static __device__ __forceinline__ void copy_units(T *dst, const T *src, int n)
+{
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+/* Everything in units of T: VEC bf16 values each. */
+template <typename T, int VEC>
+__global__ void mla_expand_kernel(T *__restrict__ k, T *__restrict__ v, int v_stride,
+                                  const T *__restrict__ kvb, const T *__restrict__ entry,
+                                  int64_t entry_stride, int n_heads, int nope, int v_dim,
+                                  int kv_lora_rank, int rope_dim)
+{
+    const int64_t t = blockIdx.x;
+    const int qk = (nope + rope_dim) / VEC, kvw = (nope + v_dim) / VEC;
+    const int nu = nope / VEC, ru = rope_dim / VEC, vu = v_dim / VEC, su = v_stride / VEC;
+    const T *pe = entry + t * (entry_stride / VEC) + kv_lora_rank / VEC;
+    for (int h = 0; h < n_heads; h++) {
+        const T *src = kvb + (t * n_heads + h) * kvw;
+        T *kh = k + (t * n_heads + h) * qk, *vh = v + (t * n_heads + h) * su;
+        copy_units(kh, src, nu);
+        copy_units(kh + nu, pe, ru);
+        copy_units(vh, src + nu, vu);
+        for (int i = vu + threadIdx.x; i < su; i += blockDim.x)
+            vh[i] = T{};
+    }
+}
+
+extern "C" kvcal_status
+kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_bf16 *kvb,
+                        const kvcal_bf16 *entry, int64_t entry_stride, int tokens,
+                        int n_heads, int nope, int v_dim, int kv_lora_rank, int rope_dim,
+                        cudaStream_t stream)
+{
+    if (!k || !v || !kvb || !entry || tokens < 0 || n_heads < 1 || nope < 1 ||
+        v_dim < 1 || v_stride < v_dim || kv_lora_rank < 1 || rope_dim < 1 ||
+        entry_stride < kv_lora_rank + rope_dim)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "mla_expand: %d tokens, %d heads of nope %d, rope %d, v %d "
+                          "(stride %d), latent %d (entry stride %lld): need buffers and "
+                          "positive sizes",
+                          tokens, n_heads, nope, rope_dim, v_dim, v_stride, kv_lora_rank,
+                          (long long)entry_stride);
+    if (!tokens)
+        return KVCAL_OK;
+    const uintptr_t addr =
+        (uintptr_t)k | (uintptr_t)v | (uintptr_t)kvb | (uintptr_t)entry;
+    const int vec = addr % 16 == 0 && nope % 8 == 0 && v_dim % 8 == 0 &&
+                    v_stride % 8 == 0 && kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 &&
+                    entry_stride % 8 == 0;
+    if (vec)
+        mla_expand_kernel<uint4, 8><<<tokens, 128, 0, stream>>>(
+            reinterpret_cast<uint4 *>(k), reinterpret_cast<uint4 *>(v), v_stride,
+            reinterpret_cast<const uint4 *>(kvb), reinterpret_cast<const uint4 *>(entry),
+            entry_stride, n_heads, nope, v_dim, kv_lora_rank, rope_dim);
+    else
+        mla_expand_kernel<kvcal_bf16, 1>
+            <<<tokens, 128, 0, stream>>>(k, v, v_stride, kvb, entry, entry_stride,
+                                         n_heads, nope, v_dim, kv_lora_rank, rope_dim);
+    KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
+    return KVCAL_OK;
+}
+
+// --- vLLM's fp8_ds_mla and back ------------------------------------------------------
+
+enum { DS_TILE = 128 };
+
+__global__ void __launch_bounds__(DS_TILE)
+    mla_ds_roundtrip_kernel(float *__restrict__ out, int64_t out_stride,
+                            const __nv_bfloat16 *__restrict__ x, int64_t x_stride,
+                            int kv_lora_rank, int rope_dim)
+{
+    __shared__ float warp_max[DS_TILE / 32];
+    const int64_t r = blockIdx.x;
+    const __nv_bfloat16 *xr = x + r * x_stride;
+    float *o = out + r * out_stride;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int c0 = 0; c0 < kv_lora_rank; c0 += DS_TILE) {
+        const int c = c0 + threadIdx.x;
+        const float v = c < kv_lora_rank ? __bfloat162float(xr[c]) : 0.0f;
+        float m = fabsf(v);
+        for (int s = 16; s > 0; s >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+        if (lane == 0)
+            warp_max[warp] = m;
+        __syncthreads();
+        for (int i = 0; i < DS_TILE / 32; i++)
+            m = fmaxf(m, warp_max[i]);
+        __syncthreads();
+        const float scale = fmaxf(__fdiv_rn(m, 448.0f), FLT_MIN);
+        if (c < kv_lora_rank)
+            o[c] = kvcal_fp8_e4m3_round(__fdiv_rn(v, scale)) * scale;
+    }
+    for (int c = kv_lora_rank + threadIdx.x; c < kv_lora_rank + rope_dim; c += DS_TILE)
+        o[c] = __bfloat162float(xr[c]);
+}
+
+extern "C" kvcal_status kvcal_mla_ds_roundtrip_launch(float *out, int64_t out_stride,
+                                                      const kvcal_bf16 *x,
+                                                      int64_t x_stride, int rows,
+                                                      int kv_lora_rank, int rope_dim,
+                                                      cudaStream_t stream)
+{
+    const int64_t E = (int64_t)kv_lora_rank + rope_dim;
+    if (!out || !x || rows < 0 || kv_lora_rank < 1 || rope_dim < 0 || out_stride < E ||
+        x_stride < E)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "mla_ds_roundtrip: %d rows of latent %d + rope %d (strides %lld, "
+            "%lld): need buffers and strides of at least the entry",
+            rows, kv_lora_rank, rope_dim, (long long)out_stride, (long long)x_stride);
+    if (!rows)
+        return KVCAL_OK;
+    mla_ds_roundtrip_kernel<<<rows, DS_TILE, 0, stream>>>(
+        out, out_stride, reinterpret_cast<const __nv_bfloat16 *>(x), x_stride,
+        kv_lora_rank, rope_dim);
+    KVCAL_CUDA_CHECK_LAUNCH("mla_ds_roundtrip_kernel");
+    return KVCAL_OK;
+}
