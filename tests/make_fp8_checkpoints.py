@@ -29,8 +29,9 @@ as is and with the embedding rows rounded again after a perturbation below
 bf16's epsilon), the spread tests/test_cuda_backend.c allows beside its
 bound.
 
-Also writes fp8_qwen3_moe_experts, a mixture of experts whose experts are
-FP8, which kvcal refuses (no reference values).
+Also writes fp8_qwen3_moe_experts and fp8_qwen2_moe_shared_expert, mixtures
+of experts whose experts or whose shared expert are FP8, which kvcal
+refuses (no reference values).
 
 Usage: python3 tests/make_fp8_checkpoints.py [NAME...]   (from the
 repository root; needs torch, transformers, safetensors, numpy)
@@ -157,33 +158,33 @@ def make_fixture(name, arch, scheme, dims):
           "token %d, bf16 spread %.1e" % (d, size, attempt, worst, tok, max(fx["bf16_spread"])))
 
 
-def make_moe_experts():
-    """A Qwen3-MoE whose experts' weights are FP8 (fp8 method, per tensor)."""
+def make_refused(name, cfg, scheme, kind, quantized, ignore=None):
+    """A tiny mixture of experts (config cfg, random weights) that kvcal
+    refuses: the weights `quantized` picks FP8 (weights of `kind` under
+    `scheme`'s config, `ignore` its ignore list), the rest bf16."""
     import json
     import safetensors.torch as st
     import transformers as tf
-    d = os.path.join(golden.OUT, "fp8_qwen3_moe_experts")
+    d = os.path.join(golden.OUT, name)
     shutil.rmtree(d, ignore_errors=True)
-    cfg = tf.Qwen3MoeConfig(hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
-                            num_experts=2, num_experts_per_tok=1, num_attention_heads=2,
-                            num_key_value_heads=1, head_dim=16, vocab_size=golden.VOCAB,
-                            num_hidden_layers=1, max_position_embeddings=64)
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.save_pretrained(d, safe_serialization=True)
     path = os.path.join(d, "model.safetensors")
     t = st.load_file(path)
-    for name in list(t):
-        if name.endswith("_proj.weight"):  # attention and experts; the router stays
-            wq, s = ref.quantize_weight(t[name].float(), "tensor")
-            t[name] = wq
-            t[name[:-len(".weight")] + ".weight_scale"] = s
+    for tn in list(t):
+        if quantized(tn):
+            wq, s = ref.quantize_weight(t[tn].float(), kind)
+            t[tn] = wq
+            t[tn[:-len(".weight")] + ".weight_scale"] = s
         else:
-            t[name] = t[name].to(torch.bfloat16)
+            t[tn] = t[tn].to(torch.bfloat16)
     st.save_file(t, path, metadata={"format": "pt"})
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
-    c["quantization_config"] = ref.quant_config("fp8_tensor_dynamic")
+    c["quantization_config"] = ref.quant_config(scheme)
+    if ignore:
+        c["quantization_config"]["ignore"] = ignore
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     for extra in os.listdir(d):
@@ -192,14 +193,36 @@ def make_moe_experts():
     print("wrote", d)
 
 
+def make_moe_refusals():
+    """fp8_qwen3_moe_experts: a Qwen3-MoE whose experts' weights are FP8 (fp8
+    method, per tensor); fp8_qwen2_moe_shared_expert: a Qwen2-MoE whose
+    attention and shared expert are FP8 (compressed-tensors per channel,
+    the experts and the gates ignored)."""
+    import transformers as tf
+    small = dict(hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+                 num_experts_per_tok=1, num_attention_heads=2, num_key_value_heads=1,
+                 vocab_size=golden.VOCAB, num_hidden_layers=1, max_position_embeddings=64)
+    make_refused("fp8_qwen3_moe_experts",
+                 tf.Qwen3MoeConfig(num_experts=2, head_dim=16, **small),
+                 "fp8_tensor_dynamic", "tensor",
+                 lambda tn: tn.endswith("_proj.weight"))  # attention and experts
+    make_refused("fp8_qwen2_moe_shared_expert",
+                 tf.Qwen2MoeConfig(num_experts=2, shared_expert_intermediate_size=16,
+                                   **small),
+                 "ct_channel_token", "channel",
+                 lambda tn: tn.endswith("_proj.weight") and ".experts." not in tn,
+                 ["lm_head", "re:.*mlp\\.experts\\..*", "re:.*mlp\\.gate$",
+                  "re:.*shared_expert_gate$"])
+
+
 def main():
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
     for name, arch, scheme, dims in FIXTURES:
         if not wanted or name in wanted:
             make_fixture(name, arch, scheme, dims)
-    if not wanted or "fp8_qwen3_moe_experts" in wanted:
-        make_moe_experts()
+    if not wanted or wanted & {"fp8_qwen3_moe_experts", "fp8_qwen2_moe_shared_expert"}:
+        make_moe_refusals()
 
 
 if __name__ == "__main__":

@@ -1143,6 +1143,10 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
     expect_open_error(
         "tests/fixtures/golden/fp8_qwen3_moe_experts", KVCAL_ERR_UNSUPPORTED,
         "is an FP8 weight of a mixture of experts, which kvcal does not run");
+    expect_open_error("tests/fixtures/golden/fp8_qwen2_moe_shared_expert",
+                      KVCAL_ERR_UNSUPPORTED,
+                      "mlp.shared_expert.gate_proj.weight is an FP8 weight outside the "
+                      "dense projections of the qwen_moe family's layers");
 }
 
 static CU_TestInfo tests[] = {
