@@ -20,6 +20,8 @@ struct kvcal_model {
     kvcal_model_desc desc;
     char path[4096];
     kvcal_checkpoint_t *ck; /* HF source */
+    kvcal_model_fp8_t *fp8; /* its FP8 weights (HF source) */
+    float *fp8_scratch;     /* the scales of one FP8 weight */
     kvcal_llama2c_t *l2c;   /* llama2.c source */
     float *inv_freq;        /* (rot_dim / 2) */
     float *inv_freq_sliding; /* (rot_dim / 2) or NULL */
@@ -104,9 +106,10 @@ static int is_weight_dtype(kvcal_dtype d)
     return d == KVCAL_DTYPE_F32 || d == KVCAL_DTYPE_F16 || d == KVCAL_DTYPE_BF16;
 }
 
-/* Checks one tensor: present, floating, shape (rows[, cols]). */
+/* Checks one tensor: present, floating (F8_E4M3 too where fp8), shape
+ * (rows[, cols]). */
 static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64_t rows,
-                                 int64_t cols, const kvcal_tensor_info **out)
+                                 int64_t cols, int fp8, const kvcal_tensor_info **out)
 {
     const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
     *out = t;
@@ -115,11 +118,11 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
                           "%s: tensor %s is missing (the %s config needs it); is the "
                           "checkpoint complete and of this architecture?",
                           m->path, name, m->desc.architecture);
-    if (!is_weight_dtype(t->dtype))
+    if (!is_weight_dtype(t->dtype) && !(fp8 && t->dtype == KVCAL_DTYPE_F8_E4M3))
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "%s: tensor %s has dtype %s; only F32, F16 and BF16 weights are "
-            "supported (use the unquantized checkpoint)",
+            "%s: tensor %s has dtype %s; kvcal runs F32, F16 and BF16 weights, and "
+            "F8_E4M3 ones its quantization_config scales (use another checkpoint)",
             m->path, name, kvcal_dtype_name(t->dtype) ? kvcal_dtype_name(t->dtype) : "?");
     int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
                   : (t->ndim == 1 && t->shape[0] == rows);
@@ -307,10 +310,8 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     return KVCAL_OK;
 }
 
-/* "model.layers.<layer>.<suffix>" as family a names it; the suffix of a
- * per-expert weight names expert `expert` (its %d). */
-static void layer_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
-                              const char *suffix, int expert)
+void kvcal_model_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
+                             const char *suffix, int expert)
 {
     int len = snprintf(out, n, a->layer_prefix, layer);
     len = len > 0 ? len : 0;
@@ -324,7 +325,7 @@ static void layer_tensor_name(char *out, size_t n, const kvcal_arch *a, int laye
 static kvcal_status refuse_present(const kvcal_model_t *m, const char *suffix)
 {
     char name[256];
-    layer_tensor_name(name, sizeof name, m->desc.arch, 0, suffix, 0);
+    kvcal_model_tensor_name(name, sizeof name, m->desc.arch, 0, suffix, 0);
     if (!kvcal_checkpoint_find(m->ck, name))
         return KVCAL_OK;
     return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -342,7 +343,8 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
         return st;
     if ((st = describe_hf(m, &c)))
         return st;
-    if ((st = kvcal_checkpoint_open(m->path, &m->ck)))
+    if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
+        (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8)))
         return st;
     const kvcal_model_desc *d = &m->desc;
     const kvcal_arch *a = d->arch;
@@ -355,9 +357,10 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
                             e < kvcal_model_weight_copies(d, w);
                  e++)
                 for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
-                    layer_tensor_name(name, sizeof name, a, l, p[i].name, e);
+                    kvcal_model_tensor_name(name, sizeof name, a, l, p[i].name, e);
                     if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
-                                           kvcal_model_dim(d, p[i].cols), &t)))
+                                           kvcal_model_dim(d, p[i].cols),
+                                           d->fp8[w].w != KVCAL_FP8W_NONE, &t)))
                         return st;
                     /* k_proj's dtype, the fused qkv_proj's, or MLA's
                        kv_a_proj_with_mqa's */
@@ -383,10 +386,11 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
         if ((st = refuse_present(m, *r)))
             return st;
     const int64_t D = d->hidden_size;
-    if ((st = check_tensor(m, a->embed, d->vocab_size, D, &t)) ||
-        (st = check_tensor(m, a->final_norm, D, 0, &t)))
+    if ((st = check_tensor(m, a->embed, d->vocab_size, D, 0, &t)) ||
+        (st = check_tensor(m, a->final_norm, D, 0, 0, &t)))
         return st;
-    if (!d->tied_embeddings && (st = check_tensor(m, a->lm_head, d->vocab_size, D, &t)))
+    if (!d->tied_embeddings &&
+        (st = check_tensor(m, a->lm_head, d->vocab_size, D, 0, &t)))
         return st;
     return KVCAL_OK;
 }
@@ -488,6 +492,17 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
         kvcal_model_weight_shape(&m->desc, w, &rows, &cols);
         floats += (size_t)rows * (size_t)(cols ? cols : 1);
     }
+    size_t fp8_floats = 0;
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        long long rows, cols;
+        kvcal_model_weight_shape(&m->desc, w, &rows, &cols);
+        const size_t n = (size_t)kvcal_fp8_weight_scales(&m->desc.fp8[w], rows, cols);
+        fp8_floats = n > fp8_floats ? n : fp8_floats;
+    }
+    if (fp8_floats && !(m->fp8_scratch = malloc(sizeof(float) * fp8_floats))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
     if (floats && !(m->layer_buf = malloc(sizeof(float) * floats))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for one layer (%zu MB fp32)",
                         path, floats * sizeof(float) >> 20);
@@ -504,6 +519,8 @@ void kvcal_model_close(kvcal_model_t *m)
 {
     if (!m)
         return;
+    kvcal_model_fp8_close(m->fp8);
+    free(m->fp8_scratch);
     kvcal_checkpoint_close(m->ck);
     kvcal_llama2c_close(m->l2c);
     free(m->inv_freq);
@@ -586,10 +603,20 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
         if (!kvcal_model_layer_has_weight(&m->desc, layer, i))
             continue;
         w->w[i] = p;
+        if (m->desc.fp8[i].w != KVCAL_FP8W_NONE) {
+            long long rows, cols;
+            kvcal_model_weight_shape(&m->desc, i, &rows, &cols);
+            kvcal_status st = kvcal_model_fp8_dequantize(
+                m->fp8, m->ck, &m->desc, layer, i, p, m->fp8_scratch, &w->input_scale[i]);
+            if (st)
+                return st;
+            p += rows * cols;
+            continue;
+        }
         const kvcal_weight_part *part = a->weights[i].parts;
         for (int e = 0; e < kvcal_model_weight_copies(&m->desc, i); e++)
             for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-                layer_tensor_name(name, sizeof name, a, layer, part[j].name, e);
+                kvcal_model_tensor_name(name, sizeof name, a, layer, part[j].name, e);
                 const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
                 kvcal_status st = kvcal_tensor_to_f32(t, p);
                 if (st)
@@ -914,10 +941,21 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
     const kvcal_weight_part *part = m->desc.arch->weights[w].parts;
     char name[256];
     for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-        layer_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name, copy);
+        kvcal_model_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name,
+                                copy);
         parts[(*n)++] = tensor_view(kvcal_checkpoint_find(m->ck, name));
     }
     return KVCAL_OK;
+}
+
+kvcal_status kvcal_model_fp8_weight(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                    kvcal_fp8_parts *p, float *scales)
+{
+    if (!m->fp8 || layer < 0 || layer >= m->desc.num_layers || w < 0 ||
+        w >= KVCAL_W_COUNT || !kvcal_model_layer_has_weight(&m->desc, layer, w))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d weight %d is not FP8",
+                          m->path, layer, (int)w);
+    return kvcal_model_fp8_get(m->fp8, m->ck, &m->desc, layer, w, p, scales);
 }
 
 void kvcal_model_head_views(const kvcal_model_t *m, kvcal_tensor_view *embed,
