@@ -56,8 +56,9 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
                           "config.json: %s in block-wise FP8 (quantization_config "
                           "quant_method fp8, weight_block_size %d: e4m3 weights, each "
                           "with a float32 weight_scale_inv per %d x %d block, DeepSeek's "
-                          "released format) is not supported: kvcal reads F32, F16 and "
-                          "BF16 weights; use a BF16 copy of the checkpoint",
+                          "released format) is not supported: kvcal runs FP8 weights in "
+                          "dense projections only, and its experts and kv_b_proj are "
+                          "FP8; use a BF16 copy of the checkpoint",
                           c->architecture, c->weight_block_size, c->weight_block_size,
                           c->weight_block_size);
     if (c->attention_bias)

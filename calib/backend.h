@@ -237,6 +237,9 @@ typedef struct kvcal_backend_options {
     /* cuda: bytes one staging copy of the weights moves (0: 32 MiB); the
      * tests make it small so that a tiny model's layer spans many */
     size_t load_piece_bytes;
+    /* cuda: FP8 weights through the dequantized bf16 fallback even where
+     * cuBLASLt runs their FP8 GEMM (a check of the fallback) */
+    int fp8_dequant;
 } kvcal_backend_options;
 
 /* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the
@@ -261,6 +264,15 @@ int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code);
  * capability and code are arguments. */
 kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,
                                    kvcal_mlp_choice mode, int *fused);
+
+/* Whether the cuda backend quantizes the activations of FP8 weights on a GPU
+ * of compute capability major.minor: 8.9 and up (FP8 tensor cores), as vLLM
+ * does; before, weight-only FP8 (W8A16). Pure. */
+int kvcal_cuda_fp8_activations(int major, int minor);
+
+/* How the cuda backend runs FP8 weights there, in a line. Pure; static
+ * storage. */
+const char *kvcal_cuda_fp8_plan(int major, int minor);
 
 /* What the cuda backend runs on one GPU. */
 typedef struct kvcal_cuda_device_plan {

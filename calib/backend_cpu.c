@@ -9,6 +9,7 @@
 #include "calib/backend.h"
 #include "core/status.h"
 #include "kernels/cpu/eval_ref.h"
+#include "kernels/cpu/fp8_ref.h"
 #include "kernels/cpu/ops.h"
 
 /* A batch's own activations, kept while its chunk runs layer by layer. */
@@ -68,6 +69,9 @@ typedef struct {
     float *latent; // (N, kv_lora_rank + qk_rope) the cached entry
     float *lat;    // (N, kv_lora_rank) its latent, contiguous for kv_b_proj
     float *kvb;    // (N, heads, qk_nope + v_head) the latent through kv_b_proj
+    /* (N, the widest FP8 weight's in) an FP8 weight's input as the engine
+     * quantizes it; NULL without FP8 activations */
+    float *xq;
     void *slab;
     int64_t *default_names; /* (max_batch) 0 .. batch-1 */
     kvcal_stats_t *stats;   /* observe_into */
@@ -260,6 +264,18 @@ static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first
     return KVCAL_OK;
 }
 
+/* The input x (rows, cols) of weight w as its GEMM multiplies it: x
+ * itself, or, for an FP8 weight with quantized activations, x quantized and
+ * dequantized as the engine does (into c->xq). */
+static const float *gemm_input(cpu_backend *c, kvcal_weight w, const float *x, int cols)
+{
+    const kvcal_fp8_linear *f = &c->base.desc->fp8[w];
+    if (f->w == KVCAL_FP8W_NONE || f->a == KVCAL_FP8A_NONE)
+        return x;
+    kvcal_fp8_fake_quant_ref(c->xq, x, c->n, cols, f->a, f->group, c->w.input_scale[w]);
+    return c->xq;
+}
+
 static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
 {
     cpu_backend *c = cpu(be);
@@ -267,15 +283,14 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
     const float *w = weight(c, op->w), *b = weight(c, op->b);
     long long rows, cols;
     kvcal_model_weight_shape(d, op->w, &rows, &cols);
+    const float *x = gemm_input(c, op->w, act(c, op->in), (int)cols);
     if (op->out != KVCAL_ACT_QKV) {
-        kvcal_matmul_ref(act(c, op->out), act(c, op->in), w, b, (int)c->n, (int)cols,
-                         (int)rows);
+        kvcal_matmul_ref(act(c, op->out), x, w, b, (int)c->n, (int)cols, (int)rows);
         return KVCAL_OK;
     }
     /* q, k and v into their own buffers, from the row blocks of [Wq; Wk; Wv] */
     const int64_t Q = (int64_t)d->num_heads * d->head_dim;
     const int64_t KV = (int64_t)d->num_kv_heads * d->head_dim;
-    const float *x = act(c, op->in);
     if (need_q)
         kvcal_matmul_ref(c->q, x, w, b, (int)c->n, (int)cols, (int)Q);
     kvcal_matmul_ref(c->k, x, w + Q * cols, b ? b + Q : NULL, (int)c->n, (int)cols,
@@ -390,7 +405,7 @@ static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     const int D = d->hidden_size, I = d->intermediate_size;
-    const float *w = weight(c, op->w), *x = act(c, op->in);
+    const float *w = weight(c, op->w), *x = gemm_input(c, op->w, act(c, op->in), D);
     kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
     kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
     kvcal_geglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
@@ -402,7 +417,7 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     const int D = d->hidden_size, I = d->intermediate_size;
-    const float *w = weight(c, op->w), *x = act(c, op->in);
+    const float *w = weight(c, op->w), *x = gemm_input(c, op->w, act(c, op->in), D);
     kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
     kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
     kvcal_swiglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
@@ -881,12 +896,19 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
     const int64_t E = d->num_experts, K = d->experts_per_tok;
     /* the mixture of experts': logits, routes, the rows of one expert */
     const int64_t moe_floats = E ? E + 2 * K + 2 + 2 * D : 0;
+    int64_t fp8_cols = 0; /* the widest input an FP8 weight quantizes */
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        long long rows, cols;
+        kvcal_model_weight_shape(d, w, &rows, &cols);
+        if (d->fp8[w].w != KVCAL_FP8W_NONE && d->fp8[w].a != KVCAL_FP8A_NONE)
+            fp8_cols = cols > fp8_cols ? cols : fp8_cols;
+    }
     /* MLA's: the query's LoRA, the entry, its latent, kv_b_proj's output */
     const int64_t mla_floats =
         d->mla ? d->q_lora_rank + d->head_dim + d->kv_lora_rank +
                      (int64_t)d->num_heads * (d->qk_nope_head_dim + d->v_head_dim)
                : 0;
-    int64_t per_token = D + Q + KV + VV + A + 2 * I + moe_floats + mla_floats;
+    int64_t per_token = D + Q + KV + VV + A + 2 * I + moe_floats + mla_floats + fp8_cols;
     double bytes = (double)per_token * (double)max_tokens * sizeof(float);
     c->slab = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
     c->default_names = malloc(sizeof(int64_t) * (size_t)opt->max_batch);
@@ -909,6 +931,7 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
     c->att = p, p += N * A;
     c->gate = p, p += N * I;
     c->up = p, p += N * I;
+    c->xq = fp8_cols ? p : NULL, p += N * fp8_cols;
     if (E) {
         c->logits = p, p += N * E;
         c->route_w = p, p += N * K;

@@ -59,6 +59,9 @@ typedef struct {
     kvcal_model_t *model;
     int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx;
     int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
+    int w8a16;     /* FP8 weights without FP8 activations (no FP8 tensor cores) */
+    kvcal_fp8_gemm_path fp8_path;
+    kvcal_fp8_scratch fp8s;      /* the FP8 projections' activations (and fallback) */
     float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
     int max_batch, max_seq_len;
     cudaStream_t stream;
@@ -217,7 +220,17 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
         kvcal_model_weight_shape(d, i, &rows, &cols);
         lay->off[i] = off;
         lay->elems[i] = (size_t)rows * (size_t)(cols ? cols : 1);
-        off += round_up(lay->elems[i] * sizeof(kvcal_bf16));
+        lay->fp8[i] = d->fp8[i];
+        if (d->fp8[i].w == KVCAL_FP8W_NONE) {
+            off += round_up(lay->elems[i] * sizeof(kvcal_bf16));
+            continue;
+        }
+        off += round_up(lay->elems[i]);
+        lay->scale_off[i] = off;
+        off += round_up(sizeof(float) *
+                        (size_t)kvcal_fp8_weight_scales(&d->fp8[i], rows, cols));
+        lay->input_off[i] = off;
+        off += round_up(sizeof(float));
     }
     lay->bytes = off;
     lay->gate_up_interleaved = mlp_fused;
@@ -265,6 +278,44 @@ static kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
     default:
         return NULL;
     }
+}
+
+/* FP8 weight w of the layer in use, its rows from `row` on (a slice of
+ * whole blocks). */
+static kvcal_fp8_weight fp8_weight(const cuda_backend *r, kvcal_weight w, long long row)
+{
+    const kvcal_fp8_linear *f = &r->lay.fp8[w];
+    long long rows, cols;
+    kvcal_model_weight_shape(r->base.desc, w, &rows, &cols);
+    const float *sc = (const float *)(r->layer_weights + r->lay.scale_off[w]);
+    /* a per-tensor weight's scales are the scale then the same per row: a
+     * slice's start holds it too */
+    const long long skip = f->w == KVCAL_FP8W_BLOCK
+                               ? row / f->block_n * kvcal_fp8_block_ld(cols, f->block_k)
+                               : row;
+    kvcal_fp8_weight fw = {r->layer_weights + r->lay.off[w] + (size_t)(row * cols),
+                           sc + skip,
+                           f->a == KVCAL_FP8A_STATIC
+                               ? (const float *)(r->layer_weights + r->lay.input_off[w])
+                               : NULL,
+                           *f};
+    if (r->w8a16)
+        fw.f.a = KVCAL_FP8A_NONE;
+    return fw;
+}
+
+/* out (rows, n) = x (rows, k) @ weight w^T + bias, w's rows from `row` on:
+ * cuBLAS's bf16 GEMM, or the FP8 layer as the engine serves it. */
+static kvcal_status project(cuda_backend *r, kvcal_bf16 *out, const kvcal_bf16 *x,
+                            kvcal_weight w, long long row, const kvcal_bf16 *bias,
+                            int rows, int k, int n)
+{
+    if (r->lay.fp8[w].w == KVCAL_FP8W_NONE)
+        return kvcal_gemm_launch(r->gemm, out, x, tensor(r, w) + row * k, bias, rows, k,
+                                 n, r->stream);
+    const kvcal_fp8_weight fw = fp8_weight(r, w, row);
+    return kvcal_fp8_linear_launch(r->gemm, out, x, &fw, bias, rows, k, n, &r->fp8s,
+                                   r->fp8_path, NULL, r->stream);
 }
 
 /* Columns of the attention's output (H heads of the v head size). */
@@ -521,13 +572,21 @@ static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first
 static kvcal_status project_qkv(cuda_backend *r, const kvcal_op *op, int need_q)
 {
     const int n = r->batch * r->seq_len, q_cols = r->H * r->hd;
-    const kvcal_bf16 *w = tensor(r, op->w), *b = tensor(r, op->b);
-    const kvcal_bf16 *kv_w = w + (size_t)q_cols * r->D, *kv_b = b ? b + q_cols : NULL;
-    const int kv_only = !need_q && ((uintptr_t)kv_w | (uintptr_t)kv_b) % 256 == 0;
+    const kvcal_fp8_linear *f = &r->lay.fp8[op->w];
+    const kvcal_bf16 *b = tensor(r, op->b), *kv_b = b ? b + q_cols : NULL;
+    const unsigned char *kv_w =
+        f->w != KVCAL_FP8W_NONE
+            ? fp8_weight(r, op->w, q_cols).q
+            : (const unsigned char *)(tensor(r, op->w) + (size_t)q_cols * r->D);
+    const float *kv_s =
+        f->w != KVCAL_FP8W_NONE ? fp8_weight(r, op->w, q_cols).scales : NULL;
+    const int kv_only = !need_q && ((uintptr_t)kv_w | (uintptr_t)kv_b) % 256 == 0 &&
+                        (uintptr_t)kv_s % 16 == 0 &&
+                        (f->w != KVCAL_FP8W_BLOCK || q_cols % f->block_n == 0);
     r->qkv_heads = kv_only ? 0 : r->H;
     r->qkv_width = (r->qkv_heads + 2 * r->HKV) * r->hd;
-    return kvcal_gemm_launch(r->gemm, r->qkv, act(r, op->in), kv_only ? kv_w : w,
-                             kv_only ? kv_b : b, n, r->D, r->qkv_width, r->stream);
+    return project(r, r->qkv, act(r, op->in), op->w, kv_only ? q_cols : 0,
+                   kv_only ? kv_b : b, n, r->D, r->qkv_width);
 }
 
 static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
@@ -537,9 +596,8 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
         return project_qkv(r, op, need_q);
     long long rows, cols;
     kvcal_model_weight_shape(be->desc, op->w, &rows, &cols);
-    return kvcal_gemm_launch(r->gemm, act(r, op->out), act(r, op->in), tensor(r, op->w),
-                             tensor(r, op->b), r->batch * r->seq_len, (int)cols,
-                             (int)rows, r->stream);
+    return project(r, act(r, op->out), act(r, op->in), op->w, 0, tensor(r, op->b),
+                   r->batch * r->seq_len, (int)cols, (int)rows);
 }
 
 /* The observer of layer l's statistics (K and V; an MLA layer's entry is
@@ -660,8 +718,7 @@ static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
     const int n = r->batch * r->seq_len;
-    TRY(kvcal_gemm_launch(r->gemm, r->gu, act(r, op->in), tensor(r, op->w), NULL, n, r->D,
-                          2 * r->I, r->stream));
+    TRY(project(r, r->gu, act(r, op->in), op->w, 0, NULL, n, r->D, 2 * r->I));
     return kvcal_geglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
 fail:
     return st;
@@ -675,8 +732,7 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
     if (r->mlp_fused)
         return kvcal_gemm_swiglu_launch(act(r, op->out), act(r, op->in), tensor(r, op->w),
                                         n, r->D, r->I, r->stream);
-    TRY(kvcal_gemm_launch(r->gemm, r->gu, act(r, op->in), tensor(r, op->w), NULL, n, r->D,
-                          2 * r->I, r->stream));
+    TRY(project(r, r->gu, act(r, op->in), op->w, 0, NULL, n, r->D, 2 * r->I));
     return kvcal_swiglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
 fail:
     return st;
@@ -1274,6 +1330,51 @@ fail:
 
 // --- lifetime ---------------------------------------------------------------------
 
+/* Device bytes of the FP8 projections' scratch at N rows (0 each for a
+ * model without FP8 weights): the quantized activation, its scales, and the
+ * dequantized fallback's weight and activation where some FP8 GEMM of the
+ * model does not run on this GPU (or the fallback is asked for). */
+static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4])
+{
+    const kvcal_model_desc *d = r->base.desc;
+    size_t k_max = 0, groups = 0, wd = 0;
+    int fallback = 0;
+    memset(bytes, 0, 4 * sizeof *bytes);
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        const kvcal_fp8_linear *f = &d->fp8[w];
+        long long rows, cols;
+        kvcal_model_weight_shape(d, w, &rows, &cols);
+        if (f->w == KVCAL_FP8W_NONE || !rows)
+            continue;
+        /* the shapes it runs at: the whole weight, and QKV's K/V rows alone */
+        kvcal_fp8_weight fw = {NULL, NULL, NULL, *f};
+        fw.f.a = r->w8a16 ? KVCAL_FP8A_NONE : f->a;
+        const int bias = w == KVCAL_W_QKV && kvcal_model_has_weight(d, KVCAL_W_QKV_BIAS);
+        const long long kv = 2LL * r->HKV * r->hd;
+        const int runs =
+            r->fp8_path == KVCAL_FP8_GEMM_AUTO &&
+            kvcal_fp8_linear_runs(r->gemm, &fw, bias, (int)N, (int)cols, (int)rows) &&
+            (w != KVCAL_W_QKV ||
+             kvcal_fp8_linear_runs(r->gemm, &fw, bias, (int)N, (int)cols, (int)kv));
+        kvcal_clear_error();
+        fallback |= !runs;
+        k_max = (size_t)cols > k_max ? (size_t)cols : k_max;
+        const size_t g =
+            f->a == KVCAL_FP8A_GROUP ? ((size_t)cols + f->group - 1) / f->group : 1;
+        groups = g > groups ? g : groups;
+        wd = !runs && (size_t)(rows * cols) > wd ? (size_t)(rows * cols) : wd;
+    }
+    if (!k_max)
+        return KVCAL_OK;
+    if (!r->w8a16) {
+        bytes[0] = N * k_max;
+        bytes[1] = N * groups * sizeof(float);
+    }
+    bytes[2] = wd * sizeof(kvcal_bf16);
+    bytes[3] = fallback && !r->w8a16 ? N * k_max * sizeof(kvcal_bf16) : 0;
+    return KVCAL_OK;
+}
+
 /* The MLP's gate/up projection and SwiGLU: in one Hopper kernel
  * (kvcal_gemm_swiglu_launch, which also leaves out the (N, 2 I) gate/up
  * buffer) where kvcal_cuda_mlp_choose takes it for this GPU and the code the
@@ -1282,15 +1383,9 @@ fail:
  * experts' likewise: the Hopper grouped GEMM with SwiGLU fused
  * (kvcal_moe_gemm_sm90_launch, no (capacity, 2 MI) buffer) where the same
  * kernels run, unless KVCAL_MLP_UNFUSED; else kvcal_moe_gemm_launch. */
-static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp)
+static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp, int major,
+                               int minor)
 {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) !=
-            cudaSuccess)
-        major = minor = 0;
     char code[32];
     kvcal_cuda_code_for_device(kvcal_cuda_build_targets(), major, minor, code,
                                sizeof code);
@@ -1409,7 +1504,16 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     /* the dense MLP's buffers only where the family has one */
     if (!kvcal_model_has_weight(d, KVCAL_W_GATE_UP))
         r->I = 0;
-    TRY(choose_mlp(r, opt->mlp));
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) !=
+            cudaSuccess)
+        major = minor = 0;
+    TRY(choose_mlp(r, opt->mlp, major, minor));
+    r->w8a16 = !kvcal_cuda_fp8_activations(major, minor);
+    r->fp8_path = opt->fp8_dequant ? KVCAL_FP8_GEMM_DEQUANT : KVCAL_FP8_GEMM_AUTO;
     int has_swiglu = 0, has_other = 0; /* the fused kernel is SwiGLU's alone */
     for (int l = 0; l < d->num_layers; l++) {
         int n_ops = 0;
@@ -1419,7 +1523,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
             has_other |= ops[i].kind == KVCAL_OP_GEGLU;
         }
     }
-    r->mlp_fused &= has_swiglu && !has_other;
+    /* the fused kernel reads a bf16 gate/up weight */
+    r->mlp_fused &=
+        has_swiglu && !has_other && d->fp8[KVCAL_W_GATE_UP].w == KVCAL_FP8W_NONE;
     layout_layer(&r->lay, d, r->mlp_fused);
     size_t norm_elems = 0;
     for (int w = 0; d->norm_offset != 0.0f && w < KVCAL_W_COUNT; w++)
@@ -1452,6 +1558,13 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
                     round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
                     round_up(N * r->D * e);
+    const size_t workspace = (size_t)32 << 20;
+    TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
+    TRY(kvcal_gemm_create(workspace, &r->gemm));
+    size_t fp8_bytes[4];
+    TRY(fp8_scratch_bytes(r, N, fp8_bytes));
+    const size_t fp8_acts = round_up(fp8_bytes[0]) + round_up(fp8_bytes[1]) +
+                            round_up(fp8_bytes[2]) + round_up(fp8_bytes[3]);
     /* MLA's: the query's LoRA, the query, the entry, its latent, kv_b_proj's
      * output, K, V and the attention's padded output */
     const size_t HQ = (size_t)r->H * r->qkd;
@@ -1461,7 +1574,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
             : round_up(N * d->q_lora_rank * e) + round_up(N * HQ * e) +
                   round_up(N * r->hd * e) + round_up(N * r->kvr * e) +
                   round_up(N * r->H * (r->nope + r->vh) * e) + 3 * round_up(N * HQ * e);
-    const size_t acts = round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
+    const size_t acts = fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)att_cols(r) * e) + mla_acts +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
                         round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
@@ -1472,7 +1585,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                          round_up(4 * LH * r->hd * sizeof(float)) +
                          2 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
                          round_up(norm_elems * e);
-    const size_t workspace = (size_t)32 << 20;
     const size_t embed = round_up((size_t)r->V * r->D * e);
     const size_t fixed = embed + acts + stats + workspace;
     size_t free_b = 0, total_b = 0;
@@ -1501,8 +1613,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
             r->budget ? ", or a larger --max-device-memory" : "");
         goto fail;
     }
-    TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
-    TRY(kvcal_gemm_create(workspace, &r->gemm));
     TRY(kvcal_attention_create(opt->attention == KVCAL_ATTENTION_OWN, &r->attn));
     TRY(alloc_slab(&r->slab, need - workspace, "the model and its activations"));
     r->allocated = need;
@@ -1526,6 +1636,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
+    r->fp8s.xq = fp8_bytes[0] ? carve(&p, fp8_bytes[0]) : NULL;
+    r->fp8s.xs = fp8_bytes[1] ? carve(&p, fp8_bytes[1]) : NULL;
+    r->fp8s.wd = fp8_bytes[2] ? carve(&p, fp8_bytes[2]) : NULL;
+    r->fp8s.xd = fp8_bytes[3] ? carve(&p, fp8_bytes[3]) : NULL;
     if (r->E) {
         r->router = carve(&p, N * r->E * e);
         r->route_e = carve(&p, NK * sizeof(int32_t));

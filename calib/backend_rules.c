@@ -31,6 +31,28 @@ kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I
     return KVCAL_OK;
 }
 
+int kvcal_cuda_fp8_activations(int major, int minor)
+{
+    return major * 10 + minor >= 89;
+}
+
+const char *kvcal_cuda_fp8_plan(int major, int minor)
+{
+    if (major == 9 && minor == 0)
+        return "cuBLASLt FP8 GEMMs of every scheme (per-tensor, per-channel and "
+               "per-token "
+               "scales, 128 x 128 blocks beside 1 x 128 activation groups), the "
+               "activations "
+               "quantized as vLLM does";
+    if (kvcal_cuda_fp8_activations(major, minor))
+        return "cuBLASLt FP8 GEMMs where it runs the scales (per-tensor), the others on "
+               "dequantized bf16 weights times activations quantized and dequantized as "
+               "vLLM does";
+    return "dequantized bf16 weights, activations left unquantized (no FP8 tensor cores "
+           "before compute capability 8.9: vLLM serves FP8 checkpoints there as W8A16, "
+           "Marlin)";
+}
+
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 {
     if (d->mla && (d->head_dim > KVCAL_MLA_MAX_ENTRY || d->qk_nope_head_dim % 2 ||

@@ -29,20 +29,28 @@
         }                                                                                \
     } while (0)
 
-/* n values of src from its value `first` on into bf16 at dst_off of a
- * layer (or of a tensor) laid out on the device. */
+/* n values of src from its value `first` on at dst_off of a layer (or of
+ * a tensor) laid out on the device: out_size 2, converted to bf16;
+ * out_size 1, bytes copied (src a U8 view; through map where it is not
+ * NULL: FP8 weights, their scales). */
 typedef struct {
     size_t dst_off; /* bytes */
     kvcal_tensor_view src;
     int64_t first;
     size_t n;
+    size_t out_size;
+    const uint8_t *map; /* (256) or NULL */
 } job;
 
-/* Jobs in destination order (copy_jobs moves each piece once). */
+/* Jobs in destination order (copy_jobs moves each piece once), and the
+ * host data of a layer's FP8 weights they read. */
 typedef struct {
     job *j;
     size_t n, cap;
     size_t piece; /* bytes of a piece: no job crosses a piece's end */
+    kvcal_fp8_parts fp8[KVCAL_W_COUNT];
+    float *scales; /* every FP8 weight's scales and input scale */
+    size_t scales_cap;
 } job_list;
 
 /* Pinned pieces, their copies' events, the threads that fill them. */
@@ -85,11 +93,11 @@ static double now_s(void)
 // --- jobs: what goes where ---------------------------------------------------
 
 static int push_job(job_list *l, size_t dst_off, const kvcal_tensor_view *src,
-                    int64_t first, size_t n)
+                    int64_t first, size_t n, size_t out_size, const uint8_t *map)
 {
     while (n) {
         /* a job ends at a piece boundary and at JOB_VALUES */
-        size_t room = (l->piece - dst_off % l->piece) / sizeof(kvcal_bf16);
+        size_t room = (l->piece - dst_off % l->piece) / out_size;
         size_t take = n < room ? n : room;
         take = take < JOB_VALUES ? take : JOB_VALUES;
         if (l->n == l->cap) {
@@ -99,12 +107,48 @@ static int push_job(job_list *l, size_t dst_off, const kvcal_tensor_view *src,
                 return -1;
             l->j = j, l->cap = cap;
         }
-        l->j[l->n++] = (job){dst_off, *src, first, take};
-        dst_off += take * sizeof(kvcal_bf16);
+        l->j[l->n++] = (job){dst_off, *src, first, take, out_size, map};
+        dst_off += take * out_size;
         first += (int64_t)take;
         n -= take;
     }
     return 0;
+}
+
+/* n bytes at p as a view of U8 values. */
+static kvcal_tensor_view bytes_view(const void *p, int64_t n)
+{
+    return (kvcal_tensor_view){p, KVCAL_DTYPE_U8, n, 0, n, 1, NULL};
+}
+
+/* The jobs of FP8 weight w of layer l: its bytes (mapped as the engine
+ * requantizes them), its scales, its input scale (sc: room for them). */
+static kvcal_status fp8_jobs(const kvcal_cuda_loader_t *ld, int l, kvcal_weight w,
+                             job_list *out, float *sc)
+{
+    const kvcal_model_desc *d = kvcal_model_describe(ld->model);
+    kvcal_fp8_parts *p = &out->fp8[w];
+    long long rows, cols;
+    kvcal_model_weight_shape(d, w, &rows, &cols);
+    const size_t count = (size_t)kvcal_fp8_weight_scales(&ld->lay.fp8[w], rows, cols);
+    kvcal_status st = kvcal_model_fp8_weight(ld->model, l, w, p, sc);
+    if (st)
+        return st;
+    sc[count] = p->input_scale;
+    size_t off = ld->lay.off[w];
+    int fail = 0;
+    for (int i = 0; i < p->n; i++) {
+        const kvcal_tensor_view v = bytes_view(p->part[i].data, p->part[i].numel);
+        fail |=
+            push_job(out, off, &v, 0, (size_t)v.numel, 1, p->mapped ? p->map[i] : NULL);
+        off += (size_t)p->part[i].numel;
+    }
+    const kvcal_tensor_view scales = bytes_view(sc, (int64_t)(count * sizeof(float))),
+                            input = bytes_view(sc + count, (int64_t)sizeof(float));
+    fail |=
+        push_job(out, ld->lay.scale_off[w], &scales, 0, (size_t)scales.numel, 1, NULL);
+    fail |= push_job(out, ld->lay.input_off[w], &input, 0, (size_t)input.numel, 1, NULL);
+    return fail ? kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory") : KVCAL_OK;
 }
 
 static int by_dst_off(const void *a, const void *b)
@@ -120,9 +164,34 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
     const kvcal_model_desc *d = kvcal_model_describe(ld->model);
     out->n = 0;
     out->piece = ld->piece_bytes;
+    /* the host floats of the layer's FP8 weights, their scales and input scale */
+    size_t floats = 0;
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        long long rows, cols;
+        kvcal_model_weight_shape(d, w, &rows, &cols);
+        floats += (size_t)kvcal_fp8_weight_scales(&ld->lay.fp8[w], rows, cols) + 1;
+    }
+    if (floats > out->scales_cap) {
+        float *sc = realloc(out->scales, floats * sizeof(float));
+        if (!sc)
+            return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+        out->scales = sc, out->scales_cap = floats;
+    }
+    float *sc = out->scales;
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
         if (!ld->lay.elems[w])
             continue;
+        if (ld->lay.fp8[w].w != KVCAL_FP8W_NONE) {
+            long long rows, cols;
+            kvcal_model_weight_shape(d, w, &rows, &cols);
+            if (!kvcal_model_layer_has_weight(d, l, w))
+                continue;
+            kvcal_status st = fp8_jobs(ld, l, w, out, sc);
+            if (st)
+                return st;
+            sc += kvcal_fp8_weight_scales(&ld->lay.fp8[w], rows, cols) + 1;
+            continue;
+        }
         kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
         int n = 0;
         kvcal_status st = kvcal_model_weight_parts(ld->model, l, w, 0, part, &n);
@@ -141,7 +210,7 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
                 const kvcal_tensor_view *p = &part[n == 1 || src < I ? 0 : 1];
                 const int64_t row = n == 1 || src < I ? src : src - I;
                 if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), p, row * D,
-                             (size_t)128 * D))
+                             (size_t)128 * D, sizeof(kvcal_bf16), NULL))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
             }
             continue;
@@ -151,7 +220,8 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             if (e > 0 && (st = kvcal_model_weight_parts(ld->model, l, w, e, part, &n)))
                 return st;
             for (int i = 0; i < n; i++) {
-                if (push_job(out, off, &part[i], 0, (size_t)part[i].numel))
+                if (push_job(out, off, &part[i], 0, (size_t)part[i].numel,
+                             sizeof(kvcal_bf16), NULL))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
                 off += (size_t)part[i].numel * sizeof(kvcal_bf16);
             }
@@ -166,6 +236,15 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
 /* One job into dst (the piece's start is the job's piece). */
 static void run_job(const job *j, unsigned char *piece, size_t piece_bytes)
 {
+    if (j->out_size == 1) {
+        uint8_t *to = piece + j->dst_off % piece_bytes;
+        const uint8_t *from = (const uint8_t *)j->src.data + j->first;
+        if (!j->map)
+            memcpy(to, from, j->n);
+        for (size_t i = 0; j->map && i < j->n; i++)
+            to[i] = j->map[from[i]];
+        return;
+    }
     kvcal_bf16 *dst = (kvcal_bf16 *)(piece + j->dst_off % piece_bytes);
     if (j->src.dtype == KVCAL_DTYPE_BF16 && !j->src.layout) {
         memcpy(dst,
@@ -233,7 +312,8 @@ static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *ba
         const size_t piece = jobs->j[i].dst_off / bytes;
         size_t e = i, hi = 0;
         for (; e < jobs->n && jobs->j[e].dst_off / bytes == piece; e++) {
-            const size_t end = jobs->j[e].dst_off % bytes + jobs->j[e].n * sizeof(kvcal_bf16);
+            const size_t end =
+                jobs->j[e].dst_off % bytes + jobs->j[e].n * jobs->j[e].out_size;
             hi = end > hi ? end : hi;
         }
         const int b = p->next;
@@ -296,7 +376,7 @@ fail:
 static void *loader_main(void *p)
 {
     kvcal_cuda_loader_t *ld = p;
-    job_list jobs = {NULL, 0, 0, ld->piece_bytes};
+    job_list jobs = {.piece = ld->piece_bytes};
     cudaSetDevice(ld->device);
     pthread_mutex_lock(&ld->mu);
     for (;;) {
@@ -322,6 +402,7 @@ static void *loader_main(void *p)
     }
     pthread_mutex_unlock(&ld->mu);
     free(jobs.j);
+    free(jobs.scales);
     return NULL;
 }
 
@@ -359,8 +440,8 @@ kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
     ld->nslots = nslots;
     ld->layers = L;
     ld->threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
-    /* a piece holds whole bf16 values */
-    ld->piece_bytes = piece_bytes ? (piece_bytes + 1) / 2 * 2 : PIECE_BYTES;
+    /* a piece holds whole bf16 values and floats (the FP8 scales) */
+    ld->piece_bytes = piece_bytes ? (piece_bytes + 3) / 4 * 4 : PIECE_BYTES;
     ld->t0 = now_s();
     pthread_mutex_init(&ld->mu, NULL);
     pthread_cond_init(&ld->cv, NULL);
@@ -465,11 +546,11 @@ kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld, const kvcal_tenso
                                       void *dst, cudaStream_t stream)
 {
     kvcal_status st = KVCAL_OK;
-    job_list jobs = {NULL, 0, 0, ld->piece_bytes};
+    job_list jobs = {.piece = ld->piece_bytes};
     pieces p;
     if ((st = pieces_alloc(&p, ld->piece_bytes)))
         return st;
-    if (push_job(&jobs, 0, src, 0, (size_t)src->numel)) {
+    if (push_job(&jobs, 0, src, 0, (size_t)src->numel, sizeof(kvcal_bf16), NULL)) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
         goto done;
     }

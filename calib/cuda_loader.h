@@ -1,8 +1,10 @@
 /* calib/cuda_loader.h: the cuda backend's weight loader. A layer's weights
  * go from the mapped checkpoint to the device as the backend lays them out
  * (bf16; QKV and gate/up fused, gate/up interleaved for the fused MLP
- * kernel): host threads fill pinned staging pieces (a copy where the
- * checkpoint is bf16, a conversion where it is f16 or f32), a copy stream
+ * kernel; an FP8 weight's e4m3 bytes, requantized as the engine serves
+ * them, beside its scales): host threads fill pinned staging pieces (a copy
+ * where the checkpoint is bf16 or FP8, a conversion where it is f16 or
+ * f32), a copy stream
  * moves them into a device slot, and the compute stream waits for a layer's
  * copy only when it uses the layer. A background thread loads ahead of the
  * compute: with a slot per layer every layer once, in order, from the
@@ -21,7 +23,14 @@
 /* Where a layer's logical weights lie in its device slot. */
 typedef struct kvcal_cuda_layer_layout {
     size_t off[KVCAL_W_COUNT];   /* bytes from the slot's start */
-    size_t elems[KVCAL_W_COUNT]; /* bf16 values; 0: absent */
+    size_t
+        elems[KVCAL_W_COUNT]; /* bf16 values, or e4m3 bytes of an FP8 weight; 0: absent */
+    /* an FP8 weight (fp8[w].w not KVCAL_FP8W_NONE), as the model serves it
+     * (kvcal_model_fp8_weight): its e4m3 bytes at off[w], its scales
+     * (core/fp8_linear.h's layout) at scale_off[w], its static input scale
+     * (one float, 0 for dynamic activations) at input_off[w] */
+    kvcal_fp8_linear fp8[KVCAL_W_COUNT];
+    size_t scale_off[KVCAL_W_COUNT], input_off[KVCAL_W_COUNT];
     size_t bytes;                /* the slot */
     int gate_up_interleaved;     /* KVCAL_W_GATE_UP in kvcal_gemm_swiglu's order */
 } kvcal_cuda_layer_layout;

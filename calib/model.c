@@ -21,6 +21,8 @@ struct kvcal_model {
     kvcal_model_desc desc;
     char path[4096];
     kvcal_checkpoint_t *ck; /* HF source */
+    kvcal_model_fp8_t *fp8; /* its FP8 weights (HF source) */
+    float *fp8_scratch;     /* the scales of one FP8 weight */
     kvcal_llama2c_t *l2c;   /* llama2.c source */
     float *inv_freq;        /* (rot_dim / 2) */
     float *inv_freq_sliding; /* (rot_dim / 2) or NULL */
@@ -117,10 +119,10 @@ static const char *shape_text(char *buf, size_t cap, const int64_t *shape, int n
     return buf;
 }
 
-/* Checks one tensor: present, shape want (ndim sizes), floating (U8 when
- * bytes: an MXFP4 tensor's blocks or scales). */
+/* Checks one tensor: present, shape want (ndim sizes), floating (F8_E4M3
+ * too where fp8; U8 when bytes: an MXFP4 tensor's blocks or scales). */
 static kvcal_status check_shape(const kvcal_model_t *m, const char *name,
-                                const int64_t *want, int ndim, int bytes,
+                                const int64_t *want, int ndim, int bytes, int fp8,
                                 const kvcal_tensor_info **out)
 {
     const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
@@ -130,14 +132,16 @@ static kvcal_status check_shape(const kvcal_model_t *m, const char *name,
                           "%s: tensor %s is missing (the %s config needs it); is the "
                           "checkpoint complete and of this architecture?",
                           m->path, name, m->desc.architecture);
-    if (bytes ? t->dtype != KVCAL_DTYPE_U8 : !is_weight_dtype(t->dtype))
+    if (bytes ? t->dtype != KVCAL_DTYPE_U8
+              : !is_weight_dtype(t->dtype) && !(fp8 && t->dtype == KVCAL_DTYPE_F8_E4M3))
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; %s", m->path, name,
             kvcal_dtype_name(t->dtype) ? kvcal_dtype_name(t->dtype) : "?",
             bytes ? "an MXFP4 tensor's blocks and scales are U8 (is the checkpoint "
                     "complete?)"
-                  : "only F32, F16 and BF16 weights (and MXFP4 experts) are supported "
-                    "(use the unquantized checkpoint)");
+                  : "kvcal runs F32, F16 and BF16 weights, F8_E4M3 ones its "
+                    "quantization_config scales, and MXFP4 experts (use another "
+                    "checkpoint)");
     int ok = t->ndim == ndim;
     for (int i = 0; ok && i < ndim; i++)
         ok = t->shape[i] == want[i];
@@ -151,12 +155,13 @@ static kvcal_status check_shape(const kvcal_model_t *m, const char *name,
     return KVCAL_OK;
 }
 
-/* Checks one tensor: present, floating, shape (rows[, cols]). */
+/* Checks one tensor: present, floating (F8_E4M3 too where fp8), shape
+ * (rows[, cols]). */
 static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64_t rows,
-                                 int64_t cols, const kvcal_tensor_info **out)
+                                 int64_t cols, int fp8, const kvcal_tensor_info **out)
 {
     const int64_t want[2] = {rows, cols};
-    return check_shape(m, name, want, cols ? 2 : 1, 0, out);
+    return check_shape(m, name, want, cols ? 2 : 1, 0, fp8, out);
 }
 
 static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
@@ -324,10 +329,8 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     return KVCAL_OK;
 }
 
-/* "model.layers.<layer>.<suffix>" as family a names it; the suffix of a
- * per-expert weight names expert `expert` (its %d). */
-static void layer_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
-                              const char *suffix, int expert)
+void kvcal_model_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
+                             const char *suffix, int expert)
 {
     int len = snprintf(out, n, a->layer_prefix, layer);
     len = len > 0 ? len : 0;
@@ -341,7 +344,7 @@ static void layer_tensor_name(char *out, size_t n, const kvcal_arch *a, int laye
 static kvcal_status refuse_present(const kvcal_model_t *m, const char *suffix)
 {
     char name[256];
-    layer_tensor_name(name, sizeof name, m->desc.arch, 0, suffix, 0);
+    kvcal_model_tensor_name(name, sizeof name, m->desc.arch, 0, suffix, 0);
     if (!kvcal_checkpoint_find(m->ck, name))
         return KVCAL_OK;
     return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -387,7 +390,7 @@ static kvcal_status check_part(const kvcal_model_t *m, int l, kvcal_weight w, in
     char name[256], extra[300];
     int64_t rows, cols, want[4];
     int n = 0;
-    layer_tensor_name(name, sizeof name, d->arch, l, p->name, e);
+    kvcal_model_tensor_name(name, sizeof name, d->arch, l, p->name, e);
     part_shape(d, p, &rows, &cols);
     if (sp->per_expert == KVCAL_EXPERTS_STACKED)
         want[n++] = d->num_experts;
@@ -400,16 +403,16 @@ static kvcal_status check_part(const kvcal_model_t *m, int l, kvcal_weight w, in
                               m->path, name, (long long)cols, KVCAL_MXFP4_BLOCK);
         want[n] = rows, want[n + 1] = cols / KVCAL_MXFP4_BLOCK, want[n + 2] = 16;
         snprintf(extra, sizeof extra, "%s_scales", name);
-        kvcal_status st = check_shape(m, extra, want, n + 2, 1, &scales);
+        kvcal_status st = check_shape(m, extra, want, n + 2, 1, 0, &scales);
         snprintf(extra, sizeof extra, "%s_blocks", name);
-        return st ? st : check_shape(m, extra, want, n + 3, 1, t);
+        return st ? st : check_shape(m, extra, want, n + 3, 1, 0, t);
     }
     const int transposed =
         (p->layout & KVCAL_PART_TRANSPOSED) && p->cols != KVCAL_DIM_NONE;
     want[n++] = transposed ? cols : rows;
     if (p->cols != KVCAL_DIM_NONE)
         want[n++] = transposed ? rows : cols;
-    return check_shape(m, name, want, n, 0, t);
+    return check_shape(m, name, want, n, 0, d->fp8[w].w != KVCAL_FP8W_NONE, t);
 }
 
 /* Where part `part` of copy `copy` of weight w of layer l lies (checked
@@ -423,7 +426,7 @@ static kvcal_tensor_view part_view(const kvcal_model_t *m, int l, kvcal_weight w
     char name[256];
     kvcal_tensor_view v;
     memset(&v, 0, sizeof v);
-    layer_tensor_name(name, sizeof name, d->arch, l, p->name, copy);
+    kvcal_model_tensor_name(name, sizeof name, d->arch, l, p->name, copy);
     part_shape(d, p, &v.rows, &v.cols);
     v.numel = v.rows * v.cols;
     /* values of the copies before this one in a tensor of every expert */
@@ -504,6 +507,16 @@ kvcal_status kvcal_tensor_view_to_f32(const kvcal_tensor_view *v, int64_t first,
     return st;
 }
 
+/* Whether a part of the family's weights may be stored as MXFP4. */
+static int reads_mxfp4(const kvcal_arch *a)
+{
+    for (int w = 0; w < KVCAL_W_COUNT; w++)
+        for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && a->weights[w].parts[i].name; i++)
+            if (a->weights[w].parts[i].layout & KVCAL_PART_MXFP4)
+                return 1;
+    return 0;
+}
+
 static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
 {
     kvcal_model_config c;
@@ -512,7 +525,11 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
         return st;
     if ((st = describe_hf(m, &c)))
         return st;
-    if ((st = kvcal_checkpoint_open(m->path, &m->ck)))
+    /* MXFP4 checkpoints: the family's own parts (gpt-oss's experts) read
+     * them; no FP8 weight to look for (the FP8 reader refuses mxfp4) */
+    const int mxfp4 = !strcmp(c.quant_method, "mxfp4") && reads_mxfp4(m->desc.arch);
+    if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
+        (!mxfp4 && (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8))))
         return st;
     const kvcal_model_desc *d = &m->desc;
     const kvcal_arch *a = d->arch;
@@ -552,10 +569,11 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
         if ((st = refuse_present(m, *r)))
             return st;
     const int64_t D = d->hidden_size;
-    if ((st = check_tensor(m, a->embed, d->vocab_size, D, &t)) ||
-        (st = check_tensor(m, a->final_norm, D, 0, &t)))
+    if ((st = check_tensor(m, a->embed, d->vocab_size, D, 0, &t)) ||
+        (st = check_tensor(m, a->final_norm, D, 0, 0, &t)))
         return st;
-    if (!d->tied_embeddings && (st = check_tensor(m, a->lm_head, d->vocab_size, D, &t)))
+    if (!d->tied_embeddings &&
+        (st = check_tensor(m, a->lm_head, d->vocab_size, D, 0, &t)))
         return st;
     return KVCAL_OK;
 }
@@ -657,6 +675,17 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
         kvcal_model_weight_shape(&m->desc, w, &rows, &cols);
         floats += (size_t)rows * (size_t)(cols ? cols : 1);
     }
+    size_t fp8_floats = 0;
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        long long rows, cols;
+        kvcal_model_weight_shape(&m->desc, w, &rows, &cols);
+        const size_t n = (size_t)kvcal_fp8_weight_scales(&m->desc.fp8[w], rows, cols);
+        fp8_floats = n > fp8_floats ? n : fp8_floats;
+    }
+    if (fp8_floats && !(m->fp8_scratch = malloc(sizeof(float) * fp8_floats))) {
+        st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
     if (floats && !(m->layer_buf = malloc(sizeof(float) * floats))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory for one layer (%zu MB fp32)",
                         path, floats * sizeof(float) >> 20);
@@ -673,6 +702,8 @@ void kvcal_model_close(kvcal_model_t *m)
 {
     if (!m)
         return;
+    kvcal_model_fp8_close(m->fp8);
+    free(m->fp8_scratch);
     kvcal_checkpoint_close(m->ck);
     kvcal_llama2c_close(m->l2c);
     free(m->inv_freq);
@@ -754,6 +785,16 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
         if (!kvcal_model_layer_has_weight(&m->desc, layer, i))
             continue;
         w->w[i] = p;
+        if (m->desc.fp8[i].w != KVCAL_FP8W_NONE) {
+            long long rows, cols;
+            kvcal_model_weight_shape(&m->desc, i, &rows, &cols);
+            kvcal_status st = kvcal_model_fp8_dequantize(
+                m->fp8, m->ck, &m->desc, layer, i, p, m->fp8_scratch, &w->input_scale[i]);
+            if (st)
+                return st;
+            p += rows * cols;
+            continue;
+        }
         for (int e = 0; e < kvcal_model_weight_copies(&m->desc, i); e++) {
             int n = 0;
             kvcal_status st = kvcal_model_weight_parts(m, layer, i, e, part, &n);
@@ -1090,6 +1131,16 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
     for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++)
         parts[(*n)++] = part_view(m, layer, w, j, copy);
     return KVCAL_OK;
+}
+
+kvcal_status kvcal_model_fp8_weight(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                    kvcal_fp8_parts *p, float *scales)
+{
+    if (!m->fp8 || layer < 0 || layer >= m->desc.num_layers || w < 0 ||
+        w >= KVCAL_W_COUNT || !kvcal_model_layer_has_weight(&m->desc, layer, w))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d weight %d is not FP8",
+                          m->path, layer, (int)w);
+    return kvcal_model_fp8_get(m->fp8, m->ck, &m->desc, layer, w, p, scales);
 }
 
 void kvcal_model_head_views(const kvcal_model_t *m, kvcal_tensor_view *embed,

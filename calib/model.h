@@ -3,8 +3,9 @@
  *
  * Sources: a Hugging Face checkpoint (config.json + safetensors, single or
  * sharded) of an architecture a family of calib/arch.h runs, with F32 / F16 /
- * BF16 weights, its tensors named by the family's file; or a llama2.c .bin
- * checkpoint (the Llama family). Checkpoints are mapped, never read whole; a layer's
+ * BF16 weights, or FP8 ones (compressed-tensors, fp8 and ModelOpt schemes:
+ * io/checkpoint/weight_quant.h), its tensors named by the family's file; or a llama2.c
+ * .bin checkpoint (the Llama family). Checkpoints are mapped, never read whole; a layer's
  * weights are converted to fp32 into one buffer when the layer is loaded, so memory is
  * one layer of fp32 weights whatever the model size. Every tensor's presence,
  * dtype and shape is checked when the model is opened. */
@@ -14,8 +15,10 @@
 #include <stdint.h>
 
 #include "calib/arch.h"
+#include "core/fp8_linear.h"
 #include "core/scales.h"
 #include "io/checkpoint/llama2c.h"
+#include "io/checkpoint/safetensors.h"
 #include "kvcal.h"
 
 struct kvcal_model_desc {
@@ -77,6 +80,11 @@ struct kvcal_model_desc {
     int mla;
     int q_lora_rank; /* 0: q_proj */
     int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    /* FP8 weights: how each logical weight is served (fp8[w].w
+     * KVCAL_FP8W_NONE: a bf16 / fp16 / fp32 weight), one scheme a weight
+     * in every layer; weight_scheme says it in a line ("" for none) */
+    kvcal_fp8_linear fp8[KVCAL_W_COUNT];
+    char weight_scheme[384];
     /* the experts' clamped SwiGLU (gpt-oss): gate clamped above and up on
      * both sides at swiglu_limit, out = (up + 1) * gate * sigmoid(alpha *
      * gate); 0: the plain SwiGLU */
@@ -88,6 +96,10 @@ struct kvcal_model_desc {
  * model has none. */
 typedef struct kvcal_layer_weights {
     const float *w[KVCAL_W_COUNT];
+    /* an FP8 weight's w is dequantized as the engine serves it (its
+     * requantized bytes times their scales); input_scale[w] its static
+     * activation scale (KVCAL_FP8A_STATIC), else 0 */
+    float input_scale[KVCAL_W_COUNT];
 } kvcal_layer_weights;
 
 typedef struct kvcal_model kvcal_model_t;
@@ -162,11 +174,12 @@ void kvcal_model_identity_get(const kvcal_model_t *m, kvcal_model_identity *id);
 kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_weights *w);
 
 /* Where a tensor's values lie in the mapped checkpoint: numel values of
- * dtype (F32, F16 or BF16) at data, possibly unaligned, in order when
- * layout is 0; else (KVCAL_PART_* flags of calib/arch.h) the (rows, cols)
- * matrix of the values is held transposed, with its rows' halves
- * interleaved, or as MXFP4 (dtype U8: data the e2m1 pairs, scales the e8m0
- * exponents, io/checkpoint/mxfp4.h). Valid until close. */
+ * dtype (F32, F16 or BF16; F8_E4M3 for an FP8 weight) at data, possibly
+ * unaligned, in order when layout is 0; else (KVCAL_PART_* flags of
+ * calib/arch.h) the (rows, cols) matrix of the values is held transposed,
+ * with its rows' halves interleaved, or as MXFP4 (dtype U8: data the e2m1
+ * pairs, scales the e8m0 exponents, io/checkpoint/mxfp4.h). Valid until
+ * close. */
 typedef struct kvcal_tensor_view {
     const void *data;
     kvcal_dtype dtype;
@@ -194,6 +207,62 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
                                       int copy,
                                       kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],
                                       int *n);
+
+/* The FP8 weight w of `layer` as the engine serves it: the e4m3 bytes of
+ * each part (views into the checkpoint, stacked by rows as the logical
+ * weight), the map each part's bytes go through (vLLM's requantization of
+ * a fused weight's per-tensor shards to their largest scale; the identity
+ * where mapped is 0), the static input scale (the largest of the parts',
+ * KVCAL_FP8A_STATIC; else 0). */
+typedef struct kvcal_fp8_parts {
+    kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
+    int n;
+    int mapped;
+    uint8_t map[KVCAL_WEIGHT_PARTS_MAX][256];
+    float input_scale;
+} kvcal_fp8_parts;
+
+/* Fills *p for FP8 weight w (desc->fp8[w].w not KVCAL_FP8W_NONE) of
+ * `layer`, and its scales into `scales` (kvcal_fp8_weight_scales floats,
+ * core/fp8_linear.h's layout). Reads only the scales; thread-safe. */
+kvcal_status kvcal_model_fp8_weight(const kvcal_model_t *m, int layer, kvcal_weight w,
+                                    kvcal_fp8_parts *p, float *scales);
+
+// --- the FP8 weights of a checkpoint (calib/model_fp8.c, for calib/model.c) ---
+
+typedef struct kvcal_model_fp8 kvcal_model_fp8_t;
+
+/* Reads the quantization config of the model in `dir` and checks every
+ * matrix of d's family in checkpoint ck (borrowed; path names it in
+ * messages) against it: an F8_E4M3 tensor the config does not quantize, a
+ * float one it does, an FP8 weight of a mixture of experts, schemes that
+ * differ between layers or parts, missing or misshapen scales are errors
+ * naming the tensor. Fills d->fp8 and d->weight_scheme. *out = NULL on
+ * failure. */
+kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
+                                  const char *path, kvcal_model_desc *d,
+                                  kvcal_model_fp8_t **out);
+
+/* NULL is a no-op. */
+void kvcal_model_fp8_close(kvcal_model_fp8_t *f);
+
+/* kvcal_model_fp8_weight on the checkpoint. */
+kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpoint_t *ck,
+                                 const kvcal_model_desc *d, int layer, kvcal_weight w,
+                                 kvcal_fp8_parts *p, float *scales);
+
+/* FP8 weight w of `layer` dequantized as served into out (rows, cols) fp32,
+ * its static input scale into *input_scale; scratch holds
+ * kvcal_fp8_weight_scales floats. */
+kvcal_status kvcal_model_fp8_dequantize(const kvcal_model_fp8_t *f,
+                                        const kvcal_checkpoint_t *ck,
+                                        const kvcal_model_desc *d, int layer, kvcal_weight w,
+                                        float *out, float *scratch, float *input_scale);
+
+/* "model.layers.<layer>.<suffix>" as family a names it, the suffix of a
+ * per-expert weight naming expert `expert` (its %d), into out (n bytes). */
+void kvcal_model_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
+                             const char *suffix, int expert);
 
 /* The embedding table (vocab, hidden) and the final norm (hidden) and
  * classifier (vocab, hidden; the embedding when tied) as views. */

@@ -237,6 +237,11 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
     out->backend.mlp = !mlp || !*mlp           ? KVCAL_MLP_AUTO
                        : !strcmp(mlp, "fused") ? KVCAL_MLP_FUSED
                                                : KVCAL_MLP_UNFUSED;
+    const char *fp8 = getenv("KVCAL_FP8_GEMM");
+    if (fp8 && *fp8 && strcmp(fp8, "dequant"))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "KVCAL_FP8_GEMM=%s: use dequant (or leave it unset)", fp8);
+    out->backend.fp8_dequant = fp8 && *fp8;
     return KVCAL_OK;
 }
 

@@ -75,6 +75,7 @@ typedef struct model_extra {
     const char *refused; /* why calibrate refuses the model; NULL when it runs it */
     const char *invalid; /* why the checkpoint is broken (exit 1); NULL when not */
     const char *weights; /* why no weights were counted; "" when they were */
+    const char *scheme;  /* FP8 weights: how the engine serves them; "" for none */
     int rot_dim, rot_of; /* RoPE rotates rot_dim of rot_of channels */
     int interleaved;     /* 1 pairs (2i, 2i+1), 0 rotate-half, -1 not stated */
     long long params;    /* 0 when no weights were counted */
@@ -229,6 +230,7 @@ static void print_model(const char *path, const kvcal_model_config *c,
                             {"kv_layout_note", how},
                             {"rope_type", rope},
                             {"weight_dtype", x->dtype},
+                            {"weight_scheme", x->scheme ? x->scheme : ""},
                             {"refused", x->refused ? x->refused : ""},
                             {"error", x->invalid ? x->invalid : ""},
                             {"kv_scales", scales_note}};
@@ -316,6 +318,8 @@ static void print_model(const char *path, const kvcal_model_config *c,
         printf("%s, ", x->weights);
     printf("tied embeddings %s, qkv bias %s, qk norm %s\n",
            yes_no(c->tie_word_embeddings), yes_no(c->attention_bias), yes_no(c->qk_norm));
+    if (x->scheme && *x->scheme)
+        printf("  weight scheme   %s\n", x->scheme);
     if (c->kv_layout == KVCAL_KV_UNKNOWN)
         printf("  kv cache        %s\n", how);
     else
@@ -504,9 +508,10 @@ static int inspect_model(const char *path, inspect_opts *o)
     }
     const kvcal_model_desc *d = m ? kvcal_model_describe(m) : NULL;
     x.source = d ? d->source : "hf";
-    if (d)
+    if (d) {
         x.dtype = d->weight_dtype;
-    else if (!x.dtype)
+        x.scheme = d->weight_scheme;
+    } else if (!x.dtype)
         x.dtype = cfg.torch_dtype[0] ? cfg.torch_dtype : "unknown";
     x.rot_of = cfg.head_dim;
     x.rot_dim = (int)(cfg.head_dim * cfg.partial_rotary_factor) & ~1;

@@ -102,6 +102,7 @@ static int print_version(void)
         printf("  experts (MoE): %s\n",
                p.mlp_fused ? "kvcal's sm_90a grouped GEMM (TMA + wgmma), SwiGLU fused"
                            : "kvcal's sm_80 grouped GEMM (WMMA) + SwiGLU");
+        printf("  FP8 weights: %s\n", kvcal_cuda_fp8_plan(p.major, p.minor));
         if (p.cudnn_version)
             printf(
                 "  attention: cuDNN %d.%d.%d fused flash attention where cuDNN takes the "

@@ -13,8 +13,9 @@ from fp32, and fails when kvcal is further than --rtol from transformers-bf16.
 
 Models: every golden fixture (tests/fixtures/golden/*.json, 4 random samples
 of 61 tokens each; gpt-oss's with eager attention, its only path with sinks,
-and MXFP4 experts dequantized by transformers' loader), directories given
-with --model, and SmolLM2-135M-Instruct
+and MXFP4 experts dequantized by transformers' loader; not the FP8
+checkpoints, whose oracle is the model vLLM serves, tests/fp8_vs_torch_gpu.py),
+directories given with --model, and SmolLM2-135M-Instruct
 from its GGUF file (--gguf, converted by tests/smollm2_to_hf.py; samples of
 --seq-len tokens of --corpus).
 
@@ -159,6 +160,8 @@ def golden_models():
     for path in sorted(glob.glob(os.path.join(HERE, "fixtures", "golden", "*.json"))):
         fx = json.load(open(path))
         model_dir = os.path.join(HERE, "..", fx["model"])
+        if "scheme" in fx:  # FP8 weights: tests/fp8_vs_torch_gpu.py serves them as vLLM does
+            continue
         if os.path.exists(os.path.join(model_dir, "config.json")):
             cfg = json.load(open(os.path.join(model_dir, "config.json")))
             rng = random.Random(fx["name"])

@@ -47,6 +47,7 @@
 
 #include "core/hist_rule.h"
 #include "kernels/cpu/eval_ref.h"
+#include "kernels/cpu/fp8_ref.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
@@ -100,6 +101,10 @@ typedef struct op_row {
      * RoPE part head_dim - rot_dim) and V v_dim padded to head_dim;
      * mla_ds_roundtrip: rows entries */
     int kv_lora_rank, v_dim, kv_pad;
+    /* fp8_quant_act: (rows, cols) activations quantized as fp8_a says (groups
+     * of `group` columns); fp8_linear: x (rows, k) times a weight (n, k)
+     * scaled as fp8_w says (blocks block_n x block_k) */
+    int fp8_w, fp8_a, block_n, block_k;
 } op_row;
 
 #define ROW(stem, ...)                                                                   \
@@ -364,6 +369,42 @@ static const op_row rows[] = {
         .y_f32 = 1),
     ROW("error_sums", .rows = 1, .cols = 1000, .x_stride = 1000, .y_stride = 1000),
     ROW("error_sums", .rows = 2000, .cols = 36, .x_stride = 36, .y_stride = 40),
+
+    /* 16-byte rows and the scalar path (cols off 8); groups of 128 and of 64
+     * with a short last group */
+    ROW("fp8_quant_act", .rows = 1, .cols = 4096, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_quant_act", .rows = 19, .cols = 300, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_quant_act", .rows = 989, .cols = 136, .fp8_a = KVCAL_FP8A_STATIC),
+    ROW("fp8_quant_act", .rows = 19, .cols = 384, .fp8_a = KVCAL_FP8A_GROUP,
+        .group = 128),
+    ROW("fp8_quant_act", .rows = 989, .cols = 200, .fp8_a = KVCAL_FP8A_GROUP,
+        .group = 64),
+
+    /* every scheme of core/fp8_linear.h; blocks of 64: the fallback alone */
+    ROW("fp8_linear", .rows = 19, .k = 384, .n = 256, .bias = 1,
+        .fp8_w = KVCAL_FP8W_TENSOR, .fp8_a = KVCAL_FP8A_STATIC),
+    ROW("fp8_linear", .rows = 1, .k = 4096, .n = 1024, .fp8_w = KVCAL_FP8W_TENSOR,
+        .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_linear", .rows = 989, .k = 384, .n = 512, .bias = 1,
+        .fp8_w = KVCAL_FP8W_CHANNEL, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_linear", .rows = 19, .k = 384, .n = 256, .fp8_w = KVCAL_FP8W_CHANNEL,
+        .fp8_a = KVCAL_FP8A_STATIC),
+    ROW("fp8_linear", .rows = 19, .k = 256, .n = 128, .fp8_w = KVCAL_FP8W_CHANNEL,
+        .fp8_a = KVCAL_FP8A_NONE),
+    ROW("fp8_linear", .rows = 256, .k = 512, .n = 384, .fp8_w = KVCAL_FP8W_BLOCK,
+        .fp8_a = KVCAL_FP8A_GROUP, .block_n = 128, .block_k = 128, .group = 128),
+    ROW("fp8_linear", .rows = 37, .k = 384, .n = 256, .bias = 1,
+        .fp8_w = KVCAL_FP8W_BLOCK, .fp8_a = KVCAL_FP8A_GROUP, .block_n = 128,
+        .block_k = 128, .group = 128),
+    ROW("fp8_linear", .rows = 256, .k = 512, .n = 1024, .bias = 1,
+        .fp8_w = KVCAL_FP8W_TENSOR, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_linear", .rows = 256, .k = 256, .n = 384, .fp8_w = KVCAL_FP8W_CHANNEL,
+        .fp8_a = KVCAL_FP8A_STATIC),
+    ROW("fp8_linear", .rows = 256, .k = 256, .n = 256, .fp8_w = KVCAL_FP8W_TENSOR,
+        .fp8_a = KVCAL_FP8A_STATIC),
+    ROW("fp8_linear", .rows = 19, .k = 384, .n = 200, .bias = 1,
+        .fp8_w = KVCAL_FP8W_BLOCK, .fp8_a = KVCAL_FP8A_GROUP, .block_n = 64,
+        .block_k = 64, .group = 64),
 };
 #define NUM_ROWS (sizeof rows / sizeof rows[0])
 
@@ -420,6 +461,7 @@ static void describe(const op_row *r, const char *version)
         FIELD(experts),   FIELD(top_k),        FIELD(renorm),   FIELD(shared),
         FIELD(sigmoid),   FIELD(planted),      FIELD(groups),   FIELD(topk_groups),
         FIELD(group_max), FIELD(kv_lora_rank), FIELD(v_dim),    FIELD(kv_pad),
+        FIELD(fp8_w),     FIELD(fp8_a),        FIELD(block_n),  FIELD(block_k),
         FIELD(sinks),     FIELD(oai),
 #undef FIELD
     };
@@ -2578,6 +2620,168 @@ static void error_sums_cuda(const op_row *r, int version, const void *p, op_ctx 
 
 static const char *const one_version[] = {"launch", NULL};
 
+// --- fp8_quant_act ------------------------------------------------------------------
+
+/* The bytes and scales of kvcal_fp8_quant_act_ref, bit for bit. */
+typedef struct fp8_act_cpu {
+    float *x;       /* (rows, cols) bf16 values */
+    float in_scale; /* STATIC */
+    uint8_t *q;     /* (rows, cols) */
+    float *s;       /* rows * groups */
+    int64_t nscales;
+} fp8_act_cpu;
+
+static int64_t fp8_act_scales(const op_row *r, int cols)
+{
+    return (int64_t)r->rows *
+           (r->fp8_a == KVCAL_FP8A_GROUP ? (cols + r->group - 1) / r->group : 1);
+}
+
+static void *fp8_quant_act_cpu(const op_row *r)
+{
+    fp8_act_cpu *c = host_alloc(sizeof *c);
+    const int64_t n = (int64_t)r->rows * r->cols;
+    c->x = rand_bf16(n, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; i += 97) /* a few large values: clamped at 448 (static) */
+        c->x[i] *= 64.0f;
+    c->in_scale = 0.05f;
+    c->nscales = fp8_act_scales(r, r->cols);
+    c->q = host_alloc((size_t)n);
+    c->s = host_alloc((size_t)c->nscales * sizeof(float));
+    kvcal_fp8_quant_act_ref(c->q, c->s, c->x, r->rows, r->cols, r->fp8_a, r->group,
+                            c->in_scale);
+    return c;
+}
+
+static void fp8_quant_act_release(void *p)
+{
+    fp8_act_cpu *c = p;
+    free(c->x), free(c->q), free(c->s), free(c);
+}
+
+static void fp8_quant_act_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const fp8_act_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, n);
+    uint8_t *d_q = dev_alloc((size_t)n), *q = host_alloc((size_t)n);
+    float *d_s = dev_alloc((size_t)c->nscales * sizeof(float)),
+          *d_in = dev_upload(&c->in_scale, sizeof(float)),
+          *s = host_alloc((size_t)c->nscales * sizeof(float));
+    ROW_OK(kvcal_fp8_quant_act_launch(d_q, d_s, d_x, r->rows, r->cols, r->fp8_a, r->group,
+                                      d_in, 0));
+    sync_ok();
+    dev_download(q, d_q, (size_t)n);
+    dev_download(s, d_s, (size_t)c->nscales * sizeof(float));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += q[i] != c->q[i];
+    EXPECT_NONE(bad, n, "bytes unlike the reference's");
+    EXPECT_NONE(count_differ(s, c->s, c->nscales), c->nscales,
+                "scales unlike the reference's");
+    free(q), free(s);
+    cudaFree(d_x), cudaFree(d_q), cudaFree(d_s), cudaFree(d_in);
+}
+
+// --- fp8_linear ---------------------------------------------------------------------
+
+/* Weights of |w| <= 1 (e4m3 codes over the whole range times scales near
+ * 1 / 448), x in [-1, 1): against kvcal_fp8_linear_ref on the same bf16
+ * inputs (the same bytes quantized), the FP8 GEMM differs in the fp32
+ * sums' order and one bf16 rounding (gemm's bounds); the fallback rounds
+ * each dequantized operand to bf16 too (2^-9 relative each). */
+#define FP8_GEMM_ATOL 2e-2
+#define FP8_GEMM_RTOL 8e-3
+#define FP8_DEQUANT_ATOL 5e-2
+#define FP8_DEQUANT_RTOL 2e-2
+
+typedef struct fp8_linear_cpu {
+    kvcal_fp8_linear f;
+    float *x, *bias, *scales, *ref; /* (rows, k), (n), the layout's, (rows, n) */
+    uint8_t *w;                     /* (n, k) */
+    float in_scale;
+    int64_t nscales;
+} fp8_linear_cpu;
+
+static void *fp8_linear_cpu_run(const op_row *r)
+{
+    fp8_linear_cpu *c = host_alloc(sizeof *c);
+    c->f = (kvcal_fp8_linear){r->fp8_w, r->fp8_a, r->block_n, r->block_k, r->group};
+    c->x = rand_bf16((int64_t)r->rows * r->k, -1.0f, 1.0f);
+    c->bias = rand_bf16(r->n, -1.0f, 1.0f);
+    c->w = host_alloc((size_t)r->n * r->k);
+    for (int64_t i = 0; i < (int64_t)r->n * r->k; i++)
+        c->w[i] = (uint8_t)(rand_u32() & 0xfe); /* even codes: no NaN */
+    c->nscales = kvcal_fp8_weight_scales(&c->f, r->n, r->k);
+    c->scales = host_alloc((size_t)c->nscales * sizeof(float));
+    for (int64_t i = 0; i < c->nscales; i++)
+        c->scales[i] = rand_uniform(0.5f, 1.0f) / 448.0f;
+    for (int64_t i = 4; c->f.w == KVCAL_FP8W_TENSOR && i < c->nscales; i++)
+        c->scales[i] = c->scales[0];
+    c->in_scale = 1.0f / 448.0f;
+    c->ref = host_alloc((size_t)r->rows * r->n * sizeof(float));
+    float *scratch = host_alloc(((size_t)r->rows + (size_t)r->n) * r->k * sizeof(float));
+    kvcal_fp8_linear_ref(c->ref, c->x, c->w, c->scales, c->in_scale, &c->f,
+                         r->bias ? c->bias : NULL, r->rows, r->k, r->n, scratch);
+    free(scratch);
+    return c;
+}
+
+static void fp8_linear_release(void *p)
+{
+    fp8_linear_cpu *c = p;
+    free(c->x), free(c->bias), free(c->scales), free(c->ref), free(c->w), free(c);
+}
+
+/* version 0: kvcal_fp8_linear_launch's choice (cuBLASLt's FP8 GEMM wherever
+ * it runs the scales: on compute capability 9.0 every scheme of 128 x 128
+ * blocks or none); 1: the dequantized fallback */
+static const char *const fp8_linear_versions[] = {"auto", "dequant", NULL};
+
+static void fp8_linear_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    const fp8_linear_cpu *c = p;
+    const int64_t n_out = (int64_t)r->rows * r->n;
+    const size_t groups = (size_t)fp8_act_scales(r, r->k);
+    if (!ctx->gemm)
+        CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &ctx->gemm), KVCAL_OK);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)r->rows * r->k),
+               *d_b = kvcal_test_dev_upload_bf16(c->bias, r->n),
+               *d_out = dev_alloc_nan(n_out);
+    kvcal_fp8_weight w = {dev_upload(c->w, (size_t)r->n * r->k),
+                          dev_upload(c->scales, (size_t)c->nscales * sizeof(float)),
+                          dev_upload(&c->in_scale, sizeof(float)), c->f};
+    kvcal_fp8_scratch s = {dev_alloc((size_t)r->rows * r->k),
+                           dev_alloc(groups * sizeof(float)),
+                           dev_alloc((size_t)r->n * r->k * sizeof(kvcal_bf16)),
+                           dev_alloc((size_t)r->rows * r->k * sizeof(kvcal_bf16))};
+    int fp8 = -1, major = 0, minor = 0, dev = 0;
+    ROW_OK(kvcal_fp8_linear_launch(
+        ctx->gemm, d_out, d_x, &w, r->bias ? d_b : NULL, r->rows, r->k, r->n, &s,
+        version ? KVCAL_FP8_GEMM_DEQUANT : KVCAL_FP8_GEMM_AUTO, &fp8, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, n_out);
+    EXPECT_NONE(count_far(got, c->ref, n_out, version ? FP8_DEQUANT_ATOL : FP8_GEMM_ATOL,
+                          version ? FP8_DEQUANT_RTOL : FP8_GEMM_RTOL),
+                n_out, "outputs off the bound");
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    /* Hopper runs every scheme but weight-only and 64 x 64 blocks in FP8
+     * (checked at rows a multiple of 16: cuBLASLt's choice elsewhere) */
+    const int hopper_fp8 =
+        c->f.a != KVCAL_FP8A_NONE && (c->f.w != KVCAL_FP8W_BLOCK || c->f.block_n == 128);
+    if (version == 1)
+        ROW_ASSERT(fp8 == 0);
+    else if (major == 9 && minor == 0 && r->rows % 16 == 0)
+        ROW_ASSERT(fp8 == hopper_fp8);
+    free(got);
+    cudaFree(d_x), cudaFree(d_b), cudaFree(d_out);
+    cudaFree((void *)w.q), cudaFree((void *)w.scales), cudaFree((void *)w.input_scale);
+    cudaFree(s.xq), cudaFree(s.xs), cudaFree(s.wd), cudaFree(s.xd);
+}
+
 static const op_def op_defs[] = {
     {"add_rmsnorm", add_rmsnorm_cpu, add_rmsnorm_release, one_version, one_plain_version,
      add_rmsnorm_cuda},
@@ -2609,6 +2813,10 @@ static const op_def op_defs[] = {
      token_kld_cuda},
     {"error_sums", error_sums_cpu_run, error_sums_release, one_version, one_plain_version,
      error_sums_cuda},
+    {"fp8_quant_act", fp8_quant_act_cpu, fp8_quant_act_release, one_version,
+     one_plain_version, fp8_quant_act_cuda},
+    {"fp8_linear", fp8_linear_cpu_run, fp8_linear_release, fp8_linear_versions,
+     one_plain_version, fp8_linear_cuda},
 };
 
 static const op_def *op_find(const char *stem)
@@ -2819,6 +3027,16 @@ static void error_sums_rows_match_cpu(void)
     run_op("error_sums", OP_PLAIN);
 }
 
+static void fp8_quant_act_rows_match_cpu(void)
+{
+    run_op("fp8_quant_act", OP_PLAIN);
+}
+
+static void fp8_linear_rows_match_cpu(void)
+{
+    run_op("fp8_linear", OP_PLAIN);
+}
+
 static void gemm_tuned_rows_match_cpu(void)
 {
     run_op("gemm", OP_TUNED);
@@ -2901,6 +3119,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(token_nll_rows_match_cpu),
     KVCAL_TEST(token_kld_rows_match_cpu),
     KVCAL_TEST(error_sums_rows_match_cpu),
+    KVCAL_TEST(fp8_quant_act_rows_match_cpu),
+    KVCAL_TEST(fp8_linear_rows_match_cpu),
     KVCAL_TEST(attention_refuses_head_dim_over_256),
     KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),

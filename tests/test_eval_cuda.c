@@ -286,6 +286,17 @@ static void eval_cuda_matches_cpu_on_mla_golden_models(void)
     check_golden_models(names, 2, "--modes all");
 }
 
+/* FP8 checkpoints (tests/make_fp8_checkpoints.py) evaluated as they are
+ * served on both devices: per-tensor weights with dynamic per-token
+ * activations (three layers) and 64 x 64 blocks with activation groups
+ * (the dequantized fallback on the device), within the bf16 bounds. */
+static void eval_cuda_matches_cpu_on_fp8_checkpoints(void)
+{
+    static const char *const names[] = {"fp8_llama_fp8_tensor_dynamic",
+                                        "fp8_qwen3_fp8_block"};
+    check_golden_models(names, sizeof names / sizeof names[0], "");
+}
+
 /* stories260K with k_proj x64 and q_proj / 64 (what tests/make_large_k_copy.py
  * writes): attention unchanged, K 64x larger, so unit scales clip. */
 static void eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu(void)
@@ -390,6 +401,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_cuda_matches_cpu_on_int8_asym_static_and_per_head_q),
     KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
     KVCAL_TEST(eval_cuda_matches_cpu_on_mla_golden_models),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_fp8_checkpoints),
     KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),
     KVCAL_TEST(eval_cuda_rejects_bad_inputs_as_the_cpu),
     KVCAL_TEST(eval_cuda_create_rejects_bad_static_scales),

@@ -113,6 +113,26 @@ static void inspect_shows_yarn_factor_original_context_and_attention_factor(void
     cJSON_Delete(j);
 }
 
+/* An FP8 checkpoint: its weights' dtype and how the engine serves them, in
+ * the text and the JSON. */
+static void inspect_fp8_checkpoint_shows_the_weight_scheme(void)
+{
+    cJSON *j = inspect_json(GOLDEN "/fp8_llama_modelopt_tensor_static");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "weight_dtype"), "F8_E4M3");
+    CU_ASSERT_STRING_EQUAL(
+        str(j, "weight_scheme"),
+        "modelopt FP8: FP8 e4m3 weights per-tensor, activations static "
+        "per-tensor");
+    cJSON_Delete(j);
+    char *out = NULL;
+    CU_ASSERT_EQUAL(
+        kvcal_test_run_kvcal("inspect " GOLDEN "/fp8_qwen3_ct_channel_token", &out), 0);
+    CU_ASSERT(out && strstr(out, "  weight scheme   compressed-tensors: FP8 e4m3 weights "
+                                 "per-channel, activations dynamic per-token\n"));
+    free(out);
+}
+
 static void inspect_hf_checkpoint_counts_every_weight_and_reads_rope(void)
 {
     cJSON *j = inspect_json(GOLDEN "/llama3_gqa_hd48_bf16");
@@ -790,6 +810,7 @@ static void inspect_decode_of_anything_but_a_token_set_is_a_usage_error(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_llama2c_model_reports_shape_kv_bytes_and_tokenizer),
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
+    KVCAL_TEST(inspect_fp8_checkpoint_shows_the_weight_scheme),
     KVCAL_TEST(inspect_shows_yarn_factor_original_context_and_attention_factor),
     KVCAL_TEST(inspect_counts_mxfp4_experts_as_their_values),
     KVCAL_TEST(inspect_unsupported_model_prints_its_config_and_why),

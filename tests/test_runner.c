@@ -10,6 +10,8 @@
 
 #include "calib/executor.h"
 #include "calib/model.h"
+#include "core/fp8_linear.h"
+#include "io/checkpoint/safetensors.h"
 #include "io/json_file.h"
 #include "tests/test_calib_util.h"
 #include "tests/test_util.h"
@@ -1055,6 +1057,161 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
         eval_chunks_agree(models[k]);
 }
 
+// --- FP8 checkpoints -----------------------------------------------------------
+
+/* Every FP8 scheme kvcal reads (tests/make_fp8_checkpoints.py: compressed-
+ * tensors, the fp8 method, ModelOpt; per-tensor, per-channel and block
+ * weights; static, per-token and per-group activations) against the served
+ * model in float64: vLLM's requantized shards, its activation
+ * quantization, the dequantized operands multiplied. */
+static void runner_matches_vllm_fp8_semantics_on_every_scheme(void)
+{
+    static const char *const names[] = {
+        "fp8_llama_ct_tensor_static",   "fp8_qwen3_ct_channel_token",
+        "fp8_qwen3_ct_block_group",     "fp8_qwen3_fp8_block",
+        "fp8_llama_fp8_tensor_dynamic", "fp8_llama_modelopt_tensor_static",
+        "fp8_llama_modelopt_pb_wo"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        check_against_golden(names[i]);
+}
+
+/* The scheme of each logical weight, as the config and the ignore list say. */
+static void model_open_describes_fp8_schemes(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/fp8_qwen3_fp8_block", &m), KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL(d->fp8[KVCAL_W_QKV].w, KVCAL_FP8W_BLOCK);
+    CU_ASSERT_EQUAL(d->fp8[KVCAL_W_QKV].block_n, 64);
+    CU_ASSERT_EQUAL(d->fp8[KVCAL_W_DOWN].a, KVCAL_FP8A_GROUP);
+    CU_ASSERT_EQUAL(d->fp8[KVCAL_W_DOWN].group, 64);
+    CU_ASSERT_EQUAL(d->fp8[KVCAL_W_ATTN_NORM].w, KVCAL_FP8W_NONE);
+    CU_ASSERT_STRING_EQUAL(d->weight_dtype, "F8_E4M3");
+    CU_ASSERT_STRING_EQUAL(d->weight_scheme, "fp8: FP8 e4m3 weights block 64x64, "
+                                             "activations dynamic per-token group of 64");
+    kvcal_model_close(m);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/fp8_llama_ct_tensor_static", &m),
+        KVCAL_OK);
+    d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL(d->fp8[KVCAL_W_QKV].a, KVCAL_FP8A_STATIC);
+    CU_ASSERT_EQUAL(d->fp8[KVCAL_W_DOWN].w,
+                    KVCAL_FP8W_NONE); /* ignore "re:...down_proj$" */
+    CU_ASSERT_STRING_EQUAL(d->weight_scheme,
+                           "compressed-tensors: FP8 e4m3 weights per-tensor, activations "
+                           "static per-tensor; unquantized: mlp.down_proj");
+    kvcal_model_close(m);
+}
+
+/* q, k and v of a compressed-tensors per-tensor layer served at the largest
+ * of their scales: the loaded weight is e4m3(kvcal_fp8_requant(b, s, max))
+ * times max, and the static input scale the largest of the three. */
+static void model_serves_fused_per_tensor_shards_at_their_largest_scale(void)
+{
+    const char *dir = "tests/fixtures/golden/fp8_llama_ct_tensor_static";
+    kvcal_model_t *m = NULL;
+    kvcal_safetensors_t *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open(dir, &m), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_safetensors_open("tests/fixtures/golden/fp8_llama_ct_tensor_static/"
+                               "model.safetensors",
+                               &st),
+        KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+    float s[3], in[3], smax = 0, inmax = 0;
+    for (int i = 0; i < 3; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "model.layers.1.self_attn.%s.weight_scale", proj[i]);
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_tensor_to_f32(kvcal_safetensors_find(st, name), &s[i]), KVCAL_OK);
+        snprintf(name, sizeof name, "model.layers.1.self_attn.%s.input_scale", proj[i]);
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_tensor_to_f32(kvcal_safetensors_find(st, name), &in[i]), KVCAL_OK);
+        smax = s[i] > smax ? s[i] : smax;
+        inmax = in[i] > inmax ? in[i] : inmax;
+    }
+    CU_ASSERT(s[0] != s[1] && s[1] != s[2]); /* the fixture's shards differ */
+    kvcal_layer_weights w;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_load_layer(m, 1, &w), KVCAL_OK);
+    CU_ASSERT_EQUAL(w.input_scale[KVCAL_W_QKV], inmax);
+    int64_t bad = 0, moved = 0, row = 0;
+    for (int i = 0; i < 3; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "model.layers.1.self_attn.%s.weight", proj[i]);
+        const kvcal_tensor_info *t = kvcal_safetensors_find(st, name);
+        for (int64_t j = 0; j < t->numel; j++) {
+            const uint8_t b = ((const uint8_t *)t->data)[j];
+            const uint8_t served = kvcal_fp8_requant(b, s[i], smax);
+            moved += served != b;
+            bad += w.w[KVCAL_W_QKV][row + j] != kvcal_fp8_e4m3_to_float(served) * smax;
+        }
+        row += t->numel;
+    }
+    CU_ASSERT_EQUAL(row, (int64_t)(d->num_heads + 2 * d->num_kv_heads) * d->head_dim *
+                             d->hidden_size);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(moved > 0);
+    kvcal_safetensors_close(st);
+    kvcal_model_close(m);
+}
+
+#define FP8_CT_CONFIG(strategy, extra)                                                   \
+    "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "              \
+    "\"config_groups\": {\"group_0\": {\"targets\": [\"Linear\"], \"weights\": "         \
+    "{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"" strategy "\"" extra "}, "  \
+    "\"input_activations\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "       \
+    "\"token\", \"dynamic\": true}}}}}"
+
+/* Checkpoints that do not match their config, and FP8 weights kvcal does
+ * not run: one line naming the tensor. */
+static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
+{
+    expect_open_error(
+        edited_checkpoint("fp8_qwen3_fp8_block", "{\"quantization_config\": null}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "model.layers.0.self_attn.q_proj.weight has dtype F8_E4M3 but config.json has "
+        "no quantization_config");
+    expect_open_error(edited_checkpoint("fp8_qwen3_fp8_block",
+                                        "{\"quantization_config\": {\"quant_method\": "
+                                        "\"fp8\", \"activation_scheme\": \"dynamic\", "
+                                        "\"weight_block_size\": [64, 64], "
+                                        "\"ignored_layers\": "
+                                        "[\"model.layers.1.mlp.up_proj\"]}}"),
+                      KVCAL_ERR_FORMAT,
+                      "model.layers.1.mlp.up_proj.weight has dtype F8_E4M3 but the fp8 config "
+                      "leaves model.layers.1.mlp.up_proj unquantized");
+    expect_open_error(
+        edited_checkpoint("fp8_qwen3_fp8_block",
+                          FP8_CT_CONFIG("block", ", \"block_structure\": [64, 64]")),
+        KVCAL_ERR_FORMAT, "model.layers.0.self_attn.q_proj.weight_scale is missing");
+    expect_open_error(
+        edited_checkpoint("fp8_qwen3_ct_channel_token", FP8_CT_CONFIG("tensor", "")),
+        KVCAL_ERR_FORMAT,
+        "scale tensor model.layers.0.self_attn.q_proj.weight_scale has shape "
+        "[128, 1]; expected one value");
+    expect_open_error(
+        edited_checkpoint("llama3_gqa_hd64_bf16",
+                          "{\"quantization_config\": {\"quant_method\": "
+                          "\"fp8\", \"activation_scheme\": \"dynamic\"}}"),
+        KVCAL_ERR_FORMAT,
+        "the fp8 config quantizes model.layers.0.self_attn.q_proj (FP8 e4m3 "
+        "weights per-tensor, activations dynamic per-token) but tensor "
+        "model.layers.0.self_attn.q_proj.weight is BF16");
+    expect_open_error(edited_checkpoint("fp8_llama_fp8_tensor_dynamic",
+                                        "{\"quantization_config\": {\"quant_method\": "
+                                        "\"quark\"}}"),
+                      KVCAL_ERR_UNSUPPORTED, "has dtype F8_E4M3 under quant_method \"quark\"");
+    expect_open_error(
+        "tests/fixtures/golden/fp8_qwen3_moe_experts", KVCAL_ERR_UNSUPPORTED,
+        "is an FP8 weight of a mixture of experts, which kvcal does not run");
+    expect_open_error("tests/fixtures/golden/fp8_qwen2_moe_shared_expert",
+                      KVCAL_ERR_UNSUPPORTED,
+                      "mlp.shared_expert.gate_proj.weight is an FP8 weight outside the "
+                      "dense projections of the qwen_moe family's layers");
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_numpy_run_c_on_stories260k),
     KVCAL_TEST(runner_matches_transformers_llama3_gqa_head_dim_48_bf16),
@@ -1098,6 +1255,10 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_accepts_yarn_rope),
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
     KVCAL_TEST(model_open_rejects_llama2c_header_with_int_min_vocab),
+    KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_every_scheme),
+    KVCAL_TEST(model_open_describes_fp8_schemes),
+    KVCAL_TEST(model_serves_fused_per_tensor_shards_at_their_largest_scale),
+    KVCAL_TEST(model_open_names_fp8_tensors_its_config_does_not_explain),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(runner, KVCAL_NEEDS_NOTHING, tests)

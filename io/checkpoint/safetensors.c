@@ -86,8 +86,7 @@ static int exact_uint(const cJSON *it, double max, uint64_t *out)
     return 1;
 }
 
-/* Shape "[2, 3]" for messages. */
-static void shape_str(const kvcal_tensor_info *t, char *buf, size_t cap)
+void kvcal_tensor_shape_str(const kvcal_tensor_info *t, char *buf, size_t cap)
 {
     size_t n = (size_t)snprintf(buf, cap, "[");
     for (int d = 0; d < t->ndim && n < cap; d++)
@@ -178,7 +177,7 @@ static kvcal_status st_read_tensor(const char *name, const cJSON *entry,
                           name, tn, (unsigned long long)range[1], data_len);
     if (range[1] - range[0] != nbytes) {
         char sh[160];
-        shape_str(t, sh, sizeof sh);
+        kvcal_tensor_shape_str(t, sh, sizeof sh);
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: tensor \"%.200s\": shape %s of %s needs %llu bytes but "
                           "data_offsets span %llu; the header is damaged",

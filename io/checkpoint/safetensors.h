@@ -38,6 +38,9 @@ typedef struct kvcal_tensor_info {
     size_t nbytes;
 } kvcal_tensor_info;
 
+/* The shape of t as "[2, 3]" (for messages), cut to cap bytes. */
+void kvcal_tensor_shape_str(const kvcal_tensor_info *t, char *buf, size_t cap);
+
 /* --- one file ------------------------------------------------------------ */
 
 typedef struct kvcal_safetensors kvcal_safetensors_t;

@@ -10,18 +10,32 @@
  * Row-major out (rows, n) = x (rows, k) @ w^T is, in cuBLASLt's column-major
  * terms, out^T (n, rows) = w (k, n)^T @ x^T (k, rows): A = w transposed, B = x,
  * m = n, n = rows; the bias is per row of the column-major result, which is
- * what CUBLASLT_EPILOGUE_BIAS adds. */
+ * what CUBLASLT_EPILOGUE_BIAS adds.
+ *
+ * FP8 GEMMs (kvcal_gemm_fp8_launch) are the same plans with e4m3 A and B
+ * and the scale modes of A (the weight) and B (the activation) in the key;
+ * a shape and modes cuBLASLt has no algorithm for (modes other than scalar
+ * before Hopper, a GPU without FP8 tensor cores) is remembered as such and
+ * reported KVCAL_ERR_UNSUPPORTED at once, so that the caller falls back. */
 #include <cublasLt.h>
 #include <stdlib.h>
 
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
-enum { GEMM_CACHE = 32, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUNDS = 3 };
+enum { GEMM_CACHE = 64, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUNDS = 3 };
 #define GEMM_TUNE_FLOPS 1e9
 
-typedef struct gemm_plan {
+/* What a plan is for: the shape, a bias, and for an FP8 GEMM the scale
+ * modes (cublasLtMatmulMatrixScale_t) of A and B. */
+typedef struct gemm_key {
     int rows, k, n, bias;
+    int fp8, a_mode, b_mode;
+} gemm_key;
+
+typedef struct gemm_plan {
+    gemm_key key;
+    int unsupported; /* cuBLASLt has no algorithm for it */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t
@@ -105,21 +119,20 @@ extern "C" void kvcal_gemm_destroy(kvcal_gemm_t *g)
 
 /* Builds the descriptors of one shape and asks the heuristic for the best
  * algorithm that fits the workspace. */
-static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, int rows, int k, int n,
-                               int bias)
+static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, const gemm_key *key)
 {
+    const int rows = key->rows, k = key->k, n = key->n;
     kvcal_status status = KVCAL_OK;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur[GEMM_CANDIDATES];
     int found = 0;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     const cublasLtEpilogue_t epi =
-        bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+        key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const cudaDataType_t ab = key->fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    cublasStatus_t hs;
     memset(p, 0, sizeof *p);
-    p->rows = rows;
-    p->k = k;
-    p->n = n;
-    p->bias = bias;
+    p->key = *key;
     LT_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
                                           sizeof ta));
@@ -127,15 +140,29 @@ static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, int rows, int k, i
                                           sizeof tb));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                           sizeof epi));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, n, k));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, rows, k));
+    if (key->fp8) {
+        const int32_t am = key->a_mode, bm = key->b_mode;
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                              &am, sizeof am));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                              &bm, sizeof bm));
+    }
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->a, ab, k, n, k));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, ab, k, rows, k));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, n, rows, n));
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
         sizeof g->workspace_bytes));
-    LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref,
-                                          GEMM_CANDIDATES, heur, &found));
+    hs = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref,
+                                        GEMM_CANDIDATES, heur, &found);
+    if (key->fp8 && (hs != CUBLAS_STATUS_SUCCESS || found < 1)) {
+        /* kept, so that the next launch of it falls back at once */
+        p->unsupported = 1;
+        cublasLtMatmulPreferenceDestroy(pref);
+        return KVCAL_OK;
+    }
+    LT_TRY(hs);
     if (found < 1) {
         status = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                             "gemm: cuBLASLt has no algorithm for rows %d, k %d, n %d",
@@ -154,12 +181,11 @@ fail:
     return status;
 }
 
-static kvcal_status plan_find(kvcal_gemm_t *g, int rows, int k, int n, int bias,
-                              gemm_plan **out)
+static kvcal_status plan_find(kvcal_gemm_t *g, const gemm_key *key, gemm_plan **out)
 {
     for (int i = 0; i < g->num_plans; i++) {
         gemm_plan *p = &g->plans[i];
-        if (p->rows == rows && p->k == k && p->n == n && p->bias == bias) {
+        if (!memcmp(&p->key, key, sizeof *key)) {
             *out = p;
             return KVCAL_OK;
         }
@@ -172,7 +198,7 @@ static kvcal_status plan_find(kvcal_gemm_t *g, int rows, int k, int n, int bias,
     } else {
         g->num_plans++;
     }
-    kvcal_status st = plan_build(g, &g->plans[slot], rows, k, n, bias);
+    kvcal_status st = plan_build(g, &g->plans[slot], key);
     if (st != KVCAL_OK) {
         g->plans[slot] = g->plans[--g->num_plans];
         memset(&g->plans[g->num_plans], 0, sizeof g->plans[0]);
@@ -182,8 +208,8 @@ static kvcal_status plan_find(kvcal_gemm_t *g, int rows, int k, int n, int bias,
     return KVCAL_OK;
 }
 
-static int run_candidate(kvcal_gemm_t *g, const gemm_plan *p, int c, kvcal_bf16 *out,
-                         const kvcal_bf16 *x, const kvcal_bf16 *w, cudaStream_t stream)
+static int run_candidate(kvcal_gemm_t *g, const gemm_plan *p, int c, void *out,
+                         const void *x, const void *w, cudaStream_t stream)
 {
     const float one = 1.0f, zero = 0.0f;
     return cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
@@ -195,9 +221,8 @@ static int run_candidate(kvcal_gemm_t *g, const gemm_plan *p, int c, kvcal_bf16 
  * (after one warm-up run of each), keeps each one's best round and chooses
  * the fastest; candidates that fail to run are passed over. Synchronizes
  * with the stream. */
-static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
-                              const kvcal_bf16 *x, const kvcal_bf16 *w,
-                              cudaStream_t stream)
+static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, void *out, const void *x,
+                              const void *w, cudaStream_t stream)
 {
     kvcal_status status = KVCAL_OK;
     cudaEvent_t ev[2] = {NULL, NULL};
@@ -231,41 +256,55 @@ static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, kvcal_bf16 *out,
         status = kvcal_fail(
             KVCAL_ERR_CUDA,
             "gemm: none of cuBLASLt's %d algorithms ran for rows %d, k %d, n %d",
-            p->num_cand, p->rows, p->k, p->n);
+            p->num_cand, p->key.rows, p->key.k, p->key.n);
     else
         p->chosen = best;
     p->tuned = 1;
     return status;
 }
 
-extern "C" kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *g, int candidate,
-                                                    kvcal_bf16 *out, const kvcal_bf16 *x,
-                                                    const kvcal_bf16 *w,
-                                                    const kvcal_bf16 *bias, int rows,
-                                                    int k, int n, cudaStream_t stream,
-                                                    int *count, int *chosen)
+/* One GEMM of plan `key` with candidate `candidate` (-1: the chosen one);
+ * w_scale, x_scale: the FP8 scale pointers (NULL for bf16). */
+static kvcal_status gemm_run(kvcal_gemm_t *g, const gemm_key *key, int candidate,
+                             void *out, const void *x, const void *w,
+                             const kvcal_bf16 *bias, const float *x_scale,
+                             const float *w_scale, cudaStream_t stream, int *count,
+                             int *chosen)
 {
     kvcal_status status = KVCAL_OK;
     gemm_plan *p = NULL;
     const float one = 1.0f, zero = 0.0f;
-    if (!g || !out || !x || !w || rows < 0 || k <= 0 || n <= 0)
+    if (!g || !out || !x || !w || key->rows < 0 || key->k <= 0 || key->n <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "gemm: rows %d, k %d, n %d: need a context, buffers, rows >= 0 "
                           "and k, n > 0",
-                          rows, k, n);
-    if (rows == 0)
+                          key->rows, key->k, key->n);
+    if (key->rows == 0)
         return KVCAL_OK;
-    status = plan_find(g, rows, k, n, bias != NULL, &p);
+    status = plan_find(g, key, &p);
     if (status != KVCAL_OK)
         return status;
+    if (p->unsupported)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "gemm: cuBLASLt has no FP8 algorithm for rows %d, k %d, n %d with "
+            "scale modes %d (weight) and %d (activation) on this GPU",
+            key->rows, key->k, key->n, key->a_mode, key->b_mode);
     if (candidate < -1 || candidate >= p->num_cand)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "gemm: candidate %d of rows %d, k %d, n %d: cuBLASLt proposed "
                           "%d (0 .. %d, or -1 for the chosen one)",
-                          candidate, rows, k, n, p->num_cand, p->num_cand - 1);
+                          candidate, key->rows, key->k, key->n, p->num_cand,
+                          p->num_cand - 1);
     if (bias)
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                               &bias, sizeof bias));
+    if (key->fp8) {
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                              &w_scale, sizeof w_scale));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &x_scale, sizeof x_scale));
+    }
     if (!p->tuned && (status = plan_tune(g, p, out, x, w, stream)) != KVCAL_OK)
         return status;
     LT_TRY(cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
@@ -278,6 +317,55 @@ extern "C" kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *g, int candida
     return KVCAL_OK;
 fail:
     return status;
+}
+
+extern "C" kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *g, int candidate,
+                                                    kvcal_bf16 *out, const kvcal_bf16 *x,
+                                                    const kvcal_bf16 *w,
+                                                    const kvcal_bf16 *bias, int rows,
+                                                    int k, int n, cudaStream_t stream,
+                                                    int *count, int *chosen)
+{
+    const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0};
+    return gemm_run(g, &key, candidate, out, x, w, bias, NULL, NULL, stream, count,
+                    chosen);
+}
+
+static int scale_mode(kvcal_gemm_scale s)
+{
+    switch (s) {
+    case KVCAL_GEMM_SCALE_OUTER_VEC:
+        return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case KVCAL_GEMM_SCALE_VEC128:
+        return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case KVCAL_GEMM_SCALE_BLK128x128:
+        return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    default:
+        return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    }
+}
+
+extern "C" int kvcal_gemm_fp8_runs(kvcal_gemm_t *g, int rows, int k, int n, int bias,
+                                   kvcal_gemm_scale x_mode, kvcal_gemm_scale w_mode)
+{
+    const gemm_key key = {
+        rows, k, n, bias != 0, 1, scale_mode(w_mode), scale_mode(x_mode)};
+    gemm_plan *p = NULL;
+    return g && rows > 0 && k > 0 && n > 0 && plan_find(g, &key, &p) == KVCAL_OK &&
+           !p->unsupported;
+}
+
+extern "C" kvcal_status
+kvcal_gemm_fp8_launch(kvcal_gemm_t *g, kvcal_bf16 *out, const uint8_t *xq,
+                      const float *x_scale, kvcal_gemm_scale x_mode, const uint8_t *wq,
+                      const float *w_scale, kvcal_gemm_scale w_mode,
+                      const kvcal_bf16 *bias, int rows, int k, int n, cudaStream_t stream)
+{
+    if (!x_scale || !w_scale)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "gemm_fp8: scale pointers are NULL");
+    const gemm_key key = {
+        rows, k, n, bias != NULL, 1, scale_mode(w_mode), scale_mode(x_mode)};
+    return gemm_run(g, &key, -1, out, xq, wq, bias, x_scale, w_scale, stream, NULL, NULL);
 }
 
 extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,

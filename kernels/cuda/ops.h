@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/fp8_linear.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/kv_observer.h"
 #include "kernels/moe_limits.h"
@@ -151,6 +152,100 @@ kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *gemm, int candidate,
                                          const kvcal_bf16 *w, const kvcal_bf16 *bias,
                                          int rows, int k, int n, cudaStream_t stream,
                                          int *count, int *chosen);
+
+/* How cuBLASLt reads an FP8 operand's scales (cublasLtMatmulMatrixScale_t):
+ * one fp32 scalar; one per row of the operand as kvcal stores it (a weight's
+ * output row, an activation's token: OUTER_VEC_32F); one per 128 columns of
+ * a row (VEC128_32F: scale[g * rows + r]); one per 128 x 128 block
+ * (BLK128x128_32F, core/fp8_linear.h's block layout). */
+typedef enum kvcal_gemm_scale {
+    KVCAL_GEMM_SCALE_SCALAR = 0,
+    KVCAL_GEMM_SCALE_OUTER_VEC = 1,
+    KVCAL_GEMM_SCALE_VEC128 = 2,
+    KVCAL_GEMM_SCALE_BLK128x128 = 3
+} kvcal_gemm_scale;
+
+/* out (rows, n) bf16 = (xq * sx) (wq * sw)^T + bias through cuBLASLt's FP8
+ * GEMM: xq (rows, k) and wq (n, k) e4m3, x_scale / w_scale device fp32
+ * scales read as x_mode / w_mode say, fp32 accumulation (no fast
+ * accumulation), bias (n) bf16 or NULL. A GPU, shape or pair of modes
+ * cuBLASLt has no algorithm for (FP8 needs compute capability 8.9; the
+ * vector and block modes Hopper) is KVCAL_ERR_UNSUPPORTED, at once on every
+ * later call: the caller falls back (kvcal_fp8_linear_launch). */
+kvcal_status kvcal_gemm_fp8_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const uint8_t *xq,
+                                   const float *x_scale, kvcal_gemm_scale x_mode,
+                                   const uint8_t *wq, const float *w_scale,
+                                   kvcal_gemm_scale w_mode, const kvcal_bf16 *bias,
+                                   int rows, int k, int n, cudaStream_t stream);
+
+/* Whether cuBLASLt has an algorithm for that FP8 GEMM (planned and kept). */
+int kvcal_gemm_fp8_runs(kvcal_gemm_t *gemm, int rows, int k, int n, int bias,
+                        kvcal_gemm_scale x_mode, kvcal_gemm_scale w_mode);
+
+/* --- FP8 linear layers (kernels/cuda/fp8_linear.cu) ------------------------- */
+
+/* An FP8 weight on the device. */
+typedef struct kvcal_fp8_weight {
+    const uint8_t *q;         /* (n, k) e4m3 */
+    const float *scales;      /* core/fp8_linear.h's layout of f.w */
+    const float *input_scale; /* KVCAL_FP8A_STATIC: the one scale; else NULL */
+    kvcal_fp8_linear f;
+} kvcal_fp8_weight;
+
+/* Device scratch of kvcal_fp8_linear_launch. */
+typedef struct kvcal_fp8_scratch {
+    uint8_t *xq; /* (rows, k) the quantized activation */
+    float *xs;   /* rows * ceil(k / group) (rows outside GROUP) its scales */
+    /* the dequantized fallback, bf16 (NULL where the GPU runs every FP8
+     * GEMM the caller asks for): the weight (n, k), the activation (rows, k) */
+    kvcal_bf16 *wd, *xd;
+} kvcal_fp8_scratch;
+
+typedef enum kvcal_fp8_gemm_path {
+    KVCAL_FP8_GEMM_AUTO = 0,   /* cuBLASLt's FP8 GEMM where it runs the modes, else
+                                  the dequantized fallback */
+    KVCAL_FP8_GEMM_DEQUANT = 1 /* the fallback always */
+} kvcal_fp8_gemm_path;
+
+/* kvcal_fp8_quant_act_ref on the device: x (rows, k) bf16 into xq (rows,
+ * k) e4m3 and xs, as kvcal_fp8_quant_act_ref lays them out; input_scale a
+ * device pointer (STATIC). Bit for bit the reference's bytes and scales. */
+kvcal_status kvcal_fp8_quant_act_launch(uint8_t *xq, float *xs, const kvcal_bf16 *x,
+                                        int rows, int k, kvcal_fp8_act_scale mode,
+                                        int group, const float *input_scale,
+                                        cudaStream_t stream);
+
+/* w (n, k) bf16 = the weight dequantized (e4m3 times its scale, rounded once). */
+kvcal_status kvcal_fp8_dequant_weight_launch(kvcal_bf16 *w, const kvcal_fp8_weight *fw,
+                                             int n, int k, cudaStream_t stream);
+
+/* x (rows, k) bf16 = xq dequantized with xs (the activation as the FP8 GEMM
+ * multiplies it, rounded once to bf16). */
+kvcal_status kvcal_fp8_dequant_act_launch(kvcal_bf16 *x, const uint8_t *xq,
+                                          const float *xs, int rows, int k,
+                                          kvcal_fp8_act_scale mode, int group,
+                                          cudaStream_t stream);
+
+/* out (rows, n) bf16 = the served FP8 linear layer (kvcal_fp8_linear_ref)
+ * of x (rows, k) bf16: the activation quantized as w->f.a says, then, with
+ * path AUTO and quantized activations, cuBLASLt's FP8 GEMM where it runs
+ * the scale modes (per-tensor: scalars; per-channel or per-token: outer
+ * vectors; 128 x 128 blocks: block scales beside 1 x 128 activation
+ * groups); otherwise the fallback: the weight dequantized into s->wd, the
+ * activation dequantized into s->xd (left unquantized under
+ * KVCAL_FP8A_NONE), a bf16 GEMM. *fp8_gemm (may be NULL) gets 1 where the
+ * FP8 GEMM ran. The fallback without s->wd is KVCAL_ERR_UNSUPPORTED. */
+kvcal_status kvcal_fp8_linear_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out,
+                                     const kvcal_bf16 *x, const kvcal_fp8_weight *w,
+                                     const kvcal_bf16 *bias, int rows, int k, int n,
+                                     const kvcal_fp8_scratch *s, kvcal_fp8_gemm_path path,
+                                     int *fp8_gemm, cudaStream_t stream);
+
+/* Whether kvcal_fp8_linear_launch takes cuBLASLt's FP8 GEMM for w at rows
+ * x k x n with a bias or not on the current GPU (the plan is made and
+ * kept; nothing runs): 0 where it would fall back. */
+int kvcal_fp8_linear_runs(kvcal_gemm_t *gemm, const kvcal_fp8_weight *w, int bias,
+                          int rows, int k, int n);
 
 /* --- gate/up projection + SwiGLU in one GEMM (Hopper) ---------------------- */
 

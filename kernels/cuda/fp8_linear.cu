@@ -1,0 +1,327 @@
+/* kernels/cuda/fp8_linear.cu: FP8 linear layers as an engine serves them
+ * (kernels/cuda/ops.h, "FP8 linear layers"): the activation quantization
+ * kernels (static per-tensor, dynamic per-token, dynamic per-token group;
+ * each element through core/fp8_linear.h, so the bytes and scales equal
+ * kvcal_fp8_quant_act_ref's), the dequantization kernels of the fallback,
+ * and the dispatch between cuBLASLt's FP8 GEMM and that fallback. */
+#include <cuda_bf16.h>
+
+#include "core/fp8_linear.h"
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/ops.h"
+
+enum { ROW_THREADS = 256, VEC = 8 };
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The block's max of v (every thread gets it). */
+static __device__ float block_max(float v)
+{
+    __shared__ float part[ROW_THREADS / 32];
+    __shared__ float total;
+    v = warp_max(v);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = warp_max(threadIdx.x < ROW_THREADS / 32 ? part[threadIdx.x] : 0.0f);
+        if (threadIdx.x == 0)
+            total = v;
+    }
+    __syncthreads();
+    return total;
+}
+
+/* Up to VEC values of row xr from column c (fewer at the row's end). */
+static __device__ __forceinline__ int load_vec(const __nv_bfloat16 *xr, int c, int k,
+                                               int vec_ok, float *v)
+{
+    if (vec_ok) {
+        const uint4 raw = *reinterpret_cast<const uint4 *>(xr + c);
+        const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&raw);
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+            v[i] = __bfloat162float(h[i]);
+        return VEC;
+    }
+    const int n = k - c < VEC ? k - c : VEC;
+    for (int i = 0; i < n; i++)
+        v[i] = __bfloat162float(xr[c + i]);
+    return n;
+}
+
+/* One row a block: STATIC (scale *input_scale, x times its reciprocal) or
+ * TOKEN (the row's absmax, x divided by its scale). */
+template <bool TOKEN>
+__global__ void quant_row_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x, int k,
+                                 int vec_ok, const float *input_scale)
+{
+    const int64_t r = blockIdx.x;
+    const __nv_bfloat16 *xr = x + r * k;
+    uint8_t *qr = xq + r * k;
+    float v[VEC], s;
+    if (TOKEN) {
+        float m = 0.0f;
+        for (int c = threadIdx.x * VEC; c < k; c += ROW_THREADS * VEC) {
+            const int n = load_vec(xr, c, k, vec_ok, v);
+            for (int i = 0; i < n; i++)
+                m = fmaxf(m, fabsf(v[i]));
+        }
+        s = kvcal_fp8_token_scale(block_max(m));
+    } else {
+        s = *input_scale;
+    }
+    const float inv = 1.0f / s;
+    for (int c = threadIdx.x * VEC; c < k; c += ROW_THREADS * VEC) {
+        const int n = load_vec(xr, c, k, vec_ok, v);
+        uint8_t q[VEC];
+        for (int i = 0; i < n; i++)
+            q[i] = TOKEN ? kvcal_fp8_quant_div(v[i], s) : kvcal_fp8_quant_mul(v[i], inv);
+        if (n == VEC && vec_ok)
+            *reinterpret_cast<uint2 *>(qr + c) = *reinterpret_cast<const uint2 *>(q);
+        else
+            for (int i = 0; i < n; i++)
+                qr[c + i] = q[i];
+    }
+    if (threadIdx.x == 0)
+        xs[r] = s;
+}
+
+/* One warp per (row, group of `group` columns). */
+__global__ void quant_group_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x,
+                                   int rows, int k, int group)
+{
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31, ng = (k + group - 1) / group;
+    if (warp >= (int64_t)rows * ng)
+        return;
+    const int64_t r = warp / ng;
+    const int g = (int)(warp % ng), c0 = g * group, c1 = c0 + group < k ? c0 + group : k;
+    const __nv_bfloat16 *xr = x + r * k;
+    float m = 0.0f;
+    for (int c = c0 + lane; c < c1; c += 32)
+        m = fmaxf(m, fabsf(__bfloat162float(xr[c])));
+    const float s = kvcal_fp8_group_scale(warp_max(m));
+    for (int c = c0 + lane; c < c1; c += 32)
+        xq[r * k + c] = kvcal_fp8_quant_group(__bfloat162float(xr[c]), s);
+    if (lane == 0)
+        xs[(int64_t)g * rows + r] = s;
+}
+
+extern "C" kvcal_status kvcal_fp8_quant_act_launch(uint8_t *xq, float *xs,
+                                                   const kvcal_bf16 *x, int rows, int k,
+                                                   kvcal_fp8_act_scale mode, int group,
+                                                   const float *input_scale,
+                                                   cudaStream_t stream)
+{
+    if (rows < 0 || k <= 0 || !xq || !xs || !x ||
+        (mode == KVCAL_FP8A_GROUP && group <= 0) ||
+        (mode == KVCAL_FP8A_STATIC && !input_scale) || mode == KVCAL_FP8A_NONE)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "fp8_quant_act: rows %d, k %d, mode %d, group %d: bad arguments", rows, k,
+            (int)mode, group);
+    if (rows == 0)
+        return KVCAL_OK;
+    const __nv_bfloat16 *xb = reinterpret_cast<const __nv_bfloat16 *>(x);
+    const int vec_ok = k % VEC == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)xq % 8 == 0;
+    if (mode == KVCAL_FP8A_GROUP) {
+        const int64_t warps = (int64_t)rows * ((k + group - 1) / group);
+        quant_group_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(
+            xq, xs, xb, rows, k, group);
+    } else if (mode == KVCAL_FP8A_TOKEN) {
+        quant_row_kernel<true>
+            <<<rows, ROW_THREADS, 0, stream>>>(xq, xs, xb, k, vec_ok, NULL);
+    } else {
+        quant_row_kernel<false>
+            <<<rows, ROW_THREADS, 0, stream>>>(xq, xs, xb, k, vec_ok, input_scale);
+    }
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_quant_act_kernel");
+    return KVCAL_OK;
+}
+
+// --- the fallback: dequantized bf16 -----------------------------------------------
+
+__global__ void dequant_weight_kernel(__nv_bfloat16 *w, const uint8_t *q,
+                                      const float *scales, kvcal_fp8_linear f, int64_t n,
+                                      int k)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * k;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / k, c = i % k;
+        w[i] = __float2bfloat16_rn(kvcal_fp8_e4m3_to_float(q[i]) *
+                                   kvcal_fp8_weight_scale_at(&f, scales, r, c, k));
+    }
+}
+
+__global__ void dequant_act_kernel(__nv_bfloat16 *x, const uint8_t *q, const float *xs,
+                                   int64_t rows, int k, int group)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * k;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / k, c = i % k;
+        const float s = group > 0 ? xs[c / group * rows + r] : xs[r];
+        x[i] = __float2bfloat16_rn(kvcal_fp8_e4m3_to_float(q[i]) * s);
+    }
+}
+
+static unsigned grid_of(int64_t n)
+{
+    const int64_t blocks = (n + 255) / 256;
+    return (unsigned)(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+extern "C" kvcal_status kvcal_fp8_dequant_weight_launch(kvcal_bf16 *w,
+                                                        const kvcal_fp8_weight *fw, int n,
+                                                        int k, cudaStream_t stream)
+{
+    if (!w || !fw || !fw->q || !fw->scales || n <= 0 || k <= 0 ||
+        fw->f.w == KVCAL_FP8W_NONE)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "fp8_dequant_weight: n %d, k %d", n, k);
+    dequant_weight_kernel<<<grid_of((int64_t)n * k), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(w), fw->q, fw->scales, fw->f, n, k);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_dequant_weight_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_fp8_dequant_act_launch(kvcal_bf16 *x, const uint8_t *xq,
+                                                     const float *xs, int rows, int k,
+                                                     kvcal_fp8_act_scale mode, int group,
+                                                     cudaStream_t stream)
+{
+    if (!x || !xq || !xs || rows < 0 || k <= 0 || mode == KVCAL_FP8A_NONE)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "fp8_dequant_act: rows %d, k %d", rows,
+                          k);
+    if (rows == 0)
+        return KVCAL_OK;
+    dequant_act_kernel<<<grid_of((int64_t)rows * k), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(x), xq, xs, rows, k,
+        mode == KVCAL_FP8A_GROUP ? group : 0);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_dequant_act_kernel");
+    return KVCAL_OK;
+}
+
+/* out (rows, n) += bias (n), in fp32, rounded once: the bias where
+ * cuBLASLt's FP8 GEMM of the scales takes no bias epilogue. */
+__global__ void add_bias_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *bias,
+                                int64_t rows, int n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] =
+            __float2bfloat16_rn(__bfloat162float(out[i]) + __bfloat162float(bias[i % n]));
+}
+
+// --- dispatch ------------------------------------------------------------------------
+
+/* cuBLASLt's scale modes and pointers for w's FP8 GEMM; 0 where it has none
+ * for the pair (weight-only FP8, blocks other than 128 x 128). */
+static int gemm_modes(const kvcal_fp8_weight *w, const float *xs, kvcal_gemm_scale *wm,
+                      const float **wp, kvcal_gemm_scale *xm, const float **xp)
+{
+    const kvcal_fp8_linear *f = &w->f;
+    if (f->a == KVCAL_FP8A_NONE)
+        return 0;
+    if (f->w == KVCAL_FP8W_TENSOR && f->a == KVCAL_FP8A_STATIC) {
+        *wm = *xm = KVCAL_GEMM_SCALE_SCALAR;
+        *wp = w->scales, *xp = w->input_scale;
+        return 1;
+    }
+    if ((f->w == KVCAL_FP8W_TENSOR || f->w == KVCAL_FP8W_CHANNEL) &&
+        (f->a == KVCAL_FP8A_STATIC || f->a == KVCAL_FP8A_TOKEN)) {
+        *wm = *xm = KVCAL_GEMM_SCALE_OUTER_VEC;
+        *wp = w->scales + (f->w == KVCAL_FP8W_TENSOR ? 4 : 0), *xp = xs;
+        return 1;
+    }
+    if (f->w == KVCAL_FP8W_BLOCK && f->a == KVCAL_FP8A_GROUP && f->block_n == 128 &&
+        f->block_k == 128 && f->group == 128) {
+        *wm = KVCAL_GEMM_SCALE_BLK128x128, *xm = KVCAL_GEMM_SCALE_VEC128;
+        *wp = w->scales, *xp = xs;
+        return 1;
+    }
+    return 0;
+}
+
+extern "C" int kvcal_fp8_linear_runs(kvcal_gemm_t *gemm, const kvcal_fp8_weight *w,
+                                     int bias, int rows, int k, int n)
+{
+    kvcal_gemm_scale wm, xm;
+    const float *wp, *xp;
+    return gemm_modes(w, NULL, &wm, &wp, &xm, &xp) &&
+           (kvcal_gemm_fp8_runs(gemm, rows, k, n, bias, xm, wm) ||
+            (bias && kvcal_gemm_fp8_runs(gemm, rows, k, n, 0, xm, wm)));
+}
+
+/* cuBLASLt's FP8 GEMM of w (modes and scales wm / wp, xm / xp), its bias
+ * in the epilogue, else added after it; KVCAL_ERR_UNSUPPORTED where it runs
+ * neither. */
+static kvcal_status run_fp8_gemm(kvcal_gemm_t *gemm, kvcal_bf16 *out, const uint8_t *xq,
+                                 const float *xp, kvcal_gemm_scale xm,
+                                 const kvcal_fp8_weight *w, const float *wp,
+                                 kvcal_gemm_scale wm, const kvcal_bf16 *bias, int rows,
+                                 int k, int n, cudaStream_t stream)
+{
+    kvcal_status st = kvcal_gemm_fp8_launch(gemm, out, xq, xp, xm, w->q, wp, wm, bias,
+                                            rows, k, n, stream);
+    if (st != KVCAL_ERR_UNSUPPORTED || !bias)
+        return st;
+    kvcal_clear_error();
+    if ((st = kvcal_gemm_fp8_launch(gemm, out, xq, xp, xm, w->q, wp, wm, NULL, rows, k, n,
+                                    stream)))
+        return st;
+    add_bias_kernel<<<grid_of((int64_t)rows * n), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(out),
+        reinterpret_cast<const __nv_bfloat16 *>(bias), rows, n);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_add_bias_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status
+kvcal_fp8_linear_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_bf16 *x,
+                        const kvcal_fp8_weight *w, const kvcal_bf16 *bias, int rows,
+                        int k, int n, const kvcal_fp8_scratch *s,
+                        kvcal_fp8_gemm_path path, int *fp8_gemm, cudaStream_t stream)
+{
+    kvcal_status st;
+    const kvcal_fp8_linear *f = &w->f;
+    kvcal_gemm_scale wm, xm;
+    const float *wp, *xp;
+    if (fp8_gemm)
+        *fp8_gemm = 0;
+    if (rows == 0)
+        return KVCAL_OK;
+    if (f->a != KVCAL_FP8A_NONE &&
+        (st = kvcal_fp8_quant_act_launch(s->xq, s->xs, x, rows, k, f->a, f->group,
+                                         w->input_scale, stream)))
+        return st;
+    if (path == KVCAL_FP8_GEMM_AUTO && gemm_modes(w, s->xs, &wm, &wp, &xm, &xp)) {
+        st = run_fp8_gemm(gemm, out, s->xq, xp, xm, w, wp, wm, bias, rows, k, n, stream);
+        if (st != KVCAL_ERR_UNSUPPORTED) {
+            if (fp8_gemm)
+                *fp8_gemm = st == KVCAL_OK;
+            return st;
+        }
+        kvcal_clear_error();
+    }
+    if (!s->wd || (f->a != KVCAL_FP8A_NONE && !s->xd))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "fp8_linear: rows %d, k %d, n %d: cuBLASLt runs no FP8 GEMM of these "
+            "scales here and no room was made for the dequantized fallback",
+            rows, k, n);
+    if ((st = kvcal_fp8_dequant_weight_launch(s->wd, w, n, k, stream)))
+        return st;
+    const kvcal_bf16 *xin = x;
+    if (f->a != KVCAL_FP8A_NONE) {
+        if ((st = kvcal_fp8_dequant_act_launch(s->xd, s->xq, s->xs, rows, k, f->a,
+                                               f->group, stream)))
+            return st;
+        xin = s->xd;
+    }
+    return kvcal_gemm_launch(gemm, out, xin, s->wd, bias, rows, k, n, stream);
+}

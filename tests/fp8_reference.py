@@ -1,0 +1,454 @@
+"""FP8 checkpoints and their served forward pass, in torch: the oracle of
+kvcal's FP8 weights (tests/make_fp8_checkpoints.py writes the fixtures with
+it on the CPU; tests/fp8_vs_torch_gpu.py runs it on a GPU with
+torch._scaled_mm).
+
+make_checkpoint() builds a tiny Llama or Qwen3 model with transformers'
+own config classes (random weights), quantizes its projections with the
+scheme's rules (a weight's scale is its absmax / 448 over the tensor, the
+output row or the block; static input scales from the unquantized model's
+activations) and saves the checkpoint as the scheme's writer lays it out:
+compressed-tensors (weight_scale, input_scale, config_groups, ignore), the
+fp8 method (weight_scale_inv of 2-D blocks, weight_block_size), ModelOpt
+(hf_quant_config.json, exclude_modules; FP8_PB_WO's 4-D block scales).
+
+served_model() rebuilds the model from the saved checkpoint with every
+projection an FP8Linear that computes what vLLM serves
+(schemas/README.md, "FP8 weights"): fused shards' per-tensor scales
+requantized to their largest (through fp16), static input scales the
+largest of the shards', activations quantized per tensor (x times
+1 / scale), per token (x / max(absmax / 448, 1 / (448 * 512))) or per
+group of 128 (x / (max(absmax, 1e-10) / 448)), clamped to +-448 and
+rounded to e4m3; then either ("cpu") the dequantized operands multiplied in
+the model's dtype (float64 for the fixtures; in bf16 the dequantized bf16
+GEMM of kvcal's fallback), ("exact") multiplied in float64 and rounded to
+the model's dtype (what an FP8 GEMM computes, on any device), or ("gpu")
+torch._scaled_mm on the e4m3 operands with the scales of the scheme (per
+tensor, row-wise, 1x128 by 128x128 blocks), fp32 accumulation, bf16 out.
+
+perturb_embeddings() rounds a bf16 model's embedding rows again after a
+relative perturbation below bf16's epsilon: another realization of the
+bf16 roundings before each quantization, whose flipped e4m3 decisions
+measure how far two bf16 servings of one FP8 checkpoint may lie apart.
+"""
+import json
+import os
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+MIN_TOKEN_SCALE = 1.0 / (448.0 * 512.0)
+GROUP_EPS = 1e-10
+
+# --- quantization rules ---------------------------------------------------------
+
+
+def to_fp8(y):
+    """fp32 -> e4m3 after the kernels' clamp to +-448."""
+    return torch.clamp(y, -FP8_MAX, FP8_MAX).to(FP8)
+
+
+def quant_static(x, scale):
+    """vLLM's static_scaled_fp8_quant: x times the fp32 reciprocal of scale."""
+    inv = torch.ones((), dtype=torch.float32, device=x.device) / scale.float()
+    return to_fp8(x.float() * inv), scale.float().reshape(1, 1).expand(x.shape[0], 1)
+
+
+def quant_token(x):
+    """vLLM's dynamic_per_token_scaled_fp8_quant: x / max(absmax / 448, floor)."""
+    xf = x.float()
+    s = torch.clamp(xf.abs().amax(dim=-1, keepdim=True) / FP8_MAX, min=MIN_TOKEN_SCALE)
+    return to_fp8(xf / s), s
+
+
+def quant_group(x, group):
+    """vLLM's per_token_group_quant_fp8: each group x / (max(absmax, 1e-10) / 448);
+    scales (rows, groups)."""
+    xf = x.float()
+    rows, k = xf.shape
+    g = xf.reshape(rows, k // group, group)
+    s = torch.clamp(g.abs().amax(dim=-1, keepdim=True), min=GROUP_EPS) / FP8_MAX
+    return to_fp8(g / s).reshape(rows, k), s.reshape(rows, k // group)
+
+
+def requant(wq, s_shard, s_max):
+    """vLLM's requantize_with_max_scale of one shard: dequantized to fp16 (the
+    product in fp32, rounded once), quantized with s_max as activations are."""
+    dq = (wq.float() * s_shard.float()).half()
+    return quant_static(dq, s_max)[0]
+
+
+def weight_scales(w, kind, block=None):
+    """The scheme's scale of weight w (out, in) in fp32: absmax / 448 of the
+    tensor ([1]), of each row ([out, 1]) or of each block ([ob, ib])."""
+    a = w.abs().float()
+    if kind == "tensor":
+        return (a.max() / FP8_MAX).reshape(1)
+    if kind == "channel":
+        return a.amax(dim=1, keepdim=True) / FP8_MAX
+    bn, bk = block
+    out, inp = w.shape
+    ob, ib = -(-out // bn), -(-inp // bk)
+    pad = torch.zeros(ob * bn, ib * bk, dtype=a.dtype)
+    pad[:out, :inp] = a
+    return pad.reshape(ob, bn, ib, bk).amax(dim=(1, 3)) / FP8_MAX
+
+
+def expand_scales(s, kind, shape, block=None):
+    """A weight scale broadcast to every element of shape (out, in)."""
+    if kind == "tensor":
+        return s.reshape(1, 1).expand(shape)
+    if kind == "channel":
+        return s.reshape(-1, 1).expand(shape)
+    bn, bk = block
+    return s.repeat_interleave(bn, 0).repeat_interleave(bk, 1)[:shape[0], :shape[1]]
+
+
+def quantize_weight(w, kind, block=None, scale_dtype=torch.float32):
+    """(e4m3 weight, its scale as stored): the weight divided by the stored
+    (possibly bf16-rounded) scale."""
+    s = weight_scales(w, kind, block).to(scale_dtype)
+    return to_fp8(w.float() / expand_scales(s.float(), kind, w.shape, block)), s
+
+
+# --- the served layer --------------------------------------------------------------
+
+
+class FP8Linear(torch.nn.Module):
+    """One projection as vLLM serves it. wq (out, in) e4m3 (requantized),
+    scale the weight's (tensor [1], channel [out, 1], block [ob, ib]), act
+    "static" (with input_scale), "token", "group" or None (weight-only)."""
+
+    def __init__(self, wq, scale, kind, act, input_scale=None, block=None, group=None,
+                 bias=None, mode="cpu"):
+        super().__init__()
+        self.wq, self.scale, self.kind, self.act = wq, scale.float(), kind, act
+        self.input_scale, self.block, self.group, self.bias = input_scale, block, group, bias
+        self.mode = mode
+
+    def quantize(self, x):
+        if self.act == "static":
+            return quant_static(x, self.input_scale)
+        if self.act == "token":
+            return quant_token(x)
+        return quant_group(x, self.group)
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if self.mode == "gpu":
+            out = self.served_gpu(x2)
+        elif self.mode == "exact":
+            out = self.served_cpu(x2.double()).to(x.dtype)
+        else:
+            out = self.served_cpu(x2)
+        return out.reshape(*shape[:-1], -1)
+
+    def served_cpu(self, x):
+        """The dequantized operands multiplied in x's dtype."""
+        dt = x.dtype
+        w = self.wq.to(dt) * expand_scales(self.scale.to(dt), self.kind, self.wq.shape,
+                                           self.block)
+        if self.act is None:
+            xd = x
+        else:
+            xq, s = self.quantize(x)
+            if self.act == "group":
+                s = s.repeat_interleave(self.group, 1)
+            xd = xq.to(dt) * s.to(dt)
+        out = xd @ w.t()
+        return out if self.bias is None else out + self.bias.to(dt)
+
+    def served_gpu(self, x):
+        """torch._scaled_mm on the e4m3 operands (bf16 out), as vLLM's CUTLASS /
+        cuBLASLt FP8 GEMMs compute it; weight-only FP8 as bf16 (Marlin)."""
+        if self.act is None:
+            return self.served_cpu(x)
+        xq, s = self.quantize(x)
+        b = self.wq.t()
+        if self.kind == "block":
+            a_scale = s.t().contiguous().t()          # (M, K/128), stride (1, M)
+            b_scale = self.scale.t()                  # its .t(): (N/128, K/128) row-major
+        elif self.kind == "tensor" and self.act == "static":
+            a_scale, b_scale = s[:1, :1].reshape(()), self.scale.reshape(())
+        else:
+            a_scale = s.reshape(-1, 1).contiguous()
+            b_scale = expand_scales(self.scale, self.kind, (self.wq.shape[0], 1)).reshape(1, -1)
+            b_scale = b_scale.float().contiguous()
+        out = torch._scaled_mm(xq, b, scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16)
+        out = out[0] if isinstance(out, tuple) else out
+        return out if self.bias is None else out + self.bias
+
+
+# --- schemes --------------------------------------------------------------------
+
+# name: (architecture, method, weight kind, activation, block, options)
+SCHEMES = {
+    # llm-compressor FP8: per-tensor weights, static input scales; down_proj
+    # left in bf16 by an ignore regex
+    "ct_tensor_static": ("compressed-tensors", "tensor", "static", None,
+                         {"ignore": ["lm_head", "re:.*mlp.down_proj$"]}),
+    # llm-compressor FP8_DYNAMIC: per-channel weights (bf16 scales), per-token
+    "ct_channel_token": ("compressed-tensors", "channel", "token", None,
+                         {"scale_dtype": torch.bfloat16}),
+    # compressed-tensors block strategy, activations in groups
+    "ct_block_group": ("compressed-tensors", "block", "group", (64, 64), {}),
+    # Qwen3-FP8 / DeepSeek-V3: the fp8 method, weight_block_size, weight_scale_inv
+    "fp8_block": ("fp8", "block", "group", (64, 64), {}),
+    # the fp8 method per tensor, dynamic activations (per token under CUTLASS)
+    "fp8_tensor_dynamic": ("fp8", "tensor", "token", None, {}),
+    # ModelOpt FP8 in hf_quant_config.json: per-tensor, static
+    "modelopt_tensor_static": ("modelopt", "tensor", "static", None, {"legacy": True}),
+    # ModelOpt FP8_PB_WO: 128 x 128 blocks, 4-D scales
+    "modelopt_pb_wo": ("modelopt", "block", "group", (128, 128), {}),
+}
+
+PROJ = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
+        "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+FUSED = [("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("o_proj",),
+         ("down_proj",)]
+
+
+def ignored(scheme, module):
+    import re
+    for p in SCHEMES[scheme][4].get("ignore", []):
+        if module == p or (p.startswith("re:") and re.match(p[3:], module)):
+            return True
+    return False
+
+
+def quant_config(scheme):
+    """The config the scheme's writer stores."""
+    method, kind, act, block, opt = SCHEMES[scheme]
+    if method == "compressed-tensors":
+        w = {"num_bits": 8, "type": "float", "strategy": kind, "dynamic": False,
+             "symmetric": True}
+        if block:
+            w["block_structure"] = list(block)
+        a = {"num_bits": 8, "type": "float", "symmetric": True,
+             "dynamic": act != "static",
+             "strategy": {"static": "tensor", "token": "token", "group": "group"}[act]}
+        if act == "group":
+            a["group_size"] = block[1]
+        return {"quant_method": "compressed-tensors", "format": "float-quantized",
+                "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": w,
+                                              "input_activations": a}},
+                "ignore": opt.get("ignore", ["lm_head"])}
+    if method == "fp8":
+        c = {"quant_method": "fp8", "fmt": "e4m3",
+             "activation_scheme": "static" if act == "static" else "dynamic"}
+        if block:
+            c["weight_block_size"] = list(block)
+        return c
+    algo = {"tensor": "FP8", "channel": "FP8_PER_CHANNEL_PER_TOKEN", "block": "FP8_PB_WO"}[kind]
+    if opt.get("legacy"):
+        return {"producer": {"name": "modelopt", "version": "0.29.0"},
+                "quantization": {"quant_algo": algo, "kv_cache_quant_algo": None,
+                                 "exclude_modules": ["lm_head"]}}
+    return {"quant_method": "modelopt", "quant_algo": algo, "ignore": ["lm_head"]}
+
+
+def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
+    import transformers as tf
+    common = dict(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                  num_key_value_heads=kv_heads, head_dim=64, vocab_size=vocab,
+                  num_hidden_layers=layers, max_position_embeddings=256, rms_norm_eps=1e-5,
+                  tie_word_embeddings=False)
+    if arch == "llama":
+        return tf.LlamaConfig(rope_theta=500000.0, **common)
+    return tf.Qwen3Config(**common)
+
+
+def randomize(model, gen):
+    """Projections of different spreads (so that q, k and v get different
+    scales and vLLM's requantization changes bytes), norms off 1."""
+    spread = {"q_proj": 0.12, "k_proj": 0.2, "v_proj": 0.07, "o_proj": 0.1,
+              "gate_proj": 0.15, "up_proj": 0.09, "down_proj": 0.11}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+            else:
+                proj = name.split(".")[-2]
+                p.copy_(spread.get(proj, 0.15) * torch.randn(p.shape, generator=gen))
+
+
+def input_absmax(model, samples):
+    """Per projection module, the absmax of its input over the samples (fp32)."""
+    seen = {}
+
+    def hook(name):
+        def fn(mod, args):
+            a = args[0].detach().abs().max().item()
+            seen[name] = max(seen.get(name, 0.0), a)
+        return fn
+
+    hs = [m.register_forward_pre_hook(hook(n)) for n, m in model.named_modules()
+          if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    with torch.no_grad():
+        for s in samples:
+            model(torch.tensor([s]), use_cache=False)
+    for h in hs:
+        h.remove()
+    return seen
+
+
+def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
+    """Writes the FP8 checkpoint of `scheme` for a random `arch` model of
+    dims (hidden, inter, heads, kv_heads, vocab) into directory out."""
+    import safetensors.torch as st
+    import transformers as tf
+    method, kind, act, block, opt = SCHEMES[scheme]
+    cfg = tiny_config(arch, *dims)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    randomize(model, gen)
+    model = model.to(torch.bfloat16).float()  # the bf16 weights a model is served from
+    amax = input_absmax(model, samples) if act == "static" else {}
+    tensors = {}
+    for name, p in model.state_dict().items():
+        parts = name.split(".")
+        module = name[:-len(".weight")]
+        if parts[-2] in PROJ and parts[-1] == "weight" and not ignored(scheme, module):
+            sdt = opt.get("scale_dtype", torch.float32)
+            wq, s = quantize_weight(p, kind, block, sdt)
+            tensors[name] = wq
+            if kind == "block" and method == "modelopt":
+                s = s.reshape(s.shape[0], 1, s.shape[1], 1)
+            if kind == "tensor" and method == "modelopt":
+                s = s.reshape(())
+            if kind == "channel" and method == "modelopt":
+                s = s.reshape(-1)
+            tensors[module + (".weight_scale_inv" if method == "fp8" and block
+                              else ".weight_scale")] = s.contiguous()
+            if act == "static":  # a little clipping: 0.9 x the observed absmax
+                tensors[module + ".input_scale"] = torch.tensor(
+                    [0.9 * amax[module] / FP8_MAX], dtype=torch.float32).reshape(
+                    () if method == "modelopt" else (1,))
+        else:
+            tensors[name] = p.to(torch.bfloat16)
+    os.makedirs(out, exist_ok=True)
+    st.save_file({k: v.contiguous() for k, v in tensors.items()},
+                 os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    c = cfg.to_dict()
+    c["architectures"] = [type(model).__name__]
+    c["torch_dtype"] = "bfloat16"
+    qc = quant_config(scheme)
+    if opt.get("legacy"):
+        with open(os.path.join(out, "hf_quant_config.json"), "w") as f:
+            json.dump(qc, f, indent=2)
+    else:
+        c["quantization_config"] = qc
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
+def serve_layers(model, t, scheme, mode="cpu"):
+    """Replaces every FP8 projection of transformers model `model` (its
+    layers under model.model.layers) by the FP8Linear vLLM serves from the
+    checkpoint tensors t (name -> tensor, on the model's device): fused
+    shards' per-tensor scales requantized to their largest (always, but for
+    ModelOpt where they are equal), static input scales the largest of the
+    shards'."""
+    method, kind, act, block, opt = SCHEMES[scheme]
+    sname = ".weight_scale_inv" if method == "fp8" and block else ".weight_scale"
+    for i, layer in enumerate(model.model.layers):
+        pre = "model.layers.%d." % i
+        for group in FUSED:
+            mods = [pre + "%s.%s" % (PROJ[p], p) for p in group]
+            if mods[0] + ".weight" not in t or t[mods[0] + ".weight"].dtype != FP8:
+                continue
+            scales = [t[m + sname].float() for m in mods]
+            wqs = [t[m + ".weight"] for m in mods]
+            if kind == "tensor":
+                scales = [s.reshape(1) for s in scales]
+                smax = torch.stack(scales).max().reshape(1)
+                differ = any(bool((s != scales[0]).any()) for s in scales)
+                if method != "modelopt" or differ:
+                    wqs = [requant(w, s, smax) for w, s in zip(wqs, scales)]
+                scales = [smax] * len(scales)
+            elif kind == "block":
+                scales = [s.reshape(s.shape[0], s.shape[2]) if s.dim() == 4 else s
+                          for s in scales]
+            in_s = None
+            if act == "static":
+                in_s = torch.stack([t[m + ".input_scale"].float().reshape(()) for m in mods]).max()
+            for p, w, s in zip(group, wqs, scales):
+                setattr(getattr(layer, PROJ[p]), p,
+                        FP8Linear(w, s, kind, act, in_s, block, block[1] if block else None,
+                                  mode=mode))
+    return model
+
+
+def served_model(ckpt, arch, scheme, dims, dtype=torch.float64, mode="cpu",
+                 device="cpu"):
+    """The model of checkpoint ckpt (written by make_checkpoint) with its
+    projections served as vLLM serves them (serve_layers)."""
+    import safetensors.torch as st
+    import transformers as tf
+    cfg = tiny_config(arch, *dims)
+    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32,
+                                                attn_implementation="eager")
+    t = {k: v.to(device) for k, v in
+         st.load_file(os.path.join(ckpt, "model.safetensors")).items()}
+    dense = {k: v.float() for k, v in t.items() if v.dtype != FP8 and "scale" not in k}
+    model.load_state_dict(dense, strict=False)
+    model = model.to(device=device, dtype=dtype).eval()
+    return serve_layers(model, t, scheme, mode)
+
+
+def kv_absmax(model, samples):
+    """Per layer, per kv head absmax of K (after the k norm and RoPE) and V
+    of `model` over the token samples (lists of ids, one forward each), as
+    float64 arrays: hooks recompute K and V as the attention modules do,
+    with their own projections, in the model's dtype and device."""
+    import sys
+    layers = model.model.layers
+    dev = model.model.embed_tokens.weight.device
+    k_abs = torch.zeros(len(layers), model.config.num_key_value_heads, dtype=torch.float64,
+                        device=dev)
+    v_abs = torch.zeros_like(k_abs)
+
+    def make_hook(i, attn):
+        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+
+        def hook(module, args, kwargs):
+            hs = kwargs.get("hidden_states", args[0] if args else None)
+            cos, sin = kwargs["position_embeddings"]
+            shape = (*hs.shape[:-1], -1, attn.head_dim)
+            k = module.k_proj(hs).view(shape)
+            v = module.v_proj(hs).view(shape)
+            if hasattr(module, "k_norm"):
+                k = module.k_norm(k)
+            _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 2, 3)).double())
+            v_abs[i] = torch.maximum(v_abs[i], v.abs().amax(dim=(0, 1, 3)).double())
+        return hook
+
+    hooks = [layer.self_attn.register_forward_pre_hook(make_hook(i, layer.self_attn),
+                                                      with_kwargs=True)
+             for i, layer in enumerate(layers)]
+    with torch.inference_mode():
+        for s in samples:
+            model(torch.tensor([s], device=dev), use_cache=False)
+    for h in hooks:
+        h.remove()
+    return k_abs.cpu().numpy(), v_abs.cpu().numpy()
+
+
+def worst_rel(got, want):
+    """The largest relative difference of two arrays of absmax."""
+    return float((abs(got - want) / want).max())
+
+
+def perturb_embeddings(model, gen, rel=2.0 ** -8):
+    """Multiplies the embedding rows of `model` by 1 + u rel (u uniform in
+    [-1, 1], from generator gen) and rounds them back to the model's dtype."""
+    emb = model.model.embed_tokens.weight
+    u = torch.rand(emb.shape, generator=gen, dtype=torch.float64).to(emb.device) * 2 - 1
+    with torch.no_grad():
+        emb.copy_((emb.double() * (1 + rel * u)).to(emb.dtype))
+    return model

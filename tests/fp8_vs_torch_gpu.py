@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""kvcal calibrate --device cuda on FP8 checkpoints against a torch model
+that serves them as vLLM does (tests/fp8_reference.py, mode "gpu": the
+activations quantized as vLLM's kernels do, torch._scaled_mm on the e4m3
+operands with per-tensor, row-wise or 1x128 / 128x128 block scales, bf16
+out), on this GPU.
+
+For every scheme of fp8_reference.SCHEMES (blocks of 128, so that
+cuBLASLt's block-scaled GEMMs run), a random Llama or Qwen3 model of
+hidden 512, intermediate 1024, 8 heads, 2 kv heads (head_dim 64), 2 layers
+is written under WORK, then 4 samples of 256 tokens run through kvcal
+(cuBLASLt's FP8 GEMMs, and KVCAL_FP8_GEMM=dequant: the dequantized bf16
+fallback) and through the torch model; per-layer per-kv-head absmax of K
+(after RoPE and the q/k norm) and V must agree within 2%, or within 1.5
+times torch's own spread in that layer: bf16 activations flip e4m3
+rounding decisions here and there, and from the second layer on they move
+the absmax by a few percent (tests/make_fp8_checkpoints.py); the spread is
+the worst distance from the torch model of 3 torch models whose embedding
+rows were rounded again after a perturbation below bf16's epsilon
+(fp8_reference.perturb_embeddings).
+
+usage: fp8_vs_torch_gpu.py --kvcal KVCAL [--work DIR] [--json OUT]
+"""
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fp8_reference as ref  # noqa: E402
+
+DIMS = (512, 1024, 8, 2, 512)  # hidden, intermediate, heads, kv heads, vocab
+SAMPLES, SEQ, LIMIT = 4, 256, 0.02
+DRAWS, MARGIN = 3, 1.5
+
+
+def fmt(values):
+    return "/".join("%.1e" % v for v in values)
+
+
+def kvcal_absmax(kvcal, model_dir, data, env):
+    cmd = [kvcal, "calibrate", "--model", model_dir, "--dataset", data, "--num-samples",
+           str(SAMPLES), "--seq-len", str(SEQ), "--batch", str(SAMPLES), "--device", "cuda",
+           "--json", "--quiet", "--out", os.path.join(model_dir, "scales.json")]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env))
+    if res.returncode:
+        raise RuntimeError("kvcal calibrate failed (%d): %s" % (res.returncode,
+                                                               res.stderr.strip()))
+    out = json.loads(res.stdout)
+    return (np.array([layer["k_absmax"] for layer in out["layers"]]),
+            np.array([layer["v_absmax"] for layer in out["layers"]]))
+
+
+def per_layer(got, want):
+    """Per layer, the worst relative difference over K and V and the heads."""
+    return np.maximum((np.abs(got[0] - want[0]) / want[0]).max(axis=1),
+                      (np.abs(got[1] - want[1]) / want[1]).max(axis=1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvcal", required=True)
+    ap.add_argument("--work")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="kvcal-fp8-")
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, DIMS[4], (SAMPLES, SEQ), generator=gen).tolist()
+    data = os.path.join(work, "ids.jsonl")
+    os.makedirs(work, exist_ok=True)
+    with open(data, "w") as f:
+        for row in ids:
+            f.write(json.dumps({"input_ids": row}) + "\n")
+    results, ok = [], True
+    for i, scheme in enumerate(ref.SCHEMES):
+        method, kind, act, block, opt = ref.SCHEMES[scheme]
+        if block:  # cuBLASLt's block modes are 128 x 128
+            ref.SCHEMES[scheme] = (method, kind, act, (128, 128), opt)
+        arch = ("llama", "qwen3")[i % 2]
+        d = os.path.join(work, scheme)
+        ref.make_checkpoint(d, arch, scheme, DIMS, ids[:1])
+        served = functools.partial(ref.served_model, d, arch, scheme, DIMS,
+                                   dtype=torch.bfloat16, mode="gpu", device="cuda")
+        want = ref.kv_absmax(served(), ids)
+        gen = torch.Generator().manual_seed(i)
+        spread = np.zeros(len(want[0]))
+        for _ in range(DRAWS):
+            spread = np.maximum(spread, per_layer(
+                ref.kv_absmax(ref.perturb_embeddings(served(), gen), ids), want))
+        bound = np.maximum(LIMIT, MARGIN * spread)
+        row = {"scheme": scheme, "architecture": arch, "torch_bf16_spread": spread.tolist(),
+               "bound": bound.tolist()}
+        for path, env in (("fp8_gemm", {}), ("dequant", {"KVCAL_FP8_GEMM": "dequant"})):
+            diff = per_layer(kvcal_absmax(a.kvcal, d, data, env), want)
+            row[path] = diff.tolist()
+            ok &= bool((diff <= bound).all())
+        results.append(row)
+        print("%-22s %-5s per layer, kvcal's FP8 GEMMs vs torch._scaled_mm: %s; dequantized "
+              "fallback: %s; torch's own spread: %s; bound %s" % (
+                  scheme, arch, fmt(row["fp8_gemm"]), fmt(row["dequant"]), fmt(spread),
+                  fmt(bound)), flush=True)
+    print("FP8 checkpoints, per-head K/V absmax, kvcal --device cuda vs torch FP8 (within "
+          "%g, or %g x torch's own bf16 spread): %s" % (LIMIT, MARGIN, "PASS" if ok else "FAIL"))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
