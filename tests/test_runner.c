@@ -715,6 +715,33 @@ static void model_open_gives_each_layer_the_window_of_its_kind(void)
     CU_ASSERT(w[0] == 8 && w[1] == 8);
 }
 
+/* The warm-up's layers (calib/executor.c): each kind once, from layer 0. */
+static void model_next_layer_kind_finds_each_kind_once(void)
+{
+    static const struct {
+        const char *name;
+        int kinds[3]; /* from layer 0, then -1s */
+    } cases[] = {
+        {"llama3_gqa_hd48_bf16", {0, -1, -1}},
+        {"deepseek_v2_mla_grouped_softmax_bf16", {0, 1, -1}}, /* dense, then MoE */
+        {"qwen3_moe_dense_layers_e4_top2_bf16", {0, 1, -1}},  /* 0, 2 dense; 1, 3 MoE */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "tests/fixtures/golden/%s", cases[i].name);
+        kvcal_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_open(dir, &m), KVCAL_OK);
+        const kvcal_model_desc *d = kvcal_model_describe(m);
+        int got[3] = {0, -1, -1}, n = 1;
+        for (int l = kvcal_model_next_layer_kind(d, 0); l >= 0 && n < 3;
+             l = kvcal_model_next_layer_kind(d, l))
+            got[n++] = l;
+        for (int k = 0; k < 3; k++)
+            CU_ASSERT_EQUAL(got[k], cases[i].kinds[k]);
+        kvcal_model_close(m);
+    }
+}
+
 /* A mixture of experts: each expert's tensors are checked by name, and so
  * are the dense MLP's of a layer mlp_only_layers names (an index past the
  * model is refused). */
@@ -1181,6 +1208,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
     KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
     KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
+    KVCAL_TEST(model_next_layer_kind_finds_each_kind_once),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),
