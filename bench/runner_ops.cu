@@ -290,9 +290,9 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
     CHECK_KVCAL(kvcal_attention_run(cudnn, att_pad, HQ, q, k, v_pad, HQ, B, T, H, H, QK,
                                     scale, 0, &impl));
-    printf("attention 192, V padded (kvcal_attention_run): %s\n",
-           impl == KVCAL_ATTENTION_IMPL_CUDNN ? kvcal_attention_note(cudnn)
-                                              : "kvcal's tensor-core kernel");
+    printf("attention 192, V padded (kvcal_attention_run): %s (%s)\n",
+           impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal's tensor-core kernel",
+           kvcal_attention_note(cudnn));
     CHECK_CUDA(cudaDeviceSynchronize());
     check("kvcal_attention_run at 192", att_pad, QK);
     const float run192_ms = time_ms(t, [&] {
