@@ -4,6 +4,7 @@
 model and the same tokens (8 samples x 2048 tokens a batch), in one run.
 
 usage: calibrate_mla.py KVCAL WORKDIR OUT [--layers N] [--batches B]
+                        [--transformers all|none|CONFIG,...]
 
 DeepSeek-V2-Lite's layers (hidden 2048, 16 heads, no query LoRA, kv_lora_rank
 512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128, yarn x40 of
@@ -21,7 +22,10 @@ samples as JSONL token ids. Then, on the same tokens:
   (tests/hf_mla.py: kv_a_layernorm's latent, the rotated RoPE part) and keeps
   its two parts' absmax, with each experts implementation the installed
   transformers offers (eager, batched_mm, grouped_mm), eager and under
-  torch.compile; one that fails is reported and skipped;
+  torch.compile; one that fails is reported and skipped. `--transformers`
+  names the configurations to run (IMPL or IMPL+compile, comma-separated,
+  e.g. grouped_mm+compile, the fastest measured; none: kvcal and the floor
+  alone); all by default;
 - the floor of the library calls: one MoE layer's GEMMs (q, kv_a, kv_b, o,
   router, the shared experts) and the routed experts' as torch's grouped GEMM
   on a balanced routing, plus the fastest SDPA backend that takes a query /
@@ -30,7 +34,8 @@ samples as JSONL token ids. Then, on the same tokens:
 Writes OUT/mla_bench.json (every figure) and prints a table: tokens/s and
 tokens/s per layer of each, kvcal's ratio to the fastest transformers
 configuration, peak memory, and the worst relative difference of kvcal's
-latent and RoPE-part absmax from transformers bf16's (eager experts).
+latent and RoPE-part absmax from transformers bf16's (eager experts, or the
+first configuration run).
 """
 import argparse
 import json
@@ -130,11 +135,30 @@ def library_floor(layers):
     return m / (layers * layer_ms * 1e-3), layer_ms, moe_ms is not None
 
 
-def transformers_runs(model_dir, layers, batches):
+IMPLS = ("eager", "batched_mm", "grouped_mm")
+
+
+def configurations(spec):
+    """[(experts implementation, compiled)] that --transformers names."""
+    if spec == "all":
+        return [(impl, c) for impl in IMPLS for c in (False, True)]
+    if spec == "none":
+        return []
+    out = []
+    for name in spec.split(","):
+        impl, _, compiled = name.strip().partition("+")
+        if impl not in IMPLS or compiled not in ("", "compile"):
+            sys.exit(f"--transformers {spec}: '{name}' is none of {', '.join(IMPLS)} "
+                     "(each with or without +compile); or say all or none")
+        out.append((impl, compiled == "compile"))
+    return out
+
+
+def transformers_runs(model_dir, layers, batches, wanted):
     """{name: (tokens/s, peak bytes, [[latent, rope] absmax per layer])} of
-    every experts implementation, eager and compiled."""
+    the configurations wanted ([(experts implementation, compiled)])."""
     results = {}
-    for impl in ("eager", "batched_mm", "grouped_mm"):
+    for impl in (i for i in IMPLS if any(w[0] == i for w in wanted)):
         try:
             model = DeepseekV2ForCausalLM.from_pretrained(
                 model_dir, dtype=torch.bfloat16, attn_implementation="sdpa",
@@ -155,7 +179,7 @@ def transformers_runs(model_dir, layers, batches):
 
         for i, layer in enumerate(body.layers):
             layer.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True)
-        for compiled in (False, True):
+        for compiled in (c for i, c in wanted if i == impl):
             name = f"{impl}{' + torch.compile' if compiled else ''}"
             fn = torch.compile(body) if compiled else body
             try:
@@ -187,7 +211,11 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--transformers", default="all",
+                    help="all, none, or IMPL[+compile],... (IMPL: eager, batched_mm, "
+                         "grouped_mm)")
     a = ap.parse_args()
+    wanted = configurations(a.transformers)
     os.makedirs(a.workdir, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
@@ -202,14 +230,18 @@ def main():
             f.write(json.dumps({"input_ids": row}) + "\n")
     res, kv_peak = run_kvcal(a.kvcal, model_dir, data, samples, a.out)
     kvcal_tps = res["tokens_per_second"]
-    print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s", flush=True)
+    ph = res.get("phases", {})
+    print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s (forward "
+          f"{ph.get('forward_seconds', float('nan')):.3f} s; load and warm-up "
+          f"{ph.get('load_seconds', float('nan')):.3f} s)", flush=True)
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
-    hf = transformers_runs(model_dir, a.layers, batches)
+    hf = transformers_runs(model_dir, a.layers, batches, wanted)
     floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)
 
     worst = {}
-    if "eager" in hf:
-        ref = hf["eager"][2]
+    ref_name = "eager" if "eager" in hf else next(iter(hf), None)
+    if ref_name:
+        ref = hf[ref_name][2]
         for j, part in enumerate(("latent", "rope")):
             worst[part] = max(abs(layer[part + "_absmax"] - r[j]) / r[j]
                               for layer, r in zip(res["layers"], ref) if r[j] > 0)
@@ -227,8 +259,10 @@ def main():
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x; "
               f"kvcal / floor: {kvcal_tps / floor_tps:.2f}")
+    else:
+        print(f"kvcal / floor: {kvcal_tps / floor_tps:.2f} (no transformers run)")
     for part, w in worst.items():
-        print(f"MLA {part} absmax, kvcal vs transformers bf16 (eager experts): "
+        print(f"MLA {part} absmax, kvcal vs transformers bf16 ({ref_name}): "
               f"worst rel. diff {w:.2e}")
     with open(os.path.join(a.out, "mla_bench.json"), "w") as f:
         json.dump({"layers": a.layers, "samples": samples, "seq_len": SEQ, "batch": BATCH,
@@ -244,7 +278,8 @@ def main():
                                          for k, v in hf.items()},
                    "floor": {"tokens_per_second": floor_tps, "layer_ms": floor_layer_ms,
                              "grouped_gemm": floor_grouped},
-                   "absmax_worst_rel_diff": worst}, f, indent=1)
+                   "absmax_reference": ref_name, "absmax_worst_rel_diff": worst},
+                  f, indent=1)
     print(f"wrote {os.path.join(a.out, 'mla_bench.json')}")
 
 

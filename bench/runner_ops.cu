@@ -16,6 +16,9 @@
 // attention, swiglu, gemm_swiglu), the stem of its CPU reference, kernel and
 // test rows; naming stems runs their sections alone (after the ceilings),
 // naming none runs every section, the layer's sum and the sustained runs.
+// The stem mla (named alone, outside the Llama layer) times the steps of a
+// multi-head latent attention block at DeepSeek-V2-Lite's shapes, the
+// runner's path and the one before it (mla_section).
 // Correctness is the test suite's job (tests/test_backend_ops.c); every
 // launch's status is checked here and a failure aborts the run.
 #include <algorithm>
@@ -30,6 +33,7 @@ extern "C" {
 #include "core/status.h"
 }
 #include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/mla.h"
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
 
@@ -113,9 +117,233 @@ static void row(const char *name, float ms, double flops, double bytes,
            100.0 * floor_ms / ms, tf, tb);
 }
 
-// The ops' stems, in the order their sections run.
-static const char *const op_stems[] = {"add_rmsnorm", "gemm",   "rope_observe",
-                                       "attention",   "swiglu", "gemm_swiglu"};
+// The ops' stems, in the order their sections run; mla only when named.
+static const char *const op_stems[] = {
+    "add_rmsnorm", "gemm", "rope_observe", "attention", "swiglu", "gemm_swiglu", "mla"};
+
+// Largest |a - b| over the first cols values of each of rows rows of two
+// device buffers, rows sa and sb values apart (NaN wins).
+static double max_diff_rows(const kvcal_bf16 *a, int64_t sa, const kvcal_bf16 *b,
+                            int64_t sb, int64_t rows, int64_t cols)
+{
+    std::vector<kvcal_bf16> ha((size_t)(rows * sa)), hb((size_t)(rows * sb));
+    CHECK_CUDA(
+        cudaMemcpy(ha.data(), a, ha.size() * sizeof(kvcal_bf16), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(
+        cudaMemcpy(hb.data(), b, hb.size() * sizeof(kvcal_bf16), cudaMemcpyDeviceToHost));
+    double worst = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const double d = fabs((double)kvcal_bf16_to_float(ha[r * sa + c]) -
+                                  (double)kvcal_bf16_to_float(hb[r * sb + c]));
+            worst = d > worst || d != d ? d : worst;
+        }
+    return worst;
+}
+
+// --- multi-head latent attention (stem mla) -------------------------------------
+
+// One MLA attention block as the runner runs it at DeepSeek-V2-Lite's shapes
+// (hidden 2048, 16 heads, no query LoRA, kv_lora_rank 512, RoPE part 64,
+// q/k heads of 128 + 64, v heads of 128; 8 x 2048 tokens): q and kv_a
+// projections, the cache point (mla_latent, observed, the queries' RoPE),
+// the latent made contiguous, kv_b_proj, the expansion, the attention, o_proj.
+// The attention every way the runner may take it: cuDNN on the heads as
+// they are (kvcal_attention_run_qk_v, V read inside kv_b_proj's output) and,
+// where cuDNN refuses them, V padded to 192 (the expansion writes it) on
+// kvcal_attention_run (cuDNN at 192 if it takes that, else kvcal's
+// tensor-core kernel) and the padding dropped; and the portable kernel at
+// 192, which the runner took before the tensor-core kernel knew 192 where
+// cuDNN refused. Each attention's output is checked against the
+// tensor-core kernel's first (2e-2). Prints the block's sum each way.
+static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double peak_tbs)
+{
+    const int B = 8, T = 2048, D = 2048, H = 16, KVR = 512, R = 64, NOPE = 128, VD = 128;
+    const int M = B * T, QK = NOPE + R, E = KVR + R, KVW = NOPE + VD;
+    const int64_t HQ = (int64_t)H * QK;
+    // yarn x40 with mscale_all_dim 0.707: (0.1 * 0.707 * ln 40 + 1)^2 / sqrt(192)
+    const float mscale = 0.1f * 0.707f * logf(40.0f) + 1.0f;
+    const float scale = mscale * mscale / sqrtf((float)QK);
+    kvcal_bf16 *x = rand_dev((size_t)M * D, 1.0f), *w_q = rand_dev((size_t)HQ * D, 0.02f),
+               *w_kva = rand_dev((size_t)E * D, 0.02f),
+               *w_kvb = rand_dev((size_t)H * KVW * KVR, 0.05f),
+               *w_o = rand_dev((size_t)D * H * VD, 0.02f), *norm_w = rand_dev(KVR, 1.0f);
+    kvcal_bf16 *q = rand_dev((size_t)M * HQ, 1.0f),
+               *entry = rand_dev((size_t)M * E, 1.0f),
+               *lat = rand_dev((size_t)M * KVR, 1.0f),
+               *kvb = rand_dev((size_t)M * H * KVW, 1.0f),
+               *k = rand_dev((size_t)M * HQ, 1.0f),
+               *v_pad = rand_dev((size_t)M * HQ, 1.0f),
+               *att_pad = rand_dev((size_t)M * HQ, 1.0f),
+               *att = rand_dev((size_t)M * H * VD, 1.0f),
+               *att_ref = rand_dev((size_t)M * HQ, 1.0f),
+               *y = rand_dev((size_t)M * D, 1.0f);
+    int32_t *pos;
+    float *inv_freq;
+    CHECK_CUDA(cudaMalloc(&pos, M * sizeof *pos));
+    CHECK_CUDA(cudaMalloc(&inv_freq, R / 2 * sizeof *inv_freq));
+    {
+        std::vector<int32_t> hp(M);
+        std::vector<float> hf(R / 2);
+        for (int i = 0; i < M; i++)
+            hp[i] = i % T;
+        for (int i = 0; i < R / 2; i++)
+            hf[i] = powf(10000.0f, -2.0f * i / R);
+        CHECK_CUDA(cudaMemcpy(pos, hp.data(), M * sizeof *pos, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(inv_freq, hf.data(), R / 2 * sizeof(float),
+                              cudaMemcpyHostToDevice));
+    }
+    kvcal_kv_observer obs;
+    obs.q_absmax = nullptr;
+    for (int kv = 0; kv < 2; kv++) {
+        CHECK_CUDA(cudaMalloc(&obs.absmax[kv], E * sizeof(float)));
+        CHECK_CUDA(cudaMalloc(&obs.hist[kv], KVCAL_HIST_BINS * sizeof(uint64_t)));
+        CHECK_CUDA(cudaMalloc(&obs.batch_absmax[kv], sizeof(float)));
+        CHECK_CUDA(cudaMemset(obs.absmax[kv], 0, E * sizeof(float)));
+        CHECK_CUDA(cudaMemset(obs.hist[kv], 0, KVCAL_HIST_BINS * sizeof(uint64_t)));
+        CHECK_CUDA(cudaMemset(obs.batch_absmax[kv], 0, sizeof(float)));
+    }
+    // the cached RoPE part's factor: yarn's mscale / mscale_all_dim, 1 at V2-Lite
+    const kvcal_mla_cfg cfg = {H, QK, KVR, R, norm_w, 1e-6f, inv_freq, 1.0f};
+    const size_t e = sizeof(kvcal_bf16);
+    printf("\nmulti-head latent attention, DeepSeek-V2-Lite's shapes (%d x %d tokens)\n",
+           B, T);
+    auto gemm_ms = [&](const char *name, kvcal_bf16 *out, const kvcal_bf16 *in,
+                       const kvcal_bf16 *w, int kk, int n) {
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_gemm_launch(gemm, out, in, w, nullptr, M, kk, n, 0));
+        });
+        row(name, ms, 2.0 * M * kk * n,
+            2.0 * ((double)M * kk + (double)kk * n + (double)M * n), peak_tflops,
+            peak_tbs);
+        return ms;
+    };
+    const float q_ms = gemm_ms("gemm q", q, x, w_q, D, (int)HQ);
+    const float kva_ms = gemm_ms("gemm kv_a", entry, x, w_kva, D, E);
+    const float latent_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_mla_latent_launch(entry, E, q, HQ, pos, M, &cfg, &obs, 0));
+    });
+    row("mla_latent + observe", latent_ms, 0.0, 2.0 * e * M * (E + (double)H * R),
+        peak_tflops, peak_tbs);
+    const float copy_ms = time_ms(t, [&] {
+        CHECK_CUDA(cudaMemcpy2DAsync(lat, KVR * e, entry, E * e, KVR * e, M,
+                                     cudaMemcpyDeviceToDevice, 0));
+    });
+    row("latent made contiguous", copy_ms, 0.0, 2.0 * e * M * KVR, peak_tflops, peak_tbs);
+    const float kvb_ms = gemm_ms("gemm kv_b", kvb, lat, w_kvb, KVR, H * KVW);
+    const float expand_k_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_mla_expand_launch(k, nullptr, QK, kvb, entry, E, M, H, NOPE, VD,
+                                            KVR, R, 0));
+    });
+    row("mla_expand K", expand_k_ms, 0.0, e * M * ((double)H * (NOPE + QK) + R),
+        peak_tflops, peak_tbs);
+    const float expand_v_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_mla_expand_launch(nullptr, v_pad, QK, kvb, entry, E, M, H, NOPE,
+                                            VD, KVR, R, 0));
+    });
+    row("mla_expand V padded", expand_v_ms, 0.0, e * (double)M * H * (VD + QK),
+        peak_tflops, peak_tbs);
+
+    // the attention: the tensor-core kernel at 192 first, the reference of the others
+    const double pairs = (double)B * H * T * (T + 1) / 2.0;
+    const double pad_flops = 2.0 * pairs * (QK + QK),
+                 split_flops = 2.0 * pairs * (QK + VD);
+    const double pad_bytes = e * (double)M * HQ * 4.0,
+                 split_bytes = e * (double)M * H * (2.0 * QK + 2.0 * VD);
+    CHECK_KVCAL(kvcal_attention_launch_version(1, att_ref, HQ, q, k, v_pad, HQ, B, T, H,
+                                               H, QK, scale, 0));
+    const float tc_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_attention_launch_version(1, att_pad, HQ, q, k, v_pad, HQ, B, T,
+                                                   H, H, QK, scale, 0));
+    });
+    row("attention 192 kvcal tc", tc_ms, pad_flops, pad_bytes, peak_tflops, peak_tbs);
+    // an output against the tensor-core kernel's, head by head (M * H rows of VD
+    // values; heads head_stride apart in got, QK in the reference)
+    auto check = [&](const char *what, const kvcal_bf16 *got, int64_t head_stride) {
+        const double d = max_diff_rows(att_ref, QK, got, head_stride, (int64_t)M * H, VD);
+        if (!(d <= 2e-2)) {
+            fprintf(stderr, "mla: %s differs from the tensor-core kernel by %g\n", what,
+                    d);
+            exit(1);
+        }
+    };
+    kvcal_attention_t *cudnn;
+    CHECK_KVCAL(kvcal_attention_create(0, &cudnn));
+    int taken = 0;
+    CHECK_KVCAL(kvcal_attention_run_qk_v(cudnn, att, H * VD, q, k, HQ, kvb + NOPE,
+                                         H * KVW, KVW, B, T, H, H, QK, VD, scale, 0,
+                                         &taken));
+    printf("attention q/k 192, v 128 (kvcal_attention_run_qk_v): %s\n",
+           kvcal_attention_note(cudnn));
+    float split_ms = 0.0f;
+    if (taken) {
+        CHECK_CUDA(cudaDeviceSynchronize());
+        check("cuDNN's q/k 192, v 128", att, VD);
+        split_ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_attention_run_qk_v(cudnn, att, H * VD, q, k, HQ, kvb + NOPE,
+                                                 H * KVW, KVW, B, T, H, H, QK, VD, scale,
+                                                 0, &taken));
+        });
+        row("attention cuDNN 192/128", split_ms, split_flops, split_bytes, peak_tflops,
+            peak_tbs);
+    }
+    kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
+    CHECK_KVCAL(kvcal_attention_run(cudnn, att_pad, HQ, q, k, v_pad, HQ, B, T, H, H, QK,
+                                    scale, 0, &impl));
+    printf("attention 192, V padded (kvcal_attention_run): %s (%s)\n",
+           impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal's tensor-core kernel",
+           kvcal_attention_note(cudnn));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    check("kvcal_attention_run at 192", att_pad, QK);
+    const float run192_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_attention_run(cudnn, att_pad, HQ, q, k, v_pad, HQ, B, T, H, H,
+                                        QK, scale, 0, nullptr));
+    });
+    row(impl == KVCAL_ATTENTION_IMPL_CUDNN ? "attention cuDNN 192 padded"
+                                           : "attention 192 run (tc)",
+        run192_ms, pad_flops, pad_bytes, peak_tflops, peak_tbs);
+    // the portable kernel (kvcal_attention_window_launch takes it at 192)
+    t.reps = std::max(1, t.reps / 4);
+    const float simt_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_attention_window_launch(att_pad, HQ, q, k, v_pad, HQ, B, T, H,
+                                                  H, QK, scale, 0, 0.0f, 0));
+    });
+    t.reps *= 4;
+    check("the portable kernel", att_pad, QK);
+    row("attention 192 portable", simt_ms, pad_flops, pad_bytes, peak_tflops, peak_tbs);
+    const float drop_ms = time_ms(t, [&] {
+        CHECK_CUDA(cudaMemcpy2DAsync(att, VD * e, att_pad, QK * e, VD * e, (size_t)M * H,
+                                     cudaMemcpyDeviceToDevice, 0));
+    });
+    row("drop V's padding", drop_ms, 0.0, 2.0 * e * M * H * VD, peak_tflops, peak_tbs);
+    const float o_ms = gemm_ms("gemm o", y, att, w_o, H * VD, D);
+
+    const float common =
+        q_ms + kva_ms + latent_ms + copy_ms + kvb_ms + expand_k_ms + o_ms;
+    const float fallback = expand_v_ms + run192_ms + drop_ms;
+    const float before = expand_v_ms +
+                         (impl == KVCAL_ATTENTION_IMPL_CUDNN ? run192_ms : simt_ms) +
+                         drop_ms;
+    printf("MLA block (sum of its ops): the runner %.3f ms (%s), before %.3f ms (%s); "
+           "its attention %.3f ms of it\n",
+           common + (taken ? split_ms : fallback),
+           taken ? "cuDNN on q/k 192, v 128" : "V padded to 192 on kvcal_attention_run",
+           common + before,
+           impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN at 192, V padded"
+                                              : "the portable kernel at 192, V padded",
+           taken ? split_ms : fallback);
+    kvcal_attention_destroy(cudnn);
+    for (kvcal_bf16 *p : {x, w_q, w_kva, w_kvb, w_o, norm_w, q, entry, lat, kvb, k, v_pad,
+                          att_pad, att, att_ref, y})
+        CHECK_CUDA(cudaFree(p));
+    for (int kv = 0; kv < 2; kv++) {
+        CHECK_CUDA(cudaFree(obs.absmax[kv]));
+        CHECK_CUDA(cudaFree(obs.hist[kv]));
+        CHECK_CUDA(cudaFree(obs.batch_absmax[kv]));
+    }
+    CHECK_CUDA(cudaFree(pos));
+    CHECK_CUDA(cudaFree(inv_freq));
+}
 
 int main(int argc, char **argv)
 {
@@ -126,7 +354,7 @@ int main(int argc, char **argv)
     }
     const char *usage =
         "usage: runner_ops [reps >= 1] [stem ...], stems add_rmsnorm gemm "
-        "rope_observe attention swiglu gemm_swiglu\n";
+        "rope_observe attention swiglu gemm_swiglu mla\n";
     if (reps < 1) {
         fprintf(stderr, "runner_ops: %s repetitions: need at least 1\n%s", argv[1],
                 usage);
@@ -146,7 +374,7 @@ int main(int argc, char **argv)
         for (int i = first_stem; i < argc; i++)
             if (!strcmp(argv[i], stem))
                 return true;
-        return all;
+        return all && strcmp(stem, "mla");
     };
     const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
     const int M = B * T, QKV = (H + 2 * HKV) * HD;
@@ -416,6 +644,8 @@ int main(int argc, char **argv)
     }
     if (want("gemm"))
         layer += gemm_row(G_DOWN);
+    if (want("mla"))
+        mla_section(t, gemm, peak_tflops, peak_tbs);
     if (!all) { // the layer's sum and the sustained runs need every op
         kvcal_gemm_destroy(gemm);
         return 0;

@@ -130,8 +130,10 @@ typedef struct {
     kvcal_bf16 *latent;           /* (N, hd) the cached entry: latent, RoPE part */
     kvcal_bf16 *lat;              /* (N, kvr) its latent, contiguous for kv_b_proj */
     kvcal_bf16 *kvb;              /* (N, H, nope + vh) the latent through kv_b_proj */
-    kvcal_bf16 *mk, *mv; /* (N, H, qkd) the attention's K, and V padded with zeros */
-    kvcal_bf16 *att_pad; /* (N, H, qkd) the attention's output before V's padding goes */
+    kvcal_bf16 *mk;               /* (N, H, qkd) the attention's K */
+    /* kvcal's kernels' (one head size, where cuDNN does not run the heads as
+     * they are): V padded with zeros, the output before V's padding goes */
+    kvcal_bf16 *mv, *att_pad; /* (N, H, qkd) each */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */
@@ -675,9 +677,10 @@ static kvcal_status attend_qkv(cuda_backend *r, kvcal_bf16 *out, int64_t out_str
 }
 
 /* The attention into out (N, att_cols): of the fused QKV buffer (with op's
- * sinks where it has them), or MLA's decompressed heads (V padded to the
- * q/k head size, so that one head size runs on the attention kernels; the
- * padding's columns then dropped). */
+ * sinks where it has them), or MLA's decompressed heads: on cuDNN as they
+ * are (q/k heads of qkd, V read inside kv_b_proj's output), else with V
+ * padded to the q/k head size, so that one head size runs on kvcal's
+ * kernels, the padding's columns then dropped. */
 static kvcal_status attend(cuda_backend *r, const kvcal_op *op, kvcal_bf16 *out)
 {
     kvcal_status st = KVCAL_OK;
@@ -687,8 +690,20 @@ static kvcal_status attend(cuda_backend *r, const kvcal_op *op, kvcal_bf16 *out)
                           r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->HKV, r->hd,
                           tensor(r, op->w));
     const size_t e = sizeof(kvcal_bf16);
-    TRY(attend_qkv(r, r->att_pad, (int64_t)r->H * r->qkd, r->mq, r->mk, r->mv,
-                   (int64_t)r->H * r->qkd, r->H, r->qkd, NULL));
+    const int64_t qk_stride = (int64_t)r->H * r->qkd, kvw = r->nope + r->vh;
+    const int window = r->base.desc->layer_window[r->layer];
+    int taken = 0;
+    if ((window <= 0 || r->seq_len <= window) && !(r->base.desc->attn_softcap > 0.0f))
+        TRY(kvcal_attention_run_qk_v(r->attn, out, (int64_t)r->H * r->vh, r->mq, r->mk,
+                                     qk_stride, r->kvb + r->nope, r->H * kvw, kvw,
+                                     r->batch, r->seq_len, r->H, r->H, r->qkd, r->vh,
+                                     r->base.desc->attn_scale, r->stream, &taken));
+    if (taken)
+        return KVCAL_OK;
+    TRY(kvcal_mla_expand_launch(NULL, r->mv, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
+                                r->nope, r->vh, r->kvr, r->rope, r->stream));
+    TRY(attend_qkv(r, r->att_pad, qk_stride, r->mq, r->mk, r->mv, qk_stride, r->H, r->qkd,
+                   NULL));
     TRY_CUDA(cudaMemcpy2DAsync(out, r->vh * e, r->att_pad, r->qkd * e, r->vh * e,
                                (size_t)n * r->H, cudaMemcpyDeviceToDevice, r->stream));
 fail:
@@ -852,7 +867,8 @@ static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q
 }
 
 /* K and V of every head from the entry (what the cache gives back): its
- * latent made contiguous, kv_b_proj, the expansion. */
+ * latent made contiguous, kv_b_proj, K expanded (V stays inside kv_b_proj's
+ * output until attend pads it, where it must). */
 static kvcal_status expand(cuda_backend *r)
 {
     kvcal_status st = KVCAL_OK;
@@ -862,7 +878,7 @@ static kvcal_status expand(cuda_backend *r)
                                cudaMemcpyDeviceToDevice, r->stream));
     TRY(kvcal_gemm_launch(r->gemm, r->kvb, r->lat, tensor(r, KVCAL_W_KV_B), NULL, n,
                           r->kvr, r->H * (r->nope + r->vh), r->stream));
-    TRY(kvcal_mla_expand_launch(r->mk, r->mv, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
+    TRY(kvcal_mla_expand_launch(r->mk, NULL, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
                                 r->nope, r->vh, r->kvr, r->rope, r->stream));
 fail:
     return st;

@@ -464,11 +464,12 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
     return st;
 }
 
-/* The first layer of one batch of the largest shape, observed into
+/* The first layer of each kind (kvcal_model_next_layer_kind: a model's
+ * dense and MoE layers) of one batch of the largest shape, observed into
  * scratch statistics that are then dropped: what a backend sets up on
  * first use (module loading, the GEMM algorithms of every shape a layer
  * has, the attention plan) happens here, while the loader brings the other
- * layers. */
+ * layers, and not in the first batch's forward pass. */
 static kvcal_status warm_up(kvcal_exec_t *x)
 {
     kvcal_backend *be = x->be;
@@ -493,10 +494,11 @@ static kvcal_status warm_up(kvcal_exec_t *x)
         const pass p = {1, 0, NULL, NULL, NULL, 1};
         x->batches[0] = (kvcal_batch){ids, lengths, NULL, x->max_batch, x->max_seq_len};
         st = be->ops->begin_batch(be, 0, &x->batches[0], &x->rows[0]);
-        if (!st)
-            st = be->ops->use_layer(be, 0);
-        if (!st)
-            st = run_layer(x, 0, 0, &p);
+        for (int l = 0; !st && l >= 0; l = kvcal_model_next_layer_kind(d, l)) {
+            st = be->ops->use_layer(be, l);
+            if (!st)
+                st = run_layer(x, l, 0, &p);
+        }
         if (!st)
             st = be->ops->batch_absmax(be, 0, x->bmax, x->bmax + lh);
     }

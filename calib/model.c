@@ -1037,6 +1037,19 @@ const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int 
     return dense ? a->dense_layer : a->layer;
 }
 
+int kvcal_model_next_layer_kind(const kvcal_model_desc *d, int layer)
+{
+    for (int l = layer + 1; l < d->num_layers; l++) {
+        int n = 0, seen = 0;
+        const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n);
+        for (int p = 0; p <= layer && !seen; p++)
+            seen = kvcal_model_layer_ops(d, p, &n) == ops;
+        if (!seen)
+            return l;
+    }
+    return -1;
+}
+
 const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer)
 {
     return d->inv_freq_sliding && d->layer_window[layer] > 0 ? d->inv_freq_sliding

@@ -140,6 +140,11 @@ int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_wei
  * dense layers) and their count. */
 const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n);
 
+/* The first layer after `layer` whose ops differ from those of every layer
+ * up to it (a model's first MoE layer after its dense ones), -1 when there
+ * is none: from 0, each kind of layer the model has once. */
+int kvcal_model_next_layer_kind(const kvcal_model_desc *d, int layer);
+
 /* Copies of weight w in model d: num_experts for a per-expert weight, else
  * 1 (0 when absent). */
 int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w);

@@ -28,9 +28,10 @@ RoPE; V after v_proj):
    attention and yarn's mscale: all in float64 too. For the MLA models K and
    V are the one entry an engine caches per token (the normalized latent,
    then the rotated RoPE part: tests/hf_mla.py), and the fixture adds its
-   latent's and RoPE part's absmax per layer. gpt-oss (attention sinks, a
-   window shorter than the samples, biases, the router's bias, the clamped
-   SwiGLU past its limit, yarn) in float64, one of them with its experts
+   latent's and RoPE part's absmax per layer and their bf16_spread (how far
+   bf16 servings of the checkpoint lie from those float64 values). gpt-oss
+   (attention sinks, a window shorter than the samples, biases, the router's
+   bias, the clamped SwiGLU past its limit, yarn) in float64, one of them with its experts
    stored as MXFP4 blocks and scales (random weights quantized by the OCP MX
    rules, checked against transformers' own decoder; the reference runs on
    transformers' dequantizing MXFP4 loader). The Qwen-MoE sliding-window and
@@ -578,6 +579,43 @@ def capture_kv(model, torch):
     return seen
 
 
+def mla_bf16_spread(d, samples, fx, torch, tf):
+    """Per layer, the worst relative distance of the cached entry's latent
+    and RoPE-part absmax of bf16 servings of the MLA checkpoint d (eager
+    transformers as saved, then with its embedding rows perturbed three
+    times by 2^-8: fp8_reference.perturb_embeddings) from fx's float64
+    values: how far bf16 arithmetic alone moves them (a bf16 rounding that
+    flips a router's choice moves the later layers' absmax by percents).
+    It bounds the entry's absmax too (the larger of the two parts')."""
+    import fp8_reference
+    want = np.array([fx["latent_absmax"], fx["rope_absmax"]]).T  # (layers, 2)
+    gen = torch.Generator().manual_seed(0)
+    worst = np.zeros(len(want))
+    for draw in range(4):
+        model = tf.AutoModelForCausalLM.from_pretrained(
+            d, dtype=torch.bfloat16, attn_implementation="eager",
+            experts_implementation="eager").eval()
+        if draw:
+            fp8_reference.perturb_embeddings(model, gen)
+        L = model.config.kv_lora_rank
+        seen = []
+
+        def hook(module, args, kwargs):
+            e = mla_entry(module, kwargs, torch).abs().double()
+            seen.append([e[..., :L].max().item(), e[..., L:].max().item()])
+
+        for layer in model.model.layers:
+            layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True)
+        got = np.zeros_like(want)
+        with torch.no_grad():
+            for s in samples:
+                seen.clear()
+                model(torch.tensor([s]), use_cache=False)
+                got = np.maximum(got, np.array(seen))
+        worst = np.maximum(worst, (np.abs(got - want) / want).max(axis=1))
+    return worst.tolist()
+
+
 def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -623,6 +661,7 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
                                       for k in ks], axis=0).astype(float).tolist()
         fx["rope_absmax"] = np.max([np.abs(k[..., L:]).max(axis=(1, 2, 3))
                                     for k in ks], axis=0).astype(float).tolist()
+        fx["bf16_spread"] = mla_bf16_spread(d, samples, fx, torch, tf)
     write_fixture(name, fx)
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
     print("  checkpoint %s: %d bytes" % (d, size))

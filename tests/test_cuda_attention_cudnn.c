@@ -2,8 +2,10 @@
  * attention, kvcal's kernel where cuDNN cannot run a shape) beyond its rows
  * in tests/test_backend_ops.c (odd shapes against the CPU reference, which
  * implementation takes which): kvcal's kernel forced by the option, the
- * arguments it refuses as kvcal's kernel does, and the CUDA runner on golden
- * models with cuDNN against kvcal's own kernel. Where cuDNN is not
+ * arguments it refuses as kvcal's kernel does, kvcal_attention_run_qk_v
+ * (MLA's q/k heads wider than its v heads, V read inside wider heads) against
+ * kvcal_attention_vdim_ref, and the CUDA runner on golden models (MLA's
+ * among them) with cuDNN against kvcal's own kernel. Where cuDNN is not
  * installed every call takes kvcal's kernel and the tests check that path
  * (the log says so); in a build without CUDA the suite holds no tests,
  * without a device it is reported skipped. */
@@ -23,6 +25,7 @@
 
 #include "calib/executor.h"
 #include "io/json_file.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "observers/stats.h"
 
@@ -133,6 +136,150 @@ static void attention_run_rejects_what_kvcal_kernel_rejects(void)
     kvcal_attention_destroy(a);
 }
 
+// --- q/k heads wider than v heads (MLA) ---------------------------------------
+
+/* kvcal_attention_run_qk_v on batch sequences of seq tokens: q and k in one
+ * buffer (row stride (heads + kv_heads) qk), V the last vd values of each
+ * kv head of v_head values (as inside kv_b_proj's output), the output rows
+ * heads * vd + 8 long. Where cuDNN ran it, every output within the bounds
+ * of kvcal_attention_vdim_ref and the padding untouched; where it did not,
+ * nothing written. Returns *taken. */
+static int check_qk_v(kvcal_attention_t *a, int batch, int seq, int heads, int kv_heads,
+                      int qk, int vd, int v_head)
+{
+    const int64_t tokens = (int64_t)batch * seq,
+                  qk_stride = (int64_t)(heads + kv_heads) * qk,
+                  v_stride = (int64_t)kv_heads * v_head,
+                  out_stride = (int64_t)heads * vd + 8;
+    const float scale = 1.0f / sqrtf((float)qk);
+    float *qkx = kvcal_test_rand_bf16(&rng_state, tokens * qk_stride, -1.0f, 1.0f);
+    float *vx = kvcal_test_rand_bf16(&rng_state, tokens * v_stride, -1.0f, 1.0f);
+    kvcal_bf16 *d_qk = kvcal_test_dev_upload_bf16(qkx, tokens * qk_stride),
+               *d_v = kvcal_test_dev_upload_bf16(vx, tokens * v_stride), *d_out = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_out, (size_t)(tokens * out_stride) * 2),
+                          cudaSuccess);
+    CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(tokens * out_stride) * 2),
+                    cudaSuccess);
+    int taken = -1;
+    const kvcal_status st =
+        kvcal_attention_run_qk_v(a, d_out, out_stride, d_qk, d_qk + (int64_t)heads * qk,
+                                 qk_stride, d_v + (v_head - vd), v_stride, v_head, batch,
+                                 seq, heads, kv_heads, qk, vd, scale, 0, &taken);
+    if (st)
+        fprintf(stderr, "\n%s\n", kvcal_last_error());
+    CU_ASSERT_EQUAL(st, KVCAL_OK);
+    CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+    float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
+    /* one sequence's q (seq, heads, qk), k (seq, kv_heads, qk), v (seq,
+     * kv_heads, vd) and reference (seq, heads, vd) */
+    float *q = malloc((size_t)seq * heads * qk * sizeof *q),
+          *k = malloc((size_t)seq * kv_heads * qk * sizeof *k),
+          *v = malloc((size_t)seq * kv_heads * vd * sizeof *v),
+          *ref = malloc((size_t)seq * heads * vd * sizeof *ref);
+    CU_ASSERT_FATAL(q && k && v && ref);
+    int64_t far = 0, written = 0, gap_touched = 0;
+    for (int b = 0; b < batch; b++) {
+        for (int t = 0; t < seq; t++) {
+            const int64_t row = (int64_t)b * seq + t;
+            memcpy(q + (int64_t)t * heads * qk, qkx + row * qk_stride,
+                   (size_t)heads * qk * sizeof *q);
+            memcpy(k + (int64_t)t * kv_heads * qk, qkx + row * qk_stride + heads * qk,
+                   (size_t)kv_heads * qk * sizeof *k);
+            for (int h = 0; h < kv_heads; h++)
+                memcpy(v + ((int64_t)t * kv_heads + h) * vd,
+                       vx + row * v_stride + (int64_t)h * v_head + (v_head - vd),
+                       (size_t)vd * sizeof *v);
+        }
+        kvcal_attention_vdim_ref(ref, q, k, v, seq, heads, kv_heads, qk, vd, scale, 0,
+                                 0.0f);
+        for (int t = 0; t < seq; t++) {
+            const float *g = got + ((int64_t)b * seq + t) * out_stride;
+            const float *r = ref + (int64_t)t * heads * vd;
+            for (int i = 0; i < heads * vd; i++) {
+                far += !(fabs((double)g[i] - (double)r[i]) <=
+                         ATT_ATOL + fabs((double)r[i]) * ATT_RTOL);
+                written += !isnan(g[i]);
+            }
+            for (int64_t i = (int64_t)heads * vd; i < out_stride; i++)
+                gap_touched += !isnan(g[i]);
+        }
+    }
+    printf("(%d x %d, %d/%d heads, q/k %d, v %d of %d: %s%s) ", batch, seq, heads,
+           kv_heads, qk, vd, v_head, taken ? "cuDNN" : "not taken",
+           taken && far ? ", MISMATCH" : "");
+    CU_ASSERT_EQUAL(taken ? far : written, 0);
+    CU_ASSERT_EQUAL(gap_touched, 0);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+    free(got);
+    free(qkx);
+    free(vx);
+    cudaFree(d_qk);
+    cudaFree(d_v);
+    cudaFree(d_out);
+    return taken;
+}
+
+/* DeepSeek-V2/V3's heads (q/k 192, v 128 read inside kv_b_proj's heads of
+ * 256), MHA and GQA, sequences off the tiles: on a Hopper GPU with cuDNN 9
+ * loaded cuDNN runs them (its support matrix lists d_qk 192 / d_v 128 there);
+ * a V head off 8 is left to the caller; a small MLA shape (the golden V3
+ * model's 48 / 32) checked wherever cuDNN takes it. */
+static void attention_qk_v_runs_mla_heads_on_cudnn(void)
+{
+    kvcal_attention_t *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
+    int device = 0, major = 0;
+    CU_ASSERT_EQUAL(cudaGetDevice(&device), cudaSuccess);
+    CU_ASSERT_EQUAL(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+        cudaSuccess);
+    const int must = kvcal_attention_cudnn_version(a) && major == 9;
+    const int mha = check_qk_v(a, 2, 150, 4, 4, 192, 128, 256);
+    if (must && !mha)
+        fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
+    CU_ASSERT(mha || !must);
+    const int gqa = check_qk_v(a, 1, 131, 8, 2, 192, 128, 256);
+    if (must && !gqa)
+        fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
+    CU_ASSERT(gqa || !must);
+    check_qk_v(a, 2, 37, 4, 4, 48, 32, 64);
+    CU_ASSERT_EQUAL(check_qk_v(a, 2, 37, 4, 4, 40, 20, 44), 0);
+    kvcal_attention_destroy(a);
+}
+
+/* Before any device work: a V head wider than the q/k heads, q/k heads past
+ * 256, a NULL pointer, a scale of 0, an output row shorter than its heads. */
+static void attention_qk_v_rejects_bad_arguments(void)
+{
+    kvcal_attention_t *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
+    kvcal_bf16 *p = (kvcal_bf16 *)256;
+    const struct {
+        kvcal_bf16 *q;
+        int qk, vd;
+        float scale;
+        int64_t out_stride;
+    } bad[] = {
+        {p, 128, 192, 0.1f, 4 * 192},     {p, 264, 128, 0.1f, 4 * 128},
+        {NULL, 192, 128, 0.1f, 4 * 128},  {p, 192, 128, 0.0f, 4 * 128},
+        {p, 192, 128, 0.1f, 4 * 128 - 8},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int taken = -1;
+        CU_ASSERT_EQUAL(kvcal_attention_run_qk_v(a, p, bad[i].out_stride, bad[i].q, p,
+                                                 8 * 264, p, 4 * 256, 256, 1, 16, 4, 4,
+                                                 bad[i].qk, bad[i].vd, bad[i].scale, 0,
+                                                 &taken),
+                        KVCAL_ERR_INVALID_ARG);
+        CU_ASSERT(kvcal_test_error_has("attention"));
+        CU_ASSERT_EQUAL(taken, 0);
+    }
+    kvcal_attention_destroy(a);
+}
+
 // --- the CUDA runner: cuDNN against kvcal's kernel -------------------------------
 
 /* Per-layer per-head K/V absmax of one golden model's samples (one batch of
@@ -179,11 +326,17 @@ static void cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models(void)
     check_runner_cudnn_against_kvcal("qwen3_gqa_hd80_qknorm_bf16");
     check_runner_cudnn_against_kvcal("llama3_gqa_hd48_bf16");
     check_runner_cudnn_against_kvcal("mistral_mqa_fp16");
+    /* MLA: V3's heads (48 / 32) on kvcal_attention_run_qk_v, V2's (40 / 20) V
+     * padded to 40 as with kvcal's kernels */
+    check_runner_cudnn_against_kvcal("deepseek_v3_mla_qlora_grouped_sigmoid_bf16");
+    check_runner_cudnn_against_kvcal("deepseek_v2_mla_grouped_softmax_bf16");
 }
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_forced_to_kvcal_kernel_by_option),
     KVCAL_TEST(attention_run_rejects_what_kvcal_kernel_rejects),
+    KVCAL_TEST(attention_qk_v_runs_mla_heads_on_cudnn),
+    KVCAL_TEST(attention_qk_v_rejects_bad_arguments),
     KVCAL_TEST(cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models),
     CU_TEST_INFO_NULL,
 };

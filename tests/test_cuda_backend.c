@@ -31,10 +31,11 @@
  * float64 golden values (routers whose choices bf16 rounding leaves alone),
  * the issue's bound for kvcal is 2%. */
 #define MOE_RUNNER_RTOL 2e-2
-/* A fixture's bf16_spread (tests/make_fp8_checkpoints.py): per layer, how far
- * six bf16 servings of its FP8 checkpoint lie from the float64 reference
- * (e4m3 decisions flipped by bf16 roundings); the runner may lie up to this
- * many times that far. */
+/* A fixture's bf16_spread: per layer, how far bf16 servings of its
+ * checkpoint lie from the float64 reference (tests/make_fp8_checkpoints.py:
+ * six of an FP8 checkpoint, e4m3 decisions flipped by bf16 roundings;
+ * tests/make_golden.py: four of an MLA model, the entry's latent and RoPE
+ * part); the runner may lie up to this many times that far. */
 #define BF16_SPREAD_MARGIN 1.5
 
 static void check_runner_golden_within(const char *name, const kvcal_backend_options *opt,
@@ -145,9 +146,13 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 }
 
 /* DeepSeek-V2 and V3 (multi-head latent attention: the entry's latent and
- * RoPE part, each within the MoE bound of transformers' float64 absmax;
+ * RoPE part, each within the MoE bound of transformers' float64 absmax or
+ * BF16_SPREAD_MARGIN times the layer's bf16_spread, whichever is larger;
  * grouped top-k; a dense first layer): every valid token of layers 1 and 2
- * routed to top-k experts. */
+ * routed to top-k experts. The spread is what bf16 does, not kvcal: where
+ * kvcal's entry lies furthest from float64 (the V2 model's layer-2 latent),
+ * transformers' own bf16 run lies as far (the figures: bench/NOTES.md, the
+ * MLA section). */
 static void cuda_runner_matches_transformers_on_mla_golden_models(void)
 {
     static const char *const names[] = {"deepseek_v2_mla_grouped_softmax_bf16",
@@ -160,16 +165,22 @@ static void cuda_runner_matches_transformers_on_mla_golden_models(void)
         cJSON *root = kvcal_test_cuda_run_golden(names[i], NULL, &stats, NULL, &rows);
         const cJSON *parts[2] = {cJSON_GetObjectItem(root, "latent_absmax"),
                                  cJSON_GetObjectItem(root, "rope_absmax")};
+        const cJSON *spread = cJSON_GetObjectItem(root, "bf16_spread");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(spread);
         const int L = stats->head_dim - 16; /* both: a RoPE part of 16 */
         double worst = 0.0;
         for (int l = 0; l < stats->num_layers; l++) {
             const double got[2] = {
                 kvcal_stats_channels_absmax(stats, l, KVCAL_K, 0, 0, L),
                 kvcal_stats_channels_absmax(stats, l, KVCAL_K, 0, L, 16)};
+            const double bound =
+                fmax(MOE_RUNNER_RTOL,
+                     BF16_SPREAD_MARGIN * cJSON_GetArrayItem(spread, l)->valuedouble);
             for (int j = 0; j < 2; j++) {
                 const double w = cJSON_GetArrayItem(parts[j], l)->valuedouble;
                 const double rel = fabs(got[j] - w) / fabs(w);
                 worst = rel > worst || rel != rel ? rel : worst;
+                CU_ASSERT(rel <= bound);
             }
             int64_t sum = 0;
             for (int e = 0; e < stats->num_experts; e++)
@@ -177,7 +188,6 @@ static void cuda_runner_matches_transformers_on_mla_golden_models(void)
             CU_ASSERT_EQUAL(sum, l == 0 ? 0 : rows * top_k[i]);
         }
         printf("(%s latent / RoPE part: worst rel. error %.2e) ", names[i], worst);
-        CU_ASSERT(worst <= MOE_RUNNER_RTOL);
         kvcal_stats_destroy(stats);
         cJSON_Delete(root);
     }

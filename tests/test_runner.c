@@ -755,6 +755,33 @@ static void model_open_gives_each_layer_the_window_of_its_kind(void)
     CU_ASSERT(w[0] == 8 && w[1] == 8);
 }
 
+/* The warm-up's layers (calib/executor.c): each kind once, from layer 0. */
+static void model_next_layer_kind_finds_each_kind_once(void)
+{
+    static const struct {
+        const char *name;
+        int kinds[3]; /* from layer 0, then -1s */
+    } cases[] = {
+        {"llama3_gqa_hd48_bf16", {0, -1, -1}},
+        {"deepseek_v2_mla_grouped_softmax_bf16", {0, 1, -1}}, /* dense, then MoE */
+        {"qwen3_moe_dense_layers_e4_top2_bf16", {0, 1, -1}},  /* 0, 2 dense; 1, 3 MoE */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "tests/fixtures/golden/%s", cases[i].name);
+        kvcal_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_open(dir, &m), KVCAL_OK);
+        const kvcal_model_desc *d = kvcal_model_describe(m);
+        int got[3] = {0, -1, -1}, n = 1;
+        for (int l = kvcal_model_next_layer_kind(d, 0); l >= 0 && n < 3;
+             l = kvcal_model_next_layer_kind(d, l))
+            got[n++] = l;
+        for (int k = 0; k < 3; k++)
+            CU_ASSERT_EQUAL(got[k], cases[i].kinds[k]);
+        kvcal_model_close(m);
+    }
+}
+
 /* A mixture of experts: each expert's tensors are checked by name, and so
  * are the dense MLP's of a layer mlp_only_layers names (an index past the
  * model is refused). */
@@ -1173,15 +1200,16 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
         KVCAL_ERR_UNSUPPORTED,
         "model.layers.0.self_attn.q_proj.weight has dtype F8_E4M3 but config.json has "
         "no quantization_config");
-    expect_open_error(edited_checkpoint("fp8_qwen3_fp8_block",
-                                        "{\"quantization_config\": {\"quant_method\": "
-                                        "\"fp8\", \"activation_scheme\": \"dynamic\", "
-                                        "\"weight_block_size\": [64, 64], "
-                                        "\"ignored_layers\": "
-                                        "[\"model.layers.1.mlp.up_proj\"]}}"),
-                      KVCAL_ERR_FORMAT,
-                      "model.layers.1.mlp.up_proj.weight has dtype F8_E4M3 but the fp8 config "
-                      "leaves model.layers.1.mlp.up_proj unquantized");
+    expect_open_error(
+        edited_checkpoint("fp8_qwen3_fp8_block",
+                          "{\"quantization_config\": {\"quant_method\": "
+                          "\"fp8\", \"activation_scheme\": \"dynamic\", "
+                          "\"weight_block_size\": [64, 64], "
+                          "\"ignored_layers\": "
+                          "[\"model.layers.1.mlp.up_proj\"]}}"),
+        KVCAL_ERR_FORMAT,
+        "model.layers.1.mlp.up_proj.weight has dtype F8_E4M3 but the fp8 config "
+        "leaves model.layers.1.mlp.up_proj unquantized");
     expect_open_error(
         edited_checkpoint("fp8_qwen3_fp8_block",
                           FP8_CT_CONFIG("block", ", \"block_structure\": [64, 64]")),
@@ -1202,7 +1230,8 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
     expect_open_error(edited_checkpoint("fp8_llama_fp8_tensor_dynamic",
                                         "{\"quantization_config\": {\"quant_method\": "
                                         "\"quark\"}}"),
-                      KVCAL_ERR_UNSUPPORTED, "has dtype F8_E4M3 under quant_method \"quark\"");
+                      KVCAL_ERR_UNSUPPORTED,
+                      "has dtype F8_E4M3 under quant_method \"quark\"");
     expect_open_error(
         "tests/fixtures/golden/fp8_qwen3_moe_experts", KVCAL_ERR_UNSUPPORTED,
         "is an FP8 weight of a mixture of experts, which kvcal does not run");
@@ -1248,6 +1277,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
     KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
     KVCAL_TEST(model_open_names_the_gpt_oss_expert_tensor_off_the_config),
+    KVCAL_TEST(model_next_layer_kind_finds_each_kind_once),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),

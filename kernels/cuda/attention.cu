@@ -499,7 +499,7 @@ extern "C" kvcal_status kvcal_attention_launch_version(
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "attention: head_dim %d: the CUDA backend supports head_dim up to "
-            "%d (tensor cores for 64, 80, 96 and 128)",
+            "%d (tensor cores for 64, 80, 96, 128 and 192)",
             head_dim, SIMT_MAX_HEAD_DIM);
     if (batch == 0 || seq_len == 0)
         return KVCAL_OK;
@@ -508,15 +508,18 @@ extern "C" kvcal_status kvcal_attention_launch_version(
     auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
     auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
     const int group = n_heads / n_kv_heads;
-    const int tensor_core =
-        (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128) &&
-        !misaligned(out) && !misaligned(q) && !misaligned(k) && !misaligned(v) &&
-        qkv_stride % 8 == 0 && out_stride % 8 == 0;
+    const int tensor_core = (head_dim == 64 || head_dim == 80 || head_dim == 96 ||
+                             head_dim == 128 || head_dim == 192) &&
+                            !misaligned(out) && !misaligned(q) && !misaligned(k) &&
+                            !misaligned(v) && qkv_stride % 8 == 0 && out_stride % 8 == 0;
     if (!tensor_core)
         return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
                                   n_heads, group, head_dim, scale, 0, 0.0f, nullptr,
                                   stream);
     switch (head_dim) {
+    case 192: /* one shape, Q from shared memory (the window kernel's at 256) */
+        return attention_run<192, 4, 1, 1>(o, out_stride, qq, kk, vv, qkv_stride, batch,
+                                           seq_len, n_heads, group, scale, stream);
     case 64:
         return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride,
                                      batch, seq_len, n_heads, group, scale, stream);

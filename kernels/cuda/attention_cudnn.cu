@@ -14,10 +14,12 @@
  *                                                       (virtual unless an
  *                                                       engine needs them)
  *   P  = E / Z                                          bf16
- *   O  = P (b, h, s, s) x V (b, h_kv, s, d)             bf16, row stride
+ *   O  = P (b, h, s, s) x V (b, h_kv, s, d_v)           bf16, row stride
  *                                                       out_stride
- * cuDNN is reached only through the function pointers resolved from
- * libcudnn.so.9, so the library links without it. */
+ * d_v is d but for kvcal_attention_run_qk_v (MLA: d 192, d_v 128), whose V
+ * has its own row and head strides. cuDNN is reached only through the
+ * function pointers resolved from libcudnn.so.9, so the library links
+ * without it. */
 #include "kernels/cuda/attention_cudnn.h"
 
 #include <dlfcn.h>
@@ -39,6 +41,33 @@
 #endif
 
 enum { NOTE_LEN = 512 };
+
+/* A call's shape: Q and K rows of qk_stride values with heads head_dim
+ * apart, V rows of v_stride values with heads v_head apart (v_dim values
+ * each), output rows of out_stride with heads v_dim apart. */
+typedef struct {
+    int batch, seq_len, heads, kv_heads, head_dim, v_dim;
+    int64_t qk_stride, v_stride, v_head, out_stride;
+} att_shape;
+
+static int same_shape(const att_shape *a, const att_shape *b)
+{
+    return a->batch == b->batch && a->seq_len == b->seq_len && a->heads == b->heads &&
+           a->kv_heads == b->kv_heads && a->head_dim == b->head_dim &&
+           a->v_dim == b->v_dim && a->qk_stride == b->qk_stride &&
+           a->v_stride == b->v_stride && a->v_head == b->v_head &&
+           a->out_stride == b->out_stride;
+}
+
+/* "B x S tokens, H/HK heads, head_dim D" and ", V's head_dim DV" where it
+ * differs, into buf. */
+static void shape_text(char *buf, size_t len, const att_shape *e)
+{
+    int n = snprintf(buf, len, "%d x %d tokens, %d/%d heads, head_dim %d", e->batch,
+                     e->seq_len, e->heads, e->kv_heads, e->head_dim);
+    if (e->v_dim != e->head_dim && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", V's head_dim %d", e->v_dim);
+}
 
 /* Records one line into note (printf-style). */
 static void set_note(char *note, const char *fmt, ...)
@@ -84,8 +113,7 @@ typedef struct {
  * from (kept alive as long as the plan). */
 typedef struct {
     int used, ok; /* ok 0: cuDNN refused the shape, calls take kvcal's kernel */
-    int batch, seq_len, heads, kv_heads, head_dim;
-    int64_t qkv_stride, out_stride;
+    att_shape shape;
     int with_stats;    /* the plan writes the softmax statistics */
     int64_t workspace; /* bytes of cuDNN scratch */
     int n_descs;
@@ -311,13 +339,14 @@ static cudnnBackendDescriptor_t matmul(builder *b, const char *name,
 /* The finalized operation graph of e's shape (see the top of the file). */
 static cudnnBackendDescriptor_t build_graph(builder *b, cudnnHandle_t handle)
 {
-    const plan_entry *e = b->e;
+    const att_shape *e = &b->e->shape;
     const int64_t B = e->batch, H = e->heads, HK = e->kv_heads, S = e->seq_len,
-                  D = e->head_dim, ld = e->qkv_stride, lo = e->out_stride;
+                  D = e->head_dim, DV = e->v_dim, ld = e->qk_stride, lv = e->v_stride,
+                  lo = e->out_stride;
     const int64_t q_dim[4] = {B, H, S, D}, q_str[4] = {S * ld, D, ld, 1};
     const int64_t kt_dim[4] = {B, HK, D, S}, kt_str[4] = {S * ld, D, 1, ld};
-    const int64_t v_dim[4] = {B, HK, S, D}, v_str[4] = {S * ld, D, ld, 1};
-    const int64_t o_dim[4] = {B, H, S, D}, o_str[4] = {S * lo, D, lo, 1};
+    const int64_t v_dim[4] = {B, HK, S, DV}, v_str[4] = {S * lv, e->v_head, lv, 1};
+    const int64_t o_dim[4] = {B, H, S, DV}, o_str[4] = {S * lo, DV, lo, 1};
     const int64_t s_dim[4] = {B, H, S, S}, s_str[4] = {H * S * S, S * S, S, 1};
     const int64_t r_dim[4] = {B, H, S, 1}, r_str[4] = {H * S, S, 1, 1};
     const int64_t one[4] = {1, 1, 1, 1};
@@ -330,7 +359,7 @@ static cudnnBackendDescriptor_t build_graph(builder *b, cudnnHandle_t handle)
     cudnnBackendDescriptor_t o = tensor(b, "tensor O", UID_O, bf16, o_dim, o_str, false, false);
     cudnnBackendDescriptor_t scale = tensor(b, "scalar scale", UID_SCALE, f32, one, one, false, true);
     cudnnBackendDescriptor_t neg_inf = tensor(b, "scalar -inf", UID_NEG_INF, f32, one, one, false, true);
-    cudnnBackendDescriptor_t stats = tensor(b, "tensor stats", UID_STATS, f32, r_dim, r_str, !e->with_stats, false);
+    cudnnBackendDescriptor_t stats = tensor(b, "tensor stats", UID_STATS, f32, r_dim, r_str, !b->e->with_stats, false);
     cudnnBackendDescriptor_t s = tensor(b, "S", 0, f32, s_dim, s_str, true, false);
     cudnnBackendDescriptor_t s_scaled = tensor(b, "S scaled", 0, f32, s_dim, s_str, true, false);
     cudnnBackendDescriptor_t row = tensor(b, "row index", 0, i32, s_dim, s_str, true, false);
@@ -450,7 +479,8 @@ static void drop_plan(const kvcal_attention_t *a, plan_entry *e)
  * failure e->ok stays 0 and the note says why. */
 static void plan_shape(kvcal_attention_t *a, plan_entry *e)
 {
-    char why[2][NOTE_LEN];
+    char why[2][NOTE_LEN], shape[160];
+    shape_text(shape, sizeof shape, &e->shape);
     for (int with_stats = 0; with_stats < 2; with_stats++) {
         drop_plan(a, e);
         e->with_stats = with_stats;
@@ -460,11 +490,8 @@ static void plan_shape(kvcal_attention_t *a, plan_entry *e)
         cudnnBackendDescriptor_t graph = build_graph(&b, a->handle);
         if (b.st == CUDNN_STATUS_SUCCESS && choose_plan(a, &b, graph, &engine)) {
             e->ok = 1;
-            set_note(a->note,
-                     "cuDNN %d.%d.%d: %d x %d tokens, %d/%d heads, head_dim %d: engine "
-                     "%lld, workspace %lld bytes%s",
-                     a->version / 10000, a->version / 100 % 100, a->version % 100,
-                     e->batch, e->seq_len, e->heads, e->kv_heads, e->head_dim,
+            set_note(a->note, "cuDNN %d.%d.%d: %s: engine %lld, workspace %lld bytes%s",
+                     a->version / 10000, a->version / 100 % 100, a->version % 100, shape,
                      (long long)engine, (long long)e->workspace,
                      with_stats ? ", softmax statistics written" : "");
             return;
@@ -477,24 +504,21 @@ static void plan_shape(kvcal_attention_t *a, plan_entry *e)
     }
     drop_plan(a, e);
     set_note(a->note,
-             "cuDNN %d.%d.%d refused %d x %d tokens, %d/%d heads, head_dim %d (kvcal's "
-             "kernel runs it): %s; with the statistics output: %s",
-             a->version / 10000, a->version / 100 % 100, a->version % 100, e->batch,
-             e->seq_len, e->heads, e->kv_heads, e->head_dim, why[0], why[1]);
+             "cuDNN %d.%d.%d refused %s (kvcal's kernels run it): %s; with the "
+             "statistics output: %s",
+             a->version / 10000, a->version / 100 % 100, a->version % 100, shape, why[0],
+             why[1]);
 }
 
 /* *out = the entry of the shape, planned on first use. The oldest entry
  * makes room; its plan may still run on some stream, so the device is
  * synchronized before the plan is destroyed. */
-static kvcal_status find_plan(kvcal_attention_t *a, int batch, int seq_len, int heads,
-                              int kv_heads, int head_dim, int64_t qkv_stride,
-                              int64_t out_stride, const plan_entry **out)
+static kvcal_status find_plan(kvcal_attention_t *a, const att_shape *shape,
+                              const plan_entry **out)
 {
     for (int i = 0; i < MAX_PLANS; i++) {
         plan_entry *e = &a->plans[i];
-        if (e->used && e->batch == batch && e->seq_len == seq_len && e->heads == heads &&
-            e->kv_heads == kv_heads && e->head_dim == head_dim &&
-            e->qkv_stride == qkv_stride && e->out_stride == out_stride) {
+        if (e->used && same_shape(&e->shape, shape)) {
             *out = e;
             return KVCAL_OK;
         }
@@ -505,13 +529,7 @@ static kvcal_status find_plan(kvcal_attention_t *a, int batch, int seq_len, int 
     a->next = (a->next + 1) % MAX_PLANS;
     drop_plan(a, e);
     e->used = 1;
-    e->batch = batch;
-    e->seq_len = seq_len;
-    e->heads = heads;
-    e->kv_heads = kv_heads;
-    e->head_dim = head_dim;
-    e->qkv_stride = qkv_stride;
-    e->out_stride = out_stride;
+    e->shape = *shape;
     plan_shape(a, e);
     *out = e;
     return KVCAL_OK;
@@ -527,9 +545,11 @@ static kvcal_status execute(kvcal_attention_t *a, const plan_entry *e, kvcal_bf1
                             const kvcal_bf16 *q, const kvcal_bf16 *k, const kvcal_bf16 *v,
                             float scale, cudaStream_t stream)
 {
+    const att_shape *sh = &e->shape;
+    char shape[160];
     const size_t need =
         stats_offset(e) +
-        (e->with_stats ? (size_t)e->batch * e->heads * e->seq_len * sizeof(float) : 0);
+        (e->with_stats ? (size_t)sh->batch * sh->heads * sh->seq_len * sizeof(float) : 0);
     if (need > a->workspace_bytes) {
         KVCAL_CUDA_TRY(cudaFree(a->workspace)); // waits for the work that uses it
         a->workspace = NULL;
@@ -538,13 +558,12 @@ static kvcal_status execute(kvcal_attention_t *a, const plan_entry *e, kvcal_bf1
         if (err != cudaSuccess) {
             a->workspace = NULL;
             cudaGetLastError(); // reported here, not by the next launch check
+            shape_text(shape, sizeof shape, sh);
             return kvcal_fail(kvcal_cuda_status(err),
-                              "attention (cuDNN %d, %d x %d tokens, %d heads, head_dim %d): "
-                              "cudaMalloc of its workspace, %zu bytes: %s; use a smaller "
-                              "batch, or KVCAL_ATTENTION=kvcal for kvcal's kernel, which "
-                              "needs none",
-                              a->version, e->batch, e->seq_len, e->heads, e->head_dim, need,
-                              cudaGetErrorString(err));
+                              "attention (cuDNN %d, %s): cudaMalloc of its workspace, %zu "
+                              "bytes: %s; use a smaller batch, or KVCAL_ATTENTION=kvcal for "
+                              "kvcal's kernel, which needs none",
+                              a->version, shape, need, cudaGetErrorString(err));
         }
         a->workspace_bytes = need;
     }
@@ -582,28 +601,29 @@ static kvcal_status execute(kvcal_attention_t *a, const plan_entry *e, kvcal_bf1
     if (st != CUDNN_STATUS_SUCCESS) {
         char why[NOTE_LEN];
         describe_failure(a, step, st, why, sizeof why);
+        shape_text(shape, sizeof shape, sh);
         return kvcal_fail(KVCAL_ERR_CUDA,
-                          "attention (cuDNN %d, %d x %d tokens, head_dim %d): %s; "
-                          "KVCAL_ATTENTION=kvcal runs kvcal's kernel instead",
-                          a->version, e->batch, e->seq_len, e->head_dim, why);
+                          "attention (cuDNN %d, %s): %s; KVCAL_ATTENTION=kvcal runs "
+                          "kvcal's kernel instead",
+                          a->version, shape, why);
     }
     return KVCAL_OK;
 }
 
 /* Runs the call on cuDNN when its shape has a plan; *taken = 0 otherwise. */
-static kvcal_status try_cudnn(kvcal_attention_t *a, kvcal_bf16 *out, int64_t out_stride,
-                              const kvcal_bf16 *q, const kvcal_bf16 *k,
-                              const kvcal_bf16 *v, int64_t qkv_stride, int batch,
-                              int seq_len, int n_heads, int n_kv_heads, int head_dim,
-                              float scale, cudaStream_t stream, int *taken)
+static kvcal_status try_cudnn(kvcal_attention_t *a, kvcal_bf16 *out, const kvcal_bf16 *q,
+                              const kvcal_bf16 *k, const kvcal_bf16 *v,
+                              const att_shape *shape, float scale, cudaStream_t stream,
+                              int *taken)
 {
     *taken = 0;
     const uintptr_t addr = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v;
-    if (!a->version || addr % 16 || qkv_stride % 8 || out_stride % 8 || head_dim % 8)
+    if (!a->version || addr % 16 || shape->qk_stride % 8 || shape->v_stride % 8 ||
+        shape->v_head % 8 || shape->out_stride % 8 || shape->head_dim % 8 ||
+        shape->v_dim % 8)
         return KVCAL_OK;
     const plan_entry *e = NULL;
-    const kvcal_status st = find_plan(a, batch, seq_len, n_heads, n_kv_heads, head_dim,
-                                      qkv_stride, out_stride, &e);
+    const kvcal_status st = find_plan(a, shape, &e);
     if (st != KVCAL_OK)
         return st;
     if (!e->ok)
@@ -633,10 +653,9 @@ static void load(kvcal_attention_t *a)
     set_note(a->note, "built without cuDNN's headers: attention runs on kvcal's kernel");
 }
 
-static kvcal_status try_cudnn(kvcal_attention_t *, kvcal_bf16 *, int64_t,
-                              const kvcal_bf16 *, const kvcal_bf16 *, const kvcal_bf16 *,
-                              int64_t, int, int, int, int, int, float, cudaStream_t,
-                              int *taken)
+static kvcal_status try_cudnn(kvcal_attention_t *, kvcal_bf16 *, const kvcal_bf16 *,
+                              const kvcal_bf16 *, const kvcal_bf16 *, const att_shape *,
+                              float, cudaStream_t, int *taken)
 {
     *taken = 0;
     return KVCAL_OK;
@@ -697,9 +716,10 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
     if (out && q && k && v && scale > 0.0f && batch > 0 && seq_len > 0 && n_heads > 0 &&
         n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim > 0 && head_dim <= 256 &&
         out_stride >= (int64_t)n_heads * head_dim && qkv_stride >= head_dim) {
-        kvcal_status st =
-            try_cudnn(a, out, out_stride, q, k, v, qkv_stride, batch, seq_len, n_heads,
-                      n_kv_heads, head_dim, scale, stream, &taken);
+        const att_shape shape = {batch,    seq_len,   n_heads,    n_kv_heads,
+                                 head_dim, head_dim,  qkv_stride, qkv_stride,
+                                 head_dim, out_stride};
+        kvcal_status st = try_cudnn(a, out, q, k, v, &shape, scale, stream, &taken);
         if (st != KVCAL_OK)
             return st;
     }
@@ -709,4 +729,33 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
         return KVCAL_OK;
     return kvcal_attention_launch(out, out_stride, q, k, v, qkv_stride, batch, seq_len,
                                   n_heads, n_kv_heads, head_dim, scale, stream);
+}
+
+kvcal_status kvcal_attention_run_qk_v(kvcal_attention_t *a, kvcal_bf16 *out,
+                                      int64_t out_stride, const kvcal_bf16 *q,
+                                      const kvcal_bf16 *k, int64_t qk_stride,
+                                      const kvcal_bf16 *v, int64_t v_stride,
+                                      int64_t v_head_stride, int batch, int seq_len,
+                                      int n_heads, int n_kv_heads, int qk_dim, int v_dim,
+                                      float scale, cudaStream_t stream, int *taken)
+{
+    *taken = 0;
+    if (!a || !out || !q || !k || !v || !(scale > 0.0f) || isinf(scale) || batch < 1 ||
+        seq_len < 1 || n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads ||
+        qk_dim < 1 || qk_dim > 256 || v_dim < 1 || v_dim > qk_dim ||
+        qk_stride < (int64_t)n_heads * qk_dim || v_head_stride < v_dim ||
+        v_stride < (int64_t)(n_kv_heads - 1) * v_head_stride + v_dim ||
+        out_stride < (int64_t)n_heads * v_dim)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "attention (q/k head_dim %d, v head_dim %d): %d x %d tokens, "
+                          "%d/%d heads, scale %g, strides q/k %lld, v %lld (heads %lld "
+                          "apart), out %lld: need buffers, n_heads a multiple of "
+                          "n_kv_heads, 1 <= v head_dim <= q/k head_dim <= 256, a finite "
+                          "scale > 0 and rows that hold their heads",
+                          qk_dim, v_dim, batch, seq_len, n_heads, n_kv_heads,
+                          (double)scale, (long long)qk_stride, (long long)v_stride,
+                          (long long)v_head_stride, (long long)out_stride);
+    const att_shape shape = {batch, seq_len,   n_heads,  n_kv_heads,    qk_dim,
+                             v_dim, qk_stride, v_stride, v_head_stride, out_stride};
+    return try_cudnn(a, out, q, k, v, &shape, scale, stream, taken);
 }

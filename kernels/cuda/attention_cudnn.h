@@ -71,6 +71,27 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
                                  float scale, cudaStream_t stream,
                                  kvcal_attention_impl *impl);
 
+/* Causal attention whose values are narrower than its queries and keys
+ * (multi-head latent attention: q/k heads of 192, v heads of 128), on cuDNN
+ * only. q and k: rows of qk_stride values, their n_heads and n_kv_heads
+ * heads qk_dim apart; v: rows of v_stride values, n_kv_heads heads of v_dim
+ * values v_head_stride apart (V read where it lies, e.g. inside a wider
+ * per-head buffer); out: rows of out_stride, n_heads heads of v_dim. *taken
+ * = 1 when cuDNN ran it; 0 when cuDNN is not loaded, refuses the shape
+ * (kvcal_attention_note says why) or a pointer, stride or head size is off
+ * 16 bytes: then nothing is queued and the caller runs its own path
+ * (kvcal's kernels take one head size: V padded to qk_dim). Bad arguments
+ * (v_dim > qk_dim among them) are KVCAL_ERR_INVALID_ARG; the first call of
+ * a shape plans it and a cuDNN failure is reported as kvcal_attention_run
+ * does. */
+kvcal_status kvcal_attention_run_qk_v(kvcal_attention_t *a, kvcal_bf16 *out,
+                                      int64_t out_stride, const kvcal_bf16 *q,
+                                      const kvcal_bf16 *k, int64_t qk_stride,
+                                      const kvcal_bf16 *v, int64_t v_stride,
+                                      int64_t v_head_stride, int batch, int seq_len,
+                                      int n_heads, int n_kv_heads, int qk_dim, int v_dim,
+                                      float scale, cudaStream_t stream, int *taken);
+
 #ifdef __cplusplus
 }
 #endif

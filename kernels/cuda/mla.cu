@@ -11,7 +11,8 @@
  *
  * mla_expand_kernel: a block per token copies each head's K (its no-RoPE
  * part from kv_b_proj's output, then the shared RoPE part) and V (padded
- * with zeros to v_stride), 16 bytes at a time where sizes allow.
+ * with zeros to v_stride), either alone when the other is NULL, 16 bytes at
+ * a time where sizes allow.
  *
  * mla_ds_roundtrip_kernel: a block of 128 threads per row, a thread per
  * channel of a 128-value tile: the tile's absmax by a block reduction, then
@@ -186,12 +187,17 @@ __global__ void mla_expand_kernel(T *__restrict__ k, T *__restrict__ v, int v_st
     const T *pe = entry + t * (entry_stride / VEC) + kv_lora_rank / VEC;
     for (int h = 0; h < n_heads; h++) {
         const T *src = kvb + (t * n_heads + h) * kvw;
-        T *kh = k + (t * n_heads + h) * qk, *vh = v + (t * n_heads + h) * su;
-        copy_units(kh, src, nu);
-        copy_units(kh + nu, pe, ru);
-        copy_units(vh, src + nu, vu);
-        for (int i = vu + threadIdx.x; i < su; i += blockDim.x)
-            vh[i] = T{};
+        if (k) {
+            T *kh = k + (t * n_heads + h) * qk;
+            copy_units(kh, src, nu);
+            copy_units(kh + nu, pe, ru);
+        }
+        if (v) {
+            T *vh = v + (t * n_heads + h) * su;
+            copy_units(vh, src + nu, vu);
+            for (int i = vu + threadIdx.x; i < su; i += blockDim.x)
+                vh[i] = T{};
+        }
     }
 }
 
@@ -201,13 +207,13 @@ kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_
                         int n_heads, int nope, int v_dim, int kv_lora_rank, int rope_dim,
                         cudaStream_t stream)
 {
-    if (!k || !v || !kvb || !entry || tokens < 0 || n_heads < 1 || nope < 1 ||
+    if ((!k && !v) || !kvb || !entry || tokens < 0 || n_heads < 1 || nope < 1 ||
         v_dim < 1 || v_stride < v_dim || kv_lora_rank < 1 || rope_dim < 1 ||
         entry_stride < kv_lora_rank + rope_dim)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "mla_expand: %d tokens, %d heads of nope %d, rope %d, v %d "
-                          "(stride %d), latent %d (entry stride %lld): need buffers and "
-                          "positive sizes",
+                          "(stride %d), latent %d (entry stride %lld): need K's or V's "
+                          "buffer or both, the inputs and positive sizes",
                           tokens, n_heads, nope, rope_dim, v_dim, v_stride, kv_lora_rank,
                           (long long)entry_stride);
     if (!tokens)

@@ -50,8 +50,10 @@ kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry_stride,
 /* kvcal_mla_expand_ref on the device (every token, padding included: the
  * attention never reads padding rows for a valid token): k (tokens, n_heads,
  * nope + rope_dim) and v (tokens, n_heads, v_stride) from kvb (tokens,
- * n_heads, nope + v_dim) and the entry's RoPE part. 16-byte copies where
- * every size is a multiple of 8 and the pointers 16-byte aligned. */
+ * n_heads, nope + v_dim) and the entry's RoPE part; one of k and v may be
+ * NULL, which leaves it out (an attention that reads V inside kvb needs K
+ * alone). 16-byte copies where every size is a multiple of 8 and the
+ * pointers 16-byte aligned. */
 kvcal_status kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
                                      const kvcal_bf16 *kvb, const kvcal_bf16 *entry,
                                      int64_t entry_stride, int tokens, int n_heads,

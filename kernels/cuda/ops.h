@@ -279,9 +279,10 @@ void kvcal_gemm_swiglu_interleave(kvcal_bf16 *dst, const kvcal_bf16 *w_gu, int k
  * reads kv head h / (n_heads / n_kv_heads) (GQA, MQA). q (batch * seq_len,
  * n_heads, head_dim), k and v (batch * seq_len, n_kv_heads, head_dim) are
  * read with row stride qkv_stride (elements), so they may point into one
- * fused QKV buffer. head_dim 64, 80, 96 and 128 with 16-byte aligned
- * pointers and strides run on the tensor cores; any other head_dim up to 256
- * (or misaligned data) on a slow portable kernel, meant for tiny models.
+ * fused QKV buffer. head_dim 64, 80, 96, 128 and 192 (multi-head latent
+ * attention's q/k heads, V padded to them) with 16-byte aligned pointers and
+ * strides run on the tensor cores; any other head_dim up to 256 (or
+ * misaligned data) on a slow portable kernel, meant for tiny models.
  * With right padding, a sequence's valid tokens never see its padding. */
 kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
                                     const kvcal_bf16 *q, const kvcal_bf16 *k,
@@ -290,7 +291,9 @@ kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stride,
                                     int head_dim, float scale, cudaStream_t stream);
 
 /* The same with an explicit tensor-core kernel version (other head sizes take
- * the portable kernel whatever the version), for the tests and bench/runner_ops:
+ * the portable kernel whatever the version; head_dim 192 takes version 1's
+ * shape with Q re-read from shared memory whatever the version), for the
+ * tests and bench/runner_ops:
  * 1: 4 warps x 16 query rows (64 per block), Q fragments in registers;
  * 2: 4 warps x 2 x 16 rows (128 per block), Q re-read from shared memory;
  * 3: 8 warps x 16 rows (128 per block), Q fragments in registers;
