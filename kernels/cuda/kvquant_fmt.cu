@@ -151,12 +151,7 @@ template <int FMT, int ROUND>
 __device__ __forceinline__ uint2 codes8(const float *x, kvcal_kvfmt_row r)
 {
     if constexpr (FMT == kE5m2) {
-        uint32_t p[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            p[i] = __nv_cvt_float2_to_fp8x2(make_float2(x[2 * i], x[2 * i + 1]),
-                                            __NV_SATFINITE, __NV_E5M2);
-        return make_uint2(p[0] | p[1] << 16, p[2] | p[3] << 16);
+        return e5m2x8(x);
     } else {
         float y[8];
 #pragma unroll
@@ -205,17 +200,7 @@ __device__ __forceinline__ uint32_t e2m1x8(const float *ys, uint32_t s0, uint32_
 {
     uint32_t w = 0;
 #if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float a = ys[2 * i], b = ys[2 * i + 1];
-        if (maybe_nan)
-            a = a == a ? a : 0.0f, b = b == b ? b : 0.0f;
-        unsigned short two;
-        asm("{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, %2, %1; mov.b16 %0, {t, 0}; }"
-            : "=h"(two)
-            : "f"(a), "f"(b));
-        w |= (uint32_t)two << (8 * i);
-    }
+    w = e2m1x8_cvt(ys, maybe_nan);
     (void)s0, (void)s1;
 #else
     const uint32_t s[2] = {s0, s1};
@@ -236,10 +221,7 @@ __device__ __forceinline__ uint32_t e2m1x8(const float *ys, uint32_t s0, uint32_
     }
     w = __byte_perm(t[0], t[1], 0x7531);
     if (maybe_nan)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (ys[j] != ys[j])
-                w &= ~(0xfu << (4 * j));
+        w = clear_nan_nibbles(w, ys);
 #endif
     return w;
 }

@@ -49,6 +49,18 @@ template <int ROUND> __device__ __forceinline__ int f2i(float y)
     return ROUND == kRz ? __float2int_rz(y) : __float2int_rn(y);
 }
 
+// The e5m2 bytes of x[0..7] (kvcal_fp8_e5m2_from_float, value 0 in the
+// lowest byte): two values an instruction.
+__device__ __forceinline__ uint2 e5m2x8(const float *x)
+{
+    uint32_t p[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        p[i] = __nv_cvt_float2_to_fp8x2(make_float2(x[2 * i], x[2 * i + 1]),
+                                        __NV_SATFINITE, __NV_E5M2);
+    return make_uint2(p[0] | p[1] << 16, p[2] | p[3] << 16);
+}
+
 // e4m3 byte of x (>= 0 here): kvcal_fp8_e4m3_from_float.
 __device__ __forceinline__ uint8_t e4m3(float x)
 {
@@ -73,6 +85,40 @@ __device__ __forceinline__ float nvfp4_block(kvcal_kvfmt_row r, float amax, uint
     *s = e4m3((amax * (1.0f / KVCAL_FP4_E2M1_MAX)) * r.inv);
     const float d = e4m3_value(*s) * r.scale;
     return d > 0.0f ? 1.0f / d : 0.0f;
+}
+
+#if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000
+// The e2m1 nibbles of y[0..7] (value j at bits 4j..4j+3) by the
+// conversion of family-specific sm_100 builds and later
+// (cvt.rn.satfinite.e2m1x2.f32: kvcal_fp4_e2m1_from_float but for NaN,
+// made 0 first when maybe_nan).
+__device__ __forceinline__ uint32_t e2m1x8_cvt(const float *y, bool maybe_nan)
+{
+    uint32_t w = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float a = y[2 * i], b = y[2 * i + 1];
+        if (maybe_nan)
+            a = a == a ? a : 0.0f, b = b == b ? b : 0.0f;
+        unsigned short two;
+        asm("{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, %2, %1; mov.b16 %0, {t, 0}; }"
+            : "=h"(two)
+            : "f"(a), "f"(b));
+        w |= (uint32_t)two << (8 * i);
+    }
+    return w;
+}
+#endif
+
+// e2m1 nibbles w (value j at bits 4j..4j+3) with those of the NaN y[j]
+// made 0, as the reference encodes NaN.
+__device__ __forceinline__ uint32_t clear_nan_nibbles(uint32_t w, const float *y)
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (y[j] != y[j])
+            w &= ~(0xfu << (4 * j));
+    return w;
 }
 
 // The static parameters of head h's rows of kv.
