@@ -49,7 +49,8 @@ grep -E "^device|^case " "$out/bench.log"
 grep -E "^(prefill|decode) " "$out/bench.log"
 grep -E "FAIL|differences|host time" "$out/bench.log"
 # v3, v2 and v1 of each format op side by side: prefill % of copy, decode us a call
-echo "== summary: prefill % of the copy (target >= 85), decode graph us a call (copy's in the first row); v3 the library"
+echo "== summary: prefill % of the copy (target >= 85), decode graph us a call (copy's in the first row);"
+echo "   v3 the library; v2 '-' where v3 kept v2's kernel (dequantization, decode steps)"
 awk '
 /^(prefill|decode) / {
     c = substr($0, 1, 7); sub(/ +$/, "", c)
