@@ -49,11 +49,13 @@
 // validated against kernels/cpu/kvquant_fmt_ref.c the same way. Their bytes
 // count each format's cache rows (NVFP4: 9/16 byte a value) and the
 // dynamic modes' per (token, head) scales and zero points (the static modes
-// record none). Each twice: "v1 ..." is the format kernel before its
-// rewrite (bench/kvquant_fmt_v1.cuh, timed with --only-formats alone), the
-// other the library's (v2). --only-formats runs the copy, e4m3's static per
-// head and dequantization (for reference) and the format ops, v1 and v2,
-// prefill and decode only.
+// record none). In versions, timed with --only-formats alone: "v1 ..." is
+// the format kernel before its first rewrite (bench/kvquant_fmt_v1.cuh),
+// "v2 ..." the fast quantization before its second (bench/kvquant_fmt_v2.cuh;
+// prefill only: a decode step takes the generic kernel, which v3 kept), the
+// unnumbered op the library's (v3). --only-formats runs the copy, e4m3's
+// static per head and dequantization (for reference) and the format ops,
+// every version, prefill and decode only.
 //
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent
@@ -79,6 +81,7 @@ extern "C" {
 #include "kernels/cpu/kvquant_ref.h"
 }
 #include "bench/kvquant_fmt_v1.cuh"
+#include "bench/kvquant_fmt_v2.cuh"
 
 #define CHECK(x)                                                                         \
     do {                                                                                 \
@@ -224,7 +227,8 @@ enum Op {
     SCALER,
     SCALER_GROW,
     DEQUANT,
-    FMT_E5M2, // the format ops (library), then the same as v1 (V1_FMT_*)
+    FMT_E5M2, // the format ops (library), then the same as v1 (V1_FMT_*), then
+              // the quantizations as v2 (V2_FMT_*)
     FMT_INT8_HEAD,
     FMT_INT8_DYNAMIC,
     FMT_ASYM_HEAD,
@@ -237,9 +241,11 @@ enum Op {
     FMT_DEQUANT_NVFP4,
     V1_FMT_E5M2,
     V1_FMT_DEQUANT_NVFP4 = V1_FMT_E5M2 + (FMT_DEQUANT_NVFP4 - FMT_E5M2),
+    V2_FMT_E5M2,
+    V2_FMT_NVFP4 = V2_FMT_E5M2 + (FMT_NVFP4 - FMT_E5M2),
     NUM_OPS
 };
-constexpr int kFmtOps = V1_FMT_E5M2 - FMT_E5M2;
+constexpr int kFmtOps = V1_FMT_E5M2 - FMT_E5M2, kV2Ops = V2_FMT_E5M2 - FMT_E5M2;
 static const char *op_name[NUM_OPS] = {"copy (cudaMemcpy D2D)",
                                        "v1 static head NHD (sw)",
                                        "static tensor NHD",
@@ -274,10 +280,17 @@ static const char *op_name[NUM_OPS] = {"copy (cudaMemcpy D2D)",
                                        "v1 dequant int8 head",
                                        "v1 dequant int8 dyn",
                                        "v1 dequant asym dyn",
-                                       "v1 dequant nvfp4"};
+                                       "v1 dequant nvfp4",
+                                       "v2 fp8 e5m2 cast NHD",
+                                       "v2 int8 static head NHD",
+                                       "v2 int8 dynamic token-head",
+                                       "v2 int8-asym static head",
+                                       "v2 int8-asym dynamic",
+                                       "v2 nvfp4 static NHD"};
 
-// The format ops (FMT_*, V1_FMT_*): the library op of a v1 op, its format,
-// whether it dequantizes, whether its parameters are per (token, head).
+// The format ops (FMT_*, V1_FMT_*, V2_FMT_*): the library op of a v1 or v2
+// op, its format, whether it dequantizes, whether its parameters are per
+// (token, head).
 static bool is_fmt(Op op)
 {
     return op >= FMT_E5M2 && op < NUM_OPS;
@@ -285,12 +298,17 @@ static bool is_fmt(Op op)
 
 static bool is_v1(Op op)
 {
-    return op >= V1_FMT_E5M2 && op < NUM_OPS;
+    return op >= V1_FMT_E5M2 && op <= V1_FMT_DEQUANT_NVFP4;
+}
+
+static bool is_v2(Op op)
+{
+    return op >= V2_FMT_E5M2 && op <= V2_FMT_NVFP4;
 }
 
 static Op fmt_base(Op op)
 {
-    return is_v1(op) ? (Op)(op - kFmtOps) : op;
+    return is_v1(op) ? (Op)(op - kFmtOps) : is_v2(op) ? (Op)(op - kV2Ops) : op;
 }
 
 static bool fmt_dequantizes(Op op)
@@ -580,6 +598,8 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
         const bool dq = fmt_dequantizes(op);
         if (is_v1(op))
             KV_CHECK(v1::run(&b, &c, &q, dq ? p.ko : nullptr, dq ? p.vo : nullptr, s));
+        else if (is_v2(op))
+            KV_CHECK(v2::run(&b, &c, &q, s));
         else if (dq)
             KV_CHECK(kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo,
                                                     KVCAL_DTYPE_BF16, s));
@@ -1100,7 +1120,8 @@ int main(int argc, char **argv)
                 (op == SCALER_GROW && cases[ci].decode) ||
                 (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)) ||
                 (only_formats && !is_fmt(op) && !reference) ||
-                (is_v1(op) && (scatter || !only_formats)))
+                (is_v1(op) && (scatter || !only_formats)) ||
+                (is_v2(op) && (ci > 0 || !only_formats)))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);

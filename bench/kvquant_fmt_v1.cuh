@@ -5,14 +5,15 @@
 // one after the other, every value through the CPU reference's software
 // conversions (kernels/cpu/kvquant_fmt.h, core/kvformat.h). Same bytes as
 // the reference (bench/kvquant validates it like every op). Entry point:
-// v1::run, for bf16 (its host side cut to what the bench calls). Included
-// by bench/kvquant.cu alone.
+// v1::run, for bf16 (its host side cut to what the bench calls; its
+// arguments the later versions'). Included by bench/kvquant.cu alone.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cpu/kvquant_fmt.h"
 #include "kernels/cuda/kv_words.cuh"
+#include "kernels/cuda/kvquant_fmt.cuh"
 
 namespace v1
 {
@@ -28,22 +29,11 @@ constexpr int kThreads = 256;
 constexpr int kChunk = 8;                                       // values per chunk
 constexpr int kMaxChunks = KVCAL_KV_MAX_HEAD_DIM / kChunk / 32; // per lane
 
-struct FmtArgs {
-    const void *src[2];   // (num_tokens, H, head_dim) strided, K and V
-    int64_t ts[2], hs[2]; // token and head strides, elements
-    const int64_t *slots; // (num_tokens)
-    int64_t num_tokens;
-    kvcal_kv_geom g;
-    uint8_t *cache[2];      // K and V caches
-    float *scale_cache[2];  // per (token, head) scales, or NULL
-    float *zero_cache[2];   // per (token, head) zero points, or NULL
-    const float *scales[2]; // static scales (index h * step), NULL = dynamic
-    const float *zeros[2];  // static zero points
-    int step;
-    int rounding;
-    int group, nchunks, per_lane;
-    void *out[2]; // (num_tokens, H, head_dim) contiguous (dequantization)
-};
+// The kernels' arguments and their making, shared with v2 and v3
+// (kernels/cuda/kvquant_fmt.cuh; v1 leaves the fast kernels' fields unused).
+using kvfmt::aligned;
+using kvfmt::FmtArgs;
+using kvfmt::make_args;
 
 // --- element loads and stores ------------------------------------------------
 
@@ -310,36 +300,6 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
 }
 
 // --- host side ----------------------------------------------------------------------
-
-bool aligned(const void *p, int64_t bytes)
-{
-    return ((uintptr_t)p % (uintptr_t)bytes) == 0;
-}
-
-FmtArgs make_args(const kvcal_kv_batch *b, const kvcal_kv_cache *c,
-                  const kvcal_kv_qparams *p, kvcal_kv_geom g)
-{
-    FmtArgs a = {};
-    a.src[0] = b->k, a.src[1] = b->v;
-    a.ts[0] = b->k_token_stride, a.ts[1] = b->v_token_stride;
-    a.hs[0] = b->k_head_stride, a.hs[1] = b->v_head_stride;
-    a.slots = b->slot_mapping;
-    a.num_tokens = b->num_tokens;
-    a.g = g;
-    a.cache[0] = c->k, a.cache[1] = c->v;
-    a.scale_cache[0] = c->k_scale, a.scale_cache[1] = c->v_scale;
-    a.zero_cache[0] = p->k_zero_cache, a.zero_cache[1] = p->v_zero_cache;
-    a.scales[0] = p->k_scale, a.scales[1] = p->v_scale;
-    a.zeros[0] = p->k_zero, a.zeros[1] = p->v_zero;
-    a.step = p->granularity == KVCAL_GRANULARITY_HEAD;
-    a.rounding = (int)p->rounding;
-    a.nchunks = (g.head_dim + kChunk - 1) / kChunk;
-    a.group = 1;
-    while (a.group < 32 && a.group < a.nchunks)
-        a.group <<= 1;
-    a.per_lane = (a.nchunks + a.group - 1) / a.group;
-    return a;
-}
 
 // 1 when the cache takes the vector stores: 8-byte words (4 for NVFP4) at
 // every chunk of every row.

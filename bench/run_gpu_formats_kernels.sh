@@ -10,16 +10,18 @@
 #      bf16 and f16 value), kvquant_fmt (the CPU reference and the device
 #      formulas) and kvquant_cuda (e4m3's kernels, which share
 #      kernels/cuda/kv_words.cuh with them);
-#   2. bench/kvquant --only-formats: each format op twice, v1 (the kernel
-#      before its rewrite, bench/kvquant_fmt_v1.cuh) and v2 (the library),
-#      beside the device copy and e4m3's kernels of the same run, prefill
-#      (262,144 tokens x 8 kv heads x 128, bf16) and decode (256 tokens),
-#      each op validated against the CPU reference first (check "ok");
+#   2. bench/kvquant --only-formats: each format op in its versions, v1 (the
+#      kernels before their first rewrite, bench/kvquant_fmt_v1.cuh), v2 (the
+#      fast quantization before its second, bench/kvquant_fmt_v2.cuh; prefill
+#      only) and v3 (the library), beside the device copy and e4m3's kernels
+#      of the same run, prefill (262,144 tokens x 8 kv heads x 128, bf16) and
+#      decode (256 tokens), each op validated against the CPU reference first
+#      (check "ok");
 #   3. tests/python_gpu_check.py --only-formats: quantize_fmt /
 #      dequantize_fmt of the Python package on CUDA tensors, bytes equal to
 #      the CPU path's (generic and fast kernels).
 # Pass: tests "0 failed", every bench check "ok", the Python check "0
-# failed"; the target (bench/NOTES.md "Every cache format"): every v2
+# failed"; the target (bench/NOTES.md "Every cache format", "v3"): every v3
 # prefill row >= 85% of the copy, decode rows launch-bound (graph_us close
 # to the copy's). Full logs go to OUTDIR; a summary is printed last.
 set -u
@@ -46,8 +48,9 @@ echo "== bench/kvquant --only-formats (rc $bench_rc)"
 grep -E "^device|^case " "$out/bench.log"
 grep -E "^(prefill|decode) " "$out/bench.log"
 grep -E "FAIL|differences|host time" "$out/bench.log"
-# v1 and v2 of each format op side by side: prefill % of copy, decode us a call
-echo "== summary: prefill % of the copy (target >= 85), decode graph us a call (copy's in the first row)"
+# v3, v2 and v1 of each format op side by side: prefill % of copy, decode us a call
+echo "== summary: prefill % of the copy (target >= 85), decode graph us a call (copy's in the first row);"
+echo "   v3 the library; v2 '-' where v3 kept v2's kernel (dequantization, decode steps)"
 awk '
 /^(prefill|decode) / {
     c = substr($0, 1, 7); sub(/ +$/, "", c)
@@ -55,6 +58,7 @@ awk '
     n = split(substr($0, 37), f, " ")
     val = c == "prefill" ? f[n - 1] : f[n - 2]
     if (op ~ /^v1 /) { v1[c, substr(op, 4)] = val; next }
+    if (op ~ /^v2 /) { v2[c, substr(op, 4)] = val; next }
     rows[++nrows] = c; ops[nrows] = op; vals[nrows] = val; checks[nrows] = f[n]
 }
 END {
@@ -66,8 +70,9 @@ END {
         }
         verdict = ""
         if (c == "prefill") { x = vals[i]; sub(/%/, "", x); verdict = x + 0 >= 85 ? "meets 85%" : "BELOW 85%" }
-        printf "%-8s %-26s v2 %9s  v1 %9s  %s %s\n", c, op, vals[i],
-               ((c, op) in v1) ? v1[c, op] : "-", checks[i], verdict
+        printf "%-8s %-26s v3 %9s  v2 %9s  v1 %9s  %s %s\n", c, op, vals[i],
+               ((c, op) in v2) ? v2[c, op] : "-", ((c, op) in v1) ? v1[c, op] : "-",
+               checks[i], verdict
     }
 }' "$out/bench.log"
 [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $python_rc -eq 0 ]

@@ -145,6 +145,39 @@ static int e2m1_mag22_differs(float x)
     return (m & 0x3fffffu) != 0 || (m >> 22) != (kvcal_fp4_e2m1_from_float(x) & 7u);
 }
 
+static int e2m1_r6_differs(float x)
+{
+    const uint8_t b = kvcal_fp8_e4m3_from_float(kvcal_fp4_e2m1_r6(x * 0x1p16f));
+    return (b & ~0x1cu) != 0 || (b >> 2) != (kvcal_fp4_e2m1_from_float(x) & 7u);
+}
+
+/* The fast kernel's e2m1 input for value x of a block of reciprocal decode
+ * scale inv (x * (inv x 2^16), one rounding) against the reference's
+ * (x * inv, rounded, then e2m1): every bf16 x under inverse scales of every
+ * binade below 2^112 (two significands each) and 0, NaN products left out
+ * (the kernel takes the reference's way for them); the sign from x, as the
+ * kernel takes it. Returns the disagreements. */
+static int e2m1_of_scaled_products_differ(void)
+{
+    int bad = 0;
+    for (int k = 0; k < 2 * 239 + 1; k++) {
+        const float inv =
+            k == 2 * 239
+                ? 0.0f
+                : float_of_bits((uint32_t)(k / 2) << 23 | (k % 2 ? 0x5a5a5au : 0u));
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float x = float_of_bits(h << 16), y = x * inv;
+            if (isnan(y))
+                continue;
+            const uint8_t b =
+                kvcal_fp8_e4m3_from_float(kvcal_fp4_e2m1_r6(x * (inv * 0x1p16f)));
+            bad +=
+                (uint8_t)((b >> 2 & 7u) | (h >> 12 & 8u)) != kvcal_fp4_e2m1_from_float(y);
+        }
+    }
+    return bad;
+}
+
 static int dmul_scales_differ(float x)
 {
     float a = fabsf(x), b = -a;
@@ -161,6 +194,11 @@ static int dmul_scales_differ(float x)
 static void device_formulas_equal_the_reference_arithmetic(void)
 {
     CU_ASSERT_EQUAL(on_many_floats(e2m1_mag22_differs), 0);
+    CU_ASSERT_EQUAL(on_many_floats(e2m1_r6_differs), 0);
+    CU_ASSERT_EQUAL(e2m1_of_scaled_products_differ(), 0);
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_r6(0.75f * 0x1p16f), 1.0f * 0x1p-6f); /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_r6(5.0f * 0x1p16f), 4.0f * 0x1p-6f);  /* tie -> even */
+    CU_ASSERT_EQUAL(kvcal_fp4_e2m1_r6(-INFINITY), 6.0f * 0x1p-6f);
     CU_ASSERT_EQUAL(on_many_floats(dmul_scales_differ), 0);
     CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(0.75f), 2u << 22); /* tie -> even */
     CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(5.0f), 6u << 22);  /* tie -> even */
@@ -580,6 +618,38 @@ static void nvfp4_scales_follow_vllms_page_layout_with_v_swizzled(void)
 // --- e4m3 through the format entry points, and refusals
 // ---------------------------------
 
+/* What the fast quantization takes from the NVFP4 layout: the block
+ * scales of a lane's blocks b0 + c D / 64 (c < 4; lanes of D / 32 a row,
+ * two a block) lie evenly spaced in the cache block, K's (consecutive
+ * bytes of a row) and V's (swizzled: the same byte of consecutive rows)
+ * alike, for head_dim 64, 128 and 256, swizzled block sizes and others,
+ * both layouts. */
+static int scale_place(int layout, int bs, int H, int S, int off, int head, int b, int kv)
+{
+    int t, ss;
+    kvcal_kvfmt_nvfp4_swizzle(bs, S, off, b, kv, &t, &ss);
+    return (layout == KVCAL_CACHE_NHD ? t * H + head : head * bs + t) * S + ss;
+}
+
+static void nvfp4_scale_places_of_a_lanes_blocks_are_evenly_spaced(void)
+{
+    const int dims[3] = {64, 128, 256}, sizes[3] = {16, 5, 8}, H = 3;
+    int bad = 0;
+    for (int i = 0; i < 3 * 3 * 2 * 2; i++) {
+        const int D = dims[i % 3], bs = sizes[i / 3 % 3], layout = i / 9 % 2, kv = i / 18;
+        for (int off = 0; off < bs; off++)
+            for (int head = 0; head < H; head++)
+                for (int b0 = 0; b0 < D / 64; b0++) {
+                    int p[4];
+                    for (int c = 0; c < 4; c++)
+                        p[c] = scale_place(layout, bs, H, D / 16, off, head,
+                                           b0 + c * D / 64, kv);
+                    bad += p[2] - p[1] != p[1] - p[0] || p[3] - p[2] != p[1] - p[0];
+                }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 static void fmt_e4m3_is_the_static_and_dynamic_entry_points(void)
 {
     cache_fix a, b;
@@ -661,6 +731,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(nvfp4_row_packs_pairs_low_nibble_first_then_block_scales),
     KVCAL_TEST(nvfp4_round_trip_stays_within_a_block_step_in_hnd_blocks),
     KVCAL_TEST(nvfp4_scales_follow_vllms_page_layout_with_v_swizzled),
+    KVCAL_TEST(nvfp4_scale_places_of_a_lanes_blocks_are_evenly_spaced),
     KVCAL_TEST(fmt_e4m3_is_the_static_and_dynamic_entry_points),
     KVCAL_TEST(fmt_rejects_parameters_the_format_does_not_take),
     CU_TEST_INFO_NULL};

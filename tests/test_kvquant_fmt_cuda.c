@@ -7,7 +7,8 @@
  * 40, 128, 7 and 1024, 1, 2 and 5 kv heads, block_size 16 and 5, a padded
  * block stride, aligned and misaligned strides, padding and out-of-range
  * slots, NaN / Inf / zero / -0 / huge inputs and rows of zeros around an
- * infinity or a NaN; dequantization of random cache bytes; each device
+ * infinity or a NaN, NVFP4 under a subnormal global scale; dequantization
+ * of random cache bytes; each device
  * conversion (the hardware's, or the fp32 arithmetic where it has none) on
  * every bf16 and f16 value and random floats; eval's query round trip on
  * every bf16 value; eval --modes all on the CUDA runner against the CPU's.
@@ -59,6 +60,7 @@ typedef struct fmt_case {
     int pad_stride;        /* extra elements per token row (misaligns when odd) */
     int extra_block_bytes; /* block_stride beyond one block */
     int random_cache;      /* dequantize random cache bytes and parameters */
+    float v_scale;         /* V's static scales when not 0 */
 } fmt_case;
 
 static int esize(kvcal_dtype d)
@@ -87,6 +89,8 @@ static size_t run_case(const fmt_case *c)
             b = -INFINITY;
         if (i % 131 == 7)
             a = 3e5f;
+        if (i % 53 == 11) /* a zero among V's values (0 x Inf under a subnormal scale) */
+            b = 0.0f;
         const int64_t t = i / row, d = i % row;
         if (t % 7 == 2 && d < D) { /* head 0: zeros around an infinity, -0 around a NaN */
             a = d == 3 ? -INFINITY : 0.0f;
@@ -108,7 +112,9 @@ static size_t run_case(const fmt_case *c)
     for (int h = 0; h < H; h++) {
         ks[h] = c->format == KVCAL_KV_FORMAT_NVFP4 ? (2.0f + h) / 2688.0f
                                                    : (0.02f + h * 0.01f);
-        vs[h] = c->format == KVCAL_KV_FORMAT_NVFP4 ? 0.3f / 2688.0f : 0.003f;
+        vs[h] = c->v_scale                           ? c->v_scale
+                : c->format == KVCAL_KV_FORMAT_NVFP4 ? 0.3f / 2688.0f
+                                                     : 0.003f;
         kz[h] = -2.0f + 0.1f * h, vz[h] = -0.35f;
     }
     const int asym = c->format == KVCAL_KV_FORMAT_INT8_ASYM;
@@ -272,7 +278,8 @@ static void fmt_launches_match_the_reference_byte_for_byte(void)
                                   shapes[s][3],
                                   dt == 1 ? 3 : (s % 3 == 1 ? 8 : 0),
                                   s == 5 ? 64 : 0,
-                                  0};
+                                  0,
+                                  0.0f};
                     bad += run_case(&c);
                     cases++;
                 }
@@ -317,12 +324,42 @@ static void fmt_fast_kernels_match_the_reference_byte_for_byte(void)
                         s == 2 ? 5 : 16,
                         s == 1 ? 8 : 0,
                         s == 2 ? 64 : 0,
-                        0};
+                        0,
+                        0.0f};
                     bad += run_case(&c);
                     cases++;
                 }
         }
     printf("(%d cases) ", cases);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* NVFP4 under a subnormal global scale (V's 1e-44, per tensor and per
+ * head), where the decode scales' reciprocals overflow: a block's values
+ * saturate, its zeros (0 x Inf) and the blocks of zeros (scale byte NaN,
+ * reciprocal 0) encode as the reference encodes them; the fast kernel
+ * (4099 tokens) and the generic one (19). */
+static void fmt_nvfp4_matches_the_reference_under_a_subnormal_global_scale(void)
+{
+    size_t bad = 0;
+    for (int g = 0; g < 2; g++)
+        for (int big = 0; big < 2; big++) {
+            fmt_case c = {KVCAL_KV_FORMAT_NVFP4,
+                          KVCAL_KV_ROUND_NEAREST_EVEN,
+                          1,
+                          g ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR,
+                          KVCAL_DTYPE_BF16,
+                          KVCAL_CACHE_NHD,
+                          big ? 4099 : 19,
+                          2,
+                          128,
+                          16,
+                          0,
+                          0,
+                          0,
+                          1e-44f};
+            bad += run_case(&c);
+        }
     CU_ASSERT_EQUAL(bad, 0);
 }
 
@@ -351,7 +388,8 @@ static void fmt_dequantize_decodes_every_byte_as_the_reference(void)
                               16,
                               0,
                               0,
-                              1};
+                              1,
+                              0.0f};
                 bad += run_case(&c);
             }
     CU_ASSERT_EQUAL(bad, 0);
@@ -536,6 +574,7 @@ static CU_TestInfo tests[] = {
 #ifdef KVCAL_WITH_CUDA
     KVCAL_TEST(fmt_launches_match_the_reference_byte_for_byte),
     KVCAL_TEST(fmt_fast_kernels_match_the_reference_byte_for_byte),
+    KVCAL_TEST(fmt_nvfp4_matches_the_reference_under_a_subnormal_global_scale),
     KVCAL_TEST(fmt_dequantize_decodes_every_byte_as_the_reference),
     KVCAL_TEST(fmt_device_conversions_match_the_reference_on_every_16_bit_input),
     KVCAL_TEST(fmt_launch_rejects_what_the_reference_rejects),

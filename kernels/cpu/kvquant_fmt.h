@@ -75,8 +75,9 @@ static inline KVCAL_HOST_DEVICE kvcal_kvfmt_row kvcal_kvfmt_asym_row_dmul(float 
 }
 
 /* e2m1(y)'s magnitude code shifted left by 22 (0 to 7 << 22) for y not NaN,
- * in fp32 arithmetic alone, for GPUs without an e2m1 conversion (before
- * sm_100): |y| clamped at 6 is rounded to the e2m1 grid by adding and
+ * in fp32 arithmetic alone: the e2m1 of the format kernels' v2 (timed in
+ * bench/kvquant_fmt_v2.cuh; the kernels now take kvcal_fp4_e2m1_r6): |y|
+ * clamped at 6 is rounded to the e2m1 grid by adding and
  * subtracting 1.5 * 2^(22 + e), e the binade of max(|y|, 1), whose ulp is
  * the grid's spacing there (0.5 * 2^e), so that the fp32 adder rounds to
  * nearest even on the grid; the grid value times 2^-126 is encoded in fp32
@@ -91,6 +92,31 @@ static inline KVCAL_HOST_DEVICE uint32_t kvcal_fp4_e2m1_mag22(float y)
         (kvcal_fp8_float_bits(fmaxf(a, 1.0f)) & 0x7f800000u) + 0x0b400000u);
     const float r = (a + m) - m;
     return kvcal_fp8_float_bits(r * 0x1p-126f);
+}
+
+/* RNE_e2m1(min(|y|, 6)) x 2^-6 for y not NaN, in fp32 arithmetic alone,
+ * exactly, from y16 = y x 2^16 (exact but for y >= 2^112, where both clamp
+ * at 6): the e4m3 byte of the result is e2m1(y)'s magnitude code shifted
+ * left by 2 (e2m1's 2 exponent and 1 mantissa bits are e4m3's bits 2-4 at
+ * this scale), which lets GPUs without an e2m1 conversion (before sm_100)
+ * convert two values an instruction with their e4m3 conversion. a = min(|y|,
+ * 6) x 2^16 is rounded to the e2m1 grid by adding m = 2^(16 + e), e the
+ * binade of max(|y|, 1), to a x 2^-22 in one fma and subtracting it: the
+ * fma's result stays in m's binade, whose ulp, 2^(e - 7), is the grid's
+ * spacing (2^(e - 1)) times 2^-6, so the fma rounds to nearest even on the
+ * grid (m is 2^16 times a power of two: the scale keeps the 5 instructions
+ * free of an exponent adjustment). Checked on all 4,278,190,082 non-NaN
+ * floats y ((kvcal_fp8_e4m3_from_float(r) >> 2) | sign equals
+ * kvcal_fp4_e2m1_from_float(y), and no other bit of the byte is set);
+ * tests/test_kvquant_fmt.c checks a sample. The fast CUDA kernel passes
+ * x * (inv_d x 2^16) for y16, which is y x 2^16 rounded once: the same but
+ * where y is subnormal, whose code is 0 either way. */
+static inline KVCAL_HOST_DEVICE float kvcal_fp4_e2m1_r6(float y16)
+{
+    const float a = fminf(fabsf(y16), KVCAL_FP4_E2M1_MAX * 0x1p16f);
+    const float m =
+        kvcal_fp8_bits_float(kvcal_fp8_float_bits(fmaxf(a, 0x1p16f)) & 0x7f800000u);
+    return fmaf(a, 0x1p-22f, m) - m;
 }
 
 /* The byte of x in an 8-bit format (FP8_E5M2, INT8, INT8_ASYM). */
@@ -135,6 +161,24 @@ static inline KVCAL_HOST_DEVICE uint8_t kvcal_kvfmt_nvfp4_code(float d, float x)
     return kvcal_fp4_e2m1_from_float(x * inv_d);
 }
 
+/* NVFP4: where block scale s of slot offset off lies in K's (kv 0) or
+ * V's (kv 1) scale region of a cache block: the region's row *t (a slot
+ * offset; with the head, the row is t * H + head in NHD, head * bs + t in
+ * HND) and its byte *ss in that row of S = head_dim / 16 bytes (off and s
+ * non-negative). V's scales are swizzled for the trtllm-gen kernels when bs
+ * and S are multiples of 4: the scales of 4 consecutive slots interleaved,
+ * S / 4 of a slot in each of the 4 rows. */
+static inline KVCAL_HOST_DEVICE void
+kvcal_kvfmt_nvfp4_swizzle(int bs, int S, int off, int s, int kv, int *t, int *ss)
+{
+    *t = off, *ss = s;
+    if (kv == 1 && bs % 4 == 0 && S % 4 == 0) { /* unsigned: no sign fix-up */
+        const unsigned o = (unsigned)off, b = (unsigned)s, sg = (unsigned)S / 4u;
+        *t = (int)((o & ~3u) + b / sg);
+        *ss = (int)(b % sg * 4u + (o & 3u));
+    }
+}
+
 /* NVFP4: byte offset of block scale s of (block, off, head) in K's (kv 0)
  * or V's (kv 1) cache of geometry g (g.row_bytes: the data bytes of a row,
  * head_dim / 2; see kvcal_kv_nvfp4_scale_offset in include/kvcal_quant.h). */
@@ -144,13 +188,9 @@ static inline KVCAL_HOST_DEVICE int64_t kvcal_kvfmt_nvfp4_scale_at(kvcal_kv_geom
                                                                    int s, int kv)
 {
     const int S = g.head_dim / KVCAL_KV_NVFP4_BLOCK;
-    int64_t t = off, ss = s;
-    if (kv == 1 && g.block_size % 4 == 0 && S % 4 == 0) {
-        const int sg = S / 4;
-        t = off / 4 * 4 + s / sg;
-        ss = (int64_t)(s % sg) * 4 + off % 4;
-    }
-    int64_t row = g.layout == KVCAL_CACHE_NHD ? t * g.num_kv_heads + head
+    int t, ss;
+    kvcal_kvfmt_nvfp4_swizzle(g.block_size, S, (int)off, s, kv, &t, &ss);
+    int64_t row = g.layout == KVCAL_CACHE_NHD ? (int64_t)t * g.num_kv_heads + head
                                               : (int64_t)head * g.block_size + t;
     return block * g.block_stride + (int64_t)g.block_size * g.num_kv_heads * g.row_bytes +
            row * S + ss;

@@ -8,12 +8,15 @@
 // - e5m2, and NVFP4's e4m3 block scales, by the conversion instructions
 //   (cvt.rn.satfinite.{e5m2,e4m3}x2.f32: nearest even, saturating, NaN ->
 //   0x7f, as core/kvformat.h and core/fp8.h);
-// - int8 codes by one F2I (NaN -> 0, saturating) and an integer clamp:
-//   kvcal_int_code, which clamps before rounding (the same for integer
-//   bounds);
+// - int8 codes by a rounding to int32 and a saturating pack to bytes
+//   (cvt.pack.sat, fused with the rounding into F2IP: two values an
+//   instruction; NaN -> 0): kvcal_int_code, which clamps before rounding
+//   (the same for integer bounds);
 // - e2m1 by cvt.rn.satfinite.e2m1x2.f32 where the target has it
-//   (family-specific sm_100 builds and later), else by fp32 adds
-//   (kvcal_fp4_e2m1_mag22); a NaN is made 0 first, as the reference does;
+//   (family-specific sm_100 builds and later), else by fp32 arithmetic that
+//   rounds to the e2m1 grid scaled by 2^-6 (kvcal_fp4_e2m1_r6) and the e4m3
+//   conversion, which then yields the code shifted by 2; a NaN is made 0, as
+//   the reference does;
 // - the dynamic scales' divisions by 127 and 255 as double products
 //   (kvcal_kvfmt_int8_scale_dmul, kvcal_kvfmt_asym_row_dmul);
 // - decoding: e5m2 bytes as the high bytes of fp16 values, e2m1 bits as an
@@ -22,21 +25,24 @@
 // every 16-bit input (tests/test_kvquant_fmt_cuda.c,
 // kvcal_kvfmt_encode_launch).
 //
-// Two kernels each way. The fast one takes large batches of 16-bit K/V
-// with head_dim 64, 128 or 256 (a prefill), shaped as e4m3's
-// (kernels/cuda/kvquant.cu): head_dim / 8 lanes per (token, head) row, 4
-// consecutive rows per group of lanes, whose K, V and slot loads are all
-// issued before any conversion, format and rounding fixed at compile time;
-// its dequantization converts 16 values a lane and writes whole 32-byte
-// sectors. The generic one takes the rest (decode steps, f32, other
-// head_dim, misaligned strides): one group of G lanes per row (G = the next
-// power of two of the row's chunks of 8 values, at most 32), each lane
-// holding up to 4 chunks of K and of V, both loaded before either is
-// converted.
+// Two kernels each way. The fast ones take large batches of 16-bit K/V
+// with head_dim 64, 128 or 256 (a prefill). The fast quantization (v3 in
+// bench/NOTES.md) gives each row head_dim / 32 lanes, lane l holding chunks
+// l + j head_dim / 32 (j < 4) of 8 values of K and of V, all loaded before
+// any conversion; format, rounding and static / dynamic parameters are
+// fixed at compile time; NVFP4's even lanes quantize K's blocks and odd
+// lanes V's, after exchanging half-blocks. The fast dequantization converts
+// 16 values a lane, 4 rows a group, and writes whole 32-byte sectors. The
+// generic kernels take the rest (decode steps, f32, other head_dim,
+// misaligned strides): one group of G lanes per row (G = the next power of
+// two of the row's chunks of 8 values, at most 32), each lane holding up to
+// 4 chunks of K and of V, both loaded before either is converted.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 extern "C" {
 #include "core/status.h"
@@ -44,6 +50,7 @@ extern "C" {
 #include "kernels/cpu/kvquant_fmt.h"
 #include "kernels/cuda/kv_words.cuh"
 #include "kernels/cuda/kvquant.h"
+#include "kernels/cuda/kvquant_fmt.cuh"
 #include "kernels/cuda/kvquant_fmt.h"
 
 #define CUDA_TRY(call)                                                                   \
@@ -57,33 +64,11 @@ extern "C" {
 namespace
 {
 
-constexpr int kThreads = 256;
-constexpr int kChunk = 8;                                       // values per chunk
-constexpr int kMaxChunks = KVCAL_KV_MAX_HEAD_DIM / kChunk / 32; // per lane
-constexpr int kFastRows = 4;      // rows per group of lanes (fast kernels)
-constexpr int kFastThreads = 128; // as e4m3's fast kernels
-constexpr int kRne = KVCAL_KV_ROUND_NEAREST_EVEN, kRz = KVCAL_KV_ROUND_TOWARD_ZERO;
-constexpr int kE5m2 = KVCAL_KV_FORMAT_FP8_E5M2, kInt8 = KVCAL_KV_FORMAT_INT8,
-              kAsym = KVCAL_KV_FORMAT_INT8_ASYM, kNvfp4 = KVCAL_KV_FORMAT_NVFP4;
+using namespace kvfmt;
 
-struct FmtArgs {
-    const void *src[2];   // (num_tokens, H, head_dim) strided, K and V
-    int64_t ts[2], hs[2]; // token and head strides, elements
-    const int64_t *slots; // (num_tokens)
-    int64_t num_tokens;
-    kvcal_kv_geom g;
-    kvcal_kv_fastdiv heads_div, bs_div; // by num_kv_heads, block_size
-    uint8_t *cache[2];                  // K and V caches
-    float *scale_cache[2];              // per (token, head) scales, or NULL
-    float *zero_cache[2];               // per (token, head) zero points, or NULL
-    const float *scales[2];             // static scales (index h * step), NULL = dynamic
-    const float *zeros[2];              // static zero points
-    int step;
-    int rounding;
-    int group, nchunks, per_lane; // generic kernels
-    bool vec;                     // generic kernels: 16-byte inputs / outputs
-    void *out[2];                 // (num_tokens, H, head_dim) contiguous (dequantization)
-};
+constexpr int kThreads = 256;
+constexpr int kMaxChunks = KVCAL_KV_MAX_HEAD_DIM / kChunk / 32; // per lane
+constexpr int kFastRows = 4; // rows per group of lanes (fast dequantization)
 
 // --- element loads and stores ------------------------------------------------
 
@@ -130,16 +115,34 @@ __device__ __forceinline__ void store_n(TOut *p, const float *x, bool vec, int n
 
 // --- codes ------------------------------------------------------------------------
 
-// y rounded to an integer (NaN -> 0, saturating at the int32 range).
-template <int ROUND> __device__ __forceinline__ int f2i(float y)
+// Four codes of an int8 format of y[0..3], y[0] in the lowest byte: each
+// rounded by ROUND to an integer and saturated to [-128, 127] (U8 false:
+// INT8) or [0, 255] (INT8_ASYM), NaN -> 0.
+template <bool U8, int ROUND> __device__ __forceinline__ uint32_t int8x4(const float *y)
 {
-    return ROUND == kRz ? __float2int_rz(y) : __float2int_rn(y);
-}
-
-// Four codes' low bytes, a's lowest.
-__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d)
-{
-    return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+    const int a = f2i<ROUND>(y[0]), b = f2i<ROUND>(y[1]), c = f2i<ROUND>(y[2]),
+              d = f2i<ROUND>(y[3]);
+#if __CUDA_ARCH__ >= 720
+    uint32_t hi, w; // cvt.pack.sat d, a, b, c: a in byte 1, b in byte 0, c above
+    if constexpr (U8) {
+        asm("cvt.pack.sat.u8.s32.b32 %0, %1, %2, 0;" : "=r"(hi) : "r"(d), "r"(c));
+        asm("cvt.pack.sat.u8.s32.b32 %0, %1, %2, %3;"
+            : "=r"(w)
+            : "r"(b), "r"(a), "r"(hi));
+    } else {
+        asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(hi) : "r"(d), "r"(c));
+        asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;"
+            : "=r"(w)
+            : "r"(b), "r"(a), "r"(hi));
+    }
+    return w;
+#else
+    const int lo = U8 ? 0 : -128, top = U8 ? 255 : 127;
+    const int q[4] = {min(max(a, lo), top), min(max(b, lo), top), min(max(c, lo), top),
+                      min(max(d, lo), top)};
+    return __byte_perm(__byte_perm(q[0], q[1], 0x0040), __byte_perm(q[2], q[3], 0x0040),
+                       0x5410);
+#endif
 }
 
 // The bytes of 8 values in an 8-bit format (FP8_E5M2, INT8, INT8_ASYM) of
@@ -148,89 +151,92 @@ template <int FMT, int ROUND>
 __device__ __forceinline__ uint2 codes8(const float *x, kvcal_kvfmt_row r)
 {
     if constexpr (FMT == kE5m2) {
-        uint32_t p[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            p[i] = __nv_cvt_float2_to_fp8x2(make_float2(x[2 * i], x[2 * i + 1]),
-                                            __NV_SATFINITE, __NV_E5M2);
-        return make_uint2(p[0] | p[1] << 16, p[2] | p[3] << 16);
+        return e5m2x8(x);
     } else {
-        int q[8];
+        float y[8];
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            q[j] = FMT == kInt8 ? min(max(f2i<ROUND>(x[j] * r.inv), -128), 127)
-                                : min(max(f2i<ROUND>((x[j] - r.zero) * r.inv), 0), 255);
-        return make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+            y[j] = FMT == kInt8 ? x[j] * r.inv : (x[j] - r.zero) * r.inv;
+        return make_uint2(int8x4<FMT == kAsym, ROUND>(y),
+                          int8x4<FMT == kAsym, ROUND>(y + 4));
     }
 }
 
-// The e2m1 nibbles of y[0..7] (value j at bits 4j..4j+3):
-// kvcal_fp4_e2m1_from_float of each. maybe_nan: some y may be NaN (made 0).
-__device__ __forceinline__ uint32_t e2m1x8(const float *y, bool maybe_nan)
+// prmt.b32 (default mode: a selector nibble with bit 3 set fills its byte
+// with the sign of the byte it picks).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// The sign masks e2m1x8 takes for 4 values (byte j 0xff when value j's sign
+// bit is set, else 0): of the 16-bit values of words u0 (values 0, 1) and u1
+// (2, 3), or of 4 floats.
+__device__ __forceinline__ uint32_t signs4(uint32_t u0, uint32_t u1)
+{
+    return prmt(u0, u1, 0xfdb9);
+}
+
+__device__ __forceinline__ uint32_t signs4(const float *y)
+{
+    return prmt(prmt(__float_as_uint(y[0]), __float_as_uint(y[1]), 0xfbfb),
+                prmt(__float_as_uint(y[2]), __float_as_uint(y[3]), 0xfbfb), 0x5410);
+}
+
+#if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000
+constexpr float kE2m1Scale = 1.0f; // e2m1x8 takes y: the hardware converts it
+#else
+constexpr float kE2m1Scale = 0x1p16f; // e2m1x8 takes y x 2^16 (kvcal_fp4_e2m1_r6)
+#endif
+
+// The e2m1 nibbles of y[0..7] (value j at bits 4j..4j+3), given as ys =
+// y x kE2m1Scale: kvcal_fp4_e2m1_from_float of each. s0, s1: the sign masks
+// (signs4) of values 0-3 and 4-7, which carry the signs of y wherever y is
+// not NaN. maybe_nan: some y may be NaN (its nibble made 0).
+__device__ __forceinline__ uint32_t e2m1x8(const float *ys, uint32_t s0, uint32_t s1,
+                                           bool maybe_nan)
 {
     uint32_t w = 0;
 #if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float a = y[2 * i], b = y[2 * i + 1];
-        if (maybe_nan)
-            a = a == a ? a : 0.0f, b = b == b ? b : 0.0f;
-        unsigned short two;
-        asm("{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, %2, %1; mov.b16 %0, {t, 0}; }"
-            : "=h"(two)
-            : "f"(a), "f"(b));
-        w |= (uint32_t)two << (8 * i);
-    }
+    w = e2m1x8_cvt(ys, maybe_nan);
+    (void)s0, (void)s1;
 #else
+    const uint32_t s[2] = {s0, s1};
+    uint32_t t[2];
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        w |= (kvcal_fp4_e2m1_mag22(y[j]) >> 22 | (__float_as_uint(y[j]) >> 28 & 8u))
-             << (4 * j);
+    for (int h = 0; h < 2; h++) {
+        const float *q = ys + 4 * h;
+        const uint32_t lo = __nv_cvt_float2_to_fp8x2(
+            make_float2(kvcal_fp4_e2m1_r6(q[0]), kvcal_fp4_e2m1_r6(q[1])), __NV_SATFINITE,
+            __NV_E4M3);
+        const uint32_t hi = __nv_cvt_float2_to_fp8x2(
+            make_float2(kvcal_fp4_e2m1_r6(q[2]), kvcal_fp4_e2m1_r6(q[3])), __NV_SATFINITE,
+            __NV_E4M3);
+        // byte j: value j's magnitude code at bits 2-4, its sign at bit 5;
+        // x 68 (x 4 + x 64, no carries) puts the nibbles of values 0 and 1 in
+        // byte 1, of values 2 and 3 in byte 3
+        t[h] = ((lo | hi << 16) | (s[h] & 0x20202020u)) * 68u;
+    }
+    w = __byte_perm(t[0], t[1], 0x7531);
     if (maybe_nan)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (y[j] != y[j])
-                w &= ~(0xfu << (4 * j));
+        w = clear_nan_nibbles(w, ys);
 #endif
     return w;
-}
-
-// e4m3 byte of x (>= 0 here): kvcal_fp8_e4m3_from_float.
-__device__ __forceinline__ uint8_t e4m3(float x)
-{
-    return (uint8_t)__nv_cvt_float2_to_fp8x2(make_float2(x, 0.0f), __NV_SATFINITE,
-                                             __NV_E4M3);
-}
-
-// The value of e4m3 byte q: kvcal_fp8_e4m3_to_float(q), exactly (through
-// fp16; NaN as the reference decodes it).
-__device__ __forceinline__ float e4m3_value(uint32_t q)
-{
-    const __half h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, __NV_E4M3);
-    return (q & 0x7fu) == 0x7fu ? __uint_as_float((q & 0x80u) << 24 | 0x7fc00000u)
-                                : __half2float(h);
-}
-
-// NVFP4 block of finite absmax amax under global scale r.scale: its e4m3
-// scale byte (*s) and the reciprocal of its decode scale (0 when that is
-// 0), as kvcal_kvfmt_nvfp4_block and kvcal_kvfmt_nvfp4_code.
-__device__ __forceinline__ float nvfp4_block(kvcal_kvfmt_row r, float amax, uint8_t *s)
-{
-    *s = e4m3((amax * (1.0f / KVCAL_FP4_E2M1_MAX)) * r.inv);
-    const float d = e4m3_value(*s) * r.scale;
-    return d > 0.0f ? 1.0f / d : 0.0f;
 }
 
 // The nibbles of 8 values x of a block of decode-scale reciprocal inv_d.
 __device__ __forceinline__ uint32_t nvfp4_codes8(const float *x, float inv_d,
                                                  bool maybe_nan)
 {
-    float y[8];
+    float ys[8];
 #pragma unroll
     for (int j = 0; j < 8; j++)
-        y[j] = x[j] * inv_d;
-    // y is NaN where x is, and where x is +-Inf and inv_d 0
-    return e2m1x8(y, maybe_nan);
+        ys[j] = (x[j] * inv_d) * kE2m1Scale; // exact (a power of two), or beyond 6
+    // y is NaN where x is, where x is +-Inf and inv_d 0, and where x is 0
+    // and inv_d +Inf (a subnormal global scale)
+    return e2m1x8(ys, signs4(ys), signs4(ys + 4), maybe_nan);
 }
 
 // --- values -------------------------------------------------------------------------
@@ -297,41 +303,6 @@ __device__ __forceinline__ float group_min(float v, int group)
     return v;
 }
 
-// The static parameters of head h's rows of kv.
-__device__ __forceinline__ kvcal_kvfmt_row static_row(const FmtArgs &a, int kv, int h)
-{
-    const int i = h * a.step;
-    return kvcal_kvfmt_row_make(a.scales[kv][i], a.zeros[kv] ? a.zeros[kv][i] : 0.0f);
-}
-
-// The finite min (*mn) and max (*mx) of 8 values (+Inf / -Inf when none).
-// fminf and fmaxf drop NaN; an infinity is dropped only when one was seen.
-__device__ __forceinline__ void finite_min_max8(const float *x, float *mn, float *mx)
-{
-    float lo = INFINITY, hi = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
-    if (lo == -INFINITY || hi == INFINITY) {
-        lo = INFINITY, hi = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (kvcal_kv_finite_abs(x[j]) == fabsf(x[j]))
-                lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
-    }
-    *mn = lo, *mx = hi;
-}
-
-// Records the parameters of a written row when the caches keep them.
-__device__ __forceinline__ void record(const FmtArgs &a, int kv, int64_t si,
-                                       kvcal_kvfmt_row r)
-{
-    if (a.scale_cache[kv])
-        a.scale_cache[kv][si] = r.scale;
-    if (a.zero_cache[kv])
-        a.zero_cache[kv][si] = r.zero;
-}
-
 // The parameters of a dequantized row: static, or kept beside the cache.
 template <int FMT>
 __device__ __forceinline__ kvcal_kvfmt_row dequant_row(const FmtArgs &a, int kv, int h,
@@ -343,17 +314,6 @@ __device__ __forceinline__ kvcal_kvfmt_row dequant_row(const FmtArgs &a, int kv,
         return static_row(a, kv, h);
     return kvcal_kvfmt_row_make(a.scale_cache[kv][si],
                                 a.zero_cache[kv] ? a.zero_cache[kv][si] : 0.0f);
-}
-
-// The NVFP4 scale byte offset of (block, off, head), block scale s of kv,
-// in a geometry g of head_dim D (a constant here: its divisions are shifts).
-template <int D>
-__device__ __forceinline__ int64_t nvfp4_scale_at(kvcal_kv_geom g, int64_t block,
-                                                  int64_t off, int head, int s, int kv)
-{
-    g.head_dim = D;
-    g.row_bytes = D / 2;
-    return kvcal_kvfmt_nvfp4_scale_at(g, block, off, head, s, kv);
 }
 
 // --- generic kernels ------------------------------------------------------------------
@@ -547,123 +507,338 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
         }
     }
 }
-
 // --- fast kernels ---------------------------------------------------------------------
 
-// kFastRows rows from row `first` of a quantization into FMT (rounding
-// ROUND) of 16-bit K/V with head_dim D: each lane converts 8 values of each
-// row (one 16-byte word of K and of V); the loads of every row are issued
-// first, the parameters of all rows reduced together, then the stores.
-// Rows past the batch load zeros and are skipped; every lane of the warp
-// takes part in the shuffles. 32-bit offsets inside a cache block (the
+template <typename T> constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+
+// The 16-bit pattern of +Inf in T (bf16 or f16): magnitudes at or above it
+// are not finite.
+template <typename T> constexpr uint32_t kInf16 = kBf16<T> ? 0x7f80u : 0x7c00u;
+
+// Two values of T in a word (bf16x2 or half2).
+template <typename T>
+using Pair = typename std::conditional<kBf16<T>, __nv_bfloat162, __half2>::type;
+
+// The value of T whose bits are the low 16 of h.
+template <typename T> __device__ __forceinline__ float value16(uint32_t h)
+{
+    if constexpr (kBf16<T>)
+        return __uint_as_float(h << 16);
+    else
+        return __half2float(__ushort_as_half((unsigned short)h));
+}
+
+// The bits of x rounded to T (exact for a value of T or an infinity).
+template <typename T> __device__ __forceinline__ uint32_t bits16(float x)
+{
+    if constexpr (kBf16<T>)
+        return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    else
+        return __half_as_ushort(__float2half_rn(x));
+}
+
+// Pairwise min and max of two words of T pairs; NaN dropped (the other
+// value kept), as fminf and fmaxf.
+template <typename T> __device__ __forceinline__ uint32_t pmin(uint32_t a, uint32_t b)
+{
+    const Pair<T> m = __hmin2(*reinterpret_cast<const Pair<T> *>(&a),
+                              *reinterpret_cast<const Pair<T> *>(&b));
+    return *reinterpret_cast<const uint32_t *>(&m);
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pmax(uint32_t a, uint32_t b)
+{
+    const Pair<T> m = __hmax2(*reinterpret_cast<const Pair<T> *>(&a),
+                              *reinterpret_cast<const Pair<T> *>(&b));
+    return *reinterpret_cast<const uint32_t *>(&m);
+}
+
+// The 4 N words (16-bit pairs) of N 16-byte words.
+template <int N> __device__ __forceinline__ void words(const uint4 *w, uint32_t *u)
+{
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+        u[4 * c] = w[c].x;
+        u[4 * c + 1] = w[c].y;
+        u[4 * c + 2] = w[c].z;
+        u[4 * c + 3] = w[c].w;
+    }
+}
+
+// The largest magnitude of the 8 N values of w as a 16-bit pattern of T
+// (non-negative bf16 and f16 values order as their bits): >= kInf16 when
+// one of them is NaN or +-Inf, unless FINITE, which drops those
+// (kvcal_kv_finite_abs: the finite absmax, 0 when none).
+template <typename T, bool FINITE, int N>
+__device__ __forceinline__ uint32_t mag16(const uint4 *w)
+{
+    uint32_t u[4 * N];
+    words<N>(w, u);
+    if constexpr (FINITE) {
+        uint32_t m = 0;
+#pragma unroll
+        for (int i = 0; i < 8 * N; i++) {
+            const uint32_t v = u[i / 2] >> (16 * (i % 2)) & 0x7fffu;
+            m = v < kInf16<T> ? max(m, v) : m;
+        }
+        return m;
+    } else {
+        constexpr uint32_t k = 0x7fff7fffu; // 16-bit maxima, three words an instruction
+        uint32_t m = u[0] & k;
+#pragma unroll
+        for (int i = 1; i + 1 < 4 * N; i += 2)
+            m = __vmaxu2(__vmaxu2(m, u[i] & k), u[i + 1] & k);
+        m = __vmaxu2(m, u[4 * N - 1] & k);
+        return max(m & 0xffffu, m >> 16);
+    }
+}
+
+// The finite min (*mn) and max (*mx) of the 8 N values of w as 16-bit
+// patterns of T (+Inf / -Inf when none is finite): pairwise min / max
+// seeded with the identities (NaN dropped), the finite values alone
+// (finite_min_max8) when an infinity came out.
+template <typename T, int N>
+__device__ __forceinline__ void min_max16(const uint4 *w, uint32_t *mn, uint32_t *mx)
+{
+    uint32_t u[4 * N];
+    words<N>(w, u);
+    constexpr uint32_t inf = kInf16<T> * 0x10001u, ninf = inf | 0x80008000u;
+    uint32_t lo = inf, hi = ninf;
+#pragma unroll
+    for (int i = 0; i < 4 * N; i += 2) {
+        lo = pmin<T>(pmin<T>(lo, u[i]), u[i + 1]);
+        hi = pmax<T>(pmax<T>(hi, u[i]), u[i + 1]);
+    }
+    lo = pmin<T>(lo, lo >> 16) & 0xffffu, hi = pmax<T>(hi, hi >> 16) & 0xffffu;
+    // an infinity among them: the finite values alone
+    if (lo == (kInf16<T> | 0x8000u) || hi == kInf16<T>) {
+        float l = INFINITY, h = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < N; c++) {
+            float x[8], l1, h1;
+            unpack8<T>(w[c], x);
+            finite_min_max8(x, &l1, &h1);
+            l = fminf(l, l1), h = fmaxf(h, h1);
+        }
+        lo = bits16<T>(l), hi = bits16<T>(h);
+    }
+    *mn = lo, *mx = hi;
+}
+
+// Where the fast quantization takes its parameters from: static ones
+// loaded with each row (int8 formats, NVFP4 per head), computed from each
+// row (the dynamic int8 formats), or NVFP4's one global scale per tensor,
+// whose 128 reciprocal decode scales (one a block scale byte, for K and
+// for V) each block of threads computes once, while its loads are in
+// flight.
+constexpr int kPerRow = 0, kDynamic = 1, kPerTensor = 2;
+
+// Chunks of 8 values a lane, of K and of V (fast quantization).
+constexpr int kQuantChunks = 4;
+
+// Quantization of one row into FMT (rounding ROUND, parameters PAR) of
+// 16-bit K/V with head_dim D (v3, bench/NOTES.md). D / 32 lanes a row: lane
+// l holds chunks l + j D / 32 (j < 4, 8 values each) of the row's K and V,
+// loaded, with the slot and static parameters, before any conversion; then
+// every lane takes part in the row's shuffles (int8: the absmax of K and V
+// as one word of two 16-bit maxima; int8-asym: their min and max as two
+// words; NVFP4: the exchange of half-blocks), and the row is converted and
+// stored. NVFP4: even lanes quantize K, odd lanes V, each loading its own
+// tensor first, so that after one exchange with lane l ^ 1 a lane holds
+// both halves of blocks l / 2 + j D / 64 of its tensor. Rows past the batch
+// load zeros and are skipped. 32-bit offsets inside a cache block (the
 // host checks they fit).
-template <typename T, int D, int FMT, int ROUND>
+template <typename T, int D, int FMT, int ROUND, int PAR>
 __global__ void __launch_bounds__(kFastThreads) fmt_quantize_fast_kernel(FmtArgs a)
 {
-    constexpr int kLanes = D / 8;
+    constexpr int kL = D / (8 * kQuantChunks); // lanes a row
     constexpr int kRowBytes = FMT == kNvfp4 ? D / 2 : D;
-    constexpr int kLaneBytes = kRowBytes / kLanes;
-    const int lane = threadIdx.x & (kLanes - 1);
+    constexpr int kS = D / KVCAL_KV_NVFP4_BLOCK; // NVFP4 block scales a row
+    constexpr bool kRowParams = FMT != kE5m2 && PAR == kPerRow;
+    constexpr bool kTable = FMT == kNvfp4 && PAR == kPerTensor;
+    static_assert(kFastThreads == 128, "one thread a block scale byte of the table");
+    __shared__ float inv_tab[kTable ? 2 : 1][kTable ? 128 : 1];
+    const int lane = threadIdx.x & (kL - 1);
+    const int own = FMT == kNvfp4 ? lane & 1 : 0; // NVFP4: the lane's tensor
     const uint32_t H = (uint32_t)a.g.num_kv_heads;
-    const uint32_t rows = (uint32_t)(a.num_tokens * H);
-    const uint32_t first =
-        (blockIdx.x * (kFastThreads / kLanes) + threadIdx.x / kLanes) * kFastRows;
-    uint4 w[2][kFastRows];
-    int64_t slot[kFastRows];
-    uint32_t head[kFastRows];
+    const uint32_t row = blockIdx.x * (kFastThreads / kL) + threadIdx.x / kL;
+    uint4 w[2][kQuantChunks]; // tensor (lane order: own first), chunk
+    int64_t slot = -1;
+    uint32_t head = 0;
+    float ps[2] = {1.0f, 1.0f}, pz[2] = {0.0f, 0.0f}; // static scales and zero points
 #pragma unroll
-    for (int i = 0; i < kFastRows; i++) {
-        const uint32_t row = first + i;
-        w[0][i] = w[1][i] = make_uint4(0, 0, 0, 0);
-        slot[i] = -1, head[i] = 0;
-        if (row < rows) {
-            const uint32_t t = kvcal_kv_fastdiv_div(a.heads_div, row);
-            head[i] = row - t * H;
+    for (int s = 0; s < 2; s++)
 #pragma unroll
-            for (int kv = 0; kv < 2; kv++)
-                w[kv][i] = *reinterpret_cast<const uint4 *>(
-                    static_cast<const T *>(a.src[kv]) + t * a.ts[kv] +
-                    head[i] * a.hs[kv] + lane * 8);
-            slot[i] = __ldg(a.slots + t);
+        for (int c = 0; c < kQuantChunks; c++)
+            w[s][c] = make_uint4(0, 0, 0, 0);
+    if (row < (uint32_t)(a.num_tokens * H)) {
+        const uint32_t t = kvcal_kv_fastdiv_div(a.heads_div, row);
+        head = row - t * H;
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const int kv = s ^ own;
+            const T *p = static_cast<const T *>(a.src[kv]) + t * a.ts[kv] +
+                         head * a.hs[kv] + lane * 8;
+#pragma unroll
+            for (int c = 0; c < kQuantChunks; c++)
+                w[s][c] = *reinterpret_cast<const uint4 *>(p + c * (8 * kL));
+        }
+        slot = __ldg(a.slots + t);
+        if constexpr (kRowParams)
+#pragma unroll
+            for (int s = 0; s < (FMT == kNvfp4 ? 1 : 2); s++) {
+                const int kv = s ^ own, idx = (int)head * a.step;
+                ps[s] = __ldg(a.scales[kv] + idx);
+                if constexpr (FMT == kAsym)
+                    pz[s] = __ldg(a.zeros[kv] + idx);
+            }
+    }
+    kvcal_kvfmt_row rg = {1.0f, 0.0f, 1.0f}; // NVFP4 per tensor: the lane's global scale
+    if constexpr (kTable) {
+        const uint32_t q = threadIdx.x; // K's and V's entries of byte q
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+            const float d = e4m3_value(q) * __ldg(a.scales[kv]);
+            inv_tab[kv][q] = d > 0.0f ? 1.0f / d : 0.0f;
+        }
+        rg = kvcal_kvfmt_row_make(__ldg(a.scales[own]), 0.0f);
+        __syncthreads();
+    }
+    // int8 dynamic: red[0] = the row's finite absmax of K (low half) and V
+    // (high half); int8-asym dynamic: red[0] their finite min, red[1] their
+    // finite max (16-bit patterns of T)
+    uint32_t red[2] = {0, 0};
+    if constexpr (FMT == kInt8 && PAR == kDynamic) {
+        uint32_t mk = mag16<T, false, kQuantChunks>(w[0]),
+                 mv = mag16<T, false, kQuantChunks>(w[1]);
+        if (max(mk, mv) >= kInf16<T>) { // a NaN or an infinity: drop them
+            mk = mag16<T, true, kQuantChunks>(w[0]);
+            mv = mag16<T, true, kQuantChunks>(w[1]);
+        }
+        red[0] = mk | mv << 16;
+#pragma unroll
+        for (int off = kL / 2; off > 0; off >>= 1)
+            red[0] = __vmaxu2(red[0], __shfl_xor_sync(0xffffffffu, red[0], off, kL));
+    } else if constexpr (FMT == kAsym && PAR == kDynamic) {
+        uint32_t lk, hk, lv, hv;
+        min_max16<T, kQuantChunks>(w[0], &lk, &hk);
+        min_max16<T, kQuantChunks>(w[1], &lv, &hv);
+        red[0] = lk | lv << 16, red[1] = hk | hv << 16;
+#pragma unroll
+        for (int off = kL / 2; off > 0; off >>= 1) {
+            red[0] = pmin<T>(red[0], __shfl_xor_sync(0xffffffffu, red[0], off, kL));
+            red[1] = pmax<T>(red[1], __shfl_xor_sync(0xffffffffu, red[1], off, kL));
+        }
+    } else if constexpr (FMT == kNvfp4) { // the other tensor's chunks to lane ^ 1
+#pragma unroll
+        for (int c = 0; c < kQuantChunks; c++) {
+            uint4 &o = w[1][c];
+            o.x = __shfl_xor_sync(0xffffffffu, o.x, 1);
+            o.y = __shfl_xor_sync(0xffffffffu, o.y, 1);
+            o.z = __shfl_xor_sync(0xffffffffu, o.z, 1);
+            o.w = __shfl_xor_sync(0xffffffffu, o.w, 1);
         }
     }
-    // What the rows' parameters need of every lane: INT8 dynamic the row's
-    // finite absmax, NVFP4 its block's (lanes l and l ^ 1), INT8_ASYM dynamic
-    // the row's finite min (m) and max (m2)
-    const bool dyn = (FMT == kInt8 || FMT == kAsym) && !a.scales[0];
-    float m[2][kFastRows], m2[2][kFastRows];
-    bool bad[2][kFastRows]; // NVFP4: a NaN or Inf among the lane's values
-    if (FMT == kNvfp4 || (FMT == kInt8 && dyn)) {
+    if (!(slot >= 0 && slot < a.g.capacity))
+        return;
+    const uint32_t s = (uint32_t)slot; // < 2^31 (host check)
+    const uint32_t bs = (uint32_t)a.g.block_size;
+    const uint32_t block = kvcal_kv_fastdiv_div(a.bs_div, s);
+    const uint32_t off = s - block * bs;
+    const bool nhd = a.g.layout == KVCAL_CACHE_NHD;
+    const uint32_t in_block = nhd ? off * H + head : head * bs + off;
+    const int64_t base = (int64_t)block * a.g.block_stride;
+    const int64_t at = base + (int64_t)(in_block * kRowBytes);
+    if constexpr (FMT == kNvfp4) {
+        const kvcal_kvfmt_row r = kTable ? rg : kvcal_kvfmt_row_make(ps[0], 0.0f);
+        uint8_t *cache = a.cache[own];
+        // the lane's block scales, of blocks b0 + c D / 64, lie at sc0 + c
+        // dsc in the cache block (K's a row apart; V's swizzled a row of the
+        // scale region apart: linear in c either way)
+        const int b0 = lane / 2;
+        int sc[2];
 #pragma unroll
-        for (int i = 0; i < kFastRows; i++)
+        for (int k = 0; k < 2; k++) {
+            int tk, sk, tv, sv; // K's place and V's, chosen without a branch
+            kvcal_kvfmt_nvfp4_swizzle((int)bs, kS, (int)off, b0 + k * (kL / 2), 0, &tk,
+                                      &sk);
+            kvcal_kvfmt_nvfp4_swizzle((int)bs, kS, (int)off, b0 + k * (kL / 2), 1, &tv,
+                                      &sv);
+            const uint32_t st = own ? tv : tk, ss = own ? sv : sk;
+            sc[k] = (int)((nhd ? st * H + head : head * bs + st) * kS + ss);
+        }
+        const int64_t sc0 = base + (int64_t)(bs * H * (D / 2) + sc[0]);
+        const int dsc = sc[1] - sc[0];
 #pragma unroll
-            for (int kv = 0; kv < 2; kv++)
-                m[kv][i] = absmax8<T>(w[kv][i], &bad[kv][i]);
-#pragma unroll
-        for (int off = FMT == kNvfp4 ? 1 : kLanes / 2; off > 0; off >>= 1)
-#pragma unroll
-            for (int i = 0; i < kFastRows; i++)
-#pragma unroll
-                for (int kv = 0; kv < 2; kv++)
-                    m[kv][i] = fmaxf(m[kv][i],
-                                     __shfl_xor_sync(0xffffffffu, m[kv][i], off, kLanes));
-    } else if (FMT == kAsym && dyn) {
-#pragma unroll
-        for (int i = 0; i < kFastRows; i++)
-#pragma unroll
-            for (int kv = 0; kv < 2; kv++) {
-                float x[8];
-                unpack8<T>(w[kv][i], x);
-                finite_min_max8(x, &m[kv][i], &m2[kv][i]);
+        for (int c = 0; c < kQuantChunks; c++) {
+            const uint4 q[2] = {w[0][c], w[1][c]}; // own chunk, lane ^ 1's
+            const int b = b0 + c * (kL / 2);       // the block
+            uint32_t m16 = mag16<T, false, 2>(q);
+            const bool nonfinite = m16 >= kInf16<T>;
+            if (nonfinite)
+                m16 = mag16<T, true, 2>(q);
+            uint8_t sb;
+            float inv_d;
+            if constexpr (kTable) {
+                sb = e4m3((value16<T>(m16) * (1.0f / KVCAL_FP4_E2M1_MAX)) * r.inv);
+                inv_d = inv_tab[own][sb];
+            } else {
+                inv_d = nvfp4_block(r, value16<T>(m16), &sb);
             }
+            // x * (inv_d x kE2m1Scale) is e2m1x8's input while that product
+            // is finite (kvcal_fp4_e2m1_r6); NaN products (x NaN, x +-Inf with
+            // inv_d 0) and larger inv_d (x 0 with inv_d +Inf among them) take
+            // the division's way
+            const float inv_s = inv_d * kE2m1Scale;
+            const bool slow = nonfinite || !(inv_d < 0x1p112f);
+            uint32_t code[2];
 #pragma unroll
-        for (int off = kLanes / 2; off > 0; off >>= 1)
+            for (int k = 0; k < 2; k++) {
+                float x[8], ys[8];
+                unpack8<T>(q[k], x);
+                if (!slow) {
 #pragma unroll
-            for (int i = 0; i < kFastRows; i++)
-#pragma unroll
-                for (int kv = 0; kv < 2; kv++) {
-                    m[kv][i] = fminf(m[kv][i],
-                                     __shfl_xor_sync(0xffffffffu, m[kv][i], off, kLanes));
-                    m2[kv][i] = fmaxf(
-                        m2[kv][i], __shfl_xor_sync(0xffffffffu, m2[kv][i], off, kLanes));
+                    for (int j = 0; j < 8; j++)
+                        ys[j] = x[j] * inv_s;
+                    code[k] =
+                        e2m1x8(ys, signs4(q[k].x, q[k].y), signs4(q[k].z, q[k].w), false);
+                } else {
+                    code[k] = nvfp4_codes8(x, inv_d, true);
                 }
-    }
-#pragma unroll
-    for (int i = 0; i < kFastRows; i++) {
-        if (!(slot[i] >= 0 && slot[i] < a.g.capacity))
-            continue;
-        const uint32_t s = (uint32_t)slot[i]; // < 2^31 (host check)
-        const uint32_t block = kvcal_kv_fastdiv_div(a.bs_div, s);
-        const uint32_t off = s - block * (uint32_t)a.g.block_size;
-        const uint32_t in_block = a.g.layout == KVCAL_CACHE_NHD
-                                      ? off * H + head[i]
-                                      : head[i] * (uint32_t)a.g.block_size + off;
-        const int64_t at = (int64_t)block * a.g.block_stride +
-                           (int64_t)(in_block * kRowBytes + lane * kLaneBytes);
+            }
+            // even lanes hold the block's first half, odd lanes its second
+            *reinterpret_cast<uint2 *>(cache + at + b * 8) =
+                own ? make_uint2(code[1], code[0]) : make_uint2(code[0], code[1]);
+            cache[sc0 + c * dsc] = sb;
+        }
+    } else {
+        // the index of (slot, head) in the per (token, head) arrays
+        const int64_t si =
+            nhd ? (int64_t)s * H + head : ((int64_t)block * H + head) * bs + off;
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
             kvcal_kvfmt_row r = {1.0f, 0.0f, 1.0f};
-            if (FMT == kInt8 && dyn)
-                r = kvcal_kvfmt_row_make(kvcal_kvfmt_int8_scale_dmul(m[kv][i]), 0.0f);
-            else if (FMT == kAsym && dyn)
-                r = kvcal_kvfmt_asym_row_dmul(m[kv][i], m2[kv][i]);
-            else if (FMT != kE5m2)
-                r = static_row(a, kv, (int)head[i]);
-            float x[8];
-            unpack8<T>(w[kv][i], x);
-            if constexpr (FMT == kNvfp4) {
-                uint8_t sb;
-                const float inv_d = nvfp4_block(r, m[kv][i], &sb);
-                *reinterpret_cast<uint32_t *>(a.cache[kv] + at) =
-                    nvfp4_codes8(x, inv_d, bad[kv][i]);
-                if ((lane & 1) == 0)
-                    a.cache[kv][nvfp4_scale_at<D>(a.g, block, off, (int)head[i], lane / 2,
-                                                  kv)] = sb;
-            } else {
-                *reinterpret_cast<uint2 *>(a.cache[kv] + at) = codes8<FMT, ROUND>(x, r);
+            if constexpr (FMT == kInt8 && PAR == kDynamic)
+                r = kvcal_kvfmt_row_make(kvcal_kvfmt_int8_scale_dmul(
+                                             value16<T>(red[0] >> (16 * kv) & 0xffffu)),
+                                         0.0f);
+            else if constexpr (FMT == kAsym && PAR == kDynamic)
+                r = kvcal_kvfmt_asym_row_dmul(value16<T>(red[0] >> (16 * kv) & 0xffffu),
+                                              value16<T>(red[1] >> (16 * kv) & 0xffffu));
+            else if constexpr (kRowParams)
+                r = kvcal_kvfmt_row_make(ps[kv], pz[kv]);
+#pragma unroll
+            for (int c = 0; c < kQuantChunks; c++) {
+                float x[8];
+                unpack8<T>(w[kv][c], x);
+                *reinterpret_cast<uint2 *>(a.cache[kv] + at + (c * kL + lane) * 8) =
+                    codes8<FMT, ROUND>(x, r);
             }
-            if (FMT != kE5m2 && lane == 0)
-                record(a, kv, kvcal_kv_scale_index_at(a.g, block, off, (int)head[i]), r);
+            if (PAR == kDynamic && lane == kv) { // lane 0 records K's, lane 1 V's
+                a.scale_cache[kv][si] = r.scale;
+                if constexpr (FMT == kAsym)
+                    a.zero_cache[kv][si] = r.zero;
+            }
         }
     }
 }
@@ -799,83 +974,7 @@ __global__ void fmt_encode_kernel(int format, int rounding, const float *x, uint
         if (i + j < n)
             out[i + j] = (uint8_t)((j < 4 ? b.x : b.y) >> (8 * (j & 3)));
 }
-
 // --- host side ------------------------------------------------------------------------
-
-bool aligned(const void *p, int64_t bytes)
-{
-    return ((uintptr_t)p % (uintptr_t)bytes) == 0;
-}
-
-int elem_bytes(kvcal_dtype d)
-{
-    return d == KVCAL_DTYPE_F32 ? 4 : 2;
-}
-
-FmtArgs make_args(const kvcal_kv_batch *b, const kvcal_kv_cache *c,
-                  const kvcal_kv_qparams *p, kvcal_kv_geom g)
-{
-    FmtArgs a = {};
-    a.src[0] = b->k, a.src[1] = b->v;
-    a.ts[0] = b->k_token_stride, a.ts[1] = b->v_token_stride;
-    a.hs[0] = b->k_head_stride, a.hs[1] = b->v_head_stride;
-    a.slots = b->slot_mapping;
-    a.num_tokens = b->num_tokens;
-    a.g = g;
-    a.heads_div = kvcal_kv_fastdiv_make((uint32_t)g.num_kv_heads);
-    a.bs_div = kvcal_kv_fastdiv_make((uint32_t)g.block_size);
-    a.cache[0] = c->k, a.cache[1] = c->v;
-    a.scale_cache[0] = c->k_scale, a.scale_cache[1] = c->v_scale;
-    a.zero_cache[0] = p->k_zero_cache, a.zero_cache[1] = p->v_zero_cache;
-    a.scales[0] = p->k_scale, a.scales[1] = p->v_scale;
-    a.zeros[0] = p->k_zero, a.zeros[1] = p->v_zero;
-    a.step = p->granularity == KVCAL_GRANULARITY_HEAD;
-    a.rounding = (int)p->rounding;
-    a.nchunks = (g.head_dim + kChunk - 1) / kChunk;
-    a.group = 1;
-    while (a.group < 32 && a.group < a.nchunks)
-        a.group <<= 1;
-    a.per_lane = (a.nchunks + a.group - 1) / a.group;
-    return a;
-}
-
-// 1 when the caches take word stores: `word` bytes at every chunk (8 bytes,
-// NVFP4's 4) of every row.
-bool cache_aligned(const FmtArgs &a, int format, int64_t word)
-{
-    const int64_t chunk = format == kNvfp4 ? 4 : kChunk;
-    return a.g.head_dim % kChunk == 0 && a.g.row_bytes % chunk == 0 &&
-           a.g.block_stride % word == 0 && aligned(a.cache[0], word) &&
-           aligned(a.cache[1], word);
-}
-
-// 1 when K and V rows take 16-byte loads.
-bool input_aligned(const FmtArgs &a, kvcal_dtype dtype)
-{
-    const int64_t v = 16 / elem_bytes(dtype);
-    bool ok = true;
-    for (int kv = 0; kv < 2; kv++)
-        ok = ok && aligned(a.src[kv], 16) && a.ts[kv] % v == 0 && a.hs[kv] % v == 0;
-    return ok;
-}
-
-// Whether the fast kernels take a call: head_dim 64, 128 or 256, a batch
-// of at least KVCAL_KV_FAST_MIN_TOKENS tokens, caches aligned to 8 bytes,
-// 32-bit rows, slots and block offsets.
-bool fast_shape(const FmtArgs &a, int format)
-{
-    const int d = a.g.head_dim;
-    const int64_t lim = 0x7fffffffLL;
-    return (d == 64 || d == 128 || d == 256) &&
-           a.num_tokens >= KVCAL_KV_FAST_MIN_TOKENS && cache_aligned(a, format, 8) &&
-           a.num_tokens <= lim / a.g.num_kv_heads && a.g.capacity <= lim &&
-           (int64_t)a.g.block_size * a.g.num_kv_heads * d <= lim;
-}
-
-bool quantize_fast(const FmtArgs &a, kvcal_dtype dtype, int format)
-{
-    return dtype != KVCAL_DTYPE_F32 && fast_shape(a, format) && input_aligned(a, dtype);
-}
 
 bool dequantize_fast(const FmtArgs &a, int format)
 {
@@ -887,15 +986,6 @@ unsigned grid_of(const FmtArgs &a)
     int64_t rows = a.num_tokens * a.g.num_kv_heads;
     int64_t per_block = kThreads / a.group;
     return (unsigned)((rows + per_block - 1) / per_block);
-}
-
-// Blocks of the fast kernels: one group of kFastRows rows per D / lanes_per
-// of kFastThreads threads.
-unsigned fast_grid(const FmtArgs &a, int lanes)
-{
-    const int64_t groups = (a.num_tokens * a.g.num_kv_heads + kFastRows - 1) / kFastRows;
-    const int64_t per_block = kFastThreads / lanes;
-    return (unsigned)((groups + per_block - 1) / per_block);
 }
 
 // Calls f.run<T, FMT>() for the element type T of `dtype` (the inputs of a
@@ -931,28 +1021,38 @@ struct QuantLaunch {
     bool fast;
     cudaStream_t s;
 
-    template <typename T, int FMT, int ROUND> void fast_d() const
+    template <typename T, int FMT, int ROUND, int PAR> void fast_d() const
     {
         const int d = a.g.head_dim;
         if (d == 64)
-            fmt_quantize_fast_kernel<T, 64, FMT, ROUND>
-                <<<fast_grid(a, 64 / 8), kFastThreads, 0, s>>>(a);
+            fmt_quantize_fast_kernel<T, 64, FMT, ROUND, PAR>
+                <<<fast_grid(a, 64 / 32, 1), kFastThreads, 0, s>>>(a);
         else if (d == 128)
-            fmt_quantize_fast_kernel<T, 128, FMT, ROUND>
-                <<<fast_grid(a, 128 / 8), kFastThreads, 0, s>>>(a);
+            fmt_quantize_fast_kernel<T, 128, FMT, ROUND, PAR>
+                <<<fast_grid(a, 128 / 32, 1), kFastThreads, 0, s>>>(a);
         else
-            fmt_quantize_fast_kernel<T, 256, FMT, ROUND>
-                <<<fast_grid(a, 256 / 8), kFastThreads, 0, s>>>(a);
+            fmt_quantize_fast_kernel<T, 256, FMT, ROUND, PAR>
+                <<<fast_grid(a, 256 / 32, 1), kFastThreads, 0, s>>>(a);
     }
 
     template <typename T, int FMT> kvcal_status run() const
     {
         if constexpr (sizeof(T) == 2) {
             if (fast) {
-                if ((FMT == kInt8 || FMT == kAsym) && a.rounding == kRz)
-                    fast_d<T, FMT, (FMT == kInt8 || FMT == kAsym) ? kRz : kRne>();
-                else
-                    fast_d<T, FMT, kRne>();
+                if constexpr (FMT == kInt8 || FMT == kAsym) {
+                    const bool dyn = !a.scales[0];
+                    if (a.rounding == kRz)
+                        dyn ? fast_d<T, FMT, kRz, kDynamic>()
+                            : fast_d<T, FMT, kRz, kPerRow>();
+                    else
+                        dyn ? fast_d<T, FMT, kRne, kDynamic>()
+                            : fast_d<T, FMT, kRne, kPerRow>();
+                } else if constexpr (FMT == kNvfp4) {
+                    a.step ? fast_d<T, FMT, kRne, kPerRow>()
+                           : fast_d<T, FMT, kRne, kPerTensor>();
+                } else {
+                    fast_d<T, FMT, kRne, kPerRow>();
+                }
                 CUDA_TRY(cudaGetLastError());
                 return KVCAL_OK;
             }
@@ -978,38 +1078,17 @@ struct DequantLaunch {
             fmt_dequantize_kernel<TOut, FMT><<<grid_of(a), kThreads, 0, s>>>(a);
         else if (d == 64)
             fmt_dequantize_fast_kernel<TOut, 64, FMT>
-                <<<fast_grid(a, 64 / 16), kFastThreads, 0, s>>>(a);
+                <<<fast_grid(a, 64 / 16, kFastRows), kFastThreads, 0, s>>>(a);
         else if (d == 128)
             fmt_dequantize_fast_kernel<TOut, 128, FMT>
-                <<<fast_grid(a, 128 / 16), kFastThreads, 0, s>>>(a);
+                <<<fast_grid(a, 128 / 16, kFastRows), kFastThreads, 0, s>>>(a);
         else
             fmt_dequantize_fast_kernel<TOut, 256, FMT>
-                <<<fast_grid(a, 256 / 16), kFastThreads, 0, s>>>(a);
+                <<<fast_grid(a, 256 / 16, kFastRows), kFastThreads, 0, s>>>(a);
         CUDA_TRY(cudaGetLastError());
         return KVCAL_OK;
     }
 };
-
-bool is_e4m3(const kvcal_kv_qparams *p)
-{
-    return p && p->format == KVCAL_KV_FORMAT_FP8_E4M3 && !p->k_zero_cache &&
-           !p->v_zero_cache;
-}
-
-// The arguments of a quantization (checked), or why not.
-kvcal_status quantize_args(const char *fn, const kvcal_kv_batch *batch,
-                           const kvcal_kv_cache *cache, const kvcal_kv_qparams *params,
-                           FmtArgs *a)
-{
-    kvcal_kv_geom g;
-    kvcal_status st = kvcal_kvfmt_check(fn, batch, cache, params, 1, &g);
-    if (st != KVCAL_OK)
-        return st;
-    *a = make_args(batch, cache, params, g);
-    a->vec = cache_aligned(*a, params->format, params->format == kNvfp4 ? 4 : 8) &&
-             input_aligned(*a, batch->dtype);
-    return KVCAL_OK;
-}
 
 // The arguments of a dequantization (checked), or why not.
 kvcal_status dequantize_args(const char *fn, const kvcal_kv_batch *batch,
