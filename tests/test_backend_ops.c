@@ -1639,10 +1639,11 @@ static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
 #define MOE_SHOW 6 /* values printed per failed check */
 
 /* The kernels' tiles, for the messages: version 0 (moe.cu) 128 x 128, k in
- * steps of 32; version 1 (moe_wgmma.cu) 128 rows x 128 SwiGLU outputs (256
- * gate/up rows) or 256 down outputs, k in blocks of 64. */
-static const int moe_act_tile[] = {128, 128}, moe_out_tile[] = {128, 256},
-                 moe_k_tile[] = {32, 64};
+ * steps of 32; version 1 (moe_wgmma.cu) 128 rows x 256 stored outputs (down;
+ * gate/up on gpt-oss's rows) or 128 SwiGLU outputs (from 256 gate/up rows),
+ * k in blocks of 64. */
+#define MOE_SWIGLU_TILE 128
+static const int moe_out_tile[] = {128, 256}, moe_k_tile[] = {32, 64};
 
 typedef struct moe_cpu {
     float *x;             /* (rows, k) */
@@ -1934,6 +1935,22 @@ static void moe_ntile(char *buf, size_t len, int col, int n, int width)
              j == of - 1 && n % width ? " (partial)" : "");
 }
 
+/* The gate/up output tiles act channel q comes from on version v: the
+ * fused SwiGLU's tile, or those of gate's column q and up's n + q among the
+ * 2 n stored. */
+static void moe_gu_tile(char *buf, size_t len, const op_row *r, int v, int q)
+{
+    char gate[64], up[64];
+    if (v == 1 && !r->oai) {
+        moe_ntile(gate, sizeof gate, q, r->n, MOE_SWIGLU_TILE);
+        snprintf(buf, len, "gate/up %s", gate);
+        return;
+    }
+    moe_ntile(gate, sizeof gate, q, 2 * r->n, moe_out_tile[v]);
+    moe_ntile(up, sizeof up, r->n + q, 2 * r->n, moe_out_tile[v]);
+    snprintf(buf, len, "gate %s, up %s", gate, up);
+}
+
 /* ", WMMA path <value i>" where the WMMA path ran beside the Hopper one */
 static void moe_wmma_value(char *buf, size_t len, const float *wmma, int64_t i)
 {
@@ -1967,12 +1984,12 @@ static int64_t moe_act_check(const moe_got *g, float *dact, int64_t *differ)
                 }
                 if (++far > MOE_SHOW)
                     continue;
-                char where[160], nt[64], other[48];
+                char where[160], nt[160], other[48];
                 moe_where(where, sizeof where, g, s);
-                moe_ntile(nt, sizeof nt, q, I, moe_act_tile[v]);
+                moe_gu_tile(nt, sizeof nt, r, v, q);
                 moe_wmma_value(other, sizeof other, g->wmma_act, (int64_t)s * I + q);
                 printf("\n    %s: act off: token %d choice %d channel %d: got %.6g, ref "
-                       "%.6g%s; %s; gate/up %s",
+                       "%.6g%s; %s; %s",
                        current, t, j, q, got, want, other, where, nt);
             }
         }
@@ -2057,13 +2074,16 @@ static void moe_bits_check(const moe_got *g)
                 const int64_t o = (int64_t)s * n + q;
                 if (!memcmp(&got[o], &model[o], sizeof got[o]) || ++*differ > MOE_SHOW)
                     continue;
-                char where[160], nt[64];
+                char where[160], nt[160];
                 moe_where(where, sizeof where, g, s);
-                moe_ntile(nt, sizeof nt, q, n, m ? moe_out_tile[1] : moe_act_tile[1]);
+                if (m)
+                    moe_ntile(nt, sizeof nt, q, n, moe_out_tile[1]);
+                else
+                    moe_gu_tile(nt, sizeof nt, r, 1, q);
                 printf("\n    %s: %s not the WMMA path's: token %d choice %d column %d: "
-                       "%.9g against %.9g; %s; %s %s",
+                       "%.9g against %.9g; %s; %s%s",
                        current, m ? "down" : "act", i / K, i % K, q, (double)got[o],
-                       (double)model[o], where, m ? "down" : "gate/up", nt);
+                       (double)model[o], where, m ? "down " : "", nt);
             }
         }
     }
