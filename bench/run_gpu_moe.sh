@@ -12,11 +12,11 @@
 #          transformers with the experts' GEMMs both ways, the routing
 #          counts against the CPU's), runner and stats_hdf5 on the host;
 #          then the moe rows' diagnostics (moe_diagnostics below): per row
-#          on the Hopper kernel its act and down against the WMMA path's
-#          (bit for bit), and where any are, the act values that differ
-#          from the reference's, the outputs past atol + |ref| rtol (within
-#          or past the act terms) and the first failing values with their
-#          plan tile and output tile
+#          on the Hopper kernel (gpt-oss's rows included) its act and down
+#          against the WMMA path's (bit for bit), and where any are, the act
+#          values that differ from the reference's, the outputs past atol +
+#          |ref| rtol (within or past the act terms) and the first failing
+#          values with their plan tile and output tile
 #   ops    bench/moe_ops: the MoE ops stage by stage at Qwen3-30B-A3B's
 #          shapes and the experts' GEMMs in six versions (kvcal sm_80, kvcal
 #          sm_90a unfused and fused, cuBLAS grouped with and without its
@@ -99,7 +99,7 @@ status() { [ "$1" = skipped ] && echo skipped || { [ "$1" -eq 0 ] && echo ok || 
 echo
 echo "=== summary ($(head -n 2 "$out/gpu.txt" | tail -n 1 | cut -d, -f1)) ==="
 echo "tests  $(status $t_rc)   (log: $out/tests.log)"
-if [ -f "$out/tests.log" ]; then
+if [ "$t_rc" != skipped ]; then
     grep -E '^tests: ' "$out/tests.log"
     grep -oE 'SKIPPED suite.*|skipped: .*' "$out/tests.log" | cut -c1-160 | sort | uniq -c |
         head -n 5
@@ -108,13 +108,13 @@ if [ -f "$out/tests.log" ]; then
     grep -A6 -E '\.\.\.FAILED' "$out/tests.log" | head -n 30
 fi
 echo "ops    $(status $o_rc)   (log: $out/ops.log)"
-if [ -f "$out/ops.log" ]; then
+if [ "$o_rc" != skipped ]; then
     grep -E '^validation' "$out/ops.log"
     sed -n '/^the experts. GEMMs, by version/,$p' "$out/ops.log"
     grep -E '^(router|route|align|gather|combine)' "$out/ops.log"
 fi
 echo "bench  $(status $b_rc)   (log: $out/bench.log, figures: $out/moe_bench.json)"
-[ -f "$out/bench.log" ] && sed -n '/^[0-9]* layers of Qwen3/,$p' "$out/bench.log" | grep -v '^wrote'
+[ "$b_rc" != skipped ] && sed -n '/^[0-9]* layers of Qwen3/,$p' "$out/bench.log" | grep -v '^wrote'
 echo "vs     $(status $v_rc)   (log: $out/vs.log)"
 ok() { [ "$1" = skipped ] || [ "$1" -eq 0 ]; }
 ok $t_rc && ok $o_rc && ok $b_rc && ok $v_rc
