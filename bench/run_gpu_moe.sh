@@ -10,7 +10,13 @@
 #          Hopper kernel, skipped on another GPU, with the fused MLP's and
 #          cuDNN's rows), cuda_backend (the golden MoE models against
 #          transformers with the experts' GEMMs both ways, the routing
-#          counts against the CPU's), runner and stats_hdf5 on the host
+#          counts against the CPU's), runner and stats_hdf5 on the host;
+#          then the moe rows' diagnostics (moe_diagnostics below): per row
+#          on the Hopper kernel (gpt-oss's rows included) its act and down
+#          against the WMMA path's (bit for bit), and where any are, the act
+#          values that differ from the reference's, the outputs past atol +
+#          |ref| rtol (within or past the act terms) and the first failing
+#          values with their plan tile and output tile
 #   ops    bench/moe_ops: the MoE ops stage by stage at Qwen3-30B-A3B's
 #          shapes and the experts' GEMMs in six versions (kvcal sm_80, kvcal
 #          sm_90a unfused and fused, cuBLAS grouped with and without its
@@ -40,6 +46,13 @@ cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 
 hung=0 # the Hopper kernel's test ran past its time: the steps after it are left
+# The moe rows' lines of a test log (tests/test_backend_ops.c, moe_check):
+# the comparisons with the WMMA path, the values printed for a failure, and
+# the per-row counts where a count of differing or failing values is not 0.
+moe_diagnostics() {
+    grep -E '^    moe/' "$1" | awk '/WMMA path:|: token |[1-9][0-9]* off its bound|[1-9][0-9]* outputs past|[1-9][0-9]* past it with/' |
+        cut -c1-600 | head -n 60
+}
 want() { [ $hung -eq 0 ] && [[ " ${KVCAL_STEPS:-tests ops bench} " == *" $1 "* ]]; }
 t_rc=skipped o_rc=skipped b_rc=skipped v_rc=skipped
 
@@ -56,6 +69,7 @@ if want tests; then
         [ $t_rc -eq 0 ] && t_rc=$rc
     fi
     grep -E '^tests: ' "$out/tests.log"
+    moe_diagnostics "$out/tests.log"
 fi
 [ $hung -eq 1 ] && echo "backend_ops_mbarrier ran past its 120 s (a hang?): the other steps are not run"
 
@@ -85,20 +99,22 @@ status() { [ "$1" = skipped ] && echo skipped || { [ "$1" -eq 0 ] && echo ok || 
 echo
 echo "=== summary ($(head -n 2 "$out/gpu.txt" | tail -n 1 | cut -d, -f1)) ==="
 echo "tests  $(status $t_rc)   (log: $out/tests.log)"
-if [ -f "$out/tests.log" ]; then
+if [ "$t_rc" != skipped ]; then
     grep -E '^tests: ' "$out/tests.log"
     grep -oE 'SKIPPED suite.*|skipped: .*' "$out/tests.log" | cut -c1-160 | sort | uniq -c |
         head -n 5
+    echo "moe rows, where a count is not 0 (every Hopper row bit-equal to the WMMA path unless listed):"
+    moe_diagnostics "$out/tests.log" | grep -v ': 0 and 0 of' | head -n 24
     grep -A6 -E '\.\.\.FAILED' "$out/tests.log" | head -n 30
 fi
 echo "ops    $(status $o_rc)   (log: $out/ops.log)"
-if [ -f "$out/ops.log" ]; then
+if [ "$o_rc" != skipped ]; then
     grep -E '^validation' "$out/ops.log"
     sed -n '/^the experts. GEMMs, by version/,$p' "$out/ops.log"
     grep -E '^(router|route|align|gather|combine)' "$out/ops.log"
 fi
 echo "bench  $(status $b_rc)   (log: $out/bench.log, figures: $out/moe_bench.json)"
-[ -f "$out/bench.log" ] && sed -n '/^[0-9]* layers of Qwen3/,$p' "$out/bench.log" | grep -v '^wrote'
+[ "$b_rc" != skipped ] && sed -n '/^[0-9]* layers of Qwen3/,$p' "$out/bench.log" | grep -v '^wrote'
 echo "vs     $(status $v_rc)   (log: $out/vs.log)"
 ok() { [ "$1" = skipped ] || [ "$1" -eq 0 ]; }
 ok $t_rc && ok $o_rc && ok $b_rc && ok $v_rc

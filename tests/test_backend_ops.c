@@ -105,6 +105,9 @@ typedef struct op_row {
      * of `group` columns); fp8_linear: x (rows, k) times a weight (n, k)
      * scaled as fp8_w says (blocks block_n x block_k) */
     int fp8_w, fp8_a, block_n, block_k;
+    /* moe: the row's inputs drawn from this state of the generator (0: the
+     * state the rows before it left), the same in every suite */
+    uint64_t seed;
 } op_row;
 
 #define ROW(stem, ...)                                                                   \
@@ -296,8 +299,15 @@ static const op_row rows[] = {
         .shared = 1, .planted = 1),
     /* more tiles than a Hopper's multiprocessors in both GEMMs (the
      * persistent walk, a tile's epilogue during the next tile's k blocks),
-     * widths off the 128- and 256-wide output tiles */
-    ROW("moe", .rows = 4800, .k = 1040, .n = 576, .experts = 4, .top_k = 1),
+     * widths off the 128- and 256-wide output tiles; the inputs the first
+     * Hopper run drew for it, where token 4065's up value 27 (8.46875109)
+     * lies 1.1e-6 above the bf16 midpoint 8.46875: the reference's fp32
+     * sum rounds to 8.5, one that truncates each 16-wide k slice's sum (a
+     * model of the tensor cores') to 8.4375, act moves from 37 to 36.75
+     * and with it 24 of the token's outputs past atol + |ref| rtol, the
+     * count that run failed (moe_check's act terms; bench/NOTES.md) */
+    ROW("moe", .rows = 4800, .k = 1040, .n = 576, .experts = 4, .top_k = 1,
+        .seed = 0x722432ae45bf5d00ull),
     /* grouped top-k: DeepSeek-V2's group_limited_greedy (softmax, a group
      * scored by its best), V3's noaux_tc (sigmoid + bias, a group by its two
      * best), the most groups a token holds (64) */
@@ -1604,26 +1614,54 @@ static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
 
 /* The routing is exact (the same bf16 logits, the same tie rule: the
  * experts must be the reference's, the weights within fast exp's error).
- * The experts' outputs: bf16 rounding of gate/up, the SwiGLU and the down
- * projection as the reference rounds them, sums in another order; the
- * combine of up to 8 of them and of the shared expert. */
+ * The experts' outputs in two stages, each within atol + |ref| rtol of the
+ * reference, which rounds gate, up, silu(gate), act = silu(gate) * up and
+ * the down projection to bf16 as the kernels do (gpt-oss's rows: gate/up
+ * plus its bias, act the clamped SwiGLU, down plus its bias, each rounded as
+ * the kernels round them), its fp32 sums in another order:
+ * - act per assignment. A gate or up sum that lies within the two orders'
+ *   difference of a bf16 rounding midpoint rounds to the other side, and
+ *   act moves by a bf16 step or two (under 2^-6 of it, or little where
+ *   silu(gate) is small): within the bound, as gemm_swiglu's.
+ * - the combined outputs. The down projection is linear in act: such a
+ *   step moves output c of the token by w |d act_i| |down[c][i]|, which
+ *   passes atol where the output is near zero once act is 16 or more (a
+ *   step of 0.125, weights up to 0.2). So the bound adds these terms, for
+ *   the act differences the first stage accepts (one it rejects adds
+ *   nothing: a wrong act fails both stages).
+ * On the Hopper kernel each row also runs the WMMA kernel's path on the same
+ * plan: both sum the same 16-wide k slices in the same order on the tensor
+ * cores (bit-equal at Qwen3-30B-A3B's shapes, bench/NOTES.md), and on
+ * gpt-oss's rows both store gate/up and run the same bias and clamped
+ * SwiGLU kernels on them, so their act and down outputs (biases included)
+ * must be equal bit for bit. A failure prints its first
+ * values, with the plan tile and the output tile they lie in. */
 #define MOE_W_RTOL 1e-5
 #define MOE_ATOL 2e-2
 #define MOE_RTOL 2e-2
+#define MOE_SHOW 6 /* values printed per failed check */
+
+/* The kernels' tiles, for the messages: version 0 (moe.cu) 128 x 128, k in
+ * steps of 32; version 1 (moe_wgmma.cu) 128 rows x 256 stored outputs (down;
+ * gate/up on gpt-oss's rows) or 128 SwiGLU outputs (from 256 gate/up rows),
+ * k in blocks of 64. */
+#define MOE_SWIGLU_TILE 128
+static const int moe_out_tile[] = {128, 256}, moe_k_tile[] = {32, 64};
 
 typedef struct moe_cpu {
-    float *x;         /* (rows, k) */
-    float *logits;    /* (rows, experts) */
-    float *gu, *down; /* (experts, 2 n, k), (experts, k, n) */
-    float *shared;    /* (rows, k) the shared expert's output, or NULL */
-    float *gate_w;    /* (k) its gate, or NULL */
-    float *bias;      /* (experts) the sigmoid routing's choice bias, or NULL */
+    float *x;             /* (rows, k) */
+    float *logits;        /* (rows, experts) */
+    float *gu, *down;     /* (experts, 2 n, k), (experts, k, n) */
+    float *shared;        /* (rows, k) the shared expert's output, or NULL */
+    float *gate_w;        /* (k) its gate, or NULL */
+    float *bias;          /* (experts) the sigmoid routing's choice bias, or NULL */
     float *b_gu, *b_down; /* (experts, 2 n), (experts, k) gpt-oss's biases, or NULL */
-    int32_t *pos;     /* (rows) -1 for padding */
-    int32_t *route_e; /* (rows, top_k) kvcal_moe_route_ref */
-    float *route_w;   /* (rows, top_k) */
-    int64_t *counts;  /* (experts) assignments of valid tokens */
-    float *ref;       /* (rows, k) */
+    int32_t *pos;         /* (rows) -1 for padding */
+    int32_t *route_e;     /* (rows, top_k) kvcal_moe_route_ref */
+    float *route_w;       /* (rows, top_k) */
+    int64_t *counts;      /* (experts) assignments of valid tokens */
+    float *act;           /* (rows * top_k, n) each assignment's act, 0 for padding */
+    float *ref;           /* (rows, k) */
 } moe_cpu;
 
 /* The planted first choice (op_row.planted) of the v-th valid token. */
@@ -1636,16 +1674,16 @@ static int moe_planted_expert(int v)
     return e;
 }
 
-/* y (m, k) = down_e(silu(gate_e(x)) * up_e(x)) for the m rows of x (m, k),
- * one expert's, with gate, up, the SwiGLU and y rounded to bf16 (the
- * kernels' storage); with b_gu and b_down (gpt-oss's, else NULL) each bias
- * added to a GEMM's rounded output and rounded again, and the clamped
- * SwiGLU instead, rounded as kvcal_swiglu_oai_launch */
-static void moe_expert_ref(float *y, const float *x, const float *gu, const float *b_gu,
-                           const float *down, const float *b_down, int m, int k, int n)
+/* y (m, k) = down_e(act), act (m, n) = silu(gate_e(x)) * up_e(x) for the
+ * m rows of x (m, k), one expert's, with gate, up, the SwiGLU and y
+ * rounded to bf16 (the kernels' storage); with b_gu and b_down (gpt-oss's,
+ * else NULL) each bias added to a GEMM's rounded output and rounded again,
+ * and act the clamped SwiGLU instead, rounded as kvcal_swiglu_oai_launch */
+static void moe_expert_ref(float *y, float *act, const float *x, const float *gu,
+                           const float *b_gu, const float *down, const float *b_down,
+                           int m, int k, int n)
 {
     float *h = host_alloc((size_t)m * 2 * n * sizeof *h); /* (m, 2n) */
-    float *act = host_alloc((size_t)m * n * sizeof *act); /* (m, n) */
     kvcal_matmul_ref(h, x, gu, NULL, m, k, 2 * n);
     for (int64_t i = 0; i < (int64_t)m * 2 * n; i++)
         h[i] = kvcal_bf16_round(b_gu ? kvcal_bf16_round(h[i]) + b_gu[i % (2 * n)] : h[i]);
@@ -1666,7 +1704,6 @@ static void moe_expert_ref(float *y, const float *x, const float *gu, const floa
     for (int64_t i = 0; i < (int64_t)m * k; i++)
         y[i] = kvcal_bf16_round(b_down ? kvcal_bf16_round(y[i]) + b_down[i % k] : y[i]);
     free(h);
-    free(act);
 }
 
 static void *moe_cpu_run(const op_row *r)
@@ -1674,6 +1711,8 @@ static void *moe_cpu_run(const op_row *r)
     const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
     moe_cpu *c = host_alloc(sizeof *c);
     memset(c, 0, sizeof *c);
+    if (r->seed)
+        rng_state = r->seed;
     c->x = rand_bf16((int64_t)T * D, -1.0f, 1.0f);
     c->logits = rand_bf16((int64_t)T * E, -3.0f, 3.0f);
     /* gpt-oss's rows: gate/up values past the clamp's limit */
@@ -1702,6 +1741,8 @@ static void *moe_cpu_run(const op_row *r)
     c->counts = host_alloc((size_t)E * sizeof *c->counts);
     memset(c->counts, 0, (size_t)E * sizeof *c->counts);
     c->ref = host_alloc((size_t)T * D * sizeof *c->ref);
+    c->act = host_alloc((size_t)T * K * I * sizeof *c->act);
+    memset(c->act, 0, (size_t)T * K * I * sizeof *c->act);
     const kvcal_moe_route_cfg grouped = {E,
                                          K,
                                          r->sigmoid,
@@ -1721,7 +1762,8 @@ static void *moe_cpu_run(const op_row *r)
     /* each expert's rows at once: y (T * K, D) of every valid assignment */
     float *y = host_alloc((size_t)T * K * D * sizeof *y),
           *xe = host_alloc((size_t)T * K * D * sizeof *xe),
-          *ye = host_alloc((size_t)T * K * D * sizeof *ye);
+          *ye = host_alloc((size_t)T * K * D * sizeof *ye),
+          *ae = host_alloc((size_t)T * K * I * sizeof *ae);
     int *of = host_alloc((size_t)T * K * sizeof *of);
     for (int e = 0; e < E; e++) {
         int m = 0;
@@ -1734,12 +1776,15 @@ static void *moe_cpu_run(const op_row *r)
         c->counts[e] = m;
         if (!m)
             continue;
-        moe_expert_ref(ye, xe, c->gu + (int64_t)e * 2 * I * D,
+        moe_expert_ref(ye, ae, xe, c->gu + (int64_t)e * 2 * I * D,
                        c->b_gu ? c->b_gu + (int64_t)e * 2 * I : NULL,
                        c->down + (int64_t)e * D * I,
                        c->b_down ? c->b_down + (int64_t)e * D : NULL, m, D, I);
-        for (int j = 0; j < m; j++)
+        for (int j = 0; j < m; j++) {
             memcpy(y + (int64_t)of[j] * D, ye + (int64_t)j * D, (size_t)D * sizeof *y);
+            memcpy(c->act + (int64_t)of[j] * I, ae + (int64_t)j * I,
+                   (size_t)I * sizeof *ae);
+        }
     }
     for (int t = 0; t < T; t++) {
         float *o = c->ref + (int64_t)t * D;
@@ -1762,6 +1807,7 @@ static void *moe_cpu_run(const op_row *r)
     free(y);
     free(xe);
     free(ye);
+    free(ae);
     free(of);
     return c;
 }
@@ -1782,6 +1828,7 @@ static void moe_release(void *p)
     free(c->route_e);
     free(c->route_w);
     free(c->counts);
+    free(c->act);
     free(c->ref);
     free(c);
 }
@@ -1832,20 +1879,244 @@ static int moe_grouped_near_tie(const op_row *r, const moe_cpu *c, int t)
     return near;
 }
 
-/* The routing, the counts, the plan's used tiles and the combined outputs
- * of a row against the reference. */
-static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
-                      const float *d_w, const unsigned long long *d_counts,
-                      const int32_t *d_used_tiles, const kvcal_bf16 *d_out)
+/* A path's results on the device: gate/up h (capacity, 2 n) where it
+ * stores them (else NULL), act (capacity, n) and the down projections y
+ * (capacity, k) of the plan's rows, out (rows, k) combined. */
+typedef struct moe_dev_out {
+    kvcal_bf16 *h, *act, *y, *out;
+} moe_dev_out;
+
+/* What the checks of one row read: the reference, the device's routing
+ * (experts, each assignment's plan row), which tokens are left out (near a
+ * tie), the path's results on the host and, on the Hopper kernel, the
+ * WMMA path's (else NULL). */
+typedef struct moe_got {
+    const op_row *r;
+    int version;
+    const moe_cpu *c;
+    const int32_t *e, *slot;   /* (rows * top_k) */
+    const unsigned char *skip; /* (rows) */
+    const float *act, *y, *out;
+    const float *wmma_act, *wmma_y, *wmma_out;
+} moe_got;
+
+/* Where plan row `row` lies: its tile and that tile's place among its
+ * expert's (the last one partial where rows of padding fill it). */
+static void moe_where(char *buf, size_t len, const moe_got *g, int row)
 {
-    const int T = r->rows, D = r->k, E = r->experts, K = r->top_k;
+    const int tile = KVCAL_MOE_TILE_ROWS;
+    int start = 0, e = 0;
+    if (row < 0) {
+        snprintf(buf, len, "no plan row (a padding token)");
+        return;
+    }
+    for (; e < g->r->experts; e++) {
+        const int tiles = (int)((g->c->counts[e] + tile - 1) / tile);
+        if (row < start + tiles * tile)
+            break;
+        start += tiles * tile;
+    }
+    if (e == g->r->experts) {
+        snprintf(buf, len, "plan row %d, past the used tiles", row);
+        return;
+    }
+    const int q = (row - start) / tile, of = (int)((g->c->counts[e] + tile - 1) / tile);
+    const int used = (int)(g->c->counts[e] - (int64_t)q * tile < tile
+                               ? g->c->counts[e] - (int64_t)q * tile
+                               : tile);
+    snprintf(buf, len,
+             "plan row %d: tile %d row %d, expert %d's tile %d of %d (%d rows%s)", row,
+             row / tile, row % tile, e, q + 1, of, used, used < tile ? ", partial" : "");
+}
+
+/* Column col of n in output tiles `width` wide: "n-tile j of J", partial
+ * where n ends inside it. */
+static void moe_ntile(char *buf, size_t len, int col, int n, int width)
+{
+    const int j = col / width, of = (n + width - 1) / width;
+    snprintf(buf, len, "n-tile %d of %d%s", j, of,
+             j == of - 1 && n % width ? " (partial)" : "");
+}
+
+/* The gate/up output tiles act channel q comes from on version v: the
+ * fused SwiGLU's tile, or those of gate's column q and up's n + q among the
+ * 2 n stored. */
+static void moe_gu_tile(char *buf, size_t len, const op_row *r, int v, int q)
+{
+    char gate[64], up[64];
+    if (v == 1 && !r->oai) {
+        moe_ntile(gate, sizeof gate, q, r->n, MOE_SWIGLU_TILE);
+        snprintf(buf, len, "gate/up %s", gate);
+        return;
+    }
+    moe_ntile(gate, sizeof gate, q, 2 * r->n, moe_out_tile[v]);
+    moe_ntile(up, sizeof up, r->n + q, 2 * r->n, moe_out_tile[v]);
+    snprintf(buf, len, "gate %s, up %s", gate, up);
+}
+
+/* ", WMMA path <value i>" where the WMMA path ran beside the Hopper one */
+static void moe_wmma_value(char *buf, size_t len, const float *wmma, int64_t i)
+{
+    buf[0] = 0;
+    if (wmma)
+        snprintf(buf, len, ", WMMA path %.6g", (double)wmma[i]);
+}
+
+/* act of every checked assignment against the reference's; dact (rows *
+ * top_k, n) gets |got - ref| where that is within the bound, else 0.
+ * Returns the values off the bound, *differ those not equal. */
+static int64_t moe_act_check(const moe_got *g, float *dact, int64_t *differ)
+{
+    const op_row *r = g->r;
+    const int T = r->rows, I = r->n, K = r->top_k, v = g->version;
+    int64_t far = 0;
+    *differ = 0;
+    memset(dact, 0, (size_t)T * K * I * sizeof *dact);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K && !g->skip[t] && g->c->pos[t] >= 0; j++) {
+            const int i = t * K + j, s = g->slot[i];
+            if (s < 0 || g->e[i] != g->c->route_e[i]) /* the routing check fails */
+                continue;
+            for (int q = 0; q < I; q++) {
+                const double got = g->act[(int64_t)s * I + q],
+                             want = g->c->act[(int64_t)i * I + q], d = fabs(got - want);
+                *differ += got != want;
+                if (d <= MOE_ATOL + fabs(want) * MOE_RTOL) {
+                    dact[(int64_t)i * I + q] = (float)d;
+                    continue;
+                }
+                if (++far > MOE_SHOW)
+                    continue;
+                char where[160], nt[160], other[48];
+                moe_where(where, sizeof where, g, s);
+                moe_gu_tile(nt, sizeof nt, r, v, q);
+                moe_wmma_value(other, sizeof other, g->wmma_act, (int64_t)s * I + q);
+                printf("\n    %s: act off: token %d choice %d channel %d: got %.6g, ref "
+                       "%.6g%s; %s; %s",
+                       current, t, j, q, got, want, other, where, nt);
+            }
+        }
+    return far;
+}
+
+/* The combined outputs of the checked tokens against the reference, within
+ * atol + |ref| rtol plus the act terms (the head comment): *plain gets
+ * those past atol + |ref| rtol alone, the first few printed. Returns those
+ * past the whole bound. */
+static int64_t moe_out_check(const moe_got *g, const float *dact, int64_t *plain)
+{
+    const op_row *r = g->r;
+    const int T = r->rows, D = r->k, I = r->n, K = r->top_k, v = g->version;
+    double *terms = host_alloc((size_t)D * sizeof *terms);
+    int64_t far = 0;
+    *plain = 0;
+    for (int t = 0; t < T; t++) {
+        if (g->skip[t])
+            continue;
+        int steps = 0; /* the token's act values that differ from the reference's */
+        double most = 0.0;
+        memset(terms, 0, (size_t)D * sizeof *terms);
+        for (int j = 0; j < K && g->c->pos[t] >= 0; j++) {
+            const int i = t * K + j;
+            const float *dn = g->c->down + (int64_t)g->c->route_e[i] * D * I;
+            for (int q = 0; q < I; q++) {
+                const double da = dact[(int64_t)i * I + q];
+                if (da == 0.0)
+                    continue;
+                steps++;
+                most = da > most ? da : most;
+                for (int col = 0; col < D; col++)
+                    terms[col] +=
+                        fabs(g->c->route_w[i]) * da * fabs(dn[(int64_t)col * I + q]);
+            }
+        }
+        for (int col = 0; col < D; col++) {
+            const int64_t o = (int64_t)t * D + col;
+            const double ref = g->c->ref[o], got = g->out[o], d = fabs(got - ref),
+                         bound = MOE_ATOL + fabs(ref) * MOE_RTOL;
+            const int past_plain = !(d <= bound), past = !(d <= bound + terms[col]);
+            *plain += past_plain;
+            far += past;
+            /* the first few past the bound, and a few within it only by the terms */
+            if (!(past ? far <= MOE_SHOW : past_plain && *plain <= 3))
+                continue;
+            char where[160], nt[64], other[48];
+            moe_where(where, sizeof where, g, g->slot[t * K]);
+            moe_ntile(nt, sizeof nt, col, D, moe_out_tile[v]);
+            moe_wmma_value(other, sizeof other, g->wmma_out, o);
+            printf(
+                "\n    %s: output %s: token %d column %d: got %.6g, ref %.6g%s; |diff| "
+                "%.4g, atol + |ref| rtol %.4g, act terms %.4g (%d act values of the "
+                "token differ, by up to %.4g); first choice's %s; down %s",
+                current, past ? "off" : "past atol + |ref| rtol, within the act terms", t,
+                col, got, ref, other, d, bound, terms[col], steps, most, where, nt);
+        }
+    }
+    free(terms);
+    return far;
+}
+
+/* The Hopper path's act and y of every routed plan row against the WMMA
+ * path's, bit for bit (bf16 values held exactly in floats), the first
+ * differences printed. */
+static void moe_bits_check(const moe_got *g)
+{
+    const op_row *r = g->r;
+    const int T = r->rows, D = r->k, I = r->n, K = r->top_k;
+    int64_t routed = 0, act_differ = 0, y_differ = 0;
+    for (int i = 0; i < T * K; i++) {
+        const int s = g->slot[i];
+        if (s < 0)
+            continue;
+        routed++;
+        for (int m = 0; m < 2; m++) {
+            const int n = m ? D : I;
+            const float *got = m ? g->y : g->act, *model = m ? g->wmma_y : g->wmma_act;
+            int64_t *differ = m ? &y_differ : &act_differ;
+            for (int q = 0; q < n; q++) {
+                const int64_t o = (int64_t)s * n + q;
+                if (!memcmp(&got[o], &model[o], sizeof got[o]) || ++*differ > MOE_SHOW)
+                    continue;
+                char where[160], nt[160];
+                moe_where(where, sizeof where, g, s);
+                if (m)
+                    moe_ntile(nt, sizeof nt, q, n, moe_out_tile[1]);
+                else
+                    moe_gu_tile(nt, sizeof nt, r, 1, q);
+                printf("\n    %s: %s not the WMMA path's: token %d choice %d column %d: "
+                       "%.9g against %.9g; %s; %s%s",
+                       current, m ? "down" : "act", i / K, i % K, q, (double)got[o],
+                       (double)model[o], where, m ? "down " : "", nt);
+            }
+        }
+    }
+    EXPECT_NONE(act_differ, routed * I, "act values not the WMMA path's bit for bit");
+    EXPECT_NONE(y_differ, routed * D, "down outputs not the WMMA path's bit for bit");
+    printf("\n    %s: act and down against the WMMA path: %lld and %lld of %lld and %lld "
+           "differ ",
+           current, (long long)act_differ, (long long)y_differ, (long long)(routed * I),
+           (long long)(routed * D));
+}
+
+/* The routing, the counts, the plan's used tiles, act and the combined
+ * outputs of a row against the reference; on the Hopper kernel (wmma
+ * non-NULL) act and down against the WMMA path's. */
+static void moe_check(const op_row *r, int version, const moe_cpu *c, const int32_t *d_e,
+                      const float *d_w, const unsigned long long *d_counts,
+                      const kvcal_moe_plan *plan, const moe_dev_out *dev,
+                      const moe_dev_out *wmma)
+{
+    const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
+    const int64_t cap = plan->capacity;
     int32_t *e = host_alloc((size_t)T * K * sizeof *e), used_tiles = 0;
+    int32_t *slot = host_alloc((size_t)T * K * sizeof *slot);
     float *w = host_alloc((size_t)T * K * sizeof *w);
     unsigned long long *counts = host_alloc((size_t)E * sizeof *counts);
     dev_download(e, d_e, (size_t)T * K * sizeof *e);
+    dev_download(slot, plan->slot_of, (size_t)T * K * sizeof *slot);
     dev_download(w, d_w, (size_t)T * K * sizeof *w);
     dev_download(counts, d_counts, (size_t)E * sizeof *counts);
-    dev_download(&used_tiles, d_used_tiles, sizeof used_tiles);
+    dev_download(&used_tiles, plan->used_tiles, sizeof used_tiles);
     /* a sigmoid row's choice (sigmoid + bias) may tie at the top-k boundary
      * within the rounding of exp: such tokens are left out of the checks
      * (softmax rows choose on the bf16 logits themselves: no such case) */
@@ -1876,7 +2147,7 @@ static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
         ties += near_tie[t];
     }
     free(v);
-    int64_t wrong_e = 0, wrong_w = 0, wrong_counts = 0, far = 0;
+    int64_t wrong_e = 0, wrong_w = 0, wrong_counts = 0;
     int want_tiles = 0;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K && !near_tie[t]; j++) {
@@ -1898,24 +2169,64 @@ static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
         ROW_ASSERT(c->counts[0] == 0 && c->counts[1] == 1 && c->counts[2] == 127 &&
                    c->counts[3] == 128 && c->counts[4] == 129);
     ROW_ASSERT(ties * 20 <= T); /* the rows are meant to be decided, but for a few */
-    float *got = kvcal_test_dev_download_bf16(d_out, (int64_t)T * D);
-    for (int t = 0; t < T; t++)
-        if (!near_tie[t])
-            far += count_far(got + (int64_t)t * D, c->ref + (int64_t)t * D, D, MOE_ATOL,
-                             MOE_RTOL);
+    float *act = kvcal_test_dev_download_bf16(dev->act, cap * I),
+          *out = kvcal_test_dev_download_bf16(dev->out, (int64_t)T * D),
+          *dact = host_alloc((size_t)T * K * I * sizeof *dact);
+    moe_got g = {r, version, c, e, slot, near_tie, act, NULL, out, NULL, NULL, NULL};
+    if (wmma) {
+        g.y = kvcal_test_dev_download_bf16(dev->y, cap * D);
+        g.wmma_act = kvcal_test_dev_download_bf16(wmma->act, cap * I);
+        g.wmma_y = kvcal_test_dev_download_bf16(wmma->y, cap * D);
+        g.wmma_out = kvcal_test_dev_download_bf16(wmma->out, (int64_t)T * D);
+    }
+    int64_t act_differ = 0, plain = 0;
+    const int64_t act_far = moe_act_check(&g, dact, &act_differ);
+    const int64_t far = moe_out_check(&g, dact, &plain);
+    EXPECT_NONE(act_far, (int64_t)T * K * I, "act values off the bound");
     EXPECT_NONE(far, (int64_t)T * D, "outputs off the bound");
+    printf(
+        "\n    %s: %lld act values differ from the reference's, %lld off its bound; "
+        "%lld outputs past atol + |ref| rtol, %lld past it with the act terms; k partial "
+        "in the last %d-wide k block: gate/up %s, down %s ",
+        current, (long long)act_differ, (long long)act_far, (long long)plain,
+        (long long)far, moe_k_tile[version], D % moe_k_tile[version] ? "yes" : "no",
+        I % moe_k_tile[version] ? "yes" : "no");
+    if (wmma)
+        moe_bits_check(&g);
+    free((void *)g.y);
+    free((void *)g.wmma_act);
+    free((void *)g.wmma_y);
+    free((void *)g.wmma_out);
     free(near_tie);
-    free(got);
+    free(act);
+    free(out);
+    free(dact);
     free(e);
+    free(slot);
     free(w);
     free(counts);
 }
 
 /* Versions: 0 kvcal_moe_gemm_launch (gate/up, SwiGLU, down), 1 the Hopper
  * kernel (the gather, gate/up with SwiGLU, down; gpt-oss's rows: gate/up
- * stored, its biases and clamped SwiGLU apart), which other GPUs refuse:
- * its rows are skipped there. */
+ * stored, its biases and clamped SwiGLU apart, as the CUDA runner runs
+ * them), which other GPUs refuse: its rows are skipped there. Both run the
+ * WMMA path; version 1 checks its own results and compares them with that
+ * path's. */
 static const char *const moe_versions[] = {"launch", "sm90", NULL};
+
+/* act from a path's stored gate/up h: the SwiGLU, or on gpt-oss's rows the
+ * gate/up bias and the clamped SwiGLU (alpha 1.702, limit 7) */
+static void moe_act_launch(const op_row *r, const moe_dev_out *o, const kvcal_bf16 *b_gu,
+                           const kvcal_moe_plan *plan)
+{
+    if (!r->oai) {
+        ROW_OK(kvcal_swiglu_launch(o->act, o->h, plan->capacity, r->n, 0));
+        return;
+    }
+    ROW_OK(kvcal_moe_bias_launch(o->h, b_gu, plan, 2 * r->n, 0));
+    ROW_OK(kvcal_swiglu_oai_launch(o->act, o->h, plan->capacity, r->n, 1.702f, 7.0f, 0));
+}
 
 static op_class moe_class(const op_row *r, int version)
 {
@@ -1927,7 +2238,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
 {
     const moe_cpu *c = p;
     const int T = r->rows, D = r->k, I = r->n, E = r->experts, K = r->top_k;
-    const int cap = kvcal_moe_plan_capacity(T * K, E);
+    const int cap = kvcal_moe_plan_capacity(T * K, E), hopper = version == 1;
     kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, (int64_t)T * D),
                *d_logits = kvcal_test_dev_upload_bf16(c->logits, (int64_t)T * E),
                *d_gu = kvcal_test_dev_upload_bf16(c->gu, (int64_t)E * 2 * I * D),
@@ -1941,11 +2252,17 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
                                  : NULL,
                *d_b_down = c->b_down
                                ? kvcal_test_dev_upload_bf16(c->b_down, (int64_t)E * D)
-                               : NULL,
-               *d_h = version == 0 || r->oai ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
-               *d_act = dev_alloc_nan((int64_t)cap * I),
-               *d_y = dev_alloc_nan((int64_t)cap * D),
-               *d_out = dev_alloc_nan((int64_t)T * D);
+                               : NULL;
+    /* the WMMA path's results; the Hopper path's (its y first holds the
+     * gathered rows, which the down projection overwrites; its gate/up
+     * stored on gpt-oss's rows alone) */
+    moe_dev_out wmma = {dev_alloc_nan((int64_t)cap * 2 * I),
+                        dev_alloc_nan((int64_t)cap * I), dev_alloc_nan((int64_t)cap * D),
+                        dev_alloc_nan((int64_t)T * D)},
+                sm90 = {hopper && r->oai ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
+                        hopper ? dev_alloc_nan((int64_t)cap * I) : NULL,
+                        hopper ? dev_alloc_nan((int64_t)cap * D) : NULL,
+                        hopper ? dev_alloc_nan((int64_t)T * D) : NULL};
     int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
             *d_e = dev_alloc((size_t)T * K * sizeof(int32_t));
     float *d_w = dev_alloc((size_t)T * K * sizeof(float));
@@ -1976,53 +2293,38 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     else
         ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
     ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
-    if (version == 1 && !r->oai) {
-        /* the gathered rows in d_y, which the down projection overwrites */
-        ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
-        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_act, d_y, d_gu, &plan, E, D,
-                                                           I, KVCAL_MOE_EPI_SWIGLU, 0);
+    if (hopper) {
+        ROW_OK(kvcal_moe_gather_launch(sm90.y, d_x, &plan, K, D, 0));
+        const kvcal_status st =
+            r->oai ? kvcal_moe_gemm_sm90_launch(sm90.h, sm90.y, d_gu, &plan, E, D, 2 * I,
+                                                KVCAL_MOE_EPI_STORE, 0)
+                   : kvcal_moe_gemm_sm90_launch(sm90.act, sm90.y, d_gu, &plan, E, D, I,
+                                                KVCAL_MOE_EPI_SWIGLU, 0);
         if (st == KVCAL_ERR_UNSUPPORTED) {
             printf("skipped: %s ", kvcal_last_error());
             ctx->skip = 1;
         } else {
             ROW_OK(st);
-            ROW_OK(kvcal_moe_gemm_sm90_launch(d_y, d_act, d_down, &plan, E, I, D,
+            if (r->oai)
+                moe_act_launch(r, &sm90, d_b_gu, &plan);
+            ROW_OK(kvcal_moe_gemm_sm90_launch(sm90.y, sm90.act, d_down, &plan, E, I, D,
                                               KVCAL_MOE_EPI_STORE, 0));
         }
-    } else if (version == 1) {
-        /* gpt-oss's on Hopper, as the CUDA runner: both GEMMs storing, the
-         * biases and the clamped SwiGLU their own kernels */
-        ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
-        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_h, d_y, d_gu, &plan, E, D,
-                                                           2 * I, KVCAL_MOE_EPI_STORE, 0);
-        if (st == KVCAL_ERR_UNSUPPORTED) {
-            printf("skipped: %s ", kvcal_last_error());
-            ctx->skip = 1;
-        } else {
-            ROW_OK(st);
-            ROW_OK(kvcal_moe_bias_launch(d_h, d_b_gu, &plan, 2 * I, 0));
-            ROW_OK(kvcal_swiglu_oai_launch(d_act, d_h, cap, I, 1.702f, 7.0f, 0));
-            ROW_OK(kvcal_moe_gemm_sm90_launch(d_y, d_act, d_down, &plan, E, I, D,
-                                              KVCAL_MOE_EPI_STORE, 0));
-            ROW_OK(kvcal_moe_bias_launch(d_y, d_b_down, &plan, D, 0));
-        }
-    } else {
-        ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
-        if (r->oai) {
-            ROW_OK(kvcal_moe_bias_launch(d_h, d_b_gu, &plan, 2 * I, 0));
-            ROW_OK(kvcal_swiglu_oai_launch(d_act, d_h, cap, I, 1.702f, 7.0f, 0));
-        } else {
-            ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
-        }
-        ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
-        if (r->oai)
-            ROW_OK(kvcal_moe_bias_launch(d_y, d_b_down, &plan, D, 0));
     }
     if (!ctx->skip) {
-        ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D,
-                                        d_shared, d_x, d_gate, 0));
+        ROW_OK(kvcal_moe_gemm_launch(wmma.h, d_x, K, d_gu, &plan, D, 2 * I, 0));
+        moe_act_launch(r, &wmma, d_b_gu, &plan);
+        ROW_OK(kvcal_moe_gemm_launch(wmma.y, wmma.act, 0, d_down, &plan, I, D, 0));
+        const moe_dev_out *paths[] = {&wmma, hopper ? &sm90 : NULL};
+        for (int m = 0; m < 2 && paths[m]; m++) {
+            if (r->oai)
+                ROW_OK(kvcal_moe_bias_launch(paths[m]->y, d_b_down, &plan, D, 0));
+            ROW_OK(kvcal_moe_combine_launch(paths[m]->out, paths[m]->y, plan.slot_of, d_w,
+                                            d_pos, T, K, D, d_shared, d_x, d_gate, 0));
+        }
         sync_ok();
-        moe_check(r, c, d_e, d_w, d_counts, plan.used_tiles, d_out);
+        moe_check(r, version, c, d_e, d_w, d_counts, &plan, hopper ? &sm90 : &wmma,
+                  hopper ? &wmma : NULL);
     }
     cudaFree(plan.sorted);
     cudaFree(plan.slot_of);
@@ -2033,10 +2335,13 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     cudaFree(d_w);
     cudaFree(d_e);
     cudaFree(d_pos);
-    cudaFree(d_out);
-    cudaFree(d_y);
-    cudaFree(d_act);
-    cudaFree(d_h);
+    for (int m = 0; m < 2; m++) {
+        moe_dev_out *o = m ? &sm90 : &wmma;
+        cudaFree(o->h);
+        cudaFree(o->act);
+        cudaFree(o->y);
+        cudaFree(o->out);
+    }
     cudaFree(d_gate);
     cudaFree(d_bias);
     cudaFree(d_b_gu);
