@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU host, from an existing CUDA build: FP8 checkpoints, checked and
-# timed in one go (about 10 minutes on one H200 with KVCAL_FP8_BIG_LAYERS=16:
-# the first run took 7 minutes before this script grew the fast-accumulation
-# runs and servings; steps capped at 5, 4 and 8 minutes), each log into
+# timed in one go (the first run took 6.5 minutes on one H200 with
+# KVCAL_FP8_BIG_LAYERS=16; the fast-accumulation runs and the extra servings
+# add about a minute; steps capped at 5, 4 and 8 minutes), each log into
 # OUTDIR, a summary last; exits 0 when every step ran clean.
 #   tests  the suites that run FP8 weights: backend_ops (its fp8_quant_act rows
 #          against kvcal_fp8_quant_act_ref bit for bit, its fp8_linear rows,
