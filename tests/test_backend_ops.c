@@ -2580,7 +2580,7 @@ static void fp8_quant_act_cuda(const op_row *r, int version, const void *p, op_c
  * times 2^-13 of sum over the steps of max(|partial sum before|, |after|,
  * the step's largest product), the partial sums taken in k's order (a
  * model of 4 units a step; at k = 4096 a simulation of the truncation
- * stays under a fifth of it). */
+ * reaches 0.10 of it). */
 #define FP8_GEMM_ATOL 2e-2
 #define FP8_GEMM_RTOL 8e-3
 #define FP8_DEQUANT_ATOL 5e-2
