@@ -1,33 +1,47 @@
 #!/usr/bin/env python3
 """Calibration speed of a mixture of experts on a GPU: kvcal calibrate --device
-cuda against transformers on a Qwen3-30B-A3B-shaped random-weight model and the
-same tokens (8 samples x 2048 tokens a batch), in one run.
+cuda against transformers on a random-weight model of a released MoE's shapes
+and the same tokens (8 samples x 2048 tokens a batch), in one run.
 
-usage: calibrate_moe.py KVCAL WORKDIR OUT [--layers N] [--batches B]
-                        [--kvcal-variant VAR=VALUE ...]
+usage: calibrate_moe.py KVCAL WORKDIR OUT [--shape S] [--layers N] [--batches B]
+                         [--experts IMPL ...] [--attn IMPL ...]
+                         [--kvcal-variant VAR=VALUE ...]
 
-Qwen3-30B-A3B's layer (hidden 2048, 32 query / 4 kv heads of 128, q/k norm,
-128 experts of 768, top-8, norm_topk_prob) built with transformers' own
-Qwen3MoeConfig, `--layers` of its 48 layers (as many as the disk holds: 1.2 GB
-a layer in bf16), random bf16 weights saved with save_pretrained (one tensor per
-expert, as the released checkpoint), B x 8 random 2048-token samples as JSONL
-token ids. Then, on the same tokens:
+--shape (the table SHAPES below):
+- qwen3-30b-a3b (default): Qwen3-30B-A3B's layer (hidden 2048, 32 query / 4 kv
+  heads of 128, q/k norm, 128 experts of 768, top-8, norm_topk_prob) built
+  with transformers' own Qwen3MoeConfig, `--layers` of its 48 layers (1.2 GB a
+  layer in bf16), saved with save_pretrained (one tensor per expert, as the
+  released checkpoint);
+- gpt-oss-20b: gpt-oss-20b's layer (hidden 2880, 64 query / 8 kv heads of 64,
+  q/k/v/o biases, attention sinks, every other layer a 128-token window from
+  layer 0, yarn; 32 experts of 2880, top-4, the router's bias, the experts'
+  biases and clamped SwiGLU) built with GptOssConfig, `--layers` of its 24
+  (1.6 GB a layer in bf16), saved with save_pretrained (bf16 experts, (in,
+  out), which kvcal reads transposed; the released checkpoint's MXFP4 is not
+  what is timed here). transformers has no SDPA path for gpt-oss (sinks): its
+  attention runs eager and as flex attention.
+Random bf16 weights, the routers' weights drawn so their logits are N(0, 1);
+B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
 
 - `KVCAL calibrate --device cuda --stats` (per-head scales), its tokens/s, peak
   device memory (sampled) and the routing counts of its statistics (experts
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
   other GPUs run), its tokens/s and peak memory;
-- the transformers model body (no lm_head) in bf16 with SDPA and hooks that
-  collect per-layer per-head absmax of K (k_norm, then RoPE) and V, with each
+- the transformers model body (no lm_head) in bf16 (SDPA, or gpt-oss's eager
+  and flex attention) with hooks that collect per-layer per-head absmax of K
+  (k_proj and k_norm, then RoPE: what the cache holds) and V, with each
   experts implementation the installed transformers offers (eager,
   batched_mm, grouped_mm), eager and under torch.compile; one that fails is
   reported and skipped;
 - the floor of the library calls: one layer's GEMMs (fused QKV, o, router) and
   the experts' as torch's grouped GEMM on a balanced routing, plus the faster
-  of cuDNN and flash SDPA, times the layers.
+  of cuDNN and flash SDPA (causal over the whole sample in every layer, no
+  sinks: gpt-oss's windows would only make it faster), times the layers.
 
-Writes OUT/moe_bench.json (every figure) and prints a table: tokens/s and
+Writes OUT/moe_bench.json (moe_bench_SHAPE.json for another shape than the
+default; every figure) and prints a table: tokens/s and
 tokens/s per layer of each, kvcal's ratio to the fastest transformers
 configuration (the issue's target: >= 1.5), peak memory, and the worst
 relative difference of kvcal's per-head K/V absmax from transformers bf16's
@@ -45,10 +59,38 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import transformers
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig
 
 SEQ, BATCH = 2048, 8
-D, H, HKV, HD, E, TOPK, MI, VOCAB = 2048, 32, 4, 128, 128, 8, 768, 151936
+
+# The released models' layer shapes: hidden, heads, kv heads, head_dim,
+# experts, top-k, each expert's intermediate size, vocabulary; the
+# transformers config of `layers` of them; the router's weight and the K
+# projection (whose output is hooked) of a decoder layer; the attention
+# implementations transformers runs the model with.
+SHAPES = {
+    "qwen3-30b-a3b": dict(
+        name="Qwen3-30B-A3B", d=2048, h=32, hkv=4, hd=128, e=128, topk=8, mi=768,
+        vocab=151936, total_layers=48, attn=("sdpa",),
+        config=lambda layers: Qwen3MoeConfig(
+            hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+            num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=4,
+            head_dim=128, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
+            vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+            rms_norm_eps=1e-6, tie_word_embeddings=False),
+        router=lambda layer: layer.mlp.gate, k_out=lambda layer: layer.self_attn.k_norm),
+    "gpt-oss-20b": dict(
+        name="gpt-oss-20b", d=2880, h=64, hkv=8, hd=64, e=32, topk=4, mi=2880,
+        vocab=201088, total_layers=24, attn=("eager", "flex_attention"),
+        config=lambda layers: GptOssConfig(
+            hidden_size=2880, intermediate_size=2880, num_hidden_layers=layers,
+            num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+            num_local_experts=32, num_experts_per_tok=4, sliding_window=128,
+            vocab_size=201088, max_position_embeddings=131072, rms_norm_eps=1e-5,
+            tie_word_embeddings=False),
+        router=lambda layer: layer.mlp.router, k_out=lambda layer: layer.self_attn.k_proj),
+}
+S = SHAPES["qwen3-30b-a3b"]  # the shape of this run (main sets it)
 
 
 def device_memory_used():
@@ -56,24 +98,21 @@ def device_memory_used():
     return total - free
 
 
-def make_model(workdir, layers):
-    """The checkpoint (saved once) and the token samples."""
-    model_dir = os.path.join(workdir, f"qwen3moe-{layers}l")
+def make_model(workdir, shape, layers):
+    """The checkpoint (saved once)."""
+    model_dir = os.path.join(workdir, f"{shape}-{layers}l")
     if not os.path.exists(os.path.join(model_dir, "config.json")):
-        cfg = Qwen3MoeConfig(hidden_size=D, intermediate_size=6144, moe_intermediate_size=MI,
-                             num_hidden_layers=layers, num_attention_heads=H,
-                             num_key_value_heads=HKV, head_dim=HD, num_experts=E,
-                             num_experts_per_tok=TOPK, norm_topk_prob=True, vocab_size=VOCAB,
-                             max_position_embeddings=40960, rope_theta=1000000.0,
-                             rms_norm_eps=1e-6, tie_word_embeddings=False)
         torch.manual_seed(0)
         torch.set_default_dtype(torch.bfloat16)
         with torch.device("cuda"):
-            model = Qwen3MoeForCausalLM(cfg).eval()
+            model = AutoModelForCausalLM.from_config(S["config"](layers)).eval()
         torch.set_default_dtype(torch.float32)
         with torch.no_grad():  # routers that choose: N(0, 1) logits over the experts
             for layer in model.model.layers:
-                layer.mlp.gate.weight.normal_(0.0, 1.0 / D ** 0.5)
+                router = S["router"](layer)
+                router.weight.normal_(0.0, 1.0 / S["d"] ** 0.5)
+                if getattr(router, "bias", None) is not None:
+                    router.bias.zero_()
         model.save_pretrained(model_dir)
         del model
         torch.cuda.empty_cache()
@@ -134,6 +173,7 @@ def bench_ms(fn, reps=10):
 
 def library_floor(layers):
     """tokens/s of `layers` layers of library calls at 8 x 2048 tokens."""
+    D, H, HKV, HD, E, TOPK, MI = (S[k] for k in ("d", "h", "hkv", "hd", "e", "topk", "mi"))
     m = BATCH * SEQ
     gemm_ms = 0.0
     for k, n in ((D, (H + 2 * HKV) * HD), (H * HD, D), (D, E)):
@@ -172,24 +212,24 @@ def library_floor(layers):
     return m / (layers * layer_ms * 1e-3), layer_ms, moe_ms is not None
 
 
-def transformers_runs(model_dir, ids, layers, batches):
-    """{name: (tokens/s, peak bytes, absmax)} of every experts implementation,
-    eager and compiled."""
-    from transformers.models.qwen3_moe.modeling_qwen3_moe import rotate_half
+def transformers_runs(model_dir, layers, batches, experts, attns):
+    """{name: (tokens/s, peak bytes, absmax)} of each experts implementation
+    with each attention implementation, eager and compiled."""
+    HKV, HD = S["hkv"], S["hd"]
     results = {}
-    for impl in ("eager", "batched_mm", "grouped_mm"):
+    for impl, attn in [(i, a) for i in experts for a in attns]:
         try:
-            model = Qwen3MoeForCausalLM.from_pretrained(
-                model_dir, dtype=torch.bfloat16, attn_implementation="sdpa",
+            model = AutoModelForCausalLM.from_pretrained(
+                model_dir, dtype=torch.bfloat16, attn_implementation=attn,
                 experts_implementation=impl).to("cuda").eval()
         except Exception as e:  # an implementation this transformers lacks
-            print(f"transformers {transformers.__version__}: experts_implementation={impl}: "
-                  f"{type(e).__name__}: {str(e)[:300]}")
+            print(f"transformers {transformers.__version__}: experts_implementation={impl}, "
+                  f"attn_implementation={attn}: {type(e).__name__}: {str(e)[:300]}")
             continue
         body = model.model
+        rope_fn = sys.modules[type(body.layers[0].self_attn).__module__].apply_rotary_pos_emb
         pos = torch.arange(SEQ, device="cuda").unsqueeze(0).expand(BATCH, SEQ)
         cos, sin = body.rotary_emb(torch.empty(1, device="cuda", dtype=torch.bfloat16), pos)
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # (B, T, 1, hd)
         stats = {(i, k): torch.zeros(HKV, device="cuda") for i in range(layers) for k in "kv"}
 
         def hook(layer, kind):
@@ -197,16 +237,17 @@ def transformers_runs(model_dir, ids, layers, batches):
 
             def fn(mod, inp, out):
                 x = out.view(BATCH, SEQ, HKV, HD)
-                if kind == "k":  # k_norm's output, then RoPE: what the cache holds
-                    x = x * cos + rotate_half(x) * sin
+                if kind == "k":  # the model's own RoPE of k_proj (k_norm): the cache's K
+                    x = rope_fn(x.transpose(1, 2), x.transpose(1, 2), cos, sin)[1].transpose(1, 2)
                 buf.copy_(torch.maximum(buf, x.abs().amax(dim=(0, 1, 3)).float()))
             return fn
 
         for i, layer in enumerate(body.layers):
-            layer.self_attn.k_norm.register_forward_hook(hook(i, "k"))
+            S["k_out"](layer).register_forward_hook(hook(i, "k"))
             layer.self_attn.v_proj.register_forward_hook(hook(i, "v"))
         for compiled in (False, True):
-            name = f"{impl}{' + torch.compile' if compiled else ''}"
+            name = (f"{impl}{'' if len(attns) == 1 else ', ' + attn + ' attention'}"
+                    f"{' + torch.compile' if compiled else ''}")
             fn = torch.compile(body) if compiled else body
             try:
                 with torch.inference_mode():
@@ -236,20 +277,27 @@ def main():
     ap.add_argument("kvcal")
     ap.add_argument("workdir")
     ap.add_argument("out")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-30b-a3b")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--experts", nargs="+", default=["eager", "batched_mm", "grouped_mm"],
+                    help="transformers' experts implementations to time")
+    ap.add_argument("--attn", nargs="+", help="its attention implementations (default: "
+                    "the shape's: sdpa; gpt-oss eager and flex_attention)")
     ap.add_argument("--kvcal-variant", action="append", default=[], metavar="VAR=VALUE")
     a = ap.parse_args()
     if any("=" not in v for v in a.kvcal_variant):
         sys.exit(f"--kvcal-variant: use VAR=VALUE (got {a.kvcal_variant})")
+    global S
+    S = SHAPES[a.shape]
     os.makedirs(a.workdir, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
-    model_dir = make_model(a.workdir, a.layers)
+    model_dir = make_model(a.workdir, a.shape, a.layers)
     samples = a.batches * BATCH
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1, VOCAB, (samples, SEQ), generator=g)
+    ids = torch.randint(1, S["vocab"], (samples, SEQ), generator=g)
     data = os.path.join(a.workdir, f"tokens-{samples}.jsonl")
     with open(data, "w") as f:
         for row in ids.tolist():
@@ -271,12 +319,13 @@ def main():
         variants[v] = (vres["tokens_per_second"], vpeak, vdiff)
         print(f"kvcal calibrate --device cuda, {v}: {variants[v][0]:.0f} tokens/s", flush=True)
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
-    hf = transformers_runs(model_dir, ids, a.layers, batches)
+    hf = transformers_runs(model_dir, a.layers, batches, a.experts, a.attn or S["attn"])
     floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)
 
     worst = {}
-    if "eager" in hf:
-        ref = hf["eager"][2]
+    ref_name = next((n for n in hf if n.startswith("eager") and "compile" not in n), None)
+    if ref_name:
+        ref = hf[ref_name][2]
         for kind in "kv":
             d = [abs(g - r) / r for li, layer in enumerate(res["layers"])
                  for g, r in zip(layer[kind + "_absmax"], ref[(li, kind)]) if r > 0]
@@ -288,7 +337,7 @@ def main():
         [(f"transformers {name}", v[0], v[1]) for name, v in hf.items()] + \
         [("library floor (grouped GEMM + SDPA)" if floor_grouped else
           "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0)]
-    print(f"\n{a.layers} layers of Qwen3-30B-A3B, {samples} x {SEQ} tokens, "
+    print(f"\n{a.layers} layers of {S['name']}, {samples} x {SEQ} tokens, "
           f"batches of {BATCH} x {SEQ}")
     print(f"{'':48s} {'tokens/s':>10s} {'per layer':>11s} {'peak GiB':>9s}")
     for name, tps, peak in table:
@@ -298,15 +347,18 @@ def main():
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
               f"(target >= 1.5x); kvcal / floor: {kvcal_tps / floor_tps:.2f}")
     for kind, w in worst.items():
-        print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 (eager experts): "
+        print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 ({ref_name}): "
               f"worst rel. diff {w:.2e}")
     for v, (tps, _, diff) in variants.items():
         print(f"kvcal {v}: {tps / kvcal_tps:.2f}x the default run's tokens/s; per-head K/V "
               f"absmax against the default run: worst rel. diff {diff:.2e}")
     if counts:
         print("experts no token reached, per layer: " + ", ".join(str(c["cold"]) for c in counts))
-    with open(os.path.join(a.out, "moe_bench.json"), "w") as f:
-        json.dump({"layers": a.layers, "samples": samples, "seq_len": SEQ, "batch": BATCH,
+    figures = os.path.join(a.out, "moe_bench.json" if a.shape == "qwen3-30b-a3b"
+                           else f"moe_bench_{a.shape}.json")
+    with open(figures, "w") as f:
+        json.dump({"shape": a.shape, "layers": a.layers, "samples": samples, "seq_len": SEQ,
+                   "batch": BATCH,
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
@@ -319,7 +371,7 @@ def main():
                    "floor": {"tokens_per_second": floor_tps, "layer_ms": floor_layer_ms,
                              "grouped_gemm": floor_grouped},
                    "absmax_worst_rel_diff": worst, "routing": counts}, f, indent=1)
-    print(f"wrote {os.path.join(a.out, 'moe_bench.json')}")
+    print(f"wrote {figures}")
 
 
 if __name__ == "__main__":

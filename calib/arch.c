@@ -12,11 +12,12 @@ extern const kvcal_arch kvcal_arch_gemma;
 extern const kvcal_arch kvcal_arch_glm4_moe;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
+extern const kvcal_arch kvcal_arch_gpt_oss;
 
 static const kvcal_arch *const families[] = {
     &kvcal_arch_llama,       &kvcal_arch_qwen_moe,   &kvcal_arch_mixtral,
     &kvcal_arch_phi3,        &kvcal_arch_gemma,      &kvcal_arch_glm4_moe,
-    &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3};
+    &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3, &kvcal_arch_gpt_oss};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 
@@ -32,8 +33,6 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
 static const struct {
     const char *architecture, *missing;
 } not_yet[] = {
-    {"GptOssForCausalLM", "attention sinks, its fused and transposed expert tensors with "
-                          "biases and clamped SwiGLU, and MXFP4 expert weights"},
     {"Gemma3ForConditionalGeneration",
      "the multimodal wrapper's weight names (its language model runs as "
      "Gemma3ForCausalLM from a text-only checkpoint)"},

@@ -40,7 +40,9 @@ typedef enum kvcal_weight {
     KVCAL_W_SHARED_GATE,   /* (1, hidden) the sigmoid gate of the shared expert */
     KVCAL_W_POST_ATTN_NORM, /* (hidden) RMSNorm of the attention's output (Gemma) */
     KVCAL_W_POST_FFN_NORM, /* (hidden) RMSNorm of the MLP's output (Gemma) */
-    KVCAL_W_ROUTER_BIAS,   /* (experts) added to the router's scores to choose (GLM) */
+    KVCAL_W_ROUTER_BIAS,   /* (experts) the router's bias: added to the scores to choose
+                              with sigmoid routing (GLM), to the logits with softmax
+                              routing (gpt-oss) */
     /* multi-head latent attention (DeepSeek-V2/V3): */
     KVCAL_W_Q_A,       /* (q_lora_rank, hidden) the query's LoRA down */
     KVCAL_W_Q_A_NORM,  /* (q_lora_rank) its RMSNorm */
@@ -50,6 +52,10 @@ typedef enum kvcal_weight {
     KVCAL_W_KV_A_NORM, /* (kv_lora_rank) the latent's RMSNorm */
     KVCAL_W_KV_B,      /* (heads * (qk_nope + v_head), kv_lora_rank) per head
                           [W_UK; W_UV]: the latent's K (no RoPE) and V */
+    KVCAL_W_ATTN_SINKS,    /* (heads) a logit per query head in the softmax's
+                              denominator (gpt-oss's attention sinks) */
+    KVCAL_W_EXPERT_GATE_UP_BIAS, /* (experts, 2 moe_inter): per expert [bgate; bup] */
+    KVCAL_W_EXPERT_DOWN_BIAS,    /* (experts, hidden) */
     KVCAL_W_COUNT
 } kvcal_weight;
 
@@ -72,7 +78,9 @@ typedef enum kvcal_dim {
     KVCAL_DIM_KV_A,    /* kv_lora_rank + qk_rope_head_dim: the cached entry */
     KVCAL_DIM_MLA_Q,   /* num_heads * (qk_nope_head_dim + qk_rope_head_dim) */
     KVCAL_DIM_KV_B,    /* num_heads * (qk_nope_head_dim + v_head_dim) */
-    KVCAL_DIM_MLA_O    /* num_heads * v_head_dim */
+    KVCAL_DIM_MLA_O,   /* num_heads * v_head_dim */
+    KVCAL_DIM_HEADS,   /* num_heads */
+    KVCAL_DIM_2MOE_INTER /* 2 moe_intermediate_size: an expert's fused gate_up_proj */
 } kvcal_dim;
 
 /* When a weight exists, from the model description. */
@@ -88,20 +96,39 @@ typedef enum kvcal_when {
     KVCAL_WHEN_NO_Q_LORA      /* desc->q_lora_rank == 0 */
 } kvcal_when;
 
+/* How a checkpoint tensor holds its part (flags of kvcal_weight_part.layout;
+ * 0: (rows, cols) row-major, as nn.Linear's weight). */
+/* stored (cols, rows): an (in, out) parameter, as gpt-oss's experts */
+#define KVCAL_PART_TRANSPOSED 1
+/* rows stored interleaved: row 2i is row i of the part's first half, row
+ * 2i + 1 row i of its second half (gpt-oss's gate, up, gate, up, ...) */
+#define KVCAL_PART_INTERLEAVED 2
+/* may be stored as MXFP4 instead, as the tensors <name>_blocks (rows, cols
+ * / 32, 16) of e2m1 pairs (the low nibble first) and <name>_scales (rows,
+ * cols / 32) of e8m0 exponents, (rows, cols) whatever KVCAL_PART_TRANSPOSED
+ * says (the released gpt-oss checkpoints; io/checkpoint/mxfp4.h) */
+#define KVCAL_PART_MXFP4 4
+
 /* One checkpoint tensor of a logical weight: its name after the layer
- * prefix ("self_attn.k_proj.weight") and its shape. */
+ * prefix ("self_attn.k_proj.weight"), its shape and layout. */
 typedef struct kvcal_weight_part {
     const char *name;
     kvcal_dim rows, cols;
+    unsigned layout; /* KVCAL_PART_* flags */
 } kvcal_weight_part;
 
 #define KVCAL_WEIGHT_PARTS_MAX 3
 
+#define KVCAL_EXPERTS_NAMED 1
+#define KVCAL_EXPERTS_STACKED 2
+
 typedef struct kvcal_weight_spec {
     kvcal_weight_part parts[KVCAL_WEIGHT_PARTS_MAX]; /* name NULL ends the list */
     kvcal_when when;
-    /* 1: one copy of the parts per expert, stacked by expert; each part's
-     * name holds a %d for the expert ("mlp.experts.%d.up_proj.weight") */
+    /* one copy of the parts per expert, stacked by expert: KVCAL_EXPERTS_NAMED
+     * (a tensor per expert, each part's name holds a %d for it:
+     * "mlp.experts.%d.up_proj.weight") or KVCAL_EXPERTS_STACKED (one tensor
+     * (experts, ...) per part); 0: one copy */
     int per_expert;
     /* 1: an RMSNorm weight, used as norm_offset + w (calib/model.h) */
     int norm;
@@ -133,18 +160,21 @@ typedef enum kvcal_op_kind {
      * present), then RoPE of q and k */
     KVCAL_OP_QK_NORM_ROPE,
     /* out = causal attention of QKV's q, k, v (GQA), within the model's
-     * sliding window when it has one */
+     * sliding window when it has one; w (KVCAL_W_ATTN_SINKS, or none): a
+     * logit per query head added to the softmax's denominator */
     KVCAL_OP_ATTENTION,
     /* out = silu(in Wgate^T) * (in Wup^T), w = [Wgate; Wup] */
     KVCAL_OP_SWIGLU,
-    /* out = the mixture of experts of in: w = KVCAL_W_ROUTER's logits,
-     * their softmax's top-k experts (or, with the model's sigmoid routing,
-     * the top-k of sigmoid(logits) + b, b = KVCAL_W_ROUTER_BIAS, weighted by
-     * the sigmoids; weights renormalized when the model says so and times
-     * its routed scale), each a SwiGLU MLP of KVCAL_W_EXPERT_GATE_UP and
-     * KVCAL_W_EXPERT_DOWN, summed by weight; plus, where the model has one,
-     * the shared expert (KVCAL_W_SHARED_GATE_UP, _DOWN), scaled by
-     * sigmoid(in KVCAL_W_SHARED_GATE^T) where that gate exists */
+    /* out = the mixture of experts of in: w = KVCAL_W_ROUTER's logits (+ b,
+     * b = KVCAL_W_ROUTER_BIAS or none), their softmax's top-k experts (or,
+     * with the model's sigmoid routing, the top-k of sigmoid(logits) + b
+     * with logits of w alone, weighted by the sigmoids; weights renormalized
+     * when the model says so and times its routed scale), each a SwiGLU MLP
+     * of KVCAL_W_EXPERT_GATE_UP and KVCAL_W_EXPERT_DOWN (plus their biases
+     * where the model has them; the model's clamped SwiGLU where it has
+     * one), summed by weight; plus, where the model has one, the shared
+     * expert (KVCAL_W_SHARED_GATE_UP, _DOWN), scaled by sigmoid(in
+     * KVCAL_W_SHARED_GATE^T) where that gate exists */
     KVCAL_OP_MOE,
     /* out = rmsnorm(in) * w, out may be in (a norm of a block's output
      * before the residual add, Gemma's post-norms) */

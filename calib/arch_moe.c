@@ -9,7 +9,9 @@
  * q/k norm, RoPE (the K and V the engine caches), causal GQA attention
  * (windowed), o_proj, residual, RMSNorm, the mixture of experts (softmax
  * top-k routing, each expert a SwiGLU MLP, and the gated shared expert),
- * residual. Every layer holds a cache in vLLM and sglang alike. */
+ * residual. Every layer holds a cache in vLLM and sglang alike. With
+ * use_sliding_window, Qwen3-MoE's window applies to every layer and
+ * Qwen2-MoE's to its layer_types' sliding layers (io/model_config). */
 #include <stdio.h>
 #include <string.h>
 
@@ -24,7 +26,7 @@ static const char *const mixtral_architectures[] = {"MixtralForCausalLM", NULL};
 /* config.json: Qwen2-MoE has q/k/v biases (never o), Qwen3-MoE attention_bias
  * (q/k/v and o) and q/k norm, Mixtral neither; the experts and Qwen's dense
  * layers (mlp_only_layers, decoder_sparse_step) as io/model_config reads
- * them. Qwen's use_sliding_window (its own per-layer pattern) is refused. */
+ * them. */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     const int qwen2 = !strcmp(c->architecture, "Qwen2MoeForCausalLM");
@@ -37,22 +39,14 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
     if (d->num_experts < 1 || d->experts_per_tok < 1 ||
         d->experts_per_tok > d->num_experts || d->moe_intermediate_size < 1 ||
         (qwen2 && d->shared_intermediate_size < 1))
-        return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "config.json: %s needs num_experts >= 1, num_experts_per_tok in "
-                          "1..num_experts and moe_intermediate_size >= 1%s (found %d, %d "
-                          "and %d, shared expert %d); fix the config",
-                          c->architecture,
-                          qwen2 ? ", shared_expert_intermediate_size >= 1" : "",
-                          d->num_experts, d->experts_per_tok, d->moe_intermediate_size,
-                          d->shared_intermediate_size);
-    if (!strcmp(c->architecture, "MixtralForCausalLM"))
-        return KVCAL_OK;
-    if (d->sliding_window > 0)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "config.json: %s with use_sliding_window true is not supported "
-                          "yet (its windows differ by layer); set it false, as the "
-                          "released checkpoints do",
-                          c->architecture);
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "config.json: %s needs num_experts >= 1, num_experts_per_tok in "
+            "1..num_experts and moe_intermediate_size >= 1%s (found %d, %d "
+            "and %d, shared expert %d); fix the config",
+            c->architecture, qwen2 ? ", shared_expert_intermediate_size >= 1" : "",
+            d->num_experts, d->experts_per_tok, d->moe_intermediate_size,
+            d->shared_intermediate_size);
     return KVCAL_OK;
 }
 

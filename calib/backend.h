@@ -177,7 +177,8 @@ typedef struct kvcal_backend_ops {
     /* Copies n host floats to dst (from sim_prepare's space). */
     kvcal_status (*sim_upload)(kvcal_backend *be, float *dst, const float *src, size_t n);
     /* Attention of the exact K and V into the scratch the error of the
-     * attention output is measured against (before the round trip). */
+     * attention output is measured against (before the round trip), as the
+     * layer's attention op (op: its sinks) computes it. */
     kvcal_status (*sim_attend_exact)(kvcal_backend *be, const kvcal_op *op);
     /* Dequantizes the cache over K and V (what attention then reads) and
      * adds K's and V's errors to layer l's sums: an e4m3 cache of the

@@ -358,8 +358,9 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     return observe_layer >= 0 && c->stats ? observe(c, observe_layer) : KVCAL_OK;
 }
 
-/* Causal attention of each sample's q, k, v into out (rows, heads, head_dim). */
-static void attend(cpu_backend *c, float *out)
+/* Causal attention of each sample's q, k, v into out (rows, heads,
+ * head_dim), with op's sinks where it has them. */
+static void attend(cpu_backend *c, const kvcal_op *op, float *out)
 {
     const kvcal_model_desc *d = c->base.desc;
     const int H = d->num_heads;
@@ -367,17 +368,23 @@ static void attend(cpu_backend *c, float *out)
     kvcal_model_attention_dims(d, &HKV, &hd, &vd);
     for (int b = 0; b < c->batch; b++) {
         const int64_t s = c->start[b];
-        kvcal_attention_vdim_ref(out + s * H * vd, c->q + s * H * hd, c->k + s * HKV * hd,
-                                 c->v + s * HKV * vd, c->lengths[b], H, HKV, hd, vd,
-                                 d->attn_scale, d->layer_window[c->layer],
-                                 d->attn_softcap);
+        if (op->w != KVCAL_W_NONE) /* sinks (gpt-oss): head_dim == v_dim */
+            kvcal_attention_sinks_ref(
+                out + s * H * hd, c->q + s * H * hd, c->k + s * HKV * hd,
+                c->v + s * HKV * hd, c->lengths[b], H, HKV, hd, d->attn_scale,
+                d->layer_window[c->layer], d->attn_softcap, weight(c, op->w));
+        else
+            kvcal_attention_vdim_ref(out + s * H * vd, c->q + s * H * hd,
+                                     c->k + s * HKV * hd, c->v + s * HKV * vd,
+                                     c->lengths[b], H, HKV, hd, vd, d->attn_scale,
+                                     d->layer_window[c->layer], d->attn_softcap);
     }
 }
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 {
     cpu_backend *c = cpu(be);
-    attend(c, act(c, op->out));
+    attend(c, op, act(c, op->out));
     return KVCAL_OK;
 }
 
@@ -417,16 +424,24 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
     return KVCAL_OK;
 }
 
-/* out (n, D) = silu(x Wgate^T) * (x Wup^T) Wdown^T of n rows x (n, D), w_gu
- * [Wgate; Wup] (2 I, D), w_down (D, I): one expert, or the shared one. */
+/* out (n, D) = act(x Wgate^T + bgate, x Wup^T + bup) Wdown^T + bdown of n
+ * rows x (n, D), w_gu [Wgate; Wup] (2 I, D), b_gu [bgate; bup] (2 I) or
+ * NULL, w_down (D, I), b_down (D) or NULL, act the model's SwiGLU (clamped
+ * where it has a limit): one expert, or the shared one. */
 static void mlp(cpu_backend *c, float *out, const float *x, int64_t n, const float *w_gu,
-                const float *w_down, int I)
+                const float *b_gu, const float *w_down, const float *b_down, int I)
 {
-    const int D = c->base.desc->hidden_size;
-    kvcal_matmul_ref(c->gate, x, w_gu, NULL, (int)n, D, I);
-    kvcal_matmul_ref(c->up, x, w_gu + (int64_t)I * D, NULL, (int)n, D, I);
-    kvcal_swiglu_ref(c->gate, c->gate, c->up, n * I);
-    kvcal_matmul_ref(out, c->gate, w_down, NULL, (int)n, I, D);
+    const kvcal_model_desc *d = c->base.desc;
+    const int D = d->hidden_size;
+    kvcal_matmul_ref(c->gate, x, w_gu, b_gu, (int)n, D, I);
+    kvcal_matmul_ref(c->up, x, w_gu + (int64_t)I * D, b_gu ? b_gu + I : NULL, (int)n, D,
+                     I);
+    if (d->swiglu_limit > 0.0f)
+        kvcal_swiglu_oai_ref(c->gate, c->gate, c->up, n * I, d->swiglu_alpha,
+                             d->swiglu_limit);
+    else
+        kvcal_swiglu_ref(c->gate, c->gate, c->up, n * I);
+    kvcal_matmul_ref(out, c->gate, w_down, b_down, (int)n, I, D);
 }
 
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer)
@@ -438,11 +453,14 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     const int64_t n = c->n;
     const float *x = act(c, op->in);
     float *out = act(c, op->out);
-    kvcal_matmul_ref(c->logits, x, weight(c, op->w), NULL, (int)n, D, E);
+    /* the router's bias: in the logits for softmax routing, in the choice for
+     * sigmoid routing */
+    kvcal_matmul_ref(c->logits, x, weight(c, op->w),
+                     d->moe_sigmoid ? NULL : weight(c, op->b), (int)n, D, E);
     const kvcal_moe_route_cfg route = {E,
                                        K,
                                        d->moe_sigmoid,
-                                       weight(c, op->b),
+                                       d->moe_sigmoid ? weight(c, op->b) : NULL,
                                        d->moe_groups,
                                        d->moe_topk_groups,
                                        d->moe_group_max,
@@ -452,6 +470,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     memset(out, 0, sizeof(float) * (size_t)(n * D));
     const float *gu = weight(c, KVCAL_W_EXPERT_GATE_UP),
                 *down = weight(c, KVCAL_W_EXPERT_DOWN);
+    const float *b_gu = weight(c, KVCAL_W_EXPERT_GATE_UP_BIAS),
+                *b_down = weight(c, KVCAL_W_EXPERT_DOWN_BIAS);
     int64_t *counts = observe_layer >= 0 && c->stats && c->stats->num_experts == E
                           ? c->stats->expert_tokens + (int64_t)observe_layer * E
                           : NULL;
@@ -470,8 +490,9 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
             counts[e] += m;
         if (!m)
             continue;
-        mlp(c, c->ys, c->xs, m, gu + (int64_t)e * 2 * I * D, down + (int64_t)e * D * I,
-            I);
+        mlp(c, c->ys, c->xs, m, gu + (int64_t)e * 2 * I * D,
+            b_gu ? b_gu + (int64_t)e * 2 * I : NULL, down + (int64_t)e * D * I,
+            b_down ? b_down + (int64_t)e * D : NULL, I);
         for (int64_t r = 0; r < m; r++)
             for (int i = 0; i < D; i++)
                 out[(int64_t)c->rows[r] * D + i] += c->rows_w[r] * c->ys[r * D + i];
@@ -479,8 +500,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     if (!S)
         return KVCAL_OK;
     const float *gate = weight(c, KVCAL_W_SHARED_GATE); /* NULL: no gate */
-    mlp(c, c->ys, x, n, weight(c, KVCAL_W_SHARED_GATE_UP), weight(c, KVCAL_W_SHARED_DOWN),
-        S);
+    mlp(c, c->ys, x, n, weight(c, KVCAL_W_SHARED_GATE_UP), NULL,
+        weight(c, KVCAL_W_SHARED_DOWN), NULL, S);
     if (gate)
         kvcal_matmul_ref(c->rows_w, x, gate, NULL, (int)n, D, 1);
     for (int64_t t = 0; t < n; t++) {
@@ -706,10 +727,9 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
 /* (MLA: K and V expanded from the exact entry first) */
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
-    (void)op;
     if (be->desc->mla)
         expand(cpu(be));
-    attend(cpu(be), cpu(be)->att0);
+    attend(cpu(be), op, cpu(be)->att0);
     return KVCAL_OK;
 }
 

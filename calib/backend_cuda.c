@@ -117,7 +117,7 @@ typedef struct {
     int32_t *route_e;       /* (N, K) chosen experts */
     float *route_w;         /* (N, K) their weights */
     kvcal_moe_plan plan;    /* the routed rows grouped by expert */
-    kvcal_bf16 *moe_gu;     /* (capacity, 2 MI); NULL with moe_sm90 */
+    kvcal_bf16 *moe_gu;     /* (capacity, 2 MI); NULL with moe_sm90 (but gpt-oss's) */
     kvcal_bf16 *moe_act;    /* (capacity, MI) */
     kvcal_bf16 *moe_y;      /* (capacity, D); with moe_sm90 first the gathered rows */
     kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
@@ -202,7 +202,10 @@ static const kvcal_weight slab_order[] = {KVCAL_W_QKV,
                                           KVCAL_W_Q_PROJ,
                                           KVCAL_W_KV_A,
                                           KVCAL_W_KV_A_NORM,
-                                          KVCAL_W_KV_B};
+                                          KVCAL_W_KV_B,
+                                          KVCAL_W_ATTN_SINKS,
+                                          KVCAL_W_EXPERT_GATE_UP_BIAS,
+                                          KVCAL_W_EXPERT_DOWN_BIAS};
 /* every weight once: one left out would have no place on the device (its
  * tensor NULL), and the zeros of a shorter list would lay out the first
  * weight again */
@@ -233,6 +236,15 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
     }
     lay->bytes = off;
     lay->gate_up_interleaved = mlp_fused;
+}
+
+/* The experts' biases or clamped SwiGLU (gpt-oss): kernels of their own
+ * between plain grouped GEMMs, never the sm90 GEMM's SwiGLU epilogue. */
+static int moe_oai(const kvcal_model_desc *d)
+{
+    return d->swiglu_limit > 0.0f ||
+           kvcal_model_has_weight(d, KVCAL_W_EXPERT_GATE_UP_BIAS) ||
+           kvcal_model_has_weight(d, KVCAL_W_EXPERT_DOWN_BIAS);
 }
 
 /* Norm weights whose model adds an offset to them (Gemma's 1 + w) are read
@@ -676,34 +688,37 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
 
 /* Causal attention into out (N, att_cols) of q, k, v (rows of stride
  * `stride`, kv_heads heads of hd), within the model's sliding window where a
- * sample can be longer. */
+ * sample can be longer, with the heads' sinks (gpt-oss) where non-NULL. */
 static kvcal_status attend_qkv(cuda_backend *r, kvcal_bf16 *out, int64_t out_stride,
                                const kvcal_bf16 *q, const kvcal_bf16 *k,
-                               const kvcal_bf16 *v, int64_t stride, int kv_heads, int hd)
+                               const kvcal_bf16 *v, int64_t stride, int kv_heads, int hd,
+                               const kvcal_bf16 *sinks)
 {
     const int window = r->base.desc->layer_window[r->layer];
     const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
-    if ((window > 0 && r->seq_len > window) || softcap > 0.0f)
-        return kvcal_attention_window_launch(out, out_stride, q, k, v, stride, r->batch,
-                                             r->seq_len, r->H, kv_heads, hd, scale,
-                                             window, softcap, r->stream);
+    if ((window > 0 && r->seq_len > window) || softcap > 0.0f || sinks)
+        return kvcal_attention_sinks_launch(out, out_stride, q, k, v, stride, r->batch,
+                                            r->seq_len, r->H, kv_heads, hd, scale, window,
+                                            softcap, sinks, r->stream);
     return kvcal_attention_run(r->attn, out, out_stride, q, k, v, stride, r->batch,
                                r->seq_len, r->H, kv_heads, hd, scale, r->stream, NULL);
 }
 
-/* The attention into out (N, att_cols): of the fused QKV buffer, or MLA's
- * decompressed heads (V padded to the q/k head size, so that one head size
- * runs on the attention kernels; the padding's columns then dropped). */
-static kvcal_status attend(cuda_backend *r, kvcal_bf16 *out)
+/* The attention into out (N, att_cols): of the fused QKV buffer (with op's
+ * sinks where it has them), or MLA's decompressed heads (V padded to the
+ * q/k head size, so that one head size runs on the attention kernels; the
+ * padding's columns then dropped). */
+static kvcal_status attend(cuda_backend *r, const kvcal_op *op, kvcal_bf16 *out)
 {
     kvcal_status st = KVCAL_OK;
     const int q_cols = r->H * r->hd, n = r->batch * r->seq_len;
     if (!r->base.desc->mla)
         return attend_qkv(r, out, q_cols, r->qkv, r->qkv + q_cols,
-                          r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->HKV, r->hd);
+                          r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->HKV, r->hd,
+                          tensor(r, op->w));
     const size_t e = sizeof(kvcal_bf16);
     TRY(attend_qkv(r, r->att_pad, (int64_t)r->H * r->qkd, r->mq, r->mk, r->mv,
-                   (int64_t)r->H * r->qkd, r->H, r->qkd));
+                   (int64_t)r->H * r->qkd, r->H, r->qkd, NULL));
     TRY_CUDA(cudaMemcpy2DAsync(out, r->vh * e, r->att_pad, r->qkd * e, r->vh * e,
                                (size_t)n * r->H, cudaMemcpyDeviceToDevice, r->stream));
 fail:
@@ -712,7 +727,7 @@ fail:
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
 {
-    return attend(cu(be), act(cu(be), op->out));
+    return attend(cu(be), op, act(cu(be), op->out));
 }
 
 /* In place where op's out is its in (kvcal_add_rmsnorm_launch with no
@@ -760,10 +775,12 @@ fail:
     return st;
 }
 
-/* Router GEMM, routing and grouping on the device, the experts' grouped
- * GEMMs (on Hopper the rows gathered in the plan's order, gate/up with
- * SwiGLU fused, down; elsewhere gate/up, SwiGLU, down), the shared expert
- * on cuBLAS, the weighted combine: no host round trip. */
+/* Router GEMM (with its bias for softmax routing), routing and grouping on
+ * the device, the experts' grouped GEMMs (on Hopper the rows gathered in the
+ * plan's order, gate/up with SwiGLU fused, down; elsewhere gate/up, SwiGLU,
+ * down; gpt-oss's biases and clamped SwiGLU as separate kernels after plain
+ * GEMMs on either), the shared expert on cuBLAS, the weighted combine: no
+ * host round trip. */
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
 {
     kvcal_status st = KVCAL_OK;
@@ -777,13 +794,15 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
     unsigned long long *counts = observe >= 0 && r->stats && r->stats->num_experts == r->E
                                      ? r->expert_tokens + (size_t)observe * r->E
                                      : NULL;
-    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w), NULL, n, r->D, r->E,
-                          s));
     const kvcal_model_desc *d = be->desc;
+    /* the router's bias: in the logits for softmax routing, in the choice
+     * for sigmoid routing */
+    TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w),
+                          d->moe_sigmoid ? NULL : tensor(r, op->b), n, r->D, r->E, s));
     const kvcal_moe_route_params route = {r->E,
                                           r->K,
                                           d->moe_sigmoid,
-                                          tensor(r, op->b),
+                                          d->moe_sigmoid ? tensor(r, op->b) : NULL,
                                           d->moe_groups,
                                           d->moe_topk_groups,
                                           d->moe_group_max,
@@ -792,7 +811,9 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
     TRY(kvcal_moe_route_grouped_launch(r->route_e, r->route_w, r->router, r->pos, n,
                                        &route, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
-    if (r->moe_sm90) {
+    const kvcal_bf16 *b_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP_BIAS),
+                     *b_down = tensor(r, KVCAL_W_EXPERT_DOWN_BIAS);
+    if (r->moe_sm90 && !moe_oai(d)) {
         TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
         TRY(kvcal_moe_gemm_sm90_launch(r->moe_act, r->moe_y,
                                        tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
@@ -801,11 +822,35 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
                                        tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
                                        r->D, KVCAL_MOE_EPI_STORE, s));
     } else {
-        TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
-                                  &plan, r->D, 2 * r->MI, s));
-        TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
-        TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN),
-                                  &plan, r->MI, r->D, s));
+        /* gpt-oss on Hopper: the sm90 GEMMs storing gate/up, then the biases
+         * and the clamped SwiGLU as their own kernels */
+        if (r->moe_sm90) {
+            TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
+            TRY(kvcal_moe_gemm_sm90_launch(r->moe_gu, r->moe_y,
+                                           tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
+                                           r->D, 2 * r->MI, KVCAL_MOE_EPI_STORE, s));
+        } else {
+            TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K,
+                                      tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->D,
+                                      2 * r->MI, s));
+        }
+        if (b_gu)
+            TRY(kvcal_moe_bias_launch(r->moe_gu, b_gu, &plan, 2 * r->MI, s));
+        if (d->swiglu_limit > 0.0f)
+            TRY(kvcal_swiglu_oai_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI,
+                                        d->swiglu_alpha, d->swiglu_limit, s));
+        else
+            TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+        if (r->moe_sm90)
+            TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
+                                           tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E,
+                                           r->MI, r->D, KVCAL_MOE_EPI_STORE, s));
+        else
+            TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0,
+                                      tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->MI, r->D,
+                                      s));
+        if (b_down)
+            TRY(kvcal_moe_bias_launch(r->moe_y, b_down, &plan, r->D, s));
     }
     if (r->SI) {
         TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
@@ -1228,9 +1273,8 @@ static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
 /* (MLA: K and V expanded from the exact entry first) */
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
-    (void)op;
     kvcal_status st = be->desc->mla ? expand(cu(be)) : KVCAL_OK;
-    return st ? st : attend(cu(be), cu(be)->att0);
+    return st ? st : attend(cu(be), op, cu(be)->att0);
 }
 
 static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_qparams *q)
@@ -1550,7 +1594,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up(sizeof(int32_t)) +
                     round_up((size_t)kvcal_moe_plan_scratch((int)NK, r->E) *
                              sizeof(int32_t)) +
-                    (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
+                    (r->moe_sm90 && !moe_oai(d) ? 0 : round_up(cap * 2 * r->MI * e)) +
                     round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
                     round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
                     round_up(N * r->D * e);
@@ -1646,7 +1690,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->plan.used_tiles = carve(&p, sizeof(int32_t));
         r->plan.scratch =
             carve(&p, (size_t)kvcal_moe_plan_scratch((int)NK, r->E) * sizeof(int32_t));
-        r->moe_gu = r->moe_sm90 ? NULL : carve(&p, cap * 2 * r->MI * e);
+        r->moe_gu = r->moe_sm90 && !moe_oai(d) ? NULL : carve(&p, cap * 2 * r->MI * e);
         r->moe_act = carve(&p, cap * r->MI * e);
         r->moe_y = carve(&p, cap * r->D * e);
         r->shared_gu = carve(&p, N * 2 * r->SI * e);

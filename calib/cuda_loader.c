@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "core/status.h"
-#include "io/checkpoint/safetensors.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/ops.h"
 
@@ -30,13 +29,14 @@
         }                                                                                \
     } while (0)
 
-/* n values of src at dst_off of a layer (or of a tensor) laid out on the
- * device: out_size 2, converted from dtype to bf16; out_size 1, bytes
- * copied (through map where it is not NULL: FP8 weights, their scales). */
+/* n values of src from its value `first` on at dst_off of a layer (or of
+ * a tensor) laid out on the device: out_size 2, converted to bf16;
+ * out_size 1, bytes copied (src a U8 view; through map where it is not
+ * NULL: FP8 weights, their scales). */
 typedef struct {
     size_t dst_off; /* bytes */
-    const void *src;
-    kvcal_dtype dtype;
+    kvcal_tensor_view src;
+    int64_t first;
     size_t n;
     size_t out_size;
     const uint8_t *map; /* (256) or NULL */
@@ -92,10 +92,9 @@ static double now_s(void)
 
 // --- jobs: what goes where ---------------------------------------------------
 
-static int push_job(job_list *l, size_t dst_off, const void *src, kvcal_dtype dtype,
-                    size_t n, size_t out_size, const uint8_t *map)
+static int push_job(job_list *l, size_t dst_off, const kvcal_tensor_view *src,
+                    int64_t first, size_t n, size_t out_size, const uint8_t *map)
 {
-    const size_t size = out_size == 1 ? 1 : kvcal_dtype_size(dtype);
     while (n) {
         /* a job ends at a piece boundary and at JOB_VALUES */
         size_t room = (l->piece - dst_off % l->piece) / out_size;
@@ -108,12 +107,18 @@ static int push_job(job_list *l, size_t dst_off, const void *src, kvcal_dtype dt
                 return -1;
             l->j = j, l->cap = cap;
         }
-        l->j[l->n++] = (job){dst_off, src, dtype, take, out_size, map};
+        l->j[l->n++] = (job){dst_off, *src, first, take, out_size, map};
         dst_off += take * out_size;
-        src = (const unsigned char *)src + take * size;
+        first += (int64_t)take;
         n -= take;
     }
     return 0;
+}
+
+/* n bytes at p as a view of U8 values. */
+static kvcal_tensor_view bytes_view(const void *p, int64_t n)
+{
+    return (kvcal_tensor_view){p, KVCAL_DTYPE_U8, n, 0, n, 1, NULL};
 }
 
 /* The jobs of FP8 weight w of layer l: its bytes (mapped as the engine
@@ -133,14 +138,16 @@ static kvcal_status fp8_jobs(const kvcal_cuda_loader_t *ld, int l, kvcal_weight 
     size_t off = ld->lay.off[w];
     int fail = 0;
     for (int i = 0; i < p->n; i++) {
-        fail |= push_job(out, off, p->part[i].data, KVCAL_DTYPE_U8,
-                         (size_t)p->part[i].numel, 1, p->mapped ? p->map[i] : NULL);
+        const kvcal_tensor_view v = bytes_view(p->part[i].data, p->part[i].numel);
+        fail |=
+            push_job(out, off, &v, 0, (size_t)v.numel, 1, p->mapped ? p->map[i] : NULL);
         off += (size_t)p->part[i].numel;
     }
-    fail |= push_job(out, ld->lay.scale_off[w], sc, KVCAL_DTYPE_U8, count * sizeof(float),
-                     1, NULL);
-    fail |= push_job(out, ld->lay.input_off[w], sc + count, KVCAL_DTYPE_U8, sizeof(float),
-                     1, NULL);
+    const kvcal_tensor_view scales = bytes_view(sc, (int64_t)(count * sizeof(float))),
+                            input = bytes_view(sc + count, (int64_t)sizeof(float));
+    fail |=
+        push_job(out, ld->lay.scale_off[w], &scales, 0, (size_t)scales.numel, 1, NULL);
+    fail |= push_job(out, ld->lay.input_off[w], &input, 0, (size_t)input.numel, 1, NULL);
     return fail ? kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory") : KVCAL_OK;
 }
 
@@ -201,11 +208,9 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
                 const int src = kvcal_gemm_swiglu_source_row(r, I);
                 /* [gate; up] in two tensors, or already fused in one */
                 const kvcal_tensor_view *p = &part[n == 1 || src < I ? 0 : 1];
-                const size_t row = (size_t)(n == 1 || src < I ? src : src - I);
-                const void *from = (const unsigned char *)p->data +
-                                   row * D * kvcal_dtype_size(p->dtype);
-                if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), from,
-                             p->dtype, (size_t)128 * D, sizeof(kvcal_bf16), NULL))
+                const int64_t row = n == 1 || src < I ? src : src - I;
+                if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), p, row * D,
+                             (size_t)128 * D, sizeof(kvcal_bf16), NULL))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
             }
             continue;
@@ -215,7 +220,7 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             if (e > 0 && (st = kvcal_model_weight_parts(ld->model, l, w, e, part, &n)))
                 return st;
             for (int i = 0; i < n; i++) {
-                if (push_job(out, off, part[i].data, part[i].dtype, (size_t)part[i].numel,
+                if (push_job(out, off, &part[i], 0, (size_t)part[i].numel,
                              sizeof(kvcal_bf16), NULL))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
                 off += (size_t)part[i].numel * sizeof(kvcal_bf16);
@@ -233,7 +238,7 @@ static void run_job(const job *j, unsigned char *piece, size_t piece_bytes)
 {
     if (j->out_size == 1) {
         uint8_t *to = piece + j->dst_off % piece_bytes;
-        const uint8_t *from = j->src;
+        const uint8_t *from = (const uint8_t *)j->src.data + j->first;
         if (!j->map)
             memcpy(to, from, j->n);
         for (size_t i = 0; j->map && i < j->n; i++)
@@ -241,21 +246,18 @@ static void run_job(const job *j, unsigned char *piece, size_t piece_bytes)
         return;
     }
     kvcal_bf16 *dst = (kvcal_bf16 *)(piece + j->dst_off % piece_bytes);
-    if (j->dtype == KVCAL_DTYPE_BF16) {
-        memcpy(dst, j->src, j->n * sizeof(kvcal_bf16));
+    if (j->src.dtype == KVCAL_DTYPE_BF16 && !j->src.layout) {
+        memcpy(dst,
+               (const unsigned char *)j->src.data + (size_t)j->first * sizeof(kvcal_bf16),
+               j->n * sizeof(kvcal_bf16));
         return;
     }
-    /* through float32, as the model's conversion does: the same values */
+    /* through float32, as the model's conversion does: the same values (the
+     * dtypes were checked when the model was opened: no conversion fails) */
     float buf[4096];
-    const size_t size = kvcal_dtype_size(j->dtype);
     for (size_t i = 0; i < j->n; i += 4096) {
         const size_t m = j->n - i < 4096 ? j->n - i : 4096;
-        kvcal_tensor_info t;
-        memset(&t, 0, sizeof t);
-        t.dtype = j->dtype;
-        t.numel = (int64_t)m;
-        t.data = (const unsigned char *)j->src + i * size;
-        kvcal_tensor_to_f32(&t, buf);
+        kvcal_tensor_view_to_f32(&j->src, j->first + (int64_t)i, (int64_t)m, buf);
         for (size_t k = 0; k < m; k++)
             dst[i + k] = kvcal_bf16_from_float(buf[k]);
     }
@@ -548,8 +550,7 @@ kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld, const kvcal_tenso
     pieces p;
     if ((st = pieces_alloc(&p, ld->piece_bytes)))
         return st;
-    if (push_job(&jobs, 0, src->data, src->dtype, (size_t)src->numel, sizeof(kvcal_bf16),
-                 NULL)) {
+    if (push_job(&jobs, 0, src, 0, (size_t)src->numel, sizeof(kvcal_bf16), NULL)) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
         goto done;
     }

@@ -45,6 +45,16 @@ static int makes_delta(const kvcal_op *ops, int n)
     return 0;
 }
 
+/* The attention op of the n ops (the one whose exact attention a simulated
+ * cache keeps: its sinks and the layer's window), or NULL. */
+static const kvcal_op *attention_op(const kvcal_op *ops, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ops[i].kind == KVCAL_OP_ATTENTION)
+            return &ops[i];
+    return NULL;
+}
+
 /* Layer l's ops on the batch in slot (see pass). A calibration's last layer
  * stops at its cache point. */
 static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
@@ -107,7 +117,7 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
                 st = p->tap(p->tap_ctx, l, &x->rows[slot], q, k, v);
         }
         if (!st && p->sim)
-            st = kvcal_kv_sim_cache_point(p->sim, l, op);
+            st = kvcal_kv_sim_cache_point(p->sim, l, attention_op(layer, n_ops));
         if (last)
             return st;
     }

@@ -355,13 +355,17 @@ static kvcal_status quantize(kvcal_kv_sim_t *s, int l, const kvcal_kv_io *io)
     }
 }
 
-kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_op *op)
+kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_op *attn)
 {
     kvcal_backend *be = s->be;
     kvcal_kv_io io;
     if (s->mask && !s->mask[layer])
         return KVCAL_OK;
-    kvcal_status st = be->ops->sim_attend_exact(be, op);
+    if (!attn)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "layer %d: a cache point in a layer without an attention op",
+                          layer);
+    kvcal_status st = be->ops->sim_attend_exact(be, attn);
     if (!st && s->mode == KVCAL_KV_SIM_DS_MLA) {
         st = be->ops->sim_ds_mla(be, layer);
         return st ? kvcal_fail_context(st, "layer %d: ", layer) : KVCAL_OK;

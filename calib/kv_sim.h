@@ -130,10 +130,11 @@ kvcal_status kvcal_kv_sim_create(kvcal_backend *be, const kvcal_kv_sim_config *c
 /* Frees; NULL is a no-op. */
 void kvcal_kv_sim_destroy(kvcal_kv_sim_t *s);
 
-/* At layer l's cache point (op, whose K and V the backend holds): the
- * exact attention kept for comparison, K and V quantized and dequantized
- * in place, their errors added to the layer's sums. */
-kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_op *op);
+/* At layer l's cache point (K and V as the backend holds them there): the
+ * exact attention of the layer's attention op (attn: its sinks) kept for
+ * comparison, K and V quantized and dequantized in place, their errors
+ * added to the layer's sums. */
+kvcal_status kvcal_kv_sim_cache_point(kvcal_kv_sim_t *s, int layer, const kvcal_op *attn);
 
 /* After layer l's attention op (op) on the round trip: its error against
  * the exact attention added to the layer's sums. */

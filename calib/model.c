@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "io/checkpoint/llama2c.h"
 #include "io/checkpoint/model_config.h"
+#include "io/checkpoint/mxfp4.h"
 #include "io/checkpoint/safetensors.h"
 #include "io/file_read.h"
 #include "io/path.h"
@@ -106,10 +107,23 @@ static int is_weight_dtype(kvcal_dtype d)
     return d == KVCAL_DTYPE_F32 || d == KVCAL_DTYPE_F16 || d == KVCAL_DTYPE_BF16;
 }
 
-/* Checks one tensor: present, floating (F8_E4M3 too where fp8), shape
- * (rows[, cols]). */
-static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64_t rows,
-                                 int64_t cols, int fp8, const kvcal_tensor_info **out)
+/* "[2, 3]" of n sizes into buf (cap bytes). */
+static const char *shape_text(char *buf, size_t cap, const int64_t *shape, int n)
+{
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "",
+                                (long long)shape[i]);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+/* Checks one tensor: present, shape want (ndim sizes), floating (F8_E4M3
+ * too where fp8; U8 when bytes: an MXFP4 tensor's blocks or scales). */
+static kvcal_status check_shape(const kvcal_model_t *m, const char *name,
+                                const int64_t *want, int ndim, int bytes, int fp8,
+                                const kvcal_tensor_info **out)
 {
     const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
     *out = t;
@@ -118,31 +132,36 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
                           "%s: tensor %s is missing (the %s config needs it); is the "
                           "checkpoint complete and of this architecture?",
                           m->path, name, m->desc.architecture);
-    if (!is_weight_dtype(t->dtype) && !(fp8 && t->dtype == KVCAL_DTYPE_F8_E4M3))
+    if (bytes ? t->dtype != KVCAL_DTYPE_U8
+              : !is_weight_dtype(t->dtype) && !(fp8 && t->dtype == KVCAL_DTYPE_F8_E4M3))
         return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "%s: tensor %s has dtype %s; kvcal runs F32, F16 and BF16 weights, and "
-            "F8_E4M3 ones its quantization_config scales (use another checkpoint)",
-            m->path, name, kvcal_dtype_name(t->dtype) ? kvcal_dtype_name(t->dtype) : "?");
-    int ok = cols ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
-                  : (t->ndim == 1 && t->shape[0] == rows);
+            KVCAL_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; %s", m->path, name,
+            kvcal_dtype_name(t->dtype) ? kvcal_dtype_name(t->dtype) : "?",
+            bytes ? "an MXFP4 tensor's blocks and scales are U8 (is the checkpoint "
+                    "complete?)"
+                  : "kvcal runs F32, F16 and BF16 weights, F8_E4M3 ones its "
+                    "quantization_config scales, and MXFP4 experts (use another "
+                    "checkpoint)");
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == want[i];
     if (!ok) {
-        char got[128] = "[", want[64];
-        for (int i = 0; i < t->ndim; i++) {
-            size_t n = strlen(got);
-            snprintf(got + n, sizeof got - n, "%s%lld", i ? ", " : "",
-                     (long long)t->shape[i]);
-        }
-        strncat(got, "]", sizeof got - strlen(got) - 1);
-        if (cols)
-            snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
-        else
-            snprintf(want, sizeof want, "[%lld]", (long long)rows);
+        char got[128], exp[128];
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: tensor %s has shape %s, config.json implies %s", m->path,
-                          name, got, want);
+                          name, shape_text(got, sizeof got, t->shape, t->ndim),
+                          shape_text(exp, sizeof exp, want, ndim));
     }
     return KVCAL_OK;
+}
+
+/* Checks one tensor: present, floating (F8_E4M3 too where fp8), shape
+ * (rows[, cols]). */
+static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64_t rows,
+                                 int64_t cols, int fp8, const kvcal_tensor_info **out)
+{
+    const int64_t want[2] = {rows, cols};
+    return check_shape(m, name, want, cols ? 2 : 1, 0, fp8, out);
 }
 
 static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
@@ -335,6 +354,169 @@ static kvcal_status refuse_present(const kvcal_model_t *m, const char *suffix)
                       m->path, name, m->desc.architecture);
 }
 
+/* The (rows, cols) of part p of a weight in model d (cols 1 for a vector). */
+static void part_shape(const kvcal_model_desc *d, const kvcal_weight_part *p,
+                       int64_t *rows, int64_t *cols)
+{
+    *rows = kvcal_model_dim(d, p->rows);
+    *cols = p->cols == KVCAL_DIM_NONE ? 1 : kvcal_model_dim(d, p->cols);
+}
+
+/* Part `part` of weight w of layer l held as MXFP4 (<name>_blocks): its
+ * blocks and scales into *blocks and *scales, 1; else 0. */
+static int mxfp4_part(const kvcal_model_t *m, const char *name,
+                      const kvcal_weight_part *p, const kvcal_tensor_info **blocks,
+                      const kvcal_tensor_info **scales)
+{
+    char b[300], sc[300];
+    if (!(p->layout & KVCAL_PART_MXFP4) || kvcal_checkpoint_find(m->ck, name))
+        return 0;
+    snprintf(b, sizeof b, "%s_blocks", name);
+    snprintf(sc, sizeof sc, "%s_scales", name);
+    *blocks = kvcal_checkpoint_find(m->ck, b);
+    *scales = kvcal_checkpoint_find(m->ck, sc);
+    return *blocks != NULL;
+}
+
+/* Checks part `part` of weight w in layer l (copy e of a weight with a
+ * tensor per expert): its tensor's (or MXFP4 blocks' and scales') presence,
+ * dtype and shape; *t the tensor (the blocks). */
+static kvcal_status check_part(const kvcal_model_t *m, int l, kvcal_weight w, int part,
+                               int e, const kvcal_tensor_info **t)
+{
+    const kvcal_model_desc *d = &m->desc;
+    const kvcal_weight_spec *sp = &d->arch->weights[w];
+    const kvcal_weight_part *p = &sp->parts[part];
+    char name[256], extra[300];
+    int64_t rows, cols, want[4];
+    int n = 0;
+    kvcal_model_tensor_name(name, sizeof name, d->arch, l, p->name, e);
+    part_shape(d, p, &rows, &cols);
+    if (sp->per_expert == KVCAL_EXPERTS_STACKED)
+        want[n++] = d->num_experts;
+    const kvcal_tensor_info *blocks, *scales;
+    if (mxfp4_part(m, name, p, &blocks, &scales)) {
+        if (cols % KVCAL_MXFP4_BLOCK)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "%s: %s_blocks holds MXFP4 rows of %lld values, not a "
+                              "multiple of %d; config.json does not match the checkpoint",
+                              m->path, name, (long long)cols, KVCAL_MXFP4_BLOCK);
+        want[n] = rows, want[n + 1] = cols / KVCAL_MXFP4_BLOCK, want[n + 2] = 16;
+        snprintf(extra, sizeof extra, "%s_scales", name);
+        kvcal_status st = check_shape(m, extra, want, n + 2, 1, 0, &scales);
+        snprintf(extra, sizeof extra, "%s_blocks", name);
+        return st ? st : check_shape(m, extra, want, n + 3, 1, 0, t);
+    }
+    const int transposed =
+        (p->layout & KVCAL_PART_TRANSPOSED) && p->cols != KVCAL_DIM_NONE;
+    want[n++] = transposed ? cols : rows;
+    if (p->cols != KVCAL_DIM_NONE)
+        want[n++] = transposed ? rows : cols;
+    return check_shape(m, name, want, n, 0, d->fp8[w].w != KVCAL_FP8W_NONE, t);
+}
+
+/* Where part `part` of copy `copy` of weight w of layer l lies (checked
+ * when the model was opened). */
+static kvcal_tensor_view part_view(const kvcal_model_t *m, int l, kvcal_weight w,
+                                   int part, int copy)
+{
+    const kvcal_model_desc *d = &m->desc;
+    const kvcal_weight_spec *sp = &d->arch->weights[w];
+    const kvcal_weight_part *p = &sp->parts[part];
+    char name[256];
+    kvcal_tensor_view v;
+    memset(&v, 0, sizeof v);
+    kvcal_model_tensor_name(name, sizeof name, d->arch, l, p->name, copy);
+    part_shape(d, p, &v.rows, &v.cols);
+    v.numel = v.rows * v.cols;
+    /* values of the copies before this one in a tensor of every expert */
+    const int64_t skip = sp->per_expert == KVCAL_EXPERTS_STACKED ? copy * v.numel : 0;
+    const kvcal_tensor_info *t, *scales;
+    if (mxfp4_part(m, name, p, &t, &scales)) {
+        v.data = (const uint8_t *)t->data + skip / 2;
+        v.scales = (const uint8_t *)scales->data + skip / KVCAL_MXFP4_BLOCK;
+        v.dtype = KVCAL_DTYPE_U8;
+        v.layout = KVCAL_PART_MXFP4 | (p->layout & KVCAL_PART_INTERLEAVED);
+        return v;
+    }
+    t = kvcal_checkpoint_find(m->ck, name);
+    v.data = (const unsigned char *)t->data + (size_t)skip * kvcal_dtype_size(t->dtype);
+    v.dtype = t->dtype;
+    v.layout = p->layout & (KVCAL_PART_TRANSPOSED | KVCAL_PART_INTERLEAVED);
+    return v;
+}
+
+/* n values of dtype from value `first` of data into out. */
+static kvcal_status plain_to_f32(const void *data, kvcal_dtype dtype, int64_t first,
+                                 int64_t n, float *out)
+{
+    kvcal_tensor_info t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dtype;
+    t.ndim = 1;
+    t.shape[0] = t.numel = n;
+    t.nbytes = (size_t)n * kvcal_dtype_size(dtype);
+    t.data = (const unsigned char *)data + (size_t)first * kvcal_dtype_size(dtype);
+    return kvcal_tensor_to_f32(&t, out);
+}
+
+/* Row r, columns c .. c + m - 1 of the (rows, cols) matrix a transposed
+ * view holds as (cols, rows): a column of the tensor, its values gathered
+ * a block at a time, then converted. */
+static kvcal_status column_to_f32(const kvcal_tensor_view *v, int64_t r, int64_t c,
+                                  int64_t m, float *out)
+{
+    enum { BLOCK = 1024 };
+    const size_t size = kvcal_dtype_size(v->dtype);
+    unsigned char buf[BLOCK * 8];
+    kvcal_status st = KVCAL_OK;
+    for (int64_t k0 = 0; !st && k0 < m; k0 += BLOCK) {
+        const int64_t b = m - k0 < BLOCK ? m - k0 : BLOCK;
+        for (int64_t k = 0; k < b; k++)
+            memcpy(buf + k * size,
+                   (const unsigned char *)v->data +
+                       (size_t)((c + k0 + k) * v->rows + r) * size,
+                   size);
+        st = plain_to_f32(buf, v->dtype, 0, b, out + k0);
+    }
+    return st;
+}
+
+kvcal_status kvcal_tensor_view_to_f32(const kvcal_tensor_view *v, int64_t first,
+                                      int64_t n, float *out)
+{
+    const unsigned layout = v->layout;
+    if (!layout)
+        return plain_to_f32(v->data, v->dtype, first, n, out);
+    kvcal_status st = KVCAL_OK;
+    const int64_t half = v->rows / 2;
+    while (!st && n > 0) { /* a run of one row at a time */
+        const int64_t r = first / v->cols, c = first % v->cols;
+        const int64_t m = n < v->cols - c ? n : v->cols - c;
+        const int64_t sr = !(layout & KVCAL_PART_INTERLEAVED) ? r
+                           : r < half                         ? 2 * r
+                                                              : 2 * (r - half) + 1;
+        if (layout & KVCAL_PART_MXFP4)
+            kvcal_mxfp4_to_f32(v->data, v->scales, sr * v->cols + c, m, out);
+        else if (layout & KVCAL_PART_TRANSPOSED)
+            st = column_to_f32(v, sr, c, m, out);
+        else
+            st = plain_to_f32(v->data, v->dtype, sr * v->cols + c, m, out);
+        first += m, n -= m, out += m;
+    }
+    return st;
+}
+
+/* Whether a part of the family's weights may be stored as MXFP4. */
+static int reads_mxfp4(const kvcal_arch *a)
+{
+    for (int w = 0; w < KVCAL_W_COUNT; w++)
+        for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && a->weights[w].parts[i].name; i++)
+            if (a->weights[w].parts[i].layout & KVCAL_PART_MXFP4)
+                return 1;
+    return 0;
+}
+
 static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
 {
     kvcal_model_config c;
@@ -343,24 +525,25 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
         return st;
     if ((st = describe_hf(m, &c)))
         return st;
+    /* MXFP4 checkpoints: the family's own parts (gpt-oss's experts) read
+     * them; no FP8 weight to look for (the FP8 reader refuses mxfp4) */
+    const int mxfp4 = !strcmp(c.quant_method, "mxfp4") && reads_mxfp4(m->desc.arch);
     if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
-        (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8)))
+        (!mxfp4 && (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8))))
         return st;
     const kvcal_model_desc *d = &m->desc;
     const kvcal_arch *a = d->arch;
     const kvcal_tensor_info *t;
-    char name[256];
     for (int l = 0; l < d->num_layers; l++)
         for (int w = 0; w < KVCAL_W_COUNT; w++) {
             const kvcal_weight_part *p = a->weights[w].parts;
-            for (int e = 0; kvcal_model_layer_has_weight(d, l, w) &&
-                            e < kvcal_model_weight_copies(d, w);
-                 e++)
+            /* a tensor per copy, or one of every expert */
+            const int tensors = a->weights[w].per_expert == KVCAL_EXPERTS_STACKED
+                                    ? 1
+                                    : kvcal_model_weight_copies(d, w);
+            for (int e = 0; kvcal_model_layer_has_weight(d, l, w) && e < tensors; e++)
                 for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
-                    kvcal_model_tensor_name(name, sizeof name, a, l, p[i].name, e);
-                    if ((st = check_tensor(m, name, kvcal_model_dim(d, p[i].rows),
-                                           kvcal_model_dim(d, p[i].cols),
-                                           d->fp8[w].w != KVCAL_FP8W_NONE, &t)))
+                    if ((st = check_part(m, l, w, i, e, &t)))
                         return st;
                     /* k_proj's dtype, the fused qkv_proj's, or MLA's
                        kv_a_proj_with_mqa's */
@@ -596,9 +779,8 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
         load_layer_llama2c(m, layer, w);
         return KVCAL_OK;
     }
-    const kvcal_arch *a = m->desc.arch;
     float *p = m->layer_buf;
-    char name[256];
+    kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
     for (int i = 0; i < KVCAL_W_COUNT; i++) {
         if (!kvcal_model_layer_has_weight(&m->desc, layer, i))
             continue;
@@ -613,18 +795,21 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
             p += rows * cols;
             continue;
         }
-        const kvcal_weight_part *part = a->weights[i].parts;
-        for (int e = 0; e < kvcal_model_weight_copies(&m->desc, i); e++)
-            for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-                kvcal_model_tensor_name(name, sizeof name, a, layer, part[j].name, e);
-                const kvcal_tensor_info *t = kvcal_checkpoint_find(m->ck, name);
-                kvcal_status st = kvcal_tensor_to_f32(t, p);
-                if (st)
-                    return kvcal_fail_context(st, "%s: %s: ", m->path, name);
-                for (int64_t k = 0; a->weights[i].norm && k < t->numel; k++)
+        for (int e = 0; e < kvcal_model_weight_copies(&m->desc, i); e++) {
+            int n = 0;
+            kvcal_status st = kvcal_model_weight_parts(m, layer, i, e, part, &n);
+            for (int j = 0; !st && j < n; j++) {
+                if ((st = kvcal_tensor_view_to_f32(&part[j], 0, part[j].numel, p)))
+                    return kvcal_fail_context(st, "%s: layer %d weight %d: ", m->path,
+                                              layer, i);
+                for (int64_t k = 0; m->desc.arch->weights[i].norm && k < part[j].numel;
+                     k++)
                     p[k] += m->desc.norm_offset; /* (1 + w) in fp32, as Gemma's norm */
-                p += t->numel;
+                p += part[j].numel;
             }
+            if (st)
+                return st;
+        }
     }
     return KVCAL_OK;
 }
@@ -737,6 +922,10 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim)
         return (long long)d->num_heads * (d->qk_nope_head_dim + d->v_head_dim);
     case KVCAL_DIM_MLA_O:
         return (long long)d->num_heads * d->v_head_dim;
+    case KVCAL_DIM_HEADS:
+        return d->num_heads;
+    case KVCAL_DIM_2MOE_INTER:
+        return 2LL * d->moe_intermediate_size;
     default:
         return 0;
     }
@@ -879,12 +1068,12 @@ void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long lo
 
 static kvcal_tensor_view f32_view(const float *p, int64_t n)
 {
-    return (kvcal_tensor_view){p, KVCAL_DTYPE_F32, n};
+    return (kvcal_tensor_view){p, KVCAL_DTYPE_F32, n, 0, n, 1, NULL};
 }
 
 static kvcal_tensor_view tensor_view(const kvcal_tensor_info *t)
 {
-    return (kvcal_tensor_view){t->data, t->dtype, t->numel};
+    return (kvcal_tensor_view){t->data, t->dtype, t->numel, 0, t->numel, 1, NULL};
 }
 
 /* The llama2.c parts of w (the layout load_layer_llama2c copies). */
@@ -939,12 +1128,8 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
         return KVCAL_OK;
     }
     const kvcal_weight_part *part = m->desc.arch->weights[w].parts;
-    char name[256];
-    for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-        kvcal_model_tensor_name(name, sizeof name, m->desc.arch, layer, part[j].name,
-                                copy);
-        parts[(*n)++] = tensor_view(kvcal_checkpoint_find(m->ck, name));
-    }
+    for (int j = 0; j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++)
+        parts[(*n)++] = part_view(m, layer, w, j, copy);
     return KVCAL_OK;
 }
 

@@ -85,6 +85,10 @@ struct kvcal_model_desc {
      * in every layer; weight_scheme says it in a line ("" for none) */
     kvcal_fp8_linear fp8[KVCAL_W_COUNT];
     char weight_scheme[384];
+    /* the experts' clamped SwiGLU (gpt-oss): gate clamped above and up on
+     * both sides at swiglu_limit, out = (up + 1) * gate * sigmoid(alpha *
+     * gate); 0: the plain SwiGLU */
+    float swiglu_limit, swiglu_alpha;
 };
 
 /* One layer's fp32 weights by logical weight (calib/arch.h), (out, in)
@@ -171,20 +175,34 @@ kvcal_status kvcal_model_load_layer(kvcal_model_t *m, int layer, kvcal_layer_wei
 
 /* Where a tensor's values lie in the mapped checkpoint: numel values of
  * dtype (F32, F16 or BF16; F8_E4M3 for an FP8 weight) at data, possibly
- * unaligned; valid until close. */
+ * unaligned, in order when layout is 0; else (KVCAL_PART_* flags of
+ * calib/arch.h) the (rows, cols) matrix of the values is held transposed,
+ * with its rows' halves interleaved, or as MXFP4 (dtype U8: data the e2m1
+ * pairs, scales the e8m0 exponents, io/checkpoint/mxfp4.h). Valid until
+ * close. */
 typedef struct kvcal_tensor_view {
     const void *data;
     kvcal_dtype dtype;
     int64_t numel;
+    unsigned layout;
+    int64_t rows, cols;
+    const uint8_t *scales;
 } kvcal_tensor_view;
+
+/* out (n) = values first .. first + n - 1 of view v in row-major order of
+ * its (rows, cols) matrix, converted to float (exactly: MXFP4 and the bf16
+ * and f16 values are floats). Thread-safe. */
+kvcal_status kvcal_tensor_view_to_f32(const kvcal_tensor_view *v, int64_t first,
+                                      int64_t n, float *out);
 
 /* The checkpoint tensors that copy `copy` (the expert of a per-expert
  * weight, else 0; see kvcal_model_weight_copies) of logical weight w of
- * `layer` stacks, in order (the parts of calib/arch.h), into parts; *n
- * their count, 0 when the model has no such weight. The copies follow one
- * another in the logical weight. Reads nothing; thread-safe, unlike
- * load_layer: for loaders that convert or copy the weights themselves (the
- * cuda backend's, on several threads). */
+ * `layer` stacks, in order (the parts of calib/arch.h), into parts (the
+ * copy's part of a tensor that stacks every expert); *n their count, 0
+ * when the model has no such weight. The copies follow one another in the
+ * logical weight. Reads nothing; thread-safe, unlike load_layer: for
+ * loaders that convert or copy the weights themselves (the cuda backend's,
+ * on several threads). */
 kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_weight w,
                                       int copy,
                                       kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX],

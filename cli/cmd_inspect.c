@@ -380,8 +380,16 @@ static void hf_weights(const char *path, model_extra *x, char *refused, char *in
     int most = 0;
     for (int i = 0; ck && i < kvcal_checkpoint_count(ck); i++) {
         const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
-        if (kvcal_is_scale_tensor_name(t->name))
+        const size_t len = strlen(t->name);
+        const int packed = t->dtype == KVCAL_DTYPE_U8 && len > 7;
+        if (kvcal_is_scale_tensor_name(t->name) ||
+            (packed && !strcmp(t->name + len - 7, "_scales")))
             continue;
+        /* MXFP4: two values a byte */
+        if (packed && !strcmp(t->name + len - 7, "_blocks")) {
+            x->params += 2 * t->numel;
+            continue;
+        }
         x->params += t->numel;
         if ((unsigned)t->dtype < 16 && (by_dtype[t->dtype] += t->numel) > by_dtype[most])
             most = t->dtype;

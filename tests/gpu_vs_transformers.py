@@ -12,13 +12,15 @@ per-kv-head K/V absmax of kvcal from transformers-bf16 and of both bf16 sides
 from fp32, and fails when kvcal is further than --rtol from transformers-bf16.
 
 Models: every golden fixture (tests/fixtures/golden/*.json, 4 random samples
-of 61 tokens each; not the FP8 checkpoints, whose oracle is the model vLLM
-serves, tests/fp8_vs_torch_gpu.py), directories given with --model, and SmolLM2-135M-Instruct
+of 61 tokens each; gpt-oss's with eager attention, its only path with sinks,
+and MXFP4 experts dequantized by transformers' loader; not the FP8
+checkpoints, whose oracle is the model vLLM serves, tests/fp8_vs_torch_gpu.py),
+directories given with --model, and SmolLM2-135M-Instruct
 from its GGUF file (--gguf, converted by tests/smollm2_to_hf.py; samples of
 --seq-len tokens of --corpus).
 
-Usage: python3 tests/gpu_vs_transformers.py --kvcal build/kvcal [--golden]
-           [--model DIR ...] [--gguf FILE --work DIR --corpus TEXT]
+Usage: python3 tests/gpu_vs_transformers.py --kvcal build/kvcal [--golden
+           [--only SUBSTR ...]] [--model DIR ...] [--gguf FILE --work DIR --corpus TEXT]
 Exit: 0 all within --rtol, 1 a model outside it, 2 error.
 """
 import argparse
@@ -38,11 +40,20 @@ from hf_mla import is_mla, mla_entry  # noqa: E402
 def hf_absmax(model_dir, samples, dtype, torch, tf):
     """Per-layer per-kv-head absmax of K (post k_norm + RoPE) and V."""
     # SDPA cannot soft-cap attention logits: transformers' sdpa path leaves
-    # Gemma 2's attn_logit_softcapping out, so such a model runs eager
+    # Gemma 2's attn_logit_softcapping out, so such a model runs eager; nor
+    # has it attention sinks: gpt-oss has no sdpa path, it runs eager too
     cfg = tf.AutoConfig.from_pretrained(model_dir)
     capped = getattr(getattr(cfg, "text_config", cfg), "attn_logit_softcapping", None)
+    eager = capped or cfg.model_type == "gpt_oss"
+    extra = {}
+    quant = getattr(cfg, "quantization_config", None) or {}
+    if (quant if isinstance(quant, dict) else quant.to_dict()).get("quant_method") == "mxfp4":
+        # MXFP4 experts dequantized by transformers' own loader (its kernels
+        # path needs packages fetched at run time)
+        extra["quantization_config"] = tf.Mxfp4Config(dequantize=True)
     model = tf.AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=dtype, attn_implementation="eager" if capped else "sdpa").cuda()
+        model_dir, dtype=dtype, attn_implementation="eager" if eager else "sdpa",
+        **extra).cuda()
     model.eval()
     k_abs, v_abs, parts = [], [], []
 

@@ -13,7 +13,8 @@ RoPE; V after v_proj):
    and its attention factor (0.1 ln 4 + 1) scales the cached K.
    Mixture-of-experts models (Qwen3-MoE, Qwen2-MoE with its sigmoid-gated
    shared expert, Mixtral with a sliding window of 16, shorter than the
-   samples) have several experts, top-k > 1 and both norm_topk_prob
+   samples; Qwen3-MoE and Qwen2-MoE with use_sliding_window, each as
+   transformers applies it) have several experts, top-k > 1 and both norm_topk_prob
    settings; their reference runs in float64 (transformers' routers take
    the softmax in float32 whatever the model's dtype, as they do in
    serving). Their checkpoints hold one tensor per expert, the layout of
@@ -27,7 +28,14 @@ RoPE; V after v_proj):
    attention and yarn's mscale: all in float64 too. For the MLA models K and
    V are the one entry an engine caches per token (the normalized latent,
    then the rotated RoPE part: tests/hf_mla.py), and the fixture adds its
-   latent's and RoPE part's absmax per layer.
+   latent's and RoPE part's absmax per layer. gpt-oss (attention sinks, a
+   window shorter than the samples, biases, the router's bias, the clamped
+   SwiGLU past its limit, yarn) in float64, one of them with its experts
+   stored as MXFP4 blocks and scales (random weights quantized by the OCP MX
+   rules, checked against transformers' own decoder; the reference runs on
+   transformers' dequantizing MXFP4 loader). The Qwen-MoE sliding-window and
+   gpt-oss shapes were chosen where transformers in bf16 stays within 1% of
+   the float64 values (the CUDA runner's tests allow 2%).
    Each checkpoint is saved under tests/fixtures/golden/<name>/ and a fixed
    token batch is run through the model loaded back from disk; hooks on each
    attention module recompute K exactly as the module does (k_proj -> view ->
@@ -232,7 +240,7 @@ def hf_configs():
             rope_scaling={"rope_type": "yarn", "factor": 4.0,
                           "original_max_position_embeddings": 16},
             **dict(common, max_position_embeddings=64)), "bfloat16", "old"),
-    ] + moe_configs(tf, common) + [
+    ] + moe_configs(tf, common) + gpt_oss_configs(tf, common) + [
         # Phi-3.5 style: q/k/v and gate/up fused in the checkpoint, a quarter
         # of each head rotating (partial_rotary_factor 0.5 of head_dim 16),
         # longrope whose original context (20) both samples exceed, so that
@@ -353,6 +361,21 @@ def moe_configs(tf, common):
             num_experts_per_tok=2, norm_topk_prob=False, num_attention_heads=4,
             num_key_value_heads=2, tie_word_embeddings=True, **common),
             "bfloat16", "old", "float64"),
+        # use_sliding_window: Qwen3-MoE's window (16) on every layer
+        ("qwen3_moe_swa16_e8_top2_bf16", tf.Qwen3MoeConfig(
+            hidden_size=48, intermediate_size=64, moe_intermediate_size=40,
+            num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+            use_sliding_window=True, sliding_window=16, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, **common),
+            "bfloat16", "new", "float64"),
+        # use_sliding_window: Qwen2-MoE's window (8) on the even layers below
+        # max_window_layers (2): layer 0 of 3; MQA
+        ("qwen2_moe_swa8_maxwin2_e4_top2_bf16", tf.Qwen2MoeConfig(
+            hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
+            use_sliding_window=True, sliding_window=8, max_window_layers=2,
+            num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
         # top-2 of 4 (always renormalized), sliding window 16 < the samples
         ("mixtral_e4_top2_swa16_bf16", tf.MixtralConfig(
             hidden_size=64, intermediate_size=48, num_local_experts=4,
@@ -360,6 +383,113 @@ def moe_configs(tf, common):
             num_key_value_heads=1, tie_word_embeddings=False, **common),
             "bfloat16", "new", "float64"),
     ]
+
+
+def gpt_oss_configs(tf, common):
+    """gpt-oss: attention sinks, sliding windows shorter than the samples in
+    the even layers of layer_types, q/k/v/o biases, yarn not truncated, a
+    router with a bias, each expert's gate/up interleaved, transposed and
+    biased, the clamped SwiGLU; one checkpoint with its experts in MXFP4
+    (its name ends in _mxfp4: tests/make_golden.py quantizes the experts,
+    stores their blocks and scales, and computes the reference on the
+    dequantized weights). Reference in float64."""
+    yarn = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+            "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0}
+    return [
+        # head_dim 16 (the CUDA runner's portable attention), window 8, top-3
+        # of 8, yarn not truncated as the released models'
+        ("gpt_oss_sinks_swa8_e8_top3_bf16", tf.GptOssConfig(
+            hidden_size=64, intermediate_size=32, num_local_experts=8,
+            num_experts_per_tok=3, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, sliding_window=8, rope_parameters=dict(yarn, truncate=False),
+            tie_word_embeddings=False, **common), "bfloat16", "new", "float64"),
+        # head_dim 64 (gpt-oss's, the CUDA runner's tensor cores), window 16,
+        # top-2 of 4, yarn truncated, MXFP4 experts
+        ("gpt_oss_hd64_swa16_e4_top2_mxfp4", tf.GptOssConfig(
+            hidden_size=64, intermediate_size=64, num_local_experts=4,
+            num_experts_per_tok=2, num_attention_heads=2, num_key_value_heads=1,
+            head_dim=64, sliding_window=16, rope_parameters=dict(yarn, truncate=True),
+            tie_word_embeddings=False, **common), "bfloat16", "new", "float64"),
+    ]
+
+
+# --- MXFP4 (the OCP Microscaling FP4 of the released gpt-oss checkpoints) ----
+
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def mxfp4_quantize(w):
+    """w (..., rows, cols) float -> blocks (..., rows, cols / 32, 16) uint8 and
+    scales (..., rows, cols / 32) uint8 by the OCP MX rules: per 32 values the
+    shared exponent floor(log2(amax)) - 2 (e2m1's largest exponent), each value
+    divided by 2^exponent rounded to the nearest e2m1 value, ties to the even
+    code, saturating at 6; value 2i in a byte's low nibble."""
+    w = np.asarray(w, dtype=np.float64)
+    *lead, rows, cols = w.shape
+    g = w.reshape(*lead, rows, cols // 32, 32)
+    amax = np.abs(g).max(axis=-1)
+    exp = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - 2, -127)
+    exp = np.clip(exp, -127, 127)
+    v = g / np.exp2(exp)[..., None]
+    mag = np.minimum(np.abs(v), 6.0)
+    grid = np.array(E2M1)
+    dist = np.abs(mag[..., None] - grid)
+    best = dist.min(axis=-1, keepdims=True)
+    # the nearest, on a tie the even code (mantissa bit 0)
+    code = np.argmin(np.where(dist == best, np.arange(8) % 2, 2), axis=-1)
+    code = code + 8 * ((v < 0) & (code > 0))
+    code = code.reshape(*lead, rows, cols // 32, 16, 2).astype(np.uint8)
+    blocks = code[..., 0] | (code[..., 1] << 4)
+    return blocks.astype(np.uint8), (exp + 127).astype(np.uint8)
+
+
+def mxfp4_dequantize(blocks, scales):
+    """The values of blocks and scales, (..., rows, cols), float64."""
+    lut = np.array(E2M1 + [-x for x in E2M1])
+    b = blocks.astype(np.int64)
+    vals = np.stack([lut[b & 15], lut[b >> 4]], axis=-1).reshape(*b.shape[:-1], 32)
+    vals = vals * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    return vals.reshape(*b.shape[:-2], -1)
+
+
+def to_mxfp4(model, d, torch):
+    """The experts of model (in place) become their MXFP4 round trip; the
+    checkpoint saved in d gets them as <name>_blocks / <name>_scales (out, in),
+    its config quant_method mxfp4. Checked against transformers' own
+    decoder (convert_moe_packed_tensors)."""
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    packed = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+                out_in = p.detach().double().transpose(1, 2).numpy()  # (E, out, in)
+                blocks, scales = mxfp4_quantize(out_in)
+                deq = mxfp4_dequantize(blocks, scales)
+                theirs = convert_moe_packed_tensors(torch.from_numpy(blocks),
+                                                    torch.from_numpy(scales), dtype=torch.float32)
+                assert np.array_equal(theirs.double().numpy(), deq.transpose(0, 2, 1)), name
+                p.copy_(torch.from_numpy(deq.transpose(0, 2, 1)))
+                packed[name] = (blocks, scales)
+    model.save_pretrained(d, safe_serialization=True)
+    path = os.path.join(d, "model.safetensors")
+    tensors = load_file(path)
+    for name, (blocks, scales) in packed.items():
+        assert tensors[name].double().numpy().tobytes() == np.ascontiguousarray(
+            mxfp4_dequantize(blocks, scales).transpose(0, 2, 1)).tobytes(), name
+        del tensors[name]
+        tensors[name + "_blocks"] = torch.from_numpy(np.ascontiguousarray(blocks))
+        tensors[name + "_scales"] = torch.from_numpy(np.ascontiguousarray(scales))
+    save_file(tensors, path, metadata={"format": "pt"})
+    cfg_path = os.path.join(d, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"]}
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2)
 
 
 def randomize(model, torch):
@@ -374,8 +504,12 @@ def randomize(model, torch):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".mlp.gate.weight"):
+            elif name.endswith(".mlp.gate.weight") or name.endswith(".mlp.router.weight"):
                 p.copy_(1.0 * torch.randn(p.shape, generator=g))
+            elif name.endswith("self_attn.sinks"):  # near the scores: some heads sink more
+                p.copy_(1.0 + 1.5 * torch.randn(p.shape, generator=g))
+            elif name.endswith("experts.gate_up_proj"):  # past the SwiGLU's clamp at times
+                p.copy_(0.6 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             else:
@@ -450,7 +584,10 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     randomize(model, torch)
-    model.to(getattr(torch, dtype)).save_pretrained(d, safe_serialization=True)
+    if name.endswith("_mxfp4"):
+        to_mxfp4(model.to(getattr(torch, dtype)), d, torch)
+    else:
+        model.to(getattr(torch, dtype)).save_pretrained(d, safe_serialization=True)
     for extra in os.listdir(d):
         if extra not in ("config.json", "model.safetensors"):
             os.remove(os.path.join(d, extra))
@@ -459,6 +596,8 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     # eager experts: the loop over experts of the modeling file (the grouped
     # implementations take no float64)
     moe = {"experts_implementation": "eager"} if ref_dtype == "float64" else {}
+    if name.endswith("_mxfp4"):  # transformers' own MXFP4 loader, dequantizing
+        moe["quantization_config"] = tf.Mxfp4Config(dequantize=True)
     ref = tf.AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, ref_dtype),
                                                   attn_implementation="eager", **moe)
     ref.eval()

@@ -82,6 +82,10 @@ typedef struct op_row {
      * shared; a few padding tokens where rows > 2 */
     int experts, top_k, renorm, shared; /* shared 2: a shared expert without gate */
     int sigmoid; /* moe: sigmoid routing with a choice bias, weights x 2.5 */
+    int sinks;   /* attention: a sink logit per query head (gpt-oss) */
+    /* moe: gpt-oss's experts: biases of gate/up and down, the clamped SwiGLU
+     * (alpha 1.702, limit 7) on gate/up values past the limit */
+    int oai;
     /* moe: each valid token's first choice planted (moe_planted_expert):
      * experts 0 .. 4 receive 0, 1, 127, 128 and 129 of them, expert 5 the
      * rest (the only choice with top_k 1, so these are the experts' rows) */
@@ -251,6 +255,19 @@ static const op_row rows[] = {
         .window = 100, .softcap = 4),
     ROW("attention", .batch = 2, .seq = 90, .heads = 2, .kv_heads = 1, .head_dim = 256,
         .softcap = 4),
+    /* gpt-oss's sinks: alone and with a window (its sliding layers: 128
+     * keys), on the portable kernel (head_dim 16) and the tensor cores (its
+     * head_dim 64, and 128) */
+    ROW("attention", .batch = 2, .seq = 37, .heads = 4, .kv_heads = 2, .head_dim = 16,
+        .sinks = 1),
+    ROW("attention", .batch = 3, .seq = 41, .heads = 6, .kv_heads = 2, .head_dim = 16,
+        .window = 8, .sinks = 1),
+    ROW("attention", .batch = 1, .seq = 300, .heads = 8, .kv_heads = 1, .head_dim = 64,
+        .sinks = 1),
+    ROW("attention", .batch = 2, .seq = 333, .heads = 8, .kv_heads = 2, .head_dim = 64,
+        .window = 128, .sinks = 1, .out_pad = 8),
+    ROW("attention", .batch = 1, .seq = 19, .heads = 4, .kv_heads = 4, .head_dim = 128,
+        .window = 8, .sinks = 1),
 
     /* the mixture of experts: routing, grouping, the grouped GEMMs (tails of
      * the 128 x 128 tiles and of k's 32; on Hopper of the 128 x 256 tiles and
@@ -266,6 +283,11 @@ static const op_row rows[] = {
     ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 160, .top_k = 8, .renorm = 1,
         .shared = 2, .sigmoid = 1),
     ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1),
+    /* gpt-oss's experts: biases after the grouped GEMMs, the clamped SwiGLU */
+    ROW("moe", .rows = 37, .k = 64, .n = 32, .experts = 8, .top_k = 3, .renorm = 1,
+        .oai = 1),
+    ROW("moe", .rows = 989, .k = 96, .n = 64, .experts = 32, .top_k = 4, .renorm = 1,
+        .oai = 1),
     /* experts receiving 0, 1, 127, 128 and 129 rows (an empty plan tile, a
      * tile of padding but one row, one row short of a tile, a tile, a tile
      * and a row), with and without more choices that are random */
@@ -321,6 +343,11 @@ static const op_row rows[] = {
     ROW("swiglu", .rows = 19, .cols = 136),
     ROW("swiglu", .rows = 1, .cols = 37),
     ROW("swiglu", .rows = 989, .cols = 200),
+
+    /* gate and up past the clamp's limit (7) a third of the time */
+    ROW("swiglu_oai", .rows = 19, .cols = 136),
+    ROW("swiglu_oai", .rows = 1, .cols = 37),
+    ROW("swiglu_oai", .rows = 989, .cols = 200),
 
     /* dim a multiple of 8: 16-byte copies; else one element a thread */
     ROW("embed", .rows = 19, .cols = 200, .vocab = 50),
@@ -447,6 +474,7 @@ static void describe(const op_row *r, const char *version)
         FIELD(sigmoid),   FIELD(planted),      FIELD(groups),   FIELD(topk_groups),
         FIELD(group_max), FIELD(kv_lora_rank), FIELD(v_dim),    FIELD(kv_pad),
         FIELD(fp8_w),     FIELD(fp8_a),        FIELD(block_n),  FIELD(block_k),
+        FIELD(sinks),     FIELD(oai),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -1265,8 +1293,10 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
 #define ATT_RTOL 2e-2
 
 typedef struct attention_cpu {
-    float *qkv; /* (batch * seq, (heads + 2 kv_heads) head_dim) fused q, k, v */
-    float *ref; /* (batch * seq, heads * head_dim) kvcal_attention_ref per sequence */
+    float *qkv;   /* (batch * seq, (heads + 2 kv_heads) head_dim) fused q, k, v */
+    float *sinks; /* (heads) or NULL */
+    float
+        *ref; /* (batch * seq, heads * head_dim) kvcal_attention_sinks_ref per sequence */
 } attention_cpu;
 
 static void *attention_cpu_run(const op_row *r)
@@ -1276,6 +1306,9 @@ static void *attention_cpu_run(const op_row *r)
                   stride = (int64_t)(h + 2 * kvh) * hd;
     attention_cpu *c = host_alloc(sizeof *c);
     c->qkv = rand_bf16(tokens * stride, -1.0f, 1.0f);
+    /* around the scores' range, so that a sink takes a share from some rows
+     * and almost all of it from others */
+    c->sinks = r->sinks ? rand_bf16(h, -1.0f, 4.0f) : NULL;
     c->ref = host_alloc((size_t)tokens * h * hd * sizeof *c->ref);
     float *q = host_alloc((size_t)r->seq * h * hd * sizeof *q), /* (seq, heads, hd) */
         *k = host_alloc((size_t)r->seq * kvh * hd * sizeof *k), /* (seq, kv_heads, hd) */
@@ -1290,9 +1323,9 @@ static void *attention_cpu_run(const op_row *r)
             memcpy(v + (int64_t)t * kvh * hd, row + (int64_t)(h + kvh) * hd,
                    (size_t)kvh * hd * sizeof *v);
         }
-        kvcal_attention_window_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v, r->seq,
-                                   h, kvh, hd, 1.0f / sqrtf((float)hd), r->window,
-                                   r->softcap);
+        kvcal_attention_sinks_ref(c->ref + (int64_t)b * r->seq * h * hd, q, k, v, r->seq,
+                                  h, kvh, hd, 1.0f / sqrtf((float)hd), r->window,
+                                  r->softcap, c->sinks);
     }
     free(q);
     free(k);
@@ -1304,6 +1337,7 @@ static void attention_release(void *p)
 {
     attention_cpu *c = p;
     free(c->qkv);
+    free(c->sinks);
     free(c->ref);
     free(c);
 }
@@ -1317,10 +1351,10 @@ static const char *const attention_versions[] = {"launch", "v1",    "v2", "v3",
                                                  "v4",     "cudnn", NULL};
 _Static_assert(KVCAL_ATTENTION_VERSIONS == 4, "one name per attention kernel version");
 
-/* A windowed row: kvcal_attention_window_launch, as version 0. */
+/* A windowed, capped or sunk row: kvcal_attention_sinks_launch, as version 0. */
 static op_class attention_class(const op_row *r, int version)
 {
-    if (r->window || r->softcap)
+    if (r->window || r->softcap || r->sinks)
         return version == 0 ? OP_PLAIN : OP_SKIP;
     return version == ATTENTION_CUDNN ? OP_MBARRIER : OP_PLAIN;
 }
@@ -1334,7 +1368,8 @@ static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *
     const int64_t out_stride = (int64_t)h * hd + r->out_pad;
     const float scale = 1.0f / sqrtf((float)hd);
     kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(c->qkv, tokens * stride),
-               *d_out = dev_alloc_nan(tokens * out_stride);
+               *d_out = dev_alloc_nan(tokens * out_stride),
+               *d_sinks = c->sinks ? kvcal_test_dev_upload_bf16(c->sinks, h) : NULL;
     const kvcal_bf16 *d_k = d_qkv + (int64_t)h * hd,
                      *d_v = d_qkv + (int64_t)(h + kvh) * hd;
     kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
@@ -1342,10 +1377,10 @@ static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *
         CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &ctx->attention), KVCAL_OK);
         printf("(%s) ", kvcal_attention_note(ctx->attention));
     }
-    if (r->window || r->softcap)
-        ROW_OK(kvcal_attention_window_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
-                                             r->batch, r->seq, h, kvh, hd, scale,
-                                             r->window, (float)r->softcap, 0));
+    if (r->window || r->softcap || r->sinks)
+        ROW_OK(kvcal_attention_sinks_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
+                                            r->batch, r->seq, h, kvh, hd, scale,
+                                            r->window, (float)r->softcap, d_sinks, 0));
     else if (version == 0)
         ROW_OK(kvcal_attention_launch(d_out, out_stride, d_qkv, d_k, d_v, stride,
                                       r->batch, r->seq, h, kvh, hd, scale, 0));
@@ -1383,6 +1418,7 @@ static void attention_cuda(const op_row *r, int version, const void *p, op_ctx *
     free(got);
     cudaFree(d_qkv);
     cudaFree(d_out);
+    cudaFree(d_sinks);
 }
 
 // --- swiglu --------------------------------------------------------------------
@@ -1445,6 +1481,51 @@ static void swiglu_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
     for (int64_t i = 0; i < n; i++)
         model[i] = kvcal_bf16_round(
             kvcal_bf16_round(c->gate[i] / (1.0f + expf(-c->gate[i]))) * c->up[i]);
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100,
+                  "outputs equal to bf16 arithmetic's");
+    free(model);
+    free(got);
+    cudaFree(d_gu);
+    cudaFree(d_out);
+}
+
+// --- swiglu_oai -----------------------------------------------------------------
+
+/* gate and up in [-16, 16) (swiglu's times 4, exact in bf16): past the
+ * limit of 7 more than half of the time */
+static void *swiglu_oai_cpu_run(const op_row *r)
+{
+    swiglu_cpu *c = swiglu_cpu_run(r);
+    const int64_t n = (int64_t)r->rows * r->cols;
+    for (int64_t i = 0; i < 2 * n; i++)
+        c->gate_up[i] *= 4.0f;
+    for (int64_t i = 0; i < n; i++)
+        c->gate[i] *= 4.0f, c->up[i] *= 4.0f;
+    kvcal_swiglu_oai_ref(c->ref, c->gate, c->up, n, 1.702f, 7.0f);
+    return c;
+}
+
+/* Three bf16 roundings (the glu, up + 1, the product) against fp32; and
+ * bf16 arithmetic's bit for bit but where the device's fast exp and
+ * division and the host's straddle a rounding boundary (<= 1%). */
+static void swiglu_oai_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const swiglu_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_gu = kvcal_test_dev_upload_bf16(c->gate_up, 2 * n),
+               *d_out = dev_alloc_nan(n);
+    ROW_OK(kvcal_swiglu_oai_launch(d_out, d_gu, r->rows, r->cols, 1.702f, 7.0f, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, n);
+    EXPECT_NONE(count_far(got, c->ref, n, SWIGLU_ATOL, 1.2e-2f), n,
+                "outputs off the bound");
+    float *model = host_alloc((size_t)n * sizeof *model);
+    for (int64_t i = 0; i < n; i++) {
+        const float g = fminf(c->gate[i], 7.0f), u = fminf(fmaxf(c->up[i], -7.0f), 7.0f);
+        model[i] = kvcal_bf16_round(kvcal_bf16_round(u + 1.0f) *
+                                    kvcal_bf16_round(g / (1.0f + expf(-1.702f * g))));
+    }
     EXPECT_MOSTLY(count_same(got, model, n), n, 100,
                   "outputs equal to bf16 arithmetic's");
     free(model);
@@ -1546,6 +1627,7 @@ typedef struct moe_cpu {
     float *shared;    /* (rows, k) the shared expert's output, or NULL */
     float *gate_w;    /* (k) its gate, or NULL */
     float *bias;      /* (experts) the sigmoid routing's choice bias, or NULL */
+    float *b_gu, *b_down; /* (experts, 2 n), (experts, k) gpt-oss's biases, or NULL */
     int32_t *pos;     /* (rows) -1 for padding */
     int32_t *route_e; /* (rows, top_k) kvcal_moe_route_ref */
     float *route_w;   /* (rows, top_k) */
@@ -1565,24 +1647,33 @@ static int moe_planted_expert(int v)
 
 /* y (m, k) = down_e(silu(gate_e(x)) * up_e(x)) for the m rows of x (m, k),
  * one expert's, with gate, up, the SwiGLU and y rounded to bf16 (the
- * kernels' storage) */
-static void moe_expert_ref(float *y, const float *x, const float *gu, const float *down,
-                           int m, int k, int n)
+ * kernels' storage); with b_gu and b_down (gpt-oss's, else NULL) each bias
+ * added to a GEMM's rounded output and rounded again, and the clamped
+ * SwiGLU instead, rounded as kvcal_swiglu_oai_launch */
+static void moe_expert_ref(float *y, const float *x, const float *gu, const float *b_gu,
+                           const float *down, const float *b_down, int m, int k, int n)
 {
     float *h = host_alloc((size_t)m * 2 * n * sizeof *h); /* (m, 2n) */
     float *act = host_alloc((size_t)m * n * sizeof *act); /* (m, n) */
     kvcal_matmul_ref(h, x, gu, NULL, m, k, 2 * n);
     for (int64_t i = 0; i < (int64_t)m * 2 * n; i++)
-        h[i] = kvcal_bf16_round(h[i]);
+        h[i] = kvcal_bf16_round(b_gu ? kvcal_bf16_round(h[i]) + b_gu[i % (2 * n)] : h[i]);
     for (int r = 0; r < m; r++)
         for (int i = 0; i < n; i++) {
             const float g = h[(int64_t)r * 2 * n + i], u = h[(int64_t)r * 2 * n + n + i];
-            act[(int64_t)r * n + i] =
-                kvcal_bf16_round(kvcal_bf16_round(g / (1.0f + expf(-g))) * u);
+            if (b_gu) {
+                const float gc = fminf(g, 7.0f), uc = fminf(fmaxf(u, -7.0f), 7.0f);
+                act[(int64_t)r * n + i] =
+                    kvcal_bf16_round(kvcal_bf16_round(uc + 1.0f) *
+                                     kvcal_bf16_round(gc / (1.0f + expf(-1.702f * gc))));
+            } else {
+                act[(int64_t)r * n + i] =
+                    kvcal_bf16_round(kvcal_bf16_round(g / (1.0f + expf(-g))) * u);
+            }
         }
     kvcal_matmul_ref(y, act, down, NULL, m, n, k);
     for (int64_t i = 0; i < (int64_t)m * k; i++)
-        y[i] = kvcal_bf16_round(y[i]);
+        y[i] = kvcal_bf16_round(b_down ? kvcal_bf16_round(y[i]) + b_down[i % k] : y[i]);
     free(h);
     free(act);
 }
@@ -1594,7 +1685,13 @@ static void *moe_cpu_run(const op_row *r)
     memset(c, 0, sizeof *c);
     c->x = rand_bf16((int64_t)T * D, -1.0f, 1.0f);
     c->logits = rand_bf16((int64_t)T * E, -3.0f, 3.0f);
-    c->gu = rand_bf16((int64_t)E * 2 * I * D, -0.2f, 0.2f);
+    /* gpt-oss's rows: gate/up values past the clamp's limit */
+    c->gu =
+        rand_bf16((int64_t)E * 2 * I * D, r->oai ? -2.0f : -0.2f, r->oai ? 2.0f : 0.2f);
+    if (r->oai) {
+        c->b_gu = rand_bf16((int64_t)E * 2 * I, -2.0f, 2.0f);
+        c->b_down = rand_bf16((int64_t)E * D, -1.0f, 1.0f);
+    }
     c->down = rand_bf16((int64_t)E * D * I, -0.2f, 0.2f);
     if (r->shared) {
         c->shared = rand_bf16((int64_t)T * D, -1.0f, 1.0f);
@@ -1647,7 +1744,9 @@ static void *moe_cpu_run(const op_row *r)
         if (!m)
             continue;
         moe_expert_ref(ye, xe, c->gu + (int64_t)e * 2 * I * D,
-                       c->down + (int64_t)e * D * I, m, D, I);
+                       c->b_gu ? c->b_gu + (int64_t)e * 2 * I : NULL,
+                       c->down + (int64_t)e * D * I,
+                       c->b_down ? c->b_down + (int64_t)e * D : NULL, m, D, I);
         for (int j = 0; j < m; j++)
             memcpy(y + (int64_t)of[j] * D, ye + (int64_t)j * D, (size_t)D * sizeof *y);
     }
@@ -1686,6 +1785,8 @@ static void moe_release(void *p)
     free(c->shared);
     free(c->gate_w);
     free(c->bias);
+    free(c->b_gu);
+    free(c->b_down);
     free(c->pos);
     free(c->route_e);
     free(c->route_w);
@@ -1820,7 +1921,8 @@ static void moe_check(const op_row *r, const moe_cpu *c, const int32_t *d_e,
 }
 
 /* Versions: 0 kvcal_moe_gemm_launch (gate/up, SwiGLU, down), 1 the Hopper
- * kernel (the gather, gate/up with SwiGLU, down), which other GPUs refuse:
+ * kernel (the gather, gate/up with SwiGLU, down; gpt-oss's rows: gate/up
+ * stored, its biases and clamped SwiGLU apart), which other GPUs refuse:
  * its rows are skipped there. */
 static const char *const moe_versions[] = {"launch", "sm90", NULL};
 
@@ -1844,7 +1946,12 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
                                : NULL,
                *d_gate = c->gate_w ? kvcal_test_dev_upload_bf16(c->gate_w, D) : NULL,
                *d_bias = c->bias ? kvcal_test_dev_upload_bf16(c->bias, E) : NULL,
-               *d_h = version == 0 ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
+               *d_b_gu = c->b_gu ? kvcal_test_dev_upload_bf16(c->b_gu, (int64_t)E * 2 * I)
+                                 : NULL,
+               *d_b_down = c->b_down
+                               ? kvcal_test_dev_upload_bf16(c->b_down, (int64_t)E * D)
+                               : NULL,
+               *d_h = version == 0 || r->oai ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
                *d_act = dev_alloc_nan((int64_t)cap * I),
                *d_y = dev_alloc_nan((int64_t)cap * D),
                *d_out = dev_alloc_nan((int64_t)T * D);
@@ -1878,7 +1985,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     else
         ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
     ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
-    if (version == 1) {
+    if (version == 1 && !r->oai) {
         /* the gathered rows in d_y, which the down projection overwrites */
         ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
         const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_act, d_y, d_gu, &plan, E, D,
@@ -1891,10 +1998,34 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
             ROW_OK(kvcal_moe_gemm_sm90_launch(d_y, d_act, d_down, &plan, E, I, D,
                                               KVCAL_MOE_EPI_STORE, 0));
         }
+    } else if (version == 1) {
+        /* gpt-oss's on Hopper, as the CUDA runner: both GEMMs storing, the
+         * biases and the clamped SwiGLU their own kernels */
+        ROW_OK(kvcal_moe_gather_launch(d_y, d_x, &plan, K, D, 0));
+        const kvcal_status st = kvcal_moe_gemm_sm90_launch(d_h, d_y, d_gu, &plan, E, D,
+                                                           2 * I, KVCAL_MOE_EPI_STORE, 0);
+        if (st == KVCAL_ERR_UNSUPPORTED) {
+            printf("skipped: %s ", kvcal_last_error());
+            ctx->skip = 1;
+        } else {
+            ROW_OK(st);
+            ROW_OK(kvcal_moe_bias_launch(d_h, d_b_gu, &plan, 2 * I, 0));
+            ROW_OK(kvcal_swiglu_oai_launch(d_act, d_h, cap, I, 1.702f, 7.0f, 0));
+            ROW_OK(kvcal_moe_gemm_sm90_launch(d_y, d_act, d_down, &plan, E, I, D,
+                                              KVCAL_MOE_EPI_STORE, 0));
+            ROW_OK(kvcal_moe_bias_launch(d_y, d_b_down, &plan, D, 0));
+        }
     } else {
         ROW_OK(kvcal_moe_gemm_launch(d_h, d_x, K, d_gu, &plan, D, 2 * I, 0));
-        ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
+        if (r->oai) {
+            ROW_OK(kvcal_moe_bias_launch(d_h, d_b_gu, &plan, 2 * I, 0));
+            ROW_OK(kvcal_swiglu_oai_launch(d_act, d_h, cap, I, 1.702f, 7.0f, 0));
+        } else {
+            ROW_OK(kvcal_swiglu_launch(d_act, d_h, cap, I, 0));
+        }
         ROW_OK(kvcal_moe_gemm_launch(d_y, d_act, 0, d_down, &plan, I, D, 0));
+        if (r->oai)
+            ROW_OK(kvcal_moe_bias_launch(d_y, d_b_down, &plan, D, 0));
     }
     if (!ctx->skip) {
         ROW_OK(kvcal_moe_combine_launch(d_out, d_y, plan.slot_of, d_w, d_pos, T, K, D,
@@ -1917,6 +2048,8 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     cudaFree(d_h);
     cudaFree(d_gate);
     cudaFree(d_bias);
+    cudaFree(d_b_gu);
+    cudaFree(d_b_down);
     cudaFree(d_shared);
     cudaFree(d_down);
     cudaFree(d_gu);
@@ -2818,6 +2951,8 @@ static const op_def op_defs[] = {
     {"mla_ds_roundtrip", mla_ds_roundtrip_cpu_run, mla_ds_roundtrip_release, one_version,
      one_plain_version, mla_ds_roundtrip_cuda},
     {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
+    {"swiglu_oai", swiglu_oai_cpu_run, swiglu_release, one_version, one_plain_version,
+     swiglu_oai_cuda},
     {"affine", affine_cpu_run, affine_release, one_version, one_plain_version,
      affine_cuda},
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
@@ -2930,6 +3065,11 @@ static void mla_rows_match_cpu(void)
 static void geglu_rows_match_cpu(void)
 {
     run_op("geglu", OP_PLAIN);
+}
+
+static void swiglu_oai_rows_match_cpu(void)
+{
+    run_op("swiglu_oai", OP_PLAIN);
 }
 
 static void affine_rows_match_cpu(void)
@@ -3127,6 +3267,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_rows_match_cpu),
     KVCAL_TEST(swiglu_rows_match_cpu),
     KVCAL_TEST(moe_rows_match_cpu),
+    KVCAL_TEST(swiglu_oai_rows_match_cpu),
     KVCAL_TEST(mla_rows_match_cpu),
     KVCAL_TEST(geglu_rows_match_cpu),
     KVCAL_TEST(affine_rows_match_cpu),

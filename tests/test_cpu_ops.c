@@ -373,7 +373,11 @@ static void embed_ref_gathers_rows_and_zeroes_padding(void)
 
 // --- attention --------------------------------------------------------------
 
-static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
+/* kvcal_attention_sinks_ref (kvcal_attention_ref where sinks is NULL and
+ * window 0) against softmax([q k^T * scale, sink]) v in double, the sink's
+ * column dropped (transformers' eager_attention_forward of gpt-oss). */
+static void check_attention_sinks(int tokens, int n_heads, int n_kv, int d, float amp,
+                                  int window, const float *sinks)
 {
     int64_t nq = (int64_t)tokens * n_heads * d, nk = (int64_t)tokens * n_kv * d;
     float *q = alloc_filled(nq, 14), *k = alloc_filled(nk, 15), *v = alloc_filled(nk, 16);
@@ -383,25 +387,32 @@ static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
     for (int64_t i = 0; i < nq; i++)
         q[i] *= amp;
     float scale = 1.0f / sqrtf((float)d);
-    kvcal_attention_ref(out, q, k, v, tokens, n_heads, n_kv, d, scale);
+    if (!sinks && !window)
+        kvcal_attention_ref(out, q, k, v, tokens, n_heads, n_kv, d, scale);
+    else
+        kvcal_attention_sinks_ref(out, q, k, v, tokens, n_heads, n_kv, d, scale, window,
+                                  0.0f, sinks);
     int bad = 0;
     for (int t = 0; t < tokens; t++)
         for (int h = 0; h < n_heads; h++) {
             int g = h / (n_heads / n_kv);
             const float *qv = q + ((int64_t)t * n_heads + h) * d;
-            double m = -INFINITY, sum = 0;
-            for (int s = 0; s <= t; s++) {
+            const int s0 = window > 0 && t >= window ? t - window + 1 : 0;
+            double m = sinks ? sinks[h] : -INFINITY, sum = 0;
+            for (int s = s0; s <= t; s++) {
                 double dot = 0;
                 for (int i = 0; i < d; i++)
                     dot += (double)qv[i] * k[((int64_t)s * n_kv + g) * d + i];
                 p[s] = dot * scale;
                 m = p[s] > m ? p[s] : m;
             }
-            for (int s = 0; s <= t; s++)
+            if (sinks)
+                sum += exp(sinks[h] - m);
+            for (int s = s0; s <= t; s++)
                 sum += p[s] = exp(p[s] - m);
             for (int i = 0; i < d; i++) {
                 double ref = 0;
-                for (int s = 0; s <= t; s++)
+                for (int s = s0; s <= t; s++)
                     ref += p[s] / sum * v[((int64_t)s * n_kv + g) * d + i];
                 float got = out[((int64_t)t * n_heads + h) * d + i];
                 if (!isfinite(got) || fabs(got - ref) > 1e-5 + fabs(ref) * 1e-4)
@@ -414,6 +425,11 @@ static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
     free(v);
     free(out);
     free(p);
+}
+
+static void check_attention(int tokens, int n_heads, int n_kv, int d, float amp)
+{
+    check_attention_sinks(tokens, n_heads, n_kv, d, amp, 0, NULL);
 }
 
 static void attention_matches_double_reference_gqa_mqa_mha(void)
@@ -492,6 +508,61 @@ static void attention_window_reads_the_last_w_keys(void)
     free(b);
 }
 
+/* gpt-oss's sinks: a logit per query head in the softmax's denominator,
+ * with and without a window, small and dominant sinks; a sink far below
+ * every score changes nothing; a dominant one shrinks the output toward 0. */
+static void attention_sinks_add_a_logit_per_head_to_the_denominator(void)
+{
+    const float sinks[6] = {0.5f, -1.0f, 2.0f, 0.0f, -3.0f, 8.0f};
+    check_attention_sinks(1, 4, 2, 8, 1.0f, 0, sinks);
+    check_attention_sinks(19, 6, 3, 48, 1.0f, 0, sinks);
+    check_attention_sinks(37, 6, 2, 16, 1.0f, 8, sinks);
+    check_attention_sinks(29, 2, 1, 48, 300.0f, 5,
+                          sinks); /* scores far above the sinks */
+    int tokens = 13, h = 2, d = 8;
+    int64_t n = (int64_t)tokens * h * d;
+    float *q = alloc_filled(n, 31), *k = alloc_filled(n, 32), *v = alloc_filled(n, 33);
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    CU_ASSERT_FATAL(a && b);
+    const float low[2] = {-1e30f, -1e30f}, high[2] = {40.0f, 40.0f};
+    kvcal_attention_window_ref(a, q, k, v, tokens, h, h, d, 0.3f, 4, 0.0f);
+    kvcal_attention_sinks_ref(b, q, k, v, tokens, h, h, d, 0.3f, 4, 0.0f, low);
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof(float) * (size_t)n), 0);
+    kvcal_attention_sinks_ref(b, q, k, v, tokens, h, h, d, 0.3f, 4, 0.0f, high);
+    double big = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        big = fmax(big, fabs(b[i]));
+    CU_ASSERT(big < 1e-15);
+    free(q);
+    free(k);
+    free(v);
+    free(a);
+    free(b);
+}
+
+/* gpt-oss's experts' activation against its formula in double: gate
+ * clamped above, up on both sides, at the limit. */
+static void swiglu_oai_clamps_gate_above_and_up_on_both_sides(void)
+{
+    int64_t n = 989;
+    float *g = alloc_filled(n, 41), *u = alloc_filled(n, 42), *o = alloc_filled(n, 43);
+    int clamped_g = 0, clamped_u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        g[i] *= 12.0f, u[i] *= 12.0f; /* past +-7 a third of the time */
+        clamped_g += g[i] > 7.0f;
+        clamped_u += fabsf(u[i]) > 7.0f;
+    }
+    CU_ASSERT(clamped_g > 50 && clamped_u > 100);
+    kvcal_swiglu_oai_ref(o, g, u, n, 1.702f, 7.0f);
+    for (int64_t i = 0; i < n; i++) {
+        const double gc = fmin(g[i], 7.0), uc = fmin(fmax(u[i], -7.0), 7.0);
+        KVCAL_ASSERT_CLOSE(o[i], (uc + 1.0) * gc / (1.0 + exp(-1.702 * gc)), 1e-6, 1e-6);
+    }
+    free(g);
+    free(u);
+    free(o);
+}
+
 /* Softmax top-k: the largest first, the lower expert on a tie, weights the
  * softmax's probabilities or, renormalized, their share of the top k. */
 static void moe_route_takes_top_k_of_the_softmax(void)
@@ -532,6 +603,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_is_causal),
     KVCAL_TEST(attention_window_reads_the_last_w_keys),
     KVCAL_TEST(moe_route_takes_top_k_of_the_softmax),
+    KVCAL_TEST(attention_sinks_add_a_logit_per_head_to_the_denominator),
+    KVCAL_TEST(swiglu_oai_clamps_gate_above_and_up_on_both_sides),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(cpu_ops, KVCAL_NEEDS_NOTHING, tests)

@@ -99,25 +99,34 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
 }
 
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert
- * on the device) and Mixtral's sliding window of 16 over samples of 37 and
- * 23 tokens, against transformers (float64); every valid token routed to
- * top-k experts of every layer. The experts' GEMMs both ways: as the
- * backend takes them (on a Hopper GPU the sm_90a kernel with SwiGLU fused)
- * and with KVCAL_MLP_UNFUSED (kvcal_moe_gemm_launch, then SwiGLU). */
+ * on the device), Mixtral's sliding window of 16 over samples of 37 and 23
+ * tokens, Qwen-MoE's use_sliding_window, gpt-oss (sinks on the portable
+ * attention kernel, head_dim 16, and on the tensor cores, 64; the experts'
+ * biases and clamped SwiGLU; MXFP4 experts dequantized to bf16 at load),
+ * against transformers (float64); every valid token routed to top-k
+ * experts of every layer. The experts' GEMMs both ways: as the backend
+ * takes them (on a Hopper GPU the sm_90a kernel, with SwiGLU fused but for
+ * gpt-oss) and with KVCAL_MLP_UNFUSED (kvcal_moe_gemm_launch, then
+ * SwiGLU). */
 static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 {
     static const char *const names[] = {
-        "qwen3_moe_e8_top3_norm_bf16", "qwen2_moe_shared_e6_top2_bf16",
-        "mixtral_e4_top2_swa16_bf16", "glm4_moe_dense1_sigmoid_e8_top3_bf16",
-        "qwen3_moe_dense_layers_e4_top2_bf16"};
-    static const int top_k[] = {3, 2, 2, 3, 2};
+        "qwen3_moe_e8_top3_norm_bf16",         "qwen2_moe_shared_e6_top2_bf16",
+        "mixtral_e4_top2_swa16_bf16",          "glm4_moe_dense1_sigmoid_e8_top3_bf16",
+        "qwen3_moe_dense_layers_e4_top2_bf16", "qwen3_moe_swa16_e8_top2_bf16",
+        "qwen2_moe_swa8_maxwin2_e4_top2_bf16", "gpt_oss_sinks_swa8_e8_top3_bf16",
+        "gpt_oss_hd64_swa16_e4_top2_mxfp4"};
+    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2};
     /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
      * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense). */
-    static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u};
+    static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u, 0, 0, 0, 0};
+    _Static_assert(sizeof top_k / sizeof *top_k == sizeof names / sizeof *names &&
+                       sizeof dense / sizeof *dense == sizeof names / sizeof *names,
+                   "a top-k and dense layers for each model");
     kvcal_backend_options unfused;
     memset(&unfused, 0, sizeof unfused);
     unfused.mlp = KVCAL_MLP_UNFUSED;
-    for (int i = 0; i < 5; i++) {
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
         check_runner_golden_within(names[i], &unfused, MOE_RUNNER_RTOL);
         kvcal_stats_t *stats = NULL;
@@ -218,9 +227,11 @@ static void cuda_runner_counts_tokens_per_expert_like_the_cpu(void)
 static void cuda_runner_loads_weights_through_small_pieces(void)
 {
     static const char *const names[] = {
-        "llama3_gqa_hd48_bf16",  "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
-        "qwen2_gqa_bias_bf16",   "qwen3_gqa_hd80_qknorm_bf16", "qwen2_yarn_bf16",
-        "llama_gqa_mlp256_bf16", "llama3_gqa_hd64_bf16"};
+        "llama3_gqa_hd48_bf16", "llama_mha_linear_tied_fp32", "mistral_mqa_fp16",
+        "qwen2_gqa_bias_bf16", "qwen3_gqa_hd80_qknorm_bf16", "qwen2_yarn_bf16",
+        "llama_gqa_mlp256_bf16", "llama3_gqa_hd64_bf16",
+        /* experts stacked in one tensor, transposed, interleaved, MXFP4 */
+        "gpt_oss_sinks_swa8_e8_top3_bf16", "gpt_oss_hd64_swa16_e4_top2_mxfp4"};
     kvcal_backend_options small;
     memset(&small, 0, sizeof small);
     small.load_piece_bytes = 4096;

@@ -346,8 +346,8 @@ static void eval_cuda_matches_cpu_on_int8_asym_static_and_per_head_q(void)
 /* Golden tiny models (random weights, vocabulary 128): every architecture
  * path of the CUDA runner (GQA / MQA / MHA, head_dim 16 to 80, q/k norm, qkv
  * bias, tied and separate lm_head, mixtures of experts, sliding windows
- * shorter than the samples, fused projections and longrope) on random token
- * ids. */
+ * shorter than the samples, fused projections and longrope, gpt-oss's sinks
+ * and MXFP4 experts) on random token ids. */
 static void eval_cuda_matches_cpu_on_golden_models(void)
 {
     static const char *const names[] = {"llama3_gqa_hd48_bf16",
@@ -362,7 +362,11 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "gemma3_text_swa8_local_global_bf16",
                                         "glm4_moe_dense1_sigmoid_e8_top3_bf16",
                                         "gemma2_softcap_swa8_bf16",
-                                        "qwen3_moe_dense_layers_e4_top2_bf16"};
+                                        "qwen3_moe_dense_layers_e4_top2_bf16",
+                                        "qwen3_moe_swa16_e8_top2_bf16",
+                                        "qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                                        "gpt_oss_sinks_swa8_e8_top3_bf16",
+                                        "gpt_oss_hd64_swa16_e4_top2_mxfp4"};
     check_golden_models(names, sizeof names / sizeof names[0], "",
                         check_cuda_against_cpu);
 }

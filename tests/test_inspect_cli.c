@@ -182,6 +182,22 @@ static void inspect_hf_checkpoint_counts_every_weight_and_reads_rope(void)
     cJSON_Delete(j);
 }
 
+/* gpt-oss with MXFP4 experts: a blocks tensor holds two values a byte
+ * (98304 of this fixture's 166860 parameters), its scales are no
+ * parameters; the projections' dtype is the weights'. */
+static void inspect_counts_mxfp4_experts_as_their_values(void)
+{
+    cJSON *j = inspect_json(GOLDEN "/gpt_oss_hd64_swa16_e4_top2_mxfp4");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_STRING_EQUAL(str(j, "architecture"), "GptOssForCausalLM");
+    CU_ASSERT_EQUAL(num(j, "parameters"), 166860);
+    CU_ASSERT_STRING_EQUAL(str(j, "weight_dtype"), "BF16");
+    CU_ASSERT_EQUAL(num(j, "num_experts"), 4);
+    CU_ASSERT_EQUAL(num(j, "sliding_window"), 16);
+    CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "kv_layout_known")));
+    cJSON_Delete(j);
+}
+
 static void inspect_unsupported_model_prints_its_config_and_why(void)
 {
     char *out = NULL;
@@ -634,14 +650,14 @@ static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
     CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "kv cache        unknown: layer_types[1]"));
     free(out);
 
-    cfg = "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": "
-          "\"gpt_oss\", "
+    cfg = "{\"architectures\": [\"Cohere2ForCausalLM\"], \"model_type\": "
+          "\"cohere2\", "
           "\"num_hidden_layers\": 4, \"hidden_size\": 64, "
           "\"num_attention_heads\": 4, "
           "\"num_key_value_heads\": 2, \"head_dim\": 16, \"layer_types\": "
           "[\"sliding_attention\", \"full_attention\", \"sliding_attention\", "
           "\"full_attention\"]}";
-    config_dir("gpt_oss", cfg, NULL, dir, sizeof dir);
+    config_dir("cohere2", cfg, NULL, dir, sizeof dir);
     j = inspect_json(dir);
     CU_ASSERT_FATAL(j != NULL);
     CU_ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(j, "kv_layout_known")));
@@ -650,7 +666,7 @@ static void inspect_says_unknown_for_unknown_layer_kinds_and_families(void)
     CU_ASSERT_PTR_NOT_NULL(
         strstr(str(j, "kv_layout_note"), "2 of the 4 attention layers"));
     CU_ASSERT_PTR_NOT_NULL(
-        strstr(str(j, "kv_layout_note"), "model_type 'gpt_oss' is not a family"));
+        strstr(str(j, "kv_layout_note"), "model_type 'cohere2' is not a family"));
     CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(j, "rope_interleaved")));
     cJSON_Delete(j);
 }
@@ -796,6 +812,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_hf_checkpoint_counts_every_weight_and_reads_rope),
     KVCAL_TEST(inspect_fp8_checkpoint_shows_the_weight_scheme),
     KVCAL_TEST(inspect_shows_yarn_factor_original_context_and_attention_factor),
+    KVCAL_TEST(inspect_counts_mxfp4_experts_as_their_values),
     KVCAL_TEST(inspect_unsupported_model_prints_its_config_and_why),
     KVCAL_TEST(inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow),
     KVCAL_TEST(inspect_legacy_scales_lists_every_layer_as_in_the_file),

@@ -225,6 +225,83 @@ static void model_config_reads_quantization_and_kv_cache_scheme(void)
     CU_ASSERT_EQUAL(c.has_kv_cache_scheme, 0);
 }
 
+/* A config.json in the layout of the released gpt-oss-20b (transformers
+ * 4.55's, top-level rope_scaling), and one with the fields GptOssConfig
+ * defaults left out. */
+static void model_config_reads_gpt_oss_with_transformers_defaults(void)
+{
+    char text[4096], types[1024] = "";
+    for (int i = 0; i < 24; i++)
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s\"%s\"",
+                 i ? ", " : "", i % 2 ? "full_attention" : "sliding_attention");
+    snprintf(text, sizeof text,
+             "{\"architectures\": [\"GptOssForCausalLM\"], \"attention_bias\": true, "
+             "\"experts_per_token\": 4, \"head_dim\": 64, \"hidden_size\": 2880, "
+             "\"initial_context_length\": 4096, \"intermediate_size\": 2880, "
+             "\"layer_types\": [%s], \"max_position_embeddings\": 131072, "
+             "\"model_type\": \"gpt_oss\", \"num_attention_heads\": 64, "
+             "\"num_experts_per_tok\": 4, \"num_hidden_layers\": 24, "
+             "\"num_key_value_heads\": 8, \"num_local_experts\": 32, "
+             "\"quantization_config\": {\"modules_to_not_convert\": "
+             "[\"model.layers.*.self_attn\", \"model.layers.*.mlp.router\", "
+             "\"model.embed_tokens\", \"lm_head\"], \"quant_method\": \"mxfp4\"}, "
+             "\"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"beta_fast\": 32.0, "
+             "\"beta_slow\": 1.0, \"factor\": 32.0, "
+             "\"original_max_position_embeddings\": 4096, \"rope_type\": \"yarn\", "
+             "\"truncate\": false}, \"rope_theta\": 150000, \"sliding_window\": 128, "
+             "\"swiglu_limit\": 7.0, \"tie_word_embeddings\": false, "
+             "\"vocab_size\": 201088}",
+             types);
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(c.num_experts, 32);
+    CU_ASSERT_EQUAL(c.num_experts_per_tok, 4);
+    CU_ASSERT_EQUAL(c.moe_intermediate_size, 2880);
+    CU_ASSERT_EQUAL(c.norm_topk_prob, 1);
+    CU_ASSERT_EQUAL(c.shared_expert_intermediate_size, 0);
+    CU_ASSERT_EQUAL(c.dense_layers, 0);
+    CU_ASSERT_EQUAL(c.sliding_window, 128);
+    CU_ASSERT_EQUAL(c.sliding_layers, 12);
+    CU_ASSERT_EQUAL(c.kv_layers, 24);
+    CU_ASSERT_EQUAL(c.kv_layout_known, 1);
+    CU_ASSERT_EQUAL((c.layer_sliding[0] >> 0) & 1, 1);
+    CU_ASSERT_EQUAL((c.layer_sliding[0] >> 1) & 1, 0);
+    CU_ASSERT_EQUAL(c.head_dim, 64);
+    CU_ASSERT_EQUAL(c.attention_bias, 1);
+    CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_YARN);
+    CU_ASSERT_EQUAL(c.rope_truncate, 0);
+    CU_ASSERT_EQUAL(c.rope_original_max_position, 4096);
+    CU_ASSERT_EQUAL(c.rope_factor, 32.0);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_attention_factor, 0.1 * log(32.0) + 1.0, 1e-12);
+    CU_ASSERT_EQUAL(c.rope_theta, 150000.0);
+    CU_ASSERT_EQUAL(c.swiglu_limit, 7.0);
+    CU_ASSERT_EQUAL(c.swiglu_alpha, 1.702);
+    CU_ASSERT_STRING_EQUAL(c.quant_method, "mxfp4");
+    /* GptOssConfig's defaults: every other layer slides from layer 0, over 128
+     * tokens; the clamp 7 and 1.702; 128 experts, top-4; yarn, 32 x 4096,
+     * not truncated, from base 150000 */
+    CU_ASSERT_EQUAL_FATAL(parse_text("{\"model_type\": \"gpt_oss\", "
+                                     "\"num_hidden_layers\": 3, \"hidden_size\": 64, "
+                                     "\"num_attention_heads\": 4, \"head_dim\": 16}",
+                                     &c),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(c.sliding_window, 128);
+    CU_ASSERT_EQUAL(c.sliding_layers, 2);
+    CU_ASSERT_EQUAL(c.layer_sliding[0], 5);
+    CU_ASSERT_EQUAL(c.swiglu_limit, 7.0);
+    CU_ASSERT_EQUAL(c.num_experts, 128);
+    CU_ASSERT_EQUAL(c.num_experts_per_tok, 4);
+    CU_ASSERT_EQUAL(c.swiglu_alpha, 1.702);
+    CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_YARN);
+    CU_ASSERT_EQUAL(c.rope_factor, 32.0);
+    CU_ASSERT_EQUAL(c.rope_original_max_position, 4096);
+    CU_ASSERT_EQUAL(c.rope_truncate, 0);
+    CU_ASSERT_EQUAL(c.rope_beta_fast, 32.0);
+    CU_ASSERT_EQUAL(c.rope_theta, 150000.0);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_attention_factor, 0.1 * log(32.0) + 1.0, 1e-12);
+    CU_ASSERT_STRING_EQUAL(c.quant_method, "");
+}
+
 static void model_config_defaults_absent_and_null_fields(void)
 {
     kvcal_model_config c;
@@ -721,6 +798,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_matches_transformers_in_both_layouts),
     KVCAL_TEST(model_config_sets_architecture_features),
     KVCAL_TEST(model_config_reads_quantization_and_kv_cache_scheme),
+    KVCAL_TEST(model_config_reads_gpt_oss_with_transformers_defaults),
     KVCAL_TEST(model_config_reads_deepseek_mla_and_grouped_experts),
     KVCAL_TEST(model_config_defaults_absent_and_null_fields),
     KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),

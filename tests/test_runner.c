@@ -131,6 +131,7 @@ static const float *row_of(const captured *c, const float *base, int layer, int6
 }
 
 static const char *edited_checkpoint(const char *src, const char *edits);
+static void layer_windows(const char *dir, int *windows, int n);
 
 /* Checks per-layer per-head absmax, raw rows and logits of the model in
  * dir (NULL: the fixture's own) against fixture `name`. */
@@ -331,6 +332,51 @@ static void runner_matches_transformers_qwen3_moe_with_dense_layers(void)
 static void runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing(void)
 {
     check_against_golden("glm4_moe_dense1_sigmoid_e8_top3_bf16");
+}
+
+/* gpt-oss: sinks in every head's softmax, a window of 8 in layer 0 (the
+ * samples are 37 and 23 tokens), q/k/v/o biases, yarn not truncated,
+ * the router's bias, top-3 of 8, the experts' interleaved, transposed,
+ * biased gate/up and the clamped SwiGLU. */
+static void runner_matches_transformers_gpt_oss_sinks_windows_clamped_experts(void)
+{
+    check_against_golden("gpt_oss_sinks_swa8_e8_top3_bf16");
+}
+
+/* gpt-oss with its experts stored as MXFP4 blocks and scales (the released
+ * checkpoints' layout): transformers' reference ran on the dequantized
+ * weights (its own MXFP4 loader); head_dim 64, yarn truncated. */
+static void runner_matches_transformers_gpt_oss_mxfp4_experts(void)
+{
+    check_against_golden("gpt_oss_hd64_swa16_e4_top2_mxfp4");
+}
+
+/* use_sliding_window as transformers applies it: Qwen3-MoE's window (16)
+ * on every layer, whatever layer_types says (its config has none; one added
+ * changes nothing); Qwen2-MoE's on its layer_types' sliding layers, which
+ * without layer_types are the even layers below max_window_layers (layer 0
+ * of 3 below 2; layers 0 and 2 below 3). */
+static void runner_matches_transformers_qwen_moe_sliding_windows(void)
+{
+    int w[3];
+    check_against_golden("qwen3_moe_swa16_e8_top2_bf16");
+    check_model_against_golden(
+        "qwen3_moe_swa16_e8_top2_bf16",
+        edited_checkpoint("qwen3_moe_swa16_e8_top2_bf16",
+                          "{\"layer_types\": [\"full_attention\", \"full_attention\"]}"));
+    check_against_golden("qwen2_moe_swa8_maxwin2_e4_top2_bf16");
+    check_model_against_golden("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                               edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                                                 "{\"layer_types\": null}"));
+    layer_windows(edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                                    "{\"layer_types\": null, \"max_window_layers\": 3}"),
+                  w, 3);
+    CU_ASSERT(w[0] == 8 && w[1] == 0 && w[2] == 8);
+    layer_windows(
+        edited_checkpoint("qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                          "{\"layer_types\": null, \"use_sliding_window\": false}"),
+        w, 3);
+    CU_ASSERT(w[0] == 0 && w[1] == 0 && w[2] == 0);
 }
 
 /* DeepSeek-V2 (V2-Lite style): MLA without the query's LoRA (the cached
@@ -622,21 +668,15 @@ static void model_open_lists_the_supported_architectures(void)
         "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
         "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
-        "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM and "
-        "DeepseekV3ForCausalLM");
+        "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
+        "DeepseekV3ForCausalLM and GptOssForCausalLM");
 }
 
-/* Hybrid linear-attention models (Qwen3-Next), gpt-oss, an MLA config of a
- * family without MLA, and a DeepSeek config without MLA's sizes: one line
- * saying what is missing. */
+/* Hybrid linear-attention models (Qwen3-Next), an MLA config of a family
+ * without MLA, and a DeepSeek config without MLA's sizes: one line saying
+ * what is missing. */
 static void model_open_says_what_mla_and_hybrid_models_lack(void)
 {
-    expect_open_error(
-        edited_checkpoint("mistral_mqa_fp16",
-                          "{\"architectures\": [\"GptOssForCausalLM\"], "
-                          "\"model_type\": \"gpt_oss\"}"),
-        KVCAL_ERR_UNSUPPORTED,
-        "GptOssForCausalLM is not supported yet: kvcal lacks attention sinks");
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",
                           "{\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
@@ -739,6 +779,29 @@ static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
     expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
                                         "{\"num_experts_per_tok\": 7}"),
                       KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
+}
+
+/* gpt-oss's experts: a shape off the config names the tensor as stored
+ * ((in, out) in bf16; the MXFP4 blocks' scales, (out, in / 32)), and a
+ * quantization other than MXFP4 experts is refused naming it. */
+static void model_open_names_the_gpt_oss_expert_tensor_off_the_config(void)
+{
+    expect_open_error(
+        edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16",
+                          "{\"intermediate_size\": 40}"),
+        KVCAL_ERR_FORMAT,
+        "tensor model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64], "
+        "config.json implies [8, 64, 80]");
+    expect_open_error(edited_checkpoint("gpt_oss_hd64_swa16_e4_top2_mxfp4",
+                                        "{\"intermediate_size\": 96}"),
+                      KVCAL_ERR_FORMAT,
+                      "tensor model.layers.0.mlp.experts.gate_up_proj_scales has shape "
+                      "[4, 128, 2], config.json implies [4, 192, 2]");
+    expect_open_error(edited_checkpoint("gpt_oss_hd64_swa16_e4_top2_mxfp4",
+                                        "{\"quantization_config\": {\"quant_method\": "
+                                        "\"fp8\"}}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "quantized with quant_method 'fp8' is not supported");
 }
 
 static void model_open_names_missing_tensor(void)
@@ -1167,6 +1230,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
     KVCAL_TEST(runner_matches_transformers_qwen3_moe_with_dense_layers),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
+    KVCAL_TEST(runner_matches_transformers_gpt_oss_sinks_windows_clamped_experts),
+    KVCAL_TEST(runner_matches_transformers_gpt_oss_mxfp4_experts),
+    KVCAL_TEST(runner_matches_transformers_qwen_moe_sliding_windows),
     KVCAL_TEST(runner_matches_transformers_deepseek_v2_mla_group_limited_softmax),
     KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
@@ -1181,6 +1247,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
     KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
     KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
+    KVCAL_TEST(model_open_names_the_gpt_oss_expert_tensor_off_the_config),
     KVCAL_TEST(model_open_names_missing_tensor),
     KVCAL_TEST(model_open_names_tensor_with_wrong_shape),
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),

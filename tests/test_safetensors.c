@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/checkpoint/mxfp4.h"
 #include "io/checkpoint/safetensors.h"
 #include "tests/test_util.h"
 
@@ -508,6 +509,33 @@ static void checkpoint_errors_name_the_shard_or_tensor(void)
     CU_ASSERT(kvcal_test_error_has("unknown dtype \"Q4\""));
 }
 
+/* MXFP4 as transformers' convert_moe_packed_tensors decodes it: value 2i in
+ * a byte's low nibble, 2i + 1 in its high one, each e2m1 times 2^(scale -
+ * 127) of its block of 32; any run of values from any offset. */
+static void mxfp4_values_are_e2m1_pairs_times_their_blocks_exponent(void)
+{
+    uint8_t blocks[32] = {0}, scales[2] = {127, 130};
+    blocks[0] = 0x21;  /* 0.5, 1 */
+    blocks[1] = 0xF8;  /* -0, -6 */
+    blocks[15] = 0x7A; /* value 30: -1, value 31: 6 */
+    blocks[16] = 0x53; /* block 2 (x 8): 1.5, 3 */
+    blocks[31] = 0xC4; /* values 62, 63: 2, -2 */
+    float out[64];
+    kvcal_mxfp4_to_f32(blocks, scales, 0, 64, out);
+    const float want[][2] = {{0, 0.5f},   {1, 1.0f},   {2, -0.0f},  {3, -6.0f},
+                             {4, 0.0f},   {30, -1.0f}, {31, 6.0f},  {32, 12.0f},
+                             {33, 24.0f}, {34, 0.0f},  {62, 16.0f}, {63, -16.0f}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CU_ASSERT_EQUAL(out[(int)want[i][0]], want[i][1]);
+    CU_ASSERT(signbit(out[2]));
+    float part[3];
+    kvcal_mxfp4_to_f32(blocks, scales, 31, 3, part); /* across the blocks' edge */
+    CU_ASSERT(part[0] == 6.0f && part[1] == 12.0f && part[2] == 24.0f);
+    scales[1] = 0; /* 2^-127: a subnormal float, exact */
+    kvcal_mxfp4_to_f32(blocks, scales, 33, 1, part);
+    CU_ASSERT_EQUAL(part[0], ldexpf(3.0f, -127));
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(safetensors_converts_every_dtype_like_torch),
     KVCAL_TEST(tensor_to_f32_matches_hand_values),
@@ -520,6 +548,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(checkpoint_opens_each_shard_of_the_index_once),
     KVCAL_TEST(checkpoint_accepts_single_file_layouts),
     KVCAL_TEST(checkpoint_errors_name_the_shard_or_tensor),
+    KVCAL_TEST(mxfp4_values_are_e2m1_pairs_times_their_blocks_exponent),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(safetensors, KVCAL_NEEDS_NOTHING, tests)

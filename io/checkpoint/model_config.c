@@ -180,7 +180,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
         {"mixtral", 131072, 32000, 14336},     {"phi3", 4096, 32064, 8192},
         {"gemma3_text", 131072, 262208, 9216}, {"gemma2", 8192, 256000, 9216},
         {"glm4_moe", 131072, 151552, 10944},   {"deepseek_v2", 2048, 102400, 11008},
-        {"deepseek_v3", 4096, 129280, 18432},  {"kimi_k2", 4096, 129280, 18432}};
+        {"deepseek_v3", 4096, 129280, 18432},  {"kimi_k2", 4096, 129280, 18432},
+        {"gpt_oss", 131072, 201088, 2880}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -410,11 +411,32 @@ static kvcal_status cfg_read_longrope(const cfg_obj *top, const cfg_obj *sc,
     return cfg_double(sc, "attention_factor", 0.0, INFINITY, &c->rope_attention_factor, NULL);
 }
 
+/* GptOssConfig's RoPE where a config.json states none: yarn, 32 x 4096
+ * positions, betas 32 and 1, not truncated (its rope_theta default is
+ * 150000). */
+static kvcal_status cfg_gpt_oss_rope(const cfg_obj *top, kvcal_model_config *c)
+{
+    cJSON *dflt =
+        cJSON_Parse("{\"rope_type\": \"yarn\", \"factor\": 32.0, "
+                    "\"beta_fast\": 32.0, \"beta_slow\": 1.0, \"truncate\": false, "
+                    "\"original_max_position_embeddings\": 4096}");
+    if (!dflt)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", top->name);
+    cfg_obj sc = {dflt, "rope_parameters (GptOssConfig's default).", top->name};
+    kvcal_status s = cfg_read_rope_scaling(&sc, 0, c);
+    if (s == KVCAL_OK)
+        s = cfg_read_yarn(top, &sc, c);
+    cJSON_Delete(dflt);
+    return s;
+}
+
 static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
 {
     const cJSON *params, *scaling;
     kvcal_status s;
     strcpy(c->rope_type_name, "default");
+    if (!strcmp(c->model_type, "gpt_oss"))
+        c->rope_theta = 150000.0;
     if ((s = cfg_object(top, "rope_parameters", &params)) != KVCAL_OK ||
         (s = cfg_object(top, "rope_scaling", &scaling)) != KVCAL_OK ||
         (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
@@ -444,7 +466,7 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
             return cfg_read_longrope(top, &sc, c);
         return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &sc, c) : KVCAL_OK;
     }
-    return KVCAL_OK;
+    return !strcmp(c->model_type, "gpt_oss") ? cfg_gpt_oss_rope(top, c) : KVCAL_OK;
 }
 
 /* MLA (multi-head latent attention): a config with kv_lora_rank caches one
@@ -556,6 +578,33 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     return KVCAL_OK;
 }
 
+/* The sliding layers of Qwen's MoE models with use_sliding_window, as
+ * transformers 5 applies the window: Qwen3-MoE to every layer (its config
+ * has no max_window_layers; layer_types, if any, are not read); Qwen2-MoE
+ * to the layers of layer_types, which default to the even layers below
+ * max_window_layers (28). */
+static kvcal_status cfg_qwen_moe_windows(const cfg_obj *top, kvcal_model_config *c)
+{
+    const int qwen2 = !strcmp(c->model_type, "qwen2_moe");
+    if (c->sliding_window <= 0 || (!qwen2 && strcmp(c->model_type, "qwen3_moe")) ||
+        (qwen2 && c->layer_types_given))
+        return KVCAL_OK;
+    int below = c->num_layers;
+    kvcal_status s = KVCAL_OK;
+    if (qwen2) {
+        below = 28;
+        s = cfg_int(top, "max_window_layers", 0, INT_MAX, &below, NULL);
+    }
+    c->layer_types_given = 1;
+    c->sliding_layers = 0;
+    memset(c->layer_sliding, 0, sizeof c->layer_sliding);
+    for (int i = 0; i < c->num_layers && i < below; i += qwen2 ? 2 : 1) {
+        c->sliding_layers++;
+        c->layer_sliding[i / 8] |= (unsigned char)(1u << (i % 8));
+    }
+    return s;
+}
+
 /* Marks layer l dense when it is not a MoE layer of DeepSeek's rule: l >=
  * first_k_dense_replace and l % moe_layer_freq == 0 (vLLM's
  * DeepseekV2DecoderLayer; transformers reads no moe_layer_freq, 1 in every
@@ -659,14 +708,18 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     } defaults[] = {{"qwen2_moe", 60, 4, 1408, 5632, 0},
                     {"qwen3_moe", 128, 8, 768, 0, 0},
                     {"mixtral", 8, 2, 0, 0, 1},
-                    {"glm4_moe", 128, 8, 1408, 0, 1}};
+                    {"glm4_moe", 128, 8, 1408, 0, 1},
+                    {"gpt_oss", 128, 4, 0, 0, 1}};
     size_t i = 0;
     while (i < sizeof defaults / sizeof defaults[0] &&
            strcmp(defaults[i].model_type, c->model_type))
         i++;
     if (i == sizeof defaults / sizeof defaults[0])
         return KVCAL_OK;
-    const int mixtral = !strcmp(c->model_type, "mixtral");
+    /* Mixtral's and gpt-oss's experts are intermediate_size wide, their top-k
+     * weights always renormalized (gpt-oss: a softmax over the chosen) */
+    const int mixtral =
+        !strcmp(c->model_type, "mixtral") || !strcmp(c->model_type, "gpt_oss");
     const int glm = !strcmp(c->model_type, "glm4_moe");
     c->routed_scaling_factor = 1.0;
     c->moe_groups = c->moe_topk_groups = 1;
@@ -724,6 +777,8 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     if (c->shared_expert_intermediate_size &&
         (s = cfg_int(top, "shared_expert_intermediate_size", 0, INT_MAX,
                      &c->shared_expert_intermediate_size, NULL)) != KVCAL_OK)
+        return s;
+    if ((s = cfg_qwen_moe_windows(top, c)) != KVCAL_OK)
         return s;
     const cJSON *dense = cfg_item(top, "mlp_only_layers"), *it;
     if (dense && !cJSON_IsArray(dense))
@@ -816,9 +871,9 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * attention layers of layer_types / full_attention_interval (qwen3_next), or
  * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
 static const char *const known_kv_families[] = {
-    "llama",      "mistral",     "qwen2",       "qwen3",     "qwen2_moe", "qwen3_moe",
-    "mixtral",    "phi3",        "gemma2",      "gemma3_text", "glm4_moe",    "qwen3_next",
-    "deepseek_v2", "deepseek_v3", "kimi_k2"};
+    "llama",       "mistral",     "qwen2",   "qwen3",       "qwen2_moe", "qwen3_moe",
+    "mixtral",     "phi3",        "gemma2",  "gemma3_text", "glm4_moe",  "qwen3_next",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -941,6 +996,29 @@ static kvcal_status cfg_read_quantization(const cfg_obj *top, kvcal_model_config
     return KVCAL_OK;
 }
 
+/* gpt-oss's fields and their transformers defaults (GptOssConfig):
+ * sliding_window 128, layer_types alternating from a sliding layer 0 where
+ * absent, swiglu_alpha 1.702, swiglu_limit 7. */
+static kvcal_status cfg_read_gpt_oss(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "gpt_oss"))
+        return KVCAL_OK;
+    c->swiglu_limit = 7.0;
+    c->swiglu_alpha = 1.702;
+    if (!cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
+        c->sliding_window = 128;
+    if (!c->layer_types_given) {
+        c->layer_types_given = 1;
+        for (int i = 0; i < c->num_layers; i += 2) {
+            c->sliding_layers++;
+            c->layer_sliding[i / 8] |= (unsigned char)(1u << (i % 8));
+        }
+    }
+    kvcal_status s =
+        cfg_double(top, "swiglu_limit", 0.0, INFINITY, &c->swiglu_limit, NULL);
+    return s ? s : cfg_number(top, "swiglu_alpha", &c->swiglu_alpha);
+}
+
 /* The language model's fields: at the top level, or in text_config for a
  * multimodal config without num_hidden_layers of its own (Gemma 3, Llama 4,
  * Qwen2.5-VL: transformers' get_text_config); architectures and
@@ -989,8 +1067,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_bool(f, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
         (s = cfg_read_attention(f, c)) != KVCAL_OK ||
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
-        (s = cfg_read_moe(f, c)) != KVCAL_OK ||
-        (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
+        (s = cfg_read_moe(f, c)) != KVCAL_OK || (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
+        (s = cfg_read_gpt_oss(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
     c->rope_interleave = -1;

@@ -156,6 +156,10 @@ typedef struct kvcal_model_config {
     char quant_method[24];      /* quantization_config.quant_method, "" when absent */
     int weight_block_size;      /* quantization_config.weight_block_size's rows
                                    (128: DeepSeek-V3's block-wise FP8), 0 when absent */
+
+    /* gpt-oss (gpt_oss; 0 elsewhere) */
+    double swiglu_limit; /* the experts' SwiGLU clamp (7) */
+    double swiglu_alpha; /* its sigmoid's gain (1.702) */
 } kvcal_model_config;
 
 /* Upper bounds on the sizes a config.json may state. Real models stay far

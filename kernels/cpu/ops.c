@@ -323,10 +323,12 @@ typedef struct {
     float scale;
     int window;
     float softcap;
+    const float *sinks; /* (n_heads) or NULL */
 } attn_ctx;
 
 /* One (query token, head): online softmax, the running max subtracted before
- * every exp, accumulated straight into the output row. */
+ * every exp, accumulated straight into the output row; a head's sink is a
+ * first score whose value row is zero. */
 static void attention_row(void *p, int64_t item)
 {
     const attn_ctx *c = p;
@@ -337,7 +339,7 @@ static void attention_row(void *p, int64_t item)
     float *o = c->out + ((int64_t)t * c->n_heads + h) * dv;     // (v_dim)
     int64_t kv_stride = (int64_t)c->n_kv_heads * d,
             v_stride = (int64_t)c->n_kv_heads * dv;
-    float m = -INFINITY, l = 0.0f;
+    float m = c->sinks ? c->sinks[h] : -INFINITY, l = c->sinks ? 1.0f : 0.0f;
     memset(o, 0, sizeof(float) * (size_t)dv);
     for (int s = c->window > 0 && t >= c->window ? t - c->window + 1 : 0; s <= t; s++) {
         const float *kv = c->k + s * kv_stride + (int64_t)kvh * d; // (head_dim)
@@ -362,22 +364,37 @@ static void attention_row(void *p, int64_t item)
         o[i] *= inv;
 }
 
+static void attention_run(attn_ctx *c)
+{
+    double flops =
+        1.0 * c->tokens * (double)c->tokens * c->n_heads * (c->head_dim + c->v_dim);
+    parallel_for(attention_row, c, (int64_t)c->tokens * c->n_heads, flops);
+}
+
+void kvcal_attention_sinks_ref(float *out, const float *q, const float *k, const float *v,
+                               int tokens, int n_heads, int n_kv_heads, int head_dim,
+                               float scale, int window, float softcap, const float *sinks)
+{
+    attn_ctx c = {out,      q,        k,     v,      tokens,  n_heads, n_kv_heads,
+                  head_dim, head_dim, scale, window, softcap, sinks};
+    attention_run(&c);
+}
+
 void kvcal_attention_vdim_ref(float *out, const float *q, const float *k, const float *v,
                               int tokens, int n_heads, int n_kv_heads, int qk_dim,
                               int v_dim, float scale, int window, float softcap)
 {
-    attn_ctx c = {out,        q,      k,     v,     tokens, n_heads,
-                  n_kv_heads, qk_dim, v_dim, scale, window, softcap};
-    double flops = 1.0 * tokens * (double)tokens * n_heads * (qk_dim + v_dim);
-    parallel_for(attention_row, &c, (int64_t)tokens * n_heads, flops);
+    attn_ctx c = {out,    q,     k,     v,      tokens,  n_heads, n_kv_heads,
+                  qk_dim, v_dim, scale, window, softcap, NULL};
+    attention_run(&c);
 }
 
 void kvcal_attention_window_ref(float *out, const float *q, const float *k,
                                 const float *v, int tokens, int n_heads, int n_kv_heads,
                                 int head_dim, float scale, int window, float softcap)
 {
-    kvcal_attention_vdim_ref(out, q, k, v, tokens, n_heads, n_kv_heads, head_dim,
-                             head_dim, scale, window, softcap);
+    kvcal_attention_sinks_ref(out, q, k, v, tokens, n_heads, n_kv_heads, head_dim, scale,
+                              window, softcap, NULL);
 }
 
 void kvcal_attention_ref(float *out, const float *q, const float *k, const float *v,
@@ -517,6 +534,15 @@ void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void kvcal_swiglu_oai_ref(float *out, const float *gate, const float *up, int64_t n,
+                          float alpha, float limit)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        out[i] = (u + 1.0f) * (g * kvcal_sigmoid_ref(alpha * g));
     }
 }
 

@@ -75,6 +75,15 @@ void kvcal_attention_window_ref(float *out, const float *q, const float *k,
                                 const float *v, int tokens, int n_heads, int n_kv_heads,
                                 int head_dim, float scale, int window, float softcap);
 
+/* kvcal_attention_window_ref with attention sinks: sinks (n_heads) or NULL,
+ * query head h's logit added to its softmax's denominator (gpt-oss: the
+ * weights of the keys sum to less than 1, the sink's share going to no
+ * value). A sink is not scaled nor capped. */
+void kvcal_attention_sinks_ref(float *out, const float *q, const float *k, const float *v,
+                               int tokens, int n_heads, int n_kv_heads, int head_dim,
+                               float scale, int window, float softcap,
+                               const float *sinks);
+
 /* Softmax top-k routing of a mixture of experts: per token, the softmax of
  * logits (tokens, num_experts) over every expert, the top_k largest
  * probabilities (the lower expert index first on a tie) into experts
@@ -178,6 +187,12 @@ void kvcal_swiglu_ref(float *out, const float *gate, const float *up, int64_t n)
 /* out (n) = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi)
  * (g + 0.044715 g^3))) (transformers' gelu_pytorch_tanh) */
 void kvcal_geglu_ref(float *out, const float *gate, const float *up, int64_t n);
+
+/* out (n) = (up' + 1) * g * sigmoid(alpha * g), g = min(gate, limit), up'
+ * = up clamped to [-limit, limit]: gpt-oss's experts (transformers'
+ * GptOssExperts, alpha 1.702, limit 7) */
+void kvcal_swiglu_oai_ref(float *out, const float *gate, const float *up, int64_t n,
+                          float alpha, float limit);
 
 /* x (n) += y (n) */
 void kvcal_add_ref(float *x, const float *y, int64_t n);

@@ -89,10 +89,12 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *tile,
 // --- kernel -------------------------------------------------------------------
 
 /* BAND: within a sliding window (window > 0: query t reads keys t - window +
- * 1 .. t; key tiles below every row's window are skipped) and with
- * soft-capped scores (softcap > 0), as kvcal_attention_window_ref; a row whose
- * keys in a tile are all masked keeps its running max and sum. Without BAND
- * the kernel is the plain causal one (window and softcap unread). */
+ * 1 .. t; key tiles below every row's window are skipped), with soft-capped
+ * scores (softcap > 0) and with a sink logit per query head (sinks non-NULL:
+ * the running max and sum start at the sink, whose value row is zero), as
+ * kvcal_attention_sinks_ref; a row whose keys in a tile are all masked keeps
+ * its running max and sum. Without BAND the kernel is the plain causal one
+ * (window, softcap and sinks unread). */
 template <int HD, int WARPS, int MT, int MINB, bool BAND>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     attention_kernel(__nv_bfloat16 *__restrict__ out, // (batch * seq_len, out_stride)
@@ -100,7 +102,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                      const __nv_bfloat16 *__restrict__ q, // (batch * seq_len, stride)
                      const __nv_bfloat16 *__restrict__ k,
                      const __nv_bfloat16 *__restrict__ v, int64_t stride, int seq_len,
-                     int group, float scale_log2, int window, float softcap)
+                     int group, float scale_log2, int window, float softcap,
+                     const __nv_bfloat16 *__restrict__ sinks) // (heads) or NULL
 {
     constexpr int LD = HD + ATT_PAD, KSTEPS = HD / 16, DTILES = HD / 8;
     // Q fragments stay in registers unless registers are short (MT 2, MINB 4
@@ -149,11 +152,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
         for (int d = 0; d < DTILES; d++)
             o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+    /* the sink (base 2): a first score of the row, its exp 1 counted once in
+     * the quad's sum (by the thread of tig 0) */
+    const bool sunk = BAND && sinks;
+    const float sink =
+        sunk ? __bfloat162float(sinks[h]) * 1.4426950408889634f : -INFINITY;
     float row_max[MT][2], row_sum[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
-        row_max[mt][0] = row_max[mt][1] = -INFINITY,
-        row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+        row_max[mt][0] = row_max[mt][1] = sink,
+        row_sum[mt][0] = row_sum[mt][1] = sunk && tig == 0 ? 1.0f : 0.0f;
 
     const int last_key = min(m0 + BM, seq_len) - 1;
     const int n_blocks = last_key / ATT_BN + 1;
@@ -339,7 +347,8 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
                           const __nv_bfloat16 *__restrict__ k,
                           const __nv_bfloat16 *__restrict__ v, int64_t stride,
                           int seq_len, int group, int head_dim, float scale_log2,
-                          int window, float softcap)
+                          int window, float softcap,
+                          const __nv_bfloat16 *__restrict__ sinks) // (heads) or NULL
 {
     constexpr int CH = SIMT_MAX_HEAD_DIM / 32;
     const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31;
@@ -357,7 +366,8 @@ __global__ void __launch_bounds__(SIMT_WARPS * 32)
         qv[i] = c < head_dim ? __bfloat162float(qr[c]) * scale_log2 : 0.0f;
         acc[i] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
+    float m = sinks ? __bfloat162float(sinks[h]) * 1.4426950408889634f : -INFINITY;
+    float l = sinks ? 1.0f : 0.0f;
     for (int key = window > 0 && row >= window ? row - window + 1 : 0; key <= row; key++) {
         const __nv_bfloat16 *kr = kb + (int64_t)key * stride,
                             *vr = vb + (int64_t)key * stride;
@@ -398,7 +408,7 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
                                        const __nv_bfloat16 *v, int64_t stride, int batch,
                                        int seq_len, int n_heads, int group, int head_dim,
                                        float scale, int window, float softcap,
-                                       cudaStream_t stream)
+                                       const __nv_bfloat16 *sinks, cudaStream_t stream)
 {
     const int z = (seq_len + SIMT_WARPS - 1) / SIMT_WARPS;
     if (z > 65535 || batch > 65535)
@@ -408,7 +418,7 @@ static kvcal_status attention_simt_run(__nv_bfloat16 *out, int64_t out_stride,
     const dim3 grid(n_heads, batch, z);
     attention_simt_kernel<<<grid, SIMT_WARPS * 32, 0, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, head_dim,
-        scale * 1.4426950408889634f, window, softcap);
+        scale * 1.4426950408889634f, window, softcap, sinks);
     KVCAL_CUDA_CHECK_LAUNCH("attention_simt_kernel");
     return KVCAL_OK;
 }
@@ -420,7 +430,7 @@ static kvcal_status
 attention_run(__nv_bfloat16 *out, int64_t out_stride, const __nv_bfloat16 *q,
               const __nv_bfloat16 *k, const __nv_bfloat16 *v, int64_t stride, int batch,
               int seq_len, int n_heads, int group, float scale, cudaStream_t stream,
-              int window = 0, float softcap = 0.0f)
+              int window = 0, float softcap = 0.0f, const __nv_bfloat16 *sinks = nullptr)
 {
     constexpr int BM = WARPS * 16 * MT;
     const size_t smem =
@@ -436,7 +446,7 @@ attention_run(__nv_bfloat16 *out, int64_t out_stride, const __nv_bfloat16 *q,
     const dim3 grid(n_heads, batch, m_blocks);
     attention_kernel<HD, WARPS, MT, MINB, BAND><<<grid, WARPS * 32, smem, stream>>>(
         out, out_stride, q, k, v, stride, seq_len, group, scale * 1.4426950408889634f,
-        window, softcap);
+        window, softcap, sinks);
     KVCAL_CUDA_CHECK_LAUNCH("attention_kernel");
     return KVCAL_OK;
 }
@@ -504,7 +514,8 @@ extern "C" kvcal_status kvcal_attention_launch_version(
         qkv_stride % 8 == 0 && out_stride % 8 == 0;
     if (!tensor_core)
         return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                  n_heads, group, head_dim, scale, 0, 0.0f, stream);
+                                  n_heads, group, head_dim, scale, 0, 0.0f, nullptr,
+                                  stream);
     switch (head_dim) {
     case 64:
         return attention_version<64>(version, o, out_stride, qq, kk, vv, qkv_stride,
@@ -533,11 +544,12 @@ extern "C" kvcal_status kvcal_attention_launch(kvcal_bf16 *out, int64_t out_stri
                                           n_heads, n_kv_heads, head_dim, scale, stream);
 }
 
-extern "C" kvcal_status kvcal_attention_window_launch(
-    kvcal_bf16 *out, int64_t out_stride, const kvcal_bf16 *q, const kvcal_bf16 *k,
-    const kvcal_bf16 *v, int64_t qkv_stride, int batch, int seq_len, int n_heads,
-    int n_kv_heads, int head_dim, float scale, int window, float softcap,
-    cudaStream_t stream)
+extern "C" kvcal_status
+kvcal_attention_sinks_launch(kvcal_bf16 *out, int64_t out_stride, const kvcal_bf16 *q,
+                             const kvcal_bf16 *k, const kvcal_bf16 *v, int64_t qkv_stride,
+                             int batch, int seq_len, int n_heads, int n_kv_heads,
+                             int head_dim, float scale, int window, float softcap,
+                             const kvcal_bf16 *sinks, cudaStream_t stream)
 {
     if (!out || !q || !k || !v || batch < 0 || seq_len < 0 || n_heads <= 0 ||
         n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !(scale > 0.0f) || window < 0 ||
@@ -560,6 +572,7 @@ extern "C" kvcal_status kvcal_attention_window_launch(
     auto *qq = reinterpret_cast<const __nv_bfloat16 *>(q);
     auto *kk = reinterpret_cast<const __nv_bfloat16 *>(k);
     auto *vv = reinterpret_cast<const __nv_bfloat16 *>(v);
+    auto *sk = reinterpret_cast<const __nv_bfloat16 *>(sinks);
     const int group = n_heads / n_kv_heads;
     const int tensor_core =
         (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 ||
@@ -572,25 +585,38 @@ extern "C" kvcal_status kvcal_attention_window_launch(
     case 64:
         return attention_run<64, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                 batch, seq_len, n_heads, group, scale,
-                                                stream, window, softcap);
+                                                stream, window, softcap, sk);
     case 80:
         return attention_run<80, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                 batch, seq_len, n_heads, group, scale,
-                                                stream, window, softcap);
+                                                stream, window, softcap, sk);
     case 96:
         return attention_run<96, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                 batch, seq_len, n_heads, group, scale,
-                                                stream, window, softcap);
+                                                stream, window, softcap, sk);
     case 128:
         return attention_run<128, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                  batch, seq_len, n_heads, group, scale,
-                                                 stream, window, softcap);
+                                                 stream, window, softcap, sk);
     case 256:
         return attention_run<256, 4, 1, 1, true>(o, out_stride, qq, kk, vv, qkv_stride,
                                                  batch, seq_len, n_heads, group, scale,
-                                                 stream, window, softcap);
+                                                 stream, window, softcap, sk);
     default:
         return attention_simt_run(o, out_stride, qq, kk, vv, qkv_stride, batch, seq_len,
-                                  n_heads, group, head_dim, scale, window, softcap, stream);
+                                  n_heads, group, head_dim, scale, window, softcap, sk,
+                                  stream);
     }
+}
+
+extern "C" kvcal_status
+kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride, const kvcal_bf16 *q,
+                              const kvcal_bf16 *k, const kvcal_bf16 *v,
+                              int64_t qkv_stride, int batch, int seq_len, int n_heads,
+                              int n_kv_heads, int head_dim, float scale, int window,
+                              float softcap, cudaStream_t stream)
+{
+    return kvcal_attention_sinks_launch(out, out_stride, q, k, v, qkv_stride, batch,
+                                        seq_len, n_heads, n_kv_heads, head_dim, scale,
+                                        window, softcap, NULL, stream);
 }

@@ -612,6 +612,49 @@ extern "C" kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 
     return KVCAL_OK;
 }
 
+// --- an expert projection's bias -------------------------------------------------------
+
+#define BIAS_THREADS 256
+
+/* A separate pass after the grouped GEMM (whose epilogue has no bias): rows
+ * of unused tiles and padding rows are skipped. */
+__global__ void __launch_bounds__(BIAS_THREADS)
+    moe_bias_kernel(__nv_bfloat16 *__restrict__ y,           // (capacity, n)
+                    const __nv_bfloat16 *__restrict__ bias,  // (E, n)
+                    const int32_t *__restrict__ sorted,      // (capacity)
+                    const int32_t *__restrict__ tile_expert, // (tiles)
+                    int64_t capacity, int n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < capacity * n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n;
+        const int e = tile_expert[r / KVCAL_MOE_TILE_ROWS];
+        if (e < 0 || sorted[r] < 0)
+            continue;
+        y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) +
+                                   __bfloat162float(bias[(int64_t)e * n + (i - r * n)]));
+    }
+}
+
+extern "C" kvcal_status kvcal_moe_bias_launch(kvcal_bf16 *y, const kvcal_bf16 *bias,
+                                              const kvcal_moe_plan *plan, int n,
+                                              cudaStream_t stream)
+{
+    if (!y || !bias || !plan || n < 1)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "moe bias: n %d: need buffers, a plan and n >= 1", n);
+    const int64_t items = (int64_t)plan->capacity * n;
+    if (items < 1)
+        return KVCAL_OK;
+    const int64_t blocks = (items + BIAS_THREADS - 1) / BIAS_THREADS;
+    moe_bias_kernel<<<(unsigned)(blocks > 132 * 32 ? 132 * 32 : blocks), BIAS_THREADS, 0,
+                      stream>>>(reinterpret_cast<__nv_bfloat16 *>(y),
+                                reinterpret_cast<const __nv_bfloat16 *>(bias),
+                                plan->sorted, plan->tile_expert, plan->capacity, n);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_bias_kernel");
+    return KVCAL_OK;
+}
+
 // --- the combine ---------------------------------------------------------------------
 
 #define COMBINE_THREADS 256

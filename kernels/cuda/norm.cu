@@ -272,6 +272,47 @@ extern "C" kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *g
     return KVCAL_OK;
 }
 
+/* gpt-oss's clamped SwiGLU (kvcal_swiglu_oai_ref) as bf16 arithmetic rounds
+ * it: g * sigmoid(alpha g) rounded, up + 1 rounded, their product rounded
+ * (the clamps are exact). */
+__global__ void swiglu_oai_kernel(__nv_bfloat16 *__restrict__ out,           // (rows, n)
+                                  const __nv_bfloat16 *__restrict__ gate_up, // (rows, 2n)
+                                  int64_t rows, int n, float alpha, float limit)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / n;
+        const int c = (int)(i - row * n);
+        const __nv_bfloat16 *gp = gate_up + row * 2 * n + c;
+        const float g = fminf(__bfloat162float(gp[0]), limit);
+        const float u = fminf(fmaxf(__bfloat162float(gp[n]), -limit), limit);
+        /* an IEEE division: a gate far below 0 (no lower clamp) makes the
+         * denominator infinite, the glu 0 */
+        const float glu = kvcal_rbf(g / (1.0f + __expf(-alpha * g)));
+        out[i] = __float2bfloat16_rn(kvcal_rbf(u + 1.0f) * glu);
+    }
+}
+
+extern "C" kvcal_status kvcal_swiglu_oai_launch(kvcal_bf16 *out,
+                                                const kvcal_bf16 *gate_up, int rows,
+                                                int n, float alpha, float limit,
+                                                cudaStream_t stream)
+{
+    if (!out || !gate_up || rows < 0 || n <= 0 || !isfinite(alpha) || !(limit > 0.0f))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "swiglu_oai: rows %d, n %d, alpha %g, limit %g: need buffers, rows "
+            ">= 0, n > 0, a finite alpha and a limit > 0",
+            rows, n, (double)alpha, (double)limit);
+    if (rows == 0)
+        return KVCAL_OK;
+    swiglu_oai_kernel<<<grid_of((int64_t)rows * n, 256), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(out),
+        reinterpret_cast<const __nv_bfloat16 *>(gate_up), rows, n, alpha, limit);
+    KVCAL_CUDA_CHECK_LAUNCH("swiglu_oai_kernel");
+    return KVCAL_OK;
+}
+
 // --- embedding gather ----------------------------------------------------------
 
 /* One block per row; VEC 8: dim % 8 == 0 and aligned rows. */

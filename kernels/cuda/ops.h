@@ -47,6 +47,13 @@ kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int
 kvcal_status kvcal_geglu_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
                                 int n, cudaStream_t stream);
 
+/* out (rows, n) = kvcal_swiglu_oai_ref of gate_up's halves (gpt-oss's
+ * clamped SwiGLU, gate_up as kvcal_swiglu_launch's): g * sigmoid(alpha g)
+ * and up + 1 rounded to bf16, then their product. limit > 0. */
+kvcal_status kvcal_swiglu_oai_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up, int rows,
+                                     int n, float alpha, float limit,
+                                     cudaStream_t stream);
+
 /* x (n) = cap * tanh(x / cap) in fp32, rounded once, in place: Gemma 2's
  * logits. cap > 0. */
 kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap,
@@ -342,6 +349,18 @@ kvcal_status kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride,
                                            int window, float softcap,
                                            cudaStream_t stream);
 
+/* kvcal_attention_window_launch with attention sinks (kvcal_attention_sinks_ref):
+ * sinks (n_heads, bf16) or NULL, query head h's logit added to its
+ * softmax's denominator (the running max and sum start at it). The same
+ * kernels as kvcal_attention_window_launch. */
+kvcal_status kvcal_attention_sinks_launch(kvcal_bf16 *out, int64_t out_stride,
+                                          const kvcal_bf16 *q, const kvcal_bf16 *k,
+                                          const kvcal_bf16 *v, int64_t qkv_stride,
+                                          int batch, int seq_len, int n_heads,
+                                          int n_kv_heads, int head_dim, float scale,
+                                          int window, float softcap,
+                                          const kvcal_bf16 *sinks, cudaStream_t stream);
+
 /* --- mixture of experts --------------------------------------------------- */
 
 /* The bounds: kernels/moe_limits.h. */
@@ -427,6 +446,14 @@ kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan, const int32_t *e
 kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gather,
                                    const kvcal_bf16 *w, const kvcal_moe_plan *plan, int k,
                                    int n, cudaStream_t stream);
+
+/* y (capacity, n) row r += bias (num_experts, n) row e, e the expert of r's
+ * tile, in fp32 rounded once to bf16, for the rows of the plan that hold an
+ * assignment (the others are left as they are): an expert projection's
+ * bias (gpt-oss's), after kvcal_moe_gemm_launch. */
+kvcal_status kvcal_moe_bias_launch(kvcal_bf16 *y, const kvcal_bf16 *bias,
+                                   const kvcal_moe_plan *plan, int n,
+                                   cudaStream_t stream);
 
 /* xs (capacity, dim) row r = x (tokens, dim) row sorted[r] / top_k for the
  * rows of the plan's used tiles, zeros for their padding rows; the rows of

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# On a GPU host, from an existing CUDA build: the gpt-oss and Qwen-MoE
+# sliding-window checks and the gpt-oss-20b benchmark, each log into OUTDIR,
+# a summary last; exits 0 when all ran clean.
+#   tests  the suites that run them on the device: backend_ops (the attention
+#          rows with sinks, the moe rows with gpt-oss's biases and clamped
+#          SwiGLU, swiglu_oai, among the others), cuda_backend (the golden
+#          gpt-oss models, one with MXFP4 experts, and the Qwen-MoE ones with
+#          use_sliding_window, against transformers, within 2e-2 of its
+#          float64 values; the weights through 4 KiB pieces), eval_cuda
+#          (eval on the device against the host's on the golden models); and
+#          on the host runner, eval and model_config
+#   vs     per-head K/V absmax of kvcal --device cuda against transformers bf16
+#          on the GPU on those golden models (gpt-oss with eager attention:
+#          transformers has no other path with sinks), limit 2e-2
+#          (tests/gpu_vs_transformers.py --golden --only ...)
+#   bench  bench/calibrate_moe.py --shape gpt-oss-20b: kvcal calibrate --device
+#          cuda (as it runs on the GPU, then with KVCAL_MLP=unfused: on Hopper
+#          the sm90 grouped GEMM against kvcal_moe_gemm_launch) against
+#          transformers (experts eager and grouped_mm, attention eager and
+#          flex, each eager and under torch.compile) on
+#          $KVCAL_GPTOSS_LAYERS (default 4) layers of gpt-oss-20b, 8 x 2048
+#          tokens a batch, $KVCAL_GPTOSS_BATCHES (default 2) batches; the model
+#          is built under $KVCAL_GPTOSS_WORK (default OUTDIR/work, 1.6 GB a
+#          layer; removed afterwards unless KVCAL_GPTOSS_KEEP=1)
+# usage: bench/run_gpu_gptoss.sh OUTDIR [BUILD]     (BUILD defaults to build; it
+# needs kvcal and kvcal_tests built there)
+set -uo pipefail
+out=${1:?usage: bench/run_gpu_gptoss.sh OUTDIR [BUILD]}
+build=${2:-build}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."
+
+. bench/gpu_env.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+
+timeout 420 "$build/kvcal_tests" backend_ops cuda_backend eval_cuda runner eval model_config \
+    > "$out/tests.log" 2>&1
+t_rc=$?
+grep -E "gpt_oss|qwen3_moe_swa|qwen2_moe_swa|sinks|oai|FAILED" "$out/tests.log" | head -n 40
+tail -n 1 "$out/tests.log"
+
+timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" --golden \
+    --only gpt_oss --only moe_swa --json "$out/vs.json" > "$out/vs.log" 2>&1
+v_rc=$?
+cat "$out/vs.log"
+
+work=${KVCAL_GPTOSS_WORK:-$out/work}
+timeout 600 python3 bench/calibrate_moe.py "$build/kvcal" "$work" "$out" --shape gpt-oss-20b \
+    --layers "${KVCAL_GPTOSS_LAYERS:-4}" --batches "${KVCAL_GPTOSS_BATCHES:-2}" \
+    --experts eager grouped_mm --kvcal-variant KVCAL_MLP=unfused 2>&1 | tee "$out/bench.log"
+b_rc=${PIPESTATUS[0]}
+[ "${KVCAL_GPTOSS_KEEP:-0}" = 1 ] || rm -rf "$work"
+
+status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
+echo
+echo "tests  $(status $t_rc)   (log: $out/tests.log)"
+echo "vs     $(status $v_rc)   (log: $out/vs.log)"
+echo "bench  $(status $b_rc)   (log: $out/bench.log, figures: $out/moe_bench_gpt-oss-20b.json)"
+[ $t_rc -eq 0 ] && [ $v_rc -eq 0 ] && [ $b_rc -eq 0 ]
