@@ -10,20 +10,25 @@ Llama-3-70B-width model (hidden 8192, intermediate 28672, 64 heads, 8 kv
 heads) of as many layers as the disk holds, FP8 weights resident.
 
 usage: calibrate_fp8.py KVCAL WORKDIR [--layers N] [--batches B] [--rounds R]
-                        [--big-layers N] [--big-batches B]
+                        [--big-layers N] [--big-batches B] [--skip-torch]
 
-Prints per round and as medians: tokens/s of kvcal FP8, kvcal bf16, torch
-FP8 eager and compiled, kvcal FP8's ratios (targets: >= 1.6x kvcal bf16,
->= 1.5x the faster torch FP8), kvcal FP8's model TFLOP/s against the FP8
-ceiling measured in the same run (a 16384 x 8192 x 8192 cuBLASLt FP8 GEMM
-through torch._scaled_mm, per-tensor scales), the median (at most 2%: the
-exit status) and worst relative difference of kvcal's per-head K/V absmax
-from the torch FP8 model's, peak device
-memory; for the 70B-width model: layers, weights on the device, tokens/s,
-tokens/s x layers (the rate of one layer) and peak device memory. The
-checkpoints are written under WORKDIR and removed as the run goes (the 8B
-ones before the 70B one is written). --big-layers 0 derives the layer count
-from the free disk (less 8 GiB); -1 skips the 70B run.
+Prints per round and as medians: tokens/s of kvcal FP8 (fp32 accumulation,
+the default), kvcal FP8 with fast accumulation (KVCAL_FP8_GEMM=fast, as
+vLLM's sm_90 kernels), kvcal bf16, torch FP8 eager and compiled, kvcal
+FP8's ratios (targets: >= 1.6x kvcal bf16, >= 1.5x the faster torch FP8),
+kvcal FP8's model TFLOP/s against the FP8 ceiling measured in the same run
+(a 16384 x 8192 x 8192 cuBLASLt FP8 GEMM through torch._scaled_mm,
+per-tensor scales), the median (at most 2%: the exit status) and worst
+relative difference of kvcal's per-head K/V absmax from the torch FP8
+model's and from kvcal's fast accumulation, peak device memory; for the
+70B-width model: layers, weights on the device, tokens/s, tokens/s x
+layers (the rate of one layer) and peak device memory. The checkpoints are
+written under WORKDIR and removed as the run goes (the 8B ones before the
+70B one is written). --big-layers 0 derives the layer count from the free
+disk (less 8 GiB); -1 skips the 70B run. --skip-torch leaves out the torch
+FP8 model (its build, the compile, its rows and the comparison with it):
+with --rounds 1 --big-layers -1, kvcal FP8 against kvcal bf16 in about a
+minute and a half.
 """
 import argparse
 import json
@@ -153,6 +158,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--big-layers", type=int, default=0)
     ap.add_argument("--big-batches", type=int, default=2)
+    ap.add_argument("--skip-torch", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     qc = ref.quant_config(SCHEME)
@@ -172,17 +178,20 @@ def main():
             f.write(json.dumps({"input_ids": row}) + "\n")
     print("Llama-3-8B shapes, %d layers: bf16 and FP8 checkpoints and %d x %d tokens ready in "
           "%.0f s" % (a.layers, samples, SEQ, time.time() - t0), flush=True)
-    body = model.model
-    ref.serve_layers(model, fp8, SCHEME, mode="gpu")  # the torch FP8 reference
+    body = None
+    if a.skip_torch:
+        del model
+    else:
+        body = model.model
+        ref.serve_layers(model, fp8, SCHEME, mode="gpu")  # the torch FP8 reference
+    del fp8
     torch.cuda.empty_cache()
     hkv, hd = cfg.num_key_value_heads, cfg.head_dim
     stats = {(i, kind): torch.zeros(hkv, device="cuda") for i in range(a.layers)
              for kind in ("k", "v")}
     pos = torch.arange(SEQ, device="cuda").unsqueeze(0).expand(BATCH, SEQ)
-    cos, sin = body.rotary_emb(torch.empty(1, device="cuda", dtype=torch.bfloat16), pos)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
 
-    def hook(layer, kind):
+    def hook(layer, kind, cos, sin):
         buf = stats[(layer, kind)]
 
         def fn(mod, inp, out):
@@ -192,9 +201,12 @@ def main():
             buf.copy_(torch.maximum(buf, x.abs().amax(dim=(0, 2, 3)).float()))
         return fn
 
-    for i, layer in enumerate(body.layers):
-        layer.self_attn.k_proj.register_forward_hook(hook(i, "k"))
-        layer.self_attn.v_proj.register_forward_hook(hook(i, "v"))
+    if body is not None:
+        cos, sin = body.rotary_emb(torch.empty(1, device="cuda", dtype=torch.bfloat16), pos)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        for i, layer in enumerate(body.layers):
+            layer.self_attn.k_proj.register_forward_hook(hook(i, "k", cos, sin))
+            layer.self_attn.v_proj.register_forward_hook(hook(i, "v", cos, sin))
     batches = [ids[j * BATCH:(j + 1) * BATCH].cuda() for j in range(a.batches)]
 
     def timed(fn, warmup):
@@ -211,52 +223,80 @@ def main():
             torch.cuda.synchronize()
             return samples * SEQ / (time.time() - t)
 
+    def absmax_diffs(res, want):
+        """Sorted relative differences of kvcal's per-head K/V absmax from want's."""
+        return sorted(abs(got - w) / w for li, layer in enumerate(res["layers"])
+                      for kind in ("k", "v")
+                      for got, w in zip(layer[kind + "_absmax"], want[(li, kind)]))
+
     rounds, peak = [], {}
     compiled = None
+    fast_env = dict(os.environ, KVCAL_FP8_GEMM="fast")
     for r in range(a.rounds):
         res, peak["fp8"] = b8.run_kvcal(a.kvcal, fp8_dir, data, samples,
                                         os.path.join(a.workdir, "fp8_scales.json"))
+        fast, peak["fast"] = b8.run_kvcal(a.kvcal, fp8_dir, data, samples,
+                                          os.path.join(a.workdir, "fast_scales.json"), fast_env)
         bf, peak["bf16"] = b8.run_kvcal(a.kvcal, bf16_dir, data, samples,
                                         os.path.join(a.workdir, "bf16_scales.json"))
-        eager = timed(body, 1)
-        torch_absmax = {k: v.tolist() for k, v in stats.items()}
-        if compiled is None:
-            t1 = time.time()
-            compiled = torch.compile(body)
-            timed(compiled, 2)
-            print("torch.compile of the FP8 model: %.0f s" % (time.time() - t1), flush=True)
-        comp = timed(compiled, 0)
-        rounds.append((res["tokens_per_second"], bf["tokens_per_second"], eager, comp))
-        print("round %d: kvcal FP8 %.0f, kvcal bf16 %.0f, torch FP8 eager %.0f, compiled %.0f "
-              "tokens/s" % ((r + 1,) + rounds[-1]), flush=True)
-    diffs = sorted(abs(got - want) / want for li, layer in enumerate(res["layers"])
-                   for kind in ("k", "v")
-                   for got, want in zip(layer[kind + "_absmax"], torch_absmax[(li, kind)]))
-    median = diffs[len(diffs) // 2]
-    del model, body, compiled, fp8
+        eager = comp = float("nan")
+        if body is not None:
+            eager = timed(body, 1)
+            torch_absmax = {k: v.tolist() for k, v in stats.items()}
+            if compiled is None:
+                t1 = time.time()
+                compiled = torch.compile(body)
+                timed(compiled, 2)
+                print("torch.compile of the FP8 model: %.0f s" % (time.time() - t1),
+                      flush=True)
+            comp = timed(compiled, 0)
+        rounds.append((res["tokens_per_second"], fast["tokens_per_second"],
+                       bf["tokens_per_second"], eager, comp))
+        print("round %d: kvcal FP8 %.0f, kvcal FP8 fast accumulation %.0f, kvcal bf16 %.0f, "
+              "torch FP8 eager %.0f, compiled %.0f tokens/s" % ((r + 1,) + rounds[-1]),
+              flush=True)
+    median = 0.0
+    if body is not None:
+        diffs = absmax_diffs(res, torch_absmax)
+        median = diffs[len(diffs) // 2]
+    fast_diffs = absmax_diffs(fast, {(li, kind): layer[kind + "_absmax"]
+                                     for li, layer in enumerate(res["layers"])
+                                     for kind in ("k", "v")})
+    del body, compiled
+    if not a.skip_torch:
+        del model
     torch.cuda.empty_cache()
     ceiling = fp8_ceiling()
-    k8, kb, te, tc = (statistics.median(x) for x in zip(*rounds))
+    k8, kf, kb, te, tc = (statistics.median(x) for x in zip(*rounds))
     flops = a.layers * (2 * 4096 * (6144 + 4096 + 3 * 14336) + 4 * 4096 * (SEQ + 1) / 2)
     print("\nLlama-3-8B shapes, %d layers, %d batches of %d x %d tokens, medians of %d rounds"
           % (a.layers, a.batches, BATCH, SEQ, a.rounds))
-    print("%-44s %10s %9s" % ("", "tokens/s", "FP8 x"))
-    for name, tps in (("kvcal calibrate --device cuda, FP8 weights", k8),
-                      ("kvcal calibrate --device cuda, bf16 weights", kb),
-                      ("torch FP8 (_scaled_mm) eager + hooks", te),
-                      ("torch FP8 (_scaled_mm) compiled + hooks", tc)):
-        print("%-44s %10.0f %9.3f" % (name, tps, k8 / tps))
-    print("kvcal FP8: %.0f TFLOP/s (model FLOPs, causal attention halved) = %.1f%% of the FP8 "
-          "GEMM ceiling measured here, %.0f TFLOP/s" % (k8 * flops / 1e12,
-                                                       100 * k8 * flops / 1e12 / ceiling,
-                                                       ceiling))
-    print("targets: kvcal FP8 >= 1.6x kvcal bf16 (%.3f), >= 1.5x the faster torch FP8 (%.3f)"
-          % (k8 / kb, k8 / max(te, tc)))
-    print("per-head K/V absmax, kvcal FP8 vs torch FP8 eager: median rel. diff %.2e (limit "
-          "%g), worst %.2e (bf16 roundings flip e4m3 decisions; tests/fp8_vs_torch_gpu.py "
-          "bounds it)" % (median, MEDIAN_LIMIT, diffs[-1]))
-    print("peak device memory: kvcal FP8 %.1f GiB, kvcal bf16 %.1f GiB"
-          % (peak["fp8"] / 2**30, peak["bf16"] / 2**30), flush=True)
+    print("%-50s %10s %9s" % ("", "tokens/s", "FP8 x"))
+    rows = [("kvcal calibrate --device cuda, FP8 weights", k8),
+            ("kvcal, FP8 weights, fast accumulation", kf),
+            ("kvcal calibrate --device cuda, bf16 weights", kb)]
+    if not a.skip_torch:
+        rows += [("torch FP8 (_scaled_mm) eager + hooks", te),
+                 ("torch FP8 (_scaled_mm) compiled + hooks", tc)]
+    for name, tps in rows:
+        print("%-50s %10.0f %9.3f" % (name, tps, k8 / tps))
+    for name, tps in (("kvcal FP8", k8), ("kvcal FP8 fast accumulation", kf)):
+        print("%s: %.0f TFLOP/s (model FLOPs, causal attention halved) = %.1f%% of the FP8 "
+              "GEMM ceiling measured here, %.0f TFLOP/s" % (name, tps * flops / 1e12,
+                                                           100 * tps * flops / 1e12 / ceiling,
+                                                           ceiling))
+    print("targets: kvcal FP8 >= 1.6x kvcal bf16 (%.3f; fast accumulation %.3f)"
+          % (k8 / kb, kf / kb) + ("" if a.skip_torch else
+                                  ", >= 1.5x the faster torch FP8 (%.3f; fast accumulation "
+                                  "%.3f)" % (k8 / max(te, tc), kf / max(te, tc))))
+    if not a.skip_torch:
+        print("per-head K/V absmax, kvcal FP8 vs torch FP8 eager: median rel. diff %.2e (limit "
+              "%g), worst %.2e (bf16 roundings flip e4m3 decisions; "
+              "tests/fp8_vs_torch_gpu.py bounds it)" % (median, MEDIAN_LIMIT, diffs[-1]))
+    print("per-head K/V absmax, kvcal FP8 fast accumulation vs fp32 accumulation: median rel. "
+          "diff %.2e, worst %.2e" % (fast_diffs[len(fast_diffs) // 2], fast_diffs[-1]))
+    print("peak device memory: kvcal FP8 %.1f GiB (fast accumulation %.1f), kvcal bf16 %.1f GiB"
+          % (peak["fp8"] / 2**30, peak["fast"] / 2**30, peak["bf16"] / 2**30), flush=True)
     shutil.rmtree(bf16_dir)
     shutil.rmtree(fp8_dir)
 

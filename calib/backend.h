@@ -240,6 +240,9 @@ typedef struct kvcal_backend_options {
     /* cuda: FP8 weights through the dequantized bf16 fallback even where
      * cuBLASLt runs their FP8 GEMM (a check of the fallback) */
     int fp8_dequant;
+    /* cuda: FP8 GEMMs of scalar and outer-vector scales with Hopper's fast
+     * accumulation, as vLLM's sm_90 kernels (else fp32 accumulation) */
+    int fp8_fast_accum;
 } kvcal_backend_options;
 
 /* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the

@@ -62,6 +62,8 @@ typedef struct {
     int w8a16;     /* FP8 weights without FP8 activations (no FP8 tensor cores) */
     kvcal_fp8_gemm_path fp8_path;
     kvcal_fp8_scratch fp8s;      /* the FP8 projections' activations (and fallback) */
+    kvcal_weight fp8_ready;      /* the FP8 weight whose activation fp8s holds quantized
+                                    already (SwiGLU's epilogue), else KVCAL_W_NONE */
     float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
     int max_batch, max_seq_len;
     cudaStream_t stream;
@@ -547,6 +549,7 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
 {
     cuda_backend *r = cu(be);
     r->layer = layer;
+    r->fp8_ready = KVCAL_W_NONE;
     kvcal_status st =
         kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
     for (int w = 0; !st && r->norm_w && w < KVCAL_W_COUNT; w++)
@@ -594,12 +597,39 @@ static kvcal_status project_qkv(cuda_backend *r, const kvcal_op *op, int need_q)
 static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
 {
     cuda_backend *r = cu(be);
+    /* NULL: the op before quantized this projection's activation */
+    const kvcal_bf16 *x = r->fp8_ready == op->w ? NULL : act(r, op->in);
+    r->fp8_ready = KVCAL_W_NONE;
     if (op->out == KVCAL_ACT_QKV)
         return project_qkv(r, op, need_q);
     long long rows, cols;
     kvcal_model_weight_shape(be->desc, op->w, &rows, &cols);
-    return project(r, act(r, op->out), act(r, op->in), op->w, 0, tensor(r, op->b),
+    return project(r, act(r, op->out), x, op->w, 0, tensor(r, op->b),
                    r->batch * r->seq_len, (int)cols, (int)rows);
+}
+
+/* The FP8 weight of the one op of the layer that reads op's output, where
+ * op's kernel can quantize that activation for it (in SwiGLU's epilogue:
+ * the projection's activations quantized, the row of outputs in shared
+ * memory); KVCAL_W_NONE where another op reads it too, or the reader is no
+ * FP8 projection with quantized activations. */
+static kvcal_weight fp8_sole_reader(const cuda_backend *r, const kvcal_op *op, int n_out)
+{
+    int n = 0;
+    const kvcal_op *ops = kvcal_model_layer_ops(r->base.desc, r->layer, &n);
+    kvcal_weight w = KVCAL_W_NONE;
+    int readers = 0;
+    for (int i = 0; i < n; i++)
+        if (&ops[i] != op && ops[i].in == op->out &&
+            kvcal_model_op_runs(r->base.desc, r->layer, &ops[i])) {
+            readers++;
+            w = ops[i].kind == KVCAL_OP_LINEAR ? ops[i].w : KVCAL_W_NONE;
+        }
+    if (readers != 1 || w == KVCAL_W_NONE || r->lay.fp8[w].w == KVCAL_FP8W_NONE ||
+        fp8_weight(r, w, 0).f.a == KVCAL_FP8A_NONE || !r->fp8s.xq ||
+        !kvcal_fp8_swiglu_quant_fits(n_out))
+        return KVCAL_W_NONE;
+    return w;
 }
 
 /* The observer of layer l's statistics (K and V; an MLA layer's entry is
@@ -748,7 +778,14 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
         return kvcal_gemm_swiglu_launch(act(r, op->out), act(r, op->in), tensor(r, op->w),
                                         n, r->D, r->I, r->stream);
     TRY(project(r, r->gu, act(r, op->in), op->w, 0, NULL, n, r->D, 2 * r->I));
-    return kvcal_swiglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
+    const kvcal_weight down = fp8_sole_reader(r, op, r->I);
+    if (down == KVCAL_W_NONE)
+        return kvcal_swiglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
+    const kvcal_fp8_weight fw = fp8_weight(r, down, 0);
+    TRY(kvcal_fp8_swiglu_quant_launch(r->fp8s.xq, r->fp8s.xs, r->gu, n, r->I, fw.f.a,
+                                      fw.f.group, fw.input_scale, r->stream));
+    r->fp8_ready = down;
+    return KVCAL_OK;
 fail:
     return st;
 }
@@ -1368,10 +1405,10 @@ static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4]
         const int bias = w == KVCAL_W_QKV && kvcal_model_has_weight(d, KVCAL_W_QKV_BIAS);
         const long long kv = 2LL * r->HKV * r->hd;
         const int runs =
-            r->fp8_path == KVCAL_FP8_GEMM_AUTO &&
-            kvcal_fp8_linear_runs(r->gemm, &fw, bias, (int)N, (int)cols, (int)rows) &&
-            (w != KVCAL_W_QKV ||
-             kvcal_fp8_linear_runs(r->gemm, &fw, bias, (int)N, (int)cols, (int)kv));
+            kvcal_fp8_linear_runs(r->gemm, &fw, r->fp8_path, bias, (int)N, (int)cols,
+                                  (int)rows) &&
+            (w != KVCAL_W_QKV || kvcal_fp8_linear_runs(r->gemm, &fw, r->fp8_path, bias,
+                                                       (int)N, (int)cols, (int)kv));
         kvcal_clear_error();
         fallback |= !runs;
         k_max = (size_t)cols > k_max ? (size_t)cols : k_max;
@@ -1529,7 +1566,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         major = minor = 0;
     TRY(choose_mlp(r, opt->mlp, major, minor));
     r->w8a16 = !kvcal_cuda_fp8_activations(major, minor);
-    r->fp8_path = opt->fp8_dequant ? KVCAL_FP8_GEMM_DEQUANT : KVCAL_FP8_GEMM_AUTO;
+    r->fp8_ready = KVCAL_W_NONE;
+    r->fp8_path = opt->fp8_dequant      ? KVCAL_FP8_GEMM_DEQUANT
+                  : opt->fp8_fast_accum ? KVCAL_FP8_GEMM_FAST
+                                        : KVCAL_FP8_GEMM_AUTO;
     int has_swiglu = 0, has_other = 0; /* the fused kernel is SwiGLU's alone */
     for (int l = 0; l < d->num_layers; l++) {
         int n_ops = 0;

@@ -99,7 +99,8 @@ static int run_option(const char *cmd, int c, const char *arg, int min_seq_len,
         o->text_field = arg;
         return 1;
     case KVCAL_OPT_MAX_DEVICE_MEMORY:
-        return kvcal_cmd_parse_size(cmd, "--max-device-memory", arg, &o->max_device_memory)
+        return kvcal_cmd_parse_size(cmd, "--max-device-memory", arg,
+                                    &o->max_device_memory)
                    ? -1
                    : 1;
     case KVCAL_OPT_DEVICE:
@@ -238,10 +239,12 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
                        : !strcmp(mlp, "fused") ? KVCAL_MLP_FUSED
                                                : KVCAL_MLP_UNFUSED;
     const char *fp8 = getenv("KVCAL_FP8_GEMM");
-    if (fp8 && *fp8 && strcmp(fp8, "dequant"))
+    if (fp8 && *fp8 && strcmp(fp8, "dequant") && strcmp(fp8, "fast"))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "KVCAL_FP8_GEMM=%s: use dequant (or leave it unset)", fp8);
-    out->backend.fp8_dequant = fp8 && *fp8;
+                          "KVCAL_FP8_GEMM=%s: use dequant or fast (or leave it unset)",
+                          fp8);
+    out->backend.fp8_dequant = fp8 && !strcmp(fp8, "dequant");
+    out->backend.fp8_fast_accum = fp8 && !strcmp(fp8, "fast");
     return KVCAL_OK;
 }
 

@@ -404,10 +404,12 @@ static void cuda_runner_streams_weights_under_a_memory_cap(void)
 /* Every FP8 scheme (tests/make_fp8_checkpoints.py) against the served model
  * in float64 (vLLM's semantics, tests/fp8_reference.py): through cuBLASLt's
  * FP8 GEMMs where they run the scheme, through the dequantized fallback
- * (fp8_dequant), and staged through 4 KiB pieces (the statistics of the
- * default pieces bit for bit). Within the bf16 runner's bound, or from the
- * second layer on within the fixture's bf16 spread: activations in bf16
- * quantize to other bytes here and there than the float64 reference's. */
+ * (fp8_dequant), with fast accumulation (fp8_fast_accum: at the fixtures'
+ * k <= 1024 fewer than 32 truncations of 2^-13), and staged through 4 KiB
+ * pieces (the statistics of the default pieces bit for bit). Within the
+ * bf16 runner's bound, or from the second layer on within the fixture's
+ * bf16 spread: activations in bf16 quantize to other bytes here and there
+ * than the float64 reference's. */
 static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
 {
     static const char *const names[] = {
@@ -415,14 +417,17 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
         "fp8_qwen3_ct_block_group",     "fp8_qwen3_fp8_block",
         "fp8_llama_fp8_tensor_dynamic", "fp8_llama_modelopt_tensor_static",
         "fp8_llama_modelopt_pb_wo"};
-    kvcal_backend_options fallback, small;
+    kvcal_backend_options fallback, fast, small;
     memset(&fallback, 0, sizeof fallback);
+    memset(&fast, 0, sizeof fast);
     memset(&small, 0, sizeof small);
     fallback.fp8_dequant = 1;
+    fast.fp8_fast_accum = 1;
     small.load_piece_bytes = 4096;
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         check_runner_golden(names[i]);
         check_runner_golden_with(names[i], &fallback);
+        check_runner_golden_with(names[i], &fast);
         kvcal_stats_t *want = NULL, *got = NULL;
         cJSON_Delete(kvcal_test_cuda_run_golden(names[i], NULL, &want, NULL, NULL));
         cJSON_Delete(kvcal_test_cuda_run_golden(names[i], &small, &got, NULL, NULL));

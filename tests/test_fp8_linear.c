@@ -57,6 +57,22 @@ static void fp8_activation_formulas_follow_vllm(void)
 
 /* Groups of 3 columns over 2 rows: scales laid out group-major (row fastest),
  * the last group shorter. */
+/* SwiGLU rounded as the CUDA runner rounds it (silu to bf16, then the
+ * product to bf16) before the row is quantized: silu(2) = 1.76159 becomes
+ * 1.7578125, which sets the row's scale and quantizes to 448. */
+static void fp8_swiglu_quant_ref_rounds_to_bf16_before_quantizing(void)
+{
+    const float gate_up[4] = {2.0f, -30.0f, 1.0f, 3.0f}; /* gate (2), up (2) */
+    float act[2], s[1];
+    uint8_t q[2];
+    kvcal_fp8_swiglu_quant_ref(q, s, act, gate_up, 1, 2, KVCAL_FP8A_TOKEN, 0, 0.0f);
+    CU_ASSERT_EQUAL(act[0], 1.7578125f);
+    CU_ASSERT(act[1] < 0.0f && act[1] > -1e-10f);
+    CU_ASSERT_EQUAL(s[0], kvcal_fp8_token_scale(1.7578125f));
+    CU_ASSERT_EQUAL(q[0], 0x7e);        /* 448 */
+    CU_ASSERT_EQUAL(q[1] & 0x7f, 0x00); /* below e4m3's smallest step */
+}
+
 static void fp8_group_scales_are_laid_out_group_major(void)
 {
     const float x[2 * 5] = {1, 2, 4, 8, 16, -448, 0, 0, 0, 0.5f};
@@ -378,6 +394,7 @@ static void weight_quant_refuses_other_schemes_naming_them(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(fp8_activation_formulas_follow_vllm),
+    KVCAL_TEST(fp8_swiglu_quant_ref_rounds_to_bf16_before_quantizing),
     KVCAL_TEST(fp8_group_scales_are_laid_out_group_major),
     KVCAL_TEST(half_round_is_binary16_rounding),
     KVCAL_TEST(requant_follows_vllm_through_fp16),

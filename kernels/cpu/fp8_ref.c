@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/bf16.h"
 
 /* One row's absmax over cols [c0, c1). */
 static float row_absmax(const float *x, int c0, int c1)
@@ -43,6 +44,19 @@ void kvcal_fp8_quant_act_ref(uint8_t *q, float *scales, const float *x, int64_t 
             }
         }
     }
+}
+
+void kvcal_fp8_swiglu_quant_ref(uint8_t *q, float *scales, float *act,
+                                const float *gate_up, int64_t rows, int n,
+                                kvcal_fp8_act_scale mode, int group, float static_scale)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int c = 0; c < n; c++) {
+            const float g = gate_up[r * 2 * n + c], u = gate_up[r * 2 * n + n + c];
+            act[r * n + c] =
+                kvcal_bf16_round(kvcal_bf16_round(g / (1.0f + expf(-g))) * u);
+        }
+    kvcal_fp8_quant_act_ref(q, scales, act, rows, n, mode, group, static_scale);
 }
 
 void kvcal_fp8_fake_quant_ref(float *out, const float *x, int64_t rows, int cols,

@@ -18,6 +18,15 @@ void kvcal_fp8_quant_act_ref(uint8_t *q, float *scales, const float *x, int64_t 
                              int cols, kvcal_fp8_act_scale mode, int group,
                              float static_scale);
 
+/* SwiGLU with the quantization above as its epilogue: act (rows, n) =
+ * silu(gate) rounded to bf16, times up, rounded to bf16 (the CUDA runner's
+ * arithmetic), gate and up the two halves of each row of gate_up (rows,
+ * 2n); then act quantized into q and scales as kvcal_fp8_quant_act_ref
+ * does. act is scratch the caller owns (rows * n floats). */
+void kvcal_fp8_swiglu_quant_ref(uint8_t *q, float *scales, float *act,
+                                const float *gate_up, int64_t rows, int n,
+                                kvcal_fp8_act_scale mode, int group, float static_scale);
+
 /* out (rows, cols) = x quantized as above and dequantized (q * scale, in
  * fp32): what the FP8 GEMM multiplies. mode NONE copies x. out may be x. */
 void kvcal_fp8_fake_quant_ref(float *out, const float *x, int64_t rows, int cols,

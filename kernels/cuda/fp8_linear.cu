@@ -2,11 +2,13 @@
  * (kernels/cuda/ops.h, "FP8 linear layers"): the activation quantization
  * kernels (static per-tensor, dynamic per-token, dynamic per-token group;
  * each element through core/fp8_linear.h, so the bytes and scales equal
- * kvcal_fp8_quant_act_ref's), the dequantization kernels of the fallback,
- * and the dispatch between cuBLASLt's FP8 GEMM and that fallback. */
+ * kvcal_fp8_quant_act_ref's), SwiGLU with that quantization as its
+ * epilogue, the dequantization kernels of the fallback, and the dispatch
+ * between cuBLASLt's FP8 GEMM and that fallback. */
 #include <cuda_bf16.h>
 
 #include "core/fp8_linear.h"
+#include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -145,6 +147,124 @@ extern "C" kvcal_status kvcal_fp8_quant_act_launch(uint8_t *xq, float *xs,
     return KVCAL_OK;
 }
 
+// --- SwiGLU with the quantization as its epilogue ---------------------------------
+
+/* 8 bf16 values moved as one 16-byte word. */
+union bf16x8 {
+    uint4 u;
+    __nv_bfloat162 h[4];
+};
+
+/* One row a block: the row's SwiGLU (silu(gate) rounded to bf16, times up,
+ * rounded: kvcal_swiglu_launch's arithmetic) into shared memory, then
+ * quantized as quant_row_kernel / quant_group_kernel quantize a bf16 row.
+ * n a multiple of 8, gate_up 16-byte and xq 8-byte aligned. */
+template <kvcal_fp8_act_scale MODE>
+__global__ void swiglu_quant_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *gate_up,
+                                    int rows, int n, int group, const float *input_scale)
+{
+    extern __shared__ uint4 smem[];
+    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // (n) the row
+    const int64_t r = blockIdx.x;
+    const __nv_bfloat16 *g = gate_up + r * 2 * n, *u = g + n;
+    uint8_t *qr = xq + r * n;
+    float m = 0.0f;
+    for (int c = threadIdx.x * VEC; c < n; c += ROW_THREADS * VEC) {
+        bf16x8 a, b;
+        a.u = *reinterpret_cast<const uint4 *>(g + c);
+        b.u = *reinterpret_cast<const uint4 *>(u + c);
+        for (int i = 0; i < 4; i++) {
+            a.h[i] = kvcal_swiglu2_bf16(a.h[i], b.h[i]);
+            const float2 f = __bfloat1622float2(a.h[i]);
+            m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+        *reinterpret_cast<uint4 *>(act + c) = a.u;
+    }
+    if (MODE == KVCAL_FP8A_GROUP) {
+        __syncthreads();
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        for (int c0 = warp * group; c0 < n; c0 += (ROW_THREADS / 32) * group) {
+            const int c1 = c0 + group < n ? c0 + group : n;
+            float gm = 0.0f;
+            for (int c = c0 + lane; c < c1; c += 32)
+                gm = fmaxf(gm, fabsf(__bfloat162float(act[c])));
+            const float s = kvcal_fp8_group_scale(warp_max(gm));
+            for (int c = c0 + lane; c < c1; c += 32)
+                qr[c] = kvcal_fp8_quant_group(__bfloat162float(act[c]), s);
+            if (lane == 0)
+                xs[(int64_t)(c0 / group) * rows + r] = s;
+        }
+        return;
+    }
+    /* each thread quantizes the values it wrote */
+    const float s =
+        MODE == KVCAL_FP8A_TOKEN ? kvcal_fp8_token_scale(block_max(m)) : *input_scale;
+    const float inv = 1.0f / s;
+    for (int c = threadIdx.x * VEC; c < n; c += ROW_THREADS * VEC) {
+        uint8_t q[VEC];
+        for (int i = 0; i < VEC; i++) {
+            const float v = __bfloat162float(act[c + i]);
+            q[i] = MODE == KVCAL_FP8A_TOKEN ? kvcal_fp8_quant_div(v, s)
+                                            : kvcal_fp8_quant_mul(v, inv);
+        }
+        *reinterpret_cast<uint2 *>(qr + c) = *reinterpret_cast<const uint2 *>(q);
+    }
+    if (threadIdx.x == 0)
+        xs[r] = s;
+}
+
+/* Shared memory of swiglu_quant_kernel: 227 KiB a block on Hopper, at least
+ * 99 KiB from compute capability 8.6 on (n up to 50,688). */
+enum { SWIGLU_QUANT_SMEM_MAX = 99 * 1024 };
+
+template <kvcal_fp8_act_scale MODE>
+static kvcal_status swiglu_quant(uint8_t *xq, float *xs, const __nv_bfloat16 *gu,
+                                 int rows, int n, int group, const float *input_scale,
+                                 cudaStream_t stream)
+{
+    const size_t smem = (size_t)n * sizeof(__nv_bfloat16);
+    if (smem > 48 * 1024)
+        KVCAL_CUDA_TRY(cudaFuncSetAttribute(swiglu_quant_kernel<MODE>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+    swiglu_quant_kernel<MODE>
+        <<<rows, ROW_THREADS, smem, stream>>>(xq, xs, gu, rows, n, group, input_scale);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_swiglu_quant_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" int kvcal_fp8_swiglu_quant_fits(int n)
+{
+    return n > 0 && n % VEC == 0 &&
+           (size_t)n * sizeof(__nv_bfloat16) <= SWIGLU_QUANT_SMEM_MAX;
+}
+
+extern "C" kvcal_status kvcal_fp8_swiglu_quant_launch(uint8_t *xq, float *xs,
+                                                      const kvcal_bf16 *gate_up, int rows,
+                                                      int n, kvcal_fp8_act_scale mode,
+                                                      int group, const float *input_scale,
+                                                      cudaStream_t stream)
+{
+    if (rows < 0 || !xq || !xs || !gate_up || !kvcal_fp8_swiglu_quant_fits(n) ||
+        (uintptr_t)gate_up % 16 || (uintptr_t)xq % 8 ||
+        (mode == KVCAL_FP8A_GROUP && group <= 0) ||
+        (mode == KVCAL_FP8A_STATIC && !input_scale) || mode == KVCAL_FP8A_NONE)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "fp8_swiglu_quant: rows %d, n %d, mode %d, group %d: need "
+            "buffers (gate_up 16-byte, xq 8-byte aligned), n a multiple of 8 "
+            "that kvcal_fp8_swiglu_quant_fits, a mode and its scale",
+            rows, n, (int)mode, group);
+    if (rows == 0)
+        return KVCAL_OK;
+    const __nv_bfloat16 *gu = reinterpret_cast<const __nv_bfloat16 *>(gate_up);
+    if (mode == KVCAL_FP8A_GROUP)
+        return swiglu_quant<KVCAL_FP8A_GROUP>(xq, xs, gu, rows, n, group, NULL, stream);
+    if (mode == KVCAL_FP8A_TOKEN)
+        return swiglu_quant<KVCAL_FP8A_TOKEN>(xq, xs, gu, rows, n, 0, NULL, stream);
+    return swiglu_quant<KVCAL_FP8A_STATIC>(xq, xs, gu, rows, n, 0, input_scale, stream);
+}
+
 // --- the fallback: dequantized bf16 -----------------------------------------------
 
 __global__ void dequant_weight_kernel(__nv_bfloat16 *w, const uint8_t *q,
@@ -219,11 +339,18 @@ __global__ void add_bias_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *bias,
 
 // --- dispatch ------------------------------------------------------------------------
 
-/* cuBLASLt's scale modes and pointers for w's FP8 GEMM; 0 where it has none
- * for the pair (weight-only FP8, blocks other than 128 x 128). */
-static int gemm_modes(const kvcal_fp8_weight *w, const float *xs, kvcal_gemm_scale *wm,
-                      const float **wp, kvcal_gemm_scale *xm, const float **xp)
+/* cuBLASLt's scale modes and pointers for w's FP8 GEMM on `path`, and
+ * whether it accumulates fast (FAST: the scalar and outer-vector modes, as
+ * vLLM's sm_90 CUTLASS kernels do; its block-scaled kernels promote per 128
+ * as cuBLASLt's); 0 where cuBLASLt has no modes for the pair (weight-only
+ * FP8, blocks other than 128 x 128) or the path is DEQUANT. */
+static int gemm_modes(const kvcal_fp8_weight *w, const float *xs,
+                      kvcal_fp8_gemm_path path, kvcal_gemm_scale *wm, const float **wp,
+                      kvcal_gemm_scale *xm, const float **xp, int *fast)
 {
+    *fast = path == KVCAL_FP8_GEMM_FAST && w->f.w != KVCAL_FP8W_BLOCK;
+    if (path == KVCAL_FP8_GEMM_DEQUANT)
+        return 0;
     const kvcal_fp8_linear *f = &w->f;
     if (f->a == KVCAL_FP8A_NONE)
         return 0;
@@ -248,37 +375,56 @@ static int gemm_modes(const kvcal_fp8_weight *w, const float *xs, kvcal_gemm_sca
 }
 
 extern "C" int kvcal_fp8_linear_runs(kvcal_gemm_t *gemm, const kvcal_fp8_weight *w,
-                                     int bias, int rows, int k, int n)
+                                     kvcal_fp8_gemm_path path, int bias, int rows, int k,
+                                     int n)
 {
     kvcal_gemm_scale wm, xm;
     const float *wp, *xp;
-    return gemm_modes(w, NULL, &wm, &wp, &xm, &xp) &&
-           (kvcal_gemm_fp8_runs(gemm, rows, k, n, bias, xm, wm) ||
-            (bias && kvcal_gemm_fp8_runs(gemm, rows, k, n, 0, xm, wm)));
+    int fast;
+    if (!gemm_modes(w, NULL, path, &wm, &wp, &xm, &xp, &fast)) {
+        kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                   "fp8_linear: %s: no cuBLASLt FP8 GEMM (weight scales %d, activation "
+                   "scales %d, blocks %d x %d)",
+                   path == KVCAL_FP8_GEMM_DEQUANT ? "the dequantized path asked for"
+                                                  : "scales cuBLASLt takes none of",
+                   (int)w->f.w, (int)w->f.a, w->f.block_n, w->f.block_k);
+        return 0;
+    }
+    /* as run_fp8_gemm tries them */
+    for (int f = fast; f >= 0; f--)
+        if (kvcal_gemm_fp8_runs(gemm, rows, k, n, bias, xm, wm, f) ||
+            (bias && kvcal_gemm_fp8_runs(gemm, rows, k, n, 0, xm, wm, f)))
+            return 1;
+    return 0;
 }
 
-/* cuBLASLt's FP8 GEMM of w (modes and scales wm / wp, xm / xp), its bias
- * in the epilogue, else added after it; KVCAL_ERR_UNSUPPORTED where it runs
- * neither. */
+/* cuBLASLt's FP8 GEMM of w (modes and scales wm / wp, xm / xp), its bias in
+ * the epilogue, else added after it; with `fast`, fast accumulation where
+ * cuBLASLt has it for the shape, else fp32 accumulation;
+ * KVCAL_ERR_UNSUPPORTED where it runs none of them. */
 static kvcal_status run_fp8_gemm(kvcal_gemm_t *gemm, kvcal_bf16 *out, const uint8_t *xq,
                                  const float *xp, kvcal_gemm_scale xm,
                                  const kvcal_fp8_weight *w, const float *wp,
-                                 kvcal_gemm_scale wm, const kvcal_bf16 *bias, int rows,
-                                 int k, int n, cudaStream_t stream)
+                                 kvcal_gemm_scale wm, int fast, const kvcal_bf16 *bias,
+                                 int rows, int k, int n, cudaStream_t stream)
 {
-    kvcal_status st = kvcal_gemm_fp8_launch(gemm, out, xq, xp, xm, w->q, wp, wm, bias,
-                                            rows, k, n, stream);
-    if (st != KVCAL_ERR_UNSUPPORTED || !bias)
-        return st;
-    kvcal_clear_error();
-    if ((st = kvcal_gemm_fp8_launch(gemm, out, xq, xp, xm, w->q, wp, wm, NULL, rows, k, n,
-                                    stream)))
-        return st;
-    add_bias_kernel<<<grid_of((int64_t)rows * n), 256, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(out),
-        reinterpret_cast<const __nv_bfloat16 *>(bias), rows, n);
-    KVCAL_CUDA_CHECK_LAUNCH("fp8_add_bias_kernel");
-    return KVCAL_OK;
+    kvcal_status st = KVCAL_ERR_UNSUPPORTED;
+    for (int f = fast; f >= 0 && st == KVCAL_ERR_UNSUPPORTED; f--) {
+        kvcal_clear_error();
+        st = kvcal_gemm_fp8_launch(gemm, out, xq, xp, xm, w->q, wp, wm, f, bias, rows, k,
+                                   n, stream);
+        if (st != KVCAL_ERR_UNSUPPORTED || !bias)
+            continue;
+        kvcal_clear_error();
+        if ((st = kvcal_gemm_fp8_launch(gemm, out, xq, xp, xm, w->q, wp, wm, f, NULL,
+                                        rows, k, n, stream)))
+            continue;
+        add_bias_kernel<<<grid_of((int64_t)rows * n), 256, 0, stream>>>(
+            reinterpret_cast<__nv_bfloat16 *>(out),
+            reinterpret_cast<const __nv_bfloat16 *>(bias), rows, n);
+        KVCAL_CUDA_CHECK_LAUNCH("fp8_add_bias_kernel");
+    }
+    return st;
 }
 
 extern "C" kvcal_status
@@ -291,16 +437,23 @@ kvcal_fp8_linear_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_bf16 *x
     const kvcal_fp8_linear *f = &w->f;
     kvcal_gemm_scale wm, xm;
     const float *wp, *xp;
+    int fast;
     if (fp8_gemm)
         *fp8_gemm = 0;
     if (rows == 0)
         return KVCAL_OK;
-    if (f->a != KVCAL_FP8A_NONE &&
+    if (!x && f->a == KVCAL_FP8A_NONE)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "fp8_linear: rows %d, k %d, n %d: x NULL (already quantized) "
+                          "for a weight-only FP8 layer",
+                          rows, k, n);
+    if (x && f->a != KVCAL_FP8A_NONE &&
         (st = kvcal_fp8_quant_act_launch(s->xq, s->xs, x, rows, k, f->a, f->group,
                                          w->input_scale, stream)))
         return st;
-    if (path == KVCAL_FP8_GEMM_AUTO && gemm_modes(w, s->xs, &wm, &wp, &xm, &xp)) {
-        st = run_fp8_gemm(gemm, out, s->xq, xp, xm, w, wp, wm, bias, rows, k, n, stream);
+    if (gemm_modes(w, s->xs, path, &wm, &wp, &xm, &xp, &fast)) {
+        st = run_fp8_gemm(gemm, out, s->xq, xp, xm, w, wp, wm, fast, bias, rows, k, n,
+                          stream);
         if (st != KVCAL_ERR_UNSUPPORTED) {
             if (fp8_gemm)
                 *fp8_gemm = st == KVCAL_OK;

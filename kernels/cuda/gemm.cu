@@ -13,10 +13,15 @@
  * what CUBLASLT_EPILOGUE_BIAS adds.
  *
  * FP8 GEMMs (kvcal_gemm_fp8_launch) are the same plans with e4m3 A and B
- * and the scale modes of A (the weight) and B (the activation) in the key;
- * a shape and modes cuBLASLt has no algorithm for (modes other than scalar
- * before Hopper, a GPU without FP8 tensor cores) is remembered as such and
- * reported KVCAL_ERR_UNSUPPORTED at once, so that the caller falls back. */
+ * and the scale modes of A (the weight) and B (the activation) and the
+ * accumulation (fp32, or Hopper's fast accumulation) in the key; a shape
+ * and modes cuBLASLt has no algorithm for (modes other than scalar before
+ * Hopper, a GPU without FP8 tensor cores) is remembered as such and
+ * reported KVCAL_ERR_UNSUPPORTED at once, so that the caller falls back.
+ * cuBLASLt's heuristic proposes nothing for the vector and block scale
+ * modes while the descriptor holds no scale pointers (scalar modes take
+ * NULL as 1.0): a plan asks it with both pointing at the workspace, and
+ * each launch sets the real ones. */
 #include <cublasLt.h>
 #include <stdlib.h>
 
@@ -27,15 +32,16 @@ enum { GEMM_CACHE = 64, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUN
 #define GEMM_TUNE_FLOPS 1e9
 
 /* What a plan is for: the shape, a bias, and for an FP8 GEMM the scale
- * modes (cublasLtMatmulMatrixScale_t) of A and B. */
+ * modes (cublasLtMatmulMatrixScale_t) of A and B and fast accumulation. */
 typedef struct gemm_key {
     int rows, k, n, bias;
-    int fp8, a_mode, b_mode;
+    int fp8, a_mode, b_mode, fast;
 } gemm_key;
 
 typedef struct gemm_plan {
     gemm_key key;
-    int unsupported; /* cuBLASLt has no algorithm for it */
+    int unsupported;            /* cuBLASLt has no algorithm for it */
+    cublasStatus_t heur_status; /* what its heuristic answered then */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t
@@ -86,8 +92,10 @@ extern "C" kvcal_status kvcal_gemm_create(size_t workspace_bytes, kvcal_gemm_t *
         return kvcal_fail(KVCAL_ERR_NOMEM,
                           "gemm_create: no host memory for the GEMM context");
     LT_TRY(cublasLtCreate(&g->lt));
-    if (workspace_bytes) {
-        cudaError_t err = cudaMalloc(&g->workspace, workspace_bytes);
+    {
+        /* at least the 256 bytes an FP8 plan's placeholder scales point at */
+        cudaError_t err =
+            cudaMalloc(&g->workspace, workspace_bytes > 256 ? workspace_bytes : 256);
         if (err != cudaSuccess) {
             status =
                 kvcal_fail(kvcal_cuda_status(err),
@@ -142,10 +150,18 @@ static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, const gemm_key *ke
                                           sizeof epi));
     if (key->fp8) {
         const int32_t am = key->a_mode, bm = key->b_mode;
+        const int8_t fast = (int8_t)key->fast;
+        const void *placeholder = g->workspace; /* the launch sets the real scales */
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
                                               &am, sizeof am));
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
                                               &bm, sizeof bm));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                              &placeholder, sizeof placeholder));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &placeholder, sizeof placeholder));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                              &fast, sizeof fast));
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, ab, k, n, k));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, ab, k, rows, k));
@@ -159,6 +175,7 @@ static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, const gemm_key *ke
     if (key->fp8 && (hs != CUBLAS_STATUS_SUCCESS || found < 1)) {
         /* kept, so that the next launch of it falls back at once */
         p->unsupported = 1;
+        p->heur_status = hs;
         cublasLtMatmulPreferenceDestroy(pref);
         return KVCAL_OK;
     }
@@ -263,6 +280,20 @@ static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, void *out, const vo
     return status;
 }
 
+/* KVCAL_ERR_UNSUPPORTED for plan p, which cuBLASLt runs no algorithm of. */
+static kvcal_status unsupported(const gemm_plan *p)
+{
+    return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                      "gemm: cuBLASLt has no FP8 algorithm for rows %d, k %d, n %d with "
+                      "scale modes %d (weight) and %d (activation)%s on this GPU (its "
+                      "heuristic: %s)",
+                      p->key.rows, p->key.k, p->key.n, p->key.a_mode, p->key.b_mode,
+                      p->key.fast ? " and fast accumulation" : "",
+                      p->heur_status == CUBLAS_STATUS_SUCCESS
+                          ? "no algorithm"
+                          : cublasLtGetStatusString(p->heur_status));
+}
+
 /* One GEMM of plan `key` with candidate `candidate` (-1: the chosen one);
  * w_scale, x_scale: the FP8 scale pointers (NULL for bf16). */
 static kvcal_status gemm_run(kvcal_gemm_t *g, const gemm_key *key, int candidate,
@@ -285,11 +316,7 @@ static kvcal_status gemm_run(kvcal_gemm_t *g, const gemm_key *key, int candidate
     if (status != KVCAL_OK)
         return status;
     if (p->unsupported)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "gemm: cuBLASLt has no FP8 algorithm for rows %d, k %d, n %d with "
-            "scale modes %d (weight) and %d (activation) on this GPU",
-            key->rows, key->k, key->n, key->a_mode, key->b_mode);
+        return unsupported(p);
     if (candidate < -1 || candidate >= p->num_cand)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "gemm: candidate %d of rows %d, k %d, n %d: cuBLASLt proposed "
@@ -326,7 +353,7 @@ extern "C" kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *g, int candida
                                                     int k, int n, cudaStream_t stream,
                                                     int *count, int *chosen)
 {
-    const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0};
+    const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0, 0};
     return gemm_run(g, &key, candidate, out, x, w, bias, NULL, NULL, stream, count,
                     chosen);
 }
@@ -346,25 +373,31 @@ static int scale_mode(kvcal_gemm_scale s)
 }
 
 extern "C" int kvcal_gemm_fp8_runs(kvcal_gemm_t *g, int rows, int k, int n, int bias,
-                                   kvcal_gemm_scale x_mode, kvcal_gemm_scale w_mode)
+                                   kvcal_gemm_scale x_mode, kvcal_gemm_scale w_mode,
+                                   int fast_accum)
 {
     const gemm_key key = {
-        rows, k, n, bias != 0, 1, scale_mode(w_mode), scale_mode(x_mode)};
+        rows,           k, n, bias != 0, 1, scale_mode(w_mode), scale_mode(x_mode),
+        fast_accum != 0};
     gemm_plan *p = NULL;
-    return g && rows > 0 && k > 0 && n > 0 && plan_find(g, &key, &p) == KVCAL_OK &&
-           !p->unsupported;
+    if (!g || rows <= 0 || k <= 0 || n <= 0 || plan_find(g, &key, &p) != KVCAL_OK)
+        return 0;
+    if (p->unsupported)
+        unsupported(p); /* the reason, for kvcal_last_error() */
+    return !p->unsupported;
 }
 
 extern "C" kvcal_status
 kvcal_gemm_fp8_launch(kvcal_gemm_t *g, kvcal_bf16 *out, const uint8_t *xq,
                       const float *x_scale, kvcal_gemm_scale x_mode, const uint8_t *wq,
-                      const float *w_scale, kvcal_gemm_scale w_mode,
+                      const float *w_scale, kvcal_gemm_scale w_mode, int fast_accum,
                       const kvcal_bf16 *bias, int rows, int k, int n, cudaStream_t stream)
 {
     if (!x_scale || !w_scale)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "gemm_fp8: scale pointers are NULL");
     const gemm_key key = {
-        rows, k, n, bias != NULL, 1, scale_mode(w_mode), scale_mode(x_mode)};
+        rows,           k, n, bias != NULL, 1, scale_mode(w_mode), scale_mode(x_mode),
+        fast_accum != 0};
     return gemm_run(g, &key, -1, out, xq, wq, bias, x_scale, w_scale, stream, NULL, NULL);
 }
 

@@ -56,7 +56,8 @@ kvcal_status kvcal_swiglu_oai_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up,
 
 /* x (n) = cap * tanh(x / cap) in fp32, rounded once, in place: Gemma 2's
  * logits. cap > 0. */
-kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap, cudaStream_t stream);
+kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap,
+                                  cudaStream_t stream);
 
 /* out (n) = x * a + b in fp32, rounded once to bf16 (out may be x): the
  * embedding's scale, an RMSNorm weight's offset. */
@@ -167,20 +168,25 @@ typedef enum kvcal_gemm_scale {
 
 /* out (rows, n) bf16 = (xq * sx) (wq * sw)^T + bias through cuBLASLt's FP8
  * GEMM: xq (rows, k) and wq (n, k) e4m3, x_scale / w_scale device fp32
- * scales read as x_mode / w_mode say, fp32 accumulation (no fast
- * accumulation), bias (n) bf16 or NULL. A GPU, shape or pair of modes
- * cuBLASLt has no algorithm for (FP8 needs compute capability 8.9; the
- * vector and block modes Hopper) is KVCAL_ERR_UNSUPPORTED, at once on every
- * later call: the caller falls back (kvcal_fp8_linear_launch). */
+ * scales read as x_mode / w_mode say, bias (n) bf16 or NULL; fp32
+ * accumulation, or with fast_accum Hopper's fast accumulation
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM: the tensor cores' own accumulator, never
+ * promoted to fp32; as vLLM's sm_90 CUTLASS kernels of scalar and vector
+ * scales). A GPU, shape or pair of modes cuBLASLt has no algorithm for (FP8
+ * needs compute capability 8.9; the vector and block modes Hopper) is
+ * KVCAL_ERR_UNSUPPORTED, at once on every later call: the caller falls back
+ * (kvcal_fp8_linear_launch). */
 kvcal_status kvcal_gemm_fp8_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const uint8_t *xq,
                                    const float *x_scale, kvcal_gemm_scale x_mode,
                                    const uint8_t *wq, const float *w_scale,
-                                   kvcal_gemm_scale w_mode, const kvcal_bf16 *bias,
-                                   int rows, int k, int n, cudaStream_t stream);
+                                   kvcal_gemm_scale w_mode, int fast_accum,
+                                   const kvcal_bf16 *bias, int rows, int k, int n,
+                                   cudaStream_t stream);
 
-/* Whether cuBLASLt has an algorithm for that FP8 GEMM (planned and kept). */
+/* Whether cuBLASLt has an algorithm for that FP8 GEMM (planned and kept);
+ * where not, kvcal_last_error() says what its heuristic answered. */
 int kvcal_gemm_fp8_runs(kvcal_gemm_t *gemm, int rows, int k, int n, int bias,
-                        kvcal_gemm_scale x_mode, kvcal_gemm_scale w_mode);
+                        kvcal_gemm_scale x_mode, kvcal_gemm_scale w_mode, int fast_accum);
 
 /* --- FP8 linear layers (kernels/cuda/fp8_linear.cu) ------------------------- */
 
@@ -202,9 +208,13 @@ typedef struct kvcal_fp8_scratch {
 } kvcal_fp8_scratch;
 
 typedef enum kvcal_fp8_gemm_path {
-    KVCAL_FP8_GEMM_AUTO = 0,   /* cuBLASLt's FP8 GEMM where it runs the modes, else
-                                  the dequantized fallback */
-    KVCAL_FP8_GEMM_DEQUANT = 1 /* the fallback always */
+    KVCAL_FP8_GEMM_AUTO = 0,    /* cuBLASLt's FP8 GEMM where it runs the modes (fp32
+                                   accumulation), else the dequantized fallback */
+    KVCAL_FP8_GEMM_DEQUANT = 1, /* the fallback always */
+    KVCAL_FP8_GEMM_FAST = 2     /* AUTO with fast accumulation where vLLM's sm_90
+                                   kernels take it: scalar and outer-vector scales
+                                   (block scales promote to fp32 per 128 as in AUTO;
+                                   a shape cuBLASLt has no fast algorithm for, fp32) */
 } kvcal_fp8_gemm_path;
 
 /* kvcal_fp8_quant_act_ref on the device: x (rows, k) bf16 into xq (rows,
@@ -226,8 +236,24 @@ kvcal_status kvcal_fp8_dequant_act_launch(kvcal_bf16 *x, const uint8_t *xq,
                                           kvcal_fp8_act_scale mode, int group,
                                           cudaStream_t stream);
 
+/* kvcal_fp8_swiglu_quant_ref on the device: the SwiGLU of gate_up (rows,
+ * 2n), as kvcal_swiglu_launch computes it, quantized into xq (rows, n) and
+ * xs as kvcal_fp8_quant_act_launch would quantize that output: bit for bit
+ * the bytes and scales of the two launches, without the (rows, n) bf16
+ * activation between them. n must pass kvcal_fp8_swiglu_quant_fits (a
+ * multiple of 8, the row in shared memory); gate_up 16-byte and xq 8-byte
+ * aligned; mode not NONE. */
+kvcal_status kvcal_fp8_swiglu_quant_launch(uint8_t *xq, float *xs,
+                                           const kvcal_bf16 *gate_up, int rows, int n,
+                                           kvcal_fp8_act_scale mode, int group,
+                                           const float *input_scale, cudaStream_t stream);
+
+/* Whether kvcal_fp8_swiglu_quant_launch takes rows of n outputs. */
+int kvcal_fp8_swiglu_quant_fits(int n);
+
 /* out (rows, n) bf16 = the served FP8 linear layer (kvcal_fp8_linear_ref)
- * of x (rows, k) bf16: the activation quantized as w->f.a says, then, with
+ * of x (rows, k) bf16: the activation quantized as w->f.a says (x NULL: s->xq
+ * and s->xs hold it quantized already, kvcal_fp8_swiglu_quant_launch's), then, with
  * path AUTO and quantized activations, cuBLASLt's FP8 GEMM where it runs
  * the scale modes (per-tensor: scalars; per-channel or per-token: outer
  * vectors; 128 x 128 blocks: block scales beside 1 x 128 activation
@@ -241,11 +267,12 @@ kvcal_status kvcal_fp8_linear_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out,
                                      const kvcal_fp8_scratch *s, kvcal_fp8_gemm_path path,
                                      int *fp8_gemm, cudaStream_t stream);
 
-/* Whether kvcal_fp8_linear_launch takes cuBLASLt's FP8 GEMM for w at rows
- * x k x n with a bias or not on the current GPU (the plan is made and
- * kept; nothing runs): 0 where it would fall back. */
-int kvcal_fp8_linear_runs(kvcal_gemm_t *gemm, const kvcal_fp8_weight *w, int bias,
-                          int rows, int k, int n);
+/* Whether kvcal_fp8_linear_launch on `path` takes cuBLASLt's FP8 GEMM for
+ * w at rows x k x n with a bias or not on the current GPU (the plan is made
+ * and kept; nothing runs): 0 where it would fall back, kvcal_last_error()
+ * then saying why. */
+int kvcal_fp8_linear_runs(kvcal_gemm_t *gemm, const kvcal_fp8_weight *w,
+                          kvcal_fp8_gemm_path path, int bias, int rows, int k, int n);
 
 /* --- gate/up projection + SwiGLU in one GEMM (Hopper) ---------------------- */
 
@@ -322,7 +349,8 @@ kvcal_status kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride,
                                            const kvcal_bf16 *v, int64_t qkv_stride,
                                            int batch, int seq_len, int n_heads,
                                            int n_kv_heads, int head_dim, float scale,
-                                           int window, float softcap, cudaStream_t stream);
+                                           int window, float softcap,
+                                           cudaStream_t stream);
 
 /* kvcal_attention_window_launch with attention sinks (kvcal_attention_sinks_ref):
  * sinks (n_heads, bf16) or NULL, query head h's logit added to its
