@@ -1,10 +1,10 @@
 /* calib/model_fp8.c: the FP8 weights of a Hugging Face checkpoint, for
- * calib/model.c (declared in calib/model.h): which logical weights the config
+ * calib/model.c (calib/model_fp8.h): which logical weights the config
  * quantizes (io/checkpoint/weight_quant.h), every FP8 tensor's scales checked
  * when the model opens, and each FP8 weight as the engine serves it (vLLM's
  * requantization of fused per-tensor shards included). The rules and their
  * vLLM sources: schemas/README.md, "FP8 weights". */
-#include "calib/model.h"
+#include "calib/model_fp8.h"
 
 #include <math.h>
 #include <stdio.h>
