@@ -274,17 +274,28 @@ __device__ __forceinline__ void values_n(const uint32_t *b, kvcal_kvfmt_row r, f
     }
 }
 
-// N values of N e2m1 nibbles w (value j at bits 4j..4j+3) of a block of
-// decode scale d: kvcal_fp4_e2m1_to_float(q) * d. The nibble's magnitude
-// bits at fp32 bits 22..24 and its sign at 31 are the value times 2^-126.
-template <int N>
-__device__ __forceinline__ void nvfp4_values_n(uint32_t w, float d, float *x)
+// N values as TOut of N e2m1 nibbles w (value j at bits 4j..4j+3) of a
+// block of scale byte value e (e4m3_value) under global scale g:
+// kvcal_fp4_e2m1_to_float(q) * (e * g). The nibble's magnitude bits at fp32
+// bits 22..24 and its sign at 31 are the value times 2^-126. A NaN scale
+// byte (a block of zeros under a subnormal g: 0 x Inf) makes the
+// reference's products that byte's NaN (the host's fp32 arithmetic returns
+// its NaN operand), the GPU's the canonical NaN 0x7fffffff: f32 outputs take
+// e itself; f16 and bf16 round every NaN to 0x7fff alike.
+template <typename TOut, int N>
+__device__ __forceinline__ void nvfp4_values_n(uint32_t w, float e, float g, float *x)
 {
+    const float d = e * g;
 #pragma unroll
     for (int j = 0; j < N; j++) {
         const uint32_t q = w >> (4 * j);
         x[j] = __uint_as_float((q & 7u) << 22 | (q & 8u) << 28) * 0x1p126f * d;
     }
+    if constexpr (std::is_same<TOut, float>::value)
+        if (e != e)
+#pragma unroll
+            for (int j = 0; j < N; j++)
+                x[j] = e;
 }
 
 // --- row parameters -------------------------------------------------------------------
@@ -469,7 +480,7 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
                                   dequant_row<FMT>(a, 1, w.h, w.si)};
     for (int c = w.lane; c < a.nchunks; c += a.group) {
         uint32_t b[2][2] = {{0, 0}, {0, 0}};
-        float dec[2] = {0.0f, 0.0f};
+        float e[2] = {0.0f, 0.0f}; // NVFP4: the block's scale byte value
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
             const uint8_t *in = a.cache[kv] + w.off;
@@ -481,9 +492,8 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
                     for (int k = 0; k < 4; k++)
                         b[kv][0] |= (uint32_t)in[c * 4 + k] << (8 * k);
                 }
-                dec[kv] = e4m3_value(a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(
-                              a.g, w.block, w.boff, w.h, c / 2, kv)]) *
-                          r[kv].scale;
+                e[kv] = e4m3_value(a.cache[kv][kvcal_kvfmt_nvfp4_scale_at(
+                    a.g, w.block, w.boff, w.h, c / 2, kv)]);
             } else if (a.vec) {
                 const uint2 u = *reinterpret_cast<const uint2 *>(in + c * kChunk);
                 b[kv][0] = u.x, b[kv][1] = u.y;
@@ -498,7 +508,7 @@ __global__ void __launch_bounds__(kThreads) fmt_dequantize_kernel(FmtArgs a)
         for (int kv = 0; kv < 2; kv++) {
             float x[kChunk];
             if constexpr (FMT == kNvfp4)
-                nvfp4_values_n<kChunk>(b[kv][0], dec[kv], x);
+                nvfp4_values_n<TOut, kChunk>(b[kv][0], e[kv], r[kv].scale, x);
             else
                 values_n<FMT, kChunk>(b[kv], r[kv], x);
             TOut *out =
@@ -749,8 +759,13 @@ __global__ void __launch_bounds__(kFastThreads) fmt_quantize_fast_kernel(FmtArgs
     const uint32_t in_block = nhd ? off * H + head : head * bs + off;
     const int64_t base = (int64_t)block * a.g.block_stride;
     const int64_t at = base + (int64_t)(in_block * kRowBytes);
+    // the index of (slot, head) in the per (token, head) arrays
+    const int64_t si =
+        nhd ? (int64_t)s * H + head : ((int64_t)block * H + head) * bs + off;
     if constexpr (FMT == kNvfp4) {
         const kvcal_kvfmt_row r = kTable ? rg : kvcal_kvfmt_row_make(ps[0], 0.0f);
+        if (lane < 2) // lane 0 records K's global scale, lane 1 V's
+            record(a, own, si, r);
         uint8_t *cache = a.cache[own];
         // the lane's block scales, of blocks b0 + c D / 64, lie at sc0 + c
         // dsc in the cache block (K's a row apart; V's swizzled a row of the
@@ -812,9 +827,6 @@ __global__ void __launch_bounds__(kFastThreads) fmt_quantize_fast_kernel(FmtArgs
             cache[sc0 + c * dsc] = sb;
         }
     } else {
-        // the index of (slot, head) in the per (token, head) arrays
-        const int64_t si =
-            nhd ? (int64_t)s * H + head : ((int64_t)block * H + head) * bs + off;
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
             kvcal_kvfmt_row r = {1.0f, 0.0f, 1.0f};
@@ -834,11 +846,10 @@ __global__ void __launch_bounds__(kFastThreads) fmt_quantize_fast_kernel(FmtArgs
                 *reinterpret_cast<uint2 *>(a.cache[kv] + at + (c * kL + lane) * 8) =
                     codes8<FMT, ROUND>(x, r);
             }
-            if (PAR == kDynamic && lane == kv) { // lane 0 records K's, lane 1 V's
-                a.scale_cache[kv][si] = r.scale;
-                if constexpr (FMT == kAsym)
-                    a.zero_cache[kv][si] = r.zero;
-            }
+            // lane 0 records K's parameters, lane 1 V's, static ones too (as
+            // the reference, where the caches keep them)
+            if (FMT != kE5m2 && lane == kv)
+                record(a, kv, si, r);
         }
     }
 }
@@ -886,7 +897,7 @@ __global__ void __launch_bounds__(kFastThreads) fmt_dequantize_fast_kernel(FmtAr
                               kvcal_kv_fastdiv_div(a.heads_div, (uint32_t)(first + i)))
                       : -1;
     uint32_t b[2][kFastRows][kChunks][2];
-    float scale[2][kFastRows][kChunks]; // NVFP4: the piece's block decode scale
+    float scale[2][kFastRows][kChunks]; // NVFP4: the piece's block scale byte value
     kvcal_kvfmt_row r[2][kFastRows];
 #pragma unroll
     for (int i = 0; i < kFastRows; i++) {
@@ -933,8 +944,8 @@ __global__ void __launch_bounds__(kFastThreads) fmt_dequantize_fast_kernel(FmtAr
             for (int c = 0; c < kChunks; c++) {
                 float x[kPiece];
                 if constexpr (FMT == kNvfp4)
-                    nvfp4_values_n<kPiece>(b[kv][i][c][0],
-                                           scale[kv][i][c] * r[kv][i].scale, x);
+                    nvfp4_values_n<TOut, kPiece>(b[kv][i][c][0], scale[kv][i][c],
+                                                 r[kv][i].scale, x);
                 else
                     values_n<FMT, kPiece>(b[kv][i][c], r[kv][i], x);
                 store_n<TOut, kPiece>(static_cast<TOut *>(a.out[kv]) + (first + i) * D +
