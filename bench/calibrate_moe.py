@@ -28,7 +28,13 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   device memory (sampled) and the routing counts of its statistics (experts
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
-  other GPUs run), its tokens/s and peak memory;
+  other GPUs run), its tokens/s and peak memory; with B > 1, once more on
+  the first batch alone: its forward phase holds the wait for the layers the
+  background loader has not brought yet (all of them but layer 0, which the
+  warm-up waits for) as much as the B-batch run's does, so the difference
+  of the two runs' tokens over that of their forward seconds is the rate of
+  batches 2..B, the steady state without the weights' load (printed beside
+  each run's load and forward seconds);
 - the transformers model body (no lm_head) in bf16 (SDPA, or gpt-oss's eager
   and flex attention) with hooks that collect per-layer per-head absmax of K
   (k_proj and k_norm, then RoPE: what the cache holds) and V, with each
@@ -142,6 +148,13 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
         sys.exit(f"kvcal calibrate{' ' + str(env) if env else ''} failed ({res.returncode}): "
                  f"{res.stderr.strip()}")
     return json.loads(res.stdout), peak[0]
+
+
+def phase_text(res):
+    """A kvcal JSON's load and forward seconds."""
+    ph = res.get("phases", {})
+    return (f"load {ph.get('load_seconds', float('nan')):.2f} s, forward "
+            f"{ph.get('forward_seconds', float('nan')):.3f} s")
 
 
 def routing_counts(path, layers):
@@ -281,7 +294,8 @@ def main():
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--experts", nargs="+", default=["eager", "batched_mm", "grouped_mm"],
-                    help="transformers' experts implementations to time")
+                    help="transformers' experts implementations to time; none: kvcal "
+                    "alone (no transformers run, no library floor)")
     ap.add_argument("--attn", nargs="+", help="its attention implementations (default: "
                     "the shape's: sdpa; gpt-oss eager and flex_attention)")
     ap.add_argument("--kvcal-variant", action="append", default=[], metavar="VAR=VALUE")
@@ -304,7 +318,22 @@ def main():
             f.write(json.dumps({"input_ids": row}) + "\n")
     res, kv_peak = run_kvcal(a.kvcal, model_dir, data, samples, a.out)
     kvcal_tps = res["tokens_per_second"]
-    print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s", flush=True)
+    print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s "
+          f"({phase_text(res)})", flush=True)
+    steady = None
+    if a.batches > 1:  # batches 2..B: the first batch's run taken off
+        data1 = os.path.join(a.workdir, f"tokens-{BATCH}.jsonl")
+        with open(data1, "w") as f:
+            for row in ids[:BATCH].tolist():
+                f.write(json.dumps({"input_ids": row}) + "\n")
+        one_dir = os.path.join(a.out, "one-batch")
+        os.makedirs(one_dir, exist_ok=True)
+        one, _ = run_kvcal(a.kvcal, model_dir, data1, BATCH, one_dir)
+        dt = res["phases"]["forward_seconds"] - one["phases"]["forward_seconds"]
+        steady = (res["num_tokens"] - one["num_tokens"]) / dt if dt > 0 else float("nan")
+        print(f"kvcal calibrate --device cuda, 1 batch: {one['tokens_per_second']:.0f} "
+              f"tokens/s ({phase_text(one)}); batches 2..{a.batches} (the difference): "
+              f"{steady:.0f} tokens/s", flush=True)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
     variants = {}
     for v in a.kvcal_variant:
@@ -318,9 +347,12 @@ def main():
                     for g, r in zip(lv[kind], lr[kind]) if r > 0)
         variants[v] = (vres["tokens_per_second"], vpeak, vdiff)
         print(f"kvcal calibrate --device cuda, {v}: {variants[v][0]:.0f} tokens/s", flush=True)
+    alone = a.experts == ["none"]
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
-    hf = transformers_runs(model_dir, a.layers, batches, a.experts, a.attn or S["attn"])
-    floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)
+    hf = {} if alone else transformers_runs(model_dir, a.layers, batches, a.experts,
+                                             a.attn or S["attn"])
+    floor_tps, floor_layer_ms, floor_grouped = (None, None, None) if alone else \
+        library_floor(a.layers)
 
     worst = {}
     ref_name = next((n for n in hf if n.startswith("eager") and "compile" not in n), None)
@@ -332,11 +364,13 @@ def main():
             worst[kind] = max(d)
     fastest = max(hf.items(), key=lambda kv: kv[1][0]) if hf else None
     table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak)] + \
+        ([(f"kvcal, batches 2..{a.batches} (steady state)", steady, 0)] if steady else []) + \
         [(f"kvcal calibrate --device cuda, {v}", tps, peak)
          for v, (tps, peak, _) in variants.items()] + \
         [(f"transformers {name}", v[0], v[1]) for name, v in hf.items()] + \
-        [("library floor (grouped GEMM + SDPA)" if floor_grouped else
-          "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0)]
+        ([] if alone else
+         [("library floor (grouped GEMM + SDPA)" if floor_grouped else
+           "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0)])
     print(f"\n{a.layers} layers of {S['name']}, {samples} x {SEQ} tokens, "
           f"batches of {BATCH} x {SEQ}")
     print(f"{'':48s} {'tokens/s':>10s} {'per layer':>11s} {'peak GiB':>9s}")
@@ -346,6 +380,9 @@ def main():
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
               f"(target >= 1.5x); kvcal / floor: {kvcal_tps / floor_tps:.2f}")
+        if steady:
+            print(f"kvcal batches 2..{a.batches} / fastest transformers: "
+                  f"{steady / fastest[1][0]:.2f}x; / floor: {steady / floor_tps:.2f}")
     for kind, w in worst.items():
         print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 ({ref_name}): "
               f"worst rel. diff {w:.2e}")
@@ -362,7 +399,8 @@ def main():
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
-                             "phases": res.get("phases")},
+                             "phases": res.get("phases"),
+                             "steady_tokens_per_second": steady},
                    "kvcal_variants": {v: {"tokens_per_second": tps, "peak_bytes": peak,
                                           "absmax_worst_rel_diff_vs_kvcal": diff}
                                       for v, (tps, peak, diff) in variants.items()},

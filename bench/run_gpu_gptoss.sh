@@ -20,9 +20,14 @@
 #          transformers (experts eager and grouped_mm, attention eager and
 #          flex, each eager and under torch.compile) on
 #          $KVCAL_GPTOSS_LAYERS (default 4) layers of gpt-oss-20b, 8 x 2048
-#          tokens a batch, $KVCAL_GPTOSS_BATCHES (default 2) batches; the model
-#          is built under $KVCAL_GPTOSS_WORK (default OUTDIR/work, 1.6 GB a
-#          layer; removed afterwards unless KVCAL_GPTOSS_KEEP=1)
+#          tokens a batch, $KVCAL_GPTOSS_BATCHES (default 2) batches, and
+#          kvcal on the first batch alone: batches 2..B's rate, without the
+#          wait for the weights the loader brings during the first batch; the
+#          model is built under $KVCAL_GPTOSS_WORK (default OUTDIR/work, 1.6 GB
+#          a layer; removed afterwards unless KVCAL_GPTOSS_KEEP=1)
+# KVCAL_STEPS (default "tests vs bench") names the steps to run; "kvcal": the
+# bench's kvcal runs alone (no variant, no transformers, no floor), with
+# KVCAL_GPTOSS_BATCHES defaulting to 6 there (about a minute with 4 layers)
 # usage: bench/run_gpu_gptoss.sh OUTDIR [BUILD]     (BUILD defaults to build; it
 # needs kvcal and kvcal_tests built there)
 set -uo pipefail
@@ -35,27 +40,44 @@ cd "$(dirname "$0")/.."
 . bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 
-timeout 420 "$build/kvcal_tests" backend_ops cuda_backend eval_cuda runner eval model_config \
-    > "$out/tests.log" 2>&1
-t_rc=$?
-grep -E "gpt_oss|qwen3_moe_swa|qwen2_moe_swa|sinks|oai|FAILED" "$out/tests.log" | head -n 40
-tail -n 1 "$out/tests.log"
+steps=" ${KVCAL_STEPS:-tests vs bench} "
+want() { [[ $steps == *" $1 "* ]]; }
+t_rc=0 v_rc=0 b_rc=0
 
-timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" --golden \
-    --only gpt_oss --only moe_swa --json "$out/vs.json" > "$out/vs.log" 2>&1
-v_rc=$?
-cat "$out/vs.log"
+if want tests; then
+    timeout 420 "$build/kvcal_tests" backend_ops cuda_backend eval_cuda runner eval \
+        model_config > "$out/tests.log" 2>&1
+    t_rc=$?
+    grep -E "gpt_oss|qwen3_moe_swa|qwen2_moe_swa|sinks|oai|FAILED" "$out/tests.log" | head -n 40
+    tail -n 1 "$out/tests.log"
+fi
+
+if want vs; then
+    timeout 300 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" --golden \
+        --only gpt_oss --only moe_swa --json "$out/vs.json" > "$out/vs.log" 2>&1
+    v_rc=$?
+    cat "$out/vs.log"
+fi
 
 work=${KVCAL_GPTOSS_WORK:-$out/work}
-timeout 600 python3 bench/calibrate_moe.py "$build/kvcal" "$work" "$out" --shape gpt-oss-20b \
-    --layers "${KVCAL_GPTOSS_LAYERS:-4}" --batches "${KVCAL_GPTOSS_BATCHES:-2}" \
-    --experts eager grouped_mm --kvcal-variant KVCAL_MLP=unfused 2>&1 | tee "$out/bench.log"
-b_rc=${PIPESTATUS[0]}
-[ "${KVCAL_GPTOSS_KEEP:-0}" = 1 ] || rm -rf "$work"
+if want bench || want kvcal; then
+    if want bench; then
+        args=(--batches "${KVCAL_GPTOSS_BATCHES:-2}" --experts eager grouped_mm
+              --kvcal-variant KVCAL_MLP=unfused)
+    else
+        args=(--batches "${KVCAL_GPTOSS_BATCHES:-6}" --experts none)
+    fi
+    timeout 600 python3 bench/calibrate_moe.py "$build/kvcal" "$work" "$out" \
+        --shape gpt-oss-20b --layers "${KVCAL_GPTOSS_LAYERS:-4}" "${args[@]}" 2>&1 |
+        tee "$out/bench.log"
+    b_rc=${PIPESTATUS[0]}
+    [ "${KVCAL_GPTOSS_KEEP:-0}" = 1 ] || rm -rf "$work"
+fi
 
 status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 echo
-echo "tests  $(status $t_rc)   (log: $out/tests.log)"
-echo "vs     $(status $v_rc)   (log: $out/vs.log)"
-echo "bench  $(status $b_rc)   (log: $out/bench.log, figures: $out/moe_bench_gpt-oss-20b.json)"
+want tests && echo "tests  $(status $t_rc)   (log: $out/tests.log)"
+want vs && echo "vs     $(status $v_rc)   (log: $out/vs.log)"
+{ want bench || want kvcal; } &&
+    echo "bench  $(status $b_rc)   (log: $out/bench.log, figures: $out/moe_bench_gpt-oss-20b.json)"
 [ $t_rc -eq 0 ] && [ $v_rc -eq 0 ] && [ $b_rc -eq 0 ]
