@@ -183,6 +183,17 @@ kvcal_status kvcal_gemm_fp8_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const ui
                                    const kvcal_bf16 *bias, int rows, int k, int n,
                                    cudaStream_t stream);
 
+/* kvcal_gemm_fp8_launch with cuBLASLt's candidate `candidate` of the plan
+ * (-1: the chosen one, timed at the first launch), for benchmarks;
+ * *count and *chosen as kvcal_gemm_launch_candidate's. */
+kvcal_status kvcal_gemm_fp8_launch_candidate(kvcal_gemm_t *gemm, int candidate,
+                                             kvcal_bf16 *out, const uint8_t *xq,
+                                             const float *x_scale, kvcal_gemm_scale x_mode,
+                                             const uint8_t *wq, const float *w_scale,
+                                             kvcal_gemm_scale w_mode, int fast_accum,
+                                             const kvcal_bf16 *bias, int rows, int k, int n,
+                                             cudaStream_t stream, int *count, int *chosen);
+
 /* Whether cuBLASLt has an algorithm for that FP8 GEMM (planned and kept);
  * where not, kvcal_last_error() says what its heuristic answered. */
 int kvcal_gemm_fp8_runs(kvcal_gemm_t *gemm, int rows, int k, int n, int bias,
