@@ -64,10 +64,10 @@ static __device__ __forceinline__ float add_sumsq8(__nv_bfloat16 *r,
     return ss;
 }
 
-/* Pass 2: the 8 normalized values of r at column c: r * scale rounded to
- * bf16, times the weight g, rounded. */
-static __device__ __forceinline__ bf16x8 norm8(const __nv_bfloat16 *r,
-                                               const __nv_bfloat16 *g, int c, float scale)
+/* Pass 2: the 8 normalized values of r at column c (a 16-byte word): r *
+ * scale rounded to bf16, times the weight g, rounded. */
+static __device__ __forceinline__ uint4 norm8(const __nv_bfloat16 *r,
+                                              const __nv_bfloat16 *g, int c, float scale)
 {
     bf16x8 x, w;
     x.u = *reinterpret_cast<const uint4 *>(r + c);
@@ -76,7 +76,7 @@ static __device__ __forceinline__ bf16x8 norm8(const __nv_bfloat16 *r,
         float2 a = __bfloat1622float2(x.h[i]);
         x.h[i] = __hmul2_rn(__floats2bfloat162_rn(a.x * scale, a.y * scale), w.h[i]);
     }
-    return x;
+    return x.u;
 }
 
 /* One block per row. VEC 8: dim % 8 == 0, 16-byte accesses; VEC 1: any dim. */
@@ -110,7 +110,7 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
     const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
     if (VEC == 8) {
         for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8)
-            *reinterpret_cast<uint4 *>(o + c) = norm8(r, w, c, scale).u;
+            *reinterpret_cast<uint4 *>(o + c) = norm8(r, w, c, scale);
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
             o[c] = __hmul_rn(__float2bfloat16_rn(__bfloat162float(r[c]) * scale), w[c]);
@@ -183,7 +183,8 @@ add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
         rsqrtf(block_sum(add_sumsq8(r, d, dim), scratch) / (float)dim + eps);
     float m = 0.0f;
     for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
-        const bf16x8 x = norm8(r, w, c, scale);
+        bf16x8 x;
+        x.u = norm8(r, w, c, scale);
         for (int i = 0; i < 4; i++) {
             const float2 f = __bfloat1622float2(x.h[i]);
             m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
