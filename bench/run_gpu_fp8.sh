@@ -37,12 +37,23 @@
 # KVCAL_FP8_SHORT=1: the bench alone, without torch, one round, no 70B-width
 # model (kvcal FP8, FP8 with fast accumulation and bf16 tokens/s on the 8B
 # shapes: about a minute and a half).
+# KVCAL_FP8_STEPS=1: where the FP8 layer's time goes, and the targets, in
+# one call of about 5 minutes: bench/runner_ops fp8 (each step of a
+# Llama-3-8B FP8 layer at 16,384 rows: the four FP8 GEMMs with per-token
+# and with static activation scales, fp32 and fast accumulation, every
+# cuBLASLt candidate of each; the activation quantizations; add + RMSNorm
+# and SwiGLU, unfused and with the quantization as their epilogue; RoPE +
+# observe, the attention; their sum against the layer run 32 times back to
+# back; the FP8 GEMM ceiling), then the bench with torch (eager and
+# compiled), one round, no 70B-width model; no tests.
 # usage: bench/run_gpu_fp8.sh OUTDIR [BUILD]     (BUILD defaults to build; it
-# needs kvcal and kvcal_tests built there)
+# needs kvcal and kvcal_tests built there, and bench/runner_ops for
+# KVCAL_FP8_STEPS)
 set -uo pipefail
 out=${1:?usage: bench/run_gpu_fp8.sh OUTDIR [BUILD]}
 build=${2:-build}
 short=${KVCAL_FP8_SHORT:-0}
+steps=${KVCAL_FP8_STEPS:-0}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
@@ -51,9 +62,13 @@ cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 "$build/kvcal" --version | grep -i "device\|FP8" | tee -a "$out/gpu.txt"
 
-t_rc=0 v_rc=0
+t_rc=0 v_rc=0 s_rc=0
 bench_args=(--big-layers "${KVCAL_FP8_BIG_LAYERS:-0}")
-if [ "$short" = 1 ]; then
+if [ "$steps" = 1 ]; then
+    timeout 150 "$build/bench/runner_ops" 10 fp8 > "$out/steps.log" 2>&1
+    s_rc=$?
+    bench_args=(--rounds 1 --big-layers -1)
+elif [ "$short" = 1 ]; then
     bench_args=(--skip-torch --rounds 1 --big-layers -1)
 else
     KVCAL_BIN=$build/kvcal timeout 300 "$build/kvcal_tests" backend_ops cuda_backend eval_cuda \
@@ -69,7 +84,7 @@ else
 fi
 
 work=${KVCAL_FP8_WORK:-$out/work}
-PYTHONUNBUFFERED=1 timeout 480 python3 bench/calibrate_fp8.py "$build/kvcal" "$work" \
+PYTHONUNBUFFERED=1 timeout $([ "$steps" = 1 ] && echo 330 || echo 480) python3 bench/calibrate_fp8.py "$build/kvcal" "$work" \
     "${bench_args[@]}" 2>&1 | tee "$out/bench.log"
 b_rc=${PIPESTATUS[0]}
 rm -rf "$work"
@@ -77,7 +92,12 @@ rm -rf "$work"
 status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 echo
 echo "=== summary ==="
-if [ "$short" != 1 ]; then
+if [ "$steps" = 1 ]; then
+    echo "steps  $(status $s_rc)   (log: $out/steps.log; bench/runner_ops 10 fp8)"
+    sed -n '/^FP8 Llama-3-8B layer/,$p' "$out/steps.log" | grep -v '^  [0-9]* cuBLASLt candidates'
+    echo "cuBLASLt candidates of each FP8 GEMM (ms; * the tuned choice):"
+    grep -B1 '^  [0-9]* cuBLASLt candidates' "$out/steps.log" | grep -v '^--'
+elif [ "$short" != 1 ]; then
     echo "tests  $(status $t_rc)   (log: $out/tests.log)"
     grep -E '^tests:|FAILED' "$out/tests.log"
     echo "FP8 GEMM rows (path taken, worst error against its bound):"
@@ -91,4 +111,4 @@ fi
 echo "bench  $(status $b_rc)   (log: $out/bench.log)"
 grep -A 14 '^Llama-3-8B shapes, .* medians' "$out/bench.log"
 grep -A 2 '^Llama-3-70B width' "$out/bench.log"
-[ $t_rc -eq 0 ] && [ $v_rc -eq 0 ] && [ $b_rc -eq 0 ]
+[ $t_rc -eq 0 ] && [ $v_rc -eq 0 ] && [ $s_rc -eq 0 ] && [ $b_rc -eq 0 ]

@@ -18,7 +18,9 @@
 // naming none runs every section, the layer's sum and the sustained runs.
 // The stem mla (named alone, outside the Llama layer) times the steps of a
 // multi-head latent attention block at DeepSeek-V2-Lite's shapes, the
-// runner's path and the one before it (mla_section).
+// runner's path and the one before it (mla_section). The stem fp8 (named
+// alone) times each step of a Llama-3-8B layer served with per-tensor FP8
+// weights, against the FP8 GEMM ceiling measured first (fp8_section).
 // Correctness is the test suite's job (tests/test_backend_ops.c); every
 // launch's status is checked here and a failure aborts the run.
 #include <algorithm>
@@ -118,8 +120,9 @@ static void row(const char *name, float ms, double flops, double bytes,
 }
 
 // The ops' stems, in the order their sections run; mla only when named.
-static const char *const op_stems[] = {
-    "add_rmsnorm", "gemm", "rope_observe", "attention", "swiglu", "gemm_swiglu", "mla"};
+static const char *const op_stems[] = {"add_rmsnorm", "gemm",   "rope_observe",
+                                       "attention",   "swiglu", "gemm_swiglu",
+                                       "mla",         "fp8"};
 
 // Largest |a - b| over the first cols values of each of rows rows of two
 // device buffers, rows sa and sb values apart (NaN wins).
@@ -345,6 +348,258 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     CHECK_CUDA(cudaFree(inv_freq));
 }
 
+// --- a Llama-3-8B layer with FP8 weights (stem fp8) ----------------------------
+
+// Per-tensor e4m3 weights (scale 0.01: core/fp8_linear.h's layout, the scale
+// then once per row) and their activations at 8 x 2048 tokens, every step
+// the CUDA runner takes (calib/backend_cuda.c): the four FP8 GEMMs with
+// per-token activation scales (outer vectors) and, for comparison, with a
+// static activation scale (scalars), each with fp32 and with fast
+// accumulation, each GEMM's every cuBLASLt candidate; the activation
+// quantizations; add + RMSNorm, unfused and with the quantization as its
+// epilogue; SwiGLU then its quantization against the fused kernel; RoPE +
+// observe and the attention as the runner takes them. Then the steps
+// summed into the runner's layer and that layer run 32 times back to back.
+// GEMM rows are TFLOP/s against the FP8 GEMM ceiling (16384 x 8192 x 8192,
+// scalar scales, fp32 accumulation, as bench/calibrate_fp8.py measures it).
+static void fp8_section(timer &t, kvcal_gemm_t *gemm, double peak_tbs, kvcal_bf16 *xn,
+                        kvcal_bf16 *resid, kvcal_bf16 *delta, const kvcal_bf16 *norm_w,
+                        kvcal_bf16 *qkv, kvcal_bf16 *att, kvcal_bf16 *gu,
+                        const int32_t *pos, const kvcal_rope_cfg *rope,
+                        const kvcal_kv_observer *obs)
+{
+    const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
+    const int M = B * T, QKV = (H + 2 * HKV) * HD, S = 8192;
+    const float in_scale = 0.05f, w_scale = 0.01f;
+    float *d_scale; // the static activation scale, the weights' scale
+    CHECK_CUDA(cudaMalloc(&d_scale, 2 * sizeof(float)));
+    {
+        const float h[2] = {in_scale, w_scale};
+        CHECK_CUDA(cudaMemcpy(d_scale, h, sizeof h, cudaMemcpyHostToDevice));
+    }
+    const float *d_in_scale = d_scale, *d_w_scale = d_scale + 1;
+    float *row_scales; // scratch of the static quantization's scales, a row each
+    CHECK_CUDA(cudaMalloc(&row_scales, (size_t)std::max(M, 2 * F) * sizeof(float)));
+    // an e4m3 copy of a random bf16 tensor (rows, cols), quantized statically
+    auto fp8_dev = [&](int rows, int cols, float range, const float *scale) {
+        kvcal_bf16 *x = rand_dev((size_t)rows * cols, range);
+        uint8_t *q;
+        CHECK_CUDA(cudaMalloc(&q, (size_t)rows * cols));
+        CHECK_KVCAL(kvcal_fp8_quant_act_launch(q, row_scales, x, rows, cols,
+                                               KVCAL_FP8A_STATIC, 0, scale, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaFree(x));
+        return q;
+    };
+    // a per-tensor weight's scales: 4 + n floats, all w_scale
+    auto weight_scales = [&](int n) {
+        std::vector<float> h((size_t)n + 4, w_scale);
+        float *d;
+        CHECK_CUDA(cudaMalloc(&d, h.size() * sizeof(float)));
+        CHECK_CUDA(
+            cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+        return d;
+    };
+    enum { G_QKV, G_O, G_GATE_UP, G_DOWN, NUM_GEMMS };
+    const char *names[NUM_GEMMS] = {"qkv", "o", "gate_up", "down"};
+    const int gk[NUM_GEMMS] = {D, D, D, F}, gn[NUM_GEMMS] = {QKV, D, 2 * F, D};
+    kvcal_bf16 *gout[NUM_GEMMS] = {qkv, delta, gu, delta};
+    uint8_t *wq[NUM_GEMMS];
+    float *ws[NUM_GEMMS];
+    for (int g = 0; g < NUM_GEMMS; g++) {
+        wq[g] = fp8_dev(gn[g], gk[g], 0.02f, d_w_scale);
+        ws[g] = weight_scales(gn[g]);
+    }
+    uint8_t *xq = fp8_dev(M, F, 1.0f, d_in_scale); // (M, F) the activations, e4m3
+    float *xs;                                     // (M) their per-token scales
+    CHECK_CUDA(cudaMalloc(&xs, M * sizeof(float)));
+    CHECK_KVCAL(
+        kvcal_fp8_quant_act_launch(xq, xs, xn, M, D, KVCAL_FP8A_TOKEN, 0, nullptr, 0));
+    kvcal_bf16 *act = rand_dev((size_t)M * F, 1.0f);
+    const size_t e = sizeof(kvcal_bf16);
+
+    // --- the FP8 GEMM ceiling ---
+    uint8_t *ca = fp8_dev(2 * S, S, 1.0f, d_in_scale), // (2S, S) x
+        *cb = fp8_dev(S, S, 1.0f, d_in_scale);         // (S, S) w
+    kvcal_bf16 *cc = rand_dev((size_t)2 * S * S, 1.0f);
+    const double ceil_flops = 2.0 * 2 * S * (double)S * S;
+    const float ceil_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_gemm_fp8_launch(
+            gemm, cc, ca, d_in_scale, KVCAL_GEMM_SCALE_SCALAR, cb, d_w_scale,
+            KVCAL_GEMM_SCALE_SCALAR, 0, nullptr, 2 * S, S, S, 0));
+    });
+    const double peak = ceil_flops / (ceil_ms * 1e-3) / 1e12;
+    printf("\nFP8 Llama-3-8B layer, per-tensor weights (%d x %d tokens)\n", B, T);
+    printf("FP8 GEMM ceiling, %d x %d x %d, scalar scales, fp32 accumulation: %.3f ms, "
+           "%.0f TFLOP/s\n",
+           2 * S, S, S, ceil_ms, peak);
+    CHECK_CUDA(cudaFree(ca));
+    CHECK_CUDA(cudaFree(cb));
+    CHECK_CUDA(cudaFree(cc));
+    printf("%-34s %9s %9s %7s %9s %7s\n", "step (8 x 2048 tokens)", "ms", "floor ms",
+           "of fl", "TFLOP/s", "TB/s");
+    auto frow = [&](const char *name, float ms, double flops, double bytes) {
+        const double tf = flops / (ms * 1e-3) / 1e12, tb = bytes / (ms * 1e-3) / 1e12;
+        const double fl =
+            std::max(flops / (peak * 1e12), bytes / (peak_tbs * 1e12)) * 1e3;
+        printf("%-34s %9.3f %9.3f %6.0f%% %9.1f %7.2f\n", name, ms, fl, 100.0 * fl / ms,
+               tf, tb);
+    };
+
+    // --- the GEMMs: per-token (outer vectors) and static (scalars), fp32 and fast ---
+    // which: the GEMM; token: per-token activation scales; fast: fast accumulation
+    auto run_gemm = [&](int g, bool token, bool fast, int cand, int *count, int *chosen) {
+        const kvcal_gemm_scale m =
+            token ? KVCAL_GEMM_SCALE_OUTER_VEC : KVCAL_GEMM_SCALE_SCALAR;
+        CHECK_KVCAL(kvcal_gemm_fp8_launch_candidate(
+            gemm, cand, gout[g], xq, token ? xs : d_in_scale, m, wq[g],
+            token ? ws[g] + 4 : ws[g], m, fast, nullptr, M, gk[g], gn[g], 0, count,
+            chosen));
+    };
+    float gemm_ms[NUM_GEMMS][2] = {}; // per token: fp32, fast
+    for (int g = 0; g < NUM_GEMMS; g++)
+        for (int token = 1; token >= 0; token--)
+            for (int fast = 0; fast < 2; fast++) {
+                const double k = gk[g], n = gn[g];
+                const float ms =
+                    time_ms(t, [&] { run_gemm(g, token, fast, -1, nullptr, nullptr); });
+                if (token)
+                    gemm_ms[g][fast] = ms;
+                char name[64];
+                snprintf(name, sizeof name, "gemm %s %s%s", names[g],
+                         token ? "per-token" : "static", fast ? " fast" : "");
+                frow(name, ms, 2.0 * M * k * n, M * k + k * n + 2.0 * M * n);
+                int count = 0, chosen = 0;
+                run_gemm(g, token, fast, -1, &count, &chosen);
+                printf("  %d cuBLASLt candidates, ms (* tuned choice):", count);
+                for (int c = 0; c < count; c++) {
+                    const float cms = time_ms(
+                        t, [&] { run_gemm(g, token, fast, c, nullptr, nullptr); });
+                    printf(" %.3f%s", cms, c == chosen ? "*" : "");
+                }
+                printf("\n");
+            }
+
+    // --- the elementwise steps ---
+    const float quant_d_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_fp8_quant_act_launch(xq, xs, att, M, D, KVCAL_FP8A_TOKEN, 0,
+                                               nullptr, 0));
+    });
+    frow("fp8_quant_act per-token, k 4096", quant_d_ms, 0.0, 3.0 * M * D);
+    const float quant_static_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_fp8_quant_act_launch(xq, xs, att, M, D, KVCAL_FP8A_STATIC, 0,
+                                               d_in_scale, 0));
+    });
+    frow("fp8_quant_act static, k 4096", quant_static_ms, 0.0, 3.0 * M * D);
+    const float quant_f_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_fp8_quant_act_launch(xq, xs, act, M, F, KVCAL_FP8A_TOKEN, 0,
+                                               nullptr, 0));
+    });
+    frow("fp8_quant_act per-token, k 14336", quant_f_ms, 0.0, 3.0 * M * F);
+    const float norm_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_add_rmsnorm_launch(xn, resid, delta, norm_w, M, D, 1e-5f, 0));
+    });
+    frow("add_rmsnorm (bf16 out)", norm_ms, 0.0, e * 4.0 * M * D);
+    const float norm_quant_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_fp8_add_rmsnorm_quant_launch(
+            xq, xs, resid, delta, norm_w, M, D, 1e-5f, KVCAL_FP8A_TOKEN, 0, nullptr, 0));
+    });
+    frow("add_rmsnorm_quant per-token", norm_quant_ms, 0.0, e * 3.0 * M * D + M * D);
+    const float norm_static_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_fp8_add_rmsnorm_quant_launch(xq, xs, resid, delta, norm_w, M, D,
+                                                       1e-5f, KVCAL_FP8A_STATIC, 0,
+                                                       d_in_scale, 0));
+    });
+    frow("add_rmsnorm_quant static", norm_static_ms, 0.0, e * 3.0 * M * D + M * D);
+    const float swiglu_ms =
+        time_ms(t, [&] { CHECK_KVCAL(kvcal_swiglu_launch(act, gu, M, F, 0)); });
+    frow("swiglu (bf16 out)", swiglu_ms, 0.0, e * 3.0 * M * F);
+    const float swiglu_quant_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_fp8_swiglu_quant_launch(xq, xs, gu, M, F, KVCAL_FP8A_TOKEN, 0,
+                                                  nullptr, 0));
+    });
+    frow("swiglu_quant per-token", swiglu_quant_ms, 0.0, e * 2.0 * M * F + M * F);
+    kvcal_kv_observer o = *obs;
+    const float rope_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, rope, &o, 0));
+    });
+    frow("rope_observe + observe", rope_ms, 0.0,
+         e * M * ((H + HKV) * HD * 2.0 + HKV * HD));
+    kvcal_attention_t *attn;
+    CHECK_KVCAL(kvcal_attention_create(0, &attn));
+    auto attend = [&] {
+        CHECK_KVCAL(kvcal_attention_run(attn, att, D, qkv, qkv + H * HD,
+                                        qkv + (H + HKV) * HD, QKV, B, T, H, HKV, HD,
+                                        0.08838834764f, 0, nullptr));
+    };
+    const float att_ms = time_ms(t, attend);
+    frow("attention (the runner's)", att_ms, 4.0 * B * H * HD * (double)T * (T + 1) / 2.0,
+         e * M * (2.0 * H + 2.0 * HKV) * HD);
+
+    // --- the layer: the steps summed, then 32 layers back to back ---
+    // the runner's FP8 layer: fused norm + quant, qkv, RoPE + observe,
+    // attention, the attention's quantization, o, fused norm + quant,
+    // gate_up, SwiGLU + quant, down
+    auto layer = [&](bool fast) {
+        CHECK_KVCAL(kvcal_fp8_add_rmsnorm_quant_launch(
+            xq, xs, resid, delta, norm_w, M, D, 1e-5f, KVCAL_FP8A_TOKEN, 0, nullptr, 0));
+        run_gemm(G_QKV, true, fast, -1, nullptr, nullptr);
+        CHECK_KVCAL(kvcal_rope_observe_launch(qkv, QKV, pos, M, H, HKV, HD, rope, &o, 0));
+        attend();
+        CHECK_KVCAL(kvcal_fp8_quant_act_launch(xq, xs, att, M, D, KVCAL_FP8A_TOKEN, 0,
+                                               nullptr, 0));
+        run_gemm(G_O, true, fast, -1, nullptr, nullptr);
+        CHECK_KVCAL(kvcal_fp8_add_rmsnorm_quant_launch(
+            xq, xs, resid, delta, norm_w, M, D, 1e-5f, KVCAL_FP8A_TOKEN, 0, nullptr, 0));
+        run_gemm(G_GATE_UP, true, fast, -1, nullptr, nullptr);
+        CHECK_KVCAL(kvcal_fp8_swiglu_quant_launch(xq, xs, gu, M, F, KVCAL_FP8A_TOKEN, 0,
+                                                  nullptr, 0));
+        run_gemm(G_DOWN, true, fast, -1, nullptr, nullptr);
+    };
+    const double layer_flops = 2.0 * M * D * ((double)QKV + D + 3.0 * F) +
+                               4.0 * B * H * HD * (double)T * (T + 1) / 2.0;
+    for (int fast = 0; fast < 2; fast++) {
+        const float gemms = gemm_ms[G_QKV][fast] + gemm_ms[G_O][fast] +
+                            gemm_ms[G_GATE_UP][fast] + gemm_ms[G_DOWN][fast];
+        const float sum =
+            gemms + 2 * norm_quant_ms + rope_ms + att_ms + quant_d_ms + swiglu_quant_ms;
+        layer(fast != 0);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        float sustained[3];
+        for (float &ms : sustained) {
+            CHECK_CUDA(cudaEventRecord(t.a));
+            for (int l = 0; l < 32; l++)
+                layer(fast != 0);
+            CHECK_CUDA(cudaEventRecord(t.b));
+            CHECK_CUDA(cudaEventSynchronize(t.b));
+            CHECK_CUDA(cudaEventElapsedTime(&ms, t.a, t.b));
+            ms /= 32;
+        }
+        printf(
+            "\nFP8 layer, %s accumulation: sum of steps %.3f ms (GEMMs %.3f, %.0f%% of "
+            "the sum; GEMMs at %.0f TFLOP/s, %.0f%% of the ceiling), %.0f TFLOP/s\n",
+            fast ? "fast" : "fp32", sum, gemms, 100.0 * gemms / sum,
+            2.0 * M * D * ((double)QKV + D + 3.0 * F) / (gemms * 1e-3) / 1e12,
+            100.0 * 2.0 * M * D * ((double)QKV + D + 3.0 * F) / (gemms * 1e-3) / 1e12 /
+                peak,
+            layer_flops / (sum * 1e-3) / 1e12);
+        printf("  32 layers back to back, ms per layer: %.3f %.3f %.3f (%.0f tokens/s "
+               "over 32 layers at the best)\n",
+               sustained[0], sustained[1], sustained[2],
+               M / (32.0 * std::min({sustained[0], sustained[1], sustained[2]}) * 1e-3));
+    }
+    kvcal_attention_destroy(attn);
+    for (int g = 0; g < NUM_GEMMS; g++) {
+        CHECK_CUDA(cudaFree(wq[g]));
+        CHECK_CUDA(cudaFree(ws[g]));
+    }
+    CHECK_CUDA(cudaFree(xq));
+    CHECK_CUDA(cudaFree(xs));
+    CHECK_CUDA(cudaFree(act));
+    CHECK_CUDA(cudaFree(row_scales));
+    CHECK_CUDA(cudaFree(d_scale));
+}
+
 int main(int argc, char **argv)
 {
     int reps = 20, first_stem = 1;
@@ -354,7 +609,7 @@ int main(int argc, char **argv)
     }
     const char *usage =
         "usage: runner_ops [reps >= 1] [stem ...], stems add_rmsnorm gemm "
-        "rope_observe attention swiglu gemm_swiglu mla\n";
+        "rope_observe attention swiglu gemm_swiglu mla fp8\n";
     if (reps < 1) {
         fprintf(stderr, "runner_ops: %s repetitions: need at least 1\n%s", argv[1],
                 usage);
@@ -374,7 +629,7 @@ int main(int argc, char **argv)
         for (int i = first_stem; i < argc; i++)
             if (!strcmp(argv[i], stem))
                 return true;
-        return all && strcmp(stem, "mla");
+        return all && strcmp(stem, "mla") && strcmp(stem, "fp8");
     };
     const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
     const int M = B * T, QKV = (H + 2 * HKV) * HD;
@@ -646,6 +901,9 @@ int main(int argc, char **argv)
         layer += gemm_row(G_DOWN);
     if (want("mla"))
         mla_section(t, gemm, peak_tflops, peak_tbs);
+    if (want("fp8"))
+        fp8_section(t, gemm, peak_tbs, xn, resid, delta, norm_w, qkv, att, gu, pos, &rope,
+                    &obs);
     if (!all) { // the layer's sum and the sustained runs need every op
         kvcal_gemm_destroy(gemm);
         return 0;

@@ -561,20 +561,37 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
     return st;
 }
 
+static kvcal_weight fp8_sole_reader(const cuda_backend *r, const kvcal_op *op, int fits);
+
+/* Where the normalized stream's one reader is an FP8 projection with
+ * quantized activations, the norm quantizes it for that projection
+ * (kvcal_fp8_add_rmsnorm_quant_launch) and writes no bf16 output. */
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
 {
     cuda_backend *r = cu(be);
-    return kvcal_add_rmsnorm_launch(act(r, op->out), r->resid,
-                                    first ? NULL : act(r, op->in), tensor(r, op->w),
-                                    r->batch * r->seq_len, r->D, r->eps, r->stream);
+    const kvcal_bf16 *delta = first ? NULL : act(r, op->in), *w = tensor(r, op->w);
+    const int n = r->batch * r->seq_len;
+    const kvcal_weight reader = fp8_sole_reader(
+        r, op, kvcal_fp8_add_rmsnorm_quant_fits(r->resid, delta, w, r->D));
+    if (reader == KVCAL_W_NONE)
+        return kvcal_add_rmsnorm_launch(act(r, op->out), r->resid, delta, w, n, r->D,
+                                        r->eps, r->stream);
+    const kvcal_fp8_weight fw = fp8_weight(r, reader, 0);
+    kvcal_status st = kvcal_fp8_add_rmsnorm_quant_launch(
+        r->fp8s.xq, r->fp8s.xs, r->resid, delta, w, n, r->D, r->eps, fw.f.a, fw.f.group,
+        fw.input_scale, r->stream);
+    r->fp8_ready = st ? KVCAL_W_NONE : reader;
+    return st;
 }
 
 /* A QKV projection: all of it, or with need_q 0 (nothing reads the
  * queries of a calibration's last layer) only the K and V rows of the
  * weight, into the QKV buffer as (n, 2 HKV hd) rows; where the K/V rows of
  * the weight (or bias) are not aligned as cuBLASLt's algorithms want (256
- * bytes), the whole QKV. */
-static kvcal_status project_qkv(cuda_backend *r, const kvcal_op *op, int need_q)
+ * bytes), the whole QKV. x: the input, NULL where the op before
+ * quantized it (kvcal_fp8_linear_launch). */
+static kvcal_status project_qkv(cuda_backend *r, const kvcal_op *op, const kvcal_bf16 *x,
+                                int need_q)
 {
     const int n = r->batch * r->seq_len, q_cols = r->H * r->hd;
     const kvcal_fp8_linear *f = &r->lay.fp8[op->w];
@@ -590,18 +607,25 @@ static kvcal_status project_qkv(cuda_backend *r, const kvcal_op *op, int need_q)
                         (f->w != KVCAL_FP8W_BLOCK || q_cols % f->block_n == 0);
     r->qkv_heads = kv_only ? 0 : r->H;
     r->qkv_width = (r->qkv_heads + 2 * r->HKV) * r->hd;
-    return project(r, r->qkv, act(r, op->in), op->w, kv_only ? q_cols : 0,
-                   kv_only ? kv_b : b, n, r->D, r->qkv_width);
+    return project(r, r->qkv, x, op->w, kv_only ? q_cols : 0, kv_only ? kv_b : b, n, r->D,
+                   r->qkv_width);
+}
+
+/* The input of op's projection: NULL where the op before quantized it
+ * for op's weight (fp8_sole_reader), which is then used up. */
+static const kvcal_bf16 *fp8_input(cuda_backend *r, const kvcal_op *op)
+{
+    const kvcal_bf16 *x = r->fp8_ready == op->w ? NULL : act(r, op->in);
+    r->fp8_ready = KVCAL_W_NONE;
+    return x;
 }
 
 static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
 {
     cuda_backend *r = cu(be);
-    /* NULL: the op before quantized this projection's activation */
-    const kvcal_bf16 *x = r->fp8_ready == op->w ? NULL : act(r, op->in);
-    r->fp8_ready = KVCAL_W_NONE;
+    const kvcal_bf16 *x = fp8_input(r, op);
     if (op->out == KVCAL_ACT_QKV)
-        return project_qkv(r, op, need_q);
+        return project_qkv(r, op, x, need_q);
     long long rows, cols;
     kvcal_model_weight_shape(be->desc, op->w, &rows, &cols);
     return project(r, act(r, op->out), x, op->w, 0, tensor(r, op->b),
@@ -609,25 +633,38 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
 }
 
 /* The FP8 weight of the one op of the layer that reads op's output, where
- * op's kernel can quantize that activation for it (in SwiGLU's epilogue:
- * the projection's activations quantized, the row of outputs in shared
- * memory); KVCAL_W_NONE where another op reads it too, or the reader is no
- * FP8 projection with quantized activations. */
-static kvcal_weight fp8_sole_reader(const cuda_backend *r, const kvcal_op *op, int n_out)
+ * op's kernel can quantize that activation for it (`fits`: in SwiGLU's or
+ * add + RMSNorm's epilogue, the row of outputs in shared memory): a linear
+ * op, or the gate/up projection of a SwiGLU or GeGLU op, with quantized
+ * activations, which is the next op that runs after op (nothing between
+ * them reuses the quantized activation's scratch). The readers are the
+ * ops after op (the layer's ops taken as a cycle) up to the next one that
+ * writes op's output again. KVCAL_W_NONE where another op reads the output
+ * too, or the reader is no such projection. */
+static kvcal_weight fp8_sole_reader(const cuda_backend *r, const kvcal_op *op, int fits)
 {
     int n = 0;
     const kvcal_op *ops = kvcal_model_layer_ops(r->base.desc, r->layer, &n);
+    const int at = (int)(op - ops);
     kvcal_weight w = KVCAL_W_NONE;
-    int readers = 0;
-    for (int i = 0; i < n; i++)
-        if (&ops[i] != op && ops[i].in == op->out &&
-            kvcal_model_op_runs(r->base.desc, r->layer, &ops[i])) {
+    int readers = 0, first = 1;
+    for (int j = 1; j < n && at >= 0 && at < n; j++) {
+        const kvcal_op *o = &ops[(at + j) % n];
+        if (!kvcal_model_op_runs(r->base.desc, r->layer, o))
+            continue;
+        if (o->in == op->out) {
             readers++;
-            w = ops[i].kind == KVCAL_OP_LINEAR ? ops[i].w : KVCAL_W_NONE;
+            w = first && (o->kind == KVCAL_OP_LINEAR || o->kind == KVCAL_OP_SWIGLU ||
+                          o->kind == KVCAL_OP_GEGLU)
+                    ? o->w
+                    : KVCAL_W_NONE;
         }
+        first = 0;
+        if (o->out == op->out)
+            break;
+    }
     if (readers != 1 || w == KVCAL_W_NONE || r->lay.fp8[w].w == KVCAL_FP8W_NONE ||
-        fp8_weight(r, w, 0).f.a == KVCAL_FP8A_NONE || !r->fp8s.xq ||
-        !kvcal_fp8_swiglu_quant_fits(n_out))
+        fp8_weight(r, w, 0).f.a == KVCAL_FP8A_NONE || !r->fp8s.xq || !fits)
         return KVCAL_W_NONE;
     return w;
 }
@@ -763,7 +800,7 @@ static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
     const int n = r->batch * r->seq_len;
-    TRY(project(r, r->gu, act(r, op->in), op->w, 0, NULL, n, r->D, 2 * r->I));
+    TRY(project(r, r->gu, fp8_input(r, op), op->w, 0, NULL, n, r->D, 2 * r->I));
     return kvcal_geglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
 fail:
     return st;
@@ -777,8 +814,8 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
     if (r->mlp_fused)
         return kvcal_gemm_swiglu_launch(act(r, op->out), act(r, op->in), tensor(r, op->w),
                                         n, r->D, r->I, r->stream);
-    TRY(project(r, r->gu, act(r, op->in), op->w, 0, NULL, n, r->D, 2 * r->I));
-    const kvcal_weight down = fp8_sole_reader(r, op, r->I);
+    TRY(project(r, r->gu, fp8_input(r, op), op->w, 0, NULL, n, r->D, 2 * r->I));
+    const kvcal_weight down = fp8_sole_reader(r, op, kvcal_fp8_swiglu_quant_fits(r->I));
     if (down == KVCAL_W_NONE)
         return kvcal_swiglu_launch(act(r, op->out), r->gu, n, r->I, r->stream);
     const kvcal_fp8_weight fw = fp8_weight(r, down, 0);

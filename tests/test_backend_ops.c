@@ -430,6 +430,21 @@ static const op_row rows[] = {
     ROW("fp8_swiglu_quant", .rows = 3, .cols = 28672, .fp8_a = KVCAL_FP8A_TOKEN),
     ROW("fp8_swiglu_quant", .rows = 2, .cols = 40064, .fp8_a = KVCAL_FP8A_GROUP,
         .group = 128),
+
+    /* add + RMSNorm with the quantization as its epilogue: every mode, with
+     * and without the add, 128 and 256 threads a row (dim below and from
+     * 2048 on), a short last group, Llama-3-70B's hidden size */
+    ROW("fp8_add_rmsnorm_quant", .rows = 19, .cols = 4096, .delta = 1,
+        .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_add_rmsnorm_quant", .rows = 1, .cols = 4096, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_add_rmsnorm_quant", .rows = 989, .cols = 136, .delta = 1,
+        .fp8_a = KVCAL_FP8A_STATIC),
+    ROW("fp8_add_rmsnorm_quant", .rows = 37, .cols = 384, .delta = 1,
+        .fp8_a = KVCAL_FP8A_GROUP, .group = 128),
+    ROW("fp8_add_rmsnorm_quant", .rows = 19, .cols = 200, .delta = 1,
+        .fp8_a = KVCAL_FP8A_GROUP, .group = 64),
+    ROW("fp8_add_rmsnorm_quant", .rows = 3, .cols = 8192, .delta = 1,
+        .fp8_a = KVCAL_FP8A_STATIC),
 };
 #define NUM_ROWS (sizeof rows / sizeof rows[0])
 
@@ -3350,6 +3365,98 @@ static void fp8_swiglu_quant_cuda(const op_row *r, int version, const void *p,
     cudaFree(d_s), cudaFree(d_s2), cudaFree(d_in);
 }
 
+// --- fp8_add_rmsnorm_quant ---------------------------------------------------------
+
+typedef struct fp8_norm_cpu {
+    float *res, *delta, *w; /* (rows, cols), (rows, cols), (cols) */
+    float *sum, *act;       /* (rows, cols) the reference's residual and row */
+    uint8_t *q;             /* (rows, cols) kvcal_fp8_add_rmsnorm_quant_ref's */
+    float *s, in_scale;
+    int64_t nscales;
+} fp8_norm_cpu;
+
+static void *fp8_add_rmsnorm_quant_cpu(const op_row *r)
+{
+    fp8_norm_cpu *c = host_alloc(sizeof *c);
+    const int64_t n = (int64_t)r->rows * r->cols;
+    c->res = rand_bf16(n, -2.0f, 2.0f);
+    c->delta = rand_bf16(n, -1.0f, 1.0f);
+    c->w = rand_bf16(r->cols, 0.5f, 1.5f);
+    c->sum = host_copy(c->res, n);
+    c->act = host_alloc((size_t)n * sizeof(float));
+    c->in_scale = 0.005f; /* normalized rows reach ~2.6: some clip at 448 * 0.005 */
+    c->nscales = fp8_act_scales(r, r->cols);
+    c->q = host_alloc((size_t)n);
+    c->s = host_alloc((size_t)c->nscales * sizeof(float));
+    kvcal_fp8_add_rmsnorm_quant_ref(c->q, c->s, c->act, c->sum,
+                                    r->delta ? c->delta : NULL, c->w, r->rows, r->cols,
+                                    NORM_EPS, r->fp8_a, r->group, c->in_scale);
+    return c;
+}
+
+static void fp8_add_rmsnorm_quant_release(void *p)
+{
+    fp8_norm_cpu *c = p;
+    free(c->res), free(c->delta), free(c->w), free(c->sum), free(c->act);
+    free(c->q), free(c->s), free(c);
+}
+
+/* Bit for bit the residual, bytes and scales of kvcal_add_rmsnorm_launch
+ * then kvcal_fp8_quant_act_launch; the residual the CPU reference's
+ * exactly, its bytes but where the device's rsqrt and fp32 sum and the
+ * host's straddle a bf16 rounding (add_rmsnorm's bound: at most 1 in 100;
+ * a row whose absmax straddles rescales, so the scales are held to all but
+ * one). */
+static void fp8_add_rmsnorm_quant_cuda(const op_row *r, int version, const void *p,
+                                       op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const fp8_norm_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    const size_t sb = (size_t)c->nscales * sizeof(float);
+    kvcal_bf16 *d_res = kvcal_test_dev_upload_bf16(c->res, n),
+               *d_res2 = kvcal_test_dev_upload_bf16(c->res, n),
+               *d_delta = r->delta ? kvcal_test_dev_upload_bf16(c->delta, n) : NULL,
+               *d_w = kvcal_test_dev_upload_bf16(c->w, r->cols),
+               *d_out = dev_alloc_nan(n);
+    uint8_t *d_q = dev_alloc((size_t)n), *d_q2 = dev_alloc((size_t)n);
+    float *d_s = dev_alloc(sb), *d_s2 = dev_alloc(sb),
+          *d_in = dev_upload(&c->in_scale, sizeof(float));
+    ROW_ASSERT(kvcal_fp8_add_rmsnorm_quant_fits(d_res, d_delta, d_w, r->cols));
+    ROW_OK(kvcal_fp8_add_rmsnorm_quant_launch(d_q, d_s, d_res, d_delta, d_w, r->rows,
+                                              r->cols, NORM_EPS, r->fp8_a, r->group, d_in,
+                                              0));
+    ROW_OK(kvcal_add_rmsnorm_launch(d_out, d_res2, d_delta, d_w, r->rows, r->cols,
+                                    NORM_EPS, 0));
+    ROW_OK(kvcal_fp8_quant_act_launch(d_q2, d_s2, d_out, r->rows, r->cols, r->fp8_a,
+                                      r->group, d_in, 0));
+    sync_ok();
+    uint8_t *q = host_alloc((size_t)n), *q2 = host_alloc((size_t)n);
+    float *s = host_alloc(sb), *s2 = host_alloc(sb),
+          *res = kvcal_test_dev_download_bf16(d_res, n),
+          *res2 = kvcal_test_dev_download_bf16(d_res2, n);
+    dev_download(q, d_q, (size_t)n);
+    dev_download(q2, d_q2, (size_t)n);
+    dev_download(s, d_s, sb);
+    dev_download(s2, d_s2, sb);
+    int64_t unlike_pair = 0, like_ref = 0;
+    for (int64_t i = 0; i < n; i++) {
+        unlike_pair += q[i] != q2[i];
+        like_ref += q[i] == c->q[i];
+    }
+    EXPECT_NONE(count_differ(res, res2, n), n, "residual values unlike add_rmsnorm's");
+    EXPECT_NONE(count_differ(res, c->sum, n), n, "residual values not the reference's");
+    EXPECT_NONE(unlike_pair, n, "bytes unlike add_rmsnorm then fp8_quant_act's");
+    EXPECT_NONE(count_differ(s, s2, c->nscales), c->nscales,
+                "scales unlike add_rmsnorm then fp8_quant_act's");
+    EXPECT_MOSTLY(like_ref, n, 100, "bytes equal to the reference's");
+    EXPECT_MOSTLY(c->nscales - count_differ(s, c->s, c->nscales), c->nscales, c->nscales,
+                  "scales equal to the reference's");
+    free(q), free(q2), free(s), free(s2), free(res), free(res2);
+    cudaFree(d_res), cudaFree(d_res2), cudaFree(d_delta), cudaFree(d_w), cudaFree(d_out);
+    cudaFree(d_q), cudaFree(d_q2), cudaFree(d_s), cudaFree(d_s2), cudaFree(d_in);
+}
+
 static const op_def op_defs[] = {
     {"add_rmsnorm", add_rmsnorm_cpu, add_rmsnorm_release, one_version, one_plain_version,
      add_rmsnorm_cuda},
@@ -3387,6 +3494,8 @@ static const op_def op_defs[] = {
      one_plain_version, fp8_linear_cuda},
     {"fp8_swiglu_quant", fp8_swiglu_quant_cpu, fp8_swiglu_quant_release, one_version,
      one_plain_version, fp8_swiglu_quant_cuda},
+    {"fp8_add_rmsnorm_quant", fp8_add_rmsnorm_quant_cpu, fp8_add_rmsnorm_quant_release,
+     one_version, one_plain_version, fp8_add_rmsnorm_quant_cuda},
 };
 
 static const op_def *op_find(const char *stem)
@@ -3612,6 +3721,11 @@ static void fp8_swiglu_quant_rows_match_cpu_and_the_unfused_pair(void)
     run_op("fp8_swiglu_quant", OP_PLAIN);
 }
 
+static void fp8_add_rmsnorm_quant_rows_match_cpu_and_the_unfused_pair(void)
+{
+    run_op("fp8_add_rmsnorm_quant", OP_PLAIN);
+}
+
 static void gemm_tuned_rows_match_cpu(void)
 {
     run_op("gemm", OP_TUNED);
@@ -3697,6 +3811,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(fp8_quant_act_rows_match_cpu),
     KVCAL_TEST(fp8_linear_rows_match_cpu),
     KVCAL_TEST(fp8_swiglu_quant_rows_match_cpu_and_the_unfused_pair),
+    KVCAL_TEST(fp8_add_rmsnorm_quant_rows_match_cpu_and_the_unfused_pair),
     KVCAL_TEST(attention_refuses_head_dim_over_256),
     KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),

@@ -73,6 +73,27 @@ static void fp8_swiglu_quant_ref_rounds_to_bf16_before_quantizing(void)
     CU_ASSERT_EQUAL(q[1] & 0x7f, 0x00); /* below e4m3's smallest step */
 }
 
+/* The residual rounded to bf16 after the add (4 + 0.01 stays 4), the row
+ * rounded as the CUDA runner's RMSNorm rounds it (3 / sqrt(12.5) =
+ * 0.848528 becomes 0.84765625, 4 / sqrt(12.5) 1.1328125) before it is
+ * quantized: the second sets the token's scale and becomes 448, the first
+ * 335.2, which rounds to 320. */
+static void fp8_add_rmsnorm_quant_ref_rounds_the_residual_and_the_row_to_bf16(void)
+{
+    float residual[2] = {2.0f, 4.0f}, act[2], s[1];
+    const float delta[2] = {1.0f, 0.01f}, w[2] = {1.0f, 1.0f};
+    uint8_t q[2];
+    kvcal_fp8_add_rmsnorm_quant_ref(q, s, act, residual, delta, w, 1, 2, 0.0f,
+                                    KVCAL_FP8A_TOKEN, 0, 0.0f);
+    CU_ASSERT_EQUAL(residual[0], 3.0f);
+    CU_ASSERT_EQUAL(residual[1], 4.0f);
+    CU_ASSERT_EQUAL(act[0], 0.84765625f);
+    CU_ASSERT_EQUAL(act[1], 1.1328125f);
+    CU_ASSERT_EQUAL(s[0], kvcal_fp8_token_scale(1.1328125f));
+    CU_ASSERT_EQUAL(q[0], 0x7a); /* 320 */
+    CU_ASSERT_EQUAL(q[1], 0x7e); /* 448 */
+}
+
 static void fp8_group_scales_are_laid_out_group_major(void)
 {
     const float x[2 * 5] = {1, 2, 4, 8, 16, -448, 0, 0, 0, 0.5f};
@@ -395,6 +416,7 @@ static void weight_quant_refuses_other_schemes_naming_them(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(fp8_activation_formulas_follow_vllm),
     KVCAL_TEST(fp8_swiglu_quant_ref_rounds_to_bf16_before_quantizing),
+    KVCAL_TEST(fp8_add_rmsnorm_quant_ref_rounds_the_residual_and_the_row_to_bf16),
     KVCAL_TEST(fp8_group_scales_are_laid_out_group_major),
     KVCAL_TEST(half_round_is_binary16_rounding),
     KVCAL_TEST(requant_follows_vllm_through_fp16),

@@ -59,6 +59,27 @@ void kvcal_fp8_swiglu_quant_ref(uint8_t *q, float *scales, float *act,
     kvcal_fp8_quant_act_ref(q, scales, act, rows, n, mode, group, static_scale);
 }
 
+void kvcal_fp8_add_rmsnorm_quant_ref(uint8_t *q, float *scales, float *act,
+                                     float *residual, const float *delta, const float *w,
+                                     int64_t rows, int dim, float eps,
+                                     kvcal_fp8_act_scale mode, int group,
+                                     float static_scale)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *x = residual + r * dim;
+        double ss = 0.0;
+        for (int c = 0; c < dim; c++) {
+            if (delta)
+                x[c] = kvcal_bf16_round(x[c] + delta[r * dim + c]);
+            ss += (double)x[c] * x[c];
+        }
+        const float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int c = 0; c < dim; c++)
+            act[r * dim + c] = kvcal_bf16_round(kvcal_bf16_round(x[c] * inv) * w[c]);
+    }
+    kvcal_fp8_quant_act_ref(q, scales, act, rows, dim, mode, group, static_scale);
+}
+
 void kvcal_fp8_fake_quant_ref(float *out, const float *x, int64_t rows, int cols,
                               kvcal_fp8_act_scale mode, int group, float static_scale)
 {

@@ -27,6 +27,18 @@ void kvcal_fp8_swiglu_quant_ref(uint8_t *q, float *scales, float *act,
                                 const float *gate_up, int64_t rows, int n,
                                 kvcal_fp8_act_scale mode, int group, float static_scale);
 
+/* add + RMSNorm with the quantization above as its epilogue: residual
+ * (rows, dim) += delta (NULL: none), each sum rounded to bf16 (the CUDA
+ * runner's residual stream); act (rows, dim) = residual * rsqrt(mean of
+ * squares + eps) rounded to bf16, times w (dim), rounded to bf16 (the CUDA
+ * runner's arithmetic); then act quantized into q and scales as
+ * kvcal_fp8_quant_act_ref does. act is scratch the caller owns. */
+void kvcal_fp8_add_rmsnorm_quant_ref(uint8_t *q, float *scales, float *act,
+                                     float *residual, const float *delta, const float *w,
+                                     int64_t rows, int dim, float eps,
+                                     kvcal_fp8_act_scale mode, int group,
+                                     float static_scale);
+
 /* out (rows, cols) = x quantized as above and dequantized (q * scale, in
  * fp32): what the FP8 GEMM multiplies. mode NONE copies x. out may be x. */
 void kvcal_fp8_fake_quant_ref(float *out, const float *x, int64_t rows, int cols,

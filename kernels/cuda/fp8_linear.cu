@@ -10,34 +10,10 @@
 #include "core/fp8_linear.h"
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/fp8_quant_row.cuh"
 #include "kernels/cuda/ops.h"
 
 enum { ROW_THREADS = 256, VEC = 8 };
-
-static __device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* The block's max of v (every thread gets it). */
-static __device__ float block_max(float v)
-{
-    __shared__ float part[ROW_THREADS / 32];
-    __shared__ float total;
-    v = warp_max(v);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        v = warp_max(threadIdx.x < ROW_THREADS / 32 ? part[threadIdx.x] : 0.0f);
-        if (threadIdx.x == 0)
-            total = v;
-    }
-    __syncthreads();
-    return total;
-}
 
 /* Up to VEC values of row xr from column c (fewer at the row's end). */
 static __device__ __forceinline__ int load_vec(const __nv_bfloat16 *xr, int c, int k,
@@ -74,7 +50,7 @@ __global__ void quant_row_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x,
             for (int i = 0; i < n; i++)
                 m = fmaxf(m, fabsf(v[i]));
         }
-        s = kvcal_fp8_token_scale(block_max(m));
+        s = kvcal_fp8_token_scale(kvcal_block_max(m));
     } else {
         s = *input_scale;
     }
@@ -108,7 +84,7 @@ __global__ void quant_group_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *
     float m = 0.0f;
     for (int c = c0 + lane; c < c1; c += 32)
         m = fmaxf(m, fabsf(__bfloat162float(xr[c])));
-    const float s = kvcal_fp8_group_scale(warp_max(m));
+    const float s = kvcal_fp8_group_scale(kvcal_warp_max(m));
     for (int c = c0 + lane; c < c1; c += 32)
         xq[r * k + c] = kvcal_fp8_quant_group(__bfloat162float(xr[c]), s);
     if (lane == 0)
@@ -157,7 +133,8 @@ union bf16x8 {
 
 /* One row a block: the row's SwiGLU (silu(gate) rounded to bf16, times up,
  * rounded: kvcal_swiglu_launch's arithmetic) into shared memory, then
- * quantized as quant_row_kernel / quant_group_kernel quantize a bf16 row.
+ * quantized as quant_row_kernel / quant_group_kernel quantize a bf16 row
+ * (kvcal_fp8_quant_row).
  * n a multiple of 8, gate_up 16-byte and xq 8-byte aligned. */
 template <kvcal_fp8_act_scale MODE>
 __global__ void swiglu_quant_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *gate_up,
@@ -180,37 +157,7 @@ __global__ void swiglu_quant_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 
         }
         *reinterpret_cast<uint4 *>(act + c) = a.u;
     }
-    if (MODE == KVCAL_FP8A_GROUP) {
-        __syncthreads();
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        for (int c0 = warp * group; c0 < n; c0 += (ROW_THREADS / 32) * group) {
-            const int c1 = c0 + group < n ? c0 + group : n;
-            float gm = 0.0f;
-            for (int c = c0 + lane; c < c1; c += 32)
-                gm = fmaxf(gm, fabsf(__bfloat162float(act[c])));
-            const float s = kvcal_fp8_group_scale(warp_max(gm));
-            for (int c = c0 + lane; c < c1; c += 32)
-                qr[c] = kvcal_fp8_quant_group(__bfloat162float(act[c]), s);
-            if (lane == 0)
-                xs[(int64_t)(c0 / group) * rows + r] = s;
-        }
-        return;
-    }
-    /* each thread quantizes the values it wrote */
-    const float s =
-        MODE == KVCAL_FP8A_TOKEN ? kvcal_fp8_token_scale(block_max(m)) : *input_scale;
-    const float inv = 1.0f / s;
-    for (int c = threadIdx.x * VEC; c < n; c += ROW_THREADS * VEC) {
-        uint8_t q[VEC];
-        for (int i = 0; i < VEC; i++) {
-            const float v = __bfloat162float(act[c + i]);
-            q[i] = MODE == KVCAL_FP8A_TOKEN ? kvcal_fp8_quant_div(v, s)
-                                            : kvcal_fp8_quant_mul(v, inv);
-        }
-        *reinterpret_cast<uint2 *>(qr + c) = *reinterpret_cast<const uint2 *>(q);
-    }
-    if (threadIdx.x == 0)
-        xs[r] = s;
+    kvcal_fp8_quant_row<MODE>(act, n, m, qr, xs, r, rows, group, input_scale);
 }
 
 /* Shared memory of swiglu_quant_kernel: 227 KiB a block on Hopper, at least

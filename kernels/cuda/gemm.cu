@@ -387,18 +387,30 @@ extern "C" int kvcal_gemm_fp8_runs(kvcal_gemm_t *g, int rows, int k, int n, int 
     return !p->unsupported;
 }
 
-extern "C" kvcal_status
-kvcal_gemm_fp8_launch(kvcal_gemm_t *g, kvcal_bf16 *out, const uint8_t *xq,
-                      const float *x_scale, kvcal_gemm_scale x_mode, const uint8_t *wq,
-                      const float *w_scale, kvcal_gemm_scale w_mode, int fast_accum,
-                      const kvcal_bf16 *bias, int rows, int k, int n, cudaStream_t stream)
+extern "C" kvcal_status kvcal_gemm_fp8_launch_candidate(
+    kvcal_gemm_t *g, int candidate, kvcal_bf16 *out, const uint8_t *xq,
+    const float *x_scale, kvcal_gemm_scale x_mode, const uint8_t *wq, const float *w_scale,
+    kvcal_gemm_scale w_mode, int fast_accum, const kvcal_bf16 *bias, int rows, int k, int n,
+    cudaStream_t stream, int *count, int *chosen)
 {
     if (!x_scale || !w_scale)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "gemm_fp8: scale pointers are NULL");
     const gemm_key key = {
         rows,           k, n, bias != NULL, 1, scale_mode(w_mode), scale_mode(x_mode),
         fast_accum != 0};
-    return gemm_run(g, &key, -1, out, xq, wq, bias, x_scale, w_scale, stream, NULL, NULL);
+    return gemm_run(g, &key, candidate, out, xq, wq, bias, x_scale, w_scale, stream, count,
+                    chosen);
+}
+
+extern "C" kvcal_status
+kvcal_gemm_fp8_launch(kvcal_gemm_t *g, kvcal_bf16 *out, const uint8_t *xq,
+                      const float *x_scale, kvcal_gemm_scale x_mode, const uint8_t *wq,
+                      const float *w_scale, kvcal_gemm_scale w_mode, int fast_accum,
+                      const kvcal_bf16 *bias, int rows, int k, int n, cudaStream_t stream)
+{
+    return kvcal_gemm_fp8_launch_candidate(g, -1, out, xq, x_scale, x_mode, wq, w_scale,
+                                           w_mode, fast_accum, bias, rows, k, n, stream,
+                                           NULL, NULL);
 }
 
 extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,

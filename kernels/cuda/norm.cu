@@ -1,5 +1,6 @@
-/* kernels/cuda/norm.cu: fused residual add + RMSNorm, SwiGLU and the
- * embedding gather. All are memory-bound: one pass over their inputs with
+/* kernels/cuda/norm.cu: fused residual add + RMSNorm (and with the FP8
+ * activation quantization as its epilogue), SwiGLU and the embedding
+ * gather. All are memory-bound: one pass over their inputs with
  * 16-byte accesses where the row length allows, fp32 arithmetic, rounded to
  * bf16 where transformers and vLLM round (kernels/cuda/bf16_round.cuh). */
 #include <cuda_bf16.h>
@@ -7,6 +8,7 @@
 
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/fp8_quant_row.cuh"
 #include "kernels/cuda/ops.h"
 
 // --- helpers -----------------------------------------------------------------
@@ -34,6 +36,49 @@ static __device__ __forceinline__ float block_sum(float v, float *scratch)
 
 // --- residual add + RMSNorm --------------------------------------------------
 
+/* Pass 1 of a row of add + RMSNorm, 16-byte accesses (dim % 8 == 0): the
+ * residual r (dim) += delta d (where non-NULL), rounded to bf16 and written
+ * back, and this thread's sum of squares of the result (columns
+ * threadIdx.x * 8 + j * blockDim.x * 8). */
+static __device__ __forceinline__ float add_sumsq8(__nv_bfloat16 *r,
+                                                   const __nv_bfloat16 *d, int dim)
+{
+    float ss = 0.0f;
+    for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
+        bf16x8 x;
+        x.u = *reinterpret_cast<const uint4 *>(r + c);
+        if (d) {
+            bf16x8 y;
+            y.u = *reinterpret_cast<const uint4 *>(d + c);
+            for (int i = 0; i < 4; i++) {
+                float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(y.h[i]);
+                x.h[i] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+            }
+            *reinterpret_cast<uint4 *>(r + c) = x.u;
+        }
+        for (int i = 0; i < 4; i++) {
+            float2 a = __bfloat1622float2(x.h[i]);
+            ss += a.x * a.x + a.y * a.y;
+        }
+    }
+    return ss;
+}
+
+/* Pass 2: the 8 normalized values of r at column c (a 16-byte word): r *
+ * scale rounded to bf16, times the weight g, rounded. */
+static __device__ __forceinline__ uint4 norm8(const __nv_bfloat16 *r,
+                                              const __nv_bfloat16 *g, int c, float scale)
+{
+    bf16x8 x, w;
+    x.u = *reinterpret_cast<const uint4 *>(r + c);
+    w.u = *reinterpret_cast<const uint4 *>(g + c);
+    for (int i = 0; i < 4; i++) {
+        float2 a = __bfloat1622float2(x.h[i]);
+        x.h[i] = __hmul2_rn(__floats2bfloat162_rn(a.x * scale, a.y * scale), w.h[i]);
+    }
+    return x.u;
+}
+
 /* One block per row. VEC 8: dim % 8 == 0, 16-byte accesses; VEC 1: any dim. */
 template <int VEC>
 __global__ void
@@ -50,23 +95,7 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
     __nv_bfloat16 *o = out + row * dim;
     float ss = 0.0f;
     if (VEC == 8) {
-        for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
-            bf16x8 x;
-            x.u = *reinterpret_cast<const uint4 *>(r + c);
-            if (d) {
-                bf16x8 y;
-                y.u = *reinterpret_cast<const uint4 *>(d + c);
-                for (int i = 0; i < 4; i++) {
-                    float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(y.h[i]);
-                    x.h[i] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
-                }
-                *reinterpret_cast<uint4 *>(r + c) = x.u;
-            }
-            for (int i = 0; i < 4; i++) {
-                float2 a = __bfloat1622float2(x.h[i]);
-                ss += a.x * a.x + a.y * a.y;
-            }
-        }
+        ss = add_sumsq8(r, d, dim);
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x) {
             float x = __bfloat162float(r[c]);
@@ -80,20 +109,19 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
     }
     const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
     if (VEC == 8) {
-        for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
-            bf16x8 x, g;
-            x.u = *reinterpret_cast<const uint4 *>(r + c);
-            g.u = *reinterpret_cast<const uint4 *>(w + c);
-            for (int i = 0; i < 4; i++) {
-                float2 a = __bfloat1622float2(x.h[i]);
-                x.h[i] = __hmul2_rn(__floats2bfloat162_rn(a.x * scale, a.y * scale), g.h[i]);
-            }
-            *reinterpret_cast<uint4 *>(o + c) = x.u;
-        }
+        for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8)
+            *reinterpret_cast<uint4 *>(o + c) = norm8(r, w, c, scale);
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
             o[c] = __hmul_rn(__float2bfloat16_rn(__bfloat162float(r[c]) * scale), w[c]);
     }
+}
+
+/* Threads of a row's block: the sum of squares' order depends on it, so
+ * the fused kernel below takes the same. */
+static int norm_threads(int dim)
+{
+    return dim >= 2048 ? 256 : 128;
 }
 
 static int aligned16(const void *p)
@@ -120,13 +148,108 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
     auto *g = reinterpret_cast<const __nv_bfloat16 *>(w);
     const int vec = dim % 8 == 0 && aligned16(out) && aligned16(residual) &&
                     (!delta || aligned16(delta)) && aligned16(w);
-    const int threads = dim >= 2048 ? 256 : 128;
+    const int threads = norm_threads(dim);
     if (vec)
         add_rmsnorm_kernel<8><<<rows, threads, 0, stream>>>(o, r, d, g, dim, eps);
     else
         add_rmsnorm_kernel<1><<<rows, threads, 0, stream>>>(o, r, d, g, dim, eps);
     KVCAL_CUDA_CHECK_LAUNCH("add_rmsnorm_kernel");
     return KVCAL_OK;
+}
+
+// --- residual add + RMSNorm with the FP8 quantization as its epilogue ----------
+
+/* One block per row, norm_threads(dim) threads: add_rmsnorm_kernel<8>'s
+ * arithmetic (the same passes), the normalized row into shared memory
+ * instead of out, then quantized as kvcal_fp8_quant_act_launch would
+ * quantize out (kvcal_fp8_quant_row). */
+template <kvcal_fp8_act_scale MODE>
+__global__ void
+add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
+                         float *__restrict__ xs,                  // scales
+                         __nv_bfloat16 *__restrict__ residual,    // (rows, dim)
+                         const __nv_bfloat16 *__restrict__ delta, // or NULL
+                         const __nv_bfloat16 *__restrict__ w,     // (dim)
+                         int rows, int dim, float eps, int group,
+                         const float *input_scale)
+{
+    extern __shared__ uint4 smem[];
+    __shared__ float scratch[32];
+    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // (dim) the row
+    const int64_t row = blockIdx.x;
+    __nv_bfloat16 *r = residual + row * dim;
+    const __nv_bfloat16 *d = delta ? delta + row * dim : nullptr;
+    const float scale =
+        rsqrtf(block_sum(add_sumsq8(r, d, dim), scratch) / (float)dim + eps);
+    float m = 0.0f;
+    for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
+        bf16x8 x;
+        x.u = norm8(r, w, c, scale);
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __bfloat1622float2(x.h[i]);
+            m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+        *reinterpret_cast<uint4 *>(act + c) = x.u;
+    }
+    kvcal_fp8_quant_row<MODE>(act, dim, m, xq + row * dim, xs, row, rows, group,
+                              input_scale);
+}
+
+/* Shared memory of add_rmsnorm_quant_kernel: the row, at most the default
+ * 48 KiB a block (hidden sizes up to 24,576). */
+enum { NORM_QUANT_SMEM_MAX = 48 * 1024 };
+
+extern "C" int kvcal_fp8_add_rmsnorm_quant_fits(const kvcal_bf16 *residual,
+                                                const kvcal_bf16 *delta,
+                                                const kvcal_bf16 *w, int dim)
+{
+    return dim > 0 && dim % 8 == 0 &&
+           (size_t)dim * sizeof(__nv_bfloat16) <= NORM_QUANT_SMEM_MAX && residual && w &&
+           aligned16(residual) && (!delta || aligned16(delta)) && aligned16(w);
+}
+
+template <kvcal_fp8_act_scale MODE>
+static kvcal_status add_rmsnorm_quant(uint8_t *xq, float *xs, kvcal_bf16 *residual,
+                                      const kvcal_bf16 *delta, const kvcal_bf16 *w,
+                                      int rows, int dim, float eps, int group,
+                                      const float *input_scale, cudaStream_t stream)
+{
+    add_rmsnorm_quant_kernel<MODE>
+        <<<rows, norm_threads(dim), (size_t)dim * sizeof(__nv_bfloat16), stream>>>(
+            xq, xs, reinterpret_cast<__nv_bfloat16 *>(residual),
+            reinterpret_cast<const __nv_bfloat16 *>(delta),
+            reinterpret_cast<const __nv_bfloat16 *>(w), rows, dim, eps, group,
+            input_scale);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_add_rmsnorm_quant_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_fp8_add_rmsnorm_quant_launch(
+    uint8_t *xq, float *xs, kvcal_bf16 *residual, const kvcal_bf16 *delta,
+    const kvcal_bf16 *w, int rows, int dim, float eps, kvcal_fp8_act_scale mode,
+    int group, const float *input_scale, cudaStream_t stream)
+{
+    if (rows < 0 || !xq || !xs || !(eps >= 0.0f) || (uintptr_t)xq % 8 ||
+        !kvcal_fp8_add_rmsnorm_quant_fits(residual, delta, w, dim) ||
+        (mode == KVCAL_FP8A_GROUP && group <= 0) ||
+        (mode == KVCAL_FP8A_STATIC && !input_scale) || mode == KVCAL_FP8A_NONE)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "fp8_add_rmsnorm_quant: rows %d, dim %d, eps %g, mode %d, group "
+            "%d: need buffers (residual, delta and w 16-byte, xq 8-byte "
+            "aligned), a dim that kvcal_fp8_add_rmsnorm_quant_fits, eps >= "
+            "0, a mode and its scale",
+            rows, dim, (double)eps, (int)mode, group);
+    if (rows == 0)
+        return KVCAL_OK;
+    if (mode == KVCAL_FP8A_GROUP)
+        return add_rmsnorm_quant<KVCAL_FP8A_GROUP>(xq, xs, residual, delta, w, rows, dim,
+                                                   eps, group, NULL, stream);
+    if (mode == KVCAL_FP8A_TOKEN)
+        return add_rmsnorm_quant<KVCAL_FP8A_TOKEN>(xq, xs, residual, delta, w, rows, dim,
+                                                   eps, 0, NULL, stream);
+    return add_rmsnorm_quant<KVCAL_FP8A_STATIC>(xq, xs, residual, delta, w, rows, dim,
+                                                eps, 0, input_scale, stream);
 }
 
 // --- SwiGLU ------------------------------------------------------------------
@@ -173,7 +296,8 @@ extern "C" kvcal_status kvcal_geglu_launch(kvcal_bf16 *out, const kvcal_bf16 *ga
 {
     if (!out || !gate_up || rows < 0 || n <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "geglu: rows %d, n %d: need buffers, rows >= 0, n > 0", rows, n);
+                          "geglu: rows %d, n %d: need buffers, rows >= 0, n > 0", rows,
+                          n);
     if (rows == 0)
         return KVCAL_OK;
     geglu_kernel<<<grid_of((int64_t)rows * n, 256), 256, 0, stream>>>(
@@ -194,29 +318,32 @@ extern "C" kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap
                                              cudaStream_t stream)
 {
     if (!x || n < 0 || !(cap > 0.0f) || !isfinite(cap))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "softcap: n %lld, cap %g: need a buffer, n >= 0 and a finite cap > 0",
-                          (long long)n, (double)cap);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "softcap: n %lld, cap %g: need a buffer, n >= 0 and a finite cap > 0",
+            (long long)n, (double)cap);
     if (n == 0)
         return KVCAL_OK;
-    softcap_kernel<<<grid_of(n, 256), 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16 *>(x),
-                                                        n, cap);
+    softcap_kernel<<<grid_of(n, 256), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(x), n, cap);
     KVCAL_CUDA_CHECK_LAUNCH("softcap_kernel");
     return KVCAL_OK;
 }
 
-extern "C" kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int64_t n,
-                                            float a, float b, cudaStream_t stream)
+extern "C" kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x,
+                                            int64_t n, float a, float b,
+                                            cudaStream_t stream)
 {
     if (!out || !x || n < 0 || !isfinite(a) || !isfinite(b))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "affine: n %lld, a %g, b %g: need buffers, n >= 0, finite a and b",
-                          (long long)n, (double)a, (double)b);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "affine: n %lld, a %g, b %g: need buffers, n >= 0, finite a and b",
+            (long long)n, (double)a, (double)b);
     if (n == 0)
         return KVCAL_OK;
     affine_kernel<<<grid_of(n, 256), 256, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(x),
-        n, a, b);
+        reinterpret_cast<__nv_bfloat16 *>(out),
+        reinterpret_cast<const __nv_bfloat16 *>(x), n, a, b);
     KVCAL_CUDA_CHECK_LAUNCH("affine_kernel");
     return KVCAL_OK;
 }
@@ -242,7 +369,8 @@ __global__ void swiglu_kernel(__nv_bfloat16 *__restrict__ out,           // (row
                 g.h[k] = kvcal_swiglu2_bf16(g.h[k], u.h[k]);
             *reinterpret_cast<uint4 *>(op) = g.u;
         } else {
-            *op = __hmul_rn(__float2bfloat16_rn(kvcal_silu(__bfloat162float(*gp))), gp[n]);
+            *op =
+                __hmul_rn(__float2bfloat16_rn(kvcal_silu(__bfloat162float(*gp))), gp[n]);
         }
     }
 }

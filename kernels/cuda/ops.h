@@ -183,6 +183,17 @@ kvcal_status kvcal_gemm_fp8_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const ui
                                    const kvcal_bf16 *bias, int rows, int k, int n,
                                    cudaStream_t stream);
 
+/* kvcal_gemm_fp8_launch with cuBLASLt's candidate `candidate` of the plan
+ * (-1: the chosen one, timed at the first launch), for benchmarks;
+ * *count and *chosen as kvcal_gemm_launch_candidate's. */
+kvcal_status kvcal_gemm_fp8_launch_candidate(kvcal_gemm_t *gemm, int candidate,
+                                             kvcal_bf16 *out, const uint8_t *xq,
+                                             const float *x_scale, kvcal_gemm_scale x_mode,
+                                             const uint8_t *wq, const float *w_scale,
+                                             kvcal_gemm_scale w_mode, int fast_accum,
+                                             const kvcal_bf16 *bias, int rows, int k, int n,
+                                             cudaStream_t stream, int *count, int *chosen);
+
 /* Whether cuBLASLt has an algorithm for that FP8 GEMM (planned and kept);
  * where not, kvcal_last_error() says what its heuristic answered. */
 int kvcal_gemm_fp8_runs(kvcal_gemm_t *gemm, int rows, int k, int n, int bias,
@@ -251,9 +262,30 @@ kvcal_status kvcal_fp8_swiglu_quant_launch(uint8_t *xq, float *xs,
 /* Whether kvcal_fp8_swiglu_quant_launch takes rows of n outputs. */
 int kvcal_fp8_swiglu_quant_fits(int n);
 
+/* kvcal_add_rmsnorm_launch with the quantization above as its epilogue:
+ * residual (rows, dim) += delta (NULL: none), rounded to bf16 as that
+ * launch writes it, then the row normalized with w (dim) as it computes
+ * out, quantized into xq (rows, dim) and xs as kvcal_fp8_quant_act_launch
+ * would quantize out: bit for bit the residual, bytes and scales of the
+ * two launches, without the (rows, dim) bf16 out between them (for a
+ * normalized stream whose only reader is an FP8 projection with quantized
+ * activations). The arguments must pass kvcal_fp8_add_rmsnorm_quant_fits;
+ * xq 8-byte aligned; mode not NONE. Reference: kvcal_fp8_add_rmsnorm_quant_ref. */
+kvcal_status kvcal_fp8_add_rmsnorm_quant_launch(
+    uint8_t *xq, float *xs, kvcal_bf16 *residual, const kvcal_bf16 *delta,
+    const kvcal_bf16 *w, int rows, int dim, float eps, kvcal_fp8_act_scale mode,
+    int group, const float *input_scale, cudaStream_t stream);
+
+/* Whether kvcal_fp8_add_rmsnorm_quant_launch takes these rows: dim a
+ * multiple of 8 whose row fits shared memory, residual, delta (may be
+ * NULL) and w 16-byte aligned. */
+int kvcal_fp8_add_rmsnorm_quant_fits(const kvcal_bf16 *residual, const kvcal_bf16 *delta,
+                                     const kvcal_bf16 *w, int dim);
+
 /* out (rows, n) bf16 = the served FP8 linear layer (kvcal_fp8_linear_ref)
  * of x (rows, k) bf16: the activation quantized as w->f.a says (x NULL: s->xq
- * and s->xs hold it quantized already, kvcal_fp8_swiglu_quant_launch's), then, with
+ * and s->xs hold it quantized already, kvcal_fp8_swiglu_quant_launch's or
+ * kvcal_fp8_add_rmsnorm_quant_launch's), then, with
  * path AUTO and quantized activations, cuBLASLt's FP8 GEMM where it runs
  * the scale modes (per-tensor: scalars; per-channel or per-token: outer
  * vectors; 128 x 128 blocks: block scales beside 1 x 128 activation
