@@ -265,7 +265,7 @@ int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code);
 
 /* The cuda backend's MLP for a model of intermediate_size I and hidden_size
  * D on that GPU: *fused = 1 when mode is not UNFUSED, the kernel runs there
- * and I is a multiple of 128, D of 8; else 0. mode FUSED where the kernel
+ * and I and D are multiples of 8; else 0. mode FUSED where the kernel
  * cannot run is KVCAL_ERR_UNSUPPORTED naming why. Pure: the GPU's
  * capability and code are arguments. */
 kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,

@@ -223,6 +223,8 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
         long long rows, cols;
         kvcal_model_weight_shape(d, i, &rows, &cols);
         lay->off[i] = off;
+        if (i == KVCAL_W_GATE_UP && mlp_fused) /* its last block padded */
+            rows = kvcal_gemm_swiglu_rows(d->intermediate_size);
         lay->elems[i] = (size_t)rows * (size_t)(cols ? cols : 1);
         lay->fp8[i] = d->fp8[i];
         if (d->fp8[i].w == KVCAL_FP8W_NONE) {
