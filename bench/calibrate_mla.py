@@ -21,11 +21,15 @@ samples as JSONL token ids. Then, on the same tokens:
   every attention module that recomputes the entry an engine caches
   (tests/hf_mla.py: kv_a_layernorm's latent, the rotated RoPE part) and keeps
   its two parts' absmax, with each experts implementation the installed
-  transformers offers (eager, batched_mm, grouped_mm), eager and under
-  torch.compile; one that fails is reported and skipped. `--transformers`
-  names the configurations to run (IMPL or IMPL+compile, comma-separated,
-  e.g. grouped_mm+compile, the fastest measured; none: kvcal and the floor
-  alone); all by default;
+  transformers offers (eager, batched_mm, grouped_mm), eager, under
+  torch.compile of the whole body (+compile) and with each decoder layer
+  compiled apart (+rcompile: regional compilation, the layers of one kind
+  share their compiled code, so that its compile time does not grow with the
+  layers as the whole body's does); one that fails is reported and skipped.
+  `--transformers` names the configurations to run (IMPL, IMPL+compile or
+  IMPL+rcompile, comma-separated, e.g. grouped_mm+compile, the fastest
+  measured at 2 and 4 layers; none: kvcal and the floor alone); all by
+  default;
 - the floor of the library calls: one MoE layer's GEMMs (q, kv_a, kv_b, o,
   router, the shared experts) and the routed experts' as torch's grouped GEMM
   on a balanced routing, plus the fastest SDPA backend that takes a query /
@@ -136,27 +140,32 @@ def library_floor(layers):
 
 
 IMPLS = ("eager", "batched_mm", "grouped_mm")
+# how a configuration runs the body: as it is, torch.compile of the whole body,
+# each decoder layer compiled in place (last: it changes the modules)
+MODES = ("", "compile", "rcompile")
+MODE_NAMES = {"": "", "compile": " + torch.compile",
+              "rcompile": " + torch.compile of each layer"}
 
 
 def configurations(spec):
-    """[(experts implementation, compiled)] that --transformers names."""
+    """[(experts implementation, mode)] that --transformers names."""
     if spec == "all":
-        return [(impl, c) for impl in IMPLS for c in (False, True)]
+        return [(impl, m) for impl in IMPLS for m in MODES[:2]]
     if spec == "none":
         return []
     out = []
     for name in spec.split(","):
-        impl, _, compiled = name.strip().partition("+")
-        if impl not in IMPLS or compiled not in ("", "compile"):
+        impl, _, mode = name.strip().partition("+")
+        if impl not in IMPLS or mode not in MODES:
             sys.exit(f"--transformers {spec}: '{name}' is none of {', '.join(IMPLS)} "
-                     "(each with or without +compile); or say all or none")
-        out.append((impl, compiled == "compile"))
+                     "(each alone, +compile or +rcompile); or say all or none")
+        out.append((impl, mode))
     return out
 
 
 def transformers_runs(model_dir, layers, batches, wanted):
     """{name: (tokens/s, peak bytes, [[latent, rope] absmax per layer])} of
-    the configurations wanted ([(experts implementation, compiled)])."""
+    the configurations wanted ([(experts implementation, mode)])."""
     results = {}
     for impl in (i for i in IMPLS if any(w[0] == i for w in wanted)):
         try:
@@ -179,13 +188,19 @@ def transformers_runs(model_dir, layers, batches, wanted):
 
         for i, layer in enumerate(body.layers):
             layer.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True)
-        for compiled in (c for i, c in wanted if i == impl):
-            name = f"{impl}{' + torch.compile' if compiled else ''}"
-            fn = torch.compile(body) if compiled else body
+        for mode in sorted((m for i, m in wanted if i == impl), key=MODES.index):
+            name = f"{impl}{MODE_NAMES[mode]}"
+            fn = torch.compile(body) if mode == "compile" else body
+            if mode == "rcompile":
+                for layer in body.layers:
+                    layer.compile()
             try:
                 with torch.inference_mode():
+                    t = time.time()
                     fn(input_ids=batches[0], use_cache=False)  # warm-up (compilation)
                     torch.cuda.synchronize()
+                    print(f"transformers {name}: warm-up (compilation) {time.time() - t:.1f} s",
+                          flush=True)
                     stats.zero_()
                     torch.cuda.reset_peak_memory_stats()
                     t = time.time()
@@ -212,15 +227,17 @@ def main():
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--transformers", default="all",
-                    help="all, none, or IMPL[+compile],... (IMPL: eager, batched_mm, "
-                         "grouped_mm)")
+                    help="all, none, or IMPL[+compile|+rcompile],... (IMPL: eager, "
+                         "batched_mm, grouped_mm)")
     a = ap.parse_args()
     wanted = configurations(a.transformers)
     os.makedirs(a.workdir, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
+    t = time.time()
     model_dir = make_model(a.workdir, a.layers)
+    print(f"checkpoint of {a.layers} layers ready in {time.time() - t:.1f} s", flush=True)
     samples = a.batches * BATCH
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, VOCAB, (samples, SEQ), generator=g)
@@ -228,7 +245,9 @@ def main():
     with open(data, "w") as f:
         for row in ids.tolist():
             f.write(json.dumps({"input_ids": row}) + "\n")
+    t = time.time()
     res, kv_peak = run_kvcal(a.kvcal, model_dir, data, samples, a.out)
+    print(f"kvcal's run: {time.time() - t:.1f} s end to end", flush=True)
     kvcal_tps = res["tokens_per_second"]
     ph = res.get("phases", {})
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s (forward "

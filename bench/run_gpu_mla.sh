@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # On a GPU host, from an existing CUDA build: the multi-head latent attention
 # (DeepSeek-V2/V3, Kimi K2) checks and benchmark, each log into OUTDIR, a
-# summary last; exits 0 when all ran clean. About 5 minutes on an H200; with
-# KVCAL_MLA_SHORT=1 about 1.5 (ops and bench only, 2 layers, 1 batch, one
-# transformers configuration).
+# summary last; exits 0 when all ran clean. About 6 minutes on an H200 (an
+# estimate: the 27-layer bench has not run yet); with KVCAL_MLA_SHORT=1 about
+# 1.5 (ops and bench only, 2 layers, 1 batch, one transformers
+# configuration).
 #   tests  the suites that run MLA on the device: backend_ops (the
 #          mla_latent / mla_expand / mla_ds_roundtrip rows, the grouped top-k
 #          moe rows, attention at head 192 among the others),
 #          cuda_attention_cudnn (MLA's q/k 192 / v 128 heads on cuDNN as they
 #          are), cuda_backend and eval_cuda (the DeepSeek golden models
 #          against transformers and the CPU backend, fp8-ds-mla among the eval
-#          modes), and on the host mla_ops, mla_cli and runner
+#          modes; the last MoE layer routing only, with the statistics of a
+#          whole one), and on the host mla_ops, mla_cli and runner
 #   vs     the cached entry's absmax (and its latent's and RoPE part's) of
 #          kvcal --device cuda against transformers bf16 on the DeepSeek golden
 #          fixtures (tests/gpu_vs_transformers.py --golden --only deepseek,
@@ -19,15 +21,20 @@
 #          DeepSeek-V2-Lite's shapes (8 x 2048 tokens), which attention the
 #          runner takes (cuDNN's note), the block's sum now and before
 #   bench  bench/calibrate_mla.py: kvcal calibrate --device cuda against
-#          transformers on $KVCAL_MLA_LAYERS (default 4) layers of
-#          DeepSeek-V2-Lite, 8 x 2048 tokens a batch, $KVCAL_MLA_BATCHES
-#          (default 2) batches, the transformers configurations
-#          $KVCAL_MLA_HF names (default all; IMPL[+compile],... or none); the
-#          model is built under $KVCAL_MLA_WORK (default OUTDIR/work, about
-#          1.2 GB a layer; removed afterwards unless KVCAL_MLA_KEEP=1)
-# KVCAL_MLA_STEPS picks steps (default "tests vs ops bench"); KVCAL_MLA_SHORT=1
-# makes the defaults "ops bench", 2 layers, 1 batch, grouped_mm+compile (the
-# fastest transformers configuration measured).
+#          transformers on DeepSeek-V2-Lite, once for each layer count of
+#          $KVCAL_MLA_LAYERS (default "4 27": the morning's comparison, then
+#          all of V2-Lite's layers), 8 x 2048 tokens a batch,
+#          $KVCAL_MLA_BATCHES (default 2) batches, the transformers
+#          configurations $KVCAL_MLA_HF names (IMPL[+compile|+rcompile],...,
+#          all or none; default grouped_mm+rcompile, each decoder layer
+#          compiled, whose compile time does not grow with the layers, and
+#          at 8 layers or fewer grouped_mm+compile too, the fastest measured
+#          there); each model is built under $KVCAL_MLA_WORK (default
+#          OUTDIR/work, about 1.2 GB a layer: 33 GB at 27) and removed after
+#          its run unless KVCAL_MLA_KEEP=1
+# KVCAL_MLA_STEPS picks steps (default "tests ops bench"; vs on demand);
+# KVCAL_MLA_SHORT=1 makes the defaults "ops bench", 2 layers, 1 batch,
+# grouped_mm+compile (the fastest transformers configuration measured).
 # usage: bench/run_gpu_mla.sh OUTDIR [BUILD]     (BUILD defaults to build; it
 # needs kvcal, kvcal_tests and bench/runner_ops built there)
 set -uo pipefail
@@ -39,12 +46,18 @@ cd "$(dirname "$0")/.."
 
 if [ "${KVCAL_MLA_SHORT:-0}" = 1 ]; then
     steps=${KVCAL_MLA_STEPS:-ops bench}
-    layers=${KVCAL_MLA_LAYERS:-2} batches=${KVCAL_MLA_BATCHES:-1}
-    hf=${KVCAL_MLA_HF:-grouped_mm+compile}
+    layer_counts=${KVCAL_MLA_LAYERS:-2} batches=${KVCAL_MLA_BATCHES:-1}
 else
-    steps=${KVCAL_MLA_STEPS:-tests vs ops bench}
-    layers=${KVCAL_MLA_LAYERS:-4} batches=${KVCAL_MLA_BATCHES:-2} hf=${KVCAL_MLA_HF:-all}
+    steps=${KVCAL_MLA_STEPS:-tests ops bench}
+    layer_counts=${KVCAL_MLA_LAYERS:-4 27} batches=${KVCAL_MLA_BATCHES:-2}
 fi
+# the transformers configurations of a bench of $1 layers
+hf_for() {
+    if [ -n "${KVCAL_MLA_HF:-}" ]; then echo "$KVCAL_MLA_HF"
+    elif [ "${KVCAL_MLA_SHORT:-0}" = 1 ]; then echo grouped_mm+compile
+    elif [ "$1" -le 8 ]; then echo grouped_mm+compile,grouped_mm+rcompile
+    else echo grouped_mm+rcompile; fi
+}
 runs() { [[ " $steps " == *" $1 "* ]]; }
 
 . bench/gpu_env.sh
@@ -74,11 +87,17 @@ fi
 
 if runs bench; then
     work=${KVCAL_MLA_WORK:-$out/work}
-    timeout 420 python3 bench/calibrate_mla.py "$build/kvcal" "$work" "$out" \
-        --layers "$layers" --batches "$batches" --transformers "$hf" 2>&1 |
-        tee "$out/bench.log"
-    b_rc=${PIPESTATUS[0]}
-    [ "${KVCAL_MLA_KEEP:-0}" = 1 ] || rm -rf "$work"
+    b_rc=0
+    : > "$out/bench.log"
+    for layers in $layer_counts; do
+        # the checkpoint's writing and loading and the compilation grow with the layers
+        timeout $((120 + 8 * layers)) python3 bench/calibrate_mla.py "$build/kvcal" "$work" \
+            "$out/bench-$layers" --layers "$layers" --batches "$batches" \
+            --transformers "$(hf_for "$layers")" 2>&1 | grep -v Warning | tee -a "$out/bench.log"
+        rc=${PIPESTATUS[0]}
+        [ "$rc" -eq 0 ] || b_rc=$rc
+        [ "${KVCAL_MLA_KEEP:-0}" = 1 ] || rm -rf "$work"
+    done
 fi
 
 status() { case $1 in -) echo "not run" ;; 0) echo ok ;; *) echo "FAILED ($1)" ;; esac; }
@@ -93,9 +112,9 @@ echo "vs     $(status "$v_rc")   (log: $out/vs.log)"
 echo "ops    $(status "$o_rc")   (log: $out/ops.log)"
 [ "$o_rc" = - ] || grep -E '^attention|^MLA block|^mla_expand|^mla_latent|^gemm|^drop|^latent' \
     "$out/ops.log" | cut -c1-300 | sed 's/^/       /'
-echo "bench  $(status "$b_rc")   (log: $out/bench.log, figures: $out/mla_bench.json)"
-[ "$b_rc" = - ] || grep -E 'tokens/s|kvcal / |MLA (latent|rope) absmax|library floor' \
-    "$out/bench.log" | tail -n 14 | sed 's/^/       /'
+echo "bench  $(status "$b_rc")   (log: $out/bench.log, figures: $out/bench-LAYERS/mla_bench.json)"
+[ "$b_rc" = - ] || grep -E 'tokens/s|kvcal / |MLA (latent|rope) absmax|library floor|layers of Deep|ready in|end to end|warm-up|failed' \
+    "$out/bench.log" | grep -v 'sdpa\[name\]' | tail -n 40 | cut -c1-160 | sed 's/^/       /'
 for rc in $t_rc $v_rc $o_rc $b_rc; do
     [ "$rc" = - ] || [ "$rc" -eq 0 ] || exit 1
 done

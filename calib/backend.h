@@ -115,8 +115,11 @@ typedef struct kvcal_backend_ops {
     kvcal_status (*attention)(kvcal_backend *be, const kvcal_op *op);
     kvcal_status (*swiglu)(kvcal_backend *be, const kvcal_op *op);
     /* observe: layer whose routing counts (stats->expert_tokens, when the
-     * statistics have them) the batch's tokens are added to (-1: none) */
-    kvcal_status (*moe)(kvcal_backend *be, const kvcal_op *op, int observe);
+     * statistics have them) the batch's tokens are added to (-1: none);
+     * route_only 1: the router and top-k alone (the counts), no expert nor
+     * shared expert run and op's out left as it was */
+    kvcal_status (*moe)(kvcal_backend *be, const kvcal_op *op, int observe,
+                        int route_only);
     kvcal_status (*rmsnorm)(kvcal_backend *be, const kvcal_op *op);
     kvcal_status (*geglu)(kvcal_backend *be, const kvcal_op *op);
     /* need_q 0: the query is not there (a calibration's last layer) and is
@@ -262,7 +265,7 @@ int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code);
 
 /* The cuda backend's MLP for a model of intermediate_size I and hidden_size
  * D on that GPU: *fused = 1 when mode is not UNFUSED, the kernel runs there
- * and I is a multiple of 128, D of 8; else 0. mode FUSED where the kernel
+ * and I and D are multiples of 8; else 0. mode FUSED where the kernel
  * cannot run is KVCAL_ERR_UNSUPPORTED naming why. Pure: the GPU's
  * capability and code are arguments. */
 kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,

@@ -444,7 +444,8 @@ static void mlp(cpu_backend *c, float *out, const float *x, int64_t n, const flo
     kvcal_matmul_ref(out, c->gate, w_down, b_down, (int)n, I, D);
 }
 
-static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer)
+static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer,
+                        int route_only)
 {
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
@@ -467,14 +468,19 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
                                        d->norm_topk_prob,
                                        d->routed_scale};
     kvcal_moe_route_grouped_ref(c->route_e, c->route_w, c->logits, n, &route);
+    int64_t *counts = observe_layer >= 0 && c->stats && c->stats->num_experts == E
+                          ? c->stats->expert_tokens + (int64_t)observe_layer * E
+                          : NULL;
+    if (route_only) {
+        for (int64_t i = 0; counts && i < n * K; i++)
+            counts[c->route_e[i]]++;
+        return KVCAL_OK;
+    }
     memset(out, 0, sizeof(float) * (size_t)(n * D));
     const float *gu = weight(c, KVCAL_W_EXPERT_GATE_UP),
                 *down = weight(c, KVCAL_W_EXPERT_DOWN);
     const float *b_gu = weight(c, KVCAL_W_EXPERT_GATE_UP_BIAS),
                 *b_down = weight(c, KVCAL_W_EXPERT_DOWN_BIAS);
-    int64_t *counts = observe_layer >= 0 && c->stats && c->stats->num_experts == E
-                          ? c->stats->expert_tokens + (int64_t)observe_layer * E
-                          : NULL;
     /* expert by expert, in order (transformers' sum order) */
     for (int e = 0; e < E; e++) {
         int64_t m = 0;

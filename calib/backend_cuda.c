@@ -223,6 +223,8 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
         long long rows, cols;
         kvcal_model_weight_shape(d, i, &rows, &cols);
         lay->off[i] = off;
+        if (i == KVCAL_W_GATE_UP && mlp_fused) /* its last block padded */
+            rows = kvcal_gemm_swiglu_rows(d->intermediate_size);
         lay->elems[i] = (size_t)rows * (size_t)(cols ? cols : 1);
         lay->fp8[i] = d->fp8[i];
         if (d->fp8[i].w == KVCAL_FP8W_NONE) {
@@ -832,8 +834,9 @@ fail:
  * plan's order, gate/up with SwiGLU fused, down; elsewhere gate/up, SwiGLU,
  * down; gpt-oss's biases and clamped SwiGLU as separate kernels after plain
  * GEMMs on either), the shared expert on cuBLAS, the weighted combine: no
- * host round trip. */
-static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
+ * host round trip. route_only: up to the grouping (the counts) alone. */
+static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
+                        int route_only)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
@@ -863,6 +866,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe)
     TRY(kvcal_moe_route_grouped_launch(r->route_e, r->route_w, r->router, r->pos, n,
                                        &route, s));
     TRY(kvcal_moe_align_launch(&plan, r->route_e, n * r->K, r->E, counts, s));
+    if (route_only)
+        return KVCAL_OK;
     const kvcal_bf16 *b_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP_BIAS),
                      *b_down = tensor(r, KVCAL_W_EXPERT_DOWN_BIAS);
     if (r->moe_sm90 && !moe_oai(d)) {

@@ -18,14 +18,14 @@ kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I
                                    kvcal_mlp_choice mode, int *fused)
 {
     const int runs = kvcal_cuda_mlp_fused_runs(major, minor, code),
-              fits = I % 128 == 0 && D % 8 == 0;
+              fits = I % 8 == 0 && D % 8 == 0;
     *fused = 0;
     if (mode == KVCAL_MLP_FUSED && !(runs && fits))
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "KVCAL_MLP=fused needs a Hopper GPU (compute capability 9.0) running this "
-            "build's sm_90a code, intermediate_size a multiple of 128 and hidden_size "
-            "of 8 (this GPU: %d.%d, running %s; this model: %d and %d); unset KVCAL_MLP",
+            "build's sm_90a code, intermediate_size and hidden_size multiples of 8 "
+            "(this GPU: %d.%d, running %s; this model: %d and %d); unset KVCAL_MLP",
             major, minor, code && *code ? code : "no code of this build", I, D);
     *fused = mode != KVCAL_MLP_UNFUSED && runs && fits;
     return KVCAL_OK;

@@ -202,15 +202,18 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
         size_t off = ld->lay.off[w];
         if (w == KVCAL_W_GATE_UP && ld->lay.gate_up_interleaved) {
             /* row r of the device weight is row source_row(r) of [gate; up],
-             * in runs of 128 rows */
+             * in runs of 128 rows (the last gate and up runs shorter where I
+             * is not a multiple of 128: the padding is not loaded) */
             const int I = d->intermediate_size, D = d->hidden_size;
-            for (int r = 0; r < 2 * I; r += 128) {
+            for (int r = 0; r < kvcal_gemm_swiglu_rows(I); r += 128) {
                 const int src = kvcal_gemm_swiglu_source_row(r, I);
+                const int end = src < I ? I : 2 * I,
+                          run = end - src < 128 ? end - src : 128;
                 /* [gate; up] in two tensors, or already fused in one */
                 const kvcal_tensor_view *p = &part[n == 1 || src < I ? 0 : 1];
                 const int64_t row = n == 1 || src < I ? src : src - I;
                 if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), p, row * D,
-                             (size_t)128 * D, sizeof(kvcal_bf16), NULL))
+                             (size_t)run * D, sizeof(kvcal_bf16), NULL))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
             }
             continue;

@@ -13,6 +13,7 @@ struct kvcal_exec {
     kvcal_backend *be;
     int max_batch, max_seq_len;
     int chunk_cap;        /* batches a chunk may hold (0: as many as fit) */
+    int whole_last_layer; /* kvcal_exec_options' */
     int chunk;            /* slots the backend holds now */
     int64_t *names;       /* (chunk, max_batch) sample ids of each slot's batch */
     kvcal_batch *batches; /* (chunk) */
@@ -23,6 +24,7 @@ struct kvcal_exec {
     float *kld, *top;     /* (max_batch * max_seq_len) */
     int64_t *ref_row; /* (max_batch * max_seq_len) reference row of each row, -1: none */
     int64_t ref_rows; /* rows of the kept reference (0: none) */
+    long long moe_ops[2]; /* MoE ops run: [0] whole, [1] routing only */
 };
 
 /* What one pass does with K and V, and how far it runs. */
@@ -34,6 +36,9 @@ typedef struct {
     kvcal_exec_tap_fn tap; /* or NULL */
     void *tap_ctx;
     int whole; /* every layer whole (then the head, where the pass has one) */
+    /* the last layer's routing counts too: past its cache point it runs up
+       to its MoE op (where it has one), and that op routes only */
+    int route_last;
 } pass;
 
 /* 1 when one of the first n ops writes the pending residual add. */
@@ -55,15 +60,27 @@ static const kvcal_op *attention_op(const kvcal_op *ops, int n)
     return NULL;
 }
 
+/* 1 when layer l's ops (n of them) have a MoE op that runs there. */
+static int has_moe(const kvcal_model_desc *d, int l, const kvcal_op *ops, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ops[i].kind == KVCAL_OP_MOE && kvcal_model_op_runs(d, l, &ops[i]))
+            return 1;
+    return 0;
+}
+
 /* Layer l's ops on the batch in slot (see pass). A calibration's last layer
- * stops at its cache point. */
+ * stops at its cache point, or, for its routing counts, runs on to its MoE
+ * op and routes only: the experts' output feeds nothing. */
 static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
 {
     kvcal_backend *be = x->be;
     const kvcal_backend_ops *ops = be->ops;
     int n_ops = 0;
     const kvcal_op *layer = kvcal_model_layer_ops(x->desc, l, &n_ops);
-    const int last = l == x->desc->num_layers - 1 && !p->whole;
+    const int end = l == x->desc->num_layers - 1 && !p->whole;
+    const int route = end && p->route_last && has_moe(x->desc, l, layer, n_ops);
+    const int last = end && !route; /* stops at the cache point */
     const int need_q = !last || p->observe_q;
     kvcal_status st = ops->select_batch(be, slot);
     for (int i = 0; !st && i < n_ops; i++) {
@@ -94,7 +111,10 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
             st = ops->swiglu(be, op);
             break;
         case KVCAL_OP_MOE:
-            st = ops->moe(be, op, p->observe ? l : -1);
+            st = ops->moe(be, op, p->observe ? l : -1, route);
+            x->moe_ops[route]++;
+            if (route)
+                return st;
             break;
         case KVCAL_OP_RMSNORM:
             st = ops->rmsnorm(be, op);
@@ -331,9 +351,10 @@ kvcal_status kvcal_exec_calibrate(kvcal_exec_t *x, const kvcal_exec_samples *s,
         want = (s->chunk_samples + s->batch - 1) / s->batch;
     if ((st = size_chunks(x, want, &chunk)) || (st = be->ops->observe_into(be, stats)))
         return st;
-    /* routing counts need every layer's router: the last layer runs whole */
-    const pass p = {stats != NULL, stats && stats->q_absmax,       NULL, NULL,
-                    NULL,          stats && stats->num_experts > 0};
+    /* routing counts need every layer's router: the last layer's too */
+    const int counts = stats && stats->num_experts > 0;
+    const pass p = {stats != NULL, stats && stats->q_absmax,      NULL,  NULL,
+                    NULL,          counts && x->whole_last_layer, counts};
     const size_t lh = (size_t)d->num_layers * d->num_kv_heads;
     const float *const bmax[2] = {x->bmax, x->bmax + lh};
     kvcal_exec_progress prog = progress_start(x, s);
@@ -405,7 +426,7 @@ kvcal_status kvcal_exec_eval(kvcal_exec_t *x, const kvcal_exec_samples *s,
         st = kvcal_kv_sim_create(be, cfg, &sim);
     if (!st)
         st = size_chunks(x, num_batches(s), &chunk);
-    const pass p = {0, 0, sim, NULL, NULL, 1};
+    const pass p = {0, 0, sim, NULL, NULL, 1, 0};
     kvcal_exec_progress prog = progress_start(x, s);
     int64_t done = 0;
     for (int b0 = 0; !st && b0 < s->num_samples; b0 += chunk * s->batch) {
@@ -448,7 +469,7 @@ kvcal_status kvcal_exec_forward(kvcal_exec_t *x, const kvcal_batch *b,
                           "to %d x %d",
                           b ? b->batch : 0, b ? b->seq_len : 0, x->max_batch,
                           x->max_seq_len);
-    const pass p = {0, 0, NULL, tap, ctx, logits != NULL || tap != NULL};
+    const pass p = {0, 0, NULL, tap, ctx, logits != NULL || tap != NULL, 0};
     int chunk = 0;
     kvcal_status st = logits ? x->be->ops->head_prepare(x->be) : KVCAL_OK;
     if (!st)
@@ -491,7 +512,7 @@ static kvcal_status warm_up(kvcal_exec_t *x)
         int32_t *lengths = ids + n;
         for (int i = 0; i < x->max_batch; i++)
             lengths[i] = len;
-        const pass p = {1, 0, NULL, NULL, NULL, 1};
+        const pass p = {1, 0, NULL, NULL, NULL, 1, 0};
         x->batches[0] = (kvcal_batch){ids, lengths, NULL, x->max_batch, x->max_seq_len};
         st = be->ops->begin_batch(be, 0, &x->batches[0], &x->rows[0]);
         for (int l = 0; !st && l >= 0; l = kvcal_model_next_layer_kind(d, l)) {
@@ -525,6 +546,7 @@ kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *o
     x->max_batch = bo->max_batch;
     x->max_seq_len = bo->max_seq_len;
     x->chunk_cap = opt->max_chunk_batches;
+    x->whole_last_layer = opt->whole_last_layer;
     const size_t n = (size_t)bo->max_batch * (size_t)bo->max_seq_len;
     const size_t lh = (size_t)x->desc->num_layers * (size_t)x->desc->num_kv_heads;
     kvcal_status st = KVCAL_OK;
@@ -573,4 +595,10 @@ void kvcal_exec_destroy(kvcal_exec_t *x)
 int kvcal_exec_layers_resident(const kvcal_exec_t *x)
 {
     return x->be->layers_resident;
+}
+
+void kvcal_exec_moe_ops(const kvcal_exec_t *x, long long *whole, long long *routed)
+{
+    *whole = x->moe_ops[0];
+    *routed = x->moe_ops[1];
 }

@@ -8,8 +8,10 @@
  * into statistics (calibrate), passed through a simulated FP8 cache (eval,
  * calib/kv_sim.h) or handed to a tap (tests). Padding is never computed
  * into a valid token nor observed. A calibration pass stops after the last
- * layer's K and V; an evaluation runs the whole model to the next-token
- * log-likelihood. Calls on one executor must come from one thread. */
+ * layer's K and V (with routing counts to record, a last MoE layer runs on
+ * to its router and top-k: never its experts); an evaluation runs the
+ * whole model to the next-token log-likelihood. Calls on one executor must
+ * come from one thread. */
 #ifndef KVCAL_CALIB_EXECUTOR_H
 #define KVCAL_CALIB_EXECUTOR_H
 
@@ -28,6 +30,10 @@ typedef struct kvcal_exec_options {
      * backend has room for, 1 one batch through every layer before the
      * next (batch-major). Outputs do not depend on it. */
     int max_chunk_batches;
+    /* 1: a calibration's last MoE layer runs whole, its experts too, as
+     * an evaluation runs it (a check of the routing-only last layer: the
+     * statistics are the same) */
+    int whole_last_layer;
 } kvcal_exec_options;
 
 typedef struct kvcal_exec kvcal_exec_t;
@@ -47,6 +53,11 @@ void kvcal_exec_destroy(kvcal_exec_t *x);
  * (cuda, when they do not fit) two, each loaded while the one before it
  * computes. */
 int kvcal_exec_layers_resident(const kvcal_exec_t *x);
+
+/* How many MoE ops (one a layer a batch) the executor's runs so far (its
+ * warm-up included) gave the backend whole, experts and all, and how many
+ * to route only (a calibration's last layer: its routing counts). */
+void kvcal_exec_moe_ops(const kvcal_exec_t *x, long long *whole, long long *routed);
 
 /* How far a run is. Work runs in chunks of batches, each chunk layer by
  * layer: tokens_done counts a chunk's tokens by the fraction of its layers

@@ -93,9 +93,8 @@ static int print_version(void)
                    : "PTX (compiled by the driver at load)");
         if (p.mlp_fused)
             printf(
-                "  MLP: kvcal's fused gate/up + SwiGLU kernel where intermediate_size is "
-                "a "
-                "multiple of 128 and hidden_size of 8, cuBLAS GEMM + SwiGLU otherwise\n");
+                "  MLP: kvcal's fused gate/up + SwiGLU kernel where intermediate_size "
+                "and hidden_size are multiples of 8, cuBLAS GEMM + SwiGLU otherwise\n");
         else
             printf("  MLP: cuBLAS GEMM + SwiGLU (the fused kernel needs sm_90a code on a "
                    "compute capability 9.0 GPU)\n");

@@ -146,6 +146,11 @@ static const op_row rows[] = {
     ROW("gemm_swiglu", .rows = 300, .k = 520, .n = 384),
     ROW("gemm_swiglu", .rows = 2100, .k = 256, .n = 1280),
     ROW("gemm_swiglu", .rows = 2100, .k = 584, .n = 1024),
+    /* n off the multiples of 128: the last block padded (DeepSeek-V2-Lite's
+       10944 = 85 x 128 + 64), and a last block of 8 columns */
+    ROW("gemm_swiglu", .rows = 300, .k = 520, .n = 320),
+    ROW("gemm_swiglu", .rows = 300, .k = 128, .n = 10944),
+    ROW("gemm_swiglu", .rows = 19, .k = 200, .n = 264),
 
     /* version 2 takes head_dim and rot_dim multiples of 16 */
     ROW("rope_observe", .rows = 19, .heads = 4, .kv_heads = 2, .head_dim = 80,
@@ -910,17 +915,18 @@ static void gemm_swiglu_cuda(const op_row *r, int version, const void *p, op_ctx
     (void)version;
     const gemm_swiglu_cpu *c = p;
     const int64_t nx = (int64_t)r->rows * r->k, nw = 2 * (int64_t)r->n * r->k,
+                  nt = (int64_t)kvcal_gemm_swiglu_rows(r->n) * r->k,
                   na = (int64_t)r->rows * r->n;
     if (!ctx->gemm)
         CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &ctx->gemm), KVCAL_OK);
     kvcal_bf16 *w_host = host_alloc((size_t)nw * sizeof *w_host),
-               *w_tiled = host_alloc((size_t)nw * sizeof *w_tiled);
+               *w_tiled = host_alloc((size_t)nt * sizeof *w_tiled);
     for (int64_t i = 0; i < nw; i++)
         w_host[i] = kvcal_bf16_from_float(c->w[i]);
     kvcal_gemm_swiglu_interleave(w_tiled, w_host, r->k, r->n);
     kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, nx),
                *d_w = dev_upload(w_host, (size_t)nw * sizeof *w_host),
-               *d_wt = dev_upload(w_tiled, (size_t)nw * sizeof *w_tiled),
+               *d_wt = dev_upload(w_tiled, (size_t)nt * sizeof *w_tiled),
                *d_gu = dev_alloc_nan(2 * na), *d_act = dev_alloc_nan(na),
                *d_unfused = dev_alloc_nan(na);
     const kvcal_status st =
@@ -3781,12 +3787,12 @@ static void rope_observe_version_2_refuses_head_dim_off_16(void)
 }
 
 /* checked before any device work */
-static void gemm_swiglu_refuses_widths_off_128_and_unaligned_k(void)
+static void gemm_swiglu_refuses_widths_off_8_and_unaligned_k(void)
 {
     kvcal_bf16 *p = (kvcal_bf16 *)256;
     CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 64, 100, 0),
                     KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT(kvcal_test_error_has("n of 128"));
+    CU_ASSERT(kvcal_test_error_has("k and n multiples of 8"));
     CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 4, 60, 128, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(kvcal_gemm_swiglu_launch(p, p, p, 0, 64, 128, 0), KVCAL_OK);
@@ -3815,7 +3821,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_refuses_head_dim_over_256),
     KVCAL_TEST(rope_observe_refuses_attention_factor_not_positive_finite),
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
-    KVCAL_TEST(gemm_swiglu_refuses_widths_off_128_and_unaligned_k),
+    KVCAL_TEST(gemm_swiglu_refuses_widths_off_8_and_unaligned_k),
     KVCAL_TEST(moe_refuses_unaligned_sizes_and_short_plans),
     KVCAL_TEST(mla_latent_refuses_long_entries_and_odd_rope),
     CU_TEST_INFO_NULL,

@@ -3,13 +3,15 @@
 #include "tests/test_util.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Both: part NULL for the whole run. */
 static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, int len,
                               int batch, const kvcal_dp_part *part, float *bmax,
-                              int extras, kvcal_stats_t **stats, int *resident)
+                              int extras, kvcal_stats_t **stats, int *resident,
+                              long long moe_ops[2])
 {
     const kvcal_model_desc *d = kvcal_model_describe(m);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * len);
@@ -38,8 +40,14 @@ static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, i
         .ids = ids, .lengths = lengths, .num_samples = n, .seq_len = len, .batch = batch};
     if (part)
         kvcal_dp_narrow(part, bmax, &s);
+    long long before[2] = {0, 0};
+    kvcal_exec_moe_ops(x, &before[0], &before[1]);
     if (s.num_samples)
         st = kvcal_exec_calibrate(x, &s, *stats, 0.9);
+    if (moe_ops) {
+        kvcal_exec_moe_ops(x, &moe_ops[0], &moe_ops[1]);
+        moe_ops[0] -= before[0], moe_ops[1] -= before[1];
+    }
 done:
     kvcal_exec_destroy(x);
     free(ids);
@@ -51,7 +59,7 @@ kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int 
                                   int len, int batch, kvcal_stats_t **stats,
                                   int *resident)
 {
-    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, resident);
+    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, resident, NULL);
 }
 
 kvcal_status kvcal_test_calibrate_observing(kvcal_model_t *m, kvcal_exec_options opt,
@@ -59,14 +67,65 @@ kvcal_status kvcal_test_calibrate_observing(kvcal_model_t *m, kvcal_exec_options
                                             kvcal_stats_t **stats)
 {
     return calibrate(m, opt, n, len, batch, NULL, NULL, (q ? 1 : 0) | (range ? 2 : 0),
-                     stats, NULL);
+                     stats, NULL, NULL);
 }
 
 kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt, int n,
                                        int len, int batch, const kvcal_dp_part *part,
                                        float *bmax, kvcal_stats_t **stats)
 {
-    return calibrate(m, opt, n, len, batch, part, bmax, 0, stats, NULL);
+    return calibrate(m, opt, n, len, batch, part, bmax, 0, stats, NULL, NULL);
+}
+
+kvcal_status kvcal_test_calibrate_moe_ops(kvcal_model_t *m, kvcal_exec_options opt, int n,
+                                          int len, int batch, kvcal_stats_t **stats,
+                                          long long moe_ops[2])
+{
+    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, NULL, moe_ops);
+}
+
+void kvcal_test_last_moe_layer_routes_only(kvcal_device_kind device)
+{
+    static const char *const names[] = {"qwen3_moe_e8_top3_norm_bf16",
+                                        "qwen2_moe_shared_e6_top2_bf16",
+                                        "mixtral_e4_top2_swa16_bf16",
+                                        "glm4_moe_dense1_sigmoid_e8_top3_bf16",
+                                        "qwen3_moe_dense_layers_e4_top2_bf16",
+                                        "gpt_oss_sinks_swa8_e8_top3_bf16",
+                                        "deepseek_v2_mla_grouped_softmax_bf16",
+                                        "deepseek_v3_mla_qlora_grouped_sigmoid_bf16"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/fixtures/golden/%s", names[i]);
+        kvcal_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_open(path, &m), KVCAL_OK);
+        const int L = kvcal_model_describe(m)->num_layers;
+        kvcal_exec_options o;
+        memset(&o, 0, sizeof o);
+        o.device = device;
+        kvcal_stats_t *s[2] = {NULL, NULL};
+        long long ops[2][2]; /* [whole_last_layer][whole, routed] */
+        for (int whole = 0; whole < 2; whole++) {
+            o.whole_last_layer = whole;
+            /* 5 samples of up to 24 tokens in batches of 2: 3 batches */
+            CU_ASSERT_EQUAL_FATAL(
+                kvcal_test_calibrate_moe_ops(m, o, 5, 24, 2, &s[whole], ops[whole]),
+                KVCAL_OK);
+        }
+        printf("(%s: MoE ops whole %lld + routed %lld, last layer whole %lld + %lld) ",
+               names[i], ops[0][0], ops[0][1], ops[1][0], ops[1][1]);
+        CU_ASSERT(kvcal_test_stats_equal(s[0], s[1]));
+        CU_ASSERT_EQUAL(ops[0][1], 3);
+        CU_ASSERT_EQUAL(ops[1][1], 0);
+        CU_ASSERT_EQUAL(ops[1][0], ops[0][0] + 3);
+        int64_t last = 0;
+        for (int e = 0; e < s[0]->num_experts; e++)
+            last += s[0]->expert_tokens[(int64_t)(L - 1) * s[0]->num_experts + e];
+        CU_ASSERT(last > 0);
+        kvcal_stats_destroy(s[0]);
+        kvcal_stats_destroy(s[1]);
+        kvcal_model_close(m);
+    }
 }
 
 int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b)

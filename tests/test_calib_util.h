@@ -34,6 +34,21 @@ kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt,
                                        int len, int batch, const kvcal_dp_part *part,
                                        float *bmax, kvcal_stats_t **stats);
 
+/* kvcal_test_calibrate, and into moe_ops what the run gave the backend:
+ * [0] MoE ops whole, [1] routing only (kvcal_exec_moe_ops, the warm-up's
+ * left out). */
+kvcal_status kvcal_test_calibrate_moe_ops(kvcal_model_t *m, kvcal_exec_options opt, int n,
+                                          int len, int batch, kvcal_stats_t **stats,
+                                          long long moe_ops[2]);
+
+/* On every MoE golden model (each family: Qwen3-MoE, Qwen2-MoE's shared
+ * expert, Mixtral, GLM-4-MoE, gpt-oss, DeepSeek-V2 / V3), a calibration on
+ * `device` gives the statistics of one whose last layer runs whole
+ * (kvcal_exec_options.whole_last_layer), the last layer's routing counts
+ * included, bit for bit, while its last layer's MoE op of each batch only
+ * routed: no expert ran there. CUnit asserts. */
+void kvcal_test_last_moe_layer_routes_only(kvcal_device_kind device);
+
 /* Writes to `out` a copy of the llama2.c model at `model` with k_proj x
  * factor and q_proj / factor (what tests/make_large_k_copy.py writes):
  * attention unchanged in exact arithmetic, K `factor` times larger.

@@ -229,6 +229,13 @@ static void cuda_runner_counts_tokens_per_expert_like_the_cpu(void)
     kvcal_model_close(m);
 }
 
+/* The same on the device: the routing-only last layer gives the statistics
+ * of the whole one, bit for bit, counts included. */
+static void cuda_last_moe_layer_routes_only_with_the_counts_of_a_whole_run(void)
+{
+    kvcal_test_last_moe_layer_routes_only(KVCAL_DEVICE_CUDA);
+}
+
 /* The weights staged through pieces far smaller than a layer (4 KiB): a
  * piece holds parts of several weights and a weight spans many pieces, as
  * on a model of billions of parameters with the loader's 32 MiB pieces.
@@ -503,6 +510,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_matches_transformers_on_moe_golden_models),
     KVCAL_TEST(cuda_runner_matches_transformers_on_mla_golden_models),
     KVCAL_TEST(cuda_runner_counts_tokens_per_expert_like_the_cpu),
+    KVCAL_TEST(cuda_last_moe_layer_routes_only_with_the_counts_of_a_whole_run),
     KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
     KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
     KVCAL_TEST(cuda_runner_streams_weights_under_a_memory_cap),

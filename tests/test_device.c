@@ -78,6 +78,11 @@ static void cuda_mlp_fuses_only_on_9_0_running_sm90a_code(void)
         kvcal_cuda_mlp_choose(9, 0, "compute_90a", 256, 64, KVCAL_MLP_FUSED, &fused),
         KVCAL_OK);
     CU_ASSERT_EQUAL(fused, 1);
+    /* DeepSeek-V2-Lite's dense MLP: 10944 = 85 x 128 + 64, the last block padded */
+    CU_ASSERT_EQUAL(
+        kvcal_cuda_mlp_choose(9, 0, "sm_90a", 10944, 2048, KVCAL_MLP_AUTO, &fused),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(fused, 1);
     CU_ASSERT_EQUAL(
         kvcal_cuda_mlp_choose(9, 0, "sm_90a", 14336, 4096, KVCAL_MLP_UNFUSED, &fused),
         KVCAL_OK);

@@ -480,6 +480,13 @@ static void calibrate_counts_tokens_per_expert_in_every_layer(void)
     kvcal_model_close(m);
 }
 
+/* A calibration's last MoE layer routes only (its counts) on the CPU: the
+ * statistics of the whole layer's run, no expert run there. */
+static void calibrate_last_moe_layer_routes_only_with_the_counts_of_a_whole_run(void)
+{
+    kvcal_test_last_moe_layer_routes_only(KVCAL_DEVICE_CPU);
+}
+
 /* Every query the attention reads, after q_norm and RoPE. */
 typedef struct {
     int heads, head_dim;
@@ -1265,6 +1272,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_deepseek_v2_mla_group_limited_softmax),
     KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
+    KVCAL_TEST(calibrate_last_moe_layer_routes_only_with_the_counts_of_a_whole_run),
     KVCAL_TEST(calibrate_observes_the_queries_the_attention_reads_and_the_signed_range),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),

@@ -11,7 +11,11 @@
  * accumulators in registers. The weight is interleaved in blocks of 128 rows
  * (kvcal_gemm_swiglu_interleave): a tile's 256 weight rows are 128 gate
  * rows and the 128 up rows of the same outputs, so every thread holds both
- * halves of its 64 outputs and the epilogue computes act.
+ * halves of its 64 outputs and the epilogue computes act. Where n is not a
+ * multiple of 128 the last block is padded to 128 gate and 128 up rows
+ * (kvcal_gemm_swiglu_rows): each output column reads its own gate and up
+ * rows alone, so the padding's columns, whatever the padding holds, are
+ * computed and then dropped by the TMA store, which clips columns past n.
  *
  * Pairs of CTAs (2-CTA clusters) take adjacent row blocks of the same weight
  * block: each loads half of the weight tile and TMA multicasts it into both,
@@ -82,8 +86,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     uint64_t *full = reinterpret_cast<uint64_t *>(out_stage + 2 * OUT_BYTES);
     uint64_t *empty = full + STAGES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const int num_mg = (rows + CL * BM - 1) / (CL * BM), num_n = n / (BN / 2),
-              num_k = (k + BK - 1) / BK;
+    const int num_mg = (rows + CL * BM - 1) / (CL * BM),
+              num_n = (n + BN / 2 - 1) / (BN / 2), num_k = (k + BK - 1) / BK;
     const int tiles = num_mg * num_n; /* a cluster's, CL row blocks each */
     const int rank = (int)cluster_rank(), cluster = blockIdx.x / CL,
               clusters = gridDim.x / CL;
@@ -165,7 +169,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const int row0 = (mg * CL + rank) * BM + half * (BM / 2),
                               col0 = nb * (BN / 2);
                     tma_store_2d(&map_act, out, col0, row0);
-                    tma_store_2d(&map_act, out + OUT_BYTES / 2, col0 + 64, row0);
+                    if (col0 + 64 < n) /* else a last block of n % 128 <= 64 columns */
+                        tma_store_2d(&map_act, out + OUT_BYTES / 2, col0 + 64, row0);
                     tma_store_commit();
                 }
             }
@@ -218,30 +223,41 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 } // namespace
 
+extern "C" int kvcal_gemm_swiglu_rows(int n)
+{
+    return 2 * ((n + BN / 2 - 1) / (BN / 2) * (BN / 2));
+}
+
 extern "C" int kvcal_gemm_swiglu_source_row(int i, int n)
 {
-    const int half = BN / 2, b = i / BN, j = i % BN;
-    return j < half ? b * half + j : n + b * half + (j - half);
+    const int half = BN / 2, b = i / BN, j = i % BN, c = b * half + j % half;
+    if (c >= n) /* the last block's padding */
+        return -1;
+    return j < half ? c : n + c;
 }
 
 extern "C" void kvcal_gemm_swiglu_interleave(kvcal_bf16 *dst, const kvcal_bf16 *w_gu, int k,
                                              int n)
 {
-    for (int i = 0; i < 2 * n; i++)
-        memcpy(dst + (size_t)i * k, w_gu + (size_t)kvcal_gemm_swiglu_source_row(i, n) * k,
-               (size_t)k * sizeof *dst);
+    for (int i = 0; i < kvcal_gemm_swiglu_rows(n); i++) {
+        const int src = kvcal_gemm_swiglu_source_row(i, n);
+        if (src < 0)
+            memset(dst + (size_t)i * k, 0, (size_t)k * sizeof *dst);
+        else
+            memcpy(dst + (size_t)i * k, w_gu + (size_t)src * k, (size_t)k * sizeof *dst);
+    }
 }
 
 extern "C" kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf16 *x,
                                                  const kvcal_bf16 *w_tiled, int rows, int k,
                                                  int n, cudaStream_t stream)
 {
-    if (!act || !x || !w_tiled || rows < 0 || k <= 0 || k % 8 || n <= 0 || n % (BN / 2) ||
+    if (!act || !x || !w_tiled || rows < 0 || k <= 0 || k % 8 || n <= 0 || n % 8 ||
         ((uintptr_t)x | (uintptr_t)w_tiled | (uintptr_t)act) % 16)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "gemm_swiglu: rows %d, k %d, n %d: need 16-byte aligned buffers, "
-                          "rows >= 0, k a multiple of 8 and n of %d",
-                          rows, k, n, BN / 2);
+                          "rows >= 0, k and n multiples of 8",
+                          rows, k, n);
     if (rows == 0)
         return KVCAL_OK;
     int sms = 0;
@@ -250,7 +266,7 @@ extern "C" kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf
     if (st == KVCAL_OK)
         st = kvcal_sm90_tensor_map(&map_x, x, rows, k, BM, "gemm_swiglu", "x");
     if (st == KVCAL_OK)
-        st = kvcal_sm90_tensor_map(&map_w, w_tiled, 2 * (int64_t)n, k, BN / CL,
+        st = kvcal_sm90_tensor_map(&map_w, w_tiled, kvcal_gemm_swiglu_rows(n), k, BN / CL,
                                    "gemm_swiglu", "the weight");
     if (st == KVCAL_OK)
         st = kvcal_sm90_tensor_map(&map_act, act, rows, n, BM / 2, "gemm_swiglu", "act");
@@ -259,7 +275,7 @@ extern "C" kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf
     KVCAL_CUDA_TRY(cudaFuncSetAttribute(gemm_swiglu_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)SMEM_BYTES));
-    const int tiles = (rows + CL * BM - 1) / (CL * BM) * (n / (BN / 2));
+    const int tiles = (rows + CL * BM - 1) / (CL * BM) * (kvcal_gemm_swiglu_rows(n) / BN);
     int clusters_max = sms / CL;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];

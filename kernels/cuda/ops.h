@@ -310,9 +310,10 @@ int kvcal_fp8_linear_runs(kvcal_gemm_t *gemm, const kvcal_fp8_weight *w,
 
 /* act (rows, n) = silu(x Wg^T) * (x Wu^T), x (rows, k), fp32 accumulation,
  * gate and up rounded to bf16, then silu(gate), then the product, as
- * kvcal_gemm_launch + kvcal_swiglu_launch round: w_tiled (2n, k) is the
- * gate/up weight in the order kvcal_gemm_swiglu_interleave writes. k a
- * multiple of 8, n of 128, buffers 16-byte aligned (else
+ * kvcal_gemm_launch + kvcal_swiglu_launch round: w_tiled
+ * (kvcal_gemm_swiglu_rows(n), k) is the gate/up weight in the order
+ * kvcal_gemm_swiglu_interleave writes. k and n multiples of 8, buffers
+ * 16-byte aligned (else
  * KVCAL_ERR_INVALID_ARG); a GPU other than compute capability 9.0, or one
  * for which the build holds no sm_90a code (kvcal_cuda_code_for_device), is
  * KVCAL_ERR_UNSUPPORTED. */
@@ -320,13 +321,19 @@ kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf16 *x,
                                       const kvcal_bf16 *w_tiled, int rows, int k, int n,
                                       cudaStream_t stream);
 
-/* The weight's interleaved order: row i (0 .. 2n - 1) is row
- * kvcal_gemm_swiglu_source_row(i, n) of [Wgate; Wup] (2n, k), in blocks of
- * 128: rows 256 b .. 256 b + 127 are gate rows 128 b .. 128 b + 127, the
- * next 128 the up rows of the same. n a multiple of 128. */
+/* The rows of the interleaved weight: 2n, n rounded up to a multiple of 128
+ * (the last block padded). */
+int kvcal_gemm_swiglu_rows(int n);
+
+/* The weight's interleaved order: row i (0 .. kvcal_gemm_swiglu_rows(n) - 1)
+ * is row kvcal_gemm_swiglu_source_row(i, n) of [Wgate; Wup] (2n, k), in
+ * blocks of 128: rows 256 b .. 256 b + 127 are gate rows 128 b .. 128 b +
+ * 127, the next 128 the up rows of the same; -1 for the last block's
+ * padding (gate or up rows past n; what it holds never reaches act). */
 int kvcal_gemm_swiglu_source_row(int i, int n);
 
-/* Host memory: dst (2n, k) = w_gu (2n, k) in that order. */
+/* Host memory: dst (kvcal_gemm_swiglu_rows(n), k) = w_gu (2n, k) in that
+ * order, the padding zero. */
 void kvcal_gemm_swiglu_interleave(kvcal_bf16 *dst, const kvcal_bf16 *w_gu, int k, int n);
 
 /* --- attention ---------------------------------------------------------- */
