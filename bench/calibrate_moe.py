@@ -28,15 +28,19 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   device memory (sampled) and the routing counts of its statistics (experts
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
-  other GPUs run), its tokens/s and peak memory; with B > 1, once more on
-  the first batch alone: its forward phase holds the wait for the layers the
-  background loader has not brought yet (all of them but layer 0, which the
-  warm-up waits for) as much as the B-batch run's does, so the difference
-  of the two runs' tokens over that of their forward seconds is the rate of
-  batches 2..B, the steady state without the weights' load (printed beside
-  each run's load and forward seconds);
+  other GPUs run), its tokens/s and peak memory; with B > 1, once more a
+  batch at a time (--save-every 8: each batch through every layer, then the
+  device synchronized and its progress line printed), timed from those
+  lines: the first batch alone, which waits for the layers the background
+  loader has not brought yet (all of them but layer 0, which the warm-up
+  waits for), and batches 2..B, the steady state without the weights' load
+  (their statistics saved after each, as --save-every does, counted in). A
+  difference of two runs' forward seconds (B batches less 1) would not do:
+  a run takes its batches a layer at a time, all of them through layer l
+  before layer l + 1, so while the loader is the slower both runs end when
+  the last layer arrives;
 - the transformers model body (no lm_head) in bf16 (SDPA, or gpt-oss's eager
-  and flex attention) with hooks that collect per-layer per-head absmax of K
+  and flex attention; --attn picks) with hooks that collect per-layer per-head absmax of K
   (k_proj and k_norm, then RoPE: what the cache holds) and V, with each
   experts implementation the installed transformers offers (eager,
   batched_mm, grouped_mm), eager and under torch.compile; one that fails is
@@ -50,12 +54,13 @@ Writes OUT/moe_bench.json (moe_bench_SHAPE.json for another shape than the
 default; every figure) and prints a table: tokens/s and
 tokens/s per layer of each, kvcal's ratio to the fastest transformers
 configuration (the issue's target: >= 1.5), peak memory, and the worst
-relative difference of kvcal's per-head K/V absmax from transformers bf16's
-(with the default experts implementation, eager).
+relative difference of each run's per-head K/V absmax from transformers
+bf16's (its first run not compiled, the experts eager where that runs).
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -125,7 +130,13 @@ def make_model(workdir, shape, layers):
     return model_dir
 
 
-def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
+# a progress line after a batch (not after a layer: those name it)
+BATCH_LINE = re.compile(r"calibrate: (\d+)/\d+ samples, (\d+) tokens, (\d+) tokens/s")
+
+
+def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None, per_batch=False):
+    """kvcal's JSON and peak device memory; per_batch: a batch at a time, and
+    the JSON's "batch_times" the (tokens, seconds) at the end of each batch."""
     baseline, peak, done = device_memory_used(), [0], threading.Event()
 
     def sample():
@@ -137,9 +148,11 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
     t.start()
     cmd = [kvcal, "calibrate", "--model", model_dir, "--dataset", data, "--num-samples",
            str(samples), "--seq-len", str(SEQ), "--batch", str(BATCH), "--device", "cuda",
-           "--granularity", "head", "--json", "--quiet",
+           "--granularity", "head", "--json",
            "--out", os.path.join(out_dir, "kvcal_scales.json"),
            "--stats", os.path.join(out_dir, "kvcal_stats.h5")]
+    cmd += ["--save-every", str(BATCH)] if per_batch else ["--quiet"]
+    env = dict(env or {}, **({"KVCAL_PROGRESS_INTERVAL": "0"} if per_batch else {}))
     res = subprocess.run(cmd, capture_output=True, text=True,
                          env=dict(os.environ, **env) if env else None)
     done.set()
@@ -147,7 +160,11 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
     if res.returncode != 0:
         sys.exit(f"kvcal calibrate{' ' + str(env) if env else ''} failed ({res.returncode}): "
                  f"{res.stderr.strip()}")
-    return json.loads(res.stdout), peak[0]
+    out = json.loads(res.stdout)
+    if per_batch:  # elapsed seconds = tokens / (tokens/s) of each line
+        out["batch_times"] = [(int(m[1]), int(m[1]) / int(m[2]))
+                              for m in BATCH_LINE.finditer(res.stderr) if int(m[2]) > 0]
+    return out, peak[0]
 
 
 def phase_text(res):
@@ -320,20 +337,20 @@ def main():
     kvcal_tps = res["tokens_per_second"]
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s "
           f"({phase_text(res)})", flush=True)
-    steady = None
-    if a.batches > 1:  # batches 2..B: the first batch's run taken off
-        data1 = os.path.join(a.workdir, f"tokens-{BATCH}.jsonl")
-        with open(data1, "w") as f:
-            for row in ids[:BATCH].tolist():
-                f.write(json.dumps({"input_ids": row}) + "\n")
-        one_dir = os.path.join(a.out, "one-batch")
-        os.makedirs(one_dir, exist_ok=True)
-        one, _ = run_kvcal(a.kvcal, model_dir, data1, BATCH, one_dir)
-        dt = res["phases"]["forward_seconds"] - one["phases"]["forward_seconds"]
-        steady = (res["num_tokens"] - one["num_tokens"]) / dt if dt > 0 else float("nan")
-        print(f"kvcal calibrate --device cuda, 1 batch: {one['tokens_per_second']:.0f} "
-              f"tokens/s ({phase_text(one)}); batches 2..{a.batches} (the difference): "
-              f"{steady:.0f} tokens/s", flush=True)
+    steady = first = per = None
+    if a.batches > 1:  # a batch at a time: the first batch, then batches 2..B
+        per_dir = os.path.join(a.out, "per-batch")
+        os.makedirs(per_dir, exist_ok=True)
+        per, _ = run_kvcal(a.kvcal, model_dir, data, samples, per_dir, per_batch=True)
+        times = per["batch_times"]
+        if len(times) != a.batches:
+            sys.exit(f"kvcal calibrate --save-every {BATCH}: {len(times)} progress lines after "
+                     f"a batch, not {a.batches}")
+        (t1, e1), (tb, eb) = times[0], times[-1]
+        first, steady = t1 / e1, (tb - t1) / (eb - e1)
+        print(f"kvcal calibrate --device cuda, a batch at a time ({phase_text(per)}): the "
+              f"first batch {e1:.3f} s, {first:.0f} tokens/s; batches 2..{a.batches} "
+              f"{eb - e1:.3f} s, {steady:.0f} tokens/s", flush=True)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
     variants = {}
     for v in a.kvcal_variant:
@@ -354,29 +371,43 @@ def main():
     floor_tps, floor_layer_ms, floor_grouped = (None, None, None) if alone else \
         library_floor(a.layers)
 
-    worst = {}
-    ref_name = next((n for n in hf if n.startswith("eager") and "compile" not in n), None)
-    if ref_name:
-        ref = hf[ref_name][2]
-        for kind in "kv":
-            d = [abs(g - r) / r for li, layer in enumerate(res["layers"])
-                 for g, r in zip(layer[kind + "_absmax"], ref[(li, kind)]) if r > 0]
-            worst[kind] = max(d)
+    # the reference: transformers bf16 not compiled, the experts eager where that ran
+    plain = [n for n in hf if "compile" not in n]
+    ref_name = next((n for n in plain if n.startswith("eager")), plain[0] if plain else None)
+    ref = hf[ref_name][2] if ref_name else None
+
+    def kvcal_absmax(r):
+        return {(li, kind): layer[kind + "_absmax"] for li, layer in enumerate(r["layers"])
+                for kind in "kv"}
+
+    def worst_diff(got, kinds="kv"):
+        """The worst relative difference of per-head absmax got from ref's."""
+        return max(abs(g - r) / r for (li, kind), heads in ref.items() if kind in kinds
+                   for g, r in zip(got[(li, kind)], heads) if r > 0)
+
+    worst = {kind: worst_diff(kvcal_absmax(res), kind) for kind in "kv"} if ref else {}
     fastest = max(hf.items(), key=lambda kv: kv[1][0]) if hf else None
-    table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak)] + \
-        ([(f"kvcal, batches 2..{a.batches} (steady state)", steady, 0)] if steady else []) + \
-        [(f"kvcal calibrate --device cuda, {v}", tps, peak)
+    # name, tokens/s, peak bytes (0: not sampled), per-head K/V absmax (None: not
+    # of these B batches)
+    table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak, kvcal_absmax(res))] + \
+        ([("kvcal, the first batch alone (the load's wait)", first, 0, None),
+          (f"kvcal, batches 2..{a.batches} (steady state)", steady, 0, kvcal_absmax(per))]
+         if per else []) + \
+        [(f"kvcal calibrate --device cuda, {v}", tps, peak, None)
          for v, (tps, peak, _) in variants.items()] + \
-        [(f"transformers {name}", v[0], v[1]) for name, v in hf.items()] + \
+        [(f"transformers {name}", v[0], v[1], v[2]) for name, v in hf.items()] + \
         ([] if alone else
          [("library floor (grouped GEMM + SDPA)" if floor_grouped else
-           "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0)])
+           "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0, None)])
     print(f"\n{a.layers} layers of {S['name']}, {samples} x {SEQ} tokens, "
-          f"batches of {BATCH} x {SEQ}")
-    print(f"{'':48s} {'tokens/s':>10s} {'per layer':>11s} {'peak GiB':>9s}")
-    for name, tps, peak in table:
+          f"batches of {BATCH} x {SEQ}; K/V absmax: the worst relative difference of "
+          f"a run's per-head absmax from transformers bf16's"
+          f"{' (' + ref_name + ')' if ref_name else ' (no transformers run)'}")
+    print(f"{'':48s} {'tokens/s':>10s} {'per layer':>11s} {'peak GiB':>9s} {'K/V absmax':>11s}")
+    for name, tps, peak, absmax in table:
+        diff = f"{worst_diff(absmax):11.2e}" if ref and absmax else f"{'-':>11s}"
         print(f"{name:48s} {tps:10.0f} {tps * a.layers:11.0f} "
-              f"{peak / 2 ** 30 if peak else float('nan'):9.2f}")
+              f"{peak / 2 ** 30 if peak else float('nan'):9.2f} {diff}")
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
               f"(target >= 1.5x); kvcal / floor: {kvcal_tps / floor_tps:.2f}")
@@ -400,7 +431,9 @@ def main():
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
                              "phases": res.get("phases"),
-                             "steady_tokens_per_second": steady},
+                             "first_batch_tokens_per_second": first,
+                             "steady_tokens_per_second": steady,
+                             "batch_times": per["batch_times"] if per else None},
                    "kvcal_variants": {v: {"tokens_per_second": tps, "peak_bytes": peak,
                                           "absmax_worst_rel_diff_vs_kvcal": diff}
                                       for v, (tps, peak, diff) in variants.items()},
@@ -408,7 +441,8 @@ def main():
                                          for k, v in hf.items()},
                    "floor": {"tokens_per_second": floor_tps, "layer_ms": floor_layer_ms,
                              "grouped_gemm": floor_grouped},
-                   "absmax_worst_rel_diff": worst, "routing": counts}, f, indent=1)
+                   "absmax_reference": ref_name, "absmax_worst_rel_diff": worst,
+                   "routing": counts}, f, indent=1)
     print(f"wrote {figures}")
 
 

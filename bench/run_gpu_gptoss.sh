@@ -8,7 +8,10 @@
 #          gpt-oss models, one with MXFP4 experts, and the Qwen-MoE ones with
 #          use_sliding_window, against transformers, within 2e-2 of its
 #          float64 values; the weights through 4 KiB pieces), eval_cuda
-#          (eval on the device against the host's on the golden models); and
+#          (eval on the device against the host's on the golden models),
+#          cuda_loader (bf16 experts stored (in, out) transposed on the device
+#          by the weight loader, bit for bit as the host converts them),
+#          moe_bias_cuda (the experts' bias pass, both of its paths); and
 #          on the host runner, eval and model_config
 #   vs     per-head K/V absmax of kvcal --device cuda against transformers bf16
 #          on the GPU on those golden models (gpt-oss with eager attention:
@@ -21,10 +24,19 @@
 #          flex, each eager and under torch.compile) on
 #          $KVCAL_GPTOSS_LAYERS (default 4) layers of gpt-oss-20b, 8 x 2048
 #          tokens a batch, $KVCAL_GPTOSS_BATCHES (default 2) batches, and
-#          kvcal on the first batch alone: batches 2..B's rate, without the
-#          wait for the weights the loader brings during the first batch; the
-#          model is built under $KVCAL_GPTOSS_WORK (default OUTDIR/work, 1.6 GB
-#          a layer; removed afterwards unless KVCAL_GPTOSS_KEEP=1)
+#          kvcal again a batch at a time: the first batch alone (with the wait
+#          for the weights the loader brings meanwhile) and batches 2..B's
+#          rate, the steady state; the model is built under $KVCAL_GPTOSS_WORK
+#          (default OUTDIR/work, 1.6 GB a layer; removed afterwards unless
+#          KVCAL_GPTOSS_KEEP=1)
+#   speed  the bench in one table for the fastest transformers configuration
+#          alone: kvcal (B batches, then a batch at a time: the first batch
+#          and batches 2..B), transformers with grouped_mm experts and flex
+#          attention, eager and under torch.compile, and the library floor;
+#          peak memory and per-head K/V absmax against transformers bf16 (its
+#          run not compiled) in the table; 4 layers and 4 batches unless
+#          KVCAL_GPTOSS_LAYERS / KVCAL_GPTOSS_BATCHES say otherwise (under 5
+#          minutes: KVCAL_STEPS=speed)
 # KVCAL_STEPS (default "tests vs bench") names the steps to run; "kvcal": the
 # bench's kvcal runs alone (no variant, no transformers, no floor), with
 # KVCAL_GPTOSS_BATCHES defaulting to 6 there (about a minute with 4 layers)
@@ -45,10 +57,11 @@ want() { [[ $steps == *" $1 "* ]]; }
 t_rc=0 v_rc=0 b_rc=0
 
 if want tests; then
-    timeout 420 "$build/kvcal_tests" backend_ops cuda_backend eval_cuda runner eval \
-        model_config > "$out/tests.log" 2>&1
+    timeout 420 "$build/kvcal_tests" backend_ops cuda_backend eval_cuda cuda_loader moe_bias_cuda \
+        runner eval model_config > "$out/tests.log" 2>&1
     t_rc=$?
-    grep -E "gpt_oss|qwen3_moe_swa|qwen2_moe_swa|sinks|oai|FAILED" "$out/tests.log" | head -n 40
+    grep -E "gpt_oss|qwen3_moe_swa|qwen2_moe_swa|sinks|oai|transpose|FAILED" "$out/tests.log" |
+        head -n 40
     tail -n 1 "$out/tests.log"
 fi
 
@@ -60,10 +73,13 @@ if want vs; then
 fi
 
 work=${KVCAL_GPTOSS_WORK:-$out/work}
-if want bench || want kvcal; then
+if want bench || want kvcal || want speed; then
     if want bench; then
         args=(--batches "${KVCAL_GPTOSS_BATCHES:-2}" --experts eager grouped_mm
               --kvcal-variant KVCAL_MLP=unfused)
+    elif want speed; then
+        args=(--batches "${KVCAL_GPTOSS_BATCHES:-4}" --experts grouped_mm
+              --attn flex_attention)
     else
         args=(--batches "${KVCAL_GPTOSS_BATCHES:-6}" --experts none)
     fi
@@ -78,6 +94,8 @@ status() { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }
 echo
 want tests && echo "tests  $(status $t_rc)   (log: $out/tests.log)"
 want vs && echo "vs     $(status $v_rc)   (log: $out/vs.log)"
-{ want bench || want kvcal; } &&
+{ want bench || want kvcal || want speed; } &&
     echo "bench  $(status $b_rc)   (log: $out/bench.log, figures: $out/moe_bench_gpt-oss-20b.json)"
+# the bench's table again, last
+{ want bench || want kvcal || want speed; } && sed -n '/ layers of gpt-oss-20b, /,$p' "$out/bench.log"
 [ $t_rc -eq 0 ] && [ $v_rc -eq 0 ] && [ $b_rc -eq 0 ]

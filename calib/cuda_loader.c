@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/weight_transpose.h"
 
 /* A staging piece: what one copy moves (bytes, unless the backend's
  * options name another size); PIECES of them rotate. */
@@ -42,11 +43,21 @@ typedef struct {
     const uint8_t *map; /* (256) or NULL */
 } job;
 
-/* Jobs in destination order (copy_jobs moves each piece once), and the
- * host data of a layer's FP8 weights they read. */
+/* A bf16 part stored transposed (an (in, out) tensor): its bytes go to
+ * the device as they lie, a band at a time, and are transposed there into
+ * dst_off (copy_transposed), no host gather per value. */
+typedef struct {
+    size_t dst_off; /* bytes */
+    kvcal_tensor_view src;
+} transposed;
+
+/* Jobs in destination order (copy_jobs moves each piece once), the
+ * transposed parts, and the host data of a layer's FP8 weights they read. */
 typedef struct {
     job *j;
     size_t n, cap;
+    transposed *t;
+    size_t nt, tcap;
     size_t piece; /* bytes of a piece: no job crosses a piece's end */
     kvcal_fp8_parts fp8[KVCAL_W_COUNT];
     float *scales; /* every FP8 weight's scales and input scale */
@@ -65,6 +76,8 @@ struct kvcal_cuda_loader {
     kvcal_model_t *model;
     kvcal_cuda_layer_layout lay;
     unsigned char *slots; /* (nslots, lay.bytes) device */
+    unsigned char *band;  /* (band_bytes) device: a transposed part's band; or NULL */
+    size_t band_bytes;
     int nslots, layers, threads, device;
     size_t piece_bytes;
     cudaStream_t copy;
@@ -73,7 +86,7 @@ struct kvcal_cuda_loader {
     int *slot_layer, *slot_want;  /* (nslots) layer on the device / asked for */
     int *queue;                   /* (layers) layers to load, in order */
     int q_head, q_tail, q_len;
-    int loaded;                   /* layers loaded the first time */
+    int loaded; /* layers loaded the first time */
     double t0, t_all;
     pthread_t thread;
     int running, stop;
@@ -112,6 +125,26 @@ static int push_job(job_list *l, size_t dst_off, const kvcal_tensor_view *src,
         first += (int64_t)take;
         n -= take;
     }
+    return 0;
+}
+
+/* Whether the device transposes part v (a bf16 tensor stored (cols, rows)). */
+static int device_transposed(const kvcal_tensor_view *v)
+{
+    return v->dtype == KVCAL_DTYPE_BF16 && (v->layout & KVCAL_PART_TRANSPOSED) &&
+           !(v->layout & KVCAL_PART_MXFP4);
+}
+
+static int push_transposed(job_list *l, size_t dst_off, const kvcal_tensor_view *src)
+{
+    if (l->nt == l->tcap) {
+        size_t cap = l->tcap ? 2 * l->tcap : 64;
+        transposed *t = realloc(l->t, cap * sizeof *t);
+        if (!t)
+            return -1;
+        l->t = t, l->tcap = cap;
+    }
+    l->t[l->nt++] = (transposed){dst_off, *src};
     return 0;
 }
 
@@ -162,7 +195,7 @@ static int by_dst_off(const void *a, const void *b)
 static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *out)
 {
     const kvcal_model_desc *d = kvcal_model_describe(ld->model);
-    out->n = 0;
+    out->n = out->nt = 0;
     out->piece = ld->piece_bytes;
     /* the host floats of the layer's FP8 weights, their scales and input scale */
     size_t floats = 0;
@@ -223,8 +256,10 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             if (e > 0 && (st = kvcal_model_weight_parts(ld->model, l, w, e, part, &n)))
                 return st;
             for (int i = 0; i < n; i++) {
-                if (push_job(out, off, &part[i], 0, (size_t)part[i].numel,
-                             sizeof(kvcal_bf16), NULL))
+                if (ld->band && device_transposed(&part[i])
+                        ? push_transposed(out, off, &part[i])
+                        : push_job(out, off, &part[i], 0, (size_t)part[i].numel,
+                                   sizeof(kvcal_bf16), NULL))
                     return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
                 off += (size_t)part[i].numel * sizeof(kvcal_bf16);
             }
@@ -305,6 +340,22 @@ static void fill(const job *j, size_t n, unsigned char *piece, size_t piece_byte
         pthread_join(tid[i], NULL);
 }
 
+/* Piece b's `bytes` bytes, filled by the n jobs, onto the device at dst
+ * (after the piece's last copy is done; the next fill of the piece waits
+ * for this one). */
+static kvcal_status send_piece(const job *j, size_t n, pieces *p, int b,
+                               unsigned char *dst, size_t bytes, cudaStream_t stream,
+                               int threads)
+{
+    kvcal_status st = KVCAL_OK;
+    TRY_CUDA(cudaEventSynchronize(p->done[b]));
+    fill(j, n, p->buf[b], p->bytes, threads);
+    TRY_CUDA(cudaMemcpyAsync(dst, p->buf[b], bytes, cudaMemcpyHostToDevice, stream));
+    TRY_CUDA(cudaEventRecord(p->done[b], stream));
+fail:
+    return st;
+}
+
 /* Every job through the pieces onto the device at base, on stream. */
 static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *base,
                               cudaStream_t stream, int threads)
@@ -321,14 +372,62 @@ static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *ba
         }
         const int b = p->next;
         p->next = (p->next + 1) % PIECES;
-        TRY_CUDA(cudaEventSynchronize(p->done[b]));
-        fill(jobs->j + i, e - i, p->buf[b], bytes, threads);
-        TRY_CUDA(cudaMemcpyAsync(base + piece * bytes, p->buf[b], hi,
-                                 cudaMemcpyHostToDevice, stream));
-        TRY_CUDA(cudaEventRecord(p->done[b], stream));
+        if ((st = send_piece(jobs->j + i, e - i, p, b, base + piece * bytes, hi, stream,
+                             threads)))
+            return st;
         i = e;
     }
-fail:
+    return st;
+}
+
+/* Every transposed part of jobs onto the device at base, on stream: bands
+ * of its stored (cols, rows) matrix of at most band_bytes, whole stored
+ * rows where one fits (one contiguous copy), copied as they lie through the
+ * pieces into band (device) and transposed from there
+ * (kvcal_weight_transpose_launch). The stream orders each band's copy
+ * after the transpose of the one before. */
+static kvcal_status copy_transposed(const job_list *jobs, pieces *p, unsigned char *band,
+                                    size_t band_bytes, unsigned char *base,
+                                    cudaStream_t stream, int threads)
+{
+    kvcal_status st = KVCAL_OK;
+    job_list fills = {.piece = p->bytes};
+    const int64_t room = (int64_t)(band_bytes / sizeof(kvcal_bf16));
+    for (size_t i = 0; !st && i < jobs->nt; i++) {
+        const transposed *t = &jobs->t[i];
+        const int64_t R = t->src.rows, C = t->src.cols; /* stored (C, R) */
+        const int64_t bs = R < room ? R : room, bc = room / bs;
+        const int64_t half = t->src.layout & KVCAL_PART_INTERLEAVED ? R / 2 : 0;
+        const kvcal_tensor_view stored = {t->src.data, KVCAL_DTYPE_BF16, R * C, 0, C, R,
+                                          NULL};
+        for (int64_t c0 = 0; !st && c0 < C; c0 += bc)
+            for (int64_t s0 = 0; !st && s0 < R; s0 += bs) {
+                const int64_t nc = C - c0 < bc ? C - c0 : bc,
+                              ns = R - s0 < bs ? R - s0 : bs;
+                fills.n = 0;
+                int fail = 0;
+                if (ns == R) /* whole stored rows: one run */
+                    fail = push_job(&fills, 0, &stored, c0 * R, (size_t)(nc * R),
+                                    sizeof(kvcal_bf16), NULL);
+                for (int64_t c = 0; ns < R && c < nc; c++)
+                    fail |=
+                        push_job(&fills, (size_t)(c * ns) * sizeof(kvcal_bf16), &stored,
+                                 (c0 + c) * R + s0, (size_t)ns, sizeof(kvcal_bf16), NULL);
+                if (fail) {
+                    st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+                    break;
+                }
+                const int b = p->next;
+                p->next = (p->next + 1) % PIECES;
+                if (!(st = send_piece(fills.j, fills.n, p, b, band,
+                                      (size_t)(nc * ns) * sizeof(kvcal_bf16), stream,
+                                      threads)))
+                    st = kvcal_weight_transpose_launch((kvcal_bf16 *)(base + t->dst_off),
+                                                       C, (const kvcal_bf16 *)band, nc,
+                                                       ns, c0, s0, half, stream);
+            }
+    }
+    free(fills.j);
     return st;
 }
 
@@ -361,15 +460,19 @@ fail:
 
 // --- the background thread -----------------------------------------------------
 
-/* Loads layer l into slot s (after the slot's last reader is done). */
+/* Loads layer l into slot s (after the slot's last reader is done): the
+ * transposed parts after the other jobs, whose pieces' copies may cover
+ * their places (the gaps between jobs) with the pieces' old bytes. */
 static kvcal_status load_layer(kvcal_cuda_loader_t *ld, int l, int s, job_list *jobs)
 {
     kvcal_status st = layer_jobs(ld, l, jobs);
     if (st)
         return st;
     TRY_CUDA(cudaStreamWaitEvent(ld->copy, ld->release[s], 0));
-    if ((st = copy_jobs(jobs, &ld->p, ld->slots + (size_t)s * ld->lay.bytes, ld->copy,
-                        ld->threads)))
+    unsigned char *slot = ld->slots + (size_t)s * ld->lay.bytes;
+    if ((st = copy_jobs(jobs, &ld->p, slot, ld->copy, ld->threads)) ||
+        (st = copy_transposed(jobs, &ld->p, ld->band, ld->band_bytes, slot, ld->copy,
+                              ld->threads)))
         return st;
     TRY_CUDA(cudaEventRecord(ld->ready[s], ld->copy));
 fail:
@@ -405,6 +508,7 @@ static void *loader_main(void *p)
     }
     pthread_mutex_unlock(&ld->mu);
     free(jobs.j);
+    free(jobs.t);
     free(jobs.scales);
     return NULL;
 }
@@ -422,6 +526,26 @@ static void want(kvcal_cuda_loader_t *ld, int l)
 }
 
 // --- public ---------------------------------------------------------------------
+
+/* The bytes of the largest part of a layer the device transposes, or 0. */
+static size_t transposed_bytes(const kvcal_cuda_loader_t *ld)
+{
+    size_t most = 0;
+    for (int l = 0; l < ld->layers; l++)
+        for (int w = 0; w < KVCAL_W_COUNT; w++) {
+            kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
+            int n = 0;
+            if (!ld->lay.elems[w] || ld->lay.fp8[w].w != KVCAL_FP8W_NONE ||
+                (w == KVCAL_W_GATE_UP && ld->lay.gate_up_interleaved) ||
+                kvcal_model_weight_parts(ld->model, l, w, 0, part, &n))
+                continue;
+            for (int i = 0; i < n; i++)
+                if (device_transposed(&part[i]) &&
+                    (size_t)part[i].numel * sizeof(kvcal_bf16) > most)
+                    most = (size_t)part[i].numel * sizeof(kvcal_bf16);
+        }
+    return most;
+}
 
 kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
                                       const kvcal_cuda_layer_layout *lay,
@@ -466,6 +590,11 @@ kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
     TRY_CUDA(cudaStreamCreateWithFlags(&ld->copy, cudaStreamNonBlocking));
     if ((st = pieces_alloc(&ld->p, ld->piece_bytes)))
         goto fail;
+    /* a band of the largest transposed part, at most a piece */
+    ld->band_bytes = transposed_bytes(ld);
+    ld->band_bytes = ld->band_bytes < ld->piece_bytes ? ld->band_bytes : ld->piece_bytes;
+    if (ld->band_bytes)
+        TRY_CUDA(cudaMalloc((void **)&ld->band, ld->band_bytes));
     if (pthread_create(&ld->thread, NULL, loader_main, ld)) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: cannot start its thread");
         goto fail;
@@ -496,6 +625,7 @@ void kvcal_cuda_loader_destroy(kvcal_cuda_loader_t *ld)
     if (ld->copy)
         cudaStreamSynchronize(ld->copy);
     pieces_free(&ld->p);
+    cudaFree(ld->band);
     for (int i = 0; ld->ready && i < ld->nslots; i++) {
         if (ld->ready[i])
             cudaEventDestroy(ld->ready[i]);
@@ -514,8 +644,8 @@ void kvcal_cuda_loader_destroy(kvcal_cuda_loader_t *ld)
     free(ld);
 }
 
-kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer, cudaStream_t compute,
-                                   unsigned char **weights)
+kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer,
+                                   cudaStream_t compute, unsigned char **weights)
 {
     kvcal_status st = KVCAL_OK;
     const int s = layer % ld->nslots;
@@ -525,7 +655,8 @@ kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer, cudaStrea
     pthread_mutex_lock(&ld->mu);
     /* the work queued so far is the last that reads the slots' other layers */
     for (int i = 0; ld->nslots < ld->layers && i < ld->nslots; i++)
-        if (i != s && cudaEventRecord(ld->release[i], compute) != cudaSuccess && !ld->error) {
+        if (i != s && cudaEventRecord(ld->release[i], compute) != cudaSuccess &&
+            !ld->error) {
             ld->error = KVCAL_ERR_CUDA;
             snprintf(ld->message, sizeof ld->message,
                      "weight loader: cudaEventRecord of a slot's release failed");
@@ -545,8 +676,9 @@ fail:
     return st;
 }
 
-kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld, const kvcal_tensor_view *src,
-                                      void *dst, cudaStream_t stream)
+kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld,
+                                      const kvcal_tensor_view *src, void *dst,
+                                      cudaStream_t stream)
 {
     kvcal_status st = KVCAL_OK;
     job_list jobs = {.piece = ld->piece_bytes};

@@ -614,25 +614,49 @@ extern "C" kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 
 
 // --- an expert projection's bias -------------------------------------------------------
 
-#define BIAS_THREADS 256
+#define BIAS_WARPS 8
 
-/* A separate pass after the grouped GEMM (whose epilogue has no bias): rows
- * of unused tiles and padding rows are skipped. */
-__global__ void __launch_bounds__(BIAS_THREADS)
+/* The 8 bf16 values of a 16-byte word plus those of b, each rounded once. */
+static __device__ __forceinline__ uint4 add_bf16x8(uint4 y, uint4 b)
+{
+    __nv_bfloat16 *yv = reinterpret_cast<__nv_bfloat16 *>(&y);
+    const __nv_bfloat16 *bv = reinterpret_cast<const __nv_bfloat16 *>(&b);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        yv[i] = __float2bfloat16_rn(__bfloat162float(yv[i]) + __bfloat162float(bv[i]));
+    return y;
+}
+
+/* A separate pass after the grouped GEMM (whose epilogue has no bias): a
+ * warp per row, rows of unused tiles and padding rows skipped. VEC: 16-byte
+ * words (n a multiple of 8, y and bias 16-byte aligned), else one value a
+ * lane at a time. */
+template <int VEC>
+__global__ void __launch_bounds__(BIAS_WARPS * 32)
     moe_bias_kernel(__nv_bfloat16 *__restrict__ y,           // (capacity, n)
                     const __nv_bfloat16 *__restrict__ bias,  // (E, n)
                     const int32_t *__restrict__ sorted,      // (capacity)
                     const int32_t *__restrict__ tile_expert, // (tiles)
                     int64_t capacity, int n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < capacity * n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / n;
+    const int lane = threadIdx.x % 32;
+    for (int64_t r = blockIdx.x * (int64_t)BIAS_WARPS + threadIdx.x / 32; r < capacity;
+         r += (int64_t)gridDim.x * BIAS_WARPS) {
         const int e = tile_expert[r / KVCAL_MOE_TILE_ROWS];
         if (e < 0 || sorted[r] < 0)
             continue;
-        y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) +
-                                   __bfloat162float(bias[(int64_t)e * n + (i - r * n)]));
+        __nv_bfloat16 *row = y + r * n;
+        const __nv_bfloat16 *b = bias + (int64_t)e * n;
+        if (VEC) {
+            uint4 *rw = reinterpret_cast<uint4 *>(row);
+            const uint4 *bw = reinterpret_cast<const uint4 *>(b);
+            for (int j = lane; j < n / 8; j += 32)
+                rw[j] = add_bf16x8(rw[j], __ldg(bw + j));
+        } else {
+            for (int j = lane; j < n; j += 32)
+                row[j] = __float2bfloat16_rn(__bfloat162float(row[j]) +
+                                             __bfloat162float(b[j]));
+        }
     }
 }
 
@@ -643,14 +667,19 @@ extern "C" kvcal_status kvcal_moe_bias_launch(kvcal_bf16 *y, const kvcal_bf16 *b
     if (!y || !bias || !plan || n < 1)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "moe bias: n %d: need buffers, a plan and n >= 1", n);
-    const int64_t items = (int64_t)plan->capacity * n;
-    if (items < 1)
+    const int64_t rows = plan->capacity;
+    if (rows < 1)
         return KVCAL_OK;
-    const int64_t blocks = (items + BIAS_THREADS - 1) / BIAS_THREADS;
-    moe_bias_kernel<<<(unsigned)(blocks > 132 * 32 ? 132 * 32 : blocks), BIAS_THREADS, 0,
-                      stream>>>(reinterpret_cast<__nv_bfloat16 *>(y),
-                                reinterpret_cast<const __nv_bfloat16 *>(bias),
-                                plan->sorted, plan->tile_expert, plan->capacity, n);
+    const int64_t blocks = (rows + BIAS_WARPS - 1) / BIAS_WARPS;
+    const unsigned grid = (unsigned)(blocks < (1 << 30) ? blocks : (1 << 30));
+    auto *yb = reinterpret_cast<__nv_bfloat16 *>(y);
+    const auto *bb = reinterpret_cast<const __nv_bfloat16 *>(bias);
+    if (n % 8 == 0 && ((uintptr_t)y | (uintptr_t)bias) % 16 == 0)
+        moe_bias_kernel<1><<<grid, BIAS_WARPS * 32, 0, stream>>>(
+            yb, bb, plan->sorted, plan->tile_expert, rows, n);
+    else
+        moe_bias_kernel<0><<<grid, BIAS_WARPS * 32, 0, stream>>>(
+            yb, bb, plan->sorted, plan->tile_expert, rows, n);
     KVCAL_CUDA_CHECK_LAUNCH("moe_bias_kernel");
     return KVCAL_OK;
 }
