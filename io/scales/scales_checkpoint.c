@@ -368,8 +368,9 @@ static void report_ct_engines(kvcal_report_t *rep, kvcal_kv_format kvf)
                              "generate_gparam): the names and values written here"
                            : "compressed-tensors 0.17.0 parses it (QuantizationArgs) "
                              "and registers k_scale / v_scale of this shape "
-                             "(initialize_qparams), absmax / 127 (calculate_qparams): "
-                             "the names and values written here",
+                             "(initialize_qparams); kvcal writes absmax / 127 (no value "
+                             "clips), its own calibration absmax / 127.5 "
+                             "(calculate_qparams: +absmax rounds to 128, clamped to 127)",
                      "compressed-tensors: %s", what);
 }
 
