@@ -353,14 +353,14 @@ static int parse_options(int argc, char **argv, options *o)
          o->report_path)) {
         fprintf(
             stderr,
-            "kvcal calibrate: --kv-dtype %s writes --format kvcal, %s only (%s; the "
+            "kvcal calibrate: --kv-dtype %s writes --format kvcal%s only (%s; the "
             "report draws e4m3's): leave out --format %s%s\n",
             nvfp4   ? "nvfp4"
             : !asym ? "int8"
                     : "int8_asym",
-            nvfp4   ? "modelopt or checkpoint (compressed-tensors)"
-            : !asym ? "ascend or checkpoint (compressed-tensors)"
-                    : "or ascend",
+            nvfp4   ? ", modelopt or checkpoint (compressed-tensors)"
+            : !asym ? ", ascend or checkpoint (compressed-tensors)"
+                    : " or ascend",
             nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint"
             : !asym
                 ? "vllm-ascend loads static int8 scales; compressed-tensors describes "
