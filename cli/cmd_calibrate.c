@@ -99,9 +99,10 @@ static void usage(FILE *f)
         "  --out PATH           output file, or directory for the checkpoint formats\n"
         "                       and all (default kvcal_scales.json,\n"
         "                       kv_cache_scales.json, kvcal-<format> or kvcal-out)\n"
-        "  --format F           legacy | kvcal | checkpoint | modelopt | quark |\n"
-        "                       kv-scale | trtllm | ascend | all (default kvcal; kvcal\n"
-        "                       convert --help says what each holds); all writes\n"
+        "  --format F           legacy | kvcal | checkpoint (or compressed-tensors) |\n"
+        "                       modelopt | quark | kv-scale | trtllm | ascend | all\n"
+        "                       (default kvcal; kvcal convert --help says what\n"
+        "                       each holds); all writes\n"
         "                       kv_cache_scales.json, kvcal_scales.json and\n"
         "                       checkpoint/ under --out\n"
         "  --kv-dtype D         the cache the scales are for: fp8_e4m3 (default;\n"
@@ -111,7 +112,11 @@ static void usage(FILE *f)
         "                       points) or nvfp4 (the global scale, absmax / (6 x\n"
         "                       448)); int8 and int8_asym write --format kvcal or\n"
         "                       ascend (vllm-ascend's C8; int8: offsets 0), nvfp4\n"
-        "                       kvcal or modelopt (kv_cache_quant_algo NVFP4;\n"
+        "                       kvcal or modelopt (kv_cache_quant_algo NVFP4); int8\n"
+        "                       and nvfp4 also checkpoint (compressed-tensors'\n"
+        "                       kv_cache_scheme type int, or num_bits 4 tensor_group\n"
+        "                       with k_global_scale = 448 x 6 / amax; vLLM 0.32.0\n"
+        "                       refuses both at start, sglang ignores them;\n"
         "                       schemas/README.md says which engine reads what);\n"
         "                       fp8_e5m2 needs no scale\n"
         "  --force-offsets      --format ascend: write int8_asym's non-zero offsets,\n"
@@ -330,11 +335,12 @@ static int parse_options(int argc, char **argv, options *o)
     }
     /* where an engine reads them: NVFP4 global scales from a ModelOpt
      * checkpoint (kv_cache_quant_algo NVFP4); static int8 scales from
-     * vllm-ascend's C8 checkpoint alone (compressed-tensors refuses type
-     * int, ModelOpt maps INT8 to auto) */
+     * vllm-ascend's C8 checkpoint (ModelOpt maps INT8 to auto); int8 and
+     * NVFP4 in compressed-tensors' own kv_cache_scheme too, for its
+     * consumers (vLLM 0.32.0 refuses both at start) */
     const int nvfp4 = o->kv_dtype == KVCAL_KV_FORMAT_NVFP4;
-    const int int8 =
-        o->kv_dtype == KVCAL_KV_FORMAT_INT8 || o->kv_dtype == KVCAL_KV_FORMAT_INT8_ASYM;
+    const int asym = o->kv_dtype == KVCAL_KV_FORMAT_INT8_ASYM;
+    const int int8 = o->kv_dtype == KVCAL_KV_FORMAT_INT8 || asym;
     if (o->kv_dtype == KVCAL_KV_FORMAT_FP8_E4M3 && fmt == KVCAL_FORMAT_ASCEND) {
         fprintf(stderr, "kvcal calibrate: --format ascend is vllm-ascend's C8 cache, "
                         "int8: add --kv-dtype int8 (offsets 0) or int8_asym\n");
@@ -342,19 +348,24 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (o->kv_dtype != KVCAL_KV_FORMAT_FP8_E4M3 &&
         ((fmt != KVCAL_FORMAT_KVCAL_JSON && !(nvfp4 && fmt == KVCAL_FORMAT_MODELOPT) &&
-          !(int8 && fmt == KVCAL_FORMAT_ASCEND)) ||
+          !(int8 && fmt == KVCAL_FORMAT_ASCEND) &&
+          !(!asym && fmt == KVCAL_FORMAT_CHECKPOINT)) ||
          o->report_path)) {
         fprintf(
             stderr,
-            "kvcal calibrate: --kv-dtype %s writes --format kvcal or %s only (%s; the "
+            "kvcal calibrate: --kv-dtype %s writes --format kvcal%s only (%s; the "
             "report draws e4m3's): leave out --format %s%s\n",
-            nvfp4                                 ? "nvfp4"
-            : o->kv_dtype == KVCAL_KV_FORMAT_INT8 ? "int8"
-                                                  : "int8_asym",
-            nvfp4 ? "modelopt" : "ascend",
+            nvfp4   ? "nvfp4"
+            : !asym ? "int8"
+                    : "int8_asym",
+            nvfp4   ? ", modelopt or checkpoint (compressed-tensors)"
+            : !asym ? ", ascend or checkpoint (compressed-tensors)"
+                    : " or ascend",
             nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint"
-                  : "no engine but vllm-ascend loads static int8 scales, and not from "
-                    "the legacy file or a vLLM checkpoint",
+            : !asym
+                ? "vllm-ascend loads static int8 scales; compressed-tensors describes "
+                  "them, vLLM refuses that scheme"
+                : "vllm-ascend alone reads offsets",
             o->format, o->report_path ? " and --report" : "");
         return -1;
     }
@@ -759,8 +770,9 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
     for (int i = 0; i < 5; i++)
         if (names[i] && names[i][0]) {
             cJSON_AddItemToArray(written, cJSON_CreateString(names[i]));
-            cJSON_AddItemToArray(notes, cJSON_CreateString(kvcal_cmd_format_note(
-                                            formats[i], scales->granularity, d->mla)));
+            cJSON_AddItemToArray(
+                notes, cJSON_CreateString(kvcal_cmd_format_note(
+                           formats[i], scales->granularity, scales->format, d->mla)));
         }
 done:
     kvcal_atomic_batch_abort(batch);

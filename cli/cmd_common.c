@@ -256,10 +256,15 @@ int kvcal_cmd_parse_format(const char *name, kvcal_format *out)
         const char *name;
         kvcal_format format;
     } names[] = {
-        {"legacy", KVCAL_FORMAT_LEGACY_JSON},    {"kvcal", KVCAL_FORMAT_KVCAL_JSON},
-        {"checkpoint", KVCAL_FORMAT_CHECKPOINT}, {"modelopt", KVCAL_FORMAT_MODELOPT},
-        {"quark", KVCAL_FORMAT_QUARK},           {"kv-scale", KVCAL_FORMAT_KV_SCALE},
-        {"trtllm", KVCAL_FORMAT_TRTLLM},         {"ascend", KVCAL_FORMAT_ASCEND},
+        {"legacy", KVCAL_FORMAT_LEGACY_JSON},
+        {"kvcal", KVCAL_FORMAT_KVCAL_JSON},
+        {"checkpoint", KVCAL_FORMAT_CHECKPOINT},
+        {"modelopt", KVCAL_FORMAT_MODELOPT},
+        {"quark", KVCAL_FORMAT_QUARK},
+        {"kv-scale", KVCAL_FORMAT_KV_SCALE},
+        {"trtllm", KVCAL_FORMAT_TRTLLM},
+        {"ascend", KVCAL_FORMAT_ASCEND},
+        {"compressed-tensors", KVCAL_FORMAT_CHECKPOINT},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i].name)) {

@@ -46,7 +46,7 @@ typedef struct kvcal_cmd_run_options {
     const char *model, *dataset, *tokenizer;
     const char *text_field; /* --text-field: JSONL text field, NULL for "text" */
     unsigned long long max_device_memory; /* --max-device-memory bytes, 0: unset */
-    int cuda;               /* --device cuda (default cpu) */
+    int cuda;                             /* --device cuda (default cpu) */
     int num_samples, seq_len, batch, tp, quiet, json;
     long long seed;
 } kvcal_cmd_run_options;
@@ -143,7 +143,8 @@ double kvcal_cmd_now_s(void);
 
 /* The format names --format / --to take. */
 #define KVCAL_CMD_FORMATS                                                                \
-    "legacy, kvcal, checkpoint, modelopt, quark, kv-scale, trtllm or ascend"
+    "legacy, kvcal, checkpoint (or compressed-tensors), modelopt, quark, kv-scale, "     \
+    "trtllm or ascend"
 #define KVCAL_CMD_MAX_DIR_FILES 4
 
 /* Parses a format name of KVCAL_CMD_FORMATS; -1 when unknown. */

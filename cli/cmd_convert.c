@@ -27,8 +27,13 @@ static void usage(FILE *f)
         "TensorRT-LLM checkpoint directory).\n\n"
         "  --to FORMAT  legacy (sglang --quantization-param-path, vLLM <= 0.6), kvcal "
         "(full\n"
-        "               result), checkpoint (kv_scales.safetensors + config.json with\n"
-        "               quantization_config.kv_cache_scheme + index, read by vLLM),\n"
+        "               result), checkpoint or compressed-tensors "
+        "(kv_scales.safetensors\n"
+        "               + config.json with quantization_config.kv_cache_scheme + index,\n"
+        "               read by vLLM; an int8 set: type int, an NVFP4 set: num_bits 4\n"
+        "               tensor_group with k_global_scale / v_global_scale = 448 x 6 /\n"
+        "               amax, compressed-tensors' own schemes, which vLLM 0.32.0\n"
+        "               refuses at start and sglang ignores),\n"
         "               modelopt (k_proj.k_scale / v_proj.v_scale, kv_cache_quant_algo\n"
         "               FP8; a ModelOpt-quantized model), quark (k_proj / v_proj /\n"
         "               q_proj.output_scale; a Quark model with an FP8 KV cache),\n"
@@ -111,8 +116,21 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
                 s->kv_shared
                     ? "one value for K and V (legacy format or a single kv_scale)"
                     : "equal K and V scales");
-    if (to == KVCAL_FORMAT_CHECKPOINT &&
+    const int nvfp4 = s->format == KVCAL_KV_FORMAT_NVFP4;
+    if (to == KVCAL_FORMAT_CHECKPOINT && (nvfp4 || s->format == KVCAL_KV_FORMAT_INT8))
+        fprintf(
+            stderr,
+            "convert: note: compressed-tensors' %s kv_cache_scheme: vLLM 0.32.0 "
+            "refuses it at start (NotImplementedError), sglang 0.5.23 ignores it "
+            "(scale 1.0); for compressed-tensors' own consumers (schemas/README.md)\n",
+            nvfp4 ? "NVFP4 (num_bits 4, tensor_group)" : "int8 (type int)");
+    if (to == KVCAL_FORMAT_CHECKPOINT && nvfp4 &&
         kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
+        fprintf(stderr, "convert: lost: per-head scales become one global scale per "
+                        "layer (from the max over its kv heads): compressed-tensors' "
+                        "NVFP4 holds one\n");
+    else if (to == KVCAL_FORMAT_CHECKPOINT &&
+             kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
         fprintf(stderr,
                 "convert: note: per-head scales are written with kv_cache_scheme "
                 "strategy \"attn_head\": vLLM's compressed-tensors method loads them "

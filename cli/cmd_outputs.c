@@ -41,7 +41,8 @@ kvcal_status kvcal_cmd_add_model_inputs(kvcal_inputs_t *in, const char *model_pa
              : kvcal_inputs_add(in, dir, "a file of the model", kvcal_cmd_is_model_file);
 }
 
-const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g, int mla)
+const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g,
+                                  kvcal_kv_format kvf, int mla)
 {
     if (mla && format == KVCAL_FORMAT_MODELOPT)
         return "  modelopt, MLA model: k_proj.k_scale / v_proj.v_scale of the latent "
@@ -68,6 +69,14 @@ const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g, int 
                "provenance); "
                "no engine\n  reads it: kvcal convert derives the other formats from it";
     case KVCAL_FORMAT_CHECKPOINT:
+        if (kvf == KVCAL_KV_FORMAT_NVFP4)
+            return "  checkpoint, compressed-tensors' NVFP4 (num_bits 4, tensor_group of "
+                   "16): k_global_scale /\n  v_global_scale = 448 x 6 / amax per layer; "
+                   "vLLM 0.32.0 refuses it at start, sglang ignores it";
+        if (kvf == KVCAL_KV_FORMAT_INT8)
+            return "  checkpoint, compressed-tensors' int8 (type int): k_scale / v_scale "
+                   "= absmax / 127; vLLM\n  0.32.0 refuses it at start, sglang ignores "
+                   "it";
         if (g == KVCAL_GRANULARITY_HEAD)
             return "  checkpoint, per head (strategy attn_head): read by vLLM's "
                    "FlashAttention backend at FA3+\n  (Hopper) only; its other backends "

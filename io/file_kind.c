@@ -9,19 +9,19 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "io/checkpoint/llama2c.h"
+#include "io/checkpoint/safetensors.h"
+#include "io/dataset/token_set_info.h"
 #include "io/file_read.h"
 #include "io/json_file.h"
-#include "io/checkpoint/llama2c.h"
 #include "io/path.h"
-#include "io/checkpoint/safetensors.h"
 #include "io/scales/scales_io.h"
-#include "io/dataset/token_set_info.h"
 
 int kvcal_is_scale_tensor_name(const char *name)
 {
-    static const char *const suffixes[] = {"k_scale",      "v_scale",
-                                           "q_scale",      "kv_scale",
-                                           "output_scale", "kv_cache_scaling_factor"};
+    static const char *const suffixes[] = {
+        "k_scale",      "v_scale",        "q_scale",        "kv_scale",
+        "output_scale", "k_global_scale", "v_global_scale", "kv_cache_scaling_factor"};
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
         if (kvcal_path_has_suffix(name, suffixes[i]))
             return 1;

@@ -572,7 +572,7 @@ static void checkpoint_validation_names_missing_tensors_shapes_and_scheme(void)
     dir = make_checkpoint("ck_e5m2",
                           "\"quantization_config\": {\"quant_method\": "
                           "\"compressed-tensors\", \"kv_cache_scheme\": "
-                          "{\"num_bits\": 8, \"type\": \"int\", \"strategy\": "
+                          "{\"num_bits\": 4, \"type\": \"int\", \"strategy\": "
                           "\"channel\", \"symmetric\": false}}",
                           ok, 2);
     rep = validate(dir, NULL, 0);

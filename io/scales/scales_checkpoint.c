@@ -63,7 +63,20 @@
 #define CK_MAX_LAYERS 65536
 #define CK_IGNORED "vLLM uses scale 1.0 for the layer"
 
-enum { KIND_K = 0, KIND_V = 1, KIND_KV = 2, KIND_Q = 3, KIND_PROB = 4, KIND_COUNT = 5 };
+/* KIND_KG / KIND_VG: compressed-tensors' NVFP4 global scales (k_global_scale,
+ * the reciprocal of kvcal's, 448 x 6 / amax: generate_gparam in
+ * quantization/utils/helpers.py), registered instead of k_scale / v_scale
+ * under a tensor_group scheme with dynamic "local" (initialize_qparams). */
+enum {
+    KIND_K = 0,
+    KIND_V = 1,
+    KIND_KV = 2,
+    KIND_Q = 3,
+    KIND_PROB = 4,
+    KIND_KG = 5,
+    KIND_VG = 6,
+    KIND_COUNT = 7
+};
 
 /* Name suffixes after "model.layers.<i>.self_attn.", by kind, and the
  * format whose producer writes them. */
@@ -82,6 +95,8 @@ static const struct {
     {"k_proj.k_scale", KIND_K, KVCAL_FORMAT_MODELOPT},
     {"v_proj.v_scale", KIND_V, KVCAL_FORMAT_MODELOPT},
     {"kv_scale", KIND_KV, KVCAL_FORMAT_KV_SCALE},
+    {"k_global_scale", KIND_KG, KVCAL_FORMAT_CHECKPOINT},
+    {"v_global_scale", KIND_VG, KVCAL_FORMAT_CHECKPOINT},
 };
 
 /* The names a format writes (printf patterns of the layer), by kind; NULL
@@ -101,10 +116,12 @@ static const char *write_name(kvcal_format f, int kind)
     case KVCAL_FORMAT_KV_SCALE:
         return kind == KIND_KV ? "model.layers.%d.self_attn.kv_scale" : NULL;
     default:
-        return kind == KIND_K   ? "model.layers.%d.self_attn.k_scale"
-               : kind == KIND_V ? "model.layers.%d.self_attn.v_scale"
-               : kind == KIND_Q ? "model.layers.%d.self_attn.q_scale"
-                                : NULL;
+        return kind == KIND_K    ? "model.layers.%d.self_attn.k_scale"
+               : kind == KIND_V  ? "model.layers.%d.self_attn.v_scale"
+               : kind == KIND_Q  ? "model.layers.%d.self_attn.q_scale"
+               : kind == KIND_KG ? "model.layers.%d.self_attn.k_global_scale"
+               : kind == KIND_VG ? "model.layers.%d.self_attn.v_global_scale"
+                                 : NULL;
     }
 }
 
@@ -311,12 +328,59 @@ typedef struct scheme {
     char method[64];       /* quant_method as vLLM normalizes it */
     int nvfp4;             /* modelopt: the cache is NVFP4 (the scales its global
                               scales, amax / (6 x 448)) */
+    kvcal_kv_format ct;    /* compressed-tensors: the cache kv_cache_scheme
+                              describes (NVFP4: global scales as k_global_scale,
+                              448 x 6 / amax) */
 } scheme;
 
-/* Checks kv_cache_scheme of a compressed-tensors config. */
-static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
+/* What the engines do with a compressed-tensors kv_cache_scheme for an int8
+ * or NVFP4 cache (schemas/README.md, "compressed-tensors schemes of the
+ * other cache dtypes"): one line each. */
+static void report_ct_engines(kvcal_report_t *rep, kvcal_kv_format kvf)
+{
+    const char *place = "config.json: quantization_config.kv_cache_scheme";
+    const int nvfp4 = kvf == KVCAL_KV_FORMAT_NVFP4;
+    const char *what = nvfp4 ? "NVFP4 (num_bits 4, type float, tensor_group of 16)"
+                             : "int8 (num_bits 8, type int)";
+    kvcal_report_add(
+        rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place,
+        nvfp4 ? "vLLM 0.32.0 refuses to start (NotImplementedError in "
+                "CompressedTensorsKVCacheMethod.validate_kv_cache_scheme, "
+                "compressed_tensors/compressed_tensors.py: num_bits 8, type float only); "
+                "older vLLM refused its strategy tensor_group too"
+              : "vLLM 0.32.0 refuses to start (NotImplementedError in "
+                "CompressedTensorsKVCacheMethod.validate_kv_cache_scheme, "
+                "compressed_tensors/compressed_tensors.py: num_bits 8, type float only); "
+                "vLLM before its PR 45312 tested `and` there and read int8 scales as "
+                "fp8 scales",
+        "vLLM: %s", what);
+    kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place,
+                     "sglang 0.5.23 starts but ignores the scheme "
+                     "(CompressedTensorsConfig.get_quant_method: \"Ignoring "
+                     "compressed-tensors kv_cache_scheme\", static per-tensor fp8 "
+                     "only): no KV-cache method, the scale tensors are skipped and "
+                     "the cache runs in --kv-cache-dtype at scale 1.0",
+                     "sglang: %s", what);
+    kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place,
+                     nvfp4 ? "compressed-tensors 0.17.0 parses it (QuantizationArgs) "
+                             "and registers k_global_scale / v_global_scale, shape "
+                             "[1], 448 x 6 / amax (initialize_qparams, "
+                             "generate_gparam): the names and values written here"
+                           : "compressed-tensors 0.17.0 parses it (QuantizationArgs) "
+                             "and registers k_scale / v_scale of this shape "
+                             "(initialize_qparams); kvcal writes absmax / 127 (no value "
+                             "clips), its own calibration absmax / 127.5 "
+                             "(calculate_qparams: +absmax rounds to 128, clamped to 127)",
+                     "compressed-tensors: %s", what);
+}
+
+/* Checks kv_cache_scheme of a compressed-tensors config: *kvf gets the
+ * cache it describes (8-bit float e4m3, 8-bit int, 4-bit float NVFP4).
+ * Returns 1 for attn_head, 0 for one scale per layer, -1 when unknown. */
+static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep, kvcal_kv_format *kvf)
 {
     const char *startup = "vLLM refuses to start (NotImplementedError)";
+    *kvf = KVCAL_KV_FORMAT_FP8_E4M3;
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(qc, "kv_cache_scheme");
     if (!cJSON_IsObject(ks)) {
         kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
@@ -328,17 +392,25 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
     }
     const cJSON *bits = cJSON_GetObjectItemCaseSensitive(ks, "num_bits");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(ks, "type");
-    if (!cJSON_IsNumber(bits) || bits->valuedouble != 8.0 || !cJSON_IsString(type) ||
-        strcmp(type->valuestring, "float"))
+    const double nb = cJSON_IsNumber(bits) ? bits->valuedouble : -1.0;
+    const char *ty = cJSON_IsString(type) ? type->valuestring : "";
+    if (nb == 8.0 && !strcmp(ty, "int"))
+        *kvf = KVCAL_KV_FORMAT_INT8;
+    else if (nb == 4.0 && !strcmp(ty, "float"))
+        *kvf = KVCAL_KV_FORMAT_NVFP4;
+    else if (nb != 8.0 || strcmp(ty, "float"))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
                          "config.json: quantization_config.kv_cache_scheme", startup,
-                         "num_bits must be 8 and type \"float\" (fp8)");
+                         "num_bits must be 8 and type \"float\" (fp8) or \"int\" "
+                         "(int8), or num_bits 4 and type \"float\" (NVFP4)");
+    const int nvfp4 = *kvf == KVCAL_KV_FORMAT_NVFP4;
     const cJSON *sym = cJSON_GetObjectItemCaseSensitive(ks, "symmetric");
     if (!cJSON_IsTrue(sym))
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
                          "config.json: quantization_config.kv_cache_scheme.symmetric",
                          startup, "must be true");
     const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(ks, "dynamic");
+    const int local = cJSON_IsString(dyn) && !strcmp(dyn->valuestring, "local");
     if (cJSON_IsTrue(dyn))
         kvcal_report_add(
             rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
@@ -346,9 +418,37 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
             "compressed-tensors creates no static scales for a dynamic scheme: "
             "the stored scales are not the ones used",
             "true, but the checkpoint stores static scales");
+    else if (nvfp4 && !local)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config.kv_cache_scheme.dynamic",
+                         "compressed-tensors cannot create static block scales for a "
+                         "KV cache (initialize_qparams: their shape holds the "
+                         "sequence length): its NVFP4 caches compute them as the "
+                         "cache is written and store the global scale alone",
+                         "must be \"local\" for NVFP4");
+    else if (!nvfp4 && local)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config.kv_cache_scheme.dynamic",
+                         "compressed-tensors refuses the scheme (QuantizationArgs: "
+                         "\"local is only supported for strategy tensor_group\")",
+                         "\"local\" goes with NVFP4 only; write false");
     const cJSON *strat = cJSON_GetObjectItemCaseSensitive(ks, "strategy");
-    int head = cJSON_IsString(strat) && !strcmp(strat->valuestring, "attn_head");
-    if (!head && !(cJSON_IsString(strat) && !strcmp(strat->valuestring, "tensor"))) {
+    const char *sn = cJSON_IsString(strat) ? strat->valuestring : "";
+    if (nvfp4) {
+        const cJSON *gs = cJSON_GetObjectItemCaseSensitive(ks, "group_size");
+        if (strcmp(sn, "tensor_group") || !cJSON_IsNumber(gs) || gs->valuedouble != 16.0)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                             "config.json: quantization_config.kv_cache_scheme",
+                             "not NVFP4: compressed-tensors' NVFP4 (quant_scheme.py "
+                             "NVFP4) is strategy tensor_group, group_size 16, one e4m3 "
+                             "scale per 16 values under one global scale",
+                             "num_bits 4 float needs strategy \"tensor_group\" and "
+                             "group_size 16");
+        report_ct_engines(rep, *kvf);
+        return 0;
+    }
+    int head = !strcmp(sn, "attn_head");
+    if (!head && strcmp(sn, "tensor")) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
                          "config.json: quantization_config.kv_cache_scheme.strategy",
                          startup, "must be \"tensor\" or \"attn_head\"");
@@ -364,6 +464,8 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep)
                          "heads and fails to load the model without it (vLLM adds it "
                          "itself only when config_groups is present)",
                          "missing for strategy attn_head");
+    if (*kvf == KVCAL_KV_FORMAT_INT8)
+        report_ct_engines(rep, *kvf);
     return head;
 }
 
@@ -476,7 +578,8 @@ static void check_quark_config(const cJSON *qc, kvcal_report_t *rep)
 static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
 {
     char method[64];
-    scheme sc = {loader_of(config, method, sizeof method), -1, 0, "", 0};
+    scheme sc = {
+        loader_of(config, method, sizeof method), -1, 0, "", 0, KVCAL_KV_FORMAT_FP8_E4M3};
     /* Fp8Config's and QuarkConfig's get_cache_scale_mapper (fp8.py,
      * quark/quark.py) map .k_proj.output_scale to .attn.k_scale before the
      * model's loader sees the name; the others leave it to the stacked
@@ -502,7 +605,7 @@ static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
             "k_scale / v_scale tensors: every layer uses scale 1.0",
             "\"%.40s\" carries no KV-cache scales", method);
     else if (sc.loader == KVCAL_LOADER_COMPRESSED_TENSORS)
-        sc.strategy = check_ct_scheme(qc, rep);
+        sc.strategy = check_ct_scheme(qc, rep, &sc.ct);
     else if (sc.loader == KVCAL_LOADER_UNKNOWN)
         kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
                          "config.json: quantization_config.quant_method",
@@ -791,6 +894,35 @@ static void check_modelopt_units(const float *vals, size_t n, kvcal_report_t *re
             unit, n);
 }
 
+/* The scale names the scheme does not use: k_scale / v_scale / kv_scale
+ * under compressed-tensors' NVFP4 (global != 0), the global scales under
+ * any other scheme. */
+static void report_other_names(const layer_tensors *lt, int global, kvcal_report_t *rep)
+{
+    static const int plain[] = {KIND_K, KIND_V, KIND_KV}, globals[] = {KIND_KG, KIND_VG};
+    const int *kinds = global ? plain : globals;
+    const int n = global ? 3 : 2;
+    for (int i = 0; i < n; i++) {
+        const kvcal_tensor_info *t = lt->t[kinds[i]];
+        if (!t)
+            continue;
+        if (global)
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                             "compressed-tensors registers only k_global_scale / "
+                             "v_global_scale for an NVFP4 cache (initialize_qparams, "
+                             "dynamic \"local\"): no parameter takes this tensor",
+                             "beside kv_cache_scheme NVFP4 (write the global scales, "
+                             "448 x 6 / amax: kvcal convert --to checkpoint)");
+        else
+            kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                             "no loader reads it under this scheme: global scales "
+                             "belong to compressed-tensors' NVFP4 (num_bits 4, "
+                             "tensor_group)",
+                             "an NVFP4 global scale beside a kv_cache_scheme that is "
+                             "not NVFP4");
+    }
+}
+
 static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int heads,
                                  scheme sc, kvcal_format flavor,
                                  const kvcal_scales_ctx *ctx, kvcal_report_t *rep,
@@ -813,9 +945,13 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
     int base = sc.loader == KVCAL_LOADER_BASE;
     kvcal_value_tally tally = {0};
     int per_head = 0;
+    const int global =
+        sc.loader == KVCAL_LOADER_COMPRESSED_TENSORS && sc.ct == KVCAL_KV_FORMAT_NVFP4;
     for (int l = 0; l < num_layers; l++) {
-        const kvcal_tensor_info *kt = lt[l].t[KIND_K], *vt = lt[l].t[KIND_V];
-        const kvcal_tensor_info *kv = lt[l].t[KIND_KV];
+        report_other_names(lt + l, global, rep);
+        const kvcal_tensor_info *kt = lt[l].t[global ? KIND_KG : KIND_K];
+        const kvcal_tensor_info *vt = lt[l].t[global ? KIND_VG : KIND_V];
+        const kvcal_tensor_info *kv = global ? NULL : lt[l].t[KIND_KV];
         char place[64];
         snprintf(place, sizeof place, "model.layers.%d.self_attn", l);
         if (kt && kv)
@@ -856,6 +992,8 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
                 pair[i] ? read_scale_tensor(pair[i], heads, sc, ctx->tp, rep, dst) : 0;
             counts[l * 2 + i] = n;
             per_head |= n == heads && heads > 1;
+            for (int h = 0; global && h < n; h++) /* 448 x 6 / amax to amax / 2688 */
+                dst[h] = (float)(1.0 / (double)dst[h]);
         }
         float k0 = counts[l * 2] ? vals[(size_t)l * 2 * heads] : -1.0f;
         float v0 = counts[l * 2 + 1] ? vals[((size_t)l * 2 + 1) * heads] : -1.0f;
@@ -898,7 +1036,7 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         goto fail;
     int equal = 1, shared = 1;
     for (int l = 0; l < num_layers; l++) {
-        shared &= !lt[l].t[KIND_K] && !lt[l].t[KIND_V];
+        shared &= !global && !lt[l].t[KIND_K] && !lt[l].t[KIND_V];
         for (int h = 0; h < heads; h++) {
             const float *kv = vals + (size_t)l * 2 * heads;
             float kk = kv[counts[l * 2] == 1 ? 0 : h];
@@ -936,7 +1074,9 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         memcpy(s->q_head, qh, sizeof(float) * (size_t)num_layers * q_heads);
     s->granularity = per_head ? KVCAL_GRANULARITY_HEAD : KVCAL_GRANULARITY_TENSOR;
     s->kv_shared = shared;
-    s->format = sc.nvfp4 ? KVCAL_KV_FORMAT_NVFP4 : KVCAL_KV_FORMAT_FP8_E4M3;
+    s->format = sc.nvfp4                                       ? KVCAL_KV_FORMAT_NVFP4
+                : sc.loader == KVCAL_LOADER_COMPRESSED_TENSORS ? sc.ct
+                                                               : KVCAL_KV_FORMAT_FP8_E4M3;
     if (ctx->model) {
         snprintf(s->model.architecture, sizeof s->model.architecture, "%s",
                  ctx->model->architecture);
@@ -1075,7 +1215,7 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
         }
         cJSON_AddItemToObject(config, "quantization_config", hq);
     }
-    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2, 0, "", 0};
+    scheme sc = {KVCAL_LOADER_COMPRESSED_TENSORS, 2, 0, "", 0, KVCAL_KV_FORMAT_FP8_E4M3};
     if (config)
         sc = check_scheme(config, rep);
     else
@@ -1141,14 +1281,30 @@ fail:
 
 /* --- writing ------------------------------------------------------------- */
 
-/* The kv_cache_scheme object of DESIGN.md. */
-static cJSON *make_scheme(int per_head)
+/* The kv_cache_scheme object of DESIGN.md for the cache kvf: fp8 (8-bit
+ * float) and int8 (8-bit int) static, symmetric, per tensor or head;
+ * NVFP4 as compressed-tensors' NVFP4 preset describes its activations
+ * (quant_scheme.py: 4-bit float, tensor_group of 16, e4m3 block scales
+ * computed as the cache is written, dynamic "local"). */
+static cJSON *make_scheme(int per_head, kvcal_kv_format kvf)
 {
+    const int nvfp4 = kvf == KVCAL_KV_FORMAT_NVFP4;
     cJSON *ks = cJSON_CreateObject();
-    if (ks && cJSON_AddNumberToObject(ks, "num_bits", 8) &&
-        cJSON_AddStringToObject(ks, "type", "float") &&
-        cJSON_AddStringToObject(ks, "strategy", per_head ? "attn_head" : "tensor") &&
-        cJSON_AddFalseToObject(ks, "dynamic") && cJSON_AddTrueToObject(ks, "symmetric"))
+    int ok = ks && cJSON_AddNumberToObject(ks, "num_bits", nvfp4 ? 4 : 8) &&
+             cJSON_AddStringToObject(ks, "type",
+                                     kvf == KVCAL_KV_FORMAT_INT8 ? "int" : "float") &&
+             cJSON_AddStringToObject(ks, "strategy",
+                                     nvfp4      ? "tensor_group"
+                                     : per_head ? "attn_head"
+                                                : "tensor") &&
+             cJSON_AddTrueToObject(ks, "symmetric");
+    if (ok && nvfp4)
+        ok = cJSON_AddNumberToObject(ks, "group_size", 16) &&
+             cJSON_AddStringToObject(ks, "dynamic", "local") &&
+             cJSON_AddStringToObject(ks, "scale_dtype", "torch.float8_e4m3fn");
+    else if (ok)
+        ok = cJSON_AddFalseToObject(ks, "dynamic") != NULL;
+    if (ok)
         return ks;
     cJSON_Delete(ks);
     return NULL;
@@ -1271,6 +1427,18 @@ static kvcal_status merge_config(cJSON *config, cJSON *hq, const kvcal_scales_t 
                           path, method);
     if (f != KVCAL_FORMAT_CHECKPOINT)
         return merge_config_for(qc ? qc : hq, hq, f, ld, method, s->format, path);
+    if (s->format != KVCAL_KV_FORMAT_FP8_E4M3 && qc &&
+        ld != KVCAL_LOADER_COMPRESSED_TENSORS)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: quantization_config.quant_method is \"%s\": a "
+                          "compressed-tensors kv_cache_scheme for an %s cache goes into "
+                          "an unquantized or compressed-tensors model only; write the "
+                          "kvcal format%s",
+                          path, method,
+                          s->format == KVCAL_KV_FORMAT_NVFP4 ? "NVFP4" : "int8",
+                          s->format == KVCAL_KV_FORMAT_NVFP4
+                              ? " or --format modelopt for a ModelOpt model"
+                              : "");
     if (ld == KVCAL_LOADER_BASE && per_head)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method is \"%s\", whose vLLM "
@@ -1287,7 +1455,7 @@ static kvcal_status merge_config(cJSON *config, cJSON *hq, const kvcal_scales_t 
              cJSON_AddArrayToObject(qc, "ignore") &&
              cJSON_AddStringToObject(qc, "quantization_status", "compressed");
     }
-    ok = ok && set_item(qc, "kv_cache_scheme", make_scheme(per_head));
+    ok = ok && set_item(qc, "kv_cache_scheme", make_scheme(per_head, s->format));
     if (ok && per_head)
         ok = set_item(qc, "total_num_kv_heads", cJSON_CreateNumber(s->num_kv_heads)) &&
              (s->model.num_attention_heads <= 0 ||
@@ -1414,14 +1582,19 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
         return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", dir,
                           strerror(errno));
 
+    /* compressed-tensors' NVFP4: one global scale per layer and K/V, named
+     * k_global_scale and holding 448 x 6 / amax (kvcal's reciprocal) */
+    const int global =
+        format == KVCAL_FORMAT_CHECKPOINT && s->format == KVCAL_KV_FORMAT_NVFP4;
     /* Only compressed-tensors' attn_head holds per-head scales; the formats
      * BaseKVCacheMethod reads get the max over heads. */
-    int per_head =
-        format == KVCAL_FORMAT_CHECKPOINT && s->granularity == KVCAL_GRANULARITY_HEAD;
+    int per_head = format == KVCAL_FORMAT_CHECKPOINT && !global &&
+                   s->granularity == KVCAL_GRANULARITY_HEAD;
     /* the query's: Quark's q_proj.output_scale, compressed-tensors' q_scale
-     * (per query head under attn_head, which vLLM reduces per kv-head group) */
-    int with_q =
-        (format == KVCAL_FORMAT_QUARK || format == KVCAL_FORMAT_CHECKPOINT) && s->has_q;
+     * (per query head under attn_head, which vLLM reduces per kv-head group);
+     * e4m3 scales, written beside an fp8 cache's alone */
+    int with_q = (format == KVCAL_FORMAT_QUARK || format == KVCAL_FORMAT_CHECKPOINT) &&
+                 s->has_q && s->format == KVCAL_KV_FORMAT_FP8_E4M3;
     for (int l = 0; with_q && l < s->num_layers; l++)
         with_q = s->q_scale[l] > 0.0f;
     const int q_heads = per_head ? mc.num_attention_heads : 1;
@@ -1429,7 +1602,9 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
     int kinds[3], nk = 0;
     for (int k = 0; k <= KIND_Q; k++)
         if (write_name(format, k) && (k != KIND_Q || with_q))
-            kinds[nk++] = k;
+            kinds[nk++] = global && k == KIND_K   ? KIND_KG
+                          : global && k == KIND_V ? KIND_VG
+                                                  : k;
     int heads = per_head ? s->num_kv_heads : 1, n = nk * s->num_layers;
     if (with_q && q_heads > heads)
         heads = q_heads; /* values a tensor may hold */
@@ -1460,10 +1635,12 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
                     d[h] = (kinds[i] == KIND_V ? s->v_head
                                                : s->k_head)[kvcal_scales_index(s, l, h)];
             else
-                d[0] = kinds[i] == KIND_K   ? k
-                       : kinds[i] == KIND_V ? v
-                       : kinds[i] == KIND_Q ? s->q_scale[l]
-                                            : (k > v ? k : v);
+                d[0] = kinds[i] == KIND_K    ? k
+                       : kinds[i] == KIND_V  ? v
+                       : kinds[i] == KIND_KG ? (float)(1.0 / (double)k)
+                       : kinds[i] == KIND_VG ? (float)(1.0 / (double)v)
+                       : kinds[i] == KIND_Q  ? s->q_scale[l]
+                                             : (k > v ? k : v);
             t->name = name;
             t->dtype = KVCAL_DTYPE_F32;
             t->ndim = per_head ? 3 : 1;

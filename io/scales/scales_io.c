@@ -205,17 +205,26 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
     const int nvfp4 = scales->format == KVCAL_KV_FORMAT_NVFP4;
     if (format == KVCAL_FORMAT_ASCEND)
         return kvcal_scales_write_ascend(scales, path, model_dir, 0);
+    /* compressed-tensors describes int8 (symmetric) and NVFP4 caches too */
+    const int ct = format == KVCAL_FORMAT_CHECKPOINT &&
+                   (nvfp4 || scales->format == KVCAL_KV_FORMAT_INT8);
     if (scales->format != KVCAL_KV_FORMAT_FP8_E4M3 && format != KVCAL_FORMAT_KVCAL_JSON &&
-        !(nvfp4 && format == KVCAL_FORMAT_MODELOPT))
+        !(nvfp4 && format == KVCAL_FORMAT_MODELOPT) && !ct)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "%s: %s scales: %s (schemas/README.md); write the kvcal format%s", path,
-            nvfp4 ? "NVFP4" : "int8",
+            nvfp4                                         ? "NVFP4"
+            : scales->format == KVCAL_KV_FORMAT_INT8_ASYM ? "int8_asym"
+                                                          : "int8",
             nvfp4 ? "vLLM reads NVFP4 global scales only from a ModelOpt checkpoint "
                     "(kv_cache_quant_algo NVFP4); sglang refuses another dtype"
                   : "sglang refuses another dtype and no vLLM loader gives a static "
                     "int8 cache its scales (compressed-tensors refuses type int)",
-            nvfp4 ? " or --format modelopt" : " or --format ascend (vllm-ascend's C8)");
+            nvfp4 ? ", --format modelopt or checkpoint (compressed-tensors)"
+            : scales->format == KVCAL_KV_FORMAT_INT8
+                ? ", --format ascend (vllm-ascend's C8) or checkpoint "
+                  "(compressed-tensors)"
+                : " or --format ascend (vllm-ascend's C8)");
     switch (format) {
     case KVCAL_FORMAT_LEGACY_JSON:
         return kvcal_scales_write_legacy(scales, path, tp > 0 ? tp : 1);

