@@ -281,7 +281,8 @@ static void fmt_launches_match_the_reference_byte_for_byte(void)
                                   dt == 1 ? 3 : (s % 3 == 1 ? 8 : 0),
                                   s == 5 ? 64 : 0,
                                   0,
-                                  0.0f};
+                                  0.0f,
+                                  0};
                     bad += run_case(&c);
                     cases++;
                 }
@@ -327,7 +328,8 @@ static void fmt_fast_kernels_match_the_reference_byte_for_byte(void)
                         s == 1 ? 8 : 0,
                         s == 2 ? 64 : 0,
                         0,
-                        0.0f};
+                        0.0f,
+                        0};
                     bad += run_case(&c);
                     cases++;
                 }
@@ -359,7 +361,8 @@ static void fmt_nvfp4_matches_the_reference_under_a_subnormal_global_scale(void)
                           0,
                           0,
                           0,
-                          1e-44f};
+                          1e-44f,
+                          0};
             bad += run_case(&c);
         }
     CU_ASSERT_EQUAL(bad, 0);
@@ -391,7 +394,8 @@ static void fmt_dequantize_decodes_every_byte_as_the_reference(void)
                               0,
                               0,
                               1,
-                              0.0f};
+                              0.0f,
+                              0};
                 bad += run_case(&c);
             }
     CU_ASSERT_EQUAL(bad, 0);
