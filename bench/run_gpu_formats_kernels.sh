@@ -13,7 +13,8 @@
 #   2. bench/kvquant --only-formats: each format op in its versions, v1 (the
 #      kernels before their first rewrite, bench/kvquant_fmt_v1.cuh), v2 (the
 #      fast quantization before its second, bench/kvquant_fmt_v2.cuh; prefill
-#      only) and v3 (the library), beside the device copy and e4m3's kernels
+#      only) and v3 (the library; NVFP4's dequantization v4, byte tables),
+#      beside the device copy and e4m3's kernels
 #      of the same run, prefill (262,144 tokens x 8 kv heads x 128, bf16) and
 #      decode (256 tokens), each op validated against the CPU reference first
 #      (check "ok");
@@ -50,7 +51,7 @@ grep -E "^(prefill|decode) " "$out/bench.log"
 grep -E "FAIL|differences|host time" "$out/bench.log"
 # v3, v2 and v1 of each format op side by side: prefill % of copy, decode us a call
 echo "== summary: prefill % of the copy (target >= 85), decode graph us a call (copy's in the first row);"
-echo "   v3 the library; v2 '-' where v3 kept v2's kernel (dequantization, decode steps)"
+echo "   v3 the library (its NVFP4 dequantization: v4); v2 '-' where v3 kept v2's kernel (dequantization, decode steps)"
 awk '
 /^(prefill|decode) / {
     c = substr($0, 1, 7); sub(/ +$/, "", c)
