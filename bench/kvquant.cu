@@ -52,8 +52,10 @@
 // record none). In versions, timed with --only-formats alone: "v1 ..." is
 // the format kernel before its first rewrite (bench/kvquant_fmt_v1.cuh),
 // "v2 ..." the fast quantization before its second (bench/kvquant_fmt_v2.cuh;
-// prefill only: a decode step takes the generic kernel, which v3 kept), the
-// unnumbered op the library's (v3). --only-formats runs the copy, e4m3's
+// prefill only: a decode step takes the generic kernel, which v3 kept),
+// "v3 dequant nvfp4" NVFP4's fast dequantization before v4
+// (bench/kvquant_fmt_v3.cuh; prefill only), the unnumbered op the
+// library's (v3; NVFP4's dequantization v4). --only-formats runs the copy, e4m3's
 // static per head and dequantization (for reference) and the format ops,
 // every version, prefill and decode only.
 //
@@ -82,6 +84,7 @@ extern "C" {
 }
 #include "bench/kvquant_fmt_v1.cuh"
 #include "bench/kvquant_fmt_v2.cuh"
+#include "bench/kvquant_fmt_v3.cuh"
 
 #define CHECK(x)                                                                         \
     do {                                                                                 \
@@ -243,6 +246,7 @@ enum Op {
     V1_FMT_DEQUANT_NVFP4 = V1_FMT_E5M2 + (FMT_DEQUANT_NVFP4 - FMT_E5M2),
     V2_FMT_E5M2,
     V2_FMT_NVFP4 = V2_FMT_E5M2 + (FMT_NVFP4 - FMT_E5M2),
+    V3_FMT_DEQUANT_NVFP4,
     NUM_OPS
 };
 constexpr int kFmtOps = V1_FMT_E5M2 - FMT_E5M2, kV2Ops = V2_FMT_E5M2 - FMT_E5M2;
@@ -286,7 +290,8 @@ static const char *op_name[NUM_OPS] = {"copy (cudaMemcpy D2D)",
                                        "v2 int8 dynamic token-head",
                                        "v2 int8-asym static head",
                                        "v2 int8-asym dynamic",
-                                       "v2 nvfp4 static NHD"};
+                                       "v2 nvfp4 static NHD",
+                                       "v3 dequant nvfp4"};
 
 // The format ops (FMT_*, V1_FMT_*, V2_FMT_*): the library op of a v1 or v2
 // op, its format, whether it dequantizes, whether its parameters are per
@@ -308,7 +313,10 @@ static bool is_v2(Op op)
 
 static Op fmt_base(Op op)
 {
-    return is_v1(op) ? (Op)(op - kFmtOps) : is_v2(op) ? (Op)(op - kV2Ops) : op;
+    return is_v1(op)                    ? (Op)(op - kFmtOps)
+           : is_v2(op)                  ? (Op)(op - kV2Ops)
+           : op == V3_FMT_DEQUANT_NVFP4 ? FMT_DEQUANT_NVFP4
+                                        : op;
 }
 
 static bool fmt_dequantizes(Op op)
@@ -600,6 +608,8 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
             KV_CHECK(v1::run(&b, &c, &q, dq ? p.ko : nullptr, dq ? p.vo : nullptr, s));
         else if (is_v2(op))
             KV_CHECK(v2::run(&b, &c, &q, s));
+        else if (op == V3_FMT_DEQUANT_NVFP4)
+            KV_CHECK(v3::run(&b, &c, &q, p.ko, p.vo, s));
         else if (dq)
             KV_CHECK(kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo,
                                                     KVCAL_DTYPE_BF16, s));
@@ -1121,7 +1131,7 @@ int main(int argc, char **argv)
                 (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)) ||
                 (only_formats && !is_fmt(op) && !reference) ||
                 (is_v1(op) && (scatter || !only_formats)) ||
-                (is_v2(op) && (ci > 0 || !only_formats)))
+                ((is_v2(op) || op == V3_FMT_DEQUANT_NVFP4) && (ci > 0 || !only_formats)))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);

@@ -13,7 +13,9 @@
 #   2. bench/kvquant --only-formats: each format op in its versions, v1 (the
 #      kernels before their first rewrite, bench/kvquant_fmt_v1.cuh), v2 (the
 #      fast quantization before its second, bench/kvquant_fmt_v2.cuh; prefill
-#      only) and v3 (the library), beside the device copy and e4m3's kernels
+#      only), v3 of NVFP4's dequantization (bench/kvquant_fmt_v3.cuh; prefill
+#      only) and the library (v3; NVFP4's dequantization v4, byte tables),
+#      beside the device copy and e4m3's kernels
 #      of the same run, prefill (262,144 tokens x 8 kv heads x 128, bf16) and
 #      decode (256 tokens), each op validated against the CPU reference first
 #      (check "ok");
@@ -48,9 +50,10 @@ echo "== bench/kvquant --only-formats (rc $bench_rc)"
 grep -E "^device|^case " "$out/bench.log"
 grep -E "^(prefill|decode) " "$out/bench.log"
 grep -E "FAIL|differences|host time" "$out/bench.log"
-# v3, v2 and v1 of each format op side by side: prefill % of copy, decode us a call
+# the library, v3, v2 and v1 of each format op side by side: prefill % of copy, decode us a call
 echo "== summary: prefill % of the copy (target >= 85), decode graph us a call (copy's in the first row);"
-echo "   v3 the library; v2 '-' where v3 kept v2's kernel (dequantization, decode steps)"
+echo "   lib the library (v3; NVFP4's dequantization v4); v3 kept for NVFP4's dequantization alone;"
+echo "   v2 '-' where v3 kept v2's kernel (dequantization, decode steps)"
 awk '
 /^(prefill|decode) / {
     c = substr($0, 1, 7); sub(/ +$/, "", c)
@@ -59,6 +62,7 @@ awk '
     val = c == "prefill" ? f[n - 1] : f[n - 2]
     if (op ~ /^v1 /) { v1[c, substr(op, 4)] = val; next }
     if (op ~ /^v2 /) { v2[c, substr(op, 4)] = val; next }
+    if (op ~ /^v3 /) { v3[c, substr(op, 4)] = val; next }
     rows[++nrows] = c; ops[nrows] = op; vals[nrows] = val; checks[nrows] = f[n]
 }
 END {
@@ -70,7 +74,8 @@ END {
         }
         verdict = ""
         if (c == "prefill") { x = vals[i]; sub(/%/, "", x); verdict = x + 0 >= 85 ? "meets 85%" : "BELOW 85%" }
-        printf "%-8s %-26s v3 %9s  v2 %9s  v1 %9s  %s %s\n", c, op, vals[i],
+        printf "%-8s %-26s lib %9s  v3 %9s  v2 %9s  v1 %9s  %s %s\n", c, op, vals[i],
+               ((c, op) in v3) ? v3[c, op] : "-",
                ((c, op) in v2) ? v2[c, op] : "-", ((c, op) in v1) ? v1[c, op] : "-",
                checks[i], verdict
     }

@@ -12,6 +12,7 @@
 
 #include "core/kvformat.h"
 #include "kernels/cpu/kvquant_fmt.h"
+#include "kernels/cuda/kvquant_fmt_nvfp4.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -206,6 +207,76 @@ static void device_formulas_equal_the_reference_arithmetic(void)
     CU_ASSERT_EQUAL(kvcal_fp4_e2m1_mag22(0.5f), 1u << 22); /* the subnormal */
     kvcal_kvfmt_row flat = kvcal_kvfmt_asym_row_dmul(INFINITY, -INFINITY);
     CU_ASSERT(flat.scale == 0.0f && flat.zero == 0.0f && flat.inv == 0.0f);
+}
+
+/* The 16-bit value (bf16 or f16, as the reference stores it) of x. */
+static uint32_t bits16(kvcal_dtype dtype, float x)
+{
+    uint16_t h;
+    kvcal_kv_store_elem(&h, dtype, 0, x);
+    return h;
+}
+
+/* The differences of the fast NVFP4 dequantization's byte tables
+ * (kernels/cuda/kvquant_fmt_nvfp4.h) from the reference's values
+ * (kvcal_fp4_e2m1_to_float(q) x (e4m3 value x global scale), rounded to
+ * fp32, then to `dtype`) for every scale byte under global scale g, every
+ * code in every place of a word of 8 (each byte value in each byte, the
+ * others random); blocks whose decode scale is not finite, which the
+ * kernel leaves to the arithmetic, are counted in *left. *compared: the
+ * values compared. */
+static size_t nvfp4_tables_differ(kvcal_dtype dtype, float g, size_t *compared,
+                                  size_t *left)
+{
+    size_t bad = 0;
+    for (int s = 0; s < 256; s++) {
+        const float d = kvcal_fp8_e4m3_to_float((uint8_t)s) * g;
+        if (!(fabsf(d) < INFINITY)) {
+            ++*left;
+            continue;
+        }
+        uint32_t ref[16], p[4], t[4];
+        for (int q = 0; q < 16; q++)
+            ref[q] = bits16(dtype, kvcal_fp4_e2m1_to_float((uint8_t)q) * d);
+        for (int i = 0; i < 4; i++)
+            p[i] = ref[2 * i] | ref[2 * i + 1] << 16;
+        kvcal_nvfp4_tables(p, t);
+        for (int k = 0; k < 4; k++)
+            for (uint32_t b = 0; b < 256; b++) {
+                rng ^= rng << 13, rng ^= rng >> 17, rng ^= rng << 5;
+                const uint32_t w = (rng & ~(0xffu << (8 * k))) | b << (8 * k);
+                uint32_t o[4];
+                kvcal_nvfp4_lookup8(t, w, o);
+                for (int j = 0; j < 8; j++) {
+                    const uint32_t got = o[j / 2] >> (16 * (j % 2)) & 0xffffu;
+                    bad += got != ref[w >> (4 * j) & 0xfu];
+                    ++*compared;
+                }
+            }
+    }
+    return bad;
+}
+
+/* The fast dequantization's byte tables decode every e2m1 code of a block
+ * of any e4m3 scale byte as the reference, into bf16 and f16, under global
+ * scales of every kind: vLLM-like, tiny and subnormal (products subnormal
+ * or 0), large (6 x d overflows), zero and negative; every block it keeps
+ * for the arithmetic has a decode scale that is NaN or infinite. */
+static void nvfp4_byte_tables_decode_every_code_as_the_reference(void)
+{
+    const float gs[] = {1.0f,      0.3f / 2688.0f, 3.0f / 2688.0f, 0x1p-126f, 1e-44f,
+                        0x1p-149f, 3e35f,          1e38f,          0.0f,      -0.5f};
+    const kvcal_dtype dts[2] = {KVCAL_DTYPE_BF16, KVCAL_DTYPE_F16};
+    size_t bad = 0, compared = 0, left = 0;
+    for (int o = 0; o < 2; o++)
+        for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+            bad += nvfp4_tables_differ(dts[o], gs[i], &compared, &left);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* per dtype: the 2 NaN bytes under each scale, and under 1e38 the 114
+     * bytes of magnitude 3.5 to 448 (0x46-0x7e and 0xc6-0xfe: 3.5e38
+     * overflows) */
+    CU_ASSERT_EQUAL(left, 2 * (2 * 10 + 114));
+    CU_ASSERT_EQUAL(compared, (size_t)(2 * 10 * 256 - left) * 4 * 256 * 8);
 }
 
 static void int_code_rounds_as_the_engines_round(void)
@@ -723,6 +794,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(e5m2_converts_hand_values_and_matches_a_nearest_search),
     KVCAL_TEST(e2m1_rounds_to_nearest_even_and_saturates_at_6),
     KVCAL_TEST(device_formulas_equal_the_reference_arithmetic),
+    KVCAL_TEST(nvfp4_byte_tables_decode_every_code_as_the_reference),
     KVCAL_TEST(int_code_rounds_as_the_engines_round),
     KVCAL_TEST(int8_dynamic_is_vllms_int8_per_token_head),
     KVCAL_TEST(int8_static_per_head_rounds_to_nearest_even_and_saturates),

@@ -8,7 +8,8 @@
  * block stride, aligned and misaligned strides, padding and out-of-range
  * slots, NaN / Inf / zero / -0 / huge inputs and rows of zeros around an
  * infinity or a NaN, NVFP4 under a subnormal global scale; dequantization
- * of random cache bytes; each device
+ * of random cache bytes (NVFP4: NaN scale bytes, overflowing products
+ * too); each device
  * conversion (the hardware's, or the fp32 arithmetic where it has none) on
  * every bf16 and f16 value and random floats; eval's query round trip on
  * every bf16 value; eval --modes all on the CUDA runner against the CPU's.
@@ -61,6 +62,7 @@ typedef struct fmt_case {
     int extra_block_bytes; /* block_stride beyond one block */
     int random_cache;      /* dequantize random cache bytes and parameters */
     float v_scale;         /* V's static scales when not 0 */
+    int nan_scales;        /* random NVFP4 caches: e4m3 NaN scale bytes too */
 } fmt_case;
 
 static int esize(kvcal_dtype d)
@@ -144,7 +146,7 @@ static size_t run_case(const fmt_case *c)
         for (size_t i = 0; i < cache_bytes; i++) {
             rng ^= rng << 13, rng ^= rng >> 17, rng ^= rng << 5;
             hk[i] = (uint8_t)rng, hv[i] = (uint8_t)(rng >> 8);
-            if (c->format == KVCAL_KV_FORMAT_NVFP4)
+            if (c->format == KVCAL_KV_FORMAT_NVFP4 && !c->nan_scales)
                 hk[i] &= 0xf7, hv[i] &= 0xf7; /* never e4m3's NaN 0x7f / 0xff */
         }
         for (size_t i = 0; i < 4 * nscale; i++)
@@ -279,7 +281,8 @@ static void fmt_launches_match_the_reference_byte_for_byte(void)
                                   dt == 1 ? 3 : (s % 3 == 1 ? 8 : 0),
                                   s == 5 ? 64 : 0,
                                   0,
-                                  0.0f};
+                                  0.0f,
+                                  0};
                     bad += run_case(&c);
                     cases++;
                 }
@@ -325,7 +328,8 @@ static void fmt_fast_kernels_match_the_reference_byte_for_byte(void)
                         s == 1 ? 8 : 0,
                         s == 2 ? 64 : 0,
                         0,
-                        0.0f};
+                        0.0f,
+                        0};
                     bad += run_case(&c);
                     cases++;
                 }
@@ -357,7 +361,8 @@ static void fmt_nvfp4_matches_the_reference_under_a_subnormal_global_scale(void)
                           0,
                           0,
                           0,
-                          1e-44f};
+                          1e-44f,
+                          0};
             bad += run_case(&c);
         }
     CU_ASSERT_EQUAL(bad, 0);
@@ -389,9 +394,42 @@ static void fmt_dequantize_decodes_every_byte_as_the_reference(void)
                               0,
                               0,
                               1,
-                              0.0f};
+                              0.0f,
+                              0};
                 bad += run_case(&c);
             }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* Random NVFP4 caches with e4m3 NaN scale bytes (0x7f, 0xff) and V's
+ * global scale 3e35, under which blocks of the larger scale bytes have
+ * finite decode scales but products that overflow to +-Inf: the fast
+ * dequantization (its byte tables, its arithmetic for the NaN blocks) and
+ * the generic one decode them as the reference, both layouts, head_dim 64,
+ * 128 and 256. */
+static void fmt_nvfp4_dequantize_decodes_nan_scales_and_overflows_as_the_reference(void)
+{
+    const int shapes[4][2] = {{301, 48}, {4099, 64}, {4099, 128}, {4099, 256}};
+    size_t bad = 0;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 4; i++) {
+            fmt_case c = {KVCAL_KV_FORMAT_NVFP4,
+                          KVCAL_KV_ROUND_NEAREST_EVEN,
+                          1,
+                          KVCAL_GRANULARITY_HEAD,
+                          KVCAL_DTYPE_BF16,
+                          l ? KVCAL_CACHE_HND : KVCAL_CACHE_NHD,
+                          shapes[i][0],
+                          3,
+                          shapes[i][1],
+                          16,
+                          0,
+                          0,
+                          1,
+                          3e35f,
+                          1};
+            bad += run_case(&c);
+        }
     CU_ASSERT_EQUAL(bad, 0);
 }
 
@@ -576,6 +614,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(fmt_fast_kernels_match_the_reference_byte_for_byte),
     KVCAL_TEST(fmt_nvfp4_matches_the_reference_under_a_subnormal_global_scale),
     KVCAL_TEST(fmt_dequantize_decodes_every_byte_as_the_reference),
+    KVCAL_TEST(fmt_nvfp4_dequantize_decodes_nan_scales_and_overflows_as_the_reference),
     KVCAL_TEST(fmt_device_conversions_match_the_reference_on_every_16_bit_input),
     KVCAL_TEST(fmt_launch_rejects_what_the_reference_rejects),
     KVCAL_TEST(fp8_roundtrip_launch_matches_the_reference_on_every_bf16),

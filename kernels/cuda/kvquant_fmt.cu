@@ -52,6 +52,7 @@ extern "C" {
 #include "kernels/cuda/kvquant.h"
 #include "kernels/cuda/kvquant_fmt.cuh"
 #include "kernels/cuda/kvquant_fmt.h"
+#include "kernels/cuda/kvquant_fmt_nvfp4.h"
 
 #define CUDA_TRY(call)                                                                   \
     do {                                                                                 \
@@ -296,6 +297,40 @@ __device__ __forceinline__ void nvfp4_values_n(uint32_t w, float e, float g, flo
 #pragma unroll
             for (int j = 0; j < N; j++)
                 x[j] = e;
+}
+
+// Two floats rounded to 16-bit TOut (bf16 or f16) in one word, a in the
+// low half: one cvt.rn.{bf16x2,f16x2}.f32, as from_float on each.
+template <typename TOut> __device__ __forceinline__ uint32_t pack2(float a, float b)
+{
+    if constexpr (std::is_same<TOut, __nv_bfloat16>::value) {
+        const __nv_bfloat162 p = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<const uint32_t *>(&p);
+    } else {
+        const __half2 p = __floats2half2_rn(a, b);
+        return *reinterpret_cast<const uint32_t *>(&p);
+    }
+}
+
+// 8 e2m1 nibbles w (value j at bits 4j..4j+3) of a block of decode scale d
+// as 16-bit TOut into *o (value 0 lowest), by the block's byte tables
+// (kernels/cuda/kvquant_fmt_nvfp4.h): the 8 products e2m1(m) x d as
+// nvfp4_values_n computes them, rounded two an instruction, then 4 prmt a
+// word. false (nothing written) where d is not finite: a product may be
+// NaN there (0 x Inf, or d NaN), whose sign the tables cannot flip.
+template <typename TOut>
+__device__ __forceinline__ bool nvfp4_lookup8(uint32_t w, float d, uint4 *o)
+{
+    if (!(fabsf(d) < INFINITY))
+        return false;
+    const uint32_t p[4] = {pack2<TOut>(0.0f * d, 0.5f * d), pack2<TOut>(d, 1.5f * d),
+                           pack2<TOut>(2.0f * d, 3.0f * d),
+                           pack2<TOut>(4.0f * d, 6.0f * d)};
+    uint32_t t[4], v[4];
+    kvcal_nvfp4_tables(p, t);
+    kvcal_nvfp4_lookup8(t, w, v);
+    *o = make_uint4(v[0], v[1], v[2], v[3]);
+    return true;
 }
 
 // --- row parameters -------------------------------------------------------------------
@@ -918,8 +953,8 @@ __global__ void __launch_bounds__(kFastThreads) fmt_dequantize_fast_kernel(FmtAr
         const uint32_t in_block = a.g.layout == KVCAL_CACHE_NHD
                                       ? off * H + head
                                       : head * (uint32_t)a.g.block_size + off;
-        const int64_t at =
-            (int64_t)block * a.g.block_stride + (int64_t)in_block * kRowBytes;
+        const int64_t base = (int64_t)block * a.g.block_stride;
+        const int64_t at = base + (int64_t)in_block * kRowBytes;
         const int64_t si = kvcal_kv_scale_index_at(a.g, block, off, head);
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
@@ -929,8 +964,11 @@ __global__ void __launch_bounds__(kFastThreads) fmt_dequantize_fast_kernel(FmtAr
                 const int col = c * (D / kChunks) + lane * kPiece;
                 load_bytes<kBytes>(a.cache[kv] + at + col * kBytes / kPiece, b[kv][i][c]);
                 if constexpr (FMT == kNvfp4)
-                    scale[kv][i][c] = e4m3_value(a.cache[kv][nvfp4_scale_at<D>(
-                        a.g, block, off, head, col / 16, kv)]);
+                    scale[kv][i][c] = e4m3_value(
+                        a.cache[kv][base + nvfp4_scale_in_block<D>(
+                                               (uint32_t)a.g.block_size, H,
+                                               a.g.layout == KVCAL_CACHE_NHD, off,
+                                               (uint32_t)head, col / 16, kv)]);
             }
         }
     }
@@ -942,15 +980,23 @@ __global__ void __launch_bounds__(kFastThreads) fmt_dequantize_fast_kernel(FmtAr
         for (int kv = 0; kv < 2; kv++)
 #pragma unroll
             for (int c = 0; c < kChunks; c++) {
+                TOut *out = static_cast<TOut *>(a.out[kv]) + (first + i) * D +
+                            c * (D / kChunks) + lane * kPiece;
+                if constexpr (FMT == kNvfp4 && sizeof(TOut) == 2) {
+                    uint4 o;
+                    if (nvfp4_lookup8<TOut>(b[kv][i][c][0],
+                                            scale[kv][i][c] * r[kv][i].scale, &o)) {
+                        *reinterpret_cast<uint4 *>(out) = o;
+                        continue;
+                    }
+                }
                 float x[kPiece];
                 if constexpr (FMT == kNvfp4)
                     nvfp4_values_n<TOut, kPiece>(b[kv][i][c][0], scale[kv][i][c],
                                                  r[kv][i].scale, x);
                 else
                     values_n<FMT, kPiece>(b[kv][i][c], r[kv][i], x);
-                store_n<TOut, kPiece>(static_cast<TOut *>(a.out[kv]) + (first + i) * D +
-                                          c * (D / kChunks) + lane * kPiece,
-                                      x, true, kPiece);
+                store_n<TOut, kPiece>(out, x, true, kPiece);
             }
     }
 }
