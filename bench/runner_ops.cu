@@ -371,13 +371,15 @@ static void fp8_section(timer &t, kvcal_gemm_t *gemm, double peak_tbs, kvcal_bf1
     const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
     const int M = B * T, QKV = (H + 2 * HKV) * HD, S = 8192;
     const float in_scale = 0.05f, w_scale = 0.01f;
-    float *d_scale; // the static activation scale, the weights' scale
-    CHECK_CUDA(cudaMalloc(&d_scale, 2 * sizeof(float)));
+    // the static activation scale and the weights' scale, each 16-byte aligned
+    // as cuBLASLt's FP8 algorithms take them (the runner's scales are)
+    float *d_scale;
+    CHECK_CUDA(cudaMalloc(&d_scale, 8 * sizeof(float)));
     {
-        const float h[2] = {in_scale, w_scale};
+        const float h[8] = {in_scale, 0, 0, 0, w_scale, 0, 0, 0};
         CHECK_CUDA(cudaMemcpy(d_scale, h, sizeof h, cudaMemcpyHostToDevice));
     }
-    const float *d_in_scale = d_scale, *d_w_scale = d_scale + 1;
+    const float *d_in_scale = d_scale, *d_w_scale = d_scale + 4;
     float *row_scales; // scratch of the static quantization's scales, a row each
     CHECK_CUDA(cudaMalloc(&row_scales, (size_t)std::max(M, 2 * F) * sizeof(float)));
     // an e4m3 copy of a random bf16 tensor (rows, cols), quantized statically
