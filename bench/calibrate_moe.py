@@ -347,10 +347,16 @@ def main():
             sys.exit(f"kvcal calibrate --save-every {BATCH}: {len(times)} progress lines after "
                      f"a batch, not {a.batches}")
         (t1, e1), (tb, eb) = times[0], times[-1]
-        first, steady = t1 / e1, (tb - t1) / (eb - e1)
-        print(f"kvcal calibrate --device cuda, a batch at a time ({phase_text(per)}): the "
-              f"first batch {e1:.3f} s, {first:.0f} tokens/s; batches 2..{a.batches} "
-              f"{eb - e1:.3f} s, {steady:.0f} tokens/s", flush=True)
+        first = t1 / e1
+        if eb > e1:
+            steady = (tb - t1) / (eb - e1)
+            print(f"kvcal calibrate --device cuda, a batch at a time ({phase_text(per)}): "
+                  f"the first batch {e1:.3f} s, {first:.0f} tokens/s; batches "
+                  f"2..{a.batches} {eb - e1:.3f} s, {steady:.0f} tokens/s", flush=True)
+        else:  # the lines' rates (whole tokens/s) do not separate the batches
+            print(f"kvcal calibrate --device cuda, a batch at a time ({phase_text(per)}): "
+                  f"the progress lines give batch 1 {e1:.3f} s and batch {a.batches} "
+                  f"{eb:.3f} s: no steady state to report", flush=True)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
     variants = {}
     for v in a.kvcal_variant:
