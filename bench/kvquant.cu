@@ -59,6 +59,14 @@
 // static per head and dequantization (for reference) and the format ops,
 // every version, prefill and decode only.
 //
+// "v4x ..." (--only-formats, prefill only): what bounds NVFP4's
+// dequantization, its bytes counted for each: the ceilings "v4x memset
+// out" (cudaMemsetAsync of the outputs) and "v4x write only" (v4's grid
+// and 16-byte stores, of zeros, no load; checked to write zeros), and v4's
+// variants of bench/kvquant_fmt_v4x.cuh ("v4x dequant nvfp4" v4 itself,
+// rebuilt there), validated like every op. --only-nvfp4 runs the prefill's
+// copy and NVFP4's dequantizations (library, v3, v4x) alone.
+//
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent
 // validating and timing.
@@ -85,6 +93,7 @@ extern "C" {
 #include "bench/kvquant_fmt_v1.cuh"
 #include "bench/kvquant_fmt_v2.cuh"
 #include "bench/kvquant_fmt_v3.cuh"
+#include "bench/kvquant_fmt_v4x.cuh"
 
 #define CHECK(x)                                                                         \
     do {                                                                                 \
@@ -247,6 +256,16 @@ enum Op {
     V2_FMT_E5M2,
     V2_FMT_NVFP4 = V2_FMT_E5M2 + (FMT_NVFP4 - FMT_E5M2),
     V3_FMT_DEQUANT_NVFP4,
+    V4X_MEMSET, // NVFP4's dequantization's ceilings and v4's variants
+    V4X_WRITE,  // (V4X_WRITE + v4x::Kind)
+    V4X_WRITE_CS,
+    V4X_BASE,
+    V4X_CS,
+    V4X_ROWS8,
+    V4X_ROWS8_CS,
+    V4X_THREADS256,
+    V4X_PERSISTENT,
+    V4X_PERSISTENT_CS,
     NUM_OPS
 };
 constexpr int kFmtOps = V1_FMT_E5M2 - FMT_E5M2, kV2Ops = V2_FMT_E5M2 - FMT_E5M2;
@@ -291,7 +310,17 @@ static const char *op_name[NUM_OPS] = {"copy (cudaMemcpy D2D)",
                                        "v2 int8-asym static head",
                                        "v2 int8-asym dynamic",
                                        "v2 nvfp4 static NHD",
-                                       "v3 dequant nvfp4"};
+                                       "v3 dequant nvfp4",
+                                       "v4x memset out (ceiling)",
+                                       "v4x write only (ceiling)",
+                                       "v4x write only .cs",
+                                       "v4x dequant nvfp4",
+                                       "v4x .cs stores",
+                                       "v4x 8 rows",
+                                       "v4x 8 rows .cs",
+                                       "v4x 256 threads",
+                                       "v4x persistent grid",
+                                       "v4x persistent grid .cs"};
 
 // The format ops (FMT_*, V1_FMT_*, V2_FMT_*): the library op of a v1 or v2
 // op, its format, whether it dequantizes, whether its parameters are per
@@ -311,12 +340,24 @@ static bool is_v2(Op op)
     return op >= V2_FMT_E5M2 && op <= V2_FMT_NVFP4;
 }
 
+// NVFP4's dequantization's ceilings (zeros written where it writes, its
+// bytes counted) and v4's variants (bench/kvquant_fmt_v4x.cuh).
+static bool is_v4x(Op op)
+{
+    return op >= V4X_MEMSET && op <= V4X_PERSISTENT_CS;
+}
+
+static bool writes_zeros(Op op)
+{
+    return op == V4X_MEMSET || op == V4X_WRITE || op == V4X_WRITE_CS;
+}
+
 static Op fmt_base(Op op)
 {
-    return is_v1(op)                    ? (Op)(op - kFmtOps)
-           : is_v2(op)                  ? (Op)(op - kV2Ops)
-           : op == V3_FMT_DEQUANT_NVFP4 ? FMT_DEQUANT_NVFP4
-                                        : op;
+    return is_v1(op)                                  ? (Op)(op - kFmtOps)
+           : is_v2(op)                                ? (Op)(op - kV2Ops)
+           : op == V3_FMT_DEQUANT_NVFP4 || is_v4x(op) ? FMT_DEQUANT_NVFP4
+                                                      : op;
 }
 
 static bool fmt_dequantizes(Op op)
@@ -610,6 +651,11 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
             KV_CHECK(v2::run(&b, &c, &q, s));
         else if (op == V3_FMT_DEQUANT_NVFP4)
             KV_CHECK(v3::run(&b, &c, &q, p.ko, p.vo, s));
+        else if (op == V4X_MEMSET) {
+            CHECK(cudaMemsetAsync(p.ko, 0, p.in_elems() * 2, s));
+            CHECK(cudaMemsetAsync(p.vo, 0, p.in_elems() * 2, s));
+        } else if (is_v4x(op))
+            KV_CHECK(v4x::run((v4x::Kind)(op - V4X_WRITE), &b, &c, &q, p.ko, p.vo, s));
         else if (dq)
             KV_CHECK(kvcal_kv_dequantize_fmt_launch(&b, &c, &q, p.ko, p.vo,
                                                     KVCAL_DTYPE_BF16, s));
@@ -905,6 +951,26 @@ static void scaler_shrink(Problem &p, cudaStream_t s)
     }
 }
 
+// Runs write-only op `op` once on outputs of 0xff bytes; returns the
+// values of three windows of 2,048 tokens of K's and V's outputs (first,
+// middle, last) that are not zero.
+static size_t validate_zeros(Problem &p, Op op)
+{
+    CHECK(cudaMemset(p.ko, 0xff, p.in_elems() * 2));
+    CHECK(cudaMemset(p.vo, 0xff, p.in_elems() * 2));
+    run_op(p, op, 0);
+    CHECK(cudaDeviceSynchronize());
+    const size_t row = (size_t)p.H * p.D;
+    const int64_t w = std::min<int64_t>(p.T, 2048);
+    const int64_t starts[3] = {0, (p.T - w) / 2, p.T - w};
+    size_t bad = 0;
+    for (int i = 0; i < 3; i++)
+        for (const __nv_bfloat16 *o : {p.ko, p.vo})
+            for (uint16_t x : to_host((const uint16_t *)o + starts[i] * row, w * row))
+                bad += x != 0;
+    return bad;
+}
+
 // Runs op once on fresh caches and checks it; returns the differences.
 // The scaler's ops run two steps of the batch from a fresh scaler and check
 // the second, written into caches poisoned again: for SCALER a step that
@@ -914,8 +980,12 @@ static size_t validate(Problem &p, Op op)
 {
     if (op == COPY)
         return 0;
+    if (writes_zeros(op))
+        return validate_zeros(p, op);
     CHECK(cudaMemset(p.kc, 0xff, p.cache_bytes()));
     CHECK(cudaMemset(p.vc, 0xff, p.cache_bytes()));
+    CHECK(cudaMemset(p.ko, 0xff, p.in_elems() * 2)); // nothing left from the op before
+    CHECK(cudaMemset(p.vo, 0xff, p.in_elems() * 2));
     std::vector<float> sk(p.H), sv(p.H);
     const bool scaler = op == SCALER || op == SCALER_GROW;
     if (scaler) { // a fresh scaler: its first step takes the batch's absmax
@@ -1060,11 +1130,13 @@ int main(int argc, char **argv)
 {
     int64_t T = 262144, Td = 256;
     int H = 8, D = 128, bs = 16, reps = 50;
-    bool only_formats = false;
+    bool only_formats = false, only_nvfp4 = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--only-formats"))
             only_formats = true;
+        else if (!strcmp(a, "--only-nvfp4"))
+            only_formats = only_nvfp4 = true;
         else if (i + 1 < argc && !strcmp(a, "--tokens"))
             T = atoll(argv[++i]);
         else if (i + 1 < argc && !strcmp(a, "--decode-tokens"))
@@ -1081,7 +1153,7 @@ int main(int argc, char **argv)
             fprintf(
                 stderr,
                 "usage: %s [--tokens N] [--decode-tokens N] [--heads H] [--head-dim D] "
-                "[--block-size B] [--reps N] [--only-formats]\n",
+                "[--block-size B] [--reps N] [--only-formats] [--only-nvfp4]\n",
                 argv[0]);
             return 2;
         }
@@ -1114,7 +1186,7 @@ int main(int argc, char **argv)
            "GB/s", "graph_us", "%copy", "check");
     for (int ci = 0; ci < 3; ci++) {
         const bool scatter = !cases[ci].in_turn && !cases[ci].decode;
-        if (only_formats && scatter)
+        if ((only_formats && scatter) || (only_nvfp4 && ci > 0))
             continue;
         Problem p;
         problem_make(p, cases[ci].T, H, D, bs,
@@ -1131,7 +1203,11 @@ int main(int argc, char **argv)
                 (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)) ||
                 (only_formats && !is_fmt(op) && !reference) ||
                 (is_v1(op) && (scatter || !only_formats)) ||
-                ((is_v2(op) || op == V3_FMT_DEQUANT_NVFP4) && (ci > 0 || !only_formats)))
+                ((is_v2(op) || op == V3_FMT_DEQUANT_NVFP4 || is_v4x(op)) &&
+                 (ci > 0 || !only_formats)) ||
+                (is_v4x(op) && D != 64 && D != 128 && D != 256) ||
+                (only_nvfp4 && op != COPY &&
+                 (fmt_base(op) != FMT_DEQUANT_NVFP4 || is_v1(op))))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);
