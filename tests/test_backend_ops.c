@@ -397,6 +397,11 @@ static const op_row rows[] = {
         .group = 128),
     ROW("fp8_quant_act", .rows = 989, .cols = 200, .fp8_a = KVCAL_FP8A_GROUP,
         .group = 64),
+    /* rows held in registers: 4 words a thread (several rows a block, the
+     * last block short), 16 words a thread (rows past 16,384) */
+    ROW("fp8_quant_act", .rows = 37, .cols = 14336, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_quant_act", .rows = 3, .cols = 28672, .fp8_a = KVCAL_FP8A_STATIC),
+    ROW("fp8_quant_act", .rows = 3, .cols = 20480, .fp8_a = KVCAL_FP8A_TOKEN),
 
     /* every scheme of core/fp8_linear.h; blocks of 64: the fallback alone */
     ROW("fp8_linear", .rows = 19, .k = 384, .n = 256, .bias = 1,
@@ -450,6 +455,10 @@ static const op_row rows[] = {
         .fp8_a = KVCAL_FP8A_GROUP, .group = 64),
     ROW("fp8_add_rmsnorm_quant", .rows = 3, .cols = 8192, .delta = 1,
         .fp8_a = KVCAL_FP8A_STATIC),
+    /* 12 words a thread in registers (past 8,192) */
+    ROW("fp8_add_rmsnorm_quant", .rows = 5, .cols = 16384, .delta = 1,
+        .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_add_rmsnorm_quant", .rows = 2, .cols = 24576, .fp8_a = KVCAL_FP8A_STATIC),
 };
 #define NUM_ROWS (sizeof rows / sizeof rows[0])
 

@@ -17,28 +17,22 @@ enum { ROW_THREADS = 256, VEC = 8 };
 
 /* Up to VEC values of row xr from column c (fewer at the row's end). */
 static __device__ __forceinline__ int load_vec(const __nv_bfloat16 *xr, int c, int k,
-                                               int vec_ok, float *v)
+                                               float *v)
 {
-    if (vec_ok) {
-        const uint4 raw = *reinterpret_cast<const uint4 *>(xr + c);
-        const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&raw);
-#pragma unroll
-        for (int i = 0; i < VEC; i++)
-            v[i] = __bfloat162float(h[i]);
-        return VEC;
-    }
     const int n = k - c < VEC ? k - c : VEC;
     for (int i = 0; i < n; i++)
         v[i] = __bfloat162float(xr[c + i]);
     return n;
 }
 
-/* One row a block: STATIC (scale *input_scale, x times its reciprocal) or
- * TOKEN (the row's absmax, x divided by its scale). */
+/* Any row (k off 8, unaligned buffers, k past what registers hold): one row a block,
+ * STATIC (scale *input_scale, x times its reciprocal) or TOKEN (the row's absmax, x
+ * divided by its scale), the row read twice. */
 template <bool TOKEN>
 __global__ void quant_row_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x, int k,
-                                 int vec_ok, const float *input_scale)
+                                 const float *input_scale)
 {
+    __shared__ float part[ROW_THREADS / 32];
     const int64_t r = blockIdx.x;
     const __nv_bfloat16 *xr = x + r * k;
     uint8_t *qr = xq + r * k;
@@ -46,28 +40,90 @@ __global__ void quant_row_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x,
     if (TOKEN) {
         float m = 0.0f;
         for (int c = threadIdx.x * VEC; c < k; c += ROW_THREADS * VEC) {
-            const int n = load_vec(xr, c, k, vec_ok, v);
+            const int n = load_vec(xr, c, k, v);
             for (int i = 0; i < n; i++)
                 m = fmaxf(m, fabsf(v[i]));
         }
-        s = kvcal_fp8_token_scale(kvcal_block_max(m));
+        s = kvcal_fp8_token_scale(kvcal_row_max(m, ROW_THREADS, part));
     } else {
         s = *input_scale;
     }
     const float inv = 1.0f / s;
     for (int c = threadIdx.x * VEC; c < k; c += ROW_THREADS * VEC) {
-        const int n = load_vec(xr, c, k, vec_ok, v);
-        uint8_t q[VEC];
+        const int n = load_vec(xr, c, k, v);
         for (int i = 0; i < n; i++)
-            q[i] = TOKEN ? kvcal_fp8_quant_div(v[i], s) : kvcal_fp8_quant_mul(v[i], inv);
-        if (n == VEC && vec_ok)
-            *reinterpret_cast<uint2 *>(qr + c) = *reinterpret_cast<const uint2 *>(q);
-        else
-            for (int i = 0; i < n; i++)
-                qr[c + i] = q[i];
+            qr[c + i] =
+                TOKEN ? kvcal_fp8_quant_div(v[i], s) : kvcal_fp8_quant_mul(v[i], inv);
     }
     if (threadIdx.x == 0)
         xs[r] = s;
+}
+
+/* Rows of 16-byte words held in registers (kernels/cuda/fp8_quant_row.cuh):
+ * tpr threads a row, CH words a thread, blockDim.x / tpr rows a block, the
+ * row read once. */
+enum { REG_TPR_MAX = 512 };
+
+template <kvcal_fp8_act_scale MODE, int CH>
+__global__ void __launch_bounds__(REG_TPR_MAX)
+    quant_rows_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x, int rows, int k,
+                      int tpr, const float *input_scale)
+{
+    __shared__ float part[REG_TPR_MAX / 32];
+    const int t = threadIdx.x % tpr;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr;
+    const int n = r < rows ? k : 0;
+    const __nv_bfloat16 *xr = x + r * k;
+    uint4 v[CH];
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CH; j++) {
+        const int c = (t + j * tpr) * 8;
+        if (c < n) {
+            v[j] = *reinterpret_cast<const uint4 *>(xr + c);
+            m = kvcal_bf16x8_absmax(v[j], m);
+        }
+    }
+    kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, n, m, xq + r * k, r < rows ? xs + r : NULL,
+                                   input_scale, part);
+}
+
+/* Words a thread holds: 4 for rows up to 16,384 values, else 16 (up to
+ * 65,536: REG_TPR_MAX threads). */
+enum { CH_SHORT = 4, CH_LONG = 16 };
+
+static int reg_ch(int n)
+{
+    return n <= REG_TPR_MAX * CH_SHORT * 8 ? CH_SHORT : CH_LONG;
+}
+
+static int held(int n)
+{
+    return n <= REG_TPR_MAX * CH_LONG * 8;
+}
+
+/* Threads a row of n values held reg_ch(n) words a thread: a power of two
+ * from `least` on. */
+static int reg_tpr(int n, int least)
+{
+    int t = least;
+    while (t < REG_TPR_MAX && (int64_t)t * reg_ch(n) * 8 < n)
+        t *= 2;
+    return t;
+}
+
+template <kvcal_fp8_act_scale MODE>
+static void quant_rows(uint8_t *xq, float *xs, const __nv_bfloat16 *x, int rows, int k,
+                       const float *input_scale, cudaStream_t stream)
+{
+    const int tpr = reg_tpr(k, 32), block = tpr < 256 ? 256 : tpr, rpb = block / tpr;
+    const unsigned blocks = (unsigned)((rows + rpb - 1) / rpb);
+    if (reg_ch(k) == CH_SHORT)
+        quant_rows_kernel<MODE, CH_SHORT>
+            <<<blocks, block, 0, stream>>>(xq, xs, x, rows, k, tpr, input_scale);
+    else
+        quant_rows_kernel<MODE, CH_LONG>
+            <<<blocks, block, 0, stream>>>(xq, xs, x, rows, k, tpr, input_scale);
 }
 
 /* One warp per (row, group of `group` columns). */
@@ -112,12 +168,16 @@ extern "C" kvcal_status kvcal_fp8_quant_act_launch(uint8_t *xq, float *xs,
         const int64_t warps = (int64_t)rows * ((k + group - 1) / group);
         quant_group_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(
             xq, xs, xb, rows, k, group);
+    } else if (vec_ok && held(k)) {
+        if (mode == KVCAL_FP8A_TOKEN)
+            quant_rows<KVCAL_FP8A_TOKEN>(xq, xs, xb, rows, k, NULL, stream);
+        else
+            quant_rows<KVCAL_FP8A_STATIC>(xq, xs, xb, rows, k, input_scale, stream);
     } else if (mode == KVCAL_FP8A_TOKEN) {
-        quant_row_kernel<true>
-            <<<rows, ROW_THREADS, 0, stream>>>(xq, xs, xb, k, vec_ok, NULL);
+        quant_row_kernel<true><<<rows, ROW_THREADS, 0, stream>>>(xq, xs, xb, k, NULL);
     } else {
         quant_row_kernel<false>
-            <<<rows, ROW_THREADS, 0, stream>>>(xq, xs, xb, k, vec_ok, input_scale);
+            <<<rows, ROW_THREADS, 0, stream>>>(xq, xs, xb, k, input_scale);
     }
     KVCAL_CUDA_CHECK_LAUNCH("fp8_quant_act_kernel");
     return KVCAL_OK;
@@ -131,53 +191,80 @@ union bf16x8 {
     __nv_bfloat162 h[4];
 };
 
-/* One row a block: the row's SwiGLU (silu(gate) rounded to bf16, times up,
- * rounded: kvcal_swiglu_launch's arithmetic) into shared memory, then
- * quantized as quant_row_kernel / quant_group_kernel quantize a bf16 row
- * (kvcal_fp8_quant_row).
- * n a multiple of 8, gate_up 16-byte and xq 8-byte aligned. */
-template <kvcal_fp8_act_scale MODE>
-__global__ void swiglu_quant_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *gate_up,
-                                    int rows, int n, int group, const float *input_scale)
+/* One row a block of blockDim.x threads (reg_tpr(n, 128), CH words a
+ * thread): the row's
+ * SwiGLU (silu(gate) rounded to bf16, times up, rounded:
+ * kvcal_swiglu_launch's arithmetic) into registers as
+ * kernels/cuda/fp8_quant_row.cuh lays a row out, then quantized as
+ * quant_rows_kernel / quant_group_kernel quantize a bf16 row (GROUP:
+ * through shared memory). n a multiple of 8, gate_up 16-byte and xq 8-byte
+ * aligned. */
+template <kvcal_fp8_act_scale MODE, int CH>
+__global__ void __launch_bounds__(REG_TPR_MAX)
+    swiglu_quant_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *gate_up, int rows,
+                        int n, int group, const float *input_scale)
 {
     extern __shared__ uint4 smem[];
-    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // (n) the row
+    __shared__ float part[REG_TPR_MAX / 32];
+    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // GROUP: (n) the row
     const int64_t r = blockIdx.x;
+    const int t = threadIdx.x, tpr = blockDim.x;
     const __nv_bfloat16 *g = gate_up + r * 2 * n, *u = g + n;
     uint8_t *qr = xq + r * n;
+    uint4 v[CH];
     float m = 0.0f;
-    for (int c = threadIdx.x * VEC; c < n; c += ROW_THREADS * VEC) {
-        bf16x8 a, b;
-        a.u = *reinterpret_cast<const uint4 *>(g + c);
-        b.u = *reinterpret_cast<const uint4 *>(u + c);
-        for (int i = 0; i < 4; i++) {
-            a.h[i] = kvcal_swiglu2_bf16(a.h[i], b.h[i]);
-            const float2 f = __bfloat1622float2(a.h[i]);
-            m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+#pragma unroll
+    for (int j = 0; j < CH; j++) {
+        const int c = (t + j * tpr) * 8;
+        if (c < n) {
+            bf16x8 a, b;
+            a.u = *reinterpret_cast<const uint4 *>(g + c);
+            b.u = *reinterpret_cast<const uint4 *>(u + c);
+            for (int i = 0; i < 4; i++)
+                a.h[i] = kvcal_swiglu2_bf16(a.h[i], b.h[i]);
+            v[j] = a.u;
+            m = kvcal_bf16x8_absmax(a.u, m);
+            if (MODE == KVCAL_FP8A_GROUP)
+                *reinterpret_cast<uint4 *>(act + c) = a.u;
         }
-        *reinterpret_cast<uint4 *>(act + c) = a.u;
     }
-    kvcal_fp8_quant_row<MODE>(act, n, m, qr, xs, r, rows, group, input_scale);
+    if (MODE == KVCAL_FP8A_GROUP)
+        kvcal_fp8_quant_groups(act, n, qr, xs, r, rows, group);
+    else
+        kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, n, m, qr, xs + r, input_scale, part);
 }
 
-/* Shared memory of swiglu_quant_kernel: 227 KiB a block on Hopper, at least
- * 99 KiB from compute capability 8.6 on (n up to 50,688). */
+/* Shared memory of swiglu_quant_kernel per group: 227 KiB a block on
+ * Hopper, at least 99 KiB from compute capability 8.6 on (n up to 50,688,
+ * which the registers of a block hold too). */
 enum { SWIGLU_QUANT_SMEM_MAX = 99 * 1024 };
+
+template <kvcal_fp8_act_scale MODE, int CH>
+static kvcal_status swiglu_quant_ch(uint8_t *xq, float *xs, const __nv_bfloat16 *gu,
+                                    int rows, int n, int group, const float *input_scale,
+                                    cudaStream_t stream)
+{
+    const size_t smem = MODE == KVCAL_FP8A_GROUP ? (size_t)n * sizeof(__nv_bfloat16) : 0;
+    if (smem > 48 * 1024)
+        KVCAL_CUDA_TRY(cudaFuncSetAttribute(swiglu_quant_kernel<MODE, CH>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+    swiglu_quant_kernel<MODE, CH><<<rows, reg_tpr(n, 128), smem, stream>>>(
+        xq, xs, gu, rows, n, group, input_scale);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_swiglu_quant_kernel");
+    return KVCAL_OK;
+}
 
 template <kvcal_fp8_act_scale MODE>
 static kvcal_status swiglu_quant(uint8_t *xq, float *xs, const __nv_bfloat16 *gu,
                                  int rows, int n, int group, const float *input_scale,
                                  cudaStream_t stream)
 {
-    const size_t smem = (size_t)n * sizeof(__nv_bfloat16);
-    if (smem > 48 * 1024)
-        KVCAL_CUDA_TRY(cudaFuncSetAttribute(swiglu_quant_kernel<MODE>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
-    swiglu_quant_kernel<MODE>
-        <<<rows, ROW_THREADS, smem, stream>>>(xq, xs, gu, rows, n, group, input_scale);
-    KVCAL_CUDA_CHECK_LAUNCH("fp8_swiglu_quant_kernel");
-    return KVCAL_OK;
+    if (reg_ch(n) == CH_SHORT)
+        return swiglu_quant_ch<MODE, CH_SHORT>(xq, xs, gu, rows, n, group, input_scale,
+                                               stream);
+    return swiglu_quant_ch<MODE, CH_LONG>(xq, xs, gu, rows, n, group, input_scale,
+                                          stream);
 }
 
 extern "C" int kvcal_fp8_swiglu_quant_fits(int n)

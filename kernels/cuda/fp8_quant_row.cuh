@@ -1,13 +1,27 @@
 /* kernels/cuda/fp8_quant_row.cuh: the per-row FP8 activation quantization
- * that a row-per-block kernel runs as its epilogue (SwiGLU's and add +
- * RMSNorm's in kernels/cuda/fp8_linear.cu and kernels/cuda/norm.cu): the
- * row, already rounded to bf16 in shared memory, quantized per token, per
- * group or statically, each element through core/fp8_linear.h, so that the
- * bytes and scales equal kvcal_fp8_quant_act_launch's on the same row. */
+ * that the row kernels run as their last step (kvcal_fp8_quant_act_launch's,
+ * SwiGLU's and add + RMSNorm's in kernels/cuda/fp8_linear.cu and
+ * kernels/cuda/norm.cu): a row of bf16 values quantized per token, per
+ * group or statically, each element by core/fp8_linear.h's formula, so that
+ * the bytes and scales of the three kernels equal each other and the CPU
+ * reference's.
+ *
+ * Per token and static, the row is held in registers: tpr threads a row,
+ * thread t holding 8 values (one 16-byte word) at each column
+ * (t + j * tpr) * 8, j < CH. The absmax is a warp-shuffle max and one step
+ * across the row's warps (a max: any order gives the same value); each
+ * value is divided by the scale (per token) or multiplied by its
+ * reciprocal (static) and clamped exactly as kvcal_fp8_quant_div /
+ * kvcal_fp8_quant_mul do, then converted two values an instruction by
+ * cvt.rn.satfinite.e4m3x2.f32. The clamp leaves a finite value in
+ * [-448, 448] (a NaN becomes a bound), which that instruction rounds to
+ * nearest even exactly as kvcal_fp8_e4m3_from_float (core/fp8.h). Per
+ * group, the row goes through shared memory (kvcal_fp8_quant_groups). */
 #ifndef KVCAL_KERNELS_CUDA_FP8_QUANT_ROW_CUH
 #define KVCAL_KERNELS_CUDA_FP8_QUANT_ROW_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "core/fp8_linear.h"
@@ -19,66 +33,101 @@ static __device__ __forceinline__ float kvcal_warp_max(float v)
     return v;
 }
 
-/* The block's max of v (every thread gets it); blockDim.x a multiple of 32. */
-static __device__ float kvcal_block_max(float v)
+/* The max of v over the tpr threads of a row (tpr a power of two from 32
+ * on, rows of the block at multiples of tpr threads); part: a float for
+ * each warp of the block in shared memory. Every thread of the block calls
+ * it. */
+static __device__ float kvcal_row_max(float v, int tpr, float *part)
 {
-    __shared__ float part[32];
-    __shared__ float total;
     v = kvcal_warp_max(v);
+    if (tpr == 32)
+        return v;
+    const int warp = threadIdx.x >> 5, first = warp & ~((tpr >> 5) - 1);
     if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = v;
+        part[warp] = v;
     __syncthreads();
-    if (threadIdx.x < 32) {
-        v = kvcal_warp_max(threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f);
-        if (threadIdx.x == 0)
-            total = v;
-    }
-    __syncthreads();
-    return total;
+    v = 0.0f;
+    for (int w = 0; w < tpr >> 5; w++)
+        v = fmaxf(v, part[first + w]);
+    return v;
 }
 
-/* Row r of rows, act (n) bf16 in shared memory, each thread having written
- * the 8 values at columns threadIdx.x * 8 + j * blockDim.x * 8 (n a multiple
- * of 8) and m their absmax: into qr (n) e4m3 (8-byte aligned) and xs as
- * kvcal_fp8_quant_act_launch lays the scales out (GROUP: xs[g * rows + r]).
- * Every thread of the block calls it. */
-template <kvcal_fp8_act_scale MODE>
-static __device__ void kvcal_fp8_quant_row(const __nv_bfloat16 *act, int n, float m,
-                                           uint8_t *qr, float *xs, int64_t r, int rows,
-                                           int group, const float *input_scale)
+/* m and the absolute values of the 8 bf16 values of word x. */
+static __device__ __forceinline__ float kvcal_bf16x8_absmax(uint4 x, float m)
 {
-    if (MODE == KVCAL_FP8A_GROUP) {
-        __syncthreads();
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31,
-                  warps = blockDim.x >> 5;
-        for (int c0 = warp * group; c0 < n; c0 += warps * group) {
-            const int c1 = c0 + group < n ? c0 + group : n;
-            float gm = 0.0f;
-            for (int c = c0 + lane; c < c1; c += 32)
-                gm = fmaxf(gm, fabsf(__bfloat162float(act[c])));
-            const float s = kvcal_fp8_group_scale(kvcal_warp_max(gm));
-            for (int c = c0 + lane; c < c1; c += 32)
-                qr[c] = kvcal_fp8_quant_group(__bfloat162float(act[c]), s);
-            if (lane == 0)
-                xs[(int64_t)(c0 / group) * rows + r] = s;
-        }
-        return;
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&x);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h[i]);
+        m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
     }
-    /* each thread quantizes the values it wrote */
-    const float s = MODE == KVCAL_FP8A_TOKEN ? kvcal_fp8_token_scale(kvcal_block_max(m))
-                                             : *input_scale;
+    return m;
+}
+
+/* The e4m3 bytes of the 8 bf16 values of word x (value 0 in the lowest
+ * byte): TOKEN x / s, STATIC x * inv, clamped as core/fp8_linear.h clamps. */
+template <kvcal_fp8_act_scale MODE>
+static __device__ __forceinline__ uint2 kvcal_fp8_quant8(uint4 x, float s, float inv)
+{
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&x);
+    uint32_t p[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h[i]);
+        const float a = MODE == KVCAL_FP8A_TOKEN ? f.x / s : f.x * inv;
+        const float b = MODE == KVCAL_FP8A_TOKEN ? f.y / s : f.y * inv;
+        p[i] = __nv_cvt_float2_to_fp8x2(
+            make_float2(fmaxf(-KVCAL_FP8_E4M3_MAX, fminf(a, KVCAL_FP8_E4M3_MAX)),
+                        fmaxf(-KVCAL_FP8_E4M3_MAX, fminf(b, KVCAL_FP8_E4M3_MAX))),
+            __NV_SATFINITE, __NV_E4M3);
+    }
+    return make_uint2(p[0] | p[1] << 16, p[2] | p[3] << 16);
+}
+
+/* A row of n values (TOKEN or STATIC) held as the file's head lays it out,
+ * v[j] valid where its column is below n, m their absmax: its bytes into
+ * qr (8-byte aligned) and its scale into *xs (unless xs is NULL: a row
+ * past the end, n 0). Every thread of the block calls it. */
+template <kvcal_fp8_act_scale MODE, int CH>
+static __device__ void kvcal_fp8_quant_regs(const uint4 (&v)[CH], int t, int tpr, int n,
+                                            float m, uint8_t *qr, float *xs,
+                                            const float *input_scale, float *part)
+{
+    const float s = MODE == KVCAL_FP8A_TOKEN
+                        ? kvcal_fp8_token_scale(kvcal_row_max(m, tpr, part))
+                        : *input_scale;
     const float inv = 1.0f / s;
-    for (int c = threadIdx.x * 8; c < n; c += blockDim.x * 8) {
-        uint8_t q[8];
-        for (int i = 0; i < 8; i++) {
-            const float v = __bfloat162float(act[c + i]);
-            q[i] = MODE == KVCAL_FP8A_TOKEN ? kvcal_fp8_quant_div(v, s)
-                                            : kvcal_fp8_quant_mul(v, inv);
-        }
-        *reinterpret_cast<uint2 *>(qr + c) = *reinterpret_cast<const uint2 *>(q);
+#pragma unroll
+    for (int j = 0; j < CH; j++) {
+        const int c = (t + j * tpr) * 8;
+        if (c < n)
+            *reinterpret_cast<uint2 *>(qr + c) = kvcal_fp8_quant8<MODE>(v[j], s, inv);
     }
-    if (threadIdx.x == 0)
-        xs[r] = s;
+    if (t == 0 && xs)
+        *xs = s;
+}
+
+/* Row r of rows, act (n) bf16 in shared memory written by the block:
+ * quantized per group of `group` columns into qr (n) e4m3 and xs as
+ * kvcal_fp8_quant_act_launch lays the scales out (xs[g * rows + r]), a
+ * warp a group. Every thread of the block calls it. */
+static __device__ void kvcal_fp8_quant_groups(const __nv_bfloat16 *act, int n,
+                                              uint8_t *qr, float *xs, int64_t r, int rows,
+                                              int group)
+{
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int c0 = warp * group; c0 < n; c0 += warps * group) {
+        const int c1 = c0 + group < n ? c0 + group : n;
+        float gm = 0.0f;
+        for (int c = c0 + lane; c < c1; c += 32)
+            gm = fmaxf(gm, fabsf(__bfloat162float(act[c])));
+        const float s = kvcal_fp8_group_scale(kvcal_warp_max(gm));
+        for (int c = c0 + lane; c < c1; c += 32)
+            qr[c] = kvcal_fp8_quant_group(__bfloat162float(act[c]), s);
+        if (lane == 0)
+            xs[(int64_t)(c0 / group) * rows + r] = s;
+    }
 }
 
 #endif

@@ -36,41 +36,48 @@ static __device__ __forceinline__ float block_sum(float v, float *scratch)
 
 // --- residual add + RMSNorm --------------------------------------------------
 
-/* Pass 1 of a row of add + RMSNorm, 16-byte accesses (dim % 8 == 0): the
- * residual r (dim) += delta d (where non-NULL), rounded to bf16 and written
- * back, and this thread's sum of squares of the result (columns
- * threadIdx.x * 8 + j * blockDim.x * 8). */
+/* Pass 1 of add + RMSNorm on the 16-byte word of row r at column c: the
+ * residual += delta d (where non-NULL), rounded to bf16 and written back;
+ * returns the word, ss plus its sum of squares (value pairs in order). */
+static __device__ __forceinline__ uint4 add8(__nv_bfloat16 *r, const __nv_bfloat16 *d,
+                                             int c, float *ss)
+{
+    bf16x8 x;
+    x.u = *reinterpret_cast<const uint4 *>(r + c);
+    if (d) {
+        bf16x8 y;
+        y.u = *reinterpret_cast<const uint4 *>(d + c);
+        for (int i = 0; i < 4; i++) {
+            float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(y.h[i]);
+            x.h[i] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+        }
+        *reinterpret_cast<uint4 *>(r + c) = x.u;
+    }
+    for (int i = 0; i < 4; i++) {
+        float2 a = __bfloat1622float2(x.h[i]);
+        *ss += a.x * a.x + a.y * a.y;
+    }
+    return x.u;
+}
+
+/* Pass 1 of a row, 16-byte accesses (dim % 8 == 0): add8 on the words at
+ * columns threadIdx.x * 8 + j * blockDim.x * 8; this thread's sum. */
 static __device__ __forceinline__ float add_sumsq8(__nv_bfloat16 *r,
                                                    const __nv_bfloat16 *d, int dim)
 {
     float ss = 0.0f;
-    for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
-        bf16x8 x;
-        x.u = *reinterpret_cast<const uint4 *>(r + c);
-        if (d) {
-            bf16x8 y;
-            y.u = *reinterpret_cast<const uint4 *>(d + c);
-            for (int i = 0; i < 4; i++) {
-                float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(y.h[i]);
-                x.h[i] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
-            }
-            *reinterpret_cast<uint4 *>(r + c) = x.u;
-        }
-        for (int i = 0; i < 4; i++) {
-            float2 a = __bfloat1622float2(x.h[i]);
-            ss += a.x * a.x + a.y * a.y;
-        }
-    }
+    for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8)
+        add8(r, d, c, &ss);
     return ss;
 }
 
-/* Pass 2: the 8 normalized values of r at column c (a 16-byte word): r *
- * scale rounded to bf16, times the weight g, rounded. */
-static __device__ __forceinline__ uint4 norm8(const __nv_bfloat16 *r,
-                                              const __nv_bfloat16 *g, int c, float scale)
+/* Pass 2: the 8 normalized values of word x of the residual at column c:
+ * x * scale rounded to bf16, times the weight g, rounded. */
+static __device__ __forceinline__ uint4 norm8(uint4 xu, const __nv_bfloat16 *g, int c,
+                                              float scale)
 {
     bf16x8 x, w;
-    x.u = *reinterpret_cast<const uint4 *>(r + c);
+    x.u = xu;
     w.u = *reinterpret_cast<const uint4 *>(g + c);
     for (int i = 0; i < 4; i++) {
         float2 a = __bfloat1622float2(x.h[i]);
@@ -110,7 +117,8 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
     const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
     if (VEC == 8) {
         for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8)
-            *reinterpret_cast<uint4 *>(o + c) = norm8(r, w, c, scale);
+            *reinterpret_cast<uint4 *>(o + c) =
+                norm8(*reinterpret_cast<const uint4 *>(r + c), w, c, scale);
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
             o[c] = __hmul_rn(__float2bfloat16_rn(__bfloat162float(r[c]) * scale), w[c]);
@@ -160,10 +168,12 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
 // --- residual add + RMSNorm with the FP8 quantization as its epilogue ----------
 
 /* One block per row, norm_threads(dim) threads: add_rmsnorm_kernel<8>'s
- * arithmetic (the same passes), the normalized row into shared memory
- * instead of out, then quantized as kvcal_fp8_quant_act_launch would
- * quantize out (kvcal_fp8_quant_row). */
-template <kvcal_fp8_act_scale MODE>
+ * arithmetic (the same passes, each thread the same words in the same
+ * order), the row held in registers between them (CH words a thread, as
+ * kernels/cuda/fp8_quant_row.cuh lays a row out) and quantized as
+ * kvcal_fp8_quant_act_launch would quantize out (GROUP: through shared
+ * memory). */
+template <kvcal_fp8_act_scale MODE, int CH>
 __global__ void
 add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
                          float *__restrict__ xs,                  // scales
@@ -174,29 +184,40 @@ add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
                          const float *input_scale)
 {
     extern __shared__ uint4 smem[];
-    __shared__ float scratch[32];
-    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // (dim) the row
+    __shared__ float scratch[32], part[32];
+    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // GROUP: (dim) the row
     const int64_t row = blockIdx.x;
+    const int t = threadIdx.x, tpr = blockDim.x;
     __nv_bfloat16 *r = residual + row * dim;
     const __nv_bfloat16 *d = delta ? delta + row * dim : nullptr;
-    const float scale =
-        rsqrtf(block_sum(add_sumsq8(r, d, dim), scratch) / (float)dim + eps);
-    float m = 0.0f;
-    for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8) {
-        bf16x8 x;
-        x.u = norm8(r, w, c, scale);
-        for (int i = 0; i < 4; i++) {
-            const float2 f = __bfloat1622float2(x.h[i]);
-            m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-        }
-        *reinterpret_cast<uint4 *>(act + c) = x.u;
+    uint4 v[CH];
+    float ss = 0.0f, m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CH; j++) {
+        const int c = (t + j * tpr) * 8;
+        if (c < dim)
+            v[j] = add8(r, d, c, &ss);
     }
-    kvcal_fp8_quant_row<MODE>(act, dim, m, xq + row * dim, xs, row, rows, group,
-                              input_scale);
+    const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
+#pragma unroll
+    for (int j = 0; j < CH; j++) {
+        const int c = (t + j * tpr) * 8;
+        if (c < dim) {
+            v[j] = norm8(v[j], w, c, scale);
+            m = kvcal_bf16x8_absmax(v[j], m);
+            if (MODE == KVCAL_FP8A_GROUP)
+                *reinterpret_cast<uint4 *>(act + c) = v[j];
+        }
+    }
+    if (MODE == KVCAL_FP8A_GROUP)
+        kvcal_fp8_quant_groups(act, dim, xq + row * dim, xs, row, rows, group);
+    else
+        kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, dim, m, xq + row * dim, xs + row,
+                                       input_scale, part);
 }
 
-/* Shared memory of add_rmsnorm_quant_kernel: the row, at most the default
- * 48 KiB a block (hidden sizes up to 24,576). */
+/* Shared memory of add_rmsnorm_quant_kernel per group: the row, at most the
+ * default 48 KiB a block (hidden sizes up to 24,576, 12 words a thread). */
 enum { NORM_QUANT_SMEM_MAX = 48 * 1024 };
 
 extern "C" int kvcal_fp8_add_rmsnorm_quant_fits(const kvcal_bf16 *residual,
@@ -208,18 +229,34 @@ extern "C" int kvcal_fp8_add_rmsnorm_quant_fits(const kvcal_bf16 *residual,
            aligned16(residual) && (!delta || aligned16(delta)) && aligned16(w);
 }
 
+/* Words a thread of add_rmsnorm_quant_kernel holds: up to 4, else up to
+ * 12 (256 threads: dim up to 24,576). */
+template <kvcal_fp8_act_scale MODE, int CH>
+static void add_rmsnorm_quant_ch(uint8_t *xq, float *xs, kvcal_bf16 *residual,
+                                 const kvcal_bf16 *delta, const kvcal_bf16 *w, int rows,
+                                 int dim, float eps, int group, const float *input_scale,
+                                 cudaStream_t stream)
+{
+    const size_t smem =
+        MODE == KVCAL_FP8A_GROUP ? (size_t)dim * sizeof(__nv_bfloat16) : 0;
+    add_rmsnorm_quant_kernel<MODE, CH><<<rows, norm_threads(dim), smem, stream>>>(
+        xq, xs, reinterpret_cast<__nv_bfloat16 *>(residual),
+        reinterpret_cast<const __nv_bfloat16 *>(delta),
+        reinterpret_cast<const __nv_bfloat16 *>(w), rows, dim, eps, group, input_scale);
+}
+
 template <kvcal_fp8_act_scale MODE>
 static kvcal_status add_rmsnorm_quant(uint8_t *xq, float *xs, kvcal_bf16 *residual,
                                       const kvcal_bf16 *delta, const kvcal_bf16 *w,
                                       int rows, int dim, float eps, int group,
                                       const float *input_scale, cudaStream_t stream)
 {
-    add_rmsnorm_quant_kernel<MODE>
-        <<<rows, norm_threads(dim), (size_t)dim * sizeof(__nv_bfloat16), stream>>>(
-            xq, xs, reinterpret_cast<__nv_bfloat16 *>(residual),
-            reinterpret_cast<const __nv_bfloat16 *>(delta),
-            reinterpret_cast<const __nv_bfloat16 *>(w), rows, dim, eps, group,
-            input_scale);
+    if (dim <= 4 * 8 * norm_threads(dim))
+        add_rmsnorm_quant_ch<MODE, 4>(xq, xs, residual, delta, w, rows, dim, eps, group,
+                                      input_scale, stream);
+    else
+        add_rmsnorm_quant_ch<MODE, 12>(xq, xs, residual, delta, w, rows, dim, eps, group,
+                                       input_scale, stream);
     KVCAL_CUDA_CHECK_LAUNCH("fp8_add_rmsnorm_quant_kernel");
     return KVCAL_OK;
 }
