@@ -53,11 +53,12 @@
 // the format kernel before its first rewrite (bench/kvquant_fmt_v1.cuh),
 // "v2 ..." the fast quantization before its second (bench/kvquant_fmt_v2.cuh;
 // prefill only: a decode step takes the generic kernel, which v3 kept),
-// "v3 dequant nvfp4" NVFP4's fast dequantization before v4
-// (bench/kvquant_fmt_v3.cuh; prefill only), the unnumbered op the
-// library's (v3; NVFP4's dequantization v4). --only-formats runs the copy, e4m3's
-// static per head and dequantization (for reference) and the format ops,
-// every version, prefill and decode only.
+// "v3 dequant nvfp4" and "v4 dequant nvfp4" NVFP4's fast dequantization
+// before v4 and before the staged kernel (bench/kvquant_fmt_v3.cuh,
+// bench/kvquant_fmt_v4.cuh; prefill only), the unnumbered op the library's
+// (v3; NVFP4's dequantization into 16 bits v5, staged). --only-formats runs the copy,
+// e4m3's static per head and dequantization (for reference) and the format ops, every
+// version, prefill and decode only.
 //
 // "v4x ..." (--only-formats, prefill only): what bounds NVFP4's
 // dequantization, its bytes counted for each: the ceilings "v4x memset
@@ -65,7 +66,8 @@
 // and 16-byte stores, of zeros, no load; checked to write zeros), and v4's
 // variants of bench/kvquant_fmt_v4x.cuh ("v4x dequant nvfp4" v4 itself,
 // rebuilt there), validated like every op. --only-nvfp4 runs the prefill's
-// copy and NVFP4's dequantizations (library, v3, v4x) alone.
+// copy, NVFP4's dequantizations (library, v4, v3) and "v4x write only"
+// alone.
 //
 // Also printed: device-to-host copy speed of pageable and pinned memory
 // (what validation pays per byte it brings back) and the seconds spent
@@ -93,6 +95,7 @@ extern "C" {
 #include "bench/kvquant_fmt_v1.cuh"
 #include "bench/kvquant_fmt_v2.cuh"
 #include "bench/kvquant_fmt_v3.cuh"
+#include "bench/kvquant_fmt_v4.cuh"
 #include "bench/kvquant_fmt_v4x.cuh"
 
 #define CHECK(x)                                                                         \
@@ -255,6 +258,7 @@ enum Op {
     V1_FMT_DEQUANT_NVFP4 = V1_FMT_E5M2 + (FMT_DEQUANT_NVFP4 - FMT_E5M2),
     V2_FMT_E5M2,
     V2_FMT_NVFP4 = V2_FMT_E5M2 + (FMT_NVFP4 - FMT_E5M2),
+    V4_FMT_DEQUANT_NVFP4,
     V3_FMT_DEQUANT_NVFP4,
     V4X_MEMSET, // NVFP4's dequantization's ceilings and v4's variants
     V4X_WRITE,  // (V4X_WRITE + v4x::Kind)
@@ -310,6 +314,7 @@ static const char *op_name[NUM_OPS] = {"copy (cudaMemcpy D2D)",
                                        "v2 int8-asym static head",
                                        "v2 int8-asym dynamic",
                                        "v2 nvfp4 static NHD",
+                                       "v4 dequant nvfp4",
                                        "v3 dequant nvfp4",
                                        "v4x memset out (ceiling)",
                                        "v4x write only (ceiling)",
@@ -352,12 +357,18 @@ static bool writes_zeros(Op op)
     return op == V4X_MEMSET || op == V4X_WRITE || op == V4X_WRITE_CS;
 }
 
+// NVFP4's dequantization as the library ran it before (v3, v4).
+static bool is_kept_nvfp4(Op op)
+{
+    return op == V3_FMT_DEQUANT_NVFP4 || op == V4_FMT_DEQUANT_NVFP4;
+}
+
 static Op fmt_base(Op op)
 {
-    return is_v1(op)                                  ? (Op)(op - kFmtOps)
-           : is_v2(op)                                ? (Op)(op - kV2Ops)
-           : op == V3_FMT_DEQUANT_NVFP4 || is_v4x(op) ? FMT_DEQUANT_NVFP4
-                                                      : op;
+    return is_v1(op)                         ? (Op)(op - kFmtOps)
+           : is_v2(op)                       ? (Op)(op - kV2Ops)
+           : is_kept_nvfp4(op) || is_v4x(op) ? FMT_DEQUANT_NVFP4
+                                             : op;
 }
 
 static bool fmt_dequantizes(Op op)
@@ -651,6 +662,8 @@ static void run_op(Problem &p, Op op, cudaStream_t s)
             KV_CHECK(v2::run(&b, &c, &q, s));
         else if (op == V3_FMT_DEQUANT_NVFP4)
             KV_CHECK(v3::run(&b, &c, &q, p.ko, p.vo, s));
+        else if (op == V4_FMT_DEQUANT_NVFP4)
+            KV_CHECK(v4::run(&b, &c, &q, p.ko, p.vo, s));
         else if (op == V4X_MEMSET) {
             CHECK(cudaMemsetAsync(p.ko, 0, p.in_elems() * 2, s));
             CHECK(cudaMemsetAsync(p.vo, 0, p.in_elems() * 2, s));
@@ -1203,11 +1216,11 @@ int main(int argc, char **argv)
                 (is_fmt(op) && !kvcal_kv_format_row_bytes(fmt_of(op), D)) ||
                 (only_formats && !is_fmt(op) && !reference) ||
                 (is_v1(op) && (scatter || !only_formats)) ||
-                ((is_v2(op) || op == V3_FMT_DEQUANT_NVFP4 || is_v4x(op)) &&
+                ((is_v2(op) || is_kept_nvfp4(op) || is_v4x(op)) &&
                  (ci > 0 || !only_formats)) ||
                 (is_v4x(op) && D != 64 && D != 128 && D != 256) ||
-                (only_nvfp4 && op != COPY &&
-                 (fmt_base(op) != FMT_DEQUANT_NVFP4 || is_v1(op))))
+                (only_nvfp4 && op != COPY && op != FMT_DEQUANT_NVFP4 &&
+                 !is_kept_nvfp4(op) && op != V4X_WRITE))
                 continue;
             auto t0 = std::chrono::steady_clock::now();
             size_t bad = validate(p, op);

@@ -218,6 +218,15 @@ static size_t run_case(const fmt_case *c)
         bad++;
     }
     for (int o = 0; o < 3; o++) {
+        /* NVFP4 into 16 bits, caches and block stride 16-byte aligned: staged */
+        const int staged = fast && c->format == KVCAL_KV_FORMAT_NVFP4 &&
+                           outs[o] != KVCAL_DTYPE_F32 && bstride % 16 == 0;
+        if (kvcal_kv_dequantize_fmt_staged_applies(
+                &db, &dc, &dp, dout, (uint8_t *)dout + out_bytes, outs[o]) != staged) {
+            fprintf(stderr, "\n  the dequantization into dtype %d %s the staged kernel",
+                    (int)outs[o], staged ? "misses" : "takes");
+            bad++;
+        }
         memset(ho, 0x5a, 2 * out_bytes);
         cudaMemset(dout, 0x5a, 2 * out_bytes);
         if (kvcal_kv_dequantize_fmt_ref(&b, &hc, &hp, ho, ho + out_bytes, outs[o]) !=
@@ -401,6 +410,34 @@ static void fmt_dequantize_decodes_every_byte_as_the_reference(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* run_case on random NVFP4 caches with e4m3 NaN scale bytes (0x7f, 0xff)
+ * under V's global scale 3e35, in both layouts, of each shape {T, H, D,
+ * block_size, extra block bytes}: the differing bytes. */
+static size_t run_nvfp4_random(const int (*shapes)[5], int n)
+{
+    size_t bad = 0;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < n; i++) {
+            fmt_case c = {KVCAL_KV_FORMAT_NVFP4,
+                          KVCAL_KV_ROUND_NEAREST_EVEN,
+                          1,
+                          KVCAL_GRANULARITY_HEAD,
+                          KVCAL_DTYPE_BF16,
+                          l ? KVCAL_CACHE_HND : KVCAL_CACHE_NHD,
+                          shapes[i][0],
+                          shapes[i][1],
+                          shapes[i][2],
+                          shapes[i][3],
+                          0,
+                          shapes[i][4],
+                          1,
+                          3e35f,
+                          1};
+            bad += run_case(&c);
+        }
+    return bad;
+}
+
 /* Random NVFP4 caches with e4m3 NaN scale bytes (0x7f, 0xff) and V's
  * global scale 3e35, under which blocks of the larger scale bytes have
  * finite decode scales but products that overflow to +-Inf: the fast
@@ -409,28 +446,27 @@ static void fmt_dequantize_decodes_every_byte_as_the_reference(void)
  * 128 and 256. */
 static void fmt_nvfp4_dequantize_decodes_nan_scales_and_overflows_as_the_reference(void)
 {
-    const int shapes[4][2] = {{301, 48}, {4099, 64}, {4099, 128}, {4099, 256}};
-    size_t bad = 0;
-    for (int l = 0; l < 2; l++)
-        for (int i = 0; i < 4; i++) {
-            fmt_case c = {KVCAL_KV_FORMAT_NVFP4,
-                          KVCAL_KV_ROUND_NEAREST_EVEN,
-                          1,
-                          KVCAL_GRANULARITY_HEAD,
-                          KVCAL_DTYPE_BF16,
-                          l ? KVCAL_CACHE_HND : KVCAL_CACHE_NHD,
-                          shapes[i][0],
-                          3,
-                          shapes[i][1],
-                          16,
-                          0,
-                          0,
-                          1,
-                          3e35f,
-                          1};
-            bad += run_case(&c);
-        }
-    CU_ASSERT_EQUAL(bad, 0);
+    const int shapes[4][5] = {{301, 3, 48, 16, 0},
+                              {4099, 3, 64, 16, 0},
+                              {4099, 3, 128, 16, 0},
+                              {4099, 3, 256, 16, 0}};
+    CU_ASSERT_EQUAL(run_nvfp4_random(shapes, 4), 0);
+}
+
+/* NVFP4's staged dequantization (16-bit outputs) at the edges of its
+ * tiles, random caches as above: rows a multiple of a block's (4096 x 1
+ * head of 128) and not (tails of 4133 x 5 heads, 4097 x 2), V's scales
+ * swizzled in blocks of 12 slots and not in blocks of 5, padded block
+ * strides; and a block stride aligned to 8 bytes alone, which takes the
+ * unstaged fast kernel (run_case checks which kernel each call takes). */
+static void fmt_nvfp4_staged_dequantize_decodes_tiles_and_tails_as_the_reference(void)
+{
+    const int shapes[4][5] = {/* T, H, D, bs, extra block bytes */
+                              {4096, 1, 128, 16, 0},
+                              {4133, 5, 64, 12, 16},
+                              {4097, 2, 256, 5, 32},
+                              {4099, 3, 128, 16, 8}};
+    CU_ASSERT_EQUAL(run_nvfp4_random(shapes, 4), 0);
 }
 
 /* The device conversions (kvcal_kvfmt_encode_launch: the instructions of
@@ -615,6 +651,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(fmt_nvfp4_matches_the_reference_under_a_subnormal_global_scale),
     KVCAL_TEST(fmt_dequantize_decodes_every_byte_as_the_reference),
     KVCAL_TEST(fmt_nvfp4_dequantize_decodes_nan_scales_and_overflows_as_the_reference),
+    KVCAL_TEST(fmt_nvfp4_staged_dequantize_decodes_tiles_and_tails_as_the_reference),
     KVCAL_TEST(fmt_device_conversions_match_the_reference_on_every_16_bit_input),
     KVCAL_TEST(fmt_launch_rejects_what_the_reference_rejects),
     KVCAL_TEST(fp8_roundtrip_launch_matches_the_reference_on_every_bf16),

@@ -32,7 +32,10 @@
 // any conversion; format, rounding and static / dynamic parameters are
 // fixed at compile time; NVFP4's even lanes quantize K's blocks and odd
 // lanes V's, after exchanging half-blocks. The fast dequantization converts
-// 16 values a lane, 4 rows a group, and writes whole 32-byte sectors. The
+// 16 values a lane, 4 rows a group, and writes whole 32-byte sectors;
+// NVFP4's into 16 bits (caches aligned to 16 bytes) stages a block's
+// packed values and scale rows in shared memory by asynchronous copies,
+// then decodes them tile after tile (v5 in bench/NOTES.md). The
 // generic kernels take the rest (decode steps, f32, other head_dim,
 // misaligned strides): one group of G lanes per row (G = the next power of
 // two of the row's chunks of 8 values, at most 32), each lane holding up to
@@ -48,6 +51,7 @@ extern "C" {
 #include "core/status.h"
 }
 #include "kernels/cpu/kvquant_fmt.h"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/kv_words.cuh"
 #include "kernels/cuda/kvquant.h"
 #include "kernels/cuda/kvquant_fmt.cuh"
@@ -1001,6 +1005,147 @@ __global__ void __launch_bounds__(kFastThreads) fmt_dequantize_fast_kernel(FmtAr
     }
 }
 
+// --- NVFP4's staged dequantization (v5 in bench/NOTES.md) -----------------------------
+
+constexpr int kStageTiles = 4; // tiles a block, all staged at its start
+
+// 4 or 8 bytes global -> shared, through L1 (V's scale rows are read by the
+// 4 slots of their group).
+template <int N> __device__ __forceinline__ void cp_async_ca(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "n"(N));
+}
+
+// Waits until at most n of this thread's groups of copies are pending.
+__device__ __forceinline__ void cp_async_wait_n(int n)
+{
+    if (n >= 3)
+        cp_async_wait<3>();
+    else if (n == 2)
+        cp_async_wait<2>();
+    else if (n == 1)
+        cp_async_wait<1>();
+    else
+        cp_async_wait<0>();
+}
+
+// A block's shared memory, head_dim D: kRows rows in kStageTiles tiles of
+// kTileRows (1,024 16-byte stores a tile), the packed values of K and V,
+// K's scale row and V's 4 scale rows (the slot's swizzle group; row 0 alone
+// when V is not swizzled) of each row, and where each row sits.
+template <int D> struct StagedTile {
+    static constexpr int kS = D / KVCAL_KV_NVFP4_BLOCK; // scale bytes a row
+    static constexpr int kTileRows = 4096 / D;
+    static constexpr int kRows = kTileRows * kStageTiles;
+    static constexpr int kUnit = kS < 8 ? kS : 8; // bytes a scale copy
+    alignas(16) uint8_t data[2][kRows][D / 2];
+    alignas(16) uint8_t ks[kRows][kS];
+    alignas(16) uint8_t vs[kRows][4][kS];
+    int64_t base[kRows]; // the cache block's offset, -1: a row not written
+    uint32_t at[kRows], kso[kRows], vso[kRows]; // offsets in the cache block
+    uint32_t o3[kRows];                         // V swizzled: slot offset & 3
+    float g[2][kRows];                          // K's and V's global scales
+};
+
+// NVFP4 into 16-bit TOut, head_dim D (caches and block stride aligned to
+// 16 bytes): each block stages the packed values and block scales of its
+// kRows rows into shared memory with asynchronous copies issued at once, a
+// group a tile, the packed values as 16-byte chunks of whole rows; then
+// decodes tile after tile as its group lands (the byte tables, v3's
+// arithmetic for a non-finite decode scale), 16 bytes a lane, the lanes of
+// a warp storing 512 contiguous bytes.
+template <typename TOut, int D>
+__global__ void __launch_bounds__(kFastThreads) nvfp4_dequantize_staged_kernel(FmtArgs a)
+{
+    using T = StagedTile<D>;
+    constexpr int kS = T::kS, kTileRows = T::kTileRows, kRows = T::kRows;
+    constexpr int kChunks = D / 32; // 16-byte chunks of a row's packed values
+    constexpr int kRowPieces = D / 8;
+    __shared__ T sm;
+    const int tid = threadIdx.x;
+    const uint32_t H = (uint32_t)a.g.num_kv_heads, bs = (uint32_t)a.g.block_size;
+    const bool nhd = a.g.layout == KVCAL_CACHE_NHD, swz = bs % 4 == 0;
+    const int nv = swz ? 4 : 1; // V's scale rows a row
+    const uint32_t vstep = nhd ? H * kS : kS;
+    const int64_t rows = a.num_tokens * H; // < 2^31 (host check)
+    const int64_t first = (int64_t)blockIdx.x * kRows;
+    for (int r = tid; r < kRows; r += kFastThreads) {
+        const int64_t row = first + r;
+        const int64_t slot =
+            row < rows ? __ldg(a.slots + kvcal_kv_fastdiv_div(a.heads_div, (uint32_t)row))
+                       : -1;
+        sm.base[r] = -1;
+        if (!(slot >= 0 && slot < a.g.capacity))
+            continue;
+        const uint32_t head =
+            (uint32_t)row - kvcal_kv_fastdiv_div(a.heads_div, (uint32_t)row) * H;
+        const uint32_t block = kvcal_kv_fastdiv_div(a.bs_div, (uint32_t)slot);
+        const uint32_t off = (uint32_t)slot - block * bs;
+        sm.base[r] = (int64_t)block * a.g.block_stride;
+        sm.at[r] = (nhd ? off * H + head : head * bs + off) * (D / 2);
+        sm.kso[r] = nvfp4_scale_row_in_block<D>(bs, H, nhd, off, head);
+        sm.vso[r] = nvfp4_scale_row_in_block<D>(bs, H, nhd, swz ? off & ~3u : off, head);
+        sm.o3[r] = swz ? off & 3u : 0u;
+        const int64_t si = kvcal_kv_scale_index_at(a.g, block, off, (int)head);
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++)
+            sm.g[kv][r] = dequant_row<kNvfp4>(a, kv, (int)head, si).scale;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kStageTiles; k++) {
+        const int r0 = k * kTileRows;
+        for (int i = tid; i < 2 * kTileRows * kChunks; i += kFastThreads) {
+            const int c = i % kChunks, r = r0 + i / kChunks % kTileRows,
+                      kv = i / (kChunks * kTileRows);
+            if (sm.base[r] >= 0)
+                cp_async16(&sm.data[kv][r][c * 16],
+                           a.cache[kv] + sm.base[r] + sm.at[r] + c * 16, true);
+        }
+        constexpr int kUnits = kS / T::kUnit; // copies a scale row
+        for (int i = tid; i < 5 * kTileRows * kUnits; i += kFastThreads) {
+            const int u = i % kUnits, j = i / kUnits / kTileRows,
+                      r = r0 + i / kUnits % kTileRows; // j 0: K's row, 1-4: V's
+            if (sm.base[r] < 0 || j > nv)
+                continue;
+            const uint8_t *src =
+                j == 0 ? a.cache[0] + sm.base[r] + sm.kso[r]
+                       : a.cache[1] + sm.base[r] + sm.vso[r] + (uint32_t)(j - 1) * vstep;
+            uint8_t *dst = j == 0 ? sm.ks[r] : sm.vs[r][j - 1];
+            cp_async_ca<T::kUnit>(dst + u * T::kUnit, src + u * T::kUnit);
+        }
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int k = 0; k < kStageTiles; k++) {
+        cp_async_wait_n(kStageTiles - 1 - k);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 8; j++) { // 512 stores a tensor a tile
+            const int kv = j / 4, u = (j % 4) * kFastThreads + tid;
+            const int r = k * kTileRows + u / kRowPieces, p = u % kRowPieces;
+            if (sm.base[r] < 0)
+                continue;
+            const uint32_t w =
+                *reinterpret_cast<const uint32_t *>(&sm.data[kv][r][p * 4]);
+            int t = 0, ss = p / 2;
+            if (kv)
+                kvcal_kvfmt_nvfp4_swizzle((int)bs, kS, (int)sm.o3[r], p / 2, 1, &t, &ss);
+            const float e = e4m3_value(kv ? sm.vs[r][t][ss] : sm.ks[r][ss]);
+            TOut *out = static_cast<TOut *>(a.out[kv]) + (first + r) * D + p * 8;
+            uint4 o;
+            if (nvfp4_lookup8<TOut>(w, e * sm.g[kv][r], &o)) {
+                *reinterpret_cast<uint4 *>(out) = o;
+            } else {
+                float x[8];
+                nvfp4_values_n<TOut, 8>(w, e, sm.g[kv][r], x);
+                store_n<TOut, 8>(out, x, true, 8);
+            }
+        }
+    }
+}
+
 // One thread a value: what the kernels store for x[i] under unit
 // parameters (kvcal_kvfmt_encode_launch).
 __global__ void fmt_encode_kernel(int format, int rounding, const float *x, uint8_t *out,
@@ -1123,14 +1268,48 @@ struct QuantLaunch {
     }
 };
 
+// Whether a fast NVFP4 dequantization takes the staged kernel: its 16-byte
+// copies need the caches and the block stride aligned to 16 bytes.
+bool dequantize_staged(const FmtArgs &a, int format)
+{
+    return format == kNvfp4 && aligned(a.cache[0], 16) && aligned(a.cache[1], 16) &&
+           a.g.block_stride % 16 == 0;
+}
+
+// Launches the staged kernel of head_dim D, its shared memory preferred
+// over L1 so that 8 blocks fit an SM.
+template <typename TOut, int D> void launch_staged(const FmtArgs &a, cudaStream_t s)
+{
+    static const cudaError_t pref = cudaFuncSetAttribute(
+        nvfp4_dequantize_staged_kernel<TOut, D>,
+        cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    (void)pref; // a hint: the kernel runs without it
+    const int64_t rows = a.num_tokens * a.g.num_kv_heads;
+    const int64_t per_block = StagedTile<D>::kRows;
+    nvfp4_dequantize_staged_kernel<TOut, D>
+        <<<(unsigned)((rows + per_block - 1) / per_block), kFastThreads, 0, s>>>(a);
+}
+
 struct DequantLaunch {
     const FmtArgs &a;
-    bool fast;
+    bool fast, staged;
     cudaStream_t s;
 
     template <typename TOut, int FMT> kvcal_status run() const
     {
         const int d = a.g.head_dim;
+        if constexpr (FMT == kNvfp4 && sizeof(TOut) == 2) {
+            if (fast && staged) {
+                if (d == 64)
+                    launch_staged<TOut, 64>(a, s);
+                else if (d == 128)
+                    launch_staged<TOut, 128>(a, s);
+                else
+                    launch_staged<TOut, 256>(a, s);
+                CUDA_TRY(cudaGetLastError());
+                return KVCAL_OK;
+            }
+        }
         if (!fast)
             fmt_dequantize_kernel<TOut, FMT><<<grid_of(a), kThreads, 0, s>>>(a);
         else if (d == 64)
@@ -1206,7 +1385,8 @@ kvcal_kv_dequantize_fmt_launch(const kvcal_kv_batch *batch, const kvcal_kv_cache
     if (st != KVCAL_OK || batch->num_tokens == 0)
         return st;
     return dispatch(out_dtype, params->format,
-                    DequantLaunch{a, dequantize_fast(a, params->format), stream});
+                    DequantLaunch{a, dequantize_fast(a, params->format),
+                                  dequantize_staged(a, params->format), stream});
 }
 
 // --- internal helpers (kernels/cuda/kvquant_fmt.h) -------------------------------------
@@ -1251,4 +1431,18 @@ extern "C" int kvcal_kv_dequantize_fmt_fast_applies(const kvcal_kv_batch *batch,
                            (void *)k_out, (void *)v_out, KVCAL_DTYPE_F32,
                            &a) == KVCAL_OK &&
            dequantize_fast(a, params->format);
+}
+
+extern "C" int kvcal_kv_dequantize_fmt_staged_applies(const kvcal_kv_batch *batch,
+                                                      const kvcal_kv_cache *cache,
+                                                      const kvcal_kv_qparams *params,
+                                                      const void *k_out,
+                                                      const void *v_out,
+                                                      kvcal_dtype out_dtype)
+{
+    FmtArgs a;
+    return out_dtype != KVCAL_DTYPE_F32 && !is_e4m3(params) &&
+           dequantize_args("kvcal_kv_dequantize_fmt_staged_applies", batch, cache, params,
+                           (void *)k_out, (void *)v_out, out_dtype, &a) == KVCAL_OK &&
+           dequantize_fast(a, params->format) && dequantize_staged(a, params->format);
 }

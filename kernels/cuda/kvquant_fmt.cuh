@@ -167,6 +167,18 @@ __device__ __forceinline__ int64_t nvfp4_scale_at(kvcal_kv_geom g, int64_t block
     return kvcal_kvfmt_nvfp4_scale_at(g, block, off, head, s, kv);
 }
 
+// The offset inside a cache block of row t (a slot offset) of head's
+// NVFP4 scale region (head_dim D / 16 bytes), in blocks of bs slots of H
+// heads, layout NHD when nhd.
+template <int D>
+__device__ __forceinline__ uint32_t nvfp4_scale_row_in_block(uint32_t bs, uint32_t H,
+                                                             bool nhd, uint32_t t,
+                                                             uint32_t head)
+{
+    const uint32_t row = nhd ? t * H + head : head * bs + t;
+    return bs * H * (D / 2) + row * (D / KVCAL_KV_NVFP4_BLOCK);
+}
+
 // nvfp4_scale_at's offset inside the cache block, in 32-bit arithmetic (a
 // block's bytes fit: fast_shape): block scale s of kv at (off, head) in
 // blocks of bs slots of H heads, layout NHD when nhd, head_dim D.
@@ -175,11 +187,10 @@ __device__ __forceinline__ uint32_t nvfp4_scale_in_block(uint32_t bs, uint32_t H
                                                          bool nhd, uint32_t off,
                                                          uint32_t head, int s, int kv)
 {
-    constexpr int S = D / KVCAL_KV_NVFP4_BLOCK;
     int t, ss;
-    kvcal_kvfmt_nvfp4_swizzle((int)bs, S, (int)off, s, kv, &t, &ss);
-    const uint32_t row = nhd ? (uint32_t)t * H + head : head * bs + (uint32_t)t;
-    return bs * H * (D / 2) + row * S + (uint32_t)ss;
+    kvcal_kvfmt_nvfp4_swizzle((int)bs, D / KVCAL_KV_NVFP4_BLOCK, (int)off, s, kv, &t,
+                              &ss);
+    return nvfp4_scale_row_in_block<D>(bs, H, nhd, (uint32_t)t, head) + (uint32_t)ss;
 }
 
 // --- host side ------------------------------------------------------------------------

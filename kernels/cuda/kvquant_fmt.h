@@ -41,6 +41,15 @@ int kvcal_kv_dequantize_fmt_fast_applies(const kvcal_kv_batch *batch,
                                          const kvcal_kv_qparams *params,
                                          const void *k_out, const void *v_out);
 
+/* 1 when that fast dequantization into out_dtype runs on NVFP4's staged
+ * kernel: an NVFP4 cache into F16 or BF16, caches and block stride aligned
+ * to 16 bytes. For the tests. */
+int kvcal_kv_dequantize_fmt_staged_applies(const kvcal_kv_batch *batch,
+                                           const kvcal_kv_cache *cache,
+                                           const kvcal_kv_qparams *params,
+                                           const void *k_out, const void *v_out,
+                                           kvcal_dtype out_dtype);
+
 #ifdef __cplusplus
 }
 #endif
