@@ -12,169 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib/backend.h"
-#include "calib/cuda_loader.h"
-#include "core/status.h"
-#include "kernels/cuda/attention_cudnn.h"
-#include "kernels/cuda/eval.h"
-#include "kernels/cuda/kv_observe.h"
-#include "kernels/cuda/mla.h"
-#include "kernels/cuda/ops.h"
-
-#define ALIGN 256u
-#define LOGITS_BYTES ((size_t)64 << 20)
-
-#define TRY(call)                                                                        \
-    do {                                                                                 \
-        if ((st = (call)) != KVCAL_OK)                                                   \
-            goto fail;                                                                   \
-    } while (0)
-#define TRY_CUDA(call)                                                                   \
-    do {                                                                                 \
-        cudaError_t e_ = (call);                                                         \
-        if (e_ != cudaSuccess) {                                                         \
-            st = kvcal_fail(e_ == cudaErrorMemoryAllocation ? KVCAL_ERR_DEVICE_MEMORY    \
-                                                            : KVCAL_ERR_CUDA,            \
-                            "cuda runner: %s: %s", #call, cudaGetErrorString(e_));       \
-            goto fail;                                                                   \
-        }                                                                                \
-    } while (0)
-
-/* A batch's own activations, kept while its chunk runs layer by layer. */
-typedef struct {
-    kvcal_bf16 *resid, *delta;    /* (N, D) residual stream, the pending add */
-    int32_t *pos;                 /* (N) position, -1 for padding */
-    int64_t *row;                 /* (N) row index, -1 for padding (cache slots) */
-    float *bmax;                  /* (2, L, HKV) the batch's per-head absmax */
-    int32_t *host_ids, *host_pos; /* pinned (N) */
-    int64_t *host_row;            /* pinned (N) */
-    int64_t *start;               /* (max_batch) b * seq_len */
-    const int64_t *names;         /* the batch's sample ids */
-    int batch, seq_len;
-    int64_t valid; /* tokens */
-} cuda_slot;
-
-typedef struct {
-    kvcal_backend base;
-    kvcal_model_t *model;
-    int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx;
-    int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
-    int w8a16;     /* FP8 weights without FP8 activations (no FP8 tensor cores) */
-    kvcal_fp8_gemm_path fp8_path;
-    kvcal_fp8_scratch fp8s;      /* the FP8 projections' activations (and fallback) */
-    kvcal_weight fp8_ready;      /* the FP8 weight whose activation fp8s holds quantized
-                                    already (SwiGLU's epilogue), else KVCAL_W_NONE */
-    float eps, attention_factor; /* RMSNorm epsilon; RoPE cos/sin factor (yarn) */
-    int max_batch, max_seq_len;
-    cudaStream_t stream;
-    kvcal_gemm_t *gemm;
-    kvcal_attention_t *attn; /* cuDNN's fused attention, or kvcal's kernel */
-    kvcal_cuda_layer_layout lay;
-    kvcal_cuda_loader_t *loader;
-    unsigned char *layer_weights;  /* the layer in use (a loader slot) */
-    int weight_slots;              /* layers on the device at once */
-    size_t budget;                 /* --max-device-memory, 0: the free memory */
-    size_t allocated;              /* device bytes of the slabs below but the slots' */
-    void *slab;                    /* every device buffer below */
-    unsigned char *weights;        /* (L, lay.bytes) */
-    kvcal_bf16 *embed;             /* (V, D) */
-    kvcal_bf16 *xn;                /* (N, D) scratch every batch shares: */
-    kvcal_bf16 *qkv;               /* (N, qkv_n) */
-    kvcal_bf16 *att;               /* (N, H * hd) */
-    kvcal_bf16 *gu;                /* (N, 2 I); NULL with mlp_fused */
-    kvcal_bf16 *act;               /* (N, I) */
-    int32_t *ids;                  /* (N) */
-    float *inv_freq;               /* (rot_dim / 2) */
-    float *inv_freq_sliding;       /* (rot_dim / 2) the sliding layers', or NULL */
-    kvcal_bf16 *norm_w;            /* the layer's RMSNorm weights plus the model's
-                                      norm offset, where it has one (else NULL) */
-    size_t norm_at[KVCAL_W_COUNT]; /* their places in norm_w (values) */
-    float *absmax[2];              /* (L, HKV, hd) */
-    uint64_t *hist[2];             /* (L, HKV, bins) */
-    float *q_absmax;               /* (L, H) max |q| per query head */
-    float *range;                  /* (2, 2, L, HKV, hd) K's max(x, 0), max(-x, 0),
-                                      then V's (kvcal_kv_range) */
-    size_t stats_bytes;            /* of absmax[0] .. range */
-    float *host_bmax;              /* pinned (2, L, HKV) */
-    /* the chunk's batches */
-    cuda_slot *slot; /* (nslots) */
-    int nslots;
-    void *slot_slab, *slot_host; /* their device and pinned memory */
-    /* the current slot's, see cuda_slot */
-    kvcal_bf16 *resid, *delta;
-    int32_t *pos;
-    int64_t *row;
-    float *bmax;
-    int batch, seq_len, layer;
-    int64_t valid;
-    const int64_t *names;
-    int64_t *default_names;   /* (max_batch) */
-    int qkv_heads, qkv_width; /* what the last QKV projection wrote */
-    /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
-    int E, K, MI, SI; /* experts, top-k, expert's and shared expert's inter */
-    int moe_sm90;     /* the experts' GEMMs on kvcal_moe_gemm_sm90_launch, SwiGLU fused */
-    kvcal_bf16 *router;     /* (N, E) the router's logits */
-    int32_t *route_e;       /* (N, K) chosen experts */
-    float *route_w;         /* (N, K) their weights */
-    kvcal_moe_plan plan;    /* the routed rows grouped by expert */
-    kvcal_bf16 *moe_gu;     /* (capacity, 2 MI); NULL with moe_sm90 (but gpt-oss's) */
-    kvcal_bf16 *moe_act;    /* (capacity, MI) */
-    kvcal_bf16 *moe_y;      /* (capacity, D); with moe_sm90 first the gathered rows */
-    kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
-    kvcal_bf16 *shared_act; /* (N, SI) */
-    kvcal_bf16 *shared_y;   /* (N, D) */
-    unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
-    /* multi-head latent attention (desc->mla; NULL / 0 elsewhere): HKV is 1
-     * and hd the entry's size, the attention's heads are decompressed */
-    int kvr, rope, nope, vh, qkd; /* kv_lora_rank, qk_rope, qk_nope, v_head, q/k head */
-    kvcal_bf16 *qa;               /* (N, q_lora_rank) the query's LoRA */
-    kvcal_bf16 *mq;               /* (N, H, qkd) the query */
-    kvcal_bf16 *latent;           /* (N, hd) the cached entry: latent, RoPE part */
-    kvcal_bf16 *lat;              /* (N, kvr) its latent, contiguous for kv_b_proj */
-    kvcal_bf16 *kvb;              /* (N, H, nope + vh) the latent through kv_b_proj */
-    kvcal_bf16 *mk;               /* (N, H, qkd) the attention's K */
-    /* kvcal's kernels' (one head size, where cuDNN does not run the heads as
-     * they are): V padded with zeros, the output before V's padding goes */
-    kvcal_bf16 *mv, *att_pad; /* (N, H, qkd) each */
-    /* observing */
-    kvcal_stats_t *stats;       /* observe_into */
-    kvcal_stats_t *device_view; /* host copy of the device statistics */
-    /* the head (head_prepare) */
-    void *head_slab;
-    size_t head_bytes;
-    kvcal_bf16 *final_norm;    /* (D) */
-    const kvcal_bf16 *lm_head; /* (V, D): own copy or the tied embed */
-    kvcal_bf16 *logits;        /* (chunk, V) */
-    int32_t *target;           /* (N) */
-    float *nll;                /* (N) */
-    int64_t *keep;             /* (N) reference row of each row (kvcal_head_ref) */
-    float *kld, *top;          /* (N) */
-    int chunk;                 /* logits rows per lm_head GEMM */
-    /* the baseline's distributions (head_reference) */
-    void *ref_slab;
-    size_t ref_bytes;
-    kvcal_bf16 *ref; /* (ref_rows, V) */
-    float *ref_lse;  /* (ref_rows) */
-    /* the simulated cache (sim_prepare) */
-    void *sim_slab;
-    size_t sim_bytes;
-    kvcal_bf16 *att0;            /* (N, H * hd) attention on the exact K/V */
-    uint8_t *cache[2];           /* (N, HKV, hd) e4m3, one block per token */
-    float *cache_scale[2];       /* (N, HKV) */
-    float *cache_zero[2];        /* (N, HKV) */
-    float *deq[2];               /* (N, HKV, hd) */
-    kvcal_eval_layer_sums *sums; /* (L) */
-} cuda_backend;
-
-static cuda_backend *cu(kvcal_backend *be)
-{
-    return (cuda_backend *)be;
-}
-
-static size_t round_up(size_t n)
-{
-    return (n + ALIGN - 1) / ALIGN * ALIGN;
-}
+#include "calib/cuda_backend.h"
 
 /* The slab order of the logical weights: the order the layer's weights
  * were laid out in before they were data, kept so the device layout (and
@@ -262,30 +100,6 @@ static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
     return (kvcal_bf16 *)(r->layer_weights + r->lay.off[w]);
 }
 
-static kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
-{
-    switch (a) {
-    case KVCAL_ACT_NORM:
-        return r->xn;
-    case KVCAL_ACT_DELTA:
-        return r->delta;
-    case KVCAL_ACT_QKV:
-        return r->qkv;
-    case KVCAL_ACT_ATT:
-        return r->att;
-    case KVCAL_ACT_MLP:
-        return r->act;
-    case KVCAL_ACT_Q_A:
-        return r->qa;
-    case KVCAL_ACT_Q:
-        return r->mq;
-    case KVCAL_ACT_LATENT:
-        return r->latent;
-    default:
-        return NULL;
-    }
-}
-
 /* FP8 weight w of the layer in use, its rows from `row` on (a slice of
  * whole blocks). */
 static kvcal_fp8_weight fp8_weight(const cuda_backend *r, kvcal_weight w, long long row)
@@ -324,38 +138,6 @@ static kvcal_status project(cuda_backend *r, kvcal_bf16 *out, const kvcal_bf16 *
                                    r->fp8_path, NULL, r->stream);
 }
 
-/* Columns of the attention's output (H heads of the v head size). */
-static int att_cols(const cuda_backend *r)
-{
-    return r->H * (r->base.desc->mla ? r->vh : r->hd);
-}
-
-/* cudaMalloc of one of the slabs (`what` it holds); out of memory names the
- * bytes and the fix. */
-static kvcal_status alloc_slab(void **p, size_t bytes, const char *what)
-{
-    const cudaError_t err = cudaMalloc(p, bytes);
-    if (err == cudaSuccess)
-        return KVCAL_OK;
-    *p = NULL;
-    cudaGetLastError();
-    if (err == cudaErrorMemoryAllocation)
-        return kvcal_fail(KVCAL_ERR_DEVICE_MEMORY,
-                          "--device cuda: %s need %.2f GiB (%zu bytes), which cudaMalloc "
-                          "could not get; use a smaller --batch or --seq-len",
-                          what, (double)bytes / 1073741824.0, bytes);
-    return kvcal_fail(KVCAL_ERR_CUDA, "cuda runner: cudaMalloc of %zu bytes for %s: %s",
-                      bytes, what, cudaGetErrorString(err));
-}
-
-/* Hands out ALIGN-aligned pieces of the slab in order. */
-static void *carve(unsigned char **p, size_t bytes)
-{
-    void *x = *p;
-    *p += round_up(bytes);
-    return x;
-}
-
 // --- batches ------------------------------------------------------------------
 
 /* Device and pinned bytes of one slot. */
@@ -387,32 +169,6 @@ static void free_slots(cuda_backend *r)
 
 /* Room beside what is allocated: the device's free memory less a margin for
  * cuBLAS's and cuDNN's own allocations. */
-#define DEVICE_MARGIN ((size_t)512 << 20)
-
-/* Device bytes the backend may still take: the device's free memory less a
- * margin, and under --max-device-memory what it leaves. free_b: the free
- * memory to count from. */
-static size_t room(const cuda_backend *r, size_t free_b)
-{
-    size_t left = free_b > DEVICE_MARGIN ? free_b - DEVICE_MARGIN : 0;
-    if (r->budget) {
-        const size_t capped = r->budget > r->allocated ? r->budget - r->allocated : 0;
-        left = capped < left ? capped : left;
-    }
-    return left;
-}
-
-/* bytes for a message: "1.25 GiB" from a GiB up, else "3.4 MiB" (buf of
- * at least 32). */
-static const char *size_text(char *buf, size_t bytes)
-{
-    if (bytes >= ((size_t)1 << 30))
-        snprintf(buf, 32, "%.2f GiB", (double)bytes / 1073741824.0);
-    else
-        snprintf(buf, 32, "%.1f MiB", (double)bytes / 1048576.0);
-    return buf;
-}
-
 static kvcal_status max_slots(kvcal_backend *be, int want, int *n)
 {
     kvcal_status st = KVCAL_OK;
@@ -969,6 +725,13 @@ static kvcal_status mla_expand(kvcal_backend *be, const kvcal_op *op)
     return expand(cu(be));
 }
 
+/* (MLA: K and V expanded from the exact entry first) */
+static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
+{
+    kvcal_status st = be->desc->mla ? expand(cu(be)) : KVCAL_OK;
+    return st ? st : attend(cu(be), op, cu(be)->att0);
+}
+
 // --- observing ------------------------------------------------------------------
 
 static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
@@ -1077,352 +840,6 @@ static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k
                       "the cpu backend)");
 }
 
-/* cudaMalloc of `count` buffers of bytes[i] (0: none) in one slab *slab,
- * after checking the device (and the budget) has room for them (`what`
- * names them in the message); *slab_bytes gets the slab's size. */
-static kvcal_status alloc_buffers(cuda_backend *r, void **slab, size_t *slab_bytes,
-                                  void **buf, const size_t *bytes, int count,
-                                  const char *what)
-{
-    kvcal_status st = KVCAL_OK;
-    size_t need = 0, free_b = 0, total_b = 0;
-    for (int i = 0; i < count; i++)
-        need += round_up(bytes[i]);
-    TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    char t1[32], t2[32];
-    if (need > room(r, free_b))
-        return kvcal_fail(
-            KVCAL_ERR_DEVICE_MEMORY,
-            "--device cuda: %s need %s beyond the model and its activations "
-            "but %s are left%s; use a smaller --batch or --seq-len%s",
-            what, size_text(t1, need), size_text(t2, room(r, free_b)),
-            r->budget ? " under --max-device-memory" : " on the device",
-            r->budget ? ", or a larger --max-device-memory" : "");
-    TRY(alloc_slab(slab, need, what));
-    r->allocated += need;
-    *slab_bytes = need;
-    unsigned char *p = *slab;
-    for (int i = 0; i < count; i++)
-        buf[i] = bytes[i] ? carve(&p, bytes[i]) : NULL;
-    return KVCAL_OK;
-fail:
-    return st;
-}
-
-// --- the head -------------------------------------------------------------------
-
-static kvcal_status head_prepare(kvcal_backend *be)
-{
-    kvcal_status st = KVCAL_OK;
-    cuda_backend *r = cu(be);
-    const kvcal_model_desc *d = be->desc;
-    if (r->head_slab)
-        return KVCAL_OK;
-    kvcal_tensor_view embed, norm, cls;
-    kvcal_model_head_views(r->model, &embed, &norm, &cls);
-    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
-    const size_t rows = LOGITS_BYTES / ((size_t)r->V * sizeof(kvcal_bf16));
-    r->chunk = (int)(rows < 1 ? 1 : rows > N ? N : rows);
-    const size_t bytes[] = {(size_t)r->D * sizeof(kvcal_bf16),
-                            d->tied_embeddings ? 0
-                                               : (size_t)r->V * r->D * sizeof(kvcal_bf16),
-                            (size_t)r->chunk * r->V * sizeof(kvcal_bf16),
-                            N * sizeof(int32_t),
-                            N * sizeof(float),
-                            N * sizeof(int64_t),
-                            N * sizeof(float),
-                            N * sizeof(float)};
-    void *buf[8];
-    TRY(alloc_buffers(r, &r->head_slab, &r->head_bytes, buf, bytes, 8,
-                      "the final norm, the classifier and "
-                      "the logits"));
-    r->final_norm = buf[0];
-    r->lm_head = d->tied_embeddings ? r->embed : buf[1];
-    r->logits = buf[2];
-    r->target = buf[3];
-    r->nll = buf[4];
-    r->keep = buf[5];
-    r->kld = buf[6], r->top = buf[7];
-    TRY(kvcal_cuda_loader_upload(r->loader, &norm, r->final_norm, r->stream));
-    if (d->norm_offset != 0.0f)
-        TRY(kvcal_affine_launch(r->final_norm, r->final_norm, r->D, 1.0f, d->norm_offset,
-                                r->stream));
-    if (!d->tied_embeddings)
-        TRY(kvcal_cuda_loader_upload(r->loader, &cls, buf[1], r->stream));
-    return KVCAL_OK;
-fail:
-    cudaFree(r->head_slab);
-    r->head_slab = NULL;
-    return st;
-}
-
-static void ref_release(cuda_backend *r)
-{
-    if (r->stream)
-        cudaStreamSynchronize(r->stream);
-    cudaFree(r->ref_slab);
-    r->ref_slab = NULL;
-    r->allocated -= r->ref_bytes;
-    r->ref_bytes = 0;
-}
-
-static kvcal_status head_reference(kvcal_backend *be, int64_t rows)
-{
-    kvcal_status st = KVCAL_OK;
-    cuda_backend *r = cu(be);
-    ref_release(r);
-    if (rows <= 0)
-        return KVCAL_OK;
-    const size_t bytes[] = {(size_t)rows * r->V * sizeof(kvcal_bf16),
-                            (size_t)rows * sizeof(float)};
-    void *buf[2];
-    TRY(alloc_buffers(r, &r->ref_slab, &r->ref_bytes, buf, bytes, 2,
-                      "the baseline's next-token distributions"));
-    r->ref = buf[0];
-    r->ref_lse = buf[1];
-fail:
-    return st;
-}
-
-static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nll,
-                             float *logits, const kvcal_head_ref *ref)
-{
-    kvcal_status st = KVCAL_OK;
-    cuda_backend *r = cu(be);
-    cudaStream_t s = r->stream;
-    const int n = r->batch * r->seq_len;
-    if (logits)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "cuda runner: logits are not handed to the host");
-    TRY_CUDA(cudaMemcpyAsync(r->target, target, (size_t)n * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, s));
-    if (ref)
-        TRY_CUDA(cudaMemcpyAsync(r->keep, ref->row, (size_t)n * sizeof(int64_t),
-                                 cudaMemcpyHostToDevice, s));
-    TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, r->final_norm, n, r->D,
-                                 r->eps, s));
-    for (int r0 = 0; r0 < n; r0 += r->chunk) {
-        const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;
-        TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
-                              NULL, rows, r->D, r->V, s));
-        if (be->desc->logit_softcap > 0.0f)
-            TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V,
-                                     be->desc->logit_softcap, s));
-        TRY(kvcal_token_nll_launch(r->nll + r0, r->logits, r->target + r0, rows, r->V,
-                                   s));
-        if (ref && ref->keep)
-            TRY(kvcal_token_keep_launch(r->ref, r->ref_lse, r->logits, r->keep + r0, rows,
-                                        r->V, s));
-        else if (ref)
-            TRY(kvcal_token_kld_launch(r->kld + r0, r->top + r0, r->logits, r->ref,
-                                       r->ref_lse, r->keep + r0, rows, r->V, s));
-    }
-    TRY_CUDA(cudaMemcpyAsync(nll, r->nll, (size_t)n * sizeof(float),
-                             cudaMemcpyDeviceToHost, s));
-    if (ref && !ref->keep) {
-        TRY_CUDA(cudaMemcpyAsync(ref->kld, r->kld, (size_t)n * sizeof(float),
-                                 cudaMemcpyDeviceToHost, s));
-        TRY_CUDA(cudaMemcpyAsync(ref->top, r->top, (size_t)n * sizeof(float),
-                                 cudaMemcpyDeviceToHost, s));
-    }
-    TRY_CUDA(cudaStreamSynchronize(s));
-    return KVCAL_OK;
-fail:
-    return st;
-}
-
-// --- the simulated cache ----------------------------------------------------------
-
-static void sim_release(kvcal_backend *be)
-{
-    cuda_backend *r = cu(be);
-    if (r->stream)
-        cudaStreamSynchronize(r->stream);
-    cudaFree(r->sim_slab);
-    r->sim_slab = NULL;
-    r->allocated -= r->sim_bytes;
-    r->sim_bytes = 0;
-}
-
-static kvcal_status sim_prepare(kvcal_backend *be, size_t floats, float **space,
-                                kvcal_kv_io *io)
-{
-    kvcal_status st = KVCAL_OK;
-    cuda_backend *r = cu(be);
-    sim_release(be);
-    const size_t N = (size_t)r->max_batch * (size_t)r->max_seq_len;
-    const size_t KV = N * r->HKV * r->hd;
-    const size_t bytes[] = {N * (size_t)att_cols(r) * sizeof(kvcal_bf16),
-                            KV,
-                            KV,
-                            N * r->HKV * sizeof(float),
-                            N * r->HKV * sizeof(float),
-                            KV * sizeof(float),
-                            KV * sizeof(float),
-                            floats * sizeof(float),
-                            (size_t)r->L * sizeof(kvcal_eval_layer_sums),
-                            N * r->HKV * sizeof(float),
-                            N * r->HKV * sizeof(float)};
-    enum { NBUF = sizeof bytes / sizeof bytes[0] };
-    void *buf[NBUF];
-    TRY(alloc_buffers(r, &r->sim_slab, &r->sim_bytes, buf, bytes, NBUF,
-                      "the simulated FP8 cache's buffers"));
-    r->att0 = buf[0];
-    r->cache[0] = buf[1], r->cache[1] = buf[2];
-    r->cache_scale[0] = buf[3], r->cache_scale[1] = buf[4];
-    r->deq[0] = buf[5], r->deq[1] = buf[6];
-    *space = buf[7];
-    r->sums = buf[8];
-    r->cache_zero[0] = buf[9], r->cache_zero[1] = buf[10];
-    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes[8], r->stream));
-    memset(io, 0, sizeof *io);
-    io->device = 1;
-    io->stream = r->stream;
-    return KVCAL_OK;
-fail:
-    sim_release(be);
-    return st;
-}
-
-static kvcal_status sim_upload(kvcal_backend *be, float *dst, const float *src, size_t n)
-{
-    kvcal_status st = KVCAL_OK;
-    TRY_CUDA(cudaMemcpyAsync(dst, src, n * sizeof *src, cudaMemcpyHostToDevice,
-                             cu(be)->stream));
-    TRY_CUDA(cudaStreamSynchronize(cu(be)->stream));
-fail:
-    return st;
-}
-
-/* K and V in the QKV buffer; an MLA layer's entry for both. */
-static void kv_of(cuda_backend *r, kvcal_bf16 **k, kvcal_bf16 **v)
-{
-    if (r->base.desc->mla) {
-        *k = *v = r->latent;
-        return;
-    }
-    *k = r->qkv + r->H * r->hd;
-    *v = *k + r->HKV * r->hd;
-}
-
-/* Their row stride. */
-static int64_t kv_stride(const cuda_backend *r)
-{
-    return r->base.desc->mla ? r->hd : r->qkv_n;
-}
-
-static kvcal_status sim_view(kvcal_backend *be, kvcal_kv_io *io)
-{
-    cuda_backend *r = cu(be);
-    const int n = r->batch * r->seq_len;
-    kvcal_bf16 *k, *v;
-    kv_of(r, &k, &v);
-    io->batch = (kvcal_kv_batch){
-        k, v, KVCAL_DTYPE_BF16, n, kv_stride(r), r->hd, kv_stride(r), r->hd, r->row};
-    io->cache = (kvcal_kv_cache){
-        r->cache[0], r->cache[1], r->cache_scale[0], r->cache_scale[1], n, 1, r->HKV,
-        r->hd,       0,           KVCAL_CACHE_NHD};
-    io->zero[0] = r->cache_zero[0], io->zero[1] = r->cache_zero[1];
-    io->device = 1;
-    io->stream = r->stream;
-    return KVCAL_OK;
-}
-
-/* (MLA: K and V expanded from the exact entry first) */
-static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
-{
-    kvcal_status st = be->desc->mla ? expand(cu(be)) : KVCAL_OK;
-    return st ? st : attend(cu(be), op, cu(be)->att0);
-}
-
-static kvcal_status sim_roundtrip(kvcal_backend *be, int layer, const kvcal_kv_qparams *q)
-{
-    kvcal_status st = KVCAL_OK;
-    cuda_backend *r = cu(be);
-    const int n = r->batch * r->seq_len, kv_cols = r->HKV * r->hd;
-    kvcal_kv_io io;
-    kvcal_bf16 *kv[2];
-    kv_of(r, &kv[0], &kv[1]);
-    sim_view(be, &io);
-    if (q)
-        TRY(kvcal_kv_dequantize_fmt_launch(&io.batch, &io.cache, q, r->deq[0], r->deq[1],
-                                           KVCAL_DTYPE_F32, r->stream));
-    else
-        TRY(kvcal_kv_dequantize_launch(&io.batch, &io.cache, KVCAL_GRANULARITY_TENSOR,
-                                       NULL, NULL, r->deq[0], r->deq[1], KVCAL_DTYPE_F32,
-                                       r->stream));
-    /* V first: where K and V are one buffer (MLA's entry) V's pass stores
-       nothing, so that K's reads the values before the round trip */
-    for (int i = 1; i >= 0; i--)
-        TRY(kvcal_error_sums_launch(
-            &r->sums[layer].kv[i], kv[i], kv_stride(r), r->deq[i], kv_cols,
-            KVCAL_DTYPE_F32, q ? NULL : r->cache_scale[i], r->hd, r->pos, n, kv_cols,
-            i && kv[0] == kv[1] ? NULL : kv[i], r->stream));
-fail:
-    return st;
-}
-
-static kvcal_status sim_ds_mla(kvcal_backend *be, int layer)
-{
-    kvcal_status st = KVCAL_OK;
-    cuda_backend *r = cu(be);
-    const int n = r->batch * r->seq_len;
-    TRY(kvcal_mla_ds_roundtrip_launch(r->deq[0], r->hd, r->latent, r->hd, n, r->kvr,
-                                      r->rope, r->stream));
-    for (int i = 1; i >= 0; i--)
-        TRY(kvcal_error_sums_launch(&r->sums[layer].kv[i], r->latent, r->hd, r->deq[0],
-                                    r->hd, KVCAL_DTYPE_F32, NULL, r->hd, r->pos, n, r->hd,
-                                    i ? NULL : r->latent, r->stream));
-fail:
-    return st;
-}
-
-static kvcal_status sim_q_roundtrip(kvcal_backend *be, const float *scale)
-{
-    cuda_backend *r = cu(be);
-    const int group = r->H / r->HKV * r->hd; /* a kv-head group's query columns */
-    kvcal_status st = KVCAL_OK;
-    for (int g = 0; !st && g < r->HKV; g++)
-        st =
-            kvcal_fp8_roundtrip_launch(r->qkv + (size_t)g * group, r->qkv_n,
-                                       r->batch * r->seq_len, group, scale[g], r->stream);
-    return st;
-}
-
-static kvcal_status sim_attention_error(kvcal_backend *be, const kvcal_op *op, int layer)
-{
-    cuda_backend *r = cu(be);
-    const int q_cols = att_cols(r);
-    return kvcal_error_sums_launch(&r->sums[layer].att, r->att0, q_cols, act(r, op->out),
-                                   q_cols, KVCAL_DTYPE_BF16, NULL, 0, r->pos,
-                                   r->batch * r->seq_len, q_cols, NULL, r->stream);
-}
-
-static kvcal_status sim_collect(kvcal_backend *be, kvcal_eval_layer_sums *sums)
-{
-    kvcal_status st = KVCAL_OK;
-    cuda_backend *r = cu(be);
-    const size_t bytes = (size_t)r->L * sizeof *sums;
-    kvcal_eval_layer_sums *h = malloc(bytes);
-    if (!h)
-        return kvcal_fail(KVCAL_ERR_NOMEM, "cuda eval: out of host memory");
-    TRY_CUDA(cudaMemcpyAsync(h, r->sums, bytes, cudaMemcpyDeviceToHost, r->stream));
-    TRY_CUDA(cudaMemsetAsync(r->sums, 0, bytes, r->stream));
-    TRY_CUDA(cudaStreamSynchronize(r->stream));
-    for (int l = 0; l < r->L; l++)
-        for (int i = 0; i < 3; i++) {
-            kvcal_error_sums *dst = i < 2 ? &sums[l].kv[i] : &sums[l].att;
-            const kvcal_error_sums *src = i < 2 ? &h[l].kv[i] : &h[l].att;
-            dst->x2 += src->x2;
-            dst->e2 += src->e2;
-            dst->clipped += src->clipped;
-            dst->n += src->n;
-        }
-fail:
-    free(h);
-    return st;
-}
-
 // --- lifetime ---------------------------------------------------------------------
 
 /* Device bytes of the FP8 projections' scratch at N rows (0 each for a
@@ -1494,8 +911,8 @@ static void destroy(kvcal_backend *be)
     cuda_backend *r = cu(be);
     if (!r)
         return;
-    sim_release(be);
-    ref_release(r);
+    kvcal_cuda_sim_release(be);
+    kvcal_cuda_ref_release(r);
     kvcal_cuda_loader_destroy(r->loader);
     kvcal_gemm_destroy(r->gemm);
     kvcal_attention_destroy(r->attn);
@@ -1534,19 +951,19 @@ static const kvcal_backend_ops cuda_ops = {
     .sync = sync_device,
     .collect = collect,
     .read_qkv = read_qkv,
-    .head_prepare = head_prepare,
-    .head_nll = head_nll,
-    .head_reference = head_reference,
-    .sim_prepare = sim_prepare,
-    .sim_view = sim_view,
-    .sim_upload = sim_upload,
+    .head_prepare = kvcal_cuda_head_prepare,
+    .head_nll = kvcal_cuda_head_nll,
+    .head_reference = kvcal_cuda_head_reference,
+    .sim_prepare = kvcal_cuda_sim_prepare,
+    .sim_view = kvcal_cuda_sim_view,
+    .sim_upload = kvcal_cuda_sim_upload,
     .sim_attend_exact = sim_attend_exact,
-    .sim_roundtrip = sim_roundtrip,
-    .sim_ds_mla = sim_ds_mla,
-    .sim_q_roundtrip = sim_q_roundtrip,
-    .sim_attention_error = sim_attention_error,
-    .sim_collect = sim_collect,
-    .sim_release = sim_release,
+    .sim_roundtrip = kvcal_cuda_sim_roundtrip,
+    .sim_ds_mla = kvcal_cuda_sim_ds_mla,
+    .sim_q_roundtrip = kvcal_cuda_sim_q_roundtrip,
+    .sim_attention_error = kvcal_cuda_sim_attention_error,
+    .sim_collect = kvcal_cuda_sim_collect,
+    .sim_release = kvcal_cuda_sim_release,
 };
 kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                        const kvcal_backend_options *opt,
