@@ -28,17 +28,8 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   device memory (sampled) and the routing counts of its statistics (experts
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
-  other GPUs run), its tokens/s and peak memory; with B > 1, once more a
-  batch at a time (--save-every 8: each batch through every layer, then the
-  device synchronized and its progress line printed), timed from those
-  lines: the first batch alone, which waits for the layers the background
-  loader has not brought yet (all of them but layer 0, which the warm-up
-  waits for), and batches 2..B, the steady state without the weights' load
-  (their statistics saved after each, as --save-every does, counted in). A
-  difference of two runs' forward seconds (B batches less 1) would not do:
-  a run takes its batches a layer at a time, all of them through layer l
-  before layer l + 1, so while the loader is the slower both runs end when
-  the last layer arrives;
+  other GPUs run), its tokens/s and peak memory. kvcal's tokens/s are over
+  its forward phase; its load and warm-up seconds are printed beside them;
 - the transformers model body (no lm_head) in bf16 (SDPA, or gpt-oss's eager
   and flex attention; --attn picks) with hooks that collect per-layer per-head absmax of K
   (k_proj and k_norm, then RoPE: what the cache holds) and V, with each
@@ -130,13 +121,8 @@ def make_model(workdir, shape, layers):
     return model_dir
 
 
-# a progress line after a batch (not after a layer: those name it)
-BATCH_LINE = re.compile(r"calibrate: (\d+)/\d+ samples, (\d+) tokens, (\d+) tokens/s")
-
-
-def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None, per_batch=False):
-    """kvcal's JSON and peak device memory; per_batch: a batch at a time, and
-    the JSON's "batch_times" the (tokens, seconds) at the end of each batch."""
+def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
+    """kvcal's JSON and peak device memory."""
     baseline, peak, done = device_memory_used(), [0], threading.Event()
 
     def sample():
@@ -151,8 +137,7 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None, per_batch=Fals
            "--granularity", "head", "--json",
            "--out", os.path.join(out_dir, "kvcal_scales.json"),
            "--stats", os.path.join(out_dir, "kvcal_stats.h5")]
-    cmd += ["--save-every", str(BATCH)] if per_batch else ["--quiet"]
-    env = dict(env or {}, **({"KVCAL_PROGRESS_INTERVAL": "0"} if per_batch else {}))
+    cmd += ["--quiet"]
     res = subprocess.run(cmd, capture_output=True, text=True,
                          env=dict(os.environ, **env) if env else None)
     done.set()
@@ -160,11 +145,7 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None, per_batch=Fals
     if res.returncode != 0:
         sys.exit(f"kvcal calibrate{' ' + str(env) if env else ''} failed ({res.returncode}): "
                  f"{res.stderr.strip()}")
-    out = json.loads(res.stdout)
-    if per_batch:  # elapsed seconds = tokens / (tokens/s) of each line
-        out["batch_times"] = [(int(m[1]), int(m[1]) / int(m[2]))
-                              for m in BATCH_LINE.finditer(res.stderr) if int(m[2]) > 0]
-    return out, peak[0]
+    return json.loads(res.stdout), peak[0]
 
 
 def phase_text(res):
@@ -337,26 +318,6 @@ def main():
     kvcal_tps = res["tokens_per_second"]
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s "
           f"({phase_text(res)})", flush=True)
-    steady = first = per = None
-    if a.batches > 1:  # a batch at a time: the first batch, then batches 2..B
-        per_dir = os.path.join(a.out, "per-batch")
-        os.makedirs(per_dir, exist_ok=True)
-        per, _ = run_kvcal(a.kvcal, model_dir, data, samples, per_dir, per_batch=True)
-        times = per["batch_times"]
-        if len(times) != a.batches:
-            sys.exit(f"kvcal calibrate --save-every {BATCH}: {len(times)} progress lines after "
-                     f"a batch, not {a.batches}")
-        (t1, e1), (tb, eb) = times[0], times[-1]
-        first = t1 / e1
-        if eb > e1:
-            steady = (tb - t1) / (eb - e1)
-            print(f"kvcal calibrate --device cuda, a batch at a time ({phase_text(per)}): "
-                  f"the first batch {e1:.3f} s, {first:.0f} tokens/s; batches "
-                  f"2..{a.batches} {eb - e1:.3f} s, {steady:.0f} tokens/s", flush=True)
-        else:  # the lines' rates (whole tokens/s) do not separate the batches
-            print(f"kvcal calibrate --device cuda, a batch at a time ({phase_text(per)}): "
-                  f"the progress lines give batch 1 {e1:.3f} s and batch {a.batches} "
-                  f"{eb:.3f} s: no steady state to report", flush=True)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
     variants = {}
     for v in a.kvcal_variant:
@@ -396,9 +357,6 @@ def main():
     # name, tokens/s, peak bytes (0: not sampled), per-head K/V absmax (None: not
     # of these B batches)
     table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak, kvcal_absmax(res))] + \
-        ([("kvcal, the first batch alone (the load's wait)", first, 0, None),
-          (f"kvcal, batches 2..{a.batches} (steady state)", steady, 0, kvcal_absmax(per))]
-         if per else []) + \
         [(f"kvcal calibrate --device cuda, {v}", tps, peak, None)
          for v, (tps, peak, _) in variants.items()] + \
         [(f"transformers {name}", v[0], v[1], v[2]) for name, v in hf.items()] + \
@@ -417,9 +375,6 @@ def main():
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
               f"(target >= 1.5x); kvcal / floor: {kvcal_tps / floor_tps:.2f}")
-        if steady:
-            print(f"kvcal batches 2..{a.batches} / fastest transformers: "
-                  f"{steady / fastest[1][0]:.2f}x; / floor: {steady / floor_tps:.2f}")
     for kind, w in worst.items():
         print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 ({ref_name}): "
               f"worst rel. diff {w:.2e}")
@@ -436,10 +391,7 @@ def main():
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
-                             "phases": res.get("phases"),
-                             "first_batch_tokens_per_second": first,
-                             "steady_tokens_per_second": steady,
-                             "batch_times": per["batch_times"] if per else None},
+                             "phases": res.get("phases")},
                    "kvcal_variants": {v: {"tokens_per_second": tps, "peak_bytes": peak,
                                           "absmax_worst_rel_diff_vs_kvcal": diff}
                                       for v, (tps, peak, diff) in variants.items()},

@@ -23,15 +23,13 @@
 #          transformers (experts eager and grouped_mm, attention eager and
 #          flex, each eager and under torch.compile) on
 #          $KVCAL_GPTOSS_LAYERS (default 4) layers of gpt-oss-20b, 8 x 2048
-#          tokens a batch, $KVCAL_GPTOSS_BATCHES (default 2) batches, and
-#          kvcal again a batch at a time: the first batch alone (with the wait
-#          for the weights the loader brings meanwhile) and batches 2..B's
-#          rate, the steady state; the model is built under $KVCAL_GPTOSS_WORK
+#          tokens a batch, $KVCAL_GPTOSS_BATCHES (default 2) batches (kvcal's
+#          rate over its forward phase, its load and warm-up seconds beside
+#          it); the model is built under $KVCAL_GPTOSS_WORK
 #          (default OUTDIR/work, 1.6 GB a layer; removed afterwards unless
 #          KVCAL_GPTOSS_KEEP=1)
 #   speed  the bench in one table for the fastest transformers configuration
-#          alone: kvcal (B batches, then a batch at a time: the first batch
-#          and batches 2..B), transformers with grouped_mm experts and flex
+#          alone: kvcal, transformers with grouped_mm experts and flex
 #          attention, eager and under torch.compile, and the library floor;
 #          peak memory and per-head K/V absmax against transformers bf16 (its
 #          run not compiled) in the table; 4 layers and 4 batches unless
