@@ -17,6 +17,8 @@ samples as JSONL token ids. Then, on the same tokens:
 
 - `KVCAL calibrate --device cuda --stats`: its tokens/s, peak device memory
   (sampled), the per-layer absmax of the cached entry's latent and RoPE part;
+  and its rate with the weights' load taken out (calibrate_moe.py's
+  rate_without_load: a run of one batch subtracted);
 - the transformers model body (no lm_head) in bf16 with SDPA and a hook on
   every attention module that recomputes the entry an engine caches
   (tests/hf_mla.py: kv_a_layernorm's latent, the rotated RoPE part) and keeps
@@ -58,7 +60,8 @@ sys.path.insert(0, HERE)
 from hf_mla import mla_entry  # noqa: E402
 # kvcal's run (per-head granularity: one head, the entry), its peak memory and
 # the GEMM timer, at the same 8 x 2048-token batches
-from calibrate_moe import BATCH, SEQ, bench_ms, run_kvcal  # noqa: E402
+from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, rate_without_load,  # noqa: E402
+                           run_kvcal)
 
 D, H, L, R, NOPE, VD = 2048, 16, 512, 64, 128, 128
 E, TOPK, MI, SHARED, DENSE_I, VOCAB = 64, 6, 1408, 2, 10944, 102400
@@ -141,7 +144,8 @@ def library_floor(layers):
 
 IMPLS = ("eager", "batched_mm", "grouped_mm")
 # how a configuration runs the body: as it is, torch.compile of the whole body,
-# each decoder layer compiled in place (last: it changes the modules)
+# each decoder layer compiled in place (undone before the next); an
+# implementation's modes run in the order --transformers names them
 MODES = ("", "compile", "rcompile")
 MODE_NAMES = {"": "", "compile": " + torch.compile",
               "rcompile": " + torch.compile of each layer"}
@@ -169,9 +173,11 @@ def transformers_runs(model_dir, layers, batches, wanted):
     results = {}
     for impl in (i for i in IMPLS if any(w[0] == i for w in wanted)):
         try:
+            t = time.time()
             model = DeepseekV2ForCausalLM.from_pretrained(
                 model_dir, dtype=torch.bfloat16, attn_implementation="sdpa",
-                experts_implementation=impl).to("cuda").eval()
+                experts_implementation=impl, device_map="cuda").eval()
+            print(f"transformers {impl}: loaded in {time.time() - t:.1f} s", flush=True)
         except Exception as e:  # an implementation this transformers lacks
             print(f"transformers {transformers.__version__}: experts_implementation={impl}: "
                   f"{type(e).__name__}: {str(e)[:300]}")
@@ -188,12 +194,16 @@ def transformers_runs(model_dir, layers, batches, wanted):
 
         for i, layer in enumerate(body.layers):
             layer.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True)
-        for mode in sorted((m for i, m in wanted if i == impl), key=MODES.index):
+        for mode in (m for i, m in wanted if i == impl):  # in the order asked
             name = f"{impl}{MODE_NAMES[mode]}"
+            if Deadline.skips(name):
+                continue
             fn = torch.compile(body) if mode == "compile" else body
-            if mode == "rcompile":
-                for layer in body.layers:
+            for layer in body.layers:  # compiled apart in rcompile only
+                if mode == "rcompile":
                     layer.compile()
+                else:
+                    layer._compiled_call_impl = None
             try:
                 with torch.inference_mode():
                     t = time.time()
@@ -210,6 +220,8 @@ def transformers_runs(model_dir, layers, batches, wanted):
                     t = time.time() - t
             except Exception as e:  # a configuration that does not run is reported
                 print(f"transformers {name}: failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            if Deadline.skips(name):
                 continue
             results[name] = (len(batches) * BATCH * SEQ / t, torch.cuda.max_memory_allocated(),
                              stats.tolist())
@@ -229,7 +241,10 @@ def main():
     ap.add_argument("--transformers", default="all",
                     help="all, none, or IMPL[+compile|+rcompile],... (IMPL: eager, "
                          "batched_mm, grouped_mm)")
+    ap.add_argument("--deadline", type=int, default=0,
+                    help="seconds after which transformers' configurations stop (0: none)")
     a = ap.parse_args()
+    Deadline.start(a.deadline)
     wanted = configurations(a.transformers)
     os.makedirs(a.workdir, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
@@ -253,9 +268,15 @@ def main():
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s (forward "
           f"{ph.get('forward_seconds', float('nan')):.3f} s; load and warm-up "
           f"{ph.get('load_seconds', float('nan')):.3f} s)", flush=True)
+    steady = rate_without_load(a.kvcal, model_dir, data, samples, a.out, res)
+    if steady:
+        print(f"kvcal calibrate --device cuda, the load taken out: {steady:.0f} tokens/s",
+              flush=True)
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
-    hf = transformers_runs(model_dir, a.layers, batches, wanted)
+    # the floor first: its figures stay should a compilation run past the caller's time
     floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)
+    hf = transformers_runs(model_dir, a.layers, batches, wanted)
+    Deadline.stop()
 
     worst = {}
     ref_name = "eager" if "eager" in hf else next(iter(hf), None)
@@ -266,6 +287,7 @@ def main():
                               for layer, r in zip(res["layers"], ref) if r[j] > 0)
     fastest = max(hf.items(), key=lambda kv: kv[1][0]) if hf else None
     table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak)] + \
+        ([("kvcal, its weights' load taken out", steady, kv_peak)] if steady else []) + \
         [(f"transformers {name}", v[0], v[1]) for name, v in hf.items()] + \
         [("library floor (grouped GEMM + SDPA)" if floor_grouped else
           "library floor (no grouped GEMM: dense GEMMs + SDPA only)", floor_tps, 0)]
@@ -278,6 +300,9 @@ def main():
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x; "
               f"kvcal / floor: {kvcal_tps / floor_tps:.2f}")
+        if steady:
+            print(f"the same, kvcal's weights' load taken out as transformers' is: "
+                  f"{steady / fastest[1][0]:.2f}x; kvcal / floor: {steady / floor_tps:.2f}")
     else:
         print(f"kvcal / floor: {kvcal_tps / floor_tps:.2f} (no transformers run)")
     for part, w in worst.items():
@@ -288,6 +313,7 @@ def main():
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
+                             "tokens_per_second_without_load": steady,
                              "phases": res.get("phases"),
                              "latent_rope_absmax": [[l.get("latent_absmax"),
                                                      l.get("rope_absmax")]

@@ -4,8 +4,11 @@ cuda against transformers on a random-weight model of a released MoE's shapes
 and the same tokens (8 samples x 2048 tokens a batch), in one run.
 
 usage: calibrate_moe.py KVCAL WORKDIR OUT [--shape S] [--layers N] [--batches B]
-                         [--experts IMPL ...] [--attn IMPL ...]
+                         [--experts IMPL ...] [--attn IMPL ...] [--modes M,...]
                          [--kvcal-variant VAR=VALUE ...]
+
+--layers 0: as many of the released model's layers as WORKDIR's free disk
+holds (less 3 GiB), the checkpoint's size counted on the meta device.
 
 --shape (the table SHAPES below):
 - qwen3-30b-a3b (default): Qwen3-30B-A3B's layer (hidden 2048, 32 query / 4 kv
@@ -29,13 +32,21 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
   other GPUs run), its tokens/s and peak memory. kvcal's tokens/s are over
-  its forward phase; its load and warm-up seconds are printed beside them;
+  its forward phase; its load and warm-up seconds are printed beside them.
+  The forward phase overlaps the weights' load with the first batches (at
+  depth the load bounds them), so kvcal also runs one batch alone, and its
+  rate with the load taken out, (B - 1) batches over the difference of the
+  two forward phases, stands beside transformers' (whose load and warm-up
+  batch are not timed);
 - the transformers model body (no lm_head) in bf16 (SDPA, or gpt-oss's eager
   and flex attention; --attn picks) with hooks that collect per-layer per-head absmax of K
   (k_proj and k_norm, then RoPE: what the cache holds) and V, with each
   experts implementation the installed transformers offers (eager,
-  batched_mm, grouped_mm), eager and under torch.compile; one that fails is
-  reported and skipped;
+  batched_mm, grouped_mm), in each mode of --modes (default plain,compile),
+  in the order given: plain (eager), compile (torch.compile of the whole
+  body), rcompile (each decoder layer compiled apart: at depth the whole
+  body's compile time grows with the layers, one layer's does not; undone
+  before the next mode); one that fails is reported and skipped;
 - the floor of the library calls: one layer's GEMMs (fused QKV, o, router) and
   the experts' as torch's grouped GEMM on a balanced routing, plus the faster
   of cuDNN and flash SDPA (causal over the whole sample in every layer, no
@@ -52,6 +63,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -100,6 +112,23 @@ def device_memory_used():
     return total - free
 
 
+def disk_layers(workdir, margin=3 << 30):
+    """How many layers of the shape (at most the released model's) a bf16
+    checkpoint fits in workdir's free disk, less margin."""
+    import shutil
+    with torch.device("meta"):
+        one, two = (sum(p.numel() for p in AutoModelForCausalLM.from_config(
+            S["config"](n)).parameters()) * 2 for n in (1, 2))
+    free = shutil.disk_usage(workdir).free - margin - (2 * one - two)
+    layers = max(0, min(S["total_layers"], int(free // (two - one))))
+    print(f"disk: {shutil.disk_usage(workdir).free / 2**30:.1f} GiB free, {(two - one) / 2**30:.2f} "
+          f"GiB a layer, {(2 * one - two) / 2**30:.2f} GiB beside them: {layers} of "
+          f"{S['name']}'s {S['total_layers']} layers", flush=True)
+    if layers == 0:
+        sys.exit(f"{workdir}: not enough free disk for one layer of {S['name']}")
+    return layers
+
+
 def make_model(workdir, shape, layers):
     """The checkpoint (saved once)."""
     model_dir = os.path.join(workdir, f"{shape}-{layers}l")
@@ -146,6 +175,22 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
         sys.exit(f"kvcal calibrate{' ' + str(env) if env else ''} failed ({res.returncode}): "
                  f"{res.stderr.strip()}")
     return json.loads(res.stdout), peak[0]
+
+
+def rate_without_load(kvcal, model_dir, data, samples, out_dir, res):
+    """kvcal's tokens/s with the weights' load and its first batch taken
+    out, as transformers' rate leaves out its load and warm-up: kvcal's
+    forward phase overlaps the load of the weights with the first batches
+    (at depth the load bounds them), so a run of one batch is subtracted
+    from the run of all (res); None for a run of one batch."""
+    if samples <= BATCH:
+        return None
+    os.makedirs(os.path.join(out_dir, "one-batch"), exist_ok=True)
+    one, _ = run_kvcal(kvcal, model_dir, data, BATCH, os.path.join(out_dir, "one-batch"))
+    extra = res["phases"]["forward_seconds"] - one["phases"]["forward_seconds"]
+    print(f"kvcal, one batch: forward {one['phases']['forward_seconds']:.3f} s; all "
+          f"{samples // BATCH}: {res['phases']['forward_seconds']:.3f} s", flush=True)
+    return (samples - BATCH) * SEQ / extra if extra > 0 else None
 
 
 def phase_text(res):
@@ -223,16 +268,49 @@ def library_floor(layers):
     return m / (layers * layer_ms * 1e-3), layer_ms, moe_ms is not None
 
 
-def transformers_runs(model_dir, layers, batches, experts, attns):
+class Deadline:
+    """--deadline: SIGALRM that many seconds after the script started stops
+    the configuration running (its figures are not kept) and the ones after
+    it, so that the table is printed within a caller's time limit."""
+    passed = False
+
+    @staticmethod
+    def start(seconds):
+        def fire(signum, frame):
+            Deadline.passed = True
+            raise TimeoutError(f"past --deadline {seconds} s")
+        if seconds > 0:
+            signal.signal(signal.SIGALRM, fire)
+            signal.alarm(seconds)
+
+    @staticmethod
+    def stop():
+        signal.alarm(0)
+
+    @staticmethod
+    def skips(name):
+        """Whether configuration name is left out: the deadline passed."""
+        if Deadline.passed:
+            print(f"transformers {name}: not kept (the deadline passed)", flush=True)
+        return Deadline.passed
+
+
+MODES = {"plain": "", "compile": " + torch.compile",
+         "rcompile": " + torch.compile of each layer"}
+
+
+def transformers_runs(model_dir, layers, batches, experts, attns, modes):
     """{name: (tokens/s, peak bytes, absmax)} of each experts implementation
-    with each attention implementation, eager and compiled."""
+    with each attention implementation, in each of modes."""
     HKV, HD = S["hkv"], S["hd"]
     results = {}
     for impl, attn in [(i, a) for i in experts for a in attns]:
         try:
+            t = time.time()
             model = AutoModelForCausalLM.from_pretrained(
                 model_dir, dtype=torch.bfloat16, attn_implementation=attn,
-                experts_implementation=impl).to("cuda").eval()
+                experts_implementation=impl, device_map="cuda").eval()
+            print(f"transformers {impl}, {attn}: loaded in {time.time() - t:.1f} s", flush=True)
         except Exception as e:  # an implementation this transformers lacks
             print(f"transformers {transformers.__version__}: experts_implementation={impl}, "
                   f"attn_implementation={attn}: {type(e).__name__}: {str(e)[:300]}")
@@ -256,24 +334,35 @@ def transformers_runs(model_dir, layers, batches, experts, attns):
         for i, layer in enumerate(body.layers):
             S["k_out"](layer).register_forward_hook(hook(i, "k"))
             layer.self_attn.v_proj.register_forward_hook(hook(i, "v"))
-        for compiled in (False, True):
+        for mode in modes:
             name = (f"{impl}{'' if len(attns) == 1 else ', ' + attn + ' attention'}"
-                    f"{' + torch.compile' if compiled else ''}")
-            fn = torch.compile(body) if compiled else body
+                    f"{MODES[mode]}")
+            if Deadline.skips(name):
+                continue
+            fn = torch.compile(body) if mode == "compile" else body
+            for layer in body.layers:  # compiled apart in rcompile only
+                if mode == "rcompile":
+                    layer.compile()
+                else:
+                    layer._compiled_call_impl = None
             try:
                 with torch.inference_mode():
-                    fn(input_ids=batches[0])  # warm-up (compilation)
+                    t = time.time()
+                    fn(input_ids=batches[0], use_cache=False)  # warm-up (compilation)
                     torch.cuda.synchronize()
+                    print(f"transformers {name}: warm-up {time.time() - t:.1f} s", flush=True)
                     for buf in stats.values():
                         buf.zero_()
                     torch.cuda.reset_peak_memory_stats()
                     t = time.time()
                     for b in batches:
-                        fn(input_ids=b)
+                        fn(input_ids=b, use_cache=False)
                     torch.cuda.synchronize()
                     t = time.time() - t
             except Exception as e:  # a configuration that does not run is reported
                 print(f"transformers {name}: failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            if Deadline.skips(name):
                 continue
             results[name] = (len(batches) * BATCH * SEQ / t, torch.cuda.max_memory_allocated(),
                              {k: v.tolist() for k, v in stats.items()})
@@ -296,17 +385,30 @@ def main():
                     "alone (no transformers run, no library floor)")
     ap.add_argument("--attn", nargs="+", help="its attention implementations (default: "
                     "the shape's: sdpa; gpt-oss eager and flex_attention)")
+    ap.add_argument("--modes", default="plain,compile",
+                    help="how transformers runs, in this order: plain, compile (the whole "
+                    "body), rcompile (each layer apart), comma-separated")
     ap.add_argument("--kvcal-variant", action="append", default=[], metavar="VAR=VALUE")
+    ap.add_argument("--deadline", type=int, default=0,
+                    help="seconds after which transformers' configurations stop (0: none)")
     a = ap.parse_args()
+    Deadline.start(a.deadline)
     if any("=" not in v for v in a.kvcal_variant):
         sys.exit(f"--kvcal-variant: use VAR=VALUE (got {a.kvcal_variant})")
+    modes = a.modes.split(",")
+    if not modes or any(m not in MODES for m in modes):
+        sys.exit(f"--modes {a.modes}: use plain, compile and rcompile, comma-separated")
     global S
     S = SHAPES[a.shape]
     os.makedirs(a.workdir, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
+    if a.layers == 0:
+        a.layers = disk_layers(a.workdir)
+    t = time.time()
     model_dir = make_model(a.workdir, a.shape, a.layers)
+    print(f"checkpoint of {a.layers} layers ready in {time.time() - t:.1f} s", flush=True)
     samples = a.batches * BATCH
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, S["vocab"], (samples, SEQ), generator=g)
@@ -314,10 +416,16 @@ def main():
     with open(data, "w") as f:
         for row in ids.tolist():
             f.write(json.dumps({"input_ids": row}) + "\n")
+    t = time.time()
     res, kv_peak = run_kvcal(a.kvcal, model_dir, data, samples, a.out)
+    print(f"kvcal's run: {time.time() - t:.1f} s end to end", flush=True)
     kvcal_tps = res["tokens_per_second"]
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s "
           f"({phase_text(res)})", flush=True)
+    steady = rate_without_load(a.kvcal, model_dir, data, samples, a.out, res)
+    if steady:
+        print(f"kvcal calibrate --device cuda, the load taken out: {steady:.0f} tokens/s",
+              flush=True)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
     variants = {}
     for v in a.kvcal_variant:
@@ -333,10 +441,13 @@ def main():
         print(f"kvcal calibrate --device cuda, {v}: {variants[v][0]:.0f} tokens/s", flush=True)
     alone = a.experts == ["none"]
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
-    hf = {} if alone else transformers_runs(model_dir, a.layers, batches, a.experts,
-                                             a.attn or S["attn"])
+    # the floor before transformers: its figures stay should a compilation
+    # run past the caller's time
     floor_tps, floor_layer_ms, floor_grouped = (None, None, None) if alone else \
         library_floor(a.layers)
+    hf = {} if alone else transformers_runs(model_dir, a.layers, batches, a.experts,
+                                             a.attn or S["attn"], modes)
+    Deadline.stop()
 
     # the reference: transformers bf16 not compiled, the experts eager where that ran
     plain = [n for n in hf if "compile" not in n]
@@ -357,6 +468,7 @@ def main():
     # name, tokens/s, peak bytes (0: not sampled), per-head K/V absmax (None: not
     # of these B batches)
     table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak, kvcal_absmax(res))] + \
+        ([("kvcal, its weights' load taken out", steady, kv_peak, None)] if steady else []) + \
         [(f"kvcal calibrate --device cuda, {v}", tps, peak, None)
          for v, (tps, peak, _) in variants.items()] + \
         [(f"transformers {name}", v[0], v[1], v[2]) for name, v in hf.items()] + \
@@ -375,6 +487,9 @@ def main():
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
               f"(target >= 1.5x); kvcal / floor: {kvcal_tps / floor_tps:.2f}")
+        if steady:
+            print(f"the same, kvcal's weights' load taken out as transformers' is: "
+                  f"{steady / fastest[1][0]:.2f}x; kvcal / floor: {steady / floor_tps:.2f}")
     for kind, w in worst.items():
         print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 ({ref_name}): "
               f"worst rel. diff {w:.2e}")
@@ -391,6 +506,7 @@ def main():
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
+                             "tokens_per_second_without_load": steady,
                              "phases": res.get("phases")},
                    "kvcal_variants": {v: {"tokens_per_second": tps, "peak_bytes": peak,
                                           "absmax_worst_rel_diff_vs_kvcal": diff}

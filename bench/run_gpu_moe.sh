@@ -26,10 +26,15 @@
 #          and with KVCAL_MLP=unfused: the experts' GEMMs of other GPUs)
 #          against transformers (each experts implementation, eager and
 #          compiled) on $KVCAL_MOE_LAYERS (default 4) layers of
-#          Qwen3-30B-A3B, 8 x 2048 tokens a batch, $KVCAL_MOE_BATCHES
-#          (default 2) batches; the model is built under $KVCAL_MOE_WORK
-#          (default OUTDIR/work, about 1.2 GB a layer; removed afterwards
-#          unless KVCAL_MOE_KEEP=1)
+#          Qwen3-30B-A3B (0: as many as the disk holds), 8 x 2048 tokens a
+#          batch, $KVCAL_MOE_BATCHES (default 2) batches; transformers'
+#          experts implementations $KVCAL_MOE_EXPERTS (default: each) in the
+#          modes $KVCAL_MOE_MODES (default plain,compile; rcompile: each
+#          layer compiled apart), kvcal's variants $KVCAL_MOE_VARIANTS
+#          (default KVCAL_MLP=unfused; none: no variant), within
+#          $KVCAL_MOE_TIMEOUT seconds (default 420); the model is built under
+#          $KVCAL_MOE_WORK (default OUTDIR/work, about 1.2 GB a layer;
+#          removed afterwards unless KVCAL_MOE_KEEP=1)
 #   vs     per-head K/V absmax of kvcal --device cuda against transformers
 #          bf16 on every golden fixture, the MoE ones included
 #          (tests/gpu_vs_transformers.py --golden, limit 2e-2)
@@ -81,9 +86,14 @@ fi
 
 if want bench; then
     work=${KVCAL_MOE_WORK:-$out/work}
-    timeout 420 python3 bench/calibrate_moe.py "$build/kvcal" "$work" "$out" \
-        --layers "${KVCAL_MOE_LAYERS:-4}" --batches "${KVCAL_MOE_BATCHES:-2}" \
-        --kvcal-variant KVCAL_MLP=unfused 2>&1 | tee "$out/bench.log"
+    args=(--layers "${KVCAL_MOE_LAYERS:-4}" --batches "${KVCAL_MOE_BATCHES:-2}"
+          --modes "${KVCAL_MOE_MODES:-plain,compile}")
+    [ -n "${KVCAL_MOE_EXPERTS:-}" ] && args+=(--experts $KVCAL_MOE_EXPERTS)
+    for v in ${KVCAL_MOE_VARIANTS:-KVCAL_MLP=unfused}; do
+        [ "$v" = none ] || args+=(--kvcal-variant "$v")
+    done
+    timeout "${KVCAL_MOE_TIMEOUT:-420}" python3 bench/calibrate_moe.py "$build/kvcal" "$work" \
+        "$out" "${args[@]}" 2>&1 | tee "$out/bench.log"
     b_rc=${PIPESTATUS[0]}
     [ "${KVCAL_MOE_KEEP:-0}" = 1 ] || rm -rf "$work"
 fi

@@ -3620,6 +3620,34 @@ static void affine_rows_match_cpu(void)
     run_op("affine", OP_PLAIN);
 }
 
+/* Scales off a 16-byte boundary, of any mode, are refused naming the
+ * operand before cuBLASLt is asked; aligned ones pass on to the next check
+ * (here the missing context). */
+static void fp8_gemm_refuses_scales_off_16_bytes(void)
+{
+    static float scales[8];
+    const float *aligned = (const float *)(((uintptr_t)scales + 15) & ~(uintptr_t)15),
+                *off = aligned + 1;
+    const uint8_t *q = (const uint8_t *)256;
+    kvcal_bf16 *out = (kvcal_bf16 *)256;
+    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, off, KVCAL_GEMM_SCALE_OUTER_VEC, q,
+                                          aligned, KVCAL_GEMM_SCALE_SCALAR, 0, NULL, 16, 16,
+                                          16, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("the activation's scales"));
+    CU_ASSERT(kvcal_test_error_has("16-byte"));
+    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, aligned, KVCAL_GEMM_SCALE_SCALAR, q,
+                                          off, KVCAL_GEMM_SCALE_SCALAR, 0, NULL, 16, 16, 16,
+                                          0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("the weight's scales"));
+    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, aligned, KVCAL_GEMM_SCALE_SCALAR, q,
+                                          aligned, KVCAL_GEMM_SCALE_BLK128x128, 0, NULL, 16,
+                                          16, 16, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("need a context"));
+}
+
 /* Shapes the grouped GEMMs and the gather do not take, and plans too small
  * for the assignments or without their scratch, are refused naming the op. */
 static void moe_refuses_unaligned_sizes_and_short_plans(void)
@@ -3832,6 +3860,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(rope_observe_version_2_refuses_head_dim_off_16),
     KVCAL_TEST(gemm_swiglu_refuses_widths_off_8_and_unaligned_k),
     KVCAL_TEST(moe_refuses_unaligned_sizes_and_short_plans),
+    KVCAL_TEST(fp8_gemm_refuses_scales_off_16_bytes),
     KVCAL_TEST(mla_latent_refuses_long_entries_and_odd_rope),
     CU_TEST_INFO_NULL,
 };

@@ -395,6 +395,20 @@ extern "C" kvcal_status kvcal_gemm_fp8_launch_candidate(
 {
     if (!x_scale || !w_scale)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "gemm_fp8: scale pointers are NULL");
+    /* cuBLASLt ran none of its FP8 algorithms on a scale 4 bytes off a
+     * 16-byte boundary (every candidate failed at launch): said here, before
+     * it is asked, instead of as "none of cuBLASLt's algorithms ran" */
+    const struct {
+        const char *name;
+        const float *scale;
+    } scales[2] = {{"the activation's", x_scale}, {"the weight's", w_scale}};
+    for (int i = 0; i < 2; i++)
+        if ((uintptr_t)scales[i].scale % 16)
+            return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                              "gemm_fp8: %s scales at %p are not 16-byte aligned (cuBLASLt's "
+                              "FP8 algorithms do not run on them): allocate them on a "
+                              "16-byte boundary",
+                              scales[i].name, (const void *)scales[i].scale);
     const gemm_key key = {
         rows,           k, n, bias != NULL, 1, scale_mode(w_mode), scale_mode(x_mode),
         fast_accum != 0};
