@@ -33,11 +33,11 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
   other GPUs run), its tokens/s and peak memory. kvcal's tokens/s are over
   its forward phase; its load and warm-up seconds are printed beside them.
-  The forward phase overlaps the weights' load with the first batches (at
-  depth the load bounds them), so kvcal also runs one batch alone, and its
-  rate with the load taken out, (B - 1) batches over the difference of the
-  two forward phases, stands beside transformers' (whose load and warm-up
-  batch are not timed);
+  The forward phase runs layer by layer over a chunk of batches while the
+  next layers' weights load (calib/executor.c), so that with few batches
+  and many layers the weights' load bounds it (the rate of reading them is
+  printed): at depth, give enough batches that the layers' work bounds it,
+  as transformers' rate leaves its load and warm-up out;
 - the transformers model body (no lm_head) in bf16 (SDPA, or gpt-oss's eager
   and flex attention; --attn picks) with hooks that collect per-layer per-head absmax of K
   (k_proj and k_norm, then RoPE: what the cache holds) and V, with each
@@ -177,20 +177,10 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
     return json.loads(res.stdout), peak[0]
 
 
-def rate_without_load(kvcal, model_dir, data, samples, out_dir, res):
-    """kvcal's tokens/s with the weights' load and its first batch taken
-    out, as transformers' rate leaves out its load and warm-up: kvcal's
-    forward phase overlaps the load of the weights with the first batches
-    (at depth the load bounds them), so a run of one batch is subtracted
-    from the run of all (res); None for a run of one batch."""
-    if samples <= BATCH:
-        return None
-    os.makedirs(os.path.join(out_dir, "one-batch"), exist_ok=True)
-    one, _ = run_kvcal(kvcal, model_dir, data, BATCH, os.path.join(out_dir, "one-batch"))
-    extra = res["phases"]["forward_seconds"] - one["phases"]["forward_seconds"]
-    print(f"kvcal, one batch: forward {one['phases']['forward_seconds']:.3f} s; all "
-          f"{samples // BATCH}: {res['phases']['forward_seconds']:.3f} s", flush=True)
-    return (samples - BATCH) * SEQ / extra if extra > 0 else None
+def checkpoint_bytes(model_dir):
+    """The bytes of a checkpoint's safetensors files."""
+    return sum(os.path.getsize(os.path.join(model_dir, f)) for f in os.listdir(model_dir)
+               if f.endswith(".safetensors"))
 
 
 def phase_text(res):
@@ -422,10 +412,9 @@ def main():
     kvcal_tps = res["tokens_per_second"]
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s "
           f"({phase_text(res)})", flush=True)
-    steady = rate_without_load(a.kvcal, model_dir, data, samples, a.out, res)
-    if steady:
-        print(f"kvcal calibrate --device cuda, the load taken out: {steady:.0f} tokens/s",
-              flush=True)
+    load_rate = checkpoint_bytes(model_dir) / res["phases"]["forward_seconds"]
+    print(f"kvcal's forward phase reads the checkpoint at {load_rate / 1e9:.1f} GB/s, were "
+          f"the weights' load to bound it", flush=True)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
     variants = {}
     for v in a.kvcal_variant:
@@ -468,7 +457,6 @@ def main():
     # name, tokens/s, peak bytes (0: not sampled), per-head K/V absmax (None: not
     # of these B batches)
     table = [("kvcal calibrate --device cuda", kvcal_tps, kv_peak, kvcal_absmax(res))] + \
-        ([("kvcal, its weights' load taken out", steady, kv_peak, None)] if steady else []) + \
         [(f"kvcal calibrate --device cuda, {v}", tps, peak, None)
          for v, (tps, peak, _) in variants.items()] + \
         [(f"transformers {name}", v[0], v[1], v[2]) for name, v in hf.items()] + \
@@ -487,9 +475,7 @@ def main():
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
               f"(target >= 1.5x); kvcal / floor: {kvcal_tps / floor_tps:.2f}")
-        if steady:
-            print(f"the same, kvcal's weights' load taken out as transformers' is: "
-                  f"{steady / fastest[1][0]:.2f}x; kvcal / floor: {steady / floor_tps:.2f}")
+
     for kind, w in worst.items():
         print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 ({ref_name}): "
               f"worst rel. diff {w:.2e}")
@@ -506,7 +492,7 @@ def main():
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
-                             "tokens_per_second_without_load": steady,
+                             "checkpoint_bytes_per_forward_second": load_rate,
                              "phases": res.get("phases")},
                    "kvcal_variants": {v: {"tokens_per_second": tps, "peak_bytes": peak,
                                           "absmax_worst_rel_diff_vs_kvcal": diff}

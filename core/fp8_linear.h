@@ -69,6 +69,30 @@ static inline KVCAL_HOST_DEVICE uint8_t kvcal_fp8_quant_div(float x, float scale
     return kvcal_fp8_e4m3_from_float(y);
 }
 
+/* kvcal_fp8_quant_div's quotient x / scale without a division, from inv =
+ * 1.0f / scale (computed once a row): q = x inv is within an ulp of x /
+ * scale, and one FMA with the exact remainder x - q scale rounds it as the
+ * division rounds (Markstein's correction) wherever the remainder does not
+ * underflow; the sign copied from x keeps an underflowing quotient signed
+ * as the division's. For a bf16 row's values and the finite scale of its
+ * absmax (kvcal_fp8_token_scale) the e4m3 bytes equal
+ * kvcal_fp8_quant_div's (tests/test_fp8_linear.c: every bf16 value against
+ * every fifth bf16 absmax): the quotients that differ lie below 2^-95 and
+ * round to zero. The
+ * device kernels take it: a division is several instructions and one of
+ * the special-function unit's a value, this three. */
+static inline KVCAL_HOST_DEVICE float kvcal_fp8_token_quotient(float x, float scale,
+                                                               float inv)
+{
+#ifdef __CUDA_ARCH__
+    const float q = __fmul_rn(x, inv);
+    return copysignf(__fmaf_rn(__fmaf_rn(-q, scale, x), inv, q), x);
+#else
+    const float q = x * inv;
+    return copysignf(fmaf(fmaf(-q, scale, x), inv, q), x);
+#endif
+}
+
 /* Dynamic per-token-group quantization: x divided by the group's scale,
  * clamped as fminf(fmaxf(y, -448), 448) (per_token_group_quant's
  * QuantizeGroup; only a NaN tells the two clamps apart). */

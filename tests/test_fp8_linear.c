@@ -55,6 +55,36 @@ static void fp8_activation_formulas_follow_vllm(void)
     CU_ASSERT_EQUAL(q[3], 0x00);
 }
 
+/* The device's per-token quotient without a division
+ * (kvcal_fp8_token_quotient) gives kvcal_fp8_quant_div's byte for every
+ * bf16 value x of a row (NaN included: both clamp to 448) and every fifth
+ * finite bf16 absmax >= |x| (0 included; a stride prime to the 128
+ * mantissas: each mantissa in about 51 binades, every binade), the scale
+ * its kvcal_fp8_token_scale: about 2 x 10^8 pairs. */
+static void fp8_token_quotient_bytes_equal_the_division_for_bf16_rows(void)
+{
+    int64_t pairs = 0, differ = 0;
+    for (uint32_t a = 0; a < 0x7f80u; a += 5) {
+        float absmax, x;
+        const uint32_t abits = a << 16;
+        memcpy(&absmax, &abits, sizeof absmax);
+        const float s = kvcal_fp8_token_scale(absmax), inv = 1.0f / s;
+        for (uint32_t h = 0; h < 0x10000u; h++) {
+            const uint32_t xbits = h << 16;
+            memcpy(&x, &xbits, sizeof x);
+            if (!(fabsf(x) <= absmax) && !isnan(x))
+                continue;
+            const float y = fmaxf(-KVCAL_FP8_E4M3_MAX,
+                                  fminf(kvcal_fp8_token_quotient(x, s, inv),
+                                        KVCAL_FP8_E4M3_MAX));
+            differ += kvcal_fp8_e4m3_from_float(y) != kvcal_fp8_quant_div(x, s);
+            pairs++;
+        }
+    }
+    CU_ASSERT(pairs > 200000000);
+    CU_ASSERT_EQUAL(differ, 0);
+}
+
 /* Groups of 3 columns over 2 rows: scales laid out group-major (row fastest),
  * the last group shorter. */
 /* SwiGLU rounded as the CUDA runner rounds it (silu to bf16, then the
@@ -415,6 +445,7 @@ static void weight_quant_refuses_other_schemes_naming_them(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(fp8_activation_formulas_follow_vllm),
+    KVCAL_TEST(fp8_token_quotient_bytes_equal_the_division_for_bf16_rows),
     KVCAL_TEST(fp8_swiglu_quant_ref_rounds_to_bf16_before_quantizing),
     KVCAL_TEST(fp8_add_rmsnorm_quant_ref_rounds_the_residual_and_the_row_to_bf16),
     KVCAL_TEST(fp8_group_scales_are_laid_out_group_major),

@@ -10,8 +10,9 @@
  * thread t holding 8 values (one 16-byte word) at each column
  * (t + j * tpr) * 8, j < CH. The absmax is a warp-shuffle max and one step
  * across the row's warps (a max: any order gives the same value); each
- * value is divided by the scale (per token) or multiplied by its
- * reciprocal (static) and clamped exactly as kvcal_fp8_quant_div /
+ * value is divided by the scale (per token: kvcal_fp8_token_quotient, the
+ * division's bytes without a division) or multiplied by its reciprocal
+ * (static) and clamped exactly as kvcal_fp8_quant_div /
  * kvcal_fp8_quant_mul do, then converted two values an instruction by
  * cvt.rn.satfinite.e4m3x2.f32. The clamp leaves a finite value in
  * [-448, 448] (a NaN becomes a bound), which that instruction rounds to
@@ -65,8 +66,10 @@ static __device__ __forceinline__ float kvcal_bf16x8_absmax(uint4 x, float m)
 }
 
 /* The e4m3 bytes of the 8 bf16 values of word x (value 0 in the lowest
- * byte): TOKEN x / s, STATIC x * inv, clamped as core/fp8_linear.h clamps. */
-template <kvcal_fp8_act_scale MODE>
+ * byte): TOKEN x / s (kvcal_fp8_token_quotient; with DIVIDE the division
+ * itself, for a scale that is not finite), STATIC x * inv, clamped as
+ * core/fp8_linear.h clamps. */
+template <kvcal_fp8_act_scale MODE, bool DIVIDE>
 static __device__ __forceinline__ uint2 kvcal_fp8_quant8(uint4 x, float s, float inv)
 {
     const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&x);
@@ -74,8 +77,11 @@ static __device__ __forceinline__ uint2 kvcal_fp8_quant8(uint4 x, float s, float
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const float2 f = __bfloat1622float2(h[i]);
-        const float a = MODE == KVCAL_FP8A_TOKEN ? f.x / s : f.x * inv;
-        const float b = MODE == KVCAL_FP8A_TOKEN ? f.y / s : f.y * inv;
+        float a = f.x * inv, b = f.y * inv;
+        if (MODE == KVCAL_FP8A_TOKEN) {
+            a = DIVIDE ? f.x / s : kvcal_fp8_token_quotient(f.x, s, inv);
+            b = DIVIDE ? f.y / s : kvcal_fp8_token_quotient(f.y, s, inv);
+        }
         p[i] = __nv_cvt_float2_to_fp8x2(
             make_float2(fmaxf(-KVCAL_FP8_E4M3_MAX, fminf(a, KVCAL_FP8_E4M3_MAX)),
                         fmaxf(-KVCAL_FP8_E4M3_MAX, fminf(b, KVCAL_FP8_E4M3_MAX))),
@@ -97,11 +103,22 @@ static __device__ void kvcal_fp8_quant_regs(const uint4 (&v)[CH], int t, int tpr
                         ? kvcal_fp8_token_scale(kvcal_row_max(m, tpr, part))
                         : *input_scale;
     const float inv = 1.0f / s;
+    if (MODE == KVCAL_FP8A_TOKEN && !isfinite(s)) { /* a row holding an infinity */
 #pragma unroll
-    for (int j = 0; j < CH; j++) {
-        const int c = (t + j * tpr) * 8;
-        if (c < n)
-            *reinterpret_cast<uint2 *>(qr + c) = kvcal_fp8_quant8<MODE>(v[j], s, inv);
+        for (int j = 0; j < CH; j++) {
+            const int c = (t + j * tpr) * 8;
+            if (c < n)
+                *reinterpret_cast<uint2 *>(qr + c) =
+                    kvcal_fp8_quant8<MODE, true>(v[j], s, inv);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < CH; j++) {
+            const int c = (t + j * tpr) * 8;
+            if (c < n)
+                *reinterpret_cast<uint2 *>(qr + c) =
+                    kvcal_fp8_quant8<MODE, false>(v[j], s, inv);
+        }
     }
     if (t == 0 && xs)
         *xs = s;
