@@ -212,6 +212,11 @@ struct kvcal_backend {
     const kvcal_backend_ops *ops;
     const kvcal_model_desc *desc; /* the model's, borrowed */
     int layers_resident;          /* layers whose weights are held at once */
+    /* FP8 weights the backend runs as dequantized bf16 GEMMs where the
+     * engine runs FP8 GEMMs (their checkpoint names, then why: cuBLASLt's
+     * answer, or the fallback asked for); "" where every FP8 weight runs
+     * as the engine does (the cpu backend, the reference, too) */
+    char fp8_fallback[512];
 };
 
 /* Backend options; the CLI fills them (from the environment among

@@ -842,16 +842,33 @@ static kvcal_status read_qkv(kvcal_backend *be, const float **q, const float **k
 
 // --- lifetime ---------------------------------------------------------------------
 
+/* Adds weight w to the base's fp8_fallback list: its first tensor's name
+ * without ".weight". */
+static void note_fp8_fallback(cuda_backend *r, int w)
+{
+    char *list = r->base.fp8_fallback;
+    const size_t used = strlen(list), cap = sizeof r->base.fp8_fallback;
+    const char *name = r->base.desc->arch->weights[w].parts[0].name;
+    const char *dot = strstr(name, ".weight");
+    const int len = dot ? (int)(dot - name) : (int)strlen(name);
+    if (used + 1 < cap)
+        snprintf(list + used, cap - used, "%s%.*s", used ? ", " : "", len, name);
+}
+
 /* Device bytes of the FP8 projections' scratch at N rows (0 each for a
  * model without FP8 weights): the quantized activation, its scales, and the
  * dequantized fallback's weight and activation where some FP8 GEMM of the
- * model does not run on this GPU (or the fallback is asked for). */
+ * model does not run on this GPU (or the fallback is asked for); the
+ * weights with quantized activations that take the fallback, and the first
+ * one's reason, into the base's fp8_fallback. */
 static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4])
 {
     const kvcal_model_desc *d = r->base.desc;
     size_t k_max = 0, groups = 0, wd = 0;
     int fallback = 0;
+    char why[256] = "";
     memset(bytes, 0, 4 * sizeof *bytes);
+    r->base.fp8_fallback[0] = '\0';
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
         const kvcal_fp8_linear *f = &d->fp8[w];
         long long rows, cols;
@@ -868,6 +885,13 @@ static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4]
                                   (int)rows) &&
             (w != KVCAL_W_QKV || kvcal_fp8_linear_runs(r->gemm, &fw, r->fp8_path, bias,
                                                        (int)N, (int)cols, (int)kv));
+        /* weight-only FP8 (the checkpoint's, or W8A16 before FP8 tensor
+         * cores) is served as dequantized bf16 products by the engines too */
+        if (!runs && fw.f.a != KVCAL_FP8A_NONE) {
+            if (!why[0])
+                snprintf(why, sizeof why, "%s", kvcal_last_error());
+            note_fp8_fallback(r, w);
+        }
         kvcal_clear_error();
         fallback |= !runs;
         k_max = (size_t)cols > k_max ? (size_t)cols : k_max;
@@ -875,6 +899,10 @@ static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4]
             f->a == KVCAL_FP8A_GROUP ? ((size_t)cols + f->group - 1) / f->group : 1;
         groups = g > groups ? g : groups;
         wd = !runs && (size_t)(rows * cols) > wd ? (size_t)(rows * cols) : wd;
+    }
+    if (r->base.fp8_fallback[0]) {
+        const size_t used = strlen(r->base.fp8_fallback), cap = sizeof r->base.fp8_fallback;
+        snprintf(r->base.fp8_fallback + used, cap - used, " (%s)", why);
     }
     if (!k_max)
         return KVCAL_OK;

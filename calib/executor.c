@@ -597,6 +597,11 @@ int kvcal_exec_layers_resident(const kvcal_exec_t *x)
     return x->be->layers_resident;
 }
 
+const char *kvcal_exec_fp8_fallback(const kvcal_exec_t *x)
+{
+    return x->be->fp8_fallback;
+}
+
 void kvcal_exec_moe_ops(const kvcal_exec_t *x, long long *whole, long long *routed)
 {
     *whole = x->moe_ops[0];

@@ -54,6 +54,10 @@ void kvcal_exec_destroy(kvcal_exec_t *x);
  * computes. */
 int kvcal_exec_layers_resident(const kvcal_exec_t *x);
 
+/* The FP8 weights the backend runs as dequantized bf16 GEMMs where the
+ * engine would run FP8 GEMMs, and why, in a line; "" for none. */
+const char *kvcal_exec_fp8_fallback(const kvcal_exec_t *x);
+
 /* How many MoE ops (one a layer a batch) the executor's runs so far (its
  * warm-up included) gave the backend whole, experts and all, and how many
  * to route only (a calibration's last layer: its routing counts). */

@@ -403,6 +403,7 @@ typedef struct {
     double reduce;       /* several ranks: their statistics brought together */
     int ranks;           /* processes the samples were split over */
     int layers_resident; /* layers whose weights the device held at once */
+    char fp8_fallback[512]; /* kvcal_exec_fp8_fallback's line */
 } phases;
 
 typedef struct {
@@ -524,6 +525,7 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
         return st;
     ph->load = pc.load = kvcal_cmd_now_s() - t_start;
     ph->layers_resident = kvcal_exec_layers_resident(x);
+    snprintf(ph->fp8_fallback, sizeof ph->fp8_fallback, "%s", kvcal_exec_fp8_fallback(x));
     kvcal_cmd_progress_start(&pc.pr, o->run.quiet, 0.0);
     catch_signals(1);
     st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
@@ -795,6 +797,9 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
     if (ph->layers_resident && ph->layers_resident < d->num_layers)
         printf("weights streamed: %d of %d layers on the device at a time\n",
                ph->layers_resident, d->num_layers);
+    if (ph->fp8_fallback[0])
+        printf("FP8 weights run as dequantized bf16 GEMMs, not the engine's FP8 GEMMs: %s\n",
+               ph->fp8_fallback);
     if (ph->ranks > 1)
         printf("data-parallel: %d ranks, statistics reduced on rank 0 in %.3f s\n",
                ph->ranks, ph->reduce);
@@ -853,6 +858,7 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_AddNumberToObject(phase, "reduce_seconds", ph->reduce);
     cJSON_AddNumberToObject(root, "ranks", ph->ranks);
     cJSON_AddNumberToObject(root, "layers_resident", ph->layers_resident);
+    cJSON_AddStringToObject(root, "fp8_fallback", ph->fp8_fallback);
     cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
     cJSON *format_notes = cJSON_AddArrayToObject(root, "format_notes");
     for (int i = 0; i < cJSON_GetArraySize(written); i++) {

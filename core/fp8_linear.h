@@ -78,9 +78,8 @@ static inline KVCAL_HOST_DEVICE uint8_t kvcal_fp8_quant_div(float x, float scale
  * absmax (kvcal_fp8_token_scale) the e4m3 bytes equal
  * kvcal_fp8_quant_div's (tests/test_fp8_linear.c: every bf16 value against
  * every fifth bf16 absmax): the quotients that differ lie below 2^-95 and
- * round to zero. The
- * device kernels take it: a division is several instructions and one of
- * the special-function unit's a value, this three. */
+ * round to zero. The device kernels take it: a division is several
+ * instructions and one of the special-function unit's a value, this three. */
 static inline KVCAL_HOST_DEVICE float kvcal_fp8_token_quotient(float x, float scale,
                                                                float inv)
 {

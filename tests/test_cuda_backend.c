@@ -16,6 +16,7 @@
 
 #ifdef KVCAL_WITH_CUDA
 #include <cjson/cJSON.h>
+#include <cuda_runtime_api.h>
 
 #include "calib/executor.h"
 #include "observers/stats.h"
@@ -444,6 +445,45 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
     }
 }
 
+/* The FP8 weights the runner serves as dequantized bf16 GEMMs are named,
+ * with the reason: every projection when the fallback is asked for; none on
+ * compute capability 9.0 for per-tensor weights with per-token activations
+ * (cuBLASLt's FP8 GEMM runs them there); none on the cpu backend, the
+ * reference. */
+static void cuda_runner_names_the_fp8_weights_it_runs_dequantized(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/fp8_llama_fp8_tensor_dynamic", &m),
+        KVCAL_OK);
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.backend.max_batch = 2;
+    o.backend.max_seq_len = 32;
+    for (int run = 0; run < 3; run++) {
+        kvcal_exec_t *x = NULL;
+        o.device = run == 2 ? KVCAL_DEVICE_CPU : KVCAL_DEVICE_CUDA;
+        o.backend.fp8_dequant = run == 1;
+        CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
+        const char *f = kvcal_exec_fp8_fallback(x);
+        if (run == 1) {
+            CU_ASSERT_PTR_NOT_NULL(strstr(f, "self_attn.q_proj, self_attn.o_proj"));
+            CU_ASSERT_PTR_NOT_NULL(strstr(f, "mlp.down_proj"));
+            CU_ASSERT_PTR_NOT_NULL(strstr(f, "asked for"));
+        } else if (run == 2 || (major == 9 && minor == 0)) {
+            CU_ASSERT_STRING_EQUAL(f, "");
+        }
+        if (f[0])
+            printf("\n    %s: %s", run == 1 ? "fallback asked for" : "default", f);
+        kvcal_exec_destroy(x);
+    }
+    kvcal_model_close(m);
+}
+
 /* The queries' max |q| per head and the signed range per channel, observed
  * on the device (Q in the fused RoPE kernel, the range by its own kernel)
  * against the cpu backend on the same samples: bf16 activations against
@@ -515,6 +555,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
     KVCAL_TEST(cuda_runner_streams_weights_under_a_memory_cap),
     KVCAL_TEST(cuda_runner_serves_fp8_checkpoints_as_vllm_does),
+    KVCAL_TEST(cuda_runner_names_the_fp8_weights_it_runs_dequantized),
     CU_TEST_INFO_NULL,
 };
 #else
