@@ -61,7 +61,7 @@ from hf_mla import mla_entry  # noqa: E402
 # kvcal's run (per-head granularity: one head, the entry), its peak memory and
 # the GEMM timer, at the same 8 x 2048-token batches
 from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, checkpoint_bytes,  # noqa: E402
-                           run_kvcal)
+                           run_kvcal, timed_run)
 
 D, H, L, R, NOPE, VD = 2048, 16, 512, 64, 128, 128
 E, TOPK, MI, SHARED, DENSE_I, VOCAB = 64, 6, 1408, 2, 10944, 102400
@@ -198,30 +198,8 @@ def transformers_runs(model_dir, layers, batches, wanted):
             name = f"{impl}{MODE_NAMES[mode]}"
             if Deadline.skips(name):
                 continue
-            fn = torch.compile(body) if mode == "compile" else body
-            for layer in body.layers:  # compiled apart in rcompile only
-                if mode == "rcompile":
-                    layer.compile()
-                else:
-                    layer._compiled_call_impl = None
-            try:
-                with torch.inference_mode():
-                    t = time.time()
-                    fn(input_ids=batches[0], use_cache=False)  # warm-up (compilation)
-                    torch.cuda.synchronize()
-                    print(f"transformers {name}: warm-up (compilation) {time.time() - t:.1f} s",
-                          flush=True)
-                    stats.zero_()
-                    torch.cuda.reset_peak_memory_stats()
-                    t = time.time()
-                    for b in batches:
-                        fn(input_ids=b, use_cache=False)
-                    torch.cuda.synchronize()
-                    t = time.time() - t
-            except Exception as e:  # a configuration that does not run is reported
-                print(f"transformers {name}: failed: {type(e).__name__}: {str(e)[:300]}")
-                continue
-            if Deadline.skips(name):
+            t = timed_run(body, mode, name, batches, stats.zero_)
+            if t is None:
                 continue
             results[name] = (len(batches) * BATCH * SEQ / t, torch.cuda.max_memory_allocated(),
                              stats.tolist())

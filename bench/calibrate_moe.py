@@ -289,6 +289,37 @@ MODES = {"plain": "", "compile": " + torch.compile",
          "rcompile": " + torch.compile of each layer"}
 
 
+def timed_run(body, mode, name, batches, reset):
+    """Seconds of the batches through transformers' model body run as mode
+    says (compile: the whole body under torch.compile; rcompile: each
+    decoder layer compiled apart, undone by the next mode; else as it is),
+    without its KV cache, after a warm-up batch (the compilation) and then
+    reset(); None where it fails (reported) or the deadline passed."""
+    fn = torch.compile(body) if mode == "compile" else body
+    for layer in body.layers:
+        if mode == "rcompile":
+            layer.compile()
+        else:
+            layer._compiled_call_impl = None
+    try:
+        with torch.inference_mode():
+            t = time.time()
+            fn(input_ids=batches[0], use_cache=False)
+            torch.cuda.synchronize()
+            print(f"transformers {name}: warm-up {time.time() - t:.1f} s", flush=True)
+            reset()
+            torch.cuda.reset_peak_memory_stats()
+            t = time.time()
+            for b in batches:
+                fn(input_ids=b, use_cache=False)
+            torch.cuda.synchronize()
+            t = time.time() - t
+    except Exception as e:  # a configuration that does not run is reported
+        print(f"transformers {name}: failed: {type(e).__name__}: {str(e)[:300]}")
+        return None
+    return None if Deadline.skips(name) else t
+
+
 def transformers_runs(model_dir, layers, batches, experts, attns, modes):
     """{name: (tokens/s, peak bytes, absmax)} of each experts implementation
     with each attention implementation, in each of modes."""
@@ -329,30 +360,9 @@ def transformers_runs(model_dir, layers, batches, experts, attns, modes):
                     f"{MODES[mode]}")
             if Deadline.skips(name):
                 continue
-            fn = torch.compile(body) if mode == "compile" else body
-            for layer in body.layers:  # compiled apart in rcompile only
-                if mode == "rcompile":
-                    layer.compile()
-                else:
-                    layer._compiled_call_impl = None
-            try:
-                with torch.inference_mode():
-                    t = time.time()
-                    fn(input_ids=batches[0], use_cache=False)  # warm-up (compilation)
-                    torch.cuda.synchronize()
-                    print(f"transformers {name}: warm-up {time.time() - t:.1f} s", flush=True)
-                    for buf in stats.values():
-                        buf.zero_()
-                    torch.cuda.reset_peak_memory_stats()
-                    t = time.time()
-                    for b in batches:
-                        fn(input_ids=b, use_cache=False)
-                    torch.cuda.synchronize()
-                    t = time.time() - t
-            except Exception as e:  # a configuration that does not run is reported
-                print(f"transformers {name}: failed: {type(e).__name__}: {str(e)[:300]}")
-                continue
-            if Deadline.skips(name):
+            t = timed_run(body, mode, name, batches,
+                          lambda: [buf.zero_() for buf in stats.values()])
+            if t is None:
                 continue
             results[name] = (len(batches) * BATCH * SEQ / t, torch.cuda.max_memory_allocated(),
                              {k: v.tolist() for k, v in stats.items()})
