@@ -327,13 +327,17 @@ static const op_row rows[] = {
 
     /* multi-head latent attention: DeepSeek-V2-Lite's sizes (512 + 64, 16
      * heads of 192, V 128), the golden models' (32 + 16; V 20: the scalar
-     * copies), a latent off 32 and 128 (a short tile), no query */
+     * copies), a latent off 32 and 128 (a short tile), no query; a latent
+     * over 512 (the kernel's long form), 40 RoPE pairs (a second round of
+     * lanes) and 11 query heads (off the kernel's 8 at a time) */
     ROW("mla_latent", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
         .head_dim = 192, .attention_factor = 1.0f),
     ROW("mla_latent", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
         .head_dim = 40, .kv_pad = 8, .attention_factor = YARN_4),
     ROW("mla_latent", .rows = 70, .kv_lora_rank = 200, .rot_dim = 8, .kv_pad = 3,
         .attention_factor = 1.0f),
+    ROW("mla_latent", .rows = 45, .kv_lora_rank = 700, .rot_dim = 80, .heads = 11,
+        .head_dim = 96, .kv_pad = 1, .attention_factor = YARN_4),
     ROW("mla_expand", .rows = 19, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
         .head_dim = 192, .v_dim = 128),
     ROW("mla_expand", .rows = 37, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,

@@ -1,13 +1,14 @@
 /* kernels/cuda/mla.cu: multi-head latent attention's kernels (kernels/cuda/mla.h).
  *
- * mla_latent_kernel: a warp per token, 8 warps a block over 64 tokens. Lane l
- * owns the latent's channels l, l + 32, ... (the RMSNorm's sum of squares a
- * warp reduction) and the RoPE pairs l, l + 32, ... of the entry's RoPE part
- * and of each query head's. The block folds what it stored into a shared
- * per-channel max (atomicMax on the float bits: |x| >= 0, so integer order is
- * float order, and a NaN, whose bits are above +inf's, wins and surfaces)
- * and a shared histogram, and adds them to the layer's statistics once, into
- * K's and V's alike (an MLA layer caches one entry).
+ * mla_latent_kernel: a warp per token, 8 warps a block over 32 tokens. Lane l
+ * owns the latent's channels l, l + 32, ... (read into registers at once;
+ * the RMSNorm's sum of squares a warp reduction) and the RoPE pairs l,
+ * l + 32, ... of the entry's RoPE part and of each query head's (8 heads'
+ * loads in flight at a time). The block folds what it stored into a shared
+ * per-channel max (atomicMax on the float bits, no two lanes of a warp on
+ * one channel) and a shared histogram (the lanes of a warp that share a bin
+ * add their count with one atomic), and adds them to the layer's statistics
+ * once, into K's and V's alike (an MLA layer caches one entry).
  *
  * mla_expand_kernel: a block per token copies each head's K (its no-RoPE
  * part from kv_b_proj's output, then the shared RoPE part) and V (padded
@@ -28,32 +29,55 @@
 
 // --- the cache point ----------------------------------------------------------------
 
-enum { LATENT_WARPS = 8, LATENT_TOKENS_PER_BLOCK = 64 };
+/* The cache point's tiling; LATENT_CPL_*: the latent's channels a lane
+ * holds, for kv_lora_rank up to 512 (DeepSeek's) or up to the entry's limit. */
+enum {
+    LATENT_WARPS = 8,
+    LATENT_TOKENS_PER_BLOCK = 32,
+    LATENT_Q_HEADS = 8,
+    LATENT_CPL_SHORT = 16,
+    LATENT_CPL_LONG = KVCAL_MLA_MAX_ENTRY / 32
+};
 
-/* Folds |x| into the block's shared max of channel c and its histogram, and
- * the lane's running max. */
-static __device__ __forceinline__ void fold(float x, int c, unsigned *smax,
-                                            unsigned *shist, unsigned *lane_max)
+/* Adds one to the block's shared histogram at bin b for each lane where on:
+ * the lanes that share a bin add their count with one atomic (a warp's
+ * values mostly fall in a few bins: an atomic a lane serialized on them).
+ * Every lane of the warp calls it. */
+static __device__ __forceinline__ void hist_add(unsigned *shist, int b, bool on)
 {
-    const float a = fabsf(x);
-    const unsigned bits = __float_as_uint(a);
-    atomicMax(&smax[c], bits);
-    atomicAdd(&shist[kvcal_hist_bin(a)], 1u);
-    *lane_max = max(*lane_max, bits);
+    const unsigned same = __match_any_sync(0xffffffffu, on ? b : -1);
+    if (on && (threadIdx.x & 31) == __ffs(same) - 1)
+        atomicAdd(&shist[b], (unsigned)__popc(same));
 }
 
-/* RoPE pair j of a row at position p: cos and sin times the factor rounded
- * to bf16 (as transformers' tables), the rotation in bf16 arithmetic. */
-static __device__ __forceinline__ void rotate_pair(__nv_bfloat16 *row, int j, float cs,
-                                                   float sn)
+/* |x| as bits (|x| >= 0: integer order is float order, and a NaN, whose
+ * bits are above +inf's, wins and surfaces), into the warp's histogram and
+ * the lane's running max. */
+static __device__ __forceinline__ unsigned fold(float x, bool on, unsigned *shist,
+                                                unsigned *lane_max)
 {
-    float a = __bfloat162float(row[2 * j]), b = __bfloat162float(row[2 * j + 1]);
+    const float a = fabsf(x);
+    const unsigned bits = on ? __float_as_uint(a) : 0u;
+    hist_add(shist, kvcal_hist_bin(a), on);
+    *lane_max = max(*lane_max, bits);
+    return bits;
+}
+
+/* RoPE pair j of a row, (a, b) read from it: rotated by cos and sin (the
+ * factor's products rounded to bf16, as transformers' tables) in bf16
+ * arithmetic, stored, and left in a and b. */
+static __device__ __forceinline__ void rotate_store(__nv_bfloat16 *row, int j, float &a,
+                                                    float &b, float cs, float sn)
+{
     kvcal_rope_pair_bf16(a, b, cs, sn);
     row[2 * j] = __float2bfloat16_rn(a);
     row[2 * j + 1] = __float2bfloat16_rn(b);
 }
 
-__global__ void __launch_bounds__(LATENT_WARPS * 32)
+/* CPL >= ceil(kv_lora_rank / 32): the latent's channels a lane owns, held in
+ * registers (the row read once, all its loads in flight together). */
+template <int CPL>
+__global__ void __launch_bounds__(LATENT_WARPS * 32, 4)
     mla_latent_kernel(__nv_bfloat16 *__restrict__ entry, // (tokens, entry_stride)
                       int64_t entry_stride,
                       __nv_bfloat16 *__restrict__ q, // (tokens, q_stride) or NULL
@@ -76,39 +100,78 @@ __global__ void __launch_bounds__(LATENT_WARPS * 32)
     const int t0 = blockIdx.x * LATENT_TOKENS_PER_BLOCK;
     const int t1 = min(tokens, t0 + LATENT_TOKENS_PER_BLOCK);
     for (int t = t0 + warp; t < t1; t += LATENT_WARPS) {
+        __nv_bfloat16 *row = entry + (int64_t)t * entry_stride;
+        float x[CPL];
+#pragma unroll
+        for (int i = 0; i < CPL; i++) {
+            const int c = lane + 32 * i;
+            x[i] = c < L ? __bfloat162float(row[c]) : 0.0f;
+        }
         const int p = pos[t];
         if (p < 0)
             continue;
-        __nv_bfloat16 *row = entry + (int64_t)t * entry_stride;
         float ss = 0.0f;
-        for (int c = lane; c < L; c += 32) {
-            const float x = __bfloat162float(row[c]);
-            ss += x * x;
-        }
+#pragma unroll
+        for (int i = 0; i < CPL; i++)
+            if (lane + 32 * i < L)
+                ss += x[i] * x[i];
         for (int o = 16; o > 0; o >>= 1)
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
         const float r = rsqrtf(ss / (float)L + cfg.eps);
-        for (int c = lane; c < L; c += 32) {
-            const float y = kvcal_rbf(kvcal_rbf(__bfloat162float(row[c]) * r) *
-                                      __bfloat162float(w[c]));
-            row[c] = __float2bfloat16_rn(y);
-            if (observe)
-                fold(y, c, smax, shist, &lane_max);
+#pragma unroll
+        for (int i = 0; i < CPL; i++) {
+            const int c = lane + 32 * i;
+            if (32 * i >= L)
+                break;
+            const bool on = c < L;
+            const float y =
+                on ? kvcal_rbf(kvcal_rbf(x[i] * r) * __bfloat162float(w[c])) : 0.0f;
+            if (on)
+                row[c] = __float2bfloat16_rn(y);
+            if (observe) {
+                const unsigned m = fold(y, on, shist, &lane_max);
+                if (on)
+                    atomicMax(&smax[c], m);
+            }
         }
         __nv_bfloat16 *qrow = q ? q + (int64_t)t * q_stride + cfg.qk_dim - R : nullptr;
-        for (int j = lane; j < R / 2; j += 32) {
-            float sn, cs;
-            sincosf((float)p * cfg.inv_freq[j], &sn, &cs);
-            sn = kvcal_rbf(sn * cfg.attention_factor);
-            cs = kvcal_rbf(cs * cfg.attention_factor);
-            rotate_pair(row + L, j, cs, sn);
-            if (observe) {
-                fold(__bfloat162float(row[L + 2 * j]), L + 2 * j, smax, shist, &lane_max);
-                fold(__bfloat162float(row[L + 2 * j + 1]), L + 2 * j + 1, smax, shist,
-                     &lane_max);
+        for (int j0 = 0; j0 < R / 2; j0 += 32) {
+            const int j = j0 + lane;
+            const bool on = j < R / 2;
+            const int c = L + 2 * j;
+            float sn = 0.0f, cs = 0.0f, a = 0.0f, b = 0.0f;
+            if (on) {
+                a = __bfloat162float(row[c]);
+                b = __bfloat162float(row[c + 1]);
+                sincosf((float)p * cfg.inv_freq[j], &sn, &cs);
+                sn = kvcal_rbf(sn * cfg.attention_factor);
+                cs = kvcal_rbf(cs * cfg.attention_factor);
+                rotate_store(row + L, j, a, b, cs, sn);
             }
-            for (int h = 0; qrow && h < cfg.n_heads; h++)
-                rotate_pair(qrow + (int64_t)h * cfg.qk_dim, j, cs, sn);
+            if (observe) {
+                const unsigned ma = fold(a, on, shist, &lane_max);
+                const unsigned mb = fold(b, on, shist, &lane_max);
+                if (on) {
+                    atomicMax(&smax[c], ma);
+                    atomicMax(&smax[c + 1], mb);
+                }
+            }
+            // the query's heads LATENT_Q_HEADS at a time: their loads in flight together
+            for (int h0 = 0; qrow && on && h0 < cfg.n_heads; h0 += LATENT_Q_HEADS) {
+                float qa[LATENT_Q_HEADS], qb[LATENT_Q_HEADS];
+#pragma unroll
+                for (int k = 0; k < LATENT_Q_HEADS; k++) {
+                    const __nv_bfloat16 *qh = qrow + (int64_t)(h0 + k) * cfg.qk_dim;
+                    const bool hk = h0 + k < cfg.n_heads;
+                    qa[k] = hk ? __bfloat162float(qh[2 * j]) : 0.0f;
+                    qb[k] = hk ? __bfloat162float(qh[2 * j + 1]) : 0.0f;
+                }
+#pragma unroll
+                for (int k = 0; k < LATENT_Q_HEADS; k++)
+                    if (h0 + k < cfg.n_heads)
+                        rotate_store(qrow + (int64_t)(h0 + k) * cfg.qk_dim, j, qa[k],
+                                     qb[k], cs, sn);
+            }
         }
     }
     if (!observe)
@@ -156,10 +219,14 @@ extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry
     if (obs)
         o = *obs;
     const int blocks = (tokens + LATENT_TOKENS_PER_BLOCK - 1) / LATENT_TOKENS_PER_BLOCK;
-    mla_latent_kernel<<<blocks, LATENT_WARPS * 32, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(entry), entry_stride,
-        reinterpret_cast<__nv_bfloat16 *>(q), q_stride, pos, tokens, *cfg, o,
-        obs != NULL);
+    auto *e = reinterpret_cast<__nv_bfloat16 *>(entry);
+    auto *qq = reinterpret_cast<__nv_bfloat16 *>(q);
+    if (cfg->kv_lora_rank <= 32 * LATENT_CPL_SHORT)
+        mla_latent_kernel<LATENT_CPL_SHORT><<<blocks, LATENT_WARPS * 32, 0, stream>>>(
+            e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
+    else
+        mla_latent_kernel<LATENT_CPL_LONG><<<blocks, LATENT_WARPS * 32, 0, stream>>>(
+            e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
     KVCAL_CUDA_CHECK_LAUNCH("mla_latent_kernel");
     return KVCAL_OK;
 }
