@@ -329,7 +329,9 @@ static const op_row rows[] = {
      * heads of 192, V 128), the golden models' (32 + 16; V 20: the scalar
      * copies), a latent off 32 and 128 (a short tile), no query; a latent
      * over 512 (the kernel's long form), 40 RoPE pairs (a second round of
-     * lanes) and 11 query heads (off the kernel's 8 at a time) */
+     * lanes) and 11 query heads (off the kernel's 8 at a time); the
+     * expansion's heads of 300 in bf16 units (a head wider than the
+     * kernel's block of 256 threads) */
     ROW("mla_latent", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
         .head_dim = 192, .attention_factor = 1.0f),
     ROW("mla_latent", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
@@ -344,6 +346,8 @@ static const op_row rows[] = {
         .head_dim = 40, .v_dim = 20),
     ROW("mla_expand", .rows = 5, .kv_lora_rank = 48, .rot_dim = 16, .heads = 3,
         .head_dim = 48, .v_dim = 48),
+    ROW("mla_expand", .rows = 3, .kv_lora_rank = 64, .rot_dim = 16, .heads = 2,
+        .head_dim = 300, .v_dim = 150),
     ROW("mla_ds_roundtrip", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64),
     ROW("mla_ds_roundtrip", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .kv_pad = 5),
     ROW("mla_ds_roundtrip", .rows = 7, .kv_lora_rank = 200, .rot_dim = 8),

@@ -10,10 +10,11 @@
  * add their count with one atomic), and adds them to the layer's statistics
  * once, into K's and V's alike (an MLA layer caches one entry).
  *
- * mla_expand_kernel: a block per token copies each head's K (its no-RoPE
- * part from kv_b_proj's output, then the shared RoPE part) and V (padded
- * with zeros to v_stride), either alone when the other is NULL, 16 bytes at
- * a time where sizes allow.
+ * mla_expand_kernel: K's (its no-RoPE part from kv_b_proj's output, then
+ * the token's shared RoPE part) or V's output (padded with zeros to
+ * v_stride) as one flat range of units, 16 bytes where sizes allow: each
+ * thread reads 4 units a block width apart, then writes them (every
+ * warp's accesses whole lines, 4 loads a thread in flight).
  *
  * mla_ds_roundtrip_kernel: a block of 128 threads per row, a thread per
  * channel of a 128-value tile: the tile's absmax by a block reduction, then
@@ -233,39 +234,99 @@ extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry
 
 // --- the expansion into K and V --------------------------------------------------
 
-/* Copies n units of T (one bf16, or 8 as a uint4) from src to dst. */
-template <typename T>
-static __device__ __forceinline__ void copy_units(T *dst, const T *src, int n)
+enum { EXPAND_THREADS = 256, EXPAND_UNITS = 4 };
+
+/* One output of the expansion: per token, n_heads rows of rw units; unit r
+ * of head h of token t is a[(t * n_heads + h) * as + r] below n0, then
+ * b[t * bs + r - n0] below n0 + n1 (the token's shared RoPE part), then
+ * zero. */
+template <typename T> struct expand_out {
+    T *out;
+    const T *a, *b;
+    int64_t as, bs, units;
+    int n0, n1, rw, n_heads;
+};
+
+/* i / d, in 32 bits where i fits them (small: the same for the whole grid). */
+static __device__ __forceinline__ int64_t div_small(int64_t i, int d, bool small)
 {
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        dst[i] = src[i];
+    return small ? (int64_t)((uint32_t)i / (uint32_t)d) : i / d;
 }
 
-/* Everything in units of T: VEC bf16 values each. */
-template <typename T, int VEC>
-__global__ void mla_expand_kernel(T *__restrict__ k, T *__restrict__ v, int v_stride,
-                                  const T *__restrict__ kvb, const T *__restrict__ entry,
-                                  int64_t entry_stride, int n_heads, int nope, int v_dim,
-                                  int kv_lora_rank, int rope_dim)
+/* A block copies EXPAND_THREADS * EXPAND_UNITS consecutive units of o:
+ * each thread's EXPAND_UNITS, a block width apart, read together, then
+ * written (every warp's loads and stores whole lines). Units of T: VEC bf16
+ * values each. */
+template <typename T>
+__global__ void __launch_bounds__(EXPAND_THREADS) mla_expand_kernel(expand_out<T> o)
 {
-    const int64_t t = blockIdx.x;
-    const int qk = (nope + rope_dim) / VEC, kvw = (nope + v_dim) / VEC;
-    const int nu = nope / VEC, ru = rope_dim / VEC, vu = v_dim / VEC, su = v_stride / VEC;
-    const T *pe = entry + t * (entry_stride / VEC) + kv_lora_rank / VEC;
-    for (int h = 0; h < n_heads; h++) {
-        const T *src = kvb + (t * n_heads + h) * kvw;
-        if (k) {
-            T *kh = k + (t * n_heads + h) * qk;
-            copy_units(kh, src, nu);
-            copy_units(kh + nu, pe, ru);
+    const int64_t i0 =
+        blockIdx.x * (int64_t)(EXPAND_THREADS * EXPAND_UNITS) + threadIdx.x;
+    const bool small = o.units + EXPAND_THREADS * EXPAND_UNITS <= (int64_t)UINT32_MAX;
+    // token t, head h and unit r of i0, then of each next unit a block width on
+    const int64_t row = div_small(i0, o.rw, small);
+    int64_t t = div_small(row, o.n_heads, small);
+    int h = (int)(row - t * o.n_heads), r = (int)(i0 - row * o.rw);
+    const int step_rows = EXPAND_THREADS / o.rw, step_r = EXPAND_THREADS % o.rw;
+    const int step_t = step_rows / o.n_heads, step_h = step_rows % o.n_heads;
+    T x[EXPAND_UNITS];
+#pragma unroll
+    for (int u = 0; u < EXPAND_UNITS; u++) {
+        x[u] = T{};
+        if (i0 + (int64_t)u * EXPAND_THREADS < o.units) {
+            if (r < o.n0)
+                x[u] = o.a[(t * o.n_heads + h) * o.as + r];
+            else if (r < o.n0 + o.n1)
+                x[u] = o.b[t * o.bs + r - o.n0];
         }
-        if (v) {
-            T *vh = v + (t * n_heads + h) * su;
-            copy_units(vh, src + nu, vu);
-            for (int i = vu + threadIdx.x; i < su; i += blockDim.x)
-                vh[i] = T{};
-        }
+        r += step_r;
+        h += step_h + (r >= o.rw);
+        r -= r >= o.rw ? o.rw : 0;
+        t += step_t + (h >= o.n_heads);
+        h -= h >= o.n_heads ? o.n_heads : 0;
     }
+#pragma unroll
+    for (int u = 0; u < EXPAND_UNITS; u++) {
+        const int64_t i = i0 + (int64_t)u * EXPAND_THREADS;
+        if (i < o.units)
+            o.out[i] = x[u];
+    }
+}
+
+/* Queues K's expansion, then V's, in units of T (VEC bf16 values each). */
+template <typename T, int VEC>
+static void expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
+                          const kvcal_bf16 *kvb, const kvcal_bf16 *entry,
+                          int64_t entry_stride, int tokens, int n_heads, int nope,
+                          int v_dim, int kv_lora_rank, int rope_dim, cudaStream_t stream)
+{
+    const int64_t rows = (int64_t)tokens * n_heads, kvw = (nope + v_dim) / VEC;
+    const int qk = (nope + rope_dim) / VEC, per_block = EXPAND_THREADS * EXPAND_UNITS;
+    const T *src = reinterpret_cast<const T *>(kvb);
+    const expand_out<T> ko = {reinterpret_cast<T *>(k),
+                              src,
+                              reinterpret_cast<const T *>(entry) + kv_lora_rank / VEC,
+                              kvw,
+                              entry_stride / VEC,
+                              k ? rows * qk : 0,
+                              nope / VEC,
+                              rope_dim / VEC,
+                              qk,
+                              n_heads};
+    const expand_out<T> vo = {reinterpret_cast<T *>(v),
+                              src + nope / VEC,
+                              nullptr,
+                              kvw,
+                              0,
+                              v ? rows * (v_stride / VEC) : 0,
+                              v_dim / VEC,
+                              0,
+                              v_stride / VEC,
+                              n_heads};
+    for (const expand_out<T> &o : {ko, vo})
+        if (o.units)
+            mla_expand_kernel<T><<<(unsigned)((o.units + per_block - 1) / per_block),
+                                   EXPAND_THREADS, 0, stream>>>(o);
 }
 
 extern "C" kvcal_status
@@ -291,14 +352,12 @@ kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_
                     v_stride % 8 == 0 && kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 &&
                     entry_stride % 8 == 0;
     if (vec)
-        mla_expand_kernel<uint4, 8><<<tokens, 128, 0, stream>>>(
-            reinterpret_cast<uint4 *>(k), reinterpret_cast<uint4 *>(v), v_stride,
-            reinterpret_cast<const uint4 *>(kvb), reinterpret_cast<const uint4 *>(entry),
-            entry_stride, n_heads, nope, v_dim, kv_lora_rank, rope_dim);
+        expand_launch<uint4, 8>(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads,
+                                nope, v_dim, kv_lora_rank, rope_dim, stream);
     else
-        mla_expand_kernel<kvcal_bf16, 1>
-            <<<tokens, 128, 0, stream>>>(k, v, v_stride, kvb, entry, entry_stride,
-                                         n_heads, nope, v_dim, kv_lora_rank, rope_dim);
+        expand_launch<__nv_bfloat16, 1>(k, v, v_stride, kvb, entry, entry_stride, tokens,
+                                        n_heads, nope, v_dim, kv_lora_rank, rope_dim,
+                                        stream);
     KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
     return KVCAL_OK;
 }
