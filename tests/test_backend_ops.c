@@ -812,8 +812,10 @@ static void gemm_release(void *p)
 
 /* version 0: kvcal_gemm_launch (the algorithm chosen for the shape); 1:
  * every candidate cuBLASLt proposes for a tuned shape, one by one (what
- * bench/runner_ops times) */
-static const char *const gemm_versions[] = {"launch", "candidates", NULL};
+ * bench/runner_ops times); 2: kvcal_gemm_launch_ld on x's rows inside a
+ * wider buffer (GEMM_LD_PAD more values a row, NaN: a read of them shows) */
+static const char *const gemm_versions[] = {"launch", "candidates", "strided", NULL};
+#define GEMM_LD_PAD 40
 
 static op_class gemm_class(const op_row *r, int version)
 {
@@ -842,6 +844,25 @@ static void gemm_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
         got = kvcal_test_dev_download_bf16(d_out, n_out);
         EXPECT_NONE(count_far(got, c->ref, n_out, GEMM_ATOL, GEMM_RTOL), n_out,
                     "outputs off the bound");
+    } else if (version == 2) {
+        const int64_t ld = (int64_t)r->k + GEMM_LD_PAD;
+        float *wide = host_alloc((size_t)r->rows * ld * sizeof *wide);
+        for (int64_t i = 0; i < r->rows; i++)
+            for (int64_t j = 0; j < ld; j++)
+                wide[i * ld + j] = j < r->k ? c->x[i * r->k + j] : NAN;
+        kvcal_bf16 *d_wide = kvcal_test_dev_upload_bf16(wide, (int64_t)r->rows * ld);
+        ROW_OK(kvcal_gemm_launch_ld(ctx->gemm, d_out, d_wide, ld, d_w, bias, r->rows,
+                                    r->k, r->n, 0));
+        sync_ok();
+        got = kvcal_test_dev_download_bf16(d_out, n_out);
+        EXPECT_NONE(count_far(got, c->ref, n_out, GEMM_ATOL, GEMM_RTOL), n_out,
+                    "outputs off the bound");
+        /* rows closer than k are refused before any launch */
+        ROW_ASSERT(kvcal_gemm_launch_ld(ctx->gemm, d_out, d_wide, r->k - 1, d_w, bias,
+                                        r->rows, r->k, r->n, 0) == KVCAL_ERR_INVALID_ARG);
+        ROW_ASSERT(kvcal_test_error_has("apart"));
+        free(wide);
+        cudaFree(d_wide);
     } else {
         int count = 0;
         ROW_OK(kvcal_gemm_launch_candidate(ctx->gemm, -1, d_out, d_x, d_w, bias, r->rows,
