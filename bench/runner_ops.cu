@@ -150,7 +150,9 @@ static double max_diff_rows(const kvcal_bf16 *a, int64_t sa, const kvcal_bf16 *b
 // (hidden 2048, 16 heads, no query LoRA, kv_lora_rank 512, RoPE part 64,
 // q/k heads of 128 + 64, v heads of 128; 8 x 2048 tokens): q and kv_a
 // projections, the cache point (mla_latent, observed, the queries' RoPE),
-// the latent made contiguous, kv_b_proj, the expansion, the attention, o_proj.
+// kv_b_proj reading the latent in place (the runner's; before, the latent
+// made contiguous, then kv_b_proj: both timed), the expansion, the
+// attention, o_proj.
 // The attention every way the runner may take it: cuDNN on the heads as
 // they are (kvcal_attention_run_qk_v, V read inside kv_b_proj's output) and,
 // where cuDNN refuses them, V padded to 192 (the expansion writes it) on
@@ -158,7 +160,8 @@ static double max_diff_rows(const kvcal_bf16 *a, int64_t sa, const kvcal_bf16 *b
 // tensor-core kernel) and the padding dropped; and the portable kernel at
 // 192, which the runner took before the tensor-core kernel knew 192 where
 // cuDNN refused. Each attention's output is checked against the
-// tensor-core kernel's first (2e-2). Prints the block's sum each way.
+// tensor-core kernel's first (2e-2). Prints the block's sum each way (the
+// way before: the latent's copy and the attention before cuDNN's split).
 static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double peak_tbs)
 {
     const int B = 8, T = 2048, D = 2048, H = 16, KVR = 512, R = 64, NOPE = 128, VD = 128;
@@ -234,6 +237,13 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     });
     row("latent made contiguous", copy_ms, 0.0, 2.0 * e * M * KVR, peak_tflops, peak_tbs);
     const float kvb_ms = gemm_ms("gemm kv_b", kvb, lat, w_kvb, KVR, H * KVW);
+    const float kvb_ld_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_gemm_launch_ld(gemm, kvb, entry, E, w_kvb, nullptr, M, KVR,
+                                         H * KVW, 0));
+    });
+    row("gemm kv_b, latent in place", kvb_ld_ms, 2.0 * M * KVR * (double)(H * KVW),
+        2.0 * ((double)M * KVR + (double)KVR * H * KVW + (double)M * H * KVW),
+        peak_tflops, peak_tbs);
     const float expand_k_ms = time_ms(t, [&] {
         CHECK_KVCAL(kvcal_mla_expand_launch(k, nullptr, QK, kvb, entry, E, M, H, NOPE, VD,
                                             KVR, R, 0));
@@ -321,10 +331,9 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     row("drop V's padding", drop_ms, 0.0, 2.0 * e * M * H * VD, peak_tflops, peak_tbs);
     const float o_ms = gemm_ms("gemm o", y, att, w_o, H * VD, D);
 
-    const float common =
-        q_ms + kva_ms + latent_ms + copy_ms + kvb_ms + expand_k_ms + o_ms;
+    const float common = q_ms + kva_ms + latent_ms + kvb_ld_ms + expand_k_ms + o_ms;
     const float fallback = expand_v_ms + run192_ms + drop_ms;
-    const float before = expand_v_ms +
+    const float before = copy_ms + kvb_ms - kvb_ld_ms + expand_v_ms +
                          (impl == KVCAL_ATTENTION_IMPL_CUDNN ? run192_ms : simt_ms) +
                          drop_ms;
     printf("MLA block (sum of its ops): the runner %.3f ms (%s), before %.3f ms (%s); "

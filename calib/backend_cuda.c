@@ -701,18 +701,16 @@ static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q
         r->batch * r->seq_len, &cfg, observe >= 0 && r->stats ? &obs : NULL, r->stream);
 }
 
-/* K and V of every head from the entry (what the cache gives back): its
- * latent made contiguous, kv_b_proj, K expanded (V stays inside kv_b_proj's
- * output until attend pads it, where it must). */
+/* K and V of every head from the entry (what the cache gives back):
+ * kv_b_proj reading the latent in place (the entry's first kvr values), K
+ * expanded (V stays inside kv_b_proj's output until attend pads it, where
+ * it must). */
 static kvcal_status expand(cuda_backend *r)
 {
     kvcal_status st = KVCAL_OK;
     const int n = r->batch * r->seq_len;
-    const size_t e = sizeof(kvcal_bf16);
-    TRY_CUDA(cudaMemcpy2DAsync(r->lat, r->kvr * e, r->latent, r->hd * e, r->kvr * e, n,
-                               cudaMemcpyDeviceToDevice, r->stream));
-    TRY(kvcal_gemm_launch(r->gemm, r->kvb, r->lat, tensor(r, KVCAL_W_KV_B), NULL, n,
-                          r->kvr, r->H * (r->nope + r->vh), r->stream));
+    TRY(kvcal_gemm_launch_ld(r->gemm, r->kvb, r->latent, r->hd, tensor(r, KVCAL_W_KV_B),
+                             NULL, n, r->kvr, r->H * (r->nope + r->vh), r->stream));
     TRY(kvcal_mla_expand_launch(r->mk, NULL, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
                                 r->nope, r->vh, r->kvr, r->rope, r->stream));
 fail:
@@ -1108,15 +1106,14 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     TRY(fp8_scratch_bytes(r, N, fp8_bytes));
     const size_t fp8_acts = round_up(fp8_bytes[0]) + round_up(fp8_bytes[1]) +
                             round_up(fp8_bytes[2]) + round_up(fp8_bytes[3]);
-    /* MLA's: the query's LoRA, the query, the entry, its latent, kv_b_proj's
-     * output, K, V and the attention's padded output */
+    /* MLA's: the query's LoRA, the query, the entry, kv_b_proj's output, K,
+     * V and the attention's padded output */
     const size_t HQ = (size_t)r->H * r->qkd;
-    const size_t mla_acts =
-        !d->mla
-            ? 0
-            : round_up(N * d->q_lora_rank * e) + round_up(N * HQ * e) +
-                  round_up(N * r->hd * e) + round_up(N * r->kvr * e) +
-                  round_up(N * r->H * (r->nope + r->vh) * e) + 3 * round_up(N * HQ * e);
+    const size_t mla_acts = !d->mla ? 0
+                                    : round_up(N * d->q_lora_rank * e) +
+                                          round_up(N * HQ * e) + round_up(N * r->hd * e) +
+                                          round_up(N * r->H * (r->nope + r->vh) * e) +
+                                          3 * round_up(N * HQ * e);
     const size_t acts = fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)att_cols(r) * e) + mla_acts +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
@@ -1170,7 +1167,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->qa = carve(&p, N * d->q_lora_rank * e);
         r->mq = carve(&p, N * HQ * e);
         r->latent = carve(&p, N * r->hd * e);
-        r->lat = carve(&p, N * r->kvr * e);
         r->kvb = carve(&p, N * r->H * (r->nope + r->vh) * e);
         r->mk = carve(&p, N * HQ * e);
         r->mv = carve(&p, N * HQ * e);

@@ -327,19 +327,27 @@ static const op_row rows[] = {
 
     /* multi-head latent attention: DeepSeek-V2-Lite's sizes (512 + 64, 16
      * heads of 192, V 128), the golden models' (32 + 16; V 20: the scalar
-     * copies), a latent off 32 and 128 (a short tile), no query */
+     * copies), a latent off 32 and 128 (a short tile), no query; a latent
+     * over 512 (the kernel's long form), 40 RoPE pairs (a second round of
+     * lanes) and 11 query heads (off the kernel's 8 at a time); the
+     * expansion's heads of 300 in bf16 units (a head wider than the
+     * kernel's block of 256 threads) */
     ROW("mla_latent", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
         .head_dim = 192, .attention_factor = 1.0f),
     ROW("mla_latent", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
         .head_dim = 40, .kv_pad = 8, .attention_factor = YARN_4),
     ROW("mla_latent", .rows = 70, .kv_lora_rank = 200, .rot_dim = 8, .kv_pad = 3,
         .attention_factor = 1.0f),
+    ROW("mla_latent", .rows = 45, .kv_lora_rank = 700, .rot_dim = 80, .heads = 11,
+        .head_dim = 96, .kv_pad = 1, .attention_factor = YARN_4),
     ROW("mla_expand", .rows = 19, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
         .head_dim = 192, .v_dim = 128),
     ROW("mla_expand", .rows = 37, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
         .head_dim = 40, .v_dim = 20),
     ROW("mla_expand", .rows = 5, .kv_lora_rank = 48, .rot_dim = 16, .heads = 3,
         .head_dim = 48, .v_dim = 48),
+    ROW("mla_expand", .rows = 3, .kv_lora_rank = 64, .rot_dim = 16, .heads = 2,
+        .head_dim = 300, .v_dim = 150),
     ROW("mla_ds_roundtrip", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64),
     ROW("mla_ds_roundtrip", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .kv_pad = 5),
     ROW("mla_ds_roundtrip", .rows = 7, .kv_lora_rank = 200, .rot_dim = 8),
@@ -804,8 +812,10 @@ static void gemm_release(void *p)
 
 /* version 0: kvcal_gemm_launch (the algorithm chosen for the shape); 1:
  * every candidate cuBLASLt proposes for a tuned shape, one by one (what
- * bench/runner_ops times) */
-static const char *const gemm_versions[] = {"launch", "candidates", NULL};
+ * bench/runner_ops times); 2: kvcal_gemm_launch_ld on x's rows inside a
+ * wider buffer (GEMM_LD_PAD more values a row, NaN: a read of them shows) */
+static const char *const gemm_versions[] = {"launch", "candidates", "strided", NULL};
+#define GEMM_LD_PAD 40
 
 static op_class gemm_class(const op_row *r, int version)
 {
@@ -834,6 +844,25 @@ static void gemm_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
         got = kvcal_test_dev_download_bf16(d_out, n_out);
         EXPECT_NONE(count_far(got, c->ref, n_out, GEMM_ATOL, GEMM_RTOL), n_out,
                     "outputs off the bound");
+    } else if (version == 2) {
+        const int64_t ld = (int64_t)r->k + GEMM_LD_PAD;
+        float *wide = host_alloc((size_t)r->rows * ld * sizeof *wide);
+        for (int64_t i = 0; i < r->rows; i++)
+            for (int64_t j = 0; j < ld; j++)
+                wide[i * ld + j] = j < r->k ? c->x[i * r->k + j] : NAN;
+        kvcal_bf16 *d_wide = kvcal_test_dev_upload_bf16(wide, (int64_t)r->rows * ld);
+        ROW_OK(kvcal_gemm_launch_ld(ctx->gemm, d_out, d_wide, ld, d_w, bias, r->rows,
+                                    r->k, r->n, 0));
+        sync_ok();
+        got = kvcal_test_dev_download_bf16(d_out, n_out);
+        EXPECT_NONE(count_far(got, c->ref, n_out, GEMM_ATOL, GEMM_RTOL), n_out,
+                    "outputs off the bound");
+        /* rows closer than k are refused before any launch */
+        ROW_ASSERT(kvcal_gemm_launch_ld(ctx->gemm, d_out, d_wide, r->k - 1, d_w, bias,
+                                        r->rows, r->k, r->n, 0) == KVCAL_ERR_INVALID_ARG);
+        ROW_ASSERT(kvcal_test_error_has("apart"));
+        free(wide);
+        cudaFree(d_wide);
     } else {
         int count = 0;
         ROW_OK(kvcal_gemm_launch_candidate(ctx->gemm, -1, d_out, d_x, d_w, bias, r->rows,

@@ -32,10 +32,12 @@ enum { GEMM_CACHE = 64, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUN
 #define GEMM_TUNE_FLOPS 1e9
 
 /* What a plan is for: the shape, a bias, and for an FP8 GEMM the scale
- * modes (cublasLtMatmulMatrixScale_t) of A and B and fast accumulation. */
+ * modes (cublasLtMatmulMatrixScale_t) of A and B and fast accumulation;
+ * ldx: the activation's rows that many values apart (0: k, packed). */
 typedef struct gemm_key {
     int rows, k, n, bias;
     int fp8, a_mode, b_mode, fast;
+    int ldx;
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -164,7 +166,7 @@ static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, const gemm_key *ke
                                               &fast, sizeof fast));
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, ab, k, n, k));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, ab, k, rows, k));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, ab, k, rows, key->ldx ? key->ldx : k));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, n, rows, n));
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(
@@ -434,4 +436,19 @@ extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
 {
     return kvcal_gemm_launch_candidate(g, -1, out, x, w, bias, rows, k, n, stream, NULL,
                                        NULL);
+}
+
+extern "C" kvcal_status kvcal_gemm_launch_ld(kvcal_gemm_t *g, kvcal_bf16 *out,
+                                             const kvcal_bf16 *x, int64_t ldx,
+                                             const kvcal_bf16 *w, const kvcal_bf16 *bias,
+                                             int rows, int k, int n, cudaStream_t stream)
+{
+    if (ldx < k || ldx > INT32_MAX)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "gemm: x's rows %lld values apart for k %d: need at least k "
+                          "(and below 2^31)",
+                          (long long)ldx, k);
+    /* packed rows share the plan of kvcal_gemm_launch */
+    const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0, 0, ldx == k ? 0 : (int)ldx};
+    return gemm_run(g, &key, -1, out, x, w, bias, NULL, NULL, stream, NULL, NULL);
 }

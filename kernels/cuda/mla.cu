@@ -1,18 +1,20 @@
 /* kernels/cuda/mla.cu: multi-head latent attention's kernels (kernels/cuda/mla.h).
  *
- * mla_latent_kernel: a warp per token, 8 warps a block over 64 tokens. Lane l
- * owns the latent's channels l, l + 32, ... (the RMSNorm's sum of squares a
- * warp reduction) and the RoPE pairs l, l + 32, ... of the entry's RoPE part
- * and of each query head's. The block folds what it stored into a shared
- * per-channel max (atomicMax on the float bits: |x| >= 0, so integer order is
- * float order, and a NaN, whose bits are above +inf's, wins and surfaces)
- * and a shared histogram, and adds them to the layer's statistics once, into
- * K's and V's alike (an MLA layer caches one entry).
+ * mla_latent_kernel: a warp per token, 8 warps a block over 32 tokens. Lane l
+ * owns the latent's channels l, l + 32, ... (read into registers at once;
+ * the RMSNorm's sum of squares a warp reduction) and the RoPE pairs l,
+ * l + 32, ... of the entry's RoPE part and of each query head's (8 heads'
+ * loads in flight at a time). The block folds what it stored into a shared
+ * per-channel max (atomicMax on the float bits, no two lanes of a warp on
+ * one channel) and a shared histogram (the lanes of a warp that share a bin
+ * add their count with one atomic), and adds them to the layer's statistics
+ * once, into K's and V's alike (an MLA layer caches one entry).
  *
- * mla_expand_kernel: a block per token copies each head's K (its no-RoPE
- * part from kv_b_proj's output, then the shared RoPE part) and V (padded
- * with zeros to v_stride), either alone when the other is NULL, 16 bytes at
- * a time where sizes allow.
+ * mla_expand_kernel: K's (its no-RoPE part from kv_b_proj's output, then
+ * the token's shared RoPE part) or V's output (padded with zeros to
+ * v_stride) as one flat range of units, 16 bytes where sizes allow: each
+ * thread reads 4 units a block width apart, then writes them (every
+ * warp's accesses whole lines, 4 loads a thread in flight).
  *
  * mla_ds_roundtrip_kernel: a block of 128 threads per row, a thread per
  * channel of a 128-value tile: the tile's absmax by a block reduction, then
@@ -28,32 +30,55 @@
 
 // --- the cache point ----------------------------------------------------------------
 
-enum { LATENT_WARPS = 8, LATENT_TOKENS_PER_BLOCK = 64 };
+/* The cache point's tiling; LATENT_CPL_*: the latent's channels a lane
+ * holds, for kv_lora_rank up to 512 (DeepSeek's) or up to the entry's limit. */
+enum {
+    LATENT_WARPS = 8,
+    LATENT_TOKENS_PER_BLOCK = 32,
+    LATENT_Q_HEADS = 8,
+    LATENT_CPL_SHORT = 16,
+    LATENT_CPL_LONG = KVCAL_MLA_MAX_ENTRY / 32
+};
 
-/* Folds |x| into the block's shared max of channel c and its histogram, and
- * the lane's running max. */
-static __device__ __forceinline__ void fold(float x, int c, unsigned *smax,
-                                            unsigned *shist, unsigned *lane_max)
+/* Adds one to the block's shared histogram at bin b for each lane where on:
+ * the lanes that share a bin add their count with one atomic (a warp's
+ * values mostly fall in a few bins: an atomic a lane serialized on them).
+ * Every lane of the warp calls it. */
+static __device__ __forceinline__ void hist_add(unsigned *shist, int b, bool on)
 {
-    const float a = fabsf(x);
-    const unsigned bits = __float_as_uint(a);
-    atomicMax(&smax[c], bits);
-    atomicAdd(&shist[kvcal_hist_bin(a)], 1u);
-    *lane_max = max(*lane_max, bits);
+    const unsigned same = __match_any_sync(0xffffffffu, on ? b : -1);
+    if (on && (threadIdx.x & 31) == __ffs(same) - 1)
+        atomicAdd(&shist[b], (unsigned)__popc(same));
 }
 
-/* RoPE pair j of a row at position p: cos and sin times the factor rounded
- * to bf16 (as transformers' tables), the rotation in bf16 arithmetic. */
-static __device__ __forceinline__ void rotate_pair(__nv_bfloat16 *row, int j, float cs,
-                                                   float sn)
+/* |x| as bits (|x| >= 0: integer order is float order, and a NaN, whose
+ * bits are above +inf's, wins and surfaces), into the warp's histogram and
+ * the lane's running max. */
+static __device__ __forceinline__ unsigned fold(float x, bool on, unsigned *shist,
+                                                unsigned *lane_max)
 {
-    float a = __bfloat162float(row[2 * j]), b = __bfloat162float(row[2 * j + 1]);
+    const float a = fabsf(x);
+    const unsigned bits = on ? __float_as_uint(a) : 0u;
+    hist_add(shist, kvcal_hist_bin(a), on);
+    *lane_max = max(*lane_max, bits);
+    return bits;
+}
+
+/* RoPE pair j of a row, (a, b) read from it: rotated by cos and sin (the
+ * factor's products rounded to bf16, as transformers' tables) in bf16
+ * arithmetic, stored, and left in a and b. */
+static __device__ __forceinline__ void rotate_store(__nv_bfloat16 *row, int j, float &a,
+                                                    float &b, float cs, float sn)
+{
     kvcal_rope_pair_bf16(a, b, cs, sn);
     row[2 * j] = __float2bfloat16_rn(a);
     row[2 * j + 1] = __float2bfloat16_rn(b);
 }
 
-__global__ void __launch_bounds__(LATENT_WARPS * 32)
+/* CPL >= ceil(kv_lora_rank / 32): the latent's channels a lane owns, held in
+ * registers (the row read once, all its loads in flight together). */
+template <int CPL>
+__global__ void __launch_bounds__(LATENT_WARPS * 32, 4)
     mla_latent_kernel(__nv_bfloat16 *__restrict__ entry, // (tokens, entry_stride)
                       int64_t entry_stride,
                       __nv_bfloat16 *__restrict__ q, // (tokens, q_stride) or NULL
@@ -76,39 +101,78 @@ __global__ void __launch_bounds__(LATENT_WARPS * 32)
     const int t0 = blockIdx.x * LATENT_TOKENS_PER_BLOCK;
     const int t1 = min(tokens, t0 + LATENT_TOKENS_PER_BLOCK);
     for (int t = t0 + warp; t < t1; t += LATENT_WARPS) {
+        __nv_bfloat16 *row = entry + (int64_t)t * entry_stride;
+        float x[CPL];
+#pragma unroll
+        for (int i = 0; i < CPL; i++) {
+            const int c = lane + 32 * i;
+            x[i] = c < L ? __bfloat162float(row[c]) : 0.0f;
+        }
         const int p = pos[t];
         if (p < 0)
             continue;
-        __nv_bfloat16 *row = entry + (int64_t)t * entry_stride;
         float ss = 0.0f;
-        for (int c = lane; c < L; c += 32) {
-            const float x = __bfloat162float(row[c]);
-            ss += x * x;
-        }
+#pragma unroll
+        for (int i = 0; i < CPL; i++)
+            if (lane + 32 * i < L)
+                ss += x[i] * x[i];
         for (int o = 16; o > 0; o >>= 1)
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
         const float r = rsqrtf(ss / (float)L + cfg.eps);
-        for (int c = lane; c < L; c += 32) {
-            const float y = kvcal_rbf(kvcal_rbf(__bfloat162float(row[c]) * r) *
-                                      __bfloat162float(w[c]));
-            row[c] = __float2bfloat16_rn(y);
-            if (observe)
-                fold(y, c, smax, shist, &lane_max);
+#pragma unroll
+        for (int i = 0; i < CPL; i++) {
+            const int c = lane + 32 * i;
+            if (32 * i >= L)
+                break;
+            const bool on = c < L;
+            const float y =
+                on ? kvcal_rbf(kvcal_rbf(x[i] * r) * __bfloat162float(w[c])) : 0.0f;
+            if (on)
+                row[c] = __float2bfloat16_rn(y);
+            if (observe) {
+                const unsigned m = fold(y, on, shist, &lane_max);
+                if (on)
+                    atomicMax(&smax[c], m);
+            }
         }
         __nv_bfloat16 *qrow = q ? q + (int64_t)t * q_stride + cfg.qk_dim - R : nullptr;
-        for (int j = lane; j < R / 2; j += 32) {
-            float sn, cs;
-            sincosf((float)p * cfg.inv_freq[j], &sn, &cs);
-            sn = kvcal_rbf(sn * cfg.attention_factor);
-            cs = kvcal_rbf(cs * cfg.attention_factor);
-            rotate_pair(row + L, j, cs, sn);
-            if (observe) {
-                fold(__bfloat162float(row[L + 2 * j]), L + 2 * j, smax, shist, &lane_max);
-                fold(__bfloat162float(row[L + 2 * j + 1]), L + 2 * j + 1, smax, shist,
-                     &lane_max);
+        for (int j0 = 0; j0 < R / 2; j0 += 32) {
+            const int j = j0 + lane;
+            const bool on = j < R / 2;
+            const int c = L + 2 * j;
+            float sn = 0.0f, cs = 0.0f, a = 0.0f, b = 0.0f;
+            if (on) {
+                a = __bfloat162float(row[c]);
+                b = __bfloat162float(row[c + 1]);
+                sincosf((float)p * cfg.inv_freq[j], &sn, &cs);
+                sn = kvcal_rbf(sn * cfg.attention_factor);
+                cs = kvcal_rbf(cs * cfg.attention_factor);
+                rotate_store(row + L, j, a, b, cs, sn);
             }
-            for (int h = 0; qrow && h < cfg.n_heads; h++)
-                rotate_pair(qrow + (int64_t)h * cfg.qk_dim, j, cs, sn);
+            if (observe) {
+                const unsigned ma = fold(a, on, shist, &lane_max);
+                const unsigned mb = fold(b, on, shist, &lane_max);
+                if (on) {
+                    atomicMax(&smax[c], ma);
+                    atomicMax(&smax[c + 1], mb);
+                }
+            }
+            // the query's heads LATENT_Q_HEADS at a time: their loads in flight together
+            for (int h0 = 0; qrow && on && h0 < cfg.n_heads; h0 += LATENT_Q_HEADS) {
+                float qa[LATENT_Q_HEADS], qb[LATENT_Q_HEADS];
+#pragma unroll
+                for (int k = 0; k < LATENT_Q_HEADS; k++) {
+                    const __nv_bfloat16 *qh = qrow + (int64_t)(h0 + k) * cfg.qk_dim;
+                    const bool hk = h0 + k < cfg.n_heads;
+                    qa[k] = hk ? __bfloat162float(qh[2 * j]) : 0.0f;
+                    qb[k] = hk ? __bfloat162float(qh[2 * j + 1]) : 0.0f;
+                }
+#pragma unroll
+                for (int k = 0; k < LATENT_Q_HEADS; k++)
+                    if (h0 + k < cfg.n_heads)
+                        rotate_store(qrow + (int64_t)(h0 + k) * cfg.qk_dim, j, qa[k],
+                                     qb[k], cs, sn);
+            }
         }
     }
     if (!observe)
@@ -156,49 +220,113 @@ extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry
     if (obs)
         o = *obs;
     const int blocks = (tokens + LATENT_TOKENS_PER_BLOCK - 1) / LATENT_TOKENS_PER_BLOCK;
-    mla_latent_kernel<<<blocks, LATENT_WARPS * 32, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(entry), entry_stride,
-        reinterpret_cast<__nv_bfloat16 *>(q), q_stride, pos, tokens, *cfg, o,
-        obs != NULL);
+    auto *e = reinterpret_cast<__nv_bfloat16 *>(entry);
+    auto *qq = reinterpret_cast<__nv_bfloat16 *>(q);
+    if (cfg->kv_lora_rank <= 32 * LATENT_CPL_SHORT)
+        mla_latent_kernel<LATENT_CPL_SHORT><<<blocks, LATENT_WARPS * 32, 0, stream>>>(
+            e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
+    else
+        mla_latent_kernel<LATENT_CPL_LONG><<<blocks, LATENT_WARPS * 32, 0, stream>>>(
+            e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
     KVCAL_CUDA_CHECK_LAUNCH("mla_latent_kernel");
     return KVCAL_OK;
 }
 
 // --- the expansion into K and V --------------------------------------------------
 
-/* Copies n units of T (one bf16, or 8 as a uint4) from src to dst. */
-template <typename T>
-static __device__ __forceinline__ void copy_units(T *dst, const T *src, int n)
+enum { EXPAND_THREADS = 256, EXPAND_UNITS = 4 };
+
+/* One output of the expansion: per token, n_heads rows of rw units; unit r
+ * of head h of token t is a[(t * n_heads + h) * as + r] below n0, then
+ * b[t * bs + r - n0] below n0 + n1 (the token's shared RoPE part), then
+ * zero. */
+template <typename T> struct expand_out {
+    T *out;
+    const T *a, *b;
+    int64_t as, bs, units;
+    int n0, n1, rw, n_heads;
+};
+
+/* i / d, in 32 bits where i fits them (small: the same for the whole grid). */
+static __device__ __forceinline__ int64_t div_small(int64_t i, int d, bool small)
 {
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        dst[i] = src[i];
+    return small ? (int64_t)((uint32_t)i / (uint32_t)d) : i / d;
 }
 
-/* Everything in units of T: VEC bf16 values each. */
-template <typename T, int VEC>
-__global__ void mla_expand_kernel(T *__restrict__ k, T *__restrict__ v, int v_stride,
-                                  const T *__restrict__ kvb, const T *__restrict__ entry,
-                                  int64_t entry_stride, int n_heads, int nope, int v_dim,
-                                  int kv_lora_rank, int rope_dim)
+/* A block copies EXPAND_THREADS * EXPAND_UNITS consecutive units of o:
+ * each thread's EXPAND_UNITS, a block width apart, read together, then
+ * written (every warp's loads and stores whole lines). Units of T: VEC bf16
+ * values each. */
+template <typename T>
+__global__ void __launch_bounds__(EXPAND_THREADS) mla_expand_kernel(expand_out<T> o)
 {
-    const int64_t t = blockIdx.x;
-    const int qk = (nope + rope_dim) / VEC, kvw = (nope + v_dim) / VEC;
-    const int nu = nope / VEC, ru = rope_dim / VEC, vu = v_dim / VEC, su = v_stride / VEC;
-    const T *pe = entry + t * (entry_stride / VEC) + kv_lora_rank / VEC;
-    for (int h = 0; h < n_heads; h++) {
-        const T *src = kvb + (t * n_heads + h) * kvw;
-        if (k) {
-            T *kh = k + (t * n_heads + h) * qk;
-            copy_units(kh, src, nu);
-            copy_units(kh + nu, pe, ru);
+    const int64_t i0 =
+        blockIdx.x * (int64_t)(EXPAND_THREADS * EXPAND_UNITS) + threadIdx.x;
+    const bool small = o.units + EXPAND_THREADS * EXPAND_UNITS <= (int64_t)UINT32_MAX;
+    // token t, head h and unit r of i0, then of each next unit a block width on
+    const int64_t row = div_small(i0, o.rw, small);
+    int64_t t = div_small(row, o.n_heads, small);
+    int h = (int)(row - t * o.n_heads), r = (int)(i0 - row * o.rw);
+    const int step_rows = EXPAND_THREADS / o.rw, step_r = EXPAND_THREADS % o.rw;
+    const int step_t = step_rows / o.n_heads, step_h = step_rows % o.n_heads;
+    T x[EXPAND_UNITS];
+#pragma unroll
+    for (int u = 0; u < EXPAND_UNITS; u++) {
+        x[u] = T{};
+        if (i0 + (int64_t)u * EXPAND_THREADS < o.units) {
+            if (r < o.n0)
+                x[u] = o.a[(t * o.n_heads + h) * o.as + r];
+            else if (r < o.n0 + o.n1)
+                x[u] = o.b[t * o.bs + r - o.n0];
         }
-        if (v) {
-            T *vh = v + (t * n_heads + h) * su;
-            copy_units(vh, src + nu, vu);
-            for (int i = vu + threadIdx.x; i < su; i += blockDim.x)
-                vh[i] = T{};
-        }
+        r += step_r;
+        h += step_h + (r >= o.rw);
+        r -= r >= o.rw ? o.rw : 0;
+        t += step_t + (h >= o.n_heads);
+        h -= h >= o.n_heads ? o.n_heads : 0;
     }
+#pragma unroll
+    for (int u = 0; u < EXPAND_UNITS; u++) {
+        const int64_t i = i0 + (int64_t)u * EXPAND_THREADS;
+        if (i < o.units)
+            o.out[i] = x[u];
+    }
+}
+
+/* Queues K's expansion, then V's, in units of T (VEC bf16 values each). */
+template <typename T, int VEC>
+static void expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
+                          const kvcal_bf16 *kvb, const kvcal_bf16 *entry,
+                          int64_t entry_stride, int tokens, int n_heads, int nope,
+                          int v_dim, int kv_lora_rank, int rope_dim, cudaStream_t stream)
+{
+    const int64_t rows = (int64_t)tokens * n_heads, kvw = (nope + v_dim) / VEC;
+    const int qk = (nope + rope_dim) / VEC, per_block = EXPAND_THREADS * EXPAND_UNITS;
+    const T *src = reinterpret_cast<const T *>(kvb);
+    const expand_out<T> ko = {reinterpret_cast<T *>(k),
+                              src,
+                              reinterpret_cast<const T *>(entry) + kv_lora_rank / VEC,
+                              kvw,
+                              entry_stride / VEC,
+                              k ? rows * qk : 0,
+                              nope / VEC,
+                              rope_dim / VEC,
+                              qk,
+                              n_heads};
+    const expand_out<T> vo = {reinterpret_cast<T *>(v),
+                              src + nope / VEC,
+                              nullptr,
+                              kvw,
+                              0,
+                              v ? rows * (v_stride / VEC) : 0,
+                              v_dim / VEC,
+                              0,
+                              v_stride / VEC,
+                              n_heads};
+    for (const expand_out<T> &o : {ko, vo})
+        if (o.units)
+            mla_expand_kernel<T><<<(unsigned)((o.units + per_block - 1) / per_block),
+                                   EXPAND_THREADS, 0, stream>>>(o);
 }
 
 extern "C" kvcal_status
@@ -224,14 +352,12 @@ kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_
                     v_stride % 8 == 0 && kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 &&
                     entry_stride % 8 == 0;
     if (vec)
-        mla_expand_kernel<uint4, 8><<<tokens, 128, 0, stream>>>(
-            reinterpret_cast<uint4 *>(k), reinterpret_cast<uint4 *>(v), v_stride,
-            reinterpret_cast<const uint4 *>(kvb), reinterpret_cast<const uint4 *>(entry),
-            entry_stride, n_heads, nope, v_dim, kv_lora_rank, rope_dim);
+        expand_launch<uint4, 8>(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads,
+                                nope, v_dim, kv_lora_rank, rope_dim, stream);
     else
-        mla_expand_kernel<kvcal_bf16, 1>
-            <<<tokens, 128, 0, stream>>>(k, v, v_stride, kvb, entry, entry_stride,
-                                         n_heads, nope, v_dim, kv_lora_rank, rope_dim);
+        expand_launch<__nv_bfloat16, 1>(k, v, v_stride, kvb, entry, entry_stride, tokens,
+                                        n_heads, nope, v_dim, kv_lora_rank, rope_dim,
+                                        stream);
     KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
     return KVCAL_OK;
 }

@@ -141,6 +141,14 @@ kvcal_status kvcal_gemm_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_
                                const kvcal_bf16 *w, const kvcal_bf16 *bias, int rows,
                                int k, int n, cudaStream_t stream);
 
+/* kvcal_gemm_launch with x's rows ldx >= k values apart (x read in place
+ * inside a wider buffer: MLA's latent, the first kv_lora_rank values of
+ * each cached entry). */
+kvcal_status kvcal_gemm_launch_ld(kvcal_gemm_t *gemm, kvcal_bf16 *out,
+                                  const kvcal_bf16 *x, int64_t ldx, const kvcal_bf16 *w,
+                                  const kvcal_bf16 *bias, int rows, int k, int n,
+                                  cudaStream_t stream);
+
 /* kvcal_gemm_launch with cuBLASLt's candidate algorithm `candidate` of the
  * shape (0 .. *count - 1, in the heuristic's order; -1: the one
  * kvcal_gemm_launch uses), for bench/runner_ops and the tests. The shape is
