@@ -159,7 +159,9 @@ static __device__ void kvcal_fp8_quant_groups(const __nv_bfloat16 *act, int n,
  * i, the copies of groups i + 1 .. i + S are in flight (cp.async into S
  * slots of shared memory), so that the loads of the next rows run under
  * the arithmetic, the row max's barrier and the stores of this one. Each
- * thread copies and reads only its own words: no barrier guards a slot.
+ * thread copies and reads only its own words: no barrier guards a slot,
+ * only the order of its own reads against its wait and its next copies
+ * (cp_async.cuh's asm statements do not fence the compiler: these do).
  * S 0: no staging, the words loaded from global memory when taken, a
  * block a group.
  *
@@ -171,6 +173,7 @@ static __device__ __forceinline__ void kvcal_stage_issue(uint4 *slot, int g, int
 {
     const __nv_bfloat16 *p[NSRC];
     const int n = g < groups ? src(g, p) : 0;
+    asm volatile("" ::: "memory"); /* the slot's reads stay before its new copies */
 #pragma unroll
     for (int j = 0; j < CH; j++) {
         const int c = (t + j * tpr) * 8;
@@ -206,6 +209,7 @@ static __device__ __forceinline__ const uint4 *kvcal_stage_slot(const uint4 *sta
 {
     if constexpr (S > 0) {
         cp_async_wait<S - 1>();
+        asm volatile("" ::: "memory"); /* the slot's reads stay after the wait */
         return stage + i % S * kvcal_stage_words<CH, NSRC>(blockDim.x);
     }
     return stage;
