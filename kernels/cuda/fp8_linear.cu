@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(REG_TPR_MAX)
     };
     kvcal_stage_start<S, CH, 1>(stage, groups, t, tpr, src);
     kvcal_stage_loop<S>(groups, [&](int g, int i) {
-        const uint4 *slot = kvcal_stage_slot<S, CH, 1>(stage, i);
+        const auto slot = kvcal_stage_slot<S, CH, 1>(stage, i, groups, src);
         const int64_t r = (int64_t)g * rpb + threadIdx.x / tpr;
         const int n = r < rows ? k : 0;
         const __nv_bfloat16 *xr = x + r * k;
@@ -90,11 +90,11 @@ __global__ void __launch_bounds__(REG_TPR_MAX)
         for (int j = 0; j < CH; j++) {
             const int c = (t + j * tpr) * 8;
             if (c < n) {
-                v[j] = kvcal_stage_word<S, 1>(slot, j, 0, xr + c);
+                v[j] = kvcal_stage_word<S, 1>(slot, j, 0, c, xr + c);
                 m = kvcal_bf16x8_absmax(v[j], m);
             }
         }
-        kvcal_stage_next<S, CH, 1>(stage, i, groups, t, tpr, src);
+        kvcal_stage_done<S>();
         kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, n, m, xq + r * k,
                                        r < rows ? xs + r : NULL, input_scale,
                                        part[i & 1]);
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(REG_TPR_MAX)
     };
     kvcal_stage_start<S, CH, 2>(smem, rows, t, tpr, src);
     kvcal_stage_loop<S>(rows, [&](int r, int i) {
-        const uint4 *slot = kvcal_stage_slot<S, CH, 2>(smem, i);
+        const auto slot = kvcal_stage_slot<S, CH, 2>(smem, i, rows, src);
         const __nv_bfloat16 *g = gate_up + (int64_t)r * 2 * n;
         uint8_t *qr = xq + (int64_t)r * n;
         uint4 v[CH];
@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(REG_TPR_MAX)
             const int c = (t + j * tpr) * 8;
             if (c < n) {
                 bf16x8 a, b;
-                a.u = kvcal_stage_word<S, 2>(slot, j, 0, g + c);
-                b.u = kvcal_stage_word<S, 2>(slot, j, 1, g + n + c);
+                a.u = kvcal_stage_word<S, 2>(slot, j, 0, c, g + c);
+                b.u = kvcal_stage_word<S, 2>(slot, j, 1, c, g + n + c);
                 for (int h = 0; h < 4; h++)
                     a.h[h] = kvcal_swiglu2_bf16(a.h[h], b.h[h]);
                 v[j] = a.u;
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(REG_TPR_MAX)
                     *reinterpret_cast<uint4 *>(act + c) = a.u;
             }
         }
-        kvcal_stage_next<S, CH, 2>(smem, i, rows, t, tpr, src);
+        kvcal_stage_done<S>();
         if (MODE == KVCAL_FP8A_GROUP)
             kvcal_fp8_quant_groups(act, n, qr, xs, r, rows, group);
         else

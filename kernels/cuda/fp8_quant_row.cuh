@@ -173,7 +173,6 @@ static __device__ __forceinline__ void kvcal_stage_issue(uint4 *slot, int g, int
 {
     const __nv_bfloat16 *p[NSRC];
     const int n = g < groups ? src(g, p) : 0;
-    asm volatile("" ::: "memory"); /* the slot's reads stay before its new copies */
 #pragma unroll
     for (int j = 0; j < CH; j++) {
         const int c = (t + j * tpr) * 8;
@@ -203,38 +202,57 @@ static __device__ __forceinline__ void kvcal_stage_start(uint4 *stage, int group
                                     blockIdx.x + i * gridDim.x, groups, t, tpr, src);
 }
 
-/* The slot of group i of the block, once its copies have landed. */
-template <int S, int CH, int NSRC>
-static __device__ __forceinline__ const uint4 *kvcal_stage_slot(const uint4 *stage, int i)
+/* Group i's slot of the block (its copies landed) and the sources of group
+ * i + S, whose copies go into that slot word by word as group i's words
+ * are taken (kvcal_stage_word), so that they leave during group i's
+ * arithmetic, not after it. */
+template <int NSRC> struct kvcal_stage_group {
+    uint4 *slot;
+    const __nv_bfloat16 *next[NSRC];
+    int n_next; /* the next group's row length for this thread: at most
+                 * this group's (rows past the end follow rows past it) */
+};
+
+template <int S, int CH, int NSRC, typename Src>
+static __device__ __forceinline__ kvcal_stage_group<NSRC>
+kvcal_stage_slot(uint4 *stage, int i, int groups, Src src)
 {
+    kvcal_stage_group<NSRC> q;
+    q.slot = stage;
+    q.n_next = 0;
     if constexpr (S > 0) {
+        const int g = blockIdx.x + (i + S) * gridDim.x;
+        q.n_next = g < groups ? src(g, q.next) : 0;
         cp_async_wait<S - 1>();
         asm volatile("" ::: "memory"); /* the slot's reads stay after the wait */
-        return stage + i % S * kvcal_stage_words<CH, NSRC>(blockDim.x);
+        q.slot += i % S * kvcal_stage_words<CH, NSRC>(blockDim.x);
     }
-    return stage;
+    return q;
 }
 
-/* This thread's word j of source s in a slot; S 0: the word at src, the
- * row's word at its column (t + j * tpr) * 8. */
+/* This thread's word j of source s (column c of its row) from group i's
+ * slot, then the copy of the next group's word into its place; S 0: the
+ * word at p, from global memory. */
 template <int S, int NSRC>
-static __device__ __forceinline__ uint4 kvcal_stage_word(const uint4 *slot, int j, int s,
-                                                         const __nv_bfloat16 *src)
+static __device__ __forceinline__ uint4 kvcal_stage_word(const kvcal_stage_group<NSRC> &q,
+                                                         int j, int s, int c,
+                                                         const __nv_bfloat16 *p)
 {
-    if constexpr (S > 0)
-        return slot[(j * NSRC + s) * blockDim.x + threadIdx.x];
-    return *reinterpret_cast<const uint4 *>(src);
+    if constexpr (S == 0)
+        return *reinterpret_cast<const uint4 *>(p);
+    uint4 *w = q.slot + (j * NSRC + s) * blockDim.x + threadIdx.x;
+    const uint4 v = *w;
+    asm volatile("" ::: "memory"); /* the read stays before the copy over it */
+    if (c < q.n_next && q.next[s])
+        cp_async16(w, q.next[s] + c, true);
+    return v;
 }
 
-/* Once group i's words are taken: the copies of group i + S into its slot. */
-template <int S, int CH, int NSRC, typename Src>
-static __device__ __forceinline__ void kvcal_stage_next(uint4 *stage, int i, int groups,
-                                                        int t, int tpr, Src src)
+/* After group i's last word: the next group's copies, one group. */
+template <int S> static __device__ __forceinline__ void kvcal_stage_done()
 {
     if constexpr (S > 0)
-        kvcal_stage_issue<CH, NSRC>(
-            stage + i % S * kvcal_stage_words<CH, NSRC>(blockDim.x),
-            blockIdx.x + (i + S) * gridDim.x, groups, t, tpr, src);
+        cp_async_commit();
 }
 
 /* body(g, i) for each group g = blockIdx.x + i * gridDim.x of the block

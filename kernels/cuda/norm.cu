@@ -202,7 +202,7 @@ add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
     };
     kvcal_stage_start<S, CH, 2>(smem, rows, t, tpr, src);
     kvcal_stage_loop<S>(rows, [&](int row, int i) {
-        const uint4 *slot = kvcal_stage_slot<S, CH, 2>(smem, i);
+        const auto slot = kvcal_stage_slot<S, CH, 2>(smem, i, rows, src);
         __nv_bfloat16 *r = residual + (int64_t)row * dim;
         const __nv_bfloat16 *d = delta ? delta + (int64_t)row * dim : nullptr;
         uint4 v[CH];
@@ -211,12 +211,12 @@ add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
         for (int j = 0; j < CH; j++) {
             const int c = (t + j * tpr) * 8;
             if (c < dim)
-                v[j] = add8w(kvcal_stage_word<S, 2>(slot, j, 0, r + c),
-                             d ? kvcal_stage_word<S, 2>(slot, j, 1, d + c)
+                v[j] = add8w(kvcal_stage_word<S, 2>(slot, j, 0, c, r + c),
+                             d ? kvcal_stage_word<S, 2>(slot, j, 1, c, d + c)
                                : make_uint4(0, 0, 0, 0),
                              d != nullptr, r, c, &ss);
         }
-        kvcal_stage_next<S, CH, 2>(smem, i, rows, t, tpr, src);
+        kvcal_stage_done<S>();
         const float scale = rsqrtf(block_sum(ss, scratch[i & 1]) / (float)dim + eps);
 #pragma unroll
         for (int j = 0; j < CH; j++) {
