@@ -410,6 +410,10 @@ static const op_row rows[] = {
     ROW("fp8_quant_act", .rows = 37, .cols = 14336, .fp8_a = KVCAL_FP8A_TOKEN),
     ROW("fp8_quant_act", .rows = 3, .cols = 28672, .fp8_a = KVCAL_FP8A_STATIC),
     ROW("fp8_quant_act", .rows = 3, .cols = 20480, .fp8_a = KVCAL_FP8A_TOKEN),
+    /* rows staged ahead by resident blocks that loop: more 4096-value rows
+     * than an H200's blocks hold at once (2 a block), the last group short */
+    ROW("fp8_quant_act", .rows = 4099, .cols = 4096, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_quant_act", .rows = 4099, .cols = 4096, .fp8_a = KVCAL_FP8A_STATIC),
 
     /* every scheme of core/fp8_linear.h; blocks of 64: the fallback alone */
     ROW("fp8_linear", .rows = 19, .k = 384, .n = 256, .bias = 1,
@@ -448,6 +452,10 @@ static const op_row rows[] = {
     ROW("fp8_swiglu_quant", .rows = 3, .cols = 28672, .fp8_a = KVCAL_FP8A_TOKEN),
     ROW("fp8_swiglu_quant", .rows = 2, .cols = 40064, .fp8_a = KVCAL_FP8A_GROUP,
         .group = 128),
+    /* rows staged ahead by resident blocks that loop: more rows than an
+     * H200's blocks hold at once (Llama-3-8B's 14336 outputs, and 4096) */
+    ROW("fp8_swiglu_quant", .rows = 601, .cols = 14336, .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_swiglu_quant", .rows = 2003, .cols = 4096, .fp8_a = KVCAL_FP8A_STATIC),
 
     /* add + RMSNorm with the quantization as its epilogue: every mode, with
      * and without the add, 128 and 256 threads a row (dim below and from
@@ -467,6 +475,11 @@ static const op_row rows[] = {
     ROW("fp8_add_rmsnorm_quant", .rows = 5, .cols = 16384, .delta = 1,
         .fp8_a = KVCAL_FP8A_TOKEN),
     ROW("fp8_add_rmsnorm_quant", .rows = 2, .cols = 24576, .fp8_a = KVCAL_FP8A_STATIC),
+    /* rows staged ahead by resident blocks that loop (more rows than an
+     * H200's blocks hold at once), with and without the add */
+    ROW("fp8_add_rmsnorm_quant", .rows = 2003, .cols = 4096, .delta = 1,
+        .fp8_a = KVCAL_FP8A_TOKEN),
+    ROW("fp8_add_rmsnorm_quant", .rows = 2003, .cols = 4096, .fp8_a = KVCAL_FP8A_STATIC),
 };
 #define NUM_ROWS (sizeof rows / sizeof rows[0])
 

@@ -60,37 +60,50 @@ __global__ void quant_row_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x,
 }
 
 /* Rows of 16-byte words held in registers (kernels/cuda/fp8_quant_row.cuh):
- * tpr threads a row, CH words a thread, blockDim.x / tpr rows a block, the
- * row read once. */
+ * tpr threads a row, CH words a thread, blockDim.x / tpr rows a block (a
+ * group), the row read once; S groups staged ahead (S 0: a block a group). */
 enum { REG_TPR_MAX = 512 };
 
-template <kvcal_fp8_act_scale MODE, int CH>
+template <kvcal_fp8_act_scale MODE, int CH, int S>
 __global__ void __launch_bounds__(REG_TPR_MAX)
     quant_rows_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *x, int rows, int k,
                       int tpr, const float *input_scale)
 {
-    __shared__ float part[REG_TPR_MAX / 32];
-    const int t = threadIdx.x % tpr;
-    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr;
-    const int n = r < rows ? k : 0;
-    const __nv_bfloat16 *xr = x + r * k;
-    uint4 v[CH];
-    float m = 0.0f;
+    extern __shared__ uint4 stage[];
+    __shared__ float part[2][REG_TPR_MAX / 32];
+    const int t = threadIdx.x % tpr, rpb = blockDim.x / tpr;
+    const int groups = (rows + rpb - 1) / rpb;
+    auto src = [=](int g, const __nv_bfloat16 **p) {
+        const int64_t r = (int64_t)g * rpb + threadIdx.x / tpr;
+        p[0] = x + r * k;
+        return r < rows ? k : 0;
+    };
+    kvcal_stage_start<S, CH, 1>(stage, groups, t, tpr, src);
+    kvcal_stage_loop<S>(groups, [&](int g, int i) {
+        const auto slot = kvcal_stage_slot<S, CH, 1>(stage, i, groups, src);
+        const int64_t r = (int64_t)g * rpb + threadIdx.x / tpr;
+        const int n = r < rows ? k : 0;
+        const __nv_bfloat16 *xr = x + r * k;
+        uint4 v[CH];
+        float m = 0.0f;
 #pragma unroll
-    for (int j = 0; j < CH; j++) {
-        const int c = (t + j * tpr) * 8;
-        if (c < n) {
-            v[j] = *reinterpret_cast<const uint4 *>(xr + c);
-            m = kvcal_bf16x8_absmax(v[j], m);
+        for (int j = 0; j < CH; j++) {
+            const int c = (t + j * tpr) * 8;
+            if (c < n) {
+                v[j] = kvcal_stage_word<S, 1>(slot, j, 0, c, xr + c);
+                m = kvcal_bf16x8_absmax(v[j], m);
+            }
         }
-    }
-    kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, n, m, xq + r * k, r < rows ? xs + r : NULL,
-                                   input_scale, part);
+        kvcal_stage_done<S>();
+        kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, n, m, xq + r * k,
+                                       r < rows ? xs + r : NULL, input_scale,
+                                       part[i & 1]);
+    });
 }
 
-/* Words a thread holds: 4 for rows up to 16,384 values, else 16 (up to
- * 65,536: REG_TPR_MAX threads). */
-enum { CH_SHORT = 4, CH_LONG = 16 };
+/* Words a thread holds: 4 for rows up to 16,384 values (staged two groups
+ * ahead), else 16 (up to 65,536: REG_TPR_MAX threads; not staged). */
+enum { CH_SHORT = 4, CH_LONG = 16, QUANT_STAGES = 2 };
 
 static int reg_ch(int n)
 {
@@ -112,18 +125,31 @@ static int reg_tpr(int n, int least)
     return t;
 }
 
-template <kvcal_fp8_act_scale MODE>
-static void quant_rows(uint8_t *xq, float *xs, const __nv_bfloat16 *x, int rows, int k,
-                       const float *input_scale, cudaStream_t stream)
+template <kvcal_fp8_act_scale MODE, int CH, int S>
+static kvcal_status quant_rows_ch(uint8_t *xq, float *xs, const __nv_bfloat16 *x,
+                                  int rows, int k, const float *input_scale,
+                                  cudaStream_t stream)
 {
     const int tpr = reg_tpr(k, 32), block = tpr < 256 ? 256 : tpr, rpb = block / tpr;
-    const unsigned blocks = (unsigned)((rows + rpb - 1) / rpb);
+    const size_t smem = (size_t)S * kvcal_stage_words<CH, 1>(block) * sizeof(uint4);
+    unsigned grid;
+    kvcal_status st = kvcal_stage_grid(quant_rows_kernel<MODE, CH, S>, block, smem,
+                                       (rows + rpb - 1) / rpb, &grid);
+    if (st)
+        return st;
+    quant_rows_kernel<MODE, CH, S>
+        <<<grid, block, smem, stream>>>(xq, xs, x, rows, k, tpr, input_scale);
+    return KVCAL_OK;
+}
+
+template <kvcal_fp8_act_scale MODE>
+static kvcal_status quant_rows(uint8_t *xq, float *xs, const __nv_bfloat16 *x, int rows,
+                               int k, const float *input_scale, cudaStream_t stream)
+{
     if (reg_ch(k) == CH_SHORT)
-        quant_rows_kernel<MODE, CH_SHORT>
-            <<<blocks, block, 0, stream>>>(xq, xs, x, rows, k, tpr, input_scale);
-    else
-        quant_rows_kernel<MODE, CH_LONG>
-            <<<blocks, block, 0, stream>>>(xq, xs, x, rows, k, tpr, input_scale);
+        return quant_rows_ch<MODE, CH_SHORT, QUANT_STAGES>(xq, xs, x, rows, k,
+                                                           input_scale, stream);
+    return quant_rows_ch<MODE, CH_LONG, 0>(xq, xs, x, rows, k, input_scale, stream);
 }
 
 /* One warp per (row, group of `group` columns). */
@@ -169,10 +195,12 @@ extern "C" kvcal_status kvcal_fp8_quant_act_launch(uint8_t *xq, float *xs,
         quant_group_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(
             xq, xs, xb, rows, k, group);
     } else if (vec_ok && held(k)) {
-        if (mode == KVCAL_FP8A_TOKEN)
-            quant_rows<KVCAL_FP8A_TOKEN>(xq, xs, xb, rows, k, NULL, stream);
-        else
-            quant_rows<KVCAL_FP8A_STATIC>(xq, xs, xb, rows, k, input_scale, stream);
+        const kvcal_status st =
+            mode == KVCAL_FP8A_TOKEN
+                ? quant_rows<KVCAL_FP8A_TOKEN>(xq, xs, xb, rows, k, NULL, stream)
+                : quant_rows<KVCAL_FP8A_STATIC>(xq, xs, xb, rows, k, input_scale, stream);
+        if (st)
+            return st;
     } else if (mode == KVCAL_FP8A_TOKEN) {
         quant_row_kernel<true><<<rows, ROW_THREADS, 0, stream>>>(xq, xs, xb, k, NULL);
     } else {
@@ -191,66 +219,84 @@ union bf16x8 {
     __nv_bfloat162 h[4];
 };
 
-/* One row a block of blockDim.x threads (reg_tpr(n, 128), CH words a
- * thread): the row's
- * SwiGLU (silu(gate) rounded to bf16, times up, rounded:
- * kvcal_swiglu_launch's arithmetic) into registers as
+/* A row a block pass of blockDim.x threads (reg_tpr(n, 128), CH words a
+ * thread): the row's SwiGLU (silu(gate) rounded to bf16, times up,
+ * rounded: kvcal_swiglu_launch's arithmetic) into registers as
  * kernels/cuda/fp8_quant_row.cuh lays a row out, then quantized as
  * quant_rows_kernel / quant_group_kernel quantize a bf16 row (GROUP:
- * through shared memory). n a multiple of 8, gate_up 16-byte and xq 8-byte
- * aligned. */
-template <kvcal_fp8_act_scale MODE, int CH>
+ * through shared memory, a block a row). S rows of gate and up staged
+ * ahead. n a multiple of 8, gate_up 16-byte and xq 8-byte aligned. */
+template <kvcal_fp8_act_scale MODE, int CH, int S>
 __global__ void __launch_bounds__(REG_TPR_MAX)
     swiglu_quant_kernel(uint8_t *xq, float *xs, const __nv_bfloat16 *gate_up, int rows,
                         int n, int group, const float *input_scale)
 {
-    extern __shared__ uint4 smem[];
-    __shared__ float part[REG_TPR_MAX / 32];
-    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // GROUP: (n) the row
-    const int64_t r = blockIdx.x;
+    extern __shared__ uint4 smem[]; // S slots, or GROUP: (n) the row's bf16
+    __shared__ float part[2][REG_TPR_MAX / 32];
+    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem);
     const int t = threadIdx.x, tpr = blockDim.x;
-    const __nv_bfloat16 *g = gate_up + r * 2 * n, *u = g + n;
-    uint8_t *qr = xq + r * n;
-    uint4 v[CH];
-    float m = 0.0f;
+    auto src = [=](int r, const __nv_bfloat16 **p) {
+        p[0] = gate_up + (int64_t)r * 2 * n;
+        p[1] = p[0] + n;
+        return n;
+    };
+    kvcal_stage_start<S, CH, 2>(smem, rows, t, tpr, src);
+    kvcal_stage_loop<S>(rows, [&](int r, int i) {
+        const auto slot = kvcal_stage_slot<S, CH, 2>(smem, i, rows, src);
+        const __nv_bfloat16 *g = gate_up + (int64_t)r * 2 * n;
+        uint8_t *qr = xq + (int64_t)r * n;
+        uint4 v[CH];
+        float m = 0.0f;
 #pragma unroll
-    for (int j = 0; j < CH; j++) {
-        const int c = (t + j * tpr) * 8;
-        if (c < n) {
-            bf16x8 a, b;
-            a.u = *reinterpret_cast<const uint4 *>(g + c);
-            b.u = *reinterpret_cast<const uint4 *>(u + c);
-            for (int i = 0; i < 4; i++)
-                a.h[i] = kvcal_swiglu2_bf16(a.h[i], b.h[i]);
-            v[j] = a.u;
-            m = kvcal_bf16x8_absmax(a.u, m);
-            if (MODE == KVCAL_FP8A_GROUP)
-                *reinterpret_cast<uint4 *>(act + c) = a.u;
+        for (int j = 0; j < CH; j++) {
+            const int c = (t + j * tpr) * 8;
+            if (c < n) {
+                bf16x8 a, b;
+                a.u = kvcal_stage_word<S, 2>(slot, j, 0, c, g + c);
+                b.u = kvcal_stage_word<S, 2>(slot, j, 1, c, g + n + c);
+                for (int h = 0; h < 4; h++)
+                    a.h[h] = kvcal_swiglu2_bf16(a.h[h], b.h[h]);
+                v[j] = a.u;
+                m = kvcal_bf16x8_absmax(a.u, m);
+                if (MODE == KVCAL_FP8A_GROUP)
+                    *reinterpret_cast<uint4 *>(act + c) = a.u;
+            }
         }
-    }
-    if (MODE == KVCAL_FP8A_GROUP)
-        kvcal_fp8_quant_groups(act, n, qr, xs, r, rows, group);
-    else
-        kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, n, m, qr, xs + r, input_scale, part);
+        kvcal_stage_done<S>();
+        if (MODE == KVCAL_FP8A_GROUP)
+            kvcal_fp8_quant_groups(act, n, qr, xs, r, rows, group);
+        else
+            kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, n, m, qr, xs + r, input_scale,
+                                           part[i & 1]);
+    });
 }
 
 /* Shared memory of swiglu_quant_kernel per group: 227 KiB a block on
  * Hopper, at least 99 KiB from compute capability 8.6 on (n up to 50,688,
- * which the registers of a block hold too). */
-enum { SWIGLU_QUANT_SMEM_MAX = 99 * 1024 };
+ * which the registers of a block hold too). Per token and static, rows of
+ * up to 16,384 values are staged a row ahead (64 KiB at most). */
+enum { SWIGLU_QUANT_SMEM_MAX = 99 * 1024, SWIGLU_STAGES = 1 };
 
-template <kvcal_fp8_act_scale MODE, int CH>
+template <kvcal_fp8_act_scale MODE, int CH, int S>
 static kvcal_status swiglu_quant_ch(uint8_t *xq, float *xs, const __nv_bfloat16 *gu,
                                     int rows, int n, int group, const float *input_scale,
                                     cudaStream_t stream)
 {
-    const size_t smem = MODE == KVCAL_FP8A_GROUP ? (size_t)n * sizeof(__nv_bfloat16) : 0;
-    if (smem > 48 * 1024)
-        KVCAL_CUDA_TRY(cudaFuncSetAttribute(swiglu_quant_kernel<MODE, CH>,
+    const int block = reg_tpr(n, 128);
+    const size_t stage = (size_t)S * kvcal_stage_words<CH, 2>(block) * sizeof(uint4);
+    const size_t smem =
+        MODE == KVCAL_FP8A_GROUP ? (size_t)n * sizeof(__nv_bfloat16) : stage;
+    unsigned grid;
+    kvcal_status st =
+        kvcal_stage_grid(swiglu_quant_kernel<MODE, CH, S>, block, stage, rows, &grid);
+    if (st)
+        return st;
+    if (!stage && smem > 48 * 1024)
+        KVCAL_CUDA_TRY(cudaFuncSetAttribute(swiglu_quant_kernel<MODE, CH, S>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)smem));
-    swiglu_quant_kernel<MODE, CH><<<rows, reg_tpr(n, 128), smem, stream>>>(
-        xq, xs, gu, rows, n, group, input_scale);
+    swiglu_quant_kernel<MODE, CH, S>
+        <<<grid, block, smem, stream>>>(xq, xs, gu, rows, n, group, input_scale);
     KVCAL_CUDA_CHECK_LAUNCH("fp8_swiglu_quant_kernel");
     return KVCAL_OK;
 }
@@ -261,10 +307,12 @@ static kvcal_status swiglu_quant(uint8_t *xq, float *xs, const __nv_bfloat16 *gu
                                  cudaStream_t stream)
 {
     if (reg_ch(n) == CH_SHORT)
-        return swiglu_quant_ch<MODE, CH_SHORT>(xq, xs, gu, rows, n, group, input_scale,
-                                               stream);
-    return swiglu_quant_ch<MODE, CH_LONG>(xq, xs, gu, rows, n, group, input_scale,
-                                          stream);
+        return swiglu_quant_ch < MODE, CH_SHORT,
+               MODE == KVCAL_FP8A_GROUP
+                   ? 0
+                   : SWIGLU_STAGES > (xq, xs, gu, rows, n, group, input_scale, stream);
+    return swiglu_quant_ch<MODE, CH_LONG, 0>(xq, xs, gu, rows, n, group, input_scale,
+                                             stream);
 }
 
 extern "C" int kvcal_fp8_swiglu_quant_fits(int n)

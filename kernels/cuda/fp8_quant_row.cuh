@@ -26,6 +26,8 @@
 #include <stdint.h>
 
 #include "core/fp8_linear.h"
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/cuda_util.h"
 
 static __device__ __forceinline__ float kvcal_warp_max(float v)
 {
@@ -36,8 +38,9 @@ static __device__ __forceinline__ float kvcal_warp_max(float v)
 
 /* The max of v over the tpr threads of a row (tpr a power of two from 32
  * on, rows of the block at multiples of tpr threads); part: a float for
- * each warp of the block in shared memory. Every thread of the block calls
- * it. */
+ * each warp of the block in shared memory, written before its one barrier
+ * and read after it (a block that loops over rows alternates two). Every
+ * thread of the block calls it. */
 static __device__ float kvcal_row_max(float v, int tpr, float *part)
 {
     v = kvcal_warp_max(v);
@@ -145,6 +148,147 @@ static __device__ void kvcal_fp8_quant_groups(const __nv_bfloat16 *act, int n,
         if (lane == 0)
             xs[(int64_t)(c0 / group) * rows + r] = s;
     }
+}
+
+/* --- rows staged ahead through shared memory ---------------------------------
+ *
+ * The row kernels (TOKEN and STATIC, rows of up to 16,384 values) run
+ * persistent blocks: block b takes row groups g = b + i * gridDim.x (a
+ * group: the rows one pass of the block holds, each thread the words of
+ * the layout above in up to NSRC source rows), and while it computes group
+ * i, the copies of groups i + 1 .. i + S are in flight (cp.async into S
+ * slots of shared memory), so that the loads of the next rows run under
+ * the arithmetic, the row max's barrier and the stores of this one. Each
+ * thread copies and reads only its own words: no barrier guards a slot,
+ * only the order of its own reads against its wait and its next copies
+ * (cp_async.cuh's asm statements do not fence the compiler: these do).
+ * S 0: no staging, the words loaded from global memory when taken, a
+ * block a group.
+ *
+ * src(g, p) sets p[s] to source row s of group g for this thread (NULL:
+ * none) and returns the row's length for it (0: a row past the end). */
+template <int CH, int NSRC, typename Src>
+static __device__ __forceinline__ void kvcal_stage_issue(uint4 *slot, int g, int groups,
+                                                         int t, int tpr, Src src)
+{
+    const __nv_bfloat16 *p[NSRC];
+    const int n = g < groups ? src(g, p) : 0;
+#pragma unroll
+    for (int j = 0; j < CH; j++) {
+        const int c = (t + j * tpr) * 8;
+#pragma unroll
+        for (int s = 0; s < NSRC; s++)
+            if (c < n && p[s])
+                cp_async16(slot + (j * NSRC + s) * blockDim.x + threadIdx.x, p[s] + c,
+                           true);
+    }
+    cp_async_commit();
+}
+
+/* Uint4 words of a slot (the dynamic shared memory of a kernel: S of them). */
+template <int CH, int NSRC> static __host__ __device__ int kvcal_stage_words(int threads)
+{
+    return CH * NSRC * threads;
+}
+
+/* Before the first group: the copies of groups 0 .. S - 1 of this block. */
+template <int S, int CH, int NSRC, typename Src>
+static __device__ __forceinline__ void kvcal_stage_start(uint4 *stage, int groups, int t,
+                                                         int tpr, Src src)
+{
+#pragma unroll
+    for (int i = 0; i < S; i++)
+        kvcal_stage_issue<CH, NSRC>(stage + i * kvcal_stage_words<CH, NSRC>(blockDim.x),
+                                    blockIdx.x + i * gridDim.x, groups, t, tpr, src);
+}
+
+/* Group i's slot of the block (its copies landed) and the sources of group
+ * i + S, whose copies go into that slot word by word as group i's words
+ * are taken (kvcal_stage_word), so that they leave during group i's
+ * arithmetic, not after it. */
+template <int NSRC> struct kvcal_stage_group {
+    uint4 *slot;
+    const __nv_bfloat16 *next[NSRC];
+    int n_next; /* the next group's row length for this thread: at most
+                 * this group's (rows past the end follow rows past it) */
+};
+
+template <int S, int CH, int NSRC, typename Src>
+static __device__ __forceinline__ kvcal_stage_group<NSRC>
+kvcal_stage_slot(uint4 *stage, int i, int groups, Src src)
+{
+    kvcal_stage_group<NSRC> q;
+    q.slot = stage;
+    q.n_next = 0;
+    if constexpr (S > 0) {
+        const int g = blockIdx.x + (i + S) * gridDim.x;
+        q.n_next = g < groups ? src(g, q.next) : 0;
+        cp_async_wait<S - 1>();
+        asm volatile("" ::: "memory"); /* the slot's reads stay after the wait */
+        q.slot += i % S * kvcal_stage_words<CH, NSRC>(blockDim.x);
+    }
+    return q;
+}
+
+/* This thread's word j of source s (column c of its row) from group i's
+ * slot, then the copy of the next group's word into its place; S 0: the
+ * word at p, from global memory. */
+template <int S, int NSRC>
+static __device__ __forceinline__ uint4 kvcal_stage_word(const kvcal_stage_group<NSRC> &q,
+                                                         int j, int s, int c,
+                                                         const __nv_bfloat16 *p)
+{
+    if constexpr (S == 0)
+        return *reinterpret_cast<const uint4 *>(p);
+    uint4 *w = q.slot + (j * NSRC + s) * blockDim.x + threadIdx.x;
+    const uint4 v = *w;
+    asm volatile("" ::: "memory"); /* the read stays before the copy over it */
+    if (c < q.n_next && q.next[s])
+        cp_async16(w, q.next[s] + c, true);
+    return v;
+}
+
+/* After group i's last word: the next group's copies, one group. */
+template <int S> static __device__ __forceinline__ void kvcal_stage_done()
+{
+    if constexpr (S > 0)
+        cp_async_commit();
+}
+
+/* body(g, i) for each group g = blockIdx.x + i * gridDim.x of the block
+ * (S 0: the block's one group). */
+template <int S, typename Body>
+static __device__ __forceinline__ void kvcal_stage_loop(int groups, Body body)
+{
+    if constexpr (S == 0)
+        body((int)blockIdx.x, 0);
+    else
+        for (int g = blockIdx.x, i = 0; g < groups; g += gridDim.x, i++)
+            body(g, i);
+}
+
+/* The grid of a kernel whose blocks loop over `groups` row groups: with
+ * staging (smem > 0 bytes of slots) one wave of resident blocks, at most
+ * `groups`; without, a block a group. */
+template <typename K>
+static kvcal_status kvcal_stage_grid(K kernel, int threads, size_t smem, int groups,
+                                     unsigned *grid)
+{
+    *grid = (unsigned)groups;
+    if (smem == 0)
+        return KVCAL_OK;
+    int dev = 0, sms = 0, per_sm = 0;
+    if (smem > 48 * 1024)
+        KVCAL_CUDA_TRY(cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    KVCAL_CUDA_TRY(cudaGetDevice(&dev));
+    KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    KVCAL_CUDA_TRY(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    const int64_t wave = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
+    if (wave < groups)
+        *grid = (unsigned)wave;
+    return KVCAL_OK;
 }
 
 #endif

@@ -36,17 +36,17 @@ static __device__ __forceinline__ float block_sum(float v, float *scratch)
 
 // --- residual add + RMSNorm --------------------------------------------------
 
-/* Pass 1 of add + RMSNorm on the 16-byte word of row r at column c: the
- * residual += delta d (where non-NULL), rounded to bf16 and written back;
+/* Pass 1 of add + RMSNorm on word xu of row r at column c: the residual
+ * += word yu of delta (where has_d), rounded to bf16 and written back;
  * returns the word, ss plus its sum of squares (value pairs in order). */
-static __device__ __forceinline__ uint4 add8(__nv_bfloat16 *r, const __nv_bfloat16 *d,
-                                             int c, float *ss)
+static __device__ __forceinline__ uint4 add8w(uint4 xu, uint4 yu, bool has_d,
+                                              __nv_bfloat16 *r, int c, float *ss)
 {
     bf16x8 x;
-    x.u = *reinterpret_cast<const uint4 *>(r + c);
-    if (d) {
+    x.u = xu;
+    if (has_d) {
         bf16x8 y;
-        y.u = *reinterpret_cast<const uint4 *>(d + c);
+        y.u = yu;
         for (int i = 0; i < 4; i++) {
             float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(y.h[i]);
             x.h[i] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
@@ -58,6 +58,14 @@ static __device__ __forceinline__ uint4 add8(__nv_bfloat16 *r, const __nv_bfloat
         *ss += a.x * a.x + a.y * a.y;
     }
     return x.u;
+}
+
+/* add8w on the words of row r and delta d (or NULL) at column c. */
+static __device__ __forceinline__ uint4 add8(__nv_bfloat16 *r, const __nv_bfloat16 *d,
+                                             int c, float *ss)
+{
+    const uint4 y = d ? *reinterpret_cast<const uint4 *>(d + c) : make_uint4(0, 0, 0, 0);
+    return add8w(*reinterpret_cast<const uint4 *>(r + c), y, d != nullptr, r, c, ss);
 }
 
 /* Pass 1 of a row, 16-byte accesses (dim % 8 == 0): add8 on the words at
@@ -167,13 +175,13 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
 
 // --- residual add + RMSNorm with the FP8 quantization as its epilogue ----------
 
-/* One block per row, norm_threads(dim) threads: add_rmsnorm_kernel<8>'s
+/* A row a block pass of norm_threads(dim) threads: add_rmsnorm_kernel<8>'s
  * arithmetic (the same passes, each thread the same words in the same
  * order), the row held in registers between them (CH words a thread, as
  * kernels/cuda/fp8_quant_row.cuh lays a row out) and quantized as
  * kvcal_fp8_quant_act_launch would quantize out (GROUP: through shared
- * memory). */
-template <kvcal_fp8_act_scale MODE, int CH>
+ * memory, a block a row). S rows of the residual and delta staged ahead. */
+template <kvcal_fp8_act_scale MODE, int CH, int S>
 __global__ void
 add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
                          float *__restrict__ xs,                  // scales
@@ -183,37 +191,50 @@ add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
                          int rows, int dim, float eps, int group,
                          const float *input_scale)
 {
-    extern __shared__ uint4 smem[];
-    __shared__ float scratch[32], part[32];
-    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem); // GROUP: (dim) the row
-    const int64_t row = blockIdx.x;
+    extern __shared__ uint4 smem[]; // S slots, or GROUP: (dim) the row's bf16
+    __shared__ float scratch[2][32], part[2][32];
+    __nv_bfloat16 *act = reinterpret_cast<__nv_bfloat16 *>(smem);
     const int t = threadIdx.x, tpr = blockDim.x;
-    __nv_bfloat16 *r = residual + row * dim;
-    const __nv_bfloat16 *d = delta ? delta + row * dim : nullptr;
-    uint4 v[CH];
-    float ss = 0.0f, m = 0.0f;
+    auto src = [=](int row, const __nv_bfloat16 **p) {
+        p[0] = residual + (int64_t)row * dim;
+        p[1] = delta ? delta + (int64_t)row * dim : nullptr;
+        return dim;
+    };
+    kvcal_stage_start<S, CH, 2>(smem, rows, t, tpr, src);
+    kvcal_stage_loop<S>(rows, [&](int row, int i) {
+        const auto slot = kvcal_stage_slot<S, CH, 2>(smem, i, rows, src);
+        __nv_bfloat16 *r = residual + (int64_t)row * dim;
+        const __nv_bfloat16 *d = delta ? delta + (int64_t)row * dim : nullptr;
+        uint4 v[CH];
+        float ss = 0.0f, m = 0.0f;
 #pragma unroll
-    for (int j = 0; j < CH; j++) {
-        const int c = (t + j * tpr) * 8;
-        if (c < dim)
-            v[j] = add8(r, d, c, &ss);
-    }
-    const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
-#pragma unroll
-    for (int j = 0; j < CH; j++) {
-        const int c = (t + j * tpr) * 8;
-        if (c < dim) {
-            v[j] = norm8(v[j], w, c, scale);
-            m = kvcal_bf16x8_absmax(v[j], m);
-            if (MODE == KVCAL_FP8A_GROUP)
-                *reinterpret_cast<uint4 *>(act + c) = v[j];
+        for (int j = 0; j < CH; j++) {
+            const int c = (t + j * tpr) * 8;
+            if (c < dim)
+                v[j] = add8w(kvcal_stage_word<S, 2>(slot, j, 0, c, r + c),
+                             d ? kvcal_stage_word<S, 2>(slot, j, 1, c, d + c)
+                               : make_uint4(0, 0, 0, 0),
+                             d != nullptr, r, c, &ss);
         }
-    }
-    if (MODE == KVCAL_FP8A_GROUP)
-        kvcal_fp8_quant_groups(act, dim, xq + row * dim, xs, row, rows, group);
-    else
-        kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, dim, m, xq + row * dim, xs + row,
-                                       input_scale, part);
+        kvcal_stage_done<S>();
+        const float scale = rsqrtf(block_sum(ss, scratch[i & 1]) / (float)dim + eps);
+#pragma unroll
+        for (int j = 0; j < CH; j++) {
+            const int c = (t + j * tpr) * 8;
+            if (c < dim) {
+                v[j] = norm8(v[j], w, c, scale);
+                m = kvcal_bf16x8_absmax(v[j], m);
+                if (MODE == KVCAL_FP8A_GROUP)
+                    *reinterpret_cast<uint4 *>(act + c) = v[j];
+            }
+        }
+        if (MODE == KVCAL_FP8A_GROUP)
+            kvcal_fp8_quant_groups(act, dim, xq + (int64_t)row * dim, xs, row, rows,
+                                   group);
+        else
+            kvcal_fp8_quant_regs<MODE, CH>(v, t, tpr, dim, m, xq + (int64_t)row * dim,
+                                           xs + row, input_scale, part[i & 1]);
+    });
 }
 
 /* Shared memory of add_rmsnorm_quant_kernel per group: the row, at most the
@@ -229,20 +250,32 @@ extern "C" int kvcal_fp8_add_rmsnorm_quant_fits(const kvcal_bf16 *residual,
            aligned16(residual) && (!delta || aligned16(delta)) && aligned16(w);
 }
 
-/* Words a thread of add_rmsnorm_quant_kernel holds: up to 4, else up to
- * 12 (256 threads: dim up to 24,576). */
-template <kvcal_fp8_act_scale MODE, int CH>
-static void add_rmsnorm_quant_ch(uint8_t *xq, float *xs, kvcal_bf16 *residual,
-                                 const kvcal_bf16 *delta, const kvcal_bf16 *w, int rows,
-                                 int dim, float eps, int group, const float *input_scale,
-                                 cudaStream_t stream)
+/* Words a thread of add_rmsnorm_quant_kernel holds: up to 2 or 4 (rows
+ * staged NORM_STAGES ahead, per token and static), else up to 12 (256
+ * threads: dim up to 24,576; a block a row). */
+enum { NORM_STAGES = 2 };
+
+template <kvcal_fp8_act_scale MODE, int CH, int S>
+static kvcal_status add_rmsnorm_quant_ch(uint8_t *xq, float *xs, kvcal_bf16 *residual,
+                                         const kvcal_bf16 *delta, const kvcal_bf16 *w,
+                                         int rows, int dim, float eps, int group,
+                                         const float *input_scale, cudaStream_t stream)
 {
+    const int block = norm_threads(dim);
+    const size_t stage = (size_t)S * kvcal_stage_words<CH, 2>(block) * sizeof(uint4);
     const size_t smem =
-        MODE == KVCAL_FP8A_GROUP ? (size_t)dim * sizeof(__nv_bfloat16) : 0;
-    add_rmsnorm_quant_kernel<MODE, CH><<<rows, norm_threads(dim), smem, stream>>>(
+        MODE == KVCAL_FP8A_GROUP ? (size_t)dim * sizeof(__nv_bfloat16) : stage;
+    unsigned grid;
+    kvcal_status st = kvcal_stage_grid(add_rmsnorm_quant_kernel<MODE, CH, S>, block,
+                                       stage, rows, &grid);
+    if (st)
+        return st;
+    add_rmsnorm_quant_kernel<MODE, CH, S><<<grid, block, smem, stream>>>(
         xq, xs, reinterpret_cast<__nv_bfloat16 *>(residual),
         reinterpret_cast<const __nv_bfloat16 *>(delta),
         reinterpret_cast<const __nv_bfloat16 *>(w), rows, dim, eps, group, input_scale);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_add_rmsnorm_quant_kernel");
+    return KVCAL_OK;
 }
 
 template <kvcal_fp8_act_scale MODE>
@@ -251,14 +284,15 @@ static kvcal_status add_rmsnorm_quant(uint8_t *xq, float *xs, kvcal_bf16 *residu
                                       int rows, int dim, float eps, int group,
                                       const float *input_scale, cudaStream_t stream)
 {
+    constexpr int S = MODE == KVCAL_FP8A_GROUP ? 0 : NORM_STAGES;
+    if (dim <= 2 * 8 * norm_threads(dim))
+        return add_rmsnorm_quant_ch<MODE, 2, S>(xq, xs, residual, delta, w, rows, dim,
+                                                eps, group, input_scale, stream);
     if (dim <= 4 * 8 * norm_threads(dim))
-        add_rmsnorm_quant_ch<MODE, 4>(xq, xs, residual, delta, w, rows, dim, eps, group,
-                                      input_scale, stream);
-    else
-        add_rmsnorm_quant_ch<MODE, 12>(xq, xs, residual, delta, w, rows, dim, eps, group,
-                                       input_scale, stream);
-    KVCAL_CUDA_CHECK_LAUNCH("fp8_add_rmsnorm_quant_kernel");
-    return KVCAL_OK;
+        return add_rmsnorm_quant_ch<MODE, 4, S>(xq, xs, residual, delta, w, rows, dim,
+                                                eps, group, input_scale, stream);
+    return add_rmsnorm_quant_ch<MODE, 12, 0>(xq, xs, residual, delta, w, rows, dim, eps,
+                                             group, input_scale, stream);
 }
 
 extern "C" kvcal_status kvcal_fp8_add_rmsnorm_quant_launch(
