@@ -283,6 +283,8 @@ def llama8b_run(a, qc, data):
           "diff %.2e, worst %.2e" % (fast_diffs[len(fast_diffs) // 2], fast_diffs[-1]))
     print("peak device memory: kvcal FP8 %.1f GiB (fast accumulation %.1f), kvcal bf16 %.1f GiB"
           % (peak["fp8"] / 2**30, peak["fast"] / 2**30, peak["bf16"] / 2**30), flush=True)
+    print("FP8 weights kvcal ran as dequantized bf16 GEMMs: %s"
+          % (res.get("fp8_fallback") or "none"), flush=True)
     shutil.rmtree(bf16_dir)
     shutil.rmtree(fp8_dir)
     return median
@@ -339,6 +341,12 @@ def main():
           "%.0f tokens/s x layers (one layer's rate); peak device memory %.1f GiB; layers "
           "resident: %s" % (a.big_batches, BATCH, SEQ, tps, tps * layers, peak_big / 2**30,
                             res.get("layers_resident", "?")), flush=True)
+    ph = res.get("phases", {})
+    print("phases: load %.1f s, forward %.1f s (forward overlaps the load: %.1f GiB / forward s"
+          " = %.1f GiB/s); FP8 weights run as dequantized bf16 GEMMs: %s"
+          % (ph.get("load_seconds", 0), ph.get("forward_seconds", 0), layers * per_layer / 2**30,
+             layers * per_layer / 2**30 / max(ph.get("forward_seconds", 0), 1e-9),
+             res.get("fp8_fallback") or "none"), flush=True)
     shutil.rmtree(big)
     return 0 if median <= MEDIAN_LIMIT else 1
 
