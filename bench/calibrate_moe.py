@@ -31,7 +31,8 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   device memory (sampled) and the routing counts of its statistics (experts
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
-  other GPUs run), its tokens/s and peak memory. kvcal's tokens/s are over
+  other GPUs run; KVCAL=PATH: another kvcal executable, an earlier build),
+  its tokens/s and peak memory. kvcal's tokens/s are over
   its forward phase; its load and warm-up seconds are printed beside them.
   The forward phase runs layer by layer over a chunk of batches while the
   next layers' weights load (calib/executor.c), so that with few batches
@@ -429,9 +430,10 @@ def main():
     variants = {}
     for v in a.kvcal_variant:
         name, value = v.split("=", 1)
-        vdir = os.path.join(a.out, f"variant-{name}-{value}")
+        vdir = os.path.join(a.out, "variant-" + re.sub(r"[^\w.-]", "_", v))
         os.makedirs(vdir, exist_ok=True)
-        vres, vpeak = run_kvcal(a.kvcal, model_dir, data, samples, vdir, {name: value})
+        exe, env = (value, None) if name == "KVCAL" else (a.kvcal, {name: value})
+        vres, vpeak = run_kvcal(exe, model_dir, data, samples, vdir, env)
         # the variant's per-head K/V absmax against the default run's
         vdiff = max(abs(g - r) / r for lv, lr in zip(vres["layers"], res["layers"])
                     for kind in ("k_absmax", "v_absmax")

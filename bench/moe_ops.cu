@@ -61,7 +61,7 @@ extern "C" {
     do {                                                                                 \
         cublasStatus_t s_ = (x);                                                         \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
-            fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x,      \
+            fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x,     \
                     (int)s_);                                                            \
             exit(1);                                                                     \
         }                                                                                \
@@ -274,7 +274,8 @@ int main(int argc, char **argv)
     CHECK_CUBLAS(cublasCreate(&blas));
 
     const int cap = kvcal_moe_plan_capacity(M * K, E), tiles = cap / KVCAL_MOE_TILE_ROWS;
-    kvcal_bf16 *x = rand_dev((size_t)M * D, 1.0f), *w_router = rand_dev((size_t)E * D, 0.05f);
+    kvcal_bf16 *x = rand_dev((size_t)M * D, 1.0f),
+               *w_router = rand_dev((size_t)E * D, 0.05f);
     /* weights that keep gate, up, act and the outputs of order 1 (x of
      * order 1), so that the validation's 2e-2 bound is a tight one */
     kvcal_bf16 *w_gu = rand_dev((size_t)E * 2 * I * D, 0.07f),
@@ -339,8 +340,8 @@ int main(int argc, char **argv)
     };
     /* versions 2 and 3: the gather is timed on its own; a first call that
      * the GPU refuses names why and leaves them out */
-    const kvcal_status sm90 = kvcal_moe_gemm_sm90_launch(h[2], xs, w_gu, &plan, E, D,
-                                                         2 * I, KVCAL_MOE_EPI_STORE, 0);
+    const kvcal_status sm90 = kvcal_moe_gemm_sm90_launch(
+        h[2], xs, w_gu, &plan, E, D, 2 * I, KVCAL_MOE_EPI_STORE, NULL, 0);
     if (sm90 != KVCAL_OK && sm90 != KVCAL_ERR_UNSUPPORTED)
         CHECK_KVCAL(sm90);
     char sm90_why[512] = "";
@@ -349,20 +350,20 @@ int main(int argc, char **argv)
     auto v2 = [&](int part) {
         if (part & 1)
             CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(h[2], xs, w_gu, &plan, E, D, 2 * I,
-                                                   KVCAL_MOE_EPI_STORE, 0));
+                                                   KVCAL_MOE_EPI_STORE, NULL, 0));
         if (part & 2)
             CHECK_KVCAL(kvcal_swiglu_launch(act[2], h[2], cap, I, 0));
         if (part & 4)
             CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(y[2], act[2], w_down, &plan, E, I, D,
-                                                   KVCAL_MOE_EPI_STORE, 0));
+                                                   KVCAL_MOE_EPI_STORE, NULL, 0));
     };
     auto v3 = [&](int part) {
         if (part & 1)
             CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(act[3], xs, w_gu, &plan, E, D, I,
-                                                   KVCAL_MOE_EPI_SWIGLU, 0));
+                                                   KVCAL_MOE_EPI_SWIGLU, NULL, 0));
         if (part & 4)
             CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(y[3], act[3], w_down, &plan, E, I, D,
-                                                   KVCAL_MOE_EPI_STORE, 0));
+                                                   KVCAL_MOE_EPI_STORE, NULL, 0));
     };
 
     // cuBLAS's grouped GEMM: one group a non-empty expert (column-major:
@@ -468,11 +469,13 @@ int main(int argc, char **argv)
         mean_act += fabs(v) / ref.act.size();
     for (float v : ref.y)
         mean_y += fabs(v) / ref.y.size();
-    printf("\nthe CPU reference's mean |act| %.3f, mean |down| %.3f (the bound: 2e-2 + 2e-2 "
-           "|ref|)\n",
-           mean_act, mean_y);
+    printf(
+        "\nthe CPU reference's mean |act| %.3f, mean |down| %.3f (the bound: 2e-2 + 2e-2 "
+        "|ref|)\n",
+        mean_act, mean_y);
     /* values far above the bound's 2e-2, or the checks could not fail */
-    verdict(0, "the reference's values are of order 1", mean_act < 0.1 || mean_y < 0.1, 2);
+    verdict(0, "the reference's values are of order 1", mean_act < 0.1 || mean_y < 0.1,
+            2);
     char what[128];
     for (int v = 1; v <= 3; v++) {
         if (v > 1 && *sm90_why)

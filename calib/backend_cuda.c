@@ -80,15 +80,6 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
     lay->gate_up_interleaved = mlp_fused;
 }
 
-/* The experts' biases or clamped SwiGLU (gpt-oss): kernels of their own
- * between plain grouped GEMMs, never the sm90 GEMM's SwiGLU epilogue. */
-static int moe_oai(const kvcal_model_desc *d)
-{
-    return d->swiglu_limit > 0.0f ||
-           kvcal_model_has_weight(d, KVCAL_W_EXPERT_GATE_UP_BIAS) ||
-           kvcal_model_has_weight(d, KVCAL_W_EXPERT_DOWN_BIAS);
-}
-
 /* Norm weights whose model adds an offset to them (Gemma's 1 + w) are read
  * from norm_w, filled by use_layer. */
 static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
@@ -626,27 +617,22 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
         return KVCAL_OK;
     const kvcal_bf16 *b_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP_BIAS),
                      *b_down = tensor(r, KVCAL_W_EXPERT_DOWN_BIAS);
-    if (r->moe_sm90 && !moe_oai(d)) {
+    if (r->moe_sm90) {
+        /* Hopper: the bias (gpt-oss's) and the SwiGLU in the GEMMs' epilogues */
+        const kvcal_moe_epilogue_args gu = {b_gu, d->swiglu_alpha, d->swiglu_limit},
+                                      down = {b_down, 0.0f, 0.0f};
         TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
-        TRY(kvcal_moe_gemm_sm90_launch(r->moe_act, r->moe_y,
-                                       tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
-                                       r->D, r->MI, KVCAL_MOE_EPI_SWIGLU, s));
+        TRY(kvcal_moe_gemm_sm90_launch(
+            r->moe_act, r->moe_y, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E, r->D,
+            r->MI,
+            d->swiglu_limit > 0.0f ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, &gu,
+            s));
         TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
                                        tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
-                                       r->D, KVCAL_MOE_EPI_STORE, s));
+                                       r->D, KVCAL_MOE_EPI_STORE, &down, s));
     } else {
-        /* gpt-oss on Hopper: the sm90 GEMMs storing gate/up, then the biases
-         * and the clamped SwiGLU as their own kernels */
-        if (r->moe_sm90) {
-            TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
-            TRY(kvcal_moe_gemm_sm90_launch(r->moe_gu, r->moe_y,
-                                           tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E,
-                                           r->D, 2 * r->MI, KVCAL_MOE_EPI_STORE, s));
-        } else {
-            TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K,
-                                      tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->D,
-                                      2 * r->MI, s));
-        }
+        TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
+                                  &plan, r->D, 2 * r->MI, s));
         if (b_gu)
             TRY(kvcal_moe_bias_launch(r->moe_gu, b_gu, &plan, 2 * r->MI, s));
         if (d->swiglu_limit > 0.0f)
@@ -654,14 +640,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                                         d->swiglu_alpha, d->swiglu_limit, s));
         else
             TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
-        if (r->moe_sm90)
-            TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
-                                           tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E,
-                                           r->MI, r->D, KVCAL_MOE_EPI_STORE, s));
-        else
-            TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0,
-                                      tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->MI, r->D,
-                                      s));
+        TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN),
+                                  &plan, r->MI, r->D, s));
         if (b_down)
             TRY(kvcal_moe_bias_launch(r->moe_y, b_down, &plan, r->D, s));
     }
@@ -899,7 +879,8 @@ static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4]
         wd = !runs && (size_t)(rows * cols) > wd ? (size_t)(rows * cols) : wd;
     }
     if (r->base.fp8_fallback[0]) {
-        const size_t used = strlen(r->base.fp8_fallback), cap = sizeof r->base.fp8_fallback;
+        const size_t used = strlen(r->base.fp8_fallback),
+                     cap = sizeof r->base.fp8_fallback;
         snprintf(r->base.fp8_fallback + used, cap - used, " (%s)", why);
     }
     if (!k_max)
@@ -919,7 +900,8 @@ static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4]
  * build holds for it; otherwise, or with KVCAL_MLP_UNFUSED, cuBLAS's GEMM
  * then kvcal_swiglu_launch. KVCAL_MLP_FUSED insists on the kernel. The
  * experts' likewise: the Hopper grouped GEMM with SwiGLU fused
- * (kvcal_moe_gemm_sm90_launch, no (capacity, 2 MI) buffer) where the same
+ * (kvcal_moe_gemm_sm90_launch, no (capacity, 2 MI) buffer; gpt-oss's biases
+ * and clamped SwiGLU in its epilogue too) where the same
  * kernels run, unless KVCAL_MLP_UNFUSED; else kvcal_moe_gemm_launch. */
 static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp, int major,
                                int minor)
@@ -1095,7 +1077,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     round_up(sizeof(int32_t)) +
                     round_up((size_t)kvcal_moe_plan_scratch((int)NK, r->E) *
                              sizeof(int32_t)) +
-                    (r->moe_sm90 && !moe_oai(d) ? 0 : round_up(cap * 2 * r->MI * e)) +
+                    (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
                     round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
                     round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
                     round_up(N * r->D * e);
@@ -1189,7 +1171,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->plan.used_tiles = carve(&p, sizeof(int32_t));
         r->plan.scratch =
             carve(&p, (size_t)kvcal_moe_plan_scratch((int)NK, r->E) * sizeof(int32_t));
-        r->moe_gu = r->moe_sm90 && !moe_oai(d) ? NULL : carve(&p, cap * 2 * r->MI * e);
+        r->moe_gu = r->moe_sm90 ? NULL : carve(&p, cap * 2 * r->MI * e);
         r->moe_act = carve(&p, cap * r->MI * e);
         r->moe_y = carve(&p, cap * r->D * e);
         r->shared_gu = carve(&p, N * 2 * r->SI * e);

@@ -291,10 +291,14 @@ static const op_row rows[] = {
     ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 160, .top_k = 8, .renorm = 1,
         .shared = 2, .sigmoid = 1),
     ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1),
-    /* gpt-oss's experts: biases after the grouped GEMMs, the clamped SwiGLU */
+    /* gpt-oss's experts: biases after the grouped GEMMs, the clamped SwiGLU
+     * (the last: gate/up over two 128-column tiles, the second cut at 72
+     * outputs, down's 136 in one 256-column tile) */
     ROW("moe", .rows = 37, .k = 64, .n = 32, .experts = 8, .top_k = 3, .renorm = 1,
         .oai = 1),
     ROW("moe", .rows = 989, .k = 96, .n = 64, .experts = 32, .top_k = 4, .renorm = 1,
+        .oai = 1),
+    ROW("moe", .rows = 300, .k = 136, .n = 200, .experts = 16, .top_k = 4, .renorm = 1,
         .oai = 1),
     /* experts receiving 0, 1, 127, 128 and 129 rows (an empty plan tile, a
      * tile of padding but one row, one row short of a tile, a tile, a tile
@@ -2394,12 +2398,12 @@ static void moe_check(const op_row *r, int version, const moe_cpu *c, const int3
     free(counts);
 }
 
-/* Versions: 0 kvcal_moe_gemm_launch (gate/up, SwiGLU, down), 1 the Hopper
- * kernel (the gather, gate/up with SwiGLU, down; gpt-oss's rows: gate/up
- * stored, its biases and clamped SwiGLU apart, as the CUDA runner runs
- * them), which other GPUs refuse: its rows are skipped there. Both run the
- * WMMA path; version 1 checks its own results and compares them with that
- * path's. */
+/* Versions: 0 kvcal_moe_gemm_launch (gate/up, SwiGLU, down; gpt-oss's
+ * biases and clamped SwiGLU in kernels of their own), 1 the Hopper kernel
+ * (the gather, gate/up with SwiGLU, down; gpt-oss's biases and clamped
+ * SwiGLU in its epilogues, as the CUDA runner runs them), which other GPUs
+ * refuse: its rows are skipped there. Both run the WMMA path; version 1
+ * checks its own results and compares them with that path's bit for bit. */
 static const char *const moe_versions[] = {"launch", "sm90", NULL};
 
 /* act from a path's stored gate/up h: the SwiGLU, or on gpt-oss's rows the
@@ -2446,8 +2450,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     moe_dev_out wmma = {dev_alloc_nan((int64_t)cap * 2 * I),
                         dev_alloc_nan((int64_t)cap * I), dev_alloc_nan((int64_t)cap * D),
                         dev_alloc_nan((int64_t)T * D)},
-                sm90 = {hopper && r->oai ? dev_alloc_nan((int64_t)cap * 2 * I) : NULL,
-                        hopper ? dev_alloc_nan((int64_t)cap * I) : NULL,
+                sm90 = {NULL, hopper ? dev_alloc_nan((int64_t)cap * I) : NULL,
                         hopper ? dev_alloc_nan((int64_t)cap * D) : NULL,
                         hopper ? dev_alloc_nan((int64_t)T * D) : NULL};
     int32_t *d_pos = dev_upload(c->pos, (size_t)T * sizeof *c->pos),
@@ -2481,21 +2484,22 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
         ROW_OK(kvcal_moe_route_launch(d_e, d_w, d_logits, d_pos, T, E, K, r->renorm, 0));
     ROW_OK(kvcal_moe_align_launch(&plan, d_e, T * K, E, d_counts, 0));
     if (hopper) {
+        /* gpt-oss's biases and clamped SwiGLU in the epilogues */
+        const kvcal_moe_epilogue_args gu = {d_b_gu, 1.702f, 7.0f},
+                                      down = {d_b_down, 0, 0};
         ROW_OK(kvcal_moe_gather_launch(sm90.y, d_x, &plan, K, D, 0));
-        const kvcal_status st =
-            r->oai ? kvcal_moe_gemm_sm90_launch(sm90.h, sm90.y, d_gu, &plan, E, D, 2 * I,
-                                                KVCAL_MOE_EPI_STORE, 0)
-                   : kvcal_moe_gemm_sm90_launch(sm90.act, sm90.y, d_gu, &plan, E, D, I,
-                                                KVCAL_MOE_EPI_SWIGLU, 0);
+        const kvcal_status st = kvcal_moe_gemm_sm90_launch(
+            sm90.act, sm90.y, d_gu, &plan, E, D, I,
+            r->oai ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, r->oai ? &gu : NULL,
+            0);
         if (st == KVCAL_ERR_UNSUPPORTED) {
             printf("skipped: %s ", kvcal_last_error());
             ctx->skip = 1;
         } else {
             ROW_OK(st);
-            if (r->oai)
-                moe_act_launch(r, &sm90, d_b_gu, &plan);
             ROW_OK(kvcal_moe_gemm_sm90_launch(sm90.y, sm90.act, d_down, &plan, E, I, D,
-                                              KVCAL_MOE_EPI_STORE, 0));
+                                              KVCAL_MOE_EPI_STORE, r->oai ? &down : NULL,
+                                              0));
         }
     }
     if (!ctx->skip) {
@@ -2504,7 +2508,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
         ROW_OK(kvcal_moe_gemm_launch(wmma.y, wmma.act, 0, d_down, &plan, I, D, 0));
         const moe_dev_out *paths[] = {&wmma, hopper ? &sm90 : NULL};
         for (int m = 0; m < 2 && paths[m]; m++) {
-            if (r->oai)
+            if (r->oai && m == 0)
                 ROW_OK(kvcal_moe_bias_launch(paths[m]->y, d_b_down, &plan, D, 0));
             ROW_OK(kvcal_moe_combine_launch(paths[m]->out, paths[m]->y, plan.slot_of, d_w,
                                             d_pos, T, K, D, d_shared, d_x, d_gate, 0));
@@ -3672,20 +3676,20 @@ static void fp8_gemm_refuses_scales_off_16_bytes(void)
                 *off = aligned + 1;
     const uint8_t *q = (const uint8_t *)256;
     kvcal_bf16 *out = (kvcal_bf16 *)256;
-    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, off, KVCAL_GEMM_SCALE_OUTER_VEC, q,
-                                          aligned, KVCAL_GEMM_SCALE_SCALAR, 0, NULL, 16, 16,
-                                          16, 0),
+    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, off, KVCAL_GEMM_SCALE_OUTER_VEC,
+                                          q, aligned, KVCAL_GEMM_SCALE_SCALAR, 0, NULL,
+                                          16, 16, 16, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("the activation's scales"));
     CU_ASSERT(kvcal_test_error_has("16-byte"));
-    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, aligned, KVCAL_GEMM_SCALE_SCALAR, q,
-                                          off, KVCAL_GEMM_SCALE_SCALAR, 0, NULL, 16, 16, 16,
-                                          0),
+    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, aligned, KVCAL_GEMM_SCALE_SCALAR,
+                                          q, off, KVCAL_GEMM_SCALE_SCALAR, 0, NULL, 16,
+                                          16, 16, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("the weight's scales"));
-    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, aligned, KVCAL_GEMM_SCALE_SCALAR, q,
-                                          aligned, KVCAL_GEMM_SCALE_BLK128x128, 0, NULL, 16,
-                                          16, 16, 0),
+    CU_ASSERT_EQUAL(kvcal_gemm_fp8_launch(NULL, out, q, aligned, KVCAL_GEMM_SCALE_SCALAR,
+                                          q, aligned, KVCAL_GEMM_SCALE_BLK128x128, 0,
+                                          NULL, 16, 16, 16, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("need a context"));
 }
@@ -3716,18 +3720,32 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
      * unknown epilogue; the gather and the combine: a width off 8 */
     kvcal_moe_plan kept = plan;
     kept.used_tiles = i;
-    CU_ASSERT_EQUAL(
-        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64, KVCAL_MOE_EPI_SWIGLU, 0),
-        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64,
+                                               KVCAL_MOE_EPI_SWIGLU, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("multiples of 8"));
-    CU_ASSERT_EQUAL(
-        kvcal_moe_gemm_sm90_launch(p, p, p, &plan, 4, 64, 64, KVCAL_MOE_EPI_STORE, 0),
-        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &plan, 4, 64, 64,
+                                               KVCAL_MOE_EPI_STORE, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("used_tiles"));
-    CU_ASSERT_EQUAL(
-        kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64, (kvcal_moe_epilogue)7, 0),
-        KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+                                               (kvcal_moe_epilogue)7, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("epilogue 7"));
+    const kvcal_moe_epilogue_args no_limit = {NULL, 1.702f, 0.0f},
+                                  odd_bias = {(const kvcal_bf16 *)((char *)p + 2), 1.702f,
+                                              7.0f};
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+                                               KVCAL_MOE_EPI_SWIGLU_OAI, &no_limit, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("limit > 0"));
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+                                               KVCAL_MOE_EPI_SWIGLU_OAI, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+                                               KVCAL_MOE_EPI_SWIGLU_OAI, &odd_bias, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("4-byte aligned bias"));
     CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));

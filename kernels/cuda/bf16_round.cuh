@@ -20,7 +20,7 @@ static __device__ __forceinline__ float kvcal_silu(float g)
 /* SwiGLU of two (gate, up) pairs of bf16 values as the runner rounds it:
  * silu(gate) rounded, times up, rounded. */
 static __device__ __forceinline__ __nv_bfloat162 kvcal_swiglu2_bf16(__nv_bfloat162 gate,
-                                                                   __nv_bfloat162 up)
+                                                                    __nv_bfloat162 up)
 {
     const float2 g = __bfloat1622float2(gate);
     return __hmul2_rn(__floats2bfloat162_rn(kvcal_silu(g.x), kvcal_silu(g.y)), up);
@@ -32,10 +32,23 @@ static __device__ __forceinline__ float kvcal_rbf(float x)
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
+/* gpt-oss's clamped SwiGLU (kvcal_swiglu_oai_ref) of one bf16 gate and
+ * up, as bf16 arithmetic rounds it: g * sigmoid(alpha g) rounded, up + 1
+ * rounded, their product (to be rounded by the caller; the clamps are
+ * exact). An IEEE division: a gate far below 0 (no lower clamp) makes the
+ * denominator infinite, the glu 0. */
+static __device__ __forceinline__ float kvcal_swiglu_oai(float gate, float up,
+                                                         float alpha, float limit)
+{
+    const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
+    const float glu = kvcal_rbf(g / (1.0f + __expf(-alpha * g)));
+    return kvcal_rbf(u + 1.0f) * glu;
+}
+
 /* One RoPE pair as bf16 arithmetic computes it: (a c - b s, b c + a s) with
  * c, s already rounded to bf16. */
 static __device__ __forceinline__ void kvcal_rope_pair_bf16(float &a, float &b, float c,
-                                                           float s)
+                                                            float s)
 {
     const float ra = kvcal_rbf(kvcal_rbf(a * c) - kvcal_rbf(b * s));
     const float rb = kvcal_rbf(kvcal_rbf(b * c) + kvcal_rbf(a * s));
@@ -49,11 +62,12 @@ static __device__ __forceinline__ void kvcal_rope_pair_bf16(float &a, float &b, 
  * The _rn forms: PTX may fuse a plain bf16x2 mul and add into one fma, which
  * rounds once. */
 static __device__ __forceinline__ void kvcal_rope_pairs2_bf16(float &a0, float &a1,
-                                                             float &b0, float &b1,
-                                                             __nv_bfloat162 c,
-                                                             __nv_bfloat162 s)
+                                                              float &b0, float &b1,
+                                                              __nv_bfloat162 c,
+                                                              __nv_bfloat162 s)
 {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(a0, a1), b = __floats2bfloat162_rn(b0, b1);
+    const __nv_bfloat162 a = __floats2bfloat162_rn(a0, a1),
+                         b = __floats2bfloat162_rn(b0, b1);
     const float2 ra = __bfloat1622float2(__hsub2_rn(__hmul2_rn(a, c), __hmul2_rn(b, s)));
     const float2 rb = __bfloat1622float2(__hadd2_rn(__hmul2_rn(b, c), __hmul2_rn(a, s)));
     a0 = ra.x;

@@ -20,10 +20,14 @@
  * 128 up rows of the same outputs (the checkpoint's [gate; up] order: no
  * interleaved copy of the weight) and stores silu(gate) * up rounded as
  * kvcal_swiglu_launch; STORE rounds the 256 outputs to bf16, staged and
- * stored in two halves of 128 columns. Weight rows past an expert's read
- * the next expert's (or zeros past the end) into outputs that the stores
- * clip. */
+ * stored in two halves of 128 columns. gpt-oss's experts: a bias is added
+ * to the rounded products and SWIGLU_OAI's clamped SwiGLU computed as soon
+ * as a tile's products are rounded (finish_tile), with the arithmetic of
+ * kvcal_moe_bias_launch and kvcal_swiglu_oai_launch: no pass over the
+ * outputs of their own. Weight rows past an expert's read the next
+ * expert's (or zeros past the end) into outputs that the stores clip. */
 #include <cuda_bf16.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "kernels/cuda/bf16_round.cuh"
@@ -46,10 +50,16 @@ constexpr size_t SMEM_BYTES =
 
 static_assert(BM == KVCAL_MOE_TILE_ROWS, "a GEMM tile is a plan tile");
 
+/* The gated epilogues: a tile's weight rows are gate and up rows. */
+constexpr bool gated(int epi)
+{
+    return epi == KVCAL_MOE_EPI_SWIGLU || epi == KVCAL_MOE_EPI_SWIGLU_OAI;
+}
+
 /* Output columns of a tile. */
 constexpr int tile_n(int epi)
 {
-    return epi == KVCAL_MOE_EPI_SWIGLU ? BN / 2 : BN;
+    return gated(epi) ? BN / 2 : BN;
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -58,24 +68,81 @@ constexpr int GROUP_M = 16; /* plan tiles walked together (the tile order) */
 /* a tile's epilogue, spread over the next one's first k blocks */
 constexpr int EPI_PARTS = 8;
 
+/* a + b of two bf16 pairs, in fp32 rounded once (kvcal_moe_bias_launch's sum) */
+__device__ __forceinline__ __nv_bfloat162 add_rounded(__nv_bfloat162 a, __nv_bfloat162 b)
+{
+    const float2 x = __bfloat1622float2(a), y = __bfloat1622float2(b);
+    return __floats2bfloat162_rn(x.x + y.x, x.y + y.y);
+}
+
+/* Tile t's rounded products r (round_accumulators) finished where the
+ * tensor cores wait rather than in the epilogue spread over the next
+ * tile's k blocks, whose registers the bias's loads and the clamped SwiGLU
+ * would spill: bias (NULL: none) row tile_expert[m] added to each product
+ * of an output column (kvcal_moe_bias_launch's sum; gate's and up's for
+ * SWIGLU), then for OAI gpt-oss's clamped SwiGLU into the gate's pairs. A
+ * thread's pair (j, h) holds columns j * 8 + (lane % 4) * 2 and one more. */
+template <bool SWIGLU, bool OAI>
+__device__ __forceinline__ void finish_tile(__nv_bfloat162 (&r)[64], int t, int tiles,
+                                            int num_n, const int32_t *tile_expert,
+                                            const __nv_bfloat16 *bias, int n, float alpha,
+                                            float limit, int lane)
+{
+    constexpr int TILE_N = SWIGLU ? BN / 2 : BN, GROUPS = TILE_N / 8;
+    if (bias) {
+        int m, nb;
+        kvcal_sm90::tile_coords(t, tiles, num_n, GROUP_M, m, nb);
+        const __nv_bfloat16 *row =
+            bias + (int64_t)tile_expert[m] * (SWIGLU ? 2 * n : n) + nb * TILE_N;
+        const int cols_left = n - nb * TILE_N;
+#pragma unroll
+        for (int j = 0; j < GROUPS; j++) {
+            const int col = j * 8 + (lane % 4) * 2;
+            if (col >= cols_left) /* past n: clipped by the stores */
+                continue;
+            const auto *pair = reinterpret_cast<const __nv_bfloat162 *>(row + col);
+            const __nv_bfloat162 b = __ldg(pair);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                r[2 * j + h] = add_rounded(r[2 * j + h], b);
+            if constexpr (SWIGLU) {
+                const __nv_bfloat162 bu = __ldg(pair + n / 2);
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    r[32 + 2 * j + h] = add_rounded(r[32 + 2 * j + h], bu);
+            }
+        }
+    }
+    if constexpr (OAI) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const float2 g = __bfloat1622float2(r[i]), u = __bfloat1622float2(r[32 + i]);
+            r[i] = __floats2bfloat162_rn(kvcal_swiglu_oai(g.x, u.x, alpha, limit),
+                                         kvcal_swiglu_oai(g.y, u.y, alpha, limit));
+        }
+    }
+}
+
 #endif
 
 /* out (capacity, n) row r = epilogue(x (capacity, k) row r @ w[e]^T) for
  * the rows of the plan's used tiles (the first *used_tiles), tile m's
  * expert e = tile_expert[m]; map_x over x (boxes of BM rows), map_w over w
- * (num_experts * w_rows, k) (boxes of BN / 2 rows; w_rows 2n for SWIGLU, n
- * for STORE), map_out over out (boxes of BM / 2 rows). */
+ * (num_experts * w_rows, k) (boxes of BN / 2 rows; w_rows 2n for the
+ * SwiGLUs, n for STORE), map_out over out (boxes of BM / 2 rows); bias
+ * (num_experts, w_rows) or NULL. */
 template <int EPI>
 __global__ void __launch_bounds__(THREADS, 1)
     moe_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_w,
                      const __grid_constant__ CUtensorMap map_out,
                      const int32_t *__restrict__ tile_expert,
-                     const int32_t *__restrict__ used_tiles, int k, int n)
+                     const int32_t *__restrict__ used_tiles, int k, int n,
+                     const __nv_bfloat16 *__restrict__ bias, float alpha, float limit)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace kvcal_sm90;
-    constexpr bool SWIGLU = EPI == KVCAL_MOE_EPI_SWIGLU;
+    constexpr bool SWIGLU = gated(EPI), OAI = EPI == KVCAL_MOE_EPI_SWIGLU_OAI;
     constexpr int TILE_N = tile_n(EPI);
     /* a thread's 8-column groups of a tile's outputs, and an epilogue part's */
     constexpr int GROUPS = TILE_N / 8, PART_GROUPS = GROUPS / EPI_PARTS;
@@ -133,9 +200,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int half = wg - 1, warp = tid / 32, lane = tid % 32;
         unsigned char *out = out_stage + half * OUT_BYTES;
-        /* A finished tile rounded to bf16 (round_accumulators), waiting for
-         * its epilogue: output group j (8 columns) is r[2 j + h]; for SWIGLU
-         * (j < 16) the gate, its up in r[32 + 2 j + h]. */
+        /* A finished tile rounded to bf16 (round_accumulators), its bias
+         * added, waiting for its epilogue: output group j (8 columns) is r[2 j
+         * + h]; for SWIGLU (j < 16) the gate, its up in r[32 + 2 j + h]; for
+         * SWIGLU_OAI (j < 16) the activation (finish_tile). */
         __nv_bfloat162 r[64];
         /* Epilogue part c of EPI_PARTS: groups c x PART_GROUPS on, staged
          * (stage_addr) in the half of 128 columns they belong to; the part
@@ -156,7 +224,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 for (int h = 0; h < 2; h++) {
                     const int j = j0 + jj;
                     const uint32_t addr = stage_addr(base, j % 16, h);
-                    if constexpr (SWIGLU)
+                    if constexpr (SWIGLU && !OAI)
                         st_shared_pair(
                             addr, kvcal_swiglu2_bf16(r[2 * j + h], r[32 + 2 * j + h]));
                     else
@@ -213,6 +281,9 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (tid == 0)
                 mbar_arrive(&empty[held]);
             round_accumulators(r, d);
+            if (bias || OAI)
+                finish_tile<SWIGLU, OAI>(r, t, tiles, num_n, tile_expert, bias, n, alpha,
+                                         limit, lane);
             prev = t;
         }
         for (int c = 0; prev >= 0 && c < EPI_PARTS; c++) /* the last tile's */
@@ -229,7 +300,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 template <int EPI>
 kvcal_status launch(const CUtensorMap &map_x, const CUtensorMap &map_w,
                     const CUtensorMap &map_out, const kvcal_moe_plan *plan, int k, int n,
-                    int sms, cudaStream_t stream)
+                    const kvcal_moe_epilogue_args &args, int sms, cudaStream_t stream)
 {
     KVCAL_CUDA_TRY(cudaFuncSetAttribute(moe_wgmma_kernel<EPI>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -238,7 +309,8 @@ kvcal_status launch(const CUtensorMap &map_x, const CUtensorMap &map_w,
     const int total = plan->tiles * ((n + tile_n(EPI) - 1) / tile_n(EPI));
     const int grid = total < sms ? total : sms;
     moe_wgmma_kernel<EPI><<<grid, THREADS, SMEM_BYTES, stream>>>(
-        map_x, map_w, map_out, plan->tile_expert, plan->used_tiles, k, n);
+        map_x, map_w, map_out, plan->tile_expert, plan->used_tiles, k, n,
+        reinterpret_cast<const __nv_bfloat16 *>(args.bias), args.alpha, args.limit);
     KVCAL_CUDA_CHECK_LAUNCH("moe_wgmma_kernel");
     return KVCAL_OK;
 }
@@ -248,18 +320,22 @@ kvcal_status launch(const CUtensorMap &map_x, const CUtensorMap &map_w,
 extern "C" kvcal_status
 kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, const kvcal_bf16 *w,
                            const kvcal_moe_plan *plan, int num_experts, int k, int n,
-                           kvcal_moe_epilogue epi, cudaStream_t stream)
+                           kvcal_moe_epilogue epi, const kvcal_moe_epilogue_args *args,
+                           cudaStream_t stream)
 {
     static const char who[] = "moe grouped GEMM (sm_90a)";
-    const int swiglu = epi == KVCAL_MOE_EPI_SWIGLU;
+    const kvcal_moe_epilogue_args none = {NULL, 0.0f, 0.0f}, a = args ? *args : none;
+    const int is_gated = gated(epi), oai = epi == KVCAL_MOE_EPI_SWIGLU_OAI;
     if (!out || !x || !w || !plan || !plan->used_tiles || num_experts < 1 || k < 8 ||
-        n < 8 || k % 8 || n % 8 || (!swiglu && epi != KVCAL_MOE_EPI_STORE) ||
-        ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16)
+        n < 8 || k % 8 || n % 8 || (!is_gated && epi != KVCAL_MOE_EPI_STORE) ||
+        ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16 || (uintptr_t)a.bias % 4 ||
+        (oai && !(a.limit > 0.0f && isfinite(a.alpha))))
         return kvcal_fail(
             KVCAL_ERR_INVALID_ARG,
             "%s: k %d, n %d, %d experts, epilogue %d: need buffers (the plan's "
-            "used_tiles too), k and n multiples of 8, 16-byte aligned out, x and w and a "
-            "known epilogue",
+            "used_tiles too), k and n multiples of 8, 16-byte aligned out, x and w, a "
+            "4-byte aligned bias, a known epilogue (gpt-oss's with a finite alpha and a "
+            "limit > 0)",
             who, k, n, num_experts, (int)epi);
     if (plan->tiles < 1)
         return KVCAL_OK;
@@ -269,14 +345,22 @@ kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, const kvcal_bf1
     if (st == KVCAL_OK)
         st = kvcal_sm90_tensor_map(&map_x, x, plan->capacity, k, BM, who, "the rows");
     if (st == KVCAL_OK)
-        st = kvcal_sm90_tensor_map(&map_w, w, (int64_t)num_experts * (swiglu ? 2 * n : n),
-                                   k, BN / 2, who, "the experts' weight");
+        st = kvcal_sm90_tensor_map(&map_w, w,
+                                   (int64_t)num_experts * (is_gated ? 2 * n : n), k,
+                                   BN / 2, who, "the experts' weight");
     if (st == KVCAL_OK)
         st = kvcal_sm90_tensor_map(&map_out, out, plan->capacity, n, BM / 2, who, "out");
     if (st != KVCAL_OK)
         return st;
-    return swiglu ? launch<KVCAL_MOE_EPI_SWIGLU>(map_x, map_w, map_out, plan, k, n, sms,
-                                                 stream)
-                  : launch<KVCAL_MOE_EPI_STORE>(map_x, map_w, map_out, plan, k, n, sms,
+    switch (epi) {
+    case KVCAL_MOE_EPI_SWIGLU:
+        return launch<KVCAL_MOE_EPI_SWIGLU>(map_x, map_w, map_out, plan, k, n, a, sms,
+                                            stream);
+    case KVCAL_MOE_EPI_SWIGLU_OAI:
+        return launch<KVCAL_MOE_EPI_SWIGLU_OAI>(map_x, map_w, map_out, plan, k, n, a, sms,
                                                 stream);
+    default:
+        return launch<KVCAL_MOE_EPI_STORE>(map_x, map_w, map_out, plan, k, n, a, sms,
+                                           stream);
+    }
 }

@@ -471,9 +471,7 @@ extern "C" kvcal_status kvcal_swiglu_launch(kvcal_bf16 *out, const kvcal_bf16 *g
     return KVCAL_OK;
 }
 
-/* gpt-oss's clamped SwiGLU (kvcal_swiglu_oai_ref) as bf16 arithmetic rounds
- * it: g * sigmoid(alpha g) rounded, up + 1 rounded, their product rounded
- * (the clamps are exact). */
+/* gpt-oss's clamped SwiGLU of each row's halves (kvcal_swiglu_oai). */
 __global__ void swiglu_oai_kernel(__nv_bfloat16 *__restrict__ out,           // (rows, n)
                                   const __nv_bfloat16 *__restrict__ gate_up, // (rows, 2n)
                                   int64_t rows, int n, float alpha, float limit)
@@ -483,12 +481,8 @@ __global__ void swiglu_oai_kernel(__nv_bfloat16 *__restrict__ out,           // 
         const int64_t row = i / n;
         const int c = (int)(i - row * n);
         const __nv_bfloat16 *gp = gate_up + row * 2 * n + c;
-        const float g = fminf(__bfloat162float(gp[0]), limit);
-        const float u = fminf(fmaxf(__bfloat162float(gp[n]), -limit), limit);
-        /* an IEEE division: a gate far below 0 (no lower clamp) makes the
-         * denominator infinite, the glu 0 */
-        const float glu = kvcal_rbf(g / (1.0f + __expf(-alpha * g)));
-        out[i] = __float2bfloat16_rn(kvcal_rbf(u + 1.0f) * glu);
+        out[i] = __float2bfloat16_rn(kvcal_swiglu_oai(
+            __bfloat162float(gp[0]), __bfloat162float(gp[n]), alpha, limit));
     }
 }
 

@@ -194,13 +194,11 @@ kvcal_status kvcal_gemm_fp8_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const ui
 /* kvcal_gemm_fp8_launch with cuBLASLt's candidate `candidate` of the plan
  * (-1: the chosen one, timed at the first launch), for benchmarks;
  * *count and *chosen as kvcal_gemm_launch_candidate's. */
-kvcal_status kvcal_gemm_fp8_launch_candidate(kvcal_gemm_t *gemm, int candidate,
-                                             kvcal_bf16 *out, const uint8_t *xq,
-                                             const float *x_scale, kvcal_gemm_scale x_mode,
-                                             const uint8_t *wq, const float *w_scale,
-                                             kvcal_gemm_scale w_mode, int fast_accum,
-                                             const kvcal_bf16 *bias, int rows, int k, int n,
-                                             cudaStream_t stream, int *count, int *chosen);
+kvcal_status kvcal_gemm_fp8_launch_candidate(
+    kvcal_gemm_t *gemm, int candidate, kvcal_bf16 *out, const uint8_t *xq,
+    const float *x_scale, kvcal_gemm_scale x_mode, const uint8_t *wq,
+    const float *w_scale, kvcal_gemm_scale w_mode, int fast_accum, const kvcal_bf16 *bias,
+    int rows, int k, int n, cudaStream_t stream, int *count, int *chosen);
 
 /* Whether cuBLASLt has an algorithm for that FP8 GEMM (planned and kept);
  * where not, kvcal_last_error() says what its heuristic answered. */
@@ -521,7 +519,19 @@ typedef enum kvcal_moe_epilogue {
      * them: out row = silu(gate) * up rounded as kvcal_swiglu_launch rounds
      * kvcal_moe_gemm_launch's gate/up */
     KVCAL_MOE_EPI_SWIGLU = 1,
+    /* w as for SWIGLU: out row = gpt-oss's clamped SwiGLU of gate and up
+     * (the args' alpha and limit) rounded as kvcal_swiglu_oai_launch */
+    KVCAL_MOE_EPI_SWIGLU_OAI = 2,
 } kvcal_moe_epilogue;
+
+/* An epilogue's bias and gpt-oss's clamps. */
+typedef struct kvcal_moe_epilogue_args {
+    /* (num_experts, w's rows an expert) or NULL: row e added to the products
+     * of expert e's rows, each product rounded to bf16 first and the sum
+     * rounded (kvcal_moe_bias_launch's arithmetic), before the SwiGLU */
+    const kvcal_bf16 *bias;
+    float alpha, limit; /* KVCAL_MOE_EPI_SWIGLU_OAI's (limit > 0) */
+} kvcal_moe_epilogue_args;
 
 /* The grouped GEMM of one layer's experts on Hopper (sm_90a: TMA, wgmma, a
  * persistent grid walking the plan's used tiles, read on the device from
@@ -529,15 +539,18 @@ typedef enum kvcal_moe_epilogue {
  * out (capacity, n) rows = epilogue(x (capacity, k) rows @ w[e]^T), x in
  * the plan's order (the tokens' inputs through kvcal_moe_gather_launch, or
  * the previous GEMM's out). Every row of a used tile is written, padding
- * rows too (from their x rows). fp32 accumulation, each output rounded to
- * bf16. k and n multiples of 8, out, x and w 16-byte aligned (else
- * KVCAL_ERR_INVALID_ARG); a GPU other than compute capability 9.0 with the
- * build's sm_90a code is KVCAL_ERR_UNSUPPORTED (kvcal_moe_gemm_launch runs
- * there). */
+ * rows too (from their x rows). fp32 accumulation, each product rounded to
+ * bf16, then args' bias (args NULL: none; a SWIGLU_OAI needs args). k and n
+ * multiples of 8, out, x and w 16-byte aligned, the bias 4-byte aligned
+ * (else KVCAL_ERR_INVALID_ARG); a GPU other than compute capability 9.0
+ * with the build's sm_90a code is KVCAL_ERR_UNSUPPORTED
+ * (kvcal_moe_gemm_launch runs there). */
 kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x,
                                         const kvcal_bf16 *w, const kvcal_moe_plan *plan,
                                         int num_experts, int k, int n,
-                                        kvcal_moe_epilogue epi, cudaStream_t stream);
+                                        kvcal_moe_epilogue epi,
+                                        const kvcal_moe_epilogue_args *args,
+                                        cudaStream_t stream);
 
 /* out (tokens, dim) = the weighted sum over j of y (capacity, dim) row
  * slot_of[t * top_k + j] times weights (tokens, top_k), fp32, rounded once
