@@ -347,6 +347,12 @@ def main():
           % (ph.get("load_seconds", 0), ph.get("forward_seconds", 0), layers * per_layer / 2**30,
              layers * per_layer / 2**30 / max(ph.get("forward_seconds", 0), 1e-9),
              res.get("fp8_fallback") or "none"), flush=True)
+    w = res.get("weights_load", {})
+    if w.get("bytes"):
+        print("kvcal's loader: %.2f GB, every layer on its way %.2f s after the start; host "
+              "threads filling %.2f s, waiting on copies %.2f s"
+              % (w["bytes"] / 1e9, w["all_layers_seconds"], w["fill_seconds"],
+                 w["copy_wait_seconds"]), flush=True)
     shutil.rmtree(big)
     return 0 if median <= MEDIAN_LIMIT else 1
 

@@ -60,7 +60,7 @@ sys.path.insert(0, HERE)
 from hf_mla import mla_entry  # noqa: E402
 # kvcal's run (per-head granularity: one head, the entry), its peak memory and
 # the GEMM timer, at the same 8 x 2048-token batches
-from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, checkpoint_bytes,  # noqa: E402
+from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, print_load,  # noqa: E402
                            run_kvcal, timed_run)
 
 D, H, L, R, NOPE, VD = 2048, 16, 512, 64, 128, 128
@@ -246,9 +246,7 @@ def main():
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s (forward "
           f"{ph.get('forward_seconds', float('nan')):.3f} s; load and warm-up "
           f"{ph.get('load_seconds', float('nan')):.3f} s)", flush=True)
-    load_rate = checkpoint_bytes(model_dir) / res["phases"]["forward_seconds"]
-    print(f"kvcal's forward phase reads the checkpoint at {load_rate / 1e9:.1f} GB/s, were "
-          f"the weights' load to bound it", flush=True)
+    load_rate = print_load(res, model_dir)
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
     # the floor first: its figures stay should a compilation run past the caller's time
     floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)

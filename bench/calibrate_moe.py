@@ -191,6 +191,24 @@ def phase_text(res):
             f"{ph.get('forward_seconds', float('nan')):.3f} s")
 
 
+def print_load(res, model_dir):
+    """What the weights' load did during a kvcal run: the checkpoint's bytes
+    over the forward seconds (the rate the load would need to bound the
+    forward), and the loader's own counts (calibrate's weights_load); returns
+    the first."""
+    load_rate = checkpoint_bytes(model_dir) / res["phases"]["forward_seconds"]
+    print(f"kvcal's forward phase reads the checkpoint at {load_rate / 1e9:.1f} GB/s, were "
+          f"the weights' load to bound it", flush=True)
+    w = res.get("weights_load", {})
+    if w.get("bytes"):
+        gb = w["bytes"] / 1e9
+        print(f"kvcal's loader: {gb:.2f} GB, every layer on its way "
+              f"{w['all_layers_seconds']:.2f} s after the start; host threads filling "
+              f"{w['fill_seconds']:.2f} s ({gb / max(w['fill_seconds'], 1e-9):.1f} GB/s), "
+              f"waiting on copies {w['copy_wait_seconds']:.2f} s", flush=True)
+    return load_rate
+
+
 def routing_counts(path, layers):
     """Per layer, the experts no token reached and the busiest expert's share."""
     try:
@@ -423,9 +441,7 @@ def main():
     kvcal_tps = res["tokens_per_second"]
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s "
           f"({phase_text(res)})", flush=True)
-    load_rate = checkpoint_bytes(model_dir) / res["phases"]["forward_seconds"]
-    print(f"kvcal's forward phase reads the checkpoint at {load_rate / 1e9:.1f} GB/s, were "
-          f"the weights' load to bound it", flush=True)
+    load_rate = print_load(res, model_dir)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
     variants = {}
     for v in a.kvcal_variant:

@@ -79,10 +79,25 @@ typedef struct kvcal_head_ref {
 
 typedef struct kvcal_backend kvcal_backend;
 
+/* What loading the layers' weights onto a device has cost the host so far
+ * (the cuda backend's loader, calib/cuda_loader.h): the seconds from the
+ * backend's start until every layer was on its way the first time (0
+ * while some are not), the host threads' seconds filling pinned staging
+ * pieces, the seconds waiting for a piece's last copy to the device, the
+ * bytes sent and the layers loaded (a layer loaded again counts again). */
+typedef struct kvcal_load_stats {
+    double all_seconds, fill_seconds, copy_wait_seconds;
+    double bytes;
+    int layers_loaded;
+} kvcal_load_stats;
+
 typedef struct kvcal_backend_ops {
     const char *name; /* "cpu", "cuda" */
     int warm_up;      /* the executor runs one batch of the largest shape first */
     void (*destroy)(kvcal_backend *be);
+    /* *out: the weights' load so far; NULL where the backend reads weights
+     * as it computes (cpu) */
+    void (*load_stats)(kvcal_backend *be, kvcal_load_stats *out);
 
     // --- batches, the ops of calib/arch.h -------------------------------
     /* The executor runs a chunk of batches layer by layer: each batch of

@@ -935,10 +935,16 @@ static void destroy(kvcal_backend *be)
     free(r);
 }
 
+static void load_stats(kvcal_backend *be, kvcal_load_stats *out)
+{
+    kvcal_cuda_loader_stats(cu(be)->loader, out);
+}
+
 static const kvcal_backend_ops cuda_ops = {
     .name = "cuda",
     .warm_up = 1,
     .destroy = destroy,
+    .load_stats = load_stats,
     .slots = slots,
     .max_slots = max_slots,
     .begin_batch = begin_batch,

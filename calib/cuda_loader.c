@@ -64,12 +64,16 @@ typedef struct {
     size_t scales_cap;
 } job_list;
 
-/* Pinned pieces, their copies' events, the threads that fill them. */
+/* Pinned pieces, their copies' events, the threads that fill them; the
+ * host's seconds filling them and waiting for a piece's last copy, and the
+ * bytes sent. */
 typedef struct {
     unsigned char *buf[PIECES];
     cudaEvent_t done[PIECES];
     size_t bytes; /* of each */
     int next;
+    double fill_s, wait_s;
+    size_t sent;
 } pieces;
 
 struct kvcal_cuda_loader {
@@ -88,6 +92,7 @@ struct kvcal_cuda_loader {
     int q_head, q_tail, q_len;
     int loaded; /* layers loaded the first time */
     double t0, t_all;
+    kvcal_load_stats stats; /* under mu, after each layer */
     pthread_t thread;
     int running, stop;
     pthread_mutex_t mu;
@@ -348,8 +353,13 @@ static kvcal_status send_piece(const job *j, size_t n, pieces *p, int b,
                                int threads)
 {
     kvcal_status st = KVCAL_OK;
+    const double t0 = now_s();
     TRY_CUDA(cudaEventSynchronize(p->done[b]));
+    const double t1 = now_s();
     fill(j, n, p->buf[b], p->bytes, threads);
+    p->wait_s += t1 - t0;
+    p->fill_s += now_s() - t1;
+    p->sent += bytes;
     TRY_CUDA(cudaMemcpyAsync(dst, p->buf[b], bytes, cudaMemcpyHostToDevice, stream));
     TRY_CUDA(cudaEventRecord(p->done[b], stream));
 fail:
@@ -504,6 +514,8 @@ static void *loader_main(void *p)
         ld->slot_layer[s] = l;
         if (++ld->loaded == ld->layers)
             ld->t_all = now_s() - ld->t0;
+        ld->stats = (kvcal_load_stats){ld->t_all, ld->p.fill_s, ld->p.wait_s,
+                                       (double)ld->p.sent, ld->loaded};
         pthread_cond_broadcast(&ld->cv);
     }
     pthread_mutex_unlock(&ld->mu);
@@ -699,7 +711,9 @@ done:
     return st;
 }
 
-double kvcal_cuda_loader_seconds(const kvcal_cuda_loader_t *ld)
+void kvcal_cuda_loader_stats(kvcal_cuda_loader_t *ld, kvcal_load_stats *out)
 {
-    return ld->t_all;
+    pthread_mutex_lock(&ld->mu);
+    *out = ld->stats;
+    pthread_mutex_unlock(&ld->mu);
 }

@@ -17,12 +17,13 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
+#include "calib/backend.h"
 #include "calib/model.h"
 #include "kvcal.h"
 
 /* Where a layer's logical weights lie in its device slot. */
 typedef struct kvcal_cuda_layer_layout {
-    size_t off[KVCAL_W_COUNT];   /* bytes from the slot's start */
+    size_t off[KVCAL_W_COUNT]; /* bytes from the slot's start */
     size_t
         elems[KVCAL_W_COUNT]; /* bf16 values, or e4m3 bytes of an FP8 weight; 0: absent */
     /* an FP8 weight (fp8[w].w not KVCAL_FP8W_NONE), as the model serves it
@@ -31,8 +32,8 @@ typedef struct kvcal_cuda_layer_layout {
      * (one float, 0 for dynamic activations) at input_off[w] */
     kvcal_fp8_linear fp8[KVCAL_W_COUNT];
     size_t scale_off[KVCAL_W_COUNT], input_off[KVCAL_W_COUNT];
-    size_t bytes;                /* the slot */
-    int gate_up_interleaved;     /* KVCAL_W_GATE_UP in kvcal_gemm_swiglu's order */
+    size_t bytes;            /* the slot */
+    int gate_up_interleaved; /* KVCAL_W_GATE_UP in kvcal_gemm_swiglu's order */
 } kvcal_cuda_layer_layout;
 
 typedef struct kvcal_cuda_loader kvcal_cuda_loader_t;
@@ -55,18 +56,18 @@ void kvcal_cuda_loader_destroy(kvcal_cuda_loader_t *ld);
  * this call is the last to read the layer used before (its slot may be
  * refilled once that work is done). Starts loading the next layer where
  * the slots do not hold every layer. */
-kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer, cudaStream_t compute,
-                                   unsigned char **weights);
+kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer,
+                                   cudaStream_t compute, unsigned char **weights);
 
 /* Copies view src as bf16 into dst (device memory) through the loader's
  * host threads and pinned pieces of its own, on stream (waited for): the
  * embedding table and the classifier, loaded once. */
-kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld, const kvcal_tensor_view *src,
-                                      void *dst, cudaStream_t stream);
+kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld,
+                                      const kvcal_tensor_view *src, void *dst,
+                                      cudaStream_t stream);
 
-/* Seconds from create until every layer was on the device the first time
- * (0 while some are not; for a loader with fewer slots than layers, until
- * the last layer's first copy). */
-double kvcal_cuda_loader_seconds(const kvcal_cuda_loader_t *ld);
+/* The loader's costs so far (calib/backend.h's kvcal_load_stats; the
+ * background thread updates them after each layer). */
+void kvcal_cuda_loader_stats(kvcal_cuda_loader_t *ld, kvcal_load_stats *out);
 
 #endif

@@ -602,6 +602,13 @@ const char *kvcal_exec_fp8_fallback(const kvcal_exec_t *x)
     return x->be->fp8_fallback;
 }
 
+void kvcal_exec_load_stats(const kvcal_exec_t *x, kvcal_load_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (x->be->ops->load_stats)
+        x->be->ops->load_stats(x->be, out);
+}
+
 void kvcal_exec_moe_ops(const kvcal_exec_t *x, long long *whole, long long *routed)
 {
     *whole = x->moe_ops[0];

@@ -58,6 +58,10 @@ int kvcal_exec_layers_resident(const kvcal_exec_t *x);
  * engine would run FP8 GEMMs, and why, in a line; "" for none. */
 const char *kvcal_exec_fp8_fallback(const kvcal_exec_t *x);
 
+/* What loading the layers' weights has cost so far (calib/backend.h's
+ * kvcal_load_stats; zeros where the backend reads weights as it computes). */
+void kvcal_exec_load_stats(const kvcal_exec_t *x, kvcal_load_stats *out);
+
 /* How many MoE ops (one a layer a batch) the executor's runs so far (its
  * warm-up included) gave the backend whole, experts and all, and how many
  * to route only (a calibration's last layer: its routing counts). */
@@ -71,7 +75,7 @@ typedef struct kvcal_exec_progress {
     long long tokens_whole;          /* their tokens */
     double tokens_done;              /* and the running chunk's part */
     long long tokens_total;
-    int layer, layers;               /* layers the running chunk has done (0: none) */
+    int layer, layers; /* layers the running chunk has done (0: none) */
 } kvcal_exec_progress;
 
 /* Called after each layer of a chunk and after each chunk. */
@@ -94,19 +98,19 @@ typedef struct kvcal_exec_samples {
     kvcal_exec_progress_fn progress; /* or NULL */
     void *progress_ctx;
     /* calibration only: */
-    int first_sample;                /* samples before it are in stats already (a
-                                        multiple of batch: a resumed run) */
-    int chunk_samples;               /* at most this many samples a chunk (0: no cap) */
-    kvcal_exec_chunk_fn chunk_done;  /* or NULL */
+    int first_sample;               /* samples before it are in stats already (a
+                                       multiple of batch: a resumed run) */
+    int chunk_samples;              /* at most this many samples a chunk (0: no cap) */
+    kvcal_exec_chunk_fn chunk_done; /* or NULL */
     void *chunk_ctx;
-    const volatile int *stop;        /* when it reads non-zero after a chunk, the run
-                                        ends with KVCAL_ERR_INTERRUPTED (NULL: never) */
-    int64_t first_name;              /* sample i is named first_name + i (a rank's part
-                                        of a run: its first sample's index there) */
-    float *batch_absmax;             /* (batches, 2, layers, kv_heads) or NULL: each
-                                        batch's per-head K and V absmax, in batch order,
-                                        instead of folding them into the moving averages
-                                        (a data-parallel rank; calib/dp.h) */
+    const volatile int *stop; /* when it reads non-zero after a chunk, the run
+                                 ends with KVCAL_ERR_INTERRUPTED (NULL: never) */
+    int64_t first_name;       /* sample i is named first_name + i (a rank's part
+                                 of a run: its first sample's index there) */
+    float *batch_absmax;      /* (batches, 2, layers, kv_heads) or NULL: each
+                                 batch's per-head K and V absmax, in batch order,
+                                 instead of folding them into the moving averages
+                                 (a data-parallel rank; calib/dp.h) */
 } kvcal_exec_samples;
 
 /* Calibration: every sample through the model up to the last layer's K

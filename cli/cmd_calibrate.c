@@ -400,10 +400,11 @@ static void warn_stderr(void *ctx, const char *message)
  * samples and readying the device, the forward passes, the outputs. */
 typedef struct {
     double load, forward, write;
-    double reduce;       /* several ranks: their statistics brought together */
-    int ranks;           /* processes the samples were split over */
-    int layers_resident; /* layers whose weights the device held at once */
-    char fp8_fallback[512]; /* kvcal_exec_fp8_fallback's line */
+    double reduce;            /* several ranks: their statistics brought together */
+    int ranks;                /* processes the samples were split over */
+    int layers_resident;      /* layers whose weights the device held at once */
+    char fp8_fallback[512];   /* kvcal_exec_fp8_fallback's line */
+    kvcal_load_stats weights; /* the layers' load, at the forward's end */
 } phases;
 
 typedef struct {
@@ -532,6 +533,7 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
     catch_signals(0);
     kvcal_cmd_progress_end(&pc.pr);
     ph->forward = kvcal_cmd_progress_elapsed(&pc.pr);
+    kvcal_exec_load_stats(x, &ph->weights);
     kvcal_exec_destroy(x);
     return st;
 }
@@ -798,8 +800,15 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
         printf("weights streamed: %d of %d layers on the device at a time\n",
                ph->layers_resident, d->num_layers);
     if (ph->fp8_fallback[0])
-        printf("FP8 weights run as dequantized bf16 GEMMs, not the engine's FP8 GEMMs: %s\n",
-               ph->fp8_fallback);
+        printf(
+            "FP8 weights run as dequantized bf16 GEMMs, not the engine's FP8 GEMMs: %s\n",
+            ph->fp8_fallback);
+    if (ph->weights.bytes > 0)
+        printf(
+            "weights: %.2f GB onto the device, every layer on its way %.2f s after the "
+            "start; host threads filling staging %.2f s, waiting on copies %.2f s\n",
+            ph->weights.bytes / 1e9, ph->weights.all_seconds, ph->weights.fill_seconds,
+            ph->weights.copy_wait_seconds);
     if (ph->ranks > 1)
         printf("data-parallel: %d ranks, statistics reduced on rank 0 in %.3f s\n",
                ph->ranks, ph->reduce);
@@ -859,6 +868,12 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_AddNumberToObject(root, "ranks", ph->ranks);
     cJSON_AddNumberToObject(root, "layers_resident", ph->layers_resident);
     cJSON_AddStringToObject(root, "fp8_fallback", ph->fp8_fallback);
+    cJSON *load = cJSON_AddObjectToObject(root, "weights_load");
+    cJSON_AddNumberToObject(load, "bytes", ph->weights.bytes);
+    cJSON_AddNumberToObject(load, "all_layers_seconds", ph->weights.all_seconds);
+    cJSON_AddNumberToObject(load, "fill_seconds", ph->weights.fill_seconds);
+    cJSON_AddNumberToObject(load, "copy_wait_seconds", ph->weights.copy_wait_seconds);
+    cJSON_AddNumberToObject(load, "layers_loaded", ph->weights.layers_loaded);
     cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
     cJSON *format_notes = cJSON_AddArrayToObject(root, "format_notes");
     for (int i = 0; i < cJSON_GetArraySize(written); i++) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/test_cuda_util.h"
 #include "tests/test_util.h"
@@ -484,6 +485,58 @@ static void cuda_runner_names_the_fp8_weights_it_runs_dequantized(void)
     kvcal_model_close(m);
 }
 
+/* The loader's counts (kvcal_exec_load_stats): every layer of a model that
+ * fits loaded once, in pieces of 4 KiB, the layers' bytes (at least their
+ * bf16 weights') sent and the host's seconds counted; zeros on the cpu
+ * backend, which reads weights as it computes. */
+static void cuda_runner_counts_the_weights_it_loads(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/llama3_gqa_hd64_bf16", &m), KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    const double weights =
+        (double)d->num_layers * 2 *
+        ((double)d->hidden_size * d->head_dim * (2 * d->num_heads + 2 * d->num_kv_heads) +
+         3.0 * d->hidden_size * d->intermediate_size);
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.backend.max_batch = 2;
+    o.backend.max_seq_len = 32;
+    o.backend.load_piece_bytes = 4096;
+    for (int run = 0; run < 2; run++) {
+        kvcal_exec_t *x = NULL;
+        o.device = run ? KVCAL_DEVICE_CPU : KVCAL_DEVICE_CUDA;
+        CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
+        kvcal_load_stats ls;
+        /* the layers load in the background: up to 10 s */
+        for (int tries = 0; tries < 10000; tries++) {
+            kvcal_exec_load_stats(x, &ls);
+            if (run || ls.layers_loaded == d->num_layers)
+                break;
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+        if (run) {
+            CU_ASSERT(ls.bytes == 0 && ls.layers_loaded == 0 && ls.all_seconds == 0 &&
+                      ls.fill_seconds == 0 && ls.copy_wait_seconds == 0);
+        } else {
+            CU_ASSERT_EQUAL(ls.layers_loaded, d->num_layers);
+            CU_ASSERT(ls.bytes >= weights);
+            CU_ASSERT(ls.all_seconds > 0 && ls.fill_seconds > 0);
+            CU_ASSERT(ls.copy_wait_seconds >= 0 &&
+                      ls.copy_wait_seconds <= ls.all_seconds);
+            printf("\n    %d layers, %.0f bytes (bf16 weights %.0f) in %.4f s: filling "
+                   "%.4f s, "
+                   "waiting on copies %.4f s",
+                   ls.layers_loaded, ls.bytes, weights, ls.all_seconds, ls.fill_seconds,
+                   ls.copy_wait_seconds);
+        }
+        kvcal_exec_destroy(x);
+    }
+    kvcal_model_close(m);
+}
+
 /* The queries' max |q| per head and the signed range per channel, observed
  * on the device (Q in the fused RoPE kernel, the range by its own kernel)
  * against the cpu backend on the same samples: bf16 activations against
@@ -556,6 +609,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_streams_weights_under_a_memory_cap),
     KVCAL_TEST(cuda_runner_serves_fp8_checkpoints_as_vllm_does),
     KVCAL_TEST(cuda_runner_names_the_fp8_weights_it_runs_dequantized),
+    KVCAL_TEST(cuda_runner_counts_the_weights_it_loads),
     CU_TEST_INFO_NULL,
 };
 #else
