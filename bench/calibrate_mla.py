@@ -4,7 +4,7 @@
 model and the same tokens (8 samples x 2048 tokens a batch), in one run.
 
 usage: calibrate_mla.py KVCAL WORKDIR OUT [--layers N] [--batches B]
-                        [--transformers all|none|CONFIG,...]
+                        [--transformers all|none|CONFIG,...] [--kvcal-profile]
 
 DeepSeek-V2-Lite's layers (hidden 2048, 16 heads, no query LoRA, kv_lora_rank
 512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128, yarn x40 of
@@ -61,7 +61,7 @@ from hf_mla import mla_entry  # noqa: E402
 # kvcal's run (per-head granularity: one head, the entry), its peak memory and
 # the GEMM timer, at the same 8 x 2048-token batches
 from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, print_load,  # noqa: E402
-                           run_kvcal, timed_run)
+                           print_profile, run_kvcal, timed_run)
 
 D, H, L, R, NOPE, VD = 2048, 16, 512, 64, 128, 128
 E, TOPK, MI, SHARED, DENSE_I, VOCAB = 64, 6, 1408, 2, 10944, 102400
@@ -219,6 +219,8 @@ def main():
     ap.add_argument("--transformers", default="all",
                     help="all, none, or IMPL[+compile|+rcompile],... (IMPL: eager, "
                          "batched_mm, grouped_mm)")
+    ap.add_argument("--kvcal-profile", action="store_true",
+                    help="run kvcal once more with --profile and print where its time went")
     ap.add_argument("--deadline", type=int, default=0,
                     help="seconds after which transformers' configurations stop (0: none)")
     a = ap.parse_args()
@@ -247,6 +249,10 @@ def main():
           f"{ph.get('forward_seconds', float('nan')):.3f} s; load and warm-up "
           f"{ph.get('load_seconds', float('nan')):.3f} s)", flush=True)
     load_rate = print_load(res, model_dir)
+    if a.kvcal_profile:
+        pdir = os.path.join(a.out, "profile")
+        os.makedirs(pdir, exist_ok=True)
+        print_profile(run_kvcal(a.kvcal, model_dir, data, samples, pdir, extra=["--profile"])[0])
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
     # the floor first: its figures stay should a compilation run past the caller's time
     floor_tps, floor_layer_ms, floor_grouped = library_floor(a.layers)

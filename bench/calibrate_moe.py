@@ -5,7 +5,7 @@ and the same tokens (8 samples x 2048 tokens a batch), in one run.
 
 usage: calibrate_moe.py KVCAL WORKDIR OUT [--shape S] [--layers N] [--batches B]
                          [--experts IMPL ...] [--attn IMPL ...] [--modes M,...]
-                         [--kvcal-variant VAR=VALUE ...]
+                         [--kvcal-variant VAR=VALUE ...] [--kvcal-profile]
 
 --layers 0: as many of the released model's layers as WORKDIR's free disk
 holds (less 3 GiB), the checkpoint's size counted on the meta device.
@@ -32,7 +32,9 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
   other GPUs run; KVCAL=PATH: another kvcal executable, an earlier build),
-  its tokens/s and peak memory. kvcal's tokens/s are over
+  its tokens/s and peak memory; with --kvcal-profile once more with
+  `--profile`, where its device time went op by op (not in its tokens/s).
+  kvcal's tokens/s are over
   its forward phase; its load and warm-up seconds are printed beside them.
   The forward phase runs layer by layer over a chunk of batches while the
   next layers' weights load (calib/executor.c), so that with few batches
@@ -151,8 +153,8 @@ def make_model(workdir, shape, layers):
     return model_dir
 
 
-def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
-    """kvcal's JSON and peak device memory."""
+def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None, extra=()):
+    """kvcal's JSON and peak device memory (extra: more calibrate options)."""
     baseline, peak, done = device_memory_used(), [0], threading.Event()
 
     def sample():
@@ -167,7 +169,7 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None):
            "--granularity", "head", "--json",
            "--out", os.path.join(out_dir, "kvcal_scales.json"),
            "--stats", os.path.join(out_dir, "kvcal_stats.h5")]
-    cmd += ["--quiet"]
+    cmd += ["--quiet", *extra]
     res = subprocess.run(cmd, capture_output=True, text=True,
                          env=dict(os.environ, **env) if env else None)
     done.set()
@@ -207,6 +209,18 @@ def print_load(res, model_dir):
               f"{w['fill_seconds']:.2f} s ({gb / max(w['fill_seconds'], 1e-9):.1f} GB/s), "
               f"waiting on copies {w['copy_wait_seconds']:.2f} s", flush=True)
     return load_rate
+
+
+def print_profile(res, rows=14):
+    """calibrate --profile's times (op_profile), the longest first: ms in all,
+    per call and share, and the forward phase's seconds beside their sum."""
+    ops = sorted(res.get("op_profile", []), key=lambda o: -o["ms"])
+    total = sum(o["ms"] for o in ops)
+    print(f"kvcal --profile: ops {total / 1e3:.3f} s of device time in a forward phase of "
+          f"{res['phases']['forward_seconds']:.3f} s (each layer waited for)", flush=True)
+    for o in ops[:rows]:
+        print(f"  {o['op']:<26} {o['ms']:10.1f} ms {o['calls']:6d} calls "
+              f"{o['ms'] / o['calls']:8.3f} ms a call {100 * o['ms'] / total:5.1f}%", flush=True)
 
 
 def routing_counts(path, layers):
@@ -407,6 +421,8 @@ def main():
     ap.add_argument("--modes", default="plain,compile",
                     help="how transformers runs, in this order: plain, compile (the whole "
                     "body), rcompile (each layer apart), comma-separated")
+    ap.add_argument("--kvcal-profile", action="store_true",
+                    help="run kvcal once more with --profile and print where its time went")
     ap.add_argument("--kvcal-variant", action="append", default=[], metavar="VAR=VALUE")
     ap.add_argument("--deadline", type=int, default=0,
                     help="seconds after which transformers' configurations stop (0: none)")
@@ -443,6 +459,11 @@ def main():
           f"({phase_text(res)})", flush=True)
     load_rate = print_load(res, model_dir)
     counts = routing_counts(os.path.join(a.out, "kvcal_stats.h5"), a.layers)
+    if a.kvcal_profile:
+        pdir = os.path.join(a.out, "profile")
+        os.makedirs(pdir, exist_ok=True)
+        pres, _ = run_kvcal(a.kvcal, model_dir, data, samples, pdir, extra=["--profile"])
+        print_profile(pres)
     variants = {}
     for v in a.kvcal_variant:
         name, value = v.split("=", 1)

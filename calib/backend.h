@@ -144,6 +144,18 @@ typedef struct kvcal_backend_ops {
                                int observe);
     kvcal_status (*mla_expand)(kvcal_backend *be, const kvcal_op *op);
 
+    // --- the op profile (calib/op_profile.h) ------------------------------
+    /* Marks a point on the backend's queue (cuda: an event recorded on its
+     * stream; cpu: the host's clock): the interval from it to the next
+     * mark is label's (a string that outlives the next profile_take; NULL:
+     * an interval counted nowhere). */
+    kvcal_status (*profile_mark)(kvcal_backend *be, const char *label);
+    /* Waits for the marks made since the last take, hands each labelled
+     * interval between them (milliseconds) to add, and forgets them. */
+    kvcal_status (*profile_take)(kvcal_backend *be,
+                                 void (*add)(void *ctx, const char *label, double ms),
+                                 void *ctx);
+
     // --- observing K and V ------------------------------------------------
     /* Statistics the observing ops fold into from now on (NULL: none): the
      * absmax, histograms and token counts of every layer of every batch
@@ -227,6 +239,8 @@ struct kvcal_backend {
     const kvcal_backend_ops *ops;
     const kvcal_model_desc *desc; /* the model's, borrowed */
     int layers_resident;          /* layers whose weights are held at once */
+    int profile; /* 1: the executor marks its ops (profile_mark); the backend
+                    may mark the steps inside them */
     /* FP8 weights the backend runs as dequantized bf16 GEMMs where the
      * engine runs FP8 GEMMs (their checkpoint names, then why: cuBLASLt's
      * answer, or the fallback asked for); "" where every FP8 weight runs

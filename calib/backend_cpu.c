@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "calib/backend.h"
 #include "core/status.h"
@@ -89,6 +90,10 @@ typedef struct {
     float *ref;                  /* (ref_rows, vocab) the kept distributions */
     float *ref_lse;              /* (ref_rows) */
     int64_t ref_rows;
+    /* the op profile's marks since the last take: host clock, label */
+    double *mark_ms;
+    const char **mark_label;
+    int marks, marks_cap;
 } cpu_backend;
 
 static cpu_backend *cpu(kvcal_backend *be)
@@ -818,6 +823,42 @@ static kvcal_status sim_collect(kvcal_backend *be, kvcal_eval_layer_sums *sums)
     return KVCAL_OK;
 }
 
+// --- the op profile ---------------------------------------------------------------
+
+static kvcal_status profile_mark(kvcal_backend *be, const char *label)
+{
+    cpu_backend *c = cpu(be);
+    if (c->marks == c->marks_cap) {
+        const int cap = c->marks_cap ? 2 * c->marks_cap : 64;
+        double *t = realloc(c->mark_ms, (size_t)cap * sizeof *t);
+        if (t)
+            c->mark_ms = t;
+        const char **l = realloc(c->mark_label, (size_t)cap * sizeof *l);
+        if (l)
+            c->mark_label = l;
+        if (!t || !l)
+            return kvcal_fail(KVCAL_ERR_NOMEM, "cpu runner: out of host memory");
+        c->marks_cap = cap;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    c->mark_ms[c->marks] = 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+    c->mark_label[c->marks++] = label;
+    return KVCAL_OK;
+}
+
+static kvcal_status profile_take(kvcal_backend *be,
+                                 void (*add)(void *ctx, const char *label, double ms),
+                                 void *ctx)
+{
+    cpu_backend *c = cpu(be);
+    for (int i = 0; i + 1 < c->marks; i++)
+        if (c->mark_label[i])
+            add(ctx, c->mark_label[i], c->mark_ms[i + 1] - c->mark_ms[i]);
+    c->marks = 0;
+    return KVCAL_OK;
+}
+
 // --- lifetime ---------------------------------------------------------------------
 
 static void destroy(kvcal_backend *be)
@@ -831,6 +872,8 @@ static void destroy(kvcal_backend *be)
     free(c->default_names);
     free(c->head_logits);
     head_reference(be, 0);
+    free(c->mark_ms);
+    free(c->mark_label);
     free(c);
 }
 
@@ -853,6 +896,8 @@ static const kvcal_backend_ops cpu_ops = {
     .geglu = geglu,
     .mla_latent = mla_latent,
     .mla_expand = mla_expand,
+    .profile_mark = profile_mark,
+    .profile_take = profile_take,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = nothing,

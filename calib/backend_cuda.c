@@ -474,6 +474,57 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     return kvcal_kv_range_launch(&b, r->hd, r->HKV, &range, r->stream);
 }
 
+// --- the op profile ---------------------------------------------------------------
+
+static kvcal_status profile_mark(kvcal_backend *be, const char *label)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    if (r->marks == r->marks_cap) {
+        const int cap = r->marks_cap ? 2 * r->marks_cap : 256;
+        cudaEvent_t *ev = realloc(r->mark_ev, (size_t)cap * sizeof *ev);
+        if (ev)
+            r->mark_ev = ev;
+        const char **l = realloc(r->mark_label, (size_t)cap * sizeof *l);
+        if (l)
+            r->mark_label = l;
+        if (!ev || !l)
+            return kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
+        for (; r->marks_cap < cap; r->marks_cap++)
+            TRY_CUDA(cudaEventCreate(&r->mark_ev[r->marks_cap]));
+    }
+    TRY_CUDA(cudaEventRecord(r->mark_ev[r->marks], r->stream));
+    r->mark_label[r->marks++] = label;
+fail:
+    return st;
+}
+
+static kvcal_status profile_take(kvcal_backend *be,
+                                 void (*add)(void *ctx, const char *label, double ms),
+                                 void *ctx)
+{
+    kvcal_status st = KVCAL_OK;
+    cuda_backend *r = cu(be);
+    if (r->marks)
+        TRY_CUDA(cudaEventSynchronize(r->mark_ev[r->marks - 1]));
+    for (int i = 0; i + 1 < r->marks; i++) {
+        float ms = 0.0f;
+        if (!r->mark_label[i])
+            continue;
+        TRY_CUDA(cudaEventElapsedTime(&ms, r->mark_ev[i], r->mark_ev[i + 1]));
+        add(ctx, r->mark_label[i], ms);
+    }
+fail:
+    r->marks = 0;
+    return st;
+}
+
+/* Marks the start of a step inside an op when the run is profiled. */
+static kvcal_status step(cuda_backend *r, const char *label)
+{
+    return r->base.profile ? profile_mark(&r->base, label) : KVCAL_OK;
+}
+
 /* Causal attention into out (N, att_cols) of q, k, v (rows of stride
  * `stride`, kv_heads heads of hd), within the model's sliding window where a
  * sample can be longer, with the heads' sinks (gpt-oss) where non-NULL. */
@@ -484,7 +535,19 @@ static kvcal_status attend_qkv(cuda_backend *r, kvcal_bf16 *out, int64_t out_str
 {
     const int window = r->base.desc->layer_window[r->layer];
     const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
-    if ((window > 0 && r->seq_len > window) || softcap > 0.0f || sinks)
+    const int windowed = window > 0 && r->seq_len > window;
+    kvcal_status st = step(r, windowed ? "attention, sliding window" : "attention, full");
+    if (st)
+        return st;
+    if (sinks && !windowed && !(softcap > 0.0f)) { /* cuDNN, then the sinks' share */
+        int taken = 0;
+        st = kvcal_attention_run_sinks(r->attn, out, out_stride, q, k, v, stride, r->batch,
+                                       r->seq_len, r->H, kv_heads, hd, scale, sinks, r->lse,
+                                       r->stream, &taken);
+        if (st || taken)
+            return st;
+    }
+    if (windowed || softcap > 0.0f || sinks)
         return kvcal_attention_sinks_launch(out, out_stride, q, k, v, stride, r->batch,
                                             r->seq_len, r->H, kv_heads, hd, scale, window,
                                             softcap, sinks, r->stream);
@@ -621,16 +684,20 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
         /* Hopper: the bias (gpt-oss's) and the SwiGLU in the GEMMs' epilogues */
         const kvcal_moe_epilogue_args gu = {b_gu, d->swiglu_alpha, d->swiglu_limit},
                                       down = {b_down, 0.0f, 0.0f};
+        TRY(step(r, "moe gather"));
         TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
+        TRY(step(r, "moe experts gate_up"));
         TRY(kvcal_moe_gemm_sm90_launch(
             r->moe_act, r->moe_y, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E, r->D,
             r->MI,
             d->swiglu_limit > 0.0f ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, &gu,
             s));
+        TRY(step(r, "moe experts down"));
         TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
                                        tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
                                        r->D, KVCAL_MOE_EPI_STORE, &down, s));
     } else {
+        TRY(step(r, "moe experts gate_up"));
         TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
                                   &plan, r->D, 2 * r->MI, s));
         if (b_gu)
@@ -640,18 +707,21 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                                         d->swiglu_alpha, d->swiglu_limit, s));
         else
             TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
+        TRY(step(r, "moe experts down"));
         TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN),
                                   &plan, r->MI, r->D, s));
         if (b_down)
             TRY(kvcal_moe_bias_launch(r->moe_y, b_down, &plan, r->D, s));
     }
     if (r->SI) {
+        TRY(step(r, "moe shared expert"));
         TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
                               NULL, n, r->D, 2 * r->SI, s));
         TRY(kvcal_swiglu_launch(r->shared_act, r->shared_gu, n, r->SI, s));
         TRY(kvcal_gemm_launch(r->gemm, r->shared_y, r->shared_act,
                               tensor(r, KVCAL_W_SHARED_DOWN), NULL, n, r->SI, r->D, s));
     }
+    TRY(step(r, "moe combine"));
     return kvcal_moe_combine_launch(act(r, op->out), r->moe_y, plan.slot_of, r->route_w,
                                     r->pos, n, r->K, r->D, r->SI ? r->shared_y : NULL, x,
                                     r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, s);
@@ -919,6 +989,10 @@ static void destroy(kvcal_backend *be)
     cuda_backend *r = cu(be);
     if (!r)
         return;
+    for (int i = 0; i < r->marks_cap; i++)
+        cudaEventDestroy(r->mark_ev[i]);
+    free(r->mark_ev);
+    free(r->mark_label);
     kvcal_cuda_sim_release(be);
     kvcal_cuda_ref_release(r);
     kvcal_cuda_loader_destroy(r->loader);
@@ -960,6 +1034,8 @@ static const kvcal_backend_ops cuda_ops = {
     .geglu = geglu,
     .mla_latent = mla_latent,
     .mla_expand = mla_expand,
+    .profile_mark = profile_mark,
+    .profile_take = profile_take,
     .observe_into = observe_into,
     .batch_absmax = batch_absmax,
     .sync = sync_device,
@@ -1102,8 +1178,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                           round_up(N * HQ * e) + round_up(N * r->hd * e) +
                                           round_up(N * r->H * (r->nope + r->vh) * e) +
                                           3 * round_up(N * HQ * e);
+    /* the attention's softmax statistics where cuDNN runs it with sinks */
+    const size_t lse = r->lay.elems[KVCAL_W_ATTN_SINKS] ? N * (size_t)r->H * sizeof(float) : 0;
     const size_t acts = fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
-                        round_up(N * (size_t)att_cols(r) * e) + mla_acts +
+                        round_up(N * (size_t)att_cols(r) * e) + mla_acts + round_up(lse) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
                         round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
@@ -1151,6 +1229,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->xn = carve(&p, N * r->D * e);
     r->qkv = carve(&p, N * r->qkv_n * e);
     r->att = carve(&p, N * (size_t)att_cols(r) * e);
+    r->lse = lse ? carve(&p, lse) : NULL;
     if (d->mla) {
         r->qa = carve(&p, N * d->q_lora_rank * e);
         r->mq = carve(&p, N * HQ * e);

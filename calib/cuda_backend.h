@@ -75,6 +75,8 @@ typedef struct {
     kvcal_bf16 *xn;                /* (N, D) scratch every batch shares: */
     kvcal_bf16 *qkv;               /* (N, qkv_n) */
     kvcal_bf16 *att;               /* (N, H * hd) */
+    float *lse; /* (max_batch, H, max_seq_len) the attention's softmax statistics
+                   (cuDNN's, with gpt-oss's sinks); NULL without sinks */
     kvcal_bf16 *gu;                /* (N, 2 I); NULL with mlp_fused */
     kvcal_bf16 *act;               /* (N, I) */
     int32_t *ids;                  /* (N) */
@@ -157,6 +159,11 @@ typedef struct {
     float *cache_zero[2];        /* (N, HKV) */
     float *deq[2];               /* (N, HKV, hd) */
     kvcal_eval_layer_sums *sums; /* (L) */
+    /* the op profile's marks since the last take: events on the stream,
+     * labels */
+    cudaEvent_t *mark_ev;
+    const char **mark_label;
+    int marks, marks_cap;
 } cuda_backend;
 
 static inline cuda_backend *cu(kvcal_backend *be)

@@ -24,7 +24,8 @@ struct kvcal_exec {
     float *kld, *top;     /* (max_batch * max_seq_len) */
     int64_t *ref_row; /* (max_batch * max_seq_len) reference row of each row, -1: none */
     int64_t ref_rows; /* rows of the kept reference (0: none) */
-    long long moe_ops[2]; /* MoE ops run: [0] whole, [1] routing only */
+    long long moe_ops[2];   /* MoE ops run: [0] whole, [1] routing only */
+    kvcal_op_profile *prof; /* kvcal_exec_options' profile, or NULL */
 };
 
 /* What one pass does with K and V, and how far it runs. */
@@ -90,6 +91,8 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
         if (!kvcal_model_op_runs(x->desc, l, op) ||
             (last && (op->out == KVCAL_ACT_Q || op->out == KVCAL_ACT_Q_A)))
             continue;
+        if (x->prof && (st = ops->profile_mark(be, kvcal_op_profile_label(x->prof, op))))
+            break;
         switch (op->kind) {
         case KVCAL_OP_ADD_RMSNORM:
             /* no delta before the first op that makes one: the residual
@@ -171,8 +174,13 @@ static kvcal_status run_chunk(kvcal_exec_t *x, int n, const pass *p,
     const double before = prog ? prog->tokens_done : 0.0;
     for (int l = 0; !st && l < L; l++) {
         st = be->ops->use_layer(be, l);
-        for (int i = 0; !st && i < n; i++)
+        for (int i = 0; !st && i < n; i++) {
             st = run_layer(x, l, i, p);
+            if (!st && x->prof) /* the layer's last op ends here */
+                st = be->ops->profile_mark(be, NULL);
+        }
+        if (!st && x->prof)
+            st = be->ops->profile_take(be, kvcal_op_profile_add, x->prof);
         if (!st && prog && s->progress) {
             prog->layer = l + 1;
             prog->tokens_done = before + (double)chunk_tokens * (l + 1) / L;
@@ -565,6 +573,16 @@ kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *o
     st = kvcal_backend_create(opt->device, model, bo, &x->be);
     if (!st && x->be->ops->warm_up)
         st = warm_up(x);
+    if (!st && opt->profile) { /* after the warm-up: what it sets up is not counted */
+        if (!x->be->ops->profile_mark)
+            st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                            "executor: the %s backend has no op "
+                            "profile",
+                            x->be->ops->name);
+        else if (!(x->prof = kvcal_op_profile_create()))
+            st = kvcal_fail(KVCAL_ERR_NOMEM, "executor: out of host memory");
+        x->be->profile = x->prof != NULL;
+    }
     if (st)
         goto fail;
     *out = x;
@@ -589,6 +607,7 @@ void kvcal_exec_destroy(kvcal_exec_t *x)
     free(x->kld);
     free(x->top);
     free(x->ref_row);
+    kvcal_op_profile_destroy(x->prof);
     free(x);
 }
 
@@ -613,4 +632,10 @@ void kvcal_exec_moe_ops(const kvcal_exec_t *x, long long *whole, long long *rout
 {
     *whole = x->moe_ops[0];
     *routed = x->moe_ops[1];
+}
+
+int kvcal_exec_op_profile(const kvcal_exec_t *x, const kvcal_op_time **out)
+{
+    *out = NULL;
+    return x->prof ? kvcal_op_profile_times(x->prof, out) : 0;
 }

@@ -20,6 +20,7 @@
 #include "calib/backends.h"
 #include "calib/kv_sim.h"
 #include "calib/model.h"
+#include "calib/op_profile.h"
 #include "kvcal.h"
 #include "observers/stats.h"
 
@@ -34,6 +35,10 @@ typedef struct kvcal_exec_options {
      * an evaluation runs it (a check of the routing-only last layer: the
      * statistics are the same) */
     int whole_last_layer;
+    /* 1: each op's time (and each step's the backend marks inside one)
+     * summed over the runs after the warm-up (kvcal_exec_op_profile); the
+     * device waits for each layer's batches before the next layer's start */
+    int profile;
 } kvcal_exec_options;
 
 typedef struct kvcal_exec kvcal_exec_t;
@@ -61,6 +66,10 @@ const char *kvcal_exec_fp8_fallback(const kvcal_exec_t *x);
 /* What loading the layers' weights has cost so far (calib/backend.h's
  * kvcal_load_stats; zeros where the backend reads weights as it computes). */
 void kvcal_exec_load_stats(const kvcal_exec_t *x, kvcal_load_stats *out);
+
+/* With kvcal_exec_options' profile: the times summed by op (calib/op_profile.h)
+ * into *out (owned by x), their count returned; 0 without. */
+int kvcal_exec_op_profile(const kvcal_exec_t *x, const kvcal_op_time **out);
 
 /* How many MoE ops (one a layer a batch) the executor's runs so far (its
  * warm-up included) gave the backend whole, experts and all, and how many

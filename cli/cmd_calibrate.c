@@ -48,6 +48,7 @@ typedef struct {
     const char *report_path; /* --report: the HTML report, or NULL */
     int output_named;        /* --out, --format, --stats or --report given */
     int time_only;           /* --time-only */
+    int profile;             /* --profile */
     int resume;              /* --resume */
     int save_every; /* --save-every: samples a chunk, progress saved after each */
     const char *observer_text; /* --observer as given */
@@ -149,7 +150,11 @@ static void usage(FILE *f)
         "                       options) to the outputs an uninterrupted run writes\n"
         "  --time-only          run the samples without observing K/V and write\n"
         "                       nothing: the rate without the observers (what they\n"
-        "                       cost is the difference to a normal run)\n\n"
+        "                       cost is the difference to a normal run)\n"
+        "  --profile            print where the forward passes' time went, op by op\n"
+        "                       (device time on cuda; the experts' steps of a MoE op\n"
+        "                       apart), and add it to --json's summary as op_profile;\n"
+        "                       the device finishes each layer before the next starts\n\n"
         "Every output is written to a temporary file beside it, and all are renamed\n"
         "into place once every one was written: a failed run writes nothing (and\n"
         "removes the directories it created). An output that is an input (the\n"
@@ -178,7 +183,8 @@ enum {
     O_KV_DTYPE,
     O_Q_SCALE,
     O_SIGNED_RANGE,
-    O_FORCE_OFFSETS
+    O_FORCE_OFFSETS,
+    O_PROFILE
 };
 
 /* calibrate's own options into the options at ctx (kvcal_cmd_own_option). */
@@ -211,6 +217,9 @@ static int own_option(int c, const char *arg, void *ctx)
         return 1;
     case O_FORCE_OFFSETS:
         o->force_offsets = 1;
+        return 1;
+    case O_PROFILE:
+        o->profile = 1;
         return 1;
     case O_RESUME:
         o->resume = 1;
@@ -295,6 +304,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"q-scale", no_argument, 0, O_Q_SCALE},
         {"signed-range", no_argument, 0, O_SIGNED_RANGE},
         {"force-offsets", no_argument, 0, O_FORCE_OFFSETS},
+        {"profile", no_argument, 0, O_PROFILE},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -402,9 +412,12 @@ typedef struct {
     double load, forward, write;
     double reduce;            /* several ranks: their statistics brought together */
     int ranks;                /* processes the samples were split over */
+    int cuda;                 /* the run's device: 1 cuda, 0 cpu */
     int layers_resident;      /* layers whose weights the device held at once */
     char fp8_fallback[512];   /* kvcal_exec_fp8_fallback's line */
     kvcal_load_stats weights; /* the layers' load, at the forward's end */
+    kvcal_op_time ops[KVCAL_OP_PROFILE_LABELS]; /* --profile: time by op */
+    int n_ops;
 } phases;
 
 typedef struct {
@@ -520,6 +533,8 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
         return KVCAL_OK;
     }
     kvcal_status st = kvcal_cmd_exec_options(&o->run, batch, s->seq_len, &xo);
+    xo.profile = o->profile;
+    ph->cuda = o->run.cuda;
     if (!st)
         st = kvcal_exec_create(model, &xo, &x);
     if (st)
@@ -534,6 +549,10 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
     kvcal_cmd_progress_end(&pc.pr);
     ph->forward = kvcal_cmd_progress_elapsed(&pc.pr);
     kvcal_exec_load_stats(x, &ph->weights);
+    const kvcal_op_time *ops = NULL;
+    ph->n_ops = kvcal_exec_op_profile(x, &ops);
+    if (ph->n_ops)
+        memcpy(ph->ops, ops, (size_t)ph->n_ops * sizeof *ops);
     kvcal_exec_destroy(x);
     return st;
 }
@@ -786,6 +805,48 @@ done:
 
 // --- report -------------------------------------------------------------------
 
+static int by_ms(const void *a, const void *b)
+{
+    const double x = ((const kvcal_op_time *)a)->ms, y = ((const kvcal_op_time *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+/* --profile's table: each op's time in all, a call and its share, the
+ * longest first. */
+static void print_profile(const phases *ph)
+{
+    if (!ph->n_ops)
+        return;
+    kvcal_op_time t[KVCAL_OP_PROFILE_LABELS];
+    double all = 0.0;
+    memcpy(t, ph->ops, (size_t)ph->n_ops * sizeof *t);
+    qsort(t, (size_t)ph->n_ops, sizeof *t, by_ms);
+    for (int i = 0; i < ph->n_ops; i++)
+        all += t[i].ms;
+    printf(
+        "op profile (%s time; each layer's batches waited for before the next layer):\n"
+        "  %-26s %12s %8s %10s %6s\n",
+        ph->cuda ? "device" : "host", "op", "ms in all", "calls", "ms a call", "share");
+    for (int i = 0; i < ph->n_ops; i++)
+        printf("  %-26s %12.1f %8lld %10.4f %5.1f%%\n", t[i].label, t[i].ms, t[i].calls,
+               t[i].ms / (double)t[i].calls, all > 0 ? 100.0 * t[i].ms / all : 0.0);
+}
+
+/* --profile's times in the JSON summary, in the order the ops first ran. */
+static void add_profile_json(cJSON *root, const phases *ph)
+{
+    if (!ph->n_ops)
+        return;
+    cJSON *ops = cJSON_AddArrayToObject(root, "op_profile");
+    for (int i = 0; i < ph->n_ops; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "op", ph->ops[i].label);
+        cJSON_AddNumberToObject(o, "ms", ph->ops[i].ms);
+        cJSON_AddNumberToObject(o, "calls", (double)ph->ops[i].calls);
+        cJSON_AddItemToArray(ops, o);
+    }
+}
+
 static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
                         long long tokens, int samples, const phases *ph, cJSON *written,
                         cJSON *notes)
@@ -812,6 +873,7 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
     if (ph->ranks > 1)
         printf("data-parallel: %d ranks, statistics reduced on rank 0 in %.3f s\n",
                ph->ranks, ph->reduce);
+    print_profile(ph);
     printf("%5s  %10s  %10s  %10s  %10s\n", "layer", "K absmax", "K scale", "V absmax",
            "V scale");
     for (int l = 0; l < s->num_layers; l++) {
@@ -874,6 +936,7 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_AddNumberToObject(load, "fill_seconds", ph->weights.fill_seconds);
     cJSON_AddNumberToObject(load, "copy_wait_seconds", ph->weights.copy_wait_seconds);
     cJSON_AddNumberToObject(load, "layers_loaded", ph->weights.layers_loaded);
+    add_profile_json(root, ph);
     cJSON_AddItemToObject(root, "outputs", cJSON_Duplicate(written, 1));
     cJSON *format_notes = cJSON_AddArrayToObject(root, "format_notes");
     for (int i = 0; i < cJSON_GetArraySize(written); i++) {
@@ -922,14 +985,16 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
 
 /* --time-only's report: the rate alone, nothing observed or written. */
 static void print_time_only(const kvcal_model_desc *d, const options *o, long long tokens,
-                            int samples, double seconds)
+                            int samples, const phases *ph)
 {
+    const double seconds = ph->forward;
     const double rate = seconds > 0 ? tokens / seconds : 0.0;
     if (!o->run.json) {
         printf(
             "ran %s (%s, %d layers) on %d samples, %lld tokens, %.1f s, %.0f tokens/s, "
             "K/V not observed (--time-only): nothing written\n",
             d->architecture, d->source, d->num_layers, samples, tokens, seconds, rate);
+        print_profile(ph);
         return;
     }
     cJSON *root = cJSON_CreateObject();
@@ -939,6 +1004,7 @@ static void print_time_only(const kvcal_model_desc *d, const options *o, long lo
     cJSON_AddNumberToObject(root, "seconds", seconds);
     cJSON_AddNumberToObject(root, "tokens_per_second", rate);
     cJSON_AddBoolToObject(root, "observed", 0);
+    add_profile_json(root, ph);
     char *text = cJSON_Print(root);
     if (text)
         printf("%s\n", text);
@@ -1090,7 +1156,7 @@ KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache
         if ((st = meet(&ranks, st, &ph)))
             goto fail;
         if (ranks.rank == 0)
-            print_time_only(d, &o, samples->num_tokens, samples->num_samples, ph.forward);
+            print_time_only(d, &o, samples->num_tokens, samples->num_samples, &ph);
         rc = KVCAL_EXIT_OK;
         goto done;
     }

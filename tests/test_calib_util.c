@@ -7,11 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Both: part NULL for the whole run. */
+/* All of them: part NULL for the whole run; prof (KVCAL_OP_PROFILE_LABELS)
+ * and *n_prof the op profile's times when opt asks for it (or NULL). */
 static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, int len,
                               int batch, const kvcal_dp_part *part, float *bmax,
                               int extras, kvcal_stats_t **stats, int *resident,
-                              long long moe_ops[2])
+                              long long moe_ops[2], kvcal_op_time *prof, int *n_prof)
 {
     const kvcal_model_desc *d = kvcal_model_describe(m);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * len);
@@ -48,6 +49,11 @@ static kvcal_status calibrate(kvcal_model_t *m, kvcal_exec_options opt, int n, i
         kvcal_exec_moe_ops(x, &moe_ops[0], &moe_ops[1]);
         moe_ops[0] -= before[0], moe_ops[1] -= before[1];
     }
+    if (prof) {
+        const kvcal_op_time *t = NULL;
+        *n_prof = kvcal_exec_op_profile(x, &t);
+        memcpy(prof, t, (size_t)*n_prof * sizeof *t);
+    }
 done:
     kvcal_exec_destroy(x);
     free(ids);
@@ -59,7 +65,8 @@ kvcal_status kvcal_test_calibrate(kvcal_model_t *m, kvcal_exec_options opt, int 
                                   int len, int batch, kvcal_stats_t **stats,
                                   int *resident)
 {
-    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, resident, NULL);
+    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, resident, NULL, NULL,
+                     NULL);
 }
 
 kvcal_status kvcal_test_calibrate_observing(kvcal_model_t *m, kvcal_exec_options opt,
@@ -67,21 +74,98 @@ kvcal_status kvcal_test_calibrate_observing(kvcal_model_t *m, kvcal_exec_options
                                             kvcal_stats_t **stats)
 {
     return calibrate(m, opt, n, len, batch, NULL, NULL, (q ? 1 : 0) | (range ? 2 : 0),
-                     stats, NULL, NULL);
+                     stats, NULL, NULL, NULL, NULL);
 }
 
 kvcal_status kvcal_test_calibrate_part(kvcal_model_t *m, kvcal_exec_options opt, int n,
                                        int len, int batch, const kvcal_dp_part *part,
                                        float *bmax, kvcal_stats_t **stats)
 {
-    return calibrate(m, opt, n, len, batch, part, bmax, 0, stats, NULL, NULL);
+    return calibrate(m, opt, n, len, batch, part, bmax, 0, stats, NULL, NULL, NULL, NULL);
 }
 
 kvcal_status kvcal_test_calibrate_moe_ops(kvcal_model_t *m, kvcal_exec_options opt, int n,
                                           int len, int batch, kvcal_stats_t **stats,
                                           long long moe_ops[2])
 {
-    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, NULL, moe_ops);
+    return calibrate(m, opt, n, len, batch, NULL, NULL, 0, stats, NULL, moe_ops, NULL,
+                     NULL);
+}
+
+/* The sum of label's times in t (n of them), its calls into *calls; -1 ms
+ * when no interval had that label. */
+static double op_ms(const kvcal_op_time *t, int n, const char *label, long long *calls)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].label, label)) {
+            *calls = t[i].calls;
+            return t[i].ms;
+        }
+    *calls = 0;
+    return -1.0;
+}
+
+void kvcal_test_op_profile(kvcal_device_kind device)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16", &m),
+        KVCAL_OK);
+    const long long L = kvcal_model_describe(m)->num_layers, B = 3;
+    kvcal_exec_options o;
+    memset(&o, 0, sizeof o);
+    o.device = device;
+    kvcal_stats_t *s[2] = {NULL, NULL};
+    kvcal_op_time t[KVCAL_OP_PROFILE_LABELS];
+    int n = 0;
+    /* 5 samples of up to 24 tokens in batches of 2: 3 batches, unprofiled
+     * then profiled */
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_calibrate(m, o, 5, 24, 2, &s[0], NULL), KVCAL_OK);
+    o.profile = 1;
+    CU_ASSERT_EQUAL_FATAL(
+        calibrate(m, o, 5, 24, 2, NULL, NULL, 0, &s[1], NULL, NULL, t, &n), KVCAL_OK);
+    CU_ASSERT(kvcal_test_stats_equal(s[0], s[1]));
+    CU_ASSERT_FATAL(n > 0);
+    double all = 0.0;
+    for (int i = 0; i < n; i++) {
+        CU_ASSERT(t[i].ms >= 0.0 && t[i].calls > 0);
+        all += t[i].ms;
+        printf("%s%s %.3f ms / %lld", i ? ", " : "(", t[i].label, t[i].ms, t[i].calls);
+    }
+    printf(") ");
+    CU_ASSERT(all > 0.0);
+    /* every op on every batch of every layer: the last layer runs up to its
+     * MoE op for the routing counts, and that op routes only: the experts'
+     * steps run in the layers before it */
+    static const struct {
+        const char *label;
+        int last_layer; /* runs in the last layer too */
+        int cuda_only;  /* a step the cuda backend marks inside the MoE op */
+    } want[] = {
+        {"add_rmsnorm attn_norm", 1, 0},
+        {"linear qkv", 1, 0},
+        {"qk_norm_rope q_norm", 1, 0},
+        {"attention", 1, 0},
+        {"linear o", 1, 0},
+        {"add_rmsnorm ffn_norm", 1, 0},
+        {"moe", 1, 0},
+        {"moe experts gate_up", 0, 1},
+        {"moe experts down", 0, 1},
+        {"moe combine", 0, 1},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (want[i].cuda_only && device != KVCAL_DEVICE_CUDA)
+            continue;
+        long long calls = 0;
+        const double ms = op_ms(t, n, want[i].label, &calls);
+        CU_ASSERT(ms >= 0.0);
+        CU_ASSERT_EQUAL(calls, B * (want[i].last_layer ? L : L - 1));
+        if (ms < 0.0 || calls != B * (want[i].last_layer ? L : L - 1))
+            printf("\n    %s: %lld calls, %.3f ms\n", want[i].label, calls, ms);
+    }
+    kvcal_stats_destroy(s[0]);
+    kvcal_stats_destroy(s[1]);
+    kvcal_model_close(m);
 }
 
 void kvcal_test_last_moe_layer_routes_only(kvcal_device_kind device)

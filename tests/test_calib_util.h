@@ -49,6 +49,13 @@ kvcal_status kvcal_test_calibrate_moe_ops(kvcal_model_t *m, kvcal_exec_options o
  * routed: no expert ran there. CUnit asserts. */
 void kvcal_test_last_moe_layer_routes_only(kvcal_device_kind device);
 
+/* On the Qwen3-MoE golden model on `device`, a calibration with the op
+ * profile (kvcal_exec_options.profile) gives the statistics of one without,
+ * bit for bit, and its profile counts each op once a layer and batch where
+ * the op ran (the last layer's up to its cache point, and its router), the
+ * steps the cuda backend marks inside the MoE op likewise. CUnit asserts. */
+void kvcal_test_op_profile(kvcal_device_kind device);
+
 /* Writes to `out` a copy of the llama2.c model at `model` with k_proj x
  * factor and q_proj / factor (what tests/make_large_k_copy.py writes):
  * attention unchanged in exact arithmetic, K `factor` times larger.

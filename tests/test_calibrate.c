@@ -146,6 +146,55 @@ static void calibrate_time_only_reports_the_rate_and_writes_nothing(void)
     CU_ASSERT_EQUAL(access("never.json", F_OK), -1);
 }
 
+/* The op profile's count of an op's intervals in calibrate's JSON, -1 when absent. */
+static double profile_calls(cJSON *root, const char *op)
+{
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "op_profile"))
+    {
+        if (!strcmp(cJSON_GetObjectItem(e, "op")->valuestring, op))
+            return cJSON_GetObjectItem(e, "ms")->valuedouble >= 0.0
+                       ? cJSON_GetObjectItem(e, "calls")->valuedouble
+                       : -2.0;
+    }
+    return -1.0;
+}
+
+/* --profile: each op's time in the summary (op_profile), every layer's ops
+ * on each of the 2 batches, the last layer's up to its cache point; the
+ * table on stdout without --json; nothing of it without --profile. */
+static void calibrate_profile_reports_each_ops_time(void)
+{
+    char args[512], *out = NULL;
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --json --out '%s'",
+             kvcal_test_path("plain.json"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+    cJSON *root = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(root, "op_profile"));
+    cJSON_Delete(root);
+    free(out);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --profile --json --out '%s'",
+             kvcal_test_path("profiled.json"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+    root = cJSON_Parse(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const int L = cJSON_GetArraySize(cJSON_GetObjectItem(root, "layers"));
+    CU_ASSERT(L > 1);
+    CU_ASSERT_EQUAL(profile_calls(root, "linear qkv"), 2 * L);
+    CU_ASSERT_EQUAL(profile_calls(root, "attention"), 2 * (L - 1));
+    CU_ASSERT_EQUAL(profile_calls(root, "swiglu gate_up"), 2 * (L - 1));
+    cJSON_Delete(root);
+    free(out);
+    snprintf(args, sizeof args, "calibrate --model " MODEL " " SMALL " --profile --out '%s'",
+             kvcal_test_path("profiled.json"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "op profile (host time"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "  linear qkv "));
+    free(out);
+}
+
 static void calibrate_usage_errors_exit_2(void)
 {
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate", NULL), 2);
@@ -297,6 +346,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_finds_its_default_text_from_any_directory),
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
     KVCAL_TEST(calibrate_device_cuda_runs_or_says_why_it_cannot),
+    KVCAL_TEST(calibrate_profile_reports_each_ops_time),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
     KVCAL_TEST(calibrate_time_only_reports_the_rate_and_writes_nothing),
     KVCAL_TEST(calibrate_refuses_a_tp_the_kv_heads_cannot_split_before_running),

@@ -4,7 +4,9 @@
  * implementation takes which): kvcal's kernel forced by the option, the
  * arguments it refuses as kvcal's kernel does, kvcal_attention_run_qk_v
  * (MLA's q/k heads wider than its v heads, V read inside wider heads) against
- * kvcal_attention_vdim_ref, and the CUDA runner on golden models (MLA's
+ * kvcal_attention_vdim_ref, kvcal_attention_run_sinks (gpt-oss's sinks:
+ * cuDNN's statistics, then each row's share) against
+ * kvcal_attention_sinks_ref, and the CUDA runner on golden models (MLA's
  * among them) with cuDNN against kvcal's own kernel. Where cuDNN is not
  * installed every call takes kvcal's kernel and the tests check that path
  * (the log says so); in a build without CUDA the suite holds no tests,
@@ -68,7 +70,7 @@ static kvcal_attention_impl check_attention(kvcal_attention_t *a, int batch, int
     int64_t gap_touched = 0;
     const int64_t bad =
         kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd, out_stride,
-                                 ATT_ATOL, ATT_RTOL, &gap_touched);
+                                 NULL, ATT_ATOL, ATT_RTOL, &gap_touched);
     printf("(%d x %d, %d/%d heads, hd %d: %s%s) ", batch, seq, heads, kv_heads, hd,
            impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal",
            bad ? ", MISMATCH" : "");
@@ -252,6 +254,90 @@ static void attention_qk_v_runs_mla_heads_on_cudnn(void)
 
 /* Before any device work: a V head wider than the q/k heads, q/k heads past
  * 256, a NULL pointer, a scale of 0, an output row shorter than its heads. */
+/* gpt-oss's sinks on cuDNN (its statistics, then each row's share of the
+ * sink): against kvcal_attention_sinks_ref, sinks from well below to above
+ * the rows' log sums. Wherever cuDNN takes a call it must match; where it
+ * does not (cuDNN absent) nothing may be written, the caller's kernel
+ * running it; with cuDNN 9 on a Hopper GPU every call must be taken. Bad
+ * arguments refused. */
+static void attention_sinks_run_on_cudnn_with_the_sinks_share(void)
+{
+    kvcal_attention_t *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
+    int device = 0, major = 0;
+    CU_ASSERT_EQUAL(cudaGetDevice(&device), cudaSuccess);
+    CU_ASSERT_EQUAL(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+        cudaSuccess);
+    static const struct {
+        int batch, seq, heads, kv_heads, hd, out_pad;
+    } cases[] = {{2, 150, 8, 2, 64, 8}, {1, 300, 4, 4, 128, 0}, {3, 17, 6, 1, 64, 0},
+                 {1, 200, 4, 1, 256, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int batch = cases[c].batch, seq = cases[c].seq, heads = cases[c].heads,
+                  kv_heads = cases[c].kv_heads, hd = cases[c].hd;
+        const int64_t tokens = (int64_t)batch * seq;
+        const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
+        const int64_t out_stride = (int64_t)heads * hd + cases[c].out_pad;
+        float *qkv = kvcal_test_rand_bf16(&rng_state, tokens * stride, -1.0f, 1.0f);
+        float *sinks = kvcal_test_rand_bf16(&rng_state, heads, -3.0f, 6.0f);
+        kvcal_bf16 *d_qkv = kvcal_test_dev_upload_bf16(qkv, tokens * stride);
+        kvcal_bf16 *d_sinks = kvcal_test_dev_upload_bf16(sinks, heads);
+        kvcal_bf16 *d_out = NULL;
+        float *d_lse = NULL;
+        CU_ASSERT_EQUAL_FATAL(
+            cudaMalloc((void **)&d_out, (size_t)(tokens * out_stride) * 2), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(
+            cudaMalloc((void **)&d_lse, (size_t)(tokens * heads) * sizeof(float)),
+            cudaSuccess);
+        CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(tokens * out_stride) * 2),
+                        cudaSuccess);
+        int taken = -1;
+        CU_ASSERT_EQUAL(kvcal_attention_run_sinks(
+                            a, d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
+                            d_qkv + (int64_t)(heads + kv_heads) * hd, stride, batch, seq,
+                            heads, kv_heads, hd, 1.0f / sqrtf((float)hd), d_sinks, d_lse, 0,
+                            &taken),
+                        KVCAL_OK);
+        CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
+        float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
+        int64_t gap = 0, untouched = 0;
+        const int64_t far =
+            taken ? kvcal_test_attention_far(qkv, got, batch, seq, heads, kv_heads, hd,
+                                             out_stride, sinks, ATT_ATOL, ATT_RTOL, &gap)
+                  : 0;
+        for (int64_t i = 0; !taken && i < tokens * out_stride; i++)
+            untouched += isnan(got[i]);
+        printf("(%d x %d, %d/%d heads, hd %d: %s%s) ", batch, seq, heads, kv_heads, hd,
+               taken ? "cuDNN" : "not taken", far ? ", MISMATCH" : "");
+        if (!taken)
+            printf("(%s) ", kvcal_attention_note(a));
+        CU_ASSERT_EQUAL(far, 0);
+        CU_ASSERT_EQUAL(gap, 0);
+        CU_ASSERT(taken || untouched == tokens * out_stride);
+        if (kvcal_attention_cudnn_version(a) && major == 9)
+            CU_ASSERT_EQUAL(taken, 1);
+        free(qkv);
+        free(sinks);
+        free(got);
+        cudaFree(d_qkv);
+        cudaFree(d_sinks);
+        cudaFree(d_out);
+        cudaFree(d_lse);
+    }
+    int taken = -1;
+    kvcal_bf16 *p = (kvcal_bf16 *)(uintptr_t)256;
+    CU_ASSERT_EQUAL(kvcal_attention_run_sinks(a, p, 64, p, p, p, 64, 1, 8, 1, 1, 64, 0.125f,
+                                              p, NULL, 0, &taken),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(kvcal_attention_run_sinks(a, p, 64, p, p, p, 64, 1, 8, 1, 1, 64, 0.125f,
+                                              NULL, (float *)p, 0, &taken),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(taken, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "sinks"));
+    kvcal_attention_destroy(a);
+}
+
 static void attention_qk_v_rejects_bad_arguments(void)
 {
     kvcal_attention_t *a = NULL;
@@ -337,6 +423,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(attention_run_rejects_what_kvcal_kernel_rejects),
     KVCAL_TEST(attention_qk_v_runs_mla_heads_on_cudnn),
     KVCAL_TEST(attention_qk_v_rejects_bad_arguments),
+    KVCAL_TEST(attention_sinks_run_on_cudnn_with_the_sinks_share),
     KVCAL_TEST(cuda_runner_cudnn_and_kvcal_attention_agree_on_golden_models),
     CU_TEST_INFO_NULL,
 };

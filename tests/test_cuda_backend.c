@@ -238,6 +238,13 @@ static void cuda_last_moe_layer_routes_only_with_the_counts_of_a_whole_run(void)
     kvcal_test_last_moe_layer_routes_only(KVCAL_DEVICE_CUDA);
 }
 
+/* The op profile on the device (events): each op and each step of the MoE
+ * op counted once a layer and batch where it ran; nothing observed changes. */
+static void cuda_profile_times_each_op_and_moe_step_and_changes_nothing(void)
+{
+    kvcal_test_op_profile(KVCAL_DEVICE_CUDA);
+}
+
 /* The weights staged through pieces far smaller than a layer (4 KiB): a
  * piece holds parts of several weights and a weight spans many pieces, as
  * on a model of billions of parameters with the loader's 32 MiB pieces.
@@ -604,6 +611,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_matches_transformers_on_mla_golden_models),
     KVCAL_TEST(cuda_runner_counts_tokens_per_expert_like_the_cpu),
     KVCAL_TEST(cuda_last_moe_layer_routes_only_with_the_counts_of_a_whole_run),
+    KVCAL_TEST(cuda_profile_times_each_op_and_moe_step_and_changes_nothing),
     KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
     KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
     KVCAL_TEST(cuda_runner_streams_weights_under_a_memory_cap),

@@ -57,7 +57,8 @@ float *kvcal_test_dev_download_bf16(const kvcal_bf16 *d, int64_t n)
 
 int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, int seq,
                                  int heads, int kv_heads, int hd, int64_t out_stride,
-                                 double atol, double rtol, int64_t *gap_touched)
+                                 const float *sinks, double atol, double rtol,
+                                 int64_t *gap_touched)
 {
     const int64_t stride = (int64_t)(heads + 2 * kv_heads) * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -77,7 +78,11 @@ int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, 
             memcpy(v + (int64_t)t * kv_heads * hd, row + (int64_t)(heads + kv_heads) * hd,
                    (size_t)kv_heads * hd * sizeof *v);
         }
-        kvcal_attention_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale);
+        if (sinks)
+            kvcal_attention_sinks_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale, 0, 0.0f,
+                                      sinks);
+        else
+            kvcal_attention_ref(ref, q, k, v, seq, heads, kv_heads, hd, scale);
         for (int t = 0; t < seq; t++) {
             const float *g = out + ((int64_t)b * seq + t) * out_stride;
             const float *r = ref + (int64_t)t * heads * hd;

@@ -28,14 +28,16 @@ kvcal_bf16 *kvcal_test_dev_upload_bf16(const float *x, int64_t n);
 float *kvcal_test_dev_download_bf16(const kvcal_bf16 *d, int64_t n);
 
 /* Counts the outputs of a causal attention over a fused QKV buffer that lie
- * outside atol + |ref| * rtol of kvcal_attention_ref (NaN counts), and in
- * *gap_touched the outputs' padding columns (out_stride past heads * hd)
- * that are not NaN (the caller fills the output with bf16 NaN first).
- * qkv (batch * seq, (heads + 2 kv_heads) hd) as given to the kernel; out
- * (batch * seq, out_stride) what it wrote; scale 1 / sqrt(hd). */
+ * outside atol + |ref| * rtol of kvcal_attention_ref (kvcal_attention_sinks_ref
+ * with sinks (heads) when not NULL; NaN counts), and in *gap_touched the
+ * outputs' padding columns (out_stride past heads * hd) that are not NaN
+ * (the caller fills the output with bf16 NaN first). qkv (batch * seq,
+ * (heads + 2 kv_heads) hd) as given to the kernel; out (batch * seq,
+ * out_stride) what it wrote; scale 1 / sqrt(hd). */
 int64_t kvcal_test_attention_far(const float *qkv, const float *out, int batch, int seq,
                                  int heads, int kv_heads, int hd, int64_t out_stride,
-                                 double atol, double rtol, int64_t *gap_touched);
+                                 const float *sinks, double atol, double rtol,
+                                 int64_t *gap_touched);
 
 /* Golden fixture `name` (tests/fixtures/golden/<name>.json): its samples, at
  * most 4 of up to 64 tokens, as one padded batch calibrated through the

@@ -487,6 +487,12 @@ static void calibrate_last_moe_layer_routes_only_with_the_counts_of_a_whole_run(
     kvcal_test_last_moe_layer_routes_only(KVCAL_DEVICE_CPU);
 }
 
+/* The op profile counts each op it times and changes nothing observed. */
+static void calibrate_profile_times_each_op_and_changes_nothing(void)
+{
+    kvcal_test_op_profile(KVCAL_DEVICE_CPU);
+}
+
 /* Every query the attention reads, after q_norm and RoPE. */
 typedef struct {
     int heads, head_dim;
@@ -1273,6 +1279,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(calibrate_last_moe_layer_routes_only_with_the_counts_of_a_whole_run),
+    KVCAL_TEST(calibrate_profile_times_each_op_and_changes_nothing),
     KVCAL_TEST(calibrate_observes_the_queries_the_attention_reads_and_the_signed_range),
     KVCAL_TEST(runner_kv_does_not_depend_on_batch_neighbours),
     KVCAL_TEST(runner_layer_by_layer_equals_batch_by_batch),

@@ -623,3 +623,56 @@ kvcal_attention_window_launch(kvcal_bf16 *out, int64_t out_stride, const kvcal_b
                                         seq_len, n_heads, n_kv_heads, head_dim, scale,
                                         window, softcap, NULL, stream);
 }
+
+/* One thread per (row, head, 8 values): the values times the share the
+ * head's sink leaves the keys, 1 / (1 + exp(sink - lse)). */
+__global__ void sinks_rescale_kernel(__nv_bfloat16 *__restrict__ out, int64_t out_stride,
+                                     const float *__restrict__ lse,
+                                     const __nv_bfloat16 *__restrict__ sinks, int seq_len,
+                                     int n_heads, int head_dim, int64_t chunks)
+{
+    const int per_row = n_heads * (head_dim / 8);
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < chunks;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = c / per_row; /* b * seq_len + t */
+        const int h = (int)(c % per_row) / (head_dim / 8);
+        const int64_t b = row / seq_len, t = row % seq_len;
+        const float l = lse[(b * n_heads + h) * seq_len + t];
+        const float f = 1.0f / (1.0f + __expf(__bfloat162float(sinks[h]) - l));
+        uint4 *p = reinterpret_cast<uint4 *>(out + row * out_stride +
+                                             (int64_t)(c % per_row) * 8);
+        uint4 u = *p;
+        __nv_bfloat162 *x = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 v = __bfloat1622float2(x[i]);
+            x[i] = __floats2bfloat162_rn(v.x * f, v.y * f);
+        }
+        *p = u;
+    }
+}
+
+extern "C" kvcal_status kvcal_attention_sinks_rescale_launch(
+    kvcal_bf16 *out, int64_t out_stride, const float *lse, const kvcal_bf16 *sinks,
+    int batch, int seq_len, int n_heads, int head_dim, cudaStream_t stream)
+{
+    if (!out || !lse || !sinks || batch < 0 || seq_len < 0 || n_heads < 1 ||
+        head_dim < 8 || head_dim % 8 || out_stride < (int64_t)n_heads * head_dim ||
+        out_stride % 8 || (uintptr_t)out % 16)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "attention sinks' rescale: %d x %d rows, %d heads of %d, out "
+                          "stride %lld: need buffers, head_dim a multiple of 8, a 16-byte "
+                          "aligned out and a stride a multiple of 8 that holds a row",
+                          batch, seq_len, n_heads, head_dim, (long long)out_stride);
+    const int64_t chunks = (int64_t)batch * seq_len * n_heads * (head_dim / 8);
+    if (chunks == 0)
+        return KVCAL_OK;
+    const int threads = 256;
+    const int64_t blocks = (chunks + threads - 1) / threads;
+    sinks_rescale_kernel<<<(unsigned)(blocks < 65536 * 16 ? blocks : 65536 * 16), threads, 0,
+                           stream>>>(reinterpret_cast<__nv_bfloat16 *>(out), out_stride, lse,
+                                     reinterpret_cast<const __nv_bfloat16 *>(sinks),
+                                     seq_len, n_heads, head_dim, chunks);
+    KVCAL_CUDA_CHECK_LAUNCH("sinks_rescale_kernel");
+    return KVCAL_OK;
+}

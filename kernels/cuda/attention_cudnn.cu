@@ -44,10 +44,12 @@ enum { NOTE_LEN = 512 };
 
 /* A call's shape: Q and K rows of qk_stride values with heads head_dim
  * apart, V rows of v_stride values with heads v_head apart (v_dim values
- * each), output rows of out_stride with heads v_dim apart. */
+ * each), output rows of out_stride with heads v_dim apart; lse 1: the
+ * caller takes the softmax statistics. */
 typedef struct {
     int batch, seq_len, heads, kv_heads, head_dim, v_dim;
     int64_t qk_stride, v_stride, v_head, out_stride;
+    int lse;
 } att_shape;
 
 static int same_shape(const att_shape *a, const att_shape *b)
@@ -56,7 +58,7 @@ static int same_shape(const att_shape *a, const att_shape *b)
            a->kv_heads == b->kv_heads && a->head_dim == b->head_dim &&
            a->v_dim == b->v_dim && a->qk_stride == b->qk_stride &&
            a->v_stride == b->v_stride && a->v_head == b->v_head &&
-           a->out_stride == b->out_stride;
+           a->out_stride == b->out_stride && a->lse == b->lse;
 }
 
 /* "B x S tokens, H/HK heads, head_dim D" and ", V's head_dim DV" where it
@@ -475,13 +477,15 @@ static void drop_plan(const kvcal_attention_t *a, plan_entry *e)
     e->workspace = 0;
 }
 
-/* Builds e's plan, without the statistics output first, then with it; on
- * failure e->ok stays 0 and the note says why. */
+/* Builds e's plan, without the statistics output first (unless the caller
+ * takes them), then with it; on failure e->ok stays 0 and the note says
+ * why. */
 static void plan_shape(kvcal_attention_t *a, plan_entry *e)
 {
     char why[2][NOTE_LEN], shape[160];
     shape_text(shape, sizeof shape, &e->shape);
-    for (int with_stats = 0; with_stats < 2; with_stats++) {
+    snprintf(why[0], NOTE_LEN, "the caller takes the statistics");
+    for (int with_stats = e->shape.lse; with_stats < 2; with_stats++) {
         drop_plan(a, e);
         e->with_stats = with_stats;
         builder b = {&a->api, e, CUDNN_STATUS_SUCCESS, "", "", UID_VIRTUAL};
@@ -540,16 +544,18 @@ static size_t stats_offset(const plan_entry *e)
     return ((size_t)e->workspace + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
 }
 
-/* Runs e's plan; the workspace grows first when e needs more. */
+/* Runs e's plan (its statistics into lse, when the caller takes them); the
+ * workspace grows first when e needs more. */
 static kvcal_status execute(kvcal_attention_t *a, const plan_entry *e, kvcal_bf16 *out,
                             const kvcal_bf16 *q, const kvcal_bf16 *k, const kvcal_bf16 *v,
-                            float scale, cudaStream_t stream)
+                            float scale, float *lse, cudaStream_t stream)
 {
     const att_shape *sh = &e->shape;
     char shape[160];
     const size_t need =
-        stats_offset(e) +
-        (e->with_stats ? (size_t)sh->batch * sh->heads * sh->seq_len * sizeof(float) : 0);
+        stats_offset(e) + (e->with_stats && !lse ? (size_t)sh->batch * sh->heads *
+                                                       sh->seq_len * sizeof(float)
+                                                 : 0);
     if (need > a->workspace_bytes) {
         KVCAL_CUDA_TRY(cudaFree(a->workspace)); // waits for the work that uses it
         a->workspace = NULL;
@@ -570,8 +576,9 @@ static kvcal_status execute(kvcal_attention_t *a, const plan_entry *e, kvcal_bf1
     a->scale = scale;
     a->neg_inf = a->version >= 91000 ? -INFINITY : -FLT_MAX;
     const int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_SCALE, UID_NEG_INF, UID_STATS};
-    void *ptrs[7] = {(void *)q, (void *)k, (void *)v, (void *)out, &a->scale, &a->neg_inf,
-                     (char *)a->workspace + stats_offset(e)};
+    void *ptrs[7] = {(void *)q,   (void *)k,   (void *)v,
+                     (void *)out, &a->scale,   &a->neg_inf,
+                     lse ? (void *)lse : (char *)a->workspace + stats_offset(e)};
     const int64_t n = e->with_stats ? 7 : 6;
     cudnnBackendDescriptor_t pack = NULL;
     const char *step = "cudnnBackendCreateDescriptor (variant pack)";
@@ -610,14 +617,16 @@ static kvcal_status execute(kvcal_attention_t *a, const plan_entry *e, kvcal_bf1
     return KVCAL_OK;
 }
 
-/* Runs the call on cuDNN when its shape has a plan; *taken = 0 otherwise. */
+/* Runs the call on cuDNN when its shape has a plan (the statistics into
+ * lse when shape->lse); *taken = 0 otherwise. */
 static kvcal_status try_cudnn(kvcal_attention_t *a, kvcal_bf16 *out, const kvcal_bf16 *q,
                               const kvcal_bf16 *k, const kvcal_bf16 *v,
-                              const att_shape *shape, float scale, cudaStream_t stream,
-                              int *taken)
+                              const att_shape *shape, float scale, float *lse,
+                              cudaStream_t stream, int *taken)
 {
     *taken = 0;
-    const uintptr_t addr = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v;
+    const uintptr_t addr = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v |
+                           (uintptr_t)lse;
     if (!a->version || addr % 16 || shape->qk_stride % 8 || shape->v_stride % 8 ||
         shape->v_head % 8 || shape->out_stride % 8 || shape->head_dim % 8 ||
         shape->v_dim % 8)
@@ -629,7 +638,7 @@ static kvcal_status try_cudnn(kvcal_attention_t *a, kvcal_bf16 *out, const kvcal
     if (!e->ok)
         return KVCAL_OK;
     *taken = 1;
-    return execute(a, e, out, q, k, v, scale, stream);
+    return execute(a, e, out, q, k, v, scale, lse, stream);
 }
 
 static void release_cudnn(kvcal_attention_t *a)
@@ -655,7 +664,7 @@ static void load(kvcal_attention_t *a)
 
 static kvcal_status try_cudnn(kvcal_attention_t *, kvcal_bf16 *, const kvcal_bf16 *,
                               const kvcal_bf16 *, const kvcal_bf16 *, const att_shape *,
-                              float, cudaStream_t, int *taken)
+                              float, float *, cudaStream_t, int *taken)
 {
     *taken = 0;
     return KVCAL_OK;
@@ -718,8 +727,8 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
         out_stride >= (int64_t)n_heads * head_dim && qkv_stride >= head_dim) {
         const att_shape shape = {batch,    seq_len,   n_heads,    n_kv_heads,
                                  head_dim, head_dim,  qkv_stride, qkv_stride,
-                                 head_dim, out_stride};
-        kvcal_status st = try_cudnn(a, out, q, k, v, &shape, scale, stream, &taken);
+                                 head_dim, out_stride, 0};
+        kvcal_status st = try_cudnn(a, out, q, k, v, &shape, scale, NULL, stream, &taken);
         if (st != KVCAL_OK)
             return st;
     }
@@ -756,6 +765,36 @@ kvcal_status kvcal_attention_run_qk_v(kvcal_attention_t *a, kvcal_bf16 *out,
                           (double)scale, (long long)qk_stride, (long long)v_stride,
                           (long long)v_head_stride, (long long)out_stride);
     const att_shape shape = {batch, seq_len,   n_heads,  n_kv_heads,    qk_dim,
-                             v_dim, qk_stride, v_stride, v_head_stride, out_stride};
-    return try_cudnn(a, out, q, k, v, &shape, scale, stream, taken);
+                             v_dim, qk_stride, v_stride, v_head_stride, out_stride, 0};
+    return try_cudnn(a, out, q, k, v, &shape, scale, NULL, stream, taken);
+}
+
+kvcal_status kvcal_attention_run_sinks(kvcal_attention_t *a, kvcal_bf16 *out,
+                                       int64_t out_stride, const kvcal_bf16 *q,
+                                       const kvcal_bf16 *k, const kvcal_bf16 *v,
+                                       int64_t qkv_stride, int batch, int seq_len,
+                                       int n_heads, int n_kv_heads, int head_dim,
+                                       float scale, const kvcal_bf16 *sinks, float *lse,
+                                       cudaStream_t stream, int *taken)
+{
+    *taken = 0;
+    if (!a || !out || !q || !k || !v || !sinks || !lse || !(scale > 0.0f) ||
+        isinf(scale) || batch < 1 || seq_len < 1 || n_heads < 1 || n_kv_heads < 1 ||
+        n_heads % n_kv_heads || head_dim < 1 || head_dim > 256 ||
+        qkv_stride < head_dim || out_stride < (int64_t)n_heads * head_dim)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "attention with sinks (head_dim %d): %d x %d tokens, %d/%d heads, "
+                          "scale %g, strides qkv %lld, out %lld: need buffers (sinks and "
+                          "lse too), n_heads a multiple of n_kv_heads, 1 <= head_dim <= "
+                          "256, a finite scale > 0 and rows that hold their heads",
+                          head_dim, batch, seq_len, n_heads, n_kv_heads, (double)scale,
+                          (long long)qkv_stride, (long long)out_stride);
+    const att_shape shape = {batch,    seq_len,  n_heads,    n_kv_heads,
+                             head_dim, head_dim, qkv_stride, qkv_stride,
+                             head_dim, out_stride, 1};
+    kvcal_status st = try_cudnn(a, out, q, k, v, &shape, scale, lse, stream, taken);
+    if (st == KVCAL_OK && *taken)
+        st = kvcal_attention_sinks_rescale_launch(out, out_stride, lse, sinks, batch,
+                                                  seq_len, n_heads, head_dim, stream);
+    return st;
 }

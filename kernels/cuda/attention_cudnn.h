@@ -92,6 +92,26 @@ kvcal_status kvcal_attention_run_qk_v(kvcal_attention_t *a, kvcal_bf16 *out,
                                       int n_heads, int n_kv_heads, int qk_dim, int v_dim,
                                       float scale, cudaStream_t stream, int *taken);
 
+/* Causal attention with gpt-oss's sinks (a logit per query head in each
+ * softmax's denominator; kvcal_attention_sinks_launch's contract without a
+ * window or a soft cap) on cuDNN: its flash attention writes O and the
+ * softmax statistics (lse, (batch, n_heads, seq_len) floats: the log of the
+ * sum of the exponentials of the row's scaled scores), then
+ * kvcal_attention_sinks_rescale_launch scales each row and head of O by
+ * 1 / (1 + exp(sink - lse)), the share the sink leaves the keys: the same
+ * result up to bf16 rounding. *taken as kvcal_attention_run_qk_v's (0:
+ * nothing queued, the caller runs kvcal_attention_sinks_launch); bad
+ * arguments are KVCAL_ERR_INVALID_ARG. (Sliding windows stay on kvcal's
+ * kernel, which skips the key tiles outside the window: cuDNN's diagonal
+ * band took 4x longer at gpt-oss's window of 128, bench/NOTES.md.) */
+kvcal_status kvcal_attention_run_sinks(kvcal_attention_t *a, kvcal_bf16 *out,
+                                       int64_t out_stride, const kvcal_bf16 *q,
+                                       const kvcal_bf16 *k, const kvcal_bf16 *v,
+                                       int64_t qkv_stride, int batch, int seq_len,
+                                       int n_heads, int n_kv_heads, int head_dim,
+                                       float scale, const kvcal_bf16 *sinks, float *lse,
+                                       cudaStream_t stream, int *taken);
+
 #ifdef __cplusplus
 }
 #endif

@@ -409,6 +409,17 @@ kvcal_status kvcal_attention_sinks_launch(kvcal_bf16 *out, int64_t out_stride,
                                           int window, float softcap,
                                           const kvcal_bf16 *sinks, cudaStream_t stream);
 
+/* out (batch * seq_len rows of out_stride values, n_heads heads of head_dim)
+ * attention without sinks, lse (batch, n_heads, seq_len) the log of each
+ * row's softmax denominator (cuDNN's statistics): each row and head scaled
+ * by 1 / (1 + exp(sinks[h] - lse)), what adding the sink's logit to that
+ * denominator makes of it (kvcal_attention_run_sinks). head_dim and
+ * out_stride multiples of 8, out 16-byte aligned. */
+kvcal_status kvcal_attention_sinks_rescale_launch(kvcal_bf16 *out, int64_t out_stride,
+                                                  const float *lse, const kvcal_bf16 *sinks,
+                                                  int batch, int seq_len, int n_heads,
+                                                  int head_dim, cudaStream_t stream);
+
 /* --- mixture of experts --------------------------------------------------- */
 
 /* The bounds: kernels/moe_limits.h. */
