@@ -217,7 +217,7 @@ def print_profile(res, rows=14):
     ops = sorted(res.get("op_profile", []), key=lambda o: -o["ms"])
     total = sum(o["ms"] for o in ops)
     print(f"kvcal --profile: ops {total / 1e3:.3f} s of device time in a forward phase of "
-          f"{res['phases']['forward_seconds']:.3f} s (each layer waited for)", flush=True)
+          f"{res['phases']['forward_seconds']:.3f} s", flush=True)
     for o in ops[:rows]:
         print(f"  {o['op']:<26} {o['ms']:10.1f} ms {o['calls']:6d} calls "
               f"{o['ms'] / o['calls']:8.3f} ms a call {100 * o['ms'] / total:5.1f}%", flush=True)

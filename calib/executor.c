@@ -177,16 +177,18 @@ static kvcal_status run_chunk(kvcal_exec_t *x, int n, const pass *p,
         for (int i = 0; !st && i < n; i++) {
             st = run_layer(x, l, i, p);
             if (!st && x->prof) /* the layer's last op ends here */
-                st = be->ops->profile_mark(be, NULL);
+                st = be->ops->profile_mark(be, KVCAL_OP_PROFILE_GAPS);
         }
-        if (!st && x->prof)
-            st = be->ops->profile_take(be, kvcal_op_profile_add, x->prof);
         if (!st && prog && s->progress) {
             prog->layer = l + 1;
             prog->tokens_done = before + (double)chunk_tokens * (l + 1) / L;
             s->progress(s->progress_ctx, prog);
         }
     }
+    /* the chunk's marks, once its work is done: the device is not stopped
+       between layers to read them */
+    if (!st && x->prof && !(st = be->ops->sync(be)))
+        st = be->ops->profile_take(be, kvcal_op_profile_add, x->prof);
     return st;
 }
 

@@ -36,8 +36,8 @@ typedef struct kvcal_exec_options {
      * statistics are the same) */
     int whole_last_layer;
     /* 1: each op's time (and each step's the backend marks inside one)
-     * summed over the runs after the warm-up (kvcal_exec_op_profile); the
-     * device waits for each layer's batches before the next layer's start */
+     * summed over the runs after the warm-up (kvcal_exec_op_profile), and
+     * the time between ops (KVCAL_OP_PROFILE_GAPS); read after each chunk */
     int profile;
 } kvcal_exec_options;
 

@@ -4,9 +4,12 @@
  * host's clock on cpu), a backend may mark the steps inside an op (the
  * cuda backend's MoE op: "moe gather", "moe experts gate_up", ...; the op's
  * own label, "moe", then times what comes before its first step: the
- * router and the routing), and after each layer the backend hands the
- * intervals between its marks to kvcal_op_profile_add, which sums them by
- * label. */
+ * router and the routing); the interval from a layer's last op on a batch
+ * to the next op (the next batch's, or the next layer's, where its weights
+ * may still be on their way) is KVCAL_OP_PROFILE_GAPS'. After each chunk of
+ * batches the backend hands the intervals between its marks to
+ * kvcal_op_profile_add, which sums them by label; the device is not
+ * stopped in between. */
 #ifndef KVCAL_CALIB_OP_PROFILE_H
 #define KVCAL_CALIB_OP_PROFILE_H
 
@@ -15,6 +18,9 @@
 #include "calib/arch.h"
 
 #define KVCAL_OP_PROFILE_LABELS 64
+/* the label of the device's time between one layer's ops on a batch and the
+ * next ops: waits for the weights' load or for the host to queue work */
+#define KVCAL_OP_PROFILE_GAPS "between layers and batches"
 #define KVCAL_OP_LABEL_MAX 40
 
 /* One label's sum: the milliseconds of its intervals, how many there were. */

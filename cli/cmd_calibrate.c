@@ -154,7 +154,9 @@ static void usage(FILE *f)
         "  --profile            print where the forward passes' time went, op by op\n"
         "                       (device time on cuda; the experts' steps of a MoE op\n"
         "                       apart), and add it to --json's summary as op_profile;\n"
-        "                       the device finishes each layer before the next starts\n\n"
+        "                       \"between layers and batches\" is the device's time\n"
+        "                       between one layer's ops on a batch and the next\n"
+        "                       (waiting for the weights' load or the host)\n\n"
         "Every output is written to a temporary file beside it, and all are renamed\n"
         "into place once every one was written: a failed run writes nothing (and\n"
         "removes the directories it created). An output that is an input (the\n"
@@ -824,7 +826,7 @@ static void print_profile(const phases *ph)
     for (int i = 0; i < ph->n_ops; i++)
         all += t[i].ms;
     printf(
-        "op profile (%s time; each layer's batches waited for before the next layer):\n"
+        "op profile (%s time over the forward passes):\n"
         "  %-26s %12s %8s %10s %6s\n",
         ph->cuda ? "device" : "host", "op", "ms in all", "calls", "ms a call", "share");
     for (int i = 0; i < ph->n_ops; i++)

@@ -153,6 +153,10 @@ void kvcal_test_op_profile(kvcal_device_kind device)
         {"moe experts down", 0, 1},
         {"moe combine", 0, 1},
     };
+    /* and between the L x B layer-batches of the one chunk, L x B - 1 gaps */
+    long long gaps = 0;
+    CU_ASSERT(op_ms(t, n, KVCAL_OP_PROFILE_GAPS, &gaps) >= 0.0);
+    CU_ASSERT_EQUAL(gaps, B * L - 1);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (want[i].cuda_only && device != KVCAL_DEVICE_CUDA)
             continue;

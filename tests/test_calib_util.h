@@ -53,7 +53,8 @@ void kvcal_test_last_moe_layer_routes_only(kvcal_device_kind device);
  * profile (kvcal_exec_options.profile) gives the statistics of one without,
  * bit for bit, and its profile counts each op once a layer and batch where
  * the op ran (the last layer's up to its cache point, and its router), the
- * steps the cuda backend marks inside the MoE op likewise. CUnit asserts. */
+ * steps the cuda backend marks inside the MoE op likewise, and the gaps
+ * between the layer-batches. CUnit asserts. */
 void kvcal_test_op_profile(kvcal_device_kind device);
 
 /* Writes to `out` a copy of the llama2.c model at `model` with k_proj x
