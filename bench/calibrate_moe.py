@@ -6,6 +6,7 @@ and the same tokens (8 samples x 2048 tokens a batch), in one run.
 usage: calibrate_moe.py KVCAL WORKDIR OUT [--shape S] [--layers N] [--batches B]
                          [--experts IMPL ...] [--attn IMPL ...] [--modes M,...]
                          [--kvcal-variant VAR=VALUE ...] [--kvcal-profile]
+                         [--kvcal-repeats N]
 
 --layers 0: as many of the released model's layers as WORKDIR's free disk
 holds (less 3 GiB), the checkpoint's size counted on the meta device.
@@ -32,7 +33,9 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   that no token reached); again under each `--kvcal-variant` (an environment
   variable set for that run, e.g. KVCAL_MLP=unfused: the experts' GEMMs
   other GPUs run; KVCAL=PATH: another kvcal executable, an earlier build),
-  its tokens/s and peak memory; with --kvcal-profile once more with
+  its tokens/s and peak memory (with --kvcal-repeats N the default run is
+  made N times and the median kept, every run's rate printed: single runs
+  of one build have differed by up to 20%); with --kvcal-profile once more with
   `--profile`, where its device time went op by op (not in its tokens/s).
   kvcal's tokens/s are over
   its forward phase; its load and warm-up seconds are printed beside them.
@@ -178,6 +181,19 @@ def run_kvcal(kvcal, model_dir, data, samples, out_dir, env=None, extra=()):
         sys.exit(f"kvcal calibrate{' ' + str(env) if env else ''} failed ({res.returncode}): "
                  f"{res.stderr.strip()}")
     return json.loads(res.stdout), peak[0]
+
+
+def run_kvcal_median(kvcal, model_dir, data, samples, out_dir, repeats):
+    """run_kvcal `repeats` times: the run of the median tokens/s (its JSON),
+    the largest peak, and every run's tokens/s in order (runs of one build
+    on one GPU have differed by up to 20%: bench/NOTES.md)."""
+    runs = [run_kvcal(kvcal, model_dir, data, samples, out_dir) for _ in range(repeats)]
+    rates = [r["tokens_per_second"] for r, _ in runs]
+    median = sorted(runs, key=lambda r: r[0]["tokens_per_second"])[len(runs) // 2][0]
+    if repeats > 1:
+        print(f"kvcal's {repeats} runs: " + ", ".join(f"{t:.0f}" for t in rates) +
+              " tokens/s; the median kept", flush=True)
+    return median, max(p for _, p in runs), rates
 
 
 def checkpoint_bytes(model_dir):
@@ -421,12 +437,16 @@ def main():
     ap.add_argument("--modes", default="plain,compile",
                     help="how transformers runs, in this order: plain, compile (the whole "
                     "body), rcompile (each layer apart), comma-separated")
+    ap.add_argument("--kvcal-repeats", type=int, default=1,
+                    help="run kvcal this many times and keep the median run")
     ap.add_argument("--kvcal-profile", action="store_true",
                     help="run kvcal once more with --profile and print where its time went")
     ap.add_argument("--kvcal-variant", action="append", default=[], metavar="VAR=VALUE")
     ap.add_argument("--deadline", type=int, default=0,
                     help="seconds after which transformers' configurations stop (0: none)")
     a = ap.parse_args()
+    if a.kvcal_repeats < 1:
+        sys.exit(f"--kvcal-repeats {a.kvcal_repeats}: give 1 or more")
     Deadline.start(a.deadline)
     if any("=" not in v for v in a.kvcal_variant):
         sys.exit(f"--kvcal-variant: use VAR=VALUE (got {a.kvcal_variant})")
@@ -452,7 +472,8 @@ def main():
         for row in ids.tolist():
             f.write(json.dumps({"input_ids": row}) + "\n")
     t = time.time()
-    res, kv_peak = run_kvcal(a.kvcal, model_dir, data, samples, a.out)
+    res, kv_peak, kv_rates = run_kvcal_median(a.kvcal, model_dir, data, samples, a.out,
+                                              a.kvcal_repeats)
     print(f"kvcal's run: {time.time() - t:.1f} s end to end", flush=True)
     kvcal_tps = res["tokens_per_second"]
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s "
@@ -541,6 +562,7 @@ def main():
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
+                             "runs_tokens_per_second": kv_rates,
                              "checkpoint_bytes_per_forward_second": load_rate,
                              "phases": res.get("phases")},
                    "kvcal_variants": {v: {"tokens_per_second": tps, "peak_bytes": peak,
