@@ -578,8 +578,7 @@ kvcal_status kvcal_exec_create(kvcal_model_t *model, const kvcal_exec_options *o
     if (!st && opt->profile) { /* after the warm-up: what it sets up is not counted */
         if (!x->be->ops->profile_mark)
             st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                            "executor: the %s backend has no op "
-                            "profile",
+                            "executor: the %s backend has no op profile",
                             x->be->ops->name);
         else if (!(x->prof = kvcal_op_profile_create()))
             st = kvcal_fail(KVCAL_ERR_NOMEM, "executor: out of host memory");
