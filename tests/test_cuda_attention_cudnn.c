@@ -224,6 +224,18 @@ static int check_qk_v(kvcal_attention_t *a, int batch, int seq, int heads, int k
     return taken;
 }
 
+/* 1 where cuDNN must take the shapes its support matrix lists: cuDNN 9
+ * loaded, on a Hopper GPU. */
+static int cudnn_must_take(const kvcal_attention_t *a)
+{
+    int device = 0, major = 0;
+    CU_ASSERT_EQUAL(cudaGetDevice(&device), cudaSuccess);
+    CU_ASSERT_EQUAL(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+        cudaSuccess);
+    return kvcal_attention_cudnn_version(a) && major == 9;
+}
+
 /* DeepSeek-V2/V3's heads (q/k 192, v 128 read inside kv_b_proj's heads of
  * 256), MHA and GQA, sequences off the tiles: on a Hopper GPU with cuDNN 9
  * loaded cuDNN runs them (its support matrix lists d_qk 192 / d_v 128 there);
@@ -233,12 +245,7 @@ static void attention_qk_v_runs_mla_heads_on_cudnn(void)
 {
     kvcal_attention_t *a = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
-    int device = 0, major = 0;
-    CU_ASSERT_EQUAL(cudaGetDevice(&device), cudaSuccess);
-    CU_ASSERT_EQUAL(
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-        cudaSuccess);
-    const int must = kvcal_attention_cudnn_version(a) && major == 9;
+    const int must = cudnn_must_take(a);
     const int mha = check_qk_v(a, 2, 150, 4, 4, 192, 128, 256);
     if (must && !mha)
         fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
@@ -252,8 +259,6 @@ static void attention_qk_v_runs_mla_heads_on_cudnn(void)
     kvcal_attention_destroy(a);
 }
 
-/* Before any device work: a V head wider than the q/k heads, q/k heads past
- * 256, a NULL pointer, a scale of 0, an output row shorter than its heads. */
 /* gpt-oss's sinks on cuDNN (its statistics, then each row's share of the
  * sink): against kvcal_attention_sinks_ref, sinks from well below to above
  * the rows' log sums. Wherever cuDNN takes a call it must match; where it
@@ -264,14 +269,12 @@ static void attention_sinks_run_on_cudnn_with_the_sinks_share(void)
 {
     kvcal_attention_t *a = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
-    int device = 0, major = 0;
-    CU_ASSERT_EQUAL(cudaGetDevice(&device), cudaSuccess);
-    CU_ASSERT_EQUAL(
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-        cudaSuccess);
+    const int must = cudnn_must_take(a);
     static const struct {
         int batch, seq, heads, kv_heads, hd, out_pad;
-    } cases[] = {{2, 150, 8, 2, 64, 8}, {1, 300, 4, 4, 128, 0}, {3, 17, 6, 1, 64, 0},
+    } cases[] = {{2, 150, 8, 2, 64, 8},
+                 {1, 300, 4, 4, 128, 0},
+                 {3, 17, 6, 1, 64, 0},
                  {1, 200, 4, 1, 256, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const int batch = cases[c].batch, seq = cases[c].seq, heads = cases[c].heads,
@@ -296,8 +299,8 @@ static void attention_sinks_run_on_cudnn_with_the_sinks_share(void)
         CU_ASSERT_EQUAL(kvcal_attention_run_sinks(
                             a, d_out, out_stride, d_qkv, d_qkv + (int64_t)heads * hd,
                             d_qkv + (int64_t)(heads + kv_heads) * hd, stride, batch, seq,
-                            heads, kv_heads, hd, 1.0f / sqrtf((float)hd), d_sinks, d_lse, 0,
-                            &taken),
+                            heads, kv_heads, hd, 1.0f / sqrtf((float)hd), d_sinks, d_lse,
+                            0, &taken),
                         KVCAL_OK);
         CU_ASSERT_EQUAL(cudaDeviceSynchronize(), cudaSuccess);
         float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
@@ -315,7 +318,7 @@ static void attention_sinks_run_on_cudnn_with_the_sinks_share(void)
         CU_ASSERT_EQUAL(far, 0);
         CU_ASSERT_EQUAL(gap, 0);
         CU_ASSERT(taken || untouched == tokens * out_stride);
-        if (kvcal_attention_cudnn_version(a) && major == 9)
+        if (must)
             CU_ASSERT_EQUAL(taken, 1);
         free(qkv);
         free(sinks);
@@ -327,17 +330,19 @@ static void attention_sinks_run_on_cudnn_with_the_sinks_share(void)
     }
     int taken = -1;
     kvcal_bf16 *p = (kvcal_bf16 *)(uintptr_t)256;
-    CU_ASSERT_EQUAL(kvcal_attention_run_sinks(a, p, 64, p, p, p, 64, 1, 8, 1, 1, 64, 0.125f,
-                                              p, NULL, 0, &taken),
+    CU_ASSERT_EQUAL(kvcal_attention_run_sinks(a, p, 64, p, p, p, 64, 1, 8, 1, 1, 64,
+                                              0.125f, p, NULL, 0, &taken),
                     KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_attention_run_sinks(a, p, 64, p, p, p, 64, 1, 8, 1, 1, 64, 0.125f,
-                                              NULL, (float *)p, 0, &taken),
+    CU_ASSERT_EQUAL(kvcal_attention_run_sinks(a, p, 64, p, p, p, 64, 1, 8, 1, 1, 64,
+                                              0.125f, NULL, (float *)p, 0, &taken),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(taken, 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "sinks"));
     kvcal_attention_destroy(a);
 }
 
+/* Before any device work: a V head wider than the q/k heads, q/k heads past
+ * 256, a NULL pointer, a scale of 0, an output row shorter than its heads. */
 static void attention_qk_v_rejects_bad_arguments(void)
 {
     kvcal_attention_t *a = NULL;
