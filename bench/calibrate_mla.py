@@ -248,7 +248,7 @@ def main():
     t = time.time()
     res, kv_peak, kv_rates = run_kvcal_median(a.kvcal, model_dir, data, samples, a.out,
                                               a.kvcal_repeats)
-    print(f"kvcal's run: {time.time() - t:.1f} s end to end", flush=True)
+    print(f"kvcal's {a.kvcal_repeats} run(s): {time.time() - t:.1f} s end to end", flush=True)
     kvcal_tps = res["tokens_per_second"]
     ph = res.get("phases", {})
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s (forward "

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "calib/task_pool.h"
 #include "core/status.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/ops.h"
@@ -15,9 +16,9 @@
 /* A staging piece: what one copy moves (bytes, unless the backend's
  * options name another size); PIECES of them rotate. */
 #define PIECE_BYTES ((size_t)32 << 20)
-#define PIECES 3
+#define PIECES 4
 /* Values a job converts at most (so a piece splits over the threads). */
-#define JOB_VALUES ((size_t)1 << 20)
+#define JOB_VALUES ((size_t)1 << 19)
 #define MAX_THREADS 32
 
 #define TRY_CUDA(call)                                                                   \
@@ -64,14 +65,39 @@ typedef struct {
     size_t scales_cap;
 } job_list;
 
-/* Pinned pieces, their copies' events, the threads that fill them; the
- * host's seconds filling them and waiting for a piece's last copy, and the
- * bytes sent. */
+/* Where a staged piece goes once filled: its bytes to dst (device); a band
+ * of a transposed part (copy_transposed) is transposed from there into its
+ * place (to) after its copy. */
+typedef struct {
+    unsigned char *dst;
+    size_t bytes;
+    kvcal_bf16 *to; /* NULL: no transpose */
+    int64_t C, nc, ns, c0, s0, half;
+} piece_send;
+
+/* A piece's fill: its jobs into buf, a job a task-pool job. */
+typedef struct {
+    const job *j;
+    unsigned char *buf;
+    size_t bytes;
+} piece_fill;
+
+/* Pinned pieces that rotate: the host threads (pool) fill up to PIECES - 1
+ * of them while the copy stream moves the one filled before; each piece's
+ * fill task, its send and its copy's event; the jobs of a band staged in
+ * it (copy_transposed builds them per band). The loader thread's seconds
+ * waiting for fills and for a piece's last copy, and the bytes sent. */
 typedef struct {
     unsigned char *buf[PIECES];
     cudaEvent_t done[PIECES];
-    size_t bytes; /* of each */
-    int next;
+    piece_fill fill[PIECES];
+    kvcal_task task[PIECES];
+    piece_send send[PIECES];
+    job_list band_jobs[PIECES];
+    kvcal_task_pool_t *pool; /* borrowed */
+    size_t bytes;            /* of each */
+    int next;                /* the piece staged next */
+    int pending;             /* staged, not sent: the `pending` pieces before next */
     double fill_s, wait_s;
     size_t sent;
 } pieces;
@@ -85,6 +111,7 @@ struct kvcal_cuda_loader {
     int nslots, layers, threads, device;
     size_t piece_bytes;
     cudaStream_t copy;
+    kvcal_task_pool_t *pool; /* the threads that fill pieces */
     pieces p;
     cudaEvent_t *ready, *release; /* (nslots) */
     int *slot_layer, *slot_want;  /* (nslots) layer on the device / asked for */
@@ -276,7 +303,7 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
 
 // --- filling pieces on threads ----------------------------------------------------
 
-/* One job into dst (the piece's start is the job's piece). */
+/* One job into its piece (the piece's start is the job's piece). */
 static void run_job(const job *j, unsigned char *piece, size_t piece_bytes)
 {
     if (j->out_size == 1) {
@@ -306,69 +333,83 @@ static void run_job(const job *j, unsigned char *piece, size_t piece_bytes)
     }
 }
 
-typedef struct {
-    const job *j;
-    size_t n;
-    unsigned char *piece;
-    size_t piece_bytes;
-    int index, stride;
-} fill_arg;
-
-static void *fill_main(void *p)
+/* A piece's job i (a task-pool job). */
+static void fill_job(void *ctx, size_t i)
 {
-    const fill_arg *a = p;
-    for (size_t i = (size_t)a->index; i < a->n; i += (size_t)a->stride)
-        run_job(&a->j[i], a->piece, a->piece_bytes);
-    return NULL;
+    const piece_fill *f = ctx;
+    run_job(&f->j[i], f->buf, f->bytes);
 }
 
-/* The n jobs (one piece's) into piece on up to `threads` threads. */
-static void fill(const job *j, size_t n, unsigned char *piece, size_t piece_bytes,
-                 int threads)
-{
-    pthread_t tid[MAX_THREADS];
-    fill_arg arg[MAX_THREADS];
-    int t = threads < (int)n ? threads : (int)n, started = 0;
-    if (t < 1)
-        t = 1;
-    for (int i = 0; i < t; i++)
-        arg[i] = (fill_arg){j, n, piece, piece_bytes, i, t};
-    for (int i = 1; i < t; i++) {
-        if (pthread_create(&tid[i], NULL, fill_main, &arg[i]))
-            break;
-        started = i;
-    }
-    fill_main(&arg[0]);
-    for (int i = started + 1; i < t; i++)
-        fill_main(&arg[i]);
-    for (int i = 1; i <= started; i++)
-        pthread_join(tid[i], NULL);
-}
-
-/* Piece b's `bytes` bytes, filled by the n jobs, onto the device at dst
- * (after the piece's last copy is done; the next fill of the piece waits
- * for this one). */
-static kvcal_status send_piece(const job *j, size_t n, pieces *p, int b,
-                               unsigned char *dst, size_t bytes, cudaStream_t stream,
-                               int threads)
+/* Sends the oldest staged piece once its fill is done: its copy, its
+ * band's transpose, its event. */
+static kvcal_status send_oldest(pieces *p, cudaStream_t stream)
 {
     kvcal_status st = KVCAL_OK;
+    const int b = (p->next - p->pending + PIECES) % PIECES;
     const double t0 = now_s();
-    TRY_CUDA(cudaEventSynchronize(p->done[b]));
-    const double t1 = now_s();
-    fill(j, n, p->buf[b], p->bytes, threads);
-    p->wait_s += t1 - t0;
-    p->fill_s += now_s() - t1;
-    p->sent += bytes;
-    TRY_CUDA(cudaMemcpyAsync(dst, p->buf[b], bytes, cudaMemcpyHostToDevice, stream));
+    kvcal_task_wait(p->pool, &p->task[b]);
+    p->fill_s += now_s() - t0;
+    p->pending--;
+    const piece_send *s = &p->send[b];
+    TRY_CUDA(cudaMemcpyAsync(s->dst, p->buf[b], s->bytes, cudaMemcpyHostToDevice, stream));
+    if (s->to &&
+        (st = kvcal_weight_transpose_launch(s->to, s->C, (const kvcal_bf16 *)s->dst, s->nc,
+                                            s->ns, s->c0, s->s0, s->half, stream)))
+        return st;
     TRY_CUDA(cudaEventRecord(p->done[b], stream));
+    p->sent += s->bytes;
 fail:
     return st;
 }
 
-/* Every job through the pieces onto the device at base, on stream. */
+/* Every staged piece sent. */
+static kvcal_status send_all(pieces *p, cudaStream_t stream)
+{
+    kvcal_status st = KVCAL_OK;
+    while (!st && p->pending)
+        st = send_oldest(p, stream);
+    return st;
+}
+
+/* The staged pieces dropped once their fills are done (a load that
+ * failed: its job lists are about to change). */
+static void drop_staged(pieces *p)
+{
+    for (; p->pending; p->pending--)
+        kvcal_task_wait(p->pool, &p->task[(p->next - p->pending + PIECES) % PIECES]);
+}
+
+/* The next piece to stage, free: the oldest staged piece sent where
+ * PIECES - 1 are staged, and the piece's last copy done. */
+static kvcal_status next_piece(pieces *p, cudaStream_t stream, int *b)
+{
+    kvcal_status st = KVCAL_OK;
+    if (p->pending == PIECES - 1 && (st = send_oldest(p, stream)))
+        return st;
+    *b = p->next;
+    const double t0 = now_s();
+    TRY_CUDA(cudaEventSynchronize(p->done[*b]));
+    p->wait_s += now_s() - t0;
+fail:
+    return st;
+}
+
+/* Piece b (next_piece's) to be filled by its n jobs on the pool's threads,
+ * then sent as s says. */
+static void stage(pieces *p, int b, const job *j, size_t n, piece_send s)
+{
+    p->fill[b] = (piece_fill){j, p->buf[b], p->bytes};
+    p->task[b] = (kvcal_task){.run = fill_job, .ctx = &p->fill[b], .n = n};
+    p->send[b] = s;
+    kvcal_task_post(p->pool, &p->task[b]);
+    p->next = (b + 1) % PIECES;
+    p->pending++;
+}
+
+/* Every job through the pieces onto the device at base, on stream (the
+ * last pieces may still be staged on return: send_all). */
 static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *base,
-                              cudaStream_t stream, int threads)
+                              cudaStream_t stream)
 {
     kvcal_status st = KVCAL_OK;
     const size_t bytes = p->bytes;
@@ -380,11 +421,11 @@ static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *ba
                 jobs->j[e].dst_off % bytes + jobs->j[e].n * jobs->j[e].out_size;
             hi = end > hi ? end : hi;
         }
-        const int b = p->next;
-        p->next = (p->next + 1) % PIECES;
-        if ((st = send_piece(jobs->j + i, e - i, p, b, base + piece * bytes, hi, stream,
-                             threads)))
+        int b;
+        if ((st = next_piece(p, stream, &b)))
             return st;
+        stage(p, b, jobs->j + i, e - i,
+              (piece_send){.dst = base + piece * bytes, .bytes = hi});
         i = e;
     }
     return st;
@@ -398,10 +439,9 @@ static kvcal_status copy_jobs(const job_list *jobs, pieces *p, unsigned char *ba
  * after the transpose of the one before. */
 static kvcal_status copy_transposed(const job_list *jobs, pieces *p, unsigned char *band,
                                     size_t band_bytes, unsigned char *base,
-                                    cudaStream_t stream, int threads)
+                                    cudaStream_t stream)
 {
     kvcal_status st = KVCAL_OK;
-    job_list fills = {.piece = p->bytes};
     const int64_t room = (int64_t)(band_bytes / sizeof(kvcal_bf16));
     for (size_t i = 0; !st && i < jobs->nt; i++) {
         const transposed *t = &jobs->t[i];
@@ -414,50 +454,55 @@ static kvcal_status copy_transposed(const job_list *jobs, pieces *p, unsigned ch
             for (int64_t s0 = 0; !st && s0 < R; s0 += bs) {
                 const int64_t nc = C - c0 < bc ? C - c0 : bc,
                               ns = R - s0 < bs ? R - s0 : bs;
-                fills.n = 0;
+                int b;
+                if ((st = next_piece(p, stream, &b)))
+                    break;
+                job_list *fills = &p->band_jobs[b];
+                fills->n = 0;
+                fills->piece = p->bytes;
                 int fail = 0;
                 if (ns == R) /* whole stored rows: one run */
-                    fail = push_job(&fills, 0, &stored, c0 * R, (size_t)(nc * R),
+                    fail = push_job(fills, 0, &stored, c0 * R, (size_t)(nc * R),
                                     sizeof(kvcal_bf16), NULL);
                 for (int64_t c = 0; ns < R && c < nc; c++)
                     fail |=
-                        push_job(&fills, (size_t)(c * ns) * sizeof(kvcal_bf16), &stored,
+                        push_job(fills, (size_t)(c * ns) * sizeof(kvcal_bf16), &stored,
                                  (c0 + c) * R + s0, (size_t)ns, sizeof(kvcal_bf16), NULL);
                 if (fail) {
                     st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
                     break;
                 }
-                const int b = p->next;
-                p->next = (p->next + 1) % PIECES;
-                if (!(st = send_piece(fills.j, fills.n, p, b, band,
-                                      (size_t)(nc * ns) * sizeof(kvcal_bf16), stream,
-                                      threads)))
-                    st = kvcal_weight_transpose_launch((kvcal_bf16 *)(base + t->dst_off),
-                                                       C, (const kvcal_bf16 *)band, nc,
-                                                       ns, c0, s0, half, stream);
+                stage(p, b, fills->j, fills->n,
+                      (piece_send){band, (size_t)(nc * ns) * sizeof(kvcal_bf16),
+                                   (kvcal_bf16 *)(base + t->dst_off), C, nc, ns, c0, s0,
+                                   half});
             }
     }
-    free(fills.j);
     return st;
 }
 
+/* Waits for the pieces' fills and copies, and frees them. */
 static void pieces_free(pieces *p)
 {
     for (int i = 0; i < PIECES; i++) {
+        if (p->pool && p->task[i].n)
+            kvcal_task_wait(p->pool, &p->task[i]);
         if (p->done[i]) {
             cudaEventSynchronize(p->done[i]);
             cudaEventDestroy(p->done[i]);
         }
         cudaFreeHost(p->buf[i]);
+        free(p->band_jobs[i].j);
     }
     memset(p, 0, sizeof *p);
 }
 
-static kvcal_status pieces_alloc(pieces *p, size_t bytes)
+static kvcal_status pieces_alloc(pieces *p, size_t bytes, kvcal_task_pool_t *pool)
 {
     kvcal_status st = KVCAL_OK;
     memset(p, 0, sizeof *p);
     p->bytes = bytes;
+    p->pool = pool;
     for (int i = 0; i < PIECES; i++) {
         TRY_CUDA(cudaMallocHost((void **)&p->buf[i], bytes));
         TRY_CUDA(cudaEventCreateWithFlags(&p->done[i], cudaEventDisableTiming));
@@ -480,10 +525,12 @@ static kvcal_status load_layer(kvcal_cuda_loader_t *ld, int l, int s, job_list *
         return st;
     TRY_CUDA(cudaStreamWaitEvent(ld->copy, ld->release[s], 0));
     unsigned char *slot = ld->slots + (size_t)s * ld->lay.bytes;
-    if ((st = copy_jobs(jobs, &ld->p, slot, ld->copy, ld->threads)) ||
-        (st = copy_transposed(jobs, &ld->p, ld->band, ld->band_bytes, slot, ld->copy,
-                              ld->threads)))
+    if ((st = copy_jobs(jobs, &ld->p, slot, ld->copy)) ||
+        (st = copy_transposed(jobs, &ld->p, ld->band, ld->band_bytes, slot, ld->copy)) ||
+        (st = send_all(&ld->p, ld->copy))) {
+        drop_staged(&ld->p);
         return st;
+    }
     TRY_CUDA(cudaEventRecord(ld->ready[s], ld->copy));
 fail:
     return st;
@@ -600,7 +647,8 @@ kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
     }
     TRY_CUDA(cudaGetDevice(&ld->device));
     TRY_CUDA(cudaStreamCreateWithFlags(&ld->copy, cudaStreamNonBlocking));
-    if ((st = pieces_alloc(&ld->p, ld->piece_bytes)))
+    if ((st = kvcal_task_pool_create(ld->threads, &ld->pool)) ||
+        (st = pieces_alloc(&ld->p, ld->piece_bytes, ld->pool)))
         goto fail;
     /* a band of the largest transposed part, at most a piece */
     ld->band_bytes = transposed_bytes(ld);
@@ -637,6 +685,7 @@ void kvcal_cuda_loader_destroy(kvcal_cuda_loader_t *ld)
     if (ld->copy)
         cudaStreamSynchronize(ld->copy);
     pieces_free(&ld->p);
+    kvcal_task_pool_destroy(ld->pool);
     cudaFree(ld->band);
     for (int i = 0; ld->ready && i < ld->nslots; i++) {
         if (ld->ready[i])
@@ -695,13 +744,13 @@ kvcal_status kvcal_cuda_loader_upload(kvcal_cuda_loader_t *ld,
     kvcal_status st = KVCAL_OK;
     job_list jobs = {.piece = ld->piece_bytes};
     pieces p;
-    if ((st = pieces_alloc(&p, ld->piece_bytes)))
+    if ((st = pieces_alloc(&p, ld->piece_bytes, ld->pool)))
         return st;
     if (push_job(&jobs, 0, src, 0, (size_t)src->numel, sizeof(kvcal_bf16), NULL)) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
         goto done;
     }
-    if ((st = copy_jobs(&jobs, &p, dst, stream, ld->threads)))
+    if ((st = copy_jobs(&jobs, &p, dst, stream)) || (st = send_all(&p, stream)))
         goto done;
     TRY_CUDA(cudaStreamSynchronize(stream));
 fail:
