@@ -252,7 +252,8 @@ def main():
     kvcal_tps = res["tokens_per_second"]
     ph = res.get("phases", {})
     print(f"kvcal calibrate --device cuda: {kvcal_tps:.0f} tokens/s (forward "
-          f"{ph.get('forward_seconds', float('nan')):.3f} s; load and warm-up "
+          f"{ph.get('forward_seconds', float('nan')):.3f} s, of which progress saves "
+          f"{ph.get('progress_save_seconds', float('nan')):.3f} s; load and warm-up "
           f"{ph.get('load_seconds', float('nan')):.3f} s)", flush=True)
     load_rate = print_load(res, model_dir)
     if a.kvcal_profile:

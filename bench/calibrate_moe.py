@@ -206,7 +206,8 @@ def phase_text(res):
     """A kvcal JSON's load and forward seconds."""
     ph = res.get("phases", {})
     return (f"load {ph.get('load_seconds', float('nan')):.2f} s, forward "
-            f"{ph.get('forward_seconds', float('nan')):.3f} s")
+            f"{ph.get('forward_seconds', float('nan')):.3f} s, of which progress saves "
+            f"{ph.get('progress_save_seconds', float('nan')):.3f} s")
 
 
 def print_load(res, model_dir):

@@ -412,6 +412,7 @@ static void warn_stderr(void *ctx, const char *message)
  * samples and readying the device, the forward passes, the outputs. */
 typedef struct {
     double load, forward, write;
+    double save;              /* the forward's progress saves (--save-every) */
     double reduce;            /* several ranks: their statistics brought together */
     int ranks;                /* processes the samples were split over */
     int cuda;                 /* the run's device: 1 cuda, 0 cpu */
@@ -550,6 +551,7 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
     catch_signals(0);
     kvcal_cmd_progress_end(&pc.pr);
     ph->forward = kvcal_cmd_progress_elapsed(&pc.pr);
+    ph->save = r ? r->save_seconds : 0.0;
     kvcal_exec_load_stats(x, &ph->weights);
     const kvcal_op_time *ops = NULL;
     ph->n_ops = kvcal_exec_op_profile(x, &ops);
@@ -928,6 +930,7 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_AddNumberToObject(phase, "load_seconds", ph->load);
     cJSON_AddNumberToObject(phase, "forward_seconds", ph->forward);
     cJSON_AddNumberToObject(phase, "write_seconds", ph->write);
+    cJSON_AddNumberToObject(phase, "progress_save_seconds", ph->save);
     cJSON_AddNumberToObject(phase, "reduce_seconds", ph->reduce);
     cJSON_AddNumberToObject(root, "ranks", ph->ranks);
     cJSON_AddNumberToObject(root, "layers_resident", ph->layers_resident);

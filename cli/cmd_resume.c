@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cmd_common.h"
 #include "core/status.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
@@ -31,6 +32,7 @@ int kvcal_cmd_resume_init(kvcal_cmd_resume *r, const char *out, const cJSON *run
     r->run = run;
     r->model = *model;
     r->failed = 0;
+    r->save_seconds = 0.0;
     return 0;
 }
 
@@ -57,7 +59,12 @@ static kvcal_status save(const kvcal_cmd_resume *r, const kvcal_stats_t *stats,
 kvcal_status kvcal_cmd_resume_save(void *ctx, const kvcal_stats_t *stats, int samples_done)
 {
     kvcal_cmd_resume *r = ctx;
-    if (r->failed || save(r, stats, samples_done) == KVCAL_OK)
+    if (r->failed)
+        return KVCAL_OK;
+    const double t0 = kvcal_cmd_now_s();
+    const kvcal_status st = save(r, stats, samples_done);
+    r->save_seconds += kvcal_cmd_now_s() - t0;
+    if (st == KVCAL_OK)
         return KVCAL_OK;
     /* the run goes on; only an interruption would lose more than before */
     fprintf(stderr, "kvcal calibrate: warning: progress not saved: %s\n",

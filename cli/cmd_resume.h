@@ -21,6 +21,7 @@ typedef struct kvcal_cmd_resume {
     const cJSON *run;           /* what identifies the run (borrowed) */
     kvcal_model_identity model; /* recorded with the statistics */
     int failed;                 /* a save failed: no more tried */
+    double save_seconds;        /* spent in the saves so far */
 } kvcal_cmd_resume;
 
 /* The progress files of output `out` for run (a JSON object the caller

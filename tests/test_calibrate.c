@@ -195,6 +195,35 @@ static void calibrate_profile_reports_each_ops_time(void)
     free(out);
 }
 
+/* The JSON's phases.progress_save_seconds of a run. */
+static double progress_save_seconds(const char *save_every)
+{
+    char args[512], *out = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --json --save-every %s --out '%s'",
+             save_every, kvcal_test_path("saves.json"));
+    if (kvcal_test_run_kvcal(args, &out) != 0) {
+        free(out);
+        return -1.0;
+    }
+    cJSON *root = cJSON_Parse(out);
+    const cJSON *v =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(root, "phases"), "progress_save_seconds");
+    const double s = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+    cJSON_Delete(root);
+    free(out);
+    return s;
+}
+
+/* The forward's progress saves are timed: a run of 6 samples in batches of
+ * 4 saving after every 4 saves once (after the first batch), one that
+ * never saves reports 0. */
+static void calibrate_reports_the_time_its_progress_saves_took(void)
+{
+    CU_ASSERT(progress_save_seconds("4") > 0.0);
+    CU_ASSERT_EQUAL(progress_save_seconds("0"), 0.0);
+}
+
 static void calibrate_usage_errors_exit_2(void)
 {
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("calibrate", NULL), 2);
@@ -347,6 +376,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
     KVCAL_TEST(calibrate_device_cuda_runs_or_says_why_it_cannot),
     KVCAL_TEST(calibrate_profile_reports_each_ops_time),
+    KVCAL_TEST(calibrate_reports_the_time_its_progress_saves_took),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
     KVCAL_TEST(calibrate_time_only_reports_the_rate_and_writes_nothing),
     KVCAL_TEST(calibrate_refuses_a_tp_the_kv_heads_cannot_split_before_running),
