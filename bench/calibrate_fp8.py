@@ -349,8 +349,8 @@ def main():
              res.get("fp8_fallback") or "none"), flush=True)
     w = res.get("weights_load", {})
     if w.get("bytes"):
-        print("kvcal's loader: %.2f GB, every layer on its way %.2f s after the start; host "
-              "threads filling %.2f s, waiting on copies %.2f s"
+        print("kvcal's loader: %.2f GB, every layer on its way %.2f s after the start; "
+              "waiting for host threads' fills %.2f s, for copies %.2f s"
               % (w["bytes"] / 1e9, w["all_layers_seconds"], w["fill_seconds"],
                  w["copy_wait_seconds"]), flush=True)
     shutil.rmtree(big)

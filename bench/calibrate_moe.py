@@ -222,9 +222,9 @@ def print_load(res, model_dir):
     if w.get("bytes"):
         gb = w["bytes"] / 1e9
         print(f"kvcal's loader: {gb:.2f} GB, every layer on its way "
-              f"{w['all_layers_seconds']:.2f} s after the start; host threads filling "
-              f"{w['fill_seconds']:.2f} s ({gb / max(w['fill_seconds'], 1e-9):.1f} GB/s), "
-              f"waiting on copies {w['copy_wait_seconds']:.2f} s", flush=True)
+              f"{w['all_layers_seconds']:.2f} s after the start; waiting for host threads' "
+              f"fills {w['fill_seconds']:.2f} s, for copies {w['copy_wait_seconds']:.2f} s",
+              flush=True)
     return load_rate
 
 

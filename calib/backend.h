@@ -82,8 +82,9 @@ typedef struct kvcal_backend kvcal_backend;
 /* What loading the layers' weights onto a device has cost the host so far
  * (the cuda backend's loader, calib/cuda_loader.h): the seconds from the
  * backend's start until every layer was on its way the first time (0
- * while some are not), the host threads' seconds filling pinned staging
- * pieces, the seconds waiting for a piece's last copy to the device, the
+ * while some are not), the loader's seconds waiting for the host threads
+ * to fill pinned staging pieces, the seconds waiting for a piece's last
+ * copy to the device, the
  * bytes sent and the layers loaded (a layer loaded again counts again). */
 typedef struct kvcal_load_stats {
     double all_seconds, fill_seconds, copy_wait_seconds;

@@ -871,7 +871,7 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
     if (ph->weights.bytes > 0)
         printf(
             "weights: %.2f GB onto the device, every layer on its way %.2f s after the "
-            "start; host threads filling staging %.2f s, waiting on copies %.2f s\n",
+            "start; waiting for host threads' fills %.2f s, for copies %.2f s\n",
             ph->weights.bytes / 1e9, ph->weights.all_seconds, ph->weights.fill_seconds,
             ph->weights.copy_wait_seconds);
     if (ph->ranks > 1)

@@ -533,9 +533,8 @@ static void cuda_runner_counts_the_weights_it_loads(void)
             CU_ASSERT(ls.all_seconds > 0 && ls.fill_seconds > 0);
             CU_ASSERT(ls.copy_wait_seconds >= 0 &&
                       ls.copy_wait_seconds <= ls.all_seconds);
-            printf("\n    %d layers, %.0f bytes (bf16 weights %.0f) in %.4f s: filling "
-                   "%.4f s, "
-                   "waiting on copies %.4f s",
+            printf("\n    %d layers, %.0f bytes (bf16 weights %.0f) in %.4f s: waiting "
+                   "for fills %.4f s, for copies %.4f s",
                    ls.layers_loaded, ls.bytes, weights, ls.all_seconds, ls.fill_seconds,
                    ls.copy_wait_seconds);
         }

@@ -35,13 +35,13 @@ static __device__ __forceinline__ float kvcal_rbf(float x)
 /* gpt-oss's clamped SwiGLU (kvcal_swiglu_oai_ref) of one bf16 gate and
  * up, as bf16 arithmetic rounds it: g * sigmoid(alpha g) rounded, up + 1
  * rounded, their product (to be rounded by the caller; the clamps are
- * exact). An IEEE division: a gate far below 0 (no lower clamp) makes the
- * denominator infinite, the glu 0. */
+ * exact), with the fast exp and division as kvcal_silu: a gate far below
+ * 0 (no lower clamp) makes the denominator infinite, the glu 0. */
 static __device__ __forceinline__ float kvcal_swiglu_oai(float gate, float up,
                                                          float alpha, float limit)
 {
     const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
-    const float glu = kvcal_rbf(g / (1.0f + __expf(-alpha * g)));
+    const float glu = kvcal_rbf(__fdividef(g, 1.0f + __expf(-alpha * g)));
     return kvcal_rbf(u + 1.0f) * glu;
 }
 

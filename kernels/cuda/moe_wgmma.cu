@@ -21,11 +21,12 @@
  * interleaved copy of the weight) and stores silu(gate) * up rounded as
  * kvcal_swiglu_launch; STORE rounds the 256 outputs to bf16, staged and
  * stored in two halves of 128 columns. gpt-oss's experts: a bias is added
- * to the rounded products and SWIGLU_OAI's clamped SwiGLU computed as soon
- * as a tile's products are rounded (finish_tile), with the arithmetic of
- * kvcal_moe_bias_launch and kvcal_swiglu_oai_launch: no pass over the
- * outputs of their own. Weight rows past an expert's read the next
- * expert's (or zeros past the end) into outputs that the stores clip. */
+ * to the rounded products as soon as a tile's products are rounded
+ * (add_bias), and SWIGLU_OAI stores the clamped SwiGLU in the epilogue as
+ * SWIGLU stores its own, with the arithmetic of kvcal_moe_bias_launch and
+ * kvcal_swiglu_oai_launch: no pass over the outputs of their own. Weight
+ * rows past an expert's read the next expert's (or zeros past the end) into
+ * outputs that the stores clip. */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
@@ -75,18 +76,16 @@ __device__ __forceinline__ __nv_bfloat162 add_rounded(__nv_bfloat162 a, __nv_bfl
     return __floats2bfloat162_rn(x.x + y.x, x.y + y.y);
 }
 
-/* Tile t's rounded products r (round_accumulators) finished where the
- * tensor cores wait rather than in the epilogue spread over the next
- * tile's k blocks, whose registers the bias's loads and the clamped SwiGLU
- * would spill: bias (NULL: none) row tile_expert[m] added to each product
- * of an output column (kvcal_moe_bias_launch's sum; gate's and up's for
- * SWIGLU), then for OAI gpt-oss's clamped SwiGLU into the gate's pairs. A
- * thread's pair (j, h) holds columns j * 8 + (lane % 4) * 2 and one more. */
-template <bool SWIGLU, bool OAI>
-__device__ __forceinline__ void finish_tile(__nv_bfloat162 (&r)[64], int t, int tiles,
-                                            int num_n, const int32_t *tile_expert,
-                                            const __nv_bfloat16 *bias, int n, float alpha,
-                                            float limit, int lane)
+/* Tile t's rounded products r (round_accumulators) with their bias added
+ * where the tensor cores wait rather than in the epilogue spread over the
+ * next tile's k blocks, whose registers the bias's loads would spill: bias
+ * (NULL: none) row tile_expert[m] added to each product of an output column
+ * (kvcal_moe_bias_launch's sum; gate's and up's for SWIGLU). A thread's
+ * pair (j, h) holds columns j * 8 + (lane % 4) * 2 and one more. */
+template <bool SWIGLU>
+__device__ __forceinline__ void add_bias(__nv_bfloat162 (&r)[64], int t, int tiles,
+                                         int num_n, const int32_t *tile_expert,
+                                         const __nv_bfloat16 *bias, int n, int lane)
 {
     constexpr int TILE_N = SWIGLU ? BN / 2 : BN, GROUPS = TILE_N / 8;
     if (bias) {
@@ -113,14 +112,17 @@ __device__ __forceinline__ void finish_tile(__nv_bfloat162 (&r)[64], int t, int 
             }
         }
     }
-    if constexpr (OAI) {
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const float2 g = __bfloat1622float2(r[i]), u = __bfloat1622float2(r[32 + i]);
-            r[i] = __floats2bfloat162_rn(kvcal_swiglu_oai(g.x, u.x, alpha, limit),
-                                         kvcal_swiglu_oai(g.y, u.y, alpha, limit));
-        }
-    }
+}
+
+/* gpt-oss's clamped SwiGLU of two (gate, up) pairs, rounded to bf16 as
+ * kvcal_swiglu_oai_launch rounds it. */
+__device__ __forceinline__ __nv_bfloat162 swiglu_oai2(__nv_bfloat162 gate,
+                                                      __nv_bfloat162 up, float alpha,
+                                                      float limit)
+{
+    const float2 g = __bfloat1622float2(gate), u = __bfloat1622float2(up);
+    return __floats2bfloat162_rn(kvcal_swiglu_oai(g.x, u.x, alpha, limit),
+                                 kvcal_swiglu_oai(g.y, u.y, alpha, limit));
 }
 
 #endif
@@ -202,8 +204,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         unsigned char *out = out_stage + half * OUT_BYTES;
         /* A finished tile rounded to bf16 (round_accumulators), its bias
          * added, waiting for its epilogue: output group j (8 columns) is r[2 j
-         * + h]; for SWIGLU (j < 16) the gate, its up in r[32 + 2 j + h]; for
-         * SWIGLU_OAI (j < 16) the activation (finish_tile). */
+         * + h]; for SWIGLU and SWIGLU_OAI (j < 16) the gate, its up in r[32 +
+         * 2 j + h]. */
         __nv_bfloat162 r[64];
         /* Epilogue part c of EPI_PARTS: groups c x PART_GROUPS on, staged
          * (stage_addr) in the half of 128 columns they belong to; the part
@@ -224,7 +226,10 @@ __global__ void __launch_bounds__(THREADS, 1)
                 for (int h = 0; h < 2; h++) {
                     const int j = j0 + jj;
                     const uint32_t addr = stage_addr(base, j % 16, h);
-                    if constexpr (SWIGLU && !OAI)
+                    if constexpr (OAI)
+                        st_shared_pair(addr, swiglu_oai2(r[2 * j + h], r[32 + 2 * j + h],
+                                                         alpha, limit));
+                    else if constexpr (SWIGLU)
                         st_shared_pair(
                             addr, kvcal_swiglu2_bf16(r[2 * j + h], r[32 + 2 * j + h]));
                     else
@@ -281,9 +286,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (tid == 0)
                 mbar_arrive(&empty[held]);
             round_accumulators(r, d);
-            if (bias || OAI)
-                finish_tile<SWIGLU, OAI>(r, t, tiles, num_n, tile_expert, bias, n, alpha,
-                                         limit, lane);
+            add_bias<SWIGLU>(r, t, tiles, num_n, tile_expert, bias, n, lane);
             prev = t;
         }
         for (int c = 0; prev >= 0 && c < EPI_PARTS; c++) /* the last tile's */
