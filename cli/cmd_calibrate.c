@@ -550,6 +550,8 @@ static kvcal_status run_samples_from(kvcal_model_t *model, const kvcal_samples *
     st = kvcal_exec_calibrate(x, &run, stats, o->observer.ema_decay);
     catch_signals(0);
     kvcal_cmd_progress_end(&pc.pr);
+    if (r)
+        kvcal_cmd_resume_wait(r);
     ph->forward = kvcal_cmd_progress_elapsed(&pc.pr);
     ph->save = r ? r->save_seconds : 0.0;
     kvcal_exec_load_stats(x, &ph->weights);

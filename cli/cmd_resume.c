@@ -1,6 +1,7 @@
 /* cli/cmd_resume.c: a calibration's progress files (see cmd_resume.h). */
 #include "cli/cmd_resume.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +34,9 @@ int kvcal_cmd_resume_init(kvcal_cmd_resume *r, const char *out, const cJSON *run
     r->model = *model;
     r->failed = 0;
     r->save_seconds = 0.0;
+    r->writing = 0;
+    r->snapshot = NULL;
+    r->written = KVCAL_OK;
     return 0;
 }
 
@@ -56,22 +60,66 @@ static kvcal_status save(const kvcal_cmd_resume *r, const kvcal_stats_t *stats,
     return st;
 }
 
+/* The save's thread: the snapshot to the files, with the signals that
+ * stop a run left to the run's thread (no write of the save interrupted). */
+static void *writer_main(void *arg)
+{
+    kvcal_cmd_resume *r = arg;
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    r->written = save(r, r->snapshot, r->samples_done);
+    if (r->written)
+        snprintf(r->error, sizeof r->error, "%s", kvcal_last_error());
+    return NULL;
+}
+
+/* The save in flight ended (joined), its snapshot freed; a failed one is
+ * the warning, and no more saves. */
+static void finish(kvcal_cmd_resume *r)
+{
+    if (r->writing) {
+        pthread_join(r->writer, NULL);
+        r->writing = 0;
+    }
+    kvcal_stats_destroy(r->snapshot);
+    r->snapshot = NULL;
+    if (r->written == KVCAL_OK || r->failed)
+        return;
+    /* the run goes on; only an interruption would lose more than before */
+    fprintf(stderr, "kvcal calibrate: warning: progress not saved: %s\n", r->error);
+    r->failed = 1;
+    kvcal_cmd_resume_clear(r);
+}
+
 kvcal_status kvcal_cmd_resume_save(void *ctx, const kvcal_stats_t *stats, int samples_done)
 {
     kvcal_cmd_resume *r = ctx;
-    if (r->failed)
-        return KVCAL_OK;
     const double t0 = kvcal_cmd_now_s();
-    const kvcal_status st = save(r, stats, samples_done);
+    finish(r);
+    if (!r->failed) {
+        r->samples_done = samples_done;
+        r->written = kvcal_stats_clone(stats, &r->snapshot);
+        if (r->written)
+            snprintf(r->error, sizeof r->error, "%s", kvcal_last_error());
+        else if (pthread_create(&r->writer, NULL, writer_main, r) == 0)
+            r->writing = 1;
+        else /* no thread to spare: written here */
+            writer_main(r);
+        if (!r->writing)
+            finish(r);
+    }
     r->save_seconds += kvcal_cmd_now_s() - t0;
-    if (st == KVCAL_OK)
-        return KVCAL_OK;
-    /* the run goes on; only an interruption would lose more than before */
-    fprintf(stderr, "kvcal calibrate: warning: progress not saved: %s\n",
-            kvcal_last_error());
-    r->failed = 1;
-    kvcal_cmd_resume_clear(r);
     return KVCAL_OK;
+}
+
+void kvcal_cmd_resume_wait(kvcal_cmd_resume *r)
+{
+    const double t0 = kvcal_cmd_now_s();
+    finish(r);
+    r->save_seconds += kvcal_cmd_now_s() - t0;
 }
 
 /* The first key of want whose value got differs in (or lacks), or NULL. */

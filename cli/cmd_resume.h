@@ -5,12 +5,14 @@
  * `<out>.kvcal-progress.json`, each written atomically, removed when the
  * run ends well). `calibrate --resume` reads them back, checks they are of
  * the same run (model, data, samples, seed, observer...) and continues from
- * the next sample to the result an uninterrupted run gives. Part of the
- * kvcal program. */
+ * the next sample to the result an uninterrupted run gives. A save runs on
+ * a thread of its own, from a copy of the statistics, while the next chunk
+ * computes. Part of the kvcal program. */
 #ifndef KVCAL_CLI_CMD_RESUME_H
 #define KVCAL_CLI_CMD_RESUME_H
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 
 #include "core/scales.h"
 #include "kvcal.h"
@@ -21,7 +23,13 @@ typedef struct kvcal_cmd_resume {
     const cJSON *run;           /* what identifies the run (borrowed) */
     kvcal_model_identity model; /* recorded with the statistics */
     int failed;                 /* a save failed: no more tried */
-    double save_seconds;        /* spent in the saves so far */
+    double save_seconds;        /* the run's own time in the saves so far */
+    /* the save in flight: its thread, what it writes, how it went */
+    pthread_t writer;
+    int writing, samples_done;
+    kvcal_stats_t *snapshot;
+    kvcal_status written;
+    char error[1024];
 } kvcal_cmd_resume;
 
 /* The progress files of output `out` for run (a JSON object the caller
@@ -29,10 +37,15 @@ typedef struct kvcal_cmd_resume {
 int kvcal_cmd_resume_init(kvcal_cmd_resume *r, const char *out, const cJSON *run,
                           const kvcal_model_identity *model);
 
-/* Writes stats and samples_done (kvcal_exec_chunk_fn's contract, ctx: r).
- * A save that fails (a full disk) is a warning on stderr, the run goes on
- * and saves no more. */
+/* Starts writing stats and samples_done (kvcal_exec_chunk_fn's contract,
+ * ctx: r) on a thread of its own, from a copy, once the save before has
+ * ended. A save that fails (a full disk) is a warning on stderr, the run
+ * goes on and saves no more. */
 kvcal_status kvcal_cmd_resume_save(void *ctx, const kvcal_stats_t *stats, int samples_done);
+
+/* Waits for the save in flight (its failure the warning above): after the
+ * run, before anything reads, removes or reports the progress files. */
+void kvcal_cmd_resume_wait(kvcal_cmd_resume *r);
 
 /* Reads what a run saved: *stats (caller destroys) and *samples_done. An
  * absent file, another run's (naming the first field that differs) or a

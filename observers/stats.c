@@ -158,6 +158,41 @@ kvcal_status kvcal_stats_set_range(kvcal_stats_t *stats, int on)
     return KVCAL_OK;
 }
 
+kvcal_status kvcal_stats_clone(const kvcal_stats_t *src, kvcal_stats_t **out)
+{
+    kvcal_stats_t *s = NULL;
+    kvcal_status st =
+        kvcal_stats_create(src->num_layers, src->num_kv_heads, src->head_dim, &s);
+    if (!st)
+        st = kvcal_stats_set_experts(s, src->num_experts);
+    if (!st)
+        st = kvcal_stats_set_q_heads(s, src->num_q_heads);
+    if (!st)
+        st = kvcal_stats_set_range(s, src->min[0] != NULL);
+    if (st) {
+        kvcal_stats_destroy(s);
+        *out = NULL;
+        return st;
+    }
+    const size_t L = (size_t)src->num_layers,
+                 n = L * (size_t)src->num_kv_heads * (size_t)src->head_dim;
+    memcpy(s->slab, src->slab, kvcal_stats_slab_bytes(src));
+    s->batches = src->batches;
+    s->batch_start_tokens = src->batch_start_tokens;
+    if (src->num_experts)
+        memcpy(s->expert_tokens, src->expert_tokens,
+               L * (size_t)src->num_experts * sizeof *s->expert_tokens);
+    if (src->num_q_heads)
+        memcpy(s->q_absmax, src->q_absmax,
+               L * (size_t)src->num_q_heads * sizeof *s->q_absmax);
+    for (int kv = 0; src->min[0] && kv < 2; kv++) {
+        memcpy(s->min[kv], src->min[kv], n * sizeof(float));
+        memcpy(s->max[kv], src->max[kv], n * sizeof(float));
+    }
+    *out = s;
+    return KVCAL_OK;
+}
+
 void kvcal_stats_destroy(kvcal_stats_t *stats)
 {
     if (!stats)

@@ -79,6 +79,11 @@ kvcal_status kvcal_stats_set_range(kvcal_stats_t *stats, int on);
 /* Zeroes every statistic (as freshly created). */
 void kvcal_stats_reset(kvcal_stats_t *stats);
 
+/* *out = a copy of src, its routing counts, query and range statistics
+ * included (a snapshot that src's later batches leave as it is); *out =
+ * NULL on failure. */
+kvcal_status kvcal_stats_clone(const kvcal_stats_t *src, kvcal_stats_t **out);
+
 /* Bytes of stats->slab. The slab holds, in this order and each array
  * directly after the previous one: hist[K], hist[V], ema[K], ema[V], tokens,
  * absmax[K], absmax[V], batch_absmax[K], batch_absmax[V], ema_tensor[K],

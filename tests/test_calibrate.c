@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -215,13 +216,30 @@ static double progress_save_seconds(const char *save_every)
     return s;
 }
 
-/* The forward's progress saves are timed: a run of 6 samples in batches of
+/* The run's own time in its progress saves (the copy for the save's
+ * thread, the waits for it) is reported: a run of 6 samples in batches of
  * 4 saving after every 4 saves once (after the first batch), one that
  * never saves reports 0. */
 static void calibrate_reports_the_time_its_progress_saves_took(void)
 {
     CU_ASSERT(progress_save_seconds("4") > 0.0);
     CU_ASSERT_EQUAL(progress_save_seconds("0"), 0.0);
+}
+
+/* A progress save that fails (a directory where its file goes) is a
+ * warning: the run goes on to its outputs, and saves no more. */
+static void calibrate_goes_on_when_a_progress_save_fails(void)
+{
+    char args[4096], blocker[4200];
+    const char *out = kvcal_test_path("blocked.json");
+    snprintf(blocker, sizeof blocker, "%s.kvcal-progress.h5", out);
+    CU_ASSERT_EQUAL_FATAL(mkdir(blocker, 0755), 0);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " " SMALL " --save-every 4 --out '%s'", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("warning: progress not saved"));
+    CU_ASSERT_EQUAL(access(out, F_OK), 0);
+    rmdir(blocker);
 }
 
 static void calibrate_usage_errors_exit_2(void)
@@ -377,6 +395,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_device_cuda_runs_or_says_why_it_cannot),
     KVCAL_TEST(calibrate_profile_reports_each_ops_time),
     KVCAL_TEST(calibrate_reports_the_time_its_progress_saves_took),
+    KVCAL_TEST(calibrate_goes_on_when_a_progress_save_fails),
     KVCAL_TEST(calibrate_usage_errors_exit_2),
     KVCAL_TEST(calibrate_time_only_reports_the_rate_and_writes_nothing),
     KVCAL_TEST(calibrate_refuses_a_tp_the_kv_heads_cannot_split_before_running),

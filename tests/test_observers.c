@@ -932,8 +932,52 @@ static void stats_signed_range_holds_zero_and_merges_by_min_and_max(void)
     kvcal_stats_destroy(b);
 }
 
+/* A clone holds every statistic of its source, routing counts, query and
+ * range statistics included, and keeps them when the source changes. */
+static void stats_clone_copies_everything_and_stays_apart(void)
+{
+    kvcal_stats_t *s = NULL, *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(3, 2, 4, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_experts(s, 5), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_q_heads(s, 4), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_set_range(s, 1), KVCAL_OK);
+    const size_t slab = kvcal_stats_slab_bytes(s), n = 3 * 2 * 4;
+    for (size_t i = 0; i < slab; i++)
+        ((unsigned char *)s->slab)[i] = (unsigned char)(i * 7 + 1);
+    for (size_t i = 0; i < 3 * 5; i++)
+        s->expert_tokens[i] = (int64_t)(i + 11);
+    for (size_t i = 0; i < 3 * 4; i++)
+        s->q_absmax[i] = 0.5f * (float)i;
+    for (size_t i = 0; i < n; i++)
+        s->min[0][i] = -(float)i, s->max[1][i] = (float)i + 0.25f;
+    s->batches = 9;
+    s->batch_start_tokens = 77;
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_clone(s, &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(memcmp(c->slab, s->slab, slab), 0);
+    CU_ASSERT_EQUAL(c->num_experts, 5);
+    CU_ASSERT_EQUAL(memcmp(c->expert_tokens, s->expert_tokens, 3 * 5 * sizeof(int64_t)),
+                    0);
+    CU_ASSERT_EQUAL(c->num_q_heads, 4);
+    CU_ASSERT_EQUAL(memcmp(c->q_absmax, s->q_absmax, 3 * 4 * sizeof(float)), 0);
+    for (int kv = 0; kv < 2; kv++) {
+        CU_ASSERT_EQUAL(memcmp(c->min[kv], s->min[kv], n * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(c->max[kv], s->max[kv], n * sizeof(float)), 0);
+    }
+    CU_ASSERT_EQUAL(c->batches, 9);
+    CU_ASSERT_EQUAL(c->batch_start_tokens, 77);
+    s->absmax[KVCAL_K][0] = 1e9f, s->expert_tokens[0] = -1, s->q_absmax[0] = -1.0f;
+    s->max[0][0] = -1.0f;
+    CU_ASSERT_NOT_EQUAL(c->absmax[KVCAL_K][0], 1e9f);
+    CU_ASSERT_EQUAL(c->expert_tokens[0], 11);
+    CU_ASSERT_EQUAL(c->q_absmax[0], 0.0f);
+    CU_ASSERT_NOT_EQUAL(c->max[0][0], -1.0f);
+    kvcal_stats_destroy(c);
+    kvcal_stats_destroy(s);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(stats_create_rejects_bad_sizes_and_destroy_null_is_noop),
+    KVCAL_TEST(stats_clone_copies_everything_and_stays_apart),
     KVCAL_TEST(hist_bins_are_64_per_octave_from_2_pow_minus_20),
     KVCAL_TEST(observer_update_folds_absmax_histogram_and_tokens),
     KVCAL_TEST(observer_update_ignores_padding),
