@@ -60,19 +60,24 @@ static kvcal_status save(const kvcal_cmd_resume *r, const kvcal_stats_t *stats,
     return st;
 }
 
-/* The save's thread: the snapshot to the files, with the signals that
- * stop a run left to the run's thread (no write of the save interrupted). */
+/* The snapshot to the files; how it went into r. */
+static void write_snapshot(kvcal_cmd_resume *r)
+{
+    r->written = save(r, r->snapshot, r->samples_done);
+    if (r->written)
+        snprintf(r->error, sizeof r->error, "%s", kvcal_last_error());
+}
+
+/* The save's thread, with the signals that stop a run left to the run's
+ * thread (no write of the save interrupted). */
 static void *writer_main(void *arg)
 {
-    kvcal_cmd_resume *r = arg;
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    r->written = save(r, r->snapshot, r->samples_done);
-    if (r->written)
-        snprintf(r->error, sizeof r->error, "%s", kvcal_last_error());
+    write_snapshot(arg);
     return NULL;
 }
 
@@ -107,7 +112,7 @@ kvcal_status kvcal_cmd_resume_save(void *ctx, const kvcal_stats_t *stats, int sa
         else if (pthread_create(&r->writer, NULL, writer_main, r) == 0)
             r->writing = 1;
         else /* no thread to spare: written here */
-            writer_main(r);
+            write_snapshot(r);
         if (!r->writing)
             finish(r);
     }
