@@ -108,7 +108,7 @@ struct kvcal_cuda_loader {
     unsigned char *slots; /* (nslots, lay.bytes) device */
     unsigned char *band;  /* (band_bytes) device: a transposed part's band; or NULL */
     size_t band_bytes;
-    int nslots, layers, threads, device;
+    int nslots, layers, device;
     size_t piece_bytes;
     cudaStream_t copy;
     kvcal_task_pool_t *pool; /* the threads that fill pieces */
@@ -625,7 +625,6 @@ kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
     ld->slots = slots;
     ld->nslots = nslots;
     ld->layers = L;
-    ld->threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     /* a piece holds whole bf16 values and floats (the FP8 scales) */
     ld->piece_bytes = piece_bytes ? (piece_bytes + 3) / 4 * 4 : PIECE_BYTES;
     ld->t0 = now_s();
@@ -647,7 +646,8 @@ kvcal_status kvcal_cuda_loader_create(kvcal_model_t *model,
     }
     TRY_CUDA(cudaGetDevice(&ld->device));
     TRY_CUDA(cudaStreamCreateWithFlags(&ld->copy, cudaStreamNonBlocking));
-    if ((st = kvcal_task_pool_create(ld->threads, &ld->pool)) ||
+    if ((st = kvcal_task_pool_create(threads > MAX_THREADS ? MAX_THREADS : threads,
+                                     &ld->pool)) ||
         (st = pieces_alloc(&ld->p, ld->piece_bytes, ld->pool)))
         goto fail;
     /* a band of the largest transposed part, at most a piece */
