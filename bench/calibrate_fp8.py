@@ -11,6 +11,7 @@ heads) of as many layers as the disk holds, FP8 weights resident.
 
 usage: calibrate_fp8.py KVCAL WORKDIR [--layers N] [--batches B] [--rounds R]
                         [--big-layers N] [--big-batches B] [--skip-torch]
+                        [--kvcal-profile]
 
 Prints per round and as medians: tokens/s of kvcal FP8 (fp32 accumulation,
 the default), kvcal FP8 with fast accumulation (KVCAL_FP8_GEMM=fast, as
@@ -29,7 +30,9 @@ disk (less 8 GiB); -1 skips the 70B run; --layers 0 skips the 8B-shaped
 comparison (the 70B-width run alone). --skip-torch leaves out the torch
 FP8 model (its build, the compile, its rows and the comparison with it):
 with --rounds 1 --big-layers -1, kvcal FP8 against kvcal bf16 in about a
-minute and a half.
+minute and a half. --kvcal-profile runs kvcal FP8 and bf16 once more each
+with `--profile` and prints where their device time went (not in their
+tokens/s).
 """
 import argparse
 import json
@@ -46,6 +49,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import calibrate_llama8b as b8  # noqa: E402
 import fp8_reference as ref  # noqa: E402
+from calibrate_moe import print_profile  # noqa: E402
 
 SCHEME = "fp8_tensor_dynamic"
 SEQ, BATCH = b8.SEQ, b8.BATCH
@@ -160,6 +164,7 @@ def llama8b_run(a, qc, data):
     model = b8.llama8b_model(cfg)
     model.save_pretrained(bf16_dir)
     fp8 = save_fp8(model, fp8_dir, qc)
+    b8.flush_to_disk("the bf16 and FP8 checkpoints")
     samples = a.batches * BATCH
     ids = write_tokens(data, samples)
     print("Llama-3-8B shapes, %d layers: bf16 and FP8 checkpoints and %d x %d tokens ready in "
@@ -241,6 +246,12 @@ def llama8b_run(a, qc, data):
         print("round %d: kvcal FP8 %.0f, kvcal FP8 fast accumulation %.0f, kvcal bf16 %.0f, "
               "torch FP8 eager %.0f, compiled %.0f tokens/s" % ((r + 1,) + rounds[-1]),
               flush=True)
+    if a.kvcal_profile:
+        for name, model_dir in (("FP8", fp8_dir), ("bf16", bf16_dir)):
+            print("kvcal %s, --profile:" % name, flush=True)
+            print_profile(b8.run_kvcal(a.kvcal, model_dir, data, samples,
+                                       os.path.join(a.workdir, "profile_scales.json"),
+                                       extra=["--profile"])[0])
     median = 0.0
     if body is not None:
         diffs = absmax_diffs(res, torch_absmax)
@@ -310,6 +321,9 @@ def main():
     ap.add_argument("--big-layers", type=int, default=0)
     ap.add_argument("--big-batches", type=int, default=2)
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--kvcal-profile", action="store_true",
+                    help="run kvcal FP8 and bf16 once more with --profile and print where "
+                    "their time went")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     qc = ref.quant_config(SCHEME)
@@ -330,6 +344,7 @@ def main():
     big = os.path.join(a.workdir, "big")
     t0 = time.time()
     write_big(big, layers, qc)
+    b8.flush_to_disk("the 70B-width checkpoint")
     torch.cuda.empty_cache()
     big_samples = a.big_batches * BATCH
     print("\nLlama-3-70B width, %d layers (%.1f GiB of FP8 weights): checkpoint written in "

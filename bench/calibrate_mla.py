@@ -61,6 +61,7 @@ sys.path.insert(0, HERE)
 from hf_mla import mla_entry  # noqa: E402
 # kvcal's run (per-head granularity: one head, the entry), its peak memory and
 # the GEMM timer, at the same 8 x 2048-token batches
+from calibrate_llama8b import flush_to_disk  # noqa: E402
 from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, print_load,  # noqa: E402
                            print_profile, run_kvcal, run_kvcal_median, timed_run)
 
@@ -237,6 +238,7 @@ def main():
           f"{torch.cuda.get_device_name()}", flush=True)
     t = time.time()
     model_dir = make_model(a.workdir, a.layers)
+    flush_to_disk("the checkpoint")
     print(f"checkpoint of {a.layers} layers ready in {time.time() - t:.1f} s", flush=True)
     samples = a.batches * BATCH
     g = torch.Generator().manual_seed(1)

@@ -81,6 +81,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import transformers
 from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig
 
+from calibrate_llama8b import flush_to_disk  # noqa: E402
+
 SEQ, BATCH = 2048, 8
 
 # The released models' layer shapes: hidden, heads, kv heads, head_dim,
@@ -464,6 +466,7 @@ def main():
         a.layers = disk_layers(a.workdir)
     t = time.time()
     model_dir = make_model(a.workdir, a.shape, a.layers)
+    flush_to_disk("the checkpoint")
     print(f"checkpoint of {a.layers} layers ready in {time.time() - t:.1f} s", flush=True)
     samples = a.batches * BATCH
     g = torch.Generator().manual_seed(1)
