@@ -7,7 +7,10 @@
 //      SwiGLU, down (the runner's path off Hopper)
 //   2  kvcal_moe_gemm_sm90_launch (Hopper, TMA + wgmma) on the gathered rows,
 //      unfused: gate/up stored, SwiGLU, down
-//   3  the same with SwiGLU in the gate/up epilogue (the runner's path on Hopper)
+//   3  the same with SwiGLU in the gate/up epilogue and the gate/up's rows
+//      gathered in its loads (the runner's path on Hopper; its gate/up is
+//      also timed over the rows gathered apart, the runner before, side by
+//      side)
 //   4  cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx) on the gathered rows,
 //      its group sizes already on the host: gate/up, down
 //   5  4 with its host round trip each layer (the routing's counts copied to
@@ -341,7 +344,7 @@ int main(int argc, char **argv)
     /* versions 2 and 3: the gather is timed on its own; a first call that
      * the GPU refuses names why and leaves them out */
     const kvcal_status sm90 = kvcal_moe_gemm_sm90_launch(
-        h[2], xs, w_gu, &plan, E, D, 2 * I, KVCAL_MOE_EPI_STORE, NULL, 0);
+        h[2], xs, 0, w_gu, &plan, E, D, 2 * I, KVCAL_MOE_EPI_STORE, NULL, 0);
     if (sm90 != KVCAL_OK && sm90 != KVCAL_ERR_UNSUPPORTED)
         CHECK_KVCAL(sm90);
     char sm90_why[512] = "";
@@ -349,21 +352,21 @@ int main(int argc, char **argv)
         snprintf(sm90_why, sizeof sm90_why, "%s", kvcal_last_error());
     auto v2 = [&](int part) {
         if (part & 1)
-            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(h[2], xs, w_gu, &plan, E, D, 2 * I,
+            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(h[2], xs, 0, w_gu, &plan, E, D, 2 * I,
                                                    KVCAL_MOE_EPI_STORE, NULL, 0));
         if (part & 2)
             CHECK_KVCAL(kvcal_swiglu_launch(act[2], h[2], cap, I, 0));
         if (part & 4)
-            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(y[2], act[2], w_down, &plan, E, I, D,
-                                                   KVCAL_MOE_EPI_STORE, NULL, 0));
+            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(y[2], act[2], 0, w_down, &plan, E, I,
+                                                   D, KVCAL_MOE_EPI_STORE, NULL, 0));
     };
     auto v3 = [&](int part) {
         if (part & 1)
-            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(act[3], xs, w_gu, &plan, E, D, I,
+            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(act[3], x, K, w_gu, &plan, E, D, I,
                                                    KVCAL_MOE_EPI_SWIGLU, NULL, 0));
         if (part & 4)
-            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(y[3], act[3], w_down, &plan, E, I, D,
-                                                   KVCAL_MOE_EPI_STORE, NULL, 0));
+            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(y[3], act[3], 0, w_down, &plan, E, I,
+                                                   D, KVCAL_MOE_EPI_STORE, NULL, 0));
     };
 
     // cuBLAS's grouped GEMM: one group a non-empty expert (column-major:
@@ -556,7 +559,7 @@ int main(int argc, char **argv)
     row("align (group by expert)", align, 0);
     const float gather =
         time_ms(t, [&] { CHECK_KVCAL(kvcal_moe_gather_launch(xs, x, &plan, K, D, 0)); });
-    row("gather (rows in the plan's order; versions 2-6)", gather, 0);
+    row("gather (rows in the plan's order; versions 2, 4-6)", gather, 0);
     const float combine = time_ms(t, [&] {
         CHECK_KVCAL(kvcal_moe_combine_launch(out, y[1], plan.slot_of, weights, pos, M, K,
                                              D, nullptr, nullptr, nullptr, 0));
@@ -567,7 +570,7 @@ int main(int argc, char **argv)
         "",
         "kvcal sm_80 grouped GEMM (WMMA), SwiGLU apart",
         "kvcal sm_90a grouped GEMM (wgmma), SwiGLU apart",
-        "kvcal sm_90a grouped GEMM (wgmma), SwiGLU fused",
+        "kvcal sm_90a grouped GEMM (wgmma), SwiGLU fused, gathering",
         "cuBLAS grouped GEMM, sizes on the host",
         "cuBLAS grouped GEMM + its host round trip",
         "dense cuBLASLt GEMM of as many rows (ceiling)",
@@ -623,15 +626,21 @@ int main(int argc, char **argv)
                invalid[v] ? "  FAILED its validation" : "");
     }
     const int runner = *sm90_why ? 1 : 3;
-    char gathered[48] = "";
-    if (runner == 3)
-        snprintf(gathered, sizeof gathered, " + gather %.3f", gather);
     printf(
         "\nthe runner's MoE layer on this GPU (version %d): router %.3f + route %.3f + "
-        "align %.3f%s + GEMMs %.3f + combine %.3f = %.3f ms\n",
-        runner, router, route, align, gathered, all_ms[runner], combine,
-        router + route + align + (runner == 3 ? gather : 0.0f) + all_ms[runner] +
-            combine);
+        "align %.3f + GEMMs %.3f + combine %.3f = %.3f ms\n",
+        runner, router, route, align, all_ms[runner], combine,
+        router + route + align + all_ms[runner] + combine);
+    if (runner == 3) {
+        /* the same gate/up over the rows gathered apart (xs, read by TMA) */
+        const float apart = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(act[3], xs, 0, w_gu, &plan, E, D, I,
+                                                   KVCAL_MOE_EPI_SWIGLU, NULL, 0));
+        });
+        printf("version 3's gate/up, the rows gathered in its loads: %.3f ms; over the "
+               "rows gathered apart: %.3f + gather %.3f = %.3f ms\n",
+               gu_ms[3], apart, gather, apart + gather);
+    }
     if (runner == 3)
         printf(
             "the experts' GEMMs, version 3 against 1: %.2fx as fast (%.3f vs %.3f ms); "

@@ -641,7 +641,7 @@ fail:
 
 /* Router GEMM (with its bias for softmax routing), routing and grouping on
  * the device, the experts' grouped GEMMs (on Hopper the rows gathered in the
- * plan's order, gate/up with SwiGLU fused, down; elsewhere gate/up, SwiGLU,
+ * gate/up's loads, gate/up with SwiGLU fused, down; elsewhere gate/up, SwiGLU,
  * down; gpt-oss's biases and clamped SwiGLU as separate kernels after plain
  * GEMMs on either), the shared expert on cuBLAS, the weighted combine: no
  * host round trip. route_only: up to the grouping (the counts) alone. */
@@ -684,16 +684,14 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
         /* Hopper: the bias (gpt-oss's) and the SwiGLU in the GEMMs' epilogues */
         const kvcal_moe_epilogue_args gu = {b_gu, d->swiglu_alpha, d->swiglu_limit},
                                       down = {b_down, 0.0f, 0.0f};
-        TRY(step(r, "moe gather"));
-        TRY(kvcal_moe_gather_launch(r->moe_y, x, &plan, r->K, r->D, s));
         TRY(step(r, "moe experts gate_up"));
         TRY(kvcal_moe_gemm_sm90_launch(
-            r->moe_act, r->moe_y, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E, r->D,
+            r->moe_act, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E, r->D,
             r->MI,
             d->swiglu_limit > 0.0f ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, &gu,
             s));
         TRY(step(r, "moe experts down"));
-        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act,
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act, 0,
                                        tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
                                        r->D, KVCAL_MOE_EPI_STORE, &down, s));
     } else {

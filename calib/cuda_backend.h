@@ -115,7 +115,7 @@ typedef struct {
     kvcal_moe_plan plan;    /* the routed rows grouped by expert */
     kvcal_bf16 *moe_gu;     /* (capacity, 2 MI); NULL with moe_sm90 (but gpt-oss's) */
     kvcal_bf16 *moe_act;    /* (capacity, MI) */
-    kvcal_bf16 *moe_y;      /* (capacity, D); with moe_sm90 first the gathered rows */
+    kvcal_bf16 *moe_y;      /* (capacity, D) the experts' outputs */
     kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
     kvcal_bf16 *shared_act; /* (N, SI) */
     kvcal_bf16 *shared_y;   /* (N, D) */

@@ -2487,17 +2487,31 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
         /* gpt-oss's biases and clamped SwiGLU in the epilogues */
         const kvcal_moe_epilogue_args gu = {d_b_gu, 1.702f, 7.0f},
                                       down = {d_b_down, 0, 0};
-        ROW_OK(kvcal_moe_gather_launch(sm90.y, d_x, &plan, K, D, 0));
+        const kvcal_moe_epilogue epi =
+            r->oai ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU;
         const kvcal_status st = kvcal_moe_gemm_sm90_launch(
-            sm90.act, sm90.y, d_gu, &plan, E, D, I,
-            r->oai ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, r->oai ? &gu : NULL,
-            0);
+            sm90.act, d_x, K, d_gu, &plan, E, D, I, epi, r->oai ? &gu : NULL, 0);
         if (st == KVCAL_ERR_UNSUPPORTED) {
             printf("skipped: %s ", kvcal_last_error());
             ctx->skip = 1;
         } else {
             ROW_OK(st);
-            ROW_OK(kvcal_moe_gemm_sm90_launch(sm90.y, sm90.act, d_down, &plan, E, I, D,
+            /* the rows gathered apart (kvcal_moe_gather_launch), then read in
+             * the plan's order by TMA: the same act, bit for bit */
+            kvcal_bf16 *apart = dev_alloc_nan((int64_t)cap * I);
+            ROW_OK(kvcal_moe_gather_launch(sm90.y, d_x, &plan, K, D, 0));
+            ROW_OK(kvcal_moe_gemm_sm90_launch(apart, sm90.y, 0, d_gu, &plan, E, D, I, epi,
+                                              r->oai ? &gu : NULL, 0));
+            sync_ok();
+            const size_t bytes = (size_t)cap * I * sizeof(kvcal_bf16);
+            void *h_in = host_alloc(bytes), *h_apart = host_alloc(bytes);
+            dev_download(h_in, sm90.act, bytes);
+            dev_download(h_apart, apart, bytes);
+            ROW_ASSERT(memcmp(h_in, h_apart, bytes) == 0);
+            free(h_in);
+            free(h_apart);
+            cudaFree(apart);
+            ROW_OK(kvcal_moe_gemm_sm90_launch(sm90.y, sm90.act, 0, d_down, &plan, E, I, D,
                                               KVCAL_MOE_EPI_STORE, r->oai ? &down : NULL,
                                               0));
         }
@@ -3717,35 +3731,40 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
     CU_ASSERT_EQUAL(kvcal_moe_route_launch(i, (float *)256, p, NULL, 4, 600, 2, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
     /* the Hopper kernel: widths off 8, a plan without its used tiles, an
-     * unknown epilogue; the gather and the combine: a width off 8 */
+     * unknown epilogue, a negative gather; the gather and the combine: a
+     * width off 8 */
     kvcal_moe_plan kept = plan;
     kept.used_tiles = i;
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 60, 64,
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, 0, p, &kept, 4, 60, 64,
                                                KVCAL_MOE_EPI_SWIGLU, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("multiples of 8"));
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &plan, 4, 64, 64,
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, 0, p, &plan, 4, 64, 64,
                                                KVCAL_MOE_EPI_STORE, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("used_tiles"));
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, 0, p, &kept, 4, 64, 64,
                                                (kvcal_moe_epilogue)7, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("epilogue 7"));
     const kvcal_moe_epilogue_args no_limit = {NULL, 1.702f, 0.0f},
                                   odd_bias = {(const kvcal_bf16 *)((char *)p + 2), 1.702f,
                                               7.0f};
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, 0, p, &kept, 4, 64, 64,
                                                KVCAL_MOE_EPI_SWIGLU_OAI, &no_limit, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("limit > 0"));
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, 0, p, &kept, 4, 64, 64,
                                                KVCAL_MOE_EPI_SWIGLU_OAI, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, p, &kept, 4, 64, 64,
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, 0, p, &kept, 4, 64, 64,
                                                KVCAL_MOE_EPI_SWIGLU_OAI, &odd_bias, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("4-byte aligned bias"));
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, -1, p, &kept, 4, 64, 64,
+                                               KVCAL_MOE_EPI_SWIGLU, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("gather -1"));
     CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));

@@ -126,6 +126,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity)
                  : "memory");
 }
 
+/* Arrives on bar once every cp.async this thread has issued so far has
+ * landed (.noinc: the barrier's arrival count includes this arrival). */
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                     smem_addr(bar))
+                 : "memory");
+}
+
 /* box (c0, c1) of the tensor map into shared memory at dst, completing on bar */
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map,
                                             uint64_t *bar, int c0, int c1)

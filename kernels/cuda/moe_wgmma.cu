@@ -3,17 +3,23 @@
  * trip: every tile's expert comes from the plan on the device.
  *
  * The rows are the plan's (kvcal_moe_align_launch): each expert's rows
- * contiguous and padded to 128-row tiles, the tokens' inputs gathered into
- * that order first (kvcal_moe_gather_launch), so that one TMA tensor map
- * covers every expert's rows and one the stacked weights (num_experts x
- * rows, k). One persistent CTA of 3 warpgroups per SM walks the (plan
- * tile, weight block) pairs of the tiles the routing filled (a prefix of
- * the plan, its length on the device); warpgroup 0 loads 128 x 64 tiles
- * of the rows and two 128 x 64 tiles of the tile's expert's weight with
- * TMA into a ring of stages; warpgroups 1 and 2 each multiply 64 of the
- * rows by the 256 weight rows with wgmma m64n256k16 (hopper.cuh, the
- * pieces of gemm_swiglu.cu's kernel, here without clusters: adjacent
- * tiles may belong to different experts).
+ * contiguous and padded to 128-row tiles. One persistent CTA of 3
+ * warpgroups per SM walks the (plan tile, weight block) pairs of the tiles
+ * the routing filled (a prefix of the plan, its length on the device);
+ * warpgroup 0 loads 128 x 64 tiles of the rows and two 128 x 64 tiles of
+ * the tile's expert's weight (one TMA tensor map over the stacked weights,
+ * num_experts x rows by k) into a ring of stages; warpgroups 1 and 2 each
+ * multiply 64 of the rows by the 256 weight rows with wgmma m64n256k16
+ * (hopper.cuh, the pieces of gemm_swiglu.cu's kernel, here without
+ * clusters: adjacent tiles may belong to different experts). Rows already
+ * in the plan's order (the down projection's: the gate/up's outputs) come
+ * by TMA too; the tokens' inputs (the gate/up's) are gathered in the
+ * loads: warpgroup 0's 128 threads copy the tile's rows (the tokens of
+ * the plan's sorted[] entries, zeros for padding) from the tokens' rows
+ * with cp.async, 16 bytes of 8 rows a thread a k block, into the places the
+ * TMA's 128-byte swizzle would give them, and the stage's barrier waits
+ * for those copies beside the weight's TMA bytes: no pass that writes the
+ * gathered rows out and reads them back.
  *
  * The epilogue (a template choice) overlaps the next tile's first k
  * blocks, as gemm_swiglu.cu's does: SWIGLU takes the 128 gate rows and the
@@ -30,8 +36,10 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/cuda/bf16_round.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/ops.h"
@@ -66,6 +74,13 @@ constexpr int tile_n(int epi)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 constexpr int GROUP_M = 16; /* plan tiles walked together (the tile order) */
+/* arrivals a stage's full barrier waits for: the producer's expect_tx, and
+ * when the rows are gathered, each producer thread's cp.async arrival */
+constexpr int full_arrivals(bool gather)
+{
+    return gather ? 1 + 128 : 1;
+}
+constexpr int GATHER_ROWS = BM / 16; /* rows of a tile a producer thread copies */
 /* a tile's epilogue, spread over the next one's first k blocks */
 constexpr int EPI_PARTS = 8;
 
@@ -127,17 +142,21 @@ __device__ __forceinline__ __nv_bfloat162 swiglu_oai2(__nv_bfloat162 gate,
 
 #endif
 
-/* out (capacity, n) row r = epilogue(x (capacity, k) row r @ w[e]^T) for
- * the rows of the plan's used tiles (the first *used_tiles), tile m's
- * expert e = tile_expert[m]; map_x over x (boxes of BM rows), map_w over w
- * (num_experts * w_rows, k) (boxes of BN / 2 rows; w_rows 2n for the
- * SwiGLUs, n for STORE), map_out over out (boxes of BM / 2 rows); bias
- * (num_experts, w_rows) or NULL. */
-template <int EPI>
+/* out (capacity, n) row r = epilogue(x row r @ w[e]^T) for the rows of the
+ * plan's used tiles (the first *used_tiles), tile m's expert e =
+ * tile_expert[m]; x row r: without GATHER, row r of x (capacity, k) through
+ * map_x (boxes of BM rows); with GATHER, row sorted[r] / gather of tokens
+ * (tokens, k) (zeros where sorted[r] < 0). map_w over w (num_experts *
+ * w_rows, k) (boxes of BN / 2 rows; w_rows 2n for the SwiGLUs, n for
+ * STORE), map_out over out (boxes of BM / 2 rows); bias (num_experts,
+ * w_rows) or NULL. */
+template <int EPI, bool GATHER>
 __global__ void __launch_bounds__(THREADS, 1)
     moe_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_w,
                      const __grid_constant__ CUtensorMap map_out,
+                     const __nv_bfloat16 *__restrict__ tokens,
+                     const int32_t *__restrict__ sorted, int gather,
                      const int32_t *__restrict__ tile_expert,
                      const int32_t *__restrict__ used_tiles, int k, int n,
                      const __nv_bfloat16 *__restrict__ bias, float alpha, float limit)
@@ -162,7 +181,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int total = tiles * num_n;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], 1);  /* the producer's expect_tx */
+            mbar_init(&full[s], full_arrivals(GATHER));
             mbar_init(&empty[s], 2); /* each consumer warpgroup */
         }
         mbar_init_fence();
@@ -171,7 +190,11 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     if (wg == 0) { /* producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (tid == 0) {
+        /* thread 0 loads the weight's halves (and the rows, by TMA); when
+         * the rows are gathered, thread tid copies 16-byte chunk tid % 8 of
+         * rows tid / 8 + 16 i (i < GATHER_ROWS) of each tile: a warp's copy
+         * reads four whole 128-byte lines of four rows */
+        if (GATHER || tid == 0) {
             const int w_rows = SWIGLU ? 2 * n : n;
             int s = 0, phase = 0;
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -182,20 +205,48 @@ __global__ void __launch_bounds__(THREADS, 1)
                  * same outputs, or 256 consecutive output rows */
                 const int w0 = e * w_rows + nb * TILE_N,
                           w1 = SWIGLU ? w0 + n : w0 + BN / 2;
+                /* the token rows of the thread's rows of the tile (-1: padding) */
+                int tok[GATHER_ROWS];
+#pragma unroll
+                for (int i = 0; i < GATHER_ROWS; i++) {
+                    const int id = GATHER ? sorted[m * BM + tid / 8 + 16 * i] : -1;
+                    tok[i] = id < 0 ? -1 : id / gather;
+                }
                 for (int kb = 0; kb < num_k; kb++) {
                     mbar_wait(&empty[s], phase ^ 1);
-                    mbar_expect_tx(&full[s], STAGE_BYTES);
                     unsigned char *st = smem + s * STAGE_BYTES;
-                    tma_load_2d(st, &map_x, &full[s], kb * BK, m * BM);
-                    tma_load_2d(st + A_BYTES, &map_w, &full[s], kb * BK, w0);
-                    tma_load_2d(st + A_BYTES + B_BYTES / 2, &map_w, &full[s], kb * BK,
-                                w1);
+                    if (tid == 0) {
+                        mbar_expect_tx(&full[s], GATHER ? B_BYTES : STAGE_BYTES);
+                        if constexpr (!GATHER)
+                            tma_load_2d(st, &map_x, &full[s], kb * BK, m * BM);
+                        tma_load_2d(st + A_BYTES, &map_w, &full[s], kb * BK, w0);
+                        tma_load_2d(st + A_BYTES + B_BYTES / 2, &map_w, &full[s], kb * BK,
+                                    w1);
+                    }
+                    if constexpr (GATHER) {
+                        /* chunk c of a row's 128 bytes goes where the
+                         * 128-byte swizzle puts it: chunk c ^ (row % 8),
+                         * and row % 8 is (tid / 8) % 8 for each of them */
+                        const int c = tid % 8, col = kb * BK + c * 8;
+                        const uint32_t at = (uint32_t)((c ^ (tid / 8 % 8)) << 4);
+#pragma unroll
+                        for (int i = 0; i < GATHER_ROWS; i++) {
+                            const int row = tid / 8 + 16 * i;
+                            cp_async16(st + row * (BK * 2) + at,
+                                       tokens + (int64_t)(tok[i] < 0 ? 0 : tok[i]) * k +
+                                           (col < k ? col : 0),
+                                       tok[i] >= 0 && col < k);
+                        }
+                        cp_async_mbar_arrive(&full[s]);
+                    }
                     if (++s == STAGES) {
                         s = 0;
                         phase ^= 1;
                     }
                 }
             }
+            if constexpr (GATHER)
+                cp_async_wait<0>(); /* no copy outlives its thread */
         }
     } else {
         /* consumers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127 */
@@ -264,6 +315,8 @@ __global__ void __launch_bounds__(THREADS, 1)
             int held = 0; /* the stage of the previous k block */
             for (int kb = 0; kb < num_k; kb++) {
                 mbar_wait(&full[s], phase);
+                if constexpr (GATHER) /* the cp.async rows, to wgmma's async proxy */
+                    fence_proxy_async();
                 wgmma_k_block(d, smem + s * STAGE_BYTES + half * (BM / 2) * BK * 2,
                               smem + s * STAGE_BYTES + A_BYTES, kb == 0);
                 /* the previous tile's epilogue runs while the tensor cores
@@ -300,52 +353,68 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif
 }
 
-template <int EPI>
-kvcal_status launch(const CUtensorMap &map_x, const CUtensorMap &map_w,
-                    const CUtensorMap &map_out, const kvcal_moe_plan *plan, int k, int n,
-                    const kvcal_moe_epilogue_args &args, int sms, cudaStream_t stream)
+template <int EPI, bool GATHER>
+kvcal_status launch_as(const CUtensorMap &map_x, const CUtensorMap &map_w,
+                       const CUtensorMap &map_out, const kvcal_bf16 *x, int gather,
+                       const kvcal_moe_plan *plan, int k, int n,
+                       const kvcal_moe_epilogue_args &args, int sms, cudaStream_t stream)
 {
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(moe_wgmma_kernel<EPI>,
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(moe_wgmma_kernel<EPI, GATHER>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)SMEM_BYTES));
     /* (the tiles' count fits an int: out has capacity x n bf16 values) */
     const int total = plan->tiles * ((n + tile_n(EPI) - 1) / tile_n(EPI));
     const int grid = total < sms ? total : sms;
-    moe_wgmma_kernel<EPI><<<grid, THREADS, SMEM_BYTES, stream>>>(
-        map_x, map_w, map_out, plan->tile_expert, plan->used_tiles, k, n,
+    moe_wgmma_kernel<EPI, GATHER><<<grid, THREADS, SMEM_BYTES, stream>>>(
+        map_x, map_w, map_out, reinterpret_cast<const __nv_bfloat16 *>(x), plan->sorted,
+        gather, plan->tile_expert, plan->used_tiles, k, n,
         reinterpret_cast<const __nv_bfloat16 *>(args.bias), args.alpha, args.limit);
     KVCAL_CUDA_CHECK_LAUNCH("moe_wgmma_kernel");
     return KVCAL_OK;
 }
 
+template <int EPI>
+kvcal_status launch(const CUtensorMap &map_x, const CUtensorMap &map_w,
+                    const CUtensorMap &map_out, const kvcal_bf16 *x, int gather,
+                    const kvcal_moe_plan *plan, int k, int n,
+                    const kvcal_moe_epilogue_args &args, int sms, cudaStream_t stream)
+{
+    return gather > 0 ? launch_as<EPI, true>(map_x, map_w, map_out, x, gather, plan, k, n,
+                                             args, sms, stream)
+                      : launch_as<EPI, false>(map_x, map_w, map_out, x, gather, plan, k,
+                                              n, args, sms, stream);
+}
+
 } // namespace
 
 extern "C" kvcal_status
-kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, const kvcal_bf16 *w,
-                           const kvcal_moe_plan *plan, int num_experts, int k, int n,
-                           kvcal_moe_epilogue epi, const kvcal_moe_epilogue_args *args,
-                           cudaStream_t stream)
+kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gather,
+                           const kvcal_bf16 *w, const kvcal_moe_plan *plan,
+                           int num_experts, int k, int n, kvcal_moe_epilogue epi,
+                           const kvcal_moe_epilogue_args *args, cudaStream_t stream)
 {
     static const char who[] = "moe grouped GEMM (sm_90a)";
     const kvcal_moe_epilogue_args none = {NULL, 0.0f, 0.0f}, a = args ? *args : none;
     const int is_gated = gated(epi), oai = epi == KVCAL_MOE_EPI_SWIGLU_OAI;
     if (!out || !x || !w || !plan || !plan->used_tiles || num_experts < 1 || k < 8 ||
-        n < 8 || k % 8 || n % 8 || (!is_gated && epi != KVCAL_MOE_EPI_STORE) ||
+        gather < 0 || (gather > 0 && !plan->sorted) || n < 8 || k % 8 || n % 8 ||
+        (!is_gated && epi != KVCAL_MOE_EPI_STORE) ||
         ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16 || (uintptr_t)a.bias % 4 ||
         (oai && !(a.limit > 0.0f && isfinite(a.alpha))))
         return kvcal_fail(
             KVCAL_ERR_INVALID_ARG,
-            "%s: k %d, n %d, %d experts, epilogue %d: need buffers (the plan's "
-            "used_tiles too), k and n multiples of 8, 16-byte aligned out, x and w, a "
-            "4-byte aligned bias, a known epilogue (gpt-oss's with a finite alpha and a "
-            "limit > 0)",
-            who, k, n, num_experts, (int)epi);
+            "%s: k %d, n %d, %d experts, gather %d, epilogue %d: need buffers (the "
+            "plan's used_tiles too, and its sorted to gather), k and n multiples of 8, "
+            "gather >= 0, 16-byte aligned out, x and w, a 4-byte aligned bias, a known "
+            "epilogue (gpt-oss's with a finite alpha and a limit > 0)",
+            who, k, n, num_experts, gather, (int)epi);
     if (plan->tiles < 1)
         return KVCAL_OK;
     int sms = 0;
     kvcal_status st = kvcal_sm90_check(who, &sms);
     CUtensorMap map_x, map_w, map_out;
-    if (st == KVCAL_OK)
+    memset(&map_x, 0, sizeof map_x); /* not read when the rows are gathered */
+    if (st == KVCAL_OK && gather == 0)
         st = kvcal_sm90_tensor_map(&map_x, x, plan->capacity, k, BM, who, "the rows");
     if (st == KVCAL_OK)
         st = kvcal_sm90_tensor_map(&map_w, w,
@@ -357,13 +426,13 @@ kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, const kvcal_bf1
         return st;
     switch (epi) {
     case KVCAL_MOE_EPI_SWIGLU:
-        return launch<KVCAL_MOE_EPI_SWIGLU>(map_x, map_w, map_out, plan, k, n, a, sms,
-                                            stream);
+        return launch<KVCAL_MOE_EPI_SWIGLU>(map_x, map_w, map_out, x, gather, plan, k, n,
+                                            a, sms, stream);
     case KVCAL_MOE_EPI_SWIGLU_OAI:
-        return launch<KVCAL_MOE_EPI_SWIGLU_OAI>(map_x, map_w, map_out, plan, k, n, a, sms,
-                                                stream);
+        return launch<KVCAL_MOE_EPI_SWIGLU_OAI>(map_x, map_w, map_out, x, gather, plan, k,
+                                                n, a, sms, stream);
     default:
-        return launch<KVCAL_MOE_EPI_STORE>(map_x, map_w, map_out, plan, k, n, a, sms,
-                                           stream);
+        return launch<KVCAL_MOE_EPI_STORE>(map_x, map_w, map_out, x, gather, plan, k, n,
+                                           a, sms, stream);
     }
 }

@@ -547,16 +547,19 @@ typedef struct kvcal_moe_epilogue_args {
 /* The grouped GEMM of one layer's experts on Hopper (sm_90a: TMA, wgmma, a
  * persistent grid walking the plan's used tiles, read on the device from
  * the plan's used_tiles, which it needs): for each used tile, of expert e,
- * out (capacity, n) rows = epilogue(x (capacity, k) rows @ w[e]^T), x in
- * the plan's order (the tokens' inputs through kvcal_moe_gather_launch, or
- * the previous GEMM's out). Every row of a used tile is written, padding
- * rows too (from their x rows). fp32 accumulation, each product rounded to
+ * out (capacity, n) rows = epilogue(its rows @ w[e]^T). gather 0: the rows
+ * are x (capacity, k) in the plan's order (the previous GEMM's out);
+ * gather > 0: x (tokens, k) holds the tokens' inputs and plan row r is x
+ * row sorted[r] / gather (top-k: the routed assignments), zeros for a
+ * padding row (sorted[r] < 0), gathered in the GEMM's loads, as
+ * kvcal_moe_gemm_launch's gather. Every row of a used tile is written,
+ * padding rows too. fp32 accumulation, each product rounded to
  * bf16, then args' bias (args NULL: none; a SWIGLU_OAI needs args). k and n
  * multiples of 8, out, x and w 16-byte aligned, the bias 4-byte aligned
  * (else KVCAL_ERR_INVALID_ARG); a GPU other than compute capability 9.0
  * with the build's sm_90a code is KVCAL_ERR_UNSUPPORTED
  * (kvcal_moe_gemm_launch runs there). */
-kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x,
+kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gather,
                                         const kvcal_bf16 *w, const kvcal_moe_plan *plan,
                                         int num_experts, int k, int n,
                                         kvcal_moe_epilogue epi,
