@@ -63,7 +63,8 @@ default; every figure) and prints a table: tokens/s and
 tokens/s per layer of each, kvcal's ratio to the fastest transformers
 configuration (the issue's target: >= 1.5), peak memory, and the worst
 relative difference of each run's per-head K/V absmax from transformers
-bf16's (its first run not compiled, the experts eager where that runs).
+bf16's (its first run not compiled, the experts eager where that runs; with
+only compiled modes, its first compiled run).
 """
 import argparse
 import json
@@ -512,9 +513,11 @@ def main():
                                              a.attn or S["attn"], modes)
     Deadline.stop()
 
-    # the reference: transformers bf16 not compiled, the experts eager where that ran
+    # the reference: transformers bf16 not compiled, the experts eager where that
+    # ran; without a run not compiled (--modes rcompile), the first compiled one
     plain = [n for n in hf if "compile" not in n]
-    ref_name = next((n for n in plain if n.startswith("eager")), plain[0] if plain else None)
+    ref_name = next((n for n in plain if n.startswith("eager")),
+                    plain[0] if plain else next(iter(hf), None))
     ref = hf[ref_name][2] if ref_name else None
 
     def kvcal_absmax(r):
