@@ -30,12 +30,31 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
     return NULL;
 }
 
+/* Architectures served with FP8 caches that kvcal refuses, and what it
+ * lacks for each (the configs of transformers' own classes). */
 static const struct {
     const char *architecture, *missing;
 } not_yet[] = {
     {"Gemma3ForConditionalGeneration",
      "the multimodal wrapper's weight names (its language model runs as "
      "Gemma3ForCausalLM from a text-only checkpoint)"},
+    {"Kimi_K25ForConditionalGeneration",
+     "the multimodal wrapper's weight names (its language model is "
+     "DeepSeek-V3's, which kvcal runs as DeepseekV3ForCausalLM)"},
+    {"DeepseekV32ForCausalLM",
+     "DeepSeek Sparse Attention: the lightning indexer that keeps each "
+     "query's index_topk keys, and the indexer's own key cache beside the "
+     "MLA latent"},
+    {"GlmMoeDsaForCausalLM",
+     "DeepSeek Sparse Attention as GLM-5 runs it: the lightning indexer "
+     "(its top-k shared by the layers of indexer_types), and the indexer's "
+     "own key cache beside the MLA latent"},
+    {"DeepseekV4ForCausalLM",
+     "DeepSeek-V4's attention: the compressed sparse and heavily compressed "
+     "branches beside a sliding window, and their indexer"},
+    {"Glm4MoeLiteForCausalLM",
+     "GLM-4.7-Flash's layers (DeepSeek-V3's multi-head latent attention in "
+     "GLM-4-MoE's layer plan, mlp_layer_types)"},
 };
 
 const char *kvcal_arch_missing(const char *architecture)
