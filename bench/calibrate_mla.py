@@ -59,9 +59,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 from hf_mla import mla_entry  # noqa: E402
+from calibrate_llama8b import flush_to_disk  # noqa: E402
 # kvcal's run (per-head granularity: one head, the entry), its peak memory and
 # the GEMM timer, at the same 8 x 2048-token batches
-from calibrate_llama8b import flush_to_disk  # noqa: E402
 from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, print_load,  # noqa: E402
                            print_profile, run_kvcal, run_kvcal_median, timed_run)
 

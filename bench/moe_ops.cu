@@ -640,13 +640,12 @@ int main(int argc, char **argv)
         printf("version 3's gate/up, the rows gathered in its loads: %.3f ms; over the "
                "rows gathered apart: %.3f + gather %.3f = %.3f ms\n",
                gu_ms[3], apart, gather, apart + gather);
-    }
-    if (runner == 3)
         printf(
             "the experts' GEMMs, version 3 against 1: %.2fx as fast (%.3f vs %.3f ms); "
             "against cuBLAS grouped (4, no SwiGLU): %.2fx (%.3f ms)\n",
             all_ms[1] / all_ms[3], all_ms[3], all_ms[1], all_ms[4] / all_ms[3],
             all_ms[4]);
+    }
     int failed = 0;
     for (int v = 0; v <= 6; v++)
         failed |= invalid[v];
