@@ -6,7 +6,12 @@ and the same tokens (8 samples x 2048 tokens a batch), in one run.
 usage: calibrate_moe.py KVCAL WORKDIR OUT [--shape S] [--layers N] [--batches B]
                          [--experts IMPL ...] [--attn IMPL ...] [--modes M,...]
                          [--kvcal-variant VAR=VALUE ...] [--kvcal-profile]
-                         [--kvcal-repeats N]
+                         [--kvcal-repeats N] [--fp8 block]
+
+--fp8 block (with --experts none): the same random model saved as
+Qwen3-30B-A3B-FP8 is released (the fp8 method: attention and experts in
+e4m3 128 x 128 blocks with weight_scale_inv, dynamic activations; routers,
+norms, embedding and lm_head bf16), kvcal alone on it.
 
 --layers 0: as many of the released model's layers as WORKDIR's free disk
 holds (less 3 GiB), the checkpoint's size counted on the meta device.
@@ -121,13 +126,17 @@ def device_memory_used():
     return total - free
 
 
-def disk_layers(workdir, margin=3 << 30):
+def disk_layers(workdir, margin=3 << 30, fp8=False):
     """How many layers of the shape (at most the released model's) a bf16
-    checkpoint fits in workdir's free disk, less margin."""
+    checkpoint (fp8: its projections a byte a weight) fits in workdir's
+    free disk, less margin."""
     import shutil
+
+    def size(model):
+        return sum(p.numel() * (1 if fp8 and "proj" in n else 2)
+                   for n, p in model.named_parameters())
     with torch.device("meta"):
-        one, two = (sum(p.numel() for p in AutoModelForCausalLM.from_config(
-            S["config"](n)).parameters()) * 2 for n in (1, 2))
+        one, two = (size(AutoModelForCausalLM.from_config(S["config"](n))) for n in (1, 2))
     free = shutil.disk_usage(workdir).free - margin - (2 * one - two)
     layers = max(0, min(S["total_layers"], int(free // (two - one))))
     print(f"disk: {shutil.disk_usage(workdir).free / 2**30:.1f} GiB free, {(two - one) / 2**30:.2f} "
@@ -138,9 +147,78 @@ def disk_layers(workdir, margin=3 << 30):
     return layers
 
 
-def make_model(workdir, shape, layers):
-    """The checkpoint (saved once)."""
-    model_dir = os.path.join(workdir, f"{shape}-{layers}l")
+def quant_block(w, block=128):
+    """w (out, in) as the fp8 method's 128 x 128 blocks: e4m3 weights and a
+    float32 weight_scale_inv per block (its absmax / 448)."""
+    out, inp = w.shape
+    if out % block or inp % block:
+        sys.exit(f"--fp8 block: a weight of {out} x {inp} is not whole blocks of {block}")
+    b = w.float().reshape(out // block, block, inp // block, block)
+    scale = b.abs().amax(dim=(1, 3)) / 448.0
+    q = (b / scale[:, None, :, None].clamp(min=1e-12)).clamp(-448.0, 448.0)
+    return q.to(torch.float8_e4m3fn).reshape(out, inp), scale.contiguous()
+
+
+def save_fp8_block(model, model_dir, shard_bytes=4 << 30):
+    """model (Qwen3-MoE) saved as Qwen3-30B-A3B-FP8 is released: the fp8
+    method, every projection (attention, experts) in e4m3 128 x 128 blocks
+    with weight_scale_inv, dynamic activations; the routers, norms,
+    embedding and lm_head bf16; one tensor per expert; shards and an
+    index."""
+    import safetensors.torch as st
+    os.makedirs(model_dir, exist_ok=True)
+    shard, size, weight_map = {}, 0, {}
+
+    def flush():
+        nonlocal shard, size
+        if shard:
+            name = f"model-{len(set(weight_map.values())) + 1:05d}.safetensors"
+            st.save_file(shard, os.path.join(model_dir, name), metadata={"format": "pt"})
+            weight_map.update({k: name for k in shard})
+            shard, size = {}, 0
+
+    def add(name, t):
+        nonlocal size
+        shard[name] = t.contiguous().cpu()
+        size += t.numel() * t.element_size()
+        if size >= shard_bytes:
+            flush()
+
+    for name, p in model.state_dict().items():
+        if name.endswith("mlp.experts.gate_up_proj"):  # one tensor per expert
+            pre, inter = name[:-len("gate_up_proj")], p.shape[1] // 2
+            items = [(pre + f"{e}.{proj}.weight", p[e, i * inter:(i + 1) * inter])
+                     for e in range(p.shape[0]) for i, proj in enumerate(("gate_proj", "up_proj"))]
+        elif name.endswith("mlp.experts.down_proj"):
+            items = [(name[:-len("down_proj")] + f"{e}.down_proj.weight", p[e])
+                     for e in range(p.shape[0])]
+        else:
+            items = [(name, p)]
+        for tn, w in items:
+            if tn.endswith("_proj.weight"):
+                q, scale = quant_block(w)
+                add(tn, q)
+                add(tn[:-len(".weight")] + ".weight_scale_inv", scale)
+            else:
+                add(tn, w.to(torch.bfloat16))
+    flush()
+    with open(os.path.join(model_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    c = model.config.to_dict()
+    c["architectures"] = [type(model).__name__]
+    c["torch_dtype"] = "bfloat16"
+    c["quantization_config"] = {
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+        "modules_to_not_convert": ["lm_head"] + [f"model.layers.{i}.mlp.gate"
+                                                 for i in range(len(model.model.layers))]}
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(c, f, indent=1)
+
+
+def make_model(workdir, shape, layers, fp8=False):
+    """The checkpoint (saved once; fp8: as save_fp8_block saves it)."""
+    model_dir = os.path.join(workdir, f"{shape}-{layers}l{'-fp8' if fp8 else ''}")
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         torch.manual_seed(0)
         torch.set_default_dtype(torch.bfloat16)
@@ -153,7 +231,10 @@ def make_model(workdir, shape, layers):
                 router.weight.normal_(0.0, 1.0 / S["d"] ** 0.5)
                 if getattr(router, "bias", None) is not None:
                     router.bias.zero_()
-        model.save_pretrained(model_dir)
+        if fp8:
+            save_fp8_block(model, model_dir)
+        else:
+            model.save_pretrained(model_dir)
         del model
         torch.cuda.empty_cache()
     return model_dir
@@ -448,7 +529,13 @@ def main():
     ap.add_argument("--kvcal-variant", action="append", default=[], metavar="VAR=VALUE")
     ap.add_argument("--deadline", type=int, default=0,
                     help="seconds after which transformers' configurations stop (0: none)")
+    ap.add_argument("--fp8", choices=["block"],
+                    help="the checkpoint in FP8 as Qwen3-30B-A3B-FP8 is released "
+                    "(qwen3-30b-a3b only; kvcal alone)")
     a = ap.parse_args()
+    if a.fp8 and (a.shape != "qwen3-30b-a3b" or a.experts != ["none"]):
+        sys.exit("--fp8 block: give --shape qwen3-30b-a3b and --experts none "
+                 "(transformers is not timed on FP8 weights here)")
     if a.kvcal_repeats < 1:
         sys.exit(f"--kvcal-repeats {a.kvcal_repeats}: give 1 or more")
     Deadline.start(a.deadline)
@@ -464,9 +551,9 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
     if a.layers == 0:
-        a.layers = disk_layers(a.workdir)
+        a.layers = disk_layers(a.workdir, fp8=bool(a.fp8))
     t = time.time()
-    model_dir = make_model(a.workdir, a.shape, a.layers)
+    model_dir = make_model(a.workdir, a.shape, a.layers, fp8=bool(a.fp8))
     flush_to_disk("the checkpoint")
     print(f"checkpoint of {a.layers} layers ready in {time.time() - t:.1f} s", flush=True)
     samples = a.batches * BATCH

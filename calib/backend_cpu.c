@@ -269,15 +269,16 @@ static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first
     return KVCAL_OK;
 }
 
-/* The input x (rows, cols) of weight w as its GEMM multiplies it: x
- * itself, or, for an FP8 weight with quantized activations, x quantized and
+/* The input x (n, cols) of weight w as its GEMM multiplies it: x itself,
+ * or, for an FP8 weight with quantized activations, x quantized and
  * dequantized as the engine does (into c->xq). */
-static const float *gemm_input(cpu_backend *c, kvcal_weight w, const float *x, int cols)
+static const float *gemm_input(cpu_backend *c, kvcal_weight w, const float *x, int64_t n,
+                               int cols)
 {
     const kvcal_fp8_linear *f = &c->base.desc->fp8[w];
     if (f->w == KVCAL_FP8W_NONE || f->a == KVCAL_FP8A_NONE)
         return x;
-    kvcal_fp8_fake_quant_ref(c->xq, x, c->n, cols, f->a, f->group, c->w.input_scale[w]);
+    kvcal_fp8_fake_quant_ref(c->xq, x, n, cols, f->a, f->group, c->w.input_scale[w]);
     return c->xq;
 }
 
@@ -288,7 +289,7 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
     const float *w = weight(c, op->w), *b = weight(c, op->b);
     long long rows, cols;
     kvcal_model_weight_shape(d, op->w, &rows, &cols);
-    const float *x = gemm_input(c, op->w, act(c, op->in), (int)cols);
+    const float *x = gemm_input(c, op->w, act(c, op->in), c->n, (int)cols);
     if (op->out != KVCAL_ACT_QKV) {
         kvcal_matmul_ref(act(c, op->out), x, w, b, (int)c->n, (int)cols, (int)rows);
         return KVCAL_OK;
@@ -410,7 +411,7 @@ static kvcal_status geglu(kvcal_backend *be, const kvcal_op *op)
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     const int D = d->hidden_size, I = d->intermediate_size;
-    const float *w = weight(c, op->w), *x = gemm_input(c, op->w, act(c, op->in), D);
+    const float *w = weight(c, op->w), *x = gemm_input(c, op->w, act(c, op->in), c->n, D);
     kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
     kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
     kvcal_geglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
@@ -422,7 +423,7 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     const int D = d->hidden_size, I = d->intermediate_size;
-    const float *w = weight(c, op->w), *x = gemm_input(c, op->w, act(c, op->in), D);
+    const float *w = weight(c, op->w), *x = gemm_input(c, op->w, act(c, op->in), c->n, D);
     kvcal_matmul_ref(c->gate, x, w, NULL, (int)c->n, D, I);
     kvcal_matmul_ref(c->up, x, w + (int64_t)I * D, NULL, (int)c->n, D, I);
     kvcal_swiglu_ref(act(c, op->out), c->gate, c->up, c->n * I);
@@ -432,12 +433,15 @@ static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
 /* out (n, D) = act(x Wgate^T + bgate, x Wup^T + bup) Wdown^T + bdown of n
  * rows x (n, D), w_gu [Wgate; Wup] (2 I, D), b_gu [bgate; bup] (2 I) or
  * NULL, w_down (D, I), b_down (D) or NULL, act the model's SwiGLU (clamped
- * where it has a limit): one expert, or the shared one. */
-static void mlp(cpu_backend *c, float *out, const float *x, int64_t n, const float *w_gu,
-                const float *b_gu, const float *w_down, const float *b_down, int I)
+ * where it has a limit): one expert, or the shared one; the GEMMs' inputs
+ * quantized as the FP8 weights gu and down ask (gemm_input). */
+static void mlp(cpu_backend *c, float *out, const float *x, int64_t n, kvcal_weight gu,
+                const float *w_gu, const float *b_gu, kvcal_weight down,
+                const float *w_down, const float *b_down, int I)
 {
     const kvcal_model_desc *d = c->base.desc;
     const int D = d->hidden_size;
+    x = gemm_input(c, gu, x, n, D);
     kvcal_matmul_ref(c->gate, x, w_gu, b_gu, (int)n, D, I);
     kvcal_matmul_ref(c->up, x, w_gu + (int64_t)I * D, b_gu ? b_gu + I : NULL, (int)n, D,
                      I);
@@ -446,7 +450,8 @@ static void mlp(cpu_backend *c, float *out, const float *x, int64_t n, const flo
                              d->swiglu_limit);
     else
         kvcal_swiglu_ref(c->gate, c->gate, c->up, n * I);
-    kvcal_matmul_ref(out, c->gate, w_down, b_down, (int)n, I, D);
+    kvcal_matmul_ref(out, gemm_input(c, down, c->gate, n, I), w_down, b_down, (int)n, I,
+                     D);
 }
 
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer,
@@ -501,9 +506,9 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
             counts[e] += m;
         if (!m)
             continue;
-        mlp(c, c->ys, c->xs, m, gu + (int64_t)e * 2 * I * D,
-            b_gu ? b_gu + (int64_t)e * 2 * I : NULL, down + (int64_t)e * D * I,
-            b_down ? b_down + (int64_t)e * D : NULL, I);
+        mlp(c, c->ys, c->xs, m, KVCAL_W_EXPERT_GATE_UP, gu + (int64_t)e * 2 * I * D,
+            b_gu ? b_gu + (int64_t)e * 2 * I : NULL, KVCAL_W_EXPERT_DOWN,
+            down + (int64_t)e * D * I, b_down ? b_down + (int64_t)e * D : NULL, I);
         for (int64_t r = 0; r < m; r++)
             for (int i = 0; i < D; i++)
                 out[(int64_t)c->rows[r] * D + i] += c->rows_w[r] * c->ys[r * D + i];
@@ -511,8 +516,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     if (!S)
         return KVCAL_OK;
     const float *gate = weight(c, KVCAL_W_SHARED_GATE); /* NULL: no gate */
-    mlp(c, c->ys, x, n, weight(c, KVCAL_W_SHARED_GATE_UP), NULL,
-        weight(c, KVCAL_W_SHARED_DOWN), NULL, S);
+    mlp(c, c->ys, x, n, KVCAL_W_SHARED_GATE_UP, weight(c, KVCAL_W_SHARED_GATE_UP), NULL,
+        KVCAL_W_SHARED_DOWN, weight(c, KVCAL_W_SHARED_DOWN), NULL, S);
     if (gate)
         kvcal_matmul_ref(c->rows_w, x, gate, NULL, (int)n, D, 1);
     for (int64_t t = 0; t < n; t++) {

@@ -71,8 +71,7 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
         }
         off += round_up(lay->elems[i]);
         lay->scale_off[i] = off;
-        off += round_up(sizeof(float) *
-                        (size_t)kvcal_fp8_weight_scales(&d->fp8[i], rows, cols));
+        off += round_up(sizeof(float) * (size_t)kvcal_model_fp8_scales(d, i));
         lay->input_off[i] = off;
         off += round_up(sizeof(float));
     }
@@ -643,8 +642,10 @@ fail:
  * the device, the experts' grouped GEMMs (on Hopper the rows gathered in the
  * gate/up's loads, gate/up with SwiGLU fused, down; elsewhere gate/up, SwiGLU,
  * down; gpt-oss's biases and clamped SwiGLU as separate kernels after plain
- * GEMMs on either), the shared expert on cuBLAS, the weighted combine: no
- * host round trip. route_only: up to the grouping (the counts) alone. */
+ * GEMMs on either; FP8 experts dequantized, their inputs quantized as
+ * served: calib/backend_moe_fp8_cuda.c), the shared expert on cuBLAS (or
+ * FP8 as the dense projections), the weighted combine: no host round trip.
+ * route_only: up to the grouping (the counts) alone. */
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                         int route_only)
 {
@@ -680,24 +681,39 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
         return KVCAL_OK;
     const kvcal_bf16 *b_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP_BIAS),
                      *b_down = tensor(r, KVCAL_W_EXPERT_DOWN_BIAS);
+    const kvcal_bf16 *w_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP),
+                     *w_down = tensor(r, KVCAL_W_EXPERT_DOWN), *x_gu = x;
+    if (r->moe_wd) { /* FP8 experts: bf16 copies, inputs quantized as served */
+        TRY(step(r, "moe FP8 experts' weights and input"));
+        TRY(kvcal_cuda_moe_fp8_weights(r));
+        w_gu = r->moe_w[0] ? r->moe_w[0] : w_gu;
+        w_down = r->moe_w[1] ? r->moe_w[1] : w_down;
+        if (kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP)) {
+            TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_GATE_UP, r->moe_xd, x, n,
+                                         r->D));
+            x_gu = r->moe_xd;
+        }
+    }
+    const int quant_down = kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_DOWN);
     if (r->moe_sm90) {
         /* Hopper: the bias (gpt-oss's) and the SwiGLU in the GEMMs' epilogues */
         const kvcal_moe_epilogue_args gu = {b_gu, d->swiglu_alpha, d->swiglu_limit},
                                       down = {b_down, 0.0f, 0.0f};
         TRY(step(r, "moe experts gate_up"));
         TRY(kvcal_moe_gemm_sm90_launch(
-            r->moe_act, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP), &plan, r->E, r->D,
-            r->MI,
+            r->moe_act, x_gu, r->K, w_gu, &plan, r->E, r->D, r->MI,
             d->swiglu_limit > 0.0f ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, &gu,
             s));
         TRY(step(r, "moe experts down"));
-        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act, 0,
-                                       tensor(r, KVCAL_W_EXPERT_DOWN), &plan, r->E, r->MI,
-                                       r->D, KVCAL_MOE_EPI_STORE, &down, s));
+        if (quant_down)
+            TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_DOWN, r->moe_act, r->moe_act,
+                                         plan.capacity, r->MI));
+        TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act, 0, w_down, &plan, r->E,
+                                       r->MI, r->D, KVCAL_MOE_EPI_STORE, &down, s));
     } else {
         TRY(step(r, "moe experts gate_up"));
-        TRY(kvcal_moe_gemm_launch(r->moe_gu, x, r->K, tensor(r, KVCAL_W_EXPERT_GATE_UP),
-                                  &plan, r->D, 2 * r->MI, s));
+        TRY(kvcal_moe_gemm_launch(r->moe_gu, x_gu, r->K, w_gu, &plan, r->D, 2 * r->MI,
+                                  s));
         if (b_gu)
             TRY(kvcal_moe_bias_launch(r->moe_gu, b_gu, &plan, 2 * r->MI, s));
         if (d->swiglu_limit > 0.0f)
@@ -706,18 +722,21 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
         else
             TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
         TRY(step(r, "moe experts down"));
-        TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, tensor(r, KVCAL_W_EXPERT_DOWN),
-                                  &plan, r->MI, r->D, s));
+        if (quant_down)
+            TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_DOWN, r->moe_act, r->moe_act,
+                                         plan.capacity, r->MI));
+        TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, w_down, &plan, r->MI, r->D,
+                                  s));
         if (b_down)
             TRY(kvcal_moe_bias_launch(r->moe_y, b_down, &plan, r->D, s));
     }
     if (r->SI) {
         TRY(step(r, "moe shared expert"));
-        TRY(kvcal_gemm_launch(r->gemm, r->shared_gu, x, tensor(r, KVCAL_W_SHARED_GATE_UP),
-                              NULL, n, r->D, 2 * r->SI, s));
+        TRY(project(r, r->shared_gu, x, KVCAL_W_SHARED_GATE_UP, 0, NULL, n, r->D,
+                    2 * r->SI));
         TRY(kvcal_swiglu_launch(r->shared_act, r->shared_gu, n, r->SI, s));
-        TRY(kvcal_gemm_launch(r->gemm, r->shared_y, r->shared_act,
-                              tensor(r, KVCAL_W_SHARED_DOWN), NULL, n, r->SI, r->D, s));
+        TRY(project(r, r->shared_y, r->shared_act, KVCAL_W_SHARED_DOWN, 0, NULL, n, r->SI,
+                    r->D));
     }
     TRY(step(r, "moe combine"));
     return kvcal_moe_combine_launch(act(r, op->out), r->moe_y, plan.slot_of, r->route_w,
@@ -895,9 +914,12 @@ static void note_fp8_fallback(cuda_backend *r, int w)
     char *list = r->base.fp8_fallback;
     const size_t used = strlen(list), cap = sizeof r->base.fp8_fallback;
     const char *name = r->base.desc->arch->weights[w].parts[0].name;
-    const char *dot = strstr(name, ".weight");
+    const char *dot = strstr(name, ".weight"), *e = strstr(name, "%d");
     const int len = dot ? (int)(dot - name) : (int)strlen(name);
-    if (used + 1 < cap)
+    if (used + 1 < cap && e && e < name + len) /* an expert's: mlp.experts.*.gate_proj */
+        snprintf(list + used, cap - used, "%s%.*s*%.*s", used ? ", " : "",
+                 (int)(e - name), name, len - (int)(e - name) - 2, e + 2);
+    else if (used + 1 < cap)
         snprintf(list + used, cap - used, "%s%.*s", used ? ", " : "", len, name);
 }
 
@@ -921,6 +943,15 @@ static kvcal_status fp8_scratch_bytes(cuda_backend *r, size_t N, size_t bytes[4]
         kvcal_model_weight_shape(d, w, &rows, &cols);
         if (f->w == KVCAL_FP8W_NONE || !rows)
             continue;
+        if (d->arch->weights[w].per_expert) { /* backend_moe_fp8_cuda.c's scratch */
+            if (f->a != KVCAL_FP8A_NONE && !r->w8a16) {
+                if (!why[0])
+                    snprintf(why, sizeof why,
+                             "kvcal's grouped GEMMs of the experts are bf16");
+                note_fp8_fallback(r, w);
+            }
+            continue;
+        }
         /* the shapes it runs at: the whole weight, and QKV's K/V rows alone */
         kvcal_fp8_weight fw = {NULL, NULL, NULL, *f};
         fw.f.a = r->w8a16 ? KVCAL_FP8A_NONE : f->a;
@@ -1166,8 +1197,12 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     TRY(kvcal_gemm_create(workspace, &r->gemm));
     size_t fp8_bytes[4];
     TRY(fp8_scratch_bytes(r, N, fp8_bytes));
+    size_t moe8[4];
+    kvcal_cuda_moe_fp8_bytes(r, N, cap, moe8);
     const size_t fp8_acts = round_up(fp8_bytes[0]) + round_up(fp8_bytes[1]) +
-                            round_up(fp8_bytes[2]) + round_up(fp8_bytes[3]);
+                            round_up(fp8_bytes[2]) + round_up(fp8_bytes[3]) +
+                            round_up(moe8[0]) + round_up(moe8[1]) + round_up(moe8[2]) +
+                            round_up(moe8[3]);
     /* MLA's: the query's LoRA, the query, the entry, kv_b_proj's output, K,
      * V and the attention's padded output */
     const size_t HQ = (size_t)r->H * r->qkd;
@@ -1177,7 +1212,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                           round_up(N * r->H * (r->nope + r->vh) * e) +
                                           3 * round_up(N * HQ * e);
     /* the attention's softmax statistics where cuDNN runs it with sinks */
-    const size_t lse = r->lay.elems[KVCAL_W_ATTN_SINKS] ? N * (size_t)r->H * sizeof(float) : 0;
+    const size_t lse =
+        r->lay.elems[KVCAL_W_ATTN_SINKS] ? N * (size_t)r->H * sizeof(float) : 0;
     const size_t acts = fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)att_cols(r) * e) + mla_acts + round_up(lse) +
                         (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
@@ -1244,6 +1280,11 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->fp8s.xs = fp8_bytes[1] ? carve(&p, fp8_bytes[1]) : NULL;
     r->fp8s.wd = fp8_bytes[2] ? carve(&p, fp8_bytes[2]) : NULL;
     r->fp8s.xd = fp8_bytes[3] ? carve(&p, fp8_bytes[3]) : NULL;
+    r->moe_wd = moe8[0] ? carve(&p, moe8[0]) : NULL;
+    r->moe_xq = moe8[1] ? carve(&p, moe8[1]) : NULL;
+    r->moe_xs = moe8[2] ? carve(&p, moe8[2]) : NULL;
+    r->moe_xd = moe8[3] ? carve(&p, moe8[3]) : NULL;
+    r->moe_w_layer = -1;
     if (r->E) {
         r->router = carve(&p, N * r->E * e);
         r->route_e = carve(&p, NK * sizeof(int32_t));

@@ -1,8 +1,9 @@
 /* calib/cuda_backend.h: the cuda backend's state and the device slabs it
- * is carved from, private to the backend's two files: calib/backend_cuda.c
- * (the batches, the layer ops, the lifetime) and calib/backend_eval_cuda.c
- * (eval's head and simulated cache, which cuda_ops points to). Compiled only
- * in builds with CUDA. */
+ * is carved from, private to the backend's files: calib/backend_cuda.c
+ * (the batches, the layer ops, the lifetime), calib/backend_eval_cuda.c
+ * (eval's head and simulated cache, which cuda_ops points to) and
+ * calib/backend_moe_fp8_cuda.c (the FP8 experts). Compiled only in builds
+ * with CUDA. */
 #ifndef KVCAL_CALIB_CUDA_BACKEND_H
 #define KVCAL_CALIB_CUDA_BACKEND_H
 
@@ -119,6 +120,13 @@ typedef struct {
     kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
     kvcal_bf16 *shared_act; /* (N, SI) */
     kvcal_bf16 *shared_y;   /* (N, D) */
+    /* FP8 experts (calib/backend_moe_fp8_cuda.c; NULL / 0 elsewhere) */
+    kvcal_bf16 *moe_wd;   /* the layer's FP8 experts dequantized, gate/up then down */
+    kvcal_bf16 *moe_w[2]; /* in it: gate/up (E, 2 MI, D), down (E, D, MI); NULL: bf16 */
+    int moe_w_layer;      /* the layer moe_wd holds, -1: none */
+    uint8_t *moe_xq;      /* a grouped GEMM's input quantized */
+    float *moe_xs;        /* its scales */
+    kvcal_bf16 *moe_xd;   /* (N, D) the gate/up's input dequantized */
     unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
     /* multi-head latent attention (desc->mla; NULL / 0 elsewhere): HKV is 1
      * and hd the entry's size, the attention's heads are decompressed */
@@ -165,6 +173,28 @@ typedef struct {
     const char **mark_label;
     int marks, marks_cap;
 } cuda_backend;
+
+/* --- FP8 experts (calib/backend_moe_fp8_cuda.c) ----------------------------- */
+
+/* Device bytes of the FP8 experts' scratch at N rows and `capacity` routed
+ * rows (0 each without FP8 experts): the dequantized experts (moe_wd), the
+ * quantized input (moe_xq) and its scales (moe_xs), the gate/up's
+ * dequantized input (moe_xd). */
+void kvcal_cuda_moe_fp8_bytes(const cuda_backend *r, size_t N, size_t capacity,
+                              size_t bytes[4]);
+
+/* Dequantizes the FP8 experts of the layer in use into moe_wd (moe_w),
+ * unless it holds them already. */
+kvcal_status kvcal_cuda_moe_fp8_weights(cuda_backend *r);
+
+/* Whether per-expert weight w's grouped GEMM reads a quantized input. */
+int kvcal_cuda_moe_fp8_quantizes(const cuda_backend *r, kvcal_weight w);
+
+/* out (rows, k) = x quantized as the engine quantizes the input of FP8
+ * expert weight w (kvcal_cuda_moe_fp8_quantizes) and dequantized into
+ * bf16; out may be x. */
+kvcal_status kvcal_cuda_moe_fp8_input(cuda_backend *r, kvcal_weight w, kvcal_bf16 *out,
+                                      const kvcal_bf16 *x, int rows, int k);
 
 static inline cuda_backend *cu(kvcal_backend *be)
 {

@@ -59,8 +59,9 @@ typedef struct {
     size_t n, cap;
     transposed *t;
     size_t nt, tcap;
-    size_t piece; /* bytes of a piece: no job crosses a piece's end */
-    kvcal_fp8_parts fp8[KVCAL_W_COUNT];
+    size_t piece;         /* bytes of a piece: no job crosses a piece's end */
+    kvcal_fp8_parts *fp8; /* each copy of every FP8 weight (an expert each) */
+    size_t fp8_cap;
     float *scales; /* every FP8 weight's scales and input scale */
     size_t scales_cap;
 } job_list;
@@ -187,32 +188,38 @@ static kvcal_tensor_view bytes_view(const void *p, int64_t n)
 }
 
 /* The jobs of FP8 weight w of layer l: its bytes (mapped as the engine
- * requantizes them), its scales, its input scale (sc: room for them). */
+ * requantizes them), its scales, its input scale (sc: room for them); a
+ * per-expert weight's experts one after another, each with its own scales,
+ * one input scale for all (the largest: vLLM's w13_input_scale.max()).
+ * parts: room for the weight's copies (their maps outlive the call). */
 static kvcal_status fp8_jobs(const kvcal_cuda_loader_t *ld, int l, kvcal_weight w,
-                             job_list *out, float *sc)
+                             job_list *out, float *sc, kvcal_fp8_parts *parts)
 {
     const kvcal_model_desc *d = kvcal_model_describe(ld->model);
-    kvcal_fp8_parts *p = &out->fp8[w];
-    long long rows, cols;
-    kvcal_model_weight_shape(d, w, &rows, &cols);
-    const size_t count = (size_t)kvcal_fp8_weight_scales(&ld->lay.fp8[w], rows, cols);
-    kvcal_status st = kvcal_model_fp8_weight(ld->model, l, w, p, sc);
-    if (st)
-        return st;
-    sc[count] = p->input_scale;
+    const int copies = kvcal_model_weight_copies(d, w);
+    const size_t count = (size_t)kvcal_model_fp8_scales(d, w), per = count / copies;
     size_t off = ld->lay.off[w];
+    float input = 0.0f;
     int fail = 0;
-    for (int i = 0; i < p->n; i++) {
-        const kvcal_tensor_view v = bytes_view(p->part[i].data, p->part[i].numel);
-        fail |=
-            push_job(out, off, &v, 0, (size_t)v.numel, 1, p->mapped ? p->map[i] : NULL);
-        off += (size_t)p->part[i].numel;
+    for (int e = 0; e < copies; e++) {
+        kvcal_fp8_parts *p = &parts[e];
+        kvcal_status st = kvcal_model_fp8_weight(ld->model, l, w, e, p, sc + e * per);
+        if (st)
+            return st;
+        input = p->input_scale > input ? p->input_scale : input;
+        for (int i = 0; i < p->n; i++) {
+            const kvcal_tensor_view v = bytes_view(p->part[i].data, p->part[i].numel);
+            fail |= push_job(out, off, &v, 0, (size_t)v.numel, 1,
+                             p->mapped ? p->map[i] : NULL);
+            off += (size_t)p->part[i].numel;
+        }
     }
+    sc[count] = input;
     const kvcal_tensor_view scales = bytes_view(sc, (int64_t)(count * sizeof(float))),
-                            input = bytes_view(sc + count, (int64_t)sizeof(float));
+                            in = bytes_view(sc + count, (int64_t)sizeof(float));
     fail |=
         push_job(out, ld->lay.scale_off[w], &scales, 0, (size_t)scales.numel, 1, NULL);
-    fail |= push_job(out, ld->lay.input_off[w], &input, 0, (size_t)input.numel, 1, NULL);
+    fail |= push_job(out, ld->lay.input_off[w], &in, 0, (size_t)in.numel, 1, NULL);
     return fail ? kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory") : KVCAL_OK;
 }
 
@@ -230,11 +237,12 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
     out->n = out->nt = 0;
     out->piece = ld->piece_bytes;
     /* the host floats of the layer's FP8 weights, their scales and input scale */
-    size_t floats = 0;
+    size_t floats = 0, copies = 0;
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
-        long long rows, cols;
-        kvcal_model_weight_shape(d, w, &rows, &cols);
-        floats += (size_t)kvcal_fp8_weight_scales(&ld->lay.fp8[w], rows, cols) + 1;
+        if (ld->lay.fp8[w].w == KVCAL_FP8W_NONE)
+            continue;
+        floats += (size_t)kvcal_model_fp8_scales(d, w) + 1;
+        copies += (size_t)kvcal_model_weight_copies(d, w);
     }
     if (floats > out->scales_cap) {
         float *sc = realloc(out->scales, floats * sizeof(float));
@@ -242,19 +250,25 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
         out->scales = sc, out->scales_cap = floats;
     }
+    if (copies > out->fp8_cap) {
+        kvcal_fp8_parts *p = realloc(out->fp8, copies * sizeof *p);
+        if (!p)
+            return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+        out->fp8 = p, out->fp8_cap = copies;
+    }
     float *sc = out->scales;
+    kvcal_fp8_parts *parts = out->fp8;
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
         if (!ld->lay.elems[w])
             continue;
         if (ld->lay.fp8[w].w != KVCAL_FP8W_NONE) {
-            long long rows, cols;
-            kvcal_model_weight_shape(d, w, &rows, &cols);
             if (!kvcal_model_layer_has_weight(d, l, w))
                 continue;
-            kvcal_status st = fp8_jobs(ld, l, w, out, sc);
+            kvcal_status st = fp8_jobs(ld, l, w, out, sc, parts);
             if (st)
                 return st;
-            sc += kvcal_fp8_weight_scales(&ld->lay.fp8[w], rows, cols) + 1;
+            sc += kvcal_model_fp8_scales(d, w) + 1;
+            parts += kvcal_model_weight_copies(d, w);
             continue;
         }
         kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
@@ -351,10 +365,11 @@ static kvcal_status send_oldest(pieces *p, cudaStream_t stream)
     p->fill_s += now_s() - t0;
     p->pending--;
     const piece_send *s = &p->send[b];
-    TRY_CUDA(cudaMemcpyAsync(s->dst, p->buf[b], s->bytes, cudaMemcpyHostToDevice, stream));
+    TRY_CUDA(
+        cudaMemcpyAsync(s->dst, p->buf[b], s->bytes, cudaMemcpyHostToDevice, stream));
     if (s->to &&
-        (st = kvcal_weight_transpose_launch(s->to, s->C, (const kvcal_bf16 *)s->dst, s->nc,
-                                            s->ns, s->c0, s->s0, s->half, stream)))
+        (st = kvcal_weight_transpose_launch(s->to, s->C, (const kvcal_bf16 *)s->dst,
+                                            s->nc, s->ns, s->c0, s->s0, s->half, stream)))
         return st;
     TRY_CUDA(cudaEventRecord(p->done[b], stream));
     p->sent += s->bytes;
@@ -569,6 +584,7 @@ static void *loader_main(void *p)
     free(jobs.j);
     free(jobs.t);
     free(jobs.scales);
+    free(jobs.fp8);
     return NULL;
 }
 

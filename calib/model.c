@@ -669,9 +669,9 @@ kvcal_status kvcal_model_open(const char *path, kvcal_model_t **out)
     }
     size_t fp8_floats = 0;
     for (int w = 0; w < KVCAL_W_COUNT; w++) {
-        long long rows, cols;
-        kvcal_model_weight_shape(&m->desc, w, &rows, &cols);
-        const size_t n = (size_t)kvcal_fp8_weight_scales(&m->desc.fp8[w], rows, cols);
+        const int copies = kvcal_model_weight_copies(&m->desc, w);
+        const size_t n =
+            copies ? (size_t)(kvcal_model_fp8_scales(&m->desc, w) / copies) : 0;
         fp8_floats = n > fp8_floats ? n : fp8_floats;
     }
     if (fp8_floats && !(m->fp8_scratch = malloc(sizeof(float) * fp8_floats))) {
@@ -946,13 +946,15 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
 }
 
 kvcal_status kvcal_model_fp8_weight(const kvcal_model_t *m, int layer, kvcal_weight w,
-                                    kvcal_fp8_parts *p, float *scales)
+                                    int expert, kvcal_fp8_parts *p, float *scales)
 {
     if (!m->fp8 || layer < 0 || layer >= m->desc.num_layers || w < 0 ||
-        w >= KVCAL_W_COUNT || !kvcal_model_layer_has_weight(&m->desc, layer, w))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: layer %d weight %d is not FP8",
-                          m->path, layer, (int)w);
-    return kvcal_model_fp8_get(m->fp8, m->ck, &m->desc, layer, w, p, scales);
+        w >= KVCAL_W_COUNT || !kvcal_model_layer_has_weight(&m->desc, layer, w) ||
+        expert < 0 || expert >= kvcal_model_weight_copies(&m->desc, w))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "%s: layer %d weight %d copy %d is not FP8", m->path, layer,
+                          (int)w, expert);
+    return kvcal_model_fp8_get(m->fp8, m->ck, &m->desc, layer, w, expert, p, scales);
 }
 
 void kvcal_model_head_views(const kvcal_model_t *m, kvcal_tensor_view *embed,

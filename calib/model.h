@@ -80,10 +80,11 @@ kvcal_status kvcal_model_weight_parts(const kvcal_model_t *m, int layer, kvcal_w
                                       int *n);
 
 /* Fills *p for FP8 weight w (desc->fp8[w].w not KVCAL_FP8W_NONE) of
- * `layer`, and its scales into `scales` (kvcal_fp8_weight_scales floats,
+ * `layer`, copy `expert` (0 but for a per-expert weight), and its scales
+ * into `scales` (kvcal_fp8_weight_scales floats of one copy,
  * core/fp8_linear.h's layout). Reads only the scales; thread-safe. */
 kvcal_status kvcal_model_fp8_weight(const kvcal_model_t *m, int layer, kvcal_weight w,
-                                    kvcal_fp8_parts *p, float *scales);
+                                    int expert, kvcal_fp8_parts *p, float *scales);
 
 /* The embedding table (vocab, hidden) and the final norm (hidden) and
  * classifier (vocab, hidden; the embedding when tied) as views. */

@@ -199,6 +199,14 @@ int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w)
     return d->arch->weights[w].per_expert ? d->num_experts : 1;
 }
 
+int64_t kvcal_model_fp8_scales(const kvcal_model_desc *d, kvcal_weight w)
+{
+    long long rows, cols;
+    kvcal_model_weight_shape(d, w, &rows, &cols);
+    const int copies = kvcal_model_weight_copies(d, w);
+    return copies ? copies * kvcal_fp8_weight_scales(&d->fp8[w], rows / copies, cols) : 0;
+}
+
 void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
                               long long *cols)
 {

@@ -135,6 +135,12 @@ int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w);
 void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long long *rows,
                               long long *cols);
 
+/* Floats of the scales of FP8 weight w as served (core/fp8_linear.h's
+ * layout, kvcal_fp8_weight_scales, of each copy, the copies one after
+ * another: a per-expert weight's experts each with their own); 0 when w is
+ * not FP8 or absent. */
+int64_t kvcal_model_fp8_scales(const kvcal_model_desc *d, kvcal_weight w);
+
 /* "model.layers.<layer>.<suffix>" as family a names it, the suffix of a
  * per-expert weight naming expert `expert` (its %d), into out (n bytes). */
 void kvcal_model_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,

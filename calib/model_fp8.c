@@ -35,7 +35,7 @@ static void module_of(char *module, size_t n, const char *tensor)
 }
 
 /* Whether w is the weight of a dense linear op (a projection, an MLP) in
- * some layer of d: the ops that run FP8 weights. */
+ * some layer of d. */
 static int dense_weight(const kvcal_model_desc *d, kvcal_weight w)
 {
     for (int l = 0; l < d->num_layers; l++) {
@@ -48,6 +48,15 @@ static int dense_weight(const kvcal_model_desc *d, kvcal_weight w)
                 return 1;
     }
     return 0;
+}
+
+/* Whether w runs FP8 weights: a dense linear op's, the experts' or the
+ * shared expert's MLP. */
+static int served_weight(const kvcal_model_desc *d, kvcal_weight w)
+{
+    return dense_weight(d, w) || w == KVCAL_W_EXPERT_GATE_UP ||
+           w == KVCAL_W_EXPERT_DOWN || w == KVCAL_W_SHARED_GATE_UP ||
+           w == KVCAL_W_SHARED_DOWN;
 }
 
 /* A checkpoint tensor holding several of vLLM's shards (Phi-3's qkv_proj,
@@ -159,17 +168,22 @@ static kvcal_status check_part(kvcal_model_fp8_t *f, const kvcal_checkpoint_t *c
                           "checkpoint does not match its config",
                           f->path, method, module, text, name,
                           kvcal_dtype_name(t->dtype));
-    if (d->arch->weights[w].per_expert)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: tensor %s is an FP8 weight of a mixture of experts, which "
-                          "kvcal does not run yet (FP8 dense layers only)",
-                          f->path, name);
-    if (!dense_weight(d, w))
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: tensor %s is an FP8 weight outside the dense projections "
-                          "of the %s family's layers (a shared expert's, MLA's "
-                          "kv_b_proj), which kvcal does not run in FP8 yet",
-                          f->path, name, d->arch->family);
+    if (!served_weight(d, w))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: tensor %s is an FP8 weight outside the projections, MLPs "
+            "and experts of the %s family's layers (MLA's kv_b_proj), which "
+            "kvcal does not run in FP8 yet",
+            f->path, name, d->arch->family);
+    if (d->arch->weights[w].per_expert && s.fp8.w == KVCAL_FP8W_TENSOR &&
+        s.fp8.a != KVCAL_FP8A_STATIC && s.fp8.a != KVCAL_FP8A_NONE)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: %s is an expert's weight %s: vLLM's fused MoE quantizes such experts' "
+            "inputs with one dynamic scale over each whole batch (its batching's, not a "
+            "rule kvcal can follow); kvcal runs experts per-tensor with static input "
+            "scales, per-channel with per-token activations, or block-wise",
+            f->path, module, text);
     if (*seen && !same_scheme(&d->fp8[w], &s.fp8)) {
         char before[160];
         kvcal_wq_scheme_describe(&d->fp8[w], before, sizeof before);
@@ -207,11 +221,13 @@ static void describe_scheme(const kvcal_model_fp8_t *f, kvcal_model_desc *d)
             continue;
         }
         const kvcal_weight_part *p = d->arch->weights[w].parts;
-        if (!kvcal_model_has_weight(d, w) || !dense_weight(d, w))
+        if (!kvcal_model_has_weight(d, w) || !served_weight(d, w))
             continue;
         for (int i = 0; i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
-            char module[96];
+            char module[96], *e;
             module_of(module, sizeof module, p[i].name);
+            if ((e = strstr(module, "%d"))) /* an expert's: mlp.experts.*.gate_proj */
+                memmove(e + 1, e + 2, strlen(e + 2) + 1), *e = '*';
             const size_t at = strlen(plain);
             snprintf(plain + at, sizeof plain - at, "%s%s", plain[0] ? ", " : "", module);
         }
@@ -251,16 +267,22 @@ kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                                     kvcal_model_dim(d, p[i].cols), &seen);
                 }
         /* vLLM's validate_fp8_block_shape: a fused weight's shards are
-         * whole blocks of rows */
-        for (int i = 0; !st && seen && d->fp8[w].w == KVCAL_FP8W_BLOCK && p[1].name &&
+         * whole blocks of rows; an expert's rows too (kvcal stacks the
+         * experts' block scales) */
+        for (int i = 0; !st && seen && d->fp8[w].w == KVCAL_FP8W_BLOCK &&
+                        (p[1].name || a->weights[w].per_expert) &&
                         i < KVCAL_WEIGHT_PARTS_MAX && p[i].name;
              i++)
-            if (kvcal_model_dim(d, p[i].rows) % d->fp8[w].block_n)
+            if (kvcal_model_dim(d, p[i].rows) % d->fp8[w].block_n) {
+                kvcal_model_tensor_name(name, sizeof name, a, 0, p[i].name, 0);
                 st = kvcal_fail(
                     KVCAL_ERR_FORMAT,
-                    "%s: %s has %lld rows, not a multiple of the block size %d: "
-                    "vLLM refuses to fuse it block-wise",
-                    path, p[i].name, kvcal_model_dim(d, p[i].rows), d->fp8[w].block_n);
+                    "%s: %s has %lld rows, not a multiple of the block size %d: %s", path,
+                    name, kvcal_model_dim(d, p[i].rows), d->fp8[w].block_n,
+                    a->weights[w].per_expert
+                        ? "kvcal runs an expert's blocks only in whole blocks of rows"
+                        : "vLLM refuses to fuse it block-wise");
+            }
         any |= seen;
     }
     if (st) {
@@ -304,13 +326,14 @@ static kvcal_status read_scale(const kvcal_checkpoint_t *ck, const char *path,
 
 kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpoint_t *ck,
                                  const kvcal_model_desc *d, int layer, kvcal_weight w,
-                                 kvcal_fp8_parts *p, float *scales)
+                                 int expert, kvcal_fp8_parts *p, float *scales)
 {
     const kvcal_fp8_linear *q = &d->fp8[w];
     const kvcal_wq_scheme *s = &f->scheme[w];
     const kvcal_weight_part *part = d->arch->weights[w].parts;
     long long rows, cols;
     kvcal_model_weight_shape(d, w, &rows, &cols);
+    rows /= kvcal_model_weight_copies(d, w); /* an expert's */
     memset(p, 0, sizeof *p);
     if (q->w == KVCAL_FP8W_NONE)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: weight %d is not FP8", f->path,
@@ -326,7 +349,7 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
     if (q->w == KVCAL_FP8W_BLOCK)
         memset(scales, 0, sizeof(float) * (size_t)kvcal_fp8_weight_scales(q, rows, cols));
     for (int j = 0; !st && j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-        kvcal_model_tensor_name(name, sizeof name, d->arch, layer, part[j].name, 0);
+        kvcal_model_tensor_name(name, sizeof name, d->arch, layer, part[j].name, expert);
         const kvcal_tensor_info *t = kvcal_checkpoint_find(ck, name);
         const int64_t r = kvcal_model_dim(d, part[j].rows);
         p->part[p->n++] =
@@ -366,7 +389,10 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
     int differ = 0;
     for (int j = 1; j < p->n; j++)
         differ |= ws[j] != ws[0];
-    p->mapped = kvcal_weight_quant_requant(f->wq) == KVCAL_WQ_REQUANT_ALWAYS
+    /* the experts' gate/up always, their down never
+     * (process_fp8_weight_tensor_strategy_moe) */
+    p->mapped = d->arch->weights[w].per_expert ? p->n > 1
+                : kvcal_weight_quant_requant(f->wq) == KVCAL_WQ_REQUANT_ALWAYS
                     ? !fused_on_disk(&part[0])
                     : differ;
     for (int j = 0; p->mapped && j < p->n; j++)
@@ -385,31 +411,38 @@ kvcal_status kvcal_model_fp8_dequantize(const kvcal_model_fp8_t *f,
                                         kvcal_weight w, float *out, float *scratch,
                                         float *input_scale)
 {
-    kvcal_fp8_parts p;
     long long rows, cols;
     kvcal_model_weight_shape(d, w, &rows, &cols);
-    kvcal_status st = kvcal_model_fp8_get(f, ck, d, layer, w, &p, scratch);
-    if (st)
-        return st;
+    const int copies = kvcal_model_weight_copies(d, w);
     const kvcal_fp8_linear *q = &d->fp8[w];
-    int64_t r0 = 0;
-    for (int j = 0; j < p.n; j++) {
-        float lut[256];
-        for (int b = 0; b < 256; b++)
-            lut[b] = kvcal_fp8_e4m3_to_float(p.mapped ? p.map[j][b] : (uint8_t)b);
-        const uint8_t *src = p.part[j].data;
-        const int64_t r1 = r0 + p.part[j].numel / cols;
-        /* a scale per run of columns: the row's, or its block's */
-        const int64_t run = q->w == KVCAL_FP8W_BLOCK ? q->block_k : cols;
-        for (int64_t r = r0; r < r1; r++, src += cols)
-            for (int64_t c0 = 0; c0 < cols; c0 += run) {
-                const float sc = kvcal_fp8_weight_scale_at(q, scratch, r, c0, cols);
-                const int64_t c1 = c0 + run < cols ? c0 + run : cols;
-                for (int64_t c = c0; c < c1; c++)
-                    out[r * cols + c] = lut[src[c]] * sc;
-            }
-        r0 = r1;
+    *input_scale = 0.0f;
+    /* the experts one after another, each with its own scales; one input
+     * scale for all, the largest (vLLM's w13_input_scale.max()) */
+    for (int e = 0; e < copies; e++) {
+        kvcal_fp8_parts p;
+        kvcal_status st = kvcal_model_fp8_get(f, ck, d, layer, w, e, &p, scratch);
+        if (st)
+            return st;
+        int64_t r0 = 0;
+        for (int j = 0; j < p.n; j++) {
+            float lut[256];
+            for (int b = 0; b < 256; b++)
+                lut[b] = kvcal_fp8_e4m3_to_float(p.mapped ? p.map[j][b] : (uint8_t)b);
+            const uint8_t *src = p.part[j].data;
+            const int64_t r1 = r0 + p.part[j].numel / cols;
+            /* a scale per run of columns: the row's, or its block's */
+            const int64_t run = q->w == KVCAL_FP8W_BLOCK ? q->block_k : cols;
+            for (int64_t r = r0; r < r1; r++, src += cols)
+                for (int64_t c0 = 0; c0 < cols; c0 += run) {
+                    const float sc = kvcal_fp8_weight_scale_at(q, scratch, r, c0, cols);
+                    const int64_t c1 = c0 + run < cols ? c0 + run : cols;
+                    for (int64_t c = c0; c < c1; c++)
+                        out[r * cols + c] = lut[src[c]] * sc;
+                }
+            r0 = r1;
+        }
+        out += rows / copies * cols;
+        *input_scale = p.input_scale > *input_scale ? p.input_scale : *input_scale;
     }
-    *input_scale = p.input_scale;
     return KVCAL_OK;
 }

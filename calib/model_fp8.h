@@ -9,11 +9,11 @@
 #include "calib/model_desc.h"
 #include "io/checkpoint/safetensors.h"
 
-/* The FP8 weight w of `layer` as the engine serves it: the e4m3 bytes of
- * each part (views into the checkpoint, stacked by rows as the logical
- * weight), the map each part's bytes go through (vLLM's requantization of
- * a fused weight's per-tensor shards to their largest scale; the identity
- * where mapped is 0), the static input scale (the largest of the parts',
+/* The FP8 weight w of `layer` (of one expert, for a per-expert weight) as
+ * the engine serves it: the e4m3 bytes of each part (views into the checkpoint, stacked
+ * by rows as the logical weight), the map each part's bytes go through (vLLM's
+ * requantization of a fused weight's per-tensor shards to their largest scale; the
+ * identity where mapped is 0), the static input scale (the largest of the parts',
  * KVCAL_FP8A_STATIC; else 0). */
 typedef struct kvcal_fp8_parts {
     kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
@@ -28,10 +28,9 @@ typedef struct kvcal_model_fp8 kvcal_model_fp8_t;
 /* Reads the quantization config of the model in `dir` and checks every
  * matrix of d's family in checkpoint ck (borrowed; path names it in
  * messages) against it: an F8_E4M3 tensor the config does not quantize, a
- * float one it does, an FP8 weight of a mixture of experts, schemes that
- * differ between layers or parts, missing or misshapen scales are errors
- * naming the tensor. Fills d->fp8 and d->weight_scheme. *out = NULL on
- * failure. */
+ * float one it does, an FP8 weight kvcal does not run (MLA's kv_b_proj),
+ * schemes that differ between layers, parts or experts, missing or misshapen scales are
+ * errors naming the tensor. Fills d->fp8 and d->weight_scheme. *out = NULL on failure. */
 kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                                   const char *path, kvcal_model_desc *d,
                                   kvcal_model_fp8_t **out);
@@ -42,11 +41,12 @@ void kvcal_model_fp8_close(kvcal_model_fp8_t *f);
 /* kvcal_model_fp8_weight on the checkpoint. */
 kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpoint_t *ck,
                                  const kvcal_model_desc *d, int layer, kvcal_weight w,
-                                 kvcal_fp8_parts *p, float *scales);
+                                 int expert, kvcal_fp8_parts *p, float *scales);
 
-/* FP8 weight w of `layer` dequantized as served into out (rows, cols) fp32,
- * its static input scale into *input_scale; scratch holds
- * kvcal_fp8_weight_scales floats. */
+/* FP8 weight w of `layer` dequantized as served into out (rows, cols) fp32
+ * (a per-expert weight's experts one after another), its static input
+ * scale into *input_scale (the largest of the parts' and experts');
+ * scratch holds the scales of one copy (kvcal_fp8_weight_scales floats). */
 kvcal_status kvcal_model_fp8_dequantize(const kvcal_model_fp8_t *f,
                                         const kvcal_checkpoint_t *ck,
                                         const kvcal_model_desc *d, int layer,

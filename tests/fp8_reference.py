@@ -202,12 +202,15 @@ SCHEMES = {
     "modelopt_tensor_static": ("modelopt", "tensor", "static", None, {"legacy": True}),
     # ModelOpt FP8_PB_WO: 128 x 128 blocks, 4-D scales
     "modelopt_pb_wo": ("modelopt", "block", "group", (128, 128), {}),
+    # llm-compressor FP8 of a mixture of experts: per-tensor, static input
+    # scales (one per expert), the routers ignored
+    "ct_tensor_static_moe": ("compressed-tensors", "tensor", "static", None,
+                             {"ignore": ["lm_head", "re:.*mlp\\.gate$",
+                                         "re:.*shared_expert_gate$"]}),
 }
 
 PROJ = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
         "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
-FUSED = [("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("o_proj",),
-         ("down_proj",)]
 
 
 def ignored(scheme, module):
@@ -251,14 +254,42 @@ def quant_config(scheme):
 
 
 def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
+    """Llama, Qwen3, or a mixture of experts: Qwen3-MoE (4 experts, top 2,
+    normalized) or Qwen2-MoE (4 experts, top 2, a gated shared expert),
+    inter each expert's intermediate size."""
     import transformers as tf
     common = dict(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                   num_key_value_heads=kv_heads, head_dim=64, vocab_size=vocab,
                   num_hidden_layers=layers, max_position_embeddings=256, rms_norm_eps=1e-5,
                   tie_word_embeddings=False)
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=inter)
     if arch == "llama":
         return tf.LlamaConfig(rope_theta=500000.0, **common)
+    if arch == "qwen3_moe":
+        return tf.Qwen3MoeConfig(norm_topk_prob=True, **moe, **common)
+    if arch == "qwen2_moe":
+        return tf.Qwen2MoeConfig(shared_expert_intermediate_size=inter, **moe, **common)
     return tf.Qwen3Config(**common)
+
+
+def per_expert(state):
+    """A state dict with transformers' stacked experts (gate_up_proj (E, 2 I,
+    D), down_proj (E, D, I)) as a checkpoint names them:
+    mlp.experts.<e>.{gate,up,down}_proj.weight."""
+    out = {}
+    for name, p in state.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            pre, inter = name[:-len("gate_up_proj")], p.shape[1] // 2
+            for e in range(p.shape[0]):
+                out[pre + "%d.gate_proj.weight" % e] = p[e, :inter]
+                out[pre + "%d.up_proj.weight" % e] = p[e, inter:]
+        elif name.endswith("mlp.experts.down_proj"):
+            pre = name[:-len("down_proj")]
+            for e in range(p.shape[0]):
+                out[pre + "%d.down_proj.weight" % e] = p[e]
+        else:
+            out[name] = p
+    return out
 
 
 def randomize(model, gen):
@@ -285,8 +316,25 @@ def input_absmax(model, samples):
             seen[name] = max(seen.get(name, 0.0), a)
         return fn
 
+    def experts_hook(name):
+        def fn(mod, args):
+            x, top_k_index = args[0], args[1]
+            for e in range(mod.num_experts):
+                rows = (top_k_index == e).any(dim=-1)
+                if not rows.any():
+                    continue
+                xe = x[rows]
+                gate, up = (xe @ mod.gate_up_proj[e].t()).chunk(2, dim=-1)
+                mid = mod.act_fn(gate) * up
+                for proj, a in (("gate_proj", xe), ("up_proj", xe), ("down_proj", mid)):
+                    key = "%s.%d.%s" % (name, e, proj)
+                    seen[key] = max(seen.get(key, 0.0), a.detach().abs().max().item())
+        return fn
+
     hs = [m.register_forward_pre_hook(hook(n)) for n, m in model.named_modules()
           if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    hs += [m.register_forward_pre_hook(experts_hook(n)) for n, m in model.named_modules()
+           if n.endswith("mlp.experts")]
     with torch.no_grad():
         for s in samples:
             model(torch.tensor([s]), use_cache=False)
@@ -309,7 +357,7 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
     model = model.to(torch.bfloat16).float()  # the bf16 weights a model is served from
     amax = input_absmax(model, samples) if act == "static" else {}
     tensors = {}
-    for name, p in model.state_dict().items():
+    for name, p in per_expert(model.state_dict()).items():
         parts = name.split(".")
         module = name[:-len(".weight")]
         if parts[-2] in PROJ and parts[-1] == "weight" and not ignored(scheme, module):
@@ -325,8 +373,14 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
             tensors[module + (".weight_scale_inv" if method == "fp8" and block
                               else ".weight_scale")] = s.contiguous()
             if act == "static":  # a little clipping: 0.9 x the observed absmax
+                seen = amax[module]
+                if ".experts." in module and not module.endswith("down_proj"):
+                    # an expert's gate and up share one input scale (vLLM
+                    # loads both into w13_input_scale[e]); from the expert's
+                    # routed rows, so that the experts' scales differ
+                    seen = amax[module.rsplit(".", 1)[0] + ".gate_proj"]
                 tensors[module + ".input_scale"] = torch.tensor(
-                    [0.9 * amax[module] / FP8_MAX], dtype=torch.float32).reshape(
+                    [0.9 * seen / FP8_MAX], dtype=torch.float32).reshape(
                     () if method == "modelopt" else (1,))
         else:
             tensors[name] = p.to(torch.bfloat16)
@@ -346,40 +400,113 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
         json.dump(c, f, indent=2)
 
 
+# the FP8 projections of a layer: (parent module, shards fused in vLLM)
+GROUPS = [("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
+          ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)),
+          ("mlp.shared_expert", ("gate_proj", "up_proj")),
+          ("mlp.shared_expert", ("down_proj",))]
+
+
+def served_shards(t, mods, scheme, requant_always=None):
+    """The weights and scales vLLM serves for the fused shards `mods`
+    (module names) of checkpoint tensors t, and their static input scale:
+    per-tensor shards requantized to their largest scale (always, or for
+    ModelOpt where they differ; requant_always overrides), the largest of
+    the shards' input scales."""
+    method, kind, act, block, opt = SCHEMES[scheme]
+    sname = ".weight_scale_inv" if method == "fp8" and block else ".weight_scale"
+    scales = [t[m + sname].float() for m in mods]
+    wqs = [t[m + ".weight"] for m in mods]
+    if kind == "tensor":
+        scales = [s.reshape(1) for s in scales]
+        smax = torch.stack(scales).max().reshape(1)
+        differ = any(bool((s != scales[0]).any()) for s in scales)
+        always = method != "modelopt" if requant_always is None else requant_always
+        if always or differ:
+            wqs = [requant(w, s, smax) for w, s in zip(wqs, scales)]
+        scales = [smax] * len(scales)
+    elif kind == "block":
+        scales = [s.reshape(s.shape[0], s.shape[2]) if s.dim() == 4 else s for s in scales]
+    in_s = None
+    if act == "static":
+        in_s = torch.stack([t[m + ".input_scale"].float().reshape(()) for m in mods]).max()
+    return wqs, scales, in_s
+
+
+class FP8Experts(torch.nn.Module):
+    """transformers' experts module (forward(hidden_states, top_k_index,
+    top_k_weights), its expert loop and sum order) with each expert's
+    projections FP8Linear: lins[e] = (gate, up, down)."""
+
+    def __init__(self, lins, act_fn):
+        super().__init__()
+        self.lins, self.act_fn, self.num_experts = lins, act_fn, len(lins)
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        out = torch.zeros_like(hidden_states)
+        for e, (gate, up, down) in enumerate(self.lins):
+            token_idx, top_k_pos = torch.where(top_k_index == e)
+            if token_idx.numel() == 0:
+                continue
+            x = hidden_states[token_idx]
+            y = down(self.act_fn(gate(x)) * up(x))
+            y = y * top_k_weights[token_idx, top_k_pos, None]
+            out.index_add_(0, token_idx, y.to(out.dtype))
+        return out
+
+
+def serve_experts(layer, t, pre, scheme, mode):
+    """layer.mlp.experts as vLLM's fused MoE serves FP8 experts
+    (process_fp8_weight_tensor_strategy_moe, process_fp8_input_tensor_strategy_moe):
+    each expert's gate and up requantized to their largest per-tensor scale
+    (always), its down as stored; one static input scale for every
+    expert's gate/up and one for every down, the largest of the experts'."""
+    method, kind, act, block, opt = SCHEMES[scheme]
+    experts = layer.mlp.experts
+    served = []
+    for e in range(experts.num_experts):
+        m = pre + "mlp.experts.%d." % e
+        gu = served_shards(t, [m + "gate_proj", m + "up_proj"], scheme, requant_always=True)
+        down = served_shards(t, [m + "down_proj"], scheme, requant_always=False)
+        served.append((gu, down))
+    in_gu = in_down = None
+    if act == "static":
+        in_gu = torch.stack([gu[2] for gu, _ in served]).max()
+        in_down = torch.stack([down[2] for _, down in served]).max()
+    group = block[1] if block else None
+    lins = []
+    for (gu, down) in served:
+        lins.append(tuple(FP8Linear(w, s, kind, act, in_s, block, group, mode=mode)
+                          for w, s, in_s in ((gu[0][0], gu[1][0], in_gu),
+                                             (gu[0][1], gu[1][1], in_gu),
+                                             (down[0][0], down[1][0], in_down))))
+    layer.mlp.experts = FP8Experts(lins, experts.act_fn)
+
+
 def serve_layers(model, t, scheme, mode="cpu"):
     """Replaces every FP8 projection of transformers model `model` (its
     layers under model.model.layers) by the FP8Linear vLLM serves from the
     checkpoint tensors t (name -> tensor, on the model's device): fused
     shards' per-tensor scales requantized to their largest (always, but for
     ModelOpt where they are equal), static input scales the largest of the
-    shards'."""
+    shards'; FP8 experts as serve_experts serves them."""
     method, kind, act, block, opt = SCHEMES[scheme]
-    sname = ".weight_scale_inv" if method == "fp8" and block else ".weight_scale"
     for i, layer in enumerate(model.model.layers):
         pre = "model.layers.%d." % i
-        for group in FUSED:
-            mods = [pre + "%s.%s" % (PROJ[p], p) for p in group]
+        for parent, group in GROUPS:
+            mods = [pre + "%s.%s" % (parent, p) for p in group]
             if mods[0] + ".weight" not in t or t[mods[0] + ".weight"].dtype != FP8:
                 continue
-            scales = [t[m + sname].float() for m in mods]
-            wqs = [t[m + ".weight"] for m in mods]
-            if kind == "tensor":
-                scales = [s.reshape(1) for s in scales]
-                smax = torch.stack(scales).max().reshape(1)
-                differ = any(bool((s != scales[0]).any()) for s in scales)
-                if method != "modelopt" or differ:
-                    wqs = [requant(w, s, smax) for w, s in zip(wqs, scales)]
-                scales = [smax] * len(scales)
-            elif kind == "block":
-                scales = [s.reshape(s.shape[0], s.shape[2]) if s.dim() == 4 else s
-                          for s in scales]
-            in_s = None
-            if act == "static":
-                in_s = torch.stack([t[m + ".input_scale"].float().reshape(()) for m in mods]).max()
+            owner = layer.get_submodule(parent)
+            wqs, scales, in_s = served_shards(t, mods, scheme)
             for p, w, s in zip(group, wqs, scales):
-                setattr(getattr(layer, PROJ[p]), p,
+                bias = getattr(owner, p).bias
+                setattr(owner, p,
                         FP8Linear(w, s, kind, act, in_s, block, block[1] if block else None,
-                                  mode=mode))
+                                  bias=None if bias is None else bias.detach(), mode=mode))
+        if pre + "mlp.experts.0.gate_proj.weight" in t and \
+                t[pre + "mlp.experts.0.gate_proj.weight"].dtype == FP8:
+            serve_experts(layer, t, pre, scheme, mode)
     return model
 
 

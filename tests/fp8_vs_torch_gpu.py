@@ -6,8 +6,10 @@ operands with per-tensor, row-wise or 1x128 / 128x128 block scales, bf16
 out), on this GPU.
 
 For every scheme of fp8_reference.SCHEMES (blocks of 128, so that
-cuBLASLt's block-scaled GEMMs run), a random Llama or Qwen3 model of
-hidden 512, intermediate 1024, 8 heads, 2 kv heads (head_dim 64), 2 layers
+cuBLASLt's block-scaled GEMMs run), a random Llama or Qwen3 model (for the
+mixture-of-experts scheme a Qwen2-MoE of 4 experts, top 2, its experts and
+shared expert FP8) of hidden 512, intermediate 1024, 8 heads, 2 kv heads
+(head_dim 64), 2 layers
 is written under WORK, then 4 samples of 256 tokens run through kvcal
 (cuBLASLt's FP8 GEMMs; KVCAL_FP8_GEMM=fast, the same with Hopper's fast
 accumulation; KVCAL_FP8_GEMM=dequant, the dequantized bf16 fallback) and
@@ -110,7 +112,7 @@ def main():
         method, kind, act, block, opt = ref.SCHEMES[scheme]
         if block:  # cuBLASLt's block modes are 128 x 128
             ref.SCHEMES[scheme] = (method, kind, act, (128, 128), opt)
-        arch = ("llama", "qwen3")[i % 2]
+        arch = "qwen2_moe" if scheme.endswith("_moe") else ("llama", "qwen3")[i % 2]
         d = os.path.join(work, scheme)
         ref.make_checkpoint(d, arch, scheme, DIMS, ids[:1])
         served = functools.partial(ref.served_model, d, arch, scheme, DIMS,

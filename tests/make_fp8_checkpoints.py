@@ -29,9 +29,9 @@ as is and with the embedding rows rounded again after a perturbation below
 bf16's epsilon), the spread tests/test_cuda_backend.c allows beside its
 bound.
 
-Also writes fp8_qwen3_moe_experts and fp8_qwen2_moe_shared_expert, mixtures
-of experts whose experts or whose shared expert are FP8, which kvcal
-refuses (no reference values).
+Also writes fp8_qwen3_moe_experts, a mixture of experts whose experts are
+FP8 per tensor with dynamic activations, which kvcal refuses (no reference
+values).
 
 Usage: python3 tests/make_fp8_checkpoints.py [NAME...]   (from the
 repository root; needs torch, transformers, safetensors, numpy)
@@ -59,6 +59,14 @@ FIXTURES = [
     ("fp8_llama_modelopt_tensor_static", "llama", "modelopt_tensor_static", SMALL),
     # ModelOpt's blocks are 128 x 128: two kv heads (KV 128)
     ("fp8_llama_modelopt_pb_wo", "llama", "modelopt_pb_wo", (128, 256, 2, 2, golden.VOCAB)),
+    # mixtures of experts (4 experts of intermediate 64, top 2): Qwen3-FP8's
+    # blocks, llm-compressor's FP8_DYNAMIC, and per-tensor static weights
+    # of a Qwen2-MoE with its shared expert FP8 too
+    ("fp8_qwen3_moe_fp8_block", "qwen3_moe", "fp8_block", (128, 64, 2, 1, golden.VOCAB)),
+    ("fp8_qwen3_moe_ct_channel_token", "qwen3_moe", "ct_channel_token",
+     (128, 64, 2, 1, golden.VOCAB)),
+    ("fp8_qwen2_moe_ct_tensor_static", "qwen2_moe", "ct_tensor_static_moe",
+     (128, 64, 2, 1, golden.VOCAB)),
 ]
 
 
@@ -158,10 +166,10 @@ def make_fixture(name, arch, scheme, dims):
           "token %d, bf16 spread %.1e" % (d, size, attempt, worst, tok, max(fx["bf16_spread"])))
 
 
-def make_refused(name, cfg, scheme, kind, quantized, ignore=None):
+def make_refused(name, cfg, scheme, kind, quantized):
     """A tiny mixture of experts (config cfg, random weights) that kvcal
     refuses: the weights `quantized` picks FP8 (weights of `kind` under
-    `scheme`'s config, `ignore` its ignore list), the rest bf16."""
+    `scheme`'s config), the rest bf16."""
     import json
     import safetensors.torch as st
     import transformers as tf
@@ -183,8 +191,6 @@ def make_refused(name, cfg, scheme, kind, quantized, ignore=None):
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
     c["quantization_config"] = ref.quant_config(scheme)
-    if ignore:
-        c["quantization_config"]["ignore"] = ignore
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     for extra in os.listdir(d):
@@ -193,11 +199,9 @@ def make_refused(name, cfg, scheme, kind, quantized, ignore=None):
     print("wrote", d)
 
 
-def make_moe_refusals():
-    """fp8_qwen3_moe_experts: a Qwen3-MoE whose experts' weights are FP8 (fp8
-    method, per tensor); fp8_qwen2_moe_shared_expert: a Qwen2-MoE whose
-    attention and shared expert are FP8 (compressed-tensors per channel,
-    the experts and the gates ignored)."""
+def make_moe_refusal():
+    """fp8_qwen3_moe_experts: a Qwen3-MoE whose experts' weights are FP8 per
+    tensor with dynamic activations (the fp8 method)."""
     import transformers as tf
     small = dict(hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
                  num_experts_per_tok=1, num_attention_heads=2, num_key_value_heads=1,
@@ -206,13 +210,6 @@ def make_moe_refusals():
                  tf.Qwen3MoeConfig(num_experts=2, head_dim=16, **small),
                  "fp8_tensor_dynamic", "tensor",
                  lambda tn: tn.endswith("_proj.weight"))  # attention and experts
-    make_refused("fp8_qwen2_moe_shared_expert",
-                 tf.Qwen2MoeConfig(num_experts=2, shared_expert_intermediate_size=16,
-                                   **small),
-                 "ct_channel_token", "channel",
-                 lambda tn: tn.endswith("_proj.weight") and ".experts." not in tn,
-                 ["lm_head", "re:.*mlp\\.experts\\..*", "re:.*mlp\\.gate$",
-                  "re:.*shared_expert_gate$"])
 
 
 def main():
@@ -221,8 +218,8 @@ def main():
     for name, arch, scheme, dims in FIXTURES:
         if not wanted or name in wanted:
             make_fixture(name, arch, scheme, dims)
-    if not wanted or wanted & {"fp8_qwen3_moe_experts", "fp8_qwen2_moe_shared_expert"}:
-        make_moe_refusals()
+    if not wanted or "fp8_qwen3_moe_experts" in wanted:
+        make_moe_refusal()
 
 
 if __name__ == "__main__":

@@ -417,9 +417,10 @@ static void cuda_runner_streams_weights_under_a_memory_cap(void)
         "tests/fixtures/golden/fp8_llama_fp8_tensor_dynamic");
 }
 
-/* Every FP8 scheme (tests/make_fp8_checkpoints.py) against the served model
- * in float64 (vLLM's semantics, tests/fp8_reference.py): through cuBLASLt's
- * FP8 GEMMs where they run the scheme, through the dequantized fallback
+/* Every FP8 scheme (tests/make_fp8_checkpoints.py; the mixtures of
+ * experts' FP8 experts too) against the served model in float64 (vLLM's
+ * semantics, tests/fp8_reference.py): through cuBLASLt's FP8 GEMMs where
+ * they run the scheme, through the dequantized fallback
  * (fp8_dequant), with fast accumulation (fp8_fast_accum: at the fixtures'
  * k <= 1024 fewer than 32 truncations of 2^-13), and staged through 4 KiB
  * pieces (the statistics of the default pieces bit for bit). Within the
@@ -429,10 +430,11 @@ static void cuda_runner_streams_weights_under_a_memory_cap(void)
 static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
 {
     static const char *const names[] = {
-        "fp8_llama_ct_tensor_static",   "fp8_qwen3_ct_channel_token",
-        "fp8_qwen3_ct_block_group",     "fp8_qwen3_fp8_block",
-        "fp8_llama_fp8_tensor_dynamic", "fp8_llama_modelopt_tensor_static",
-        "fp8_llama_modelopt_pb_wo"};
+        "fp8_llama_ct_tensor_static",     "fp8_qwen3_ct_channel_token",
+        "fp8_qwen3_ct_block_group",       "fp8_qwen3_fp8_block",
+        "fp8_llama_fp8_tensor_dynamic",   "fp8_llama_modelopt_tensor_static",
+        "fp8_llama_modelopt_pb_wo",       "fp8_qwen3_moe_fp8_block",
+        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static"};
     kvcal_backend_options fallback, fast, small;
     memset(&fallback, 0, sizeof fallback);
     memset(&fast, 0, sizeof fast);
@@ -457,7 +459,7 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
  * with the reason: every projection when the fallback is asked for; none on
  * compute capability 9.0 for per-tensor weights with per-token activations
  * (cuBLASLt's FP8 GEMM runs them there); none on the cpu backend, the
- * reference. */
+ * reference; FP8 experts always. */
 static void cuda_runner_names_the_fp8_weights_it_runs_dequantized(void)
 {
     kvcal_model_t *m = NULL;
@@ -489,6 +491,19 @@ static void cuda_runner_names_the_fp8_weights_it_runs_dequantized(void)
             printf("\n    %s: %s", run == 1 ? "fallback asked for" : "default", f);
         kvcal_exec_destroy(x);
     }
+    kvcal_model_close(m);
+    /* FP8 experts: always, kvcal's grouped GEMMs being bf16 */
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/fp8_qwen3_moe_fp8_block", &m), KVCAL_OK);
+    kvcal_exec_t *x = NULL;
+    o.device = KVCAL_DEVICE_CUDA;
+    o.backend.fp8_dequant = 0;
+    CU_ASSERT_EQUAL_FATAL(kvcal_exec_create(m, &o, &x), KVCAL_OK);
+    const char *f = kvcal_exec_fp8_fallback(x);
+    CU_ASSERT_PTR_NOT_NULL(strstr(f, "mlp.experts.*.gate_proj"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(f, "mlp.experts.*.down_proj"));
+    printf("\n    FP8 experts: %s", f);
+    kvcal_exec_destroy(x);
     kvcal_model_close(m);
 }
 

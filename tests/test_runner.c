@@ -1130,10 +1130,11 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
 static void runner_matches_vllm_fp8_semantics_on_every_scheme(void)
 {
     static const char *const names[] = {
-        "fp8_llama_ct_tensor_static",   "fp8_qwen3_ct_channel_token",
-        "fp8_qwen3_ct_block_group",     "fp8_qwen3_fp8_block",
-        "fp8_llama_fp8_tensor_dynamic", "fp8_llama_modelopt_tensor_static",
-        "fp8_llama_modelopt_pb_wo"};
+        "fp8_llama_ct_tensor_static",     "fp8_qwen3_ct_channel_token",
+        "fp8_qwen3_ct_block_group",       "fp8_qwen3_fp8_block",
+        "fp8_llama_fp8_tensor_dynamic",   "fp8_llama_modelopt_tensor_static",
+        "fp8_llama_modelopt_pb_wo",       "fp8_qwen3_moe_fp8_block",
+        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         check_against_golden(names[i]);
 }
@@ -1268,13 +1269,11 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
                                         "\"quark\"}}"),
                       KVCAL_ERR_UNSUPPORTED,
                       "has dtype F8_E4M3 under quant_method \"quark\"");
-    expect_open_error(
-        "tests/fixtures/golden/fp8_qwen3_moe_experts", KVCAL_ERR_UNSUPPORTED,
-        "is an FP8 weight of a mixture of experts, which kvcal does not run");
-    expect_open_error("tests/fixtures/golden/fp8_qwen2_moe_shared_expert",
+    expect_open_error("tests/fixtures/golden/fp8_qwen3_moe_experts",
                       KVCAL_ERR_UNSUPPORTED,
-                      "mlp.shared_expert.gate_proj.weight is an FP8 weight outside the "
-                      "dense projections of the qwen_moe family's layers");
+                      "model.layers.0.mlp.experts.0.gate_proj is an expert's weight FP8 "
+                      "e4m3 weights per-tensor, activations dynamic per-token: vLLM's "
+                      "fused MoE quantizes such experts' inputs with one dynamic scale");
 }
 
 static CU_TestInfo tests[] = {
