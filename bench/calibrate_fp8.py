@@ -174,7 +174,7 @@ def llama8b_run(a, qc, data):
         del model
     else:
         body = model.model
-        ref.serve_layers(model, fp8, SCHEME, mode="gpu")  # the torch FP8 reference
+        ref.serve_layers(model, fp8, SCHEME, "llama", mode="gpu")  # the torch FP8 reference
     del fp8
     torch.cuda.empty_cache()
     hkv, hd = cfg.num_key_value_heads, cfg.head_dim

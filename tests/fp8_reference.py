@@ -209,8 +209,9 @@ SCHEMES = {
                                          "re:.*shared_expert_gate$"]}),
 }
 
-PROJ = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
-        "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+# the projections a scheme quantizes (Mixtral's experts' w1, w3, w2 too)
+PROJ = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "w1",
+        "w2", "w3"}
 
 
 def ignored(scheme, module):
@@ -269,26 +270,41 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
         return tf.Qwen3MoeConfig(norm_topk_prob=True, **moe, **common)
     if arch == "qwen2_moe":
         return tf.Qwen2MoeConfig(shared_expert_intermediate_size=inter, **moe, **common)
+    if arch == "mixtral":
+        return tf.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **common)
+    if arch == "glm4_moe":  # a dense first layer, sigmoid routing, a shared expert
+        return tf.Glm4MoeConfig(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                                moe_intermediate_size=inter, first_k_dense_replace=1,
+                                n_group=1, topk_group=1, norm_topk_prob=True, **common)
     return tf.Qwen3Config(**common)
 
 
-def per_expert(state):
-    """A state dict with transformers' stacked experts (gate_up_proj (E, 2 I,
-    D), down_proj (E, D, I)) as a checkpoint names them:
-    mlp.experts.<e>.{gate,up,down}_proj.weight."""
+# the checkpoint's names of an expert's weights: (the experts' module under
+# a layer, gate, up, down); Mixtral's router is block_sparse_moe.gate there
+EXPERTS = {"mixtral": ("block_sparse_moe.experts", "w1", "w3", "w2")}
+EXPERTS_DEFAULT = ("mlp.experts", "gate_proj", "up_proj", "down_proj")
+ROUTER = {"mixtral": (".mlp.gate.", ".block_sparse_moe.gate.")}
+
+
+def per_expert(state, arch):
+    """A state dict with transformers' stacked experts (mlp.experts'
+    gate_up_proj (E, 2 I, D), down_proj (E, D, I)) as a checkpoint of arch
+    names them (EXPERTS: mlp.experts.<e>.gate_proj.weight, ...)."""
+    where, gate, up, down = EXPERTS.get(arch, EXPERTS_DEFAULT)
     out = {}
     for name, p in state.items():
         if name.endswith("mlp.experts.gate_up_proj"):
-            pre, inter = name[:-len("gate_up_proj")], p.shape[1] // 2
+            pre, inter = name[:-len("mlp.experts.gate_up_proj")] + where, p.shape[1] // 2
             for e in range(p.shape[0]):
-                out[pre + "%d.gate_proj.weight" % e] = p[e, :inter]
-                out[pre + "%d.up_proj.weight" % e] = p[e, inter:]
+                out["%s.%d.%s.weight" % (pre, e, gate)] = p[e, :inter]
+                out["%s.%d.%s.weight" % (pre, e, up)] = p[e, inter:]
         elif name.endswith("mlp.experts.down_proj"):
-            pre = name[:-len("down_proj")]
+            pre = name[:-len("mlp.experts.down_proj")] + where
             for e in range(p.shape[0]):
-                out[pre + "%d.down_proj.weight" % e] = p[e]
+                out["%s.%d.%s.weight" % (pre, e, down)] = p[e]
         else:
-            out[name] = p
+            model_name, ckpt_name = ROUTER.get(arch, ("", ""))
+            out[name.replace(model_name, ckpt_name) if model_name else name] = p
     return out
 
 
@@ -306,9 +322,11 @@ def randomize(model, gen):
                 p.copy_(spread.get(proj, 0.15) * torch.randn(p.shape, generator=gen))
 
 
-def input_absmax(model, samples):
-    """Per projection module, the absmax of its input over the samples (fp32)."""
+def input_absmax(model, samples, arch):
+    """Per projection module (as arch's checkpoint names it), the absmax of
+    its input over the samples (fp32)."""
     seen = {}
+    where, names = EXPERTS.get(arch, EXPERTS_DEFAULT)[0], EXPERTS.get(arch, EXPERTS_DEFAULT)[1:]
 
     def hook(name):
         def fn(mod, args):
@@ -317,6 +335,8 @@ def input_absmax(model, samples):
         return fn
 
     def experts_hook(name):
+        name = name[:-len("mlp.experts")] + where
+
         def fn(mod, args):
             x, top_k_index = args[0], args[1]
             for e in range(mod.num_experts):
@@ -326,7 +346,7 @@ def input_absmax(model, samples):
                 xe = x[rows]
                 gate, up = (xe @ mod.gate_up_proj[e].t()).chunk(2, dim=-1)
                 mid = mod.act_fn(gate) * up
-                for proj, a in (("gate_proj", xe), ("up_proj", xe), ("down_proj", mid)):
+                for proj, a in zip(names, (xe, xe, mid)):
                     key = "%s.%d.%s" % (name, e, proj)
                     seen[key] = max(seen.get(key, 0.0), a.detach().abs().max().item())
         return fn
@@ -355,9 +375,10 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
     model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     randomize(model, gen)
     model = model.to(torch.bfloat16).float()  # the bf16 weights a model is served from
-    amax = input_absmax(model, samples) if act == "static" else {}
+    amax = input_absmax(model, samples, arch) if act == "static" else {}
+    gate, down = EXPERTS.get(arch, EXPERTS_DEFAULT)[1], EXPERTS.get(arch, EXPERTS_DEFAULT)[3]
     tensors = {}
-    for name, p in per_expert(model.state_dict()).items():
+    for name, p in per_expert(model.state_dict(), arch).items():
         parts = name.split(".")
         module = name[:-len(".weight")]
         if parts[-2] in PROJ and parts[-1] == "weight" and not ignored(scheme, module):
@@ -374,11 +395,11 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
                               else ".weight_scale")] = s.contiguous()
             if act == "static":  # a little clipping: 0.9 x the observed absmax
                 seen = amax[module]
-                if ".experts." in module and not module.endswith("down_proj"):
+                if ".experts." in module and parts[-2] != down:
                     # an expert's gate and up share one input scale (vLLM
                     # loads both into w13_input_scale[e]); from the expert's
                     # routed rows, so that the experts' scales differ
-                    seen = amax[module.rsplit(".", 1)[0] + ".gate_proj"]
+                    seen = amax[module.rsplit(".", 1)[0] + "." + gate]
                 tensors[module + ".input_scale"] = torch.tensor(
                     [0.9 * seen / FP8_MAX], dtype=torch.float32).reshape(
                     () if method == "modelopt" else (1,))
@@ -404,7 +425,9 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
 GROUPS = [("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)),
           ("mlp.shared_expert", ("gate_proj", "up_proj")),
-          ("mlp.shared_expert", ("down_proj",))]
+          ("mlp.shared_expert", ("down_proj",)),
+          ("mlp.shared_experts", ("gate_proj", "up_proj")),
+          ("mlp.shared_experts", ("down_proj",))]
 
 
 def served_shards(t, mods, scheme, requant_always=None):
@@ -455,19 +478,20 @@ class FP8Experts(torch.nn.Module):
         return out
 
 
-def serve_experts(layer, t, pre, scheme, mode):
+def serve_experts(layer, t, pre, scheme, mode, arch):
     """layer.mlp.experts as vLLM's fused MoE serves FP8 experts
     (process_fp8_weight_tensor_strategy_moe, process_fp8_input_tensor_strategy_moe):
     each expert's gate and up requantized to their largest per-tensor scale
     (always), its down as stored; one static input scale for every
     expert's gate/up and one for every down, the largest of the experts'."""
     method, kind, act, block, opt = SCHEMES[scheme]
+    where, gate, up, down_name = EXPERTS.get(arch, EXPERTS_DEFAULT)
     experts = layer.mlp.experts
     served = []
     for e in range(experts.num_experts):
-        m = pre + "mlp.experts.%d." % e
-        gu = served_shards(t, [m + "gate_proj", m + "up_proj"], scheme, requant_always=True)
-        down = served_shards(t, [m + "down_proj"], scheme, requant_always=False)
+        m = "%s%s.%d." % (pre, where, e)
+        gu = served_shards(t, [m + gate, m + up], scheme, requant_always=True)
+        down = served_shards(t, [m + down_name], scheme, requant_always=False)
         served.append((gu, down))
     in_gu = in_down = None
     if act == "static":
@@ -483,7 +507,7 @@ def serve_experts(layer, t, pre, scheme, mode):
     layer.mlp.experts = FP8Experts(lins, experts.act_fn)
 
 
-def serve_layers(model, t, scheme, mode="cpu"):
+def serve_layers(model, t, scheme, arch, mode="cpu"):
     """Replaces every FP8 projection of transformers model `model` (its
     layers under model.model.layers) by the FP8Linear vLLM serves from the
     checkpoint tensors t (name -> tensor, on the model's device): fused
@@ -504,9 +528,10 @@ def serve_layers(model, t, scheme, mode="cpu"):
                 setattr(owner, p,
                         FP8Linear(w, s, kind, act, in_s, block, block[1] if block else None,
                                   bias=None if bias is None else bias.detach(), mode=mode))
-        if pre + "mlp.experts.0.gate_proj.weight" in t and \
-                t[pre + "mlp.experts.0.gate_proj.weight"].dtype == FP8:
-            serve_experts(layer, t, pre, scheme, mode)
+        where, gate = EXPERTS.get(arch, EXPERTS_DEFAULT)[:2]
+        first = "%s%s.0.%s.weight" % (pre, where, gate)
+        if first in t and t[first].dtype == FP8:
+            serve_experts(layer, t, pre, scheme, mode, arch)
     return model
 
 
@@ -521,10 +546,12 @@ def served_model(ckpt, arch, scheme, dims, dtype=torch.float64, mode="cpu",
                                                 attn_implementation="eager")
     t = {k: v.to(device) for k, v in
          st.load_file(os.path.join(ckpt, "model.safetensors")).items()}
-    dense = {k: v.float() for k, v in t.items() if v.dtype != FP8 and "scale" not in k}
+    ckpt_name, model_name = ROUTER.get(arch, ("", ""))[::-1]
+    dense = {k.replace(ckpt_name, model_name) if ckpt_name else k: v.float()
+             for k, v in t.items() if v.dtype != FP8 and "scale" not in k}
     model.load_state_dict(dense, strict=False)
     model = model.to(device=device, dtype=dtype).eval()
-    return serve_layers(model, t, scheme, mode)
+    return serve_layers(model, t, scheme, arch, mode)
 
 
 def kv_absmax(model, samples):

@@ -67,6 +67,12 @@ FIXTURES = [
      (128, 64, 2, 1, golden.VOCAB)),
     ("fp8_qwen2_moe_ct_tensor_static", "qwen2_moe", "ct_tensor_static_moe",
      (128, 64, 2, 1, golden.VOCAB)),
+    # GLM-4.5's layers (a dense first layer, sigmoid routing, a shared
+    # expert) in compressed-tensors blocks; Mixtral's w1 / w3 / w2 experts
+    # in ModelOpt's per-tensor FP8
+    ("fp8_glm4_moe_ct_block_group", "glm4_moe", "ct_block_group", (128, 64, 2, 1, golden.VOCAB)),
+    ("fp8_mixtral_modelopt_tensor_static", "mixtral", "modelopt_tensor_static",
+     (128, 64, 2, 1, golden.VOCAB)),
 ]
 
 

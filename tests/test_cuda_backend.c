@@ -434,7 +434,8 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
         "fp8_qwen3_ct_block_group",       "fp8_qwen3_fp8_block",
         "fp8_llama_fp8_tensor_dynamic",   "fp8_llama_modelopt_tensor_static",
         "fp8_llama_modelopt_pb_wo",       "fp8_qwen3_moe_fp8_block",
-        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static"};
+        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static",
+        "fp8_glm4_moe_ct_block_group",    "fp8_mixtral_modelopt_tensor_static"};
     kvcal_backend_options fallback, fast, small;
     memset(&fallback, 0, sizeof fallback);
     memset(&fast, 0, sizeof fast);

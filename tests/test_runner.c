@@ -1134,7 +1134,8 @@ static void runner_matches_vllm_fp8_semantics_on_every_scheme(void)
         "fp8_qwen3_ct_block_group",       "fp8_qwen3_fp8_block",
         "fp8_llama_fp8_tensor_dynamic",   "fp8_llama_modelopt_tensor_static",
         "fp8_llama_modelopt_pb_wo",       "fp8_qwen3_moe_fp8_block",
-        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static"};
+        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static",
+        "fp8_glm4_moe_ct_block_group",    "fp8_mixtral_modelopt_tensor_static"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         check_against_golden(names[i]);
 }
