@@ -179,11 +179,12 @@ static kvcal_status check_part(kvcal_model_fp8_t *f, const kvcal_checkpoint_t *c
         s.fp8.a != KVCAL_FP8A_STATIC && s.fp8.a != KVCAL_FP8A_NONE)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "%s: %s is an expert's weight %s: vLLM's fused MoE quantizes such experts' "
-            "inputs with one dynamic scale over each whole batch (its batching's, not a "
-            "rule kvcal can follow); kvcal runs experts per-tensor with static input "
-            "scales, per-channel with per-token activations, or block-wise",
-            f->path, module, text);
+            "%s: %s is an expert's FP8 weight per tensor with dynamic activations, "
+            "whose inputs vLLM's fused MoE quantizes with one scale over each whole "
+            "batch (the engine's batching, no rule a calibration can follow); use the "
+            "model's bf16 weights, or an FP8 checkpoint with static input scales, "
+            "per-channel or block-wise weights",
+            f->path, module);
     if (*seen && !same_scheme(&d->fp8[w], &s.fp8)) {
         char before[160];
         kvcal_wq_scheme_describe(&d->fp8[w], before, sizeof before);

@@ -1270,11 +1270,11 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
                                         "\"quark\"}}"),
                       KVCAL_ERR_UNSUPPORTED,
                       "has dtype F8_E4M3 under quant_method \"quark\"");
-    expect_open_error("tests/fixtures/golden/fp8_qwen3_moe_experts",
-                      KVCAL_ERR_UNSUPPORTED,
-                      "model.layers.0.mlp.experts.0.gate_proj is an expert's weight FP8 "
-                      "e4m3 weights per-tensor, activations dynamic per-token: vLLM's "
-                      "fused MoE quantizes such experts' inputs with one dynamic scale");
+    expect_open_error(
+        "tests/fixtures/golden/fp8_qwen3_moe_experts", KVCAL_ERR_UNSUPPORTED,
+        "model.layers.0.mlp.experts.0.gate_proj is an expert's FP8 weight "
+        "per tensor with dynamic activations, whose inputs vLLM's fused MoE "
+        "quantizes with one scale over each whole batch");
 }
 
 static CU_TestInfo tests[] = {
