@@ -684,8 +684,9 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
     const kvcal_bf16 *w_gu = tensor(r, KVCAL_W_EXPERT_GATE_UP),
                      *w_down = tensor(r, KVCAL_W_EXPERT_DOWN), *x_gu = x;
     if (r->moe_wd) { /* FP8 experts: bf16 copies, inputs quantized as served */
-        TRY(step(r, "moe FP8 experts' weights and input"));
+        TRY(step(r, "moe FP8 dequantize"));
         TRY(kvcal_cuda_moe_fp8_weights(r));
+        TRY(step(r, "moe FP8 gate_up input"));
         w_gu = r->moe_w[0] ? r->moe_w[0] : w_gu;
         w_down = r->moe_w[1] ? r->moe_w[1] : w_down;
         if (kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP)) {
@@ -704,10 +705,12 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
             r->moe_act, x_gu, r->K, w_gu, &plan, r->E, r->D, r->MI,
             d->swiglu_limit > 0.0f ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, &gu,
             s));
-        TRY(step(r, "moe experts down"));
-        if (quant_down)
+        if (quant_down) {
+            TRY(step(r, "moe FP8 down input"));
             TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_DOWN, r->moe_act, r->moe_act,
                                          plan.capacity, r->MI));
+        }
+        TRY(step(r, "moe experts down"));
         TRY(kvcal_moe_gemm_sm90_launch(r->moe_y, r->moe_act, 0, w_down, &plan, r->E,
                                        r->MI, r->D, KVCAL_MOE_EPI_STORE, &down, s));
     } else {
@@ -721,10 +724,12 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                                         d->swiglu_alpha, d->swiglu_limit, s));
         else
             TRY(kvcal_swiglu_launch(r->moe_act, r->moe_gu, plan.capacity, r->MI, s));
-        TRY(step(r, "moe experts down"));
-        if (quant_down)
+        if (quant_down) {
+            TRY(step(r, "moe FP8 down input"));
             TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_DOWN, r->moe_act, r->moe_act,
                                          plan.capacity, r->MI));
+        }
+        TRY(step(r, "moe experts down"));
         TRY(kvcal_moe_gemm_launch(r->moe_y, r->moe_act, 0, w_down, &plan, r->MI, r->D,
                                   s));
         if (b_down)

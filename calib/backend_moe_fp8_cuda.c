@@ -4,8 +4,9 @@
  * once into bf16 (e4m3 times its scale, rounded once), and the input of
  * each grouped GEMM is quantized and dequantized as the engine's fused MoE
  * quantizes it (core/fp8_linear.h's rules: the static input scale, per
- * token, per group), so that each product is the engine's FP8 product
- * within bf16's rounding of its two operands. The rules and their vLLM
+ * token, per group; in one pass, kvcal_fp8_fake_quant_launch, where its
+ * shapes allow), so that each product is the engine's FP8 product within
+ * bf16's rounding of its two operands. The rules and their vLLM
  * sources: schemas/README.md, "FP8 weights". */
 #include <string.h>
 
@@ -60,13 +61,17 @@ void kvcal_cuda_moe_fp8_bytes(const cuda_backend *r, size_t N, size_t capacity,
     }
     const int quant_gu = kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP),
               quant_down = kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_DOWN);
-    const size_t in = quant_gu ? N * (size_t)r->D : 0,
-                 mid = quant_down ? capacity * (size_t)r->MI : 0;
+    /* the quantized bytes only where the one-pass kernel does not run */
+    const int bytes_gu = quant_gu && !kvcal_fp8_fake_quant_fits(r->D, gu->a, gu->group),
+              bytes_down =
+                  quant_down && !kvcal_fp8_fake_quant_fits(r->MI, down->a, down->group);
+    const size_t in = bytes_gu ? N * (size_t)r->D : 0,
+                 mid = bytes_down ? capacity * (size_t)r->MI : 0;
     bytes[1] = in > mid ? in : mid;
-    const size_t s_in = quant_gu ? act_scales(gu, N, r->D) : 0,
-                 s_mid = quant_down ? act_scales(down, capacity, r->MI) : 0;
+    const size_t s_in = bytes_gu ? act_scales(gu, N, r->D) : 0,
+                 s_mid = bytes_down ? act_scales(down, capacity, r->MI) : 0;
     bytes[2] = (s_in > s_mid ? s_in : s_mid) * sizeof(float);
-    bytes[3] = quant_gu ? in * sizeof(kvcal_bf16) : 0;
+    bytes[3] = quant_gu ? N * (size_t)r->D * sizeof(kvcal_bf16) : 0;
 }
 
 kvcal_status kvcal_cuda_moe_fp8_weights(cuda_backend *r)
@@ -99,6 +104,9 @@ kvcal_status kvcal_cuda_moe_fp8_input(cuda_backend *r, kvcal_weight w, kvcal_bf1
                                       const kvcal_bf16 *x, int rows, int k)
 {
     const kvcal_fp8_weight fw = expert_weight(r, w, 0);
+    if (kvcal_fp8_fake_quant_fits(k, fw.f.a, fw.f.group))
+        return kvcal_fp8_fake_quant_launch(out, x, rows, k, fw.f.a, fw.f.group,
+                                           fw.input_scale, r->stream);
     kvcal_status st = kvcal_fp8_quant_act_launch(r->moe_xq, r->moe_xs, x, rows, k, fw.f.a,
                                                  fw.f.group, fw.input_scale, r->stream);
     return st ? st

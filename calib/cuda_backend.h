@@ -124,7 +124,7 @@ typedef struct {
     kvcal_bf16 *moe_wd;   /* the layer's FP8 experts dequantized, gate/up then down */
     kvcal_bf16 *moe_w[2]; /* in it: gate/up (E, 2 MI, D), down (E, D, MI); NULL: bf16 */
     int moe_w_layer;      /* the layer moe_wd holds, -1: none */
-    uint8_t *moe_xq;      /* a grouped GEMM's input quantized */
+    uint8_t *moe_xq;      /* a grouped GEMM's input quantized (NULL: one pass) */
     float *moe_xs;        /* its scales */
     kvcal_bf16 *moe_xd;   /* (N, D) the gate/up's input dequantized */
     unsigned long long *expert_tokens; /* (L, E) in the statistics' device region */
@@ -178,8 +178,8 @@ typedef struct {
 
 /* Device bytes of the FP8 experts' scratch at N rows and `capacity` routed
  * rows (0 each without FP8 experts): the dequantized experts (moe_wd), the
- * quantized input (moe_xq) and its scales (moe_xs), the gate/up's
- * dequantized input (moe_xd). */
+ * quantized input (moe_xq) and its scales (moe_xs) where the one-pass
+ * kernel does not take a shape, the gate/up's dequantized input (moe_xd). */
 void kvcal_cuda_moe_fp8_bytes(const cuda_backend *r, size_t N, size_t capacity,
                               size_t bytes[4]);
 

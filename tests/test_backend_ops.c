@@ -3708,6 +3708,127 @@ static void fp8_gemm_refuses_scales_off_16_bytes(void)
     CU_ASSERT(kvcal_test_error_has("need a context"));
 }
 
+/* The dequantization kernels (the FP8 fallback's and the FP8 experts'):
+ * every e4m3 byte but the NaNs times its scale, rounded once to bf16, bit
+ * for bit, on the 8-a-thread path (k and the scale runs multiples of 8) and
+ * on the one-a-thread path (k 13, or an unaligned output). */
+static void fp8_dequant_kernels_match_cpu_bit_for_bit(void)
+{
+    static const struct {
+        kvcal_fp8_linear f;
+        int n, k, off;
+    } cases[] = {
+        {{KVCAL_FP8W_BLOCK, KVCAL_FP8A_GROUP, 128, 128, 128}, 256, 384, 0},
+        {{KVCAL_FP8W_CHANNEL, KVCAL_FP8A_TOKEN, 0, 0, 0}, 24, 64, 0},
+        {{KVCAL_FP8W_TENSOR, KVCAL_FP8A_STATIC, 0, 0, 0}, 7, 13, 0},
+        {{KVCAL_FP8W_BLOCK, KVCAL_FP8A_GROUP, 64, 64, 64}, 64, 128, 1},
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+        const kvcal_fp8_linear *f = &cases[t].f;
+        const int n = cases[t].n, k = cases[t].k, off = cases[t].off;
+        const int64_t count = (int64_t)n * k, ns = kvcal_fp8_weight_scales(f, n, k);
+        uint8_t *q = host_alloc((size_t)count);
+        float *sc = host_alloc((size_t)ns * sizeof(float));
+        kvcal_bf16 *got = host_alloc((size_t)count * sizeof(kvcal_bf16));
+        for (int64_t i = 0; i < count; i++)
+            q[i] = (uint8_t)(i % 256 == 0x7f || i % 256 == 0xff ? 0 : i % 256);
+        for (int64_t i = 0; i < ns; i++)
+            sc[i] = rand_uniform(0.25f, 4.0f) / 448.0f;
+        for (int64_t i = 4; f->w == KVCAL_FP8W_TENSOR && i < ns; i++)
+            sc[i] = sc[0];
+        /* the weight */
+        uint8_t *dq = dev_upload(q, (size_t)count);
+        float *ds = dev_upload(sc, (size_t)ns * sizeof(float));
+        kvcal_bf16 *dw = dev_alloc(((size_t)count + 1) * sizeof(kvcal_bf16));
+        const kvcal_fp8_weight fw = {dq, ds, NULL, *f};
+        CU_ASSERT_EQUAL_FATAL(kvcal_fp8_dequant_weight_launch(dw + off, &fw, n, k, 0),
+                              KVCAL_OK);
+        dev_download(got, dw + off, (size_t)count * sizeof(kvcal_bf16));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < count; i++) {
+            const float want = kvcal_fp8_e4m3_to_float(q[i]) *
+                               kvcal_fp8_weight_scale_at(f, sc, i / k, i % k, k);
+            bad += got[i] != kvcal_bf16_from_float(want);
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        /* the activation: n rows, its scales per row or group as xs lays them */
+        const int group = f->a == KVCAL_FP8A_GROUP ? f->group : 0;
+        const int64_t nxs = (int64_t)n * (group ? (k + group - 1) / group : 1);
+        float *xs = host_alloc((size_t)nxs * sizeof(float));
+        for (int64_t i = 0; i < nxs; i++)
+            xs[i] = rand_uniform(0.25f, 4.0f) / 448.0f;
+        float *dxs = dev_upload(xs, (size_t)nxs * sizeof(float));
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_fp8_dequant_act_launch(
+                dw + off, dq, dxs, n, k,
+                f->a == KVCAL_FP8A_GROUP ? KVCAL_FP8A_GROUP : KVCAL_FP8A_TOKEN, group, 0),
+            KVCAL_OK);
+        dev_download(got, dw + off, (size_t)count * sizeof(kvcal_bf16));
+        bad = 0;
+        for (int64_t i = 0; i < count; i++) {
+            const int64_t r = i / k, c = i % k;
+            const float s = group ? xs[c / group * n + r] : xs[r];
+            bad += got[i] != kvcal_bf16_from_float(kvcal_fp8_e4m3_to_float(q[i]) * s);
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        cudaFree(dq), cudaFree(ds), cudaFree(dw), cudaFree(dxs);
+        free(q), free(sc), free(got), free(xs);
+    }
+}
+
+/* kvcal_fp8_fake_quant_launch (the FP8 experts' inputs): bit for bit the
+ * bf16 of kvcal_fp8_fake_quant_ref's values, per group of 128 and 64, per
+ * token (a row of 2048, and one of 8192 against its last word), static;
+ * in place too; shapes it does not take refused. */
+static void fp8_fake_quant_rows_match_cpu_bit_for_bit(void)
+{
+    static const struct {
+        kvcal_fp8_act_scale mode;
+        int group, rows, k;
+    } cases[] = {
+        {KVCAL_FP8A_GROUP, 128, 37, 768}, {KVCAL_FP8A_GROUP, 64, 5, 128},
+        {KVCAL_FP8A_TOKEN, 0, 33, 2048},  {KVCAL_FP8A_TOKEN, 0, 3, 8192},
+        {KVCAL_FP8A_STATIC, 0, 9, 768},
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+        const int m = cases[t].rows, k = cases[t].k;
+        const int64_t n = (int64_t)m * k;
+        float *xf = rand_bf16(n, -3.0f, 3.0f);
+        for (int64_t i = 0; i < n; i += 97) /* some values far out, some near 0 */
+            xf[i] = kvcal_bf16_round(i % 2 ? 1e-30f : 200.0f);
+        kvcal_bf16 *x = host_alloc((size_t)n * sizeof(kvcal_bf16));
+        float *want = host_alloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            x[i] = kvcal_bf16_from_float(xf[i]);
+        const float scale = 0.0125f;
+        kvcal_fp8_fake_quant_ref(want, xf, m, k, cases[t].mode, cases[t].group, scale);
+        kvcal_bf16 *dx = dev_upload(x, (size_t)n * sizeof(kvcal_bf16));
+        kvcal_bf16 *dout = dev_alloc((size_t)n * sizeof(kvcal_bf16));
+        float *ds = dev_upload(&scale, sizeof scale);
+        for (int in_place = 0; in_place < 2; in_place++) {
+            kvcal_bf16 *o = in_place ? dx : dout;
+            CU_ASSERT_EQUAL_FATAL(kvcal_fp8_fake_quant_launch(o, dx, m, k, cases[t].mode,
+                                                              cases[t].group, ds, 0),
+                                  KVCAL_OK);
+            kvcal_bf16 *got = host_alloc((size_t)n * sizeof(kvcal_bf16));
+            dev_download(got, o, (size_t)n * sizeof(kvcal_bf16));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += got[i] != kvcal_bf16_from_float(want[i]);
+            CU_ASSERT_EQUAL(bad, 0);
+            free(got);
+        }
+        cudaFree(dx), cudaFree(dout), cudaFree(ds);
+        free(x), free(xf), free(want);
+    }
+    CU_ASSERT(!kvcal_fp8_fake_quant_fits(768, KVCAL_FP8A_GROUP, 96));
+    CU_ASSERT(!kvcal_fp8_fake_quant_fits(8200, KVCAL_FP8A_TOKEN, 0));
+    CU_ASSERT_EQUAL(kvcal_fp8_fake_quant_launch((kvcal_bf16 *)256, (kvcal_bf16 *)256, 4,
+                                                100, KVCAL_FP8A_GROUP, 128, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("fp8_fake_quant"));
+}
+
 /* Shapes the grouped GEMMs and the gather do not take, and plans too small
  * for the assignments or without their scratch, are refused naming the op. */
 static void moe_refuses_unaligned_sizes_and_short_plans(void)
@@ -3940,6 +4061,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(gemm_swiglu_refuses_widths_off_8_and_unaligned_k),
     KVCAL_TEST(moe_refuses_unaligned_sizes_and_short_plans),
     KVCAL_TEST(fp8_gemm_refuses_scales_off_16_bytes),
+    KVCAL_TEST(fp8_dequant_kernels_match_cpu_bit_for_bit),
+    KVCAL_TEST(fp8_fake_quant_rows_match_cpu_bit_for_bit),
     KVCAL_TEST(mla_latent_refuses_long_entries_and_odd_rope),
     CU_TEST_INFO_NULL,
 };

@@ -372,10 +372,199 @@ __global__ void dequant_act_kernel(__nv_bfloat16 *x, const uint8_t *q, const flo
     }
 }
 
+/* 8 e4m3 values times s, each product rounded once to bf16 (the e4m3
+ * values converted exactly, through fp16, by the hardware). */
+static __device__ __forceinline__ uint4 dequant8(uint2 q, float s)
+{
+    uint4 out;
+    __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(&out);
+    const uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+            (__nv_fp8x2_storage_t)(w[j / 2] >> (16 * (j % 2))), __NV_E4M3);
+        const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+        o[j] = __floats2bfloat162_rn(v.x * s, v.y * s);
+    }
+    return out;
+}
+
+/* The kernels above 8 values a thread (one 8-byte load, one 16-byte store),
+ * where k and the scales' runs of columns are multiples of 8 and the
+ * buffers aligned: the same values. */
+__global__ void dequant_weight8_kernel(__nv_bfloat16 *w, const uint8_t *q,
+                                       const float *scales, kvcal_fp8_linear f, int64_t n,
+                                       int k)
+{
+    const int64_t k8 = k / 8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * k8;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / k8, c = (i - r * k8) * 8;
+        *reinterpret_cast<uint4 *>(w + i * 8) =
+            dequant8(*reinterpret_cast<const uint2 *>(q + i * 8),
+                     kvcal_fp8_weight_scale_at(&f, scales, r, c, k));
+    }
+}
+
+__global__ void dequant_act8_kernel(__nv_bfloat16 *x, const uint8_t *q, const float *xs,
+                                    int64_t rows, int k, int group)
+{
+    const int64_t k8 = k / 8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * k8;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / k8, c = (i - r * k8) * 8;
+        const float s = group > 0 ? xs[c / group * rows + r] : xs[r];
+        *reinterpret_cast<uint4 *>(x + i * 8) =
+            dequant8(*reinterpret_cast<const uint2 *>(q + i * 8), s);
+    }
+}
+
 static unsigned grid_of(int64_t n)
 {
     const int64_t blocks = (n + 255) / 256;
     return (unsigned)(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+/* Whether the 8-a-thread kernels take rows of k values with runs of `run`
+ * columns under one scale (0: the whole row) at these buffers. */
+static bool by_eight(const void *out, const uint8_t *q, int k, int run)
+{
+    return k % 8 == 0 && run % 8 == 0 && (uintptr_t)out % 16 == 0 &&
+           (uintptr_t)q % 8 == 0;
+}
+
+// --- quantized and dequantized in one pass (kvcal_fp8_fake_quant_launch) -----------
+
+/* The e4m3 bytes of the 8 bf16 values of word x in a group of scale s:
+ * kvcal_fp8_quant_group's division and clamp, the hardware's rounding. */
+static __device__ __forceinline__ uint2 quant8_group(uint4 x, float s)
+{
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&x);
+    uint32_t p[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h[i]);
+        p[i] = __nv_cvt_float2_to_fp8x2(
+            make_float2(fminf(fmaxf(f.x / s, -KVCAL_FP8_E4M3_MAX), KVCAL_FP8_E4M3_MAX),
+                        fminf(fmaxf(f.y / s, -KVCAL_FP8_E4M3_MAX), KVCAL_FP8_E4M3_MAX)),
+            __NV_SATFINITE, __NV_E4M3);
+    }
+    return make_uint2(p[0] | p[1] << 16, p[2] | p[3] << 16);
+}
+
+/* GROUP, `lanes` consecutive lanes a group (group / 8, a power of two up
+ * to 32), each lane 8 values: the rows' words in one flat run (k a
+ * multiple of the group), so that a warp's words are whole groups. */
+__global__ void fake_quant_group_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x,
+                                        int64_t words, int lanes)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+         i - (threadIdx.x & 31) < words; i += stride) {
+        const bool ok = i < words;
+        const uint4 v =
+            ok ? *reinterpret_cast<const uint4 *>(x + i * 8) : make_uint4(0, 0, 0, 0);
+        float m = kvcal_bf16x8_absmax(v, 0.0f);
+        for (int o = lanes / 2; o > 0; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float sc = kvcal_fp8_group_scale(m);
+        if (ok)
+            *reinterpret_cast<uint4 *>(out + i * 8) = dequant8(quant8_group(v, sc), sc);
+    }
+}
+
+/* TOKEN, a block a row (FAKE_QUANT_THREADS threads, up to FAKE_QUANT_WORDS
+ * words of 8 values each): the row's absmax, then x / s (a division, as
+ * kvcal_fp8_quant_div). STATIC: x * (1 / s), a thread a word. */
+#define FAKE_QUANT_THREADS 128
+#define FAKE_QUANT_WORDS 8
+__global__ void fake_quant_token_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x,
+                                        int64_t rows, int k)
+{
+    __shared__ float part[FAKE_QUANT_THREADS / 32];
+    const int k8 = k / 8, t = threadIdx.x;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const uint4 *xr = reinterpret_cast<const uint4 *>(x + r * k);
+        uint4 v[FAKE_QUANT_WORDS];
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < FAKE_QUANT_WORDS; j++) {
+            const int c = t + j * FAKE_QUANT_THREADS;
+            v[j] = c < k8 ? xr[c] : make_uint4(0, 0, 0, 0);
+            m = kvcal_bf16x8_absmax(v[j], m);
+        }
+        m = kvcal_warp_max(m);
+        if ((t & 31) == 0)
+            part[t >> 5] = m;
+        __syncthreads();
+        for (int w = 0; w < FAKE_QUANT_THREADS / 32; w++)
+            m = fmaxf(m, part[w]);
+        __syncthreads(); /* part is written again for the next row */
+        const float s = kvcal_fp8_token_scale(m);
+        uint4 *o = reinterpret_cast<uint4 *>(out + r * k);
+#pragma unroll
+        for (int j = 0; j < FAKE_QUANT_WORDS; j++) {
+            const int c = t + j * FAKE_QUANT_THREADS;
+            if (c < k8)
+                o[c] = dequant8(
+                    kvcal_fp8_quant8<KVCAL_FP8A_TOKEN, true>(v[j], s, 1.0f / s), s);
+        }
+    }
+}
+
+__global__ void fake_quant_static_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *x,
+                                         int64_t words, const float *input_scale)
+{
+    const float s = *input_scale, inv = 1.0f / s;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words;
+         i += (int64_t)gridDim.x * blockDim.x)
+        *reinterpret_cast<uint4 *>(out + i * 8) =
+            dequant8(kvcal_fp8_quant8<KVCAL_FP8A_STATIC, false>(
+                         *reinterpret_cast<const uint4 *>(x + i * 8), s, inv),
+                     s);
+}
+
+extern "C" int kvcal_fp8_fake_quant_fits(int k, kvcal_fp8_act_scale mode, int group)
+{
+    if (k <= 0 || k % 8)
+        return 0;
+    if (mode == KVCAL_FP8A_GROUP)
+        return group >= 8 && group <= 256 && (group & (group - 1)) == 0 && k % group == 0;
+    if (mode == KVCAL_FP8A_TOKEN)
+        return k <= 8 * FAKE_QUANT_THREADS * FAKE_QUANT_WORDS;
+    return mode == KVCAL_FP8A_STATIC;
+}
+
+extern "C" kvcal_status kvcal_fp8_fake_quant_launch(kvcal_bf16 *out, const kvcal_bf16 *x,
+                                                    int rows, int k,
+                                                    kvcal_fp8_act_scale mode, int group,
+                                                    const float *input_scale,
+                                                    cudaStream_t stream)
+{
+    if (!out || !x || rows < 0 || !kvcal_fp8_fake_quant_fits(k, mode, group) ||
+        (uintptr_t)out % 16 || (uintptr_t)x % 16 ||
+        (mode == KVCAL_FP8A_STATIC && !input_scale))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "fp8_fake_quant: rows %d, k %d, mode %d, group %d: need 16-byte "
+            "aligned rows that kvcal_fp8_fake_quant_fits and a mode's scale",
+            rows, k, (int)mode, group);
+    if (rows == 0)
+        return KVCAL_OK;
+    __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    const __nv_bfloat16 *xb = reinterpret_cast<const __nv_bfloat16 *>(x);
+    const int64_t words = (int64_t)rows * k / 8;
+    if (mode == KVCAL_FP8A_GROUP)
+        fake_quant_group_kernel<<<grid_of(words), 256, 0, stream>>>(o, xb, words,
+                                                                    group / 8);
+    else if (mode == KVCAL_FP8A_TOKEN)
+        fake_quant_token_kernel<<<(unsigned)(rows < 65535 * 16 ? rows : 65535 * 16),
+                                  FAKE_QUANT_THREADS, 0, stream>>>(o, xb, rows, k);
+    else
+        fake_quant_static_kernel<<<grid_of(words), 256, 0, stream>>>(o, xb, words,
+                                                                     input_scale);
+    KVCAL_CUDA_CHECK_LAUNCH("fp8_fake_quant_kernel");
+    return KVCAL_OK;
 }
 
 extern "C" kvcal_status kvcal_fp8_dequant_weight_launch(kvcal_bf16 *w,
@@ -385,8 +574,12 @@ extern "C" kvcal_status kvcal_fp8_dequant_weight_launch(kvcal_bf16 *w,
     if (!w || !fw || !fw->q || !fw->scales || n <= 0 || k <= 0 ||
         fw->f.w == KVCAL_FP8W_NONE)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "fp8_dequant_weight: n %d, k %d", n, k);
-    dequant_weight_kernel<<<grid_of((int64_t)n * k), 256, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(w), fw->q, fw->scales, fw->f, n, k);
+    if (by_eight(w, fw->q, k, fw->f.w == KVCAL_FP8W_BLOCK ? fw->f.block_k : 0))
+        dequant_weight8_kernel<<<grid_of((int64_t)n * k / 8), 256, 0, stream>>>(
+            reinterpret_cast<__nv_bfloat16 *>(w), fw->q, fw->scales, fw->f, n, k);
+    else
+        dequant_weight_kernel<<<grid_of((int64_t)n * k), 256, 0, stream>>>(
+            reinterpret_cast<__nv_bfloat16 *>(w), fw->q, fw->scales, fw->f, n, k);
     KVCAL_CUDA_CHECK_LAUNCH("fp8_dequant_weight_kernel");
     return KVCAL_OK;
 }
@@ -401,9 +594,13 @@ extern "C" kvcal_status kvcal_fp8_dequant_act_launch(kvcal_bf16 *x, const uint8_
                           k);
     if (rows == 0)
         return KVCAL_OK;
-    dequant_act_kernel<<<grid_of((int64_t)rows * k), 256, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(x), xq, xs, rows, k,
-        mode == KVCAL_FP8A_GROUP ? group : 0);
+    const int g = mode == KVCAL_FP8A_GROUP ? group : 0;
+    if (by_eight(x, xq, k, g))
+        dequant_act8_kernel<<<grid_of((int64_t)rows * k / 8), 256, 0, stream>>>(
+            reinterpret_cast<__nv_bfloat16 *>(x), xq, xs, rows, k, g);
+    else
+        dequant_act_kernel<<<grid_of((int64_t)rows * k), 256, 0, stream>>>(
+            reinterpret_cast<__nv_bfloat16 *>(x), xq, xs, rows, k, g);
     KVCAL_CUDA_CHECK_LAUNCH("fp8_dequant_act_kernel");
     return KVCAL_OK;
 }

@@ -253,6 +253,21 @@ kvcal_status kvcal_fp8_dequant_act_launch(kvcal_bf16 *x, const uint8_t *xq,
                                           kvcal_fp8_act_scale mode, int group,
                                           cudaStream_t stream);
 
+/* out (rows, k) bf16 = x quantized as kvcal_fp8_quant_act_launch quantizes
+ * it and dequantized as kvcal_fp8_dequant_act_launch dequantizes it, in
+ * one pass without the e4m3 bytes (kvcal_fp8_fake_quant_ref's values,
+ * rounded once to bf16: the input of an FP8 GEMM run as a bf16 one, the
+ * FP8 experts'); out may be x; input_scale a device pointer (STATIC). The
+ * shape must pass kvcal_fp8_fake_quant_fits, the rows 16-byte aligned. */
+kvcal_status kvcal_fp8_fake_quant_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int rows,
+                                         int k, kvcal_fp8_act_scale mode, int group,
+                                         const float *input_scale, cudaStream_t stream);
+
+/* Whether kvcal_fp8_fake_quant_launch takes rows of k values in that mode:
+ * k a multiple of 8; GROUP groups of a power of two from 8 to 256 dividing
+ * k; TOKEN k up to 8192; STATIC. */
+int kvcal_fp8_fake_quant_fits(int k, kvcal_fp8_act_scale mode, int group);
+
 /* kvcal_fp8_swiglu_quant_ref on the device: the SwiGLU of gate_up (rows,
  * 2n), as kvcal_swiglu_launch computes it, quantized into xq (rows, n) and
  * xs as kvcal_fp8_quant_act_launch would quantize that output: bit for bit
