@@ -16,7 +16,12 @@
  * chosen by score plus e_score_correction_bias in groups (noaux_tc), both
  * times routed_scaling_factor, plus n_shared_experts ungated shared
  * experts; residual. The multi-token-prediction layer past
- * num_hidden_layers is not run (engines serve it apart). */
+ * num_hidden_layers is not run (engines serve it apart).
+ *
+ * FP8 checkpoints (the released V3 / R1 / Kimi K2 blocks among them) run
+ * as vLLM serves them: q_a_proj and kv_a_proj_with_mqa as its one
+ * fused_qkv_a_proj, kv_b_proj as the quantized linear layer its MLA
+ * prefill runs on the cached latent (kv_b_proj(kv_c_normed)). */
 #include <math.h>
 #include <string.h>
 
@@ -36,8 +41,7 @@ static double mscale(double factor, double m)
 
 /* config.json: the MLA sizes (kv_lora_rank, q_lora_rank, qk_nope_head_dim,
  * qk_rope_head_dim, v_head_dim), the experts as io/model_config reads
- * them, yarn's mscale_all_dim. Refused: block-wise FP8 weights (the
- * released V3 / R1 / Kimi K2 checkpoints), attention_bias (vLLM's DeepSeek
+ * them, yarn's mscale_all_dim. Refused: attention_bias (vLLM's DeepSeek
  * has none), a V3 config with rope_interleave false (transformers then
  * rotates halves, vLLM interleaved pairs whatever the flag) and scoring
  * other than the architecture's (softmax for V2, sigmoid for V3). */
@@ -51,16 +55,6 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
                           "qk_nope_head_dim and v_head_dim (its multi-head latent "
                           "attention); add them",
                           c->architecture);
-    if (!strcmp(c->quant_method, "fp8") && c->weight_block_size > 0)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "config.json: %s in block-wise FP8 (quantization_config "
-                          "quant_method fp8, weight_block_size %d: e4m3 weights, each "
-                          "with a float32 weight_scale_inv per %d x %d block, DeepSeek's "
-                          "released format) is not supported: kvcal runs FP8 weights in "
-                          "dense projections only, and its experts and kv_b_proj are "
-                          "FP8; use a BF16 copy of the checkpoint",
-                          c->architecture, c->weight_block_size, c->weight_block_size,
-                          c->weight_block_size);
     if (c->attention_bias)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "config.json: %s with attention_bias true is not supported: "
@@ -139,11 +133,11 @@ static const kvcal_op dense_layer[] = {
 
 #define WEIGHTS                                                                                                          \
     [KVCAL_W_ATTN_NORM] = {{{"input_layernorm.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}}},                              \
-    [KVCAL_W_Q_A] = {{{"self_attn.q_a_proj.weight", KVCAL_DIM_Q_LORA, KVCAL_DIM_HIDDEN}}, KVCAL_WHEN_Q_LORA},            \
+    [KVCAL_W_Q_A] = {{{"self_attn.q_a_proj.weight", KVCAL_DIM_Q_LORA, KVCAL_DIM_HIDDEN}}, KVCAL_WHEN_Q_LORA, .fused = 1}, \
     [KVCAL_W_Q_A_NORM] = {{{"self_attn.q_a_layernorm.weight", KVCAL_DIM_Q_LORA, KVCAL_DIM_NONE}}, KVCAL_WHEN_Q_LORA},    \
     [KVCAL_W_Q_B] = {{{"self_attn.q_b_proj.weight", KVCAL_DIM_MLA_Q, KVCAL_DIM_Q_LORA}}, KVCAL_WHEN_Q_LORA},             \
     [KVCAL_W_Q_PROJ] = {{{"self_attn.q_proj.weight", KVCAL_DIM_MLA_Q, KVCAL_DIM_HIDDEN}}, KVCAL_WHEN_NO_Q_LORA},         \
-    [KVCAL_W_KV_A] = {{{"self_attn.kv_a_proj_with_mqa.weight", KVCAL_DIM_KV_A, KVCAL_DIM_HIDDEN}}},                      \
+    [KVCAL_W_KV_A] = {{{"self_attn.kv_a_proj_with_mqa.weight", KVCAL_DIM_KV_A, KVCAL_DIM_HIDDEN}}, .fused = 1},          \
     [KVCAL_W_KV_A_NORM] = {{{"self_attn.kv_a_layernorm.weight", KVCAL_DIM_KV_LORA, KVCAL_DIM_NONE}}},                    \
     [KVCAL_W_KV_B] = {{{"self_attn.kv_b_proj.weight", KVCAL_DIM_KV_B, KVCAL_DIM_KV_LORA}}},                              \
     [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MLA_O}}},                                    \

@@ -544,14 +544,17 @@ static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q
     return observe_layer >= 0 && c->stats ? observe(c, observe_layer) : KVCAL_OK;
 }
 
-/* K and V of every head from the latent entry (what the cache gives back). */
+/* K and V of every head from the latent entry (what the cache gives back):
+ * kv_b_proj on the latent as a linear layer (an FP8 one quantizes it as
+ * vLLM's MLA prefill does, kv_b_proj(kv_c_normed)). */
 static void expand(cpu_backend *c)
 {
     const kvcal_model_desc *d = c->base.desc;
     const int L = d->kv_lora_rank, H = d->num_heads, nope = d->qk_nope_head_dim;
     for (int64_t t = 0; t < c->n; t++)
         memcpy(c->lat + t * L, c->latent + t * d->head_dim, sizeof(float) * (size_t)L);
-    kvcal_matmul_ref(c->kvb, c->lat, weight(c, KVCAL_W_KV_B), NULL, (int)c->n, L,
+    kvcal_matmul_ref(c->kvb, gemm_input(c, KVCAL_W_KV_B, c->lat, c->n, L),
+                     weight(c, KVCAL_W_KV_B), NULL, (int)c->n, L,
                      H * (nope + d->v_head_dim));
     kvcal_mla_expand_ref(c->k, c->v, d->v_head_dim, c->kvb, c->latent, d->head_dim,
                          (int)c->n, H, nope, d->v_head_dim, L, d->qk_rope_head_dim);

@@ -774,15 +774,24 @@ static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q
 }
 
 /* K and V of every head from the entry (what the cache gives back):
- * kv_b_proj reading the latent in place (the entry's first kvr values), K
- * expanded (V stays inside kv_b_proj's output until attend pads it, where
- * it must). */
+ * kv_b_proj reading the latent in place (the entry's first kvr values; an
+ * FP8 kv_b_proj quantizes a contiguous copy of it, in mv until attend
+ * needs that), K expanded (V stays inside kv_b_proj's output until attend
+ * pads it, where it must). */
 static kvcal_status expand(cuda_backend *r)
 {
     kvcal_status st = KVCAL_OK;
-    const int n = r->batch * r->seq_len;
-    TRY(kvcal_gemm_launch_ld(r->gemm, r->kvb, r->latent, r->hd, tensor(r, KVCAL_W_KV_B),
-                             NULL, n, r->kvr, r->H * (r->nope + r->vh), r->stream));
+    const int n = r->batch * r->seq_len, kvb_n = r->H * (r->nope + r->vh);
+    const size_t e = sizeof(kvcal_bf16);
+    if (r->lay.fp8[KVCAL_W_KV_B].w == KVCAL_FP8W_NONE) {
+        TRY(kvcal_gemm_launch_ld(r->gemm, r->kvb, r->latent, r->hd,
+                                 tensor(r, KVCAL_W_KV_B), NULL, n, r->kvr, kvb_n,
+                                 r->stream));
+    } else {
+        TRY_CUDA(cudaMemcpy2DAsync(r->mv, r->kvr * e, r->latent, r->hd * e, r->kvr * e,
+                                   (size_t)n, cudaMemcpyDeviceToDevice, r->stream));
+        TRY(project(r, r->kvb, r->mv, KVCAL_W_KV_B, 0, NULL, n, r->kvr, kvb_n));
+    }
     TRY(kvcal_mla_expand_launch(r->mk, NULL, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
                                 r->nope, r->vh, r->kvr, r->rope, r->stream));
 fail:

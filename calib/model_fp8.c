@@ -34,8 +34,8 @@ static void module_of(char *module, size_t n, const char *tensor)
         module[len - 7] = '\0';
 }
 
-/* Whether w is the weight of a dense linear op (a projection, an MLP) in
- * some layer of d. */
+/* Whether w is the weight of a dense linear op (a projection, an MLP, MLA's
+ * kv_b_proj on the latent) in some layer of d. */
 static int dense_weight(const kvcal_model_desc *d, kvcal_weight w)
 {
     for (int l = 0; l < d->num_layers; l++) {
@@ -44,7 +44,7 @@ static int dense_weight(const kvcal_model_desc *d, kvcal_weight w)
         for (int i = 0; i < n; i++)
             if (ops[i].w == w &&
                 (ops[i].kind == KVCAL_OP_LINEAR || ops[i].kind == KVCAL_OP_SWIGLU ||
-                 ops[i].kind == KVCAL_OP_GEGLU))
+                 ops[i].kind == KVCAL_OP_GEGLU || ops[i].kind == KVCAL_OP_MLA_EXPAND))
                 return 1;
     }
     return 0;
@@ -172,8 +172,8 @@ static kvcal_status check_part(kvcal_model_fp8_t *f, const kvcal_checkpoint_t *c
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "%s: tensor %s is an FP8 weight outside the projections, MLPs "
-            "and experts of the %s family's layers (MLA's kv_b_proj), which "
-            "kvcal does not run in FP8 yet",
+            "and experts of the %s family's layers, which kvcal does not run "
+            "in FP8",
             f->path, name, d->arch->family);
     if (d->arch->weights[w].per_expert && s.fp8.w == KVCAL_FP8W_TENSOR &&
         s.fp8.a != KVCAL_FP8A_STATIC && s.fp8.a != KVCAL_FP8A_NONE)
@@ -239,6 +239,47 @@ static void describe_scheme(const kvcal_model_fp8_t *f, kvcal_model_desc *d)
              plain[0] ? "; unquantized: " : "", plain);
 }
 
+/* The weights vLLM fuses into one layer (kvcal_weight_spec.fused): one
+ * scheme, all FP8 or none; block-wise, every shard but the last whole
+ * blocks of rows (validate_fp8_block_shape). */
+static kvcal_status check_fused(const kvcal_model_fp8_t *f, const kvcal_model_desc *d)
+{
+    const kvcal_arch *a = d->arch;
+    for (int w = 0; w < KVCAL_W_COUNT; w++) {
+        if (!a->weights[w].fused || !kvcal_model_has_weight(d, w))
+            continue;
+        for (int v = w + 1; v < KVCAL_W_COUNT; v++) {
+            if (a->weights[v].fused != a->weights[w].fused ||
+                !kvcal_model_has_weight(d, v))
+                continue;
+            int l = 0;
+            while (l < d->num_layers - 1 && !kvcal_model_layer_has_weight(d, l, w))
+                l++;
+            char nw[256], nv[256], tw[160], tv[160];
+            kvcal_model_tensor_name(nw, sizeof nw, a, l, a->weights[w].parts[0].name, 0);
+            kvcal_model_tensor_name(nv, sizeof nv, a, l, a->weights[v].parts[0].name, 0);
+            kvcal_wq_scheme_describe(&d->fp8[w], tw, sizeof tw);
+            kvcal_wq_scheme_describe(&d->fp8[v], tv, sizeof tv);
+            if (!same_scheme(&d->fp8[w], &d->fp8[v]))
+                return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                                  "%s: %s is %s but %s is %s; vLLM serves the two as "
+                                  "one fused layer of one scheme (it refuses some but "
+                                  "not all shards quantized): quantize both alike",
+                                  f->path, nw, d->fp8[w].w ? tw : "unquantized", nv,
+                                  d->fp8[v].w ? tv : "unquantized");
+            long long rows, cols;
+            kvcal_model_weight_shape(d, w, &rows, &cols);
+            if (d->fp8[w].w == KVCAL_FP8W_BLOCK && rows % d->fp8[w].block_n)
+                return kvcal_fail(
+                    KVCAL_ERR_FORMAT,
+                    "%s: %s has %lld rows, not a multiple of the block size "
+                    "%d: vLLM refuses to fuse it block-wise with %s",
+                    f->path, nw, rows, d->fp8[w].block_n, nv);
+        }
+    }
+    return KVCAL_OK;
+}
+
 kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                                   const char *path, kvcal_model_desc *d,
                                   kvcal_model_fp8_t **out)
@@ -286,6 +327,8 @@ kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
             }
         any |= seen;
     }
+    if (!st)
+        st = check_fused(f, d);
     if (st) {
         kvcal_model_fp8_close(f);
         return st;
@@ -323,6 +366,40 @@ static kvcal_status read_scale(const kvcal_checkpoint_t *ck, const char *path,
                 "finite and > 0",
                 path, name, (double)dst[i], (long long)i);
     return KVCAL_OK;
+}
+
+/* The scales of the weights vLLM fuses with w in one layer
+ * (kvcal_weight_spec.fused): per tensor, *smax and *differ (from w's first
+ * scale s0) take theirs in; a static input scale, *input the largest. */
+static kvcal_status fused_scales(const kvcal_model_fp8_t *f, const kvcal_checkpoint_t *ck,
+                                 const kvcal_model_desc *d, int layer, kvcal_weight w,
+                                 float s0, float *smax, int *differ, float *input)
+{
+    const kvcal_arch *a = d->arch;
+    kvcal_status st = KVCAL_OK;
+    for (int v = 0; !st && a->weights[w].fused && v < KVCAL_W_COUNT; v++) {
+        if (v == (int)w || a->weights[v].fused != a->weights[w].fused ||
+            !kvcal_model_layer_has_weight(d, layer, v))
+            continue;
+        char name[256], module[256], scale[320];
+        kvcal_model_tensor_name(name, sizeof name, a, layer, a->weights[v].parts[0].name,
+                                0);
+        module_of(module, sizeof module, name);
+        float x;
+        if (d->fp8[w].w == KVCAL_FP8W_TENSOR) {
+            snprintf(scale, sizeof scale, "%s.%s", module, f->scheme[v].scale_name);
+            if (!(st = read_scale(ck, f->path, scale, &x, 1))) {
+                *smax = x > *smax ? x : *smax;
+                *differ |= x != s0;
+            }
+        }
+        if (!st && f->scheme[w].input_scale) {
+            snprintf(scale, sizeof scale, "%s.input_scale", module);
+            if (!(st = read_scale(ck, f->path, scale, &x, 1)))
+                *input = x > *input ? x : *input;
+        }
+    }
+    return st;
 }
 
 kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpoint_t *ck,
@@ -382,12 +459,14 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
         row += r;
     }
     free(grid);
+    int differ = 0;
+    if (!st)
+        st = fused_scales(f, ck, d, layer, w, ws[0], &smax, &differ, &p->input_scale);
     if (st || q->w != KVCAL_FP8W_TENSOR)
         return st;
     /* one scale for the fused weight: vLLM requantizes the shards to the
      * largest (compressed-tensors and fp8: unless the checkpoint fused
      * them itself; ModelOpt: where the shards' scales differ) */
-    int differ = 0;
     for (int j = 1; j < p->n; j++)
         differ |= ws[j] != ws[0];
     /* the experts' gate/up always, their down never

@@ -28,9 +28,10 @@ typedef struct kvcal_model_fp8 kvcal_model_fp8_t;
 /* Reads the quantization config of the model in `dir` and checks every
  * matrix of d's family in checkpoint ck (borrowed; path names it in
  * messages) against it: an F8_E4M3 tensor the config does not quantize, a
- * float one it does, an FP8 weight kvcal does not run (MLA's kv_b_proj),
- * schemes that differ between layers, parts or experts, missing or misshapen scales are
- * errors naming the tensor. Fills d->fp8 and d->weight_scheme. *out = NULL on failure. */
+ * float one it does, an FP8 weight kvcal does not run, schemes that differ
+ * between layers, parts, experts or the shards vLLM fuses, missing or
+ * misshapen scales are errors naming the tensor. Fills d->fp8 and
+ * d->weight_scheme. *out = NULL on failure. */
 kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                                   const char *path, kvcal_model_desc *d,
                                   kvcal_model_fp8_t **out);

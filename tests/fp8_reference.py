@@ -3,10 +3,10 @@ kvcal's FP8 weights (tests/make_fp8_checkpoints.py writes the fixtures with
 it on the CPU; tests/fp8_vs_torch_gpu.py runs it on a GPU with
 torch._scaled_mm).
 
-make_checkpoint() builds a tiny Llama or Qwen3 model with transformers'
-own config classes (random weights), quantizes its projections with the
-scheme's rules (a weight's scale is its absmax / 448 over the tensor, the
-output row or the block; static input scales from the unquantized model's
+make_checkpoint() builds a tiny Llama, Qwen3, mixture-of-experts or
+DeepSeek model with transformers' own config classes (random weights),
+quantizes its projections with the scheme's rules (a weight's scale is
+its absmax / 448 over the tensor, the output row or the block; static input scales from the unquantized model's
 activations) and saves the checkpoint as the scheme's writer lays it out:
 compressed-tensors (weight_scale, input_scale, config_groups, ignore), the
 fp8 method (weight_scale_inv of 2-D blocks, weight_block_size), ModelOpt
@@ -165,11 +165,21 @@ class FP8Linear(torch.nn.Module):
         cuBLASLt FP8 GEMMs compute it; weight-only FP8 as bf16 (Marlin)."""
         if self.act is None:
             return self.served_cpu(x)
+        m = x.shape[0]  # an expert's rows: padded with zero rows to whole tiles of
+        if m % 128:     # 128 (cuBLASLt's block-scaled GEMM refuses others), cut off after
+            x = torch.cat([x, x.new_zeros(128 - m % 128, x.shape[1])])
         xq, s = self.quantize(x)
         b = self.wq.t()
+        n = self.wq.shape[0]
         if self.kind == "block":
             a_scale = s.t().contiguous().t()          # (M, K/128), stride (1, M)
             b_scale = self.scale.t()                  # its .t(): (N/128, K/128) row-major
+            if n % self.block[0]:  # a partial last block (DeepSeek's kv_a_proj_with_mqa):
+                rows = self.scale.shape[0] * self.block[0]  # zero rows, cut off after
+                w = torch.zeros(rows, self.wq.shape[1], dtype=self.wq.dtype,
+                                device=self.wq.device)
+                w[:n] = self.wq
+                b = w.t()
         elif self.kind == "tensor" and self.act == "static":
             a_scale, b_scale = s[:1, :1].reshape(()), self.scale.reshape(())
         else:
@@ -177,7 +187,7 @@ class FP8Linear(torch.nn.Module):
             b_scale = expand_scales(self.scale, self.kind, (self.wq.shape[0], 1)).reshape(1, -1)
             b_scale = b_scale.float().contiguous()
         out = torch._scaled_mm(xq, b, scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16)
-        out = out[0] if isinstance(out, tuple) else out
+        out = (out[0] if isinstance(out, tuple) else out)[:m, :n]
         return out if self.bias is None else out + self.bias
 
 
@@ -211,7 +221,7 @@ SCHEMES = {
 
 # the projections a scheme quantizes (Mixtral's experts' w1, w3, w2 too)
 PROJ = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "w1",
-        "w2", "w3"}
+        "w2", "w3", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"}
 
 
 def ignored(scheme, module):
@@ -257,7 +267,8 @@ def quant_config(scheme):
 def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
     """Llama, Qwen3, or a mixture of experts: Qwen3-MoE (4 experts, top 2,
     normalized) or Qwen2-MoE (4 experts, top 2, a gated shared expert),
-    inter each expert's intermediate size."""
+    inter each expert's intermediate size; DeepSeek-V2 / V3
+    (deepseek_config)."""
     import transformers as tf
     common = dict(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                   num_key_value_heads=kv_heads, head_dim=64, vocab_size=vocab,
@@ -276,7 +287,30 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
         return tf.Glm4MoeConfig(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                                 moe_intermediate_size=inter, first_k_dense_replace=1,
                                 n_group=1, topk_group=1, norm_topk_prob=True, **common)
+    if arch.startswith("deepseek"):
+        return deepseek_config(tf, arch, hidden, inter, heads, vocab, layers)
     return tf.Qwen3Config(**common)
+
+
+def deepseek_config(tf, arch, hidden, inter, heads, vocab, layers):
+    """DeepSeek-V3 (the query's LoRA, which vLLM fuses with
+    kv_a_proj_with_mqa; sigmoid routing) or V2 (q_proj; softmax): multi-head
+    latent attention whose every input is whole groups of 64 (q_lora_rank,
+    kv_lora_rank 128; o_proj's 2 x 32), kv_a_proj_with_mqa's 160 rows a
+    partial last block; a dense first layer, then 4 experts of intermediate
+    inter, top 2, a shared expert."""
+    common = dict(hidden_size=hidden, intermediate_size=2 * inter, moe_intermediate_size=inter,
+                  num_attention_heads=heads, num_key_value_heads=heads, kv_lora_rank=128,
+                  qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=4,
+                  num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                  vocab_size=vocab, num_hidden_layers=layers, max_position_embeddings=256,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False)
+    if arch == "deepseek_v3":
+        return tf.DeepseekV3Config(q_lora_rank=128, n_group=1, topk_group=1,
+                                   routed_scaling_factor=2.5, norm_topk_prob=True,
+                                   rope_interleave=True, **common)
+    return tf.DeepseekV2Config(q_lora_rank=None, topk_method="greedy", n_group=1, topk_group=1,
+                               routed_scaling_factor=1.0, norm_topk_prob=False, **common)
 
 
 # the checkpoint's names of an expert's weights: (the experts' module under
@@ -421,8 +455,12 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
         json.dump(c, f, indent=2)
 
 
-# the FP8 projections of a layer: (parent module, shards fused in vLLM)
+# the FP8 projections of a layer: (parent module, shards fused in vLLM; a
+# shard the checkpoint lacks is left out: DeepSeek's q_proj alone, its
+# kv_a_proj_with_mqa alone without the query's LoRA)
 GROUPS = [("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
+          ("self_attn", ("q_a_proj", "kv_a_proj_with_mqa")), ("self_attn", ("q_b_proj",)),
+          ("self_attn", ("kv_b_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)),
           ("mlp.shared_expert", ("gate_proj", "up_proj")),
           ("mlp.shared_expert", ("down_proj",)),
@@ -518,8 +556,9 @@ def serve_layers(model, t, scheme, arch, mode="cpu"):
     for i, layer in enumerate(model.model.layers):
         pre = "model.layers.%d." % i
         for parent, group in GROUPS:
+            group = [p for p in group if pre + "%s.%s.weight" % (parent, p) in t]
             mods = [pre + "%s.%s" % (parent, p) for p in group]
-            if mods[0] + ".weight" not in t or t[mods[0] + ".weight"].dtype != FP8:
+            if not mods or t[mods[0] + ".weight"].dtype != FP8:
                 continue
             owner = layer.get_submodule(parent)
             wqs, scales, in_s = served_shards(t, mods, scheme)
@@ -556,17 +595,28 @@ def served_model(ckpt, arch, scheme, dims, dtype=torch.float64, mode="cpu",
 
 def kv_absmax(model, samples):
     """Per layer, per kv head absmax of K (after the k norm and RoPE) and V
+    (MLA: of the cached entry, K and V alike, one head)
     of `model` over the token samples (lists of ids, one forward each), as
     float64 arrays: hooks recompute K and V as the attention modules do,
     with their own projections, in the model's dtype and device."""
     import sys
+    from hf_mla import is_mla, mla_entry
     layers = model.model.layers
     dev = model.model.embed_tokens.weight.device
-    k_abs = torch.zeros(len(layers), model.config.num_key_value_heads, dtype=torch.float64,
-                        device=dev)
+    heads = 1 if is_mla(layers[0].self_attn) else model.config.num_key_value_heads
+    k_abs = torch.zeros(len(layers), heads, dtype=torch.float64, device=dev)
     v_abs = torch.zeros_like(k_abs)
 
+    def mla_hook(i):
+        def hook(module, args, kwargs):  # the entry, as its one kv head
+            e = mla_entry(module, kwargs, torch).abs().amax().double()
+            k_abs[i] = torch.maximum(k_abs[i], e)
+            v_abs[i] = torch.maximum(v_abs[i], e)
+        return hook
+
     def make_hook(i, attn):
+        if is_mla(attn):
+            return mla_hook(i)
         rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
 
         def hook(module, args, kwargs):

@@ -9,8 +9,9 @@ For every scheme of fp8_reference.SCHEMES (blocks of 128, so that
 cuBLASLt's block-scaled GEMMs run), a random Llama or Qwen3 model (for the
 mixture-of-experts scheme a Qwen2-MoE of 4 experts, top 2, its experts and
 shared expert FP8) of hidden 512, intermediate 1024, 8 heads, 2 kv heads
-(head_dim 64), 2 layers
-is written under WORK, then 4 samples of 256 tokens run through kvcal
+(head_dim 64), 2 layers, and two DeepSeek models (fp8_reference's
+deepseek_config: V3 in the fp8 method's blocks, V2 per channel; the
+cached entry's absmax compared, as one kv head), is written under WORK, then 4 samples of 256 tokens run through kvcal
 (cuBLASLt's FP8 GEMMs; KVCAL_FP8_GEMM=fast, the same with Hopper's fast
 accumulation; KVCAL_FP8_GEMM=dequant, the dequantized bf16 fallback) and
 through the torch model; per-layer per-kv-head absmax of K (after RoPE and
@@ -50,6 +51,9 @@ import fp8_reference as ref  # noqa: E402
 DIMS = (512, 1024, 8, 2, 512)  # hidden, intermediate, heads, kv heads, vocab
 SAMPLES, SEQ, LIMIT = 4, 256, 0.02
 DRAWS, MARGIN = 3, 1.5  # perturbed servings per arithmetic; the bound's factor
+# MLA: DeepSeek-V3's released blocks (kv_b_proj and the fused q_a_proj /
+# kv_a_proj_with_mqa among them), a V2 per channel; the entry's absmax
+DEEPSEEK = [("fp8_block", "deepseek_v3"), ("ct_channel_token", "deepseek_v2")]
 PATHS = (("fp8_gemm", {}), ("fast", {"KVCAL_FP8_GEMM": "fast"}),
          ("dequant", {"KVCAL_FP8_GEMM": "dequant"}))
 
@@ -108,12 +112,13 @@ def main():
         for row in ids:
             f.write(json.dumps({"input_ids": row}) + "\n")
     rows, spreads = [], {}  # spreads: per served model (pooled), the worst distance
-    for i, scheme in enumerate(ref.SCHEMES):
+    cases = [(scheme, "qwen2_moe" if scheme.endswith("_moe") else ("llama", "qwen3")[i % 2])
+             for i, scheme in enumerate(ref.SCHEMES)] + DEEPSEEK
+    for i, (scheme, arch) in enumerate(cases):
         method, kind, act, block, opt = ref.SCHEMES[scheme]
         if block:  # cuBLASLt's block modes are 128 x 128
             ref.SCHEMES[scheme] = (method, kind, act, (128, 128), opt)
-        arch = "qwen2_moe" if scheme.endswith("_moe") else ("llama", "qwen3")[i % 2]
-        d = os.path.join(work, scheme)
+        d = os.path.join(work, "%s_%s" % (arch, scheme))
         ref.make_checkpoint(d, arch, scheme, DIMS, ids[:1])
         served = functools.partial(ref.served_model, d, arch, scheme, DIMS,
                                    dtype=torch.bfloat16, device="cuda")

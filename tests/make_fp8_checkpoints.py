@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """FP8 fixtures for tests/test_runner.c and tests/test_cuda_backend.c: tiny
-Llama and Qwen3 checkpoints of every FP8 scheme kvcal reads
+Llama, Qwen3, mixture-of-experts and DeepSeek (MLA) checkpoints of every
+FP8 scheme kvcal reads
 (tests/fp8_reference.py: compressed-tensors per-tensor with static input
 scales and an ignored down_proj, per-channel with dynamic per-token
 activations and bf16 scales, blocks with activation groups; the fp8
@@ -30,8 +31,9 @@ bf16's epsilon), the spread tests/test_cuda_backend.c allows beside its
 bound.
 
 Also writes fp8_qwen3_moe_experts, a mixture of experts whose experts are
-FP8 per tensor with dynamic activations, which kvcal refuses (no reference
-values).
+FP8 per tensor with dynamic activations, and two DeepSeek-V3 models whose
+q_a_proj and kv_a_proj_with_mqa vLLM cannot fuse, which kvcal refuses (no
+reference values).
 
 Usage: python3 tests/make_fp8_checkpoints.py [NAME...]   (from the
 repository root; needs torch, transformers, safetensors, numpy)
@@ -73,6 +75,16 @@ FIXTURES = [
     ("fp8_glm4_moe_ct_block_group", "glm4_moe", "ct_block_group", (128, 64, 2, 1, golden.VOCAB)),
     ("fp8_mixtral_modelopt_tensor_static", "mixtral", "modelopt_tensor_static",
      (128, 64, 2, 1, golden.VOCAB)),
+    # multi-head latent attention: DeepSeek-V3 / R1 / Kimi K2's released
+    # format (the fp8 method's blocks, every projection, kv_b_proj and the
+    # experts among them); per-tensor static V3 weights, whose q_a_proj and
+    # kv_a_proj_with_mqa vLLM serves fused at their larger scale; a V2-Lite
+    # style model per channel with per-token activations
+    ("fp8_deepseek_v3_fp8_block", "deepseek_v3", "fp8_block", (128, 64, 2, 2, golden.VOCAB)),
+    ("fp8_deepseek_v3_ct_tensor_static", "deepseek_v3", "ct_tensor_static_moe",
+     (128, 64, 2, 2, golden.VOCAB)),
+    ("fp8_deepseek_v2_ct_channel_token", "deepseek_v2", "ct_channel_token",
+     (128, 64, 2, 2, golden.VOCAB)),
 ]
 
 
@@ -172,10 +184,11 @@ def make_fixture(name, arch, scheme, dims):
           "token %d, bf16 spread %.1e" % (d, size, attempt, worst, tok, max(fx["bf16_spread"])))
 
 
-def make_refused(name, cfg, scheme, kind, quantized):
+def make_refused(name, cfg, scheme, kind, quantized, block=None, ignore=None):
     """A tiny mixture of experts (config cfg, random weights) that kvcal
-    refuses: the weights `quantized` picks FP8 (weights of `kind` under
-    `scheme`'s config), the rest bf16."""
+    refuses: the weights `quantized` picks FP8 (weights of `kind`, in
+    blocks of `block`, under `scheme`'s config, whose ignore list `ignore`
+    replaces), the rest bf16."""
     import json
     import safetensors.torch as st
     import transformers as tf
@@ -188,15 +201,17 @@ def make_refused(name, cfg, scheme, kind, quantized):
     t = st.load_file(path)
     for tn in list(t):
         if quantized(tn):
-            wq, s = ref.quantize_weight(t[tn].float(), kind)
+            wq, s = ref.quantize_weight(t[tn].float(), kind, block)
             t[tn] = wq
-            t[tn[:-len(".weight")] + ".weight_scale"] = s
+            t[tn[:-len(".weight")] + (".weight_scale_inv" if block else ".weight_scale")] = s
         else:
             t[tn] = t[tn].to(torch.bfloat16)
     st.save_file(t, path, metadata={"format": "pt"})
     with open(os.path.join(d, "config.json")) as f:
         c = json.load(f)
     c["quantization_config"] = ref.quant_config(scheme)
+    if ignore is not None:
+        c["quantization_config"]["ignore"] = ignore
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     for extra in os.listdir(d):
@@ -218,6 +233,30 @@ def make_moe_refusal():
                  lambda tn: tn.endswith("_proj.weight"))  # attention and experts
 
 
+def make_deepseek_refusals():
+    """Two DeepSeek-V3 checkpoints vLLM refuses to fuse q_a_proj and
+    kv_a_proj_with_mqa of: fp8_deepseek_v3_half_fused (q_a_proj FP8 per
+    channel, kv_a_proj_with_mqa left bf16 by the ignore list: "some but not
+    all shards" quantized) and fp8_deepseek_v3_q_lora_96 (blocks of 64 and
+    a q_lora_rank of 96, not whole blocks of rows)."""
+    import transformers as tf
+
+    def v3(q_lora):
+        return tf.DeepseekV3Config(
+            hidden_size=64, intermediate_size=64, moe_intermediate_size=64,
+            num_attention_heads=2, num_key_value_heads=2, q_lora_rank=q_lora, kv_lora_rank=64,
+            qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=2,
+            num_experts_per_tok=1, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
+            topk_group=1, vocab_size=golden.VOCAB, num_hidden_layers=1,
+            max_position_embeddings=64)
+
+    make_refused("fp8_deepseek_v3_half_fused", v3(64), "ct_channel_token", "channel",
+                 lambda tn: tn.endswith("_proj.weight") and "kv_a_proj" not in tn,
+                 ignore=["lm_head", "re:.*kv_a_proj_with_mqa$"])
+    make_refused("fp8_deepseek_v3_q_lora_96", v3(96), "fp8_block", "block",
+                 lambda tn: tn.endswith(("_proj.weight", "_mqa.weight")), block=(64, 64))
+
+
 def main():
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
@@ -226,6 +265,8 @@ def main():
             make_fixture(name, arch, scheme, dims)
     if not wanted or "fp8_qwen3_moe_experts" in wanted:
         make_moe_refusal()
+    if not wanted or wanted & {"fp8_deepseek_v3_half_fused", "fp8_deepseek_v3_q_lora_96"}:
+        make_deepseek_refusals()
 
 
 if __name__ == "__main__":

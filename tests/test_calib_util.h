@@ -68,4 +68,11 @@ int kvcal_test_large_k_copy(const char *model, const char *out, float factor);
  * bit. */
 int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b);
 
+/* The golden FP8 checkpoints of every scheme kvcal reads
+ * (tests/make_fp8_checkpoints.py), KVCAL_TEST_FP8_FIXTURES of them: the
+ * cpu backend holds them to their float64 reference, the cuda one to its
+ * bf16 bounds. */
+#define KVCAL_TEST_FP8_FIXTURES 15
+extern const char *const kvcal_test_fp8_fixtures[KVCAL_TEST_FP8_FIXTURES];
+
 #endif

@@ -429,13 +429,6 @@ static void cuda_runner_streams_weights_under_a_memory_cap(void)
  * than the float64 reference's. */
 static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
 {
-    static const char *const names[] = {
-        "fp8_llama_ct_tensor_static",     "fp8_qwen3_ct_channel_token",
-        "fp8_qwen3_ct_block_group",       "fp8_qwen3_fp8_block",
-        "fp8_llama_fp8_tensor_dynamic",   "fp8_llama_modelopt_tensor_static",
-        "fp8_llama_modelopt_pb_wo",       "fp8_qwen3_moe_fp8_block",
-        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static",
-        "fp8_glm4_moe_ct_block_group",    "fp8_mixtral_modelopt_tensor_static"};
     kvcal_backend_options fallback, fast, small;
     memset(&fallback, 0, sizeof fallback);
     memset(&fast, 0, sizeof fast);
@@ -443,13 +436,14 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
     fallback.fp8_dequant = 1;
     fast.fp8_fast_accum = 1;
     small.load_piece_bytes = 4096;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        check_runner_golden(names[i]);
-        check_runner_golden_with(names[i], &fallback);
-        check_runner_golden_with(names[i], &fast);
+    for (size_t i = 0; i < KVCAL_TEST_FP8_FIXTURES; i++) {
+        const char *name = kvcal_test_fp8_fixtures[i];
+        check_runner_golden(name);
+        check_runner_golden_with(name, &fallback);
+        check_runner_golden_with(name, &fast);
         kvcal_stats_t *want = NULL, *got = NULL;
-        cJSON_Delete(kvcal_test_cuda_run_golden(names[i], NULL, &want, NULL, NULL));
-        cJSON_Delete(kvcal_test_cuda_run_golden(names[i], &small, &got, NULL, NULL));
+        cJSON_Delete(kvcal_test_cuda_run_golden(name, NULL, &want, NULL, NULL));
+        cJSON_Delete(kvcal_test_cuda_run_golden(name, &small, &got, NULL, NULL));
         CU_ASSERT(kvcal_test_stats_equal(want, got));
         kvcal_stats_destroy(want);
         kvcal_stats_destroy(got);

@@ -15,6 +15,7 @@
 
 #define V2 "tests/fixtures/golden/deepseek_v2_mla_grouped_softmax_bf16"
 #define V3 "tests/fixtures/golden/deepseek_v3_mla_qlora_grouped_sigmoid_bf16"
+#define FP8_V3 "tests/fixtures/golden/fp8_deepseek_v3_fp8_block"
 #define RUN " --num-samples 6 --seq-len 40 --quiet"
 
 /* 6 documents of 48 token ids below the models' vocabulary of 128 */
@@ -54,6 +55,17 @@ static int calibrate(const char *model, const char *out, const char *extra)
     return kvcal_test_run_kvcal(args, NULL);
 }
 
+/* A layer of the kvcal JSON of an MLA model: one scale for K and V, set by
+ * the larger of the entry's two parts' absmax, both reported. */
+static void check_entry_scale(const cJSON *l)
+{
+    const double lat = number(l, "latent_absmax"), rope = number(l, "rope_absmax");
+    const double k = number(l, "k_scale");
+    CU_ASSERT(lat > 0.0 && rope > 0.0);
+    CU_ASSERT_EQUAL(k, number(l, "v_scale"));
+    CU_ASSERT(fabs(k * 448.0 - fmax(lat, rope)) <= 1e-6 * fmax(lat, rope));
+}
+
 /* One kv head of the entry (32 latent + 16 RoPE values); per layer one
  * scale for K and V, set by the larger of the two parts' absmax, both
  * reported; --granularity head gives the same (one head). */
@@ -73,16 +85,12 @@ static void calibrate_mla_writes_one_scale_per_entry_and_its_parts_absmax(void)
     CU_ASSERT_EQUAL(cJSON_GetArraySize(layers), 3);
     cJSON_ArrayForEach(l, layers)
     {
-        const double lat = number(l, "latent_absmax"), rope = number(l, "rope_absmax");
-        const double k = number(l, "k_scale");
-        CU_ASSERT(lat > 0.0 && rope > 0.0);
-        CU_ASSERT_EQUAL(k, number(l, "v_scale"));
-        CU_ASSERT(fabs(k * 448.0 - fmax(lat, rope)) <= 1e-6 * fmax(lat, rope));
+        check_entry_scale(l);
         CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(l, "k_scale_per_head")),
                         1);
         CU_ASSERT_EQUAL(
             cJSON_GetArrayItem(cJSON_GetObjectItem(l, "k_absmax"), 0)->valuedouble,
-            fmax(lat, rope));
+            fmax(number(l, "latent_absmax"), number(l, "rope_absmax")));
     }
     cJSON_Delete(root);
     char args[1024];
@@ -299,33 +307,24 @@ static void inspect_mla_model_describes_the_latent_entry_and_grouped_routing(voi
     free(out);
 }
 
-/* DeepSeek's released FP8 checkpoints (e4m3 weights with a scale per 128 x
- * 128 block) are refused in one line naming the scheme. */
-static void calibrate_refuses_block_wise_fp8_deepseek_checkpoints(void)
+/* DeepSeek's released FP8 format (the fp8 method's e4m3 blocks with
+ * weight_scale_inv, kv_b_proj and the experts among them) calibrates: per
+ * layer one scale for the entry, and the file validates against the
+ * model. */
+static void calibrate_runs_block_wise_fp8_deepseek_checkpoints(void)
 {
-    const char *dir = kvcal_test_path("mla_fp8");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r " V3 " '%s'", dir, dir);
-    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
-    char config[700];
-    snprintf(config, sizeof config, "%s/config.json", dir);
-    cJSON *root = load_json(config);
+    const char *out = kvcal_test_path("mla_fp8.json");
+    remove(out);
+    CU_ASSERT_EQUAL_FATAL(calibrate(FP8_V3, out, ""), 0);
+    cJSON *root = load_json(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
-    cJSON *q = cJSON_AddObjectToObject(root, "quantization_config");
-    cJSON_AddStringToObject(q, "activation_scheme", "dynamic");
-    cJSON_AddStringToObject(q, "fmt", "e4m3");
-    cJSON_AddStringToObject(q, "quant_method", "fp8");
-    const int block[2] = {128, 128};
-    cJSON_AddItemToObject(q, "weight_block_size", cJSON_CreateIntArray(block, 2));
-    char *text = cJSON_Print(root);
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(config, text, strlen(text)), 0);
-    free(text);
+    const cJSON *layers = cJSON_GetObjectItem(root, "layers"), *l;
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(layers), 2);
+    cJSON_ArrayForEach(l, layers) check_entry_scale(l);
     cJSON_Delete(root);
-    snprintf(cmd, sizeof cmd, "calibrate --model '%s' --dataset '%s'" RUN " --out '%s'",
-             dir, ids_file(), kvcal_test_path("never.json"));
-    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(cmd, NULL), 1);
-    CU_ASSERT(kvcal_test_kvcal_stderr_has("in block-wise FP8 (quantization_config "
-                                          "quant_method fp8, weight_block_size 128"));
+    char args[1024];
+    snprintf(args, sizeof args, "validate-scales '%s' --model " FP8_V3 " --strict", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
 }
 
 /* --q-scale and --signed-range have no meaning for MLA's one latent entry:
@@ -349,7 +348,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_modes_all_on_mla_are_its_caches_and_fp8_ds_mla_is_656_bytes_shaped),
     KVCAL_TEST(eval_refuses_modes_that_do_not_apply_to_mla_or_to_other_models),
     KVCAL_TEST(inspect_mla_model_describes_the_latent_entry_and_grouped_routing),
-    KVCAL_TEST(calibrate_refuses_block_wise_fp8_deepseek_checkpoints),
+    KVCAL_TEST(calibrate_runs_block_wise_fp8_deepseek_checkpoints),
     KVCAL_TEST(calibrate_refuses_q_scale_and_signed_range_on_mla),
     CU_TEST_INFO_NULL,
 };

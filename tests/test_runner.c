@@ -1129,15 +1129,8 @@ static void eval_layer_by_layer_equals_batch_by_batch(void)
  * quantization, the dequantized operands multiplied. */
 static void runner_matches_vllm_fp8_semantics_on_every_scheme(void)
 {
-    static const char *const names[] = {
-        "fp8_llama_ct_tensor_static",     "fp8_qwen3_ct_channel_token",
-        "fp8_qwen3_ct_block_group",       "fp8_qwen3_fp8_block",
-        "fp8_llama_fp8_tensor_dynamic",   "fp8_llama_modelopt_tensor_static",
-        "fp8_llama_modelopt_pb_wo",       "fp8_qwen3_moe_fp8_block",
-        "fp8_qwen3_moe_ct_channel_token", "fp8_qwen2_moe_ct_tensor_static",
-        "fp8_glm4_moe_ct_block_group",    "fp8_mixtral_modelopt_tensor_static"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        check_against_golden(names[i]);
+    for (size_t i = 0; i < KVCAL_TEST_FP8_FIXTURES; i++)
+        check_against_golden(kvcal_test_fp8_fixtures[i]);
 }
 
 /* The scheme of each logical weight, as the config and the ignore list say. */
@@ -1275,6 +1268,16 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
         "model.layers.0.mlp.experts.0.gate_proj is an expert's FP8 weight "
         "per tensor with dynamic activations, whose inputs vLLM's fused MoE "
         "quantizes with one scale over each whole batch");
+    /* DeepSeek's q_a_proj and kv_a_proj_with_mqa, which vLLM fuses */
+    expect_open_error(
+        "tests/fixtures/golden/fp8_deepseek_v3_half_fused", KVCAL_ERR_UNSUPPORTED,
+        "model.layers.0.self_attn.q_a_proj.weight is FP8 e4m3 weights "
+        "per-channel, activations dynamic per-token but "
+        "model.layers.0.self_attn.kv_a_proj_with_mqa.weight is unquantized");
+    expect_open_error(
+        "tests/fixtures/golden/fp8_deepseek_v3_q_lora_96", KVCAL_ERR_FORMAT,
+        "model.layers.0.self_attn.q_a_proj.weight has 96 rows, not a "
+        "multiple of the block size 64: vLLM refuses to fuse it block-wise");
 }
 
 static CU_TestInfo tests[] = {
