@@ -5,7 +5,14 @@ model and the same tokens (8 samples x 2048 tokens a batch), in one run.
 
 usage: calibrate_mla.py KVCAL WORKDIR OUT [--layers N] [--batches B]
                         [--transformers all|none|CONFIG,...] [--kvcal-profile]
-                        [--kvcal-repeats N]
+                        [--kvcal-repeats N] [--fp8 block]
+
+--fp8 block (with --transformers none): the same random model saved as
+DeepSeek-V3 is released (the fp8 method: every projection, kv_b_proj and
+the experts among them, in e4m3 128 x 128 blocks with weight_scale_inv,
+dynamic activations; the routers, norms, embedding and lm_head bf16, and
+the dense first layer's MLP, whose 10944 rows vLLM cannot fuse in blocks
+of 128), kvcal alone on it.
 
 DeepSeek-V2-Lite's layers (hidden 2048, 16 heads, no query LoRA, kv_lora_rank
 512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128, yarn x40 of
@@ -63,15 +70,16 @@ from calibrate_llama8b import flush_to_disk  # noqa: E402
 # kvcal's run (per-head granularity: one head, the entry), its peak memory and
 # the GEMM timer, at the same 8 x 2048-token batches
 from calibrate_moe import (BATCH, SEQ, Deadline, bench_ms, print_load,  # noqa: E402
-                           print_profile, run_kvcal, run_kvcal_median, timed_run)
+                           print_profile, run_kvcal, run_kvcal_median, save_fp8_block,
+                           timed_run)
 
 D, H, L, R, NOPE, VD = 2048, 16, 512, 64, 128, 128
 E, TOPK, MI, SHARED, DENSE_I, VOCAB = 64, 6, 1408, 2, 10944, 102400
 
 
-def make_model(workdir, layers):
-    """The checkpoint (saved once)."""
-    model_dir = os.path.join(workdir, f"deepseek-v2-lite-{layers}l")
+def make_model(workdir, layers, fp8=False):
+    """The checkpoint (saved once; fp8: as save_fp8_block saves it)."""
+    model_dir = os.path.join(workdir, f"deepseek-v2-lite-{layers}l{'-fp8' if fp8 else ''}")
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         cfg = DeepseekV2Config(
             hidden_size=D, intermediate_size=DENSE_I, moe_intermediate_size=MI,
@@ -93,7 +101,11 @@ def make_model(workdir, layers):
         with torch.no_grad():  # routers that choose: N(0, 1) logits over the experts
             for layer in model.model.layers[1:]:
                 layer.mlp.gate.weight.normal_(0.0, 1.0 / D ** 0.5)
-        model.save_pretrained(model_dir)
+        if fp8:
+            save_fp8_block(model, model_dir, not_convert=[
+                f"model.layers.0.mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")])
+        else:
+            model.save_pretrained(model_dir)
         del model
         torch.cuda.empty_cache()
     return model_dir
@@ -227,7 +239,12 @@ def main():
                     help="run kvcal once more with --profile and print where its time went")
     ap.add_argument("--deadline", type=int, default=0,
                     help="seconds after which transformers' configurations stop (0: none)")
+    ap.add_argument("--fp8", choices=["block"],
+                    help="the checkpoint in FP8 as DeepSeek-V3 is released (kvcal alone)")
     a = ap.parse_args()
+    if a.fp8 and a.transformers != "none":
+        sys.exit("--fp8 block: give --transformers none (transformers is not timed on FP8 "
+                 "weights here)")
     if a.kvcal_repeats < 1:
         sys.exit(f"--kvcal-repeats {a.kvcal_repeats}: give 1 or more")
     Deadline.start(a.deadline)
@@ -237,7 +254,7 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
     t = time.time()
-    model_dir = make_model(a.workdir, a.layers)
+    model_dir = make_model(a.workdir, a.layers, fp8=bool(a.fp8))
     flush_to_disk("the checkpoint")
     print(f"checkpoint of {a.layers} layers ready in {time.time() - t:.1f} s", flush=True)
     samples = a.batches * BATCH

@@ -149,19 +149,26 @@ def disk_layers(workdir, margin=3 << 30, fp8=False):
 
 def quant_block(w, block=128):
     """w (out, in) as the fp8 method's 128 x 128 blocks: e4m3 weights and a
-    float32 weight_scale_inv per block (its absmax / 448)."""
+    float32 weight_scale_inv per block (its absmax / 448); a last block of
+    fewer rows where out is not whole blocks (DeepSeek's
+    kv_a_proj_with_mqa), whole blocks of columns (the activations' groups)."""
     out, inp = w.shape
-    if out % block or inp % block:
-        sys.exit(f"--fp8 block: a weight of {out} x {inp} is not whole blocks of {block}")
-    b = w.float().reshape(out // block, block, inp // block, block)
+    if inp % block:
+        sys.exit(f"--fp8 block: a weight of {out} x {inp} is not whole blocks of {block} "
+                 "columns")
+    rows = -(-out // block) * block
+    padded = torch.zeros(rows, inp, dtype=torch.float32, device=w.device)
+    padded[:out] = w.float()
+    b = padded.reshape(rows // block, block, inp // block, block)
     scale = b.abs().amax(dim=(1, 3)) / 448.0
     q = (b / scale[:, None, :, None].clamp(min=1e-12)).clamp(-448.0, 448.0)
-    return q.to(torch.float8_e4m3fn).reshape(out, inp), scale.contiguous()
+    return q.to(torch.float8_e4m3fn).reshape(rows, inp)[:out], scale.contiguous()
 
 
-def save_fp8_block(model, model_dir, shard_bytes=4 << 30):
-    """model (Qwen3-MoE) saved as Qwen3-30B-A3B-FP8 is released: the fp8
-    method, every projection (attention, experts) in e4m3 128 x 128 blocks
+def save_fp8_block(model, model_dir, shard_bytes=4 << 30, not_convert=()):
+    """model (Qwen3-MoE, DeepSeek-V2) saved as Qwen3-30B-A3B-FP8 and
+    DeepSeek-V3 are released: the fp8 method, every projection (attention,
+    experts; but the modules not_convert names) in e4m3 128 x 128 blocks
     with weight_scale_inv, dynamic activations; the routers, norms,
     embedding and lm_head bf16; one tensor per expert; shards and an
     index."""
@@ -195,7 +202,8 @@ def save_fp8_block(model, model_dir, shard_bytes=4 << 30):
         else:
             items = [(name, p)]
         for tn, w in items:
-            if tn.endswith("_proj.weight"):
+            if tn.endswith(("_proj.weight", "_mqa.weight")) and \
+                    tn[:-len(".weight")] not in not_convert:
                 q, scale = quant_block(w)
                 add(tn, q)
                 add(tn[:-len(".weight")] + ".weight_scale_inv", scale)
@@ -210,8 +218,8 @@ def save_fp8_block(model, model_dir, shard_bytes=4 << 30):
     c["quantization_config"] = {
         "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
         "weight_block_size": [128, 128],
-        "modules_to_not_convert": ["lm_head"] + [f"model.layers.{i}.mlp.gate"
-                                                 for i in range(len(model.model.layers))]}
+        "modules_to_not_convert": ["lm_head"] + list(not_convert) + [
+            f"model.layers.{i}.mlp.gate" for i in range(len(model.model.layers))]}
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(c, f, indent=1)
 

@@ -1220,11 +1220,13 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     /* MLA's: the query's LoRA, the query, the entry, kv_b_proj's output, K,
      * V and the attention's padded output */
     const size_t HQ = (size_t)r->H * r->qkd;
+    /* V, or an FP8 kv_b_proj's contiguous latent before it */
+    const size_t MV = HQ > (size_t)r->kvr ? HQ : (size_t)r->kvr;
     const size_t mla_acts = !d->mla ? 0
                                     : round_up(N * d->q_lora_rank * e) +
                                           round_up(N * HQ * e) + round_up(N * r->hd * e) +
                                           round_up(N * r->H * (r->nope + r->vh) * e) +
-                                          3 * round_up(N * HQ * e);
+                                          2 * round_up(N * HQ * e) + round_up(N * MV * e);
     /* the attention's softmax statistics where cuDNN runs it with sinks */
     const size_t lse =
         r->lay.elems[KVCAL_W_ATTN_SINKS] ? N * (size_t)r->H * sizeof(float) : 0;
@@ -1284,7 +1286,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->latent = carve(&p, N * r->hd * e);
         r->kvb = carve(&p, N * r->H * (r->nope + r->vh) * e);
         r->mk = carve(&p, N * HQ * e);
-        r->mv = carve(&p, N * HQ * e);
+        r->mv = carve(&p, N * MV * e);
         r->att_pad = carve(&p, N * HQ * e);
     }
     r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);

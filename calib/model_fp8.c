@@ -461,7 +461,8 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
     free(grid);
     int differ = 0;
     if (!st)
-        st = fused_scales(f, ck, d, layer, w, ws[0], &smax, &differ, &p->input_scale);
+        st = fused_scales(f, ck, d, layer, w, q->w == KVCAL_FP8W_TENSOR ? ws[0] : 0.0f,
+                          &smax, &differ, &p->input_scale);
     if (st || q->w != KVCAL_FP8W_TENSOR)
         return st;
     /* one scale for the fused weight: vLLM requantizes the shards to the
