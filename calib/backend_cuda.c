@@ -686,10 +686,10 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
     if (r->moe_wd) { /* FP8 experts: bf16 copies, inputs quantized as served */
         TRY(step(r, "moe FP8 dequantize"));
         TRY(kvcal_cuda_moe_fp8_weights(r));
-        TRY(step(r, "moe FP8 gate_up input"));
         w_gu = r->moe_w[0] ? r->moe_w[0] : w_gu;
         w_down = r->moe_w[1] ? r->moe_w[1] : w_down;
         if (kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP)) {
+            TRY(step(r, "moe FP8 gate_up input"));
             TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_GATE_UP, r->moe_xd, x, n,
                                          r->D));
             x_gu = r->moe_xd;
