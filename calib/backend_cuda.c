@@ -52,17 +52,23 @@ static const kvcal_weight slab_order[] = {KVCAL_W_QKV,
 _Static_assert(sizeof slab_order / sizeof *slab_order == KVCAL_W_COUNT,
                "slab_order names every kvcal_weight");
 
+/* mlp_fused, shared_fused: the MLP's, the shared expert's gate/up in the
+ * fused kernel's order */
 static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d,
-                         int mlp_fused)
+                         int mlp_fused, int shared_fused)
 {
     size_t off = 0;
+    memset(lay->interleaved, 0, sizeof lay->interleaved);
+    lay->interleaved[KVCAL_W_GATE_UP] = mlp_fused ? d->intermediate_size : 0;
+    lay->interleaved[KVCAL_W_SHARED_GATE_UP] =
+        shared_fused ? d->shared_intermediate_size : 0;
     for (int j = 0; j < KVCAL_W_COUNT; j++) {
         const kvcal_weight i = slab_order[j];
         long long rows, cols;
         kvcal_model_weight_shape(d, i, &rows, &cols);
         lay->off[i] = off;
-        if (i == KVCAL_W_GATE_UP && mlp_fused) /* its last block padded */
-            rows = kvcal_gemm_swiglu_rows(d->intermediate_size);
+        if (lay->interleaved[i]) /* its last block padded */
+            rows = kvcal_gemm_swiglu_rows(lay->interleaved[i]);
         lay->elems[i] = (size_t)rows * (size_t)(cols ? cols : 1);
         lay->fp8[i] = d->fp8[i];
         if (d->fp8[i].w == KVCAL_FP8W_NONE) {
@@ -76,7 +82,6 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
         off += round_up(sizeof(float));
     }
     lay->bytes = off;
-    lay->gate_up_interleaved = mlp_fused;
 }
 
 /* Norm weights whose model adds an offset to them (Gemma's 1 + w) are read
@@ -643,8 +648,10 @@ fail:
  * gate/up's loads, gate/up with SwiGLU fused, down; elsewhere gate/up, SwiGLU,
  * down; gpt-oss's biases and clamped SwiGLU as separate kernels after plain
  * GEMMs on either; FP8 experts dequantized, their inputs quantized as
- * served: calib/backend_moe_fp8_cuda.c), the shared expert on cuBLAS (or
- * FP8 as the dense projections), the weighted combine: no host round trip.
+ * served: calib/backend_moe_fp8_cuda.c), the shared expert (on Hopper its
+ * gate/up and SwiGLU in the dense MLP's fused kernel where bf16, its down on
+ * cuBLAS; elsewhere cuBLAS, or FP8 as the dense projections), the weighted
+ * combine: no host round trip.
  * route_only: up to the grouping (the counts) alone. */
 static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                         int route_only)
@@ -737,9 +744,15 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
     }
     if (r->SI) {
         TRY(step(r, "moe shared expert"));
-        TRY(project(r, r->shared_gu, x, KVCAL_W_SHARED_GATE_UP, 0, NULL, n, r->D,
-                    2 * r->SI));
-        TRY(kvcal_swiglu_launch(r->shared_act, r->shared_gu, n, r->SI, s));
+        if (r->shared_fused)
+            TRY(kvcal_gemm_swiglu_launch(r->shared_act, x,
+                                         tensor(r, KVCAL_W_SHARED_GATE_UP), n, r->D,
+                                         r->SI, s));
+        else {
+            TRY(project(r, r->shared_gu, x, KVCAL_W_SHARED_GATE_UP, 0, NULL, n, r->D,
+                        2 * r->SI));
+            TRY(kvcal_swiglu_launch(r->shared_act, r->shared_gu, n, r->SI, s));
+        }
         TRY(project(r, r->shared_y, r->shared_act, KVCAL_W_SHARED_DOWN, 0, NULL, n, r->SI,
                     r->D));
     }
@@ -1174,7 +1187,11 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     /* the fused kernel reads a bf16 gate/up weight */
     r->mlp_fused &=
         has_swiglu && !has_other && d->fp8[KVCAL_W_GATE_UP].w == KVCAL_FP8W_NONE;
-    layout_layer(&r->lay, d, r->mlp_fused);
+    /* the shared expert (a SwiGLU MLP) in it where the experts' GEMMs run
+     * on the same kind of kernel */
+    r->shared_fused = r->moe_sm90 && r->SI > 0 && r->SI % 8 == 0 && r->D % 8 == 0 &&
+                      d->fp8[KVCAL_W_SHARED_GATE_UP].w == KVCAL_FP8W_NONE;
+    layout_layer(&r->lay, d, r->mlp_fused, r->shared_fused);
     size_t norm_elems = 0;
     for (int w = 0; d->norm_offset != 0.0f && w < KVCAL_W_COUNT; w++)
         if (r->lay.elems[w] && d->arch->weights[w].norm) {
@@ -1204,7 +1221,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                              sizeof(int32_t)) +
                     (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
                     round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
-                    round_up(N * 2 * r->SI * e) + round_up(N * r->SI * e) +
+                    (r->shared_fused ? 0 : round_up(N * 2 * r->SI * e)) +
+                    round_up(N * r->SI * e) +
                     round_up(N * r->D * e);
     const size_t workspace = (size_t)32 << 20;
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
@@ -1314,7 +1332,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->moe_gu = r->moe_sm90 ? NULL : carve(&p, cap * 2 * r->MI * e);
         r->moe_act = carve(&p, cap * r->MI * e);
         r->moe_y = carve(&p, cap * r->D * e);
-        r->shared_gu = carve(&p, N * 2 * r->SI * e);
+        r->shared_gu = r->shared_fused ? NULL : carve(&p, N * 2 * r->SI * e);
         r->shared_act = carve(&p, N * r->SI * e);
         r->shared_y = carve(&p, N * r->D * e);
     }

@@ -110,6 +110,7 @@ typedef struct {
     /* a mixture of experts (KVCAL_OP_MOE), NULL / 0 for a dense model */
     int E, K, MI, SI; /* experts, top-k, expert's and shared expert's inter */
     int moe_sm90;     /* the experts' GEMMs on kvcal_moe_gemm_sm90_launch, SwiGLU fused */
+    int shared_fused; /* the shared expert's gate/up + SwiGLU in kvcal_gemm_swiglu_launch */
     kvcal_bf16 *router;     /* (N, E) the router's logits */
     int32_t *route_e;       /* (N, K) chosen experts */
     float *route_w;         /* (N, K) their weights */
@@ -117,7 +118,7 @@ typedef struct {
     kvcal_bf16 *moe_gu;     /* (capacity, 2 MI); NULL with moe_sm90 (but gpt-oss's) */
     kvcal_bf16 *moe_act;    /* (capacity, MI) */
     kvcal_bf16 *moe_y;      /* (capacity, D) the experts' outputs */
-    kvcal_bf16 *shared_gu;  /* (N, 2 SI) */
+    kvcal_bf16 *shared_gu;  /* (N, 2 SI); NULL with shared_fused */
     kvcal_bf16 *shared_act; /* (N, SI) */
     kvcal_bf16 *shared_y;   /* (N, D) */
     /* FP8 experts (calib/backend_moe_fp8_cuda.c; NULL / 0 elsewhere) */

@@ -279,11 +279,11 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
         if (!n) /* a weight of other layers than this one (GLM's dense MLP) */
             continue;
         size_t off = ld->lay.off[w];
-        if (w == KVCAL_W_GATE_UP && ld->lay.gate_up_interleaved) {
+        if (ld->lay.interleaved[w]) {
             /* row r of the device weight is row source_row(r) of [gate; up],
              * in runs of 128 rows (the last gate and up runs shorter where I
              * is not a multiple of 128: the padding is not loaded) */
-            const int I = d->intermediate_size, D = d->hidden_size;
+            const int I = ld->lay.interleaved[w], D = d->hidden_size;
             for (int r = 0; r < kvcal_gemm_swiglu_rows(I); r += 128) {
                 const int src = kvcal_gemm_swiglu_source_row(r, I);
                 const int end = src < I ? I : 2 * I,
@@ -611,7 +611,7 @@ static size_t transposed_bytes(const kvcal_cuda_loader_t *ld)
             kvcal_tensor_view part[KVCAL_WEIGHT_PARTS_MAX];
             int n = 0;
             if (!ld->lay.elems[w] || ld->lay.fp8[w].w != KVCAL_FP8W_NONE ||
-                (w == KVCAL_W_GATE_UP && ld->lay.gate_up_interleaved) ||
+                ld->lay.interleaved[w] ||
                 kvcal_model_weight_parts(ld->model, l, w, 0, part, &n))
                 continue;
             for (int i = 0; i < n; i++)

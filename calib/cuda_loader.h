@@ -32,8 +32,11 @@ typedef struct kvcal_cuda_layer_layout {
      * (one float, 0 for dynamic activations) at input_off[w] */
     kvcal_fp8_linear fp8[KVCAL_W_COUNT];
     size_t scale_off[KVCAL_W_COUNT], input_off[KVCAL_W_COUNT];
-    size_t bytes;            /* the slot */
-    int gate_up_interleaved; /* KVCAL_W_GATE_UP in kvcal_gemm_swiglu's order */
+    size_t bytes; /* the slot */
+    /* a [gate; up] weight's intermediate size where its rows are in
+     * kvcal_gemm_swiglu's order (the fused gate/up + SwiGLU kernel's, the
+     * last block padded), 0 where it is as the checkpoint stores it */
+    int interleaved[KVCAL_W_COUNT];
 } kvcal_cuda_layer_layout;
 
 typedef struct kvcal_cuda_loader kvcal_cuda_loader_t;
