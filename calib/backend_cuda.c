@@ -745,9 +745,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
     if (r->SI) {
         TRY(step(r, "moe shared expert"));
         if (r->shared_fused)
-            TRY(kvcal_gemm_swiglu_launch(r->shared_act, x,
-                                         tensor(r, KVCAL_W_SHARED_GATE_UP), n, r->D,
-                                         r->SI, s));
+            TRY(kvcal_gemm_swiglu_launch(
+                r->shared_act, x, tensor(r, KVCAL_W_SHARED_GATE_UP), n, r->D, r->SI, s));
         else {
             TRY(project(r, r->shared_gu, x, KVCAL_W_SHARED_GATE_UP, 0, NULL, n, r->D,
                         2 * r->SI));
@@ -1222,8 +1221,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                     (r->moe_sm90 ? 0 : round_up(cap * 2 * r->MI * e)) +
                     round_up(cap * r->MI * e) + round_up(cap * r->D * e) +
                     (r->shared_fused ? 0 : round_up(N * 2 * r->SI * e)) +
-                    round_up(N * r->SI * e) +
-                    round_up(N * r->D * e);
+                    round_up(N * r->SI * e) + round_up(N * r->D * e);
     const size_t workspace = (size_t)32 << 20;
     TRY_CUDA(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
     TRY(kvcal_gemm_create(workspace, &r->gemm));
