@@ -23,9 +23,11 @@
 // against the CPU on its first rows; within 2e-2 + 2e-2 |ref| (the reference
 // rounds as the runner: gate and up, silu, the product and the outputs to
 // bf16). Each time is the median of the repetitions, the L2 flushed before
-// each. Versions 2 and 3 need an sm_90a build on a Hopper GPU; elsewhere they
-// are reported as not run. Exits 1 when a validation fails (the versions are
-// still timed, the failed ones marked).
+// each; the experts' GEMMs of every version are timed interleaved (a round of
+// one repetition of each, reps rounds), so that the clock's drift under the
+// power cap does not favour the versions timed first. Versions 2 and 3 need an sm_90a
+// build on a Hopper GPU; elsewhere they are reported as not run. Exits 1 when a
+// validation fails (the versions are still timed, the failed ones marked).
 //
 // usage: moe_ops [reps]     (reps default 20)
 #include <algorithm>
@@ -35,6 +37,7 @@
 #include <cstring>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <functional>
 #include <vector>
 
 extern "C" {
@@ -124,23 +127,39 @@ struct timer {
     cudaEvent_t a, b;
 };
 
+/* The median ms of each of fs over the repetitions, the runs interleaved:
+ * repetition r of every run before repetition r + 1 of any, so that a drift
+ * of the clock (an H200 held at its power cap runs slower as a long timing
+ * goes on) falls on all of them alike instead of on those timed last. */
+static std::vector<float> time_each(timer &t,
+                                    const std::vector<std::function<void()>> &fs)
+{
+    for (const auto &f : fs)
+        f();
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<std::vector<float>> ms(fs.size());
+    for (int r = 0; r < t.reps; r++)
+        for (size_t i = 0; i < fs.size(); i++) {
+            CHECK_CUDA(cudaMemsetAsync(t.flush, r & 0xff, t.flush_bytes));
+            CHECK_CUDA(cudaEventRecord(t.a));
+            fs[i]();
+            CHECK_CUDA(cudaEventRecord(t.b));
+            CHECK_CUDA(cudaEventSynchronize(t.b));
+            float x;
+            CHECK_CUDA(cudaEventElapsedTime(&x, t.a, t.b));
+            ms[i].push_back(x);
+        }
+    std::vector<float> median;
+    for (auto &m : ms) {
+        std::sort(m.begin(), m.end());
+        median.push_back(m[m.size() / 2]);
+    }
+    return median;
+}
+
 template <class F> static float time_ms(timer &t, F f)
 {
-    f();
-    CHECK_CUDA(cudaDeviceSynchronize());
-    std::vector<float> ms;
-    for (int r = 0; r < t.reps; r++) {
-        CHECK_CUDA(cudaMemsetAsync(t.flush, r & 0xff, t.flush_bytes));
-        CHECK_CUDA(cudaEventRecord(t.a));
-        f();
-        CHECK_CUDA(cudaEventRecord(t.b));
-        CHECK_CUDA(cudaEventSynchronize(t.b));
-        float x;
-        CHECK_CUDA(cudaEventElapsedTime(&x, t.a, t.b));
-        ms.push_back(x);
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    return time_each(t, {f})[0];
 }
 
 static void row(const char *name, float ms, double flops)
@@ -575,11 +594,15 @@ int main(int argc, char **argv)
         "cuBLAS grouped GEMM + its host round trip",
         "dense cuBLASLt GEMM of as many rows (ceiling)",
     };
-    float gu_ms[7] = {0}, sw_ms[7] = {0}, dn_ms[7] = {0}, all_ms[7] = {0};
+    float gu_ms[7] = {0}, sw_ms[7] = {0}, dn_ms[7] = {0}, all_ms[7] = {0}, apart = 0;
+    /* every version's parts (and version 3's gate/up on the rows gathered
+     * apart) timed interleaved, each into its slot */
+    std::vector<std::function<void()>> runs;
+    std::vector<float *> slots;
     for (int v = 1; v <= 6; v++) {
         if ((v == 2 || v == 3) && *sm90_why)
             continue;
-        auto run = [&](int part) {
+        auto run = [&, v](int part) {
             switch (v) {
             case 1:
                 v1(part);
@@ -601,12 +624,27 @@ int main(int argc, char **argv)
                 break;
             }
         };
-        gu_ms[v] = time_ms(t, [&] { run(1); });
-        if (v <= 2)
-            sw_ms[v] = time_ms(t, [&] { run(2); });
-        dn_ms[v] = time_ms(t, [&] { run(4); });
-        all_ms[v] = time_ms(t, [&] { run(7); });
+        for (int part : {1, 2, 4, 7}) {
+            if (part == 2 && v > 2)
+                continue;
+            runs.push_back([run, part] { run(part); });
+            slots.push_back(part == 1   ? &gu_ms[v]
+                            : part == 2 ? &sw_ms[v]
+                            : part == 4 ? &dn_ms[v]
+                                        : &all_ms[v]);
+        }
     }
+    /* version 3's gate/up over the rows gathered apart (xs, read by TMA) */
+    if (!*sm90_why) {
+        runs.push_back([&] {
+            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(act[3], xs, 0, w_gu, &plan, E, D, I,
+                                                   KVCAL_MOE_EPI_SWIGLU, NULL, 0));
+        });
+        slots.push_back(&apart);
+    }
+    const std::vector<float> medians = time_each(t, runs);
+    for (size_t i = 0; i < slots.size(); i++)
+        *slots[i] = medians[i];
 
     printf("\nthe experts' GEMMs, by version (%s):\n", prop.name);
     printf("%-3s %-50s %18s %10s %18s %18s\n", "v", "what", "gate/up ms TFLOP/s",
@@ -632,11 +670,6 @@ int main(int argc, char **argv)
         runner, router, route, align, all_ms[runner], combine,
         router + route + align + all_ms[runner] + combine);
     if (runner == 3) {
-        /* the same gate/up over the rows gathered apart (xs, read by TMA) */
-        const float apart = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_moe_gemm_sm90_launch(act[3], xs, 0, w_gu, &plan, E, D, I,
-                                                   KVCAL_MOE_EPI_SWIGLU, NULL, 0));
-        });
         printf("version 3's gate/up, the rows gathered in its loads: %.3f ms; over the "
                "rows gathered apart: %.3f + gather %.3f = %.3f ms\n",
                gu_ms[3], apart, gather, apart + gather);
