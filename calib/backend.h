@@ -298,6 +298,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
  * running sm_90a code (its SASS, or compute_90a PTX). Pure. */
 int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code);
 
+/* Whether the fused gate/up + SwiGLU kernel takes an MLP of intermediate
+ * size I and hidden size D: both multiples of 8. Pure. */
+int kvcal_cuda_mlp_fits(int I, int D);
+
 /* The cuda backend's MLP for a model of intermediate_size I and hidden_size
  * D on that GPU: *fused = 1 when mode is not UNFUSED, the kernel runs there
  * and I and D are multiples of 8; else 0. mode FUSED where the kernel

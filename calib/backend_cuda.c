@@ -1188,7 +1188,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         has_swiglu && !has_other && d->fp8[KVCAL_W_GATE_UP].w == KVCAL_FP8W_NONE;
     /* the shared expert (a SwiGLU MLP) in it where the experts' GEMMs run
      * on the same kind of kernel */
-    r->shared_fused = r->moe_sm90 && r->SI > 0 && r->SI % 8 == 0 && r->D % 8 == 0 &&
+    r->shared_fused = r->moe_sm90 && r->SI > 0 && kvcal_cuda_mlp_fits(r->SI, r->D) &&
                       d->fp8[KVCAL_W_SHARED_GATE_UP].w == KVCAL_FP8W_NONE;
     layout_layer(&r->lay, d, r->mlp_fused, r->shared_fused);
     size_t norm_elems = 0;

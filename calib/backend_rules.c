@@ -14,11 +14,16 @@ int kvcal_cuda_mlp_fused_runs(int major, int minor, const char *code)
            (!strcmp(code, "sm_90a") || !strcmp(code, "compute_90a"));
 }
 
+int kvcal_cuda_mlp_fits(int I, int D)
+{
+    return I % 8 == 0 && D % 8 == 0;
+}
+
 kvcal_status kvcal_cuda_mlp_choose(int major, int minor, const char *code, int I, int D,
                                    kvcal_mlp_choice mode, int *fused)
 {
     const int runs = kvcal_cuda_mlp_fused_runs(major, minor, code),
-              fits = I % 8 == 0 && D % 8 == 0;
+              fits = kvcal_cuda_mlp_fits(I, D);
     *fused = 0;
     if (mode == KVCAL_MLP_FUSED && !(runs && fits))
         return kvcal_fail(
