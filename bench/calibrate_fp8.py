@@ -11,7 +11,7 @@ heads) of as many layers as the disk holds, FP8 weights resident.
 
 usage: calibrate_fp8.py KVCAL WORKDIR [--layers N] [--batches B] [--rounds R]
                         [--big-layers N] [--big-batches B] [--skip-torch]
-                        [--kvcal-profile]
+                        [--kvcal-profile] [--kvcal-variant NAME=KVCAL ...]
 
 Prints per round and as medians: tokens/s of kvcal FP8 (fp32 accumulation,
 the default), kvcal FP8 with fast accumulation (KVCAL_FP8_GEMM=fast, as
@@ -32,7 +32,9 @@ FP8 model (its build, the compile, its rows and the comparison with it):
 with --rounds 1 --big-layers -1, kvcal FP8 against kvcal bf16 in about a
 minute and a half. --kvcal-profile runs kvcal FP8 and bf16 once more each
 with `--profile` and prints where their device time went (not in their
-tokens/s).
+tokens/s). --kvcal-variant NAME=KVCAL (repeatable) times another kvcal
+binary's FP8 run in every round beside the others (a build before a
+change: same checkpoint, same tokens, the rounds interleaved).
 """
 import argparse
 import json
@@ -230,6 +232,9 @@ def llama8b_run(a, qc, data):
                                           os.path.join(a.workdir, "fast_scales.json"), fast_env)
         bf, peak["bf16"] = b8.run_kvcal(a.kvcal, bf16_dir, data, samples,
                                         os.path.join(a.workdir, "bf16_scales.json"))
+        other = [b8.run_kvcal(path, fp8_dir, data, samples,
+                              os.path.join(a.workdir, "variant_scales.json"))[0]
+                 ["tokens_per_second"] for _, path in a.variants]
         eager = comp = float("nan")
         if body is not None:
             eager = timed(body, 1)
@@ -242,10 +247,11 @@ def llama8b_run(a, qc, data):
                       flush=True)
             comp = timed(compiled, 0)
         rounds.append((res["tokens_per_second"], fast["tokens_per_second"],
-                       bf["tokens_per_second"], eager, comp))
+                       bf["tokens_per_second"], eager, comp, *other))
         print("round %d: kvcal FP8 %.0f, kvcal FP8 fast accumulation %.0f, kvcal bf16 %.0f, "
-              "torch FP8 eager %.0f, compiled %.0f tokens/s" % ((r + 1,) + rounds[-1]),
-              flush=True)
+              "torch FP8 eager %.0f, compiled %.0f tokens/s" % ((r + 1,) + rounds[-1][:5])
+              + "".join(", %s FP8 %.0f" % (name, tps)
+                        for (name, _), tps in zip(a.variants, other)), flush=True)
     if a.kvcal_profile:
         for name, model_dir in (("FP8", fp8_dir), ("bf16", bf16_dir)):
             print("kvcal %s, --profile:" % name, flush=True)
@@ -264,7 +270,7 @@ def llama8b_run(a, qc, data):
         del model
     torch.cuda.empty_cache()
     ceiling = fp8_ceiling()
-    k8, kf, kb, te, tc = (statistics.median(x) for x in zip(*rounds))
+    k8, kf, kb, te, tc, *kv = (statistics.median(x) for x in zip(*rounds))
     flops = a.layers * (2 * 4096 * (6144 + 4096 + 3 * 14336) + 4 * 4096 * (SEQ + 1) / 2)
     print("\nLlama-3-8B shapes, %d layers, %d batches of %d x %d tokens, medians of %d rounds"
           % (a.layers, a.batches, BATCH, SEQ, a.rounds))
@@ -272,6 +278,7 @@ def llama8b_run(a, qc, data):
     rows = [("kvcal calibrate --device cuda, FP8 weights", k8),
             ("kvcal, FP8 weights, fast accumulation", kf),
             ("kvcal calibrate --device cuda, bf16 weights", kb)]
+    rows += [("kvcal %s, FP8 weights" % name, tps) for (name, _), tps in zip(a.variants, kv)]
     if not a.skip_torch:
         rows += [("torch FP8 (_scaled_mm) eager + hooks", te),
                  ("torch FP8 (_scaled_mm) compiled + hooks", tc)]
@@ -324,7 +331,15 @@ def main():
     ap.add_argument("--kvcal-profile", action="store_true",
                     help="run kvcal FP8 and bf16 once more with --profile and print where "
                     "their time went")
+    ap.add_argument("--kvcal-variant", action="append", default=[], metavar="NAME=KVCAL",
+                    help="another kvcal binary whose FP8 run is timed in every round")
     a = ap.parse_args()
+    a.variants = []
+    for v in a.kvcal_variant:
+        name, _, path = v.partition("=")
+        if not name or not path:
+            ap.error("--kvcal-variant %s: want NAME=KVCAL" % v)
+        a.variants.append((name, path))
     os.makedirs(a.workdir, exist_ok=True)
     qc = ref.quant_config(SCHEME)
     data = os.path.join(a.workdir, "tokens.jsonl")

@@ -622,11 +622,48 @@ fail:
     return st;
 }
 
+/* An FP8 gate/up + SwiGLU in one Hopper kernel (kvcal_gemm_swiglu_fp8_launch:
+ * the served FP8 GEMM's values, fp32 accumulation), the input quantized
+ * first unless the op before did; where the output's one reader is an FP8
+ * projection with quantized activations, act is quantized for it from the
+ * rows' absmax the kernel gave. */
+static kvcal_status swiglu_fp8(cuda_backend *r, const kvcal_op *op)
+{
+    kvcal_status st = KVCAL_OK;
+    const int n = r->batch * r->seq_len;
+    const kvcal_fp8_weight gw = fp8_weight(r, op->w, 0);
+    const kvcal_bf16 *x = fp8_input(r, op);
+    if (x)
+        TRY(kvcal_fp8_quant_act_launch(r->fp8s.xq, r->fp8s.xs, x, n, r->D, gw.f.a, 0,
+                                       gw.input_scale, r->stream));
+    const int token = gw.f.a == KVCAL_FP8A_TOKEN;
+    kvcal_bf16 *out = act(r, op->out);
+    TRY(kvcal_gemm_swiglu_fp8_launch(out, r->fp8_absmax, r->fp8s.xq,
+                                     token ? r->fp8s.xs : gw.input_scale, token, gw.q,
+                                     gw.scales, gw.f.w == KVCAL_FP8W_CHANNEL, n, r->D,
+                                     r->I, r->stream));
+    const kvcal_weight down = fp8_sole_reader(r, op, 1);
+    if (down == KVCAL_W_NONE)
+        return KVCAL_OK;
+    const kvcal_fp8_weight fw = fp8_weight(r, down, 0);
+    if (fw.f.a == KVCAL_FP8A_TOKEN || fw.f.a == KVCAL_FP8A_STATIC)
+        TRY(kvcal_fp8_quant_absmax_launch(r->fp8s.xq, r->fp8s.xs, out, r->fp8_absmax, n,
+                                          r->I, fw.f.a, fw.input_scale, r->stream));
+    else
+        TRY(kvcal_fp8_quant_act_launch(r->fp8s.xq, r->fp8s.xs, out, n, r->I, fw.f.a,
+                                       fw.f.group, fw.input_scale, r->stream));
+    r->fp8_ready = down;
+fail:
+    return st;
+}
+
 static kvcal_status swiglu(kvcal_backend *be, const kvcal_op *op)
 {
     kvcal_status st = KVCAL_OK;
     cuda_backend *r = cu(be);
     const int n = r->batch * r->seq_len;
+    if (r->mlp_fp8_fused)
+        return swiglu_fp8(r, op);
     if (r->mlp_fused)
         return kvcal_gemm_swiglu_launch(act(r, op->out), act(r, op->in), tensor(r, op->w),
                                         n, r->D, r->I, r->stream);
@@ -1183,14 +1220,21 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
             has_other |= ops[i].kind == KVCAL_OP_GEGLU;
         }
     }
-    /* the fused kernel reads a bf16 gate/up weight */
-    r->mlp_fused &=
-        has_swiglu && !has_other && d->fp8[KVCAL_W_GATE_UP].w == KVCAL_FP8W_NONE;
+    /* the fused kernel reads a bf16 gate/up weight; an FP8 one its FP8
+     * counterpart, with fp32 accumulation (cuBLASLt's fast accumulation is
+     * vLLM's, kept where asked for) */
+    const kvcal_fp8_linear *gu8 = &d->fp8[KVCAL_W_GATE_UP];
+    r->mlp_fp8_fused =
+        r->mlp_fused && has_swiglu && !has_other &&
+        (gu8->w == KVCAL_FP8W_TENSOR || gu8->w == KVCAL_FP8W_CHANNEL) &&
+        (gu8->a == KVCAL_FP8A_TOKEN || gu8->a == KVCAL_FP8A_STATIC) && !r->w8a16 &&
+        r->fp8_path == KVCAL_FP8_GEMM_AUTO && r->D % 16 == 0;
+    r->mlp_fused &= has_swiglu && !has_other && gu8->w == KVCAL_FP8W_NONE;
     /* the shared expert (a SwiGLU MLP) in it where the experts' GEMMs run
      * on the same kind of kernel */
     r->shared_fused = r->moe_sm90 && r->SI > 0 && kvcal_cuda_mlp_fits(r->SI, r->D) &&
                       d->fp8[KVCAL_W_SHARED_GATE_UP].w == KVCAL_FP8W_NONE;
-    layout_layer(&r->lay, d, r->mlp_fused, r->shared_fused);
+    layout_layer(&r->lay, d, r->mlp_fused || r->mlp_fp8_fused, r->shared_fused);
     size_t norm_elems = 0;
     for (int w = 0; d->norm_offset != 0.0f && w < KVCAL_W_COUNT; w++)
         if (r->lay.elems[w] && d->arch->weights[w].norm) {
@@ -1248,7 +1292,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->lay.elems[KVCAL_W_ATTN_SINKS] ? N * (size_t)r->H * sizeof(float) : 0;
     const size_t acts = fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
                         round_up(N * (size_t)att_cols(r) * e) + mla_acts + round_up(lse) +
-                        (r->mlp_fused ? 0 : round_up(N * 2 * r->I * e)) +
+                        (r->mlp_fused || r->mlp_fp8_fused ? 0
+                                                          : round_up(N * 2 * r->I * e)) +
+                        (r->mlp_fp8_fused ? round_up(N * sizeof(float)) : 0) +
                         round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
     const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
                               round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
@@ -1305,7 +1351,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->mv = carve(&p, N * MV * e);
         r->att_pad = carve(&p, N * HQ * e);
     }
-    r->gu = r->mlp_fused ? NULL : carve(&p, N * 2 * r->I * e);
+    r->gu = r->mlp_fused || r->mlp_fp8_fused ? NULL : carve(&p, N * 2 * r->I * e);
+    r->fp8_absmax = r->mlp_fp8_fused ? carve(&p, N * sizeof(float)) : NULL;
     r->act = carve(&p, N * r->I * e);
     r->ids = carve(&p, N * sizeof(int32_t));
     r->fp8s.xq = fp8_bytes[0] ? carve(&p, fp8_bytes[0]) : NULL;

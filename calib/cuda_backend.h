@@ -54,6 +54,10 @@ typedef struct {
     kvcal_model_t *model;
     int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx;
     int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
+    /* an FP8 gate/up + SwiGLU in one kernel (kvcal_gemm_swiglu_fp8_launch),
+     * the weight interleaved; fp8_absmax: each row's absmax of its act */
+    int mlp_fp8_fused;
+    float *fp8_absmax;
     int w8a16;     /* FP8 weights without FP8 activations (no FP8 tensor cores) */
     kvcal_fp8_gemm_path fp8_path;
     kvcal_fp8_scratch fp8s;      /* the FP8 projections' activations (and fallback) */

@@ -192,6 +192,42 @@ static kvcal_tensor_view bytes_view(const void *p, int64_t n)
  * per-expert weight's experts one after another, each with its own scales,
  * one input scale for all (the largest: vLLM's w13_input_scale.max()).
  * parts: room for the weight's copies (their maps outlive the call). */
+/* A gate/up weight in the fused kernels' order (kvcal_gemm_swiglu_source_row)
+ * at off: runs of 128 rows of D values of elem bytes from [gate; up] (part:
+ * two tensors, or n 1: one fused), each through maps[i] where not NULL;
+ * the last gate and up runs shorter where I is not a multiple of 128 (the
+ * padding is not loaded: what it holds never reaches an output). Nonzero
+ * where a job could not be queued. */
+static int interleaved_jobs(job_list *out, size_t off, int I, int D,
+                            const kvcal_tensor_view *part, int n, size_t elem,
+                            const uint8_t *const *maps)
+{
+    int fail = 0;
+    for (int r = 0; r < kvcal_gemm_swiglu_rows(I); r += 128) {
+        const int src = kvcal_gemm_swiglu_source_row(r, I);
+        const int end = src < I ? I : 2 * I, run = end - src < 128 ? end - src : 128;
+        const int i = n == 1 || src < I ? 0 : 1;
+        const int64_t row = n == 1 || src < I ? src : src - I;
+        fail |= push_job(out, off + (size_t)r * D * elem, &part[i], row * D,
+                         (size_t)run * D, elem, maps ? maps[i] : NULL);
+    }
+    return fail;
+}
+
+/* interleaved_jobs of an FP8 weight's bytes (p: one copy) */
+static int fp8_interleaved_jobs(const kvcal_cuda_loader_t *ld, kvcal_weight w,
+                                const kvcal_fp8_parts *p, size_t off, job_list *out)
+{
+    kvcal_tensor_view v[KVCAL_WEIGHT_PARTS_MAX];
+    const uint8_t *maps[KVCAL_WEIGHT_PARTS_MAX];
+    for (int i = 0; i < p->n; i++) {
+        v[i] = bytes_view(p->part[i].data, p->part[i].numel);
+        maps[i] = p->mapped ? p->map[i] : NULL;
+    }
+    return interleaved_jobs(out, off, ld->lay.interleaved[w],
+                            kvcal_model_describe(ld->model)->hidden_size, v, p->n, 1, maps);
+}
+
 static kvcal_status fp8_jobs(const kvcal_cuda_loader_t *ld, int l, kvcal_weight w,
                              job_list *out, float *sc, kvcal_fp8_parts *parts)
 {
@@ -207,6 +243,10 @@ static kvcal_status fp8_jobs(const kvcal_cuda_loader_t *ld, int l, kvcal_weight 
         if (st)
             return st;
         input = p->input_scale > input ? p->input_scale : input;
+        if (ld->lay.interleaved[w]) { /* the fused FP8 kernel's order (one copy) */
+            fail |= fp8_interleaved_jobs(ld, w, p, off, out);
+            continue;
+        }
         for (int i = 0; i < p->n; i++) {
             const kvcal_tensor_view v = bytes_view(p->part[i].data, p->part[i].numel);
             fail |= push_job(out, off, &v, 0, (size_t)v.numel, 1,
@@ -280,21 +320,9 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
             continue;
         size_t off = ld->lay.off[w];
         if (ld->lay.interleaved[w]) {
-            /* row r of the device weight is row source_row(r) of [gate; up],
-             * in runs of 128 rows (the last gate and up runs shorter where I
-             * is not a multiple of 128: the padding is not loaded) */
-            const int I = ld->lay.interleaved[w], D = d->hidden_size;
-            for (int r = 0; r < kvcal_gemm_swiglu_rows(I); r += 128) {
-                const int src = kvcal_gemm_swiglu_source_row(r, I);
-                const int end = src < I ? I : 2 * I,
-                          run = end - src < 128 ? end - src : 128;
-                /* [gate; up] in two tensors, or already fused in one */
-                const kvcal_tensor_view *p = &part[n == 1 || src < I ? 0 : 1];
-                const int64_t row = n == 1 || src < I ? src : src - I;
-                if (push_job(out, off + (size_t)r * D * sizeof(kvcal_bf16), p, row * D,
-                             (size_t)run * D, sizeof(kvcal_bf16), NULL))
-                    return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
-            }
+            if (interleaved_jobs(out, off, ld->lay.interleaved[w], d->hidden_size, part,
+                                 n, sizeof(kvcal_bf16), NULL))
+                return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
             continue;
         }
         /* the experts of a per-expert weight one after another */

@@ -94,7 +94,9 @@ static int print_version(void)
         if (p.mlp_fused)
             printf(
                 "  MLP: kvcal's fused gate/up + SwiGLU kernel where intermediate_size "
-                "and hidden_size are multiples of 8, cuBLAS GEMM + SwiGLU otherwise\n");
+                "and hidden_size are multiples of 8 (FP8 weights: its FP8 twin, fp32 "
+                "accumulation, for per-tensor or per-channel weight scales with per-token "
+                "or static activations), cuBLAS GEMM + SwiGLU otherwise\n");
         else
             printf("  MLP: cuBLAS GEMM + SwiGLU (the fused kernel needs sm_90a code on a "
                    "compute capability 9.0 GPU)\n");

@@ -40,9 +40,11 @@ typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32
                                     CUtensorMapInterleave, CUtensorMapSwizzle,
                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-kvcal_status kvcal_sm90_tensor_map(CUtensorMap *map, const void *ptr, int64_t outer,
-                                   int64_t inner, int box_outer, const char *who,
-                                   const char *what)
+/* A 2D tensor map over (outer, inner) row-major elements of elem_bytes at
+ * ptr, boxes of box_outer rows of 128 bytes, the 128-byte swizzle. */
+static kvcal_status encode_map(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes,
+                               const void *ptr, int64_t outer, int64_t inner,
+                               int box_outer, const char *who, const char *what)
 {
     static encode_tiled_fn encode = NULL;
     if (!encode) {
@@ -56,17 +58,34 @@ kvcal_status kvcal_sm90_tensor_map(CUtensorMap *map, const void *ptr, int64_t ou
         encode = (encode_tiled_fn)fn;
     }
     const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-    const cuuint32_t box[2] = {KVCAL_SM90_BK, (cuuint32_t)box_outer},
+    const cuuint64_t strides[1] = {(cuuint64_t)inner * elem_bytes};
+    const cuuint32_t box[2] = {(cuuint32_t)(128 / elem_bytes), (cuuint32_t)box_outer},
                      elem_strides[2] = {1, 1};
-    const CUresult r = encode(
-        map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(ptr), dims, strides,
-        box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r =
+        encode(map, type, 2, const_cast<void *>(ptr), dims, strides, box, elem_strides,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return kvcal_fail(KVCAL_ERR_CUDA,
                           "%s: cuTensorMapEncodeTiled for %s (%lld x %lld) failed with "
                           "CUresult %d",
                           who, what, (long long)outer, (long long)inner, (int)r);
     return KVCAL_OK;
+}
+
+kvcal_status kvcal_sm90_tensor_map(CUtensorMap *map, const void *ptr, int64_t outer,
+                                   int64_t inner, int box_outer, const char *who,
+                                   const char *what)
+{
+    static_assert(KVCAL_SM90_BK * 2 == 128, "a bf16 k block is one swizzled row");
+    return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, outer, inner,
+                      box_outer, who, what);
+}
+
+kvcal_status kvcal_sm90_tensor_map_e4m3(CUtensorMap *map, const void *ptr, int64_t outer,
+                                        int64_t inner, int box_outer, const char *who,
+                                        const char *what)
+{
+    return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, ptr, outer, inner, box_outer,
+                      who, what);
 }

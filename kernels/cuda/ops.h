@@ -357,6 +357,33 @@ int kvcal_gemm_swiglu_source_row(int i, int n);
  * order, the padding zero. */
 void kvcal_gemm_swiglu_interleave(kvcal_bf16 *dst, const kvcal_bf16 *w_gu, int k, int n);
 
+/* The FP8 gate/up projection + SwiGLU (kernels/cuda/gemm_swiglu_fp8.cu):
+ * act (rows, n) = SwiGLU of the served FP8 GEMM's bf16 gate and up
+ * (x_scale (w_scale acc), acc the fp32 sum of xq (rows, k) e4m3 times the
+ * weight's e4m3 rows, rounded to bf16), rounded as
+ * kvcal_gemm_swiglu_launch rounds, and absmax (rows) the max |act| of each
+ * row (zeroed by the launch, then atomicMax). x_scale: x_rows ? a scale a
+ * row : one; w_tiled (kvcal_gemm_swiglu_rows(n), k) the weight in
+ * kvcal_gemm_swiglu_source_row's order; w_scale: w_rows ? the 2n scales of
+ * [gate; up]'s rows (8-byte aligned) : one. k a multiple of 16, n of 8,
+ * buffers 16-byte aligned (else KVCAL_ERR_INVALID_ARG); a GPU without the
+ * build's sm_90a code KVCAL_ERR_UNSUPPORTED. */
+kvcal_status kvcal_gemm_swiglu_fp8_launch(kvcal_bf16 *act, float *absmax, const uint8_t *xq,
+                                          const float *x_scale, int x_rows,
+                                          const uint8_t *w_tiled, const float *w_scale,
+                                          int w_rows, int rows, int k, int n,
+                                          cudaStream_t stream);
+
+/* xq (rows, n) e4m3 and xs (rows) = act quantized as
+ * kvcal_fp8_quant_act_launch quantizes it, TOKEN with the row absmax
+ * kvcal_gemm_swiglu_fp8_launch gave, STATIC with *input_scale (device):
+ * the same bytes and scales. n a multiple of 8, act 16-byte and xq 8-byte
+ * aligned. */
+kvcal_status kvcal_fp8_quant_absmax_launch(uint8_t *xq, float *xs, const kvcal_bf16 *act,
+                                           const float *absmax, int rows, int n,
+                                           kvcal_fp8_act_scale mode,
+                                           const float *input_scale, cudaStream_t stream);
+
 /* --- attention ---------------------------------------------------------- */
 
 /* Causal prefill attention of `batch` sequences of seq_len tokens each on the
