@@ -79,12 +79,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace kvcal_sm90;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *smem =
-        reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                          ~(uintptr_t)1023);
-    unsigned char *out_stage = smem + STAGES * STAGE_BYTES; /* 2 x (64 x 128) bf16 */
-    uint64_t *full = reinterpret_cast<uint64_t *>(out_stage + 2 * OUT_BYTES);
-    uint64_t *empty = full + STAGES;
+    const smem_layout sm = carve_smem(smem_raw, STAGES, STAGE_BYTES, OUT_BYTES);
+    unsigned char *smem = sm.stages, *out_stage = sm.out_stage;
+    uint64_t *full = sm.full, *empty = sm.empty;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int num_mg = (rows + CL * BM - 1) / (CL * BM),
               num_n = (n + BN / 2 - 1) / (BN / 2), num_k = (k + BK - 1) / BK;
@@ -102,27 +99,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     if (wg == 0) { /* producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (tid == 0) {
-            int s = 0, phase = 0;
-            for (int t = cluster; t < tiles; t += clusters) {
-                int mg, nb;
-                tile_coords(t, num_mg, num_n, GROUP_M / CL, mg, nb);
-                const int m = mg * CL + rank;
-                for (int kb = 0; kb < num_k; kb++) {
-                    mbar_wait(&empty[s], phase ^ 1); /* free in every CTA it goes to */
-                    mbar_expect_tx(&full[s], STAGE_BYTES);
-                    unsigned char *st = smem + s * STAGE_BYTES;
-                    tma_load_2d(st, &map_x, &full[s], kb * BK, m * BM);
-                    tma_load_2d_multicast(st + A_BYTES + rank * (B_BYTES / CL), &map_w,
-                                          &full[s], kb * BK, nb * BN + rank * (BN / CL),
-                                          (1u << CL) - 1);
-                    if (++s == STAGES) {
-                        s = 0;
-                        phase ^= 1;
-                    }
-                }
-            }
-        }
+        if (tid == 0)
+            produce_cluster_tiles<STAGES, CL>(sm, &map_x, &map_w, STAGE_BYTES, A_BYTES, BK,
+                                              cluster, clusters, tiles, num_mg, num_n,
+                                              GROUP_M / CL, num_k);
     } else {
         /* consumers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127 */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");

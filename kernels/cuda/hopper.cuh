@@ -136,9 +136,9 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity)
  * landed (.noinc: the barrier's arrival count includes this arrival). */
 __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
 {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
-                     smem_addr(bar))
-                 : "memory");
+    asm volatile(
+        "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
+        : "memory");
 }
 
 /* box (c0, c1) of the tensor map into shared memory at dst, completing on bar */
@@ -292,7 +292,8 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+        "%63}, "
         "%64, %65, p, 1, 1;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
           "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
@@ -391,6 +392,62 @@ __device__ __forceinline__ void tile_coords(int t, int num_m, int num_n, int gro
     const int r = t - group * group_m * num_n;
     m = first_m + r % gm;
     nb = r / gm;
+}
+
+/* The shared memory of kvcal's Hopper GEMMs, from the kernel's dynamic
+ * shared memory: the ring of stages (1024-byte aligned for the 128-byte
+ * swizzle), the two consumer warpgroups' output staging (out_bytes each),
+ * then the stages' full and empty barriers. */
+struct smem_layout {
+    unsigned char *stages, *out_stage;
+    uint64_t *full, *empty;
+};
+
+__device__ __forceinline__ smem_layout carve_smem(unsigned char *raw, int stages,
+                                                  int stage_bytes, int out_bytes)
+{
+    smem_layout l;
+    l.stages = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(raw) + 1023) & ~(uintptr_t)1023);
+    l.out_stage = l.stages + stages * stage_bytes;
+    l.full = reinterpret_cast<uint64_t *>(l.out_stage + 2 * out_bytes);
+    l.empty = l.full + stages;
+    return l;
+}
+
+/* The producer thread of a GEMM in 2-CTA clusters (gemm_swiglu.cu's,
+ * gemm_fp8_sm90.cu's): for each of the cluster's tiles (the cluster's
+ * first, then every `stride`-th; tile_coords' order, group_m cluster row
+ * blocks), every k block of num_k: this CTA's BM activation rows by TMA
+ * and its half of the BN weight rows multicast into both CTAs, once both
+ * have freed the stage. kbox: the values of a k block (its 128 bytes). */
+template <int STAGES, int CL>
+__device__ __forceinline__ void
+produce_cluster_tiles(const smem_layout &sm, const CUtensorMap *map_x,
+                      const CUtensorMap *map_w, int stage_bytes, int a_bytes, int kbox,
+                      int first, int stride, int tiles, int num_mg, int num_n,
+                      int group_m, int num_k)
+{
+    const int rank = (int)cluster_rank(), b_half = (stage_bytes - a_bytes) / CL;
+    int s = 0, phase = 0;
+    for (int t = first; t < tiles; t += stride) {
+        int mg, nb;
+        tile_coords(t, num_mg, num_n, group_m, mg, nb);
+        const int m = mg * CL + rank;
+        for (int kb = 0; kb < num_k; kb++) {
+            mbar_wait(&sm.empty[s], phase ^ 1); /* free in every CTA it goes to */
+            mbar_expect_tx(&sm.full[s], stage_bytes);
+            unsigned char *st = sm.stages + s * stage_bytes;
+            tma_load_2d(st, map_x, &sm.full[s], kb * kbox, m * KVCAL_SM90_BM);
+            tma_load_2d_multicast(
+                st + a_bytes + rank * b_half, map_w, &sm.full[s], kb * kbox,
+                nb * KVCAL_SM90_BN + rank * (KVCAL_SM90_BN / CL), (1u << CL) - 1);
+            if (++s == STAGES) {
+                s = 0;
+                phase ^= 1;
+            }
+        }
+    }
 }
 
 } // namespace kvcal_sm90

@@ -170,11 +170,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     static_assert(PART_GROUPS * EPI_PARTS == GROUPS && 16 % PART_GROUPS == 0,
                   "a part lies within one staged half of 128 columns");
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *smem = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
-    unsigned char *out_stage = smem + STAGES * STAGE_BYTES; /* 2 x (64 x 128) bf16 */
-    uint64_t *full = reinterpret_cast<uint64_t *>(out_stage + 2 * OUT_BYTES);
-    uint64_t *empty = full + STAGES;
+    const smem_layout sm = carve_smem(smem_raw, STAGES, STAGE_BYTES, OUT_BYTES);
+    unsigned char *smem = sm.stages, *out_stage = sm.out_stage;
+    uint64_t *full = sm.full, *empty = sm.empty;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int tiles = *used_tiles;
     const int num_n = (n + TILE_N - 1) / TILE_N, num_k = (k + BK - 1) / BK;
