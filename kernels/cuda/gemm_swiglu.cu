@@ -252,30 +252,14 @@ extern "C" kvcal_status kvcal_gemm_swiglu_launch(kvcal_bf16 *act, const kvcal_bf
         st = kvcal_sm90_tensor_map(&map_act, act, rows, n, BM / 2, "gemm_swiglu", "act");
     if (st != KVCAL_OK)
         return st;
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(gemm_swiglu_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)SMEM_BYTES));
     const int tiles = (rows + CL * BM - 1) / (CL * BM) * (kvcal_gemm_swiglu_rows(n) / BN);
-    int clusters_max = sms / CL;
-    cudaLaunchConfig_t cfg = {};
+    cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3(clusters_max * CL);
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = SMEM_BYTES;
-    cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CL;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    /* a persistent grid must be resident at once: not every multiprocessor
-     * can take part in a cluster (the GPCs' sizes) */
-    KVCAL_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters_max, gemm_swiglu_kernel, &cfg));
-    if (clusters_max < 1)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "gemm_swiglu: no cluster of %d CTAs fits this GPU", CL);
-    cfg.gridDim = dim3((tiles < clusters_max ? tiles : clusters_max) * CL);
+    st = kvcal_sm90_cluster_config((const void *)gemm_swiglu_kernel, CL, THREADS,
+                                   SMEM_BYTES, tiles, sms, stream, &cfg, attr,
+                                   "gemm_swiglu");
+    if (st != KVCAL_OK)
+        return st;
     KVCAL_CUDA_TRY(
         cudaLaunchKernelEx(&cfg, gemm_swiglu_kernel, map_x, map_w, map_act, rows, k, n));
     KVCAL_CUDA_CHECK_LAUNCH("gemm_swiglu_kernel");

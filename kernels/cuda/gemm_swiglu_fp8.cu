@@ -326,27 +326,13 @@ kvcal_gemm_swiglu_fp8_launch(kvcal_bf16 *act, float *absmax, const uint8_t *xq,
     if (st != KVCAL_OK)
         return st;
     auto kernel = w_rows ? gemm_swiglu_fp8_kernel<true> : gemm_swiglu_fp8_kernel<false>;
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES));
     const int tiles = (rows + CL * BM - 1) / (CL * BM) * (kvcal_gemm_swiglu_rows(n) / BN);
-    int clusters_max = sms / CL;
-    cudaLaunchConfig_t cfg = {};
+    cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3(clusters_max * CL);
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = SMEM_BYTES;
-    cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CL;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    KVCAL_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters_max, kernel, &cfg));
-    if (clusters_max < 1)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "gemm_swiglu_fp8: no cluster of %d CTAs fits this GPU", CL);
-    cfg.gridDim = dim3((tiles < clusters_max ? tiles : clusters_max) * CL);
+    st = kvcal_sm90_cluster_config((const void *)kernel, CL, THREADS, SMEM_BYTES, tiles,
+                                   sms, stream, &cfg, attr, "gemm_swiglu_fp8");
+    if (st != KVCAL_OK)
+        return st;
     KVCAL_CUDA_TRY(cudaMemsetAsync(absmax, 0, (size_t)rows * sizeof(float), stream));
     KVCAL_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, map_act, absmax,
                                       x_scale, x_rows, w_scale, rows, k, n));

@@ -89,3 +89,30 @@ kvcal_status kvcal_sm90_tensor_map_e4m3(CUtensorMap *map, const void *ptr, int64
     return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, ptr, outer, inner, box_outer,
                       who, what);
 }
+
+kvcal_status kvcal_sm90_cluster_config(const void *kernel, int cluster, int threads,
+                                       size_t smem, int tiles, int sms,
+                                       cudaStream_t stream, cudaLaunchConfig_t *cfg,
+                                       cudaLaunchAttribute *attr, const char *who)
+{
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    *cfg = cudaLaunchConfig_t{};
+    cfg->gridDim = dim3(sms / cluster * cluster);
+    cfg->blockDim = dim3(threads);
+    cfg->dynamicSmemBytes = smem;
+    cfg->stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = cluster;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg->attrs = attr;
+    cfg->numAttrs = 1;
+    int clusters_max = 0;
+    KVCAL_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters_max, kernel, cfg));
+    if (clusters_max < 1)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: no cluster of %d CTAs fits this GPU", who, cluster);
+    cfg->gridDim = dim3((tiles < clusters_max ? tiles : clusters_max) * cluster);
+    return KVCAL_OK;
+}

@@ -16,6 +16,7 @@
 
 #include <cuda.h> /* CUtensorMap and its enums; the encoder is fetched at run time */
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <stdint.h>
 
 #include <type_traits>
@@ -49,6 +50,20 @@ kvcal_status kvcal_sm90_tensor_map(CUtensorMap *map, const void *ptr, int64_t ou
 kvcal_status kvcal_sm90_tensor_map_e4m3(CUtensorMap *map, const void *ptr, int64_t outer,
                                         int64_t inner, int box_outer, const char *who,
                                         const char *what);
+
+/* The launch configuration of a persistent GEMM kernel in clusters of
+ * `cluster` CTAs (gemm_swiglu.cu's, gemm_swiglu_fp8.cu's): *cfg and *attr
+ * (the caller's, alive until its cudaLaunchKernelEx) for `threads` threads
+ * and `smem` bytes of dynamic shared memory (the kernel's limit raised to
+ * them) on stream, the grid as many clusters as are resident at once (a
+ * persistent grid must be: not every multiprocessor can take part in a
+ * cluster, the GPCs' sizes), at most `tiles`; sms the multiprocessors.
+ * KVCAL_ERR_UNSUPPORTED, the message starting with `who`, where no cluster
+ * fits. */
+kvcal_status kvcal_sm90_cluster_config(const void *kernel, int cluster, int threads,
+                                       size_t smem, int tiles, int sms,
+                                       cudaStream_t stream, cudaLaunchConfig_t *cfg,
+                                       cudaLaunchAttribute *attr, const char *who);
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
