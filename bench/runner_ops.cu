@@ -20,7 +20,9 @@
 // multi-head latent attention block at DeepSeek-V2-Lite's shapes, the
 // runner's path and the one before it (mla_section). The stem fp8 (named
 // alone) times each step of a Llama-3-8B layer served with per-tensor FP8
-// weights, against the FP8 GEMM ceiling measured first (fp8_section).
+// weights, against the FP8 GEMM ceiling measured first (fp8_section). The
+// stem rope_shapes (named alone) times q/k norm + RoPE + the observer at
+// the shapes of the other models the benches calibrate (rope_shapes_section).
 // Correctness is the test suite's job (tests/test_backend_ops.c); every
 // launch's status is checked here and a failure aborts the run.
 #include <algorithm>
@@ -82,6 +84,34 @@ static kvcal_bf16 *rand_dev(size_t n, float scale)
     return p;
 }
 
+// An observer of kv_heads heads of `channels` values each, its statistics
+// zeroed, the queries not observed (the runner's default).
+static kvcal_kv_observer observer_alloc(int kv_heads, int channels)
+{
+    kvcal_kv_observer obs;
+    obs.q_absmax = nullptr;
+    const size_t n_max = (size_t)kv_heads * channels,
+                 n_hist = (size_t)kv_heads * KVCAL_HIST_BINS;
+    for (int kv = 0; kv < 2; kv++) {
+        CHECK_CUDA(cudaMalloc(&obs.absmax[kv], n_max * sizeof(float)));
+        CHECK_CUDA(cudaMalloc(&obs.hist[kv], n_hist * sizeof(uint64_t)));
+        CHECK_CUDA(cudaMalloc(&obs.batch_absmax[kv], kv_heads * sizeof(float)));
+        CHECK_CUDA(cudaMemset(obs.absmax[kv], 0, n_max * sizeof(float)));
+        CHECK_CUDA(cudaMemset(obs.hist[kv], 0, n_hist * sizeof(uint64_t)));
+        CHECK_CUDA(cudaMemset(obs.batch_absmax[kv], 0, kv_heads * sizeof(float)));
+    }
+    return obs;
+}
+
+static void observer_free(kvcal_kv_observer &obs)
+{
+    for (int kv = 0; kv < 2; kv++) {
+        CHECK_CUDA(cudaFree(obs.absmax[kv]));
+        CHECK_CUDA(cudaFree(obs.hist[kv]));
+        CHECK_CUDA(cudaFree(obs.batch_absmax[kv]));
+    }
+}
+
 struct timer {
     int reps;
     void *flush;
@@ -122,7 +152,7 @@ static void row(const char *name, float ms, double flops, double bytes,
 // The ops' stems, in the order their sections run; mla only when named.
 static const char *const op_stems[] = {"add_rmsnorm", "gemm",   "rope_observe",
                                        "attention",   "swiglu", "gemm_swiglu",
-                                       "mla",         "fp8"};
+                                       "mla",         "fp8",    "rope_shapes"};
 
 // Largest |a - b| over the first cols values of each of rows rows of two
 // device buffers, rows sa and sb values apart (NaN wins).
@@ -142,6 +172,64 @@ static double max_diff_rows(const kvcal_bf16 *a, int64_t sa, const kvcal_bf16 *b
             worst = d > worst || d != d ? d : worst;
         }
     return worst;
+}
+
+// --- q/k norm + RoPE at other models' shapes (stem rope_shapes) -----------------
+
+// The stem rope_shapes (named alone): q/k norm + RoPE + the observer at the
+// shapes of the models the benches calibrate, 8 x 2048 tokens, as the
+// runner launches it (kvcal_rope_observe_launch): Llama-3-8B (32 / 8 heads
+// of 128), Qwen3-30B-A3B (32 / 4 heads of 128, q/k norm), gpt-oss-20b (64 /
+// 8 heads of 64), against the copy ceiling's floor for the bytes.
+struct rope_shape {
+    const char *name;
+    int h, hkv, hd, qk_norm;
+};
+
+static void rope_shapes_section(timer &t, double peak_tflops, double peak_tbs)
+{
+    const rope_shape shapes[] = {{"Llama-3-8B", 32, 8, 128, 0},
+                                 {"Qwen3-30B-A3B", 32, 4, 128, 1},
+                                 {"gpt-oss-20b", 64, 8, 64, 0}};
+    const int M = 8 * 2048;
+    int32_t *pos;
+    CHECK_CUDA(cudaMalloc(&pos, M * sizeof *pos));
+    {
+        std::vector<int32_t> hp(M);
+        for (int i = 0; i < M; i++)
+            hp[i] = i % 2048;
+        CHECK_CUDA(cudaMemcpy(pos, hp.data(), M * sizeof *pos, cudaMemcpyHostToDevice));
+    }
+    printf("\nrope_observe + observe at each model's shape (8 x 2048 tokens)\n");
+    for (const rope_shape &sh : shapes) {
+        const int qkv_w = (sh.h + 2 * sh.hkv) * sh.hd;
+        const size_t n_qkv = (size_t)M * qkv_w;
+        kvcal_bf16 *qkv = rand_dev(n_qkv, 4.0f);
+        kvcal_bf16 *qn = rand_dev(sh.hd, 1.0f), *kn = rand_dev(sh.hd, 1.0f);
+        float *inv_freq;
+        CHECK_CUDA(cudaMalloc(&inv_freq, sh.hd / 2 * sizeof *inv_freq));
+        std::vector<float> hf(sh.hd / 2);
+        for (int i = 0; i < sh.hd / 2; i++)
+            hf[i] = powf(1000000.0f, -2.0f * i / sh.hd);
+        CHECK_CUDA(cudaMemcpy(inv_freq, hf.data(), hf.size() * sizeof(float),
+                              cudaMemcpyHostToDevice));
+        const kvcal_rope_cfg rope = {
+            inv_freq, sh.hd, 0, sh.qk_norm ? qn : nullptr, sh.qk_norm ? kn : nullptr,
+            1e-6f,    1.0f};
+        kvcal_kv_observer obs = observer_alloc(sh.hkv, sh.hd);
+        const double bytes = 2.0 * M * ((sh.h + sh.hkv) * sh.hd * 2.0 + sh.hkv * sh.hd);
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_rope_observe_launch(qkv, qkv_w, pos, M, sh.h, sh.hkv, sh.hd,
+                                                  &rope, &obs, 0));
+        });
+        row(sh.name, ms, 0.0, bytes, peak_tflops, peak_tbs);
+        observer_free(obs);
+        CHECK_CUDA(cudaFree(inv_freq));
+        CHECK_CUDA(cudaFree(qn));
+        CHECK_CUDA(cudaFree(kn));
+        CHECK_CUDA(cudaFree(qkv));
+    }
+    CHECK_CUDA(cudaFree(pos));
 }
 
 // --- multi-head latent attention (stem mla) -------------------------------------
@@ -199,16 +287,7 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
         CHECK_CUDA(cudaMemcpy(inv_freq, hf.data(), R / 2 * sizeof(float),
                               cudaMemcpyHostToDevice));
     }
-    kvcal_kv_observer obs;
-    obs.q_absmax = nullptr;
-    for (int kv = 0; kv < 2; kv++) {
-        CHECK_CUDA(cudaMalloc(&obs.absmax[kv], E * sizeof(float)));
-        CHECK_CUDA(cudaMalloc(&obs.hist[kv], KVCAL_HIST_BINS * sizeof(uint64_t)));
-        CHECK_CUDA(cudaMalloc(&obs.batch_absmax[kv], sizeof(float)));
-        CHECK_CUDA(cudaMemset(obs.absmax[kv], 0, E * sizeof(float)));
-        CHECK_CUDA(cudaMemset(obs.hist[kv], 0, KVCAL_HIST_BINS * sizeof(uint64_t)));
-        CHECK_CUDA(cudaMemset(obs.batch_absmax[kv], 0, sizeof(float)));
-    }
+    kvcal_kv_observer obs = observer_alloc(1, E);
     // the cached RoPE part's factor: yarn's mscale / mscale_all_dim, 1 at V2-Lite
     const kvcal_mla_cfg cfg = {H, QK, KVR, R, norm_w, 1e-6f, inv_freq, 1.0f};
     const size_t e = sizeof(kvcal_bf16);
@@ -348,11 +427,7 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     for (kvcal_bf16 *p : {x, w_q, w_kva, w_kvb, w_o, norm_w, q, entry, lat, kvb, k, v_pad,
                           att_pad, att, att_ref, y})
         CHECK_CUDA(cudaFree(p));
-    for (int kv = 0; kv < 2; kv++) {
-        CHECK_CUDA(cudaFree(obs.absmax[kv]));
-        CHECK_CUDA(cudaFree(obs.hist[kv]));
-        CHECK_CUDA(cudaFree(obs.batch_absmax[kv]));
-    }
+    observer_free(obs);
     CHECK_CUDA(cudaFree(pos));
     CHECK_CUDA(cudaFree(inv_freq));
 }
@@ -740,7 +815,7 @@ int main(int argc, char **argv)
     }
     const char *usage =
         "usage: runner_ops [reps >= 1] [stem ...], stems add_rmsnorm gemm "
-        "rope_observe attention swiglu gemm_swiglu mla fp8\n";
+        "rope_observe attention swiglu gemm_swiglu mla fp8 rope_shapes\n";
     if (reps < 1) {
         fprintf(stderr, "runner_ops: %s repetitions: need at least 1\n%s", argv[1],
                 usage);
@@ -760,7 +835,8 @@ int main(int argc, char **argv)
         for (int i = first_stem; i < argc; i++)
             if (!strcmp(argv[i], stem))
                 return true;
-        return all && strcmp(stem, "mla") && strcmp(stem, "fp8");
+        return all && strcmp(stem, "mla") && strcmp(stem, "fp8") &&
+               strcmp(stem, "rope_shapes");
     };
     const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
     const int M = B * T, QKV = (H + 2 * HKV) * HD;
@@ -828,21 +904,10 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaMemcpy(inv_freq, hf.data(), HD / 2 * sizeof(float),
                               cudaMemcpyHostToDevice));
     }
-    kvcal_kv_observer obs;
-    obs.q_absmax = nullptr; // the runner's default: the queries not observed
-    float *q_absmax;        // (H) for the "+ observe Q" rows (calibrate --q-scale)
+    kvcal_kv_observer obs = observer_alloc(HKV, HD);
+    float *q_absmax; // (H) for the "+ observe Q" rows (calibrate --q-scale)
     CHECK_CUDA(cudaMalloc(&q_absmax, H * sizeof(float)));
     CHECK_CUDA(cudaMemset(q_absmax, 0, H * sizeof(float)));
-    for (int kv = 0; kv < 2; kv++) {
-        CHECK_CUDA(cudaMalloc(&obs.absmax[kv], HKV * HD * sizeof(float)));
-        CHECK_CUDA(
-            cudaMalloc(&obs.hist[kv], (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
-        CHECK_CUDA(cudaMalloc(&obs.batch_absmax[kv], HKV * sizeof(float)));
-        CHECK_CUDA(cudaMemset(obs.absmax[kv], 0, HKV * HD * sizeof(float)));
-        CHECK_CUDA(cudaMemset(obs.hist[kv], 0,
-                              (size_t)HKV * KVCAL_HIST_BINS * sizeof(uint64_t)));
-        CHECK_CUDA(cudaMemset(obs.batch_absmax[kv], 0, HKV * sizeof(float)));
-    }
     const kvcal_rope_cfg rope = {inv_freq, HD, 0, nullptr, nullptr, 0.0f, 1.0f};
 
     printf("%-26s %9s %9s %7s %9s %7s\n", "op (8 x 2048 tokens)", "ms", "floor ms",
@@ -1032,6 +1097,8 @@ int main(int argc, char **argv)
         layer += gemm_row(G_DOWN);
     if (want("mla"))
         mla_section(t, gemm, peak_tflops, peak_tbs);
+    if (want("rope_shapes"))
+        rope_shapes_section(t, peak_tflops, peak_tbs);
     if (want("fp8"))
         fp8_section(t, gemm, peak_tbs, xn, resid, delta, norm_w, qkv, att, gu, pos, &rope,
                     &obs);
