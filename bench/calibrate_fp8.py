@@ -133,7 +133,7 @@ def fp8_floor(layers):
     q = torch.randn(BATCH, 32, SEQ, 128, device="cuda", dtype=torch.bfloat16)
     kv = torch.randn(BATCH, 8, SEQ, 128, device="cuda", dtype=torch.bfloat16).repeat_interleave(4, dim=1)
     steps.append(b8.sdpa_step("SDPA", q, kv, kv))
-    return b8.floor_of(steps, layers, m)[:2]
+    return b8.floor_of(steps, layers, m, {"qkv": 16 / 48})[:2]
 
 
 def write_big(out, layers, qc):

@@ -13,8 +13,9 @@ samples as JSONL token ids, runs `KVCAL calibrate` on them, then runs the
 transformers model body (no lm_head) in bf16 with SDPA and forward hooks that
 collect per-layer per-head absmax of K after RoPE and of V, eager and under
 torch.compile, timing the same batches, and the library floor (torch's
-cuBLAS GEMMs of one layer's fused shapes + the fastest SDPA backend, times
-the layer count; each call timed in bursts, and the layer's calls back to
+cuBLAS GEMMs of one layer's fused shapes + the fastest SDPA backend for
+every layer but the last, whose K and V columns of the QKV GEMM alone a
+calibration runs; each call timed in bursts, and the layer's calls back to
 back at the GPU's power cap, as a calibration runs them). Prints tokens/s of each, kvcal's ratios, kvcal's achieved
 TFLOP/s, the observers' overhead (kvcal calibrate --time-only, the same
 samples unobserved, run right after kvcal in every round), peak device
@@ -210,17 +211,25 @@ def sustained_ms(fns, warm_s=2.0, time_s=4.0):
     return a.elapsed_time(b) / reps
 
 
-def floor_of(steps, layers, tokens):
-    """The library floor of `layers` layers of `tokens` tokens a batch from
-    one layer's steps [(name, ms in bursts, fn)]: printed, the bursts summed
-    and the steps run back to back (sustained_ms); returns (tokens/s from the
-    bursts, from the sustained run, ms a layer each)."""
+def floor_of(steps, layers, tokens, cache_point):
+    """The library floor of a calibration over `layers` layers of `tokens`
+    tokens a batch, from one layer's steps [(name, ms in bursts, fn)]: the
+    bursts summed, and the steps run back to back (sustained_ms), for every
+    layer but the last, which a calibration runs to its cache point alone:
+    cache_point {name: the share of that step it runs} (the K and V columns
+    of a fused qkv, the router for its counts), at the rate of the whole
+    layer. Printed; returns (tokens/s from the bursts, from the sustained
+    run, ms a layer each)."""
     burst = sum(ms for _, ms, _ in steps)
     held = sustained_ms([fn for _, _, fn in steps])
+    last = sum(ms * cache_point.get(name, 0.0) for name, ms, _ in steps)
     print("library floor per layer: " + " + ".join(f"{name} {ms:.3f}" for name, ms, _ in steps)
           + f" = {burst:.3f} ms in bursts; the same calls back to back (the GPU at its power "
-          f"cap) {held:.3f} ms ({burst / held:.2f} of the bursts' rate)", flush=True)
-    return (tokens / (layers * burst * 1e-3), tokens / (layers * held * 1e-3), burst, held)
+          f"cap) {held:.3f} ms ({burst / held:.2f} of the bursts' rate); the last layer to its "
+          f"cache point ({', '.join(f'{n} x {f:.2f}' for n, f in cache_point.items())}) "
+          f"{last:.3f} ms in bursts", flush=True)
+    return (tokens / (((layers - 1) * burst + last) * 1e-3),
+            tokens / (((layers - 1) * held + last * held / burst) * 1e-3), burst, held)
 
 
 def sdpa_step(name, q, k, v):
@@ -261,7 +270,7 @@ def library_floor(layers):
     q = torch.randn(BATCH, 32, SEQ, 128, device="cuda", dtype=torch.bfloat16)
     kv = torch.randn(BATCH, 8, SEQ, 128, device="cuda", dtype=torch.bfloat16).repeat_interleave(4, dim=1)
     steps.append(sdpa_step("SDPA", q, kv, kv))
-    floor = floor_of(steps, layers, BATCH * SEQ)
+    floor = floor_of(steps, layers, BATCH * SEQ, {"qkv": 16 / 48})
     return floor[0], floor[1]
 
 

@@ -61,8 +61,9 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
 - the floor of the library calls: one layer's GEMMs (fused QKV, o, router) and
   the experts' as torch's grouped GEMM on a balanced routing, plus the faster
   of cuDNN and flash SDPA (causal over the whole sample in every layer, no
-  sinks: gpt-oss's windows would only make it faster), times the layers;
-  each call timed in bursts (the GPU's clocks before its power cap), and the
+  sinks: gpt-oss's windows would only make it faster), for every layer but
+  the last, which a calibration runs to its cache point (the K and V columns
+  of the QKV GEMM, the router); each call timed in bursts (the GPU's clocks before its power cap), and the
   layer's calls back to back for seconds (at the cap, as a calibration runs:
   the sustained floor). --floor-only prints the floor alone and stops.
 
@@ -388,7 +389,9 @@ def library_floor(layers):
     kv = torch.randn(BATCH, HKV, SEQ, HD, device="cuda", dtype=torch.bfloat16).repeat_interleave(
         H // HKV, dim=1)
     steps += experts + [sdpa_step("SDPA", q, kv, kv)]
-    return floor_of(steps, layers, m) + (bool(experts),)
+    # a calibration's last layer: its K and V columns of qkv, the router
+    return floor_of(steps, layers, m, {"qkv": 2 * HKV / (H + 2 * HKV), "router": 1.0}) + \
+        (bool(experts),)
 
 
 class Deadline:
