@@ -22,10 +22,10 @@ kvcal FP8's model TFLOP/s against the FP8 ceiling measured in the same run
 (a 16384 x 8192 x 8192 cuBLASLt FP8 GEMM through torch._scaled_mm,
 per-tensor scales), the FP8 library floor (the layer's four GEMMs as
 torch._scaled_mm with row-wise scales + the fastest SDPA, in bursts and
-the same calls back to back at the GPU's power cap), the median (at most 2%: the exit status) and worst
-relative difference of kvcal's per-head K/V absmax from the torch FP8
-model's and from kvcal's fast accumulation, peak device memory; for the
-70B-width model: layers, weights on the device, tokens/s, tokens/s x
+the same calls back to back at the GPU's power cap), the median (at most
+2%: the exit status) and worst relative difference of kvcal's per-head
+K/V absmax from the torch FP8 model's and from kvcal's fast accumulation,
+peak device memory; for the 70B-width model: layers, weights on the device, tokens/s, tokens/s x
 layers (the rate of one layer) and peak device memory. The checkpoints are
 written under WORKDIR and removed as the run goes (the 8B ones before the
 70B one is written). --big-layers 0 derives the layer count from the free

@@ -16,9 +16,10 @@ torch.compile, timing the same batches, and the library floor (torch's
 cuBLAS GEMMs of one layer's fused shapes + the fastest SDPA backend for
 every layer but the last, whose K and V columns of the QKV GEMM alone a
 calibration runs; each call timed in bursts, and the layer's calls back to
-back at the GPU's power cap, as a calibration runs them). Prints tokens/s of each, kvcal's ratios, kvcal's achieved
-TFLOP/s, the observers' overhead (kvcal calibrate --time-only, the same
-samples unobserved, run right after kvcal in every round), peak device
+back at the GPU's power cap, as a calibration runs them). Prints tokens/s
+of each, kvcal's ratios, kvcal's achieved TFLOP/s, the observers' overhead
+(kvcal calibrate --time-only, the same samples unobserved, run right after
+kvcal in every round), peak device
 memory (kvcal: the device's memory in use while it ran,
 sampled, minus what this process held), and the largest relative difference
 of kvcal's per-head K/V absmax from transformers'.
@@ -219,7 +220,9 @@ def floor_of(steps, layers, tokens, cache_point):
     cache_point {name: the share of that step it runs} (the K and V columns
     of a fused qkv, the router for its counts), at the rate of the whole
     layer. Printed; returns (tokens/s from the bursts, from the sustained
-    run, ms a layer each)."""
+    run, ms a layer each). A step given as None (sdpa_step where no SDPA
+    backend ran) is left out."""
+    steps = [step for step in steps if step]
     burst = sum(ms for _, ms, _ in steps)
     held = sustained_ms([fn for _, _, fn in steps])
     last = sum(ms * cache_point.get(name, 0.0) for name, ms, _ in steps)

@@ -63,9 +63,9 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   of cuDNN and flash SDPA (causal over the whole sample in every layer, no
   sinks: gpt-oss's windows would only make it faster), for every layer but
   the last, which a calibration runs to its cache point (the K and V columns
-  of the QKV GEMM, the router); each call timed in bursts (the GPU's clocks before its power cap), and the
-  layer's calls back to back for seconds (at the cap, as a calibration runs:
-  the sustained floor). --floor-only prints the floor alone and stops.
+  of the QKV GEMM, the router); each call timed in bursts (the GPU's clocks
+  before its power cap), and the layer's calls back to back for seconds (at
+  the cap, as a calibration runs: the sustained floor). --floor-only prints the floor alone and stops.
 
 Writes OUT/moe_bench.json (moe_bench_SHAPE.json for another shape than the
 default; every figure) and prints a table: tokens/s and
