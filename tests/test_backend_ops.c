@@ -291,6 +291,9 @@ static const op_row rows[] = {
     ROW("moe", .rows = 989, .k = 64, .n = 32, .experts = 160, .top_k = 8, .renorm = 1,
         .shared = 2, .sigmoid = 1),
     ROW("moe", .rows = 19, .k = 48, .n = 40, .experts = 8, .top_k = 3, .sigmoid = 1),
+    /* Kimi K2's 384 experts: the routing's widest lanes (16 values each) */
+    ROW("moe", .rows = 300, .k = 64, .n = 32, .experts = 384, .top_k = 8, .renorm = 1,
+        .sigmoid = 1),
     /* gpt-oss's experts: biases after the grouped GEMMs, the clamped SwiGLU
      * (the last: gate/up over two 128-column tiles, the second cut at 72
      * outputs, down's 136 in one 256-column tile) */

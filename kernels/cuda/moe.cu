@@ -19,16 +19,17 @@
 // --- routing --------------------------------------------------------------------
 
 #define ROUTE_WARPS 4
-#define ROUTE_PER_LANE (KVCAL_MOE_MAX_EXPERTS / 32)
+#define ROUTE_MAX_PER_LANE (KVCAL_MOE_MAX_EXPERTS / 32)
 
 /* The groups open to the top-k (bit g: group g) of a token whose choice
- * values lane + 32 i the lane holds in v (kvcal_moe_route_grouped_ref):
+ * values lane + 32 i (i < PL) the lane holds in v
+ * (kvcal_moe_route_grouped_ref):
  * each group's score (its best expert's, softmax: by probability, or its two
  * best choice values' sum) by a warp reduction per group, then topk_groups
  * rounds of a warp argmax over the groups, the lower group on a tie. */
-template <int SIGMOID>
-static __device__ unsigned long long open_groups(const float v[ROUTE_PER_LANE], int lane,
-                                                 int E, float m, float sum, int groups,
+template <int SIGMOID, int PL>
+static __device__ unsigned long long open_groups(const float v[PL], int lane, int E,
+                                                 float m, float sum, int groups,
                                                  int topk_groups, int group_max)
 {
     const int S = E / groups;
@@ -36,7 +37,7 @@ static __device__ unsigned long long open_groups(const float v[ROUTE_PER_LANE], 
     for (int g = 0; g < groups; g++) {
         float a = -INFINITY, b = -INFINITY; /* the group's two best, a >= b */
 #pragma unroll
-        for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        for (int i = 0; i < PL; i++) {
             const int e = lane + 32 * i;
             if (e < E && e / S == g) {
                 const float s = SIGMOID ? v[i] : __expf(v[i] - m) / sum;
@@ -79,8 +80,12 @@ static __device__ unsigned long long open_groups(const float v[ROUTE_PER_LANE], 
 
 /* SIGMOID 0: softmax top-k; 1: the top-k of sigmoid + bias, weighted by the
  * sigmoids (bias (E) or NULL), times scale after the renormalization; the
- * choice among the open groups of grouped top-k (groups > 1). */
-template <int SIGMOID>
+ * choice among the open groups of grouped top-k (groups > 1). A lane holds
+ * PL >= E / 32 of the token's choice values (expert lane + 32 i): PL is the
+ * smallest power of two that holds E, so that no round of the top-k loops
+ * over the experts a model does not have (a lane's missing values added 0
+ * to its sum, so the result is the same for every PL that holds E). */
+template <int SIGMOID, int PL>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
     moe_route_kernel(int32_t *__restrict__ experts,            // (tokens, top_k)
                      float *__restrict__ weights,              // (tokens, top_k)
@@ -101,29 +106,30 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         return;
     }
     const __nv_bfloat16 *z = logits + (int64_t)t * E;
-    float v[ROUTE_PER_LANE];
+    float v[PL];
     float m = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < ROUTE_PER_LANE; i++) {
+    for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
         v[i] = e < E ? __bfloat162float(z[e]) : -INFINITY;
         if (SIGMOID && e < E) /* the choice: sigmoid + bias */
-            v[i] = 1.0f / (1.0f + __expf(-v[i])) + (bias ? __bfloat162float(bias[e]) : 0.0f);
+            v[i] =
+                1.0f / (1.0f + __expf(-v[i])) + (bias ? __bfloat162float(bias[e]) : 0.0f);
         m = fmaxf(m, v[i]);
     }
     for (int o = 16; o > 0; o >>= 1)
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < ROUTE_PER_LANE; i++)
+    for (int i = 0; i < PL; i++)
         sum += lane + 32 * i < E ? __expf(v[i] - m) : 0.0f;
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (groups > 1) {
         const unsigned long long open =
-            open_groups<SIGMOID>(v, lane, E, m, sum, groups, topk_groups, group_max);
+            open_groups<SIGMOID, PL>(v, lane, E, m, sum, groups, topk_groups, group_max);
 #pragma unroll
-        for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        for (int i = 0; i < PL; i++) {
             const int e = lane + 32 * i;
             if (e < E && !((open >> (e / (E / groups))) & 1ull))
                 v[i] = -INFINITY;
@@ -137,7 +143,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         float best = -INFINITY;
         int best_e = 0x7fffffff;
 #pragma unroll
-        for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        for (int i = 0; i < PL; i++) {
             const int e = lane + 32 * i;
             if (e < E && v[i] > best)
                 best = v[i], best_e = e;
@@ -159,16 +165,16 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
             mine = best_e, mine_w = p;
         if (best_e >= 0 && (best_e & 31) == lane) {
 #pragma unroll
-            for (int i = 0; i < ROUTE_PER_LANE; i++)
+            for (int i = 0; i < PL; i++)
                 if (lane + 32 * i == best_e)
                     v[i] = -INFINITY;
         }
     }
     if (lane < top_k) {
         e_out[lane] = mine;
-        w_out[lane] = (renormalize ? mine_w / (chosen_sum + (SIGMOID ? 1e-20f : 0.0f))
-                                   : mine_w) *
-                      scale;
+        w_out[lane] =
+            (renormalize ? mine_w / (chosen_sum + (SIGMOID ? 1e-20f : 0.0f)) : mine_w) *
+            scale;
     }
 }
 
@@ -179,50 +185,78 @@ static kvcal_status route_check(const int32_t *experts, const float *weights,
     if (!experts || !weights || !logits || tokens < 0 || num_experts < 1 ||
         num_experts > KVCAL_MOE_MAX_EXPERTS || top_k < 1 || top_k > num_experts ||
         top_k > KVCAL_MOE_MAX_TOP_K)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "moe routing: %d tokens, %d experts, top-%d: need buffers, 1 .. "
-                          "%d experts and a top-k of 1 .. min(experts, %d)",
-                          tokens, num_experts, top_k, KVCAL_MOE_MAX_EXPERTS,
-                          KVCAL_MOE_MAX_TOP_K);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "moe routing: %d tokens, %d experts, top-%d: need buffers, 1 .. "
+            "%d experts and a top-k of 1 .. min(experts, %d)",
+            tokens, num_experts, top_k, KVCAL_MOE_MAX_EXPERTS, KVCAL_MOE_MAX_TOP_K);
     return KVCAL_OK;
 }
 
-extern "C" kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
-                                                       const kvcal_bf16 *logits,
-                                                       const kvcal_bf16 *bias,
-                                                       const int32_t *pos, int tokens,
-                                                       int num_experts, int top_k,
-                                                       int renormalize, float scale,
-                                                       cudaStream_t stream)
+/* Queues the routing kernel for E experts: its instantiation with the
+ * fewest values a lane that hold E. */
+template <int SIGMOID, int PL>
+static void route_queue_pl(int32_t *experts, float *weights, const __nv_bfloat16 *z,
+                           const __nv_bfloat16 *bias, const int32_t *pos, int tokens,
+                           int E, int top_k, int renormalize, float scale, int groups,
+                           int topk_groups, int group_max, cudaStream_t stream)
 {
-    kvcal_status st = route_check(experts, weights, logits, tokens, num_experts, top_k);
-    if (st || !tokens)
-        return st;
-    moe_route_kernel<1><<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
-                          stream>>>(experts, weights,
-                                    reinterpret_cast<const __nv_bfloat16 *>(logits),
-                                    reinterpret_cast<const __nv_bfloat16 *>(bias), pos,
-                                    tokens, num_experts, top_k, renormalize, scale,
-                                    1, 1, 0);
+    if constexpr (PL < ROUTE_MAX_PER_LANE) {
+        if (E > 32 * PL) {
+            route_queue_pl<SIGMOID, 2 * PL>(experts, weights, z, bias, pos, tokens, E,
+                                            top_k, renormalize, scale, groups,
+                                            topk_groups, group_max, stream);
+            return;
+        }
+    }
+    moe_route_kernel<SIGMOID, PL>
+        <<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0, stream>>>(
+            experts, weights, z, bias, pos, tokens, E, top_k, renormalize, scale, groups,
+            topk_groups, group_max);
+}
+
+static kvcal_status route_queue(int sigmoid, int32_t *experts, float *weights,
+                                const kvcal_bf16 *logits, const kvcal_bf16 *bias,
+                                const int32_t *pos, int tokens, int E, int top_k,
+                                int renormalize, float scale, int groups, int topk_groups,
+                                int group_max, cudaStream_t stream)
+{
+    const auto *z = reinterpret_cast<const __nv_bfloat16 *>(logits);
+    const auto *b = reinterpret_cast<const __nv_bfloat16 *>(bias);
+    if (sigmoid)
+        route_queue_pl<1, 1>(experts, weights, z, b, pos, tokens, E, top_k, renormalize,
+                             scale, groups, topk_groups, group_max, stream);
+    else
+        route_queue_pl<0, 1>(experts, weights, z, nullptr, pos, tokens, E, top_k,
+                             renormalize, scale, groups, topk_groups, group_max, stream);
     KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
     return KVCAL_OK;
 }
 
+extern "C" kvcal_status
+kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights, const kvcal_bf16 *logits,
+                               const kvcal_bf16 *bias, const int32_t *pos, int tokens,
+                               int num_experts, int top_k, int renormalize, float scale,
+                               cudaStream_t stream)
+{
+    kvcal_status st = route_check(experts, weights, logits, tokens, num_experts, top_k);
+    if (st || !tokens)
+        return st;
+    return route_queue(1, experts, weights, logits, bias, pos, tokens, num_experts, top_k,
+                       renormalize, scale, 1, 1, 0, stream);
+}
+
 extern "C" kvcal_status kvcal_moe_route_launch(int32_t *experts, float *weights,
-                                               const kvcal_bf16 *logits, const int32_t *pos,
-                                               int tokens, int num_experts, int top_k,
+                                               const kvcal_bf16 *logits,
+                                               const int32_t *pos, int tokens,
+                                               int num_experts, int top_k,
                                                int renormalize, cudaStream_t stream)
 {
     kvcal_status st = route_check(experts, weights, logits, tokens, num_experts, top_k);
     if (st || !tokens)
         return st;
-    moe_route_kernel<0><<<(tokens + ROUTE_WARPS - 1) / ROUTE_WARPS, ROUTE_WARPS * 32, 0,
-                          stream>>>(experts, weights,
-                                    reinterpret_cast<const __nv_bfloat16 *>(logits), nullptr,
-                                    pos, tokens, num_experts, top_k, renormalize, 1.0f,
-                                    1, 1, 0);
-    KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
-    return KVCAL_OK;
+    return route_queue(0, experts, weights, logits, NULL, pos, tokens, num_experts, top_k,
+                       renormalize, 1.0f, 1, 1, 0, stream);
 }
 
 extern "C" kvcal_status kvcal_moe_route_grouped_launch(int32_t *experts, float *weights,
@@ -243,19 +277,9 @@ extern "C" kvcal_status kvcal_moe_route_grouped_launch(int32_t *experts, float *
             "moe routing: %d experts in %d groups, %d open, top-%d: the "
             "groups (at most %d) must divide the experts and hold the top-k",
             p->num_experts, G, p->topk_groups, p->top_k, KVCAL_MOE_MAX_GROUPS);
-    const int blocks = (tokens + ROUTE_WARPS - 1) / ROUTE_WARPS;
-    const auto *z = reinterpret_cast<const __nv_bfloat16 *>(logits);
-    const auto *b = reinterpret_cast<const __nv_bfloat16 *>(p->bias);
-    if (p->sigmoid)
-        moe_route_kernel<1><<<blocks, ROUTE_WARPS * 32, 0, stream>>>(
-            experts, weights, z, b, pos, tokens, p->num_experts, p->top_k, p->renormalize,
-            p->scale, G, p->topk_groups, p->group_max);
-    else
-        moe_route_kernel<0><<<blocks, ROUTE_WARPS * 32, 0, stream>>>(
-            experts, weights, z, nullptr, pos, tokens, p->num_experts, p->top_k,
-            p->renormalize, p->scale, G, p->topk_groups, p->group_max);
-    KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
-    return KVCAL_OK;
+    return route_queue(p->sigmoid, experts, weights, logits, p->sigmoid ? p->bias : NULL,
+                       pos, tokens, p->num_experts, p->top_k, p->renormalize, p->scale, G,
+                       p->topk_groups, p->group_max, stream);
 }
 
 // --- grouping by expert --------------------------------------------------------
@@ -276,8 +300,8 @@ static_assert(ALIGN_THREADS >= KVCAL_MOE_MAX_EXPERTS, "a thread an expert");
 extern "C" int kvcal_moe_plan_capacity(int assignments, int num_experts)
 {
     /* each expert's rows rounded up to a tile */
-    const long long rows = (long long)assignments + (long long)num_experts *
-                                                        (KVCAL_MOE_TILE_ROWS - 1);
+    const long long rows =
+        (long long)assignments + (long long)num_experts * (KVCAL_MOE_TILE_ROWS - 1);
     return (int)((rows + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
                  KVCAL_MOE_TILE_ROWS);
 }
@@ -551,8 +575,10 @@ __global__ void __launch_bounds__(G_WARPS * 32)
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < GK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[4];
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>
+                a[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>
+                b[4];
 #pragma unroll
             for (int i = 0; i < 2; i++)
                 wmma::load_matrix_sync(a[i], &sa[buf][(wm + 16 * i) * GLD + kk], GLD);
@@ -592,10 +618,11 @@ extern "C" kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 
 {
     if (!out || !x || !w || !plan || k < 8 || n < 8 || k % 8 || n % 8 || gather < 0 ||
         ((uintptr_t)x | (uintptr_t)w) % 16)
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "moe grouped GEMM: k %d, n %d: need buffers, k and n multiples of "
-                          "8 and 16-byte aligned x and w",
-                          k, n);
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "moe grouped GEMM: k %d, n %d: need buffers, k and n multiples of "
+            "8 and 16-byte aligned x and w",
+            k, n);
     if (plan->tiles < 1)
         return KVCAL_OK;
     if (plan->tiles > 65535)
@@ -605,9 +632,10 @@ extern "C" kvcal_status kvcal_moe_gemm_launch(kvcal_bf16 *out, const kvcal_bf16 
                           plan->tiles);
     const dim3 grid((n + GN - 1) / GN, plan->tiles);
     moe_gemm_kernel<<<grid, G_WARPS * 32, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(x),
-        gather, reinterpret_cast<const __nv_bfloat16 *>(w), plan->sorted, plan->tile_expert,
-        k, n);
+        reinterpret_cast<__nv_bfloat16 *>(out),
+        reinterpret_cast<const __nv_bfloat16 *>(x), gather,
+        reinterpret_cast<const __nv_bfloat16 *>(w), plan->sorted, plan->tile_expert, k,
+        n);
     KVCAL_CUDA_CHECK_LAUNCH("moe_gemm_kernel");
     return KVCAL_OK;
 }
@@ -689,11 +717,11 @@ extern "C" kvcal_status kvcal_moe_bias_launch(kvcal_bf16 *y, const kvcal_bf16 *b
 #define COMBINE_THREADS 256
 
 __global__ void __launch_bounds__(COMBINE_THREADS)
-    moe_combine_kernel(__nv_bfloat16 *__restrict__ out,          // (tokens, dim)
-                       const __nv_bfloat16 *__restrict__ y,      // (capacity, dim)
-                       const int32_t *__restrict__ slot_of,      // (tokens, top_k)
-                       const float *__restrict__ weights,        // (tokens, top_k)
-                       const int32_t *__restrict__ pos,          // (tokens)
+    moe_combine_kernel(__nv_bfloat16 *__restrict__ out,     // (tokens, dim)
+                       const __nv_bfloat16 *__restrict__ y, // (capacity, dim)
+                       const int32_t *__restrict__ slot_of, // (tokens, top_k)
+                       const float *__restrict__ weights,   // (tokens, top_k)
+                       const int32_t *__restrict__ pos,     // (tokens)
                        int top_k, int dim,
                        const __nv_bfloat16 *__restrict__ shared, // (tokens, dim) or NULL
                        const __nv_bfloat16 *__restrict__ x,      // (tokens, dim)
@@ -762,13 +790,11 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
     }
 }
 
-extern "C" kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
-                                                 const int32_t *slot_of, const float *weights,
-                                                 const int32_t *pos, int tokens, int top_k,
-                                                 int dim, const kvcal_bf16 *shared,
-                                                 const kvcal_bf16 *x,
-                                                 const kvcal_bf16 *shared_gate,
-                                                 cudaStream_t stream)
+extern "C" kvcal_status
+kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y, const int32_t *slot_of,
+                         const float *weights, const int32_t *pos, int tokens, int top_k,
+                         int dim, const kvcal_bf16 *shared, const kvcal_bf16 *x,
+                         const kvcal_bf16 *shared_gate, cudaStream_t stream)
 {
     if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 8 ||
         dim % 8 || (shared_gate && !x) ||
@@ -781,8 +807,9 @@ extern "C" kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf
     if (!tokens)
         return KVCAL_OK;
     moe_combine_kernel<<<tokens, COMBINE_THREADS, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(y),
-        slot_of, weights, pos, top_k, dim, reinterpret_cast<const __nv_bfloat16 *>(shared),
+        reinterpret_cast<__nv_bfloat16 *>(out),
+        reinterpret_cast<const __nv_bfloat16 *>(y), slot_of, weights, pos, top_k, dim,
+        reinterpret_cast<const __nv_bfloat16 *>(shared),
         reinterpret_cast<const __nv_bfloat16 *>(x),
         reinterpret_cast<const __nv_bfloat16 *>(shared_gate));
     KVCAL_CUDA_CHECK_LAUNCH("moe_combine_kernel");
