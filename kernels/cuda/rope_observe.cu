@@ -17,9 +17,11 @@
  * lanes per head row): each lane group rotates its kv head's q heads and k
  * head and observes its k and v heads. sin/cos of a (token, pair) are
  * computed once per warp, by one of the R lanes that share the pair, and
- * handed to the others by shuffles. The block's histogram holds two 16-bit
- * counts per word (a block sees at most 128 tokens x 256 channels of a
- * head, < 65536), so 8 kv heads fit in shared memory.
+ * handed to the others by shuffles. A block has 8 warps, or 16 where the
+ * grid has no more blocks than the GPU has SMs (VEC_WARPS_WIDE). The block's
+ * histogram holds two 16-bit counts per word (a block sees at most 128
+ * tokens x 256 channels of a head, < 65536), so 8 kv heads fit in shared
+ * memory.
  *
  * Where the observer has q_absmax, both also keep each query head's max |q|
  * (as rotated and stored): a lane's max of its values of the row, one
@@ -296,8 +298,14 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
 
 // --- version 2: 16-byte accesses, sin/cos shared across the kv heads of a warp ---
 
+/* A block's warps: 8, two blocks an SM, where the grid has more blocks
+ * than the GPU has SMs; 16, one block an SM, where it has no more (a model
+ * of few kv heads: one grid row holds them all), so that an SM keeps twice
+ * the rows in flight without more blocks, each of which zeroes and flushes
+ * its histograms. */
 enum {
     VEC_WARPS = 8,
+    VEC_WARPS_WIDE = 16,
     VEC_TOKENS_PER_BLOCK = 128,
     VEC_MAX_GROUPS = 8,
     VEC_Q_ROWS = 4,
@@ -411,8 +419,8 @@ static __device__ __forceinline__ unsigned max_bits(const unsigned m[8], int i)
     return i & 1 ? m[i >> 1] & 0xffff0000u : m[i >> 1] << 16;
 }
 
-template <int SP>
-__global__ void __launch_bounds__(VEC_WARPS * 32, 2)
+template <int SP, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
     rope_observe_vec_kernel(__nv_bfloat16 *__restrict__ qkv, // (tokens, token_stride)
                             int64_t token_stride,
                             const int32_t *__restrict__ pos, // (tokens)
@@ -461,7 +469,7 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
 
     const int t0 = blockIdx.x * VEC_TOKENS_PER_BLOCK;
     const int t1 = min(tokens, t0 + VEC_TOKENS_PER_BLOCK);
-    for (int t = t0 + warp; t < t1; t += VEC_WARPS) {
+    for (int t = t0 + warp; t < t1; t += WARPS) {
         const int p = pos[t];
         if (p < 0)
             continue;
@@ -556,7 +564,7 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
                           (int64_t)gg * head_dim + c,
                       m);
     }
-    for (int i = warp; i < 2 * groups; i += VEC_WARPS) {
+    for (int i = warp; i < 2 * groups; i += WARPS) {
         const int kv = i / groups, gg = blockIdx.y * groups + i % groups;
         unsigned m = 0u;
         for (int c = lane; c < head_dim; c += 32)
@@ -584,6 +592,23 @@ static bool vec_supported(const kvcal_bf16 *qkv, int64_t token_stride, int head_
            aligned(qkv) && aligned(rope->q_norm_w) && aligned(rope->k_norm_w);
 }
 
+template <int SP, int WARPS>
+static kvcal_status queue_vec(dim3 grid, size_t smem, __nv_bfloat16 *qkv,
+                              int64_t token_stride, const int32_t *pos, int tokens,
+                              int n_heads, int n_kv_heads, int head_dim, int groups,
+                              const kvcal_rope_cfg *rope, const kvcal_kv_observer &obs,
+                              bool observe, cudaStream_t stream)
+{
+    KVCAL_CUDA_TRY(cudaFuncSetAttribute(rope_observe_vec_kernel<SP, WARPS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    rope_observe_vec_kernel<SP, WARPS><<<grid, WARPS * 32, smem, stream>>>(
+        qkv, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, groups, *rope, obs,
+        observe);
+    KVCAL_CUDA_CHECK_LAUNCH("rope_observe_vec_kernel");
+    return KVCAL_OK;
+}
+
 template <int SP>
 static kvcal_status
 launch_vec(__nv_bfloat16 *qkv, int64_t token_stride, const int32_t *pos, int tokens,
@@ -597,16 +622,18 @@ launch_vec(__nv_bfloat16 *qkv, int64_t token_stride, const int32_t *pos, int tok
         observe
             ? (2 * (size_t)groups * (HIST_WORDS + head_dim) + q_words) * sizeof(unsigned)
             : 0;
-    KVCAL_CUDA_TRY(cudaFuncSetAttribute(rope_observe_vec_kernel<SP>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
     const dim3 grid((tokens + VEC_TOKENS_PER_BLOCK - 1) / VEC_TOKENS_PER_BLOCK,
                     (n_kv_heads + groups - 1) / groups);
-    rope_observe_vec_kernel<SP><<<grid, VEC_WARPS * 32, smem, stream>>>(
-        qkv, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, groups, *rope, obs,
-        observe);
-    KVCAL_CUDA_CHECK_LAUNCH("rope_observe_vec_kernel");
-    return KVCAL_OK;
+    int dev = 0, sms = 0;
+    KVCAL_CUDA_TRY(cudaGetDevice(&dev));
+    KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if ((long long)grid.x * grid.y <= sms)
+        return queue_vec<SP, VEC_WARPS_WIDE>(grid, smem, qkv, token_stride, pos, tokens,
+                                             n_heads, n_kv_heads, head_dim, groups, rope,
+                                             obs, observe, stream);
+    return queue_vec<SP, VEC_WARPS>(grid, smem, qkv, token_stride, pos, tokens, n_heads,
+                                    n_kv_heads, head_dim, groups, rope, obs, observe,
+                                    stream);
 }
 
 extern "C" kvcal_status kvcal_rope_observe_launch_version(
