@@ -60,8 +60,9 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   before the next mode); one that fails is reported and skipped;
 - the floor of the library calls: one layer's GEMMs (fused QKV, o, router) and
   the experts' as torch's grouped GEMM on a balanced routing, plus the faster
-  of cuDNN and flash SDPA (causal over the whole sample in every layer, no
-  sinks: gpt-oss's windows would only make it faster), for every layer but
+  of cuDNN and flash SDPA (causal over the whole sample; no sinks), where
+  the shape has sliding windows (gpt-oss) in turn with torch's compiled
+  flex_attention within the window, as its layers alternate, for every layer but
   the last, which a calibration runs to its cache point (the K and V columns
   of the QKV GEMM, the router); each call timed in bursts (the GPU's clocks
   before its power cap), and the layer's calls back to back for seconds (at
@@ -112,7 +113,7 @@ SHAPES = {
         router=lambda layer: layer.mlp.gate, k_out=lambda layer: layer.self_attn.k_norm),
     "gpt-oss-20b": dict(
         name="gpt-oss-20b", d=2880, h=64, hkv=8, hd=64, e=32, topk=4, mi=2880,
-        vocab=201088, total_layers=24, attn=("eager", "flex_attention"),
+        window=128, vocab=201088, total_layers=24, attn=("eager", "flex_attention"),
         config=lambda layers: GptOssConfig(
             hidden_size=2880, intermediate_size=2880, num_hidden_layers=layers,
             num_attention_heads=64, num_key_value_heads=8, head_dim=64,
@@ -376,6 +377,40 @@ def grouped_steps(m, d, e, topk, mi):
         return []
 
 
+def window_step(q, k, v, window):
+    """(name, ms, fn) of torch's flex_attention, compiled, causal within the
+    last `window` keys, or None where it does not run."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        def band(b, h, q_idx, kv_idx):
+            return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+        mask = create_block_mask(band, None, None, q.shape[2], k.shape[2], device=q.device)
+        flex = torch.compile(flex_attention)
+
+        def fn():
+            flex(q, k, v, block_mask=mask)
+        return (f"flex_attention, window {window}", bench_ms(fn), fn)
+    except Exception as err:  # an older torch, or no compiler: the floor says so
+        print(f"sliding-window floor unavailable: {type(err).__name__}: {err}")
+        return None
+
+
+def alternate(full, windowed):
+    """One step of a layer whose attention is full and sliding in turn: the
+    two steps' calls alternated (ms their mean), or full alone where the
+    windowed step did not run."""
+    if not full or not windowed:
+        return full
+    calls = [0]
+
+    def fn():
+        (full if calls[0] % 2 == 0 else windowed)[2]()
+        calls[0] += 1
+    return (f"{full[0]} ({full[1]:.3f}) / {windowed[0]} ({windowed[1]:.3f}) in turn",
+            (full[1] + windowed[1]) / 2, fn)
+
+
 def library_floor(layers):
     """The library floor of `layers` layers at 8 x 2048 tokens (floor_of):
     (tokens/s in bursts, sustained, ms a layer in bursts, sustained, whether
@@ -388,7 +423,9 @@ def library_floor(layers):
     q = torch.randn(BATCH, H, SEQ, HD, device="cuda", dtype=torch.bfloat16)
     kv = torch.randn(BATCH, HKV, SEQ, HD, device="cuda", dtype=torch.bfloat16).repeat_interleave(
         H // HKV, dim=1)
-    steps += experts + [sdpa_step("SDPA", q, kv, kv)]
+    full = sdpa_step("SDPA", q, kv, kv)
+    steps += experts + [alternate(full, window_step(q, kv, kv.clone(), S["window"])) if S.get("window")
+                        else full]
     # a calibration's last layer: its K and V columns of qkv, the router
     return floor_of(steps, layers, m, {"qkv": 2 * HKV / (H + 2 * HKV), "router": 1.0}) + \
         (bool(experts),)
