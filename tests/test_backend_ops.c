@@ -170,6 +170,10 @@ static const op_row rows[] = {
         .rot_dim = 128, .qk_norm = 1),
     ROW("rope_observe", .rows = 989, .heads = 4, .kv_heads = 4, .head_dim = 80,
         .rot_dim = 80, .interleaved = 1),
+    /* 200 blocks, more than a GPU has SMs: version 2's blocks of 8 warps
+     * (the rows above launch no more blocks than SMs: blocks of 16) */
+    ROW("rope_observe", .rows = 3200, .heads = 64, .kv_heads = 64, .head_dim = 16,
+        .rot_dim = 16, .qk_norm = 1),
     /* no q heads: rows of k and v alone (a calibration's last layer) */
     ROW("rope_observe", .rows = 131, .kv_heads = 8, .head_dim = 128, .rot_dim = 128),
     ROW("rope_observe", .rows = 37, .kv_heads = 3, .head_dim = 64, .rot_dim = 32,
