@@ -215,6 +215,8 @@ static void route_queue_pl(int32_t *experts, float *weights, const __nv_bfloat16
             topk_groups, group_max);
 }
 
+/* The routing of kvcal_moe_route_grouped_launch's contract (sigmoid 0:
+ * softmax, bias unread). */
 static kvcal_status route_queue(int sigmoid, int32_t *experts, float *weights,
                                 const kvcal_bf16 *logits, const kvcal_bf16 *bias,
                                 const int32_t *pos, int tokens, int E, int top_k,
@@ -277,8 +279,8 @@ extern "C" kvcal_status kvcal_moe_route_grouped_launch(int32_t *experts, float *
             "moe routing: %d experts in %d groups, %d open, top-%d: the "
             "groups (at most %d) must divide the experts and hold the top-k",
             p->num_experts, G, p->topk_groups, p->top_k, KVCAL_MOE_MAX_GROUPS);
-    return route_queue(p->sigmoid, experts, weights, logits, p->sigmoid ? p->bias : NULL,
-                       pos, tokens, p->num_experts, p->top_k, p->renormalize, p->scale, G,
+    return route_queue(p->sigmoid, experts, weights, logits, p->bias, pos, tokens,
+                       p->num_experts, p->top_k, p->renormalize, p->scale, G,
                        p->topk_groups, p->group_max, stream);
 }
 
