@@ -60,13 +60,14 @@ B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
   before the next mode); one that fails is reported and skipped;
 - the floor of the library calls: one layer's GEMMs (fused QKV, o, router) and
   the experts' as torch's grouped GEMM on a balanced routing, plus the faster
-  of cuDNN and flash SDPA (causal over the whole sample; no sinks), where
-  the shape has sliding windows (gpt-oss) in turn with torch's compiled
-  flex_attention within the window, as its layers alternate, for every layer but
-  the last, which a calibration runs to its cache point (the K and V columns
-  of the QKV GEMM, the router); each call timed in bursts (the GPU's clocks
-  before its power cap), and the layer's calls back to back for seconds (at
-  the cap, as a calibration runs: the sustained floor). --floor-only prints the floor alone and stops.
+  of cuDNN and flash SDPA (causal over the whole sample; no sinks; where the
+  shape has sliding windows, gpt-oss, in turn with torch's compiled
+  flex_attention within the window, as its layers alternate), for every
+  layer but the last, which a calibration runs to its cache point (the K
+  and V columns of the QKV GEMM, the router); each call timed in bursts
+  (the GPU's clocks before its power cap), and the layer's calls back to
+  back for seconds (at the cap, as a calibration runs: the sustained
+  floor). --floor-only prints the floor alone and stops.
 
 Writes OUT/moe_bench.json (moe_bench_SHAPE.json for another shape than the
 default; every figure) and prints a table: tokens/s and
@@ -423,9 +424,10 @@ def library_floor(layers):
     q = torch.randn(BATCH, H, SEQ, HD, device="cuda", dtype=torch.bfloat16)
     kv = torch.randn(BATCH, HKV, SEQ, HD, device="cuda", dtype=torch.bfloat16).repeat_interleave(
         H // HKV, dim=1)
-    full = sdpa_step("SDPA", q, kv, kv)
-    steps += experts + [alternate(full, window_step(q, kv, kv.clone(), S["window"])) if S.get("window")
-                        else full]
+    attn = sdpa_step("SDPA", q, kv, kv)
+    if S.get("window"):  # flex_attention's compiled kernel takes no k that is v
+        attn = alternate(attn, window_step(q, kv, kv.clone(), S["window"]))
+    steps += experts + [attn]
     # a calibration's last layer: its K and V columns of qkv, the router
     return floor_of(steps, layers, m, {"qkv": 2 * HKV / (H + 2 * HKV), "router": 1.0}) + \
         (bool(experts),)
