@@ -22,7 +22,9 @@
 // alone) times each step of a Llama-3-8B layer served with per-tensor FP8
 // weights, against the FP8 GEMM ceiling measured first (fp8_section). The
 // stem rope_shapes (named alone) times q/k norm + RoPE + the observer at
-// the shapes of the other models the benches calibrate (rope_shapes_section).
+// the shapes of the other models the benches calibrate (rope_shapes_section);
+// the stem attention_shapes times the attention there, gpt-oss's sinks
+// included (attention_shapes_section).
 // Correctness is the test suite's job (tests/test_backend_ops.c); every
 // launch's status is checked here and a failure aborts the run.
 #include <algorithm>
@@ -150,9 +152,9 @@ static void row(const char *name, float ms, double flops, double bytes,
 }
 
 // The ops' stems, in the order their sections run; mla only when named.
-static const char *const op_stems[] = {"add_rmsnorm", "gemm",   "rope_observe",
-                                       "attention",   "swiglu", "gemm_swiglu",
-                                       "mla",         "fp8",    "rope_shapes"};
+static const char *const op_stems[] = {
+    "add_rmsnorm", "gemm", "rope_observe", "attention",   "swiglu",
+    "gemm_swiglu", "mla",  "fp8",          "rope_shapes", "attention_shapes"};
 
 // Largest |a - b| over the first cols values of each of rows rows of two
 // device buffers, rows sa and sb values apart (NaN wins).
@@ -230,6 +232,83 @@ static void rope_shapes_section(timer &t, double peak_tflops, double peak_tbs)
         CHECK_CUDA(cudaFree(qkv));
     }
     CHECK_CUDA(cudaFree(pos));
+}
+
+// --- attention at other models' shapes (stem attention_shapes) -----------------
+
+// The stem attention_shapes (named alone): causal attention over 8 x 2048
+// tokens as the runner runs it (the heads read inside the fused QKV buffer)
+// at Llama-3-8B's, Qwen3-30B-A3B's and gpt-oss-20b's shapes: on cuDNN
+// (kvcal_attention_run), and for gpt-oss with its sinks as its full layers
+// run (cuDNN with the softmax statistics, then the rescale), the rescale
+// alone, and its sliding layers on kvcal's kernel (window 128).
+struct attention_shape {
+    const char *name;
+    int h, hkv, hd;
+};
+
+static void attention_shapes_section(timer &t, double peak_tflops, double peak_tbs)
+{
+    const attention_shape shapes[] = {{"Llama-3-8B", 32, 8, 128},
+                                      {"Qwen3-30B-A3B", 32, 4, 128},
+                                      {"gpt-oss-20b", 64, 8, 64}};
+    const int B = 8, T = 2048, M = B * T;
+    kvcal_attention_t *cudnn;
+    CHECK_KVCAL(kvcal_attention_create(0, &cudnn));
+    printf("\ncausal attention at each model's shape (8 x 2048 tokens; %s)\n",
+           kvcal_attention_note(cudnn));
+    for (const attention_shape &sh : shapes) {
+        const int qkv_w = (sh.h + 2 * sh.hkv) * sh.hd;
+        kvcal_bf16 *qkv = rand_dev((size_t)M * qkv_w, 1.0f);
+        kvcal_bf16 *out = rand_dev((size_t)M * sh.h * sh.hd, 1.0f);
+        kvcal_bf16 *sinks = rand_dev(sh.h, 2.0f);
+        float *lse;
+        CHECK_CUDA(cudaMalloc(&lse, (size_t)M * sh.h * sizeof *lse));
+        const kvcal_bf16 *q = qkv, *k = qkv + sh.h * sh.hd, *v = k + sh.hkv * sh.hd;
+        const float scale = 1.0f / sqrtf((float)sh.hd);
+        // causal: half the S x S scores of each head, twice (Q K^T, P V)
+        const double flops = 4.0 * B * sh.h * (double)T * T / 2 * sh.hd;
+        const double bytes = 2.0 * M * ((sh.h + 2 * sh.hkv) * sh.hd + sh.h * sh.hd);
+        char name[64];
+        kvcal_attention_impl impl;
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_attention_run(cudnn, out, sh.h * sh.hd, q, k, v, qkv_w, B,
+                                            T, sh.h, sh.hkv, sh.hd, scale, 0, &impl));
+        });
+        snprintf(name, sizeof name, "%s %s", sh.name,
+                 impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN" : "kvcal");
+        row(name, ms, flops, bytes, peak_tflops, peak_tbs);
+        printf("  %s\n", kvcal_attention_note(cudnn));
+        if (sh.hd == 64) {
+            int taken = 0;
+            const float sinks_ms = time_ms(t, [&] {
+                CHECK_KVCAL(kvcal_attention_run_sinks(cudnn, out, sh.h * sh.hd, q, k, v,
+                                                      qkv_w, B, T, sh.h, sh.hkv, sh.hd,
+                                                      scale, sinks, lse, 0, &taken));
+            });
+            row(taken ? "  sinks: cuDNN + lse + rescale" : "  sinks: not on cuDNN",
+                sinks_ms, flops, bytes, peak_tflops, peak_tbs);
+            printf("  %s\n", kvcal_attention_note(cudnn));
+            const float rescale_ms = time_ms(t, [&] {
+                CHECK_KVCAL(kvcal_attention_sinks_rescale_launch(
+                    out, sh.h * sh.hd, lse, sinks, B, T, sh.h, sh.hd, 0));
+            });
+            row("  sinks: the rescale alone", rescale_ms, 0.0, 4.0 * M * sh.h * sh.hd,
+                peak_tflops, peak_tbs);
+            const float window_ms = time_ms(t, [&] {
+                CHECK_KVCAL(kvcal_attention_sinks_launch(out, sh.h * sh.hd, q, k, v,
+                                                         qkv_w, B, T, sh.h, sh.hkv, sh.hd,
+                                                         scale, 128, 0.0f, sinks, 0));
+            });
+            row("  sinks, window 128, kvcal", window_ms,
+                4.0 * B * sh.h * T * 128.0 * sh.hd, bytes, peak_tflops, peak_tbs);
+        }
+        CHECK_CUDA(cudaFree(lse));
+        CHECK_CUDA(cudaFree(sinks));
+        CHECK_CUDA(cudaFree(out));
+        CHECK_CUDA(cudaFree(qkv));
+    }
+    kvcal_attention_destroy(cudnn);
 }
 
 // --- multi-head latent attention (stem mla) -------------------------------------
@@ -815,7 +894,8 @@ int main(int argc, char **argv)
     }
     const char *usage =
         "usage: runner_ops [reps >= 1] [stem ...], stems add_rmsnorm gemm "
-        "rope_observe attention swiglu gemm_swiglu mla fp8 rope_shapes\n";
+        "rope_observe attention swiglu gemm_swiglu mla fp8 rope_shapes "
+        "attention_shapes\n";
     if (reps < 1) {
         fprintf(stderr, "runner_ops: %s repetitions: need at least 1\n%s", argv[1],
                 usage);
@@ -836,7 +916,7 @@ int main(int argc, char **argv)
             if (!strcmp(argv[i], stem))
                 return true;
         return all && strcmp(stem, "mla") && strcmp(stem, "fp8") &&
-               strcmp(stem, "rope_shapes");
+               strcmp(stem, "rope_shapes") && strcmp(stem, "attention_shapes");
     };
     const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
     const int M = B * T, QKV = (H + 2 * HKV) * HD;
@@ -1099,6 +1179,8 @@ int main(int argc, char **argv)
         mla_section(t, gemm, peak_tflops, peak_tbs);
     if (want("rope_shapes"))
         rope_shapes_section(t, peak_tflops, peak_tbs);
+    if (want("attention_shapes"))
+        attention_shapes_section(t, peak_tflops, peak_tbs);
     if (want("fp8"))
         fp8_section(t, gemm, peak_tbs, xn, resid, delta, norm_w, qkv, att, gu, pos, &rope,
                     &obs);

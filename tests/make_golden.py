@@ -223,6 +223,12 @@ def hf_configs():
             hidden_size=32, intermediate_size=48, num_attention_heads=4,
             num_key_value_heads=2, head_dim=80, tie_word_embeddings=True,
             **common), "bfloat16", "new"),
+        # head_dim 128, the served models' (Llama-3, Qwen3, Mistral): cuDNN's
+        # attention and the vectorised RoPE at their head size
+        ("qwen3_hd128_qknorm_bf16", tf.Qwen3Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=128, tie_word_embeddings=True,
+            **common), "bfloat16", "new"),
         # intermediate_size a multiple of 128: the CUDA runner's fused
         # gate/up + SwiGLU kernel (KVCAL_MLP=fused) takes it, 2 weight blocks
         ("llama_gqa_mlp256_bf16", tf.LlamaConfig(

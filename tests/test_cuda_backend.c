@@ -93,6 +93,7 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("mistral_mqa_fp16");
     check_runner_golden("qwen2_gqa_bias_bf16");
     check_runner_golden("qwen3_gqa_hd80_qknorm_bf16");
+    check_runner_golden("qwen3_hd128_qknorm_bf16");
     check_runner_golden("qwen2_yarn_bf16");
     check_runner_golden("llama_gqa_mlp256_bf16");
     check_runner_golden("llama3_gqa_hd64_bf16");

@@ -248,6 +248,12 @@ static void runner_matches_transformers_qwen3_qk_norm_head_dim_80(void)
     check_against_golden("qwen3_gqa_hd80_qknorm_bf16");
 }
 
+/* head_dim 128, the served models' head size. */
+static void runner_matches_transformers_qwen3_qk_norm_head_dim_128(void)
+{
+    check_against_golden("qwen3_hd128_qknorm_bf16");
+}
+
 /* The model the CUDA runner's fused gate/up + SwiGLU kernel takes
  * (intermediate_size 256: two 128-row weight blocks). */
 static void runner_matches_transformers_llama_mlp_256(void)
@@ -1287,6 +1293,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_mistral_mqa_fp16),
     KVCAL_TEST(runner_matches_transformers_qwen2_bias_old_config),
     KVCAL_TEST(runner_matches_transformers_qwen3_qk_norm_head_dim_80),
+    KVCAL_TEST(runner_matches_transformers_qwen3_qk_norm_head_dim_128),
     KVCAL_TEST(runner_matches_transformers_llama_mlp_256),
     KVCAL_TEST(runner_matches_transformers_llama3_head_dim_64),
     KVCAL_TEST(runner_matches_transformers_qwen2_yarn_rope_old_config),
