@@ -151,7 +151,8 @@ static void row(const char *name, float ms, double flops, double bytes,
            100.0 * floor_ms / ms, tf, tb);
 }
 
-// The ops' stems, in the order their sections run; mla only when named.
+// The ops' stems, in the order their sections run; mla, rope_shapes,
+// attention_shapes and fp8 only when named.
 static const char *const op_stems[] = {
     "add_rmsnorm", "gemm", "rope_observe", "attention",   "swiglu",
     "gemm_swiglu", "mla",  "fp8",          "rope_shapes", "attention_shapes"};
