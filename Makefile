@@ -120,7 +120,7 @@ all: $(KVCAL) $(LIBA) $(LIBSO)
 
 # --- generated registries: commands and test suites are found by grep ---
 $(BUILD)/commands.gen.h: $(wildcard cli/cmd_*.c) | $(BUILD)/.dir
-	@grep -h '^KVCAL_COMMAND(' $(sort $(wildcard cli/cmd_*.c)) /dev/null > $@.tmp || true
+	@grep -h '^KVCAL_COMMAND(' $(sort $(wildcard cli/cmd_*.c)) /dev/null | sed 's/;[[:space:]]*$$//' > $@.tmp || true
 	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
 $(BUILD)/suites.gen.h: $(TEST_SRC) | $(BUILD)/.dir
 	@grep -h '^KVCAL_SUITE(' $(sort $(TEST_SRC)) /dev/null > $@.tmp || true

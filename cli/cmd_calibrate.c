@@ -1046,7 +1046,9 @@ static kvcal_status meet(kvcal_cmd_ranks *r, kvcal_status st, phases *ph)
     return st;
 }
 
-KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache scales")
+KVCAL_COMMAND(calibrate, "calibrate", "run a model over samples, write K/V cache scales");
+
+int kvcal_cmd_calibrate(int argc, char **argv)
 {
     options o;
     int rc = parse_options(argc, argv, &o);

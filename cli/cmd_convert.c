@@ -221,7 +221,9 @@ static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
     return kvcal_atomic_batch_commit(batch);
 }
 
-KVCAL_COMMAND(convert, "convert", "convert scales between every format engines read")
+KVCAL_COMMAND(convert, "convert", "convert scales between every format engines read");
+
+int kvcal_cmd_convert(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"to", required_argument, NULL, 'T'},

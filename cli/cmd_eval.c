@@ -1026,7 +1026,9 @@ static const char *model_dir_of(const options *o, const kvcal_model_desc *d)
     return o->run.model;
 }
 
-KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes")
+KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes");
+
+int kvcal_cmd_eval(int argc, char **argv)
 {
     options o;
     int rc = parse_options(argc, argv, &o);

@@ -896,7 +896,9 @@ fail:
     return kvcal_cmd_file_exit_code(st);
 }
 
-KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token set")
+KVCAL_COMMAND(inspect, "inspect", "describe a model, scales, statistics or token set");
+
+int kvcal_cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"tokenizer", required_argument, NULL, 't'},

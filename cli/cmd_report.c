@@ -171,7 +171,9 @@ static int check_output(const options *o)
     return st ? -1 : 0;
 }
 
-KVCAL_COMMAND(report, "report", "write an HTML report of scales, statistics and eval")
+KVCAL_COMMAND(report, "report", "write an HTML report of scales, statistics and eval");
+
+int kvcal_cmd_report(int argc, char **argv)
 {
     options o;
     int rc = parse_options(argc, argv, &o);

@@ -140,7 +140,9 @@ static kvcal_status write_jsonl(const char *path, const kvcal_documents *d)
     return kvcal_atomic_commit(&af);
 }
 
-KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL ids")
+KVCAL_COMMAND(tokenize, "tokenize", "tokenize a dataset: HDF5 token set or JSONL ids");
+
+int kvcal_cmd_tokenize(int argc, char **argv)
 {
     enum { OPT_FORMAT = 256, OPT_TEXT_FIELD, OPT_SEED, OPT_NO_PACK, OPT_JSON };
     static const struct option opts[] = {

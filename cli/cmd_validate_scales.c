@@ -87,7 +87,9 @@ static void print_text(const char *path, const kvcal_report_t *rep, int passes)
            errors, errors == 1 ? "" : "s", warnings, warnings == 1 ? "" : "s");
 }
 
-KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and TP size")
+KVCAL_COMMAND(validate_scales, "validate-scales", "check scales for a model and TP size");
+
+int kvcal_cmd_validate_scales(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"tp", required_argument, NULL, 't'},

@@ -1,15 +1,17 @@
 /* cli/command.h: how a subcommand declares itself.
  *
- * Each calib/cmd_*.c defines its command with one line at column 0:
+ * Each cli/cmd_*.c declares its command with one line at column 0, then
+ * defines the function that line names:
  *
- *   KVCAL_COMMAND(validate_scales, "validate-scales", "check a scales file")
- *   { ...body taking argc, argv... }
+ *   KVCAL_COMMAND(validate_scales, "validate-scales", "check a scales file");
+ *
+ *   int kvcal_cmd_validate_scales(int argc, char **argv) { ... }
  *
  * The Makefile greps those lines into the command table of cli/main.c, so
  * adding a command touches no other file. argv[0] is the command name.
  * Return 0 ok, 1 invalid input / failed check, 2 usage or I/O error. */
-#ifndef KVCAL_CALIB_COMMAND_H
-#define KVCAL_CALIB_COMMAND_H
+#ifndef KVCAL_CLI_COMMAND_H
+#define KVCAL_CLI_COMMAND_H
 
 #define KVCAL_COMMAND(id, name, summary) int kvcal_cmd_##id(int argc, char **argv)
 
