@@ -174,6 +174,12 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                           "has no %s layers to run between its attention layers",
                           m->path, c->architecture, c->kv_layers, c->num_layers,
                           c->no_kv_layer_types, c->no_kv_layer_types);
+    if (c->kv_layout == KVCAL_KV_UNKNOWN)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: config.json: layer_types[%d] is '%s', a kind of layer "
+                          "kvcal does not know; it runs full_attention and "
+                          "sliding_attention layers (fix the entry)",
+                          m->path, c->unknown_layer, c->unknown_layer_type);
     d->arch = kvcal_arch_find(c->architecture);
     if (!d->arch && kvcal_arch_missing(c->architecture))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -255,6 +261,11 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
             d->num_kv_heads, d->head_dim, d->vocab_size, d->max_seq_len);
     double prf = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
     d->rot_dim = d->mla ? d->qk_rope_head_dim : (int)(d->head_dim * prf);
+    if (d->mla && (d->rot_dim < 2 || d->rot_dim % 2))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: config.json: qk_rope_head_dim %d: the rotated part of an "
+                          "MLA head must be a positive even number; fix the value",
+                          m->path, d->rot_dim);
     if (d->rot_dim < 2 || d->rot_dim % 2 || d->rot_dim > d->head_dim)
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: partial_rotary_factor %g gives %d rotated channels of "

@@ -844,10 +844,43 @@ static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
         KVCAL_ERR_FORMAT, "tensor model.layers.1.mlp.gate_proj.weight is missing");
     expect_open_error(
         edited_checkpoint("qwen3_moe_e8_top3_norm_bf16", "{\"mlp_only_layers\": [2]}"),
-        KVCAL_ERR_FORMAT, "mlp_only_layers\": expected an array of layer indices");
+        KVCAL_ERR_FORMAT,
+        "mlp_only_layers[0]\": expected a layer index in [0, 2), found 2; fix the value");
     expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
                                         "{\"num_experts_per_tok\": 7}"),
                       KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
+}
+
+/* A bad entry of a config's list is named by its index (a layer kind kvcal
+ * does not know too, where it would otherwise run as full attention), and an
+ * MLA model's rotated part by its own field. */
+static void model_open_names_the_bad_entry_of_a_config_list(void)
+{
+    expect_open_error(edited_checkpoint("phi3_longrope_partial_swa16_bf16",
+                                        "{\"rope_parameters\": {\"rope_type\": "
+                                        "\"longrope\", \"partial_rotary_factor\": 0.5, "
+                                        "\"original_max_position_embeddings\": 20, "
+                                        "\"short_factor\": [1, 1, 1, 1], "
+                                        "\"long_factor\": [1.2, 2.5, null, 11]}}"),
+                      KVCAL_ERR_FORMAT,
+                      "rope_parameters.long_factor[2]\": expected a number > 0, found "
+                      "null; fix the value");
+    expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
+                                        "{\"mlp_only_layers\": [0, \"1\"]}"),
+                      KVCAL_ERR_FORMAT,
+                      "mlp_only_layers[1]\": expected a layer index in [0, 2), found a "
+                      "string \"1\"");
+    expect_open_error(edited_checkpoint("deepseek_v3_mla_qlora_grouped_sigmoid_bf16",
+                                        "{\"qk_rope_head_dim\": 3}"),
+                      KVCAL_ERR_FORMAT,
+                      "qk_rope_head_dim 3: the rotated part of an MLA head must be a "
+                      "positive even number");
+    expect_open_error(edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16",
+                                        "{\"layer_types\": [\"sliding_attention\", "
+                                        "\"global_attention\"]}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "layer_types[1] is 'global_attention', a kind of layer kvcal does "
+                      "not know");
 }
 
 /* gpt-oss's experts: a shape off the config names the tensor as stored
@@ -1323,6 +1356,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_lists_the_supported_architectures),
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
     KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
+    KVCAL_TEST(model_open_names_the_bad_entry_of_a_config_list),
     KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
     KVCAL_TEST(model_open_names_the_gpt_oss_expert_tensor_off_the_config),
     KVCAL_TEST(model_next_layer_kind_finds_each_kind_once),

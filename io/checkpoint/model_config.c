@@ -47,6 +47,8 @@ static const char *cfg_describe(const cJSON *it, char *buf, size_t cap)
         snprintf(buf, cap, "%s", cJSON_IsTrue(it) ? "true" : "false");
     else if (cJSON_IsNumber(it))
         snprintf(buf, cap, "%.17g", it->valuedouble);
+    else if (cJSON_IsNull(it))
+        snprintf(buf, cap, "null");
     else
         snprintf(buf, cap, "%s", cJSON_IsArray(it) ? "an array" : "an object");
     return buf;
@@ -398,8 +400,11 @@ static kvcal_status cfg_read_longrope(const cfg_obj *top, const cfg_obj *sc,
     c->rope_ext_factors = 0;
     cJSON_ArrayForEach(it, list)
     {
-        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0))
-            return cfg_bad(sc, key, list, "an array of positive numbers");
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0)) {
+            char at[32];
+            snprintf(at, sizeof at, "%s[%d]", key, c->rope_ext_factors);
+            return cfg_bad(sc, at, it, "a number > 0");
+        }
         c->rope_ext_factor[c->rope_ext_factors++] = (float)it->valuedouble;
     }
     double factor = (double)c->max_position_embeddings / c->rope_original_max_position;
@@ -789,12 +794,17 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     for (int l = 0; l < c->num_layers; l++)
         if ((l + 1) % c->decoder_sparse_step)
             c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+    int at_index = 0;
     cJSON_ArrayForEach(it, dense)
     {
         if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-            it->valuedouble < 0 || it->valuedouble >= c->num_layers)
-            return cfg_bad(top, "mlp_only_layers", dense,
-                           "an array of layer indices below num_hidden_layers");
+            it->valuedouble < 0 || it->valuedouble >= c->num_layers) {
+            char at[32], want[64];
+            snprintf(at, sizeof at, "mlp_only_layers[%d]", at_index);
+            snprintf(want, sizeof want, "a layer index in [0, %d)", c->num_layers);
+            return cfg_bad(top, at, it, want);
+        }
+        at_index++;
         const int l = (int)it->valuedouble;
         c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
     }
