@@ -1,4 +1,4 @@
-# kvcal: one Makefile. Targets: all test bench asan fuzz install clean.
+# kvcal: one Makefile. Targets: all test bench asan cpu-only fuzz install clean.
 # CUDA is used when nvcc is found (CUDA=0 forces a CPU-only build).
 
 CC ?= gcc
@@ -234,6 +234,15 @@ demo: $(KVCAL)
 	./$(KVCAL) validate-scales $(DEMO_OUT)/checkpoint --model $(DEMO_OUT)/checkpoint
 .PHONY: demo
 
+# A CPU build needs no CUDA toolkit: the library, the program and the tests
+# built with the compiler's and the system's include directories alone (a
+# toolkit's headers, in /usr/local/include or elsewhere, out of sight).
+cpu-only:
+	$(MAKE) BUILD=build-cpu-only CUDA=0 CFLAGS="-O2 -nostdinc -isystem $$(gcc -print-file-name=include) \
+	  -isystem /usr/include/$$(gcc -dumpmachine) -isystem /usr/include" all build-cpu-only/kvcal_tests
+	@echo "cpu-only: built without CUDA headers"
+.PHONY: cpu-only
+
 # Tests under AddressSanitizer + UndefinedBehaviorSanitizer (CPU build).
 asan:
 	$(MAKE) BUILD=build-asan CUDA=0 CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
@@ -275,7 +284,7 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf build build-cpu build-asan build-fuzz
+	rm -rf build build-cpu build-cpu-only build-asan build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How fast this host can move a checkpoint's bytes toward the GPU: the
-ceilings kvcal's CUDA weight loader (calib/cuda_loader.c) works under.
+ceilings kvcal's CUDA weight loader (calib/loader_cuda.c) works under.
 
 For the safetensors files of a checkpoint folder, in 32 MiB pieces like the
 loader's, with T host threads: (1) memcpy from a read-only mmap into a

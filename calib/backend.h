@@ -80,7 +80,7 @@ typedef struct kvcal_head_ref {
 typedef struct kvcal_backend kvcal_backend;
 
 /* What loading the layers' weights onto a device has cost the host so far
- * (the cuda backend's loader, calib/cuda_loader.h): the seconds from the
+ * (the cuda backend's loader, calib/loader_cuda.h): the seconds from the
  * backend's start until every layer was on its way the first time (0
  * while some are not), the loader's seconds waiting for the host threads
  * to fill pinned staging pieces, the seconds waiting for a piece's last

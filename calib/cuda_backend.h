@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "calib/backend.h"
-#include "calib/cuda_loader.h"
+#include "calib/loader_cuda.h"
 #include "core/status.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"

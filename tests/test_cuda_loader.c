@@ -1,5 +1,5 @@
 /* tests/test_cuda_loader.c: the cuda backend's weight loader
- * (calib/cuda_loader.h) against the host conversion it stands for
+ * (calib/loader_cuda.h) against the host conversion it stands for
  * (kvcal_tensor_view_to_f32, then kvcal_bf16_from_float): bf16 weights
  * stored transposed (transformers' (in, out) experts of gpt-oss, gate and
  * up interleaved) go to the device as they lie and are transposed there
@@ -18,7 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "calib/arch.h"
-#include "calib/cuda_loader.h"
+#include "calib/loader_cuda.h"
 #include "calib/model.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/weight_transpose.h"

@@ -29,7 +29,7 @@ static const char *fresh_dir(const char *name)
     static int slot;
     char *d = dir[slot++ % 8];
     snprintf(d, sizeof dir[0], "%s", kvcal_test_path(name));
-    char cmd[700];
+    char cmd[2 * sizeof dir[0] + 32];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", d, d);
     CU_ASSERT_EQUAL(system(cmd), 0);
     return d;

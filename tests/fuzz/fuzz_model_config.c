@@ -1,8 +1,10 @@
 /* tests/fuzz/fuzz_model_config.c: libFuzzer target for the config.json
  * reader (strict JSON parse, both config layouts, rope scaling including
- * yarn's derived values). Any input must give KVCAL_OK or a one-line error,
- * never a crash or a leak; an accepted config holds sizes inside the
- * KVCAL_CONFIG_MAX_* bounds, heads that divide and finite rope values. */
+ * yarn's derived values, the experts', MLA's and layer_types' fields). Any
+ * input must give KVCAL_OK or a one-line error, never a crash or a leak; an
+ * accepted config holds sizes inside the KVCAL_CONFIG_MAX_* bounds, heads
+ * that divide, finite rope values and positive longrope factors, a top-k
+ * wherever there are experts and no more cache layers than layers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,6 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                !isfinite(c.rope_factor) || !isfinite(c.rope_attention_factor) ||
                !isfinite(c.rms_norm_eps)) {
         abort();
+    } else if (c.num_experts < 0 || c.num_experts > KVCAL_CONFIG_MAX_HEADS ||
+               (c.num_experts &&
+                !in_range(c.num_experts_per_tok, KVCAL_CONFIG_MAX_HEADS)) ||
+               c.kv_layers < 0 || c.kv_layers > c.num_layers || c.sliding_layers < 0 ||
+               c.sliding_layers > c.kv_layers || c.rope_ext_factors < 0 ||
+               c.rope_ext_factors > KVCAL_ROPE_EXT_MAX ||
+               !(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1) ||
+               !isfinite(c.routed_scaling_factor) ||
+               kvcal_model_config_kv_values_per_token(&c) < 0) {
+        abort();
+    } else {
+        for (int i = 0; i < c.rope_ext_factors; i++)
+            if (!(c.rope_ext_factor[i] > 0) || !isfinite(c.rope_ext_factor[i]))
+                abort();
     }
     free(buf);
     return 0;

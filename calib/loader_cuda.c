@@ -1,5 +1,5 @@
-/* calib/cuda_loader.c: the cuda backend's weight loader (see cuda_loader.h). */
-#include "calib/cuda_loader.h"
+/* calib/loader_cuda.c: the cuda backend's weight loader (see loader_cuda.h). */
+#include "calib/loader_cuda.h"
 
 #include <pthread.h>
 #include <stdio.h>

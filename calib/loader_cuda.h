@@ -1,4 +1,4 @@
-/* calib/cuda_loader.h: the cuda backend's weight loader. A layer's weights
+/* calib/loader_cuda.h: the cuda backend's weight loader. A layer's weights
  * go from the mapped checkpoint to the device as the backend lays them out
  * (bf16; QKV and gate/up fused, gate/up interleaved for the fused MLP
  * kernel; an FP8 weight's e4m3 bytes, requantized as the engine serves
@@ -11,8 +11,8 @@
  * start; with fewer slots (a model larger than the device) the next layer
  * while the current one computes, into the slot the layer before the
  * current one has given back. Compiled only in builds with CUDA. */
-#ifndef KVCAL_CALIB_CUDA_LOADER_H
-#define KVCAL_CALIB_CUDA_LOADER_H
+#ifndef KVCAL_CALIB_LOADER_CUDA_H
+#define KVCAL_CALIB_LOADER_CUDA_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
