@@ -794,6 +794,27 @@ static void model_config_refuses_sizes_past_the_bounds_naming_key_and_bound(void
     }
 }
 
+/* A head_dim derived from hidden_size / num_attention_heads keeps the same
+ * bound as one the config states (a fuzzer's find: 610000 / 2). */
+static void model_config_refuses_a_derived_head_dim_past_the_bound(void)
+{
+    char text[256];
+    snprintf(text, sizeof text,
+             "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 2, \"hidden_size\": %d}",
+             2 * (KVCAL_CONFIG_MAX_HEAD_DIM + 1));
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("\"hidden_size\" (131074) / "
+                                   "\"num_attention_heads\" (2) is above kvcal's bound"));
+    snprintf(text, sizeof text,
+             "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 2, \"hidden_size\": %d}",
+             2 * KVCAL_CONFIG_MAX_HEAD_DIM);
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(c.head_dim, KVCAL_CONFIG_MAX_HEAD_DIM);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_matches_transformers_in_both_layouts),
     KVCAL_TEST(model_config_sets_architecture_features),
@@ -810,6 +831,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),
     KVCAL_TEST(model_config_refuses_sizes_past_the_bounds_naming_key_and_bound),
+    KVCAL_TEST(model_config_refuses_a_derived_head_dim_past_the_bound),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(model_config, KVCAL_NEEDS_NOTHING, tests)

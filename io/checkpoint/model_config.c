@@ -543,6 +543,13 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
                           "%s: field \"head_dim\" is missing and \"hidden_size\" (%d) is "
                           "not a multiple of \"num_attention_heads\" (%d); add head_dim",
                           top->name, c->hidden_size, c->num_attention_heads);
+    if (c->hidden_size / c->num_attention_heads > KVCAL_CONFIG_MAX_HEAD_DIM)
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "%s: field \"head_dim\" is missing and \"hidden_size\" (%d) / "
+            "\"num_attention_heads\" (%d) is above kvcal's bound of %d, far "
+            "above any real model; fix one of them",
+            top->name, c->hidden_size, c->num_attention_heads, KVCAL_CONFIG_MAX_HEAD_DIM);
     c->head_dim = c->hidden_size / c->num_attention_heads;
     return KVCAL_OK;
 }
