@@ -863,8 +863,17 @@ static void model_open_names_the_bad_entry_of_a_config_list(void)
                                         "\"short_factor\": [1, 1, 1, 1], "
                                         "\"long_factor\": [1.2, 2.5, null, 11]}}"),
                       KVCAL_ERR_FORMAT,
-                      "rope_parameters.long_factor[2]\": expected a number > 0, found "
-                      "null; fix the value");
+                      "rope_parameters.long_factor[2]\": expected a number > 0 that a "
+                      "float holds, found null; fix the value");
+    expect_open_error(edited_checkpoint("phi3_longrope_partial_swa16_bf16",
+                                        "{\"rope_parameters\": {\"rope_type\": "
+                                        "\"longrope\", \"partial_rotary_factor\": 0.5, "
+                                        "\"original_max_position_embeddings\": 20, "
+                                        "\"short_factor\": [1, 1, 1, 1], "
+                                        "\"long_factor\": [1.2, 2.5, 5, 1e39]}}"),
+                      KVCAL_ERR_FORMAT,
+                      "rope_parameters.long_factor[3]\": expected a number > 0 that a "
+                      "float holds, found 9.99");
     expect_open_error(edited_checkpoint("qwen3_moe_e8_top3_norm_bf16",
                                         "{\"mlp_only_layers\": [0, \"1\"]}"),
                       KVCAL_ERR_FORMAT,

@@ -11,6 +11,7 @@
 #include "io/checkpoint/model_config.h"
 
 #include <dirent.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -400,10 +401,10 @@ static kvcal_status cfg_read_longrope(const cfg_obj *top, const cfg_obj *sc,
     c->rope_ext_factors = 0;
     cJSON_ArrayForEach(it, list)
     {
-        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0)) {
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0) || it->valuedouble > FLT_MAX) {
             char at[32];
             snprintf(at, sizeof at, "%s[%d]", key, c->rope_ext_factors);
-            return cfg_bad(sc, at, it, "a number > 0");
+            return cfg_bad(sc, at, it, "a number > 0 that a float holds");
         }
         c->rope_ext_factor[c->rope_ext_factors++] = (float)it->valuedouble;
     }
