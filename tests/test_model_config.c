@@ -815,6 +815,28 @@ static void model_config_refuses_a_derived_head_dim_past_the_bound(void)
     CU_ASSERT_EQUAL(c.head_dim, KVCAL_CONFIG_MAX_HEAD_DIM);
 }
 
+/* full_attention_interval stands for layer_types: only every interval-th
+ * layer attends (with full attention: no family's default sliding pattern
+ * applies), and an interval past the layers leaves none (a fuzzer's find:
+ * gpt-oss's default pattern counted 14 sliding layers of 0 attending). */
+static void model_config_full_attention_interval_is_the_layer_pattern(void)
+{
+    static const char *base = "{\"model_type\": \"gpt_oss\", \"hidden_size\": 64, "
+                              "\"num_attention_heads\": 4, \"num_hidden_layers\": 8, "
+                              "\"full_attention_interval\": %d}";
+    char text[256];
+    kvcal_model_config c;
+    snprintf(text, sizeof text, base, 4);
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(c.kv_layers, 2);
+    CU_ASSERT_EQUAL(c.sliding_layers, 0);
+    CU_ASSERT_STRING_EQUAL(c.no_kv_layer_types, "linear_attention");
+    snprintf(text, sizeof text, base, 9);
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("field \"full_attention_interval\" (9) leaves no "
+                                   "attention layer among num_hidden_layers (8)"));
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_matches_transformers_in_both_layouts),
     KVCAL_TEST(model_config_sets_architecture_features),
@@ -832,6 +854,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),
     KVCAL_TEST(model_config_refuses_sizes_past_the_bounds_naming_key_and_bound),
     KVCAL_TEST(model_config_refuses_a_derived_head_dim_past_the_bound),
+    KVCAL_TEST(model_config_full_attention_interval_is_the_layer_pattern),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(model_config, KVCAL_NEEDS_NOTHING, tests)

@@ -595,12 +595,13 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
  * transformers 5 applies the window: Qwen3-MoE to every layer (its config
  * has no max_window_layers; layer_types, if any, are not read); Qwen2-MoE
  * to the layers of layer_types, which default to the even layers below
- * max_window_layers (28). */
+ * max_window_layers (28). A hybrid config (layers that cache nothing) keeps
+ * the pattern it states. */
 static kvcal_status cfg_qwen_moe_windows(const cfg_obj *top, kvcal_model_config *c)
 {
     const int qwen2 = !strcmp(c->model_type, "qwen2_moe");
     if (c->sliding_window <= 0 || (!qwen2 && strcmp(c->model_type, "qwen3_moe")) ||
-        (qwen2 && c->layer_types_given))
+        (qwen2 && c->layer_types_given) || c->no_kv_layer_types[0])
         return KVCAL_OK;
     int below = c->num_layers;
     kvcal_status s = KVCAL_OK;
@@ -967,9 +968,18 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
         return s;
     if (!found && !strcmp(c->model_type, "qwen3_next"))
         interval = 4;
+    if (interval > c->num_layers)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%sfull_attention_interval\" (%d) leaves no "
+                          "attention layer among num_hidden_layers (%d); fix one of them",
+                          top->name, top->prefix, interval, c->num_layers);
     if (interval > 1) {
         c->kv_layers = c->num_layers / interval;
         strcpy(c->no_kv_layer_types, "linear_attention");
+        /* it stands for layer_types (transformers' Qwen3-Next: layer i
+           attends, with full attention, when (i + 1) % interval == 0): no
+           family's default pattern of sliding layers applies */
+        c->layer_types_given = 1;
     }
     return KVCAL_OK;
 }
