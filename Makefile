@@ -115,7 +115,7 @@ TOOLKIT := $(BUILD)/libkvcal_toolkit.a
 # what the kvcal program, the tests and the benchmarks link
 TOOLKIT_LINK := $(TOOLKIT) $(LIBA) $(LDLIBS)
 
-.PHONY: all test bench asan fuzz install clean format
+.PHONY: all test bench asan fuzz fuzz-replay install clean format
 all: $(KVCAL) $(LIBA) $(LIBSO)
 
 # --- generated registries: commands and test suites are found by grep ---
@@ -256,6 +256,13 @@ build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
 	  -o $@ $< $(CPU_LIB_SRC) $(HOST_LIBS)
+# Each target over its seeds once (the inputs its past finds left there
+# included), no mutation: deterministic, seconds; CI runs it.
+fuzz-replay: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do n=$$(basename $$f); \
+	  ./$$f -runs=0 tests/fuzz/seeds/$${n#fuzz_} > build-fuzz/$$n.replay.log 2>&1 || \
+	  { tail -n 30 build-fuzz/$$n.replay.log; echo "fuzz-replay: $$n FAILED"; exit 1; }; \
+	  echo "fuzz-replay: $$n: $$(ls tests/fuzz/seeds/$${n#fuzz_} | wc -l) seeds ok"; done
 fuzz: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_TIME) s"; \
