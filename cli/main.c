@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "calib/backends.h"
 #include "core/device.h"
+#include "io/hdf5_util.h"
 
 #undef KVCAL_COMMAND
 #define KVCAL_COMMAND(id, name, summary) int kvcal_cmd_##id(int argc, char **argv);
@@ -118,6 +119,7 @@ static int print_version(void)
 
 int main(int argc, char **argv)
 {
+    kvcal_h5_quiet_process(); /* every HDF5 failure is reported in one line */
     if (argc < 2) {
         usage(stderr);
         return KVCAL_EXIT_USAGE;

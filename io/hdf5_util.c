@@ -22,6 +22,11 @@ void kvcal_h5_quiet_end(const kvcal_h5_quiet *q)
     H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
 }
 
+void kvcal_h5_quiet_process(void)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
 typedef struct h5_detail {
     char text[256];
 } h5_detail;

@@ -20,6 +20,12 @@ typedef struct kvcal_h5_quiet {
 void kvcal_h5_quiet_begin(kvcal_h5_quiet *q);
 /* Restores the handler saved by kvcal_h5_quiet_begin. */
 void kvcal_h5_quiet_end(const kvcal_h5_quiet *q);
+/* Switches it off for the rest of the process, for a program that reports
+ * every HDF5 failure itself in one line (the kvcal command). With it on when
+ * the program exits, HDF5 1.10 fails to shut down after reading a corrupted
+ * file and prints "HDF5: infinite loop closing library" and a list of its
+ * interfaces after the program's own error. */
+void kvcal_h5_quiet_process(void);
 
 /* An HDF5 file built in memory and written out whole: HDF5 itself never
  * writes to disk, so a full disk or a file size limit is one clean write

@@ -305,6 +305,38 @@ static void inspect_stats_shows_the_tokens_each_expert_received(void)
     free(out);
 }
 
+/* A statistics file with bytes flipped past its superblock: one line, as
+ * HDF5 would otherwise add its own lines when the program exits (Debian 12's
+ * HDF5 1.10.8: "infinite loop closing library"). */
+static void inspect_refuses_a_corrupted_statistics_file_in_one_line(void)
+{
+    char args[2048], stats[1024], bad[1024];
+    snprintf(stats, sizeof stats, "%s", kvcal_test_path("intact.h5"));
+    snprintf(bad, sizeof bad, "%s", kvcal_test_path("corrupted.h5"));
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --num-samples 2 --seq-len 16 --quiet --out %s "
+             "--stats %s",
+             kvcal_test_path("intact.json"), stats);
+    CU_ASSERT_EQUAL_FATAL(run(args, NULL, NULL), 0);
+    FILE *f = fopen(stats, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    unsigned char buf[1 << 16];
+    const size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    CU_ASSERT_FATAL(n > 4096 && n < sizeof buf);
+    unsigned x = 1;
+    for (int i = 0; i < 200; i++) { /* past the superblock's 48 bytes */
+        x = x * 1103515245u + 12345u;
+        buf[48 + (x >> 8) % (n - 48)] ^= 0xff;
+    }
+    f = fopen(bad, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    snprintf(args, sizeof args, "inspect %s", bad);
+    check_refused(args, 1, "corrupted.h5");
+}
+
 static void inspect_stats_absmax_matches_the_scales_of_the_same_run(void)
 {
     char args[2048];
@@ -810,6 +842,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_unsupported_model_prints_its_config_and_why),
     KVCAL_TEST(inspect_config_with_huge_sizes_reports_kv_bytes_without_overflow),
     KVCAL_TEST(inspect_legacy_scales_lists_every_layer_as_in_the_file),
+    KVCAL_TEST(inspect_refuses_a_corrupted_statistics_file_in_one_line),
     KVCAL_TEST(inspect_stats_absmax_matches_the_scales_of_the_same_run),
     KVCAL_TEST(inspect_stats_shows_the_tokens_each_expert_received),
     KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
