@@ -236,13 +236,20 @@ fail:
 
 // --- reading -----------------------------------------------------------------
 
-/* Whether attribute `name` of loc is missing; then *st is KVCAL_OK if it is
- * optional, else a recorded error. */
+/* Whether attribute `name` of loc is missing (or unreadable: a damaged
+ * file); then *st is KVCAL_OK if it is optional, else a recorded error. */
 static int attr_absent(hid_t loc, const char *path, const char *name, int required,
                        kvcal_status *st)
 {
-    if (H5Aexists(loc, name) > 0)
+    const htri_t exists = H5Aexists(loc, name);
+    if (exists > 0)
         return 0;
+    if (exists < 0) {
+        char what[96];
+        snprintf(what, sizeof what, "attribute '%s'; is the file damaged?", name);
+        *st = kvcal_h5_fail(KVCAL_ERR_FORMAT, path, "read", what);
+        return 1;
+    }
     *st = required ? kvcal_fail(KVCAL_ERR_FORMAT,
                                 "%s: attribute '%s' is missing; not a kvcal statistics "
                                 "file",
