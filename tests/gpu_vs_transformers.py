@@ -183,6 +183,13 @@ def smollm2_model(gguf_path, work, corpus, seq_len, n):
     return "SmolLM2-135M-Instruct", hf_dir, samples
 
 
+def vocab_size(model_dir):
+    """The vocabulary of the checkpoint in model_dir (its text model's)."""
+    with open(os.path.join(model_dir, "config.json")) as fp:
+        cfg = json.load(fp)
+    return cfg.get("text_config", cfg)["vocab_size"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kvcal", default="build/kvcal")
@@ -211,7 +218,8 @@ def main():
     models = [m for m in golden_models()
               if not args.only or any(o in m[0] for o in args.only)] if args.golden else []
     models += [(os.path.basename(os.path.normpath(d)), d,
-                [[random.Random(i).randrange(1000) for _ in range(args.seq_len)]
+                [[random.Random(i).randrange(min(1000, vocab_size(d)))
+                  for _ in range(args.seq_len)]
                  for i in range(args.samples)]) for d in args.model]
     if args.gguf:
         models.append(smollm2_model(args.gguf, args.work, args.corpus, args.seq_len,
