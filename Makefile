@@ -252,7 +252,7 @@ asan:
 # libFuzzer targets (clang), each run FUZZ_TIME seconds on its seed corpus.
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
-build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC)
+build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC) $(wildcard tests/fuzz/*.h)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
 	  -o $@ $< $(CPU_LIB_SRC) $(HOST_LIBS)

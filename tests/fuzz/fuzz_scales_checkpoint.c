@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/scale_rule.h"
 #include "io/checkpoint/model_config.h"
 #include "io/scales/scales_io.h"
+#include "tests/fuzz/fuzz_scales_checks.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,25 +24,6 @@ static void cleanup(void)
 {
     unlink(path);
     rmdir(dir);
-}
-
-static void check_report(const kvcal_report_t *rep)
-{
-    for (int i = 0; i < kvcal_report_count(rep); i++) {
-        kvcal_finding f;
-        if (kvcal_report_get(rep, i, &f) != KVCAL_OK || strchr(f.message, '\n') ||
-            strchr(f.place, '\n'))
-            abort();
-    }
-}
-
-static void check_scales(const kvcal_scales_t *s)
-{
-    if (!s)
-        return;
-    for (int i = 0; i < s->num_layers * s->num_kv_heads; i++)
-        if (!kvcal_scale_is_valid(s->k_head[i]) || !kvcal_scale_is_valid(s->v_head[i]))
-            abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -66,10 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (kvcal_report_create(&rep))
                 abort();
             kvcal_scales_check_checkpoint(path, &ctx, rep, &s);
-            check_report(rep);
-            check_scales(s);
-            if (s && kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR))
-                abort();
+            fuzz_check_scales_result(rep, s);
             kvcal_scales_destroy(s);
             kvcal_report_destroy(rep);
         }

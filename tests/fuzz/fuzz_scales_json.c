@@ -7,34 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/scale_rule.h"
 #include "io/json_file.h"
 #include "io/scales/scales_io.h"
+#include "tests/fuzz/fuzz_scales_checks.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char tiny_config[] =
     "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
     "\"num_attention_heads\": 8, \"num_key_value_heads\": 4}";
-
-static void check_report(const kvcal_report_t *rep)
-{
-    for (int i = 0; i < kvcal_report_count(rep); i++) {
-        kvcal_finding f;
-        if (kvcal_report_get(rep, i, &f) != KVCAL_OK || strchr(f.message, '\n') ||
-            strchr(f.place, '\n'))
-            abort();
-    }
-}
-
-static void check_scales(const kvcal_scales_t *s)
-{
-    if (!s)
-        return;
-    for (int i = 0; i < s->num_layers * s->num_kv_heads; i++)
-        if (!kvcal_scale_is_valid(s->k_head[i]) || !kvcal_scale_is_valid(s->v_head[i]))
-            abort();
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -69,10 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     kvcal_scales_check_kvcal_json(root, &ctx, rep, &s);
                 else
                     kvcal_scales_check_legacy(root, &ctx, rep, &s);
-                check_report(rep);
-                check_scales(s);
-                if (s && kvcal_report_count_severity(rep, KVCAL_SEVERITY_ERROR))
-                    abort();
+                fuzz_check_scales_result(rep, s);
                 kvcal_scales_destroy(s);
                 kvcal_report_destroy(rep);
             }
