@@ -1,4 +1,4 @@
-# kvcal: one Makefile. Targets: all test bench asan cpu-only fuzz install clean.
+# kvcal: one Makefile. Targets: all test bench asan cpu-only fuzz fuzz-replay install clean.
 # CUDA is used when nvcc is found (CUDA=0 forces a CPU-only build).
 
 CC ?= gcc
