@@ -10,6 +10,9 @@
 #          $KVCAL_GGUF, converted in $KVCAL_GGUF_WORK, default a temporary folder,
 #          with Python's gguf package, on samples of the text file
 #          $KVCAL_CORPUS, default ../shared's WikiText-2)
+#   variants  the same against transformers bf16 for the golden checkpoints
+#          with one config value moved to an edge (tests/gpu_vs_transformers.py
+#          --variants: top-k, windows, grouped top-k, Gemma's scalars, ...)
 #   8b     calibration of a Llama-3-8B-shaped model against transformers
 #          (bench/calibrate_llama8b.py); $KVCAL_DEADLINE (seconds since the
 #          epoch) ends it 10 s before, so that the summary still prints
@@ -39,8 +42,8 @@ clocks_pid=$!
 trap 'kill $clocks_pid 2>/dev/null' EXIT
 
 status() { [ "$1" = skipped ] && echo skipped || { [ "$1" -eq 0 ] && echo ok || echo "FAILED ($1)"; }; }
-want() { [[ " ${KVCAL_STEPS:-tests e2e ops sdpa vs 8b san} " == *" $1 "* ]]; }
-t_rc=skipped e_rc=skipped b_rc=skipped p_rc=skipped g_rc=skipped l_rc=skipped
+want() { [[ " ${KVCAL_STEPS:-tests e2e ops sdpa vs variants 8b san} " == *" $1 "* ]]; }
+t_rc=skipped e_rc=skipped b_rc=skipped p_rc=skipped g_rc=skipped v_rc=skipped l_rc=skipped
 san_rc=()
 
 if want tests; then
@@ -91,6 +94,16 @@ if want vs; then
         --golden "${gguf_args[@]}" --json "$out/vs_transformers.json" \
         > "$out/vs_transformers.txt" 2>&1
     g_rc=$?
+fi
+
+# the golden checkpoints with config values at their edges, against
+# transformers bf16 on this GPU
+if want variants; then
+    work=$(mktemp -d)
+    PYTHONUNBUFFERED=1 timeout 420 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
+        --variants "$work" --json "$out/variants.json" > "$out/variants.txt" 2>&1
+    v_rc=$?
+    rm -rf "$work"
 fi
 
 # end to end at Llama-3-8B shapes against transformers
@@ -182,12 +195,14 @@ for i in "${!san_names[@]}"; do
 done
 printf '%-34s %s\n' "K/V absmax vs transformers bf16" "$(status $g_rc)"
 want vs && cat "$out/vs_transformers.txt"
+printf '%-34s %s\n' "config edges vs transformers bf16" "$(status $v_rc)"
+want variants && tail -n 1 "$out/variants.txt"
 printf '%-34s %s\n' "bench/runner_ops" "$(status $b_rc)"
 want ops && cat "$out/bench.txt"
 printf '%-34s %s\n' "torch SDPA comparison" "$(status $p_rc)"
 want sdpa && grep -v 'Warning\|return F.scaled' "$out/torch.txt"
 printf '%-34s %s\n' "calibrate, Llama-3-8B shapes" "$(status $l_rc)"
 want 8b && grep -v 'Warning\|warn(\|it/s\]' "$out/llama8b.txt" | tail -n 30
-for rc in $t_rc $e_rc $b_rc $p_rc $g_rc $l_rc "${san_rc[@]}"; do
+for rc in $t_rc $e_rc $b_rc $p_rc $g_rc $v_rc $l_rc "${san_rc[@]}"; do
     [ "$rc" = skipped ] || [ "$rc" -eq 0 ] || exit 1
 done

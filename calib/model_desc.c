@@ -148,6 +148,14 @@ kvcal_status kvcal_model_check_routed_experts(const kvcal_model_desc *d,
             "divide n_routed_experts (%d), topk_group be at most n_group and "
             "the %d chosen experts fit in topk_group groups; fix the config",
             architecture, G, TG, E, d->experts_per_tok);
+    if (!d->moe_group_max && E / G < 2)
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "config.json: %s with n_group %d: each group holds %d expert, but "
+            "a group's score here is the sum of its two best experts "
+            "(transformers' router and vLLM's grouped_topk take the top 2 "
+            "of each group and fail on fewer); fix n_group",
+            architecture, G, E / G);
     if (G > 1 && (G > KVCAL_MOE_MAX_GROUPS || E > KVCAL_MOE_MAX_EXPERTS))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "config.json: %s with %d experts in %d groups: kvcal's grouped "

@@ -15,12 +15,14 @@ Models: every golden fixture (tests/fixtures/golden/*.json, 4 random samples
 of 61 tokens each; gpt-oss's with eager attention, its only path with sinks,
 and MXFP4 experts dequantized by transformers' loader; not the FP8
 checkpoints, whose oracle is the model vLLM serves, tests/fp8_vs_torch_gpu.py),
-directories given with --model, and SmolLM2-135M-Instruct
+directories given with --model, the golden checkpoints with one config value
+moved to an edge (--variants DIR: VARIANTS, made in DIR), and SmolLM2-135M-Instruct
 from its GGUF file (--gguf, converted by tests/smollm2_to_hf.py; samples of
 --seq-len tokens of --corpus).
 
 Usage: python3 tests/gpu_vs_transformers.py --kvcal build/kvcal [--golden
-           [--only SUBSTR ...]] [--model DIR ...] [--gguf FILE --work DIR --corpus TEXT]
+           [--only SUBSTR ...]] [--model DIR ...] [--variants DIR]
+           [--gguf FILE --work DIR --corpus TEXT]
 Exit: 0 all within --rtol, 1 a model outside it, 2 error.
 """
 import argparse
@@ -169,6 +171,58 @@ def golden_models():
             yield fx["name"], model_dir, samples
 
 
+# Golden checkpoints with one of their config's values changed to an edge a
+# real config may hold (top-k from 1 to every expert, windows from 1 token to
+# past the samples' 61, grouped top-k from one group to the fewest experts a
+# group the routing takes, Gemma's query scale and soft caps, DeepSeek's
+# routed scale): the same weights through other paths of the kernels. Not
+# gpt-oss's swiglu_limit / swiglu_alpha: transformers reads them from the
+# config since 5.2x, hard-coded 7.0 / 1.702 before, as vLLM's kernel still
+# has them (schemas/README.md).
+WINDOWS = [{"sliding_window": w} for w in (1, 7, 17, 33, 100)]
+VARIANTS = {
+    "qwen3_moe_e8_top3_norm_bf16": [{"num_experts_per_tok": k} for k in (1, 2, 8)],
+    "qwen2_moe_shared_e6_top2_bf16": [{"num_experts_per_tok": k} for k in (1, 6)],
+    "mixtral_e4_top2_swa16_bf16": [{"num_experts_per_tok": k} for k in (1, 4)] + WINDOWS,
+    "qwen3_moe_swa16_e8_top2_bf16": [{"num_experts_per_tok": k} for k in (1, 8)] + WINDOWS,
+    "qwen2_moe_swa8_maxwin2_e4_top2_bf16": WINDOWS,
+    "gpt_oss_sinks_swa8_e8_top3_bf16": [{"num_experts_per_tok": k} for k in (1, 8)] + WINDOWS,
+    "glm4_moe_dense1_sigmoid_e8_top3_bf16": [{"num_experts_per_tok": k} for k in (1, 8)]
+    + [{"n_group": g, "topk_group": t} for g, t in ((2, 1), (4, 2), (4, 4))],
+    "deepseek_v2_mla_grouped_softmax_bf16": [{"num_experts_per_tok": k} for k in (1, 4)]
+    + [{"n_group": g, "topk_group": t} for g, t in ((1, 1), (2, 1), (8, 8))],
+    "deepseek_v3_mla_qlora_grouped_sigmoid_bf16": [
+        {"n_group": g, "topk_group": t} for g, t in ((1, 1), (2, 1), (4, 4))]
+    + [{"routed_scaling_factor": v} for v in (0.5, 16.0)],
+    "gemma3_text_swa8_local_global_bf16": WINDOWS
+    + [{"query_pre_attn_scalar": v} for v in (1, 256)],
+    "gemma2_softcap_swa8_bf16": WINDOWS + [{"query_pre_attn_scalar": v} for v in (1, 256)]
+    + [{"attn_logit_softcapping": v, "final_logit_softcapping": v} for v in (1.0, 5.0)],
+    "phi3_longrope_partial_swa16_bf16": WINDOWS,
+}
+
+
+def variant_models(work):
+    """Each VARIANTS edit as a checkpoint in work (the golden one's files
+    linked, its config.json edited), with 4 samples of 61 tokens."""
+    for name, edits in VARIANTS.items():
+        src = os.path.join(HERE, "fixtures", "golden", name)
+        with open(os.path.join(src, "config.json")) as fp:
+            cfg = json.load(fp)
+        for edit in edits:
+            tag = ",".join("%s=%s" % kv for kv in edit.items())
+            model_dir = os.path.join(work, "%s__%s" % (name, tag))
+            os.makedirs(model_dir, exist_ok=True)
+            for f in os.listdir(src):
+                if f != "config.json" and not os.path.exists(os.path.join(model_dir, f)):
+                    os.symlink(os.path.abspath(os.path.join(src, f)), os.path.join(model_dir, f))
+            with open(os.path.join(model_dir, "config.json"), "w") as fp:
+                json.dump(dict(cfg, **edit), fp, indent=1)
+            rng = random.Random(name + tag)
+            samples = [[rng.randrange(cfg["vocab_size"]) for _ in range(61)] for _ in range(4)]
+            yield "%s %s" % (name, tag), model_dir, samples
+
+
 def smollm2_model(gguf_path, work, corpus, seq_len, n):
     from smollm2_to_hf import gguf_to_hf
     from tokenizers import Tokenizer
@@ -197,6 +251,8 @@ def main():
     ap.add_argument("--only", action="append", default=[],
                     help="with --golden: the fixtures whose name contains this (repeatable)")
     ap.add_argument("--model", action="append", default=[], help="HF checkpoint directory")
+    ap.add_argument("--variants", metavar="DIR",
+                    help="the golden checkpoints with config edits (VARIANTS), made in DIR")
     ap.add_argument("--gguf", help="SmolLM2 GGUF file")
     ap.add_argument("--work", default="build/smollm2", help="where the GGUF is converted")
     ap.add_argument("--corpus", default="../shared/corpora/wikitext2_raw_test_hfjoin.txt")
@@ -221,6 +277,8 @@ def main():
                 [[random.Random(i).randrange(min(1000, vocab_size(d)))
                   for _ in range(args.seq_len)]
                  for i in range(args.samples)]) for d in args.model]
+    if args.variants:
+        models += list(variant_models(args.variants))
     if args.gguf:
         models.append(smollm2_model(args.gguf, args.work, args.corpus, args.seq_len,
                                     args.samples))

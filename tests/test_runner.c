@@ -849,6 +849,13 @@ static void model_open_names_missing_expert_and_dense_mlp_tensors(void)
     expect_open_error(edited_checkpoint("qwen2_moe_shared_e6_top2_bf16",
                                         "{\"num_experts_per_tok\": 7}"),
                       KVCAL_ERR_FORMAT, "num_experts_per_tok in 1..num_experts");
+    /* GLM's (and DeepSeek-V3's) group score sums a group's two best experts:
+       a group of one is refused, as the engines fail on it */
+    expect_open_error(edited_checkpoint("glm4_moe_dense1_sigmoid_e8_top3_bf16",
+                                        "{\"n_group\": 8, \"topk_group\": 8}"),
+                      KVCAL_ERR_FORMAT,
+                      "with n_group 8: each group holds 1 expert, but a group's score "
+                      "here is the sum of its two best experts");
 }
 
 /* A bad entry of a config's list is named by its index (a layer kind kvcal
