@@ -10,9 +10,9 @@
 #          $KVCAL_GGUF, converted in $KVCAL_GGUF_WORK, default a temporary folder,
 #          with Python's gguf package, on samples of the text file
 #          $KVCAL_CORPUS, default ../shared's WikiText-2)
-#   variants  the same against transformers bf16 for the golden checkpoints
-#          with one config value moved to an edge (tests/gpu_vs_transformers.py
-#          --variants: top-k, windows, grouped top-k, Gemma's scalars, ...)
+#   variants  the golden checkpoints with one config value moved to an edge
+#          (tests/gpu_vs_transformers.py --variants: top-k, windows, grouped
+#          top-k, Gemma's scalars, ...) against transformers in fp32
 #   8b     calibration of a Llama-3-8B-shaped model against transformers
 #          (bench/calibrate_llama8b.py); $KVCAL_DEADLINE (seconds since the
 #          epoch) ends it 10 s before, so that the summary still prints
@@ -97,11 +97,11 @@ if want vs; then
 fi
 
 # the golden checkpoints with config values at their edges, against
-# transformers bf16 on this GPU
+# transformers in fp32 on this GPU
 if want variants; then
     work=$(mktemp -d)
     PYTHONUNBUFFERED=1 timeout 420 python3 tests/gpu_vs_transformers.py --kvcal "$build/kvcal" \
-        --variants "$work" --json "$out/variants.json" > "$out/variants.txt" 2>&1
+        --variants "$work" --reference fp32 --json "$out/variants.json" > "$out/variants.txt" 2>&1
     v_rc=$?
     rm -rf "$work"
 fi
@@ -195,7 +195,7 @@ for i in "${!san_names[@]}"; do
 done
 printf '%-34s %s\n' "K/V absmax vs transformers bf16" "$(status $g_rc)"
 want vs && cat "$out/vs_transformers.txt"
-printf '%-34s %s\n' "config edges vs transformers bf16" "$(status $v_rc)"
+printf '%-34s %s\n' "config edges vs transformers fp32" "$(status $v_rc)"
 want variants && tail -n 1 "$out/variants.txt"
 printf '%-34s %s\n' "bench/runner_ops" "$(status $b_rc)"
 want ops && cat "$out/bench.txt"

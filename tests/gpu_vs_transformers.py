@@ -127,7 +127,7 @@ def rel_diffs(got, ref):
                   for gl, wl in zip(got, ref) for g, w in zip(gl, wl))
 
 
-def compare(name, kvcal, model_dir, samples, rtol, torch, tf):
+def compare(name, kvcal, model_dir, samples, rtol, reference, torch, tf):
     with tempfile.TemporaryDirectory() as work:
         kk, kv, kp = kvcal_absmax(kvcal, model_dir, samples, work)
     bk, bv, bp = hf_absmax(model_dir, samples, torch.bfloat16, torch, tf)
@@ -145,15 +145,19 @@ def compare(name, kvcal, model_dir, samples, rtol, torch, tf):
             d = rel_diffs(got, ref)
             row["%s %s worst" % (label, which)] = d[-1]
             row["%s %s median" % (label, which)] = d[len(d) // 2]
-    worst = max(row["kvcal-vs-hf-bf16 K worst"], row["kvcal-vs-hf-bf16 V worst"],
-                row.get("kvcal-vs-hf-bf16 latent/rope worst", 0.0))
+    if reference == "fp32":
+        worst = max(row["kvcal-vs-fp32 K worst"], row["kvcal-vs-fp32 V worst"])
+    else:
+        worst = max(row["kvcal-vs-hf-bf16 K worst"], row["kvcal-vs-hf-bf16 V worst"],
+                    row.get("kvcal-vs-hf-bf16 latent/rope worst", 0.0))
     print("%-34s %6d tokens | kvcal vs hf-bf16 worst K %.2e V %.2e (median %.1e / %.1e) | "
           "vs fp32 worst: kvcal K %.2e V %.2e, hf-bf16 K %.2e V %.2e%s | %s"
           % (name, row["tokens"], row["kvcal-vs-hf-bf16 K worst"],
              row["kvcal-vs-hf-bf16 V worst"], row["kvcal-vs-hf-bf16 K median"],
              row["kvcal-vs-hf-bf16 V median"], row["kvcal-vs-fp32 K worst"],
              row["kvcal-vs-fp32 V worst"], row["hf-bf16-vs-fp32 K worst"],
-             row["hf-bf16-vs-fp32 V worst"], mla, "ok" if worst <= rtol else "OUTSIDE %.0e" % rtol),
+             row["hf-bf16-vs-fp32 V worst"], mla,
+             "ok" if worst <= rtol else "OUTSIDE %.0e of %s" % (rtol, reference)),
           flush=True)
     return row, worst <= rtol
 
@@ -175,7 +179,10 @@ def golden_models():
 # real config may hold (top-k from 1 to every expert, windows from 1 token to
 # past the samples' 61, grouped top-k from one group to the fewest experts a
 # group the routing takes, Gemma's query scale and soft caps, DeepSeek's
-# routed scale): the same weights through other paths of the kernels. Not
+# routed scale): the same weights through other paths of the kernels, held
+# to the fp32 model (--reference fp32): at such edges two bf16 models can
+# stand 1-2% on either side of it (Gemma 3 with a window of 7: kvcal 1.7e-2
+# and transformers bf16 1.0e-2 from fp32, 2.7e-2 apart). Not
 # gpt-oss's swiglu_limit / swiglu_alpha: transformers reads them from the
 # config since 5.2x, hard-coded 7.0 / 1.702 before, as vLLM's kernel still
 # has them (schemas/README.md).
@@ -259,6 +266,9 @@ def main():
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--rtol", type=float, default=2e-2)
+    ap.add_argument("--reference", choices=("bf16", "fp32"), default="bf16",
+                    help="what kvcal is held to within --rtol: transformers in bf16 "
+                         "(the issue's oracle) or in fp32")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args()
 
@@ -284,14 +294,15 @@ def main():
                                     args.samples))
     rows, ok = [], True
     for name, model_dir, samples in models:
-        row, good = compare(name, args.kvcal, model_dir, samples, args.rtol, torch, tf)
+        row, good = compare(name, args.kvcal, model_dir, samples, args.rtol,
+                            args.reference, torch, tf)
         rows.append(row)
         ok = ok and good
     if args.json:
         with open(args.json, "w") as fp:
             json.dump(rows, fp, indent=1)
-    print("gpu_vs_transformers: %s (%d models, limit %.0e)"
-          % ("PASSED" if ok else "FAILED", len(rows), args.rtol))
+    print("gpu_vs_transformers: %s (%d models, limit %.0e of transformers %s)"
+          % ("PASSED" if ok else "FAILED", len(rows), args.rtol, args.reference))
     return 0 if ok else 1
 
 
