@@ -305,9 +305,10 @@ static void inspect_stats_shows_the_tokens_each_expert_received(void)
     free(out);
 }
 
-/* A statistics file with bytes flipped past its superblock: one line, as
- * HDF5 would otherwise add its own lines when the program exits (Debian 12's
- * HDF5 1.10.8: "infinite loop closing library"). */
+/* A statistics file with bytes flipped past its superblock: one line that
+ * says it could not be read, as HDF5 would otherwise add its own lines when
+ * the program exits (Debian 12's HDF5 1.10.8: "infinite loop closing
+ * library"). */
 static void inspect_refuses_a_corrupted_statistics_file_in_one_line(void)
 {
     char args[2048], stats[1024], bad[1024];
@@ -333,8 +334,19 @@ static void inspect_refuses_a_corrupted_statistics_file_in_one_line(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     CU_ASSERT_EQUAL(fwrite(buf, 1, n, f), n);
     fclose(f);
-    snprintf(args, sizeof args, "inspect %s", bad);
-    check_refused(args, 1, "corrupted.h5");
+    /* HDF5 itself leaks on such a file: a sanitizer build's leak report
+       would be lines of HDF5's, not kvcal's */
+    snprintf(args, sizeof args, "ASAN_OPTIONS=detect_leaks=0 \"$KVCAL\" inspect '%s'", bad);
+    char *out = NULL, *err = NULL;
+    CU_ASSERT_EQUAL(kvcal_test_run_command(args, &out), 1);
+    err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_FATAL(out && err);
+    CU_ASSERT_STRING_EQUAL(out, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "corrupted.h5: could not read"));
+    CU_ASSERT_PTR_NOT_NULL(strchr(err, '\n'));
+    CU_ASSERT_EQUAL(strchr(err, '\n') - err + 1, (long)strlen(err));
+    free(out);
+    free(err);
 }
 
 static void inspect_stats_absmax_matches_the_scales_of_the_same_run(void)
