@@ -1106,6 +1106,8 @@ int kvcal_cmd_calibrate(int argc, char **argv)
     if ((st = kvcal_model_open(o.run.model, &model)))
         goto fail;
     const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (!o.run.quiet)
+        kvcal_cmd_note_config_engines_ignore("calibrate", d);
     if (!o.time_only && plan.dir_format == KVCAL_FORMAT_ASCEND &&
         !strcmp(d->source, "llama2c")) {
         st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,

@@ -291,3 +291,16 @@ int kvcal_cmd_dir_files(kvcal_format f, const char *model_dir, const char **name
                ? kvcal_scales_checkpoint_files(f, model_dir, names, max)
                : 0;
 }
+
+void kvcal_cmd_note_config_engines_ignore(const char *cmd, const kvcal_model_desc *d)
+{
+    if (strcmp(d->architecture, "GptOssForCausalLM") ||
+        (d->swiglu_limit == 7.0f && d->swiglu_alpha == 1.702f))
+        return;
+    fprintf(stderr,
+            "kvcal %s: note: config.json's swiglu_limit %g and swiglu_alpha %g are "
+            "what kvcal runs (as transformers 5.24 does); vLLM serves gpt-oss's "
+            "experts with 7 and 1.702 whatever the config says, so its K and V "
+            "after the first layer would differ from these\n",
+            cmd, (double)d->swiglu_limit, (double)d->swiglu_alpha);
+}

@@ -126,6 +126,12 @@ kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
 kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
                                     int seq_len, kvcal_exec_options *out);
 
+/* Notes on stderr ("kvcal <cmd>: note: ...") where the model's config holds
+ * values kvcal runs but the engines do not read: gpt-oss's swiglu_limit and
+ * swiglu_alpha other than 7 and 1.702 (vLLM's experts kernel has those
+ * two fixed; schemas/README.md). */
+void kvcal_cmd_note_config_engines_ignore(const char *cmd, const kvcal_model_desc *d);
+
 /* Exit code of a command that ran a model and failed with st: 2 (usage or
  * I/O) for I/O errors, no CUDA device and out of memory, else 1 (invalid
  * input). */

@@ -1055,6 +1055,8 @@ int kvcal_cmd_eval(int argc, char **argv)
     if ((st = kvcal_model_open(o.run.model, &model)))
         goto fail;
     const kvcal_model_desc *d = kvcal_model_describe(model);
+    if (!o.run.quiet)
+        kvcal_cmd_note_config_engines_ignore("eval", d);
     if (!o.run.seq_len)
         o.run.seq_len = d->max_seq_len < 256 ? d->max_seq_len : 256;
     if (o.run.seq_len > d->max_seq_len) {

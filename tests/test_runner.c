@@ -899,6 +899,38 @@ static void model_open_names_the_bad_entry_of_a_config_list(void)
                       "not know");
 }
 
+/* gpt-oss's SwiGLU values from the config are run, and a calibration that
+ * runs values other than the ones vLLM's experts kernel has fixed (7 and
+ * 1.702) says so; the released values say nothing. */
+static void calibrate_notes_gpt_oss_swiglu_values_vllm_does_not_read(void)
+{
+    char ids[1024], args[4096];
+    snprintf(ids, sizeof ids, "%s", kvcal_test_path("swiglu_ids.jsonl"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(ids, 2, 16, 128, 7), 0);
+    const char *dirs[2] = {"tests/fixtures/golden/gpt_oss_sinks_swa8_e8_top3_bf16", NULL};
+    char edited[600];
+    snprintf(
+        edited, sizeof edited, "%s",
+        edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16", "{\"swiglu_limit\": 5}"));
+    dirs[1] = edited;
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args,
+                 "calibrate --model %s --dataset %s --num-samples 2 --seq-len 16 "
+                 "--batch 2 --out %s",
+                 dirs[i], ids, kvcal_test_path("swiglu_scales.json"));
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+        char *err = kvcal_test_kvcal_stderr();
+        CU_ASSERT_PTR_NOT_NULL_FATAL(err);
+        const char *note =
+            strstr(err, "kvcal calibrate: note: config.json's swiglu_limit");
+        CU_ASSERT(i ? note != NULL : note == NULL);
+        if (i)
+            CU_ASSERT(kvcal_test_kvcal_stderr_has(
+                "swiglu_limit 5 and swiglu_alpha 1.702 are what kvcal runs"));
+        free(err);
+    }
+}
+
 /* gpt-oss's experts: a shape off the config names the tensor as stored
  * ((in, out) in bf16; the MXFP4 blocks' scales, (out, in / 32)), and a
  * quantization other than MXFP4 experts is refused naming it. */
@@ -1373,6 +1405,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
     KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
     KVCAL_TEST(model_open_names_the_bad_entry_of_a_config_list),
+    KVCAL_TEST(calibrate_notes_gpt_oss_swiglu_values_vllm_does_not_read),
     KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
     KVCAL_TEST(model_open_names_the_gpt_oss_expert_tensor_off_the_config),
     KVCAL_TEST(model_next_layer_kind_finds_each_kind_once),
