@@ -298,8 +298,10 @@ clean:
 # Installs the Debian packages the build and tests need, when missing;
 # deps-check only says whether they are there (exit 1 when not).
 # (python3-venv: the virtual environments of make test-engines and
-# make test-python, which .ci/run makes from PyPI)
-DEB_PKGS := build-essential pkg-config libcjson-dev libhdf5-dev zlib1g-dev libcunit1-dev libpcre2-dev hdf5-tools python3 python3-venv
+# make test-python, which .ci/run makes from PyPI; clang and its runtime
+# libraries, libFuzzer's among them: the fuzz targets, which .ci/run replays)
+DEB_PKGS := build-essential pkg-config libcjson-dev libhdf5-dev zlib1g-dev libcunit1-dev libpcre2-dev hdf5-tools python3 python3-venv \
+            clang libclang-rt-dev
 # The HTML report's tests read it with html5lib and render it in headless
 # Chromium (about 140 MB, under a minute to install); their suites say
 # SKIPPED without them, so deps-check names them but does not fail.
