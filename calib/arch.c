@@ -52,9 +52,6 @@ static const struct {
     {"DeepseekV4ForCausalLM",
      "DeepSeek-V4's attention: the compressed sparse and heavily compressed "
      "branches beside a sliding window, and their indexer"},
-    {"Glm4MoeLiteForCausalLM",
-     "GLM-4.7-Flash's layers (DeepSeek-V3's multi-head latent attention in "
-     "GLM-4-MoE's layer plan, mlp_layer_types)"},
 };
 
 const char *kvcal_arch_missing(const char *architecture)

@@ -1,6 +1,10 @@
 /* calib/arch_deepseek.c: the DeepSeek family: DeepseekV2ForCausalLM
  * (DeepSeek-V2, V2-Lite) and DeepseekV3ForCausalLM (DeepSeek-V3, R1, Kimi
- * K2), multi-head latent attention and a mixture of experts.
+ * K2), multi-head latent attention and a mixture of experts; and
+ * Glm4MoeLiteForCausalLM (GLM-4.7-Flash), whose layers are V3's (transformers'
+ * Glm4MoeLiteAttention is DeepseekV3Attention, its router and experts
+ * DeepSeek-V3's; vLLM and sglang run it on their DeepSeek-V2 MLA attention):
+ * only its layer plan (mlp_layer_types) and defaults differ.
  *
  * A pre-norm decoder layer: RMSNorm; the query, through its LoRA
  * (q_a_proj, q_a_layernorm, q_b_proj) or q_proj; kv_a_proj_with_mqa into
@@ -31,7 +35,8 @@
 #include "core/status.h"
 
 static const char *const v2_architectures[] = {"DeepseekV2ForCausalLM", NULL};
-static const char *const v3_architectures[] = {"DeepseekV3ForCausalLM", NULL};
+static const char *const v3_architectures[] = {"DeepseekV3ForCausalLM",
+                                               "Glm4MoeLiteForCausalLM", NULL};
 
 /* yarn's get_mscale (transformers' and vLLM's yarn_get_mscale). */
 static double mscale(double factor, double m)
@@ -43,8 +48,11 @@ static double mscale(double factor, double m)
  * qk_rope_head_dim, v_head_dim), the experts as io/model_config reads
  * them, yarn's mscale_all_dim. Refused: attention_bias (vLLM's DeepSeek
  * has none), a V3 config with rope_interleave false (transformers then
- * rotates halves, vLLM interleaved pairs whatever the flag) and scoring
- * other than the architecture's (softmax for V2, sigmoid for V3). */
+ * rotates halves, vLLM interleaved pairs whatever the flag), scoring other
+ * than the architecture's (softmax for V2, sigmoid for V3) and a
+ * GLM-4.7-Flash partial_rotary_factor other than 1 (transformers' GLM rotary
+ * table rotates that share of qk_rope_head_dim, the engines' DeepSeek
+ * rotary all of it). */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     const int v3 = strcmp(c->architecture, "DeepseekV2ForCausalLM") != 0;
@@ -69,6 +77,14 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
             "and sglang rotate interleaved pairs, so the cached entry depends "
             "on the engine; remove the field (true is the default)",
             c->architecture);
+    if (!strcmp(c->architecture, "Glm4MoeLiteForCausalLM") &&
+        c->partial_rotary_factor != 1.0)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "config.json: %s with partial_rotary_factor %g is not "
+                          "supported: transformers would rotate that share of "
+                          "qk_rope_head_dim, vLLM and sglang all of it; the released "
+                          "config sets 1.0",
+                          c->architecture, c->partial_rotary_factor);
     if (c->moe_scoring[0] && strcmp(c->moe_scoring, scoring))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "config.json: %s with scoring_func \"%s\" is not supported; "

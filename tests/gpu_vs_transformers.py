@@ -201,6 +201,8 @@ VARIANTS = {
     "deepseek_v3_mla_qlora_grouped_sigmoid_bf16": [
         {"n_group": g, "topk_group": t} for g, t in ((1, 1), (2, 1), (4, 4))]
     + [{"routed_scaling_factor": v} for v in (0.5, 16.0)],
+    "glm4_moe_lite_mla_qlora_sigmoid_bf16": [{"num_experts_per_tok": k} for k in (1, 8)]
+    + [{"n_group": g, "topk_group": t} for g, t in ((2, 1), (4, 2))],
     "gemma3_text_swa8_local_global_bf16": WINDOWS
     + [{"query_pre_attn_scalar": v} for v in (1, 256)],
     "gemma2_softcap_swa8_bf16": WINDOWS + [{"query_pre_attn_scalar": v} for v in (1, 256)]
@@ -256,7 +258,8 @@ def main():
     ap.add_argument("--kvcal", default="build/kvcal")
     ap.add_argument("--golden", action="store_true", help="every golden fixture")
     ap.add_argument("--only", action="append", default=[],
-                    help="with --golden: the fixtures whose name contains this (repeatable)")
+                    help="with --golden or --variants: the fixtures whose name contains "
+                         "this (repeatable)")
     ap.add_argument("--model", action="append", default=[], help="HF checkpoint directory")
     ap.add_argument("--variants", metavar="DIR",
                     help="the golden checkpoints with config edits (VARIANTS), made in DIR")
@@ -288,7 +291,8 @@ def main():
                   for _ in range(args.seq_len)]
                  for i in range(args.samples)]) for d in args.model]
     if args.variants:
-        models += list(variant_models(args.variants))
+        models += [m for m in variant_models(args.variants)
+                   if not args.only or any(o in m[0] for o in args.only)]
     if args.gguf:
         models.append(smollm2_model(args.gguf, args.work, args.corpus, args.seq_len,
                                     args.samples))

@@ -10,7 +10,8 @@ tests/fixtures/configs/expected.json    the fields transformers itself derives
 tests/fixtures/configs/kv_cache/<name>.json (and .v5.json where transformers has the
                                          class) configs whose KV cache is not 2 x layers x
                                          kv_heads x head_dim: MLA (DeepSeek-V2/V3, Kimi
-                                         K2), hybrid linear attention (Qwen3-Next)
+                                         K2, GLM-4.7-Flash), hybrid linear attention
+                                         (Qwen3-Next)
 tests/fixtures/configs/kv_cache/expected.json  what each caches per token, from the
                                          fields transformers derives (layer_types,
                                          head_dim, kv_lora_rank); tests/test_inspect_cli.c
@@ -159,6 +160,19 @@ KV_CACHE = {
                          "type": "yarn"},
         "rope_theta": 10000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
         "transformers_version": "4.33.1", "v_head_dim": 128, "vocab_size": 102400},
+    "glm-4.7-flash": {
+        "architectures": ["Glm4MoeLiteForCausalLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "dtype": "bfloat16", "eos_token_id": [154820, 154827, 154829],
+        "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048,
+        "intermediate_size": 10240, "kv_lora_rank": 512, "max_position_embeddings": 202752,
+        "model_type": "glm4_moe_lite", "moe_intermediate_size": 1536, "n_group": 1,
+        "n_routed_experts": 64, "n_shared_experts": 1, "norm_topk_prob": True,
+        "num_attention_heads": 20, "num_experts_per_tok": 4, "num_hidden_layers": 47,
+        "num_key_value_heads": 20, "num_nextn_predict_layers": 1, "pad_token_id": 154820,
+        "partial_rotary_factor": 1.0, "q_lora_rank": 768, "qk_nope_head_dim": 192,
+        "qk_rope_head_dim": 64, "rms_norm_eps": 1e-05, "rope_scaling": None,
+        "rope_theta": 1000000, "routed_scaling_factor": 1.8, "tie_word_embeddings": False,
+        "topk_group": 1, "topk_method": "noaux_tc", "v_head_dim": 256, "vocab_size": 154880},
     "qwen3-next-80b-a3b": {
         "architectures": ["Qwen3NextForCausalLM"], "attention_bias": False,
         "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1,

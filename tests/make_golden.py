@@ -25,7 +25,8 @@ RoPE; V after v_proj):
    layer and sigmoid routing (its router bias, a buffer, randomized too);
    DeepSeek-V2 (no query LoRA, grouped softmax routing) and V3 (query LoRA,
    grouped sigmoid routing, rope_interleave) with multi-head latent
-   attention and yarn's mscale: all in float64 too. For the MLA models K and
+   attention and yarn's mscale, and GLM-4.7-Flash (V3's layers in its own
+   layer plan): all in float64 too. For the MLA models K and
    V are the one entry an engine caches per token (the normalized latent,
    then the rotated RoPE part: tests/hf_mla.py), and the fixture adds its
    latent's and RoPE part's absmax per layer and their bf16_spread (how far
@@ -337,6 +338,23 @@ def mla_configs(tf, common):
             norm_topk_prob=True, tie_word_embeddings=False, rope_interleave=True,
             rope_parameters=dict(yarn, mscale=1.0, mscale_all_dim=1.0),
             **dict(common, num_hidden_layers=3, rms_norm_eps=1e-6)),
+            "bfloat16", "new", "float64"),
+        # GLM-4.7-Flash style (Glm4MoeLiteConfig: V3's attention and experts):
+        # the query's LoRA, value heads wider than the keys' no-RoPE part (as
+        # its 256 against 192), sigmoid top-3 of 8 in one group, renormalized,
+        # x1.8, one shared expert; two dense layers by mlp_layer_types, which
+        # first_k_dense_replace (the engines' rule) repeats; plain RoPE with
+        # its base of 1e6, no yarn
+        ("glm4_moe_lite_mla_qlora_sigmoid_bf16", tf.Glm4MoeLiteConfig(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=24, v_head_dim=40,
+            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+            n_group=1, topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True,
+            mlp_layer_types=["dense", "dense", "sparse", "sparse"],
+            first_k_dense_replace=2, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            **dict(common, num_hidden_layers=4)),
             "bfloat16", "new", "float64"),
     ]
 
@@ -661,7 +679,7 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
         if cfg.architectures else type(ref).__name__, "saved_dtype": dtype,
         "config_style": style}
     fx.update(summarize(ks, vs, samples, logits0))
-    if cfg.model_type.startswith("deepseek"):
+    if getattr(cfg, "kv_lora_rank", None):  # MLA: DeepSeek-V2 / V3, GLM-4.7-Flash
         L = cfg.kv_lora_rank
         fx["latent_absmax"] = np.max([np.abs(k[..., :L]).max(axis=(1, 2, 3))
                                       for k in ks], axis=0).astype(float).tolist()

@@ -37,6 +37,13 @@
  * 0.7 on the golden models, 1.7 of a +31% change on the large-K copy;
  * baseline 0.14%, SQNR 0.2 dB, clipped 7e-4, attention error 1.2e-2). */
 #define BASELINE_RTOL 1e-2
+/* The MLA golden models route each token's experts from bf16 scores, and one
+ * flipped choice moves a 4-layer random model's perplexity by a point or
+ * more: on the ids of eval_cuda_matches_cpu_on_mla_golden_models,
+ * transformers' own bf16 run of glm4_moe_lite_mla_qlora_sigmoid_bf16 lies
+ * 1.69% from its float64 run (torch CPU, eager), the CUDA runner 1.45% from
+ * the CPU runner (an H200). Their baseline gets 2%. */
+#define MOE_BASELINE_RTOL 2e-2
 #define CHANGE_ATOL 3e-2
 #define CHANGE_RTOL 0.2
 #define SQNR_ATOL_DB 0.5
@@ -175,7 +182,7 @@ static double check_layers(const cJSON *cpu, const cJSON *cuda, const servings *
 /* Runs `args` on both devices and checks every number of the reports
  * (within the other servings' spread too, with others). */
 static void check_cuda_against_cpu_with(const char *name, const char *args,
-                                        const servings *others)
+                                        const servings *others, double baseline_rtol)
 {
     const servings none = {NULL, 0};
     const servings *o = others ? others : &none;
@@ -192,7 +199,7 @@ static void check_cuda_against_cpu_with(const char *name, const char *args,
     const cJSON *mg = cJSON_GetObjectItem(cuda, "modes");
     const double base_cpu = field(cpu, 0, -1, "perplexity");
     const double base_cuda = field(cuda, 0, -1, "perplexity");
-    check_field(cpu, cuda, o, 0, -1, "perplexity", 0.0, BASELINE_RTOL);
+    check_field(cpu, cuda, o, 0, -1, "perplexity", 0.0, baseline_rtol);
     printf("\n  %s: baseline ppl cpu %.4f cuda %.4f (%+.3f%%)", name, base_cpu, base_cuda,
            100.0 * (base_cuda - base_cpu) / base_cpu);
     for (int i = 0; i < o->n; i++)
@@ -233,7 +240,13 @@ static void check_cuda_against_cpu_with(const char *name, const char *args,
 
 static void check_cuda_against_cpu(const char *name, const char *args)
 {
-    check_cuda_against_cpu_with(name, args, NULL);
+    check_cuda_against_cpu_with(name, args, NULL, BASELINE_RTOL);
+}
+
+/* check_cuda_against_cpu with the baseline within MOE_BASELINE_RTOL. */
+static void check_moe_against_cpu(const char *name, const char *args)
+{
+    check_cuda_against_cpu_with(name, args, NULL, MOE_BASELINE_RTOL);
 }
 
 /* The device's other bf16 servings of an FP8 checkpoint, as environment
@@ -265,7 +278,7 @@ static void check_fp8_against_cpu(const char *name, const char *args)
         CU_ASSERT_PTR_NOT_NULL_FATAL(reports[i]);
     }
     const servings o = {reports, FP8_SERVINGS};
-    check_cuda_against_cpu_with(name, args, &o);
+    check_cuda_against_cpu_with(name, args, &o, BASELINE_RTOL);
     for (int i = 0; i < FP8_SERVINGS; i++)
         cJSON_Delete(reports[i]);
 }
@@ -371,15 +384,16 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                         check_cuda_against_cpu);
 }
 
-/* The DeepSeek golden models (MLA: the latent entry simulated, expanded by
+/* The MLA golden models (the latent entry simulated, expanded by
  * kv_b_proj for the attention) in every mode that applies to them:
  * vLLM's fp8 cache of the entry under its k_scale, fp8_ds_mla (tiles of
  * 128 under dynamic scales, the RoPE part in bf16). */
 static void eval_cuda_matches_cpu_on_mla_golden_models(void)
 {
     static const char *const names[] = {"deepseek_v2_mla_grouped_softmax_bf16",
-                                        "deepseek_v3_mla_qlora_grouped_sigmoid_bf16"};
-    check_golden_models(names, 2, "--modes all", check_cuda_against_cpu);
+                                        "deepseek_v3_mla_qlora_grouped_sigmoid_bf16",
+                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16"};
+    check_golden_models(names, 3, "--modes all", check_moe_against_cpu);
 }
 
 /* FP8 checkpoints (tests/make_fp8_checkpoints.py) evaluated as they are

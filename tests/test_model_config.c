@@ -140,7 +140,8 @@ static void model_config_sets_architecture_features(void)
     CU_ASSERT_EQUAL(c.sliding_window, 16);
 }
 
-/* DeepSeek-V2-Lite, V3 and Kimi K2 as published: the query's LoRA (null in
+/* DeepSeek-V2-Lite, V3, Kimi K2 and GLM-4.7-Flash as published (GLM-4.7-Flash
+ * also as transformers 5 saves it, with mlp_layer_types): the query's LoRA (null in
  * V2-Lite), the experts with DeepseekV2Config's and DeepseekV3Config's
  * defaults where the file leaves them out, the cache's shape (one entry of
  * kv_lora_rank + qk_rope_head_dim), yarn's mscale_all_dim; moe_layer_freq's
@@ -153,7 +154,9 @@ static void model_config_reads_deepseek_mla_and_grouped_experts(void)
         double scale, mscale_all_dim;
     } cases[] = {{"deepseek-v2-lite", 0, 64, 6, 1, 1, 1, 0, 1, 2 * 1408, 1.0, 0.707},
                  {"deepseek-v3", 1536, 256, 8, 8, 4, 0, 1, 3, 2048, 2.5, 1.0},
-                 {"kimi-k2", 1536, 384, 8, 1, 1, 0, 1, 1, 2048, 2.5, 1.0}};
+                 {"kimi-k2", 1536, 384, 8, 1, 1, 0, 1, 1, 2048, 2.5, 1.0},
+                 {"glm-4.7-flash", 768, 64, 4, 1, 1, 0, 1, 1, 1536, 1.8, 0.0},
+                 {"glm-4.7-flash.v5", 768, 64, 4, 1, 1, 0, 1, 1, 1536, 1.8, 0.0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[256];
         kvcal_model_config c;
@@ -201,6 +204,62 @@ static void model_config_reads_deepseek_mla_and_grouped_experts(void)
     snprintf(text, sizeof text, ds, "\"n_routed_experts\": null");
     CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "n_routed_experts null"));
+}
+
+/* GLM-4.7-Flash's layer plan: transformers' mlp_layer_types (by default the
+ * first layer dense), which vLLM's and sglang's first_k_dense_replace (and
+ * vLLM's moe_layer_freq) must repeat; a config where they differ is refused
+ * naming the first layer they differ on. */
+static void model_config_reads_glm4_moe_lite_layer_plan(void)
+{
+    const char *lite =
+        "{\"model_type\": \"glm4_moe_lite\", \"num_hidden_layers\": 4, "
+        "\"hidden_size\": 64, \"num_attention_heads\": 4, \"kv_lora_rank\": "
+        "32, \"qk_rope_head_dim\": 16 %s}";
+    static const struct {
+        const char *fields;
+        unsigned dense; /* bit l: layer l dense; ~0u: refused */
+        const char *error;
+    } cases[] = {
+        {"", 0x1, NULL},
+        {", \"first_k_dense_replace\": 1", 0x1, NULL},
+        {", \"mlp_layer_types\": [\"dense\", \"dense\", \"sparse\", \"sparse\"]", 0x3,
+         NULL},
+        {", \"mlp_layer_types\": [\"dense\", \"dense\", \"sparse\", \"sparse\"], "
+         "\"first_k_dense_replace\": 2",
+         0x3, NULL},
+        {", \"mlp_layer_types\": [\"dense\", \"dense\", \"sparse\", \"sparse\"], "
+         "\"first_k_dense_replace\": 1",
+         ~0u,
+         "layer 1 is dense in transformers' plan (mlp_layer_types) but sparse in "
+         "vLLM's and sglang's (first_k_dense_replace 1)"},
+        {", \"first_k_dense_replace\": 3", ~0u,
+         "layer 1 is sparse in transformers' plan (no mlp_layer_types: the first layer "
+         "dense) but dense in vLLM's"},
+        {", \"moe_layer_freq\": 2", ~0u, "with moe_layer_freq 2 is not supported"},
+        {", \"mlp_layer_types\": [\"dense\", \"moe\", \"sparse\", \"sparse\"]", ~0u,
+         "field \"mlp_layer_types[1]\""},
+        {", \"mlp_layer_types\": [\"dense\", \"sparse\"]", ~0u,
+         "\"mlp_layer_types\" has 2 entries but num_hidden_layers is 4"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        kvcal_model_config c;
+        snprintf(text, sizeof text, lite, cases[i].fields);
+        const kvcal_status st = parse_text(text, &c);
+        if (cases[i].error) {
+            CU_ASSERT_NOT_EQUAL(st, KVCAL_OK);
+            CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), cases[i].error));
+            if (!strstr(kvcal_last_error(), cases[i].error))
+                fprintf(stderr, "\n%s\n", kvcal_last_error());
+            continue;
+        }
+        CU_ASSERT_EQUAL_FATAL(st, KVCAL_OK);
+        CU_ASSERT(c.moe_sigmoid && c.num_experts == 64 && c.num_experts_per_tok == 4);
+        CU_ASSERT_EQUAL(c.layer_dense[0], cases[i].dense);
+        CU_ASSERT_EQUAL(c.dense_layers,
+                        (int)(cases[i].dense & 1) + (int)(cases[i].dense >> 1));
+    }
 }
 
 static void model_config_reads_quantization_and_kv_cache_scheme(void)
@@ -843,6 +902,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_quantization_and_kv_cache_scheme),
     KVCAL_TEST(model_config_reads_gpt_oss_with_transformers_defaults),
     KVCAL_TEST(model_config_reads_deepseek_mla_and_grouped_experts),
+    KVCAL_TEST(model_config_reads_glm4_moe_lite_layer_plan),
     KVCAL_TEST(model_config_defaults_absent_and_null_fields),
     KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),
     KVCAL_TEST(model_config_defaults_absent_sizes_per_model_type),

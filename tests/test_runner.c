@@ -451,6 +451,26 @@ static void runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid(vo
     check_mla_parts_against_golden("deepseek_v3_mla_qlora_grouped_sigmoid_bf16");
 }
 
+/* GLM-4.7-Flash style (Glm4MoeLiteForCausalLM): DeepSeek-V3's layers, value
+ * heads wider than the keys' no-RoPE part, one group, one shared expert, two
+ * dense layers by mlp_layer_types, plain RoPE with a base of 1e6. */
+static void runner_matches_transformers_glm4_moe_lite(void)
+{
+    check_against_golden("glm4_moe_lite_mla_qlora_sigmoid_bf16");
+    check_mla_parts_against_golden("glm4_moe_lite_mla_qlora_sigmoid_bf16");
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/glm4_moe_lite_mla_qlora_sigmoid_bf16",
+                         &m),
+        KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT(d->mla && d->moe_sigmoid && d->dense_layers == 2);
+    CU_ASSERT(d->layer_dense[0] && d->layer_dense[1] && !d->layer_dense[2] &&
+              !d->layer_dense[3]);
+    CU_ASSERT_DOUBLE_EQUAL(d->routed_scale, 1.8, 1e-6);
+    kvcal_model_close(m);
+}
+
 /* Calibration counts the tokens routed to each expert of every layer, the
  * last one included: each valid token once per chosen expert (padding
  * never), whatever the batches. */
@@ -688,7 +708,7 @@ static void model_open_lists_the_supported_architectures(void)
         "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
-        "DeepseekV3ForCausalLM and GptOssForCausalLM");
+        "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM and GptOssForCausalLM");
 }
 
 /* Hybrid linear-attention models (Qwen3-Next), an MLA config of a family
@@ -701,8 +721,8 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
                           "{\"kv_lora_rank\": 512, \"qk_rope_head_dim\": 64}"),
         KVCAL_ERR_UNSUPPORTED,
         "MistralForCausalLM with MLA attention (kv_lora_rank 512, rope 64) is "
-        "not supported: kvcal runs MLA for DeepseekV2ForCausalLM and "
-        "DeepseekV3ForCausalLM");
+        "not supported: kvcal runs MLA for DeepseekV2ForCausalLM, "
+        "DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM");
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",
                           "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
@@ -721,8 +741,8 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
         "K and V, the others are linear_attention), which is not supported "
         "yet");
-    /* the sparse-attention MLA families served today (DeepSeek-V3.2, GLM-5)
-     * and GLM-4.7-Flash: what kvcal lacks, not the list of what it runs */
+    /* the sparse-attention MLA families served today (DeepSeek-V3.2, GLM-5):
+     * what kvcal lacks, not the list of what it runs */
     static const struct {
         const char *architecture, *model_type, *lacks;
     } not_yet[] = {
@@ -732,9 +752,6 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         {"GlmMoeDsaForCausalLM", "glm_moe_dsa",
          "GlmMoeDsaForCausalLM is not supported yet: kvcal lacks DeepSeek Sparse "
          "Attention as GLM-5 runs it"},
-        {"Glm4MoeLiteForCausalLM", "glm4_moe_lite",
-         "Glm4MoeLiteForCausalLM is not supported yet: kvcal lacks GLM-4.7-Flash's "
-         "layers"},
     };
     for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++) {
         char edit[256];
@@ -891,6 +908,18 @@ static void model_open_names_the_bad_entry_of_a_config_list(void)
                       KVCAL_ERR_FORMAT,
                       "qk_rope_head_dim 3: the rotated part of an MLA head must be a "
                       "positive even number");
+    expect_open_error(
+        edited_checkpoint("glm4_moe_lite_mla_qlora_sigmoid_bf16",
+                          "{\"rope_parameters\": {\"rope_type\": \"default\", "
+                          "\"rope_theta\": 1e6, \"partial_rotary_factor\": 0.5}}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "Glm4MoeLiteForCausalLM with partial_rotary_factor 0.5 is not "
+        "supported");
+    expect_open_error(edited_checkpoint("glm4_moe_lite_mla_qlora_sigmoid_bf16",
+                                        "{\"first_k_dense_replace\": 1}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "layer 1 is dense in transformers' plan (mlp_layer_types) but "
+                      "sparse in vLLM's and sglang's (first_k_dense_replace 1)");
     expect_open_error(edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16",
                                         "{\"layer_types\": [\"sliding_attention\", "
                                         "\"global_attention\"]}"),
@@ -1391,6 +1420,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_qwen_moe_sliding_windows),
     KVCAL_TEST(runner_matches_transformers_deepseek_v2_mla_group_limited_softmax),
     KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
+    KVCAL_TEST(runner_matches_transformers_glm4_moe_lite),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(calibrate_last_moe_layer_routes_only_with_the_counts_of_a_whole_run),
     KVCAL_TEST(calibrate_profile_times_each_op_and_changes_nothing),

@@ -176,15 +176,22 @@ static void cfg_default_sizes(kvcal_model_config *c)
     static const struct {
         const char *model_type;
         int context, vocab, intermediate;
-    } defaults[] = {
-        {"llama", 2048, 32000, 11008},         {"mistral", 131072, 32000, 14336},
-        {"qwen2", 32768, 151936, 22016},       {"qwen3", 32768, 151936, 22016},
-        {"qwen2_moe", 32768, 151936, 5632},    {"qwen3_moe", 32768, 151936, 6144},
-        {"mixtral", 131072, 32000, 14336},     {"phi3", 4096, 32064, 8192},
-        {"gemma3_text", 131072, 262208, 9216}, {"gemma2", 8192, 256000, 9216},
-        {"glm4_moe", 131072, 151552, 10944},   {"deepseek_v2", 2048, 102400, 11008},
-        {"deepseek_v3", 4096, 129280, 18432},  {"kimi_k2", 4096, 129280, 18432},
-        {"gpt_oss", 131072, 201088, 2880}};
+    } defaults[] = {{"llama", 2048, 32000, 11008},
+                    {"mistral", 131072, 32000, 14336},
+                    {"qwen2", 32768, 151936, 22016},
+                    {"qwen3", 32768, 151936, 22016},
+                    {"qwen2_moe", 32768, 151936, 5632},
+                    {"qwen3_moe", 32768, 151936, 6144},
+                    {"mixtral", 131072, 32000, 14336},
+                    {"phi3", 4096, 32064, 8192},
+                    {"gemma3_text", 131072, 262208, 9216},
+                    {"gemma2", 8192, 256000, 9216},
+                    {"glm4_moe", 131072, 151552, 10944},
+                    {"deepseek_v2", 2048, 102400, 11008},
+                    {"deepseek_v3", 4096, 129280, 18432},
+                    {"kimi_k2", 4096, 129280, 18432},
+                    {"glm4_moe_lite", 202752, 154880, 10240},
+                    {"gpt_oss", 131072, 201088, 2880}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -632,27 +639,87 @@ static void cfg_deepseek_dense_layers(kvcal_model_config *c, int freq)
         }
 }
 
-/* DeepSeek-V2 (deepseek_v2) and V3 / Kimi K2 (deepseek_v3, kimi_k2): the
- * query's LoRA and the experts, with DeepseekV2Config's and
- * DeepseekV3Config's defaults. V2 scores with a softmax and groups experts
+/* GLM-4.7-Flash's layer plan. transformers' Glm4MoeLiteConfig reads
+ * mlp_layer_types ("dense" or "sparse" a layer; by default the first layer
+ * dense, the others sparse) and nothing else; vLLM's and sglang's
+ * Glm4MoeLite layers read DeepSeek's rule, first_k_dense_replace (sglang
+ * sets moe_layer_freq to 1, vLLM reads it: refused unless 1). kvcal runs the
+ * plan they agree on and refuses a config where they do not. */
+static kvcal_status cfg_glm4_lite_dense_layers(const cfg_obj *top, kvcal_model_config *c,
+                                               int freq, int first_given)
+{
+    const cJSON *types = cfg_item(top, "mlp_layer_types"), *it;
+    if (freq != 1)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: %s with moe_layer_freq %d is not supported: vLLM reads "
+            "it, sglang sets it to 1 and transformers has no such field, so "
+            "their layer plans differ; remove it (the released config has "
+            "none)",
+            top->name, c->architecture, freq);
+    if (types && !cJSON_IsArray(types))
+        return cfg_bad(top, "mlp_layer_types", types,
+                       "an array of \"dense\" or \"sparse\"");
+    if (types && cJSON_GetArraySize(types) != c->num_layers)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%smlp_layer_types\" has %d entries but "
+                          "num_hidden_layers is %d; they must match (fix one)",
+                          top->name, top->prefix, cJSON_GetArraySize(types),
+                          c->num_layers);
+    int l = 0;
+    cJSON_ArrayForEach(it, types)
+    {
+        char at[40];
+        snprintf(at, sizeof at, "mlp_layer_types[%d]", l);
+        if (!cJSON_IsString(it) ||
+            (strcmp(it->valuestring, "dense") && strcmp(it->valuestring, "sparse")))
+            return cfg_bad(top, at, it, "\"dense\" or \"sparse\"");
+        l++;
+    }
+    for (l = 0; l < c->num_layers; l++) {
+        const cJSON *t = types ? cJSON_GetArrayItem(types, l) : NULL;
+        const int dense = t ? !strcmp(t->valuestring, "dense") : l == 0;
+        const int engines_dense = l < c->first_dense_layers;
+        if (first_given && dense != engines_dense)
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: layer %d is %s in transformers' plan (%s) but %s in vLLM's and "
+                "sglang's (first_k_dense_replace %d); make mlp_layer_types and "
+                "first_k_dense_replace agree",
+                top->name, l, dense ? "dense" : "sparse",
+                types ? "mlp_layer_types" : "no mlp_layer_types: the first layer dense",
+                engines_dense ? "dense" : "sparse", c->first_dense_layers);
+        if (dense) {
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->dense_layers++;
+        }
+    }
+    return KVCAL_OK;
+}
+
+/* DeepSeek-V2 (deepseek_v2), V3 / Kimi K2 (deepseek_v3, kimi_k2) and
+ * GLM-4.7-Flash (glm4_moe_lite, V3's attention and experts): the query's
+ * LoRA and the experts, with DeepseekV2Config's, DeepseekV3Config's and
+ * Glm4MoeLiteConfig's defaults. V2 scores with a softmax and groups experts
  * only under topk_method group_limited_greedy (a group's score its best
  * expert's); V3 with sigmoids chosen by score plus e_score_correction_bias,
  * in n_group groups scored by their two best experts (noaux_tc). */
 static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
 {
     const int v2 = !strcmp(c->model_type, "deepseek_v2");
+    const int lite = !strcmp(c->model_type, "glm4_moe_lite");
     char method[32] = "";
-    int shared = v2 ? 2 : 1, freq = 1, found = 0;
+    int shared = v2 ? 2 : 1, freq = 1, found = 0, first_given = 0;
     kvcal_status s;
-    c->q_lora_rank = 1536;
-    c->num_experts = v2 ? 64 : 256;
-    c->num_experts_per_tok = v2 ? 0 : 8;
-    c->moe_intermediate_size = v2 ? 1407 : 2048;
-    c->first_dense_layers = v2 ? 0 : 3;
-    c->routed_scaling_factor = v2 ? 1.0 : 2.5;
+    c->q_lora_rank = lite ? 768 : 1536;
+    c->num_experts = v2 || lite ? 64 : 256;
+    c->num_experts_per_tok = v2 ? 0 : lite ? 4 : 8;
+    c->moe_intermediate_size = v2 ? 1407 : lite ? 1536 : 2048;
+    c->first_dense_layers = v2 ? 0 : lite ? 1 : 3;
+    c->routed_scaling_factor = v2 ? 1.0 : lite ? 1.8 : 2.5;
     c->norm_topk_prob = !v2;
-    c->moe_groups = v2 ? 1 : 8;
-    c->moe_topk_groups = v2 ? 1 : 4;
+    c->moe_groups = v2 || lite ? 1 : 8;
+    c->moe_topk_groups = v2 || lite ? 1 : 4;
     c->moe_sigmoid = !v2;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(top->obj, "q_lora_rank");
     if (cJSON_IsNull(q))
@@ -667,8 +734,8 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
         cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(top->obj, "n_routed_experts")))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s with n_routed_experts null (every layer dense) is not "
-                          "supported; the released DeepSeek-V2/V3 and Kimi K2 configs "
-                          "have routed experts",
+                          "supported; the released DeepSeek-V2/V3, Kimi K2 and "
+                          "GLM-4.7-Flash configs have routed experts",
                           top->name, c->architecture);
     if ((s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
                      &c->num_experts_per_tok, &found)) != KVCAL_OK ||
@@ -676,7 +743,7 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
                      NULL)) != KVCAL_OK ||
         (s = cfg_int(top, "first_k_dense_replace", 0, KVCAL_CONFIG_MAX_LAYERS,
-                     &c->first_dense_layers, NULL)) != KVCAL_OK ||
+                     &c->first_dense_layers, &first_given)) != KVCAL_OK ||
         (s = cfg_int(top, "moe_layer_freq", 1, KVCAL_CONFIG_MAX_LAYERS, &freq, NULL)) !=
             KVCAL_OK ||
         (s = cfg_double(top, "routed_scaling_factor", 0.0, INFINITY,
@@ -703,9 +770,12 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
                           "%s: %s with topk_method \"%s\" is not supported; transformers "
                           "routes %s",
                           top->name, c->architecture, method,
-                          v2 ? "DeepSeek-V2 with greedy or group_limited_greedy"
-                             : "DeepSeek-V3 with noaux_tc");
+                          v2     ? "DeepSeek-V2 with greedy or group_limited_greedy"
+                          : lite ? "GLM-4.7-Flash with noaux_tc"
+                                 : "DeepSeek-V3 with noaux_tc");
     c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
+    if (lite)
+        return cfg_glm4_lite_dense_layers(top, c, freq, first_given);
     cfg_deepseek_dense_layers(c, freq);
     return KVCAL_OK;
 }
@@ -714,7 +784,7 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
 static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
 {
     if (!strcmp(c->model_type, "deepseek_v2") || !strcmp(c->model_type, "deepseek_v3") ||
-        !strcmp(c->model_type, "kimi_k2"))
+        !strcmp(c->model_type, "kimi_k2") || !strcmp(c->model_type, "glm4_moe_lite"))
         return cfg_read_deepseek(top, c);
     static const struct {
         const char *model_type;
@@ -888,11 +958,12 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
 
 /* Model types whose cache kvcal knows: per-head K/V in every layer, in the
  * attention layers of layer_types / full_attention_interval (qwen3_next), or
- * MLA (deepseek_v2, deepseek_v3 and kimi_k2, which is deepseek_v3's). */
+ * MLA (deepseek_v2, deepseek_v3, kimi_k2, which is deepseek_v3's, and
+ * glm4_moe_lite). */
 static const char *const known_kv_families[] = {
-    "llama",       "mistral",     "qwen2",   "qwen3",       "qwen2_moe", "qwen3_moe",
-    "mixtral",     "phi3",        "gemma2",  "gemma3_text", "glm4_moe",  "qwen3_next",
-    "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss"};
+    "llama",       "mistral",     "qwen2",   "qwen3",         "qwen2_moe", "qwen3_moe",
+    "mixtral",     "phi3",        "gemma2",  "gemma3_text",   "glm4_moe",  "qwen3_next",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe_lite", "gpt_oss"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
