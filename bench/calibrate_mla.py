@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Calibration speed of multi-head latent attention on a GPU: kvcal calibrate
---device cuda against transformers on a DeepSeek-V2-Lite-shaped random-weight
-model and the same tokens (8 samples x 2048 tokens a batch), in one run.
+--device cuda against transformers on a DeepSeek-V2-Lite-shaped (or, with
+--shape glm-4.7-flash, GLM-4.7-Flash-shaped) random-weight model and the same
+tokens (8 samples x 2048 tokens a batch), in one run.
 
-usage: calibrate_mla.py KVCAL WORKDIR OUT [--layers N] [--batches B]
+usage: calibrate_mla.py KVCAL WORKDIR OUT [--shape deepseek-v2-lite|glm-4.7-flash]
+                        [--layers N] [--batches B]
                         [--transformers all|none|CONFIG,...] [--kvcal-profile]
                         [--kvcal-repeats N] [--fp8 block] [--floor-only]
 
@@ -19,9 +21,14 @@ DeepSeek-V2-Lite's layers (hidden 2048, 16 heads, no query LoRA, kv_lora_rank
 4096 positions with mscale 0.707 = mscale_all_dim; the first layer dense of
 10944, then 64 routed experts of 1408, top-6 by softmax, 2 shared experts)
 built with transformers' own DeepseekV2Config, `--layers` of its 27 (about
-1.2 GB a layer in bf16), random bf16 weights saved with save_pretrained (one
-tensor per expert, as the released checkpoint), B x 8 random 2048-token
-samples as JSONL token ids. Then, on the same tokens:
+1.2 GB a layer in bf16); or GLM-4.7-Flash's (hidden 2048, 20 heads, query
+LoRA 768, kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim 192,
+v_head_dim 256, RoPE base 1e6; the first layer dense of 10240, then 64 routed
+experts of 1536, top-4 by sigmoid with a correction bias, x1.8, one shared
+expert) with Glm4MoeLiteConfig, `--layers` of its 47 (about 1.25 GB a
+layer); random bf16 weights saved with save_pretrained (one tensor per
+expert, as the released checkpoints), B x 8 random 2048-token samples as
+JSONL token ids. Then, on the same tokens:
 
 - `KVCAL calibrate --device cuda --stats`: its tokens/s, peak device memory
   (sampled), the per-layer absmax of the cached entry's latent and RoPE part
@@ -41,11 +48,12 @@ samples as JSONL token ids. Then, on the same tokens:
   measured at 2 and 4 layers; none: kvcal and the floor alone); all by
   default;
 - the floor of the library calls: one MoE layer's GEMMs (q, kv_a, kv_b, o,
-  router, the shared experts) and the routed experts' as torch's grouped GEMM
-  on a balanced routing, plus the fastest SDPA backend that takes a query /
-  key head of 192 and a value head of 128, for every layer but the last
-  (kv_a and the router there); in bursts and sustained, as
-  calibrate_moe.py's. --floor-only prints the floor alone.
+  router, the shared experts; GLM-4.7-Flash's q_a and q_b in place of q) and
+  the routed experts' as torch's grouped GEMM on a balanced routing, plus the
+  fastest SDPA backend that takes the shape's query / key and value heads
+  (192 and 128; 256 and 256), for every layer but the last (kv_a and the
+  router there); in bursts and sustained, as calibrate_moe.py's.
+  --floor-only prints the floor alone.
 
 Writes OUT/mla_bench.json (every figure) and prints a table: tokens/s and
 tokens/s per layer of each, kvcal's ratio to the fastest transformers
@@ -59,9 +67,11 @@ import os
 import sys
 import time
 
+from collections import namedtuple
+
 import torch
 import transformers
-from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+from transformers import AutoModelForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -74,34 +84,58 @@ from calibrate_moe import (BATCH, SEQ, Deadline, grouped_steps, print_load,  # n
                            print_profile, run_kvcal, run_kvcal_median, save_fp8_block,
                            timed_run)
 
-D, H, L, R, NOPE, VD = 2048, 16, 512, 64, 128, 128
-E, TOPK, MI, SHARED, DENSE_I, VOCAB = 64, 6, 1408, 2, 10944, 102400
+# A model's sizes: hidden, heads, query LoRA (None: q_proj), kv_lora_rank,
+# RoPE part, no-RoPE part and value head; routed experts, top-k, their
+# width, shared experts, the dense layer's width, vocabulary.
+Shape = namedtuple("Shape", "title D H QL L R NOPE VD E TOPK MI SHARED DENSE_I VOCAB")
+SHAPES = {
+    "deepseek-v2-lite": Shape("DeepSeek-V2-Lite", 2048, 16, None, 512, 64, 128, 128,
+                              64, 6, 1408, 2, 10944, 102400),
+    "glm-4.7-flash": Shape("GLM-4.7-Flash", 2048, 20, 768, 512, 64, 192, 256,
+                           64, 4, 1536, 1, 10240, 154880),
+}
 
 
-def make_model(workdir, layers, fp8=False):
+def model_config(name, s, layers):
+    """transformers' own config of the shape."""
+    common = dict(
+        hidden_size=s.D, intermediate_size=s.DENSE_I, moe_intermediate_size=s.MI,
+        num_hidden_layers=layers, num_attention_heads=s.H, num_key_value_heads=s.H,
+        q_lora_rank=s.QL, kv_lora_rank=s.L, qk_rope_head_dim=s.R, qk_nope_head_dim=s.NOPE,
+        v_head_dim=s.VD, n_routed_experts=s.E, num_experts_per_tok=s.TOPK,
+        n_shared_experts=s.SHARED, first_k_dense_replace=1, n_group=1, topk_group=1,
+        vocab_size=s.VOCAB, tie_word_embeddings=False)
+    if name == "glm-4.7-flash":
+        return transformers.Glm4MoeLiteConfig(
+            routed_scaling_factor=1.8, norm_topk_prob=True, max_position_embeddings=202752,
+            rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+            **common)
+    return transformers.DeepseekV2Config(
+        topk_method="greedy", routed_scaling_factor=1.0, norm_topk_prob=False,
+        max_position_embeddings=163840, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                         "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707},
+        **common)
+
+
+def make_model(workdir, name, layers, fp8=False):
     """The checkpoint (saved once; fp8: as save_fp8_block saves it)."""
-    model_dir = os.path.join(workdir, f"deepseek-v2-lite-{layers}l{'-fp8' if fp8 else ''}")
+    s = SHAPES[name]
+    model_dir = os.path.join(workdir, f"{name}-{layers}l{'-fp8' if fp8 else ''}")
     if not os.path.exists(os.path.join(model_dir, "config.json")):
-        cfg = DeepseekV2Config(
-            hidden_size=D, intermediate_size=DENSE_I, moe_intermediate_size=MI,
-            num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=H,
-            q_lora_rank=None, kv_lora_rank=L, qk_rope_head_dim=R, qk_nope_head_dim=NOPE,
-            v_head_dim=VD, n_routed_experts=E, num_experts_per_tok=TOPK,
-            n_shared_experts=SHARED, first_k_dense_replace=1, topk_method="greedy",
-            n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=False,
-            vocab_size=VOCAB, max_position_embeddings=163840, rms_norm_eps=1e-6,
-            tie_word_embeddings=False,
-            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
-                             "original_max_position_embeddings": 4096, "beta_fast": 32.0,
-                             "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707})
+        cfg = model_config(name, s, layers)
         torch.manual_seed(0)
         torch.set_default_dtype(torch.bfloat16)
         with torch.device("cuda"):
-            model = DeepseekV2ForCausalLM(cfg).eval()
+            model = AutoModelForCausalLM.from_config(cfg).eval()
         torch.set_default_dtype(torch.float32)
         with torch.no_grad():  # routers that choose: N(0, 1) logits over the experts
             for layer in model.model.layers[1:]:
-                layer.mlp.gate.weight.normal_(0.0, 1.0 / D ** 0.5)
+                layer.mlp.gate.weight.normal_(0.0, 1.0 / s.D ** 0.5)
+                bias = getattr(layer.mlp.gate, "e_score_correction_bias", None)
+                if bias is not None:  # the choice's correction, as trained ones have
+                    bias.normal_(0.0, 0.1)
         if fp8:
             save_fp8_block(model, model_dir, not_convert=[
                 f"model.layers.0.mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")])
@@ -112,19 +146,23 @@ def make_model(workdir, layers, fp8=False):
     return model_dir
 
 
-def library_floor(layers):
-    """The library floor of `layers` MoE layers at 8 x 2048 tokens (floor_of):
-    (tokens/s in bursts, sustained, ms a layer in bursts, sustained, whether
-    the experts' grouped GEMMs ran)."""
+def library_floor(s, layers):
+    """The library floor of `layers` MoE layers of shape s at 8 x 2048 tokens
+    (floor_of): (tokens/s in bursts, sustained, ms a layer in bursts,
+    sustained, whether the experts' grouped GEMMs ran)."""
     m = BATCH * SEQ
-    steps = [gemm_step(name, m, k, n) for name, k, n in
-             (("q", D, H * (NOPE + R)), ("kv_a", D, L + R), ("kv_b", L, H * (NOPE + VD)),
-              ("o", H * VD, D), ("router", D, E), ("shared gate/up", D, 2 * SHARED * MI),
-              ("shared down", SHARED * MI, D))]
-    experts = grouped_steps(m, D, E, TOPK, MI)
-    q = torch.randn(BATCH, H, SEQ, NOPE + R, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(BATCH, H, SEQ, NOPE + R, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(BATCH, H, SEQ, VD, device="cuda", dtype=torch.bfloat16)
+    qk = s.NOPE + s.R
+    query = ([("q_a", s.D, s.QL), ("q_b", s.QL, s.H * qk)] if s.QL
+             else [("q", s.D, s.H * qk)])
+    steps = [gemm_step(name, m, k, n) for name, k, n in query +
+             [("kv_a", s.D, s.L + s.R), ("kv_b", s.L, s.H * (s.NOPE + s.VD)),
+              ("o", s.H * s.VD, s.D), ("router", s.D, s.E),
+              ("shared gate/up", s.D, 2 * s.SHARED * s.MI),
+              ("shared down", s.SHARED * s.MI, s.D)]]
+    experts = grouped_steps(m, s.D, s.E, s.TOPK, s.MI)
+    q = torch.randn(BATCH, s.H, SEQ, qk, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(BATCH, s.H, SEQ, qk, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(BATCH, s.H, SEQ, s.VD, device="cuda", dtype=torch.bfloat16)
     steps += experts + [sdpa_step("SDPA", q, k, v)]
     # a calibration's last layer: kv_a (the latent and the RoPE part), the router
     return floor_of(steps, layers, m, {"kv_a": 1.0, "router": 1.0}) + (bool(experts),)
@@ -155,14 +193,14 @@ def configurations(spec):
     return out
 
 
-def transformers_runs(model_dir, layers, batches, wanted):
+def transformers_runs(model_dir, s, layers, batches, wanted):
     """{name: (tokens/s, peak bytes, [[latent, rope] absmax per layer])} of
     the configurations wanted ([(experts implementation, mode)])."""
     results = {}
     for impl in (i for i in IMPLS if any(w[0] == i for w in wanted)):
         try:
             t = time.time()
-            model = DeepseekV2ForCausalLM.from_pretrained(
+            model = AutoModelForCausalLM.from_pretrained(
                 model_dir, dtype=torch.bfloat16, attn_implementation="sdpa",
                 experts_implementation=impl, device_map="cuda").eval()
             print(f"transformers {impl}: loaded in {time.time() - t:.1f} s", flush=True)
@@ -176,7 +214,7 @@ def transformers_runs(model_dir, layers, batches, wanted):
         def hook(i):
             def fn(module, args, kwargs):
                 entry = mla_entry(module, kwargs, torch).abs()
-                part = torch.stack([entry[..., :L].amax(), entry[..., L:].amax()]).float()
+                part = torch.stack([entry[..., :s.L].amax(), entry[..., s.L:].amax()]).float()
                 stats[i].copy_(torch.maximum(stats[i], part))
             return fn
 
@@ -202,6 +240,7 @@ def main():
     ap.add_argument("kvcal")
     ap.add_argument("workdir")
     ap.add_argument("out")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="deepseek-v2-lite")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--transformers", default="all",
@@ -219,6 +258,9 @@ def main():
                     help="print the library floor of --layers layers and stop: no "
                     "checkpoint, no kvcal, no transformers")
     a = ap.parse_args()
+    s = SHAPES[a.shape]
+    if a.fp8 and a.shape != "deepseek-v2-lite":
+        sys.exit("--fp8 block: only with --shape deepseek-v2-lite")
     if a.fp8 and a.transformers != "none":
         sys.exit("--fp8 block: give --transformers none (transformers is not timed on FP8 "
                  "weights here)")
@@ -231,16 +273,16 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
     if a.floor_only:
-        held = library_floor(a.layers)[1]
-        print(f"DeepSeek-V2-Lite, {a.layers} layers: library floor sustained {held:.0f} tokens/s")
+        held = library_floor(s, a.layers)[1]
+        print(f"{s.title}, {a.layers} layers: library floor sustained {held:.0f} tokens/s")
         return
     t = time.time()
-    model_dir = make_model(a.workdir, a.layers, fp8=bool(a.fp8))
+    model_dir = make_model(a.workdir, a.shape, a.layers, fp8=bool(a.fp8))
     flush_to_disk("the checkpoint")
     print(f"checkpoint of {a.layers} layers ready in {time.time() - t:.1f} s", flush=True)
     samples = a.batches * BATCH
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1, VOCAB, (samples, SEQ), generator=g)
+    ids = torch.randint(1, s.VOCAB, (samples, SEQ), generator=g)
     data = os.path.join(a.workdir, f"tokens-{samples}.jsonl")
     with open(data, "w") as f:
         for row in ids.tolist():
@@ -262,8 +304,8 @@ def main():
         print_profile(run_kvcal(a.kvcal, model_dir, data, samples, pdir, extra=["--profile"])[0])
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
     # the floor first: its figures stay should a compilation run past the caller's time
-    floor = library_floor(a.layers)
-    hf = transformers_runs(model_dir, a.layers, batches, wanted)
+    floor = library_floor(s, a.layers)
+    hf = transformers_runs(model_dir, s, a.layers, batches, wanted)
     Deadline.stop()
 
     worst = {}
@@ -279,7 +321,7 @@ def main():
         [("library floor (grouped GEMM + SDPA), bursts" if floor[4] else
           "library floor (no grouped GEMM: dense GEMMs + SDPA only), bursts", floor[0], 0),
          ("library floor, the same calls sustained", floor[1], 0)]
-    print(f"\n{a.layers} layers of DeepSeek-V2-Lite, {samples} x {SEQ} tokens, "
+    print(f"\n{a.layers} layers of {s.title}, {samples} x {SEQ} tokens, "
           f"batches of {BATCH} x {SEQ}")
     print(f"{'':48s} {'tokens/s':>10s} {'per layer':>11s} {'peak GiB':>9s}")
     for name, tps, peak in table:
@@ -297,7 +339,8 @@ def main():
         print(f"MLA {part} absmax, kvcal vs transformers bf16 ({ref_name}): "
               f"worst rel. diff {w:.2e}")
     with open(os.path.join(a.out, "mla_bench.json"), "w") as f:
-        json.dump({"layers": a.layers, "samples": samples, "seq_len": SEQ, "batch": BATCH,
+        json.dump({"shape": a.shape, "layers": a.layers, "samples": samples, "seq_len": SEQ,
+                   "batch": BATCH,
                    "torch": torch.__version__, "transformers": transformers.__version__,
                    "device": torch.cuda.get_device_name(),
                    "kvcal": {"tokens_per_second": kvcal_tps, "peak_bytes": kv_peak,
