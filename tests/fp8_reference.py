@@ -287,24 +287,30 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
         return tf.Glm4MoeConfig(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                                 moe_intermediate_size=inter, first_k_dense_replace=1,
                                 n_group=1, topk_group=1, norm_topk_prob=True, **common)
-    if arch.startswith("deepseek"):
+    if arch.startswith("deepseek") or arch == "glm4_moe_lite":
         return deepseek_config(tf, arch, hidden, inter, heads, vocab, layers)
     return tf.Qwen3Config(**common)
 
 
 def deepseek_config(tf, arch, hidden, inter, heads, vocab, layers):
     """DeepSeek-V3 (the query's LoRA, which vLLM fuses with
-    kv_a_proj_with_mqa; sigmoid routing) or V2 (q_proj; softmax): multi-head
-    latent attention whose every input is whole groups of 64 (q_lora_rank,
-    kv_lora_rank 128; o_proj's 2 x 32), kv_a_proj_with_mqa's 160 rows a
-    partial last block; a dense first layer, then 4 experts of intermediate
-    inter, top 2, a shared expert."""
+    kv_a_proj_with_mqa; sigmoid routing), GLM-4.7-Flash (V3's layers, value
+    heads of 64 against a no-RoPE part of 32, as its 256 against 192, x1.8)
+    or V2 (q_proj; softmax): multi-head latent attention whose every input is
+    whole groups of 64 (q_lora_rank, kv_lora_rank 128; o_proj's 2 x 32 or
+    2 x 64), kv_a_proj_with_mqa's 160 rows a partial last block; a dense
+    first layer, then 4 experts of intermediate inter, top 2, a shared
+    expert."""
     common = dict(hidden_size=hidden, intermediate_size=2 * inter, moe_intermediate_size=inter,
                   num_attention_heads=heads, num_key_value_heads=heads, kv_lora_rank=128,
                   qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=4,
                   num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
                   vocab_size=vocab, num_hidden_layers=layers, max_position_embeddings=256,
                   rms_norm_eps=1e-6, tie_word_embeddings=False)
+    if arch == "glm4_moe_lite":
+        return tf.Glm4MoeLiteConfig(q_lora_rank=128, n_group=1, topk_group=1,
+                                    routed_scaling_factor=1.8, norm_topk_prob=True,
+                                    **dict(common, v_head_dim=64))
     if arch == "deepseek_v3":
         return tf.DeepseekV3Config(q_lora_rank=128, n_group=1, topk_group=1,
                                    routed_scaling_factor=2.5, norm_topk_prob=True,

@@ -52,8 +52,10 @@ DIMS = (512, 1024, 8, 2, 512)  # hidden, intermediate, heads, kv heads, vocab
 SAMPLES, SEQ, LIMIT = 4, 256, 0.02
 DRAWS, MARGIN = 3, 1.5  # perturbed servings per arithmetic; the bound's factor
 # MLA: DeepSeek-V3's released blocks (kv_b_proj and the fused q_a_proj /
-# kv_a_proj_with_mqa among them), a V2 per channel; the entry's absmax
-DEEPSEEK = [("fp8_block", "deepseek_v3"), ("ct_channel_token", "deepseek_v2")]
+# kv_a_proj_with_mqa among them), a V2 per channel, GLM-4.7-Flash's layers in
+# blocks; the entry's absmax
+DEEPSEEK = [("fp8_block", "deepseek_v3"), ("ct_channel_token", "deepseek_v2"),
+            ("fp8_block", "glm4_moe_lite")]
 PATHS = (("fp8_gemm", {}), ("fast", {"KVCAL_FP8_GEMM": "fast"}),
          ("dequant", {"KVCAL_FP8_GEMM": "dequant"}))
 

@@ -85,6 +85,9 @@ FIXTURES = [
      (128, 64, 2, 2, golden.VOCAB)),
     ("fp8_deepseek_v2_ct_channel_token", "deepseek_v2", "ct_channel_token",
      (128, 64, 2, 2, golden.VOCAB)),
+    # GLM-4.7-Flash's layers (V3's) in the fp8 method's blocks
+    ("fp8_glm4_moe_lite_fp8_block", "glm4_moe_lite", "fp8_block",
+     (128, 64, 2, 2, golden.VOCAB)),
 ]
 
 
