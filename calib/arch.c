@@ -41,14 +41,6 @@ static const struct {
     {"Kimi_K25ForConditionalGeneration",
      "the multimodal wrapper's weight names (its language model is "
      "DeepSeek-V3's, which kvcal runs as DeepseekV3ForCausalLM)"},
-    {"DeepseekV32ForCausalLM",
-     "DeepSeek Sparse Attention: the lightning indexer that keeps each "
-     "query's index_topk keys, and the indexer's own key cache beside the "
-     "MLA latent"},
-    {"GlmMoeDsaForCausalLM",
-     "DeepSeek Sparse Attention as GLM-5 runs it: the lightning indexer "
-     "(its top-k shared by the layers of indexer_types), and the indexer's "
-     "own key cache beside the MLA latent"},
     {"DeepseekV4ForCausalLM",
      "DeepSeek-V4's attention: the compressed sparse and heavily compressed "
      "branches beside a sliding window, and their indexer"},

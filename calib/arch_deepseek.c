@@ -4,7 +4,13 @@
  * Glm4MoeLiteForCausalLM (GLM-4.7-Flash), whose layers are V3's (transformers'
  * Glm4MoeLiteAttention is DeepseekV3Attention, its router and experts
  * DeepSeek-V3's; vLLM and sglang run it on their DeepSeek-V2 MLA attention):
- * only its layer plan (mlp_layer_types) and defaults differ.
+ * only its layer plan (mlp_layer_types) and defaults differ. Also
+ * DeepseekV32ForCausalLM (DeepSeek-V3.2) and GlmMoeDsaForCausalLM (GLM-5):
+ * V3's layers with DeepSeek Sparse Attention, where an indexer keeps
+ * index_topk keys a query; up to index_topk tokens a sample that is every
+ * key (transformers' top-k then masks none), so kvcal runs them dense on
+ * such samples, without the indexer's weights, and refuses longer ones
+ * (kvcal_model_desc.sparse_topk).
  *
  * A pre-norm decoder layer: RMSNorm; the query, through its LoRA
  * (q_a_proj, q_a_layernorm, q_b_proj) or q_proj; kv_a_proj_with_mqa into
@@ -35,8 +41,9 @@
 #include "core/status.h"
 
 static const char *const v2_architectures[] = {"DeepseekV2ForCausalLM", NULL};
-static const char *const v3_architectures[] = {"DeepseekV3ForCausalLM",
-                                               "Glm4MoeLiteForCausalLM", NULL};
+static const char *const v3_architectures[] = {
+    "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "DeepseekV32ForCausalLM",
+    "GlmMoeDsaForCausalLM", NULL};
 
 /* yarn's get_mscale (transformers' and vLLM's yarn_get_mscale). */
 static double mscale(double factor, double m)
@@ -52,10 +59,12 @@ static double mscale(double factor, double m)
  * than the architecture's (softmax for V2, sigmoid for V3) and a
  * GLM-4.7-Flash partial_rotary_factor other than 1 (transformers' GLM rotary
  * table rotates that share of qk_rope_head_dim, the engines' DeepSeek
- * rotary all of it). */
+ * rotary all of it). DeepSeek-V3.2's and GLM-5's attention rotates
+ * interleaved pairs whatever rope_interleave says. */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     const int v3 = strcmp(c->architecture, "DeepseekV2ForCausalLM") != 0;
+    const int dsa = c->index_topk > 0;
     const char *scoring = v3 ? "sigmoid" : "softmax";
     if (c->kv_layout != KVCAL_KV_MLA || c->qk_nope_head_dim < 1 || c->v_head_dim < 1)
         return kvcal_fail(KVCAL_ERR_FORMAT,
@@ -69,7 +78,7 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
                           "vLLM's DeepSeek projections have no bias; the released "
                           "checkpoints set it false",
                           c->architecture);
-    if (v3 && c->rope_interleave == 0)
+    if (v3 && !dsa && c->rope_interleave == 0)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "config.json: %s with rope_interleave false is not supported: "
@@ -90,10 +99,16 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
                           "config.json: %s with scoring_func \"%s\" is not supported; "
                           "transformers' %s scores experts with a %s",
                           c->architecture, c->moe_scoring, c->architecture, scoring);
+    if (dsa && !c->q_lora_rank)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "config.json: %s needs q_lora_rank (its attention has no "
+                          "q_proj); set it",
+                          c->architecture);
     kvcal_status st = kvcal_model_check_routed_experts(d, c->architecture);
     if (st)
         return st;
     d->mla = 1;
+    d->sparse_topk = c->index_topk;
     d->q_lora_rank = c->q_lora_rank;
     d->kv_lora_rank = c->kv_lora_rank;
     d->qk_nope_head_dim = c->qk_nope_head_dim;

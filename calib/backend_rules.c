@@ -90,7 +90,7 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 }
 
 kvcal_status kvcal_backend_check_sample(const char *who, long long id, int length,
-                                        int seq_len, int context)
+                                        int seq_len, int context, int sparse_topk)
 {
     if (length < 1 || length > seq_len)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
@@ -101,5 +101,12 @@ kvcal_status kvcal_backend_check_sample(const char *who, long long id, int lengt
                           "sample %lld has %d tokens, more than the model's context of "
                           "%d (max_position_embeddings); use --seq-len %d or less",
                           id, length, context, context);
+    if (sparse_topk > 0 && length > sparse_topk)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "sample %lld has %d tokens, more than the %d keys the model's "
+                          "sparse attention keeps a query (index_topk); kvcal runs no "
+                          "indexer, so only samples within them attend as the model "
+                          "does: use --seq-len %d or less",
+                          id, length, sparse_topk, sparse_topk);
     return KVCAL_OK;
 }

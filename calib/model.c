@@ -247,7 +247,8 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s with MLA attention (kv_lora_rank %d, rope %d) is not "
                           "supported: kvcal runs MLA for DeepseekV2ForCausalLM, "
-                          "DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM",
+                          "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, "
+                          "DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM",
                           m->path, c->architecture, c->kv_lora_rank, c->qk_rope_head_dim);
     if (d->num_layers <= 0 || d->hidden_size <= 0 || d->intermediate_size <= 0 ||
         d->num_heads <= 0 || d->num_kv_heads <= 0 || d->head_dim <= 0 ||

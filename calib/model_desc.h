@@ -74,6 +74,11 @@ struct kvcal_model_desc {
     int mla;
     int q_lora_rank; /* 0: q_proj */
     int kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    /* DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): each query attends to
+     * the index_topk keys its indexer scores highest, every key of a sample
+     * of at most that many tokens. kvcal runs no indexer: it runs such
+     * samples, whose attention is dense, and refuses longer ones. 0: dense */
+    int sparse_topk;
     /* FP8 weights: how each logical weight is served (fp8[w].w
      * KVCAL_FP8W_NONE: a bf16 / fp16 / fp32 weight), one scheme a weight
      * in every layer; weight_scheme says it in a line ("" for none) */

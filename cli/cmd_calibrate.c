@@ -1127,6 +1127,8 @@ int kvcal_cmd_calibrate(int argc, char **argv)
                         o.run.seq_len, d->max_seq_len, o.run.model);
         goto fail;
     }
+    if ((st = kvcal_cmd_check_sparse_seq_len(o.run.seq_len, d)))
+        goto fail;
     if (d->mla && o.observer.kind == KVCAL_OBSERVER_ATTENTION) {
         st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                         "--observer attention: %s caches MLA latent entries, whose "

@@ -294,6 +294,13 @@ int kvcal_cmd_dir_files(kvcal_format f, const char *model_dir, const char **name
 
 void kvcal_cmd_note_config_engines_ignore(const char *cmd, const kvcal_model_desc *d)
 {
+    if (d->sparse_topk > 0)
+        fprintf(stderr,
+                "kvcal %s: note: %s runs DeepSeek Sparse Attention: vLLM and sglang "
+                "keep its fp8 cache as fp8_ds_mla (the latent in tiles of 128 under "
+                "scales computed as each token is written, the RoPE part in bf16) and "
+                "read no k_scale for it; eval --modes fp8-ds-mla measures that cache\n",
+                cmd, d->architecture);
     if (strcmp(d->architecture, "GptOssForCausalLM") ||
         (d->swiglu_limit == 7.0f && d->swiglu_alpha == 1.702f))
         return;
@@ -303,4 +310,17 @@ void kvcal_cmd_note_config_engines_ignore(const char *cmd, const kvcal_model_des
             "experts with 7 and 1.702 whatever the config says, so its K and V "
             "after the first layer would differ from these\n",
             cmd, (double)d->swiglu_limit, (double)d->swiglu_alpha);
+}
+
+kvcal_status kvcal_cmd_check_sparse_seq_len(int seq_len, const kvcal_model_desc *d)
+{
+    if (d->sparse_topk <= 0 || seq_len <= d->sparse_topk)
+        return KVCAL_OK;
+    return kvcal_fail(
+        KVCAL_ERR_UNSUPPORTED,
+        "--seq-len %d: %s's sparse attention keeps %d keys a query "
+        "(index_topk), and kvcal runs no indexer: up to that many tokens a "
+        "sample attends to every key, as kvcal runs it; use --seq-len %d or "
+        "less",
+        seq_len, d->architecture, d->sparse_topk, d->sparse_topk);
 }

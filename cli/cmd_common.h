@@ -129,8 +129,14 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
 /* Notes on stderr ("kvcal <cmd>: note: ...") where the model's config holds
  * values kvcal runs but the engines do not read: gpt-oss's swiglu_limit and
  * swiglu_alpha other than 7 and 1.702 (vLLM's experts kernel has those
- * two fixed; schemas/README.md). */
+ * two fixed; schemas/README.md); and where the engines' fp8 cache of the
+ * model reads no scale: DeepSeek Sparse Attention's, fp8_ds_mla. */
 void kvcal_cmd_note_config_engines_ignore(const char *cmd, const kvcal_model_desc *d);
+
+/* KVCAL_ERR_UNSUPPORTED naming --seq-len where it is longer than the keys a
+ * query of a DeepSeek Sparse Attention model keeps (kvcal_model_desc's
+ * sparse_topk), which kvcal runs dense; KVCAL_OK otherwise. */
+kvcal_status kvcal_cmd_check_sparse_seq_len(int seq_len, const kvcal_model_desc *d);
 
 /* Exit code of a command that ran a model and failed with st: 2 (usage or
  * I/O) for I/O errors, no CUDA device and out of memory, else 1 (invalid

@@ -1065,6 +1065,8 @@ int kvcal_cmd_eval(int argc, char **argv)
                         o.run.seq_len, d->max_seq_len);
         goto fail;
     }
+    if ((st = kvcal_cmd_check_sparse_seq_len(o.run.seq_len, d)))
+        goto fail;
     if (o.scales) {
         if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.run.tp, &scales)))
             goto fail;

@@ -119,11 +119,15 @@ static const char *yes_no(int b)
     return b ? "yes" : "no";
 }
 
-/* "MLA (kv_lora_rank 512, rope 64)", "GQA 4:1", "MHA 1:1", "MQA 8:1". */
+/* "MLA (kv_lora_rank 512, rope 64)", "MLA (kv_lora_rank 512, rope 64,
+ * sparse: 2048 keys a query)", "GQA 4:1", "MHA 1:1", "MQA 8:1". */
 static void attention_kind(const kvcal_model_config *c, char *out, size_t n)
 {
     int H = c->num_attention_heads, KV = c->num_kv_heads;
-    if (c->kv_layout == KVCAL_KV_MLA)
+    if (c->kv_layout == KVCAL_KV_MLA && c->index_topk)
+        snprintf(out, n, "MLA (kv_lora_rank %d, rope %d, sparse: %d keys a query)",
+                 c->kv_lora_rank, c->qk_rope_head_dim, c->index_topk);
+    else if (c->kv_layout == KVCAL_KV_MLA)
         snprintf(out, n, "MLA (kv_lora_rank %d, rope %d)", c->kv_lora_rank,
                  c->qk_rope_head_dim);
     else

@@ -356,6 +356,34 @@ def mla_configs(tf, common):
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             **dict(common, num_hidden_layers=4)),
             "bfloat16", "new", "float64"),
+        # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): V3's layers and an
+        # indexer keeping index_topk = 64 keys a query, more than the samples
+        # hold (37 and 23 tokens here, 61 in tests/gpu_vs_transformers.py):
+        # every key attends, as kvcal runs them. V3.2 as the V3 model above
+        # (yarn, grouped sigmoid routing); GLM-5 with GLM's heads (values
+        # wider than the keys' no-RoPE part), one group, x2.5, plain RoPE
+        ("deepseek_v32_dsa_topk64_grouped_sigmoid_bf16", tf.DeepseekV32Config(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2,
+            first_k_dense_replace=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+            norm_topk_prob=True, index_topk=64, index_head_dim=32, index_n_heads=4,
+            tie_word_embeddings=False,
+            rope_parameters=dict(yarn, mscale=1.0, mscale_all_dim=1.0),
+            **dict(common, num_hidden_layers=3, rms_norm_eps=1e-6)),
+            "bfloat16", "new", "float64"),
+        ("glm_moe_dsa_topk64_sigmoid_bf16", tf.GlmMoeDsaConfig(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=24, v_head_dim=40,
+            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+            first_k_dense_replace=2, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+            norm_topk_prob=True, index_topk=64, index_head_dim=32, index_n_heads=4,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            **dict(common, num_hidden_layers=4)),
+            "bfloat16", "new", "float64"),
     ]
 
 
@@ -541,6 +569,18 @@ def randomize(model, torch):
                 p.copy_(0.15 * torch.randn(p.shape, generator=g))
 
 
+def without_layer_types(cfg_path):
+    """Drops layer_types from a sparse-attention config.json, as the released
+    DeepSeek-V3.2 and GLM-5 files have none: transformers 5.25 saves every
+    layer as "indexed_attention", a kind older releases refuse."""
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg.pop("layer_types", None)
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def to_old_style(cfg_path):
     """Rewrites a transformers 5 config.json (rope_parameters) the way
     transformers 4.x wrote it (top-level rope_theta, rope_scaling)."""
@@ -655,6 +695,8 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
             os.remove(os.path.join(d, extra))
     if style == "old":
         to_old_style(os.path.join(d, "config.json"))
+    if cfg.model_type in ("deepseek_v32", "glm_moe_dsa"):
+        without_layer_types(os.path.join(d, "config.json"))
     # eager experts: the loop over experts of the modeling file (the grouped
     # implementations take no float64)
     moe = {"experts_implementation": "eager"} if ref_dtype == "float64" else {}

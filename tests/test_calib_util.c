@@ -182,7 +182,8 @@ void kvcal_test_last_moe_layer_routes_only(kvcal_device_kind device)
                                         "gpt_oss_sinks_swa8_e8_top3_bf16",
                                         "deepseek_v2_mla_grouped_softmax_bf16",
                                         "deepseek_v3_mla_qlora_grouped_sigmoid_bf16",
-                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16"};
+                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16",
+                                        "glm_moe_dsa_topk64_sigmoid_bf16"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[256];
         snprintf(path, sizeof path, "tests/fixtures/golden/%s", names[i]);

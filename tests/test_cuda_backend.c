@@ -148,7 +148,8 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
     }
 }
 
-/* DeepSeek-V2 and V3 and GLM-4.7-Flash (multi-head latent attention: the
+/* DeepSeek-V2, V3 and V3.2, GLM-4.7-Flash and GLM-5 (multi-head latent
+ * attention, the sparse one within index_topk: the
  * entry's latent and RoPE part, each within the MoE bound of transformers'
  * float64 absmax or BF16_SPREAD_MARGIN times the layer's bf16_spread,
  * whichever is larger; grouped top-k; dense leading layers): every valid
@@ -160,9 +161,11 @@ static void cuda_runner_matches_transformers_on_mla_golden_models(void)
 {
     static const char *const names[] = {"deepseek_v2_mla_grouped_softmax_bf16",
                                         "deepseek_v3_mla_qlora_grouped_sigmoid_bf16",
-                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16"};
-    static const int top_k[] = {3, 2, 3}, dense[] = {1, 1, 2};
-    for (int i = 0; i < 3; i++) {
+                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16",
+                                        "deepseek_v32_dsa_topk64_grouped_sigmoid_bf16",
+                                        "glm_moe_dsa_topk64_sigmoid_bf16"};
+    static const int top_k[] = {3, 2, 3, 2, 3}, dense[] = {1, 1, 2, 1, 2};
+    for (int i = 0; i < 5; i++) {
         check_runner_golden_within(names[i], NULL, MOE_RUNNER_RTOL);
         kvcal_stats_t *stats = NULL;
         int64_t rows = 0;

@@ -42,8 +42,15 @@
  * more: on the ids of eval_cuda_matches_cpu_on_mla_golden_models,
  * transformers' own bf16 run of glm4_moe_lite_mla_qlora_sigmoid_bf16 lies
  * 1.69% from its float64 run (torch CPU, eager), the CUDA runner 1.45% from
- * the CPU runner (an H200). Their baseline gets 2%. */
+ * the CPU runner (an H200). Their baseline gets 2%. A mode's perplexity
+ * change moves as much: with the entry in e4m3 under k_scale 1 (mode
+ * unit), transformers' float64 run of glm_moe_dsa_topk64_sigmoid_bf16 changes
+ * by +0.002% (kvcal's CPU runner +0.001%), its bf16 run by +2.869%, kvcal's
+ * CUDA runner by +3.995%; deepseek_v32_dsa_topk64_grouped_sigmoid_bf16
+ * +2.584% (CPU +2.584%), bf16 +0.487%, CUDA +1.346%. Their change gets 5
+ * points. */
 #define MOE_BASELINE_RTOL 2e-2
+#define MOE_CHANGE_ATOL 5e-2
 #define CHANGE_ATOL 3e-2
 #define CHANGE_RTOL 0.2
 #define SQNR_ATOL_DB 0.5
@@ -182,7 +189,8 @@ static double check_layers(const cJSON *cpu, const cJSON *cuda, const servings *
 /* Runs `args` on both devices and checks every number of the reports
  * (within the other servings' spread too, with others). */
 static void check_cuda_against_cpu_with(const char *name, const char *args,
-                                        const servings *others, double baseline_rtol)
+                                        const servings *others, double baseline_rtol,
+                                        double change_atol)
 {
     const servings none = {NULL, 0};
     const servings *o = others ? others : &none;
@@ -210,7 +218,7 @@ static void check_cuda_against_cpu_with(const char *name, const char *args,
         const cJSON *c = cJSON_GetArrayItem(mc, i), *g = cJSON_GetArrayItem(mg, i);
         const double dc = num(c, "perplexity_change_rel");
         const double dg = num(g, "perplexity_change_rel");
-        check_field(cpu, cuda, o, i, -1, "perplexity_change_rel", CHANGE_ATOL,
+        check_field(cpu, cuda, o, i, -1, "perplexity_change_rel", change_atol,
                     CHANGE_RTOL);
         const double ks = check_layers(cpu, cuda, o, i, "k_sqnr_db", SQNR_ATOL_DB, 0.0);
         const double vs = check_layers(cpu, cuda, o, i, "v_sqnr_db", SQNR_ATOL_DB, 0.0);
@@ -240,13 +248,14 @@ static void check_cuda_against_cpu_with(const char *name, const char *args,
 
 static void check_cuda_against_cpu(const char *name, const char *args)
 {
-    check_cuda_against_cpu_with(name, args, NULL, BASELINE_RTOL);
+    check_cuda_against_cpu_with(name, args, NULL, BASELINE_RTOL, CHANGE_ATOL);
 }
 
-/* check_cuda_against_cpu with the baseline within MOE_BASELINE_RTOL. */
+/* check_cuda_against_cpu with the baseline within MOE_BASELINE_RTOL, the
+ * changes within MOE_CHANGE_ATOL. */
 static void check_moe_against_cpu(const char *name, const char *args)
 {
-    check_cuda_against_cpu_with(name, args, NULL, MOE_BASELINE_RTOL);
+    check_cuda_against_cpu_with(name, args, NULL, MOE_BASELINE_RTOL, MOE_CHANGE_ATOL);
 }
 
 /* The device's other bf16 servings of an FP8 checkpoint, as environment
@@ -278,7 +287,7 @@ static void check_fp8_against_cpu(const char *name, const char *args)
         CU_ASSERT_PTR_NOT_NULL_FATAL(reports[i]);
     }
     const servings o = {reports, FP8_SERVINGS};
-    check_cuda_against_cpu_with(name, args, &o, BASELINE_RTOL);
+    check_cuda_against_cpu_with(name, args, &o, BASELINE_RTOL, CHANGE_ATOL);
     for (int i = 0; i < FP8_SERVINGS; i++)
         cJSON_Delete(reports[i]);
 }
@@ -392,8 +401,10 @@ static void eval_cuda_matches_cpu_on_mla_golden_models(void)
 {
     static const char *const names[] = {"deepseek_v2_mla_grouped_softmax_bf16",
                                         "deepseek_v3_mla_qlora_grouped_sigmoid_bf16",
-                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16"};
-    check_golden_models(names, 3, "--modes all", check_moe_against_cpu);
+                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16",
+                                        "deepseek_v32_dsa_topk64_grouped_sigmoid_bf16",
+                                        "glm_moe_dsa_topk64_sigmoid_bf16"};
+    check_golden_models(names, 5, "--modes all", check_moe_against_cpu);
 }
 
 /* FP8 checkpoints (tests/make_fp8_checkpoints.py) evaluated as they are

@@ -16,6 +16,8 @@
 #define V2 "tests/fixtures/golden/deepseek_v2_mla_grouped_softmax_bf16"
 #define V3 "tests/fixtures/golden/deepseek_v3_mla_qlora_grouped_sigmoid_bf16"
 #define FP8_V3 "tests/fixtures/golden/fp8_deepseek_v3_fp8_block"
+#define V32 "tests/fixtures/golden/deepseek_v32_dsa_topk64_grouped_sigmoid_bf16"
+#define GLM5 "tests/fixtures/golden/glm_moe_dsa_topk64_sigmoid_bf16"
 #define RUN " --num-samples 6 --seq-len 40 --quiet"
 
 /* 6 documents of 48 token ids below the models' vocabulary of 128 */
@@ -342,6 +344,46 @@ static void calibrate_refuses_q_scale_and_signed_range_on_mla(void)
     CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
 }
 
+/* DeepSeek-V3.2 and GLM-5 (index_topk 64 here): calibrate and eval run
+ * samples up to index_topk tokens, say that the engines' fp8 cache of them
+ * is fp8_ds_mla, and refuse a longer --seq-len in one line, writing nothing;
+ * inspect names the sparse attention. */
+static void sparse_attention_models_run_within_index_topk(void)
+{
+    const char *out = kvcal_test_path("mla_dsa.json");
+    const char *const models[] = {V32, GLM5};
+    for (int i = 0; i < 2; i++) {
+        char args[2048], *text = NULL;
+        remove(out);
+        snprintf(
+            args, sizeof args,
+            "calibrate --model %s --dataset '%s' --num-samples 6 --seq-len 40 --out '%s'",
+            models[i], ids_file(), out);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+        CU_ASSERT(kvcal_test_kvcal_stderr_has("keep its fp8 cache as fp8_ds_mla"));
+        remove(out);
+        snprintf(
+            args, sizeof args,
+            "calibrate --model %s --dataset '%s' --num-samples 6 --seq-len 65 --quiet "
+            "--out '%s'",
+            models[i], ids_file(), out);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+        CU_ASSERT(kvcal_test_kvcal_stderr_has("--seq-len 65: ") &&
+                  kvcal_test_kvcal_stderr_has("keeps 64 keys a query "
+                                              "(index_topk)"));
+        CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
+        snprintf(args, sizeof args,
+                 "eval --model %s --dataset '%s' --num-samples 6 --seq-len 65 --quiet",
+                 models[i], ids_file());
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+        CU_ASSERT(kvcal_test_kvcal_stderr_has("use --seq-len 64 or less"));
+        snprintf(args, sizeof args, "inspect %s", models[i]);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+        CU_ASSERT(text && strstr(text, "sparse: 64 keys a query"));
+        free(text);
+    }
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_mla_writes_one_scale_per_entry_and_its_parts_absmax),
     KVCAL_TEST(validate_scales_says_what_engines_do_with_mla_scales),
@@ -350,6 +392,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_mla_model_describes_the_latent_entry_and_grouped_routing),
     KVCAL_TEST(calibrate_runs_block_wise_fp8_deepseek_checkpoints),
     KVCAL_TEST(calibrate_refuses_q_scale_and_signed_range_on_mla),
+    KVCAL_TEST(sparse_attention_models_run_within_index_topk),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(mla_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -206,6 +206,41 @@ static void model_config_reads_deepseek_mla_and_grouped_experts(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "n_routed_experts null"));
 }
 
+/* DeepSeek-V3.2 and GLM-5 (DeepSeek Sparse Attention): index_topk (2048 by
+ * default), DeepseekV32Config's and GlmMoeDsaConfig's defaults, and the
+ * layer plan transformers derives from first_k_dense_replace, which an
+ * mlp_layer_types of the file must repeat. */
+static void model_config_reads_deepseek_sparse_attention(void)
+{
+    const char *dsa =
+        "{\"model_type\": \"%s\", \"num_hidden_layers\": 5, "
+        "\"hidden_size\": 64, \"num_attention_heads\": 4, \"kv_lora_rank\": "
+        "32, \"qk_rope_head_dim\": 16 %s}";
+    char text[512];
+    kvcal_model_config c;
+    snprintf(text, sizeof text, dsa, "deepseek_v32", "");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT(c.index_topk == 2048 && c.q_lora_rank == 1536 && c.moe_groups == 8 &&
+              c.moe_topk_groups == 4 && c.num_experts == 256 && c.dense_layers == 3);
+    CU_ASSERT_EQUAL(c.layer_dense[0], 0x7);
+    snprintf(text, sizeof text, dsa, "glm_moe_dsa",
+             ", \"index_topk\": 512, \"first_k_dense_replace\": 1");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT(c.index_topk == 512 && c.q_lora_rank == 2048 && c.moe_groups == 1 &&
+              c.moe_sigmoid && c.dense_layers == 1 && c.layer_dense[0] == 0x1);
+    snprintf(text, sizeof text, dsa, "glm_moe_dsa",
+             ", \"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\", \"sparse\", "
+             "\"sparse\"]");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(),
+                                  "layer 1 is sparse in transformers' plan "
+                                  "(mlp_layer_types) but dense in vLLM's and sglang's "
+                                  "(first_k_dense_replace 3)"));
+    snprintf(text, sizeof text, dsa, "deepseek_v32", ", \"index_topk\": 0");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "\"index_topk\""));
+}
+
 /* GLM-4.7-Flash's layer plan: transformers' mlp_layer_types (by default the
  * first layer dense), which vLLM's and sglang's first_k_dense_replace (and
  * vLLM's moe_layer_freq) must repeat; a config where they differ is refused
@@ -903,6 +938,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_gpt_oss_with_transformers_defaults),
     KVCAL_TEST(model_config_reads_deepseek_mla_and_grouped_experts),
     KVCAL_TEST(model_config_reads_glm4_moe_lite_layer_plan),
+    KVCAL_TEST(model_config_reads_deepseek_sparse_attention),
     KVCAL_TEST(model_config_defaults_absent_and_null_fields),
     KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),
     KVCAL_TEST(model_config_defaults_absent_sizes_per_model_type),

@@ -471,6 +471,43 @@ static void runner_matches_transformers_glm4_moe_lite(void)
     kvcal_model_close(m);
 }
 
+/* DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) on samples within
+ * index_topk: transformers' models with their indexers (every key kept) as
+ * kvcal runs them, dense and without the indexers' weights. A sample longer
+ * than index_topk is refused, by the runner itself too. */
+static void runner_matches_transformers_deepseek_sparse_attention_within_top_k(void)
+{
+    static const char *const names[] = {"deepseek_v32_dsa_topk64_grouped_sigmoid_bf16",
+                                        "glm_moe_dsa_topk64_sigmoid_bf16"};
+    for (int i = 0; i < 2; i++) {
+        check_against_golden(names[i]);
+        check_mla_parts_against_golden(names[i]);
+        char path[256];
+        snprintf(path, sizeof path, "tests/fixtures/golden/%s", names[i]);
+        kvcal_model_t *m = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_model_open(path, &m), KVCAL_OK);
+        CU_ASSERT_EQUAL(kvcal_model_describe(m)->sparse_topk, 64);
+        kvcal_exec_t *x = NULL;
+        cpu_executor(m, 1, 65, &x);
+        int ids[65];
+        for (int t = 0; t < 65; t++)
+            ids[t] = 1 + t;
+        const int lengths[1] = {65};
+        const kvcal_exec_samples smp = {
+            .ids = ids, .lengths = lengths, .num_samples = 1, .seq_len = 65, .batch = 1};
+        kvcal_stats_t *s = NULL;
+        const kvcal_model_desc *d = kvcal_model_describe(m);
+        CU_ASSERT_EQUAL_FATAL(
+            kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s),
+            KVCAL_OK);
+        CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_ERR_UNSUPPORTED);
+        CU_ASSERT(kvcal_test_error_has("sample 0 has 65 tokens, more than the 64 keys"));
+        kvcal_stats_destroy(s);
+        kvcal_exec_destroy(x);
+        kvcal_model_close(m);
+    }
+}
+
 /* Calibration counts the tokens routed to each expert of every layer, the
  * last one included: each valid token once per chosen expert (padding
  * never), whatever the batches. */
@@ -708,7 +745,8 @@ static void model_open_lists_the_supported_architectures(void)
         "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
-        "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM and GptOssForCausalLM");
+        "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
+        "GlmMoeDsaForCausalLM and GptOssForCausalLM");
 }
 
 /* Hybrid linear-attention models (Qwen3-Next), an MLA config of a family
@@ -722,7 +760,8 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         KVCAL_ERR_UNSUPPORTED,
         "MistralForCausalLM with MLA attention (kv_lora_rank 512, rope 64) is "
         "not supported: kvcal runs MLA for DeepseekV2ForCausalLM, "
-        "DeepseekV3ForCausalLM and Glm4MoeLiteForCausalLM");
+        "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM and "
+        "GlmMoeDsaForCausalLM");
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",
                           "{\"architectures\": [\"DeepseekV3ForCausalLM\"], "
@@ -741,17 +780,17 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
         "K and V, the others are linear_attention), which is not supported "
         "yet");
-    /* the sparse-attention MLA families served today (DeepSeek-V3.2, GLM-5):
-     * what kvcal lacks, not the list of what it runs */
+    /* DeepSeek-V4 and Kimi K2.5's multimodal wrapper: what kvcal lacks, not
+     * the list of what it runs */
     static const struct {
         const char *architecture, *model_type, *lacks;
     } not_yet[] = {
-        {"DeepseekV32ForCausalLM", "deepseek_v32",
-         "DeepseekV32ForCausalLM is not supported yet: kvcal lacks DeepSeek Sparse "
-         "Attention"},
-        {"GlmMoeDsaForCausalLM", "glm_moe_dsa",
-         "GlmMoeDsaForCausalLM is not supported yet: kvcal lacks DeepSeek Sparse "
-         "Attention as GLM-5 runs it"},
+        {"DeepseekV4ForCausalLM", "deepseek_v4",
+         "DeepseekV4ForCausalLM is not supported yet: kvcal lacks DeepSeek-V4's "
+         "attention"},
+        {"Kimi_K25ForConditionalGeneration", "kimi_k25",
+         "Kimi_K25ForConditionalGeneration is not supported yet: kvcal lacks the "
+         "multimodal wrapper's weight names"},
     };
     for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++) {
         char edit[256];
@@ -1421,6 +1460,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_deepseek_v2_mla_group_limited_softmax),
     KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_lite),
+    KVCAL_TEST(runner_matches_transformers_deepseek_sparse_attention_within_top_k),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(calibrate_last_moe_layer_routes_only_with_the_counts_of_a_whole_run),
     KVCAL_TEST(calibrate_profile_times_each_op_and_changes_nothing),

@@ -191,6 +191,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
                     {"glm4_moe_lite", 202752, 154880, 10240},
+                    {"deepseek_v32", 163840, 129280, 18432},
+                    {"glm_moe_dsa", 202752, 154880, 12288},
                     {"gpt_oss", 131072, 201088, 2880}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
@@ -639,23 +641,25 @@ static void cfg_deepseek_dense_layers(kvcal_model_config *c, int freq)
         }
 }
 
-/* GLM-4.7-Flash's layer plan. transformers' Glm4MoeLiteConfig reads
- * mlp_layer_types ("dense" or "sparse" a layer; by default the first layer
- * dense, the others sparse) and nothing else; vLLM's and sglang's
- * Glm4MoeLite layers read DeepSeek's rule, first_k_dense_replace (sglang
- * sets moe_layer_freq to 1, vLLM reads it: refused unless 1). kvcal runs the
- * plan they agree on and refuses a config where they do not. */
-static kvcal_status cfg_glm4_lite_dense_layers(const cfg_obj *top, kvcal_model_config *c,
-                                               int freq, int first_given)
+/* The layer plan of GLM-4.7-Flash, DeepSeek-V3.2 and GLM-5. transformers
+ * reads mlp_layer_types ("dense" or "sparse" a layer), by default the first
+ * layer dense for Glm4MoeLiteConfig (whatever first_k_dense_replace says),
+ * the first first_k_dense_replace layers for DeepseekV32Config and
+ * GlmMoeDsaConfig; vLLM's and sglang's layers read DeepSeek's rule,
+ * first_k_dense_replace (moe_layer_freq: vLLM reads it, sglang's
+ * Glm4MoeLite sets it to 1, transformers has none: refused unless 1). kvcal
+ * runs the plan they agree on and refuses a config where they do not. */
+static kvcal_status cfg_mlp_layer_types(const cfg_obj *top, kvcal_model_config *c,
+                                        int freq, int first_given, int lite)
 {
     const cJSON *types = cfg_item(top, "mlp_layer_types"), *it;
     if (freq != 1)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "%s: %s with moe_layer_freq %d is not supported: vLLM reads "
-            "it, sglang sets it to 1 and transformers has no such field, so "
-            "their layer plans differ; remove it (the released config has "
-            "none)",
+            "%s: %s with moe_layer_freq %d is not supported: transformers has no "
+            "such field and sglang's GLM-4.7-Flash sets it to 1, so the engines' "
+            "layer plans and transformers' differ; remove it (the released "
+            "configs have none)",
             top->name, c->architecture, freq);
     if (types && !cJSON_IsArray(types))
         return cfg_bad(top, "mlp_layer_types", types,
@@ -678,16 +682,20 @@ static kvcal_status cfg_glm4_lite_dense_layers(const cfg_obj *top, kvcal_model_c
     }
     for (l = 0; l < c->num_layers; l++) {
         const cJSON *t = types ? cJSON_GetArrayItem(types, l) : NULL;
-        const int dense = t ? !strcmp(t->valuestring, "dense") : l == 0;
         const int engines_dense = l < c->first_dense_layers;
-        if (first_given && dense != engines_dense)
+        const int dense = t      ? !strcmp(t->valuestring, "dense")
+                          : lite ? l == 0
+                                 : engines_dense;
+        if ((first_given || !lite) && dense != engines_dense)
             return kvcal_fail(
                 KVCAL_ERR_UNSUPPORTED,
                 "%s: layer %d is %s in transformers' plan (%s) but %s in vLLM's and "
                 "sglang's (first_k_dense_replace %d); make mlp_layer_types and "
                 "first_k_dense_replace agree",
                 top->name, l, dense ? "dense" : "sparse",
-                types ? "mlp_layer_types" : "no mlp_layer_types: the first layer dense",
+                types  ? "mlp_layer_types"
+                : lite ? "no mlp_layer_types: the first layer dense"
+                       : "first_k_dense_replace",
                 engines_dense ? "dense" : "sparse", c->first_dense_layers);
         if (dense) {
             c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
@@ -708,19 +716,25 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
 {
     const int v2 = !strcmp(c->model_type, "deepseek_v2");
     const int lite = !strcmp(c->model_type, "glm4_moe_lite");
+    const int glm5 = !strcmp(c->model_type, "glm_moe_dsa");
+    const int dsa = glm5 || !strcmp(c->model_type, "deepseek_v32");
     char method[32] = "";
     int shared = v2 ? 2 : 1, freq = 1, found = 0, first_given = 0;
     kvcal_status s;
-    c->q_lora_rank = lite ? 768 : 1536;
+    c->q_lora_rank = lite ? 768 : glm5 ? 2048 : 1536;
     c->num_experts = v2 || lite ? 64 : 256;
     c->num_experts_per_tok = v2 ? 0 : lite ? 4 : 8;
     c->moe_intermediate_size = v2 ? 1407 : lite ? 1536 : 2048;
     c->first_dense_layers = v2 ? 0 : lite ? 1 : 3;
     c->routed_scaling_factor = v2 ? 1.0 : lite ? 1.8 : 2.5;
     c->norm_topk_prob = !v2;
-    c->moe_groups = v2 || lite ? 1 : 8;
-    c->moe_topk_groups = v2 || lite ? 1 : 4;
+    c->moe_groups = v2 || lite || glm5 ? 1 : 8;
+    c->moe_topk_groups = v2 || lite || glm5 ? 1 : 4;
     c->moe_sigmoid = !v2;
+    c->index_topk = dsa ? 2048 : 0;
+    if (dsa &&
+        (s = cfg_int(top, "index_topk", 1, INT_MAX, &c->index_topk, NULL)) != KVCAL_OK)
+        return s;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(top->obj, "q_lora_rank");
     if (cJSON_IsNull(q))
         c->q_lora_rank = 0;
@@ -772,10 +786,11 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
                           top->name, c->architecture, method,
                           v2     ? "DeepSeek-V2 with greedy or group_limited_greedy"
                           : lite ? "GLM-4.7-Flash with noaux_tc"
+                          : glm5 ? "GLM-5 with noaux_tc"
                                  : "DeepSeek-V3 with noaux_tc");
     c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
-    if (lite)
-        return cfg_glm4_lite_dense_layers(top, c, freq, first_given);
+    if (lite || dsa)
+        return cfg_mlp_layer_types(top, c, freq, first_given, lite);
     cfg_deepseek_dense_layers(c, freq);
     return KVCAL_OK;
 }
@@ -784,7 +799,8 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
 static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
 {
     if (!strcmp(c->model_type, "deepseek_v2") || !strcmp(c->model_type, "deepseek_v3") ||
-        !strcmp(c->model_type, "kimi_k2") || !strcmp(c->model_type, "glm4_moe_lite"))
+        !strcmp(c->model_type, "kimi_k2") || !strcmp(c->model_type, "glm4_moe_lite") ||
+        !strcmp(c->model_type, "deepseek_v32") || !strcmp(c->model_type, "glm_moe_dsa"))
         return cfg_read_deepseek(top, c);
     static const struct {
         const char *model_type;
@@ -958,12 +974,13 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
 
 /* Model types whose cache kvcal knows: per-head K/V in every layer, in the
  * attention layers of layer_types / full_attention_interval (qwen3_next), or
- * MLA (deepseek_v2, deepseek_v3, kimi_k2, which is deepseek_v3's, and
- * glm4_moe_lite). */
+ * MLA (deepseek_v2, deepseek_v3, kimi_k2, which is deepseek_v3's,
+ * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa). */
 static const char *const known_kv_families[] = {
-    "llama",       "mistral",     "qwen2",   "qwen3",         "qwen2_moe", "qwen3_moe",
-    "mixtral",     "phi3",        "gemma2",  "gemma3_text",   "glm4_moe",  "qwen3_next",
-    "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe_lite", "gpt_oss"};
+    "llama",         "mistral",      "qwen2",       "qwen3",       "qwen2_moe",
+    "qwen3_moe",     "mixtral",      "phi3",        "gemma2",      "gemma3_text",
+    "glm4_moe",      "qwen3_next",   "deepseek_v2", "deepseek_v3", "kimi_k2",
+    "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "gpt_oss"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {

@@ -99,6 +99,8 @@ typedef struct kvcal_model_config {
     int v_head_dim;          /* MLA: V channels per head; 0 when absent */
     int index_head_dim;      /* a sparse-attention indexer's key size (DeepSeek-V3.2),
                                 cached beside the latent; 0 when none */
+    int index_topk;          /* DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the
+                                keys each query attends to; 0 when dense */
     int kv_layers;           /* layers that cache an entry per token: num_layers, or
                                 the attention layers of layer_types /
                                 full_attention_interval */
