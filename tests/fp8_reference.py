@@ -287,7 +287,7 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
         return tf.Glm4MoeConfig(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                                 moe_intermediate_size=inter, first_k_dense_replace=1,
                                 n_group=1, topk_group=1, norm_topk_prob=True, **common)
-    if arch.startswith("deepseek") or arch == "glm4_moe_lite":
+    if arch.startswith("deepseek") or arch == "glm4_moe_lite":  # deepseek_v32 too
         return deepseek_config(tf, arch, hidden, inter, heads, vocab, layers)
     return tf.Qwen3Config(**common)
 
@@ -311,6 +311,11 @@ def deepseek_config(tf, arch, hidden, inter, heads, vocab, layers):
         return tf.Glm4MoeLiteConfig(q_lora_rank=128, n_group=1, topk_group=1,
                                     routed_scaling_factor=1.8, norm_topk_prob=True,
                                     **dict(common, v_head_dim=64))
+    if arch == "deepseek_v32":  # its indexer keeps 64 keys: every one here
+        return tf.DeepseekV32Config(q_lora_rank=128, n_group=1, topk_group=1,
+                                    routed_scaling_factor=2.5, norm_topk_prob=True,
+                                    index_topk=64, index_head_dim=64, index_n_heads=2,
+                                    **common)
     if arch == "deepseek_v3":
         return tf.DeepseekV3Config(q_lora_rank=128, n_group=1, topk_group=1,
                                    routed_scaling_factor=2.5, norm_topk_prob=True,

@@ -85,8 +85,11 @@ FIXTURES = [
      (128, 64, 2, 2, golden.VOCAB)),
     ("fp8_deepseek_v2_ct_channel_token", "deepseek_v2", "ct_channel_token",
      (128, 64, 2, 2, golden.VOCAB)),
-    # GLM-4.7-Flash's layers (V3's) in the fp8 method's blocks
+    # GLM-4.7-Flash's layers (V3's) in the fp8 method's blocks; DeepSeek-V3.2
+    # so too, its indexer (bf16 here) keeping 64 keys, every key of a sample
     ("fp8_glm4_moe_lite_fp8_block", "glm4_moe_lite", "fp8_block",
+     (128, 64, 2, 2, golden.VOCAB)),
+    ("fp8_deepseek_v32_fp8_block", "deepseek_v32", "fp8_block",
      (128, 64, 2, 2, golden.VOCAB)),
 ]
 
@@ -154,6 +157,8 @@ def make_fixture(name, arch, scheme, dims):
         samples = golden.token_samples(dims[4], golden.LENGTHS,
                                        sum(map(ord, name)) + 1000 * attempt)
         ref.make_checkpoint(d, arch, scheme, dims, samples)
+        if arch == "deepseek_v32":  # as the released file: no layer_types
+            golden.without_layer_types(os.path.join(d, "config.json"))
         ref64 = reference_run(ref.served_model(d, arch, scheme, dims, dtype=torch.float64),
                               samples)
         ref32 = reference_run(ref.served_model(d, arch, scheme, dims, dtype=torch.float32),

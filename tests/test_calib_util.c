@@ -265,4 +265,5 @@ const char *const kvcal_test_fp8_fixtures[KVCAL_TEST_FP8_FIXTURES] = {
     "fp8_qwen3_moe_ct_channel_token",   "fp8_qwen2_moe_ct_tensor_static",
     "fp8_glm4_moe_ct_block_group",      "fp8_mixtral_modelopt_tensor_static",
     "fp8_deepseek_v3_fp8_block",        "fp8_deepseek_v3_ct_tensor_static",
-    "fp8_deepseek_v2_ct_channel_token", "fp8_glm4_moe_lite_fp8_block"};
+    "fp8_deepseek_v2_ct_channel_token", "fp8_glm4_moe_lite_fp8_block",
+    "fp8_deepseek_v32_fp8_block"};

@@ -72,7 +72,7 @@ int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b);
  * (tests/make_fp8_checkpoints.py), KVCAL_TEST_FP8_FIXTURES of them: the
  * cpu backend holds them to their float64 reference, the cuda one to its
  * bf16 bounds. */
-#define KVCAL_TEST_FP8_FIXTURES 16
+#define KVCAL_TEST_FP8_FIXTURES 17
 extern const char *const kvcal_test_fp8_fixtures[KVCAL_TEST_FP8_FIXTURES];
 
 #endif
