@@ -530,6 +530,18 @@ static void model_config_reads_other_rope_types_and_layer_keyed_parameters(void)
     CU_ASSERT_EQUAL(c.rope_ext_long, 0);
     CU_ASSERT_EQUAL(c.rope_ext_factor[0], 1.5f);
     CU_ASSERT_EQUAL(c.rope_attention_factor, 1.25);
+    /* an original context of 1 token: the attention factor's logarithm is
+     * 0 (found by the fuzzer; it was inf) */
+    CU_ASSERT_EQUAL(
+        parse_text(
+            "{\"model_type\": \"phi3\", \"num_hidden_layers\": 2, \"hidden_size\": 64,"
+            " \"num_attention_heads\": 4, \"max_position_embeddings\": 4096,"
+            " \"rope_parameters\": {\"rope_type\": \"longrope\", \"short_factor\": [1.5],"
+            " \"long_factor\": [2.0], \"original_max_position_embeddings\": 1}}",
+            &c),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(
+        kvcal_last_error(), "original_max_position_embeddings 1 for rope_type longrope"));
     CU_ASSERT_EQUAL_FATAL(
         parse_text(
             "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 2, "

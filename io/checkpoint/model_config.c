@@ -401,6 +401,13 @@ static kvcal_status cfg_read_longrope(const cfg_obj *top, const cfg_obj *sc,
         return s;
     if (!c->rope_original_max_position)
         return cfg_missing(sc, "original_max_position_embeddings", " for rope_type longrope");
+    if (c->rope_original_max_position < 2)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: original_max_position_embeddings %d for rope_type "
+                          "longrope: its attention factor divides by the value's "
+                          "logarithm, 0 at 1 (transformers fails there too); give the "
+                          "context the model was trained on",
+                          sc->name, c->rope_original_max_position);
     c->rope_ext_long = c->max_position_embeddings > c->rope_original_max_position;
     const char *key = c->rope_ext_long ? "long_factor" : "short_factor";
     const cJSON *list = cfg_item(sc, key), *it;
