@@ -307,7 +307,11 @@ def mla_configs(tf, common):
     layer, then grouped routing; yarn (factor 4 over an original context of
     16, shorter than the samples) with mscale and mscale_all_dim, so that
     both the cached RoPE part and the softmax scale move; every head size
-    different from the others."""
+    different from the others. GLM-4.7-Flash, DeepSeek-V3.2 and GLM-5 take
+    the same sizes (mla)."""
+    mla = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+               num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32,
+               qk_rope_head_dim=16, tie_word_embeddings=False)
     yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
             "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0}
     return [
@@ -315,13 +319,10 @@ def mla_configs(tf, common):
         # groups (group_limited_greedy, the 2 groups of the best experts
         # open), not renormalized, x1.5; mscale 0.707 = mscale_all_dim
         ("deepseek_v2_mla_grouped_softmax_bf16", tf.DeepseekV2Config(
-            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
-            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=24, v_head_dim=20,
+            **mla, q_lora_rank=None, qk_nope_head_dim=24, v_head_dim=20,
             n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
             first_k_dense_replace=1, topk_method="group_limited_greedy", n_group=4,
             topk_group=2, routed_scaling_factor=1.5, norm_topk_prob=False,
-            tie_word_embeddings=False,
             rope_parameters=dict(yarn, mscale=0.707, mscale_all_dim=0.707),
             **dict(common, num_hidden_layers=3, rms_norm_eps=1e-6)),
             "bfloat16", "new", "float64"),
@@ -330,12 +331,10 @@ def mla_configs(tf, common):
         # renormalized, x2.5; mscale 1.0 = mscale_all_dim (the cached RoPE
         # part unscaled, the softmax scale times mscale^2)
         ("deepseek_v3_mla_qlora_grouped_sigmoid_bf16", tf.DeepseekV3Config(
-            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
-            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+            **mla, q_lora_rank=48, qk_nope_head_dim=32, v_head_dim=32,
             n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2,
             first_k_dense_replace=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
-            norm_topk_prob=True, tie_word_embeddings=False, rope_interleave=True,
+            norm_topk_prob=True, rope_interleave=True,
             rope_parameters=dict(yarn, mscale=1.0, mscale_all_dim=1.0),
             **dict(common, num_hidden_layers=3, rms_norm_eps=1e-6)),
             "bfloat16", "new", "float64"),
@@ -346,13 +345,11 @@ def mla_configs(tf, common):
         # first_k_dense_replace (the engines' rule) repeats; plain RoPE with
         # its base of 1e6, no yarn
         ("glm4_moe_lite_mla_qlora_sigmoid_bf16", tf.Glm4MoeLiteConfig(
-            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
-            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=24, v_head_dim=40,
+            **mla, q_lora_rank=48, qk_nope_head_dim=24, v_head_dim=40,
             n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
             n_group=1, topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True,
             mlp_layer_types=["dense", "dense", "sparse", "sparse"],
-            first_k_dense_replace=2, tie_word_embeddings=False,
+            first_k_dense_replace=2,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             **dict(common, num_hidden_layers=4)),
             "bfloat16", "new", "float64"),
@@ -363,24 +360,18 @@ def mla_configs(tf, common):
         # (yarn, grouped sigmoid routing); GLM-5 with GLM's heads (values
         # wider than the keys' no-RoPE part), one group, x2.5, plain RoPE
         ("deepseek_v32_dsa_topk64_grouped_sigmoid_bf16", tf.DeepseekV32Config(
-            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
-            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+            **mla, q_lora_rank=48, qk_nope_head_dim=32, v_head_dim=32,
             n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2,
             first_k_dense_replace=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
             norm_topk_prob=True, index_topk=64, index_head_dim=32, index_n_heads=4,
-            tie_word_embeddings=False,
             rope_parameters=dict(yarn, mscale=1.0, mscale_all_dim=1.0),
             **dict(common, num_hidden_layers=3, rms_norm_eps=1e-6)),
             "bfloat16", "new", "float64"),
         ("glm_moe_dsa_topk64_sigmoid_bf16", tf.GlmMoeDsaConfig(
-            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
-            kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=24, v_head_dim=40,
+            **mla, q_lora_rank=48, qk_nope_head_dim=24, v_head_dim=40,
             n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
             first_k_dense_replace=2, n_group=1, topk_group=1, routed_scaling_factor=2.5,
             norm_topk_prob=True, index_topk=64, index_head_dim=32, index_n_heads=4,
-            tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             **dict(common, num_hidden_layers=4)),
             "bfloat16", "new", "float64"),
