@@ -30,14 +30,32 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
     return NULL;
 }
 
+/* Multimodal models whose language model a family runs, from the text
+ * alone: the wrapper's architecture, the family's architecture its
+ * text_config describes, and the text model_types that architecture has
+ * in transformers (another one is a language model kvcal does not know).
+ * With text alone the wrappers run their language model as the causal LM
+ * would: Gemma 3's bidirectional image spans, Qwen3-VL's 3-axis positions
+ * (equal on text, so one RoPE) and deepstack inputs act on images only. */
+static const kvcal_arch_wrapper wrappers[] = {
+    {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text"},
+    {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral"},
+    {"Qwen3VLForConditionalGeneration", "Qwen3ForCausalLM", "qwen3_vl_text"},
+};
+
+const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture)
+{
+    for (size_t i = 0; i < sizeof wrappers / sizeof wrappers[0]; i++)
+        if (!strcmp(wrappers[i].architecture, architecture))
+            return &wrappers[i];
+    return NULL;
+}
+
 /* Architectures served with FP8 caches that kvcal refuses, and what it
  * lacks for each (the configs of transformers' own classes). */
 static const struct {
     const char *architecture, *missing;
 } not_yet[] = {
-    {"Gemma3ForConditionalGeneration",
-     "the multimodal wrapper's weight names (its language model runs as "
-     "Gemma3ForCausalLM from a text-only checkpoint)"},
     {"Kimi_K25ForConditionalGeneration",
      "the multimodal wrapper's weight names (its language model is "
      "DeepSeek-V3's, which kvcal runs as DeepseekV3ForCausalLM)"},
@@ -56,17 +74,19 @@ const char *kvcal_arch_missing(const char *architecture)
 
 void kvcal_arch_list(char *buf, size_t n)
 {
-    size_t total = 0, i = 0, len = 0;
+    const char *names[64];
+    size_t total = 0, len = 0;
     for (size_t f = 0; f < FAMILIES; f++)
-        for (const char *const *a = families[f]->architectures; *a; a++)
-            total++;
+        for (const char *const *a = families[f]->architectures; *a && total < 64; a++)
+            names[total++] = *a;
+    for (size_t w = 0; w < sizeof wrappers / sizeof wrappers[0] && total < 64; w++)
+        names[total++] = wrappers[w].architecture;
     buf[0] = '\0';
-    for (size_t f = 0; f < FAMILIES; f++)
-        for (const char *const *a = families[f]->architectures; *a; a++, i++) {
-            const char *sep = i == 0 ? "" : i + 1 == total ? " and " : ", ";
-            int w = snprintf(buf + len, n - len, "%s%s", sep, *a);
-            if (w < 0 || (size_t)w >= n - len)
-                return;
-            len += (size_t)w;
-        }
+    for (size_t i = 0; i < total; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == total ? " and " : ", ";
+        int w = snprintf(buf + len, n - len, "%s%s", sep, names[i]);
+        if (w < 0 || (size_t)w >= n - len)
+            return;
+        len += (size_t)w;
+    }
 }

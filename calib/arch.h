@@ -239,12 +239,24 @@ typedef struct kvcal_arch {
  * NULL. */
 const kvcal_arch *kvcal_arch_find(const char *architecture);
 
+/* A multimodal model whose language model family `text_architecture`
+ * runs (calib/arch.c's table). */
+typedef struct kvcal_arch_wrapper {
+    const char *architecture;      /* "Gemma3ForConditionalGeneration" */
+    const char *text_architecture; /* "Gemma3ForCausalLM" */
+    const char *text_model_type;   /* text_config's model_type, "gemma3_text" */
+} kvcal_arch_wrapper;
+
+/* The wrapper entry of `architecture`, or NULL. */
+const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture);
+
 /* What kvcal lacks to run `architecture`, for the architectures people ask
  * for that no family covers yet ("attention sinks, ..."), else NULL. */
 const char *kvcal_arch_missing(const char *architecture);
 
-/* "LlamaForCausalLM, MistralForCausalLM, ... and Qwen3ForCausalLM" into buf
- * (n bytes): every architecture of every family, for messages. */
+/* "LlamaForCausalLM, MistralForCausalLM, ... and
+ * Qwen3VLForConditionalGeneration" into buf (n bytes): every architecture
+ * of every family, then the wrappers', for messages. */
 void kvcal_arch_list(char *buf, size_t n);
 
 #endif

@@ -164,7 +164,26 @@ static kvcal_status check_tensor(const kvcal_model_t *m, const char *name, int64
     return check_shape(m, name, want, cols ? 2 : 1, 0, fp8, out);
 }
 
-static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
+/* The model-level tensor `name` (a family's "model.norm.weight") where the
+ * checkpoint keeps it. */
+static const kvcal_tensor_info *find_top(const kvcal_model_t *m, const char *name)
+{
+    char full[256];
+    kvcal_model_top_name(full, sizeof full, &m->desc, name);
+    return kvcal_checkpoint_find(m->ck, full);
+}
+
+/* check_tensor of the model-level tensor `name`. */
+static kvcal_status check_top(const kvcal_model_t *m, const char *name, int64_t rows,
+                              int64_t cols)
+{
+    char full[256];
+    const kvcal_tensor_info *t;
+    kvcal_model_top_name(full, sizeof full, &m->desc, name);
+    return check_tensor(m, full, rows, cols, 0, &t);
+}
+
+static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *c)
 {
     kvcal_model_desc *d = &m->desc;
     if (c->no_kv_layer_types[0])
@@ -344,11 +363,69 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     return KVCAL_OK;
 }
 
+/* A multimodal wrapper's language model (calib/arch.h's table) is
+ * described as its family's architecture; d keeps the wrapper's name. */
+static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
+{
+    const kvcal_arch_wrapper *w = kvcal_arch_wrapper_find(c->architecture);
+    if (!w)
+        return describe_family(m, c);
+    if (!c->text_config)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: config.json: %s with its language model's fields at the "
+                          "top level, not in text_config as transformers writes them "
+                          "(num_hidden_layers is there); fix config.json",
+                          m->path, c->architecture);
+    if (strcmp(c->model_type, w->text_model_type))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: config.json: %s's text_config.model_type is '%s'; kvcal "
+                          "runs its language model when it is '%s' (%s)",
+                          m->path, c->architecture, c->model_type, w->text_model_type,
+                          w->text_architecture);
+    kvcal_model_config *tc = malloc(sizeof *tc);
+    if (!tc)
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    *tc = *c;
+    snprintf(tc->architecture, sizeof tc->architecture, "%s", w->text_architecture);
+    kvcal_status st = describe_family(m, tc);
+    free(tc);
+    snprintf(m->desc.architecture, sizeof m->desc.architecture, "%s", c->architecture);
+    return st;
+}
+
+/* Where the checkpoint keeps the language model (m->desc's lm_prefix and
+ * head_prefix): a causal LM's under "model.", a multimodal wrapper's
+ * under "model.language_model." (saved by transformers 4.52 and later) or
+ * "language_model.model." (as Gemma 3, Mistral 3 and Kimi K2.5 were
+ * released), told apart by the embedding's name. */
+static kvcal_status find_language_model(kvcal_model_t *m, int wrapper)
+{
+    static const char *const layouts[][2] = {
+        {"model.language_model.", ""}, {"language_model.model.", "language_model."}};
+    kvcal_model_desc *d = &m->desc;
+    snprintf(d->lm_prefix, sizeof d->lm_prefix, "model.");
+    d->head_prefix[0] = '\0';
+    for (int i = 0; wrapper && i < 2; i++) {
+        snprintf(d->lm_prefix, sizeof d->lm_prefix, "%s", layouts[i][0]);
+        snprintf(d->head_prefix, sizeof d->head_prefix, "%s", layouts[i][1]);
+        if (find_top(m, d->arch->embed))
+            return KVCAL_OK;
+    }
+    if (wrapper)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: the checkpoint holds neither "
+                          "model.language_model.embed_tokens.weight nor "
+                          "language_model.model.embed_tokens.weight: is it the whole "
+                          "checkpoint of this %s?",
+                          m->path, d->architecture);
+    return KVCAL_OK;
+}
+
 /* An error when layer 0 of the checkpoint holds `suffix`. */
 static kvcal_status refuse_present(const kvcal_model_t *m, const char *suffix)
 {
     char name[256];
-    kvcal_model_tensor_name(name, sizeof name, m->desc.arch, 0, suffix, 0);
+    kvcal_model_tensor_name(name, sizeof name, &m->desc, 0, suffix, 0);
     if (!kvcal_checkpoint_find(m->ck, name))
         return KVCAL_OK;
     return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -394,7 +471,7 @@ static kvcal_status check_part(const kvcal_model_t *m, int l, kvcal_weight w, in
     char name[256], extra[300];
     int64_t rows, cols, want[4];
     int n = 0;
-    kvcal_model_tensor_name(name, sizeof name, d->arch, l, p->name, e);
+    kvcal_model_tensor_name(name, sizeof name, d, l, p->name, e);
     part_shape(d, p, &rows, &cols);
     if (sp->per_expert == KVCAL_EXPERTS_STACKED)
         want[n++] = d->num_experts;
@@ -430,7 +507,7 @@ static kvcal_tensor_view part_view(const kvcal_model_t *m, int l, kvcal_weight w
     char name[256];
     kvcal_tensor_view v;
     memset(&v, 0, sizeof v);
-    kvcal_model_tensor_name(name, sizeof name, d->arch, l, p->name, copy);
+    kvcal_model_tensor_name(name, sizeof name, d, l, p->name, copy);
     part_shape(d, p, &v.rows, &v.cols);
     v.numel = v.rows * v.cols;
     /* values of the copies before this one in a tensor of every expert */
@@ -533,6 +610,7 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
      * them; no FP8 weight to look for (the FP8 reader refuses mxfp4) */
     const int mxfp4 = !strcmp(c.quant_method, "mxfp4") && reads_mxfp4(m->desc.arch);
     if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
+        (st = find_language_model(m, kvcal_arch_wrapper_find(c.architecture) != NULL)) ||
         (!mxfp4 && (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8))))
         return st;
     const kvcal_model_desc *d = &m->desc;
@@ -573,11 +651,10 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
         if ((st = refuse_present(m, *r)))
             return st;
     const int64_t D = d->hidden_size;
-    if ((st = check_tensor(m, a->embed, d->vocab_size, D, 0, &t)) ||
-        (st = check_tensor(m, a->final_norm, D, 0, 0, &t)))
+    if ((st = check_top(m, a->embed, d->vocab_size, D)) ||
+        (st = check_top(m, a->final_norm, D, 0)))
         return st;
-    if (!d->tied_embeddings &&
-        (st = check_tensor(m, a->lm_head, d->vocab_size, D, 0, &t)))
+    if (!d->tied_embeddings && (st = check_top(m, a->lm_head, d->vocab_size, D)))
         return st;
     return KVCAL_OK;
 }
@@ -823,8 +900,7 @@ kvcal_status kvcal_model_embed(const kvcal_model_t *m, const int32_t *ids, int64
 {
     const kvcal_model_desc *d = &m->desc;
     int64_t D = d->hidden_size;
-    const kvcal_tensor_info *t =
-        m->ck ? kvcal_checkpoint_find(m->ck, m->desc.arch->embed) : NULL;
+    const kvcal_tensor_info *t = m->ck ? find_top(m, m->desc.arch->embed) : NULL;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= d->vocab_size)
             return kvcal_fail(
@@ -868,10 +944,10 @@ kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
                               "(%zu MB fp32)",
                               m->path, V * D * sizeof(float) >> 20);
         const char *cls = d->tied_embeddings ? d->arch->embed : d->arch->lm_head;
-        kvcal_status st = kvcal_tensor_to_f32(
-            kvcal_checkpoint_find(m->ck, d->arch->final_norm), m->head_buf);
+        kvcal_status st =
+            kvcal_tensor_to_f32(find_top(m, d->arch->final_norm), m->head_buf);
         if (!st)
-            st = kvcal_tensor_to_f32(kvcal_checkpoint_find(m->ck, cls), m->head_buf + D);
+            st = kvcal_tensor_to_f32(find_top(m, cls), m->head_buf + D);
         if (st) {
             free(m->head_buf);
             m->head_buf = NULL;
@@ -982,8 +1058,7 @@ void kvcal_model_head_views(const kvcal_model_t *m, kvcal_tensor_view *embed,
         return;
     }
     const kvcal_arch *a = d->arch;
-    *embed = tensor_view(kvcal_checkpoint_find(m->ck, a->embed));
-    *final_norm = tensor_view(kvcal_checkpoint_find(m->ck, a->final_norm));
-    *lm_head = d->tied_embeddings ? *embed
-                                  : tensor_view(kvcal_checkpoint_find(m->ck, a->lm_head));
+    *embed = tensor_view(find_top(m, a->embed));
+    *final_norm = tensor_view(find_top(m, a->final_norm));
+    *lm_head = d->tied_embeddings ? *embed : tensor_view(find_top(m, a->lm_head));
 }

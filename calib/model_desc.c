@@ -8,15 +8,27 @@
 #include "core/status.h"
 #include "kernels/moe_limits.h"
 
-void kvcal_model_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
+void kvcal_model_top_name(char *out, size_t n, const kvcal_model_desc *d,
+                          const char *name)
+{
+    static const char model[] = "model.";
+    if (d->lm_prefix[0] && !strncmp(name, model, sizeof model - 1))
+        snprintf(out, n, "%s%s", d->lm_prefix, name + sizeof model - 1);
+    else
+        snprintf(out, n, "%s%s", d->head_prefix, name);
+}
+
+void kvcal_model_tensor_name(char *out, size_t n, const kvcal_model_desc *d, int layer,
                              const char *suffix, int expert)
 {
-    int len = snprintf(out, n, a->layer_prefix, layer);
-    len = len > 0 ? len : 0;
+    char layer_name[64];
+    snprintf(layer_name, sizeof layer_name, d->arch->layer_prefix, layer);
+    kvcal_model_top_name(out, n, d, layer_name);
+    const size_t len = strlen(out);
     if (strstr(suffix, "%d"))
-        snprintf(out + len, n - (size_t)len, suffix, expert);
+        snprintf(out + len, n - len, suffix, expert);
     else
-        snprintf(out + len, n - (size_t)len, "%s", suffix);
+        snprintf(out + len, n - len, "%s", suffix);
 }
 
 // --- the weights of a family ---------------------------------------------

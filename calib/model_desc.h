@@ -21,6 +21,12 @@ struct kvcal_model_desc {
     char model_type[KVCAL_NAME_MAX];   /* "llama" */
     char source[16];                   /* "hf" or "llama2c" */
     char weight_dtype[16];             /* "F32", "BF16", "F16" (of the projections) */
+    /* where the checkpoint keeps the language model: the prefix that
+     * replaces the families' "model." ("model.", or a multimodal model's
+     * "model.language_model." / "language_model.model."), and the one
+     * before their "lm_head." ("" or "language_model.") */
+    char lm_prefix[32];
+    char head_prefix[24];
     int num_layers;
     int hidden_size;
     int intermediate_size;
@@ -146,10 +152,16 @@ void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long lo
  * not FP8 or absent. */
 int64_t kvcal_model_fp8_scales(const kvcal_model_desc *d, kvcal_weight w);
 
-/* "model.layers.<layer>.<suffix>" as family a names it, the suffix of a
- * per-expert weight naming expert `expert` (its %d), into out (n bytes). */
-void kvcal_model_tensor_name(char *out, size_t n, const kvcal_arch *a, int layer,
+/* "model.layers.<layer>.<suffix>" as d's family names it, where d's
+ * checkpoint keeps it (d->lm_prefix), the suffix of a per-expert weight
+ * naming expert `expert` (its %d), into out (n bytes). */
+void kvcal_model_tensor_name(char *out, size_t n, const kvcal_model_desc *d, int layer,
                              const char *suffix, int expert);
+
+/* A family's model-level tensor name ("model.embed_tokens.weight",
+ * "lm_head.weight") where d's checkpoint keeps it, into out (n bytes). */
+void kvcal_model_top_name(char *out, size_t n, const kvcal_model_desc *d,
+                          const char *name);
 
 /* Where a tensor's values lie in the mapped checkpoint: numel values of
  * dtype (F32, F16 or BF16; F8_E4M3 for an FP8 weight) at data, possibly

@@ -256,8 +256,8 @@ static kvcal_status check_fused(const kvcal_model_fp8_t *f, const kvcal_model_de
             while (l < d->num_layers - 1 && !kvcal_model_layer_has_weight(d, l, w))
                 l++;
             char nw[256], nv[256], tw[160], tv[160];
-            kvcal_model_tensor_name(nw, sizeof nw, a, l, a->weights[w].parts[0].name, 0);
-            kvcal_model_tensor_name(nv, sizeof nv, a, l, a->weights[v].parts[0].name, 0);
+            kvcal_model_tensor_name(nw, sizeof nw, d, l, a->weights[w].parts[0].name, 0);
+            kvcal_model_tensor_name(nv, sizeof nv, d, l, a->weights[v].parts[0].name, 0);
             kvcal_wq_scheme_describe(&d->fp8[w], tw, sizeof tw);
             kvcal_wq_scheme_describe(&d->fp8[v], tv, sizeof tv);
             if (!same_scheme(&d->fp8[w], &d->fp8[v]))
@@ -304,7 +304,7 @@ kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                             e < kvcal_model_weight_copies(d, w);
                  e++)
                 for (int i = 0; !st && i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
-                    kvcal_model_tensor_name(name, sizeof name, a, l, p[i].name, e);
+                    kvcal_model_tensor_name(name, sizeof name, d, l, p[i].name, e);
                     st = check_part(f, ck, d, w, name, kvcal_model_dim(d, p[i].rows),
                                     kvcal_model_dim(d, p[i].cols), &seen);
                 }
@@ -316,7 +316,7 @@ kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                         i < KVCAL_WEIGHT_PARTS_MAX && p[i].name;
              i++)
             if (kvcal_model_dim(d, p[i].rows) % d->fp8[w].block_n) {
-                kvcal_model_tensor_name(name, sizeof name, a, 0, p[i].name, 0);
+                kvcal_model_tensor_name(name, sizeof name, d, 0, p[i].name, 0);
                 st = kvcal_fail(
                     KVCAL_ERR_FORMAT,
                     "%s: %s has %lld rows, not a multiple of the block size %d: %s", path,
@@ -382,7 +382,7 @@ static kvcal_status fused_scales(const kvcal_model_fp8_t *f, const kvcal_checkpo
             !kvcal_model_layer_has_weight(d, layer, v))
             continue;
         char name[256], module[256], scale[320];
-        kvcal_model_tensor_name(name, sizeof name, a, layer, a->weights[v].parts[0].name,
+        kvcal_model_tensor_name(name, sizeof name, d, layer, a->weights[v].parts[0].name,
                                 0);
         module_of(module, sizeof module, name);
         float x;
@@ -427,7 +427,7 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
     if (q->w == KVCAL_FP8W_BLOCK)
         memset(scales, 0, sizeof(float) * (size_t)kvcal_fp8_weight_scales(q, rows, cols));
     for (int j = 0; !st && j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
-        kvcal_model_tensor_name(name, sizeof name, d->arch, layer, part[j].name, expert);
+        kvcal_model_tensor_name(name, sizeof name, d, layer, part[j].name, expert);
         const kvcal_tensor_info *t = kvcal_checkpoint_find(ck, name);
         const int64_t r = kvcal_model_dim(d, part[j].rows);
         p->part[p->n++] =

@@ -36,6 +36,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from hf_decoder import decoder_layers, model_class  # noqa: E402
 from hf_mla import is_mla, mla_entry  # noqa: E402
 
 
@@ -53,7 +54,7 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
         # MXFP4 experts dequantized by transformers' own loader (its kernels
         # path needs packages fetched at run time)
         extra["quantization_config"] = tf.Mxfp4Config(dequantize=True)
-    model = tf.AutoModelForCausalLM.from_pretrained(
+    model = model_class(tf, cfg).from_pretrained(
         model_dir, dtype=dtype, attn_implementation="eager" if eager else "sdpa",
         **extra).cuda()
     model.eval()
@@ -93,7 +94,7 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
             v_abs.append(v.abs().amax(dim=(0, 1, 3)).float().cpu())
         return hook
 
-    for layer in model.model.layers:
+    for layer in decoder_layers(model):
         layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
                                                   with_kwargs=True)
     with torch.no_grad():
@@ -171,7 +172,8 @@ def golden_models():
         if os.path.exists(os.path.join(model_dir, "config.json")):
             cfg = json.load(open(os.path.join(model_dir, "config.json")))
             rng = random.Random(fx["name"])
-            samples = [[rng.randrange(cfg["vocab_size"]) for _ in range(61)] for _ in range(4)]
+            samples = [[rng.randrange(cfg.get("text_config", cfg)["vocab_size"])
+                        for _ in range(61)] for _ in range(4)]
             yield fx["name"], model_dir, samples
 
 
@@ -228,7 +230,8 @@ def variant_models(work):
             with open(os.path.join(model_dir, "config.json"), "w") as fp:
                 json.dump(dict(cfg, **edit), fp, indent=1)
             rng = random.Random(name + tag)
-            samples = [[rng.randrange(cfg["vocab_size"]) for _ in range(61)] for _ in range(4)]
+            samples = [[rng.randrange(cfg.get("text_config", cfg)["vocab_size"])
+                        for _ in range(61)] for _ in range(4)]
             yield "%s %s" % (name, tag), model_dir, samples
 
 

@@ -61,6 +61,7 @@ import sys
 
 import numpy as np
 
+from hf_decoder import decoder_layers, from_config, model_class
 from hf_mla import is_mla, mla_entry
 
 OUT = os.path.join("tests", "fixtures", "golden")
@@ -299,7 +300,58 @@ def hf_configs():
             n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
             partial_rotary_factor=0.5, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
-    ] + mla_configs(tf, common)
+    ] + mla_configs(tf, common) + wrapper_configs(tf, common)
+
+
+def wrapper_configs(tf, common):
+    """Multimodal models run on text by their language model: Gemma 3 and
+    Mistral 3 saved as released (language_model.model.layers, the head tied
+    by the wrapper's own field), Qwen3-VL as transformers 4.52 and later save
+    (model.language_model.layers, lm_head apart) with its 3-axis RoPE
+    interleaved; tiny vision towers beside them, which kvcal never reads."""
+    text = {k: v for k, v in common.items() if k != "vocab_size"}
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2)
+    return [
+        ("gemma3_mm_swa8_local_global_bf16", tf.Gemma3Config(
+            text_config=dict(
+                hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24,
+                sliding_window=8, layer_types=["sliding_attention", "full_attention",
+                                               "sliding_attention"],
+                rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                    "rope_theta": 1000000.0},
+                                 "sliding_attention": {"rope_type": "default",
+                                                       "rope_theta": 10000.0}},
+                pad_token_id=0, bos_token_id=1, eos_token_id=2, vocab_size=VOCAB,
+                **dict(text, num_hidden_layers=3)),
+            vision_config=dict(vision, image_size=28, patch_size=14),
+            mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2,
+            eoi_token_index=VOCAB - 3, tie_word_embeddings=True),
+         "bfloat16", "new", "float64"),
+        ("mistral3_mm_gqa_bf16", tf.Mistral3Config(
+            text_config=dict(
+                model_type="mistral", hidden_size=64, intermediate_size=96,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                rope_theta=1000000000.0, vocab_size=VOCAB, tie_word_embeddings=False,
+                **text),
+            vision_config=dict(vision, model_type="pixtral", image_size=28,
+                               patch_size=14, head_dim=16),
+            image_token_index=VOCAB - 1, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
+        ("qwen3_vl_mrope_qknorm_bf16", tf.Qwen3VLConfig(
+            text_config=dict(
+                hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=VOCAB,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                **text),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=64, deepstack_visual_indexes=[0]),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
+    ]
 
 
 def mla_configs(tf, common):
@@ -594,7 +646,7 @@ def capture_kv(model, torch):
     """Hooks every attention module; returns the list it appends (K, V) to
     (an MLA module's entry as both)."""
     seen = []
-    layers = model.model.layers
+    layers = decoder_layers(model)
 
     def mla_hook(module, args, kwargs):
         entry = mla_entry(module, kwargs, torch)[0].unsqueeze(1)
@@ -675,7 +727,7 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     torch.manual_seed(0)
-    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model = from_config(tf, cfg, dtype=torch.float32)
     randomize(model, torch)
     if name.endswith("_mxfp4"):
         to_mxfp4(model.to(getattr(torch, dtype)), d, torch)
@@ -693,8 +745,8 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     moe = {"experts_implementation": "eager"} if ref_dtype == "float64" else {}
     if name.endswith("_mxfp4"):  # transformers' own MXFP4 loader, dequantizing
         moe["quantization_config"] = tf.Mxfp4Config(dequantize=True)
-    ref = tf.AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, ref_dtype),
-                                                  attn_implementation="eager", **moe)
+    ref = model_class(tf, cfg).from_pretrained(d, dtype=getattr(torch, ref_dtype),
+                                               attn_implementation="eager", **moe)
     ref.eval()
     seen = capture_kv(ref, torch)
     samples = token_samples(VOCAB, LENGTHS, sum(map(ord, name)))

@@ -100,6 +100,9 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("phi3_longrope_partial_swa16_bf16");
     check_runner_golden("gemma3_text_swa8_local_global_bf16");
     check_runner_golden("gemma2_softcap_swa8_bf16");
+    check_runner_golden("gemma3_mm_swa8_local_global_bf16");
+    check_runner_golden("mistral3_mm_gqa_bf16");
+    check_runner_golden("qwen3_vl_mrope_qknorm_bf16");
 }
 
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert

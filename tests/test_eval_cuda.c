@@ -388,7 +388,10 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "qwen3_moe_swa16_e8_top2_bf16",
                                         "qwen2_moe_swa8_maxwin2_e4_top2_bf16",
                                         "gpt_oss_sinks_swa8_e8_top3_bf16",
-                                        "gpt_oss_hd64_swa16_e4_top2_mxfp4"};
+                                        "gpt_oss_hd64_swa16_e4_top2_mxfp4",
+                                        "gemma3_mm_swa8_local_global_bf16",
+                                        "mistral3_mm_gqa_bf16",
+                                        "qwen3_vl_mrope_qknorm_bf16"};
     check_golden_models(names, sizeof names / sizeof names[0], "",
                         check_cuda_against_cpu);
 }

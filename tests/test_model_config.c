@@ -396,6 +396,59 @@ static void model_config_reads_gpt_oss_with_transformers_defaults(void)
     CU_ASSERT_STRING_EQUAL(c.quant_method, "");
 }
 
+/* Multimodal configs: the language model's fields in text_config, those a
+ * released config leaves out taken from its class as transformers 5.25
+ * builds it (Gemma3TextConfig: rope_theta 1e6 for the global layers and
+ * 1e4 for the sliding ones, every 6th layer global, vocabulary 262208,
+ * context 131072, the head tied; Qwen3VLTextConfig: rope_theta 5e5, 32 kv
+ * heads of 128, context 128000); the wrapper's tie_word_embeddings wins
+ * over text_config's. */
+static void model_config_reads_a_multimodal_models_language_model(void)
+{
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text("{\"architectures\": [\"Gemma3ForConditionalGeneration\"], "
+                   "\"model_type\": \"gemma3\", \"mm_tokens_per_image\": 256, "
+                   "\"text_config\": {\"head_dim\": 128, \"hidden_size\": 5376, "
+                   "\"intermediate_size\": 21504, \"model_type\": \"gemma3_text\", "
+                   "\"num_attention_heads\": 32, \"num_hidden_layers\": 62, "
+                   "\"num_key_value_heads\": 16, \"query_pre_attn_scalar\": 168, "
+                   "\"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"}, "
+                   "\"sliding_window\": 1024}, \"torch_dtype\": \"bfloat16\", "
+                   "\"vision_config\": {\"model_type\": \"siglip_vision_model\"}}",
+                   &c),
+        KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(c.architecture, "Gemma3ForConditionalGeneration");
+    CU_ASSERT_STRING_EQUAL(c.model_type, "gemma3_text");
+    CU_ASSERT_EQUAL(c.text_config, 1);
+    CU_ASSERT_EQUAL(c.num_layers, 62);
+    CU_ASSERT_EQUAL(c.head_dim, 128);
+    CU_ASSERT_EQUAL(c.vocab_size, 262208);
+    CU_ASSERT_EQUAL(c.max_position_embeddings, 131072);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 1000000.0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_sliding_theta, 10000.0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(c.query_pre_attn_scalar, 168.0, 0);
+    CU_ASSERT_EQUAL(c.tie_word_embeddings, 1);
+    CU_ASSERT_EQUAL(c.sliding_layers, 52);
+    CU_ASSERT_EQUAL(c.sliding_window, 1024);
+    CU_ASSERT_STRING_EQUAL(c.torch_dtype, "bfloat16");
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text("{\"architectures\": [\"Qwen3VLForConditionalGeneration\"], "
+                   "\"model_type\": \"qwen3_vl\", \"tie_word_embeddings\": false, "
+                   "\"text_config\": {\"hidden_size\": 4096, \"intermediate_size\": "
+                   "12288, \"model_type\": \"qwen3_vl_text\", \"num_attention_heads\": "
+                   "32, \"num_hidden_layers\": 36, \"tie_word_embeddings\": true}, "
+                   "\"vision_config\": {\"depth\": 27}}",
+                   &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.num_kv_heads, 32);
+    CU_ASSERT_EQUAL(c.head_dim, 128);
+    CU_ASSERT_EQUAL(c.qk_norm, 1);
+    CU_ASSERT_EQUAL(c.max_position_embeddings, 128000);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 500000.0, 0);
+    CU_ASSERT_EQUAL(c.tie_word_embeddings, 0);
+}
+
 static void model_config_defaults_absent_and_null_fields(void)
 {
     kvcal_model_config c;
@@ -962,6 +1015,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),
     KVCAL_TEST(model_config_refuses_sizes_past_the_bounds_naming_key_and_bound),
     KVCAL_TEST(model_config_refuses_a_derived_head_dim_past_the_bound),
+    KVCAL_TEST(model_config_reads_a_multimodal_models_language_model),
     KVCAL_TEST(model_config_full_attention_interval_is_the_layer_pattern),
     CU_TEST_INFO_NULL,
 };

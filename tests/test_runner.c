@@ -317,6 +317,18 @@ static void runner_matches_transformers_gemma3_local_global_layers(void)
                           "{\"layer_types\": null, \"sliding_window_pattern\": 2}"));
 }
 
+/* Multimodal models run on text by their language model: Gemma 3 and
+ * Mistral 3 with their layers under language_model.model. (as released;
+ * Gemma's head tied, Mistral's language_model.lm_head), Qwen3-VL under
+ * model.language_model. (as transformers 4.52 and later save it; lm_head
+ * apart) with its 3-axis RoPE, whose axes agree on text. */
+static void runner_matches_transformers_multimodal_language_models(void)
+{
+    check_against_golden("gemma3_mm_swa8_local_global_bf16");
+    check_against_golden("mistral3_mm_gqa_bf16");
+    check_against_golden("qwen3_vl_mrope_qknorm_bf16");
+}
+
 /* Gemma 2: alternating sliding and global layers, attention scores and
  * logits soft-capped, the (1 + w) sandwich norms, no q/k norm. */
 static void runner_matches_transformers_gemma2_soft_caps(void)
@@ -746,7 +758,44 @@ static void model_open_lists_the_supported_architectures(void)
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
-        "GlmMoeDsaForCausalLM and GptOssForCausalLM");
+        "GlmMoeDsaForCausalLM, GptOssForCausalLM, Gemma3ForConditionalGeneration, "
+        "Mistral3ForConditionalGeneration and Qwen3VLForConditionalGeneration");
+}
+
+/* A wrapper whose text_config is another language model than the one kvcal
+ * runs for it, and a checkpoint without the wrapper's language model: one
+ * line each, naming what is wrong. */
+static void model_open_names_what_a_multimodal_checkpoint_lacks(void)
+{
+    expect_open_error(
+        edited_checkpoint("mistral3_mm_gqa_bf16",
+                          "{\"text_config\": {\"model_type\": \"ministral3\", "
+                          "\"num_hidden_layers\": 2, \"hidden_size\": 64, "
+                          "\"num_attention_heads\": 4}}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "Mistral3ForConditionalGeneration's text_config.model_type is 'ministral3'; "
+        "kvcal runs its language model when it is 'mistral' (MistralForCausalLM)");
+    /* a causal LM's checkpoint under a wrapper's config */
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"Mistral3ForConditionalGeneration\"], "
+                          "\"model_type\": \"mistral3\", \"num_hidden_layers\": null, "
+                          "\"text_config\": {\"model_type\": \"mistral\", "
+                          "\"num_hidden_layers\": 2, \"hidden_size\": 64, "
+                          "\"intermediate_size\": 80, \"num_attention_heads\": 4, "
+                          "\"num_key_value_heads\": 1, \"vocab_size\": 128}, "
+                          "\"vision_config\": {}}"),
+        KVCAL_ERR_FORMAT,
+        "holds neither model.language_model.embed_tokens.weight nor "
+        "language_model.model.embed_tokens.weight");
+    /* a wrapper's language model's fields at the top level */
+    expect_open_error(
+        edited_checkpoint("mistral_mqa_fp16",
+                          "{\"architectures\": [\"Mistral3ForConditionalGeneration\"], "
+                          "\"model_type\": \"mistral3\"}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "Mistral3ForConditionalGeneration with its language model's fields at the top "
+        "level, not in text_config");
 }
 
 /* Hybrid linear-attention models (Qwen3-Next), an MLA config of a family
@@ -1452,6 +1501,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
+    KVCAL_TEST(runner_matches_transformers_multimodal_language_models),
+    KVCAL_TEST(model_open_names_what_a_multimodal_checkpoint_lacks),
     KVCAL_TEST(runner_matches_transformers_qwen3_moe_with_dense_layers),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_dense_then_sigmoid_routing),
     KVCAL_TEST(runner_matches_transformers_gpt_oss_sinks_windows_clamped_experts),

@@ -180,6 +180,7 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"mistral", 131072, 32000, 14336},
                     {"qwen2", 32768, 151936, 22016},
                     {"qwen3", 32768, 151936, 22016},
+                    {"qwen3_vl_text", 128000, 151936, 22016},
                     {"qwen2_moe", 32768, 151936, 5632},
                     {"qwen3_moe", 32768, 151936, 6144},
                     {"mixtral", 131072, 32000, 14336},
@@ -457,8 +458,14 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
     const cJSON *params, *scaling;
     kvcal_status s;
     strcpy(c->rope_type_name, "default");
+    /* the classes' defaults where a config leaves rope_theta out (Gemma 3's
+     * and Qwen3-VL's multimodal configs do) */
     if (!strcmp(c->model_type, "gpt_oss"))
         c->rope_theta = 150000.0;
+    else if (!strcmp(c->model_type, "gemma3_text"))
+        c->rope_theta = 1000000.0;
+    else if (!strcmp(c->model_type, "qwen3_vl_text"))
+        c->rope_theta = 500000.0;
     if ((s = cfg_object(top, "rope_parameters", &params)) != KVCAL_OK ||
         (s = cfg_object(top, "rope_scaling", &scaling)) != KVCAL_OK ||
         (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
@@ -529,8 +536,12 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
     if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
         if (!strcmp(c->model_type, "mistral"))
             c->num_kv_heads = 8;
-        else if (!strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3"))
+        else if (!strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3") ||
+                 !strcmp(c->model_type, "qwen3_vl_text"))
             c->num_kv_heads = 32;
+        else if (!strcmp(c->model_type, "gemma2") ||
+                 !strcmp(c->model_type, "gemma3_text"))
+            c->num_kv_heads = 4;
     }
     if ((s = cfg_int(top, "num_key_value_heads", 1, KVCAL_CONFIG_MAX_HEADS,
                      &c->num_kv_heads, NULL)) != KVCAL_OK)
@@ -550,9 +561,11 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         c->head_dim = c->qk_rope_head_dim;
         return KVCAL_OK;
     }
-    if (!strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "gemma3_text") ||
+    const int qwen3 =
+        !strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "qwen3_vl_text");
+    if (qwen3 || !strcmp(c->model_type, "gemma3_text") ||
         !strcmp(c->model_type, "gemma2")) {
-        c->head_dim = !strcmp(c->model_type, "qwen3") ? 128 : 256;
+        c->head_dim = qwen3 ? 128 : 256;
         return KVCAL_OK;
     }
     if (c->hidden_size % c->num_attention_heads != 0)
@@ -583,6 +596,7 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
     c->qk_norm = is_qwen3 || !strcmp(c->model_type, "qwen3_moe") ||
+                 !strcmp(c->model_type, "qwen3_vl_text") ||
                  !strcmp(c->model_type, "gemma3_text");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
@@ -987,7 +1001,7 @@ static const char *const known_kv_families[] = {
     "llama",         "mistral",      "qwen2",       "qwen3",       "qwen2_moe",
     "qwen3_moe",     "mixtral",      "phi3",        "gemma2",      "gemma3_text",
     "glm4_moe",      "qwen3_next",   "deepseek_v2", "deepseek_v3", "kimi_k2",
-    "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "gpt_oss"};
+    "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "gpt_oss",     "qwen3_vl_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1167,7 +1181,12 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         return s;
     if (!found)
         return cfg_missing(top, "model_type", "");
+    c->text_config = f != top;
     cfg_default_sizes(c);
+    /* Gemma2Config's and Gemma3TextConfig's default, which Gemma 3's
+     * multimodal configs leave to the class */
+    c->tie_word_embeddings =
+        !strcmp(c->model_type, "gemma2") || !strcmp(c->model_type, "gemma3_text");
     if (!strcmp(c->model_type, "glm4_moe")) /* Glm4MoeConfig's default */
         c->partial_rotary_factor = 0.5;
     if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
@@ -1188,6 +1207,10 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
                         NULL)) != KVCAL_OK ||
         (s = cfg_read_rope(f, c)) != KVCAL_OK ||
         (s = cfg_bool(f, "tie_word_embeddings", &c->tie_word_embeddings)) != KVCAL_OK ||
+        /* a wrapper's own field wins: transformers ties the head by the
+         * config of the model it builds, the wrapper's */
+        (f != top && (s = cfg_bool(top, "tie_word_embeddings",
+                                   &c->tie_word_embeddings)) != KVCAL_OK) ||
         (s = cfg_read_attention(f, c)) != KVCAL_OK ||
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
         (s = cfg_read_moe(f, c)) != KVCAL_OK || (s = cfg_read_gemma(f, c)) != KVCAL_OK ||

@@ -42,6 +42,9 @@ typedef enum kvcal_kv_layout {
 typedef struct kvcal_model_config {
     char model_type[128];    /* "llama", "mistral", "qwen2", "qwen3" */
     char architecture[128];  /* architectures[0], "LlamaForCausalLM" */
+    /* 1: the language model's fields came from text_config (a multimodal
+     * wrapper's config: Gemma 3, Mistral 3, Qwen3-VL, Kimi K2.5) */
+    int text_config;
     int num_layers;          /* num_hidden_layers */
     int hidden_size;
     int intermediate_size;

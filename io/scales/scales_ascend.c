@@ -35,6 +35,7 @@
 
 #include "core/scale_rule.h"
 #include "core/status.h"
+#include "io/checkpoint/lm_prefix.h"
 #include "io/checkpoint/safetensors.h"
 #include "io/json_file.h"
 #include "io/path.h"
@@ -59,7 +60,10 @@ static int is_file(const char *path)
 static long parse_name(const char *name, int *kind)
 {
     const char *suffix;
-    long layer = kvcal_scales_parse_attn_name(name, &suffix);
+    int layout = -1;
+    long layer = kvcal_scales_parse_attn_name(name, &suffix, &layout);
+    if (layer < 0 || layout != KVCAL_LM_CAUSAL) /* vllm-ascend's C8 names */
+        return -1;
     for (int k = 0; layer >= 0 && k < ASC_KINDS; k++)
         if (!strcmp(suffix, asc_suffix[k])) {
             *kind = k;
@@ -561,6 +565,14 @@ kvcal_status kvcal_scales_write_ascend(const kvcal_scales_t *s, const char *dir,
     kvcal_checkpoint_t *model = NULL;
     if ((st = kvcal_model_config_load(model_dir, &mc)))
         return st;
+    if (kvcal_lm_prefix_of_model_dir(model_dir, mc.text_config
+                                                    ? KVCAL_LM_WRAPPED
+                                                    : KVCAL_LM_CAUSAL) != KVCAL_LM_CAUSAL)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s keeps its language model in a multimodal model, and "
+                          "kvcal writes vllm-ascend's C8 scales of model.layers.<i> "
+                          "alone; write --format kvcal or checkpoint",
+                          dir, mc.architecture);
     if (kvcal_checkpoint_open(model_dir, &model))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s: vllm-ascend serves Hugging Face checkpoints and the "

@@ -56,6 +56,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "io/checkpoint/lm_prefix.h"
 #include "io/checkpoint/safetensors.h"
 #include "io/json_file.h"
 #include "io/scales/scales_io.h"
@@ -99,38 +100,38 @@ static const struct {
     {"v_global_scale", KIND_VG, KVCAL_FORMAT_CHECKPOINT},
 };
 
-/* The names a format writes (printf patterns of the layer), by kind; NULL
- * where it writes none. */
+/* The names a format writes after "<prefix>layers.<i>.self_attn.", by
+ * kind; NULL where it writes none. */
 static const char *write_name(kvcal_format f, int kind)
 {
     switch (f) {
     case KVCAL_FORMAT_MODELOPT:
-        return kind == KIND_K   ? "model.layers.%d.self_attn.k_proj.k_scale"
-               : kind == KIND_V ? "model.layers.%d.self_attn.v_proj.v_scale"
+        return kind == KIND_K   ? "k_proj.k_scale"
+               : kind == KIND_V ? "v_proj.v_scale"
                                 : NULL;
     case KVCAL_FORMAT_QUARK:
-        return kind == KIND_K   ? "model.layers.%d.self_attn.k_proj.output_scale"
-               : kind == KIND_V ? "model.layers.%d.self_attn.v_proj.output_scale"
-               : kind == KIND_Q ? "model.layers.%d.self_attn.q_proj.output_scale"
+        return kind == KIND_K   ? "k_proj.output_scale"
+               : kind == KIND_V ? "v_proj.output_scale"
+               : kind == KIND_Q ? "q_proj.output_scale"
                                 : NULL;
     case KVCAL_FORMAT_KV_SCALE:
-        return kind == KIND_KV ? "model.layers.%d.self_attn.kv_scale" : NULL;
+        return kind == KIND_KV ? "kv_scale" : NULL;
     default:
-        return kind == KIND_K    ? "model.layers.%d.self_attn.k_scale"
-               : kind == KIND_V  ? "model.layers.%d.self_attn.v_scale"
-               : kind == KIND_Q  ? "model.layers.%d.self_attn.q_scale"
-               : kind == KIND_KG ? "model.layers.%d.self_attn.k_global_scale"
-               : kind == KIND_VG ? "model.layers.%d.self_attn.v_global_scale"
+        return kind == KIND_K    ? "k_scale"
+               : kind == KIND_V  ? "v_scale"
+               : kind == KIND_Q  ? "q_scale"
+               : kind == KIND_KG ? "k_global_scale"
+               : kind == KIND_VG ? "v_global_scale"
                                  : NULL;
     }
 }
 
-long kvcal_scales_parse_attn_name(const char *name, const char **suffix)
+long kvcal_scales_parse_attn_name(const char *name, const char **suffix, int *layout)
 {
-    static const char prefix[] = "model.layers.";
-    if (strncmp(name, prefix, sizeof prefix - 1))
+    const int lm = kvcal_lm_prefix_of(name);
+    if (lm < 0)
         return -1;
-    const char *p = name + sizeof prefix - 1;
+    const char *p = name + strlen(kvcal_lm_prefix(lm)) + strlen("layers.");
     char digits[16];
     size_t n = strspn(p, "0123456789");
     if (n == 0 || n >= sizeof digits)
@@ -142,15 +143,18 @@ long kvcal_scales_parse_attn_name(const char *name, const char **suffix)
     if (layer < 0 || strncmp(p, ".self_attn.", 11))
         return -1;
     *suffix = p + 11;
+    if (layout)
+        *layout = lm;
     return layer;
 }
 
 /* Parses a K/V scale tensor name; returns the layer or -1. *format (may be
  * NULL) gets the format whose producer writes the name. */
-static long parse_scale_name_of(const char *name, int *kind, kvcal_format *format)
+static long parse_scale_name_of(const char *name, int *kind, kvcal_format *format,
+                                int *layout)
 {
     const char *p;
-    long layer = kvcal_scales_parse_attn_name(name, &p);
+    long layer = kvcal_scales_parse_attn_name(name, &p, layout);
     if (layer < 0)
         return -1;
     for (size_t i = 0; i < sizeof scale_names / sizeof scale_names[0]; i++)
@@ -165,7 +169,7 @@ static long parse_scale_name_of(const char *name, int *kind, kvcal_format *forma
 
 static long parse_scale_name(const char *name, int *kind)
 {
-    return parse_scale_name_of(name, kind, NULL);
+    return parse_scale_name_of(name, kind, NULL, NULL);
 }
 
 static int is_dir(const char *path)
@@ -637,6 +641,7 @@ static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
 /* The scale tensors of one layer. */
 typedef struct layer_tensors {
     const kvcal_tensor_info *t[KIND_COUNT]; /* by KIND_ */
+    int layout;                             /* their names' KVCAL_LM_* */
 } layer_tensors;
 
 /* Reads one tensor's values (1 or H) into dst; reports shape and dtype
@@ -711,11 +716,49 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, scheme sc, i
     return (int)n;
 }
 
-/* Collects the scale tensors by layer; reports duplicates and extra layers.
+/* Multimodal models whose vLLM 0.32.0 hf_to_vllm_mapper also maps a causal
+ * LM's "model." to "language_model.model." (models/mistral3.py,
+ * qwen2_vl.py, qwen2_5_vl.py); Gemma 3's and Qwen3-VL's map only their
+ * two wrapped layouts. */
+static const char *const maps_causal_names[] = {
+    "Mistral3ForConditionalGeneration", "Qwen2VLForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration", NULL};
+
+/* An error for scale tensor t named in layout `layout` (KVCAL_LM_*) of a
+ * model whose language model is wrapped in a multimodal one (architecture)
+ * or not (`wrapped`; -1: not known): vLLM looks the name up in the model's
+ * modules after its wrapper's name mapping (both wrapped layouts reach
+ * language_model.model.layers; models/gemma3_mm.py, mistral3.py,
+ * qwen3_vl.py hf_to_vllm_mapper) and fails on a module it lacks. */
+static void check_layout(const kvcal_tensor_info *t, int layout, int wrapped,
+                         const char *architecture, kvcal_report_t *rep)
+{
+    if (wrapped < 0 || (layout != KVCAL_LM_CAUSAL) == wrapped)
+        return;
+    if (wrapped && !in_list(maps_causal_names, architecture))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
+                         "vLLM refuses to load the model (ValueError: There is no module "
+                         "or parameter named 'model' in the multimodal model)",
+                         "a causal LM's name, but the model keeps its language model "
+                         "in a multimodal one (name it as its weights are named: kvcal "
+                         "convert --model)");
+    else if (!wrapped)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name,
+                         layout == KVCAL_LM_RELEASED
+                             ? "vLLM refuses to load the model (ValueError: There is no "
+                               "module or parameter named 'language_model')"
+                             : "vLLM refuses to load the model (ValueError: There is no "
+                               "module or parameter named 'model.language_model')",
+                         "a multimodal model's name, but the model is a causal LM whose "
+                         "layers are model.layers.<i>");
+}
+
+/* Collects the scale tensors by layer; reports duplicates, extra layers
+ * and names in another layout than the model's (`wrapped`, check_layout).
  * *num_layers is 0 on entry when unknown (then inferred). */
 static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int known,
-                            kvcal_report_t *rep, layer_tensors **out,
-                            kvcal_format *flavor)
+                            int wrapped, const char *architecture, kvcal_report_t *rep,
+                            layer_tensors **out, kvcal_format *flavor)
 {
     int seen[KVCAL_FORMAT_KV_SCALE + 1] = {0};
     int n = kvcal_checkpoint_count(ck);
@@ -736,11 +779,12 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
         return kvcal_fail(KVCAL_ERR_NOMEM, "out of memory for %d layers", *num_layers);
     for (int i = 0; i < n; i++) {
         const kvcal_tensor_info *t = kvcal_checkpoint_at(ck, i);
-        int kind;
+        int kind, layout;
         kvcal_format f;
-        long l = parse_scale_name_of(t->name, &kind, &f);
+        long l = parse_scale_name_of(t->name, &kind, &f, &layout);
         if (l < 0)
             continue;
+        check_layout(t, layout, wrapped, architecture, rep);
         if (kind <= KIND_KV)
             seen[f]++;
         if (l >= *num_layers) {
@@ -758,6 +802,7 @@ static kvcal_status collect(const kvcal_checkpoint_t *ck, int *num_layers, int k
             continue;
         }
         lt[l].t[kind] = t;
+        lt[l].layout = layout;
     }
     *out = lt;
     *flavor = seen[KVCAL_FORMAT_MODELOPT] ? KVCAL_FORMAT_MODELOPT
@@ -952,8 +997,9 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         const kvcal_tensor_info *kt = lt[l].t[global ? KIND_KG : KIND_K];
         const kvcal_tensor_info *vt = lt[l].t[global ? KIND_VG : KIND_V];
         const kvcal_tensor_info *kv = global ? NULL : lt[l].t[KIND_KV];
-        char place[64];
-        snprintf(place, sizeof place, "model.layers.%d.self_attn", l);
+        char place[96];
+        snprintf(place, sizeof place, "%slayers.%d.self_attn",
+                 kvcal_lm_prefix(lt[l].layout), l);
         if (kt && kv)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, kv->name,
                              "vLLM renames it to k_scale, loads both and the last one "
@@ -1160,6 +1206,32 @@ static void check_mla(const layer_tensors *lt, int num_layers, kvcal_format flav
         per_head ? "; these scales are per head, which no MLA layer has" : "", modelopt);
 }
 
+/* The layout (KVCAL_LM_*) of the model's own layer tensors: in dir's index
+ * (which kvcal's output copies from the model), else among ck's tensors;
+ * scale names skipped. -1 when neither lists a layer weight. */
+static int weights_layout(const char *dir, const kvcal_checkpoint_t *ck)
+{
+    char p[4096];
+    int kind, found = -1;
+    cJSON *index = NULL;
+    if (!join(p, sizeof p, dir, KVCAL_CHECKPOINT_INDEX) && is_file(p) &&
+        kvcal_json_load(p, &index) == KVCAL_OK) {
+        const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+        for (const cJSON *at = cJSON_IsObject(map) ? map->child : NULL; at && found < 0;
+             at = at->next)
+            if (parse_scale_name(at->string, &kind) < 0)
+                found = kvcal_lm_prefix_of(at->string);
+    }
+    cJSON_Delete(index);
+    kvcal_clear_error();
+    for (int i = 0; ck && found < 0 && i < kvcal_checkpoint_count(ck); i++) {
+        const char *name = kvcal_checkpoint_at(ck, i)->name;
+        if (parse_scale_name(name, &kind) < 0)
+            found = kvcal_lm_prefix_of(name);
+    }
+    return found;
+}
+
 kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_ctx *ctx,
                                            kvcal_report_t *rep, kvcal_scales_t **out)
 {
@@ -1235,7 +1307,12 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     }
     int num_layers = c.model ? c.model->num_layers : 0;
     kvcal_format flavor = KVCAL_FORMAT_CHECKPOINT;
-    if ((st = collect(ck, &num_layers, c.model != NULL, rep, &lt, &flavor)))
+    const int weights = weights_layout(dir, ck);
+    const int wrapped = weights >= 0 ? weights != KVCAL_LM_CAUSAL
+                        : c.model    ? c.model->text_config
+                                     : -1;
+    if ((st = collect(ck, &num_layers, c.model != NULL, wrapped,
+                      c.model ? c.model->architecture : "", rep, &lt, &flavor)))
         goto fail;
     kvcal_report_set_format(rep, flavor);
     if (lt && c.model && c.model->kv_layout == KVCAL_KV_MLA)
@@ -1258,7 +1335,9 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     if (num_layers <= 0 || !lt) {
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, "",
                          "vLLM uses scale 1.0 for every layer",
-                         "no model.layers.<i>.self_attn.k_scale / v_scale tensors");
+                         "no model.layers.<i>.self_attn.k_scale / v_scale tensors "
+                         "(model.language_model.layers.<i> or language_model.model."
+                         "layers.<i> in a multimodal model)");
         goto fail;
     }
     if (sc.loader == KVCAL_LOADER_IGNORED)
@@ -1612,7 +1691,11 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
     float *data = NULL;
     kvcal_tensor_out *tensors = NULL;
     cJSON *config = NULL, *index = NULL, *hq = NULL;
-    names = malloc((size_t)n * 64);
+    /* the scales beside the layers, named as the model's weights are (a
+     * multimodal model's without weights: as transformers saves one) */
+    const char *prefix = kvcal_lm_prefix(kvcal_lm_prefix_of_model_dir(
+        model_dir, mc.text_config ? KVCAL_LM_WRAPPED : KVCAL_LM_CAUSAL));
+    names = malloc((size_t)n * 128);
     data = malloc(sizeof(float) * (size_t)n * heads);
     tensors = calloc((size_t)n, sizeof *tensors);
     if (!names || !data || !tensors) {
@@ -1622,9 +1705,10 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
     for (int l = 0; l < s->num_layers; l++)
         for (int i = 0; i < nk; i++) {
             kvcal_tensor_out *t = &tensors[nk * l + i];
-            char *name = names + (size_t)(nk * l + i) * 64;
+            char *name = names + (size_t)(nk * l + i) * 128;
             float *d = data + (size_t)(nk * l + i) * heads, k, v;
-            snprintf(name, 64, write_name(format, kinds[i]), l);
+            snprintf(name, 128, "%slayers.%d.self_attn.%s", prefix, l,
+                     write_name(format, kinds[i]));
             kvcal_scales_get_tensor(s, l, &k, &v);
             const int nh = !per_head ? 1 : kinds[i] == KIND_Q ? q_heads : s->num_kv_heads;
             if (per_head && kinds[i] == KIND_Q)

@@ -47,8 +47,11 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
 /* --- checkpoint (io/scales/scales_checkpoint.c) -------------------------------- */
 
 /* The layer of a tensor name "model.layers.<i>.self_attn.<suffix>" (i a
- * canonical decimal), *suffix pointing into name; -1 for another name. */
-long kvcal_scales_parse_attn_name(const char *name, const char **suffix);
+ * canonical decimal; or a multimodal model's "model.language_model." /
+ * "language_model.model." before "layers.": io/checkpoint/lm_prefix.h),
+ * *suffix pointing into name, *layout (may be NULL) the KVCAL_LM_* of the
+ * prefix; -1 for another name. */
+long kvcal_scales_parse_attn_name(const char *name, const char **suffix, int *layout);
 
 /* path: a checkpoint directory or one .safetensors file. ctx->model, when
  * NULL, is read from the directory's (or the file's directory's)

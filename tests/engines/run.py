@@ -253,18 +253,19 @@ def loaders(arch):
         LlamaModel.hf_to_vllm_mapper
 
 
-def build_model(cfg, qconf, tp):
+def build_model(cfg, qconf, tp, classes=None):
     """A stand-in of the engine's own modules for config.json's architecture
-    (LlamaForCausalLM, Qwen3_5ForCausalLM): vLLM's load_weights of the causal
-    LM and of its model (with their WeightsMappers), attention layers
-    initialized by vLLM's _init_kv_cache_quant."""
+    (LlamaForCausalLM, Qwen3_5ForCausalLM; or the loaders `classes` names):
+    vLLM's load_weights of the causal LM and of its model (with their
+    WeightsMappers), attention layers initialized by vLLM's
+    _init_kv_cache_quant."""
     import torch
     from types import SimpleNamespace
     from torch import nn
     from vllm.model_executor.layers.attention.attention import Attention, _init_kv_cache_quant
 
     arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
-    lm_load, lm_mapper, model_load, model_mapper = loaders(arch)
+    lm_load, lm_mapper, model_load, model_mapper = classes or loaders(arch)
 
     H = cfg["num_key_value_heads"]
 
@@ -310,6 +311,8 @@ def build_model(cfg, qconf, tp):
             super().__init__()
             self.model = Model()
             self.quant_config = qconf
+            self.config = SimpleNamespace(
+                tie_word_embeddings=cfg.get("tie_word_embeddings", False))
 
     return CausalLM()
 
@@ -475,6 +478,140 @@ def vllm_checkpoints(work):
         vllm_case("kvcal-written checkpoint as " + arch, d, [1])
         written.append("as " + arch)
     say("vLLM: %d corpus checkpoints and kvcal-written %s" % (n, ", ".join(written)))
+
+
+# --- vLLM: a multimodal model's language model ----------------------------------
+
+# kvcal's golden multimodal checkpoints: the module and class of vLLM's
+# wrapper, and of the causal LM and model its language model is (whose
+# load_weights take the scales after the wrapper's hf_to_vllm_mapper)
+WRAPPERS = {
+    "gemma3_mm_swa8_local_global_bf16": (
+        "gemma3_mm", "Gemma3ForConditionalGeneration", "gemma3", "Gemma3ForCausalLM",
+        "Gemma3Model"),
+    "mistral3_mm_gqa_bf16": (
+        "mistral3", "Mistral3ForConditionalGeneration", "mistral", "MistralForCausalLM",
+        "MistralModel"),
+    "qwen3_vl_mrope_qknorm_bf16": (
+        "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_vl", "Qwen3LLMForCausalLM",
+        "Qwen3LLMModel"),
+}
+
+
+def wrapper_load(d, spec):
+    """Loads the K/V scales of directory d (a multimodal model's, or a
+    causal LM's when spec is None) as vLLM does at tp 1: ("fails", why) or
+    ("loaded", [(k list, v list) per layer])."""
+    import importlib
+    from torch import nn
+    import vllm.config  # noqa: F401 (imported first, as the engine does: the
+    # convertor quant_config_dict uses is in an import cycle when alone)
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    def classes(module, *names):
+        m = importlib.import_module("vllm.model_executor.models." + module)
+        return [getattr(m, n) for n in names]
+    try:
+        cfg, qc = quant_config_dict(d)
+        qconf = get_quantization_config(qc["quant_method"]).from_config(qc)
+        set_tp(1, 0)
+        if spec:
+            wrapper, = classes(spec[0], spec[1])
+            lm_cls, model_cls = classes(spec[2], spec[3], spec[4])
+            lm = build_model(cfg["text_config"], qconf, 1,
+                             (lm_cls.load_weights, lm_cls.hf_to_vllm_mapper,
+                              model_cls.load_weights, model_cls.hf_to_vllm_mapper))
+            for attr in ("maybe_remap_mistral", "mistral_mapping"):  # Mistral's loader
+                if hasattr(lm_cls, attr):
+                    setattr(type(lm), attr, getattr(lm_cls, attr))
+
+            class Wrapper(nn.Module):
+                hf_to_vllm_mapper = wrapper.hf_to_vllm_mapper
+                load_weights = wrapper.load_weights
+
+                def __init__(self):
+                    super().__init__()
+                    self.language_model = lm
+            model, layers = Wrapper(), lm.model.layers
+        else:
+            model = build_model(cfg, qconf, 1)
+            layers = model.model.layers
+        model.load_weights(read_safetensors(os.path.join(d, "kv_scales.safetensors")).items())
+        out = []
+        for layer in layers:
+            a = layer.self_attn.attn
+            a.quant_method.process_weights_after_loading(a)
+            out.append((a._k_scale.flatten().tolist(), a._v_scale.flatten().tolist()))
+        return "loaded", out
+    except Exception as e:  # the engine's own failure is the outcome
+        return "fails", "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:160])
+
+
+def renamed(src, dst, old, new):
+    """A copy of kvcal's checkpoint scales in src with the prefix old of
+    their names (and of the index's) replaced by new."""
+    from safetensors.torch import save_file
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    t = read_safetensors(os.path.join(src, "kv_scales.safetensors"))
+    save_file({new + k[len(old):] if k.startswith(old) else k: v for k, v in t.items()},
+              os.path.join(dst, "kv_scales.safetensors"), metadata={"format": "pt"})
+    idx = os.path.join(dst, "model.safetensors.index.json")
+    j = json.load(open(idx))
+    j["weight_map"] = {(new + k[len(old):] if k.startswith(old) and v ==
+                        "kv_scales.safetensors" else k): v for k, v in j["weight_map"].items()}
+    json.dump(j, open(idx, "w"))
+    return dst
+
+
+def wrapper_case(name, d, spec):
+    """validate-scales' verdict on d against vLLM's load of it; a valid
+    file must load the values kvcal reads."""
+    valid, rep = verdict(d)
+    kind, got = wrapper_load(d, spec)
+    ok = valid == (kind == "loaded")
+    if ok and valid:
+        want = kvcal_values(d)
+        ok = len(got) == len(want) and all(
+            f32(k[0]) == f32(max(a for a, _ in w)) and f32(v[0]) == f32(max(b for _, b in w))
+            for (k, v), w in zip(got, want))
+    agree(name, "vLLM", ok, "validate-scales %s, vLLM: %s" % (
+        "valid" if valid else "invalid: " + rep["findings"][0]["message"],
+        kind if kind == "loaded" else got))
+
+
+def vllm_wrappers(work):
+    """kvcal's scales of the multimodal golden models, named as each
+    checkpoint names its language model's layers, and renamed: into the
+    other layout a wrapper's mapper takes (loads), into a causal LM's
+    (vLLM finds no module 'model'); a causal LM's scales under a wrapper's
+    name (no module 'language_model')."""
+    import random
+    ids = os.path.join(work, "wrapper_ids.jsonl")
+    rng = random.Random(0)
+    with open(ids, "w") as fp:
+        for _ in range(4):
+            fp.write(json.dumps({"input_ids": [rng.randrange(120) for _ in range(40)]}) + "\n")
+    golden = os.path.join(ROOT, "tests", "fixtures", "golden")
+    for name, spec in list(WRAPPERS.items()) + [("mistral_mqa_fp16", None)]:
+        out = os.path.join(work, "wrapper_" + name)
+        shutil.rmtree(out, ignore_errors=True)
+        r = kvcal(["calibrate", "--model", os.path.join(golden, name), "--dataset", ids,
+                   "--num-samples", "4", "--seq-len", "40", "--format", "checkpoint",
+                   "--quiet", "--out", out])
+        if r.returncode:
+            agree("kvcal calibrate " + name, "kvcal", False, r.stderr.strip())
+            continue
+        wrapper_case("kvcal-written " + name, out, spec)
+        layers = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+        prefix = next(k for k in layers["weight_map"] if k.endswith(".self_attn.k_scale"))
+        prefix = prefix[:prefix.index("layers.")]
+        others = (["model."] + [p for p in ("model.language_model.", "language_model.model.")
+                                if p != prefix]) if spec else ["language_model.model."]
+        for other in others:
+            wrapper_case("%s scales renamed %s -> %s" % (name, prefix, other),
+                         renamed(out, out + "_as_" + other.rstrip("."), prefix, other), spec)
+    say("vLLM: the multimodal golden models' scales, as written and renamed")
 
 
 def vllm_query_scales(work):
@@ -768,6 +905,7 @@ def main():
     kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
            "--format", "checkpoint", "--quiet", "--out", os.path.join(a.work, "stories_ck")])
     parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints),
+             ("vLLM multimodal", vllm_wrappers),
              ("vLLM q_scale", vllm_query_scales), ("vLLM nvfp4", vllm_nvfp4_modelopt),
              ("compressed-tensors int8 / nvfp4", ct_dtypes)]
     if not a.skip_e2e:

@@ -1,0 +1,192 @@
+/* tests/test_multimodal_cli.c: multimodal models calibrated on text, as a
+ * user runs kvcal on them: the checkpoint scales are named as the model's
+ * own weights name its language model's layers (language_model.model. as
+ * Gemma 3 and Mistral 3 were released, model.language_model. as
+ * transformers 4.52 and later save Qwen3-VL), and validate-scales refuses
+ * a name vLLM's loader would not find (tests/engines/run.py checks the same
+ * files against vLLM's own loaders). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint/safetensors.h"
+#include "io/json_file.h"
+#include "tests/test_util.h"
+
+#define GOLDEN "tests/fixtures/golden/"
+#define SMALL "--num-samples 2 --seq-len 24 --quiet"
+
+/* A token set of 2 samples below the golden models' vocabulary of 128. */
+static const char *ids_file(void)
+{
+    const char *path = kvcal_test_path("multimodal_ids.jsonl");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(path, 2, 24, 120, 7), 0);
+    return path;
+}
+
+/* calibrate --format checkpoint of golden model `name` into a fresh
+ * directory of the test tmpdir (its path in a static buffer). */
+static const char *calibrated(const char *name)
+{
+    static char out[600];
+    char args[2048];
+    snprintf(out, sizeof out, "%s", kvcal_test_path(name));
+    snprintf(args, sizeof args,
+             "calibrate --model " GOLDEN "%s --dataset '%s' " SMALL
+             " --format checkpoint --out '%s'",
+             name, ids_file(), out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    return out;
+}
+
+/* Whether every tensor of dir's kv_scales.safetensors is named
+ * <prefix>layers.<i>.self_attn.<k_scale|v_scale>, and there are some. */
+static int scales_named(const char *dir, const char *prefix)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/kv_scales.safetensors", dir);
+    kvcal_safetensors_t *st = NULL;
+    if (kvcal_safetensors_open(path, &st) != KVCAL_OK)
+        return 0;
+    int ok = kvcal_safetensors_count(st) > 0;
+    for (int i = 0; i < kvcal_safetensors_count(st); i++) {
+        const char *n = kvcal_safetensors_at(st, i)->name;
+        const size_t len = strlen(prefix);
+        ok &= !strncmp(n, prefix, len) && !strncmp(n + len, "layers.", 7) &&
+              strstr(n, ".self_attn.") != NULL;
+        if (!ok)
+            fprintf(stderr, "\n%s: %s is not under %s", dir, n, prefix);
+    }
+    kvcal_safetensors_close(st);
+    return ok;
+}
+
+/* The scales of dir with the prefix `from` of their names (in the tensors'
+ * file and in the index) replaced by `to`. */
+static void rename_scales(const char *dir, const char *from, const char *to)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/kv_scales.safetensors", dir);
+    kvcal_safetensors_t *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
+    const int n = kvcal_safetensors_count(st);
+    kvcal_tensor_out *out = calloc((size_t)n, sizeof *out);
+    char(*names)[128] = calloc((size_t)n, sizeof *names);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(names);
+    for (int i = 0; i < n; i++) {
+        const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
+        CU_ASSERT_EQUAL_FATAL(strncmp(t->name, from, strlen(from)), 0);
+        snprintf(names[i], sizeof names[i], "%s%s", to, t->name + strlen(from));
+        out[i].name = names[i];
+        out[i].dtype = t->dtype;
+        out[i].ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++)
+            out[i].shape[d] = t->shape[d];
+        out[i].data = t->data;
+    }
+    char moved[720];
+    snprintf(moved, sizeof moved, "%s.old", path);
+    CU_ASSERT_EQUAL_FATAL(rename(path, moved), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, out, n, NULL), KVCAL_OK);
+    kvcal_safetensors_close(st);
+    remove(moved);
+    free(out);
+    free(names);
+    /* the index lists them by name too */
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    cJSON *index = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &index), KVCAL_OK);
+    cJSON *map = cJSON_GetObjectItem(index, "weight_map"),
+          *renamed = cJSON_CreateObject();
+    for (cJSON *at = map->child; at; at = at->next) {
+        char name[256];
+        const int ours = !strcmp(at->valuestring, "kv_scales.safetensors");
+        snprintf(name, sizeof name, "%s%s", ours ? to : "",
+                 at->string + (ours ? strlen(from) : 0));
+        cJSON_AddStringToObject(renamed, name, at->valuestring);
+    }
+    cJSON_ReplaceItemInObject(index, "weight_map", renamed);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, index), KVCAL_OK);
+    cJSON_Delete(index);
+}
+
+/* validate-scales of dir: its exit code, and whether its stderr and
+ * stdout hold needle (NULL: nothing asked). */
+static int validate(const char *dir, const char *needle)
+{
+    char args[800], *out = NULL;
+    snprintf(args, sizeof args, "validate-scales '%s'", dir);
+    int rc = kvcal_test_run_kvcal(args, &out);
+    if (needle && !(out && strstr(out, needle)) && !kvcal_test_kvcal_stderr_has(needle))
+        rc = -2;
+    free(out);
+    return rc;
+}
+
+static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
+{
+    static const struct {
+        const char *model, *prefix;
+    } cases[] = {
+        {"gemma3_mm_swa8_local_global_bf16", "language_model.model."},
+        {"mistral3_mm_gqa_bf16", "language_model.model."},
+        {"qwen3_vl_mrope_qknorm_bf16", "model.language_model."},
+        {"mistral_mqa_fp16", "model."},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *out = calibrated(cases[i].model);
+        CU_ASSERT(scales_named(out, cases[i].prefix));
+        CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
+    }
+}
+
+/* vLLM maps both wrapped layouts of Gemma 3 and Mistral 3 to its
+ * language_model.model, a causal LM's model. for Mistral 3 alone, and
+ * finds no module for a wrapped name in a causal LM. */
+static void validate_scales_refuses_a_layout_vllm_does_not_map(void)
+{
+    const char *out = calibrated("gemma3_mm_swa8_local_global_bf16");
+    rename_scales(out, "language_model.model.", "model.language_model.");
+    CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
+    rename_scales(out, "model.language_model.", "model.");
+    CU_ASSERT_EQUAL(validate(out, "a causal LM's name, but the model keeps its language "
+                                  "model in a multimodal one"),
+                    1);
+    out = calibrated("mistral3_mm_gqa_bf16");
+    rename_scales(out, "language_model.model.", "model.");
+    CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
+    out = calibrated("mistral_mqa_fp16");
+    rename_scales(out, "model.", "language_model.model.");
+    CU_ASSERT_EQUAL(validate(out, "a multimodal model's name, but the model is a causal "
+                                  "LM"),
+                    1);
+}
+
+/* vllm-ascend's C8 names are model.layers.<i>: a multimodal model's are
+ * refused in one line, nothing written. */
+static void ascend_scales_of_a_multimodal_model_are_refused(void)
+{
+    char args[2048], out[600];
+    snprintf(out, sizeof out, "%s", kvcal_test_path("mm-ascend"));
+    snprintf(args, sizeof args,
+             "calibrate --model " GOLDEN
+             "gemma3_mm_swa8_local_global_bf16 --dataset '%s' " SMALL
+             " --kv-dtype int8 --format ascend --out '%s'",
+             ids_file(), out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(
+        kvcal_test_kvcal_stderr_has("keeps its language model in a multimodal model"));
+    FILE *f = fopen(out, "r");
+    CU_ASSERT_PTR_NULL(f);
+    if (f)
+        fclose(f);
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(calibrate_names_the_scales_as_the_checkpoint_names_its_layers),
+    KVCAL_TEST(validate_scales_refuses_a_layout_vllm_does_not_map),
+    KVCAL_TEST(ascend_scales_of_a_multimodal_model_are_refused),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(multimodal_cli, KVCAL_NEEDS_NOTHING, tests)
