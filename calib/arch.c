@@ -51,14 +51,19 @@ const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture)
     return NULL;
 }
 
+#define KIMI_K25_MISSING                                                                 \
+    "the released experts' INT4 weights (compressed-tensors pack-quantized) and "        \
+    "tests of this multimodal model (its language model is DeepSeek-V3's, which "        \
+    "kvcal runs as DeepseekV3ForCausalLM)"
+
 /* Architectures served with FP8 caches that kvcal refuses, and what it
  * lacks for each (the configs of transformers' own classes). */
 static const struct {
     const char *architecture, *missing;
 } not_yet[] = {
-    {"Kimi_K25ForConditionalGeneration",
-     "the multimodal wrapper's weight names (its language model is "
-     "DeepSeek-V3's, which kvcal runs as DeepseekV3ForCausalLM)"},
+    /* transformers' class, and the released config's name */
+    {"Kimi_K25ForConditionalGeneration", KIMI_K25_MISSING},
+    {"KimiK25ForConditionalGeneration", KIMI_K25_MISSING},
     {"DeepseekV4ForCausalLM",
      "DeepSeek-V4's attention: the compressed sparse and heavily compressed "
      "branches beside a sliding window, and their indexer"},

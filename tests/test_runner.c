@@ -829,7 +829,7 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
         "K and V, the others are linear_attention), which is not supported "
         "yet");
-    /* DeepSeek-V4 and Kimi K2.5's multimodal wrapper: what kvcal lacks, not
+    /* DeepSeek-V4 and Kimi K2.5's multimodal model: what kvcal lacks, not
      * the list of what it runs */
     static const struct {
         const char *architecture, *model_type, *lacks;
@@ -839,7 +839,10 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
          "attention"},
         {"Kimi_K25ForConditionalGeneration", "kimi_k25",
          "Kimi_K25ForConditionalGeneration is not supported yet: kvcal lacks the "
-         "multimodal wrapper's weight names"},
+         "released experts' INT4 weights"},
+        {"KimiK25ForConditionalGeneration", "kimi_k25",
+         "KimiK25ForConditionalGeneration is not supported yet: kvcal lacks the "
+         "released experts' INT4 weights"},
     };
     for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++) {
         char edit[256];
