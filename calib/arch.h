@@ -245,6 +245,10 @@ typedef struct kvcal_arch_wrapper {
     const char *architecture;      /* "Gemma3ForConditionalGeneration" */
     const char *text_architecture; /* "Gemma3ForCausalLM" */
     const char *text_model_type;   /* text_config's model_type, "gemma3_text" */
+    /* the model_type of its released configs, which keep the language
+     * model's fields at the top level and its weights under "model."
+     * (Qwen2.5-VL: "qwen2_5_vl"); NULL where they nest them */
+    const char *flat_model_type;
 } kvcal_arch_wrapper;
 
 /* The wrapper entry of `architecture`, or NULL. */

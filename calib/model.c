@@ -370,13 +370,14 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
     const kvcal_arch_wrapper *w = kvcal_arch_wrapper_find(c->architecture);
     if (!w)
         return describe_family(m, c);
-    if (!c->text_config)
+    const int flat = w->flat_model_type && !strcmp(c->model_type, w->flat_model_type);
+    if (!c->text_config && !flat)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: config.json: %s with its language model's fields at the "
                           "top level, not in text_config as transformers writes them "
                           "(num_hidden_layers is there); fix config.json",
                           m->path, c->architecture);
-    if (strcmp(c->model_type, w->text_model_type))
+    if (!flat && strcmp(c->model_type, w->text_model_type))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: config.json: %s's text_config.model_type is '%s'; kvcal "
                           "runs its language model when it is '%s' (%s)",
@@ -395,29 +396,34 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
 
 /* Where the checkpoint keeps the language model (m->desc's lm_prefix and
  * head_prefix): a causal LM's under "model.", a multimodal wrapper's
- * under "model.language_model." (saved by transformers 4.52 and later) or
+ * (w) under "model.language_model." (saved by transformers 4.52 and later),
  * "language_model.model." (as Gemma 3, Mistral 3 and Kimi K2.5 were
- * released), told apart by the embedding's name. */
-static kvcal_status find_language_model(kvcal_model_t *m, int wrapper)
+ * released) or, for a wrapper released flat (Qwen2.5-VL), "model.", told
+ * apart by the embedding's name. */
+static kvcal_status find_language_model(kvcal_model_t *m, const kvcal_arch_wrapper *w)
 {
-    static const char *const layouts[][2] = {
-        {"model.language_model.", ""}, {"language_model.model.", "language_model."}};
+    static const char *const layouts[][2] = {{"model.language_model.", ""},
+                                             {"language_model.model.", "language_model."},
+                                             {"model.", ""}};
     kvcal_model_desc *d = &m->desc;
     snprintf(d->lm_prefix, sizeof d->lm_prefix, "model.");
     d->head_prefix[0] = '\0';
-    for (int i = 0; wrapper && i < 2; i++) {
+    const int tried = !w ? 0 : w->flat_model_type ? 3 : 2;
+    for (int i = 0; i < tried; i++) {
         snprintf(d->lm_prefix, sizeof d->lm_prefix, "%s", layouts[i][0]);
         snprintf(d->head_prefix, sizeof d->head_prefix, "%s", layouts[i][1]);
         if (find_top(m, d->arch->embed))
             return KVCAL_OK;
     }
-    if (wrapper)
+    if (w)
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: the checkpoint holds neither "
                           "model.language_model.embed_tokens.weight nor "
-                          "language_model.model.embed_tokens.weight: is it the whole "
+                          "language_model.model.embed_tokens.weight%s: is it the whole "
                           "checkpoint of this %s?",
-                          m->path, d->architecture);
+                          m->path,
+                          w->flat_model_type ? " nor model.embed_tokens.weight" : "",
+                          d->architecture);
     return KVCAL_OK;
 }
 
@@ -610,7 +616,7 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
      * them; no FP8 weight to look for (the FP8 reader refuses mxfp4) */
     const int mxfp4 = !strcmp(c.quant_method, "mxfp4") && reads_mxfp4(m->desc.arch);
     if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
-        (st = find_language_model(m, kvcal_arch_wrapper_find(c.architecture) != NULL)) ||
+        (st = find_language_model(m, kvcal_arch_wrapper_find(c.architecture))) ||
         (!mxfp4 && (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8))))
         return st;
     const kvcal_model_desc *d = &m->desc;

@@ -351,6 +351,22 @@ def wrapper_configs(tf, common):
             image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
             vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
          "bfloat16", "new", "float64"),
+        # Qwen2.5-VL as released: its config flat (the language model's
+        # fields beside vision_config, model_type qwen2_5_vl, rope_scaling
+        # {"type": "mrope"}) and its layers under model. (to_flat_config);
+        # Qwen2's q/k/v biases
+        ("qwen2_5_vl_flat_mrope_bias_bf16", tf.Qwen2_5_VLConfig(
+            text_config=dict(
+                hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=VOCAB,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3]},
+                **text),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=64, fullatt_block_indexes=[0]),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "old", "float64"),
     ]
 
 
@@ -642,6 +658,24 @@ def to_old_style(cfg_path):
         json.dump(cfg, f, indent=2)
 
 
+def to_flat_config(cfg_path):
+    """Rewrites a transformers 5 Qwen2.5-VL config.json as Qwen's released
+    ones are: the language model's fields at the top level, its rope
+    parameters as rope_theta and rope_scaling {"type": "mrope",
+    "mrope_section": ...}."""
+    with open(cfg_path) as fp:
+        cfg = json.load(fp)
+    text = cfg.pop("text_config")
+    rope = text.pop("rope_parameters")
+    for key in ("model_type", "architectures", "dtype", "transformers_version"):
+        text.pop(key, None)
+    cfg.update(text)
+    cfg["rope_theta"] = rope["rope_theta"]
+    cfg["rope_scaling"] = {"type": "mrope", "mrope_section": rope["mrope_section"]}
+    with open(cfg_path, "w") as fp:
+        json.dump(cfg, fp, indent=2, sort_keys=True)
+
+
 def capture_kv(model, torch):
     """Hooks every attention module; returns the list it appends (K, V) to
     (an MLA module's entry as both)."""
@@ -736,7 +770,9 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     for extra in os.listdir(d):
         if extra not in ("config.json", "model.safetensors"):
             os.remove(os.path.join(d, extra))
-    if style == "old":
+    if style == "old" and cfg.model_type == "qwen2_5_vl":
+        to_flat_config(os.path.join(d, "config.json"))
+    elif style == "old":
         to_old_style(os.path.join(d, "config.json"))
     if cfg.model_type in ("deepseek_v32", "glm_moe_dsa"):
         without_layer_types(os.path.join(d, "config.json"))

@@ -132,6 +132,7 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
         {"gemma3_mm_swa8_local_global_bf16", "language_model.model."},
         {"mistral3_mm_gqa_bf16", "language_model.model."},
         {"qwen3_vl_mrope_qknorm_bf16", "model.language_model."},
+        {"qwen2_5_vl_flat_mrope_bias_bf16", "model."},
         {"mistral_mqa_fp16", "model."},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -141,9 +142,10 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
     }
 }
 
-/* vLLM maps both wrapped layouts of Gemma 3 and Mistral 3 to its
- * language_model.model, a causal LM's model. for Mistral 3 alone, and
- * finds no module for a wrapped name in a causal LM. */
+/* vLLM maps both wrapped layouts of Gemma 3, Mistral 3 and Qwen2.5-VL to
+ * its language_model.model, a causal LM's model. for Mistral 3 and
+ * Qwen2.5-VL alone, and finds no module for a wrapped name in a causal
+ * LM. */
 static void validate_scales_refuses_a_layout_vllm_does_not_map(void)
 {
     const char *out = calibrated("gemma3_mm_swa8_local_global_bf16");
@@ -155,6 +157,11 @@ static void validate_scales_refuses_a_layout_vllm_does_not_map(void)
                     1);
     out = calibrated("mistral3_mm_gqa_bf16");
     rename_scales(out, "language_model.model.", "model.");
+    CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
+    /* Qwen2.5-VL released flat, its layers under model.: a wrapped name
+     * loads too */
+    out = calibrated("qwen2_5_vl_flat_mrope_bias_bf16");
+    rename_scales(out, "model.", "model.language_model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
     out = calibrated("mistral_mqa_fp16");
     rename_scales(out, "model.", "language_model.model.");

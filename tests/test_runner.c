@@ -327,6 +327,9 @@ static void runner_matches_transformers_multimodal_language_models(void)
     check_against_golden("gemma3_mm_swa8_local_global_bf16");
     check_against_golden("mistral3_mm_gqa_bf16");
     check_against_golden("qwen3_vl_mrope_qknorm_bf16");
+    /* Qwen2.5-VL as released: its config flat, rope_scaling "mrope", its
+     * layers under model. and its visual tower under visual. */
+    check_against_golden("qwen2_5_vl_flat_mrope_bias_bf16");
 }
 
 /* Gemma 2: alternating sliding and global layers, attention scores and
@@ -759,7 +762,8 @@ static void model_open_lists_the_supported_architectures(void)
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Gemma3ForConditionalGeneration, "
-        "Mistral3ForConditionalGeneration and Qwen3VLForConditionalGeneration");
+        "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration and "
+        "Qwen2_5_VLForConditionalGeneration");
 }
 
 /* A wrapper whose text_config is another language model than the one kvcal

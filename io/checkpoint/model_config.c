@@ -171,6 +171,21 @@ static kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **
 
 /* The transformers config class defaults of the sizes a config.json may
  * omit; other model types keep 0 (unknown). */
+/* The family whose fields config model_type `t` has: a multimodal model's
+ * language model reads as its text family (Qwen3-VL's qwen3_vl_text as
+ * qwen3; Qwen2.5-VL's qwen2_5_vl and qwen2_5_vl_text as qwen2), any other
+ * as itself. */
+static const char *family_type(const char *t)
+{
+    static const char *const alias[][2] = {{"qwen3_vl_text", "qwen3"},
+                                           {"qwen2_5_vl", "qwen2"},
+                                           {"qwen2_5_vl_text", "qwen2"}};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (!strcmp(t, alias[i][0]))
+            return alias[i][1];
+    return t;
+}
+
 static void cfg_default_sizes(kvcal_model_config *c)
 {
     static const struct {
@@ -181,6 +196,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"qwen2", 32768, 151936, 22016},
                     {"qwen3", 32768, 151936, 22016},
                     {"qwen3_vl_text", 128000, 151936, 22016},
+                    {"qwen2_5_vl", 32768, 152064, 29568},
+                    {"qwen2_5_vl_text", 32768, 152064, 29568},
                     {"qwen2_moe", 32768, 151936, 5632},
                     {"qwen3_moe", 32768, 151936, 6144},
                     {"mixtral", 131072, 32000, 14336},
@@ -223,9 +240,15 @@ static const struct {
     const char *name;
     kvcal_rope_type type;
 } rope_types[] = {
-    {"default", KVCAL_ROPE_DEFAULT}, {"linear", KVCAL_ROPE_LINEAR},
-    {"llama3", KVCAL_ROPE_LLAMA3},   {"dynamic", KVCAL_ROPE_DYNAMIC},
-    {"yarn", KVCAL_ROPE_YARN},       {"longrope", KVCAL_ROPE_LONGROPE},
+    {"default", KVCAL_ROPE_DEFAULT},
+    {"linear", KVCAL_ROPE_LINEAR},
+    {"llama3", KVCAL_ROPE_LLAMA3},
+    {"dynamic", KVCAL_ROPE_DYNAMIC},
+    {"yarn", KVCAL_ROPE_YARN},
+    {"longrope", KVCAL_ROPE_LONGROPE},
+    /* Qwen2-VL's and Qwen2.5-VL's "mrope": transformers reads it as default
+     * (its sections rotate the same angles on text, whose 3 axes agree) */
+    {"mrope", KVCAL_ROPE_DEFAULT},
 };
 
 /* Reads the scaling fields of `sc` (rope_parameters or rope_scaling). */
@@ -466,6 +489,9 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         c->rope_theta = 1000000.0;
     else if (!strcmp(c->model_type, "qwen3_vl_text"))
         c->rope_theta = 500000.0;
+    else if (!strcmp(family_type(c->model_type), "qwen2") &&
+             strcmp(c->model_type, "qwen2"))
+        c->rope_theta = 1000000.0; /* Qwen2.5-VL's */
     if ((s = cfg_object(top, "rope_parameters", &params)) != KVCAL_OK ||
         (s = cfg_object(top, "rope_scaling", &scaling)) != KVCAL_OK ||
         (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
@@ -536,8 +562,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
     if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
         if (!strcmp(c->model_type, "mistral"))
             c->num_kv_heads = 8;
-        else if (!strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3") ||
-                 !strcmp(c->model_type, "qwen3_vl_text"))
+        else if (!strcmp(family_type(c->model_type), "qwen2") ||
+                 !strcmp(family_type(c->model_type), "qwen3"))
             c->num_kv_heads = 32;
         else if (!strcmp(c->model_type, "gemma2") ||
                  !strcmp(c->model_type, "gemma3_text"))
@@ -561,8 +587,7 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         c->head_dim = c->qk_rope_head_dim;
         return KVCAL_OK;
     }
-    const int qwen3 =
-        !strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "qwen3_vl_text");
+    const int qwen3 = !strcmp(family_type(c->model_type), "qwen3");
     if (qwen3 || !strcmp(c->model_type, "gemma3_text") ||
         !strcmp(c->model_type, "gemma2")) {
         c->head_dim = qwen3 ? 128 : 256;
@@ -588,15 +613,14 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
 static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c)
 {
     kvcal_status s;
-    int is_qwen2 = !strcmp(c->model_type, "qwen2");
-    int is_qwen3 = !strcmp(c->model_type, "qwen3");
+    int is_qwen2 = !strcmp(family_type(c->model_type), "qwen2");
+    int is_qwen3 = !strcmp(family_type(c->model_type), "qwen3");
     int qwen_moe = !strcmp(c->model_type, "qwen2_moe") || !strcmp(c->model_type, "qwen3_moe");
     if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK)
         return s;
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
     c->qk_norm = is_qwen3 || !strcmp(c->model_type, "qwen3_moe") ||
-                 !strcmp(c->model_type, "qwen3_vl_text") ||
                  !strcmp(c->model_type, "gemma3_text");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
@@ -998,10 +1022,11 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * MLA (deepseek_v2, deepseek_v3, kimi_k2, which is deepseek_v3's,
  * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa). */
 static const char *const known_kv_families[] = {
-    "llama",         "mistral",      "qwen2",       "qwen3",       "qwen2_moe",
-    "qwen3_moe",     "mixtral",      "phi3",        "gemma2",      "gemma3_text",
-    "glm4_moe",      "qwen3_next",   "deepseek_v2", "deepseek_v3", "kimi_k2",
-    "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa", "gpt_oss",     "qwen3_vl_text"};
+    "llama",         "mistral",        "qwen2",       "qwen3",       "qwen2_moe",
+    "qwen3_moe",     "mixtral",        "phi3",        "gemma2",      "gemma3_text",
+    "glm4_moe",      "qwen3_next",     "deepseek_v2", "deepseek_v3", "kimi_k2",
+    "glm4_moe_lite", "deepseek_v32",   "glm_moe_dsa", "gpt_oss",     "qwen3_vl_text",
+    "qwen2_5_vl",    "qwen2_5_vl_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1182,6 +1207,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     if (!found)
         return cfg_missing(top, "model_type", "");
     c->text_config = f != top;
+    c->multimodal = c->text_config || cJSON_IsObject(cfg_item(top, "vision_config"));
     cfg_default_sizes(c);
     /* Gemma2Config's and Gemma3TextConfig's default, which Gemma 3's
      * multimodal configs leave to the class */

@@ -45,6 +45,9 @@ typedef struct kvcal_model_config {
     /* 1: the language model's fields came from text_config (a multimodal
      * wrapper's config: Gemma 3, Mistral 3, Qwen3-VL, Kimi K2.5) */
     int text_config;
+    /* 1: a multimodal model's config (text_config, or a vision_config beside
+     * the language model's fields, as Qwen2.5-VL's released ones) */
+    int multimodal;
     int num_layers;          /* num_hidden_layers */
     int hidden_size;
     int intermediate_size;

@@ -565,13 +565,11 @@ kvcal_status kvcal_scales_write_ascend(const kvcal_scales_t *s, const char *dir,
     kvcal_checkpoint_t *model = NULL;
     if ((st = kvcal_model_config_load(model_dir, &mc)))
         return st;
-    if (kvcal_lm_prefix_of_model_dir(model_dir, mc.text_config
-                                                    ? KVCAL_LM_WRAPPED
-                                                    : KVCAL_LM_CAUSAL) != KVCAL_LM_CAUSAL)
+    if (mc.multimodal)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s keeps its language model in a multimodal model, and "
-                          "kvcal writes vllm-ascend's C8 scales of model.layers.<i> "
-                          "alone; write --format kvcal or checkpoint",
+                          "kvcal writes vllm-ascend's C8 scales for causal LMs alone "
+                          "(model.layers.<i>); write --format kvcal or checkpoint",
                           dir, mc.architecture);
     if (kvcal_checkpoint_open(model_dir, &model))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,

@@ -1308,9 +1308,9 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     int num_layers = c.model ? c.model->num_layers : 0;
     kvcal_format flavor = KVCAL_FORMAT_CHECKPOINT;
     const int weights = weights_layout(dir, ck);
-    const int wrapped = weights >= 0 ? weights != KVCAL_LM_CAUSAL
-                        : c.model    ? c.model->text_config
-                                     : -1;
+    const int wrapped = c.model        ? c.model->multimodal
+                        : weights >= 0 ? weights != KVCAL_LM_CAUSAL
+                                       : -1;
     if ((st = collect(ck, &num_layers, c.model != NULL, wrapped,
                       c.model ? c.model->architecture : "", rep, &lt, &flavor)))
         goto fail;
@@ -1694,7 +1694,7 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
     /* the scales beside the layers, named as the model's weights are (a
      * multimodal model's without weights: as transformers saves one) */
     const char *prefix = kvcal_lm_prefix(kvcal_lm_prefix_of_model_dir(
-        model_dir, mc.text_config ? KVCAL_LM_WRAPPED : KVCAL_LM_CAUSAL));
+        model_dir, mc.multimodal ? KVCAL_LM_WRAPPED : KVCAL_LM_CAUSAL));
     names = malloc((size_t)n * 128);
     data = malloc(sizeof(float) * (size_t)n * heads);
     tensors = calloc((size_t)n, sizeof *tensors);

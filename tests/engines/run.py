@@ -495,6 +495,9 @@ WRAPPERS = {
     "qwen3_vl_mrope_qknorm_bf16": (
         "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_vl", "Qwen3LLMForCausalLM",
         "Qwen3LLMModel"),
+    "qwen2_5_vl_flat_mrope_bias_bf16": (
+        "qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2", "Qwen2ForCausalLM",
+        "Qwen2Model"),
 }
 
 
@@ -518,7 +521,7 @@ def wrapper_load(d, spec):
         if spec:
             wrapper, = classes(spec[0], spec[1])
             lm_cls, model_cls = classes(spec[2], spec[3], spec[4])
-            lm = build_model(cfg["text_config"], qconf, 1,
+            lm = build_model(cfg.get("text_config", cfg), qconf, 1,
                              (lm_cls.load_weights, lm_cls.hf_to_vllm_mapper,
                               model_cls.load_weights, model_cls.hf_to_vllm_mapper))
             for attr in ("maybe_remap_mistral", "mistral_mapping"):  # Mistral's loader
@@ -606,8 +609,8 @@ def vllm_wrappers(work):
         layers = json.load(open(os.path.join(out, "model.safetensors.index.json")))
         prefix = next(k for k in layers["weight_map"] if k.endswith(".self_attn.k_scale"))
         prefix = prefix[:prefix.index("layers.")]
-        others = (["model."] + [p for p in ("model.language_model.", "language_model.model.")
-                                if p != prefix]) if spec else ["language_model.model."]
+        others = [p for p in ("model.", "model.language_model.", "language_model.model.")
+                  if p != prefix] if spec else ["language_model.model."]
         for other in others:
             wrapper_case("%s scales renamed %s -> %s" % (name, prefix, other),
                          renamed(out, out + "_as_" + other.rstrip("."), prefix, other), spec)
