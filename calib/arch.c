@@ -13,6 +13,7 @@ extern const kvcal_arch kvcal_arch_glm4_moe;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
 extern const kvcal_arch kvcal_arch_gpt_oss;
+extern const kvcal_arch kvcal_arch_qwen3_vl_moe;
 
 static const kvcal_arch *const families[] = {
     &kvcal_arch_llama,       &kvcal_arch_qwen_moe,   &kvcal_arch_mixtral,
@@ -39,11 +40,13 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
  * and Qwen2.5-VL's 3-axis positions (equal on text, so one RoPE) and
  * Qwen3-VL's deepstack inputs act on images only. */
 static const kvcal_arch_wrapper wrappers[] = {
-    {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", NULL},
-    {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral", NULL},
-    {"Qwen3VLForConditionalGeneration", "Qwen3ForCausalLM", "qwen3_vl_text", NULL},
+    {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", NULL, NULL},
+    {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral", NULL, NULL},
+    {"Qwen3VLForConditionalGeneration", "Qwen3ForCausalLM", "qwen3_vl_text", NULL, NULL},
+    {"Qwen3VLMoeForConditionalGeneration", "Qwen3MoeForCausalLM", "qwen3_vl_moe_text",
+     NULL, &kvcal_arch_qwen3_vl_moe},
     {"Qwen2_5_VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_5_vl_text",
-     "qwen2_5_vl"},
+     "qwen2_5_vl", NULL},
 };
 
 const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture)

@@ -249,6 +249,10 @@ typedef struct kvcal_arch_wrapper {
      * model's fields at the top level and its weights under "model."
      * (Qwen2.5-VL: "qwen2_5_vl"); NULL where they nest them */
     const char *flat_model_type;
+    /* the family that runs it where the checkpoint's weights differ from
+     * text_architecture's (Qwen3-VL-MoE's stacked experts), else NULL: the
+     * family of text_architecture */
+    const struct kvcal_arch *family;
 } kvcal_arch_wrapper;
 
 /* The wrapper entry of `architecture`, or NULL. */

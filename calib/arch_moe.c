@@ -21,6 +21,9 @@
 
 static const char *const qwen_architectures[] = {"Qwen2MoeForCausalLM",
                                                  "Qwen3MoeForCausalLM", NULL};
+/* Qwen3-VL-MoE's language model has no class of its own: its wrapper
+ * (calib/arch.c) names this family */
+static const char *const no_architectures[] = {NULL};
 static const char *const mixtral_architectures[] = {"MixtralForCausalLM", NULL};
 
 /* config.json: Qwen2-MoE has q/k/v biases (never o), Qwen3-MoE attention_bias
@@ -155,5 +158,52 @@ const kvcal_arch kvcal_arch_mixtral = {
     .describe = describe,
     .layer = layer,
     .layer_ops = (int)(sizeof layer / sizeof layer[0]),
+};
+/* Qwen3-VL-MoE's language model (Qwen3VLMoeForConditionalGeneration's):
+ * Qwen3-MoE's layers with the experts of a layer in two tensors, as
+ * released and as vLLM loads them (is_fused_checkpoint_transposed):
+ * gate_up_proj (experts, hidden, 2 inter), gate's columns then up's, and
+ * down_proj (experts, inter, hidden). Its bf16 checkpoints alone. */
+static kvcal_status describe_vl_moe(const kvcal_model_config *c, kvcal_model_desc *d)
+{
+    if (c->quant_method[0])
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "config.json: Qwen3-VL-MoE quantized with quant_method '%s' is "
+                          "not supported; kvcal reads its bf16 checkpoint (the quantized "
+                          "ones' fused experts are not read yet)",
+                          c->quant_method);
+    return describe(c, d);
+}
+
+#define STACKED(name, rows, cols) \
+    {{{name, rows, cols, KVCAL_PART_TRANSPOSED}}, KVCAL_WHEN_MOE_LAYERS, KVCAL_EXPERTS_STACKED}
+
+const kvcal_arch kvcal_arch_qwen3_vl_moe = {
+    .family = "qwen3_vl_moe",
+    .architectures = no_architectures,
+    .layer_prefix = "model.layers.%d.",
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm.weight",
+    .lm_head = "lm_head.weight",
+    .weights = {
+        ATTENTION_WEIGHTS,
+        [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
+                              {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},
+                             KVCAL_WHEN_DENSE_LAYERS},
+        [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},
+                          KVCAL_WHEN_DENSE_LAYERS},
+        [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},
+                            KVCAL_WHEN_MOE_LAYERS},
+        [KVCAL_W_EXPERT_GATE_UP] = STACKED("mlp.experts.gate_up_proj", KVCAL_DIM_2MOE_INTER,
+                                           KVCAL_DIM_HIDDEN),
+        [KVCAL_W_EXPERT_DOWN] = STACKED("mlp.experts.down_proj", KVCAL_DIM_HIDDEN,
+                                        KVCAL_DIM_MOE_INTER),
+    },
+    .refused = refused,
+    .describe = describe_vl_moe,
+    .layer = layer,
+    .layer_ops = (int)(sizeof layer / sizeof layer[0]),
+    .dense_layer = dense_layer,
+    .dense_layer_ops = (int)(sizeof dense_layer / sizeof dense_layer[0]),
 };
 // clang-format on

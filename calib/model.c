@@ -183,7 +183,9 @@ static kvcal_status check_top(const kvcal_model_t *m, const char *name, int64_t 
     return check_tensor(m, full, rows, cols, 0, &t);
 }
 
-static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *c)
+/* Describes m as family f (NULL: the family of c's architecture) runs it. */
+static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *c,
+                                    const kvcal_arch *f)
 {
     kvcal_model_desc *d = &m->desc;
     if (c->no_kv_layer_types[0])
@@ -199,7 +201,7 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
                           "kvcal does not know; it runs full_attention and "
                           "sliding_attention layers (fix the entry)",
                           m->path, c->unknown_layer, c->unknown_layer_type);
-    d->arch = kvcal_arch_find(c->architecture);
+    d->arch = f ? f : kvcal_arch_find(c->architecture);
     if (!d->arch && kvcal_arch_missing(c->architecture))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s is not supported yet: kvcal lacks %s", m->path,
@@ -369,7 +371,7 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
 {
     const kvcal_arch_wrapper *w = kvcal_arch_wrapper_find(c->architecture);
     if (!w)
-        return describe_family(m, c);
+        return describe_family(m, c, NULL);
     const int flat = w->flat_model_type && !strcmp(c->model_type, w->flat_model_type);
     if (!c->text_config && !flat)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -388,7 +390,7 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
     *tc = *c;
     snprintf(tc->architecture, sizeof tc->architecture, "%s", w->text_architecture);
-    kvcal_status st = describe_family(m, tc);
+    kvcal_status st = describe_family(m, tc, w->family);
     free(tc);
     snprintf(m->desc.architecture, sizeof m->desc.architecture, "%s", c->architecture);
     return st;

@@ -351,6 +351,23 @@ def wrapper_configs(tf, common):
             image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
             vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
          "bfloat16", "new", "float64"),
+        # Qwen3-VL-MoE: Qwen3-MoE's layers (8 experts of 48, top-3 always
+        # renormalized; layer 0 dense by mlp_only_layers) with each layer's
+        # experts in two tensors, written as released (to_released_experts)
+        ("qwen3_vl_moe_stacked_e8_top3_bf16", tf.Qwen3VLMoeConfig(
+            text_config=dict(
+                hidden_size=64, intermediate_size=96, moe_intermediate_size=48,
+                num_experts=8, num_experts_per_tok=3, mlp_only_layers=[0],
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                vocab_size=VOCAB,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                **dict(text, num_hidden_layers=3)),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=64, deepstack_visual_indexes=[0]),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
         # Qwen2.5-VL as released: its config flat (the language model's
         # fields beside vision_config, model_type qwen2_5_vl, rope_scaling
         # {"type": "mrope"}) and its layers under model. (to_flat_config);
@@ -676,6 +693,19 @@ def to_flat_config(cfg_path):
         json.dump(cfg, fp, indent=2, sort_keys=True)
 
 
+def to_released_experts(d):
+    """Qwen3-VL-MoE's fused experts as its released checkpoints and vLLM
+    (is_fused_checkpoint_transposed) hold them: gate_up_proj (experts,
+    hidden, 2 inter), down_proj (experts, inter, hidden); transformers 5.25
+    saves its parameters' (experts, out, in) and reads both."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(d, "model.safetensors")
+    t = load_file(path)
+    save_file({k: v.transpose(1, 2).contiguous()
+               if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")) else v
+               for k, v in t.items()}, path, metadata={"format": "pt"})
+
+
 def capture_kv(model, torch):
     """Hooks every attention module; returns the list it appends (K, V) to
     (an MLA module's entry as both)."""
@@ -770,6 +800,8 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
     for extra in os.listdir(d):
         if extra not in ("config.json", "model.safetensors"):
             os.remove(os.path.join(d, extra))
+    if cfg.model_type == "qwen3_vl_moe":
+        to_released_experts(d)
     if style == "old" and cfg.model_type == "qwen2_5_vl":
         to_flat_config(os.path.join(d, "config.json"))
     elif style == "old":

@@ -447,6 +447,26 @@ static void model_config_reads_a_multimodal_models_language_model(void)
     CU_ASSERT_EQUAL(c.max_position_embeddings, 128000);
     CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 500000.0, 0);
     CU_ASSERT_EQUAL(c.tie_word_embeddings, 0);
+    /* Qwen3-VL-MoE: transformers renormalizes the top-k whatever
+     * norm_topk_prob says, vLLM follows it: a false one is refused */
+    static const char moe[] =
+        "{\"architectures\": [\"Qwen3VLMoeForConditionalGeneration\"], "
+        "\"model_type\": \"qwen3_vl_moe\", \"text_config\": {\"hidden_size\": 2048, "
+        "\"model_type\": \"qwen3_vl_moe_text\", \"num_attention_heads\": 32, "
+        "\"num_hidden_layers\": 48, \"num_experts\": 128, \"num_experts_per_tok\": 8, "
+        "\"moe_intermediate_size\": 768, \"norm_topk_prob\": %s}, "
+        "\"vision_config\": {\"depth\": 27}}";
+    char text[1024];
+    snprintf(text, sizeof text, moe, "true");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(c.num_experts, 128);
+    CU_ASSERT_EQUAL(c.norm_topk_prob, 1);
+    CU_ASSERT_EQUAL(c.qk_norm, 1);
+    CU_ASSERT_EQUAL(c.num_kv_heads, 32);
+    snprintf(text, sizeof text, moe, "false");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("text_config.norm_topk_prob\" is false, but "
+                                   "transformers' Qwen3-VL-MoE renormalizes"));
 }
 
 static void model_config_defaults_absent_and_null_fields(void)

@@ -330,6 +330,9 @@ static void runner_matches_transformers_multimodal_language_models(void)
     /* Qwen2.5-VL as released: its config flat, rope_scaling "mrope", its
      * layers under model. and its visual tower under visual. */
     check_against_golden("qwen2_5_vl_flat_mrope_bias_bf16");
+    /* Qwen3-VL-MoE: each layer's experts in two tensors, (experts, hidden,
+     * 2 inter) and (experts, inter, hidden), as released */
+    check_against_golden("qwen3_vl_moe_stacked_e8_top3_bf16");
 }
 
 /* Gemma 2: alternating sliding and global layers, attention scores and
@@ -762,8 +765,8 @@ static void model_open_lists_the_supported_architectures(void)
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Gemma3ForConditionalGeneration, "
-        "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration and "
-        "Qwen2_5_VLForConditionalGeneration");
+        "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
+        "Qwen3VLMoeForConditionalGeneration and Qwen2_5_VLForConditionalGeneration");
 }
 
 /* A wrapper whose text_config is another language model than the one kvcal
@@ -792,6 +795,12 @@ static void model_open_names_what_a_multimodal_checkpoint_lacks(void)
         KVCAL_ERR_FORMAT,
         "holds neither model.language_model.embed_tokens.weight nor "
         "language_model.model.embed_tokens.weight");
+    /* Qwen3-VL-MoE's quantized checkpoints: their fused experts not read */
+    expect_open_error(edited_checkpoint("qwen3_vl_moe_stacked_e8_top3_bf16",
+                                        "{\"quantization_config\": {\"quant_method\": "
+                                        "\"fp8\", \"weight_block_size\": [128, 128]}}"),
+                      KVCAL_ERR_UNSUPPORTED,
+                      "Qwen3-VL-MoE quantized with quant_method 'fp8' is not supported");
     /* a wrapper's language model's fields at the top level */
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",

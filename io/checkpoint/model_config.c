@@ -173,11 +173,12 @@ static kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **
  * omit; other model types keep 0 (unknown). */
 /* The family whose fields config model_type `t` has: a multimodal model's
  * language model reads as its text family (Qwen3-VL's qwen3_vl_text as
- * qwen3; Qwen2.5-VL's qwen2_5_vl and qwen2_5_vl_text as qwen2), any other
- * as itself. */
+ * qwen3, qwen3_vl_moe_text as qwen3_moe; Qwen2.5-VL's qwen2_5_vl and
+ * qwen2_5_vl_text as qwen2), any other as itself. */
 static const char *family_type(const char *t)
 {
     static const char *const alias[][2] = {{"qwen3_vl_text", "qwen3"},
+                                           {"qwen3_vl_moe_text", "qwen3_moe"},
                                            {"qwen2_5_vl", "qwen2"},
                                            {"qwen2_5_vl_text", "qwen2"}};
     for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
@@ -196,6 +197,7 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"qwen2", 32768, 151936, 22016},
                     {"qwen3", 32768, 151936, 22016},
                     {"qwen3_vl_text", 128000, 151936, 22016},
+                    {"qwen3_vl_moe_text", 128000, 151936, 5632},
                     {"qwen2_5_vl", 32768, 152064, 29568},
                     {"qwen2_5_vl_text", 32768, 152064, 29568},
                     {"qwen2_moe", 32768, 151936, 5632},
@@ -487,7 +489,8 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         c->rope_theta = 150000.0;
     else if (!strcmp(c->model_type, "gemma3_text"))
         c->rope_theta = 1000000.0;
-    else if (!strcmp(c->model_type, "qwen3_vl_text"))
+    else if (!strcmp(c->model_type, "qwen3_vl_text") ||
+             !strcmp(c->model_type, "qwen3_vl_moe_text"))
         c->rope_theta = 500000.0;
     else if (!strcmp(family_type(c->model_type), "qwen2") &&
              strcmp(c->model_type, "qwen2"))
@@ -615,12 +618,13 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     kvcal_status s;
     int is_qwen2 = !strcmp(family_type(c->model_type), "qwen2");
     int is_qwen3 = !strcmp(family_type(c->model_type), "qwen3");
-    int qwen_moe = !strcmp(c->model_type, "qwen2_moe") || !strcmp(c->model_type, "qwen3_moe");
+    int qwen_moe = !strcmp(c->model_type, "qwen2_moe") ||
+                   !strcmp(family_type(c->model_type), "qwen3_moe");
     if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK)
         return s;
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
-    c->qk_norm = is_qwen3 || !strcmp(c->model_type, "qwen3_moe") ||
+    c->qk_norm = is_qwen3 || !strcmp(family_type(c->model_type), "qwen3_moe") ||
                  !strcmp(c->model_type, "gemma3_text");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
@@ -852,6 +856,8 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
         int experts, top_k, inter, shared, norm;
     } defaults[] = {{"qwen2_moe", 60, 4, 1408, 5632, 0},
                     {"qwen3_moe", 128, 8, 768, 0, 0},
+                    /* Qwen3-VL-MoE's: its top-k weights always renormalized */
+                    {"qwen3_vl_moe_text", 60, 4, 1408, 0, 1},
                     {"mixtral", 8, 2, 0, 0, 1},
                     {"glm4_moe", 128, 8, 1408, 0, 1},
                     {"gpt_oss", 128, 4, 0, 0, 1}};
@@ -923,6 +929,13 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_int(top, "shared_expert_intermediate_size", 0, INT_MAX,
                      &c->shared_expert_intermediate_size, NULL)) != KVCAL_OK)
         return s;
+    if (!strcmp(c->model_type, "qwen3_vl_moe_text") && !c->norm_topk_prob)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: field \"%snorm_topk_prob\" is false, but transformers' "
+                          "Qwen3-VL-MoE renormalizes the top-k weights whatever it says "
+                          "while vLLM follows it: the engine's K/V would not be "
+                          "transformers'; fix the field",
+                          top->name, top->prefix);
     if ((s = cfg_qwen_moe_windows(top, c)) != KVCAL_OK)
         return s;
     const cJSON *dense = cfg_item(top, "mlp_only_layers"), *it;
@@ -1021,12 +1034,29 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * attention layers of layer_types / full_attention_interval (qwen3_next), or
  * MLA (deepseek_v2, deepseek_v3, kimi_k2, which is deepseek_v3's,
  * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa). */
-static const char *const known_kv_families[] = {
-    "llama",         "mistral",        "qwen2",       "qwen3",       "qwen2_moe",
-    "qwen3_moe",     "mixtral",        "phi3",        "gemma2",      "gemma3_text",
-    "glm4_moe",      "qwen3_next",     "deepseek_v2", "deepseek_v3", "kimi_k2",
-    "glm4_moe_lite", "deepseek_v32",   "glm_moe_dsa", "gpt_oss",     "qwen3_vl_text",
-    "qwen2_5_vl",    "qwen2_5_vl_text"};
+static const char *const known_kv_families[] = {"llama",
+                                                "mistral",
+                                                "qwen2",
+                                                "qwen3",
+                                                "qwen2_moe",
+                                                "qwen3_moe",
+                                                "mixtral",
+                                                "phi3",
+                                                "gemma2",
+                                                "gemma3_text",
+                                                "glm4_moe",
+                                                "qwen3_next",
+                                                "deepseek_v2",
+                                                "deepseek_v3",
+                                                "kimi_k2",
+                                                "glm4_moe_lite",
+                                                "deepseek_v32",
+                                                "glm_moe_dsa",
+                                                "gpt_oss",
+                                                "qwen3_vl_text",
+                                                "qwen2_5_vl",
+                                                "qwen2_5_vl_text",
+                                                "qwen3_vl_moe_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {

@@ -495,6 +495,9 @@ WRAPPERS = {
     "qwen3_vl_mrope_qknorm_bf16": (
         "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_vl", "Qwen3LLMForCausalLM",
         "Qwen3LLMModel"),
+    "qwen3_vl_moe_stacked_e8_top3_bf16": (
+        "qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe",
+        "Qwen3MoeLLMForCausalLM", "Qwen3MoeLLMModel"),
     "qwen2_5_vl_flat_mrope_bias_bf16": (
         "qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2", "Qwen2ForCausalLM",
         "Qwen2Model"),
