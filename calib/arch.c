@@ -37,7 +37,7 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
  * in transformers (another one is a language model kvcal does not know).
  * With text alone the wrappers run their language model as the causal LM
  * would: Gemma 3's bidirectional image spans, Qwen3-VL's 3-axis positions
- * and Qwen2.5-VL's 3-axis positions (equal on text, so one RoPE) and
+ * and Qwen2(.5)-VL's 3-axis positions (equal on text, so one RoPE) and
  * Qwen3-VL's deepstack inputs act on images only. */
 static const kvcal_arch_wrapper wrappers[] = {
     {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", NULL, NULL},
@@ -47,6 +47,8 @@ static const kvcal_arch_wrapper wrappers[] = {
      NULL, &kvcal_arch_qwen3_vl_moe},
     {"Qwen2_5_VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_5_vl_text",
      "qwen2_5_vl", NULL},
+    {"Qwen2VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_vl_text", "qwen2_vl",
+     NULL},
 };
 
 const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture)

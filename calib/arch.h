@@ -247,7 +247,7 @@ typedef struct kvcal_arch_wrapper {
     const char *text_model_type;   /* text_config's model_type, "gemma3_text" */
     /* the model_type of its released configs, which keep the language
      * model's fields at the top level and its weights under "model."
-     * (Qwen2.5-VL: "qwen2_5_vl"); NULL where they nest them */
+     * (Qwen2.5-VL: "qwen2_5_vl", Qwen2-VL: "qwen2_vl"); NULL where they nest them */
     const char *flat_model_type;
     /* the family that runs it where the checkpoint's weights differ from
      * text_architecture's (Qwen3-VL-MoE's stacked experts), else NULL: the

@@ -400,7 +400,7 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
  * head_prefix): a causal LM's under "model.", a multimodal wrapper's
  * (w) under "model.language_model." (saved by transformers 4.52 and later),
  * "language_model.model." (as Gemma 3, Mistral 3 and Kimi K2.5 were
- * released) or, for a wrapper released flat (Qwen2.5-VL), "model.", told
+ * released) or, for a wrapper released flat (Qwen2-VL, Qwen2.5-VL), "model.", told
  * apart by the embedding's name. */
 static kvcal_status find_language_model(kvcal_model_t *m, const kvcal_arch_wrapper *w)
 {

@@ -384,6 +384,18 @@ def wrapper_configs(tf, common):
             image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
             vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
          "bfloat16", "old", "float64"),
+        # Qwen2-VL as released: the same flat config, its own model_type
+        ("qwen2_vl_flat_mrope_bias_bf16", tf.Qwen2VLConfig(
+            text_config=dict(
+                hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=VOCAB,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3]},
+                **text),
+            vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "old", "float64"),
     ]
 
 
@@ -676,7 +688,7 @@ def to_old_style(cfg_path):
 
 
 def to_flat_config(cfg_path):
-    """Rewrites a transformers 5 Qwen2.5-VL config.json as Qwen's released
+    """Rewrites a transformers 5 Qwen2(.5)-VL config.json as Qwen's released
     ones are: the language model's fields at the top level, its rope
     parameters as rope_theta and rope_scaling {"type": "mrope",
     "mrope_section": ...}."""
@@ -802,7 +814,7 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
             os.remove(os.path.join(d, extra))
     if cfg.model_type == "qwen3_vl_moe":
         to_released_experts(d)
-    if style == "old" and cfg.model_type == "qwen2_5_vl":
+    if style == "old" and cfg.model_type in ("qwen2_vl", "qwen2_5_vl"):
         to_flat_config(os.path.join(d, "config.json"))
     elif style == "old":
         to_old_style(os.path.join(d, "config.json"))

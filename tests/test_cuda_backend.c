@@ -104,6 +104,7 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("mistral3_mm_gqa_bf16");
     check_runner_golden("qwen3_vl_mrope_qknorm_bf16");
     check_runner_golden("qwen2_5_vl_flat_mrope_bias_bf16");
+    check_runner_golden("qwen2_vl_flat_mrope_bias_bf16");
 }
 
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert

@@ -133,6 +133,7 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
         {"mistral3_mm_gqa_bf16", "language_model.model."},
         {"qwen3_vl_mrope_qknorm_bf16", "model.language_model."},
         {"qwen2_5_vl_flat_mrope_bias_bf16", "model."},
+        {"qwen2_vl_flat_mrope_bias_bf16", "model."},
         {"qwen3_vl_moe_stacked_e8_top3_bf16", "model.language_model."},
         {"mistral_mqa_fp16", "model."},
     };

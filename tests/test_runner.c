@@ -330,6 +330,7 @@ static void runner_matches_transformers_multimodal_language_models(void)
     /* Qwen2.5-VL as released: its config flat, rope_scaling "mrope", its
      * layers under model. and its visual tower under visual. */
     check_against_golden("qwen2_5_vl_flat_mrope_bias_bf16");
+    check_against_golden("qwen2_vl_flat_mrope_bias_bf16");
     /* Qwen3-VL-MoE: each layer's experts in two tensors, (experts, hidden,
      * 2 inter) and (experts, inter, hidden), as released */
     check_against_golden("qwen3_vl_moe_stacked_e8_top3_bf16");
@@ -766,7 +767,8 @@ static void model_open_lists_the_supported_architectures(void)
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
-        "Qwen3VLMoeForConditionalGeneration and Qwen2_5_VLForConditionalGeneration");
+        "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration and "
+        "Qwen2VLForConditionalGeneration");
 }
 
 /* A wrapper whose text_config is another language model than the one kvcal

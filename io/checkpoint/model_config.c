@@ -173,14 +173,14 @@ static kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **
  * omit; other model types keep 0 (unknown). */
 /* The family whose fields config model_type `t` has: a multimodal model's
  * language model reads as its text family (Qwen3-VL's qwen3_vl_text as
- * qwen3, qwen3_vl_moe_text as qwen3_moe; Qwen2.5-VL's qwen2_5_vl and
- * qwen2_5_vl_text as qwen2), any other as itself. */
+ * qwen3, qwen3_vl_moe_text as qwen3_moe; Qwen2-VL's and Qwen2.5-VL's
+ * qwen2_vl, qwen2_5_vl and their _text as qwen2), any other as itself. */
 static const char *family_type(const char *t)
 {
-    static const char *const alias[][2] = {{"qwen3_vl_text", "qwen3"},
-                                           {"qwen3_vl_moe_text", "qwen3_moe"},
-                                           {"qwen2_5_vl", "qwen2"},
-                                           {"qwen2_5_vl_text", "qwen2"}};
+    static const char *const alias[][2] = {
+        {"qwen3_vl_text", "qwen3"}, {"qwen3_vl_moe_text", "qwen3_moe"},
+        {"qwen2_5_vl", "qwen2"},    {"qwen2_5_vl_text", "qwen2"},
+        {"qwen2_vl", "qwen2"},      {"qwen2_vl_text", "qwen2"}};
     for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
         if (!strcmp(t, alias[i][0]))
             return alias[i][1];
@@ -200,6 +200,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"qwen3_vl_moe_text", 128000, 151936, 5632},
                     {"qwen2_5_vl", 32768, 152064, 29568},
                     {"qwen2_5_vl_text", 32768, 152064, 29568},
+                    {"qwen2_vl", 32768, 152064, 29568},
+                    {"qwen2_vl_text", 32768, 152064, 29568},
                     {"qwen2_moe", 32768, 151936, 5632},
                     {"qwen3_moe", 32768, 151936, 6144},
                     {"mixtral", 131072, 32000, 14336},
@@ -494,7 +496,7 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         c->rope_theta = 500000.0;
     else if (!strcmp(family_type(c->model_type), "qwen2") &&
              strcmp(c->model_type, "qwen2"))
-        c->rope_theta = 1000000.0; /* Qwen2.5-VL's */
+        c->rope_theta = 1000000.0; /* Qwen2-VL's and Qwen2.5-VL's */
     if ((s = cfg_object(top, "rope_parameters", &params)) != KVCAL_OK ||
         (s = cfg_object(top, "rope_scaling", &scaling)) != KVCAL_OK ||
         (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
@@ -1056,7 +1058,9 @@ static const char *const known_kv_families[] = {"llama",
                                                 "qwen3_vl_text",
                                                 "qwen2_5_vl",
                                                 "qwen2_5_vl_text",
-                                                "qwen3_vl_moe_text"};
+                                                "qwen3_vl_moe_text",
+                                                "qwen2_vl",
+                                                "qwen2_vl_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {

@@ -501,6 +501,9 @@ WRAPPERS = {
     "qwen2_5_vl_flat_mrope_bias_bf16": (
         "qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2", "Qwen2ForCausalLM",
         "Qwen2Model"),
+    "qwen2_vl_flat_mrope_bias_bf16": (
+        "qwen2_vl", "Qwen2VLForConditionalGeneration", "qwen2", "Qwen2ForCausalLM",
+        "Qwen2Model"),
 }
 
 
