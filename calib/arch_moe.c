@@ -97,6 +97,17 @@ static const kvcal_op dense_layer[] = {
     [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,                \
                             KVCAL_DIM_NONE}}}
 
+/* Qwen's dense layers' MLP (mlp_only_layers, decoder_sparse_step) and the
+ * MoE layers' router */
+#define QWEN_DENSE_AND_ROUTER_WEIGHTS                                                           \
+    [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},          \
+                          {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},           \
+                         KVCAL_WHEN_DENSE_LAYERS},                                              \
+    [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},            \
+                      KVCAL_WHEN_DENSE_LAYERS},                                                 \
+    [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},             \
+                        KVCAL_WHEN_MOE_LAYERS}
+
 const kvcal_arch kvcal_arch_qwen_moe = {
     .family = "qwen_moe",
     .architectures = qwen_architectures,
@@ -106,13 +117,7 @@ const kvcal_arch kvcal_arch_qwen_moe = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
-                              {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},
-                             KVCAL_WHEN_DENSE_LAYERS},
-        [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},
-                          KVCAL_WHEN_DENSE_LAYERS},
-        [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},
-                            KVCAL_WHEN_MOE_LAYERS},
+        QWEN_DENSE_AND_ROUTER_WEIGHTS,
         [KVCAL_W_EXPERT_GATE_UP] = {{{"mlp.experts.%d.gate_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
                                      {"mlp.experts.%d.up_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
                                     KVCAL_WHEN_MOE_LAYERS, 1},
@@ -187,13 +192,7 @@ const kvcal_arch kvcal_arch_qwen3_vl_moe = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
-                              {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},
-                             KVCAL_WHEN_DENSE_LAYERS},
-        [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},
-                          KVCAL_WHEN_DENSE_LAYERS},
-        [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},
-                            KVCAL_WHEN_MOE_LAYERS},
+        QWEN_DENSE_AND_ROUTER_WEIGHTS,
         [KVCAL_W_EXPERT_GATE_UP] = STACKED("mlp.experts.gate_up_proj", KVCAL_DIM_2MOE_INTER,
                                            KVCAL_DIM_HIDDEN),
         [KVCAL_W_EXPERT_DOWN] = STACKED("mlp.experts.down_proj", KVCAL_DIM_HIDDEN,

@@ -312,6 +312,18 @@ def wrapper_configs(tf, common):
     text = {k: v for k, v in common.items() if k != "vocab_size"}
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                   num_attention_heads=2)
+    # the Qwen models' shared pieces: their special tokens at the top of the
+    # vocabulary, Qwen3-VL's vision tower and RoPE sections, Qwen2's text
+    qwen_tokens = dict(image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+                       vision_start_token_id=VOCAB - 3, tie_word_embeddings=False)
+    qwen3_vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                        out_hidden_size=64, deepstack_visual_indexes=[0])
+    qwen3_rope = {"rope_type": "default", "mrope_section": [2, 3, 3],
+                  "mrope_interleaved": True}
+    qwen2_text = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=VOCAB,
+                      rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                       "mrope_section": [2, 3, 3]}, **text)
     return [
         ("gemma3_mm_swa8_local_global_bf16", tf.Gemma3Config(
             text_config=dict(
@@ -343,13 +355,8 @@ def wrapper_configs(tf, common):
             text_config=dict(
                 hidden_size=64, intermediate_size=96, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=16, vocab_size=VOCAB,
-                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
-                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
-                **text),
-            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                               out_hidden_size=64, deepstack_visual_indexes=[0]),
-            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
-            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+                rope_parameters=dict(qwen3_rope, rope_theta=5000000.0), **text),
+            vision_config=qwen3_vision, **qwen_tokens),
          "bfloat16", "new", "float64"),
         # Qwen3-VL-MoE: Qwen3-MoE's layers (8 experts of 48, top-3 always
         # renormalized; layer 0 dense by mlp_only_layers) with each layer's
@@ -359,42 +366,24 @@ def wrapper_configs(tf, common):
                 hidden_size=64, intermediate_size=96, moe_intermediate_size=48,
                 num_experts=8, num_experts_per_tok=3, mlp_only_layers=[0],
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                vocab_size=VOCAB,
-                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
-                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                vocab_size=VOCAB, rope_parameters=dict(qwen3_rope, rope_theta=5000000.0),
                 **dict(text, num_hidden_layers=3)),
-            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                               out_hidden_size=64, deepstack_visual_indexes=[0]),
-            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
-            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+            vision_config=qwen3_vision, **qwen_tokens),
          "bfloat16", "new", "float64"),
-        # Qwen2.5-VL as released: its config flat (the language model's
-        # fields beside vision_config, model_type qwen2_5_vl, rope_scaling
-        # {"type": "mrope"}) and its layers under model. (to_flat_config);
-        # Qwen2's q/k/v biases
+        # Qwen2.5-VL and Qwen2-VL as released: their configs flat (the
+        # language model's fields beside vision_config, model_type qwen2_5_vl
+        # / qwen2_vl, rope_scaling {"type": "mrope"}) and their layers under
+        # model. (to_flat_config); Qwen2's q/k/v biases
         ("qwen2_5_vl_flat_mrope_bias_bf16", tf.Qwen2_5_VLConfig(
-            text_config=dict(
-                hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=VOCAB,
-                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
-                                 "mrope_section": [2, 3, 3]},
-                **text),
+            text_config=qwen2_text,
             vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                out_hidden_size=64, fullatt_block_indexes=[0]),
-            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
-            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+            **qwen_tokens),
          "bfloat16", "old", "float64"),
-        # Qwen2-VL as released: the same flat config, its own model_type
         ("qwen2_vl_flat_mrope_bias_bf16", tf.Qwen2VLConfig(
-            text_config=dict(
-                hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=VOCAB,
-                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
-                                 "mrope_section": [2, 3, 3]},
-                **text),
+            text_config=qwen2_text,
             vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2),
-            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
-            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+            **qwen_tokens),
          "bfloat16", "old", "float64"),
     ]
 

@@ -560,15 +560,18 @@ def renamed(src, dst, old, new):
     """A copy of kvcal's checkpoint scales in src with the prefix old of
     their names (and of the index's) replaced by new."""
     from safetensors.torch import save_file
+
+    def rename(k):
+        return new + k[len(old):] if k.startswith(old) else k
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
     t = read_safetensors(os.path.join(src, "kv_scales.safetensors"))
-    save_file({new + k[len(old):] if k.startswith(old) else k: v for k, v in t.items()},
+    save_file({rename(k): v for k, v in t.items()},
               os.path.join(dst, "kv_scales.safetensors"), metadata={"format": "pt"})
     idx = os.path.join(dst, "model.safetensors.index.json")
     j = json.load(open(idx))
-    j["weight_map"] = {(new + k[len(old):] if k.startswith(old) and v ==
-                        "kv_scales.safetensors" else k): v for k, v in j["weight_map"].items()}
+    j["weight_map"] = {(rename(k) if v == "kv_scales.safetensors" else k): v
+                       for k, v in j["weight_map"].items()}
     json.dump(j, open(idx, "w"))
     return dst
 
