@@ -14,11 +14,15 @@ extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
 extern const kvcal_arch kvcal_arch_gpt_oss;
 extern const kvcal_arch kvcal_arch_qwen3_vl_moe;
+extern const kvcal_arch kvcal_arch_qwen3_next;
+extern const kvcal_arch kvcal_arch_qwen3_5;
+extern const kvcal_arch kvcal_arch_qwen3_5_moe;
 
 static const kvcal_arch *const families[] = {
-    &kvcal_arch_llama,       &kvcal_arch_qwen_moe,   &kvcal_arch_mixtral,
-    &kvcal_arch_phi3,        &kvcal_arch_gemma,      &kvcal_arch_glm4_moe,
-    &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3, &kvcal_arch_gpt_oss};
+    &kvcal_arch_llama,       &kvcal_arch_qwen_moe,    &kvcal_arch_mixtral,
+    &kvcal_arch_phi3,        &kvcal_arch_gemma,       &kvcal_arch_glm4_moe,
+    &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3, &kvcal_arch_gpt_oss,
+    &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,     &kvcal_arch_qwen3_5_moe};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 
@@ -49,6 +53,9 @@ static const kvcal_arch_wrapper wrappers[] = {
      "qwen2_5_vl", NULL},
     {"Qwen2VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_vl_text", "qwen2_vl",
      NULL},
+    {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM", "qwen3_5_text", NULL, NULL},
+    {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text",
+     NULL, NULL},
 };
 
 const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture)

@@ -56,6 +56,17 @@ typedef enum kvcal_weight {
                               denominator (gpt-oss's attention sinks) */
     KVCAL_W_EXPERT_GATE_UP_BIAS, /* (experts, 2 moe_inter): per expert [bgate; bup] */
     KVCAL_W_EXPERT_DOWN_BIAS,    /* (experts, hidden) */
+    KVCAL_W_ATTN_GATE, /* (q, hidden) the attention output's gate (Qwen3-Next's
+                          q_proj rows beside each head's query) */
+    /* the gated delta-net of a linear-attention layer (Qwen3-Next, Qwen3.5): */
+    KVCAL_W_LIN_QKVZ,  /* (2 lin_k + 2 lin_v, hidden): [Wq; Wk; Wv; Wz] by head */
+    KVCAL_W_LIN_BA,    /* (2 lin_v_heads, hidden): [Wb; Wa] by value head */
+    KVCAL_W_LIN_CONV,  /* (2 lin_k + lin_v, conv kernel) the causal depthwise
+                          convolution of q, k and v */
+    KVCAL_W_LIN_A_LOG, /* (lin_v_heads) log of the decay rate A */
+    KVCAL_W_LIN_DT_BIAS, /* (lin_v_heads) the time step's bias */
+    KVCAL_W_LIN_NORM,  /* (lin_v_head_dim) the gated RMSNorm's weight (plain w) */
+    KVCAL_W_LIN_OUT,   /* (hidden, lin_v) */
     KVCAL_W_COUNT
 } kvcal_weight;
 
@@ -80,7 +91,16 @@ typedef enum kvcal_dim {
     KVCAL_DIM_KV_B,    /* num_heads * (qk_nope_head_dim + v_head_dim) */
     KVCAL_DIM_MLA_O,   /* num_heads * v_head_dim */
     KVCAL_DIM_HEADS,   /* num_heads */
-    KVCAL_DIM_2MOE_INTER /* 2 moe_intermediate_size: an expert's fused gate_up_proj */
+    KVCAL_DIM_2MOE_INTER, /* 2 moe_intermediate_size: an expert's fused gate_up_proj */
+    /* a gated delta-net's (linear_num_key_heads x linear_key_head_dim = lin_k,
+     * linear_num_value_heads x linear_value_head_dim = lin_v): */
+    KVCAL_DIM_LIN_QKV,    /* 2 lin_k + lin_v: the convolved channels */
+    KVCAL_DIM_LIN_QKVZ,   /* 2 lin_k + 2 lin_v */
+    KVCAL_DIM_LIN_V,      /* lin_v */
+    KVCAL_DIM_LIN_2HEADS, /* 2 linear_num_value_heads */
+    KVCAL_DIM_LIN_HEADS,  /* linear_num_value_heads */
+    KVCAL_DIM_LIN_V_HEAD, /* linear_value_head_dim */
+    KVCAL_DIM_LIN_CONV    /* linear_conv_kernel_dim */
 } kvcal_dim;
 
 /* When a weight exists, from the model description. */
@@ -93,7 +113,9 @@ typedef enum kvcal_when {
     KVCAL_WHEN_DENSE_LAYERS,  /* the dense layers of desc->layer_dense only */
     KVCAL_WHEN_MOE_LAYERS,    /* the other layers only */
     KVCAL_WHEN_Q_LORA,        /* desc->q_lora_rank > 0 */
-    KVCAL_WHEN_NO_Q_LORA      /* desc->q_lora_rank == 0 */
+    KVCAL_WHEN_NO_Q_LORA,     /* desc->q_lora_rank == 0 */
+    KVCAL_WHEN_ATTENTION_LAYERS, /* the attention layers of a hybrid model */
+    KVCAL_WHEN_LINEAR_LAYERS     /* its linear-attention layers (desc->layer_linear) */
 } kvcal_when;
 
 /* How a checkpoint tensor holds its part (flags of kvcal_weight_part.layout;
@@ -108,6 +130,19 @@ typedef enum kvcal_when {
  * cols / 32) of e8m0 exponents, (rows, cols) whatever KVCAL_PART_TRANSPOSED
  * says (the released gpt-oss checkpoints; io/checkpoint/mxfp4.h) */
 #define KVCAL_PART_MXFP4 4
+/* the part is one of two row blocks of head_dim rows that alternate head by
+ * head in the tensor (2 x the part's rows): the first (KVCAL_PART_HEAD_FIRST)
+ * or the second (KVCAL_PART_HEAD_SECOND) of each head (Qwen3-Next's q_proj:
+ * each head's query, then its output gate) */
+#define KVCAL_PART_HEAD_FIRST 8
+#define KVCAL_PART_HEAD_SECOND 16
+/* the part's rows grouped by key head in the tensor, as Qwen3-Next's fused
+ * in_proj_qkvz (per key head q, k, then its value heads' v and z) and
+ * in_proj_ba (per key head its value heads' b, then their a): read as the
+ * weight's canonical [Wq; Wk; Wv; Wz] and [Wb; Wa] */
+#define KVCAL_PART_GDN_GROUPED 32
+/* stored (rows, 1, cols): a depthwise Conv1d's weight */
+#define KVCAL_PART_CONV1D 64
 
 /* One checkpoint tensor of a logical weight: its name after the layer
  * prefix ("self_attn.k_proj.weight"), its shape and layout. */
@@ -151,7 +186,11 @@ typedef enum kvcal_act {
     KVCAL_ACT_MLP,   /* (rows, intermediate) the MLP's hidden activation */
     KVCAL_ACT_Q_A,   /* (rows, q_lora_rank) the query's LoRA (MLA) */
     KVCAL_ACT_Q,     /* (rows, heads, qk_nope + qk_rope) the query (MLA) */
-    KVCAL_ACT_LATENT /* (rows, kv_lora_rank + qk_rope) the cached entry (MLA) */
+    KVCAL_ACT_LATENT, /* (rows, kv_lora_rank + qk_rope) the cached entry (MLA) */
+    KVCAL_ACT_GATE,      /* (rows, q) the attention output's gate, before its sigmoid */
+    KVCAL_ACT_LIN_QKVZ,  /* (rows, 2 lin_k + 2 lin_v) a gated delta-net's q, k, v, z */
+    KVCAL_ACT_LIN_BA,    /* (rows, 2 lin_v_heads) its b and a */
+    KVCAL_ACT_LIN_OUT    /* (rows, lin_v) its output, before out_proj */
 } kvcal_act;
 
 
@@ -197,7 +236,18 @@ typedef enum kvcal_op_kind {
      * back) and w = KVCAL_W_KV_B, the attention's K of each head [latent
      * W_UK, the entry's RoPE part] and V (latent W_UV), for the next
      * KVCAL_OP_ATTENTION, which then attends Q (its in) to them */
-    KVCAL_OP_MLA_EXPAND
+    KVCAL_OP_MLA_EXPAND,
+    /* out *= sigmoid(in), elementwise (the gated attention's output) */
+    KVCAL_OP_SIGMOID_GATE,
+    /* out (LIN_OUT) = the gated delta-net of in (LIN_QKVZ) and LIN_BA, each
+     * sample from a zero state: q, k, v through the causal depthwise
+     * convolution w (KVCAL_W_LIN_CONV) and SiLU; q and k L2-normalized, q
+     * times lin_k_head_dim^-0.5; per value head beta = sigmoid(b), g =
+     * -exp(A_log) softplus(a + dt_bias); per token the state S (k_dim x
+     * v_dim) decays by exp(g), S += k (beta (v - S^T k))^T, o = S^T q (each
+     * key head serving its lin_v_heads / lin_k_heads value heads in
+     * order); out = rmsnorm(o) * w_norm * silu(z) per value head */
+    KVCAL_OP_GATED_DELTA
 } kvcal_op_kind;
 
 typedef struct kvcal_op {
@@ -233,6 +283,10 @@ typedef struct kvcal_arch {
      * them (GLM's first_k_dense_replace, Qwen's mlp_only_layers), else NULL */
     const kvcal_op *dense_layer;
     int dense_layer_ops;
+    /* the ops of a hybrid model's linear-attention layers (desc->layer_linear),
+     * where the family has them, else NULL */
+    const kvcal_op *linear_layer;
+    int linear_layer_ops;
 } kvcal_arch;
 
 /* The family that runs `architecture` (config.json architectures[0]), or

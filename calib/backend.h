@@ -144,6 +144,10 @@ typedef struct kvcal_backend_ops {
     kvcal_status (*mla_latent)(kvcal_backend *be, const kvcal_op *op, int need_q,
                                int observe);
     kvcal_status (*mla_expand)(kvcal_backend *be, const kvcal_op *op);
+    kvcal_status (*sigmoid_gate)(kvcal_backend *be, const kvcal_op *op);
+    /* each sample's tokens from a zero state (a calibration's samples are
+     * independent sequences, as an engine's requests) */
+    kvcal_status (*gated_delta)(kvcal_backend *be, const kvcal_op *op);
 
     // --- the op profile (calib/op_profile.h) ------------------------------
     /* Marks a point on the backend's queue (cuda: an event recorded on its

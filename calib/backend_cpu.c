@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "kernels/cpu/eval_ref.h"
 #include "kernels/cpu/fp8_ref.h"
+#include "kernels/cpu/gated_delta.h"
 #include "kernels/cpu/ops.h"
 
 /* A batch's own activations, kept while its chunk runs layer by layer. */
@@ -70,6 +71,12 @@ typedef struct {
     float *latent; // (N, kv_lora_rank + qk_rope) the cached entry
     float *lat;    // (N, kv_lora_rank) its latent, contiguous for kv_b_proj
     float *kvb;    // (N, heads, qk_nope + v_head) the latent through kv_b_proj
+    /* a hybrid model's (NULL elsewhere) */
+    float *attn_gate; // (N, q) the attention output's gate
+    float *lin_qkvz;  // (N, 2 lin_k + 2 lin_v) a gated delta-net's q, k, v, z
+    float *lin_ba;    // (N, 2 lin_v_heads) its b and a
+    float *lin_out;   // (N, lin_v) its output
+    float *lin_space; // kvcal_gated_delta_scratch of the longest sample
     /* (N, the widest FP8 weight's in) an FP8 weight's input as the engine
      * quantizes it; NULL without FP8 activations */
     float *xq;
@@ -118,6 +125,14 @@ static float *act(cpu_backend *c, kvcal_act a)
         return c->q;
     case KVCAL_ACT_LATENT:
         return c->latent;
+    case KVCAL_ACT_GATE:
+        return c->attn_gate;
+    case KVCAL_ACT_LIN_QKVZ:
+        return c->lin_qkvz;
+    case KVCAL_ACT_LIN_BA:
+        return c->lin_ba;
+    case KVCAL_ACT_LIN_OUT:
+        return c->lin_out;
     default:
         return NULL;
     }
@@ -567,6 +582,35 @@ static kvcal_status mla_expand(kvcal_backend *be, const kvcal_op *op)
     return KVCAL_OK;
 }
 
+static kvcal_status sigmoid_gate(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    kvcal_sigmoid_gate_ref(act(c, op->out), act(c, op->in),
+                           c->n * kvcal_model_dim(be->desc, KVCAL_DIM_Q));
+    return KVCAL_OK;
+}
+
+/* The gated delta-net of each sample, from a zero state. */
+static kvcal_status gated_delta(kvcal_backend *be, const kvcal_op *op)
+{
+    cpu_backend *c = cpu(be);
+    const kvcal_model_desc *d = be->desc;
+    const kvcal_gated_delta_dims dims = {d->lin_k_heads, d->lin_k_head_dim,
+                                         d->lin_v_heads, d->lin_v_head_dim,
+                                         d->lin_conv,    d->norm_eps};
+    const kvcal_gated_delta_weights w = {weight(c, op->w), weight(c, KVCAL_W_LIN_A_LOG),
+                                         weight(c, KVCAL_W_LIN_DT_BIAS),
+                                         weight(c, KVCAL_W_LIN_NORM)};
+    const int64_t in = kvcal_model_dim(d, KVCAL_DIM_LIN_QKVZ),
+                  out = kvcal_model_dim(d, KVCAL_DIM_LIN_V), ba = 2LL * d->lin_v_heads;
+    for (int b = 0; b < c->batch; b++) {
+        const int64_t s = c->start[b];
+        kvcal_gated_delta_ref(act(c, op->out) + s * out, act(c, op->in) + s * in,
+                              c->lin_ba + s * ba, c->lengths[b], &dims, &w, c->lin_space);
+    }
+    return KVCAL_OK;
+}
+
 // --- observing ------------------------------------------------------------------
 
 static kvcal_status observe_into(kvcal_backend *be, kvcal_stats_t *stats)
@@ -904,6 +948,8 @@ static const kvcal_backend_ops cpu_ops = {
     .geglu = geglu,
     .mla_latent = mla_latent,
     .mla_expand = mla_expand,
+    .sigmoid_gate = sigmoid_gate,
+    .gated_delta = gated_delta,
     .profile_mark = profile_mark,
     .profile_take = profile_take,
     .observe_into = observe_into,
@@ -967,8 +1013,20 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
         d->mla ? d->q_lora_rank + d->head_dim + d->kv_lora_rank +
                      (int64_t)d->num_heads * (d->qk_nope_head_dim + d->v_head_dim)
                : 0;
-    int64_t per_token = D + Q + KV + VV + A + 2 * I + moe_floats + mla_floats + fp8_cols;
-    double bytes = (double)per_token * (double)max_tokens * sizeof(float);
+    /* a hybrid model's: the gate, a gated delta-net's projections and output */
+    const kvcal_gated_delta_dims gdn = {d->lin_k_heads, d->lin_k_head_dim,
+                                        d->lin_v_heads, d->lin_v_head_dim,
+                                        d->lin_conv,    d->norm_eps};
+    const int64_t lin_floats = d->linear_layers ? kvcal_model_dim(d, KVCAL_DIM_LIN_QKVZ) +
+                                                      2LL * d->lin_v_heads +
+                                                      kvcal_model_dim(d, KVCAL_DIM_LIN_V)
+                                                : 0;
+    const int64_t lin_space =
+        d->linear_layers ? kvcal_gated_delta_scratch(&gdn, opt->max_seq_len) : 0;
+    int64_t per_token = D + Q + KV + VV + A + 2 * I + moe_floats + mla_floats + fp8_cols +
+                        (d->attn_gate ? Q : 0) + lin_floats;
+    double bytes =
+        ((double)per_token * (double)max_tokens + (double)lin_space) * sizeof(float);
     c->slab = bytes < 1e15 ? malloc((size_t)bytes) : NULL;
     c->default_names = malloc(sizeof(int64_t) * (size_t)opt->max_batch);
     if (!c->slab || !c->default_names) {
@@ -999,6 +1057,14 @@ kvcal_status kvcal_backend_cpu_create(kvcal_model_t *model,
         c->rows_w = p, p += N;
         c->xs = p, p += N * D;
         c->ys = p, p += N * D;
+    }
+    if (d->attn_gate)
+        c->attn_gate = p, p += N * Q;
+    if (d->linear_layers) {
+        c->lin_qkvz = p, p += N * kvcal_model_dim(d, KVCAL_DIM_LIN_QKVZ);
+        c->lin_ba = p, p += N * 2 * d->lin_v_heads;
+        c->lin_out = p, p += N * kvcal_model_dim(d, KVCAL_DIM_LIN_V);
+        c->lin_space = p, p += lin_space;
     }
     if (d->mla) {
         c->qa = p, p += N * d->q_lora_rank;

@@ -45,7 +45,15 @@ static const kvcal_weight slab_order[] = {KVCAL_W_QKV,
                                           KVCAL_W_KV_B,
                                           KVCAL_W_ATTN_SINKS,
                                           KVCAL_W_EXPERT_GATE_UP_BIAS,
-                                          KVCAL_W_EXPERT_DOWN_BIAS};
+                                          KVCAL_W_EXPERT_DOWN_BIAS,
+                                          KVCAL_W_ATTN_GATE,
+                                          KVCAL_W_LIN_QKVZ,
+                                          KVCAL_W_LIN_BA,
+                                          KVCAL_W_LIN_CONV,
+                                          KVCAL_W_LIN_A_LOG,
+                                          KVCAL_W_LIN_DT_BIAS,
+                                          KVCAL_W_LIN_NORM,
+                                          KVCAL_W_LIN_OUT};
 /* every weight once: one left out would have no place on the device (its
  * tensor NULL), and the zeros of a shorter list would lay out the first
  * weight again */
@@ -1106,6 +1114,15 @@ static void load_stats(kvcal_backend *be, kvcal_load_stats *out)
     kvcal_cuda_loader_stats(cu(be)->loader, out);
 }
 
+/* The ops of hybrid models (gated attention, gated delta-nets), which
+ * kvcal_backend_cuda_check_model refuses before a backend exists. */
+static kvcal_status cpu_only(kvcal_backend *be, const kvcal_op *op)
+{
+    (void)op;
+    return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "--device cuda: %s runs on --device cpu",
+                      be->desc->architecture);
+}
+
 static const kvcal_backend_ops cuda_ops = {
     .name = "cuda",
     .warm_up = 1,
@@ -1126,6 +1143,8 @@ static const kvcal_backend_ops cuda_ops = {
     .geglu = geglu,
     .mla_latent = mla_latent,
     .mla_expand = mla_expand,
+    .sigmoid_gate = cpu_only,
+    .gated_delta = cpu_only,
     .profile_mark = profile_mark,
     .profile_take = profile_take,
     .observe_into = observe_into,

@@ -60,6 +60,12 @@ const char *kvcal_cuda_fp8_plan(int major, int minor)
 
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 {
+    if (d->linear_layers || d->attn_gate)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "--device cuda: %s's gated attention and gated delta-net "
+                          "(linear attention) layers run on the CPU runner alone in this "
+                          "version; use --device cpu",
+                          d->architecture);
     if (d->mla && (d->head_dim > KVCAL_MLA_MAX_ENTRY || d->qk_nope_head_dim % 2 ||
                    d->qk_nope_head_dim + d->qk_rope_head_dim > 256))
         return kvcal_fail(

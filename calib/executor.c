@@ -131,6 +131,12 @@ static kvcal_status run_layer(kvcal_exec_t *x, int l, int slot, const pass *p)
         case KVCAL_OP_MLA_EXPAND:
             st = ops->mla_expand(be, op);
             break;
+        case KVCAL_OP_SIGMOID_GATE:
+            st = ops->sigmoid_gate(be, op);
+            break;
+        case KVCAL_OP_GATED_DELTA:
+            st = ops->gated_delta(be, op);
+            break;
         }
         if (st || !op->kv_cache)
             continue;

@@ -143,14 +143,14 @@ double kvcal_kv_sim_bytes_per_token(const kvcal_model_desc *d,
                                     const kvcal_kv_sim_config *cfg)
 {
     const double copies = d->mla ? 1.0 : 2.0; /* K and V, or MLA's one entry */
-    const double values = copies * d->num_layers * d->num_kv_heads * d->head_dim;
-    const double rows = copies * d->num_layers * d->num_kv_heads;
+    const int layers = d->num_layers - d->linear_layers; /* those that cache */
+    const double values = copies * layers * d->num_kv_heads * d->head_dim;
+    const double rows = copies * layers * d->num_kv_heads;
     if (cfg->mode == KVCAL_KV_SIM_EXACT)
         return 2.0 * values;
     if (cfg->mode == KVCAL_KV_SIM_DS_MLA)
-        return (double)d->num_layers *
-               (d->kv_lora_rank + 4.0 * ((d->kv_lora_rank + 127) / 128) +
-                2.0 * d->qk_rope_head_dim);
+        return (double)layers * (d->kv_lora_rank + 4.0 * ((d->kv_lora_rank + 127) / 128) +
+                                 2.0 * d->qk_rope_head_dim);
     double b = (double)kvcal_kv_format_row_bytes(cfg->format, d->head_dim) * rows;
     if (cfg->mode == KVCAL_KV_SIM_DYNAMIC)
         b += rows * sizeof(float) * (cfg->format == KVCAL_KV_FORMAT_INT8_ASYM ? 2 : 1);

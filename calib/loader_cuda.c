@@ -184,7 +184,8 @@ static int push_transposed(job_list *l, size_t dst_off, const kvcal_tensor_view 
 /* n bytes at p as a view of U8 values. */
 static kvcal_tensor_view bytes_view(const void *p, int64_t n)
 {
-    return (kvcal_tensor_view){p, KVCAL_DTYPE_U8, n, 0, n, 1, NULL};
+    return (kvcal_tensor_view){
+        .data = p, .dtype = KVCAL_DTYPE_U8, .numel = n, .rows = n, .cols = 1};
 }
 
 /* The jobs of FP8 weight w of layer l: its bytes (mapped as the engine
@@ -491,8 +492,11 @@ static kvcal_status copy_transposed(const job_list *jobs, pieces *p, unsigned ch
         const int64_t R = t->src.rows, C = t->src.cols; /* stored (C, R) */
         const int64_t bs = R < room ? R : room, bc = room / bs;
         const int64_t half = t->src.layout & KVCAL_PART_INTERLEAVED ? R / 2 : 0;
-        const kvcal_tensor_view stored = {t->src.data, KVCAL_DTYPE_BF16, R * C, 0, C, R,
-                                          NULL};
+        const kvcal_tensor_view stored = {.data = t->src.data,
+                                          .dtype = KVCAL_DTYPE_BF16,
+                                          .numel = R * C,
+                                          .rows = C,
+                                          .cols = R};
         for (int64_t c0 = 0; !st && c0 < C; c0 += bc)
             for (int64_t s0 = 0; !st && s0 < R; s0 += bs) {
                 const int64_t nc = C - c0 < bc ? C - c0 : bc,

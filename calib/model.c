@@ -28,6 +28,7 @@ struct kvcal_model {
     float *inv_freq_sliding;    /* (rot_dim / 2) or NULL */
     int *layer_window;          /* (num_layers) */
     unsigned char *layer_dense; /* (num_layers) */
+    unsigned char *layer_linear; /* (num_layers) */
     float *layer_buf;           /* one layer, fp32, logical weights in order */
     float *head_buf;            /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
@@ -188,7 +189,11 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
                                     const kvcal_arch *f)
 {
     kvcal_model_desc *d = &m->desc;
-    if (c->no_kv_layer_types[0])
+    const kvcal_arch *fam = f ? f : kvcal_arch_find(c->architecture);
+    /* a family with linear-attention layers runs those; any other kind of
+       layer that caches nothing is not run yet */
+    if (c->no_kv_layer_types[0] &&
+        !(fam && fam->linear_layer && !strcmp(c->no_kv_layer_types, "linear_attention")))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s is a hybrid model (%d of %d layers attend and cache K "
                           "and V, the others are %s), which is not supported yet: kvcal "
@@ -201,7 +206,7 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
                           "kvcal does not know; it runs full_attention and "
                           "sliding_attention layers (fix the entry)",
                           m->path, c->unknown_layer, c->unknown_layer_type);
-    d->arch = f ? f : kvcal_arch_find(c->architecture);
+    d->arch = fam;
     if (!d->arch && kvcal_arch_missing(c->architecture))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s is not supported yet: kvcal lacks %s", m->path,
@@ -258,6 +263,16 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
         m->layer_dense[l] = (c->layer_dense[l / 8] >> (l % 8)) & 1;
     d->layer_dense = m->layer_dense;
     d->dense_layers = c->num_experts ? c->dense_layers : 0;
+    if (!(m->layer_linear = calloc((size_t)(c->num_layers > 0 ? c->num_layers : 1), 1)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+    for (int l = 0; d->arch->linear_layer && l < c->num_layers; l++)
+        d->linear_layers += m->layer_linear[l] = (c->layer_linear[l / 8] >> (l % 8)) & 1;
+    d->layer_linear = m->layer_linear;
+    d->lin_k_heads = c->linear_num_key_heads;
+    d->lin_v_heads = c->linear_num_value_heads;
+    d->lin_k_head_dim = c->linear_key_head_dim;
+    d->lin_v_head_dim = c->linear_value_head_dim;
+    d->lin_conv = c->linear_conv_kernel_dim;
     d->moe_groups = c->moe_groups > 0 ? c->moe_groups : 1;
     d->moe_topk_groups = c->moe_topk_groups > 0 ? c->moe_topk_groups : 1;
     d->moe_group_max = c->moe_group_max;
@@ -498,9 +513,14 @@ static kvcal_status check_part(const kvcal_model_t *m, int l, kvcal_weight w, in
     }
     const int transposed =
         (p->layout & KVCAL_PART_TRANSPOSED) && p->cols != KVCAL_DIM_NONE;
-    want[n++] = transposed ? cols : rows;
+    /* a head-split part is half of its tensor's rows */
+    const int64_t stored =
+        p->layout & (KVCAL_PART_HEAD_FIRST | KVCAL_PART_HEAD_SECOND) ? 2 * rows : rows;
+    want[n++] = transposed ? cols : stored;
+    if (p->layout & KVCAL_PART_CONV1D)
+        want[n++] = 1;
     if (p->cols != KVCAL_DIM_NONE)
-        want[n++] = transposed ? rows : cols;
+        want[n++] = transposed ? stored : cols;
     return check_shape(m, name, want, n, 0, d->fp8[w].w != KVCAL_FP8W_NONE, t);
 }
 
@@ -531,7 +551,10 @@ static kvcal_tensor_view part_view(const kvcal_model_t *m, int l, kvcal_weight w
     t = kvcal_checkpoint_find(m->ck, name);
     v.data = (const unsigned char *)t->data + (size_t)skip * kvcal_dtype_size(t->dtype);
     v.dtype = t->dtype;
-    v.layout = p->layout & (KVCAL_PART_TRANSPOSED | KVCAL_PART_INTERLEAVED);
+    v.layout = p->layout &
+               (KVCAL_PART_TRANSPOSED | KVCAL_PART_INTERLEAVED | KVCAL_PART_HEAD_FIRST |
+                KVCAL_PART_HEAD_SECOND | KVCAL_PART_GDN_GROUPED);
+    kvcal_model_part_groups(d, p->layout, &v);
     return v;
 }
 
@@ -582,9 +605,10 @@ kvcal_status kvcal_tensor_view_to_f32(const kvcal_tensor_view *v, int64_t first,
     while (!st && n > 0) { /* a run of one row at a time */
         const int64_t r = first / v->cols, c = first % v->cols;
         const int64_t m = n < v->cols - c ? n : v->cols - c;
-        const int64_t sr = !(layout & KVCAL_PART_INTERLEAVED) ? r
-                           : r < half                         ? 2 * r
-                                                              : 2 * (r - half) + 1;
+        const int64_t sr = v->groups ? kvcal_tensor_view_row(v, r)
+                           : !(layout & KVCAL_PART_INTERLEAVED) ? r
+                           : r < half                           ? 2 * r
+                                                                : 2 * (r - half) + 1;
         if (layout & KVCAL_PART_MXFP4)
             kvcal_mxfp4_to_f32(v->data, v->scales, sr * v->cols + c, m, out);
         else if (layout & KVCAL_PART_TRANSPOSED)
@@ -799,6 +823,7 @@ void kvcal_model_close(kvcal_model_t *m)
     free(m->inv_freq_sliding);
     free(m->layer_window);
     free(m->layer_dense);
+    free(m->layer_linear);
     free(m->layer_buf);
     free(m->head_buf);
     free(m);
@@ -975,12 +1000,17 @@ kvcal_status kvcal_model_load_head(kvcal_model_t *m, const float **final_norm,
 
 static kvcal_tensor_view f32_view(const float *p, int64_t n)
 {
-    return (kvcal_tensor_view){p, KVCAL_DTYPE_F32, n, 0, n, 1, NULL};
+    return (kvcal_tensor_view){
+        .data = p, .dtype = KVCAL_DTYPE_F32, .numel = n, .rows = n, .cols = 1};
 }
 
 static kvcal_tensor_view tensor_view(const kvcal_tensor_info *t)
 {
-    return (kvcal_tensor_view){t->data, t->dtype, t->numel, 0, t->numel, 1, NULL};
+    return (kvcal_tensor_view){.data = t->data,
+                               .dtype = t->dtype,
+                               .numel = t->numel,
+                               .rows = t->numel,
+                               .cols = 1};
 }
 
 /* The llama2.c parts of w (the layout load_layer_llama2c copies). */

@@ -74,6 +74,22 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim)
         return d->num_heads;
     case KVCAL_DIM_2MOE_INTER:
         return 2LL * d->moe_intermediate_size;
+    case KVCAL_DIM_LIN_QKV:
+        return 2LL * d->lin_k_heads * d->lin_k_head_dim +
+               (long long)d->lin_v_heads * d->lin_v_head_dim;
+    case KVCAL_DIM_LIN_QKVZ:
+        return 2LL * d->lin_k_heads * d->lin_k_head_dim +
+               2LL * d->lin_v_heads * d->lin_v_head_dim;
+    case KVCAL_DIM_LIN_V:
+        return (long long)d->lin_v_heads * d->lin_v_head_dim;
+    case KVCAL_DIM_LIN_2HEADS:
+        return 2LL * d->lin_v_heads;
+    case KVCAL_DIM_LIN_HEADS:
+        return d->lin_v_heads;
+    case KVCAL_DIM_LIN_V_HEAD:
+        return d->lin_v_head_dim;
+    case KVCAL_DIM_LIN_CONV:
+        return d->lin_conv;
     default:
         return 0;
     }
@@ -99,6 +115,10 @@ static int holds(const kvcal_model_desc *d, kvcal_when when)
         return d->q_lora_rank > 0;
     case KVCAL_WHEN_NO_Q_LORA:
         return d->q_lora_rank == 0;
+    case KVCAL_WHEN_ATTENTION_LAYERS:
+        return d->linear_layers < d->num_layers;
+    case KVCAL_WHEN_LINEAR_LAYERS:
+        return d->linear_layers > 0;
     default:
         return 1;
     }
@@ -114,6 +134,10 @@ static int holds_in_layer(const kvcal_model_desc *d, int layer, kvcal_when when)
         return d->layer_dense[layer];
     case KVCAL_WHEN_MOE_LAYERS:
         return !d->layer_dense[layer];
+    case KVCAL_WHEN_ATTENTION_LAYERS:
+        return !d->layer_linear[layer];
+    case KVCAL_WHEN_LINEAR_LAYERS:
+        return d->layer_linear[layer];
     default:
         return 1;
     }
@@ -185,9 +209,18 @@ void kvcal_model_attention_dims(const kvcal_model_desc *d, int *kv_heads, int *q
     *v_dim = d->mla ? d->v_head_dim : d->head_dim;
 }
 
+int kvcal_model_layer_caches(const kvcal_model_desc *d, int layer)
+{
+    return !d->layer_linear || !d->layer_linear[layer];
+}
+
 const kvcal_op *kvcal_model_layer_ops(const kvcal_model_desc *d, int layer, int *n)
 {
     const kvcal_arch *a = d->arch;
+    if (a->linear_layer && d->layer_linear && d->layer_linear[layer]) {
+        *n = a->linear_layer_ops;
+        return a->linear_layer;
+    }
     const int dense = a->dense_layer && d->layer_dense && d->layer_dense[layer];
     *n = dense ? a->dense_layer_ops : a->layer_ops;
     return dense ? a->dense_layer : a->layer;
@@ -239,4 +272,44 @@ void kvcal_model_weight_shape(const kvcal_model_desc *d, kvcal_weight w, long lo
         *rows += kvcal_model_dim(d, p[i].rows);
     *rows *= kvcal_model_weight_copies(d, w);
     *cols = kvcal_model_dim(d, p[0].cols);
+}
+
+void kvcal_model_part_groups(const kvcal_model_desc *d, unsigned layout,
+                             kvcal_tensor_view *v)
+{
+    v->groups = v->segs = 0;
+    v->first = 0;
+    if (layout & (KVCAL_PART_HEAD_FIRST | KVCAL_PART_HEAD_SECOND)) {
+        v->groups = d->num_heads, v->segs = 2;
+        v->seg[0] = v->seg[1] = d->head_dim;
+        v->first =
+            layout & KVCAL_PART_HEAD_SECOND ? (int64_t)d->num_heads * d->head_dim : 0;
+    } else if (layout & KVCAL_PART_GDN_GROUPED) {
+        /* per key head: q, k (a head each), then its value heads' v and z,
+         * or (2 rows a value head: in_proj_ba) their b and a */
+        const int64_t r = d->lin_v_heads / d->lin_k_heads;
+        const int ba = v->rows == 2LL * d->lin_v_heads;
+        v->groups = d->lin_k_heads;
+        v->segs = ba ? 2 : 4;
+        v->seg[0] = ba ? r : d->lin_k_head_dim;
+        v->seg[1] = ba ? r : d->lin_k_head_dim;
+        v->seg[2] = v->seg[3] = r * d->lin_v_head_dim;
+    }
+}
+
+int64_t kvcal_tensor_view_row(const kvcal_tensor_view *v, int64_t r)
+{
+    if (!v->groups)
+        return r;
+    int64_t at = r + v->first, group_rows = 0, before = 0;
+    for (int s = 0; s < v->segs; s++)
+        group_rows += v->seg[s];
+    for (int s = 0; s < v->segs; s++) {
+        const int64_t all = v->seg[s] * v->groups;
+        if (at < all)
+            return at / v->seg[s] * group_rows + before + at % v->seg[s];
+        at -= all;
+        before += v->seg[s];
+    }
+    return r; /* past the tensor: not reached for a checked part */
 }

@@ -85,6 +85,16 @@ struct kvcal_model_desc {
      * of at most that many tokens. kvcal runs no indexer: it runs such
      * samples, whose attention is dense, and refuses longer ones. 0: dense */
     int sparse_topk;
+    /* a hybrid model (Qwen3-Next, Qwen3.5): linear-attention layers, a gated
+     * delta-net that caches no entry per token (a fixed-size state instead),
+     * among its attention layers, whose output is gated (attn_gate:
+     * times sigmoid of KVCAL_W_ATTN_GATE's rows); NULL and 0 elsewhere */
+    const unsigned char *layer_linear; /* (num_layers) 1: linear attention; owned */
+    int linear_layers;
+    int attn_gate;
+    int lin_k_heads, lin_v_heads;       /* linear_num_key_heads, _value_heads */
+    int lin_k_head_dim, lin_v_head_dim; /* linear_key_head_dim, _value_head_dim */
+    int lin_conv;                       /* linear_conv_kernel_dim */
     /* FP8 weights: how each logical weight is served (fp8[w].w
      * KVCAL_FP8W_NONE: a bf16 / fp16 / fp32 weight), one scheme a weight
      * in every layer; weight_scheme says it in a line ("" for none) */
@@ -127,6 +137,10 @@ int kvcal_model_has_weight(const kvcal_model_desc *d, kvcal_weight w);
 
 /* Whether weight w exists in layer l of model d. */
 int kvcal_model_layer_has_weight(const kvcal_model_desc *d, int layer, kvcal_weight w);
+
+/* Whether layer l of model d caches K and V (all but a hybrid model's
+ * linear-attention layers). */
+int kvcal_model_layer_caches(const kvcal_model_desc *d, int layer);
 
 /* The ops of layer l of model d (the family's dense layer ops in its
  * dense layers) and their count. */
@@ -177,6 +191,21 @@ typedef struct kvcal_tensor_view {
     unsigned layout;
     int64_t rows, cols;
     const uint8_t *scales;
+    /* KVCAL_PART_HEAD_* and KVCAL_PART_GDN_GROUPED: the tensor's rows in
+     * `groups` groups, each segments seg[0 .. segs-1] long; the part is
+     * rows first .. first + rows - 1 of [segment 0 of every group; segment
+     * 1 of every group; ...] (groups 0: rows in order) */
+    int groups, segs;
+    int64_t seg[4], first;
 } kvcal_tensor_view;
+
+/* The grouping (kvcal_tensor_view's groups, segs, seg, first) of a part
+ * stored with `layout` (KVCAL_PART_* flags) in model d: groups 0 for a
+ * layout that keeps rows in order. */
+void kvcal_model_part_groups(const kvcal_model_desc *d, unsigned layout,
+                             kvcal_tensor_view *v);
+
+/* The tensor's row that row r of view v's part is (v's grouping). */
+int64_t kvcal_tensor_view_row(const kvcal_tensor_view *v, int64_t r);
 
 #endif

@@ -430,8 +430,11 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
         kvcal_model_tensor_name(name, sizeof name, d, layer, part[j].name, expert);
         const kvcal_tensor_info *t = kvcal_checkpoint_find(ck, name);
         const int64_t r = kvcal_model_dim(d, part[j].rows);
-        p->part[p->n++] =
-            (kvcal_tensor_view){t->data, t->dtype, t->numel, 0, t->numel, 1, NULL};
+        p->part[p->n++] = (kvcal_tensor_view){.data = t->data,
+                                              .dtype = t->dtype,
+                                              .numel = t->numel,
+                                              .rows = t->numel,
+                                              .cols = 1};
         module_of(module, sizeof module, name);
         snprintf(scale, sizeof scale, "%s.%s", module, s->scale_name);
         if (q->w == KVCAL_FP8W_TENSOR) {

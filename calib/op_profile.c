@@ -27,14 +27,25 @@ static const char *const weight_names[KVCAL_W_COUNT] = {
     [KVCAL_W_KV_A] = "kv_a",
     [KVCAL_W_KV_B] = "kv_b",
     [KVCAL_W_ATTN_SINKS] = "sinks",
+    [KVCAL_W_ATTN_GATE] = "attn_gate",
+    [KVCAL_W_LIN_QKVZ] = "in_proj_qkvz",
+    [KVCAL_W_LIN_BA] = "in_proj_ba",
+    [KVCAL_W_LIN_OUT] = "lin_out_proj",
 };
 
 static const char *const kind_names[] = {
-    [KVCAL_OP_ADD_RMSNORM] = "add_rmsnorm", [KVCAL_OP_LINEAR] = "linear",
-    [KVCAL_OP_QK_NORM_ROPE] = "qk_norm_rope", [KVCAL_OP_ATTENTION] = "attention",
-    [KVCAL_OP_SWIGLU] = "swiglu", [KVCAL_OP_MOE] = "moe",
-    [KVCAL_OP_RMSNORM] = "rmsnorm", [KVCAL_OP_GEGLU] = "geglu",
-    [KVCAL_OP_MLA_LATENT] = "mla_latent", [KVCAL_OP_MLA_EXPAND] = "mla_expand",
+    [KVCAL_OP_ADD_RMSNORM] = "add_rmsnorm",
+    [KVCAL_OP_LINEAR] = "linear",
+    [KVCAL_OP_QK_NORM_ROPE] = "qk_norm_rope",
+    [KVCAL_OP_ATTENTION] = "attention",
+    [KVCAL_OP_SWIGLU] = "swiglu",
+    [KVCAL_OP_MOE] = "moe",
+    [KVCAL_OP_RMSNORM] = "rmsnorm",
+    [KVCAL_OP_GEGLU] = "geglu",
+    [KVCAL_OP_MLA_LATENT] = "mla_latent",
+    [KVCAL_OP_MLA_EXPAND] = "mla_expand",
+    [KVCAL_OP_SIGMOID_GATE] = "sigmoid_gate",
+    [KVCAL_OP_GATED_DELTA] = "gated_delta",
 };
 
 kvcal_op_profile *kvcal_op_profile_create(void)

@@ -884,6 +884,10 @@ static void print_table(const kvcal_scales_t *s, const kvcal_model_desc *d,
            "V scale");
     for (int l = 0; l < s->num_layers; l++) {
         float ka = 0, va = 0, ks, vs;
+        if (!kvcal_model_layer_caches(d, l)) {
+            printf("%5d  %s\n", l, "linear attention: no K/V cache, no scales");
+            continue;
+        }
         for (int h = 0; h < s->num_kv_heads; h++) {
             int i = kvcal_scales_index(s, l, h);
             ka = s->k_absmax[i] > ka ? s->k_absmax[i] : ka;
@@ -1135,6 +1139,17 @@ int kvcal_cmd_calibrate(int argc, char **argv)
                         "attention reads them through kv_b_proj; the search scores "
                         "per-head K and V and does not run it; use another observer",
                         d->architecture);
+        goto fail;
+    }
+    if (d->linear_layers &&
+        (!strcmp(o.format, "legacy") || !strcmp(o.format, "all") ||
+         !strcmp(o.format, "trtllm") || !strcmp(o.format, "ascend"))) {
+        st = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                        "--format %s: %s is a hybrid model whose %d linear-attention "
+                        "layers cache nothing, and this format holds a scale for every "
+                        "layer; write --format checkpoint (or modelopt, quark, kv-scale, "
+                        "kvcal)",
+                        o.format, d->architecture, d->linear_layers);
         goto fail;
     }
     int H = d->num_kv_heads, tp = o.run.tp;

@@ -764,6 +764,10 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
         printf(r->kld_alone ? " %11s %13s\n" : "\n", "KLD alone", "change alone");
         for (int l = 0; l < d->num_layers; l++) {
             const layer_sums *sl = &r->sums[l];
+            if (!kvcal_model_layer_caches(d, l)) {
+                printf("%5d  linear attention: no K/V cache\n", l);
+                continue;
+            }
             printf("%5d %11.2f %11.2f %10.2e %10.2e %10.2e", l, sqnr_db(sl, 0),
                    sqnr_db(sl, 1), clip_frac(sl, 0), clip_frac(sl, 1), att_err(sl));
             if (r->kld_alone)
@@ -894,6 +898,8 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             cJSON *layers = cJSON_AddArrayToObject(m, "layers");
             for (int l = 0; l < d->num_layers; l++) {
                 const layer_sums *sl = &res[i].sums[l];
+                if (!kvcal_model_layer_caches(d, l)) /* linear attention: no cache */
+                    continue;
                 cJSON *o_l = cJSON_CreateObject();
                 cJSON_AddNumberToObject(o_l, "layer", l);
                 cJSON_AddItemToObject(o_l, "k_sqnr_db", json_number(sqnr_db(sl, 0)));

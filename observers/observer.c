@@ -421,6 +421,23 @@ static kvcal_status layer_threshold(const kvcal_stats_t *s,
 /* q_scale (per layer) and q_head (per query head) from q_absmax, when the
  * statistics observed the queries: max |q| / 448 whatever the K/V observer
  * (FP8 attention quantizes the query to e4m3 under a static scale). */
+/* The tokens the statistics observed: those of the layers that cache. */
+static int64_t observed_tokens(const kvcal_stats_t *stats)
+{
+    int64_t n = 0;
+    for (int l = 0; l < stats->num_layers; l++)
+        n = stats->tokens[l] > n ? stats->tokens[l] : n;
+    return n;
+}
+
+/* Whether layer l caches K and V: it observed tokens, or no layer did (a
+ * hybrid model's linear-attention layers observe none while its attention
+ * layers do; their floor scales are read by no engine). */
+static int caches(const kvcal_stats_t *stats, int l)
+{
+    return stats->tokens[l] > 0 || observed_tokens(stats) == 0;
+}
+
 static kvcal_status queries_to_scales(const kvcal_stats_t *stats, kvcal_scales_t *out,
                                       kvcal_warn_fn warn, void *warn_ctx)
 {
@@ -434,7 +451,7 @@ static kvcal_status queries_to_scales(const kvcal_stats_t *stats, kvcal_scales_t
             out->q_head[(size_t)l * Hq + h] =
                 kvcal_scale_from_absmax(stats->q_absmax[(size_t)l * Hq + h]);
         out->q_scale[l] = kvcal_scale_from_absmax(m);
-        if (m == 0.0f && warn) {
+        if (m == 0.0f && warn && caches(stats, l)) {
             char msg[160];
             snprintf(
                 msg, sizeof msg,
@@ -534,7 +551,7 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                 hist_count_clipped(stats, l, kv, h, scale[i], &a, &n);
                 clipped += a;
                 total += n;
-                if (absmax[i] == 0.0f && warn) {
+                if (absmax[i] == 0.0f && warn && caches(stats, l)) {
                     char msg[256];
                     snprintf(msg, sizeof msg,
                              "layer %d %s kv head %d never saw a non-zero value; %s %g",
@@ -557,6 +574,6 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
     snprintf(out->provenance.observer, sizeof out->provenance.observer, "%s",
              kvcal_observer_name(cfg->kind));
     memcpy(out->provenance.observer_params, params, sizeof params);
-    out->provenance.num_tokens = stats->tokens[0];
+    out->provenance.num_tokens = observed_tokens(stats);
     return KVCAL_OK;
 }

@@ -300,7 +300,7 @@ def hf_configs():
             n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
             partial_rotary_factor=0.5, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
-    ] + mla_configs(tf, common) + wrapper_configs(tf, common)
+    ] + mla_configs(tf, common) + wrapper_configs(tf, common) + hybrid_configs(tf, common)
 
 
 def wrapper_configs(tf, common):
@@ -385,6 +385,52 @@ def wrapper_configs(tf, common):
             vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2),
             **qwen_tokens),
          "bfloat16", "old", "float64"),
+    ]
+
+
+def hybrid_configs(tf, common):
+    """Qwen3-Next and Qwen3.5: gated delta-net (linear attention) layers,
+    which cache nothing, among gated attention layers with q/k norm and RoPE
+    on a quarter of each head; delta-nets of 2 key heads serving 4 value
+    heads (value head != key head size), a linear layer last in two of them;
+    float64 (transformers runs the delta rule in fp32 whatever the model's
+    dtype). The fixtures' kv_layers name the layers that cache."""
+    text = {k: v for k, v in common.items() if k != "num_hidden_layers"}
+    lin = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+               linear_value_head_dim=24, linear_conv_kernel_dim=4,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                "partial_rotary_factor": 0.25},
+               tie_word_embeddings=False, num_hidden_layers=4)
+    L, F = "linear_attention", "full_attention"
+    moe = dict(moe_intermediate_size=32, shared_expert_intermediate_size=40,
+               num_experts=8, num_experts_per_tok=3)
+    return [
+        # Qwen3.5 dense: in_proj_qkv / z / b / a apart
+        ("qwen3_5_text_gdn_hybrid_bf16", tf.Qwen3_5TextConfig(
+            hidden_size=48, intermediate_size=64, layer_types=[L, F, L, F],
+            architectures=["Qwen3_5ForCausalLM"], **dict(lin, **text)),
+         "bfloat16", "new", "float64"),
+        # Qwen3-Next: in_proj_qkvz and in_proj_ba fused, grouped by key head;
+        # experts (top-3 of 8 renormalized) beside the gated shared expert,
+        # layer 2 dense by mlp_only_layers, a linear layer last
+        ("qwen3_next_gdn_moe_e8_top3_bf16", tf.Qwen3NextConfig(
+            hidden_size=48, intermediate_size=64, norm_topk_prob=True,
+            mlp_only_layers=[2], layer_types=[L, F, L, L],
+            architectures=["Qwen3NextForCausalLM"], **dict(lin, **moe, **text)),
+         "bfloat16", "new", "float64"),
+        # Qwen3.5-MoE's language model in its multimodal wrapper, as released
+        # (model.language_model.layers), a linear layer last
+        ("qwen3_5_moe_mm_gdn_e8_top3_bf16", tf.Qwen3_5MoeConfig(
+            text_config=dict(hidden_size=48, layer_types=[F, L, F, L],
+                             **dict(lin, **moe, **{k: v for k, v in text.items()
+                                                   if k != "vocab_size"}),
+                             vocab_size=VOCAB),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=48),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
     ]
 
 
@@ -745,10 +791,16 @@ def capture_kv(model, torch):
                          v[0].detach().numpy().copy()))
         return hook
 
-    for layer in layers:
-        layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
-                                                  with_kwargs=True)
+    for layer in layers:  # a hybrid model's linear-attention layers cache nothing
+        if hasattr(layer, "self_attn"):
+            layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
+                                                      with_kwargs=True)
     return seen
+
+
+def kv_layer_indices(model):
+    """The layers that cache K and V (those with self_attn)."""
+    return [i for i, layer in enumerate(decoder_layers(model)) if hasattr(layer, "self_attn")]
 
 
 def mla_bf16_spread(d, samples, fx, torch, tf):
@@ -833,6 +885,11 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
         if cfg.architectures else type(ref).__name__, "saved_dtype": dtype,
         "config_style": style}
     fx.update(summarize(ks, vs, samples, logits0))
+    kv_layers = kv_layer_indices(ref)
+    if len(kv_layers) < len(decoder_layers(ref)):  # a hybrid model
+        fx["kv_layers"] = kv_layers
+        for r in fx["raw"]:
+            r["layer"] = kv_layers[r["layer"]]
     if getattr(cfg, "kv_lora_rank", None):  # MLA: DeepSeek-V2 / V3, GLM-4.7-Flash
         L = cfg.kv_lora_rank
         fx["latent_absmax"] = np.max([np.abs(k[..., :L]).max(axis=(1, 2, 3))

@@ -58,11 +58,13 @@ static void check_bands(int64_t C, int64_t R, int interleaved, int64_t bc, int64
     stored[n / 3] = 0xffc5u; /* a quiet NaN with a payload: kept */
     stored[n / 2] = 0x7f80u; /* +inf */
     stored[n - 1] = 0xff80u; /* -inf */
-    const kvcal_tensor_view v = {
-        stored, KVCAL_DTYPE_BF16,
-        n,      KVCAL_PART_TRANSPOSED | (interleaved ? KVCAL_PART_INTERLEAVED : 0),
-        R,      C,
-        NULL};
+    const kvcal_tensor_view v = {.data = stored,
+                                 .dtype = KVCAL_DTYPE_BF16,
+                                 .numel = n,
+                                 .layout = KVCAL_PART_TRANSPOSED |
+                                           (interleaved ? KVCAL_PART_INTERLEAVED : 0),
+                                 .rows = R,
+                                 .cols = C};
     kvcal_bf16 *want = host_converted(&v);
     kvcal_bf16 *d_dst = NULL, *d_band = NULL;
     CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_dst, (size_t)n * sizeof *d_dst),

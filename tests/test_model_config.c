@@ -469,6 +469,79 @@ static void model_config_reads_a_multimodal_models_language_model(void)
                                    "transformers' Qwen3-VL-MoE renormalizes"));
 }
 
+/* Qwen3.5-MoE and Qwen3-Next: their linear-attention layers (layer_types,
+ * or Qwen3-Next's full_attention_interval, 4 when absent), the gated
+ * delta-net's sizes and the class defaults (values transformers 5.25's
+ * Qwen3_5MoeTextConfig and Qwen3NextConfig print); what vLLM and
+ * transformers compute apart is refused. */
+static void model_config_reads_a_hybrid_models_linear_attention_layers(void)
+{
+    kvcal_model_config c;
+    static const char qwen3_5_moe[] =
+        "{\"architectures\": [\"Qwen3_5MoeForConditionalGeneration\"], "
+        "\"model_type\": \"qwen3_5_moe\", \"text_config\": {\"hidden_size\": 2048, "
+        "\"model_type\": \"qwen3_5_moe_text\", \"num_attention_heads\": 16, "
+        "\"num_key_value_heads\": 2, \"num_hidden_layers\": 8, \"layer_types\": "
+        "[\"linear_attention\", \"linear_attention\", \"linear_attention\", "
+        "\"full_attention\", \"linear_attention\", \"linear_attention\", "
+        "\"linear_attention\", \"full_attention\"], \"rope_parameters\": "
+        "{\"rope_type\": \"default\", \"rope_theta\": 10000000, "
+        "\"mrope_section\": [11, 11, 10], \"mrope_interleaved\": true}%s}, "
+        "\"vision_config\": {\"depth\": 27}}";
+    char text[2048];
+    snprintf(text, sizeof text, qwen3_5_moe, "");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(c.model_type, "qwen3_5_moe_text");
+    CU_ASSERT_EQUAL(c.kv_layers, 2);
+    CU_ASSERT_STRING_EQUAL(c.no_kv_layer_types, "linear_attention");
+    for (int l = 0; l < 8; l++)
+        CU_ASSERT_EQUAL(kvcal_model_config_layer_caches(&c, l), l == 3 || l == 7);
+    CU_ASSERT_EQUAL(c.linear_num_key_heads, 16);
+    CU_ASSERT_EQUAL(c.linear_num_value_heads, 32);
+    CU_ASSERT_EQUAL(c.linear_key_head_dim, 128);
+    CU_ASSERT_EQUAL(c.linear_value_head_dim, 128);
+    CU_ASSERT_EQUAL(c.linear_conv_kernel_dim, 4);
+    CU_ASSERT_EQUAL(c.head_dim, 256);
+    CU_ASSERT_EQUAL(c.qk_norm, 1);
+    CU_ASSERT_DOUBLE_EQUAL(c.partial_rotary_factor, 0.25, 0);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 10000000.0, 0);
+    CU_ASSERT_EQUAL(c.vocab_size, 248320);
+    CU_ASSERT_EQUAL(c.num_experts, 256);
+    CU_ASSERT_EQUAL(c.num_experts_per_tok, 8);
+    CU_ASSERT_EQUAL(c.moe_intermediate_size, 512);
+    CU_ASSERT_EQUAL(c.intermediate_size, 512);
+    CU_ASSERT_EQUAL(c.shared_expert_intermediate_size, 512);
+    CU_ASSERT_EQUAL(c.norm_topk_prob, 1);
+    CU_ASSERT_EQUAL(kvcal_model_config_kv_values_per_token(&c), 2 * 2 * 2 * 256);
+    static const struct {
+        const char *field, *error;
+    } refused[] = {
+        {", \"norm_topk_prob\": false", "transformers' Qwen3.5-MoE renormalizes"},
+        {", \"attn_output_gate\": false", "text_config.attn_output_gate\" is false"},
+        {", \"attention_bias\": true", "text_config.attention_bias\" is true"},
+        {", \"linear_num_value_heads\": 24", "is not a multiple of"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(text, sizeof text, qwen3_5_moe, refused[i].field);
+        CU_ASSERT_NOT_EQUAL(parse_text(text, &c), KVCAL_OK);
+        CU_ASSERT(kvcal_test_error_has(refused[i].error));
+    }
+    /* Qwen3-Next without layer_types: every fourth layer attends */
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text("{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": "
+                   "\"qwen3_next\", \"hidden_size\": 2048, \"num_attention_heads\": 16, "
+                   "\"num_key_value_heads\": 2, \"num_hidden_layers\": 8, "
+                   "\"mlp_only_layers\": [5]}",
+                   &c),
+        KVCAL_OK);
+    for (int l = 0; l < 8; l++)
+        CU_ASSERT_EQUAL(kvcal_model_config_layer_caches(&c, l), l == 3 || l == 7);
+    CU_ASSERT_EQUAL(c.num_experts, 512);
+    CU_ASSERT_EQUAL(c.num_experts_per_tok, 10);
+    CU_ASSERT_EQUAL(c.dense_layers, 1);
+    CU_ASSERT_DOUBLE_EQUAL(c.partial_rotary_factor, 0.25, 0);
+}
+
 static void model_config_defaults_absent_and_null_fields(void)
 {
     kvcal_model_config c;
@@ -1024,6 +1097,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_deepseek_mla_and_grouped_experts),
     KVCAL_TEST(model_config_reads_glm4_moe_lite_layer_plan),
     KVCAL_TEST(model_config_reads_deepseek_sparse_attention),
+    KVCAL_TEST(model_config_reads_a_hybrid_models_linear_attention_layers),
     KVCAL_TEST(model_config_defaults_absent_and_null_fields),
     KVCAL_TEST(model_config_defaults_absent_kv_heads_per_model_type),
     KVCAL_TEST(model_config_defaults_absent_sizes_per_model_type),

@@ -115,7 +115,7 @@ static void run_capture(fixture *f, captured *c, float *logits)
     if (st)
         fprintf(stderr, "\n%s\n", kvcal_last_error());
     CU_ASSERT_EQUAL(st, KVCAL_OK);
-    CU_ASSERT_EQUAL(c->calls, c->layers);
+    CU_ASSERT_EQUAL(c->calls, c->layers - d->linear_layers);
     kvcal_exec_destroy(x);
 }
 
@@ -145,11 +145,17 @@ static void check_model_against_golden(const char *name, const char *dir)
     CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
     run_capture(&f, &c, logits);
     int bad = 0;
+    /* a hybrid model's fixture lists the layers that cache (kv_layers) */
+    cJSON *kv_layers = cJSON_GetObjectItem(f.root, "kv_layers");
+    const int cached = kv_layers ? cJSON_GetArraySize(kv_layers) : c.layers;
+    CU_ASSERT_EQUAL(cached, c.layers - d->linear_layers);
     for (int kv = 0; kv < 2; kv++) {
         cJSON *want = cJSON_GetObjectItem(f.root, kv ? "v_absmax" : "k_absmax");
-        CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(want), c.layers);
-        for (int l = 0; l < c.layers; l++) {
-            cJSON *wl = cJSON_GetArrayItem(want, l);
+        CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(want), cached);
+        for (int at = 0; at < cached; at++) {
+            const int l = kv_layers ? cJSON_GetArrayItem(kv_layers, at)->valueint : at;
+            CU_ASSERT_FATAL(l >= 0 && l < c.layers && kvcal_model_layer_caches(d, l));
+            cJSON *wl = cJSON_GetArrayItem(want, at);
             CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(wl), c.heads);
             for (int h = 0; h < c.heads; h++) {
                 float got = 0.0f;
@@ -334,6 +340,25 @@ static void runner_matches_transformers_multimodal_language_models(void)
     /* Qwen3-VL-MoE: each layer's experts in two tensors, (experts, hidden,
      * 2 inter) and (experts, inter, hidden), as released */
     check_against_golden("qwen3_vl_moe_stacked_e8_top3_bf16");
+}
+
+/* Hybrid models: gated delta-net layers, which cache nothing, among gated
+ * attention layers (q/k norm, RoPE on a quarter of each head): Qwen3.5
+ * dense (its delta-net's input projections apart), Qwen3-Next (fused and
+ * grouped by key head; experts, a gated shared expert and a dense layer;
+ * a linear layer last) and Qwen3.5-MoE's language model in its multimodal
+ * wrapper. */
+static void runner_matches_transformers_hybrid_linear_attention_models(void)
+{
+    check_against_golden("qwen3_5_text_gdn_hybrid_bf16");
+    check_against_golden("qwen3_next_gdn_moe_e8_top3_bf16");
+    check_against_golden("qwen3_5_moe_mm_gdn_e8_top3_bf16");
+    /* Qwen3-Next's full_attention_interval stands for layer_types: every
+     * second layer attends */
+    check_model_against_golden(
+        "qwen3_5_text_gdn_hybrid_bf16",
+        edited_checkpoint("qwen3_5_text_gdn_hybrid_bf16",
+                          "{\"layer_types\": null, \"full_attention_interval\": 2}"));
 }
 
 /* Gemma 2: alternating sliding and global layers, attention scores and
@@ -765,10 +790,12 @@ static void model_open_lists_the_supported_architectures(void)
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
-        "GlmMoeDsaForCausalLM, GptOssForCausalLM, Gemma3ForConditionalGeneration, "
+        "GlmMoeDsaForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, "
+        "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
-        "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration and "
-        "Qwen2VLForConditionalGeneration");
+        "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
+        "Qwen2VLForConditionalGeneration, Qwen3_5ForConditionalGeneration and "
+        "Qwen3_5MoeForConditionalGeneration");
 }
 
 /* A wrapper whose text_config is another language model than the one kvcal
@@ -835,15 +862,21 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         "DeepseekV3ForCausalLM needs kv_lora_rank, qk_rope_head_dim, "
         "qk_nope_head_dim and v_head_dim");
     expect_open_error(
-        edited_checkpoint("mistral_mqa_fp16",
-                          "{\"architectures\": [\"Qwen3NextForCausalLM\"], "
-                          "\"model_type\": \"qwen3_next\", "
-                          "\"num_hidden_layers\": 4, "
-                          "\"full_attention_interval\": 4}"),
+        edited_checkpoint(
+            "mistral_mqa_fp16",
+            "{\"layer_types\": [\"linear_attention\", \"full_attention\"]}"),
         KVCAL_ERR_UNSUPPORTED,
-        "Qwen3NextForCausalLM is a hybrid model (1 of 4 layers attend and cache "
+        "MistralForCausalLM is a hybrid model (1 of 2 layers attend and cache "
         "K and V, the others are linear_attention), which is not supported "
         "yet");
+    /* the families that run linear attention run no other kind of layer */
+    expect_open_error(
+        edited_checkpoint("qwen3_5_text_gdn_hybrid_bf16",
+                          "{\"layer_types\": [\"linear_attention\", \"full_attention\", "
+                          "\"mamba\", \"full_attention\"]}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "Qwen3_5ForCausalLM is a hybrid model (2 of 4 layers attend and cache K and V, "
+        "the others are linear_attention, mamba), which is not supported yet");
     /* DeepSeek-V4 and Kimi K2.5's multimodal model: what kvcal lacks, not
      * the list of what it runs */
     static const struct {
@@ -1504,6 +1537,7 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_numpy_run_c_on_stories260k),
+    KVCAL_TEST(runner_matches_transformers_hybrid_linear_attention_models),
     KVCAL_TEST(runner_matches_transformers_llama3_gqa_head_dim_48_bf16),
     KVCAL_TEST(runner_matches_transformers_llama_mha_linear_rope_tied_fp32_old_config),
     KVCAL_TEST(runner_matches_transformers_mistral_mqa_fp16),

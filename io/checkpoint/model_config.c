@@ -187,6 +187,14 @@ static const char *family_type(const char *t)
     return t;
 }
 
+/* Qwen3-Next's and Qwen3.5's model types: gated delta-net layers among
+ * gated attention layers. */
+static int gated_delta_type(const char *t)
+{
+    return !strcmp(t, "qwen3_next") || !strcmp(t, "qwen3_5_text") ||
+           !strcmp(t, "qwen3_5_moe_text");
+}
+
 static void cfg_default_sizes(kvcal_model_config *c)
 {
     static const struct {
@@ -204,6 +212,9 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"qwen2_vl_text", 32768, 152064, 29568},
                     {"qwen2_moe", 32768, 151936, 5632},
                     {"qwen3_moe", 32768, 151936, 6144},
+                    {"qwen3_next", 32768, 151936, 5632},
+                    {"qwen3_5_text", 32768, 248320, 12288},
+                    {"qwen3_5_moe_text", 32768, 248320, 0},
                     {"mixtral", 131072, 32000, 14336},
                     {"phi3", 4096, 32064, 8192},
                     {"gemma3_text", 131072, 262208, 9216},
@@ -594,7 +605,7 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
     }
     const int qwen3 = !strcmp(family_type(c->model_type), "qwen3");
     if (qwen3 || !strcmp(c->model_type, "gemma3_text") ||
-        !strcmp(c->model_type, "gemma2")) {
+        !strcmp(c->model_type, "gemma2") || gated_delta_type(c->model_type)) {
         c->head_dim = qwen3 ? 128 : 256;
         return KVCAL_OK;
     }
@@ -627,7 +638,7 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
     c->qk_norm = is_qwen3 || !strcmp(family_type(c->model_type), "qwen3_moe") ||
-                 !strcmp(c->model_type, "gemma3_text");
+                 !strcmp(c->model_type, "gemma3_text") || gated_delta_type(c->model_type);
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
@@ -860,6 +871,9 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
                     {"qwen3_moe", 128, 8, 768, 0, 0},
                     /* Qwen3-VL-MoE's: its top-k weights always renormalized */
                     {"qwen3_vl_moe_text", 60, 4, 1408, 0, 1},
+                    {"qwen3_next", 512, 10, 512, 512, 1},
+                    /* Qwen3.5-MoE's: its top-k weights always renormalized */
+                    {"qwen3_5_moe_text", 256, 8, 512, 512, 1},
                     {"mixtral", 8, 2, 0, 0, 1},
                     {"glm4_moe", 128, 8, 1408, 0, 1},
                     {"gpt_oss", 128, 4, 0, 0, 1}};
@@ -931,13 +945,20 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_int(top, "shared_expert_intermediate_size", 0, INT_MAX,
                      &c->shared_expert_intermediate_size, NULL)) != KVCAL_OK)
         return s;
-    if (!strcmp(c->model_type, "qwen3_vl_moe_text") && !c->norm_topk_prob)
+    const int always_renormalized = !strcmp(c->model_type, "qwen3_vl_moe_text") ||
+                                    !strcmp(c->model_type, "qwen3_5_moe_text");
+    if (always_renormalized && !c->norm_topk_prob)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: field \"%snorm_topk_prob\" is false, but transformers' "
-                          "Qwen3-VL-MoE renormalizes the top-k weights whatever it says "
+                          "%s renormalizes the top-k weights whatever it says "
                           "while vLLM follows it: the engine's K/V would not be "
                           "transformers'; fix the field",
-                          top->name, top->prefix);
+                          top->name, top->prefix,
+                          strcmp(c->model_type, "qwen3_5_moe_text") ? "Qwen3-VL-MoE"
+                                                                    : "Qwen3.5-MoE");
+    /* Qwen3.5-MoE has no dense MLP: its experts' size stands for it */
+    if (!c->intermediate_size)
+        c->intermediate_size = c->moe_intermediate_size;
     if ((s = cfg_qwen_moe_windows(top, c)) != KVCAL_OK)
         return s;
     const cJSON *dense = cfg_item(top, "mlp_only_layers"), *it;
@@ -1060,7 +1081,9 @@ static const char *const known_kv_families[] = {"llama",
                                                 "qwen2_5_vl_text",
                                                 "qwen3_vl_moe_text",
                                                 "qwen2_vl",
-                                                "qwen2_vl_text"};
+                                                "qwen2_vl_text",
+                                                "qwen3_5_text",
+                                                "qwen3_5_moe_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1117,6 +1140,8 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
                 j++;
             if (j < n) {
                 seen |= 1u << j;
+                if (!strcmp(k, "linear_attention"))
+                    c->layer_linear[i / 8] |= (unsigned char)(1u << (i % 8));
             } else if (c->kv_layout != KVCAL_KV_UNKNOWN) {
                 c->kv_layout = KVCAL_KV_UNKNOWN;
                 c->unknown_layer = i;
@@ -1144,6 +1169,9 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
     if (interval > 1) {
         c->kv_layers = c->num_layers / interval;
         strcpy(c->no_kv_layer_types, "linear_attention");
+        for (int i = 0; i < c->num_layers; i++)
+            if ((i + 1) % interval)
+                c->layer_linear[i / 8] |= (unsigned char)(1u << (i % 8));
         /* it stands for layer_types (transformers' Qwen3-Next: layer i
            attends, with full attention, when (i + 1) % interval == 0): no
            family's default pattern of sliding layers applies */
@@ -1159,6 +1187,11 @@ int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c)
     if (c->kv_layout == KVCAL_KV_PER_HEAD)
         return 2 * (int64_t)c->kv_layers * c->num_kv_heads * c->head_dim;
     return 0;
+}
+
+int kvcal_model_config_layer_caches(const kvcal_model_config *c, int l)
+{
+    return !((c->layer_linear[l / 8] >> (l % 8)) & 1);
 }
 
 int kvcal_model_config_cache_kv_heads(const kvcal_model_config *c)
@@ -1189,6 +1222,56 @@ static kvcal_status cfg_read_quantization(const cfg_obj *top, kvcal_model_config
     if ((s = cfg_object(&qo, "kv_cache_scheme", &scheme)) != KVCAL_OK)
         return s;
     c->has_kv_cache_scheme = scheme != NULL;
+    return KVCAL_OK;
+}
+
+/* Qwen3-Next's and Qwen3.5's gated delta-net sizes and their transformers
+ * defaults (16 key heads and 32 value heads of 128, kernel 4); their
+ * attention output always gated (transformers has no switch: a config
+ * that turns attn_output_gate off, which vLLM follows, is refused), its
+ * RoPE on a quarter of each head by default, no attention bias (vLLM's
+ * reads qkv_bias for q, k and v and none for o_proj, transformers'
+ * attention_bias for all four: refused). */
+static kvcal_status cfg_read_gated_delta(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (!gated_delta_type(c->model_type))
+        return KVCAL_OK;
+    int gate = 1, qkv_bias = 0;
+    c->linear_num_key_heads = 16, c->linear_num_value_heads = 32;
+    c->linear_key_head_dim = c->linear_value_head_dim = 128;
+    c->linear_conv_kernel_dim = 4;
+    kvcal_status s;
+    if ((s = cfg_int(top, "linear_num_key_heads", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->linear_num_key_heads, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "linear_num_value_heads", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->linear_num_value_heads, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "linear_key_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                     &c->linear_key_head_dim, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "linear_value_head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM,
+                     &c->linear_value_head_dim, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "linear_conv_kernel_dim", 1, 64, &c->linear_conv_kernel_dim,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_bool(top, "attn_output_gate", &gate)) != KVCAL_OK ||
+        (s = cfg_bool(top, "qkv_bias", &qkv_bias)) != KVCAL_OK)
+        return s;
+    if (c->linear_num_value_heads % c->linear_num_key_heads)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%slinear_num_value_heads\" (%d) is not a multiple "
+                          "of \"%slinear_num_key_heads\" (%d); fix one of them",
+                          top->name, top->prefix, c->linear_num_value_heads, top->prefix,
+                          c->linear_num_key_heads);
+    if (!gate || qkv_bias || c->attention_bias)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: field \"%s%s\" is %s: transformers' %s and vLLM's would "
+                          "not compute the same K/V (transformers %s); remove the field",
+                          top->name, top->prefix,
+                          !gate      ? "attn_output_gate"
+                          : qkv_bias ? "qkv_bias"
+                                     : "attention_bias",
+                          !gate ? "false" : "true", c->model_type,
+                          !gate ? "always gates the attention output"
+                                : "biases q, k, v and o by attention_bias, vLLM q, k "
+                                  "and v by qkv_bias");
     return KVCAL_OK;
 }
 
@@ -1249,6 +1332,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         !strcmp(c->model_type, "gemma2") || !strcmp(c->model_type, "gemma3_text");
     if (!strcmp(c->model_type, "glm4_moe")) /* Glm4MoeConfig's default */
         c->partial_rotary_factor = 0.5;
+    if (gated_delta_type(c->model_type)) /* Qwen3-Next's and Qwen3.5's */
+        c->partial_rotary_factor = 0.25;
     if ((s = cfg_read_architecture(top, c)) != KVCAL_OK ||
         (s = cfg_required_int(f, "num_hidden_layers", 1, KVCAL_CONFIG_MAX_LAYERS,
                               &c->num_layers)) != KVCAL_OK ||
@@ -1275,6 +1360,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
         (s = cfg_read_moe(f, c)) != KVCAL_OK || (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
         (s = cfg_read_gpt_oss(f, c)) != KVCAL_OK ||
+        (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK)
         return s;
     c->rope_interleave = -1;

@@ -111,6 +111,9 @@ typedef struct kvcal_model_config {
                                 the attention layers of layer_types /
                                 full_attention_interval */
     int sliding_layers;      /* of those, layer_types' sliding_attention layers */
+    /* bit l of layer_linear[l / 8]: layer l is a linear_attention layer (of
+     * layer_types or full_attention_interval) */
+    unsigned char layer_linear[KVCAL_LAYER_BITS / 8];
     char no_kv_layer_types[64];   /* the kinds of layer_types that cache nothing per
                                      token ("linear_attention", "conv", ...), joined
                                      by ", " */
@@ -165,6 +168,13 @@ typedef struct kvcal_model_config {
     int weight_block_size;      /* quantization_config.weight_block_size's rows
                                    (128: DeepSeek-V3's block-wise FP8), 0 when absent */
 
+    /* The gated delta-net of Qwen3-Next's and Qwen3.5's linear-attention
+     * layers (qwen3_next, qwen3_5_text, qwen3_5_moe_text; 0 elsewhere), with
+     * the transformers class defaults where a field is absent */
+    int linear_num_key_heads, linear_num_value_heads;
+    int linear_key_head_dim, linear_value_head_dim;
+    int linear_conv_kernel_dim;
+
     /* gpt-oss (gpt_oss; 0 elsewhere) */
     double swiglu_limit; /* the experts' SwiGLU clamp (7) */
     double swiglu_alpha; /* its sigmoid's gain (1.702) */
@@ -198,6 +208,10 @@ kvcal_status kvcal_model_config_parse(const char *json, size_t len, const char *
  * are not counted. 0 for KVCAL_KV_UNKNOWN. Bytes are this times the cache
  * dtype's size. */
 int64_t kvcal_model_config_kv_values_per_token(const kvcal_model_config *c);
+
+/* Whether layer l of c caches an entry per token (all but layer_types'
+ * linear-attention layers). */
+int kvcal_model_config_layer_caches(const kvcal_model_config *c, int l);
 
 /* The kv heads and head size of what the KV cache holds per token and layer,
  * the shape of scales: one head of kv_lora_rank + qk_rope_head_dim for MLA

@@ -1000,6 +1000,20 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         char place[96];
         snprintf(place, sizeof place, "%slayers.%d.self_attn",
                  kvcal_lm_prefix(lt[l].layout), l);
+        if (ctx->model && !kvcal_model_config_layer_caches(ctx->model, l)) {
+            /* a hybrid model's linear-attention layer: no cache to scale;
+               the set holds the engine's 1.0 there, read by nothing */
+            if (kt || vt || kv)
+                kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place,
+                                 "the engine has no K/V cache in this layer and does "
+                                 "not read them",
+                                 "scales for a linear-attention layer");
+            for (int i = 0; i < 2; i++) {
+                counts[l * 2 + i] = 1;
+                vals[((size_t)l * 2 + i) * heads] = 1.0f;
+            }
+            continue;
+        }
         if (kt && kv)
             kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, kv->name,
                              "vLLM renames it to k_scale, loads both and the last one "
@@ -1702,11 +1716,15 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
         st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
-    for (int l = 0; l < s->num_layers; l++)
-        for (int i = 0; i < nk; i++) {
-            kvcal_tensor_out *t = &tensors[nk * l + i];
-            char *name = names + (size_t)(nk * l + i) * 128;
-            float *d = data + (size_t)(nk * l + i) * heads, k, v;
+    /* the layers that cache (not a hybrid model's linear-attention ones),
+     * packed */
+    int written = 0;
+    for (int l = 0; l < s->num_layers;
+         written += nk * kvcal_model_config_layer_caches(&mc, l++))
+        for (int i = 0; i < nk && kvcal_model_config_layer_caches(&mc, l); i++) {
+            kvcal_tensor_out *t = &tensors[written + i];
+            char *name = names + (size_t)(written + i) * 128;
+            float *d = data + (size_t)(written + i) * heads, k, v;
             snprintf(name, 128, "%slayers.%d.self_attn.%s", prefix, l,
                      write_name(format, kinds[i]));
             kvcal_scales_get_tensor(s, l, &k, &v);
@@ -1733,6 +1751,7 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
             t->shape[2] = 1;
             t->data = d;
         }
+    n = written;
     join(p, sizeof p, model_dir, "config.json");
     if ((st = kvcal_json_load(p, &config)))
         goto fail;

@@ -248,6 +248,10 @@ def loaders(arch):
         from vllm.model_executor.models.qwen3_5 import Qwen3_5ForCausalLMBase, Qwen3_5Model
         return (Qwen3_5ForCausalLMBase.load_weights, Qwen3_5ForCausalLMBase.hf_to_vllm_mapper,
                 Qwen3_5Model.load_weights, Qwen3_5Model.hf_to_vllm_mapper)
+    if arch == "Qwen3NextForCausalLM":
+        from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM, Qwen3NextModel
+        return (Qwen3NextForCausalLM.load_weights, Qwen3NextForCausalLM.hf_to_vllm_mapper,
+                Qwen3NextModel.load_weights, Qwen3NextModel.hf_to_vllm_mapper)
     from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
     return LlamaForCausalLM.load_weights, None, LlamaModel.load_weights, \
         LlamaModel.hf_to_vllm_mapper
@@ -287,10 +291,17 @@ def build_model(cfg, qconf, tp, classes=None):
             _init_kv_cache_quant(a, qconf, prefix + ".attn")
             self.attn = a
 
+    # a hybrid model's linear-attention layers hold no attention (vLLM's
+    # Qwen3-Next: linear_attn instead of self_attn)
+    kinds = cfg.get("layer_types") or ["full_attention"] * cfg["num_hidden_layers"]
+
     class Layer(nn.Module):
-        def __init__(self, prefix):
+        def __init__(self, prefix, kind):
             super().__init__()
-            self.self_attn = SelfAttn(prefix + ".self_attn")
+            if kind == "linear_attention":
+                self.linear_attn = nn.Module()
+            else:
+                self.self_attn = SelfAttn(prefix + ".self_attn")
 
     class Model(nn.Module):
         hf_to_vllm_mapper = model_mapper
@@ -298,10 +309,14 @@ def build_model(cfg, qconf, tp, classes=None):
 
         def __init__(self):
             super().__init__()
-            self.layers = nn.ModuleList(Layer("model.layers.%d" % i)
+            self.layers = nn.ModuleList(Layer("model.layers.%d" % i, kinds[i])
                                         for i in range(cfg["num_hidden_layers"]))
             self.quant_config = qconf
-            self.config = SimpleNamespace(model_type=cfg.get("model_type", "llama"))
+            self.config = SimpleNamespace(model_type=cfg.get("model_type", "llama"),
+                                          num_experts=cfg.get("num_experts", 0))
+            # vLLM's Qwen3-Next and Qwen3.5 (MoE): the shared expert in the
+            # routed experts' kernel on ROCm's AITER alone
+            self.is_fused_shared_expert_enabled = False
 
     class CausalLM(nn.Module):
         hf_to_vllm_mapper = lm_mapper
@@ -504,7 +519,14 @@ WRAPPERS = {
     "qwen2_vl_flat_mrope_bias_bf16": (
         "qwen2_vl", "Qwen2VLForConditionalGeneration", "qwen2", "Qwen2ForCausalLM",
         "Qwen2Model"),
+    # Qwen3.5-MoE: hybrid, its linear-attention layers without a cache
+    "qwen3_5_moe_mm_gdn_e8_top3_bf16": (
+        "qwen3_5", "Qwen3_5MoeForConditionalGeneration", "qwen3_5",
+        "Qwen3_5MoeForCausalLM", "Qwen3_5Model"),
 }
+
+# kvcal's golden hybrid causal LMs (their loaders: loaders())
+HYBRIDS = ["qwen3_5_text_gdn_hybrid_bf16", "qwen3_next_gdn_moe_e8_top3_bf16"]
 
 
 def wrapper_load(d, spec):
@@ -547,7 +569,7 @@ def wrapper_load(d, spec):
             layers = model.model.layers
         model.load_weights(read_safetensors(os.path.join(d, "kv_scales.safetensors")).items())
         out = []
-        for layer in layers:
+        for layer in (x for x in layers if hasattr(x, "self_attn")):
             a = layer.self_attn.attn
             a.quant_method.process_weights_after_loading(a)
             out.append((a._k_scale.flatten().tolist(), a._v_scale.flatten().tolist()))
@@ -583,7 +605,11 @@ def wrapper_case(name, d, spec):
     kind, got = wrapper_load(d, spec)
     ok = valid == (kind == "loaded")
     if ok and valid:
-        want = kvcal_values(d)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        kinds = cfg.get("text_config", cfg).get("layer_types")
+        # a hybrid model's attention layers alone cache (and load scales)
+        want = [w for i, w in enumerate(kvcal_values(d))
+                if not kinds or kinds[i] != "linear_attention"]
         ok = len(got) == len(want) and all(
             f32(k[0]) == f32(max(a for a, _ in w)) and f32(v[0]) == f32(max(b for _, b in w))
             for (k, v), w in zip(got, want))
@@ -605,7 +631,8 @@ def vllm_wrappers(work):
         for _ in range(4):
             fp.write(json.dumps({"input_ids": [rng.randrange(120) for _ in range(40)]}) + "\n")
     golden = os.path.join(ROOT, "tests", "fixtures", "golden")
-    for name, spec in list(WRAPPERS.items()) + [("mistral_mqa_fp16", None)]:
+    for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
+            ("mistral_mqa_fp16", None)]:
         out = os.path.join(work, "wrapper_" + name)
         shutil.rmtree(out, ignore_errors=True)
         r = kvcal(["calibrate", "--model", os.path.join(golden, name), "--dataset", ids,
@@ -619,7 +646,8 @@ def vllm_wrappers(work):
         prefix = next(k for k in layers["weight_map"] if k.endswith(".self_attn.k_scale"))
         prefix = prefix[:prefix.index("layers.")]
         others = [p for p in ("model.", "model.language_model.", "language_model.model.")
-                  if p != prefix] if spec else ["language_model.model."]
+                  if p != prefix] if spec else [] if name in HYBRIDS else [
+                      "language_model.model."]
         for other in others:
             wrapper_case("%s scales renamed %s -> %s" % (name, prefix, other),
                          renamed(out, out + "_as_" + other.rstrip("."), prefix, other), spec)

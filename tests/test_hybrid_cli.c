@@ -1,0 +1,177 @@
+/* tests/test_hybrid_cli.c: hybrid models (Qwen3-Next, Qwen3.5 dense and
+ * MoE) through the commands, as a user runs them: calibrate writes scales
+ * for the attention layers alone (the linear-attention layers cache
+ * nothing), validate-scales accepts them and flags a scale of a layer
+ * that caches nothing, eval reports the attention layers and counts their
+ * cache alone. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint/safetensors.h"
+#include "io/json_file.h"
+#include "tests/test_util.h"
+
+#define GOLDEN "tests/fixtures/golden/"
+#define SMALL "--num-samples 2 --seq-len 24 --quiet"
+
+static const char *ids_file(void)
+{
+    const char *path = kvcal_test_path("hybrid_ids.jsonl");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(path, 2, 24, 120, 11), 0);
+    return path;
+}
+
+/* calibrate --format checkpoint of golden model `name` into the test
+ * tmpdir (its path in a static buffer). */
+static const char *calibrated(const char *name)
+{
+    static char out[600];
+    char args[2048];
+    snprintf(out, sizeof out, "%s", kvcal_test_path(name));
+    snprintf(args, sizeof args,
+             "calibrate --model " GOLDEN "%s --dataset '%s' " SMALL
+             " --format checkpoint --out '%s'",
+             name, ids_file(), out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    return out;
+}
+
+/* Layer l's index in the golden fixture's kv_layers, -1 when it caches
+ * nothing; *n the number of such layers. */
+static int kv_layer_at(const cJSON *fixture, int l, int *n)
+{
+    const cJSON *kv = cJSON_GetObjectItem(fixture, "kv_layers");
+    *n = cJSON_GetArraySize(kv);
+    for (int i = 0; i < *n; i++)
+        if (cJSON_GetArrayItem(kv, i)->valueint == l)
+            return i;
+    return -1;
+}
+
+static void calibrate_writes_the_attention_layers_scales_alone(void)
+{
+    static const struct {
+        const char *name, *prefix;
+    } cases[] = {{"qwen3_5_text_gdn_hybrid_bf16", "model."},
+                 {"qwen3_next_gdn_moe_e8_top3_bf16", "model."},
+                 {"qwen3_5_moe_mm_gdn_e8_top3_bf16", "model.language_model."}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char path[700];
+        cJSON *fixture = NULL;
+        snprintf(path, sizeof path, GOLDEN "%s.json", cases[c].name);
+        CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &fixture), KVCAL_OK);
+        const char *out = calibrated(cases[c].name);
+        snprintf(path, sizeof path, "%s/kv_scales.safetensors", out);
+        kvcal_safetensors_t *st = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
+        int kv_layers = 0;
+        kv_layer_at(fixture, 0, &kv_layers);
+        /* a k_scale and a v_scale of each attention layer, nothing else */
+        CU_ASSERT_EQUAL(kvcal_safetensors_count(st), 2 * kv_layers);
+        for (int i = 0; i < kvcal_safetensors_count(st); i++) {
+            const char *n = kvcal_safetensors_at(st, i)->name;
+            const size_t len = strlen(cases[c].prefix);
+            int l = -1, at = -1;
+            CU_ASSERT_EQUAL(strncmp(n, cases[c].prefix, len), 0);
+            CU_ASSERT_EQUAL(sscanf(n + len, "layers.%d.self_attn.", &l), 1);
+            CU_ASSERT((at = kv_layer_at(fixture, l, &kv_layers)) >= 0);
+            if (at < 0)
+                fprintf(stderr, "\n%s: %s names a linear-attention layer", cases[c].name,
+                        n);
+        }
+        kvcal_safetensors_close(st);
+        cJSON_Delete(fixture);
+        char args[800], *text = NULL;
+        snprintf(args, sizeof args, "validate-scales '%s'", out);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+        CU_ASSERT(text && strstr(text, "valid (0 errors, 0 warnings)"));
+        free(text);
+    }
+}
+
+/* The scales of an attention layer that the config then makes a
+ * linear-attention one: read by no engine, which validate-scales says. */
+static void validate_scales_flags_a_scale_of_a_layer_without_cache(void)
+{
+    const char *out = calibrated("qwen3_5_text_gdn_hybrid_bf16");
+    char path[700], args[800], *text = NULL;
+    snprintf(path, sizeof path, "%s/config.json", out);
+    cJSON *cfg = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &cfg), KVCAL_OK);
+    cJSON *types = cJSON_GetObjectItem(cfg, "layer_types");
+    cJSON_ReplaceItemInArray(types, 1, cJSON_CreateString("linear_attention"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, cfg), KVCAL_OK);
+    cJSON_Delete(cfg);
+    snprintf(args, sizeof args, "validate-scales '%s'", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+    CU_ASSERT(text && strstr(text, "scales for a linear-attention layer"));
+    CU_ASSERT(text && strstr(text, "model.layers.1.self_attn"));
+    free(text);
+}
+
+/* eval's per-layer report holds the attention layers, and the cache's
+ * bytes per token count them alone: bf16 K and V of 2 layers x 2 kv heads
+ * x 32 = 512 bytes (of 4 layers). */
+static void eval_reports_the_attention_layers_alone(void)
+{
+    char args[1024], *text = NULL;
+    snprintf(args, sizeof args,
+             "eval --model " GOLDEN "qwen3_5_text_gdn_hybrid_bf16 --dataset '%s' " SMALL
+             " --json",
+             ids_file());
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &text), 0);
+    cJSON *report = text ? cJSON_Parse(text) : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(report);
+    const cJSON *modes = cJSON_GetObjectItem(report, "modes"), *m;
+    int seen = 0;
+    cJSON_ArrayForEach(m, modes)
+    {
+        const cJSON *layers = cJSON_GetObjectItem(m, "layers"), *l;
+        if (!strcmp(cJSON_GetObjectItem(m, "mode")->valuestring, "baseline"))
+            CU_ASSERT_EQUAL(cJSON_GetObjectItem(m, "kv_bytes_per_token")->valuedouble,
+                            512.0);
+        cJSON_ArrayForEach(l, layers)
+        {
+            const int at = cJSON_GetObjectItem(l, "layer")->valueint;
+            CU_ASSERT(at == 1 || at == 3);
+            seen++;
+        }
+    }
+    CU_ASSERT(seen > 0);
+    cJSON_Delete(report);
+    free(text);
+}
+
+/* The formats with a scale for every layer are refused, before the run
+ * and without an output. */
+static void formats_of_every_layer_are_refused(void)
+{
+    static const char *const formats[] = {"legacy", "all", "trtllm",
+                                          "ascend --kv-dtype int8"};
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        char args[1024], out[600];
+        snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_refused"));
+        snprintf(args, sizeof args,
+                 "calibrate --model " GOLDEN "qwen3_next_gdn_moe_e8_top3_bf16 --dataset "
+                 "'%s' " SMALL " --format %s --out '%s'",
+                 ids_file(), formats[i], out);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+        CU_ASSERT(
+            kvcal_test_kvcal_stderr_has("is a hybrid model whose 3 linear-attention "
+                                        "layers cache nothing"));
+        FILE *f = fopen(out, "r");
+        CU_ASSERT_PTR_NULL(f);
+        if (f)
+            fclose(f);
+    }
+}
+
+static CU_TestInfo tests[] = {
+    KVCAL_TEST(formats_of_every_layer_are_refused),
+    KVCAL_TEST(calibrate_writes_the_attention_layers_scales_alone),
+    KVCAL_TEST(validate_scales_flags_a_scale_of_a_layer_without_cache),
+    KVCAL_TEST(eval_reports_the_attention_layers_alone),
+    CU_TEST_INFO_NULL,
+};
+KVCAL_SUITE(hybrid_cli, KVCAL_NEEDS_NOTHING, tests)
