@@ -660,9 +660,11 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
                     if ((st = check_part(m, l, w, i, e, &t)))
                         return st;
                     /* k_proj's dtype, the fused qkv_proj's, or MLA's
-                       kv_a_proj_with_mqa's */
-                    if (l == 0 && ((w == KVCAL_W_QKV && (i == 1 || !p[1].name)) ||
-                                   w == KVCAL_W_KV_A))
+                       kv_a_proj_with_mqa's, in the first layer that has it
+                       (a hybrid model's first attention layer) */
+                    if (!m->desc.weight_dtype[0] &&
+                        ((w == KVCAL_W_QKV && (i == 1 || !p[1].name)) ||
+                         w == KVCAL_W_KV_A))
                         snprintf(m->desc.weight_dtype, sizeof m->desc.weight_dtype, "%s",
                                  kvcal_dtype_name(t->dtype));
                 }

@@ -291,6 +291,12 @@ static void print_model(const char *path, const kvcal_model_config *c,
     }
     if (c->sliding_window)
         printf(", sliding window %d", c->sliding_window);
+    if (c->linear_num_key_heads) /* Qwen3-Next, Qwen3.5 */
+        printf(
+            ", output gated\n  linear attn     gated delta-net: %d key heads of %d, %d "
+            "value heads of %d, convolution of %d",
+            c->linear_num_key_heads, c->linear_key_head_dim, c->linear_num_value_heads,
+            c->linear_value_head_dim, c->linear_conv_kernel_dim);
     if (c->num_experts) {
         printf("\n  experts         %d of %d channels, %s top-%d%s", c->num_experts,
                c->moe_intermediate_size, c->moe_sigmoid ? "sigmoid" : "softmax",

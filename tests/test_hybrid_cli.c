@@ -167,7 +167,57 @@ static void formats_of_every_layer_are_refused(void)
     }
 }
 
+/* convert of a hybrid model's scales (read back from a checkpoint, whose
+ * config.json names the model) into a format of every layer: refused
+ * without an output; into a checkpoint: the attention layers' alone. */
+static void convert_keeps_the_attention_layers_alone(void)
+{
+    const char *ck = calibrated("qwen3_next_gdn_moe_e8_top3_bf16");
+    char args[1600], out[600];
+    snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_legacy.json"));
+    snprintf(args, sizeof args, "convert '%s' --to legacy --out '%s'", ck, out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "Qwen3NextForCausalLM is a hybrid model whose linear-attention layers cache"));
+    FILE *f = fopen(out, "r");
+    CU_ASSERT_PTR_NULL(f);
+    if (f)
+        fclose(f);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_converted"));
+    snprintf(args, sizeof args,
+             "convert '%s' --to checkpoint --model " GOLDEN
+             "qwen3_next_gdn_moe_e8_top3_bf16 --out '%s'",
+             ck, out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/kv_scales.safetensors", out);
+    kvcal_safetensors_t *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_safetensors_count(st), 2); /* layer 1's k and v */
+    for (int i = 0; i < kvcal_safetensors_count(st); i++)
+        CU_ASSERT(strstr(kvcal_safetensors_at(st, i)->name, "model.layers.1.") != NULL);
+    kvcal_safetensors_close(st);
+}
+
+/* inspect says what the layers are */
+static void inspect_describes_the_linear_attention(void)
+{
+    char *text = NULL;
+    CU_ASSERT_EQUAL(
+        kvcal_test_run_kvcal("inspect " GOLDEN "qwen3_next_gdn_moe_e8_top3_bf16", &text),
+        0);
+    CU_ASSERT(text && strstr(text, "head_dim 32, output gated"));
+    CU_ASSERT(text && strstr(text, "gated delta-net: 2 key heads of 16, 4 value heads of "
+                                   "24, convolution of 4"));
+    CU_ASSERT(text && strstr(text, "weights         BF16"));
+    CU_ASSERT(text && strstr(text, "K and V in 1 of 4 layers; the other 3 "
+                                   "(linear_attention) cache nothing"));
+    free(text);
+}
+
 static CU_TestInfo tests[] = {
+    KVCAL_TEST(convert_keeps_the_attention_layers_alone),
+    KVCAL_TEST(inspect_describes_the_linear_attention),
     KVCAL_TEST(formats_of_every_layer_are_refused),
     KVCAL_TEST(calibrate_writes_the_attention_layers_scales_alone),
     KVCAL_TEST(validate_scales_flags_a_scale_of_a_layer_without_cache),
