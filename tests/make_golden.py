@@ -419,6 +419,18 @@ def hybrid_configs(tf, common):
             mlp_only_layers=[2], layer_types=[L, F, L, L],
             architectures=["Qwen3NextForCausalLM"], **dict(lin, **moe, **text)),
          "bfloat16", "new", "float64"),
+        # the dense Qwen3.5's language model in its multimodal wrapper, as
+        # released (model.language_model.layers), a linear layer first
+        ("qwen3_5_mm_gdn_hybrid_bf16", tf.Qwen3_5Config(
+            text_config=dict(hidden_size=48, intermediate_size=64, layer_types=[L, F, F, L],
+                             **dict(lin, **{k: v for k, v in text.items()
+                                            if k != "vocab_size"}),
+                             vocab_size=VOCAB),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=48),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            vision_start_token_id=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
         # Qwen3.5-MoE's language model in its multimodal wrapper, as released
         # (model.language_model.layers), a linear layer last
         ("qwen3_5_moe_mm_gdn_e8_top3_bf16", tf.Qwen3_5MoeConfig(

@@ -55,7 +55,8 @@ static void calibrate_writes_the_attention_layers_scales_alone(void)
         const char *name, *prefix;
     } cases[] = {{"qwen3_5_text_gdn_hybrid_bf16", "model."},
                  {"qwen3_next_gdn_moe_e8_top3_bf16", "model."},
-                 {"qwen3_5_moe_mm_gdn_e8_top3_bf16", "model.language_model."}};
+                 {"qwen3_5_moe_mm_gdn_e8_top3_bf16", "model.language_model."},
+                 {"qwen3_5_mm_gdn_hybrid_bf16", "model.language_model."}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char path[700];
         cJSON *fixture = NULL;

@@ -346,13 +346,14 @@ static void runner_matches_transformers_multimodal_language_models(void)
  * attention layers (q/k norm, RoPE on a quarter of each head): Qwen3.5
  * dense (its delta-net's input projections apart), Qwen3-Next (fused and
  * grouped by key head; experts, a gated shared expert and a dense layer;
- * a linear layer last) and Qwen3.5-MoE's language model in its multimodal
- * wrapper. */
+ * a linear layer last) and the language models of Qwen3.5's and
+ * Qwen3.5-MoE's multimodal wrappers. */
 static void runner_matches_transformers_hybrid_linear_attention_models(void)
 {
     check_against_golden("qwen3_5_text_gdn_hybrid_bf16");
     check_against_golden("qwen3_next_gdn_moe_e8_top3_bf16");
     check_against_golden("qwen3_5_moe_mm_gdn_e8_top3_bf16");
+    check_against_golden("qwen3_5_mm_gdn_hybrid_bf16");
     /* Qwen3-Next's full_attention_interval stands for layer_types: every
      * second layer attends */
     check_model_against_golden(

@@ -519,7 +519,11 @@ WRAPPERS = {
     "qwen2_vl_flat_mrope_bias_bf16": (
         "qwen2_vl", "Qwen2VLForConditionalGeneration", "qwen2", "Qwen2ForCausalLM",
         "Qwen2Model"),
-    # Qwen3.5-MoE: hybrid, its linear-attention layers without a cache
+    # Qwen3.5 and Qwen3.5-MoE: hybrid, their linear-attention layers
+    # without a cache
+    "qwen3_5_mm_gdn_hybrid_bf16": (
+        "qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3_5ForCausalLM",
+        "Qwen3_5Model"),
     "qwen3_5_moe_mm_gdn_e8_top3_bf16": (
         "qwen3_5", "Qwen3_5MoeForConditionalGeneration", "qwen3_5",
         "Qwen3_5MoeForCausalLM", "Qwen3_5Model"),
