@@ -981,6 +981,8 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
                 cJSON_AddItemToArray(vo, cJSON_CreateNumber(s->v_offset[i]));
             }
         }
+        if (!kvcal_model_layer_caches(d, l)) /* a hybrid model's linear attention */
+            cJSON_AddBoolToObject(o, "kv_cache", 0);
         if (s->mla_kv_lora_rank) { /* the MLA entry's parts */
             cJSON_AddNumberToObject(o, "latent_absmax", s->mla_latent_absmax[l]);
             cJSON_AddNumberToObject(o, "rope_absmax", s->mla_rope_absmax[l]);

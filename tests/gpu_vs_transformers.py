@@ -94,9 +94,10 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
             v_abs.append(v.abs().amax(dim=(0, 1, 3)).float().cpu())
         return hook
 
-    for layer in decoder_layers(model):
-        layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
-                                                  with_kwargs=True)
+    for layer in decoder_layers(model):  # a hybrid model's attention layers alone
+        if hasattr(layer, "self_attn"):
+            layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
+                                                      with_kwargs=True)
     with torch.no_grad():
         model.model(torch.tensor(samples, device="cuda"), use_cache=False)
     del model
@@ -117,7 +118,8 @@ def kvcal_absmax(kvcal, model_dir, samples, work):
     if r.returncode != 0:
         raise RuntimeError("%s exited with %d: %s" % (" ".join(cmd), r.returncode,
                                                       r.stderr.strip()))
-    layers = json.loads(r.stdout)["layers"]
+    # a hybrid model's linear-attention layers cache nothing: the others alone
+    layers = [l for l in json.loads(r.stdout)["layers"] if l.get("kv_cache", True)]
     # an MLA model's layers: the latent's and the RoPE part's absmax
     parts = [[l["latent_absmax"], l["rope_absmax"]] for l in layers if "latent_absmax" in l]
     return [l["k_absmax"] for l in layers], [l["v_absmax"] for l in layers], parts

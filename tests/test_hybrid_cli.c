@@ -91,6 +91,29 @@ static void calibrate_writes_the_attention_layers_scales_alone(void)
     }
 }
 
+/* calibrate --json marks the layers that cache nothing */
+static void calibrate_json_marks_the_layers_without_cache(void)
+{
+    char args[1024], *text = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model " GOLDEN
+             "qwen3_next_gdn_moe_e8_top3_bf16 --dataset '%s' " SMALL
+             " --format kvcal --out '%s' --json",
+             ids_file(), kvcal_test_path("hybrid_json.json"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &text), 0);
+    cJSON *report = text ? cJSON_Parse(text) : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(report);
+    const cJSON *layers = cJSON_GetObjectItem(report, "layers");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(layers), 4);
+    for (int l = 0; l < 4; l++) {
+        const cJSON *mark =
+            cJSON_GetObjectItem(cJSON_GetArrayItem(layers, l), "kv_cache");
+        CU_ASSERT(l == 1 ? mark == NULL : cJSON_IsFalse(mark));
+    }
+    cJSON_Delete(report);
+    free(text);
+}
+
 /* The scales of an attention layer that the config then makes a
  * linear-attention one: read by no engine, which validate-scales says. */
 static void validate_scales_flags_a_scale_of_a_layer_without_cache(void)
@@ -218,6 +241,7 @@ static void inspect_describes_the_linear_attention(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(convert_keeps_the_attention_layers_alone),
+    KVCAL_TEST(calibrate_json_marks_the_layers_without_cache),
     KVCAL_TEST(inspect_describes_the_linear_attention),
     KVCAL_TEST(formats_of_every_layer_are_refused),
     KVCAL_TEST(calibrate_writes_the_attention_layers_scales_alone),
