@@ -51,12 +51,16 @@ static int kv_layer_at(const cJSON *fixture, int l, int *n)
 
 static void calibrate_writes_the_attention_layers_scales_alone(void)
 {
+    /* Qwen3-Next's K and V under ModelOpt's names, which sglang's loader
+     * of it takes (and vLLM's), compressed-tensors' attention names
+     * elsewhere */
     static const struct {
-        const char *name, *prefix;
-    } cases[] = {{"qwen3_5_text_gdn_hybrid_bf16", "model."},
-                 {"qwen3_next_gdn_moe_e8_top3_bf16", "model."},
-                 {"qwen3_5_moe_mm_gdn_e8_top3_bf16", "model.language_model."},
-                 {"qwen3_5_mm_gdn_hybrid_bf16", "model.language_model."}};
+        const char *name, *prefix, *k;
+    } cases[] = {
+        {"qwen3_5_text_gdn_hybrid_bf16", "model.", "self_attn.k_scale"},
+        {"qwen3_next_gdn_moe_e8_top3_bf16", "model.", "self_attn.k_proj.k_scale"},
+        {"qwen3_5_moe_mm_gdn_e8_top3_bf16", "model.language_model.", "self_attn.k_scale"},
+        {"qwen3_5_mm_gdn_hybrid_bf16", "model.language_model.", "self_attn.k_scale"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char path[700];
         cJSON *fixture = NULL;
@@ -76,6 +80,7 @@ static void calibrate_writes_the_attention_layers_scales_alone(void)
             int l = -1, at = -1;
             CU_ASSERT_EQUAL(strncmp(n, cases[c].prefix, len), 0);
             CU_ASSERT_EQUAL(sscanf(n + len, "layers.%d.self_attn.", &l), 1);
+            CU_ASSERT(strstr(n, cases[c].k) != NULL || strstr(n, "v_") != NULL);
             CU_ASSERT((at = kv_layer_at(fixture, l, &kv_layers)) >= 0);
             if (at < 0)
                 fprintf(stderr, "\n%s: %s names a linear-attention layer", cases[c].name,
@@ -223,6 +228,28 @@ static void convert_keeps_the_attention_layers_alone(void)
     kvcal_safetensors_close(st);
 }
 
+/* Qwen3-Next's scales under compressed-tensors' attention names (the
+ * per-head ones, which keep them): sglang 0.5.23's loader of the model
+ * fails on them, which validate-scales says */
+static void validate_scales_says_sglang_fails_on_qwen3_next_attention_names(void)
+{
+    char args[1600], out[600], *text = NULL;
+    snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_next_heads"));
+    snprintf(args, sizeof args,
+             "calibrate --model " GOLDEN
+             "qwen3_next_gdn_moe_e8_top3_bf16 --dataset '%s' " SMALL
+             " --granularity head --format checkpoint --out '%s'",
+             ids_file(), out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args, "validate-scales '%s'", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+    CU_ASSERT(text &&
+              strstr(text, "model.layers.1.self_attn.k_scale: a self_attn name of "
+                           "Qwen3NextForCausalLM: sglang 0.5.23 does not load the "
+                           "model"));
+    free(text);
+}
+
 /* inspect says what the layers are */
 static void inspect_describes_the_linear_attention(void)
 {
@@ -241,6 +268,7 @@ static void inspect_describes_the_linear_attention(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(convert_keeps_the_attention_layers_alone),
+    KVCAL_TEST(validate_scales_says_sglang_fails_on_qwen3_next_attention_names),
     KVCAL_TEST(calibrate_json_marks_the_layers_without_cache),
     KVCAL_TEST(inspect_describes_the_linear_attention),
     KVCAL_TEST(formats_of_every_layer_are_refused),

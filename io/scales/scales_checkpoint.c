@@ -102,6 +102,17 @@ static const struct {
 
 /* The names a format writes after "<prefix>layers.<i>.self_attn.", by
  * kind; NULL where it writes none. */
+/* Whether sglang 0.5.23's loader of `architecture` loads compressed-tensors'
+ * `self_attn.k_scale` names: all but Qwen3NextForCausalLM's, whose
+ * load_weights drops ".self_attn", finds no parameter under the name and
+ * asserts the value is 1.0 (AssertionError: the model does not load); it
+ * maps ModelOpt's `self_attn.k_proj.k_scale` to the attention's k_scale,
+ * and vLLM 0.32.0 loads both (make test-engines). */
+static int sglang_loads_self_attn_names(const char *architecture)
+{
+    return strcmp(architecture, "Qwen3NextForCausalLM") != 0;
+}
+
 static const char *write_name(kvcal_format f, int kind)
 {
     switch (f) {
@@ -1070,6 +1081,29 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
                                             (double)x, at, &tally);
             }
     }
+    /* a name sglang's loader of this architecture cannot place */
+    for (int l = 0;
+         ctx->model && !sglang_loads_self_attn_names(ctx->model->architecture) &&
+         l < num_layers;
+         l++) {
+        const kvcal_tensor_info *t =
+            lt[l].t[KIND_K] && !strstr(lt[l].t[KIND_K]->name, "k_proj") ? lt[l].t[KIND_K]
+            : lt[l].t[KIND_V] && !strstr(lt[l].t[KIND_V]->name, "v_proj")
+                ? lt[l].t[KIND_V]
+                : lt[l].t[KIND_Q];
+        if (!t)
+            continue;
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->name,
+            "sglang 0.5.23 does not load the model: "
+            "Qwen3NextForCausalLM.load_weights drops \".self_attn\", finds "
+            "no parameter and asserts the value is 1.0 (AssertionError); vLLM "
+            "loads it. For sglang name K and V self_attn.k_proj.k_scale / "
+            "v_proj.v_scale (kvcal calibrate does) and leave out q_scale",
+            "a %s name of %s", t == lt[l].t[KIND_Q] ? "q_scale" : "self_attn",
+            ctx->model->architecture);
+        break;
+    }
     int all_q = 1;
     for (int l = 0; l < num_layers; l++) {
         int n = 0;
@@ -1328,6 +1362,11 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     if ((st = collect(ck, &num_layers, c.model != NULL, wrapped,
                       c.model ? c.model->architecture : "", rep, &lt, &flavor)))
         goto fail;
+    /* ModelOpt's names under a compressed-tensors scheme (Qwen3-Next's, as
+     * kvcal writes them for sglang too): the checkpoint format still */
+    if (config && flavor == KVCAL_FORMAT_MODELOPT &&
+        sc.loader == KVCAL_LOADER_COMPRESSED_TENSORS)
+        flavor = KVCAL_FORMAT_CHECKPOINT;
     kvcal_report_set_format(rep, flavor);
     if (lt && c.model && c.model->kv_layout == KVCAL_KV_MLA)
         check_mla(lt, num_layers, flavor, c.model, rep);
@@ -1698,6 +1737,10 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
             kinds[nk++] = global && k == KIND_K   ? KIND_KG
                           : global && k == KIND_V ? KIND_VG
                                                   : k;
+    /* Qwen3-Next's K and V per tensor under ModelOpt's names, which both
+     * engines load (sglang_loads_self_attn_names) */
+    const int k_proj_names = format == KVCAL_FORMAT_CHECKPOINT && !global && !per_head &&
+                             !sglang_loads_self_attn_names(mc.architecture);
     int heads = per_head ? s->num_kv_heads : 1, n = nk * s->num_layers;
     if (with_q && q_heads > heads)
         heads = q_heads; /* values a tensor may hold */
@@ -1726,7 +1769,9 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
             char *name = names + (size_t)(written + i) * 128;
             float *d = data + (size_t)(written + i) * heads, k, v;
             snprintf(name, 128, "%slayers.%d.self_attn.%s", prefix, l,
-                     write_name(format, kinds[i]));
+                     write_name(k_proj_names && kinds[i] != KIND_Q ? KVCAL_FORMAT_MODELOPT
+                                                                   : format,
+                                kinds[i]));
             kvcal_scales_get_tensor(s, l, &k, &v);
             const int nh = !per_head ? 1 : kinds[i] == KIND_Q ? q_heads : s->num_kv_heads;
             if (per_head && kinds[i] == KIND_Q)

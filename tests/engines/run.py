@@ -18,6 +18,11 @@ real modules (nothing of theirs copied here):
    process_weights_after_loading, per tensor-parallel rank, on every
    checkpoint case of tests/malformed/scales and on checkpoints kvcal writes
    (compressed-tensors per tensor and per head, ModelOpt, Quark, kv-scale);
+2b. sglang's loaders of the hybrid models (`Qwen3NextForCausalLM`,
+   `Qwen3_5ForCausalLM`, `Qwen3_5MoeForCausalLM` `load_weights`) on the
+   checkpoints kvcal writes for the golden hybrid models, into a stand-in
+   of sglang's attention layers, and on Qwen3-Next's renamed to
+   compressed-tensors' attention names;
 3. compressed-tensors' own parser, qparam registration and scale rules on
    kvcal's int8 and NVFP4 compressed-tensors checkpoints, and what vLLM and
    sglang do with them (ct_dtypes);
@@ -582,13 +587,10 @@ def wrapper_load(d, spec):
         return "fails", "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:160])
 
 
-def renamed(src, dst, old, new):
-    """A copy of kvcal's checkpoint scales in src with the prefix old of
-    their names (and of the index's) replaced by new."""
+def renamed_by(src, dst, rename):
+    """A copy of kvcal's checkpoint scales in src with their names (in the
+    tensors' file and in the index) through rename."""
     from safetensors.torch import save_file
-
-    def rename(k):
-        return new + k[len(old):] if k.startswith(old) else k
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
     t = read_safetensors(os.path.join(src, "kv_scales.safetensors"))
@@ -600,6 +602,11 @@ def renamed(src, dst, old, new):
                        for k, v in j["weight_map"].items()}
     json.dump(j, open(idx, "w"))
     return dst
+
+
+def renamed(src, dst, old, new):
+    """renamed_by with the prefix old of the names replaced by new."""
+    return renamed_by(src, dst, lambda k: new + k[len(old):] if k.startswith(old) else k)
 
 
 def wrapper_case(name, d, spec):
@@ -647,7 +654,8 @@ def vllm_wrappers(work):
             continue
         wrapper_case("kvcal-written " + name, out, spec)
         layers = json.load(open(os.path.join(out, "model.safetensors.index.json")))
-        prefix = next(k for k in layers["weight_map"] if k.endswith(".self_attn.k_scale"))
+        prefix = next(k for k in layers["weight_map"]
+                      if k.endswith((".self_attn.k_scale", ".self_attn.k_proj.k_scale")))
         prefix = prefix[:prefix.index("layers.")]
         others = [p for p in ("model.", "model.language_model.", "language_model.model.")
                   if p != prefix] if spec else [] if name in HYBRIDS else [
@@ -656,6 +664,109 @@ def vllm_wrappers(work):
             wrapper_case("%s scales renamed %s -> %s" % (name, prefix, other),
                          renamed(out, out + "_as_" + other.rstrip("."), prefix, other), spec)
     say("vLLM: the multimodal golden models' scales, as written and renamed")
+
+
+# --- sglang: the hybrid models' loaders ---------------------------------------------
+
+# kvcal's golden hybrid checkpoints and sglang 0.5.23's causal LM class that
+# loads them (the wrappers' language models through it: its loader drops
+# "model.language_model." itself)
+SGLANG_HYBRIDS = {
+    "qwen3_next_gdn_moe_e8_top3_bf16": ("qwen3_next", "Qwen3NextForCausalLM"),
+    "qwen3_5_text_gdn_hybrid_bf16": ("qwen3_5", "Qwen3_5ForCausalLM"),
+    "qwen3_5_mm_gdn_hybrid_bf16": ("qwen3_5", "Qwen3_5ForCausalLM"),
+    "qwen3_5_moe_mm_gdn_e8_top3_bf16": ("qwen3_5", "Qwen3_5MoeForCausalLM"),
+}
+
+
+def sglang_hybrid_load(d, module, cls):
+    """sglang's load_weights of `cls` on the K/V scales of directory d, into
+    a stand-in holding what sglang's model holds for them (each attention
+    layer's RadixAttention k_scale / v_scale, created by the KV-cache method
+    of the checkpoint's quantization config: sglang strips ".self_attn"
+    from names, its attention layers have none): ("fails", why) or
+    ("loaded", [(k, v) per attention layer])."""
+    import importlib
+    import torch
+    from types import SimpleNamespace
+    from torch import nn
+    try:
+        loader = getattr(importlib.import_module("sglang.srt.models." + module), cls)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        cfg = cfg.get("text_config", cfg)
+        kinds = cfg.get("layer_types")
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.config = SimpleNamespace(num_experts=cfg.get("num_experts", 0))
+                self.enable_shared_expert_fusion = False
+                self.num_fused_shared_experts = 0
+                self.model = nn.Module()
+                self.model.layers = nn.ModuleList()
+                for kind in kinds:
+                    layer = nn.Module()
+                    if kind != "linear_attention":
+                        layer.attn = nn.Module()
+                        for n in ("k_scale", "v_scale"):
+                            p = nn.Parameter(torch.tensor(-1.0), requires_grad=False)
+                            p.weight_loader = lambda q, w: q.data.copy_(w.reshape(()))
+                            setattr(layer.attn, n, p)
+                    self.model.layers.append(layer)
+        m = Model()
+        loader.load_weights(m, read_safetensors(os.path.join(d, "kv_scales.safetensors")).items())
+        return "loaded", [(x.attn.k_scale.item(), x.attn.v_scale.item())
+                          for x in m.model.layers if hasattr(x, "attn")]
+    except Exception as e:  # the engine's own failure is the outcome
+        return "fails", "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:160])
+
+
+def sglang_hybrids(work):
+    """kvcal's scales of the golden hybrid models through sglang's loaders,
+    as written and with K and V renamed to compressed-tensors' attention
+    names: sglang loads the file exactly when validate-scales says nothing
+    of sglang, and then the values kvcal reads."""
+    import random
+    ids = os.path.join(work, "hybrid_ids.jsonl")
+    rng = random.Random(1)
+    with open(ids, "w") as fp:
+        for _ in range(4):
+            fp.write(json.dumps({"input_ids": [rng.randrange(120) for _ in range(40)]}) + "\n")
+    golden = os.path.join(ROOT, "tests", "fixtures", "golden")
+    for name, (module, cls) in SGLANG_HYBRIDS.items():
+        out = os.path.join(work, "sglang_" + name)
+        shutil.rmtree(out, ignore_errors=True)
+        r = kvcal(["calibrate", "--model", os.path.join(golden, name), "--dataset", ids,
+                   "--num-samples", "4", "--seq-len", "40", "--format", "checkpoint",
+                   "--quiet", "--out", out])
+        if r.returncode:
+            agree("kvcal calibrate " + name, "kvcal", False, r.stderr.strip())
+            continue
+        idx = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+        k = next(n for n in idx["weight_map"] if n.endswith("_scale") and "k_" in n)
+        cases = [("kvcal-written " + name, out)]
+        if ".k_proj." in k:  # the attention's names, as compressed-tensors writes them
+            cases.append((name + " as self_attn.k_scale", renamed_by(
+                out, out + "_self_attn", lambda n: n.replace(".k_proj.k_scale", ".k_scale")
+                .replace(".v_proj.v_scale", ".v_scale"))))
+        for case, d in cases:
+            valid, rep = verdict(d)
+            sglang_ok = valid and not any("sglang" in f.get("consequence", "")
+                                          for f in rep["findings"])
+            kind, got = sglang_hybrid_load(d, module, cls)
+            ok = sglang_ok == (kind == "loaded")
+            if ok and sglang_ok:
+                kinds = json.load(open(os.path.join(d, "config.json")))
+                kinds = kinds.get("text_config", kinds)["layer_types"]
+                want = [w for i, w in enumerate(kvcal_values(d))
+                        if kinds[i] != "linear_attention"]
+                ok = len(got) == len(want) and all(
+                    f32(gk) == f32(max(a for a, _ in w)) and f32(gv) == f32(max(b for _, b in w))
+                    for (gk, gv), w in zip(got, want))
+            agree(case, "sglang", ok, "validate-scales %s, sglang: %s" % (
+                "says sglang loads it" if sglang_ok else "says sglang does not",
+                kind if kind == "loaded" else got))
+    say("sglang: the hybrid golden models' scales")
 
 
 def vllm_query_scales(work):
@@ -949,7 +1060,7 @@ def main():
     kvcal(["calibrate", "--model", stories, "--num-samples", "4", "--seq-len", "64",
            "--format", "checkpoint", "--quiet", "--out", os.path.join(a.work, "stories_ck")])
     parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints),
-             ("vLLM multimodal", vllm_wrappers),
+             ("vLLM multimodal", vllm_wrappers), ("sglang hybrid", sglang_hybrids),
              ("vLLM q_scale", vllm_query_scales), ("vLLM nvfp4", vllm_nvfp4_modelopt),
              ("compressed-tensors int8 / nvfp4", ct_dtypes)]
     if not a.skip_e2e:
