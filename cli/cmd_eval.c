@@ -526,6 +526,10 @@ static kvcal_status attribute(kvcal_exec_t *x, const kvcal_model_desc *d,
                           : kvcal_fail(KVCAL_ERR_NOMEM, "eval: out of memory");
     for (int l = 0; !st && l < L; l++) {
         mode_result one;
+        if (!kvcal_model_layer_caches(d, l)) { /* linear attention: no cache */
+            r->kld_alone[l] = r->change_alone[l] = 0.0;
+            continue;
+        }
         memset(&one, 0, sizeof one);
         memset(mask, 0, (size_t)L);
         mask[l] = 1;

@@ -139,15 +139,16 @@ static void validate_scales_flags_a_scale_of_a_layer_without_cache(void)
     free(text);
 }
 
-/* eval's per-layer report holds the attention layers, and the cache's
- * bytes per token count them alone: bf16 K and V of 2 layers x 2 kv heads
- * x 32 = 512 bytes (of 4 layers). */
+/* eval's per-layer report holds the attention layers (--attribute runs
+ * them alone, not the others), and the cache's bytes per token count them
+ * alone: bf16 K and V of 2 layers x 2 kv heads x 32 = 512 bytes (of 4
+ * layers). */
 static void eval_reports_the_attention_layers_alone(void)
 {
     char args[1024], *text = NULL;
     snprintf(args, sizeof args,
              "eval --model " GOLDEN "qwen3_5_text_gdn_hybrid_bf16 --dataset '%s' " SMALL
-             " --json",
+             " --attribute --json",
              ids_file());
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &text), 0);
     cJSON *report = text ? cJSON_Parse(text) : NULL;
@@ -164,6 +165,9 @@ static void eval_reports_the_attention_layers_alone(void)
         {
             const int at = cJSON_GetObjectItem(l, "layer")->valueint;
             CU_ASSERT(at == 1 || at == 3);
+            /* --attribute: a run with this layer's cache alone */
+            if (strcmp(cJSON_GetObjectItem(m, "mode")->valuestring, "baseline"))
+                CU_ASSERT(cJSON_IsNumber(cJSON_GetObjectItem(l, "kld_alone")));
             seen++;
         }
     }
