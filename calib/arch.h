@@ -287,6 +287,10 @@ typedef struct kvcal_arch {
      * where the family has them, else NULL */
     const kvcal_op *linear_layer;
     int linear_layer_ops;
+    /* 1: the family reads bf16 / fp16 / fp32 weights alone (an FP8 weight
+     * of the checkpoint is refused); a quantization config that quantizes
+     * no weight (a KV-cache scheme alone) is fine */
+    int float_weights_only;
 } kvcal_arch;
 
 /* The family that runs `architecture` (config.json architectures[0]), or

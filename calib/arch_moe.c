@@ -168,18 +168,8 @@ const kvcal_arch kvcal_arch_mixtral = {
  * Qwen3-MoE's layers with the experts of a layer in two tensors, as
  * released and as vLLM loads them (is_fused_checkpoint_transposed):
  * gate_up_proj (experts, hidden, 2 inter), gate's columns then up's, and
- * down_proj (experts, inter, hidden). Its bf16 checkpoints alone. */
-static kvcal_status describe_vl_moe(const kvcal_model_config *c, kvcal_model_desc *d)
-{
-    if (c->quant_method[0])
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "config.json: Qwen3-VL-MoE quantized with quant_method '%s' is "
-                          "not supported; kvcal reads its bf16 checkpoint (the quantized "
-                          "ones' fused experts are not read yet)",
-                          c->quant_method);
-    return describe(c, d);
-}
-
+ * down_proj (experts, inter, hidden). Its bf16 checkpoints alone (the FP8
+ * ones' fused experts are not read yet: float_weights_only). */
 #define STACKED(name, rows, cols) \
     {{{name, rows, cols, KVCAL_PART_TRANSPOSED}}, KVCAL_WHEN_MOE_LAYERS, KVCAL_EXPERTS_STACKED}
 
@@ -199,7 +189,8 @@ const kvcal_arch kvcal_arch_qwen3_vl_moe = {
                                         KVCAL_DIM_MOE_INTER),
     },
     .refused = refused,
-    .describe = describe_vl_moe,
+    .describe = describe,
+    .float_weights_only = 1,
     .layer = layer,
     .layer_ops = (int)(sizeof layer / sizeof layer[0]),
     .dense_layer = dense_layer,

@@ -34,15 +34,10 @@ static const char *const qwen3_5_architectures[] = {"Qwen3_5ForCausalLM", NULL};
 static const char *const qwen3_5_moe_architectures[] = {"Qwen3_5MoeForCausalLM", NULL};
 
 /* config.json as io/model_config reads it (sizes, layer kinds, experts);
- * refused: quantized checkpoints (not read yet), a model without an
- * attention layer (nothing to calibrate), delta-net sizes of 0. */
+ * refused: a model without an attention layer (nothing to calibrate). Its
+ * FP8 checkpoints are not read yet (float_weights_only). */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
-    if (c->quant_method[0])
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "config.json: %s quantized with quant_method '%s' is not "
-                          "supported yet; kvcal reads its bf16 checkpoint",
-                          c->architecture, c->quant_method);
     if (d->linear_layers == d->num_layers)
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "config.json: every layer of this %s is linear_attention: no "
@@ -164,7 +159,8 @@ static const kvcal_op linear_layer[] = {
     .layer = attention_layer,                                                                   \
     .layer_ops = (int)(sizeof attention_layer / sizeof attention_layer[0]),                     \
     .linear_layer = linear_layer,                                                               \
-    .linear_layer_ops = (int)(sizeof linear_layer / sizeof linear_layer[0])
+    .linear_layer_ops = (int)(sizeof linear_layer / sizeof linear_layer[0]),           \
+    .float_weights_only = 1
 
 const kvcal_arch kvcal_arch_qwen3_next = {
     HYBRID_FAMILY("qwen3_next", next_architectures),

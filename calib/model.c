@@ -630,6 +630,27 @@ static int reads_mxfp4(const kvcal_arch *a)
     return 0;
 }
 
+/* A family that reads float weights alone (kvcal_arch's
+ * float_weights_only) and a checkpoint holding an FP8 tensor: refused,
+ * naming it (a quantization config that quantizes no weight, a KV-cache
+ * scheme alone, is fine). */
+static kvcal_status refuse_fp8_weights(const kvcal_model_t *m,
+                                       const kvcal_model_config *c)
+{
+    for (int i = 0; m->desc.arch->float_weights_only && i < kvcal_checkpoint_count(m->ck);
+         i++) {
+        const kvcal_tensor_info *t = kvcal_checkpoint_at(m->ck, i);
+        if (t->dtype == KVCAL_DTYPE_F8_E4M3)
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: %s with FP8 weights (%s is F8_E4M3%s%s) is not supported "
+                "yet; kvcal reads its bf16 checkpoint",
+                m->path, m->desc.architecture, t->name,
+                c->quant_method[0] ? ", quant_method " : "", c->quant_method);
+    }
+    return KVCAL_OK;
+}
+
 static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
 {
     kvcal_model_config c;
@@ -642,6 +663,7 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
      * them; no FP8 weight to look for (the FP8 reader refuses mxfp4) */
     const int mxfp4 = !strcmp(c.quant_method, "mxfp4") && reads_mxfp4(m->desc.arch);
     if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
+        (st = refuse_fp8_weights(m, &c)) ||
         (st = find_language_model(m, kvcal_arch_wrapper_find(c.architecture))) ||
         (!mxfp4 && (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8))))
         return st;

@@ -31,9 +31,10 @@ bf16's epsilon), the spread tests/test_cuda_backend.c allows beside its
 bound.
 
 Also writes fp8_qwen3_moe_experts, a mixture of experts whose experts are
-FP8 per tensor with dynamic activations, and two DeepSeek-V3 models whose
-q_a_proj and kv_a_proj_with_mqa vLLM cannot fuse, which kvcal refuses (no
-reference values).
+FP8 per tensor with dynamic activations, two DeepSeek-V3 models whose
+q_a_proj and kv_a_proj_with_mqa vLLM cannot fuse, and an FP8 Qwen3-Next
+(fp8_qwen3_next_tensor_dynamic), which kvcal refuses (no reference
+values).
 
 Usage: python3 tests/make_fp8_checkpoints.py [NAME...]   (from the
 repository root; needs torch, transformers, safetensors, numpy)
@@ -265,6 +266,22 @@ def make_deepseek_refusals():
                  lambda tn: tn.endswith(("_proj.weight", "_mqa.weight")), block=(64, 64))
 
 
+def make_hybrid_refusal():
+    """fp8_qwen3_next_tensor_dynamic: a Qwen3-Next (kvcal reads its bf16
+    checkpoints alone) whose projections, the delta-net's among them, are
+    FP8 per tensor with dynamic activations (the fp8 method)."""
+    import transformers as tf
+    cfg = tf.Qwen3NextConfig(
+        hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, num_experts=2, num_experts_per_tok=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=16,
+        linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"],
+        vocab_size=golden.VOCAB, num_hidden_layers=2, max_position_embeddings=64)
+    make_refused("fp8_qwen3_next_tensor_dynamic", cfg, "fp8_tensor_dynamic", "tensor",
+                 lambda tn: tn.endswith(("_proj.weight", "_qkvz.weight", "_ba.weight")))
+
+
 def main():
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
@@ -275,6 +292,8 @@ def main():
         make_moe_refusal()
     if not wanted or wanted & {"fp8_deepseek_v3_half_fused", "fp8_deepseek_v3_q_lora_96"}:
         make_deepseek_refusals()
+    if not wanted or "fp8_qwen3_next_tensor_dynamic" in wanted:
+        make_hybrid_refusal()
 
 
 if __name__ == "__main__":

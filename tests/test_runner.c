@@ -825,12 +825,28 @@ static void model_open_names_what_a_multimodal_checkpoint_lacks(void)
         KVCAL_ERR_FORMAT,
         "holds neither model.language_model.embed_tokens.weight nor "
         "language_model.model.embed_tokens.weight");
-    /* Qwen3-VL-MoE's quantized checkpoints: their fused experts not read */
-    expect_open_error(edited_checkpoint("qwen3_vl_moe_stacked_e8_top3_bf16",
-                                        "{\"quantization_config\": {\"quant_method\": "
-                                        "\"fp8\", \"weight_block_size\": [128, 128]}}"),
+    /* Qwen3-VL-MoE and the hybrid models read float weights alone: an FP8
+     * checkpoint is refused naming a tensor; a quantization config of a
+     * KV-cache scheme alone (kvcal's checkpoint scales merged into the
+     * model) opens */
+    expect_open_error("tests/fixtures/golden/fp8_qwen3_next_tensor_dynamic",
                       KVCAL_ERR_UNSUPPORTED,
-                      "Qwen3-VL-MoE quantized with quant_method 'fp8' is not supported");
+                      "Qwen3NextForCausalLM with FP8 weights "
+                      "(model.layers.0.linear_attn.in_proj_ba.weight is F8_E4M3, "
+                      "quant_method fp8) is not supported yet");
+    static const char kv_only[] =
+        "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+        "\"format\": \"dense\", \"config_groups\": {}, \"ignore\": [], "
+        "\"kv_cache_scheme\": {\"num_bits\": 8, \"type\": \"float\", "
+        "\"strategy\": \"tensor\", \"symmetric\": true, \"dynamic\": false}}}";
+    const char *const float_only[] = {"qwen3_vl_moe_stacked_e8_top3_bf16",
+                                      "qwen3_next_gdn_moe_e8_top3_bf16"};
+    for (size_t i = 0; i < 2; i++) {
+        kvcal_model_t *m = NULL;
+        CU_ASSERT_EQUAL(kvcal_model_open(edited_checkpoint(float_only[i], kv_only), &m),
+                        KVCAL_OK);
+        kvcal_model_close(m);
+    }
     /* a wrapper's language model's fields at the top level */
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",
