@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "calib/arch.h"
 #include "cli/cmd_common.h"
 #include "cli/cmd_outputs.h"
 #include "cli/command.h"
@@ -201,21 +200,6 @@ static int check_outputs(const char *path, const char *model, kvcal_format to,
     return st ? -1 : 0;
 }
 
-/* Whether the scales are of a hybrid model, whose linear-attention layers
- * cache nothing: by model's config.json (layer_types) when given, else by
- * the architecture the scales name (a family that runs such layers). */
-static int hybrid_scales(const kvcal_scales_t *s, const char *model)
-{
-    kvcal_model_config c;
-    if (model)
-        return kvcal_model_config_load(model, &c) == KVCAL_OK &&
-               c.kv_layers < c.num_layers;
-    const kvcal_arch_wrapper *w = kvcal_arch_wrapper_find(s->model.architecture);
-    const kvcal_arch *a =
-        kvcal_arch_find(w ? w->text_architecture : s->model.architecture);
-    return a && a->linear_layer;
-}
-
 /* Writes s in `to` at out as one batch: everything, or nothing and no
  * directory it created. */
 static kvcal_status write_output(const kvcal_scales_t *s, kvcal_format to,
@@ -312,17 +296,6 @@ int kvcal_cmd_convert(int argc, char **argv)
     if (st) {
         fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());
         return exit_code(st);
-    }
-    if ((to == KVCAL_FORMAT_LEGACY_JSON || to == KVCAL_FORMAT_TRTLLM ||
-         to == KVCAL_FORMAT_ASCEND) &&
-        hybrid_scales(s, model)) {
-        fprintf(stderr,
-                "kvcal convert: --to %s: %s is a hybrid model whose linear-attention "
-                "layers cache nothing, and this format holds a scale for every layer; "
-                "convert --to checkpoint (or modelopt, quark, kv-scale, kvcal)\n",
-                kvcal_format_name(to), s->model.architecture);
-        kvcal_scales_destroy(s);
-        return KVCAL_EXIT_INVALID;
     }
     int out_tp = tp ? tp : 1;
     report_losses(s, to, out_tp);

@@ -61,6 +61,7 @@ void kvcal_scales_destroy(kvcal_scales_t *s)
         return;
     free(s->q_head);
     free(s->k_offset);
+    free(s->uncached);
     free(s->slab);
     free(s);
 }
@@ -91,6 +92,26 @@ float kvcal_scales_head_range_absmax(const kvcal_scales_t *s, int layer, int hea
     const double o = (kv ? s->v_offset : s->k_offset)[i];
     const double below = (o + 128.0) * scale, above = (127.0 - o) * scale;
     return (float)(below > above ? below : above);
+}
+
+kvcal_status kvcal_scales_set_uncached(kvcal_scales_t *s, int layer)
+{
+    if (layer < 0 || layer >= s->num_layers)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "kvcal_scales_set_uncached: layer %d of %d", layer,
+                          s->num_layers);
+    if (!s->uncached && !(s->uncached = calloc((size_t)s->num_layers, 1)))
+        return kvcal_fail(KVCAL_ERR_NOMEM, "kvcal_scales_set_uncached: out of memory");
+    s->uncached[layer] = 1;
+    return KVCAL_OK;
+}
+
+int kvcal_scales_uncached_layers(const kvcal_scales_t *s)
+{
+    int n = 0;
+    for (int l = 0; s->uncached && l < s->num_layers; l++)
+        n += s->uncached[l];
+    return n;
 }
 
 kvcal_status kvcal_scales_set_q_heads(kvcal_scales_t *s, int num_q_heads)

@@ -76,6 +76,11 @@ struct kvcal_scales {
      * scale; integers in [-128, 127] */
     float *k_offset; /* (num_layers, num_kv_heads) */
     float *v_offset; /* (num_layers, num_kv_heads) */
+    /* added later, outside the slab: 1 for a layer that caches nothing (a
+     * hybrid model's linear-attention layer), whose scales no engine reads
+     * and no file that names layers holds (kvcal_scales_set_uncached); NULL:
+     * every layer caches */
+    unsigned char *uncached; /* (num_layers) */
 };
 
 /* Index of (layer, head) in the per-head arrays. */
@@ -107,6 +112,18 @@ kvcal_status kvcal_scales_set_offsets(kvcal_scales_t *s, int on);
  * another set, the scale times kvcal_scales_format_qmax. */
 float kvcal_scales_head_range_absmax(const kvcal_scales_t *s, int layer, int head,
                                      int kv);
+
+/* Marks layer `layer` as one that caches nothing (kvcal_scales' uncached). */
+kvcal_status kvcal_scales_set_uncached(kvcal_scales_t *s, int layer);
+
+/* The layers marked by kvcal_scales_set_uncached. */
+int kvcal_scales_uncached_layers(const kvcal_scales_t *s);
+
+/* Whether layer l caches K and V (not marked uncached). */
+static inline int kvcal_scales_layer_cached(const kvcal_scales_t *s, int l)
+{
+    return !s->uncached || !s->uncached[l];
+}
 
 /* Makes room for per query head scales (q_head, zeroed; num_q_heads in [1,
  * 65536], a multiple of the kv heads); 0 drops them. */

@@ -565,6 +565,9 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
             clip[l] = total > 0.0 ? (float)(clipped / total) : 0.0f;
         }
     free(t);
+    for (int l = 0; l < stats->num_layers; l++)
+        if (!caches(stats, l) && (st = kvcal_scales_set_uncached(out, l)))
+            return st;
     if ((st = queries_to_scales(stats, out, warn, warn_ctx)))
         return st;
     out->granularity = gran;

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/scales.h"
 #include "io/checkpoint/safetensors.h"
+#include "io/file_read.h"
 #include "io/json_file.h"
 #include "tests/test_util.h"
 
@@ -210,8 +212,8 @@ static void convert_keeps_the_attention_layers_alone(void)
     snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_legacy.json"));
     snprintf(args, sizeof args, "convert '%s' --to legacy --out '%s'", ck, out);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
-    CU_ASSERT(kvcal_test_kvcal_stderr_has(
-        "Qwen3NextForCausalLM is a hybrid model whose linear-attention layers cache"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("3 of the 4 layers cache nothing (a hybrid "
+                                          "model's linear attention)"));
     FILE *f = fopen(out, "r");
     CU_ASSERT_PTR_NULL(f);
     if (f)
@@ -254,6 +256,41 @@ static void validate_scales_says_sglang_fails_on_qwen3_next_attention_names(void
     free(text);
 }
 
+/* The kvcal JSON marks the layers that cache nothing ("kv_cache": false),
+ * reads them back, and the formats of every layer refuse the set; the HTML
+ * report names those layers and warns of none of them */
+static void kvcal_json_keeps_the_layers_without_cache(void)
+{
+    char args[1600], path[600], out[600], report[600];
+    snprintf(path, sizeof path, "%s", kvcal_test_path("hybrid_scales.json"));
+    snprintf(report, sizeof report, "%s", kvcal_test_path("hybrid_report.html"));
+    snprintf(args, sizeof args,
+             "calibrate --model " GOLDEN
+             "qwen3_5_text_gdn_hybrid_bf16 --dataset '%s' " SMALL
+             " --format kvcal --out '%s' --report '%s'",
+             ids_file(), path, report);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    /* the report names the layers without cache and warns of none of them */
+    char *html = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_file_read(report, "report", (size_t)64 << 20, &html, &len), KVCAL_OK);
+    CU_ASSERT(strstr(html, "Layers 0, 2 cache nothing (a hybrid model's linear "
+                           "attention)") != NULL);
+    CU_ASSERT(strstr(html, "never saw a non-zero value; its scale") == NULL);
+    free(html);
+    kvcal_scales_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(path, NULL, 0, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_scales_uncached_layers(s), 2);
+    for (int l = 0; l < 4; l++)
+        CU_ASSERT_EQUAL(kvcal_scales_layer_cached(s, l), l == 1 || l == 3);
+    kvcal_scales_destroy(s);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_trtllm"));
+    snprintf(args, sizeof args, "convert '%s' --to trtllm --out '%s'", path, out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("2 of the 4 layers cache nothing"));
+}
+
 /* inspect says what the layers are */
 static void inspect_describes_the_linear_attention(void)
 {
@@ -272,6 +309,7 @@ static void inspect_describes_the_linear_attention(void)
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(convert_keeps_the_attention_layers_alone),
+    KVCAL_TEST(kvcal_json_keeps_the_layers_without_cache),
     KVCAL_TEST(validate_scales_says_sglang_fails_on_qwen3_next_attention_names),
     KVCAL_TEST(calibrate_json_marks_the_layers_without_cache),
     KVCAL_TEST(inspect_describes_the_linear_attention),

@@ -638,8 +638,9 @@ static int warnings(const report *r, FILE *f)
     char b1[32], b2[32];
     if (r->s) {
         warn_list w = {f, "unit-scale", 0};
+        /* a layer that caches nothing (linear attention) holds no scale to warn of */
         for (int l = 0; l < r->L; l++)
-            for (int h = 0; h < r->H; h++)
+            for (int h = 0; kvcal_scales_layer_cached(r->s, l) && h < r->H; h++)
                 for (int kv = 0; kv < 2; kv++)
                     if ((kv == KVCAL_K ? r->s->k_head : r->s->v_head)[l * r->H + h] ==
                         1.0f)
@@ -652,7 +653,7 @@ static int warnings(const report *r, FILE *f)
         total += w.n;
         warn_list u = {f, "never-seen", 0};
         for (int l = 0; l < r->L; l++)
-            for (int h = 0; h < r->H; h++)
+            for (int h = 0; kvcal_scales_layer_cached(r->s, l) && h < r->H; h++)
                 for (int kv = 0; kv < 2; kv++) {
                     const float *a = kv == KVCAL_K ? r->s->k_absmax : r->s->v_absmax;
                     int seen = r->s->has_absmax ? a[l * r->H + h] > 0
@@ -751,6 +752,14 @@ static void heatmaps_section(const report *r, double *buf)
     if (!s->has_absmax)
         fprintf(f, "<p class=\"note\">This scales file holds no absmax (only the kvcal "
                    "JSON does): the absmax maps are left out.</p>\n");
+    if (kvcal_scales_uncached_layers(s)) {
+        fprintf(f, "<p class=\"note\">Layers");
+        for (int l = 0, first = 1; l < r->L; l++)
+            if (!kvcal_scales_layer_cached(s, l))
+                fprintf(f, "%s %d", first ? "" : ",", l), first = 0;
+        fprintf(f, " cache nothing (a hybrid model's linear attention): their cells hold "
+                   "0 and the floor scale, which no engine reads.</p>\n");
+    }
     for (int i = s->has_absmax ? 0 : 2; i < 4; i++) {
         if (i % 2 == 0)
             fprintf(f, "<div class=\"pair\">\n");

@@ -565,6 +565,12 @@ kvcal_status kvcal_scales_write_ascend(const kvcal_scales_t *s, const char *dir,
     kvcal_checkpoint_t *model = NULL;
     if ((st = kvcal_model_config_load(model_dir, &mc)))
         return st;
+    if (kvcal_scales_uncached_layers(s))
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: %s caches nothing in %d of its layers (linear attention), "
+                          "and kvcal writes vllm-ascend's C8 scales for every layer; "
+                          "write --format kvcal or checkpoint",
+                          dir, mc.architecture, kvcal_scales_uncached_layers(s));
     if (mc.multimodal)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s keeps its language model in a multimodal model, and "

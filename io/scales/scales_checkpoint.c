@@ -1013,7 +1013,7 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
                  kvcal_lm_prefix(lt[l].layout), l);
         if (ctx->model && !kvcal_model_config_layer_caches(ctx->model, l)) {
             /* a hybrid model's linear-attention layer: no cache to scale;
-               the set holds the engine's 1.0 there, read by nothing */
+               the set holds the engine's 1.0 there, marked uncached */
             if (kt || vt || kv)
                 kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, place,
                                  "the engine has no K/V cache in this layer and does "
@@ -1157,6 +1157,12 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
         for (int h = 0; h < heads; h++) {
             const float *p = vals_out + ((size_t)l * heads + h) * 2;
             kvcal_scales_set_head(s, l, h, p[0], p[1]);
+        }
+    for (int l = 0; ctx->model && l < num_layers; l++)
+        if (!kvcal_model_config_layer_caches(ctx->model, l) &&
+            (st = kvcal_scales_set_uncached(s, l))) {
+            kvcal_scales_destroy(s);
+            goto fail;
         }
     for (int l = 0; all_q && l < num_layers; l++)
         kvcal_scales_set_q(s, l, q[l]);

@@ -225,6 +225,15 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
                 ? ", --format ascend (vllm-ascend's C8) or checkpoint "
                   "(compressed-tensors)"
                 : " or --format ascend (vllm-ascend's C8)");
+    const int uncached = kvcal_scales_uncached_layers(scales);
+    if (uncached && (format == KVCAL_FORMAT_LEGACY_JSON || format == KVCAL_FORMAT_TRTLLM))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: %d of the %d layers cache nothing (a hybrid model's "
+            "linear attention) and this format holds a scale for every "
+            "layer; write --format checkpoint (or modelopt, quark, kv-scale, "
+            "kvcal)",
+            path, uncached, scales->num_layers);
     switch (format) {
     case KVCAL_FORMAT_LEGACY_JSON:
         return kvcal_scales_write_legacy(scales, path, tp > 0 ? tp : 1);

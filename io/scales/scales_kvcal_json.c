@@ -14,7 +14,8 @@
  *                "k_absmax": [H], "v_absmax": [H], "k_clip", "v_clip",
  *                "q_scale", "q_scale_per_head": [num_attention_heads],
  *                "latent_absmax", "rope_absmax",
- *                "k_offset_per_head": [H], "v_offset_per_head": [H]}],
+ *                "k_offset_per_head": [H], "v_offset_per_head": [H],
+ *                "kv_cache": false}],
  *    "mla": {"kv_lora_rank", "qk_rope_head_dim"}}
  *
  * k_scale / v_scale are the per-tensor scales (max over heads, what an
@@ -31,7 +32,9 @@
  * a multi-head latent attention model (DeepSeek-V2/V3, Kimi K2), whose cache holds one
  * entry per token and layer: num_kv_heads is 1, head_dim kv_lora_rank + qk_rope_head_dim,
  * K and V the entry (one scale, vLLM's k_scale), and each layer adds the absmax of the
- * entry's latent and of its RoPE part. Numbers are printed with enough digits that
+ * entry's latent and of its RoPE part. "kv_cache": false marks a layer that
+ * caches nothing (a hybrid model's linear-attention layer), whose scales
+ * (the floor) no engine reads. Numbers are printed with enough digits that
  * float32 values read back identical. */
 #include <math.h>
 #include <stdio.h>
@@ -382,6 +385,14 @@ static void check_layer(const cJSON *e, int l, kvcal_report_t *rep, kvcal_value_
             kvcal_report_check_scale_node(rep, KVCAL_FORMAT_KVCAL_JSON, n, place, NULL,
                                           tensor[i]);
     }
+    const cJSON *cache = cJSON_GetObjectItemCaseSensitive(e, "kv_cache");
+    snprintf(place, sizeof place, "layers[%d].kv_cache", l);
+    if (cache && !cJSON_IsBool(cache))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place, KVJ_REFUSED,
+                         "must be true or false");
+    else if (cJSON_IsFalse(cache) && kvcal_scales_set_uncached(s, l))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_NOMEM, place, KVJ_REFUSED,
+                         "%s", kvcal_last_error());
     int has_k = cJSON_HasObjectItem(e, "k_scale_per_head");
     int has_v = cJSON_HasObjectItem(e, "v_scale_per_head");
     if (has_k || has_v || s->granularity == KVCAL_GRANULARITY_HEAD) {
@@ -751,6 +762,8 @@ kvcal_status kvcal_scales_write_kvcal_json(const kvcal_scales_t *s, const char *
         if (ok && s->k_offset)
             ok = add_floats(e, "k_offset_per_head", s->k_offset + off, heads) &&
                  add_floats(e, "v_offset_per_head", s->v_offset + off, heads);
+        if (ok && !kvcal_scales_layer_cached(s, l))
+            ok = cJSON_AddBoolToObject(e, "kv_cache", 0) != NULL;
     }
     cJSON *mla;
     if (ok && s->mla_kv_lora_rank)
