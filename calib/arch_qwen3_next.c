@@ -34,8 +34,9 @@ static const char *const qwen3_5_architectures[] = {"Qwen3_5ForCausalLM", NULL};
 static const char *const qwen3_5_moe_architectures[] = {"Qwen3_5MoeForCausalLM", NULL};
 
 /* config.json as io/model_config reads it (sizes, layer kinds, experts);
- * refused: a model without an attention layer (nothing to calibrate). Its
- * FP8 checkpoints are not read yet (float_weights_only). */
+ * refused: a model without an attention layer (nothing to calibrate), a
+ * delta-net without sizes (a model_type that has none). Its FP8
+ * checkpoints are not read yet (float_weights_only). */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     if (d->linear_layers == d->num_layers)
@@ -43,6 +44,17 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
                           "config.json: every layer of this %s is linear_attention: no "
                           "layer caches K and V; fix layer_types",
                           c->architecture);
+    if (d->linear_layers &&
+        (d->lin_k_heads < 1 || d->lin_v_heads < 1 || d->lin_v_heads % d->lin_k_heads ||
+         d->lin_k_head_dim < 1 || d->lin_v_head_dim < 1 || d->lin_conv < 1))
+        return kvcal_fail(
+            KVCAL_ERR_FORMAT,
+            "config.json: %s's linear-attention layers need "
+            "linear_num_key_heads, linear_num_value_heads (a multiple of "
+            "it), linear_key_head_dim, linear_value_head_dim and "
+            "linear_conv_kernel_dim >= 1 (model_type '%s' has none: "
+            "qwen3_next, qwen3_5_text or qwen3_5_moe_text do); fix the config",
+            c->architecture, c->model_type);
     d->qk_norm = 1;
     d->attn_gate = 1;
     d->norm_offset = 1.0f;

@@ -886,6 +886,13 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         "MistralForCausalLM is a hybrid model (1 of 2 layers attend and cache "
         "K and V, the others are linear_attention), which is not supported "
         "yet");
+    /* a hybrid family's architecture under a model_type without the
+     * delta-net's sizes */
+    expect_open_error(edited_checkpoint("qwen3_next_gdn_moe_e8_top3_bf16",
+                                        "{\"model_type\": \"qwen2_moe\"}"),
+                      KVCAL_ERR_FORMAT,
+                      "Qwen3NextForCausalLM's linear-attention layers need "
+                      "linear_num_key_heads");
     /* the families that run linear attention run no other kind of layer */
     expect_open_error(
         edited_checkpoint("qwen3_5_text_gdn_hybrid_bf16",

@@ -169,8 +169,6 @@ static kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **
 
 /* --- sections ------------------------------------------------------------- */
 
-/* The transformers config class defaults of the sizes a config.json may
- * omit; other model types keep 0 (unknown). */
 /* The family whose fields config model_type `t` has: a multimodal model's
  * language model reads as its text family (Qwen3-VL's qwen3_vl_text as
  * qwen3, qwen3_vl_moe_text as qwen3_moe; Qwen2-VL's and Qwen2.5-VL's
@@ -195,6 +193,8 @@ static int gated_delta_type(const char *t)
            !strcmp(t, "qwen3_5_moe_text");
 }
 
+/* The transformers config class defaults of the sizes a config.json may
+ * omit; other model types keep 0 (unknown). */
 static void cfg_default_sizes(kvcal_model_config *c)
 {
     static const struct {

@@ -100,8 +100,6 @@ static const struct {
     {"v_global_scale", KIND_VG, KVCAL_FORMAT_CHECKPOINT},
 };
 
-/* The names a format writes after "<prefix>layers.<i>.self_attn.", by
- * kind; NULL where it writes none. */
 /* Whether sglang 0.5.23's loader of `architecture` loads compressed-tensors'
  * `self_attn.k_scale` names: all but Qwen3NextForCausalLM's, whose
  * load_weights drops ".self_attn", finds no parameter under the name and
@@ -113,6 +111,8 @@ static int sglang_loads_self_attn_names(const char *architecture)
     return strcmp(architecture, "Qwen3NextForCausalLM") != 0;
 }
 
+/* The names a format writes after "<prefix>layers.<i>.self_attn.", by
+ * kind; NULL where it writes none. */
 static const char *write_name(kvcal_format f, int kind)
 {
     switch (f) {
@@ -1768,12 +1768,12 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
     /* the layers that cache (not a hybrid model's linear-attention ones),
      * packed */
     int written = 0;
-    for (int l = 0; l < s->num_layers;
-         written += nk * kvcal_model_config_layer_caches(&mc, l++))
+    for (int l = 0; l < s->num_layers; l++)
         for (int i = 0; i < nk && kvcal_model_config_layer_caches(&mc, l); i++) {
-            kvcal_tensor_out *t = &tensors[written + i];
-            char *name = names + (size_t)(written + i) * 128;
-            float *d = data + (size_t)(written + i) * heads, k, v;
+            const int at = written++;
+            kvcal_tensor_out *t = &tensors[at];
+            char *name = names + (size_t)at * 128;
+            float *d = data + (size_t)at * heads, k, v;
             snprintf(name, 128, "%slayers.%d.self_attn.%s", prefix, l,
                      write_name(k_proj_names && kinds[i] != KIND_Q ? KVCAL_FORMAT_MODELOPT
                                                                    : format,
