@@ -703,6 +703,13 @@ static int inspect_scales(const char *path, inspect_opts *o)
         cJSON *e = cJSON_CreateObject(), *heads = cJSON_CreateArray();
         cJSON_AddItemToArray(layers, e);
         cJSON_AddNumberToObject(e, "layer", l);
+        if (!kvcal_scales_layer_cached(s, l)) { /* a hybrid model's linear attention */
+            cJSON_AddBoolToObject(e, "kv_cache", 0);
+            cJSON_Delete(heads);
+            if (!o->json)
+                printf("  %5d  linear attention: no K/V cache, no scales\n", l);
+            continue;
+        }
         cJSON_AddNumberToObject(e, "k_scale", k);
         cJSON_AddNumberToObject(e, "v_scale", v);
         if (s->has_absmax) {

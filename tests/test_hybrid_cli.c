@@ -291,7 +291,7 @@ static void kvcal_json_keeps_the_layers_without_cache(void)
     CU_ASSERT(kvcal_test_kvcal_stderr_has("2 of the 4 layers cache nothing"));
 }
 
-/* inspect says what the layers are */
+/* inspect says what the layers are, and which hold no scale */
 static void inspect_describes_the_linear_attention(void)
 {
     char *text = NULL;
@@ -304,6 +304,15 @@ static void inspect_describes_the_linear_attention(void)
     CU_ASSERT(text && strstr(text, "weights         BF16"));
     CU_ASSERT(text && strstr(text, "K and V in 1 of 4 layers; the other 3 "
                                    "(linear_attention) cache nothing"));
+    free(text);
+    /* its scales: the layers without cache named, no placeholder shown */
+    char args[800];
+    snprintf(args, sizeof args, "inspect '%s'",
+             calibrated("qwen3_next_gdn_moe_e8_top3_bf16"));
+    text = NULL;
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+    CU_ASSERT(text && strstr(text, "      0  linear attention: no K/V cache, no scales"));
+    CU_ASSERT(text && strstr(text, "      3  linear attention: no K/V cache, no scales"));
     free(text);
 }
 
