@@ -21,8 +21,9 @@
  * Checkpoint names: Qwen3-Next fuses the delta-net's input projections
  * (in_proj_qkvz, in_proj_ba, rows grouped by key head); Qwen3.5 keeps them
  * apart (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a). vLLM and sglang
- * cache K and V in the attention layers alone, under self_attn's k_scale /
- * v_scale of those layers' indices. */
+ * cache K and V in the attention layers alone and load their scales by
+ * those layers' indices (Qwen3-Next's under ModelOpt's names, the ones
+ * sglang's loader of it maps: io/scales/scales_checkpoint.c). */
 #include <string.h>
 
 #include "calib/arch.h"

@@ -886,6 +886,14 @@ static void model_open_says_what_mla_and_hybrid_models_lack(void)
         "MistralForCausalLM is a hybrid model (1 of 2 layers attend and cache "
         "K and V, the others are linear_attention), which is not supported "
         "yet");
+    /* no layer that caches: nothing to calibrate */
+    expect_open_error(edited_checkpoint("qwen3_5_text_gdn_hybrid_bf16",
+                                        "{\"layer_types\": [\"linear_attention\", "
+                                        "\"linear_attention\", \"linear_attention\", "
+                                        "\"linear_attention\"]}"),
+                      KVCAL_ERR_FORMAT,
+                      "every layer of this Qwen3_5ForCausalLM is linear_attention: no "
+                      "layer caches K and V");
     /* a hybrid family's architecture under a model_type without the
      * delta-net's sizes */
     expect_open_error(edited_checkpoint("qwen3_next_gdn_moe_e8_top3_bf16",
