@@ -996,6 +996,17 @@ static void print_json(const kvcal_scales_t *s, const kvcal_model_desc *d,
     cJSON_Delete(root);
 }
 
+/* Marks the layers of d that cache nothing (a hybrid model's linear
+ * attention) in the scale set s. */
+static kvcal_status mark_uncached(const kvcal_model_desc *d, kvcal_scales_t *s)
+{
+    kvcal_status st = KVCAL_OK;
+    for (int l = 0; !st && l < d->num_layers; l++)
+        if (!kvcal_model_layer_caches(d, l))
+            st = kvcal_scales_set_uncached(s, l);
+    return st;
+}
+
 /* --time-only's report: the rate alone, nothing observed or written. */
 static void print_time_only(const kvcal_model_desc *d, const options *o, long long tokens,
                             int samples, const phases *ph)
@@ -1272,6 +1283,7 @@ int kvcal_cmd_calibrate(int argc, char **argv)
     o.observer.thresholds = attn_t;
     const int asym = o.kv_dtype == KVCAL_KV_FORMAT_INT8_ASYM;
     if ((st = kvcal_scales_create(d->num_layers, d->num_kv_heads, &scales)) ||
+        (st = mark_uncached(d, scales)) ||
         (asym && (st = kvcal_scales_set_offsets(scales, 1))) ||
         (st = kvcal_stats_to_scales(stats, &o.observer, o.granularity, scales,
                                     warn_stderr, NULL)) ||

@@ -430,14 +430,6 @@ static int64_t observed_tokens(const kvcal_stats_t *stats)
     return n;
 }
 
-/* Whether layer l caches K and V: it observed tokens, or no layer did (a
- * hybrid model's linear-attention layers observe none while its attention
- * layers do; their floor scales are read by no engine). */
-static int caches(const kvcal_stats_t *stats, int l)
-{
-    return stats->tokens[l] > 0 || observed_tokens(stats) == 0;
-}
-
 static kvcal_status queries_to_scales(const kvcal_stats_t *stats, kvcal_scales_t *out,
                                       kvcal_warn_fn warn, void *warn_ctx)
 {
@@ -451,7 +443,7 @@ static kvcal_status queries_to_scales(const kvcal_stats_t *stats, kvcal_scales_t
             out->q_head[(size_t)l * Hq + h] =
                 kvcal_scale_from_absmax(stats->q_absmax[(size_t)l * Hq + h]);
         out->q_scale[l] = kvcal_scale_from_absmax(m);
-        if (m == 0.0f && warn && caches(stats, l)) {
+        if (m == 0.0f && warn && kvcal_scales_layer_cached(out, l)) {
             char msg[160];
             snprintf(
                 msg, sizeof msg,
@@ -551,7 +543,7 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
                 hist_count_clipped(stats, l, kv, h, scale[i], &a, &n);
                 clipped += a;
                 total += n;
-                if (absmax[i] == 0.0f && warn && caches(stats, l)) {
+                if (absmax[i] == 0.0f && warn && kvcal_scales_layer_cached(out, l)) {
                     char msg[256];
                     snprintf(msg, sizeof msg,
                              "layer %d %s kv head %d never saw a non-zero value; %s %g",
@@ -565,9 +557,6 @@ kvcal_status kvcal_stats_to_scales(const kvcal_stats_t *stats,
             clip[l] = total > 0.0 ? (float)(clipped / total) : 0.0f;
         }
     free(t);
-    for (int l = 0; l < stats->num_layers; l++)
-        if (!caches(stats, l) && (st = kvcal_scales_set_uncached(out, l)))
-            return st;
     if ((st = queries_to_scales(stats, out, warn, warn_ctx)))
         return st;
     out->granularity = gran;

@@ -105,10 +105,9 @@ double kvcal_stats_clip_fraction(const kvcal_stats_t *stats, int layer, int kv, 
  * provenance.observer, observer_params and num_tokens (the tokens a layer
  * observed); other provenance and model fields are left as they are. A
  * threshold of 0 (a head that never saw a non-zero value) gives the floor
- * scale and one call of warn (may be NULL) naming layer, K/V and head. A
- * layer that observed no token while others did (a hybrid model's
- * linear-attention layer, which caches nothing) gets the floor scales,
- * no warning, and is marked uncached (kvcal_scales_set_uncached).
+ * scale and one call of warn (may be NULL) naming layer, K/V and head,
+ * but in a layer out marks as caching nothing (kvcal_scales_set_uncached:
+ * a hybrid model's linear-attention layer, which observes nothing).
  * When out->format is INT8_ASYM (kvcal_scales_set_offsets), each head's
  * scale and offset come from its signed range (the statistics must keep it,
  * kvcal_stats_set_range; per tensor the range over the layer's heads)
