@@ -88,7 +88,8 @@ def kvcal_values(path, model=None, tp=0):
     d = json.loads(r.stdout)
     if "layers" not in d:
         raise RuntimeError("kvcal inspect %s: %s %s" % (path, r.stdout[:300], r.stderr))
-    return [[(h["k_scale"], h["v_scale"]) for h in l["heads"]] for l in d["layers"]]
+    # a layer that caches nothing (kv_cache false) holds none
+    return [[(h["k_scale"], h["v_scale"]) for h in l.get("heads", [])] for l in d["layers"]]
 
 
 def f32(x):
