@@ -106,14 +106,14 @@ typedef enum kvcal_dim {
 /* When a weight exists, from the model description. */
 typedef enum kvcal_when {
     KVCAL_WHEN_ALWAYS = 0,
-    KVCAL_WHEN_QKV_BIAS, /* desc->qkv_bias */
-    KVCAL_WHEN_O_BIAS,   /* desc->o_bias */
-    KVCAL_WHEN_QK_NORM,  /* desc->qk_norm */
-    KVCAL_WHEN_SHARED_EXPERT, /* desc->shared_intermediate_size > 0 */
-    KVCAL_WHEN_DENSE_LAYERS,  /* the dense layers of desc->layer_dense only */
-    KVCAL_WHEN_MOE_LAYERS,    /* the other layers only */
-    KVCAL_WHEN_Q_LORA,        /* desc->q_lora_rank > 0 */
-    KVCAL_WHEN_NO_Q_LORA,     /* desc->q_lora_rank == 0 */
+    KVCAL_WHEN_QKV_BIAS,         /* desc->qkv_bias */
+    KVCAL_WHEN_O_BIAS,           /* desc->o_bias */
+    KVCAL_WHEN_QK_NORM,          /* desc->qk_norm */
+    KVCAL_WHEN_SHARED_EXPERT,    /* desc->shared_intermediate_size > 0: the MoE layers */
+    KVCAL_WHEN_DENSE_LAYERS,     /* the dense layers of desc->layer_dense only */
+    KVCAL_WHEN_MOE_LAYERS,       /* the other layers only */
+    KVCAL_WHEN_Q_LORA,           /* desc->q_lora_rank > 0 */
+    KVCAL_WHEN_NO_Q_LORA,        /* desc->q_lora_rank == 0 */
     KVCAL_WHEN_ATTENTION_LAYERS, /* the attention layers of a hybrid model */
     KVCAL_WHEN_LINEAR_LAYERS     /* its linear-attention layers (desc->layer_linear) */
 } kvcal_when;

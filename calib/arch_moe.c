@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "calib/arch.h"
+#include "calib/arch_qwen_expert_weights.h"
 #include "calib/model.h"
 #include "core/status.h"
 
@@ -97,17 +98,6 @@ static const kvcal_op dense_layer[] = {
     [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,                \
                             KVCAL_DIM_NONE}}}
 
-/* Qwen's dense layers' MLP (mlp_only_layers, decoder_sparse_step) and the
- * MoE layers' router */
-#define QWEN_DENSE_AND_ROUTER_WEIGHTS                                                           \
-    [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},          \
-                          {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},           \
-                         KVCAL_WHEN_DENSE_LAYERS},                                              \
-    [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},            \
-                      KVCAL_WHEN_DENSE_LAYERS},                                                 \
-    [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},             \
-                        KVCAL_WHEN_MOE_LAYERS}
-
 const kvcal_arch kvcal_arch_qwen_moe = {
     .family = "qwen_moe",
     .architectures = qwen_architectures,
@@ -117,21 +107,8 @@ const kvcal_arch kvcal_arch_qwen_moe = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        QWEN_DENSE_AND_ROUTER_WEIGHTS,
-        [KVCAL_W_EXPERT_GATE_UP] = {{{"mlp.experts.%d.gate_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
-                                     {"mlp.experts.%d.up_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_MOE_LAYERS, 1},
-        [KVCAL_W_EXPERT_DOWN] = {{{"mlp.experts.%d.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
-                                 KVCAL_WHEN_MOE_LAYERS, 1},
-        /* Qwen2-MoE's alone (a zero shared_expert_intermediate_size leaves
-         * them out of Qwen3-MoE's, calib/arch_moe.c's describe) */
-        [KVCAL_W_SHARED_GATE_UP] = {{{"mlp.shared_expert.gate_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN},
-                                     {"mlp.shared_expert.up_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_SHARED_EXPERT},
-        [KVCAL_W_SHARED_DOWN] = {{{"mlp.shared_expert.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_SHARED_INTER}},
-                                 KVCAL_WHEN_SHARED_EXPERT},
-        [KVCAL_W_SHARED_GATE] = {{{"mlp.shared_expert_gate.weight", KVCAL_DIM_ONE, KVCAL_DIM_HIDDEN}},
-                                 KVCAL_WHEN_SHARED_EXPERT},
+        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_QWEN_EXPERT_WEIGHTS,
     },
     .refused = refused,
     .describe = describe,
@@ -182,7 +159,7 @@ const kvcal_arch kvcal_arch_qwen3_vl_moe = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
         [KVCAL_W_EXPERT_GATE_UP] = STACKED("mlp.experts.gate_up_proj", KVCAL_DIM_2MOE_INTER,
                                            KVCAL_DIM_HIDDEN),
         [KVCAL_W_EXPERT_DOWN] = STACKED("mlp.experts.down_proj", KVCAL_DIM_HIDDEN,

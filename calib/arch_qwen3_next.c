@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "calib/arch.h"
+#include "calib/arch_qwen_expert_weights.h"
 #include "calib/model.h"
 #include "core/status.h"
 
@@ -142,29 +143,6 @@ static const kvcal_op linear_layer[] = {
                          {"linear_attn.in_proj_a.weight", KVCAL_DIM_LIN_HEADS, KVCAL_DIM_HIDDEN}}, \
                         LIN}
 
-/* the experts, the router and the gated shared expert of the MoE layers,
- * the SwiGLU MLP of the dense ones */
-#define EXPERT_WEIGHTS                                                                          \
-    [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},          \
-                          {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},           \
-                         KVCAL_WHEN_DENSE_LAYERS},                                              \
-    [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}},            \
-                      KVCAL_WHEN_DENSE_LAYERS},                                                 \
-    [KVCAL_W_ROUTER] = {{{"mlp.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}},             \
-                        KVCAL_WHEN_MOE_LAYERS},                                                 \
-    [KVCAL_W_EXPERT_GATE_UP] = {{{"mlp.experts.%d.gate_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}, \
-                                 {"mlp.experts.%d.up_proj.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},  \
-                                KVCAL_WHEN_MOE_LAYERS, KVCAL_EXPERTS_NAMED},                    \
-    [KVCAL_W_EXPERT_DOWN] = {{{"mlp.experts.%d.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}}, \
-                             KVCAL_WHEN_MOE_LAYERS, KVCAL_EXPERTS_NAMED},                       \
-    [KVCAL_W_SHARED_GATE_UP] = {{{"mlp.shared_expert.gate_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}, \
-                                 {"mlp.shared_expert.up_proj.weight", KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}},  \
-                                KVCAL_WHEN_MOE_LAYERS},                                         \
-    [KVCAL_W_SHARED_DOWN] = {{{"mlp.shared_expert.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_SHARED_INTER}}, \
-                             KVCAL_WHEN_MOE_LAYERS},                                            \
-    [KVCAL_W_SHARED_GATE] = {{{"mlp.shared_expert_gate.weight", KVCAL_DIM_ONE, KVCAL_DIM_HIDDEN}}, \
-                             KVCAL_WHEN_MOE_LAYERS}
-
 #define HYBRID_FAMILY(name, archs)                                                              \
     .family = name, .architectures = archs, .layer_prefix = "model.layers.%d.",                 \
     .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",                    \
@@ -179,7 +157,8 @@ const kvcal_arch kvcal_arch_qwen3_next = {
     HYBRID_FAMILY("qwen3_next", next_architectures),
     .weights = {
         HYBRID_WEIGHTS,
-        EXPERT_WEIGHTS,
+        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_QWEN_EXPERT_WEIGHTS,
         [KVCAL_W_LIN_QKVZ] = {{{"linear_attn.in_proj_qkvz.weight", KVCAL_DIM_LIN_QKVZ, KVCAL_DIM_HIDDEN,
                                 KVCAL_PART_GDN_GROUPED}}, LIN},
         [KVCAL_W_LIN_BA] = {{{"linear_attn.in_proj_ba.weight", KVCAL_DIM_LIN_2HEADS, KVCAL_DIM_HIDDEN,
@@ -203,7 +182,8 @@ const kvcal_arch kvcal_arch_qwen3_5_moe = {
     .weights = {
         HYBRID_WEIGHTS,
         QWEN3_5_LINEAR_WEIGHTS,
-        EXPERT_WEIGHTS,
+        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_QWEN_EXPERT_WEIGHTS,
     },
 };
 // clang-format on

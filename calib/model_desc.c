@@ -133,6 +133,7 @@ static int holds_in_layer(const kvcal_model_desc *d, int layer, kvcal_when when)
     case KVCAL_WHEN_DENSE_LAYERS:
         return d->layer_dense[layer];
     case KVCAL_WHEN_MOE_LAYERS:
+    case KVCAL_WHEN_SHARED_EXPERT:
         return !d->layer_dense[layer];
     case KVCAL_WHEN_ATTENTION_LAYERS:
         return !d->layer_linear[layer];

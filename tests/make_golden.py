@@ -549,6 +549,13 @@ def moe_configs(tf, common):
             num_experts_per_tok=2, norm_topk_prob=False, num_attention_heads=4,
             num_key_value_heads=2, tie_word_embeddings=True, **common),
             "bfloat16", "old", "float64"),
+        # Qwen2-MoE's dense layers (mlp_only_layers [0]): a SwiGLU MLP
+        # without the shared expert, which the MoE layers keep
+        ("qwen2_moe_shared_dense_layers_e4_top2_bf16", tf.Qwen2MoeConfig(
+            hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
+            mlp_only_layers=[0], num_attention_heads=4, num_key_value_heads=2,
+            tie_word_embeddings=True, **common), "bfloat16", "new", "float64"),
         # use_sliding_window: Qwen3-MoE's window (16) on every layer
         ("qwen3_moe_swa16_e8_top2_bf16", tf.Qwen3MoeConfig(
             hidden_size=48, intermediate_size=64, moe_intermediate_size=40,

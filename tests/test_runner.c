@@ -288,10 +288,12 @@ static void runner_matches_transformers_qwen3_moe_top3_of_8_renormalized(void)
 }
 
 /* Top-2 of 6 not renormalized, the shared expert behind its sigmoid gate,
- * q/k/v biases. */
+ * q/k/v biases; a dense first layer (mlp_only_layers), which holds no
+ * shared expert. */
 static void runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate(void)
 {
     check_against_golden("qwen2_moe_shared_e6_top2_bf16");
+    check_against_golden("qwen2_moe_shared_dense_layers_e4_top2_bf16");
 }
 
 /* Top-2 of 4, a sliding window of 16 over samples of 37 and 23 tokens. */
