@@ -10,34 +10,11 @@
 
 #include "core/scales.h"
 #include "io/checkpoint/safetensors.h"
-#include "io/file_read.h"
 #include "io/json_file.h"
 #include "tests/test_util.h"
 
 #define GOLDEN "tests/fixtures/golden/"
 #define SMALL "--num-samples 2 --seq-len 24 --quiet"
-
-static const char *ids_file(void)
-{
-    const char *path = kvcal_test_path("hybrid_ids.jsonl");
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(path, 2, 24, 120, 11), 0);
-    return path;
-}
-
-/* calibrate --format checkpoint of golden model `name` into the test
- * tmpdir (its path in a static buffer). */
-static const char *calibrated(const char *name)
-{
-    static char out[600];
-    char args[2048];
-    snprintf(out, sizeof out, "%s", kvcal_test_path(name));
-    snprintf(args, sizeof args,
-             "calibrate --model " GOLDEN "%s --dataset '%s' " SMALL
-             " --format checkpoint --out '%s'",
-             name, ids_file(), out);
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
-    return out;
-}
 
 /* Layer l's index in the golden fixture's kv_layers, -1 when it caches
  * nothing; *n the number of such layers. */
@@ -68,7 +45,7 @@ static void calibrate_writes_the_attention_layers_scales_alone(void)
         cJSON *fixture = NULL;
         snprintf(path, sizeof path, GOLDEN "%s.json", cases[c].name);
         CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &fixture), KVCAL_OK);
-        const char *out = calibrated(cases[c].name);
+        const char *out = kvcal_test_golden_checkpoint_scales(cases[c].name);
         snprintf(path, sizeof path, "%s/kv_scales.safetensors", out);
         kvcal_safetensors_t *st = NULL;
         CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
@@ -106,7 +83,7 @@ static void calibrate_json_marks_the_layers_without_cache(void)
              "calibrate --model " GOLDEN
              "qwen3_next_gdn_moe_e8_top3_bf16 --dataset '%s' " SMALL
              " --format kvcal --out '%s' --json",
-             ids_file(), kvcal_test_path("hybrid_json.json"));
+             kvcal_test_golden_ids(), kvcal_test_path("hybrid_json.json"));
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &text), 0);
     cJSON *report = text ? cJSON_Parse(text) : NULL;
     CU_ASSERT_PTR_NOT_NULL_FATAL(report);
@@ -125,7 +102,7 @@ static void calibrate_json_marks_the_layers_without_cache(void)
  * linear-attention one: read by no engine, which validate-scales says. */
 static void validate_scales_flags_a_scale_of_a_layer_without_cache(void)
 {
-    const char *out = calibrated("qwen3_5_text_gdn_hybrid_bf16");
+    const char *out = kvcal_test_golden_checkpoint_scales("qwen3_5_text_gdn_hybrid_bf16");
     char path[700], args[800], *text = NULL;
     snprintf(path, sizeof path, "%s/config.json", out);
     cJSON *cfg = NULL;
@@ -151,7 +128,7 @@ static void eval_reports_the_attention_layers_alone(void)
     snprintf(args, sizeof args,
              "eval --model " GOLDEN "qwen3_5_text_gdn_hybrid_bf16 --dataset '%s' " SMALL
              " --attribute --json",
-             ids_file());
+             kvcal_test_golden_ids());
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &text), 0);
     cJSON *report = text ? cJSON_Parse(text) : NULL;
     CU_ASSERT_PTR_NOT_NULL_FATAL(report);
@@ -190,7 +167,7 @@ static void formats_of_every_layer_are_refused(void)
         snprintf(args, sizeof args,
                  "calibrate --model " GOLDEN "qwen3_next_gdn_moe_e8_top3_bf16 --dataset "
                  "'%s' " SMALL " --format %s --out '%s'",
-                 ids_file(), formats[i], out);
+                 kvcal_test_golden_ids(), formats[i], out);
         CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
         CU_ASSERT(
             kvcal_test_kvcal_stderr_has("is a hybrid model whose 3 linear-attention "
@@ -207,7 +184,8 @@ static void formats_of_every_layer_are_refused(void)
  * without an output; into a checkpoint: the attention layers' alone. */
 static void convert_keeps_the_attention_layers_alone(void)
 {
-    const char *ck = calibrated("qwen3_next_gdn_moe_e8_top3_bf16");
+    const char *ck =
+        kvcal_test_golden_checkpoint_scales("qwen3_next_gdn_moe_e8_top3_bf16");
     char args[1600], out[600];
     snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_legacy.json"));
     snprintf(args, sizeof args, "convert '%s' --to legacy --out '%s'", ck, out);
@@ -245,7 +223,7 @@ static void validate_scales_says_sglang_fails_on_qwen3_next_attention_names(void
              "calibrate --model " GOLDEN
              "qwen3_next_gdn_moe_e8_top3_bf16 --dataset '%s' " SMALL
              " --granularity head --format checkpoint --out '%s'",
-             ids_file(), out);
+             kvcal_test_golden_ids(), out);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     snprintf(args, sizeof args, "validate-scales '%s'", out);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
@@ -268,13 +246,11 @@ static void kvcal_json_keeps_the_layers_without_cache(void)
              "calibrate --model " GOLDEN
              "qwen3_5_text_gdn_hybrid_bf16 --dataset '%s' " SMALL
              " --format kvcal --out '%s' --report '%s'",
-             ids_file(), path, report);
+             kvcal_test_golden_ids(), path, report);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     /* the report names the layers without cache and warns of none of them */
-    char *html = NULL;
-    size_t len = 0;
-    CU_ASSERT_EQUAL_FATAL(
-        kvcal_file_read(report, "report", (size_t)64 << 20, &html, &len), KVCAL_OK);
+    char *html = kvcal_test_read_file(report, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(html);
     CU_ASSERT(strstr(html, "Layers 0, 2 cache nothing (a hybrid model's linear "
                            "attention)") != NULL);
     CU_ASSERT(strstr(html, "never saw a non-zero value; its scale") == NULL);
@@ -308,7 +284,7 @@ static void inspect_describes_the_linear_attention(void)
     /* its scales: the layers without cache named, no placeholder shown */
     char args[800];
     snprintf(args, sizeof args, "inspect '%s'",
-             calibrated("qwen3_next_gdn_moe_e8_top3_bf16"));
+             kvcal_test_golden_checkpoint_scales("qwen3_next_gdn_moe_e8_top3_bf16"));
     text = NULL;
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
     CU_ASSERT(text && strstr(text, "      0  linear attention: no K/V cache, no scales"));

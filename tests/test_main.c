@@ -80,6 +80,26 @@ int kvcal_test_write_ids(const char *path, int samples, int len, unsigned vocab,
     return fclose(f) == 0 ? 0 : -1;
 }
 
+const char *kvcal_test_golden_ids(void)
+{
+    const char *path = kvcal_test_path("golden_ids.jsonl");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(path, 2, 24, 120, 7), 0);
+    return path;
+}
+
+const char *kvcal_test_golden_checkpoint_scales(const char *name)
+{
+    static char out[600];
+    char args[2048];
+    snprintf(out, sizeof out, "%s", kvcal_test_path(name));
+    snprintf(args, sizeof args,
+             "calibrate --model tests/fixtures/golden/%s --dataset '%s' --num-samples 2 "
+             "--seq-len 24 --quiet --format checkpoint --out '%s'",
+             name, kvcal_test_golden_ids(), out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    return out;
+}
+
 char *kvcal_test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

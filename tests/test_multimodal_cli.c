@@ -16,29 +16,6 @@
 #define GOLDEN "tests/fixtures/golden/"
 #define SMALL "--num-samples 2 --seq-len 24 --quiet"
 
-/* A token set of 2 samples below the golden models' vocabulary of 128. */
-static const char *ids_file(void)
-{
-    const char *path = kvcal_test_path("multimodal_ids.jsonl");
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(path, 2, 24, 120, 7), 0);
-    return path;
-}
-
-/* calibrate --format checkpoint of golden model `name` into a fresh
- * directory of the test tmpdir (its path in a static buffer). */
-static const char *calibrated(const char *name)
-{
-    static char out[600];
-    char args[2048];
-    snprintf(out, sizeof out, "%s", kvcal_test_path(name));
-    snprintf(args, sizeof args,
-             "calibrate --model " GOLDEN "%s --dataset '%s' " SMALL
-             " --format checkpoint --out '%s'",
-             name, ids_file(), out);
-    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
-    return out;
-}
-
 /* Whether every tensor of dir's kv_scales.safetensors is named
  * <prefix>layers.<i>.self_attn.<k_scale|v_scale>, and there are some. */
 static int scales_named(const char *dir, const char *prefix)
@@ -138,7 +115,7 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
         {"mistral_mqa_fp16", "model."},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *out = calibrated(cases[i].model);
+        const char *out = kvcal_test_golden_checkpoint_scales(cases[i].model);
         CU_ASSERT(scales_named(out, cases[i].prefix));
         CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
     }
@@ -150,22 +127,23 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
  * LM. */
 static void validate_scales_refuses_a_layout_vllm_does_not_map(void)
 {
-    const char *out = calibrated("gemma3_mm_swa8_local_global_bf16");
+    const char *out =
+        kvcal_test_golden_checkpoint_scales("gemma3_mm_swa8_local_global_bf16");
     rename_scales(out, "language_model.model.", "model.language_model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
     rename_scales(out, "model.language_model.", "model.");
     CU_ASSERT_EQUAL(validate(out, "a causal LM's name, but the model keeps its language "
                                   "model in a multimodal one"),
                     1);
-    out = calibrated("mistral3_mm_gqa_bf16");
+    out = kvcal_test_golden_checkpoint_scales("mistral3_mm_gqa_bf16");
     rename_scales(out, "language_model.model.", "model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
     /* Qwen2.5-VL released flat, its layers under model.: a wrapped name
      * loads too */
-    out = calibrated("qwen2_5_vl_flat_mrope_bias_bf16");
+    out = kvcal_test_golden_checkpoint_scales("qwen2_5_vl_flat_mrope_bias_bf16");
     rename_scales(out, "model.", "model.language_model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
-    out = calibrated("mistral_mqa_fp16");
+    out = kvcal_test_golden_checkpoint_scales("mistral_mqa_fp16");
     rename_scales(out, "model.", "language_model.model.");
     CU_ASSERT_EQUAL(validate(out, "a multimodal model's name, but the model is a causal "
                                   "LM"),
@@ -182,7 +160,7 @@ static void ascend_scales_of_a_multimodal_model_are_refused(void)
              "calibrate --model " GOLDEN
              "gemma3_mm_swa8_local_global_bf16 --dataset '%s' " SMALL
              " --kv-dtype int8 --format ascend --out '%s'",
-             ids_file(), out);
+             kvcal_test_golden_ids(), out);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
     CU_ASSERT(
         kvcal_test_kvcal_stderr_has("keeps its language model in a multimodal model"));

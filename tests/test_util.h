@@ -75,6 +75,14 @@ char *kvcal_test_read_file(const char *path, size_t *len);
 int kvcal_test_write_ids(const char *path, int samples, int len, unsigned vocab,
                          unsigned seed);
 
+/* A token set of 2 samples of 24 ids below the golden models' vocabulary
+ * of 128 (tests/fixtures/golden), in the test tmpdir; its path. */
+const char *kvcal_test_golden_ids(void);
+/* `kvcal calibrate --format checkpoint` of golden model `name` on
+ * kvcal_test_golden_ids into the test tmpdir's <name> (its path, in a
+ * static buffer); a failure fails the test. */
+const char *kvcal_test_golden_checkpoint_scales(const char *name);
+
 /* Runs `kvcal <args>` through the shell. The binary is $KVCAL_BIN (set by
  * `make test`; made absolute at start, so a test may chdir), else the
  * kvcal built beside this test program. When out is not NULL, *out is its
