@@ -610,6 +610,36 @@ def renamed(src, dst, old, new):
     return renamed_by(src, dst, lambda k: new + k[len(old):] if k.startswith(old) else k)
 
 
+def golden_checkpoint(work, name, tag, seed):
+    """kvcal calibrate --format checkpoint of golden model `name` on 4 x 40
+    random ids (from seed) into work/<tag>_<name>; None after a
+    disagreement naming kvcal's failure."""
+    import random
+    ids = os.path.join(work, "%s_ids.jsonl" % tag)
+    rng = random.Random(seed)
+    with open(ids, "w") as fp:
+        for _ in range(4):
+            fp.write(json.dumps({"input_ids": [rng.randrange(120) for _ in range(40)]}) + "\n")
+    out = os.path.join(work, "%s_%s" % (tag, name))
+    shutil.rmtree(out, ignore_errors=True)
+    r = kvcal(["calibrate", "--model", os.path.join(ROOT, "tests", "fixtures", "golden", name),
+               "--dataset", ids, "--num-samples", "4", "--seq-len", "40", "--format",
+               "checkpoint", "--quiet", "--out", out])
+    if r.returncode:
+        agree("kvcal calibrate " + name, "kvcal", False, r.stderr.strip())
+        return None
+    return out
+
+
+def same_as_kvcal(got, d):
+    """Whether got, an engine's (k, v) of each layer that caches, are the
+    per-tensor scales kvcal reads from d (the max over its heads)."""
+    want = [w for w in kvcal_values(d) if w]  # a layer without cache holds none
+    return len(got) == len(want) and all(
+        f32(k) == f32(max(a for a, _ in w)) and f32(v) == f32(max(b for _, b in w))
+        for (k, v), w in zip(got, want))
+
+
 def wrapper_case(name, d, spec):
     """validate-scales' verdict on d against vLLM's load of it; a valid
     file must load the values kvcal reads."""
@@ -617,14 +647,7 @@ def wrapper_case(name, d, spec):
     kind, got = wrapper_load(d, spec)
     ok = valid == (kind == "loaded")
     if ok and valid:
-        cfg = json.load(open(os.path.join(d, "config.json")))
-        kinds = cfg.get("text_config", cfg).get("layer_types")
-        # a hybrid model's attention layers alone cache (and load scales)
-        want = [w for i, w in enumerate(kvcal_values(d))
-                if not kinds or kinds[i] != "linear_attention"]
-        ok = len(got) == len(want) and all(
-            f32(k[0]) == f32(max(a for a, _ in w)) and f32(v[0]) == f32(max(b for _, b in w))
-            for (k, v), w in zip(got, want))
+        ok = same_as_kvcal([(k[0], v[0]) for k, v in got], d)
     agree(name, "vLLM", ok, "validate-scales %s, vLLM: %s" % (
         "valid" if valid else "invalid: " + rep["findings"][0]["message"],
         kind if kind == "loaded" else got))
@@ -636,22 +659,10 @@ def vllm_wrappers(work):
     other layout a wrapper's mapper takes (loads), into a causal LM's
     (vLLM finds no module 'model'); a causal LM's scales under a wrapper's
     name (no module 'language_model')."""
-    import random
-    ids = os.path.join(work, "wrapper_ids.jsonl")
-    rng = random.Random(0)
-    with open(ids, "w") as fp:
-        for _ in range(4):
-            fp.write(json.dumps({"input_ids": [rng.randrange(120) for _ in range(40)]}) + "\n")
-    golden = os.path.join(ROOT, "tests", "fixtures", "golden")
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
             ("mistral_mqa_fp16", None)]:
-        out = os.path.join(work, "wrapper_" + name)
-        shutil.rmtree(out, ignore_errors=True)
-        r = kvcal(["calibrate", "--model", os.path.join(golden, name), "--dataset", ids,
-                   "--num-samples", "4", "--seq-len", "40", "--format", "checkpoint",
-                   "--quiet", "--out", out])
-        if r.returncode:
-            agree("kvcal calibrate " + name, "kvcal", False, r.stderr.strip())
+        out = golden_checkpoint(work, name, "wrapper", 0)
+        if not out:
             continue
         wrapper_case("kvcal-written " + name, out, spec)
         layers = json.load(open(os.path.join(out, "model.safetensors.index.json")))
@@ -727,21 +738,9 @@ def sglang_hybrids(work):
     as written and with K and V renamed to compressed-tensors' attention
     names: sglang loads the file exactly when validate-scales says nothing
     of sglang, and then the values kvcal reads."""
-    import random
-    ids = os.path.join(work, "hybrid_ids.jsonl")
-    rng = random.Random(1)
-    with open(ids, "w") as fp:
-        for _ in range(4):
-            fp.write(json.dumps({"input_ids": [rng.randrange(120) for _ in range(40)]}) + "\n")
-    golden = os.path.join(ROOT, "tests", "fixtures", "golden")
     for name, (module, cls) in SGLANG_HYBRIDS.items():
-        out = os.path.join(work, "sglang_" + name)
-        shutil.rmtree(out, ignore_errors=True)
-        r = kvcal(["calibrate", "--model", os.path.join(golden, name), "--dataset", ids,
-                   "--num-samples", "4", "--seq-len", "40", "--format", "checkpoint",
-                   "--quiet", "--out", out])
-        if r.returncode:
-            agree("kvcal calibrate " + name, "kvcal", False, r.stderr.strip())
+        out = golden_checkpoint(work, name, "sglang", 1)
+        if not out:
             continue
         idx = json.load(open(os.path.join(out, "model.safetensors.index.json")))
         k = next(n for n in idx["weight_map"] if n.endswith("_scale") and "k_" in n)
@@ -757,13 +756,7 @@ def sglang_hybrids(work):
             kind, got = sglang_hybrid_load(d, module, cls)
             ok = sglang_ok == (kind == "loaded")
             if ok and sglang_ok:
-                kinds = json.load(open(os.path.join(d, "config.json")))
-                kinds = kinds.get("text_config", kinds)["layer_types"]
-                want = [w for i, w in enumerate(kvcal_values(d))
-                        if kinds[i] != "linear_attention"]
-                ok = len(got) == len(want) and all(
-                    f32(gk) == f32(max(a for a, _ in w)) and f32(gv) == f32(max(b for _, b in w))
-                    for (gk, gv), w in zip(got, want))
+                ok = same_as_kvcal(got, d)
             agree(case, "sglang", ok, "validate-scales %s, sglang: %s" % (
                 "says sglang loads it" if sglang_ok else "says sglang does not",
                 kind if kind == "loaded" else got))
