@@ -37,8 +37,7 @@ static const char *const qwen3_5_moe_architectures[] = {"Qwen3_5MoeForCausalLM",
 
 /* config.json as io/model_config reads it (sizes, layer kinds, experts);
  * refused: a model without an attention layer (nothing to calibrate), a
- * delta-net without sizes (a model_type that has none). Its FP8
- * checkpoints are not read yet (float_weights_only). */
+ * delta-net without sizes (a model_type that has none). */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     if (d->linear_layers == d->num_layers)
@@ -121,9 +120,10 @@ static const kvcal_op linear_layer[] = {
     [KVCAL_W_QKV] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN,                \
                        KVCAL_PART_HEAD_FIRST},                                                  \
                       {"self_attn.k_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN},              \
-                      {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}, ATTN},      \
+                      {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}, ATTN,       \
+                     .fused = 1},                                                               \
     [KVCAL_W_ATTN_GATE] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN,          \
-                             KVCAL_PART_HEAD_SECOND}}, ATTN},                                   \
+                             KVCAL_PART_HEAD_SECOND}}, ATTN, .fused = 1},                       \
     [KVCAL_W_Q_NORM] = NORM("self_attn.q_norm.weight", KVCAL_DIM_HEAD, ATTN),                  \
     [KVCAL_W_K_NORM] = NORM("self_attn.k_norm.weight", KVCAL_DIM_HEAD, ATTN),                  \
     [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}, ATTN},         \
@@ -150,8 +150,7 @@ static const kvcal_op linear_layer[] = {
     .layer = attention_layer,                                                                   \
     .layer_ops = (int)(sizeof attention_layer / sizeof attention_layer[0]),                     \
     .linear_layer = linear_layer,                                                               \
-    .linear_layer_ops = (int)(sizeof linear_layer / sizeof linear_layer[0]),           \
-    .float_weights_only = 1
+    .linear_layer_ops = (int)(sizeof linear_layer / sizeof linear_layer[0])
 
 const kvcal_arch kvcal_arch_qwen3_next = {
     HYBRID_FAMILY("qwen3_next", next_architectures),

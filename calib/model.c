@@ -513,9 +513,7 @@ static kvcal_status check_part(const kvcal_model_t *m, int l, kvcal_weight w, in
     }
     const int transposed =
         (p->layout & KVCAL_PART_TRANSPOSED) && p->cols != KVCAL_DIM_NONE;
-    /* a head-split part is half of its tensor's rows */
-    const int64_t stored =
-        p->layout & (KVCAL_PART_HEAD_FIRST | KVCAL_PART_HEAD_SECOND) ? 2 * rows : rows;
+    const int64_t stored = kvcal_model_part_stored_rows(p->layout, rows);
     want[n++] = transposed ? cols : stored;
     if (p->layout & KVCAL_PART_CONV1D)
         want[n++] = 1;

@@ -298,6 +298,11 @@ void kvcal_model_part_groups(const kvcal_model_desc *d, unsigned layout,
     }
 }
 
+int64_t kvcal_model_part_stored_rows(unsigned layout, int64_t rows)
+{
+    return layout & (KVCAL_PART_HEAD_FIRST | KVCAL_PART_HEAD_SECOND) ? 2 * rows : rows;
+}
+
 int64_t kvcal_tensor_view_row(const kvcal_tensor_view *v, int64_t r)
 {
     if (!v->groups)

@@ -205,6 +205,10 @@ typedef struct kvcal_tensor_view {
 void kvcal_model_part_groups(const kvcal_model_desc *d, unsigned layout,
                              kvcal_tensor_view *v);
 
+/* The rows of the tensor a part of `rows` rows stored with `layout` is
+ * read from: a head-split part (KVCAL_PART_HEAD_*) is half of them. */
+int64_t kvcal_model_part_stored_rows(unsigned layout, int64_t rows);
+
 /* The tensor's row that row r of view v's part is (v's grouping). */
 int64_t kvcal_tensor_view_row(const kvcal_tensor_view *v, int64_t r);
 

@@ -130,8 +130,11 @@ static kvcal_status check_part(kvcal_model_fp8_t *f, const kvcal_checkpoint_t *c
     module_of(module, sizeof module, name);
     kvcal_wq_scheme s;
     memset(&s, 0, sizeof s);
-    /* routers stay unquantized in vLLM's models (their gate takes no quant config) */
-    if (w != KVCAL_W_ROUTER && w != KVCAL_W_SHARED_GATE)
+    /* routers and the delta-net's convolution stay unquantized in vLLM's
+     * models (their layers take no quant config) */
+    const int never =
+        w == KVCAL_W_ROUTER || w == KVCAL_W_SHARED_GATE || w == KVCAL_W_LIN_CONV;
+    if (!never)
         kvcal_weight_quant_module(f->wq, module, &s);
     const int fp8 = t->dtype == KVCAL_DTYPE_F8_E4M3,
               quantized = s.fp8.w != KVCAL_FP8W_NONE;
@@ -155,9 +158,10 @@ static kvcal_status check_part(kvcal_model_fp8_t *f, const kvcal_checkpoint_t *c
             "%s: tensor %s has dtype F8_E4M3 but the %s config leaves %s unquantized "
             "(%s); the checkpoint does not match its config",
             f->path, name, method, module,
-            w == KVCAL_W_ROUTER || w == KVCAL_W_SHARED_GATE
-                ? "a router, which vLLM never quantizes"
-                : "its ignore list, or no config group targets it");
+            w == KVCAL_W_LIN_CONV
+                ? "a delta-net's convolution, which vLLM never quantizes"
+            : never ? "a router, which vLLM never quantizes"
+                    : "its ignore list, or no config group targets it");
     }
     if (!quantized)
         return KVCAL_OK;
@@ -280,6 +284,46 @@ static kvcal_status check_fused(const kvcal_model_fp8_t *f, const kvcal_model_de
     return KVCAL_OK;
 }
 
+/* The view of part j of weight w (rows x cols of the model) in a tensor of
+ * `numel` values at data: the rows of a regrouped part (the heads' halves
+ * of a gated q_proj, Qwen3-Next's projections grouped by key head) taken
+ * through its grouping. */
+static kvcal_tensor_view part_view(const kvcal_model_desc *d,
+                                   const kvcal_weight_part *part, const void *data,
+                                   kvcal_dtype dtype, int64_t numel, int64_t cols)
+{
+    kvcal_tensor_view v = {.data = data, .dtype = dtype, .numel = numel, .cols = cols};
+    v.rows = kvcal_model_dim(d, part->rows);
+    kvcal_model_part_groups(d, part->layout, &v);
+    return v;
+}
+
+/* A block-wise FP8 part read through a grouping (part_view): its runs of
+ * rows whole blocks, so that every block of the part's rows is a block of
+ * its tensor's (vLLM's validate_fp8_block_shape asks as much of the shards
+ * it fuses). */
+static kvcal_status check_regrouped_blocks(const kvcal_model_fp8_t *f,
+                                           const kvcal_model_desc *d, kvcal_weight w,
+                                           int i)
+{
+    const kvcal_weight_part *part = &d->arch->weights[w].parts[i];
+    const kvcal_tensor_view v = part_view(d, part, NULL, KVCAL_DTYPE_F8_E4M3, 0, 0);
+    const int bn = d->fp8[w].block_n;
+    if (d->fp8[w].w != KVCAL_FP8W_BLOCK || !v.groups)
+        return KVCAL_OK;
+    int64_t run = v.first % bn ? v.first : 0;
+    for (int s = 0; !run && s < v.segs; s++)
+        run = v.seg[s] % bn ? v.seg[s] : 0;
+    char name[256];
+    kvcal_model_tensor_name(name, sizeof name, d, 0, part->name, 0);
+    return !run ? KVCAL_OK
+                : kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                             "%s: %s holds its heads' rows in runs of %lld, not whole "
+                             "blocks of %d rows: kvcal reads a regrouped weight's FP8 "
+                             "blocks whole (as vLLM fuses block-wise shards)",
+                             f->path, name, (long long)run, bn);
+}
+
 kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                                   const char *path, kvcal_model_desc *d,
                                   kvcal_model_fp8_t **out)
@@ -305,9 +349,13 @@ kvcal_status kvcal_model_fp8_open(const kvcal_checkpoint_t *ck, const char *dir,
                  e++)
                 for (int i = 0; !st && i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++) {
                     kvcal_model_tensor_name(name, sizeof name, d, l, p[i].name, e);
-                    st = check_part(f, ck, d, w, name, kvcal_model_dim(d, p[i].rows),
+                    st = check_part(f, ck, d, w, name,
+                                    kvcal_model_part_stored_rows(
+                                        p[i].layout, kvcal_model_dim(d, p[i].rows)),
                                     kvcal_model_dim(d, p[i].cols), &seen);
                 }
+        for (int i = 0; !st && seen && i < KVCAL_WEIGHT_PARTS_MAX && p[i].name; i++)
+            st = check_regrouped_blocks(f, d, w, i);
         /* vLLM's validate_fp8_block_shape: a fused weight's shards are
          * whole blocks of rows; an expert's rows too (kvcal stacks the
          * experts' block scales) */
@@ -381,22 +429,24 @@ static kvcal_status fused_scales(const kvcal_model_fp8_t *f, const kvcal_checkpo
         if (v == (int)w || a->weights[v].fused != a->weights[w].fused ||
             !kvcal_model_layer_has_weight(d, layer, v))
             continue;
-        char name[256], module[256], scale[320];
-        kvcal_model_tensor_name(name, sizeof name, d, layer, a->weights[v].parts[0].name,
-                                0);
-        module_of(module, sizeof module, name);
-        float x;
-        if (d->fp8[w].w == KVCAL_FP8W_TENSOR) {
-            snprintf(scale, sizeof scale, "%s.%s", module, f->scheme[v].scale_name);
-            if (!(st = read_scale(ck, f->path, scale, &x, 1))) {
-                *smax = x > *smax ? x : *smax;
-                *differ |= x != s0;
+        const kvcal_weight_part *part = a->weights[v].parts;
+        for (int j = 0; !st && j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
+            char name[256], module[256], scale[320];
+            kvcal_model_tensor_name(name, sizeof name, d, layer, part[j].name, 0);
+            module_of(module, sizeof module, name);
+            float x;
+            if (d->fp8[w].w == KVCAL_FP8W_TENSOR) {
+                snprintf(scale, sizeof scale, "%s.%s", module, f->scheme[v].scale_name);
+                if (!(st = read_scale(ck, f->path, scale, &x, 1))) {
+                    *smax = x > *smax ? x : *smax;
+                    *differ |= x != s0;
+                }
             }
-        }
-        if (!st && f->scheme[w].input_scale) {
-            snprintf(scale, sizeof scale, "%s.input_scale", module);
-            if (!(st = read_scale(ck, f->path, scale, &x, 1)))
-                *input = x > *input ? x : *input;
+            if (!st && f->scheme[w].input_scale) {
+                snprintf(scale, sizeof scale, "%s.input_scale", module);
+                if (!(st = read_scale(ck, f->path, scale, &x, 1)))
+                    *input = x > *input ? x : *input;
+            }
         }
     }
     return st;
@@ -429,29 +479,32 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
     for (int j = 0; !st && j < KVCAL_WEIGHT_PARTS_MAX && part[j].name; j++) {
         kvcal_model_tensor_name(name, sizeof name, d, layer, part[j].name, expert);
         const kvcal_tensor_info *t = kvcal_checkpoint_find(ck, name);
-        const int64_t r = kvcal_model_dim(d, part[j].rows);
-        p->part[p->n++] = (kvcal_tensor_view){.data = t->data,
-                                              .dtype = t->dtype,
-                                              .numel = t->numel,
-                                              .rows = t->numel,
-                                              .cols = 1};
+        kvcal_tensor_view *v = &p->part[p->n++];
+        *v = part_view(d, &part[j], t->data, t->dtype, t->numel, cols);
         module_of(module, sizeof module, name);
         snprintf(scale, sizeof scale, "%s.%s", module, s->scale_name);
         if (q->w == KVCAL_FP8W_TENSOR) {
             st = read_scale(ck, f->path, scale, &ws[j], 1);
             smax = j == 0 || ws[j] > smax ? ws[j] : smax;
-        } else if (q->w == KVCAL_FP8W_CHANNEL) {
-            st = read_scale(ck, f->path, scale, scales + row, r);
         } else {
-            const int64_t nb = (r + q->block_n - 1) / q->block_n;
+            /* the scales of the tensor's rows (a row's, or a block's of bn
+             * rows), then the part's runs of bn rows, each a run of the
+             * tensor's (check_regrouped_blocks) */
+            const int64_t bn = q->w == KVCAL_FP8W_BLOCK ? q->block_n : 1,
+                          per = q->w == KVCAL_FP8W_BLOCK ? kb : 1,
+                          nb = (t->numel / cols + bn - 1) / bn;
             free(grid);
-            if (!(grid = malloc(sizeof(float) * (size_t)(nb * kb))))
+            if (!(grid = malloc(sizeof(float) * (size_t)(nb * per))))
                 st = kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", f->path);
             else
-                st = read_scale(ck, f->path, scale, grid, nb * kb);
-            for (int64_t b = 0; !st && b < nb; b++)
-                memcpy(scales + (row / q->block_n + b) * ld, grid + b * kb,
-                       sizeof(float) * (size_t)kb);
+                st = read_scale(ck, f->path, scale, grid, nb * per);
+            for (int64_t b = 0; !st && b < (v->rows + bn - 1) / bn; b++) {
+                const float *src = grid + kvcal_tensor_view_row(v, b * bn) / bn * per;
+                if (q->w == KVCAL_FP8W_CHANNEL)
+                    scales[row + b] = *src;
+                else
+                    memcpy(scales + (row / bn + b) * ld, src, sizeof(float) * (size_t)kb);
+            }
         }
         if (!st && s->input_scale) {
             float in;
@@ -459,7 +512,7 @@ kvcal_status kvcal_model_fp8_get(const kvcal_model_fp8_t *f, const kvcal_checkpo
             st = read_scale(ck, f->path, scale, &in, 1);
             p->input_scale = j == 0 || in > p->input_scale ? in : p->input_scale;
         }
-        row += r;
+        row += v->rows;
     }
     free(grid);
     int differ = 0;
@@ -512,17 +565,20 @@ kvcal_status kvcal_model_fp8_dequantize(const kvcal_model_fp8_t *f,
             float lut[256];
             for (int b = 0; b < 256; b++)
                 lut[b] = kvcal_fp8_e4m3_to_float(p.mapped ? p.map[j][b] : (uint8_t)b);
-            const uint8_t *src = p.part[j].data;
-            const int64_t r1 = r0 + p.part[j].numel / cols;
+            const kvcal_tensor_view *v = &p.part[j];
+            const int64_t r1 = r0 + v->rows;
             /* a scale per run of columns: the row's, or its block's */
             const int64_t run = q->w == KVCAL_FP8W_BLOCK ? q->block_k : cols;
-            for (int64_t r = r0; r < r1; r++, src += cols)
+            for (int64_t r = r0; r < r1; r++) {
+                const uint8_t *src =
+                    (const uint8_t *)v->data + kvcal_tensor_view_row(v, r - r0) * cols;
                 for (int64_t c0 = 0; c0 < cols; c0 += run) {
                     const float sc = kvcal_fp8_weight_scale_at(q, scratch, r, c0, cols);
                     const int64_t c1 = c0 + run < cols ? c0 + run : cols;
                     for (int64_t c = c0; c < c1; c++)
                         out[r * cols + c] = lut[src[c]] * sc;
                 }
+            }
             r0 = r1;
         }
         out += rows / copies * cols;

@@ -219,9 +219,15 @@ SCHEMES = {
                                          "re:.*shared_expert_gate$"]}),
 }
 
-# the projections a scheme quantizes (Mixtral's experts' w1, w3, w2 too)
+# the projections a scheme quantizes (Mixtral's experts' w1, w3, w2 too;
+# the delta-net's input and output projections, not its b / a projections,
+# which Qwen's FP8 checkpoints keep in bf16: HYBRID_BF16)
 PROJ = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "w1",
-        "w2", "w3", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"}
+        "w2", "w3", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj",
+        "in_proj_qkvz", "in_proj_qkv", "in_proj_z", "out_proj"}
+# the hybrid models' projections Qwen's FP8 checkpoints list in
+# modules_to_not_convert (with the routers, conv1d and the norms)
+HYBRID_BF16 = ("in_proj_ba", "in_proj_b", "in_proj_a")
 
 
 def ignored(scheme, module):
@@ -232,8 +238,9 @@ def ignored(scheme, module):
     return False
 
 
-def quant_config(scheme):
-    """The config the scheme's writer stores."""
+def quant_config(scheme, not_converted=()):
+    """The config the scheme's writer stores (not_converted: modules a
+    hybrid model leaves in bf16, by their full names)."""
     method, kind, act, block, opt = SCHEMES[scheme]
     if method == "compressed-tensors":
         w = {"num_bits": 8, "type": "float", "strategy": kind, "dynamic": False,
@@ -249,12 +256,14 @@ def quant_config(scheme):
                 "quantization_status": "compressed",
                 "config_groups": {"group_0": {"targets": ["Linear"], "weights": w,
                                               "input_activations": a}},
-                "ignore": opt.get("ignore", ["lm_head"])}
+                "ignore": opt.get("ignore", ["lm_head"]) + list(not_converted)}
     if method == "fp8":
         c = {"quant_method": "fp8", "fmt": "e4m3",
              "activation_scheme": "static" if act == "static" else "dynamic"}
         if block:
             c["weight_block_size"] = list(block)
+        if not_converted:
+            c["modules_to_not_convert"] = ["lm_head"] + list(not_converted)
         return c
     algo = {"tensor": "FP8", "channel": "FP8_PER_CHANNEL_PER_TOKEN", "block": "FP8_PB_WO"}[kind]
     if opt.get("legacy"):
@@ -289,7 +298,26 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
                                 n_group=1, topk_group=1, norm_topk_prob=True, **common)
     if arch.startswith("deepseek") or arch == "glm4_moe_lite":  # deepseek_v32 too
         return deepseek_config(tf, arch, hidden, inter, heads, vocab, layers)
+    if arch in ("qwen3_next", "qwen3_5_moe"):
+        return hybrid_config(tf, arch, moe, common, layers)
     return tf.Qwen3Config(**common)
+
+
+def hybrid_config(tf, arch, moe, common, layers):
+    """Qwen3-Next or Qwen3.5-MoE (the text model): delta-net layers before
+    attention layers, alternating; the delta-net's heads of 64 (one key head,
+    two value heads) and attention's heads of 64, so that every run of rows a
+    regrouped projection holds (a head's query and gate halves of q_proj,
+    Qwen3-Next's in_proj_qkvz grouped by key head) is whole blocks of 64; a
+    shared expert beside the experts."""
+    lin = dict(linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=64,
+               linear_value_head_dim=64, linear_conv_kernel_dim=4,
+               layer_types=["linear_attention", "full_attention"] * (layers // 2),
+               shared_expert_intermediate_size=moe["moe_intermediate_size"],
+               rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                "partial_rotary_factor": 0.25})
+    cls = tf.Qwen3NextConfig if arch == "qwen3_next" else tf.Qwen3_5MoeTextConfig
+    return cls(norm_topk_prob=True, **lin, **moe, **common)
 
 
 def deepseek_config(tf, arch, hidden, inter, heads, vocab, layers):
@@ -422,10 +450,12 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
     model = model.to(torch.bfloat16).float()  # the bf16 weights a model is served from
     amax = input_absmax(model, samples, arch) if act == "static" else {}
     gate, down = EXPERTS.get(arch, EXPERTS_DEFAULT)[1], EXPERTS.get(arch, EXPERTS_DEFAULT)[3]
-    tensors = {}
+    tensors, not_converted = {}, []
     for name, p in per_expert(model.state_dict(), arch).items():
         parts = name.split(".")
         module = name[:-len(".weight")]
+        if parts[-2] in HYBRID_BF16 and parts[-1] == "weight":
+            not_converted.append(module)
         if parts[-2] in PROJ and parts[-1] == "weight" and not ignored(scheme, module):
             sdt = opt.get("scale_dtype", torch.float32)
             wq, s = quantize_weight(p, kind, block, sdt)
@@ -456,7 +486,7 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
     c = cfg.to_dict()
     c["architectures"] = [type(model).__name__]
     c["torch_dtype"] = "bfloat16"
-    qc = quant_config(scheme)
+    qc = quant_config(scheme, not_converted)
     if opt.get("legacy"):
         with open(os.path.join(out, "hf_quant_config.json"), "w") as f:
             json.dump(qc, f, indent=2)
@@ -476,7 +506,11 @@ GROUPS = [("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj"
           ("mlp.shared_expert", ("gate_proj", "up_proj")),
           ("mlp.shared_expert", ("down_proj",)),
           ("mlp.shared_experts", ("gate_proj", "up_proj")),
-          ("mlp.shared_experts", ("down_proj",))]
+          ("mlp.shared_experts", ("down_proj",)),
+          # the delta-net's: Qwen3-Next's in_proj_qkvz, Qwen3.5's in_proj_qkv
+          # and in_proj_z (vLLM's in_proj_qkvz), out_proj
+          ("linear_attn", ("in_proj_qkvz",)), ("linear_attn", ("in_proj_qkv", "in_proj_z")),
+          ("linear_attn", ("out_proj",))]
 
 
 def served_shards(t, mods, scheme, requant_always=None):
@@ -612,7 +646,8 @@ def kv_absmax(model, samples):
     with their own projections, in the model's dtype and device."""
     import sys
     from hf_mla import is_mla, mla_entry
-    layers = model.model.layers
+    # a hybrid model's linear-attention layers cache nothing
+    layers = [layer for layer in model.model.layers if hasattr(layer, "self_attn")]
     dev = model.model.embed_tokens.weight.device
     heads = 1 if is_mla(layers[0].self_attn) else model.config.num_key_value_heads
     k_abs = torch.zeros(len(layers), heads, dtype=torch.float64, device=dev)

@@ -32,9 +32,9 @@ bound.
 
 Also writes fp8_qwen3_moe_experts, a mixture of experts whose experts are
 FP8 per tensor with dynamic activations, two DeepSeek-V3 models whose
-q_a_proj and kv_a_proj_with_mqa vLLM cannot fuse, and an FP8 Qwen3-Next
-(fp8_qwen3_next_tensor_dynamic), which kvcal refuses (no reference
-values).
+q_a_proj and kv_a_proj_with_mqa vLLM cannot fuse, and a Qwen3-Next whose
+in_proj_ba is FP8 in blocks its rows do not fill
+(fp8_qwen3_next_ba_blocks), which kvcal refuses (no reference values).
 
 Usage: python3 tests/make_fp8_checkpoints.py [NAME...]   (from the
 repository root; needs torch, transformers, safetensors, numpy)
@@ -92,6 +92,20 @@ FIXTURES = [
      (128, 64, 2, 2, golden.VOCAB)),
     ("fp8_deepseek_v32_fp8_block", "deepseek_v32", "fp8_block",
      (128, 64, 2, 2, golden.VOCAB)),
+]
+# hybrid models (tests/test_runner.c alone: the CUDA runner refuses their FP8
+# checkpoints), four layers, a delta-net's before each attention layer:
+# Qwen3-Next-FP8's and Qwen3.5-FP8's format (the fp8 method's blocks, the b
+# / a projections, conv1d and the routers in bf16), llm-compressor's
+# FP8_DYNAMIC of Qwen3.5-MoE (per channel, per token), per-tensor weights
+# with static input scales (the attention's gated q_proj, k_proj and v_proj
+# served at their largest scale, Qwen3.5's in_proj_qkv and in_proj_z so too)
+HYBRID_FIXTURES = [
+    ("fp8_qwen3_next_fp8_block", "qwen3_next", "fp8_block", (128, 64, 2, 1, golden.VOCAB, 4)),
+    ("fp8_qwen3_5_moe_ct_channel_token", "qwen3_5_moe", "ct_channel_token",
+     (128, 64, 2, 1, golden.VOCAB, 4)),
+    ("fp8_qwen3_5_moe_ct_tensor_static", "qwen3_5_moe", "ct_tensor_static_moe",
+     (128, 64, 2, 1, golden.VOCAB, 4)),
 ]
 
 
@@ -160,8 +174,8 @@ def make_fixture(name, arch, scheme, dims):
         ref.make_checkpoint(d, arch, scheme, dims, samples)
         if arch == "deepseek_v32":  # as the released file: no layer_types
             golden.without_layer_types(os.path.join(d, "config.json"))
-        ref64 = reference_run(ref.served_model(d, arch, scheme, dims, dtype=torch.float64),
-                              samples)
+        model = ref.served_model(d, arch, scheme, dims, dtype=torch.float64)
+        ref64 = reference_run(model, samples)
         ref32 = reference_run(ref.served_model(d, arch, scheme, dims, dtype=torch.float32),
                               samples)
         worst, per_token = conditioning(ref64, ref32)
@@ -184,6 +198,11 @@ def make_fixture(name, arch, scheme, dims):
                         __import__("transformers").__version__, torch.__version__,
                         attempt, worst)}
     fx.update(golden.summarize(ks, vs, samples, logits0))
+    kv_layers = golden.kv_layer_indices(model)
+    if len(kv_layers) < len(model.model.layers):  # a hybrid model
+        fx["kv_layers"] = kv_layers
+        for r in fx["raw"]:
+            r["layer"] = kv_layers[r["layer"]]
     tok = stable[-1]
     fx["logits"] = {"sample": 0, "token": tok, "values": logits0[tok, :16].tolist()}
     fx["bf16_spread"] = bf16_spread(d, arch, scheme, dims, samples, ref64)
@@ -267,32 +286,34 @@ def make_deepseek_refusals():
 
 
 def make_hybrid_refusal():
-    """fp8_qwen3_next_tensor_dynamic: a Qwen3-Next (kvcal reads its bf16
-    checkpoints alone) whose projections, the delta-net's among them, are
-    FP8 per tensor with dynamic activations (the fp8 method)."""
+    """fp8_qwen3_next_ba_blocks: a Qwen3-Next whose in_proj_ba, too, is FP8
+    in the fp8 method's 64 x 64 blocks: its rows grouped by key head in runs
+    of 2 (a key head's value heads' b, then their a), not whole blocks (vLLM
+    refuses to serve it so: validate_fp8_block_shape)."""
     import transformers as tf
     cfg = tf.Qwen3NextConfig(
-        hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
-        shared_expert_intermediate_size=16, num_experts=2, num_experts_per_tok=1,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-        linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=16,
-        linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"],
+        hidden_size=64, intermediate_size=64, moe_intermediate_size=64,
+        shared_expert_intermediate_size=64, num_experts=2, num_experts_per_tok=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+        linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=64,
+        linear_value_head_dim=64, layer_types=["linear_attention", "full_attention"],
         vocab_size=golden.VOCAB, num_hidden_layers=2, max_position_embeddings=64)
-    make_refused("fp8_qwen3_next_tensor_dynamic", cfg, "fp8_tensor_dynamic", "tensor",
-                 lambda tn: tn.endswith(("_proj.weight", "_qkvz.weight", "_ba.weight")))
+    make_refused("fp8_qwen3_next_ba_blocks", cfg, "fp8_block", "block",
+                 lambda tn: tn.endswith(("_proj.weight", "_qkvz.weight", "_ba.weight")),
+                 block=(64, 64))
 
 
 def main():
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
-    for name, arch, scheme, dims in FIXTURES:
+    for name, arch, scheme, dims in FIXTURES + HYBRID_FIXTURES:
         if not wanted or name in wanted:
             make_fixture(name, arch, scheme, dims)
     if not wanted or "fp8_qwen3_moe_experts" in wanted:
         make_moe_refusal()
     if not wanted or wanted & {"fp8_deepseek_v3_half_fused", "fp8_deepseek_v3_q_lora_96"}:
         make_deepseek_refusals()
-    if not wanted or "fp8_qwen3_next_tensor_dynamic" in wanted:
+    if not wanted or "fp8_qwen3_next_ba_blocks" in wanted:
         make_hybrid_refusal()
 
 

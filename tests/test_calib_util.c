@@ -267,3 +267,7 @@ const char *const kvcal_test_fp8_fixtures[KVCAL_TEST_FP8_FIXTURES] = {
     "fp8_deepseek_v3_fp8_block",        "fp8_deepseek_v3_ct_tensor_static",
     "fp8_deepseek_v2_ct_channel_token", "fp8_glm4_moe_lite_fp8_block",
     "fp8_deepseek_v32_fp8_block"};
+
+const char *const kvcal_test_fp8_hybrid_fixtures[KVCAL_TEST_FP8_HYBRID_FIXTURES] = {
+    "fp8_qwen3_next_fp8_block", "fp8_qwen3_5_moe_ct_channel_token",
+    "fp8_qwen3_5_moe_ct_tensor_static"};

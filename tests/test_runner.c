@@ -827,15 +827,9 @@ static void model_open_names_what_a_multimodal_checkpoint_lacks(void)
         KVCAL_ERR_FORMAT,
         "holds neither model.language_model.embed_tokens.weight nor "
         "language_model.model.embed_tokens.weight");
-    /* Qwen3-VL-MoE and the hybrid models read float weights alone: an FP8
-     * checkpoint is refused naming a tensor; a quantization config of a
-     * KV-cache scheme alone (kvcal's checkpoint scales merged into the
-     * model) opens */
-    expect_open_error("tests/fixtures/golden/fp8_qwen3_next_tensor_dynamic",
-                      KVCAL_ERR_UNSUPPORTED,
-                      "Qwen3NextForCausalLM with FP8 weights "
-                      "(model.layers.0.linear_attn.in_proj_ba.weight is F8_E4M3, "
-                      "quant_method fp8) is not supported yet");
+    /* Qwen3-VL-MoE reads float weights alone, but a quantization config
+     * of a KV-cache scheme alone (kvcal's checkpoint scales merged into
+     * the model) opens */
     static const char kv_only[] =
         "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
         "\"format\": \"dense\", \"config_groups\": {}, \"ignore\": [], "
@@ -1422,6 +1416,18 @@ static void runner_matches_vllm_fp8_semantics_on_every_scheme(void)
         check_against_golden(kvcal_test_fp8_fixtures[i]);
 }
 
+/* Qwen3-Next's and Qwen3.5-MoE's FP8 checkpoints: the projections kvcal
+ * regroups (the gated q_proj's query and gate halves, Qwen3-Next's
+ * in_proj_qkvz by key head) dequantized through the grouping, block-wise
+ * and per channel; per tensor, the gated q_proj's gate requantized with
+ * k_proj and v_proj to their largest scale, Qwen3.5's in_proj_qkv and
+ * in_proj_z so too, as vLLM serves them. */
+static void runner_matches_vllm_fp8_semantics_on_hybrid_models(void)
+{
+    for (size_t i = 0; i < KVCAL_TEST_FP8_HYBRID_FIXTURES; i++)
+        check_against_golden(kvcal_test_fp8_hybrid_fixtures[i]);
+}
+
 /* The scheme of each logical weight, as the config and the ignore list say. */
 static void model_open_describes_fp8_schemes(void)
 {
@@ -1567,6 +1573,24 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
         "tests/fixtures/golden/fp8_deepseek_v3_q_lora_96", KVCAL_ERR_FORMAT,
         "model.layers.0.self_attn.q_a_proj.weight has 96 rows, not a "
         "multiple of the block size 64: vLLM refuses to fuse it block-wise");
+    /* a hybrid model's FP8 weight read through a grouping of rows that are
+     * not whole blocks; Qwen3-VL-MoE, which reads float weights alone */
+    expect_open_error(
+        "tests/fixtures/golden/fp8_qwen3_next_ba_blocks", KVCAL_ERR_UNSUPPORTED,
+        "model.layers.0.linear_attn.in_proj_ba.weight holds its heads' rows "
+        "in runs of 2, not whole blocks of 64 rows");
+    expect_open_error(
+        edited_checkpoint(
+            "fp8_qwen3_moe_fp8_block",
+            "{\"architectures\": [\"Qwen3VLMoeForConditionalGeneration\"], "
+            "\"model_type\": \"qwen3_vl_moe\", \"num_hidden_layers\": null, "
+            "\"text_config\": {\"model_type\": \"qwen3_vl_moe_text\", "
+            "\"num_hidden_layers\": 2, \"hidden_size\": 128, \"intermediate_size\": 64, "
+            "\"moe_intermediate_size\": 64, \"num_experts\": 4, "
+            "\"num_experts_per_tok\": 2, \"num_attention_heads\": 2, "
+            "\"num_key_value_heads\": 1, \"head_dim\": 64, \"vocab_size\": 128}, "
+            "\"vision_config\": {}}"),
+        KVCAL_ERR_UNSUPPORTED, "Qwen3VLMoeForConditionalGeneration with FP8 weights (");
 }
 
 static CU_TestInfo tests[] = {
@@ -1624,6 +1648,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
     KVCAL_TEST(model_open_rejects_llama2c_header_with_int_min_vocab),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_every_scheme),
+    KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_hybrid_models),
     KVCAL_TEST(model_open_describes_fp8_schemes),
     KVCAL_TEST(model_serves_fused_per_tensor_shards_at_their_largest_scale),
     KVCAL_TEST(model_open_names_fp8_tensors_its_config_does_not_explain),
