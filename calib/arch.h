@@ -169,7 +169,8 @@ typedef struct kvcal_weight_spec {
     int norm;
     /* nonzero: vLLM serves this weight and the layer's other weights of the
      * same value as one fused linear layer (DeepSeek's q_a_proj and
-     * kv_a_proj_with_mqa: fused_qkv_a_proj), so their FP8 schemes are one,
+     * kv_a_proj_with_mqa: fused_qkv_a_proj; a gated attention's q/k/v and
+     * gate: qkv_proj), so their FP8 schemes are one,
      * per-tensor shards run at the largest of their scales with one static
      * input scale, and block-wise shards but the last are whole blocks */
     int fused;

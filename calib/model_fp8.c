@@ -284,10 +284,10 @@ static kvcal_status check_fused(const kvcal_model_fp8_t *f, const kvcal_model_de
     return KVCAL_OK;
 }
 
-/* The view of part j of weight w (rows x cols of the model) in a tensor of
- * `numel` values at data: the rows of a regrouped part (the heads' halves
- * of a gated q_proj, Qwen3-Next's projections grouped by key head) taken
- * through its grouping. */
+/* The view of a part (its rows x cols of the model) in a tensor of `numel`
+ * values at data: the rows of a regrouped part (the heads' halves of a
+ * gated q_proj, Qwen3-Next's projections grouped by key head) taken through
+ * its grouping. */
 static kvcal_tensor_view part_view(const kvcal_model_desc *d,
                                    const kvcal_weight_part *part, const void *data,
                                    kvcal_dtype dtype, int64_t numel, int64_t cols)
@@ -417,8 +417,9 @@ static kvcal_status read_scale(const kvcal_checkpoint_t *ck, const char *path,
 }
 
 /* The scales of the weights vLLM fuses with w in one layer
- * (kvcal_weight_spec.fused): per tensor, *smax and *differ (from w's first
- * scale s0) take theirs in; a static input scale, *input the largest. */
+ * (kvcal_weight_spec.fused), every part's: per tensor, *smax and *differ
+ * (from w's first scale s0) take theirs in; a static input scale, *input
+ * the largest. */
 static kvcal_status fused_scales(const kvcal_model_fp8_t *f, const kvcal_checkpoint_t *ck,
                                  const kvcal_model_desc *d, int layer, kvcal_weight w,
                                  float s0, float *smax, int *differ, float *input)

@@ -11,7 +11,9 @@
 
 /* The FP8 weight w of `layer` (of one expert, for a per-expert weight) as
  * the engine serves it: the e4m3 bytes of each part (views into the checkpoint, stacked
- * by rows as the logical weight), the map each part's bytes go through (vLLM's
+ * by rows as the logical weight; a view's numel the whole tensor's, its rows
+ * the part's, taken through its grouping where the part regroups them:
+ * kvcal_tensor_view_row), the map each part's bytes go through (vLLM's
  * requantization of a fused weight's per-tensor shards to their largest scale; the
  * identity where mapped is 0), the static input scale (the largest of the parts',
  * KVCAL_FP8A_STATIC; else 0). */
