@@ -3,8 +3,9 @@ kvcal's FP8 weights (tests/make_fp8_checkpoints.py writes the fixtures with
 it on the CPU; tests/fp8_vs_torch_gpu.py runs it on a GPU with
 torch._scaled_mm).
 
-make_checkpoint() builds a tiny Llama, Qwen3, mixture-of-experts or
-DeepSeek model with transformers' own config classes (random weights),
+make_checkpoint() builds a tiny Llama, Qwen3, mixture-of-experts, DeepSeek
+or hybrid (Qwen3-Next, Qwen3.5-MoE) model with transformers' own config
+classes (random weights),
 quantizes its projections with the scheme's rules (a weight's scale is
 its absmax / 448 over the tensor, the output row or the block; static input scales from the unquantized model's
 activations) and saves the checkpoint as the scheme's writer lays it out:
