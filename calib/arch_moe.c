@@ -107,7 +107,7 @@ const kvcal_arch kvcal_arch_qwen_moe = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_DENSE_AND_ROUTER_WEIGHTS,
         KVCAL_ARCH_QWEN_EXPERT_WEIGHTS,
     },
     .refused = refused,
@@ -159,7 +159,7 @@ const kvcal_arch kvcal_arch_qwen3_vl_moe = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_DENSE_AND_ROUTER_WEIGHTS,
         [KVCAL_W_EXPERT_GATE_UP] = STACKED("mlp.experts.gate_up_proj", KVCAL_DIM_2MOE_INTER,
                                            KVCAL_DIM_HIDDEN),
         [KVCAL_W_EXPERT_DOWN] = STACKED("mlp.experts.down_proj", KVCAL_DIM_HIDDEN,

@@ -156,7 +156,7 @@ const kvcal_arch kvcal_arch_qwen3_next = {
     HYBRID_FAMILY("qwen3_next", next_architectures),
     .weights = {
         HYBRID_WEIGHTS,
-        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_DENSE_AND_ROUTER_WEIGHTS,
         KVCAL_ARCH_QWEN_EXPERT_WEIGHTS,
         [KVCAL_W_LIN_QKVZ] = {{{"linear_attn.in_proj_qkvz.weight", KVCAL_DIM_LIN_QKVZ, KVCAL_DIM_HIDDEN,
                                 KVCAL_PART_GDN_GROUPED}}, LIN},
@@ -181,7 +181,7 @@ const kvcal_arch kvcal_arch_qwen3_5_moe = {
     .weights = {
         HYBRID_WEIGHTS,
         QWEN3_5_LINEAR_WEIGHTS,
-        KVCAL_ARCH_QWEN_DENSE_AND_ROUTER_WEIGHTS,
+        KVCAL_ARCH_DENSE_AND_ROUTER_WEIGHTS,
         KVCAL_ARCH_QWEN_EXPERT_WEIGHTS,
     },
 };
