@@ -10,6 +10,7 @@ extern const kvcal_arch kvcal_arch_mixtral;
 extern const kvcal_arch kvcal_arch_phi3;
 extern const kvcal_arch kvcal_arch_gemma;
 extern const kvcal_arch kvcal_arch_glm4_moe;
+extern const kvcal_arch kvcal_arch_minimax_m2;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
 extern const kvcal_arch kvcal_arch_gpt_oss;
@@ -22,7 +23,8 @@ static const kvcal_arch *const families[] = {
     &kvcal_arch_llama,       &kvcal_arch_qwen_moe,    &kvcal_arch_mixtral,
     &kvcal_arch_phi3,        &kvcal_arch_gemma,       &kvcal_arch_glm4_moe,
     &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3, &kvcal_arch_gpt_oss,
-    &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,     &kvcal_arch_qwen3_5_moe};
+    &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,     &kvcal_arch_qwen3_5_moe,
+    &kvcal_arch_minimax_m2};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

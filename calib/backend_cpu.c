@@ -321,11 +321,14 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
     return KVCAL_OK;
 }
 
-/* Per-head norm (when present) and RoPE of q or k of layer l, in place. */
+/* The norm (when present: per head, or over all heads at once) and RoPE
+ * of q or k of layer l, in place. */
 static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *norm,
                       int heads, const int32_t *pos, int64_t n)
 {
-    if (norm)
+    if (norm && d->qk_norm_whole)
+        kvcal_rmsnorm_ref(x, x, norm, (int)n, heads * d->head_dim, d->norm_eps);
+    else if (norm)
         kvcal_rmsnorm_ref(x, x, norm, (int)n * heads, d->head_dim, d->norm_eps);
     kvcal_rope_scaled_ref(x, pos, kvcal_model_layer_inv_freq(d, l), (int)n, heads,
                           d->head_dim, d->rot_dim, d->rope_interleaved,

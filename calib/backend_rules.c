@@ -66,6 +66,13 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
                           "(linear attention) layers run on the CPU runner alone in this "
                           "version; use --device cpu",
                           d->architecture);
+    if (d->qk_norm_whole)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: %s's q/k norms over the whole projection (all "
+            "heads at once) run on the CPU runner alone in this version; use "
+            "--device cpu",
+            d->architecture);
     if (d->mla && (d->head_dim > KVCAL_MLA_MAX_ENTRY || d->qk_nope_head_dim % 2 ||
                    d->qk_nope_head_dim + d->qk_rope_head_dim > 256))
         return kvcal_fail(

@@ -43,6 +43,7 @@ struct kvcal_model_desc {
     int qkv_bias;                  /* q/k/v projections carry a bias */
     int o_bias;                    /* o_proj carries a bias */
     int qk_norm;                   /* per-head RMSNorm of q and k before RoPE */
+    int qk_norm_whole; /* 1: the q/k norms span all heads at once (MiniMax-M2) */
     int tied_embeddings;           /* lm_head is the embedding */
     int sliding_window;            /* the sliding layers' attention window, 0: none */
     const int *layer_window;       /* (num_layers) layer l's window (0: none); owned */

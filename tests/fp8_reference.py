@@ -293,6 +293,9 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
         return tf.Qwen2MoeConfig(shared_expert_intermediate_size=inter, **moe, **common)
     if arch == "mixtral":
         return tf.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **common)
+    if arch == "minimax_m2":  # q/k norms over the whole projection, half the head rotated
+        return tf.MiniMaxM2Config(num_local_experts=4, num_experts_per_tok=2, rotary_dim=32,
+                                  **common)
     if arch == "glm4_moe":  # a dense first layer, sigmoid routing, a shared expert
         return tf.Glm4MoeConfig(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                                 moe_intermediate_size=inter, first_k_dense_replace=1,
@@ -355,9 +358,14 @@ def deepseek_config(tf, arch, hidden, inter, heads, vocab, layers):
 
 # the checkpoint's names of an expert's weights: (the experts' module under
 # a layer, gate, up, down); Mixtral's router is block_sparse_moe.gate there
-EXPERTS = {"mixtral": ("block_sparse_moe.experts", "w1", "w3", "w2")}
+EXPERTS = {"mixtral": ("block_sparse_moe.experts", "w1", "w3", "w2"),
+           "minimax_m2": ("block_sparse_moe.experts", "w1", "w3", "w2")}
 EXPERTS_DEFAULT = ("mlp.experts", "gate_proj", "up_proj", "down_proj")
-ROUTER = {"mixtral": (".mlp.gate.", ".block_sparse_moe.gate.")}
+# the router's names (MiniMax-M2's: its gate and e_score_correction_bias)
+ROUTER = {"mixtral": (".mlp.gate.", ".block_sparse_moe.gate."),
+          "minimax_m2": (".mlp.", ".block_sparse_moe.")}
+# what a released checkpoint's modules_to_not_convert lists beside lm_head
+NOT_CONVERTED = {"minimax_m2": ["gate", "e_score_correction_bias"]}
 
 
 def per_expert(state, arch):
@@ -487,7 +495,7 @@ def make_checkpoint(out, arch, scheme, dims, samples, seed=0):
     c = cfg.to_dict()
     c["architectures"] = [type(model).__name__]
     c["torch_dtype"] = "bfloat16"
-    qc = quant_config(scheme, not_converted)
+    qc = quant_config(scheme, not_converted + NOT_CONVERTED.get(arch, []))
     if opt.get("legacy"):
         with open(os.path.join(out, "hf_quant_config.json"), "w") as f:
             json.dump(qc, f, indent=2)
@@ -670,9 +678,14 @@ def kv_absmax(model, samples):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             cos, sin = kwargs["position_embeddings"]
             shape = (*hs.shape[:-1], -1, attn.head_dim)
-            k = module.k_proj(hs).view(shape)
+            k = module.k_proj(hs)
             v = module.v_proj(hs).view(shape)
-            if hasattr(module, "k_norm"):
+            # MiniMax-M2's k_norm spans the whole projection, before the heads
+            whole = type(module).__name__ == "MiniMaxM2Attention"
+            if whole:
+                k = module.k_norm(k)
+            k = k.view(shape)
+            if hasattr(module, "k_norm") and not whole:
                 k = module.k_norm(k)
             _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
             k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 2, 3)).double())

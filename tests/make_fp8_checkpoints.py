@@ -93,6 +93,12 @@ FIXTURES = [
     ("fp8_deepseek_v32_fp8_block", "deepseek_v32", "fp8_block",
      (128, 64, 2, 2, golden.VOCAB)),
 ]
+# MiniMax-M2's released format (the fp8 method's blocks; gate and
+# e_score_correction_bias in modules_to_not_convert), on the cpu runner
+# alone (tests/test_runner.c: the CUDA runner refuses the model)
+CPU_FIXTURES = [
+    ("fp8_minimax_m2_fp8_block", "minimax_m2", "fp8_block", (128, 64, 2, 1, golden.VOCAB)),
+]
 # hybrid models (tests/test_runner.c alone: the CUDA runner refuses their FP8
 # checkpoints), four layers, a delta-net's before each attention layer:
 # Qwen3-Next-FP8's and Qwen3.5-FP8's format (the fp8 method's blocks, the b
@@ -306,7 +312,7 @@ def make_hybrid_refusal():
 def main():
     wanted = set(sys.argv[1:])
     torch.set_num_threads(2)
-    for name, arch, scheme, dims in FIXTURES + HYBRID_FIXTURES:
+    for name, arch, scheme, dims in FIXTURES + HYBRID_FIXTURES + CPU_FIXTURES:
         if not wanted or name in wanted:
             make_fixture(name, arch, scheme, dims)
     if not wanted or "fp8_qwen3_moe_experts" in wanted:

@@ -577,6 +577,14 @@ def moe_configs(tf, common):
             num_experts_per_tok=2, sliding_window=16, num_attention_heads=4,
             num_key_value_heads=1, tie_word_embeddings=False, **common),
             "bfloat16", "new", "float64"),
+        # MiniMax-M2: q/k norms over the whole projection, partial RoPE as
+        # rotary_dim (8 of 16), sigmoid top-3 of 8 chosen with the correction
+        # bias, renormalized; its config as released (to_released_minimax)
+        ("minimax_m2_qknorm_all_rot8_e8_top3_bf16", tf.MiniMaxM2Config(
+            hidden_size=64, intermediate_size=32, num_local_experts=8,
+            num_experts_per_tok=3, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, rotary_dim=8, tie_word_embeddings=False,
+            **dict(common, num_hidden_layers=3)), "bfloat16", "released", "float64"),
     ]
 
 
@@ -741,6 +749,23 @@ def to_old_style(cfg_path):
         json.dump(cfg, f, indent=2)
 
 
+def to_released_minimax(cfg_path):
+    """Rewrites a transformers 5 MiniMax-M2 config.json as MiniMax's released
+    ones are: top-level rope_theta, partial RoPE as rotary_dim alone, and the
+    fields its own modeling file reads (scoring_func, use_routing_bias,
+    qk_norm_type, attn_type_list, the multi-token-prediction modules)."""
+    to_old_style(cfg_path)
+    with open(cfg_path) as fp:
+        cfg = json.load(fp)
+    cfg.pop("rope_scaling", None)
+    cfg.update(scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True,
+               qk_norm_type="per_layer", attn_type_list=[1] * cfg["num_hidden_layers"],
+               shared_intermediate_size=0, num_mtp_modules=3, mtp_transformer_layers=1,
+               use_mtp=True)
+    with open(cfg_path, "w") as fp:
+        json.dump(cfg, fp, indent=2, sort_keys=True)
+
+
 def to_flat_config(cfg_path):
     """Rewrites a transformers 5 Qwen2(.5)-VL config.json as Qwen's released
     ones are: the language model's fields at the top level, its rope
@@ -800,9 +825,14 @@ def capture_kv(model, torch):
                 k = qkv[..., q_n:q_n + kv_n].view(shape)
                 v = qkv[..., q_n + kv_n:].view(shape)
             else:
-                k = module.k_proj(hs).view(shape)
+                k = module.k_proj(hs)
                 v = module.v_proj(hs).view(shape)
-            if hasattr(module, "k_norm"):
+            # MiniMax-M2's k_norm spans the whole projection, before the heads
+            whole = type(module).__name__ == "MiniMaxM2Attention"
+            if whole:
+                k = module.k_norm(k)
+            k = k.view(shape)
+            if hasattr(module, "k_norm") and not whole:
                 k = module.k_norm(k)
             k = k.transpose(1, 2)
             _, k = rope_fn(k, k, cos, sin)
@@ -874,7 +904,9 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
             os.remove(os.path.join(d, extra))
     if cfg.model_type == "qwen3_vl_moe":
         to_released_experts(d)
-    if style == "old" and cfg.model_type in ("qwen2_vl", "qwen2_5_vl"):
+    if style == "released" and cfg.model_type == "minimax_m2":
+        to_released_minimax(os.path.join(d, "config.json"))
+    elif style == "old" and cfg.model_type in ("qwen2_vl", "qwen2_5_vl"):
         to_flat_config(os.path.join(d, "config.json"))
     elif style == "old":
         to_old_style(os.path.join(d, "config.json"))

@@ -302,6 +302,22 @@ static void runner_matches_transformers_mixtral_top2_sliding_window_16(void)
     check_against_golden("mixtral_e4_top2_swa16_bf16");
 }
 
+/* MiniMax-M2: the q/k norms over the whole projection (every head's
+ * channels at once), partial RoPE as its released config gives it
+ * (rotary_dim 8 of 16, rope_theta at the top), sigmoid top-3 of 8 chosen
+ * with e_score_correction_bias and renormalized; then the config as
+ * transformers 5 writes it (rope_parameters with partial_rotary_factor). */
+#define MINIMAX_M2 "minimax_m2_qknorm_all_rot8_e8_top3_bf16"
+static void runner_matches_transformers_minimax_m2_whole_projection_qk_norm(void)
+{
+    check_against_golden(MINIMAX_M2);
+    check_model_against_golden(
+        MINIMAX_M2,
+        edited_checkpoint(MINIMAX_M2, "{\"rope_theta\": 1.0, \"rope_parameters\": "
+                                      "{\"rope_type\": \"default\", \"rope_theta\": "
+                                      "5000000.0, \"partial_rotary_factor\": 0.5}}"));
+}
+
 /* Phi-3: q/k/v and gate/up fused in the checkpoint, partial rotary (8 of 16
  * channels), longrope with the long factors and their attention factor,
  * a sliding window of 16. */
@@ -794,7 +810,8 @@ static void model_open_lists_the_supported_architectures(void)
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, "
-        "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Gemma3ForConditionalGeneration, "
+        "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
+        "Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
         "Qwen2VLForConditionalGeneration, Qwen3_5ForConditionalGeneration and "
@@ -1181,6 +1198,27 @@ static void model_open_names_yarn_factor_below_one(void)
         KVCAL_ERR_FORMAT, "field \"rope_scaling.factor\" is 0.5");
 }
 
+/* MiniMax-M2's routing fields that transformers' class ignores while vLLM
+ * follows them, and a rotary_dim no head holds, are named; the CUDA runner
+ * names the norm it lacks before any device work. */
+static void model_open_names_minimax_m2_fields_the_engines_read_apart(void)
+{
+    expect_open_error(edited_checkpoint(MINIMAX_M2, "{\"scoring_func\": \"softmax\"}"),
+                      KVCAL_ERR_UNSUPPORTED, "field \"scoring_func\" is \"softmax\"");
+    expect_open_error(edited_checkpoint(MINIMAX_M2, "{\"use_routing_bias\": false}"),
+                      KVCAL_ERR_UNSUPPORTED, "field \"use_routing_bias\" is false");
+    expect_open_error(edited_checkpoint(MINIMAX_M2, "{\"rotary_dim\": 7}"),
+                      KVCAL_ERR_FORMAT, "field \"rotary_dim\" is 7");
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/" MINIMAX_M2, &m),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_model_describe(m)->rot_dim, 8);
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("q/k norms over the whole projection"));
+    kvcal_model_close(m);
+}
+
 /* The cuda backend takes yarn (its kernels read the host's inv_freq and
  * scale cos and sin by the attention factor): the check made before any
  * device work passes, so this runs without a GPU; tests/test_cuda_backend.c
@@ -1428,6 +1466,14 @@ static void runner_matches_vllm_fp8_semantics_on_hybrid_models(void)
         check_against_golden(kvcal_test_fp8_hybrid_fixtures[i]);
 }
 
+/* MiniMax-M2's released FP8 format: the fp8 method's blocks, q/k/v fused
+ * (the query's whole blocks first), the experts' w1 / w3 / w2, the router
+ * and its correction bias in modules_to_not_convert. */
+static void runner_matches_vllm_fp8_semantics_on_minimax_m2(void)
+{
+    check_against_golden("fp8_minimax_m2_fp8_block");
+}
+
 /* The scheme of each logical weight, as the config and the ignore list say. */
 static void model_open_describes_fp8_schemes(void)
 {
@@ -1608,6 +1654,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_qwen3_moe_top3_of_8_renormalized),
     KVCAL_TEST(runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate),
     KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
+    KVCAL_TEST(runner_matches_transformers_minimax_m2_whole_projection_qk_norm),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
@@ -1645,10 +1692,12 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_refuses_a_bias_the_config_does_not_declare),
     KVCAL_TEST(model_open_names_yarn_factor_below_one),
     KVCAL_TEST(cuda_runner_accepts_yarn_rope),
+    KVCAL_TEST(model_open_names_minimax_m2_fields_the_engines_read_apart),
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
     KVCAL_TEST(model_open_rejects_llama2c_header_with_int_min_vocab),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_every_scheme),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_hybrid_models),
+    KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_minimax_m2),
     KVCAL_TEST(model_open_describes_fp8_schemes),
     KVCAL_TEST(model_serves_fused_per_tensor_shards_at_their_largest_scale),
     KVCAL_TEST(model_open_names_fp8_tensors_its_config_does_not_explain),

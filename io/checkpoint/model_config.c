@@ -226,7 +226,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"glm4_moe_lite", 202752, 154880, 10240},
                     {"deepseek_v32", 163840, 129280, 18432},
                     {"glm_moe_dsa", 202752, 154880, 12288},
-                    {"gpt_oss", 131072, 201088, 2880}};
+                    {"gpt_oss", 131072, 201088, 2880},
+                    {"minimax_m2", 196608, 200064, 1536}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -502,6 +503,8 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         c->rope_theta = 150000.0;
     else if (!strcmp(c->model_type, "gemma3_text"))
         c->rope_theta = 1000000.0;
+    else if (!strcmp(c->model_type, "minimax_m2"))
+        c->rope_theta = 5000000.0;
     else if (!strcmp(c->model_type, "qwen3_vl_text") ||
              !strcmp(c->model_type, "qwen3_vl_moe_text"))
         c->rope_theta = 500000.0;
@@ -604,9 +607,10 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         return KVCAL_OK;
     }
     const int qwen3 = !strcmp(family_type(c->model_type), "qwen3");
-    if (qwen3 || !strcmp(c->model_type, "gemma3_text") ||
+    const int minimax = !strcmp(c->model_type, "minimax_m2");
+    if (qwen3 || minimax || !strcmp(c->model_type, "gemma3_text") ||
         !strcmp(c->model_type, "gemma2") || gated_delta_type(c->model_type)) {
-        c->head_dim = qwen3 ? 128 : 256;
+        c->head_dim = qwen3 || minimax ? 128 : 256;
         return KVCAL_OK;
     }
     if (c->hidden_size % c->num_attention_heads != 0)
@@ -638,7 +642,8 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
     c->qk_norm = is_qwen3 || !strcmp(family_type(c->model_type), "qwen3_moe") ||
-                 !strcmp(c->model_type, "gemma3_text") || gated_delta_type(c->model_type);
+                 !strcmp(c->model_type, "gemma3_text") ||
+                 gated_delta_type(c->model_type) || !strcmp(c->model_type, "minimax_m2");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
@@ -857,6 +862,37 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
     return KVCAL_OK;
 }
 
+/* MiniMax-M2's router: transformers' MiniMaxM2TopKRouter always chooses by
+ * sigmoid plus e_score_correction_bias, while vLLM's minimax_m2.py follows
+ * scoring_func and use_routing_bias (its default: no bias); a config whose
+ * fields say otherwise would make the two differ. */
+static kvcal_status cfg_read_minimax_routing(const cfg_obj *top, kvcal_model_config *c)
+{
+    kvcal_status s;
+    int bias = 1, found = 0;
+    c->moe_sigmoid = 1;
+    if ((s = cfg_string(top, "scoring_func", c->moe_scoring, sizeof c->moe_scoring,
+                        NULL)) != KVCAL_OK ||
+        (s = cfg_bool(top, "use_routing_bias", &bias)) != KVCAL_OK)
+        return s;
+    if (c->moe_scoring[0] && strcmp(c->moe_scoring, "sigmoid"))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: field \"%sscoring_func\" is \"%s\", but transformers' "
+            "MiniMax-M2 router scores by sigmoid whatever it says while vLLM "
+            "follows it; fix the field (\"sigmoid\")",
+            top->name, top->prefix, c->moe_scoring);
+    found = cJSON_GetObjectItemCaseSensitive(top->obj, "use_routing_bias") != NULL;
+    if (found && !bias)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: field \"%suse_routing_bias\" is false, but transformers' "
+            "MiniMax-M2 router adds e_score_correction_bias whatever it says "
+            "while vLLM follows it; fix the field (true)",
+            top->name, top->prefix);
+    return KVCAL_OK;
+}
+
 /* The experts of a mixture-of-experts family (see kvcal_model_config). */
 static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
 {
@@ -876,17 +912,20 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
                     {"qwen3_5_moe_text", 256, 8, 512, 512, 1},
                     {"mixtral", 8, 2, 0, 0, 1},
                     {"glm4_moe", 128, 8, 1408, 0, 1},
-                    {"gpt_oss", 128, 4, 0, 0, 1}};
+                    {"gpt_oss", 128, 4, 0, 0, 1},
+                    {"minimax_m2", 256, 8, 0, 0, 1}};
     size_t i = 0;
     while (i < sizeof defaults / sizeof defaults[0] &&
            strcmp(defaults[i].model_type, c->model_type))
         i++;
     if (i == sizeof defaults / sizeof defaults[0])
         return KVCAL_OK;
-    /* Mixtral's and gpt-oss's experts are intermediate_size wide, their top-k
-     * weights always renormalized (gpt-oss: a softmax over the chosen) */
+    /* Mixtral's, gpt-oss's and MiniMax-M2's experts are intermediate_size
+     * wide, their top-k weights always renormalized (gpt-oss: a softmax over
+     * the chosen) */
+    const int minimax = !strcmp(c->model_type, "minimax_m2");
     const int mixtral =
-        !strcmp(c->model_type, "mixtral") || !strcmp(c->model_type, "gpt_oss");
+        !strcmp(c->model_type, "mixtral") || !strcmp(c->model_type, "gpt_oss") || minimax;
     const int glm = !strcmp(c->model_type, "glm4_moe");
     c->routed_scaling_factor = 1.0;
     c->moe_groups = c->moe_topk_groups = 1;
@@ -927,6 +966,8 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
         }
         return KVCAL_OK;
     }
+    if (minimax && (s = cfg_read_minimax_routing(top, c)) != KVCAL_OK)
+        return s;
     if ((s = cfg_int(top, "num_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
                      &found)) != KVCAL_OK ||
         (!found && (s = cfg_int(top, "num_local_experts", 1, KVCAL_CONFIG_MAX_HEADS,
@@ -1056,7 +1097,9 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
 /* Model types whose cache kvcal knows: per-head K/V in every layer, in the
  * attention layers of layer_types / full_attention_interval (qwen3_next), or
  * MLA (deepseek_v2, deepseek_v3, kimi_k2, which is deepseek_v3's,
- * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa). */
+ * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa);
+ * minimax_m2's attn_type_list, all full attention in its releases, is read
+ * by neither transformers nor vLLM. */
 static const char *const known_kv_families[] = {"llama",
                                                 "mistral",
                                                 "qwen2",
@@ -1083,7 +1126,8 @@ static const char *const known_kv_families[] = {"llama",
                                                 "qwen2_vl",
                                                 "qwen2_vl_text",
                                                 "qwen3_5_text",
-                                                "qwen3_5_moe_text"};
+                                                "qwen3_5_moe_text",
+                                                "minimax_m2"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1298,6 +1342,29 @@ static kvcal_status cfg_read_gpt_oss(const cfg_obj *top, kvcal_model_config *c)
     return s ? s : cfg_number(top, "swiglu_alpha", &c->swiglu_alpha);
 }
 
+/* MiniMax-M2's released configs give partial RoPE as rotary_dim, which
+ * transformers' and vLLM's MiniMax-M2 turn into partial_rotary_factor
+ * rotary_dim / head_dim where the config has no partial_rotary_factor (read
+ * after this, which then wins). */
+static kvcal_status cfg_read_rotary_dim(const cfg_obj *top, kvcal_model_config *c)
+{
+    int rotary_dim = 0, found = 0;
+    if (strcmp(c->model_type, "minimax_m2"))
+        return KVCAL_OK;
+    const int head_dim = c->head_dim;
+    kvcal_status s =
+        cfg_int(top, "rotary_dim", 2, KVCAL_CONFIG_MAX_HEAD_DIM, &rotary_dim, &found);
+    if (s != KVCAL_OK || !found)
+        return s;
+    if (head_dim < 1 || rotary_dim > head_dim || rotary_dim % 2)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%srotary_dim\" is %d: it must be even and at most "
+                          "head_dim (%d); fix the field",
+                          top->name, top->prefix, rotary_dim, head_dim);
+    c->partial_rotary_factor = (double)rotary_dim / head_dim;
+    return KVCAL_OK;
+}
+
 /* The language model's fields: at the top level, or in text_config for a
  * multimodal config without num_hidden_layers of its own (Gemma 3, Llama 4,
  * Qwen2.5-VL: transformers' get_text_config); architectures and
@@ -1340,6 +1407,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_required_int(f, "hidden_size", 1, KVCAL_CONFIG_MAX_HIDDEN,
                               &c->hidden_size)) != KVCAL_OK ||
         (s = cfg_read_heads(f, c)) != KVCAL_OK ||
+        (s = cfg_read_rotary_dim(f, c)) != KVCAL_OK ||
         (s = cfg_int(f, "intermediate_size", 1, INT_MAX, &c->intermediate_size, NULL)) !=
             KVCAL_OK ||
         (s = cfg_int(f, "vocab_size", 1, KVCAL_CONFIG_MAX_VOCAB, &c->vocab_size, NULL)) !=

@@ -82,7 +82,8 @@ typedef struct kvcal_model_config {
     int rope_ext_long;                 /* 1: the long factors */
     int tie_word_embeddings;
     int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */
-    int qk_norm;             /* per-head q_norm / k_norm (qwen3: 1) */
+    int qk_norm;             /* q_norm / k_norm (qwen3: 1, per head; minimax_m2: 1, over
+                                the whole projection) */
     int sliding_window;      /* 0 when none */
     int max_window_layers;   /* qwen2 / qwen3 with use_sliding_window: layers from
                                 this index on slide (transformers' default 28);

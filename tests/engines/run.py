@@ -254,6 +254,10 @@ def loaders(arch):
         from vllm.model_executor.models.qwen3_5 import Qwen3_5ForCausalLMBase, Qwen3_5Model
         return (Qwen3_5ForCausalLMBase.load_weights, Qwen3_5ForCausalLMBase.hf_to_vllm_mapper,
                 Qwen3_5Model.load_weights, Qwen3_5Model.hf_to_vllm_mapper)
+    if arch == "MiniMaxM2ForCausalLM":
+        from vllm.model_executor.models.minimax_m2 import MiniMaxM2ForCausalLM, MiniMaxM2Model
+        return (MiniMaxM2ForCausalLM.load_weights, MiniMaxM2ForCausalLM.hf_to_vllm_mapper,
+                MiniMaxM2Model.load_weights, MiniMaxM2Model.hf_to_vllm_mapper)
     if arch == "Qwen3NextForCausalLM":
         from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM, Qwen3NextModel
         return (Qwen3NextForCausalLM.load_weights, Qwen3NextForCausalLM.hf_to_vllm_mapper,
@@ -537,6 +541,8 @@ WRAPPERS = {
 
 # kvcal's golden hybrid causal LMs (their loaders: loaders())
 HYBRIDS = ["qwen3_5_text_gdn_hybrid_bf16", "qwen3_next_gdn_moe_e8_top3_bf16"]
+# kvcal's golden MiniMax-M2 (its loader: loaders(); AutoWeightsLoader's)
+MINIMAX_M2 = "minimax_m2_qknorm_all_rot8_e8_top3_bf16"
 
 
 def wrapper_load(d, spec):
@@ -660,7 +666,7 @@ def vllm_wrappers(work):
     (vLLM finds no module 'model'); a causal LM's scales under a wrapper's
     name (no module 'language_model')."""
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
-            ("mistral_mqa_fp16", None)]:
+            ("mistral_mqa_fp16", None), (MINIMAX_M2, None)]:
         out = golden_checkpoint(work, name, "wrapper", 0)
         if not out:
             continue
@@ -680,14 +686,15 @@ def vllm_wrappers(work):
 
 # --- sglang: the hybrid models' loaders ---------------------------------------------
 
-# kvcal's golden hybrid checkpoints and sglang 0.5.23's causal LM class that
-# loads them (the wrappers' language models through it: its loader drops
-# "model.language_model." itself)
+# kvcal's golden hybrid checkpoints (and MiniMax-M2's) and sglang 0.5.23's
+# causal LM class that loads them (the wrappers' language models through
+# it: its loader drops "model.language_model." itself)
 SGLANG_HYBRIDS = {
     "qwen3_next_gdn_moe_e8_top3_bf16": ("qwen3_next", "Qwen3NextForCausalLM"),
     "qwen3_5_text_gdn_hybrid_bf16": ("qwen3_5", "Qwen3_5ForCausalLM"),
     "qwen3_5_mm_gdn_hybrid_bf16": ("qwen3_5", "Qwen3_5ForCausalLM"),
     "qwen3_5_moe_mm_gdn_e8_top3_bf16": ("qwen3_5", "Qwen3_5MoeForCausalLM"),
+    MINIMAX_M2: ("minimax_m2", "MiniMaxM2ForCausalLM"),
 }
 
 
@@ -695,9 +702,10 @@ def sglang_hybrid_load(d, module, cls):
     """sglang's load_weights of `cls` on the K/V scales of directory d, into
     a stand-in holding what sglang's model holds for them (each attention
     layer's RadixAttention k_scale / v_scale, created by the KV-cache method
-    of the checkpoint's quantization config: sglang strips ".self_attn"
-    from names, its attention layers have none): ("fails", why) or
-    ("loaded", [(k, v) per attention layer])."""
+    of the checkpoint's quantization config: where sglang's model holds it,
+    in the layer (Qwen3-Next and Qwen3.5: sglang strips ".self_attn" from
+    names) or in its self_attn (MiniMax-M2)): ("fails", why) or ("loaded",
+    [(k, v) per attention layer])."""
     import importlib
     import torch
     from types import SimpleNamespace
@@ -706,12 +714,20 @@ def sglang_hybrid_load(d, module, cls):
         loader = getattr(importlib.import_module("sglang.srt.models." + module), cls)
         cfg = json.load(open(os.path.join(d, "config.json")))
         cfg = cfg.get("text_config", cfg)
-        kinds = cfg.get("layer_types")
+        kinds = cfg.get("layer_types") or ["full_attention"] * cfg["num_hidden_layers"]
+        in_self_attn = module == "minimax_m2"
+
+        def attention(layer):
+            return layer.self_attn.attn if in_self_attn else layer.attn
 
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.config = SimpleNamespace(num_experts=cfg.get("num_experts", 0))
+                self.config = SimpleNamespace(
+                    num_experts=cfg.get("num_experts", 0),
+                    num_local_experts=cfg.get("num_local_experts", 0),
+                    num_hidden_layers=cfg["num_hidden_layers"],
+                    num_mtp_modules=cfg.get("num_mtp_modules", 0))
                 self.enable_shared_expert_fusion = False
                 self.num_fused_shared_experts = 0
                 self.model = nn.Module()
@@ -719,16 +735,22 @@ def sglang_hybrid_load(d, module, cls):
                 for kind in kinds:
                     layer = nn.Module()
                     if kind != "linear_attention":
-                        layer.attn = nn.Module()
+                        attn = nn.Module()
                         for n in ("k_scale", "v_scale"):
                             p = nn.Parameter(torch.tensor(-1.0), requires_grad=False)
                             p.weight_loader = lambda q, w: q.data.copy_(w.reshape(()))
-                            setattr(layer.attn, n, p)
+                            setattr(attn, n, p)
+                        if in_self_attn:
+                            layer.self_attn = nn.Module()
+                            layer.self_attn.attn = attn
+                        else:
+                            layer.attn = attn
                     self.model.layers.append(layer)
         m = Model()
         loader.load_weights(m, read_safetensors(os.path.join(d, "kv_scales.safetensors")).items())
-        return "loaded", [(x.attn.k_scale.item(), x.attn.v_scale.item())
-                          for x in m.model.layers if hasattr(x, "attn")]
+        return "loaded", [(attention(x).k_scale.item(), attention(x).v_scale.item())
+                          for x, kind in zip(m.model.layers, kinds)
+                          if kind != "linear_attention"]
     except Exception as e:  # the engine's own failure is the outcome
         return "fails", "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:160])
 
