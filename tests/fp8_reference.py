@@ -654,6 +654,7 @@ def kv_absmax(model, samples):
     float64 arrays: hooks recompute K and V as the attention modules do,
     with their own projections, in the model's dtype and device."""
     import sys
+    from hf_decoder import project_kv
     from hf_mla import is_mla, mla_entry
     # a hybrid model's linear-attention layers cache nothing
     layers = [layer for layer in model.model.layers if hasattr(layer, "self_attn")]
@@ -677,16 +678,7 @@ def kv_absmax(model, samples):
         def hook(module, args, kwargs):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             cos, sin = kwargs["position_embeddings"]
-            shape = (*hs.shape[:-1], -1, attn.head_dim)
-            k = module.k_proj(hs)
-            v = module.v_proj(hs).view(shape)
-            # MiniMax-M2's k_norm spans the whole projection, before the heads
-            whole = type(module).__name__ == "MiniMaxM2Attention"
-            if whole:
-                k = module.k_norm(k)
-            k = k.view(shape)
-            if hasattr(module, "k_norm") and not whole:
-                k = module.k_norm(k)
+            k, v = project_kv(module, hs)
             _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
             k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 2, 3)).double())
             v_abs[i] = torch.maximum(v_abs[i], v.abs().amax(dim=(0, 1, 3)).double())

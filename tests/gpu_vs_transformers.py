@@ -36,7 +36,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hf_decoder import decoder_layers, model_class  # noqa: E402
+from hf_decoder import decoder_layers, model_class, project_kv  # noqa: E402
 from hf_mla import is_mla, mla_entry  # noqa: E402
 
 
@@ -76,19 +76,7 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
         def hook(module, args, kwargs):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             cos, sin = kwargs["position_embeddings"]
-            shape = (*hs.shape[:-1], -1, module.head_dim)
-            if hasattr(module, "qkv_proj"):  # Phi-3: [q; k; v] in one projection
-                cfg = module.config
-                q_cols = cfg.num_attention_heads * module.head_dim
-                kv_cols = cfg.num_key_value_heads * module.head_dim
-                qkv = module.qkv_proj(hs)
-                k = qkv[..., q_cols:q_cols + kv_cols].reshape(shape)
-                v = qkv[..., q_cols + kv_cols:].reshape(shape)
-            else:
-                k = module.k_proj(hs).view(shape)
-                v = module.v_proj(hs).view(shape)
-            if hasattr(module, "k_norm"):
-                k = module.k_norm(k)
+            k, v = project_kv(module, hs)
             _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
             k_abs.append(k.abs().amax(dim=(0, 2, 3)).float().cpu())
             v_abs.append(v.abs().amax(dim=(0, 1, 3)).float().cpu())

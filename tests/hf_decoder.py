@@ -1,5 +1,6 @@
-"""Where a transformers model keeps its decoder layers, and the class that
-loads a checkpoint (for tests/make_golden.py and tests/gpu_vs_transformers.py).
+"""Where a transformers model keeps its decoder layers, the class that loads
+a checkpoint, and the K and V an attention module caches (for
+tests/make_golden.py, tests/fp8_reference.py and tests/gpu_vs_transformers.py).
 
 A causal LM keeps its layers in model.model.layers; a multimodal wrapper
 (Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration,
@@ -32,3 +33,26 @@ def from_config(tf, cfg, **kwargs):
     if is_wrapper(cfg):
         return model_class(tf, cfg)._from_config(cfg, **kwargs)
     return tf.AutoModelForCausalLM.from_config(cfg, **kwargs)
+
+
+def project_kv(module, hs):
+    """K (after the module's k norm, before RoPE) and V of attention module
+    `module` on hidden states hs, as (..., kv heads, head_dim): Phi-3's q, k
+    and v in one qkv_proj; MiniMax-M2's k_norm over the whole projection,
+    before the heads (the others' per head)."""
+    shape = (*hs.shape[:-1], -1, module.head_dim)
+    if hasattr(module, "qkv_proj"):
+        cfg = module.config
+        q_cols = cfg.num_attention_heads * module.head_dim
+        kv_cols = cfg.num_key_value_heads * module.head_dim
+        qkv = module.qkv_proj(hs)
+        k, v = qkv[..., q_cols:q_cols + kv_cols], qkv[..., q_cols + kv_cols:]
+    else:
+        k, v = module.k_proj(hs), module.v_proj(hs)
+    whole = type(module).__name__ == "MiniMaxM2Attention"
+    if whole:
+        k = module.k_norm(k)
+    k, v = k.reshape(shape), v.reshape(shape)
+    if hasattr(module, "k_norm") and not whole:
+        k = module.k_norm(k)
+    return k, v

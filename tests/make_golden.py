@@ -61,7 +61,7 @@ import sys
 
 import numpy as np
 
-from hf_decoder import decoder_layers, from_config, model_class
+from hf_decoder import decoder_layers, from_config, model_class, project_kv
 from hf_mla import is_mla, mla_entry
 
 OUT = os.path.join("tests", "fixtures", "golden")
@@ -812,28 +812,11 @@ def capture_kv(model, torch):
         if is_mla(attn):
             return mla_hook
         rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
-        head_dim = attn.head_dim
 
         def hook(module, args, kwargs):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             cos, sin = kwargs["position_embeddings"]
-            shape = (*hs.shape[:-1], -1, head_dim)
-            if hasattr(module, "qkv_proj"):  # Phi-3: q, k, v fused in the checkpoint
-                q_n = module.config.num_attention_heads * head_dim
-                kv_n = module.num_key_value_heads * head_dim
-                qkv = module.qkv_proj(hs)
-                k = qkv[..., q_n:q_n + kv_n].view(shape)
-                v = qkv[..., q_n + kv_n:].view(shape)
-            else:
-                k = module.k_proj(hs)
-                v = module.v_proj(hs).view(shape)
-            # MiniMax-M2's k_norm spans the whole projection, before the heads
-            whole = type(module).__name__ == "MiniMaxM2Attention"
-            if whole:
-                k = module.k_norm(k)
-            k = k.view(shape)
-            if hasattr(module, "k_norm") and not whole:
-                k = module.k_norm(k)
+            k, v = project_kv(module, hs)
             k = k.transpose(1, 2)
             _, k = rope_fn(k, k, cos, sin)
             seen.append((k.transpose(1, 2)[0].detach().numpy().copy(),
