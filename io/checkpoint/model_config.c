@@ -864,12 +864,14 @@ static kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
 
 /* MiniMax-M2's router: transformers' MiniMaxM2TopKRouter always chooses by
  * sigmoid plus e_score_correction_bias, while vLLM's minimax_m2.py follows
- * scoring_func and use_routing_bias (its default: no bias); a config whose
- * fields say otherwise would make the two differ. */
+ * scoring_func and use_routing_bias: a config whose fields say otherwise
+ * would make the two differ. A config without use_routing_bias (the
+ * released ones have it) runs transformers' router here, while vLLM and
+ * sglang then leave the bias out (schemas/README.md). */
 static kvcal_status cfg_read_minimax_routing(const cfg_obj *top, kvcal_model_config *c)
 {
     kvcal_status s;
-    int bias = 1, found = 0;
+    int bias = 1;
     c->moe_sigmoid = 1;
     if ((s = cfg_string(top, "scoring_func", c->moe_scoring, sizeof c->moe_scoring,
                         NULL)) != KVCAL_OK ||
@@ -882,8 +884,7 @@ static kvcal_status cfg_read_minimax_routing(const cfg_obj *top, kvcal_model_con
             "MiniMax-M2 router scores by sigmoid whatever it says while vLLM "
             "follows it; fix the field (\"sigmoid\")",
             top->name, top->prefix, c->moe_scoring);
-    found = cJSON_GetObjectItemCaseSensitive(top->obj, "use_routing_bias") != NULL;
-    if (found && !bias)
+    if (cJSON_GetObjectItemCaseSensitive(top->obj, "use_routing_bias") && !bias)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "%s: field \"%suse_routing_bias\" is false, but transformers' "
