@@ -134,7 +134,8 @@ static const char *edited_checkpoint(const char *src, const char *edits);
 static void layer_windows(const char *dir, int *windows, int n);
 
 /* Checks per-layer per-head absmax, raw rows and logits of the model in
- * dir (NULL: the fixture's own) against fixture `name`. */
+ * dir (NULL: the fixture's own) against fixture `name`; prints the worst
+ * relative error of the absmax. */
 static void check_model_against_golden(const char *name, const char *dir)
 {
     fixture f;
@@ -145,6 +146,7 @@ static void check_model_against_golden(const char *name, const char *dir)
     CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
     run_capture(&f, &c, logits);
     int bad = 0;
+    double worst = 0.0;
     /* a hybrid model's fixture lists the layers that cache (kv_layers) */
     cJSON *kv_layers = cJSON_GetObjectItem(f.root, "kv_layers");
     const int cached = kv_layers ? cJSON_GetArraySize(kv_layers) : c.layers;
@@ -166,6 +168,7 @@ static void check_model_against_golden(const char *name, const char *dir)
                         got = x > got ? x : got;
                     }
                 double w = cJSON_GetArrayItem(wl, h)->valuedouble;
+                worst = fmax(worst, fabs(got - w) / fabs(w));
                 if (fabs(got - w) > 1e-7 + fabs(w) * RTOL) {
                     fprintf(stderr,
                             "\n%s: %c absmax layer %d head %d: got %.7g want %.7g", name,
@@ -214,6 +217,7 @@ static void check_model_against_golden(const char *name, const char *dir)
         }
     }
     CU_ASSERT_EQUAL(bad, 0);
+    printf("(%s: worst absmax rel. error %.2e) ", name, worst);
     free(logits);
     captured_free(&c);
     fixture_close(&f);
