@@ -48,6 +48,9 @@ const kvcal_arch *kvcal_arch_find(const char *architecture)
 static const kvcal_arch_wrapper wrappers[] = {
     {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", NULL, NULL},
     {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral", NULL, NULL},
+    /* Ministral 3's */
+    {"Mistral3ForConditionalGeneration", "Ministral3ForCausalLM", "ministral3", NULL,
+     NULL},
     {"Qwen3VLForConditionalGeneration", "Qwen3ForCausalLM", "qwen3_vl_text", NULL, NULL},
     {"Qwen3VLMoeForConditionalGeneration", "Qwen3MoeForCausalLM", "qwen3_vl_moe_text",
      NULL, &kvcal_arch_qwen3_vl_moe},
@@ -60,12 +63,34 @@ static const kvcal_arch_wrapper wrappers[] = {
      NULL, NULL},
 };
 
-const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture)
+#define WRAPPERS (sizeof wrappers / sizeof wrappers[0])
+
+const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture,
+                                                  const char *model_type)
 {
-    for (size_t i = 0; i < sizeof wrappers / sizeof wrappers[0]; i++)
-        if (!strcmp(wrappers[i].architecture, architecture))
-            return &wrappers[i];
-    return NULL;
+    const kvcal_arch_wrapper *first = NULL;
+    for (size_t i = 0; i < WRAPPERS; i++) {
+        const kvcal_arch_wrapper *w = &wrappers[i];
+        if (strcmp(w->architecture, architecture))
+            continue;
+        if (!strcmp(w->text_model_type, model_type) ||
+            (w->flat_model_type && !strcmp(w->flat_model_type, model_type)))
+            return w;
+        first = first ? first : w;
+    }
+    return first;
+}
+
+void kvcal_arch_wrapper_text_types(const char *architecture, char *buf, size_t n)
+{
+    size_t len = 0, count = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < WRAPPERS && len < n; i++)
+        if (!strcmp(wrappers[i].architecture, architecture)) {
+            int w = snprintf(buf + len, n - len, "%s'%s' (%s)", count++ ? " or " : "",
+                             wrappers[i].text_model_type, wrappers[i].text_architecture);
+            len += w > 0 ? (size_t)w : 0;
+        }
 }
 
 #define KIMI_K25_MISSING                                                                 \
@@ -101,8 +126,9 @@ void kvcal_arch_list(char *buf, size_t n)
     for (size_t f = 0; f < FAMILIES; f++)
         for (const char *const *a = families[f]->architectures; *a && total < 64; a++)
             names[total++] = *a;
-    for (size_t w = 0; w < sizeof wrappers / sizeof wrappers[0] && total < 64; w++)
-        names[total++] = wrappers[w].architecture;
+    for (size_t w = 0; w < WRAPPERS && total < 64; w++)
+        if (!w || strcmp(wrappers[w].architecture, wrappers[w - 1].architecture))
+            names[total++] = wrappers[w].architecture;
     buf[0] = '\0';
     for (size_t i = 0; i < total; i++) {
         const char *sep = i == 0 ? "" : i + 1 == total ? " and " : ", ";

@@ -314,8 +314,14 @@ typedef struct kvcal_arch_wrapper {
     const struct kvcal_arch *family;
 } kvcal_arch_wrapper;
 
-/* The wrapper entry of `architecture`, or NULL. */
-const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture);
+/* The wrapper entry of `architecture` whose language model has
+ * `model_type` (text or flat), else its first entry, or NULL. */
+const kvcal_arch_wrapper *kvcal_arch_wrapper_find(const char *architecture,
+                                                  const char *model_type);
+
+/* The text model types the entries of wrapper `architecture` run, with
+ * their architectures ("'mistral' (MistralForCausalLM) or ..."), into buf. */
+void kvcal_arch_wrapper_text_types(const char *architecture, char *buf, size_t n);
 
 /* What kvcal lacks to run `architecture`, for the architectures people ask
  * for that no family covers yet ("attention sinks, ..."), else NULL. */

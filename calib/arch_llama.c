@@ -1,6 +1,8 @@
 /* calib/arch_llama.c: the Llama family: LlamaForCausalLM (Llama 2 / 3 /
- * 3.1, and llama2.c checkpoints), MistralForCausalLM, Qwen2ForCausalLM
- * (q/k/v biases) and Qwen3ForCausalLM (per-head q/k RMSNorm).
+ * 3.1, and llama2.c checkpoints), MistralForCausalLM, Ministral3ForCausalLM
+ * (Ministral 3: yarn, and queries scaled past the original context, where
+ * samples stop), Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM
+ * (per-head q/k RMSNorm).
  *
  * A pre-norm decoder layer: RMSNorm, fused QKV projection, optional per-head
  * q/k norm, RoPE (the K and V the engine caches), causal GQA attention,
@@ -11,8 +13,9 @@
 #include "calib/model.h"
 #include "core/status.h"
 
-static const char *const architectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                            "Qwen2ForCausalLM", "Qwen3ForCausalLM", NULL};
+static const char *const architectures[] = {"LlamaForCausalLM",      "MistralForCausalLM",
+                                            "Ministral3ForCausalLM", "Qwen2ForCausalLM",
+                                            "Qwen3ForCausalLM",      NULL};
 
 /* config.json: attention_bias (Llama, Mistral: q/k/v and o biases; Qwen2:
  * q/k/v biases always, never o) and Qwen3's q/k norm, as io/model_config
@@ -23,6 +26,16 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
     d->qkv_bias = qwen2 || c->attention_bias;
     d->o_bias = !qwen2 && c->attention_bias;
     d->qk_norm = !strcmp(c->architecture, "Qwen3ForCausalLM");
+    /* Ministral 3's queries scaled from original_max_position_embeddings on */
+    if (!strcmp(c->model_type, "ministral3") && c->rope_llama4_beta > 0.0) {
+        if (c->rope_original_max_position < 1)
+            return kvcal_fail(KVCAL_ERR_FORMAT,
+                              "config.json: %s with llama_4_scaling_beta %g needs "
+                              "rope_parameters.original_max_position_embeddings, where "
+                              "the queries' scaling starts; add it",
+                              c->architecture, c->rope_llama4_beta);
+        d->query_scaling_from = c->rope_original_max_position;
+    }
     return KVCAL_OK;
 }
 

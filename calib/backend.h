@@ -342,11 +342,14 @@ kvcal_status kvcal_backend_cuda_plan_device(int device, kvcal_cuda_device_plan *
  * mixture of experts beyond the MoE kernels' bounds (kernels/cuda/ops.h). */
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d);
 
-/* Checks sample `id` of a batch for any backend: length in 1..seq_len,
- * within the model's context and, for DeepSeek Sparse Attention, within
- * the keys a query keeps (sparse_topk; 0: dense). `who` starts the message
- * of a length outside 1..seq_len; every message names the sample. */
+/* Checks sample `id` of a batch of model d for any backend: length in
+ * 1..seq_len, within the model's context, for DeepSeek Sparse Attention
+ * within the keys a query keeps (d->sparse_topk) and, where the model
+ * scales its queries by position (d->query_scaling_from), before that
+ * scaling starts. `who` starts the message of a length outside 1..seq_len;
+ * every message names the sample. */
 kvcal_status kvcal_backend_check_sample(const char *who, long long id, int length,
-                                        int seq_len, int context, int sparse_topk);
+                                        int seq_len, int context,
+                                        const kvcal_model_desc *d);
 
 #endif

@@ -235,7 +235,7 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     c->names = b->sample_ids ? b->sample_ids : c->default_names;
     for (int i = 0; i < b->batch; i++) {
         st = kvcal_backend_check_sample("runner", (long long)c->names[i], b->lengths[i],
-                                        b->seq_len, d->max_seq_len, d->sparse_topk);
+                                        b->seq_len, d->max_seq_len, d);
         if (st)
             return st;
         c->start[i] = n;

@@ -268,7 +268,7 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     for (int s = 0; s < batch; s++) {
         const long long name = (long long)sl->names[s];
         TRY(kvcal_backend_check_sample("cuda runner", name, b->lengths[s], seq_len,
-                                       r->ctx, r->base.desc->sparse_topk));
+                                       r->ctx, r->base.desc));
         for (int t = 0; t < seq_len; t++) {
             const int64_t i = (int64_t)s * seq_len + t;
             const int id = b->ids[i];

@@ -103,8 +103,10 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 }
 
 kvcal_status kvcal_backend_check_sample(const char *who, long long id, int length,
-                                        int seq_len, int context, int sparse_topk)
+                                        int seq_len, int context,
+                                        const kvcal_model_desc *d)
 {
+    const int sparse_topk = d->sparse_topk, from = d->query_scaling_from;
     if (length < 1 || length > seq_len)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "%s: sample %lld has %d tokens, expected 1..%d", who, id,
@@ -121,5 +123,14 @@ kvcal_status kvcal_backend_check_sample(const char *who, long long id, int lengt
                           "indexer, so only samples within them attend as the model "
                           "does: use --seq-len %d or less",
                           id, length, sparse_topk, sparse_topk);
+    if (from > 0 && length > from)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "sample %lld has %d tokens: from position %d on the model scales "
+            "its queries (llama_4_scaling_beta), which transformers and "
+            "vLLM's loader of Mistral's own params.json do and vLLM's loader "
+            "of config.json does not, so the engines' K and V part there; use "
+            "--seq-len %d or less",
+            id, length, from, from);
     return KVCAL_OK;
 }

@@ -384,7 +384,7 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
  * described as its family's architecture; d keeps the wrapper's name. */
 static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
 {
-    const kvcal_arch_wrapper *w = kvcal_arch_wrapper_find(c->architecture);
+    const kvcal_arch_wrapper *w = kvcal_arch_wrapper_find(c->architecture, c->model_type);
     if (!w)
         return describe_family(m, c, NULL);
     const int flat = w->flat_model_type && !strcmp(c->model_type, w->flat_model_type);
@@ -394,12 +394,14 @@ static kvcal_status describe_hf(kvcal_model_t *m, const kvcal_model_config *c)
                           "top level, not in text_config as transformers writes them "
                           "(num_hidden_layers is there); fix config.json",
                           m->path, c->architecture);
-    if (!flat && strcmp(c->model_type, w->text_model_type))
+    if (!flat && strcmp(c->model_type, w->text_model_type)) {
+        char types[256];
+        kvcal_arch_wrapper_text_types(c->architecture, types, sizeof types);
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: config.json: %s's text_config.model_type is '%s'; kvcal "
-                          "runs its language model when it is '%s' (%s)",
-                          m->path, c->architecture, c->model_type, w->text_model_type,
-                          w->text_architecture);
+                          "runs its language model when it is %s",
+                          m->path, c->architecture, c->model_type, types);
+    }
     kvcal_model_config *tc = malloc(sizeof *tc);
     if (!tc)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
@@ -662,7 +664,8 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     const int mxfp4 = !strcmp(c.quant_method, "mxfp4") && reads_mxfp4(m->desc.arch);
     if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
         (st = refuse_fp8_weights(m, &c)) ||
-        (st = find_language_model(m, kvcal_arch_wrapper_find(c.architecture))) ||
+        (st = find_language_model(
+             m, kvcal_arch_wrapper_find(c.architecture, c.model_type))) ||
         (!mxfp4 && (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8))))
         return st;
     const kvcal_model_desc *d = &m->desc;

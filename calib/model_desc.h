@@ -86,6 +86,10 @@ struct kvcal_model_desc {
      * of at most that many tokens. kvcal runs no indexer: it runs such
      * samples, whose attention is dense, and refuses longer ones. 0: dense */
     int sparse_topk;
+    /* > 0: from this position on the queries are scaled by 1 + beta
+     * ln(1 + floor(pos / it)) (Ministral 3's llama_4_scaling_beta), which the
+     * engines do not agree on: samples stop before it */
+    int query_scaling_from;
     /* a hybrid model (Qwen3-Next, Qwen3.5): linear-attention layers, a gated
      * delta-net that caches no entry per token (a fixed-size state instead),
      * among its attention layers, whose output is gated (attn_gate:

@@ -351,6 +351,24 @@ def wrapper_configs(tf, common):
                                patch_size=14, head_dim=16),
             image_token_index=VOCAB - 1, tie_word_embeddings=False),
          "bfloat16", "new", "float64"),
+        # Ministral 3 (its released wrapper): yarn with mscale and
+        # mscale_all_dim, and llama_4_scaling_beta, whose scaling of the
+        # queries starts past original_max_position_embeddings (64, above the
+        # samples: transformers' queries as they are)
+        ("mistral3_ministral3_yarn_bf16", tf.Mistral3Config(
+            text_config=dict(
+                model_type="ministral3", hidden_size=64, intermediate_size=96,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                vocab_size=VOCAB, tie_word_embeddings=False,
+                rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0,
+                                 "factor": 4.0, "original_max_position_embeddings": 64,
+                                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                                 "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
+                **text),
+            vision_config=dict(vision, model_type="pixtral", image_size=28,
+                               patch_size=14, head_dim=16),
+            image_token_index=VOCAB - 1, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
         ("qwen3_vl_mrope_qknorm_bf16", tf.Qwen3VLConfig(
             text_config=dict(
                 hidden_size=64, intermediate_size=96, num_attention_heads=4,

@@ -575,6 +575,39 @@ static void runner_matches_transformers_deepseek_sparse_attention_within_top_k(v
     }
 }
 
+/* Ministral 3 (Mistral3ForConditionalGeneration over a ministral3 language
+ * model): yarn with mscale and mscale_all_dim, against transformers; a
+ * sample past original_max_position_embeddings (64), where transformers
+ * scales the queries (llama_4_scaling_beta) and vLLM's config.json loader
+ * does not, is refused by the runner. */
+static void runner_matches_transformers_ministral3_within_its_original_context(void)
+{
+    check_against_golden("mistral3_ministral3_yarn_bf16");
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/mistral3_ministral3_yarn_bf16", &m),
+        KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL(d->query_scaling_from, 64);
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_OK);
+    kvcal_exec_t *x = NULL;
+    cpu_executor(m, 1, 65, &x);
+    int ids[65];
+    for (int t = 0; t < 65; t++)
+        ids[t] = 1 + t;
+    const int lengths[1] = {65};
+    const kvcal_exec_samples smp = {
+        .ids = ids, .lengths = lengths, .num_samples = 1, .seq_len = 65, .batch = 1};
+    kvcal_stats_t *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("from position 64 on the model scales its queries"));
+    kvcal_stats_destroy(s);
+    kvcal_exec_destroy(x);
+    kvcal_model_close(m);
+}
+
 /* Calibration counts the tokens routed to each expert of every layer, the
  * last one included: each valid token once per chosen expert (padding
  * never), whatever the batches. */
@@ -808,7 +841,8 @@ static void model_open_lists_the_supported_architectures(void)
                           "{\"architectures\": [\"FalconForCausalLM\"], "
                           "\"model_type\": \"falcon\"}"),
         KVCAL_ERR_UNSUPPORTED,
-        "kvcal runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+        "kvcal runs LlamaForCausalLM, MistralForCausalLM, Ministral3ForCausalLM, "
+        "Qwen2ForCausalLM, "
         "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
@@ -829,12 +863,13 @@ static void model_open_names_what_a_multimodal_checkpoint_lacks(void)
 {
     expect_open_error(
         edited_checkpoint("mistral3_mm_gqa_bf16",
-                          "{\"text_config\": {\"model_type\": \"ministral3\", "
+                          "{\"text_config\": {\"model_type\": \"mistral4\", "
                           "\"num_hidden_layers\": 2, \"hidden_size\": 64, "
                           "\"num_attention_heads\": 4}}"),
         KVCAL_ERR_UNSUPPORTED,
-        "Mistral3ForConditionalGeneration's text_config.model_type is 'ministral3'; "
-        "kvcal runs its language model when it is 'mistral' (MistralForCausalLM)");
+        "Mistral3ForConditionalGeneration's text_config.model_type is 'mistral4'; "
+        "kvcal runs its language model when it is 'mistral' (MistralForCausalLM) or "
+        "'ministral3' (Ministral3ForCausalLM)");
     /* a causal LM's checkpoint under a wrapper's config */
     expect_open_error(
         edited_checkpoint("mistral_mqa_fp16",
@@ -1673,6 +1708,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_deepseek_v3_mla_qlora_grouped_sigmoid),
     KVCAL_TEST(runner_matches_transformers_glm4_moe_lite),
     KVCAL_TEST(runner_matches_transformers_deepseek_sparse_attention_within_top_k),
+    KVCAL_TEST(runner_matches_transformers_ministral3_within_its_original_context),
     KVCAL_TEST(calibrate_counts_tokens_per_expert_in_every_layer),
     KVCAL_TEST(calibrate_last_moe_layer_routes_only_with_the_counts_of_a_whole_run),
     KVCAL_TEST(calibrate_profile_times_each_op_and_changes_nothing),

@@ -227,7 +227,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"deepseek_v32", 163840, 129280, 18432},
                     {"glm_moe_dsa", 202752, 154880, 12288},
                     {"gpt_oss", 131072, 201088, 2880},
-                    {"minimax_m2", 196608, 200064, 1536}};
+                    {"minimax_m2", 196608, 200064, 1536},
+                    {"ministral3", 262144, 131072, 14336}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -300,6 +301,8 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
                         &high)) != KVCAL_OK ||
         (s = cfg_int(sc, "original_max_position_embeddings", 1, INT_MAX,
                      &c->rope_original_max_position, &orig)) != KVCAL_OK ||
+        (s = cfg_double(sc, "llama_4_scaling_beta", 0.0, INFINITY, &c->rope_llama4_beta,
+                        NULL)) != KVCAL_OK ||
         (s = cfg_double(sc, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
                         NULL)) != KVCAL_OK)
         return s;
@@ -516,6 +519,11 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_double(top, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
             KVCAL_OK)
         return s;
+    if (!params && !scaling && !strcmp(c->model_type, "ministral3"))
+        return cfg_missing(
+            top, "rope_parameters",
+            " (Ministral3Config's default RoPE is yarn, whose fields kvcal "
+            "does not assume)");
     if (params) {
         cfg_obj p = {params, "rope_parameters.", top->name};
         const cJSON *full = cfg_item(&p, "full_attention");
@@ -607,7 +615,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         return KVCAL_OK;
     }
     const int qwen3 = !strcmp(family_type(c->model_type), "qwen3");
-    const int minimax = !strcmp(c->model_type, "minimax_m2");
+    const int minimax = !strcmp(c->model_type, "minimax_m2") ||
+                        !strcmp(c->model_type, "ministral3"); /* head_dim 128 */
     if (qwen3 || minimax || !strcmp(c->model_type, "gemma3_text") ||
         !strcmp(c->model_type, "gemma2") || gated_delta_type(c->model_type)) {
         c->head_dim = qwen3 || minimax ? 128 : 256;
@@ -1128,7 +1137,8 @@ static const char *const known_kv_families[] = {"llama",
                                                 "qwen2_vl_text",
                                                 "qwen3_5_text",
                                                 "qwen3_5_moe_text",
-                                                "minimax_m2"};
+                                                "minimax_m2",
+                                                "ministral3"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {

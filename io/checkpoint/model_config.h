@@ -71,6 +71,9 @@ typedef struct kvcal_model_config {
     int rope_truncate;                 /* yarn: correction range floored/ceiled
                                           (truncate, default true); else 0 */
     double partial_rotary_factor;      /* 1.0 when absent */
+    double rope_llama4_beta;           /* Ministral 3's llama_4_scaling_beta: the
+                                          queries scaled from position
+                                          rope_original_max_position on; 0 none */
     /* longrope: the factors each frequency is divided by, as vLLM applies
      * them: long_factor when max_position_embeddings exceeds
      * original_max_position_embeddings (vLLM's default max_model_len then

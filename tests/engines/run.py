@@ -517,6 +517,10 @@ WRAPPERS = {
     "mistral3_mm_gqa_bf16": (
         "mistral3", "Mistral3ForConditionalGeneration", "mistral", "MistralForCausalLM",
         "MistralModel"),
+    # Ministral 3: vLLM's registry runs Ministral3ForCausalLM as MistralForCausalLM
+    "mistral3_ministral3_yarn_bf16": (
+        "mistral3", "Mistral3ForConditionalGeneration", "mistral", "MistralForCausalLM",
+        "MistralModel"),
     "qwen3_vl_mrope_qknorm_bf16": (
         "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_vl", "Qwen3LLMForCausalLM",
         "Qwen3LLMModel"),
