@@ -26,16 +26,7 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
     d->qkv_bias = qwen2 || c->attention_bias;
     d->o_bias = !qwen2 && c->attention_bias;
     d->qk_norm = !strcmp(c->architecture, "Qwen3ForCausalLM");
-    /* Ministral 3's queries scaled from original_max_position_embeddings on */
-    if (!strcmp(c->model_type, "ministral3") && c->rope_llama4_beta > 0.0) {
-        if (c->rope_original_max_position < 1)
-            return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "config.json: %s with llama_4_scaling_beta %g needs "
-                              "rope_parameters.original_max_position_embeddings, where "
-                              "the queries' scaling starts; add it",
-                              c->architecture, c->rope_llama4_beta);
-        d->query_scaling_from = c->rope_original_max_position;
-    }
+    d->query_scaling_from = c->query_scaling_from; /* Ministral 3's */
     return KVCAL_OK;
 }
 

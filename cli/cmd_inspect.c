@@ -207,6 +207,7 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"rope_original_max_position_embeddings", c->rope_original_max_position},
                {"rope_attention_factor", c->rope_attention_factor},
                {"rope_rotary_dim", x->rot_dim},
+               {"query_scaling_from", c->query_scaling_from},
                {"parameters", (double)x->params},
                {"kv_lora_rank", c->kv_lora_rank},
                {"qk_rope_head_dim", c->qk_rope_head_dim},
@@ -316,6 +317,10 @@ static void print_model(const char *path, const kvcal_model_config *c,
     if (c->rope_type == KVCAL_ROPE_YARN)
         printf(" of %d positions, attention factor %.6g", c->rope_original_max_position,
                c->rope_attention_factor);
+    if (c->query_scaling_from)
+        printf(", queries scaled from position %d (llama_4_scaling_beta %g: samples "
+               "stop before it)",
+               c->query_scaling_from, c->rope_llama4_beta);
     printf(", %s, %d of %d channels\n",
            x->interleaved > 0    ? "interleaved pairs"
            : x->interleaved == 0 ? "rotate-half"

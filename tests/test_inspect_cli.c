@@ -110,6 +110,19 @@ static void inspect_shows_yarn_factor_original_context_and_attention_factor(void
     CU_ASSERT_EQUAL(num(j, "rope_original_max_position_embeddings"), 16);
     CU_ASSERT_EQUAL(num(j, "rope_attention_factor"), 0.1 * log(4.0) + 1.0);
     CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(j, "supported")));
+    CU_ASSERT_EQUAL(num(j, "query_scaling_from"), 0);
+    cJSON_Delete(j);
+    /* Ministral 3's yarn (mscale and mscale_all_dim equal: factor 1) and
+     * where its queries' scaling starts; MiniMax-M2's rotary_dim */
+    j = inspect_json(GOLDEN "/mistral3_ministral3_yarn_bf16");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_EQUAL(num(j, "rope_attention_factor"), 1.0);
+    CU_ASSERT_EQUAL(num(j, "query_scaling_from"), 64);
+    cJSON_Delete(j);
+    j = inspect_json(GOLDEN "/minimax_m2_qknorm_all_rot8_e8_top3_bf16");
+    CU_ASSERT_FATAL(j != NULL);
+    CU_ASSERT_EQUAL(num(j, "rope_rotary_dim"), 8);
+    CU_ASSERT_EQUAL(num(j, "rope_theta"), 5000000.0);
     cJSON_Delete(j);
 }
 

@@ -1376,6 +1376,21 @@ static kvcal_status cfg_read_rotary_dim(const cfg_obj *top, kvcal_model_config *
     return KVCAL_OK;
 }
 
+/* Ministral 3's llama_4_scaling_beta: transformers scales its queries by
+ * 1 + beta ln(1 + floor(pos / original_max_position_embeddings)) (other
+ * families' configs carry no such field that transformers reads). */
+static kvcal_status cfg_query_scaling(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "ministral3") || !(c->rope_llama4_beta > 0.0))
+        return KVCAL_OK;
+    if (c->rope_original_max_position < 1)
+        return cfg_missing(
+            top, "rope_parameters.original_max_position_embeddings",
+            " (where llama_4_scaling_beta's scaling of the queries starts)");
+    c->query_scaling_from = c->rope_original_max_position;
+    return KVCAL_OK;
+}
+
 /* The language model's fields: at the top level, or in text_config for a
  * multimodal config without num_hidden_layers of its own (Gemma 3, Llama 4,
  * Qwen2.5-VL: transformers' get_text_config); architectures and
@@ -1440,7 +1455,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_moe(f, c)) != KVCAL_OK || (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
         (s = cfg_read_gpt_oss(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
-        (s = cfg_read_quantization(top, c)) != KVCAL_OK)
+        (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
+        (s = cfg_query_scaling(f, c)) != KVCAL_OK)
         return s;
     c->rope_interleave = -1;
     if ((s = cfg_bool(f, "rope_interleave", &c->rope_interleave)) != KVCAL_OK)

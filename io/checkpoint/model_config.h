@@ -71,9 +71,10 @@ typedef struct kvcal_model_config {
     int rope_truncate;                 /* yarn: correction range floored/ceiled
                                           (truncate, default true); else 0 */
     double partial_rotary_factor;      /* 1.0 when absent */
-    double rope_llama4_beta;           /* Ministral 3's llama_4_scaling_beta: the
-                                          queries scaled from position
-                                          rope_original_max_position on; 0 none */
+    double rope_llama4_beta;           /* Ministral 3's llama_4_scaling_beta */
+    int query_scaling_from;            /* > 0: Ministral 3's queries are scaled by
+                                          it from this position on (its yarn
+                                          original_max_position_embeddings) */
     /* longrope: the factors each frequency is divided by, as vLLM applies
      * them: long_factor when max_position_embeddings exceeds
      * original_max_position_embeddings (vLLM's default max_model_len then
