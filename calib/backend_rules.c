@@ -127,9 +127,9 @@ kvcal_status kvcal_backend_check_sample(const char *who, long long id, int lengt
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "sample %lld has %d tokens: from position %d on the model scales "
-            "its queries (llama_4_scaling_beta), which transformers and "
-            "vLLM's loader of Mistral's own params.json do and vLLM's loader "
-            "of config.json does not, so the engines' K and V part there; use "
+            "its queries (llama_4_scaling_beta), as transformers and vLLM's "
+            "loader of Mistral's own params.json do and vLLM's loader of "
+            "config.json does not: their K and V differ from there on; use "
             "--seq-len %d or less",
             id, length, from, from);
     return KVCAL_OK;
