@@ -834,6 +834,49 @@ static void model_config_derives_yarn_parameters_as_transformers(void)
     CU_ASSERT_EQUAL(c.rope_attention_factor, 1.0);
 }
 
+/* Ministral 3's and Devstral 2's released shapes (model_type ministral3):
+ * yarn in rope_parameters under both type keys; mscale and mscale_all_dim
+ * 1 (factor 1) or mscale_all_dim 0 (get_mscale(factor) alone); the
+ * queries' scaling from original_max_position_embeddings where
+ * llama_4_scaling_beta is above 0; the class's head_dim 128. */
+static void model_config_reads_ministral3_yarn_and_query_scaling(void)
+{
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text("{\"architectures\": [\"Ministral3ForCausalLM\"], \"model_type\": "
+                   "\"ministral3\", \"hidden_size\": 256, \"num_attention_heads\": 4, "
+                   "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, "
+                   "\"rope_parameters\": {\"rope_type\": \"yarn\", \"type\": \"yarn\", "
+                   "\"factor\": 64.0, \"beta_fast\": 4.0, \"beta_slow\": 1.0, "
+                   "\"mscale\": 1.0, \"mscale_all_dim\": 0.0, "
+                   "\"original_max_position_embeddings\": 4096, "
+                   "\"llama_4_scaling_beta\": 0.0, \"rope_theta\": 1000000.0}}",
+                   &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.head_dim, 128);
+    CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_YARN);
+    CU_ASSERT_EQUAL(c.rope_attention_factor, 0.1 * log(64.0) + 1.0);
+    CU_ASSERT_EQUAL(c.query_scaling_from, 0);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text("{\"architectures\": [\"Ministral3ForCausalLM\"], \"model_type\": "
+                   "\"ministral3\", \"hidden_size\": 256, \"num_attention_heads\": 4, "
+                   "\"num_hidden_layers\": 2, \"rope_parameters\": {\"type\": \"yarn\", "
+                   "\"factor\": 16.0, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
+                   "\"original_max_position_embeddings\": 16384, "
+                   "\"llama_4_scaling_beta\": 0.1, \"rope_theta\": 1000000.0}}",
+                   &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rope_attention_factor, 1.0);
+    CU_ASSERT_EQUAL(c.query_scaling_from, 16384);
+    /* no rope_parameters: the class's default yarn is not assumed */
+    CU_ASSERT_EQUAL(parse_text("{\"architectures\": [\"Ministral3ForCausalLM\"], "
+                               "\"model_type\": \"ministral3\", \"hidden_size\": 256, "
+                               "\"num_attention_heads\": 4, \"num_hidden_layers\": 2}",
+                               &c),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("\"rope_parameters\" is missing"));
+}
+
 /* A factor below 1 (transformers: "must be >= 1"), a negative beta (its
  * logarithm fails in transformers), a non-positive attention factor and
  * wrong types: one line naming the file and the key. */
@@ -1104,6 +1147,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_other_rope_types_and_layer_keyed_parameters),
     KVCAL_TEST(model_config_reads_yarn_in_both_layouts_with_transformers_defaults),
     KVCAL_TEST(model_config_derives_yarn_parameters_as_transformers),
+    KVCAL_TEST(model_config_reads_ministral3_yarn_and_query_scaling),
     KVCAL_TEST(model_config_rejects_bad_yarn_values_naming_file_and_key),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),

@@ -301,8 +301,6 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
                         &high)) != KVCAL_OK ||
         (s = cfg_int(sc, "original_max_position_embeddings", 1, INT_MAX,
                      &c->rope_original_max_position, &orig)) != KVCAL_OK ||
-        (s = cfg_double(sc, "llama_4_scaling_beta", 0.0, INFINITY, &c->rope_llama4_beta,
-                        NULL)) != KVCAL_OK ||
         (s = cfg_double(sc, "partial_rotary_factor", 0.0, 1.0, &c->partial_rotary_factor,
                         NULL)) != KVCAL_OK)
         return s;
@@ -534,7 +532,10 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         }
         if ((s = cfg_double(&p, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
                 KVCAL_OK ||
-            (s = cfg_read_rope_scaling(&p, 1, c)) != KVCAL_OK)
+            (s = cfg_read_rope_scaling(&p, 1, c)) != KVCAL_OK ||
+            /* Ministral 3's (0 in Devstral 2's: none) */
+            (s = cfg_yarn_beta(&p, "llama_4_scaling_beta", 0.0, &c->rope_llama4_beta)) !=
+                KVCAL_OK)
             return s;
         if (c->rope_type == KVCAL_ROPE_LONGROPE)
             return cfg_read_longrope(top, &p, c);
