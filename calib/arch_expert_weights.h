@@ -38,6 +38,15 @@
                                 KVCAL_WHEN_MOE_LAYERS},                                         \
     [KVCAL_W_SHARED_DOWN] = {{{"mlp.shared_experts.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_SHARED_INTER}}, \
                              KVCAL_WHEN_MOE_LAYERS}
+/* Mixtral's naming (MiniMax-M2's too): block_sparse_moe's router and each
+ * expert's w1 (gate), w3 (up) and w2 (down) */
+#define KVCAL_ARCH_BLOCK_SPARSE_MOE_WEIGHTS                                                     \
+    [KVCAL_W_ROUTER] = {{{"block_sparse_moe.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}}}, \
+    [KVCAL_W_EXPERT_GATE_UP] = {{{"block_sparse_moe.experts.%d.w1.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}, \
+                                 {"block_sparse_moe.experts.%d.w3.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}}, \
+                                KVCAL_WHEN_ALWAYS, KVCAL_EXPERTS_NAMED},                        \
+    [KVCAL_W_EXPERT_DOWN] = {{{"block_sparse_moe.experts.%d.w2.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}}, \
+                             KVCAL_WHEN_ALWAYS, KVCAL_EXPERTS_NAMED}
 // clang-format on
 
 #endif

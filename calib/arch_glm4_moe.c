@@ -9,6 +9,7 @@
  * caches K and V; the multi-token-prediction layer past num_hidden_layers
  * is not run (engines serve it apart). */
 #include "calib/arch.h"
+#include "calib/arch_attention_weights.h"
 #include "calib/arch_expert_weights.h"
 #include "calib/model.h"
 #include "core/status.h"
@@ -55,21 +56,8 @@ const kvcal_arch kvcal_arch_glm4_moe = {
     .final_norm = "model.norm.weight",
     .lm_head = "lm_head.weight",
     .weights = {
-        [KVCAL_W_ATTN_NORM] = {{{"input_layernorm.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}}},
-        [KVCAL_W_QKV] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN},
-                          {"self_attn.k_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN},
-                          {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}},
-        [KVCAL_W_QKV_BIAS] = {{{"self_attn.q_proj.bias", KVCAL_DIM_Q, KVCAL_DIM_NONE},
-                               {"self_attn.k_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE},
-                               {"self_attn.v_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE}},
-                              KVCAL_WHEN_QKV_BIAS},
-        [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}},
-        [KVCAL_W_Q_NORM] = {{{"self_attn.q_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
-                            KVCAL_WHEN_QK_NORM},
-        [KVCAL_W_K_NORM] = {{{"self_attn.k_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
-                            KVCAL_WHEN_QK_NORM},
-        [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,
-                                KVCAL_DIM_NONE}}},
+        KVCAL_ARCH_ATTENTION_WEIGHTS,
+        KVCAL_ARCH_HEAD_QK_NORM_WEIGHTS,
         [KVCAL_W_ROUTER_BIAS] = {{{"mlp.gate.e_score_correction_bias", KVCAL_DIM_EXPERTS,
                                    KVCAL_DIM_NONE}},
                                  KVCAL_WHEN_MOE_LAYERS},

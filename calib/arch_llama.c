@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "calib/arch.h"
+#include "calib/arch_attention_weights.h"
 #include "calib/model.h"
 #include "core/status.h"
 
@@ -53,23 +54,9 @@ const kvcal_arch kvcal_arch_llama = {
     .final_norm = "model.norm.weight",
     .lm_head = "lm_head.weight",
     .weights = {
-        [KVCAL_W_ATTN_NORM] = {{{"input_layernorm.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}}},
-        [KVCAL_W_QKV] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN},
-                          {"self_attn.k_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN},
-                          {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}},
-        [KVCAL_W_QKV_BIAS] = {{{"self_attn.q_proj.bias", KVCAL_DIM_Q, KVCAL_DIM_NONE},
-                               {"self_attn.k_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE},
-                               {"self_attn.v_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE}},
-                              KVCAL_WHEN_QKV_BIAS},
-        [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}},
-        [KVCAL_W_O_BIAS] = {{{"self_attn.o_proj.bias", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}},
-                            KVCAL_WHEN_O_BIAS},
-        [KVCAL_W_Q_NORM] = {{{"self_attn.q_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
-                            KVCAL_WHEN_QK_NORM},
-        [KVCAL_W_K_NORM] = {{{"self_attn.k_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},
-                            KVCAL_WHEN_QK_NORM},
-        [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,
-                                KVCAL_DIM_NONE}}},
+        KVCAL_ARCH_ATTENTION_WEIGHTS,
+        KVCAL_ARCH_O_BIAS_WEIGHT,
+        KVCAL_ARCH_HEAD_QK_NORM_WEIGHTS,
         [KVCAL_W_GATE_UP] = {{{"mlp.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
                               {"mlp.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}}},
         [KVCAL_W_DOWN] = {{{"mlp.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER}}},

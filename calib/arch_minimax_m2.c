@@ -10,6 +10,8 @@
  * caches K and V; the multi-token-prediction modules past num_hidden_layers
  * are not run (vLLM drops them). */
 #include "calib/arch.h"
+#include "calib/arch_attention_weights.h"
+#include "calib/arch_expert_weights.h"
 #include "calib/model.h"
 #include "core/status.h"
 
@@ -55,28 +57,13 @@ const kvcal_arch kvcal_arch_minimax_m2 = {
     .final_norm = "model.norm.weight",
     .lm_head = "lm_head.weight",
     .weights = {
-        [KVCAL_W_ATTN_NORM] = {{{"input_layernorm.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}}},
-        [KVCAL_W_QKV] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN},
-                          {"self_attn.k_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN},
-                          {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}},
-        [KVCAL_W_QKV_BIAS] = {{{"self_attn.q_proj.bias", KVCAL_DIM_Q, KVCAL_DIM_NONE},
-                               {"self_attn.k_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE},
-                               {"self_attn.v_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE}},
-                              KVCAL_WHEN_QKV_BIAS},
-        [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}},
+        KVCAL_ARCH_ATTENTION_WEIGHTS,
         /* over the whole projection: a weight per channel of every head */
         [KVCAL_W_Q_NORM] = {{{"self_attn.q_norm.weight", KVCAL_DIM_Q, KVCAL_DIM_NONE}}},
         [KVCAL_W_K_NORM] = {{{"self_attn.k_norm.weight", KVCAL_DIM_KV, KVCAL_DIM_NONE}}},
-        [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,
-                                KVCAL_DIM_NONE}}},
-        [KVCAL_W_ROUTER] = {{{"block_sparse_moe.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}}},
         [KVCAL_W_ROUTER_BIAS] = {{{"block_sparse_moe.e_score_correction_bias", KVCAL_DIM_EXPERTS,
                                    KVCAL_DIM_NONE}}},
-        [KVCAL_W_EXPERT_GATE_UP] = {{{"block_sparse_moe.experts.%d.w1.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
-                                     {"block_sparse_moe.experts.%d.w3.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_ALWAYS, KVCAL_EXPERTS_NAMED},
-        [KVCAL_W_EXPERT_DOWN] = {{{"block_sparse_moe.experts.%d.w2.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
-                                 KVCAL_WHEN_ALWAYS, KVCAL_EXPERTS_NAMED},
+        KVCAL_ARCH_BLOCK_SPARSE_MOE_WEIGHTS,
     },
     .refused = refused,
     .describe = describe,

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "calib/arch.h"
+#include "calib/arch_attention_weights.h"
 #include "calib/arch_qwen_expert_weights.h"
 #include "calib/model.h"
 #include "core/status.h"
@@ -79,24 +80,8 @@ static const kvcal_op dense_layer[] = {
     {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_MLP,   KVCAL_W_DOWN,      KVCAL_W_NONE,     0},
 };
 
-#define ATTENTION_WEIGHTS                                                                       \
-    [KVCAL_W_ATTN_NORM] = {{{"input_layernorm.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}}},     \
-    [KVCAL_W_QKV] = {{{"self_attn.q_proj.weight", KVCAL_DIM_Q, KVCAL_DIM_HIDDEN},               \
-                      {"self_attn.k_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN},              \
-                      {"self_attn.v_proj.weight", KVCAL_DIM_KV, KVCAL_DIM_HIDDEN}}},            \
-    [KVCAL_W_QKV_BIAS] = {{{"self_attn.q_proj.bias", KVCAL_DIM_Q, KVCAL_DIM_NONE},              \
-                           {"self_attn.k_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE},             \
-                           {"self_attn.v_proj.bias", KVCAL_DIM_KV, KVCAL_DIM_NONE}},            \
-                          KVCAL_WHEN_QKV_BIAS},                                                 \
-    [KVCAL_W_O] = {{{"self_attn.o_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_Q}}},               \
-    [KVCAL_W_O_BIAS] = {{{"self_attn.o_proj.bias", KVCAL_DIM_HIDDEN, KVCAL_DIM_NONE}},          \
-                        KVCAL_WHEN_O_BIAS},                                                     \
-    [KVCAL_W_Q_NORM] = {{{"self_attn.q_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},          \
-                        KVCAL_WHEN_QK_NORM},                                                    \
-    [KVCAL_W_K_NORM] = {{{"self_attn.k_norm.weight", KVCAL_DIM_HEAD, KVCAL_DIM_NONE}},          \
-                        KVCAL_WHEN_QK_NORM},                                                    \
-    [KVCAL_W_FFN_NORM] = {{{"post_attention_layernorm.weight", KVCAL_DIM_HIDDEN,                \
-                            KVCAL_DIM_NONE}}}
+#define ATTENTION_WEIGHTS \
+    KVCAL_ARCH_ATTENTION_WEIGHTS, KVCAL_ARCH_O_BIAS_WEIGHT, KVCAL_ARCH_HEAD_QK_NORM_WEIGHTS
 
 const kvcal_arch kvcal_arch_qwen_moe = {
     .family = "qwen_moe",
@@ -129,12 +114,7 @@ const kvcal_arch kvcal_arch_mixtral = {
     .lm_head = "lm_head.weight",
     .weights = {
         ATTENTION_WEIGHTS,
-        [KVCAL_W_ROUTER] = {{{"block_sparse_moe.gate.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN}}},
-        [KVCAL_W_EXPERT_GATE_UP] = {{{"block_sparse_moe.experts.%d.w1.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
-                                     {"block_sparse_moe.experts.%d.w3.weight", KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_ALWAYS, 1},
-        [KVCAL_W_EXPERT_DOWN] = {{{"block_sparse_moe.experts.%d.w2.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
-                                 KVCAL_WHEN_ALWAYS, 1},
+        KVCAL_ARCH_BLOCK_SPARSE_MOE_WEIGHTS,
     },
     .refused = mixtral_refused,
     .describe = describe,

@@ -538,6 +538,28 @@ static void runner_matches_transformers_glm4_moe_lite(void)
     kvcal_model_close(m);
 }
 
+/* A sample of 65 tokens is refused by model m's cpu runner itself, with an
+ * error holding `needle`. */
+static void expect_65_tokens_refused(kvcal_model_t *m, const char *needle)
+{
+    kvcal_exec_t *x = NULL;
+    cpu_executor(m, 1, 65, &x);
+    int ids[65];
+    for (int t = 0; t < 65; t++)
+        ids[t] = 1 + t;
+    const int lengths[1] = {65};
+    const kvcal_exec_samples smp = {
+        .ids = ids, .lengths = lengths, .num_samples = 1, .seq_len = 65, .batch = 1};
+    kvcal_stats_t *s = NULL;
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has(needle));
+    kvcal_stats_destroy(s);
+    kvcal_exec_destroy(x);
+}
+
 /* DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) on samples within
  * index_topk: transformers' models with their indexers (every key kept) as
  * kvcal runs them, dense and without the indexers' weights. A sample longer
@@ -554,23 +576,7 @@ static void runner_matches_transformers_deepseek_sparse_attention_within_top_k(v
         kvcal_model_t *m = NULL;
         CU_ASSERT_EQUAL_FATAL(kvcal_model_open(path, &m), KVCAL_OK);
         CU_ASSERT_EQUAL(kvcal_model_describe(m)->sparse_topk, 64);
-        kvcal_exec_t *x = NULL;
-        cpu_executor(m, 1, 65, &x);
-        int ids[65];
-        for (int t = 0; t < 65; t++)
-            ids[t] = 1 + t;
-        const int lengths[1] = {65};
-        const kvcal_exec_samples smp = {
-            .ids = ids, .lengths = lengths, .num_samples = 1, .seq_len = 65, .batch = 1};
-        kvcal_stats_t *s = NULL;
-        const kvcal_model_desc *d = kvcal_model_describe(m);
-        CU_ASSERT_EQUAL_FATAL(
-            kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s),
-            KVCAL_OK);
-        CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_ERR_UNSUPPORTED);
-        CU_ASSERT(kvcal_test_error_has("sample 0 has 65 tokens, more than the 64 keys"));
-        kvcal_stats_destroy(s);
-        kvcal_exec_destroy(x);
+        expect_65_tokens_refused(m, "sample 0 has 65 tokens, more than the 64 keys");
         kvcal_model_close(m);
     }
 }
@@ -590,21 +596,7 @@ static void runner_matches_transformers_ministral3_within_its_original_context(v
     const kvcal_model_desc *d = kvcal_model_describe(m);
     CU_ASSERT_EQUAL(d->query_scaling_from, 64);
     CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_OK);
-    kvcal_exec_t *x = NULL;
-    cpu_executor(m, 1, 65, &x);
-    int ids[65];
-    for (int t = 0; t < 65; t++)
-        ids[t] = 1 + t;
-    const int lengths[1] = {65};
-    const kvcal_exec_samples smp = {
-        .ids = ids, .lengths = lengths, .num_samples = 1, .seq_len = 65, .batch = 1};
-    kvcal_stats_t *s = NULL;
-    CU_ASSERT_EQUAL_FATAL(
-        kvcal_stats_create(d->num_layers, d->num_kv_heads, d->head_dim, &s), KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_exec_calibrate(x, &smp, s, 0.9), KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("from position 64 on the model scales its queries"));
-    kvcal_stats_destroy(s);
-    kvcal_exec_destroy(x);
+    expect_65_tokens_refused(m, "from position 64 on the model scales its queries");
     kvcal_model_close(m);
 }
 
