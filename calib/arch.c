@@ -11,6 +11,7 @@ extern const kvcal_arch kvcal_arch_phi3;
 extern const kvcal_arch kvcal_arch_gemma;
 extern const kvcal_arch kvcal_arch_glm4_moe;
 extern const kvcal_arch kvcal_arch_minimax_m2;
+extern const kvcal_arch kvcal_arch_llama4;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
 extern const kvcal_arch kvcal_arch_gpt_oss;
@@ -24,7 +25,7 @@ static const kvcal_arch *const families[] = {
     &kvcal_arch_phi3,        &kvcal_arch_gemma,       &kvcal_arch_glm4_moe,
     &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3, &kvcal_arch_gpt_oss,
     &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,     &kvcal_arch_qwen3_5_moe,
-    &kvcal_arch_minimax_m2};
+    &kvcal_arch_minimax_m2,  &kvcal_arch_llama4};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 
@@ -61,6 +62,7 @@ static const kvcal_arch_wrapper wrappers[] = {
     {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM", "qwen3_5_text", NULL, NULL},
     {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text",
      NULL, NULL},
+    {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text", NULL, NULL},
 };
 
 #define WRAPPERS (sizeof wrappers / sizeof wrappers[0])

@@ -321,11 +321,19 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
     return KVCAL_OK;
 }
 
-/* The norm (when present: per head, or over all heads at once) and RoPE
- * of q or k of layer l, in place. */
+/* The norm (when present: per head, or over all heads at once), RoPE and
+ * the weightless norm after it (Llama 4's) of q or k of layer l, in place;
+ * in a layer without RoPE (Llama 4's NoPE layers) none of them, the
+ * queries (is_q) scaled by the model's temperature instead. */
 static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *norm,
-                      int heads, const int32_t *pos, int64_t n)
+                      int heads, const int32_t *pos, int64_t n, int is_q)
 {
+    if (!kvcal_model_layer_rope(d, l)) {
+        if (is_q && d->attn_temp_scale != 0.0f)
+            kvcal_query_temperature_ref(x, pos, n, heads * d->head_dim,
+                                        d->attn_temp_scale, d->attn_temp_floor);
+        return;
+    }
     if (norm && d->qk_norm_whole)
         kvcal_rmsnorm_ref(x, x, norm, (int)n, heads * d->head_dim, d->norm_eps);
     else if (norm)
@@ -333,6 +341,8 @@ static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *n
     kvcal_rope_scaled_ref(x, pos, kvcal_model_layer_inv_freq(d, l), (int)n, heads,
                           d->head_dim, d->rot_dim, d->rope_interleaved,
                           d->rope_attention_factor);
+    if (d->qk_l2_norm)
+        kvcal_rmsnorm_ref(x, x, NULL, (int)n * heads, d->head_dim, d->norm_eps);
 }
 
 /* Folds K and V (and Q, when the statistics observe it) of every sample
@@ -377,32 +387,36 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     if (need_q)
-        norm_rope(d, c->layer, c->q, weight(c, op->w), d->num_heads, c->pos, c->n);
-    norm_rope(d, c->layer, c->k, weight(c, op->b), d->num_kv_heads, c->pos, c->n);
+        norm_rope(d, c->layer, c->q, weight(c, op->w), d->num_heads, c->pos, c->n, 1);
+    norm_rope(d, c->layer, c->k, weight(c, op->b), d->num_kv_heads, c->pos, c->n, 0);
     return observe_layer >= 0 && c->stats ? observe(c, observe_layer) : KVCAL_OK;
 }
 
 /* Causal attention of each sample's q, k, v into out (rows, heads,
- * head_dim), with op's sinks where it has them. */
+ * head_dim), with op's sinks where it has them; in a chunked layer (Llama
+ * 4's) each chunk of a sample attends as a sequence of its own. */
 static void attend(cpu_backend *c, const kvcal_op *op, float *out)
 {
     const kvcal_model_desc *d = c->base.desc;
-    const int H = d->num_heads;
+    const int H = d->num_heads, chunk = kvcal_model_layer_chunk(d, c->layer);
     int HKV, hd, vd;
     kvcal_model_attention_dims(d, &HKV, &hd, &vd);
-    for (int b = 0; b < c->batch; b++) {
-        const int64_t s = c->start[b];
-        if (op->w != KVCAL_W_NONE) /* sinks (gpt-oss): head_dim == v_dim */
-            kvcal_attention_sinks_ref(
-                out + s * H * hd, c->q + s * H * hd, c->k + s * HKV * hd,
-                c->v + s * HKV * hd, c->lengths[b], H, HKV, hd, d->attn_scale,
-                d->layer_window[c->layer], d->attn_softcap, weight(c, op->w));
-        else
-            kvcal_attention_vdim_ref(out + s * H * vd, c->q + s * H * hd,
-                                     c->k + s * HKV * hd, c->v + s * HKV * vd,
-                                     c->lengths[b], H, HKV, hd, vd, d->attn_scale,
-                                     d->layer_window[c->layer], d->attn_softcap);
-    }
+    for (int b = 0; b < c->batch; b++)
+        for (int at = 0; at < c->lengths[b]; at += chunk ? chunk : c->lengths[b]) {
+            const int64_t s = c->start[b] + at;
+            const int len =
+                chunk && c->lengths[b] - at > chunk ? chunk : c->lengths[b] - at;
+            if (op->w != KVCAL_W_NONE) /* sinks (gpt-oss): head_dim == v_dim */
+                kvcal_attention_sinks_ref(
+                    out + s * H * hd, c->q + s * H * hd, c->k + s * HKV * hd,
+                    c->v + s * HKV * hd, len, H, HKV, hd, d->attn_scale,
+                    d->layer_window[c->layer], d->attn_softcap, weight(c, op->w));
+            else
+                kvcal_attention_vdim_ref(out + s * H * vd, c->q + s * H * hd,
+                                         c->k + s * HKV * hd, c->v + s * HKV * vd, len, H,
+                                         HKV, hd, vd, d->attn_scale,
+                                         d->layer_window[c->layer], d->attn_softcap);
+        }
 }
 
 static kvcal_status attention(kvcal_backend *be, const kvcal_op *op)
@@ -518,6 +532,11 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
                     c->rows[m] = (int32_t)t;
                     c->rows_w[m] = c->route_w[t * K + j];
                     memcpy(c->xs + m * D, x + t * D, sizeof(float) * (size_t)D);
+                    /* Llama 4's: the weight on the expert's input */
+                    for (int i = 0; d->moe_input_weighted && i < D; i++)
+                        c->xs[m * D + i] *= c->rows_w[m];
+                    if (d->moe_input_weighted)
+                        c->rows_w[m] = 1.0f;
                     m++;
                 }
         if (counts)

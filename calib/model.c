@@ -29,6 +29,7 @@ struct kvcal_model {
     int *layer_window;          /* (num_layers) */
     unsigned char *layer_dense; /* (num_layers) */
     unsigned char *layer_linear; /* (num_layers) */
+    unsigned char *layer_nope;   /* (num_layers) */
     float *layer_buf;           /* one layer, fp32, logical weights in order */
     float *head_buf;            /* final norm (hidden) + lm_head (vocab, hidden) */
     const float *final_norm;
@@ -268,6 +269,13 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
     for (int l = 0; d->arch->linear_layer && l < c->num_layers; l++)
         d->linear_layers += m->layer_linear[l] = (c->layer_linear[l / 8] >> (l % 8)) & 1;
     d->layer_linear = m->layer_linear;
+    if (c->nope_layers) {
+        if (!(m->layer_nope = calloc((size_t)c->num_layers, 1)))
+            return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", m->path);
+        for (int l = 0; l < c->num_layers; l++)
+            m->layer_nope[l] = (c->layer_nope[l / 8] >> (l % 8)) & 1;
+        d->layer_nope = m->layer_nope;
+    }
     d->lin_k_heads = c->linear_num_key_heads;
     d->lin_v_heads = c->linear_num_value_heads;
     d->lin_k_head_dim = c->linear_key_head_dim;
@@ -308,7 +316,8 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
                           "%s: partial_rotary_factor %g gives %d rotated channels of "
                           "head_dim %d; it must be a positive even number",
                           m->path, prf, d->rot_dim, d->head_dim);
-    d->rope_interleaved = d->mla; /* vLLM's DeepSeek rotary: is_neox_style False */
+    /* vLLM's DeepSeek rotary: is_neox_style False; a family's own (Llama 4) */
+    d->rope_interleaved = d->rope_interleaved || d->mla;
     d->rope_attention_factor = 1.0f;
     m->inv_freq = malloc(sizeof(float) * (size_t)(d->rot_dim / 2));
     if (!m->inv_freq)
@@ -849,6 +858,7 @@ void kvcal_model_close(kvcal_model_t *m)
     free(m->layer_window);
     free(m->layer_dense);
     free(m->layer_linear);
+    free(m->layer_nope);
     free(m->layer_buf);
     free(m->head_buf);
     free(m);

@@ -246,6 +246,16 @@ const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer)
                                                              : d->inv_freq;
 }
 
+int kvcal_model_layer_rope(const kvcal_model_desc *d, int layer)
+{
+    return !d->layer_nope || !d->layer_nope[layer];
+}
+
+int kvcal_model_layer_chunk(const kvcal_model_desc *d, int layer)
+{
+    return kvcal_model_layer_rope(d, layer) ? d->attention_chunk : 0;
+}
+
 int kvcal_model_weight_copies(const kvcal_model_desc *d, kvcal_weight w)
 {
     if (!kvcal_model_has_weight(d, w))

@@ -90,6 +90,18 @@ struct kvcal_model_desc {
      * ln(1 + floor(pos / it)) (Ministral 3's llama_4_scaling_beta), which the
      * engines do not agree on: samples stop before it */
     int query_scaling_from;
+    /* Llama 4: layers without RoPE (layer_nope[l] 1; NULL: none), whose
+     * queries are scaled by 1 + attn_temp_scale ln(1 + floor((pos + 1) /
+     * attn_temp_floor)) (attn_temp_scale 0: as they are); the layers with
+     * RoPE attend within chunks of attention_chunk tokens (0: none) and,
+     * with qk_l2_norm, RMS-normalize each head of q and k without a weight
+     * after RoPE; moe_input_weighted: an expert's routing weight scales its
+     * input (apply_router_weight_on_input), its output is summed as it is */
+    const unsigned char *layer_nope; /* (num_layers); owned */
+    float attn_temp_scale, attn_temp_floor;
+    int attention_chunk;
+    int qk_l2_norm;
+    int moe_input_weighted;
     /* a hybrid model (Qwen3-Next, Qwen3.5): linear-attention layers, a gated
      * delta-net that caches no entry per token (a fixed-size state instead),
      * among its attention layers, whose output is gated (attn_gate:
@@ -119,6 +131,14 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
 
 /* RoPE frequencies of layer l (rot_dim / 2). */
 const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer);
+
+/* Whether layer l of model d rotates q and k (all but Llama 4's NoPE layers). */
+int kvcal_model_layer_rope(const kvcal_model_desc *d, int layer);
+
+/* The chunk layer l of model d attends within (Llama 4's layers with
+ * RoPE: attention_chunk tokens; a query at position p sees the keys from
+ * p - p % chunk to p), 0: none. */
+int kvcal_model_layer_chunk(const kvcal_model_desc *d, int layer);
 
 /* The attention's shape in model d: the kv heads it reads, the head size
  * of q and k and that of v (MLA: num_heads decompressed heads; else

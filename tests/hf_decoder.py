@@ -4,12 +4,17 @@ tests/make_golden.py, tests/fp8_reference.py and tests/gpu_vs_transformers.py).
 
 A causal LM keeps its layers in model.model.layers; a multimodal wrapper
 (Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration,
-Qwen3VLForConditionalGeneration) in model.model.language_model.layers, and
+Qwen3VLForConditionalGeneration) in model.model.language_model.layers
+(Llama4ForConditionalGeneration: model.language_model.model.layers), and
 runs its language model alone on text."""
+
+import sys
 
 
 def decoder_layers(model):
-    inner = model.model
+    """Llama4ForConditionalGeneration keeps a whole causal LM in
+    model.language_model."""
+    inner = model.model if hasattr(model, "model") else model.language_model.model
     return getattr(inner, "language_model", inner).layers
 
 
@@ -55,4 +60,19 @@ def project_kv(module, hs):
     k, v = k.reshape(shape), v.reshape(shape)
     if hasattr(module, "k_norm") and not whole:
         k = module.k_norm(k)
+    return k, v
+
+
+def llama4_kv(module, hs, freqs_cis):
+    """The K and V Llama 4's attention module `module` caches on hidden
+    states hs, as (..., kv heads, head_dim): K rotated (transformers'
+    complex rotation of pairs) in a layer with RoPE, then normalized
+    without a weight where the layer has its qk_norm; V as projected."""
+    shape = (*hs.shape[:-1], -1, module.head_dim)
+    k, v = module.k_proj(hs).view(shape), module.v_proj(hs).view(shape)
+    if module.use_rope:
+        rotate = sys.modules[type(module).__module__].apply_rotary_emb
+        _, k = rotate(k, k, freqs_cis)
+    if hasattr(module, "qk_norm"):
+        k = module.qk_norm(k)
     return k, v

@@ -61,7 +61,7 @@ import sys
 
 import numpy as np
 
-from hf_decoder import decoder_layers, from_config, model_class, project_kv
+from hf_decoder import decoder_layers, from_config, llama4_kv, model_class, project_kv
 from hf_mla import is_mla, mla_entry
 
 OUT = os.path.join("tests", "fixtures", "golden")
@@ -369,6 +369,25 @@ def wrapper_configs(tf, common):
                                patch_size=14, head_dim=16),
             image_token_index=VOCAB - 1, tie_word_embeddings=False),
          "bfloat16", "new", "float64"),
+        # Llama 4 as released (language_model.model.layers; Maverick's
+        # features): no q/k norm, no temperature tuning, top-1 of 4 in every
+        # layer, layer 1 without RoPE, the others in chunks of 16
+        ("llama4_mm_top1_chunk16_bf16", tf.Llama4Config(
+            text_config=dict(
+                hidden_size=64, intermediate_size=32, intermediate_size_mlp=48,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=1,
+                no_rope_layer_interval=2, attention_chunk_size=16, use_qk_norm=False,
+                attn_temperature_tuning=False, vocab_size=VOCAB,
+                tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                **dict(text, num_hidden_layers=3)),
+            vision_config=dict(vision, image_size=28, patch_size=14, vision_output_dim=64,
+                               projector_input_dim=64, projector_output_dim=64,
+                               pixel_shuffle_ratio=0.5),
+            image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2,
+            eoi_token_index=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
         ("qwen3_vl_mrope_qknorm_bf16", tf.Qwen3VLConfig(
             text_config=dict(
                 hidden_size=64, intermediate_size=96, num_attention_heads=4,
@@ -603,6 +622,23 @@ def moe_configs(tf, common):
             num_experts_per_tok=3, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, rotary_dim=8, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "released", "float64"),
+        # Llama 4 (Scout's features): RoPE on pairs with llama3 scaling and
+        # the weightless q/k norm in layers 0, 1 and 3, which attend within
+        # chunks of 8 tokens; layer 2 without RoPE, attending to every key,
+        # its queries scaled by the temperature tuning from position 7 on
+        # (floor_scale 8); a MoE every other layer (top-2 of 4, the sigmoids
+        # weighing the experts' inputs, a shared expert), dense MLPs between
+        ("llama4_nope_chunk8_temp_e4_top2_bf16", tf.Llama4TextConfig(
+            hidden_size=64, intermediate_size=32, intermediate_size_mlp=48,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            num_local_experts=4, num_experts_per_tok=2, interleave_moe_layer_step=2,
+            no_rope_layer_interval=3, attention_chunk_size=8, floor_scale=8,
+            attn_scale=0.1, use_qk_norm=True, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                             "factor": 4.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 16},
+            **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
     ]
 
 
@@ -725,7 +761,8 @@ def randomize(model, torch):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".mlp.gate.weight") or name.endswith(".mlp.router.weight"):
+            elif name.endswith((".mlp.gate.weight", ".mlp.router.weight",
+                                ".feed_forward.router.weight")):
                 p.copy_(1.0 * torch.randn(p.shape, generator=g))
             elif name.endswith("self_attn.sinks"):  # near the scores: some heads sink more
                 p.copy_(1.0 + 1.5 * torch.randn(p.shape, generator=g))
@@ -826,9 +863,16 @@ def capture_kv(model, torch):
         e = entry.detach().numpy().copy()
         seen.append((e, e))
 
+    def llama4_hook(module, args, kwargs):
+        hs = kwargs.get("hidden_states", args[0] if args else None)
+        k, v = llama4_kv(module, hs, kwargs["position_embeddings"])
+        seen.append((k[0].detach().numpy().copy(), v[0].detach().numpy().copy()))
+
     def make_hook(attn):
         if is_mla(attn):
             return mla_hook
+        if type(attn).__name__ == "Llama4TextAttention":
+            return llama4_hook
         rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
 
         def hook(module, args, kwargs):

@@ -322,6 +322,20 @@ static void runner_matches_transformers_minimax_m2_whole_projection_qk_norm(void
                                       "5000000.0, \"partial_rotary_factor\": 0.5}}"));
 }
 
+/* Llama 4 (Scout's features): RoPE on pairs, llama3-scaled, then the
+ * weightless q/k norm, within chunks of 8 tokens, in layers 0, 1 and 3;
+ * layer 2 without RoPE over every key, its queries temperature-scaled from
+ * position 7 on; top-2 of 4 experts every other layer, their sigmoids on
+ * the experts' inputs, a shared expert; dense MLPs of their own size in
+ * between. Then as released (Maverick's features, in the multimodal
+ * wrapper under language_model.): no q/k norm nor temperature, top-1 in
+ * every layer, chunks of 16. */
+static void runner_matches_transformers_llama4_nope_chunked_layers(void)
+{
+    check_against_golden("llama4_nope_chunk8_temp_e4_top2_bf16");
+    check_against_golden("llama4_mm_top1_chunk16_bf16");
+}
+
 /* Phi-3: q/k/v and gate/up fused in the checkpoint, partial rotary (8 of 16
  * channels), longrope with the long factors and their attention factor,
  * a sliding window of 16. */
@@ -841,11 +855,11 @@ static void model_open_lists_the_supported_architectures(void)
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, "
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
-        "Gemma3ForConditionalGeneration, "
+        "Llama4ForCausalLM, Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
-        "Qwen2VLForConditionalGeneration, Qwen3_5ForConditionalGeneration and "
-        "Qwen3_5MoeForConditionalGeneration");
+        "Qwen2VLForConditionalGeneration, Qwen3_5ForConditionalGeneration, "
+        "Qwen3_5MoeForConditionalGeneration and Llama4ForConditionalGeneration");
 }
 
 /* A wrapper whose text_config is another language model than the one kvcal
@@ -1686,6 +1700,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_qwen2_moe_shared_expert_sigmoid_gate),
     KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
     KVCAL_TEST(runner_matches_transformers_minimax_m2_whole_projection_qk_norm),
+    KVCAL_TEST(runner_matches_transformers_llama4_nope_chunked_layers),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

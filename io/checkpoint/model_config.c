@@ -228,7 +228,10 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"glm_moe_dsa", 202752, 154880, 12288},
                     {"gpt_oss", 131072, 201088, 2880},
                     {"minimax_m2", 196608, 200064, 1536},
-                    {"ministral3", 262144, 131072, 14336}};
+                    {"ministral3", 262144, 131072, 14336},
+                    /* Llama 4's experts' size; its dense MLP's is
+                       intermediate_size_mlp (cfg_read_llama4) */
+                    {"llama4_text", 131072, 202048, 8192}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (!strcmp(c->model_type, defaults[i].model_type)) {
             c->max_position_embeddings = defaults[i].context;
@@ -507,6 +510,7 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
     else if (!strcmp(c->model_type, "minimax_m2"))
         c->rope_theta = 5000000.0;
     else if (!strcmp(c->model_type, "qwen3_vl_text") ||
+             !strcmp(c->model_type, "llama4_text") ||
              !strcmp(c->model_type, "qwen3_vl_moe_text"))
         c->rope_theta = 500000.0;
     else if (!strcmp(family_type(c->model_type), "qwen2") &&
@@ -588,7 +592,7 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         return s;
     c->num_kv_heads = c->num_attention_heads;
     if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
-        if (!strcmp(c->model_type, "mistral"))
+        if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "llama4_text"))
             c->num_kv_heads = 8;
         else if (!strcmp(family_type(c->model_type), "qwen2") ||
                  !strcmp(family_type(c->model_type), "qwen3"))
@@ -617,7 +621,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
     }
     const int qwen3 = !strcmp(family_type(c->model_type), "qwen3");
     const int minimax = !strcmp(c->model_type, "minimax_m2") ||
-                        !strcmp(c->model_type, "ministral3"); /* head_dim 128 */
+                        !strcmp(c->model_type, "ministral3") ||
+                        !strcmp(c->model_type, "llama4_text"); /* head_dim 128 */
     if (qwen3 || minimax || !strcmp(c->model_type, "gemma3_text") ||
         !strcmp(c->model_type, "gemma2") || gated_delta_type(c->model_type)) {
         c->head_dim = qwen3 || minimax ? 128 : 256;
@@ -1139,7 +1144,8 @@ static const char *const known_kv_families[] = {"llama",
                                                 "qwen3_5_text",
                                                 "qwen3_5_moe_text",
                                                 "minimax_m2",
-                                                "ministral3"};
+                                                "ministral3",
+                                                "llama4_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1354,6 +1360,179 @@ static kvcal_status cfg_read_gpt_oss(const cfg_obj *top, kvcal_model_config *c)
     return s ? s : cfg_number(top, "swiglu_alpha", &c->swiglu_alpha);
 }
 
+/* A list of num_layers 0 / 1 flags (Llama 4's no_rope_layers) into bits
+ * (bit l set where entry l is 1); absent or empty: *given 0. */
+static kvcal_status cfg_layer_flags(const cfg_obj *top, const char *key, int num_layers,
+                                    unsigned char *bits, int *given)
+{
+    const cJSON *list = cfg_item(top, key), *it;
+    *given = 0;
+    if (!list || (cJSON_IsArray(list) && !cJSON_GetArraySize(list)))
+        return KVCAL_OK;
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != num_layers) {
+        char want[64];
+        snprintf(want, sizeof want, "an array of num_hidden_layers (%d) 0 / 1 entries",
+                 num_layers);
+        return cfg_bad(top, key, list, want);
+    }
+    int i = 0;
+    cJSON_ArrayForEach(it, list)
+    {
+        if (!cJSON_IsNumber(it) || (it->valuedouble != 0 && it->valuedouble != 1)) {
+            char at[48];
+            snprintf(at, sizeof at, "%s[%d]", key, i);
+            return cfg_bad(top, at, it, "0 or 1");
+        }
+        if (it->valuedouble == 1)
+            bits[i / 8] |= (unsigned char)(1u << (i % 8));
+        i++;
+    }
+    *given = 1;
+    return KVCAL_OK;
+}
+
+/* Llama 4's moe_layers, which transformers reads, against the MoE layers
+ * vLLM and sglang build from interleave_moe_layer_step (layer l when (l +
+ * 1) % step == 0): an error naming the first layer they part on. */
+static kvcal_status cfg_llama4_moe_layers(const cfg_obj *top, kvcal_model_config *c)
+{
+    const cJSON *list = cfg_item(top, "moe_layers"), *it;
+    if (!list)
+        return KVCAL_OK;
+    if (!cJSON_IsArray(list))
+        return cfg_bad(top, "moe_layers", list, "an array of layer indices");
+    unsigned char listed[KVCAL_LAYER_BITS / 8] = {0};
+    int i = 0;
+    cJSON_ArrayForEach(it, list)
+    {
+        if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+            it->valuedouble < 0 || it->valuedouble >= c->num_layers) {
+            char at[32], want[64];
+            snprintf(at, sizeof at, "moe_layers[%d]", i);
+            snprintf(want, sizeof want, "a layer index in [0, %d)", c->num_layers);
+            return cfg_bad(top, at, it, want);
+        }
+        const int l = (int)it->valuedouble;
+        listed[l / 8] |= (unsigned char)(1u << (l % 8));
+        i++;
+    }
+    for (int l = 0; l < c->num_layers; l++) {
+        const int moe = !((c->layer_dense[l / 8] >> (l % 8)) & 1);
+        if (((listed[l / 8] >> (l % 8)) & 1) != moe)
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: field \"%smoe_layers\" %s layer %d, but "
+                "interleave_moe_layer_step %d makes it %s: transformers builds "
+                "its layers from moe_layers, vLLM and sglang from the step, so "
+                "their K and V would differ; fix one of the fields",
+                top->name, top->prefix, moe ? "leaves out" : "lists", l,
+                c->decoder_sparse_step, moe ? "a MoE layer" : "dense");
+    }
+    return KVCAL_OK;
+}
+
+/* Llama 4's layer_types, which transformers' masks follow, against the
+ * chunked layers vLLM and sglang build (those with RoPE, when
+ * attention_chunk_size is set). */
+static kvcal_status cfg_llama4_layer_types(const cfg_obj *top, kvcal_model_config *c)
+{
+    const cJSON *types = cfg_item(top, "layer_types");
+    int i = 0;
+    for (const cJSON *t = types ? types->child : NULL; t; t = t->next, i++) {
+        const int rope = !((c->layer_nope[i / 8] >> (i % 8)) & 1);
+        const char *want =
+            rope && c->attention_chunk_size ? "chunked_attention" : "full_attention";
+        if (strcmp(t->valuestring, want))
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: field \"%slayer_types[%d]\" is \"%s\", but layer %d %s: "
+                "vLLM and sglang attend %s there, transformers as layer_types "
+                "says; fix the entry (\"%s\")",
+                top->name, top->prefix, i, t->valuestring, i,
+                rope ? "has RoPE" : "has no RoPE (no_rope_layers)",
+                !strcmp(want, "full_attention") ? "over the whole sequence"
+                                                : "within attention_chunk_size tokens",
+                want);
+    }
+    return KVCAL_OK;
+}
+
+/* Llama 4's language model (see kvcal_model_config), with
+ * Llama4TextConfig's defaults. */
+static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "llama4_text"))
+        return KVCAL_OK;
+    kvcal_status s;
+    int interval = 4, given = 0, found = 0, tuning = 1;
+    c->qk_norm = 1;
+    c->num_experts = 16;
+    c->num_experts_per_tok = 1;
+    c->decoder_sparse_step = 1;
+    c->routed_scaling_factor = 1.0;
+    c->moe_groups = c->moe_topk_groups = 1;
+    c->moe_sigmoid = 1; /* the sigmoid of the top-k logits, not renormalized */
+    c->moe_intermediate_size = c->intermediate_size;
+    c->intermediate_size = 16384;
+    c->attention_chunk_size = 8192;
+    c->attn_temperature_scale = 0.1;
+    c->attn_temperature_floor = 8192.0;
+    if (!cfg_item(top, "rms_norm_eps"))
+        c->rms_norm_eps = 1e-5;
+    const cJSON *t = cfg_item(top, "attn_temperature_tuning");
+    if (t && !cJSON_IsBool(t) && !cJSON_IsNumber(t)) /* early releases: 4 */
+        return cfg_bad(top, "attn_temperature_tuning", t, "true, false or a number");
+    if (t)
+        tuning = cJSON_IsBool(t) ? cJSON_IsTrue(t) : t->valuedouble != 0;
+    if ((s = cfg_bool(top, "use_qk_norm", &c->qk_norm)) != KVCAL_OK ||
+        (s = cfg_int(top, "num_local_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "num_experts_per_tok", 1, KVCAL_CONFIG_MAX_HEADS,
+                     &c->num_experts_per_tok, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "intermediate_size_mlp", 1, INT_MAX, &c->intermediate_size,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "interleave_moe_layer_step", 1, KVCAL_CONFIG_MAX_LAYERS,
+                     &c->decoder_sparse_step, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "no_rope_layer_interval", 1, KVCAL_CONFIG_MAX_LAYERS, &interval,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "attention_chunk_size", 1, INT_MAX, &c->attention_chunk_size,
+                     &found)) != KVCAL_OK ||
+        (s = cfg_double(top, "floor_scale", 0.0, INFINITY, &c->attn_temperature_floor,
+                        NULL)) != KVCAL_OK ||
+        (s = cfg_number(top, "attn_scale", &c->attn_temperature_scale)) != KVCAL_OK ||
+        (s = cfg_layer_flags(top, "no_rope_layers", c->num_layers, c->layer_nope,
+                             &given)) != KVCAL_OK)
+        return s;
+    /* an explicit null: no chunks */
+    if (!found && cJSON_GetObjectItemCaseSensitive(top->obj, "attention_chunk_size"))
+        c->attention_chunk_size = 0;
+    if (!tuning)
+        c->attn_temperature_scale = 0.0;
+    c->shared_expert_intermediate_size = c->moe_intermediate_size;
+    /* no_rope_layers' 1 entries rotate: the bits are flipped into NoPE bits */
+    for (int l = 0; l < c->num_layers; l++) {
+        const int rope =
+            given ? (c->layer_nope[l / 8] >> (l % 8)) & 1 : (l + 1) % interval != 0;
+        c->layer_nope[l / 8] &= (unsigned char)~(1u << (l % 8));
+        if (!rope) {
+            c->layer_nope[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->nope_layers++;
+        }
+        if ((l + 1) % c->decoder_sparse_step) {
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->dense_layers++;
+        }
+    }
+    if (c->num_experts_per_tok > c->num_experts)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%snum_experts_per_tok\" (%d) is above "
+                          "num_local_experts (%d); fix one of them",
+                          top->name, top->prefix, c->num_experts_per_tok, c->num_experts);
+    if ((s = cfg_llama4_moe_layers(top, c)) != KVCAL_OK)
+        return s;
+    return cfg_llama4_layer_types(top, c);
+}
+
 /* MiniMax-M2's released configs give partial RoPE as rotary_dim, which
  * transformers' and vLLM's MiniMax-M2 turn into partial_rotary_factor
  * rotary_dim / head_dim where the config has no partial_rotary_factor (read
@@ -1455,6 +1634,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_kv_layers(f, c)) != KVCAL_OK ||
         (s = cfg_read_moe(f, c)) != KVCAL_OK || (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
         (s = cfg_read_gpt_oss(f, c)) != KVCAL_OK ||
+        (s = cfg_read_llama4(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)

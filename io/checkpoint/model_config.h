@@ -180,6 +180,23 @@ typedef struct kvcal_model_config {
     int linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;
 
+    /* Llama 4's language model (llama4_text; 0 elsewhere), with the
+     * transformers class defaults where a field is absent: layers without
+     * RoPE (no_rope_layers' 0 entries, by default every
+     * no_rope_layer_interval-th), whose queries are scaled by 1 +
+     * attn_temperature_scale ln(1 + floor((pos + 1) / floor_scale)) when
+     * attn_temperature_tuning; the layers with RoPE attend within chunks of
+     * attention_chunk_size tokens and normalize q and k without a weight
+     * after RoPE (qk_norm: use_qk_norm); the MoE layers every
+     * interleave_moe_layer_step-th (layer_dense the others; intermediate_size
+     * is intermediate_size_mlp, the dense layers', the experts' and the
+     * shared expert's moe_intermediate_size) */
+    unsigned char layer_nope[KVCAL_LAYER_BITS / 8]; /* bit l: layer l has no RoPE */
+    int nope_layers;
+    int attention_chunk_size;      /* 0: none */
+    double attn_temperature_scale; /* attn_scale, 0 without attn_temperature_tuning */
+    double attn_temperature_floor; /* floor_scale */
+
     /* gpt-oss (gpt_oss; 0 elsewhere) */
     double swiglu_limit; /* the experts' SwiGLU clamp (7) */
     double swiglu_alpha; /* its sigmoid's gain (1.702) */

@@ -95,7 +95,7 @@ void kvcal_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int
             ss += (double)xr[i] * xr[i];
         float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
         for (int i = 0; i < dim; i++)
-            o[i] = w[i] * (xr[i] * inv);
+            o[i] = w ? w[i] * (xr[i] * inv) : xr[i] * inv;
     }
 }
 
@@ -246,6 +246,17 @@ void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq,
                 v[b] = x1 * c + x0 * s;
             }
         }
+    }
+}
+
+void kvcal_query_temperature_ref(float *x, const int32_t *pos, int64_t rows, int cols,
+                                 float scale, float floor_scale)
+{
+    for (int64_t t = 0; t < rows; t++) {
+        const float f =
+            log1pf(floorf(((float)pos[t] + 1.0f) / floor_scale)) * scale + 1.0f;
+        for (int i = 0; i < cols; i++)
+            x[t * cols + i] *= f;
     }
 }
 

@@ -9,7 +9,8 @@
 
 #include "kernels/kv_observer.h"
 
-/* out (rows, dim) = x * rsqrt(mean(x^2) + eps) * w ; x (rows, dim), w (dim) */
+/* out (rows, dim) = x * rsqrt(mean(x^2) + eps) * w ; x (rows, dim), w (dim),
+ * or NULL: no weight (Llama 4's q/k norm) */
 void kvcal_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim,
                        float eps);
 
@@ -31,6 +32,12 @@ void kvcal_rope_ref(float *x, const int32_t *pos, const float *inv_freq, int tok
 void kvcal_rope_scaled_ref(float *x, const int32_t *pos, const float *inv_freq,
                            int tokens, int heads, int head_dim, int rot_dim,
                            int interleaved, float attention_factor);
+
+/* In place: each row t of x (rows, cols) times 1 + scale ln(1 + floor((pos[t]
+ * + 1) / floor_scale)) (Llama 4's attention temperature tuning of the
+ * queries of its layers without RoPE). */
+void kvcal_query_temperature_ref(float *x, const int32_t *pos, int64_t rows, int cols,
+                                 float scale, float floor_scale);
 
 /* The host counterpart of kernels/cuda/ops.h's kvcal_rope_cfg. */
 typedef struct kvcal_rope_ref_cfg {
