@@ -347,8 +347,10 @@ static void trtllm_export_writes_every_rank_and_reads_back(void)
 // --- architectures an engine reads no scales for ----------------------------------
 
 /* sglang 0.5.23 refuses a legacy file at start for a model class without
- * load_kv_cache_scales (Qwen3.5 here); make test-engines checks the list
- * against every architecture of the installed sglang. */
+ * load_kv_cache_scales (Qwen3.5 here), fails or ignores it where the class
+ * hands it to a model class without one (Llama 4, GLM-5 Next); make
+ * test-engines checks the lists against every architecture of the
+ * installed sglang. */
 static void legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for(void)
 {
     const char *json = "{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": "
@@ -375,6 +377,27 @@ static void legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for
     CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
     CU_ASSERT(has_finding(rep, "no load_kv_cache_scales"));
     kvcal_report_destroy(rep);
+    /* Llama 4's class has the method but hands the file to its model,
+     * whose class has none: sglang fails at start too; GLM-5 Next's asks
+     * first and keeps every scale at 1.0 */
+    static const struct {
+        const char *arch, *finding;
+    } handed[] = {{"Llama4ForCausalLM", "AttributeError"},
+                  {"Glm5NextForConditionalGeneration", "every scale stays 1.0"}};
+    for (size_t i = 0; i < sizeof handed / sizeof handed[0]; i++) {
+        char c[512];
+        snprintf(c, sizeof c,
+                 "{\"architectures\": [\"%s\"], \"model_type\": \"llama\", "
+                 "\"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                 "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                 "\"vocab_size\": 512}",
+                 handed[i].arch);
+        kvcal_test_write_file(p, c, strlen(c));
+        CU_ASSERT_EQUAL_FATAL(kvcal_scales_validate_file(file, dir, 1, &rep), KVCAL_OK);
+        CU_ASSERT_FALSE(kvcal_report_passes(rep, 0));
+        CU_ASSERT(has_finding(rep, handed[i].finding));
+        kvcal_report_destroy(rep);
+    }
 }
 
 static void format_names_round_trip(void)

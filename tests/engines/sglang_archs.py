@@ -3,10 +3,17 @@
 sglang/srt/models named in an EntryClass whose class, or a base class (by
 name, across the folder), defines load_kv_cache_scales. For every other one
 load_model_utils.py raises RuntimeError at start when
---quantization-param-path is given with an fp8_e4m3 cache.
+--quantization-param-path is given with an fp8_e4m3 cache. Of those that
+have it, the ones whose load_kv_cache_scales hands the file to its model
+(self.model.load_kv_cache_scales, Llama's) while the model class they build
+(self.model = X(...) in __init__, else what _init_model returns) has none
+fail at start too (AttributeError: Llama 4's, "broken"), or, where the
+hand-over asks getattr first, start with a warning and the scales left at
+1.0 ("ignores").
 
 usage: sglang_archs.py [MODELS_DIR]  (default: the installed sglang's)
-prints {"supports": [...], "lacks": [...]} as JSON.
+prints {"supports": [...], "lacks": [...], "broken": [...], "ignores": [...]}
+as JSON.
 """
 import ast
 import json
@@ -14,36 +21,103 @@ import os
 import sys
 
 
+def built_model(fn):
+    """The class name X of `self.model = X(...)` in function fn, or of the
+    X(...) it returns (an _init_model), else None."""
+    for n in ast.walk(fn):
+        call = None
+        if isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == "model" and
+                isinstance(t.value, ast.Name) and t.value.id == "self" for t in n.targets):
+            call = n.value
+        elif isinstance(n, ast.Return) and fn.name == "_init_model":
+            call = n.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+            return call.func.id
+    return None
+
+
 def scan(root):
-    classes, entry = {}, set()
+    classes, imports, entry = {}, {}, []  # (module, class), module -> {name: module}
     for f in sorted(os.listdir(root)):
         if not f.endswith(".py"):
             continue
+        mod = f[:-3]
         try:
             tree = ast.parse(open(os.path.join(root, f)).read())
         except (SyntaxError, UnicodeDecodeError):
             continue
+        imports[mod] = {}
         for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "sglang.srt.models."):
+                for a in node.names:
+                    imports[mod][a.asname or a.name] = node.module.rsplit(".", 1)[1]
             if isinstance(node, ast.ClassDef):
                 bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
                          for b in node.bases]
-                has = any(isinstance(n, ast.FunctionDef) and n.name == "load_kv_cache_scales"
-                          for n in node.body)
-                classes[node.name] = (bases, has)
+                methods = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
+                classes[(mod, node.name)] = (bases, methods)
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
                 v = node.value
                 elts = v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]
-                entry.update(e.id for e in elts if isinstance(e, ast.Name))
+                entry += [(mod, e.id) for e in elts if isinstance(e, ast.Name)]
 
-    def has(c, seen=()):
-        if c not in classes or c in seen:
-            return False
-        bases, h = classes[c]
-        return h or any(has(b, seen + (c,)) for b in bases)
+    def resolve(mod, name):
+        """The class `name` means in module mod: its own, the one it imports
+        from another module of the folder, else any of that name."""
+        if (mod, name) in classes:
+            return (mod, name)
+        other = imports.get(mod, {}).get(name)
+        if other and (other, name) in classes:
+            return (other, name)
+        return next((k for k in classes if k[1] == name), None)
 
-    return {"supports": sorted(c for c in entry if has(c)),
-            "lacks": sorted(c for c in entry if not has(c))}
+    def lookup(c, name, seen=()):
+        """The method `name` class c resolves to (through its bases), or None."""
+        if c is None or c not in classes or c in seen:
+            return None
+        bases, methods = classes[c]
+        if name in methods:
+            return methods[name]
+        return next((m for m in (lookup(resolve(c[0], b), name, seen + (c,))
+                                 for b in bases) if m), None)
+
+    def model_class(c):
+        """The class c builds as self.model (its __init__'s, else its _init_model's)."""
+        for name in ("__init__", "_init_model"):
+            fn = lookup(c, name)
+            x = built_model(fn) if fn else None
+            if x:
+                return resolve(c[0], x)
+        return None
+
+    def delegates(fn):
+        return any(isinstance(n, ast.Attribute) and n.attr == "load_kv_cache_scales" and
+                   isinstance(n.value, ast.Attribute) and n.value.attr == "model"
+                   for n in ast.walk(fn))
+
+    def guarded(fn):
+        """fn asks getattr / hasattr for the model's load_kv_cache_scales first."""
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and
+                   n.func.id in ("getattr", "hasattr") and
+                   any(isinstance(a, ast.Constant) and a.value == "load_kv_cache_scales"
+                       for a in n.args) for n in ast.walk(fn))
+
+    def kind(c):
+        fn = lookup(c, "load_kv_cache_scales")
+        if not fn:
+            return "lacks"
+        m = model_class(c) if delegates(fn) else None
+        if m and not lookup(m, "load_kv_cache_scales"):
+            return "ignores" if guarded(fn) else "broken"
+        return "supports"
+
+    out = {"supports": [], "lacks": [], "broken": [], "ignores": []}
+    for c in sorted(set(entry), key=lambda k: k[1]):
+        out[kind(c)].append(c[1])
+    return out
 
 
 def installed():
