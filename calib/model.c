@@ -57,7 +57,7 @@ static void rope_llama3(float *inv_freq, int n, const kvcal_model_config *c)
         double f = inv_freq[i], wavelen = 2.0 * M_PI / f;
         if (wavelen > lo_wavelen) {
             f /= c->rope_factor;
-        } else if (wavelen >= hi_wavelen) {
+        } else if (wavelen >= hi_wavelen && hi > lo) {
             double smooth = (old_ctx / wavelen - lo) / (hi - lo);
             f = (1.0 - smooth) * f / c->rope_factor + smooth * f;
         }
@@ -336,11 +336,11 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
         break;
     case KVCAL_ROPE_LLAMA3:
         if (!(c->rope_factor > 0) ||
-            !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
+            !(c->rope_high_freq_factor >= c->rope_low_freq_factor) ||
             !(c->rope_low_freq_factor > 0) || c->rope_original_max_position <= 0)
             return kvcal_fail(KVCAL_ERR_FORMAT,
                               "%s: llama3 rope scaling needs factor > 0, "
-                              "0 < low_freq_factor < high_freq_factor and "
+                              "0 < low_freq_factor <= high_freq_factor and "
                               "original_max_position_embeddings > 0",
                               m->path);
         rope_llama3(m->inv_freq, d->rot_dim / 2, c);

@@ -208,6 +208,8 @@ static void print_model(const char *path, const kvcal_model_config *c,
                {"rope_attention_factor", c->rope_attention_factor},
                {"rope_rotary_dim", x->rot_dim},
                {"query_scaling_from", c->query_scaling_from},
+               {"nope_layers", c->nope_layers},
+               {"attention_chunk_size", c->attention_chunk_size},
                {"parameters", (double)x->params},
                {"kv_lora_rank", c->kv_lora_rank},
                {"qk_rope_head_dim", c->qk_rope_head_dim},
@@ -292,6 +294,15 @@ static void print_model(const char *path, const kvcal_model_config *c,
     }
     if (c->sliding_window)
         printf(", sliding window %d", c->sliding_window);
+    if (c->attention_chunk_size) /* Llama 4 */
+        printf(", chunks of %d tokens in the layers with RoPE", c->attention_chunk_size);
+    if (c->nope_layers) {
+        printf(", %d layer%s without RoPE", c->nope_layers,
+               c->nope_layers == 1 ? "" : "s");
+        if (c->attn_temperature_scale != 0.0)
+            printf(" (queries x (1 + %g ln(1 + floor((pos + 1) / %g))))",
+                   c->attn_temperature_scale, c->attn_temperature_floor);
+    }
     if (c->linear_num_key_heads) /* Qwen3-Next, Qwen3.5 */
         printf(
             ", output gated\n  linear attn     gated delta-net: %d key heads of %d, %d "

@@ -369,9 +369,10 @@ def wrapper_configs(tf, common):
                                patch_size=14, head_dim=16),
             image_token_index=VOCAB - 1, tie_word_embeddings=False),
          "bfloat16", "new", "float64"),
-        # Llama 4 as released (language_model.model.layers; Maverick's
-        # features): no q/k norm, no temperature tuning, top-1 of 4 in every
-        # layer, layer 1 without RoPE, the others in chunks of 16
+        # Llama 4 as released (language_model.model.layers): no q/k norm,
+        # no temperature tuning (Maverick's), top-1 of 4 in every layer, layer
+        # 1 without RoPE, the others in chunks of 16; Scout's llama3 RoPE
+        # (low_freq_factor = high_freq_factor: no smoothed band)
         ("llama4_mm_top1_chunk16_bf16", tf.Llama4Config(
             text_config=dict(
                 hidden_size=64, intermediate_size=32, intermediate_size_mlp=48,
@@ -380,7 +381,10 @@ def wrapper_configs(tf, common):
                 no_rope_layer_interval=2, attention_chunk_size=16, use_qk_norm=False,
                 attn_temperature_tuning=False, vocab_size=VOCAB,
                 tie_word_embeddings=False,
-                rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                 "factor": 16.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 1.0,
+                                 "original_max_position_embeddings": 8},
                 **dict(text, num_hidden_layers=3)),
             vision_config=dict(vision, image_size=28, patch_size=14, vision_output_dim=64,
                                projector_input_dim=64, projector_output_dim=64,

@@ -533,14 +533,14 @@ static void eval_device_cuda_without_a_device_exits_2_and_names_device_cpu(void)
     CU_ASSERT(kvcal_test_kvcal_stderr_has("--device cpu"));
 }
 
-/* gpt-oss's simulated cache: the attention on the exact K and V that the
- * round trip's error is measured against has the sinks and the windows of
- * the attention the model runs (each layer's error then stays near what
- * the cache format costs, 2-4% on this model; an exact attention without
- * the sinks is off by 21% and 41%). */
-static void eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows(void)
+/* Calibrates golden model `name` on 4 samples of 48 ids and evaluates its
+ * static-head and dynamic caches (cpu runner): the layers reported over
+ * both modes (*layers) and the worst attention_rel_error among them
+ * (*worst); the baseline's perplexity is finite and every layer's error
+ * above 0. */
+static void eval_golden_attention_errors(const char *name, int *layers, double *worst)
 {
-    const char *ids = kvcal_test_path("gpt_oss_ids.jsonl");
+    const char *ids = kvcal_test_path("golden_eval_ids.jsonl");
     char lines[4096] = "", args[2048], *out = NULL;
     for (int doc = 0; doc < 4; doc++) {
         size_t n = strlen(lines);
@@ -551,18 +551,16 @@ static void eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows(void)
         snprintf(lines + n, sizeof lines - n, "]}\n");
     }
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, lines, strlen(lines)), 0);
-    const char *scales = kvcal_test_path("gpt_oss_scales.json");
+    const char *scales = kvcal_test_path("golden_eval_scales.json");
     snprintf(args, sizeof args,
-             "calibrate --model tests/fixtures/golden/gpt_oss_sinks_swa8_e8_top3_bf16 "
-             "--dataset '%s' --granularity head --num-samples 4 --seq-len 48 --batch 2 "
-             "--quiet --out '%s'",
-             ids, scales);
+             "calibrate --model tests/fixtures/golden/%s --dataset '%s' --granularity "
+             "head --num-samples 4 --seq-len 48 --batch 2 --quiet --out '%s'",
+             name, ids, scales);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     snprintf(args, sizeof args,
-             "eval --model tests/fixtures/golden/gpt_oss_sinks_swa8_e8_top3_bf16 "
-             "--dataset '%s' --scales '%s' --modes static-head,dynamic --num-samples 4 "
-             "--seq-len 48 --batch 2 --quiet --json",
-             ids, scales);
+             "eval --model tests/fixtures/golden/%s --dataset '%s' --scales '%s' --modes "
+             "static-head,dynamic --num-samples 4 --seq-len 48 --batch 2 --quiet --json",
+             name, ids, scales);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
     cJSON *root = cJSON_Parse(out);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
@@ -570,17 +568,45 @@ static void eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows(void)
     CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(modes), 3);
     const double base = number(cJSON_GetArrayItem(modes, 0), "perplexity");
     CU_ASSERT(isfinite(base) && base > 1.0);
-    int layers = 0;
+    *layers = 0;
+    *worst = 0.0;
     cJSON_ArrayForEach(m, modes)
         cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(m, "layers"))
     {
         const double e = number(l, "attention_rel_error");
-        CU_ASSERT(e > 0.0 && e < 0.08);
-        layers++;
+        CU_ASSERT(e > 0.0);
+        *worst = e > *worst ? e : *worst;
+        ++*layers;
     }
-    CU_ASSERT_EQUAL(layers, 4); /* two modes of two layers */
     cJSON_Delete(root);
     free(out);
+}
+
+/* gpt-oss's simulated cache: the attention on the exact K and V that the
+ * round trip's error is measured against has the sinks and the windows of
+ * the attention the model runs (each layer's error then stays near what
+ * the cache format costs, 2-4% on this model; an exact attention without
+ * the sinks is off by 21% and 41%). */
+static void eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows(void)
+{
+    int layers;
+    double worst;
+    eval_golden_attention_errors("gpt_oss_sinks_swa8_e8_top3_bf16", &layers, &worst);
+    CU_ASSERT_EQUAL(layers, 4); /* two modes of two layers */
+    CU_ASSERT(worst < 0.08);
+}
+
+/* Llama 4's simulated cache: the exact attention it is measured against
+ * runs each chunk of 8 tokens of the RoPE layers apart, as the model does,
+ * and the NoPE layer's temperature-scaled queries over every key. */
+static void eval_llama4_simulates_the_cache_in_its_chunks(void)
+{
+    int layers;
+    double worst;
+    eval_golden_attention_errors("llama4_nope_chunk8_temp_e4_top2_bf16", &layers, &worst);
+    CU_ASSERT_EQUAL(layers, 8); /* two modes of four layers */
+    CU_ASSERT(worst < 0.08);
+    printf("(worst attention error %.3g) ", worst);
 }
 
 static CU_TestInfo tests[] = {
@@ -599,6 +625,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),
     KVCAL_TEST(eval_device_cuda_without_a_device_exits_2_and_names_device_cpu),
     KVCAL_TEST(eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows),
+    KVCAL_TEST(eval_llama4_simulates_the_cache_in_its_chunks),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(eval, KVCAL_NEEDS_NOTHING, tests)

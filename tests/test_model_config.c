@@ -877,6 +877,80 @@ static void model_config_reads_ministral3_yarn_and_query_scaling(void)
     CU_ASSERT(kvcal_test_error_has("\"rope_parameters\" is missing"));
 }
 
+/* Llama 4 as Scout's and Maverick's configs give it: the language model in
+ * text_config, attn_temperature_tuning as early releases wrote it (4),
+ * no_rope_layers listed, the top level's rope_scaling of transformers 4;
+ * Llama4TextConfig's defaults where fields are absent; and the fields
+ * transformers reads apart from vLLM and sglang refused in one line. */
+#define LLAMA4_TEXT(fields)                                                              \
+    "{\"architectures\": [\"Llama4ForConditionalGeneration\"], \"vision_config\": {}, "  \
+    "\"text_config\": {\"model_type\": \"llama4_text\", \"hidden_size\": 5120, "         \
+    "\"num_attention_heads\": 40, \"num_hidden_layers\": 4" fields "}}"
+static void model_config_reads_llama4_layers_and_defaults(void)
+{
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(LLAMA4_TEXT(", \"attn_temperature_tuning\": 4, \"no_rope_layers\": "
+                               "[1, 0, 1, 1], \"interleave_moe_layer_step\": 2, "
+                               "\"moe_layers\": [1, 3], \"intermediate_size\": 8192, "
+                               "\"intermediate_size_mlp\": 16384, \"rope_scaling\": "
+                               "{\"rope_type\": \"llama3\", \"factor\": 16.0, "
+                               "\"low_freq_factor\": 1.0, \"high_freq_factor\": 1.0, "
+                               "\"original_max_position_embeddings\": 8192}"),
+                   &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.head_dim, 128);
+    CU_ASSERT_EQUAL(c.num_kv_heads, 8);
+    CU_ASSERT_EQUAL(c.rope_theta, 500000.0);
+    CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_LLAMA3);
+    CU_ASSERT_EQUAL(c.rms_norm_eps, 1e-5);
+    CU_ASSERT_EQUAL(c.qk_norm, 1);
+    CU_ASSERT_EQUAL(c.nope_layers, 1);
+    CU_ASSERT_EQUAL(c.layer_nope[0], 1u << 1);
+    CU_ASSERT_EQUAL(c.layer_dense[0], (1u << 0) | (1u << 2));
+    CU_ASSERT_EQUAL(c.num_experts, 16);
+    CU_ASSERT_EQUAL(c.num_experts_per_tok, 1);
+    CU_ASSERT_EQUAL(c.moe_intermediate_size, 8192);
+    CU_ASSERT_EQUAL(c.shared_expert_intermediate_size, 8192);
+    CU_ASSERT_EQUAL(c.intermediate_size, 16384);
+    CU_ASSERT_EQUAL(c.attention_chunk_size, 8192);
+    CU_ASSERT_EQUAL(c.attn_temperature_scale, 0.1);
+    CU_ASSERT_EQUAL(c.attn_temperature_floor, 8192.0);
+    /* the defaults: every fourth layer without RoPE, every layer MoE; a
+     * null chunk size and tuning off */
+    CU_ASSERT_EQUAL_FATAL(parse_text(LLAMA4_TEXT(", \"attention_chunk_size\": null, "
+                                                 "\"attn_temperature_tuning\": false"),
+                                     &c),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(c.layer_nope[0], 1u << 3);
+    CU_ASSERT_EQUAL(c.layer_dense[0], 0);
+    CU_ASSERT_EQUAL(c.attention_chunk_size, 0);
+    CU_ASSERT_EQUAL(c.attn_temperature_scale, 0.0);
+    /* moe_layers against the step, layer_types against no_rope_layers */
+    CU_ASSERT_EQUAL(parse_text(LLAMA4_TEXT(", \"interleave_moe_layer_step\": 2, "
+                                           "\"moe_layers\": [1, 2]"),
+                               &c),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("\"text_config.moe_layers\" lists layer 2"));
+    CU_ASSERT_EQUAL(
+        parse_text(LLAMA4_TEXT(", \"layer_types\": [\"chunked_attention\", "
+                               "\"chunked_attention\", \"chunked_attention\", "
+                               "\"chunked_attention\"]"),
+                   &c),
+        KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("\"text_config.layer_types[3]\" is "
+                                   "\"chunked_attention\", but layer 3 has no RoPE"));
+    CU_ASSERT_EQUAL(parse_text(LLAMA4_TEXT(", \"no_rope_layers\": [1, 2, 1, 1]"), &c),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("\"text_config.no_rope_layers[1]\": expected 0 or 1"));
+    CU_ASSERT_EQUAL(parse_text(LLAMA4_TEXT(", \"no_rope_layers\": [1, 1]"), &c),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("num_hidden_layers (4) 0 / 1 entries"));
+    CU_ASSERT_EQUAL(parse_text(LLAMA4_TEXT(", \"attn_temperature_tuning\": \"yes\""), &c),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("\"text_config.attn_temperature_tuning\""));
+}
+
 /* A factor below 1 (transformers: "must be >= 1"), a negative beta (its
  * logarithm fails in transformers), a non-positive attention factor and
  * wrong types: one line naming the file and the key. */
@@ -1148,6 +1222,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_yarn_in_both_layouts_with_transformers_defaults),
     KVCAL_TEST(model_config_derives_yarn_parameters_as_transformers),
     KVCAL_TEST(model_config_reads_ministral3_yarn_and_query_scaling),
+    KVCAL_TEST(model_config_reads_llama4_layers_and_defaults),
     KVCAL_TEST(model_config_rejects_bad_yarn_values_naming_file_and_key),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),

@@ -112,6 +112,7 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
         {"qwen2_5_vl_flat_mrope_bias_bf16", "model."},
         {"qwen2_vl_flat_mrope_bias_bf16", "model."},
         {"qwen3_vl_moe_stacked_e8_top3_bf16", "model.language_model."},
+        {"llama4_mm_top1_chunk16_bf16", "language_model.model."},
         {"mistral_mqa_fp16", "model."},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -122,9 +123,10 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
 }
 
 /* vLLM maps both wrapped layouts of Gemma 3, Mistral 3 and Qwen2.5-VL to
- * its language_model.model, a causal LM's model. for Mistral 3 and
- * Qwen2.5-VL alone, and finds no module for a wrapped name in a causal
- * LM. */
+ * its language_model.model, a causal LM's model. for Mistral 3,
+ * Qwen2.5-VL and Llama 4 alone (Llama 4's not transformers'
+ * model.language_model.), and finds no module for a wrapped name in a
+ * causal LM. */
 static void validate_scales_refuses_a_layout_vllm_does_not_map(void)
 {
     const char *out =
@@ -143,6 +145,13 @@ static void validate_scales_refuses_a_layout_vllm_does_not_map(void)
     out = kvcal_test_golden_checkpoint_scales("qwen2_5_vl_flat_mrope_bias_bf16");
     rename_scales(out, "model.", "model.language_model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
+    /* Llama 4's loader maps a causal LM's model. to language_model.model.
+     * itself, and no other name: transformers' own layout fails to load */
+    out = kvcal_test_golden_checkpoint_scales("llama4_mm_top1_chunk16_bf16");
+    rename_scales(out, "language_model.model.", "model.");
+    CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
+    rename_scales(out, "model.", "model.language_model.");
+    CU_ASSERT_EQUAL(validate(out, "which this model's vLLM loader does not map"), 1);
     out = kvcal_test_golden_checkpoint_scales("mistral_mqa_fp16");
     rename_scales(out, "model.", "language_model.model.");
     CU_ASSERT_EQUAL(validate(out, "a multimodal model's name, but the model is a causal "

@@ -330,9 +330,10 @@ static void runner_matches_transformers_minimax_m2_whole_projection_qk_norm(void
  * between. Then as released (Maverick's features, in the multimodal
  * wrapper under language_model.): no q/k norm nor temperature, top-1 in
  * every layer, chunks of 16. */
+#define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
-    check_against_golden("llama4_nope_chunk8_temp_e4_top2_bf16");
+    check_against_golden(LLAMA4);
     check_against_golden("llama4_mm_top1_chunk16_bf16");
 }
 
@@ -1264,6 +1265,27 @@ static void model_open_names_minimax_m2_fields_the_engines_read_apart(void)
     kvcal_model_close(m);
 }
 
+/* Llama 4 with attention_bias, which vLLM and sglang build without, is
+ * refused, as a checkpoint holding biases its config does not state; the
+ * CUDA runner names what it lacks before any device work. */
+static void model_open_names_llama4_fields_the_engines_read_apart(void)
+{
+    expect_open_error(edited_checkpoint(LLAMA4, "{\"attention_bias\": true}"),
+                      KVCAL_ERR_UNSUPPORTED, "with attention_bias true");
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/" LLAMA4, &m),
+                          KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL(kvcal_model_layer_rope(d, 2), 0);
+    CU_ASSERT_EQUAL(kvcal_model_layer_chunk(d, 2), 0);
+    CU_ASSERT_EQUAL(kvcal_model_layer_chunk(d, 3), 8);
+    CU_ASSERT_EQUAL(d->layer_dense[0] + d->layer_dense[2], 2);
+    CU_ASSERT_EQUAL(d->layer_dense[1] + d->layer_dense[3], 0);
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("layers without RoPE, chunked attention"));
+    kvcal_model_close(m);
+}
+
 /* The cuda backend takes yarn (its kernels read the host's inv_freq and
  * scale cos and sin by the attention factor): the check made before any
  * device work passes, so this runs without a GPU; tests/test_cuda_backend.c
@@ -1740,6 +1762,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_names_yarn_factor_below_one),
     KVCAL_TEST(cuda_runner_accepts_yarn_rope),
     KVCAL_TEST(model_open_names_minimax_m2_fields_the_engines_read_apart),
+    KVCAL_TEST(model_open_names_llama4_fields_the_engines_read_apart),
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
     KVCAL_TEST(model_open_rejects_llama2c_header_with_int_min_vocab),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_every_scheme),

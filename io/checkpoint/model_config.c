@@ -315,9 +315,11 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
         if (!orig)
             return cfg_missing(sc, "original_max_position_embeddings",
                                " for rope_type llama3");
-        if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        /* equal: no band between the kept and the divided frequencies
+         * (Llama 4 Scout's 1 and 1) */
+        if (!(c->rope_high_freq_factor >= c->rope_low_freq_factor))
             return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "%s: field \"%shigh_freq_factor\" (%g) must exceed "
+                              "%s: field \"%shigh_freq_factor\" (%g) is below "
                               "low_freq_factor (%g); fix the values",
                               sc->name, sc->prefix, c->rope_high_freq_factor,
                               c->rope_low_freq_factor);

@@ -727,13 +727,21 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, scheme sc, i
     return (int)n;
 }
 
-/* Multimodal models whose vLLM 0.32.0 hf_to_vllm_mapper also maps a causal
- * LM's "model." to "language_model.model." (models/mistral3.py,
- * qwen2_vl.py, qwen2_5_vl.py); Gemma 3's and Qwen3-VL's map only their
- * two wrapped layouts. */
+/* Multimodal models whose vLLM 0.32.0 loader also maps a causal LM's
+ * "model." to "language_model.model." (models/mistral3.py, qwen2_vl.py,
+ * qwen2_5_vl.py hf_to_vllm_mapper; mllama4.py's
+ * _rename_weight_for_modelopt_checkpoint); Gemma 3's and Qwen3-VL's map
+ * only their two wrapped layouts. */
 static const char *const maps_causal_names[] = {
     "Mistral3ForConditionalGeneration", "Qwen2VLForConditionalGeneration",
-    "Qwen2_5_VLForConditionalGeneration", NULL};
+    "Qwen2_5_VLForConditionalGeneration", "Llama4ForConditionalGeneration", NULL};
+
+/* Multimodal models whose vLLM 0.32.0 loader does not map the layout
+ * transformers 4.52 and later save, "model.language_model.": Llama 4's
+ * (mllama4.py has no hf_to_vllm_mapper; its renaming of a leading "model."
+ * gives "language_model.model.language_model.", no module's name). */
+static const char *const refuses_wrapped_names[] = {"Llama4ForConditionalGeneration",
+                                                    NULL};
 
 /* An error for scale tensor t named in layout `layout` (KVCAL_LM_*) of a
  * model whose language model is wrapped in a multimodal one (architecture)
@@ -744,6 +752,19 @@ static const char *const maps_causal_names[] = {
 static void check_layout(const kvcal_tensor_info *t, int layout, int wrapped,
                          const char *architecture, kvcal_report_t *rep)
 {
+    if (wrapped > 0 && layout == KVCAL_LM_WRAPPED &&
+        in_list(refuses_wrapped_names, architecture)) {
+        char c[320];
+        snprintf(c, sizeof c,
+                 "vLLM fails to load the model (KeyError): its %.128s loader renames a "
+                 "leading 'model.' to 'language_model.model.', no parameter's name",
+                 architecture);
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH, t->name, c,
+                         "transformers' model.language_model. name, which this "
+                         "model's vLLM loader does not map (name it as its weights are "
+                         "named, language_model.model.: kvcal convert --model)");
+        return;
+    }
     if (wrapped < 0 || (layout != KVCAL_LM_CAUSAL) == wrapped)
         return;
     if (wrapped && !in_list(maps_causal_names, architecture))

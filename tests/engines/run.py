@@ -181,17 +181,22 @@ def sglang_legacy(work):
     os.makedirs(model, exist_ok=True)
     cfg = json.load(open(os.path.join(work, "stories_ck", "config.json")))
     cfg.pop("quantization_config", None)
-    for arch in archs["supports"] + archs["lacks"]:
-        cfg["architectures"] = [arch]
-        json.dump(cfg, open(os.path.join(model, "config.json"), "w"))
-        valid, d = verdict(os.path.join(work, "legacy_tp1.json"), model, 1)
-        refused = any(f["place"] == "config.json: architectures" for f in d["findings"])
-        agree("legacy file for " + arch, "sglang", refused == (arch in archs["lacks"]),
-              "validate-scales %s, sglang's class %s load_kv_cache_scales" %
-              ("refuses it" if refused else "accepts it",
-               "lacks" if arch in archs["lacks"] else "has"))
-    say("sglang: %d architectures read legacy files, %d refuse them at start" %
-        (len(archs["supports"]), len(archs["lacks"])))
+    how = {"supports": "has", "lacks": "lacks",
+           "broken": "hands the file to a model class without",
+           "ignores": "asks its model class, which lacks"}
+    for kind, names in archs.items():
+        for arch in names:
+            cfg["architectures"] = [arch]
+            json.dump(cfg, open(os.path.join(model, "config.json"), "w"))
+            valid, d = verdict(os.path.join(work, "legacy_tp1.json"), model, 1)
+            refused = any(f["place"] == "config.json: architectures" for f in d["findings"])
+            agree("legacy file for " + arch, "sglang", refused == (kind != "supports"),
+                  "validate-scales %s, sglang's class %s load_kv_cache_scales" %
+                  ("refuses it" if refused else "accepts it", how[kind]))
+    say("sglang: %d architectures read legacy files; %d refuse them at start, %d fail "
+        "in their model's class, %d ignore them" % (
+            len(archs["supports"]), len(archs["lacks"]), len(archs["broken"]),
+            len(archs["ignores"])))
 
 
 def refused_value(d):
@@ -258,6 +263,10 @@ def loaders(arch):
         from vllm.model_executor.models.minimax_m2 import MiniMaxM2ForCausalLM, MiniMaxM2Model
         return (MiniMaxM2ForCausalLM.load_weights, MiniMaxM2ForCausalLM.hf_to_vllm_mapper,
                 MiniMaxM2Model.load_weights, MiniMaxM2Model.hf_to_vllm_mapper)
+    if arch == "Llama4ForCausalLM":
+        from vllm.model_executor.models.llama4 import Llama4ForCausalLM, Llama4Model
+        return (Llama4ForCausalLM.load_weights, Llama4ForCausalLM.hf_to_vllm_mapper,
+                Llama4Model.load_weights, Llama4Model.hf_to_vllm_mapper)
     if arch == "Qwen3NextForCausalLM":
         from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM, Qwen3NextModel
         return (Qwen3NextForCausalLM.load_weights, Qwen3NextForCausalLM.hf_to_vllm_mapper,
@@ -265,6 +274,25 @@ def loaders(arch):
     from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
     return LlamaForCausalLM.load_weights, None, LlamaModel.load_weights, \
         LlamaModel.hf_to_vllm_mapper
+
+
+# the engines' own steps their load_weights call on the model beside its
+# parameters (Mistral's name remapping; Llama 4's q/k permutation for its
+# rotary, its experts' loader, its wrapper's renaming), copied onto a
+# stand-in from the class whose load_weights it runs
+LOADER_HELPERS = ("maybe_remap_mistral", "mistral_mapping", "permute_qk_weight_for_rotary",
+                  "load_moe_expert_weights", "_rename_weight_for_modelopt_checkpoint",
+                  "_load_other_weights")
+
+
+def with_helpers(stand_in, load):
+    """Class stand_in with the LOADER_HELPERS of the class that defines
+    function `load`."""
+    owner = getattr(sys.modules[load.__module__], load.__qualname__.split(".")[0], None)
+    for attr in LOADER_HELPERS:
+        if hasattr(owner, attr):
+            setattr(stand_in, attr, getattr(owner, attr))
+    return stand_in
 
 
 def build_model(cfg, qconf, tp, classes=None):
@@ -324,6 +352,9 @@ def build_model(cfg, qconf, tp, classes=None):
             self.quant_config = qconf
             self.config = SimpleNamespace(model_type=cfg.get("model_type", "llama"),
                                           num_experts=cfg.get("num_experts", 0))
+            # vLLM's Llama 4: its experts' names mapped by their count
+            self.num_experts = cfg.get("num_local_experts", 0)
+            self.n_redundant_experts = 0
             # vLLM's Qwen3-Next and Qwen3.5 (MoE): the shared expert in the
             # routed experts' kernel on ROCm's AITER alone
             self.is_fused_shared_expert_enabled = False
@@ -334,12 +365,14 @@ def build_model(cfg, qconf, tp, classes=None):
 
         def __init__(self):
             super().__init__()
-            self.model = Model()
+            self.model = with_helpers(Model, model_load)()
             self.quant_config = qconf
             self.config = SimpleNamespace(
-                tie_word_embeddings=cfg.get("tie_word_embeddings", False))
+                tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+                num_attention_heads=cfg["num_attention_heads"],
+                num_key_value_heads=cfg["num_key_value_heads"])
 
-    return CausalLM()
+    return with_helpers(CausalLM, lm_load)()
 
 
 def set_tp(tp, r):
@@ -521,6 +554,11 @@ WRAPPERS = {
     "mistral3_ministral3_yarn_bf16": (
         "mistral3", "Mistral3ForConditionalGeneration", "mistral", "MistralForCausalLM",
         "MistralModel"),
+    # Llama 4: vLLM's wrapper renames "model." to "language_model.model."
+    # itself, then its language model is the causal LM
+    "llama4_mm_top1_chunk16_bf16": (
+        "mllama4", "Llama4ForConditionalGeneration", "llama4", "Llama4ForCausalLM",
+        "Llama4Model"),
     "qwen3_vl_mrope_qknorm_bf16": (
         "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_vl", "Qwen3LLMForCausalLM",
         "Qwen3LLMModel"),
@@ -547,6 +585,8 @@ WRAPPERS = {
 HYBRIDS = ["qwen3_5_text_gdn_hybrid_bf16", "qwen3_next_gdn_moe_e8_top3_bf16"]
 # kvcal's golden MiniMax-M2 (its loader: loaders(); AutoWeightsLoader's)
 MINIMAX_M2 = "minimax_m2_qknorm_all_rot8_e8_top3_bf16"
+# kvcal's golden Llama 4 causal LM (its loader: loaders())
+LLAMA4 = "llama4_nope_chunk8_temp_e4_top2_bf16"
 
 
 def wrapper_load(d, spec):
@@ -572,18 +612,16 @@ def wrapper_load(d, spec):
             lm = build_model(cfg.get("text_config", cfg), qconf, 1,
                              (lm_cls.load_weights, lm_cls.hf_to_vllm_mapper,
                               model_cls.load_weights, model_cls.hf_to_vllm_mapper))
-            for attr in ("maybe_remap_mistral", "mistral_mapping"):  # Mistral's loader
-                if hasattr(lm_cls, attr):
-                    setattr(type(lm), attr, getattr(lm_cls, attr))
 
             class Wrapper(nn.Module):
-                hf_to_vllm_mapper = wrapper.hf_to_vllm_mapper
+                hf_to_vllm_mapper = getattr(wrapper, "hf_to_vllm_mapper", None)
                 load_weights = wrapper.load_weights
+                use_data_parallel = False  # Llama 4's wrapper asks
 
                 def __init__(self):
                     super().__init__()
                     self.language_model = lm
-            model, layers = Wrapper(), lm.model.layers
+            model, layers = with_helpers(Wrapper, wrapper.load_weights)(), lm.model.layers
         else:
             model = build_model(cfg, qconf, 1)
             layers = model.model.layers
@@ -670,7 +708,7 @@ def vllm_wrappers(work):
     (vLLM finds no module 'model'); a causal LM's scales under a wrapper's
     name (no module 'language_model')."""
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
-            ("mistral_mqa_fp16", None), (MINIMAX_M2, None)]:
+            ("mistral_mqa_fp16", None), (MINIMAX_M2, None), (LLAMA4, None)]:
         out = golden_checkpoint(work, name, "wrapper", 0)
         if not out:
             continue
