@@ -288,6 +288,11 @@ typedef struct kvcal_arch {
      * where the family has them, else NULL */
     const kvcal_op *linear_layer;
     int linear_layer_ops;
+    /* the family of the same model whose checkpoint holds a tensor per
+     * routed expert where this one's are stacked (its describe and ops
+     * alike), chosen where the first MoE layer holds expert 0's first
+     * tensor (Llama 4's llm-compressor checkpoints), else NULL */
+    const struct kvcal_arch *named_experts;
     /* 1: the family reads bf16 / fp16 / fp32 weights alone (an FP8 weight
      * of the checkpoint is refused); a quantization config that quantizes
      * no weight (a KV-cache scheme alone) is fine */

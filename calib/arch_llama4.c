@@ -82,6 +82,54 @@ static const kvcal_op dense_layer[] = {
 #define STACKED(name, rows, cols) \
     {{{name, rows, cols, KVCAL_PART_TRANSPOSED}}, KVCAL_WHEN_MOE_LAYERS, KVCAL_EXPERTS_STACKED}
 
+/* every weight but the routed experts' */
+#define LLAMA4_WEIGHTS                                                                          \
+    KVCAL_ARCH_ATTENTION_WEIGHTS,                                                               \
+    [KVCAL_W_GATE_UP] = {{{"feed_forward.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}, \
+                          {"feed_forward.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},  \
+                         KVCAL_WHEN_DENSE_LAYERS},                                              \
+    [KVCAL_W_DOWN] = DENSE("feed_forward.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER), \
+    [KVCAL_W_ROUTER] = MOE("feed_forward.router.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN),  \
+    [KVCAL_W_SHARED_GATE_UP] = {{{"feed_forward.shared_expert.gate_proj.weight",               \
+                                  KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN},                    \
+                                 {"feed_forward.shared_expert.up_proj.weight",                 \
+                                  KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}},                   \
+                                KVCAL_WHEN_MOE_LAYERS},                                         \
+    [KVCAL_W_SHARED_DOWN] = MOE("feed_forward.shared_expert.down_proj.weight",                 \
+                                KVCAL_DIM_HIDDEN, KVCAL_DIM_SHARED_INTER)
+
+/* llm-compressor's checkpoints (its SequentialLlama4TextMoe: an MLP per
+ * expert, as the released FP8 ones of Scout and Maverick hold them): a
+ * tensor per expert, FP8 or not; vLLM's Llama4Model.load_weights maps both
+ * layouts */
+static const kvcal_arch llama4_named_experts = {
+    .family = "llama4",
+    .architectures = architectures,
+    .layer_prefix = "model.layers.%d.",
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm.weight",
+    .lm_head = "lm_head.weight",
+    .weights = {
+        LLAMA4_WEIGHTS,
+        [KVCAL_W_EXPERT_GATE_UP] = {{{"feed_forward.experts.%d.gate_proj.weight",
+                                      KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN},
+                                     {"feed_forward.experts.%d.up_proj.weight",
+                                      KVCAL_DIM_MOE_INTER, KVCAL_DIM_HIDDEN}},
+                                    KVCAL_WHEN_MOE_LAYERS, KVCAL_EXPERTS_NAMED},
+        [KVCAL_W_EXPERT_DOWN] = {{{"feed_forward.experts.%d.down_proj.weight",
+                                   KVCAL_DIM_HIDDEN, KVCAL_DIM_MOE_INTER}},
+                                 KVCAL_WHEN_MOE_LAYERS, KVCAL_EXPERTS_NAMED},
+    },
+    .refused = refused,
+    .describe = describe,
+    .layer = layer,
+    .layer_ops = (int)(sizeof layer / sizeof layer[0]),
+    .dense_layer = dense_layer,
+    .dense_layer_ops = (int)(sizeof dense_layer / sizeof dense_layer[0]),
+};
+
+/* transformers' layout, as the bf16 releases hold it: each layer's experts
+ * in two stacked (in, out) tensors */
 const kvcal_arch kvcal_arch_llama4 = {
     .family = "llama4",
     .architectures = architectures,
@@ -90,28 +138,18 @@ const kvcal_arch kvcal_arch_llama4 = {
     .final_norm = "model.norm.weight",
     .lm_head = "lm_head.weight",
     .weights = {
-        KVCAL_ARCH_ATTENTION_WEIGHTS,
-        [KVCAL_W_GATE_UP] = {{{"feed_forward.gate_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN},
-                              {"feed_forward.up_proj.weight", KVCAL_DIM_INTER, KVCAL_DIM_HIDDEN}},
-                             KVCAL_WHEN_DENSE_LAYERS},
-        [KVCAL_W_DOWN] = DENSE("feed_forward.down_proj.weight", KVCAL_DIM_HIDDEN, KVCAL_DIM_INTER),
-        [KVCAL_W_ROUTER] = MOE("feed_forward.router.weight", KVCAL_DIM_EXPERTS, KVCAL_DIM_HIDDEN),
+        LLAMA4_WEIGHTS,
         [KVCAL_W_EXPERT_GATE_UP] = STACKED("feed_forward.experts.gate_up_proj",
                                            KVCAL_DIM_2MOE_INTER, KVCAL_DIM_HIDDEN),
         [KVCAL_W_EXPERT_DOWN] = STACKED("feed_forward.experts.down_proj", KVCAL_DIM_HIDDEN,
                                         KVCAL_DIM_MOE_INTER),
-        [KVCAL_W_SHARED_GATE_UP] = {{{"feed_forward.shared_expert.gate_proj.weight",
-                                      KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN},
-                                     {"feed_forward.shared_expert.up_proj.weight",
-                                      KVCAL_DIM_SHARED_INTER, KVCAL_DIM_HIDDEN}},
-                                    KVCAL_WHEN_MOE_LAYERS},
-        [KVCAL_W_SHARED_DOWN] = MOE("feed_forward.shared_expert.down_proj.weight",
-                                    KVCAL_DIM_HIDDEN, KVCAL_DIM_SHARED_INTER),
     },
     .refused = refused,
     .describe = describe,
-    /* the released FP8 checkpoints' experts are not read yet */
+    /* FP8 stacked experts (ModelOpt's) are not read: the FP8 releases
+       llm-compressor writes hold an MLP per expert (named_experts) */
     .float_weights_only = 1,
+    .named_experts = &llama4_named_experts,
     .layer = layer,
     .layer_ops = (int)(sizeof layer / sizeof layer[0]),
     .dense_layer = dense_layer,

@@ -653,11 +653,36 @@ static kvcal_status refuse_fp8_weights(const kvcal_model_t *m,
             return kvcal_fail(
                 KVCAL_ERR_UNSUPPORTED,
                 "%s: %s with FP8 weights (%s is F8_E4M3%s%s) is not supported "
-                "yet; kvcal reads its bf16 checkpoint",
+                "yet; kvcal reads its bf16 checkpoint%s",
                 m->path, m->desc.architecture, t->name,
-                c->quant_method[0] ? ", quant_method " : "", c->quant_method);
+                c->quant_method[0] ? ", quant_method " : "", c->quant_method,
+                m->desc.arch->named_experts
+                    ? " and its FP8 ones with a tensor per expert (llm-compressor's)"
+                    : "");
     }
     return KVCAL_OK;
+}
+
+/* The family's layout of a tensor per expert (kvcal_arch's named_experts)
+ * where the checkpoint holds expert 0's first tensor in the first MoE
+ * layer. */
+static void choose_expert_layout(kvcal_model_t *m)
+{
+    kvcal_model_desc *d = &m->desc;
+    const kvcal_arch *named = d->arch->named_experts;
+    int l = 0;
+    while (l < d->num_layers &&
+           !kvcal_model_layer_has_weight(d, l, KVCAL_W_EXPERT_GATE_UP))
+        l++;
+    if (!named || l == d->num_layers)
+        return;
+    char name[256];
+    const kvcal_arch *stacked = d->arch;
+    d->arch = named;
+    kvcal_model_tensor_name(name, sizeof name, d, l,
+                            named->weights[KVCAL_W_EXPERT_GATE_UP].parts[0].name, 0);
+    if (!kvcal_checkpoint_find(m->ck, name))
+        d->arch = stacked;
 }
 
 static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
@@ -671,10 +696,16 @@ static kvcal_status open_hf(kvcal_model_t *m, const char *dir)
     /* MXFP4 checkpoints: the family's own parts (gpt-oss's experts) read
      * them; no FP8 weight to look for (the FP8 reader refuses mxfp4) */
     const int mxfp4 = !strcmp(c.quant_method, "mxfp4") && reads_mxfp4(m->desc.arch);
+    /* an FP8 checkpoint of a family without them is named as such before
+       its language model is looked for; one with a layout of a tensor per
+       expert (which may read FP8) once that layout is chosen */
     if ((st = kvcal_checkpoint_open(m->path, &m->ck)) ||
-        (st = refuse_fp8_weights(m, &c)) ||
-        (st = find_language_model(
-             m, kvcal_arch_wrapper_find(c.architecture, c.model_type))) ||
+        (!m->desc.arch->named_experts && (st = refuse_fp8_weights(m, &c))) ||
+        (st = find_language_model(m,
+                                  kvcal_arch_wrapper_find(c.architecture, c.model_type))))
+        return st;
+    choose_expert_layout(m);
+    if ((st = refuse_fp8_weights(m, &c)) ||
         (!mxfp4 && (st = kvcal_model_fp8_open(m->ck, dir, m->path, &m->desc, &m->fp8))))
         return st;
     const kvcal_model_desc *d = &m->desc;

@@ -3,8 +3,9 @@ kvcal's FP8 weights (tests/make_fp8_checkpoints.py writes the fixtures with
 it on the CPU; tests/fp8_vs_torch_gpu.py runs it on a GPU with
 torch._scaled_mm).
 
-make_checkpoint() builds a tiny Llama, Qwen3, mixture-of-experts, DeepSeek
-or hybrid (Qwen3-Next, Qwen3.5-MoE) model with transformers' own config
+make_checkpoint() builds a tiny Llama, Qwen3, mixture-of-experts (Llama 4's
+among them), DeepSeek or hybrid (Qwen3-Next, Qwen3.5-MoE) model with
+transformers' own config
 classes (random weights),
 quantizes its projections with the scheme's rules (a weight's scale is
 its absmax / 448 over the tensor, the output row or the block; static input scales from the unquantized model's
@@ -71,6 +72,33 @@ def quant_group(x, group):
     g = xf.reshape(rows, k // group, group)
     s = torch.clamp(g.abs().amax(dim=-1, keepdim=True), min=GROUP_EPS) / FP8_MAX
     return to_fp8(g / s).reshape(rows, k), s.reshape(rows, k // group)
+
+
+# the e4m3 values and the midpoints between them, where rounding ties
+_GRID = torch.arange(-1792, 1793, dtype=torch.float32).div(4).to(FP8).float().unique()
+_MIDS = ((_GRID[1:] + _GRID[:-1]) / 2).double()
+
+
+def tie_distance(y):
+    """The smallest relative distance of the nonzero values y (scaled
+    activations, float32) from an e4m3 rounding tie that they are not
+    exactly on (an exact tie is the same in every runner that computes its
+    operands exactly: ratios of bf16 values in the first layer); inf when
+    none."""
+    y = y.double().flatten()
+    y = y[(y != 0) & (y.abs() < FP8_MAX)]
+    if not y.numel():
+        return float("inf")
+    mids = _MIDS.to(y.device)
+    i = torch.searchsorted(mids, y).clamp(1, len(mids) - 1)
+    d = torch.minimum((y - mids[i - 1]).abs(), (y - mids[i]).abs()) / y.abs()
+    d = d[d > 0]
+    return d.min().item() if d.numel() else float("inf")
+
+
+# when a list, every FP8Linear appends the tie_distance of the activations
+# it quantizes (make_fp8_checkpoints.py's conditioning)
+TIE_DISTANCES = None
 
 
 def requant(wq, s_shard, s_max):
@@ -155,6 +183,11 @@ class FP8Linear(torch.nn.Module):
             xd = x
         else:
             xq, s = self.quantize(x)
+            if TIE_DISTANCES is not None:
+                xs = x.float() if self.act != "group" else x.float().reshape(
+                    x.shape[0], -1, self.group)
+                y = xs / (s.float() if self.act != "group" else s.float().unsqueeze(-1))
+                TIE_DISTANCES.append(tie_distance(y))
             if self.act == "group":
                 s = s.repeat_interleave(self.group, 1)
             xd = xq.to(dt) * s.to(dt)
@@ -296,6 +329,13 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
     if arch == "minimax_m2":  # q/k norms over the whole projection, half the head rotated
         return tf.MiniMaxM2Config(num_local_experts=4, num_experts_per_tok=2, rotary_dim=32,
                                   **common)
+    if arch == "llama4":  # layers 1, 3 MoE (top-1 on the input, a shared expert),
+        # 2 without RoPE (queries' temperature from position 15), the others
+        # in chunks of 16 after the weightless q/k norm
+        return tf.Llama4TextConfig(num_local_experts=4, num_experts_per_tok=1,
+                                   intermediate_size_mlp=inter, interleave_moe_layer_step=2,
+                                   no_rope_layer_interval=3, attention_chunk_size=16,
+                                   floor_scale=16, use_qk_norm=True, **common)
     if arch == "glm4_moe":  # a dense first layer, sigmoid routing, a shared expert
         return tf.Glm4MoeConfig(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                                 moe_intermediate_size=inter, first_k_dense_replace=1,
@@ -359,7 +399,12 @@ def deepseek_config(tf, arch, hidden, inter, heads, vocab, layers):
 # the checkpoint's names of an expert's weights: (the experts' module under
 # a layer, gate, up, down); Mixtral's router is block_sparse_moe.gate there
 EXPERTS = {"mixtral": ("block_sparse_moe.experts", "w1", "w3", "w2"),
-           "minimax_m2": ("block_sparse_moe.experts", "w1", "w3", "w2")}
+           "minimax_m2": ("block_sparse_moe.experts", "w1", "w3", "w2"),
+           # llm-compressor's (SequentialLlama4TextMoe: an MLP per expert)
+           "llama4": ("feed_forward.experts", "gate_proj", "up_proj", "down_proj")}
+# where transformers keeps a layer's experts module (Llama 4: its own,
+# forward of every expert's routed inputs)
+EXPERTS_MODULE = {"llama4": "feed_forward.experts"}
 EXPERTS_DEFAULT = ("mlp.experts", "gate_proj", "up_proj", "down_proj")
 # the router's names (MiniMax-M2's: its gate and e_score_correction_bias)
 ROUTER = {"mixtral": (".mlp.gate.", ".block_sparse_moe.gate."),
@@ -375,7 +420,17 @@ def per_expert(state, arch):
     where, gate, up, down = EXPERTS.get(arch, EXPERTS_DEFAULT)
     out = {}
     for name, p in state.items():
-        if name.endswith("mlp.experts.gate_up_proj"):
+        if arch == "llama4" and name.endswith("experts.gate_up_proj"):
+            # Llama 4's (in, out): (E, D, 2 I), gate's columns then up's
+            pre, inter = name[:-len("gate_up_proj")], p.shape[2] // 2
+            for e in range(p.shape[0]):
+                out["%s%d.%s.weight" % (pre, e, gate)] = p[e, :, :inter].t()
+                out["%s%d.%s.weight" % (pre, e, up)] = p[e, :, inter:].t()
+        elif arch == "llama4" and name.endswith("experts.down_proj"):
+            pre = name[:-len("down_proj")]
+            for e in range(p.shape[0]):
+                out["%s%d.%s.weight" % (pre, e, down)] = p[e].t()
+        elif name.endswith("mlp.experts.gate_up_proj"):
             pre, inter = name[:-len("mlp.experts.gate_up_proj")] + where, p.shape[1] // 2
             for e in range(p.shape[0]):
                 out["%s.%d.%s.weight" % (pre, e, gate)] = p[e, :inter]
@@ -512,6 +567,10 @@ GROUPS = [("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj"
           ("self_attn", ("q_a_proj", "kv_a_proj_with_mqa")), ("self_attn", ("q_b_proj",)),
           ("self_attn", ("kv_b_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)),
+          # Llama 4's dense MLP and shared expert
+          ("feed_forward", ("gate_proj", "up_proj")), ("feed_forward", ("down_proj",)),
+          ("feed_forward.shared_expert", ("gate_proj", "up_proj")),
+          ("feed_forward.shared_expert", ("down_proj",)),
           ("mlp.shared_expert", ("gate_proj", "up_proj")),
           ("mlp.shared_expert", ("down_proj",)),
           ("mlp.shared_experts", ("gate_proj", "up_proj")),
@@ -570,6 +629,29 @@ class FP8Experts(torch.nn.Module):
         return out
 
 
+class FP8Llama4Experts(torch.nn.Module):
+    """Llama 4's experts module (forward of the routed inputs of every
+    expert, (experts x tokens, hidden), each row already times its router
+    score and zero for a token the expert was not chosen for) with each
+    expert's projections FP8Linear: lins[e] = (gate, up, down). An expert
+    computes the rows of its tokens alone (vLLM's fused MoE); the others
+    stay zero."""
+
+    def __init__(self, lins, act_fn):
+        super().__init__()
+        self.lins, self.act_fn, self.num_experts = lins, act_fn, len(lins)
+
+    def forward(self, hidden_states):
+        x = hidden_states.view(self.num_experts, -1, hidden_states.shape[-1])
+        out = torch.zeros_like(x)
+        for e, (gate, up, down) in enumerate(self.lins):
+            rows = x[e].abs().amax(dim=-1) > 0
+            if rows.any():
+                xe = x[e][rows]
+                out[e][rows] = down(self.act_fn(gate(xe)) * up(xe)).to(out.dtype)
+        return out.view(-1, hidden_states.shape[-1])
+
+
 def serve_experts(layer, t, pre, scheme, mode, arch):
     """layer.mlp.experts as vLLM's fused MoE serves FP8 experts
     (process_fp8_weight_tensor_strategy_moe, process_fp8_input_tensor_strategy_moe):
@@ -578,7 +660,8 @@ def serve_experts(layer, t, pre, scheme, mode, arch):
     expert's gate/up and one for every down, the largest of the experts'."""
     method, kind, act, block, opt = SCHEMES[scheme]
     where, gate, up, down_name = EXPERTS.get(arch, EXPERTS_DEFAULT)
-    experts = layer.mlp.experts
+    module = EXPERTS_MODULE.get(arch, "mlp.experts")
+    experts = layer.get_submodule(module)
     served = []
     for e in range(experts.num_experts):
         m = "%s%s.%d." % (pre, where, e)
@@ -596,7 +679,9 @@ def serve_experts(layer, t, pre, scheme, mode, arch):
                           for w, s, in_s in ((gu[0][0], gu[1][0], in_gu),
                                              (gu[0][1], gu[1][1], in_gu),
                                              (down[0][0], down[1][0], in_down))))
-    layer.mlp.experts = FP8Experts(lins, experts.act_fn)
+    owner, attr = module.rsplit(".", 1)
+    setattr(layer.get_submodule(owner), attr,
+            (FP8Llama4Experts if arch == "llama4" else FP8Experts)(lins, experts.act_fn))
 
 
 def serve_layers(model, t, scheme, arch, mode="cpu"):
@@ -654,7 +739,7 @@ def kv_absmax(model, samples):
     float64 arrays: hooks recompute K and V as the attention modules do,
     with their own projections, in the model's dtype and device."""
     import sys
-    from hf_decoder import project_kv
+    from hf_decoder import llama4_kv, project_kv
     from hf_mla import is_mla, mla_entry
     # a hybrid model's linear-attention layers cache nothing
     layers = [layer for layer in model.model.layers if hasattr(layer, "self_attn")]
@@ -670,9 +755,19 @@ def kv_absmax(model, samples):
             v_abs[i] = torch.maximum(v_abs[i], e)
         return hook
 
+    def llama4_hook(i):
+        def hook(module, args, kwargs):
+            hs = kwargs.get("hidden_states", args[0] if args else None)
+            k, v = llama4_kv(module, hs, kwargs["position_embeddings"])
+            k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 1, 3)).double())
+            v_abs[i] = torch.maximum(v_abs[i], v.abs().amax(dim=(0, 1, 3)).double())
+        return hook
+
     def make_hook(i, attn):
         if is_mla(attn):
             return mla_hook(i)
+        if type(attn).__name__ == "Llama4TextAttention":
+            return llama4_hook(i)
         rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
 
         def hook(module, args, kwargs):

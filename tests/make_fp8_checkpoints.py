@@ -34,7 +34,9 @@ Also writes fp8_qwen3_moe_experts, a mixture of experts whose experts are
 FP8 per tensor with dynamic activations, two DeepSeek-V3 models whose
 q_a_proj and kv_a_proj_with_mqa vLLM cannot fuse, and a Qwen3-Next whose
 in_proj_ba is FP8 in blocks its rows do not fill
-(fp8_qwen3_next_ba_blocks), which kvcal refuses (no reference values).
+(fp8_qwen3_next_ba_blocks) and a Llama 4 whose experts are FP8 in their
+stacked tensors (fp8_llama4_stacked_experts), which kvcal refuses (no
+reference values).
 
 Usage: python3 tests/make_fp8_checkpoints.py [NAME...]   (from the
 repository root; needs torch, transformers, safetensors, numpy)
@@ -49,6 +51,14 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fp8_reference as ref  # noqa: E402
 import make_golden as golden  # noqa: E402
+
+# the fixtures drawn until no activation the reference quantizes lies
+# within 3e-7 (relative) of an e4m3 tie it is not exactly on: kvcal's fp32
+# activations, computed in another order than the float64 reference's
+# rounded to float32, may round such a one the other way (Llama 4's did at
+# 1.5e-7, in its shared expert's input); the fixtures made before this
+# check keep their draws
+TIE_CHECKED = {"fp8_llama4_ct_channel_token"}
 
 # (hidden, intermediate, heads, kv heads, vocab); head_dim 64: Q 128, KV 64
 SMALL = (128, 256, 2, 1, golden.VOCAB)
@@ -98,6 +108,12 @@ FIXTURES = [
 # alone (tests/test_runner.c: the CUDA runner refuses the model)
 CPU_FIXTURES = [
     ("fp8_minimax_m2_fp8_block", "minimax_m2", "fp8_block", (128, 64, 2, 1, golden.VOCAB)),
+    # Llama 4 as llm-compressor's FP8_DYNAMIC writes it (Scout's and
+    # Maverick's FP8 releases): an MLP per expert, per-channel weights,
+    # per-token activations; the experts' inputs times their router scores
+    # before they are quantized (vLLM's apply_router_weight_on_input)
+    ("fp8_llama4_ct_channel_token", "llama4", "ct_channel_token",
+     (128, 64, 2, 1, golden.VOCAB, 4)),
 ]
 # hybrid models (tests/test_runner.c alone: the CUDA runner refuses their FP8
 # checkpoints), four layers, a delta-net's before each attention layer:
@@ -181,7 +197,10 @@ def make_fixture(name, arch, scheme, dims):
         if arch == "deepseek_v32":  # as the released file: no layer_types
             golden.without_layer_types(os.path.join(d, "config.json"))
         model = ref.served_model(d, arch, scheme, dims, dtype=torch.float64)
+        ref.TIE_DISTANCES = []
         ref64 = reference_run(model, samples)
+        tie = min(ref.TIE_DISTANCES)
+        ref.TIE_DISTANCES = None
         ref32 = reference_run(ref.served_model(d, arch, scheme, dims, dtype=torch.float32),
                               samples)
         worst, per_token = conditioning(ref64, ref32)
@@ -192,7 +211,7 @@ def make_fixture(name, arch, scheme, dims):
                 a, b = np.array(r64[key]), np.array(r32[key])
                 worst = max(worst, float(np.abs(a - b).max() / np.abs(a).max()))
         stable = [t for t in range(len(samples[0])) if per_token[t] < 1e-5]
-        if worst < 1e-5 and stable:
+        if worst < 1e-5 and stable and (tie > 3e-7 or name not in TIE_CHECKED):
             break
     else:
         sys.exit("%s: no samples within 20 draws whose reference is well-conditioned" % name)
@@ -214,8 +233,9 @@ def make_fixture(name, arch, scheme, dims):
     fx["bf16_spread"] = bf16_spread(d, arch, scheme, dims, samples, ref64)
     golden.write_fixture(name, fx)
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
-    print("  checkpoint %s: %d bytes; samples draw %d, float32 within %.1e, logits of "
-          "token %d, bf16 spread %.1e" % (d, size, attempt, worst, tok, max(fx["bf16_spread"])))
+    print("  checkpoint %s: %d bytes; samples draw %d, float32 within %.1e, nearest e4m3 "
+          "tie %.1e, logits of token %d, bf16 spread %.1e" % (
+              d, size, attempt, worst, tie, tok, max(fx["bf16_spread"])))
 
 
 def make_refused(name, cfg, scheme, kind, quantized, block=None, ignore=None):
@@ -265,6 +285,41 @@ def make_moe_refusal():
                  tf.Qwen3MoeConfig(num_experts=2, head_dim=16, **small),
                  "fp8_tensor_dynamic", "tensor",
                  lambda tn: tn.endswith("_proj.weight"))  # attention and experts
+
+
+def make_llama4_stacked_refusal():
+    """fp8_llama4_stacked_experts: a Llama 4 whose experts are FP8 in the two
+    stacked tensors of each layer, one scale per tensor, as ModelOpt writes
+    them (its attention and shared expert bf16), which kvcal does not read."""
+    import json
+    import safetensors.torch as st
+    import transformers as tf
+    d = os.path.join(golden.OUT, "fp8_llama4_stacked_experts")
+    shutil.rmtree(d, ignore_errors=True)
+    torch.manual_seed(0)
+    cfg = tf.Llama4TextConfig(hidden_size=32, intermediate_size=16, intermediate_size_mlp=32,
+                              num_local_experts=2, num_attention_heads=2,
+                              num_key_value_heads=1, head_dim=16, vocab_size=golden.VOCAB,
+                              num_hidden_layers=1, max_position_embeddings=64)
+    tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(
+        d, safe_serialization=True)
+    path = os.path.join(d, "model.safetensors")
+    t = {k: v.to(torch.bfloat16) for k, v in st.load_file(path).items()}
+    for tn in [k for k in t if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        wq, s = ref.quantize_weight(t[tn].float(), "tensor")
+        t[tn], t[tn + "_weight_scale"] = wq, s.reshape(())
+    st.save_file(t, path, metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "FP8",
+                                "ignore": ["lm_head", "*self_attn*", "*shared_expert*",
+                                           "*router*"]}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    for extra in os.listdir(d):
+        if extra not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(d, extra))
+    print("wrote", d)
 
 
 def make_deepseek_refusals():
@@ -321,6 +376,8 @@ def main():
         make_deepseek_refusals()
     if not wanted or "fp8_qwen3_next_ba_blocks" in wanted:
         make_hybrid_refusal()
+    if not wanted or "fp8_llama4_stacked_experts" in wanted:
+        make_llama4_stacked_refusal()
 
 
 if __name__ == "__main__":

@@ -1284,6 +1284,13 @@ static void model_open_names_llama4_fields_the_engines_read_apart(void)
     CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_ERR_UNSUPPORTED);
     CU_ASSERT(kvcal_test_error_has("layers without RoPE, chunked attention"));
     kvcal_model_close(m);
+    /* FP8 experts in the stacked tensors (ModelOpt's) are not read; those
+     * with a tensor per expert are (fp8_llama4_ct_channel_token) */
+    expect_open_error("tests/fixtures/golden/fp8_llama4_stacked_experts",
+                      KVCAL_ERR_UNSUPPORTED,
+                      "feed_forward.experts.down_proj is F8_E4M3, quant_method modelopt) "
+                      "is not supported yet; kvcal reads its bf16 checkpoint and its FP8 "
+                      "ones with a tensor per expert");
 }
 
 /* The cuda backend takes yarn (its kernels read the host's inv_freq and
@@ -1536,6 +1543,16 @@ static void runner_matches_vllm_fp8_semantics_on_hybrid_models(void)
 /* MiniMax-M2's released FP8 format: the fp8 method's blocks, q/k/v fused
  * (the query's whole blocks first), the experts' w1 / w3 / w2, the router
  * and its correction bias in modules_to_not_convert. */
+/* Llama 4 as llm-compressor writes its FP8 checkpoints (an MLP per
+ * expert, per-channel weights, per-token activations): the experts' inputs
+ * scaled by their router scores and then quantized, as vLLM's fused MoE
+ * with apply_router_weight_on_input; the dense layers' and the shared
+ * expert's MLPs FP8 too. */
+static void runner_matches_vllm_fp8_semantics_on_llama4_named_experts(void)
+{
+    check_against_golden("fp8_llama4_ct_channel_token");
+}
+
 static void runner_matches_vllm_fp8_semantics_on_minimax_m2(void)
 {
     check_against_golden("fp8_minimax_m2_fp8_block");
@@ -1768,6 +1785,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_every_scheme),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_hybrid_models),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_minimax_m2),
+    KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_llama4_named_experts),
     KVCAL_TEST(model_open_describes_fp8_schemes),
     KVCAL_TEST(model_serves_fused_per_tensor_shards_at_their_largest_scale),
     KVCAL_TEST(model_open_names_fp8_tensors_its_config_does_not_explain),

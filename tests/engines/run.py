@@ -585,8 +585,10 @@ WRAPPERS = {
 HYBRIDS = ["qwen3_5_text_gdn_hybrid_bf16", "qwen3_next_gdn_moe_e8_top3_bf16"]
 # kvcal's golden MiniMax-M2 (its loader: loaders(); AutoWeightsLoader's)
 MINIMAX_M2 = "minimax_m2_qknorm_all_rot8_e8_top3_bf16"
-# kvcal's golden Llama 4 causal LM (its loader: loaders())
+# kvcal's golden Llama 4 causal LMs (their loader: loaders()): bf16, and
+# FP8 as llm-compressor writes it (compressed-tensors, an MLP per expert)
 LLAMA4 = "llama4_nope_chunk8_temp_e4_top2_bf16"
+LLAMA4_FP8 = "fp8_llama4_ct_channel_token"
 
 
 def wrapper_load(d, spec):
@@ -708,7 +710,8 @@ def vllm_wrappers(work):
     (vLLM finds no module 'model'); a causal LM's scales under a wrapper's
     name (no module 'language_model')."""
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
-            ("mistral_mqa_fp16", None), (MINIMAX_M2, None), (LLAMA4, None)]:
+            ("mistral_mqa_fp16", None), (MINIMAX_M2, None), (LLAMA4, None),
+            (LLAMA4_FP8, None)]:
         out = golden_checkpoint(work, name, "wrapper", 0)
         if not out:
             continue
