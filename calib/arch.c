@@ -63,6 +63,9 @@ static const kvcal_arch_wrapper wrappers[] = {
     {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text",
      NULL, NULL},
     {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text", NULL, NULL},
+    /* GLM-4.5V and GLM-4.6V: GLM-4.5's layers, RoPE in 3 sections (equal on text) */
+    {"Glm4vMoeForConditionalGeneration", "Glm4MoeForCausalLM", "glm4v_moe_text", NULL,
+     NULL},
 };
 
 #define WRAPPERS (sizeof wrappers / sizeof wrappers[0])

@@ -392,6 +392,28 @@ def wrapper_configs(tf, common):
             image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2,
             eoi_token_index=VOCAB - 3, tie_word_embeddings=False),
          "bfloat16", "new", "float64"),
+        # GLM-4.5V / 4.6V: GLM-4.5's layers (a dense first layer, sigmoid
+        # top-3 of 8 with the correction bias, a shared expert, q/k/v
+        # biases by the class default, half of each head rotated) with RoPE
+        # in three sections, equal on text; saved as transformers 5.25 saves
+        # it (model.language_model.layers)
+        ("glm4v_moe_mm_mrope_e8_top3_bf16", tf.Glm4vMoeConfig(
+            text_config=dict(
+                hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                num_attention_heads=4, num_key_value_heads=2, n_routed_experts=8,
+                num_experts_per_tok=3, n_shared_experts=1, routed_scaling_factor=2.5,
+                norm_topk_prob=True, first_k_dense_replace=1, n_group=1, topk_group=1,
+                vocab_size=VOCAB, tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                 "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]},
+                **dict(text, num_hidden_layers=3)),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=64, image_size=28, patch_size=14),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            image_start_token_id=VOCAB - 3, image_end_token_id=VOCAB - 4,
+            video_start_token_id=VOCAB - 5, video_end_token_id=VOCAB - 6,
+            tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
         ("qwen3_vl_mrope_qknorm_bf16", tf.Qwen3VLConfig(
             text_config=dict(
                 hidden_size=64, intermediate_size=96, num_attention_heads=4,

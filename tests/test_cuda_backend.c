@@ -124,12 +124,13 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
         "mixtral_e4_top2_swa16_bf16",          "glm4_moe_dense1_sigmoid_e8_top3_bf16",
         "qwen3_moe_dense_layers_e4_top2_bf16", "qwen3_moe_swa16_e8_top2_bf16",
         "qwen2_moe_swa8_maxwin2_e4_top2_bf16", "gpt_oss_sinks_swa8_e8_top3_bf16",
-        "gpt_oss_hd64_swa16_e4_top2_mxfp4",    "qwen3_vl_moe_stacked_e8_top3_bf16"};
-    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3};
+        "gpt_oss_hd64_swa16_e4_top2_mxfp4",    "qwen3_vl_moe_stacked_e8_top3_bf16",
+        "glm4v_moe_mm_mrope_e8_top3_bf16"};
+    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3, 3};
     /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
      * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense;
-     * Qwen3-VL-MoE's mlp_only_layers [0]). */
-    static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u, 0, 0, 0, 0, 1u};
+     * Qwen3-VL-MoE's mlp_only_layers [0]; GLM-4.5V's first). */
+    static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u, 0, 0, 0, 0, 1u, 1u};
     _Static_assert(sizeof top_k / sizeof *top_k == sizeof names / sizeof *names &&
                        sizeof dense / sizeof *dense == sizeof names / sizeof *names,
                    "a top-k and dense layers for each model");

@@ -951,6 +951,44 @@ static void model_config_reads_llama4_layers_and_defaults(void)
     CU_ASSERT(kvcal_test_error_has("\"text_config.attn_temperature_tuning\""));
 }
 
+/* Where rms_norm_eps is absent, the transformers config class's default
+ * (1e-5 for Mixtral, Phi-3, GLM, gpt-oss, Ministral 3, Llama 4,
+ * Qwen2(.5)-VL; 1e-6 for Llama, Qwen2); GLM-4.5V's language model (glm4v_moe_text) reads
+ * as GLM-4.5's with its own class's defaults (q/k/v biases, half of each
+ * head rotated). */
+static void model_config_defaults_follow_each_config_class(void)
+{
+    static const struct {
+        const char *model_type;
+        double eps;
+    } eps[] = {{"llama", 1e-6}, {"qwen2", 1e-6},   {"mixtral", 1e-5},
+               {"phi3", 1e-5},  {"gpt_oss", 1e-5}, {"glm4_moe", 1e-5}};
+    kvcal_model_config c;
+    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "{\"model_type\": \"%s\", \"hidden_size\": 64, "
+                 "\"num_attention_heads\": 4, \"num_key_value_heads\": 4, "
+                 "\"num_hidden_layers\": 2}",
+                 eps[i].model_type);
+        CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+        CU_ASSERT_EQUAL(c.rms_norm_eps, eps[i].eps);
+    }
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text("{\"architectures\": [\"Glm4vMoeForConditionalGeneration\"], "
+                   "\"vision_config\": {}, \"text_config\": {\"model_type\": "
+                   "\"glm4v_moe_text\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                   "\"num_hidden_layers\": 2}}",
+                   &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rms_norm_eps, 1e-5);
+    CU_ASSERT_EQUAL(c.attention_bias, 1);
+    CU_ASSERT_EQUAL(c.partial_rotary_factor, 0.5);
+    CU_ASSERT_EQUAL(c.num_experts, 128);
+    CU_ASSERT_EQUAL(c.moe_sigmoid, 1);
+    CU_ASSERT_EQUAL(c.dense_layers, 1);
+}
+
 /* A factor below 1 (transformers: "must be >= 1"), a negative beta (its
  * logarithm fails in transformers), a non-positive attention factor and
  * wrong types: one line naming the file and the key. */
@@ -1223,6 +1261,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_derives_yarn_parameters_as_transformers),
     KVCAL_TEST(model_config_reads_ministral3_yarn_and_query_scaling),
     KVCAL_TEST(model_config_reads_llama4_layers_and_defaults),
+    KVCAL_TEST(model_config_defaults_follow_each_config_class),
     KVCAL_TEST(model_config_rejects_bad_yarn_values_naming_file_and_key),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),

@@ -113,6 +113,7 @@ static void calibrate_names_the_scales_as_the_checkpoint_names_its_layers(void)
         {"qwen2_vl_flat_mrope_bias_bf16", "model."},
         {"qwen3_vl_moe_stacked_e8_top3_bf16", "model.language_model."},
         {"llama4_mm_top1_chunk16_bf16", "language_model.model."},
+        {"glm4v_moe_mm_mrope_e8_top3_bf16", "model.language_model."},
         {"mistral_mqa_fp16", "model."},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -330,6 +330,15 @@ static void runner_matches_transformers_minimax_m2_whole_projection_qk_norm(void
  * between. Then as released (Maverick's features, in the multimodal
  * wrapper under language_model.): no q/k norm nor temperature, top-1 in
  * every layer, chunks of 16. */
+/* GLM-4.5V / 4.6V's language model: GLM-4.5's layers (a dense first layer,
+ * sigmoid top-3 with the correction bias, a shared expert, q/k/v biases
+ * from the class default) under model.language_model., RoPE in three
+ * sections that text positions make one. */
+static void runner_matches_transformers_glm4v_moe_language_model(void)
+{
+    check_against_golden("glm4v_moe_mm_mrope_e8_top3_bf16");
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -860,7 +869,8 @@ static void model_open_lists_the_supported_architectures(void)
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
         "Qwen2VLForConditionalGeneration, Qwen3_5ForConditionalGeneration, "
-        "Qwen3_5MoeForConditionalGeneration and Llama4ForConditionalGeneration");
+        "Qwen3_5MoeForConditionalGeneration, Llama4ForConditionalGeneration and "
+        "Glm4vMoeForConditionalGeneration");
 }
 
 /* A wrapper whose text_config is another language model than the one kvcal
@@ -1740,6 +1750,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_mixtral_top2_sliding_window_16),
     KVCAL_TEST(runner_matches_transformers_minimax_m2_whole_projection_qk_norm),
     KVCAL_TEST(runner_matches_transformers_llama4_nope_chunked_layers),
+    KVCAL_TEST(runner_matches_transformers_glm4v_moe_language_model),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

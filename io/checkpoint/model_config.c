@@ -172,13 +172,15 @@ static kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **
 /* The family whose fields config model_type `t` has: a multimodal model's
  * language model reads as its text family (Qwen3-VL's qwen3_vl_text as
  * qwen3, qwen3_vl_moe_text as qwen3_moe; Qwen2-VL's and Qwen2.5-VL's
- * qwen2_vl, qwen2_5_vl and their _text as qwen2), any other as itself. */
+ * qwen2_vl, qwen2_5_vl and their _text as qwen2; GLM-4.5V's and 4.6V's
+ * glm4v_moe_text as glm4_moe), any other as itself. */
 static const char *family_type(const char *t)
 {
     static const char *const alias[][2] = {
-        {"qwen3_vl_text", "qwen3"}, {"qwen3_vl_moe_text", "qwen3_moe"},
-        {"qwen2_5_vl", "qwen2"},    {"qwen2_5_vl_text", "qwen2"},
-        {"qwen2_vl", "qwen2"},      {"qwen2_vl_text", "qwen2"}};
+        {"qwen3_vl_text", "qwen3"},     {"qwen3_vl_moe_text", "qwen3_moe"},
+        {"glm4v_moe_text", "glm4_moe"}, {"qwen2_5_vl", "qwen2"},
+        {"qwen2_5_vl_text", "qwen2"},   {"qwen2_vl", "qwen2"},
+        {"qwen2_vl_text", "qwen2"}};
     for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
         if (!strcmp(t, alias[i][0]))
             return alias[i][1];
@@ -220,6 +222,7 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"gemma3_text", 131072, 262208, 9216},
                     {"gemma2", 8192, 256000, 9216},
                     {"glm4_moe", 131072, 151552, 10944},
+                    {"glm4v_moe_text", 65536, 151424, 10944},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -658,6 +661,10 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
         return s;
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
+    /* Glm4vMoeTextConfig's default, where Glm4MoeConfig's is false */
+    if (!strcmp(c->model_type, "glm4v_moe_text") &&
+        !cJSON_GetObjectItemCaseSensitive(top->obj, "attention_bias"))
+        c->attention_bias = 1;
     c->qk_norm = is_qwen3 || !strcmp(family_type(c->model_type), "qwen3_moe") ||
                  !strcmp(c->model_type, "gemma3_text") ||
                  gated_delta_type(c->model_type) || !strcmp(c->model_type, "minimax_m2");
@@ -930,6 +937,7 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
                     {"qwen3_5_moe_text", 256, 8, 512, 512, 1},
                     {"mixtral", 8, 2, 0, 0, 1},
                     {"glm4_moe", 128, 8, 1408, 0, 1},
+                    {"glm4v_moe_text", 128, 8, 1408, 0, 1},
                     {"gpt_oss", 128, 4, 0, 0, 1},
                     {"minimax_m2", 256, 8, 0, 0, 1}};
     size_t i = 0;
@@ -944,7 +952,7 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
     const int minimax = !strcmp(c->model_type, "minimax_m2");
     const int mixtral =
         !strcmp(c->model_type, "mixtral") || !strcmp(c->model_type, "gpt_oss") || minimax;
-    const int glm = !strcmp(c->model_type, "glm4_moe");
+    const int glm = !strcmp(family_type(c->model_type), "glm4_moe");
     c->routed_scaling_factor = 1.0;
     c->moe_groups = c->moe_topk_groups = 1;
     c->num_experts = defaults[i].experts;
@@ -1118,36 +1126,15 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa);
  * minimax_m2's attn_type_list, all full attention in its releases, is read
  * by neither transformers nor vLLM. */
-static const char *const known_kv_families[] = {"llama",
-                                                "mistral",
-                                                "qwen2",
-                                                "qwen3",
-                                                "qwen2_moe",
-                                                "qwen3_moe",
-                                                "mixtral",
-                                                "phi3",
-                                                "gemma2",
-                                                "gemma3_text",
-                                                "glm4_moe",
-                                                "qwen3_next",
-                                                "deepseek_v2",
-                                                "deepseek_v3",
-                                                "kimi_k2",
-                                                "glm4_moe_lite",
-                                                "deepseek_v32",
-                                                "glm_moe_dsa",
-                                                "gpt_oss",
-                                                "qwen3_vl_text",
-                                                "qwen2_5_vl",
-                                                "qwen2_5_vl_text",
-                                                "qwen3_vl_moe_text",
-                                                "qwen2_vl",
-                                                "qwen2_vl_text",
-                                                "qwen3_5_text",
-                                                "qwen3_5_moe_text",
-                                                "minimax_m2",
-                                                "ministral3",
-                                                "llama4_text"};
+static const char *const known_kv_families[] = {
+    "llama",         "mistral",       "qwen2",           "qwen3",
+    "qwen2_moe",     "qwen3_moe",     "mixtral",         "phi3",
+    "gemma2",        "gemma3_text",   "glm4_moe",        "glm4v_moe_text",
+    "qwen3_next",    "deepseek_v2",   "deepseek_v3",     "kimi_k2",
+    "glm4_moe_lite", "deepseek_v32",  "glm_moe_dsa",     "gpt_oss",
+    "qwen3_vl_text", "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
+    "qwen2_vl",      "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
+    "minimax_m2",    "ministral3",    "llama4_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1479,8 +1466,6 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     c->attention_chunk_size = 8192;
     c->attn_temperature_scale = 0.1;
     c->attn_temperature_floor = 8192.0;
-    if (!cfg_item(top, "rms_norm_eps"))
-        c->rms_norm_eps = 1e-5;
     const cJSON *t = cfg_item(top, "attn_temperature_tuning");
     if (t && !cJSON_IsBool(t) && !cJSON_IsNumber(t)) /* early releases: 4 */
         return cfg_bad(top, "attn_temperature_tuning", t, "true, false or a number");
@@ -1573,6 +1558,18 @@ static kvcal_status cfg_query_scaling(const cfg_obj *top, kvcal_model_config *c)
     return KVCAL_OK;
 }
 
+/* The transformers config class's rms_norm_eps of model_type `t`: 1e-5
+ * for these, 1e-6 for the others. */
+static double rms_norm_eps_default(const char *t)
+{
+    static const char *const eps_1e5[] = {
+        "mixtral",        "phi3",        "glm4_moe",      "glm4v_moe_text",
+        "glm4_moe_lite",  "glm_moe_dsa", "gpt_oss",       "ministral3",
+        "llama4_text",    "qwen2_vl",    "qwen2_vl_text", "qwen2_5_vl",
+        "qwen2_5_vl_text"};
+    return in_list(t, eps_1e5, sizeof eps_1e5 / sizeof *eps_1e5) ? 1e-5 : 1e-6;
+}
+
 /* The language model's fields: at the top level, or in text_config for a
  * multimodal config without num_hidden_layers of its own (Gemma 3, Llama 4,
  * Qwen2.5-VL: transformers' get_text_config); architectures and
@@ -1586,7 +1583,6 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     const cfg_obj *f =
         cJSON_IsObject(text) && !cfg_item(top, "num_hidden_layers") ? &sub : top;
     c->rope_theta = 10000.0;
-    c->rms_norm_eps = 1e-6;
     c->partial_rotary_factor = 1.0;
     c->rope_factor = 1.0;
     c->rope_attention_factor = 1.0;
@@ -1601,11 +1597,13 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     c->text_config = f != top;
     c->multimodal = c->text_config || cJSON_IsObject(cfg_item(top, "vision_config"));
     cfg_default_sizes(c);
+    c->rms_norm_eps = rms_norm_eps_default(c->model_type);
     /* Gemma2Config's and Gemma3TextConfig's default, which Gemma 3's
      * multimodal configs leave to the class */
     c->tie_word_embeddings =
         !strcmp(c->model_type, "gemma2") || !strcmp(c->model_type, "gemma3_text");
-    if (!strcmp(c->model_type, "glm4_moe")) /* Glm4MoeConfig's default */
+    /* Glm4MoeConfig's and Glm4vMoeTextConfig's default */
+    if (!strcmp(family_type(c->model_type), "glm4_moe"))
         c->partial_rotary_factor = 0.5;
     if (gated_delta_type(c->model_type)) /* Qwen3-Next's and Qwen3.5's */
         c->partial_rotary_factor = 0.25;

@@ -350,8 +350,9 @@ def build_model(cfg, qconf, tp, classes=None):
             self.layers = nn.ModuleList(Layer("model.layers.%d" % i, kinds[i])
                                         for i in range(cfg["num_hidden_layers"]))
             self.quant_config = qconf
-            self.config = SimpleNamespace(model_type=cfg.get("model_type", "llama"),
-                                          num_experts=cfg.get("num_experts", 0))
+            # the config's fields (GLM-4.5's loader reads n_routed_experts)
+            self.config = SimpleNamespace(**dict(cfg, model_type=cfg.get("model_type", "llama"),
+                                                 num_experts=cfg.get("num_experts", 0)))
             # vLLM's Llama 4: its experts' names mapped by their count
             self.num_experts = cfg.get("num_local_experts", 0)
             self.n_redundant_experts = 0
@@ -559,6 +560,11 @@ WRAPPERS = {
     "llama4_mm_top1_chunk16_bf16": (
         "mllama4", "Llama4ForConditionalGeneration", "llama4", "Llama4ForCausalLM",
         "Llama4Model"),
+    # GLM-4.5V / 4.6V: vLLM's registry builds its language model as
+    # Glm4MoeForCausalLM
+    "glm4v_moe_mm_mrope_e8_top3_bf16": (
+        "glm4_1v", "Glm4vMoeForConditionalGeneration", "glm4_moe", "Glm4MoeForCausalLM",
+        "Glm4MoeModel"),
     "qwen3_vl_mrope_qknorm_bf16": (
         "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_vl", "Qwen3LLMForCausalLM",
         "Qwen3LLMModel"),
@@ -612,8 +618,9 @@ def wrapper_load(d, spec):
             wrapper, = classes(spec[0], spec[1])
             lm_cls, model_cls = classes(spec[2], spec[3], spec[4])
             lm = build_model(cfg.get("text_config", cfg), qconf, 1,
-                             (lm_cls.load_weights, lm_cls.hf_to_vllm_mapper,
-                              model_cls.load_weights, model_cls.hf_to_vllm_mapper))
+                             (lm_cls.load_weights, getattr(lm_cls, "hf_to_vllm_mapper", None),
+                              model_cls.load_weights,
+                              getattr(model_cls, "hf_to_vllm_mapper", None)))
 
             class Wrapper(nn.Module):
                 hf_to_vllm_mapper = getattr(wrapper, "hf_to_vllm_mapper", None)
