@@ -12,6 +12,7 @@ extern const kvcal_arch kvcal_arch_gemma;
 extern const kvcal_arch kvcal_arch_glm4_moe;
 extern const kvcal_arch kvcal_arch_minimax_m2;
 extern const kvcal_arch kvcal_arch_llama4;
+extern const kvcal_arch kvcal_arch_glm4;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
 extern const kvcal_arch kvcal_arch_gpt_oss;
@@ -25,7 +26,7 @@ static const kvcal_arch *const families[] = {
     &kvcal_arch_phi3,        &kvcal_arch_gemma,       &kvcal_arch_glm4_moe,
     &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3, &kvcal_arch_gpt_oss,
     &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,     &kvcal_arch_qwen3_5_moe,
-    &kvcal_arch_minimax_m2,  &kvcal_arch_llama4};
+    &kvcal_arch_minimax_m2,  &kvcal_arch_llama4,      &kvcal_arch_glm4};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 
@@ -63,6 +64,8 @@ static const kvcal_arch_wrapper wrappers[] = {
     {"Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text",
      NULL, NULL},
     {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text", NULL, NULL},
+    /* GLM-4.1V and GLM-4.6V-Flash: GLM-4's dense layers, RoPE in 3 sections */
+    {"Glm4vForConditionalGeneration", "Glm4ForCausalLM", "glm4v_text", NULL, NULL},
     /* GLM-4.5V and GLM-4.6V: GLM-4.5's layers, RoPE in 3 sections (equal on text) */
     {"Glm4vMoeForConditionalGeneration", "Glm4MoeForCausalLM", "glm4v_moe_text", NULL,
      NULL},

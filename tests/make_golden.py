@@ -300,6 +300,15 @@ def hf_configs():
             n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
             partial_rotary_factor=0.5, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+        # GLM-4-0414: q/k/v biases, RoPE on interleaved pairs of half of each
+        # head, the attention's and the MLP's outputs normalized before their
+        # residual adds, gate and up in one tensor
+        ("glm4_sandwich_partial_pairs_bf16", tf.Glm4Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, attention_bias=True, pad_token_id=0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.5},
+            tie_word_embeddings=False, **common), "bfloat16", "new", "float64"),
     ] + mla_configs(tf, common) + wrapper_configs(tf, common) + hybrid_configs(tf, common)
 
 
@@ -391,6 +400,23 @@ def wrapper_configs(tf, common):
                                pixel_shuffle_ratio=0.5),
             image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2,
             eoi_token_index=VOCAB - 3, tie_word_embeddings=False),
+         "bfloat16", "new", "float64"),
+        # GLM-4.1V / GLM-4.6V-Flash: GLM-4's dense layers, RoPE in three
+        # sections (equal on text) on interleaved pairs of half of each head
+        ("glm4v_mm_mrope_pairs_bf16", tf.Glm4vConfig(
+            text_config=dict(
+                hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                num_key_value_heads=2, attention_bias=True, vocab_size=VOCAB,
+                pad_token_id=0, tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                 "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]},
+                **text),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=64, image_size=28, patch_size=14),
+            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+            image_start_token_id=VOCAB - 3, image_end_token_id=VOCAB - 4,
+            video_start_token_id=VOCAB - 5, video_end_token_id=VOCAB - 6,
+            tie_word_embeddings=False),
          "bfloat16", "new", "float64"),
         # GLM-4.5V / 4.6V: GLM-4.5's layers (a dense first layer, sigmoid
         # top-3 of 8 with the correction bias, a shared expert, q/k/v

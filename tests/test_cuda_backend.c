@@ -105,6 +105,8 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("qwen3_vl_mrope_qknorm_bf16");
     check_runner_golden("qwen2_5_vl_flat_mrope_bias_bf16");
     check_runner_golden("qwen2_vl_flat_mrope_bias_bf16");
+    check_runner_golden("glm4_sandwich_partial_pairs_bf16");
+    check_runner_golden("glm4v_mm_mrope_pairs_bf16");
 }
 
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert

@@ -953,9 +953,9 @@ static void model_config_reads_llama4_layers_and_defaults(void)
 
 /* Where rms_norm_eps is absent, the transformers config class's default
  * (1e-5 for Mixtral, Phi-3, GLM, gpt-oss, Ministral 3, Llama 4,
- * Qwen2(.5)-VL; 1e-6 for Llama, Qwen2); GLM-4.5V's language model (glm4v_moe_text) reads
- * as GLM-4.5's with its own class's defaults (q/k/v biases, half of each
- * head rotated). */
+ * Qwen2(.5)-VL; 1e-6 for Llama, Qwen2); GLM-4.5V's language model
+ * (glm4v_moe_text) reads as GLM-4.5's with its own class's defaults (q/k/v
+ * biases, half of each head rotated); GLM-4's and GLM-4V's (dense). */
 static void model_config_defaults_follow_each_config_class(void)
 {
     static const struct {
@@ -987,6 +987,38 @@ static void model_config_defaults_follow_each_config_class(void)
     CU_ASSERT_EQUAL(c.num_experts, 128);
     CU_ASSERT_EQUAL(c.moe_sigmoid, 1);
     CU_ASSERT_EQUAL(c.dense_layers, 1);
+    /* GLM-4's own (Glm4Config): eps 1.5625e-07, q/k/v biases, half a head
+     * rotated, head_dim 128, 2 kv heads */
+    CU_ASSERT_EQUAL_FATAL(parse_text("{\"model_type\": \"glm4\", \"hidden_size\": 64, "
+                                     "\"num_attention_heads\": 4, "
+                                     "\"num_hidden_layers\": 2}",
+                                     &c),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(c.rms_norm_eps, 1.5625e-07);
+    CU_ASSERT_EQUAL(c.attention_bias, 1);
+    CU_ASSERT_EQUAL(c.partial_rotary_factor, 0.5);
+    CU_ASSERT_EQUAL(c.head_dim, 128);
+    CU_ASSERT_EQUAL(c.num_kv_heads, 2);
+    /* GLM-4V's text model: what transformers and vLLM default apart is
+     * refused */
+#define GLM4V_TEXT(fields)                                                               \
+    "{\"architectures\": [\"Glm4vForConditionalGeneration\"], \"vision_config\": {}, "   \
+    "\"text_config\": {\"model_type\": \"glm4v_text\", \"hidden_size\": 64, "            \
+    "\"num_attention_heads\": 4, \"num_hidden_layers\": 2" fields "}}"
+    CU_ASSERT_EQUAL(parse_text(GLM4V_TEXT(", \"attention_bias\": true"), &c),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("\"text_config.partial_rotary_factor\" is missing"));
+    CU_ASSERT_EQUAL(parse_text(GLM4V_TEXT(", \"partial_rotary_factor\": 0.5"), &c),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("\"text_config.attention_bias\" is missing"));
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            GLM4V_TEXT(", \"attention_bias\": true, \"rope_parameters\": "
+                       "{\"rope_type\": \"default\", \"partial_rotary_factor\": 0.5}"),
+            &c),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(c.partial_rotary_factor, 0.5);
+    CU_ASSERT_EQUAL(c.rms_norm_eps, 1e-5);
 }
 
 /* A factor below 1 (transformers: "must be >= 1"), a negative beta (its

@@ -339,6 +339,23 @@ static void runner_matches_transformers_glm4v_moe_language_model(void)
     check_against_golden("glm4v_moe_mm_mrope_e8_top3_bf16");
 }
 
+/* GLM-4-0414: q/k/v biases, RoPE on interleaved pairs of half of each
+ * head, the attention's and the MLP's outputs normalized before their
+ * residual adds, gate and up in one tensor; then its config as GLM-4-0414
+ * is released (transformers 4's top-level rope_theta and
+ * partial_rotary_factor, rms_norm_eps stated); and GLM-4.1V / 4.6V-Flash's
+ * language model under model.language_model. */
+#define GLM4 "glm4_sandwich_partial_pairs_bf16"
+static void runner_matches_transformers_glm4_dense_and_its_vision_wrapper(void)
+{
+    check_against_golden(GLM4);
+    check_model_against_golden(
+        GLM4,
+        edited_checkpoint(GLM4, "{\"rope_parameters\": null, \"rope_theta\": 10000.0, "
+                                "\"partial_rotary_factor\": 0.5}"));
+    check_against_golden("glm4v_mm_mrope_pairs_bf16");
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -865,12 +882,12 @@ static void model_open_lists_the_supported_architectures(void)
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, "
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
-        "Llama4ForCausalLM, Gemma3ForConditionalGeneration, "
+        "Llama4ForCausalLM, Glm4ForCausalLM, Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
         "Qwen2VLForConditionalGeneration, Qwen3_5ForConditionalGeneration, "
-        "Qwen3_5MoeForConditionalGeneration, Llama4ForConditionalGeneration and "
-        "Glm4vMoeForConditionalGeneration");
+        "Qwen3_5MoeForConditionalGeneration, Llama4ForConditionalGeneration, "
+        "Glm4vForConditionalGeneration and Glm4vMoeForConditionalGeneration");
 }
 
 /* A wrapper whose text_config is another language model than the one kvcal
@@ -1751,6 +1768,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_minimax_m2_whole_projection_qk_norm),
     KVCAL_TEST(runner_matches_transformers_llama4_nope_chunked_layers),
     KVCAL_TEST(runner_matches_transformers_glm4v_moe_language_model),
+    KVCAL_TEST(runner_matches_transformers_glm4_dense_and_its_vision_wrapper),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

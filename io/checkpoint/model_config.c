@@ -223,6 +223,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"gemma2", 8192, 256000, 9216},
                     {"glm4_moe", 131072, 151552, 10944},
                     {"glm4v_moe_text", 65536, 151424, 10944},
+                    {"glm4", 131072, 151552, 13696},
+                    {"glm4v_text", 32768, 151552, 13696},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -599,6 +601,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
     if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
         if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "llama4_text"))
             c->num_kv_heads = 8;
+        else if (!strcmp(c->model_type, "glm4") || !strcmp(c->model_type, "glm4v_text"))
+            c->num_kv_heads = 2;
         else if (!strcmp(family_type(c->model_type), "qwen2") ||
                  !strcmp(family_type(c->model_type), "qwen3"))
             c->num_kv_heads = 32;
@@ -627,7 +631,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
     const int qwen3 = !strcmp(family_type(c->model_type), "qwen3");
     const int minimax = !strcmp(c->model_type, "minimax_m2") ||
                         !strcmp(c->model_type, "ministral3") ||
-                        !strcmp(c->model_type, "llama4_text"); /* head_dim 128 */
+                        !strcmp(c->model_type, "llama4_text") ||
+                        !strcmp(c->model_type, "glm4"); /* head_dim 128 */
     if (qwen3 || minimax || !strcmp(c->model_type, "gemma3_text") ||
         !strcmp(c->model_type, "gemma2") || gated_delta_type(c->model_type)) {
         c->head_dim = qwen3 || minimax ? 128 : 256;
@@ -661,8 +666,9 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
         return s;
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
-    /* Glm4vMoeTextConfig's default, where Glm4MoeConfig's is false */
-    if (!strcmp(c->model_type, "glm4v_moe_text") &&
+    /* Glm4vMoeTextConfig's and Glm4Config's default, where Glm4MoeConfig's
+     * is false */
+    if ((!strcmp(c->model_type, "glm4v_moe_text") || !strcmp(c->model_type, "glm4")) &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "attention_bias"))
         c->attention_bias = 1;
     c->qk_norm = is_qwen3 || !strcmp(family_type(c->model_type), "qwen3_moe") ||
@@ -1134,7 +1140,8 @@ static const char *const known_kv_families[] = {
     "glm4_moe_lite", "deepseek_v32",  "glm_moe_dsa",     "gpt_oss",
     "qwen3_vl_text", "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
     "qwen2_vl",      "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
-    "minimax_m2",    "ministral3",    "llama4_text"};
+    "minimax_m2",    "ministral3",    "llama4_text",     "glm4",
+    "glm4v_text"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1520,6 +1527,40 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     return cfg_llama4_layer_types(top, c);
 }
 
+/* GLM-4.1V's and GLM-4.6V-Flash's language model (glm4v_text): transformers'
+ * Glm4vText always adds q/k/v biases and rotates a whole head where the
+ * config names no partial_rotary_factor, while vLLM builds it as
+ * Glm4ForCausalLM, which follows attention_bias (absent: none) and
+ * rotates half a head by default: a config that leaves either to them is
+ * refused. */
+static kvcal_status cfg_read_glm4v_text(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "glm4v_text"))
+        return KVCAL_OK;
+    const cJSON *rp = cfg_item(top, "rope_parameters"),
+                *rs = cfg_item(top, "rope_scaling");
+    const int partial = cfg_item(top, "partial_rotary_factor") ||
+                        (cJSON_IsObject(rp) &&
+                         cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor")) ||
+                        (cJSON_IsObject(rs) &&
+                         cJSON_GetObjectItemCaseSensitive(rs, "partial_rotary_factor"));
+    if (!partial)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: field \"%spartial_rotary_factor\" is missing: transformers' "
+            "GLM-4V text model then rotates the whole head and vLLM's half "
+            "of it; add the field (the released configs say 0.5)",
+            top->name, top->prefix);
+    if (!c->attention_bias)
+        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
+                          "%s: field \"%sattention_bias\" is %s: transformers' GLM-4V "
+                          "text model adds q/k/v biases whatever it says while vLLM "
+                          "follows it; fix the field (true)",
+                          top->name, top->prefix,
+                          cfg_item(top, "attention_bias") ? "false" : "missing");
+    return KVCAL_OK;
+}
+
 /* MiniMax-M2's released configs give partial RoPE as rotary_dim, which
  * transformers' and vLLM's MiniMax-M2 turn into partial_rotary_factor
  * rotary_dim / head_dim where the config has no partial_rotary_factor (read
@@ -1559,14 +1600,16 @@ static kvcal_status cfg_query_scaling(const cfg_obj *top, kvcal_model_config *c)
 }
 
 /* The transformers config class's rms_norm_eps of model_type `t`: 1e-5
- * for these, 1e-6 for the others. */
+ * for these, GLM-4's 1.5625e-07, 1e-6 for the others. */
 static double rms_norm_eps_default(const char *t)
 {
     static const char *const eps_1e5[] = {
-        "mixtral",        "phi3",        "glm4_moe",      "glm4v_moe_text",
-        "glm4_moe_lite",  "glm_moe_dsa", "gpt_oss",       "ministral3",
-        "llama4_text",    "qwen2_vl",    "qwen2_vl_text", "qwen2_5_vl",
-        "qwen2_5_vl_text"};
+        "mixtral",         "phi3",        "glm4_moe",      "glm4v_moe_text",
+        "glm4_moe_lite",   "glm_moe_dsa", "gpt_oss",       "ministral3",
+        "llama4_text",     "qwen2_vl",    "qwen2_vl_text", "qwen2_5_vl",
+        "qwen2_5_vl_text", "glm4v_text"};
+    if (!strcmp(t, "glm4")) /* Glm4Config's */
+        return 1.5625e-07;
     return in_list(t, eps_1e5, sizeof eps_1e5 / sizeof *eps_1e5) ? 1e-5 : 1e-6;
 }
 
@@ -1602,8 +1645,8 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
      * multimodal configs leave to the class */
     c->tie_word_embeddings =
         !strcmp(c->model_type, "gemma2") || !strcmp(c->model_type, "gemma3_text");
-    /* Glm4MoeConfig's and Glm4vMoeTextConfig's default */
-    if (!strcmp(family_type(c->model_type), "glm4_moe"))
+    /* Glm4MoeConfig's, Glm4vMoeTextConfig's and Glm4Config's default */
+    if (!strcmp(family_type(c->model_type), "glm4_moe") || !strcmp(c->model_type, "glm4"))
         c->partial_rotary_factor = 0.5;
     if (gated_delta_type(c->model_type)) /* Qwen3-Next's and Qwen3.5's */
         c->partial_rotary_factor = 0.25;
@@ -1635,6 +1678,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_moe(f, c)) != KVCAL_OK || (s = cfg_read_gemma(f, c)) != KVCAL_OK ||
         (s = cfg_read_gpt_oss(f, c)) != KVCAL_OK ||
         (s = cfg_read_llama4(f, c)) != KVCAL_OK ||
+        (s = cfg_read_glm4v_text(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)

@@ -267,6 +267,10 @@ def loaders(arch):
         from vllm.model_executor.models.llama4 import Llama4ForCausalLM, Llama4Model
         return (Llama4ForCausalLM.load_weights, Llama4ForCausalLM.hf_to_vllm_mapper,
                 Llama4Model.load_weights, Llama4Model.hf_to_vllm_mapper)
+    if arch == "Glm4ForCausalLM":  # its mapper (the MTP layers dropped) is built per config
+        from vllm.model_executor.models.glm4 import Glm4ForCausalLM, Glm4Model
+        return (Glm4ForCausalLM.load_weights, None, Glm4Model.load_weights,
+                Glm4Model.hf_to_vllm_mapper)
     if arch == "Qwen3NextForCausalLM":
         from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM, Qwen3NextModel
         return (Qwen3NextForCausalLM.load_weights, Qwen3NextForCausalLM.hf_to_vllm_mapper,
@@ -560,6 +564,9 @@ WRAPPERS = {
     "llama4_mm_top1_chunk16_bf16": (
         "mllama4", "Llama4ForConditionalGeneration", "llama4", "Llama4ForCausalLM",
         "Llama4Model"),
+    # GLM-4.1V / 4.6V-Flash: its language model as Glm4ForCausalLM
+    "glm4v_mm_mrope_pairs_bf16": (
+        "glm4_1v", "Glm4vForConditionalGeneration", "glm4", "Glm4ForCausalLM", "Glm4Model"),
     # GLM-4.5V / 4.6V: vLLM's registry builds its language model as
     # Glm4MoeForCausalLM
     "glm4v_moe_mm_mrope_e8_top3_bf16": (
@@ -595,6 +602,8 @@ MINIMAX_M2 = "minimax_m2_qknorm_all_rot8_e8_top3_bf16"
 # FP8 as llm-compressor writes it (compressed-tensors, an MLP per expert)
 LLAMA4 = "llama4_nope_chunk8_temp_e4_top2_bf16"
 LLAMA4_FP8 = "fp8_llama4_ct_channel_token"
+# kvcal's golden GLM-4-0414 (its loader: loaders())
+GLM4 = "glm4_sandwich_partial_pairs_bf16"
 
 
 def wrapper_load(d, spec):
@@ -718,7 +727,7 @@ def vllm_wrappers(work):
     name (no module 'language_model')."""
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
             ("mistral_mqa_fp16", None), (MINIMAX_M2, None), (LLAMA4, None),
-            (LLAMA4_FP8, None)]:
+            (LLAMA4_FP8, None), (GLM4, None)]:
         out = golden_checkpoint(work, name, "wrapper", 0)
         if not out:
             continue
