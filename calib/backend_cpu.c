@@ -496,14 +496,15 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe_layer
     const int64_t n = c->n;
     const float *x = act(c, op->in);
     float *out = act(c, op->out);
-    /* the router's bias: in the logits for softmax routing, in the choice for
-     * sigmoid routing */
+    /* the router's bias: in the logits for softmax routing (gpt-oss), in the
+     * choice for sigmoid routing and ERNIE's softmax */
+    const int choice_bias = d->moe_sigmoid || d->moe_softmax_bias;
     kvcal_matmul_ref(c->logits, x, weight(c, op->w),
-                     d->moe_sigmoid ? NULL : weight(c, op->b), (int)n, D, E);
+                     choice_bias ? NULL : weight(c, op->b), (int)n, D, E);
     const kvcal_moe_route_cfg route = {E,
                                        K,
                                        d->moe_sigmoid,
-                                       d->moe_sigmoid ? weight(c, op->b) : NULL,
+                                       choice_bias ? weight(c, op->b) : NULL,
                                        d->moe_groups,
                                        d->moe_topk_groups,
                                        d->moe_group_max,

@@ -73,6 +73,12 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "heads at once) run on the CPU runner alone in this version; use "
             "--device cpu",
             d->architecture);
+    if (d->moe_softmax_bias)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: %s's softmax routing with a choice bias runs on "
+            "the CPU runner alone in this version; use --device cpu",
+            d->architecture);
     if (d->layer_nope || d->attention_chunk || d->qk_l2_norm || d->moe_input_weighted)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,

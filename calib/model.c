@@ -256,6 +256,7 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
     d->shared_intermediate_size = c->shared_expert_intermediate_size;
     d->norm_topk_prob = c->norm_topk_prob;
     d->moe_sigmoid = c->moe_sigmoid;
+    d->moe_softmax_bias = c->moe_softmax_bias;
     d->routed_scale =
         c->routed_scaling_factor > 0 ? (float)c->routed_scaling_factor : 1.0f;
     if (!(m->layer_dense = calloc((size_t)(c->num_layers > 0 ? c->num_layers : 1), 1)))

@@ -62,6 +62,8 @@ struct kvcal_model_desc {
     int shared_intermediate_size;     /* the shared expert's, 0 when none */
     int norm_topk_prob;               /* the top-k weights renormalized to sum 1 */
     int moe_sigmoid;                  /* sigmoid routing with a choice bias (GLM) */
+    int moe_softmax_bias;             /* softmax routing with a choice bias added to the
+                                         probabilities (ERNIE 4.5) */
     float routed_scale;               /* the chosen weights' factor, 1 */
     const unsigned char *layer_dense; /* (num_layers) 1: layer l has a dense MLP
                                          among the MoE layers (GLM's leading ones,

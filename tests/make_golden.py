@@ -674,6 +674,17 @@ def moe_configs(tf, common):
             num_experts_per_tok=3, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, rotary_dim=8, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "released", "float64"),
+        # ERNIE 4.5 MoE: RoPE on interleaved pairs, a dense first layer
+        # (moe_layer_start_index 1), then top-3 of 8 by softmax probability
+        # plus the correction bias, weighted by the probabilities
+        # renormalized, two shared experts; tied embeddings
+        ("ernie45_moe_softmax_bias_e8_top3_bf16", tf.Ernie4_5_MoeConfig(
+            hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=2, moe_num_experts=8, moe_k=3,
+            moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=2,
+            moe_layer_interval=1, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
         # Llama 4 (Scout's features): RoPE on pairs with llama3 scaling and
         # the weightless q/k norm in layers 0, 1 and 3, which attend within
         # chunks of 8 tokens; layer 2 without RoPE, attending to every key,
@@ -813,8 +824,10 @@ def randomize(model, torch):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith("e_score_correction_bias"):  # ERNIE's is a parameter
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
             elif name.endswith((".mlp.gate.weight", ".mlp.router.weight",
-                                ".feed_forward.router.weight")):
+                                ".feed_forward.router.weight")):  # ERNIE's: mlp.gate.weight
                 p.copy_(1.0 * torch.randn(p.shape, generator=g))
             elif name.endswith("self_attn.sinks"):  # near the scores: some heads sink more
                 p.copy_(1.0 + 1.5 * torch.randn(p.shape, generator=g))

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "calib/dp.h"
+#include "io/checkpoint/safetensors.h"
+#include "io/json_file.h"
 #include "kvcal.h"
 #include "tests/test_util.h"
 
@@ -98,6 +100,64 @@ const char *kvcal_test_golden_checkpoint_scales(const char *name)
              name, kvcal_test_golden_ids(), out);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
     return out;
+}
+
+/* The scales of dir with the first `from` in each of their names (in the
+ * tensors' file and in the index) replaced by `to`; a name without it
+ * fails the test. */
+void kvcal_test_rename_scales(const char *dir, const char *from, const char *to)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/kv_scales.safetensors", dir);
+    kvcal_safetensors_t *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
+    const int n = kvcal_safetensors_count(st);
+    kvcal_tensor_out *out = calloc((size_t)n, sizeof *out);
+    char(*names)[160] = calloc((size_t)n, sizeof *names);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(names);
+    for (int i = 0; i < n; i++) {
+        const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
+        const char *at = strstr(t->name, from);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+        snprintf(names[i], sizeof names[i], "%.*s%s%s", (int)(at - t->name), t->name, to,
+                 at + strlen(from));
+        out[i].name = names[i];
+        out[i].dtype = t->dtype;
+        out[i].ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++)
+            out[i].shape[d] = t->shape[d];
+        out[i].data = t->data;
+    }
+    char moved[720];
+    snprintf(moved, sizeof moved, "%s.old", path);
+    CU_ASSERT_EQUAL_FATAL(rename(path, moved), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, out, n, NULL), KVCAL_OK);
+    kvcal_safetensors_close(st);
+    remove(moved);
+    free(out);
+    free(names);
+    /* the index lists them by name too */
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    cJSON *index = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &index), KVCAL_OK);
+    cJSON *map = cJSON_GetObjectItem(index, "weight_map"),
+          *renamed = cJSON_CreateObject();
+    for (cJSON *e = map->child; e; e = e->next) {
+        char name[256];
+        const char *at = !strcmp(e->valuestring, "kv_scales.safetensors")
+                             ? strstr(e->string, from)
+                             : NULL;
+        if (at)
+            snprintf(name, sizeof name, "%.*s%s%s", (int)(at - e->string), e->string, to,
+                     at + strlen(from));
+        else
+            snprintf(name, sizeof name, "%s", e->string);
+        cJSON_AddStringToObject(renamed, name, e->valuestring);
+    }
+    cJSON_ReplaceItemInObject(index, "weight_map", renamed);
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, index), KVCAL_OK);
+    cJSON_Delete(index);
 }
 
 char *kvcal_test_read_file(const char *path, size_t *len)

@@ -72,6 +72,23 @@ static void moe_route_grouped_softmax_scores_groups_by_their_best(void)
     CU_ASSERT_EQUAL(memcmp(w1, w2, sizeof w1), 0);
 }
 
+/* ERNIE 4.5's routing: the top-k chosen by softmax probability plus the
+ * choice bias (which moves expert 3 past 0 and 1 here), weighted by the
+ * probabilities alone, renormalized over the chosen. */
+static void moe_route_softmax_with_a_choice_bias_weighs_by_probability(void)
+{
+    const float z[4] = {1.0f, 0.9f, 0.0f, 0.2f};
+    const float bias[4] = {0.0f, 0.0f, 0.0f, 0.5f};
+    int32_t e[2];
+    float w[2];
+    const kvcal_moe_route_cfg c = {4, 2, 0, bias, 1, 1, 0, 1, 1.0f};
+    kvcal_moe_route_grouped_ref(e, w, z, 1, &c);
+    CU_ASSERT(e[0] == 3 && e[1] == 0);
+    const double p0 = exp(1.0), p3 = exp(0.2);
+    CU_ASSERT_DOUBLE_EQUAL(w[0], p3 / (p0 + p3), 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(w[1], p0 / (p0 + p3), 1e-6);
+}
+
 /* The cache point: the latent normalized (kvcal_rmsnorm_ref), the entry's
  * RoPE part and each query head's last channels rotated in interleaved
  * pairs (kvcal_rope_scaled_ref), the query's other channels and padding
@@ -213,6 +230,7 @@ static void attention_vdim_equals_attention_of_a_zero_padded_v(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(moe_route_grouped_chooses_in_the_best_groups_only),
     KVCAL_TEST(moe_route_grouped_softmax_scores_groups_by_their_best),
+    KVCAL_TEST(moe_route_softmax_with_a_choice_bias_weighs_by_probability),
     KVCAL_TEST(mla_latent_ref_is_norm_rope_and_the_entry_observed_twice),
     KVCAL_TEST(mla_expand_ref_lays_out_k_and_padded_v),
     KVCAL_TEST(mla_ds_roundtrip_ref_scales_each_tile_and_keeps_rope_in_bf16),

@@ -38,56 +38,6 @@ static int scales_named(const char *dir, const char *prefix)
     return ok;
 }
 
-/* The scales of dir with the prefix `from` of their names (in the tensors'
- * file and in the index) replaced by `to`. */
-static void rename_scales(const char *dir, const char *from, const char *to)
-{
-    char path[700];
-    snprintf(path, sizeof path, "%s/kv_scales.safetensors", dir);
-    kvcal_safetensors_t *st = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
-    const int n = kvcal_safetensors_count(st);
-    kvcal_tensor_out *out = calloc((size_t)n, sizeof *out);
-    char(*names)[128] = calloc((size_t)n, sizeof *names);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(names);
-    for (int i = 0; i < n; i++) {
-        const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
-        CU_ASSERT_EQUAL_FATAL(strncmp(t->name, from, strlen(from)), 0);
-        snprintf(names[i], sizeof names[i], "%s%s", to, t->name + strlen(from));
-        out[i].name = names[i];
-        out[i].dtype = t->dtype;
-        out[i].ndim = t->ndim;
-        for (int d = 0; d < t->ndim; d++)
-            out[i].shape[d] = t->shape[d];
-        out[i].data = t->data;
-    }
-    char moved[720];
-    snprintf(moved, sizeof moved, "%s.old", path);
-    CU_ASSERT_EQUAL_FATAL(rename(path, moved), 0);
-    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(path, out, n, NULL), KVCAL_OK);
-    kvcal_safetensors_close(st);
-    remove(moved);
-    free(out);
-    free(names);
-    /* the index lists them by name too */
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    cJSON *index = NULL;
-    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &index), KVCAL_OK);
-    cJSON *map = cJSON_GetObjectItem(index, "weight_map"),
-          *renamed = cJSON_CreateObject();
-    for (cJSON *at = map->child; at; at = at->next) {
-        char name[256];
-        const int ours = !strcmp(at->valuestring, "kv_scales.safetensors");
-        snprintf(name, sizeof name, "%s%s", ours ? to : "",
-                 at->string + (ours ? strlen(from) : 0));
-        cJSON_AddStringToObject(renamed, name, at->valuestring);
-    }
-    cJSON_ReplaceItemInObject(index, "weight_map", renamed);
-    CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, index), KVCAL_OK);
-    cJSON_Delete(index);
-}
-
 /* validate-scales of dir: its exit code, and whether its stderr and
  * stdout hold needle (NULL: nothing asked). */
 static int validate(const char *dir, const char *needle)
@@ -132,29 +82,29 @@ static void validate_scales_refuses_a_layout_vllm_does_not_map(void)
 {
     const char *out =
         kvcal_test_golden_checkpoint_scales("gemma3_mm_swa8_local_global_bf16");
-    rename_scales(out, "language_model.model.", "model.language_model.");
+    kvcal_test_rename_scales(out, "language_model.model.", "model.language_model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
-    rename_scales(out, "model.language_model.", "model.");
+    kvcal_test_rename_scales(out, "model.language_model.", "model.");
     CU_ASSERT_EQUAL(validate(out, "a causal LM's name, but the model keeps its language "
                                   "model in a multimodal one"),
                     1);
     out = kvcal_test_golden_checkpoint_scales("mistral3_mm_gqa_bf16");
-    rename_scales(out, "language_model.model.", "model.");
+    kvcal_test_rename_scales(out, "language_model.model.", "model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
     /* Qwen2.5-VL released flat, its layers under model.: a wrapped name
      * loads too */
     out = kvcal_test_golden_checkpoint_scales("qwen2_5_vl_flat_mrope_bias_bf16");
-    rename_scales(out, "model.", "model.language_model.");
+    kvcal_test_rename_scales(out, "model.", "model.language_model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
     /* Llama 4's loader maps a causal LM's model. to language_model.model.
      * itself, and no other name: transformers' own layout fails to load */
     out = kvcal_test_golden_checkpoint_scales("llama4_mm_top1_chunk16_bf16");
-    rename_scales(out, "language_model.model.", "model.");
+    kvcal_test_rename_scales(out, "language_model.model.", "model.");
     CU_ASSERT_EQUAL(validate(out, "valid (0 errors"), 0);
-    rename_scales(out, "model.", "model.language_model.");
+    kvcal_test_rename_scales(out, "model.", "model.language_model.");
     CU_ASSERT_EQUAL(validate(out, "which this model's vLLM loader does not map"), 1);
     out = kvcal_test_golden_checkpoint_scales("mistral_mqa_fp16");
-    rename_scales(out, "model.", "language_model.model.");
+    kvcal_test_rename_scales(out, "model.", "language_model.model.");
     CU_ASSERT_EQUAL(validate(out, "a multimodal model's name, but the model is a causal "
                                   "LM"),
                     1);

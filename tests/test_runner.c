@@ -356,6 +356,16 @@ static void runner_matches_transformers_glm4_dense_and_its_vision_wrapper(void)
     check_against_golden("glm4v_mm_mrope_pairs_bf16");
 }
 
+/* ERNIE 4.5 MoE: RoPE on interleaved pairs, a dense first layer, then
+ * top-3 of 8 by softmax probability plus the correction bias ((1, experts)
+ * as released), weighted by the probabilities renormalized, two shared
+ * experts, tied embeddings. */
+#define ERNIE45 "ernie45_moe_softmax_bias_e8_top3_bf16"
+static void runner_matches_transformers_ernie45_moe_softmax_choice_bias(void)
+{
+    check_against_golden(ERNIE45);
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -882,7 +892,8 @@ static void model_open_lists_the_supported_architectures(void)
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, "
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
-        "Llama4ForCausalLM, Glm4ForCausalLM, Gemma3ForConditionalGeneration, "
+        "Llama4ForCausalLM, Glm4ForCausalLM, Ernie4_5_MoeForCausalLM, "
+        "Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
         "Qwen2VLForConditionalGeneration, Qwen3_5ForConditionalGeneration, "
@@ -1318,6 +1329,23 @@ static void model_open_names_llama4_fields_the_engines_read_apart(void)
                       "feed_forward.experts.down_proj is F8_E4M3, quant_method modelopt) "
                       "is not supported yet; kvcal reads its bf16 checkpoint and its FP8 "
                       "ones with a tensor per expert");
+}
+
+/* ERNIE 4.5's fields transformers and vLLM default or read apart are
+ * refused; the CUDA runner names the routing it lacks. */
+static void model_open_names_ernie45_fields_the_engines_read_apart(void)
+{
+    expect_open_error(edited_checkpoint(ERNIE45, "{\"moe_layer_start_index\": null}"),
+                      KVCAL_ERR_FORMAT, "\"moe_layer_start_index\" is missing");
+    expect_open_error(edited_checkpoint(ERNIE45, "{\"use_bias\": true}"),
+                      KVCAL_ERR_UNSUPPORTED, "\"use_bias\" is true");
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/" ERNIE45, &m),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("softmax routing with a choice bias"));
+    kvcal_model_close(m);
 }
 
 /* The cuda backend takes yarn (its kernels read the host's inv_freq and
@@ -1769,6 +1797,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_llama4_nope_chunked_layers),
     KVCAL_TEST(runner_matches_transformers_glm4v_moe_language_model),
     KVCAL_TEST(runner_matches_transformers_glm4_dense_and_its_vision_wrapper),
+    KVCAL_TEST(runner_matches_transformers_ernie45_moe_softmax_choice_bias),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
@@ -1809,6 +1838,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_accepts_yarn_rope),
     KVCAL_TEST(model_open_names_minimax_m2_fields_the_engines_read_apart),
     KVCAL_TEST(model_open_names_llama4_fields_the_engines_read_apart),
+    KVCAL_TEST(model_open_names_ernie45_fields_the_engines_read_apart),
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
     KVCAL_TEST(model_open_rejects_llama2c_header_with_int_min_vocab),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_every_scheme),

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/json_file.h"
 #include "tests/test_util.h"
 
 #define LLAMA2 "tests/fixtures/llama2-7b"
@@ -172,6 +173,36 @@ static void cli_convert_refuses_a_model_whose_vllm_loader_skips_scales(void)
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
 }
 
+/* ERNIE 4.5's checkpoint scales under its attention's own names
+ * (self_attn.attn.k_scale), the only ones sglang's loader of it takes
+ * (vLLM's takes any); compressed-tensors' self_attn.k_scale are valid for
+ * vLLM, with a warning that sglang does not load the model. */
+static void cli_checkpoint_names_ernie45_scales_as_both_engines_load_them(void)
+{
+    const char *golden = "ernie45_moe_softmax_bias_e8_top3_bf16";
+    const char *ck = kvcal_test_golden_checkpoint_scales(golden);
+    char path[800], args[2048], *text = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", ck);
+    cJSON *index = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &index), KVCAL_OK);
+    const cJSON *map = cJSON_GetObjectItem(index, "weight_map");
+    CU_ASSERT_PTR_NOT_NULL(
+        cJSON_GetObjectItem(map, "model.layers.2.self_attn.attn.k_scale"));
+    CU_ASSERT_PTR_NOT_NULL(
+        cJSON_GetObjectItem(map, "model.layers.2.self_attn.attn.v_scale"));
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(map, "model.layers.2.self_attn.k_scale"));
+    cJSON_Delete(index);
+    snprintf(args, sizeof args, "validate-scales '%s'", ck);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+    CU_ASSERT(text && strstr(text, "valid (0 errors, 0 warnings)"));
+    free(text);
+    kvcal_test_rename_scales(ck, ".attn.", ".");
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+    CU_ASSERT(text &&
+              strstr(text, "Ernie4_5_MoeForCausalLM.load_weights looks the name up"));
+    free(text);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_validate_fixture_exits_0_at_tp1_and_1_at_tp2),
     KVCAL_TEST(cli_validate_json_lists_the_findings),
@@ -179,6 +210,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_convert_legacy_to_kvcal_to_legacy_keeps_values),
     KVCAL_TEST(cli_convert_reports_losses_and_refuses_bad_input),
     KVCAL_TEST(cli_convert_refuses_a_model_whose_vllm_loader_skips_scales),
+    KVCAL_TEST(cli_checkpoint_names_ernie45_scales_as_both_engines_load_them),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(scales_cli, KVCAL_NEEDS_NOTHING, tests)

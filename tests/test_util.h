@@ -82,6 +82,10 @@ const char *kvcal_test_golden_ids(void);
  * kvcal_test_golden_ids into the test tmpdir's <name> (its path, in a
  * static buffer); a failure fails the test. */
 const char *kvcal_test_golden_checkpoint_scales(const char *name);
+/* The scales of checkpoint dir with the first `from` in each of their names
+ * (in kv_scales.safetensors and in the index) replaced by `to`; a name
+ * without it fails the test. */
+void kvcal_test_rename_scales(const char *dir, const char *from, const char *to);
 
 /* Runs `kvcal <args>` through the shell. The binary is $KVCAL_BIN (set by
  * `make test`; made absolute at start, so a test may chdir), else the

@@ -225,6 +225,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"glm4v_moe_text", 65536, 151424, 10944},
                     {"glm4", 131072, 151552, 13696},
                     {"glm4v_text", 32768, 151552, 13696},
+                    /* ERNIE 4.5's dense layers' (its experts': cfg_read_ernie45) */
+                    {"ernie4_5_moe", 131072, 103424, 12288},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -518,6 +520,7 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         c->rope_theta = 5000000.0;
     else if (!strcmp(c->model_type, "qwen3_vl_text") ||
              !strcmp(c->model_type, "llama4_text") ||
+             !strcmp(c->model_type, "ernie4_5_moe") ||
              !strcmp(c->model_type, "qwen3_vl_moe_text"))
         c->rope_theta = 500000.0;
     else if (!strcmp(family_type(c->model_type), "qwen2") &&
@@ -603,6 +606,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
             c->num_kv_heads = 8;
         else if (!strcmp(c->model_type, "glm4") || !strcmp(c->model_type, "glm4v_text"))
             c->num_kv_heads = 2;
+        else if (!strcmp(c->model_type, "ernie4_5_moe"))
+            c->num_kv_heads = 4;
         else if (!strcmp(family_type(c->model_type), "qwen2") ||
                  !strcmp(family_type(c->model_type), "qwen3"))
             c->num_kv_heads = 32;
@@ -1141,7 +1146,7 @@ static const char *const known_kv_families[] = {
     "qwen3_vl_text", "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
     "qwen2_vl",      "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
     "minimax_m2",    "ministral3",    "llama4_text",     "glm4",
-    "glm4v_text"};
+    "glm4v_text",    "ernie4_5_moe"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1527,6 +1532,83 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     return cfg_llama4_layer_types(top, c);
 }
 
+/* ERNIE 4.5's mixture of experts (ernie4_5_moe, Ernie4_5_MoeConfig's
+ * defaults): moe_num_experts experts of moe_intermediate_size, top moe_k
+ * by softmax probability plus e_score_correction_bias, weighted by the
+ * probabilities renormalized, moe_num_shared_experts ungated shared
+ * experts; layer l a MoE layer when moe_layer_start_index <= l <=
+ * moe_layer_end_index and (l + 1) % moe_layer_interval == 0. Refused: what
+ * transformers and vLLM default apart (moe_layer_start_index absent:
+ * transformers 1, vLLM 0; moe_layer_end_index absent in a model past 28
+ * layers: transformers 27, vLLM the last) and use_bias (vLLM builds o_proj
+ * without one). */
+static kvcal_status cfg_read_ernie45(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "ernie4_5_moe"))
+        return KVCAL_OK;
+    kvcal_status s;
+    int start = 1, end = 27, interval = 1, shared = 2, found_start = 0, found_end = 0,
+        bias = 0;
+    const cJSON *n = cfg_item(top, "moe_num_experts");
+    if (n && !cJSON_IsNumber(n))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: field \"%smoe_num_experts\" is not a number (ERNIE-4.5-VL's "
+            "text and vision experts): kvcal runs ERNIE 4.5's text models; "
+            "fix the field",
+            top->name, top->prefix);
+    c->num_experts = 64;
+    c->num_experts_per_tok = 6;
+    c->moe_intermediate_size = 1536;
+    c->norm_topk_prob = 1;
+    c->moe_softmax_bias = 1;
+    c->routed_scaling_factor = 1.0;
+    c->moe_groups = c->moe_topk_groups = 1;
+    c->decoder_sparse_step = 1;
+    if ((s = cfg_int(top, "moe_num_experts", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_k", 1, KVCAL_CONFIG_MAX_HEADS, &c->num_experts_per_tok,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_intermediate_size", 1, INT_MAX, &c->moe_intermediate_size,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_num_shared_experts", 0, 64, &shared, NULL)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_layer_start_index", 0, KVCAL_CONFIG_MAX_LAYERS, &start,
+                     &found_start)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_layer_end_index", -1, KVCAL_CONFIG_MAX_LAYERS, &end,
+                     &found_end)) != KVCAL_OK ||
+        (s = cfg_int(top, "moe_layer_interval", 1, KVCAL_CONFIG_MAX_LAYERS, &interval,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_bool(top, "use_bias", &bias)) != KVCAL_OK)
+        return s;
+    if (!found_start)
+        return cfg_missing(top, "moe_layer_start_index",
+                           " (transformers' ERNIE 4.5 then starts its experts at layer "
+                           "1, vLLM's at layer 0)");
+    if (!found_end && c->num_layers > 28)
+        return cfg_missing(top, "moe_layer_end_index",
+                           " (transformers' ERNIE 4.5 then ends its experts at layer 27, "
+                           "vLLM's at the last layer)");
+    if (bias)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: field \"%suse_bias\" is true: transformers' ERNIE 4.5 then "
+            "adds biases to q/k/v and o_proj, vLLM to q/k/v alone; fix the "
+            "field (false)",
+            top->name, top->prefix);
+    if (c->num_experts_per_tok > c->num_experts)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%smoe_k\" (%d) is above moe_num_experts (%d); fix "
+                          "one of them",
+                          top->name, top->prefix, c->num_experts_per_tok, c->num_experts);
+    c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
+    for (int l = 0; l < c->num_layers; l++)
+        if (!(l >= start && l <= end && (l + 1) % interval == 0)) {
+            c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->dense_layers++;
+        }
+    return KVCAL_OK;
+}
+
 /* GLM-4.1V's and GLM-4.6V-Flash's language model (glm4v_text): transformers'
  * Glm4vText always adds q/k/v biases and rotates a whole head where the
  * config names no partial_rotary_factor, while vLLM builds it as
@@ -1607,7 +1689,7 @@ static double rms_norm_eps_default(const char *t)
         "mixtral",         "phi3",        "glm4_moe",      "glm4v_moe_text",
         "glm4_moe_lite",   "glm_moe_dsa", "gpt_oss",       "ministral3",
         "llama4_text",     "qwen2_vl",    "qwen2_vl_text", "qwen2_5_vl",
-        "qwen2_5_vl_text", "glm4v_text"};
+        "qwen2_5_vl_text", "glm4v_text",  "ernie4_5_moe"};
     if (!strcmp(t, "glm4")) /* Glm4Config's */
         return 1.5625e-07;
     return in_list(t, eps_1e5, sizeof eps_1e5 / sizeof *eps_1e5) ? 1e-5 : 1e-6;
@@ -1643,8 +1725,9 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     c->rms_norm_eps = rms_norm_eps_default(c->model_type);
     /* Gemma2Config's and Gemma3TextConfig's default, which Gemma 3's
      * multimodal configs leave to the class */
-    c->tie_word_embeddings =
-        !strcmp(c->model_type, "gemma2") || !strcmp(c->model_type, "gemma3_text");
+    c->tie_word_embeddings = !strcmp(c->model_type, "gemma2") ||
+                             !strcmp(c->model_type, "gemma3_text") ||
+                             !strcmp(c->model_type, "ernie4_5_moe");
     /* Glm4MoeConfig's, Glm4vMoeTextConfig's and Glm4Config's default */
     if (!strcmp(family_type(c->model_type), "glm4_moe") || !strcmp(c->model_type, "glm4"))
         c->partial_rotary_factor = 0.5;
@@ -1679,6 +1762,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_gpt_oss(f, c)) != KVCAL_OK ||
         (s = cfg_read_llama4(f, c)) != KVCAL_OK ||
         (s = cfg_read_glm4v_text(f, c)) != KVCAL_OK ||
+        (s = cfg_read_ernie45(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)

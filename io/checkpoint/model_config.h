@@ -146,6 +146,8 @@ typedef struct kvcal_model_config {
     unsigned char layer_dense[KVCAL_LAYER_BITS / 8];
     int moe_sigmoid;             /* GLM: sigmoid scores, chosen by score plus
                                     e_score_correction_bias (else softmax) */
+    int moe_softmax_bias;        /* ERNIE 4.5: softmax probabilities, chosen by
+                                    probability plus e_score_correction_bias */
     double routed_scaling_factor; /* the chosen weights' factor (1) */
     int moe_groups, moe_topk_groups; /* n_group, topk_group (1, 1): the experts in
                                         n_group groups, the top-k chosen among

@@ -98,17 +98,42 @@ static const struct {
     {"kv_scale", KIND_KV, KVCAL_FORMAT_KV_SCALE},
     {"k_global_scale", KIND_KG, KVCAL_FORMAT_CHECKPOINT},
     {"v_global_scale", KIND_VG, KVCAL_FORMAT_CHECKPOINT},
+    /* the attention module's own parameters, which both engines' loaders
+       take as they are (sglang's ERNIE 4.5 takes no other) */
+    {"attn.k_scale", KIND_K, KVCAL_FORMAT_CHECKPOINT},
+    {"attn.v_scale", KIND_V, KVCAL_FORMAT_CHECKPOINT},
 };
 
-/* Whether sglang 0.5.23's loader of `architecture` loads compressed-tensors'
- * `self_attn.k_scale` names: all but Qwen3NextForCausalLM's, whose
- * load_weights drops ".self_attn", finds no parameter under the name and
+/* The name after "self_attn." of a layer's K scale that sglang 0.5.23's
+ * loader of `architecture` takes from a checkpoint (V's alike, v for k):
+ * compressed-tensors' `k_scale` for all but two. Qwen3NextForCausalLM's
+ * load_weights drops ".self_attn", finds no parameter under that name and
  * asserts the value is 1.0 (AssertionError: the model does not load); it
- * maps ModelOpt's `self_attn.k_proj.k_scale` to the attention's k_scale,
- * and vLLM 0.32.0 loads both (make test-engines). */
-static int sglang_loads_self_attn_names(const char *architecture)
+ * maps ModelOpt's `k_proj.k_scale` to the attention's k_scale.
+ * Ernie4_5_MoeForCausalLM's looks every name up as it is (k_proj renamed
+ * qkv_proj) with no kv-scale remapping, a KeyError for any but its
+ * attention's own `attn.k_scale`. vLLM 0.32.0 loads all three (make
+ * test-engines). */
+static const char *sglang_k_name(const char *architecture)
 {
-    return strcmp(architecture, "Qwen3NextForCausalLM") != 0;
+    if (!strcmp(architecture, "Qwen3NextForCausalLM"))
+        return "k_proj.k_scale";
+    if (!strcmp(architecture, "Ernie4_5_MoeForCausalLM"))
+        return "attn.k_scale";
+    return "k_scale";
+}
+
+/* Whether a scale of kind (K, V or Q) named `suffix` after "self_attn."
+ * loads in sglang's loader, whose K name is `k_name` (sglang_k_name). */
+static int sglang_takes(const char *k_name, int kind, const char *suffix)
+{
+    if (!strcmp(k_name, "k_scale") || kind == KIND_Q)
+        return !strcmp(k_name, "k_scale");
+    char v_name[32];
+    snprintf(v_name, sizeof v_name, "%s", k_name);
+    for (char *c = v_name; (c = strstr(c, "k_")) != NULL; c += 2)
+        *c = 'v';
+    return !strcmp(suffix, kind == KIND_K ? k_name : v_name);
 }
 
 /* The names a format writes after "<prefix>layers.<i>.self_attn.", by
@@ -1103,24 +1128,33 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
             }
     }
     /* a name sglang's loader of this architecture cannot place */
-    for (int l = 0;
-         ctx->model && !sglang_loads_self_attn_names(ctx->model->architecture) &&
-         l < num_layers;
-         l++) {
-        const kvcal_tensor_info *t =
-            lt[l].t[KIND_K] && !strstr(lt[l].t[KIND_K]->name, "k_proj") ? lt[l].t[KIND_K]
-            : lt[l].t[KIND_V] && !strstr(lt[l].t[KIND_V]->name, "v_proj")
-                ? lt[l].t[KIND_V]
-                : lt[l].t[KIND_Q];
+    const char *sg = ctx->model ? sglang_k_name(ctx->model->architecture) : "k_scale";
+    for (int l = 0; strcmp(sg, "k_scale") && l < num_layers; l++) {
+        const kvcal_tensor_info *t = NULL;
+        for (int k = KIND_K; !t && k <= KIND_Q; k++) {
+            const char *suffix = NULL;
+            if (k == KIND_KV || !lt[l].t[k] ||
+                kvcal_scales_parse_attn_name(lt[l].t[k]->name, &suffix, NULL) < 0)
+                continue;
+            if (!sglang_takes(sg, k, suffix))
+                t = lt[l].t[k];
+        }
         if (!t)
             continue;
+        const int qwen3_next = !strcmp(sg, "k_proj.k_scale");
         kvcal_report_add(
             rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->name,
-            "sglang 0.5.23 does not load the model: "
-            "Qwen3NextForCausalLM.load_weights drops \".self_attn\", finds "
-            "no parameter and asserts the value is 1.0 (AssertionError); vLLM "
-            "loads it. For sglang name K and V self_attn.k_proj.k_scale / "
-            "v_proj.v_scale (kvcal calibrate does) and leave out q_scale",
+            qwen3_next
+                ? "sglang 0.5.23 does not load the model: "
+                  "Qwen3NextForCausalLM.load_weights drops \".self_attn\", finds "
+                  "no parameter and asserts the value is 1.0 (AssertionError); vLLM "
+                  "loads it. For sglang name K and V self_attn.k_proj.k_scale / "
+                  "v_proj.v_scale (kvcal calibrate does) and leave out q_scale"
+                : "sglang 0.5.23 does not load the model: "
+                  "Ernie4_5_MoeForCausalLM.load_weights looks the name up as it is "
+                  "(k_proj as qkv_proj) and finds no parameter (KeyError); vLLM loads "
+                  "it. For sglang name K and V self_attn.attn.k_scale / attn.v_scale "
+                  "(kvcal calibrate does) and leave out q_scale",
             "a %s name of %s", t == lt[l].t[KIND_Q] ? "q_scale" : "self_attn",
             ctx->model->architecture);
         break;
@@ -1764,10 +1798,14 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
             kinds[nk++] = global && k == KIND_K   ? KIND_KG
                           : global && k == KIND_V ? KIND_VG
                                                   : k;
-    /* Qwen3-Next's K and V per tensor under ModelOpt's names, which both
-     * engines load (sglang_loads_self_attn_names) */
+    /* K and V under the names both engines load where sglang's loader takes
+     * no other (sglang_k_name): Qwen3-Next's per tensor under ModelOpt's,
+     * ERNIE 4.5's under its attention's own */
+    const char *sg = sglang_k_name(mc.architecture);
     const int k_proj_names = format == KVCAL_FORMAT_CHECKPOINT && !global && !per_head &&
-                             !sglang_loads_self_attn_names(mc.architecture);
+                             !strcmp(sg, "k_proj.k_scale");
+    const int attn_names =
+        format == KVCAL_FORMAT_CHECKPOINT && !global && !strcmp(sg, "attn.k_scale");
     int heads = per_head ? s->num_kv_heads : 1, n = nk * s->num_layers;
     if (with_q && q_heads > heads)
         heads = q_heads; /* values a tensor may hold */
@@ -1795,7 +1833,8 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
             kvcal_tensor_out *t = &tensors[at];
             char *name = names + (size_t)at * 128;
             float *d = data + (size_t)at * heads, k, v;
-            snprintf(name, 128, "%slayers.%d.self_attn.%s", prefix, l,
+            snprintf(name, 128, "%slayers.%d.self_attn.%s%s", prefix, l,
+                     attn_names && kinds[i] != KIND_Q ? "attn." : "",
                      write_name(k_proj_names && kinds[i] != KIND_Q ? KVCAL_FORMAT_MODELOPT
                                                                    : format,
                                 kinds[i]));

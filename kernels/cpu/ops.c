@@ -463,8 +463,8 @@ void kvcal_moe_route_grouped_ref(int32_t *experts, float *weights, const float *
         for (int i = 0; !c->sigmoid && i < E; i++)
             sum += expf(z[i] - m);
         for (int i = 0; G > 1 && i < E; i++)
-            p[i] = c->sigmoid ? kvcal_sigmoid_ref(z[i]) + (c->bias ? c->bias[i] : 0.0f)
-                              : expf(z[i] - m) / sum;
+            p[i] = (c->sigmoid ? kvcal_sigmoid_ref(z[i]) : expf(z[i] - m) / sum) +
+                   (c->bias ? c->bias[i] : 0.0f);
         open_groups(open, p, c);
         /* top_k by selection on the choice values: the largest first, the
          * lower index on a tie (torch.topk's order for distinct values) */
@@ -476,8 +476,10 @@ void kvcal_moe_route_grouped_ref(int32_t *experts, float *weights, const float *
                 int taken = !open[i / (E / G)];
                 for (int q = 0; q < j; q++)
                     taken |= e[q] == i;
+                /* softmax without a bias: by logit (the same order) */
                 const float v =
                     c->sigmoid ? kvcal_sigmoid_ref(z[i]) + (c->bias ? c->bias[i] : 0.0f)
+                    : c->bias  ? expf(z[i] - m) / sum + c->bias[i]
                                : z[i];
                 if (!taken && (best < 0 || v > best_v))
                     best = i, best_v = v;

@@ -125,7 +125,8 @@ float kvcal_sigmoid_ref(float x);
 typedef struct kvcal_moe_route_cfg {
     int num_experts, top_k;
     int sigmoid;       /* 0: softmax scoring */
-    const float *bias; /* (num_experts) sigmoid's choice bias, or NULL */
+    const float *bias; /* (num_experts) the choice bias, added to the sigmoid or
+                          softmax scores the top-k is chosen by, or NULL */
     int groups, topk_groups, group_max;
     int renormalize;
     float scale;

@@ -267,6 +267,12 @@ def loaders(arch):
         from vllm.model_executor.models.llama4 import Llama4ForCausalLM, Llama4Model
         return (Llama4ForCausalLM.load_weights, Llama4ForCausalLM.hf_to_vllm_mapper,
                 Llama4Model.load_weights, Llama4Model.hf_to_vllm_mapper)
+    if arch == "Ernie4_5_MoeForCausalLM":
+        from vllm.model_executor.models.ernie45_moe import (Ernie4_5_MoeForCausalLM,
+                                                            Ernie4_5_MoeModel)
+        return (Ernie4_5_MoeForCausalLM.load_weights,
+                getattr(Ernie4_5_MoeForCausalLM, "hf_to_vllm_mapper", None),
+                Ernie4_5_MoeModel.load_weights, Ernie4_5_MoeModel.hf_to_vllm_mapper)
     if arch == "Glm4ForCausalLM":  # its mapper (the MTP layers dropped) is built per config
         from vllm.model_executor.models.glm4 import Glm4ForCausalLM, Glm4Model
         return (Glm4ForCausalLM.load_weights, None, Glm4Model.load_weights,
@@ -282,11 +288,12 @@ def loaders(arch):
 
 # the engines' own steps their load_weights call on the model beside its
 # parameters (Mistral's name remapping; Llama 4's q/k permutation for its
-# rotary, its experts' loader, its wrapper's renaming), copied onto a
-# stand-in from the class whose load_weights it runs
+# rotary, its experts' loader, its wrapper's renaming; ERNIE 4.5's
+# correction-bias renaming), copied onto a stand-in from the class whose
+# load_weights it runs
 LOADER_HELPERS = ("maybe_remap_mistral", "mistral_mapping", "permute_qk_weight_for_rotary",
                   "load_moe_expert_weights", "_rename_weight_for_modelopt_checkpoint",
-                  "_load_other_weights")
+                  "_load_other_weights", "_preprocess")
 
 
 def with_helpers(stand_in, load):
@@ -602,8 +609,9 @@ MINIMAX_M2 = "minimax_m2_qknorm_all_rot8_e8_top3_bf16"
 # FP8 as llm-compressor writes it (compressed-tensors, an MLP per expert)
 LLAMA4 = "llama4_nope_chunk8_temp_e4_top2_bf16"
 LLAMA4_FP8 = "fp8_llama4_ct_channel_token"
-# kvcal's golden GLM-4-0414 (its loader: loaders())
+# kvcal's golden GLM-4-0414 and ERNIE 4.5 MoE (their loaders: loaders())
 GLM4 = "glm4_sandwich_partial_pairs_bf16"
+ERNIE45 = "ernie45_moe_softmax_bias_e8_top3_bf16"
 
 
 def wrapper_load(d, spec):
@@ -727,14 +735,15 @@ def vllm_wrappers(work):
     name (no module 'language_model')."""
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
             ("mistral_mqa_fp16", None), (MINIMAX_M2, None), (LLAMA4, None),
-            (LLAMA4_FP8, None), (GLM4, None)]:
+            (LLAMA4_FP8, None), (GLM4, None), (ERNIE45, None)]:
         out = golden_checkpoint(work, name, "wrapper", 0)
         if not out:
             continue
         wrapper_case("kvcal-written " + name, out, spec)
         layers = json.load(open(os.path.join(out, "model.safetensors.index.json")))
         prefix = next(k for k in layers["weight_map"]
-                      if k.endswith((".self_attn.k_scale", ".self_attn.k_proj.k_scale")))
+                      if k.endswith((".self_attn.k_scale", ".self_attn.k_proj.k_scale",
+                                     ".self_attn.attn.k_scale")))
         prefix = prefix[:prefix.index("layers.")]
         others = [p for p in ("model.", "model.language_model.", "language_model.model.")
                   if p != prefix] if spec else [] if name in HYBRIDS else [
@@ -747,15 +756,16 @@ def vllm_wrappers(work):
 
 # --- sglang: the hybrid models' loaders ---------------------------------------------
 
-# kvcal's golden hybrid checkpoints (and MiniMax-M2's) and sglang 0.5.23's
-# causal LM class that loads them (the wrappers' language models through
-# it: its loader drops "model.language_model." itself)
+# kvcal's golden hybrid checkpoints (and MiniMax-M2's and ERNIE 4.5's) and
+# sglang 0.5.23's causal LM class that loads them (the wrappers' language
+# models through it: its loader drops "model.language_model." itself)
 SGLANG_HYBRIDS = {
     "qwen3_next_gdn_moe_e8_top3_bf16": ("qwen3_next", "Qwen3NextForCausalLM"),
     "qwen3_5_text_gdn_hybrid_bf16": ("qwen3_5", "Qwen3_5ForCausalLM"),
     "qwen3_5_mm_gdn_hybrid_bf16": ("qwen3_5", "Qwen3_5ForCausalLM"),
     "qwen3_5_moe_mm_gdn_e8_top3_bf16": ("qwen3_5", "Qwen3_5MoeForCausalLM"),
     MINIMAX_M2: ("minimax_m2", "MiniMaxM2ForCausalLM"),
+    ERNIE45: ("ernie4", "Ernie4_5_MoeForCausalLM"),
 }
 
 
@@ -776,7 +786,7 @@ def sglang_hybrid_load(d, module, cls):
         cfg = json.load(open(os.path.join(d, "config.json")))
         cfg = cfg.get("text_config", cfg)
         kinds = cfg.get("layer_types") or ["full_attention"] * cfg["num_hidden_layers"]
-        in_self_attn = module == "minimax_m2"
+        in_self_attn = module in ("minimax_m2", "ernie4")
 
         def attention(layer):
             return layer.self_attn.attn if in_self_attn else layer.attn
@@ -784,11 +794,14 @@ def sglang_hybrid_load(d, module, cls):
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.config = SimpleNamespace(
-                    num_experts=cfg.get("num_experts", 0),
+                self.config = SimpleNamespace(**dict(
+                    cfg, num_experts=cfg.get("num_experts", 0),
                     num_local_experts=cfg.get("num_local_experts", 0),
-                    num_hidden_layers=cfg["num_hidden_layers"],
-                    num_mtp_modules=cfg.get("num_mtp_modules", 0))
+                    num_mtp_modules=cfg.get("num_mtp_modules", 0),
+                    tie_word_embeddings=cfg.get("tie_word_embeddings", False)))
+                # the loader's own table (ERNIE 4.5's)
+                if hasattr(loader, "stacked_params_mapping"):
+                    self.stacked_params_mapping = loader.stacked_params_mapping
                 self.enable_shared_expert_fusion = False
                 self.num_fused_shared_experts = 0
                 self.model = nn.Module()
@@ -828,10 +841,11 @@ def sglang_hybrids(work):
         idx = json.load(open(os.path.join(out, "model.safetensors.index.json")))
         k = next(n for n in idx["weight_map"] if n.endswith("_scale") and "k_" in n)
         cases = [("kvcal-written " + name, out)]
-        if ".k_proj." in k:  # the attention's names, as compressed-tensors writes them
+        if ".k_proj." in k or ".attn.k_" in k:  # as compressed-tensors names them
             cases.append((name + " as self_attn.k_scale", renamed_by(
                 out, out + "_self_attn", lambda n: n.replace(".k_proj.k_scale", ".k_scale")
-                .replace(".v_proj.v_scale", ".v_scale"))))
+                .replace(".v_proj.v_scale", ".v_scale").replace(".attn.k_scale", ".k_scale")
+                .replace(".attn.v_scale", ".v_scale"))))
         for case, d in cases:
             valid, rep = verdict(d)
             sglang_ok = valid and not any("sglang" in f.get("consequence", "")
