@@ -198,7 +198,9 @@ typedef enum kvcal_act {
 
 typedef enum kvcal_op_kind {
     /* residual += in (unless this is the batch's first op), then out =
-     * rmsnorm(residual) * w; the residual stream is the backend's own */
+     * rmsnorm(residual) * w (w KVCAL_W_NONE: out = residual, the input of
+     * a post-norm layer, EXAONE 4's); the residual stream is the backend's
+     * own */
     KVCAL_OP_ADD_RMSNORM,
     /* out = in @ w^T + b (b KVCAL_W_NONE or absent: no bias) */
     KVCAL_OP_LINEAR,

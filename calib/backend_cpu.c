@@ -279,8 +279,11 @@ static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first
     const kvcal_model_desc *d = be->desc;
     if (!first)
         kvcal_add_ref(c->x, act(c, op->in), c->n * d->hidden_size);
-    kvcal_rmsnorm_ref(act(c, op->out), c->x, weight(c, op->w), (int)c->n, d->hidden_size,
-                      d->norm_eps);
+    if (op->w == KVCAL_W_NONE) /* a post-norm layer's input: the stream itself */
+        memcpy(act(c, op->out), c->x, sizeof(float) * (size_t)(c->n * d->hidden_size));
+    else
+        kvcal_rmsnorm_ref(act(c, op->out), c->x, weight(c, op->w), (int)c->n,
+                          d->hidden_size, d->norm_eps);
     return KVCAL_OK;
 }
 
@@ -323,21 +326,22 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
 
 /* The norm (when present: per head, or over all heads at once), RoPE and
  * the weightless norm after it (Llama 4's) of q or k of layer l, in place;
- * in a layer without RoPE (Llama 4's NoPE layers) none of them, the
- * queries (is_q) scaled by the model's temperature instead. */
+ * a layer without RoPE (Llama 4's and EXAONE 4's NoPE layers) neither
+ * rotates nor takes the weightless norm, its queries (is_q) scaled by the
+ * model's temperature instead. */
 static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *norm,
                       int heads, const int32_t *pos, int64_t n, int is_q)
 {
+    if (norm && d->qk_norm_whole)
+        kvcal_rmsnorm_ref(x, x, norm, (int)n, heads * d->head_dim, d->norm_eps);
+    else if (norm)
+        kvcal_rmsnorm_ref(x, x, norm, (int)n * heads, d->head_dim, d->norm_eps);
     if (!kvcal_model_layer_rope(d, l)) {
         if (is_q && d->attn_temp_scale != 0.0f)
             kvcal_query_temperature_ref(x, pos, n, heads * d->head_dim,
                                         d->attn_temp_scale, d->attn_temp_floor);
         return;
     }
-    if (norm && d->qk_norm_whole)
-        kvcal_rmsnorm_ref(x, x, norm, (int)n, heads * d->head_dim, d->norm_eps);
-    else if (norm)
-        kvcal_rmsnorm_ref(x, x, norm, (int)n * heads, d->head_dim, d->norm_eps);
     kvcal_rope_scaled_ref(x, pos, kvcal_model_layer_inv_freq(d, l), (int)n, heads,
                           d->head_dim, d->rot_dim, d->rope_interleaved,
                           d->rope_attention_factor);

@@ -73,6 +73,15 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "heads at once) run on the CPU runner alone in this version; use "
             "--device cpu",
             d->architecture);
+    for (int i = 0; i < d->arch->layer_ops; i++)
+        if (d->arch->layer[i].kind == KVCAL_OP_ADD_RMSNORM &&
+            d->arch->layer[i].w == KVCAL_W_NONE)
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "--device cuda: %s's post-norm layers (the attention and the "
+                "MLP on the residual stream itself) run on the CPU runner "
+                "alone in this version; use --device cpu",
+                d->architecture);
     if (d->moe_softmax_bias)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,

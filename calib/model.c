@@ -213,7 +213,7 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
                           "%s: %s is not supported yet: kvcal lacks %s", m->path,
                           c->architecture, kvcal_arch_missing(c->architecture));
     if (!d->arch) {
-        char list[1024];
+        char list[1536];
         kvcal_arch_list(list, sizeof list);
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: architecture '%s' (model_type '%s') is not supported; "

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[2048];
 
 const char *kvcal_status_str(kvcal_status status)
 {

@@ -738,8 +738,7 @@ def kv_absmax(model, samples):
     of `model` over the token samples (lists of ids, one forward each), as
     float64 arrays: hooks recompute K and V as the attention modules do,
     with their own projections, in the model's dtype and device."""
-    import sys
-    from hf_decoder import llama4_kv, project_kv
+    from hf_decoder import cached_kv
     from hf_mla import is_mla, mla_entry
     # a hybrid model's linear-attention layers cache nothing
     layers = [layer for layer in model.model.layers if hasattr(layer, "self_attn")]
@@ -755,27 +754,14 @@ def kv_absmax(model, samples):
             v_abs[i] = torch.maximum(v_abs[i], e)
         return hook
 
-    def llama4_hook(i):
-        def hook(module, args, kwargs):
-            hs = kwargs.get("hidden_states", args[0] if args else None)
-            k, v = llama4_kv(module, hs, kwargs["position_embeddings"])
-            k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 1, 3)).double())
-            v_abs[i] = torch.maximum(v_abs[i], v.abs().amax(dim=(0, 1, 3)).double())
-        return hook
-
     def make_hook(i, attn):
         if is_mla(attn):
             return mla_hook(i)
-        if type(attn).__name__ == "Llama4TextAttention":
-            return llama4_hook(i)
-        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
 
         def hook(module, args, kwargs):
             hs = kwargs.get("hidden_states", args[0] if args else None)
-            cos, sin = kwargs["position_embeddings"]
-            k, v = project_kv(module, hs)
-            _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 2, 3)).double())
+            k, v = cached_kv(module, hs, kwargs["position_embeddings"])
+            k_abs[i] = torch.maximum(k_abs[i], k.abs().amax(dim=(0, 1, 3)).double())
             v_abs[i] = torch.maximum(v_abs[i], v.abs().amax(dim=(0, 1, 3)).double())
         return hook
 

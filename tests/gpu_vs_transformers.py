@@ -36,7 +36,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hf_decoder import decoder_layers, model_class, project_kv  # noqa: E402
+from hf_decoder import cached_kv, decoder_layers, model_class  # noqa: E402
 from hf_mla import is_mla, mla_entry  # noqa: E402
 
 
@@ -68,19 +68,14 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
         parts.append([entry[..., :L].amax().float().item(),
                       entry[..., L:].amax().float().item()])
 
-    def make_hook(attn):
-        if is_mla(attn):
-            return mla_hook
-        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+    def hook(module, args, kwargs):
+        hs = kwargs.get("hidden_states", args[0] if args else None)
+        k, v = cached_kv(module, hs, kwargs["position_embeddings"])
+        k_abs.append(k.abs().amax(dim=(0, 1, 3)).float().cpu())
+        v_abs.append(v.abs().amax(dim=(0, 1, 3)).float().cpu())
 
-        def hook(module, args, kwargs):
-            hs = kwargs.get("hidden_states", args[0] if args else None)
-            cos, sin = kwargs["position_embeddings"]
-            k, v = project_kv(module, hs)
-            _, k = rope_fn(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            k_abs.append(k.abs().amax(dim=(0, 2, 3)).float().cpu())
-            v_abs.append(v.abs().amax(dim=(0, 1, 3)).float().cpu())
-        return hook
+    def make_hook(attn):
+        return mla_hook if is_mla(attn) else hook
 
     for layer in decoder_layers(model):  # a hybrid model's attention layers alone
         if hasattr(layer, "self_attn"):

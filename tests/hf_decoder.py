@@ -76,3 +76,28 @@ def llama4_kv(module, hs, freqs_cis):
     if hasattr(module, "qk_norm"):
         k = module.qk_norm(k)
     return k, v
+
+
+def rotates(module):
+    """Whether attention module `module` rotates q and k: all but EXAONE 4's
+    full-attention layers where other layers slide (its NoPE layers)."""
+    if type(module).__name__ == "Exaone4Attention":
+        return module.sliding_window is None or module.is_sliding
+    return True
+
+
+def cached_kv(module, hs, position_embeddings):
+    """The K (after its norm and RoPE) and V attention module `module`
+    caches for hidden states hs, as (batch, tokens, kv heads, head_dim):
+    Llama 4's through llama4_kv, every other family's (not MLA: hf_mla)
+    through project_kv and its modeling file's apply_rotary_pos_emb where
+    the module rotates."""
+    if type(module).__name__ == "Llama4TextAttention":
+        return llama4_kv(module, hs, position_embeddings)
+    k, v = project_kv(module, hs)
+    if rotates(module):
+        cos, sin = position_embeddings
+        rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
+        _, k = rope(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        k = k.transpose(1, 2)
+    return k, v

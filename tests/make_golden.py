@@ -61,7 +61,7 @@ import sys
 
 import numpy as np
 
-from hf_decoder import decoder_layers, from_config, llama4_kv, model_class, project_kv
+from hf_decoder import cached_kv, decoder_layers, from_config, model_class
 from hf_mla import is_mla, mla_entry
 
 OUT = os.path.join("tests", "fixtures", "golden")
@@ -300,6 +300,16 @@ def hf_configs():
             n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
             partial_rotary_factor=0.5, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+        # EXAONE 4: post-norm layers (the attention and the MLP on the stream
+        # itself, their outputs normalized), per-head q/k norm; layers 0 and
+        # 2 slide (window 8) with RoPE, 1 and 3 attend to every key without
+        # RoPE (sliding_window_pattern 2)
+        ("exaone4_postnorm_swa8_nope_bf16", tf.Exaone4Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, sliding_window=8, sliding_window_pattern=2,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
         # GLM-4-0414: q/k/v biases, RoPE on interleaved pairs of half of each
         # head, the attention's and the MLP's outputs normalized before their
         # residual adds, gate and up in one tensor
@@ -928,27 +938,13 @@ def capture_kv(model, torch):
         e = entry.detach().numpy().copy()
         seen.append((e, e))
 
-    def llama4_hook(module, args, kwargs):
+    def hook(module, args, kwargs):
         hs = kwargs.get("hidden_states", args[0] if args else None)
-        k, v = llama4_kv(module, hs, kwargs["position_embeddings"])
+        k, v = cached_kv(module, hs, kwargs["position_embeddings"])
         seen.append((k[0].detach().numpy().copy(), v[0].detach().numpy().copy()))
 
     def make_hook(attn):
-        if is_mla(attn):
-            return mla_hook
-        if type(attn).__name__ == "Llama4TextAttention":
-            return llama4_hook
-        rope_fn = sys.modules[type(attn).__module__].apply_rotary_pos_emb
-
-        def hook(module, args, kwargs):
-            hs = kwargs.get("hidden_states", args[0] if args else None)
-            cos, sin = kwargs["position_embeddings"]
-            k, v = project_kv(module, hs)
-            k = k.transpose(1, 2)
-            _, k = rope_fn(k, k, cos, sin)
-            seen.append((k.transpose(1, 2)[0].detach().numpy().copy(),
-                         v[0].detach().numpy().copy()))
-        return hook
+        return mla_hook if is_mla(attn) else hook
 
     for layer in layers:  # a hybrid model's linear-attention layers cache nothing
         if hasattr(layer, "self_attn"):

@@ -366,6 +366,16 @@ static void runner_matches_transformers_ernie45_moe_softmax_choice_bias(void)
     check_against_golden(ERNIE45);
 }
 
+/* EXAONE 4: post-norm layers (the attention and the MLP on the residual
+ * stream itself, their outputs normalized before the adds), per-head q/k
+ * norm, layers 0 and 2 sliding (window 8) with RoPE, 1 and 3 over every
+ * key without RoPE. */
+#define EXAONE4 "exaone4_postnorm_swa8_nope_bf16"
+static void runner_matches_transformers_exaone4_post_norm_nope_layers(void)
+{
+    check_against_golden(EXAONE4);
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -893,6 +903,7 @@ static void model_open_lists_the_supported_architectures(void)
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, "
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
         "Llama4ForCausalLM, Glm4ForCausalLM, Ernie4_5_MoeForCausalLM, "
+        "Exaone4ForCausalLM, "
         "Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
@@ -1329,6 +1340,35 @@ static void model_open_names_llama4_fields_the_engines_read_apart(void)
                       "feed_forward.experts.down_proj is F8_E4M3, quant_method modelopt) "
                       "is not supported yet; kvcal reads its bf16 checkpoint and its FP8 "
                       "ones with a tensor per expert");
+}
+
+/* EXAONE 4's NoPE layers are its full-attention ones where others slide,
+ * none where none slides; a string sliding_window_pattern without
+ * layer_types (transformers derives none from it) is refused; the CUDA
+ * runner names the post-norm layers it lacks. */
+static void model_open_reads_exaone4_layer_kinds(void)
+{
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/" EXAONE4, &m),
+                          KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    for (int l = 0; l < 4; l++) {
+        CU_ASSERT_EQUAL(kvcal_model_layer_rope(d, l), l % 2 == 0);
+        CU_ASSERT_EQUAL(d->layer_window[l], l % 2 == 0 ? 8 : 0);
+    }
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("post-norm layers"));
+    kvcal_model_close(m);
+    const char *dir = edited_checkpoint(
+        EXAONE4, "{\"layer_types\": [\"full_attention\", \"full_attention\", "
+                 "\"full_attention\", \"full_attention\"]}");
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open(dir, &m), KVCAL_OK);
+    for (int l = 0; l < 4; l++)
+        CU_ASSERT_EQUAL(kvcal_model_layer_rope(kvcal_model_describe(m), l), 1);
+    kvcal_model_close(m);
+    expect_open_error(edited_checkpoint(EXAONE4, "{\"layer_types\": null, "
+                                                 "\"sliding_window_pattern\": \"LLLG\"}"),
+                      KVCAL_ERR_FORMAT, "\"layer_types\" is missing");
 }
 
 /* ERNIE 4.5's fields transformers and vLLM default or read apart are
@@ -1798,6 +1838,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_glm4v_moe_language_model),
     KVCAL_TEST(runner_matches_transformers_glm4_dense_and_its_vision_wrapper),
     KVCAL_TEST(runner_matches_transformers_ernie45_moe_softmax_choice_bias),
+    KVCAL_TEST(runner_matches_transformers_exaone4_post_norm_nope_layers),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),
@@ -1839,6 +1880,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_names_minimax_m2_fields_the_engines_read_apart),
     KVCAL_TEST(model_open_names_llama4_fields_the_engines_read_apart),
     KVCAL_TEST(model_open_names_ernie45_fields_the_engines_read_apart),
+    KVCAL_TEST(model_open_reads_exaone4_layer_kinds),
     KVCAL_TEST(model_open_rejects_truncated_llama2c_file),
     KVCAL_TEST(model_open_rejects_llama2c_header_with_int_min_vocab),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_every_scheme),

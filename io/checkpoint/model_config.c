@@ -227,6 +227,7 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"glm4v_text", 32768, 151552, 13696},
                     /* ERNIE 4.5's dense layers' (its experts': cfg_read_ernie45) */
                     {"ernie4_5_moe", 131072, 103424, 12288},
+                    {"exaone4", 2048, 102400, 16384},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -1146,7 +1147,7 @@ static const char *const known_kv_families[] = {
     "qwen3_vl_text", "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
     "qwen2_vl",      "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
     "minimax_m2",    "ministral3",    "llama4_text",     "glm4",
-    "glm4v_text",    "ernie4_5_moe"};
+    "glm4v_text",    "ernie4_5_moe",  "exaone4"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1532,6 +1533,46 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     return cfg_llama4_layer_types(top, c);
 }
 
+/* EXAONE 4's layers (exaone4): sliding_window (Exaone4Config's 4096) in the
+ * sliding layers of layer_types, which the released configs list (else,
+ * as transformers derives them, every layer but each
+ * sliding_window_pattern-th, an integer; from a string pattern, "LLLG" as
+ * released, transformers derives none); where some layers slide, the
+ * full-attention layers have no RoPE (transformers and vLLM: RoPE where a
+ * layer slides, or in every layer where none does). */
+static kvcal_status cfg_read_exaone4(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "exaone4"))
+        return KVCAL_OK;
+    if (!cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
+        c->sliding_window = 4096;
+    if (!c->layer_types_given && c->sliding_window > 0) {
+        int pattern = 4;
+        const cJSON *p = cfg_item(top, "sliding_window_pattern");
+        if (p && !cJSON_IsNumber(p))
+            return cfg_missing(top, "layer_types",
+                               " (with a sliding window and a sliding_window_pattern "
+                               "that is no number, transformers' EXAONE 4 cannot derive "
+                               "the sliding layers)");
+        kvcal_status s = cfg_int(top, "sliding_window_pattern", 1,
+                                 KVCAL_CONFIG_MAX_LAYERS, &pattern, NULL);
+        if (s != KVCAL_OK)
+            return s;
+        c->layer_types_given = 1;
+        for (int l = 0; l < c->num_layers; l++)
+            if ((l + 1) % pattern) {
+                c->layer_sliding[l / 8] |= (unsigned char)(1u << (l % 8));
+                c->sliding_layers++;
+            }
+    }
+    for (int l = 0; c->sliding_layers && c->sliding_window > 0 && l < c->num_layers; l++)
+        if (!((c->layer_sliding[l / 8] >> (l % 8)) & 1)) {
+            c->layer_nope[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->nope_layers++;
+        }
+    return KVCAL_OK;
+}
+
 /* ERNIE 4.5's mixture of experts (ernie4_5_moe, Ernie4_5_MoeConfig's
  * defaults): moe_num_experts experts of moe_intermediate_size, top moe_k
  * by softmax probability plus e_score_correction_bias, weighted by the
@@ -1689,7 +1730,7 @@ static double rms_norm_eps_default(const char *t)
         "mixtral",         "phi3",        "glm4_moe",      "glm4v_moe_text",
         "glm4_moe_lite",   "glm_moe_dsa", "gpt_oss",       "ministral3",
         "llama4_text",     "qwen2_vl",    "qwen2_vl_text", "qwen2_5_vl",
-        "qwen2_5_vl_text", "glm4v_text",  "ernie4_5_moe"};
+        "qwen2_5_vl_text", "glm4v_text",  "ernie4_5_moe",  "exaone4"};
     if (!strcmp(t, "glm4")) /* Glm4Config's */
         return 1.5625e-07;
     return in_list(t, eps_1e5, sizeof eps_1e5 / sizeof *eps_1e5) ? 1e-5 : 1e-6;
@@ -1763,6 +1804,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_llama4(f, c)) != KVCAL_OK ||
         (s = cfg_read_glm4v_text(f, c)) != KVCAL_OK ||
         (s = cfg_read_ernie45(f, c)) != KVCAL_OK ||
+        (s = cfg_read_exaone4(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)

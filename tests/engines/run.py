@@ -267,6 +267,10 @@ def loaders(arch):
         from vllm.model_executor.models.llama4 import Llama4ForCausalLM, Llama4Model
         return (Llama4ForCausalLM.load_weights, Llama4ForCausalLM.hf_to_vllm_mapper,
                 Llama4Model.load_weights, Llama4Model.hf_to_vllm_mapper)
+    if arch == "Exaone4ForCausalLM":
+        from vllm.model_executor.models.exaone4 import Exaone4ForCausalLM, Exaone4Model
+        return (Exaone4ForCausalLM.load_weights,
+                getattr(Exaone4ForCausalLM, "hf_to_vllm_mapper", None), None, None)
     if arch == "Ernie4_5_MoeForCausalLM":
         from vllm.model_executor.models.ernie45_moe import (Ernie4_5_MoeForCausalLM,
                                                             Ernie4_5_MoeModel)
@@ -354,7 +358,6 @@ def build_model(cfg, qconf, tp, classes=None):
 
     class Model(nn.Module):
         hf_to_vllm_mapper = model_mapper
-        load_weights = model_load
 
         def __init__(self):
             super().__init__()
@@ -377,7 +380,9 @@ def build_model(cfg, qconf, tp, classes=None):
 
         def __init__(self):
             super().__init__()
-            self.model = with_helpers(Model, model_load)()
+            if model_load:  # else (EXAONE 4) AutoWeightsLoader walks the modules
+                Model.load_weights = model_load
+            self.model = with_helpers(Model, model_load)() if model_load else Model()
             self.quant_config = qconf
             self.config = SimpleNamespace(
                 tie_word_embeddings=cfg.get("tie_word_embeddings", False),
@@ -609,9 +614,10 @@ MINIMAX_M2 = "minimax_m2_qknorm_all_rot8_e8_top3_bf16"
 # FP8 as llm-compressor writes it (compressed-tensors, an MLP per expert)
 LLAMA4 = "llama4_nope_chunk8_temp_e4_top2_bf16"
 LLAMA4_FP8 = "fp8_llama4_ct_channel_token"
-# kvcal's golden GLM-4-0414 and ERNIE 4.5 MoE (their loaders: loaders())
+# kvcal's golden GLM-4-0414, ERNIE 4.5 MoE and EXAONE 4 (their loaders: loaders())
 GLM4 = "glm4_sandwich_partial_pairs_bf16"
 ERNIE45 = "ernie45_moe_softmax_bias_e8_top3_bf16"
+EXAONE4 = "exaone4_postnorm_swa8_nope_bf16"
 
 
 def wrapper_load(d, spec):
@@ -735,7 +741,7 @@ def vllm_wrappers(work):
     name (no module 'language_model')."""
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
             ("mistral_mqa_fp16", None), (MINIMAX_M2, None), (LLAMA4, None),
-            (LLAMA4_FP8, None), (GLM4, None), (ERNIE45, None)]:
+            (LLAMA4_FP8, None), (GLM4, None), (ERNIE45, None), (EXAONE4, None)]:
         out = golden_checkpoint(work, name, "wrapper", 0)
         if not out:
             continue
@@ -756,7 +762,8 @@ def vllm_wrappers(work):
 
 # --- sglang: the hybrid models' loaders ---------------------------------------------
 
-# kvcal's golden hybrid checkpoints (and MiniMax-M2's and ERNIE 4.5's) and
+# kvcal's golden hybrid checkpoints (and MiniMax-M2's, ERNIE 4.5's and
+# EXAONE 4's) and
 # sglang 0.5.23's causal LM class that loads them (the wrappers' language
 # models through it: its loader drops "model.language_model." itself)
 SGLANG_HYBRIDS = {
@@ -766,6 +773,7 @@ SGLANG_HYBRIDS = {
     "qwen3_5_moe_mm_gdn_e8_top3_bf16": ("qwen3_5", "Qwen3_5MoeForCausalLM"),
     MINIMAX_M2: ("minimax_m2", "MiniMaxM2ForCausalLM"),
     ERNIE45: ("ernie4", "Ernie4_5_MoeForCausalLM"),
+    EXAONE4: ("exaone4", "Exaone4ForCausalLM"),
 }
 
 
@@ -786,7 +794,7 @@ def sglang_hybrid_load(d, module, cls):
         cfg = json.load(open(os.path.join(d, "config.json")))
         cfg = cfg.get("text_config", cfg)
         kinds = cfg.get("layer_types") or ["full_attention"] * cfg["num_hidden_layers"]
-        in_self_attn = module in ("minimax_m2", "ernie4")
+        in_self_attn = module in ("minimax_m2", "ernie4", "exaone4")
 
         def attention(layer):
             return layer.self_attn.attn if in_self_attn else layer.attn
