@@ -1,8 +1,9 @@
 /* calib/arch_llama.c: the Llama family: LlamaForCausalLM (Llama 2 / 3 /
  * 3.1, and llama2.c checkpoints), MistralForCausalLM, Ministral3ForCausalLM
  * (Ministral 3: yarn, and queries scaled past the original context, where
- * samples stop), Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM
- * (per-head q/k RMSNorm).
+ * samples stop), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM
+ * (per-head q/k RMSNorm) and SeedOssForCausalLM (Seed-OSS: q/k/v biases by
+ * attention_bias, o_proj's by attention_out_bias).
  *
  * A pre-norm decoder layer: RMSNorm, fused QKV projection, optional per-head
  * q/k norm, RoPE (the K and V the engine caches), causal GQA attention,
@@ -14,18 +15,23 @@
 #include "calib/model.h"
 #include "core/status.h"
 
-static const char *const architectures[] = {"LlamaForCausalLM",      "MistralForCausalLM",
-                                            "Ministral3ForCausalLM", "Qwen2ForCausalLM",
-                                            "Qwen3ForCausalLM",      NULL};
+static const char *const architectures[] = {"LlamaForCausalLM",
+                                            "MistralForCausalLM",
+                                            "Ministral3ForCausalLM",
+                                            "Qwen2ForCausalLM",
+                                            "Qwen3ForCausalLM",
+                                            "SeedOssForCausalLM",
+                                            NULL};
 
 /* config.json: attention_bias (Llama, Mistral: q/k/v and o biases; Qwen2:
- * q/k/v biases always, never o) and Qwen3's q/k norm, as io/model_config
- * reads them from each class's defaults. */
+ * q/k/v biases always, never o; Seed-OSS: q/k/v, with o's apart) and Qwen3's
+ * q/k norm, as io/model_config reads them from each class's defaults. */
 static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 {
     const int qwen2 = !strcmp(c->architecture, "Qwen2ForCausalLM");
+    const int seed = !strcmp(c->architecture, "SeedOssForCausalLM");
     d->qkv_bias = qwen2 || c->attention_bias;
-    d->o_bias = !qwen2 && c->attention_bias;
+    d->o_bias = seed ? c->attention_out_bias : !qwen2 && c->attention_bias;
     d->qk_norm = !strcmp(c->architecture, "Qwen3ForCausalLM");
     d->query_scaling_from = c->query_scaling_from; /* Ministral 3's */
     return KVCAL_OK;

@@ -300,6 +300,14 @@ def hf_configs():
             n_group=1, topk_group=1, attention_bias=True, use_qk_norm=True,
             partial_rotary_factor=0.5, tie_word_embeddings=False,
             **dict(common, num_hidden_layers=3)), "bfloat16", "new", "float64"),
+        # Seed-OSS: Llama's layers with q/k/v biases (attention_bias) and
+        # o_proj's (attention_out_bias) apart
+        ("seed_oss_qkv_o_bias_bf16", tf.SeedOssConfig(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, attention_bias=True,
+            attention_out_bias=True, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000.0},
+            **common), "bfloat16", "new", "float64"),
         # EXAONE 4: post-norm layers (the attention and the MLP on the stream
         # itself, their outputs normalized), per-head q/k norm; layers 0 and
         # 2 slide (window 8) with RoPE, 1 and 3 attend to every key without

@@ -376,6 +376,13 @@ static void runner_matches_transformers_exaone4_post_norm_nope_layers(void)
     check_against_golden(EXAONE4);
 }
 
+/* Seed-OSS: Llama's layers with q/k/v biases and o_proj's by their own
+ * fields. */
+static void runner_matches_transformers_seed_oss_biases(void)
+{
+    check_against_golden("seed_oss_qkv_o_bias_bf16");
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -896,7 +903,7 @@ static void model_open_lists_the_supported_architectures(void)
         KVCAL_ERR_UNSUPPORTED,
         "kvcal runs LlamaForCausalLM, MistralForCausalLM, Ministral3ForCausalLM, "
         "Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+        "Qwen3ForCausalLM, SeedOssForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
@@ -1839,6 +1846,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_glm4_dense_and_its_vision_wrapper),
     KVCAL_TEST(runner_matches_transformers_ernie45_moe_softmax_choice_bias),
     KVCAL_TEST(runner_matches_transformers_exaone4_post_norm_nope_layers),
+    KVCAL_TEST(runner_matches_transformers_seed_oss_biases),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

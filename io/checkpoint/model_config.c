@@ -228,6 +228,7 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     /* ERNIE 4.5's dense layers' (its experts': cfg_read_ernie45) */
                     {"ernie4_5_moe", 131072, 103424, 12288},
                     {"exaone4", 2048, 102400, 16384},
+                    {"seed_oss", 524288, 155136, 27648},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -603,7 +604,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         return s;
     c->num_kv_heads = c->num_attention_heads;
     if (!cJSON_GetObjectItemCaseSensitive(top->obj, "num_key_value_heads")) {
-        if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "llama4_text"))
+        if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "llama4_text") ||
+            !strcmp(c->model_type, "seed_oss"))
             c->num_kv_heads = 8;
         else if (!strcmp(c->model_type, "glm4") || !strcmp(c->model_type, "glm4v_text"))
             c->num_kv_heads = 2;
@@ -635,10 +637,10 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         return KVCAL_OK;
     }
     const int qwen3 = !strcmp(family_type(c->model_type), "qwen3");
-    const int minimax = !strcmp(c->model_type, "minimax_m2") ||
-                        !strcmp(c->model_type, "ministral3") ||
-                        !strcmp(c->model_type, "llama4_text") ||
-                        !strcmp(c->model_type, "glm4"); /* head_dim 128 */
+    const int minimax =
+        !strcmp(c->model_type, "minimax_m2") || !strcmp(c->model_type, "ministral3") ||
+        !strcmp(c->model_type, "llama4_text") || !strcmp(c->model_type, "glm4") ||
+        !strcmp(c->model_type, "seed_oss"); /* head_dim 128 */
     if (qwen3 || minimax || !strcmp(c->model_type, "gemma3_text") ||
         !strcmp(c->model_type, "gemma2") || gated_delta_type(c->model_type)) {
         c->head_dim = qwen3 || minimax ? 128 : 256;
@@ -668,7 +670,11 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     int is_qwen3 = !strcmp(family_type(c->model_type), "qwen3");
     int qwen_moe = !strcmp(c->model_type, "qwen2_moe") ||
                    !strcmp(family_type(c->model_type), "qwen3_moe");
-    if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK)
+    /* Seed-OSS's class defaults: q/k/v biases, none on o_proj */
+    if (!strcmp(c->model_type, "seed_oss"))
+        c->attention_bias = 1;
+    if ((s = cfg_bool(top, "attention_bias", &c->attention_bias)) != KVCAL_OK ||
+        (s = cfg_bool(top, "attention_out_bias", &c->attention_out_bias)) != KVCAL_OK)
         return s;
     if (is_qwen2 || !strcmp(c->model_type, "qwen2_moe"))
         c->attention_bias = 1;
@@ -1147,7 +1153,7 @@ static const char *const known_kv_families[] = {
     "qwen3_vl_text", "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
     "qwen2_vl",      "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
     "minimax_m2",    "ministral3",    "llama4_text",     "glm4",
-    "glm4v_text",    "ernie4_5_moe",  "exaone4"};
+    "glm4v_text",    "ernie4_5_moe",  "exaone4",         "seed_oss"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {

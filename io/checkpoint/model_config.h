@@ -86,6 +86,7 @@ typedef struct kvcal_model_config {
     int rope_ext_long;                 /* 1: the long factors */
     int tie_word_embeddings;
     int attention_bias;      /* q/k/v projections carry a bias (qwen2: 1) */
+    int attention_out_bias;  /* Seed-OSS: o_proj carries a bias */
     int qk_norm;             /* q_norm / k_norm (qwen3: 1, per head; minimax_m2: 1, over
                                 the whole projection) */
     int sliding_window;      /* 0 when none */
