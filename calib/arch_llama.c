@@ -2,8 +2,10 @@
  * 3.1, and llama2.c checkpoints), MistralForCausalLM, Ministral3ForCausalLM
  * (Ministral 3: yarn, and queries scaled past the original context, where
  * samples stop), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM
- * (per-head q/k RMSNorm) and SeedOssForCausalLM (Seed-OSS: q/k/v biases by
- * attention_bias, o_proj's by attention_out_bias).
+ * (per-head q/k RMSNorm), SeedOssForCausalLM (Seed-OSS: q/k/v biases by
+ * attention_bias, o_proj's by attention_out_bias) and SmolLM3ForCausalLM
+ * (SmolLM3: every no_rope_layer_interval-th layer without RoPE, the
+ * model's layer_nope).
  *
  * A pre-norm decoder layer: RMSNorm, fused QKV projection, optional per-head
  * q/k norm, RoPE (the K and V the engine caches), causal GQA attention,
@@ -15,13 +17,9 @@
 #include "calib/model.h"
 #include "core/status.h"
 
-static const char *const architectures[] = {"LlamaForCausalLM",
-                                            "MistralForCausalLM",
-                                            "Ministral3ForCausalLM",
-                                            "Qwen2ForCausalLM",
-                                            "Qwen3ForCausalLM",
-                                            "SeedOssForCausalLM",
-                                            NULL};
+static const char *const architectures[] = {
+    "LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM", "SeedOssForCausalLM", "SmolLM3ForCausalLM",    NULL};
 
 /* config.json: attention_bias (Llama, Mistral: q/k/v and o biases; Qwen2:
  * q/k/v biases always, never o; Seed-OSS: q/k/v, with o's apart) and Qwen3's

@@ -80,10 +80,11 @@ def llama4_kv(module, hs, freqs_cis):
 
 def rotates(module):
     """Whether attention module `module` rotates q and k: all but EXAONE 4's
-    full-attention layers where other layers slide (its NoPE layers)."""
+    full-attention layers where other layers slide and SmolLM3's NoPE
+    layers."""
     if type(module).__name__ == "Exaone4Attention":
         return module.sliding_window is None or module.is_sliding
-    return True
+    return bool(getattr(module, "use_rope", True))
 
 
 def cached_kv(module, hs, position_embeddings):

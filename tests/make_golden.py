@@ -308,6 +308,14 @@ def hf_configs():
             attention_out_bias=True, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000000.0},
             **common), "bfloat16", "new", "float64"),
+        # SmolLM3: Llama's layers, layer 2 of 4 without RoPE
+        # (no_rope_layer_interval 3), tied embeddings
+        ("smollm3_nope3_tied_bf16", tf.SmolLM3Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, no_rope_layer_interval=3, tie_word_embeddings=True,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
+            **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
         # EXAONE 4: post-norm layers (the attention and the MLP on the stream
         # itself, their outputs normalized), per-head q/k norm; layers 0 and
         # 2 slide (window 8) with RoPE, 1 and 3 attend to every key without

@@ -383,6 +383,13 @@ static void runner_matches_transformers_seed_oss_biases(void)
     check_against_golden("seed_oss_qkv_o_bias_bf16");
 }
 
+/* SmolLM3: Llama's layers, every third without RoPE (no_rope_layer_interval
+ * 3 of 4 layers: layer 2), tied embeddings. */
+static void runner_matches_transformers_smollm3_nope_layers(void)
+{
+    check_against_golden("smollm3_nope3_tied_bf16");
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -903,7 +910,8 @@ static void model_open_lists_the_supported_architectures(void)
         KVCAL_ERR_UNSUPPORTED,
         "kvcal runs LlamaForCausalLM, MistralForCausalLM, Ministral3ForCausalLM, "
         "Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, SeedOssForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+        "Qwen3ForCausalLM, SeedOssForCausalLM, SmolLM3ForCausalLM, Qwen2MoeForCausalLM, "
+        "Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
         "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, DeepseekV32ForCausalLM, "
@@ -1847,6 +1855,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_ernie45_moe_softmax_choice_bias),
     KVCAL_TEST(runner_matches_transformers_exaone4_post_norm_nope_layers),
     KVCAL_TEST(runner_matches_transformers_seed_oss_biases),
+    KVCAL_TEST(runner_matches_transformers_smollm3_nope_layers),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

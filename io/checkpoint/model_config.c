@@ -229,6 +229,7 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"ernie4_5_moe", 131072, 103424, 12288},
                     {"exaone4", 2048, 102400, 16384},
                     {"seed_oss", 524288, 155136, 27648},
+                    {"smollm3", 32768, 128256, 11008},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -520,6 +521,8 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         c->rope_theta = 1000000.0;
     else if (!strcmp(c->model_type, "minimax_m2"))
         c->rope_theta = 5000000.0;
+    else if (!strcmp(c->model_type, "smollm3"))
+        c->rope_theta = 2000000.0;
     else if (!strcmp(c->model_type, "qwen3_vl_text") ||
              !strcmp(c->model_type, "llama4_text") ||
              !strcmp(c->model_type, "ernie4_5_moe") ||
@@ -609,7 +612,8 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
             c->num_kv_heads = 8;
         else if (!strcmp(c->model_type, "glm4") || !strcmp(c->model_type, "glm4v_text"))
             c->num_kv_heads = 2;
-        else if (!strcmp(c->model_type, "ernie4_5_moe"))
+        else if (!strcmp(c->model_type, "ernie4_5_moe") ||
+                 !strcmp(c->model_type, "smollm3"))
             c->num_kv_heads = 4;
         else if (!strcmp(family_type(c->model_type), "qwen2") ||
                  !strcmp(family_type(c->model_type), "qwen3"))
@@ -1153,7 +1157,8 @@ static const char *const known_kv_families[] = {
     "qwen3_vl_text", "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
     "qwen2_vl",      "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
     "minimax_m2",    "ministral3",    "llama4_text",     "glm4",
-    "glm4v_text",    "ernie4_5_moe",  "exaone4",         "seed_oss"};
+    "glm4v_text",    "ernie4_5_moe",  "exaone4",         "seed_oss",
+    "smollm3"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1399,6 +1404,31 @@ static kvcal_status cfg_layer_flags(const cfg_obj *top, const char *key, int num
     return KVCAL_OK;
 }
 
+/* The NoPE layers of Llama 4 and SmolLM3 into c->layer_nope: no_rope_layers'
+ * 0 entries (its 1 entries rotate), else every no_rope_layer_interval-th
+ * layer (`interval` where the config has none). */
+static kvcal_status cfg_read_no_rope_layers(const cfg_obj *top, kvcal_model_config *c,
+                                            int interval)
+{
+    int given = 0;
+    kvcal_status s;
+    if ((s = cfg_int(top, "no_rope_layer_interval", 1, KVCAL_CONFIG_MAX_LAYERS, &interval,
+                     NULL)) != KVCAL_OK ||
+        (s = cfg_layer_flags(top, "no_rope_layers", c->num_layers, c->layer_nope,
+                             &given)) != KVCAL_OK)
+        return s;
+    for (int l = 0; l < c->num_layers; l++) {
+        const int rope =
+            given ? (c->layer_nope[l / 8] >> (l % 8)) & 1 : (l + 1) % interval != 0;
+        c->layer_nope[l / 8] &= (unsigned char)~(1u << (l % 8));
+        if (!rope) {
+            c->layer_nope[l / 8] |= (unsigned char)(1u << (l % 8));
+            c->nope_layers++;
+        }
+    }
+    return KVCAL_OK;
+}
+
 /* Llama 4's moe_layers, which transformers reads, against the MoE layers
  * vLLM and sglang build from interleave_moe_layer_step (layer l when (l +
  * 1) % step == 0): an error naming the first layer they part on. */
@@ -1472,7 +1502,7 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     if (strcmp(c->model_type, "llama4_text"))
         return KVCAL_OK;
     kvcal_status s;
-    int interval = 4, given = 0, found = 0, tuning = 1;
+    int found = 0, tuning = 1;
     c->qk_norm = 1;
     c->num_experts = 16;
     c->num_experts_per_tok = 1;
@@ -1499,15 +1529,12 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
                      NULL)) != KVCAL_OK ||
         (s = cfg_int(top, "interleave_moe_layer_step", 1, KVCAL_CONFIG_MAX_LAYERS,
                      &c->decoder_sparse_step, NULL)) != KVCAL_OK ||
-        (s = cfg_int(top, "no_rope_layer_interval", 1, KVCAL_CONFIG_MAX_LAYERS, &interval,
-                     NULL)) != KVCAL_OK ||
         (s = cfg_int(top, "attention_chunk_size", 1, INT_MAX, &c->attention_chunk_size,
                      &found)) != KVCAL_OK ||
         (s = cfg_double(top, "floor_scale", 0.0, INFINITY, &c->attn_temperature_floor,
                         NULL)) != KVCAL_OK ||
         (s = cfg_number(top, "attn_scale", &c->attn_temperature_scale)) != KVCAL_OK ||
-        (s = cfg_layer_flags(top, "no_rope_layers", c->num_layers, c->layer_nope,
-                             &given)) != KVCAL_OK)
+        (s = cfg_read_no_rope_layers(top, c, 4)) != KVCAL_OK)
         return s;
     /* an explicit null: no chunks */
     if (!found && cJSON_GetObjectItemCaseSensitive(top->obj, "attention_chunk_size"))
@@ -1515,20 +1542,11 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     if (!tuning)
         c->attn_temperature_scale = 0.0;
     c->shared_expert_intermediate_size = c->moe_intermediate_size;
-    /* no_rope_layers' 1 entries rotate: the bits are flipped into NoPE bits */
-    for (int l = 0; l < c->num_layers; l++) {
-        const int rope =
-            given ? (c->layer_nope[l / 8] >> (l % 8)) & 1 : (l + 1) % interval != 0;
-        c->layer_nope[l / 8] &= (unsigned char)~(1u << (l % 8));
-        if (!rope) {
-            c->layer_nope[l / 8] |= (unsigned char)(1u << (l % 8));
-            c->nope_layers++;
-        }
+    for (int l = 0; l < c->num_layers; l++)
         if ((l + 1) % c->decoder_sparse_step) {
             c->layer_dense[l / 8] |= (unsigned char)(1u << (l % 8));
             c->dense_layers++;
         }
-    }
     if (c->num_experts_per_tok > c->num_experts)
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: field \"%snum_experts_per_tok\" (%d) is above "
@@ -1537,6 +1555,24 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     if ((s = cfg_llama4_moe_layers(top, c)) != KVCAL_OK)
         return s;
     return cfg_llama4_layer_types(top, c);
+}
+
+/* SmolLM3's layers (smollm3, SmolLM3Config's defaults): no_rope_layers'
+ * 0 entries have no RoPE (by default every no_rope_layer_interval-th, 4);
+ * sliding_window applies, in the layers layer_types names, only with
+ * use_sliding_window (false as released). */
+static kvcal_status cfg_read_smollm3(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "smollm3"))
+        return KVCAL_OK;
+    int use = 0;
+    kvcal_status s;
+    if ((s = cfg_bool(top, "use_sliding_window", &use)) != KVCAL_OK ||
+        (s = cfg_read_no_rope_layers(top, c, 4)) != KVCAL_OK)
+        return s;
+    if (!use)
+        c->sliding_window = 0;
+    return KVCAL_OK;
 }
 
 /* EXAONE 4's layers (exaone4): sliding_window (Exaone4Config's 4096) in the
@@ -1772,9 +1808,9 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
     c->rms_norm_eps = rms_norm_eps_default(c->model_type);
     /* Gemma2Config's and Gemma3TextConfig's default, which Gemma 3's
      * multimodal configs leave to the class */
-    c->tie_word_embeddings = !strcmp(c->model_type, "gemma2") ||
-                             !strcmp(c->model_type, "gemma3_text") ||
-                             !strcmp(c->model_type, "ernie4_5_moe");
+    c->tie_word_embeddings =
+        !strcmp(c->model_type, "gemma2") || !strcmp(c->model_type, "gemma3_text") ||
+        !strcmp(c->model_type, "ernie4_5_moe") || !strcmp(c->model_type, "smollm3");
     /* Glm4MoeConfig's, Glm4vMoeTextConfig's and Glm4Config's default */
     if (!strcmp(family_type(c->model_type), "glm4_moe") || !strcmp(c->model_type, "glm4"))
         c->partial_rotary_factor = 0.5;
@@ -1811,6 +1847,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_glm4v_text(f, c)) != KVCAL_OK ||
         (s = cfg_read_ernie45(f, c)) != KVCAL_OK ||
         (s = cfg_read_exaone4(f, c)) != KVCAL_OK ||
+        (s = cfg_read_smollm3(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)
