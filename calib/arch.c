@@ -15,6 +15,7 @@ extern const kvcal_arch kvcal_arch_llama4;
 extern const kvcal_arch kvcal_arch_glm4;
 extern const kvcal_arch kvcal_arch_ernie45_moe;
 extern const kvcal_arch kvcal_arch_exaone4;
+extern const kvcal_arch kvcal_arch_olmo2;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
 extern const kvcal_arch kvcal_arch_gpt_oss;
@@ -29,7 +30,7 @@ static const kvcal_arch *const families[] = {
     &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3, &kvcal_arch_gpt_oss,
     &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,     &kvcal_arch_qwen3_5_moe,
     &kvcal_arch_minimax_m2,  &kvcal_arch_llama4,      &kvcal_arch_glm4,
-    &kvcal_arch_ernie45_moe, &kvcal_arch_exaone4};
+    &kvcal_arch_ernie45_moe, &kvcal_arch_exaone4,     &kvcal_arch_olmo2};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

@@ -344,7 +344,7 @@ static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *n
     }
     kvcal_rope_scaled_ref(x, pos, kvcal_model_layer_inv_freq(d, l), (int)n, heads,
                           d->head_dim, d->rot_dim, d->rope_interleaved,
-                          d->rope_attention_factor);
+                          kvcal_model_layer_rope_factor(d, l));
     if (d->qk_l2_norm)
         kvcal_rmsnorm_ref(x, x, NULL, (int)n * heads, d->head_dim, d->norm_eps);
 }

@@ -451,13 +451,12 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     (void)need_q; /* project_qkv left the queries out or not */
     cuda_backend *r = cu(be);
     const int sliding = r->inv_freq_sliding && be->desc->layer_window[r->layer] > 0;
-    const kvcal_rope_cfg rope = {sliding ? r->inv_freq_sliding : r->inv_freq,
-                                 r->rot_dim,
-                                 r->interleaved,
-                                 tensor(r, op->w),
-                                 tensor(r, op->b),
+    const kvcal_rope_cfg rope = {sliding ? r->inv_freq_sliding : r->inv_freq, r->rot_dim,
+                                 r->interleaved, tensor(r, op->w), tensor(r, op->b),
                                  r->eps,
-                                 r->attention_factor};
+                                 /* the sliding layers' own RoPE: unscaled
+                                    (kvcal_model_layer_rope_factor) */
+                                 sliding ? 1.0f : r->attention_factor};
     kvcal_kv_observer obs = {0};
     if (observe >= 0 && r->stats)
         obs = observer_of(r, observe);

@@ -246,6 +246,14 @@ const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer)
                                                              : d->inv_freq;
 }
 
+float kvcal_model_layer_rope_factor(const kvcal_model_desc *d, int layer)
+{
+    return kvcal_model_layer_inv_freq(d, layer) == d->inv_freq_sliding &&
+                   d->inv_freq_sliding
+               ? 1.0f
+               : d->rope_attention_factor;
+}
+
 int kvcal_model_layer_rope(const kvcal_model_desc *d, int layer)
 {
     return !d->layer_nope || !d->layer_nope[layer];

@@ -134,7 +134,13 @@ long long kvcal_model_dim(const kvcal_model_desc *d, kvcal_dim dim);
 /* RoPE frequencies of layer l (rot_dim / 2). */
 const float *kvcal_model_layer_inv_freq(const kvcal_model_desc *d, int layer);
 
-/* Whether layer l of model d rotates q and k (all but Llama 4's NoPE layers). */
+/* The factor of layer l's cos and sin: the model's rope_attention_factor
+ * (yarn's), 1 in a layer of the sliding layers' own RoPE (Olmo 3's, whose
+ * yarn stretches the full-attention layers' alone). */
+float kvcal_model_layer_rope_factor(const kvcal_model_desc *d, int layer);
+
+/* Whether layer l of model d rotates q and k (all but Llama 4's, EXAONE 4's
+ * and SmolLM3's NoPE layers). */
 int kvcal_model_layer_rope(const kvcal_model_desc *d, int layer);
 
 /* The chunk layer l of model d attends within (Llama 4's layers with

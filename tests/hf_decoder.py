@@ -43,8 +43,8 @@ def from_config(tf, cfg, **kwargs):
 def project_kv(module, hs):
     """K (after the module's k norm, before RoPE) and V of attention module
     `module` on hidden states hs, as (..., kv heads, head_dim): Phi-3's q, k
-    and v in one qkv_proj; MiniMax-M2's k_norm over the whole projection,
-    before the heads (the others' per head)."""
+    and v in one qkv_proj; MiniMax-M2's and OLMo's k_norm over the whole
+    projection, before the heads (the others' per head)."""
     shape = (*hs.shape[:-1], -1, module.head_dim)
     if hasattr(module, "qkv_proj"):
         cfg = module.config
@@ -54,7 +54,8 @@ def project_kv(module, hs):
         k, v = qkv[..., q_cols:q_cols + kv_cols], qkv[..., q_cols + kv_cols:]
     else:
         k, v = module.k_proj(hs), module.v_proj(hs)
-    whole = type(module).__name__ == "MiniMaxM2Attention"
+    whole = type(module).__name__ in ("MiniMaxM2Attention", "Olmo2Attention",
+                                      "Olmo3Attention")
     if whole:
         k = module.k_norm(k)
     k, v = k.reshape(shape), v.reshape(shape)

