@@ -39,7 +39,9 @@ LDLIBS := $(HOST_LIBS)
 # kernels/nocuda.c stands in for the device code of libkvcal without CUDA.
 ENGINE_SRC := $(wildcard core/*.c io/scales/*.c) io/atomic_file.c io/file_read.c \
               io/json_file.c io/path.c io/checkpoint/safetensors.c \
-              io/checkpoint/model_config.c io/checkpoint/lm_prefix.c kernels/cpu/kvquant_ref.c kernels/cpu/kvquant_fmt_ref.c \
+              io/checkpoint/model_config.c io/checkpoint/model_config_families.c \
+              io/checkpoint/config_fields.c io/checkpoint/lm_prefix.c \
+              kernels/cpu/kvquant_ref.c kernels/cpu/kvquant_fmt_ref.c \
               observers/stats.c observers/observer.c observers/calibrator.c
 TOOLKIT_CPU_SRC := $(filter-out $(ENGINE_SRC) %_cuda.c,$(wildcard io/*.c io/*/*.c \
                    observers/*.c kernels/cpu/*.c calib/*.c))
