@@ -334,7 +334,7 @@ static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *n
 {
     if (norm && d->qk_norm_whole)
         kvcal_rmsnorm_ref(x, x, norm, (int)n, heads * d->head_dim, d->norm_eps);
-    else if (norm)
+    else if (norm && !d->qk_norm_after_rope)
         kvcal_rmsnorm_ref(x, x, norm, (int)n * heads, d->head_dim, d->norm_eps);
     if (!kvcal_model_layer_rope(d, l)) {
         if (is_q && d->attn_temp_scale != 0.0f)
@@ -345,8 +345,9 @@ static void norm_rope(const kvcal_model_desc *d, int l, float *x, const float *n
     kvcal_rope_scaled_ref(x, pos, kvcal_model_layer_inv_freq(d, l), (int)n, heads,
                           d->head_dim, d->rot_dim, d->rope_interleaved,
                           kvcal_model_layer_rope_factor(d, l));
-    if (d->qk_l2_norm)
-        kvcal_rmsnorm_ref(x, x, NULL, (int)n * heads, d->head_dim, d->norm_eps);
+    if (d->qk_l2_norm || (norm && d->qk_norm_after_rope)) /* Llama 4's, Hunyuan's */
+        kvcal_rmsnorm_ref(x, x, d->qk_l2_norm ? NULL : norm, (int)n * heads, d->head_dim,
+                          d->norm_eps);
 }
 
 /* Folds K and V (and Q, when the statistics observe it) of every sample

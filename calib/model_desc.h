@@ -44,6 +44,7 @@ struct kvcal_model_desc {
     int o_bias;                    /* o_proj carries a bias */
     int qk_norm;                   /* per-head RMSNorm of q and k before RoPE */
     int qk_norm_whole; /* 1: the q/k norms span all heads at once (MiniMax-M2) */
+    int qk_norm_after_rope;        /* 1: the q/k norms after RoPE, not before (Hunyuan) */
     int tied_embeddings;           /* lm_head is the embedding */
     int sliding_window;            /* the sliding layers' attention window, 0: none */
     const int *layer_window;       /* (num_layers) layer l's window (0: none); owned */

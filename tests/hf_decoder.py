@@ -93,7 +93,7 @@ def cached_kv(module, hs, position_embeddings):
     caches for hidden states hs, as (batch, tokens, kv heads, head_dim):
     Llama 4's through llama4_kv, every other family's (not MLA: hf_mla)
     through project_kv and its modeling file's apply_rotary_pos_emb where
-    the module rotates."""
+    the module rotates (Hunyuan's key_layernorm after it)."""
     if type(module).__name__ == "Llama4TextAttention":
         return llama4_kv(module, hs, position_embeddings)
     k, v = project_kv(module, hs)
@@ -102,4 +102,6 @@ def cached_kv(module, hs, position_embeddings):
         rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
         _, k = rope(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
         k = k.transpose(1, 2)
+    if hasattr(module, "key_layernorm"):  # Hunyuan's, after RoPE
+        k = module.key_layernorm(k)
     return k, v

@@ -333,6 +333,24 @@ def hf_configs():
             rope_scaling={"rope_type": "yarn", "factor": 4.0,
                           "original_max_position_embeddings": 16},
             **dict(common, num_hidden_layers=4)), "bfloat16", "new", "float64"),
+        # Hunyuan-A13B's layers: q/k norms after RoPE, the NTK-alpha RoPE
+        # (dynamic with alpha 1000), softmax top-2 of 4 renormalized with an
+        # ungated shared MLP in every layer; and the dense model's (the same
+        # attention and RoPE, tied embeddings)
+        ("hunyuan_moe_qknorm_after_rope_alpha_bf16", tf.HunYuanMoEV1Config(
+            hidden_size=64, intermediate_size=32, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, num_experts=4, moe_topk=2,
+            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0,
+                             "rope_theta": 10000.0},
+            **common), "bfloat16", "new", "float64"),
+        ("hunyuan_dense_qknorm_after_rope_bf16", tf.HunYuanDenseV1Config(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0,
+                             "rope_theta": 10000.0},
+            **common), "bfloat16", "new", "float64"),
         # EXAONE 4: post-norm layers (the attention and the MLP on the stream
         # itself, their outputs normalized), per-head q/k norm; layers 0 and
         # 2 slide (window 8) with RoPE, 1 and 3 attend to every key without

@@ -1021,6 +1021,32 @@ static void model_config_defaults_follow_each_config_class(void)
     CU_ASSERT_EQUAL(c.rms_norm_eps, 1e-5);
 }
 
+/* Hunyuan: its "dynamic" RoPE with an alpha is the NTK-alpha base; the
+ * per-layer lists of num_experts / moe_topk run when every entry is the
+ * same, and are refused otherwise. */
+static void model_config_reads_hunyuan_alpha_rope_and_layer_lists(void)
+{
+    kvcal_model_config c;
+#define HUNYUAN(fields)                                                                  \
+    "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"model_type\": "                \
+    "\"hunyuan_v1_moe\", \"hidden_size\": 512, \"num_attention_heads\": 4, "             \
+    "\"head_dim\": 128, \"num_hidden_layers\": 2, \"rope_scaling\": {\"type\": "         \
+    "\"dynamic\", \"alpha\": 1000.0, \"factor\": 1.0}, \"rope_theta\": 10000.0" fields   \
+    "}"
+    CU_ASSERT_EQUAL_FATAL(parse_text(HUNYUAN(", \"num_experts\": [8, 8], "
+                                             "\"moe_topk\": [2, 2]"),
+                                     &c),
+                          KVCAL_OK);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 10000.0 * pow(1000.0, 128.0 / 126.0), 1e-6);
+    CU_ASSERT_EQUAL(c.rope_type, KVCAL_ROPE_DEFAULT);
+    CU_ASSERT_EQUAL(c.num_experts, 8);
+    CU_ASSERT_EQUAL(c.num_experts_per_tok, 2);
+    CU_ASSERT_EQUAL(c.shared_expert_intermediate_size, c.intermediate_size);
+    CU_ASSERT_EQUAL(parse_text(HUNYUAN(", \"num_experts\": 8, \"moe_topk\": [2, 3]"), &c),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("\"moe_topk\" differs from layer to layer"));
+}
+
 /* A factor below 1 (transformers: "must be >= 1"), a negative beta (its
  * logarithm fails in transformers), a non-positive attention factor and
  * wrong types: one line naming the file and the key. */
@@ -1294,6 +1320,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_ministral3_yarn_and_query_scaling),
     KVCAL_TEST(model_config_reads_llama4_layers_and_defaults),
     KVCAL_TEST(model_config_defaults_follow_each_config_class),
+    KVCAL_TEST(model_config_reads_hunyuan_alpha_rope_and_layer_lists),
     KVCAL_TEST(model_config_rejects_bad_yarn_values_naming_file_and_key),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),

@@ -407,6 +407,16 @@ static void runner_matches_transformers_olmo_post_norm_whole_qk_norm(void)
                                         "\"original_max_position_embeddings\": 16}}"));
 }
 
+/* Hunyuan-A13B's layers (q/k norms after RoPE, the NTK-alpha RoPE of its
+ * "dynamic" rope with alpha 1000, softmax top-2 of 4 renormalized beside an
+ * ungated shared MLP) and the dense model's (the same attention and
+ * RoPE, tied embeddings). */
+static void runner_matches_transformers_hunyuan_qk_norm_after_rope(void)
+{
+    check_against_golden("hunyuan_moe_qknorm_after_rope_alpha_bf16");
+    check_against_golden("hunyuan_dense_qknorm_after_rope_bf16");
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -936,6 +946,7 @@ static void model_open_lists_the_supported_architectures(void)
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
         "Llama4ForCausalLM, Glm4ForCausalLM, Ernie4_5_MoeForCausalLM, "
         "Exaone4ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, "
+        "HunYuanMoEV1ForCausalLM, HunYuanDenseV1ForCausalLM, "
         "Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
@@ -1874,6 +1885,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_seed_oss_biases),
     KVCAL_TEST(runner_matches_transformers_smollm3_nope_layers),
     KVCAL_TEST(runner_matches_transformers_olmo_post_norm_whole_qk_norm),
+    KVCAL_TEST(runner_matches_transformers_hunyuan_qk_norm_after_rope),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

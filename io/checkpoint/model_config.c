@@ -66,6 +66,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"smollm3", 32768, 128256, 11008},
                     {"olmo2", 2048, 50304, 11008},
                     {"olmo3", 2048, 50304, 11008},
+                    {"hunyuan_v1_moe", 2048, 290943, 11008},
+                    {"hunyuan_v1_dense", 2048, 290943, 11008},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -135,7 +137,8 @@ static kvcal_status cfg_read_rope_scaling(const cfg_obj *sc, int type_optional,
         if (!strcmp(c->rope_type_name, rope_types[i].name))
             c->rope_type = rope_types[i].type;
     if ((s = cfg_double(sc, "factor", 0.0, INFINITY, &c->rope_factor, &found)) !=
-        KVCAL_OK)
+            KVCAL_OK ||
+        (s = cfg_double(sc, "alpha", 0.0, INFINITY, &c->rope_alpha, NULL)) != KVCAL_OK)
         return s;
     /* yarn: an explicit null factor is derived from the context lengths */
     int null_factor = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(sc->obj, "factor"));
@@ -693,45 +696,18 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa);
  * minimax_m2's attn_type_list, all full attention in its releases, is read
  * by neither transformers nor vLLM. */
-static const char *const known_kv_families[] = {"llama",
-                                                "mistral",
-                                                "qwen2",
-                                                "qwen3",
-                                                "qwen2_moe",
-                                                "qwen3_moe",
-                                                "mixtral",
-                                                "phi3",
-                                                "gemma2",
-                                                "gemma3_text",
-                                                "glm4_moe",
-                                                "glm4v_moe_text",
-                                                "qwen3_next",
-                                                "deepseek_v2",
-                                                "deepseek_v3",
-                                                "kimi_k2",
-                                                "glm4_moe_lite",
-                                                "deepseek_v32",
-                                                "glm_moe_dsa",
-                                                "gpt_oss",
-                                                "qwen3_vl_text",
-                                                "qwen2_5_vl",
-                                                "qwen2_5_vl_text",
-                                                "qwen3_vl_moe_text",
-                                                "qwen2_vl",
-                                                "qwen2_vl_text",
-                                                "qwen3_5_text",
-                                                "qwen3_5_moe_text",
-                                                "minimax_m2",
-                                                "ministral3",
-                                                "llama4_text",
-                                                "glm4",
-                                                "glm4v_text",
-                                                "ernie4_5_moe",
-                                                "exaone4",
-                                                "seed_oss",
-                                                "smollm3",
-                                                "olmo2",
-                                                "olmo3"};
+static const char *const known_kv_families[] = {
+    "llama",           "mistral",       "qwen2",           "qwen3",
+    "qwen2_moe",       "qwen3_moe",     "mixtral",         "phi3",
+    "gemma2",          "gemma3_text",   "glm4_moe",        "glm4v_moe_text",
+    "qwen3_next",      "deepseek_v2",   "deepseek_v3",     "kimi_k2",
+    "glm4_moe_lite",   "deepseek_v32",  "glm_moe_dsa",     "gpt_oss",
+    "qwen3_vl_text",   "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
+    "qwen2_vl",        "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
+    "minimax_m2",      "ministral3",    "llama4_text",     "glm4",
+    "glm4v_text",      "ernie4_5_moe",  "exaone4",         "seed_oss",
+    "smollm3",         "olmo2",         "olmo3",           "hunyuan_v1_moe",
+    "hunyuan_v1_dense"};
 
 /* Which layers cache an entry per token: layer_types (an array of
  * num_hidden_layers kinds), else full_attention_interval (every interval-th
@@ -938,6 +914,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_exaone4(f, c)) != KVCAL_OK ||
         (s = cfg_read_smollm3(f, c)) != KVCAL_OK ||
         (s = cfg_read_olmo3(f, c)) != KVCAL_OK ||
+        (s = cfg_read_hunyuan(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)

@@ -548,6 +548,75 @@ kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c)
     return cfg_llama4_layer_types(top, c);
 }
 
+/* One of Hunyuan's per-layer fields (num_experts, moe_topk: an integer, or
+ * a list of one per layer, which kvcal runs when every entry is the same)
+ * into *out. */
+static kvcal_status cfg_hunyuan_uniform(const cfg_obj *top, const char *key, int *out)
+{
+    const cJSON *it = cfg_item(top, key), *e;
+    if (!cJSON_IsArray(it))
+        return cfg_int(top, key, 1, KVCAL_CONFIG_MAX_HEADS, out, NULL);
+    int first = 1;
+    cJSON_ArrayForEach(e, it)
+    {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+            e->valuedouble < 1 || e->valuedouble > KVCAL_CONFIG_MAX_HEADS)
+            return cfg_bad(top, key, it, "an integer >= 1 or a list of them");
+        if (!first && (int)e->valuedouble != *out)
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: field \"%s%s\" differs from layer to layer: kvcal runs "
+                "one value in every layer",
+                top->name, top->prefix, key);
+        *out = (int)e->valuedouble;
+        first = 0;
+    }
+    return KVCAL_OK;
+}
+
+/* Hunyuan (hunyuan_v1_moe, hunyuan_v1_dense; the transformers classes'
+ * defaults, which vLLM 0.32.0's Transformers backend runs as they are): a
+ * "dynamic" RoPE with an alpha is the NTK-alpha base rope_theta *
+ * alpha^(head_dim / (head_dim - 2)) (their rotary embeddings'
+ * ntk_alpha); the MoE model's experts and shared MLP of intermediate_size,
+ * every layer a MoE layer, softmax top-k renormalized. */
+kvcal_status cfg_read_hunyuan(const cfg_obj *top, kvcal_model_config *c)
+{
+    const int moe = !strcmp(c->model_type, "hunyuan_v1_moe");
+    if (!moe && strcmp(c->model_type, "hunyuan_v1_dense"))
+        return KVCAL_OK;
+    if (c->rope_type == KVCAL_ROPE_DYNAMIC && c->rope_alpha > 0) {
+        if (c->head_dim < 3)
+            return kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: field \"%shead_dim\" (%d) leaves the NTK-alpha RoPE no "
+                "base; fix the field",
+                top->name, top->prefix, c->head_dim);
+        c->rope_theta *= pow(c->rope_alpha, (double)c->head_dim / (c->head_dim - 2));
+        c->rope_type = KVCAL_ROPE_DEFAULT;
+        snprintf(c->rope_type_name, sizeof c->rope_type_name, "dynamic (alpha %g)",
+                 c->rope_alpha);
+    }
+    if (!moe)
+        return KVCAL_OK;
+    kvcal_status s;
+    c->num_experts = c->num_experts_per_tok = 1;
+    if ((s = cfg_hunyuan_uniform(top, "num_experts", &c->num_experts)) != KVCAL_OK ||
+        (s = cfg_hunyuan_uniform(top, "moe_topk", &c->num_experts_per_tok)) != KVCAL_OK)
+        return s;
+    if (c->num_experts_per_tok > c->num_experts)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%smoe_topk\" (%d) is above num_experts (%d); fix "
+                          "one of them",
+                          top->name, top->prefix, c->num_experts_per_tok, c->num_experts);
+    c->moe_intermediate_size = c->shared_expert_intermediate_size = c->intermediate_size;
+    c->norm_topk_prob = 1;
+    c->routed_scaling_factor = 1.0;
+    c->moe_groups = c->moe_topk_groups = 1;
+    c->decoder_sparse_step = 1;
+    return KVCAL_OK;
+}
+
 /* Olmo 3's layers (olmo3, Olmo3Config's defaults): sliding_window 4096 in
  * the sliding layers of layer_types (else every layer but each fourth); its
  * sliding layers' RoPE is rope_parameters.sliding_attention's (as saved by
@@ -806,11 +875,11 @@ kvcal_status cfg_query_scaling(const cfg_obj *top, kvcal_model_config *c)
 double rms_norm_eps_default(const char *t)
 {
     static const char *const eps_1e5[] = {
-        "mixtral",         "phi3",        "glm4_moe",      "glm4v_moe_text",
-        "glm4_moe_lite",   "glm_moe_dsa", "gpt_oss",       "ministral3",
-        "llama4_text",     "qwen2_vl",    "qwen2_vl_text", "qwen2_5_vl",
-        "qwen2_5_vl_text", "glm4v_text",  "ernie4_5_moe",  "exaone4",
-        "olmo2",           "olmo3"};
+        "mixtral",         "phi3",        "glm4_moe",       "glm4v_moe_text",
+        "glm4_moe_lite",   "glm_moe_dsa", "gpt_oss",        "ministral3",
+        "llama4_text",     "qwen2_vl",    "qwen2_vl_text",  "qwen2_5_vl",
+        "qwen2_5_vl_text", "glm4v_text",  "ernie4_5_moe",   "exaone4",
+        "olmo2",           "olmo3",       "hunyuan_v1_moe", "hunyuan_v1_dense"};
     if (!strcmp(t, "glm4")) /* Glm4Config's */
         return 1.5625e-07;
     return cfg_in_list(t, eps_1e5, sizeof eps_1e5 / sizeof *eps_1e5) ? 1e-5 : 1e-6;

@@ -69,6 +69,7 @@ typedef struct kvcal_model_config {
                                           (truncate, default true); else 0 */
     double partial_rotary_factor;      /* 1.0 when absent */
     double rope_llama4_beta;           /* Ministral 3's llama_4_scaling_beta */
+    double rope_alpha;                 /* Hunyuan's NTK alpha ("dynamic"), 0: none */
     int query_scaling_from;            /* > 0: Ministral 3's queries are scaled by
                                           it from this position on (its yarn
                                           original_max_position_embeddings) */

@@ -1140,10 +1140,11 @@ def e2e(work):
 def e2e_transformers_backend(work):
     """vLLM's Transformers modeling backend (the models vLLM 0.32.0 has no
     class of its own for: Seed-OSS, Olmo 2 / 3, SmolLM3, Hunyuan) on tiny
-    random Seed-OSS and Olmo 3 models (head_dim 32: the CPU FP8 cache's
-    multiple; Olmo 3's sliding layers, post-norm layers and whole-projection
-    q/k norms) calibrated by kvcal: every attention layer's _k_scale /
-    _v_scale the file's."""
+    random Seed-OSS, Olmo 3 and Hunyuan MoE models (head_dim 32: the CPU FP8
+    cache's multiple; Olmo 3's sliding layers, post-norm layers and
+    whole-projection q/k norms; Hunyuan through the backend's MoE class)
+    calibrated by kvcal: every attention layer's _k_scale / _v_scale the
+    file's."""
     import random
     import torch
     import transformers as tf
@@ -1154,7 +1155,11 @@ def e2e_transformers_backend(work):
                   bos_token_id=1, eos_token_id=2)
     models = [("Seed-OSS", tf.SeedOssConfig(head_dim=32, attention_bias=True,
                                             attention_out_bias=True, **common)),
-              ("Olmo 3", tf.Olmo3Config(sliding_window=16, **common))]
+              ("Olmo 3", tf.Olmo3Config(sliding_window=16, **common)),
+              ("Hunyuan-A13B's layers", tf.HunYuanMoEV1Config(
+                  head_dim=32, num_experts=4, moe_topk=2,
+                  rope_parameters={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0,
+                                   "rope_theta": 10000.0}, **common))]
     ids = os.path.join(work, "e2e_tiny_ids.jsonl")
     rng = random.Random(0)
     with open(ids, "w") as fp:
