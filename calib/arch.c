@@ -18,6 +18,8 @@ extern const kvcal_arch kvcal_arch_exaone4;
 extern const kvcal_arch kvcal_arch_olmo2;
 extern const kvcal_arch kvcal_arch_hunyuan_moe;
 extern const kvcal_arch kvcal_arch_hunyuan_dense;
+extern const kvcal_arch kvcal_arch_granite;
+extern const kvcal_arch kvcal_arch_granite_moe;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
 extern const kvcal_arch kvcal_arch_gpt_oss;
@@ -27,13 +29,14 @@ extern const kvcal_arch kvcal_arch_qwen3_5;
 extern const kvcal_arch kvcal_arch_qwen3_5_moe;
 
 static const kvcal_arch *const families[] = {
-    &kvcal_arch_llama,       &kvcal_arch_qwen_moe,     &kvcal_arch_mixtral,
-    &kvcal_arch_phi3,        &kvcal_arch_gemma,        &kvcal_arch_glm4_moe,
-    &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3,  &kvcal_arch_gpt_oss,
-    &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,      &kvcal_arch_qwen3_5_moe,
-    &kvcal_arch_minimax_m2,  &kvcal_arch_llama4,       &kvcal_arch_glm4,
-    &kvcal_arch_ernie45_moe, &kvcal_arch_exaone4,      &kvcal_arch_olmo2,
-    &kvcal_arch_hunyuan_moe, &kvcal_arch_hunyuan_dense};
+    &kvcal_arch_llama,       &kvcal_arch_qwen_moe,      &kvcal_arch_mixtral,
+    &kvcal_arch_phi3,        &kvcal_arch_gemma,         &kvcal_arch_glm4_moe,
+    &kvcal_arch_deepseek_v2, &kvcal_arch_deepseek_v3,   &kvcal_arch_gpt_oss,
+    &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,       &kvcal_arch_qwen3_5_moe,
+    &kvcal_arch_minimax_m2,  &kvcal_arch_llama4,        &kvcal_arch_glm4,
+    &kvcal_arch_ernie45_moe, &kvcal_arch_exaone4,       &kvcal_arch_olmo2,
+    &kvcal_arch_hunyuan_moe, &kvcal_arch_hunyuan_dense, &kvcal_arch_granite,
+    &kvcal_arch_granite_moe};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

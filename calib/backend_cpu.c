@@ -273,12 +273,23 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
     return kvcal_model_load_layer(c->model, layer, &c->w);
 }
 
+/* The residual stream += delta (n rows), the block's output scaled first
+ * where the model scales it (Granite's residual_multiplier). */
+static void add_delta(cpu_backend *c, float *delta)
+{
+    const kvcal_model_desc *d = c->base.desc;
+    const int64_t n = c->n * d->hidden_size;
+    for (int64_t i = 0; d->residual_scale != 1.0f && i < n; i++)
+        delta[i] *= d->residual_scale;
+    kvcal_add_ref(c->x, delta, n);
+}
+
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
 {
     cpu_backend *c = cpu(be);
     const kvcal_model_desc *d = be->desc;
     if (!first)
-        kvcal_add_ref(c->x, act(c, op->in), c->n * d->hidden_size);
+        add_delta(c, act(c, op->in));
     if (op->w == KVCAL_W_NONE) /* a post-norm layer's input: the stream itself */
         memcpy(act(c, op->out), c->x, sizeof(float) * (size_t)(c->n * d->hidden_size));
     else
@@ -729,9 +740,11 @@ static kvcal_status head_nll(kvcal_backend *be, const int32_t *target, float *nl
     if (st)
         return st;
     float *out = logits ? logits : c->head_logits;
-    kvcal_add_ref(c->x, c->delta, c->n * D);
+    add_delta(c, c->delta);
     kvcal_rmsnorm_ref(c->norm, c->x, norm, (int)c->n, D, d->norm_eps);
     kvcal_matmul_ref(out, c->norm, cls, NULL, (int)c->n, D, d->vocab_size);
+    for (int64_t i = 0; d->logit_divisor != 1.0f && i < c->n * d->vocab_size; i++)
+        out[i] /= d->logit_divisor;
     for (int64_t i = 0; d->logit_softcap > 0.0f && i < c->n * d->vocab_size; i++)
         out[i] = d->logit_softcap * tanhf(out[i] / d->logit_softcap);
     kvcal_token_nll_ref(nll, out, target, c->n, d->vocab_size);

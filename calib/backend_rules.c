@@ -82,6 +82,12 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
                 "MLP on the residual stream itself) run on the CPU runner "
                 "alone in this version; use --device cpu",
                 d->architecture);
+    if (d->residual_scale != 1.0f || d->logit_divisor != 1.0f)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: %s's residual_multiplier and logits_scaling run "
+            "on the CPU runner alone in this version; use --device cpu",
+            d->architecture);
     if (d->qk_norm_after_rope)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,

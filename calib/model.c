@@ -250,6 +250,7 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
     if (c->query_pre_attn_scalar > 0)
         d->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));
     d->embed_scale = 1.0f;
+    d->residual_scale = d->logit_divisor = 1.0f;
     d->num_experts = c->num_experts;
     d->experts_per_tok = c->num_experts_per_tok;
     d->moe_intermediate_size = c->moe_intermediate_size;
@@ -797,6 +798,7 @@ static kvcal_status open_llama2c(kvcal_model_t *m)
     d->layer_window = m->layer_window;
     d->attn_scale = 1.0f / sqrtf((float)d->head_dim);
     d->embed_scale = 1.0f;
+    d->residual_scale = d->logit_divisor = 1.0f;
     return KVCAL_OK;
 }
 

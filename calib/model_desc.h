@@ -53,6 +53,10 @@ struct kvcal_model_desc {
     float attn_scale;              /* of q k^T: 1/sqrt(head_dim), Gemma's
                                       query_pre_attn_scalar^-0.5 */
     float embed_scale;             /* the embedding's factor (Gemma sqrt(hidden)), 1 */
+    float residual_scale;          /* each block's output times it before its residual
+                                      add (Granite's residual_multiplier), 1 */
+    float logit_divisor;           /* the logits divided by it (Granite's
+                                      logits_scaling), 1 */
     float norm_offset;             /* RMSNorm weights used as offset + w (Gemma 1) */
     float attn_softcap;            /* attention scores as cap * tanh(s / cap), 0: none */
     float logit_softcap;           /* the same of the logits (Gemma 2), 0: none */

@@ -351,6 +351,26 @@ def hf_configs():
             rope_parameters={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0,
                              "rope_theta": 10000.0},
             **common), "bfloat16", "new", "float64"),
+        # IBM Granite 3.x: Llama's layers with the four multipliers (the
+        # embedding x12, q k^T x 1/16 instead of 1/4, each block's output
+        # x0.22 before its residual add, the logits / 8), q/k/v/o biases;
+        # and GraniteMoe (the experts in two stacked tensors, softmax over
+        # the top-2 logits of 4), tied embeddings
+        ("granite_multipliers_bias_bf16", tf.GraniteConfig(
+            hidden_size=64, intermediate_size=96, num_attention_heads=4,
+            num_key_value_heads=2, attention_bias=True, embedding_multiplier=12.0,
+            attention_multiplier=0.0625, residual_multiplier=0.22, logits_scaling=8.0,
+            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000.0},
+            **common), "bfloat16", "new", "float64"),
+        ("granitemoe_multipliers_e4_top2_bf16", tf.GraniteMoeConfig(
+            hidden_size=64, intermediate_size=32, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+            embedding_multiplier=12.0, attention_multiplier=0.0625,
+            residual_multiplier=0.22, logits_scaling=6.0, tie_word_embeddings=True,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            **common), "bfloat16", "new", "float64"),
         # EXAONE 4: post-norm layers (the attention and the MLP on the stream
         # itself, their outputs normalized), per-head q/k norm; layers 0 and
         # 2 slide (window 8) with RoPE, 1 and 3 attend to every key without

@@ -1047,6 +1047,48 @@ static void model_config_reads_hunyuan_alpha_rope_and_layer_lists(void)
     CU_ASSERT(kvcal_test_error_has("\"moe_topk\" differs from layer to layer"));
 }
 
+/* IBM Granite: the four multipliers are 1 where absent (the transformers
+ * classes' defaults), a negative one is named; GraniteMoe's experts default
+ * to 8 of intermediate_size, top-2, renormalized. */
+static void model_config_reads_granite_multipliers_and_defaults(void)
+{
+    kvcal_model_config c;
+#define GRANITE(arch, type, fields)                                                      \
+    "{\"architectures\": [\"" arch "\"], \"model_type\": \"" type "\", "                 \
+    "\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_hidden_layers\": 2" fields   \
+    "}"
+    CU_ASSERT_EQUAL_FATAL(parse_text(GRANITE("GraniteForCausalLM", "granite", ""), &c),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(c.embedding_multiplier, 1.0);
+    CU_ASSERT_EQUAL(c.residual_multiplier, 1.0);
+    CU_ASSERT_EQUAL(c.attention_multiplier, 1.0);
+    CU_ASSERT_EQUAL(c.logits_scaling, 1.0);
+    CU_ASSERT_EQUAL(c.intermediate_size, 11008);
+    CU_ASSERT_EQUAL(c.num_experts, 0);
+    CU_ASSERT_EQUAL_FATAL(parse_text(GRANITE("GraniteMoeForCausalLM", "granitemoe",
+                                             ", \"embedding_multiplier\": 12.0, "
+                                             "\"attention_multiplier\": 0.015625, "
+                                             "\"residual_multiplier\": 0.22, "
+                                             "\"logits_scaling\": 6.0, "
+                                             "\"intermediate_size\": 512"),
+                                     &c),
+                          KVCAL_OK);
+    CU_ASSERT_EQUAL(c.embedding_multiplier, 12.0);
+    CU_ASSERT_EQUAL(c.attention_multiplier, 0.015625);
+    CU_ASSERT_EQUAL(c.residual_multiplier, 0.22);
+    CU_ASSERT_EQUAL(c.logits_scaling, 6.0);
+    CU_ASSERT_EQUAL(c.num_experts, 8);
+    CU_ASSERT_EQUAL(c.num_experts_per_tok, 2);
+    CU_ASSERT_EQUAL(c.moe_intermediate_size, 512);
+    CU_ASSERT(c.norm_topk_prob);
+    CU_ASSERT_EQUAL(parse_text(GRANITE("GraniteForCausalLM", "granite",
+                                       ", \"residual_multiplier\": -0.5"),
+                               &c),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("residual_multiplier"));
+#undef GRANITE
+}
+
 /* A factor below 1 (transformers: "must be >= 1"), a negative beta (its
  * logarithm fails in transformers), a non-positive attention factor and
  * wrong types: one line naming the file and the key. */
@@ -1321,6 +1363,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_reads_llama4_layers_and_defaults),
     KVCAL_TEST(model_config_defaults_follow_each_config_class),
     KVCAL_TEST(model_config_reads_hunyuan_alpha_rope_and_layer_lists),
+    KVCAL_TEST(model_config_reads_granite_multipliers_and_defaults),
     KVCAL_TEST(model_config_rejects_bad_yarn_values_naming_file_and_key),
     KVCAL_TEST(model_config_load_accepts_directory_and_names_missing_file),
     KVCAL_TEST(model_config_rejects_every_malformed_file_with_one_line),

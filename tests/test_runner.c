@@ -417,6 +417,29 @@ static void runner_matches_transformers_hunyuan_qk_norm_after_rope(void)
     check_against_golden("hunyuan_dense_qknorm_after_rope_bf16");
 }
 
+/* IBM Granite's four multipliers (the embedding x12, q k^T x 1/16, each
+ * block's output x0.22 before its residual add, the logits / 8) with
+ * q/k/v/o biases, and GraniteMoe's (its experts in two stacked tensors,
+ * softmax over the top-2 logits of 4; tied embeddings, logits / 6); each
+ * multiplier moved to 1 in turn is caught by the golden's logits or K/V.
+ * The CUDA runner names what it lacks. */
+static void runner_matches_transformers_granite_multipliers(void)
+{
+    check_against_golden("granite_multipliers_bias_bf16");
+    check_against_golden("granitemoe_multipliers_e4_top2_bf16");
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/granitemoe_multipliers_e4_top2_bf16", &m),
+        KVCAL_OK);
+    const kvcal_model_desc *d = kvcal_model_describe(m);
+    CU_ASSERT_EQUAL(d->num_experts, 4);
+    CU_ASSERT_EQUAL(d->experts_per_tok, 2);
+    CU_ASSERT_DOUBLE_EQUAL(d->residual_scale, 0.22f, 0.0);
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("residual_multiplier and logits_scaling"));
+    kvcal_model_close(m);
+}
+
 #define LLAMA4 "llama4_nope_chunk8_temp_e4_top2_bf16"
 static void runner_matches_transformers_llama4_nope_chunked_layers(void)
 {
@@ -946,7 +969,8 @@ static void model_open_lists_the_supported_architectures(void)
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
         "Llama4ForCausalLM, Glm4ForCausalLM, Ernie4_5_MoeForCausalLM, "
         "Exaone4ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, "
-        "HunYuanMoEV1ForCausalLM, HunYuanDenseV1ForCausalLM, "
+        "HunYuanMoEV1ForCausalLM, HunYuanDenseV1ForCausalLM, GraniteForCausalLM, "
+        "GraniteMoeForCausalLM, "
         "Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
         "Qwen3VLMoeForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
@@ -1886,6 +1910,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_transformers_smollm3_nope_layers),
     KVCAL_TEST(runner_matches_transformers_olmo_post_norm_whole_qk_norm),
     KVCAL_TEST(runner_matches_transformers_hunyuan_qk_norm_after_rope),
+    KVCAL_TEST(runner_matches_transformers_granite_multipliers),
     KVCAL_TEST(runner_matches_transformers_phi3_longrope_partial_rotary_window),
     KVCAL_TEST(runner_matches_transformers_gemma3_local_global_layers),
     KVCAL_TEST(runner_matches_transformers_gemma2_soft_caps),

@@ -68,6 +68,8 @@ static void cfg_default_sizes(kvcal_model_config *c)
                     {"olmo3", 2048, 50304, 11008},
                     {"hunyuan_v1_moe", 2048, 290943, 11008},
                     {"hunyuan_v1_dense", 2048, 290943, 11008},
+                    {"granite", 2048, 32000, 11008},
+                    {"granitemoe", 2048, 32000, 11008},
                     {"deepseek_v2", 2048, 102400, 11008},
                     {"deepseek_v3", 4096, 129280, 18432},
                     {"kimi_k2", 4096, 129280, 18432},
@@ -565,19 +567,22 @@ static kvcal_status cfg_read_moe(const cfg_obj *top, kvcal_model_config *c)
                     {"glm4_moe", 128, 8, 1408, 0, 1},
                     {"glm4v_moe_text", 128, 8, 1408, 0, 1},
                     {"gpt_oss", 128, 4, 0, 0, 1},
-                    {"minimax_m2", 256, 8, 0, 0, 1}};
+                    {"minimax_m2", 256, 8, 0, 0, 1},
+                    /* GraniteMoe's: a softmax over the top-k logits */
+                    {"granitemoe", 8, 2, 0, 0, 1}};
     size_t i = 0;
     while (i < sizeof defaults / sizeof defaults[0] &&
            strcmp(defaults[i].model_type, c->model_type))
         i++;
     if (i == sizeof defaults / sizeof defaults[0])
         return KVCAL_OK;
-    /* Mixtral's, gpt-oss's and MiniMax-M2's experts are intermediate_size
-     * wide, their top-k weights always renormalized (gpt-oss: a softmax over
-     * the chosen) */
+    /* Mixtral's, gpt-oss's, MiniMax-M2's and GraniteMoe's experts are
+     * intermediate_size wide, their top-k weights always renormalized
+     * (gpt-oss, GraniteMoe: a softmax over the chosen) */
     const int minimax = !strcmp(c->model_type, "minimax_m2");
-    const int mixtral =
-        !strcmp(c->model_type, "mixtral") || !strcmp(c->model_type, "gpt_oss") || minimax;
+    const int mixtral = !strcmp(c->model_type, "mixtral") ||
+                        !strcmp(c->model_type, "gpt_oss") || minimax ||
+                        !strcmp(c->model_type, "granitemoe");
     const int glm = !strcmp(family_type(c->model_type), "glm4_moe");
     c->routed_scaling_factor = 1.0;
     c->moe_groups = c->moe_topk_groups = 1;
@@ -696,18 +701,49 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
  * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa);
  * minimax_m2's attn_type_list, all full attention in its releases, is read
  * by neither transformers nor vLLM. */
-static const char *const known_kv_families[] = {
-    "llama",           "mistral",       "qwen2",           "qwen3",
-    "qwen2_moe",       "qwen3_moe",     "mixtral",         "phi3",
-    "gemma2",          "gemma3_text",   "glm4_moe",        "glm4v_moe_text",
-    "qwen3_next",      "deepseek_v2",   "deepseek_v3",     "kimi_k2",
-    "glm4_moe_lite",   "deepseek_v32",  "glm_moe_dsa",     "gpt_oss",
-    "qwen3_vl_text",   "qwen2_5_vl",    "qwen2_5_vl_text", "qwen3_vl_moe_text",
-    "qwen2_vl",        "qwen2_vl_text", "qwen3_5_text",    "qwen3_5_moe_text",
-    "minimax_m2",      "ministral3",    "llama4_text",     "glm4",
-    "glm4v_text",      "ernie4_5_moe",  "exaone4",         "seed_oss",
-    "smollm3",         "olmo2",         "olmo3",           "hunyuan_v1_moe",
-    "hunyuan_v1_dense"};
+static const char *const known_kv_families[] = {"llama",
+                                                "mistral",
+                                                "qwen2",
+                                                "qwen3",
+                                                "qwen2_moe",
+                                                "qwen3_moe",
+                                                "mixtral",
+                                                "phi3",
+                                                "gemma2",
+                                                "gemma3_text",
+                                                "glm4_moe",
+                                                "glm4v_moe_text",
+                                                "qwen3_next",
+                                                "deepseek_v2",
+                                                "deepseek_v3",
+                                                "kimi_k2",
+                                                "glm4_moe_lite",
+                                                "deepseek_v32",
+                                                "glm_moe_dsa",
+                                                "gpt_oss",
+                                                "qwen3_vl_text",
+                                                "qwen2_5_vl",
+                                                "qwen2_5_vl_text",
+                                                "qwen3_vl_moe_text",
+                                                "qwen2_vl",
+                                                "qwen2_vl_text",
+                                                "qwen3_5_text",
+                                                "qwen3_5_moe_text",
+                                                "minimax_m2",
+                                                "ministral3",
+                                                "llama4_text",
+                                                "glm4",
+                                                "glm4v_text",
+                                                "ernie4_5_moe",
+                                                "exaone4",
+                                                "seed_oss",
+                                                "smollm3",
+                                                "olmo2",
+                                                "olmo3",
+                                                "hunyuan_v1_moe",
+                                                "hunyuan_v1_dense",
+                                                "granite",
+                                                "granitemoe"};
 
 /* Which layers cache an entry per token: layer_types (an array of
  * num_hidden_layers kinds), else full_attention_interval (every interval-th
@@ -915,6 +951,7 @@ static kvcal_status cfg_read(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_read_smollm3(f, c)) != KVCAL_OK ||
         (s = cfg_read_olmo3(f, c)) != KVCAL_OK ||
         (s = cfg_read_hunyuan(f, c)) != KVCAL_OK ||
+        (s = cfg_read_granite(f, c)) != KVCAL_OK ||
         (s = cfg_read_gated_delta(f, c)) != KVCAL_OK ||
         (s = cfg_read_quantization(top, c)) != KVCAL_OK ||
         (s = cfg_query_scaling(f, c)) != KVCAL_OK)

@@ -617,6 +617,29 @@ kvcal_status cfg_read_hunyuan(const cfg_obj *top, kvcal_model_config *c)
     return KVCAL_OK;
 }
 
+/* IBM Granite's four multipliers (granite, granitemoe; 1 where absent, as
+ * the transformers classes' defaults): of the embedding, of each block's
+ * output before its residual add, of q k^T (instead of head_dim^-0.5), and
+ * the logits' divisor. */
+kvcal_status cfg_read_granite(const cfg_obj *top, kvcal_model_config *c)
+{
+    if (strcmp(c->model_type, "granite") && strcmp(c->model_type, "granitemoe"))
+        return KVCAL_OK;
+    kvcal_status s;
+    c->embedding_multiplier = c->residual_multiplier = c->attention_multiplier = 1.0;
+    c->logits_scaling = 1.0;
+    if ((s = cfg_double(top, "embedding_multiplier", 0.0, INFINITY,
+                        &c->embedding_multiplier, NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "residual_multiplier", 0.0, INFINITY,
+                        &c->residual_multiplier, NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "attention_multiplier", 0.0, INFINITY,
+                        &c->attention_multiplier, NULL)) != KVCAL_OK ||
+        (s = cfg_double(top, "logits_scaling", 0.0, INFINITY, &c->logits_scaling,
+                        NULL)) != KVCAL_OK)
+        return s;
+    return KVCAL_OK;
+}
+
 /* Olmo 3's layers (olmo3, Olmo3Config's defaults): sliding_window 4096 in
  * the sliding layers of layer_types (else every layer but each fourth); its
  * sliding layers' RoPE is rope_parameters.sliding_attention's (as saved by

@@ -45,6 +45,9 @@ kvcal_status cfg_read_llama4(const cfg_obj *top, kvcal_model_config *c);
 /* Hunyuan's NTK-alpha RoPE and its MoE model's experts. */
 kvcal_status cfg_read_hunyuan(const cfg_obj *top, kvcal_model_config *c);
 
+/* IBM Granite's multipliers and its MoE models' experts. */
+kvcal_status cfg_read_granite(const cfg_obj *top, kvcal_model_config *c);
+
 /* Olmo 3's sliding layers and their RoPE. */
 kvcal_status cfg_read_olmo3(const cfg_obj *top, kvcal_model_config *c);
 

@@ -198,6 +198,13 @@ typedef struct kvcal_model_config {
     double attn_temperature_scale; /* attn_scale, 0 without attn_temperature_tuning */
     double attn_temperature_floor; /* floor_scale */
 
+    /* IBM Granite's multipliers (granite, granitemoe, granitemoeshared; 0
+     * elsewhere): of the embedding, of each block's output before its
+     * residual add, of q k^T (instead of head_dim^-0.5), and the logits'
+     * divisor */
+    double embedding_multiplier, residual_multiplier, attention_multiplier;
+    double logits_scaling;
+
     /* gpt-oss (gpt_oss; 0 elsewhere) */
     double swiglu_limit; /* the experts' SwiGLU clamp (7) */
     double swiglu_alpha; /* its sigmoid's gain (1.702) */
