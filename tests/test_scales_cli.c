@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "io/json_file.h"
+#include "io/scales/sglang_loaders.h"
 #include "tests/test_util.h"
 
 #define LLAMA2 "tests/fixtures/llama2-7b"
@@ -203,6 +204,74 @@ static void cli_checkpoint_names_ernie45_scales_as_both_engines_load_them(void)
     free(text);
 }
 
+/* validate-scales' output on the checkpoint scales kvcal writes for
+ * golden model `name`, renamed from `from` to `to` first when from is not
+ * NULL: 1 when it holds `needle` (NULL: says nothing of sglang). */
+static int says_of_sglang(const char *name, const char *from, const char *to,
+                          const char *needle)
+{
+    const char *ck = kvcal_test_golden_checkpoint_scales(name);
+    char args[1024], *text = NULL;
+    if (from)
+        kvcal_test_rename_scales(ck, from, to);
+    snprintf(args, sizeof args, "validate-scales '%s'", ck);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+    const int ok =
+        text && (needle ? strstr(text, needle) != NULL : strstr(text, "sglang") == NULL);
+    if (!ok)
+        fprintf(stderr, "%s: %s\n", name, text ? text : "(no output)");
+    free(text);
+    return ok;
+}
+
+/* What sglang 0.5.23's loader of each architecture does with a
+ * checkpoint's K/V scale names (io/scales/sglang_loaders.c; make
+ * test-engines runs sglang's own loaders): kvcal writes the name both
+ * engines load, and validate-scales names the ones sglang skips (Qwen2's
+ * loader has no kv-scale remapping), fails on (Granite's looks every name
+ * up) or cannot hold at all (Qwen3's attention has no scale: every name
+ * skipped; its legacy JSON loads). */
+static void cli_checkpoint_scale_names_as_sglang_loads_them(void)
+{
+    CU_ASSERT(says_of_sglang("qwen2_gqa_bias_bf16", NULL, NULL, NULL));
+    CU_ASSERT(
+        says_of_sglang("qwen2_gqa_bias_bf16", ".attn.", ".",
+                       "a self_attn name of Qwen2ForCausalLM: sglang 0.5.23 skips it: "
+                       "Qwen2ForCausalLM.load_weights holds no parameter of that name"));
+    CU_ASSERT(says_of_sglang("llama3_gqa_hd48_bf16", NULL, NULL, NULL));
+    CU_ASSERT(says_of_sglang("llama3_gqa_hd48_bf16", "self_attn.", "self_attn.attn.",
+                             "For sglang name K and V self_attn.k_scale / v_scale"));
+    CU_ASSERT(says_of_sglang("granite_multipliers_bias_bf16", ".attn.", ".",
+                             "sglang 0.5.23 does not load the model: "
+                             "GraniteForCausalLM.load_weights looks the name up"));
+    CU_ASSERT(says_of_sglang("qwen3_gqa_hd80_qknorm_bf16", NULL, NULL,
+                             "Qwen3ForCausalLM's scales in sglang: sglang 0.5.23 skips "
+                             "every K/V scale of this architecture: its Qwen3Attention "
+                             "builds the RadixAttention without quant_config"));
+    CU_ASSERT(says_of_sglang("qwen3_gqa_hd80_qknorm_bf16", NULL, NULL,
+                             "sglang reads this model's scales from a legacy JSON"));
+    CU_ASSERT(says_of_sglang("qwen3_moe_e8_top3_norm_bf16", NULL, NULL,
+                             "its Qwen3MoeAttention builds the RadixAttention"));
+    /* every name form, for K, V and Q */
+    CU_ASSERT_EQUAL(kvcal_sglang_checkpoint_scale("MixtralForCausalLM", "v_scale", NULL),
+                    KVCAL_SGLANG_SKIPS);
+    CU_ASSERT_EQUAL(
+        kvcal_sglang_checkpoint_scale("MixtralForCausalLM", "attn.q_scale", NULL),
+        KVCAL_SGLANG_LOADS);
+    CU_ASSERT_EQUAL(
+        kvcal_sglang_checkpoint_scale("MixtralForCausalLM", "v_proj.v_scale", NULL),
+        KVCAL_SGLANG_FAILS);
+    CU_ASSERT_EQUAL(
+        kvcal_sglang_checkpoint_scale("LlamaForCausalLM", "v_proj.output_scale", NULL),
+        KVCAL_SGLANG_LOADS);
+    CU_ASSERT_EQUAL(kvcal_sglang_checkpoint_scale("LlamaForCausalLM", "kv_scale", NULL),
+                    KVCAL_SGLANG_UNKNOWN);
+    CU_ASSERT_EQUAL(kvcal_sglang_checkpoint_scale("Olmo3ForCausalLM", "k_scale", NULL),
+                    KVCAL_SGLANG_UNKNOWN);
+    CU_ASSERT_STRING_EQUAL(kvcal_sglang_k_name("Qwen3NextForCausalLM"), "k_proj.k_scale");
+    CU_ASSERT_STRING_EQUAL(kvcal_sglang_k_name("Qwen3ForCausalLM"), "k_scale");
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_validate_fixture_exits_0_at_tp1_and_1_at_tp2),
     KVCAL_TEST(cli_validate_json_lists_the_findings),
@@ -211,6 +280,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_convert_reports_losses_and_refuses_bad_input),
     KVCAL_TEST(cli_convert_refuses_a_model_whose_vllm_loader_skips_scales),
     KVCAL_TEST(cli_checkpoint_names_ernie45_scales_as_both_engines_load_them),
+    KVCAL_TEST(cli_checkpoint_scale_names_as_sglang_loads_them),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(scales_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -60,6 +60,7 @@
 #include "io/checkpoint/safetensors.h"
 #include "io/json_file.h"
 #include "io/scales/scales_io.h"
+#include "io/scales/sglang_loaders.h"
 
 #define CK_MAX_LAYERS 65536
 #define CK_IGNORED "vLLM uses scale 1.0 for the layer"
@@ -103,38 +104,6 @@ static const struct {
     {"attn.k_scale", KIND_K, KVCAL_FORMAT_CHECKPOINT},
     {"attn.v_scale", KIND_V, KVCAL_FORMAT_CHECKPOINT},
 };
-
-/* The name after "self_attn." of a layer's K scale that sglang 0.5.23's
- * loader of `architecture` takes from a checkpoint (V's alike, v for k):
- * compressed-tensors' `k_scale` for all but two. Qwen3NextForCausalLM's
- * load_weights drops ".self_attn", finds no parameter under that name and
- * asserts the value is 1.0 (AssertionError: the model does not load); it
- * maps ModelOpt's `k_proj.k_scale` to the attention's k_scale.
- * Ernie4_5_MoeForCausalLM's looks every name up as it is (k_proj renamed
- * qkv_proj) with no kv-scale remapping, a KeyError for any but its
- * attention's own `attn.k_scale`. vLLM 0.32.0 loads all three (make
- * test-engines). */
-static const char *sglang_k_name(const char *architecture)
-{
-    if (!strcmp(architecture, "Qwen3NextForCausalLM"))
-        return "k_proj.k_scale";
-    if (!strcmp(architecture, "Ernie4_5_MoeForCausalLM"))
-        return "attn.k_scale";
-    return "k_scale";
-}
-
-/* Whether a scale of kind (K, V or Q) named `suffix` after "self_attn."
- * loads in sglang's loader, whose K name is `k_name` (sglang_k_name). */
-static int sglang_takes(const char *k_name, int kind, const char *suffix)
-{
-    if (!strcmp(k_name, "k_scale") || kind == KIND_Q)
-        return !strcmp(k_name, "k_scale");
-    char v_name[32];
-    snprintf(v_name, sizeof v_name, "%s", k_name);
-    for (char *c = v_name; (c = strstr(c, "k_")) != NULL; c += 2)
-        *c = 'v';
-    return !strcmp(suffix, kind == KIND_K ? k_name : v_name);
-}
 
 /* The names a format writes after "<prefix>layers.<i>.self_attn.", by
  * kind; NULL where it writes none. */
@@ -1025,6 +994,74 @@ static void report_other_names(const layer_tensors *lt, int global, kvcal_report
     }
 }
 
+/* What sglang's loader of the model's architecture does with the file's
+ * K, V and Q names (io/scales/sglang_loaders.h): one warning, for the first
+ * name it skips or fails on, or for an attention holding no scale at all;
+ * nothing where it loads them or the table does not know the model. */
+static void check_sglang_names(const kvcal_scales_ctx *ctx, const layer_tensors *lt,
+                               int num_layers, kvcal_report_t *rep)
+{
+    if (!ctx->model)
+        return;
+    const char *arch = ctx->model->architecture;
+    for (int l = 0; l < num_layers; l++)
+        for (int k = KIND_K; k <= KIND_Q; k++) {
+            const char *suffix = NULL, *why = NULL;
+            if (k == KIND_KV || !lt[l].t[k] ||
+                kvcal_scales_parse_attn_name(lt[l].t[k]->name, &suffix, NULL) < 0)
+                continue;
+            const kvcal_sglang_outcome o =
+                kvcal_sglang_checkpoint_scale(arch, suffix, &why);
+            if (o == KVCAL_SGLANG_LOADS || o == KVCAL_SGLANG_UNKNOWN)
+                continue;
+            char why_line[640];
+            if (o == KVCAL_SGLANG_NO_SCALES) {
+                snprintf(
+                    why_line, sizeof why_line,
+                    "sglang 0.5.23 skips every K/V scale of this architecture: its "
+                    "%s builds the RadixAttention without quant_config, so the layer "
+                    "holds no k_scale / v_scale and the fp8 cache runs at scale 1.0 "
+                    "(vLLM loads them)%s",
+                    why,
+                    kvcal_sglang_legacy_of(arch) == KVCAL_SGLANG_LEGACY_READS
+                        ? "; sglang reads this model's scales from a legacy JSON "
+                          "instead (--quantization-param-path; kvcal convert --to "
+                          "legacy)"
+                        : "");
+                kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, lt[l].t[k]->name,
+                                 why_line, "%s's scales in sglang", arch);
+                return;
+            }
+            const char *kn = kvcal_sglang_k_name(arch);
+            char vn[32];
+            snprintf(vn, sizeof vn, "%s", kn);
+            for (char *c = vn; (c = strstr(c, "k_")) != NULL; c += 2)
+                *c = 'v';
+            const int assert_one = !strcmp(arch, "Qwen3NextForCausalLM");
+            snprintf(
+                why_line, sizeof why_line,
+                o == KVCAL_SGLANG_SKIPS
+                    ? "sglang 0.5.23 skips it: %s holds no parameter of that name, "
+                      "logs \"Parameter ... not found in params_dict\" and goes on, "
+                      "so the fp8 cache runs at scale 1.0; vLLM loads it. For sglang "
+                      "name K and V self_attn.%s / %s (kvcal calibrate does)%s"
+                : assert_one
+                    ? "sglang 0.5.23 does not load the model: %s drops "
+                      "\".self_attn\", finds no parameter and asserts the value is "
+                      "1.0 (AssertionError); vLLM loads it. For sglang name K and V "
+                      "self_attn.%s / %s (kvcal calibrate does)%s"
+                    : "sglang 0.5.23 does not load the model: %s looks the name up "
+                      "as it is and finds no parameter (KeyError); vLLM loads it. "
+                      "For sglang name K and V self_attn.%s / %s (kvcal calibrate "
+                      "does)%s",
+                why, kn, vn, strcmp(kn, "k_scale") ? " and leave out q_scale" : "");
+            kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, lt[l].t[k]->name,
+                             why_line, "a %s name of %s",
+                             k == KIND_Q ? "q_scale" : "self_attn", arch);
+            return;
+        }
+}
+
 static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int heads,
                                  scheme sc, kvcal_format flavor,
                                  const kvcal_scales_ctx *ctx, kvcal_report_t *rep,
@@ -1127,38 +1164,7 @@ static kvcal_status check_layers(const layer_tensors *lt, int num_layers, int he
                                             (double)x, at, &tally);
             }
     }
-    /* a name sglang's loader of this architecture cannot place */
-    const char *sg = ctx->model ? sglang_k_name(ctx->model->architecture) : "k_scale";
-    for (int l = 0; strcmp(sg, "k_scale") && l < num_layers; l++) {
-        const kvcal_tensor_info *t = NULL;
-        for (int k = KIND_K; !t && k <= KIND_Q; k++) {
-            const char *suffix = NULL;
-            if (k == KIND_KV || !lt[l].t[k] ||
-                kvcal_scales_parse_attn_name(lt[l].t[k]->name, &suffix, NULL) < 0)
-                continue;
-            if (!sglang_takes(sg, k, suffix))
-                t = lt[l].t[k];
-        }
-        if (!t)
-            continue;
-        const int qwen3_next = !strcmp(sg, "k_proj.k_scale");
-        kvcal_report_add(
-            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->name,
-            qwen3_next
-                ? "sglang 0.5.23 does not load the model: "
-                  "Qwen3NextForCausalLM.load_weights drops \".self_attn\", finds "
-                  "no parameter and asserts the value is 1.0 (AssertionError); vLLM "
-                  "loads it. For sglang name K and V self_attn.k_proj.k_scale / "
-                  "v_proj.v_scale (kvcal calibrate does) and leave out q_scale"
-                : "sglang 0.5.23 does not load the model: "
-                  "Ernie4_5_MoeForCausalLM.load_weights looks the name up as it is "
-                  "(k_proj as qkv_proj) and finds no parameter (KeyError); vLLM loads "
-                  "it. For sglang name K and V self_attn.attn.k_scale / attn.v_scale "
-                  "(kvcal calibrate does) and leave out q_scale",
-            "a %s name of %s", t == lt[l].t[KIND_Q] ? "q_scale" : "self_attn",
-            ctx->model->architecture);
-        break;
-    }
+    check_sglang_names(ctx, lt, num_layers, rep);
     int all_q = 1;
     for (int l = 0; l < num_layers; l++) {
         int n = 0;
@@ -1799,9 +1805,10 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
                           : global && k == KIND_V ? KIND_VG
                                                   : k;
     /* K and V under the names both engines load where sglang's loader takes
-     * no other (sglang_k_name): Qwen3-Next's per tensor under ModelOpt's,
-     * ERNIE 4.5's under its attention's own */
-    const char *sg = sglang_k_name(mc.architecture);
+     * no other (kvcal_sglang_k_name): Qwen3-Next's per tensor under
+     * ModelOpt's, Qwen2's, Mixtral's, ERNIE 4.5's, ... under the attention's
+     * own */
+    const char *sg = kvcal_sglang_k_name(mc.architecture);
     const int k_proj_names = format == KVCAL_FORMAT_CHECKPOINT && !global && !per_head &&
                              !strcmp(sg, "k_proj.k_scale");
     const int attn_names =

@@ -36,6 +36,7 @@
 #include "core/status.h"
 #include "io/json_file.h"
 #include "io/scales/scales_io.h"
+#include "io/scales/sglang_loaders.h"
 
 #define LEGACY_DTYPE "float8_e4m3fn"
 /* Layer indices accepted when no model says how many layers there are. */
@@ -79,75 +80,19 @@ static void check_model_type(const cJSON *root, const kvcal_scales_ctx *ctx,
     }
 }
 
-/* The architectures whose sglang 0.5.23 model class (or a base class) has
- * load_kv_cache_scales: with --quantization-param-path and an fp8_e4m3
- * cache, load_model_utils.py raises RuntimeError ("model ... does not
- * support loading scaling factors") at start for every other one (Qwen3.5,
- * Qwen3-MoE, Mixtral, Gemma, DeepSeek among them; sglang issue 37379).
- * Read from sglang's models/ with tests/engines/sglang_archs.py, which
- * make test-engines runs against the installed sglang. */
-static const char *const sglang_legacy_archs[] = {
-    "ApertusForCausalLM",
-    "ArceeForCausalLM",
-    "Cosmos3EdgeForConditionalGeneration",
-    "Glm4ForCausalLM",
-    "HunYuanDenseV1ForCausalLM",
-    "HunYuanMoEV1ForCausalLM",
-    "IQuestCoderForCausalLM",
-    "InternLM3ForCausalLM",
-    "LlamaForCausalLM",
-    "MiMoForCausalLM",
-    "MiMoV2ASRForCausalLM",
-    "MiMoV2FlashForCausalLM",
-    "MiMoV2ForCausalLM",
-    "Ministral3ForCausalLM",
-    "MistralForCausalLM",
-    "OPTForCausalLM",
-    "Phi3ForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-    "TeleFLMForCausalLM",
-    NULL,
-};
-
-/* Architectures whose sglang 0.5.23 class has load_kv_cache_scales, handing
- * the file to the model class it builds, which has none: with
- * --quantization-param-path sglang fails at start (AttributeError) where
- * the hand-over is unguarded (Llama 4's Llama4Model, Exaone 4's, the Eagle
- * drafts' and MiMo-V2's multi-token-prediction model), and starts with a
- * warning, every scale left at 1.0, where it asks getattr first (GLM-5
- * Next's). tests/engines/sglang_archs.py's "broken" and "ignores". */
-static const char *const sglang_legacy_fails[] = {"Exaone4ForCausalLM",
-                                                  "Llama4ForCausalLM",
-                                                  "LlamaForCausalLMEagle",
-                                                  "LlamaForCausalLMEagle3",
-                                                  "MiMoV2MTP",
-                                                  "MistralForCausalLMEagle",
-                                                  "Qwen2ForCausalLMEagle",
-                                                  NULL};
-static const char *const sglang_legacy_ignored[] = {"Glm5NextForConditionalGeneration",
-                                                    NULL};
-
-static int listed(const char *const *list, const char *name)
-{
-    for (const char *const *a = list; *a; a++)
-        if (!strcmp(*a, name))
-            return 1;
-    return 0;
-}
-
 static void check_architecture(const kvcal_scales_ctx *ctx, kvcal_report_t *rep)
 {
     if (!ctx->model || !ctx->model->architecture[0])
         return;
     const char *arch = ctx->model->architecture;
-    if (listed(sglang_legacy_archs, arch))
+    const kvcal_sglang_legacy how = kvcal_sglang_legacy_of(arch);
+    if (how == KVCAL_SGLANG_LEGACY_READS)
         return;
-    if (listed(sglang_legacy_fails, arch) || listed(sglang_legacy_ignored, arch)) {
+    if (how != KVCAL_SGLANG_LEGACY_REFUSES) {
         kvcal_report_add(
             rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
             "config.json: architectures",
-            listed(sglang_legacy_fails, arch)
+            how == KVCAL_SGLANG_LEGACY_FAILS
                 ? "sglang 0.5.23 fails to start with --quantization-param-path "
                   "(AttributeError: its class hands the file to its model, "
                   "whose class has no load_kv_cache_scales)"
@@ -157,13 +102,19 @@ static void check_architecture(const kvcal_scales_ctx *ctx, kvcal_report_t *rep)
             "%.80s reads no legacy scales file in sglang", arch);
         return;
     }
+    /* where sglang's attention holds no scale, a checkpoint's are no way either */
+    const int none =
+        kvcal_sglang_checkpoint_scale(arch, "k_scale", NULL) == KVCAL_SGLANG_NO_SCALES;
     kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED,
                      "config.json: architectures",
                      "sglang 0.5.23 refuses to start with --quantization-param-path and "
                      "an fp8_e4m3 cache (RuntimeError: the model does not support "
                      "loading scaling factors: its class has no load_kv_cache_scales)",
-                     "%.80s reads no legacy scales file in sglang (a checkpoint's "
-                     "k_scale / v_scale: kvcal convert --to checkpoint)",
+                     none ? "%.80s reads no legacy scales file in sglang (nor a "
+                            "checkpoint's: its attention holds no k_scale / v_scale; "
+                            "vLLM loads a checkpoint's)"
+                          : "%.80s reads no legacy scales file in sglang (a checkpoint's "
+                            "k_scale / v_scale: kvcal convert --to checkpoint)",
                      arch);
 }
 

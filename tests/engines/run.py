@@ -252,6 +252,17 @@ def quant_config_dict(d):
     return cfg, ModelArchConfigConvertorBase._normalize_quantization_config(None, ns)
 
 
+# vLLM 0.32.0's module, causal LM and model classes of the families whose
+# sglang loader takes K/V scales under the attention's own names alone
+VLLM_CLASSES = {
+    "Qwen2ForCausalLM": ("qwen2", "Qwen2ForCausalLM", "Qwen2Model"),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeModel"),
+    "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM", "MixtralModel"),
+    "GraniteForCausalLM": ("granite", "GraniteForCausalLM", "GraniteModel"),
+    "GraniteMoeForCausalLM": ("granitemoe", "GraniteMoeForCausalLM", "GraniteMoeModel"),
+}
+
+
 def loaders(arch):
     """The engine's load_weights of the causal LM and of its inner model, and
     their WeightsMappers, for config.json's architecture."""
@@ -285,6 +296,13 @@ def loaders(arch):
         from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM, Qwen3NextModel
         return (Qwen3NextForCausalLM.load_weights, Qwen3NextForCausalLM.hf_to_vllm_mapper,
                 Qwen3NextModel.load_weights, Qwen3NextModel.hf_to_vllm_mapper)
+    if arch in VLLM_CLASSES:  # the families kvcal names self_attn.attn.k_scale for sglang
+        import importlib
+        module, lm_name, model_name = VLLM_CLASSES[arch]
+        m = importlib.import_module("vllm.model_executor.models." + module)
+        lm, model = getattr(m, lm_name), getattr(m, model_name)
+        return (lm.load_weights, getattr(lm, "hf_to_vllm_mapper", None),
+                getattr(model, "load_weights", None), getattr(model, "hf_to_vllm_mapper", None))
     from vllm.model_executor.models.llama import LlamaForCausalLM, LlamaModel
     return LlamaForCausalLM.load_weights, None, LlamaModel.load_weights, \
         LlamaModel.hf_to_vllm_mapper
@@ -741,7 +759,10 @@ def vllm_wrappers(work):
     name (no module 'language_model')."""
     for name, spec in list(WRAPPERS.items()) + [(n, None) for n in HYBRIDS] + [
             ("mistral_mqa_fp16", None), (MINIMAX_M2, None), (LLAMA4, None),
-            (LLAMA4_FP8, None), (GLM4, None), (ERNIE45, None), (EXAONE4, None)]:
+            (LLAMA4_FP8, None), (GLM4, None), (ERNIE45, None), (EXAONE4, None)] + [
+            (n, None) for n in ("qwen2_gqa_bias_bf16", "qwen2_moe_shared_e6_top2_bf16",
+                                "mixtral_e4_top2_swa16_bf16", "granite_multipliers_bias_bf16",
+                                "granitemoe_multipliers_e4_top2_bf16")]:
         out = golden_checkpoint(work, name, "wrapper", 0)
         if not out:
             continue
@@ -758,6 +779,136 @@ def vllm_wrappers(work):
             wrapper_case("%s scales renamed %s -> %s" % (name, prefix, other),
                          renamed(out, out + "_as_" + other.rstrip("."), prefix, other), spec)
     say("vLLM: the multimodal golden models' scales, as written and renamed")
+
+
+# --- sglang: every architecture's loader of checkpoint scales ------------------------
+
+# kvcal's golden checkpoint of each architecture validate-scales judges for
+# sglang (io/scales/sglang_loaders.c) but the hybrid and MLA models
+SGLANG_CHECKPOINTS = [
+    "llama3_gqa_hd48_bf16", "mistral_mqa_fp16", "phi3_longrope_partial_swa16_bf16",
+    "gemma2_softcap_swa8_bf16", "gemma3_text_swa8_local_global_bf16",
+    "gemma3_mm_swa8_local_global_bf16", "qwen2_gqa_bias_bf16",
+    "qwen2_moe_shared_e6_top2_bf16", "qwen3_gqa_hd80_qknorm_bf16",
+    "qwen3_moe_e8_top3_norm_bf16", "mixtral_e4_top2_swa16_bf16",
+    "glm4_moe_dense1_sigmoid_e8_top3_bf16", "glm4_sandwich_partial_pairs_bf16",
+    "glm4v_mm_mrope_pairs_bf16", "glm4v_moe_mm_mrope_e8_top3_bf16",
+    "gpt_oss_sinks_swa8_e8_top3_bf16", "qwen2_vl_flat_mrope_bias_bf16",
+    "qwen2_5_vl_flat_mrope_bias_bf16", "qwen3_vl_mrope_qknorm_bf16",
+    "qwen3_vl_moe_stacked_e8_top3_bf16", MINIMAX_M2, LLAMA4, "llama4_mm_top1_chunk16_bf16",
+    ERNIE45, EXAONE4, "olmo2_postnorm_qknorm_all_bf16",
+    "hunyuan_moe_qknorm_after_rope_alpha_bf16", "hunyuan_dense_qknorm_after_rope_bf16",
+    "granite_multipliers_bias_bf16", "granitemoe_multipliers_e4_top2_bf16"]
+
+# where sglang's own model holds the language model's layers, where that is
+# not "model." (its wrappers' language_model attribute)
+SGLANG_LAYERS = {"Gemma3ForConditionalGeneration": "language_model.model.",
+                 "Mistral3ForConditionalGeneration": "language_model.model.",
+                 "Llama4ForConditionalGeneration": "language_model.model."}
+
+
+def sglang_checkpoint_load(d):
+    """sglang's load_weights of d's architecture (its class, found by the
+    EntryClass lists of sglang/srt/models) on d's K/V scales, run on a
+    stand-in of that class holding each layer's RadixAttention k_scale /
+    v_scale where sglang's model holds them, or none where the attention
+    is built without quant_config: ("fails", why), ("ignored", why) or
+    ("loaded", [(k, v) per layer])."""
+    import importlib
+    import logging
+    import torch
+    from types import SimpleNamespace
+    from torch import nn
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import sglang_archs
+    logging.disable(logging.ERROR)
+    root = sglang_archs.installed()
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    arch = cfg["architectures"][0]
+    module = sglang_archs.entry_modules(root)[arch]
+    scales = sglang_archs.attention_has_scales(root, module)
+    text = dict(cfg, **cfg.get("text_config", {}))
+    # transformers 5 saves some configs' num_experts as num_local_experts;
+    # sglang's classes read it through the config class's attribute map
+    text.setdefault("num_experts", text.get("num_local_experts", 0))
+    text.setdefault("num_nextn_predict_layers", 0)  # GLM's: no MTP layer here
+
+    class Config(SimpleNamespace):
+        def __getattr__(self, k):  # a field the file leaves out: None
+            return None
+    try:
+        cls = getattr(importlib.import_module("sglang.srt.models." + module), arch)
+        m = cls.__new__(cls)
+        nn.Module.__init__(m)
+        m.config = Config(**text)
+        m.config.text_config = Config(**text)
+        m.quant_config = None
+        m.enable_shared_expert_fusion, m.num_fused_shared_experts = False, 0
+        m.has_vision, m.pp_group = False, SimpleNamespace(is_last_rank=True,
+                                                         is_first_rank=True)
+        holder = m
+        for part in SGLANG_LAYERS.get(arch, "model.").rstrip(".").split("."):
+            if not isinstance(getattr(holder, part, None), nn.Module):
+                setattr(holder, part, nn.Module())
+            holder = getattr(holder, part)
+        L = text["num_hidden_layers"]
+        holder.layers, holder.start_layer, holder.end_layer = nn.ModuleList(), 0, L
+        for _ in range(L):
+            layer, attn = nn.Module(), nn.Module()
+            layer.self_attn = nn.Module()
+            for n in ("k_scale", "v_scale") if scales else ():
+                p = nn.Parameter(torch.tensor(-1.0), requires_grad=False)
+                p.weight_loader = lambda q, w, *a, **k: q.data.copy_(w.reshape(()))
+                setattr(attn, n, p)
+            layer.self_attn.attn = attn
+            holder.layers.append(layer)
+        cls.load_weights(m, iter(read_safetensors(
+            os.path.join(d, "kv_scales.safetensors")).items()))
+    except Exception as e:  # the engine's own failure is the outcome
+        return "fails", "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:160])
+    if not scales:
+        return "ignored", "%s builds its RadixAttention without quant_config" % module
+    got = [(x.self_attn.attn.k_scale.item(), x.self_attn.attn.v_scale.item())
+           for x in holder.layers]
+    if any(k == -1.0 or v == -1.0 for k, v in got):
+        return "ignored", "load_weights left a layer's k_scale / v_scale at its default"
+    return "loaded", got
+
+
+def sglang_checkpoints(work):
+    """kvcal's checkpoint scales of a golden model of each architecture, as
+    written and under the two other names (compressed-tensors' plain
+    self_attn.k_scale, the attention's own self_attn.attn.k_scale), through
+    sglang's loader: validate-scales says nothing of sglang exactly when
+    sglang loads the values kvcal reads."""
+    n = {"loaded": 0, "ignored": 0, "fails": 0}
+    for name in SGLANG_CHECKPOINTS:
+        out = golden_checkpoint(work, name, "sgck", 2)
+        if not out:
+            continue
+        cases = [("kvcal-written " + name, out),
+                 (name + " as self_attn.k_scale", renamed_by(
+                     out, out + "_plain", lambda x: x.replace(".attn.k_scale", ".k_scale")
+                     .replace(".attn.v_scale", ".v_scale"))),
+                 (name + " as self_attn.attn.k_scale", renamed_by(
+                     out, out + "_attn", lambda x: x if ".attn." in x else
+                     x.replace(".self_attn.k_scale", ".self_attn.attn.k_scale")
+                     .replace(".self_attn.v_scale", ".self_attn.attn.v_scale")))]
+        for case, d in cases:
+            valid, rep = verdict(d)
+            sglang_ok = valid and not any("sglang" in f.get("consequence", "")
+                                          for f in rep["findings"])
+            kind, got = sglang_checkpoint_load(d)
+            n[kind] += 1
+            ok = sglang_ok == (kind == "loaded")
+            if ok and sglang_ok:
+                ok = same_as_kvcal(got, d)
+            agree(case, "sglang", ok, "validate-scales %s, sglang: %s %s" % (
+                "says sglang loads it" if sglang_ok else "says sglang does not",
+                kind, "" if kind == "loaded" else got))
+    say("sglang: %d architectures' checkpoint scales under three names: %d loaded, "
+        "%d ignored, %d failed" % (len(SGLANG_CHECKPOINTS), n["loaded"], n["ignored"],
+                                   n["fails"]))
 
 
 # --- sglang: the hybrid models' loaders ---------------------------------------------
@@ -1140,7 +1291,7 @@ def e2e(work):
 def e2e_transformers_backend(work):
     """vLLM's Transformers modeling backend (the models vLLM 0.32.0 has no
     class of its own for: Seed-OSS, Olmo 2 / 3, SmolLM3, Hunyuan) on tiny
-    random Seed-OSS, Olmo 3 and Hunyuan MoE models (head_dim 32: the CPU FP8
+    random Seed-OSS, Olmo 3, Olmo 2 and Hunyuan MoE models (head_dim 32: the CPU FP8
     cache's multiple; Olmo 3's sliding layers, post-norm layers and
     whole-projection q/k norms; Hunyuan through the backend's MoE class)
     calibrated by kvcal: every attention layer's _k_scale / _v_scale the
@@ -1156,6 +1307,9 @@ def e2e_transformers_backend(work):
     models = [("Seed-OSS", tf.SeedOssConfig(head_dim=32, attention_bias=True,
                                             attention_out_bias=True, **common)),
               ("Olmo 3", tf.Olmo3Config(sliding_window=16, **common)),
+              # its scales named self_attn.attn.k_scale, as sglang's Olmo 2 loader
+              # takes them
+              ("Olmo 2", tf.Olmo2Config(**common)),
               ("Hunyuan-A13B's layers", tf.HunYuanMoEV1Config(
                   head_dim=32, num_experts=4, moe_topk=2,
                   rope_parameters={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0,
@@ -1221,6 +1375,7 @@ def main():
            "--format", "checkpoint", "--quiet", "--out", os.path.join(a.work, "stories_ck")])
     parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints),
              ("vLLM multimodal", vllm_wrappers), ("sglang hybrid", sglang_hybrids),
+             ("sglang checkpoints", sglang_checkpoints),
              ("vLLM q_scale", vllm_query_scales), ("vLLM nvfp4", vllm_nvfp4_modelopt),
              ("compressed-tensors int8 / nvfp4", ct_dtypes)]
     if not a.skip_e2e:

@@ -120,6 +120,48 @@ def scan(root):
     return out
 
 
+def entry_modules(root):
+    """{architecture: module} of every class an EntryClass of the folder names."""
+    out = {}
+    for f in sorted(os.listdir(root)):
+        if not f.endswith(".py"):
+            continue
+        try:
+            tree = ast.parse(open(os.path.join(root, f)).read())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+                v = node.value
+                for e in v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]:
+                    if isinstance(e, ast.Name):
+                        out[e.id] = f[:-3]
+    return out
+
+
+def attention_has_scales(root, module):
+    """Whether the RadixAttention a module builds (or, where it builds none,
+    the modules of the folder it imports from build) gets quant_config, and
+    with it a KV-cache method and its k_scale / v_scale: True, False, or
+    None where neither builds one."""
+    def calls(mod):
+        tree = ast.parse(open(os.path.join(root, mod + ".py")).read())
+        found = [any(k.arg == "quant_config" for k in n.keywords) for n in ast.walk(tree)
+                 if isinstance(n, ast.Call) and
+                 getattr(n.func, "id", getattr(n.func, "attr", "")) == "RadixAttention"]
+        imported = sorted({n.module.rsplit(".", 1)[1] for n in tree.body
+                           if isinstance(n, ast.ImportFrom) and
+                           (n.module or "").startswith("sglang.srt.models.")})
+        return found, imported
+    found, imported = calls(module)
+    if not found:
+        for other in imported:
+            if os.path.exists(os.path.join(root, other + ".py")):
+                found += calls(other)[0]
+    return all(found) if found else None
+
+
 def installed():
     import importlib.util
     spec = importlib.util.find_spec("sglang")
