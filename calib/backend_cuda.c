@@ -451,12 +451,17 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     (void)need_q; /* project_qkv left the queries out or not */
     cuda_backend *r = cu(be);
     const int sliding = r->inv_freq_sliding && be->desc->layer_window[r->layer] > 0;
-    const kvcal_rope_cfg rope = {sliding ? r->inv_freq_sliding : r->inv_freq, r->rot_dim,
-                                 r->interleaved, tensor(r, op->w), tensor(r, op->b),
-                                 r->eps,
+    /* a layer without RoPE (SmolLM3's NoPE layers) turns by angle 0: cos 1
+     * and sin 0 give each value back exactly */
+    const int rope_on = kvcal_model_layer_rope(be->desc, r->layer);
+    const kvcal_rope_cfg rope = {!rope_on  ? r->inv_freq_zero
+                                 : sliding ? r->inv_freq_sliding
+                                           : r->inv_freq,
+                                 r->rot_dim, r->interleaved, tensor(r, op->w),
+                                 tensor(r, op->b), r->eps,
                                  /* the sliding layers' own RoPE: unscaled
                                     (kvcal_model_layer_rope_factor) */
-                                 sliding ? 1.0f : r->attention_factor};
+                                 sliding || !rope_on ? 1.0f : r->attention_factor};
     kvcal_kv_observer obs = {0};
     if (observe >= 0 && r->stats)
         obs = observer_of(r, observe);
@@ -1314,13 +1319,14 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                                           : round_up(N * 2 * r->I * e)) +
                         (r->mlp_fp8_fused ? round_up(N * sizeof(float)) : 0) +
                         round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
-    const size_t stats = 2 * (round_up(LH * r->hd * sizeof(float)) +
-                              round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
-                         round_up((size_t)r->L * r->E * sizeof(uint64_t)) +
-                         round_up((size_t)r->L * r->H * sizeof(float)) +
-                         round_up(4 * LH * r->hd * sizeof(float)) +
-                         2 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
-                         round_up(norm_elems * e);
+    const size_t stats =
+        2 * (round_up(LH * r->hd * sizeof(float)) +
+             round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
+        round_up((size_t)r->L * r->E * sizeof(uint64_t)) +
+        round_up((size_t)r->L * r->H * sizeof(float)) +
+        round_up(4 * LH * r->hd * sizeof(float)) +
+        /* inv_freq, the sliding layers' and the zeros of the NoPE layers */
+        3 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) + round_up(norm_elems * e);
     const size_t embed = round_up((size_t)r->V * r->D * e);
     const size_t fixed = embed + acts + stats + workspace;
     size_t free_b = 0, total_b = 0;
@@ -1409,6 +1415,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     if (d->inv_freq_sliding)
         r->inv_freq_sliding = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
+    if (d->layer_nope)
+        r->inv_freq_zero = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     r->norm_w = norm_elems ? carve(&p, norm_elems * e) : NULL;
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
@@ -1429,6 +1437,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         TRY_CUDA(cudaMemcpyAsync(r->inv_freq_sliding, d->inv_freq_sliding,
                                  (size_t)(r->rot_dim / 2) * sizeof(float),
                                  cudaMemcpyHostToDevice, r->stream));
+    if (r->inv_freq_zero)
+        TRY_CUDA(cudaMemsetAsync(r->inv_freq_zero, 0,
+                                 (size_t)(r->rot_dim / 2) * sizeof(float), r->stream));
     *out = &r->base;
     return KVCAL_OK;
 fail:

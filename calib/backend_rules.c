@@ -100,12 +100,13 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "--device cuda: %s's softmax routing with a choice bias runs on "
             "the CPU runner alone in this version; use --device cpu",
             d->architecture);
-    if (d->layer_nope || d->attention_chunk || d->qk_l2_norm || d->moe_input_weighted)
+    if (d->attention_chunk || d->qk_l2_norm || d->moe_input_weighted ||
+        d->attn_temp_scale != 0.0f)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s's layers without RoPE, chunked attention, q/k norms "
-            "without a weight and experts weighted on their input run on the CPU "
-            "runner alone in this version; use --device cpu",
+            "--device cuda: %s's chunked attention, q/k norms without a weight, "
+            "queries' temperature and experts weighted on their input run on the "
+            "CPU runner alone in this version; use --device cpu",
             d->architecture);
     if (d->mla && (d->head_dim > KVCAL_MLA_MAX_ENTRY || d->qk_nope_head_dim % 2 ||
                    d->qk_nope_head_dim + d->qk_rope_head_dim > 256))

@@ -87,6 +87,7 @@ typedef struct {
     int32_t *ids;                  /* (N) */
     float *inv_freq;               /* (rot_dim / 2) */
     float *inv_freq_sliding;       /* (rot_dim / 2) the sliding layers', or NULL */
+    float *inv_freq_zero; /* (rot_dim / 2) zeros for layers without RoPE, or NULL */
     kvcal_bf16 *norm_w;            /* the layer's RMSNorm weights plus the model's
                                       norm offset, where it has one (else NULL) */
     size_t norm_at[KVCAL_W_COUNT]; /* their places in norm_w (values) */

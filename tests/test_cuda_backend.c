@@ -107,6 +107,8 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("qwen2_vl_flat_mrope_bias_bf16");
     check_runner_golden("glm4_sandwich_partial_pairs_bf16");
     check_runner_golden("glm4v_mm_mrope_pairs_bf16");
+    check_runner_golden("seed_oss_qkv_o_bias_bf16");
+    check_runner_golden("smollm3_nope3_tied_bf16");
 }
 
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert

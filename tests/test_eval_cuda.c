@@ -397,7 +397,9 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "qwen3_vl_moe_stacked_e8_top3_bf16",
                                         "glm4v_moe_mm_mrope_e8_top3_bf16",
                                         "glm4_sandwich_partial_pairs_bf16",
-                                        "glm4v_mm_mrope_pairs_bf16"};
+                                        "glm4v_mm_mrope_pairs_bf16",
+                                        "seed_oss_qkv_o_bias_bf16",
+                                        "smollm3_nope3_tied_bf16"};
     check_golden_models(names, sizeof names / sizeof names[0], "",
                         check_cuda_against_cpu);
 }
