@@ -326,6 +326,10 @@ def tiny_config(arch, hidden, inter, heads, kv_heads, vocab, layers=2):
         return tf.Qwen2MoeConfig(shared_expert_intermediate_size=inter, **moe, **common)
     if arch == "mixtral":
         return tf.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **common)
+    if arch == "granite":  # Llama's layers with the four multipliers
+        return tf.GraniteConfig(embedding_multiplier=12.0, attention_multiplier=0.015625,
+                                residual_multiplier=0.22, logits_scaling=8.0,
+                                rope_theta=10000000.0, **common)
     if arch == "minimax_m2":  # q/k norms over the whole projection, half the head rotated
         return tf.MiniMaxM2Config(num_local_experts=4, num_experts_per_tok=2, rotary_dim=32,
                                   **common)

@@ -58,7 +58,7 @@ import make_golden as golden  # noqa: E402
 # rounded to float32, may round such a one the other way (Llama 4's did at
 # 1.5e-7, in its shared expert's input); the fixtures made before this
 # check keep their draws
-TIE_CHECKED = {"fp8_llama4_ct_channel_token"}
+TIE_CHECKED = {"fp8_llama4_ct_channel_token", "fp8_granite_ct_channel_token"}
 
 # (hidden, intermediate, heads, kv heads, vocab); head_dim 64: Q 128, KV 64
 SMALL = (128, 256, 2, 1, golden.VOCAB)
@@ -108,6 +108,9 @@ FIXTURES = [
 # alone (tests/test_runner.c: the CUDA runner refuses the model)
 CPU_FIXTURES = [
     ("fp8_minimax_m2_fp8_block", "minimax_m2", "fp8_block", (128, 64, 2, 1, golden.VOCAB)),
+    # IBM Granite's dense layers (its four multipliers) per channel with
+    # per-token activations, as llm-compressor's FP8_DYNAMIC writes them
+    ("fp8_granite_ct_channel_token", "granite", "ct_channel_token", SMALL),
     # Llama 4 as llm-compressor's FP8_DYNAMIC writes it (Scout's and
     # Maverick's FP8 releases): an MLP per expert, per-channel weights,
     # per-token activations; the experts' inputs times their router scores

@@ -1720,6 +1720,13 @@ static void runner_matches_vllm_fp8_semantics_on_minimax_m2(void)
     check_against_golden("fp8_minimax_m2_fp8_block");
 }
 
+/* IBM Granite's dense layers (its four multipliers) as llm-compressor's
+ * FP8_DYNAMIC writes them: per-channel weights, per-token activations. */
+static void runner_matches_vllm_fp8_semantics_on_granite(void)
+{
+    check_against_golden("fp8_granite_ct_channel_token");
+}
+
 /* The scheme of each logical weight, as the config and the ignore list say. */
 static void model_open_describes_fp8_schemes(void)
 {
@@ -1959,6 +1966,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_hybrid_models),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_minimax_m2),
     KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_llama4_named_experts),
+    KVCAL_TEST(runner_matches_vllm_fp8_semantics_on_granite),
     KVCAL_TEST(model_open_describes_fp8_schemes),
     KVCAL_TEST(model_serves_fused_per_tensor_shards_at_their_largest_scale),
     KVCAL_TEST(model_open_names_fp8_tensors_its_config_does_not_explain),
