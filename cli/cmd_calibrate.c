@@ -799,9 +799,9 @@ static kvcal_status write_outputs(const kvcal_scales_t *scales,
     for (int i = 0; i < 5; i++)
         if (names[i] && names[i][0]) {
             cJSON_AddItemToArray(written, cJSON_CreateString(names[i]));
-            cJSON_AddItemToArray(
-                notes, cJSON_CreateString(kvcal_cmd_format_note(
-                           formats[i], scales->granularity, scales->format, d->mla)));
+            cJSON_AddItemToArray(notes, cJSON_CreateString(kvcal_cmd_format_note(
+                                            formats[i], scales->granularity,
+                                            scales->format, d->mla, d->architecture)));
         }
 done:
     kvcal_atomic_batch_abort(batch);

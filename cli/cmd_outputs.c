@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "io/scales/scales_io.h"
+#include "io/scales/sglang_loaders.h"
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -42,7 +43,7 @@ kvcal_status kvcal_cmd_add_model_inputs(kvcal_inputs_t *in, const char *model_pa
 }
 
 const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g,
-                                  kvcal_kv_format kvf, int mla)
+                                  kvcal_kv_format kvf, int mla, const char *architecture)
 {
     if (mla && format == KVCAL_FORMAT_MODELOPT)
         return "  modelopt, MLA model: k_proj.k_scale / v_proj.v_scale of the latent "
@@ -81,6 +82,18 @@ const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g,
             return "  checkpoint, per head (strategy attn_head): read by vLLM's "
                    "FlashAttention backend at FA3+\n  (Hopper) only; its other backends "
                    "and sglang refuse to start (--granularity tensor: all)";
+        if (architecture && kvcal_sglang_checkpoint_scale(architecture, "k_scale",
+                                                          NULL) == KVCAL_SGLANG_NO_SCALES)
+            return "  checkpoint, per tensor (strategy tensor): one k_scale and v_scale "
+                   "per "
+                   "layer, the max over\n  its kv heads (read by vLLM; sglang 0.5.23's "
+                   "class of this model holds no scale and runs\n  the cache at 1.0: "
+                   "schemas/README.md)";
+        if (architecture && strcmp(kvcal_sglang_k_name(architecture), "k_scale"))
+            return "  checkpoint, per tensor (strategy tensor): one k_scale and v_scale "
+                   "per "
+                   "layer, the max over\n  its kv heads, under the names this model's "
+                   "sglang 0.5.23 loader takes (read by vLLM\n  and sglang)";
         return "  checkpoint, per tensor (strategy tensor): one k_scale and v_scale per "
                "layer, the max over\n  its kv heads (read by vLLM, and by sglang as "
                "k_scale / v_scale)";

@@ -19,10 +19,11 @@ kvcal_status kvcal_cmd_add_model_inputs(kvcal_inputs_t *in, const char *model_pa
 int kvcal_cmd_is_model_file(const char *name);
 
 /* What a scales file of `format` written from scales of granularity g for
- * the cache kvf (of an MLA model: mla 1) keeps and loses, and which engines
- * read it: two or three lines, each starting with two spaces, no newline at
- * the end (for calibrate's and convert's reports). */
+ * the cache kvf of a model of `architecture` (NULL: unknown; an MLA model:
+ * mla 1) keeps and loses, and which engines read it: two or three lines,
+ * each starting with two spaces, no newline at the end (for calibrate's and
+ * convert's reports). */
 const char *kvcal_cmd_format_note(kvcal_format format, kvcal_granularity g,
-                                  kvcal_kv_format kvf, int mla);
+                                  kvcal_kv_format kvf, int mla, const char *architecture);
 
 #endif

@@ -252,6 +252,15 @@ static void cli_checkpoint_scale_names_as_sglang_loads_them(void)
                              "sglang reads this model's scales from a legacy JSON"));
     CU_ASSERT(says_of_sglang("qwen3_moe_e8_top3_norm_bf16", NULL, NULL,
                              "its Qwen3MoeAttention builds the RadixAttention"));
+    /* calibrate's note on the checkpoint it writes says so too */
+    char args[2048], *text = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model tests/fixtures/golden/qwen3_moe_e8_top3_norm_bf16 "
+             "--dataset '%s' --num-samples 2 --seq-len 24 --format checkpoint --out '%s'",
+             kvcal_test_golden_ids(), kvcal_test_path("sglang_note_ck"));
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
+    CU_ASSERT(text && strstr(text, "sglang 0.5.23's class of this model holds no scale"));
+    free(text);
     /* every name form, for K, V and Q */
     CU_ASSERT_EQUAL(kvcal_sglang_checkpoint_scale("MixtralForCausalLM", "v_scale", NULL),
                     KVCAL_SGLANG_SKIPS);
