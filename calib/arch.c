@@ -18,7 +18,6 @@ extern const kvcal_arch kvcal_arch_exaone4;
 extern const kvcal_arch kvcal_arch_olmo2;
 extern const kvcal_arch kvcal_arch_hunyuan_moe;
 extern const kvcal_arch kvcal_arch_hunyuan_dense;
-extern const kvcal_arch kvcal_arch_granite;
 extern const kvcal_arch kvcal_arch_granite_moe;
 extern const kvcal_arch kvcal_arch_deepseek_v2;
 extern const kvcal_arch kvcal_arch_deepseek_v3;
@@ -35,8 +34,7 @@ static const kvcal_arch *const families[] = {
     &kvcal_arch_qwen3_next,  &kvcal_arch_qwen3_5,       &kvcal_arch_qwen3_5_moe,
     &kvcal_arch_minimax_m2,  &kvcal_arch_llama4,        &kvcal_arch_glm4,
     &kvcal_arch_ernie45_moe, &kvcal_arch_exaone4,       &kvcal_arch_olmo2,
-    &kvcal_arch_hunyuan_moe, &kvcal_arch_hunyuan_dense, &kvcal_arch_granite,
-    &kvcal_arch_granite_moe};
+    &kvcal_arch_hunyuan_moe, &kvcal_arch_hunyuan_dense, &kvcal_arch_granite_moe};
 
 #define FAMILIES (sizeof families / sizeof families[0])
 

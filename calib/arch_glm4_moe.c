@@ -11,6 +11,7 @@
 #include "calib/arch.h"
 #include "calib/arch_attention_weights.h"
 #include "calib/arch_expert_weights.h"
+#include "calib/arch_layer_ops.h"
 #include "calib/model.h"
 #include "core/status.h"
 
@@ -29,23 +30,14 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
 static const char *const refused[] = {"self_attn.o_proj.bias", "mlp.gate.bias", NULL};
 
 // clang-format off
-#define ATTENTION_OPS                                                                                  \
-    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_ATTN_NORM, KVCAL_W_NONE,     0}, \
-    {KVCAL_OP_LINEAR,       KVCAL_ACT_QKV,   KVCAL_ACT_NORM,  KVCAL_W_QKV,       KVCAL_W_QKV_BIAS, 0}, \
-    {KVCAL_OP_QK_NORM_ROPE, KVCAL_ACT_QKV,   KVCAL_ACT_QKV,   KVCAL_W_Q_NORM,    KVCAL_W_K_NORM,   1}, \
-    {KVCAL_OP_ATTENTION,    KVCAL_ACT_ATT,   KVCAL_ACT_QKV,   KVCAL_W_NONE,      KVCAL_W_NONE,     0}, \
-    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_ATT,   KVCAL_W_O,         KVCAL_W_NONE,     0}, \
-    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_FFN_NORM,  KVCAL_W_NONE,     0}
-
 static const kvcal_op layer[] = {
-    ATTENTION_OPS,
+    KVCAL_ARCH_ATTENTION_OPS,
     {KVCAL_OP_MOE,          KVCAL_ACT_DELTA, KVCAL_ACT_NORM,  KVCAL_W_ROUTER,    KVCAL_W_ROUTER_BIAS, 0},
 };
 
 static const kvcal_op dense_layer[] = {
-    ATTENTION_OPS,
-    {KVCAL_OP_SWIGLU,       KVCAL_ACT_MLP,   KVCAL_ACT_NORM,  KVCAL_W_GATE_UP,   KVCAL_W_NONE,     0},
-    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_MLP,   KVCAL_W_DOWN,      KVCAL_W_NONE,     0},
+    KVCAL_ARCH_ATTENTION_OPS,
+    KVCAL_ARCH_SWIGLU_MLP_OPS,
 };
 
 const kvcal_arch kvcal_arch_glm4_moe = {

@@ -3,9 +3,11 @@
  * (Ministral 3: yarn, and queries scaled past the original context, where
  * samples stop), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM
  * (per-head q/k RMSNorm), SeedOssForCausalLM (Seed-OSS: q/k/v biases by
- * attention_bias, o_proj's by attention_out_bias) and SmolLM3ForCausalLM
+ * attention_bias, o_proj's by attention_out_bias), SmolLM3ForCausalLM
  * (SmolLM3: every no_rope_layer_interval-th layer without RoPE, the
- * model's layer_nope).
+ * model's layer_nope) and GraniteForCausalLM (IBM Granite 3.x: q/k/v/o
+ * biases by attention_bias; its four multipliers, which calib/model.c
+ * reads for both Granite families).
  *
  * A pre-norm decoder layer: RMSNorm, fused QKV projection, optional per-head
  * q/k norm, RoPE (the K and V the engine caches), causal GQA attention,
@@ -14,12 +16,14 @@
 
 #include "calib/arch.h"
 #include "calib/arch_attention_weights.h"
+#include "calib/arch_layer_ops.h"
 #include "calib/model.h"
 #include "core/status.h"
 
 static const char *const architectures[] = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM", "SeedOssForCausalLM", "SmolLM3ForCausalLM",    NULL};
+    "LlamaForCausalLM",   "MistralForCausalLM", "Ministral3ForCausalLM",
+    "Qwen2ForCausalLM",   "Qwen3ForCausalLM",   "SeedOssForCausalLM",
+    "SmolLM3ForCausalLM", "GraniteForCausalLM", NULL};
 
 /* config.json: attention_bias (Llama, Mistral: q/k/v and o biases; Qwen2:
  * q/k/v biases always, never o; Seed-OSS: q/k/v, with o's apart) and Qwen3's
@@ -40,14 +44,8 @@ static const char *const refused[] = {"mlp.gate_proj.bias", "mlp.up_proj.bias",
 
 // clang-format off
 static const kvcal_op layer[] = {
-    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_ATTN_NORM, KVCAL_W_NONE,     0},
-    {KVCAL_OP_LINEAR,       KVCAL_ACT_QKV,   KVCAL_ACT_NORM,  KVCAL_W_QKV,       KVCAL_W_QKV_BIAS, 0},
-    {KVCAL_OP_QK_NORM_ROPE, KVCAL_ACT_QKV,   KVCAL_ACT_QKV,   KVCAL_W_Q_NORM,    KVCAL_W_K_NORM,   1},
-    {KVCAL_OP_ATTENTION,    KVCAL_ACT_ATT,   KVCAL_ACT_QKV,   KVCAL_W_NONE,      KVCAL_W_NONE,     0},
-    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_ATT,   KVCAL_W_O,         KVCAL_W_O_BIAS,   0},
-    {KVCAL_OP_ADD_RMSNORM,  KVCAL_ACT_NORM,  KVCAL_ACT_DELTA, KVCAL_W_FFN_NORM,  KVCAL_W_NONE,     0},
-    {KVCAL_OP_SWIGLU,       KVCAL_ACT_MLP,   KVCAL_ACT_NORM,  KVCAL_W_GATE_UP,   KVCAL_W_NONE,     0},
-    {KVCAL_OP_LINEAR,       KVCAL_ACT_DELTA, KVCAL_ACT_MLP,   KVCAL_W_DOWN,      KVCAL_W_NONE,     0},
+    KVCAL_ARCH_ATTENTION_OPS,
+    KVCAL_ARCH_SWIGLU_MLP_OPS,
 };
 
 const kvcal_arch kvcal_arch_llama = {

@@ -251,6 +251,12 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
         d->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));
     d->embed_scale = 1.0f;
     d->residual_scale = d->logit_divisor = 1.0f;
+    if (c->embedding_multiplier > 0) { /* Granite's four multipliers (0 elsewhere) */
+        d->embed_scale = (float)c->embedding_multiplier;
+        d->attn_scale = (float)c->attention_multiplier;
+        d->residual_scale = (float)c->residual_multiplier;
+        d->logit_divisor = (float)c->logits_scaling;
+    }
     d->num_experts = c->num_experts;
     d->experts_per_tok = c->num_experts_per_tok;
     d->moe_intermediate_size = c->moe_intermediate_size;

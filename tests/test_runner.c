@@ -960,7 +960,8 @@ static void model_open_lists_the_supported_architectures(void)
         KVCAL_ERR_UNSUPPORTED,
         "kvcal runs LlamaForCausalLM, MistralForCausalLM, Ministral3ForCausalLM, "
         "Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, SeedOssForCausalLM, SmolLM3ForCausalLM, Qwen2MoeForCausalLM, "
+        "Qwen3ForCausalLM, SeedOssForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, "
+        "Qwen2MoeForCausalLM, "
         "Qwen3MoeForCausalLM, "
         "MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
         "Gemma3ForCausalLM, Glm4MoeForCausalLM, DeepseekV2ForCausalLM, "
@@ -969,7 +970,7 @@ static void model_open_lists_the_supported_architectures(void)
         "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, MiniMaxM2ForCausalLM, "
         "Llama4ForCausalLM, Glm4ForCausalLM, Ernie4_5_MoeForCausalLM, "
         "Exaone4ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, "
-        "HunYuanMoEV1ForCausalLM, HunYuanDenseV1ForCausalLM, GraniteForCausalLM, "
+        "HunYuanMoEV1ForCausalLM, HunYuanDenseV1ForCausalLM, "
         "GraniteMoeForCausalLM, "
         "Gemma3ForConditionalGeneration, "
         "Mistral3ForConditionalGeneration, Qwen3VLForConditionalGeneration, "
