@@ -762,10 +762,12 @@ kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer,
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "weight loader: layer %d of %d", layer,
                           ld->layers);
     pthread_mutex_lock(&ld->mu);
-    /* the work queued so far is the last that reads the slots' other layers */
+    /* the work queued so far is the last that reads the slots' other layers,
+     * and this slot's old layer where this layer is yet to be loaded into it
+     * (the first layer of a chunk after the last, in the same slot) */
     for (int i = 0; ld->nslots < ld->layers && i < ld->nslots; i++)
-        if (i != s && cudaEventRecord(ld->release[i], compute) != cudaSuccess &&
-            !ld->error) {
+        if ((i != s || ld->slot_want[s] != layer) &&
+            cudaEventRecord(ld->release[i], compute) != cudaSuccess && !ld->error) {
             ld->error = KVCAL_ERR_CUDA;
             snprintf(ld->message, sizeof ld->message,
                      "weight loader: cudaEventRecord of a slot's release failed");
@@ -773,8 +775,12 @@ kvcal_status kvcal_cuda_loader_use(kvcal_cuda_loader_t *ld, int layer,
     want(ld, layer);
     while (!ld->error && ld->slot_layer[s] != layer)
         pthread_cond_wait(&ld->cv, &ld->mu);
-    if (!ld->error && ld->nslots < ld->layers)
-        want(ld, (layer + 1) % ld->layers);
+    /* the next layer loads while this one computes, unless it goes into this
+     * layer's slot (the last layer's, where layers % slots is 1): that load
+     * waits for this layer's readers, asked for when it is used */
+    const int next = (layer + 1) % ld->layers;
+    if (!ld->error && ld->nslots < ld->layers && next % ld->nslots != s)
+        want(ld, next);
     const kvcal_status err = ld->error;
     pthread_mutex_unlock(&ld->mu);
     if (err)
