@@ -24,7 +24,8 @@
 // stem rope_shapes (named alone) times q/k norm + RoPE + the observer at
 // the shapes of the other models the benches calibrate (rope_shapes_section);
 // the stem attention_shapes times the attention there, gpt-oss's sinks
-// included (attention_shapes_section).
+// included (attention_shapes_section); the stem gated_delta times the
+// linear attention of Qwen3-Next's and Qwen3.5's layers (gated_delta_section).
 // Correctness is the test suite's job (tests/test_backend_ops.c); every
 // launch's status is checked here and a failure aborts the run.
 #include <algorithm>
@@ -152,10 +153,11 @@ static void row(const char *name, float ms, double flops, double bytes,
 }
 
 // The ops' stems, in the order their sections run; mla, rope_shapes,
-// attention_shapes and fp8 only when named.
+// attention_shapes, gated_delta and fp8 only when named.
 static const char *const op_stems[] = {
     "add_rmsnorm", "gemm", "rope_observe", "attention",   "swiglu",
-    "gemm_swiglu", "mla",  "fp8",          "rope_shapes", "attention_shapes"};
+    "gemm_swiglu", "mla",  "fp8",          "rope_shapes", "attention_shapes",
+    "gated_delta"};
 
 // Largest |a - b| over the first cols values of each of rows rows of two
 // device buffers, rows sa and sb values apart (NaN wins).
@@ -233,6 +235,40 @@ static void rope_shapes_section(timer &t, double peak_tflops, double peak_tbs)
         CHECK_CUDA(cudaFree(qkv));
     }
     CHECK_CUDA(cudaFree(pos));
+}
+
+// --- the gated delta-net (stem gated_delta) ---------------------------------------
+
+// The stem gated_delta (named alone): a linear-attention layer's recurrence
+// (kvcal_gated_delta_launch: convolution, the delta rule, the gated norm)
+// over 8 x 2048 tokens at Qwen3-Next-80B-A3B's sizes (16 key heads, 32
+// value heads, heads of 128, 4 taps) and Qwen3.5's smaller ones (16 and 16),
+// its FLOPs those of the state's update and read (6 dk dv a token and value
+// head).
+static void gated_delta_section(timer &t, double peak_tflops, double peak_tbs)
+{
+    struct {
+        const char *name;
+        int nk, nv;
+    } shapes[] = {{"Qwen3-Next-80B-A3B", 16, 32}, {"16 / 16 heads", 16, 16}};
+    const int B = 8, T = 2048, dk = 128, dv = 128, taps = 4;
+    printf("\ngated delta-net at each model's shape (8 x 2048 tokens)\n");
+    for (const auto &sh : shapes) {
+        const size_t C = 2 * (size_t)sh.nk * dk + (size_t)sh.nv * dv,
+                     width = C + (size_t)sh.nv * dv, n = (size_t)B * T;
+        kvcal_bf16 *x = rand_dev(n * width, 2.0f), *ba = rand_dev(n * 2 * sh.nv, 3.0f),
+                   *conv = rand_dev(C * taps, 0.5f), *a_log = rand_dev(sh.nv, 1.0f),
+                   *dt = rand_dev(sh.nv, 1.0f), *norm = rand_dev(dv, 1.0f),
+                   *out = rand_dev(n * sh.nv * dv, 1.0f);
+        const kvcal_gated_delta_params p = {sh.nk, dk,   sh.nv, dv, taps,
+                                            1e-6f, conv, a_log, dt, norm};
+        const float ms = time_ms(
+            t, [&] { CHECK_KVCAL(kvcal_gated_delta_launch(out, x, ba, &p, B, T, 0)); });
+        row(sh.name, ms, 6.0 * n * sh.nv * dk * dv,
+            2.0 * n * (width + 2 * sh.nv + sh.nv * dv), peak_tflops, peak_tbs);
+        for (kvcal_bf16 *b : {x, ba, conv, a_log, dt, norm, out})
+            CHECK_CUDA(cudaFree(b));
+    }
 }
 
 // --- attention at other models' shapes (stem attention_shapes) -----------------
@@ -896,7 +932,7 @@ int main(int argc, char **argv)
     const char *usage =
         "usage: runner_ops [reps >= 1] [stem ...], stems add_rmsnorm gemm "
         "rope_observe attention swiglu gemm_swiglu mla fp8 rope_shapes "
-        "attention_shapes\n";
+        "attention_shapes gated_delta\n";
     if (reps < 1) {
         fprintf(stderr, "runner_ops: %s repetitions: need at least 1\n%s", argv[1],
                 usage);
@@ -917,7 +953,8 @@ int main(int argc, char **argv)
             if (!strcmp(argv[i], stem))
                 return true;
         return all && strcmp(stem, "mla") && strcmp(stem, "fp8") &&
-               strcmp(stem, "rope_shapes") && strcmp(stem, "attention_shapes");
+               strcmp(stem, "rope_shapes") && strcmp(stem, "attention_shapes") &&
+               strcmp(stem, "gated_delta");
     };
     const int B = 8, T = 2048, D = 4096, H = 32, HKV = 8, HD = 128, F = 14336;
     const int M = B * T, QKV = (H + 2 * HKV) * HD;
@@ -1182,6 +1219,8 @@ int main(int argc, char **argv)
         rope_shapes_section(t, peak_tflops, peak_tbs);
     if (want("attention_shapes"))
         attention_shapes_section(t, peak_tflops, peak_tbs);
+    if (want("gated_delta"))
+        gated_delta_section(t, peak_tflops, peak_tbs);
     if (want("fp8"))
         fp8_section(t, gemm, peak_tbs, xn, resid, delta, norm_w, qkv, att, gu, pos, &rope,
                     &obs);

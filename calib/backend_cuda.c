@@ -866,6 +866,34 @@ static kvcal_status mla_expand(kvcal_backend *be, const kvcal_op *op)
 }
 
 /* (MLA: K and V expanded from the exact entry first) */
+/* The attention's output times sigmoid of its gate (Qwen3-Next's, Qwen3.5's). */
+static kvcal_status sigmoid_gate(kvcal_backend *be, const kvcal_op *op)
+{
+    cuda_backend *r = cu(be);
+    return kvcal_sigmoid_gate_launch(act(r, op->out), act(r, op->in),
+                                     (int64_t)r->batch * r->seq_len * r->H * r->hd,
+                                     r->stream);
+}
+
+/* The gated delta-net of each sample of the batch, from a zero state. */
+static kvcal_status gated_delta(kvcal_backend *be, const kvcal_op *op)
+{
+    cuda_backend *r = cu(be);
+    const kvcal_model_desc *d = be->desc;
+    const kvcal_gated_delta_params p = {d->lin_k_heads,
+                                        d->lin_k_head_dim,
+                                        d->lin_v_heads,
+                                        d->lin_v_head_dim,
+                                        d->lin_conv,
+                                        d->norm_eps,
+                                        tensor(r, op->w),
+                                        tensor(r, KVCAL_W_LIN_A_LOG),
+                                        tensor(r, KVCAL_W_LIN_DT_BIAS),
+                                        tensor(r, KVCAL_W_LIN_NORM)};
+    return kvcal_gated_delta_launch(act(r, op->out), act(r, op->in), r->lin_ba, &p,
+                                    r->batch, r->seq_len, r->stream);
+}
+
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
     kvcal_status st = be->desc->mla ? expand(cu(be)) : KVCAL_OK;
@@ -1120,13 +1148,6 @@ static void load_stats(kvcal_backend *be, kvcal_load_stats *out)
 
 /* The ops of hybrid models (gated attention, gated delta-nets), which
  * kvcal_backend_cuda_check_model refuses before a backend exists. */
-static kvcal_status cpu_only(kvcal_backend *be, const kvcal_op *op)
-{
-    (void)op;
-    return kvcal_fail(KVCAL_ERR_UNSUPPORTED, "--device cuda: %s runs on --device cpu",
-                      be->desc->architecture);
-}
-
 static const kvcal_backend_ops cuda_ops = {
     .name = "cuda",
     .warm_up = 1,
@@ -1147,8 +1168,8 @@ static const kvcal_backend_ops cuda_ops = {
     .geglu = geglu,
     .mla_latent = mla_latent,
     .mla_expand = mla_expand,
-    .sigmoid_gate = cpu_only,
-    .gated_delta = cpu_only,
+    .sigmoid_gate = sigmoid_gate,
+    .gated_delta = gated_delta,
     .profile_mark = profile_mark,
     .profile_take = profile_take,
     .observe_into = observe_into,
@@ -1310,15 +1331,24 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                           round_up(N * HQ * e) + round_up(N * r->hd * e) +
                                           round_up(N * r->H * (r->nope + r->vh) * e) +
                                           2 * round_up(N * HQ * e) + round_up(N * MV * e);
+    /* the attention output's gate; the delta-net's inputs and output */
+    const size_t lin_qkvz = (size_t)kvcal_model_dim(d, KVCAL_DIM_LIN_QKVZ),
+                 lin_v = (size_t)kvcal_model_dim(d, KVCAL_DIM_LIN_V),
+                 lin_ba = 2 * (size_t)d->lin_v_heads;
+    const size_t hybrid_acts =
+        (d->attn_gate ? round_up(N * r->H * r->hd * e) : 0) +
+        (d->linear_layers ? round_up(N * lin_qkvz * e) + round_up(N * lin_ba * e) +
+                                round_up(N * lin_v * e)
+                          : 0);
     /* the attention's softmax statistics where cuDNN runs it with sinks */
     const size_t lse =
         r->lay.elems[KVCAL_W_ATTN_SINKS] ? N * (size_t)r->H * sizeof(float) : 0;
-    const size_t acts = fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
-                        round_up(N * (size_t)att_cols(r) * e) + mla_acts + round_up(lse) +
-                        (r->mlp_fused || r->mlp_fp8_fused ? 0
-                                                          : round_up(N * 2 * r->I * e)) +
-                        (r->mlp_fp8_fused ? round_up(N * sizeof(float)) : 0) +
-                        round_up(N * r->I * e) + round_up(N * sizeof(int32_t)) + moe_acts;
+    const size_t acts =
+        fp8_acts + round_up(N * r->D * e) + round_up(N * r->qkv_n * e) +
+        round_up(N * (size_t)att_cols(r) * e) + mla_acts + hybrid_acts + round_up(lse) +
+        (r->mlp_fused || r->mlp_fp8_fused ? 0 : round_up(N * 2 * r->I * e)) +
+        (r->mlp_fp8_fused ? round_up(N * sizeof(float)) : 0) + round_up(N * r->I * e) +
+        round_up(N * sizeof(int32_t)) + moe_acts;
     const size_t stats =
         2 * (round_up(LH * r->hd * sizeof(float)) +
              round_up(LH * KVCAL_HIST_BINS * sizeof(uint64_t))) +
@@ -1374,6 +1404,13 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->mk = carve(&p, N * HQ * e);
         r->mv = carve(&p, N * MV * e);
         r->att_pad = carve(&p, N * HQ * e);
+    }
+    if (d->attn_gate)
+        r->gate = carve(&p, N * r->H * r->hd * e);
+    if (d->linear_layers) {
+        r->lin_qkvz = carve(&p, N * lin_qkvz * e);
+        r->lin_ba = carve(&p, N * lin_ba * e);
+        r->lin_out = carve(&p, N * lin_v * e);
     }
     r->gu = r->mlp_fused || r->mlp_fp8_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->fp8_absmax = r->mlp_fp8_fused ? carve(&p, N * sizeof(float)) : NULL;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "kernels/gated_delta_limits.h"
 #include "kernels/mla_limits.h"
 #include "kernels/moe_limits.h"
 
@@ -60,12 +61,17 @@ const char *kvcal_cuda_fp8_plan(int major, int minor)
 
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 {
-    if (d->linear_layers || d->attn_gate)
+    if (d->linear_layers &&
+        ((long long)d->lin_k_head_dim * d->lin_v_head_dim > KVCAL_GATED_DELTA_MAX_STATE ||
+         d->lin_k_head_dim > KVCAL_GATED_DELTA_MAX_HEAD ||
+         d->lin_v_head_dim > KVCAL_GATED_DELTA_MAX_HEAD))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "--device cuda: %s's gated attention and gated delta-net "
-                          "(linear attention) layers run on the CPU runner alone in this "
-                          "version; use --device cpu",
-                          d->architecture);
+                          "--device cuda: %s's linear attention with key heads of %d and "
+                          "value heads of %d: the CUDA runner takes heads of up to %d "
+                          "values and a head's state (their product) of up to %d; use "
+                          "--device cpu",
+                          d->architecture, d->lin_k_head_dim, d->lin_v_head_dim,
+                          KVCAL_GATED_DELTA_MAX_HEAD, KVCAL_GATED_DELTA_MAX_STATE);
     if (d->qk_norm_whole)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,

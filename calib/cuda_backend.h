@@ -145,6 +145,12 @@ typedef struct {
     /* kvcal's kernels' (one head size, where cuDNN does not run the heads as
      * they are): V padded with zeros, the output before V's padding goes */
     kvcal_bf16 *mv, *att_pad; /* (N, H, qkd) each */
+    /* gated attention and gated delta-net layers (desc->attn_gate,
+     * desc->linear_layers; NULL elsewhere) */
+    kvcal_bf16 *gate;     /* (N, H * hd) the attention output's gate */
+    kvcal_bf16 *lin_qkvz; /* (N, 2 lin_k + 2 lin_v) the delta-net's q, k, v, z */
+    kvcal_bf16 *lin_ba;   /* (N, 2 lin_v_heads) its b and a */
+    kvcal_bf16 *lin_out;  /* (N, lin_v) its output */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */
@@ -226,6 +232,14 @@ static inline kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
         return r->mq;
     case KVCAL_ACT_LATENT:
         return r->latent;
+    case KVCAL_ACT_GATE:
+        return r->gate;
+    case KVCAL_ACT_LIN_QKVZ:
+        return r->lin_qkvz;
+    case KVCAL_ACT_LIN_BA:
+        return r->lin_ba;
+    case KVCAL_ACT_LIN_OUT:
+        return r->lin_out;
     default:
         return NULL;
     }

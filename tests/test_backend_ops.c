@@ -48,6 +48,7 @@
 #include "core/hist_rule.h"
 #include "kernels/cpu/eval_ref.h"
 #include "kernels/cpu/fp8_ref.h"
+#include "kernels/cpu/gated_delta.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/eval.h"
@@ -105,6 +106,9 @@ typedef struct op_row {
      * of `group` columns); fp8_linear: x (rows, k) times a weight (n, k)
      * scaled as fp8_w says (blocks block_n x block_k) */
     int fp8_w, fp8_a, block_n, block_k;
+    /* gated_delta: batch samples of seq tokens, nk key heads of dk, nv value
+     * heads of dv, a convolution of taps; sigmoid_gate: (rows, cols) */
+    int nk, dk, nv, dv, taps;
     /* moe: the row's inputs drawn from this state of the generator (0: the
      * state the rows before it left), the same in every suite */
     uint64_t seed;
@@ -376,6 +380,18 @@ static const op_row rows[] = {
     ROW("affine", .rows = 989 * 64, .affine_a = 8.0f),
     ROW("affine", .rows = 37, .affine_a = 1.0f, .affine_b = 1.0f),
     ROW("affine", .rows = 1, .affine_a = 50.5f, .affine_b = -2.0f),
+
+    /* the golden models' sizes (off a warp); the released models' heads of
+     * 128 (the state past 48 KiB of shared memory), a key head per two value
+     * heads; one token */
+    ROW("gated_delta", .batch = 2, .seq = 37, .nk = 2, .dk = 16, .nv = 4, .dv = 24,
+        .taps = 4),
+    ROW("gated_delta", .batch = 1, .seq = 300, .nk = 1, .dk = 128, .nv = 2, .dv = 128,
+        .taps = 4),
+    ROW("gated_delta", .batch = 3, .seq = 1, .nk = 1, .dk = 40, .nv = 1, .dv = 8,
+        .taps = 2),
+    ROW("sigmoid_gate", .rows = 19, .cols = 200),
+    ROW("sigmoid_gate", .rows = 989, .cols = 136),
 
     ROW("swiglu", .rows = 19, .cols = 136),
     ROW("swiglu", .rows = 1, .cols = 37),
@@ -1703,6 +1719,121 @@ static void affine_cuda(const op_row *r, int version, const void *p, op_ctx *ctx
     EXPECT_NONE(count_differ(got, c->ref, r->rows), r->rows, "outputs not x * a + b");
     free(got);
     cudaFree(d_x);
+}
+
+// --- gated_delta, sigmoid_gate ------------------------------------------------------
+
+/* The recurrence in fp32 as the reference's (the sums of squares in
+ * another order), rounded once: 2^-9 relative, plus the drift of fp32
+ * reorderings carried by the state over the tokens. */
+#define GATED_DELTA_ATOL 2e-3
+#define GATED_DELTA_RTOL 1.2e-2
+
+typedef struct gated_delta_cpu {
+    float *qkvz, *ba, *conv, *a_log, *dt_bias, *norm; /* the inputs, bf16 values */
+    float *ref;                                       /* (batch seq, nv dv) */
+} gated_delta_cpu;
+
+static void *gated_delta_cpu_run(const op_row *r)
+{
+    const int64_t C = 2LL * r->nk * r->dk + (int64_t)r->nv * r->dv,
+                  row = C + (int64_t)r->nv * r->dv, T = r->seq,
+                  VD = (int64_t)r->nv * r->dv;
+    gated_delta_cpu *c = host_alloc(sizeof *c);
+    c->qkvz = rand_bf16(r->batch * T * row, -2.0f, 2.0f);
+    c->ba = rand_bf16(r->batch * T * 2 * r->nv, -3.0f, 3.0f);
+    c->conv = rand_bf16(C * r->taps, -0.6f, 0.6f);
+    c->a_log = rand_bf16(r->nv, -1.0f, 1.0f);
+    c->dt_bias = rand_bf16(r->nv, -1.0f, 1.0f);
+    c->norm = rand_bf16(r->dv, 0.5f, 1.5f);
+    c->ref = host_alloc((size_t)(r->batch * T * VD) * sizeof *c->ref);
+    const kvcal_gated_delta_dims dims = {r->nk, r->dk, r->nv, r->dv, r->taps, NORM_EPS};
+    const kvcal_gated_delta_weights w = {c->conv, c->a_log, c->dt_bias, c->norm};
+    float *scratch =
+        host_alloc((size_t)kvcal_gated_delta_scratch(&dims, T) * sizeof(float));
+    for (int b = 0; b < r->batch; b++)
+        kvcal_gated_delta_ref(c->ref + b * T * VD, c->qkvz + b * T * row,
+                              c->ba + b * T * 2 * r->nv, T, &dims, &w, scratch);
+    free(scratch);
+    return c;
+}
+
+static void gated_delta_release(void *p)
+{
+    gated_delta_cpu *c = p;
+    free(c->qkvz), free(c->ba), free(c->conv), free(c->a_log), free(c->dt_bias);
+    free(c->norm), free(c->ref);
+    free(c);
+}
+
+static void gated_delta_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const gated_delta_cpu *c = p;
+    const int64_t C = 2LL * r->nk * r->dk + (int64_t)r->nv * r->dv,
+                  row = C + (int64_t)r->nv * r->dv, n = (int64_t)r->batch * r->seq,
+                  out = n * r->nv * r->dv;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->qkvz, n * row),
+               *d_ba = kvcal_test_dev_upload_bf16(c->ba, n * 2 * r->nv),
+               *d_conv = kvcal_test_dev_upload_bf16(c->conv, C * r->taps),
+               *d_a = kvcal_test_dev_upload_bf16(c->a_log, r->nv),
+               *d_dt = kvcal_test_dev_upload_bf16(c->dt_bias, r->nv),
+               *d_norm = kvcal_test_dev_upload_bf16(c->norm, r->dv),
+               *d_out = dev_alloc_nan(out);
+    ROW_ASSERT(kvcal_gated_delta_fits(r->dk, r->dv));
+    const kvcal_gated_delta_params gp = {r->nk,    r->dk,  r->nv, r->dv, r->taps,
+                                         NORM_EPS, d_conv, d_a,   d_dt,  d_norm};
+    ROW_OK(kvcal_gated_delta_launch(d_out, d_x, d_ba, &gp, r->batch, r->seq, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, out);
+    EXPECT_NONE(count_far(got, c->ref, out, GATED_DELTA_ATOL, GATED_DELTA_RTOL), out,
+                "outputs off the bound");
+    free(got);
+    cudaFree(d_x), cudaFree(d_ba), cudaFree(d_conv), cudaFree(d_a), cudaFree(d_dt);
+    cudaFree(d_norm), cudaFree(d_out);
+}
+
+typedef struct sigmoid_gate_cpu {
+    float *x, *gate, *ref; /* (rows, cols) */
+} sigmoid_gate_cpu;
+
+static void *sigmoid_gate_cpu_run(const op_row *r)
+{
+    const int64_t n = (int64_t)r->rows * r->cols;
+    sigmoid_gate_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(n, -4.0f, 4.0f);
+    c->gate = rand_bf16(n, -6.0f, 6.0f);
+    c->ref = host_copy(c->x, n);
+    kvcal_sigmoid_gate_ref(c->ref, c->gate, n);
+    return c;
+}
+
+static void sigmoid_gate_release(void *p)
+{
+    sigmoid_gate_cpu *c = p;
+    free(c->x), free(c->gate), free(c->ref);
+    free(c);
+}
+
+/* One fp32 product, rounded once; and the reference rounded to bf16 bit for
+ * bit but where the device's exp straddles a rounding boundary (<= 1%). */
+static void sigmoid_gate_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const sigmoid_gate_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->cols;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, n),
+               *d_g = kvcal_test_dev_upload_bf16(c->gate, n);
+    ROW_OK(kvcal_sigmoid_gate_launch(d_x, d_g, n, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_x, n);
+    EXPECT_NONE(count_far(got, c->ref, n, 1e-6, 4e-3), n, "outputs off the bound");
+    float *model = host_alloc((size_t)n * sizeof *model);
+    for (int64_t i = 0; i < n; i++)
+        model[i] = kvcal_bf16_round(c->ref[i]);
+    EXPECT_MOSTLY(count_same(got, model, n), n, 100, "outputs equal to the reference's");
+    free(model), free(got);
+    cudaFree(d_x), cudaFree(d_g);
 }
 
 // --- moe -----------------------------------------------------------------------
@@ -3563,6 +3694,10 @@ static const op_def op_defs[] = {
      swiglu_oai_cuda},
     {"affine", affine_cpu_run, affine_release, one_version, one_plain_version,
      affine_cuda},
+    {"gated_delta", gated_delta_cpu_run, gated_delta_release, one_version,
+     one_plain_version, gated_delta_cuda},
+    {"sigmoid_gate", sigmoid_gate_cpu_run, sigmoid_gate_release, one_version,
+     one_plain_version, sigmoid_gate_cuda},
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
     {"token_nll", token_nll_cpu_run, token_nll_release, one_version, one_plain_version,
      token_nll_cuda},

@@ -49,18 +49,27 @@ static void check_runner_golden_within(const char *name, const kvcal_backend_opt
     cJSON *root = kvcal_test_cuda_run_golden(name, opt, &stats, &bmax, &rows);
     const int lh = stats->num_layers * stats->num_kv_heads;
     const cJSON *spread = cJSON_GetObjectItem(root, "bf16_spread");
+    /* a hybrid model's fixture lists the layers that cache (kv_layers), the
+     * others observe nothing */
+    const cJSON *kv_layers = cJSON_GetObjectItem(root, "kv_layers");
     double worst = 0.0;
     for (int kv = 0; kv < 2; kv++) {
         cJSON *want = cJSON_GetObjectItem(root, kv ? "v_absmax" : "k_absmax");
-        for (int l = 0; l < stats->num_layers; l++) {
+        for (int l = 0, at = 0; l < stats->num_layers; l++, at++) {
+            if (kv_layers && (at >= cJSON_GetArraySize(kv_layers) ||
+                              cJSON_GetArrayItem(kv_layers, at)->valueint != l)) {
+                CU_ASSERT_EQUAL(stats->tokens[l], 0);
+                at--;
+                continue;
+            }
             CU_ASSERT_EQUAL(stats->tokens[l], rows);
             const double bound =
                 spread ? fmax(rtol, BF16_SPREAD_MARGIN *
-                                        cJSON_GetArrayItem(spread, l)->valuedouble)
+                                        cJSON_GetArrayItem(spread, at)->valuedouble)
                        : rtol;
             for (int h = 0; h < stats->num_kv_heads; h++) {
                 const double w =
-                    cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), h)->valuedouble;
+                    cJSON_GetArrayItem(cJSON_GetArrayItem(want, at), h)->valuedouble;
                 const double got = kvcal_stats_head_absmax(stats, l, kv, h);
                 const double rel = fabs(got - w) / fabs(w);
                 worst = rel > worst || rel != rel ? rel : worst;
@@ -109,6 +118,29 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("glm4v_mm_mrope_pairs_bf16");
     check_runner_golden("seed_oss_qkv_o_bias_bf16");
     check_runner_golden("smollm3_nope3_tied_bf16");
+}
+
+/* Hybrid models: gated delta-net layers (which cache nothing) among gated
+ * attention layers, Qwen3.5 dense, Qwen3-Next (experts, a gated shared
+ * expert, a dense layer, a linear layer last) and the language models of
+ * Qwen3.5's and Qwen3.5-MoE's multimodal wrappers, against transformers
+ * (float64); the MoE bound where experts route; the FP8 ones against the
+ * served model in float64 (within their bf16 spread, as the dense ones'). */
+static void cuda_runner_matches_transformers_on_hybrid_golden_models(void)
+{
+    check_runner_golden("qwen3_5_text_gdn_hybrid_bf16");
+    check_runner_golden("qwen3_5_mm_gdn_hybrid_bf16");
+    check_runner_golden_within("qwen3_next_gdn_moe_e8_top3_bf16", NULL, MOE_RUNNER_RTOL);
+    check_runner_golden_within("qwen3_5_moe_mm_gdn_e8_top3_bf16", NULL, MOE_RUNNER_RTOL);
+    /* their FP8 checkpoints (tests/make_fp8_checkpoints.py), as vLLM serves
+     * them and through the dequantized fallback */
+    kvcal_backend_options fallback;
+    memset(&fallback, 0, sizeof fallback);
+    fallback.fp8_dequant = 1;
+    for (size_t i = 0; i < KVCAL_TEST_FP8_HYBRID_FIXTURES; i++) {
+        check_runner_golden(kvcal_test_fp8_hybrid_fixtures[i]);
+        check_runner_golden_with(kvcal_test_fp8_hybrid_fixtures[i], &fallback);
+    }
 }
 
 /* The mixtures of experts (routing, the grouped GEMMs and the shared expert
@@ -640,6 +672,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_mlp_both_ways_matches_transformers),
     KVCAL_TEST(cuda_runner_forward_without_stats_observes_nothing),
     KVCAL_TEST(cuda_runner_streams_weights_under_a_memory_cap),
+    KVCAL_TEST(cuda_runner_matches_transformers_on_hybrid_golden_models),
     KVCAL_TEST(cuda_runner_serves_fp8_checkpoints_as_vllm_does),
     KVCAL_TEST(cuda_runner_names_the_fp8_weights_it_runs_dequantized),
     KVCAL_TEST(cuda_runner_counts_the_weights_it_loads),

@@ -404,6 +404,17 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                         check_cuda_against_cpu);
 }
 
+/* The hybrid golden models: gated delta-net layers (no cache) among gated
+ * attention layers, dense and with experts, on both devices. */
+static void eval_cuda_matches_cpu_on_hybrid_golden_models(void)
+{
+    static const char *const names[] = {
+        "qwen3_5_text_gdn_hybrid_bf16", "qwen3_next_gdn_moe_e8_top3_bf16",
+        "qwen3_5_moe_mm_gdn_e8_top3_bf16", "qwen3_5_mm_gdn_hybrid_bf16"};
+    check_golden_models(names, sizeof names / sizeof names[0], "",
+                        check_cuda_against_cpu);
+}
+
 /* The MLA golden models (the latent entry simulated, expanded by
  * kv_b_proj for the attention) in every mode that applies to them:
  * vLLM's fp8 cache of the entry under its k_scale, fp8_ds_mla (tiles of
@@ -534,6 +545,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_cuda_matches_cpu_on_int8_asym_static_and_per_head_q),
     KVCAL_TEST(eval_cuda_matches_cpu_on_golden_models),
     KVCAL_TEST(eval_cuda_matches_cpu_on_mla_golden_models),
+    KVCAL_TEST(eval_cuda_matches_cpu_on_hybrid_golden_models),
     KVCAL_TEST(eval_cuda_matches_cpu_on_fp8_checkpoints),
     KVCAL_TEST(eval_cuda_counts_the_clipping_of_a_large_k_copy_as_the_cpu),
     KVCAL_TEST(eval_cuda_rejects_bad_inputs_as_the_cpu),

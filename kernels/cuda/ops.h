@@ -621,6 +621,36 @@ kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
                                       const kvcal_bf16 *shared, const kvcal_bf16 *x,
                                       const kvcal_bf16 *shared_gate, cudaStream_t stream);
 
+/* --- Qwen3-Next's and Qwen3.5's linear attention (kernels/cuda/gated_delta.cu) -- */
+
+/* A gated delta-net's sizes and weights (kvcal_gated_delta_dims and
+ * kvcal_gated_delta_weights of kernels/cpu/gated_delta.h), the weights bf16
+ * on the device: conv (2 nk dk + nv dv, taps), a_log and dt_bias (nv),
+ * norm (dv). */
+typedef struct kvcal_gated_delta_params {
+    int nk, dk, nv, dv, taps;
+    float eps;
+    const kvcal_bf16 *conv, *a_log, *dt_bias, *norm;
+} kvcal_gated_delta_params;
+
+/* Whether kvcal_gated_delta_launch takes key heads of dk and value heads
+ * of dv on the current device (the state of one head in shared memory). */
+int kvcal_gated_delta_fits(int dk, int dv);
+
+/* out (batch T, nv dv) = kvcal_gated_delta_ref of each of the batch's
+ * samples, the T rows of sample b from row b T on, from a zero state:
+ * qkvz (batch T, 2 nk dk + 2 nv dv), ba (batch T, 2 nv). Rows past a
+ * sample's end are computed as tokens after it (they change none before). */
+kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf16 *qkvz,
+                                      const kvcal_bf16 *ba,
+                                      const kvcal_gated_delta_params *p, int batch, int T,
+                                      cudaStream_t stream);
+
+/* x (n) *= sigmoid(gate (n)) (kvcal_sigmoid_gate_ref): a gated attention's
+ * output. */
+kvcal_status kvcal_sigmoid_gate_launch(kvcal_bf16 *x, const kvcal_bf16 *gate, int64_t n,
+                                       cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
