@@ -330,17 +330,21 @@ static kvcal_weight fp8_sole_reader(const cuda_backend *r, const kvcal_op *op, i
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
 {
     cuda_backend *r = cu(be);
-    const kvcal_bf16 *delta = first ? NULL : act(r, op->in), *w = tensor(r, op->w);
+    kvcal_bf16 *delta = first ? NULL : act(r, op->in);
+    const kvcal_bf16 *w = tensor(r, op->w);
     const int n = r->batch * r->seq_len;
+    kvcal_status st = delta ? kvcal_cuda_scale_delta(r, delta) : KVCAL_OK;
+    if (st)
+        return st;
     const kvcal_weight reader = fp8_sole_reader(
         r, op, kvcal_fp8_add_rmsnorm_quant_fits(r->resid, delta, w, r->D));
     if (reader == KVCAL_W_NONE)
         return kvcal_add_rmsnorm_launch(act(r, op->out), r->resid, delta, w, n, r->D,
                                         r->eps, r->stream);
     const kvcal_fp8_weight fw = fp8_weight(r, reader, 0);
-    kvcal_status st = kvcal_fp8_add_rmsnorm_quant_launch(
-        r->fp8s.xq, r->fp8s.xs, r->resid, delta, w, n, r->D, r->eps, fw.f.a, fw.f.group,
-        fw.input_scale, r->stream);
+    st = kvcal_fp8_add_rmsnorm_quant_launch(r->fp8s.xq, r->fp8s.xs, r->resid, delta, w, n,
+                                            r->D, r->eps, fw.f.a, fw.f.group,
+                                            fw.input_scale, r->stream);
     r->fp8_ready = st ? KVCAL_W_NONE : reader;
     return st;
 }
@@ -445,6 +449,25 @@ static kvcal_kv_observer observer_of(cuda_backend *r, int l)
     return obs;
 }
 
+/* The q/k norms of op in place in the QKV buffer (the queries' where the
+ * projection wrote them), apart from RoPE: over the whole projection
+ * (whole: OLMo 2, MiniMax-M2), or per head (Hunyuan's, after RoPE). */
+static kvcal_status norm_qk_apart(cuda_backend *r, const kvcal_op *op, int whole)
+{
+    const int n = r->batch * r->seq_len;
+    const kvcal_bf16 *qw = tensor(r, op->w), *kw = tensor(r, op->b);
+    kvcal_status st = KVCAL_OK;
+    if (qw && r->qkv_heads)
+        st = kvcal_rmsnorm_cols_launch(
+            r->qkv, r->qkv_width, qw, n, whole ? 1 : r->qkv_heads,
+            whole ? r->qkv_heads * r->hd : r->hd, r->eps, r->stream);
+    if (!st && kw)
+        st = kvcal_rmsnorm_cols_launch(r->qkv + (size_t)r->qkv_heads * r->hd,
+                                       r->qkv_width, kw, n, whole ? 1 : r->HKV,
+                                       whole ? r->HKV * r->hd : r->hd, r->eps, r->stream);
+    return st;
+}
+
 static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need_q,
                                  int observe)
 {
@@ -454,11 +477,21 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     /* a layer without RoPE (SmolLM3's NoPE layers) turns by angle 0: cos 1
      * and sin 0 give each value back exactly */
     const int rope_on = kvcal_model_layer_rope(be->desc, r->layer);
+    /* q/k norms over the whole projection (every head's channels at once)
+       run first, norms after RoPE (Hunyuan's) between the rotation and a
+       second pass that turns by angle 0 to observe; the rotation normalizes
+       nothing then */
+    const int whole = be->desc->qk_norm_whole, after = be->desc->qk_norm_after_rope;
+    kvcal_status st = whole ? norm_qk_apart(r, op, 1) : KVCAL_OK;
+    if (st)
+        return st;
+    const int apart = whole || after;
     const kvcal_rope_cfg rope = {!rope_on  ? r->inv_freq_zero
                                  : sliding ? r->inv_freq_sliding
                                            : r->inv_freq,
-                                 r->rot_dim, r->interleaved, tensor(r, op->w),
-                                 tensor(r, op->b), r->eps,
+                                 r->rot_dim, r->interleaved,
+                                 apart ? NULL : tensor(r, op->w),
+                                 apart ? NULL : tensor(r, op->b), r->eps,
                                  /* the sliding layers' own RoPE: unscaled
                                     (kvcal_model_layer_rope_factor) */
                                  sliding || !rope_on ? 1.0f : r->attention_factor};
@@ -468,9 +501,23 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     const int l = observe;
     const int q = observe >= 0 && r->stats && r->stats->q_absmax && r->qkv_heads == r->H;
     obs.q_absmax = q ? r->q_absmax + (size_t)l * r->H : NULL;
-    kvcal_status st = kvcal_rope_observe_launch(
-        r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len, r->qkv_heads, r->HKV, r->hd,
-        &rope, observe >= 0 && r->stats ? &obs : NULL, r->stream);
+    const kvcal_kv_observer *o = observe >= 0 && r->stats ? &obs : NULL;
+    if (after) {
+        const kvcal_rope_cfg still = {
+            r->inv_freq_zero, r->rot_dim, r->interleaved, NULL, NULL, r->eps, 1.0f};
+        st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos,
+                                       r->batch * r->seq_len, r->qkv_heads, r->HKV, r->hd,
+                                       &rope, NULL, r->stream);
+        if (!st)
+            st = norm_qk_apart(r, op, 0);
+        if (!st)
+            st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos,
+                                           r->batch * r->seq_len, r->qkv_heads, r->HKV,
+                                           r->hd, &still, o, r->stream);
+    } else
+        st =
+            kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len,
+                                      r->qkv_heads, r->HKV, r->hd, &rope, o, r->stream);
     if (st || observe < 0 || !r->stats || !r->stats->min[0])
         return st;
     /* the signed range, asked for: K as rotated and V, read again */
@@ -717,14 +764,15 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                                      ? r->expert_tokens + (size_t)observe * r->E
                                      : NULL;
     const kvcal_model_desc *d = be->desc;
-    /* the router's bias: in the logits for softmax routing, in the choice
-     * for sigmoid routing */
+    /* the router's bias: in the logits for softmax routing (gpt-oss), in
+     * the choice for sigmoid routing and ERNIE's softmax */
+    const int choice_bias = d->moe_sigmoid || d->moe_softmax_bias;
     TRY(kvcal_gemm_launch(r->gemm, r->router, x, tensor(r, op->w),
-                          d->moe_sigmoid ? NULL : tensor(r, op->b), n, r->D, r->E, s));
+                          choice_bias ? NULL : tensor(r, op->b), n, r->D, r->E, s));
     const kvcal_moe_route_params route = {r->E,
                                           r->K,
                                           d->moe_sigmoid,
-                                          d->moe_sigmoid ? tensor(r, op->b) : NULL,
+                                          choice_bias ? tensor(r, op->b) : NULL,
                                           d->moe_groups,
                                           d->moe_topk_groups,
                                           d->moe_group_max,
@@ -1452,7 +1500,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->inv_freq = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     if (d->inv_freq_sliding)
         r->inv_freq_sliding = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
-    if (d->layer_nope)
+    if (d->layer_nope || d->qk_norm_after_rope)
         r->inv_freq_zero = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     r->norm_w = norm_elems ? carve(&p, norm_elems * e) : NULL;
     r->stats_bytes =

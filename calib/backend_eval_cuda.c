@@ -133,12 +133,16 @@ kvcal_status kvcal_cuda_head_nll(kvcal_backend *be, const int32_t *target, float
     if (ref)
         TRY_CUDA(cudaMemcpyAsync(r->keep, ref->row, (size_t)n * sizeof(int64_t),
                                  cudaMemcpyHostToDevice, s));
+    TRY(kvcal_cuda_scale_delta(r, r->delta));
     TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, r->final_norm, n, r->D,
                                  r->eps, s));
     for (int r0 = 0; r0 < n; r0 += r->chunk) {
         const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;
         TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,
                               NULL, rows, r->D, r->V, s));
+        if (be->desc->logit_divisor != 1.0f) /* Granite's logits_scaling */
+            TRY(kvcal_affine_launch(r->logits, r->logits, (int64_t)rows * r->V,
+                                    1.0f / be->desc->logit_divisor, 0.0f, s));
         if (be->desc->logit_softcap > 0.0f)
             TRY(kvcal_softcap_launch(r->logits, (int64_t)rows * r->V,
                                      be->desc->logit_softcap, s));

@@ -72,40 +72,12 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
                           "--device cpu",
                           d->architecture, d->lin_k_head_dim, d->lin_v_head_dim,
                           KVCAL_GATED_DELTA_MAX_HEAD, KVCAL_GATED_DELTA_MAX_STATE);
-    if (d->qk_norm_whole)
+    if (d->moe_softmax_bias && d->moe_groups > 1)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s's q/k norms over the whole projection (all "
-            "heads at once) run on the CPU runner alone in this version; use "
-            "--device cpu",
-            d->architecture);
-    for (int i = 0; i < d->arch->layer_ops; i++)
-        if (d->arch->layer[i].kind == KVCAL_OP_ADD_RMSNORM &&
-            d->arch->layer[i].w == KVCAL_W_NONE)
-            return kvcal_fail(
-                KVCAL_ERR_UNSUPPORTED,
-                "--device cuda: %s's post-norm layers (the attention and the "
-                "MLP on the residual stream itself) run on the CPU runner "
-                "alone in this version; use --device cpu",
-                d->architecture);
-    if (d->residual_scale != 1.0f || d->logit_divisor != 1.0f)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s's residual_multiplier and logits_scaling run "
-            "on the CPU runner alone in this version; use --device cpu",
-            d->architecture);
-    if (d->qk_norm_after_rope)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s's q/k norms after RoPE run on the CPU runner "
-            "alone in this version; use --device cpu",
-            d->architecture);
-    if (d->moe_softmax_bias)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s's softmax routing with a choice bias runs on "
-            "the CPU runner alone in this version; use --device cpu",
-            d->architecture);
+            "--device cuda: %s's softmax routing with a choice bias in %d groups: the "
+            "CUDA runner takes it in one group; use --device cpu",
+            d->architecture, d->moe_groups);
     if (d->attention_chunk || d->qk_l2_norm || d->moe_input_weighted ||
         d->attn_temp_scale != 0.0f)
         return kvcal_fail(

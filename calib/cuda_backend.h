@@ -213,6 +213,18 @@ static inline cuda_backend *cu(kvcal_backend *be)
     return (cuda_backend *)be;
 }
 
+/* delta (the batch's rows, D) times the model's residual_multiplier
+ * (Granite's) in place, rounded to bf16 as the model's product is, before
+ * it is added to the residual stream; nothing elsewhere. */
+static inline kvcal_status kvcal_cuda_scale_delta(cuda_backend *r, kvcal_bf16 *delta)
+{
+    const float m = r->base.desc->residual_scale;
+    return m == 1.0f
+               ? KVCAL_OK
+               : kvcal_affine_launch(delta, delta, (int64_t)r->batch * r->seq_len * r->D,
+                                     m, 0.0f, r->stream);
+}
+
 static inline kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
 {
     switch (a) {

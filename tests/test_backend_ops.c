@@ -64,16 +64,18 @@ typedef struct op_row {
      * gemm_swiglu: x (rows, k); token_nll: rows; rope_observe: tokens */
     int rows, cols;
     int delta;                     /* add_rmsnorm: residual += delta first (0: RMSNorm) */
+    int no_weight;                 /* add_rmsnorm: no norm, the residual passed through */
     int k, n, bias;                /* gemm: w (n, k), bias (n); gemm_swiglu: w (2n, k) */
     int vocab;                     /* embed, token_nll, token_kld */
     int batch, seq;                /* attention: sequences of seq tokens */
-    int heads, kv_heads, head_dim; /* attention, rope_observe */
+    int heads, kv_heads, head_dim; /* attention, rope_observe; rmsnorm_cols: segments */
     /* attention: output row stride heads * head_dim + out_pad; cudnn 1: cuDNN
      * must run the row where it is loaded, -1: kvcal's kernel must */
     int out_pad, cudnn;
     int rot_dim, interleaved, qk_norm; /* rope_observe */
     int nan_v;                         /* rope_observe: V channel 5 of token 2 is a NaN */
-    /* error_sums: row strides of x and y, the scale group, y in fp32 (else bf16) */
+    /* error_sums: row strides of x and y, the scale group, y in fp32 (else bf16);
+     * rmsnorm_cols: x's row stride */
     int x_stride, y_stride, group, y_f32;
     float attention_factor; /* rope_observe: yarn's (0: 1) */
     int window;             /* attention: a sliding window (0: none) */
@@ -129,6 +131,15 @@ static const op_row rows[] = {
     ROW("add_rmsnorm", .rows = 19, .cols = 4096),
     ROW("add_rmsnorm", .rows = 989, .cols = 136, .delta = 1),
     ROW("add_rmsnorm", .rows = 989, .cols = 90),
+    /* no weight: the residual after the add passed through (post-norm) */
+    ROW("add_rmsnorm", .rows = 19, .cols = 200, .delta = 1, .no_weight = 1),
+    ROW("add_rmsnorm", .rows = 37, .cols = 90, .delta = 1, .no_weight = 1),
+    /* inside rows of a wider buffer: one segment (q/k norms over the whole
+     * projection), a segment a head (q/k norms after RoPE) */
+    ROW("rmsnorm_cols", .rows = 19, .cols = 256, .x_stride = 512, .heads = 1),
+    ROW("rmsnorm_cols", .rows = 37, .cols = 90, .x_stride = 150, .heads = 1),
+    ROW("rmsnorm_cols", .rows = 19, .cols = 128, .x_stride = 1024, .heads = 4),
+    ROW("rmsnorm_cols", .rows = 37, .cols = 16, .x_stride = 120, .heads = 6),
 
     ROW("gemm", .rows = 19, .k = 136, .n = 200, .bias = 1),
     ROW("gemm", .rows = 1, .k = 64, .n = 40),
@@ -775,11 +786,20 @@ static void add_rmsnorm_cuda(const op_row *r, int version, const void *p, op_ctx
                *d_delta = kvcal_test_dev_upload_bf16(c->delta, n),
                *d_w = kvcal_test_dev_upload_bf16(c->w, r->cols),
                *d_out = dev_alloc_nan(n);
-    ROW_OK(kvcal_add_rmsnorm_launch(d_out, d_res, r->delta ? d_delta : NULL, d_w, r->rows,
-                                    r->cols, NORM_EPS, 0));
+    ROW_OK(kvcal_add_rmsnorm_launch(d_out, d_res, r->delta ? d_delta : NULL,
+                                    r->no_weight ? NULL : d_w, r->rows, r->cols, NORM_EPS,
+                                    0));
     sync_ok();
     float *got = kvcal_test_dev_download_bf16(d_out, n),
           *got_res = kvcal_test_dev_download_bf16(d_res, n);
+    if (r->no_weight) { /* the residual after the add, passed through */
+        EXPECT_NONE(count_differ(got, c->sum, n), n, "outputs not the residual's");
+        EXPECT_NONE(count_differ(got_res, c->sum, n), n,
+                    "residual values not the reference's");
+        free(got), free(got_res);
+        cudaFree(d_res), cudaFree(d_delta), cudaFree(d_w), cudaFree(d_out);
+        return;
+    }
     EXPECT_NONE(count_far(got, c->ref, n, NORM_ATOL, NORM_RTOL), n,
                 "outputs off the bound");
     EXPECT_NONE(count_differ(got_res, c->sum, n), n,
@@ -806,6 +826,58 @@ static void add_rmsnorm_cuda(const op_row *r, int version, const void *p, op_ctx
     cudaFree(d_delta);
     cudaFree(d_w);
     cudaFree(d_out);
+}
+
+/* rmsnorm_cols: x (rows, x_stride), the first heads segments of cols
+ * values of each row normalized in place: add_rmsnorm's bounds there, the
+ * other columns untouched. */
+typedef struct rmsnorm_cols_cpu {
+    float *x, *w, *ref; /* (rows, x_stride), (cols), (rows, x_stride) */
+} rmsnorm_cols_cpu;
+
+static void *rmsnorm_cols_cpu_run(const op_row *r)
+{
+    const int64_t n = (int64_t)r->rows * r->x_stride;
+    rmsnorm_cols_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(n, -2.0f, 2.0f);
+    c->w = rand_bf16(r->cols, 0.5f, 1.5f);
+    c->ref = host_copy(c->x, n);
+    for (int i = 0; i < r->rows; i++)
+        kvcal_rmsnorm_ref(c->ref + (int64_t)i * r->x_stride,
+                          c->x + (int64_t)i * r->x_stride, c->w, r->heads, r->cols,
+                          NORM_EPS);
+    return c;
+}
+
+static void rmsnorm_cols_release(void *p)
+{
+    rmsnorm_cols_cpu *c = p;
+    free(c->x), free(c->w), free(c->ref);
+    free(c);
+}
+
+static void rmsnorm_cols_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const rmsnorm_cols_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->x_stride;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, n),
+               *d_w = kvcal_test_dev_upload_bf16(c->w, r->cols);
+    ROW_OK(kvcal_rmsnorm_cols_launch(d_x, r->x_stride, d_w, r->rows, r->heads, r->cols,
+                                     NORM_EPS, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_x, n);
+    const int64_t width = (int64_t)r->heads * r->cols;
+    int64_t far = 0, moved = 0;
+    for (int i = 0; i < r->rows; i++) {
+        const int64_t at = (int64_t)i * r->x_stride;
+        far += count_far(got + at, c->ref + at, width, NORM_ATOL, NORM_RTOL);
+        moved += count_differ(got + at + width, c->x + at + width, r->x_stride - width);
+    }
+    EXPECT_NONE(far, (int64_t)r->rows * width, "outputs off the bound");
+    EXPECT_NONE(moved, n, "values past the normalized columns changed");
+    free(got);
+    cudaFree(d_x), cudaFree(d_w);
 }
 
 static op_class one_plain_version(const op_row *r, int version)
@@ -3694,6 +3766,8 @@ static const op_def op_defs[] = {
      swiglu_oai_cuda},
     {"affine", affine_cpu_run, affine_release, one_version, one_plain_version,
      affine_cuda},
+    {"rmsnorm_cols", rmsnorm_cols_cpu_run, rmsnorm_cols_release, one_version,
+     one_plain_version, rmsnorm_cols_cuda},
     {"gated_delta", gated_delta_cpu_run, gated_delta_release, one_version,
      one_plain_version, gated_delta_cuda},
     {"sigmoid_gate", sigmoid_gate_cpu_run, sigmoid_gate_release, one_version,

@@ -118,6 +118,16 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
     check_runner_golden("glm4v_mm_mrope_pairs_bf16");
     check_runner_golden("seed_oss_qkv_o_bias_bf16");
     check_runner_golden("smollm3_nope3_tied_bf16");
+    /* post-norm layers: EXAONE 4 (per-head q/k norms, NoPE full layers
+     * beside sliding ones), OLMo 2 and Olmo 3 (q/k norms over the whole
+     * projection; Olmo 3's sliding layers with RoPE of their own) */
+    check_runner_golden("exaone4_postnorm_swa8_nope_bf16");
+    check_runner_golden("olmo2_postnorm_qknorm_all_bf16");
+    check_runner_golden("olmo3_swa8_yarn_full_bf16");
+    /* Granite's multipliers: each block's output x0.22 before its add */
+    check_runner_golden("granite_multipliers_bias_bf16");
+    /* Hunyuan: the q/k norms after RoPE */
+    check_runner_golden("hunyuan_dense_qknorm_after_rope_bf16");
 }
 
 /* Hybrid models: gated delta-net layers (which cache nothing) among gated
@@ -148,25 +158,38 @@ static void cuda_runner_matches_transformers_on_hybrid_golden_models(void)
  * tokens, Qwen-MoE's use_sliding_window, gpt-oss (sinks on the portable
  * attention kernel, head_dim 16, and on the tensor cores, 64; the experts'
  * biases and clamped SwiGLU; MXFP4 experts dequantized to bf16 at load),
- * against transformers (float64); every valid token routed to top-k
- * experts of every layer. The experts' GEMMs both ways: as the backend
- * takes them (on a Hopper GPU the sm_90a kernel, with SwiGLU fused but for
+ * MiniMax-M2 (q/k norms over the whole projection, sigmoid routing with
+ * a choice bias, partial RoPE), Granite MoE (its multipliers), ERNIE 4.5
+ * (softmax routing with a choice bias), Hunyuan (q/k norms after RoPE),
+ * against
+ * transformers (float64); every
+ * valid token routed to top-k experts of every layer. The experts' GEMMs both ways: as
+ * the backend takes them (on a Hopper GPU the sm_90a kernel, with SwiGLU fused but for
  * gpt-oss) and with KVCAL_MLP_UNFUSED (kvcal_moe_gemm_launch, then
  * SwiGLU). */
 static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 {
-    static const char *const names[] = {
-        "qwen3_moe_e8_top3_norm_bf16",         "qwen2_moe_shared_e6_top2_bf16",
-        "mixtral_e4_top2_swa16_bf16",          "glm4_moe_dense1_sigmoid_e8_top3_bf16",
-        "qwen3_moe_dense_layers_e4_top2_bf16", "qwen3_moe_swa16_e8_top2_bf16",
-        "qwen2_moe_swa8_maxwin2_e4_top2_bf16", "gpt_oss_sinks_swa8_e8_top3_bf16",
-        "gpt_oss_hd64_swa16_e4_top2_mxfp4",    "qwen3_vl_moe_stacked_e8_top3_bf16",
-        "glm4v_moe_mm_mrope_e8_top3_bf16"};
-    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3, 3};
-    /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
+    static const char *const names[] = {"qwen3_moe_e8_top3_norm_bf16",
+                                        "qwen2_moe_shared_e6_top2_bf16",
+                                        "mixtral_e4_top2_swa16_bf16",
+                                        "glm4_moe_dense1_sigmoid_e8_top3_bf16",
+                                        "qwen3_moe_dense_layers_e4_top2_bf16",
+                                        "qwen3_moe_swa16_e8_top2_bf16",
+                                        "qwen2_moe_swa8_maxwin2_e4_top2_bf16",
+                                        "gpt_oss_sinks_swa8_e8_top3_bf16",
+                                        "gpt_oss_hd64_swa16_e4_top2_mxfp4",
+                                        "qwen3_vl_moe_stacked_e8_top3_bf16",
+                                        "glm4v_moe_mm_mrope_e8_top3_bf16",
+                                        "minimax_m2_qknorm_all_rot8_e8_top3_bf16",
+                                        "granitemoe_multipliers_e4_top2_bf16",
+                                        "ernie45_moe_softmax_bias_e8_top3_bf16",
+                                        "hunyuan_moe_qknorm_after_rope_alpha_bf16"};
+    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3, 3, 3, 2, 3, 2};
+    /* Bit l: layer l has a dense MLP (ERNIE's first, GLM's first; the Qwen model's
      * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense;
      * Qwen3-VL-MoE's mlp_only_layers [0]; GLM-4.5V's first). */
-    static const unsigned dense[] = {0, 0, 0, 1u, 1u | 4u, 0, 0, 0, 0, 1u, 1u};
+    static const unsigned dense[] = {0, 0,  0,  1u, 1u | 4u, 0,  0, 0,
+                                     0, 1u, 1u, 0,  0,       1u, 0};
     _Static_assert(sizeof top_k / sizeof *top_k == sizeof names / sizeof *names &&
                        sizeof dense / sizeof *dense == sizeof names / sizeof *names,
                    "a top-k and dense layers for each model");
@@ -495,6 +518,14 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
         CU_ASSERT(kvcal_test_stats_equal(want, got));
         kvcal_stats_destroy(want);
         kvcal_stats_destroy(got);
+    }
+    /* MiniMax-M2's 128 x 128 blocks, Granite's per-channel weights with
+     * per-token activations (its multipliers) */
+    static const char *const more[] = {"fp8_minimax_m2_fp8_block",
+                                       "fp8_granite_ct_channel_token"};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) {
+        check_runner_golden(more[i]);
+        check_runner_golden_with(more[i], &fallback);
     }
 }
 

@@ -399,7 +399,16 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "glm4_sandwich_partial_pairs_bf16",
                                         "glm4v_mm_mrope_pairs_bf16",
                                         "seed_oss_qkv_o_bias_bf16",
-                                        "smollm3_nope3_tied_bf16"};
+                                        "smollm3_nope3_tied_bf16",
+                                        "exaone4_postnorm_swa8_nope_bf16",
+                                        "olmo2_postnorm_qknorm_all_bf16",
+                                        "olmo3_swa8_yarn_full_bf16",
+                                        "minimax_m2_qknorm_all_rot8_e8_top3_bf16",
+                                        "granite_multipliers_bias_bf16",
+                                        "granitemoe_multipliers_e4_top2_bf16",
+                                        "ernie45_moe_softmax_bias_e8_top3_bf16",
+                                        "hunyuan_dense_qknorm_after_rope_bf16",
+                                        "hunyuan_moe_qknorm_after_rope_alpha_bf16"};
     check_golden_models(names, sizeof names / sizeof names[0], "",
                         check_cuda_against_cpu);
 }

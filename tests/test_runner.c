@@ -421,8 +421,7 @@ static void runner_matches_transformers_hunyuan_qk_norm_after_rope(void)
  * block's output x0.22 before its residual add, the logits / 8) with
  * q/k/v/o biases, and GraniteMoe's (its experts in two stacked tensors,
  * softmax over the top-2 logits of 4; tied embeddings, logits / 6); each
- * multiplier moved to 1 in turn is caught by the golden's logits or K/V.
- * The CUDA runner names what it lacks. */
+ * multiplier moved to 1 in turn is caught by the golden's logits or K/V. */
 static void runner_matches_transformers_granite_multipliers(void)
 {
     check_against_golden("granite_multipliers_bias_bf16");
@@ -435,8 +434,6 @@ static void runner_matches_transformers_granite_multipliers(void)
     CU_ASSERT_EQUAL(d->num_experts, 4);
     CU_ASSERT_EQUAL(d->experts_per_tok, 2);
     CU_ASSERT_DOUBLE_EQUAL(d->residual_scale, 0.22f, 0.0);
-    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("residual_multiplier and logits_scaling"));
     kvcal_model_close(m);
 }
 
@@ -1363,7 +1360,7 @@ static void model_open_names_yarn_factor_below_one(void)
 
 /* MiniMax-M2's routing fields that transformers' class ignores while vLLM
  * follows them, and a rotary_dim no head holds, are named; the CUDA runner
- * names the norm it lacks before any device work. */
+ * takes the model. */
 static void model_open_names_minimax_m2_fields_the_engines_read_apart(void)
 {
     expect_open_error(edited_checkpoint(MINIMAX_M2, "{\"scoring_func\": \"softmax\"}"),
@@ -1376,9 +1373,7 @@ static void model_open_names_minimax_m2_fields_the_engines_read_apart(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/" MINIMAX_M2, &m),
                           KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_model_describe(m)->rot_dim, 8);
-    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
-                    KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("q/k norms over the whole projection"));
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)), KVCAL_OK);
     kvcal_model_close(m);
 }
 
@@ -1413,7 +1408,7 @@ static void model_open_names_llama4_fields_the_engines_read_apart(void)
 /* EXAONE 4's NoPE layers are its full-attention ones where others slide,
  * none where none slides; a string sliding_window_pattern without
  * layer_types (transformers derives none from it) is refused; the CUDA
- * runner names the post-norm layers it lacks. */
+ * runner takes the model. */
 static void model_open_reads_exaone4_layer_kinds(void)
 {
     kvcal_model_t *m = NULL;
@@ -1424,8 +1419,7 @@ static void model_open_reads_exaone4_layer_kinds(void)
         CU_ASSERT_EQUAL(kvcal_model_layer_rope(d, l), l % 2 == 0);
         CU_ASSERT_EQUAL(d->layer_window[l], l % 2 == 0 ? 8 : 0);
     }
-    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("post-norm layers"));
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_OK);
     kvcal_model_close(m);
     const char *dir = edited_checkpoint(
         EXAONE4, "{\"layer_types\": [\"full_attention\", \"full_attention\", "
@@ -1440,7 +1434,7 @@ static void model_open_reads_exaone4_layer_kinds(void)
 }
 
 /* ERNIE 4.5's fields transformers and vLLM default or read apart are
- * refused; the CUDA runner names the routing it lacks. */
+ * refused; the CUDA runner takes the model. */
 static void model_open_names_ernie45_fields_the_engines_read_apart(void)
 {
     expect_open_error(edited_checkpoint(ERNIE45, "{\"moe_layer_start_index\": null}"),
@@ -1450,9 +1444,7 @@ static void model_open_names_ernie45_fields_the_engines_read_apart(void)
     kvcal_model_t *m = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/" ERNIE45, &m),
                           KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
-                    KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("softmax routing with a choice bias"));
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)), KVCAL_OK);
     kvcal_model_close(m);
 }
 

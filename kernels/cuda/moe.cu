@@ -78,8 +78,10 @@ static __device__ unsigned long long open_groups(const float v[PL], int lane, in
     return open;
 }
 
-/* SIGMOID 0: softmax top-k; 1: the top-k of sigmoid + bias, weighted by the
- * sigmoids (bias (E) or NULL), times scale after the renormalization; the
+/* SIGMOID 0: softmax top-k (with a bias (E): the top-k of the probability
+ * + bias, ERNIE 4.5's); 1: the top-k of sigmoid + bias, weighted by the
+ * sigmoids (bias (E) or NULL); weights times scale after the
+ * renormalization; the
  * choice among the open groups of grouped top-k (groups > 1). A lane holds
  * PL >= E / 32 of the token's choice values (expert lane + 32 i): PL is the
  * smallest power of two that holds E, so that no round of the top-k loops
@@ -125,6 +127,14 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         sum += lane + 32 * i < E ? __expf(v[i] - m) : 0.0f;
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!SIGMOID && bias) { /* ERNIE 4.5's choice: softmax's probability + bias */
+#pragma unroll
+        for (int i = 0; i < PL; i++) {
+            const int e = lane + 32 * i;
+            if (e < E)
+                v[i] = __expf(v[i] - m) / sum + __bfloat162float(bias[e]);
+        }
+    }
     if (groups > 1) {
         const unsigned long long open =
             open_groups<SIGMOID, PL>(v, lane, E, m, sum, groups, topk_groups, group_max);
@@ -156,10 +166,11 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         }
         if (best_e >= E) /* no finite logit left (a NaN input): no expert */
             best_e = -1;
-        /* the weight: softmax's probability, or the sigmoid without the bias */
+        /* the weight: softmax's probability, or the sigmoid, without the bias */
+        const float zb = best_e < 0 ? 0.0f : __bfloat162float(z[best_e]);
         const float p = best_e < 0 ? 0.0f
-                        : SIGMOID  ? 1.0f / (1.0f + __expf(-__bfloat162float(z[best_e])))
-                                   : __expf(best - m) / sum;
+                        : SIGMOID  ? 1.0f / (1.0f + __expf(-zb))
+                                   : __expf(zb - m) / sum;
         chosen_sum += p;
         if (lane == j)
             mine = best_e, mine_w = p;
@@ -215,8 +226,7 @@ static void route_queue_pl(int32_t *experts, float *weights, const __nv_bfloat16
             topk_groups, group_max);
 }
 
-/* The routing of kvcal_moe_route_grouped_launch's contract (sigmoid 0:
- * softmax, bias unread). */
+/* The routing of kvcal_moe_route_grouped_launch's contract. */
 static kvcal_status route_queue(int sigmoid, int32_t *experts, float *weights,
                                 const kvcal_bf16 *logits, const kvcal_bf16 *bias,
                                 const int32_t *pos, int tokens, int E, int top_k,
@@ -229,8 +239,8 @@ static kvcal_status route_queue(int sigmoid, int32_t *experts, float *weights,
         route_queue_pl<1, 1>(experts, weights, z, b, pos, tokens, E, top_k, renormalize,
                              scale, groups, topk_groups, group_max, stream);
     else
-        route_queue_pl<0, 1>(experts, weights, z, nullptr, pos, tokens, E, top_k,
-                             renormalize, scale, groups, topk_groups, group_max, stream);
+        route_queue_pl<0, 1>(experts, weights, z, b, pos, tokens, E, top_k, renormalize,
+                             scale, groups, topk_groups, group_max, stream);
     KVCAL_CUDA_CHECK_LAUNCH("moe_route_kernel");
     return KVCAL_OK;
 }
@@ -279,6 +289,12 @@ extern "C" kvcal_status kvcal_moe_route_grouped_launch(int32_t *experts, float *
             "moe routing: %d experts in %d groups, %d open, top-%d: the "
             "groups (at most %d) must divide the experts and hold the top-k",
             p->num_experts, G, p->topk_groups, p->top_k, KVCAL_MOE_MAX_GROUPS);
+    if (!p->sigmoid && p->bias && G > 1)
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "moe routing: softmax with a choice bias in %d groups: one group "
+            "only",
+            G);
     return route_queue(p->sigmoid, experts, weights, logits, p->bias, pos, tokens,
                        p->num_experts, p->top_k, p->renormalize, p->scale, G,
                        p->topk_groups, p->group_max, stream);

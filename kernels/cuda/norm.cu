@@ -94,20 +94,24 @@ static __device__ __forceinline__ uint4 norm8(uint4 xu, const __nv_bfloat16 *g, 
     return x.u;
 }
 
-/* One block per row. VEC 8: dim % 8 == 0, 16-byte accesses; VEC 1: any dim. */
+/* One block per normalized row of dim values: segs of them side by side
+ * in each row of the buffers, rows `stride` values apart. VEC 8: dim and
+ * stride multiples of 8, 16-byte accesses; VEC 1: any. w NULL: no norm, out
+ * the residual after the add. */
 template <int VEC>
 __global__ void
-add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
-                   __nv_bfloat16 *__restrict__ residual,    // (rows, dim)
-                   const __nv_bfloat16 *__restrict__ delta, // (rows, dim) or NULL
-                   const __nv_bfloat16 *__restrict__ w,     // (dim)
-                   int dim, float eps)
+add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, stride)
+                   __nv_bfloat16 *__restrict__ residual,    // (rows, stride)
+                   const __nv_bfloat16 *__restrict__ delta, // (rows, stride) or NULL
+                   const __nv_bfloat16 *__restrict__ w,     // (dim) or NULL
+                   int dim, int segs, int64_t stride, float eps)
 {
     __shared__ float scratch[32];
-    const int64_t row = blockIdx.x;
-    __nv_bfloat16 *r = residual + row * dim;
-    const __nv_bfloat16 *d = delta ? delta + row * dim : nullptr;
-    __nv_bfloat16 *o = out + row * dim;
+    const int64_t at =
+        (int64_t)(blockIdx.x / segs) * stride + (int64_t)(blockIdx.x % segs) * dim;
+    __nv_bfloat16 *r = residual + at;
+    const __nv_bfloat16 *d = delta ? delta + at : nullptr;
+    __nv_bfloat16 *o = out + at;
     float ss = 0.0f;
     if (VEC == 8) {
         ss = add_sumsq8(r, d, dim);
@@ -121,6 +125,13 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, dim)
             }
             ss += x * x;
         }
+    }
+    if (!w) {            /* a post-norm layer's input: the stream itself */
+        __syncthreads(); /* the words other threads added */
+        if (o != r)
+            for (int c = threadIdx.x; c < dim; c += blockDim.x)
+                o[c] = r[c];
+        return;
     }
     const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
     if (VEC == 8) {
@@ -145,32 +156,59 @@ static int aligned16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
-extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
-                                                 const kvcal_bf16 *delta,
-                                                 const kvcal_bf16 *w, int rows, int dim,
-                                                 float eps, cudaStream_t stream)
+static kvcal_status add_rmsnorm_rows(kvcal_bf16 *out, kvcal_bf16 *residual,
+                                     const kvcal_bf16 *delta, const kvcal_bf16 *w,
+                                     int rows, int dim, int segs, int64_t stride,
+                                     float eps, cudaStream_t stream)
 {
-    if (!out || !residual || !w || rows < 0 || dim <= 0 || !(eps >= 0.0f))
-        return kvcal_fail(
-            KVCAL_ERR_INVALID_ARG,
-            "add_rmsnorm: rows %d, dim %d, eps %g: need buffers, rows >= 0, "
-            "dim > 0, eps >= 0",
-            rows, dim, (double)eps);
-    if (rows == 0)
+    if (rows == 0 || (!w && !delta && out == residual))
         return KVCAL_OK;
     auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
     auto *r = reinterpret_cast<__nv_bfloat16 *>(residual);
     auto *d = reinterpret_cast<const __nv_bfloat16 *>(delta);
     auto *g = reinterpret_cast<const __nv_bfloat16 *>(w);
-    const int vec = dim % 8 == 0 && aligned16(out) && aligned16(residual) &&
-                    (!delta || aligned16(delta)) && aligned16(w);
+    const int vec = dim % 8 == 0 && stride % 8 == 0 && aligned16(out) &&
+                    aligned16(residual) && (!delta || aligned16(delta)) &&
+                    (!w || aligned16(w));
     const int threads = norm_threads(dim);
+    const unsigned blocks = (unsigned)((int64_t)rows * segs);
     if (vec)
-        add_rmsnorm_kernel<8><<<rows, threads, 0, stream>>>(o, r, d, g, dim, eps);
+        add_rmsnorm_kernel<8>
+            <<<blocks, threads, 0, stream>>>(o, r, d, g, dim, segs, stride, eps);
     else
-        add_rmsnorm_kernel<1><<<rows, threads, 0, stream>>>(o, r, d, g, dim, eps);
+        add_rmsnorm_kernel<1>
+            <<<blocks, threads, 0, stream>>>(o, r, d, g, dim, segs, stride, eps);
     KVCAL_CUDA_CHECK_LAUNCH("add_rmsnorm_kernel");
     return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
+                                                 const kvcal_bf16 *delta,
+                                                 const kvcal_bf16 *w, int rows, int dim,
+                                                 float eps, cudaStream_t stream)
+{
+    if (!out || !residual || rows < 0 || dim <= 0 || !(eps >= 0.0f))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "add_rmsnorm: rows %d, dim %d, eps %g: need buffers, rows >= 0, "
+            "dim > 0, eps >= 0",
+            rows, dim, (double)eps);
+    return add_rmsnorm_rows(out, residual, delta, w, rows, dim, 1, dim, eps, stream);
+}
+
+extern "C" kvcal_status kvcal_rmsnorm_cols_launch(kvcal_bf16 *x, int64_t stride,
+                                                  const kvcal_bf16 *w, int rows, int segs,
+                                                  int dim, float eps, cudaStream_t stream)
+{
+    if (!x || !w || rows < 0 || segs < 1 || dim <= 0 || stride < (int64_t)segs * dim ||
+        !(eps >= 0.0f))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "rmsnorm_cols: rows %d, %d segments of %d, stride %lld, eps %g: "
+            "need buffers, rows >= 0, segments >= 1 of dim > 0 within the "
+            "stride, eps >= 0",
+            rows, segs, dim, (long long)stride, (double)eps);
+    return add_rmsnorm_rows(x, x, NULL, w, rows, dim, segs, stride, eps, stream);
 }
 
 // --- residual add + RMSNorm with the FP8 quantization as its epilogue ----------

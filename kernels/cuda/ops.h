@@ -32,10 +32,21 @@ extern "C" {
  * model's residual stream is), then out (rows, dim) = residual *
  * rsqrt(mean(residual^2) + eps) * w (dim). delta NULL: a plain RMSNorm of
  * residual, which it leaves as it is, and then out may be residual (an RMSNorm
- * in place); otherwise out may not alias residual or delta. */
+ * in place); otherwise out may not alias residual or delta. w NULL: no norm,
+ * out = residual after the add (a post-norm layer's input, the stream
+ * itself). */
 kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
                                       const kvcal_bf16 *delta, const kvcal_bf16 *w,
                                       int rows, int dim, float eps, cudaStream_t stream);
+
+/* The first segs * dim columns of each of x's rows (stride values apart)
+ * RMS-normalized in place as segs segments of dim, each times w (dim), as
+ * kvcal_add_rmsnorm_launch without a delta: inside the QKV buffer, q/k
+ * norms over the whole projection (OLMo 2, MiniMax-M2: one segment) and
+ * per-head q/k norms after RoPE (Hunyuan: a segment a head). */
+kvcal_status kvcal_rmsnorm_cols_launch(kvcal_bf16 *x, int64_t stride, const kvcal_bf16 *w,
+                                       int rows, int segs, int dim, float eps,
+                                       cudaStream_t stream);
 
 /* out (rows, n) = silu(gate) * up, gate_up (rows, 2n) holding gate in its first
  * n columns and up in the last n (the output of a fused gate/up GEMM). */
@@ -492,7 +503,9 @@ kvcal_status kvcal_moe_route_sigmoid_launch(int32_t *experts, float *weights,
 typedef struct kvcal_moe_route_params {
     int num_experts, top_k;
     int sigmoid;                        /* 0: softmax scoring */
-    const kvcal_bf16 *bias;             /* (num_experts) sigmoid's choice bias, or NULL */
+    /* (num_experts) the choice bias, or NULL: added to the sigmoids, or to
+     * softmax's probabilities (ERNIE 4.5's; one group) */
+    const kvcal_bf16 *bias;
     int groups, topk_groups, group_max; /* groups <= KVCAL_MOE_MAX_GROUPS */
     int renormalize;
     float scale;
