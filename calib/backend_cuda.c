@@ -449,13 +449,14 @@ static kvcal_kv_observer observer_of(cuda_backend *r, int l)
     return obs;
 }
 
-/* The q/k norms of op in place in the QKV buffer (the queries' where the
- * projection wrote them), apart from RoPE: over the whole projection
- * (whole: OLMo 2, MiniMax-M2), or per head (Hunyuan's, after RoPE). */
-static kvcal_status norm_qk_apart(cuda_backend *r, const kvcal_op *op, int whole)
+/* The q/k norms of weights qw and kw (NULL: none) in place in the QKV
+ * buffer (the queries' where the projection wrote them), apart from RoPE:
+ * over the whole projection (whole: OLMo 2, MiniMax-M2), or per head
+ * (Hunyuan's and Llama 4's, after RoPE). */
+static kvcal_status norm_qk_apart(cuda_backend *r, const kvcal_bf16 *qw,
+                                  const kvcal_bf16 *kw, int whole)
 {
     const int n = r->batch * r->seq_len;
-    const kvcal_bf16 *qw = tensor(r, op->w), *kw = tensor(r, op->b);
     kvcal_status st = KVCAL_OK;
     if (qw && r->qkv_heads)
         st = kvcal_rmsnorm_cols_launch(
@@ -476,16 +477,26 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     const int sliding = r->inv_freq_sliding && be->desc->layer_window[r->layer] > 0;
     /* a layer without RoPE (SmolLM3's NoPE layers) turns by angle 0: cos 1
      * and sin 0 give each value back exactly */
-    const int rope_on = kvcal_model_layer_rope(be->desc, r->layer);
+    const kvcal_model_desc *d = be->desc;
+    const int rope_on = kvcal_model_layer_rope(d, r->layer), n = r->batch * r->seq_len;
     /* q/k norms over the whole projection (every head's channels at once)
-       run first, norms after RoPE (Hunyuan's) between the rotation and a
-       second pass that turns by angle 0 to observe; the rotation normalizes
-       nothing then */
-    const int whole = be->desc->qk_norm_whole, after = be->desc->qk_norm_after_rope;
-    kvcal_status st = whole ? norm_qk_apart(r, op, 1) : KVCAL_OK;
+       run first; norms after RoPE (Hunyuan's, and Llama 4's without a
+       weight in its RoPE layers) between the rotation and a second pass
+       that turns by angle 0 to observe; the rotation normalizes nothing
+       then. A layer without RoPE scales its queries by the model's
+       temperature (Llama 4's) before they are observed. */
+    const int whole = d->qk_norm_whole,
+              after_rope = d->qk_norm_after_rope || d->qk_l2_norm;
+    const int after = rope_on && after_rope;
+    kvcal_status st =
+        whole ? norm_qk_apart(r, tensor(r, op->w), tensor(r, op->b), 1) : KVCAL_OK;
+    if (!st && !rope_on && d->attn_temp_scale != 0.0f && r->qkv_heads)
+        st = kvcal_query_temperature_launch(r->qkv, r->qkv_width, r->pos, n,
+                                            r->qkv_heads * r->hd, d->attn_temp_scale,
+                                            d->attn_temp_floor, r->stream);
     if (st)
         return st;
-    const int apart = whole || after;
+    const int apart = whole || after_rope;
     const kvcal_rope_cfg rope = {!rope_on  ? r->inv_freq_zero
                                  : sliding ? r->inv_freq_sliding
                                            : r->inv_freq,
@@ -505,19 +516,17 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     if (after) {
         const kvcal_rope_cfg still = {
             r->inv_freq_zero, r->rot_dim, r->interleaved, NULL, NULL, r->eps, 1.0f};
-        st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos,
-                                       r->batch * r->seq_len, r->qkv_heads, r->HKV, r->hd,
-                                       &rope, NULL, r->stream);
+        st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, n, r->qkv_heads,
+                                       r->HKV, r->hd, &rope, NULL, r->stream);
         if (!st)
-            st = norm_qk_apart(r, op, 0);
+            st = d->qk_l2_norm ? norm_qk_apart(r, r->norm_ones, r->norm_ones, 0)
+                               : norm_qk_apart(r, tensor(r, op->w), tensor(r, op->b), 0);
         if (!st)
-            st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos,
-                                           r->batch * r->seq_len, r->qkv_heads, r->HKV,
-                                           r->hd, &still, o, r->stream);
+            st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, n, r->qkv_heads,
+                                           r->HKV, r->hd, &still, o, r->stream);
     } else
-        st =
-            kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, r->batch * r->seq_len,
-                                      r->qkv_heads, r->HKV, r->hd, &rope, o, r->stream);
+        st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, n, r->qkv_heads,
+                                       r->HKV, r->hd, &rope, o, r->stream);
     if (st || observe < 0 || !r->stats || !r->stats->min[0])
         return st;
     /* the signed range, asked for: K as rotated and V, read again */
@@ -588,34 +597,64 @@ static kvcal_status step(cuda_backend *r, const char *label)
     return r->base.profile ? profile_mark(&r->base, label) : KVCAL_OK;
 }
 
-/* Causal attention into out (N, att_cols) of q, k, v (rows of stride
- * `stride`, kv_heads heads of hd), within the model's sliding window where a
- * sample can be longer, with the heads' sinks (gpt-oss) where non-NULL. */
+/* Causal attention into out of q, k, v (rows of stride `stride`, kv_heads
+ * heads of hd) of `batch` sequences of seq_len rows each, within the
+ * model's sliding window where a sequence can be longer, with the heads'
+ * sinks (gpt-oss) where non-NULL. */
+static kvcal_status attend_seqs(cuda_backend *r, kvcal_bf16 *out, int64_t out_stride,
+                                const kvcal_bf16 *q, const kvcal_bf16 *k,
+                                const kvcal_bf16 *v, int64_t stride, int kv_heads, int hd,
+                                const kvcal_bf16 *sinks, int batch, int seq_len)
+{
+    const int window = r->base.desc->layer_window[r->layer];
+    const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
+    const int windowed = window > 0 && seq_len > window;
+    if (sinks && !windowed && !(softcap > 0.0f)) { /* cuDNN, then the sinks' share */
+        int taken = 0;
+        kvcal_status st = kvcal_attention_run_sinks(
+            r->attn, out, out_stride, q, k, v, stride, batch, seq_len, r->H, kv_heads, hd,
+            scale, sinks, r->lse, r->stream, &taken);
+        if (st || taken)
+            return st;
+    }
+    if (windowed || softcap > 0.0f || sinks)
+        return kvcal_attention_sinks_launch(out, out_stride, q, k, v, stride, batch,
+                                            seq_len, r->H, kv_heads, hd, scale, window,
+                                            softcap, sinks, r->stream);
+    return kvcal_attention_run(r->attn, out, out_stride, q, k, v, stride, batch, seq_len,
+                               r->H, kv_heads, hd, scale, r->stream, NULL);
+}
+
+/* The batch's causal attention into out (N, att_cols) (attend_seqs); in a
+ * layer that attends within chunks (Llama 4's RoPE layers) where a sample
+ * is longer than a chunk, each chunk of each sample as a sequence of its
+ * own: a sample's whole chunks as one batch of them, its last part apart. */
 static kvcal_status attend_qkv(cuda_backend *r, kvcal_bf16 *out, int64_t out_stride,
                                const kvcal_bf16 *q, const kvcal_bf16 *k,
                                const kvcal_bf16 *v, int64_t stride, int kv_heads, int hd,
                                const kvcal_bf16 *sinks)
 {
     const int window = r->base.desc->layer_window[r->layer];
-    const float scale = r->base.desc->attn_scale, softcap = r->base.desc->attn_softcap;
-    const int windowed = window > 0 && r->seq_len > window;
-    kvcal_status st = step(r, windowed ? "attention, sliding window" : "attention, full");
-    if (st)
-        return st;
-    if (sinks && !windowed && !(softcap > 0.0f)) { /* cuDNN, then the sinks' share */
-        int taken = 0;
-        st = kvcal_attention_run_sinks(r->attn, out, out_stride, q, k, v, stride, r->batch,
-                                       r->seq_len, r->H, kv_heads, hd, scale, sinks, r->lse,
-                                       r->stream, &taken);
-        if (st || taken)
-            return st;
-    }
-    if (windowed || softcap > 0.0f || sinks)
-        return kvcal_attention_sinks_launch(out, out_stride, q, k, v, stride, r->batch,
-                                            r->seq_len, r->H, kv_heads, hd, scale, window,
-                                            softcap, sinks, r->stream);
-    return kvcal_attention_run(r->attn, out, out_stride, q, k, v, stride, r->batch,
-                               r->seq_len, r->H, kv_heads, hd, scale, r->stream, NULL);
+    const int chunk = kvcal_model_layer_chunk(r->base.desc, r->layer);
+    kvcal_status st =
+        step(r, window > 0 && r->seq_len > window ? "attention, sliding window"
+                : chunk > 0 && r->seq_len > chunk ? "attention, chunked"
+                                                  : "attention, full");
+    if (st || !(chunk > 0 && r->seq_len > chunk))
+        return st ? st
+                  : attend_seqs(r, out, out_stride, q, k, v, stride, kv_heads, hd, sinks,
+                                r->batch, r->seq_len);
+    const int whole = r->seq_len / chunk, rest = r->seq_len % chunk;
+    for (int b = 0; !st && b < r->batch; b++)
+        for (int part = 0; !st && part < 2; part++) {
+            const int64_t row =
+                (int64_t)b * r->seq_len + (part ? (int64_t)whole * chunk : 0);
+            if (part ? rest : whole)
+                st = attend_seqs(r, out + row * out_stride, out_stride, q + row * stride,
+                                 k + row * stride, v + row * stride, stride, kv_heads, hd,
+                                 sinks, part ? 1 : whole, part ? rest : chunk);
+        }
+    return st;
 }
 
 /* The attention into out (N, att_cols): of the fused QKV buffer (with op's
@@ -800,13 +839,24 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
         }
     }
     const int quant_down = kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_DOWN);
+    /* the gate/up's rows: gathered from the tokens' by its GEMM, or, where
+       the routing weight scales an expert's input (Llama 4's), gathered
+       and weighted apart into moe_y (free until the down GEMM writes it),
+       the combine then weighting nothing */
+    int gather = r->K;
+    if (d->moe_input_weighted) {
+        TRY(step(r, "moe weighted gather"));
+        TRY(kvcal_moe_gather_launch(r->moe_y, x_gu, &plan, r->K, r->D, r->route_w, s));
+        x_gu = r->moe_y;
+        gather = 0;
+    }
     if (r->moe_sm90) {
         /* Hopper: the bias (gpt-oss's) and the SwiGLU in the GEMMs' epilogues */
         const kvcal_moe_epilogue_args gu = {b_gu, d->swiglu_alpha, d->swiglu_limit},
                                       down = {b_down, 0.0f, 0.0f};
         TRY(step(r, "moe experts gate_up"));
         TRY(kvcal_moe_gemm_sm90_launch(
-            r->moe_act, x_gu, r->K, w_gu, &plan, r->E, r->D, r->MI,
+            r->moe_act, x_gu, gather, w_gu, &plan, r->E, r->D, r->MI,
             d->swiglu_limit > 0.0f ? KVCAL_MOE_EPI_SWIGLU_OAI : KVCAL_MOE_EPI_SWIGLU, &gu,
             s));
         if (quant_down) {
@@ -819,7 +869,7 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                                        r->MI, r->D, KVCAL_MOE_EPI_STORE, &down, s));
     } else {
         TRY(step(r, "moe experts gate_up"));
-        TRY(kvcal_moe_gemm_launch(r->moe_gu, x_gu, r->K, w_gu, &plan, r->D, 2 * r->MI,
+        TRY(kvcal_moe_gemm_launch(r->moe_gu, x_gu, gather, w_gu, &plan, r->D, 2 * r->MI,
                                   s));
         if (b_gu)
             TRY(kvcal_moe_bias_launch(r->moe_gu, b_gu, &plan, 2 * r->MI, s));
@@ -853,8 +903,9 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                     r->D));
     }
     TRY(step(r, "moe combine"));
-    return kvcal_moe_combine_launch(act(r, op->out), r->moe_y, plan.slot_of, r->route_w,
-                                    r->pos, n, r->K, r->D, r->SI ? r->shared_y : NULL, x,
+    return kvcal_moe_combine_launch(act(r, op->out), r->moe_y, plan.slot_of,
+                                    d->moe_input_weighted ? NULL : r->route_w, r->pos, n,
+                                    r->K, r->D, r->SI ? r->shared_y : NULL, x,
                                     r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, s);
 fail:
     return st;
@@ -1404,7 +1455,10 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         round_up((size_t)r->L * r->H * sizeof(float)) +
         round_up(4 * LH * r->hd * sizeof(float)) +
         /* inv_freq, the sliding layers' and the zeros of the NoPE layers */
-        3 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) + round_up(norm_elems * e);
+        3 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
+        round_up(norm_elems * e) +
+        /* ones: the weight of Llama 4's weightless q/k norm */
+        (d->qk_l2_norm ? round_up((size_t)r->hd * e) : 0);
     const size_t embed = round_up((size_t)r->V * r->D * e);
     const size_t fixed = embed + acts + stats + workspace;
     size_t free_b = 0, total_b = 0;
@@ -1503,9 +1557,13 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     if (d->layer_nope || d->qk_norm_after_rope)
         r->inv_freq_zero = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     r->norm_w = norm_elems ? carve(&p, norm_elems * e) : NULL;
+    r->norm_ones = d->qk_l2_norm ? carve(&p, (size_t)r->hd * e) : NULL;
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
+    if (r->norm_ones) /* 0 x 0 + 1 on the zeroed values */
+        TRY(kvcal_affine_launch(r->norm_ones, r->norm_ones, r->hd, 0.0f, 1.0f,
+                                r->stream));
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     TRY(kvcal_cuda_loader_create(model, &r->lay, weights, r->weight_slots,
                                  opt->load_threads > 0 ? opt->load_threads

@@ -78,13 +78,12 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "--device cuda: %s's softmax routing with a choice bias in %d groups: the "
             "CUDA runner takes it in one group; use --device cpu",
             d->architecture, d->moe_groups);
-    if (d->attention_chunk || d->qk_l2_norm || d->moe_input_weighted ||
-        d->attn_temp_scale != 0.0f)
+    if (d->moe_input_weighted && d->fp8[KVCAL_W_EXPERT_GATE_UP].w != KVCAL_FP8W_NONE)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s's chunked attention, q/k norms without a weight, "
-            "queries' temperature and experts weighted on their input run on the "
-            "CPU runner alone in this version; use --device cpu",
+            "--device cuda: %s's FP8 experts weighted on their input (the routing "
+            "weight times the hidden state, then quantized) run on the CPU runner alone "
+            "in this version; use --device cpu",
             d->architecture);
     if (d->mla && (d->head_dim > KVCAL_MLA_MAX_ENTRY || d->qk_nope_head_dim % 2 ||
                    d->qk_nope_head_dim + d->qk_rope_head_dim > 256))

@@ -91,6 +91,7 @@ typedef struct {
     kvcal_bf16 *norm_w;            /* the layer's RMSNorm weights plus the model's
                                       norm offset, where it has one (else NULL) */
     size_t norm_at[KVCAL_W_COUNT]; /* their places in norm_w (values) */
+    kvcal_bf16 *norm_ones;         /* (hd) ones: a weightless q/k norm's, or NULL */
     float *absmax[2];              /* (L, HKV, hd) */
     uint64_t *hist[2];             /* (L, HKV, bins) */
     float *q_absmax;               /* (L, H) max |q| per query head */

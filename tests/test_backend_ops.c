@@ -401,6 +401,9 @@ static const op_row rows[] = {
         .taps = 4),
     ROW("gated_delta", .batch = 3, .seq = 1, .nk = 1, .dk = 40, .nv = 1, .dv = 8,
         .taps = 2),
+    /* Llama 4's queries in its NoPE layers: a floor of 8 (the factor moves
+     * every 8 positions), rows inside a wider buffer */
+    ROW("query_temperature", .rows = 300, .cols = 96, .x_stride = 160),
     ROW("sigmoid_gate", .rows = 19, .cols = 200),
     ROW("sigmoid_gate", .rows = 989, .cols = 136),
 
@@ -1865,6 +1868,59 @@ static void gated_delta_cuda(const op_row *r, int version, const void *p, op_ctx
     cudaFree(d_norm), cudaFree(d_out);
 }
 
+/* query_temperature: x (rows, x_stride), positions 0 .. rows - 1 with every
+ * 7th a padding row (-1, left as it is); one fp32 product rounded once:
+ * the reference rounded to bf16 bit for bit but where log1p straddles a
+ * rounding boundary (<= 1%). */
+typedef struct query_temperature_cpu {
+    float *x, *ref; /* (rows, x_stride) */
+    int32_t *pos;   /* (rows) */
+} query_temperature_cpu;
+
+static void *query_temperature_cpu_run(const op_row *r)
+{
+    const int64_t n = (int64_t)r->rows * r->x_stride;
+    query_temperature_cpu *c = host_alloc(sizeof *c);
+    c->x = rand_bf16(n, -4.0f, 4.0f);
+    c->ref = host_copy(c->x, n);
+    c->pos = host_alloc((size_t)r->rows * sizeof *c->pos);
+    for (int t = 0; t < r->rows; t++) {
+        c->pos[t] = t % 7 == 3 ? -1 : t;
+        if (c->pos[t] < 0)
+            continue;
+        float *row = c->ref + (int64_t)t * r->x_stride;
+        kvcal_query_temperature_ref(row, &c->pos[t], 1, r->cols, 0.1f, 8.0f);
+        for (int i = 0; i < r->cols; i++)
+            row[i] = kvcal_bf16_round(row[i]);
+    }
+    return c;
+}
+
+static void query_temperature_release(void *p)
+{
+    query_temperature_cpu *c = p;
+    free(c->x), free(c->ref), free(c->pos);
+    free(c);
+}
+
+static void query_temperature_cuda(const op_row *r, int version, const void *p,
+                                   op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const query_temperature_cpu *c = p;
+    const int64_t n = (int64_t)r->rows * r->x_stride;
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, n);
+    int32_t *d_pos = dev_upload(c->pos, (size_t)r->rows * sizeof *c->pos);
+    ROW_OK(kvcal_query_temperature_launch(d_x, r->x_stride, d_pos, r->rows, r->cols, 0.1f,
+                                          8.0f, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_x, n);
+    EXPECT_NONE(count_far(got, c->ref, n, 1e-6, 8e-3), n, "outputs off the bound");
+    EXPECT_MOSTLY(count_same(got, c->ref, n), n, 100, "outputs equal to the reference's");
+    free(got);
+    cudaFree(d_x), cudaFree(d_pos);
+}
+
 typedef struct sigmoid_gate_cpu {
     float *x, *gate, *ref; /* (rows, cols) */
 } sigmoid_gate_cpu;
@@ -2709,7 +2765,7 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
             /* the rows gathered apart (kvcal_moe_gather_launch), then read in
              * the plan's order by TMA: the same act, bit for bit */
             kvcal_bf16 *apart = dev_alloc_nan((int64_t)cap * I);
-            ROW_OK(kvcal_moe_gather_launch(sm90.y, d_x, &plan, K, D, 0));
+            ROW_OK(kvcal_moe_gather_launch(sm90.y, d_x, &plan, K, D, NULL, 0));
             ROW_OK(kvcal_moe_gemm_sm90_launch(apart, sm90.y, 0, d_gu, &plan, E, D, I, epi,
                                               r->oai ? &gu : NULL, 0));
             sync_ok();
@@ -3770,6 +3826,8 @@ static const op_def op_defs[] = {
      one_plain_version, rmsnorm_cols_cuda},
     {"gated_delta", gated_delta_cpu_run, gated_delta_release, one_version,
      one_plain_version, gated_delta_cuda},
+    {"query_temperature", query_temperature_cpu_run, query_temperature_release,
+     one_version, one_plain_version, query_temperature_cuda},
     {"sigmoid_gate", sigmoid_gate_cpu_run, sigmoid_gate_release, one_version,
      one_plain_version, sigmoid_gate_cuda},
     {"embed", embed_cpu_run, embed_release, one_version, one_plain_version, embed_cuda},
@@ -4102,7 +4160,7 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
                                                KVCAL_MOE_EPI_SWIGLU, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("gather -1"));
-    CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, 0),
+    CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));
     CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL,

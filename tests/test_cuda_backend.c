@@ -161,11 +161,12 @@ static void cuda_runner_matches_transformers_on_hybrid_golden_models(void)
  * MiniMax-M2 (q/k norms over the whole projection, sigmoid routing with
  * a choice bias, partial RoPE), Granite MoE (its multipliers), ERNIE 4.5
  * (softmax routing with a choice bias), Hunyuan (q/k norms after RoPE),
- * against
- * transformers (float64); every
- * valid token routed to top-k experts of every layer. The experts' GEMMs both ways: as
- * the backend takes them (on a Hopper GPU the sm_90a kernel, with SwiGLU fused but for
- * gpt-oss) and with KVCAL_MLP_UNFUSED (kvcal_moe_gemm_launch, then
+ * Llama 4 (chunks shorter than the samples, NoPE layers with the queries'
+ * temperature, the weightless q/k norm after RoPE, experts weighted on
+ * their input), against transformers (float64); every valid token routed
+ * to top-k experts of every layer. The experts' GEMMs both ways: as the
+ * backend takes them (on a Hopper GPU the sm_90a kernel, with SwiGLU fused
+ * but for gpt-oss) and with KVCAL_MLP_UNFUSED (kvcal_moe_gemm_launch, then
  * SwiGLU). */
 static void cuda_runner_matches_transformers_on_moe_golden_models(void)
 {
@@ -183,13 +184,16 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
                                         "minimax_m2_qknorm_all_rot8_e8_top3_bf16",
                                         "granitemoe_multipliers_e4_top2_bf16",
                                         "ernie45_moe_softmax_bias_e8_top3_bf16",
-                                        "hunyuan_moe_qknorm_after_rope_alpha_bf16"};
-    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3, 3, 3, 2, 3, 2};
-    /* Bit l: layer l has a dense MLP (ERNIE's first, GLM's first; the Qwen model's
+                                        "hunyuan_moe_qknorm_after_rope_alpha_bf16",
+                                        "llama4_nope_chunk8_temp_e4_top2_bf16",
+                                        "llama4_mm_top1_chunk16_bf16"};
+    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3, 3, 3, 2, 3, 2, 2, 1};
+    /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
      * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense;
-     * Qwen3-VL-MoE's mlp_only_layers [0]; GLM-4.5V's first). */
-    static const unsigned dense[] = {0, 0,  0,  1u, 1u | 4u, 0,  0, 0,
-                                     0, 1u, 1u, 0,  0,       1u, 0};
+     * Qwen3-VL-MoE's mlp_only_layers [0]; GLM-4.5V's first; ERNIE's first;
+     * the first Llama 4's moe_layers [1, 3] make 0 and 2 dense). */
+    static const unsigned dense[] = {0,  0,  0, 1u, 1u | 4u, 0, 0,       0, 0,
+                                     1u, 1u, 0, 0,  1u,      0, 1u | 4u, 0};
     _Static_assert(sizeof top_k / sizeof *top_k == sizeof names / sizeof *names &&
                        sizeof dense / sizeof *dense == sizeof names / sizeof *names,
                    "a top-k and dense layers for each model");

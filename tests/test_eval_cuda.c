@@ -408,7 +408,9 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "granitemoe_multipliers_e4_top2_bf16",
                                         "ernie45_moe_softmax_bias_e8_top3_bf16",
                                         "hunyuan_dense_qknorm_after_rope_bf16",
-                                        "hunyuan_moe_qknorm_after_rope_alpha_bf16"};
+                                        "hunyuan_moe_qknorm_after_rope_alpha_bf16",
+                                        "llama4_nope_chunk8_temp_e4_top2_bf16",
+                                        "llama4_mm_top1_chunk16_bf16"};
     check_golden_models(names, sizeof names / sizeof names[0], "",
                         check_cuda_against_cpu);
 }

@@ -1379,7 +1379,9 @@ static void model_open_names_minimax_m2_fields_the_engines_read_apart(void)
 
 /* Llama 4 with attention_bias, which vLLM and sglang build without, is
  * refused, as a checkpoint holding biases its config does not state; the
- * CUDA runner names what it lacks before any device work. */
+ * CUDA runner takes its bf16 checkpoints and names what it lacks of its
+ * FP8 ones (experts weighted on their input, then quantized) before any
+ * device work. */
 static void model_open_names_llama4_fields_the_engines_read_apart(void)
 {
     expect_open_error(edited_checkpoint(LLAMA4, "{\"attention_bias\": true}"),
@@ -1393,8 +1395,14 @@ static void model_open_names_llama4_fields_the_engines_read_apart(void)
     CU_ASSERT_EQUAL(kvcal_model_layer_chunk(d, 3), 8);
     CU_ASSERT_EQUAL(d->layer_dense[0] + d->layer_dense[2], 2);
     CU_ASSERT_EQUAL(d->layer_dense[1] + d->layer_dense[3], 0);
-    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("chunked attention, q/k norms without a weight"));
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(d), KVCAL_OK);
+    kvcal_model_close(m);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_model_open("tests/fixtures/golden/fp8_llama4_ct_channel_token", &m),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
+                    KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("FP8 experts weighted on their input"));
     kvcal_model_close(m);
     /* FP8 experts in the stacked tensors (ModelOpt's) are not read; those
      * with a tensor per expert are (fp8_llama4_ct_channel_token) */

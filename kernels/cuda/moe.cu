@@ -476,12 +476,16 @@ extern "C" kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan,
 
 #define GATHER_THREADS 256
 
-/* A block per plan tile, a warp per row at a time, 16 bytes a lane. */
+/* A block per plan tile, a warp per row at a time, 16 bytes a lane; with
+ * weights, each row times its assignment's weight rounded to bf16, the
+ * products rounded once (a bf16 model's hidden state times its bf16
+ * router score: Llama 4's). */
 __global__ void __launch_bounds__(GATHER_THREADS)
     moe_gather_kernel(uint4 *__restrict__ xs,                  // (capacity, dim / 8)
                       const uint4 *__restrict__ x,             // (tokens, dim / 8)
                       const int32_t *__restrict__ sorted,      // (capacity)
                       const int32_t *__restrict__ tile_expert, // (tiles)
+                      const float *__restrict__ weights,       // (assignments) or NULL
                       int top_k, int vecs)
 {
     const int tile = blockIdx.x;
@@ -493,15 +497,29 @@ __global__ void __launch_bounds__(GATHER_THREADS)
         const int id = sorted[row];
         uint4 *dst = xs + row * vecs;
         const uint4 *src = x + (int64_t)(id < 0 ? 0 : id / top_k) * vecs;
+        const float w = weights && id >= 0
+                            ? __bfloat162float(__float2bfloat16_rn(weights[id]))
+                            : 1.0f;
 #pragma unroll 4
-        for (int c = lane; c < vecs; c += 32)
-            dst[c] = id >= 0 ? src[c] : make_uint4(0, 0, 0, 0);
+        for (int c = lane; c < vecs; c += 32) {
+            uint4 v = id >= 0 ? src[c] : make_uint4(0, 0, 0, 0);
+            if (weights) {
+                __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&v);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float2 f = __bfloat1622float2(h[q]);
+                    h[q] = __floats2bfloat162_rn(f.x * w, f.y * w);
+                }
+            }
+            dst[c] = v;
+        }
     }
 }
 
 extern "C" kvcal_status kvcal_moe_gather_launch(kvcal_bf16 *xs, const kvcal_bf16 *x,
                                                 const kvcal_moe_plan *plan, int top_k,
-                                                int dim, cudaStream_t stream)
+                                                int dim, const float *weights,
+                                                cudaStream_t stream)
 {
     if (!xs || !x || !plan || top_k < 1 || dim < 8 || dim % 8 ||
         ((uintptr_t)xs | (uintptr_t)x) % 16)
@@ -514,7 +532,7 @@ extern "C" kvcal_status kvcal_moe_gather_launch(kvcal_bf16 *xs, const kvcal_bf16
         return KVCAL_OK;
     moe_gather_kernel<<<plan->tiles, GATHER_THREADS, 0, stream>>>(
         reinterpret_cast<uint4 *>(xs), reinterpret_cast<const uint4 *>(x), plan->sorted,
-        plan->tile_expert, top_k, dim / 8);
+        plan->tile_expert, weights, top_k, dim / 8);
     KVCAL_CUDA_CHECK_LAUNCH("moe_gather_kernel");
     return KVCAL_OK;
 }
@@ -777,7 +795,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
             const int r = slot_of[t * top_k + j];
             if (r < 0)
                 continue;
-            const float w = weights[t * top_k + j];
+            const float w = weights ? weights[t * top_k + j] : 1.0f;
             const uint4 v = *reinterpret_cast<const uint4 *>(y + (int64_t)r * dim + c);
             const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&v);
 #pragma unroll
@@ -814,9 +832,8 @@ kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y, const int32_t *sl
                          int dim, const kvcal_bf16 *shared, const kvcal_bf16 *x,
                          const kvcal_bf16 *shared_gate, cudaStream_t stream)
 {
-    if (!out || !y || !slot_of || !weights || tokens < 0 || top_k < 1 || dim < 8 ||
-        dim % 8 || (shared_gate && !x) ||
-        ((uintptr_t)out | (uintptr_t)y | (uintptr_t)shared) % 16)
+    if (!out || !y || !slot_of || tokens < 0 || top_k < 1 || dim < 8 || dim % 8 ||
+        (shared_gate && !x) || ((uintptr_t)out | (uintptr_t)y | (uintptr_t)shared) % 16)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "moe combine: %d tokens, top-%d, dim %d: need buffers (and x "
                           "with a shared expert's gate), 16-byte aligned, and dim a "

@@ -394,6 +394,24 @@ __global__ void affine_kernel(__nv_bfloat16 *__restrict__ out, const __nv_bfloat
         out[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * a + b);
 }
 
+/* x (rows, cols of stride) row t times 1 + scale ln(1 + floor((pos[t] + 1)
+ * / floor_scale)) in fp32, rounded once; rows with pos < 0 left as they are. */
+__global__ void query_temperature_kernel(__nv_bfloat16 *__restrict__ x, int64_t stride,
+                                         const int32_t *__restrict__ pos, int rows,
+                                         int cols, float scale, float floor_scale)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+         i < (int64_t)rows * cols; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / cols;
+        if (pos[t] < 0)
+            continue;
+        const float f =
+            log1pf(floorf(((float)pos[t] + 1.0f) / floor_scale)) * scale + 1.0f;
+        __nv_bfloat16 *v = x + t * stride + (i - t * cols);
+        *v = __float2bfloat16_rn(__bfloat162float(*v) * f);
+    }
+}
+
 static unsigned grid_of(int64_t items, int threads)
 {
     const int64_t blocks = (items + threads - 1) / threads;
@@ -584,5 +602,28 @@ extern "C" kvcal_status kvcal_embed_launch(kvcal_bf16 *out, const kvcal_bf16 *ta
     else
         embed_kernel<1><<<n, 128, 0, stream>>>(o, t, ids, dim);
     KVCAL_CUDA_CHECK_LAUNCH("embed_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status kvcal_query_temperature_launch(kvcal_bf16 *x, int64_t stride,
+                                                       const int32_t *pos, int rows,
+                                                       int cols, float scale,
+                                                       float floor_scale,
+                                                       cudaStream_t stream)
+{
+    if (!x || !pos || rows < 0 || cols < 1 || stride < cols || !isfinite(scale) ||
+        !(floor_scale > 0.0f))
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "query_temperature: rows %d, cols %d, stride %lld, scale %g, "
+                          "floor %g: need buffers, rows >= 0, 1 <= cols <= stride, a "
+                          "finite scale and a floor > 0",
+                          rows, cols, (long long)stride, (double)scale,
+                          (double)floor_scale);
+    if (rows == 0)
+        return KVCAL_OK;
+    query_temperature_kernel<<<grid_of((int64_t)rows * cols, 256), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(x), stride, pos, rows, cols, scale,
+        floor_scale);
+    KVCAL_CUDA_CHECK_LAUNCH("query_temperature_kernel");
     return KVCAL_OK;
 }

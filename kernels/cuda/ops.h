@@ -70,6 +70,15 @@ kvcal_status kvcal_swiglu_oai_launch(kvcal_bf16 *out, const kvcal_bf16 *gate_up,
 kvcal_status kvcal_softcap_launch(kvcal_bf16 *x, int64_t n, float cap,
                                   cudaStream_t stream);
 
+/* x (rows, cols; rows stride values apart) row t times 1 + scale ln(1 +
+ * floor((pos[t] + 1) / floor_scale)) in fp32, rounded once
+ * (kvcal_query_temperature_ref: Llama 4's queries in its NoPE layers); rows
+ * with pos < 0 (padding) left as they are. */
+kvcal_status kvcal_query_temperature_launch(kvcal_bf16 *x, int64_t stride,
+                                            const int32_t *pos, int rows, int cols,
+                                            float scale, float floor_scale,
+                                            cudaStream_t stream);
+
 /* out (n) = x * a + b in fp32, rounded once to bf16 (out may be x): the
  * embedding's scale, an RMSNorm weight's offset. */
 kvcal_status kvcal_affine_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int64_t n, float a,
@@ -571,11 +580,13 @@ kvcal_status kvcal_moe_bias_launch(kvcal_bf16 *y, const kvcal_bf16 *bias,
 
 /* xs (capacity, dim) row r = x (tokens, dim) row sorted[r] / top_k for the
  * rows of the plan's used tiles, zeros for their padding rows; the rows of
- * unused tiles are left as they are. dim a multiple of 8, xs and x 16-byte
- * aligned. */
+ * unused tiles are left as they are. With weights (tokens, top_k), each row
+ * times its assignment's weight rounded to bf16, the products rounded once
+ * (Llama 4's experts weighted on their input); NULL: copied. dim a multiple
+ * of 8, xs and x 16-byte aligned. */
 kvcal_status kvcal_moe_gather_launch(kvcal_bf16 *xs, const kvcal_bf16 *x,
                                      const kvcal_moe_plan *plan, int top_k, int dim,
-                                     cudaStream_t stream);
+                                     const float *weights, cudaStream_t stream);
 
 /* What kvcal_moe_gemm_sm90_launch does with a row's products. */
 typedef enum kvcal_moe_epilogue {
@@ -622,7 +633,8 @@ kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, in
                                         cudaStream_t stream);
 
 /* out (tokens, dim) = the weighted sum over j of y (capacity, dim) row
- * slot_of[t * top_k + j] times weights (tokens, top_k), fp32, rounded once
+ * slot_of[t * top_k + j] times weights (tokens, top_k; NULL: ones, the
+ * weights applied on the experts' input), fp32, rounded once
  * to bf16; plus, when shared (tokens, dim) is non-NULL, sigmoid(x (tokens,
  * dim) . shared_gate (dim)) * shared (the gate's logit and sigmoid rounded
  * to bf16 as a bf16 nn.Linear and F.sigmoid give them), or shared itself
