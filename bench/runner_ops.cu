@@ -219,8 +219,8 @@ static void rope_shapes_section(timer &t, double peak_tflops, double peak_tbs)
         CHECK_CUDA(cudaMemcpy(inv_freq, hf.data(), hf.size() * sizeof(float),
                               cudaMemcpyHostToDevice));
         const kvcal_rope_cfg rope = {
-            inv_freq, sh.hd, 0, sh.qk_norm ? qn : nullptr, sh.qk_norm ? kn : nullptr,
-            1e-6f,    1.0f};
+            inv_freq, sh.hd, 0,   sh.qk_norm ? qn : nullptr, sh.qk_norm ? kn : nullptr,
+            1e-6f,    1.0f,  0.0f};
         kvcal_kv_observer obs = observer_alloc(sh.hkv, sh.hd);
         const double bytes = 2.0 * M * ((sh.h + sh.hkv) * sh.hd * 2.0 + sh.hkv * sh.hd);
         const float ms = time_ms(t, [&] {
@@ -1026,7 +1026,7 @@ int main(int argc, char **argv)
     float *q_absmax; // (H) for the "+ observe Q" rows (calibrate --q-scale)
     CHECK_CUDA(cudaMalloc(&q_absmax, H * sizeof(float)));
     CHECK_CUDA(cudaMemset(q_absmax, 0, H * sizeof(float)));
-    const kvcal_rope_cfg rope = {inv_freq, HD, 0, nullptr, nullptr, 0.0f, 1.0f};
+    const kvcal_rope_cfg rope = {inv_freq, HD, 0, nullptr, nullptr, 0.0f, 1.0f, 0.0f};
 
     printf("%-26s %9s %9s %7s %9s %7s\n", "op (8 x 2048 tokens)", "ms", "floor ms",
            "of fl", "TFLOP/s", "TB/s");

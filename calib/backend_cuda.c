@@ -92,15 +92,20 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
     lay->bytes = off;
 }
 
-/* Norm weights whose model adds an offset to them (Gemma's 1 + w) are read
- * from norm_w, filled by use_layer. */
 static kvcal_bf16 *tensor(const cuda_backend *r, kvcal_weight w)
 {
     if (w == KVCAL_W_NONE || !r->lay.elems[w])
         return NULL;
-    if (r->norm_w && r->base.desc->arch->weights[w].norm)
-        return r->norm_w + r->norm_at[w];
     return (kvcal_bf16 *)(r->layer_weights + r->lay.off[w]);
+}
+
+/* The offset norm weight w's model adds to it (Gemma's and Qwen3-Next's
+ * 1 + w, applied in the norm kernels' fp32 arithmetic), else 0. */
+static float norm_offset(const cuda_backend *r, kvcal_weight w)
+{
+    return w != KVCAL_W_NONE && r->base.desc->arch->weights[w].norm
+               ? r->base.desc->norm_offset
+               : 0.0f;
 }
 
 /* FP8 weight w of the layer in use, its rows from `row` on (a slice of
@@ -311,15 +316,7 @@ static kvcal_status use_layer(kvcal_backend *be, int layer)
     cuda_backend *r = cu(be);
     r->layer = layer;
     r->fp8_ready = KVCAL_W_NONE;
-    kvcal_status st =
-        kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
-    for (int w = 0; !st && r->norm_w && w < KVCAL_W_COUNT; w++)
-        if (r->lay.elems[w] && be->desc->arch->weights[w].norm)
-            st = kvcal_affine_launch(
-                r->norm_w + r->norm_at[w],
-                (const kvcal_bf16 *)(r->layer_weights + r->lay.off[w]),
-                (int64_t)r->lay.elems[w], 1.0f, be->desc->norm_offset, r->stream);
-    return st;
+    return kvcal_cuda_loader_use(r->loader, layer, r->stream, &r->layer_weights);
 }
 
 static kvcal_weight fp8_sole_reader(const cuda_backend *r, const kvcal_op *op, int fits);
@@ -336,11 +333,12 @@ static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first
     kvcal_status st = delta ? kvcal_cuda_scale_delta(r, delta) : KVCAL_OK;
     if (st)
         return st;
+    const float off = norm_offset(r, op->w);
     const kvcal_weight reader = fp8_sole_reader(
-        r, op, kvcal_fp8_add_rmsnorm_quant_fits(r->resid, delta, w, r->D));
+        r, op, off == 0.0f && kvcal_fp8_add_rmsnorm_quant_fits(r->resid, delta, w, r->D));
     if (reader == KVCAL_W_NONE)
-        return kvcal_add_rmsnorm_launch(act(r, op->out), r->resid, delta, w, n, r->D,
-                                        r->eps, r->stream);
+        return kvcal_add_rmsnorm_offset_launch(act(r, op->out), r->resid, delta, w, off,
+                                               n, r->D, r->eps, r->stream);
     const kvcal_fp8_weight fw = fp8_weight(r, reader, 0);
     st = kvcal_fp8_add_rmsnorm_quant_launch(r->fp8s.xq, r->fp8s.xs, r->resid, delta, w, n,
                                             r->D, r->eps, fw.f.a, fw.f.group,
@@ -497,15 +495,15 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     if (st)
         return st;
     const int apart = whole || after_rope;
-    const kvcal_rope_cfg rope = {!rope_on  ? r->inv_freq_zero
-                                 : sliding ? r->inv_freq_sliding
-                                           : r->inv_freq,
-                                 r->rot_dim, r->interleaved,
-                                 apart ? NULL : tensor(r, op->w),
-                                 apart ? NULL : tensor(r, op->b), r->eps,
-                                 /* the sliding layers' own RoPE: unscaled
-                                    (kvcal_model_layer_rope_factor) */
-                                 sliding || !rope_on ? 1.0f : r->attention_factor};
+    const kvcal_rope_cfg rope = {
+        !rope_on  ? r->inv_freq_zero
+        : sliding ? r->inv_freq_sliding
+                  : r->inv_freq,
+        r->rot_dim, r->interleaved, apart ? NULL : tensor(r, op->w),
+        apart ? NULL : tensor(r, op->b), r->eps,
+        /* the sliding layers' own RoPE: unscaled
+           (kvcal_model_layer_rope_factor) */
+        sliding || !rope_on ? 1.0f : r->attention_factor, norm_offset(r, op->w)};
     kvcal_kv_observer obs = {0};
     if (observe >= 0 && r->stats)
         obs = observer_of(r, observe);
@@ -515,7 +513,7 @@ static kvcal_status qk_norm_rope(kvcal_backend *be, const kvcal_op *op, int need
     const kvcal_kv_observer *o = observe >= 0 && r->stats ? &obs : NULL;
     if (after) {
         const kvcal_rope_cfg still = {
-            r->inv_freq_zero, r->rot_dim, r->interleaved, NULL, NULL, r->eps, 1.0f};
+            r->inv_freq_zero, r->rot_dim, r->interleaved, NULL, NULL, r->eps, 1.0f, 0.0f};
         st = kvcal_rope_observe_launch(r->qkv, r->qkv_width, r->pos, n, r->qkv_heads,
                                        r->HKV, r->hd, &rope, NULL, r->stream);
         if (!st)
@@ -703,9 +701,9 @@ static kvcal_status rmsnorm(kvcal_backend *be, const kvcal_op *op)
     cuda_backend *r = cu(be);
     long long dim, cols; /* hidden, or the query's LoRA rank (MLA) */
     kvcal_model_weight_shape(be->desc, op->w, &dim, &cols);
-    return kvcal_add_rmsnorm_launch(act(r, op->out), act(r, op->in), NULL,
-                                    tensor(r, op->w), r->batch * r->seq_len, (int)dim,
-                                    r->eps, r->stream);
+    return kvcal_add_rmsnorm_offset_launch(
+        act(r, op->out), act(r, op->in), NULL, tensor(r, op->w), norm_offset(r, op->w),
+        r->batch * r->seq_len, (int)dim, r->eps, r->stream);
 }
 
 /* cuBLAS's gate/up GEMM, then GeGLU (the fused kernel is SwiGLU's alone). */
@@ -1378,12 +1376,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     r->shared_fused = r->moe_sm90 && r->SI > 0 && kvcal_cuda_mlp_fits(r->SI, r->D) &&
                       d->fp8[KVCAL_W_SHARED_GATE_UP].w == KVCAL_FP8W_NONE;
     layout_layer(&r->lay, d, r->mlp_fused || r->mlp_fp8_fused, r->shared_fused);
-    size_t norm_elems = 0;
-    for (int w = 0; d->norm_offset != 0.0f && w < KVCAL_W_COUNT; w++)
-        if (r->lay.elems[w] && d->arch->weights[w].norm) {
-            r->norm_at[w] = norm_elems;
-            norm_elems += (r->lay.elems[w] + 7) / 8 * 8; /* 16-byte aligned */
-        }
     if (!(r->default_names = malloc(sizeof(int64_t) * (size_t)max_batch))) {
         st = kvcal_fail(KVCAL_ERR_NOMEM, "cuda runner: out of host memory");
         goto fail;
@@ -1456,7 +1448,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         round_up(4 * LH * r->hd * sizeof(float)) +
         /* inv_freq, the sliding layers' and the zeros of the NoPE layers */
         3 * round_up((size_t)(r->rot_dim / 2) * sizeof(float)) +
-        round_up(norm_elems * e) +
         /* ones: the weight of Llama 4's weightless q/k norm */
         (d->qk_l2_norm ? round_up((size_t)r->hd * e) : 0);
     const size_t embed = round_up((size_t)r->V * r->D * e);
@@ -1556,7 +1547,6 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->inv_freq_sliding = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     if (d->layer_nope || d->qk_norm_after_rope)
         r->inv_freq_zero = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
-    r->norm_w = norm_elems ? carve(&p, norm_elems * e) : NULL;
     r->norm_ones = d->qk_l2_norm ? carve(&p, (size_t)r->hd * e) : NULL;
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);

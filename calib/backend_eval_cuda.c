@@ -78,9 +78,6 @@ kvcal_status kvcal_cuda_head_prepare(kvcal_backend *be)
     r->keep = buf[5];
     r->kld = buf[6], r->top = buf[7];
     TRY(kvcal_cuda_loader_upload(r->loader, &norm, r->final_norm, r->stream));
-    if (d->norm_offset != 0.0f)
-        TRY(kvcal_affine_launch(r->final_norm, r->final_norm, r->D, 1.0f, d->norm_offset,
-                                r->stream));
     if (!d->tied_embeddings)
         TRY(kvcal_cuda_loader_upload(r->loader, &cls, buf[1], r->stream));
     return KVCAL_OK;
@@ -134,8 +131,8 @@ kvcal_status kvcal_cuda_head_nll(kvcal_backend *be, const int32_t *target, float
         TRY_CUDA(cudaMemcpyAsync(r->keep, ref->row, (size_t)n * sizeof(int64_t),
                                  cudaMemcpyHostToDevice, s));
     TRY(kvcal_cuda_scale_delta(r, r->delta));
-    TRY(kvcal_add_rmsnorm_launch(r->xn, r->resid, r->delta, r->final_norm, n, r->D,
-                                 r->eps, s));
+    TRY(kvcal_add_rmsnorm_offset_launch(r->xn, r->resid, r->delta, r->final_norm,
+                                        be->desc->norm_offset, n, r->D, r->eps, s));
     for (int r0 = 0; r0 < n; r0 += r->chunk) {
         const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;
         TRY(kvcal_gemm_launch(r->gemm, r->logits, r->xn + (size_t)r0 * r->D, r->lm_head,

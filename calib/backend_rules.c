@@ -78,6 +78,17 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "--device cuda: %s's softmax routing with a choice bias in %d groups: the "
             "CUDA runner takes it in one group; use --device cpu",
             d->architecture, d->moe_groups);
+    for (int w = 0; w < KVCAL_W_COUNT; w++)
+        for (int i = 0; d->fp8[w].w != KVCAL_FP8W_NONE && i < KVCAL_WEIGHT_PARTS_MAX; i++)
+            if (d->arch->weights[w].parts[i].layout &
+                (KVCAL_PART_HEAD_FIRST | KVCAL_PART_HEAD_SECOND | KVCAL_PART_GDN_GROUPED))
+                return kvcal_fail(
+                    KVCAL_ERR_UNSUPPORTED,
+                    "--device cuda: %s's FP8 %s: its rows regrouped from the "
+                    "checkpoint's "
+                    "(a gated q_proj's heads, a delta-net's projections grouped by key "
+                    "head) run on the CPU runner alone in this version; use --device cpu",
+                    d->architecture, d->arch->weights[w].parts[i].name);
     if (d->moe_input_weighted && d->fp8[KVCAL_W_EXPERT_GATE_UP].w != KVCAL_FP8W_NONE)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,

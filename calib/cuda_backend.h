@@ -88,9 +88,6 @@ typedef struct {
     float *inv_freq;               /* (rot_dim / 2) */
     float *inv_freq_sliding;       /* (rot_dim / 2) the sliding layers', or NULL */
     float *inv_freq_zero; /* (rot_dim / 2) zeros for layers without RoPE, or NULL */
-    kvcal_bf16 *norm_w;            /* the layer's RMSNorm weights plus the model's
-                                      norm offset, where it has one (else NULL) */
-    size_t norm_at[KVCAL_W_COUNT]; /* their places in norm_w (values) */
     kvcal_bf16 *norm_ones;         /* (hd) ones: a weightless q/k norm's, or NULL */
     float *absmax[2];              /* (L, HKV, hd) */
     uint64_t *hist[2];             /* (L, HKV, bins) */

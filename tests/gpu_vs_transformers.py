@@ -36,7 +36,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hf_decoder import cached_kv, decoder_layers, model_class  # noqa: E402
+from hf_decoder import cached_kv, decoder_layers, model_class, text_model  # noqa: E402
 from hf_mla import is_mla, mla_entry  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
             layer.self_attn.register_forward_pre_hook(make_hook(layer.self_attn),
                                                       with_kwargs=True)
     with torch.no_grad():
-        model.model(torch.tensor(samples, device="cuda"), use_cache=False)
+        text_model(model)(torch.tensor(samples, device="cuda"), use_cache=False)
     del model
     torch.cuda.empty_cache()
     return torch.stack(k_abs).tolist(), torch.stack(v_abs).tolist(), parts

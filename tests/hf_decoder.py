@@ -11,11 +11,16 @@ runs its language model alone on text."""
 import sys
 
 
-def decoder_layers(model):
-    """Llama4ForConditionalGeneration keeps a whole causal LM in
-    model.language_model."""
+def text_model(model):
+    """The module that runs the decoder layers on token ids: a causal LM's
+    model, a multimodal wrapper's language model (Llama4ForConditionalGeneration
+    keeps a whole causal LM in model.language_model)."""
     inner = model.model if hasattr(model, "model") else model.language_model.model
-    return getattr(inner, "language_model", inner).layers
+    return getattr(inner, "language_model", inner)
+
+
+def decoder_layers(model):
+    return text_model(model).layers
 
 
 def is_wrapper(cfg):

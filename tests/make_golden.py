@@ -52,6 +52,8 @@ V over all samples, a few raw K/V rows and a few logits.
 Usage: python3 tests/make_golden.py [NAME...]   (from the repository root;
 needs torch, transformers, safetensors, numpy; NAMEs limit it to those
 fixtures)
+       python3 tests/make_golden.py --spread NAME...   (bf16_spread written
+into the existing fixtures, their checkpoints as they are)
 """
 import json
 import os
@@ -61,7 +63,7 @@ import sys
 
 import numpy as np
 
-from hf_decoder import cached_kv, decoder_layers, from_config, model_class
+from hf_decoder import cached_kv, decoder_layers, from_config, model_class, text_model
 from hf_mla import is_mla, mla_entry
 
 OUT = os.path.join("tests", "fixtures", "golden")
@@ -1029,41 +1031,72 @@ def kv_layer_indices(model):
     return [i for i, layer in enumerate(decoder_layers(model)) if hasattr(layer, "self_attn")]
 
 
-def mla_bf16_spread(d, samples, fx, torch, tf):
-    """Per layer, the worst relative distance of the cached entry's latent
-    and RoPE-part absmax of bf16 servings of the MLA checkpoint d (eager
-    transformers as saved, then with its embedding rows perturbed three
-    times by 2^-8: fp8_reference.perturb_embeddings) from fx's float64
-    values: how far bf16 arithmetic alone moves them (a bf16 rounding that
-    flips a router's choice moves the later layers' absmax by percents).
-    It bounds the entry's absmax too (the larger of the two parts')."""
+# Fixtures (beside the MLA ones) whose bf16 servings flip a router's
+# choice against the float64 reference, so that a layer's absmax moves by
+# percents in transformers' own bf16 run: they carry bf16_spread. Llama 4's
+# top-2 of 4 every other layer: transformers bf16 lies 6.9e-2 from float64
+# in its last layer's V.
+BF16_SPREAD = {"llama4_nope_chunk8_temp_e4_top2_bf16"}
+
+
+def bf16_spread(d, samples, fx, torch, tf):
+    """Per cached layer, the worst relative distance of bf16 servings of
+    the checkpoint d (eager transformers as saved, then with its embedding
+    rows perturbed three times by 2^-8: fp8_reference.perturb_embeddings)
+    from fx's float64 values: of an MLA entry's latent and RoPE-part absmax
+    (it bounds the entry's absmax too, the larger of the two parts'), else
+    of each kv head's K and V absmax: how far bf16 arithmetic alone moves
+    them (a bf16 rounding that flips a router's choice moves the later
+    layers' absmax by percents)."""
     import fp8_reference
-    want = np.array([fx["latent_absmax"], fx["rope_absmax"]]).T  # (layers, 2)
+    mla = "latent_absmax" in fx
+    if mla:  # (layers, 2)
+        want = np.array([fx["latent_absmax"], fx["rope_absmax"]]).T
+    else:  # (layers, 2 kv heads)
+        want = np.concatenate([np.array(fx["k_absmax"]), np.array(fx["v_absmax"])], axis=1)
     gen = torch.Generator().manual_seed(0)
     worst = np.zeros(len(want))
+    cfg = tf.AutoConfig.from_pretrained(d)
     for draw in range(4):
-        model = tf.AutoModelForCausalLM.from_pretrained(
+        model = model_class(tf, cfg).from_pretrained(
             d, dtype=torch.bfloat16, attn_implementation="eager",
             experts_implementation="eager").eval()
         if draw:
             fp8_reference.perturb_embeddings(model, gen)
-        L = model.config.kv_lora_rank
         seen = []
 
-        def hook(module, args, kwargs):
+        def mla_hook(module, args, kwargs):
             e = mla_entry(module, kwargs, torch).abs().double()
+            L = module.kv_lora_rank
             seen.append([e[..., :L].max().item(), e[..., L:].max().item()])
 
-        for layer in model.model.layers:
-            layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True)
+        def hook(module, args, kwargs):
+            hs = kwargs.get("hidden_states", args[0] if args else None)
+            k, v = cached_kv(module, hs, kwargs["position_embeddings"])
+            seen.append(torch.cat([k.abs().amax(dim=(0, 1, 3)),
+                                   v.abs().amax(dim=(0, 1, 3))]).double().tolist())
+
+        for layer in decoder_layers(model):
+            if hasattr(layer, "self_attn"):
+                layer.self_attn.register_forward_pre_hook(mla_hook if mla else hook,
+                                                          with_kwargs=True)
         got = np.zeros_like(want)
         with torch.no_grad():
             for s in samples:
                 seen.clear()
-                model(torch.tensor([s]), use_cache=False)
+                text_model(model)(torch.tensor([s]), use_cache=False)
                 got = np.maximum(got, np.array(seen))
         worst = np.maximum(worst, (np.abs(got - want) / want).max(axis=1))
     return worst.tolist()
+
+
+def add_bf16_spread(name, torch, tf):
+    """Writes bf16_spread into the existing fixture `name` (its checkpoint
+    and samples as they are: no model is made again)."""
+    path = os.path.join(OUT, name + ".json")
+    fx = json.load(open(path))
+    fx["bf16_spread"] = bf16_spread(fx["model"], fx["samples"], fx, torch, tf)
+    write_fixture(name, fx)
 
 
 def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
@@ -1124,13 +1157,21 @@ def make_hf(name, cfg, dtype, style, torch, tf, ref_dtype="float32"):
                                       for k in ks], axis=0).astype(float).tolist()
         fx["rope_absmax"] = np.max([np.abs(k[..., L:]).max(axis=(1, 2, 3))
                                     for k in ks], axis=0).astype(float).tolist()
-        fx["bf16_spread"] = mla_bf16_spread(d, samples, fx, torch, tf)
+    if getattr(cfg, "kv_lora_rank", None) or name in BF16_SPREAD:
+        fx["bf16_spread"] = bf16_spread(d, samples, fx, torch, tf)
     write_fixture(name, fx)
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
     print("  checkpoint %s: %d bytes" % (d, size))
 
 
 def main():
+    if sys.argv[1:2] == ["--spread"]:  # bf16_spread into existing fixtures
+        import torch
+        import transformers as tf
+        torch.set_num_threads(2)
+        for name in sys.argv[2:]:
+            add_bf16_spread(name, torch, tf)
+        return
     wanted = set(sys.argv[1:])
     os.makedirs(OUT, exist_ok=True)
     if not wanted or "stories260K" in wanted:

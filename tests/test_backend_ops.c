@@ -393,14 +393,16 @@ static const op_row rows[] = {
     ROW("affine", .rows = 1, .affine_a = 50.5f, .affine_b = -2.0f),
 
     /* the golden models' sizes (off a warp); the released models' heads of
-     * 128 (the state past 48 KiB of shared memory), a key head per two value
-     * heads; one token */
+     * 128, a key head per two value heads; one token */
     ROW("gated_delta", .batch = 2, .seq = 37, .nk = 2, .dk = 16, .nv = 4, .dv = 24,
         .taps = 4),
     ROW("gated_delta", .batch = 1, .seq = 300, .nk = 1, .dk = 128, .nv = 2, .dv = 128,
         .taps = 4),
     ROW("gated_delta", .batch = 3, .seq = 1, .nk = 1, .dk = 40, .nv = 1, .dv = 8,
         .taps = 2),
+    /* a key head past the registers' kernel: the state in shared memory */
+    ROW("gated_delta", .batch = 2, .seq = 50, .nk = 1, .dk = 160, .nv = 2, .dv = 48,
+        .taps = 4),
     /* Llama 4's queries in its NoPE layers: a floor of 8 (the factor moves
      * every 8 positions), rows inside a wider buffer */
     ROW("query_temperature", .rows = 300, .cols = 96, .x_stride = 160),
@@ -1393,7 +1395,8 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
                                 r->qk_norm ? d_qn : NULL,
                                 r->qk_norm ? d_kn : NULL,
                                 ROPE_EPS,
-                                rope_factor(r)};
+                                rope_factor(r),
+                                0.0f};
     ROW_OK(version
                ? kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos, r->rows,
                                                    r->heads, kvh, hd, &cfg, &d_obs, 0)
@@ -4278,7 +4281,7 @@ static void rope_observe_refuses_attention_factor_not_positive_finite(void)
 {
     const float bad[] = {0.0f, -1.0f, NAN, INFINITY};
     for (int i = 0; i < 4; i++) {
-        kvcal_rope_cfg rope = {(const float *)16, 64, 0, NULL, NULL, 0.0f, bad[i]};
+        kvcal_rope_cfg rope = {(const float *)16, 64, 0, NULL, NULL, 0.0f, bad[i], 0.0f};
         CU_ASSERT_EQUAL(kvcal_rope_observe_launch((kvcal_bf16 *)16, 3 * 64,
                                                   (const int32_t *)16, 4, 1, 1, 64, &rope,
                                                   NULL, 0),
@@ -4289,7 +4292,7 @@ static void rope_observe_refuses_attention_factor_not_positive_finite(void)
 
 static void rope_observe_version_2_refuses_head_dim_off_16(void)
 {
-    kvcal_rope_cfg rope = {(const float *)16, 40, 0, NULL, NULL, 0.0f, 1.0f};
+    kvcal_rope_cfg rope = {(const float *)16, 40, 0, NULL, NULL, 0.0f, 1.0f, 0.0f};
     CU_ASSERT_EQUAL(kvcal_rope_observe_launch_version(2, (kvcal_bf16 *)16, 3 * 40,
                                                       (const int32_t *)16, 4, 1, 1, 40,
                                                       &rope, NULL, 0),

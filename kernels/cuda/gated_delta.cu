@@ -5,10 +5,11 @@
  * output rounded once to bf16.
  *
  * One block per (sample, value head) walks the sample's tokens in order:
- * its state S (dk x dv, fp32) lives in shared memory, thread j holding
- * column j; the causal convolution of the token's q, k and v channels is
- * computed where they are read (the kernel taps of rows before it, within
- * the sample), so nothing but the state is kept between tokens. */
+ * its state S (dk x dv, fp32), thread j holding column j, in registers
+ * (key heads up to 128) or in shared memory; the causal convolution of the
+ * token's q, k and v channels is computed where they are read (the kernel
+ * taps of rows before it, within the sample), a token ahead, so nothing
+ * but the state is kept between tokens. */
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -73,20 +74,32 @@ static __device__ __forceinline__ float conv_silu(const __nv_bfloat16 *__restric
     return silu_f(acc);
 }
 
-__global__ void
-gated_delta_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
-                   const __nv_bfloat16 *__restrict__ qkvz,    // (B T, C + nv dv)
-                   const __nv_bfloat16 *__restrict__ ba,      // (B T, 2 nv)
-                   const __nv_bfloat16 *__restrict__ conv,    // (C, taps)
-                   const __nv_bfloat16 *__restrict__ a_log,   // (nv)
-                   const __nv_bfloat16 *__restrict__ dt_bias, // (nv)
-                   const __nv_bfloat16 *__restrict__ norm,    // (dv)
-                   int T, int nk, int dk, int nv, int dv, int taps, float eps)
+/* Threads of the kernel with the state in registers at most (value heads
+ * up to as many values): room for a column of 128 and the rest. */
+#define GDN_REG_THREADS 256
+
+/* DK > 0: a key head of up to DK values (the rest zeros), thread j's
+ * column of the state in registers; DK 0: any key head, the state in
+ * shared memory. Each token's convolution is computed a token ahead, its
+ * loads in flight while the state of the token before is updated. */
+template <int DK>
+__global__ void __launch_bounds__(DK > 0 ? GDN_REG_THREADS : 1024)
+    gated_delta_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
+                       const __nv_bfloat16 *__restrict__ qkvz,    // (B T, C + nv dv)
+                       const __nv_bfloat16 *__restrict__ ba,      // (B T, 2 nv)
+                       const __nv_bfloat16 *__restrict__ conv,    // (C, taps)
+                       const __nv_bfloat16 *__restrict__ a_log,   // (nv)
+                       const __nv_bfloat16 *__restrict__ dt_bias, // (nv)
+                       const __nv_bfloat16 *__restrict__ norm,    // (dv)
+                       int T, int nk, int dk, int nv, int dv, int taps, float eps)
 {
     extern __shared__ float smem[];
-    float *S = smem;                                /* (dk, dv) */
-    float *qs = S + (size_t)dk * dv, *ks = qs + dk; /* the token's q and k */
-    float *scratch = ks + dk;                       /* 64 */
+    constexpr int QK = DK > 0 ? DK : 1;
+    const int width = DK > 0 ? DK : dk; /* q and k as the loops read them */
+    float *qs = smem, *ks = qs + width; /* the token's q and k */
+    float *scratch = ks + width;        /* 64 */
+    float *S = scratch + 64;            /* (dk, dv) where DK is 0 */
+    float s[QK];                        /* thread j's column where DK > 0 */
     const int b = blockIdx.x / nv, h = blockIdx.x % nv, hk = h / (nv / nk);
     const int j = threadIdx.x;
     const int64_t KD = (int64_t)nk * dk, VD = (int64_t)nv * dv, C = 2 * KD + VD;
@@ -97,17 +110,30 @@ gated_delta_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
     const float A = expf(__bfloat162float(a_log[h])), dt = __bfloat162float(dt_bias[h]);
     const float q_scale = 1.0f / sqrtf((float)dk);
     const float w_norm = j < dv ? __bfloat162float(norm[j]) : 0.0f;
-    for (int i = 0; j < dv && i < dk; i++)
+#pragma unroll
+    for (int i = 0; i < QK; i++)
+        s[i] = 0.0f;
+    for (int i = 0; DK == 0 && j < dv && i < dk; i++)
         S[(size_t)i * dv + j] = 0.0f;
-    for (int t = 0; t < T; t++) {
-        float q = 0.0f, k = 0.0f, v = 0.0f;
+    for (int i = j; i < width; i += blockDim.x) /* the padding of q and k stays 0 */
+        qs[i] = ks[i] = 0.0f;
+    /* the convolution of token t's q, k and v channels of this thread */
+    auto convolved = [&](int t, float &q, float &k, float &v) {
+        q = k = v = 0.0f;
+        if (t >= T)
+            return;
         if (j < dk) {
             q = conv_silu(x, row, t, (int)(hk * dk + j), conv, taps);
             k = conv_silu(x, row, t, (int)(KD + hk * dk + j), conv, taps);
         }
         if (j < dv)
             v = conv_silu(x, row, t, (int)(2 * KD + (int64_t)h * dv + j), conv, taps);
-        /* q and k L2-normalized (eps 1e-6), q times dk^-0.5 */
+    };
+    float q, k, v;
+    convolved(0, q, k, v);
+    for (int t = 0; t < T; t++) {
+        /* q and k L2-normalized (eps 1e-6), q times dk^-0.5; the sums also
+           order the reads of qs and ks of the token before */
         const float2 sq = block_sum2(q * q, k * k, scratch);
         if (j < dk) {
             qs[j] = q / sqrtf(sq.x + 1e-6f) * q_scale;
@@ -116,26 +142,44 @@ gated_delta_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
         const float beta = sigmoid_f(__bfloat162float(bap[(int64_t)t * 2 * nv + h]));
         const float decay = expf(
             -A * softplus_f(__bfloat162float(bap[(int64_t)t * 2 * nv + nv + h]) + dt));
+        const float vt = v;
         __syncthreads();
+        convolved(t + 1, q, k, v); /* in flight under the state's update */
         float o = 0.0f;
         if (j < dv) {
             /* S decays; kv_mem = S^T k; S += k delta^T, delta = beta (v - kv_mem);
                o = S^T q */
-            float mem = 0.0f;
-            for (int i = 0; i < dk; i++) {
-                const float s = S[(size_t)i * dv + j] * decay;
-                S[(size_t)i * dv + j] = s;
-                mem += s * ks[i];
-            }
-            const float delta = (v - mem) * beta;
-            for (int i = 0; i < dk; i++) {
-                const float s = S[(size_t)i * dv + j] + ks[i] * delta;
-                S[(size_t)i * dv + j] = s;
-                o += s * qs[i];
+            if (DK > 0) {
+                float m4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int i = 0; i < QK; i++) {
+                    s[i] *= decay;
+                    m4[i & 3] += s[i] * ks[i];
+                }
+                const float delta = (vt - ((m4[0] + m4[1]) + (m4[2] + m4[3]))) * beta;
+                float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int i = 0; i < QK; i++) {
+                    s[i] += ks[i] * delta;
+                    o4[i & 3] += s[i] * qs[i];
+                }
+                o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
+            } else {
+                float mem = 0.0f;
+                for (int i = 0; i < dk; i++) {
+                    const float sv = S[(size_t)i * dv + j] * decay;
+                    S[(size_t)i * dv + j] = sv;
+                    mem += sv * ks[i];
+                }
+                const float delta = (vt - mem) * beta;
+                for (int i = 0; i < dk; i++) {
+                    const float sv = S[(size_t)i * dv + j] + ks[i] * delta;
+                    S[(size_t)i * dv + j] = sv;
+                    o += sv * qs[i];
+                }
             }
         }
-        /* the gated RMSNorm: rmsnorm(o) * norm * silu(z); the sum also
-           orders the reads of qs and ks before the next token writes them */
+        /* the gated RMSNorm: rmsnorm(o) * norm * silu(z) */
         const float ss = block_sum2(o * o, 0.0f, scratch).x;
         if (j < dv) {
             const float z =
@@ -146,10 +190,18 @@ gated_delta_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
     }
 }
 
-/* Shared memory of gated_delta_kernel: the state, q and k, the scratch. */
-static size_t gated_delta_smem(int dk, int dv)
+/* The key head size the registers' kernel takes key heads of dk and value
+ * heads of dv with (0: none, the state in shared memory). */
+static int gated_delta_dk(int dk, int dv)
 {
-    return sizeof(float) * ((size_t)dk * dv + 2 * (size_t)dk + 64);
+    return dv > GDN_REG_THREADS ? 0 : dk <= 32 ? 32 : dk <= 64 ? 64 : dk <= 128 ? 128 : 0;
+}
+
+/* Shared memory of gated_delta_kernel<DK>: q and k, the scratch, the state
+ * where DK is 0. */
+static size_t gated_delta_smem(int DK, int dk, int dv)
+{
+    return sizeof(float) * (2 * (size_t)(DK ? DK : dk) + 64 + (DK ? 0 : (size_t)dk * dv));
 }
 
 extern "C" int kvcal_gated_delta_fits(int dk, int dv)
@@ -160,7 +212,7 @@ extern "C" int kvcal_gated_delta_fits(int dk, int dv)
                                device) != cudaSuccess)
         max_optin = 48 << 10;
     return dk >= 1 && dv >= 1 && dk <= 1024 && dv <= 1024 &&
-           gated_delta_smem(dk, dv) <= (size_t)max_optin;
+           gated_delta_smem(gated_delta_dk(dk, dv), dk, dv) <= (size_t)max_optin;
 }
 
 extern "C" kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf16 *qkvz,
@@ -176,30 +228,47 @@ extern "C" kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf
                           "taps: need buffers and weights, batch and T >= 0, heads >= 1 "
                           "(the value heads a multiple of the key heads), taps >= 1",
                           batch, T, p->nk, p->nv, p->taps);
+    const int DK = gated_delta_dk(p->dk, p->dv);
+    const size_t smem = gated_delta_smem(DK, p->dk, p->dv);
     if (!kvcal_gated_delta_fits(p->dk, p->dv))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "gated_delta: key head %d x value head %d: the state (%zu "
                           "bytes) does not fit one block's shared memory",
-                          p->dk, p->dv, gated_delta_smem(p->dk, p->dv));
+                          p->dk, p->dv, smem);
     if (batch == 0 || T == 0)
         return KVCAL_OK;
     const int wide = p->dk > p->dv ? p->dk : p->dv, threads = (wide + 31) / 32 * 32;
-    const size_t smem = gated_delta_smem(p->dk, p->dv);
-    if (smem > (48 << 10) &&
-        cudaFuncSetAttribute(gated_delta_kernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) != cudaSuccess)
-        return kvcal_fail(KVCAL_ERR_CUDA,
-                          "gated_delta: %zu bytes of shared memory refused", smem);
-    gated_delta_kernel<<<batch * p->nv, threads, smem, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(out),
-        reinterpret_cast<const __nv_bfloat16 *>(qkvz),
-        reinterpret_cast<const __nv_bfloat16 *>(ba),
-        reinterpret_cast<const __nv_bfloat16 *>(p->conv),
-        reinterpret_cast<const __nv_bfloat16 *>(p->a_log),
-        reinterpret_cast<const __nv_bfloat16 *>(p->dt_bias),
-        reinterpret_cast<const __nv_bfloat16 *>(p->norm), T, p->nk, p->dk, p->nv, p->dv,
-        p->taps, p->eps);
+    auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
+    auto *x = reinterpret_cast<const __nv_bfloat16 *>(qkvz);
+    auto *bap = reinterpret_cast<const __nv_bfloat16 *>(ba);
+    auto *cw = reinterpret_cast<const __nv_bfloat16 *>(p->conv);
+    auto *al = reinterpret_cast<const __nv_bfloat16 *>(p->a_log);
+    auto *dtb = reinterpret_cast<const __nv_bfloat16 *>(p->dt_bias);
+    auto *nw = reinterpret_cast<const __nv_bfloat16 *>(p->norm);
+    const unsigned blocks = (unsigned)batch * (unsigned)p->nv;
+    switch (DK) {
+    case 32:
+        gated_delta_kernel<32><<<blocks, threads, smem, stream>>>(
+            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+        break;
+    case 64:
+        gated_delta_kernel<64><<<blocks, threads, smem, stream>>>(
+            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+        break;
+    case 128:
+        gated_delta_kernel<128><<<blocks, threads, smem, stream>>>(
+            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+        break;
+    default:
+        if (smem > (48 << 10) &&
+            cudaFuncSetAttribute(gated_delta_kernel<0>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem) != cudaSuccess)
+            return kvcal_fail(KVCAL_ERR_CUDA,
+                              "gated_delta: %zu bytes of shared memory refused", smem);
+        gated_delta_kernel<0><<<blocks, threads, smem, stream>>>(
+            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+    }
     KVCAL_CUDA_CHECK_LAUNCH("gated_delta_kernel");
     return KVCAL_OK;
 }

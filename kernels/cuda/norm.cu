@@ -80,16 +80,22 @@ static __device__ __forceinline__ float add_sumsq8(__nv_bfloat16 *r,
 }
 
 /* Pass 2: the 8 normalized values of word x of the residual at column c:
- * x * scale rounded to bf16, times the weight g, rounded. */
+ * x * scale rounded to bf16, times the weight g, rounded; with an offset,
+ * x * scale * (g + off) rounded once. */
 static __device__ __forceinline__ uint4 norm8(uint4 xu, const __nv_bfloat16 *g, int c,
-                                              float scale)
+                                              float scale, float off)
 {
     bf16x8 x, w;
     x.u = xu;
     w.u = *reinterpret_cast<const uint4 *>(g + c);
     for (int i = 0; i < 4; i++) {
         float2 a = __bfloat1622float2(x.h[i]);
-        x.h[i] = __hmul2_rn(__floats2bfloat162_rn(a.x * scale, a.y * scale), w.h[i]);
+        if (off != 0.0f) { /* x r (w + off) rounded once */
+            const float2 b = __bfloat1622float2(w.h[i]);
+            x.h[i] = __floats2bfloat162_rn(a.x * scale * (b.x + off),
+                                           a.y * scale * (b.y + off));
+        } else
+            x.h[i] = __hmul2_rn(__floats2bfloat162_rn(a.x * scale, a.y * scale), w.h[i]);
     }
     return x.u;
 }
@@ -104,7 +110,7 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, stride)
                    __nv_bfloat16 *__restrict__ residual,    // (rows, stride)
                    const __nv_bfloat16 *__restrict__ delta, // (rows, stride) or NULL
                    const __nv_bfloat16 *__restrict__ w,     // (dim) or NULL
-                   int dim, int segs, int64_t stride, float eps)
+                   int dim, int segs, int64_t stride, float eps, float off)
 {
     __shared__ float scratch[32];
     const int64_t at =
@@ -137,10 +143,14 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, stride)
     if (VEC == 8) {
         for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8)
             *reinterpret_cast<uint4 *>(o + c) =
-                norm8(*reinterpret_cast<const uint4 *>(r + c), w, c, scale);
+                norm8(*reinterpret_cast<const uint4 *>(r + c), w, c, scale, off);
     } else {
         for (int c = threadIdx.x; c < dim; c += blockDim.x)
-            o[c] = __hmul_rn(__float2bfloat16_rn(__bfloat162float(r[c]) * scale), w[c]);
+            o[c] = off != 0.0f
+                       ? __float2bfloat16_rn(__bfloat162float(r[c]) * scale *
+                                             (__bfloat162float(w[c]) + off))
+                       : __hmul_rn(__float2bfloat16_rn(__bfloat162float(r[c]) * scale),
+                                   w[c]);
     }
 }
 
@@ -159,7 +169,7 @@ static int aligned16(const void *p)
 static kvcal_status add_rmsnorm_rows(kvcal_bf16 *out, kvcal_bf16 *residual,
                                      const kvcal_bf16 *delta, const kvcal_bf16 *w,
                                      int rows, int dim, int segs, int64_t stride,
-                                     float eps, cudaStream_t stream)
+                                     float eps, float off, cudaStream_t stream)
 {
     if (rows == 0 || (!w && !delta && out == residual))
         return KVCAL_OK;
@@ -174,10 +184,10 @@ static kvcal_status add_rmsnorm_rows(kvcal_bf16 *out, kvcal_bf16 *residual,
     const unsigned blocks = (unsigned)((int64_t)rows * segs);
     if (vec)
         add_rmsnorm_kernel<8>
-            <<<blocks, threads, 0, stream>>>(o, r, d, g, dim, segs, stride, eps);
+            <<<blocks, threads, 0, stream>>>(o, r, d, g, dim, segs, stride, eps, off);
     else
         add_rmsnorm_kernel<1>
-            <<<blocks, threads, 0, stream>>>(o, r, d, g, dim, segs, stride, eps);
+            <<<blocks, threads, 0, stream>>>(o, r, d, g, dim, segs, stride, eps, off);
     KVCAL_CUDA_CHECK_LAUNCH("add_rmsnorm_kernel");
     return KVCAL_OK;
 }
@@ -193,7 +203,22 @@ extern "C" kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *re
             "add_rmsnorm: rows %d, dim %d, eps %g: need buffers, rows >= 0, "
             "dim > 0, eps >= 0",
             rows, dim, (double)eps);
-    return add_rmsnorm_rows(out, residual, delta, w, rows, dim, 1, dim, eps, stream);
+    return add_rmsnorm_rows(out, residual, delta, w, rows, dim, 1, dim, eps, 0.0f,
+                            stream);
+}
+
+extern "C" kvcal_status kvcal_add_rmsnorm_offset_launch(
+    kvcal_bf16 *out, kvcal_bf16 *residual, const kvcal_bf16 *delta, const kvcal_bf16 *w,
+    float offset, int rows, int dim, float eps, cudaStream_t stream)
+{
+    if (!out || !residual || rows < 0 || dim <= 0 || !(eps >= 0.0f) || !isfinite(offset))
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "add_rmsnorm: rows %d, dim %d, eps %g, offset %g: need buffers, rows >= 0, "
+            "dim > 0, eps >= 0, a finite offset",
+            rows, dim, (double)eps, (double)offset);
+    return add_rmsnorm_rows(out, residual, delta, w, rows, dim, 1, dim, eps, offset,
+                            stream);
 }
 
 extern "C" kvcal_status kvcal_rmsnorm_cols_launch(kvcal_bf16 *x, int64_t stride,
@@ -208,7 +233,7 @@ extern "C" kvcal_status kvcal_rmsnorm_cols_launch(kvcal_bf16 *x, int64_t stride,
             "need buffers, rows >= 0, segments >= 1 of dim > 0 within the "
             "stride, eps >= 0",
             rows, segs, dim, (long long)stride, (double)eps);
-    return add_rmsnorm_rows(x, x, NULL, w, rows, dim, segs, stride, eps, stream);
+    return add_rmsnorm_rows(x, x, NULL, w, rows, dim, segs, stride, eps, 0.0f, stream);
 }
 
 // --- residual add + RMSNorm with the FP8 quantization as its epilogue ----------
@@ -260,7 +285,7 @@ add_rmsnorm_quant_kernel(uint8_t *__restrict__ xq,                // (rows, dim)
         for (int j = 0; j < CH; j++) {
             const int c = (t + j * tpr) * 8;
             if (c < dim) {
-                v[j] = norm8(v[j], w, c, scale);
+                v[j] = norm8(v[j], w, c, scale, 0.0f);
                 m = kvcal_bf16x8_absmax(v[j], m);
                 if (MODE == KVCAL_FP8A_GROUP)
                     *reinterpret_cast<uint4 *>(act + c) = v[j];

@@ -39,6 +39,14 @@ kvcal_status kvcal_add_rmsnorm_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
                                       const kvcal_bf16 *delta, const kvcal_bf16 *w,
                                       int rows, int dim, float eps, cudaStream_t stream);
 
+/* kvcal_add_rmsnorm_launch of a model whose norms scale by w + offset (Gemma's,
+ * Qwen3-Next's 1 + w): each output x r (w + offset) in fp32, rounded once,
+ * as those models compute it (offset 0: kvcal_add_rmsnorm_launch). */
+kvcal_status kvcal_add_rmsnorm_offset_launch(kvcal_bf16 *out, kvcal_bf16 *residual,
+                                             const kvcal_bf16 *delta, const kvcal_bf16 *w,
+                                             float offset, int rows, int dim, float eps,
+                                             cudaStream_t stream);
+
 /* The first segs * dim columns of each of x's rows (stride values apart)
  * RMS-normalized in place as segs segments of dim, each times w (dim), as
  * kvcal_add_rmsnorm_launch without a delta: inside the QKV buffer, q/k
@@ -103,6 +111,9 @@ typedef struct kvcal_rope_cfg {
     const kvcal_bf16 *k_norm_w; /* (head_dim) the same for k, or NULL */
     float norm_eps;
     float attention_factor; /* > 0: multiplies cos and sin (yarn), 1 otherwise */
+    /* the norms' weight offset: 0, x r rounded then times w rounded; else
+     * (Gemma's, Qwen3-Next's 1 + w) x r (w + offset) rounded once */
+    float norm_offset;
 } kvcal_rope_cfg;
 
 /* In place on the output of the fused QKV projection, qkv (tokens,

@@ -98,13 +98,22 @@ static __device__ __forceinline__ void load_row(const __nv_bfloat16 *row, int la
     }
 }
 
+/* A value x of a row whose RMS scale is r, times its norm weight w: x r
+ * rounded to bf16, then times w rounded (Llama's arithmetic); with an
+ * offset (Gemma's and Qwen3-Next's 1 + w), x r (w + off) in fp32 rounded
+ * once, as those models' norms compute it. */
+static __device__ __forceinline__ float norm_value(float x, float r, float w, float off)
+{
+    return off != 0.0f ? kvcal_rbf(x * r * (w + off)) : kvcal_rbf(kvcal_rbf(x * r) * w);
+}
+
 /* Optional RMSNorm and the rotation of a loaded row, stored back in place;
  * x[] becomes the stored (bf16-rounded) values, for the observer. */
 template <int P>
 static __device__ __forceinline__ void
 rotate_row(__nv_bfloat16 *row, int lane, int pairs, int head_dim, int rot_dim,
            int interleaved, const float *cs, const float *sn, const __nv_bfloat16 *norm_w,
-           float eps, float x[2 * P])
+           float eps, float off, float x[2 * P])
 {
     float r = 1.0f;
     if (norm_w) {
@@ -121,8 +130,8 @@ rotate_row(__nv_bfloat16 *row, int lane, int pairs, int head_dim, int rot_dim,
             const int2 c = pair_channels(j, rot_dim, interleaved);
             float a = x[2 * i], b = x[2 * i + 1];
             if (norm_w) {
-                a = kvcal_rbf(kvcal_rbf(a * r) * __bfloat162float(norm_w[c.x]));
-                b = kvcal_rbf(kvcal_rbf(b * r) * __bfloat162float(norm_w[c.y]));
+                a = norm_value(a, r, __bfloat162float(norm_w[c.x]), off);
+                b = norm_value(b, r, __bfloat162float(norm_w[c.y]), off);
             }
             if (2 * j < rot_dim)
                 kvcal_rope_pair_bf16(a, b, cs[i], sn[i]);
@@ -234,7 +243,7 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
                     break;
                 rotate_row<P>(base + (int64_t)head * head_dim, lane, pairs, head_dim,
                               rope.rot_dim, rope.interleaved, cs, sn, r < group ? qn : kn,
-                              rope.norm_eps, x[rr]);
+                              rope.norm_eps, rope.norm_offset, x[rr]);
                 if (r == group && observe)
                     observe_row<P>(x[rr], kmax, shist[KVCAL_K], lane, pairs);
                 if (r < group && observe_q) {
@@ -364,7 +373,7 @@ template <int SP>
 static __device__ __forceinline__ void
 rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int interleaved,
          const __nv_bfloat16 *norm_w, int c0, int c1, bool active, int head_dim,
-         float eps)
+         float eps, float off)
 {
     if (norm_w) {
         float ss = 0.0f, w[16];
@@ -378,7 +387,7 @@ rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int in
         unpack16(active ? load16(norm_w + c0, norm_w + c1) : vec16{}, w);
 #pragma unroll
         for (int i = 0; i < 16; i++)
-            x[i] = kvcal_rbf(kvcal_rbf(x[i] * r) * w[i]);
+            x[i] = norm_value(x[i], r, w[i], off);
     }
     if (!rotated)
         return;
@@ -502,7 +511,7 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
                 float x[16];
                 unpack16(kx, x);
                 rotate16<SP>(x, cs, sn, rotated, rope.interleaved, kn, c0, c1, active,
-                             head_dim, rope.norm_eps);
+                             head_dim, rope.norm_eps, rope.norm_offset);
                 store16(krow + c0, krow + c1, x, active);
                 if (observe && active) {
                     observe16(x, kmax, khist);
@@ -518,7 +527,7 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
                 float x[16];
                 unpack16(qx[i], x);
                 rotate16<SP>(x, cs, sn, rotated, rope.interleaved, qn, c0, c1, active,
-                             head_dim, rope.norm_eps);
+                             head_dim, rope.norm_eps, rope.norm_offset);
                 store16(row + c0, row + c1, x, active);
                 if (observe_q && active) {
                     unsigned m = 0u;
