@@ -61,6 +61,13 @@ const char *kvcal_cuda_fp8_plan(int major, int minor)
 
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 {
+    if (!strcmp(d->arch->family, "minimax_m2"))
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "--device cuda: %s runs on the CPU runner alone in this version: the CUDA "
+            "runner's K and V of a test model lay up to 22%% from transformers' on some "
+            "inputs; use --device cpu",
+            d->architecture);
     if (d->linear_layers &&
         ((long long)d->lin_k_head_dim * d->lin_v_head_dim > KVCAL_GATED_DELTA_MAX_STATE ||
          d->lin_k_head_dim > KVCAL_GATED_DELTA_MAX_HEAD ||

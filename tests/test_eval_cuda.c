@@ -437,7 +437,6 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "exaone4_postnorm_swa8_nope_bf16",
                                         "olmo2_postnorm_qknorm_all_bf16",
                                         "olmo3_swa8_yarn_full_bf16",
-                                        "minimax_m2_qknorm_all_rot8_e8_top3_bf16",
                                         "granite_multipliers_bias_bf16",
                                         "granitemoe_multipliers_e4_top2_bf16",
                                         "ernie45_moe_softmax_bias_e8_top3_bf16",
