@@ -65,6 +65,9 @@ typedef struct op_row {
     int rows, cols;
     int delta;                     /* add_rmsnorm: residual += delta first (0: RMSNorm) */
     int no_weight;                 /* add_rmsnorm: no norm, the residual passed through */
+    /* add_rmsnorm, rope_observe: the norms scale by w + norm_offset (Gemma's,
+     * Qwen3-Next's 1 + w), rounded once */
+    float norm_offset;
     int k, n, bias;                /* gemm: w (n, k), bias (n); gemm_swiglu: w (2n, k) */
     int vocab;                     /* embed, token_nll, token_kld */
     int batch, seq;                /* attention: sequences of seq tokens */
@@ -131,6 +134,9 @@ static const op_row rows[] = {
     ROW("add_rmsnorm", .rows = 19, .cols = 4096),
     ROW("add_rmsnorm", .rows = 989, .cols = 136, .delta = 1),
     ROW("add_rmsnorm", .rows = 989, .cols = 90),
+    /* the (1 + w) norms: one rounding of x r (w + 1) */
+    ROW("add_rmsnorm", .rows = 19, .cols = 200, .delta = 1, .norm_offset = 1.0f),
+    ROW("add_rmsnorm", .rows = 37, .cols = 90, .norm_offset = 1.0f),
     /* no weight: the residual after the add passed through (post-norm) */
     ROW("add_rmsnorm", .rows = 19, .cols = 200, .delta = 1, .no_weight = 1),
     ROW("add_rmsnorm", .rows = 37, .cols = 90, .delta = 1, .no_weight = 1),
@@ -208,6 +214,11 @@ static const op_row rows[] = {
     /* a NaN in V makes its absmax NaN, which the caller checks */
     ROW("rope_observe", .rows = 4, .heads = 1, .kv_heads = 1, .head_dim = 64,
         .rot_dim = 64, .nan_v = 1),
+    /* the (1 + w) norms, in both versions: Qwen3-Next's partial rotary */
+    ROW("rope_observe", .rows = 131, .heads = 8, .kv_heads = 2, .head_dim = 128,
+        .rot_dim = 32, .qk_norm = 1, .norm_offset = 1.0f),
+    ROW("rope_observe", .rows = 37, .heads = 4, .kv_heads = 2, .head_dim = 40,
+        .rot_dim = 40, .qk_norm = 1, .norm_offset = 1.0f),
 
     /* Llama's shape (head_dim 128, GQA 4:1): cuDNN must run it where loaded */
     ROW("attention", .batch = 2, .seq = 300, .heads = 8, .kv_heads = 2, .head_dim = 128,
@@ -570,17 +581,18 @@ static void describe(const op_row *r, const char *version)
         size_t offset;
     } fields[] = {
 #define FIELD(f) {#f, offsetof(op_row, f)}
-        FIELD(rows),      FIELD(cols),         FIELD(delta),    FIELD(k),
-        FIELD(n),         FIELD(bias),         FIELD(vocab),    FIELD(batch),
-        FIELD(seq),       FIELD(heads),        FIELD(kv_heads), FIELD(head_dim),
-        FIELD(out_pad),   FIELD(cudnn),        FIELD(rot_dim),  FIELD(interleaved),
-        FIELD(qk_norm),   FIELD(nan_v),        FIELD(x_stride), FIELD(y_stride),
-        FIELD(group),     FIELD(y_f32),        FIELD(window),   FIELD(softcap),
-        FIELD(experts),   FIELD(top_k),        FIELD(renorm),   FIELD(shared),
-        FIELD(sigmoid),   FIELD(planted),      FIELD(groups),   FIELD(topk_groups),
-        FIELD(group_max), FIELD(kv_lora_rank), FIELD(v_dim),    FIELD(kv_pad),
-        FIELD(fp8_w),     FIELD(fp8_a),        FIELD(block_n),  FIELD(block_k),
-        FIELD(sinks),     FIELD(oai),
+        FIELD(rows),      FIELD(cols),         FIELD(delta),     FIELD(k),
+        FIELD(n),         FIELD(bias),         FIELD(vocab),     FIELD(batch),
+        FIELD(seq),       FIELD(heads),        FIELD(kv_heads),  FIELD(head_dim),
+        FIELD(out_pad),   FIELD(cudnn),        FIELD(rot_dim),   FIELD(interleaved),
+        FIELD(qk_norm),   FIELD(nan_v),        FIELD(x_stride),  FIELD(y_stride),
+        FIELD(group),     FIELD(y_f32),        FIELD(window),    FIELD(softcap),
+        FIELD(experts),   FIELD(top_k),        FIELD(renorm),    FIELD(shared),
+        FIELD(sigmoid),   FIELD(planted),      FIELD(groups),    FIELD(topk_groups),
+        FIELD(group_max), FIELD(kv_lora_rank), FIELD(v_dim),     FIELD(kv_pad),
+        FIELD(fp8_w),     FIELD(fp8_a),        FIELD(block_n),   FIELD(block_k),
+        FIELD(sinks),     FIELD(oai),          FIELD(no_weight), FIELD(nk),
+        FIELD(dk),        FIELD(nv),           FIELD(dv),        FIELD(taps),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -594,6 +606,9 @@ static void describe(const op_row *r, const char *version)
     if (r->attention_factor != 0.0f && n < sizeof current)
         n += (size_t)snprintf(current + n, sizeof current - n, " attention_factor %g",
                               (double)r->attention_factor);
+    if (r->norm_offset != 0.0f && n < sizeof current)
+        n += (size_t)snprintf(current + n, sizeof current - n, " norm_offset %g",
+                              (double)r->norm_offset);
     if (n < sizeof current)
         snprintf(current + n, sizeof current - n, " }");
 }
@@ -759,7 +774,8 @@ static void *add_rmsnorm_cpu(const op_row *r)
     norm_cpu *c = host_alloc(sizeof *c);
     c->res = rand_bf16(n, -2.0f, 2.0f);
     c->delta = rand_bf16(n, -1.0f, 1.0f);
-    c->w = rand_bf16(r->cols, 0.5f, 1.5f);
+    c->w =
+        rand_bf16(r->cols, r->norm_offset ? -0.5f : 0.5f, r->norm_offset ? 0.5f : 1.5f);
     c->sum = host_copy(c->res, n);
     c->ref = host_alloc((size_t)n * sizeof *c->ref);
     if (r->delta) {
@@ -767,7 +783,11 @@ static void *add_rmsnorm_cpu(const op_row *r)
         for (int64_t i = 0; i < n; i++)
             c->sum[i] = kvcal_bf16_round(c->sum[i]);
     }
-    kvcal_rmsnorm_ref(c->ref, c->sum, c->w, r->rows, r->cols, NORM_EPS);
+    float *w = host_copy(c->w, r->cols); /* w + norm_offset in fp32 */
+    for (int i = 0; i < r->cols; i++)
+        w[i] += r->norm_offset;
+    kvcal_rmsnorm_ref(c->ref, c->sum, w, r->rows, r->cols, NORM_EPS);
+    free(w);
     return c;
 }
 
@@ -791,9 +811,9 @@ static void add_rmsnorm_cuda(const op_row *r, int version, const void *p, op_ctx
                *d_delta = kvcal_test_dev_upload_bf16(c->delta, n),
                *d_w = kvcal_test_dev_upload_bf16(c->w, r->cols),
                *d_out = dev_alloc_nan(n);
-    ROW_OK(kvcal_add_rmsnorm_launch(d_out, d_res, r->delta ? d_delta : NULL,
-                                    r->no_weight ? NULL : d_w, r->rows, r->cols, NORM_EPS,
-                                    0));
+    ROW_OK(kvcal_add_rmsnorm_offset_launch(d_out, d_res, r->delta ? d_delta : NULL,
+                                           r->no_weight ? NULL : d_w, r->norm_offset,
+                                           r->rows, r->cols, NORM_EPS, 0));
     sync_ok();
     float *got = kvcal_test_dev_download_bf16(d_out, n),
           *got_res = kvcal_test_dev_download_bf16(d_res, n);
@@ -820,7 +840,9 @@ static void add_rmsnorm_cuda(const op_row *r, int version, const void *p, op_ctx
         const float inv = 1.0f / sqrtf((float)(ss / r->cols) + NORM_EPS);
         for (int j = 0; j < r->cols; j++)
             model[(int64_t)i * r->cols + j] =
-                kvcal_bf16_round(kvcal_bf16_round(x[j] * inv) * c->w[j]);
+                r->norm_offset != 0.0f
+                    ? kvcal_bf16_round(x[j] * inv * (c->w[j] + r->norm_offset))
+                    : kvcal_bf16_round(kvcal_bf16_round(x[j] * inv) * c->w[j]);
     }
     EXPECT_MOSTLY(count_same(got, model, n), n, 100,
                   "outputs equal to bf16 arithmetic's");
@@ -1229,6 +1251,7 @@ static void obs_dev_free(kvcal_kv_observer *d)
 typedef struct rope_cpu {
     float *qkv;      /* (tokens, stride) q, k, v: the input */
     float *qn, *kn;  /* (head_dim) norm weights */
+    float *qn_ref, *kn_ref; /* the same plus the row's norm_offset, in fp32 */
     int32_t *pos;    /* (tokens) every 7th token padding (-1) */
     float *inv_freq; /* (rot_dim / 2) */
     float *normed;   /* (tokens, stride) the input after the q/k norms */
@@ -1252,8 +1275,8 @@ static kvcal_rope_ref_cfg rope_ref_cfg(const op_row *r, const rope_cpu *c)
     const kvcal_rope_ref_cfg cfg = {c->inv_freq,
                                     r->rot_dim,
                                     r->interleaved,
-                                    r->qk_norm ? c->qn : NULL,
-                                    r->qk_norm ? c->kn : NULL,
+                                    r->qk_norm ? c->qn_ref : NULL,
+                                    r->qk_norm ? c->kn_ref : NULL,
                                     ROPE_EPS,
                                     rope_factor(r)};
     return cfg;
@@ -1265,8 +1288,12 @@ static void *rope_observe_cpu(const op_row *r)
     const int64_t stride = rope_stride(r), n = (int64_t)r->rows * stride;
     rope_cpu *c = host_alloc(sizeof *c);
     c->qkv = rand_bf16(n, -3.0f, 3.0f);
-    c->qn = rand_bf16(hd, 0.5f, 1.5f);
-    c->kn = rand_bf16(hd, 0.5f, 1.5f);
+    c->qn = rand_bf16(hd, r->norm_offset ? -0.5f : 0.5f, r->norm_offset ? 0.5f : 1.5f);
+    c->kn = rand_bf16(hd, r->norm_offset ? -0.5f : 0.5f, r->norm_offset ? 0.5f : 1.5f);
+    c->qn_ref = host_copy(c->qn, hd);
+    c->kn_ref = host_copy(c->kn, hd);
+    for (int i = 0; i < hd; i++)
+        c->qn_ref[i] += r->norm_offset, c->kn_ref[i] += r->norm_offset;
     c->pos = host_alloc((size_t)r->rows * sizeof *c->pos);
     c->inv_freq = host_alloc((size_t)(r->rot_dim / 2) * sizeof *c->inv_freq);
     for (int t = 0; t < r->rows; t++)
@@ -1304,6 +1331,8 @@ static void rope_observe_release(void *p)
     free(c->qkv);
     free(c->qn);
     free(c->kn);
+    free(c->qn_ref);
+    free(c->kn_ref);
     free(c->pos);
     free(c->inv_freq);
     free(c->normed);
@@ -1346,9 +1375,10 @@ static int64_t rope_far(const float *got, const float *ref, const float *pre, in
  * to reproduce): RMSNorm (x * rsqrt rounded, times the weight, rounded),
  * cos/sin times the attention factor rounded, each product and the sum
  * rounded. */
-static void rope_row_bf16_arithmetic(float *row, const float *norm_w, int hd, int rot_dim,
-                                     int interleaved, int pos, const float *inv_freq,
-                                     float eps, float attention_factor)
+static void rope_row_bf16_arithmetic(float *row, const float *norm_w, float norm_offset,
+                                     int hd, int rot_dim, int interleaved, int pos,
+                                     const float *inv_freq, float eps,
+                                     float attention_factor)
 {
     if (norm_w) {
         float ss = 0.0f;
@@ -1356,7 +1386,9 @@ static void rope_row_bf16_arithmetic(float *row, const float *norm_w, int hd, in
             ss += row[c] * row[c];
         const float r = 1.0f / sqrtf(ss / (float)hd + eps);
         for (int c = 0; c < hd; c++)
-            row[c] = kvcal_bf16_round(kvcal_bf16_round(row[c] * r) * norm_w[c]);
+            row[c] = norm_offset != 0.0f
+                         ? kvcal_bf16_round(row[c] * r * (norm_w[c] + norm_offset))
+                         : kvcal_bf16_round(kvcal_bf16_round(row[c] * r) * norm_w[c]);
     }
     const int half = rot_dim / 2;
     for (int i = 0; i < half; i++) {
@@ -1396,7 +1428,7 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
                                 r->qk_norm ? d_kn : NULL,
                                 ROPE_EPS,
                                 rope_factor(r),
-                                0.0f};
+                                r->norm_offset};
     ROW_OK(version
                ? kvcal_rope_observe_launch_version(version, d_qkv, stride, d_pos, r->rows,
                                                    r->heads, kvh, hd, &cfg, &d_obs, 0)
@@ -1429,8 +1461,8 @@ static void rope_observe_cuda(const op_row *r, int version, const void *p, op_ct
                                      !r->qk_norm    ? NULL
                                      : h < r->heads ? c->qn
                                                     : c->kn,
-                                     hd, r->rot_dim, r->interleaved, c->pos[t],
-                                     c->inv_freq, ROPE_EPS, rope_factor(r));
+                                     r->norm_offset, hd, r->rot_dim, r->interleaved,
+                                     c->pos[t], c->inv_freq, ROPE_EPS, rope_factor(r));
             same += count_same(got + o, model, hd);
             compared += hd;
         }
