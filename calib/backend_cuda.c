@@ -962,7 +962,6 @@ static kvcal_status mla_expand(kvcal_backend *be, const kvcal_op *op)
     return expand(cu(be));
 }
 
-/* (MLA: K and V expanded from the exact entry first) */
 /* The attention's output times sigmoid of its gate (Qwen3-Next's, Qwen3.5's). */
 static kvcal_status sigmoid_gate(kvcal_backend *be, const kvcal_op *op)
 {
@@ -991,6 +990,7 @@ static kvcal_status gated_delta(kvcal_backend *be, const kvcal_op *op)
                                     r->batch, r->seq_len, r->stream);
 }
 
+/* (MLA: K and V expanded from the exact entry first) */
 static kvcal_status sim_attend_exact(kvcal_backend *be, const kvcal_op *op)
 {
     kvcal_status st = be->desc->mla ? expand(cu(be)) : KVCAL_OK;
@@ -1243,8 +1243,6 @@ static void load_stats(kvcal_backend *be, kvcal_load_stats *out)
     kvcal_cuda_loader_stats(cu(be)->loader, out);
 }
 
-/* The ops of hybrid models (gated attention, gated delta-nets), which
- * kvcal_backend_cuda_check_model refuses before a backend exists. */
 static const kvcal_backend_ops cuda_ops = {
     .name = "cuda",
     .warm_up = 1,

@@ -92,9 +92,9 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
                 return kvcal_fail(
                     KVCAL_ERR_UNSUPPORTED,
                     "--device cuda: %s's FP8 %s: its rows regrouped from the "
-                    "checkpoint's "
-                    "(a gated q_proj's heads, a delta-net's projections grouped by key "
-                    "head) run on the CPU runner alone in this version; use --device cpu",
+                    "checkpoint's (a gated q_proj's heads, a delta-net's projections "
+                    "grouped by key head) run on the CPU runner alone in this version; "
+                    "use --device cpu",
                     d->architecture, d->arch->weights[w].parts[i].name);
     if (d->moe_input_weighted && d->fp8[KVCAL_W_EXPERT_GATE_UP].w != KVCAL_FP8W_NONE)
         return kvcal_fail(

@@ -87,7 +87,8 @@ typedef struct {
     int32_t *ids;                  /* (N) */
     float *inv_freq;               /* (rot_dim / 2) */
     float *inv_freq_sliding;       /* (rot_dim / 2) the sliding layers', or NULL */
-    float *inv_freq_zero; /* (rot_dim / 2) zeros for layers without RoPE, or NULL */
+    float *inv_freq_zero; /* (rot_dim / 2) zeros: layers without RoPE, the observing
+                             pass after norms that follow RoPE; or NULL */
     kvcal_bf16 *norm_ones;         /* (hd) ones: a weightless q/k norm's, or NULL */
     float *absmax[2];              /* (L, HKV, hd) */
     uint64_t *hist[2];             /* (L, HKV, bins) */

@@ -258,73 +258,77 @@ static void check_moe_against_cpu(const char *name, const char *args)
     check_cuda_against_cpu_with(name, args, NULL, MOE_BASELINE_RTOL, MOE_CHANGE_ATOL);
 }
 
-/* The device's other bf16 servings of an FP8 checkpoint, as environment
- * settings of kvcal: the dequantized fallback, fast accumulation, kvcal's
- * attention kernel in place of cuDNN's, and that kernel with each of the
- * first two (on a checkpoint whose GEMMs all take the fallback, the first
- * two equal the default serving). */
-static const struct {
-    const char *attention, *fp8_gemm; /* KVCAL_ATTENTION, KVCAL_FP8_GEMM or NULL */
-} fp8_servings[] = {{NULL, "dequant"},
-                    {NULL, "fast"},
-                    {"kvcal", NULL},
-                    {"kvcal", "dequant"},
-                    {"kvcal", "fast"}};
-#define FP8_SERVINGS (int)(sizeof fp8_servings / sizeof fp8_servings[0])
+/* A bf16 serving of the device other than its default one, as environment
+ * settings of kvcal (NULL: unset). */
+typedef struct {
+    const char *attention, *fp8_gemm,
+        *mlp; /* KVCAL_ATTENTION, KVCAL_FP8_GEMM, KVCAL_MLP */
+} serving;
 
-/* check_cuda_against_cpu_with the reports of fp8_servings. */
-static void check_fp8_against_cpu(const char *name, const char *args)
+/* The other servings of an FP8 checkpoint: the dequantized fallback, fast
+ * accumulation, kvcal's attention kernel in place of cuDNN's, and that
+ * kernel with each of the first two (on a checkpoint whose GEMMs all take
+ * the fallback, the first two equal the default serving). */
+static const serving fp8_servings[] = {{NULL, "dequant", NULL},
+                                       {NULL, "fast", NULL},
+                                       {"kvcal", NULL, NULL},
+                                       {"kvcal", "dequant", NULL},
+                                       {"kvcal", "fast", NULL}};
+
+/* The other servings of a bf16 model: kvcal's attention kernel in place of
+ * cuDNN's, the MLP's gate/up and SwiGLU apart (KVCAL_MLP=unfused), both. */
+static const serving bf16_servings[] = {
+    {"kvcal", NULL, NULL}, {NULL, NULL, "unfused"}, {"kvcal", NULL, "unfused"}};
+
+#define MAX_SERVINGS 5
+
+static void set_or_unset(const char *var, const char *value)
 {
-    cJSON *reports[sizeof fp8_servings / sizeof fp8_servings[0]] = {NULL};
-    for (int i = 0; i < FP8_SERVINGS; i++) {
-        if (fp8_servings[i].attention)
-            setenv("KVCAL_ATTENTION", fp8_servings[i].attention, 1);
-        if (fp8_servings[i].fp8_gemm)
-            setenv("KVCAL_FP8_GEMM", fp8_servings[i].fp8_gemm, 1);
+    if (value)
+        setenv(var, value, 1);
+    else
+        unsetenv(var);
+}
+
+/* check_cuda_against_cpu_with the reports of the n servings `others`. */
+static void check_servings_against_cpu(const char *name, const char *args,
+                                       const serving *others, int n)
+{
+    cJSON *reports[MAX_SERVINGS] = {NULL};
+    CU_ASSERT_FATAL(n <= MAX_SERVINGS);
+    for (int i = 0; i < n; i++) {
+        set_or_unset("KVCAL_ATTENTION", others[i].attention);
+        set_or_unset("KVCAL_FP8_GEMM", others[i].fp8_gemm);
+        set_or_unset("KVCAL_MLP", others[i].mlp);
         reports[i] = eval_json(args, "cuda");
-        unsetenv("KVCAL_FP8_GEMM");
-        unsetenv("KVCAL_ATTENTION");
+        set_or_unset("KVCAL_ATTENTION", NULL);
+        set_or_unset("KVCAL_FP8_GEMM", NULL);
+        set_or_unset("KVCAL_MLP", NULL);
         CU_ASSERT_PTR_NOT_NULL_FATAL(reports[i]);
     }
-    const servings o = {reports, FP8_SERVINGS};
+    const servings o = {reports, n};
     check_cuda_against_cpu_with(name, args, &o, BASELINE_RTOL, CHANGE_ATOL);
-    for (int i = 0; i < FP8_SERVINGS; i++)
+    for (int i = 0; i < n; i++)
         cJSON_Delete(reports[i]);
 }
 
-/* The device's other bf16 servings of a bf16 model: kvcal's attention
- * kernel in place of cuDNN's, the MLP's gate/up and SwiGLU apart
- * (KVCAL_MLP=unfused), both. */
-static const struct {
-    const char *attention, *mlp; /* KVCAL_ATTENTION, KVCAL_MLP or NULL */
-} bf16_servings[] = {{"kvcal", NULL}, {NULL, "unfused"}, {"kvcal", "unfused"}};
-#define BF16_SERVINGS (int)(sizeof bf16_servings / sizeof bf16_servings[0])
+static void check_fp8_against_cpu(const char *name, const char *args)
+{
+    check_servings_against_cpu(name, args, fp8_servings,
+                               (int)(sizeof fp8_servings / sizeof fp8_servings[0]));
+}
 
-/* check_cuda_against_cpu_with the reports of bf16_servings: for the golden
- * models whose FP8 cache moves the next-token distributions 10 to 100 times
- * as far as the others' (a mode's KLD 0.05 to 0.55 nats on both devices,
- * against 0.001 to 0.005), where a mode's perplexity change moved by
- * points between the fp32 and bf16 runners (on an H100: gemma3_mm's unit
- * mode cpu -2.9% cuda +0.7%, qwen3_5_moe_mm's first-batch -0.8% and
- * +6.2%): each number may also lie within SPREAD_MARGIN times the spread
- * of the device's other bf16 servings around its default one. */
+/* For the golden models whose FP8 cache moves the next-token distributions
+ * 10 to 100 times as far as the others' (a mode's KLD 0.05 to 0.55 nats on
+ * both devices, against 0.001 to 0.005), where a mode's perplexity change
+ * moved by points between the fp32 and bf16 runners (on an H100: gemma3_mm's
+ * unit mode cpu -2.9% cuda +0.7%, qwen3_5_moe_mm's first-batch -0.8% and
+ * +6.2%): each number may also lie within SPREAD_MARGIN times the spread of
+ * the device's other bf16 servings around its default one. */
 static void check_sensitive_against_cpu(const char *name, const char *args)
 {
-    cJSON *reports[sizeof bf16_servings / sizeof bf16_servings[0]] = {NULL};
-    for (int i = 0; i < BF16_SERVINGS; i++) {
-        if (bf16_servings[i].attention)
-            setenv("KVCAL_ATTENTION", bf16_servings[i].attention, 1);
-        if (bf16_servings[i].mlp)
-            setenv("KVCAL_MLP", bf16_servings[i].mlp, 1);
-        reports[i] = eval_json(args, "cuda");
-        unsetenv("KVCAL_MLP");
-        unsetenv("KVCAL_ATTENTION");
-        CU_ASSERT_PTR_NOT_NULL_FATAL(reports[i]);
-    }
-    const servings o = {reports, BF16_SERVINGS};
-    check_cuda_against_cpu_with(name, args, &o, BASELINE_RTOL, CHANGE_ATOL);
-    for (int i = 0; i < BF16_SERVINGS; i++)
-        cJSON_Delete(reports[i]);
+    check_servings_against_cpu(name, args, bf16_servings,
+                               (int)(sizeof bf16_servings / sizeof bf16_servings[0]));
 }
 
 static void eval_cuda_matches_cpu_on_stories260K(void)
