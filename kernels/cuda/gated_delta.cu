@@ -1,15 +1,18 @@
 /* kernels/cuda/gated_delta.cu: the linear attention of Qwen3-Next's and
  * Qwen3.5's linear-attention layers (a gated delta-net) in its recurrent
  * form, and the sigmoid gate of their attention layers' output; the
- * arithmetic of kernels/cpu/gated_delta.c's references, in fp32, each
- * output rounded once to bf16.
+ * arithmetic of kernels/cpu/gated_delta.c's references in fp32, but for the
+ * recurrence's output o, rounded to bf16 before the gated norm as
+ * transformers and vLLM hand it to theirs.
  *
- * One block per (sample, value head) walks the sample's tokens in order:
- * its state S (dk x dv, fp32), thread j holding column j, in registers
- * (key heads up to 128) or in shared memory; the causal convolution of the
- * token's q, k and v channels is computed where they are read (the kernel
- * taps of rows before it, within the sample), a token ahead, so nothing
- * but the state is kept between tokens. */
+ * The recurrence: a sample's tokens in order, the state S (dk x dv, fp32)
+ * of a value head held a column a thread. Key heads up to 128 and value
+ * heads up to 256 (the released models: 128 and 128) run a warp per 32
+ * columns, the column in registers, each warp its own q and k (no block
+ * barrier a token), the causal convolution's window in registers and each
+ * token's inputs loaded a token ahead. Larger heads run a block per value
+ * head, the state in shared memory. The gated RMSNorm over a value head's
+ * columns is a kernel of its own, after. */
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -32,26 +35,210 @@ static __device__ __forceinline__ float softplus_f(float x)
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
+static __device__ __forceinline__ float warp_sum(float a)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+    return a;
+}
+
+static __device__ __forceinline__ float ld(const __nv_bfloat16 *p)
+{
+    return __bfloat162float(*p);
+}
+
+/* --- a warp per 32 columns, the state in registers ---------------------------- */
+
+/* The warp kernel's convolution window (the released models': 4 taps). */
+#define GDN_WINDOW 4
+/* Its warps a block at most (value heads of up to 256): the registers of a
+ * state's column of 128 leave room for 256 threads an SM partition. */
+#define GDN_WARP_MAX_WARPS 8
+
+/* A token's inputs of one lane as stored (bf16): q and k of channels
+ * lane + 32 m of the key head, v of its column, b and a of the value head.
+ * Nothing reads them before the next token's turn: the loads stay in
+ * flight under this token's update. */
+template <int M> struct gdn_inputs {
+    __nv_bfloat16 q[M], k[M], v, b, a;
+};
+
+static __device__ __forceinline__ __nv_bfloat16 ld_or0(const __nv_bfloat16 *p, bool in)
+{
+    return in ? *p : __float2bfloat16_rn(0.0f);
+}
+
+/* Block (b, h) of batch x nv, warp w its columns 32 w .. 32 w + 31 (those
+ * < dv), lane l channels l + 32 m (< dk) of q and k. Shared memory: q's and
+ * k's convolution weights padded on the left to GDN_WINDOW taps (2 DK x
+ * GDN_WINDOW), then each warp's normalized q and k, two tokens' (2 x 2 DK). */
+template <int DK>
+__global__ void __launch_bounds__(GDN_WARP_MAX_WARPS * 32)
+    gated_delta_warp_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
+                            const __nv_bfloat16 *__restrict__ qkvz,    // (B T, C + nv dv)
+                            const __nv_bfloat16 *__restrict__ ba,      // (B T, 2 nv)
+                            const __nv_bfloat16 *__restrict__ conv,    // (C, taps)
+                            const __nv_bfloat16 *__restrict__ a_log,   // (nv)
+                            const __nv_bfloat16 *__restrict__ dt_bias, // (nv)
+                            int T, int nk, int dk, int nv, int dv, int taps)
+{
+    constexpr int M = DK / 32;
+    extern __shared__ float smem[];
+    float *wq = smem, *wk = wq + DK * GDN_WINDOW;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *buf = wk + DK * GDN_WINDOW + warp * 4 * DK; /* [token & 1][q, k][DK] */
+    const int b = blockIdx.x / nv, h = blockIdx.x % nv, hk = h / (nv / nk);
+    const int j = warp * 32 + lane; /* this lane's column */
+    const int64_t KD = (int64_t)nk * dk, VD = (int64_t)nv * dv, C = 2 * KD + VD;
+    const int64_t row = C + VD;
+    const __nv_bfloat16 *x = qkvz + (int64_t)b * T * row;
+    const __nv_bfloat16 *bap = ba + (int64_t)b * T * 2 * nv;
+    __nv_bfloat16 *y = out + (int64_t)b * T * VD + (int64_t)h * dv + j;
+    const int pad = GDN_WINDOW - taps;
+    for (int i = threadIdx.x; i < DK * GDN_WINDOW; i += blockDim.x) {
+        const int c = i / GDN_WINDOW, tap = i % GDN_WINDOW - pad;
+        const bool in = c < dk && tap >= 0;
+        wq[i] = in ? ld(conv + (hk * dk + c) * (int64_t)taps + tap) : 0.0f;
+        wk[i] = in ? ld(conv + (KD + hk * dk + c) * taps + tap) : 0.0f;
+    }
+    const bool col = j < dv;
+    float wv[GDN_WINDOW];
+#pragma unroll
+    for (int i = 0; i < GDN_WINDOW; i++)
+        wv[i] = col && i >= pad
+                    ? ld(conv + (2 * KD + (int64_t)h * dv + j) * taps + i - pad)
+                    : 0.0f;
+    const float A = expf(ld(a_log + h)), dt = ld(dt_bias + h);
+    const float q_scale = 1.0f / sqrtf((float)dk);
+    __syncthreads(); /* the weights; nothing after waits on another warp */
+
+    auto load = [&](int t, gdn_inputs<M> &in) {
+        const __nv_bfloat16 *r = x + (int64_t)t * row;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int c = lane + 32 * m;
+            in.q[m] = ld_or0(r + hk * dk + c, c < dk);
+            in.k[m] = ld_or0(r + KD + hk * dk + c, c < dk);
+        }
+        in.v = ld_or0(r + 2 * KD + (int64_t)h * dv + j, col);
+        in.b = bap[(int64_t)t * 2 * nv + h];
+        in.a = bap[(int64_t)t * 2 * nv + nv + h];
+    };
+    /* the window's earlier rows (zero before the sample's first token), q
+       and k in pairs to spare the registers the state needs */
+    __nv_bfloat162 hqk[GDN_WINDOW - 1][M];
+    float hv[GDN_WINDOW - 1];
+#pragma unroll
+    for (int i = 0; i < GDN_WINDOW - 1; i++) {
+        hv[i] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            hqk[i][m] = __float2bfloat162_rn(0.0f);
+    }
+    float s[DK];
+#pragma unroll
+    for (int i = 0; i < DK; i++)
+        s[i] = 0.0f;
+    gdn_inputs<M> next;
+    if (T > 0)
+        load(0, next);
+    for (int t = 0; t < T; t++) {
+        const gdn_inputs<M> in = next;
+        if (t + 1 < T)
+            load(t + 1, next); /* in flight under this token's update */
+        float q[M], k[M], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const float *cq = wq + (lane + 32 * m) * GDN_WINDOW,
+                        *ck = wk + (lane + 32 * m) * GDN_WINDOW;
+            const __nv_bfloat162 qk = __halves2bfloat162(in.q[m], in.k[m]);
+            float aq = cq[GDN_WINDOW - 1] * __low2float(qk),
+                  ak = ck[GDN_WINDOW - 1] * __high2float(qk);
+#pragma unroll
+            for (int i = 0; i < GDN_WINDOW - 1; i++) {
+                aq += cq[i] * __low2float(hqk[i][m]);
+                ak += ck[i] * __high2float(hqk[i][m]);
+            }
+            q[m] = silu_f(aq);
+            k[m] = silu_f(ak);
+            sq += q[m] * q[m];
+            sk += k[m] * k[m];
+#pragma unroll
+            for (int i = 0; i < GDN_WINDOW - 2; i++)
+                hqk[i][m] = hqk[i + 1][m];
+            hqk[GDN_WINDOW - 2][m] = qk;
+        }
+        const float vin = __bfloat162float(in.v);
+        float av = wv[GDN_WINDOW - 1] * vin;
+#pragma unroll
+        for (int i = 0; i < GDN_WINDOW - 1; i++)
+            av += wv[i] * hv[i];
+#pragma unroll
+        for (int i = 0; i < GDN_WINDOW - 2; i++)
+            hv[i] = hv[i + 1];
+        hv[GDN_WINDOW - 2] = vin;
+        const float v = silu_f(av);
+        /* q and k L2-normalized (eps 1e-6), q times dk^-0.5 */
+        const float iq = q_scale / sqrtf(warp_sum(sq) + 1e-6f),
+                    ik = 1.0f / sqrtf(warp_sum(sk) + 1e-6f);
+        float *qs = buf + (t & 1) * 2 * DK, *ks = qs + DK;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            qs[lane + 32 * m] = q[m] * iq;
+            ks[lane + 32 * m] = k[m] * ik;
+        }
+        const float beta = sigmoid_f(__bfloat162float(in.b));
+        const float decay = expf(-A * softplus_f(__bfloat162float(in.a) + dt));
+        __syncwarp(); /* this token's q and k; the other buffer's last reads are done */
+        /* S decays; kv_mem = S^T k; S += k delta^T, delta = beta (v - kv_mem);
+           o = S^T q */
+        const float4 *k4 = reinterpret_cast<const float4 *>(ks),
+                     *q4 = reinterpret_cast<const float4 *>(qs);
+        float4 mem = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int i = 0; i < DK / 4; i++) {
+            const float4 kk = k4[i];
+            mem.x += s[4 * i] * kk.x;
+            mem.y += s[4 * i + 1] * kk.y;
+            mem.z += s[4 * i + 2] * kk.z;
+            mem.w += s[4 * i + 3] * kk.w;
+        }
+        const float delta = (v - decay * ((mem.x + mem.y) + (mem.z + mem.w))) * beta;
+        __syncwarp(); /* k read again below rather than held in registers */
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int i = 0; i < DK / 4; i++) {
+            const float4 kk = k4[i], qq = q4[i];
+            s[4 * i] = fmaf(s[4 * i], decay, kk.x * delta);
+            s[4 * i + 1] = fmaf(s[4 * i + 1], decay, kk.y * delta);
+            s[4 * i + 2] = fmaf(s[4 * i + 2], decay, kk.z * delta);
+            s[4 * i + 3] = fmaf(s[4 * i + 3], decay, kk.w * delta);
+            o.x += s[4 * i] * qq.x;
+            o.y += s[4 * i + 1] * qq.y;
+            o.z += s[4 * i + 2] * qq.z;
+            o.w += s[4 * i + 3] * qq.w;
+        }
+        if (col)
+            y[(int64_t)t * VD] = __float2bfloat16_rn((o.x + o.y) + (o.z + o.w));
+    }
+}
+
+/* --- a block per value head, the state in shared memory ------------------------ */
+
 /* The sums of a and b over the block (blockDim.x a multiple of 32, at most
  * 1024); scratch: 64 floats. Every thread gets both. */
 static __device__ __forceinline__ float2 block_sum2(float a, float b, float *scratch)
 {
-    for (int o = 16; o > 0; o >>= 1) {
-        a += __shfl_xor_sync(0xffffffffu, a, o);
-        b += __shfl_xor_sync(0xffffffffu, b, o);
-    }
+    a = warp_sum(a);
+    b = warp_sum(b);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     if (lane == 0) {
         scratch[warp] = a;
         scratch[32 + warp] = b;
     }
     __syncthreads();
-    a = lane < warps ? scratch[lane] : 0.0f;
-    b = lane < warps ? scratch[32 + lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) {
-        a += __shfl_xor_sync(0xffffffffu, a, o);
-        b += __shfl_xor_sync(0xffffffffu, b, o);
-    }
+    a = warp_sum(lane < warps ? scratch[lane] : 0.0f);
+    b = warp_sum(lane < warps ? scratch[32 + lane] : 0.0f);
     __syncthreads(); /* scratch is free again */
     return make_float2(a, b);
 }
@@ -68,38 +255,22 @@ static __device__ __forceinline__ float conv_silu(const __nv_bfloat16 *__restric
     for (int j = 0; j < taps; j++) {
         const int src = t - (taps - 1) + j;
         if (src >= 0)
-            acc += __bfloat162float(w[(int64_t)c * taps + j]) *
-                   __bfloat162float(x[src * row + c]);
+            acc += ld(w + (int64_t)c * taps + j) * ld(x + src * row + c);
     }
     return silu_f(acc);
 }
 
-/* Threads of the kernel with the state in registers at most (value heads
- * up to as many values): room for a column of 128 and the rest. */
-#define GDN_REG_THREADS 256
-
-/* DK > 0: a key head of up to DK values (the rest zeros), thread j's
- * column of the state in registers; DK 0: any key head, the state in
- * shared memory. Each token's convolution is computed a token ahead, its
- * loads in flight while the state of the token before is updated. */
-template <int DK>
-__global__ void __launch_bounds__(DK > 0 ? GDN_REG_THREADS : 1024)
-    gated_delta_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
-                       const __nv_bfloat16 *__restrict__ qkvz,    // (B T, C + nv dv)
-                       const __nv_bfloat16 *__restrict__ ba,      // (B T, 2 nv)
-                       const __nv_bfloat16 *__restrict__ conv,    // (C, taps)
-                       const __nv_bfloat16 *__restrict__ a_log,   // (nv)
-                       const __nv_bfloat16 *__restrict__ dt_bias, // (nv)
-                       const __nv_bfloat16 *__restrict__ norm,    // (dv)
-                       int T, int nk, int dk, int nv, int dv, int taps, float eps)
+/* Block (b, h), thread j column j of the state and channel j of q and k.
+ * Shared memory: the token's q and k (dk each), the scratch (64), S (dk x
+ * dv). */
+__global__ void __launch_bounds__(1024) gated_delta_smem_kernel(
+    __nv_bfloat16 *__restrict__ out, const __nv_bfloat16 *__restrict__ qkvz,
+    const __nv_bfloat16 *__restrict__ ba, const __nv_bfloat16 *__restrict__ conv,
+    const __nv_bfloat16 *__restrict__ a_log, const __nv_bfloat16 *__restrict__ dt_bias,
+    int T, int nk, int dk, int nv, int dv, int taps)
 {
     extern __shared__ float smem[];
-    constexpr int QK = DK > 0 ? DK : 1;
-    const int width = DK > 0 ? DK : dk; /* q and k as the loops read them */
-    float *qs = smem, *ks = qs + width; /* the token's q and k */
-    float *scratch = ks + width;        /* 64 */
-    float *S = scratch + 64;            /* (dk, dv) where DK is 0 */
-    float s[QK];                        /* thread j's column where DK > 0 */
+    float *qs = smem, *ks = qs + dk, *scratch = ks + dk, *S = scratch + 64;
     const int b = blockIdx.x / nv, h = blockIdx.x % nv, hk = h / (nv / nk);
     const int j = threadIdx.x;
     const int64_t KD = (int64_t)nk * dk, VD = (int64_t)nv * dv, C = 2 * KD + VD;
@@ -107,31 +278,18 @@ __global__ void __launch_bounds__(DK > 0 ? GDN_REG_THREADS : 1024)
     const __nv_bfloat16 *x = qkvz + (int64_t)b * T * row;
     const __nv_bfloat16 *bap = ba + (int64_t)b * T * 2 * nv;
     __nv_bfloat16 *y = out + (int64_t)b * T * VD + (int64_t)h * dv;
-    const float A = expf(__bfloat162float(a_log[h])), dt = __bfloat162float(dt_bias[h]);
+    const float A = expf(ld(a_log + h)), dt = ld(dt_bias + h);
     const float q_scale = 1.0f / sqrtf((float)dk);
-    const float w_norm = j < dv ? __bfloat162float(norm[j]) : 0.0f;
-#pragma unroll
-    for (int i = 0; i < QK; i++)
-        s[i] = 0.0f;
-    for (int i = 0; DK == 0 && j < dv && i < dk; i++)
+    for (int i = 0; j < dv && i < dk; i++)
         S[(size_t)i * dv + j] = 0.0f;
-    for (int i = j; i < width; i += blockDim.x) /* the padding of q and k stays 0 */
-        qs[i] = ks[i] = 0.0f;
-    /* the convolution of token t's q, k and v channels of this thread */
-    auto convolved = [&](int t, float &q, float &k, float &v) {
-        q = k = v = 0.0f;
-        if (t >= T)
-            return;
+    for (int t = 0; t < T; t++) {
+        float q = 0.0f, k = 0.0f, v = 0.0f;
         if (j < dk) {
             q = conv_silu(x, row, t, (int)(hk * dk + j), conv, taps);
             k = conv_silu(x, row, t, (int)(KD + hk * dk + j), conv, taps);
         }
         if (j < dv)
             v = conv_silu(x, row, t, (int)(2 * KD + (int64_t)h * dv + j), conv, taps);
-    };
-    float q, k, v;
-    convolved(0, q, k, v);
-    for (int t = 0; t < T; t++) {
         /* q and k L2-normalized (eps 1e-6), q times dk^-0.5; the sums also
            order the reads of qs and ks of the token before */
         const float2 sq = block_sum2(q * q, k * k, scratch);
@@ -139,80 +297,111 @@ __global__ void __launch_bounds__(DK > 0 ? GDN_REG_THREADS : 1024)
             qs[j] = q / sqrtf(sq.x + 1e-6f) * q_scale;
             ks[j] = k / sqrtf(sq.y + 1e-6f);
         }
-        const float beta = sigmoid_f(__bfloat162float(bap[(int64_t)t * 2 * nv + h]));
-        const float decay = expf(
-            -A * softplus_f(__bfloat162float(bap[(int64_t)t * 2 * nv + nv + h]) + dt));
-        const float vt = v;
+        const float beta = sigmoid_f(ld(bap + (int64_t)t * 2 * nv + h));
+        const float decay =
+            expf(-A * softplus_f(ld(bap + (int64_t)t * 2 * nv + nv + h) + dt));
         __syncthreads();
-        convolved(t + 1, q, k, v); /* in flight under the state's update */
-        float o = 0.0f;
         if (j < dv) {
-            /* S decays; kv_mem = S^T k; S += k delta^T, delta = beta (v - kv_mem);
-               o = S^T q */
-            if (DK > 0) {
-                float m4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int i = 0; i < QK; i++) {
-                    s[i] *= decay;
-                    m4[i & 3] += s[i] * ks[i];
-                }
-                const float delta = (vt - ((m4[0] + m4[1]) + (m4[2] + m4[3]))) * beta;
-                float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int i = 0; i < QK; i++) {
-                    s[i] += ks[i] * delta;
-                    o4[i & 3] += s[i] * qs[i];
-                }
-                o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
-            } else {
-                float mem = 0.0f;
-                for (int i = 0; i < dk; i++) {
-                    const float sv = S[(size_t)i * dv + j] * decay;
-                    S[(size_t)i * dv + j] = sv;
-                    mem += sv * ks[i];
-                }
-                const float delta = (vt - mem) * beta;
-                for (int i = 0; i < dk; i++) {
-                    const float sv = S[(size_t)i * dv + j] + ks[i] * delta;
-                    S[(size_t)i * dv + j] = sv;
-                    o += sv * qs[i];
-                }
+            float mem = 0.0f, o = 0.0f;
+            for (int i = 0; i < dk; i++) {
+                const float sv = S[(size_t)i * dv + j] * decay;
+                S[(size_t)i * dv + j] = sv;
+                mem += sv * ks[i];
             }
-        }
-        /* the gated RMSNorm: rmsnorm(o) * norm * silu(z) */
-        const float ss = block_sum2(o * o, 0.0f, scratch).x;
-        if (j < dv) {
-            const float z =
-                __bfloat162float(x[(int64_t)t * row + C + (int64_t)h * dv + j]);
-            const float inv = 1.0f / sqrtf(ss / (float)dv + eps);
-            y[(int64_t)t * VD + j] = __float2bfloat16_rn(o * inv * w_norm * silu_f(z));
+            const float delta = (v - mem) * beta;
+            for (int i = 0; i < dk; i++) {
+                const float sv = S[(size_t)i * dv + j] + ks[i] * delta;
+                S[(size_t)i * dv + j] = sv;
+                o += sv * qs[i];
+            }
+            y[(int64_t)t * VD + j] = __float2bfloat16_rn(o);
         }
     }
 }
 
-/* The key head size the registers' kernel takes key heads of dk and value
- * heads of dv with (0: none, the state in shared memory). */
+/* --- the gated RMSNorm ---------------------------------------------------------- */
+
+/* y = rmsnorm(o) * norm * silu(z) in place, a warp per (token, value head):
+ * o (n, nv dv) the recurrence's output, z the rows' last nv dv columns of
+ * qkvz (n, C + nv dv). */
+__global__ void gated_norm_kernel(__nv_bfloat16 *__restrict__ y,
+                                  const __nv_bfloat16 *__restrict__ qkvz,
+                                  const __nv_bfloat16 *__restrict__ norm, int64_t rows,
+                                  int nv, int dv, int64_t C, float eps)
+{
+    const int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= rows)
+        return;
+    const int64_t t = r / nv, h = r % nv, VD = (int64_t)nv * dv;
+    __nv_bfloat16 *o = y + t * VD + h * dv;
+    const __nv_bfloat16 *z = qkvz + t * (C + VD) + C + h * dv;
+    float ss = 0.0f;
+    for (int c = lane; c < dv; c += 32)
+        ss += ld(o + c) * ld(o + c);
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)dv + eps);
+    for (int c = lane; c < dv; c += 32)
+        o[c] = __float2bfloat16_rn(ld(o + c) * inv * ld(norm + c) * silu_f(ld(z + c)));
+}
+
+/* --- launch ----------------------------------------------------------------------- */
+
+/* The key head size the warp kernel takes key heads of dk and value heads
+ * of dv with (0: none, the state in shared memory). */
 static int gated_delta_dk(int dk, int dv)
 {
-    return dv > GDN_REG_THREADS ? 0 : dk <= 32 ? 32 : dk <= 64 ? 64 : dk <= 128 ? 128 : 0;
+    return dv > GDN_WARP_MAX_WARPS * 32 ? 0
+           : dk <= 32                   ? 32
+           : dk <= 64                   ? 64
+           : dk <= 128                  ? 128
+                                        : 0;
 }
 
-/* Shared memory of gated_delta_kernel<DK>: q and k, the scratch, the state
- * where DK is 0. */
+/* Shared memory of the kernel gated_delta_dk chose (DK 0: the block's). */
 static size_t gated_delta_smem(int DK, int dk, int dv)
 {
-    return sizeof(float) * (2 * (size_t)(DK ? DK : dk) + 64 + (DK ? 0 : (size_t)dk * dv));
+    if (DK)
+        return sizeof(float) *
+               (2 * (size_t)DK * GDN_WINDOW + (size_t)(dv + 31) / 32 * 4 * DK);
+    return sizeof(float) * (2 * (size_t)dk + 64 + (size_t)dk * dv);
 }
 
-extern "C" int kvcal_gated_delta_fits(int dk, int dv)
+/* The shared memory a block may opt in to on the current device. */
+static size_t smem_optin(void)
 {
     int device = 0, max_optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                device) != cudaSuccess)
         max_optin = 48 << 10;
+    return (size_t)max_optin;
+}
+
+/* The kernel for key heads of dk, value heads of dv and taps taps: its DK
+ * (0: the state in shared memory). */
+static int gated_delta_kernel_dk(int dk, int dv, int taps)
+{
+    return taps <= GDN_WINDOW ? gated_delta_dk(dk, dv) : 0;
+}
+
+extern "C" int kvcal_gated_delta_fits(int dk, int dv)
+{
     return dk >= 1 && dv >= 1 && dk <= 1024 && dv <= 1024 &&
-           gated_delta_smem(gated_delta_dk(dk, dv), dk, dv) <= (size_t)max_optin;
+           gated_delta_smem(gated_delta_dk(dk, dv), dk, dv) <= smem_optin() &&
+           gated_delta_smem(0, dk, dv) <= smem_optin();
+}
+
+template <int DK>
+static void launch_warps(unsigned blocks, size_t smem, cudaStream_t stream,
+                         __nv_bfloat16 *o, const __nv_bfloat16 *x,
+                         const __nv_bfloat16 *bap, const kvcal_gated_delta_params *p,
+                         int T)
+{
+    gated_delta_warp_kernel<DK><<<blocks, (p->dv + 31) / 32 * 32, smem, stream>>>(
+        o, x, bap, reinterpret_cast<const __nv_bfloat16 *>(p->conv),
+        reinterpret_cast<const __nv_bfloat16 *>(p->a_log),
+        reinterpret_cast<const __nv_bfloat16 *>(p->dt_bias), T, p->nk, p->dk, p->nv,
+        p->dv, p->taps);
 }
 
 extern "C" kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf16 *qkvz,
@@ -228,48 +417,51 @@ extern "C" kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf
                           "taps: need buffers and weights, batch and T >= 0, heads >= 1 "
                           "(the value heads a multiple of the key heads), taps >= 1",
                           batch, T, p->nk, p->nv, p->taps);
-    const int DK = gated_delta_dk(p->dk, p->dv);
+    const int DK = gated_delta_kernel_dk(p->dk, p->dv, p->taps);
     const size_t smem = gated_delta_smem(DK, p->dk, p->dv);
     if (!kvcal_gated_delta_fits(p->dk, p->dv))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "gated_delta: key head %d x value head %d: the state (%zu "
                           "bytes) does not fit one block's shared memory",
-                          p->dk, p->dv, smem);
+                          p->dk, p->dv, gated_delta_smem(0, p->dk, p->dv));
     if (batch == 0 || T == 0)
         return KVCAL_OK;
-    const int wide = p->dk > p->dv ? p->dk : p->dv, threads = (wide + 31) / 32 * 32;
     auto *o = reinterpret_cast<__nv_bfloat16 *>(out);
     auto *x = reinterpret_cast<const __nv_bfloat16 *>(qkvz);
     auto *bap = reinterpret_cast<const __nv_bfloat16 *>(ba);
-    auto *cw = reinterpret_cast<const __nv_bfloat16 *>(p->conv);
-    auto *al = reinterpret_cast<const __nv_bfloat16 *>(p->a_log);
-    auto *dtb = reinterpret_cast<const __nv_bfloat16 *>(p->dt_bias);
-    auto *nw = reinterpret_cast<const __nv_bfloat16 *>(p->norm);
     const unsigned blocks = (unsigned)batch * (unsigned)p->nv;
     switch (DK) {
     case 32:
-        gated_delta_kernel<32><<<blocks, threads, smem, stream>>>(
-            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+        launch_warps<32>(blocks, smem, stream, o, x, bap, p, T);
         break;
     case 64:
-        gated_delta_kernel<64><<<blocks, threads, smem, stream>>>(
-            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+        launch_warps<64>(blocks, smem, stream, o, x, bap, p, T);
         break;
     case 128:
-        gated_delta_kernel<128><<<blocks, threads, smem, stream>>>(
-            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+        launch_warps<128>(blocks, smem, stream, o, x, bap, p, T);
         break;
-    default:
+    default: {
+        const int wide = p->dk > p->dv ? p->dk : p->dv, threads = (wide + 31) / 32 * 32;
         if (smem > (48 << 10) &&
-            cudaFuncSetAttribute(gated_delta_kernel<0>,
+            cudaFuncSetAttribute(gated_delta_smem_kernel,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem) != cudaSuccess)
             return kvcal_fail(KVCAL_ERR_CUDA,
                               "gated_delta: %zu bytes of shared memory refused", smem);
-        gated_delta_kernel<0><<<blocks, threads, smem, stream>>>(
-            o, x, bap, cw, al, dtb, nw, T, p->nk, p->dk, p->nv, p->dv, p->taps, p->eps);
+        gated_delta_smem_kernel<<<blocks, threads, smem, stream>>>(
+            o, x, bap, reinterpret_cast<const __nv_bfloat16 *>(p->conv),
+            reinterpret_cast<const __nv_bfloat16 *>(p->a_log),
+            reinterpret_cast<const __nv_bfloat16 *>(p->dt_bias), T, p->nk, p->dk, p->nv,
+            p->dv, p->taps);
+    }
     }
     KVCAL_CUDA_CHECK_LAUNCH("gated_delta_kernel");
+    const int64_t rows = (int64_t)batch * T * p->nv;
+    const int64_t C = 2LL * p->nk * p->dk + (int64_t)p->nv * p->dv;
+    gated_norm_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(
+        o, x, reinterpret_cast<const __nv_bfloat16 *>(p->norm), rows, p->nv, p->dv, C,
+        p->eps);
+    KVCAL_CUDA_CHECK_LAUNCH("gated_norm_kernel");
     return KVCAL_OK;
 }
 

@@ -670,13 +670,16 @@ typedef struct kvcal_gated_delta_params {
 } kvcal_gated_delta_params;
 
 /* Whether kvcal_gated_delta_launch takes key heads of dk and value heads
- * of dv on the current device (the state of one head in shared memory). */
+ * of dv on the current device (past the registers' kernel, the state of
+ * one head in shared memory). */
 int kvcal_gated_delta_fits(int dk, int dv);
 
 /* out (batch T, nv dv) = kvcal_gated_delta_ref of each of the batch's
  * samples, the T rows of sample b from row b T on, from a zero state:
- * qkvz (batch T, 2 nk dk + 2 nv dv), ba (batch T, 2 nv). Rows past a
- * sample's end are computed as tokens after it (they change none before). */
+ * qkvz (batch T, 2 nk dk + 2 nv dv), ba (batch T, 2 nv); the recurrence's
+ * output rounded to bf16 before the gated norm, as the engines' is. Rows
+ * past a sample's end are computed as tokens after it (they change none
+ * before). */
 kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf16 *qkvz,
                                       const kvcal_bf16 *ba,
                                       const kvcal_gated_delta_params *p, int batch, int T,
