@@ -829,7 +829,8 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
         TRY(kvcal_cuda_moe_fp8_weights(r));
         w_gu = r->moe_w[0] ? r->moe_w[0] : w_gu;
         w_down = r->moe_w[1] ? r->moe_w[1] : w_down;
-        if (kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP)) {
+        if (kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP) &&
+            !d->moe_input_weighted) {
             TRY(step(r, "moe FP8 gate_up input"));
             TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_GATE_UP, r->moe_xd, x, n,
                                          r->D));
@@ -840,13 +841,20 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
     /* the gate/up's rows: gathered from the tokens' by its GEMM, or, where
        the routing weight scales an expert's input (Llama 4's), gathered
        and weighted apart into moe_y (free until the down GEMM writes it),
-       the combine then weighting nothing */
+       the combine then weighting nothing; FP8 experts' rows quantized
+       after their weighting, as vLLM's fused MoE with
+       apply_router_weight_on_input quantizes them */
     int gather = r->K;
     if (d->moe_input_weighted) {
         TRY(step(r, "moe weighted gather"));
         TRY(kvcal_moe_gather_launch(r->moe_y, x_gu, &plan, r->K, r->D, r->route_w, s));
         x_gu = r->moe_y;
         gather = 0;
+        if (r->moe_wd && kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP)) {
+            TRY(step(r, "moe FP8 gate_up input"));
+            TRY(kvcal_cuda_moe_fp8_input(r, KVCAL_W_EXPERT_GATE_UP, r->moe_y, r->moe_y,
+                                         plan.capacity, r->D));
+        }
     }
     if (r->moe_sm90) {
         /* Hopper: the bias (gpt-oss's) and the SwiGLU in the GEMMs' epilogues */

@@ -61,17 +61,22 @@ void kvcal_cuda_moe_fp8_bytes(const cuda_backend *r, size_t N, size_t capacity,
     }
     const int quant_gu = kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_GATE_UP),
               quant_down = kvcal_cuda_moe_fp8_quantizes(r, KVCAL_W_EXPERT_DOWN);
-    /* the quantized bytes only where the one-pass kernel does not run */
+    /* the quantized bytes only where the one-pass kernel does not run; the
+       gate/up's input the tokens' (N rows, quantized into bytes[3]) or,
+       weighted on their input (Llama 4's), the experts' rows, quantized in
+       place */
+    const int weighted = d->moe_input_weighted;
+    const size_t gu_rows = weighted ? capacity : N;
     const int bytes_gu = quant_gu && !kvcal_fp8_fake_quant_fits(r->D, gu->a, gu->group),
               bytes_down =
                   quant_down && !kvcal_fp8_fake_quant_fits(r->MI, down->a, down->group);
-    const size_t in = bytes_gu ? N * (size_t)r->D : 0,
+    const size_t in = bytes_gu ? gu_rows * (size_t)r->D : 0,
                  mid = bytes_down ? capacity * (size_t)r->MI : 0;
     bytes[1] = in > mid ? in : mid;
-    const size_t s_in = bytes_gu ? act_scales(gu, N, r->D) : 0,
+    const size_t s_in = bytes_gu ? act_scales(gu, gu_rows, r->D) : 0,
                  s_mid = bytes_down ? act_scales(down, capacity, r->MI) : 0;
     bytes[2] = (s_in > s_mid ? s_in : s_mid) * sizeof(float);
-    bytes[3] = quant_gu ? N * (size_t)r->D * sizeof(kvcal_bf16) : 0;
+    bytes[3] = quant_gu && !weighted ? N * (size_t)r->D * sizeof(kvcal_bf16) : 0;
 }
 
 kvcal_status kvcal_cuda_moe_fp8_weights(cuda_backend *r)

@@ -61,13 +61,6 @@ const char *kvcal_cuda_fp8_plan(int major, int minor)
 
 kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
 {
-    if (!strcmp(d->arch->family, "minimax_m2"))
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s runs on the CPU runner alone in this version: the CUDA "
-            "runner's K and V of a test model lay up to 22%% from transformers' on some "
-            "inputs; use --device cpu",
-            d->architecture);
     if (d->linear_layers &&
         ((long long)d->lin_k_head_dim * d->lin_v_head_dim > KVCAL_GATED_DELTA_MAX_STATE ||
          d->lin_k_head_dim > KVCAL_GATED_DELTA_MAX_HEAD ||
@@ -85,24 +78,6 @@ kvcal_status kvcal_backend_cuda_check_model(const kvcal_model_desc *d)
             "--device cuda: %s's softmax routing with a choice bias in %d groups: the "
             "CUDA runner takes it in one group; use --device cpu",
             d->architecture, d->moe_groups);
-    for (int w = 0; w < KVCAL_W_COUNT; w++)
-        for (int i = 0; d->fp8[w].w != KVCAL_FP8W_NONE && i < KVCAL_WEIGHT_PARTS_MAX; i++)
-            if (d->arch->weights[w].parts[i].layout &
-                (KVCAL_PART_HEAD_FIRST | KVCAL_PART_HEAD_SECOND | KVCAL_PART_GDN_GROUPED))
-                return kvcal_fail(
-                    KVCAL_ERR_UNSUPPORTED,
-                    "--device cuda: %s's FP8 %s: its rows regrouped from the "
-                    "checkpoint's (a gated q_proj's heads, a delta-net's projections "
-                    "grouped by key head) run on the CPU runner alone in this version; "
-                    "use --device cpu",
-                    d->architecture, d->arch->weights[w].parts[i].name);
-    if (d->moe_input_weighted && d->fp8[KVCAL_W_EXPERT_GATE_UP].w != KVCAL_FP8W_NONE)
-        return kvcal_fail(
-            KVCAL_ERR_UNSUPPORTED,
-            "--device cuda: %s's FP8 experts weighted on their input (the routing "
-            "weight times the hidden state, then quantized) run on the CPU runner alone "
-            "in this version; use --device cpu",
-            d->architecture);
     if (d->mla && (d->head_dim > KVCAL_MLA_MAX_ENTRY || d->qk_nope_head_dim % 2 ||
                    d->qk_nope_head_dim + d->qk_rope_head_dim > 256))
         return kvcal_fail(

@@ -229,6 +229,32 @@ static int fp8_interleaved_jobs(const kvcal_cuda_loader_t *ld, kvcal_weight w,
                             kvcal_model_describe(ld->model)->hidden_size, v, p->n, 1, maps);
 }
 
+/* The jobs of an FP8 part's bytes at off (map: NULL or the requantization
+ * they go through): a part that regroups its tensor's rows (a gated
+ * q_proj's halves, Qwen3-Next's projections by key head) in runs of the
+ * rows it takes in order (kvcal_tensor_view_row); else the tensor whole.
+ * *bytes: what it places. Nonzero where a job could not be queued. */
+static int fp8_part_jobs(job_list *out, size_t off, const kvcal_tensor_view *v,
+                         const uint8_t *map, size_t *bytes)
+{
+    const kvcal_tensor_view all = bytes_view(v->data, v->numel);
+    if (!v->groups) {
+        *bytes = (size_t)v->numel;
+        return push_job(out, off, &all, 0, (size_t)v->numel, 1, map);
+    }
+    int fail = 0;
+    for (int64_t r = 0, run; r < v->rows; r += run) {
+        const int64_t src = kvcal_tensor_view_row(v, r);
+        for (run = 1;
+             r + run < v->rows && kvcal_tensor_view_row(v, r + run) == src + run;)
+            run++;
+        fail |= push_job(out, off + (size_t)(r * v->cols), &all, src * v->cols,
+                         (size_t)(run * v->cols), 1, map);
+    }
+    *bytes = (size_t)(v->rows * v->cols);
+    return fail;
+}
+
 static kvcal_status fp8_jobs(const kvcal_cuda_loader_t *ld, int l, kvcal_weight w,
                              job_list *out, float *sc, kvcal_fp8_parts *parts)
 {
@@ -249,10 +275,10 @@ static kvcal_status fp8_jobs(const kvcal_cuda_loader_t *ld, int l, kvcal_weight 
             continue;
         }
         for (int i = 0; i < p->n; i++) {
-            const kvcal_tensor_view v = bytes_view(p->part[i].data, p->part[i].numel);
-            fail |= push_job(out, off, &v, 0, (size_t)v.numel, 1,
-                             p->mapped ? p->map[i] : NULL);
-            off += (size_t)p->part[i].numel;
+            size_t bytes = 0;
+            fail |= fp8_part_jobs(out, off, &p->part[i], p->mapped ? p->map[i] : NULL,
+                                  &bytes);
+            off += bytes;
         }
     }
     sc[count] = input;

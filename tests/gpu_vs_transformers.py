@@ -54,8 +54,14 @@ def hf_absmax(model_dir, samples, dtype, torch, tf):
         # MXFP4 experts dequantized by transformers' own loader (its kernels
         # path needs packages fetched at run time)
         extra["quantization_config"] = tf.Mxfp4Config(dequantize=True)
+    # transformers before 5.25 ignores MiniMax-M2's legacy rotary_dim and
+    # rotates every channel of a head; vLLM and transformers 5.25 rotate
+    # rotary_dim of them
+    rotary_dim, rope = getattr(cfg, "rotary_dim", None), getattr(cfg, "rope_parameters", None)
+    if cfg.model_type == "minimax_m2" and rotary_dim and isinstance(rope, dict):
+        rope.setdefault("partial_rotary_factor", rotary_dim / cfg.head_dim)
     model = model_class(tf, cfg).from_pretrained(
-        model_dir, dtype=dtype, attn_implementation="eager" if eager else "sdpa",
+        model_dir, config=cfg, dtype=dtype, attn_implementation="eager" if eager else "sdpa",
         **extra).cuda()
     model.eval()
     k_abs, v_abs, parts = [], [], []

@@ -151,7 +151,8 @@ static void cuda_runner_matches_transformers_on_hybrid_golden_models(void)
  * tokens, Qwen-MoE's use_sliding_window, gpt-oss (sinks on the portable
  * attention kernel, head_dim 16, and on the tensor cores, 64; the experts'
  * biases and clamped SwiGLU; MXFP4 experts dequantized to bf16 at load),
- * Granite MoE (its multipliers), ERNIE 4.5
+ * MiniMax-M2 (q/k norms over the whole projection, sigmoid routing with
+ * a choice bias, partial RoPE), Granite MoE (its multipliers), ERNIE 4.5
  * (softmax routing with a choice bias), Hunyuan (q/k norms after RoPE),
  * Llama 4 (chunks shorter than the samples, NoPE layers with the queries'
  * temperature, the weightless q/k norm after RoPE, experts weighted on
@@ -173,18 +174,19 @@ static void cuda_runner_matches_transformers_on_moe_golden_models(void)
                                         "gpt_oss_hd64_swa16_e4_top2_mxfp4",
                                         "qwen3_vl_moe_stacked_e8_top3_bf16",
                                         "glm4v_moe_mm_mrope_e8_top3_bf16",
+                                        "minimax_m2_qknorm_all_rot8_e8_top3_bf16",
                                         "granitemoe_multipliers_e4_top2_bf16",
                                         "ernie45_moe_softmax_bias_e8_top3_bf16",
                                         "hunyuan_moe_qknorm_after_rope_alpha_bf16",
                                         "llama4_nope_chunk8_temp_e4_top2_bf16",
                                         "llama4_mm_top1_chunk16_bf16"};
-    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3, 3, 2, 3, 2, 2, 1};
+    static const int top_k[] = {3, 2, 2, 3, 2, 2, 2, 3, 2, 3, 3, 3, 2, 3, 2, 2, 1};
     /* Bit l: layer l has a dense MLP (GLM's first; the Qwen model's
      * mlp_only_layers [0] and decoder_sparse_step 2 make 0 and 2 dense;
      * Qwen3-VL-MoE's mlp_only_layers [0]; GLM-4.5V's first; ERNIE's first;
      * the first Llama 4's moe_layers [1, 3] make 0 and 2 dense). */
-    static const unsigned dense[] = {0, 0,  0,  1u, 1u | 4u, 0, 0,       0,
-                                     0, 1u, 1u, 0,  1u,      0, 1u | 4u, 0};
+    static const unsigned dense[] = {0,  0,  0, 1u, 1u | 4u, 0, 0,       0, 0,
+                                     1u, 1u, 0, 0,  1u,      0, 1u | 4u, 0};
     _Static_assert(sizeof top_k / sizeof *top_k == sizeof names / sizeof *names &&
                        sizeof dense / sizeof *dense == sizeof names / sizeof *names,
                    "a top-k and dense layers for each model");
@@ -514,10 +516,23 @@ static void cuda_runner_serves_fp8_checkpoints_as_vllm_does(void)
         kvcal_stats_destroy(want);
         kvcal_stats_destroy(got);
     }
-    /* Granite's per-channel weights with per-token activations (its
-     * multipliers) */
-    check_runner_golden("fp8_granite_ct_channel_token");
-    check_runner_golden_with("fp8_granite_ct_channel_token", &fallback);
+    /* the hybrid models' FP8 weights whose rows kvcal regroups (the loader
+     * copies them through the grouping) */
+    for (size_t i = 0; i < KVCAL_TEST_FP8_HYBRID_FIXTURES; i++) {
+        check_runner_golden(kvcal_test_fp8_hybrid_fixtures[i]);
+        check_runner_golden_with(kvcal_test_fp8_hybrid_fixtures[i], &fallback);
+    }
+    /* Llama 4's experts weighted on their input, then quantized per token */
+    check_runner_golden("fp8_llama4_ct_channel_token");
+    check_runner_golden_with("fp8_llama4_ct_channel_token", &fallback);
+    /* MiniMax-M2's 128 x 128 blocks, Granite's per-channel weights with
+     * per-token activations (its multipliers) */
+    static const char *const more[] = {"fp8_minimax_m2_fp8_block",
+                                       "fp8_granite_ct_channel_token"};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) {
+        check_runner_golden(more[i]);
+        check_runner_golden_with(more[i], &fallback);
+    }
 }
 
 /* The FP8 weights the runner serves as dequantized bf16 GEMMs are named,

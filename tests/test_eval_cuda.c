@@ -290,9 +290,11 @@ static void set_or_unset(const char *var, const char *value)
         unsetenv(var);
 }
 
-/* check_cuda_against_cpu_with the reports of the n servings `others`. */
+/* check_cuda_against_cpu_with the reports of the n servings `others`, the
+ * baseline within baseline_rtol, the changes within change_atol. */
 static void check_servings_against_cpu(const char *name, const char *args,
-                                       const serving *others, int n)
+                                       const serving *others, int n, double baseline_rtol,
+                                       double change_atol)
 {
     cJSON *reports[MAX_SERVINGS] = {NULL};
     CU_ASSERT_FATAL(n <= MAX_SERVINGS);
@@ -307,7 +309,7 @@ static void check_servings_against_cpu(const char *name, const char *args,
         CU_ASSERT_PTR_NOT_NULL_FATAL(reports[i]);
     }
     const servings o = {reports, n};
-    check_cuda_against_cpu_with(name, args, &o, BASELINE_RTOL, CHANGE_ATOL);
+    check_cuda_against_cpu_with(name, args, &o, baseline_rtol, change_atol);
     for (int i = 0; i < n; i++)
         cJSON_Delete(reports[i]);
 }
@@ -315,7 +317,8 @@ static void check_servings_against_cpu(const char *name, const char *args,
 static void check_fp8_against_cpu(const char *name, const char *args)
 {
     check_servings_against_cpu(name, args, fp8_servings,
-                               (int)(sizeof fp8_servings / sizeof fp8_servings[0]));
+                               (int)(sizeof fp8_servings / sizeof fp8_servings[0]),
+                               BASELINE_RTOL, CHANGE_ATOL);
 }
 
 /* For the golden models whose FP8 cache moves the next-token distributions
@@ -328,7 +331,19 @@ static void check_fp8_against_cpu(const char *name, const char *args)
 static void check_sensitive_against_cpu(const char *name, const char *args)
 {
     check_servings_against_cpu(name, args, bf16_servings,
-                               (int)(sizeof bf16_servings / sizeof bf16_servings[0]));
+                               (int)(sizeof bf16_servings / sizeof bf16_servings[0]),
+                               BASELINE_RTOL, CHANGE_ATOL);
+}
+
+/* check_sensitive_against_cpu within check_moe_against_cpu's bounds: the
+ * DeepSeek-V3.2 / GLM-5 golden models, whose indexer also picks each
+ * query's 64 keys from bf16 scores (on an H100 deepseek_v32's baseline lay
+ * -2.13% from the cpu runner's, past MOE_BASELINE_RTOL). */
+static void check_sensitive_moe_against_cpu(const char *name, const char *args)
+{
+    check_servings_against_cpu(name, args, bf16_servings,
+                               (int)(sizeof bf16_servings / sizeof bf16_servings[0]),
+                               MOE_BASELINE_RTOL, MOE_CHANGE_ATOL);
 }
 
 static void eval_cuda_matches_cpu_on_stories260K(void)
@@ -441,6 +456,7 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
                                         "exaone4_postnorm_swa8_nope_bf16",
                                         "olmo2_postnorm_qknorm_all_bf16",
                                         "olmo3_swa8_yarn_full_bf16",
+                                        "minimax_m2_qknorm_all_rot8_e8_top3_bf16",
                                         "granite_multipliers_bias_bf16",
                                         "granitemoe_multipliers_e4_top2_bf16",
                                         "ernie45_moe_softmax_bias_e8_top3_bf16",
@@ -475,10 +491,11 @@ static void eval_cuda_matches_cpu_on_mla_golden_models(void)
 {
     static const char *const names[] = {"deepseek_v2_mla_grouped_softmax_bf16",
                                         "deepseek_v3_mla_qlora_grouped_sigmoid_bf16",
-                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16",
-                                        "deepseek_v32_dsa_topk64_grouped_sigmoid_bf16",
-                                        "glm_moe_dsa_topk64_sigmoid_bf16"};
-    check_golden_models(names, 5, "--modes all", check_moe_against_cpu);
+                                        "glm4_moe_lite_mla_qlora_sigmoid_bf16"};
+    check_golden_models(names, 3, "--modes all", check_moe_against_cpu);
+    static const char *const sparse[] = {"deepseek_v32_dsa_topk64_grouped_sigmoid_bf16",
+                                         "glm_moe_dsa_topk64_sigmoid_bf16"};
+    check_golden_models(sparse, 2, "--modes all", check_sensitive_moe_against_cpu);
 }
 
 /* FP8 checkpoints (tests/make_fp8_checkpoints.py) evaluated as they are

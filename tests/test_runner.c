@@ -1360,8 +1360,7 @@ static void model_open_names_yarn_factor_below_one(void)
 
 /* MiniMax-M2's routing fields that transformers' class ignores while vLLM
  * follows them, and a rotary_dim no head holds, are named; the CUDA runner
- * names the model as cpu-only before any device work (bench/NOTES.md,
- * 2026-12-05: its K and V off transformers' on some inputs). */
+ * takes the model. */
 static void model_open_names_minimax_m2_fields_the_engines_read_apart(void)
 {
     expect_open_error(edited_checkpoint(MINIMAX_M2, "{\"scoring_func\": \"softmax\"}"),
@@ -1374,17 +1373,14 @@ static void model_open_names_minimax_m2_fields_the_engines_read_apart(void)
     CU_ASSERT_EQUAL_FATAL(kvcal_model_open("tests/fixtures/golden/" MINIMAX_M2, &m),
                           KVCAL_OK);
     CU_ASSERT_EQUAL(kvcal_model_describe(m)->rot_dim, 8);
-    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
-                    KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("runs on the CPU runner alone"));
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)), KVCAL_OK);
     kvcal_model_close(m);
 }
 
 /* Llama 4 with attention_bias, which vLLM and sglang build without, is
  * refused, as a checkpoint holding biases its config does not state; the
- * CUDA runner takes its bf16 checkpoints and names what it lacks of its
- * FP8 ones (experts weighted on their input, then quantized) before any
- * device work. */
+ * CUDA runner takes its bf16 checkpoints and its FP8 ones (experts
+ * weighted on their input, then quantized: test_cuda_backend.c). */
 static void model_open_names_llama4_fields_the_engines_read_apart(void)
 {
     expect_open_error(edited_checkpoint(LLAMA4, "{\"attention_bias\": true}"),
@@ -1403,9 +1399,7 @@ static void model_open_names_llama4_fields_the_engines_read_apart(void)
     CU_ASSERT_EQUAL_FATAL(
         kvcal_model_open("tests/fixtures/golden/fp8_llama4_ct_channel_token", &m),
         KVCAL_OK);
-    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
-                    KVCAL_ERR_UNSUPPORTED);
-    CU_ASSERT(kvcal_test_error_has("FP8 experts weighted on their input"));
+    CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)), KVCAL_OK);
     kvcal_model_close(m);
     /* FP8 experts in the stacked tensors (ModelOpt's) are not read; those
      * with a tensor per expert are (fp8_llama4_ct_channel_token) */
@@ -1699,21 +1693,19 @@ static void runner_matches_vllm_fp8_semantics_on_every_scheme(void)
  * in_proj_qkvz by key head) dequantized through the grouping, block-wise
  * and per channel; per tensor, the gated q_proj's gate requantized with
  * k_proj and v_proj to their largest scale, Qwen3.5's in_proj_qkv and
- * in_proj_z so too, as vLLM serves them. The CUDA runner refuses them (its
- * loader copies an FP8 tensor's rows as stored). */
+ * in_proj_z so too, as vLLM serves them. The CUDA runner takes them (its
+ * loader copies the FP8 rows through the grouping: test_cuda_backend.c). */
 static void runner_matches_vllm_fp8_semantics_on_hybrid_models(void)
 {
     for (size_t i = 0; i < KVCAL_TEST_FP8_HYBRID_FIXTURES; i++) {
         check_against_golden(kvcal_test_fp8_hybrid_fixtures[i]);
-        /* the CUDA runner names what it lacks before any device work */
         kvcal_model_t *m = NULL;
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/golden/%s",
                  kvcal_test_fp8_hybrid_fixtures[i]);
         CU_ASSERT_EQUAL_FATAL(kvcal_model_open(dir, &m), KVCAL_OK);
         CU_ASSERT_EQUAL(kvcal_backend_cuda_check_model(kvcal_model_describe(m)),
-                        KVCAL_ERR_UNSUPPORTED);
-        CU_ASSERT(kvcal_test_error_has("q_proj.weight: its rows regrouped"));
+                        KVCAL_OK);
         kvcal_model_close(m);
     }
 }
