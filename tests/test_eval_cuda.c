@@ -471,7 +471,15 @@ static void eval_cuda_matches_cpu_on_golden_models(void)
 }
 
 /* The hybrid golden models: gated delta-net layers (no cache) among gated
- * attention layers, dense and with experts, on both devices. */
+ * attention layers, dense and with experts, on both devices. Not the
+ * Qwen3.5-MoE wrapper's golden: its FP8-cache modes move the next-token
+ * distributions by 0.4-0.5 nats on both devices, and its numbers follow
+ * the ids more than the device (on an H100, two id sets: the baseline
+ * perplexity -0.79% and -3.14% from the cpu runner's, the first-batch
+ * change -0.23% / +1.36% and -4.85% / +1.16%, while the device's other
+ * servings lay within 0.5% of its default one); its K and V are held to
+ * transformers' in test_cuda_backend.c, its wrapper's path is the dense
+ * wrapper's here and its experts' the Qwen3-Next model's. */
 static void eval_cuda_matches_cpu_on_hybrid_golden_models(void)
 {
     static const char *const names[] = {"qwen3_5_text_gdn_hybrid_bf16",
@@ -479,8 +487,6 @@ static void eval_cuda_matches_cpu_on_hybrid_golden_models(void)
                                         "qwen3_5_mm_gdn_hybrid_bf16"};
     check_golden_models(names, sizeof names / sizeof names[0], "",
                         check_cuda_against_cpu);
-    static const char *const sensitive[] = {"qwen3_5_moe_mm_gdn_e8_top3_bf16"};
-    check_golden_models(sensitive, 1, "", check_sensitive_against_cpu);
 }
 
 /* The MLA golden models (the latent entry simulated, expanded by
