@@ -76,7 +76,7 @@ int kvcal_test_stats_equal(const kvcal_stats_t *a, const kvcal_stats_t *b);
 extern const char *const kvcal_test_fp8_fixtures[KVCAL_TEST_FP8_FIXTURES];
 
 /* The FP8 checkpoints of hybrid models (tests/make_fp8_checkpoints.py's
- * HYBRID_FIXTURES), which the cpu runner alone reads. */
+ * HYBRID_FIXTURES), their projections' rows regrouped as kvcal reads them. */
 #define KVCAL_TEST_FP8_HYBRID_FIXTURES 3
 extern const char *const kvcal_test_fp8_hybrid_fixtures[KVCAL_TEST_FP8_HYBRID_FIXTURES];
 

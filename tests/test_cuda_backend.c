@@ -136,8 +136,8 @@ static void cuda_runner_matches_transformers_on_golden_models(void)
  * attention layers, Qwen3.5 dense, Qwen3-Next (experts, a gated shared
  * expert, a dense layer, a linear layer last) and the language models of
  * Qwen3.5's and Qwen3.5-MoE's multimodal wrappers, against transformers
- * (float64); the MoE bound where experts route (their FP8 checkpoints run
- * on the cpu runner alone: tests/test_runner.c). */
+ * (float64); the MoE bound where experts route (their FP8 checkpoints:
+ * cuda_runner_serves_fp8_checkpoints_as_vllm_does). */
 static void cuda_runner_matches_transformers_on_hybrid_golden_models(void)
 {
     check_runner_golden("qwen3_5_text_gdn_hybrid_bf16");
