@@ -1,9 +1,10 @@
 /* calib/cuda_backend.h: the cuda backend's state and the device slabs it
  * is carved from, private to the backend's files: calib/backend_cuda.c
- * (the batches, the layer ops, the lifetime), calib/backend_eval_cuda.c
- * (eval's head and simulated cache, which cuda_ops points to) and
- * calib/backend_moe_fp8_cuda.c (the FP8 experts). Compiled only in builds
- * with CUDA. */
+ * (the batches, the layer ops, kvcal_cuda_ops), calib/backend_create_cuda.c
+ * (its creation: the device plan, the weights' layout, the slab),
+ * calib/backend_eval_cuda.c (eval's head and simulated cache, which
+ * kvcal_cuda_ops points to) and calib/backend_moe_fp8_cuda.c (the FP8
+ * experts). Compiled only in builds with CUDA. */
 #ifndef KVCAL_CALIB_CUDA_BACKEND_H
 #define KVCAL_CALIB_CUDA_BACKEND_H
 
@@ -206,6 +207,12 @@ int kvcal_cuda_moe_fp8_quantizes(const cuda_backend *r, kvcal_weight w);
  * bf16; out may be x. */
 kvcal_status kvcal_cuda_moe_fp8_input(cuda_backend *r, kvcal_weight w, kvcal_bf16 *out,
                                       const kvcal_bf16 *x, int rows, int k);
+
+/* The backend's operations (calib/backend_cuda.c). */
+extern const kvcal_backend_ops kvcal_cuda_ops;
+
+/* Device and pinned bytes of one batch slot. */
+size_t kvcal_cuda_slot_device_bytes(const cuda_backend *r);
 
 static inline cuda_backend *cu(kvcal_backend *be)
 {
