@@ -123,6 +123,13 @@ static kvcal_status describe(const kvcal_model_config *c, kvcal_model_desc *d)
         const double m = mscale(c->rope_factor, c->rope_mscale_all_dim);
         scale *= m * m;
     }
+    if (!((float)scale > 0.0f) || !isfinite((float)scale))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "config.json: %s's softmax scale, (qk_nope_head_dim + "
+                          "qk_rope_head_dim)^-0.5 times yarn's mscale(factor, "
+                          "mscale_all_dim)^2, is %g, which a float does not hold as a "
+                          "number > 0; fix rope_parameters.mscale_all_dim",
+                          c->architecture, scale);
     d->attn_scale = (float)scale;
     return KVCAL_OK;
 }

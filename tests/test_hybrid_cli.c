@@ -292,6 +292,41 @@ static void inspect_describes_the_linear_attention(void)
     free(text);
 }
 
+/* A hybrid model's config.json with a layer kind its engines do not build
+ * (a sliding layer between the delta-net ones): calibrate exits 1 naming
+ * the file, the entry and the fix, and writes no output. */
+static void calibrate_refuses_a_sliding_layer_in_a_hybrid_model_without_output(void)
+{
+    char dir[600], path[700], out[600], args[1600];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("hybrid_sliding"));
+    snprintf(args, sizeof args, "cp -r " GOLDEN "qwen3_5_text_gdn_hybrid_bf16 '%s'", dir);
+    CU_ASSERT_EQUAL_FATAL(system(args), 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *cfg = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_load(path, &cfg), KVCAL_OK);
+    cJSON_AddNumberToObject(cfg, "sliding_window", 8);
+    cJSON_ReplaceItemInArray(cJSON_GetObjectItem(cfg, "layer_types"), 1,
+                             cJSON_CreateString("sliding_attention"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, cfg), KVCAL_OK);
+    cJSON_Delete(cfg);
+    snprintf(out, sizeof out, "%s", kvcal_test_path("hybrid_sliding.json"));
+    snprintf(args, sizeof args,
+             "calibrate --model '%s' --dataset '%s' " SMALL " --format kvcal --out '%s'",
+             dir, kvcal_test_golden_ids(), out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    char needle[900];
+    snprintf(needle, sizeof needle,
+             "%s: field \"layer_types[1]\" is \"sliding_attention\", but transformers' "
+             "and vLLM's qwen3_5_text build only \"linear_attention\" and "
+             "\"full_attention\" layers; fix the entry",
+             path);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(needle));
+    FILE *f = fopen(out, "r");
+    CU_ASSERT_PTR_NULL(f);
+    if (f)
+        fclose(f);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(convert_keeps_the_attention_layers_alone),
     KVCAL_TEST(kvcal_json_keeps_the_layers_without_cache),
@@ -302,6 +337,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_writes_the_attention_layers_scales_alone),
     KVCAL_TEST(validate_scales_flags_a_scale_of_a_layer_without_cache),
     KVCAL_TEST(eval_reports_the_attention_layers_alone),
+    KVCAL_TEST(calibrate_refuses_a_sliding_layer_in_a_hybrid_model_without_output),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(hybrid_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -239,6 +239,17 @@ static void model_config_reads_deepseek_sparse_attention(void)
     snprintf(text, sizeof text, dsa, "deepseek_v32", ", \"index_topk\": 0");
     CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
     CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "\"index_topk\""));
+    /* the indexer's heads, which kvcal does not run, are checked all the same */
+    snprintf(text, sizeof text, dsa, "deepseek_v32", ", \"index_n_heads\": 64");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_OK);
+    snprintf(text, sizeof text, dsa, "glm_moe_dsa", ", \"index_n_heads\": \"32\"");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("config.json: field \"index_n_heads\": expected an "
+                                   "integer in [1, 65536], found a string \"32\""));
+    snprintf(text, sizeof text, dsa, "deepseek_v32", ", \"index_n_heads\": 0");
+    CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("field \"index_n_heads\": expected an integer in "
+                                   "[1, 65536], found 0"));
 }
 
 /* GLM-4.7-Flash's layer plan: transformers' mlp_layer_types (by default the
@@ -945,7 +956,8 @@ static void model_config_reads_llama4_layers_and_defaults(void)
     CU_ASSERT(kvcal_test_error_has("\"text_config.no_rope_layers[1]\": expected 0 or 1"));
     CU_ASSERT_EQUAL(parse_text(LLAMA4_TEXT(", \"no_rope_layers\": [1, 1]"), &c),
                     KVCAL_ERR_FORMAT);
-    CU_ASSERT(kvcal_test_error_has("num_hidden_layers (4) 0 / 1 entries"));
+    CU_ASSERT(kvcal_test_error_has("\"text_config.no_rope_layers\" has 2 entries but "
+                                   "num_hidden_layers is 4"));
     CU_ASSERT_EQUAL(parse_text(LLAMA4_TEXT(", \"attn_temperature_tuning\": \"yes\""), &c),
                     KVCAL_ERR_FORMAT);
     CU_ASSERT(kvcal_test_error_has("\"text_config.attn_temperature_tuning\""));
@@ -1344,6 +1356,154 @@ static void model_config_full_attention_interval_is_the_layer_pattern(void)
                                    "attention layer among num_hidden_layers (8)"));
 }
 
+/* Qwen3-Next's and Qwen3.5's decoder layers are a delta-net
+ * ("linear_attention") or attention ("full_attention") alone: another
+ * attending kind in layer_types, which kvcal would otherwise run while
+ * transformers and vLLM build no such layer, is refused naming the entry,
+ * in text_config too. */
+static void model_config_refuses_attention_kinds_a_hybrid_model_does_not_build(void)
+{
+    static const char next[] =
+        "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+        "\"num_hidden_layers\": 4, \"sliding_window\": 8, \"layer_types\": "
+        "[\"linear_attention\", \"%s\", \"linear_attention\", \"full_attention\"]}";
+    static const char *const refused[] = {"sliding_attention", "chunked_attention",
+                                          "attention"};
+    char text[512], needle[160];
+    kvcal_model_config c;
+    snprintf(text, sizeof text, next, "full_attention");
+    CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+    CU_ASSERT_EQUAL(c.kv_layers, 2);
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(text, sizeof text, next, refused[i]);
+        CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
+        snprintf(needle, sizeof needle,
+                 "config.json: field \"layer_types[1]\" is \"%s\", but transformers' "
+                 "and vLLM's qwen3_next build only \"linear_attention\" and "
+                 "\"full_attention\" layers",
+                 refused[i]);
+        CU_ASSERT(kvcal_test_error_has(needle));
+        CU_ASSERT_EQUAL(c.num_layers, 0);
+    }
+    CU_ASSERT_EQUAL(
+        parse_text("{\"architectures\": [\"Qwen3_5ForConditionalGeneration\"], "
+                   "\"model_type\": \"qwen3_5\", \"text_config\": {\"model_type\": "
+                   "\"qwen3_5_text\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                   "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, "
+                   "\"layer_types\": [\"linear_attention\", \"sliding_attention\"]}}",
+                   &c),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("field \"text_config.layer_types[1]\" is "
+                                   "\"sliding_attention\""));
+}
+
+/* Qwen3.5 without layer_types attends in every full_attention_interval-th
+ * layer, 4 by default, as transformers' Qwen3_5TextConfig and
+ * Qwen3_5MoeTextConfig derive (as Qwen3-Next's does); an interval past the
+ * layers is refused saying it was the default. */
+static void model_config_qwen3_5_without_layer_types_attends_every_fourth_layer(void)
+{
+    static const char *const types[] = {"qwen3_5_text", "qwen3_5_moe_text"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char text[512];
+        kvcal_model_config c;
+        snprintf(text, sizeof text,
+                 "{\"model_type\": \"%s\", \"hidden_size\": 64, "
+                 "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                 "\"num_hidden_layers\": 8}",
+                 types[i]);
+        CU_ASSERT_EQUAL_FATAL(parse_text(text, &c), KVCAL_OK);
+        CU_ASSERT_EQUAL(c.kv_layers, 2);
+        CU_ASSERT_STRING_EQUAL(c.no_kv_layer_types, "linear_attention");
+        for (int l = 0; l < 8; l++)
+            CU_ASSERT_EQUAL(kvcal_model_config_layer_caches(&c, l), l == 3 || l == 7);
+        snprintf(text, sizeof text,
+                 "{\"model_type\": \"%s\", \"hidden_size\": 64, "
+                 "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                 "\"num_hidden_layers\": 3}",
+                 types[i]);
+        CU_ASSERT_EQUAL(parse_text(text, &c), KVCAL_ERR_FORMAT);
+        CU_ASSERT(kvcal_test_error_has(
+            "config.json: field \"full_attention_interval\" (4, the default where it "
+            "and layer_types are absent) leaves no attention layer among "
+            "num_hidden_layers (3)"));
+    }
+}
+
+/* The heads' errors of a multimodal config name the fields where they are,
+ * in text_config. */
+static void model_config_heads_errors_name_the_text_config_fields(void)
+{
+    kvcal_model_config c;
+    CU_ASSERT_EQUAL(
+        parse_text("{\"model_type\": \"qwen3_5\", \"text_config\": {\"model_type\": "
+                   "\"qwen3_5_text\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                   "\"num_key_value_heads\": 3, \"num_hidden_layers\": 4}}",
+                   &c),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("field \"text_config.num_attention_heads\" (4) is not "
+                                   "a multiple of \"text_config.num_key_value_heads\" "
+                                   "(3)"));
+    CU_ASSERT_EQUAL(
+        parse_text("{\"model_type\": \"llava\", \"text_config\": {\"model_type\": "
+                   "\"llama\", \"hidden_size\": 66, \"num_attention_heads\": 4, "
+                   "\"num_hidden_layers\": 4}}",
+                   &c),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("field \"text_config.head_dim\" is missing and "
+                                   "\"text_config.hidden_size\" (66) is not a multiple "
+                                   "of \"text_config.num_attention_heads\" (4)"));
+}
+
+/* A number the model's float arithmetic cannot hold (infinite there, or 0
+ * where it divides) is refused naming the field, where it would otherwise
+ * turn the activations to NaN (Llama 4's attn_scale and floor_scale,
+ * GLM-4.7-Flash's routed_scaling_factor, a RoPE factor, yarn's
+ * mscale_all_dim); the values released configs hold still parse. */
+static void model_config_refuses_numbers_a_float_does_not_hold(void)
+{
+    static const struct {
+        const char *text, *needle;
+    } refused[] = {
+        {LLAMA4_TEXT(", \"attn_scale\": 1e308"),
+         "field \"text_config.attn_scale\": expected a number whose magnitude a float "
+         "holds (1.2e-38 to 3.4e+38) or 0, found 1e+308"},
+        {LLAMA4_TEXT(", \"floor_scale\": 1e-40"),
+         "field \"text_config.floor_scale\": expected a number > 0 whose magnitude a "
+         "float holds"},
+        {LLAMA4_TEXT(", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": "
+                     "1e-300, \"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+                     "\"original_max_position_embeddings\": 8192}"),
+         "field \"text_config.rope_scaling.factor\": expected a number > 0 whose "
+         "magnitude a float holds"},
+        {"{\"model_type\": \"glm4_moe_lite\", \"num_hidden_layers\": 2, "
+         "\"hidden_size\": 64, \"num_attention_heads\": 4, \"kv_lora_rank\": 32, "
+         "\"qk_rope_head_dim\": 16, \"routed_scaling_factor\": 1e300}",
+         "field \"routed_scaling_factor\": expected a number > 0 whose magnitude a "
+         "float holds"},
+        {"{\"model_type\": \"deepseek_v32\", \"num_hidden_layers\": 4, "
+         "\"hidden_size\": 64, \"num_attention_heads\": 4, \"kv_lora_rank\": 32, "
+         "\"qk_rope_head_dim\": 16, \"rope_parameters\": {\"rope_type\": \"yarn\", "
+         "\"factor\": 4, \"original_max_position_embeddings\": 64, \"mscale\": 1, "
+         "\"mscale_all_dim\": -1e300}}",
+         "field \"rope_parameters.mscale_all_dim\": expected a number whose magnitude "
+         "a float holds"},
+    };
+    kvcal_model_config c;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CU_ASSERT_EQUAL(parse_text(refused[i].text, &c), KVCAL_ERR_FORMAT);
+        CU_ASSERT(kvcal_test_error_has(refused[i].needle));
+    }
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(LLAMA4_TEXT(", \"attn_scale\": 0.1, \"floor_scale\": 8192"), &c),
+        KVCAL_OK);
+    CU_ASSERT_DOUBLE_EQUAL(c.attn_temperature_scale, 0.1, 0);
+    CU_ASSERT_DOUBLE_EQUAL(c.attn_temperature_floor, 8192.0, 0);
+    CU_ASSERT_EQUAL_FATAL(parse_text(LLAMA4_TEXT(", \"attn_scale\": 0"), &c), KVCAL_OK);
+    CU_ASSERT_DOUBLE_EQUAL(c.attn_temperature_scale, 0.0, 0);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_matches_transformers_in_both_layouts),
     KVCAL_TEST(model_config_sets_architecture_features),
@@ -1371,6 +1531,10 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_config_refuses_a_derived_head_dim_past_the_bound),
     KVCAL_TEST(model_config_reads_a_multimodal_models_language_model),
     KVCAL_TEST(model_config_full_attention_interval_is_the_layer_pattern),
+    KVCAL_TEST(model_config_refuses_attention_kinds_a_hybrid_model_does_not_build),
+    KVCAL_TEST(model_config_qwen3_5_without_layer_types_attends_every_fourth_layer),
+    KVCAL_TEST(model_config_heads_errors_name_the_text_config_fields),
+    KVCAL_TEST(model_config_refuses_numbers_a_float_does_not_hold),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(model_config, KVCAL_NEEDS_NOTHING, tests)

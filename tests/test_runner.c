@@ -1272,6 +1272,23 @@ static void model_open_names_the_bad_entry_of_a_config_list(void)
                       "not know");
 }
 
+/* An MLA softmax scale that yarn's mscale_all_dim makes larger than a float
+ * holds (each field a float holds alone) is refused naming the field, where
+ * the attention would otherwise turn to NaN. */
+static void model_open_refuses_an_mla_softmax_scale_a_float_does_not_hold(void)
+{
+    expect_open_error(
+        edited_checkpoint(
+            "glm4_moe_lite_mla_qlora_sigmoid_bf16",
+            "{\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4, "
+            "\"original_max_position_embeddings\": 64, \"mscale\": 1, "
+            "\"mscale_all_dim\": 1e38, \"rope_theta\": 1e6}}"),
+        KVCAL_ERR_FORMAT,
+        "Glm4MoeLiteForCausalLM's softmax scale, (qk_nope_head_dim + qk_rope_head_dim)"
+        "^-0.5 times yarn's mscale(factor, mscale_all_dim)^2, is 3.03865e+73, which a "
+        "float does not hold as a number > 0; fix rope_parameters.mscale_all_dim");
+}
+
 /* gpt-oss's SwiGLU values from the config are run, and a calibration that
  * runs values other than the ones vLLM's experts kernel has fixed (7 and
  * 1.702) says so; the released values say nothing. */
@@ -1955,6 +1972,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_says_what_mla_and_hybrid_models_lack),
     KVCAL_TEST(model_open_names_missing_expert_and_dense_mlp_tensors),
     KVCAL_TEST(model_open_names_the_bad_entry_of_a_config_list),
+    KVCAL_TEST(model_open_refuses_an_mla_softmax_scale_a_float_does_not_hold),
     KVCAL_TEST(calibrate_notes_gpt_oss_swiglu_values_vllm_does_not_read),
     KVCAL_TEST(model_open_gives_each_layer_the_window_of_its_kind),
     KVCAL_TEST(model_open_names_the_gpt_oss_expert_tensor_off_the_config),

@@ -2,6 +2,7 @@
  * (see config_fields.h). */
 #include "io/checkpoint/config_fields.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -83,7 +84,17 @@ kvcal_status cfg_required_int(const cfg_obj *o, const char *key, int min, int ma
     return s;
 }
 
-/* Finite number in (lo, hi]. Absent: *out untouched. */
+/* Whether v keeps its magnitude as a float, which the model's arithmetic
+ * runs in: at most FLT_MAX and, unless 0, at least FLT_MIN (a larger one is
+ * infinite there, a smaller one 0 or subnormal: NaN activations). */
+static int cfg_float_holds(double v)
+{
+    return fabs(v) <= FLT_MAX && (v == 0.0 || fabs(v) >= FLT_MIN);
+}
+
+#define CFG_FLOAT_RANGE " whose magnitude a float holds (1.2e-38 to 3.4e+38)"
+
+/* Finite number in (lo, hi] that a float holds. Absent: *out untouched. */
 kvcal_status cfg_double(const cfg_obj *o, const char *key, double lo, double hi,
                         double *out, int *found)
 {
@@ -92,12 +103,15 @@ kvcal_status cfg_double(const cfg_obj *o, const char *key, double lo, double hi,
         *found = it != NULL;
     if (!it)
         return KVCAL_OK;
-    if (!cJSON_IsNumber(it) || !(it->valuedouble > lo) || !(it->valuedouble <= hi)) {
-        char want[64];
+    const int in_range =
+        cJSON_IsNumber(it) && it->valuedouble > lo && it->valuedouble <= hi;
+    if (!in_range || !cfg_float_holds(it->valuedouble)) {
+        char want[128];
+        const char *floats = in_range ? CFG_FLOAT_RANGE : "";
         if (hi < INFINITY)
-            snprintf(want, sizeof want, "a number in (%g, %g]", lo, hi);
+            snprintf(want, sizeof want, "a number in (%g, %g]%s", lo, hi, floats);
         else
-            snprintf(want, sizeof want, "a number > %g", lo);
+            snprintf(want, sizeof want, "a number > %g%s", lo, floats);
         return cfg_bad(o, key, it, want);
     }
     *out = it->valuedouble;
@@ -143,14 +157,16 @@ kvcal_status cfg_object(const cfg_obj *o, const char *key, const cJSON **out)
     return KVCAL_OK;
 }
 
-/* A number of any sign. Absent: *out untouched. */
+/* A number of any sign that a float holds. Absent: *out untouched. */
 kvcal_status cfg_number(const cfg_obj *o, const char *key, double *out)
 {
     const cJSON *it = cfg_item(o, key);
     if (!it)
         return KVCAL_OK;
-    if (!cJSON_IsNumber(it))
-        return cfg_bad(o, key, it, "a number");
+    if (!cJSON_IsNumber(it) || !cfg_float_holds(it->valuedouble))
+        return cfg_bad(o, key, it,
+                       cJSON_IsNumber(it) ? "a number" CFG_FLOAT_RANGE " or 0"
+                                          : "a number");
     *out = it->valuedouble;
     return KVCAL_OK;
 }
@@ -172,12 +188,18 @@ kvcal_status cfg_layer_flags(const cfg_obj *top, const char *key, int num_layers
     *given = 0;
     if (!list || (cJSON_IsArray(list) && !cJSON_GetArraySize(list)))
         return KVCAL_OK;
-    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != num_layers) {
+    if (!cJSON_IsArray(list)) {
         char want[64];
         snprintf(want, sizeof want, "an array of num_hidden_layers (%d) 0 / 1 entries",
                  num_layers);
         return cfg_bad(top, key, list, want);
     }
+    if (cJSON_GetArraySize(list) != num_layers)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: field \"%s%s\" has %d entries but num_hidden_layers is "
+                          "%d; they must match (fix one)",
+                          top->name, top->prefix, key, cJSON_GetArraySize(list),
+                          num_layers);
     int i = 0;
     cJSON_ArrayForEach(it, list)
     {

@@ -37,11 +37,12 @@ kvcal_status cfg_int(const cfg_obj *o, const char *key, int min, int max, int *o
 kvcal_status cfg_required_int(const cfg_obj *o, const char *key, int min, int max,
                               int *out);
 
-/* A finite number in (lo, hi]. */
+/* A finite number in (lo, hi] whose magnitude a float holds (0, or
+ * FLT_MIN to FLT_MAX: the model's arithmetic runs in float). */
 kvcal_status cfg_double(const cfg_obj *o, const char *key, double lo, double hi,
                         double *out, int *found);
 
-/* Any finite number. */
+/* Any finite number whose magnitude a float holds (as cfg_double). */
 kvcal_status cfg_number(const cfg_obj *o, const char *key, double *out);
 
 /* true or false. */

@@ -372,13 +372,16 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
             top, "rope_parameters",
             " (Ministral3Config's default RoPE is yarn, whose fields kvcal "
             "does not assume)");
+    char prefix[64]; /* the fields' place in messages, below text_config too */
     if (params) {
-        cfg_obj p = {params, "rope_parameters.", top->name};
+        snprintf(prefix, sizeof prefix, "%srope_parameters.", top->prefix);
+        cfg_obj p = {params, prefix, top->name};
         const cJSON *full = cfg_item(&p, "full_attention");
         if (!cfg_item(&p, "rope_type") && !cfg_item(&p, "rope_theta") &&
             cJSON_IsObject(full)) {
             p.obj = full;
-            p.prefix = "rope_parameters.full_attention.";
+            snprintf(prefix, sizeof prefix, "%srope_parameters.full_attention.",
+                     top->prefix);
         }
         if ((s = cfg_double(&p, "rope_theta", 0.0, INFINITY, &c->rope_theta, NULL)) !=
                 KVCAL_OK ||
@@ -392,7 +395,8 @@ static kvcal_status cfg_read_rope(const cfg_obj *top, kvcal_model_config *c)
         return c->rope_type == KVCAL_ROPE_YARN ? cfg_read_yarn(top, &p, c) : KVCAL_OK;
     }
     if (scaling) {
-        cfg_obj sc = {scaling, "rope_scaling.", top->name};
+        snprintf(prefix, sizeof prefix, "%srope_scaling.", top->prefix);
+        cfg_obj sc = {scaling, prefix, top->name};
         if ((s = cfg_read_rope_scaling(&sc, 0, c)) != KVCAL_OK)
             return s;
         if (c->rope_type == KVCAL_ROPE_LONGROPE)
@@ -458,9 +462,10 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
         return s;
     if (c->num_attention_heads % c->num_kv_heads != 0)
         return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: field \"num_attention_heads\" (%d) is not a multiple of "
-                          "\"num_key_value_heads\" (%d); fix one of them",
-                          top->name, c->num_attention_heads, c->num_kv_heads);
+                          "%s: field \"%snum_attention_heads\" (%d) is not a multiple "
+                          "of \"%snum_key_value_heads\" (%d); fix one of them",
+                          top->name, top->prefix, c->num_attention_heads, top->prefix,
+                          c->num_kv_heads);
     if ((s = cfg_int(top, "head_dim", 1, KVCAL_CONFIG_MAX_HEAD_DIM, &c->head_dim,
                      &found)) != KVCAL_OK ||
         (s = cfg_read_mla(top, c)) != KVCAL_OK)
@@ -483,16 +488,19 @@ static kvcal_status cfg_read_heads(const cfg_obj *top, kvcal_model_config *c)
     }
     if (c->hidden_size % c->num_attention_heads != 0)
         return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: field \"head_dim\" is missing and \"hidden_size\" (%d) is "
-                          "not a multiple of \"num_attention_heads\" (%d); add head_dim",
-                          top->name, c->hidden_size, c->num_attention_heads);
+                          "%s: field \"%shead_dim\" is missing and \"%shidden_size\" "
+                          "(%d) is not a multiple of \"%snum_attention_heads\" (%d); add "
+                          "head_dim",
+                          top->name, top->prefix, top->prefix, c->hidden_size,
+                          top->prefix, c->num_attention_heads);
     if (c->hidden_size / c->num_attention_heads > KVCAL_CONFIG_MAX_HEAD_DIM)
         return kvcal_fail(
             KVCAL_ERR_FORMAT,
-            "%s: field \"head_dim\" is missing and \"hidden_size\" (%d) / "
-            "\"num_attention_heads\" (%d) is above kvcal's bound of %d, far "
+            "%s: field \"%shead_dim\" is missing and \"%shidden_size\" (%d) / "
+            "\"%snum_attention_heads\" (%d) is above kvcal's bound of %d, far "
             "above any real model; fix one of them",
-            top->name, c->hidden_size, c->num_attention_heads, KVCAL_CONFIG_MAX_HEAD_DIM);
+            top->name, top->prefix, top->prefix, c->hidden_size, top->prefix,
+            c->num_attention_heads, KVCAL_CONFIG_MAX_HEAD_DIM);
     c->head_dim = c->hidden_size / c->num_attention_heads;
     return KVCAL_OK;
 }
@@ -696,7 +704,8 @@ static const char *const no_kv_layer_kinds[] = {"linear_attention", "mamba", "co
                                                 "moe", "mlp"};
 
 /* Model types whose cache kvcal knows: per-head K/V in every layer, in the
- * attention layers of layer_types / full_attention_interval (qwen3_next), or
+ * attention layers of layer_types / full_attention_interval (qwen3_next,
+ * qwen3_5_text, qwen3_5_moe_text), or
  * MLA (deepseek_v2, deepseek_v3, kimi_k2, which is deepseek_v3's,
  * glm4_moe_lite, and the sparse-attention deepseek_v32 and glm_moe_dsa);
  * minimax_m2's attn_type_list, all full attention in its releases, is read
@@ -747,8 +756,9 @@ static const char *const known_kv_families[] = {"llama",
 
 /* Which layers cache an entry per token: layer_types (an array of
  * num_hidden_layers kinds), else full_attention_interval (every interval-th
- * layer attends, the others are linear attention, as transformers' Qwen3-Next
- * config derives; qwen3_next's default interval is 4), else all layers. */
+ * layer attends, the others are linear attention, as transformers'
+ * Qwen3-Next and Qwen3.5 configs derive; their default interval is 4), else
+ * all layers. */
 static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c)
 {
     kvcal_status s;
@@ -813,13 +823,17 @@ static kvcal_status cfg_read_kv_layers(const cfg_obj *top, kvcal_model_config *c
     if ((s = cfg_int(top, "full_attention_interval", 1, KVCAL_CONFIG_MAX_LAYERS,
                      &interval, &found)) != KVCAL_OK)
         return s;
-    if (!found && !strcmp(c->model_type, "qwen3_next"))
+    if (!found && gated_delta_type(c->model_type))
         interval = 4;
     if (interval > c->num_layers)
         return kvcal_fail(KVCAL_ERR_FORMAT,
-                          "%s: field \"%sfull_attention_interval\" (%d) leaves no "
-                          "attention layer among num_hidden_layers (%d); fix one of them",
-                          top->name, top->prefix, interval, c->num_layers);
+                          "%s: field \"%sfull_attention_interval\" (%d%s) leaves no "
+                          "attention layer among num_hidden_layers (%d); fix one of them "
+                          "or give layer_types",
+                          top->name, top->prefix, interval,
+                          found ? ""
+                                : ", the default where it and layer_types are absent",
+                          c->num_layers);
     if (interval > 1) {
         c->kv_layers = c->num_layers / interval;
         strcpy(c->no_kv_layer_types, "linear_attention");

@@ -169,8 +169,12 @@ kvcal_status cfg_read_deepseek(const cfg_obj *top, kvcal_model_config *c)
     c->moe_topk_groups = v2 || lite || glm5 ? 1 : 4;
     c->moe_sigmoid = !v2;
     c->index_topk = dsa ? 2048 : 0;
+    /* the indexer's heads: read to be checked alone (kvcal runs no indexer) */
+    int index_heads = 0;
     if (dsa &&
-        (s = cfg_int(top, "index_topk", 1, INT_MAX, &c->index_topk, NULL)) != KVCAL_OK)
+        ((s = cfg_int(top, "index_topk", 1, INT_MAX, &c->index_topk, NULL)) != KVCAL_OK ||
+         (s = cfg_int(top, "index_n_heads", 1, KVCAL_CONFIG_MAX_HEADS, &index_heads,
+                      NULL)) != KVCAL_OK))
         return s;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(top->obj, "q_lora_rank");
     if (cJSON_IsNull(q))
@@ -303,10 +307,12 @@ kvcal_status cfg_read_gemma(const cfg_obj *top, kvcal_model_config *c)
                      NULL)) != KVCAL_OK)
         return s;
     const cJSON *params = cfg_item(top, "rope_parameters");
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%srope_parameters.sliding_attention.", top->prefix);
     cfg_obj sl = {cJSON_IsObject(params)
                       ? cJSON_GetObjectItemCaseSensitive(params, "sliding_attention")
                       : NULL,
-                  "rope_parameters.sliding_attention.", top->name};
+                  prefix, top->name};
     if (cJSON_IsObject(sl.obj) &&
         (s = cfg_double(&sl, "rope_theta", 0.0, INFINITY, &c->rope_sliding_theta,
                         NULL)) != KVCAL_OK)
@@ -319,6 +325,31 @@ kvcal_status cfg_read_gemma(const cfg_obj *top, kvcal_model_config *c)
                 c->layer_sliding[i / 8] |= (unsigned char)(1u << (i % 8));
             }
     }
+    return KVCAL_OK;
+}
+
+/* Qwen3-Next's and Qwen3.5's layer_types: transformers' and vLLM's decoder
+ * layers build a delta-net for "linear_attention" and attention for
+ * "full_attention" alone, so another attending kind (a sliding, chunked or
+ * legacy "attention" layer, which kvcal would otherwise run) is refused;
+ * kinds that cache nothing and unknown ones are refused when the model is
+ * opened. */
+static kvcal_status cfg_gated_delta_layer_types(const cfg_obj *top,
+                                                const kvcal_model_config *c)
+{
+    static const char *const refused[] = {"sliding_attention", "chunked_attention",
+                                          "attention"};
+    const cJSON *types = cfg_item(top, "layer_types");
+    int i = 0;
+    for (const cJSON *t = cJSON_IsArray(types) ? types->child : NULL; t; t = t->next, i++)
+        if (cJSON_IsString(t) &&
+            cfg_in_list(t->valuestring, refused, sizeof refused / sizeof *refused))
+            return kvcal_fail(
+                KVCAL_ERR_FORMAT,
+                "%s: field \"%slayer_types[%d]\" is \"%s\", but transformers' and "
+                "vLLM's %s build only \"linear_attention\" and \"full_attention\" "
+                "layers; fix the entry (\"full_attention\" for an attention layer)",
+                top->name, top->prefix, i, t->valuestring, c->model_type);
     return KVCAL_OK;
 }
 
@@ -349,7 +380,8 @@ kvcal_status cfg_read_gated_delta(const cfg_obj *top, kvcal_model_config *c)
         (s = cfg_int(top, "linear_conv_kernel_dim", 1, 64, &c->linear_conv_kernel_dim,
                      NULL)) != KVCAL_OK ||
         (s = cfg_bool(top, "attn_output_gate", &gate)) != KVCAL_OK ||
-        (s = cfg_bool(top, "qkv_bias", &qkv_bias)) != KVCAL_OK)
+        (s = cfg_bool(top, "qkv_bias", &qkv_bias)) != KVCAL_OK ||
+        (s = cfg_gated_delta_layer_types(top, c)) != KVCAL_OK)
         return s;
     if (c->linear_num_value_heads % c->linear_num_key_heads)
         return kvcal_fail(KVCAL_ERR_FORMAT,
@@ -663,10 +695,12 @@ kvcal_status cfg_read_olmo3(const cfg_obj *top, kvcal_model_config *c)
     double theta = c->rope_theta;
     char type[32] = "default";
     const cJSON *params = cfg_item(top, "rope_parameters");
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%srope_parameters.sliding_attention.", top->prefix);
     cfg_obj sl = {cJSON_IsObject(params)
                       ? cJSON_GetObjectItemCaseSensitive(params, "sliding_attention")
                       : NULL,
-                  "rope_parameters.sliding_attention.", top->name};
+                  prefix, top->name};
     kvcal_status s;
     if (cJSON_IsObject(sl.obj) &&
         ((s = cfg_double(&sl, "rope_theta", 0.0, INFINITY, &theta, NULL)) != KVCAL_OK ||
