@@ -205,8 +205,11 @@ static kvcal_status describe_family(kvcal_model_t *m, const kvcal_model_config *
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: config.json: layer_types[%d] is '%s', a kind of layer "
                           "kvcal does not know; it runs full_attention and "
-                          "sliding_attention layers (fix the entry)",
-                          m->path, c->unknown_layer, c->unknown_layer_type);
+                          "sliding_attention layers%s (fix the entry)",
+                          m->path, c->unknown_layer, c->unknown_layer_type,
+                          fam && fam->linear_layer
+                              ? ", and linear_attention ones between them in this family"
+                              : "");
     d->arch = fam;
     if (!d->arch && kvcal_arch_missing(c->architecture))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,

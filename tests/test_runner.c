@@ -1264,12 +1264,22 @@ static void model_open_names_the_bad_entry_of_a_config_list(void)
                       KVCAL_ERR_UNSUPPORTED,
                       "layer 1 is dense in transformers' plan (mlp_layer_types) but "
                       "sparse in vLLM's and sglang's (first_k_dense_replace 1)");
-    expect_open_error(edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16",
-                                        "{\"layer_types\": [\"sliding_attention\", "
-                                        "\"global_attention\"]}"),
-                      KVCAL_ERR_UNSUPPORTED,
-                      "layer_types[1] is 'global_attention', a kind of layer kvcal does "
-                      "not know");
+    expect_open_error(
+        edited_checkpoint("gpt_oss_sinks_swa8_e8_top3_bf16",
+                          "{\"layer_types\": [\"sliding_attention\", "
+                          "\"global_attention\"]}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "layer_types[1] is 'global_attention', a kind of layer kvcal does "
+        "not know; it runs full_attention and sliding_attention layers (fix");
+    expect_open_error(
+        edited_checkpoint("qwen3_next_gdn_moe_e8_top3_bf16",
+                          "{\"layer_types\": [\"linear_attention\", "
+                          "\"full_attention\", \"linear_attention\", "
+                          "\"global_attention\"]}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "layer_types[3] is 'global_attention', a kind of layer kvcal does "
+        "not know; it runs full_attention and sliding_attention layers, and "
+        "linear_attention ones between them in this family (fix");
 }
 
 /* An MLA softmax scale that yarn's mscale_all_dim makes larger than a float
