@@ -6,6 +6,7 @@
  * vLLM sources: schemas/README.md, "FP8 weights". */
 #include "calib/model_fp8.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,15 @@ static kvcal_status check_part(kvcal_model_fp8_t *f, const kvcal_checkpoint_t *c
               quantized = s.fp8.w != KVCAL_FP8W_NONE;
     const char *method = kvcal_weight_quant_name(f->wq);
     if (fp8 && !quantized) {
+        if (kvcal_weight_quant_method(f->wq) == KVCAL_WQ_NONE &&
+            kvcal_weight_quant_source(f->wq)[0])
+            return kvcal_fail(
+                KVCAL_ERR_UNSUPPORTED,
+                "%s: tensor %s has dtype F8_E4M3 but the quantization config in %s "
+                "declares no weight quantization (no config group, quant_algo or "
+                "weight scheme; a KV-cache scheme alone) saying how its scales are "
+                "read; fix the config",
+                f->path, name, kvcal_weight_quant_source(f->wq));
         if (kvcal_weight_quant_method(f->wq) == KVCAL_WQ_NONE)
             return kvcal_fail(
                 KVCAL_ERR_UNSUPPORTED,
@@ -395,7 +405,10 @@ void kvcal_model_fp8_close(kvcal_model_fp8_t *f)
     free(f);
 }
 
-/* n values of the scale tensor `name` into dst, each finite and > 0. */
+/* n values of the scale tensor `name` into dst, each finite, > 0 and small
+ * enough that an e4m3 value times it stays finite (a larger one makes the
+ * weight infinite and the model's output NaN, far from the tensor that
+ * caused it). */
 static kvcal_status read_scale(const kvcal_checkpoint_t *ck, const char *path,
                                const char *name, float *dst, int64_t n)
 {
@@ -407,12 +420,15 @@ static kvcal_status read_scale(const kvcal_checkpoint_t *ck, const char *path,
     if (st)
         return kvcal_fail_context(st, "%s: %s: ", path, name);
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(dst[i]) || !(dst[i] > 0.0f))
+        if (!isfinite(dst[i]) || !(dst[i] > 0.0f) ||
+            !isfinite(dst[i] * KVCAL_FP8_E4M3_MAX))
             return kvcal_fail(
                 KVCAL_ERR_FORMAT,
                 "%s: scale tensor %s holds %g at index %lld; scales must be "
-                "finite and > 0",
-                path, name, (double)dst[i], (long long)i);
+                "finite, > 0 and at most %g (the e4m3 maximum %g times it overflows "
+                "a float)",
+                path, name, (double)dst[i], (long long)i,
+                (double)(FLT_MAX / KVCAL_FP8_E4M3_MAX), (double)KVCAL_FP8_E4M3_MAX);
     return KVCAL_OK;
 }
 

@@ -443,6 +443,103 @@ static void weight_quant_refuses_other_schemes_naming_them(void)
     CU_ASSERT(kvcal_test_error_has("weight_block_size is not [block_n, block_k]"));
 }
 
+/* A field of the wrong type is named, not read as its default (a dynamic
+ * "true" as static, a string ignored_layers as none, a config_groups list
+ * as no weight scheme). */
+static void weight_quant_names_fields_of_the_wrong_type(void)
+{
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"quant_method\": 5}", "quantization_config.quant_method is not a string"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": [1]}",
+         "quantization_config.config_groups is not an object"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "\"fp8\"}}",
+         "quantization_config.config_groups.g is not an object"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": \"fp8\"}}}",
+         "quantization_config.config_groups.g.weights is not an object"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": {\"num_bits\": \"8\", \"type\": \"float\", \"strategy\": "
+         "\"tensor\"}}}}",
+         "config_groups.g.weights.num_bits is not an integer"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": 1}}}}",
+         "config_groups.g.weights.strategy is not a string"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "
+         "\"tensor\", \"dynamic\": \"true\"}}}}",
+         "config_groups.g.weights.dynamic is not true, false or \"local\""},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "
+         "\"tensor\", \"symmetric\": 1}}}}",
+         "config_groups.g.weights.symmetric is not true or false"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "
+         "\"tensor\"}, \"input_activations\": \"fp8\"}}}",
+         "config_groups.g.input_activations is not an object"},
+        {"{\"quant_method\": \"fp8\", \"activation_scheme\": 1}",
+         "quantization_config.activation_scheme is not a string"},
+        {"{\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\", "
+         "\"ignored_layers\": \"lm_head\"}",
+         "quantization_config.ignored_layers is not a list"},
+        {"{\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\", "
+         "\"modules_to_not_convert\": \"lm_head\"}",
+         "quantization_config.modules_to_not_convert is not a list"},
+        {"{\"quant_method\": \"modelopt\", \"quant_algo\": 8}",
+         "quantization_config.quant_algo is not a string"},
+        {"{\"quantization\": \"FP8\"}", "\"quantization\" is not an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        parse(bad[i].json, KVCAL_ERR_FORMAT);
+        CU_ASSERT(kvcal_test_error_has(bad[i].needle));
+    }
+    /* NVFP4's dynamic "local" is a type compressed-tensors writes: the
+     * scheme is refused as such, not as a malformed field */
+    parse("{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+          "{\"weights\": {\"num_bits\": 4, \"type\": \"float\", \"strategy\": "
+          "\"tensor_group\"}, \"input_activations\": {\"num_bits\": 4, \"type\": "
+          "\"float\", \"dynamic\": \"local\"}}}}",
+          KVCAL_ERR_UNSUPPORTED);
+    CU_ASSERT(kvcal_test_error_has("weights float 4-bit"));
+}
+
+/* An ignore or targets regex that does not compile is named (re.match
+ * raises on it; read here, it would never match: an ignored module read
+ * as quantized, a target as untargeted). */
+static void weight_quant_names_a_regex_that_does_not_compile(void)
+{
+    parse("{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+          "{\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 8, \"type\": "
+          "\"float\", \"strategy\": \"tensor\"}}}, \"ignore\": [\"lm_head\", "
+          "\"re:.*(mlp.down_proj$\"]}",
+          KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("quantization_config.ignore entry "
+                                   "\"re:.*(mlp.down_proj$\" is not a valid regular "
+                                   "expression"));
+    parse("{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+          "{\"targets\": [\"re:.*self_attn.(q|k|v_proj$\"], \"weights\": {\"num_bits\": "
+          "8, \"type\": \"float\", \"strategy\": \"tensor\"}}}}",
+          KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("config_groups.g.targets entry "
+                                   "\"re:.*self_attn.(q|k|v_proj$\" is not a valid"));
+}
+
+/* The file a config came from, for messages about a config that
+ * quantizes no weight; "" without one. */
+static void weight_quant_says_where_its_config_came_from(void)
+{
+    kvcal_weight_quant_t *q = parse(
+        "{\"quant_method\": \"compressed-tensors\", \"config_groups\": {}}", KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_weight_quant_method(q), KVCAL_WQ_NONE);
+    CU_ASSERT_STRING_EQUAL(kvcal_weight_quant_source(q), "config.json");
+    kvcal_weight_quant_destroy(q);
+    CU_ASSERT_EQUAL(kvcal_weight_quant_parse(NULL, "config.json", &q), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(kvcal_weight_quant_source(q), "");
+    kvcal_weight_quant_destroy(q);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(fp8_activation_formulas_follow_vllm),
     KVCAL_TEST(fp8_token_quotient_bytes_equal_the_division_for_bf16_rows),
@@ -459,6 +556,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(weight_quant_reads_modelopt),
     KVCAL_TEST(weight_quant_without_weight_scheme_is_none),
     KVCAL_TEST(weight_quant_refuses_other_schemes_naming_them),
+    KVCAL_TEST(weight_quant_names_fields_of_the_wrong_type),
+    KVCAL_TEST(weight_quant_names_a_regex_that_does_not_compile),
+    KVCAL_TEST(weight_quant_says_where_its_config_came_from),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(fp8_linear, KVCAL_NEEDS_NOTHING, tests)

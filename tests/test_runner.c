@@ -1927,6 +1927,85 @@ static void model_open_names_fp8_tensors_its_config_does_not_explain(void)
         KVCAL_ERR_UNSUPPORTED, "Qwen3VLMoeForConditionalGeneration with FP8 weights (");
 }
 
+/* A ModelOpt hf_quant_config.json without its "quantization" object, and
+ * a quantization_config that declares no weight scheme beside FP8
+ * tensors: named as such, not as a checkpoint without any config. */
+static void model_open_names_a_quantization_config_that_declares_no_weights(void)
+{
+    const char *dir = edited_checkpoint("fp8_llama_modelopt_tensor_static", "{}");
+    char path[600];
+    snprintf(path, sizeof path, "%s/hf_quant_config.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("{\"producer\": {\"name\": \"modelopt\"}}\n", f);
+    fclose(f);
+    expect_open_error(dir, KVCAL_ERR_FORMAT,
+                      "hf_quant_config.json: no \"quantization\" object");
+    expect_open_error(
+        edited_checkpoint("fp8_qwen3_fp8_block",
+                          "{\"quantization_config\": {\"quant_method\": "
+                          "\"compressed-tensors\", \"config_groups\": {}}}"),
+        KVCAL_ERR_UNSUPPORTED,
+        "model.layers.0.self_attn.q_proj.weight has dtype F8_E4M3 but the "
+        "quantization config in ");
+    CU_ASSERT(kvcal_test_error_has("config.json declares no weight quantization"));
+}
+
+/* dir's model.safetensors with value `index` of the F32 tensor `name` set
+ * to x. */
+static void set_f32_value(const char *dir, const char *name, int64_t index, float x)
+{
+    char path[600], tmp[620];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    kvcal_safetensors_t *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_open(path, &st), KVCAL_OK);
+    const int n = kvcal_safetensors_count(st);
+    kvcal_tensor_out *out = calloc((size_t)n, sizeof *out);
+    float *edited = NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    for (int i = 0; i < n; i++) {
+        const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
+        out[i].name = t->name;
+        out[i].dtype = t->dtype;
+        out[i].ndim = t->ndim;
+        memcpy(out[i].shape, t->shape, sizeof t->shape);
+        out[i].data = t->data;
+        if (strcmp(t->name, name))
+            continue;
+        CU_ASSERT_EQUAL_FATAL(t->dtype, KVCAL_DTYPE_F32);
+        CU_ASSERT_FATAL(index < t->numel);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(edited = malloc(t->nbytes));
+        memcpy(edited, t->data, t->nbytes);
+        edited[index] = x;
+        out[i].data = edited;
+    }
+    CU_ASSERT_PTR_NOT_NULL_FATAL(edited);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(tmp, out, n, NULL), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(rename(tmp, path), 0);
+    kvcal_safetensors_close(st);
+    free(edited);
+    free(out);
+}
+
+/* A weight scale that is finite but makes an e4m3 weight infinite (448 x
+ * 3e38) is named when the layer loads, not found later as a NaN in some
+ * layer's K or V. */
+static void model_names_a_weight_scale_an_e4m3_value_overflows(void)
+{
+    const char *dir = edited_checkpoint("fp8_qwen3_fp8_block", "{}");
+    set_f32_value(dir, "model.layers.1.self_attn.k_proj.weight_scale_inv", 1, 3e38f);
+    kvcal_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_model_open(dir, &m), KVCAL_OK);
+    kvcal_layer_weights w;
+    CU_ASSERT_EQUAL(kvcal_model_load_layer(m, 0, &w), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_model_load_layer(m, 1, &w), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has(
+        "scale tensor model.layers.1.self_attn.k_proj.weight_scale_inv holds 3e+38 at "
+        "index 1; scales must be finite, > 0 and at most"));
+    kvcal_model_close(m);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(runner_matches_numpy_run_c_on_stories260k),
     KVCAL_TEST(runner_matches_transformers_hybrid_linear_attention_models),
@@ -2006,6 +2085,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(model_open_describes_fp8_schemes),
     KVCAL_TEST(model_serves_fused_per_tensor_shards_at_their_largest_scale),
     KVCAL_TEST(model_open_names_fp8_tensors_its_config_does_not_explain),
+    KVCAL_TEST(model_open_names_a_quantization_config_that_declares_no_weights),
+    KVCAL_TEST(model_names_a_weight_scale_an_e4m3_value_overflows),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(runner, KVCAL_NEEDS_NOTHING, tests)

@@ -36,6 +36,7 @@ struct kvcal_weight_quant {
     kvcal_wq_method method;
     kvcal_wq_requant requant;
     char name[96];
+    char source[4200]; /* the file the config was read from, "" for none */
     wq_group group[MAX_GROUPS];
     int groups;
     cJSON *ignore; /* array of strings, or NULL */
@@ -76,6 +77,93 @@ static int bool_item(const cJSON *o, const char *key, int dflt)
 {
     const cJSON *it = item(o, key);
     return cJSON_IsBool(it) ? cJSON_IsTrue(it) : dflt;
+}
+
+/* Key `key` of o (quantization_config.<where>) a string or absent; else an
+ * error naming it. */
+static kvcal_status check_string(const cJSON *o, const char *key, const char *name,
+                                 const char *where)
+{
+    const cJSON *it = item(o, key);
+    if (!it || cJSON_IsString(it))
+        return KVCAL_OK;
+    return kvcal_fail(KVCAL_ERR_FORMAT,
+                      "%s: quantization_config.%s%s%s is not a string; fix the config",
+                      name, where, where[0] ? "." : "", key);
+}
+
+/* The QuantizationArgs object a (quantization_config.<where>) with the
+ * types compressed-tensors gives its fields: num_bits an integer, type and
+ * strategy strings, symmetric true or false, dynamic true, false or
+ * "local"; anything else is an error naming the field (read otherwise, it
+ * would fall back to a default silently). */
+static kvcal_status check_args(const cJSON *a, const char *name, const char *where)
+{
+    static const char *const strings[] = {"type", "strategy"};
+    const cJSON *bits = item(a, "num_bits"), *sym = item(a, "symmetric"),
+                *dyn = item(a, "dynamic");
+    if (!cJSON_IsObject(a))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config.%s is not an object of quantization "
+                          "arguments (num_bits, type, strategy, ...); fix the config",
+                          name, where);
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        kvcal_status s = check_string(a, strings[i], name, where);
+        if (s)
+            return s;
+    }
+    if (bits && (!cJSON_IsNumber(bits) || bits->valuedouble != (int)bits->valuedouble))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config.%s.num_bits is not an integer; fix "
+                          "the config",
+                          name, where);
+    if (sym && !cJSON_IsBool(sym))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config.%s.symmetric is not true or false; "
+                          "fix the config",
+                          name, where);
+    if (dyn && !cJSON_IsBool(dyn) &&
+        !(cJSON_IsString(dyn) && !strcmp(dyn->valuestring, "local")))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config.%s.dynamic is not true, false or "
+                          "\"local\"; fix the config",
+                          name, where);
+    return KVCAL_OK;
+}
+
+/* Whether quantization arguments a are dynamic (true, or "local"). */
+static int is_dynamic(const cJSON *a)
+{
+    const cJSON *it = item(a, "dynamic");
+    return cJSON_IsTrue(it) || cJSON_IsString(it);
+}
+
+/* Each "re:" entry of a list of module names (quantization_config.<where>)
+ * a regular expression; else an error naming it (Python's re.match would
+ * raise where vLLM reads it; a pattern that never compiled would never
+ * match here). */
+static kvcal_status check_regexes(const cJSON *list, const char *name, const char *where)
+{
+    for (const cJSON *e = list ? list->child : NULL; e; e = e->next) {
+        int err;
+        PCRE2_SIZE off;
+        pcre2_code *re;
+        if (strncmp(e->valuestring, "re:", 3))
+            continue;
+        if ((re = pcre2_compile((PCRE2_SPTR)e->valuestring + 3, PCRE2_ZERO_TERMINATED,
+                                PCRE2_ANCHORED, &err, &off, NULL))) {
+            pcre2_code_free(re);
+            continue;
+        }
+        PCRE2_UCHAR why[120];
+        if (pcre2_get_error_message(err, why, sizeof why) < 0)
+            snprintf((char *)why, sizeof why, "error %d", err);
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config.%s entry \"%.200s\" is not a valid "
+                          "regular expression (%s at offset %zu); fix the config",
+                          name, where, e->valuestring, (const char *)why, (size_t)off);
+    }
+    return KVCAL_OK;
 }
 
 /* An array of strings or absent; anything else is an error naming `where`. */
@@ -143,12 +231,24 @@ static int is_float8(const cJSON *a)
 static kvcal_status ct_group(const cJSON *grp, const char *name, wq_group *g)
 {
     const cJSON *w = item(grp, "weights"), *a = item(grp, "input_activations");
-    char what[96];
-    if (!cJSON_IsObject(w))
+    char what[96], where[160];
+    kvcal_status s;
+    if (!cJSON_IsObject(grp))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config.config_groups.%s is not an object "
+                          "(targets, weights, input_activations); fix the config",
+                          name, g->key);
+    if (!w)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: quantization_config.config_groups.%s quantizes no weights "
                           "(activations only); kvcal runs FP8 weights",
                           name, g->key);
+    snprintf(where, sizeof where, "config_groups.%s.weights", g->key);
+    if ((s = check_args(w, name, where)))
+        return s;
+    snprintf(where, sizeof where, "config_groups.%s.input_activations", g->key);
+    if (a && (s = check_args(a, name, where)))
+        return s;
     args_text(w, what, sizeof what);
     const char *ws = str_item(w, "strategy");
     if (!is_float8(w))
@@ -156,25 +256,23 @@ static kvcal_status ct_group(const cJSON *grp, const char *name, wq_group *g)
                           "%s: quantization_config.config_groups.%s: weights %s are not "
                           "supported; kvcal runs FP8 (float 8-bit) weights",
                           name, g->key, what);
-    if (bool_item(w, "dynamic", 0) || !bool_item(w, "symmetric", 1) || !ws ||
+    if (is_dynamic(w) || !bool_item(w, "symmetric", 1) || !ws ||
         (strcmp(ws, "tensor") && strcmp(ws, "channel") && strcmp(ws, "block")))
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "%s: quantization_config.config_groups.%s: weights %s%s%s are not "
             "an FP8 scheme vLLM serves (static symmetric tensor, channel or "
             "block strategy)",
-            name, g->key, what, bool_item(w, "dynamic", 0) ? ", dynamic" : "",
+            name, g->key, what, is_dynamic(w) ? ", dynamic" : "",
             bool_item(w, "symmetric", 1) ? "" : ", asymmetric");
     kvcal_fp8_linear *f = &g->scheme.fp8;
     f->w = !strcmp(ws, "tensor")    ? KVCAL_FP8W_TENSOR
            : !strcmp(ws, "channel") ? KVCAL_FP8W_CHANNEL
                                     : KVCAL_FP8W_BLOCK;
     if (f->w == KVCAL_FP8W_BLOCK) {
-        char where[160];
         snprintf(where, sizeof where, "config_groups.%s.weights.block_structure", g->key);
-        kvcal_status s =
-            block_size(item(w, "block_structure"), name, where, &f->block_n, &f->block_k);
-        if (s)
+        if ((s = block_size(item(w, "block_structure"), name, where, &f->block_n,
+                            &f->block_k)))
             return s;
     }
     g->scheme.scale_name = "weight_scale";
@@ -191,7 +289,7 @@ static kvcal_status ct_group(const cJSON *grp, const char *name, wq_group *g)
             "activations",
             name, g->key, what);
     const char *as = str_item(a, "strategy");
-    if (bool_item(a, "dynamic", 0)) {
+    if (is_dynamic(a)) {
         /* dynamic: per token, per group of block_structure[0] for block weights */
         f->a = f->w == KVCAL_FP8W_BLOCK ? KVCAL_FP8A_GROUP : KVCAL_FP8A_TOKEN;
         f->group = f->w == KVCAL_FP8W_BLOCK ? f->block_n : 0;
@@ -214,9 +312,16 @@ static kvcal_status parse_ct(kvcal_weight_quant_t *q, const cJSON *qc, const cha
     const cJSON *groups = item(qc, "config_groups");
     kvcal_status s;
     q->ignore_kind = IGNORE_CT;
-    if ((s = string_list(item(qc, "ignore"), name, "ignore", &q->ignore)))
+    if ((s = string_list(item(qc, "ignore"), name, "ignore", &q->ignore)) ||
+        (s = check_regexes(q->ignore, name, "ignore")))
         return s;
-    if (!cJSON_IsObject(groups) || !groups->child) /* sparsity or KV cache only */
+    if (groups && !cJSON_IsObject(groups))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: quantization_config.config_groups is not an object of "
+                          "named groups ({\"group_0\": {\"targets\", \"weights\", "
+                          "...}}); fix the config",
+                          name);
+    if (!groups || !groups->child) /* sparsity or KV cache only */
         return KVCAL_OK;
     q->method = KVCAL_WQ_COMPRESSED_TENSORS;
     snprintf(q->name, sizeof q->name, "compressed-tensors");
@@ -231,7 +336,8 @@ static kvcal_status parse_ct(kvcal_weight_quant_t *q, const cJSON *qc, const cha
         char where[128];
         snprintf(where, sizeof where, "config_groups.%.60s.targets", g->string);
         if ((s = ct_group(g, name, dst)) ||
-            (s = string_list(item(g, "targets"), name, where, &dst->targets)))
+            (s = string_list(item(g, "targets"), name, where, &dst->targets)) ||
+            (s = check_regexes(dst->targets, name, where)))
             return s;
     }
     return KVCAL_OK;
@@ -251,6 +357,9 @@ static kvcal_status parse_fp8(kvcal_weight_quant_t *q, const cJSON *qc, const ch
     q->ignore_kind = IGNORE_EXACT;
     snprintf(q->name, sizeof q->name, "fp8");
     snprintf(g->key, sizeof g->key, "fp8");
+    if ((s = check_string(qc, "activation_scheme", name, "")) ||
+        (s = check_string(qc, "fmt", name, "")))
+        return s;
     if (!act || (strcmp(act, "static") && strcmp(act, "dynamic")))
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: quantization_config.activation_scheme is %s%s%s; the fp8 "
@@ -260,11 +369,20 @@ static kvcal_status parse_fp8(kvcal_weight_quant_t *q, const cJSON *qc, const ch
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "%s: quantization_config.fmt \"%s\": kvcal runs e4m3 FP8 weights", name, fmt);
-    const cJSON *ign = item(qc, "ignored_layers");
-    if (!cJSON_IsArray(ign) || !ign->child)
-        ign = item(qc, "modules_to_not_convert");
-    if ((s = string_list(ign, name, "ignored_layers", &q->ignore)))
+    /* vLLM's Fp8Config: ignored_layers, else (absent or empty)
+     * modules_to_not_convert; each checked under its own key */
+    cJSON *other = NULL;
+    if ((s = string_list(item(qc, "ignored_layers"), name, "ignored_layers",
+                         &q->ignore)) ||
+        (s = string_list(item(qc, "modules_to_not_convert"), name,
+                         "modules_to_not_convert", &other)))
         return s;
+    if (!q->ignore || !q->ignore->child) {
+        cJSON_Delete(q->ignore);
+        q->ignore = other;
+        other = NULL;
+    }
+    cJSON_Delete(other);
     const cJSON *bs = item(qc, "weight_block_size");
     if (bs) {
         if ((s = block_size(bs, name, "weight_block_size", &f->block_n, &f->block_k)))
@@ -301,6 +419,14 @@ static kvcal_status parse_modelopt(kvcal_weight_quant_t *q, const cJSON *qc,
     wq_group *g = &q->group[0];
     kvcal_fp8_linear *f = &g->scheme.fp8;
     kvcal_status s;
+    if (nested && !cJSON_IsObject(nested))
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: \"quantization\" is not an object (ModelOpt writes "
+                          "{\"quant_algo\", \"kv_cache_quant_algo\", "
+                          "\"exclude_modules\"}); fix the file",
+                          name);
+    if ((s = check_string(src, "quant_algo", name, src == nested ? "quantization" : "")))
+        return s;
     q->ignore_kind = IGNORE_MODELOPT;
     if ((s = string_list(item(src, src == nested ? "exclude_modules" : "ignore"), name,
                          src == nested ? "quantization.exclude_modules" : "ignore",
@@ -354,6 +480,10 @@ kvcal_status kvcal_weight_quant_parse(const cJSON *qc, const char *name,
                        name);
         goto done;
     }
+    if (qc && (s = check_string(qc, "quant_method", name, "")))
+        goto done;
+    if (qc)
+        snprintf(q->source, sizeof q->source, "%s", name);
     const char *qm = str_item(qc, "quant_method");
     char method[64] = "";
     for (size_t i = 0; qm && qm[i] && i + 1 < sizeof method; i++) {
@@ -405,6 +535,14 @@ kvcal_status kvcal_weight_quant_load(const char *dir, kvcal_weight_quant_t **out
         snprintf(path, sizeof path, "%s/hf_quant_config.json", dir);
         if (stat(path, &sb) == 0 && (s = kvcal_json_load(path, &hq)))
             goto done;
+        if (hq && cJSON_IsObject(hq) && !item(hq, "quantization")) {
+            s = kvcal_fail(KVCAL_ERR_FORMAT,
+                           "%s: no \"quantization\" object (ModelOpt writes "
+                           "{\"quantization\": {\"quant_algo\", ...}}); fix the file, "
+                           "or remove it if the model is not quantized",
+                           path);
+            goto done;
+        }
         qc = hq;
     }
     s = kvcal_weight_quant_parse(qc, path, out);
@@ -437,6 +575,11 @@ kvcal_wq_requant kvcal_weight_quant_requant(const kvcal_weight_quant_t *q)
 const char *kvcal_weight_quant_name(const kvcal_weight_quant_t *q)
 {
     return q ? q->name : "";
+}
+
+const char *kvcal_weight_quant_source(const kvcal_weight_quant_t *q)
+{
+    return q ? q->source : "";
 }
 
 /* Python's re.match(regex, s): a match anchored at the start. */

@@ -68,6 +68,11 @@ kvcal_wq_requant kvcal_weight_quant_requant(const kvcal_weight_quant_t *q);
  * "modelopt FP8_PB_WO", "quark"), "" for none. Owned by q. */
 const char *kvcal_weight_quant_name(const kvcal_weight_quant_t *q);
 
+/* The file the config was read from (config.json, or hf_quant_config.json
+ * beside it; the name given to kvcal_weight_quant_parse), "" where there
+ * was none. Owned by q. */
+const char *kvcal_weight_quant_source(const kvcal_weight_quant_t *q);
+
 /* The scheme of module `module` (a linear layer's name,
  * "model.layers.0.self_attn.q_proj"): the config's scheme for it, or
  * fp8.w KVCAL_FP8W_NONE where the config leaves it unquantized (ignored,
