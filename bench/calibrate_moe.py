@@ -29,7 +29,17 @@ holds (less 3 GiB), the checkpoint's size counted on the meta device.
   (1.6 GB a layer in bf16), saved with save_pretrained (bf16 experts, (in,
   out), which kvcal reads transposed; the released checkpoint's MXFP4 is not
   what is timed here). transformers has no SDPA path for gpt-oss (sinks): its
-  attention runs eager and as flex attention.
+  attention runs eager and as flex attention;
+- qwen3-next-80b-a3b: Qwen3-Next-80B-A3B's layers (hidden 2048; three of
+  every four a gated delta-net of 16 key / 32 value heads of 128 with a
+  4-tap convolution, the fourth gated attention of 16 query / 2 kv heads of
+  256 with q/k norm and a quarter of each head rotated; 512 experts of 512,
+  top-10, a shared expert of 512 with its sigmoid gate) built with
+  Qwen3NextConfig, `--layers` of its 48 (3.3 GB a layer in bf16). K and V
+  are those of its attention layers; the delta-nets cache no K/V. torch has
+  no gated delta-net kernel (transformers runs its own torch code where the
+  flash-linear-attention package is absent, as on a bare host), so no
+  library floor is printed for this shape.
 Random bf16 weights, the routers' weights drawn so their logits are N(0, 1);
 B x 8 random 2048-token samples as JSONL token ids. Then, on the same tokens:
 
@@ -89,7 +99,7 @@ import time
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig, Qwen3NextConfig
 
 from calibrate_llama8b import (bench_ms, flush_to_disk, floor_of, gemm_step,  # noqa: E402
                                sdpa_step)
@@ -122,6 +132,22 @@ SHAPES = {
             vocab_size=201088, max_position_embeddings=131072, rms_norm_eps=1e-5,
             tie_word_embeddings=False),
         router=lambda layer: layer.mlp.router, k_out=lambda layer: layer.self_attn.k_proj),
+    "qwen3-next-80b-a3b": dict(
+        name="Qwen3-Next-80B-A3B", d=2048, h=16, hkv=2, hd=256, e=512, topk=10, mi=512,
+        vocab=151936, total_layers=48, attn=("sdpa",), hybrid=True,
+        config=lambda layers: Qwen3NextConfig(
+            hidden_size=2048, intermediate_size=5120, moe_intermediate_size=512,
+            shared_expert_intermediate_size=512, num_hidden_layers=layers,
+            num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+            linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+            linear_value_head_dim=128, linear_conv_kernel_dim=4, num_experts=512,
+            num_experts_per_tok=10, norm_topk_prob=True, vocab_size=151936,
+            max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                             "partial_rotary_factor": 0.25},
+            layer_types=["full_attention" if i % 4 == 3 else "linear_attention"
+                         for i in range(layers)]),
+        router=lambda layer: layer.mlp.gate, k_out=lambda layer: layer.self_attn.k_norm),
 }
 S = SHAPES["qwen3-30b-a3b"]  # the shape of this run (main sets it)
 
@@ -512,10 +538,13 @@ def transformers_runs(model_dir, layers, batches, experts, attns, modes):
                   f"attn_implementation={attn}: {type(e).__name__}: {str(e)[:300]}")
             continue
         body = model.model
-        rope_fn = sys.modules[type(body.layers[0].self_attn).__module__].apply_rotary_pos_emb
+        # the layers that cache K and V (a hybrid's attention layers)
+        cached = [i for i, layer in enumerate(body.layers) if hasattr(layer, "self_attn")]
+        rope_fn = sys.modules[type(body.layers[cached[0]].self_attn).__module__] \
+            .apply_rotary_pos_emb
         pos = torch.arange(SEQ, device="cuda").unsqueeze(0).expand(BATCH, SEQ)
         cos, sin = body.rotary_emb(torch.empty(1, device="cuda", dtype=torch.bfloat16), pos)
-        stats = {(i, k): torch.zeros(HKV, device="cuda") for i in range(layers) for k in "kv"}
+        stats = {(i, k): torch.zeros(HKV, device="cuda") for i in cached for k in "kv"}
 
         def hook(layer, kind):
             buf = stats[(layer, kind)]
@@ -527,7 +556,8 @@ def transformers_runs(model_dir, layers, batches, experts, attns, modes):
                 buf.copy_(torch.maximum(buf, x.abs().amax(dim=(0, 1, 3)).float()))
             return fn
 
-        for i, layer in enumerate(body.layers):
+        for i in cached:
+            layer = body.layers[i]
             S["k_out"](layer).register_forward_hook(hook(i, "k"))
             layer.self_attn.v_proj.register_forward_hook(hook(i, "v"))
         for mode in modes:
@@ -594,6 +624,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
+    if a.floor_only and S.get("hybrid"):
+        sys.exit(f"--floor-only: no library floor for {S['name']} (torch has no gated "
+                 "delta-net kernel)")
     if a.floor_only:
         layers = a.layers or S["total_layers"]
         held = library_floor(layers)[1]
@@ -643,7 +676,7 @@ def main():
     batches = [ids[b * BATCH:(b + 1) * BATCH].cuda() for b in range(a.batches)]
     # the floor before transformers: its figures stay should a compilation
     # run past the caller's time
-    floor = None if alone else library_floor(a.layers)
+    floor = None if alone or S.get("hybrid") else library_floor(a.layers)
     hf = {} if alone else transformers_runs(model_dir, a.layers, batches, a.experts,
                                              a.attn or S["attn"], modes)
     Deadline.stop()
@@ -672,7 +705,7 @@ def main():
         [(f"kvcal calibrate --device cuda, {v}", tps, peak, None)
          for v, (tps, peak, _) in variants.items()] + \
         [(f"transformers {name}", v[0], v[1], v[2]) for name, v in hf.items()] + \
-        ([] if alone else
+        ([] if floor is None else
          [("library floor (grouped GEMM + SDPA), bursts" if floor[4] else
            "library floor (no grouped GEMM: dense GEMMs + SDPA only), bursts", floor[0], 0,
            None),
@@ -688,9 +721,10 @@ def main():
               f"{peak / 2 ** 30 if peak else float('nan'):9.2f} {diff}")
     if fastest:
         print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
-              f"(target >= 1.5x); kvcal / floor: {kvcal_tps / floor[0]:.2f} in bursts, "
-              f"{kvcal_tps / floor[1]:.2f} sustained; the target / the sustained floor: "
-              f"{1.5 * fastest[1][0] / floor[1]:.2f}")
+              "(target >= 1.5x)" + ("" if floor is None else
+                                    f"; kvcal / floor: {kvcal_tps / floor[0]:.2f} in bursts, "
+                                    f"{kvcal_tps / floor[1]:.2f} sustained; the target / the "
+                                    f"sustained floor: {1.5 * fastest[1][0] / floor[1]:.2f}"))
 
     for kind, w in worst.items():
         print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 ({ref_name}): "
@@ -716,7 +750,7 @@ def main():
                                       for v, (tps, peak, diff) in variants.items()},
                    "transformers_runs": {k: {"tokens_per_second": v[0], "peak_bytes": v[1]}
                                          for k, v in hf.items()},
-                   "floor": None if alone else
+                   "floor": None if floor is None else
                    {"tokens_per_second": floor[0], "sustained_tokens_per_second": floor[1],
                     "layer_ms": floor[2], "sustained_layer_ms": floor[3],
                     "grouped_gemm": floor[4]},
