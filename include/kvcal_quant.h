@@ -226,7 +226,9 @@ KVCAL_API kvcal_status kvcal_kv_scaler_read(const kvcal_kv_scaler_t *scaler,
  * out_dtype (fp32 products rounded to nearest even for F16 / BF16). Scales
  * come from cache->k_scale / v_scale when set, otherwise from the static
  * k_scale / v_scale of `granularity`. Rows of skipped slots are not
- * written. batch->k / v and dtype are ignored. */
+ * written. batch->k / v and dtype are ignored. The reference checks the
+ * static scales (KVCAL_ERR_NONFINITE: finite and > 0); the launch cannot read
+ * them without a synchronization. */
 KVCAL_API kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
                                                const kvcal_kv_cache *cache,
                                                kvcal_granularity granularity,
@@ -332,7 +334,9 @@ KVCAL_API kvcal_status kvcal_kv_quantize_fmt_launch(const kvcal_kv_batch *batch,
 
 /* Dequantizes the batch's slots of a cache in params->format, as
  * kvcal_kv_dequantize does for e4m3: the static parameters of params when
- * set, else the per (token, head) ones beside the cache. */
+ * set, else the per (token, head) ones beside the cache. The reference
+ * checks the static ones as kvcal_kv_quantize_fmt_ref does
+ * (KVCAL_ERR_NONFINITE). */
 KVCAL_API kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
                                                    const kvcal_kv_cache *cache,
                                                    const kvcal_kv_qparams *params,

@@ -379,6 +379,31 @@ static void dequantize_round_trip_error_within_half_ulp(void)
     fixture_free(&f);
 }
 
+static void dequantize_rejects_bad_static_scales_and_writes_nothing(void)
+{
+    fixture f;
+    fixture_make(&f, 4, 2, 8, 2, 4, KVCAL_CACHE_NHD, 0, 1.0f);
+    CU_ASSERT_EQUAL_FATAL(kvcal_kv_quantize_static_ref(&f.b, &f.c,
+                                                       KVCAL_GRANULARITY_TENSOR,
+                                                       &(float){1.0f}, &(float){1.0f}),
+                          KVCAL_OK);
+    float out[2][4 * 2 * 8], good[2] = {1.0f, 1.0f};
+    float bad[3][2] = {{1.0f, 0.0f}, {NAN, 1.0f}, {1.0f, INFINITY}};
+    memset(out, 0, sizeof out);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(kvcal_kv_dequantize_ref(&f.b, &f.c, KVCAL_GRANULARITY_HEAD, good,
+                                                bad[i], out[0], out[1], KVCAL_DTYPE_F32),
+                        KVCAL_ERR_NONFINITE);
+        CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "v_scale["));
+    }
+    int written = 0;
+    for (int kv = 0; kv < 2; kv++)
+        for (int i = 0; i < 4 * 2 * 8; i++)
+            written += out[kv][i] != 0.0f;
+    CU_ASSERT_EQUAL(written, 0);
+    fixture_free(&f);
+}
+
 static void dequantize_bf16_and_f16_outputs_round_the_f32_values(void)
 {
     fixture f;
@@ -738,6 +763,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dynamic_quantize_zero_row_gets_floor_scale_and_zero_bytes),
     KVCAL_TEST(dynamic_quantize_ignores_nan_and_inf_for_the_scale),
     KVCAL_TEST(dequantize_round_trip_error_within_half_ulp),
+    KVCAL_TEST(dequantize_rejects_bad_static_scales_and_writes_nothing),
     KVCAL_TEST(dequantize_bf16_and_f16_outputs_round_the_f32_values),
     KVCAL_TEST(scaler_running_max_grows_and_stored_values_stay_exact),
     KVCAL_TEST(scaler_ema_follows_the_average_but_never_shrinks),

@@ -444,6 +444,15 @@ static void int8_static_per_head_rounds_to_nearest_even_and_saturates(void)
     CU_ASSERT_EQUAL(kvcal_kv_quantize_fmt_ref(&g.b, &g.c, &p), KVCAL_ERR_NONFINITE);
     for (size_t i = 0; i < g.bytes; i++)
         CU_ASSERT_EQUAL_FATAL(g.c.k[i], POISON);
+    /* and by the dequantization, before any output is written */
+    float out[2][H * D];
+    memset(out, 0, sizeof out);
+    CU_ASSERT_EQUAL(
+        kvcal_kv_dequantize_fmt_ref(&f.b, &f.c, &p, out[0], out[1], KVCAL_DTYPE_F32),
+        KVCAL_ERR_NONFINITE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(kvcal_last_error(), "k_scale[1] = 0"));
+    for (int i = 0; i < H * D; i++)
+        CU_ASSERT_EQUAL_FATAL(out[0][i], 0.0f);
     fix_free(&f), fix_free(&g);
 }
 

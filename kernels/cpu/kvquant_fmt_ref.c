@@ -268,6 +268,12 @@ kvcal_status kvcal_kv_dequantize_fmt_ref(const kvcal_kv_batch *batch,
     if (st != KVCAL_OK)
         return st;
     const int step = params->granularity == KVCAL_GRANULARITY_HEAD;
+    const int n = step ? g.num_kv_heads : 1;
+    if ((st = check_values(fn, params->k_scale, n, "k_scale", 1)) != KVCAL_OK ||
+        (st = check_values(fn, params->v_scale, n, "v_scale", 1)) != KVCAL_OK ||
+        (st = check_values(fn, params->k_zero, n, "k_zero", 0)) != KVCAL_OK ||
+        (st = check_values(fn, params->v_zero, n, "v_zero", 0)) != KVCAL_OK)
+        return st;
     for (int64_t t = 0; t < batch->num_tokens; t++) {
         int64_t slot = batch->slot_mapping[t];
         if (slot < 0 || slot >= g.capacity)

@@ -518,13 +518,19 @@ kvcal_status kvcal_kv_dequantize_ref(const kvcal_kv_batch *batch,
                                      const float *v_scale, void *k_out, void *v_out,
                                      kvcal_dtype out_dtype)
 {
+    static const char fn[] = "kvcal_kv_dequantize_ref";
     kvcal_kv_geom g;
-    kvcal_status st =
-        kvcal_kv_dequantize_check("kvcal_kv_dequantize_ref", batch, cache, granularity,
-                                  k_scale, v_scale, k_out, v_out, out_dtype, &g);
+    kvcal_status st = kvcal_kv_dequantize_check(fn, batch, cache, granularity, k_scale,
+                                                v_scale, k_out, v_out, out_dtype, &g);
     if (st != KVCAL_OK)
         return st;
     int step = granularity == KVCAL_GRANULARITY_HEAD;
+    if (!cache->k_scale &&
+        ((st = check_scale_values(fn, k_scale, step ? g.num_kv_heads : 1, "k_scale")) !=
+             KVCAL_OK ||
+         (st = check_scale_values(fn, v_scale, step ? g.num_kv_heads : 1, "v_scale")) !=
+             KVCAL_OK))
+        return st;
     dequantize_rows(batch, g, cache->k, cache->k_scale, k_scale, step, k_out, out_dtype);
     dequantize_rows(batch, g, cache->v, cache->v_scale, v_scale, step, v_out, out_dtype);
     return KVCAL_OK;

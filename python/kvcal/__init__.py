@@ -7,9 +7,11 @@ Arrays are torch tensors or anything with ``__dlpack__``,
 ``__cuda_array_interface__`` or numpy's ``__array_interface__``; CPU arrays
 run the library's CPU reference (``*_ref``), CUDA arrays its kernels
 (``*_launch``) on the current stream (torch's when torch is imported, or
-``stream=``). Shapes, dtypes, devices and strides are checked first, and a
-bad one is a ``ValueError`` / ``TypeError`` naming the argument; a failure of
-the library is a ``KvcalError`` carrying its one-line message.
+``stream=``). Shapes, dtypes, devices and strides are checked first, as are
+sizes and indices (integers that fit a C int), names, and the arrays a call
+writes (not read-only, sharing no memory with another argument); a bad one is
+a ``ValueError`` / ``TypeError`` naming the argument; a failure of the library
+is a ``KvcalError`` carrying its one-line message.
 
 Layouts, as include/kvcal_quant.h states them:
   key, value        (num_tokens, num_kv_heads, head_dim), head_dim contiguous
@@ -23,11 +25,14 @@ Layouts, as include/kvcal_quant.h states them:
                     (num_blocks, num_kv_heads, block_size) (HND), contiguous
 """
 import ctypes
+import math
+import operator
+import sys
 
 from . import _lib
 from ._lib import KvcalError
-from ._tensor import (BF16, F8, F8E5M2, F16, F32, I8, I64, KVCAL_DTYPE, U8, as_array,
-                      current_stream)
+from ._tensor import (BF16, F8, F8E5M2, F16, F32, I8, I64, ITEMSIZE, KVCAL_DTYPE, U8,
+                      Array, as_array, current_stream)
 
 __all__ = [
     "KvcalError", "version", "library_path", "cuda_device_count",
@@ -55,7 +60,87 @@ def cuda_device_count():
 # --- argument checks -----------------------------------------------------------
 
 _CACHE_DTYPES = (U8, F8)
+_DEVICES = {"cpu": 0, "cuda": 1}
 _SCALE_ONE = {}  # (value, device index) -> a one-element device tensor
+_INT_MAX = 2 ** 31 - 1  # a C int: what a shape or count passed as one must fit
+
+
+def _int(name, x, lo=-_INT_MAX - 1, hi=_INT_MAX):
+    """x as a Python int in [lo, hi] (a C int by default: ctypes would wrap a
+    larger one around silently); integral floats pass, others are refused."""
+    try:
+        i = operator.index(x)
+    except TypeError:
+        if not (isinstance(x, float) and x.is_integer()):
+            raise TypeError("%s: %r is not an integer" % (name, x)) from None
+        i = int(x)
+    if not lo <= i <= hi:
+        raise ValueError("%s: %d out of [%d, %d]" % (name, i, lo, hi))
+    return i
+
+
+def _float(name, x):
+    """x (a real number, or a one-value tensor / numpy scalar) as a Python float."""
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__float__"):
+        raise TypeError("%s: %r is not a number" % (name, x))
+    return float(x)
+
+
+def _choice(name, x, table, expected=None):
+    """table[x] for a string x, else a ValueError listing what table takes."""
+    if isinstance(x, str) and x in table:
+        return table[x]
+    raise ValueError("%s: %r, expected %s" % (name, x, expected or "one of " + ", ".join(
+        repr(k) for k in table)))
+
+
+def _layout(layout):
+    if not (layout is None or (isinstance(layout, str) and layout in ("NHD", "HND"))):
+        raise ValueError("layout: %r, expected 'NHD' or 'HND'" % (layout,))
+
+
+def _extent(a):
+    """[lo, hi) bytes a's elements span, or None for an empty array."""
+    lo = hi = 0
+    for size, stride in zip(a.shape, a.strides):
+        if size == 0:
+            return None
+        if stride < 0:
+            lo += (size - 1) * stride
+        else:
+            hi += (size - 1) * stride
+    item = ITEMSIZE.get(a.dtype, 1)
+    return a.ptr + lo * item, a.ptr + (hi + 1) * item
+
+
+def _dense(a, e):
+    return e[1] - e[0] == a.numel() * ITEMSIZE.get(a.dtype, 1)
+
+
+def _arrays(*xs):
+    return [x for x in xs if isinstance(x, Array)]
+
+
+def _no_aliasing(outputs, inputs):
+    """Refuses an output that is read-only, or shares memory with another
+    output or an input: the call would write over what it reads (or one
+    output over another) and return wrong values without an error. Memory
+    is shared for certain where two spans meet and the arrays start at one
+    address or both fill their spans (interleaved views of one buffer, as
+    vLLM's K and V caches, pass)."""
+    spans = [(x, _extent(x)) for x in outputs + inputs]
+    for i, (o, eo) in enumerate(spans[:len(outputs)]):
+        if o.readonly:
+            raise ValueError("%s: a read-only array; kvcal writes into it: pass a writable "
+                             "one" % o.name)
+        if eo is None:
+            continue
+        for x, ex in spans[i + 1:]:
+            if (ex is None or ex[1] <= eo[0] or eo[1] <= ex[0]
+                    or not (o.ptr == x.ptr or (_dense(o, eo) and _dense(x, ex)))):
+                continue
+            raise ValueError("%s and %s share memory: kvcal writes %s, so pass separate "
+                             "arrays" % (o.name, x.name, o.name))
 
 
 def _same_device(arrays):
@@ -77,9 +162,21 @@ def _kv(key, value, stream, rows=None):
         if a.dtype not in KVCAL_DTYPE:
             raise TypeError("%s: dtype %s, expected float32, float16 or bfloat16"
                             % (a.name, a.dtype))
+        if s[1] < 1 or s[2] < 1 or s[1] > _INT_MAX or s[2] > _INT_MAX:
+            raise ValueError("%s: shape %s: num_kv_heads and head_dim must be in [1, %d]"
+                             % (a.name, s, _INT_MAX))
         if a.strides[2] != 1 and s[2] > 1:
             raise ValueError("%s: strides %s: head_dim must be contiguous (stride 1)"
                              % (a.name, a.strides))
+        T, H, D = s
+        ts = a.strides[0] if T > 1 else H * D
+        hs = a.strides[1] if H > 1 else D
+        if hs < D or ts < (H - 1) * hs + D:
+            raise ValueError("%s: strides %s: kvcal reads a token's heads in order, each "
+                             "after the last (stride(1) >= head_dim, stride(0) >= "
+                             "(num_kv_heads - 1) * stride(1) + head_dim; not expanded, "
+                             "transposed or reversed): pass %s.contiguous()"
+                             % (a.name, a.strides, a.name))
     if v.dtype != k.dtype:
         raise TypeError("value: dtype %s, key is %s: pass both in one dtype" % (v.dtype, k.dtype))
     if v.shape != k.shape:
@@ -107,6 +204,7 @@ def _cache(key_cache, value_cache, H, D, layout, stream, dtypes=_CACHE_DTYPES,
     """A KvCache of the two caches (and the arrays to keep alive); dtypes: the
     element types `what` takes; row: the bytes of one (slot, head), head_dim
     when None."""
+    _layout(layout)
     kc, vc = as_array("key_cache", key_cache, stream), as_array("value_cache", value_cache, stream)
     for a in (kc, vc):
         if a.dtype not in dtypes:
@@ -129,6 +227,13 @@ def _cache_geometry(a, H, D, layout, row=None):
         if s[1:] != (H, R) or (H > 1 and st[1] != R) or (R > 1 and st[2] != 1):
             raise ValueError("%s: shape %s strides %s, expected (num_slots, %d, %d) with "
                              "contiguous rows" % (a.name, s, st, H, R))
+        if s[0] < 1:
+            raise ValueError("%s: shape %s holds no slot: a cache needs num_slots >= 1"
+                             % (a.name, s))
+        if s[0] > 1 and st[0] < H * R:
+            raise ValueError("%s: strides %s: slots overlap (stride(0) %d < the %d bytes of "
+                             "a slot; an expanded view?): pass a cache whose slots are "
+                             "separate memory" % (a.name, st, st[0], H * R))
         return (s[0], 1, H, D, st[0] if s[0] > 1 else H * R, _lib.CACHE_NHD)
     if len(s) != 4:
         raise ValueError("%s: shape %s, expected (num_blocks, block_size, num_kv_heads, "
@@ -140,13 +245,18 @@ def _cache_geometry(a, H, D, layout, row=None):
         nb, h, bs, d = s
         sb, sh, sp, sd = st
     else:
-        raise ValueError("layout: %r, expected 'NHD' or 'HND'" % (layout,))
+        _layout(layout)
     if row is None and (h, d) != (H, D):
         raise ValueError("%s: shape %s holds %d kv heads x head_dim %d, key has %d x %d"
                          % (a.name, s, h, d, H, D))
     if (h, d) != (H, R):
         raise ValueError("%s: shape %s holds %d kv heads x %d bytes; head_dim %d takes %d "
                          "bytes a row in this format, for %d kv heads" % (a.name, s, h, d, D, R, H))
+    if nb < 1 or bs < 1:
+        raise ValueError("%s: shape %s holds no slot: a cache needs num_blocks >= 1 and "
+                         "block_size >= 1" % (a.name, s))
+    if bs > _INT_MAX:
+        raise ValueError("%s: shape %s: block_size %d does not fit a C int" % (a.name, s, bs))
     ok_d = d == 1 or sd == 1
     if ok_d and (h == 1 or sh == d) and (bs == 1 or sp == h * d):
         lay = _lib.CACHE_NHD
@@ -156,6 +266,10 @@ def _cache_geometry(a, H, D, layout, row=None):
         raise ValueError("%s: strides %s: a block must be NHD (block_size, heads, head_dim) "
                          "or HND (heads, block_size, head_dim) contiguous" % (a.name, st))
     block = bs * h * d
+    if nb > 1 and sb < block:
+        raise ValueError("%s: strides %s: blocks overlap (stride(0) %d < the %d bytes of a "
+                         "block; an expanded view?): pass a cache whose blocks are separate "
+                         "memory" % (a.name, st, sb, block))
     return (nb, bs, h, D, sb if nb > 1 else block, lay)
 
 
@@ -191,11 +305,16 @@ def _batch(k, v, slots, num_tokens):
                         slots.ptr if slots is not None else None)
 
 
-def _static_scale(name, x, H, on_cuda, device_index, stream):
+def _static_scale(name, x, H, on_cuda, device_index, stream, check=None):
     """(pointer, granularity, keep) of a static scale: a float, or an array of
-    1 or num_kv_heads float32 on the call's device."""
+    1 or num_kv_heads float32 on the call's device. check: "scale" (finite and
+    > 0) or "zero" (finite) refuses a bad float here (dequantizations, whose
+    device kernels cannot look at the values)."""
     if isinstance(x, (int, float)):
         x = float(x)
+        if check and not (math.isfinite(x) and (check == "zero" or x > 0)):
+            raise ValueError("%s: %r: a %s must be finite%s" % (
+                name, x, check, " and > 0" if check == "scale" else ""))
         if on_cuda:
             import torch
             key = (x, device_index)
@@ -211,8 +330,8 @@ def _static_scale(name, x, H, on_cuda, device_index, stream):
     if a.dtype != F32 or n not in (1, H):
         raise ValueError("%s: %s of %d values, expected float32 with 1 (per tensor) or %d "
                          "(per kv head)" % (name, a.dtype, n, H))
-    if n > 1 and a.strides[-1] != 1:
-        raise ValueError("%s: must be contiguous" % name)
+    if n > 1 and not _contiguous(a):
+        raise ValueError("%s: strides %s: must be contiguous" % (name, a.strides))
     if (a.device == "cuda") != on_cuda or (on_cuda and a.device_index != device_index):
         raise ValueError("%s is on %s; the call runs on %s" % (
             name, a.where(), "cuda:%d" % device_index if on_cuda else "cpu"))
@@ -246,6 +365,7 @@ def quantize_static(key, value, key_cache, value_cache, slot_mapping, k_scale, v
         raise ValueError("k_scale and v_scale: one per tensor and one per head; pass both "
                          "alike")
     keep += [kk, vk]
+    _no_aliasing(arrays[3:], arrays[:3] + _arrays(kk, vk))
     b = _batch(k, v, s, s.shape[0])
     if on_cuda:
         st = _lib.lib.kvcal_kv_quantize_static_launch(
@@ -269,6 +389,7 @@ def quantize_dynamic(key, value, key_cache, value_cache, slot_mapping, k_scale_c
     vsc = _scale_cache("v_scale_cache", v_scale_cache, cache, stream)
     cache.k_scale, cache.v_scale = ksc.ptr, vsc.ptr
     arrays = [k, v, s, kc, vc, ksc, vsc]
+    _no_aliasing(arrays[3:], arrays[:3])
     b = _batch(k, v, s, s.shape[0])
     if _same_device(arrays):
         st = _lib.lib.kvcal_kv_quantize_dynamic_launch(ctypes.byref(b), ctypes.byref(cache),
@@ -281,15 +402,41 @@ def quantize_dynamic(key, value, key_cache, value_cache, slot_mapping, k_scale_c
 _OUT_DTYPES = {F32: _lib.DTYPE_F32, F16: _lib.DTYPE_F16, BF16: _lib.DTYPE_BF16}
 
 
+# out_dtype names (torch's too) -> the torch dtype's name
+_OUT_DTYPE_NAMES = {"float32": F32, "float": F32, "float16": F16, "half": F16,
+                    "bfloat16": BF16}
+
+
+def _out_dtype(out_dtype):
+    """The torch dtype name of out_dtype: a name, a torch dtype or a numpy dtype."""
+    name = out_dtype
+    if not isinstance(name, str):
+        if type(out_dtype).__module__.startswith("torch"):
+            name = str(out_dtype).replace("torch.", "")
+        elif "numpy" in sys.modules:
+            try:
+                name = sys.modules["numpy"].dtype(out_dtype).name
+            except TypeError:
+                pass
+    if not isinstance(name, str) or name not in _OUT_DTYPE_NAMES:
+        raise ValueError("out_dtype: %r, expected 'float32', 'float16' or 'bfloat16' (or "
+                         "that torch dtype)" % (out_dtype,))
+    return _OUT_DTYPE_NAMES[name]
+
+
 def _outputs(out_key, out_value, out_dtype, shape, on_cuda, device_index, stream):
-    """The outputs of a dequantization, allocated with torch when not given:
-    (out_key, out_value, their Arrays)."""
-    if out_key is None or out_value is None:
+    """The outputs of a dequantization, allocated with torch when not given
+    (zeros: the rows of skipped slots are not written): (out_key, out_value,
+    their Arrays)."""
+    tdt = _out_dtype(out_dtype)
+    if (out_key is None) != (out_value is None):
+        raise ValueError("out_key, out_value: %s given alone: pass both, or neither to have "
+                         "them allocated" % ("out_key" if out_value is None else "out_value"))
+    if out_key is None:
         import torch
-        tdt = getattr(torch, out_dtype if isinstance(out_dtype, str) else str(out_dtype).replace("torch.", ""))
         dev = "cuda:%d" % device_index if on_cuda else "cpu"
-        out_key = torch.empty(shape, dtype=tdt, device=dev)
-        out_value = torch.empty(shape, dtype=tdt, device=dev)
+        out_key = torch.zeros(shape, dtype=getattr(torch, tdt), device=dev)
+        out_value = torch.zeros(shape, dtype=getattr(torch, tdt), device=dev)
     ok_, ov = as_array("out_key", out_key, stream), as_array("out_value", out_value, stream)
     for a in (ok_, ov):
         if a.dtype not in _OUT_DTYPES or tuple(a.shape) != shape or not _contiguous(a):
@@ -306,8 +453,11 @@ def dequantize(key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, k_s
                out_value=None, out_dtype="float32", layout=None, stream=None):
     """The cached values of slot_mapping's slots as real numbers: returns
     (out_key, out_value), (num_tokens, num_kv_heads, head_dim) contiguous of
-    out_dtype (allocated with torch when not given). Scales come from the
-    scale caches when given, else from the static k_scale / v_scale."""
+    out_dtype (allocated with torch when not given, zero where a slot is
+    skipped; a given out_key / out_value keeps those rows). Scales come from
+    the scale caches when given, else from the static k_scale / v_scale."""
+    num_kv_heads = _int("num_kv_heads", num_kv_heads, 1)
+    head_dim = _int("head_dim", head_dim, 1)
     s = _slots(slot_mapping, stream, None)
     cache, kc, vc = _cache(key_cache, value_cache, num_kv_heads, head_dim, layout, stream)
     arrays = [s, kc, vc]
@@ -328,9 +478,15 @@ def dequantize(key_cache, value_cache, slot_mapping, num_kv_heads, head_dim, k_s
     if not cache.k_scale:
         if k_scale is None or v_scale is None:
             raise ValueError("k_scale, v_scale: pass the static scales or the scale caches")
-        kp, gran, kk = _static_scale("k_scale", k_scale, num_kv_heads, on_cuda, kc.device_index, stream)
-        vp, _, vk = _static_scale("v_scale", v_scale, num_kv_heads, on_cuda, kc.device_index, stream)
+        kp, gran, kk = _static_scale("k_scale", k_scale, num_kv_heads, on_cuda, kc.device_index,
+                                     stream, "scale")
+        vp, vg, vk = _static_scale("v_scale", v_scale, num_kv_heads, on_cuda, kc.device_index,
+                                   stream, "scale")
+        if vg != gran:
+            raise ValueError("k_scale and v_scale: one per tensor and one per head; pass both "
+                             "alike")
         keep += [kk, vk]
+    _no_aliasing([ok_, ov], arrays[:-2] + _arrays(*keep))
     b = _lib.KvBatch()
     b.num_tokens = T
     b.slot_mapping = s.ptr
@@ -355,14 +511,13 @@ class Scaler:
     _MODES = {"running_max": 0, "ema": 1, "first_batch": 2}
 
     def __init__(self, num_kv_heads, mode="running_max", ema_alpha=0.1, device="cpu"):
-        if mode not in self._MODES:
-            raise ValueError("mode: %r, expected one of %s" % (mode, sorted(self._MODES)))
-        if device not in ("cpu", "cuda"):
-            raise ValueError("device: %r, expected 'cpu' or 'cuda'" % (device,))
-        self.num_kv_heads, self.device = int(num_kv_heads), device
         self._h = ctypes.c_void_p()
-        _lib.check(_lib.lib.kvcal_kv_scaler_create(self.num_kv_heads, self._MODES[mode],
-                                                   float(ema_alpha), device == "cuda",
+        m = _choice("mode", mode, self._MODES)
+        _choice("device", device, _DEVICES, "'cpu' or 'cuda'")
+        self.num_kv_heads, self.device = _int("num_kv_heads", num_kv_heads), device
+        _lib.check(_lib.lib.kvcal_kv_scaler_create(self.num_kv_heads, m,
+                                                   _float("ema_alpha", ema_alpha),
+                                                   device == "cuda",
                                                    ctypes.byref(self._h)), "Scaler")
 
     def __del__(self):
@@ -388,6 +543,7 @@ class Scaler:
         on_cuda = _same_device(arrays)
         if on_cuda != (self.device == "cuda"):
             raise ValueError("key is on %s, the scaler on %s" % (k.where(), self.device))
+        _no_aliasing(arrays[3:], arrays[:3])
         b = _batch(k, v, s, s.shape[0])
         if on_cuda:
             st = _lib.lib.kvcal_kv_scaler_quantize_launch(self._h, ctypes.byref(b),
@@ -422,11 +578,10 @@ _FMT_CACHE_DTYPES = {_lib.KV_FP8_E4M3: (U8, F8), _lib.KV_FP8_E5M2: (U8, F8E5M2),
 
 
 def _kv_format(kv_cache_dtype):
-    f = KV_CACHE_DTYPES.get(kv_cache_dtype)
-    if f is None:
-        raise ValueError("kv_cache_dtype: %r, expected one of %s"
-                         % (kv_cache_dtype, ", ".join(KV_CACHE_DTYPES)))
-    return f
+    if isinstance(kv_cache_dtype, str) and kv_cache_dtype in KV_CACHE_DTYPES:
+        return KV_CACHE_DTYPES[kv_cache_dtype]
+    raise ValueError("kv_cache_dtype: %r, expected one of %s"
+                     % (kv_cache_dtype, ", ".join(KV_CACHE_DTYPES)))
 
 
 def format_row_bytes(kv_cache_dtype, head_dim):
@@ -435,25 +590,26 @@ def format_row_bytes(kv_cache_dtype, head_dim):
     for "nvfp4" (its e2m1 pairs, then its e4m3 block scales): the last
     dimension of such a cache. 0 for an NVFP4 head_dim that is not a multiple
     of 16."""
-    return _lib.lib.kvcal_kv_format_row_bytes(_kv_format(kv_cache_dtype), int(head_dim))
+    return _lib.lib.kvcal_kv_format_row_bytes(_kv_format(kv_cache_dtype),
+                                              _int("head_dim", head_dim, 1))
 
 
 def _fmt_params(kv_cache_dtype, rounding, key_cache, value_cache, H, D, layout, stream,
-                arrays, static, caches):
+                arrays, static, caches, check=None):
     """The KvCache and KvQParams of a format call, every argument checked:
     static = (k_scale, v_scale, k_zero, v_zero), caches = (k_scale_cache,
     v_scale_cache, k_zero_cache, v_zero_cache); arrays: the call's other
-    arrays. Returns (cache, params, arrays, keep, on_cuda)."""
+    arrays; check: refuse bad static floats here (see _static_scale). Returns
+    (cache, params, arrays, keep, on_cuda)."""
     f = _kv_format(kv_cache_dtype)
-    if rounding not in _ROUNDINGS:
-        raise ValueError("rounding: %r, expected 'nearest_even' or 'toward_zero'" % (rounding,))
+    rnd = _choice("rounding", rounding, _ROUNDINGS, "'nearest_even' or 'toward_zero'")
     row = _lib.lib.kvcal_kv_format_row_bytes(f, D)
     if row == 0:
         raise ValueError("head_dim: %d: %s needs a multiple of 16" % (D, kv_cache_dtype))
     cache, kc, vc = _cache(key_cache, value_cache, H, D, layout, stream, _FMT_CACHE_DTYPES[f],
                            "a %s cache" % kv_cache_dtype, row)
     arrays = arrays + [kc, vc]
-    q = _lib.KvQParams(f, _ROUNDINGS[rounding], _lib.GRANULARITY_TENSOR)
+    q = _lib.KvQParams(f, rnd, _lib.GRANULARITY_TENSOR)
     names = ("k_scale_cache", "v_scale_cache", "k_zero_cache", "v_zero_cache")
     for i in (0, 2):
         if caches[i] is not None or caches[i + 1] is not None:
@@ -472,7 +628,8 @@ def _fmt_params(kv_cache_dtype, rounding, key_cache, value_cache, H, D, layout, 
         if static[i] is None:
             continue
         (kp, kg, kk), (vp, vg, vk) = (_static_scale(names[j], static[j], H, on_cuda,
-                                                    arrays[0].device_index, stream)
+                                                    arrays[0].device_index, stream,
+                                                    check and ("zero" if i else "scale"))
                                       for j in (i, i + 1))
         if kg != vg or (i == 2 and static[0] is not None and kg != q.granularity):
             raise ValueError("%s: one per tensor and one per head; pass %s alike"
@@ -482,6 +639,10 @@ def _fmt_params(kv_cache_dtype, rounding, key_cache, value_cache, H, D, layout, 
         else:
             q.k_zero, q.v_zero = kp, vp
         keep += [kk, vk]
+    statics = _arrays(*keep[len(arrays):])
+    if check:  # a dequantization: the outputs come later
+        return cache, q, arrays, keep, on_cuda
+    _no_aliasing(arrays[3:], arrays[:3] + statics)
     return cache, q, arrays, keep, on_cuda
 
 
@@ -533,15 +694,19 @@ def dequantize_fmt(key_cache, value_cache, slot_mapping, num_kv_heads, head_dim,
     head_dim) contiguous of out_dtype (allocated with torch when not given).
     The parameters are the static ones when given, else those beside the
     cache (k_scale_cache ... as quantize_fmt wrote them)."""
+    H, D = _int("num_kv_heads", num_kv_heads, 1), _int("head_dim", head_dim, 1)
+    if (_kv_format(kv_cache_dtype) != _lib.KV_FP8_E5M2 and k_scale is None and v_scale is None
+            and k_scale_cache is None and v_scale_cache is None):
+        raise ValueError("k_scale, v_scale: pass the static scales or the scale caches")
     s = _slots(slot_mapping, stream, None)
-    H, D = int(num_kv_heads), int(head_dim)
     cache, q, arrays, keep, on_cuda = _fmt_params(
         kv_cache_dtype, "nearest_even", key_cache, value_cache, H, D, layout, stream, [s],
         (k_scale, v_scale, k_zero, v_zero),
-        (k_scale_cache, v_scale_cache, k_zero_cache, v_zero_cache))
+        (k_scale_cache, v_scale_cache, k_zero_cache, v_zero_cache), check=True)
     T = s.shape[0]
     out_key, out_value, ok_, ov = _outputs(out_key, out_value, out_dtype, (T, H, D), on_cuda,
                                            arrays[0].device_index, stream)
+    _no_aliasing([ok_, ov], _arrays(*keep))
     arrays += [ok_, ov]
     _same_device(arrays)
     b = _lib.KvBatch()
@@ -564,13 +729,15 @@ def nvfp4_scale_offset(key_cache, value_cache, kv, slot, head, block_scale, num_
     the start of K's (kv 0) or V's (kv 1) cache of this geometry, of block
     scale block_scale (of head_dim / 16) of (slot, head); V's are swizzled as
     vLLM writes them (include/kvcal_quant.h, kvcal_kv_nvfp4_scale_offset)."""
-    H, D = int(num_kv_heads), int(head_dim)
+    H, D = _int("num_kv_heads", num_kv_heads, 1), _int("head_dim", head_dim, 1)
+    kv, head = _int("kv", kv), _int("head", head)
+    block_scale = _int("block_scale", block_scale)
+    slot = _int("slot", slot, -2 ** 63, 2 ** 63 - 1)
     row = format_row_bytes("nvfp4", D)
     if row == 0:
         raise ValueError("head_dim: %d: nvfp4 needs a multiple of 16" % D)
     cache, _, _ = _cache(key_cache, value_cache, H, D, layout, None, (U8,), "an nvfp4 cache", row)
-    off = _lib.lib.kvcal_kv_nvfp4_scale_offset(ctypes.byref(cache), int(kv), int(slot), int(head),
-                                               int(block_scale))
+    off = _lib.lib.kvcal_kv_nvfp4_scale_offset(ctypes.byref(cache), kv, slot, head, block_scale)
     if off < 0:
         raise ValueError("kv %d, slot %d, head %d, block_scale %d: outside the cache (kv 0 or 1, "
                          "slot < %d, head < %d, block_scale < %d)"
@@ -633,15 +800,30 @@ _GRANULARITY = {"tensor": _lib.GRANULARITY_TENSOR, "head": _lib.GRANULARITY_HEAD
 
 
 def _format(fmt):
-    if fmt not in _FORMATS:
-        raise ValueError("format: %r, expected one of %s" % (fmt, sorted(_FORMATS)))
-    return _FORMATS[fmt]
+    if isinstance(fmt, str) and fmt in _FORMATS:
+        return _FORMATS[fmt]
+    raise ValueError("format: %r, expected one of %s" % (fmt, sorted(_FORMATS)))
 
 
 def _granularity(g):
-    if g not in _GRANULARITY:
-        raise ValueError("granularity: %r, expected 'tensor' or 'head'" % (g,))
-    return _GRANULARITY[g]
+    return _choice("granularity", g, _GRANULARITY, "'tensor' or 'head'")
+
+
+def _tp(tp):
+    return _int("tp", tp, 0)
+
+
+def _path(name, path, optional=False):
+    """path (str, bytes or os.PathLike) encoded for the library."""
+    if path is None:
+        if optional:
+            return None
+        raise TypeError("%s: None, expected a path (str, bytes or os.PathLike)" % name)
+    try:
+        return _lib.encode(path)
+    except TypeError:
+        raise TypeError("%s: %r is not a path (str, bytes or os.PathLike)"
+                        % (name, path)) from None
 
 
 class Scales:
@@ -653,7 +835,8 @@ class Scales:
         if _handle is not None:
             self._h = _handle
         else:
-            _lib.check(_lib.lib.kvcal_scales_create(int(num_layers), int(num_kv_heads),
+            _lib.check(_lib.lib.kvcal_scales_create(_int("num_layers", num_layers),
+                                                    _int("num_kv_heads", num_kv_heads),
                                                     ctypes.byref(self._h)), "Scales")
 
     def __del__(self):
@@ -681,19 +864,22 @@ class Scales:
 
     def get_head(self, layer, head):
         k, v = ctypes.c_float(), ctypes.c_float()
-        _lib.check(_lib.lib.kvcal_scales_get_head(self._h, layer, head, ctypes.byref(k),
+        _lib.check(_lib.lib.kvcal_scales_get_head(self._h, _int("layer", layer),
+                                                  _int("head", head), ctypes.byref(k),
                                                   ctypes.byref(v)), "Scales.get_head")
         return k.value, v.value
 
     def get_tensor(self, layer):
         k, v = ctypes.c_float(), ctypes.c_float()
-        _lib.check(_lib.lib.kvcal_scales_get_tensor(self._h, layer, ctypes.byref(k),
-                                                    ctypes.byref(v)), "Scales.get_tensor")
+        _lib.check(_lib.lib.kvcal_scales_get_tensor(self._h, _int("layer", layer),
+                                                    ctypes.byref(k), ctypes.byref(v)),
+                   "Scales.get_tensor")
         return k.value, v.value
 
     def get_q(self, layer):
         q = ctypes.c_float()
-        _lib.check(_lib.lib.kvcal_scales_get_q(self._h, layer, ctypes.byref(q)), "Scales.get_q")
+        _lib.check(_lib.lib.kvcal_scales_get_q(self._h, _int("layer", layer), ctypes.byref(q)),
+                   "Scales.get_q")
         return q.value
 
     def k_scales(self):
@@ -706,11 +892,16 @@ class Scales:
                 for l in range(self.num_layers)]
 
     def set_head(self, layer, head, k_scale, v_scale):
-        _lib.check(_lib.lib.kvcal_scales_set_head(self._h, layer, head, k_scale, v_scale),
+        _lib.check(_lib.lib.kvcal_scales_set_head(self._h, _int("layer", layer),
+                                                  _int("head", head),
+                                                  _float("k_scale", k_scale),
+                                                  _float("v_scale", v_scale)),
                    "Scales.set_head")
 
     def set_layer(self, layer, k_scale, v_scale):
-        _lib.check(_lib.lib.kvcal_scales_set_layer(self._h, layer, k_scale, v_scale),
+        _lib.check(_lib.lib.kvcal_scales_set_layer(self._h, _int("layer", layer),
+                                                   _float("k_scale", k_scale),
+                                                   _float("v_scale", v_scale)),
                    "Scales.set_layer")
 
     def set_layer_heads(self, layer, k_scale=None, v_scale=None):
@@ -721,38 +912,47 @@ class Scales:
         def arr(name, x):
             if x is None:
                 return None
-            vals = [float(t) for t in (x.tolist() if hasattr(x, "tolist") else x)]
+            if isinstance(x, (str, bytes)):
+                raise TypeError("%s: %r, expected %d floats" % (name, x, H))
+            try:
+                vals = [_float(name, t) for t in (x.tolist() if hasattr(x, "tolist") else x)]
+            except TypeError:
+                raise TypeError("%s: expected a sequence or 1-D array of %d floats (one per kv "
+                                "head), got %s" % (name, H, type(x).__name__)) from None
             if len(vals) != H:
                 raise ValueError("%s: %d values for %d kv heads" % (name, len(vals), H))
             return (ctypes.c_float * H)(*vals)
-        _lib.check(_lib.lib.kvcal_scales_set_layer_heads(self._h, layer, arr("k_scale", k_scale),
+        _lib.check(_lib.lib.kvcal_scales_set_layer_heads(self._h, _int("layer", layer),
+                                                         arr("k_scale", k_scale),
                                                          arr("v_scale", v_scale)),
                    "Scales.set_layer_heads")
 
     def set_q(self, layer, q_scale):
-        _lib.check(_lib.lib.kvcal_scales_set_q(self._h, layer, q_scale), "Scales.set_q")
+        _lib.check(_lib.lib.kvcal_scales_set_q(self._h, _int("layer", layer),
+                                               _float("q_scale", q_scale)), "Scales.set_q")
 
     def set_model(self, architecture=None, model_type=None, num_attention_heads=0, head_dim=0):
-        _lib.check(_lib.lib.kvcal_scales_set_model(self._h, _lib.encode(architecture),
-                                                   _lib.encode(model_type),
-                                                   num_attention_heads, head_dim),
-                   "Scales.set_model")
+        _lib.check(_lib.lib.kvcal_scales_set_model(
+            self._h, _path("architecture", architecture, True),
+            _path("model_type", model_type, True),
+            _int("num_attention_heads", num_attention_heads, 0),
+            _int("head_dim", head_dim, 0)), "Scales.set_model")
 
     def write(self, path, format="kvcal", model_dir=None, tp=1):
         """Writes the set atomically: format "legacy" (sglang), "kvcal",
         "checkpoint", "modelopt", "quark", "kv-scale" (directories; model_dir
         holds the model's config.json) or "trtllm" (a directory of tp ranks):
         kvcal convert --help says what each holds."""
-        _lib.check(_lib.lib.kvcal_scales_write(self._h, _format(format), _lib.encode(path),
-                                               _lib.encode(model_dir), int(tp)),
+        _lib.check(_lib.lib.kvcal_scales_write(self._h, _format(format), _path("path", path),
+                                               _path("model_dir", model_dir, True), _tp(tp)),
                    "Scales.write")
 
 
 def load(path, model_dir=None, tp=1):
     """Loads any scales file or checkpoint kvcal reads (format detected)."""
     h = ctypes.c_void_p()
-    _lib.check(_lib.lib.kvcal_scales_load(_lib.encode(path), _lib.encode(model_dir), int(tp),
-                                          ctypes.byref(h)), "load")
+    _lib.check(_lib.lib.kvcal_scales_load(_path("path", path), _path("model_dir", model_dir, True),
+                                          _tp(tp), ctypes.byref(h)), "load")
     return Scales(0, 0, _handle=h)
 
 
@@ -777,8 +977,9 @@ def validate(path, model_dir=None, tp=0):
     """Validates a scales file against the model (config.json in model_dir) and
     tensor-parallel size tp, as `kvcal validate-scales` does."""
     h = ctypes.c_void_p()
-    _lib.check(_lib.lib.kvcal_scales_validate_file(_lib.encode(path), _lib.encode(model_dir),
-                                                   int(tp), ctypes.byref(h)), "validate")
+    _lib.check(_lib.lib.kvcal_scales_validate_file(_path("path", path),
+                                                   _path("model_dir", model_dir, True),
+                                                   _tp(tp), ctypes.byref(h)), "validate")
     try:
         out = []
         for i in range(_lib.lib.kvcal_report_count(h)):
@@ -795,6 +996,8 @@ def validate(path, model_dir=None, tp=0):
 
 def convert(src, dst, to, model_dir=None, tp=1):
     """Reads src (any format) and writes it as `to` at dst: `kvcal convert`."""
+    _format(to)
+    _path("dst", dst)
     load(src, model_dir, tp).write(dst, to, model_dir, tp)
 
 
@@ -810,16 +1013,20 @@ class Calibrator:
 
     def __init__(self, num_layers, num_kv_heads, head_dim, observer="minmax", device="cpu",
                  _handle=None):
-        if device not in ("cpu", "cuda"):
-            raise ValueError("device: %r, expected 'cpu' or 'cuda'" % (device,))
-        self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
-        self.device = device
         self._h = ctypes.c_void_p()
+        _choice("device", device, _DEVICES, "'cpu' or 'cuda'")
+        if observer is not None and not isinstance(observer, str):
+            raise TypeError("observer: %r, expected a string: 'minmax', 'ema[:D]', "
+                            "'percentile:P' or 'mse'" % (observer,))
+        self.num_layers = _int("num_layers", num_layers)
+        self.num_kv_heads = _int("num_kv_heads", num_kv_heads)
+        self.head_dim = _int("head_dim", head_dim)
+        self.device = device
         if _handle is not None:
             self._h = _handle
         else:
-            _lib.check(_lib.lib.kvcal_calibrator_create(int(num_layers), int(num_kv_heads),
-                                                        int(head_dim), _lib.encode(observer),
+            _lib.check(_lib.lib.kvcal_calibrator_create(self.num_layers, self.num_kv_heads,
+                                                        self.head_dim, _lib.encode(observer),
                                                         device == "cuda",
                                                         ctypes.byref(self._h)), "Calibrator")
 
@@ -850,6 +1057,7 @@ class Calibrator:
         if on_cuda != (self.device == "cuda"):
             raise ValueError("key is on %s, the calibrator on %s" % (k.where(), self.device))
         b = _batch(k, v, s, k.shape[0])
+        layer = _int("layer", layer)
         if on_cuda:
             st = _lib.lib.kvcal_calibrator_observe_launch(self._h, layer, ctypes.byref(b),
                                                           current_stream(arrays, stream))
@@ -863,6 +1071,11 @@ class Calibrator:
 
     def merge(self, other, stream=None):
         """Folds another calibrator (same sizes and observer) into this one."""
+        if not isinstance(other, Calibrator):
+            raise TypeError("other: %s, expected a Calibrator" % type(other).__name__)
+        if other is self or other._h.value == self._h.value:
+            raise ValueError("other: this calibrator itself: merging it into itself would "
+                             "count its statistics twice; pass another one")
         _lib.check(_lib.lib.kvcal_calibrator_merge(self._h, other._h, self._stream(stream)),
                    "Calibrator.merge")
 
@@ -887,8 +1100,13 @@ class Calibrator:
 
     @classmethod
     def from_bytes(cls, data, device="cpu"):
+        _choice("device", device, _DEVICES, "'cpu' or 'cuda'")
+        try:
+            data = bytes(memoryview(data))
+        except TypeError:
+            raise TypeError("data: %s, expected the bytes of Calibrator.to_bytes()"
+                            % type(data).__name__) from None
         h = ctypes.c_void_p()
-        data = bytes(data)
         _lib.check(_lib.lib.kvcal_calibrator_deserialize(data, len(data), device == "cuda",
                                                          ctypes.byref(h)),
                    "Calibrator.from_bytes")

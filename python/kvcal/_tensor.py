@@ -34,7 +34,10 @@ class Array:
     "cuda"), device_index, and `keep`, what must stay alive during the call."""
 
     __slots__ = ("name", "ptr", "shape", "strides", "dtype", "device", "device_index",
-                 "keep", "torch")
+                 "keep", "torch", "readonly")
+
+    def __init__(self):
+        self.readonly = False  # known read-only (numpy's writeable flag)
 
     def __repr__(self):
         return "%s: %s %s on %s" % (self.name, self.dtype, tuple(self.shape), self.where())
@@ -73,6 +76,10 @@ _capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
 # 12 float8_e5m2
 _DL_DTYPES = {(2, 32): F32, (2, 16): F16, (4, 16): BF16, (1, 8): U8, (0, 8): I8,
               (0, 32): I32, (0, 64): I64, (10, 8): F8, (12, 8): F8E5M2}
+# names of element types kvcal takes nowhere, for the messages
+_DL_OTHER = {(2, 64): "float64", (6, 8): "bool", (0, 16): "int16", (1, 16): "uint16",
+             (1, 32): "uint32", (1, 64): "uint64", (5, 64): "complex64",
+             (5, 128): "complex128"}
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 
 
@@ -94,8 +101,8 @@ def _from_dlpack(name, obj, stream):
         a.strides = tuple(t.strides[i] for i in range(t.ndim))
     else:
         a.strides = _contiguous(a.shape)
-    a.dtype = _DL_DTYPES.get((t.dtype.code, t.dtype.bits),
-                             "dlpack(code %d, bits %d)" % (t.dtype.code, t.dtype.bits))
+    key = (t.dtype.code, t.dtype.bits)
+    a.dtype = _DL_DTYPES.get(key) or _DL_OTHER.get(key) or "dlpack(code %d, bits %d)" % key
     if t.dtype.lanes != 1:
         a.dtype = "dlpack(%d lanes)" % t.dtype.lanes
     a.ptr = (t.data or 0) + t.byte_offset
@@ -111,6 +118,8 @@ def _from_dlpack(name, obj, stream):
 
 _TYPESTR = {"<f4": F32, "<f2": F16, "|u1": U8, "<u1": U8, "|i1": I8, "<i4": I32,
             "<i8": I64, "<V2": BF16}
+_TYPESTR_OTHER = {"<f8": "float64", "|b1": "bool", "<i2": "int16", "<u2": "uint16",
+                  "<u4": "uint32", "<u8": "uint64", "|O": "object"}
 
 
 def _contiguous(shape):
@@ -125,7 +134,10 @@ def _from_interface(name, obj, iface, device):
     a = Array()
     a.name, a.keep, a.torch = name, obj, False
     a.shape = tuple(iface["shape"])
-    a.dtype = _TYPESTR.get(iface["typestr"], "typestr " + iface["typestr"])
+    ts = iface["typestr"]
+    a.dtype = _TYPESTR.get(ts) or _TYPESTR_OTHER.get(ts) or "typestr " + ts
+    if ts[:1] == ">" and ts[2:] != "1":
+        a.dtype = "big-endian typestr " + ts
     size = ITEMSIZE.get(a.dtype, 1)
     st = iface.get("strides")
     if st is None:
@@ -135,7 +147,12 @@ def _from_interface(name, obj, iface, device):
             raise ValueError("%s: strides %s bytes are not whole elements of %d bytes"
                              % (name, tuple(st), size))
         a.strides = tuple(s // size for s in st)
-    a.ptr = iface["data"][0] or 0
+    data = iface.get("data")
+    if not isinstance(data, tuple):
+        raise TypeError("%s: its array interface gives no data pointer (data %r): pass a "
+                        "torch tensor or a numpy array" % (name, data))
+    a.ptr = data[0] or 0
+    a.readonly = bool(data[1])
     a.device = device
     a.device_index = 0
     return a
@@ -147,11 +164,6 @@ def as_array(name, obj, stream=None):
     if t.__module__.startswith("torch"):
         a = Array()
         a.name, a.keep, a.torch = name, obj, True
-        a.ptr = obj.data_ptr()
-        a.shape = tuple(obj.shape)
-        a.strides = obj.stride()
-        dt = obj.dtype
-        a.dtype = _TORCH_DTYPES.get(dt) or _torch_name(dt)
         if obj.is_cuda:
             a.device, a.device_index = "cuda", obj.get_device()
         elif obj.is_cpu:
@@ -159,6 +171,14 @@ def as_array(name, obj, stream=None):
         else:
             raise TypeError("%s: a tensor on %s; kvcal takes CPU and CUDA tensors"
                             % (name, obj.device))
+        if obj.layout is not sys.modules["torch"].strided:
+            raise TypeError("%s: a %s tensor; kvcal takes dense (torch.strided) tensors: "
+                            "pass %s.to_dense()" % (name, obj.layout, name))
+        a.ptr = obj.data_ptr()
+        a.shape = tuple(obj.shape)
+        a.strides = obj.stride()
+        dt = obj.dtype
+        a.dtype = _TORCH_DTYPES.get(dt) or _torch_name(dt)
         return a
     iface = getattr(obj, "__cuda_array_interface__", None)
     if iface is not None:
@@ -169,9 +189,16 @@ def as_array(name, obj, stream=None):
         except Exception:
             pass
         return a
-    if hasattr(obj, "__dlpack__"):
-        return _from_dlpack(name, obj, stream)
     iface = getattr(obj, "__array_interface__", None)
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return _from_dlpack(name, obj, stream)
+        except BufferError as e:
+            # numpy refuses a DLPack export of read-only, non-native-endian or
+            # non-numeric arrays; its __array_interface__ tells them apart
+            if iface is None:
+                raise TypeError("%s: %s refused to export its data through DLPack (%s)"
+                                % (name, t.__name__, e)) from None
     if iface is not None:
         return _from_interface(name, obj, iface, "cpu")
     raise TypeError("%s: %s is not an array: pass a torch tensor or an object with "
