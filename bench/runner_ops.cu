@@ -262,8 +262,12 @@ static void gated_delta_section(timer &t, double peak_tflops, double peak_tbs)
                    *out = rand_dev(n * sh.nv * dv, 1.0f);
         const kvcal_gated_delta_params p = {sh.nk, dk,   sh.nv, dv, taps,
                                             1e-6f, conv, a_log, dt, norm};
-        const float ms = time_ms(
-            t, [&] { CHECK_KVCAL(kvcal_gated_delta_launch(out, x, ba, &p, B, T, 0)); });
+        float *work = nullptr;
+        CHECK_CUDA(cudaMalloc(&work, kvcal_gated_delta_work_bytes(&p, (int64_t)n)));
+        const float ms = time_ms(t, [&] {
+            CHECK_KVCAL(kvcal_gated_delta_launch(out, work, x, ba, &p, B, T, 0));
+        });
+        CHECK_CUDA(cudaFree(work));
         row(sh.name, ms, 6.0 * n * sh.nv * dk * dv,
             2.0 * n * (width + 2 * sh.nv + sh.nv * dv), peak_tflops, peak_tbs);
         for (kvcal_bf16 *b : {x, ba, conv, a_log, dt, norm, out})

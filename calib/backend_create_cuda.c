@@ -333,10 +333,15 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     const size_t lin_qkvz = (size_t)kvcal_model_dim(d, KVCAL_DIM_LIN_QKVZ),
                  lin_v = (size_t)kvcal_model_dim(d, KVCAL_DIM_LIN_V),
                  lin_ba = 2 * (size_t)d->lin_v_heads;
+    kvcal_gated_delta_params lin_dims = {0};
+    lin_dims.nk = d->lin_k_heads, lin_dims.dk = d->lin_k_head_dim;
+    lin_dims.nv = d->lin_v_heads, lin_dims.dv = d->lin_v_head_dim;
+    const size_t lin_work =
+        d->linear_layers ? kvcal_gated_delta_work_bytes(&lin_dims, (int64_t)N) : 0;
     const size_t hybrid_acts =
         (d->attn_gate ? round_up(N * r->H * r->hd * e) : 0) +
         (d->linear_layers ? round_up(N * lin_qkvz * e) + round_up(N * lin_ba * e) +
-                                round_up(N * lin_v * e)
+                                round_up(N * lin_v * e) + round_up(lin_work)
                           : 0);
     /* the attention's softmax statistics where cuDNN runs it with sinks */
     const size_t lse =
@@ -411,6 +416,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->lin_qkvz = carve(&p, N * lin_qkvz * e);
         r->lin_ba = carve(&p, N * lin_ba * e);
         r->lin_out = carve(&p, N * lin_v * e);
+        r->lin_work = carve(&p, lin_work);
     }
     r->gu = r->mlp_fused || r->mlp_fp8_fused ? NULL : carve(&p, N * 2 * r->I * e);
     r->fp8_absmax = r->mlp_fp8_fused ? carve(&p, N * sizeof(float)) : NULL;

@@ -914,8 +914,8 @@ static kvcal_status gated_delta(kvcal_backend *be, const kvcal_op *op)
                                         tensor(r, KVCAL_W_LIN_A_LOG),
                                         tensor(r, KVCAL_W_LIN_DT_BIAS),
                                         tensor(r, KVCAL_W_LIN_NORM)};
-    return kvcal_gated_delta_launch(act(r, op->out), act(r, op->in), r->lin_ba, &p,
-                                    r->batch, r->seq_len, r->stream);
+    return kvcal_gated_delta_launch(act(r, op->out), r->lin_work, act(r, op->in),
+                                    r->lin_ba, &p, r->batch, r->seq_len, r->stream);
 }
 
 /* (MLA: K and V expanded from the exact entry first) */

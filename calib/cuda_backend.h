@@ -151,6 +151,7 @@ typedef struct {
     kvcal_bf16 *lin_qkvz; /* (N, 2 lin_k + 2 lin_v) the delta-net's q, k, v, z */
     kvcal_bf16 *lin_ba;   /* (N, 2 lin_v_heads) its b and a */
     kvcal_bf16 *lin_out;  /* (N, lin_v) its output */
+    float *lin_work;      /* its kernels' work space (kvcal_gated_delta_work_bytes) */
     /* observing */
     kvcal_stats_t *stats;       /* observe_into */
     kvcal_stats_t *device_view; /* host copy of the device statistics */

@@ -1900,8 +1900,12 @@ static void gated_delta_cuda(const op_row *r, int version, const void *p, op_ctx
     ROW_ASSERT(kvcal_gated_delta_fits(r->dk, r->dv));
     const kvcal_gated_delta_params gp = {r->nk,    r->dk,  r->nv, r->dv, r->taps,
                                          NORM_EPS, d_conv, d_a,   d_dt,  d_norm};
-    ROW_OK(kvcal_gated_delta_launch(d_out, d_x, d_ba, &gp, r->batch, r->seq, 0));
+    float *d_work = NULL;
+    ROW_ASSERT(cudaMalloc((void **)&d_work, kvcal_gated_delta_work_bytes(&gp, n)) ==
+               cudaSuccess);
+    ROW_OK(kvcal_gated_delta_launch(d_out, d_work, d_x, d_ba, &gp, r->batch, r->seq, 0));
     sync_ok();
+    cudaFree(d_work);
     float *got = kvcal_test_dev_download_bf16(d_out, out);
     EXPECT_NONE(count_far(got, c->ref, out, GATED_DELTA_ATOL, GATED_DELTA_RTOL), out,
                 "outputs off the bound");

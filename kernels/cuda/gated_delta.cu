@@ -7,12 +7,14 @@
  *
  * The recurrence: a sample's tokens in order, the state S (dk x dv, fp32)
  * of a value head held a column a thread. Key heads up to 128 and value
- * heads up to 256 (the released models: 128 and 128) run a warp per 32
- * columns, the column in registers, each warp its own q and k (no block
- * barrier a token), the causal convolution's window in registers and each
- * token's inputs loaded a token ahead. Larger heads run a block per value
- * head, the state in shared memory. The gated RMSNorm over a value head's
- * columns is a kernel of its own, after. */
+ * heads up to 256 (the released models: 128 and 128) take their inputs
+ * (the causal convolution, SiLU, q and k normalized, beta and the decay)
+ * from a kernel over every token at once, into fp32 work space, and run
+ * the recurrence a warp per 32 columns, the column in registers, each
+ * warp its own copy of q and k (no block barrier a token), each token's
+ * inputs loaded a token ahead. Larger heads run a block per value head,
+ * the state in shared memory, the inputs computed in it. The gated RMSNorm
+ * over a value head's columns is a kernel of its own, after. */
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -47,7 +49,7 @@ static __device__ __forceinline__ float ld(const __nv_bfloat16 *p)
     return __bfloat162float(*p);
 }
 
-/* --- a warp per 32 columns, the state in registers ---------------------------- */
+/* --- the inputs of the recurrence, every token at once --------------------------- */
 
 /* The warp kernel's convolution window (the released models': 4 taps). */
 #define GDN_WINDOW 4
@@ -55,86 +57,138 @@ static __device__ __forceinline__ float ld(const __nv_bfloat16 *p)
  * state's column of 128 leave room for 256 threads an SM partition. */
 #define GDN_WARP_MAX_WARPS 8
 
-/* A token's inputs of one lane as stored (bf16): q and k of channels
- * lane + 32 m of the key head, v of its column, b and a of the value head.
- * Nothing reads them before the next token's turn: the loads stay in
- * flight under this token's update. */
-template <int M> struct gdn_inputs {
-    __nv_bfloat16 q[M], k[M], v, b, a;
-};
-
-static __device__ __forceinline__ __nv_bfloat16 ld_or0(const __nv_bfloat16 *p, bool in)
+/* Tap i of GDN_WINDOW (padded on the left) of channel c's convolution. */
+static __device__ __forceinline__ float tap_w(const __nv_bfloat16 *__restrict__ conv,
+                                              int64_t c, int taps, int i)
 {
-    return in ? *p : __float2bfloat16_rn(0.0f);
+    const int tap = i - (GDN_WINDOW - taps);
+    return tap >= 0 ? ld(conv + c * taps + tap) : 0.0f;
 }
 
+/* The causal convolution of channel c at row r (position t of its
+ * sample; rows `row` elements apart) and SiLU: the newest tap first, then
+ * the oldest on, taps before the sample's first token zero. */
+static __device__ __forceinline__ float
+conv_silu_window(const __nv_bfloat16 *__restrict__ xr, int64_t row, int t, int64_t c,
+                 const __nv_bfloat16 *__restrict__ conv, int taps)
+{
+    float acc = tap_w(conv, c, taps, GDN_WINDOW - 1) * ld(xr + c);
+#pragma unroll
+    for (int i = 0; i < GDN_WINDOW - 1; i++) {
+        const int back = GDN_WINDOW - 1 - i;
+        acc += tap_w(conv, c, taps, i) * (t >= back ? ld(xr - back * row + c) : 0.0f);
+    }
+    return silu_f(acc);
+}
+
+/* A warp per (row, key head), lane l channels l + 32 m (< dk) of q and k:
+ * q and k convolved, SiLU'd and L2-normalized (eps 1e-6), q times dk^-0.5,
+ * into qk (rows, 2 nk dk: q's heads, then k's); the v columns of the value
+ * heads over this key head convolved and SiLU'd into v (rows, nv dv); each
+ * of those heads' beta = sigmoid(b) and decay = exp(-exp(a_log) softplus(a
+ * + dt_bias)) into bd (rows, nv). The warp kernel's own arithmetic before
+ * this kernel took it over, in the same order. */
+template <int DK>
+__global__ void __launch_bounds__(256)
+    gated_delta_inputs_kernel(float *__restrict__ qk, float *__restrict__ v,
+                              float2 *__restrict__ bd,
+                              const __nv_bfloat16 *__restrict__ qkvz, // (rows, C + nv dv)
+                              const __nv_bfloat16 *__restrict__ ba,   // (rows, 2 nv)
+                              const __nv_bfloat16 *__restrict__ conv, // (C, taps)
+                              const __nv_bfloat16 *__restrict__ a_log,
+                              const __nv_bfloat16 *__restrict__ dt_bias, int64_t rows,
+                              int T, int nk, int dk, int nv, int dv, int taps)
+{
+    constexpr int M = DK / 32;
+    const int64_t w = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (w >= rows * nk)
+        return;
+    const int lane = threadIdx.x & 31, hk = (int)(w % nk), group = nv / nk;
+    const int64_t r = w / nk;
+    const int t = (int)(r % T);
+    const int64_t KD = (int64_t)nk * dk, VD = (int64_t)nv * dv, row = 2 * KD + 2 * VD;
+    const __nv_bfloat16 *xr = qkvz + r * row;
+    float q[M], k[M], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const int c = lane + 32 * m;
+        q[m] = c < dk ? conv_silu_window(xr, row, t, hk * dk + c, conv, taps) : 0.0f;
+        k[m] = c < dk ? conv_silu_window(xr, row, t, KD + hk * dk + c, conv, taps) : 0.0f;
+        sq += q[m] * q[m];
+        sk += k[m] * k[m];
+    }
+    const float q_scale = 1.0f / sqrtf((float)dk);
+    const float iq = q_scale / sqrtf(warp_sum(sq) + 1e-6f),
+                ik = 1.0f / sqrtf(warp_sum(sk) + 1e-6f);
+    float *qo = qk + r * 2 * KD + hk * dk;
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const int c = lane + 32 * m;
+        if (c < dk) {
+            qo[c] = q[m] * iq;
+            qo[KD + c] = k[m] * ik;
+        }
+    }
+    for (int i = lane; i < group * dv; i += 32) {
+        const int64_t c = (int64_t)hk * group * dv + i;
+        v[r * VD + c] = conv_silu_window(xr, row, t, 2 * KD + c, conv, taps);
+    }
+    if (lane < group) {
+        const int h = hk * group + lane;
+        const float A = expf(ld(a_log + h)), dt = ld(dt_bias + h);
+        const float beta = sigmoid_f(ld(ba + r * 2 * nv + h));
+        const float decay = expf(-A * softplus_f(ld(ba + r * 2 * nv + nv + h) + dt));
+        bd[r * nv + h] = make_float2(beta, decay);
+    }
+}
+
+/* --- a warp per 32 columns, the state in registers ---------------------------- */
+
+/* A token's inputs of one lane: q and k of channels lane + 32 m of the key
+ * head, v of its column, the value head's beta and decay. Nothing reads
+ * them before the next token's turn: the loads stay in flight under this
+ * token's update. */
+template <int M> struct gdn_inputs {
+    float q[M], k[M], v;
+    float2 bd;
+};
+
 /* Block (b, h) of batch x nv, warp w its columns 32 w .. 32 w + 31 (those
- * < dv), lane l channels l + 32 m (< dk) of q and k. Shared memory: q's and
- * k's convolution weights padded on the left to GDN_WINDOW taps (2 DK x
- * GDN_WINDOW), then each warp's normalized q and k, two tokens' (2 x 2 DK). */
+ * < dv), lane l channels l + 32 m (< dk) of q and k; the inputs
+ * gated_delta_inputs_kernel's. Shared memory: each warp's q and k, two
+ * tokens' (2 x 2 DK). */
 template <int DK>
 __global__ void __launch_bounds__(GDN_WARP_MAX_WARPS * 32)
-    gated_delta_warp_kernel(__nv_bfloat16 *__restrict__ out,           // (B T, nv dv)
-                            const __nv_bfloat16 *__restrict__ qkvz,    // (B T, C + nv dv)
-                            const __nv_bfloat16 *__restrict__ ba,      // (B T, 2 nv)
-                            const __nv_bfloat16 *__restrict__ conv,    // (C, taps)
-                            const __nv_bfloat16 *__restrict__ a_log,   // (nv)
-                            const __nv_bfloat16 *__restrict__ dt_bias, // (nv)
-                            int T, int nk, int dk, int nv, int dv, int taps)
+    gated_delta_warp_kernel(__nv_bfloat16 *__restrict__ out, // (B T, nv dv)
+                            const float *__restrict__ qk,    // (B T, 2 nk dk)
+                            const float *__restrict__ vin,   // (B T, nv dv)
+                            const float2 *__restrict__ bd,   // (B T, nv)
+                            int T, int nk, int dk, int nv, int dv)
 {
     constexpr int M = DK / 32;
     extern __shared__ float smem[];
-    float *wq = smem, *wk = wq + DK * GDN_WINDOW;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *buf = wk + DK * GDN_WINDOW + warp * 4 * DK; /* [token & 1][q, k][DK] */
+    float *buf = smem + warp * 4 * DK; /* [token & 1][q, k][DK] */
     const int b = blockIdx.x / nv, h = blockIdx.x % nv, hk = h / (nv / nk);
     const int j = warp * 32 + lane; /* this lane's column */
-    const int64_t KD = (int64_t)nk * dk, VD = (int64_t)nv * dv, C = 2 * KD + VD;
-    const int64_t row = C + VD;
-    const __nv_bfloat16 *x = qkvz + (int64_t)b * T * row;
-    const __nv_bfloat16 *bap = ba + (int64_t)b * T * 2 * nv;
+    const int64_t KD = (int64_t)nk * dk, VD = (int64_t)nv * dv;
+    const float *qr = qk + (int64_t)b * T * 2 * KD + hk * dk;
+    const float *vr = vin + (int64_t)b * T * VD + (int64_t)h * dv + j;
+    const float2 *bdr = bd + (int64_t)b * T * nv + h;
     __nv_bfloat16 *y = out + (int64_t)b * T * VD + (int64_t)h * dv + j;
-    const int pad = GDN_WINDOW - taps;
-    for (int i = threadIdx.x; i < DK * GDN_WINDOW; i += blockDim.x) {
-        const int c = i / GDN_WINDOW, tap = i % GDN_WINDOW - pad;
-        const bool in = c < dk && tap >= 0;
-        wq[i] = in ? ld(conv + (hk * dk + c) * (int64_t)taps + tap) : 0.0f;
-        wk[i] = in ? ld(conv + (KD + hk * dk + c) * taps + tap) : 0.0f;
-    }
     const bool col = j < dv;
-    float wv[GDN_WINDOW];
-#pragma unroll
-    for (int i = 0; i < GDN_WINDOW; i++)
-        wv[i] = col && i >= pad
-                    ? ld(conv + (2 * KD + (int64_t)h * dv + j) * taps + i - pad)
-                    : 0.0f;
-    const float A = expf(ld(a_log + h)), dt = ld(dt_bias + h);
-    const float q_scale = 1.0f / sqrtf((float)dk);
-    __syncthreads(); /* the weights; nothing after waits on another warp */
 
     auto load = [&](int t, gdn_inputs<M> &in) {
-        const __nv_bfloat16 *r = x + (int64_t)t * row;
+        const float *r = qr + (int64_t)t * 2 * KD;
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const int c = lane + 32 * m;
-            in.q[m] = ld_or0(r + hk * dk + c, c < dk);
-            in.k[m] = ld_or0(r + KD + hk * dk + c, c < dk);
+            in.q[m] = c < dk ? r[c] : 0.0f;
+            in.k[m] = c < dk ? r[KD + c] : 0.0f;
         }
-        in.v = ld_or0(r + 2 * KD + (int64_t)h * dv + j, col);
-        in.b = bap[(int64_t)t * 2 * nv + h];
-        in.a = bap[(int64_t)t * 2 * nv + nv + h];
+        in.v = col ? vr[(int64_t)t * VD] : 0.0f;
+        in.bd = bdr[(int64_t)t * nv];
     };
-    /* the window's earlier rows (zero before the sample's first token), q
-       and k in pairs to spare the registers the state needs */
-    __nv_bfloat162 hqk[GDN_WINDOW - 1][M];
-    float hv[GDN_WINDOW - 1];
-#pragma unroll
-    for (int i = 0; i < GDN_WINDOW - 1; i++) {
-        hv[i] = 0.0f;
-#pragma unroll
-        for (int m = 0; m < M; m++)
-            hqk[i][m] = __float2bfloat162_rn(0.0f);
-    }
     float s[DK];
 #pragma unroll
     for (int i = 0; i < DK; i++)
@@ -146,49 +200,13 @@ __global__ void __launch_bounds__(GDN_WARP_MAX_WARPS * 32)
         const gdn_inputs<M> in = next;
         if (t + 1 < T)
             load(t + 1, next); /* in flight under this token's update */
-        float q[M], k[M], sq = 0.0f, sk = 0.0f;
-#pragma unroll
-        for (int m = 0; m < M; m++) {
-            const float *cq = wq + (lane + 32 * m) * GDN_WINDOW,
-                        *ck = wk + (lane + 32 * m) * GDN_WINDOW;
-            const __nv_bfloat162 qk = __halves2bfloat162(in.q[m], in.k[m]);
-            float aq = cq[GDN_WINDOW - 1] * __low2float(qk),
-                  ak = ck[GDN_WINDOW - 1] * __high2float(qk);
-#pragma unroll
-            for (int i = 0; i < GDN_WINDOW - 1; i++) {
-                aq += cq[i] * __low2float(hqk[i][m]);
-                ak += ck[i] * __high2float(hqk[i][m]);
-            }
-            q[m] = silu_f(aq);
-            k[m] = silu_f(ak);
-            sq += q[m] * q[m];
-            sk += k[m] * k[m];
-#pragma unroll
-            for (int i = 0; i < GDN_WINDOW - 2; i++)
-                hqk[i][m] = hqk[i + 1][m];
-            hqk[GDN_WINDOW - 2][m] = qk;
-        }
-        const float vin = __bfloat162float(in.v);
-        float av = wv[GDN_WINDOW - 1] * vin;
-#pragma unroll
-        for (int i = 0; i < GDN_WINDOW - 1; i++)
-            av += wv[i] * hv[i];
-#pragma unroll
-        for (int i = 0; i < GDN_WINDOW - 2; i++)
-            hv[i] = hv[i + 1];
-        hv[GDN_WINDOW - 2] = vin;
-        const float v = silu_f(av);
-        /* q and k L2-normalized (eps 1e-6), q times dk^-0.5 */
-        const float iq = q_scale / sqrtf(warp_sum(sq) + 1e-6f),
-                    ik = 1.0f / sqrtf(warp_sum(sk) + 1e-6f);
         float *qs = buf + (t & 1) * 2 * DK, *ks = qs + DK;
 #pragma unroll
         for (int m = 0; m < M; m++) {
-            qs[lane + 32 * m] = q[m] * iq;
-            ks[lane + 32 * m] = k[m] * ik;
+            qs[lane + 32 * m] = in.q[m];
+            ks[lane + 32 * m] = in.k[m];
         }
-        const float beta = sigmoid_f(__bfloat162float(in.b));
-        const float decay = expf(-A * softplus_f(__bfloat162float(in.a) + dt));
+        const float v = in.v, beta = in.bd.x, decay = in.bd.y;
         __syncwarp(); /* this token's q and k; the other buffer's last reads are done */
         /* S decays; kv_mem = S^T k; S += k delta^T, delta = beta (v - kv_mem);
            o = S^T q */
@@ -361,8 +379,7 @@ static int gated_delta_dk(int dk, int dv)
 static size_t gated_delta_smem(int DK, int dk, int dv)
 {
     if (DK)
-        return sizeof(float) *
-               (2 * (size_t)DK * GDN_WINDOW + (size_t)(dv + 31) / 32 * 4 * DK);
+        return sizeof(float) * (size_t)(dv + 31) / 32 * 4 * DK;
     return sizeof(float) * (2 * (size_t)dk + 64 + (size_t)dk * dv);
 }
 
@@ -391,31 +408,52 @@ extern "C" int kvcal_gated_delta_fits(int dk, int dv)
            gated_delta_smem(0, dk, dv) <= smem_optin();
 }
 
-template <int DK>
-static void launch_warps(unsigned blocks, size_t smem, cudaStream_t stream,
-                         __nv_bfloat16 *o, const __nv_bfloat16 *x,
-                         const __nv_bfloat16 *bap, const kvcal_gated_delta_params *p,
-                         int T)
+extern "C" size_t kvcal_gated_delta_work_bytes(const kvcal_gated_delta_params *p,
+                                               int64_t rows)
 {
-    gated_delta_warp_kernel<DK><<<blocks, (p->dv + 31) / 32 * 32, smem, stream>>>(
-        o, x, bap, reinterpret_cast<const __nv_bfloat16 *>(p->conv),
-        reinterpret_cast<const __nv_bfloat16 *>(p->a_log),
-        reinterpret_cast<const __nv_bfloat16 *>(p->dt_bias), T, p->nk, p->dk, p->nv,
-        p->dv, p->taps);
+    const int64_t per_row = 2LL * p->nk * p->dk + (int64_t)p->nv * p->dv + 2LL * p->nv;
+    /* one float more: bd starts 8-byte aligned */
+    return rows > 0 && p->nk > 0 && p->dk > 0 && p->nv > 0 && p->dv > 0
+               ? ((size_t)rows * (size_t)per_row + 1) * sizeof(float)
+               : 0;
 }
 
-extern "C" kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf16 *qkvz,
+/* The inputs kernel, then the recurrence's warps: work holds qk (rows, 2
+ * nk dk), v (rows, nv dv), then bd (rows, nv) from the next even float. */
+template <int DK>
+static void launch_warps(unsigned blocks, size_t smem, cudaStream_t stream,
+                         __nv_bfloat16 *o, float *work, const __nv_bfloat16 *x,
+                         const __nv_bfloat16 *bap, const kvcal_gated_delta_params *p,
+                         int batch, int T)
+{
+    const int64_t rows = (int64_t)batch * T;
+    float *qk = work, *v = qk + rows * 2 * p->nk * p->dk;
+    const int64_t end = rows * (2LL * p->nk * p->dk + (int64_t)p->nv * p->dv);
+    float2 *bd = reinterpret_cast<float2 *>(work + end + (end & 1));
+    const int64_t warps = rows * p->nk;
+    gated_delta_inputs_kernel<DK><<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(
+        qk, v, bd, x, bap, reinterpret_cast<const __nv_bfloat16 *>(p->conv),
+        reinterpret_cast<const __nv_bfloat16 *>(p->a_log),
+        reinterpret_cast<const __nv_bfloat16 *>(p->dt_bias), rows, T, p->nk, p->dk, p->nv,
+        p->dv, p->taps);
+    gated_delta_warp_kernel<DK><<<blocks, (p->dv + 31) / 32 * 32, smem, stream>>>(
+        o, qk, v, bd, T, p->nk, p->dk, p->nv, p->dv);
+}
+
+extern "C" kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, float *work,
+                                                 const kvcal_bf16 *qkvz,
                                                  const kvcal_bf16 *ba,
                                                  const kvcal_gated_delta_params *p,
                                                  int batch, int T, cudaStream_t stream)
 {
-    if (!out || !qkvz || !ba || !p || !p->conv || !p->a_log || !p->dt_bias || !p->norm ||
-        batch < 0 || T < 0 || p->nk < 1 || p->nv < 1 || p->nv % p->nk || p->taps < 1 ||
-        !(p->eps >= 0.0f))
+    if (!out || !work || !qkvz || !ba || !p || !p->conv || !p->a_log || !p->dt_bias ||
+        !p->norm || batch < 0 || T < 0 || p->nk < 1 || p->nv < 1 || p->nv % p->nk ||
+        p->taps < 1 || !(p->eps >= 0.0f))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "gated_delta: batch %d, T %d, %d key heads, %d value heads, %d "
-                          "taps: need buffers and weights, batch and T >= 0, heads >= 1 "
-                          "(the value heads a multiple of the key heads), taps >= 1",
+                          "taps: need buffers, work space and weights, batch and T >= 0, "
+                          "heads >= 1 (the value heads a multiple of the key heads), "
+                          "taps >= 1",
                           batch, T, p->nk, p->nv, p->taps);
     const int DK = gated_delta_kernel_dk(p->dk, p->dv, p->taps);
     const size_t smem = gated_delta_smem(DK, p->dk, p->dv);
@@ -432,13 +470,13 @@ extern "C" kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf
     const unsigned blocks = (unsigned)batch * (unsigned)p->nv;
     switch (DK) {
     case 32:
-        launch_warps<32>(blocks, smem, stream, o, x, bap, p, T);
+        launch_warps<32>(blocks, smem, stream, o, work, x, bap, p, batch, T);
         break;
     case 64:
-        launch_warps<64>(blocks, smem, stream, o, x, bap, p, T);
+        launch_warps<64>(blocks, smem, stream, o, work, x, bap, p, batch, T);
         break;
     case 128:
-        launch_warps<128>(blocks, smem, stream, o, x, bap, p, T);
+        launch_warps<128>(blocks, smem, stream, o, work, x, bap, p, batch, T);
         break;
     default: {
         const int wide = p->dk > p->dv ? p->dk : p->dv, threads = (wide + 31) / 32 * 32;

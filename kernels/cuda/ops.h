@@ -674,14 +674,19 @@ typedef struct kvcal_gated_delta_params {
  * one head in shared memory). */
 int kvcal_gated_delta_fits(int dk, int dv);
 
+/* The bytes of kvcal_gated_delta_launch's work space for rows (batch T)
+ * tokens: fp32 q, k, v, beta and decay of every token (0 for sizes < 1). */
+size_t kvcal_gated_delta_work_bytes(const kvcal_gated_delta_params *p, int64_t rows);
+
 /* out (batch T, nv dv) = kvcal_gated_delta_ref of each of the batch's
  * samples, the T rows of sample b from row b T on, from a zero state:
  * qkvz (batch T, 2 nk dk + 2 nv dv), ba (batch T, 2 nv); the recurrence's
  * output rounded to bf16 before the gated norm, as the engines' is. Rows
  * past a sample's end are computed as tokens after it (they change none
- * before). */
-kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, const kvcal_bf16 *qkvz,
-                                      const kvcal_bf16 *ba,
+ * before). work: kvcal_gated_delta_work_bytes(p, batch T) bytes, 8-byte
+ * aligned. */
+kvcal_status kvcal_gated_delta_launch(kvcal_bf16 *out, float *work,
+                                      const kvcal_bf16 *qkvz, const kvcal_bf16 *ba,
                                       const kvcal_gated_delta_params *p, int batch, int T,
                                       cudaStream_t stream);
 
