@@ -2,6 +2,7 @@
  * [--model DIR] [--tp N] --out PATH`: reads any scales format into the
  * in-memory set and writes another, saying on stderr what the target
  * cannot hold. */
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "cli/command.h"
 #include "core/scales.h"
 #include "io/atomic_file.h"
+#include "io/json_file.h"
 #include "io/scales/scales_io.h"
 #include "kvcal.h"
 
@@ -68,6 +70,41 @@ static int exit_code(kvcal_status st)
                : KVCAL_EXIT_INVALID;
 }
 
+/* The tensor-parallel size FILE was written for, which a legacy or trtllm
+ * output keeps when --tp is not given: a legacy file's rank count (read
+ * without the model, the loader gives each rank one head), a TensorRT-LLM
+ * checkpoint's mapping.tp_size (else world_size); 1 for the other formats. */
+static int input_tp(const char *path)
+{
+    kvcal_report_t *rep = NULL;
+    if (kvcal_scales_validate_file(path, NULL, 0, &rep))
+        return 1;
+    const kvcal_format f = kvcal_report_format(rep);
+    kvcal_report_destroy(rep);
+    int tp = 1;
+    if (f == KVCAL_FORMAT_LEGACY_JSON) {
+        kvcal_scales_t *t = NULL;
+        if (!kvcal_scales_load(path, NULL, 0, &t))
+            tp = kvcal_scales_num_kv_heads(t);
+        kvcal_scales_destroy(t);
+    } else if (f == KVCAL_FORMAT_TRTLLM) {
+        char p[4096];
+        cJSON *cfg = NULL;
+        if (!kvcal_path_join(p, sizeof p, path, "config.json") &&
+            !kvcal_json_load(p, &cfg)) {
+            const cJSON *map = cJSON_GetObjectItemCaseSensitive(cfg, "mapping");
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(map, "tp_size");
+            if (!cJSON_IsNumber(t))
+                t = cJSON_GetObjectItemCaseSensitive(map, "world_size");
+            if (cJSON_IsNumber(t) && t->valuedouble >= 1 &&
+                t->valuedouble <= KVCAL_TP_MAX && t->valuedouble == (int)t->valuedouble)
+                tp = (int)t->valuedouble;
+        }
+        cJSON_Delete(cfg);
+    }
+    return tp;
+}
+
 /* Whether some layer has K != V, and whether two heads of a layer differ. */
 static void describe(const kvcal_scales_t *s, int *kv_differ, int *heads_differ)
 {
@@ -94,11 +131,11 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
             fprintf(stderr,
                     "convert: lost: separate K and V scales become one value per layer "
                     "and rank, max(k, v)\n");
-        if (heads_differ)
+        if (heads_differ && kvcal_scales_num_kv_heads(s) > tp)
             fprintf(stderr,
                     "convert: lost: per-head scales become one value per rank (max "
-                    "over the %s kv heads it holds at tp %d)\n",
-                    tp > 1 ? "few" : "all", tp);
+                    "over the %d kv heads each rank holds at tp %d)\n",
+                    kvcal_scales_num_kv_heads(s) / tp, tp);
     }
     if (s->mla_kv_lora_rank && to != KVCAL_FORMAT_KVCAL_JSON)
         fprintf(stderr,
@@ -124,12 +161,11 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
             "refuses it at start (NotImplementedError), sglang 0.5.23 ignores it "
             "(scale 1.0); for compressed-tensors' own consumers (schemas/README.md)\n",
             nvfp4 ? "NVFP4 (num_bits 4, tensor_group)" : "int8 (type int)");
-    if (to == KVCAL_FORMAT_CHECKPOINT && nvfp4 &&
-        kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
+    if (to == KVCAL_FORMAT_CHECKPOINT && nvfp4 && heads_differ)
         fprintf(stderr, "convert: lost: per-head scales become one global scale per "
                         "layer (from the max over its kv heads): compressed-tensors' "
                         "NVFP4 holds one\n");
-    else if (to == KVCAL_FORMAT_CHECKPOINT &&
+    else if (to == KVCAL_FORMAT_CHECKPOINT && !nvfp4 &&
              kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
         fprintf(stderr,
                 "convert: note: per-head scales are written with kv_cache_scheme "
@@ -137,8 +173,7 @@ static void report_losses(const kvcal_scales_t *s, kvcal_format to, int tp)
                 "(its FlashAttention 3 backend applies them per head, on Hopper); "
                 "sglang reads per-tensor scales only\n");
     if (to != KVCAL_FORMAT_CHECKPOINT && to != KVCAL_FORMAT_LEGACY_JSON &&
-        to != KVCAL_FORMAT_KVCAL_JSON && to != KVCAL_FORMAT_ASCEND &&
-        kvcal_scales_granularity(s) == KVCAL_GRANULARITY_HEAD)
+        to != KVCAL_FORMAT_KVCAL_JSON && to != KVCAL_FORMAT_ASCEND && heads_differ)
         fprintf(stderr,
                 "convert: lost: per-head scales become one per layer (the max over "
                 "its kv heads): %s holds no per-head scales\n",
@@ -297,8 +332,10 @@ int kvcal_cmd_convert(int argc, char **argv)
         fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());
         return exit_code(st);
     }
-    int out_tp = tp ? tp : 1;
-    report_losses(s, to, out_tp);
+    const int out_tp = tp ? tp
+                       : to == KVCAL_FORMAT_LEGACY_JSON || to == KVCAL_FORMAT_TRTLLM
+                           ? input_tp(path)
+                           : 1;
     if (kvcal_format_is_dir(to) && to != KVCAL_FORMAT_TRTLLM &&
         to != KVCAL_FORMAT_ASCEND) {
         char p[4096];
@@ -318,12 +355,13 @@ int kvcal_cmd_convert(int argc, char **argv)
         fprintf(stderr, "kvcal convert: %s\n", kvcal_last_error());
         rc = exit_code(st);
     } else {
+        char ranks[32] = "";
+        if (to == KVCAL_FORMAT_LEGACY_JSON || to == KVCAL_FORMAT_TRTLLM)
+            snprintf(ranks, sizeof ranks, ", %d rank%s", out_tp, out_tp == 1 ? "" : "s");
+        report_losses(s, to, out_tp);
         fprintf(stderr, "convert: wrote %s (%s, %d layers x %d kv heads%s)\n", out,
                 kvcal_format_name(to), kvcal_scales_num_layers(s),
-                kvcal_scales_num_kv_heads(s),
-                to == KVCAL_FORMAT_LEGACY_JSON || to == KVCAL_FORMAT_TRTLLM
-                    ? ", ranks = tp"
-                    : "");
+                kvcal_scales_num_kv_heads(s), ranks);
     }
     kvcal_scales_destroy(s);
     return rc;

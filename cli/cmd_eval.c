@@ -151,25 +151,37 @@ static void usage(FILE *f)
            "error\n");
 }
 
+/* Parses --modes (comma-separated names, any length; a name named twice
+ * runs once) into modes; -1 with the message printed on an empty list, an
+ * empty item or an unknown name. */
 static int parse_modes(const char *text, int *modes, int *all)
 {
-    char buf[512];
-    if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf)
-        return -1;
     memset(modes, 0, sizeof(int) * NUM_MODES);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        int found = 0;
-        for (int m = 0; m < NUM_MODES; m++)
-            if (!strcmp(tok, mode_name(m)) || !strcmp(tok, "all"))
-                modes[m] = found = 1;
-        *all |= !strcmp(tok, "all");
-        if (!found) {
-            fprintf(stderr, "kvcal eval: --modes: unknown mode '%s' (see --help)\n", tok);
+    for (const char *tok = text;; tok++) {
+        const size_t n = strcspn(tok, ",");
+        if (n == 0) {
+            fprintf(stderr,
+                    "kvcal eval: --modes '%.64s%s': %s; give comma-separated mode names "
+                    "(e.g. --modes static-head,dynamic; see --help)\n",
+                    text, strlen(text) > 64 ? "..." : "",
+                    *text ? "an empty mode name" : "no mode named");
             return -1;
         }
+        const int is_all = n == 3 && !strncmp(tok, "all", 3);
+        int found = is_all;
+        for (int m = 0; m < NUM_MODES; m++)
+            if (is_all || (strlen(mode_name(m)) == n && !strncmp(tok, mode_name(m), n)))
+                modes[m] = found = 1;
+        *all |= is_all;
+        if (!found) {
+            fprintf(stderr, "kvcal eval: --modes: unknown mode '%.*s' (see --help)\n",
+                    n > 64 ? 64 : (int)n, tok);
+            return -1;
+        }
+        tok += n;
+        if (!*tok)
+            return 0;
     }
-    return 0;
 }
 
 enum { O_SCALES = KVCAL_OPT_RUN_END, O_MODES, O_REPORT, O_TOLERANCE, O_ATTRIBUTE };
@@ -193,9 +205,9 @@ static int own_option(int c, const char *arg, void *ctx)
     case O_TOLERANCE: {
         char *end;
         o->tolerance = strtod(arg, &end);
-        if (*end || !(o->tolerance >= 0.0 && o->tolerance < 1e6)) {
+        if (end == arg || *end || !(o->tolerance >= 0.0 && o->tolerance < 1e6)) {
             fprintf(stderr,
-                    "kvcal eval: --tolerance '%s': give a percentage >= 0, e.g. "
+                    "kvcal eval: --tolerance '%s': give a percentage in [0, 1e6), e.g. "
                     "0.5\n",
                     arg);
             return -1;
@@ -1036,6 +1048,57 @@ static const char *model_dir_of(const options *o, const kvcal_model_desc *d)
     return o->run.model;
 }
 
+/* A legacy file read without a config.json (a llama2.c model) holds one
+ * scale per layer and tp rank, and the loader, which does not know the
+ * model's kv heads then, gives each rank one head. Spreads the ranks over
+ * the model's kv_heads as the engines shard them (rank r of tp holds heads
+ * [r*H/tp, (r+1)*H/tp); when H < tp, head r*H/tp): *s is replaced. Nothing
+ * is done for another format, another layer count (the caller's check
+ * speaks) or when the head counts agree. */
+static kvcal_status spread_legacy_ranks(const char *path, int tp, int layers,
+                                        int kv_heads, kvcal_scales_t **s)
+{
+    const kvcal_scales_t *in = *s;
+    const int R = in->num_kv_heads, H = kv_heads, L = in->num_layers;
+    if (R == H || L != layers || !in->kv_shared || H < 1)
+        return KVCAL_OK;
+    kvcal_report_t *rep = NULL;
+    if (kvcal_scales_validate_file(path, NULL, tp, &rep))
+        return KVCAL_OK; /* the load succeeded: the caller's check speaks */
+    const int legacy = kvcal_report_format(rep) == KVCAL_FORMAT_LEGACY_JSON;
+    kvcal_report_destroy(rep);
+    if (!legacy)
+        return KVCAL_OK;
+    if (H % R && R % H)
+        return kvcal_fail(KVCAL_ERR_MISMATCH,
+                          "%s: kv_cache.scaling_factor: %d tp ranks, but the model's %d "
+                          "kv heads cannot be split over %d ranks; calibrate this model "
+                          "and write the legacy file for the tp it is served with",
+                          path, R, H, R);
+    kvcal_scales_t *out = NULL;
+    kvcal_status st = kvcal_scales_create(L, H, &out);
+    if (st)
+        return st;
+    for (int r = 0; r < R; r++) {
+        const int first = H >= R ? r * (H / R) : r * H / R, count = H >= R ? H / R : 1;
+        for (int l = 0; l < L; l++)
+            for (int h = first; h < first + count; h++) {
+                const int i = kvcal_scales_index(out, l, h);
+                const float v = in->k_head[kvcal_scales_index(in, l, r)];
+                out->k_head[i] = out->v_head[i] = v > out->k_head[i] ? v : out->k_head[i];
+            }
+    }
+    out->granularity = in->granularity;
+    out->format = in->format;
+    out->kv_shared = 1;
+    out->model = in->model;
+    out->model.num_kv_heads = H;
+    out->provenance = in->provenance;
+    kvcal_scales_destroy(*s);
+    *s = out;
+    return KVCAL_OK;
+}
+
 KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes");
 
 int kvcal_cmd_eval(int argc, char **argv)
@@ -1078,15 +1141,20 @@ int kvcal_cmd_eval(int argc, char **argv)
     if ((st = kvcal_cmd_check_sparse_seq_len(o.run.seq_len, d)))
         goto fail;
     if (o.scales) {
-        if ((st = kvcal_scales_load(o.scales, model_dir_of(&o, d), o.run.tp, &scales)))
+        const char *dir = model_dir_of(&o, d);
+        if ((st = kvcal_scales_load(o.scales, dir, o.run.tp, &scales)) ||
+            (!dir && (st = spread_legacy_ranks(o.scales, o.run.tp, d->num_layers,
+                                               d->num_kv_heads, &scales))))
             goto fail;
         if (kvcal_scales_num_layers(scales) != d->num_layers ||
             kvcal_scales_num_kv_heads(scales) != d->num_kv_heads) {
             st = kvcal_fail(KVCAL_ERR_MISMATCH,
-                            "%s: scales for %d layers x %d kv heads, but %s has %d x %d",
+                            "%s: scales for %d layers x %d kv heads, but %s has %d x %d: "
+                            "they are another model's; calibrate this one (kvcal "
+                            "calibrate --model %s)",
                             o.scales, kvcal_scales_num_layers(scales),
                             kvcal_scales_num_kv_heads(scales), o.run.model, d->num_layers,
-                            d->num_kv_heads);
+                            d->num_kv_heads, o.run.model);
             goto fail;
         }
     }

@@ -16,9 +16,14 @@ static int ends_with(const char *s, const char *suffix)
 
 int kvcal_cmd_is_model_file(const char *name)
 {
-    static const char *const names[] = {"config.json",           "tokenizer.json",
-                                        "tokenizer_config.json", "tokenizer.model",
-                                        "tokenizer.bin",         KVCAL_CHECKPOINT_INDEX};
+    static const char *const names[] = {"config.json",
+                                        "tokenizer.json",
+                                        "tokenizer_config.json",
+                                        "tokenizer.model",
+                                        "tokenizer.bin",
+                                        KVCAL_CHECKPOINT_INDEX,
+                                        KVCAL_MODELOPT_QUANT_CONFIG,
+                                        KVCAL_ASCEND_DESCRIPTION};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i]))
             return 1;

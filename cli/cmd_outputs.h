@@ -9,9 +9,11 @@
 
 /* Adds the files a model at model_path is read from: the path itself when
  * it is a file, and in its directory (model_path, or the folder of a model
- * file) config.json, the safetensors shards and their index, and the
- * tokenizer files kvcal looks for there (tokenizer.json,
- * tokenizer_config.json, tokenizer.model, tokenizer.bin, tok*.bin). */
+ * file) config.json, the safetensors shards and their index, a ModelOpt
+ * checkpoint's hf_quant_config.json, vllm-ascend's
+ * quant_model_description.json, and the tokenizer files kvcal looks for
+ * there (tokenizer.json, tokenizer_config.json, tokenizer.model,
+ * tokenizer.bin, tok*.bin). */
 kvcal_status kvcal_cmd_add_model_inputs(kvcal_inputs_t *in, const char *model_path);
 
 /* 1 when name is one of the files kvcal_cmd_add_model_inputs lists in a

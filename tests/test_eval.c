@@ -508,6 +508,7 @@ static void eval_rejects_scales_of_another_model_and_usage_errors(void)
                         NULL),
                     1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("32 layers"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("calibrate this one (kvcal calibrate --model"));
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
                                          " --modes static-head",
                                          NULL),
@@ -520,6 +521,106 @@ static void eval_rejects_scales_of_another_model_and_usage_errors(void)
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(
                         "eval --model " MODEL " --dataset " DATA " --device tpu", NULL),
                     2);
+}
+
+/* --modes with no mode, an empty name or a --tolerance with no number is a
+ * usage error that says so in one line (it ran the baseline alone, or took
+ * 0, exit 0); a list of any length is read, a name given twice runs once
+ * (past 511 bytes it exited 2 without a word). */
+static void eval_refuses_empty_modes_and_tolerance_and_reads_long_mode_lists(void)
+{
+    static const char *const bad[] = {"''", "','", "dynamic,", ",dynamic",
+                                      "dynamic,,unit"};
+    char args[4096], *out = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args,
+                 "eval --model " MODEL " --dataset " DATA " --modes %s " SMALL, bad[i]);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+        CU_ASSERT(kvcal_test_kvcal_stderr_has(i ? "--modes '" : "no mode named"));
+        CU_ASSERT(kvcal_test_kvcal_stderr_has("give comma-separated mode names"));
+    }
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                         " --tolerance '' " SMALL,
+                                         NULL),
+                    2);
+    CU_ASSERT(
+        kvcal_test_kvcal_stderr_has("--tolerance '': give a percentage in [0, 1e6)"));
+    int n =
+        snprintf(args, sizeof args,
+                 "eval --model " MODEL " --dataset " DATA " " SMALL " --json --modes ");
+    for (int i = 0; i < 80; i++)
+        n += snprintf(args + n, sizeof args - (size_t)n, "%sdynamic", i ? "," : "");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+    cJSON *root = out ? cJSON_Parse(out) : NULL;
+    free(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(root, "modes")), 2);
+    cJSON_Delete(root);
+}
+
+/* A legacy file holds one scale per layer and tp rank and no head count;
+ * a llama2.c model has no config.json to give one. eval spreads the ranks
+ * over the model's kv heads as the engines shard them (it refused the
+ * file: "5 layers x 1 kv heads, but ... has 5 x 4"): at tp 1 every head
+ * holds the layer's one value, so static-head and static-tensor are the
+ * same cache; a rank count the heads do not split over is refused, naming
+ * the ranks. */
+static void eval_reads_a_legacy_file_of_a_llama2c_model(void)
+{
+    const char *k = kvcal_test_path("eval_legacy_src.json");
+    const char *l1 = kvcal_test_path("eval_legacy_tp1.json");
+    const char *l2 = kvcal_test_path("eval_legacy_tp2.json");
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --dataset " DATA " --granularity head " SMALL
+             " --out '%s'",
+             k);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args, "convert '%s' --to legacy --out '%s'", k, l1);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args, "convert '%s' --to legacy --tp 2 --out '%s'", k, l2);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA
+             " --scales '%s' --modes static-tensor,static-head " SMALL " --json",
+             l1);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, &out), 0);
+    cJSON *root = out ? cJSON_Parse(out) : NULL;
+    free(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *modes = cJSON_GetObjectItem(root, "modes");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(modes), 3);
+    const double tensor = number(cJSON_GetArrayItem(modes, 1), "perplexity");
+    CU_ASSERT(isfinite(tensor));
+    CU_ASSERT_EQUAL(number(cJSON_GetArrayItem(modes, 2), "perplexity"), tensor);
+    CU_ASSERT_EQUAL(
+        cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(modes, 2), "layers")),
+        5);
+    cJSON_Delete(root);
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA
+             " --scales '%s' --tp 2 --modes static-head " SMALL,
+             l2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    /* 3 ranks cannot hold 4 kv heads */
+    const char *l3 = kvcal_test_path("eval_legacy_tp3.json");
+    char text[1024];
+    int n = snprintf(text, sizeof text,
+                     "{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": "
+                     "\"float8_e4m3fn\", \"scaling_factor\": {");
+    for (int r = 0; r < 3; r++)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "%s\"%d\": {\"0\": 0.05, \"1\": 0.05, \"2\": 0.05, \"3\": 0.05, "
+                      "\"4\": 0.05}",
+                      r ? ", " : "", r);
+    snprintf(text + n, sizeof text - (size_t)n, "}}}");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(l3, text, strlen(text)), 0);
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA
+             " --scales '%s' --tp 3 --modes static-head " SMALL,
+             l3);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("3 tp ranks, but the model's 4 kv heads"));
 }
 
 static void eval_device_cuda_without_a_device_exits_2_and_names_device_cpu(void)
@@ -623,6 +724,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_large_k_copy_by_a_non_power_of_two_rounds_other_codes),
     KVCAL_TEST(eval_counts_clipping_when_the_scales_are_too_small),
     KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),
+    KVCAL_TEST(eval_refuses_empty_modes_and_tolerance_and_reads_long_mode_lists),
+    KVCAL_TEST(eval_reads_a_legacy_file_of_a_llama2c_model),
     KVCAL_TEST(eval_device_cuda_without_a_device_exits_2_and_names_device_cpu),
     KVCAL_TEST(eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows),
     KVCAL_TEST(eval_llama4_simulates_the_cache_in_its_chunks),

@@ -149,6 +149,58 @@ static void calibrate_refuses_an_output_that_is_an_input_by_any_name(void)
     CU_ASSERT(kvcal_test_kvcal_stderr_has("is also the output"));
 }
 
+/* A ModelOpt checkpoint's hf_quant_config.json and vllm-ascend's
+ * quant_model_description.json are read with the checkpoint (the scales'
+ * and the model's): convert's and eval's outputs are refused there, the
+ * file untouched (both were replaced by the output, exit 0). */
+static void outputs_refuse_a_modelopt_or_ascend_description_of_an_input(void)
+{
+    const char *dir = fresh_dir("quant-descriptions");
+    const char *golden = "tests/fixtures/golden/fp8_llama_modelopt_tensor_static";
+    static const char *const files[] = {"config.json", "hf_quant_config.json",
+                                        "model.safetensors"};
+    char model[700], from[700], to[800], keep[700], args[4096];
+    snprintf(model, sizeof model, "%s/model", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(model, 0755), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(from, sizeof from, "%s/%s", golden, files[i]);
+        snprintf(to, sizeof to, "%s/%s", model, files[i]);
+        CU_ASSERT_EQUAL_FATAL(copy_file(from, to), 0);
+    }
+    static const struct {
+        const char *kv_dtype, *to, *description;
+    } cases[] = {{"fp8_e4m3", "modelopt", "hf_quant_config.json"},
+                 {"int8", "ascend", "quant_model_description.json"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args,
+                 "calibrate --model '%s' --dataset '%s' --num-samples 2 --seq-len 16 "
+                 "--quiet --kv-dtype %s --out '%s/%s.json'",
+                 model, kvcal_test_golden_ids(), cases[i].kv_dtype, dir, cases[i].to);
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+        snprintf(args, sizeof args,
+                 "convert '%s/%s.json' --to %s --model '%s' --out '%s/%s'", dir,
+                 cases[i].to, cases[i].to, model, dir, cases[i].to);
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+        snprintf(to, sizeof to, "%s/%s/%s", dir, cases[i].to, cases[i].description);
+        snprintf(keep, sizeof keep, "%s/keep.json", dir);
+        CU_ASSERT_EQUAL_FATAL(copy_file(to, keep), 0);
+        snprintf(args, sizeof args, "convert '%s/%s' --to kvcal --model '%s' --out '%s'",
+                 dir, cases[i].to, model, to);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+        CU_ASSERT(kvcal_test_kvcal_stderr_has("is the scales file being converted"));
+        CU_ASSERT(same_content(to, keep));
+    }
+    snprintf(to, sizeof to, "%s/hf_quant_config.json", model);
+    snprintf(from, sizeof from, "%s/hf_quant_config.json", golden);
+    snprintf(args, sizeof args,
+             "eval --model '%s' --dataset '%s' --num-samples 2 --seq-len 16 --quiet "
+             "--modes dynamic --report '%s'",
+             model, kvcal_test_golden_ids(), to);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("is a file of the model"));
+    CU_ASSERT(same_content(to, from));
+}
+
 static void tokenize_refuses_an_output_that_is_an_input(void)
 {
     const char *dir = fresh_dir("tok-out-is-input");
@@ -460,6 +512,7 @@ static void calibrate_summary_says_what_each_format_loses(void)
 static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_refuses_an_output_that_is_an_input_by_any_name),
     KVCAL_TEST(tokenize_refuses_an_output_that_is_an_input),
+    KVCAL_TEST(outputs_refuse_a_modelopt_or_ascend_description_of_an_input),
     KVCAL_TEST(convert_refuses_its_file_but_may_write_into_the_model_dir),
     KVCAL_TEST(outputs_write_through_a_symbolic_link_and_refuse_a_dangling_one),
     KVCAL_TEST(calibrate_refuses_two_outputs_that_are_one_file),

@@ -144,6 +144,95 @@ static void cli_convert_reports_losses_and_refuses_bad_input(void)
                     2);
 }
 
+/* The rank count of the legacy file at `path` (its scaling_factor keys), -1
+ * when it cannot be read. */
+static int legacy_ranks(const char *path)
+{
+    cJSON *root = NULL;
+    if (kvcal_json_load(path, &root))
+        return -1;
+    const cJSON *sf =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(root, "kv_cache"), "scaling_factor");
+    const int n = cJSON_IsObject(sf) ? cJSON_GetArraySize(sf) : -1;
+    cJSON_Delete(root);
+    return n;
+}
+
+/* Without --tp a legacy or trtllm output keeps the tp its input was
+ * written for, as --help says ("default: the file's"): a 2-rank legacy
+ * file became a 1-rank one, which sglang at tp 2 rejects (scale 1.0 for
+ * every layer), and a trtllm checkpoint of 2 ranks one of 1. */
+static void cli_convert_keeps_the_rank_count_of_a_legacy_or_trtllm_input(void)
+{
+    char *text = kvcal_test_read_file(LLAMA2 "/kv_cache_scales.json", NULL);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    cJSON *sf =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(root, "kv_cache"), "scaling_factor");
+    cJSON_AddItemToObject(sf, "1", cJSON_Duplicate(cJSON_GetObjectItem(sf, "0"), 1));
+    char *two = cJSON_Print(root);
+    cJSON_Delete(root);
+    const char *in = kvcal_test_path("cli_tp2_in.json");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(in, two, strlen(two)), 0);
+    free(two);
+    char args[2048], path[700];
+    const char *out = kvcal_test_path("cli_tp2_out.json");
+    snprintf(args, sizeof args, "convert %s --to legacy --model " LLAMA2 " --out %s", in,
+             out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("2 ranks)"));
+    CU_ASSERT_EQUAL(legacy_ranks(out), 2);
+    snprintf(args, sizeof args, "validate-scales %s --model " LLAMA2 " --tp 2", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    const char *trt = kvcal_test_path("cli_tp2_trt");
+    snprintf(args, sizeof args, "convert %s --to trtllm --out %s", in, trt);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    struct stat st;
+    snprintf(path, sizeof path, "%s/rank1.safetensors", trt);
+    CU_ASSERT_EQUAL(stat(path, &st), 0);
+    const char *back = kvcal_test_path("cli_tp2_back.json");
+    snprintf(args, sizeof args, "convert %s --to legacy --out %s", trt, back);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT_EQUAL(legacy_ranks(back), 2);
+}
+
+/* The loss notes say what the output loses, only once it is written: at
+ * tp 4 each rank of 4 kv heads holds one, so no per-head scale is lost;
+ * at tp 1 the max is over the 4 heads (it said "the all kv heads"); a
+ * conversion that fails (an unquantized model for modelopt) writes no
+ * "lost:" line. */
+static void cli_convert_reports_only_the_losses_of_what_it_wrote(void)
+{
+    char args[2048], *err = NULL;
+    const char *out = kvcal_test_path("cli_loss_tp4.json");
+    snprintf(args, sizeof args,
+             "convert " CORPUS "/kvcal_heads_tp3.json --to legacy --tp 4 --out %s", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("lost: separate K and V scales"));
+    err = kvcal_test_kvcal_stderr();
+    CU_ASSERT(err && !strstr(err, "lost: per-head"));
+    free(err);
+    out = kvcal_test_path("cli_loss_tp1.json");
+    snprintf(args, sizeof args,
+             "convert " CORPUS "/kvcal_heads_tp3.json --to legacy --tp 1 --out %s", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT(
+        kvcal_test_kvcal_stderr_has("max over the 4 kv heads each rank holds at tp 1"));
+    const char *dir = kvcal_test_path("cli_loss_modelopt");
+    snprintf(args, sizeof args,
+             "convert " CORPUS "/kvcal_heads_tp3.json --to modelopt --model " CORPUS
+             "/tiny --out %s",
+             dir);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("the model is not quantized"));
+    err = kvcal_test_kvcal_stderr();
+    CU_ASSERT(err && !strstr(err, "lost:"));
+    free(err);
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(dir, &st), 0);
+}
+
 /* An AWQ model gets no KV-cache method in vLLM, which skips k_scale /
  * v_scale: convert refuses to add them (exit 1) and writes nothing. */
 static void cli_convert_refuses_a_model_whose_vllm_loader_skips_scales(void)
@@ -287,6 +376,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_validate_strict_fails_on_warnings_and_usage_errors_exit_2),
     KVCAL_TEST(cli_convert_legacy_to_kvcal_to_legacy_keeps_values),
     KVCAL_TEST(cli_convert_reports_losses_and_refuses_bad_input),
+    KVCAL_TEST(cli_convert_keeps_the_rank_count_of_a_legacy_or_trtllm_input),
+    KVCAL_TEST(cli_convert_reports_only_the_losses_of_what_it_wrote),
     KVCAL_TEST(cli_convert_refuses_a_model_whose_vllm_loader_skips_scales),
     KVCAL_TEST(cli_checkpoint_names_ernie45_scales_as_both_engines_load_them),
     KVCAL_TEST(cli_checkpoint_scale_names_as_sglang_loads_them),
