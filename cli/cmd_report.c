@@ -36,14 +36,15 @@ static void usage(FILE *f)
         "                       with --eval\n"
         "  --stats FILE.h5      the statistics of calibrate --stats\n"
         "  --eval FILE.json     the output of kvcal eval --json\n"
-        "  --layer N            layer of the histograms (default: the layer of the\n"
-        "                       largest K absmax)\n"
+        "  --layer N            layer of the histograms, with --stats (default: the\n"
+        "                       layer of the largest K absmax)\n"
         "  --clip-threshold F   warn when a layer clips more than the fraction F\n"
         "                       (default 0.001)\n"
         "  --tp N               tensor-parallel size a legacy file is read for\n"
         "                       (default: its rank count)\n"
         "  --out FILE.html      the report (default " DEFAULT_OUT "); never one of\n"
         "                       the inputs; written to a temporary and renamed\n\n"
+        "Each option is given at most once.\n\n"
         "exit codes: 0 ok, 1 invalid input, 2 usage or I/O error\n");
 }
 
@@ -74,8 +75,19 @@ static int parse_options(int argc, char **argv, options *o)
     optind = 1;
     opterr = 0;
     int c;
+    unsigned seen = 0; /* bit c - O_STATS: the option was given */
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         char *end;
+        if (c >= O_STATS && c < O_HELP) {
+            if (seen & 1u << (c - O_STATS)) {
+                fprintf(stderr,
+                        "kvcal report: --%s given twice (the second '%s'); give it "
+                        "once\n",
+                        longopts[c - O_STATS].name, optarg);
+                return -1;
+            }
+            seen |= 1u << (c - O_STATS);
+        }
         switch (c) {
         case O_STATS:
             if (kvcal_cmd_parse_path("report", "--stats", optarg, &o->stats))
@@ -142,6 +154,13 @@ static int parse_options(int argc, char **argv, options *o)
                 "kvcal report: --stats needs the SCALES file it was reduced to\n");
         return -1;
     }
+    if (o->layer >= 0 && !o->stats) {
+        fprintf(stderr,
+                "kvcal report: --layer %d picks the layer of the histograms, "
+                "which need --stats FILE.h5; give it or leave out --layer\n",
+                o->layer);
+        return -1;
+    }
     return 0;
 }
 
@@ -171,6 +190,44 @@ static int check_output(const options *o)
     return st ? -1 : 0;
 }
 
+/* The statistics (taken of `model`) must be of the scales' model: a field
+ * of the identity both files fill in (a name, a count other than 0) is the
+ * same in both. */
+static kvcal_status check_same_model(const options *o, const kvcal_scales_t *scales,
+                                     const kvcal_model_identity *model)
+{
+    const kvcal_model_identity *a = model, *b = &scales->model;
+    const char *field = NULL;
+    char in_stats[96], in_scales[96];
+    if (a->architecture[0] && b->architecture[0] &&
+        strcmp(a->architecture, b->architecture)) {
+        field = "architecture";
+        snprintf(in_stats, sizeof in_stats, "%.80s", a->architecture);
+        snprintf(in_scales, sizeof in_scales, "%.80s", b->architecture);
+    } else if (a->model_type[0] && b->model_type[0] &&
+               strcmp(a->model_type, b->model_type)) {
+        field = "model_type";
+        snprintf(in_stats, sizeof in_stats, "%.80s", a->model_type);
+        snprintf(in_scales, sizeof in_scales, "%.80s", b->model_type);
+    } else if (a->num_attention_heads && b->num_attention_heads &&
+               a->num_attention_heads != b->num_attention_heads) {
+        field = "num_attention_heads";
+        snprintf(in_stats, sizeof in_stats, "%d", a->num_attention_heads);
+        snprintf(in_scales, sizeof in_scales, "%d", b->num_attention_heads);
+    } else if (a->head_dim && b->head_dim && a->head_dim != b->head_dim) {
+        field = "head_dim";
+        snprintf(in_stats, sizeof in_stats, "%d", a->head_dim);
+        snprintf(in_scales, sizeof in_scales, "%d", b->head_dim);
+    }
+    if (!field)
+        return KVCAL_OK;
+    return kvcal_fail(KVCAL_ERR_MISMATCH,
+                      "%s: statistics of another model than the scales of %s (model "
+                      "%s: %s here, %s there); give the statistics of the same "
+                      "calibration",
+                      o->stats, o->scales, field, in_stats, in_scales);
+}
+
 KVCAL_COMMAND(report, "report", "write an HTML report of scales, statistics and eval");
 
 int kvcal_cmd_report(int argc, char **argv)
@@ -187,8 +244,10 @@ int kvcal_cmd_report(int argc, char **argv)
     kvcal_stats_t *stats = NULL;
     cJSON *eval = NULL;
     kvcal_status st = KVCAL_OK;
+    kvcal_model_identity stats_model;
     if ((o.scales && (st = kvcal_scales_load(o.scales, NULL, o.tp, &scales))) ||
-        (o.stats && (st = kvcal_stats_read_hdf5(o.stats, &stats, NULL, NULL))) ||
+        (o.stats && (st = kvcal_stats_read_hdf5(o.stats, &stats, &stats_model, NULL))) ||
+        (stats && (st = check_same_model(&o, scales, &stats_model))) ||
         (o.eval && (st = kvcal_json_load(o.eval, &eval))))
         goto done;
     const kvcal_report_html_inputs in = {scales, o.scales, stats,   o.stats,

@@ -30,6 +30,10 @@ typedef struct kvcal_cmd_resume {
     kvcal_stats_t *snapshot;
     kvcal_status written;
     char error[1024];
+    /* the progress files as this run last wrote or read them (st_dev,
+     * st_ino; all 0: none): clearing removes these and never a file that
+     * took their place (an output of the same name, written after) */
+    unsigned long long stats_file[2], run_file[2];
 } kvcal_cmd_resume;
 
 /* The progress files of output `out` for run (a JSON object the caller
@@ -48,12 +52,16 @@ kvcal_status kvcal_cmd_resume_save(void *ctx, const kvcal_stats_t *stats, int sa
 void kvcal_cmd_resume_wait(kvcal_cmd_resume *r);
 
 /* Reads what a run saved: *stats (caller destroys) and *samples_done. An
- * absent file, another run's (naming the first field that differs) or a
- * file that does not parse is an error saying so. */
-kvcal_status kvcal_cmd_resume_load(const kvcal_cmd_resume *r, kvcal_stats_t **stats,
+ * absent file (naming it), another run's (naming the first field that
+ * differs), a file that does not parse or of another format version, a
+ * samples_done that is not a whole number of the run's batches, and
+ * statistics of another model or of another count of batches than
+ * samples_done are errors saying so. */
+kvcal_status kvcal_cmd_resume_load(kvcal_cmd_resume *r, kvcal_stats_t **stats,
                                    int *samples_done);
 
-/* Removes the progress files (the run ended well). */
+/* Removes the progress files this run wrote or read (the run ended well);
+ * a file written over them since (an output given their name) stays. */
 void kvcal_cmd_resume_clear(const kvcal_cmd_resume *r);
 
 #endif

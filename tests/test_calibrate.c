@@ -11,8 +11,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/scales.h"
 #include "io/checkpoint/safetensors.h"
+#include "io/stats_hdf5.h"
 #include "kvcal.h"
+#include "observers/stats.h"
 #include "tests/test_util.h"
 
 #define MODEL "models/stories260K/stories260K.bin"
@@ -385,9 +388,115 @@ static void calibrate_resume_refuses_missing_or_foreign_progress(void)
     CU_ASSERT(kvcal_test_kvcal_stderr_has("is of another run (\"model\" differs)"));
 }
 
+/* A small run whose progress files a test writes itself: its identity as
+ * calibrate records it (stories260K: 5 layers, 4 kv heads of 8 channels). */
+#define SMALL_RESUME_RUN                                                                 \
+    "calibrate --model " MODEL " --dataset datasets/default_calibration.txt "            \
+    "--num-samples 16 --seq-len 32 --batch 4 --save-every 4 --quiet"
+#define SMALL_RESUME_ID                                                                  \
+    "{\"model\": \"" MODEL "\", \"dataset\": \"datasets/default_calibration.txt\", "     \
+    "\"text_field\": \"\", \"tokenizer\": \"\", \"num_samples\": 16, \"seq_len\": 32, "  \
+    "\"batch\": 4, \"seed\": 0, \"observer\": \"minmax\", \"q_scale\": false, "          \
+    "\"signed_range\": false, \"num_tokens\": 512}"
+
+/* Writes the progress of --out out: the JSON with format_version version and
+ * samples_done done (as written), and statistics of `batches` batches of
+ * the model named architecture (NULL: no statistics file). */
+static int write_progress(const char *out, const char *version, const char *done,
+                          const char *architecture, long long batches)
+{
+    char path[4200], json[2048];
+    snprintf(path, sizeof path, "%s.kvcal-progress.json", out);
+    snprintf(json, sizeof json,
+             "{\"format\": \"kvcal-progress\", \"format_version\": %s, \"samples_done\": "
+             "%s, \"run\": " SMALL_RESUME_ID "}",
+             version, done);
+    if (kvcal_test_write_file(path, json, strlen(json)))
+        return -1;
+    snprintf(path, sizeof path, "%s.kvcal-progress.h5", out);
+    remove(path);
+    if (!architecture)
+        return 0;
+    kvcal_stats_t *s = NULL;
+    kvcal_model_identity id = {
+        .num_layers = 5, .num_attention_heads = 8, .num_kv_heads = 4, .head_dim = 8};
+    snprintf(id.architecture, sizeof id.architecture, "%s", architecture);
+    snprintf(id.model_type, sizeof id.model_type, "llama");
+    if (kvcal_stats_create(5, 4, 8, &s))
+        return -1;
+    s->batches = batches;
+    const kvcal_status st = kvcal_stats_write_hdf5(path, s, &id, NULL);
+    kvcal_stats_destroy(s);
+    return st ? -1 : 0;
+}
+
+/* Progress a run would resume wrongly from is refused, naming the file and
+ * the field: another format version, a samples_done that is no whole
+ * number of batches, statistics of another moment of the run (the JSON
+ * saved a chunk earlier or later than them) or of another model, and a
+ * statistics file that is missing. The same files made right resume. */
+static void calibrate_resume_refuses_progress_that_disagrees_with_itself(void)
+{
+    char args[4400], h5[4200];
+    const char *out = kvcal_test_path("disagrees.json");
+    snprintf(args, sizeof args, SMALL_RESUME_RUN " --out '%s' --resume", out);
+    snprintf(h5, sizeof h5, "%s.kvcal-progress.h5", out);
+    static const struct {
+        const char *version, *done, *architecture;
+        long long batches;
+        int rc;
+        const char *says;
+    } cases[] = {
+        {"2", "4", "LlamaForCausalLM", 1, 1, "format_version: not 1"},
+        {"\"1\"", "4", "LlamaForCausalLM", 1, 1, "format_version: not 1"},
+        {"1", "4.5", "LlamaForCausalLM", 1, 1, "samples_done: not a whole number"},
+        {"1", "1e999", "LlamaForCausalLM", 1, 1, "out of the range of a double"},
+        {"1", "8", "LlamaForCausalLM", 1, 1, "were not saved together"},
+        {"1", "4", "LlamaForCausalLM", 2, 1, "were not saved together"},
+        {"1", "4", "MistralForCausalLM", 1, 1, "(\"architecture\" differs"},
+        {"1", "4", NULL, 0, 2, "kvcal-progress.h5: missing, though"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CU_ASSERT_EQUAL_FATAL(write_progress(out, cases[i].version, cases[i].done,
+                                             cases[i].architecture, cases[i].batches),
+                              0);
+        remove(out);
+        CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), cases[i].rc);
+        CU_ASSERT(kvcal_test_kvcal_stderr_has(cases[i].says));
+        CU_ASSERT(kvcal_test_kvcal_stderr_has("leave out --resume"));
+        CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
+    }
+    CU_ASSERT_EQUAL_FATAL(write_progress(out, "1", "4", "LlamaForCausalLM", 1), 0);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT_EQUAL(access(out, F_OK), 0);
+    CU_ASSERT_NOT_EQUAL(access(h5, F_OK), 0);
+}
+
+/* An output given the name of a progress file (--stats OUT.kvcal-progress.h5)
+ * is written after the last save and stays: the run removes only the
+ * progress it wrote itself. */
+static void calibrate_keeps_an_output_named_like_its_progress(void)
+{
+    char args[9000], stats[4200];
+    const char *out = kvcal_test_path("named_like.json");
+    snprintf(stats, sizeof stats, "%s.kvcal-progress.h5", out);
+    snprintf(args, sizeof args, SMALL_RESUME_RUN " --out '%s' --stats '%s'", out, stats);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    CU_ASSERT_EQUAL(access(out, F_OK), 0);
+    CU_ASSERT_EQUAL(access(stats, F_OK), 0);
+    kvcal_stats_t *s = NULL;
+    CU_ASSERT_EQUAL(kvcal_stats_read_hdf5(stats, &s, NULL, NULL), KVCAL_OK);
+    CU_ASSERT(s && s->batches == 4); /* all 16 samples, not a save's 4 or 12 */
+    kvcal_stats_destroy(s);
+    snprintf(stats, sizeof stats, "%s.kvcal-progress.json", out);
+    CU_ASSERT_NOT_EQUAL(access(stats, F_OK), 0);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_interrupted_then_resumed_equals_an_uninterrupted_run),
     KVCAL_TEST(calibrate_resume_refuses_missing_or_foreign_progress),
+    KVCAL_TEST(calibrate_resume_refuses_progress_that_disagrees_with_itself),
+    KVCAL_TEST(calibrate_keeps_an_output_named_like_its_progress),
     KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
     KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
     KVCAL_TEST(calibrate_finds_its_default_text_from_any_directory),

@@ -621,6 +621,62 @@ static void report_refuses_an_eval_json_of_another_shape(void)
     CU_ASSERT_EQUAL(file_size(html), -1);
 }
 
+/* Statistics of another model than the scales' (the same shape, another
+ * architecture) are refused, naming both files and the field. */
+static void report_refuses_statistics_of_another_model(void)
+{
+    if (!calibrated())
+        return;
+    const char *h5 = kvcal_test_path("mistral_stats.h5"),
+               *html = kvcal_test_path("mistral.html");
+    kvcal_stats_t *st = NULL;
+    kvcal_model_identity id = {
+        .num_layers = L, .num_attention_heads = 8, .num_kv_heads = H, .head_dim = D};
+    snprintf(id.architecture, sizeof id.architecture, "MistralForCausalLM");
+    snprintf(id.model_type, sizeof id.model_type, "mistral");
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_create(L, H, D, &st), KVCAL_OK);
+    CU_ASSERT_EQUAL_FATAL(kvcal_stats_write_hdf5(h5, st, &id, NULL), KVCAL_OK);
+    kvcal_stats_destroy(st);
+    char cmd[2048];
+    remove(html);
+    snprintf(cmd, sizeof cmd, "report %s --stats %s --out %s", calib_json, h5, html);
+    CU_ASSERT_EQUAL(run(cmd, NULL), 1);
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has("statistics of another model"));
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has(
+        "architecture: MistralForCausalLM here, LlamaForCausalLM there"));
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has(h5));
+    CU_ASSERT_EQUAL(file_size(html), -1);
+}
+
+/* An option given twice (the first value would be dropped unsaid) and a
+ * --layer with no --stats to draw it from are usage errors. */
+static void report_refuses_an_option_given_twice_or_a_layer_it_cannot_draw(void)
+{
+    if (!calibrated())
+        return;
+    const char *html = kvcal_test_path("twice.html"),
+               *other = kvcal_test_path("twice_other.html");
+    char cmd[2048];
+    remove(html);
+    remove(other);
+    snprintf(cmd, sizeof cmd, "report %s --stats %s --stats %s --out %s", calib_json,
+             calib_h5, calib_h5, html);
+    CU_ASSERT_EQUAL(run(cmd, NULL), 2);
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has("--stats given twice"));
+    snprintf(cmd, sizeof cmd, "report %s --out %s --out %s", calib_json, other, html);
+    CU_ASSERT_EQUAL(run(cmd, NULL), 2);
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has("--out given twice"));
+    snprintf(cmd, sizeof cmd, "report %s --layer 1 --layer 2 --out %s", calib_json, html);
+    CU_ASSERT_EQUAL(run(cmd, NULL), 2);
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has("--layer given twice"));
+    snprintf(cmd, sizeof cmd, "report %s --layer 99 --out %s", calib_json, html);
+    CU_ASSERT_EQUAL(run(cmd, NULL), 2);
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has("--layer 99"));
+    CU_ASSERT_TRUE(kvcal_test_kvcal_stderr_has("need --stats"));
+    CU_ASSERT_EQUAL(file_size(html), -1);
+    CU_ASSERT_EQUAL(file_size(other), -1);
+}
+
 static void calibrate_report_is_the_report_commands_byte_for_byte(void)
 {
     const char *s = kvcal_test_path("cr.json"), *h = kvcal_test_path("cr.h5");
@@ -949,6 +1005,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(report_writer_warns_of_unit_scales_unseen_heads_and_clipping),
     KVCAL_TEST(report_refuses_an_output_that_is_one_of_its_inputs),
     KVCAL_TEST(report_refuses_an_eval_json_of_another_shape),
+    KVCAL_TEST(report_refuses_statistics_of_another_model),
+    KVCAL_TEST(report_refuses_an_option_given_twice_or_a_layer_it_cannot_draw),
     KVCAL_TEST(calibrate_report_is_the_report_commands_byte_for_byte),
     KVCAL_TEST(calibrate_report_is_checked_and_written_with_the_other_outputs),
     KVCAL_TEST(eval_report_refuses_an_input_and_holds_the_eval),
