@@ -384,8 +384,12 @@ static void hf_weights(const char *path, model_extra *x, char *refused, char *in
     kvcal_checkpoint_t *ck = NULL;
     struct stat sb;
     kvcal_shard_census_take(path, &census);
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) &&
-        kvcal_shard_census_scales_only(&census)) {
+    int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    /* an index that is there names weights, even one that does not parse */
+    char index[4200];
+    snprintf(index, sizeof index, "%.4096s/model.safetensors.index.json", path);
+    int has_index = is_dir && stat(index, &sb) == 0;
+    if (is_dir && kvcal_shard_census_scales_only(&census)) {
         x->weights = "none here (the directory holds KV scales only)";
         snprintf(refused, n,
                  "%s: no model weights here, only KV scales; calibrate runs the model's "
@@ -394,7 +398,7 @@ static void hf_weights(const char *path, model_extra *x, char *refused, char *in
         x->refused = refused;
         return;
     }
-    if (!census.files && !census.index_tensors) {
+    if (!census.files && !census.index_tensors && !has_index) {
         x->weights = "no weights found";
     } else if (kvcal_checkpoint_open(path, &ck) != KVCAL_OK) {
         x->weights = "not readable";
@@ -426,9 +430,10 @@ static void hf_weights(const char *path, model_extra *x, char *refused, char *in
     kvcal_status st = kvcal_model_open(path, m);
     if (st == KVCAL_OK)
         return;
-    snprintf(st == KVCAL_ERR_UNSUPPORTED || !census.files ? refused : invalid, n, "%s",
+    const int no_weights = !census.files && !has_index;
+    snprintf(st == KVCAL_ERR_UNSUPPORTED || no_weights ? refused : invalid, n, "%s",
              kvcal_last_error());
-    if (st == KVCAL_ERR_UNSUPPORTED || !census.files)
+    if (st == KVCAL_ERR_UNSUPPORTED || no_weights)
         x->refused = refused;
     else
         x->invalid = invalid;
@@ -857,6 +862,27 @@ static int inspect_stats(const char *path, inspect_opts *o)
 
 // --- token sets --------------------------------------------------------------
 
+/* KVCAL_ERR_FORMAT naming the sample and position of the first id of the
+ * first n samples that tok (--tokenizer, else the one beside --model) has
+ * no token for; checked before anything is printed. */
+static kvcal_status check_decodable(const char *path, const kvcal_documents *docs, int n,
+                                    const kvcal_tokenizer_t *tok, const inspect_opts *o)
+{
+    const int vocab = kvcal_tokenizer_vocab_size(tok);
+    for (int i = 0; i < n && i < docs->num_docs; i++)
+        for (size_t k = 0; k < docs->lengths[i]; k++)
+            if (docs->ids[i][k] < 0 || docs->ids[i][k] >= vocab)
+                return kvcal_fail(
+                    KVCAL_ERR_FORMAT,
+                    "%s: sample %d: id %d at position %zu is outside the vocabulary "
+                    "(%d tokens, ids 0 to %d) of %s%s; decode with the tokenizer the "
+                    "ids were made with (--tokenizer or --model)",
+                    path, i, (int)docs->ids[i][k], k, vocab, vocab - 1,
+                    o->tokenizer ? "" : "the tokenizer beside ",
+                    o->tokenizer ? o->tokenizer : o->model);
+    return KVCAL_OK;
+}
+
 static int inspect_tokens(const char *path, int hdf5, inspect_opts *o)
 {
     kvcal_token_set_info info = {.pack = -1};
@@ -865,7 +891,8 @@ static int inspect_tokens(const char *path, int hdf5, inspect_opts *o)
     kvcal_status st = KVCAL_OK;
     if ((hdf5 && (st = kvcal_token_set_info_read(path, &info))) ||
         (st = kvcal_dataset_tokenize_documents(path, NULL, NULL, NULL, &docs)) ||
-        (o->decode && (st = kvcal_tokenizer_find(o->model, o->tokenizer, &tok))))
+        (o->decode && (st = kvcal_tokenizer_find(o->model, o->tokenizer, &tok))) ||
+        (o->decode && (st = check_decodable(path, docs, o->decode, tok, o))))
         goto fail;
     long long tokens = 0, shortest = docs->num_docs ? (long long)docs->lengths[0] : 0,
               longest = 0;

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "io/atomic_file.h"
 #include "io/dataset/dataset.h"
+#include "io/file_kind.h"
 #include "io/tokenizer/tokenizer.h"
 
 static void tokenize_usage(FILE *f)
@@ -118,6 +119,25 @@ static int check_output(const char *output, const char *dataset, const char *mod
     if (st)
         fprintf(stderr, "kvcal tokenize: %s\n", kvcal_last_error());
     return st ? -1 : 0;
+}
+
+/* A packed window starts with BOS: --seq-len 1 would leave no room for
+ * text (every window BOS alone, never filled). Token ids are taken
+ * verbatim (no BOS added), so they fit any length. */
+static kvcal_status check_window_room(const char *dataset, const kvcal_tokenizer_t *tok,
+                                      int seq_len, int pack)
+{
+    kvcal_file_kind kind;
+    if (!pack || seq_len > 1 || !kvcal_tokenizer_adds_bos(tok) ||
+        kvcal_tokenizer_bos(tok) < 0 ||
+        (kvcal_file_kind_detect(dataset, &kind) == KVCAL_OK &&
+         (kind == KVCAL_FILE_TOKENS_HDF5 || kind == KVCAL_FILE_TOKENS_JSONL)))
+        return KVCAL_OK;
+    return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                      "--seq-len %d leaves no room for text: each packed window starts "
+                      "with the tokenizer's BOS (id %d); give --seq-len 2 or more, or "
+                      "--no-pack",
+                      seq_len, (int)kvcal_tokenizer_bos(tok));
 }
 
 /* One {"input_ids": [...]} line per document. */
@@ -250,7 +270,7 @@ int kvcal_cmd_tokenize(int argc, char **argv)
     kvcal_samples *samples = NULL;
     progress_line pl = {0};
     kvcal_status st = kvcal_tokenizer_find(model, tok_path, &tok);
-    if (st)
+    if (st || (!jsonl && (st = check_window_room(dataset, tok, (int)seq_len, pack))))
         goto fail;
     long long tokens = 0;
     int n_docs = 0;

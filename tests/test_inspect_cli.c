@@ -590,6 +590,55 @@ static void inspect_broken_checkpoint_describes_config_and_exits_1(void)
     check_broken_model(dir, "model-00002-of-00002.safetensors");
 }
 
+/* A model.safetensors.index.json that does not parse, has no weight_map
+ * object or an empty one is a broken checkpoint (exit 1), as an index
+ * naming a missing shard is; before, it was "not supported" and valid
+ * (exit 0), as a directory with no weights at all still is. */
+static void inspect_damaged_index_is_a_broken_checkpoint(void)
+{
+    static const char *const index[] = {"{\"weight_map\": {\"model.norm.weight\": \"mod",
+                                        "{\"weight_map\": []}", "{\"weight_map\": {}}"};
+    static const char *const what[] = {"unterminated string", "no \"weight_map\" object",
+                                       "weight_map is empty"};
+    char dir[1024], path[1100], name[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "damaged_index%d", i);
+        snprintf(dir, sizeof dir, "%s", kvcal_test_path(name));
+        sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, index[i], strlen(index[i])), 0);
+        check_broken_model(dir, what[i]);
+    }
+    char *out = NULL, args[1200];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("no_weights"));
+    sh("mkdir %s && cp " HD48 "/config.json %s", dir, dir);
+    snprintf(args, sizeof args, "inspect %s", dir);
+    CU_ASSERT_EQUAL(run(args, &out, NULL), 0);
+    CU_ASSERT_PTR_NOT_NULL(out && strstr(out, "not supported: "));
+    free(out);
+}
+
+/* --decode with a tokenizer that has no token for an id of the set: exit 1
+ * before anything is printed, naming the file, the sample, the position
+ * and the tokenizer (before: half a report, an error without the file,
+ * exit 2). */
+static void inspect_decode_of_ids_outside_the_tokenizer_names_sample_and_position(void)
+{
+    char args[2048];
+    const char *jl = kvcal_test_path("big_ids.jsonl");
+    const char *ids = "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [1, 2, 99999]}\n";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(jl, ids, strlen(ids)), 0);
+    snprintf(args, sizeof args, "inspect %s --decode 2 --model " MODEL, jl);
+    check_refused(args, 1,
+                  "big_ids.jsonl: sample 1: id 99999 at position 2 is outside the "
+                  "vocabulary (512 tokens, ids 0 to 511) of the tokenizer beside " MODEL);
+    snprintf(args, sizeof args,
+             "inspect %s --decode 2 --tokenizer models/stories260K/tok512.bin", jl);
+    check_refused(args, 1, "of models/stories260K/tok512.bin; decode with the tokenizer");
+    snprintf(args, sizeof args, "inspect %s --decode 1 --model " MODEL, jl);
+    CU_ASSERT_EQUAL(run(args, NULL, NULL), 0); /* sample 1 is not decoded */
+}
+
 /* A llama2.c .bin that does not load is an error even when a config.json
  * stands beside it (which is not its description). */
 static void inspect_broken_llama2c_beside_a_config_is_an_error(void)
@@ -602,6 +651,28 @@ static void inspect_broken_llama2c_beside_a_config_is_an_error(void)
     char args[1200];
     snprintf(args, sizeof args, "inspect %s", path);
     check_refused(args, 1, "truncated");
+}
+
+/* A llama2.c header whose dim / n_heads is odd (a file of exactly the size
+ * it implies) is not llama2.c's: its RoPE pairs a head's channels. Before,
+ * it was described and calibrated, rotating 2 of 3 channels a head. */
+static void inspect_llama2c_with_an_odd_head_size_is_refused(void)
+{
+    const int32_t h[7] = {6, 8, 1, 2, 1, 300, 4}; /* head size 3 */
+    const int64_t D = 6, F = 8, V = 300, kv = 3, hs = 3;
+    const int64_t floats =
+        V * D + D + D * D + 2 * kv * D + D * D + D + 3 * F * D + D + 4 * hs;
+    size_t len = sizeof h + (size_t)floats * sizeof(float);
+    char *bin = calloc(1, len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bin);
+    memcpy(bin, h, sizeof h);
+    const char *path = kvcal_test_path("odd_head.bin");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, bin, len), 0);
+    free(bin);
+    char args[1200];
+    snprintf(args, sizeof args, "inspect %s", path);
+    check_refused(args, 1,
+                  "odd_head.bin: header dim=6 n_heads=2 gives an odd head size 3");
 }
 
 /* A model directory <tmp>/<name> whose config.json is `text`, or a copy of
@@ -874,6 +945,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_bad_input_gives_one_line_and_the_exit_code),
     KVCAL_TEST(inspect_broken_checkpoint_describes_config_and_exits_1),
     KVCAL_TEST(inspect_broken_llama2c_beside_a_config_is_an_error),
+    KVCAL_TEST(inspect_damaged_index_is_a_broken_checkpoint),
+    KVCAL_TEST(inspect_llama2c_with_an_odd_head_size_is_refused),
+    KVCAL_TEST(inspect_decode_of_ids_outside_the_tokenizer_names_sample_and_position),
     KVCAL_TEST(inspect_counts_kv_bytes_of_mla_and_hybrid_models),
     KVCAL_TEST(inspect_says_unknown_for_unknown_layer_kinds_and_families),
     KVCAL_TEST(inspect_checkpoint_dir_of_scales_describes_the_scales),

@@ -151,12 +151,43 @@ static void cli_tokenize_huge_sizes_are_refused_naming_the_options_and_size(void
     CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
 }
 
+/* A packed window starts with BOS, so --seq-len 1 has no room for text:
+ * refused up front (before, every window was BOS alone, and without
+ * --num-samples the windows grew to 8 GiB). One document per sample, or
+ * token ids (no BOS added), still take any length. */
+static void cli_tokenize_seq_len_1_with_bos_packing_is_refused(void)
+{
+    char args[1200], o[512], ids[512];
+    snprintf(o, sizeof o, "%s", kvcal_test_path("bos-only.h5"));
+    snprintf(args, sizeof args, "tokenize -d " TEXT " -m " MODEL " -l 1 -n 3 -q -o %s",
+             o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "--seq-len 1 leaves no room for text: each packed window starts with the "
+        "tokenizer's BOS (id 1); give --seq-len 2 or more, or --no-pack"));
+    CU_ASSERT_NOT_EQUAL(access(o, F_OK), 0);
+    snprintf(args, sizeof args,
+             "tokenize -d " TEXT " -m " MODEL " -l 1 -n 3 --no-pack -q -o %s", o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    snprintf(ids, sizeof ids, "%s", kvcal_test_path("three-ids.jsonl"));
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, "{\"input_ids\": [5, 6, 7]}\n", 25),
+                          0);
+    remove(o);
+    snprintf(args, sizeof args, "tokenize -d %s -m " MODEL " -l 1 -q -o %s", ids, o);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    kvcal_doclist rows;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_read(o, NULL, &rows), KVCAL_OK);
+    CU_ASSERT(rows.n == 3 && rows.d[0].ids[0] == 5 && rows.d[2].ids[0] == 7);
+    kvcal_doclist_free(&rows);
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_tokenize_hdf5_reads_back_as_the_same_samples),
     KVCAL_TEST(cli_tokenize_jsonl_writes_one_line_per_document_in_order),
     KVCAL_TEST(cli_tokenize_same_seed_gives_a_byte_identical_token_set),
     KVCAL_TEST(cli_tokenize_errors_exit_nonzero_and_write_nothing),
     KVCAL_TEST(cli_tokenize_huge_sizes_are_refused_naming_the_options_and_size),
+    KVCAL_TEST(cli_tokenize_seq_len_1_with_bos_packing_is_refused),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(tokenize_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -572,6 +572,26 @@ static void hf_rejects_what_it_does_not_implement(void)
 
 // --- errors ---------------------------------------------------------------------------
 
+/* An empty "a b" merge string (read past its end before) and a vocabulary
+ * with no token at all (which loaded, then failed on every text without
+ * naming the file) are format errors naming the file and the field. */
+static void hf_rejects_an_empty_merge_and_an_empty_vocabulary(void)
+{
+    kvcal_tokenizer_t *tok = (kvcal_tokenizer_t *)1;
+    const char *merge = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, "
+                        "\"ab\": 2}, \"merges\": [\"a b\", \"\"]}}";
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load_memory(merge, strlen(merge), "m.json", &tok),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(tok);
+    CU_ASSERT(kvcal_test_error_has("m.json: model.merges[1] is not"));
+    const char *empty = "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}";
+    CU_ASSERT_EQUAL(kvcal_tokenizer_load_memory(empty, strlen(empty), "e.json", &tok),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(tok);
+    CU_ASSERT(kvcal_test_error_has("e.json: model.vocab and added_tokens are empty"));
+    kvcal_tokenizer_destroy(tok);
+}
+
 static void tokenizer_load_rejects_unknown_and_truncated_files(void)
 {
     kvcal_tokenizer_t *tok = (kvcal_tokenizer_t *)1;
@@ -633,6 +653,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(hf_tokenizer_config_overrides_the_template),
     KVCAL_TEST(hf_added_tokens_split_first_and_strip_whitespace),
     KVCAL_TEST(hf_rejects_what_it_does_not_implement),
+    KVCAL_TEST(hf_rejects_an_empty_merge_and_an_empty_vocabulary),
     KVCAL_TEST(hf_sentencepiece_style_matches_hf_tokenizers),
     KVCAL_TEST(hf_metaspace_pretokenizer_matches_hf_tokenizers),
     KVCAL_TEST(tokenizer_load_rejects_unknown_and_truncated_files),

@@ -113,6 +113,15 @@ kvcal_status kvcal_llama2c_open(const char *path, kvcal_llama2c_t **out)
                         path, h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
         goto fail;
     }
+    if ((h[0] / h[3]) % 2) {
+        st = kvcal_fail(KVCAL_ERR_FORMAT,
+                        "%s: header dim=%d n_heads=%d gives an odd head size %d; "
+                        "llama2.c's RoPE rotates pairs of a head's channels, so no "
+                        "llama2.c model has one: the header is damaged or the file is "
+                        "not a llama2.c checkpoint",
+                        path, h[0], h[3], h[0] / h[3]);
+        goto fail;
+    }
     m->cfg = (kvcal_llama2c_config){
         h[0], h[1], h[2], h[3], h[4], h[5] < 0 ? -h[5] : h[5], h[6], h[5] > 0};
     int64_t want = layout_weights(m, NULL, !m->cfg.shared_classifier);

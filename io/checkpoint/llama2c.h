@@ -44,7 +44,8 @@ typedef struct kvcal_llama2c_weights {
 typedef struct kvcal_llama2c kvcal_llama2c_t;
 
 /* Maps `path` and checks the header (positive sizes, dim divisible by
- * n_heads, n_heads by n_kv_heads) and that the file size is exactly what the
+ * n_heads, n_heads by n_kv_heads, an even head size: run.c's RoPE pairs a
+ * head's channels) and that the file size is exactly what the
  * header implies. A newer llama2.c export (magic "ak42") is refused with the
  * re-export hint. *out = NULL on failure; close with kvcal_llama2c_close. */
 kvcal_status kvcal_llama2c_open(const char *path, kvcal_llama2c_t **out);

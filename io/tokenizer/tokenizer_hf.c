@@ -341,6 +341,11 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
             n = (int)id->valuedouble + 1;
         total += strlen(content);
     }
+    if (n == 0)
+        return kvcal_fail(KVCAL_ERR_FORMAT,
+                          "%s: model.vocab and added_tokens are empty: the tokenizer has "
+                          "no tokens; pass the model's own tokenizer.json",
+                          path);
     kvcal_status st = kvcal_tok_alloc(t, n, total);
     if (st)
         return st;
@@ -392,7 +397,7 @@ static kvcal_status load_model(kvcal_tokenizer_t *t, const char *path, const cJS
     {
         const char *a = NULL, *b = NULL;
         size_t la = 0, lb = 0;
-        if (cJSON_IsString(e)) {
+        if (cJSON_IsString(e) && e->valuestring[0]) {
             const char *sp = strchr(e->valuestring + 1, ' ');
             if (sp) {
                 a = e->valuestring;
