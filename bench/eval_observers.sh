@@ -117,11 +117,13 @@ for obs, path in runs:
         lo, hi = m["perplexity_change_rel_ci95"]
         t = m["tokens_to_resolve"]
         t = "-" if t is None else f"{t:.3g}"
-        verdict = (f"within noise (~{t} tokens)" if m["within_noise"]
+        verdict = ("no interval (too few tokens)" if m["within_noise"] is None
+                   else f"within noise (~{t} tokens)" if m["within_noise"]
                    else f"beyond noise (~{t} tokens)")
+        ci = "n/a" if lo is None or hi is None else f"{100 * lo:+.2f}, {100 * hi:+.2f}"
         cl = m.get("costliest_layer", {})
         print(f"| {obs} | {m['mode']} | {100 * m['perplexity_change_rel']:+.2f}% "
-              f"[{100 * lo:+.2f}, {100 * hi:+.2f}] | {m['kld_mean']:.5f} ± {1.96 * m['kld_mean_se']:.5f} "
+              f"[{ci}] | {m['kld_mean']:.5f} ± {1.96 * m['kld_mean_se']:.5f} "
               f"| {m['kld_p99']:.4f} | {100 * m['top1_agreement']:.2f}% | {verdict} "
               f"| {cl.get('layer', '-')} ({cl.get('weaker', '-')}) |")
 

@@ -88,7 +88,10 @@ void kvcal_eval_compare_tokens(kvcal_eval_compare *c, const float *nll,
     const double se = W > 1 ? c->ln_ratio_se_window : c->ln_ratio_se;
     const double q = W > 1 ? kvcal_student_t975(W - 1) : Z975, half = q * se;
     c->ci_lo = c->ln_ratio - half, c->ci_hi = c->ln_ratio + half;
-    c->within_noise = !(c->ci_lo > 0.0 || c->ci_hi < 0.0);
+    c->no_interval = !isfinite(c->ci_lo) || !isfinite(c->ci_hi);
+    if (c->no_interval)
+        c->ci_lo = c->ci_hi = NAN;
+    c->within_noise = !c->no_interval && c->ci_lo <= 0.0 && c->ci_hi >= 0.0;
     c->tokens_to_resolve = c->ln_ratio != 0.0 && isfinite(se)
                                ? (double)n * (half / c->ln_ratio) * (half / c->ln_ratio)
                                : NAN;

@@ -14,6 +14,9 @@
  *   window's sum of d and token count); with W >= 2 the 95% interval is
  *   ln_ratio +- t(0.975, W - 1) ln_ratio_se_window, else +- 1.96
  *   ln_ratio_se.
+ * - no_interval: 1 when the interval cannot be computed (one token, so no
+ *   spread): ci_lo and ci_hi are NAN and within_noise is 0, which then says
+ *   nothing: a caller reports the interval and the verdict as not available.
  * - within_noise: the interval holds 0. tokens_to_resolve: the tokens at
  *   which the interval's half width h would equal |ln_ratio| if the mean,
  *   the spread and the quantile stayed as measured, N (h / ln_ratio)^2
@@ -35,7 +38,8 @@ typedef struct kvcal_eval_compare {
     double ln_ratio, ln_ratio_se, ln_ratio_se_window; /* NAN below 2 tokens / windows */
     double ci_lo, ci_hi;                              /* 95% interval of ln_ratio */
     int ci_from_windows; /* 1: the interval is the windows' (t), 0: the tokens' */
-    int within_noise;
+    int no_interval;     /* 1: below 2 tokens, no interval (ci_lo, ci_hi NAN) */
+    int within_noise;    /* 0 when no_interval */
     double tokens_to_resolve;
     double kld_mean, kld_se, kld_median, kld_p99, kld_max;
     double top1, top1_se;

@@ -683,6 +683,27 @@ static double pct(double ln_ratio)
     return 100.0 * expm1(ln_ratio);
 }
 
+/* "+1.23% [+0.45, +2.01]", or "+1.23% [n/a]" when c has no interval. */
+static const char *change_text(char *buf, size_t size, const kvcal_eval_compare *c)
+{
+    if (c->no_interval)
+        snprintf(buf, size, "%+.2f%% [n/a]", pct(c->ln_ratio));
+    else
+        snprintf(buf, size, "%+.2f%% [%+.2f, %+.2f]", pct(c->ln_ratio), pct(c->ci_lo),
+                 pct(c->ci_hi));
+    return buf;
+}
+
+/* The verdict of c when it has no interval, into buf. */
+static const char *no_interval_text(char *buf, size_t size, const kvcal_eval_compare *c)
+{
+    snprintf(buf, size,
+             "no interval: %lld predicted token%s (2 needed; raise --num-samples or "
+             "--seq-len)",
+             (long long)c->tokens, c->tokens == 1 ? "" : "s");
+    return buf;
+}
+
 static void print_table(const mode_result *res, int nres, const kvcal_model_desc *d,
                         const kvcal_samples *s, const options *o)
 {
@@ -702,12 +723,12 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
             continue;
         }
         const kvcal_eval_compare *c = &res[i].cmp;
-        char ci[64], tk[32];
-        snprintf(ci, sizeof ci, "%+.2f%% [%+.2f, %+.2f]", pct(c->ln_ratio), pct(c->ci_lo),
-                 pct(c->ci_hi));
-        printf(" %25s %10.3g %10.3g %7.2f%%  ", ci, c->kld_mean, c->kld_p99,
-               100.0 * c->top1);
-        if (c->within_noise)
+        char ci[64], tk[32], why[128];
+        printf(" %25s %10.3g %10.3g %7.2f%%  ", change_text(ci, sizeof ci, c),
+               c->kld_mean, c->kld_p99, 100.0 * c->top1);
+        if (c->no_interval)
+            printf("%s\n", no_interval_text(why, sizeof why, c));
+        else if (c->within_noise)
             printf("within noise: ~%s tokens would resolve it\n",
                    tokens_text(tk, sizeof tk, c->tokens_to_resolve));
         else
@@ -719,15 +740,19 @@ static void print_table(const mode_result *res, int nres, const kvcal_model_desc
         if (r->best < 0)
             continue;
         const kvcal_eval_compare *c = &r->vs_best;
-        char tk[32];
+        char ci[64], tk[32], why[128];
         if (!said++)
             printf("\nagainst the best mode, %s, on the same tokens:\n",
                    mode_name(res[r->best].mode));
-        printf("  %-19s %+.2f%% [%+.2f, %+.2f]  %s ~%s tokens\n", mode_name(r->mode),
-               pct(c->ln_ratio), pct(c->ci_lo), pct(c->ci_hi),
-               c->within_noise ? "within noise: would resolve at"
-                               : "beyond noise: resolved at",
-               tokens_text(tk, sizeof tk, c->tokens_to_resolve));
+        if (c->no_interval)
+            printf("  %-19s %s  %s\n", mode_name(r->mode), change_text(ci, sizeof ci, c),
+                   no_interval_text(why, sizeof why, c));
+        else
+            printf("  %-19s %s  %s ~%s tokens\n", mode_name(r->mode),
+                   change_text(ci, sizeof ci, c),
+                   c->within_noise ? "within noise: would resolve at"
+                                   : "beyond noise: resolved at",
+                   tokens_text(tk, sizeof tk, c->tokens_to_resolve));
     }
     printf("\n%-19s %9s  %11s %11s %9s %9s\n", "mode", "KV B/tok", "min K SQNR",
            "min V SQNR", "max clip", "max att");
@@ -809,6 +834,12 @@ static cJSON *json_number(double v)
     return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
 }
 
+/* within_noise for JSON: null when there is no interval to hold 0. */
+static cJSON *json_within_noise(const kvcal_eval_compare *c)
+{
+    return c->no_interval ? cJSON_CreateNull() : cJSON_CreateBool(c->within_noise);
+}
+
 /* Per window (sample with a token to predict), the sums of the per-token
  * NLL (and KLD against the baseline) and the token count: what pairs runs
  * over the same samples (other scales files) window by window, as the
@@ -874,7 +905,7 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
             cJSON_AddItemToArray(ci, json_number(expm1(c->ci_hi)));
             cJSON_AddStringToObject(m, "ci_over",
                                     c->ci_from_windows ? "windows" : "tokens");
-            cJSON_AddBoolToObject(m, "within_noise", c->within_noise);
+            cJSON_AddItemToObject(m, "within_noise", json_within_noise(c));
             cJSON_AddItemToObject(m, "tokens_to_resolve",
                                   json_number(c->tokens_to_resolve));
             cJSON_AddItemToObject(m, "kld_mean", json_number(c->kld_mean));
@@ -897,7 +928,7 @@ static cJSON *report_json(const mode_result *res, int nres, const kvcal_model_de
                 cJSON *bci = cJSON_AddArrayToObject(vb, "perplexity_change_rel_ci95");
                 cJSON_AddItemToArray(bci, json_number(expm1(b->ci_lo)));
                 cJSON_AddItemToArray(bci, json_number(expm1(b->ci_hi)));
-                cJSON_AddBoolToObject(vb, "within_noise", b->within_noise);
+                cJSON_AddItemToObject(vb, "within_noise", json_within_noise(b));
                 cJSON_AddItemToObject(vb, "tokens_to_resolve",
                                       json_number(b->tokens_to_resolve));
             }

@@ -106,6 +106,34 @@ static void atomic_sync_dir(const char *path)
     }
 }
 
+/* The failure to create `what` ("the directory", "a temporary file beside
+ * it") at path, errno err: names the directory it goes into when that is
+ * the cause, and the fix. */
+static kvcal_status create_fail(const char *path, const char *what, int err)
+{
+    char parent[4096];
+    kvcal_path_dirname(path, parent, sizeof parent);
+    if (err == ENOENT)
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: cannot create %s: its parent directory %s does not "
+                          "exist; create it first or choose another output path",
+                          path, what, parent);
+    if (err == ENOTDIR)
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: cannot create %s: its parent %s is not a directory (a "
+                          "part of it is a file); choose another output path",
+                          path, what, parent);
+    if (err == EACCES || err == EPERM || err == EROFS)
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: cannot create %s: its parent directory %s is not "
+                          "writable (%s); choose another output path",
+                          path, what, parent, strerror(err));
+    return kvcal_fail(KVCAL_ERR_IO,
+                      "%s: cannot create %s: %s; check that the directory %s exists and "
+                      "is writable, or choose another output path",
+                      path, what, strerror(err), parent);
+}
+
 /* The final path of an output named `path` into target (4096 bytes): path
  * itself, or the file a symbolic link there names; refuses what
  * kvcal_atomic_open refuses. */
@@ -176,10 +204,7 @@ kvcal_status kvcal_atomic_open(kvcal_atomic_file *af, const char *path)
     if (fd < 0) {
         int err = errno;
         af->tmp[0] = '\0';
-        return kvcal_fail(KVCAL_ERR_IO,
-                          "%s: cannot create a temporary file beside it: %s; check that "
-                          "the directory exists and is writable",
-                          path, strerror(err));
+        return create_fail(path, "a temporary file beside it", err);
     }
     af->f = fdopen(fd, "wb");
     if (!af->f) {
@@ -312,6 +337,22 @@ kvcal_status kvcal_atomic_batch_begin(kvcal_atomic_batch_t **out)
     return KVCAL_OK;
 }
 
+kvcal_status kvcal_atomic_mkdir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return KVCAL_OK;
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: exists and is not a directory; give a directory path for "
+                          "this output",
+                          dir);
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return create_fail(dir, "the directory", errno);
+    return KVCAL_OK;
+}
+
 kvcal_status kvcal_atomic_batch_mkdir(kvcal_atomic_batch_t *b, const char *dir)
 {
     struct stat st;
@@ -333,8 +374,7 @@ kvcal_status kvcal_atomic_batch_mkdir(kvcal_atomic_batch_t *b, const char *dir)
     if (mkdir(dir, 0755) != 0) {
         int err = errno;
         free(grown[b->ndirs]);
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", dir,
-                          strerror(err));
+        return create_fail(dir, "the directory", err);
     }
     b->ndirs++;
     return KVCAL_OK;

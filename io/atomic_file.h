@@ -39,6 +39,11 @@ kvcal_status kvcal_atomic_commit(kvcal_atomic_file *af);
 void kvcal_atomic_abort(kvcal_atomic_file *af);
 /* Writes a whole buffer atomically. */
 kvcal_status kvcal_atomic_write(const char *path, const void *data, size_t len);
+/* Creates directory dir if it does not exist (its parent must); KVCAL_ERR_IO
+ * naming dir, the cause (a parent that does not exist or is not a
+ * directory, one not writable, a file at dir) and the fix. Outside a batch:
+ * nothing removes it on a later failure. */
+kvcal_status kvcal_atomic_mkdir(const char *dir);
 
 // --- several outputs as one --------------------------------------------------
 

@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
@@ -147,12 +148,48 @@ static void list_outputs(const char *dir, char *out, size_t n)
         snprintf(out + at, n - at, ": give one of them");
 }
 
+/* The error of a path that stat() refused with err, naming the real cause:
+ * for ENOTDIR, the first part of the path that is a file. */
+static kvcal_status stat_fail(const char *path, int err)
+{
+    if (err == ENOENT)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: no such file or directory; check the path",
+                          path);
+    if (err != ENOTDIR)
+        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot open: %s; check the path", path,
+                          strerror(err));
+    char part[4096];
+    const size_t n = strlen(path);
+    for (size_t i = 1; i < n && i < sizeof part; i++) {
+        struct stat sb;
+        if (path[i] != '/' || path[i - 1] == '/')
+            continue;
+        memcpy(part, path, i);
+        part[i] = '\0';
+        if (stat(part, &sb) != 0 || S_ISDIR(sb.st_mode))
+            continue;
+        if (strspn(path + i, "/") == n - i)
+            return kvcal_fail(KVCAL_ERR_IO,
+                              "%s: not a directory: %s is a file; remove the trailing "
+                              "'/'",
+                              path, part);
+        return kvcal_fail(KVCAL_ERR_IO,
+                          "%s: not a directory: %s is a file, not a directory; check "
+                          "the path",
+                          path, part);
+    }
+    return kvcal_fail(KVCAL_ERR_IO,
+                      "%s: not a directory (a part of the path is a "
+                      "file); check the path",
+                      path);
+}
+
 kvcal_status kvcal_file_kind_detect(const char *path, kvcal_file_kind *kind)
 {
     struct stat sb;
     kvcal_shard_census census;
     if (stat(path, &sb) != 0)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: no such file or directory", path);
+        return stat_fail(path, errno);
     kvcal_status checked = kvcal_file_check_input(path, "input", 1);
     if (checked)
         return checked;

@@ -214,6 +214,46 @@ static void atomic_batch_renames_every_output_or_none(void)
     CU_ASSERT(file_equals(b, "now"));
 }
 
+/* A directory or temporary that cannot be created: one line naming the
+ * output, the parent that is the cause and the fix (it was "cannot create
+ * the directory: No such file or directory"); nothing is created. */
+static void atomic_mkdir_and_open_name_the_parent_that_is_missing_or_a_file(void)
+{
+    char missing[600], out[700], file[600], under[700], want[1600];
+    const char *dir = fresh_dir("atomic_parent");
+    snprintf(missing, sizeof missing, "%s/nodir", dir);
+    snprintf(out, sizeof out, "%s/x", missing);
+    snprintf(file, sizeof file, "%s/file.txt", dir);
+    snprintf(under, sizeof under, "%s/x.json", file);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(file, "a file", 6), 0);
+    snprintf(want, sizeof want,
+             "%s: cannot create the directory: its parent directory %s does not exist; "
+             "create it first or choose another output path",
+             out, missing);
+    kvcal_atomic_batch_t *batch = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_atomic_batch_begin(&batch), KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_atomic_batch_mkdir(batch, out), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    kvcal_atomic_batch_abort(batch);
+    CU_ASSERT_EQUAL(kvcal_atomic_mkdir(out), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has(want));
+    CU_ASSERT_EQUAL(kvcal_atomic_mkdir(file), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("exists and is not a directory"));
+    CU_ASSERT_EQUAL(kvcal_atomic_mkdir(dir), KVCAL_OK);
+    kvcal_atomic_file af;
+    CU_ASSERT_EQUAL(kvcal_atomic_open(&af, out), KVCAL_ERR_IO);
+    CU_ASSERT(kvcal_test_error_has("cannot create a temporary file beside it: its "
+                                   "parent directory"));
+    CU_ASSERT(kvcal_test_error_has("does not exist; create it first"));
+    kvcal_atomic_abort(&af);
+    CU_ASSERT_EQUAL(kvcal_atomic_open(&af, under), KVCAL_ERR_IO);
+    snprintf(want, sizeof want, "its parent %s is not a directory", file);
+    CU_ASSERT(kvcal_test_error_has(want));
+    CU_ASSERT(kvcal_test_error_has("choose another output path"));
+    kvcal_atomic_abort(&af);
+    CU_ASSERT_EQUAL(count_entries(dir), 1); /* file.txt alone */
+}
+
 static int keep_json(const char *name)
 {
     size_t n = strlen(name);
@@ -297,6 +337,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(atomic_open_rejects_missing_directory_and_bad_paths),
     KVCAL_TEST(atomic_write_goes_through_a_symbolic_link_and_refuses_a_dangling_one),
     KVCAL_TEST(atomic_batch_renames_every_output_or_none),
+    KVCAL_TEST(atomic_mkdir_and_open_name_the_parent_that_is_missing_or_a_file),
     KVCAL_TEST(inputs_check_finds_an_input_under_any_name),
     KVCAL_TEST(path_join_dirname_and_same_file_handle_slashes),
     CU_TEST_INFO_NULL,

@@ -121,6 +121,82 @@ static void eval_compare_is_hand_checked_on_two_windows(void)
     CU_ASSERT(!c.within_noise);
 }
 
+/* One token has no spread: no interval, and so no verdict (the interval
+ * was NAN and within_noise 1, printed "[+nan, +nan] within noise"). */
+static void eval_compare_of_one_token_has_no_interval_and_no_verdict(void)
+{
+    const float nll[1] = {1.5f}, base[1] = {1.0f}, kld[1] = {0.2f}, top[1] = {1.0f};
+    const int32_t lengths[2] = {2, 1};
+    float scratch[1];
+    kvcal_eval_compare c;
+    kvcal_eval_compare_tokens(&c, nll, base, kld, top, lengths, 2, scratch);
+    CU_ASSERT_EQUAL(c.tokens, 1);
+    CU_ASSERT_EQUAL(c.windows, 1);
+    KVCAL_ASSERT_CLOSE(c.ln_ratio, 0.5, 1e-7, 0);
+    CU_ASSERT(c.no_interval);
+    CU_ASSERT(isnan(c.ci_lo) && isnan(c.ci_hi));
+    CU_ASSERT(!c.within_noise);
+    CU_ASSERT(isnan(c.tokens_to_resolve));
+    /* two tokens have one */
+    const float two[2] = {1.5f, 1.25f}, base2[2] = {1, 1}, kld2[2] = {0.2f, 0.1f};
+    const int32_t lengths2[1] = {3};
+    float scratch2[2];
+    kvcal_eval_compare_tokens(&c, two, base2, kld2, top, lengths2, 1, scratch2);
+    CU_ASSERT(!c.no_interval);
+    CU_ASSERT(isfinite(c.ci_lo) && isfinite(c.ci_hi));
+}
+
+/* `kvcal eval` of one predicted token: the table says the interval is not
+ * available instead of printing NaN and "within noise"; the JSON has no
+ * NaN (cJSON would write it as null) and within_noise null, not true. */
+static void eval_of_one_token_says_the_interval_is_not_available(void)
+{
+    char *out = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                               " --modes dynamic,unit --num-samples 1 "
+                                               "--seq-len 2 --batch 1 --quiet",
+                                               &out),
+                          0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT_PTR_NULL(strstr(out, "nan"));
+    CU_ASSERT_PTR_NULL(strstr(out, "within noise:"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "[n/a]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "no interval: 1 predicted token (2 needed"));
+    free(out);
+    out = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal("eval --model " MODEL " --dataset " DATA
+                                               " --modes dynamic,unit --num-samples 1 "
+                                               "--seq-len 2 --batch 1 --quiet --json",
+                                               &out),
+                          0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(out);
+    CU_ASSERT_PTR_NULL(strstr(out, "nan"));
+    CU_ASSERT_PTR_NULL(strstr(out, "NaN"));
+    cJSON *root = cJSON_Parse(out);
+    free(out);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const cJSON *modes = cJSON_GetObjectItem(root, "modes"), *m;
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(modes), 3);
+    int compared = 0;
+    cJSON_ArrayForEach(m, modes)
+    {
+        if (!strcmp(cJSON_GetObjectItem(m, "mode")->valuestring, "baseline"))
+            continue;
+        compared++;
+        CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(m, "within_noise")));
+        const cJSON *ci = cJSON_GetObjectItem(m, "perplexity_change_rel_ci95");
+        CU_ASSERT(cJSON_IsNull(cJSON_GetArrayItem(ci, 0)) &&
+                  cJSON_IsNull(cJSON_GetArrayItem(ci, 1)));
+        const cJSON *vb = cJSON_GetObjectItem(m, "vs_best");
+        const cJSON *bm = cJSON_GetObjectItem(vb, "mode");
+        /* the best mode against itself: a change of 0, within noise */
+        if (bm && strcmp(bm->valuestring, cJSON_GetObjectItem(m, "mode")->valuestring))
+            CU_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(vb, "within_noise")));
+    }
+    CU_ASSERT_EQUAL(compared, 2);
+    cJSON_Delete(root);
+}
+
 /* Student's t quantiles against the printed tables (to 4 decimals). */
 static void student_t975_matches_the_tables(void)
 {
@@ -602,6 +678,14 @@ static void eval_reads_a_legacy_file_of_a_llama2c_model(void)
              " --scales '%s' --tp 2 --modes static-head " SMALL,
              l2);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+    /* without --tp (1), the error names the --tp that reads the file */
+    snprintf(args, sizeof args,
+             "eval --model " MODEL " --dataset " DATA
+             " --scales '%s' --modes static-head " SMALL,
+             l2);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("2 ranks but tp 1"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("it is for tp 2 (--tp 2)"));
     /* 3 ranks cannot hold 4 kv heads */
     const char *l3 = kvcal_test_path("eval_legacy_tp3.json");
     char text[1024];
@@ -714,6 +798,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(token_nll_ref_is_log_vocab_on_flat_logits_and_0_without_target),
     KVCAL_TEST(token_kld_ref_is_hand_checked_on_three_token_rows),
     KVCAL_TEST(eval_compare_is_hand_checked_on_two_windows),
+    KVCAL_TEST(eval_compare_of_one_token_has_no_interval_and_no_verdict),
     KVCAL_TEST(student_t975_matches_the_tables),
     KVCAL_TEST(error_sums_ref_skips_padding_rows_and_counts_values_past_464),
 #ifdef KVCAL_WITH_CUDA
@@ -726,6 +811,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_rejects_scales_of_another_model_and_usage_errors),
     KVCAL_TEST(eval_refuses_empty_modes_and_tolerance_and_reads_long_mode_lists),
     KVCAL_TEST(eval_reads_a_legacy_file_of_a_llama2c_model),
+    KVCAL_TEST(eval_of_one_token_says_the_interval_is_not_available),
     KVCAL_TEST(eval_device_cuda_without_a_device_exits_2_and_names_device_cpu),
     KVCAL_TEST(eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows),
     KVCAL_TEST(eval_llama4_simulates_the_cache_in_its_chunks),

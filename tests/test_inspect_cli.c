@@ -476,6 +476,26 @@ static void inspect_bad_input_gives_one_line_and_the_exit_code(void)
     check_refused(args, 1, "not a model");
 }
 
+/* A '/' after a file's name: stat() says ENOTDIR, and the error says so,
+ * naming the file (it said "no such file or directory", which the file
+ * plainly is not). */
+static void inspect_slash_after_a_file_says_not_a_directory(void)
+{
+    char args[2048], want[1400];
+    const char *file = kvcal_test_path("some_file.txt");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(file, "text\n", 5), 0);
+    snprintf(args, sizeof args, "inspect %s/", file);
+    snprintf(want, sizeof want,
+             "%s/: not a directory: %s is a file; remove the trailing '/'\n", file, file);
+    check_refused(args, 2, want);
+    snprintf(args, sizeof args, "inspect %s/config.json", file);
+    snprintf(want, sizeof want, "%s is a file, not a directory; check the path", file);
+    check_refused(args, 2, want);
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NULL(err ? strstr(err, "no such file") : "no stderr");
+    free(err);
+}
+
 /* `cmd` through the shell, which must succeed. */
 static void sh(const char *fmt, const char *a, const char *b)
 {
@@ -943,6 +963,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(inspect_stats_shows_the_tokens_each_expert_received),
     KVCAL_TEST(inspect_token_sets_count_padding_and_decode_samples),
     KVCAL_TEST(inspect_bad_input_gives_one_line_and_the_exit_code),
+    KVCAL_TEST(inspect_slash_after_a_file_says_not_a_directory),
     KVCAL_TEST(inspect_broken_checkpoint_describes_config_and_exits_1),
     KVCAL_TEST(inspect_broken_llama2c_beside_a_config_is_an_error),
     KVCAL_TEST(inspect_damaged_index_is_a_broken_checkpoint),

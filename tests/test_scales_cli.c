@@ -34,7 +34,8 @@ static void cli_validate_fixture_exits_0_at_tp1_and_1_at_tp2(void)
         out &&
         strstr(out, LLAMA2 "/kv_cache_scales.json: kv_cache.scaling_factor: 1 rank but "
                            "tp 2: sglang rejects the file and uses scale 1.0 for "
-                           "every layer\n"));
+                           "every layer; it is for tp 1 (--tp 1); to serve at tp 2, "
+                           "rewrite it (kvcal convert FILE --to legacy --tp 2)\n"));
     free(out);
 }
 
@@ -142,6 +143,69 @@ static void cli_convert_reports_losses_and_refuses_bad_input(void)
                                          "/kv_cache_scales.json --to onnx --out x",
                                          NULL),
                     2);
+}
+
+/* A set the target cannot hold is refused naming the formats that can and
+ * the options of both commands that choose them: convert's is --to (the
+ * message said "--format ascend", calibrate's option, to a convert user). */
+static void cli_convert_refusal_names_the_option_of_each_command(void)
+{
+    const char *text =
+        "{\"format\": \"kvcal-kv-scales\", \"version\": 1, \"model\": "
+        "{\"architecture\": \"LlamaForCausalLM\", \"model_type\": \"llama\", "
+        "\"num_layers\": 2, \"num_attention_heads\": 8, \"num_kv_heads\": 4, "
+        "\"head_dim\": 8}, \"dtype\": \"int8\", \"qmax\": 127, \"granularity\": "
+        "\"tensor\", \"kv_shared\": false, \"observer\": {\"name\": \"minmax\", "
+        "\"params\": {}}, \"provenance\": {\"dataset\": \"x\", \"num_samples\": 1, "
+        "\"num_tokens\": 8, \"seed\": 0, \"tool_version\": \"0.1.0\"}, \"layers\": "
+        "[{\"layer\": 0, \"k_scale\": 0.04, \"v_scale\": 0.08}, {\"layer\": 1, "
+        "\"k_scale\": 0.041, \"v_scale\": 0.081}]}";
+    const char *in = kvcal_test_path("cli_int8.json");
+    const char *out = kvcal_test_path("cli_int8_legacy.json");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(in, text, strlen(text)), 0);
+    char args[1024];
+    snprintf(args, sizeof args, "convert %s --to kvcal --out %s", in, out);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0); /* a valid int8 set */
+    CU_ASSERT_EQUAL(remove(out), 0);
+    snprintf(args, sizeof args, "convert %s --to legacy --out %s", in, out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("int8 scales"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "write the kvcal format, ascend (vllm-ascend's C8) or checkpoint "
+        "(compressed-tensors) with calibrate --format or convert --to\n"));
+    char *err = kvcal_test_kvcal_stderr();
+    CU_ASSERT_PTR_NULL(err ? strstr(err, "--format ascend") : "no stderr");
+    free(err);
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(out, &st), 0);
+}
+
+/* An output directory whose parent does not exist: one line naming the
+ * path, the missing parent and the fix (it said "cannot create the
+ * directory: No such file or directory"); nothing is created. */
+static void cli_convert_into_a_missing_parent_names_it_and_the_fix(void)
+{
+    char args[2048], out[700], parent[600];
+    snprintf(parent, sizeof parent, "%s/cli_nodir", kvcal_test_tmpdir());
+    snprintf(out, sizeof out, "%s/x", parent);
+    snprintf(args, sizeof args,
+             "convert " LLAMA2 "/kv_cache_scales.json --to trtllm --out %s", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    char want[2048];
+    snprintf(want, sizeof want,
+             "%s: cannot create the directory: its parent directory %s does not exist; "
+             "create it first or choose another output path\n",
+             out, parent);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(want));
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(parent, &st), 0);
+    snprintf(out, sizeof out, "%s/x.json", parent);
+    snprintf(args, sizeof args,
+             "convert " LLAMA2 "/kv_cache_scales.json --to kvcal --out %s", out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("does not exist; create it first or choose "
+                                          "another output path"));
+    CU_ASSERT_NOT_EQUAL(stat(parent, &st), 0);
 }
 
 /* The rank count of the legacy file at `path` (its scaling_factor keys), -1
@@ -376,6 +440,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_validate_strict_fails_on_warnings_and_usage_errors_exit_2),
     KVCAL_TEST(cli_convert_legacy_to_kvcal_to_legacy_keeps_values),
     KVCAL_TEST(cli_convert_reports_losses_and_refuses_bad_input),
+    KVCAL_TEST(cli_convert_refusal_names_the_option_of_each_command),
+    KVCAL_TEST(cli_convert_into_a_missing_parent_names_it_and_the_fix),
     KVCAL_TEST(cli_convert_keeps_the_rank_count_of_a_legacy_or_trtllm_input),
     KVCAL_TEST(cli_convert_reports_only_the_losses_of_what_it_wrote),
     KVCAL_TEST(cli_convert_refuses_a_model_whose_vllm_loader_skips_scales),

@@ -239,6 +239,33 @@ static void legacy_without_model_takes_the_files_rank_and_layer_count(void)
     kvcal_scales_destroy(s);
 }
 
+/* A file of more ranks than the tp it is read at names the --tp that reads
+ * it (eval's default is 1: "2 ranks but tp 1" alone left the user to guess)
+ * and the convert that rewrites it for that tp. */
+static void legacy_rank_count_mismatch_names_the_tp_to_pass(void)
+{
+    const char *text = "{\"model_type\": \"llama\", \"kv_cache\": {\"dtype\": "
+                       "\"float8_e4m3fn\", \"scaling_factor\": {\"0\": {\"0\": 0.05, "
+                       "\"1\": 0.05}, \"1\": {\"0\": 0.05, \"1\": 0.05}}}}";
+    const char *p = kvcal_test_path("two_ranks.json");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(p, text, strlen(text)), 0);
+    kvcal_scales_t *s = NULL;
+    CU_ASSERT_EQUAL(kvcal_scales_load(p, NULL, 1, &s), KVCAL_ERR_MISMATCH);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT(kvcal_test_error_has("2 ranks but tp 1"));
+    CU_ASSERT(kvcal_test_error_has("it is for tp 2 (--tp 2)"));
+    CU_ASSERT(kvcal_test_error_has("--to legacy --tp 1"));
+    CU_ASSERT(kvcal_test_error_has(p));
+    kvcal_report_t *rep = validate(p, NULL, 3);
+    kvcal_finding f;
+    CU_ASSERT_EQUAL_FATAL(kvcal_report_get(rep, 0, &f), KVCAL_OK);
+    CU_ASSERT_STRING_EQUAL(f.message, "2 ranks but tp 3");
+    CU_ASSERT_PTR_NOT_NULL(strstr(f.consequence, "it is for tp 2 (--tp 2)"));
+    kvcal_report_destroy(rep);
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(p, NULL, 2, &s), KVCAL_OK);
+    kvcal_scales_destroy(s);
+}
+
 /* --- kvcal JSON ------------------------------------------------------------ */
 
 static void kvcal_json_round_trip_keeps_every_field(void)
@@ -841,6 +868,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(legacy_writer_takes_max_of_k_v_over_each_ranks_heads),
     KVCAL_TEST(legacy_replicates_heads_when_tp_exceeds_kv_heads),
     KVCAL_TEST(legacy_without_model_takes_the_files_rank_and_layer_count),
+    KVCAL_TEST(legacy_rank_count_mismatch_names_the_tp_to_pass),
     KVCAL_TEST(kvcal_json_round_trip_keeps_every_field),
     KVCAL_TEST(kvcal_json_tensor_granularity_without_per_head_arrays_loads),
     KVCAL_TEST(checkpoint_round_trip_per_tensor_and_per_head),

@@ -35,6 +35,7 @@
 
 #include "core/scale_rule.h"
 #include "core/status.h"
+#include "io/atomic_file.h"
 #include "io/checkpoint/lm_prefix.h"
 #include "io/checkpoint/safetensors.h"
 #include "io/json_file.h"
@@ -566,16 +567,18 @@ kvcal_status kvcal_scales_write_ascend(const kvcal_scales_t *s, const char *dir,
     if ((st = kvcal_model_config_load(model_dir, &mc)))
         return st;
     if (kvcal_scales_uncached_layers(s))
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: %s caches nothing in %d of its layers (linear attention), "
-                          "and kvcal writes vllm-ascend's C8 scales for every layer; "
-                          "write --format kvcal or checkpoint",
-                          dir, mc.architecture, kvcal_scales_uncached_layers(s));
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: %s caches nothing in %d of its layers (linear attention), "
+            "and kvcal writes vllm-ascend's C8 scales for every layer; "
+            "write the kvcal or checkpoint format with " KVCAL_FORMAT_OPTIONS,
+            dir, mc.architecture, kvcal_scales_uncached_layers(s));
     if (mc.multimodal)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: %s keeps its language model in a multimodal model, and "
                           "kvcal writes vllm-ascend's C8 scales for causal LMs alone "
-                          "(model.layers.<i>); write --format kvcal or checkpoint",
+                          "(model.layers.<i>); write the kvcal or checkpoint format "
+                          "with " KVCAL_FORMAT_OPTIONS,
                           dir, mc.architecture);
     if (kvcal_checkpoint_open(model_dir, &model))
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
@@ -587,10 +590,9 @@ kvcal_status kvcal_scales_write_ascend(const kvcal_scales_t *s, const char *dir,
         kvcal_checkpoint_close(model);
         return st;
     }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if ((st = kvcal_atomic_mkdir(dir))) {
         kvcal_checkpoint_close(model);
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", dir,
-                          strerror(errno));
+        return st;
     }
     /* one value a layer per tensor (symmetric: the max over heads, as every
      * per-tensor format), unless the heads' offsets or scales differ */

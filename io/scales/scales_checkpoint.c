@@ -56,6 +56,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "io/atomic_file.h"
 #include "io/checkpoint/lm_prefix.h"
 #include "io/checkpoint/safetensors.h"
 #include "io/json_file.h"
@@ -1628,16 +1629,15 @@ static kvcal_status merge_config(cJSON *config, cJSON *hq, const kvcal_scales_t 
         return merge_config_for(qc ? qc : hq, hq, f, ld, method, s->format, path);
     if (s->format != KVCAL_KV_FORMAT_FP8_E4M3 && qc &&
         ld != KVCAL_LOADER_COMPRESSED_TENSORS)
-        return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                          "%s: quantization_config.quant_method is \"%s\": a "
-                          "compressed-tensors kv_cache_scheme for an %s cache goes into "
-                          "an unquantized or compressed-tensors model only; write the "
-                          "kvcal format%s",
-                          path, method,
-                          s->format == KVCAL_KV_FORMAT_NVFP4 ? "NVFP4" : "int8",
-                          s->format == KVCAL_KV_FORMAT_NVFP4
-                              ? " or --format modelopt for a ModelOpt model"
-                              : "");
+        return kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "%s: quantization_config.quant_method is \"%s\": a "
+            "compressed-tensors kv_cache_scheme for an %s cache goes into "
+            "an unquantized or compressed-tensors model only; write the "
+            "kvcal format%s (" KVCAL_FORMAT_OPTIONS ")",
+            path, method, s->format == KVCAL_KV_FORMAT_NVFP4 ? "NVFP4" : "int8",
+            s->format == KVCAL_KV_FORMAT_NVFP4 ? " or modelopt for a ModelOpt model"
+                                               : "");
     if (ld == KVCAL_LOADER_BASE && per_head)
         return kvcal_fail(KVCAL_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method is \"%s\", whose vLLM "
@@ -1777,9 +1777,8 @@ kvcal_status kvcal_scales_write_checkpoint(const kvcal_scales_t *s, kvcal_format
                           kvcal_model_config_cache_kv_heads(&mc));
     if (strlen(dir) + 64 >= 4096 || strlen(model_dir) + 64 >= 4096)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: path too long", dir);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", dir,
-                          strerror(errno));
+    if ((st = kvcal_atomic_mkdir(dir)))
+        return st;
 
     /* compressed-tensors' NVFP4: one global scale per layer and K/V, named
      * k_global_scale and holding 448 x 6 / amax (kvcal's reciprocal) */

@@ -212,7 +212,9 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
         !(nvfp4 && format == KVCAL_FORMAT_MODELOPT) && !ct)
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
-            "%s: %s scales: %s (schemas/README.md); write the kvcal format%s", path,
+            "%s: %s scales: %s (schemas/README.md); write the kvcal format%s "
+            "with " KVCAL_FORMAT_OPTIONS,
+            path,
             nvfp4                                         ? "NVFP4"
             : scales->format == KVCAL_KV_FORMAT_INT8_ASYM ? "int8_asym"
                                                           : "int8",
@@ -220,19 +222,18 @@ kvcal_status kvcal_scales_write(const kvcal_scales_t *scales, kvcal_format forma
                     "(kv_cache_quant_algo NVFP4); sglang refuses another dtype"
                   : "sglang refuses another dtype and no vLLM loader gives a static "
                     "int8 cache its scales (compressed-tensors refuses type int)",
-            nvfp4 ? ", --format modelopt or checkpoint (compressed-tensors)"
+            nvfp4 ? ", modelopt or checkpoint (compressed-tensors)"
             : scales->format == KVCAL_KV_FORMAT_INT8
-                ? ", --format ascend (vllm-ascend's C8) or checkpoint "
-                  "(compressed-tensors)"
-                : " or --format ascend (vllm-ascend's C8)");
+                ? ", ascend (vllm-ascend's C8) or checkpoint (compressed-tensors)"
+                : " or ascend (vllm-ascend's C8)");
     const int uncached = kvcal_scales_uncached_layers(scales);
     if (uncached && (format == KVCAL_FORMAT_LEGACY_JSON || format == KVCAL_FORMAT_TRTLLM))
         return kvcal_fail(
             KVCAL_ERR_UNSUPPORTED,
             "%s: %d of the %d layers cache nothing (a hybrid model's "
             "linear attention) and this format holds a scale for every "
-            "layer; write --format checkpoint (or modelopt, quark, kv-scale, "
-            "kvcal)",
+            "layer; write the checkpoint format (or modelopt, quark, kv-scale, "
+            "kvcal) with " KVCAL_FORMAT_OPTIONS,
             path, uncached, scales->num_layers);
     switch (format) {
     case KVCAL_FORMAT_LEGACY_JSON:

@@ -23,6 +23,10 @@
 #define KVCAL_MODELOPT_QUANT_CONFIG "hf_quant_config.json"
 #define KVCAL_ASCEND_DESCRIPTION "quant_model_description.json"
 
+/* The options that choose an output format, for the messages of the
+ * writers, which both commands call: "write the kvcal format with " ... */
+#define KVCAL_FORMAT_OPTIONS "calibrate --format or convert --to"
+
 /* 1 for the formats written as a directory (a checkpoint's scales). */
 static inline int kvcal_format_is_dir(kvcal_format f)
 {

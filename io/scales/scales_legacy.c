@@ -377,11 +377,17 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
         num_ranks += i == 0 || ranks[i].value != ranks[i - 1].value;
     if (num_ranks == 0)
         goto fail;
-    if (ctx->tp > 0 && num_ranks != ctx->tp)
+    if (ctx->tp > 0 && num_ranks != ctx->tp) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 KVCAL_LEGACY_REJECTED "; it is for tp %d (--tp %d); to serve at tp %d, "
+                                       "rewrite it (kvcal convert FILE --to legacy --tp "
+                                       "%d)",
+                 num_ranks, num_ranks, ctx->tp, ctx->tp);
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
-                         "kv_cache.scaling_factor", KVCAL_LEGACY_REJECTED,
-                         "%d rank%s but tp %d", num_ranks, num_ranks == 1 ? "" : "s",
-                         ctx->tp);
+                         "kv_cache.scaling_factor", why, "%d rank%s but tp %d", num_ranks,
+                         num_ranks == 1 ? "" : "s", ctx->tp);
+    }
     if (ctx->model)
         kvcal_report_check_tp_split(rep, "kv_cache.scaling_factor",
                                     kvcal_model_config_cache_kv_heads(ctx->model),

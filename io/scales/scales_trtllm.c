@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
+#include "io/atomic_file.h"
 #include "io/checkpoint/safetensors.h"
 #include "io/json_file.h"
 #include "io/path.h"
@@ -109,12 +110,17 @@ static int check_config(const cJSON *cfg, const kvcal_scales_ctx *ctx,
             rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
             "config.json: num_hidden_layers", "the factors belong to another model",
             "%d, but the model has %d layers", *layers, ctx->model->num_layers);
-    if (ctx->tp > 0 && ctx->tp != world)
+    if (ctx->tp > 0 && ctx->tp != world) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 "TensorRT-LLM builds one engine per rank of the checkpoint's mapping, "
+                 "not --tp; it is for tp %d (--tp %d); to serve at tp %d, rewrite it "
+                 "(kvcal convert DIR --to trtllm --tp %d)",
+                 world, world, ctx->tp, ctx->tp);
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
-                         "config.json: mapping.world_size",
-                         "TensorRT-LLM builds one engine per rank of the checkpoint's "
-                         "mapping, not --tp",
-                         "%d ranks but tp %d", world, ctx->tp);
+                         "config.json: mapping.world_size", why, "%d ranks but tp %d",
+                         world, ctx->tp);
+    }
     return world;
 }
 
@@ -246,9 +252,8 @@ kvcal_status kvcal_scales_write_trtllm(const kvcal_scales_t *s, const char *dir,
     if (tp < 1 || tp > KVCAL_TP_MAX)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s: tp %d out of [1, %d]", dir, tp,
                           KVCAL_TP_MAX);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return kvcal_fail(KVCAL_ERR_IO, "%s: cannot create the directory: %s", dir,
-                          strerror(errno));
+    if ((st = kvcal_atomic_mkdir(dir)))
+        return st;
     int L = s->num_layers;
     char p[4096], *names = malloc((size_t)L * 96);
     float *data = malloc(sizeof(float) * (size_t)L);
