@@ -656,14 +656,73 @@ static void model_dir_of(const char *model, char *dir, size_t n)
         snprintf(dir, n, "%s", model);
 }
 
-/* Whether some output is an input, or two outputs are one file: -1 with a
- * message naming them. The checkpoint may be written into the model's own
- * directory (its config.json and index are rewritten with every field
- * kept), so its files are not checked against the model's there. */
-static int check_outputs(const output_plan *p, const options *o,
+/* Whether a file the run writes or reads is one of its own progress files
+ * (OUT.kvcal-progress.h5 and .json, kvcal_cmd_resume_init's names), which
+ * the run writes over after every --save-every samples, reads on --resume
+ * and removes at its end: -1 with a message naming the option and the fix. */
+static int check_progress_names(const output_plan *p, const options *o,
+                                const char *dataset_path,
+                                const kvcal_inputs_t *model_inputs)
+{
+    if (!o->save_every && !o->resume)
+        return 0; /* no progress kept or read */
+    kvcal_cmd_resume r;
+    const kvcal_model_identity none = {0};
+    if (kvcal_cmd_resume_init(&r, o->out, NULL, &none))
+        return -1;
+    const char *progress[] = {r.stats_path, r.run_path};
+    const char *fix = o->resume ? "" : " (or --save-every 0: no progress kept)";
+    for (int k = 0; k < 2; k++) {
+        const char *opt = NULL, *path = NULL, *is = "is";
+        for (int i = 0; !opt && i < p->nfiles; i++)
+            if (kvcal_path_same_file(p->files[i], progress[k])) {
+                opt = p->option[i];
+                path = p->files[i];
+            }
+        if (opt) {
+            fprintf(stderr,
+                    "kvcal calibrate: %s %s: is %s, where this run keeps its progress "
+                    "(beside --out %s), written over as the run goes and removed at "
+                    "its end; give %s another path%s\n",
+                    opt, path, progress[k], o->out, opt, fix);
+            return -1;
+        }
+        if (o->run.tokenizer && kvcal_path_same_file(o->run.tokenizer, progress[k])) {
+            opt = "--tokenizer";
+            path = o->run.tokenizer;
+        } else if (kvcal_path_same_file(dataset_path, progress[k])) {
+            opt = "--dataset";
+            path = dataset_path;
+        } else if (kvcal_path_same_file(o->run.model, progress[k]) ||
+                   kvcal_inputs_check(model_inputs, "--model", progress[k])) {
+            opt = "--model";
+            path = o->run.model;
+            is = kvcal_path_same_file(o->run.model, progress[k]) ? "is" : "holds";
+        }
+        if (opt) {
+            fprintf(stderr,
+                    "kvcal calibrate: %s %s: %s %s, where this run keeps its progress "
+                    "(beside --out %s), written over as the run goes and removed at "
+                    "its end: the input would be lost; give --out another path, or the "
+                    "input another name\n",
+                    opt, path, is, progress[k], o->out);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Whether some output is an input, or two outputs are one file, or either
+ * is one of the run's progress files: -1 with a message naming them. The
+ * checkpoint may be written into the model's own directory (its
+ * config.json and index are rewritten with every field kept), so its files
+ * are not checked against the model's there. */
+static int check_outputs(const output_plan *p, const options *o, const char *dataset_path,
                          const kvcal_inputs_t *model_inputs,
                          const kvcal_inputs_t *other_inputs)
 {
+    if (check_progress_names(p, o, dataset_path, model_inputs))
+        return -1;
     char model_dir[4096];
     model_dir_of(o->run.model, model_dir, sizeof model_dir);
     int into_model = p->checkpoint[0] && kvcal_path_same_file(p->checkpoint, model_dir);
@@ -1038,6 +1097,28 @@ static void print_time_only(const kvcal_model_desc *d, const options *o, long lo
 
 // --- command ------------------------------------------------------------------
 
+/* Every id of the samples inside the model's vocabulary of `vocab`, before
+ * any work: token ids taken verbatim with no tokenizer to check them were
+ * found out of range only in the forward pass, by an error that named
+ * neither the dataset nor the fix. */
+static kvcal_status check_sample_ids(const kvcal_samples *s, int vocab,
+                                     const char *dataset, const char *model)
+{
+    for (int i = 0; i < s->num_samples; i++)
+        for (int k = 0; k < s->lengths[i]; k++) {
+            const int32_t id = s->ids[(size_t)i * s->seq_len + k];
+            if (id < 0 || id >= vocab)
+                return kvcal_fail(
+                    KVCAL_ERR_MISMATCH,
+                    "%s: token id %d (sample %d, position %d) is outside the vocabulary "
+                    "of %s (%d tokens, ids 0 to %d): were these ids made with another "
+                    "model's tokenizer? (give the model's own with --tokenizer to have "
+                    "each id checked by line)",
+                    dataset, id, i, k, model, vocab, vocab - 1);
+        }
+    return KVCAL_OK;
+}
+
 /* What this rank's run is, for the ranks' first meeting: they must agree. */
 static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o,
                          const kvcal_model_desc *d)
@@ -1103,7 +1184,7 @@ int kvcal_cmd_calibrate(int argc, char **argv)
         if ((st = list_inputs(&o, dataset_path, &model_inputs, &other_inputs)))
             goto fail;
         if (kvcal_cmd_ranks_env_rank() == 0 &&
-            check_outputs(&plan, &o, model_inputs, other_inputs)) {
+            check_outputs(&plan, &o, dataset_path, model_inputs, other_inputs)) {
             rc = KVCAL_EXIT_USAGE;
             goto done;
         }
@@ -1177,7 +1258,8 @@ int kvcal_cmd_calibrate(int argc, char **argv)
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
                                   1, o.run.text_field};
     if ((st = kvcal_cmd_load_samples("calibrate", o.run.model, d->vocab_size,
-                                     o.run.tokenizer, dataset_path, &dopt, &samples)))
+                                     o.run.tokenizer, dataset_path, &dopt, &samples)) ||
+        (st = check_sample_ids(samples, d->vocab_size, dataset_path, o.run.model)))
         goto fail;
     int batch = o.run.batch ? o.run.batch : DEFAULT_BATCH;
     if (batch > samples->num_samples) {

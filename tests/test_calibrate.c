@@ -309,6 +309,56 @@ static void calibrate_refuses_nonfinite_v_naming_layer_head_and_sample(void)
     CU_ASSERT_EQUAL(access(kvcal_test_path("never.json"), F_OK), -1);
 }
 
+/* --seq-len 1 with a tokenizer that adds BOS: every packed window was BOS
+ * alone, and the run wrote scales of BOS only (exit 0, the text never
+ * read); it is refused naming the dataset and the fix, nothing written.
+ * Token ids (no BOS put in front) still run at --seq-len 1. */
+static void calibrate_refuses_seq_len_1_that_leaves_no_room_after_bos(void)
+{
+    char args[2048];
+    const char *out = kvcal_test_path("bos-only.json");
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --num-samples 4 --seq-len 1 --batch 2 --quiet "
+             "--out '%s'",
+             out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "default_calibration.txt: --seq-len 1 leaves no room for text"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("--seq-len 2 or more"));
+    CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
+    const char *ids = kvcal_test_path("bos-only.jsonl");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(ids, 2, 8, 512, 3), 0);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --dataset '%s' --num-samples 4 --seq-len 1 "
+             "--quiet --out '%s'",
+             ids, out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
+}
+
+/* Token ids past the model's vocabulary, with no tokenizer to check them,
+ * are refused before the run naming the dataset, the sample and the fix
+ * (found only in the forward pass before, naming neither). */
+static void calibrate_refuses_token_ids_past_the_vocabulary_naming_the_dataset(void)
+{
+    char dir[600], cmd[2048];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("no-tokenizer"));
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp " MODEL " '%s/'", dir, dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    const char *ids = kvcal_test_path("past-vocab.jsonl");
+    const char *line = "{\"input_ids\": [5, 9, 600, 3]}\n";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, line, strlen(line)), 0);
+    const char *out = kvcal_test_path("past-vocab.json");
+    snprintf(cmd, sizeof cmd,
+             "calibrate --model '%s/stories260K.bin' --dataset '%s' --num-samples 1 "
+             "--seq-len 4 --quiet --out '%s'",
+             dir, ids, out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(cmd, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "past-vocab.jsonl: token id 600 (sample 0, position 2) is outside the "
+        "vocabulary"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("--tokenizer"));
+    CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
+}
 
 // --- resuming -------------------------------------------------------------------
 
@@ -472,31 +522,64 @@ static void calibrate_resume_refuses_progress_that_disagrees_with_itself(void)
     CU_ASSERT_NOT_EQUAL(access(h5, F_OK), 0);
 }
 
-/* An output given the name of a progress file (--stats OUT.kvcal-progress.h5)
- * is written after the last save and stays: the run removes only the
- * progress it wrote itself. */
-static void calibrate_keeps_an_output_named_like_its_progress(void)
+/* An output or an input given the name of a progress file of the run
+ * (--stats OUT.kvcal-progress.h5, --report OUT.kvcal-progress.json, a
+ * dataset of that name) is refused before the run, naming the option and
+ * the fix: the run's saves wrote over it (an interrupted run left partial
+ * statistics at --stats; a dataset was overwritten, then removed). With
+ * --save-every 0 no progress is kept, and the name is free. */
+static void calibrate_refuses_an_output_or_input_named_like_its_progress(void)
 {
-    char args[9000], stats[4200];
+    char args[9000], stats[4200], report[4200], data[4200];
     const char *out = kvcal_test_path("named_like.json");
     snprintf(stats, sizeof stats, "%s.kvcal-progress.h5", out);
+    snprintf(report, sizeof report, "%s.kvcal-progress.json", out);
     snprintf(args, sizeof args, SMALL_RESUME_RUN " --out '%s' --stats '%s'", out, stats);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("--stats "));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("give --stats another path"));
+    CU_ASSERT_NOT_EQUAL(access(out, F_OK), 0);
+    CU_ASSERT_NOT_EQUAL(access(stats, F_OK), 0);
+    snprintf(args, sizeof args, SMALL_RESUME_RUN " --out '%s' --report '%s'", out,
+             report);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("give --report another path"));
+    CU_ASSERT_NOT_EQUAL(access(report, F_OK), 0);
+    /* a dataset of that name: saved over after the first chunk, then removed */
+    snprintf(data, sizeof data, "%s", report);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_ids(data, 16, 32, 512, 7), 0);
+    size_t n0 = 0, n1 = 0;
+    char *before = kvcal_test_read_file(data, &n0);
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --dataset '%s' --num-samples 16 --seq-len 32 "
+             "--batch 4 --save-every 4 --quiet --out '%s'",
+             data, out);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 2);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("--dataset "));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("give --out another path"));
+    char *after = kvcal_test_read_file(data, &n1);
+    CU_ASSERT(before && after && n0 == n1 && !memcmp(before, after, n0));
+    free(before);
+    free(after);
+    remove(data);
+    /* no progress kept: the name is an ordinary output */
+    snprintf(args, sizeof args,
+             "calibrate --model " MODEL " --dataset datasets/default_calibration.txt "
+             "--num-samples 16 --seq-len 32 --batch 4 --save-every 0 --quiet --out '%s' "
+             "--stats '%s'",
+             out, stats);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
-    CU_ASSERT_EQUAL(access(out, F_OK), 0);
-    CU_ASSERT_EQUAL(access(stats, F_OK), 0);
     kvcal_stats_t *s = NULL;
     CU_ASSERT_EQUAL(kvcal_stats_read_hdf5(stats, &s, NULL, NULL), KVCAL_OK);
-    CU_ASSERT(s && s->batches == 4); /* all 16 samples, not a save's 4 or 12 */
+    CU_ASSERT(s && s->batches == 4); /* all 16 samples */
     kvcal_stats_destroy(s);
-    snprintf(stats, sizeof stats, "%s.kvcal-progress.json", out);
-    CU_ASSERT_NOT_EQUAL(access(stats, F_OK), 0);
 }
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_interrupted_then_resumed_equals_an_uninterrupted_run),
     KVCAL_TEST(calibrate_resume_refuses_missing_or_foreign_progress),
     KVCAL_TEST(calibrate_resume_refuses_progress_that_disagrees_with_itself),
-    KVCAL_TEST(calibrate_keeps_an_output_named_like_its_progress),
+    KVCAL_TEST(calibrate_refuses_an_output_or_input_named_like_its_progress),
     KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
     KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
     KVCAL_TEST(calibrate_finds_its_default_text_from_any_directory),
@@ -509,6 +592,8 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_time_only_reports_the_rate_and_writes_nothing),
     KVCAL_TEST(calibrate_refuses_a_tp_the_kv_heads_cannot_split_before_running),
     KVCAL_TEST(calibrate_refuses_nonfinite_v_naming_layer_head_and_sample),
+    KVCAL_TEST(calibrate_refuses_seq_len_1_that_leaves_no_room_after_bos),
+    KVCAL_TEST(calibrate_refuses_token_ids_past_the_vocabulary_naming_the_dataset),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(calibrate, KVCAL_NEEDS_NOTHING, tests)

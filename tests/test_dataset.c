@@ -496,6 +496,47 @@ static void dataset_default_text_fills_128_samples_of_2048_llama2_tokens(void)
     kvcal_tokenizer_destroy(tok);
 }
 
+/* Packing text into windows of one token with a tokenizer that adds BOS
+ * leaves no room for text: every window was BOS alone (samples of nothing
+ * but BOS, the text never read), and with no --num-samples the packer went
+ * on until 2^31 tokens of them. It is refused before any document is
+ * tokenized, naming the file and the fix; token ids (no BOS put in front)
+ * and one document per sample still fit windows of one token. */
+static void dataset_refuses_packed_windows_with_no_room_after_bos(void)
+{
+    kvcal_tokenizer_t *tok = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_tokenizer_load("models/stories260K/tok512.bin", &tok),
+                          KVCAL_OK);
+    CU_ASSERT_FATAL(kvcal_tokenizer_adds_bos(tok) && kvcal_tokenizer_bos(tok) == 1);
+    const char *p = write_tmp("bos-room.txt", "Once upon a time there was a cat.\n\n"
+                                              "Tom ran to the park.\n");
+    kvcal_dataset_options opt = {.num_samples = 4, .seq_len = 1, .pack = 1};
+    kvcal_samples *s = (kvcal_samples *)1;
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT(kvcal_test_error_has("bos-room.txt: --seq-len 1 leaves no room for text"));
+    CU_ASSERT(kvcal_test_error_has("--seq-len 2 or more"));
+    opt.num_samples = 0; /* as many as the text fills: never, before */
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(s);
+    /* two tokens: BOS and one of the text */
+    opt = (kvcal_dataset_options){.num_samples = 4, .seq_len = 2, .pack = 1};
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_OK);
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT(s->ids[2 * i] == 1 && s->ids[2 * i + 1] != 1);
+    kvcal_samples_destroy(s);
+    /* one document per sample, and token ids: windows of one token */
+    opt = (kvcal_dataset_options){.num_samples = 2, .seq_len = 1, .pack = 0};
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, tok, &opt, &s), KVCAL_OK);
+    kvcal_samples_destroy(s);
+    const char *ids = write_tmp("bos-room.jsonl", "{\"input_ids\": [5, 6, 7, 8]}\n");
+    opt = (kvcal_dataset_options){.num_samples = 4, .seq_len = 1, .pack = 1};
+    CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(ids, tok, &opt, &s), KVCAL_OK);
+    CU_ASSERT(s->ids[0] == 5 && s->ids[3] == 8);
+    kvcal_samples_destroy(s);
+    kvcal_tokenizer_destroy(tok);
+}
+
 static CU_TestInfo shared_tests[] = {
     KVCAL_TEST(dataset_text_packs_windows_that_start_with_bos),
     KVCAL_TEST(dataset_default_text_fills_128_samples_of_2048_llama2_tokens),
@@ -518,6 +559,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_ids_outside_the_vocabulary_name_file_line_id_and_size),
     KVCAL_TEST(dataset_refuses_fifos_and_devices_before_opening_them),
     KVCAL_TEST(dataset_default_text_is_what_its_generator_writes),
+    KVCAL_TEST(dataset_refuses_packed_windows_with_no_room_after_bos),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(dataset, KVCAL_NEEDS_NOTHING, tests)

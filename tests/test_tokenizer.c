@@ -633,6 +633,58 @@ static void tokenizer_find_refuses_two_llama2c_tokenizers_side_by_side(void)
     free(bin);
 }
 
+/* The encode errors of a tokenizer that cannot encode a text (a character
+ * outside a vocabulary with neither byte_fallback nor unk; a byte without a
+ * byte-level token and no unk) name the tokenizer file and the character:
+ * they named neither, so a dataset's error did not say which tokenizer. */
+static void hf_encode_errors_name_the_tokenizer_file_and_the_character(void)
+{
+    char dir[600], spm[700], bl[700];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("encode-errors"));
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    snprintf(spm, sizeof spm, "%s/spm-tokenizer.json", dir);
+    snprintf(bl, sizeof bl, "%s/bytelevel-tokenizer.json", dir);
+    const char *spm_json =
+        "{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", "
+        "\"prepend_scheme\": \"first\", \"split\": false}, \"model\": {\"type\": "
+        "\"BPE\", \"byte_fallback\": false, \"vocab\": {\"\u2581\": 0, \"h\": 1, "
+        "\"i\": 2, \"hi\": 3, \"\u2581hi\": 4}, \"merges\": [\"h i\", \"\u2581 hi\"]}}";
+    const char *bl_json =
+        "{\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+        "\"use_regex\": false}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"h\": 0, "
+        "\"i\": 1, \"hi\": 2}, \"merges\": [\"h i\"]}}";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(spm, spm_json, strlen(spm_json)), 0);
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(bl, bl_json, strlen(bl_json)), 0);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    kvcal_tokenizer_t *tok = load(spm);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, "hi", 2, 0, &ids, &n), KVCAL_OK);
+    free(ids);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, "hi \xc3\xa9", 5, 0, &ids, &n),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(ids);
+    CU_ASSERT(kvcal_test_error_has(spm));
+    CU_ASSERT(kvcal_test_error_has("(U+00E9) is not in the vocabulary"));
+    kvcal_tokenizer_destroy(tok);
+    tok = load(bl);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, "hi hi", 5, 0, &ids, &n),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(ids);
+    CU_ASSERT(kvcal_test_error_has(bl));
+    CU_ASSERT(kvcal_test_error_has("byte 0x20 has no byte-level token"));
+    kvcal_tokenizer_destroy(tok);
+    /* loaded from memory: the name given */
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_tokenizer_load_memory(bl_json, strlen(bl_json), "mem/tokenizer.json", &tok),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(kvcal_tokenizer_encode(tok, "h\x01", 2, 0, &ids, &n),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("mem/tokenizer.json: byte 0x01"));
+    kvcal_tokenizer_destroy(tok);
+}
+
 static CU_TestInfo shared_tests[] = {
     KVCAL_TEST(llama2c_matches_run_c_encode_on_stories260k),
     KVCAL_TEST(llama2c_adds_bos_not_eos_and_decodes_back),
@@ -658,6 +710,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(hf_metaspace_pretokenizer_matches_hf_tokenizers),
     KVCAL_TEST(tokenizer_load_rejects_unknown_and_truncated_files),
     KVCAL_TEST(tokenizer_find_refuses_two_llama2c_tokenizers_side_by_side),
+    KVCAL_TEST(hf_encode_errors_name_the_tokenizer_file_and_the_character),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(tokenizer, KVCAL_NEEDS_NOTHING, tests)

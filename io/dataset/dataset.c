@@ -22,7 +22,8 @@
  * with the tokenizer's special tokens (BOS as its configuration says).
  * Packed samples are consecutive seq_len windows of the concatenated
  * documents; when the tokenizer adds a BOS, a window that does not start
- * with it gets one in front (the engine always sees BOS at position 0);
+ * with it gets one in front (the engine always sees BOS at position 0), so
+ * a window needs room for one token after it (seq_len 1 is refused);
  * token-id documents are never changed. With
  * pack = 0 each sample is one document, cut at seq_len, shorter ones padded
  * with id -1. */
@@ -660,6 +661,14 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
     /* token ids are taken verbatim: no BOS is put in front of their windows */
     int32_t bos =
         kvcal_tokenizer_adds_bos(tok) && !l.d[0].is_ids ? kvcal_tokenizer_bos(tok) : -1;
+    if (opt->pack && bos >= 0 && L < 2) { /* every window BOS alone, the text never */
+        st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                        "%s: --seq-len %d leaves no room for text: each packed window "
+                        "starts with the tokenizer's BOS (id %d), which fills it; give "
+                        "--seq-len 2 or more",
+                        path, L, (int)bos);
+        goto fail;
+    }
     int filled = 0;
     long long seen_tokens = 0;
     size_t seen_docs = 0;

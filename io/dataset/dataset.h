@@ -41,7 +41,9 @@ typedef struct kvcal_samples {
  * datasets). Fewer tokens than asked is an error that says how many there
  * are. Samples are allocated as they fill, so memory follows the tokens the
  * dataset holds; num_samples x seq_len over 2^31 tokens is refused before
- * reading (KVCAL_ERR_INVALID_ARG). *out = NULL on failure; free with
+ * reading, and packing text into windows of seq_len 1 with a tokenizer that
+ * adds BOS (no room for text after it) before tokenizing
+ * (KVCAL_ERR_INVALID_ARG). *out = NULL on failure; free with
  * kvcal_samples_destroy. */
 kvcal_status kvcal_dataset_load(const char *path, const kvcal_tokenizer_t *tok,
                                 const kvcal_dataset_options *opt, kvcal_samples **out);

@@ -21,6 +21,7 @@ void kvcal_tokenizer_destroy(kvcal_tokenizer_t *tok)
     if (!tok)
         return;
     kvcal_tok_free_hf(tok);
+    free(tok->path);
     free(tok->piece_data);
     free(tok->piece_off);
     free(tok->scores);
@@ -37,6 +38,10 @@ kvcal_status kvcal_tokenizer_load_memory(const void *bytes, size_t len, const ch
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "tokenizer: no data or name given");
     const unsigned char *data = bytes;
     kvcal_tokenizer_t *t = calloc(1, sizeof *t);
+    if (t && !(t->path = strdup(name))) {
+        free(t);
+        t = NULL;
+    }
     if (!t)
         return kvcal_fail(KVCAL_ERR_NOMEM, "%s: out of memory", name);
     t->bos = t->eos = t->unk = -1;

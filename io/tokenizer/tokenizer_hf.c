@@ -589,14 +589,37 @@ static kvcal_status bpe_bytelevel(hf_ctx *c, const char *p, size_t n)
             if (t->unk < 0)
                 return kvcal_fail(
                     KVCAL_ERR_FORMAT,
-                    "tokenizer: byte 0x%02X has no byte-level token and there is "
-                    "no unk_token",
-                    (unsigned char)p[i]);
+                    "%s: byte 0x%02X has no byte-level token and there is no "
+                    "unk_token: this tokenizer cannot encode the text; use the model's "
+                    "own tokenizer.json, or take the byte out of the text",
+                    t->path, (unsigned char)p[i]);
             id = t->unk;
         }
         c->w.sym[k++] = (kvcal_bpe_sym){id, (uint32_t)i, (uint32_t)i + 1, -1, -1, 1};
     }
     return emit_symbols(c, k, p);
+}
+
+/* The error for the l bytes at u, a character outside the vocabulary of
+ * a tokenizer with neither byte fallback nor unk: the file and the
+ * character (its code point, or the byte of invalid UTF-8). */
+static kvcal_status unknown_char(const kvcal_tokenizer_t *t, const unsigned char *u,
+                                 size_t l)
+{
+    char what[32];
+    unsigned cp = l == 1 ? u[0] : (u[0] & (0x7Fu >> l));
+    for (size_t b = 1; b < l; b++)
+        cp = cp << 6 | (u[b] & 0x3Fu);
+    if (l == 1 && u[0] >= 0x80)
+        snprintf(what, sizeof what, "byte 0x%02X (not UTF-8)", u[0]);
+    else
+        snprintf(what, sizeof what, "U+%04X", cp);
+    return kvcal_fail(KVCAL_ERR_FORMAT,
+                      "%s: a character (%s) is not in the vocabulary and the model has "
+                      "neither byte_fallback nor an unk_token: this tokenizer cannot "
+                      "encode the text; use the model's own tokenizer.json, or take the "
+                      "character out of the text",
+                      t->path, what);
 }
 
 /* BPE of one SentencePiece-style pre-token (U+2581-escaped UTF-8). */
@@ -632,10 +655,7 @@ static kvcal_status bpe_chars(hf_ctx *c, const char *p, size_t n)
                 c->w.sym[k++] =
                     (kvcal_bpe_sym){t->unk, (uint32_t)i, (uint32_t)(i + l), -1, -1, 1};
         } else
-            return kvcal_fail(
-                KVCAL_ERR_FORMAT,
-                "tokenizer: a character is not in the vocabulary and the model "
-                "has neither byte_fallback nor an unk_token");
+            return unknown_char(t, u + i, l);
         i += l;
     }
     return emit_symbols(c, k, p);
@@ -664,8 +684,8 @@ static kvcal_status split_step(hf_ctx *c, int k, const char *p, size_t n)
             break;
         if (rc < 0)
             return kvcal_fail(KVCAL_ERR_FORMAT,
-                              "tokenizer: pre-tokenizer regex failed (PCRE2 error %d)",
-                              rc);
+                              "%s: pre-tokenizer regex failed (PCRE2 error %d)",
+                              c->t->path, rc);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t s = ov[0], e = ov[1];
         if (e == s) { /* empty match: step over one character */

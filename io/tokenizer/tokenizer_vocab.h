@@ -86,6 +86,7 @@ typedef struct kvcal_added_token {
 
 struct kvcal_tokenizer {
     kvcal_tok_kind kind;
+    char *path; /* the file it was loaded from (owned): named in encode errors */
     int vocab_size;
     char *piece_data;      /* all pieces, back to back */
     uint32_t *piece_off;   /* (vocab_size + 1) offsets into piece_data */
