@@ -138,10 +138,11 @@ static void eval_compare_of_one_token_has_no_interval_and_no_verdict(void)
     CU_ASSERT(!c.within_noise);
     CU_ASSERT(isnan(c.tokens_to_resolve));
     /* two tokens have one */
-    const float two[2] = {1.5f, 1.25f}, base2[2] = {1, 1}, kld2[2] = {0.2f, 0.1f};
+    const float two[2] = {1.5f, 1.25f}, base2[2] = {1, 1}, kld2[2] = {0.2f, 0.1f},
+                top2[2] = {1, 0};
     const int32_t lengths2[1] = {3};
     float scratch2[2];
-    kvcal_eval_compare_tokens(&c, two, base2, kld2, top, lengths2, 1, scratch2);
+    kvcal_eval_compare_tokens(&c, two, base2, kld2, top2, lengths2, 1, scratch2);
     CU_ASSERT(!c.no_interval);
     CU_ASSERT(isfinite(c.ci_lo) && isfinite(c.ci_hi));
 }
