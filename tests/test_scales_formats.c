@@ -400,6 +400,243 @@ static void legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for
     }
 }
 
+// --- configs and files vLLM refuses or reads otherwise ------------------------------
+
+/* Writes dir/file holding, for layers 0 and 1, "model.layers.<l>.self_attn.<suffix>"
+ * of each suffix (NULL-terminated), f32 of `numel` values equal to value + l / 1000,
+ * shape [1] or [numel, 1, 1]. */
+static void write_scales(const char *dir, const char *file, const char *const *suffixes,
+                         int numel, float value)
+{
+    kvcal_tensor_out t[16];
+    char names[16][128];
+    float data[2][64];
+    int n = 0;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < numel; i++)
+            data[l][i] = value + 0.001f * l;
+    for (int l = 0; l < 2; l++)
+        for (const char *const *x = suffixes; *x && n < 16; x++, n++) {
+            snprintf(names[n], sizeof names[n], "model.layers.%d.self_attn.%s", l, *x);
+            t[n] = (kvcal_tensor_out){
+                names[n], KVCAL_DTYPE_F32, numel == 1 ? 1 : 3, {numel, 1, 1}, data[l]};
+        }
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(p, t, n, NULL), KVCAL_OK);
+}
+
+static const char *const kv_names[] = {"k_scale", "v_scale", NULL};
+
+/* 1 when validating dir finds an error whose message or consequence has text. */
+static int refused_with(const char *dir, const char *text)
+{
+    kvcal_report_t *rep = validate(dir);
+    int hit = rep && !kvcal_report_passes(rep, 0) && has_finding(rep, text);
+    kvcal_report_destroy(rep);
+    return hit;
+}
+
+static void validate_refuses_fp8_and_modelopt_configs_vllm_cannot_start_with(void)
+{
+    /* Fp8Config.from_config: activation_scheme required, static or dynamic */
+    const char *d = model_dir("fp8_no_act",
+                              "\"quantization_config\": {\"quant_method\": "
+                              "\"fp8\"}",
+                              NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, kv_names, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "Cannot find any of ['activation_scheme']"));
+    d = model_dir("fp8_act_bad",
+                  "\"quantization_config\": {\"quant_method\": \"fp8\", "
+                  "\"activation_scheme\": \"per_token\"}",
+                  NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, kv_names, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "Unsupported activation scheme"));
+    d = model_dir("fp8_act_ok",
+                  "\"quantization_config\": {\"quant_method\": \"fp8\", "
+                  "\"activation_scheme\": \"dynamic\"}",
+                  NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, kv_names, 1, 0.01f);
+    kvcal_report_t *rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    kvcal_report_destroy(rep);
+    /* ModelOptQuantConfigBase.from_config: quant_algo required, one of QUANT_ALGOS */
+    static const char *const mo[] = {"k_proj.k_scale", "v_proj.v_scale", NULL};
+    d = model_dir("mo_no_algo",
+                  "\"quantization_config\": {\"quant_method\": "
+                  "\"modelopt\", \"kv_cache_quant_algo\": \"FP8\"}",
+                  NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, mo, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "Missing 'quant_algo'"));
+    d = model_dir("mo_nested_no_algo",
+                  "\"quantization_config\": {\"quant_method\": \"modelopt\", "
+                  "\"quantization\": {\"kv_cache_quant_algo\": \"FP8\"}}",
+                  NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, mo, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "Missing 'quant_algo'"));
+    d = model_dir("mo_algo_awq",
+                  "\"quantization_config\": {\"quant_method\": "
+                  "\"modelopt\", \"quant_algo\": \"W4A8_AWQ\", "
+                  "\"kv_cache_quant_algo\": \"FP8\"}",
+                  NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, mo, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "QUANT_ALGOS"));
+    d = model_dir("mo_algo_lower",
+                  "\"quantization_config\": {\"quant_method\": "
+                  "\"modelopt\", \"quant_algo\": \"fp8_pb_wo\", "
+                  "\"kv_cache_quant_algo\": \"FP8\"}",
+                  NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, mo, 1, 0.01f);
+    rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    kvcal_report_destroy(rep);
+}
+
+#define CT_TENSOR                                                                        \
+    "\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "               \
+    "\"config_groups\": {}, \"kv_cache_scheme\": {\"num_bits\": 8, \"type\": "           \
+    "\"float\", \"strategy\": \"tensor\", \"dynamic\": false, \"symmetric\": true}}"
+
+static void validate_refuses_quark_q_and_softmax_names_other_configs_do_not_map(void)
+{
+    static const char *const q[] = {"k_scale", "v_scale", "q_proj.output_scale", NULL};
+    static const char *const prob[] = {"k_scale", "v_scale", "prob_output_scale", NULL};
+    const char *d = model_dir("ct_q_output", CT_TENSOR, NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, q, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "qkv_proj.output_scale"));
+    d = model_dir("ct_prob_output", CT_TENSOR, NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, prob, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "prob_output_scale"));
+    /* fp8 maps both (Fp8Config.get_cache_scale_mapper) */
+    d = model_dir("fp8_prob_output",
+                  "\"quantization_config\": {\"quant_method\": "
+                  "\"fp8\", \"activation_scheme\": \"static\"}",
+                  NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, prob, 1, 0.01f);
+    kvcal_report_t *rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    kvcal_report_destroy(rep);
+}
+
+#define CT_HEAD(counts)                                                                  \
+    "\"quantization_config\": {\"quant_method\": \"compressed-tensors\", " counts        \
+    "\"kv_cache_scheme\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "         \
+    "\"attn_head\", \"dynamic\": false, \"symmetric\": true}}"
+
+static void validate_checks_the_head_counts_vllm_slices_attn_head_scales_with(void)
+{
+    /* 4 kv heads; total_num_kv_heads 8 (no config_groups: read as written) */
+    const char *d =
+        model_dir("ct_total_kv_wrong", CT_HEAD("\"total_num_kv_heads\": 8, "), NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, kv_names, 4, 0.01f);
+    CU_ASSERT(refused_with(d, "but the model has 4 kv heads"));
+    /* with config_groups vLLM writes the model's counts itself */
+    d = model_dir("ct_total_kv_groups",
+                  CT_HEAD("\"config_groups\": {}, \"total_num_kv_heads\": 8, "), NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, kv_names, 4, 0.01f);
+    kvcal_report_t *rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    kvcal_report_destroy(rep);
+    /* a per-head q_scale (one per query head) needs total_num_heads for its
+       groups: K/V [4, 1, 1], Q [8, 1, 1] */
+    char p[700];
+    d = model_dir("ct_q_no_total_heads", CT_HEAD("\"total_num_kv_heads\": 4, "), NULL);
+    {
+        kvcal_tensor_out t[6];
+        char names[6][96];
+        static const float v4[4] = {0.01f, 0.02f, 0.03f, 0.04f};
+        static const float v8[8] = {0.1f, 0.2f, 0.1f, 0.2f, 0.1f, 0.2f, 0.1f, 0.2f};
+        static const char *const sfx[] = {"k_scale", "v_scale", "q_scale"};
+        for (int l = 0, n = 0; l < 2; l++)
+            for (int i = 0; i < 3; i++, n++) {
+                snprintf(names[n], sizeof names[n], "model.layers.%d.self_attn.%s", l,
+                         sfx[i]);
+                t[n] = (kvcal_tensor_out){names[n],
+                                          KVCAL_DTYPE_F32,
+                                          3,
+                                          {i == 2 ? 8 : 4, 1, 1},
+                                          i == 2 ? v8 : v4};
+            }
+        snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_SHARD, d);
+        CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(p, t, 6, NULL), KVCAL_OK);
+    }
+    CU_ASSERT(refused_with(d, "TypeError on None"));
+    d = model_dir("ct_q_total_heads_wrong",
+                  CT_HEAD("\"total_num_kv_heads\": 4, \"total_num_heads\": 16, "), NULL);
+    {
+        char src[700];
+        snprintf(src, sizeof src, "%s/" KVCAL_CHECKPOINT_SHARD,
+                 kvcal_test_path("ct_q_no_total_heads"));
+        snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_SHARD, d);
+        CU_ASSERT_EQUAL(link(src, p) == 0 || access(p, F_OK) == 0, 1);
+    }
+    CU_ASSERT(refused_with(d, "but the model has 8 attention heads"));
+    d = model_dir("ct_q_total_heads_ok",
+                  CT_HEAD("\"total_num_kv_heads\": 4, \"total_num_heads\": 8, "), NULL);
+    {
+        char src[700];
+        snprintf(src, sizeof src, "%s/" KVCAL_CHECKPOINT_SHARD,
+                 kvcal_test_path("ct_q_no_total_heads"));
+        snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_SHARD, d);
+        CU_ASSERT_EQUAL(link(src, p) == 0 || access(p, F_OK) == 0, 1);
+    }
+    rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    kvcal_report_destroy(rep);
+}
+
+static void validate_refuses_scales_another_shard_vllm_reads_also_holds(void)
+{
+    /* kvcal's shard listed in the index, and the model's shard holding its
+       own (uncalibrated) scales: vLLM reads model.safetensors last */
+    const char *d = model_dir("dup_shards", CT_TENSOR, NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, kv_names, 1, 0.01f);
+    write_scales(d, "model.safetensors", kv_names, 1, 1.0f);
+    char p[700];
+    snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_INDEX, d);
+    const char *index =
+        "{\"metadata\": {}, \"weight_map\": {"
+        "\"model.layers.0.self_attn.k_scale\": \"kv_scales.safetensors\", "
+        "\"model.layers.0.self_attn.v_scale\": \"kv_scales.safetensors\", "
+        "\"model.layers.1.self_attn.k_scale\": \"kv_scales.safetensors\", "
+        "\"model.layers.1.self_attn.v_scale\": \"kv_scales.safetensors\", "
+        "\"model.embed_tokens.weight\": \"model.safetensors\"}}";
+    kvcal_test_write_file(p, index, strlen(index));
+    CU_ASSERT(refused_with(d, "its scales replace the ones checked here"));
+    snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_SHARD, d);
+    CU_ASSERT(refused_with(p, "its scales replace the ones checked here"));
+    /* no index: vLLM reads every *.safetensors file */
+    snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_INDEX, d);
+    unlink(p);
+    CU_ASSERT(refused_with(d, "model.safetensors is read after kv_scales.safetensors"));
+    /* an index that does not name model.safetensors: vLLM skips it */
+    const char *only =
+        "{\"metadata\": {}, \"weight_map\": {"
+        "\"model.layers.0.self_attn.k_scale\": \"kv_scales.safetensors\"}}";
+    kvcal_test_write_file(p, only, strlen(only));
+    kvcal_report_t *rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    kvcal_report_destroy(rep);
+    /* no index, the other file read first: the scales checked here are the
+       ones vLLM keeps (a warning, not an error) */
+    unlink(p);
+    snprintf(p, sizeof p, "%s/" KVCAL_CHECKPOINT_SHARD, d);
+    unlink(p);
+    write_scales(d, "model.safetensors", kv_names, 1, 0.01f);
+    write_scales(d, "a.safetensors", kv_names, 1, 1.0f);
+    rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    int before = 0;
+    for (int i = 0; i < kvcal_report_count(rep); i++) {
+        kvcal_finding f;
+        before += kvcal_report_get(rep, i, &f) == KVCAL_OK &&
+                  f.severity == KVCAL_SEVERITY_WARNING &&
+                  strstr(f.consequence, "a.safetensors is read before model.safetensors");
+    }
+    CU_ASSERT_EQUAL(before, 1);
+    kvcal_report_destroy(rep);
+}
+
 static void format_names_round_trip(void)
 {
     CU_ASSERT_STRING_EQUAL(kvcal_format_name(KVCAL_FORMAT_MODELOPT), "modelopt");
@@ -418,6 +655,10 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(kv_scale_export_holds_max_of_k_and_v),
     KVCAL_TEST(trtllm_export_writes_every_rank_and_reads_back),
     KVCAL_TEST(legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for),
+    KVCAL_TEST(validate_refuses_fp8_and_modelopt_configs_vllm_cannot_start_with),
+    KVCAL_TEST(validate_refuses_quark_q_and_softmax_names_other_configs_do_not_map),
+    KVCAL_TEST(validate_checks_the_head_counts_vllm_slices_attn_head_scales_with),
+    KVCAL_TEST(validate_refuses_scales_another_shard_vllm_reads_also_holds),
     KVCAL_TEST(format_names_round_trip),
     CU_TEST_INFO_NULL,
 };

