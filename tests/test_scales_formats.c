@@ -518,6 +518,87 @@ static void validate_refuses_quark_q_and_softmax_names_other_configs_do_not_map(
     kvcal_report_destroy(rep);
 }
 
+/* vLLM's base get_cache_scale_mapper (quantization/base_config.py) renames a
+ * fused-QKV model's self_attn.qkv_proj.k_scale / v_scale (ModelOpt's export
+ * of Phi-3) to the attention's, under compressed-tensors and fp8 alike;
+ * sglang's LlamaForCausalLM (maybe_remap_kv_scale_name) finds no
+ * qkv_proj.attn.k_scale and skips them: a warning naming sglang. */
+static void validate_reads_fused_qkv_proj_names_vllm_maps(void)
+{
+    static const char *const qkv[] = {"qkv_proj.k_scale", "qkv_proj.v_scale", NULL};
+    const char *const configs[] = {CT_TENSOR,
+                                   "\"quantization_config\": {\"quant_method\": \"fp8\", "
+                                   "\"activation_scheme\": \"static\"}"};
+    for (int c = 0; c < 2; c++) {
+        const char *d = model_dir(c ? "fp8_qkv_names" : "ct_qkv_names", configs[c], NULL);
+        write_scales(d, KVCAL_CHECKPOINT_SHARD, qkv, 1, 0.01f);
+        kvcal_report_t *rep = validate(d);
+        CU_ASSERT(kvcal_report_passes(rep, 0));
+        CU_ASSERT(!has_finding(rep, "no k_scale / v_scale tensor"));
+        CU_ASSERT(has_finding(rep, "sglang 0.5.23 skips it"));
+        kvcal_report_destroy(rep);
+        kvcal_scales_t *r = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(d, NULL, 0, &r), KVCAL_OK);
+        float k, v;
+        kvcal_scales_get_tensor(r, 1, &k, &v);
+        CU_ASSERT_EQUAL(k, 0.011f);
+        CU_ASSERT_EQUAL(v, 0.011f);
+        kvcal_scales_destroy(r);
+    }
+}
+
+/* Scales stored as F8_E4M3: vLLM copies them into its float32 parameters
+ * (copy_ converts: KVCacheScaleParameter.weight_loader, default_weight_loader)
+ * and sglang's default_weight_loader fills its float32 parameter with
+ * .item(): both use the e4m3 value (0.01 stored is 0.009765625), which
+ * kvcal reads too; a warning names it. */
+static void validate_warns_of_e4m3_scale_tensors_the_engines_convert(void)
+{
+    const char *d = model_dir("ct_e4m3_scales", CT_TENSOR, NULL);
+    unsigned char bytes[2] = {0x05, 0x06}; /* 0.009765625, 0.01171875 */
+    kvcal_tensor_out t[4];
+    char names[4][96];
+    for (int i = 0; i < 4; i++) {
+        snprintf(names[i], sizeof names[i], "model.layers.%d.self_attn.%s", i / 2,
+                 i % 2 ? "v_scale" : "k_scale");
+        t[i] = (kvcal_tensor_out){names[i], KVCAL_DTYPE_F8_E4M3, 1, {1}, &bytes[i / 2]};
+    }
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", d, KVCAL_CHECKPOINT_SHARD);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(p, t, 4, NULL), KVCAL_OK);
+    kvcal_report_t *rep = validate(d);
+    CU_ASSERT(kvcal_report_passes(rep, 0));
+    CU_ASSERT(!has_finding(rep, "garbage"));
+    CU_ASSERT(has_finding(rep, "0.009765625"));
+    CU_ASSERT(has_finding(rep, "F8_E4M3"));
+    kvcal_report_destroy(rep);
+    kvcal_scales_t *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(d, NULL, 0, &r), KVCAL_OK);
+    float k, v;
+    kvcal_scales_get_tensor(r, 0, &k, &v);
+    CU_ASSERT_EQUAL(k, 0.009765625f);
+    kvcal_scales_get_tensor(r, 1, &k, &v);
+    CU_ASSERT_EQUAL(v, 0.01171875f);
+    kvcal_scales_destroy(r);
+}
+
+/* kv_cache_scheme.dynamic true: vLLM 0.32.0 never reads it
+ * (CompressedTensorsKVCacheMethod) and uses the stored scales as static;
+ * sglang 0.5.23's is_supported_scheme refuses a dynamic scheme and gives
+ * the attention no KV-cache method (scale 1.0): an error naming sglang. */
+static void validate_refuses_a_dynamic_scheme_sglang_ignores(void)
+{
+    const char *d = model_dir(
+        "ct_dynamic_true",
+        "\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+        "\"config_groups\": {}, \"kv_cache_scheme\": {\"num_bits\": 8, \"type\": "
+        "\"float\", \"strategy\": \"tensor\", \"dynamic\": true, \"symmetric\": true}}",
+        NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, kv_names, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "sglang 0.5.23 ignores the scheme"));
+    CU_ASSERT(refused_with(d, "vLLM 0.32.0 never reads it"));
+}
+
 #define CT_HEAD(counts)                                                                  \
     "\"quantization_config\": {\"quant_method\": \"compressed-tensors\", " counts        \
     "\"kv_cache_scheme\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "         \
@@ -657,6 +738,9 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(legacy_file_is_refused_for_an_architecture_sglang_cannot_load_it_for),
     KVCAL_TEST(validate_refuses_fp8_and_modelopt_configs_vllm_cannot_start_with),
     KVCAL_TEST(validate_refuses_quark_q_and_softmax_names_other_configs_do_not_map),
+    KVCAL_TEST(validate_reads_fused_qkv_proj_names_vllm_maps),
+    KVCAL_TEST(validate_warns_of_e4m3_scale_tensors_the_engines_convert),
+    KVCAL_TEST(validate_refuses_a_dynamic_scheme_sglang_ignores),
     KVCAL_TEST(validate_checks_the_head_counts_vllm_slices_attn_head_scales_with),
     KVCAL_TEST(validate_refuses_scales_another_shard_vllm_reads_also_holds),
     KVCAL_TEST(format_names_round_trip),

@@ -98,6 +98,12 @@ static const struct {
     {"prob_output_scale", KIND_PROB, KVCAL_FORMAT_QUARK},
     {"k_proj.k_scale", KIND_K, KVCAL_FORMAT_MODELOPT},
     {"v_proj.v_scale", KIND_V, KVCAL_FORMAT_MODELOPT},
+    /* a fused-QKV model's (ModelOpt's Phi-3): vLLM's base
+       get_cache_scale_mapper (quantization/base_config.py) renames
+       .self_attn.qkv_proj.{k,v}_scale to the attention's under every
+       quantization method; sglang's loaders do not (check_sglang_names) */
+    {"qkv_proj.k_scale", KIND_K, KVCAL_FORMAT_MODELOPT},
+    {"qkv_proj.v_scale", KIND_V, KVCAL_FORMAT_MODELOPT},
     {"kv_scale", KIND_KV, KVCAL_FORMAT_KV_SCALE},
     {"k_global_scale", KIND_KG, KVCAL_FORMAT_CHECKPOINT},
     {"v_global_scale", KIND_VG, KVCAL_FORMAT_CHECKPOINT},
@@ -426,9 +432,13 @@ static int check_ct_scheme(const cJSON *qc, kvcal_report_t *rep, kvcal_kv_format
         kvcal_report_add(
             rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
             "config.json: quantization_config.kv_cache_scheme.dynamic",
-            "compressed-tensors creates no static scales for a dynamic scheme: "
-            "the stored scales are not the ones used",
-            "true, but the checkpoint stores static scales");
+            "sglang 0.5.23 ignores the scheme (CompressedTensorsKVCacheMethod."
+            "is_supported_scheme: dynamic false only; CompressedTensorsConfig."
+            "get_quant_method gives the attention no KV-cache method): the scale "
+            "tensors are skipped and its cache runs at scale 1.0. vLLM 0.32.0 never "
+            "reads it (CompressedTensorsKVCacheMethod.validate_kv_cache_scheme) and "
+            "uses the stored scales as static scales",
+            "true, but the checkpoint stores static scales (write false)");
     else if (nvfp4 && !local)
         kvcal_report_add(rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT,
                          "config.json: quantization_config.kv_cache_scheme.dynamic",
@@ -750,12 +760,13 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, scheme sc, i
         return 0;
     }
     if (t->dtype != KVCAL_DTYPE_F32 && t->dtype != KVCAL_DTYPE_BF16 &&
-        t->dtype != KVCAL_DTYPE_F16 && t->dtype != KVCAL_DTYPE_F64) {
+        t->dtype != KVCAL_DTYPE_F16 && t->dtype != KVCAL_DTYPE_F64 &&
+        t->dtype != KVCAL_DTYPE_F8_E4M3) {
         const char *dn = kvcal_dtype_name(t->dtype);
         kvcal_report_add(
             rep, KVCAL_SEVERITY_ERROR, KVCAL_ERR_FORMAT, t->name,
             "vLLM copies it into a float32 parameter and the value is garbage",
-            "dtype %s, expected F32, BF16 or F16", dn ? dn : "?");
+            "dtype %s, expected F32, BF16, F16 or F8_E4M3", dn ? dn : "?");
         return 0;
     }
     if (n > 1 && !ct) {
@@ -801,6 +812,15 @@ static int read_scale_tensor(const kvcal_tensor_info *t, int heads, scheme sc, i
                          "cannot be read: %s", kvcal_last_error());
         return 0;
     }
+    if (t->dtype == KVCAL_DTYPE_F8_E4M3)
+        kvcal_report_add(
+            rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, t->name,
+            "vLLM converts it into its float32 parameter (copy_: "
+            "KVCacheScaleParameter.weight_loader, default_weight_loader) and sglang "
+            "0.5.23 fills its float32 parameter with its .item() "
+            "(default_weight_loader): both use the e4m3 value, 3 mantissa bits",
+            "dtype F8_E4M3: the engines use %.9g%s (F32 keeps a scale exact)",
+            (double)dst[0], n > 1 ? " for the first head" : "");
     return (int)n;
 }
 
@@ -1121,9 +1141,22 @@ static void check_sglang_names(const kvcal_scales_ctx *ctx, const layer_tensors 
             for (char *c = vn; (c = strstr(c, "k_")) != NULL; c += 2)
                 *c = 'v';
             const int assert_one = !strcmp(arch, "Qwen3NextForCausalLM");
+            const int qkv = !strncmp(suffix, "qkv_proj.", 9);
             snprintf(
                 why_line, sizeof why_line,
-                o == KVCAL_SGLANG_SKIPS
+                o == KVCAL_SGLANG_FAILS && qkv
+                    ? "sglang 0.5.23 does not load the model: %s renames qkv_proj "
+                      "(its stacked q/k/v mapping: qkqkv_proj) or looks the name up "
+                      "as it is and finds no parameter (KeyError); vLLM loads it "
+                      "(get_cache_scale_mapper). For sglang name K and V self_attn.%s "
+                      "/ %s (kvcal calibrate does)%s"
+                : o == KVCAL_SGLANG_SKIPS && qkv
+                    ? "sglang 0.5.23 skips it: %s finds no parameter for it "
+                      "(maybe_remap_kv_scale_name's qkv_proj.attn.k_scale, or the name "
+                      "as it is), logs it and goes on, so the fp8 cache runs at scale "
+                      "1.0; vLLM loads it (get_cache_scale_mapper). For sglang name K "
+                      "and V self_attn.%s / %s (kvcal calibrate does)%s"
+                : o == KVCAL_SGLANG_SKIPS
                     ? "sglang 0.5.23 skips it: %s holds no parameter of that name, "
                       "logs \"Parameter ... not found in params_dict\" and goes on, "
                       "so the fp8 cache runs at scale 1.0; vLLM loads it. For sglang "
@@ -1138,6 +1171,15 @@ static void check_sglang_names(const kvcal_scales_ctx *ctx, const layer_tensors 
                       "For sglang name K and V self_attn.%s / %s (kvcal calibrate "
                       "does)%s",
                 why, kn, vn, strcmp(kn, "k_scale") ? " and leave out q_scale" : "");
+            if (qkv && o == KVCAL_SGLANG_FAILS &&
+                kvcal_sglang_checkpoint_scale(arch, "k_scale", NULL) ==
+                    KVCAL_SGLANG_NO_SCALES)
+                snprintf(why_line, sizeof why_line,
+                         "sglang 0.5.23 does not load the model: %s splits a qkv_proj "
+                         "tensor as a fused q/k/v weight (AssertionError), and its "
+                         "attention holds no k_scale / v_scale under any name (scale "
+                         "1.0); vLLM loads it (get_cache_scale_mapper)",
+                         why);
             kvcal_report_add(rep, KVCAL_SEVERITY_WARNING, KVCAL_OK, lt[l].t[k]->name,
                              why_line, "a %s name of %s",
                              k == KIND_Q ? "q_scale" : "self_attn", arch);

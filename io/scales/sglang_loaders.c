@@ -72,10 +72,10 @@ kvcal_sglang_legacy kvcal_sglang_legacy_of(const char *architecture)
 
 /* The names of a K scale after "self_attn." the table tells of:
  * compressed-tensors' and llm-compressor's, the attention module's own,
- * ModelOpt's, Quark's. */
-enum { NAME_PLAIN, NAME_ATTN, NAME_K_PROJ, NAME_QUARK, NAMES };
+ * ModelOpt's, Quark's, ModelOpt's of a fused-QKV model (Phi-3's). */
+enum { NAME_PLAIN, NAME_ATTN, NAME_K_PROJ, NAME_QUARK, NAME_QKV, NAMES };
 static const char *const names[NAMES] = {"k_scale", "attn.k_scale", "k_proj.k_scale",
-                                         "k_proj.output_scale"};
+                                         "k_proj.output_scale", "qkv_proj.k_scale"};
 
 #define L KVCAL_SGLANG_LOADS
 #define S KVCAL_SGLANG_SKIPS
@@ -89,53 +89,57 @@ static const char *const names[NAMES] = {"k_scale", "attn.k_scale", "k_proj.k_sc
  * scale parameter: every name is skipped), else NULL and what load_weights
  * does with each name (a stand-in model holding the RadixAttention's
  * k_scale / v_scale where sglang's does, fed each name: make
- * test-engines). */
+ * test-engines). The last name, a fused-QKV model's qkv_proj.k_scale:
+ * skipped where maybe_remap_kv_scale_name makes it qkv_proj.attn.k_scale or
+ * the name is looked up as it is; a KeyError where the stacked mapping's
+ * "v_proj" makes it qkqkv_proj or nothing maps it; HunYuan's splits it as
+ * a fused weight (AssertionError). */
 static const struct {
     const char *architecture, *loader, *attention;
     unsigned char outcome[NAMES];
 } table[] = {
     /* maybe_remap_kv_scale_name: the plain name and ModelOpt's / Quark's
        to the attention's; its own name doubled (".attn.attn.") and dropped */
-    {"LlamaForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L}},
-    {"MistralForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L}},
-    {"Phi3ForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L}},
-    {"Gemma3ForCausalLM", "Gemma3ForCausalLM.load_weights", NULL, {L, S, L, L}},
+    {"LlamaForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S}},
+    {"MistralForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S}},
+    {"Phi3ForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S}},
+    {"Gemma3ForCausalLM", "Gemma3ForCausalLM.load_weights", NULL, {L, S, L, L, S}},
     {"Gemma3ForConditionalGeneration",
      "Gemma3ForCausalLM.load_weights",
      NULL,
-     {L, S, L, L}},
-    {"Exaone4ForCausalLM", "Exaone4ForCausalLM.load_weights", NULL, {L, S, L, L}},
-    {"MiniMaxM2ForCausalLM", "MiniMaxM2ForCausalLM.load_weights", NULL, {L, S, L, S}},
-    {"Gemma2ForCausalLM", "Gemma2ForCausalLM.load_weights", NULL, {L, S, F, F}},
+     {L, S, L, L, S}},
+    {"Exaone4ForCausalLM", "Exaone4ForCausalLM.load_weights", NULL, {L, S, L, L, S}},
+    {"MiniMaxM2ForCausalLM", "MiniMaxM2ForCausalLM.load_weights", NULL, {L, S, L, S, S}},
+    {"Gemma2ForCausalLM", "Gemma2ForCausalLM.load_weights", NULL, {L, S, F, F, F}},
     /* no kv-scale remapping; a name it does not hold logged and skipped */
-    {"Qwen2ForCausalLM", "Qwen2ForCausalLM.load_weights", NULL, {S, L, S, S}},
-    {"Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM.load_weights", NULL, {S, L, S, S}},
-    {"Glm4ForCausalLM", "Glm4ForCausalLM.load_weights", NULL, {S, L, S, S}},
+    {"Qwen2ForCausalLM", "Qwen2ForCausalLM.load_weights", NULL, {S, L, S, S, S}},
+    {"Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM.load_weights", NULL, {S, L, S, S, S}},
+    {"Glm4ForCausalLM", "Glm4ForCausalLM.load_weights", NULL, {S, L, S, S, S}},
     {"Glm4vForConditionalGeneration",
      "Glm4vForConditionalGeneration.load_weights",
      NULL,
-     {S, L, S, S}},
+     {S, L, S, S, S}},
     /* skipped, but k_proj renamed qkv_proj is looked up (KeyError) */
-    {"MixtralForCausalLM", "MixtralForCausalLM.load_weights", NULL, {S, L, F, F}},
-    {"GraniteMoeForCausalLM", "MixtralForCausalLM.load_weights", NULL, {S, L, F, F}},
+    {"MixtralForCausalLM", "MixtralForCausalLM.load_weights", NULL, {S, L, F, F, F}},
+    {"GraniteMoeForCausalLM", "MixtralForCausalLM.load_weights", NULL, {S, L, F, F, F}},
     {"Qwen2_5_VLForConditionalGeneration",
      "Qwen2_5_VLForConditionalGeneration.load_weights",
      NULL,
-     {S, L, F, F}},
+     {S, L, F, F, S}},
     /* every name looked up as it is: KeyError */
     {"Ernie4_5_MoeForCausalLM",
      "Ernie4_5_MoeForCausalLM.load_weights",
      NULL,
-     {F, L, F, F}},
-    {"GraniteForCausalLM", "GraniteForCausalLM.load_weights", NULL, {F, L, F, F}},
-    {"Olmo2ForCausalLM", "Olmo2ForCausalLM.load_weights", NULL, {F, L, F, F}},
+     {F, L, F, F, F}},
+    {"GraniteForCausalLM", "GraniteForCausalLM.load_weights", NULL, {F, L, F, F, F}},
+    {"Olmo2ForCausalLM", "Olmo2ForCausalLM.load_weights", NULL, {F, L, F, F, F}},
     {"Qwen2VLForConditionalGeneration",
      "Qwen2VLForConditionalGeneration.load_weights",
      NULL,
-     {F, L, F, F}},
+     {F, L, F, F, F}},
     /* ".self_attn" dropped; only ModelOpt's name mapped, the others
        asserted to be 1.0 (AssertionError) */
-    {"Qwen3NextForCausalLM", "Qwen3NextForCausalLM.load_weights", NULL, {F, F, L, U}},
+    {"Qwen3NextForCausalLM", "Qwen3NextForCausalLM.load_weights", NULL, {F, F, L, U, U}},
     /* the attention without quant_config */
     {"Qwen3ForCausalLM", NULL, "Qwen3Attention", {0}},
     {"Qwen3VLForConditionalGeneration", NULL, "Qwen3Attention", {0}},
@@ -144,8 +148,14 @@ static const struct {
     {"Glm4MoeForCausalLM", NULL, "Glm4MoeAttention", {0}},
     {"Glm4vMoeForConditionalGeneration", NULL, "Glm4MoeAttention", {0}},
     {"GptOssForCausalLM", NULL, "GptOssAttention", {0}},
-    {"HunYuanDenseV1ForCausalLM", NULL, "HunYuanAttention", {0}},
-    {"HunYuanMoEV1ForCausalLM", NULL, "HunYuanAttention", {0}},
+    {"HunYuanDenseV1ForCausalLM",
+     "HunYuanMoEV1ForCausalLM.load_weights",
+     "HunYuanAttention",
+     {U, U, U, U, F}},
+    {"HunYuanMoEV1ForCausalLM",
+     "HunYuanMoEV1ForCausalLM.load_weights",
+     "HunYuanAttention",
+     {U, U, U, U, F}},
     {"Llama4ForCausalLM", NULL, "Llama4Attention", {0}},
     {"Llama4ForConditionalGeneration", NULL, "Llama4Attention", {0}},
 };
@@ -184,6 +194,13 @@ kvcal_sglang_outcome kvcal_sglang_checkpoint_scale(const char *architecture,
         *why = r < 0 ? NULL : table[r].attention ? table[r].attention : table[r].loader;
     if (r < 0)
         return KVCAL_SGLANG_UNKNOWN;
+    /* HunYuan's load_weights splits any .qkv_proj tensor as a fused q/k/v
+       weight before it looks for a parameter (AssertionError) */
+    if (table[r].attention && n >= 0 && table[r].outcome[n] == KVCAL_SGLANG_FAILS) {
+        if (why)
+            *why = table[r].loader;
+        return KVCAL_SGLANG_FAILS;
+    }
     if (table[r].attention)
         return KVCAL_SGLANG_NO_SCALES;
     return n < 0 ? KVCAL_SGLANG_UNKNOWN : (kvcal_sglang_outcome)table[r].outcome[n];

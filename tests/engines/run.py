@@ -454,8 +454,10 @@ def file_scales(d, H):
     naming would take them: {layer: (k list, v list)}; None where a layer
     lacks either."""
     import re
-    names = {"k": r"\.self_attn\.(k_scale|k_proj\.k_scale|k_proj\.output_scale|kv_scale)$",
-             "v": r"\.self_attn\.(v_scale|v_proj\.v_scale|v_proj\.output_scale|kv_scale)$"}
+    names = {"k": r"\.self_attn\.(k_scale|k_proj\.k_scale|qkv_proj\.k_scale|k_proj\.output_scale|"
+                  r"kv_scale)$",
+             "v": r"\.self_attn\.(v_scale|v_proj\.v_scale|qkv_proj\.v_scale|v_proj\.output_scale|"
+                  r"kv_scale)$"}
     per = {}
     for name, t in checkpoint_weights(d):
         m = re.match(r"model\.layers\.(\d+)\.", name)
@@ -507,8 +509,12 @@ def vllm_case(name, d, tp_list, model=None):
         # with NotImplementedError on every rank
         refuses = any(f["consequence"].startswith(
             "vLLM 0.32.0 refuses to start (NotImplementedError") for f in rep["findings"])
+        # an error validate-scales gives for sglang alone (its consequence
+        # begins "sglang"): vLLM must load the file's scales
+        sglang_only = not valid and all(f["consequence"].startswith("sglang")
+                                        for f in rep["findings"] if f["severity"] == "error")
         ok = (all(o.startswith("fails: NotImplementedError") for o in outcomes)
-              if refuses else valid == clean)
+              if refuses else clean if sglang_only else valid == clean)
         if ok and valid and model is None and not refuses:
             # the values kvcal reads are the ones vLLM loads (per tensor: the max)
             kv = kvcal_values(d)
@@ -883,8 +889,9 @@ def sglang_checkpoint_load(d):
 
 def sglang_checkpoints(work):
     """kvcal's checkpoint scales of a golden model of each architecture, as
-    written and under the two other names (compressed-tensors' plain
-    self_attn.k_scale, the attention's own self_attn.attn.k_scale), through
+    written and under the three other names (compressed-tensors' plain
+    self_attn.k_scale, the attention's own self_attn.attn.k_scale, a fused-QKV
+    model's ModelOpt self_attn.qkv_proj.k_scale), through
     sglang's loader: validate-scales says nothing of sglang exactly when
     sglang loads the values kvcal reads."""
     n = {"loaded": 0, "ignored": 0, "fails": 0}
@@ -899,7 +906,15 @@ def sglang_checkpoints(work):
                  (name + " as self_attn.attn.k_scale", renamed_by(
                      out, out + "_attn", lambda x: x if ".attn." in x else
                      x.replace(".self_attn.k_scale", ".self_attn.attn.k_scale")
-                     .replace(".self_attn.v_scale", ".self_attn.attn.v_scale")))]
+                     .replace(".self_attn.v_scale", ".self_attn.attn.v_scale"))),
+                 # a fused-QKV model's ModelOpt names, which vLLM's base
+                 # get_cache_scale_mapper maps and sglang's loaders do not
+                 (name + " as self_attn.qkv_proj.k_scale", renamed_by(
+                     out, out + "_qkv", lambda x: x.replace(".attn.k_scale", ".k_scale")
+                     .replace(".attn.v_scale", ".v_scale")
+                     .replace(".k_proj.k_scale", ".k_scale").replace(".v_proj.v_scale", ".v_scale")
+                     .replace(".self_attn.k_scale", ".self_attn.qkv_proj.k_scale")
+                     .replace(".self_attn.v_scale", ".self_attn.qkv_proj.v_scale")))]
         for case, d in cases:
             valid, rep = verdict(d)
             sglang_ok = valid and not any("sglang" in f.get("consequence", "")
@@ -912,7 +927,7 @@ def sglang_checkpoints(work):
             agree(case, "sglang", ok, "validate-scales %s, sglang: %s %s" % (
                 "says sglang loads it" if sglang_ok else "says sglang does not",
                 kind, "" if kind == "loaded" else got))
-    say("sglang: %d architectures' checkpoint scales under three names: %d loaded, "
+    say("sglang: %d architectures' checkpoint scales under four names: %d loaded, "
         "%d ignored, %d failed" % (len(SGLANG_CHECKPOINTS), n["loaded"], n["ignored"],
                                    n["fails"]))
 
@@ -1041,9 +1056,10 @@ def vllm_configs_and_shards(work):
     tiny = json.load(open(os.path.join(TINY, "config.json")))
     H, Hq = tiny["num_key_value_heads"], tiny["num_attention_heads"]
 
-    def scales(names, n=1, value=0.01):
+    def scales(names, n=1, value=0.01, dtype=torch.float32):
         return {"model.layers.%d.self_attn.%s" % (l, x):
                 torch.full((n, 1, 1) if n > 1 else (1,), value + 0.001 * l + 0.0001 * i)
+                .to(dtype)
                 for l in range(tiny["num_hidden_layers"]) for i, x in enumerate(names)}
 
     def ct(strategy="tensor", **kw):
@@ -1053,7 +1069,11 @@ def vllm_configs_and_shards(work):
         q.update(kw)
         return q
     kv, mo = ["k_scale", "v_scale"], ["k_proj.k_scale", "v_proj.v_scale"]
+    qkv = ["qkv_proj.k_scale", "qkv_proj.v_scale"]
     fp8 = {"quant_method": "fp8", "activation_scheme": "static"}
+    e4m3 = torch.float8_e4m3fn
+    dyn = ct()
+    dyn["kv_cache_scheme"]["dynamic"] = True
     head_kv = scales(kv, H)
     head_q = dict(head_kv, **scales(["q_scale"], Hq, 0.02))
     cases = [  # name, quantization_config, {file: tensors}, index (file of each scale)
@@ -1085,6 +1105,16 @@ def vllm_configs_and_shards(work):
          ct("attn_head", total_num_kv_heads=H, total_num_heads=2 * Hq), head_q),
         ("attn_head q_scale total_num_heads %d" % Hq,
          ct("attn_head", total_num_kv_heads=H, total_num_heads=Hq), head_q),
+        # a fused-QKV model's names (the base get_cache_scale_mapper's
+        # qk(qk)v_proj rule), scales stored as e4m3 (copy_ converts), a
+        # dynamic scheme (vLLM never reads `dynamic`)
+        ("compressed-tensors qkv_proj names", ct(), scales(qkv)),
+        ("fp8 qkv_proj names", fp8, scales(qkv)),
+        ("compressed-tensors F8_E4M3 scales", ct(), scales(kv, dtype=e4m3)),
+        ("fp8 F8_E4M3 scales", fp8, scales(kv, dtype=e4m3)),
+        ("attn_head F8_E4M3 scales", ct("attn_head", total_num_kv_heads=H),
+         scales(kv, H, dtype=e4m3)),
+        ("compressed-tensors dynamic true", dyn, scales(kv)),
     ]
     n = 0
     for name, qc, tensors in cases:
@@ -1094,6 +1124,27 @@ def vllm_configs_and_shards(work):
         json.dump(dict(tiny, quantization_config=qc), open(os.path.join(d, "config.json"), "w"))
         save_file(tensors, os.path.join(d, "kv_scales.safetensors"), metadata={"format": "pt"})
         vllm_case(name, d, [1])
+        n += 1
+    # sglang's own test of a compressed-tensors kv_cache_scheme (no KV-cache
+    # method, scale 1.0, where it fails) against validate-scales naming sglang
+    from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsKVCacheMethod)
+    for name, qc in (("compressed-tensors dynamic true", dyn),
+                     ("compressed-tensors dynamic false", ct())):
+        d = os.path.join(work, "cfg_" + "".join(c if c.isalnum() else "_" for c in name))
+        if not os.path.exists(os.path.join(d, "kv_scales.safetensors")):
+            os.makedirs(d, exist_ok=True)
+            json.dump(dict(tiny, quantization_config=qc),
+                      open(os.path.join(d, "config.json"), "w"))
+            save_file(scales(kv), os.path.join(d, "kv_scales.safetensors"),
+                      metadata={"format": "pt"})
+        valid, rep = verdict(d, None, 1)
+        says = any("sglang" in f["consequence"] and f["severity"] == "error"
+                   for f in rep["findings"])
+        takes = CompressedTensorsKVCacheMethod.is_supported_scheme(qc["kv_cache_scheme"])
+        agree(name, "sglang", says != takes,
+              "validate-scales %s sglang, sglang's is_supported_scheme %s" % (
+                  "refuses for" if says else "says nothing of", takes))
         n += 1
     # kvcal's shard (0.01...) listed in the index beside model.safetensors
     # holding the model's own 1.0 for the same names; and without an index
