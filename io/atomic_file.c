@@ -337,17 +337,26 @@ kvcal_status kvcal_atomic_batch_begin(kvcal_atomic_batch_t **out)
     return KVCAL_OK;
 }
 
-kvcal_status kvcal_atomic_mkdir(const char *dir)
+/* *exists: whether dir is there; an error when it is there but is not a
+ * directory. */
+static kvcal_status existing_dir(const char *dir, int *exists)
 {
     struct stat st;
-    if (stat(dir, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return KVCAL_OK;
+    *exists = stat(dir, &st) == 0;
+    if (*exists && !S_ISDIR(st.st_mode))
         return kvcal_fail(KVCAL_ERR_IO,
                           "%s: exists and is not a directory; give a directory path for "
                           "this output",
                           dir);
-    }
+    return KVCAL_OK;
+}
+
+kvcal_status kvcal_atomic_mkdir(const char *dir)
+{
+    int exists;
+    kvcal_status st = existing_dir(dir, &exists);
+    if (st || exists)
+        return st;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return create_fail(dir, "the directory", errno);
     return KVCAL_OK;
@@ -355,15 +364,10 @@ kvcal_status kvcal_atomic_mkdir(const char *dir)
 
 kvcal_status kvcal_atomic_batch_mkdir(kvcal_atomic_batch_t *b, const char *dir)
 {
-    struct stat st;
-    if (stat(dir, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return KVCAL_OK;
-        return kvcal_fail(KVCAL_ERR_IO,
-                          "%s: exists and is not a directory; give a directory path for "
-                          "this output",
-                          dir);
-    }
+    int exists;
+    kvcal_status st = existing_dir(dir, &exists);
+    if (st || exists)
+        return st;
     char **grown = realloc(b->dirs, sizeof *grown * (size_t)(b->ndirs + 1));
     if (!grown || !(grown[b->ndirs] = strdup(dir))) {
         if (grown)
