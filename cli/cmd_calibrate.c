@@ -1097,28 +1097,6 @@ static void print_time_only(const kvcal_model_desc *d, const options *o, long lo
 
 // --- command ------------------------------------------------------------------
 
-/* Every id of the samples inside the model's vocabulary of `vocab`, before
- * any work: token ids taken verbatim with no tokenizer to check them were
- * found out of range only in the forward pass, by an error that named
- * neither the dataset nor the fix. */
-static kvcal_status check_sample_ids(const kvcal_samples *s, int vocab,
-                                     const char *dataset, const char *model)
-{
-    for (int i = 0; i < s->num_samples; i++)
-        for (int k = 0; k < s->lengths[i]; k++) {
-            const int32_t id = s->ids[(size_t)i * s->seq_len + k];
-            if (id < 0 || id >= vocab)
-                return kvcal_fail(
-                    KVCAL_ERR_MISMATCH,
-                    "%s: token id %d (sample %d, position %d) is outside the vocabulary "
-                    "of %s (%d tokens, ids 0 to %d): were these ids made with another "
-                    "model's tokenizer? (give the model's own with --tokenizer to have "
-                    "each id checked by line)",
-                    dataset, id, i, k, model, vocab, vocab - 1);
-        }
-    return KVCAL_OK;
-}
-
 /* What this rank's run is, for the ranks' first meeting: they must agree. */
 static uint64_t run_hash(const kvcal_samples *s, int batch, const options *o,
                          const kvcal_model_desc *d)
@@ -1258,8 +1236,7 @@ int kvcal_cmd_calibrate(int argc, char **argv)
     kvcal_dataset_options dopt = {o.run.num_samples, o.run.seq_len, (uint64_t)o.run.seed,
                                   1, o.run.text_field};
     if ((st = kvcal_cmd_load_samples("calibrate", o.run.model, d->vocab_size,
-                                     o.run.tokenizer, dataset_path, &dopt, &samples)) ||
-        (st = check_sample_ids(samples, d->vocab_size, dataset_path, o.run.model)))
+                                     o.run.tokenizer, dataset_path, &dopt, &samples)))
         goto fail;
     int batch = o.run.batch ? o.run.batch : DEFAULT_BATCH;
     if (batch > samples->num_samples) {

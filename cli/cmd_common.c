@@ -171,6 +171,28 @@ int kvcal_cmd_parse_run_argv(const char *cmd, int argc, char **argv,
     return 0;
 }
 
+/* Every id of the samples inside the model's vocabulary of `vocab`, before
+ * any work: token ids taken verbatim with no tokenizer to check them were
+ * found out of range only in the forward pass (calibrate's and eval's), by
+ * an error that named neither the dataset nor the fix. */
+static kvcal_status check_sample_ids(const kvcal_samples *s, int vocab,
+                                     const char *dataset, const char *model)
+{
+    for (int i = 0; i < s->num_samples; i++)
+        for (int k = 0; k < s->lengths[i]; k++) {
+            const int32_t id = s->ids[(size_t)i * s->seq_len + k];
+            if (id < 0 || id >= vocab)
+                return kvcal_fail(
+                    KVCAL_ERR_MISMATCH,
+                    "%s: token id %d (sample %d, position %d) is outside the vocabulary "
+                    "of %s (%d tokens, ids 0 to %d): were these ids made with another "
+                    "model's tokenizer? (give the model's own with --tokenizer to have "
+                    "each id checked by line)",
+                    dataset, id, i, k, model, vocab, vocab - 1);
+        }
+    return KVCAL_OK;
+}
+
 kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
                                     int vocab_size, const char *tokenizer,
                                     const char *dataset, const kvcal_dataset_options *opt,
@@ -191,6 +213,10 @@ kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
                         kvcal_tokenizer_vocab_size(tok), vocab_size, model_path);
     else if ((st = kvcal_dataset_load(dataset, tok, opt, out)) && tok_error[0])
         fprintf(stderr, "kvcal %s: note: no tokenizer: %s\n", cmd, tok_error);
+    else if (!st && (st = check_sample_ids(*out, vocab_size, dataset, model_path))) {
+        kvcal_samples_destroy(*out);
+        *out = NULL;
+    }
     kvcal_tokenizer_destroy(tok);
     return st;
 }

@@ -111,7 +111,9 @@ int kvcal_cmd_parse_run_argv(const char *cmd, int argc, char **argv,
  * found beside the model. A tokenizer that is not found is an error when it
  * was named, or when the dataset needs one (then a note on stderr, "kvcal
  * <cmd>: note: no tokenizer: ...", says why none was found); a tokenizer
- * larger than the vocabulary is an error. *out: caller destroys. */
+ * larger than the vocabulary is an error, and so is a sample's token id
+ * outside the vocabulary (named by dataset, sample and position). *out:
+ * caller destroys. */
 kvcal_status kvcal_cmd_load_samples(const char *cmd, const char *model_path,
                                     int vocab_size, const char *tokenizer,
                                     const char *dataset, const kvcal_dataset_options *opt,

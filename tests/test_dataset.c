@@ -79,6 +79,42 @@ static void dataset_jsonl_reads_text_field_and_chat_messages(void)
     CU_ASSERT(kvcal_test_error_has("--text-field"));
 }
 
+/* A NUL character in a JSONL line of text (the \u0000 escape, or a 0 byte)
+ * is refused naming the line: the text after it was cut away unseen (a
+ * document of 5 tokens where the line held 9). The same escape in a line
+ * of token ids, which reads no string, and an escaped backslash before
+ * "u0000" are read. */
+static void dataset_jsonl_refuses_a_nul_that_would_cut_the_text(void)
+{
+    kvcal_doclist l;
+    CU_ASSERT_EQUAL(
+        kvcal_dataset_read(write_tmp("nul.jsonl", "{\"text\": \"one\"}\n"
+                                                  "{\"text\": \"two\\u0000 three\"}\n"),
+                           NULL, &l),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("nul.jsonl: line 2: a NUL character"));
+    CU_ASSERT(kvcal_test_error_has("at byte 13 of the line"));
+    static const char raw[] = "{\"messages\": [{\"role\": \"user\", \"content\": "
+                              "\"a\0b\"}]}\n";
+    const char *p = kvcal_test_path("rawnul.jsonl");
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(p, raw, sizeof raw - 1), 0);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(p, NULL, &l), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("rawnul.jsonl: line 1: a NUL character"));
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_dataset_read(write_tmp("nul_ids.jsonl", "{\"input_ids\": [1, 2], "
+                                                      "\"id\": \"\\u0000\"}\n"),
+                           NULL, &l),
+        KVCAL_OK);
+    CU_ASSERT_EQUAL(l.n, 1);
+    kvcal_doclist_free(&l);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_dataset_read(write_tmp("backslash.jsonl", "{\"text\": \"a\\\\u0000\"}\n"),
+                           NULL, &l),
+        KVCAL_OK);
+    CU_ASSERT(doc_is(&l, 0, "a\\u0000"));
+    kvcal_doclist_free(&l);
+}
+
 static void dataset_jsonl_ids_are_taken_verbatim_and_packed(void)
 {
     const char *p =
@@ -548,6 +584,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_text_splits_documents_on_blank_lines),
     KVCAL_TEST(dataset_directory_is_one_document_per_file_in_name_order),
     KVCAL_TEST(dataset_jsonl_reads_text_field_and_chat_messages),
+    KVCAL_TEST(dataset_jsonl_refuses_a_nul_that_would_cut_the_text),
     KVCAL_TEST(dataset_jsonl_ids_are_taken_verbatim_and_packed),
     KVCAL_TEST(dataset_same_seed_gives_same_samples),
     KVCAL_TEST(dataset_rejects_invalid_utf8_naming_the_line),

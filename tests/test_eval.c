@@ -708,6 +708,30 @@ static void eval_reads_a_legacy_file_of_a_llama2c_model(void)
     CU_ASSERT(kvcal_test_kvcal_stderr_has("3 tp ranks, but the model's 4 kv heads"));
 }
 
+/* Token ids past the model's vocabulary, with no tokenizer to check them,
+ * are refused before the baseline runs, naming the dataset, the sample,
+ * the position and the fix, as calibrate refuses them (eval found them
+ * only in the forward pass, naming neither the dataset nor --tokenizer). */
+static void eval_refuses_token_ids_past_the_vocabulary_naming_the_dataset(void)
+{
+    char dir[600], cmd[2048];
+    snprintf(dir, sizeof dir, "%s", kvcal_test_path("eval-no-tokenizer"));
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp " MODEL " '%s/'", dir, dir);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    const char *ids = kvcal_test_path("eval-past-vocab.jsonl");
+    const char *line = "{\"input_ids\": [5, 9, 600, 3, 7]}\n";
+    CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, line, strlen(line)), 0);
+    snprintf(cmd, sizeof cmd,
+             "eval --model '%s/stories260K.bin' --dataset '%s' --num-samples 1 "
+             "--seq-len 5 --quiet",
+             dir, ids);
+    CU_ASSERT_EQUAL(kvcal_test_run_kvcal(cmd, NULL), 1);
+    CU_ASSERT(kvcal_test_kvcal_stderr_has(
+        "eval-past-vocab.jsonl: token id 600 (sample 0, position 2) is outside the "
+        "vocabulary"));
+    CU_ASSERT(kvcal_test_kvcal_stderr_has("--tokenizer"));
+}
+
 static void eval_device_cuda_without_a_device_exits_2_and_names_device_cpu(void)
 {
     if (kvcal_cuda_device_count() > 0)
@@ -813,6 +837,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(eval_refuses_empty_modes_and_tolerance_and_reads_long_mode_lists),
     KVCAL_TEST(eval_reads_a_legacy_file_of_a_llama2c_model),
     KVCAL_TEST(eval_of_one_token_says_the_interval_is_not_available),
+    KVCAL_TEST(eval_refuses_token_ids_past_the_vocabulary_naming_the_dataset),
     KVCAL_TEST(eval_device_cuda_without_a_device_exits_2_and_names_device_cpu),
     KVCAL_TEST(eval_gpt_oss_simulates_the_cache_with_its_sinks_and_windows),
     KVCAL_TEST(eval_llama4_simulates_the_cache_in_its_chunks),

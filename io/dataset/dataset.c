@@ -321,6 +321,23 @@ static kvcal_status json_ids(const char *path, size_t line, const cJSON *arr,
     return KVCAL_OK;
 }
 
+/* Offset in the JSON line s (n bytes) of its first NUL character, a 0 byte
+ * or a \u0000 escape (a backslash not itself escaped), else n: cJSON's
+ * strings end at it, so the text after it would be dropped unseen. */
+static size_t json_nul_at(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!s[i])
+            return i;
+        if (s[i] == '\\') {
+            if (i + 5 < n && !memcmp(s + i + 1, "u0000", 5))
+                return i;
+            i++; /* the escaped character */
+        }
+    }
+    return n;
+}
+
 static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_doclist *l)
 {
     char *data;
@@ -364,6 +381,11 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
                            "%s: line %zu: no string \"%s\", no \"messages\" list and no "
                            "\"input_ids\" list (choose the text field with --text-field)",
                            path, line, field);
+        else if (this_mode == 1 && json_nul_at(data + s, e - s) < e - s)
+            st = kvcal_fail(KVCAL_ERR_FORMAT,
+                            "%s: line %zu: a NUL character (\\u0000 or a 0 byte, at byte "
+                            "%zu of the line) would cut the text there; remove it",
+                            path, line, json_nul_at(data + s, e - s));
         else if (mode && this_mode != mode)
             st = kvcal_fail(
                 KVCAL_ERR_FORMAT,
