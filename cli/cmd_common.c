@@ -82,6 +82,36 @@ int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
     return 0;
 }
 
+int kvcal_cmd_mark_option(const char *cmd, const struct option *longopts, int c,
+                          const char *arg, kvcal_cmd_seen_options *seen)
+{
+    for (int i = 0; longopts[i].name; i++) {
+        if (longopts[i].flag || longopts[i].val != c)
+            continue;
+        if (i >= KVCAL_CMD_MAX_OPTIONS) {
+            fprintf(stderr,
+                    "kvcal %s: --%s: more than %d options to track (a bug in kvcal); "
+                    "please report it\n",
+                    cmd, longopts[i].name, KVCAL_CMD_MAX_OPTIONS);
+            return -1;
+        }
+        const kvcal_cmd_seen_options bit = 1ull << i;
+        if (!(*seen & bit)) {
+            *seen |= bit;
+            return 0;
+        }
+        if (longopts[i].has_arg == no_argument || !arg)
+            fprintf(stderr, "kvcal %s: --%s given twice; give it once\n", cmd,
+                    longopts[i].name);
+        else
+            fprintf(stderr,
+                    "kvcal %s: --%s given twice (the second '%s'); give it once\n", cmd,
+                    longopts[i].name, arg);
+        return -1;
+    }
+    return 0;
+}
+
 /* Stores option c with value arg into o when it is one of the KVCAL_OPT_*
  * run options but --help: 1 when stored, 0 for another option, -1 for a bad
  * value (message printed). */
@@ -147,11 +177,14 @@ int kvcal_cmd_parse_run_argv(const char *cmd, int argc, char **argv,
                              void *ctx)
 {
     int c;
+    kvcal_cmd_seen_options seen = 0;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == 'h' || c == KVCAL_OPT_HELP)
             return 1;
+        if (kvcal_cmd_mark_option(cmd, longopts, c, optarg, &seen))
+            return -1;
         int took = run_option(cmd, c, optarg, min_seq_len, run);
         if (!took)
             took = own(c, optarg, ctx);

@@ -39,6 +39,26 @@ int kvcal_cmd_parse_size(const char *cmd, const char *opt, const char *text,
 int kvcal_cmd_parse_path(const char *cmd, const char *opt, const char *text,
                          const char **out);
 
+/* The entries of a command's longopts table given so far, for
+ * kvcal_cmd_mark_option (bit i: entry i); 0 before the first option. */
+typedef unsigned long long kvcal_cmd_seen_options;
+/* The most entries a longopts table kvcal_cmd_mark_option reads may have. */
+#define KVCAL_CMD_MAX_OPTIONS 64
+
+/* Marks option c (a getopt_long result; arg: its optarg) of command `cmd`
+ * as given in *seen. Every option of a kvcal command is given at most
+ * once: when the entry of longopts whose val is c was given before, prints
+ * "kvcal <cmd>: --<name> given twice (the second '<arg>'); give it once"
+ * (no value named for an option that takes none) and returns -1, a usage
+ * error; else 0. A short option and its long name are one option. A c that
+ * no entry has ('?', ':', a short option without a long name) is left to
+ * the caller: 0. No kvcal option is repeatable (a list is one
+ * comma-separated value, as eval's --modes); one that were would not be
+ * passed here. A table longer than KVCAL_CMD_MAX_OPTIONS is a bug: a
+ * message and -1 for an option past the limit. */
+int kvcal_cmd_mark_option(const char *cmd, const struct option *longopts, int c,
+                          const char *arg, kvcal_cmd_seen_options *seen);
+
 // --- options of the commands that run a model over samples ------------------
 
 /* What calibrate and eval both take; each sets its own defaults. */
@@ -99,8 +119,9 @@ typedef int (*kvcal_cmd_own_option)(int c, const char *arg, void *ctx);
  * own) for a command that runs a model over samples and takes no operands:
  * the options above go into *run (--seq-len must be >= min_seq_len), every
  * other one to own(c, optarg, ctx). Returns 1 for --help or -h, -1 for a
- * usage error (a bad value, an unknown or incomplete option, an operand; one
- * line "kvcal <cmd>: ..." printed), 0 otherwise. */
+ * usage error (a bad value, an unknown or incomplete option, an option given
+ * twice (kvcal_cmd_mark_option), an operand; one line "kvcal <cmd>: ..."
+ * printed), 0 otherwise. */
 int kvcal_cmd_parse_run_argv(const char *cmd, int argc, char **argv,
                              const struct option *longopts, int min_seq_len,
                              kvcal_cmd_run_options *run, kvcal_cmd_own_option own,

@@ -272,8 +272,11 @@ int kvcal_cmd_convert(int argc, char **argv)
     const char *model = NULL, *out = NULL;
     kvcal_format to = KVCAL_FORMAT_UNKNOWN;
     int tp = 0, c, force_offsets = 0;
+    kvcal_cmd_seen_options seen = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "T:m:t:o:h", opts, NULL)) != -1) {
+        if (kvcal_cmd_mark_option("convert", opts, c, optarg, &seen))
+            return KVCAL_EXIT_USAGE;
         switch (c) {
         case 'F':
             force_offsets = 1;

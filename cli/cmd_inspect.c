@@ -972,9 +972,12 @@ int kvcal_cmd_inspect(int argc, char **argv)
     inspect_opts o = {0};
     o.heatmap = isatty(STDOUT_FILENO);
     int c;
+    kvcal_cmd_seen_options seen = 0;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":t:m:d:jh", opts, NULL)) != -1) {
+        if (kvcal_cmd_mark_option("inspect", opts, c, optarg, &seen))
+            return KVCAL_EXIT_USAGE;
         switch (c) {
         case 't':
             if (kvcal_cmd_parse_path("inspect", "--tokenizer", optarg, &o.tokenizer))

@@ -75,19 +75,11 @@ static int parse_options(int argc, char **argv, options *o)
     optind = 1;
     opterr = 0;
     int c;
-    unsigned seen = 0; /* bit c - O_STATS: the option was given */
+    kvcal_cmd_seen_options seen = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         char *end;
-        if (c >= O_STATS && c < O_HELP) {
-            if (seen & 1u << (c - O_STATS)) {
-                fprintf(stderr,
-                        "kvcal report: --%s given twice (the second '%s'); give it "
-                        "once\n",
-                        longopts[c - O_STATS].name, optarg);
-                return -1;
-            }
-            seen |= 1u << (c - O_STATS);
-        }
+        if (kvcal_cmd_mark_option("report", longopts, c, optarg, &seen))
+            return -1;
         switch (c) {
         case O_STATS:
             if (kvcal_cmd_parse_path("report", "--stats", optarg, &o->stats))

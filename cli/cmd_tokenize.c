@@ -185,9 +185,12 @@ int kvcal_cmd_tokenize(int argc, char **argv)
     const char *format = "hdf5", *text_field = NULL;
     long long num_samples = 0, seq_len = 2048, seed = 0;
     int pack = 1, json = 0, quiet = 0, c;
+    kvcal_cmd_seen_options seen = 0;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":d:o:m:t:n:l:qh", opts, NULL)) != -1) {
+        if (kvcal_cmd_mark_option("tokenize", opts, c, optarg, &seen))
+            return KVCAL_EXIT_USAGE;
         switch (c) {
         case 'd':
             if (kvcal_cmd_parse_path("tokenize", "--dataset", optarg, &dataset))

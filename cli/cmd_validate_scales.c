@@ -98,8 +98,11 @@ int kvcal_cmd_validate_scales(int argc, char **argv)
     };
     const char *model = NULL;
     int tp = 0, json = 0, strict = 0, c;
+    kvcal_cmd_seen_options seen = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:t:jsh", opts, NULL)) != -1) {
+        if (kvcal_cmd_mark_option("validate-scales", opts, c, optarg, &seen))
+            return KVCAL_EXIT_USAGE;
         switch (c) {
         case 'm':
             if (kvcal_cmd_parse_path("validate-scales", "--model", optarg, &model))

@@ -35,6 +35,7 @@ static void usage(FILE *f)
     fprintf(
         f, "\n  --version        print the version, the CUDA code the build holds and "
            "what runs on each GPU\n"
+           "\nEach option of a command is given at most once (a second is refused).\n"
            "\nexit codes: 0 ok, 1 invalid input or failed check, 2 usage or I/O error\n");
 }
 

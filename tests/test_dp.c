@@ -411,14 +411,16 @@ static void calibrate_under_mpirun_equals_one_process_byte_for_byte(void)
     check_ranks_equal_one_process(run, "qwen3-moe");
 }
 
-/* Two ranks run in an MPMD line: rank 0 `common`, rank 1 with its own
- * prefix (a shell wrapper) and options; returns the exit code. */
-static int run_two(const char *common, const char *rank1_prefix, const char *rank1_extra)
+/* Two ranks run in an MPMD line: rank 0 `calibrate rank0 common`, rank 1
+ * `calibrate rank1 common` behind its own prefix (a shell wrapper); each
+ * option once in each (a repeated one is refused); returns the exit code. */
+static int run_two(const char *common, const char *rank0, const char *rank1_prefix,
+                   const char *rank1)
 {
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
-             "%s -np 1 \"$KVCAL\" calibrate %s : -np 1 %s \"$KVCAL\" calibrate %s %s",
-             mpirun(), common, rank1_prefix, common, rank1_extra);
+             "%s -np 1 \"$KVCAL\" calibrate %s %s : -np 1 %s \"$KVCAL\" calibrate %s %s",
+             mpirun(), rank0, common, rank1_prefix, rank1, common);
     return kvcal_test_run_command(cmd, NULL);
 }
 
@@ -436,11 +438,9 @@ static void calibrate_under_mpirun_failing_rank_stops_every_rank(void)
     snprintf(common, sizeof common,
              "--num-samples 8 --batch 2 --seq-len 32 --quiet --format all --out '%s'",
              out);
+    /* rank 1's --model is the bad one */
     snprintf(extra, sizeof extra, "--model '%s'", bad);
-    char first[2300];
-    snprintf(first, sizeof first, "--model " MODEL " %s", common);
-    /* rank 1's options come last and win: its --model is the bad one */
-    CU_ASSERT_EQUAL(run_two(first, "", extra), 1);
+    CU_ASSERT_EQUAL(run_two(common, "--model " MODEL, "", extra), 1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("kvcal calibrate: rank 1 of 2: "));
     CU_ASSERT(kvcal_test_kvcal_stderr_has("truncated.bin"));
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
@@ -456,7 +456,8 @@ static void calibrate_under_mpirun_failing_rank_stops_every_rank(void)
     CU_ASSERT(kvcal_test_kvcal_stderr_has("no/such/dir/x.json"));
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
 
-    CU_ASSERT_EQUAL(run_two(first, "", "--seed 7"), 1);
+    CU_ASSERT_EQUAL(run_two(common, "--model " MODEL, "", "--model " MODEL " --seed 7"),
+                    1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("rank 1 of 2: its run differs from rank 0's"));
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
     CU_ASSERT_EQUAL(access(out, F_OK), -1);
@@ -481,10 +482,12 @@ static void calibrate_under_mpirun_failing_rank_stops_every_rank(void)
     kvcal_safetensors_close(st);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(path, buf, len), 0);
     free(buf);
-    snprintf(first, sizeof first, "--model %s --dataset '%s' %s", src,
-             token_dataset(8, 32, 128), common);
+    char with_data[2300], model[1024];
+    snprintf(with_data, sizeof with_data, "--dataset '%s' %s", token_dataset(8, 32, 128),
+             common);
+    snprintf(model, sizeof model, "--model %s", src);
     snprintf(extra, sizeof extra, "--model '%s'", inf_dir);
-    CU_ASSERT_EQUAL(run_two(first, "", extra), 1);
+    CU_ASSERT_EQUAL(run_two(with_data, model, "", extra), 1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("rank 1 of 2: layer 1 V kv head 1: sample 4"));
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);
     CU_ASSERT_EQUAL(access(out, F_OK), -1);
@@ -506,8 +509,8 @@ static void calibrate_under_mpirun_rank_out_of_memory_or_killed_writes_nothing(v
              "--model " MODEL
              " --num-samples 128 --batch 64 --seq-len 128 --quiet --out '%s'",
              out);
-    CU_ASSERT_EQUAL(run_two(common, "sh -c 'ulimit -d 36000; exec \"$0\" \"$@\"'", ""),
-                    2);
+    CU_ASSERT_EQUAL(
+        run_two(common, "", "sh -c 'ulimit -d 36000; exec \"$0\" \"$@\"'", ""), 2);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("kvcal calibrate: rank 1 of 2: "));
     char *err = kvcal_test_kvcal_stderr();
     CU_ASSERT(err && (strstr(err, "cannot allocate") || strstr(err, "out of memory")));
@@ -521,8 +524,8 @@ static void calibrate_under_mpirun_rank_out_of_memory_or_killed_writes_nothing(v
              " --num-samples 1024 --batch 16 --seq-len 512 --quiet --out "
              "'%s'",
              out);
-    CU_ASSERT_NOT_EQUAL(run_two(common, "sh -c 'ulimit -t 1; exec \"$0\" \"$@\"'", ""),
-                        0);
+    CU_ASSERT_NOT_EQUAL(
+        run_two(common, "", "sh -c 'ulimit -t 1; exec \"$0\" \"$@\"'", ""), 0);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("rank 1"));
     CU_ASSERT_EQUAL(access(out, F_OK), -1);
 }
@@ -596,6 +599,10 @@ static void drop_first_batch_distributions(cJSON *one, cJSON *many)
 static void eval_under_mpirun_equals_one_process_within_rounding(void)
 {
     char cmd[8192], run[2048];
+    /* run up to its --scales value: each rank names its own scales, once */
+    const char *const run_head =
+        "eval --model " MODEL " --dataset datasets/calibration_handwritten.txt "
+        "--num-samples 10 --batch 2 --seq-len 64 --quiet --json --scales";
     const char *scales = kvcal_test_path("eval-scales.json");
     snprintf(cmd, sizeof cmd,
              "\"$KVCAL\" calibrate --model " MODEL
@@ -603,10 +610,7 @@ static void eval_under_mpirun_equals_one_process_within_rounding(void)
              "--out '%s'",
              scales);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_command(cmd, NULL), 0);
-    snprintf(run, sizeof run,
-             "eval --model " MODEL " --dataset datasets/calibration_handwritten.txt "
-             "--scales '%s' --num-samples 10 --batch 2 --seq-len 64 --quiet --json",
-             scales);
+    snprintf(run, sizeof run, "%s '%s'", run_head, scales);
     char *one = NULL;
     snprintf(cmd, sizeof cmd, "\"$KVCAL\" %s", run);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_command(cmd, &one), 0);
@@ -635,9 +639,8 @@ static void eval_under_mpirun_equals_one_process_within_rounding(void)
              "--quiet --out '%s'",
              other);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_command(cmd, NULL), 0);
-    snprintf(cmd, sizeof cmd,
-             "%s -np 1 \"$KVCAL\" %s : -np 1 \"$KVCAL\" %s --scales '%s'", mpirun(), run,
-             run, other);
+    snprintf(cmd, sizeof cmd, "%s -np 1 \"$KVCAL\" %s : -np 1 \"$KVCAL\" %s '%s'",
+             mpirun(), run, run_head, other);
     CU_ASSERT_EQUAL(kvcal_test_run_command(cmd, NULL), 1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has("kvcal eval: rank 1 of 2: its run differs"));
     CU_ASSERT_EQUAL(stderr_lines("kvcal "), 1);

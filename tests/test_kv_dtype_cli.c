@@ -25,15 +25,23 @@ static cJSON *load_json(const char *path)
     return j;
 }
 
-static const char *calibrate(const char *name, const char *extra)
+/* `calibrate` of MODEL at `granularity` with the options `extra` into the
+ * test tmpdir's `name`; its path. */
+static const char *calibrate_at(const char *name, const char *granularity,
+                                const char *extra)
 {
     const char *out = kvcal_test_path(name);
     char args[1024];
     snprintf(args, sizeof args,
-             "calibrate --model " MODEL " --granularity head " SMALL " %s --out '%s'",
-             extra, out);
+             "calibrate --model " MODEL " --granularity %s " SMALL " %s --out '%s'",
+             granularity, extra, out);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 0);
     return out;
+}
+
+static const char *calibrate(const char *name, const char *extra)
+{
+    return calibrate_at(name, "head", extra);
 }
 
 static void kv_dtype_int8_and_nvfp4_rescale_the_e4m3_scales_in_the_kvcal_format(void)
@@ -194,8 +202,7 @@ static void kv_dtype_nvfp4_scales_go_into_a_modelopt_checkpoint(void)
     fclose(f);
     free(text);
     cJSON_Delete(cfg);
-    const char *nv =
-        calibrate("dt_nvfp4_mo.json", "--kv-dtype nvfp4 --granularity tensor");
+    const char *nv = calibrate_at("dt_nvfp4_mo.json", "tensor", "--kv-dtype nvfp4");
     snprintf(args, sizeof args, "convert '%s' --to modelopt --model '%s' --out '%s'", nv,
              ck, mo);
     CU_ASSERT_EQUAL_FATAL(kvcal_test_run_kvcal(args, NULL), 0);
@@ -226,7 +233,7 @@ static void kv_dtype_nvfp4_scales_go_into_a_modelopt_checkpoint(void)
     cJSON_Delete(a);
     cJSON_Delete(b);
     /* int8: no engine reads it there */
-    const char *i8 = calibrate("dt_int8_mo.json", "--kv-dtype int8 --granularity tensor");
+    const char *i8 = calibrate_at("dt_int8_mo.json", "tensor", "--kv-dtype int8");
     snprintf(args, sizeof args, "convert '%s' --to modelopt --model '%s' --out '%s'", i8,
              ck, kvcal_test_path("dt_modelopt_int8"));
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, NULL), 1);
