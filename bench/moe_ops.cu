@@ -339,7 +339,7 @@ int main(int argc, char **argv)
     CHECK_KVCAL(kvcal_moe_route_launch(experts, weights, logits, pos, M, E, K, 1, 0));
     CHECK_CUDA(cudaMemset(counts, 0, (size_t)E * sizeof *counts));
     CHECK_KVCAL(kvcal_moe_align_launch(&plan, experts, M * K, E, counts, 0));
-    CHECK_KVCAL(kvcal_moe_gather_launch(xs, x, &plan, K, D, 0));
+    CHECK_KVCAL(kvcal_moe_gather_launch(xs, x, &plan, K, D, nullptr, 0));
     std::vector<unsigned long long> hc(E);
     CHECK_CUDA(cudaMemcpy(hc.data(), counts, E * sizeof *counts, cudaMemcpyDeviceToHost));
     int used_tiles = 0;
@@ -577,7 +577,7 @@ int main(int argc, char **argv)
     });
     row("align (group by expert)", align, 0);
     const float gather =
-        time_ms(t, [&] { CHECK_KVCAL(kvcal_moe_gather_launch(xs, x, &plan, K, D, 0)); });
+        time_ms(t, [&] { CHECK_KVCAL(kvcal_moe_gather_launch(xs, x, &plan, K, D, nullptr, 0)); });
     row("gather (rows in the plan's order; versions 2, 4-6)", gather, 0);
     const float combine = time_ms(t, [&] {
         CHECK_KVCAL(kvcal_moe_combine_launch(out, y[1], plan.slot_of, weights, pos, M, K,
