@@ -102,10 +102,28 @@ const char *kvcal_test_golden_checkpoint_scales(const char *name)
     return out;
 }
 
+/* Where name holds `from` (*to_out = to), else `from2` (*to_out = to2),
+ * and in *len the length of the one found; NULL when neither is in it. */
+static const char *rename_at(const char *name, const char *from, const char *to,
+                             const char *from2, const char *to2, size_t *len,
+                             const char **to_out)
+{
+    const char *at = strstr(name, from);
+    *len = strlen(from);
+    *to_out = to;
+    if (!at) {
+        at = strstr(name, from2);
+        *len = strlen(from2);
+        *to_out = to2;
+    }
+    return at;
+}
+
 /* The scales of dir with the first `from` in each of their names (in the
- * tensors' file and in the index) replaced by `to`; a name without it
- * fails the test. */
-void kvcal_test_rename_scales(const char *dir, const char *from, const char *to)
+ * tensors' file and in the index) replaced by `to`, or in a name without
+ * it the first `from2` by `to2`; a name with neither fails the test. */
+void kvcal_test_rename_scales_or(const char *dir, const char *from, const char *to,
+                                 const char *from2, const char *to2)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/kv_scales.safetensors", dir);
@@ -118,10 +136,12 @@ void kvcal_test_rename_scales(const char *dir, const char *from, const char *to)
     CU_ASSERT_PTR_NOT_NULL_FATAL(names);
     for (int i = 0; i < n; i++) {
         const kvcal_tensor_info *t = kvcal_safetensors_at(st, i);
-        const char *at = strstr(t->name, from);
+        size_t len;
+        const char *with;
+        const char *at = rename_at(t->name, from, to, from2, to2, &len, &with);
         CU_ASSERT_PTR_NOT_NULL_FATAL(at);
-        snprintf(names[i], sizeof names[i], "%.*s%s%s", (int)(at - t->name), t->name, to,
-                 at + strlen(from));
+        snprintf(names[i], sizeof names[i], "%.*s%s%s", (int)(at - t->name), t->name,
+                 with, at + len);
         out[i].name = names[i];
         out[i].dtype = t->dtype;
         out[i].ndim = t->ndim;
@@ -145,12 +165,14 @@ void kvcal_test_rename_scales(const char *dir, const char *from, const char *to)
           *renamed = cJSON_CreateObject();
     for (cJSON *e = map->child; e; e = e->next) {
         char name[256];
+        size_t len;
+        const char *with;
         const char *at = !strcmp(e->valuestring, "kv_scales.safetensors")
-                             ? strstr(e->string, from)
+                             ? rename_at(e->string, from, to, from2, to2, &len, &with)
                              : NULL;
         if (at)
-            snprintf(name, sizeof name, "%.*s%s%s", (int)(at - e->string), e->string, to,
-                     at + strlen(from));
+            snprintf(name, sizeof name, "%.*s%s%s", (int)(at - e->string), e->string,
+                     with, at + len);
         else
             snprintf(name, sizeof name, "%s", e->string);
         cJSON_AddStringToObject(renamed, name, e->valuestring);
@@ -158,6 +180,11 @@ void kvcal_test_rename_scales(const char *dir, const char *from, const char *to)
     cJSON_ReplaceItemInObject(index, "weight_map", renamed);
     CU_ASSERT_EQUAL_FATAL(kvcal_json_write(path, index), KVCAL_OK);
     cJSON_Delete(index);
+}
+
+void kvcal_test_rename_scales(const char *dir, const char *from, const char *to)
+{
+    kvcal_test_rename_scales_or(dir, from, to, from, to);
 }
 
 char *kvcal_test_read_file(const char *path, size_t *len)

@@ -357,16 +357,11 @@ static void cli_checkpoint_names_ernie45_scales_as_both_engines_load_them(void)
     free(text);
 }
 
-/* validate-scales' output on the checkpoint scales kvcal writes for
- * golden model `name`, renamed from `from` to `to` first when from is not
- * NULL: 1 when it holds `needle` (NULL: says nothing of sglang). */
-static int says_of_sglang(const char *name, const char *from, const char *to,
-                          const char *needle)
+/* validate-scales' output on checkpoint ck of golden model `name`: 1 when
+ * it exits 0 and holds `needle` (NULL: says nothing of sglang). */
+static int validate_says(const char *ck, const char *name, const char *needle)
 {
-    const char *ck = kvcal_test_golden_checkpoint_scales(name);
     char args[1024], *text = NULL;
-    if (from)
-        kvcal_test_rename_scales(ck, from, to);
     snprintf(args, sizeof args, "validate-scales '%s'", ck);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(args, &text), 0);
     const int ok =
@@ -375,6 +370,27 @@ static int says_of_sglang(const char *name, const char *from, const char *to,
         fprintf(stderr, "%s: %s\n", name, text ? text : "(no output)");
     free(text);
     return ok;
+}
+
+/* validate-scales' output on the checkpoint scales kvcal writes for
+ * golden model `name`, renamed from `from` to `to` first when from is not
+ * NULL: 1 when it holds `needle` (NULL: says nothing of sglang). */
+static int says_of_sglang(const char *name, const char *from, const char *to,
+                          const char *needle)
+{
+    const char *ck = kvcal_test_golden_checkpoint_scales(name);
+    if (from)
+        kvcal_test_rename_scales(ck, from, to);
+    return validate_says(ck, name, needle);
+}
+
+/* The same with K's names' `k_from` and V's `v_from` renamed `to`. */
+static int says_of_sglang_kv(const char *name, const char *k_from, const char *v_from,
+                             const char *to, const char *needle)
+{
+    const char *ck = kvcal_test_golden_checkpoint_scales(name);
+    kvcal_test_rename_scales_or(ck, k_from, to, v_from, to);
+    return validate_says(ck, name, needle);
 }
 
 /* What sglang 0.5.23's loader of each architecture does with a
@@ -434,6 +450,71 @@ static void cli_checkpoint_scale_names_as_sglang_loads_them(void)
     CU_ASSERT_STRING_EQUAL(kvcal_sglang_k_name("Qwen3ForCausalLM"), "k_scale");
 }
 
+/* The qkqkv_proj spelling of a fused-QKV model's K/V scale names, which
+ * vLLM 0.32.0 loads as the attention's (base_config.py
+ * get_cache_scale_mapper, weight_utils.py maybe_remap_kv_scale_name), is
+ * read, and validate-scales names what sglang 0.5.23's loader of each
+ * architecture does with it (io/scales/sglang_loaders.c; make test-engines
+ * runs them): LlamaForCausalLM.load_weights' maybe_remap_kv_scale_name
+ * makes it qkqkv_proj.attn.k_scale and skips it; Gemma 2's stacked mapping
+ * renames its v_proj (qkqkqkv_proj: KeyError); HunYuan's loader, which
+ * splits a ".qkv_proj" tensor (AssertionError), leaves ".qkqkv_proj" to
+ * an attention without scales; Qwen3-Next's asserts a scale it holds no
+ * parameter for is 1.0, under either fused name. */
+static void cli_qkqkv_proj_names_as_sglang_loads_them(void)
+{
+    CU_ASSERT(says_of_sglang_kv("llama3_gqa_hd48_bf16", "self_attn.", "self_attn.",
+                                "self_attn.qkqkv_proj.",
+                                "a self_attn name of LlamaForCausalLM: sglang 0.5.23 "
+                                "skips it: LlamaForCausalLM.load_weights finds no "
+                                "parameter for it (maybe_remap_kv_scale_name's "
+                                "qkqkv_proj.attn.k_scale"));
+    CU_ASSERT(says_of_sglang_kv("gemma2_softcap_swa8_bf16", "self_attn.", "self_attn.",
+                                "self_attn.qkqkv_proj.",
+                                "sglang 0.5.23 does not load the model: "
+                                "Gemma2ForCausalLM.load_weights renames qkqkv_proj (its "
+                                "stacked q/k/v mapping's v_proj: qkqkqkv_proj)"));
+    CU_ASSERT(says_of_sglang_kv("hunyuan_dense_qknorm_after_rope_bf16", "self_attn.",
+                                "self_attn.", "self_attn.qkqkv_proj.",
+                                "HunYuanDenseV1ForCausalLM's scales in sglang: sglang "
+                                "0.5.23 skips every K/V scale of this architecture: its "
+                                "HunYuanAttention builds the RadixAttention"));
+    CU_ASSERT(says_of_sglang_kv("hunyuan_dense_qknorm_after_rope_bf16", "self_attn.",
+                                "self_attn.", "self_attn.qkv_proj.",
+                                "HunYuanMoEV1ForCausalLM.load_weights splits a qkv_proj "
+                                "tensor"));
+    for (int fused = 0; fused < 2; fused++)
+        CU_ASSERT(says_of_sglang_kv("qwen3_next_gdn_moe_e8_top3_bf16", "k_proj.",
+                                    "v_proj.", fused ? "qkqkv_proj." : "qkv_proj.",
+                                    "sglang 0.5.23 does not load the model: "
+                                    "Qwen3NextForCausalLM.load_weights drops "
+                                    "\".self_attn\", finds no parameter and asserts"));
+    /* K, V and Q alike, per architecture */
+    static const struct {
+        const char *arch;
+        kvcal_sglang_outcome qkv, qkqkv;
+    } rows[] = {
+        {"Phi3ForCausalLM", KVCAL_SGLANG_SKIPS, KVCAL_SGLANG_SKIPS},
+        {"Qwen2_5_VLForConditionalGeneration", KVCAL_SGLANG_SKIPS, KVCAL_SGLANG_SKIPS},
+        {"MixtralForCausalLM", KVCAL_SGLANG_FAILS, KVCAL_SGLANG_FAILS},
+        {"Ernie4_5_MoeForCausalLM", KVCAL_SGLANG_FAILS, KVCAL_SGLANG_FAILS},
+        {"Qwen3NextForCausalLM", KVCAL_SGLANG_FAILS, KVCAL_SGLANG_FAILS},
+        {"HunYuanMoEV1ForCausalLM", KVCAL_SGLANG_FAILS, KVCAL_SGLANG_NO_SCALES},
+        {"Qwen3MoeForCausalLM", KVCAL_SGLANG_NO_SCALES, KVCAL_SGLANG_NO_SCALES},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        CU_ASSERT_EQUAL(
+            kvcal_sglang_checkpoint_scale(rows[i].arch, "qkv_proj.v_scale", NULL),
+            rows[i].qkv);
+        CU_ASSERT_EQUAL(
+            kvcal_sglang_checkpoint_scale(rows[i].arch, "qkqkv_proj.k_scale", NULL),
+            rows[i].qkqkv);
+        CU_ASSERT_EQUAL(
+            kvcal_sglang_checkpoint_scale(rows[i].arch, "qkqkv_proj.q_scale", NULL),
+            rows[i].qkqkv);
+    }
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_validate_fixture_exits_0_at_tp1_and_1_at_tp2),
     KVCAL_TEST(cli_validate_json_lists_the_findings),
@@ -447,6 +528,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(cli_convert_refuses_a_model_whose_vllm_loader_skips_scales),
     KVCAL_TEST(cli_checkpoint_names_ernie45_scales_as_both_engines_load_them),
     KVCAL_TEST(cli_checkpoint_scale_names_as_sglang_loads_them),
+    KVCAL_TEST(cli_qkqkv_proj_names_as_sglang_loads_them),
     CU_TEST_INFO_NULL,
 };
 KVCAL_SUITE(scales_cli, KVCAL_NEEDS_NOTHING, tests)

@@ -547,6 +547,63 @@ static void validate_reads_fused_qkv_proj_names_vllm_maps(void)
     }
 }
 
+/* The qkqkv_proj spelling (a stacked mapping's v_proj -> qkv_proj applied to
+ * qkv_proj), which vLLM maps like qkv_proj: base_config.py
+ * get_cache_scale_mapper (regex \.self_attn\.qk(?:qk)?v_proj\.([kv])_scale$)
+ * and weight_utils.py maybe_remap_kv_scale_name ("Qwen3 MoE format"). Read
+ * under compressed-tensors and fp8, with sglang's LlamaForCausalLM
+ * skipping them (maybe_remap_kv_scale_name: qkqkv_proj.attn.k_scale); a
+ * second name of the same scale is a duplicate (vLLM loads both, the last
+ * read wins); convert writes its target format's own names. */
+static void validate_reads_qkqkv_proj_names_vllm_maps(void)
+{
+    static const char *const qkqkv[] = {"qkqkv_proj.k_scale", "qkqkv_proj.v_scale", NULL};
+    static const char *const twice[] = {"k_scale", "v_scale", "qkqkv_proj.k_scale", NULL};
+    static const struct {
+        const char *dir, *config, *out, *written;
+        kvcal_format to;
+    } cases[] = {
+        {"ct_qkqkv_names", CT_TENSOR, "ct_qkqkv_ck", "model.layers.1.self_attn.k_scale",
+         KVCAL_FORMAT_CHECKPOINT},
+        {"fp8_qkqkv_names",
+         "\"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": "
+         "\"static\"}",
+         "fp8_qkqkv_kv", "model.layers.1.self_attn.kv_scale", KVCAL_FORMAT_KV_SCALE},
+        {"mo_qkqkv_names", MODELOPT_QC, "mo_qkqkv_mo",
+         "model.layers.1.self_attn.k_proj.k_scale", KVCAL_FORMAT_MODELOPT},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char m[512], out[600];
+        snprintf(m, sizeof m, "%s", model_dir(cases[c].dir, cases[c].config, NULL));
+        write_scales(m, KVCAL_CHECKPOINT_SHARD, qkqkv, 1, 0.01f);
+        kvcal_report_t *rep = validate(m);
+        CU_ASSERT(kvcal_report_passes(rep, 0));
+        CU_ASSERT(!has_finding(rep, "no k_scale / v_scale tensor"));
+        CU_ASSERT(has_finding(rep, "sglang 0.5.23 skips it"));
+        CU_ASSERT(
+            has_finding(rep, "maybe_remap_kv_scale_name's qkqkv_proj.attn.k_scale"));
+        kvcal_report_destroy(rep);
+        kvcal_scales_t *r = NULL;
+        CU_ASSERT_EQUAL_FATAL(kvcal_scales_load(m, NULL, 0, &r), KVCAL_OK);
+        float k, v;
+        kvcal_scales_get_tensor(r, 1, &k, &v);
+        CU_ASSERT_EQUAL(k, 0.011f);
+        CU_ASSERT_EQUAL(v, 0.011f);
+        /* convert: the target format's own names */
+        snprintf(out, sizeof out, "%s", kvcal_test_path(cases[c].out));
+        CU_ASSERT_EQUAL_FATAL(kvcal_scales_write(r, cases[c].to, out, m, 0), KVCAL_OK);
+        CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD, cases[c].written),
+                        0.011f);
+        CU_ASSERT_EQUAL(tensor_value(out, KVCAL_CHECKPOINT_SHARD,
+                                     "model.layers.1.self_attn.qkqkv_proj.k_scale"),
+                        -1.0f);
+        kvcal_scales_destroy(r);
+    }
+    const char *d = model_dir("ct_qkqkv_twice", CT_TENSOR, NULL);
+    write_scales(d, KVCAL_CHECKPOINT_SHARD, twice, 1, 0.01f);
+    CU_ASSERT(refused_with(d, "duplicates model.layers.0.self_attn.k_scale"));
+}
+
 /* Scales stored as F8_E4M3: vLLM copies them into its float32 parameters
  * (copy_ converts: KVCacheScaleParameter.weight_loader, default_weight_loader)
  * and sglang's default_weight_loader fills its float32 parameter with
@@ -739,6 +796,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(validate_refuses_fp8_and_modelopt_configs_vllm_cannot_start_with),
     KVCAL_TEST(validate_refuses_quark_q_and_softmax_names_other_configs_do_not_map),
     KVCAL_TEST(validate_reads_fused_qkv_proj_names_vllm_maps),
+    KVCAL_TEST(validate_reads_qkqkv_proj_names_vllm_maps),
     KVCAL_TEST(validate_warns_of_e4m3_scale_tensors_the_engines_convert),
     KVCAL_TEST(validate_refuses_a_dynamic_scheme_sglang_ignores),
     KVCAL_TEST(validate_checks_the_head_counts_vllm_slices_attn_head_scales_with),

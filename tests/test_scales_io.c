@@ -477,6 +477,33 @@ static void checkpoint_export_refuses_scales_the_model_shards_already_hold(void)
     kvcal_scales_destroy(s);
 }
 
+/* The same for the qkqkv_proj spelling of a fused-QKV model's names, which
+ * vLLM loads as the attention's k_scale (base_config.py
+ * get_cache_scale_mapper, regex \.self_attn\.qk(?:qk)?v_proj\.([kv])_scale$):
+ * a model shard holding it would be loaded beside the new shard. */
+static void checkpoint_export_refuses_qkqkv_proj_scales_the_model_shards_hold(void)
+{
+    const char *model = make_model_dir("ck_model_stale_qkqkv", NULL);
+    char p[700];
+    const char *v = "model.layers.1.self_attn.qkqkv_proj.v_scale";
+    float w[6] = {1, 2, 3, 4, 5, 6}, old_scale[1] = {0.5f};
+    kvcal_tensor_out t[2] = {{"model.embed_tokens.weight", KVCAL_DTYPE_F32, 2, {2, 3}, w},
+                             {v, KVCAL_DTYPE_F32, 1, {1}, old_scale}};
+    snprintf(p, sizeof p, "%s/model.safetensors", model);
+    CU_ASSERT_EQUAL_FATAL(kvcal_safetensors_write(p, t, 2, NULL), KVCAL_OK);
+    kvcal_scales_t *s = make_tiny(KVCAL_GRANULARITY_TENSOR);
+    char outdir[600];
+    snprintf(outdir, sizeof outdir, "%s", kvcal_test_path("ck_stale_qkqkv_out"));
+    CU_ASSERT_EQUAL(kvcal_scales_write(s, KVCAL_FORMAT_CHECKPOINT, outdir, model, 0),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("model.layers.1.self_attn.qkqkv_proj.v_scale is "
+                                   "already stored in model.safetensors"));
+    snprintf(p, sizeof p, "%s/kv_scales.safetensors", outdir);
+    struct stat sb;
+    CU_ASSERT_NOT_EQUAL(stat(p, &sb), 0);
+    kvcal_scales_destroy(s);
+}
+
 /* vLLM reads only the shards model.safetensors.index.json names: a
  * kv_scales.safetensors the index does not list is never loaded. */
 static void checkpoint_validation_requires_the_scales_shard_in_the_index(void)
@@ -874,6 +901,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(checkpoint_round_trip_per_tensor_and_per_head),
     KVCAL_TEST(checkpoint_export_keeps_quantization_config_and_extends_index),
     KVCAL_TEST(checkpoint_export_refuses_scales_the_model_shards_already_hold),
+    KVCAL_TEST(checkpoint_export_refuses_qkqkv_proj_scales_the_model_shards_hold),
     KVCAL_TEST(checkpoint_validation_requires_the_scales_shard_in_the_index),
     KVCAL_TEST(checkpoint_reader_accepts_older_names_and_single_kv_scale),
     KVCAL_TEST(checkpoint_validation_names_missing_tensors_shapes_and_scheme),

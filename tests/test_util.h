@@ -86,6 +86,10 @@ const char *kvcal_test_golden_checkpoint_scales(const char *name);
  * (in kv_scales.safetensors and in the index) replaced by `to`; a name
  * without it fails the test. */
 void kvcal_test_rename_scales(const char *dir, const char *from, const char *to);
+/* The same, with the first `from2` of a name without `from` replaced by
+ * `to2` (K's and V's names told apart); a name with neither fails the test. */
+void kvcal_test_rename_scales_or(const char *dir, const char *from, const char *to,
+                                 const char *from2, const char *to2);
 
 /* Runs `kvcal <args>` through the shell. The binary is $KVCAL_BIN (set by
  * `make test`; made absolute at start, so a test may chdir), else the

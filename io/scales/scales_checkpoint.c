@@ -98,12 +98,17 @@ static const struct {
     {"prob_output_scale", KIND_PROB, KVCAL_FORMAT_QUARK},
     {"k_proj.k_scale", KIND_K, KVCAL_FORMAT_MODELOPT},
     {"v_proj.v_scale", KIND_V, KVCAL_FORMAT_MODELOPT},
-    /* a fused-QKV model's (ModelOpt's Phi-3): vLLM's base
-       get_cache_scale_mapper (quantization/base_config.py) renames
-       .self_attn.qkv_proj.{k,v}_scale to the attention's under every
-       quantization method; sglang's loaders do not (check_sglang_names) */
+    /* a fused-QKV model's (ModelOpt's Phi-3), and the qkqkv_proj spelling
+       (a stacked mapping's "v_proj" -> "qkv_proj" applied to it): vLLM's
+       base get_cache_scale_mapper (quantization/base_config.py, regex
+       \.self_attn\.qk(?:qk)?v_proj\.([kv])_scale$) renames both to the
+       attention's under every quantization method, as
+       maybe_remap_kv_scale_name (model_loader/weight_utils.py) does;
+       sglang's loaders do not (check_sglang_names) */
     {"qkv_proj.k_scale", KIND_K, KVCAL_FORMAT_MODELOPT},
     {"qkv_proj.v_scale", KIND_V, KVCAL_FORMAT_MODELOPT},
+    {"qkqkv_proj.k_scale", KIND_K, KVCAL_FORMAT_MODELOPT},
+    {"qkqkv_proj.v_scale", KIND_V, KVCAL_FORMAT_MODELOPT},
     {"kv_scale", KIND_KV, KVCAL_FORMAT_KV_SCALE},
     {"k_global_scale", KIND_KG, KVCAL_FORMAT_CHECKPOINT},
     {"v_global_scale", KIND_VG, KVCAL_FORMAT_CHECKPOINT},
@@ -1141,22 +1146,9 @@ static void check_sglang_names(const kvcal_scales_ctx *ctx, const layer_tensors 
             for (char *c = vn; (c = strstr(c, "k_")) != NULL; c += 2)
                 *c = 'v';
             const int assert_one = !strcmp(arch, "Qwen3NextForCausalLM");
-            const int qkv = !strncmp(suffix, "qkv_proj.", 9);
             snprintf(
                 why_line, sizeof why_line,
-                o == KVCAL_SGLANG_FAILS && qkv
-                    ? "sglang 0.5.23 does not load the model: %s renames qkv_proj "
-                      "(its stacked q/k/v mapping: qkqkv_proj) or looks the name up "
-                      "as it is and finds no parameter (KeyError); vLLM loads it "
-                      "(get_cache_scale_mapper). For sglang name K and V self_attn.%s "
-                      "/ %s (kvcal calibrate does)%s"
-                : o == KVCAL_SGLANG_SKIPS && qkv
-                    ? "sglang 0.5.23 skips it: %s finds no parameter for it "
-                      "(maybe_remap_kv_scale_name's qkv_proj.attn.k_scale, or the name "
-                      "as it is), logs it and goes on, so the fp8 cache runs at scale "
-                      "1.0; vLLM loads it (get_cache_scale_mapper). For sglang name K "
-                      "and V self_attn.%s / %s (kvcal calibrate does)%s"
-                : o == KVCAL_SGLANG_SKIPS
+                o == KVCAL_SGLANG_SKIPS
                     ? "sglang 0.5.23 skips it: %s holds no parameter of that name, "
                       "logs \"Parameter ... not found in params_dict\" and goes on, "
                       "so the fp8 cache runs at scale 1.0; vLLM loads it. For sglang "
@@ -1171,7 +1163,31 @@ static void check_sglang_names(const kvcal_scales_ctx *ctx, const layer_tensors 
                       "For sglang name K and V self_attn.%s / %s (kvcal calibrate "
                       "does)%s",
                 why, kn, vn, strcmp(kn, "k_scale") ? " and leave out q_scale" : "");
-            if (qkv && o == KVCAL_SGLANG_FAILS &&
+            /* a fused-QKV name, qkv_proj or qkqkv_proj */
+            const int qkqkv = !strncmp(suffix, "qkqkv_proj.", 11);
+            const int qkv = qkqkv || !strncmp(suffix, "qkv_proj.", 9);
+            const char *proj = qkqkv ? "qkqkv_proj" : "qkv_proj";
+            if (qkv && o == KVCAL_SGLANG_FAILS && !assert_one)
+                snprintf(why_line, sizeof why_line,
+                         "sglang 0.5.23 does not load the model: %s renames %s (its "
+                         "stacked q/k/v mapping's v_proj: %s) or looks the name up as "
+                         "it is and finds no parameter (KeyError); vLLM loads it "
+                         "(get_cache_scale_mapper). For sglang name K and V self_attn.%s "
+                         "/ %s (kvcal calibrate does)%s",
+                         why, proj, qkqkv ? "qkqkqkv_proj" : "qkqkv_proj", kn, vn,
+                         strcmp(kn, "k_scale") ? " and leave out q_scale" : "");
+            else if (qkv && o == KVCAL_SGLANG_SKIPS)
+                snprintf(why_line, sizeof why_line,
+                         "sglang 0.5.23 skips it: %s finds no parameter for it "
+                         "(maybe_remap_kv_scale_name's %s.attn.k_scale, or the name as "
+                         "it is), logs it and goes on, so the fp8 cache runs at scale "
+                         "1.0; vLLM loads it (get_cache_scale_mapper). For sglang name K "
+                         "and V self_attn.%s / %s (kvcal calibrate does)%s",
+                         why, proj, kn, vn,
+                         strcmp(kn, "k_scale") ? " and leave out q_scale" : "");
+            /* HunYuan's load_weights splits a ".qkv_proj" tensor, which
+               ".qkqkv_proj" is not */
+            if (qkv && !qkqkv && o == KVCAL_SGLANG_FAILS &&
                 kvcal_sglang_checkpoint_scale(arch, "k_scale", NULL) ==
                     KVCAL_SGLANG_NO_SCALES)
                 snprintf(why_line, sizeof why_line,

@@ -72,10 +72,13 @@ kvcal_sglang_legacy kvcal_sglang_legacy_of(const char *architecture)
 
 /* The names of a K scale after "self_attn." the table tells of:
  * compressed-tensors' and llm-compressor's, the attention module's own,
- * ModelOpt's, Quark's, ModelOpt's of a fused-QKV model (Phi-3's). */
-enum { NAME_PLAIN, NAME_ATTN, NAME_K_PROJ, NAME_QUARK, NAME_QKV, NAMES };
-static const char *const names[NAMES] = {"k_scale", "attn.k_scale", "k_proj.k_scale",
-                                         "k_proj.output_scale", "qkv_proj.k_scale"};
+ * ModelOpt's, Quark's, ModelOpt's of a fused-QKV model (Phi-3's), and the
+ * qkqkv_proj spelling vLLM 0.32.0 maps alike (base_config.py
+ * get_cache_scale_mapper; weight_utils.py maybe_remap_kv_scale_name). */
+enum { NAME_PLAIN, NAME_ATTN, NAME_K_PROJ, NAME_QUARK, NAME_QKV, NAME_QKQKV, NAMES };
+static const char *const names[NAMES] = {"k_scale",          "attn.k_scale",
+                                         "k_proj.k_scale",   "k_proj.output_scale",
+                                         "qkv_proj.k_scale", "qkqkv_proj.k_scale"};
 
 #define L KVCAL_SGLANG_LOADS
 #define S KVCAL_SGLANG_SKIPS
@@ -89,57 +92,67 @@ static const char *const names[NAMES] = {"k_scale", "attn.k_scale", "k_proj.k_sc
  * scale parameter: every name is skipped), else NULL and what load_weights
  * does with each name (a stand-in model holding the RadixAttention's
  * k_scale / v_scale where sglang's does, fed each name: make
- * test-engines). The last name, a fused-QKV model's qkv_proj.k_scale:
- * skipped where maybe_remap_kv_scale_name makes it qkv_proj.attn.k_scale or
- * the name is looked up as it is; a KeyError where the stacked mapping's
- * "v_proj" makes it qkqkv_proj or nothing maps it; HunYuan's splits it as
- * a fused weight (AssertionError). */
+ * test-engines). The last two, a fused-QKV model's qkv_proj.k_scale and
+ * qkqkv_proj.k_scale: skipped where maybe_remap_kv_scale_name makes it
+ * <proj>.attn.k_scale or the name is looked up as it is; a KeyError where
+ * the stacked mapping's "v_proj" makes it qkqkv_proj (qkqkqkv_proj) or
+ * nothing maps it; HunYuan's splits a ".qkv_proj" as a fused weight
+ * (AssertionError), which ".qkqkv_proj" is not (no scale: skipped). */
 static const struct {
     const char *architecture, *loader, *attention;
     unsigned char outcome[NAMES];
 } table[] = {
     /* maybe_remap_kv_scale_name: the plain name and ModelOpt's / Quark's
        to the attention's; its own name doubled (".attn.attn.") and dropped */
-    {"LlamaForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S}},
-    {"MistralForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S}},
-    {"Phi3ForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S}},
-    {"Gemma3ForCausalLM", "Gemma3ForCausalLM.load_weights", NULL, {L, S, L, L, S}},
+    {"LlamaForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S, S}},
+    {"MistralForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S, S}},
+    {"Phi3ForCausalLM", "LlamaForCausalLM.load_weights", NULL, {L, S, L, L, S, S}},
+    {"Gemma3ForCausalLM", "Gemma3ForCausalLM.load_weights", NULL, {L, S, L, L, S, S}},
     {"Gemma3ForConditionalGeneration",
      "Gemma3ForCausalLM.load_weights",
      NULL,
-     {L, S, L, L, S}},
-    {"Exaone4ForCausalLM", "Exaone4ForCausalLM.load_weights", NULL, {L, S, L, L, S}},
-    {"MiniMaxM2ForCausalLM", "MiniMaxM2ForCausalLM.load_weights", NULL, {L, S, L, S, S}},
-    {"Gemma2ForCausalLM", "Gemma2ForCausalLM.load_weights", NULL, {L, S, F, F, F}},
+     {L, S, L, L, S, S}},
+    {"Exaone4ForCausalLM", "Exaone4ForCausalLM.load_weights", NULL, {L, S, L, L, S, S}},
+    {"MiniMaxM2ForCausalLM",
+     "MiniMaxM2ForCausalLM.load_weights",
+     NULL,
+     {L, S, L, S, S, S}},
+    {"Gemma2ForCausalLM", "Gemma2ForCausalLM.load_weights", NULL, {L, S, F, F, F, F}},
     /* no kv-scale remapping; a name it does not hold logged and skipped */
-    {"Qwen2ForCausalLM", "Qwen2ForCausalLM.load_weights", NULL, {S, L, S, S, S}},
-    {"Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM.load_weights", NULL, {S, L, S, S, S}},
-    {"Glm4ForCausalLM", "Glm4ForCausalLM.load_weights", NULL, {S, L, S, S, S}},
+    {"Qwen2ForCausalLM", "Qwen2ForCausalLM.load_weights", NULL, {S, L, S, S, S, S}},
+    {"Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM.load_weights", NULL, {S, L, S, S, S, S}},
+    {"Glm4ForCausalLM", "Glm4ForCausalLM.load_weights", NULL, {S, L, S, S, S, S}},
     {"Glm4vForConditionalGeneration",
      "Glm4vForConditionalGeneration.load_weights",
      NULL,
-     {S, L, S, S, S}},
+     {S, L, S, S, S, S}},
     /* skipped, but k_proj renamed qkv_proj is looked up (KeyError) */
-    {"MixtralForCausalLM", "MixtralForCausalLM.load_weights", NULL, {S, L, F, F, F}},
-    {"GraniteMoeForCausalLM", "MixtralForCausalLM.load_weights", NULL, {S, L, F, F, F}},
+    {"MixtralForCausalLM", "MixtralForCausalLM.load_weights", NULL, {S, L, F, F, F, F}},
+    {"GraniteMoeForCausalLM",
+     "MixtralForCausalLM.load_weights",
+     NULL,
+     {S, L, F, F, F, F}},
     {"Qwen2_5_VLForConditionalGeneration",
      "Qwen2_5_VLForConditionalGeneration.load_weights",
      NULL,
-     {S, L, F, F, S}},
+     {S, L, F, F, S, S}},
     /* every name looked up as it is: KeyError */
     {"Ernie4_5_MoeForCausalLM",
      "Ernie4_5_MoeForCausalLM.load_weights",
      NULL,
-     {F, L, F, F, F}},
-    {"GraniteForCausalLM", "GraniteForCausalLM.load_weights", NULL, {F, L, F, F, F}},
-    {"Olmo2ForCausalLM", "Olmo2ForCausalLM.load_weights", NULL, {F, L, F, F, F}},
+     {F, L, F, F, F, F}},
+    {"GraniteForCausalLM", "GraniteForCausalLM.load_weights", NULL, {F, L, F, F, F, F}},
+    {"Olmo2ForCausalLM", "Olmo2ForCausalLM.load_weights", NULL, {F, L, F, F, F, F}},
     {"Qwen2VLForConditionalGeneration",
      "Qwen2VLForConditionalGeneration.load_weights",
      NULL,
-     {F, L, F, F, F}},
+     {F, L, F, F, F, F}},
     /* ".self_attn" dropped; only ModelOpt's name mapped, the others
        asserted to be 1.0 (AssertionError) */
-    {"Qwen3NextForCausalLM", "Qwen3NextForCausalLM.load_weights", NULL, {F, F, L, U, U}},
+    {"Qwen3NextForCausalLM",
+     "Qwen3NextForCausalLM.load_weights",
+     NULL,
+     {F, F, L, U, F, F}},
     /* the attention without quant_config */
     {"Qwen3ForCausalLM", NULL, "Qwen3Attention", {0}},
     {"Qwen3VLForConditionalGeneration", NULL, "Qwen3Attention", {0}},
@@ -151,11 +164,11 @@ static const struct {
     {"HunYuanDenseV1ForCausalLM",
      "HunYuanMoEV1ForCausalLM.load_weights",
      "HunYuanAttention",
-     {U, U, U, U, F}},
+     {U, U, U, U, F, U}},
     {"HunYuanMoEV1ForCausalLM",
      "HunYuanMoEV1ForCausalLM.load_weights",
      "HunYuanAttention",
-     {U, U, U, U, F}},
+     {U, U, U, U, F, U}},
     {"Llama4ForCausalLM", NULL, "Llama4Attention", {0}},
     {"Llama4ForConditionalGeneration", NULL, "Llama4Attention", {0}},
 };

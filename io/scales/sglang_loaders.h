@@ -21,7 +21,7 @@ kvcal_sglang_legacy kvcal_sglang_legacy_of(const char *architecture);
 /* What sglang's load_weights of an architecture does with a checkpoint's
  * K (or V, or Q) scale named `suffix` after "self_attn." ("k_scale",
  * "attn.k_scale", "k_proj.k_scale", "k_proj.output_scale",
- * "qkv_proj.k_scale"; v and q alike). */
+ * "qkv_proj.k_scale", "qkqkv_proj.k_scale"; v and q alike). */
 typedef enum {
     KVCAL_SGLANG_UNKNOWN, /* an architecture or a name not read here */
     KVCAL_SGLANG_LOADS,

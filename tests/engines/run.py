@@ -454,10 +454,10 @@ def file_scales(d, H):
     naming would take them: {layer: (k list, v list)}; None where a layer
     lacks either."""
     import re
-    names = {"k": r"\.self_attn\.(k_scale|k_proj\.k_scale|qkv_proj\.k_scale|k_proj\.output_scale|"
-                  r"kv_scale)$",
-             "v": r"\.self_attn\.(v_scale|v_proj\.v_scale|qkv_proj\.v_scale|v_proj\.output_scale|"
-                  r"kv_scale)$"}
+    names = {"k": r"\.self_attn\.(k_scale|k_proj\.k_scale|qk(qk)?v_proj\.k_scale|"
+                  r"k_proj\.output_scale|kv_scale)$",
+             "v": r"\.self_attn\.(v_scale|v_proj\.v_scale|qk(qk)?v_proj\.v_scale|"
+                  r"v_proj\.output_scale|kv_scale)$"}
     per = {}
     for name, t in checkpoint_weights(d):
         m = re.match(r"model\.layers\.(\d+)\.", name)
@@ -887,13 +887,27 @@ def sglang_checkpoint_load(d):
     return "loaded", got
 
 
+def sglang_says(valid, rep):
+    """What validate-scales' report says sglang does with the file: "loaded"
+    (valid, nothing of sglang), "ignored" (its first finding of sglang: "sglang
+    0.5.23 skips ..."), "fails" ("sglang 0.5.23 does not load the model"), or
+    what else it says."""
+    sg = [f["consequence"] for f in rep["findings"] if "sglang" in f.get("consequence", "")]
+    if not sg:
+        return "loaded" if valid else "nothing of sglang (invalid)"
+    return ("ignored" if sg[0].startswith("sglang 0.5.23 skips") else
+            "fails" if sg[0].startswith("sglang 0.5.23 does not load the model") else sg[0])
+
+
 def sglang_checkpoints(work):
     """kvcal's checkpoint scales of a golden model of each architecture, as
-    written and under the three other names (compressed-tensors' plain
+    written and under the four other names (compressed-tensors' plain
     self_attn.k_scale, the attention's own self_attn.attn.k_scale, a fused-QKV
-    model's ModelOpt self_attn.qkv_proj.k_scale), through
+    model's ModelOpt self_attn.qkv_proj.k_scale and the qkqkv_proj spelling
+    vLLM maps alike), through
     sglang's loader: validate-scales says nothing of sglang exactly when
-    sglang loads the values kvcal reads."""
+    sglang loads the values kvcal reads, and otherwise names what sglang
+    does (skips the scales, or does not load the model)."""
     n = {"loaded": 0, "ignored": 0, "fails": 0}
     for name in SGLANG_CHECKPOINTS:
         out = golden_checkpoint(work, name, "sgck", 2)
@@ -914,20 +928,26 @@ def sglang_checkpoints(work):
                      .replace(".attn.v_scale", ".v_scale")
                      .replace(".k_proj.k_scale", ".k_scale").replace(".v_proj.v_scale", ".v_scale")
                      .replace(".self_attn.k_scale", ".self_attn.qkv_proj.k_scale")
-                     .replace(".self_attn.v_scale", ".self_attn.qkv_proj.v_scale")))]
+                     .replace(".self_attn.v_scale", ".self_attn.qkv_proj.v_scale"))),
+                 # the spelling vLLM's get_cache_scale_mapper (qk(?:qk)?v_proj)
+                 # and maybe_remap_kv_scale_name ("Qwen3 MoE format") also map
+                 (name + " as self_attn.qkqkv_proj.k_scale", renamed_by(
+                     out, out + "_qkqkv", lambda x: x.replace(".attn.k_scale", ".k_scale")
+                     .replace(".attn.v_scale", ".v_scale")
+                     .replace(".k_proj.k_scale", ".k_scale").replace(".v_proj.v_scale", ".v_scale")
+                     .replace(".self_attn.k_scale", ".self_attn.qkqkv_proj.k_scale")
+                     .replace(".self_attn.v_scale", ".self_attn.qkqkv_proj.v_scale")))]
         for case, d in cases:
             valid, rep = verdict(d)
-            sglang_ok = valid and not any("sglang" in f.get("consequence", "")
-                                          for f in rep["findings"])
+            says = sglang_says(valid, rep)
             kind, got = sglang_checkpoint_load(d)
             n[kind] += 1
-            ok = sglang_ok == (kind == "loaded")
-            if ok and sglang_ok:
+            ok = says == kind
+            if ok and kind == "loaded":
                 ok = same_as_kvcal(got, d)
-            agree(case, "sglang", ok, "validate-scales %s, sglang: %s %s" % (
-                "says sglang loads it" if sglang_ok else "says sglang does not",
-                kind, "" if kind == "loaded" else got))
-    say("sglang: %d architectures' checkpoint scales under four names: %d loaded, "
+            agree(case, "sglang", ok, "validate-scales says sglang %s, sglang: %s %s" % (
+                says, kind, "" if kind == "loaded" else got))
+    say("sglang: %d architectures' checkpoint scales under five names: %d loaded, "
         "%d ignored, %d failed" % (len(SGLANG_CHECKPOINTS), n["loaded"], n["ignored"],
                                    n["fails"]))
 
@@ -1012,8 +1032,9 @@ def sglang_hybrid_load(d, module, cls):
 def sglang_hybrids(work):
     """kvcal's scales of the golden hybrid models through sglang's loaders,
     as written and with K and V renamed to compressed-tensors' attention
-    names: sglang loads the file exactly when validate-scales says nothing
-    of sglang, and then the values kvcal reads."""
+    names (Qwen3-Next's also to the fused qkv_proj / qkqkv_proj names):
+    sglang loads the file exactly when validate-scales says nothing of
+    sglang, and then the values kvcal reads."""
     for name, (module, cls) in SGLANG_HYBRIDS.items():
         out = golden_checkpoint(work, name, "sglang", 1)
         if not out:
@@ -1026,6 +1047,12 @@ def sglang_hybrids(work):
                 out, out + "_self_attn", lambda n: n.replace(".k_proj.k_scale", ".k_scale")
                 .replace(".v_proj.v_scale", ".v_scale").replace(".attn.k_scale", ".k_scale")
                 .replace(".attn.v_scale", ".v_scale"))))
+        if cls == "Qwen3NextForCausalLM":  # the hybrid sglang_loaders.c tells of
+            for proj in ("qkv_proj", "qkqkv_proj"):  # names vLLM maps
+                cases.append((name + " as self_attn.%s.k_scale" % proj, renamed_by(
+                    out, out + "_" + proj, lambda n, p=proj:
+                    n.replace(".k_proj.k_scale", ".%s.k_scale" % p)
+                    .replace(".v_proj.v_scale", ".%s.v_scale" % p))))
         for case, d in cases:
             valid, rep = verdict(d)
             sglang_ok = valid and not any("sglang" in f.get("consequence", "")
@@ -1070,6 +1097,7 @@ def vllm_configs_and_shards(work):
         return q
     kv, mo = ["k_scale", "v_scale"], ["k_proj.k_scale", "v_proj.v_scale"]
     qkv = ["qkv_proj.k_scale", "qkv_proj.v_scale"]
+    qkqkv = ["qkqkv_proj.k_scale", "qkqkv_proj.v_scale"]
     fp8 = {"quant_method": "fp8", "activation_scheme": "static"}
     e4m3 = torch.float8_e4m3fn
     dyn = ct()
@@ -1110,6 +1138,8 @@ def vllm_configs_and_shards(work):
         # dynamic scheme (vLLM never reads `dynamic`)
         ("compressed-tensors qkv_proj names", ct(), scales(qkv)),
         ("fp8 qkv_proj names", fp8, scales(qkv)),
+        ("compressed-tensors qkqkv_proj names", ct(), scales(qkqkv)),
+        ("fp8 qkqkv_proj names", fp8, scales(qkqkv)),
         ("compressed-tensors F8_E4M3 scales", ct(), scales(kv, dtype=e4m3)),
         ("fp8 F8_E4M3 scales", fp8, scales(kv, dtype=e4m3)),
         ("attn_head F8_E4M3 scales", ct("attn_head", total_num_kv_heads=H),
