@@ -31,6 +31,7 @@
 #include "io/atomic_file.h"
 #include "io/dataset/dataset.h"
 #include "io/report/report_html.h"
+#include "io/scales/scales_io.h"
 #include "kvcal.h"
 
 #define DEFAULT_BATCH 4
@@ -1079,57 +1080,6 @@ static const char *model_dir_of(const options *o, const kvcal_model_desc *d)
     return o->run.model;
 }
 
-/* A legacy file read without a config.json (a llama2.c model) holds one
- * scale per layer and tp rank, and the loader, which does not know the
- * model's kv heads then, gives each rank one head. Spreads the ranks over
- * the model's kv_heads as the engines shard them (rank r of tp holds heads
- * [r*H/tp, (r+1)*H/tp); when H < tp, head r*H/tp): *s is replaced. Nothing
- * is done for another format, another layer count (the caller's check
- * speaks) or when the head counts agree. */
-static kvcal_status spread_legacy_ranks(const char *path, int tp, int layers,
-                                        int kv_heads, kvcal_scales_t **s)
-{
-    const kvcal_scales_t *in = *s;
-    const int R = in->num_kv_heads, H = kv_heads, L = in->num_layers;
-    if (R == H || L != layers || !in->kv_shared || H < 1)
-        return KVCAL_OK;
-    kvcal_report_t *rep = NULL;
-    if (kvcal_scales_validate_file(path, NULL, tp, &rep))
-        return KVCAL_OK; /* the load succeeded: the caller's check speaks */
-    const int legacy = kvcal_report_format(rep) == KVCAL_FORMAT_LEGACY_JSON;
-    kvcal_report_destroy(rep);
-    if (!legacy)
-        return KVCAL_OK;
-    if (H % R && R % H)
-        return kvcal_fail(KVCAL_ERR_MISMATCH,
-                          "%s: kv_cache.scaling_factor: %d tp ranks, but the model's %d "
-                          "kv heads cannot be split over %d ranks; calibrate this model "
-                          "and write the legacy file for the tp it is served with",
-                          path, R, H, R);
-    kvcal_scales_t *out = NULL;
-    kvcal_status st = kvcal_scales_create(L, H, &out);
-    if (st)
-        return st;
-    for (int r = 0; r < R; r++) {
-        const int first = H >= R ? r * (H / R) : r * H / R, count = H >= R ? H / R : 1;
-        for (int l = 0; l < L; l++)
-            for (int h = first; h < first + count; h++) {
-                const int i = kvcal_scales_index(out, l, h);
-                const float v = in->k_head[kvcal_scales_index(in, l, r)];
-                out->k_head[i] = out->v_head[i] = v > out->k_head[i] ? v : out->k_head[i];
-            }
-    }
-    out->granularity = in->granularity;
-    out->format = in->format;
-    out->kv_shared = 1;
-    out->model = in->model;
-    out->model.num_kv_heads = H;
-    out->provenance = in->provenance;
-    kvcal_scales_destroy(*s);
-    *s = out;
-    return KVCAL_OK;
-}
-
 KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes");
 
 int kvcal_cmd_eval(int argc, char **argv)
@@ -1174,8 +1124,8 @@ int kvcal_cmd_eval(int argc, char **argv)
     if (o.scales) {
         const char *dir = model_dir_of(&o, d);
         if ((st = kvcal_scales_load(o.scales, dir, o.run.tp, &scales)) ||
-            (!dir && (st = spread_legacy_ranks(o.scales, o.run.tp, d->num_layers,
-                                               d->num_kv_heads, &scales))))
+            (!dir && (st = kvcal_scales_spread_legacy_ranks(
+                          o.scales, o.run.tp, d->num_layers, d->num_kv_heads, &scales))))
             goto fail;
         if (kvcal_scales_num_layers(scales) != d->num_layers ||
             kvcal_scales_num_kv_heads(scales) != d->num_kv_heads) {

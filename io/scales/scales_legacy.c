@@ -462,6 +462,51 @@ fail:
     return st ? st : kvcal_report_status(rep);
 }
 
+kvcal_status kvcal_scales_spread_legacy_ranks(const char *path, int tp, int layers,
+                                              int kv_heads, kvcal_scales_t **s)
+{
+    const kvcal_scales_t *in = *s;
+    const int R = in->num_kv_heads, H = kv_heads, L = in->num_layers;
+    if (R == H || L != layers || !in->kv_shared || H < 1)
+        return KVCAL_OK;
+    kvcal_report_t *rep = NULL;
+    if (kvcal_scales_validate_file(path, NULL, tp, &rep))
+        return KVCAL_OK; /* the load succeeded: the caller's check speaks */
+    const int legacy = kvcal_report_format(rep) == KVCAL_FORMAT_LEGACY_JSON;
+    kvcal_report_destroy(rep);
+    if (!legacy)
+        return KVCAL_OK;
+    if (H % R && R % H)
+        return kvcal_fail(KVCAL_ERR_MISMATCH,
+                          "%s: kv_cache.scaling_factor: %d tp ranks, but the model's %d "
+                          "kv heads cannot be split over %d ranks; calibrate this model "
+                          "and write the legacy file for the tp it is served with",
+                          path, R, H, R);
+    kvcal_scales_t *out = NULL;
+    kvcal_status st = kvcal_scales_create(L, H, &out);
+    if (st)
+        return st;
+    for (int r = 0; r < R; r++) {
+        int first, count;
+        rank_heads(H, R, r, &first, &count);
+        for (int l = 0; l < L; l++)
+            for (int h = first; h < first + count; h++) {
+                const int i = kvcal_scales_index(out, l, h);
+                const float v = in->k_head[kvcal_scales_index(in, l, r)];
+                out->k_head[i] = out->v_head[i] = v > out->k_head[i] ? v : out->k_head[i];
+            }
+    }
+    out->granularity = in->granularity;
+    out->format = in->format;
+    out->kv_shared = 1;
+    out->model = in->model;
+    out->model.num_kv_heads = H;
+    out->provenance = in->provenance;
+    kvcal_scales_destroy(*s);
+    *s = out;
+    return KVCAL_OK;
+}
+
 /* --- writer ------------------------------------------------------------- */
 
 kvcal_status kvcal_scales_write_legacy(const kvcal_scales_t *s, const char *path, int tp)
