@@ -1080,6 +1080,17 @@ static const char *model_dir_of(const options *o, const kvcal_model_desc *d)
     return o->run.model;
 }
 
+/* 1 when path holds scales in the legacy JSON format (read at tp), which
+ * without a model's config.json holds one scale per layer and rank. */
+static int is_legacy_file(const char *path, int tp)
+{
+    kvcal_report_t *rep = NULL;
+    const int legacy = !kvcal_scales_validate_file(path, NULL, tp, &rep) &&
+                       kvcal_report_format(rep) == KVCAL_FORMAT_LEGACY_JSON;
+    kvcal_report_destroy(rep);
+    return legacy;
+}
+
 KVCAL_COMMAND(eval, "eval", "perplexity and K/V error under FP8 KV cache modes");
 
 int kvcal_cmd_eval(int argc, char **argv)
@@ -1124,8 +1135,10 @@ int kvcal_cmd_eval(int argc, char **argv)
     if (o.scales) {
         const char *dir = model_dir_of(&o, d);
         if ((st = kvcal_scales_load(o.scales, dir, o.run.tp, &scales)) ||
-            (!dir && (st = kvcal_scales_spread_legacy_ranks(
-                          o.scales, o.run.tp, d->num_layers, d->num_kv_heads, &scales))))
+            (!dir && kvcal_scales_num_kv_heads(scales) != d->num_kv_heads &&
+             is_legacy_file(o.scales, o.run.tp) &&
+             (st = kvcal_scales_spread_legacy_ranks(o.scales, d->num_layers,
+                                                    d->num_kv_heads, &scales))))
             goto fail;
         if (kvcal_scales_num_layers(scales) != d->num_layers ||
             kvcal_scales_num_kv_heads(scales) != d->num_kv_heads) {

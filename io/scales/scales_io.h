@@ -41,17 +41,17 @@ kvcal_status kvcal_scales_check_legacy(const cJSON *root, const kvcal_scales_ctx
                                        kvcal_report_t *rep, kvcal_scales_t **out);
 /* tp >= 1; the set's kv heads are split over tp ranks as the engines do. */
 kvcal_status kvcal_scales_write_legacy(const kvcal_scales_t *s, const char *path, int tp);
-/* A legacy file loaded without a model's config.json (a llama2.c model)
- * holds one scale per layer and tp rank, and the loader, which does not
- * know the model's kv heads then, gives each rank one head. When *s is such
- * a set of the file at path (tp: the ranks it was loaded for), spreads the
- * ranks over the model's kv_heads as the engines shard them (rank r of tp
- * holds heads [r*H/tp, (r+1)*H/tp); when H < tp, head r*H/tp): *s is
- * replaced. Nothing is done for another format, another layer count (the
- * caller's check speaks) or when the head counts agree; a rank count the
- * heads do not split over is KVCAL_ERR_MISMATCH naming the file. */
-kvcal_status kvcal_scales_spread_legacy_ranks(const char *path, int tp, int layers,
-                                              int kv_heads, kvcal_scales_t **s);
+/* *s, the set kvcal_scales_load read from the legacy file at path (for
+ * messages) without a model's config.json (a llama2.c model), holds one
+ * scale per layer and tp rank: the loader, which does not know the model's
+ * kv heads then, gives each rank one head. Spreads the ranks over the
+ * model's kv_heads as the engines shard them (rank r of tp holds heads
+ * [r*H/tp, (r+1)*H/tp); when H < tp, head r*H/tp): *s is replaced. Nothing
+ * is done for another layer count (the caller's check speaks) or when the
+ * head counts agree; a rank count the heads do not split over is
+ * KVCAL_ERR_MISMATCH naming the file. */
+kvcal_status kvcal_scales_spread_legacy_ranks(const char *path, int layers, int kv_heads,
+                                              kvcal_scales_t **s);
 
 /* --- kvcal JSON (io/scales/scales_kvcal_json.c) -------------------------------- */
 

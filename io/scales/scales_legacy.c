@@ -462,19 +462,12 @@ fail:
     return st ? st : kvcal_report_status(rep);
 }
 
-kvcal_status kvcal_scales_spread_legacy_ranks(const char *path, int tp, int layers,
-                                              int kv_heads, kvcal_scales_t **s)
+kvcal_status kvcal_scales_spread_legacy_ranks(const char *path, int layers, int kv_heads,
+                                              kvcal_scales_t **s)
 {
     const kvcal_scales_t *in = *s;
     const int R = in->num_kv_heads, H = kv_heads, L = in->num_layers;
     if (R == H || L != layers || !in->kv_shared || H < 1)
-        return KVCAL_OK;
-    kvcal_report_t *rep = NULL;
-    if (kvcal_scales_validate_file(path, NULL, tp, &rep))
-        return KVCAL_OK; /* the load succeeded: the caller's check speaks */
-    const int legacy = kvcal_report_format(rep) == KVCAL_FORMAT_LEGACY_JSON;
-    kvcal_report_destroy(rep);
-    if (!legacy)
         return KVCAL_OK;
     if (H % R && R % H)
         return kvcal_fail(KVCAL_ERR_MISMATCH,
