@@ -344,18 +344,16 @@ static void calibrate_refuses_seq_len_1_that_leaves_no_room_after_bos(void)
  * (found only in the forward pass before, naming neither). */
 static void calibrate_refuses_token_ids_past_the_vocabulary_naming_the_dataset(void)
 {
-    char dir[600], cmd[2048];
-    snprintf(dir, sizeof dir, "%s", kvcal_test_path("no-tokenizer"));
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp " MODEL " '%s/'", dir, dir);
-    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    char cmd[2048];
+    const char *model = kvcal_test_model_without_tokenizer("no-tokenizer");
     const char *ids = kvcal_test_path("past-vocab.jsonl");
     const char *line = "{\"input_ids\": [5, 9, 600, 3]}\n";
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, line, strlen(line)), 0);
     const char *out = kvcal_test_path("past-vocab.json");
     snprintf(cmd, sizeof cmd,
-             "calibrate --model '%s/stories260K.bin' --dataset '%s' --num-samples 1 "
-             "--seq-len 4 --quiet --out '%s'",
-             dir, ids, out);
+             "calibrate --model '%s' --dataset '%s' --num-samples 1 --seq-len 4 --quiet "
+             "--out '%s'",
+             model, ids, out);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(cmd, NULL), 1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has(
         "past-vocab.jsonl: token id 600 (sample 0, position 2) is outside the "

@@ -714,17 +714,14 @@ static void eval_reads_a_legacy_file_of_a_llama2c_model(void)
  * only in the forward pass, naming neither the dataset nor --tokenizer). */
 static void eval_refuses_token_ids_past_the_vocabulary_naming_the_dataset(void)
 {
-    char dir[600], cmd[2048];
-    snprintf(dir, sizeof dir, "%s", kvcal_test_path("eval-no-tokenizer"));
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp " MODEL " '%s/'", dir, dir);
-    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    char cmd[2048];
+    const char *model = kvcal_test_model_without_tokenizer("eval-no-tokenizer");
     const char *ids = kvcal_test_path("eval-past-vocab.jsonl");
     const char *line = "{\"input_ids\": [5, 9, 600, 3, 7]}\n";
     CU_ASSERT_EQUAL_FATAL(kvcal_test_write_file(ids, line, strlen(line)), 0);
     snprintf(cmd, sizeof cmd,
-             "eval --model '%s/stories260K.bin' --dataset '%s' --num-samples 1 "
-             "--seq-len 5 --quiet",
-             dir, ids);
+             "eval --model '%s' --dataset '%s' --num-samples 1 --seq-len 5 --quiet",
+             model, ids);
     CU_ASSERT_EQUAL(kvcal_test_run_kvcal(cmd, NULL), 1);
     CU_ASSERT(kvcal_test_kvcal_stderr_has(
         "eval-past-vocab.jsonl: token id 600 (sample 0, position 2) is outside the "

@@ -56,6 +56,17 @@ const char *kvcal_test_path(const char *name)
     return p;
 }
 
+const char *kvcal_test_model_without_tokenizer(const char *dir)
+{
+    static const char model[] = "models/stories260K/stories260K.bin";
+    char d[600], cmd[1400], rel[256];
+    snprintf(d, sizeof d, "%s", kvcal_test_path(dir));
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp %s '%s/'", d, model, d);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(rel, sizeof rel, "%.200s/stories260K.bin", dir);
+    return kvcal_test_path(rel);
+}
+
 int kvcal_test_write_file(const char *path, const void *data, size_t len)
 {
     FILE *f = fopen(path, "wb");

@@ -46,6 +46,10 @@ const char *kvcal_test_shared_dir(void);
  * Returns a static buffer per call slot (8 rotating slots). */
 const char *kvcal_test_tmpdir(void);
 const char *kvcal_test_path(const char *name);
+/* The bundled stories260K model copied alone (no tokenizer beside it) into
+ * the directory kvcal_test_path(dir): the model file's path (a
+ * kvcal_test_path slot); the test fails when the copy does. */
+const char *kvcal_test_model_without_tokenizer(const char *dir);
 
 /* The folder this test program was built into (the Makefile's BUILD), as
  * an absolute path. */

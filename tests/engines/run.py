@@ -899,6 +899,17 @@ def sglang_says(valid, rep):
             "fails" if sg[0].startswith("sglang 0.5.23 does not load the model") else sg[0])
 
 
+def fused_names(out, proj):
+    """A copy of kvcal's checkpoint scales at out with K and V named
+    self_attn.<proj>.k_scale / v_scale (a fused-QKV model's names)."""
+    return renamed_by(
+        out, out + "_" + proj.split("_")[0],
+        lambda x: x.replace(".attn.k_scale", ".k_scale").replace(".attn.v_scale", ".v_scale")
+        .replace(".k_proj.k_scale", ".k_scale").replace(".v_proj.v_scale", ".v_scale")
+        .replace(".self_attn.k_scale", ".self_attn.%s.k_scale" % proj)
+        .replace(".self_attn.v_scale", ".self_attn.%s.v_scale" % proj))
+
+
 def sglang_checkpoints(work):
     """kvcal's checkpoint scales of a golden model of each architecture, as
     written and under the four other names (compressed-tensors' plain
@@ -922,21 +933,12 @@ def sglang_checkpoints(work):
                      x.replace(".self_attn.k_scale", ".self_attn.attn.k_scale")
                      .replace(".self_attn.v_scale", ".self_attn.attn.v_scale"))),
                  # a fused-QKV model's ModelOpt names, which vLLM's base
-                 # get_cache_scale_mapper maps and sglang's loaders do not
-                 (name + " as self_attn.qkv_proj.k_scale", renamed_by(
-                     out, out + "_qkv", lambda x: x.replace(".attn.k_scale", ".k_scale")
-                     .replace(".attn.v_scale", ".v_scale")
-                     .replace(".k_proj.k_scale", ".k_scale").replace(".v_proj.v_scale", ".v_scale")
-                     .replace(".self_attn.k_scale", ".self_attn.qkv_proj.k_scale")
-                     .replace(".self_attn.v_scale", ".self_attn.qkv_proj.v_scale"))),
-                 # the spelling vLLM's get_cache_scale_mapper (qk(?:qk)?v_proj)
-                 # and maybe_remap_kv_scale_name ("Qwen3 MoE format") also map
-                 (name + " as self_attn.qkqkv_proj.k_scale", renamed_by(
-                     out, out + "_qkqkv", lambda x: x.replace(".attn.k_scale", ".k_scale")
-                     .replace(".attn.v_scale", ".v_scale")
-                     .replace(".k_proj.k_scale", ".k_scale").replace(".v_proj.v_scale", ".v_scale")
-                     .replace(".self_attn.k_scale", ".self_attn.qkqkv_proj.k_scale")
-                     .replace(".self_attn.v_scale", ".self_attn.qkqkv_proj.v_scale")))]
+                 # get_cache_scale_mapper maps and sglang's loaders do not,
+                 # and the qkqkv_proj spelling it (qk(?:qk)?v_proj) and
+                 # maybe_remap_kv_scale_name ("Qwen3 MoE format") also map
+                 (name + " as self_attn.qkv_proj.k_scale", fused_names(out, "qkv_proj")),
+                 (name + " as self_attn.qkqkv_proj.k_scale",
+                  fused_names(out, "qkqkv_proj"))]
         for case, d in cases:
             valid, rep = verdict(d)
             says = sglang_says(valid, rep)
