@@ -82,8 +82,10 @@ static void dataset_jsonl_reads_text_field_and_chat_messages(void)
 /* A NUL character in a JSONL line of text (the \u0000 escape, or a 0 byte)
  * is refused naming the line: the text after it was cut away unseen (a
  * document of 5 tokens where the line held 9). The same escape in a line
- * of token ids, which reads no string, and an escaped backslash before
- * "u0000" are read. */
+ * of token ids, which reads no string, in a field of a text line that is
+ * not read, and an escaped backslash before "u0000" are read; in the text
+ * field named by --text-field, or in a key (a key cut short could read as
+ * the text's), it is refused. */
 static void dataset_jsonl_refuses_a_nul_that_would_cut_the_text(void)
 {
     kvcal_doclist l;
@@ -113,6 +115,27 @@ static void dataset_jsonl_refuses_a_nul_that_would_cut_the_text(void)
         KVCAL_OK);
     CU_ASSERT(doc_is(&l, 0, "a\\u0000"));
     kvcal_doclist_free(&l);
+    CU_ASSERT_EQUAL_FATAL(
+        kvcal_dataset_read(
+            write_tmp("nul_other.jsonl",
+                      "{\"id\": \"x\\u0000y\", \"meta\": {\"a\": "
+                      "[\"\\u0000\"]}, \"text\": \"kept, \\\"quoted\\\"\"}\n"),
+            NULL, &l),
+        KVCAL_OK);
+    CU_ASSERT(doc_is(&l, 0, "kept, \"quoted\""));
+    kvcal_doclist_free(&l);
+    CU_ASSERT_EQUAL(kvcal_dataset_read(write_tmp("nul_field.jsonl",
+                                                 "{\"text\": \"a\\u0000\", \"body\": "
+                                                 "\"b\\u0000c\"}\n"),
+                                       "body", &l),
+                    KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("at byte 30 of the line"));
+    CU_ASSERT_EQUAL(
+        kvcal_dataset_read(
+            write_tmp("nul_key.jsonl", "{\"te\\u0000xt\": \"a\", \"text\": \"b\"}\n"),
+            NULL, &l),
+        KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("at byte 4 of the line"));
 }
 
 static void dataset_jsonl_ids_are_taken_verbatim_and_packed(void)

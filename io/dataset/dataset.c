@@ -321,18 +321,58 @@ static kvcal_status json_ids(const char *path, size_t line, const cJSON *arr,
     return KVCAL_OK;
 }
 
-/* Offset in the JSON line s (n bytes) of its first NUL character, a 0 byte
- * or a \u0000 escape (a backslash not itself escaped), else n: cJSON's
- * strings end at it, so the text after it would be dropped unseen. */
-static size_t json_nul_at(const char *s, size_t n)
+/* Whether the JSON string starting at s[i] (its opening quote; n bytes in
+ * all) may read as `name`: spelled so, or with an escape in it. */
+static int json_string_may_be(const char *s, size_t n, size_t i, const char *name)
 {
+    const size_t k = strlen(name);
+    if (i + k + 2 <= n && !memcmp(s + i + 1, name, k) && s[i + k + 1] == '"')
+        return 1;
+    for (size_t j = i + 1; j < n && s[j] != '"'; j++)
+        if (s[j] == '\\')
+            return 1;
+    return 0;
+}
+
+/* Offset in the JSON object line s (n bytes) of the first NUL character, a
+ * 0 byte or a \u0000 escape (a backslash not itself escaped), inside a
+ * string the text is read from: the value under the top-level key `field`
+ * or "messages" (at any depth below it), or a top-level key (cut short,
+ * it could read as one of them); else n. cJSON's strings end at a NUL, so
+ * the text after it would be dropped unseen; other fields are not read. */
+static size_t json_text_nul_at(const char *s, size_t n, const char *field)
+{
+    int depth = 0, in_string = 0, is_key = 0, want_key = 0, text = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!s[i])
-            return i;
-        if (s[i] == '\\') {
-            if (i + 5 < n && !memcmp(s + i + 1, "u0000", 5))
+        const char c = s[i];
+        if (in_string) {
+            const int nul =
+                !c || (c == '\\' && i + 5 < n && !memcmp(s + i + 1, "u0000", 5));
+            if (nul && (is_key || text))
                 return i;
-            i++; /* the escaped character */
+            if (c == '\\')
+                i++; /* the escaped character */
+            else if (c == '"')
+                in_string = 0;
+            continue;
+        }
+        if (!c)
+            return i;
+        if (c == '"') {
+            in_string = 1;
+            is_key = depth == 1 && want_key;
+            if (is_key) { /* the value after it is the text, or not */
+                want_key = 0;
+                text = json_string_may_be(s, n, i, field) ||
+                       json_string_may_be(s, n, i, "messages");
+            }
+        } else if (c == '{' || c == '[') {
+            want_key = ++depth == 1;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',' && depth == 1) {
+            want_key = 1;
+            text = 0;
         }
     }
     return n;
@@ -381,11 +421,11 @@ static kvcal_status read_jsonl(const char *path, const char *text_field, kvcal_d
                            "%s: line %zu: no string \"%s\", no \"messages\" list and no "
                            "\"input_ids\" list (choose the text field with --text-field)",
                            path, line, field);
-        else if (this_mode == 1 && json_nul_at(data + s, e - s) < e - s)
+        else if (this_mode == 1 && json_text_nul_at(data + s, e - s, field) < e - s)
             st = kvcal_fail(KVCAL_ERR_FORMAT,
                             "%s: line %zu: a NUL character (\\u0000 or a 0 byte, at byte "
                             "%zu of the line) would cut the text there; remove it",
-                            path, line, json_nul_at(data + s, e - s));
+                            path, line, json_text_nul_at(data + s, e - s, field));
         else if (mode && this_mode != mode)
             st = kvcal_fail(
                 KVCAL_ERR_FORMAT,
