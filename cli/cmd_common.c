@@ -275,6 +275,20 @@ double kvcal_cmd_now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* *choice: 1 or 2 where the environment variable `name` holds a or b (b
+ * NULL: a alone is taken), 0 where it is unset or empty; any other value is
+ * refused naming the ones it takes. */
+static kvcal_status env_choice(const char *name, const char *a, const char *b,
+                               int *choice)
+{
+    const char *v = getenv(name);
+    *choice = !v || !*v ? 0 : !strcmp(v, a) ? 1 : b && !strcmp(v, b) ? 2 : -1;
+    if (*choice >= 0)
+        return KVCAL_OK;
+    return kvcal_fail(KVCAL_ERR_INVALID_ARG, "%s=%s: use %s%s%s (or leave it unset)",
+                      name, v, a, b ? " or " : "", b ? b : "");
+}
+
 kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
                                     int seq_len, kvcal_exec_options *out)
 {
@@ -285,25 +299,20 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
     out->backend.max_device_memory = (size_t)run->max_device_memory;
     if (!run->cuda)
         return KVCAL_OK;
-    const char *attention = getenv("KVCAL_ATTENTION"), *mlp = getenv("KVCAL_MLP");
-    if (attention && *attention && strcmp(attention, "kvcal"))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "KVCAL_ATTENTION=%s: use kvcal (or leave it unset)", attention);
-    out->backend.attention =
-        attention && *attention ? KVCAL_ATTENTION_OWN : KVCAL_ATTENTION_AUTO;
-    if (mlp && *mlp && strcmp(mlp, "fused") && strcmp(mlp, "unfused"))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "KVCAL_MLP=%s: use fused or unfused (or leave it unset)", mlp);
-    out->backend.mlp = !mlp || !*mlp           ? KVCAL_MLP_AUTO
-                       : !strcmp(mlp, "fused") ? KVCAL_MLP_FUSED
-                                               : KVCAL_MLP_UNFUSED;
-    const char *fp8 = getenv("KVCAL_FP8_GEMM");
-    if (fp8 && *fp8 && strcmp(fp8, "dequant") && strcmp(fp8, "fast"))
-        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "KVCAL_FP8_GEMM=%s: use dequant or fast (or leave it unset)",
-                          fp8);
-    out->backend.fp8_dequant = fp8 && !strcmp(fp8, "dequant");
-    out->backend.fp8_fast_accum = fp8 && !strcmp(fp8, "fast");
+    int attention = 0, mlp = 0, fp8 = 0;
+    kvcal_status st = env_choice("KVCAL_ATTENTION", "kvcal", NULL, &attention);
+    if (!st)
+        st = env_choice("KVCAL_MLP", "fused", "unfused", &mlp);
+    if (!st)
+        st = env_choice("KVCAL_FP8_GEMM", "dequant", "fast", &fp8);
+    if (st)
+        return st;
+    out->backend.attention = attention ? KVCAL_ATTENTION_OWN : KVCAL_ATTENTION_AUTO;
+    out->backend.mlp = mlp == 1 ? KVCAL_MLP_FUSED
+                       : mlp    ? KVCAL_MLP_UNFUSED
+                                : KVCAL_MLP_AUTO;
+    out->backend.fp8_dequant = fp8 == 1;
+    out->backend.fp8_fast_accum = fp8 == 2;
     return KVCAL_OK;
 }
 

@@ -120,6 +120,30 @@ static void calibrate_device_cuda_runs_or_says_why_it_cannot(void)
     }
 }
 
+/* The CUDA runner's variables (KVCAL_ATTENTION, KVCAL_MLP, KVCAL_FP8_GEMM)
+ * take the values they name: another is refused before
+ * any work, naming the variable and the values, and nothing is written
+ * (with a GPU or without). */
+static void calibrate_refuses_a_runner_variable_value_it_does_not_take(void)
+{
+    static const char *const vars[][2] = {
+        {"KVCAL_ATTENTION=cudnn", "KVCAL_ATTENTION=cudnn: use kvcal (or leave it unset)"},
+        {"KVCAL_MLP=yes", "KVCAL_MLP=yes: use fused or unfused (or leave it unset)"},
+        {"KVCAL_FP8_GEMM=bf16",
+         "KVCAL_FP8_GEMM=bf16: use dequant or fast (or leave it unset)"}};
+    const char *out = kvcal_test_path("variable.json");
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd,
+                 "%s \"$KVCAL\" calibrate --model " MODEL " --device cuda " SMALL
+                 " --out '%s'",
+                 vars[i][0], out);
+        CU_ASSERT_EQUAL(kvcal_test_run_command(cmd, NULL), 1);
+        CU_ASSERT(kvcal_test_kvcal_stderr_has(vars[i][1]));
+        CU_ASSERT_EQUAL(access(out, F_OK), -1);
+    }
+}
+
 /* --time-only runs the samples unobserved and reports the rate alone: no
  * scales, no outputs (on the CPU, and on a CUDA device where there is one);
  * it refuses the options that name an output. */
@@ -583,6 +607,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(calibrate_resume_refuses_progress_that_disagrees_with_itself),
     KVCAL_TEST(calibrate_refuses_an_output_or_input_named_like_its_progress),
     KVCAL_TEST(calibrate_writes_every_format_and_each_validates),
+    KVCAL_TEST(calibrate_refuses_a_runner_variable_value_it_does_not_take),
     KVCAL_TEST(calibrate_is_byte_identical_for_same_inputs_and_seed),
     KVCAL_TEST(calibrate_finds_its_default_text_from_any_directory),
     KVCAL_TEST(calibrate_rejects_seq_len_beyond_the_model_context),
