@@ -285,6 +285,11 @@ typedef struct kvcal_backend_options {
     /* cuda: FP8 GEMMs of scalar and outer-vector scales with Hopper's fast
      * accumulation, as vLLM's sm_90 kernels (else fp32 accumulation) */
     int fp8_fast_accum;
+    /* cuda: every block's output written apart and added to the residual
+     * stream by the next add + RMSNorm, where by default a bf16 projection
+     * or the MoE's combine adds it in its epilogue (a check, and a
+     * benchmark's baseline) */
+    int residual_unfused;
 } kvcal_backend_options;
 
 /* The backends themselves (calib/backend_cpu.c, calib/backend_cuda.c, the

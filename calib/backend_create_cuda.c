@@ -257,6 +257,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     TRY(choose_mlp(r, opt->mlp, major, minor));
     r->w8a16 = !kvcal_cuda_fp8_activations(major, minor);
     r->fp8_ready = KVCAL_W_NONE;
+    r->fold_residual = !opt->residual_unfused;
     r->fp8_path = opt->fp8_dequant      ? KVCAL_FP8_GEMM_DEQUANT
                   : opt->fp8_fast_accum ? KVCAL_FP8_GEMM_FAST
                                         : KVCAL_FP8_GEMM_AUTO;

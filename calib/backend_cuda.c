@@ -165,7 +165,8 @@ static kvcal_status select_batch(kvcal_backend *be, int slot)
     if (slot < 0 || slot >= r->nslots)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG, "cuda runner: slot %d of %d", slot,
                           r->nslots);
-    const cuda_slot *sl = &r->slot[slot];
+    cuda_slot *sl = &r->slot[slot];
+    r->cur = sl;
     r->resid = sl->resid, r->delta = sl->delta, r->pos = sl->pos, r->row = sl->row;
     r->bmax = sl->bmax, r->batch = sl->batch, r->seq_len = sl->seq_len;
     r->valid = sl->valid, r->names = sl->names;
@@ -212,6 +213,7 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     }
     sl->batch = batch;
     sl->seq_len = seq_len;
+    sl->delta_added = 0;
     TRY(select_batch(be, slot));
     const int n = batch * seq_len;
     cudaStream_t s = r->stream;
@@ -247,10 +249,10 @@ static kvcal_weight fp8_sole_reader(const cuda_backend *r, const kvcal_op *op, i
 static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first)
 {
     cuda_backend *r = cu(be);
-    kvcal_bf16 *delta = first ? NULL : act(r, op->in);
+    kvcal_bf16 *delta = NULL;
     const kvcal_bf16 *w = tensor(r, op->w);
     const int n = r->batch * r->seq_len;
-    kvcal_status st = delta ? kvcal_cuda_scale_delta(r, delta) : KVCAL_OK;
+    kvcal_status st = first ? KVCAL_OK : kvcal_cuda_take_delta(r, &delta);
     if (st)
         return st;
     const float off = norm_offset(r, op->w);
@@ -303,6 +305,31 @@ static const kvcal_bf16 *fp8_input(cuda_backend *r, const kvcal_op *op)
     return x;
 }
 
+/* Whether op, which writes the pending delta, adds it to the residual
+ * stream itself (in its epilogue): unless KVCAL_RESIDUAL=unfused, where
+ * the model scales no delta (Granite's residual_multiplier) and the next
+ * op that reads or writes the delta, in this layer or the next, is an add
+ * + RMSNorm that reads it (no post-norm between: Gemma's, GLM-4's);
+ * after the last layer the head's add + RMSNorm (eval) reads it. */
+static int fold_residual(const cuda_backend *r, const kvcal_op *op)
+{
+    const kvcal_model_desc *d = r->base.desc;
+    if (!r->fold_residual || op->out != KVCAL_ACT_DELTA || d->residual_scale != 1.0f)
+        return 0;
+    for (int l = r->layer; l < d->num_layers; l++) {
+        int n = 0;
+        const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n);
+        for (int j = l == r->layer ? (int)(op - ops) + 1 : 0; j < n; j++) {
+            const kvcal_op *o = &ops[j];
+            if (!kvcal_model_op_runs(d, l, o) ||
+                (o->in != KVCAL_ACT_DELTA && o->out != KVCAL_ACT_DELTA))
+                continue;
+            return o->kind == KVCAL_OP_ADD_RMSNORM && o->in == KVCAL_ACT_DELTA;
+        }
+    }
+    return 1;
+}
+
 static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
 {
     cuda_backend *r = cu(be);
@@ -311,8 +338,18 @@ static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
         return project_qkv(r, op, x, need_q);
     long long rows, cols;
     kvcal_model_weight_shape(be->desc, op->w, &rows, &cols);
-    return project(r, act(r, op->out), x, op->w, 0, tensor(r, op->b),
-                   r->batch * r->seq_len, (int)cols, (int)rows);
+    const int n = r->batch * r->seq_len;
+    if (r->lay.fp8[op->w].w == KVCAL_FP8W_NONE && fold_residual(r, op)) {
+        /* resid += x w^T + b, rounded once (delta, unwritten now, the
+           scratch of the shape's first launch) */
+        const kvcal_status st = kvcal_gemm_accumulate_launch(
+            r->gemm, r->resid, r->delta, x, tensor(r, op->w), tensor(r, op->b), n,
+            (int)cols, (int)rows, r->stream);
+        r->cur->delta_added = st == KVCAL_OK;
+        return st;
+    }
+    return project(r, act(r, op->out), x, op->w, 0, tensor(r, op->b), n, (int)cols,
+                   (int)rows);
 }
 
 /* The FP8 weight of the one op of the layer that reads op's output, where
@@ -829,10 +866,14 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
                     r->D));
     }
     TRY(step(r, "moe combine"));
-    return kvcal_moe_combine_launch(act(r, op->out), r->moe_y, plan.slot_of,
-                                    d->moe_input_weighted ? NULL : r->route_w, r->pos, n,
-                                    r->K, r->D, r->SI ? r->shared_y : NULL, x,
-                                    r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, s);
+    /* into the residual stream where the next add + RMSNorm would add it */
+    const int fold = fold_residual(r, op);
+    TRY(kvcal_moe_combine_launch(fold ? r->resid : act(r, op->out), r->moe_y,
+                                 plan.slot_of, d->moe_input_weighted ? NULL : r->route_w,
+                                 r->pos, n, r->K, r->D, r->SI ? r->shared_y : NULL, x,
+                                 r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, fold, s));
+    r->cur->delta_added = fold;
+    return KVCAL_OK;
 fail:
     return st;
 }

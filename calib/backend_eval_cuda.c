@@ -130,8 +130,9 @@ kvcal_status kvcal_cuda_head_nll(kvcal_backend *be, const int32_t *target, float
     if (ref)
         TRY_CUDA(cudaMemcpyAsync(r->keep, ref->row, (size_t)n * sizeof(int64_t),
                                  cudaMemcpyHostToDevice, s));
-    TRY(kvcal_cuda_scale_delta(r, r->delta));
-    TRY(kvcal_add_rmsnorm_offset_launch(r->xn, r->resid, r->delta, r->final_norm,
+    kvcal_bf16 *delta = NULL;
+    TRY(kvcal_cuda_take_delta(r, &delta));
+    TRY(kvcal_add_rmsnorm_offset_launch(r->xn, r->resid, delta, r->final_norm,
                                         be->desc->norm_offset, n, r->D, r->eps, s));
     for (int r0 = 0; r0 < n; r0 += r->chunk) {
         const int rows = n - r0 < r->chunk ? n - r0 : r->chunk;

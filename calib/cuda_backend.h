@@ -48,6 +48,9 @@ typedef struct {
     const int64_t *names;         /* the batch's sample ids */
     int batch, seq_len;
     int64_t valid; /* tokens */
+    /* 1: the op that made the pending delta added it to resid itself
+       (fold_residual), so the next add + RMSNorm norms resid alone */
+    int delta_added;
 } cuda_slot;
 
 typedef struct {
@@ -55,6 +58,8 @@ typedef struct {
     kvcal_model_t *model;
     int L, D, H, HKV, hd, I, V, qkv_n, rot_dim, interleaved, ctx;
     int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
+    /* 0: every block's output goes through delta (KVCAL_RESIDUAL=unfused) */
+    int fold_residual;
     /* an FP8 gate/up + SwiGLU in one kernel (kvcal_gemm_swiglu_fp8_launch),
      * the weight interleaved; fp8_absmax: each row's absmax of its act */
     int mlp_fp8_fused;
@@ -102,7 +107,8 @@ typedef struct {
     cuda_slot *slot; /* (nslots) */
     int nslots;
     void *slot_slab, *slot_host; /* their device and pinned memory */
-    /* the current slot's, see cuda_slot */
+    /* the current slot, and its fields, see cuda_slot */
+    cuda_slot *cur;
     kvcal_bf16 *resid, *delta;
     int32_t *pos;
     int64_t *row;
@@ -220,16 +226,21 @@ static inline cuda_backend *cu(kvcal_backend *be)
     return (cuda_backend *)be;
 }
 
-/* delta (the batch's rows, D) times the model's residual_multiplier
- * (Granite's) in place, rounded to bf16 as the model's product is, before
- * it is added to the residual stream; nothing elsewhere. */
-static inline kvcal_status kvcal_cuda_scale_delta(cuda_backend *r, kvcal_bf16 *delta)
+/* *delta: the pending delta (the batch's rows, D) for the add to the
+ * residual stream, times the model's residual_multiplier (Granite's) in
+ * place, rounded to bf16 as the model's product is; NULL where the op that
+ * made it added it to the stream already (cuda_slot's delta_added, then
+ * cleared). */
+static inline kvcal_status kvcal_cuda_take_delta(cuda_backend *r, kvcal_bf16 **delta)
 {
     const float m = r->base.desc->residual_scale;
-    return m == 1.0f
+    *delta = r->cur->delta_added ? NULL : r->delta;
+    r->cur->delta_added = 0;
+    return m == 1.0f || !*delta
                ? KVCAL_OK
-               : kvcal_affine_launch(delta, delta, (int64_t)r->batch * r->seq_len * r->D,
-                                     m, 0.0f, r->stream);
+               : kvcal_affine_launch(*delta, *delta,
+                                     (int64_t)r->batch * r->seq_len * r->D, m, 0.0f,
+                                     r->stream);
 }
 
 static inline kvcal_bf16 *act(cuda_backend *r, kvcal_act a)

@@ -299,12 +299,14 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
     out->backend.max_device_memory = (size_t)run->max_device_memory;
     if (!run->cuda)
         return KVCAL_OK;
-    int attention = 0, mlp = 0, fp8 = 0;
+    int attention = 0, mlp = 0, fp8 = 0, residual = 0;
     kvcal_status st = env_choice("KVCAL_ATTENTION", "kvcal", NULL, &attention);
     if (!st)
         st = env_choice("KVCAL_MLP", "fused", "unfused", &mlp);
     if (!st)
         st = env_choice("KVCAL_FP8_GEMM", "dequant", "fast", &fp8);
+    if (!st)
+        st = env_choice("KVCAL_RESIDUAL", "fused", "unfused", &residual);
     if (st)
         return st;
     out->backend.attention = attention ? KVCAL_ATTENTION_OWN : KVCAL_ATTENTION_AUTO;
@@ -313,6 +315,7 @@ kvcal_status kvcal_cmd_exec_options(const kvcal_cmd_run_options *run, int batch,
                                 : KVCAL_MLP_AUTO;
     out->backend.fp8_dequant = fp8 == 1;
     out->backend.fp8_fast_accum = fp8 == 2;
+    out->backend.residual_unfused = residual == 2;
     return KVCAL_OK;
 }
 

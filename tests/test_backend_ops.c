@@ -958,8 +958,11 @@ static void gemm_release(void *p)
 /* version 0: kvcal_gemm_launch (the algorithm chosen for the shape); 1:
  * every candidate cuBLASLt proposes for a tuned shape, one by one (what
  * bench/runner_ops times); 2: kvcal_gemm_launch_ld on x's rows inside a
- * wider buffer (GEMM_LD_PAD more values a row, NaN: a read of them shows) */
-static const char *const gemm_versions[] = {"launch", "candidates", "strided", NULL};
+ * wider buffer (GEMM_LD_PAD more values a row, NaN: a read of them shows);
+ * 3: kvcal_gemm_accumulate_launch twice onto a residual stream (the first
+ * launch of a tuned shape times its candidates: none of them may add) */
+static const char *const gemm_versions[] = {"launch", "candidates", "strided",
+                                            "accumulate", NULL};
 #define GEMM_LD_PAD 40
 
 static op_class gemm_class(const op_row *r, int version)
@@ -989,6 +992,36 @@ static void gemm_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
         got = kvcal_test_dev_download_bf16(d_out, n_out);
         EXPECT_NONE(count_far(got, c->ref, n_out, GEMM_ATOL, GEMM_RTOL), n_out,
                     "outputs off the bound");
+    } else if (version == 3) {
+        float *resid = rand_bf16(n_out, -4.0f, 4.0f),
+              *want = host_alloc(n_out * sizeof *want);
+        kvcal_bf16 *d_resid = kvcal_test_dev_upload_bf16(resid, n_out);
+        /* no scratch, or the output as its own: refused */
+        ROW_ASSERT(kvcal_gemm_accumulate_launch(ctx->gemm, d_resid, NULL, d_x, d_w, bias,
+                                                r->rows, r->k, r->n,
+                                                0) == KVCAL_ERR_INVALID_ARG);
+        ROW_ASSERT(kvcal_gemm_accumulate_launch(ctx->gemm, d_resid, d_resid, d_x, d_w,
+                                                bias, r->rows, r->k, r->n,
+                                                0) == KVCAL_ERR_INVALID_ARG);
+        ROW_ASSERT(kvcal_test_error_has("scratch"));
+        for (int pass = 1; pass <= 2; pass++) {
+            ROW_OK(kvcal_gemm_accumulate_launch(ctx->gemm, d_resid, d_out, d_x, d_w, bias,
+                                                r->rows, r->k, r->n, 0));
+            sync_ok();
+            free(got);
+            got = kvcal_test_dev_download_bf16(d_resid, n_out);
+            for (int64_t i = 0; i < n_out; i++)
+                want[i] = resid[i] + (float)pass * c->ref[i];
+            EXPECT_NONE(count_far(got, want, n_out, 2 * GEMM_ATOL, GEMM_RTOL), n_out,
+                        pass == 1 ? "stream + the product off the bound"
+                                  : "stream + twice the product off the bound");
+            /* the second pass adds to the first's bf16 sums */
+            for (int64_t i = 0; pass == 1 && i < n_out; i++)
+                resid[i] = got[i] - c->ref[i];
+        }
+        free(resid);
+        free(want);
+        cudaFree(d_resid);
     } else if (version == 2) {
         const int64_t ld = (int64_t)r->k + GEMM_LD_PAD;
         float *wide = host_alloc((size_t)r->rows * ld * sizeof *wide);
@@ -2731,6 +2764,37 @@ static void moe_act_launch(const op_row *r, const moe_dev_out *o, const kvcal_bf
     ROW_OK(kvcal_swiglu_oai_launch(o->act, o->h, plan->capacity, r->n, 1.702f, 7.0f, 0));
 }
 
+/* The combine onto a residual stream (accumulate): bit for bit the
+ * stream plus o's combined out, as kvcal_add_rmsnorm_launch adds it (each
+ * sum rounded to bf16); padding tokens' rows left as they were. */
+static void moe_combine_accumulate_check(const op_row *r, const moe_cpu *c,
+                                         const kvcal_moe_plan *plan, const moe_dev_out *o,
+                                         const float *d_w, const int32_t *d_pos,
+                                         const kvcal_bf16 *d_shared,
+                                         const kvcal_bf16 *d_x, const kvcal_bf16 *d_gate)
+{
+    const int T = r->rows, D = r->k;
+    const int64_t n = (int64_t)T * D;
+    float *stream = rand_bf16(n, -4.0f, 4.0f);
+    kvcal_bf16 *d_stream = kvcal_test_dev_upload_bf16(stream, n);
+    ROW_OK(kvcal_moe_combine_launch(d_stream, o->y, plan->slot_of, d_w, d_pos, T,
+                                    r->top_k, D, d_shared, d_x, d_gate, 1, 0));
+    sync_ok();
+    float *sum = kvcal_test_dev_download_bf16(o->out, n),
+          *got = kvcal_test_dev_download_bf16(d_stream, n);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float want =
+            c->pos[i / D] < 0 ? stream[i] : kvcal_bf16_round(stream[i] + sum[i]);
+        differ += memcmp(&got[i], &want, sizeof want) != 0;
+    }
+    EXPECT_NONE(differ, n, "stream values other than the combine's add");
+    free(stream);
+    free(sum);
+    free(got);
+    cudaFree(d_stream);
+}
+
 static op_class moe_class(const op_row *r, int version)
 {
     (void)r;
@@ -2837,8 +2901,10 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
             if (r->oai && m == 0)
                 ROW_OK(kvcal_moe_bias_launch(paths[m]->y, d_b_down, &plan, D, 0));
             ROW_OK(kvcal_moe_combine_launch(paths[m]->out, paths[m]->y, plan.slot_of, d_w,
-                                            d_pos, T, K, D, d_shared, d_x, d_gate, 0));
+                                            d_pos, T, K, D, d_shared, d_x, d_gate, 0, 0));
         }
+        moe_combine_accumulate_check(r, c, &plan, paths[0], d_w, d_pos, d_shared, d_x,
+                                     d_gate);
         sync_ok();
         moe_check(r, version, c, d_e, d_w, d_counts, &plan, hopper ? &sm90 : &wmma,
                   hopper ? &wmma : NULL);
@@ -4210,7 +4276,7 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));
     CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL,
-                                             NULL, NULL, 0),
+                                             NULL, NULL, 0, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe combine"));
     /* grouped: groups that do not divide the experts, too many, too few open

@@ -120,8 +120,8 @@ static void calibrate_device_cuda_runs_or_says_why_it_cannot(void)
     }
 }
 
-/* The CUDA runner's variables (KVCAL_ATTENTION, KVCAL_MLP, KVCAL_FP8_GEMM)
- * take the values they name: another is refused before
+/* The CUDA runner's variables (KVCAL_ATTENTION, KVCAL_MLP, KVCAL_FP8_GEMM,
+ * KVCAL_RESIDUAL) take the values they name: another is refused before
  * any work, naming the variable and the values, and nothing is written
  * (with a GPU or without). */
 static void calibrate_refuses_a_runner_variable_value_it_does_not_take(void)
@@ -130,7 +130,9 @@ static void calibrate_refuses_a_runner_variable_value_it_does_not_take(void)
         {"KVCAL_ATTENTION=cudnn", "KVCAL_ATTENTION=cudnn: use kvcal (or leave it unset)"},
         {"KVCAL_MLP=yes", "KVCAL_MLP=yes: use fused or unfused (or leave it unset)"},
         {"KVCAL_FP8_GEMM=bf16",
-         "KVCAL_FP8_GEMM=bf16: use dequant or fast (or leave it unset)"}};
+         "KVCAL_FP8_GEMM=bf16: use dequant or fast (or leave it unset)"},
+        {"KVCAL_RESIDUAL=apart",
+         "KVCAL_RESIDUAL=apart: use fused or unfused (or leave it unset)"}};
     const char *out = kvcal_test_path("variable.json");
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         char cmd[1024];

@@ -697,8 +697,66 @@ static void cuda_runner_observes_queries_and_signed_range_like_the_cpu(void)
     }
 }
 
+/* The largest relative difference of two runs' per-head K/V absmax. */
+static double absmax_differ(const kvcal_stats_t *a, const kvcal_stats_t *b)
+{
+    double worst = 0.0;
+    for (int l = 0; l < a->num_layers; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int h = 0; h < a->num_kv_heads; h++) {
+                const double x = kvcal_stats_head_absmax(a, l, kv, h),
+                             y = kvcal_stats_head_absmax(b, l, kv, h);
+                const double rel = x == y ? 0.0 : fabs(x - y) / fabs(x);
+                worst = rel > worst || rel != rel ? rel : worst;
+            }
+    return worst;
+}
+
+/* Each block's output added to the residual stream where it is made (a
+ * bf16 projection's GEMM, the MoE's combine) and, with
+ * KVCAL_RESIDUAL=unfused, by the next add + RMSNorm: both within the
+ * golden bound of transformers; models where no block adds its own
+ * (post-norms: Gemma 2, GLM-4; Granite's residual multiplier) the same bit
+ * for bit both ways; where a projection adds it, one rounding fewer, a
+ * difference of bf16's size. */
+static void cuda_runner_adds_each_block_to_the_residual_either_way(void)
+{
+    static const struct {
+        const char *name;
+        double rtol; /* the golden bound */
+        int folds;   /* 0: no block adds its own output, the runs bit-equal */
+    } models[] = {
+        {"llama3_gqa_hd48_bf16", RUNNER_RTOL, 1},
+        {"gpt_oss_sinks_swa8_e8_top3_bf16", MOE_RUNNER_RTOL, 1},
+        {"qwen2_moe_shared_e6_top2_bf16", MOE_RUNNER_RTOL, 1},
+        {"deepseek_v2_mla_grouped_softmax_bf16", MOE_RUNNER_RTOL, 1},
+        {"gemma2_softcap_swa8_bf16", RUNNER_RTOL, 0},
+        {"glm4_sandwich_partial_pairs_bf16", RUNNER_RTOL, 0},
+        {"granite_multipliers_bias_bf16", RUNNER_RTOL, 0},
+    };
+    kvcal_backend_options unfused;
+    memset(&unfused, 0, sizeof unfused);
+    unfused.residual_unfused = 1;
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        kvcal_stats_t *s[2] = {NULL, NULL};
+        for (int way = 0; way < 2; way++) {
+            if (strncmp(models[i].name, "deepseek", 8))
+                check_runner_golden_within(models[i].name, way ? &unfused : NULL,
+                                           models[i].rtol);
+            cJSON_Delete(kvcal_test_cuda_run_golden(models[i].name, way ? &unfused : NULL,
+                                                    &s[way], NULL, NULL));
+        }
+        const double differ = absmax_differ(s[0], s[1]);
+        printf("(%s: fused against unfused %.2e) ", models[i].name, differ);
+        CU_ASSERT(models[i].folds ? differ <= 2e-2 : differ == 0.0);
+        kvcal_stats_destroy(s[0]);
+        kvcal_stats_destroy(s[1]);
+    }
+}
+
 static CU_TestInfo tests[] = {
     KVCAL_TEST(cuda_runner_matches_transformers_on_golden_models),
+    KVCAL_TEST(cuda_runner_adds_each_block_to_the_residual_either_way),
     KVCAL_TEST(cuda_runner_observes_queries_and_signed_range_like_the_cpu),
     KVCAL_TEST(cuda_runner_loads_weights_through_small_pieces),
     KVCAL_TEST(cuda_runner_matches_transformers_on_moe_golden_models),

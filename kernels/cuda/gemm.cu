@@ -12,6 +12,11 @@
  * m = n, n = rows; the bias is per row of the column-major result, which is
  * what CUBLASLT_EPILOGUE_BIAS adds.
  *
+ * An accumulating GEMM (kvcal_gemm_accumulate_launch: out += x @ w^T + bias,
+ * a residual add in the epilogue) is a plan of its own, beta 1 with C the
+ * output; its candidates are timed writing the caller's scratch buffer, so
+ * that the tuning adds nothing to the output.
+ *
  * FP8 GEMMs (kvcal_gemm_fp8_launch) are the same plans with e4m3 A and B
  * and the scale modes of A (the weight) and B (the activation) and the
  * accumulation (fp32, or Hopper's fast accumulation) in the key; a shape
@@ -33,11 +38,13 @@ enum { GEMM_CACHE = 64, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUN
 
 /* What a plan is for: the shape, a bias, and for an FP8 GEMM the scale
  * modes (cublasLtMatmulMatrixScale_t) of A and B and fast accumulation;
- * ldx: the activation's rows that many values apart (0: k, packed). */
+ * ldx: the activation's rows that many values apart (0: k, packed);
+ * accumulate: the output added to (beta 1). */
 typedef struct gemm_key {
     int rows, k, n, bias;
     int fp8, a_mode, b_mode, fast;
     int ldx;
+    int accumulate;
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -227,21 +234,31 @@ static kvcal_status plan_find(kvcal_gemm_t *g, const gemm_key *key, gemm_plan **
     return KVCAL_OK;
 }
 
-static int run_candidate(kvcal_gemm_t *g, const gemm_plan *p, int c, void *out,
-                         const void *x, const void *w, cudaStream_t stream)
+/* D = w x (+ bias) + beta C, beta 1 for an accumulating plan (C the
+ * output, read), else 0. */
+static cublasStatus_t matmul(kvcal_gemm_t *g, const gemm_plan *p, int c, const void *x,
+                             const void *w, const void *in, void *out,
+                             cudaStream_t stream)
 {
-    const float one = 1.0f, zero = 0.0f;
-    return cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
-                          p->c, &p->cand[c], g->workspace, g->workspace_bytes,
-                          stream) == CUBLAS_STATUS_SUCCESS;
+    const float one = 1.0f, beta = p->key.accumulate ? 1.0f : 0.0f;
+    return cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &beta, in, p->c, out,
+                          p->c, &p->cand[c], g->workspace, g->workspace_bytes, stream);
+}
+
+static int run_candidate(kvcal_gemm_t *g, const gemm_plan *p, int c, void *out,
+                         void *scratch, const void *x, const void *w, cudaStream_t stream)
+{
+    return matmul(g, p, c, x, w, out, scratch ? scratch : out, stream) ==
+           CUBLAS_STATUS_SUCCESS;
 }
 
 /* Times every candidate in GEMM_TUNE_ROUNDS rounds of GEMM_TUNE_REPS runs
  * (after one warm-up run of each), keeps each one's best round and chooses
- * the fastest; candidates that fail to run are passed over. Synchronizes
- * with the stream. */
-static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, void *out, const void *x,
-                              const void *w, cudaStream_t stream)
+ * the fastest; candidates that fail to run are passed over. An accumulating
+ * plan's runs write scratch, of the output's size (out is read alone).
+ * Synchronizes with the stream. */
+static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, void *out, void *scratch,
+                              const void *x, const void *w, cudaStream_t stream)
 {
     kvcal_status status = KVCAL_OK;
     cudaEvent_t ev[2] = {NULL, NULL};
@@ -253,13 +270,13 @@ static kvcal_status plan_tune(kvcal_gemm_t *g, gemm_plan *p, void *out, const vo
         return kvcal_fail(KVCAL_ERR_CUDA, "gemm: cudaEventCreate failed");
     }
     for (int c = 0; c < p->num_cand; c++)
-        ok[c] = run_candidate(g, p, c, out, x, w, stream);
+        ok[c] = run_candidate(g, p, c, out, scratch, x, w, stream);
     for (int round = 0; round < GEMM_TUNE_ROUNDS; round++)
         for (int c = 0; c < p->num_cand; c++) {
             float ms = 0.0f;
             ok[c] = ok[c] && cudaEventRecord(ev[0], stream) == cudaSuccess;
             for (int r = 0; ok[c] && r < GEMM_TUNE_REPS; r++)
-                ok[c] = run_candidate(g, p, c, out, x, w, stream);
+                ok[c] = run_candidate(g, p, c, out, scratch, x, w, stream);
             ok[c] = ok[c] && cudaEventRecord(ev[1], stream) == cudaSuccess &&
                     cudaEventSynchronize(ev[1]) == cudaSuccess &&
                     cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
@@ -297,16 +314,16 @@ static kvcal_status unsupported(const gemm_plan *p)
 }
 
 /* One GEMM of plan `key` with candidate `candidate` (-1: the chosen one);
- * w_scale, x_scale: the FP8 scale pointers (NULL for bf16). */
+ * w_scale, x_scale: the FP8 scale pointers (NULL for bf16); scratch: an
+ * accumulating plan's buffer for its tuning (else NULL). */
 static kvcal_status gemm_run(kvcal_gemm_t *g, const gemm_key *key, int candidate,
-                             void *out, const void *x, const void *w,
+                             void *out, void *scratch, const void *x, const void *w,
                              const kvcal_bf16 *bias, const float *x_scale,
                              const float *w_scale, cudaStream_t stream, int *count,
                              int *chosen)
 {
     kvcal_status status = KVCAL_OK;
     gemm_plan *p = NULL;
-    const float one = 1.0f, zero = 0.0f;
     if (!g || !out || !x || !w || key->rows < 0 || key->k <= 0 || key->n <= 0)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "gemm: rows %d, k %d, n %d: need a context, buffers, rows >= 0 "
@@ -334,11 +351,9 @@ static kvcal_status gemm_run(kvcal_gemm_t *g, const gemm_key *key, int candidate
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                               &x_scale, sizeof x_scale));
     }
-    if (!p->tuned && (status = plan_tune(g, p, out, x, w, stream)) != KVCAL_OK)
+    if (!p->tuned && (status = plan_tune(g, p, out, scratch, x, w, stream)) != KVCAL_OK)
         return status;
-    LT_TRY(cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, out, p->c, out,
-                          p->c, &p->cand[candidate < 0 ? p->chosen : candidate],
-                          g->workspace, g->workspace_bytes, stream));
+    LT_TRY(matmul(g, p, candidate < 0 ? p->chosen : candidate, x, w, out, out, stream));
     if (count)
         *count = p->num_cand;
     if (chosen)
@@ -356,7 +371,7 @@ extern "C" kvcal_status kvcal_gemm_launch_candidate(kvcal_gemm_t *g, int candida
                                                     int *count, int *chosen)
 {
     const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0, 0};
-    return gemm_run(g, &key, candidate, out, x, w, bias, NULL, NULL, stream, count,
+    return gemm_run(g, &key, candidate, out, NULL, x, w, bias, NULL, NULL, stream, count,
                     chosen);
 }
 
@@ -414,8 +429,8 @@ extern "C" kvcal_status kvcal_gemm_fp8_launch_candidate(
     const gemm_key key = {
         rows,           k, n, bias != NULL, 1, scale_mode(w_mode), scale_mode(x_mode),
         fast_accum != 0};
-    return gemm_run(g, &key, candidate, out, xq, wq, bias, x_scale, w_scale, stream, count,
-                    chosen);
+    return gemm_run(g, &key, candidate, out, NULL, xq, wq, bias, x_scale, w_scale, stream,
+                    count, chosen);
 }
 
 extern "C" kvcal_status
@@ -438,6 +453,22 @@ extern "C" kvcal_status kvcal_gemm_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
                                        NULL);
 }
 
+extern "C" kvcal_status kvcal_gemm_accumulate_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
+                                                     kvcal_bf16 *scratch,
+                                                     const kvcal_bf16 *x,
+                                                     const kvcal_bf16 *w,
+                                                     const kvcal_bf16 *bias, int rows,
+                                                     int k, int n, cudaStream_t stream)
+{
+    if (!scratch || scratch == out)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "gemm: an accumulating GEMM needs a scratch buffer apart from "
+                          "its output");
+    const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0, 0, 0, 1};
+    return gemm_run(g, &key, -1, out, scratch, x, w, bias, NULL, NULL, stream, NULL,
+                    NULL);
+}
+
 extern "C" kvcal_status kvcal_gemm_launch_ld(kvcal_gemm_t *g, kvcal_bf16 *out,
                                              const kvcal_bf16 *x, int64_t ldx,
                                              const kvcal_bf16 *w, const kvcal_bf16 *bias,
@@ -450,5 +481,5 @@ extern "C" kvcal_status kvcal_gemm_launch_ld(kvcal_gemm_t *g, kvcal_bf16 *out,
                           (long long)ldx, k);
     /* packed rows share the plan of kvcal_gemm_launch */
     const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0, 0, ldx == k ? 0 : (int)ldx};
-    return gemm_run(g, &key, -1, out, x, w, bias, NULL, NULL, stream, NULL, NULL);
+    return gemm_run(g, &key, -1, out, NULL, x, w, bias, NULL, NULL, stream, NULL, NULL);
 }

@@ -752,6 +752,9 @@ extern "C" kvcal_status kvcal_moe_bias_launch(kvcal_bf16 *y, const kvcal_bf16 *b
 
 #define COMBINE_THREADS 256
 
+/* ACCUMULATE: out (the residual stream) += the sum rounded to bf16, the
+ * add rounded again, as kvcal_add_rmsnorm_launch adds a delta. */
+template <bool ACCUMULATE>
 __global__ void __launch_bounds__(COMBINE_THREADS)
     moe_combine_kernel(__nv_bfloat16 *__restrict__ out,     // (tokens, dim)
                        const __nv_bfloat16 *__restrict__ y, // (capacity, dim)
@@ -767,6 +770,8 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
     const int64_t t = blockIdx.x;
     __nv_bfloat16 *o = out + t * dim;
     if (pos && pos[t] < 0) {
+        if (ACCUMULATE)
+            return;
         for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x)
             *reinterpret_cast<uint4 *>(o + c) = make_uint4(0, 0, 0, 0);
         return;
@@ -822,6 +827,15 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
 #pragma unroll
         for (int q = 0; q < 4; q++)
             r2[q] = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
+        if (ACCUMULATE) {
+            const uint4 was = *reinterpret_cast<const uint4 *>(o + c);
+            const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&was);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float2 a = __bfloat1622float2(w2[q]), b = __bfloat1622float2(r2[q]);
+                r2[q] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+            }
+        }
         *reinterpret_cast<uint4 *>(o + c) = res;
     }
 }
@@ -830,7 +844,8 @@ extern "C" kvcal_status
 kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y, const int32_t *slot_of,
                          const float *weights, const int32_t *pos, int tokens, int top_k,
                          int dim, const kvcal_bf16 *shared, const kvcal_bf16 *x,
-                         const kvcal_bf16 *shared_gate, cudaStream_t stream)
+                         const kvcal_bf16 *shared_gate, int accumulate,
+                         cudaStream_t stream)
 {
     if (!out || !y || !slot_of || tokens < 0 || top_k < 1 || dim < 8 || dim % 8 ||
         (shared_gate && !x) || ((uintptr_t)out | (uintptr_t)y | (uintptr_t)shared) % 16)
@@ -841,7 +856,8 @@ kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y, const int32_t *sl
                           tokens, top_k, dim);
     if (!tokens)
         return KVCAL_OK;
-    moe_combine_kernel<<<tokens, COMBINE_THREADS, 0, stream>>>(
+    (accumulate ? moe_combine_kernel<true>
+                : moe_combine_kernel<false>)<<<tokens, COMBINE_THREADS, 0, stream>>>(
         reinterpret_cast<__nv_bfloat16 *>(out),
         reinterpret_cast<const __nv_bfloat16 *>(y), slot_of, weights, pos, top_k, dim,
         reinterpret_cast<const __nv_bfloat16 *>(shared),

@@ -172,6 +172,17 @@ kvcal_status kvcal_gemm_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, const kvcal_
                                const kvcal_bf16 *w, const kvcal_bf16 *bias, int rows,
                                int k, int n, cudaStream_t stream);
 
+/* out (rows, n) += x (rows, k) @ w^T + bias: kvcal_gemm_launch with the
+ * output read back in the epilogue (a residual add), summed in fp32 and
+ * rounded to bf16 once. The shape's algorithm is chosen apart from
+ * kvcal_gemm_launch's, at its first launch, its candidates timed writing
+ * scratch (rows, n), which that launch overwrites (a buffer apart from
+ * out; its contents otherwise unused). */
+kvcal_status kvcal_gemm_accumulate_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out,
+                                          kvcal_bf16 *scratch, const kvcal_bf16 *x,
+                                          const kvcal_bf16 *w, const kvcal_bf16 *bias,
+                                          int rows, int k, int n, cudaStream_t stream);
+
 /* kvcal_gemm_launch with x's rows ldx >= k values apart (x read in place
  * inside a wider buffer: MLA's latent, the first kv_lora_rank values of
  * each cached entry). */
@@ -649,13 +660,17 @@ kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, in
  * to bf16; plus, when shared (tokens, dim) is non-NULL, sigmoid(x (tokens,
  * dim) . shared_gate (dim)) * shared (the gate's logit and sigmoid rounded
  * to bf16 as a bf16 nn.Linear and F.sigmoid give them), or shared itself
- * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. dim a
- * multiple of 8, out, y and shared 16-byte aligned. */
+ * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. With
+ * accumulate, out += that sum instead (the residual stream), bit for bit
+ * the combine followed by kvcal_add_rmsnorm_launch's add, padding tokens
+ * left as they are. dim a multiple of 8, out, y and shared 16-byte
+ * aligned. */
 kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
                                       const int32_t *slot_of, const float *weights,
                                       const int32_t *pos, int tokens, int top_k, int dim,
                                       const kvcal_bf16 *shared, const kvcal_bf16 *x,
-                                      const kvcal_bf16 *shared_gate, cudaStream_t stream);
+                                      const kvcal_bf16 *shared_gate, int accumulate,
+                                      cudaStream_t stream);
 
 /* --- Qwen3-Next's and Qwen3.5's linear attention (kernels/cuda/gated_delta.cu) -- */
 
