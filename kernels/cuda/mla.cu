@@ -9,6 +9,10 @@
  * one channel) and a shared histogram (the lanes of a warp that share a bin
  * add their count with one atomic), and adds them to the layer's statistics
  * once, into K's and V's alike (an MLA layer caches one entry).
+ * mla_latent_vec_kernel computes the same values with every access a
+ * 16-byte unit (a token's loads in flight together, the per-channel
+ * maxima in registers), where the sizes and rows allow it (DeepSeek's,
+ * Kimi K2's: a latent of 512 and a RoPE part of 64).
  *
  * mla_expand_kernel: K's (its no-RoPE part from kv_b_proj's output, then
  * the token's shared RoPE part) or V's output (padded with zeros to
@@ -26,6 +30,7 @@
 #include "core/hist_rule.h"
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/kv_words.cuh"
 #include "kernels/cuda/mla.h"
 
 // --- the cache point ----------------------------------------------------------------
@@ -73,6 +78,26 @@ static __device__ __forceinline__ void rotate_store(__nv_bfloat16 *row, int j, f
     kvcal_rope_pair_bf16(a, b, cs, sn);
     row[2 * j] = __float2bfloat16_rn(a);
     row[2 * j + 1] = __float2bfloat16_rn(b);
+}
+
+/* The block's statistics (smax, shist, each warp's max in lane_max) added to
+ * the layer's, into K's and V's alike (an MLA layer caches one entry). */
+static __device__ __forceinline__ void flush_block(const unsigned *smax,
+                                                   const unsigned *shist, int E,
+                                                   unsigned lane_max,
+                                                   const kvcal_kv_observer &obs)
+{
+    for (int kv = 0; kv < 2; kv++) {
+        for (int c = threadIdx.x; c < E; c += blockDim.x)
+            if (smax[c])
+                atomicMax(reinterpret_cast<unsigned *>(obs.absmax[kv]) + c, smax[c]);
+        for (int b = threadIdx.x; b < KVCAL_HIST_BINS; b += blockDim.x)
+            if (shist[b])
+                atomicAdd(reinterpret_cast<unsigned long long *>(obs.hist[kv]) + b,
+                          (unsigned long long)shist[b]);
+        if ((threadIdx.x & 31) == 0 && lane_max)
+            atomicMax(reinterpret_cast<unsigned *>(obs.batch_absmax[kv]), lane_max);
+    }
 }
 
 /* CPL >= ceil(kv_lora_rank / 32): the latent's channels a lane owns, held in
@@ -180,17 +205,212 @@ __global__ void __launch_bounds__(LATENT_WARPS * 32, 4)
     for (int o = 16; o > 0; o >>= 1)
         lane_max = max(lane_max, __shfl_xor_sync(0xffffffffu, lane_max, o));
     __syncthreads();
-    for (int kv = 0; kv < 2; kv++) {
-        for (int c = threadIdx.x; c < E; c += blockDim.x)
-            if (smax[c])
-                atomicMax(reinterpret_cast<unsigned *>(obs.absmax[kv]) + c, smax[c]);
-        for (int b = threadIdx.x; b < KVCAL_HIST_BINS; b += blockDim.x)
-            if (shist[b])
-                atomicAdd(reinterpret_cast<unsigned long long *>(obs.hist[kv]) + b,
-                          (unsigned long long)shist[b]);
-        if (lane == 0 && lane_max)
-            atomicMax(reinterpret_cast<unsigned *>(obs.batch_absmax[kv]), lane_max);
+    flush_block(smax, shist, E, lane_max, obs);
+}
+
+// --- the cache point in 16-byte units ------------------------------------------------
+
+/* The 16-byte form's tiling: LATENT_VEC_Q_UNITS, the query units (8 values of
+ * one head's RoPE part) a lane holds at a time; LATENT_VEC_MAX_ROPE, the
+ * RoPE parts it takes (a pair a lane for cos and sin, units that divide a
+ * warp: 8, 16, 32 or 64 values); LATENT_VEC_UNITS_*: the latent's units a
+ * lane holds, for kv_lora_rank up to 512 or up to the entry's limit. */
+enum {
+    LATENT_VEC_Q_UNITS = 4,
+    LATENT_VEC_MAX_ROPE = 64,
+    LATENT_VEC_UNITS_SHORT = 2,
+    LATENT_VEC_UNITS_LONG = KVCAL_MLA_MAX_ENTRY / 256
+};
+
+/* Rounds x to bf16 into a 16-byte word and leaves the rounded values in x. */
+static __device__ __forceinline__ uint4 pack8(float x[8])
+{
+    uint32_t u[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+        u[i] = *reinterpret_cast<const uint32_t *>(&h);
     }
+    unpack8<__nv_bfloat16>(make_uint4(u[0], u[1], u[2], u[3]), x);
+    return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+/* The 4 interleaved RoPE pairs of a unit, rotated by the unit's cos and sin. */
+static __device__ __forceinline__ void rotate8(float x[8], const float cs[4],
+                                               const float sn[4])
+{
+#pragma unroll
+    for (int m = 0; m < 4; m++)
+        kvcal_rope_pair_bf16(x[2 * m], x[2 * m + 1], cs[m], sn[m]);
+}
+
+/* |x| of 8 stored values into the lane's running maxima (bits: a NaN wins)
+ * and the block's histogram. */
+static __device__ __forceinline__ void fold8(const float x[8], unsigned m[8],
+                                             unsigned *shist)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float a = fabsf(x[i]);
+        m[i] = max(m[i], __float_as_uint(a));
+        atomicAdd(&shist[kvcal_hist_bin(a)], 1u);
+    }
+}
+
+/* The query units v0 + lane + 32 k (k < LATENT_VEC_Q_UNITS) of a token:
+ * unit v is head v / ru's RoPE unit v % ru (= lane % ru: ru divides 32). */
+static __device__ __forceinline__ __nv_bfloat16 *q_unit(__nv_bfloat16 *qrow, int v,
+                                                        int ru, int qk_dim)
+{
+    return qrow + (int64_t)(v / ru) * qk_dim + 8 * (v % ru);
+}
+
+/* A warp a token, as mla_latent_kernel computes it, every access a 16-byte
+ * unit: lane l owns the latent's units l, l + 32, ... (LU of them), the
+ * entry's RoPE unit l (l < ru), and the query's units l + 32 k; the
+ * token's loads (latent, RoPE part, the first LATENT_VEC_Q_UNITS query
+ * units a lane) are in flight together. Lane j computes cos and sin of
+ * pair j; a unit's 4 pairs take theirs by shuffles. The per-channel maxima
+ * stay in the lane's registers (its channels are the same every token)
+ * until the block folds them. */
+template <int LU>
+__global__ void __launch_bounds__(LATENT_WARPS * 32, 2)
+    mla_latent_vec_kernel(__nv_bfloat16 *__restrict__ entry, int64_t entry_stride,
+                          __nv_bfloat16 *__restrict__ q, int64_t q_stride,
+                          const int32_t *__restrict__ pos, int tokens, kvcal_mla_cfg cfg,
+                          kvcal_kv_observer obs, int observe)
+{
+    __shared__ unsigned smax[KVCAL_MLA_MAX_ENTRY];
+    __shared__ unsigned shist[KVCAL_HIST_BINS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int L = cfg.kv_lora_rank, R = cfg.rope_dim, E = L + R;
+    const int lu = L / 8, ru = R / 8, part = lane % ru;
+    const int qu = q ? cfg.n_heads * ru : 0;
+    const auto *w = reinterpret_cast<const __nv_bfloat16 *>(cfg.norm_w);
+    if (observe) {
+        for (int i = threadIdx.x; i < E; i += blockDim.x)
+            smax[i] = 0u;
+        for (int i = threadIdx.x; i < KVCAL_HIST_BINS; i += blockDim.x)
+            shist[i] = 0u;
+        __syncthreads();
+    }
+    float wv[LU][8];
+#pragma unroll
+    for (int i = 0; i < LU; i++) {
+        const int u = lane + 32 * i;
+        unpack8<__nv_bfloat16>(u < lu ? *reinterpret_cast<const uint4 *>(w + 8 * u)
+                                      : make_uint4(0u, 0u, 0u, 0u),
+                               wv[i]);
+    }
+    const float inv = lane < R / 2 ? cfg.inv_freq[lane] : 0.0f;
+    unsigned mx[LU + 1][8] = {};
+    const int t0 = blockIdx.x * LATENT_TOKENS_PER_BLOCK;
+    const int t1 = min(tokens, t0 + LATENT_TOKENS_PER_BLOCK);
+    for (int t = t0 + warp; t < t1; t += LATENT_WARPS) {
+        __nv_bfloat16 *row = entry + (int64_t)t * entry_stride;
+        __nv_bfloat16 *qrow = q ? q + (int64_t)t * q_stride + cfg.qk_dim - R : nullptr;
+        uint4 ul[LU], ur = make_uint4(0u, 0u, 0u, 0u), uq[LATENT_VEC_Q_UNITS];
+#pragma unroll
+        for (int i = 0; i < LU; i++) {
+            const int u = lane + 32 * i;
+            ul[i] = u < lu ? *reinterpret_cast<const uint4 *>(row + 8 * u)
+                           : make_uint4(0u, 0u, 0u, 0u);
+        }
+        if (lane < ru)
+            ur = *reinterpret_cast<const uint4 *>(row + L + 8 * lane);
+#pragma unroll
+        for (int k = 0; k < LATENT_VEC_Q_UNITS; k++) {
+            const int v = lane + 32 * k;
+            uq[k] =
+                v < qu ? *reinterpret_cast<const uint4 *>(q_unit(qrow, v, ru, cfg.qk_dim))
+                       : make_uint4(0u, 0u, 0u, 0u);
+        }
+        const int p = pos[t];
+        if (p < 0)
+            continue;
+        float x[LU][8], ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < LU; i++) {
+            unpack8<__nv_bfloat16>(ul[i], x[i]);
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                ss += x[i][c] * x[i][c];
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float r = rsqrtf(ss / (float)L + cfg.eps);
+#pragma unroll
+        for (int i = 0; i < LU; i++) {
+            const int u = lane + 32 * i;
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                x[i][c] = kvcal_rbf(x[i][c] * r) * wv[i][c];
+            const uint4 out = pack8(x[i]);
+            if (u < lu)
+                *reinterpret_cast<uint4 *>(row + 8 * u) = out;
+        }
+        float cs, sn;
+        sincosf((float)p * inv, &sn, &cs);
+        sn = kvcal_rbf(sn * cfg.attention_factor);
+        cs = kvcal_rbf(cs * cfg.attention_factor);
+        float c4[4], s4[4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            c4[m] = __shfl_sync(0xffffffffu, cs, 4 * part + m);
+            s4[m] = __shfl_sync(0xffffffffu, sn, 4 * part + m);
+        }
+        float e[8];
+        unpack8<__nv_bfloat16>(ur, e);
+        rotate8(e, c4, s4);
+        const uint4 er = pack8(e);
+        if (lane < ru)
+            *reinterpret_cast<uint4 *>(row + L + 8 * lane) = er;
+        for (int v0 = 0; v0 < qu; v0 += 32 * LATENT_VEC_Q_UNITS) {
+#pragma unroll
+            for (int k = 0; k < LATENT_VEC_Q_UNITS && v0; k++) {
+                const int v = v0 + lane + 32 * k;
+                uq[k] = v < qu ? *reinterpret_cast<const uint4 *>(
+                                     q_unit(qrow, v, ru, cfg.qk_dim))
+                               : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int k = 0; k < LATENT_VEC_Q_UNITS; k++) {
+                const int v = v0 + lane + 32 * k;
+                float f[8];
+                unpack8<__nv_bfloat16>(uq[k], f);
+                rotate8(f, c4, s4);
+                const uint4 out = pack8(f);
+                if (v < qu)
+                    *reinterpret_cast<uint4 *>(q_unit(qrow, v, ru, cfg.qk_dim)) = out;
+            }
+        }
+        if (!observe)
+            continue;
+#pragma unroll
+        for (int i = 0; i < LU; i++)
+            if (lane + 32 * i < lu)
+                fold8(x[i], mx[i], shist);
+        if (lane < ru)
+            fold8(e, mx[LU], shist);
+    }
+    if (!observe)
+        return;
+    unsigned lane_max = 0u;
+#pragma unroll
+    for (int i = 0; i <= LU; i++) {
+        const int c0 = i < LU ? 8 * (lane + 32 * i) : L + 8 * lane;
+        if (i < LU ? lane + 32 * i < lu : lane < ru)
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                lane_max = max(lane_max, mx[i][c]);
+                if (mx[i][c])
+                    atomicMax(&smax[c0 + c], mx[i][c]);
+            }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        lane_max = max(lane_max, __shfl_xor_sync(0xffffffffu, lane_max, o));
+    __syncthreads();
+    flush_block(smax, shist, E, lane_max, obs);
 }
 
 extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry_stride,
@@ -222,7 +442,21 @@ extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry
     const int blocks = (tokens + LATENT_TOKENS_PER_BLOCK - 1) / LATENT_TOKENS_PER_BLOCK;
     auto *e = reinterpret_cast<__nv_bfloat16 *>(entry);
     auto *qq = reinterpret_cast<__nv_bfloat16 *>(q);
-    if (cfg->kv_lora_rank <= 32 * LATENT_CPL_SHORT)
+    const int R = cfg->rope_dim;
+    const bool vec = cfg->kv_lora_rank % 8 == 0 && R % 8 == 0 &&
+                     R <= LATENT_VEC_MAX_ROPE && 32 % (R / 8) == 0 &&
+                     entry_stride % 8 == 0 &&
+                     (!q || (q_stride % 8 == 0 && cfg->qk_dim % 8 == 0)) &&
+                     ((uintptr_t)entry | (uintptr_t)q | (uintptr_t)cfg->norm_w) % 16 == 0;
+    if (vec && cfg->kv_lora_rank <= 256 * LATENT_VEC_UNITS_SHORT)
+        mla_latent_vec_kernel<LATENT_VEC_UNITS_SHORT>
+            <<<blocks, LATENT_WARPS * 32, 0, stream>>>(e, entry_stride, qq, q_stride, pos,
+                                                       tokens, *cfg, o, obs != NULL);
+    else if (vec)
+        mla_latent_vec_kernel<LATENT_VEC_UNITS_LONG>
+            <<<blocks, LATENT_WARPS * 32, 0, stream>>>(e, entry_stride, qq, q_stride, pos,
+                                                       tokens, *cfg, o, obs != NULL);
+    else if (cfg->kv_lora_rank <= 32 * LATENT_CPL_SHORT)
         mla_latent_kernel<LATENT_CPL_SHORT><<<blocks, LATENT_WARPS * 32, 0, stream>>>(
             e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
     else
