@@ -581,7 +581,8 @@ int main(int argc, char **argv)
     row("gather (rows in the plan's order; versions 2, 4-6)", gather, 0);
     const float combine = time_ms(t, [&] {
         CHECK_KVCAL(kvcal_moe_combine_launch(out, y[1], plan.slot_of, weights, pos, M, K,
-                                             D, nullptr, nullptr, nullptr, 0, 0));
+                                             D, nullptr, nullptr, nullptr, 0, nullptr,
+                                             0));
     });
     row("combine (top-8 weighted sum)", combine, 0);
 

@@ -196,6 +196,65 @@ static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp, int major,
     return kvcal_cuda_mlp_choose(major, minor, code, r->I, r->D, mlp, &r->mlp_fused);
 }
 
+/* The first op of layer l where it is an add + RMSNorm of the delta
+ * (a pre-norm layer's input norm), else NULL. */
+static const kvcal_op *input_norm(const kvcal_model_desc *d, int l)
+{
+    int n = 0;
+    const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n);
+    for (int j = 0; j < n; j++)
+        if (kvcal_model_op_runs(d, l, &ops[j]))
+            return ops[j].kind == KVCAL_OP_ADD_RMSNORM && ops[j].in == KVCAL_ACT_DELTA &&
+                           ops[j].out == KVCAL_ACT_NORM && ops[j].w != KVCAL_W_NONE
+                       ? &ops[j]
+                       : NULL;
+    return NULL;
+}
+
+/* Whether the MoE's combine may apply the next layer's input norm
+ * (calib/backend_cuda.c's norm_ahead, which decides each layer): a mixture
+ * of experts whose combine adds its output to the stream (fold_residual:
+ * no residual multiplier), 16-byte rows, bf16 weights throughout, plain
+ * RMSNorms (no offset), and a layer after the first that starts with one. */
+static int norms_ahead(const cuda_backend *r)
+{
+    const kvcal_model_desc *d = r->base.desc;
+    if (!r->fold_residual || !r->E || d->residual_scale != 1.0f || r->D % 8 ||
+        d->norm_offset != 0.0f)
+        return 0;
+    for (int w = 0; w < KVCAL_W_COUNT; w++)
+        if (d->fp8[w].w != KVCAL_FP8W_NONE)
+            return 0;
+    for (int l = 1; l < d->num_layers; l++)
+        if (input_norm(d, l))
+            return 1;
+    return 0;
+}
+
+/* Each layer's input norm weight (input_norm) into norm_ahead_w, loaded
+ * once beside the layers (whose weights may not all be on the device). */
+static kvcal_status upload_norms_ahead(cuda_backend *r)
+{
+    const kvcal_model_desc *d = r->base.desc;
+    for (int l = 1; l < d->num_layers; l++) {
+        const kvcal_op *op = input_norm(d, l);
+        kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX];
+        int n = 0;
+        if (!op)
+            continue;
+        kvcal_status st = kvcal_model_weight_parts(r->model, l, op->w, 0, parts, &n);
+        if (!st && n != 1)
+            st = kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                            "cuda runner: layer %d's input norm is %d tensors", l, n);
+        if (!st)
+            st = kvcal_cuda_loader_upload(r->loader, &parts[0],
+                                          r->norm_ahead_w + (size_t)l * r->D, r->stream);
+        if (st)
+            return st;
+    }
+    return KVCAL_OK;
+}
+
 kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                                        const kvcal_backend_options *opt,
                                        kvcal_backend **out)
@@ -364,7 +423,9 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         /* ones: the weight of Llama 4's weightless q/k norm */
         (d->qk_l2_norm ? round_up((size_t)r->hd * e) : 0);
     const size_t embed = round_up((size_t)r->V * r->D * e);
-    const size_t fixed = embed + acts + stats + workspace;
+    const int ahead = norms_ahead(r);
+    const size_t ahead_bytes = ahead ? round_up((size_t)r->L * r->D * e) : 0;
+    const size_t fixed = embed + acts + stats + ahead_bytes + workspace;
     size_t free_b = 0, total_b = 0;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
     r->budget = opt->max_device_memory;
@@ -462,6 +523,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     if (d->layer_nope || d->qk_norm_after_rope)
         r->inv_freq_zero = carve(&p, (size_t)(r->rot_dim / 2) * sizeof(float));
     r->norm_ones = d->qk_l2_norm ? carve(&p, (size_t)r->hd * e) : NULL;
+    r->norm_ahead_w = ahead ? carve(&p, (size_t)r->L * r->D * e) : NULL;
     r->stats_bytes =
         (size_t)((unsigned char *)r->inv_freq - (unsigned char *)r->absmax[0]);
     TRY_CUDA(cudaMemsetAsync(r->absmax[0], 0, stats, r->stream));
@@ -477,6 +539,8 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
     kvcal_tensor_view embed_view, norm_view, cls_view;
     kvcal_model_head_views(model, &embed_view, &norm_view, &cls_view);
     TRY(kvcal_cuda_loader_upload(r->loader, &embed_view, r->embed, r->stream));
+    if (ahead)
+        TRY(upload_norms_ahead(r));
     TRY_CUDA(cudaMemcpyAsync(r->inv_freq, d->inv_freq,
                              (size_t)(r->rot_dim / 2) * sizeof(float),
                              cudaMemcpyHostToDevice, r->stream));

@@ -214,6 +214,7 @@ static kvcal_status begin_batch(kvcal_backend *be, int slot, const kvcal_batch *
     sl->batch = batch;
     sl->seq_len = seq_len;
     sl->delta_added = 0;
+    sl->norm_ahead = 0;
     TRY(select_batch(be, slot));
     const int n = batch * seq_len;
     cudaStream_t s = r->stream;
@@ -252,6 +253,12 @@ static kvcal_status add_rmsnorm(kvcal_backend *be, const kvcal_op *op, int first
     kvcal_bf16 *delta = NULL;
     const kvcal_bf16 *w = tensor(r, op->w);
     const int n = r->batch * r->seq_len;
+    if (r->cur->norm_ahead == 1) { /* the combine before wrote its rows */
+        r->cur->norm_ahead = 2;
+        r->cur->delta_added = 0;
+        return KVCAL_OK;
+    }
+    r->cur->norm_ahead = 0;
     kvcal_status st = first ? KVCAL_OK : kvcal_cuda_take_delta(r, &delta);
     if (st)
         return st;
@@ -328,6 +335,43 @@ static int fold_residual(const cuda_backend *r, const kvcal_op *op)
         }
     }
     return 1;
+}
+
+/* The weight of the next layer's first op, an add + RMSNorm, where the
+ * MoE's combine that adds its output to the stream (fold_residual) is to
+ * apply it too (kvcal_combine_norm), into the slot's delta buffer, which
+ * the fold leaves unused: a plain RMSNorm (no offset) whose weight the
+ * backend holds (norm_ahead_w), and whose rows the ops of that layer that
+ * read them read before any op writes the delta buffer (where they then
+ * live; a folded projection's GEMM may use it as scratch). NULL
+ * otherwise. */
+static const kvcal_bf16 *norm_ahead(const cuda_backend *r)
+{
+    const kvcal_model_desc *d = r->base.desc;
+    const int l = r->layer + 1;
+    if (!r->norm_ahead_w || l >= d->num_layers)
+        return NULL;
+    int n = 0, first = 1, delta_written = 0;
+    const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n);
+    for (int j = 0; j < n; j++) {
+        const kvcal_op *o = &ops[j];
+        if (!kvcal_model_op_runs(d, l, o))
+            continue;
+        if (first) {
+            if (o->kind != KVCAL_OP_ADD_RMSNORM || o->in != KVCAL_ACT_DELTA ||
+                o->out != KVCAL_ACT_NORM || o->w == KVCAL_W_NONE ||
+                norm_offset(r, o->w) != 0.0f)
+                return NULL;
+            first = 0;
+            continue;
+        }
+        if (o->in == KVCAL_ACT_NORM && delta_written)
+            return NULL;
+        if (o->out == KVCAL_ACT_NORM)
+            break;
+        delta_written |= o->out == KVCAL_ACT_DELTA;
+    }
+    return first ? NULL : r->norm_ahead_w + (size_t)l * r->D;
 }
 
 static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)
@@ -868,11 +912,16 @@ static kvcal_status moe(kvcal_backend *be, const kvcal_op *op, int observe,
     TRY(step(r, "moe combine"));
     /* into the residual stream where the next add + RMSNorm would add it */
     const int fold = fold_residual(r, op);
+    /* and the next layer's add + RMSNorm into delta, which it leaves unused */
+    const kvcal_bf16 *next_w = fold ? norm_ahead(r) : NULL;
+    const kvcal_combine_norm next = {r->delta, next_w, r->eps};
     TRY(kvcal_moe_combine_launch(fold ? r->resid : act(r, op->out), r->moe_y,
                                  plan.slot_of, d->moe_input_weighted ? NULL : r->route_w,
                                  r->pos, n, r->K, r->D, r->SI ? r->shared_y : NULL, x,
-                                 r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, fold, s));
+                                 r->SI ? tensor(r, KVCAL_W_SHARED_GATE) : NULL, fold,
+                                 next_w ? &next : NULL, s));
     r->cur->delta_added = fold;
+    r->cur->norm_ahead = next_w != NULL;
     return KVCAL_OK;
 fail:
     return st;

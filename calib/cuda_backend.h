@@ -51,6 +51,11 @@ typedef struct {
     /* 1: the op that made the pending delta added it to resid itself
        (fold_residual), so the next add + RMSNorm norms resid alone */
     int delta_added;
+    /* 1: the MoE's combine normed resid for the next layer's first op into
+       delta (norm_ahead), so that add + RMSNorm does nothing; 2: done,
+       delta holds the normalized rows (act's KVCAL_ACT_NORM) until the next
+       add + RMSNorm */
+    int norm_ahead;
 } cuda_slot;
 
 typedef struct {
@@ -60,6 +65,9 @@ typedef struct {
     int mlp_fused; /* gate/up + SwiGLU in one kernel, the weight interleaved */
     /* 0: every block's output goes through delta (KVCAL_RESIDUAL=unfused) */
     int fold_residual;
+    /* (L, D) each layer's first add + RMSNorm's weight, which the MoE's
+       combine of the layer before applies (norm_ahead), or NULL */
+    kvcal_bf16 *norm_ahead_w;
     /* an FP8 gate/up + SwiGLU in one kernel (kvcal_gemm_swiglu_fp8_launch),
      * the weight interleaved; fp8_absmax: each row's absmax of its act */
     int mlp_fp8_fused;
@@ -247,7 +255,7 @@ static inline kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
 {
     switch (a) {
     case KVCAL_ACT_NORM:
-        return r->xn;
+        return r->cur && r->cur->norm_ahead == 2 ? r->delta : r->xn;
     case KVCAL_ACT_DELTA:
         return r->delta;
     case KVCAL_ACT_QKV:

@@ -2766,7 +2766,9 @@ static void moe_act_launch(const op_row *r, const moe_dev_out *o, const kvcal_bf
 
 /* The combine onto a residual stream (accumulate): bit for bit the
  * stream plus o's combined out, as kvcal_add_rmsnorm_launch adds it (each
- * sum rounded to bf16); padding tokens' rows left as they were. */
+ * sum rounded to bf16); padding tokens' rows left as they were. With the
+ * next layer's norm (kvcal_combine_norm): the same stream, and its rows,
+ * padding too, bit for bit as kvcal_add_rmsnorm_launch normalizes them. */
 static void moe_combine_accumulate_check(const op_row *r, const moe_cpu *c,
                                          const kvcal_moe_plan *plan, const moe_dev_out *o,
                                          const float *d_w, const int32_t *d_pos,
@@ -2775,13 +2777,26 @@ static void moe_combine_accumulate_check(const op_row *r, const moe_cpu *c,
 {
     const int T = r->rows, D = r->k;
     const int64_t n = (int64_t)T * D;
-    float *stream = rand_bf16(n, -4.0f, 4.0f);
-    kvcal_bf16 *d_stream = kvcal_test_dev_upload_bf16(stream, n);
+    float *stream = rand_bf16(n, -4.0f, 4.0f), *norm_w = rand_bf16(D, 0.5f, 1.5f);
+    kvcal_bf16 *d_stream = kvcal_test_dev_upload_bf16(stream, n),
+               *d_stream_n = kvcal_test_dev_upload_bf16(stream, n),
+               *d_norm_w = kvcal_test_dev_upload_bf16(norm_w, D), *d_normed, *d_want;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_normed, (size_t)n * sizeof(kvcal_bf16)),
+                          cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_want, (size_t)n * sizeof(kvcal_bf16)),
+                          cudaSuccess);
     ROW_OK(kvcal_moe_combine_launch(d_stream, o->y, plan->slot_of, d_w, d_pos, T,
-                                    r->top_k, D, d_shared, d_x, d_gate, 1, 0));
+                                    r->top_k, D, d_shared, d_x, d_gate, 1, NULL, 0));
+    const kvcal_combine_norm norm = {d_normed, d_norm_w, ROPE_EPS};
+    ROW_OK(kvcal_moe_combine_launch(d_stream_n, o->y, plan->slot_of, d_w, d_pos, T,
+                                    r->top_k, D, d_shared, d_x, d_gate, 1, &norm, 0));
+    ROW_OK(kvcal_add_rmsnorm_launch(d_want, d_stream, NULL, d_norm_w, T, D, ROPE_EPS, 0));
     sync_ok();
     float *sum = kvcal_test_dev_download_bf16(o->out, n),
-          *got = kvcal_test_dev_download_bf16(d_stream, n);
+          *got = kvcal_test_dev_download_bf16(d_stream, n),
+          *got_n = kvcal_test_dev_download_bf16(d_stream_n, n),
+          *normed = kvcal_test_dev_download_bf16(d_normed, n),
+          *want_normed = kvcal_test_dev_download_bf16(d_want, n);
     int64_t differ = 0;
     for (int64_t i = 0; i < n; i++) {
         const float want =
@@ -2789,10 +2804,22 @@ static void moe_combine_accumulate_check(const op_row *r, const moe_cpu *c,
         differ += memcmp(&got[i], &want, sizeof want) != 0;
     }
     EXPECT_NONE(differ, n, "stream values other than the combine's add");
+    EXPECT_NONE(count_differ(got_n, got, n), n,
+                "stream values with the norm other than without it");
+    EXPECT_NONE(count_differ(normed, want_normed, n), n,
+                "normalized values other than add + RMSNorm's after the combine");
     free(stream);
+    free(norm_w);
     free(sum);
     free(got);
+    free(got_n);
+    free(normed);
+    free(want_normed);
     cudaFree(d_stream);
+    cudaFree(d_stream_n);
+    cudaFree(d_norm_w);
+    cudaFree(d_normed);
+    cudaFree(d_want);
 }
 
 static op_class moe_class(const op_row *r, int version)
@@ -2901,7 +2928,8 @@ static void moe_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
             if (r->oai && m == 0)
                 ROW_OK(kvcal_moe_bias_launch(paths[m]->y, d_b_down, &plan, D, 0));
             ROW_OK(kvcal_moe_combine_launch(paths[m]->out, paths[m]->y, plan.slot_of, d_w,
-                                            d_pos, T, K, D, d_shared, d_x, d_gate, 0, 0));
+                                            d_pos, T, K, D, d_shared, d_x, d_gate, 0,
+                                            NULL, 0));
         }
         moe_combine_accumulate_check(r, c, &plan, paths[0], d_w, d_pos, d_shared, d_x,
                                      d_gate);
@@ -4276,9 +4304,15 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));
     CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 60, NULL,
-                                             NULL, NULL, 0, 0),
+                                             NULL, NULL, 0, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe combine"));
+    /* the next layer's norm only onto the stream (accumulate) */
+    const kvcal_combine_norm norm = {p, p, 1e-6f};
+    CU_ASSERT_EQUAL(kvcal_moe_combine_launch(p, p, i, (float *)256, NULL, 4, 2, 64, NULL,
+                                             NULL, NULL, 0, &norm, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("a norm only onto the stream"));
     /* grouped: groups that do not divide the experts, too many, too few open
      * for the top-k */
     const int bad[3][4] = {{60, 7, 2, 4}, {256, 128, 4, 8}, {64, 8, 1, 9}};

@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/norm_row.cuh"
 #include "kernels/cuda/ops.h"
 
 // --- routing --------------------------------------------------------------------
@@ -750,12 +751,26 @@ extern "C" kvcal_status kvcal_moe_bias_launch(kvcal_bf16 *y, const kvcal_bf16 *b
 
 // --- the combine ---------------------------------------------------------------------
 
-#define COMBINE_THREADS 256
+/* The next layer's RMSNorm of a row of the stream (NORM): its words as
+ * add_rmsnorm_kernel<8> reads them (kernels/cuda/norm_row.cuh), the sum of
+ * squares of the words this thread holds in ss, normed (dim) written. */
+static __device__ __forceinline__ void
+combine_norm_row(const __nv_bfloat16 *o, __nv_bfloat16 *normed, const __nv_bfloat16 *w,
+                 int dim, float ss, float eps, float *scratch)
+{
+    const float scale = rsqrtf(block_sum(ss, scratch) / (float)dim + eps);
+    for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x)
+        *reinterpret_cast<uint4 *>(normed + c) =
+            norm8(*reinterpret_cast<const uint4 *>(o + c), w, c, scale, 0.0f);
+}
 
 /* ACCUMULATE: out (the residual stream) += the sum rounded to bf16, the
- * add rounded again, as kvcal_add_rmsnorm_launch adds a delta. */
-template <bool ACCUMULATE>
-__global__ void __launch_bounds__(COMBINE_THREADS)
+ * add rounded again, as kvcal_add_rmsnorm_launch adds a delta. NORM (with
+ * ACCUMULATE): then normed = the stream's row through the next layer's
+ * RMSNorm (norm_w), padding rows too, as kvcal_add_rmsnorm_launch
+ * normalizes it. A block of kvcal_norm_threads(dim) threads a token. */
+template <bool ACCUMULATE, bool NORM>
+__global__ void __launch_bounds__(256)
     moe_combine_kernel(__nv_bfloat16 *__restrict__ out,     // (tokens, dim)
                        const __nv_bfloat16 *__restrict__ y, // (capacity, dim)
                        const int32_t *__restrict__ slot_of, // (tokens, top_k)
@@ -764,16 +779,25 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
                        int top_k, int dim,
                        const __nv_bfloat16 *__restrict__ shared, // (tokens, dim) or NULL
                        const __nv_bfloat16 *__restrict__ x,      // (tokens, dim)
-                       const __nv_bfloat16 *__restrict__ gate_w) // (dim)
+                       const __nv_bfloat16 *__restrict__ gate_w, // (dim)
+                       __nv_bfloat16 *__restrict__ normed,       // (tokens, dim)
+                       const __nv_bfloat16 *__restrict__ norm_w, // (dim)
+                       float eps)
 {
-    __shared__ float red[COMBINE_THREADS / 32];
+    __shared__ float red[32], norm_red[32];
     const int64_t t = blockIdx.x;
     __nv_bfloat16 *o = out + t * dim;
+    float ss = 0.0f; /* NORM: the sum of squares of this thread's words */
     if (pos && pos[t] < 0) {
-        if (ACCUMULATE)
-            return;
-        for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x)
-            *reinterpret_cast<uint4 *>(o + c) = make_uint4(0, 0, 0, 0);
+        if (NORM)
+            for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x)
+                add8w(*reinterpret_cast<const uint4 *>(o + c), make_uint4(0, 0, 0, 0),
+                      false, o, c, &ss);
+        else if (!ACCUMULATE)
+            for (int c = 8 * threadIdx.x; c < dim; c += 8 * blockDim.x)
+                *reinterpret_cast<uint4 *>(o + c) = make_uint4(0, 0, 0, 0);
+        if (NORM)
+            combine_norm_row(o, normed + t * dim, norm_w, dim, ss, eps, norm_red);
         return;
     }
     float gate = 1.0f; /* no gate: the shared expert added as it is */
@@ -787,7 +811,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
             red[threadIdx.x >> 5] = d;
         __syncthreads();
         d = 0.0f;
-        for (int i = 0; i < COMBINE_THREADS / 32; i++)
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++)
             d += red[i];
         const float logit = __bfloat162float(__float2bfloat16_rn(d));
         gate = __bfloat162float(__float2bfloat16_rn(1.0f / (1.0f + __expf(-logit))));
@@ -837,7 +861,11 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
             }
         }
         *reinterpret_cast<uint4 *>(o + c) = res;
+        if (NORM)
+            add8w(res, make_uint4(0, 0, 0, 0), false, o, c, &ss);
     }
+    if (NORM)
+        combine_norm_row(o, normed + t * dim, norm_w, dim, ss, eps, norm_red);
 }
 
 extern "C" kvcal_status
@@ -845,24 +873,31 @@ kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y, const int32_t *sl
                          const float *weights, const int32_t *pos, int tokens, int top_k,
                          int dim, const kvcal_bf16 *shared, const kvcal_bf16 *x,
                          const kvcal_bf16 *shared_gate, int accumulate,
-                         cudaStream_t stream)
+                         const kvcal_combine_norm *norm, cudaStream_t stream)
 {
     if (!out || !y || !slot_of || tokens < 0 || top_k < 1 || dim < 8 || dim % 8 ||
-        (shared_gate && !x) || ((uintptr_t)out | (uintptr_t)y | (uintptr_t)shared) % 16)
+        (shared_gate && !x) || ((uintptr_t)out | (uintptr_t)y | (uintptr_t)shared) % 16 ||
+        (norm && (!accumulate || !norm->out || !norm->w || !(norm->eps >= 0.0f) ||
+                  ((uintptr_t)norm->out | (uintptr_t)norm->w) % 16)))
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "moe combine: %d tokens, top-%d, dim %d: need buffers (and x "
-                          "with a shared expert's gate), 16-byte aligned, and dim a "
-                          "multiple of 8",
+                          "with a shared expert's gate), 16-byte aligned, dim a "
+                          "multiple of 8, and a norm only onto the stream",
                           tokens, top_k, dim);
     if (!tokens)
         return KVCAL_OK;
-    (accumulate ? moe_combine_kernel<true>
-                : moe_combine_kernel<false>)<<<tokens, COMBINE_THREADS, 0, stream>>>(
+    const auto kernel = norm         ? moe_combine_kernel<true, true>
+                        : accumulate ? moe_combine_kernel<true, false>
+                                     : moe_combine_kernel<false, false>;
+    kernel<<<tokens, kvcal_norm_threads(dim), 0, stream>>>(
         reinterpret_cast<__nv_bfloat16 *>(out),
         reinterpret_cast<const __nv_bfloat16 *>(y), slot_of, weights, pos, top_k, dim,
         reinterpret_cast<const __nv_bfloat16 *>(shared),
         reinterpret_cast<const __nv_bfloat16 *>(x),
-        reinterpret_cast<const __nv_bfloat16 *>(shared_gate));
+        reinterpret_cast<const __nv_bfloat16 *>(shared_gate),
+        norm ? reinterpret_cast<__nv_bfloat16 *>(norm->out) : nullptr,
+        norm ? reinterpret_cast<const __nv_bfloat16 *>(norm->w) : nullptr,
+        norm ? norm->eps : 0.0f);
     KVCAL_CUDA_CHECK_LAUNCH("moe_combine_kernel");
     return KVCAL_OK;
 }

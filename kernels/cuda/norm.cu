@@ -9,56 +9,10 @@
 #include "kernels/cuda/bf16_round.cuh"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/fp8_quant_row.cuh"
+#include "kernels/cuda/norm_row.cuh"
 #include "kernels/cuda/ops.h"
 
-// --- helpers -----------------------------------------------------------------
-
-/* 8 bf16 values moved as one 16-byte word. */
-union bf16x8 {
-    uint4 u;
-    __nv_bfloat162 h[4];
-};
-
-static __device__ __forceinline__ float block_sum(float v, float *scratch)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0)
-        scratch[warp] = v;
-    __syncthreads();
-    const int warps = blockDim.x >> 5;
-    v = lane < warps ? scratch[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 // --- residual add + RMSNorm --------------------------------------------------
-
-/* Pass 1 of add + RMSNorm on word xu of row r at column c: the residual
- * += word yu of delta (where has_d), rounded to bf16 and written back;
- * returns the word, ss plus its sum of squares (value pairs in order). */
-static __device__ __forceinline__ uint4 add8w(uint4 xu, uint4 yu, bool has_d,
-                                              __nv_bfloat16 *r, int c, float *ss)
-{
-    bf16x8 x;
-    x.u = xu;
-    if (has_d) {
-        bf16x8 y;
-        y.u = yu;
-        for (int i = 0; i < 4; i++) {
-            float2 a = __bfloat1622float2(x.h[i]), b = __bfloat1622float2(y.h[i]);
-            x.h[i] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
-        }
-        *reinterpret_cast<uint4 *>(r + c) = x.u;
-    }
-    for (int i = 0; i < 4; i++) {
-        float2 a = __bfloat1622float2(x.h[i]);
-        *ss += a.x * a.x + a.y * a.y;
-    }
-    return x.u;
-}
 
 /* add8w on the words of row r and delta d (or NULL) at column c. */
 static __device__ __forceinline__ uint4 add8(__nv_bfloat16 *r, const __nv_bfloat16 *d,
@@ -77,27 +31,6 @@ static __device__ __forceinline__ float add_sumsq8(__nv_bfloat16 *r,
     for (int c = threadIdx.x * 8; c < dim; c += blockDim.x * 8)
         add8(r, d, c, &ss);
     return ss;
-}
-
-/* Pass 2: the 8 normalized values of word x of the residual at column c:
- * x * scale rounded to bf16, times the weight g, rounded; with an offset,
- * x * scale * (g + off) rounded once. */
-static __device__ __forceinline__ uint4 norm8(uint4 xu, const __nv_bfloat16 *g, int c,
-                                              float scale, float off)
-{
-    bf16x8 x, w;
-    x.u = xu;
-    w.u = *reinterpret_cast<const uint4 *>(g + c);
-    for (int i = 0; i < 4; i++) {
-        float2 a = __bfloat1622float2(x.h[i]);
-        if (off != 0.0f) { /* x r (w + off) rounded once */
-            const float2 b = __bfloat1622float2(w.h[i]);
-            x.h[i] = __floats2bfloat162_rn(a.x * scale * (b.x + off),
-                                           a.y * scale * (b.y + off));
-        } else
-            x.h[i] = __hmul2_rn(__floats2bfloat162_rn(a.x * scale, a.y * scale), w.h[i]);
-    }
-    return x.u;
 }
 
 /* One block per normalized row of dim values: segs of them side by side
@@ -154,13 +87,6 @@ add_rmsnorm_kernel(__nv_bfloat16 *__restrict__ out,         // (rows, stride)
     }
 }
 
-/* Threads of a row's block: the sum of squares' order depends on it, so
- * the fused kernel below takes the same. */
-static int norm_threads(int dim)
-{
-    return dim >= 2048 ? 256 : 128;
-}
-
 static int aligned16(const void *p)
 {
     return ((uintptr_t)p & 15u) == 0;
@@ -180,7 +106,7 @@ static kvcal_status add_rmsnorm_rows(kvcal_bf16 *out, kvcal_bf16 *residual,
     const int vec = dim % 8 == 0 && stride % 8 == 0 && aligned16(out) &&
                     aligned16(residual) && (!delta || aligned16(delta)) &&
                     (!w || aligned16(w));
-    const int threads = norm_threads(dim);
+    const int threads = kvcal_norm_threads(dim);
     const unsigned blocks = (unsigned)((int64_t)rows * segs);
     if (vec)
         add_rmsnorm_kernel<8>
@@ -238,7 +164,7 @@ extern "C" kvcal_status kvcal_rmsnorm_cols_launch(kvcal_bf16 *x, int64_t stride,
 
 // --- residual add + RMSNorm with the FP8 quantization as its epilogue ----------
 
-/* A row a block pass of norm_threads(dim) threads: add_rmsnorm_kernel<8>'s
+/* A row a block pass of kvcal_norm_threads(dim) threads: add_rmsnorm_kernel<8>'s
  * arithmetic (the same passes, each thread the same words in the same
  * order), the row held in registers between them (CH words a thread, as
  * kernels/cuda/fp8_quant_row.cuh lays a row out) and quantized as
@@ -324,7 +250,7 @@ static kvcal_status add_rmsnorm_quant_ch(uint8_t *xq, float *xs, kvcal_bf16 *res
                                          int rows, int dim, float eps, int group,
                                          const float *input_scale, cudaStream_t stream)
 {
-    const int block = norm_threads(dim);
+    const int block = kvcal_norm_threads(dim);
     const size_t stage = (size_t)S * kvcal_stage_words<CH, 2>(block) * sizeof(uint4);
     const size_t smem =
         MODE == KVCAL_FP8A_GROUP ? (size_t)dim * sizeof(__nv_bfloat16) : stage;
@@ -348,10 +274,10 @@ static kvcal_status add_rmsnorm_quant(uint8_t *xq, float *xs, kvcal_bf16 *residu
                                       const float *input_scale, cudaStream_t stream)
 {
     constexpr int S = MODE == KVCAL_FP8A_GROUP ? 0 : NORM_STAGES;
-    if (dim <= 2 * 8 * norm_threads(dim))
+    if (dim <= 2 * 8 * kvcal_norm_threads(dim))
         return add_rmsnorm_quant_ch<MODE, 2, S>(xq, xs, residual, delta, w, rows, dim,
                                                 eps, group, input_scale, stream);
-    if (dim <= 4 * 8 * norm_threads(dim))
+    if (dim <= 4 * 8 * kvcal_norm_threads(dim))
         return add_rmsnorm_quant_ch<MODE, 4, S>(xq, xs, residual, delta, w, rows, dim,
                                                 eps, group, input_scale, stream);
     return add_rmsnorm_quant_ch<MODE, 12, 0>(xq, xs, residual, delta, w, rows, dim, eps,

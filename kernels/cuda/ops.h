@@ -663,13 +663,23 @@ kvcal_status kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, in
  * where shared_gate is NULL. Padding tokens (pos < 0) get zeros. With
  * accumulate, out += that sum instead (the residual stream), bit for bit
  * the combine followed by kvcal_add_rmsnorm_launch's add, padding tokens
- * left as they are. dim a multiple of 8, out, y and shared 16-byte
- * aligned. */
+ * left as they are. With norm (and accumulate), norm->out (tokens, dim) =
+ * the stream after the add through an RMSNorm of weight norm->w (the next
+ * layer's), every row, padding too: bit for bit what
+ * kvcal_add_rmsnorm_launch(norm->out, out, NULL, norm->w, tokens, dim,
+ * norm->eps) writes after the combine. dim a multiple of 8, out, y, shared
+ * and norm's buffers 16-byte aligned. */
+typedef struct kvcal_combine_norm {
+    kvcal_bf16 *out;     /* (tokens, dim) the normalized rows */
+    const kvcal_bf16 *w; /* (dim) the norm's weight */
+    float eps;
+} kvcal_combine_norm;
 kvcal_status kvcal_moe_combine_launch(kvcal_bf16 *out, const kvcal_bf16 *y,
                                       const int32_t *slot_of, const float *weights,
                                       const int32_t *pos, int tokens, int top_k, int dim,
                                       const kvcal_bf16 *shared, const kvcal_bf16 *x,
                                       const kvcal_bf16 *shared_gate, int accumulate,
+                                      const kvcal_combine_norm *norm,
                                       cudaStream_t stream);
 
 /* --- Qwen3-Next's and Qwen3.5's linear attention (kernels/cuda/gated_delta.cu) -- */
