@@ -196,21 +196,6 @@ static kvcal_status choose_mlp(cuda_backend *r, kvcal_mlp_choice mlp, int major,
     return kvcal_cuda_mlp_choose(major, minor, code, r->I, r->D, mlp, &r->mlp_fused);
 }
 
-/* The first op of layer l where it is an add + RMSNorm of the delta
- * (a pre-norm layer's input norm), else NULL. */
-static const kvcal_op *input_norm(const kvcal_model_desc *d, int l)
-{
-    int n = 0;
-    const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n);
-    for (int j = 0; j < n; j++)
-        if (kvcal_model_op_runs(d, l, &ops[j]))
-            return ops[j].kind == KVCAL_OP_ADD_RMSNORM && ops[j].in == KVCAL_ACT_DELTA &&
-                           ops[j].out == KVCAL_ACT_NORM && ops[j].w != KVCAL_W_NONE
-                       ? &ops[j]
-                       : NULL;
-    return NULL;
-}
-
 /* Whether the MoE's combine may apply the next layer's input norm
  * (calib/backend_cuda.c's norm_ahead, which decides each layer): a mixture
  * of experts whose combine adds its output to the stream (fold_residual:
@@ -226,18 +211,18 @@ static int norms_ahead(const cuda_backend *r)
         if (d->fp8[w].w != KVCAL_FP8W_NONE)
             return 0;
     for (int l = 1; l < d->num_layers; l++)
-        if (input_norm(d, l))
+        if (kvcal_cuda_input_norm(d, l))
             return 1;
     return 0;
 }
 
-/* Each layer's input norm weight (input_norm) into norm_ahead_w, loaded
+/* Each layer's input norm weight (kvcal_cuda_input_norm) into norm_ahead_w, loaded
  * once beside the layers (whose weights may not all be on the device). */
 static kvcal_status upload_norms_ahead(cuda_backend *r)
 {
     const kvcal_model_desc *d = r->base.desc;
     for (int l = 1; l < d->num_layers; l++) {
-        const kvcal_op *op = input_norm(d, l);
+        const kvcal_op *op = kvcal_cuda_input_norm(d, l);
         kvcal_tensor_view parts[KVCAL_WEIGHT_PARTS_MAX];
         int n = 0;
         if (!op)

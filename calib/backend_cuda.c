@@ -351,27 +351,22 @@ static const kvcal_bf16 *norm_ahead(const cuda_backend *r)
     const int l = r->layer + 1;
     if (!r->norm_ahead_w || l >= d->num_layers)
         return NULL;
-    int n = 0, first = 1, delta_written = 0;
+    const kvcal_op *first = kvcal_cuda_input_norm(d, l);
+    if (!first || norm_offset(r, first->w) != 0.0f)
+        return NULL;
+    int n = 0, delta_written = 0;
     const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n);
-    for (int j = 0; j < n; j++) {
+    for (int j = (int)(first - ops) + 1; j < n; j++) {
         const kvcal_op *o = &ops[j];
         if (!kvcal_model_op_runs(d, l, o))
             continue;
-        if (first) {
-            if (o->kind != KVCAL_OP_ADD_RMSNORM || o->in != KVCAL_ACT_DELTA ||
-                o->out != KVCAL_ACT_NORM || o->w == KVCAL_W_NONE ||
-                norm_offset(r, o->w) != 0.0f)
-                return NULL;
-            first = 0;
-            continue;
-        }
         if (o->in == KVCAL_ACT_NORM && delta_written)
             return NULL;
         if (o->out == KVCAL_ACT_NORM)
             break;
         delta_written |= o->out == KVCAL_ACT_DELTA;
     }
-    return first ? NULL : r->norm_ahead_w + (size_t)l * r->D;
+    return r->norm_ahead_w + (size_t)l * r->D;
 }
 
 static kvcal_status linear(kvcal_backend *be, const kvcal_op *op, int need_q)

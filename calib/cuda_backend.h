@@ -251,6 +251,21 @@ static inline kvcal_status kvcal_cuda_take_delta(cuda_backend *r, kvcal_bf16 **d
                                      r->stream);
 }
 
+/* The first op of layer l where it is an add + RMSNorm of the delta (a
+ * pre-norm layer's input norm), else NULL. */
+static inline const kvcal_op *kvcal_cuda_input_norm(const kvcal_model_desc *d, int l)
+{
+    int n = 0;
+    const kvcal_op *ops = kvcal_model_layer_ops(d, l, &n);
+    for (int j = 0; j < n; j++)
+        if (kvcal_model_op_runs(d, l, &ops[j]))
+            return ops[j].kind == KVCAL_OP_ADD_RMSNORM && ops[j].in == KVCAL_ACT_DELTA &&
+                           ops[j].out == KVCAL_ACT_NORM && ops[j].w != KVCAL_W_NONE
+                       ? &ops[j]
+                       : NULL;
+    return NULL;
+}
+
 static inline kvcal_bf16 *act(cuda_backend *r, kvcal_act a)
 {
     switch (a) {

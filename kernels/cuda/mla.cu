@@ -80,6 +80,16 @@ static __device__ __forceinline__ void rotate_store(__nv_bfloat16 *row, int j, f
     row[2 * j + 1] = __float2bfloat16_rn(b);
 }
 
+/* The block's statistics zeroed before its tokens (every thread calls it). */
+static __device__ __forceinline__ void zero_block(unsigned *smax, unsigned *shist, int E)
+{
+    for (int i = threadIdx.x; i < E; i += blockDim.x)
+        smax[i] = 0u;
+    for (int i = threadIdx.x; i < KVCAL_HIST_BINS; i += blockDim.x)
+        shist[i] = 0u;
+    __syncthreads();
+}
+
 /* The block's statistics (smax, shist, each warp's max in lane_max) added to
  * the layer's, into K's and V's alike (an MLA layer caches one entry). */
 static __device__ __forceinline__ void flush_block(const unsigned *smax,
@@ -115,13 +125,8 @@ __global__ void __launch_bounds__(LATENT_WARPS * 32, 4)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int L = cfg.kv_lora_rank, R = cfg.rope_dim, E = L + R;
     const auto *w = reinterpret_cast<const __nv_bfloat16 *>(cfg.norm_w);
-    if (observe) {
-        for (int i = threadIdx.x; i < E; i += blockDim.x)
-            smax[i] = 0u;
-        for (int i = threadIdx.x; i < KVCAL_HIST_BINS; i += blockDim.x)
-            shist[i] = 0u;
-        __syncthreads();
-    }
+    if (observe)
+        zero_block(smax, shist, E);
     unsigned lane_max = 0u;
     const int t0 = blockIdx.x * LATENT_TOKENS_PER_BLOCK;
     const int t1 = min(tokens, t0 + LATENT_TOKENS_PER_BLOCK);
@@ -287,13 +292,8 @@ __global__ void __launch_bounds__(LATENT_WARPS * 32, 2)
     const int lu = L / 8, ru = R / 8, part = lane % ru;
     const int qu = q ? cfg.n_heads * ru : 0;
     const auto *w = reinterpret_cast<const __nv_bfloat16 *>(cfg.norm_w);
-    if (observe) {
-        for (int i = threadIdx.x; i < E; i += blockDim.x)
-            smax[i] = 0u;
-        for (int i = threadIdx.x; i < KVCAL_HIST_BINS; i += blockDim.x)
-            shist[i] = 0u;
-        __syncthreads();
-    }
+    if (observe)
+        zero_block(smax, shist, E);
     float wv[LU][8];
 #pragma unroll
     for (int i = 0; i < LU; i++) {
