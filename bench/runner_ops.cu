@@ -27,7 +27,8 @@
 // included (attention_shapes_section); the stem gated_delta times the
 // linear attention of Qwen3-Next's and Qwen3.5's layers (gated_delta_section).
 // Correctness is the test suite's job (tests/test_backend_ops.c); every
-// launch's status is checked here and a failure aborts the run.
+// launch's status is checked here and a failure aborts the run (the mla
+// section also checks its ways against each other once).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -160,22 +161,30 @@ static const char *const op_stems[] = {
     "gated_delta"};
 
 // Largest |a - b| over the first cols values of each of rows rows of two
-// device buffers, rows sa and sb values apart (NaN wins).
+// device buffers, rows sa and sb values apart (NaN wins); *beyond (when
+// non-NULL) gets the number of values with |a - b| > atol + |a| rtol (a
+// NaN counts).
 static double max_diff_rows(const kvcal_bf16 *a, int64_t sa, const kvcal_bf16 *b,
-                            int64_t sb, int64_t rows, int64_t cols)
+                            int64_t sb, int64_t rows, int64_t cols, double atol = 0.0,
+                            double rtol = 0.0, int64_t *beyond = nullptr)
 {
-    std::vector<kvcal_bf16> ha((size_t)(rows * sa)), hb((size_t)(rows * sb));
+    std::vector<kvcal_bf16> ha((size_t)((rows - 1) * sa + cols)),
+        hb((size_t)((rows - 1) * sb + cols));
     CHECK_CUDA(
         cudaMemcpy(ha.data(), a, ha.size() * sizeof(kvcal_bf16), cudaMemcpyDeviceToHost));
     CHECK_CUDA(
         cudaMemcpy(hb.data(), b, hb.size() * sizeof(kvcal_bf16), cudaMemcpyDeviceToHost));
     double worst = 0.0;
+    int64_t far = 0;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
-            const double d = fabs((double)kvcal_bf16_to_float(ha[r * sa + c]) -
-                                  (double)kvcal_bf16_to_float(hb[r * sb + c]));
+            const double x = kvcal_bf16_to_float(ha[r * sa + c]),
+                         d = fabs(x - (double)kvcal_bf16_to_float(hb[r * sb + c]));
             worst = d > worst || d != d ? d : worst;
+            far += !(d <= atol + fabs(x) * rtol);
         }
+    if (beyond)
+        *beyond = far;
     return worst;
 }
 
@@ -358,9 +367,17 @@ static void attention_shapes_section(timer &t, double peak_tflops, double peak_t
 // (hidden 2048, 16 heads, no query LoRA, kv_lora_rank 512, RoPE part 64,
 // q/k heads of 128 + 64, v heads of 128; 8 x 2048 tokens): q and kv_a
 // projections, the cache point (mla_latent, observed, the queries' RoPE),
-// kv_b_proj reading the latent in place (the runner's; before, the latent
-// made contiguous, then kv_b_proj: both timed), the expansion, the
-// attention, o_proj.
+// K and V from the entry, the attention, o_proj. K and V the runner's way:
+// kv_b_proj as two batched GEMMs reading the latent in place, a head a
+// batch (each head's no-RoPE part into K's rows, its V into kv_b_proj's
+// output where attention reads it), then the entry's RoPE part into K
+// (mla_expand_rope); and the ways before: kv_b_proj whole reading the
+// latent in place, then the expansion of K (mla_expand), and before that
+// the latent made contiguous first: each step timed. Both ways' K and V
+// are compared once: K's RoPE part must be identical, and K's no-RoPE part
+// and V within the GEMM rows' bound of tests/test_backend_ops.c (the GEMMs
+// may round apart where cuBLASLt chose other algorithms: the largest
+// difference is printed).
 // The attention every way the runner may take it: cuDNN on the heads as
 // they are (kvcal_attention_run_qk_v, V read inside kv_b_proj's output) and,
 // where cuDNN refuses them, V padded to 192 (the expansion writes it) on
@@ -369,7 +386,8 @@ static void attention_shapes_section(timer &t, double peak_tflops, double peak_t
 // 192, which the runner took before the tensor-core kernel knew 192 where
 // cuDNN refused. Each attention's output is checked against the
 // tensor-core kernel's first (2e-2). Prints the block's sum each way (the
-// way before: the latent's copy and the attention before cuDNN's split).
+// way before: the latent's copy, kv_b_proj whole and the expansion of K,
+// and the attention before cuDNN's split).
 static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double peak_tbs)
 {
     const int B = 8, T = 2048, D = 2048, H = 16, KVR = 512, R = 64, NOPE = 128, VD = 128;
@@ -387,6 +405,8 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
                *lat = rand_dev((size_t)M * KVR, 1.0f),
                *kvb = rand_dev((size_t)M * H * KVW, 1.0f),
                *k = rand_dev((size_t)M * HQ, 1.0f),
+               *k_new = rand_dev((size_t)M * HQ, 1.0f),
+               *kvb_new = rand_dev((size_t)M * H * KVW, 1.0f),
                *v_pad = rand_dev((size_t)M * HQ, 1.0f),
                *att_pad = rand_dev((size_t)M * HQ, 1.0f),
                *att = rand_dev((size_t)M * H * VD, 1.0f),
@@ -449,6 +469,62 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     });
     row("mla_expand K", expand_k_ms, 0.0, e * M * ((double)H * (NOPE + QK) + R),
         peak_tflops, peak_tbs);
+    // the runner's: kv_b_proj a head a batch (the weight's rows of a head's
+    // no-RoPE part, then of its V, KVW * KVR values apart), the RoPE part
+    const int64_t w_stride = (int64_t)KVW * KVR;
+    auto batched = [&](kvcal_bf16 *out, int64_t ldo, int64_t out_stride,
+                       const kvcal_bf16 *w, int n) {
+        CHECK_KVCAL(kvcal_gemm_batched_launch(gemm, out, ldo, out_stride, entry, E, w,
+                                              w_stride, M, KVR, n, H, 0));
+    };
+    auto batched_row = [&](const char *name, float ms, int n) {
+        row(name, ms, 2.0 * M * KVR * (double)(H * n),
+            2.0 * ((double)M * KVR + (double)KVR * H * n + (double)M * H * n),
+            peak_tflops, peak_tbs);
+    };
+    const float k_gemm_ms = time_ms(t, [&] { batched(k_new, HQ, QK, w_kvb, NOPE); });
+    batched_row("gemm kv_b K, a head a batch", k_gemm_ms, NOPE);
+    const float v_gemm_ms = time_ms(t, [&] {
+        batched(kvb_new + NOPE, (int64_t)H * KVW, KVW, w_kvb + (int64_t)NOPE * KVR, VD);
+    });
+    batched_row("gemm kv_b V, a head a batch", v_gemm_ms, VD);
+    const float rope_ms = time_ms(t, [&] {
+        CHECK_KVCAL(kvcal_mla_expand_rope_launch(k_new, entry, E, M, H, NOPE, KVR, R, 0));
+    });
+    row("mla_expand_rope K", rope_ms, 0.0, e * M * ((double)H * R + R), peak_tflops,
+        peak_tbs);
+    const float kv_ms = k_gemm_ms + v_gemm_ms + rope_ms,
+                kv_before_ms = kvb_ld_ms + expand_k_ms;
+    {
+        // once, each way from the same entry
+        CHECK_KVCAL(kvcal_gemm_launch_ld(gemm, kvb, entry, E, w_kvb, nullptr, M, KVR,
+                                         H * KVW, 0));
+        CHECK_KVCAL(kvcal_mla_expand_launch(k, nullptr, QK, kvb, entry, E, M, H, NOPE, VD,
+                                            KVR, R, 0));
+        batched(k_new, HQ, QK, w_kvb, NOPE);
+        batched(kvb_new + NOPE, (int64_t)H * KVW, KVW, w_kvb + (int64_t)NOPE * KVR, VD);
+        CHECK_KVCAL(kvcal_mla_expand_rope_launch(k_new, entry, E, M, H, NOPE, KVR, R, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        int64_t k_far = 0, v_far = 0;
+        const double k_rope =
+            max_diff_rows(k + NOPE, QK, k_new + NOPE, QK, (int64_t)M * H, R);
+        const double k_nope =
+            max_diff_rows(k, QK, k_new, QK, (int64_t)M * H, NOPE, 2e-2, 8e-3, &k_far);
+        const double v_diff = max_diff_rows(kvb + NOPE, KVW, kvb_new + NOPE, KVW,
+                                            (int64_t)M * H, VD, 2e-2, 8e-3, &v_far);
+        printf("K and V from the entry: the runner's %.3f ms (a head a batch + the RoPE "
+               "part), before %.3f ms (kv_b_proj + mla_expand K); the two ways' largest "
+               "difference: K's no-RoPE part %g, V %g, K's RoPE part %g\n",
+               kv_ms, kv_before_ms, k_nope, v_diff, k_rope);
+        if (k_rope != 0.0 || k_far || v_far) {
+            fprintf(stderr,
+                    "mla: the runner's K and V differ from the way before's: K's RoPE "
+                    "part by %g (must be 0), %lld of K's no-RoPE values and %lld of V's "
+                    "beyond 2e-2 + 8e-3 |x|\n",
+                    k_rope, (long long)k_far, (long long)v_far);
+            exit(1);
+        }
+    }
     const float expand_v_ms = time_ms(t, [&] {
         CHECK_KVCAL(kvcal_mla_expand_launch(nullptr, v_pad, QK, kvb, entry, E, M, H, NOPE,
                                             VD, KVR, R, 0));
@@ -530,22 +606,23 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     row("drop V's padding", drop_ms, 0.0, 2.0 * e * M * H * VD, peak_tflops, peak_tbs);
     const float o_ms = gemm_ms("gemm o", y, att, w_o, H * VD, D);
 
-    const float common = q_ms + kva_ms + latent_ms + kvb_ld_ms + expand_k_ms + o_ms;
+    const float common = q_ms + kva_ms + latent_ms + o_ms;
     const float fallback = expand_v_ms + run192_ms + drop_ms;
-    const float before = copy_ms + kvb_ms - kvb_ld_ms + expand_v_ms +
+    const float before = copy_ms + kvb_ms + expand_k_ms + expand_v_ms +
                          (impl == KVCAL_ATTENTION_IMPL_CUDNN ? run192_ms : simt_ms) +
                          drop_ms;
-    printf("MLA block (sum of its ops): the runner %.3f ms (%s), before %.3f ms (%s); "
-           "its attention %.3f ms of it\n",
-           common + (taken ? split_ms : fallback),
+    printf("MLA block (sum of its ops): the runner %.3f ms (K and V a head a batch, %s), "
+           "before %.3f ms (the latent made contiguous, kv_b_proj + mla_expand, %s); its "
+           "attention %.3f ms of it\n",
+           common + kv_ms + (taken ? split_ms : fallback),
            taken ? "cuDNN on q/k 192, v 128" : "V padded to 192 on kvcal_attention_run",
            common + before,
            impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN at 192, V padded"
                                               : "the portable kernel at 192, V padded",
            taken ? split_ms : fallback);
     kvcal_attention_destroy(cudnn);
-    for (kvcal_bf16 *p : {x, w_q, w_kva, w_kvb, w_o, norm_w, q, entry, lat, kvb, k, v_pad,
-                          att_pad, att, att_ref, y})
+    for (kvcal_bf16 *p : {x, w_q, w_kva, w_kvb, w_o, norm_w, q, entry, lat, kvb, k, k_new,
+                          kvb_new, v_pad, att_pad, att, att_ref, y})
         CHECK_CUDA(cudaFree(p));
     observer_free(obs);
     CHECK_CUDA(cudaFree(pos));

@@ -944,20 +944,52 @@ static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q
         r->batch * r->seq_len, &cfg, observe >= 0 && r->stats ? &obs : NULL, r->stream);
 }
 
-/* K and V of every head from the entry (what the cache gives back):
- * kv_b_proj reading the latent in place (the entry's first kvr values; an
- * FP8 kv_b_proj quantizes a contiguous copy of it, in mv until attend
- * needs that), K expanded (V stays inside kv_b_proj's output until attend
- * pads it, where it must). */
+/* Whether a bf16 kv_b_proj writes K's no-RoPE part and V in place, a head
+ * a batch: where every batch's pointer, row and stride is 16 bytes aligned
+ * (the buffers 16-byte aligned, the sizes multiples of 8 values), what
+ * Hopper's tensor memory access takes. cuBLASLt, told the alignment
+ * (kvcal_gemm_batched_launch), would run less aligned batches on other
+ * algorithms; there the one GEMM and the expansion stay, as before
+ * (DeepSeek-V2's golden model: heads of 24 + 20 values in kv_b_proj's
+ * output, 88 bytes apart). */
+static int kv_b_in_place(const cuda_backend *r)
+{
+    const uintptr_t addr = (uintptr_t)r->mk | (uintptr_t)(r->kvb + r->nope) |
+                           (uintptr_t)r->latent | (uintptr_t)tensor(r, KVCAL_W_KV_B);
+    return addr % 16 == 0 && r->nope % 8 == 0 && r->vh % 8 == 0 && r->rope % 8 == 0 &&
+           r->kvr % 8 == 0;
+}
+
+/* K and V of every head from the entry (what the cache gives back), V
+ * inside kv_b_proj's output (N, H, nope + vh) until attend pads it, where it
+ * must. A bf16 kv_b_proj reads the latent in place (the entry's first kvr
+ * values) as two batched GEMMs, a head a batch (kv_b_in_place): each head's
+ * no-RoPE rows of the weight into K's columns, its V rows into V's, whose
+ * no-RoPE columns (attend reads V alone) stay unwritten; then the entry's
+ * RoPE part into K. Otherwise kv_b_proj whole into its output (an FP8 one
+ * quantizing a contiguous copy of the latent, in mv until attend needs
+ * that), then K expanded from it. */
 static kvcal_status expand(cuda_backend *r)
 {
     kvcal_status st = KVCAL_OK;
-    const int n = r->batch * r->seq_len, kvb_n = r->H * (r->nope + r->vh);
+    const int n = r->batch * r->seq_len, kvw = r->nope + r->vh, kvb_n = r->H * kvw;
     const size_t e = sizeof(kvcal_bf16);
-    if (r->lay.fp8[KVCAL_W_KV_B].w == KVCAL_FP8W_NONE) {
-        TRY(kvcal_gemm_launch_ld(r->gemm, r->kvb, r->latent, r->hd,
-                                 tensor(r, KVCAL_W_KV_B), NULL, n, r->kvr, kvb_n,
-                                 r->stream));
+    const kvcal_bf16 *w = tensor(r, KVCAL_W_KV_B); /* (H * kvw, kvr) */
+    const int bf16 = r->lay.fp8[KVCAL_W_KV_B].w == KVCAL_FP8W_NONE;
+    if (bf16 && kv_b_in_place(r)) {
+        const int64_t w_stride = (int64_t)kvw * r->kvr;
+        TRY(kvcal_gemm_batched_launch(r->gemm, r->mk, (int64_t)r->H * r->qkd, r->qkd,
+                                      r->latent, r->hd, w, w_stride, n, r->kvr, r->nope,
+                                      r->H, r->stream));
+        TRY(kvcal_gemm_batched_launch(r->gemm, r->kvb + r->nope, kvb_n, kvw, r->latent,
+                                      r->hd, w + (int64_t)r->nope * r->kvr, w_stride, n,
+                                      r->kvr, r->vh, r->H, r->stream));
+        return kvcal_mla_expand_rope_launch(r->mk, r->latent, r->hd, n, r->H, r->nope,
+                                            r->kvr, r->rope, r->stream);
+    }
+    if (bf16) {
+        TRY(kvcal_gemm_launch_ld(r->gemm, r->kvb, r->latent, r->hd, w, NULL, n, r->kvr,
+                                 kvb_n, r->stream));
     } else {
         TRY_CUDA(cudaMemcpy2DAsync(r->mv, r->kvr * e, r->latent, r->hd * e, r->kvr * e,
                                    (size_t)n, cudaMemcpyDeviceToDevice, r->stream));

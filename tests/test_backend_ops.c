@@ -8,8 +8,9 @@
  * entry of op_defs. An op's kernel (kvcal_<stem>_launch), rows and
  * benchmark section (bench/runner_ops <stem>) share its stem, and so does
  * its reference where that is one function (kvcal_<stem>_ref; gemm's is
- * kvcal_matmul_ref, add_rmsnorm's kvcal_add_ref then kvcal_rmsnorm_ref,
- * gemm_swiglu's those of gemm and swiglu).
+ * kvcal_matmul_ref, gemm_batched's the same a batch at a time, add_rmsnorm's
+ * kvcal_add_ref then kvcal_rmsnorm_ref, gemm_swiglu's those of gemm and
+ * swiglu, mla_expand_rope's kvcal_mla_expand_ref's K).
  *
  * The shapes are odd (1, 19, 989 rows; head_dim 80 and others off a power
  * of two; lengths off every tile; GQA and MQA) and the inputs random bf16
@@ -78,8 +79,11 @@ typedef struct op_row {
     int rot_dim, interleaved, qk_norm; /* rope_observe */
     int nan_v;                         /* rope_observe: V channel 5 of token 2 is a NaN */
     /* error_sums: row strides of x and y, the scale group, y in fp32 (else bf16);
-     * rmsnorm_cols: x's row stride */
+     * rmsnorm_cols: x's row stride; gemm_batched: x's and out's (0: k, n) */
     int x_stride, y_stride, group, y_f32;
+    /* gemm_batched: batch products of x (rows, k) and weights (n, k) w_stride
+     * values apart into out's columns from b * out_stride on */
+    int out_stride, w_stride;
     float attention_factor; /* rope_observe: yarn's (0: 1) */
     int window;             /* attention: a sliding window (0: none) */
     int softcap;            /* attention: scores soft-capped at this (0: none) */
@@ -96,6 +100,10 @@ typedef struct op_row {
      * experts 0 .. 4 receive 0, 1, 127, 128 and 129 of them, expert 5 the
      * rest (the only choice with top_k 1, so these are the experts' rows) */
     int planted;
+    /* moe: logits from {-inf, -1.5, -0, +0, 0.5, 2}, each token with at
+     * least top_k finite: ties at every rank, signed zeros (equal as floats),
+     * experts no token may take */
+    int ties;
     float affine_a, affine_b; /* affine: out = x * a + b over rows values */
     /* moe: grouped top-k (groups > 1): the topk_groups best groups open,
      * scored by their best expert (group_max) or their two best's sum;
@@ -155,6 +163,24 @@ static const op_row rows[] = {
     /* over 1 GFLOP: the first launch times cuBLASLt's candidates */
     ROW("gemm", .rows = 1024, .k = 1024, .n = 520, .bias = 1),
     ROW("gemm", .rows = 1024, .k = 1024, .n = 520, .bias = 1), /* the tuned choice */
+    /* batches of one x: x's rows wider than k, out's wider than the
+     * batches, the batches' columns out_stride apart (not a multiple of n),
+     * the weights apart; odd sizes (2-byte aligned batches); one batch; no
+     * rows; MLA's kv_b_proj at DeepSeek-V2-Lite's sizes (K's no-RoPE part:
+     * 16 heads of 128 in K's rows of 16 x 192; V: in kv_b_proj's output of
+     * 16 x 256), the latent read inside the entry of 576; over 1 GFLOP: the
+     * first launch times cuBLASLt's candidates */
+    ROW("gemm_batched", .rows = 19, .k = 40, .n = 24, .batch = 3, .x_stride = 56,
+        .y_stride = 128, .out_stride = 40, .w_stride = 32 * 40),
+    ROW("gemm_batched", .rows = 37, .k = 19, .n = 13, .batch = 5, .x_stride = 23,
+        .y_stride = 83, .out_stride = 17, .w_stride = 13 * 19 + 5),
+    ROW("gemm_batched", .rows = 19, .k = 64, .n = 40, .batch = 1, .y_stride = 48),
+    ROW("gemm_batched", .rows = 0, .k = 64, .n = 32, .batch = 4, .out_stride = 40,
+        .y_stride = 160, .w_stride = 64 * 64),
+    ROW("gemm_batched", .rows = 300, .k = 512, .n = 128, .batch = 16, .x_stride = 576,
+        .y_stride = 3072, .out_stride = 192, .w_stride = 256 * 512),
+    ROW("gemm_batched", .rows = 1024, .k = 512, .n = 128, .batch = 16, .x_stride = 576,
+        .y_stride = 4096, .out_stride = 256, .w_stride = 256 * 512),
 
     /* one row and one weight block (one 2-CTA cluster, one CTA without rows);
      * k off the 64-wide K tile (the tail read as zeros); rows off the 128-row
@@ -195,6 +221,12 @@ static const op_row rows[] = {
      * (the rows above launch no more blocks than SMs: blocks of 16) */
     ROW("rope_observe", .rows = 3200, .heads = 64, .kv_heads = 64, .head_dim = 16,
         .rot_dim = 16, .qk_norm = 1),
+    /* Qwen3-30B-A3B's heads (8 q heads a kv head, q/k norms) and gpt-oss's (8
+     * kv heads of 64 a block) */
+    ROW("rope_observe", .rows = 300, .heads = 32, .kv_heads = 4, .head_dim = 128,
+        .rot_dim = 128, .qk_norm = 1),
+    ROW("rope_observe", .rows = 259, .heads = 64, .kv_heads = 8, .head_dim = 64,
+        .rot_dim = 64),
     /* no q heads: rows of k and v alone (a calibration's last layer) */
     ROW("rope_observe", .rows = 131, .kv_heads = 8, .head_dim = 128, .rot_dim = 128),
     ROW("rope_observe", .rows = 37, .kv_heads = 3, .head_dim = 64, .rot_dim = 32,
@@ -337,6 +369,10 @@ static const op_row rows[] = {
      * tile of padding but one row, one row short of a tile, a tile, a tile
      * and a row), with and without more choices that are random */
     ROW("moe", .rows = 600, .k = 72, .n = 40, .experts = 6, .top_k = 1, .planted = 1),
+    /* ties (Qwen3-30B-A3B's and DeepSeek-V2-Lite's experts and top-k) */
+    ROW("moe", .rows = 300, .k = 64, .n = 32, .experts = 128, .top_k = 8, .renorm = 1,
+        .ties = 1),
+    ROW("moe", .rows = 300, .k = 64, .n = 32, .experts = 64, .top_k = 6, .ties = 1),
     ROW("moe", .rows = 600, .k = 136, .n = 200, .experts = 6, .top_k = 2, .renorm = 1,
         .shared = 1, .planted = 1),
     /* more tiles than a Hopper's multiprocessors in both GEMMs (the
@@ -384,6 +420,19 @@ static const op_row rows[] = {
     ROW("mla_expand", .rows = 5, .kv_lora_rank = 48, .rot_dim = 16, .heads = 3,
         .head_dim = 48, .v_dim = 48),
     ROW("mla_expand", .rows = 3, .kv_lora_rank = 64, .rot_dim = 16, .heads = 2,
+        .head_dim = 300, .v_dim = 150),
+    /* K's RoPE part alone: DeepSeek-V2-Lite's sizes, the V3 golden model's
+     * (16-byte copies), 3 units a row (off the block of 256 threads), an
+     * entry stride off 8 and a no-RoPE part off 8 (the scalar copies) */
+    ROW("mla_expand_rope", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64, .heads = 16,
+        .head_dim = 192, .v_dim = 128),
+    ROW("mla_expand_rope", .rows = 37, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
+        .head_dim = 48, .v_dim = 32),
+    ROW("mla_expand_rope", .rows = 45, .kv_lora_rank = 48, .rot_dim = 24, .heads = 5,
+        .head_dim = 56, .v_dim = 32),
+    ROW("mla_expand_rope", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .heads = 4,
+        .head_dim = 40, .v_dim = 20, .kv_pad = 3),
+    ROW("mla_expand_rope", .rows = 3, .kv_lora_rank = 64, .rot_dim = 16, .heads = 2,
         .head_dim = 300, .v_dim = 150),
     ROW("mla_ds_roundtrip", .rows = 989, .kv_lora_rank = 512, .rot_dim = 64),
     ROW("mla_ds_roundtrip", .rows = 19, .kv_lora_rank = 32, .rot_dim = 16, .kv_pad = 5),
@@ -587,18 +636,19 @@ static void describe(const op_row *r, const char *version)
         size_t offset;
     } fields[] = {
 #define FIELD(f) {#f, offsetof(op_row, f)}
-        FIELD(rows),      FIELD(cols),         FIELD(delta),     FIELD(k),
-        FIELD(n),         FIELD(bias),         FIELD(vocab),     FIELD(batch),
-        FIELD(seq),       FIELD(heads),        FIELD(kv_heads),  FIELD(head_dim),
-        FIELD(out_pad),   FIELD(cudnn),        FIELD(rot_dim),   FIELD(interleaved),
-        FIELD(qk_norm),   FIELD(nan_v),        FIELD(x_stride),  FIELD(y_stride),
-        FIELD(group),     FIELD(y_f32),        FIELD(window),    FIELD(softcap),
-        FIELD(experts),   FIELD(top_k),        FIELD(renorm),    FIELD(shared),
-        FIELD(sigmoid),   FIELD(planted),      FIELD(groups),    FIELD(topk_groups),
-        FIELD(group_max), FIELD(kv_lora_rank), FIELD(v_dim),     FIELD(kv_pad),
-        FIELD(fp8_w),     FIELD(fp8_a),        FIELD(block_n),   FIELD(block_k),
-        FIELD(sinks),     FIELD(oai),          FIELD(no_weight), FIELD(nk),
-        FIELD(dk),        FIELD(nv),           FIELD(dv),        FIELD(taps),
+        FIELD(rows),        FIELD(cols),       FIELD(delta),        FIELD(k),
+        FIELD(n),           FIELD(bias),       FIELD(vocab),        FIELD(batch),
+        FIELD(seq),         FIELD(heads),      FIELD(kv_heads),     FIELD(head_dim),
+        FIELD(out_pad),     FIELD(cudnn),      FIELD(rot_dim),      FIELD(interleaved),
+        FIELD(qk_norm),     FIELD(nan_v),      FIELD(x_stride),     FIELD(y_stride),
+        FIELD(group),       FIELD(y_f32),      FIELD(window),       FIELD(softcap),
+        FIELD(experts),     FIELD(top_k),      FIELD(renorm),       FIELD(shared),
+        FIELD(sigmoid),     FIELD(planted),    FIELD(ties),         FIELD(groups),
+        FIELD(topk_groups), FIELD(group_max),  FIELD(kv_lora_rank), FIELD(v_dim),
+        FIELD(kv_pad),      FIELD(fp8_w),      FIELD(fp8_a),        FIELD(block_n),
+        FIELD(block_k),     FIELD(sinks),      FIELD(oai),          FIELD(no_weight),
+        FIELD(nk),          FIELD(dk),         FIELD(nv),           FIELD(dv),
+        FIELD(taps),        FIELD(out_stride), FIELD(w_stride),
 #undef FIELD
     };
     size_t n = (size_t)snprintf(current, sizeof current, "%s/%s {", r->op, version);
@@ -1068,6 +1118,116 @@ static void gemm_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
     cudaFree(d_x);
     cudaFree(d_w);
     cudaFree(d_b);
+    cudaFree(d_out);
+}
+
+// --- gemm_batched --------------------------------------------------------------
+
+/* gemm's bounds a batch at a time; out's values outside the batches' blocks
+ * (the gaps between them, the columns past the last) untouched. x's padding
+ * and the weights' gaps are NaN: a read of them shows. */
+typedef struct gemm_batched_cpu {
+    float *x;   /* (rows, ldx), NaN past k */
+    float *w;   /* (batch - 1) * w_stride + n * k values, NaN between the weights */
+    float *ref; /* (rows, ldo): kvcal_matmul_ref's blocks, NaN elsewhere */
+    int64_t ldx, ldo, x_n, w_n, out_n;
+} gemm_batched_cpu;
+
+static void *gemm_batched_cpu_run(const op_row *r)
+{
+    gemm_batched_cpu *c = host_alloc(sizeof *c);
+    const int64_t nk = (int64_t)r->n * r->k;
+    const int64_t stored = r->rows ? r->rows : 1; /* rows 0: one NaN row of each */
+    c->ldx = r->x_stride ? r->x_stride : r->k;
+    c->ldo = r->y_stride ? r->y_stride : r->n;
+    c->x_n = stored * c->ldx;
+    c->w_n = (int64_t)(r->batch - 1) * r->w_stride + nk;
+    c->out_n = stored * c->ldo;
+    float *x = rand_bf16((int64_t)r->rows * r->k, -1.0f, 1.0f),
+          *w = rand_bf16(r->batch * nk, -1.0f, 1.0f),
+          *block = host_alloc((size_t)r->rows * r->n * sizeof *block);
+    c->x = host_alloc((size_t)c->x_n * sizeof *c->x);
+    for (int64_t i = 0; i < c->x_n; i++)
+        c->x[i] = i / c->ldx < r->rows && i % c->ldx < r->k
+                      ? x[i / c->ldx * r->k + i % c->ldx]
+                      : NAN;
+    c->w = host_alloc((size_t)c->w_n * sizeof *c->w);
+    c->ref = host_alloc((size_t)c->out_n * sizeof *c->ref);
+    for (int64_t i = 0; i < c->w_n; i++)
+        c->w[i] = NAN;
+    for (int64_t i = 0; i < c->out_n; i++)
+        c->ref[i] = NAN;
+    for (int b = 0; b < r->batch; b++) {
+        memcpy(c->w + (int64_t)b * r->w_stride, w + b * nk, (size_t)nk * sizeof *w);
+        kvcal_matmul_ref(block, x, w + b * nk, NULL, r->rows, r->k, r->n);
+        for (int64_t i = 0; i < r->rows; i++)
+            memcpy(c->ref + i * c->ldo + (int64_t)b * r->out_stride, block + i * r->n,
+                   (size_t)r->n * sizeof *block);
+    }
+    free(x);
+    free(w);
+    free(block);
+    return c;
+}
+
+static void gemm_batched_release(void *p)
+{
+    gemm_batched_cpu *c = p;
+    free(c->x);
+    free(c->w);
+    free(c->ref);
+    free(c);
+}
+
+static op_class gemm_batched_class(const op_row *r, int version)
+{
+    (void)version;
+    const double flops = 2.0 * r->rows * (double)r->k * r->n * r->batch;
+    return flops >= GEMM_TUNED_FLOPS ? OP_TUNED : OP_PLAIN;
+}
+
+static void gemm_batched_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version;
+    const gemm_batched_cpu *c = p;
+    if (!ctx->gemm)
+        CU_ASSERT_EQUAL_FATAL(kvcal_gemm_create(32u << 20, &ctx->gemm), KVCAL_OK);
+    kvcal_bf16 *d_x = kvcal_test_dev_upload_bf16(c->x, c->x_n),
+               *d_w = kvcal_test_dev_upload_bf16(c->w, c->w_n),
+               *d_out = dev_alloc_nan(c->out_n);
+    ROW_OK(kvcal_gemm_batched_launch(ctx->gemm, d_out, c->ldo, r->out_stride, d_x, c->ldx,
+                                     d_w, r->w_stride, r->rows, r->k, r->n, r->batch, 0));
+    sync_ok();
+    float *got = kvcal_test_dev_download_bf16(d_out, c->out_n);
+    int64_t far = 0, written = 0, touched = 0;
+    for (int64_t i = 0; i < c->out_n; i++) {
+        if (isnan(c->ref[i])) {
+            touched += !isnan(got[i]);
+            continue;
+        }
+        written++;
+        far += count_far(&got[i], &c->ref[i], 1, GEMM_ATOL, GEMM_RTOL);
+    }
+    EXPECT_NONE(far, written, "outputs off the bound");
+    EXPECT_NONE(touched, c->out_n - written,
+                "values outside the batches' blocks written");
+    /* x's rows closer than k, batches that overlap in out, an out too narrow
+     * for the last batch: refused before any launch */
+    ROW_ASSERT(kvcal_gemm_batched_launch(ctx->gemm, d_out, c->ldo, r->out_stride, d_x,
+                                         r->k - 1, d_w, r->w_stride, r->rows, r->k, r->n,
+                                         r->batch, 0) == KVCAL_ERR_INVALID_ARG);
+    ROW_ASSERT(kvcal_test_error_has("gemm_batched"));
+    if (r->batch > 1)
+        ROW_ASSERT(kvcal_gemm_batched_launch(ctx->gemm, d_out, c->ldo, r->n - 1, d_x,
+                                             c->ldx, d_w, r->w_stride, r->rows, r->k,
+                                             r->n, r->batch, 0) == KVCAL_ERR_INVALID_ARG);
+    ROW_ASSERT(kvcal_gemm_batched_launch(
+                   ctx->gemm, d_out, (int64_t)(r->batch - 1) * r->out_stride + r->n - 1,
+                   r->out_stride, d_x, c->ldx, d_w, r->w_stride, r->rows, r->k, r->n,
+                   r->batch, 0) == KVCAL_ERR_INVALID_ARG);
+    free(got);
+    cudaFree(d_x);
+    cudaFree(d_w);
     cudaFree(d_out);
 }
 
@@ -2248,6 +2408,16 @@ static void *moe_cpu_run(const op_row *r)
         c->pos[t] = T > 2 && t % 7 == 3 ? -1 : t;
         if (r->planted && c->pos[t] >= 0) /* over the others' at most 3 */
             c->logits[(int64_t)t * E + moe_planted_expert(v++)] = 8.0f;
+        if (r->ties) { /* -inf only past the first 2 top_k */
+            static const float tie[] = {-1.5f, -0.0f, 0.0f, 0.5f, 2.0f};
+            float *u = rand_bf16(E, 0.0f, 0.99f);
+            for (int i = 0; i < E; i++) {
+                const int k = (int)(u[i] * 20.0f);
+                c->logits[(int64_t)t * E + i] =
+                    i >= 2 * K && k % 4 == 0 ? -INFINITY : tie[k % 5];
+            }
+            free(u);
+        }
     }
     c->route_e = host_alloc((size_t)T * K * sizeof *c->route_e);
     c->route_w = host_alloc((size_t)T * K * sizeof *c->route_w);
@@ -3164,6 +3334,46 @@ static void mla_expand_cuda(const op_row *r, int version, const void *p, op_ctx 
     cudaFree(d_entry);
 }
 
+/* K's RoPE part alone: K starts as the reference's K with its RoPE part
+ * NaN (the no-RoPE part: what kv_b_proj wrote, kept as it is); afterwards
+ * it must be the reference's K bit for bit (the RoPE part a copy). */
+static void mla_expand_rope_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
+{
+    (void)version, (void)ctx;
+    const mla_expand_cpu *c = p;
+    const int nope = r->head_dim - r->rot_dim, H = r->heads, T = r->rows;
+    const int64_t es = mla_entry_stride(r), n = (int64_t)T * H * r->head_dim;
+    float *k = host_copy(c->k, n);
+    for (int64_t i = 0; i < n; i++)
+        if (i % r->head_dim >= nope)
+            k[i] = NAN;
+    kvcal_bf16 *d_k = kvcal_test_dev_upload_bf16(k, n),
+               *d_entry = kvcal_test_dev_upload_bf16(c->entry, T * es);
+    free(k);
+    ROW_OK(kvcal_mla_expand_rope_launch(d_k, d_entry, es, T, H, nope, r->kv_lora_rank,
+                                        r->rot_dim, 0));
+    sync_ok();
+    k = kvcal_test_dev_download_bf16(d_k, n);
+    int64_t rope_bad = 0, nope_bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t bad = count_differ(&k[i], &c->k[i], 1);
+        if (i % r->head_dim < nope)
+            nope_bad += bad;
+        else
+            rope_bad += bad;
+    }
+    EXPECT_NONE(rope_bad, n / r->head_dim * r->rot_dim,
+                "RoPE part values not the entry's");
+    EXPECT_NONE(nope_bad, n / r->head_dim * nope, "no-RoPE part values changed");
+    ROW_ASSERT(kvcal_mla_expand_rope_launch(NULL, d_entry, es, T, H, nope,
+                                            r->kv_lora_rank, r->rot_dim,
+                                            0) == KVCAL_ERR_INVALID_ARG);
+    ROW_ASSERT(kvcal_test_error_has("mla_expand_rope"));
+    free(k);
+    cudaFree(d_k);
+    cudaFree(d_entry);
+}
+
 /* fp8_ds_mla and back: bit for bit (the tile scale divides as vLLM's
  * kernel). Rows of every magnitude: zeros (the FLT_MIN scale), tiny values,
  * large ones. */
@@ -3942,6 +4152,8 @@ static const op_def op_defs[] = {
     {"add_rmsnorm", add_rmsnorm_cpu, add_rmsnorm_release, one_version, one_plain_version,
      add_rmsnorm_cuda},
     {"gemm", gemm_cpu_run, gemm_release, gemm_versions, gemm_class, gemm_cuda},
+    {"gemm_batched", gemm_batched_cpu_run, gemm_batched_release, one_version,
+     gemm_batched_class, gemm_batched_cuda},
     {"gemm_swiglu", gemm_swiglu_cpu_run, gemm_swiglu_release, one_version,
      one_mbarrier_version, gemm_swiglu_cuda},
     {"rope_observe", rope_observe_cpu, rope_observe_release, rope_versions,
@@ -3955,6 +4167,8 @@ static const op_def op_defs[] = {
      mla_latent_cuda},
     {"mla_expand", mla_expand_cpu_run, mla_expand_release, one_version, one_plain_version,
      mla_expand_cuda},
+    {"mla_expand_rope", mla_expand_cpu_run, mla_expand_release, one_version,
+     one_plain_version, mla_expand_rope_cuda},
     {"mla_ds_roundtrip", mla_ds_roundtrip_cpu_run, mla_ds_roundtrip_release, one_version,
      one_plain_version, mla_ds_roundtrip_cuda},
     {"geglu", geglu_cpu_run, swiglu_release, one_version, one_plain_version, geglu_cuda},
@@ -4052,6 +4266,11 @@ static void gemm_rows_match_cpu(void)
     run_op("gemm", OP_PLAIN);
 }
 
+static void gemm_batched_rows_match_cpu(void)
+{
+    run_op("gemm_batched", OP_PLAIN);
+}
+
 static void rope_observe_rows_match_cpu(void)
 {
     run_op("rope_observe", OP_PLAIN);
@@ -4076,6 +4295,7 @@ static void mla_rows_match_cpu(void)
 {
     run_op("mla_latent", OP_PLAIN);
     run_op("mla_expand", OP_PLAIN);
+    run_op("mla_expand_rope", OP_PLAIN);
     run_op("mla_ds_roundtrip", OP_PLAIN);
 }
 
@@ -4392,6 +4612,7 @@ static void fp8_add_rmsnorm_quant_rows_match_cpu_and_the_unfused_pair(void)
 static void gemm_tuned_rows_match_cpu(void)
 {
     run_op("gemm", OP_TUNED);
+    run_op("gemm_batched", OP_TUNED);
 }
 
 static void gemm_swiglu_rows_match_cpu(void)
@@ -4459,6 +4680,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(every_row_names_an_op_a_suite_runs),
     KVCAL_TEST(add_rmsnorm_rows_match_cpu),
     KVCAL_TEST(gemm_rows_match_cpu),
+    KVCAL_TEST(gemm_batched_rows_match_cpu),
     KVCAL_TEST(rope_observe_rows_match_cpu),
     KVCAL_TEST(attention_rows_match_cpu),
     KVCAL_TEST(swiglu_rows_match_cpu),

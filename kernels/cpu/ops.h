@@ -154,7 +154,8 @@ void kvcal_mla_latent_ref(float *entry, int64_t entry_stride, float *q, int64_t 
                           const kvcal_kv_observer *obs);
 
 /* The attention's K and V of every head from the expanded latent (the
- * reference of kvcal_mla_expand_launch): kvb (tokens, n_heads, nope +
+ * reference of kvcal_mla_expand_launch, and its K's RoPE part that of
+ * kvcal_mla_expand_rope_launch): kvb (tokens, n_heads, nope +
  * v_dim) the latent through kv_b_proj, entry (tokens, entry_stride) whose
  * channels kv_lora_rank .. + rope_dim are the RoPE part: k (tokens,
  * n_heads, nope + rope_dim) = [kvb's first nope channels, the RoPE part],

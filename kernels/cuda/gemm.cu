@@ -26,7 +26,17 @@
  * cuBLASLt's heuristic proposes nothing for the vector and block scale
  * modes while the descriptor holds no scale pointers (scalar modes take
  * NULL as 1.0): a plan asks it with both pointing at the workspace, and
- * each launch sets the real ones. */
+ * each launch sets the real ones.
+ *
+ * A batched GEMM (kvcal_gemm_batched_launch: batch products of one x with
+ * weights w_stride values apart, into columns out_stride apart of one
+ * output) is a plan with the batch count and the strides on the layouts
+ * (x's batch stride 0: every product reads the same rows) and C's leading
+ * dimension ldo. cuBLASLt's heuristic takes A, B, C and D as 256-byte
+ * aligned unless told otherwise, and an algorithm's alignment must hold
+ * for every batch's pointer, so such a plan tells it what they share (the
+ * bytes that divide the base pointer, the batch stride and the leading
+ * dimension: part of the plan's key). */
 #include <cublasLt.h>
 #include <stdlib.h>
 
@@ -39,13 +49,22 @@ enum { GEMM_CACHE = 64, GEMM_CANDIDATES = 16, GEMM_TUNE_REPS = 3, GEMM_TUNE_ROUN
 /* What a plan is for: the shape, a bias, and for an FP8 GEMM the scale
  * modes (cublasLtMatmulMatrixScale_t) of A and B and fast accumulation;
  * ldx: the activation's rows that many values apart (0: k, packed);
- * accumulate: the output added to (beta 1). */
+ * accumulate: the output added to (beta 1); a batched GEMM's batch count
+ * (0: not batched), the bytes every row of every batch of w, x and out
+ * starts on (batch_align; 0: cuBLASLt's default of 256), output rows ldo
+ * values apart (0: n), and the batches' strides in values (w's and out's;
+ * x's is 0). Compared with memcmp: no padding (the static_assert below). */
 typedef struct gemm_key {
     int rows, k, n, bias;
     int fp8, a_mode, b_mode, fast;
     int ldx;
     int accumulate;
+    int batch;
+    int w_align, x_align, out_align;
+    int64_t ldo, w_stride, out_stride;
 } gemm_key;
+static_assert(sizeof(gemm_key) == 14 * sizeof(int) + 3 * sizeof(int64_t),
+              "gemm_key has padding: plans are found by memcmp");
 
 typedef struct gemm_plan {
     gemm_key key;
@@ -139,6 +158,7 @@ extern "C" void kvcal_gemm_destroy(kvcal_gemm_t *g)
 static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, const gemm_key *key)
 {
     const int rows = key->rows, k = key->k, n = key->n;
+    const double flops = 2.0 * rows * (double)k * n * (key->batch ? key->batch : 1);
     kvcal_status status = KVCAL_OK;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur[GEMM_CANDIDATES];
@@ -174,11 +194,35 @@ static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, const gemm_key *ke
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, ab, k, n, k));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, ab, k, rows, key->ldx ? key->ldx : k));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, n, rows, n));
+    LT_TRY(
+        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, n, rows, key->ldo ? key->ldo : n));
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
         sizeof g->workspace_bytes));
+    if (key->batch) {
+        const int32_t count = key->batch;
+        const int64_t stride[3] = {key->w_stride, 0, key->out_stride};
+        const cublasLtMatrixLayout_t layout[3] = {p->a, p->b, p->c};
+        for (int i = 0; i < 3; i++) {
+            LT_TRY(cublasLtMatrixLayoutSetAttribute(
+                layout[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+            LT_TRY(cublasLtMatrixLayoutSetAttribute(
+                layout[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride[i],
+                sizeof stride[i]));
+        }
+        const struct {
+            cublasLtMatmulPreferenceAttributes_t attr;
+            uint32_t bytes;
+        } align[4] = {
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, (uint32_t)key->w_align},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, (uint32_t)key->x_align},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, (uint32_t)key->out_align},
+            {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, (uint32_t)key->out_align}};
+        for (int i = 0; i < 4; i++)
+            LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+                pref, align[i].attr, &align[i].bytes, sizeof align[i].bytes));
+    }
     hs = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref,
                                         GEMM_CANDIDATES, heur, &found);
     if (key->fp8 && (hs != CUBLAS_STATUS_SUCCESS || found < 1)) {
@@ -190,15 +234,16 @@ static kvcal_status plan_build(kvcal_gemm_t *g, gemm_plan *p, const gemm_key *ke
     }
     LT_TRY(hs);
     if (found < 1) {
-        status = kvcal_fail(KVCAL_ERR_UNSUPPORTED,
-                            "gemm: cuBLASLt has no algorithm for rows %d, k %d, n %d",
-                            rows, k, n);
+        status = kvcal_fail(
+            KVCAL_ERR_UNSUPPORTED,
+            "gemm: cuBLASLt has no algorithm for rows %d, k %d, n %d (%d batches)", rows,
+            k, n, key->batch ? key->batch : 1);
         goto fail;
     }
     for (int i = 0; i < found; i++)
         p->cand[i] = heur[i].algo;
     p->num_cand = found;
-    p->tuned = found == 1 || 2.0 * rows * (double)k * n < GEMM_TUNE_FLOPS;
+    p->tuned = found == 1 || flops < GEMM_TUNE_FLOPS;
     cublasLtMatmulPreferenceDestroy(pref);
     return KVCAL_OK;
 fail:
@@ -482,4 +527,53 @@ extern "C" kvcal_status kvcal_gemm_launch_ld(kvcal_gemm_t *g, kvcal_bf16 *out,
     /* packed rows share the plan of kvcal_gemm_launch */
     const gemm_key key = {rows, k, n, bias != NULL, 0, 0, 0, 0, ldx == k ? 0 : (int)ldx};
     return gemm_run(g, &key, -1, out, NULL, x, w, bias, NULL, NULL, stream, NULL, NULL);
+}
+
+/* The bytes (a power of two, at most 256) that every row of every batch of
+ * an operand starts on: base + b * stride + i * ld bf16 values. */
+static int batch_align(const void *base, int64_t stride, int batch, int64_t ld)
+{
+    const uintptr_t bits = (uintptr_t)base |
+                           (batch > 1 ? (uintptr_t)stride * sizeof(kvcal_bf16) : 0) |
+                           (uintptr_t)ld * sizeof(kvcal_bf16) | 256u;
+    return (int)(bits & (~bits + 1));
+}
+
+extern "C" kvcal_status kvcal_gemm_batched_launch(kvcal_gemm_t *g, kvcal_bf16 *out,
+                                                  int64_t ldo, int64_t out_stride,
+                                                  const kvcal_bf16 *x, int64_t ldx,
+                                                  const kvcal_bf16 *w, int64_t w_stride,
+                                                  int rows, int k, int n, int batch,
+                                                  cudaStream_t stream)
+{
+    if (batch < 1 || ldx < k || ldx > INT32_MAX || (batch > 1 && out_stride < n) ||
+        w_stride < 0 || ldo < (int64_t)(batch - 1) * out_stride + n)
+        return kvcal_fail(
+            KVCAL_ERR_INVALID_ARG,
+            "gemm_batched: %d batches of rows %d, k %d, n %d (x's rows %lld "
+            "apart, out's %lld; batches %lld apart in out, %lld in w): need "
+            "batch >= 1, k <= ldx < 2^31, out_stride >= n (batches over 1), "
+            "w_stride >= 0 and ldo >= (batch - 1) out_stride + n",
+            batch, rows, k, n, (long long)ldx, (long long)ldo, (long long)out_stride,
+            (long long)w_stride);
+    /* one batch needs no strides: the plan of any */
+    const int one = batch == 1;
+    const gemm_key key = {rows,
+                          k,
+                          n,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          ldx == k ? 0 : (int)ldx,
+                          0,
+                          batch,
+                          batch_align(w, w_stride, batch, k),
+                          batch_align(x, 0, batch, ldx),
+                          batch_align(out, out_stride, batch, ldo),
+                          ldo == n ? 0 : ldo,
+                          one ? 0 : w_stride,
+                          one ? 0 : out_stride};
+    return gemm_run(g, &key, -1, out, NULL, x, w, NULL, NULL, NULL, stream, NULL, NULL);
 }

@@ -15,10 +15,12 @@
  * Kimi K2's: a latent of 512 and a RoPE part of 64).
  *
  * mla_expand_kernel: K's (its no-RoPE part from kv_b_proj's output, then
- * the token's shared RoPE part) or V's output (padded with zeros to
- * v_stride) as one flat range of units, 16 bytes where sizes allow: each
- * thread reads 4 units a block width apart, then writes them (every
- * warp's accesses whole lines, 4 loads a thread in flight).
+ * the token's shared RoPE part), K's RoPE part alone (rows of the RoPE
+ * part, a K head apart) or V's output (padded with zeros to v_stride) as
+ * one flat range of units, 16 bytes where sizes allow: each thread reads 4
+ * units a block width apart, then writes them (every warp's accesses whole
+ * lines, 4 loads a thread in flight; the RoPE part's rows of 64 values,
+ * DeepSeek's, are a line each).
  *
  * mla_ds_roundtrip_kernel: a block of 128 threads per row, a thread per
  * channel of a 128-value tile: the tile's absmax by a block reduction, then
@@ -470,15 +472,16 @@ extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry
 
 enum { EXPAND_THREADS = 256, EXPAND_UNITS = 4 };
 
-/* One output of the expansion: per token, n_heads rows of rw units; unit r
- * of head h of token t is a[(t * n_heads + h) * as + r] below n0, then
- * b[t * bs + r - n0] below n0 + n1 (the token's shared RoPE part), then
- * zero. */
+/* One output of the expansion: per token, n_heads rows of rw units, os
+ * units apart in out (os = rw but where another launch writes between the
+ * rows); unit r of head h of token t is a[(t * n_heads + h) * as + r] below
+ * n0, then b[t * bs + r - n0] below n0 + n1 (the token's shared RoPE part),
+ * then zero. units: the units written, tokens * n_heads * rw. */
 template <typename T> struct expand_out {
     T *out;
     const T *a, *b;
     int64_t as, bs, units;
-    int n0, n1, rw, n_heads;
+    int n0, n1, rw, os, n_heads;
 };
 
 /* i / d, in 32 bits where i fits them (small: the same for the whole grid). */
@@ -504,9 +507,11 @@ __global__ void __launch_bounds__(EXPAND_THREADS) mla_expand_kernel(expand_out<T
     const int step_rows = EXPAND_THREADS / o.rw, step_r = EXPAND_THREADS % o.rw;
     const int step_t = step_rows / o.n_heads, step_h = step_rows % o.n_heads;
     T x[EXPAND_UNITS];
+    int64_t at[EXPAND_UNITS]; // where each unit goes in o.out
 #pragma unroll
     for (int u = 0; u < EXPAND_UNITS; u++) {
         x[u] = T{};
+        at[u] = (t * o.n_heads + h) * o.os + r;
         if (i0 + (int64_t)u * EXPAND_THREADS < o.units) {
             if (r < o.n0)
                 x[u] = o.a[(t * o.n_heads + h) * o.as + r];
@@ -520,41 +525,45 @@ __global__ void __launch_bounds__(EXPAND_THREADS) mla_expand_kernel(expand_out<T
         h -= h >= o.n_heads ? o.n_heads : 0;
     }
 #pragma unroll
-    for (int u = 0; u < EXPAND_UNITS; u++) {
-        const int64_t i = i0 + (int64_t)u * EXPAND_THREADS;
-        if (i < o.units)
-            o.out[i] = x[u];
-    }
+    for (int u = 0; u < EXPAND_UNITS; u++)
+        if (i0 + (int64_t)u * EXPAND_THREADS < o.units)
+            o.out[at[u]] = x[u];
 }
 
-/* Queues K's expansion, then V's, in units of T (VEC bf16 values each). */
+/* Queues K's expansion, then V's, in units of T (VEC bf16 values each);
+ * rope_only: K's RoPE part alone (kvb and v unused), its no-RoPE part left
+ * as it is. */
 template <typename T, int VEC>
 static void expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
                           const kvcal_bf16 *kvb, const kvcal_bf16 *entry,
                           int64_t entry_stride, int tokens, int n_heads, int nope,
-                          int v_dim, int kv_lora_rank, int rope_dim, cudaStream_t stream)
+                          int v_dim, int kv_lora_rank, int rope_dim, int rope_only,
+                          cudaStream_t stream)
 {
     const int64_t rows = (int64_t)tokens * n_heads, kvw = (nope + v_dim) / VEC;
     const int qk = (nope + rope_dim) / VEC, per_block = EXPAND_THREADS * EXPAND_UNITS;
+    const int k_from = rope_only ? nope / VEC : 0; // K's first unit written
     const T *src = reinterpret_cast<const T *>(kvb);
-    const expand_out<T> ko = {reinterpret_cast<T *>(k),
+    const expand_out<T> ko = {reinterpret_cast<T *>(k) + (k ? k_from : 0),
                               src,
                               reinterpret_cast<const T *>(entry) + kv_lora_rank / VEC,
                               kvw,
                               entry_stride / VEC,
-                              k ? rows * qk : 0,
-                              nope / VEC,
+                              k ? rows * (qk - k_from) : 0,
+                              nope / VEC - k_from,
                               rope_dim / VEC,
+                              qk - k_from,
                               qk,
                               n_heads};
     const expand_out<T> vo = {reinterpret_cast<T *>(v),
-                              src + nope / VEC,
+                              v ? src + nope / VEC : nullptr,
                               nullptr,
                               kvw,
                               0,
                               v ? rows * (v_stride / VEC) : 0,
                               v_dim / VEC,
                               0,
+                              v_stride / VEC,
                               v_stride / VEC,
                               n_heads};
     for (const expand_out<T> &o : {ko, vo})
@@ -587,10 +596,38 @@ kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_
                     entry_stride % 8 == 0;
     if (vec)
         expand_launch<uint4, 8>(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads,
-                                nope, v_dim, kv_lora_rank, rope_dim, stream);
+                                nope, v_dim, kv_lora_rank, rope_dim, 0, stream);
     else
         expand_launch<__nv_bfloat16, 1>(k, v, v_stride, kvb, entry, entry_stride, tokens,
-                                        n_heads, nope, v_dim, kv_lora_rank, rope_dim,
+                                        n_heads, nope, v_dim, kv_lora_rank, rope_dim, 0,
+                                        stream);
+    KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
+    return KVCAL_OK;
+}
+
+extern "C" kvcal_status
+kvcal_mla_expand_rope_launch(kvcal_bf16 *k, const kvcal_bf16 *entry, int64_t entry_stride,
+                             int tokens, int n_heads, int nope, int kv_lora_rank,
+                             int rope_dim, cudaStream_t stream)
+{
+    if (!k || !entry || tokens < 0 || n_heads < 1 || nope < 1 || kv_lora_rank < 1 ||
+        rope_dim < 1 || entry_stride < kv_lora_rank + rope_dim)
+        return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                          "mla_expand_rope: %d tokens, %d heads of nope %d + rope %d, "
+                          "latent %d (entry stride %lld): need K's buffer, the entry and "
+                          "positive sizes",
+                          tokens, n_heads, nope, rope_dim, kv_lora_rank,
+                          (long long)entry_stride);
+    if (!tokens)
+        return KVCAL_OK;
+    const int vec = ((uintptr_t)k | (uintptr_t)entry) % 16 == 0 && nope % 8 == 0 &&
+                    kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 && entry_stride % 8 == 0;
+    if (vec)
+        expand_launch<uint4, 8>(k, NULL, 0, NULL, entry, entry_stride, tokens, n_heads,
+                                nope, 0, kv_lora_rank, rope_dim, 1, stream);
+    else
+        expand_launch<__nv_bfloat16, 1>(k, NULL, 0, NULL, entry, entry_stride, tokens,
+                                        n_heads, nope, 0, kv_lora_rank, rope_dim, 1,
                                         stream);
     KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
     return KVCAL_OK;

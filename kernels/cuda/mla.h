@@ -2,7 +2,8 @@
  * / V3, Kimi K2): the cache point (the latent's RMSNorm and the RoPE of the
  * entry's and the query's RoPE parts, fused with the observer of the entry
  * an engine caches), the expansion of the latent into every head's K and V
- * for the attention kernels, and vLLM's fp8_ds_mla cache of the entry and
+ * for the attention kernels (or of the RoPE part alone, where kv_b_proj
+ * writes the rest in place), and vLLM's fp8_ds_mla cache of the entry and
  * back (eval). The CPU references of the same stems are in
  * kernels/cpu/ops.h; the conventions of kernels/cuda/ops.h apply (bf16
  * tensors in device memory, work queued on `stream`, a bad shape is
@@ -59,6 +60,18 @@ kvcal_status kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
                                      int64_t entry_stride, int tokens, int n_heads,
                                      int nope, int v_dim, int kv_lora_rank, int rope_dim,
                                      cudaStream_t stream);
+
+/* K's RoPE part alone: k (tokens, n_heads, nope + rope_dim)'s last rope_dim
+ * values of every head = the token's entry values kv_lora_rank ..
+ * kv_lora_rank + rope_dim (entry (tokens, entry_stride)); the first nope
+ * of each head are left as they are (where kv_b_proj wrote them:
+ * kvcal_gemm_batched_launch). kvcal_mla_expand_launch's K where those hold
+ * kv_b_proj's no-RoPE part; the same kernel and choice of 16-byte copies
+ * (sizes multiples of 8, k and entry 16-byte aligned). */
+kvcal_status kvcal_mla_expand_rope_launch(kvcal_bf16 *k, const kvcal_bf16 *entry,
+                                          int64_t entry_stride, int tokens, int n_heads,
+                                          int nope, int kv_lora_rank, int rope_dim,
+                                          cudaStream_t stream);
 
 /* kvcal_mla_ds_roundtrip_ref on the device: out (rows, out_stride) fp32
  * from x (rows, x_stride) bf16, one block a row (the tile scale divides, as

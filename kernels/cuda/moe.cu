@@ -79,6 +79,26 @@ static __device__ unsigned long long open_groups(const float v[PL], int lane, in
     return open;
 }
 
+/* The order key of expert e's logit x (a bf16 value) in a keyed top-k round:
+ * x's bits made unsigned-ordered (-0 as +0, so that the two tie as floats
+ * do) in the upper 16 bits, 0xffff - e below (the lower expert wins a tie);
+ * 0 for -inf, NaN and experts past E, which the argmax never chooses. */
+static __device__ __forceinline__ unsigned route_key(float x, int e, int E)
+{
+    if (e >= E || !(x > -INFINITY))
+        return 0u;
+    unsigned b = __float_as_uint(x) >> 16;
+    b = b == 0x8000u ? 0u : b;
+    return ((b & 0x8000u ? ~b & 0xffffu : b | 0x8000u) << 16) | (0xffffu - (unsigned)e);
+}
+
+/* The logit of a key (route_key's inverse, -0 as +0). */
+static __device__ __forceinline__ float route_key_logit(unsigned key)
+{
+    const unsigned k = key >> 16, b = k & 0x8000u ? k & 0x7fffu : ~k & 0xffffu;
+    return __uint_as_float(b << 16);
+}
+
 /* SIGMOID 0: softmax top-k (with a bias (E): the top-k of the probability
  * + bias, ERNIE 4.5's); 1: the top-k of sigmoid + bias, weighted by the
  * sigmoids (bias (E) or NULL); weights times scale after the
@@ -147,39 +167,62 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         }
     }
     /* top_k rounds of a warp argmax, the lower expert on a tie; lane j keeps
-     * the j-th choice */
+     * the j-th choice. Where the choice is the logit itself (softmax without
+     * a bias, one group), a round is one warp max of keys (route_key) */
     int mine = -1;
     float mine_w = 0.0f, chosen_sum = 0.0f;
-    for (int j = 0; j < top_k; j++) {
-        float best = -INFINITY;
-        int best_e = 0x7fffffff;
+    if (!SIGMOID && !bias && groups <= 1) {
+        unsigned key[PL];
 #pragma unroll
-        for (int i = 0; i < PL; i++) {
-            const int e = lane + 32 * i;
-            if (e < E && v[i] > best)
-                best = v[i], best_e = e;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-            if (ob > best || (ob == best && oe < best_e))
-                best = ob, best_e = oe;
-        }
-        if (best_e >= E) /* no finite logit left (a NaN input): no expert */
-            best_e = -1;
-        /* the weight: softmax's probability, or the sigmoid, without the bias */
-        const float zb = best_e < 0 ? 0.0f : __bfloat162float(z[best_e]);
-        const float p = best_e < 0 ? 0.0f
-                        : SIGMOID  ? 1.0f / (1.0f + __expf(-zb))
-                                   : __expf(zb - m) / sum;
-        chosen_sum += p;
-        if (lane == j)
-            mine = best_e, mine_w = p;
-        if (best_e >= 0 && (best_e & 31) == lane) {
+        for (int i = 0; i < PL; i++)
+            key[i] = route_key(v[i], lane + 32 * i, E);
+        for (int j = 0; j < top_k; j++) {
+            unsigned best = 0u;
 #pragma unroll
             for (int i = 0; i < PL; i++)
-                if (lane + 32 * i == best_e)
-                    v[i] = -INFINITY;
+                best = max(best, key[i]);
+            best = __reduce_max_sync(0xffffffffu, best);
+            const int best_e = best ? 0xffff - (int)(best & 0xffffu) : -1;
+            const float p = best_e < 0 ? 0.0f : __expf(route_key_logit(best) - m) / sum;
+            chosen_sum += p;
+            if (lane == j)
+                mine = best_e, mine_w = p;
+#pragma unroll
+            for (int i = 0; i < PL; i++)
+                key[i] = key[i] == best ? 0u : key[i];
+        }
+    } else {
+        for (int j = 0; j < top_k; j++) {
+            float best = -INFINITY;
+            int best_e = 0x7fffffff;
+#pragma unroll
+            for (int i = 0; i < PL; i++) {
+                const int e = lane + 32 * i;
+                if (e < E && v[i] > best)
+                    best = v[i], best_e = e;
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+                if (ob > best || (ob == best && oe < best_e))
+                    best = ob, best_e = oe;
+            }
+            if (best_e >= E) /* no finite logit left (a NaN input): no expert */
+                best_e = -1;
+            /* the weight: softmax's probability, or the sigmoid, without the bias */
+            const float zb = best_e < 0 ? 0.0f : __bfloat162float(z[best_e]);
+            const float p = best_e < 0 ? 0.0f
+                            : SIGMOID  ? 1.0f / (1.0f + __expf(-zb))
+                                       : __expf(zb - m) / sum;
+            chosen_sum += p;
+            if (lane == j)
+                mine = best_e, mine_w = p;
+            if (best_e >= 0 && (best_e & 31) == lane) {
+#pragma unroll
+                for (int i = 0; i < PL; i++)
+                    if (lane + 32 * i == best_e)
+                        v[i] = -INFINITY;
+            }
         }
     }
     if (lane < top_k) {

@@ -191,6 +191,24 @@ kvcal_status kvcal_gemm_launch_ld(kvcal_gemm_t *gemm, kvcal_bf16 *out,
                                   const kvcal_bf16 *bias, int rows, int k, int n,
                                   cudaStream_t stream);
 
+/* batch GEMMs of one x through cuBLASLt's strided batches, no bias: for
+ * b < batch, the (rows, n) block at out + b * out_stride (its rows ldo values
+ * apart) = x (rows, k; rows ldx >= k values apart, the same x for every b)
+ * @ w_b^T, w_b = w + b * w_stride (n, k) row-major (values; w_stride 0: one
+ * weight). The blocks may interleave in out's rows but not overlap:
+ * out_stride >= n (unused with one batch) and ldo >= (batch - 1) *
+ * out_stride + n; out's values outside them are left as they are. MLA's
+ * kv_b_proj a head a batch (a head's rows of the weight, its columns of K
+ * or of kv_b_proj's output) reading the latent in place. Planned and tuned
+ * as kvcal_gemm_launch (the batches' FLOPs together); the plan tells
+ * cuBLASLt's heuristic the alignment every batch's pointer shares, so that
+ * it proposes only algorithms that take it. */
+kvcal_status kvcal_gemm_batched_launch(kvcal_gemm_t *gemm, kvcal_bf16 *out, int64_t ldo,
+                                       int64_t out_stride, const kvcal_bf16 *x,
+                                       int64_t ldx, const kvcal_bf16 *w, int64_t w_stride,
+                                       int rows, int k, int n, int batch,
+                                       cudaStream_t stream);
+
 /* kvcal_gemm_launch with cuBLASLt's candidate algorithm `candidate` of the
  * shape (0 .. *count - 1, in the heuristic's order; -1: the one
  * kvcal_gemm_launch uses), for bench/runner_ops and the tests. The shape is
