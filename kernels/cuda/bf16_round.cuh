@@ -57,23 +57,18 @@ static __device__ __forceinline__ void kvcal_rope_pair_bf16(float &a, float &b, 
 }
 
 /* Two RoPE pairs at once in bf16x2 arithmetic (each product, difference and
- * sum one correctly rounded bf16 operation, as above): (a0, b0) and
- * (a1, b1), bf16 values held in floats, rotated by (c, s) lanes 0 and 1.
- * The _rn forms: PTX may fuse a plain bf16x2 mul and add into one fma, which
- * rounds once. */
-static __device__ __forceinline__ void kvcal_rope_pairs2_bf16(float &a0, float &a1,
-                                                              float &b0, float &b1,
-                                                              __nv_bfloat162 c,
-                                                              __nv_bfloat162 s)
+ * sum one correctly rounded bf16 operation, as above): a = (a0, a1) and
+ * b = (b0, b1) rotated by (c, s) lanes 0 and 1. The _rn forms: PTX may fuse
+ * a plain bf16x2 mul and add into one fma, which rounds once. */
+static __device__ __forceinline__ void kvcal_rope_pairs2_bf16x2(__nv_bfloat162 &a,
+                                                                __nv_bfloat162 &b,
+                                                                __nv_bfloat162 c,
+                                                                __nv_bfloat162 s)
 {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(a0, a1),
-                         b = __floats2bfloat162_rn(b0, b1);
-    const float2 ra = __bfloat1622float2(__hsub2_rn(__hmul2_rn(a, c), __hmul2_rn(b, s)));
-    const float2 rb = __bfloat1622float2(__hadd2_rn(__hmul2_rn(b, c), __hmul2_rn(a, s)));
-    a0 = ra.x;
-    a1 = ra.y;
-    b0 = rb.x;
-    b1 = rb.y;
+    const __nv_bfloat162 ra = __hsub2_rn(__hmul2_rn(a, c), __hmul2_rn(b, s));
+    const __nv_bfloat162 rb = __hadd2_rn(__hmul2_rn(b, c), __hmul2_rn(a, s));
+    a = ra;
+    b = rb;
 }
 
 #endif

@@ -336,10 +336,15 @@ static __device__ __forceinline__ vec16 load16(const __nv_bfloat16 *a,
     return {*reinterpret_cast<const uint4 *>(a), *reinterpret_cast<const uint4 *>(b)};
 }
 
-static __device__ __forceinline__ void unpack16(const vec16 &v, float x[16])
+/* The 16 channels as bf16x2 words: w[i] holds channels 2i and 2i + 1. */
+static __device__ __forceinline__ void words16(const vec16 &v, unsigned w[8])
 {
-    const unsigned w[8] = {v.lo.x, v.lo.y, v.lo.z, v.lo.w,
-                           v.hi.x, v.hi.y, v.hi.z, v.hi.w};
+    w[0] = v.lo.x, w[1] = v.lo.y, w[2] = v.lo.z, w[3] = v.lo.w;
+    w[4] = v.hi.x, w[5] = v.hi.y, w[6] = v.hi.z, w[7] = v.hi.w;
+}
+
+static __device__ __forceinline__ void unpack_words(const unsigned w[8], float x[16])
+{
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         x[2 * i] = __uint_as_float(w[i] << 16);
@@ -347,36 +352,50 @@ static __device__ __forceinline__ void unpack16(const vec16 &v, float x[16])
     }
 }
 
-/* Rounds x to bf16, stores it at a (x[0..7]) and b (x[8..15]), and leaves the
- * rounded values in x for the observer. */
-static __device__ __forceinline__ void store16(__nv_bfloat16 *a, __nv_bfloat16 *b,
-                                               float x[16], bool active)
+static __device__ __forceinline__ void unpack16(const vec16 &v, float x[16])
 {
     unsigned w[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-        w[i] = *reinterpret_cast<const unsigned *>(&h);
-        x[2 * i] = __uint_as_float(w[i] << 16);
-        x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
+    words16(v, w);
+    unpack_words(w, x);
+}
+
+/* Stores the 16 channels' words, 0..7 at a and 8..15 at b. */
+static __device__ __forceinline__ void store_words(__nv_bfloat16 *a, __nv_bfloat16 *b,
+                                                   const unsigned w[8], bool active)
+{
     if (active) {
         *reinterpret_cast<uint4 *>(a) = make_uint4(w[0], w[1], w[2], w[3]);
         *reinterpret_cast<uint4 *>(b) = make_uint4(w[4], w[5], w[6], w[7]);
     }
 }
 
+static __device__ __forceinline__ __nv_bfloat162 bf2(unsigned w)
+{
+    return *reinterpret_cast<const __nv_bfloat162 *>(&w);
+}
+
+static __device__ __forceinline__ unsigned bits2(__nv_bfloat162 h)
+{
+    return *reinterpret_cast<const unsigned *>(&h);
+}
+
 /* Optional RMSNorm over the head row (its SP lanes; weights norm_w (head_dim)
  * in global memory or NULL) and the rotation of the lane's 8 pairs:
- * (x[k], x[k + 8]) or, interleaved, (x[2k], x[2k + 1]). */
+ * (channel k, k + 8) or, interleaved, (2k, 2k + 1); on the channels' bf16x2
+ * words (words16), in place. The norm's x r is rounded to bf16, then its
+ * product with the weight, two bf16 values, is one bf16x2 multiply (exact
+ * in fp32, so rounded once: norm_value's arithmetic); the (1 + w) norms
+ * take norm_value. The rotation by the pairs' cos and sin, (c2, s2)[j] for
+ * pairs 2j and 2j + 1, in bf16x2 arithmetic. */
 template <int SP>
 static __device__ __forceinline__ void
-rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int interleaved,
-         const __nv_bfloat16 *norm_w, int c0, int c1, bool active, int head_dim,
-         float eps, float off)
+rotate16(unsigned w[8], const __nv_bfloat162 c2[4], const __nv_bfloat162 s2[4],
+         bool rotated, int interleaved, const __nv_bfloat16 *norm_w, int c0, int c1,
+         bool active, int head_dim, float eps, float off)
 {
     if (norm_w) {
-        float ss = 0.0f, w[16];
+        float x[16], ss = 0.0f;
+        unpack_words(w, x);
 #pragma unroll
         for (int i = 0; i < 16; i++)
             ss += x[i] * x[i];
@@ -384,22 +403,37 @@ rotate16(float x[16], const float cs[8], const float sn[8], bool rotated, int in
         for (int o = SP / 2; o > 0; o >>= 1)
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
         const float r = rsqrtf(ss / (float)head_dim + eps);
-        unpack16(active ? load16(norm_w + c0, norm_w + c1) : vec16{}, w);
+        unsigned nw[8];
+        words16(active ? load16(norm_w + c0, norm_w + c1) : vec16{}, nw);
 #pragma unroll
-        for (int i = 0; i < 16; i++)
-            x[i] = norm_value(x[i], r, w[i], off);
+        for (int i = 0; i < 8; i++) {
+            if (off != 0.0f) {
+                const float2 f = __bfloat1622float2(bf2(nw[i]));
+                w[i] =
+                    bits2(__floats2bfloat162_rn(norm_value(x[2 * i], r, f.x, off),
+                                                norm_value(x[2 * i + 1], r, f.y, off)));
+            } else {
+                w[i] = bits2(__hmul2_rn(
+                    __floats2bfloat162_rn(x[2 * i] * r, x[2 * i + 1] * r), bf2(nw[i])));
+            }
+        }
     }
     if (!rotated)
         return;
 #pragma unroll
-    for (int k = 0; k < 8; k += 2) {
-        const __nv_bfloat162 c = __floats2bfloat162_rn(cs[k], cs[k + 1]);
-        const __nv_bfloat162 sn2 = __floats2bfloat162_rn(sn[k], sn[k + 1]);
-        if (interleaved)
-            kvcal_rope_pairs2_bf16(x[2 * k], x[2 * k + 2], x[2 * k + 1], x[2 * k + 3], c,
-                                   sn2);
-        else
-            kvcal_rope_pairs2_bf16(x[k], x[k + 1], x[k + 8], x[k + 9], c, sn2);
+    for (int j = 0; j < 4; j++) {
+        if (interleaved) { // pairs (4j, 4j + 1), (4j + 2, 4j + 3): words 2j, 2j + 1
+            __nv_bfloat162 a = bf2(__byte_perm(w[2 * j], w[2 * j + 1], 0x5410)),
+                           b = bf2(__byte_perm(w[2 * j], w[2 * j + 1], 0x7632));
+            kvcal_rope_pairs2_bf16x2(a, b, c2[j], s2[j]);
+            w[2 * j] = __byte_perm(bits2(a), bits2(b), 0x5410);
+            w[2 * j + 1] = __byte_perm(bits2(a), bits2(b), 0x7632);
+        } else { // pairs (2j, 2j + 8), (2j + 1, 2j + 9): words j, j + 4
+            __nv_bfloat162 a = bf2(w[j]), b = bf2(w[j + 4]);
+            kvcal_rope_pairs2_bf16x2(a, b, c2[j], s2[j]);
+            w[j] = bits2(a);
+            w[j + 4] = bits2(b);
+        }
     }
 }
 
@@ -499,6 +533,12 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
             cs[k] = __shfl_sync(0xffffffffu, mc[k / R], src);
             sn[k] = __shfl_sync(0xffffffffu, ms[k / R], src);
         }
+        __nv_bfloat162 c2[4], s2[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            c2[j] = __floats2bfloat162_rn(cs[2 * j], cs[2 * j + 1]);
+            s2[j] = __floats2bfloat162_rn(sn[2 * j], sn[2 * j + 1]);
+        }
         for (int q0 = 0; q0 == 0 || q0 < group; q0 += VEC_Q_ROWS) { // k at q0 0
             vec16 qx[VEC_Q_ROWS];
 #pragma unroll
@@ -508,12 +548,14 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
                 qx[i] = active && q0 + i < group ? load16(row + c0, row + c1) : vec16{};
             }
             if (q0 == 0) {
-                float x[16];
-                unpack16(kx, x);
-                rotate16<SP>(x, cs, sn, rotated, rope.interleaved, kn, c0, c1, active,
+                unsigned w[8];
+                words16(kx, w);
+                rotate16<SP>(w, c2, s2, rotated, rope.interleaved, kn, c0, c1, active,
                              head_dim, rope.norm_eps, rope.norm_offset);
-                store16(krow + c0, krow + c1, x, active);
+                store_words(krow + c0, krow + c1, w, active);
                 if (observe && active) {
+                    float x[16];
+                    unpack_words(w, x);
                     observe16(x, kmax, khist);
                     unpack16(vx, x);
                     observe16(x, vmax, vhist);
@@ -524,16 +566,16 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
                 if (q0 + i >= group)
                     break;
                 __nv_bfloat16 *row = base + (int64_t)(g * group + q0 + i) * head_dim;
-                float x[16];
-                unpack16(qx[i], x);
-                rotate16<SP>(x, cs, sn, rotated, rope.interleaved, qn, c0, c1, active,
+                unsigned w[8];
+                words16(qx[i], w);
+                rotate16<SP>(w, c2, s2, rotated, rope.interleaved, qn, c0, c1, active,
                              head_dim, rope.norm_eps, rope.norm_offset);
-                store16(row + c0, row + c1, x, active);
-                if (observe_q && active) {
+                store_words(row + c0, row + c1, w, active);
+                if (observe_q && active) { // max |q| as float bits
                     unsigned m = 0u;
 #pragma unroll
-                    for (int k = 0; k < 16; k++)
-                        m = max(m, __float_as_uint(x[k]) & 0x7fffffffu);
+                    for (int k = 0; k < 8; k++)
+                        m = max(m, max((w[k] << 16) & 0x7fffffffu, w[k] & 0x7fff0000u));
                     atomicMax(&sq[r * group + q0 + i], m);
                 }
             }
