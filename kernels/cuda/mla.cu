@@ -572,6 +572,31 @@ static void expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
                                    EXPAND_THREADS, 0, stream>>>(o);
 }
 
+/* expand_launch in 16-byte units where every pointer, size and stride
+ * allows, else a value a unit (rope_only: v and kvb NULL, v_dim and
+ * v_stride 0). */
+static kvcal_status expand_queue(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
+                                 const kvcal_bf16 *kvb, const kvcal_bf16 *entry,
+                                 int64_t entry_stride, int tokens, int n_heads, int nope,
+                                 int v_dim, int kv_lora_rank, int rope_dim, int rope_only,
+                                 cudaStream_t stream)
+{
+    const uintptr_t addr =
+        (uintptr_t)k | (uintptr_t)v | (uintptr_t)kvb | (uintptr_t)entry;
+    const int vec = addr % 16 == 0 && nope % 8 == 0 && v_dim % 8 == 0 &&
+                    v_stride % 8 == 0 && kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 &&
+                    entry_stride % 8 == 0;
+    if (vec)
+        expand_launch<uint4, 8>(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads,
+                                nope, v_dim, kv_lora_rank, rope_dim, rope_only, stream);
+    else
+        expand_launch<__nv_bfloat16, 1>(k, v, v_stride, kvb, entry, entry_stride, tokens,
+                                        n_heads, nope, v_dim, kv_lora_rank, rope_dim,
+                                        rope_only, stream);
+    KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
+    return KVCAL_OK;
+}
+
 extern "C" kvcal_status
 kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_bf16 *kvb,
                         const kvcal_bf16 *entry, int64_t entry_stride, int tokens,
@@ -589,20 +614,8 @@ kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_
                           (long long)entry_stride);
     if (!tokens)
         return KVCAL_OK;
-    const uintptr_t addr =
-        (uintptr_t)k | (uintptr_t)v | (uintptr_t)kvb | (uintptr_t)entry;
-    const int vec = addr % 16 == 0 && nope % 8 == 0 && v_dim % 8 == 0 &&
-                    v_stride % 8 == 0 && kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 &&
-                    entry_stride % 8 == 0;
-    if (vec)
-        expand_launch<uint4, 8>(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads,
-                                nope, v_dim, kv_lora_rank, rope_dim, 0, stream);
-    else
-        expand_launch<__nv_bfloat16, 1>(k, v, v_stride, kvb, entry, entry_stride, tokens,
-                                        n_heads, nope, v_dim, kv_lora_rank, rope_dim, 0,
-                                        stream);
-    KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
-    return KVCAL_OK;
+    return expand_queue(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads, nope,
+                        v_dim, kv_lora_rank, rope_dim, 0, stream);
 }
 
 extern "C" kvcal_status
@@ -620,17 +633,8 @@ kvcal_mla_expand_rope_launch(kvcal_bf16 *k, const kvcal_bf16 *entry, int64_t ent
                           (long long)entry_stride);
     if (!tokens)
         return KVCAL_OK;
-    const int vec = ((uintptr_t)k | (uintptr_t)entry) % 16 == 0 && nope % 8 == 0 &&
-                    kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 && entry_stride % 8 == 0;
-    if (vec)
-        expand_launch<uint4, 8>(k, NULL, 0, NULL, entry, entry_stride, tokens, n_heads,
-                                nope, 0, kv_lora_rank, rope_dim, 1, stream);
-    else
-        expand_launch<__nv_bfloat16, 1>(k, NULL, 0, NULL, entry, entry_stride, tokens,
-                                        n_heads, nope, 0, kv_lora_rank, rope_dim, 1,
-                                        stream);
-    KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
-    return KVCAL_OK;
+    return expand_queue(k, NULL, 0, NULL, entry, entry_stride, tokens, n_heads, nope, 0,
+                        kv_lora_rank, rope_dim, 1, stream);
 }
 
 // --- vLLM's fp8_ds_mla and back ------------------------------------------------------
