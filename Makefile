@@ -251,12 +251,13 @@ asan:
 	  LDFLAGS="-fsanitize=address,undefined" test
 	@echo "asan: clean"
 
-# libFuzzer targets (clang), each run FUZZ_TIME seconds on its seed corpus.
+# libFuzzer targets (clang), each run FUZZ_TIME seconds on its seed corpus;
+# undefined behaviour stops a run as a crash does (its input kept).
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 build-fuzz/%: tests/fuzz/%.c $(CPU_LIB_SRC) $(wildcard tests/fuzz/*.h)
 	@mkdir -p build-fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Icore -I. $(HDF5_CFLAGS) \
 	  -o $@ $< $(CPU_LIB_SRC) $(HOST_LIBS)
 # Each target over its seeds once (the inputs its past finds left there
 # included), no mutation: deterministic, seconds; CI runs it.

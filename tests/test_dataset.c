@@ -169,6 +169,30 @@ static void dataset_jsonl_ids_are_taken_verbatim_and_packed(void)
     kvcal_samples_destroy(s);
 }
 
+/* Empty documents ({"input_ids": []}) pack as nothing, first in the
+ * order too (before the packer holds any tokens), and a file of them alone
+ * is the clear error, not a sample. */
+static void dataset_packs_empty_documents_as_nothing(void)
+{
+    const char *p = write_tmp("empty_docs.jsonl", "{\"input_ids\": []}\n"
+                                                  "{\"input_ids\": []}\n"
+                                                  "{\"input_ids\": [3, 4, 5, 6]}\n");
+    kvcal_samples *s = NULL;
+    for (uint64_t seed = 0; seed < 6; seed++) { /* each place in the order */
+        kvcal_dataset_options opt = {
+            .num_samples = 0, .seq_len = 2, .seed = seed, .pack = 1};
+        CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_OK);
+        CU_ASSERT_EQUAL(s->num_samples, 2);
+        CU_ASSERT_EQUAL(s->num_tokens, 4);
+        CU_ASSERT(s->ids[0] == 3 && s->ids[1] == 4 && s->ids[2] == 5 && s->ids[3] == 6);
+        kvcal_samples_destroy(s);
+    }
+    p = write_tmp("only_empty.jsonl", "{\"input_ids\": []}\n{\"input_ids\": []}\n");
+    kvcal_dataset_options opt = {.num_samples = 0, .seq_len = 2, .pack = 1};
+    CU_ASSERT_EQUAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_ERR_FORMAT);
+    CU_ASSERT(kvcal_test_error_has("has 0 tokens in 2 documents"));
+}
+
 static void dataset_same_seed_gives_same_samples(void)
 {
     char text[4096] = "";
@@ -609,6 +633,7 @@ static CU_TestInfo tests[] = {
     KVCAL_TEST(dataset_jsonl_reads_text_field_and_chat_messages),
     KVCAL_TEST(dataset_jsonl_refuses_a_nul_that_would_cut_the_text),
     KVCAL_TEST(dataset_jsonl_ids_are_taken_verbatim_and_packed),
+    KVCAL_TEST(dataset_packs_empty_documents_as_nothing),
     KVCAL_TEST(dataset_same_seed_gives_same_samples),
     KVCAL_TEST(dataset_rejects_invalid_utf8_naming_the_line),
     KVCAL_TEST(dataset_too_few_tokens_says_how_many_there_are),

@@ -464,6 +464,15 @@ static void weight_quant_names_fields_of_the_wrong_type(void)
          "{\"weights\": {\"num_bits\": \"8\", \"type\": \"float\", \"strategy\": "
          "\"tensor\"}}}}",
          "config_groups.g.weights.num_bits is not an integer"},
+        /* a fraction, and a number no int holds (read as one: undefined) */
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": {\"num_bits\": 8.5, \"type\": \"float\", \"strategy\": "
+         "\"tensor\"}}}}",
+         "config_groups.g.weights.num_bits is not an integer"},
+        {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
+         "{\"weights\": {\"num_bits\": 6.7e42, \"type\": \"float\", \"strategy\": "
+         "\"tensor\"}}}}",
+         "config_groups.g.weights.num_bits is not an integer"},
         {"{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"g\": "
          "{\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": 1}}}}",
          "config_groups.g.weights.strategy is not a string"},

@@ -6,6 +6,8 @@
 
 #include <ctype.h>
 #include <fnmatch.h>
+#include <limits.h>
+#include <math.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +114,8 @@ static kvcal_status check_args(const cJSON *a, const char *name, const char *whe
         if (s)
             return s;
     }
-    if (bits && (!cJSON_IsNumber(bits) || bits->valuedouble != (int)bits->valuedouble))
+    if (bits && (!cJSON_IsNumber(bits) || bits->valuedouble != floor(bits->valuedouble) ||
+                 fabs(bits->valuedouble) > INT_MAX))
         return kvcal_fail(KVCAL_ERR_FORMAT,
                           "%s: quantization_config.%s.num_bits is not an integer; fix "
                           "the config",

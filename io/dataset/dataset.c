@@ -758,6 +758,10 @@ kvcal_status kvcal_dataset_load_progress(const char *path, const kvcal_tokenizer
                 goto fail;
             continue;
         }
+        if (!n) { /* an empty document adds nothing to the packed stream */
+            free(ids);
+            continue;
+        }
         if (n_pend + n > cap_pend) {
             size_t c = cap_pend ? cap_pend : 4096;
             while (c < n_pend + n)
