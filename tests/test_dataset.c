@@ -169,16 +169,16 @@ static void dataset_jsonl_ids_are_taken_verbatim_and_packed(void)
     kvcal_samples_destroy(s);
 }
 
-/* Empty documents ({"input_ids": []}) pack as nothing, first in the
- * order too (before the packer holds any tokens), and a file of them alone
- * is the clear error, not a sample. */
+/* Empty documents ({"input_ids": []}) pack as nothing, in whatever order
+ * the seed shuffles them, and a file of them alone (each reaching the
+ * packer before it holds any tokens) is the clear error, not a sample. */
 static void dataset_packs_empty_documents_as_nothing(void)
 {
     const char *p = write_tmp("empty_docs.jsonl", "{\"input_ids\": []}\n"
                                                   "{\"input_ids\": []}\n"
                                                   "{\"input_ids\": [3, 4, 5, 6]}\n");
     kvcal_samples *s = NULL;
-    for (uint64_t seed = 0; seed < 6; seed++) { /* each place in the order */
+    for (uint64_t seed = 0; seed < 6; seed++) {
         kvcal_dataset_options opt = {
             .num_samples = 0, .seq_len = 2, .seed = seed, .pack = 1};
         CU_ASSERT_EQUAL_FATAL(kvcal_dataset_load(p, NULL, &opt, &s), KVCAL_OK);
