@@ -21,10 +21,13 @@ done
 py_dirs() { # folders of the Python nvidia packages holding files named $1
     python3 -c 'import glob, os, sys, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(d + "/**/" + sys.argv[1], recursive=True)})))' "$1" 2>/dev/null
 }
-if ldd "$build/kvcal_tests" | grep -q 'not found'; then
+# the binary whose libraries are looked for: the tests, or kvcal alone
+linked_bin="$build/kvcal_tests"
+[ -e "$linked_bin" ] || linked_bin="$build/kvcal"
+if ldd "$linked_bin" | grep -q 'not found'; then
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(py_dirs 'lib*.so*')"
 fi
 if ! ldconfig -p | grep -q 'libcudnn.so.9 '; then
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(py_dirs 'libcudnn.so.9'):$(py_dirs 'libnvrtc.so*')"
 fi
-ldd "$build/kvcal_tests" | grep 'not found' && echo "missing libraries (see above)"
+ldd "$linked_bin" | grep 'not found' && echo "missing libraries (see above)"
