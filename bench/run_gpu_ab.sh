@@ -15,11 +15,10 @@
 # usage: bench/run_gpu_ab.sh OUTDIR moe|mla ROUNDS BUILD...   (each BUILD a
 # folder holding a kvcal binary; the first is the baseline, e.g. main's)
 set -uo pipefail
-out=${1:?usage: bench/run_gpu_ab.sh OUTDIR moe|mla ROUNDS BUILD...}
-shape=${2:?usage: bench/run_gpu_ab.sh OUTDIR moe|mla ROUNDS BUILD...}
-rounds=${3:?usage: bench/run_gpu_ab.sh OUTDIR moe|mla ROUNDS BUILD...}
+usage="usage: bench/run_gpu_ab.sh OUTDIR moe|mla ROUNDS BUILD..."
+[ $# -ge 4 ] || { echo "$usage (name at least one build folder)" >&2; exit 2; }
+out=$1 shape=$2 rounds=$3
 shift 3
-[ $# -ge 1 ] || { echo "run_gpu_ab.sh: name at least one build folder" >&2; exit 2; }
 case $shape in
 moe) maker=bench/calibrate_moe.py compare=(--experts none) ;;
 mla) maker=bench/calibrate_mla.py compare=(--transformers none) ;;
