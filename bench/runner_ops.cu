@@ -368,18 +368,20 @@ static void attention_shapes_section(timer &t, double peak_tflops, double peak_t
 // q/k heads of 128 + 64, v heads of 128; 8 x 2048 tokens): q and kv_a
 // projections, the cache point (mla_latent, observed, the queries' RoPE),
 // K and V from the entry, the attention, o_proj. K and V the runner's way:
-// kv_b_proj as two batched GEMMs reading the latent in place, a head a
-// batch (each head's no-RoPE part into K's rows, its V into kv_b_proj's
-// output where attention reads it), then the entry's RoPE part into K
-// (mla_expand_rope); and the ways before: kv_b_proj whole reading the
-// latent in place, then the expansion of K (mla_expand), and before that
-// the latent made contiguous first: each step timed. Both ways' K and V
-// are compared once: K's RoPE part must be identical, and K's no-RoPE part
-// and V within the GEMM rows' bound of tests/test_backend_ops.c (the GEMMs
-// may round apart where cuBLASLt chose other algorithms: the largest
-// difference is printed).
+// kv_b_proj with each head's rows as [V; no-RoPE] as one batched GEMM
+// reading the latent in place, a head a batch, into heads of [V | K's
+// no-RoPE part | K's RoPE part], then the entry's RoPE part into K
+// (mla_expand_rope); and the ways before: two batched GEMMs (a head's
+// no-RoPE part into K's rows, its V into kv_b_proj's output), kv_b_proj
+// whole reading the latent in place, then the expansion of K (mla_expand),
+// and before that the latent made contiguous first: each step timed. The
+// ways' K and V are compared once: K's RoPE part must be identical, and
+// K's no-RoPE part and V within the GEMM rows' bound of
+// tests/test_backend_ops.c (the GEMMs may round apart where cuBLASLt chose
+// other algorithms: the largest difference is printed).
 // The attention every way the runner may take it: cuDNN on the heads as
-// they are (kvcal_attention_run_qk_v, V read inside kv_b_proj's output) and,
+// they are (kvcal_attention_run_qk_v, K and V read inside the [V | K]
+// heads; and K apart, V inside kv_b_proj's output, as before) and,
 // where cuDNN refuses them, V padded to 192 (the expansion writes it) on
 // kvcal_attention_run (cuDNN at 192 if it takes that, else kvcal's
 // tensor-core kernel) and the padding dropped; and the portable kernel at
@@ -391,7 +393,7 @@ static void attention_shapes_section(timer &t, double peak_tflops, double peak_t
 static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double peak_tbs)
 {
     const int B = 8, T = 2048, D = 2048, H = 16, KVR = 512, R = 64, NOPE = 128, VD = 128;
-    const int M = B * T, QK = NOPE + R, E = KVR + R, KVW = NOPE + VD;
+    const int M = B * T, QK = NOPE + R, E = KVR + R, KVW = NOPE + VD, KVH = VD + QK;
     const int64_t HQ = (int64_t)H * QK;
     // yarn x40 with mscale_all_dim 0.707: (0.1 * 0.707 * ln 40 + 1)^2 / sqrt(192)
     const float mscale = 0.1f * 0.707f * logf(40.0f) + 1.0f;
@@ -407,6 +409,8 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
                *k = rand_dev((size_t)M * HQ, 1.0f),
                *k_new = rand_dev((size_t)M * HQ, 1.0f),
                *kvb_new = rand_dev((size_t)M * H * KVW, 1.0f),
+               *w_kvb_vf = rand_dev((size_t)H * KVW * KVR, 0.05f),
+               *kvh = rand_dev((size_t)M * H * KVH, 1.0f),
                *v_pad = rand_dev((size_t)M * HQ, 1.0f),
                *att_pad = rand_dev((size_t)M * HQ, 1.0f),
                *att = rand_dev((size_t)M * H * VD, 1.0f),
@@ -489,11 +493,30 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     });
     batched_row("gemm kv_b V, a head a batch", v_gemm_ms, VD);
     const float rope_ms = time_ms(t, [&] {
-        CHECK_KVCAL(kvcal_mla_expand_rope_launch(k_new, entry, E, M, H, NOPE, KVR, R, 0));
+        CHECK_KVCAL(
+            kvcal_mla_expand_rope_launch(k_new, QK, entry, E, M, H, NOPE, KVR, R, 0));
     });
     row("mla_expand_rope K", rope_ms, 0.0, e * M * ((double)H * R + R), peak_tflops,
         peak_tbs);
-    const float kv_ms = k_gemm_ms + v_gemm_ms + rope_ms,
+    // the runner's: the weight's rows a head's [V; no-RoPE] (as the loader
+    // lays them), one batched GEMM into [V | K] heads, the RoPE part
+    CHECK_CUDA(cudaMemcpy2D(w_kvb_vf, (size_t)KVW * KVR * e, w_kvb + (int64_t)NOPE * KVR,
+                            (size_t)KVW * KVR * e, (size_t)VD * KVR * e, H,
+                            cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaMemcpy2D(w_kvb_vf + (int64_t)VD * KVR, (size_t)KVW * KVR * e, w_kvb,
+                            (size_t)KVW * KVR * e, (size_t)NOPE * KVR * e, H,
+                            cudaMemcpyDeviceToDevice));
+    const float vk_gemm_ms =
+        time_ms(t, [&] { batched(kvh, (int64_t)H * KVH, KVH, w_kvb_vf, KVW); });
+    batched_row("gemm kv_b V + K, a head a batch", vk_gemm_ms, KVW);
+    const float rope_vk_ms = time_ms(t, [&] {
+        CHECK_KVCAL(
+            kvcal_mla_expand_rope_launch(kvh + VD, KVH, entry, E, M, H, NOPE, KVR, R, 0));
+    });
+    row("mla_expand_rope K in [V | K] heads", rope_vk_ms, 0.0,
+        e * M * ((double)H * R + R), peak_tflops, peak_tbs);
+    const float kv_ms = vk_gemm_ms + rope_vk_ms,
+                kv_two_ms = k_gemm_ms + v_gemm_ms + rope_ms,
                 kv_before_ms = kvb_ld_ms + expand_k_ms;
     {
         // once, each way from the same entry
@@ -503,27 +526,43 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
                                             KVR, R, 0));
         batched(k_new, HQ, QK, w_kvb, NOPE);
         batched(kvb_new + NOPE, (int64_t)H * KVW, KVW, w_kvb + (int64_t)NOPE * KVR, VD);
-        CHECK_KVCAL(kvcal_mla_expand_rope_launch(k_new, entry, E, M, H, NOPE, KVR, R, 0));
+        CHECK_KVCAL(
+            kvcal_mla_expand_rope_launch(k_new, QK, entry, E, M, H, NOPE, KVR, R, 0));
+        batched(kvh, (int64_t)H * KVH, KVH, w_kvb_vf, KVW);
+        CHECK_KVCAL(
+            kvcal_mla_expand_rope_launch(kvh + VD, KVH, entry, E, M, H, NOPE, KVR, R, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
-        int64_t k_far = 0, v_far = 0;
-        const double k_rope =
-            max_diff_rows(k + NOPE, QK, k_new + NOPE, QK, (int64_t)M * H, R);
-        const double k_nope =
-            max_diff_rows(k, QK, k_new, QK, (int64_t)M * H, NOPE, 2e-2, 8e-3, &k_far);
-        const double v_diff = max_diff_rows(kvb + NOPE, KVW, kvb_new + NOPE, KVW,
-                                            (int64_t)M * H, VD, 2e-2, 8e-3, &v_far);
-        printf("K and V from the entry: the runner's %.3f ms (a head a batch + the RoPE "
-               "part), before %.3f ms (kv_b_proj + mla_expand K); the two ways' largest "
-               "difference: K's no-RoPE part %g, V %g, K's RoPE part %g\n",
-               kv_ms, kv_before_ms, k_nope, v_diff, k_rope);
-        if (k_rope != 0.0 || k_far || v_far) {
-            fprintf(stderr,
-                    "mla: the runner's K and V differ from the way before's: K's RoPE "
-                    "part by %g (must be 0), %lld of K's no-RoPE values and %lld of V's "
-                    "beyond 2e-2 + 8e-3 |x|\n",
-                    k_rope, (long long)k_far, (long long)v_far);
-            exit(1);
+        // against kv_b_proj whole + the expansion: the two GEMMs', then the one's
+        const struct {
+            const char *way;
+            const kvcal_bf16 *k, *v;
+            int64_t k_head, v_head;
+        } ways[] = {{"two batched GEMMs", k_new, kvb_new + NOPE, QK, KVW},
+                    {"one batched GEMM", kvh + VD, kvh, KVH, KVH}};
+        for (const auto &w : ways) {
+            int64_t k_far = 0, v_far = 0;
+            const double k_rope =
+                max_diff_rows(k + NOPE, QK, w.k + NOPE, w.k_head, (int64_t)M * H, R);
+            const double k_nope = max_diff_rows(k, QK, w.k, w.k_head, (int64_t)M * H,
+                                                NOPE, 2e-2, 8e-3, &k_far);
+            const double v_diff = max_diff_rows(kvb + NOPE, KVW, w.v, w.v_head,
+                                                (int64_t)M * H, VD, 2e-2, 8e-3, &v_far);
+            printf("K and V from the entry, %s against kv_b_proj + mla_expand K: largest "
+                   "difference: K's no-RoPE part %g, V %g, K's RoPE part %g\n",
+                   w.way, k_nope, v_diff, k_rope);
+            if (k_rope != 0.0 || k_far || v_far) {
+                fprintf(stderr,
+                        "mla: %s' K and V differ from kv_b_proj + mla_expand's: K's "
+                        "RoPE part by %g (must be 0), %lld of K's no-RoPE values and "
+                        "%lld of V's beyond 2e-2 + 8e-3 |x|\n",
+                        w.way, k_rope, (long long)k_far, (long long)v_far);
+                exit(1);
+            }
         }
+        printf("K and V from the entry: the runner's %.3f ms (one batched GEMM + the "
+               "RoPE part), two batched GEMMs + the RoPE part %.3f ms, kv_b_proj + "
+               "mla_expand K %.3f ms\n",
+               kv_ms, kv_two_ms, kv_before_ms);
     }
     const float expand_v_ms = time_ms(t, [&] {
         CHECK_KVCAL(kvcal_mla_expand_launch(nullptr, v_pad, QK, kvb, entry, E, M, H, NOPE,
@@ -558,22 +597,32 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     kvcal_attention_t *cudnn;
     CHECK_KVCAL(kvcal_attention_create(0, &cudnn));
     int taken = 0;
-    CHECK_KVCAL(kvcal_attention_run_qk_v(cudnn, att, H * VD, q, k, HQ, kvb + NOPE,
-                                         H * KVW, KVW, B, T, H, H, QK, VD, scale, 0,
-                                         &taken));
+    // the runner's: K and V inside the [V | K] heads (kvh: the same K and V)
+    auto split = [&] {
+        CHECK_KVCAL(kvcal_attention_run_qk_v(cudnn, att, H * VD, q, HQ, kvh + VD,
+                                             (int64_t)H * KVH, KVH, kvh, (int64_t)H * KVH,
+                                             KVH, B, T, H, H, QK, VD, scale, 0, &taken));
+    };
+    split();
     printf("attention q/k 192, v 128 (kvcal_attention_run_qk_v): %s\n",
            kvcal_attention_note(cudnn));
     float split_ms = 0.0f;
     if (taken) {
         CHECK_CUDA(cudaDeviceSynchronize());
-        check("cuDNN's q/k 192, v 128", att, VD);
-        split_ms = time_ms(t, [&] {
-            CHECK_KVCAL(kvcal_attention_run_qk_v(cudnn, att, H * VD, q, k, HQ, kvb + NOPE,
-                                                 H * KVW, KVW, B, T, H, H, QK, VD, scale,
-                                                 0, &taken));
-        });
-        row("attention cuDNN 192/128", split_ms, split_flops, split_bytes, peak_tflops,
-            peak_tbs);
+        check("cuDNN's q/k 192, v 128 in [V | K] heads", att, VD);
+        split_ms = time_ms(t, split);
+        row("attention cuDNN 192/128, [V | K] heads", split_ms, split_flops, split_bytes,
+            peak_tflops, peak_tbs);
+        auto apart = [&] {
+            CHECK_KVCAL(kvcal_attention_run_qk_v(cudnn, att, H * VD, q, HQ, k, HQ, QK,
+                                                 kvb + NOPE, H * KVW, KVW, B, T, H, H, QK,
+                                                 VD, scale, 0, &taken));
+        };
+        apart();
+        CHECK_CUDA(cudaDeviceSynchronize());
+        check("cuDNN's q/k 192, v 128, K apart", att, VD);
+        row("attention cuDNN 192/128, K apart", time_ms(t, apart), split_flops,
+            split_bytes, peak_tflops, peak_tbs);
     }
     kvcal_attention_impl impl = KVCAL_ATTENTION_IMPL_KVCAL;
     CHECK_KVCAL(kvcal_attention_run(cudnn, att_pad, HQ, q, k, v_pad, HQ, B, T, H, H, QK,
@@ -611,18 +660,20 @@ static void mla_section(timer &t, kvcal_gemm_t *gemm, double peak_tflops, double
     const float before = copy_ms + kvb_ms + expand_k_ms + expand_v_ms +
                          (impl == KVCAL_ATTENTION_IMPL_CUDNN ? run192_ms : simt_ms) +
                          drop_ms;
-    printf("MLA block (sum of its ops): the runner %.3f ms (K and V a head a batch, %s), "
-           "before %.3f ms (the latent made contiguous, kv_b_proj + mla_expand, %s); its "
-           "attention %.3f ms of it\n",
-           common + kv_ms + (taken ? split_ms : fallback),
-           taken ? "cuDNN on q/k 192, v 128" : "V padded to 192 on kvcal_attention_run",
-           common + before,
-           impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN at 192, V padded"
-                                              : "the portable kernel at 192, V padded",
-           taken ? split_ms : fallback);
+    printf(
+        "MLA block (sum of its ops): the runner %.3f ms (K and V one batched GEMM, %s), "
+        "before %.3f ms (the latent made contiguous, kv_b_proj + mla_expand, %s); its "
+        "attention %.3f ms of it\n",
+        common + kv_ms + (taken ? split_ms : fallback),
+        taken ? "cuDNN on q/k 192, v 128" : "V padded to 192 on kvcal_attention_run",
+        common + before,
+        impl == KVCAL_ATTENTION_IMPL_CUDNN ? "cuDNN at 192, V padded"
+                                           : "the portable kernel at 192, V padded",
+        taken ? split_ms : fallback);
     kvcal_attention_destroy(cudnn);
-    for (kvcal_bf16 *p : {x, w_q, w_kva, w_kvb, w_o, norm_w, q, entry, lat, kvb, k, k_new,
-                          kvb_new, v_pad, att_pad, att, att_ref, y})
+    for (kvcal_bf16 *p :
+         {x, w_q,   w_kva,   w_kvb,    w_o, norm_w, q,       entry, lat,     kvb,
+          k, k_new, kvb_new, w_kvb_vf, kvh, v_pad,  att_pad, att,   att_ref, y})
         CHECK_CUDA(cudaFree(p));
     observer_free(obs);
     CHECK_CUDA(cudaFree(pos));

@@ -88,6 +88,16 @@ static void layout_layer(kvcal_cuda_layer_layout *lay, const kvcal_model_desc *d
         off += round_up(sizeof(float));
     }
     lay->bytes = off;
+    /* a bf16 kv_b_proj as one batched GEMM a head (calib/backend_cuda.c
+     * expand) where each head's rows are 16 bytes apart, what Hopper's
+     * tensor memory access takes (the buffers and weights are 256-byte
+     * aligned): sizes of multiples of 8 values. cuBLASLt, told the
+     * alignment, would run less aligned heads on other algorithms; there
+     * one GEMM and the expansion stay (DeepSeek-V2's golden model: heads of
+     * 24 + 20 values). */
+    lay->kv_b_v_first = d->mla && d->fp8[KVCAL_W_KV_B].w == KVCAL_FP8W_NONE &&
+                        d->qk_nope_head_dim % 8 == 0 && d->v_head_dim % 8 == 0 &&
+                        d->qk_rope_head_dim % 8 == 0 && d->kv_lora_rank % 8 == 0;
 }
 
 /* Adds weight w to the base's fp8_fallback list: its first tensor's name
@@ -364,15 +374,18 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
                             round_up(fp8_bytes[2]) + round_up(fp8_bytes[3]) +
                             round_up(moe8[0]) + round_up(moe8[1]) + round_up(moe8[2]) +
                             round_up(moe8[3]);
-    /* MLA's: the query's LoRA, the query, the entry, kv_b_proj's output, K,
-     * V and the attention's padded output */
-    const size_t HQ = (size_t)r->H * r->qkd;
+    /* MLA's: the query's LoRA, the query, the entry, kv_b_proj's output
+     * (with K's RoPE part where it holds K), K, V and the attention's padded
+     * output */
+    const size_t HQ = (size_t)r->H * r->qkd,
+                 KVB = (size_t)r->H *
+                       (r->nope + r->vh + (r->lay.kv_b_v_first ? r->rope : 0));
     /* V, or an FP8 kv_b_proj's contiguous latent before it */
     const size_t MV = HQ > (size_t)r->kvr ? HQ : (size_t)r->kvr;
     const size_t mla_acts = !d->mla ? 0
                                     : round_up(N * d->q_lora_rank * e) +
                                           round_up(N * HQ * e) + round_up(N * r->hd * e) +
-                                          round_up(N * r->H * (r->nope + r->vh) * e) +
+                                          round_up(N * KVB * e) +
                                           2 * round_up(N * HQ * e) + round_up(N * MV * e);
     /* the attention output's gate; the delta-net's inputs and output */
     const size_t lin_qkvz = (size_t)kvcal_model_dim(d, KVCAL_DIM_LIN_QKVZ),
@@ -452,7 +465,7 @@ kvcal_status kvcal_backend_cuda_create(kvcal_model_t *model,
         r->qa = carve(&p, N * d->q_lora_rank * e);
         r->mq = carve(&p, N * HQ * e);
         r->latent = carve(&p, N * r->hd * e);
-        r->kvb = carve(&p, N * r->H * (r->nope + r->vh) * e);
+        r->kvb = carve(&p, N * KVB * e);
         r->mk = carve(&p, N * HQ * e);
         r->mv = carve(&p, N * MV * e);
         r->att_pad = carve(&p, N * HQ * e);

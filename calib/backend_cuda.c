@@ -653,7 +653,7 @@ static kvcal_status attend_qkv(cuda_backend *r, kvcal_bf16 *out, int64_t out_str
 
 /* The attention into out (N, att_cols): of the fused QKV buffer (with op's
  * sinks where it has them), or MLA's decompressed heads: on cuDNN as they
- * are (q/k heads of qkd, V read inside kv_b_proj's output), else with V
+ * are (q heads of mq; K and V read inside kvb, or K of mk), else with V
  * padded to the q/k head size, so that one head size runs on kvcal's
  * kernels, the padding's columns then dropped. */
 static kvcal_status attend(cuda_backend *r, const kvcal_op *op, kvcal_bf16 *out)
@@ -665,18 +665,39 @@ static kvcal_status attend(cuda_backend *r, const kvcal_op *op, kvcal_bf16 *out)
                           r->qkv + q_cols + r->HKV * r->hd, r->qkv_n, r->HKV, r->hd,
                           tensor(r, op->w));
     const size_t e = sizeof(kvcal_bf16);
-    const int64_t qk_stride = (int64_t)r->H * r->qkd, kvw = r->nope + r->vh;
+    const int64_t qk_stride = (int64_t)r->H * r->qkd;
+    /* where K and V lie: kvb's heads of [V | K], or K in mk and V after each
+     * head's no-RoPE part in kvb */
+    const int v_first = r->lay.kv_b_v_first;
+    const int kv_head = v_first ? r->vh + r->qkd : r->nope + r->vh;
+    const int64_t kv_stride = (int64_t)r->H * kv_head;
+    const kvcal_bf16 *k = v_first ? r->kvb + r->vh : r->mk,
+                     *v = v_first ? r->kvb : r->kvb + r->nope;
     const int window = r->base.desc->layer_window[r->layer];
     int taken = 0;
     if ((window <= 0 || r->seq_len <= window) && !(r->base.desc->attn_softcap > 0.0f))
-        TRY(kvcal_attention_run_qk_v(r->attn, out, (int64_t)r->H * r->vh, r->mq, r->mk,
-                                     qk_stride, r->kvb + r->nope, r->H * kvw, kvw,
+        TRY(kvcal_attention_run_qk_v(r->attn, out, (int64_t)r->H * r->vh, r->mq,
+                                     qk_stride, k, v_first ? kv_stride : qk_stride,
+                                     v_first ? kv_head : r->qkd, v, kv_stride, kv_head,
                                      r->batch, r->seq_len, r->H, r->H, r->qkd, r->vh,
                                      r->base.desc->attn_scale, r->stream, &taken));
     if (taken)
         return KVCAL_OK;
-    TRY(kvcal_mla_expand_launch(NULL, r->mv, r->qkd, r->kvb, r->latent, r->hd, n, r->H,
-                                r->nope, r->vh, r->kvr, r->rope, r->stream));
+    if (v_first) { /* K and V as kvcal's kernels take them: mk, mv padded with zeros */
+        TRY_CUDA(cudaMemcpy2DAsync(r->mk, r->qkd * e, k, kv_head * e, r->qkd * e,
+                                   (size_t)n * r->H, cudaMemcpyDeviceToDevice,
+                                   r->stream));
+        TRY_CUDA(cudaMemcpy2DAsync(r->mv, r->qkd * e, v, kv_head * e, r->vh * e,
+                                   (size_t)n * r->H, cudaMemcpyDeviceToDevice,
+                                   r->stream));
+        if (r->qkd > r->vh)
+            TRY_CUDA(cudaMemset2DAsync(r->mv + r->vh, r->qkd * e, 0,
+                                       (size_t)(r->qkd - r->vh) * e, (size_t)n * r->H,
+                                       r->stream));
+    } else {
+        TRY(kvcal_mla_expand_launch(NULL, r->mv, r->qkd, r->kvb, r->latent, r->hd, n,
+                                    r->H, r->nope, r->vh, r->kvr, r->rope, r->stream));
+    }
     TRY(attend_qkv(r, r->att_pad, qk_stride, r->mq, r->mk, r->mv, qk_stride, r->H, r->qkd,
                    NULL));
     TRY_CUDA(cudaMemcpy2DAsync(out, r->vh * e, r->att_pad, r->qkd * e, r->vh * e,
@@ -944,50 +965,30 @@ static kvcal_status mla_latent(kvcal_backend *be, const kvcal_op *op, int need_q
         r->batch * r->seq_len, &cfg, observe >= 0 && r->stats ? &obs : NULL, r->stream);
 }
 
-/* Whether a bf16 kv_b_proj writes K's no-RoPE part and V in place, a head
- * a batch: where every batch's pointer, row and stride is 16 bytes aligned
- * (the buffers 16-byte aligned, the sizes multiples of 8 values), what
- * Hopper's tensor memory access takes. cuBLASLt, told the alignment
- * (kvcal_gemm_batched_launch), would run less aligned batches on other
- * algorithms; there the one GEMM and the expansion stay, as before
- * (DeepSeek-V2's golden model: heads of 24 + 20 values in kv_b_proj's
- * output, 88 bytes apart). */
-static int kv_b_in_place(const cuda_backend *r)
-{
-    const uintptr_t addr = (uintptr_t)r->mk | (uintptr_t)(r->kvb + r->nope) |
-                           (uintptr_t)r->latent | (uintptr_t)tensor(r, KVCAL_W_KV_B);
-    return addr % 16 == 0 && r->nope % 8 == 0 && r->vh % 8 == 0 && r->rope % 8 == 0 &&
-           r->kvr % 8 == 0;
-}
-
-/* K and V of every head from the entry (what the cache gives back), V
- * inside kv_b_proj's output (N, H, nope + vh) until attend pads it, where it
- * must. A bf16 kv_b_proj reads the latent in place (the entry's first kvr
- * values) as two batched GEMMs, a head a batch (kv_b_in_place): each head's
- * no-RoPE rows of the weight into K's columns, its V rows into V's, whose
- * no-RoPE columns (attend reads V alone) stay unwritten; then the entry's
- * RoPE part into K. Otherwise kv_b_proj whole into its output (an FP8 one
- * quantizing a contiguous copy of the latent, in mv until attend needs
- * that), then K expanded from it. */
+/* K and V of every head from the entry (what the cache gives back). A bf16
+ * kv_b_proj whose rows are a head's [V; no-RoPE] (lay.kv_b_v_first) reads
+ * the latent in place (the entry's first kvr values) as one batched GEMM,
+ * a head a batch, into kvb's heads of [V | K's no-RoPE part | K's RoPE
+ * part], the entry's RoPE part then copied into each head's K. Otherwise
+ * kv_b_proj whole into kvb (N, H, nope + vh) (an FP8 one quantizing a
+ * contiguous copy of the latent, in mv until attend needs that), then K
+ * expanded from it; V stays inside kvb until attend pads it, where it
+ * must. */
 static kvcal_status expand(cuda_backend *r)
 {
     kvcal_status st = KVCAL_OK;
     const int n = r->batch * r->seq_len, kvw = r->nope + r->vh, kvb_n = r->H * kvw;
     const size_t e = sizeof(kvcal_bf16);
     const kvcal_bf16 *w = tensor(r, KVCAL_W_KV_B); /* (H * kvw, kvr) */
-    const int bf16 = r->lay.fp8[KVCAL_W_KV_B].w == KVCAL_FP8W_NONE;
-    if (bf16 && kv_b_in_place(r)) {
-        const int64_t w_stride = (int64_t)kvw * r->kvr;
-        TRY(kvcal_gemm_batched_launch(r->gemm, r->mk, (int64_t)r->H * r->qkd, r->qkd,
-                                      r->latent, r->hd, w, w_stride, n, r->kvr, r->nope,
-                                      r->H, r->stream));
-        TRY(kvcal_gemm_batched_launch(r->gemm, r->kvb + r->nope, kvb_n, kvw, r->latent,
-                                      r->hd, w + (int64_t)r->nope * r->kvr, w_stride, n,
-                                      r->kvr, r->vh, r->H, r->stream));
-        return kvcal_mla_expand_rope_launch(r->mk, r->latent, r->hd, n, r->H, r->nope,
-                                            r->kvr, r->rope, r->stream);
+    if (r->lay.kv_b_v_first) {
+        const int head = r->vh + r->qkd;
+        TRY(kvcal_gemm_batched_launch(r->gemm, r->kvb, (int64_t)r->H * head, head,
+                                      r->latent, r->hd, w, (int64_t)kvw * r->kvr, n,
+                                      r->kvr, kvw, r->H, r->stream));
+        return kvcal_mla_expand_rope_launch(r->kvb + r->vh, head, r->latent, r->hd, n,
+                                            r->H, r->nope, r->kvr, r->rope, r->stream);
     }
-    if (bf16) {
+    if (r->lay.fp8[KVCAL_W_KV_B].w == KVCAL_FP8W_NONE) {
         TRY(kvcal_gemm_launch_ld(r->gemm, r->kvb, r->latent, r->hd, w, NULL, n, r->kvr,
                                  kvb_n, r->stream));
     } else {

@@ -154,10 +154,10 @@ typedef struct {
     kvcal_bf16 *qa;               /* (N, q_lora_rank) the query's LoRA */
     kvcal_bf16 *mq;               /* (N, H, qkd) the query */
     kvcal_bf16 *latent;           /* (N, hd) the cached entry: latent, RoPE part */
-    kvcal_bf16 *kvb;              /* (N, H, nope + vh) the latent through kv_b_proj
-                                   * (V's columns alone where expand writes K in
-                                   * place) */
-    kvcal_bf16 *mk;               /* (N, H, qkd) the attention's K */
+    kvcal_bf16 *kvb;              /* (N, H, nope + vh) the latent through kv_b_proj;
+                                   * where lay.kv_b_v_first, (N, H, vh + qkd):
+                                   * each head's V, then its K */
+    kvcal_bf16 *mk;               /* (N, H, qkd) the attention's K (from kvb) */
     /* kvcal's kernels' (one head size, where cuDNN does not run the heads as
      * they are): V padded with zeros, the output before V's padding goes */
     kvcal_bf16 *mv, *att_pad; /* (N, H, qkd) each */

@@ -215,6 +215,25 @@ static int interleaved_jobs(job_list *out, size_t off, int I, int D,
     return fail;
 }
 
+/* kv_b_proj's bf16 rows at off with each head's [V; no-RoPE] (the
+ * layout's kv_b_v_first) from part, which holds them [no-RoPE; V] a head.
+ * Nonzero where a job could not be queued. */
+static int kv_b_v_first_jobs(job_list *out, size_t off, const kvcal_tensor_view *part,
+                             const kvcal_model_desc *d)
+{
+    const int nope = d->qk_nope_head_dim, vh = d->v_head_dim, kvw = nope + vh;
+    const size_t cols = (size_t)d->kv_lora_rank, e = sizeof(kvcal_bf16);
+    int fail = 0;
+    for (int h = 0; h < d->num_heads; h++) {
+        const size_t head = off + (size_t)h * kvw * cols * e;
+        const int64_t src = (int64_t)h * kvw * (int64_t)cols;
+        fail |= push_job(out, head, part, src + (int64_t)nope * (int64_t)cols, vh * cols,
+                         e, NULL);
+        fail |= push_job(out, head + vh * cols * e, part, src, nope * cols, e, NULL);
+    }
+    return fail;
+}
+
 /* interleaved_jobs of an FP8 weight's bytes (p: one copy) */
 static int fp8_interleaved_jobs(const kvcal_cuda_loader_t *ld, kvcal_weight w,
                                 const kvcal_fp8_parts *p, size_t off, job_list *out)
@@ -346,6 +365,14 @@ static kvcal_status layer_jobs(const kvcal_cuda_loader_t *ld, int l, job_list *o
         if (!n) /* a weight of other layers than this one (GLM's dense MLP) */
             continue;
         size_t off = ld->lay.off[w];
+        if (w == KVCAL_W_KV_B && ld->lay.kv_b_v_first) {
+            if (n != 1) /* every MLA family's is one tensor (calib/arch_deepseek.c) */
+                return kvcal_fail(KVCAL_ERR_INVALID_ARG,
+                                  "weight loader: kv_b_proj in %d tensors, not one", n);
+            if (kv_b_v_first_jobs(out, off, &part[0], d))
+                return kvcal_fail(KVCAL_ERR_NOMEM, "weight loader: out of memory");
+            continue;
+        }
         if (ld->lay.interleaved[w]) {
             if (interleaved_jobs(out, off, ld->lay.interleaved[w], d->hidden_size, part,
                                  n, sizeof(kvcal_bf16), NULL))

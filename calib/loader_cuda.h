@@ -37,6 +37,10 @@ typedef struct kvcal_cuda_layer_layout {
      * kvcal_gemm_swiglu's order (the fused gate/up + SwiGLU kernel's, the
      * last block padded), 0 where it is as the checkpoint stores it */
     int interleaved[KVCAL_W_COUNT];
+    /* 1: MLA's bf16 kv_b_proj with each head's rows as [V's; the no-RoPE
+     * part's] (one batched GEMM a head writes [V | K's no-RoPE part]); 0:
+     * as the checkpoint stores them ([no-RoPE; V] a head) */
+    int kv_b_v_first;
 } kvcal_cuda_layer_layout;
 
 typedef struct kvcal_cuda_loader kvcal_cuda_loader_t;

@@ -3336,41 +3336,55 @@ static void mla_expand_cuda(const op_row *r, int version, const void *p, op_ctx 
 
 /* K's RoPE part alone: K starts as the reference's K with its RoPE part
  * NaN (the no-RoPE part: what kv_b_proj wrote, kept as it is); afterwards
- * it must be the reference's K bit for bit (the RoPE part a copy). */
+ * it must be the reference's K bit for bit (the RoPE part a copy). Packed
+ * heads, and heads 16 values wider with K 8 values in (as K lies after V
+ * in the runner's [V | K] heads), whose other values must stay NaN. */
 static void mla_expand_rope_cuda(const op_row *r, int version, const void *p, op_ctx *ctx)
 {
     (void)version, (void)ctx;
     const mla_expand_cpu *c = p;
     const int nope = r->head_dim - r->rot_dim, H = r->heads, T = r->rows;
     const int64_t es = mla_entry_stride(r), n = (int64_t)T * H * r->head_dim;
-    float *k = host_copy(c->k, n);
-    for (int64_t i = 0; i < n; i++)
-        if (i % r->head_dim >= nope)
-            k[i] = NAN;
-    kvcal_bf16 *d_k = kvcal_test_dev_upload_bf16(k, n),
-               *d_entry = kvcal_test_dev_upload_bf16(c->entry, T * es);
-    free(k);
-    ROW_OK(kvcal_mla_expand_rope_launch(d_k, d_entry, es, T, H, nope, r->kv_lora_rank,
-                                        r->rot_dim, 0));
-    sync_ok();
-    k = kvcal_test_dev_download_bf16(d_k, n);
-    int64_t rope_bad = 0, nope_bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t bad = count_differ(&k[i], &c->k[i], 1);
-        if (i % r->head_dim < nope)
-            nope_bad += bad;
-        else
-            rope_bad += bad;
+    kvcal_bf16 *d_entry = kvcal_test_dev_upload_bf16(c->entry, T * es);
+    for (int wide = 0; wide < 2; wide++) {
+        const int kh = r->head_dim + (wide ? 16 : 0), at = wide ? 8 : 0;
+        const int64_t m = (int64_t)T * H * kh;
+        float *k = malloc((size_t)m * sizeof *k);
+        ROW_ASSERT(k != NULL);
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t head = i / kh, j = i % kh - at;
+            k[i] = j >= 0 && j < nope ? c->k[head * r->head_dim + j] : NAN;
+        }
+        kvcal_bf16 *d_k = kvcal_test_dev_upload_bf16(k, m);
+        free(k);
+        ROW_OK(kvcal_mla_expand_rope_launch(d_k + at, kh, d_entry, es, T, H, nope,
+                                            r->kv_lora_rank, r->rot_dim, 0));
+        sync_ok();
+        k = kvcal_test_dev_download_bf16(d_k, m);
+        int64_t rope_bad = 0, nope_bad = 0, gap_bad = 0;
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t head = i / kh, j = i % kh - at;
+            if (j < 0 || j >= r->head_dim)
+                gap_bad += !isnan(k[i]);
+            else if (j < nope)
+                nope_bad += count_differ(&k[i], &c->k[head * r->head_dim + j], 1);
+            else
+                rope_bad += count_differ(&k[i], &c->k[head * r->head_dim + j], 1);
+        }
+        EXPECT_NONE(rope_bad, n / r->head_dim * r->rot_dim,
+                    "RoPE part values not the entry's");
+        EXPECT_NONE(nope_bad, n / r->head_dim * nope, "no-RoPE part values changed");
+        EXPECT_NONE(gap_bad, m - n, "values between the heads written");
+        free(k);
+        cudaFree(d_k);
     }
-    EXPECT_NONE(rope_bad, n / r->head_dim * r->rot_dim,
-                "RoPE part values not the entry's");
-    EXPECT_NONE(nope_bad, n / r->head_dim * nope, "no-RoPE part values changed");
-    ROW_ASSERT(kvcal_mla_expand_rope_launch(NULL, d_entry, es, T, H, nope,
+    ROW_ASSERT(kvcal_mla_expand_rope_launch(NULL, r->head_dim, d_entry, es, T, H, nope,
                                             r->kv_lora_rank, r->rot_dim,
                                             0) == KVCAL_ERR_INVALID_ARG);
     ROW_ASSERT(kvcal_test_error_has("mla_expand_rope"));
-    free(k);
-    cudaFree(d_k);
+    ROW_ASSERT(kvcal_mla_expand_rope_launch((kvcal_bf16 *)d_entry, r->head_dim - 1,
+                                            d_entry, es, T, H, nope, r->kv_lora_rank,
+                                            r->rot_dim, 0) == KVCAL_ERR_INVALID_ARG);
     cudaFree(d_entry);
 }
 

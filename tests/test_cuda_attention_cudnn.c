@@ -3,9 +3,9 @@
  * in tests/test_backend_ops.c (odd shapes against the CPU reference, which
  * implementation takes which): kvcal's kernel forced by the option, the
  * arguments it refuses as kvcal's kernel does, kvcal_attention_run_qk_v
- * (MLA's q/k heads wider than its v heads, V read inside wider heads) against
- * kvcal_attention_vdim_ref, kvcal_attention_run_sinks (gpt-oss's sinks:
- * cuDNN's statistics, then each row's share) against
+ * (MLA's q/k heads wider than its v heads, K and V read inside wider heads)
+ * against kvcal_attention_vdim_ref, kvcal_attention_run_sinks (gpt-oss's
+ * sinks: cuDNN's statistics, then each row's share) against
  * kvcal_attention_sinks_ref, and the CUDA runner on golden models (MLA's
  * among them) with cuDNN against kvcal's own kernel. Where cuDNN is not
  * installed every call takes kvcal's kernel and the tests check that path
@@ -140,33 +140,59 @@ static void attention_run_rejects_what_kvcal_kernel_rejects(void)
 
 // --- q/k heads wider than v heads (MLA) ---------------------------------------
 
-/* kvcal_attention_run_qk_v on batch sequences of seq tokens: q and k in one
- * buffer (row stride (heads + kv_heads) qk), V the last vd values of each
- * kv head of v_head values (as inside kv_b_proj's output), the output rows
- * heads * vd + 8 long. Where cuDNN ran it, every output within the bounds
- * of kvcal_attention_vdim_ref and the padding untouched; where it did not,
- * nothing written. Returns *taken. */
-static int check_qk_v(kvcal_attention_t *a, int batch, int seq, int heads, int kv_heads,
-                      int qk, int vd, int v_head)
+/* Where a call's Q, K and V lie: in host buffer `in` (0: the first, 1:
+ * the second), from value off of a row of `stride` values, heads `head`
+ * values apart. */
+typedef struct {
+    int in;
+    int64_t off, stride, head;
+} qkv_place;
+
+/* The two layouts of check_qk_v, for kv heads of v_head values holding V's
+ * last vd: QK_APART, q and k in one buffer (rows of (heads + kv_heads) qk)
+ * and V in another (as inside kv_b_proj's output); KV_HEADS, q in one
+ * buffer and each kv head's [V | K] in the other, heads v_head + qk apart
+ * (the runner's MLA heads: V first, then K, kv_b_proj writing both). */
+enum { QK_APART, KV_HEADS };
+
+/* kvcal_attention_run_qk_v on batch sequences of seq tokens in `layout`,
+ * the output rows heads * vd + 8 long. Where cuDNN ran it, every output
+ * within the bounds of kvcal_attention_vdim_ref and the padding untouched;
+ * where it did not, nothing written. Returns *taken. */
+static int check_qk_v(kvcal_attention_t *a, int layout, int batch, int seq, int heads,
+                      int kv_heads, int qk, int vd, int v_head)
 {
-    const int64_t tokens = (int64_t)batch * seq,
-                  qk_stride = (int64_t)(heads + kv_heads) * qk,
-                  v_stride = (int64_t)kv_heads * v_head,
-                  out_stride = (int64_t)heads * vd + 8;
+    const int64_t tokens = (int64_t)batch * seq, out_stride = (int64_t)heads * vd + 8;
+    qkv_place q, k, v;
+    int64_t row[2];
+    if (layout == QK_APART) {
+        row[0] = (int64_t)(heads + kv_heads) * qk, row[1] = (int64_t)kv_heads * v_head;
+        q = (qkv_place){0, 0, row[0], qk};
+        k = (qkv_place){0, (int64_t)heads * qk, row[0], qk};
+        v = (qkv_place){1, v_head - vd, row[1], v_head};
+    } else {
+        const int64_t kv_head = v_head + qk;
+        row[0] = (int64_t)heads * qk, row[1] = kv_heads * kv_head;
+        q = (qkv_place){0, 0, row[0], qk};
+        k = (qkv_place){1, v_head, row[1], kv_head};
+        v = (qkv_place){1, v_head - vd, row[1], kv_head};
+    }
     const float scale = 1.0f / sqrtf((float)qk);
-    float *qkx = kvcal_test_rand_bf16(&rng_state, tokens * qk_stride, -1.0f, 1.0f);
-    float *vx = kvcal_test_rand_bf16(&rng_state, tokens * v_stride, -1.0f, 1.0f);
-    kvcal_bf16 *d_qk = kvcal_test_dev_upload_bf16(qkx, tokens * qk_stride),
-               *d_v = kvcal_test_dev_upload_bf16(vx, tokens * v_stride), *d_out = NULL;
+    float *x[2];
+    kvcal_bf16 *d_x[2], *d_out = NULL;
+    for (int i = 0; i < 2; i++) {
+        x[i] = kvcal_test_rand_bf16(&rng_state, tokens * row[i], -1.0f, 1.0f);
+        d_x[i] = kvcal_test_dev_upload_bf16(x[i], tokens * row[i]);
+    }
     CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d_out, (size_t)(tokens * out_stride) * 2),
                           cudaSuccess);
     CU_ASSERT_EQUAL(cudaMemset(d_out, 0xff, (size_t)(tokens * out_stride) * 2),
                     cudaSuccess);
     int taken = -1;
-    const kvcal_status st =
-        kvcal_attention_run_qk_v(a, d_out, out_stride, d_qk, d_qk + (int64_t)heads * qk,
-                                 qk_stride, d_v + (v_head - vd), v_stride, v_head, batch,
-                                 seq, heads, kv_heads, qk, vd, scale, 0, &taken);
+    const kvcal_status st = kvcal_attention_run_qk_v(
+        a, d_out, out_stride, d_x[q.in] + q.off, q.stride, d_x[k.in] + k.off, k.stride,
+        k.head, d_x[v.in] + v.off, v.stride, v.head, batch, seq, heads, kv_heads, qk, vd,
+        scale, 0, &taken);
     if (st)
         fprintf(stderr, "\n%s\n", kvcal_last_error());
     CU_ASSERT_EQUAL(st, KVCAL_OK);
@@ -174,25 +200,29 @@ static int check_qk_v(kvcal_attention_t *a, int batch, int seq, int heads, int k
     float *got = kvcal_test_dev_download_bf16(d_out, tokens * out_stride);
     /* one sequence's q (seq, heads, qk), k (seq, kv_heads, qk), v (seq,
      * kv_heads, vd) and reference (seq, heads, vd) */
-    float *q = malloc((size_t)seq * heads * qk * sizeof *q),
-          *k = malloc((size_t)seq * kv_heads * qk * sizeof *k),
-          *v = malloc((size_t)seq * kv_heads * vd * sizeof *v),
+    float *qs = malloc((size_t)seq * heads * qk * sizeof *qs),
+          *ks = malloc((size_t)seq * kv_heads * qk * sizeof *ks),
+          *vs = malloc((size_t)seq * kv_heads * vd * sizeof *vs),
           *ref = malloc((size_t)seq * heads * vd * sizeof *ref);
-    CU_ASSERT_FATAL(q && k && v && ref);
+    CU_ASSERT_FATAL(qs && ks && vs && ref);
     int64_t far = 0, written = 0, gap_touched = 0;
     for (int b = 0; b < batch; b++) {
         for (int t = 0; t < seq; t++) {
-            const int64_t row = (int64_t)b * seq + t;
-            memcpy(q + (int64_t)t * heads * qk, qkx + row * qk_stride,
-                   (size_t)heads * qk * sizeof *q);
-            memcpy(k + (int64_t)t * kv_heads * qk, qkx + row * qk_stride + heads * qk,
-                   (size_t)kv_heads * qk * sizeof *k);
-            for (int h = 0; h < kv_heads; h++)
-                memcpy(v + ((int64_t)t * kv_heads + h) * vd,
-                       vx + row * v_stride + (int64_t)h * v_head + (v_head - vd),
-                       (size_t)vd * sizeof *v);
+            const int64_t r = (int64_t)b * seq + t;
+            for (int h = 0; h < heads; h++)
+                memcpy(qs + ((int64_t)t * heads + h) * qk,
+                       x[q.in] + r * q.stride + q.off + h * q.head,
+                       (size_t)qk * sizeof *qs);
+            for (int h = 0; h < kv_heads; h++) {
+                memcpy(ks + ((int64_t)t * kv_heads + h) * qk,
+                       x[k.in] + r * k.stride + k.off + h * k.head,
+                       (size_t)qk * sizeof *ks);
+                memcpy(vs + ((int64_t)t * kv_heads + h) * vd,
+                       x[v.in] + r * v.stride + v.off + h * v.head,
+                       (size_t)vd * sizeof *vs);
+            }
         }
-        kvcal_attention_vdim_ref(ref, q, k, v, seq, heads, kv_heads, qk, vd, scale, 0,
+        kvcal_attention_vdim_ref(ref, qs, ks, vs, seq, heads, kv_heads, qk, vd, scale, 0,
                                  0.0f);
         for (int t = 0; t < seq; t++) {
             const float *g = got + ((int64_t)b * seq + t) * out_stride;
@@ -206,20 +236,21 @@ static int check_qk_v(kvcal_attention_t *a, int batch, int seq, int heads, int k
                 gap_touched += !isnan(g[i]);
         }
     }
-    printf("(%d x %d, %d/%d heads, q/k %d, v %d of %d: %s%s) ", batch, seq, heads,
+    printf("(%s, %d x %d, %d/%d heads, q/k %d, v %d of %d: %s%s) ",
+           layout == QK_APART ? "q/k apart" : "[V | K] heads", batch, seq, heads,
            kv_heads, qk, vd, v_head, taken ? "cuDNN" : "not taken",
            taken && far ? ", MISMATCH" : "");
     CU_ASSERT_EQUAL(taken ? far : written, 0);
     CU_ASSERT_EQUAL(gap_touched, 0);
-    free(q);
-    free(k);
-    free(v);
+    free(qs);
+    free(ks);
+    free(vs);
     free(ref);
     free(got);
-    free(qkx);
-    free(vx);
-    cudaFree(d_qk);
-    cudaFree(d_v);
+    for (int i = 0; i < 2; i++) {
+        free(x[i]);
+        cudaFree(d_x[i]);
+    }
     cudaFree(d_out);
     return taken;
 }
@@ -237,25 +268,28 @@ static int cudnn_must_take(const kvcal_attention_t *a)
 }
 
 /* DeepSeek-V2/V3's heads (q/k 192, v 128 read inside kv_b_proj's heads of
- * 256), MHA and GQA, sequences off the tiles: on a Hopper GPU with cuDNN 9
- * loaded cuDNN runs them (its support matrix lists d_qk 192 / d_v 128 there);
- * a V head off 8 is left to the caller; a small MLA shape (the golden V3
- * model's 48 / 32) checked wherever cuDNN takes it. */
+ * 256, or beside K in heads of [V | K]), MHA and GQA, sequences off the
+ * tiles: on a Hopper GPU with cuDNN 9 loaded cuDNN runs them (its support
+ * matrix lists d_qk 192 / d_v 128 there); a V head off 8 is left to the
+ * caller; a small MLA shape (the golden V3 model's 48 / 32) checked wherever
+ * cuDNN takes it. */
 static void attention_qk_v_runs_mla_heads_on_cudnn(void)
 {
     kvcal_attention_t *a = NULL;
     CU_ASSERT_EQUAL_FATAL(kvcal_attention_create(0, &a), KVCAL_OK);
     const int must = cudnn_must_take(a);
-    const int mha = check_qk_v(a, 2, 150, 4, 4, 192, 128, 256);
-    if (must && !mha)
-        fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
-    CU_ASSERT(mha || !must);
-    const int gqa = check_qk_v(a, 1, 131, 8, 2, 192, 128, 256);
-    if (must && !gqa)
-        fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
-    CU_ASSERT(gqa || !must);
-    check_qk_v(a, 2, 37, 4, 4, 48, 32, 64);
-    CU_ASSERT_EQUAL(check_qk_v(a, 2, 37, 4, 4, 40, 20, 44), 0);
+    for (int layout = QK_APART; layout <= KV_HEADS; layout++) {
+        const int mha = check_qk_v(a, layout, 2, 150, 4, 4, 192, 128, 256);
+        if (must && !mha)
+            fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
+        CU_ASSERT(mha || !must);
+        const int gqa = check_qk_v(a, layout, 1, 131, 8, 2, 192, 128, 256);
+        if (must && !gqa)
+            fprintf(stderr, "\n%s\n", kvcal_attention_note(a));
+        CU_ASSERT(gqa || !must);
+        check_qk_v(a, layout, 2, 37, 4, 4, 48, 32, 64);
+        CU_ASSERT_EQUAL(check_qk_v(a, layout, 2, 37, 4, 4, 40, 20, 44), 0);
+    }
     kvcal_attention_destroy(a);
 }
 
@@ -342,7 +376,8 @@ static void attention_sinks_run_on_cudnn_with_the_sinks_share(void)
 }
 
 /* Before any device work: a V head wider than the q/k heads, q/k heads past
- * 256, a NULL pointer, a scale of 0, an output row shorter than its heads. */
+ * 256, a NULL pointer, a scale of 0, an output row shorter than its heads,
+ * K's heads closer together than their values. */
 static void attention_qk_v_rejects_bad_arguments(void)
 {
     kvcal_attention_t *a = NULL;
@@ -352,18 +387,18 @@ static void attention_qk_v_rejects_bad_arguments(void)
         kvcal_bf16 *q;
         int qk, vd;
         float scale;
-        int64_t out_stride;
+        int64_t out_stride, k_head;
     } bad[] = {
-        {p, 128, 192, 0.1f, 4 * 192},     {p, 264, 128, 0.1f, 4 * 128},
-        {NULL, 192, 128, 0.1f, 4 * 128},  {p, 192, 128, 0.0f, 4 * 128},
-        {p, 192, 128, 0.1f, 4 * 128 - 8},
+        {p, 128, 192, 0.1f, 4 * 192, 264},     {p, 264, 128, 0.1f, 4 * 128, 264},
+        {NULL, 192, 128, 0.1f, 4 * 128, 264},  {p, 192, 128, 0.0f, 4 * 128, 264},
+        {p, 192, 128, 0.1f, 4 * 128 - 8, 264}, {p, 192, 128, 0.1f, 4 * 128, 128},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int taken = -1;
-        CU_ASSERT_EQUAL(kvcal_attention_run_qk_v(a, p, bad[i].out_stride, bad[i].q, p,
-                                                 8 * 264, p, 4 * 256, 256, 1, 16, 4, 4,
-                                                 bad[i].qk, bad[i].vd, bad[i].scale, 0,
-                                                 &taken),
+        CU_ASSERT_EQUAL(kvcal_attention_run_qk_v(a, p, bad[i].out_stride, bad[i].q,
+                                                 4 * 264, p, 4 * 264, bad[i].k_head, p,
+                                                 4 * 256, 256, 1, 16, 4, 4, bad[i].qk,
+                                                 bad[i].vd, bad[i].scale, 0, &taken),
                         KVCAL_ERR_INVALID_ARG);
         CU_ASSERT(kvcal_test_error_has("attention"));
         CU_ASSERT_EQUAL(taken, 0);

@@ -5,7 +5,8 @@
  * up interleaved) go to the device as they lie and are transposed there
  * (kvcal_weight_transpose_launch); the result must equal the host's bit for
  * bit, NaNs made quiet as the host makes them, on bands off every tile and
- * through pieces smaller than a stored row. In a build without CUDA the
+ * through pieces smaller than a stored row; MLA's kv_b_proj with each
+ * head's V rows first. In a build without CUDA the
  * suite holds no tests; without a device it is reported skipped. */
 #include <stdint.h>
 #include <stdio.h>
@@ -134,6 +135,24 @@ static void plain_layout(const kvcal_model_desc *d, kvcal_cuda_layer_layout *lay
     lay->bytes = off;
 }
 
+/* MLA's kv_b_proj w (heads of [no-RoPE; V] rows) with each head's rows as
+ * [V; no-RoPE], in place. */
+static void kv_b_v_first(const kvcal_model_desc *d, kvcal_bf16 *w)
+{
+    const size_t cols = (size_t)d->kv_lora_rank,
+                 nope = (size_t)d->qk_nope_head_dim * cols,
+                 vh = (size_t)d->v_head_dim * cols;
+    kvcal_bf16 *head = malloc((nope + vh) * sizeof *head);
+    CU_ASSERT_FATAL(head != NULL);
+    for (int h = 0; h < d->num_heads; h++) {
+        kvcal_bf16 *at = w + (size_t)h * (nope + vh);
+        memcpy(head, at + nope, vh * sizeof *head);
+        memcpy(head + vh, at, nope * sizeof *head);
+        memcpy(at, head, (nope + vh) * sizeof *head);
+    }
+    free(head);
+}
+
 /* The layout's slot of layer l as the host conversion fills it (the bytes
  * no weight holds left as they are in slot). */
 static void host_slot(const kvcal_model_t *m, const kvcal_cuda_layer_layout *lay, int l,
@@ -149,6 +168,8 @@ static void host_slot(const kvcal_model_t *m, const kvcal_cuda_layer_layout *lay
                                   KVCAL_OK);
             for (int i = 0; i < n; i++) {
                 kvcal_bf16 *v = host_converted(&part[i]);
+                if (w == KVCAL_W_KV_B && lay->kv_b_v_first)
+                    kv_b_v_first(d, v);
                 memcpy(slot + off, v, (size_t)part[i].numel * sizeof *v);
                 off += (size_t)part[i].numel * sizeof *v;
                 free(v);
@@ -158,9 +179,10 @@ static void host_slot(const kvcal_model_t *m, const kvcal_cuda_layer_layout *lay
 }
 
 /* Golden model `name`'s layers through a loader with pieces of
- * piece_bytes, each slot against the host conversion, byte for byte where
- * a weight lies. Returns the transposed parts' values compared. */
-static int64_t check_loader(const char *name, size_t piece_bytes)
+ * piece_bytes (kv_b_v_first: the layout's), each slot against the host
+ * conversion, byte for byte where a weight lies. Returns the transposed
+ * parts' values compared. */
+static int64_t check_loader(const char *name, size_t piece_bytes, int kv_b_v_first)
 {
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/golden/%s", name);
@@ -169,6 +191,7 @@ static int64_t check_loader(const char *name, size_t piece_bytes)
     const kvcal_model_desc *d = kvcal_model_describe(m);
     kvcal_cuda_layer_layout lay;
     plain_layout(d, &lay);
+    lay.kv_b_v_first = kv_b_v_first;
     const int L = d->num_layers;
     unsigned char *slots = NULL, *got = malloc(lay.bytes), *want = malloc(lay.bytes);
     CU_ASSERT_FATAL(got && want);
@@ -215,12 +238,22 @@ static void cuda_loader_transposes_gpt_oss_experts_as_the_host_converts_them(voi
      * stored row (bands inside rows) */
     const size_t pieces[] = {0, 1000, 100};
     for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++)
-        CU_ASSERT(check_loader("gpt_oss_sinks_swa8_e8_top3_bf16", pieces[i]) > 0);
+        CU_ASSERT(check_loader("gpt_oss_sinks_swa8_e8_top3_bf16", pieces[i], 0) > 0);
+}
+
+/* MLA's kv_b_proj with each head's V rows first (the CUDA runner's one
+ * batched GEMM a head), through pieces off its heads' rows. */
+static void cuda_loader_puts_kv_b_heads_v_first(void)
+{
+    const size_t pieces[] = {0, 1000, 100};
+    for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++)
+        check_loader("deepseek_v2_mla_grouped_softmax_bf16", pieces[i], 1);
 }
 
 static CU_TestInfo tests[] = {
     KVCAL_TEST(weight_transpose_matches_host_conversion_on_bands_off_the_tile),
     KVCAL_TEST(cuda_loader_transposes_gpt_oss_experts_as_the_host_converts_them),
+    KVCAL_TEST(cuda_loader_puts_kv_b_heads_v_first),
     CU_TEST_INFO_NULL,
 };
 #else

@@ -16,8 +16,8 @@
  *   P  = E / Z                                          bf16
  *   O  = P (b, h, s, s) x V (b, h_kv, s, d_v)           bf16, row stride
  *                                                       out_stride
- * d_v is d but for kvcal_attention_run_qk_v (MLA: d 192, d_v 128), whose V
- * has its own row and head strides. cuDNN is reached only through the
+ * d_v is d but for kvcal_attention_run_qk_v (MLA: d 192, d_v 128), whose K
+ * and V have their own row and head strides. cuDNN is reached only through the
  * function pointers resolved from libcudnn.so.9, so the library links
  * without it. */
 #include "kernels/cuda/attention_cudnn.h"
@@ -42,13 +42,14 @@
 
 enum { NOTE_LEN = 512 };
 
-/* A call's shape: Q and K rows of qk_stride values with heads head_dim
- * apart, V rows of v_stride values with heads v_head apart (v_dim values
- * each), output rows of out_stride with heads v_dim apart; lse 1: the
- * caller takes the softmax statistics. */
+/* A call's shape: Q rows of q_stride values with heads head_dim apart, K
+ * rows of k_stride values with heads k_head apart, V rows of v_stride
+ * values with heads v_head apart (v_dim values each), output rows of
+ * out_stride with heads v_dim apart; lse 1: the caller takes the softmax
+ * statistics. */
 typedef struct {
     int batch, seq_len, heads, kv_heads, head_dim, v_dim;
-    int64_t qk_stride, v_stride, v_head, out_stride;
+    int64_t q_stride, k_stride, k_head, v_stride, v_head, out_stride;
     int lse;
 } att_shape;
 
@@ -56,7 +57,8 @@ static int same_shape(const att_shape *a, const att_shape *b)
 {
     return a->batch == b->batch && a->seq_len == b->seq_len && a->heads == b->heads &&
            a->kv_heads == b->kv_heads && a->head_dim == b->head_dim &&
-           a->v_dim == b->v_dim && a->qk_stride == b->qk_stride &&
+           a->v_dim == b->v_dim && a->q_stride == b->q_stride &&
+           a->k_stride == b->k_stride && a->k_head == b->k_head &&
            a->v_stride == b->v_stride && a->v_head == b->v_head &&
            a->out_stride == b->out_stride && a->lse == b->lse;
 }
@@ -343,10 +345,10 @@ static cudnnBackendDescriptor_t build_graph(builder *b, cudnnHandle_t handle)
 {
     const att_shape *e = &b->e->shape;
     const int64_t B = e->batch, H = e->heads, HK = e->kv_heads, S = e->seq_len,
-                  D = e->head_dim, DV = e->v_dim, ld = e->qk_stride, lv = e->v_stride,
-                  lo = e->out_stride;
-    const int64_t q_dim[4] = {B, H, S, D}, q_str[4] = {S * ld, D, ld, 1};
-    const int64_t kt_dim[4] = {B, HK, D, S}, kt_str[4] = {S * ld, D, 1, ld};
+                  D = e->head_dim, DV = e->v_dim, lq = e->q_stride, lk = e->k_stride,
+                  lv = e->v_stride, lo = e->out_stride;
+    const int64_t q_dim[4] = {B, H, S, D}, q_str[4] = {S * lq, D, lq, 1};
+    const int64_t kt_dim[4] = {B, HK, D, S}, kt_str[4] = {S * lk, e->k_head, 1, lk};
     const int64_t v_dim[4] = {B, HK, S, DV}, v_str[4] = {S * lv, e->v_head, lv, 1};
     const int64_t o_dim[4] = {B, H, S, DV}, o_str[4] = {S * lo, DV, lo, 1};
     const int64_t s_dim[4] = {B, H, S, S}, s_str[4] = {H * S * S, S * S, S, 1};
@@ -627,9 +629,9 @@ static kvcal_status try_cudnn(kvcal_attention_t *a, kvcal_bf16 *out, const kvcal
     *taken = 0;
     const uintptr_t addr = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v |
                            (uintptr_t)lse;
-    if (!a->version || addr % 16 || shape->qk_stride % 8 || shape->v_stride % 8 ||
-        shape->v_head % 8 || shape->out_stride % 8 || shape->head_dim % 8 ||
-        shape->v_dim % 8)
+    if (!a->version || addr % 16 || shape->q_stride % 8 || shape->k_stride % 8 ||
+        shape->k_head % 8 || shape->v_stride % 8 || shape->v_head % 8 ||
+        shape->out_stride % 8 || shape->head_dim % 8 || shape->v_dim % 8)
         return KVCAL_OK;
     const plan_entry *e = NULL;
     const kvcal_status st = find_plan(a, shape, &e);
@@ -725,8 +727,8 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
     if (out && q && k && v && scale > 0.0f && batch > 0 && seq_len > 0 && n_heads > 0 &&
         n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim > 0 && head_dim <= 256 &&
         out_stride >= (int64_t)n_heads * head_dim && qkv_stride >= head_dim) {
-        const att_shape shape = {batch,    seq_len,   n_heads,    n_kv_heads,
-                                 head_dim, head_dim,  qkv_stride, qkv_stride,
+        const att_shape shape = {batch,    seq_len,    n_heads,    n_kv_heads, head_dim,
+                                 head_dim, qkv_stride, qkv_stride, head_dim,   qkv_stride,
                                  head_dim, out_stride, 0};
         kvcal_status st = try_cudnn(a, out, q, k, v, &shape, scale, NULL, stream, &taken);
         if (st != KVCAL_OK)
@@ -742,7 +744,8 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
 
 kvcal_status kvcal_attention_run_qk_v(kvcal_attention_t *a, kvcal_bf16 *out,
                                       int64_t out_stride, const kvcal_bf16 *q,
-                                      const kvcal_bf16 *k, int64_t qk_stride,
+                                      int64_t q_stride, const kvcal_bf16 *k,
+                                      int64_t k_stride, int64_t k_head_stride,
                                       const kvcal_bf16 *v, int64_t v_stride,
                                       int64_t v_head_stride, int batch, int seq_len,
                                       int n_heads, int n_kv_heads, int qk_dim, int v_dim,
@@ -752,20 +755,25 @@ kvcal_status kvcal_attention_run_qk_v(kvcal_attention_t *a, kvcal_bf16 *out,
     if (!a || !out || !q || !k || !v || !(scale > 0.0f) || isinf(scale) || batch < 1 ||
         seq_len < 1 || n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads ||
         qk_dim < 1 || qk_dim > 256 || v_dim < 1 || v_dim > qk_dim ||
-        qk_stride < (int64_t)n_heads * qk_dim || v_head_stride < v_dim ||
+        q_stride < (int64_t)n_heads * qk_dim || k_head_stride < qk_dim ||
+        k_stride < (int64_t)(n_kv_heads - 1) * k_head_stride + qk_dim ||
+        v_head_stride < v_dim ||
         v_stride < (int64_t)(n_kv_heads - 1) * v_head_stride + v_dim ||
         out_stride < (int64_t)n_heads * v_dim)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
                           "attention (q/k head_dim %d, v head_dim %d): %d x %d tokens, "
-                          "%d/%d heads, scale %g, strides q/k %lld, v %lld (heads %lld "
-                          "apart), out %lld: need buffers, n_heads a multiple of "
-                          "n_kv_heads, 1 <= v head_dim <= q/k head_dim <= 256, a finite "
-                          "scale > 0 and rows that hold their heads",
+                          "%d/%d heads, scale %g, strides q %lld, k %lld (heads %lld "
+                          "apart), v %lld (heads %lld apart), out %lld: need buffers, "
+                          "n_heads a multiple of n_kv_heads, 1 <= v head_dim <= q/k "
+                          "head_dim <= 256, a finite scale > 0 and rows that hold their "
+                          "heads",
                           qk_dim, v_dim, batch, seq_len, n_heads, n_kv_heads,
-                          (double)scale, (long long)qk_stride, (long long)v_stride,
+                          (double)scale, (long long)q_stride, (long long)k_stride,
+                          (long long)k_head_stride, (long long)v_stride,
                           (long long)v_head_stride, (long long)out_stride);
-    const att_shape shape = {batch, seq_len,   n_heads,  n_kv_heads,    qk_dim,
-                             v_dim, qk_stride, v_stride, v_head_stride, out_stride, 0};
+    const att_shape shape = {batch,         seq_len,    n_heads,  n_kv_heads,    qk_dim,
+                             v_dim,         q_stride,   k_stride, k_head_stride, v_stride,
+                             v_head_stride, out_stride, 0};
     return try_cudnn(a, out, q, k, v, &shape, scale, NULL, stream, taken);
 }
 
@@ -789,8 +797,8 @@ kvcal_status kvcal_attention_run_sinks(kvcal_attention_t *a, kvcal_bf16 *out,
                           "256, a finite scale > 0 and rows that hold their heads",
                           head_dim, batch, seq_len, n_heads, n_kv_heads, (double)scale,
                           (long long)qkv_stride, (long long)out_stride);
-    const att_shape shape = {batch,    seq_len,  n_heads,    n_kv_heads,
-                             head_dim, head_dim, qkv_stride, qkv_stride,
+    const att_shape shape = {batch,    seq_len,    n_heads,    n_kv_heads, head_dim,
+                             head_dim, qkv_stride, qkv_stride, head_dim,   qkv_stride,
                              head_dim, out_stride, 1};
     kvcal_status st = try_cudnn(a, out, q, k, v, &shape, scale, lse, stream, taken);
     if (st == KVCAL_OK && *taken)

@@ -73,9 +73,10 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
 
 /* Causal attention whose values are narrower than its queries and keys
  * (multi-head latent attention: q/k heads of 192, v heads of 128), on cuDNN
- * only. q and k: rows of qk_stride values, their n_heads and n_kv_heads
- * heads qk_dim apart; v: rows of v_stride values, n_kv_heads heads of v_dim
- * values v_head_stride apart (V read where it lies, e.g. inside a wider
+ * only. q: rows of q_stride values, n_heads heads qk_dim apart; k: rows of
+ * k_stride values, n_kv_heads heads of qk_dim values k_head_stride apart;
+ * v: rows of v_stride values, n_kv_heads heads of v_dim values
+ * v_head_stride apart (K and V read where they lie, e.g. inside one wider
  * per-head buffer); out: rows of out_stride, n_heads heads of v_dim. *taken
  * = 1 when cuDNN ran it; 0 when cuDNN is not loaded, refuses the shape
  * (kvcal_attention_note says why) or a pointer, stride or head size is off
@@ -86,7 +87,8 @@ kvcal_status kvcal_attention_run(kvcal_attention_t *a, kvcal_bf16 *out, int64_t 
  * does. */
 kvcal_status kvcal_attention_run_qk_v(kvcal_attention_t *a, kvcal_bf16 *out,
                                       int64_t out_stride, const kvcal_bf16 *q,
-                                      const kvcal_bf16 *k, int64_t qk_stride,
+                                      int64_t q_stride, const kvcal_bf16 *k,
+                                      int64_t k_stride, int64_t k_head_stride,
                                       const kvcal_bf16 *v, int64_t v_stride,
                                       int64_t v_head_stride, int batch, int seq_len,
                                       int n_heads, int n_kv_heads, int qk_dim, int v_dim,

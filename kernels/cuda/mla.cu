@@ -530,11 +530,11 @@ __global__ void __launch_bounds__(EXPAND_THREADS) mla_expand_kernel(expand_out<T
             o.out[at[u]] = x[u];
 }
 
-/* Queues K's expansion, then V's, in units of T (VEC bf16 values each);
- * rope_only: K's RoPE part alone (kvb and v unused), its no-RoPE part left
- * as it is. */
+/* Queues K's expansion (K's heads k_head values apart), then V's, in units
+ * of T (VEC bf16 values each); rope_only: K's RoPE part alone (kvb and v
+ * unused), its no-RoPE part left as it is. */
 template <typename T, int VEC>
-static void expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
+static void expand_launch(kvcal_bf16 *k, int k_head, kvcal_bf16 *v, int v_stride,
                           const kvcal_bf16 *kvb, const kvcal_bf16 *entry,
                           int64_t entry_stride, int tokens, int n_heads, int nope,
                           int v_dim, int kv_lora_rank, int rope_dim, int rope_only,
@@ -553,7 +553,7 @@ static void expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
                               nope / VEC - k_from,
                               rope_dim / VEC,
                               qk - k_from,
-                              qk,
+                              k_head / VEC,
                               n_heads};
     const expand_out<T> vo = {reinterpret_cast<T *>(v),
                               v ? src + nope / VEC : nullptr,
@@ -575,7 +575,7 @@ static void expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
 /* expand_launch in 16-byte units where every pointer, size and stride
  * allows, else a value a unit (rope_only: v and kvb NULL, v_dim and
  * v_stride 0). */
-static kvcal_status expand_queue(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
+static kvcal_status expand_queue(kvcal_bf16 *k, int k_head, kvcal_bf16 *v, int v_stride,
                                  const kvcal_bf16 *kvb, const kvcal_bf16 *entry,
                                  int64_t entry_stride, int tokens, int n_heads, int nope,
                                  int v_dim, int kv_lora_rank, int rope_dim, int rope_only,
@@ -585,14 +585,15 @@ static kvcal_status expand_queue(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
         (uintptr_t)k | (uintptr_t)v | (uintptr_t)kvb | (uintptr_t)entry;
     const int vec = addr % 16 == 0 && nope % 8 == 0 && v_dim % 8 == 0 &&
                     v_stride % 8 == 0 && kv_lora_rank % 8 == 0 && rope_dim % 8 == 0 &&
-                    entry_stride % 8 == 0;
+                    entry_stride % 8 == 0 && k_head % 8 == 0;
     if (vec)
-        expand_launch<uint4, 8>(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads,
-                                nope, v_dim, kv_lora_rank, rope_dim, rope_only, stream);
+        expand_launch<uint4, 8>(k, k_head, v, v_stride, kvb, entry, entry_stride, tokens,
+                                n_heads, nope, v_dim, kv_lora_rank, rope_dim, rope_only,
+                                stream);
     else
-        expand_launch<__nv_bfloat16, 1>(k, v, v_stride, kvb, entry, entry_stride, tokens,
-                                        n_heads, nope, v_dim, kv_lora_rank, rope_dim,
-                                        rope_only, stream);
+        expand_launch<__nv_bfloat16, 1>(k, k_head, v, v_stride, kvb, entry, entry_stride,
+                                        tokens, n_heads, nope, v_dim, kv_lora_rank,
+                                        rope_dim, rope_only, stream);
     KVCAL_CUDA_CHECK_LAUNCH("mla_expand_kernel");
     return KVCAL_OK;
 }
@@ -614,27 +615,28 @@ kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride, const kvcal_
                           (long long)entry_stride);
     if (!tokens)
         return KVCAL_OK;
-    return expand_queue(k, v, v_stride, kvb, entry, entry_stride, tokens, n_heads, nope,
-                        v_dim, kv_lora_rank, rope_dim, 0, stream);
+    return expand_queue(k, nope + rope_dim, v, v_stride, kvb, entry, entry_stride, tokens,
+                        n_heads, nope, v_dim, kv_lora_rank, rope_dim, 0, stream);
 }
 
 extern "C" kvcal_status
-kvcal_mla_expand_rope_launch(kvcal_bf16 *k, const kvcal_bf16 *entry, int64_t entry_stride,
-                             int tokens, int n_heads, int nope, int kv_lora_rank,
-                             int rope_dim, cudaStream_t stream)
+kvcal_mla_expand_rope_launch(kvcal_bf16 *k, int k_head_stride, const kvcal_bf16 *entry,
+                             int64_t entry_stride, int tokens, int n_heads, int nope,
+                             int kv_lora_rank, int rope_dim, cudaStream_t stream)
 {
     if (!k || !entry || tokens < 0 || n_heads < 1 || nope < 1 || kv_lora_rank < 1 ||
-        rope_dim < 1 || entry_stride < kv_lora_rank + rope_dim)
+        rope_dim < 1 || entry_stride < kv_lora_rank + rope_dim ||
+        k_head_stride < nope + rope_dim)
         return kvcal_fail(KVCAL_ERR_INVALID_ARG,
-                          "mla_expand_rope: %d tokens, %d heads of nope %d + rope %d, "
-                          "latent %d (entry stride %lld): need K's buffer, the entry and "
-                          "positive sizes",
-                          tokens, n_heads, nope, rope_dim, kv_lora_rank,
+                          "mla_expand_rope: %d tokens, %d heads of nope %d + rope %d "
+                          "(%d apart), latent %d (entry stride %lld): need K's buffer, "
+                          "the entry, positive sizes and heads that hold their values",
+                          tokens, n_heads, nope, rope_dim, k_head_stride, kv_lora_rank,
                           (long long)entry_stride);
     if (!tokens)
         return KVCAL_OK;
-    return expand_queue(k, NULL, 0, NULL, entry, entry_stride, tokens, n_heads, nope, 0,
-                        kv_lora_rank, rope_dim, 1, stream);
+    return expand_queue(k, k_head_stride, NULL, 0, NULL, entry, entry_stride, tokens,
+                        n_heads, nope, 0, kv_lora_rank, rope_dim, 1, stream);
 }
 
 // --- vLLM's fp8_ds_mla and back ------------------------------------------------------

@@ -61,16 +61,18 @@ kvcal_status kvcal_mla_expand_launch(kvcal_bf16 *k, kvcal_bf16 *v, int v_stride,
                                      int nope, int v_dim, int kv_lora_rank, int rope_dim,
                                      cudaStream_t stream);
 
-/* K's RoPE part alone: k (tokens, n_heads, nope + rope_dim)'s last rope_dim
- * values of every head = the token's entry values kv_lora_rank ..
+/* K's RoPE part alone: in k (tokens, n_heads heads of nope + rope_dim
+ * values, k_head_stride apart: rows of n_heads * k_head_stride), each
+ * head's last rope_dim values = the token's entry values kv_lora_rank ..
  * kv_lora_rank + rope_dim (entry (tokens, entry_stride)); the first nope
  * of each head are left as they are (where kv_b_proj wrote them:
  * kvcal_gemm_batched_launch). kvcal_mla_expand_launch's K where those hold
  * kv_b_proj's no-RoPE part; the same kernel and choice of 16-byte copies
- * (sizes multiples of 8, k and entry 16-byte aligned). */
-kvcal_status kvcal_mla_expand_rope_launch(kvcal_bf16 *k, const kvcal_bf16 *entry,
-                                          int64_t entry_stride, int tokens, int n_heads,
-                                          int nope, int kv_lora_rank, int rope_dim,
+ * (sizes and k_head_stride multiples of 8, k and entry 16-byte aligned). */
+kvcal_status kvcal_mla_expand_rope_launch(kvcal_bf16 *k, int k_head_stride,
+                                          const kvcal_bf16 *entry, int64_t entry_stride,
+                                          int tokens, int n_heads, int nope,
+                                          int kv_lora_rank, int rope_dim,
                                           cudaStream_t stream);
 
 /* kvcal_mla_ds_roundtrip_ref on the device: out (rows, out_stride) fp32
