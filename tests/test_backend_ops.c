@@ -4534,6 +4534,13 @@ static void moe_refuses_unaligned_sizes_and_short_plans(void)
                                                KVCAL_MOE_EPI_SWIGLU, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("gather -1"));
+    /* gathered rows past what 32-bit offsets of 16 bytes reach (64 GiB) */
+    kvcal_moe_plan vast = kept;
+    vast.capacity = 1 << 30;
+    CU_ASSERT_EQUAL(kvcal_moe_gemm_sm90_launch(p, p, 1, p, &vast, 4, 64, 64,
+                                               KVCAL_MOE_EPI_SWIGLU, NULL, 0),
+                    KVCAL_ERR_INVALID_ARG);
+    CU_ASSERT(kvcal_test_error_has("within 64 GiB"));
     CU_ASSERT_EQUAL(kvcal_moe_gather_launch(p, p, &kept, 2, 60, NULL, 0),
                     KVCAL_ERR_INVALID_ARG);
     CU_ASSERT(kvcal_test_error_has("moe gather"));

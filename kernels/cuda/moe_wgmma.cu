@@ -203,12 +203,18 @@ __global__ void __launch_bounds__(THREADS, 1)
                  * same outputs, or 256 consecutive output rows */
                 const int w0 = e * w_rows + nb * TILE_N,
                           w1 = SWIGLU ? w0 + n : w0 + BN / 2;
-                /* the token rows of the thread's rows of the tile (-1: padding) */
-                int tok[GATHER_ROWS];
+                /* the token rows of the thread's rows of the tile: where each
+                 * begins in 16-byte units, and which hold a token (bit i set)
+                 * rather than padding; 32-bit offsets and a mask rather than
+                 * 64-bit addresses, so that the producer's 40 registers hold
+                 * them without spilling (the launch checks the range) */
+                uint32_t off[GATHER_ROWS];
+                unsigned rows_in = 0u;
 #pragma unroll
                 for (int i = 0; i < GATHER_ROWS; i++) {
                     const int id = GATHER ? sorted[m * BM + tid / 8 + 16 * i] : -1;
-                    tok[i] = id < 0 ? -1 : id / gather;
+                    off[i] = id < 0 ? 0u : (uint32_t)(id / gather) * (uint32_t)(k / 8);
+                    rows_in |= (id >= 0 ? 1u : 0u) << i;
                 }
                 for (int kb = 0; kb < num_k; kb++) {
                     mbar_wait(&empty[s], phase ^ 1);
@@ -225,15 +231,16 @@ __global__ void __launch_bounds__(THREADS, 1)
                         /* chunk c of a row's 128 bytes goes where the
                          * 128-byte swizzle puts it: chunk c ^ (row % 8),
                          * and row % 8 is (tid / 8) % 8 for each of them */
-                        const int c = tid % 8, col = kb * BK + c * 8;
+                        const int c = tid % 8;
+                        const bool in_k = kb * BK + c * 8 < k;
+                        const uint4 *src = reinterpret_cast<const uint4 *>(tokens) +
+                                           (in_k ? kb * (BK / 8) + c : 0);
                         const uint32_t at = (uint32_t)((c ^ (tid / 8 % 8)) << 4);
 #pragma unroll
                         for (int i = 0; i < GATHER_ROWS; i++) {
                             const int row = tid / 8 + 16 * i;
-                            cp_async16(st + row * (BK * 2) + at,
-                                       tokens + (int64_t)(tok[i] < 0 ? 0 : tok[i]) * k +
-                                           (col < k ? col : 0),
-                                       tok[i] >= 0 && col < k);
+                            cp_async16(st + row * (BK * 2) + at, src + off[i],
+                                       in_k && (rows_in >> i & 1u));
                         }
                         cp_async_mbar_arrive(&full[s]);
                     }
@@ -396,6 +403,8 @@ kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gather,
     const int is_gated = gated(epi), oai = epi == KVCAL_MOE_EPI_SWIGLU_OAI;
     if (!out || !x || !w || !plan || !plan->used_tiles || num_experts < 1 || k < 8 ||
         gather < 0 || (gather > 0 && !plan->sorted) || n < 8 || k % 8 || n % 8 ||
+        (gather > 0 &&
+         (int64_t)plan->capacity / gather * (k / 8) > (int64_t)UINT32_MAX) ||
         (!is_gated && epi != KVCAL_MOE_EPI_STORE) ||
         ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16 || (uintptr_t)a.bias % 4 ||
         (oai && !(a.limit > 0.0f && isfinite(a.alpha))))
@@ -403,7 +412,8 @@ kvcal_moe_gemm_sm90_launch(kvcal_bf16 *out, const kvcal_bf16 *x, int gather,
             KVCAL_ERR_INVALID_ARG,
             "%s: k %d, n %d, %d experts, gather %d, epilogue %d: need buffers (the "
             "plan's used_tiles too, and its sorted to gather), k and n multiples of 8, "
-            "gather >= 0, 16-byte aligned out, x and w, a 4-byte aligned bias, a known "
+            "gather >= 0 (the gathered rows within 64 GiB), 16-byte aligned out, x and "
+            "w, a 4-byte aligned bias, a known "
             "epilogue (gpt-oss's with a finite alpha and a limit > 0)",
             who, k, n, num_experts, gather, (int)epi);
     if (plan->tiles < 1)
