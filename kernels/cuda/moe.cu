@@ -346,16 +346,18 @@ extern "C" kvcal_status kvcal_moe_route_grouped_launch(int32_t *experts, float *
 
 // --- grouping by expert --------------------------------------------------------
 
-/* The grouping in three launches: each block of the first counts the
- * assignments of its chunk per expert into the plan's scratch; one block
- * turns the counts into each expert's first row (padded to tiles), each
- * chunk's first row for each expert (in place), the tiles' experts and
- * the padding rows; each block of the third places its chunk's
+/* The grouping in two launches: each block of the first counts the
+ * assignments of its chunk per expert into the plan's scratch; each block
+ * of the second turns the counts into each expert's first row (padded to
+ * tiles) and its chunk's first row for each expert, and places its chunk's
  * assignments from there (shared-memory atomics: the order within an
  * expert changes no result, the combine reads each assignment's row by
- * index). */
+ * index); its block 0 also writes the tiles' experts, the padding rows,
+ * the used tiles and the experts' token counts. Every block of the second
+ * sums the counts (blocks x E values, from L2) itself rather than waiting
+ * for a launch of one block that would. */
 #define ALIGN_THREADS 512
-#define ALIGN_CHUNK 4096 /* assignments a block of the first and third takes */
+#define ALIGN_CHUNK 4096 /* assignments a block of each launch takes */
 
 static_assert(ALIGN_THREADS >= KVCAL_MOE_MAX_EXPERTS, "a thread an expert");
 
@@ -399,81 +401,103 @@ __global__ void __launch_bounds__(ALIGN_THREADS)
         counts[(int64_t)blockIdx.x * E + e] = count[e];
 }
 
-__global__ void __launch_bounds__(ALIGN_THREADS) moe_plan_kernel(
-    int32_t *__restrict__ sorted,      // (capacity)
-    int32_t *__restrict__ tile_expert, // (tiles)
-    int32_t *__restrict__ used_tiles,  // (1) or NULL
-    int32_t *__restrict__ counts,      // (blocks, E) in: counts, out: first rows
-    int blocks, int E, int tiles,
-    unsigned long long *__restrict__ expert_tokens) // (E) or NULL
+/* The exclusive prefix sum of v over the block's ALIGN_THREADS threads (in
+ * thread order), and the total in *total; every thread calls it. */
+static __device__ __forceinline__ int block_exclusive_scan(int v, int *total)
 {
-    __shared__ int count[KVCAL_MOE_MAX_EXPERTS];
-    __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
-    const int e = threadIdx.x;
-    if (e < E) {
-        int c = 0;
-#pragma unroll 8
-        for (int b = 0; b < blocks; b++)
-            c += counts[(int64_t)b * E + e];
-        count[e] = c;
+    __shared__ int warp_sum[ALIGN_THREADS / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o)
+            x += y;
+    }
+    if (lane == 31)
+        warp_sum[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < ALIGN_THREADS / 32 ? warp_sum[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o)
+                w += y;
+        }
+        if (lane < ALIGN_THREADS / 32)
+            warp_sum[lane] = w; /* inclusive, over warps */
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int row = 0;
-        for (int x = 0; x < E; x++) {
-            start[x] = row;
-            row += (count[x] + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS *
-                   KVCAL_MOE_TILE_ROWS;
-        }
-        start[E] = row;
-        if (used_tiles)
-            *used_tiles = row / KVCAL_MOE_TILE_ROWS;
-    }
-    __syncthreads();
-    if (e < E) {
-        int row = start[e];
-#pragma unroll 8
-        for (int b = 0; b < blocks; b++) {
-            const int c = counts[(int64_t)b * E + e];
-            counts[(int64_t)b * E + e] = row;
-            row += c;
-        }
-        for (; row < start[e + 1]; row++) /* the padding of the expert's last tile */
-            sorted[row] = -1;
-        if (expert_tokens)
-            expert_tokens[e] += (unsigned long long)count[e];
-    }
-    for (int tile = threadIdx.x; tile < tiles; tile += blockDim.x) {
-        const int row = tile * KVCAL_MOE_TILE_ROWS;
-        int lo = 0, hi = E; /* the expert whose rows [start[e], start[e + 1]) hold row */
-        while (lo < hi) {
-            const int mid = (lo + hi) / 2;
-            if (start[mid + 1] <= row)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        tile_expert[tile] = row < start[E] ? lo : -1;
-    }
+    *total = warp_sum[ALIGN_THREADS / 32 - 1];
+    const int before = warp ? warp_sum[warp - 1] : 0;
+    __syncthreads(); /* warp_sum is read before any next call writes it */
+    return before + x - v;
 }
 
 __global__ void __launch_bounds__(ALIGN_THREADS)
     moe_scatter_kernel(int32_t *__restrict__ sorted,        // (capacity)
                        int32_t *__restrict__ slot_of,       // (assignments)
-                       const int32_t *__restrict__ first,   // (blocks, E)
+                       int32_t *__restrict__ tile_expert,   // (tiles)
+                       int32_t *__restrict__ used_tiles,    // (1) or NULL
+                       const int32_t *__restrict__ counts,  // (blocks, E)
                        const int32_t *__restrict__ experts, // (assignments)
-                       int assignments, int E)
+                       int assignments, int blocks, int E, int tiles,
+                       unsigned long long *__restrict__ expert_tokens) // (E) or NULL
 {
     __shared__ int cursor[KVCAL_MOE_MAX_EXPERTS];
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-        cursor[e] = first[(int64_t)blockIdx.x * E + e];
+    __shared__ int start[KVCAL_MOE_MAX_EXPERTS + 1]; /* first row of each expert */
+    const int e = threadIdx.x;
+    /* expert e's count in all (c) and in the chunks before this block's */
+    int c = 0, before = 0;
+    if (e < E) {
+#pragma unroll 8
+        for (int b = 0; b < blocks; b++) {
+            const int n = counts[(int64_t)b * E + e];
+            before += b < (int)blockIdx.x ? n : 0;
+            c += n;
+        }
+    }
+    const int padded =
+        (c + KVCAL_MOE_TILE_ROWS - 1) / KVCAL_MOE_TILE_ROWS * KVCAL_MOE_TILE_ROWS;
+    int rows = 0;
+    const int first = block_exclusive_scan(e < E ? padded : 0, &rows);
+    if (e < E) {
+        start[e] = first;
+        cursor[e] = first + before;
+    }
+    if (e == 0)
+        start[E] = rows;
     __syncthreads();
+    if (blockIdx.x == 0) {
+        if (e < E) {
+            for (int row = first + c; row < first + padded; row++)
+                sorted[row] = -1; /* the padding of the expert's last tile */
+            if (expert_tokens)
+                expert_tokens[e] += (unsigned long long)c;
+        }
+        if (used_tiles && e == 0)
+            *used_tiles = rows / KVCAL_MOE_TILE_ROWS;
+        for (int tile = threadIdx.x; tile < tiles; tile += blockDim.x) {
+            /* the expert x whose rows [start[x], start[x + 1]) hold the tile's first */
+            const int row = tile * KVCAL_MOE_TILE_ROWS;
+            int lo = 0, hi = E;
+            while (lo < hi) {
+                const int mid = (lo + hi) / 2;
+                if (start[mid + 1] <= row)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            tile_expert[tile] = row < start[E] ? lo : -1;
+        }
+    }
     const int end = min((blockIdx.x + 1) * ALIGN_CHUNK, assignments);
     for (int i = blockIdx.x * ALIGN_CHUNK + threadIdx.x; i < end; i += blockDim.x) {
-        const int e = experts[i];
+        const int x = experts[i];
         int r = -1;
-        if (e >= 0 && e < E) {
-            r = atomicAdd(&cursor[e], 1);
+        if (x >= 0 && x < E) {
+            r = atomicAdd(&cursor[x], 1);
             sorted[r] = i;
         }
         slot_of[i] = r;
@@ -503,16 +527,12 @@ extern "C" kvcal_status kvcal_moe_align_launch(const kvcal_moe_plan *plan,
                                                                assignments, num_experts);
         KVCAL_CUDA_CHECK_LAUNCH("moe_count_kernel");
     }
-    moe_plan_kernel<<<1, ALIGN_THREADS, 0, stream>>>(
-        plan->sorted, plan->tile_expert, plan->used_tiles, plan->scratch, blocks,
-        num_experts, plan->tiles, expert_tokens);
-    KVCAL_CUDA_CHECK_LAUNCH("moe_plan_kernel");
-    if (blocks > 0) {
-        moe_scatter_kernel<<<blocks, ALIGN_THREADS, 0, stream>>>(
-            plan->sorted, plan->slot_of, plan->scratch, experts, assignments,
-            num_experts);
-        KVCAL_CUDA_CHECK_LAUNCH("moe_scatter_kernel");
-    }
+    /* no assignment: one block still writes the plan (every tile unused) */
+    const int scatter_blocks = blocks > 0 ? blocks : 1;
+    moe_scatter_kernel<<<scatter_blocks, ALIGN_THREADS, 0, stream>>>(
+        plan->sorted, plan->slot_of, plan->tile_expert, plan->used_tiles, plan->scratch,
+        experts, assignments, blocks, num_experts, plan->tiles, expert_tokens);
+    KVCAL_CUDA_CHECK_LAUNCH("moe_scatter_kernel");
     return KVCAL_OK;
 }
 
