@@ -311,7 +311,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
  * than the GPU has SMs; 16, one block an SM, where it has no more (a model
  * of few kv heads: one grid row holds them all), so that an SM keeps twice
  * the rows in flight without more blocks, each of which zeroes and flushes
- * its histograms. */
+ * its histograms. A block takes up to VEC_TOKENS_PER_BLOCK tokens: fewer
+ * where that spreads the tokens over every SM (vec_tiling). */
 enum {
     VEC_WARPS = 8,
     VEC_WARPS_WIDE = 16,
@@ -468,8 +469,8 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
                             int64_t token_stride,
                             const int32_t *__restrict__ pos, // (tokens)
                             int tokens, int n_heads, int n_kv_heads, int head_dim,
-                            int groups, kvcal_rope_cfg rope, kvcal_kv_observer obs,
-                            int observe)
+                            int groups, int block_tokens, kvcal_rope_cfg rope,
+                            kvcal_kv_observer obs, int observe)
 {
     constexpr int R = 32 / SP;          // lane groups of a warp, one kv head each
     constexpr int NI = (8 + R - 1) / R; // sin/cos a lane computes per token
@@ -510,8 +511,8 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
     unsigned *khist = shist + (KVCAL_K * groups + r) * HIST_WORDS;
     unsigned *vhist = shist + (KVCAL_V * groups + r) * HIST_WORDS;
 
-    const int t0 = blockIdx.x * VEC_TOKENS_PER_BLOCK;
-    const int t1 = min(tokens, t0 + VEC_TOKENS_PER_BLOCK);
+    const int t0 = blockIdx.x * block_tokens;
+    const int t1 = min(tokens, t0 + block_tokens);
     for (int t = t0 + warp; t < t1; t += WARPS) {
         const int p = pos[t];
         if (p < 0)
@@ -643,19 +644,41 @@ static bool vec_supported(const kvcal_bf16 *qkv, int64_t token_stride, int head_
            aligned(qkv) && aligned(rope->q_norm_w) && aligned(rope->k_norm_w);
 }
 
+/* The tokens a block takes (*block_tokens) over `rows` grid rows of kv heads
+ * on `sms` SMs, and whether the blocks are wide (one an SM): where the
+ * tokens fit one wide block an SM (two narrow ones) at up to
+ * VEC_TOKENS_PER_BLOCK a block, each block takes an equal share, at least a
+ * token a warp, so that every SM gets a block (at 16,384 tokens and 132
+ * SMs, 125 a block: 132 blocks where 128 of 128 tokens left 4 SMs idle);
+ * else VEC_TOKENS_PER_BLOCK, narrow. */
+static bool vec_tiling(int tokens, int rows, int sms, int *block_tokens)
+{
+    for (int per_sm = 1; per_sm <= 2; per_sm++) {
+        const int blocks = per_sm * sms / rows; /* a grid row's share */
+        if (blocks > 0 && tokens <= (long long)VEC_TOKENS_PER_BLOCK * blocks) {
+            const int warps = per_sm == 1 ? VEC_WARPS_WIDE : VEC_WARPS;
+            *block_tokens = max((tokens + blocks - 1) / blocks, warps);
+            *block_tokens = min(*block_tokens, (int)VEC_TOKENS_PER_BLOCK);
+            return per_sm == 1;
+        }
+    }
+    *block_tokens = VEC_TOKENS_PER_BLOCK;
+    return false;
+}
+
 template <int SP, int WARPS>
-static kvcal_status queue_vec(dim3 grid, size_t smem, __nv_bfloat16 *qkv,
-                              int64_t token_stride, const int32_t *pos, int tokens,
-                              int n_heads, int n_kv_heads, int head_dim, int groups,
-                              const kvcal_rope_cfg *rope, const kvcal_kv_observer &obs,
-                              bool observe, cudaStream_t stream)
+static kvcal_status
+queue_vec(dim3 grid, int block_tokens, size_t smem, __nv_bfloat16 *qkv,
+          int64_t token_stride, const int32_t *pos, int tokens, int n_heads,
+          int n_kv_heads, int head_dim, int groups, const kvcal_rope_cfg *rope,
+          const kvcal_kv_observer &obs, bool observe, cudaStream_t stream)
 {
     KVCAL_CUDA_TRY(cudaFuncSetAttribute(rope_observe_vec_kernel<SP, WARPS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
     rope_observe_vec_kernel<SP, WARPS><<<grid, WARPS * 32, smem, stream>>>(
-        qkv, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, groups, *rope, obs,
-        observe);
+        qkv, token_stride, pos, tokens, n_heads, n_kv_heads, head_dim, groups,
+        block_tokens, *rope, obs, observe);
     KVCAL_CUDA_CHECK_LAUNCH("rope_observe_vec_kernel");
     return KVCAL_OK;
 }
@@ -673,18 +696,20 @@ launch_vec(__nv_bfloat16 *qkv, int64_t token_stride, const int32_t *pos, int tok
         observe
             ? (2 * (size_t)groups * (HIST_WORDS + head_dim) + q_words) * sizeof(unsigned)
             : 0;
-    const dim3 grid((tokens + VEC_TOKENS_PER_BLOCK - 1) / VEC_TOKENS_PER_BLOCK,
-                    (n_kv_heads + groups - 1) / groups);
+    const int rows = (n_kv_heads + groups - 1) / groups;
     int dev = 0, sms = 0;
     KVCAL_CUDA_TRY(cudaGetDevice(&dev));
     KVCAL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if ((long long)grid.x * grid.y <= sms)
-        return queue_vec<SP, VEC_WARPS_WIDE>(grid, smem, qkv, token_stride, pos, tokens,
-                                             n_heads, n_kv_heads, head_dim, groups, rope,
-                                             obs, observe, stream);
-    return queue_vec<SP, VEC_WARPS>(grid, smem, qkv, token_stride, pos, tokens, n_heads,
-                                    n_kv_heads, head_dim, groups, rope, obs, observe,
-                                    stream);
+    int block_tokens = 0;
+    const bool wide = vec_tiling(tokens, rows, sms, &block_tokens);
+    const dim3 grid((tokens + block_tokens - 1) / block_tokens, rows);
+    if (wide)
+        return queue_vec<SP, VEC_WARPS_WIDE>(grid, block_tokens, smem, qkv, token_stride,
+                                             pos, tokens, n_heads, n_kv_heads, head_dim,
+                                             groups, rope, obs, observe, stream);
+    return queue_vec<SP, VEC_WARPS>(grid, block_tokens, smem, qkv, token_stride, pos,
+                                    tokens, n_heads, n_kv_heads, head_dim, groups, rope,
+                                    obs, observe, stream);
 }
 
 extern "C" kvcal_status kvcal_rope_observe_launch_version(
