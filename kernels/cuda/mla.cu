@@ -217,12 +217,15 @@ __global__ void __launch_bounds__(LATENT_WARPS * 32, 4)
 
 // --- the cache point in 16-byte units ------------------------------------------------
 
-/* The 16-byte form's tiling: LATENT_VEC_Q_UNITS, the query units (8 values of
+/* The 16-byte form's tiling: LATENT_VEC_TOKENS_PER_BLOCK, a block's tokens
+ * (8 a warp: each block zeroes and folds its statistics once);
+ * LATENT_VEC_Q_UNITS, the query units (8 values of
  * one head's RoPE part) a lane holds at a time; LATENT_VEC_MAX_ROPE, the
  * RoPE parts it takes (a pair a lane for cos and sin, units that divide a
  * warp: 8, 16, 32 or 64 values); LATENT_VEC_UNITS_*: the latent's units a
  * lane holds, for kv_lora_rank up to 512 or up to the entry's limit. */
 enum {
+    LATENT_VEC_TOKENS_PER_BLOCK = 64,
     LATENT_VEC_Q_UNITS = 4,
     LATENT_VEC_MAX_ROPE = 64,
     LATENT_VEC_UNITS_SHORT = 2,
@@ -306,8 +309,8 @@ __global__ void __launch_bounds__(LATENT_WARPS * 32, 2)
     }
     const float inv = lane < R / 2 ? cfg.inv_freq[lane] : 0.0f;
     unsigned mx[LU + 1][8] = {};
-    const int t0 = blockIdx.x * LATENT_TOKENS_PER_BLOCK;
-    const int t1 = min(tokens, t0 + LATENT_TOKENS_PER_BLOCK);
+    const int t0 = blockIdx.x * LATENT_VEC_TOKENS_PER_BLOCK;
+    const int t1 = min(tokens, t0 + LATENT_VEC_TOKENS_PER_BLOCK);
     for (int t = t0 + warp; t < t1; t += LATENT_WARPS) {
         __nv_bfloat16 *row = entry + (int64_t)t * entry_stride;
         __nv_bfloat16 *qrow = q ? q + (int64_t)t * q_stride + cfg.qk_dim - R : nullptr;
@@ -441,7 +444,9 @@ extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry
     kvcal_kv_observer o = {};
     if (obs)
         o = *obs;
-    const int blocks = (tokens + LATENT_TOKENS_PER_BLOCK - 1) / LATENT_TOKENS_PER_BLOCK;
+    const int blocks = (tokens + LATENT_TOKENS_PER_BLOCK - 1) / LATENT_TOKENS_PER_BLOCK,
+              vec_blocks = (tokens + LATENT_VEC_TOKENS_PER_BLOCK - 1) /
+                           LATENT_VEC_TOKENS_PER_BLOCK;
     auto *e = reinterpret_cast<__nv_bfloat16 *>(entry);
     auto *qq = reinterpret_cast<__nv_bfloat16 *>(q);
     const int R = cfg->rope_dim;
@@ -452,12 +457,12 @@ extern "C" kvcal_status kvcal_mla_latent_launch(kvcal_bf16 *entry, int64_t entry
                      ((uintptr_t)entry | (uintptr_t)q | (uintptr_t)cfg->norm_w) % 16 == 0;
     if (vec && cfg->kv_lora_rank <= 256 * LATENT_VEC_UNITS_SHORT)
         mla_latent_vec_kernel<LATENT_VEC_UNITS_SHORT>
-            <<<blocks, LATENT_WARPS * 32, 0, stream>>>(e, entry_stride, qq, q_stride, pos,
-                                                       tokens, *cfg, o, obs != NULL);
+            <<<vec_blocks, LATENT_WARPS * 32, 0, stream>>>(
+                e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
     else if (vec)
         mla_latent_vec_kernel<LATENT_VEC_UNITS_LONG>
-            <<<blocks, LATENT_WARPS * 32, 0, stream>>>(e, entry_stride, qq, q_stride, pos,
-                                                       tokens, *cfg, o, obs != NULL);
+            <<<vec_blocks, LATENT_WARPS * 32, 0, stream>>>(
+                e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
     else if (cfg->kv_lora_rank <= 32 * LATENT_CPL_SHORT)
         mla_latent_kernel<LATENT_CPL_SHORT><<<blocks, LATENT_WARPS * 32, 0, stream>>>(
             e, entry_stride, qq, q_stride, pos, tokens, *cfg, o, obs != NULL);
