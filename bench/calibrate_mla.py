@@ -328,7 +328,9 @@ def main():
         print(f"{name:48s} {tps:10.0f} {tps * a.layers:11.0f} "
               f"{peak / 2 ** 30 if peak else float('nan'):9.2f}")
     if fastest:
-        print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x; "
+        ratio = kvcal_tps / fastest[1][0]
+        print(f"kvcal / fastest transformers ({fastest[0]}): {ratio:.3f}x (target >= 1.5x: "
+              f"{'met' if ratio >= 1.5 else 'unmet'}); "
               f"kvcal / floor: {kvcal_tps / floor[0]:.2f} in bursts, "
               f"{kvcal_tps / floor[1]:.2f} sustained; 1.5x transformers / the sustained "
               f"floor: {1.5 * fastest[1][0] / floor[1]:.2f}")

@@ -720,8 +720,9 @@ def main():
         print(f"{name:48s} {tps:10.0f} {tps * a.layers:11.0f} "
               f"{peak / 2 ** 30 if peak else float('nan'):9.2f} {diff}")
     if fastest:
-        print(f"kvcal / fastest transformers ({fastest[0]}): {kvcal_tps / fastest[1][0]:.2f}x "
-              "(target >= 1.5x)" + ("" if floor is None else
+        ratio = kvcal_tps / fastest[1][0]
+        print(f"kvcal / fastest transformers ({fastest[0]}): {ratio:.3f}x (target >= 1.5x: "
+              f"{'met' if ratio >= 1.5 else 'unmet'})" + ("" if floor is None else
                                     f"; kvcal / floor: {kvcal_tps / floor[0]:.2f} in bursts, "
                                     f"{kvcal_tps / floor[1]:.2f} sustained; the target / the "
                                     f"sustained floor: {1.5 * fastest[1][0] / floor[1]:.2f}"))
