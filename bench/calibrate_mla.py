@@ -74,6 +74,7 @@ import transformers
 from transformers import AutoModelForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TARGET = 1.5  # the issue's: kvcal's tokens/s over the fastest transformers'
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 from hf_mla import mla_entry  # noqa: E402
@@ -329,11 +330,11 @@ def main():
               f"{peak / 2 ** 30 if peak else float('nan'):9.2f}")
     if fastest:
         ratio = kvcal_tps / fastest[1][0]
-        print(f"kvcal / fastest transformers ({fastest[0]}): {ratio:.3f}x (target >= 1.5x: "
-              f"{'met' if ratio >= 1.5 else 'unmet'}); "
+        print(f"kvcal / fastest transformers ({fastest[0]}): {ratio:.3f}x (target >= {TARGET}x: "
+              f"{'met' if ratio >= TARGET else 'unmet'}); "
               f"kvcal / floor: {kvcal_tps / floor[0]:.2f} in bursts, "
-              f"{kvcal_tps / floor[1]:.2f} sustained; 1.5x transformers / the sustained "
-              f"floor: {1.5 * fastest[1][0] / floor[1]:.2f}")
+              f"{kvcal_tps / floor[1]:.2f} sustained; {TARGET}x transformers / the sustained "
+              f"floor: {TARGET * fastest[1][0] / floor[1]:.2f}")
     else:
         print(f"kvcal / floor: {kvcal_tps / floor[0]:.2f} in bursts, "
               f"{kvcal_tps / floor[1]:.2f} sustained (no transformers run)")

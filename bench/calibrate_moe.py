@@ -150,6 +150,7 @@ SHAPES = {
         router=lambda layer: layer.mlp.gate, k_out=lambda layer: layer.self_attn.k_norm),
 }
 S = SHAPES["qwen3-30b-a3b"]  # the shape of this run (main sets it)
+TARGET = 1.5  # the issue's: kvcal's tokens/s over the fastest transformers'
 
 
 def device_memory_used():
@@ -721,11 +722,11 @@ def main():
               f"{peak / 2 ** 30 if peak else float('nan'):9.2f} {diff}")
     if fastest:
         ratio = kvcal_tps / fastest[1][0]
-        print(f"kvcal / fastest transformers ({fastest[0]}): {ratio:.3f}x (target >= 1.5x: "
-              f"{'met' if ratio >= 1.5 else 'unmet'})" + ("" if floor is None else
+        print(f"kvcal / fastest transformers ({fastest[0]}): {ratio:.3f}x (target >= {TARGET}x: "
+              f"{'met' if ratio >= TARGET else 'unmet'})" + ("" if floor is None else
                                     f"; kvcal / floor: {kvcal_tps / floor[0]:.2f} in bursts, "
                                     f"{kvcal_tps / floor[1]:.2f} sustained; the target / the "
-                                    f"sustained floor: {1.5 * fastest[1][0] / floor[1]:.2f}"))
+                                    f"sustained floor: {TARGET * fastest[1][0] / floor[1]:.2f}"))
 
     for kind, w in worst.items():
         print(f"per-head {kind.upper()} absmax, kvcal vs transformers bf16 ({ref_name}): "
