@@ -169,7 +169,7 @@ $(BUILD)/bench/%: bench/%.c $(TOOLKIT) $(LIBA)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TOOLKIT_LINK)
 $(BUILD)/bench/%: bench/%.cu $(TOOLKIT) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(TOOLKIT_LINK)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $@.d -o $@ $< $(TOOLKIT_LINK)
 
 # The example engine decode loop against the online scaling API.
 EXAMPLE := $(BUILD)/tests/example_engine_loop

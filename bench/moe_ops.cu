@@ -43,26 +43,9 @@
 extern "C" {
 #include "core/status.h"
 }
+#include "bench/bench_cuda.cuh"
 #include "kernels/cuda/ops.h"
 
-#define CHECK_CUDA(x)                                                                    \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                   \
-                    cudaGetErrorString(e_));                                             \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-#define CHECK_KVCAL(x)                                                                   \
-    do {                                                                                 \
-        kvcal_status s_ = (x);                                                           \
-        if (s_ != KVCAL_OK) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #x,               \
-                    kvcal_status_str(s_), kvcal_last_error());                           \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 #define CHECK_CUBLAS(x)                                                                  \
     do {                                                                                 \
         cublasStatus_t s_ = (x);                                                         \
@@ -77,26 +60,10 @@ static const int M = 8 * 2048, D = 2048, E = 128, K = 8, I = 768;
 #define ATOL 2e-2f
 #define RTOL 2e-2f
 
-__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, float scale, unsigned seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = __float2bfloat16(((float)(h & 0xffffff) / 8388608.0f - 1.0f) * scale);
-    }
-}
-
 static kvcal_bf16 *rand_dev(size_t n, float scale)
 {
     static unsigned seed = 7;
-    kvcal_bf16 *p;
-    CHECK_CUDA(cudaMalloc(&p, n * sizeof *p));
-    fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16 *>(p), n, scale, seed++);
-    CHECK_CUDA(cudaGetLastError());
-    return p;
+    return rand_dev_seeded(n, scale, &seed);
 }
 
 static std::vector<float> download(const kvcal_bf16 *d, size_t n)
@@ -118,48 +85,6 @@ static float bf16_round(float x)
 static bool near(float got, float want)
 {
     return fabsf(got - want) <= ATOL + RTOL * fabsf(want);
-}
-
-struct timer {
-    int reps;
-    void *flush;
-    size_t flush_bytes;
-    cudaEvent_t a, b;
-};
-
-/* The median ms of each of fs over the repetitions, the runs interleaved:
- * repetition r of every run before repetition r + 1 of any, so that a drift
- * of the clock (an H200 held at its power cap runs slower as a long timing
- * goes on) falls on all of them alike instead of on those timed last. */
-static std::vector<float> time_each(timer &t,
-                                    const std::vector<std::function<void()>> &fs)
-{
-    for (const auto &f : fs)
-        f();
-    CHECK_CUDA(cudaDeviceSynchronize());
-    std::vector<std::vector<float>> ms(fs.size());
-    for (int r = 0; r < t.reps; r++)
-        for (size_t i = 0; i < fs.size(); i++) {
-            CHECK_CUDA(cudaMemsetAsync(t.flush, r & 0xff, t.flush_bytes));
-            CHECK_CUDA(cudaEventRecord(t.a));
-            fs[i]();
-            CHECK_CUDA(cudaEventRecord(t.b));
-            CHECK_CUDA(cudaEventSynchronize(t.b));
-            float x;
-            CHECK_CUDA(cudaEventElapsedTime(&x, t.a, t.b));
-            ms[i].push_back(x);
-        }
-    std::vector<float> median;
-    for (auto &m : ms) {
-        std::sort(m.begin(), m.end());
-        median.push_back(m[m.size() / 2]);
-    }
-    return median;
-}
-
-template <class F> static float time_ms(timer &t, F f)
-{
-    return time_each(t, {f})[0];
 }
 
 static void row(const char *name, float ms, double flops)
@@ -286,10 +211,7 @@ int main(int argc, char **argv)
     printf("device: %s; Qwen3-30B-A3B layer: %d tokens, hidden %d, %d experts of %d, "
            "top-%d\n",
            prop.name, M, D, E, I, K);
-    timer t = {reps, nullptr, (size_t)256 << 20, nullptr, nullptr};
-    CHECK_CUDA(cudaMalloc(&t.flush, t.flush_bytes));
-    CHECK_CUDA(cudaEventCreate(&t.a));
-    CHECK_CUDA(cudaEventCreate(&t.b));
+    timer t = timer_create(reps);
     kvcal_gemm_t *gemm;
     CHECK_KVCAL(kvcal_gemm_create(32u << 20, &gemm));
     cublasHandle_t blas;

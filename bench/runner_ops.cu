@@ -40,52 +40,18 @@
 extern "C" {
 #include "core/status.h"
 }
+#include "bench/bench_cuda.cuh"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/mla.h"
 #include "kernels/cuda/ops.h"
 #include "observers/stats.h"
 
-#define CHECK_CUDA(x)                                                                    \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                   \
-                    cudaGetErrorString(e_));                                             \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-#define CHECK_KVCAL(x)                                                                   \
-    do {                                                                                 \
-        kvcal_status s_ = (x);                                                           \
-        if (s_ != KVCAL_OK) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #x,               \
-                    kvcal_status_str(s_), kvcal_last_error());                           \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
 // --- setup ----------------------------------------------------------------------
-
-__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, float scale, unsigned seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        x[i] = __float2bfloat16(((float)(h & 0xffffff) / 8388608.0f - 1.0f) * scale);
-    }
-}
 
 static kvcal_bf16 *rand_dev(size_t n, float scale)
 {
     static unsigned seed = 1;
-    kvcal_bf16 *p;
-    CHECK_CUDA(cudaMalloc(&p, n * sizeof *p));
-    fill_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16 *>(p), n, scale, seed++);
-    CHECK_CUDA(cudaGetLastError());
-    return p;
+    return rand_dev_seeded(n, scale, &seed);
 }
 
 // An observer of kv_heads heads of `channels` values each, its statistics
@@ -114,33 +80,6 @@ static void observer_free(kvcal_kv_observer &obs)
         CHECK_CUDA(cudaFree(obs.hist[kv]));
         CHECK_CUDA(cudaFree(obs.batch_absmax[kv]));
     }
-}
-
-struct timer {
-    int reps;
-    void *flush;
-    size_t flush_bytes;
-    cudaEvent_t a, b;
-};
-
-// Median milliseconds of f() over t.reps runs, each after an L2 flush.
-template <class F> static float time_ms(timer &t, F f)
-{
-    f();
-    CHECK_CUDA(cudaDeviceSynchronize());
-    std::vector<float> ms;
-    for (int r = 0; r < t.reps; r++) {
-        CHECK_CUDA(cudaMemsetAsync(t.flush, r & 0xff, t.flush_bytes));
-        CHECK_CUDA(cudaEventRecord(t.a));
-        f();
-        CHECK_CUDA(cudaEventRecord(t.b));
-        CHECK_CUDA(cudaEventSynchronize(t.b));
-        float x;
-        CHECK_CUDA(cudaEventElapsedTime(&x, t.a, t.b));
-        ms.push_back(x);
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
 }
 
 static void row(const char *name, float ms, double flops, double bytes,
@@ -1095,10 +1034,7 @@ int main(int argc, char **argv)
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
 
-    timer t = {reps, nullptr, (size_t)256 << 20, nullptr, nullptr};
-    CHECK_CUDA(cudaMalloc(&t.flush, t.flush_bytes));
-    CHECK_CUDA(cudaEventCreate(&t.a));
-    CHECK_CUDA(cudaEventCreate(&t.b));
+    timer t = timer_create(reps);
     kvcal_gemm_t *gemm;
     CHECK_KVCAL(kvcal_gemm_create(32u << 20, &gemm));
 
