@@ -215,6 +215,16 @@ __device__ __forceinline__ void named_barrier(int id, int threads)
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+/* A consumer warpgroup's half of a tile's rows (warpgroup wg 1: 0, 2: 1),
+ * through a warp vote: the compiler knows a vote's result to be the same
+ * across the warp, and not threadIdx's arithmetic, so that the stages' and
+ * the wgmma descriptors' addresses made from the half stay on the uniform
+ * datapath (none moved over by R2UR in the k loop). */
+__device__ __forceinline__ int consumer_half(int wg)
+{
+    return __all_sync(0xffffffffu, wg == 2) ? 1 : 0;
+}
+
 /* wgmma descriptor of a K-major tile in shared memory, rows of 64 bf16 (128
  * bytes) with the 128-byte swizzle: 8-row groups 1024 bytes apart. */
 __device__ __forceinline__ uint64_t smem_desc(const void *p)

@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     } else {
         /* consumers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127 */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int half = wg - 1, warp = tid / 32, lane = tid % 32;
+        const int half = consumer_half(wg), warp = tid / 32, lane = tid % 32;
         unsigned char *out = out_stage + half * OUT_BYTES;
         /* A finished tile rounded to bf16 (round_accumulators), its bias
          * added, waiting for its epilogue: output group j (8 columns) is r[2 j
